@@ -1,0 +1,1 @@
+"""Installed copies of the preset folders (see setup.cfg package_dir)."""

@@ -1,0 +1,86 @@
+"""The `rlsim` command line: parse, call, print. Each subcommand lives in simulator/commands/.
+
+Exit codes (public contract): 0 ok, 2 bad input (RlsimError, argparse errors), 1 internal error.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+from .errors import RlsimError
+
+# Subcommand modules, in the order `rlsim --help` lists them. Each module defines
+# HELP (one line), EXAMPLES (text), add_arguments(parser) and run(args) -> int.
+COMMANDS = ["presets", "comm", "validate", "run", "compare", "sweep", "plan", "calibrate"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own exits with 2 already; keep its text short
+        self.print_usage(sys.stderr)
+        self.exit(2, f"rlsim: error: {message}\n")
+
+
+def add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True, overrides: bool = True) -> None:
+    if overrides:
+        parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a scenario key (repeatable), e.g. --set topology.nodes=16")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
+
+
+def print_json(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, allow_nan=False, default=_jsonable) + "\n")
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rlsim", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="Discrete-event simulator of LLM RL post-training on clusters.",
+                     epilog="examples:\n  rlsim presets\n  rlsim comm --topology dgx-h100 --op all_reduce "
+                            "--bytes 1GiB --group node:0\n  rlsim validate\n\n"
+                            "run `rlsim COMMAND --help` for a command's options and examples.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"simulator.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"simulator.commands.{name}":
+                continue  # not built yet
+            raise
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=module.EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.handler(args) or 0)
+    except RlsimError as exc:
+        print(f"rlsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rlsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `rlsim` subcommand (face layer): parse, call the layers below, print."""

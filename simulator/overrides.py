@@ -1,0 +1,61 @@
+"""`--set KEY=VALUE` overrides: dotted keys into a nested mapping, values read as YAML scalars."""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+from .errors import RlsimError
+
+
+def parse_assignment(item: str) -> tuple[str, Any]:
+    """'topology.nodes=16' -> ('topology.nodes', 16)."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise RlsimError(f"cannot read --set {item!r}", field="--set", fix="write KEY=VALUE, e.g. topology.nodes=16")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def set_dotted(mapping: dict[str, Any], key: str, value: Any) -> None:
+    """Set mapping['a']['b'] for key 'a.b', making intermediate mappings; a string at an
+    intermediate level is a preset name and becomes {'preset': name}."""
+    parts = key.split(".")
+    node = mapping
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = {}
+        elif isinstance(child, str):
+            child = {"preset": child}
+        elif not isinstance(child, dict):
+            raise RlsimError(f"cannot set {key!r}: {'.'.join(parts[:i + 1])!r} is not a mapping",
+                             field=key, fix="set the parent key instead")
+        node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def apply_overrides(mapping: dict[str, Any], items: Iterable[str]) -> dict[str, Any]:
+    """A deep copy of mapping with every KEY=VALUE applied in order."""
+    out = copy.deepcopy(mapping)
+    for item in items:
+        key, value = parse_assignment(item)
+        set_dotted(out, key, value)
+    return out
+
+
+def section(items: Iterable[str], prefix: str) -> dict[str, Any]:
+    """The overrides under one top-level key: section(['topology.nodes=2'], 'topology') -> {'nodes': 2}."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, value = parse_assignment(item)
+        if key.startswith(prefix + "."):
+            set_dotted(out, key[len(prefix) + 1:], value)
+    return out

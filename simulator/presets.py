@@ -1,0 +1,66 @@
+"""Where built-in presets live, and turning a name, a path or a mapping into a YAML mapping.
+
+The preset folders sit at the repository root (``topologies/``, ``workloads/``) and are installed
+as the data packages ``simulator.builtin.topologies`` / ``simulator.builtin.workloads`` (see
+setup.cfg), so ``pip install .`` finds them by name as well as a source checkout does.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import RlsimError
+
+_KINDS = ("topologies", "workloads")
+
+
+def preset_dir(kind: str) -> Path:
+    """The folder of built-in presets of one kind ('topologies' or 'workloads')."""
+    if kind not in _KINDS:
+        raise ValueError(f"unknown preset kind {kind!r}")
+    source_tree = Path(__file__).resolve().parent.parent / kind
+    if source_tree.is_dir():
+        return source_tree
+    return Path(str(importlib.resources.files(f"simulator.builtin.{kind}")))
+
+
+def preset_names(kind: str) -> list[str]:
+    return sorted(p.stem for p in preset_dir(kind).glob("*.yaml"))
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read one YAML mapping; errors name the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RlsimError(f"cannot read file: {exc.strerror}", source=str(path),
+                         fix="check the path") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RlsimError(f"not valid YAML: {exc}", source=str(path)) from None
+    if not isinstance(data, dict):
+        raise RlsimError("expected a YAML mapping at the top level", source=str(path))
+    return data
+
+
+def resolve(kind: str, spec: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A preset name, a file path or a mapping -> (mapping, source label for error messages)."""
+    if isinstance(spec, dict):
+        return dict(spec), f"<{kind[:-1] if kind.endswith('s') else kind} mapping>"
+    text = str(spec)
+    candidate = Path(text)
+    if candidate.suffix in (".yaml", ".yml", ".json") or candidate.exists():
+        if not candidate.exists():
+            raise RlsimError(f"file not found: {text}", source=text, fix="check the path")
+        return read_yaml(candidate), str(candidate)
+    builtin = preset_dir(kind) / f"{text}.yaml"
+    if builtin.exists():
+        return read_yaml(builtin), f"{kind}/{text}.yaml"
+    names = ", ".join(preset_names(kind)) or "(none)"
+    raise RlsimError(f"unknown {kind[:-1].replace('ie', 'y')} preset {text!r}", field=kind[:-1],
+                     fix=f"use one of: {names}, or a path to a YAML file")

@@ -1,0 +1,81 @@
+"""Unit parsing at the YAML boundary. Inside the simulator everything is SI (s, B, FLOP, B/s)."""
+from __future__ import annotations
+
+import re
+
+from .errors import RlsimError
+
+_SIZE = {
+    "": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
+    "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+}
+# Bandwidth: 'GB/s' is bytes, 'Gb/s' or 'Gbps' is bits (networking convention).
+_BW_BYTES = {"b/s": 1, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
+             "kib/s": 2**10, "mib/s": 2**20, "gib/s": 2**30, "tib/s": 2**40}
+_BW_BITS = {"bps": 1 / 8, "kbps": 1e3 / 8, "mbps": 1e6 / 8, "gbps": 1e9 / 8, "tbps": 1e12 / 8}
+_TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+_NUM = r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?)"
+
+
+def _split(value: object, field: str, source: str | None) -> tuple[float, str]:
+    if isinstance(value, bool):
+        raise RlsimError(f"expected a quantity, got {value!r}", source=source, field=field)
+    if isinstance(value, (int, float)):
+        return float(value), ""
+    m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/]*)", str(value).strip())
+    if not m:
+        raise RlsimError(f"cannot read {value!r} as a quantity", source=source, field=field,
+                         fix="write a number with an optional unit, e.g. '400Gb/s', '80GB', '2us'")
+    return float(m.group(1)), m.group(2)
+
+
+def parse_bytes(value: object, field: str = "size", source: str | None = None) -> float:
+    """'80GB' -> 8e10, '1GiB' -> 2**30; a bare number is bytes."""
+    number, unit = _split(value, field, source)
+    factor = _SIZE.get(unit.lower())
+    if factor is None:
+        raise RlsimError(f"unknown size unit {unit!r} in {value!r}", source=source, field=field,
+                         fix="use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB")
+    return number * factor
+
+
+def parse_bandwidth(value: object, field: str = "bandwidth", source: str | None = None) -> float:
+    """'392GB/s' -> bytes/s; '400Gb/s' or '400Gbps' -> bits/8; a bare number is bytes/s."""
+    number, unit = _split(value, field, source)
+    if unit == "":
+        return number
+    # Case matters for b (bit) versus B (byte), so look at the raw unit first.
+    if unit.endswith("b/s") and not unit.endswith("B/s"):
+        prefix = unit[:-3].lower()
+        bits = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}.get(prefix)
+        if bits is not None:
+            return number * bits / 8
+    low = unit.lower()
+    if low in _BW_BITS:
+        return number * _BW_BITS[low]
+    if unit.endswith("B/s") and low in _BW_BYTES:
+        return number * _BW_BYTES[low]
+    raise RlsimError(f"unknown bandwidth unit {unit!r} in {value!r}", source=source, field=field,
+                     fix="use GB/s (bytes) or Gb/s / Gbps (bits)")
+
+
+def parse_seconds(value: object, field: str = "time", source: str | None = None) -> float:
+    """'2us' -> 2e-6; a bare number is seconds."""
+    number, unit = _split(value, field, source)
+    factor = _TIME.get(unit)
+    if factor is None:
+        raise RlsimError(f"unknown time unit {unit!r} in {value!r}", source=source, field=field,
+                         fix="use s, ms, us or ns")
+    return number * factor
+
+
+def parse_flops(value: object, field: str = "flops", source: str | None = None) -> float:
+    """'989TFLOPS' or '989T' -> 9.89e14 FLOP/s; a bare number is FLOP/s."""
+    number, unit = _split(value, field, source)
+    low = unit.lower().removesuffix("/s").removesuffix("flops").removesuffix("ops")
+    factor = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}.get(low)
+    if factor is None:
+        raise RlsimError(f"unknown compute unit {unit!r} in {value!r}", source=source, field=field,
+                         fix="use TFLOPS, PFLOPS or a plain number of FLOP/s")
+    return number * factor

@@ -1,0 +1,1 @@
+"""Built-in topology presets (YAML). Installed as simulator.builtin.topologies."""

@@ -1,0 +1,1 @@
+"""Built-in workload presets (YAML). Installed as simulator.builtin.workloads."""
