@@ -1,0 +1,65 @@
+"""`rlsim comm`: the cost of one collective on a device group of a topology (idle network)."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import RlsimError
+
+HELP = "cost of a collective (all_reduce, all_gather, ...) on a device group of a topology"
+EXAMPLES = """examples:
+  rlsim comm --topology dgx-h100 --op all_reduce --bytes 1GiB --group node:0
+  rlsim comm --topology dgx-h100 --set topology.nodes=2 --op p2p --bytes 1048576 --group 0,8 --json
+  rlsim comm --topology cloudmatrix384 --op all_to_all --bytes 256MiB --group nodes:0-3 --algorithm direct
+
+group SPEC: all | node:I | nodes:I-J | domain:I | devices:I-J | a comma list of device indices.
+--bytes follows nccl-tests: the full buffer (all_reduce: the tensor; all_gather/reduce_scatter: the
+gathered size; all_to_all: one rank's send buffer; p2p: bytes from the first to the second device).
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import add_common
+    from ..network.collectives import ALGORITHMS, OPS
+
+    parser.add_argument("--topology", required=True, help="preset name or YAML file")
+    parser.add_argument("--op", required=True, choices=OPS, help="the collective")
+    parser.add_argument("--bytes", required=True, dest="nbytes", metavar="SIZE", help="e.g. 1GiB, 256MB, 1048576")
+    parser.add_argument("--group", required=True, metavar="SPEC", help="devices taking part (see below)")
+    parser.add_argument("--algorithm", choices=ALGORITHMS, default=None,
+                        help="force an algorithm (default: the fastest for the group)")
+    add_common(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import print_json
+    from ..hardware.topology import load_topology
+    from ..network.collectives import CollectiveModel, parse_group
+    from ..overrides import section
+    from ..units import parse_bytes
+
+    stray = [s for s in args.overrides if not s.partition("=")[0].strip().startswith("topology.")]
+    if stray:
+        raise RlsimError(f"comm takes only topology.* overrides, got {stray[0]!r}", field="--set",
+                         fix="e.g. --set topology.nodes=2")
+    topology = load_topology(args.topology, section(args.overrides, "topology"))
+    nbytes = parse_bytes(args.nbytes, "--bytes")
+    if nbytes < 0:
+        raise RlsimError(f"must be >= 0, got {args.nbytes!r}", field="--bytes")
+    ranks = parse_group(topology, args.group)
+    cost = CollectiveModel(topology).cost(args.op, ranks, nbytes, args.algorithm)
+    if args.json:
+        print_json(cost.to_dict())
+        return 0
+    print(f"{cost.op} of {_size(cost.bytes)} on {cost.devices} device(s) of {topology.name} "
+          f"({topology.shared_level(ranks)} level), algorithm {cost.algorithm}")
+    print(f"  time   {cost.time_s * 1e6:12.2f} us")
+    print(f"  algbw  {cost.algbw_Bps / 1e9:12.2f} GB/s")
+    print(f"  busbw  {cost.busbw_Bps / 1e9:12.2f} GB/s")
+    return 0
+
+
+def _size(nbytes: float) -> str:
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= factor:
+            return f"{nbytes / factor:g} {unit}"
+    return f"{nbytes:g} B"

@@ -1,0 +1,71 @@
+"""`rlsim presets`: list the built-in topology, model and workload presets."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+HELP = "list built-in presets (topologies, models, workloads)"
+EXAMPLES = """examples:
+  rlsim presets
+  rlsim presets --json
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import add_common
+
+    add_common(parser, overrides=False)
+
+
+def _topologies() -> list[dict[str, Any]]:
+    from ..presets import preset_dir, preset_names, read_yaml
+
+    out = []
+    for name in preset_names("topologies"):
+        data = read_yaml(preset_dir("topologies") / f"{name}.yaml")
+        params = {k: data[k] for k in ("nodes", "supernodes", "racks", "domains") if k in data}
+        for gname, group in (data.get("groups") or {}).items():
+            for k in ("nodes", "supernodes", "racks", "domains"):
+                if isinstance(group, dict) and k in group:
+                    params[f"groups.{gname}.{k}"] = group[k]
+        out.append({"name": name, "description": str(data.get("description", "")), "parameters": params})
+    return out
+
+
+def _models() -> list[str]:
+    try:  # the llm layer may not be built yet
+        from ..llm.architecture import model_names
+    except ImportError:
+        return []
+    return list(model_names())
+
+
+def _workloads() -> list[str]:
+    from ..presets import preset_names
+
+    try:
+        return list(preset_names("workloads"))
+    except (ImportError, OSError, ValueError):
+        return []
+
+
+def collect() -> dict[str, Any]:
+    return {"topologies": _topologies(), "models": _models(), "workloads": _workloads()}
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import print_json
+
+    doc = collect()
+    if args.json:
+        print_json(doc)
+        return 0
+    print("topologies (set parameters with --set topology.KEY=VALUE):")
+    for t in doc["topologies"]:
+        params = ", ".join(f"{k}={v}" for k, v in t["parameters"].items())
+        print(f"  {t['name']:<18} [{params}]  {t['description']}")
+    print("models:")
+    print("  " + (", ".join(doc["models"]) or "(none yet)"))
+    print("workloads:")
+    print("  " + (", ".join(doc["workloads"]) or "(none yet)"))
+    return 0

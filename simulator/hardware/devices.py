@@ -1,0 +1,272 @@
+"""Accelerator specifications: a frozen DeviceSpec per catalog entry, overridable from YAML.
+
+Every figure cites its source; "hardware.md" is /work/shared/reference/hardware.md (public datasheet
+and paper values collected for this project). Peak figures are dense (no sparsity). GB = 1e9 bytes;
+bandwidths are per direction.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import RlsimError
+from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+
+# Achievable fractions shared by most devices (hardware.md, "Achievable fractions seen in practice").
+DEFAULT_GEMM_EFFICIENCY = 0.75  # large BF16 GEMMs reach ~70-80% of peak on H100/A100
+DEFAULT_HBM_EFFICIENCY = 0.80  # HBM streaming in decode reaches ~75-85% of peak bandwidth
+# CUDA kernel launch costs a few microseconds (NVIDIA CUDA best-practices guide, "~5 us");
+# no public figure for Ascend, so the same value is assumed there until calibrated.
+DEFAULT_LAUNCH_OVERHEAD_S = 5e-6
+
+_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator. SI units: FLOP/s, bytes, bytes/s (per direction), seconds, watts."""
+
+    name: str
+    peak_flops: Mapping[str, float]
+    hbm_bytes: float
+    hbm_bw_Bps: float
+    scaleup_bw_Bps: float  # per device, per direction, on NVLink / UB / HCCS
+    host_link_bw_Bps: float  # device <-> host memory, per direction
+    gemm_efficiency: float = DEFAULT_GEMM_EFFICIENCY
+    hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
+    launch_overhead_s: float = DEFAULT_LAUNCH_OVERHEAD_S
+    price_per_hour: float | None = None  # USD per device-hour; None when no public list price
+    power_w: float | None = None  # board power (TDP), watts
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "peak_flops", dict(self.peak_flops))
+        bad = [k for k in self.peak_flops if k not in _DTYPES]
+        if bad:
+            raise RlsimError(f"unknown dtype(s) {bad} in peak_flops of device {self.name!r}",
+                             field="peak_flops", fix=f"use {', '.join(_DTYPES)}")
+        for key, value in self.peak_flops.items():
+            if not value > 0:
+                raise RlsimError(f"peak_flops[{key}] of device {self.name!r} must be > 0, got {value}",
+                                 field=f"peak_flops.{key}")
+        for name in ("hbm_bytes", "hbm_bw_Bps", "scaleup_bw_Bps", "host_link_bw_Bps"):
+            if not getattr(self, name) > 0:
+                raise RlsimError(f"{name} of device {self.name!r} must be > 0, got {getattr(self, name)}",
+                                 field=name)
+        for name in ("gemm_efficiency", "hbm_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise RlsimError(f"{name} of device {self.name!r} must be in (0, 1], got {value}", field=name)
+        if self.launch_overhead_s < 0:
+            raise RlsimError(f"launch_overhead_s of device {self.name!r} must be >= 0", field="launch_overhead_s")
+
+    def __hash__(self) -> int:  # peak_flops is a dict, so hash a frozen view of every field
+        return hash((self.name, tuple(sorted(self.peak_flops.items())), self.hbm_bytes, self.hbm_bw_Bps,
+                     self.scaleup_bw_Bps, self.host_link_bw_Bps, self.gemm_efficiency, self.hbm_efficiency,
+                     self.launch_overhead_s, self.price_per_hour, self.power_w))
+
+    def peak(self, dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s for a dtype; RlsimError if the device has no figure for it."""
+        try:
+            return self.peak_flops[dtype]
+        except KeyError:
+            raise RlsimError(f"device {self.name!r} has no peak figure for dtype {dtype!r}",
+                             field="dtype", fix=f"use one of {sorted(self.peak_flops)}") from None
+
+    def replace(self, **fields: Any) -> DeviceSpec:
+        return dataclasses.replace(self, **fields)
+
+
+T = 1e12  # TFLOP/s, TB/s
+G = 1e9  # GB, GB/s
+
+_CATALOG: dict[str, DeviceSpec] = {
+    spec.name: spec for spec in [
+        DeviceSpec(
+            name="ascend-910c", description="Huawei Ascend 910C (2 dies per package)",
+            # hardware.md / CloudMatrix384 paper arXiv 2506.12708: 752 TFLOPS BF16 (376 per die);
+            # INT8 ~1,504 TOPS derived as 2x BF16.
+            peak_flops={"bf16": 752 * T, "fp16": 752 * T, "int8": 1504 * T},
+            hbm_bytes=128 * G, hbm_bw_Bps=3.2 * T,  # hardware.md: 128 GB (64 per die), 3.2 TB/s
+            scaleup_bw_Bps=392 * G,  # arXiv 2506.12708: UB 392 GB/s unidirectional per NPU
+            # hardware.md: host via Kunpeng CPUs over UB, ~160 GB/s per CPU; 4 CPUs per 8 NPUs -> 80 per NPU.
+            host_link_bw_Bps=80 * G,
+            gemm_efficiency=0.80,  # arXiv 2506.12708: INT8 GEMM reaches 77-83% of peak on 910C
+            hbm_efficiency=0.84,  # arXiv 2506.12708: decode MLA kernels reach ~84% of HBM bandwidth
+        ),
+        DeviceSpec(
+            name="ascend-910b2", description="Huawei Ascend 910B2",
+            # hardware.md: 353.8 TFLOPS FP16 (BF16 assumed equal: same cube unit), INT8 ~708 TOPS.
+            peak_flops={"bf16": 353.8 * T, "fp16": 353.8 * T, "int8": 708 * T},
+            hbm_bytes=64 * G, hbm_bw_Bps=1.6 * T,  # hardware.md: 64 GB, 1.6 TB/s
+            scaleup_bw_Bps=196 * G,  # hardware.md: HCCS ~196 GB/s per NPU in an 8-NPU server
+            host_link_bw_Bps=32 * G,  # hardware.md says "PCIe"; PCIe 4.0 x16 ~32 GB/s per direction assumed
+            power_w=400,  # Atlas 800T A2 datasheet: 910B module ~400 W
+        ),
+        DeviceSpec(
+            name="ascend-910b3", description="Huawei Ascend 910B3",
+            peak_flops={"bf16": 294.9 * T, "fp16": 294.9 * T},  # hardware.md: 294.9 TFLOPS FP16
+            hbm_bytes=64 * G, hbm_bw_Bps=1.6 * T,  # hardware.md: as 910B2
+            scaleup_bw_Bps=196 * G,  # hardware.md: as 910B2
+            host_link_bw_Bps=32 * G,  # as 910B2 (PCIe 4.0 x16 assumed)
+            power_w=400,  # as 910B2
+        ),
+        DeviceSpec(
+            name="a100-40gb", description="NVIDIA A100 SXM 40GB",
+            # NVIDIA A100 datasheet: 312 TFLOPS BF16/FP16, 624 TOPS INT8, 19.5 TFLOPS FP32.
+            peak_flops={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T},
+            hbm_bytes=40 * G, hbm_bw_Bps=1.555 * T,  # A100 datasheet: 40 GB HBM2, 1.555 TB/s
+            scaleup_bw_Bps=300 * G,  # NVLink3 600 GB/s both directions (hardware.md)
+            host_link_bw_Bps=32 * G,  # PCIe4 x16, 32 GB/s per direction (hardware.md)
+            power_w=400,  # A100 SXM datasheet TDP
+        ),
+        DeviceSpec(
+            name="a100-80gb", description="NVIDIA A100 SXM 80GB",
+            peak_flops={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T},  # datasheet
+            hbm_bytes=80 * G, hbm_bw_Bps=2.039 * T,  # hardware.md: 80 GB, 2.039 TB/s
+            scaleup_bw_Bps=300 * G,  # NVLink3 (hardware.md)
+            host_link_bw_Bps=32 * G,  # PCIe4 (hardware.md)
+            power_w=400,  # A100 SXM datasheet TDP
+        ),
+        DeviceSpec(
+            name="h100", description="NVIDIA H100 SXM 80GB",
+            # hardware.md / H100 datasheet: 989 TFLOPS BF16 dense, 1,979 FP8/INT8, 67 FP32.
+            peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
+            hbm_bytes=80 * G, hbm_bw_Bps=3.35 * T,  # hardware.md
+            scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
+            host_link_bw_Bps=64 * G,  # PCIe5 x16 (hardware.md)
+            power_w=700,  # H100 SXM datasheet TDP
+        ),
+        DeviceSpec(
+            name="h800", description="NVIDIA H800 SXM 80GB (export variant, reduced NVLink)",
+            peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
+            hbm_bytes=80 * G, hbm_bw_Bps=3.35 * T,  # hardware.md
+            scaleup_bw_Bps=200 * G,  # hardware.md: NVLink 400 GB/s both directions
+            host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
+            power_w=700,  # same board as H100 SXM
+        ),
+        DeviceSpec(
+            name="h20", description="NVIDIA H20 96GB",
+            peak_flops={"bf16": 148 * T, "fp16": 148 * T, "fp8": 296 * T, "int8": 296 * T},  # hardware.md
+            hbm_bytes=96 * G, hbm_bw_Bps=4.0 * T,  # hardware.md
+            scaleup_bw_Bps=450 * G,  # hardware.md: NVLink 900 GB/s both
+            host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
+            power_w=400,  # H20 product brief TDP
+        ),
+        DeviceSpec(
+            name="h200", description="NVIDIA H200 SXM 141GB",
+            peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
+            hbm_bytes=141 * G, hbm_bw_Bps=4.8 * T,  # hardware.md
+            scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
+            host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
+            power_w=700,  # H200 SXM datasheet TDP
+        ),
+        DeviceSpec(
+            name="b200", description="NVIDIA B200 (HGX)",
+            peak_flops={"bf16": 2250 * T, "fp16": 2250 * T, "fp8": 4500 * T, "int8": 4500 * T},  # hardware.md
+            hbm_bytes=180 * G, hbm_bw_Bps=8 * T,  # hardware.md: 180 GB (192 in some specs), 8 TB/s
+            scaleup_bw_Bps=900 * G,  # NVLink5 1.8 TB/s both (hardware.md)
+            host_link_bw_Bps=64 * G,  # hardware.md: PCIe5/6, sources differ; PCIe5 x16 taken
+            power_w=1000,  # HGX B200 datasheet: 1,000 W per GPU
+        ),
+        DeviceSpec(
+            name="gb200", description="NVIDIA GB200 (Blackwell GPU in an NVL72 rack)",
+            peak_flops={"bf16": 2500 * T, "fp16": 2500 * T, "fp8": 5000 * T, "int8": 5000 * T},  # hardware.md
+            hbm_bytes=186 * G, hbm_bw_Bps=8 * T,  # hardware.md
+            scaleup_bw_Bps=900 * G,  # NVLink5 1.8 TB/s both (hardware.md)
+            # NVLink-C2C 900 GB/s both directions per Grace, shared by its 2 GPUs -> 225 GB/s per GPU per direction.
+            host_link_bw_Bps=225 * G,
+            power_w=1200,  # GB200 NVL72 spec: ~1.2 kW per Blackwell GPU
+        ),
+        DeviceSpec(
+            name="cpu", description="host CPU as a compute device (placeholder: fill by `rlsim calibrate`)",
+            # Placeholders of a typical 2-socket server, to be replaced by calibration: ~2 TFLOPS FP32/BF16
+            # with AVX-512, 256 GB DRAM at ~200 GB/s; "scale-up" is the socket-to-socket link (~64 GB/s).
+            peak_flops={"bf16": 2 * T, "fp32": 2 * T},
+            hbm_bytes=256 * G, hbm_bw_Bps=200 * G,
+            scaleup_bw_Bps=64 * G, host_link_bw_Bps=200 * G,
+            gemm_efficiency=0.5, hbm_efficiency=0.6,  # placeholders until calibrated
+            launch_overhead_s=1e-6,  # placeholder: a function call, no device launch
+        ),
+    ]
+}
+
+
+def device_names() -> list[str]:
+    return sorted(_CATALOG)
+
+
+def get_device(name: str) -> DeviceSpec:
+    """A catalog entry by its lower-case name, e.g. 'h100', 'ascend-910c'."""
+    spec = _CATALOG.get(str(name).strip().lower())
+    if spec is None:
+        raise RlsimError(f"unknown device {name!r}", field="device", fix=f"use one of: {', '.join(device_names())}")
+    return spec
+
+
+# YAML field -> parser of its unit-bearing value.
+_PARSERS = {
+    "hbm_bytes": parse_bytes, "hbm_bw_Bps": parse_bandwidth, "scaleup_bw_Bps": parse_bandwidth,
+    "host_link_bw_Bps": parse_bandwidth, "launch_overhead_s": parse_seconds,
+}
+
+
+def device_from_mapping(value: str | Mapping[str, Any], source: str | None = None,
+                        field_name: str = "device") -> DeviceSpec:
+    """A catalog name, or a mapping `{name: h100, gemm_efficiency: 0.7, hbm_bw_Bps: 3TB/s, ...}`.
+
+    In a mapping, `name` (or `base`) picks the catalog entry that the other keys override; with no
+    catalog entry every field must be given. Units are parsed ('80GB', '3.35TB/s', '989T')."""
+    if isinstance(value, str):
+        try:
+            return get_device(value)
+        except RlsimError as exc:
+            raise RlsimError(f"unknown device {value!r}", source=source, field=field_name, fix=exc.fix) from None
+    if not isinstance(value, Mapping):
+        raise RlsimError(f"expected a device name or mapping, got {value!r}", source=source, field=field_name)
+    data = dict(value)
+    base_name = data.pop("base", None) or data.get("name")
+    known = {f.name for f in dataclasses.fields(DeviceSpec)}
+    fields: dict[str, Any] = {}
+    for key, raw in data.items():
+        where = f"{field_name}.{key}"
+        if key not in known:
+            raise RlsimError(f"unknown device field {key!r}", source=source, field=where,
+                             fix=f"use one of: {', '.join(sorted(known))}")
+        if key == "peak_flops":
+            if not isinstance(raw, Mapping):
+                raise RlsimError("peak_flops must be a mapping dtype -> FLOP/s", source=source, field=where)
+            fields[key] = {str(k): parse_flops(v, f"{where}.{k}", source) for k, v in raw.items()}
+        elif key in _PARSERS:
+            fields[key] = _PARSERS[key](raw, where, source)
+        elif key in ("name", "description"):
+            fields[key] = str(raw)
+        elif raw is None:
+            fields[key] = None
+        else:
+            try:
+                fields[key] = float(raw)
+            except (TypeError, ValueError):
+                raise RlsimError(f"expected a number, got {raw!r}", source=source, field=where) from None
+    try:
+        if base_name is not None and str(base_name).lower() in _CATALOG:
+            base = get_device(str(base_name))
+            if "peak_flops" in fields:
+                fields["peak_flops"] = {**base.peak_flops, **fields["peak_flops"]}
+            return base.replace(**fields)
+        missing = [f.name for f in dataclasses.fields(DeviceSpec)
+                   if f.default is dataclasses.MISSING and f.name not in fields]
+        if missing:
+            raise RlsimError(f"custom device needs fields {missing}", source=source, field=field_name,
+                             fix=f"give them, or set name/base to a catalog device: {', '.join(device_names())}")
+        return DeviceSpec(**fields)
+    except RlsimError as exc:
+        if exc.source is None:  # add the file and the full field path to a spec-level error
+            message = str(exc).removeprefix(f"field '{exc.field}': ")
+            if exc.fix:
+                message = message.removesuffix(f" (fix: {exc.fix})")
+            raise RlsimError(message, source=source, field=f"{field_name}.{exc.field or ''}".rstrip("."),
+                             fix=exc.fix) from None
+        raise

@@ -1,0 +1,209 @@
+"""Prompt / response length distributions for RL rollouts.
+
+- ``lognormal``: median and sigma of log-length; truncated at ``max`` with the cut-off mass put AT the
+  cap (overlong responses are truncated, formulas.md). A lognormal with sigma ~1 gives p99 ~10x median.
+- ``empirical``: lengths read from a CSV or JSON file, resampled through their empirical quantiles.
+- ``group_correlation`` (rho in [0, 1)): the samples of one prompt share a per-prompt difficulty
+  factor. Each sample's standard normal is z = sqrt(rho) z_prompt + sqrt(1 - rho) z_sample, so the
+  marginal distribution is unchanged and the correlation of log-lengths (lognormal) or of normal
+  scores (empirical) inside a group is rho.
+- ``drift_per_step``: the median grows by a factor (1 + drift) per training step (reasoning grows
+  longer over training, formulas.md): median(step) = median (1 + drift)^step, capped at ``max``.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import RlsimError
+
+_KEYS = {"dist", "median", "sigma", "max", "min", "group_correlation", "drift_per_step", "file", "column"}
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + _erf(z / math.sqrt(2.0)).astype(float))
+
+
+@dataclass(frozen=True)
+class LengthDistribution:
+    """Token lengths; all fields are the scenario keys of the same name."""
+
+    dist: str = "lognormal"
+    median: float = 2048.0
+    sigma: float = 1.0
+    max: int | None = None               # cap; the cut-off mass sits at the cap
+    min: int = 1
+    group_correlation: float = 0.0       # per-prompt difficulty factor (0: independent samples)
+    drift_per_step: float = 0.0          # relative growth of the median per step
+    values: tuple[int, ...] = ()         # empirical lengths (sorted)
+    source: str = dataclasses.field(default="", compare=False)   # file, for error messages
+    where: str = dataclasses.field(default="", compare=False)    # scenario key, e.g. response_length
+
+    def _field(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def __post_init__(self) -> None:
+        src = self.source or None
+        if self.dist not in ("lognormal", "empirical"):
+            raise RlsimError(f"unknown length distribution {self.dist!r}", source=src, field=self._field("dist"),
+                             fix="use lognormal or empirical")
+        if self.dist == "lognormal":
+            if not self.median > 0:
+                raise RlsimError(f"median must be > 0, got {self.median}", source=src, field=self._field("median"))
+            if not self.sigma >= 0:
+                raise RlsimError(f"sigma must be >= 0, got {self.sigma}", source=src, field=self._field("sigma"))
+        elif not self.values:
+            raise RlsimError("an empirical distribution needs lengths", source=src, field=self._field("file"),
+                             fix="give a CSV or JSON file of lengths")
+        if self.min < 1:
+            raise RlsimError(f"min must be >= 1, got {self.min}", source=src, field=self._field("min"))
+        if self.max is not None and self.max < self.min:
+            raise RlsimError(f"max ({self.max}) is below min ({self.min})", source=src, field=self._field("max"))
+        if not 0.0 <= self.group_correlation < 1.0:
+            raise RlsimError(f"group_correlation must be in [0, 1), got {self.group_correlation}",
+                             source=src, field=self._field("group_correlation"))
+        if not self.drift_per_step > -1.0:
+            raise RlsimError(f"drift_per_step must be > -1, got {self.drift_per_step}", source=src,
+                             field=self._field("drift_per_step"))
+
+    # ---- construction -----------------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any], source: str = "<lengths>",
+                     field: str = "length") -> LengthDistribution:
+        """`{dist: lognormal, median: 2048, sigma: 1.0, max: 16384, group_correlation: 0.5,
+        drift_per_step: 0.01}` or `{dist: empirical, file: lengths.csv, max: 16384}`; a relative file
+        path is read next to the source file."""
+        if not isinstance(mapping, Mapping):
+            raise RlsimError(f"expected a mapping, got {mapping!r}", source=source, field=field,
+                             fix="write e.g. {dist: lognormal, median: 2048, sigma: 1.0, max: 16384}")
+        unknown = sorted(set(mapping) - _KEYS)
+        if unknown:
+            raise RlsimError(f"unknown key(s) {unknown}", source=source, field=f"{field}.{unknown[0]}",
+                             fix=f"use {', '.join(sorted(_KEYS))}")
+        dist = str(mapping.get("dist", "lognormal")).lower()
+        kwargs: dict[str, Any] = {"dist": dist, "source": source, "where": field}
+        for key, kind in (("median", float), ("sigma", float), ("max", int), ("min", int),
+                          ("group_correlation", float), ("drift_per_step", float)):
+            if mapping.get(key) is not None:
+                kwargs[key] = _number(mapping[key], kind, source, f"{field}.{key}")
+        if dist == "empirical":
+            if "file" not in mapping:
+                raise RlsimError("an empirical distribution needs a file", source=source, field=f"{field}.file",
+                                 fix="add file: PATH (CSV with a length column, or a JSON list)")
+            path = Path(str(mapping["file"]))
+            if not path.is_absolute() and source and Path(source).parent.is_dir() and not path.exists():
+                path = Path(source).parent / path
+            kwargs["values"] = tuple(sorted(read_lengths(path, mapping.get("column"))))
+            kwargs.pop("median", None)
+            kwargs.pop("sigma", None)
+        return cls(**kwargs)
+
+    # ---- sampling ---------------------------------------------------------------------------
+    def median_at(self, step: int = 0) -> float:
+        base = self.median if self.dist == "lognormal" else float(np.median(self.values))
+        return base * (1.0 + self.drift_per_step) ** step
+
+    def _normals(self, rng: np.random.Generator, n_prompts: int, k: int) -> np.ndarray:
+        rho = self.group_correlation
+        z = rng.standard_normal((n_prompts, k))
+        if rho > 0.0:
+            z = math.sqrt(rho) * rng.standard_normal((n_prompts, 1)) + math.sqrt(1.0 - rho) * z
+        return z
+
+    def sample(self, rng: np.random.Generator, n_prompts: int, samples_per_prompt: int = 1,
+               step: int = 0) -> np.ndarray:
+        """Integer lengths of shape (n_prompts, samples_per_prompt), in [min, max]."""
+        if n_prompts < 0 or samples_per_prompt < 1:
+            raise ValueError("need n_prompts >= 0 and samples_per_prompt >= 1")
+        z = self._normals(rng, n_prompts, samples_per_prompt)
+        growth = (1.0 + self.drift_per_step) ** step
+        if self.dist == "lognormal":
+            lengths = self.median * growth * np.exp(self.sigma * z)
+        else:
+            values = np.asarray(self.values, dtype=float)
+            # Empirical quantile of the normal score: keeps the file's distribution exactly.
+            idx = np.minimum((_normal_cdf(z) * len(values)).astype(np.int64), len(values) - 1)
+            lengths = values[idx] * growth
+        lengths = np.maximum(np.rint(lengths), self.min)
+        if self.max is not None:
+            lengths = np.minimum(lengths, self.max)  # the cut-off mass sits at the cap
+        return lengths.astype(np.int64)
+
+
+def _number(value: Any, kind: type, source: str, field: str) -> Any:
+    if isinstance(value, bool):
+        raise RlsimError(f"expected a number, got {value!r}", source=source, field=field)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise RlsimError(f"expected a number, got {value!r}", source=source, field=field) from None
+    if kind is int:
+        if number != int(number):
+            raise RlsimError(f"expected an integer, got {value!r}", source=source, field=field)
+        return int(number)
+    return number
+
+
+def read_lengths(path: str | Path, column: str | None = None) -> list[int]:
+    """Lengths from a JSON list (or {"lengths": [...]}) or a CSV (column `column`, else `length`,
+    `response_length`, or the only column)."""
+    path = Path(path)
+    src = str(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RlsimError(f"cannot read length file: {exc.strerror}", source=src, field="file",
+                         fix="check the path (relative paths are read next to the scenario file)") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RlsimError(f"not valid JSON: {exc}", source=src) from None
+        if isinstance(data, dict):
+            data = data.get(column or "lengths")
+        raw = data if isinstance(data, list) else None
+        if raw is None:
+            raise RlsimError("expected a JSON list of lengths or {\"lengths\": [...]}", source=src)
+    else:
+        rows = list(csv.reader(text.splitlines()))
+        if not rows:
+            raise RlsimError("empty length file", source=src)
+        header = [c.strip() for c in rows[0]]
+        has_header = not _is_number(header[0])
+        col = 0
+        if has_header:
+            names = [column] if column else ["length", "response_length", "len"]
+            hits = [header.index(n) for n in names if n in header]
+            if hits:
+                col = hits[0]
+            elif len(header) == 1:
+                col = 0
+            else:
+                raise RlsimError(f"no length column in {header}", source=src, field="column",
+                                 fix="name the column `length` or set column: NAME")
+        raw = [r[col] for r in rows[1 if has_header else 0:] if r and r[col].strip()]
+    out = []
+    for i, value in enumerate(raw):
+        if isinstance(value, bool) or not _is_number(value) or float(value) < 1:
+            raise RlsimError(f"entry {i} is not a positive length: {value!r}", source=src)
+        out.append(int(round(float(value))))
+    if not out:
+        raise RlsimError("no lengths in file", source=src)
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,96 @@
+"""Built-in model presets as Hugging-Face-style ``config.json`` dicts.
+
+Presets and user ``config.json`` files go through the one loader in ``architecture.py``, so a
+preset is exactly what the model's published config says (fields the loader reads; see models.md
+in the project reference for the mapping). Sources:
+- Qwen2.5 / Qwen3 / Llama-3.1 / DeepSeek-V3: the models' published config.json on Hugging Face
+  (figures collected in reference/models.md).
+- Pangu Ultra MoE: arXiv 2505.04519 (61 layers, hidden 7680, MLA as DeepSeek-V3, 256 routed + 1
+  shared expert, top-8, first 3 dense); vocab ~153K (models.md) — 153,376 as in Pangu Ultra.
+- Megatron GPT: arXiv 2104.04473 Table 1 (vocab 51200, sequence 2048, FFN 4h, MHA, learned
+  positions, tied embeddings, LayerNorm and biases as in GPT-2).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+_QWEN2 = {"model_type": "qwen2", "hidden_act": "silu", "tie_word_embeddings": False, "head_dim": 128}
+_QWEN3 = {"model_type": "qwen3", "hidden_act": "silu", "tie_word_embeddings": False, "head_dim": 128,
+          "vocab_size": 151936}
+_LLAMA = {"model_type": "llama", "hidden_act": "silu", "tie_word_embeddings": False, "head_dim": 128,
+          "vocab_size": 128256}
+# DeepSeek-V3 config.json (deepseek-ai/DeepSeek-V3): MLA and the MoE layout.
+_DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3", "hidden_act": "silu", "tie_word_embeddings": False,
+    "num_hidden_layers": 61, "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "vocab_size": 129280, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128,
+}
+
+_QWEN25_7B = {**_QWEN2, "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
+              "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064}
+
+
+def _gpt(layers: int, hidden: int, heads: int) -> dict[str, Any]:
+    return {"model_type": "gpt", "hidden_act": "gelu", "tie_word_embeddings": True,
+            "num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": 4 * hidden,
+            "num_attention_heads": heads, "num_key_value_heads": heads, "head_dim": hidden // heads,
+            "vocab_size": 51200, "max_position_embeddings": 2048,
+            "position_embedding_type": "absolute", "norm_type": "layernorm",
+            "attention_bias": True, "mlp_bias": True}
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "qwen2.5-7b": _QWEN25_7B,
+    "qwen2.5-math-7b": dict(_QWEN25_7B),  # models.md: the Qwen2.5-7B architecture
+    "qwen2.5-32b": {**_QWEN2, "num_hidden_layers": 64, "hidden_size": 5120, "intermediate_size": 27648,
+                    "num_attention_heads": 40, "num_key_value_heads": 8, "vocab_size": 152064},
+    "qwen2.5-72b": {**_QWEN2, "num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 29568,
+                    "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 152064},
+    "qwen3-8b": {**_QWEN3, "num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288,
+                 "num_attention_heads": 32, "num_key_value_heads": 8},
+    "qwen3-32b": {**_QWEN3, "num_hidden_layers": 64, "hidden_size": 5120, "intermediate_size": 25600,
+                  "num_attention_heads": 64, "num_key_value_heads": 8},
+    "qwen3-30b-a3b": {**_QWEN3, "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+                      "intermediate_size": 6144, "moe_intermediate_size": 768, "num_attention_heads": 32,
+                      "num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8},
+    "qwen3-235b-a22b": {**_QWEN3, "model_type": "qwen3_moe", "num_hidden_layers": 94, "hidden_size": 4096,
+                        "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_attention_heads": 64,
+                        "num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8},
+    "llama3.1-8b": {**_LLAMA, "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+                    "num_attention_heads": 32, "num_key_value_heads": 8},
+    "llama3.1-70b": {**_LLAMA, "num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 28672,
+                     "num_attention_heads": 64, "num_key_value_heads": 8},
+    "llama3.1-405b": {**_LLAMA, "num_hidden_layers": 126, "hidden_size": 16384, "intermediate_size": 53248,
+                      "num_attention_heads": 128, "num_key_value_heads": 8},
+    "deepseek-v3": dict(_DEEPSEEK_V3),
+    "deepseek-r1": dict(_DEEPSEEK_V3),  # same architecture as V3 (deepseek-ai/DeepSeek-R1 config.json)
+    "pangu-ultra-moe": {**_DEEPSEEK_V3, "model_type": "pangu_ultra_moe", "hidden_size": 7680,
+                        "vocab_size": 153376},
+    # Megatron GPT rows of arXiv 2104.04473 Table 1: (layers, hidden, heads).
+    "gpt-1.7b": _gpt(24, 2304, 24),
+    "gpt-3.6b": _gpt(30, 3072, 32),
+    "gpt-7.5b": _gpt(36, 4096, 32),
+    "gpt-18.4b": _gpt(40, 6144, 48),
+    "gpt-39.1b": _gpt(48, 8192, 64),
+    "gpt-76.1b": _gpt(60, 10240, 80),
+    "gpt-145.6b": _gpt(80, 12288, 96),
+    "gpt-310.1b": _gpt(96, 16384, 128),
+    "gpt-529.6b": _gpt(105, 20480, 128),
+    "gpt-1008b": _gpt(128, 25600, 160),
+}
+
+# Published parameter counts (total, active) in units of 1e9, for the tests and `rlsim presets`.
+# models.md; GPT rows: arXiv 2104.04473 Table 1 (rounded to 0.1B there).
+PUBLISHED_PARAMS_B: dict[str, tuple[float, float | None]] = {
+    "qwen2.5-7b": (7.6, None), "qwen2.5-math-7b": (7.6, None), "qwen2.5-32b": (32.5, None),
+    "qwen2.5-72b": (72.7, None), "qwen3-8b": (8.2, None), "qwen3-32b": (32.8, None),
+    "qwen3-30b-a3b": (30.5, 3.3), "qwen3-235b-a22b": (235.0, 22.0), "llama3.1-8b": (8.0, None),
+    "llama3.1-70b": (70.6, None), "llama3.1-405b": (405.0, None), "deepseek-v3": (671.0, 37.0),
+    "deepseek-r1": (671.0, 37.0), "pangu-ultra-moe": (718.0, 39.0),
+    "gpt-1.7b": (1.7, None), "gpt-3.6b": (3.6, None), "gpt-7.5b": (7.5, None), "gpt-18.4b": (18.4, None),
+    "gpt-39.1b": (39.1, None), "gpt-76.1b": (76.1, None), "gpt-145.6b": (145.6, None),
+    "gpt-310.1b": (310.1, None), "gpt-529.6b": (529.6, None), "gpt-1008b": (1008.0, None),
+}

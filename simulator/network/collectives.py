@@ -1,0 +1,413 @@
+"""Collectives over any device group: algorithm by group shape, cost on an idle network.
+
+Every algorithm is a list of phases; a phase is a set of concurrent point-to-point flows
+(src rank, dst rank, bytes) plus its latency. On an idle network a phase takes
+    latency + max over links (bytes routed over the link / (bw x efficiency)),
+the time of the most loaded link when every flow is routed on its graph path, so contention inside
+the collective (two ring edges on one NIC, a shared leaf uplink) is counted. `FlowNetwork` runs the
+same phases as simpy flows so that other traffic slows them. nccl-tests conventions throughout
+(doc/PERFORMANCE.md): nbytes is the full buffer S, algbw = S / t, busbw = algbw x factor.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..errors import RlsimError
+from ..hardware.topology import Topology
+from ..units import parse_seconds
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
+ALGORITHMS = ("ring", "tree", "hierarchical", "direct")
+Flow = tuple[int, int, float]  # (src rank, dst rank, bytes)
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests busbw / algbw: all-reduce 2(n-1)/n; gather, scatter, all-to-all (n-1)/n; else 1."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class CollectiveParams:
+    """Overridable from a topology file's `collectives:` section (units parsed)."""
+
+    # Software cost of one algorithm step (a send/recv handshake of NCCL's Simple/LL protocols);
+    # nccl-tests small-message all-reduce on 8 GPUs takes ~10-30 us, i.e. ~1 us per ring step
+    # beyond wire latency (hardware.md: "a few to tens of microseconds per step").
+    step_overhead_s: float = 1e-6
+    # Kernel launch per collective; None takes the device's launch_overhead_s (DeviceSpec).
+    launch_overhead_s: float | None = None
+    # NCCL MAXCHANNELS: at most 32 rings run in parallel (nccl src/include/device.h).
+    max_channels: int = 32
+    # All-to-all routes every pair exactly up to this group size; above it, per-device injection
+    # bounds are used (n^2 paths would dominate run time).
+    exact_all_to_all_max_devices: int = 128
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str | None = None) -> CollectiveParams:
+        if not mapping:
+            return cls()
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, raw in mapping.items():
+            where = f"collectives.{key}"
+            if key not in known:
+                raise RlsimError(f"unknown field {key!r}", source=source, field=where,
+                                 fix=f"use one of: {', '.join(sorted(known))}")
+            if key.endswith("_s"):
+                values[key] = None if raw is None else parse_seconds(raw, where, source)
+                if values[key] is not None and values[key] < 0:
+                    raise RlsimError("must be >= 0", source=source, field=where)
+            else:
+                if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+                    raise RlsimError(f"expected a whole number >= 1, got {raw!r}", source=source, field=where)
+                values[key] = raw
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Concurrent flows plus a latency; `bw_time_s` is set instead of flows for analytic phases."""
+
+    flows: tuple[Flow, ...]
+    latency_s: float
+    bw_time_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CollectivePlan:
+    op: str
+    algorithm: str
+    devices: int
+    bytes: float
+    launch_s: float
+    phases: tuple[Phase, ...]
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    op: str
+    algorithm: str
+    devices: int
+    bytes: float
+    time_s: float
+    algbw_Bps: float
+    busbw_Bps: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "devices": self.devices, "bytes": self.bytes, "algorithm": self.algorithm,
+                "time_s": self.time_s, "algbw_Bps": self.algbw_Bps, "busbw_Bps": self.busbw_Bps}
+
+
+class CollectiveModel:
+    """Chooses an algorithm per (op, group, size) by least idle-network time, and caches costs."""
+
+    def __init__(self, topology: Topology, params: CollectiveParams | None = None) -> None:
+        self.topology = topology
+        self.params = params or CollectiveParams.from_mapping(topology.collectives, topology.source)
+        self._cache: dict[tuple, CollectiveCost] = {}  # by group signature
+        self._exact: dict[tuple, CollectiveCost] = {}  # by the exact rank tuple
+        self._plans: dict[tuple, CollectivePlan] = {}
+
+    # ---- public ----------------------------------------------------------------------------
+    def cost(self, op: str, ranks: Sequence[int], nbytes: float, algorithm: str | None = None) -> CollectiveCost:
+        exact = (op, tuple(ranks), nbytes, algorithm)  # cheap key first: no per-rank work on a hit
+        hit = self._exact.get(exact)
+        if hit is not None:
+            return hit
+        key = (op, self.topology.group_signature(ranks), nbytes, algorithm)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._exact[exact] = hit
+            return hit
+        plan = self.plan(op, ranks, nbytes, algorithm)
+        time_s = self.plan_time_s(plan)
+        n = plan.devices
+        algbw = plan.bytes / time_s if time_s > 0 else 0.0
+        result = CollectiveCost(op, plan.algorithm, n, plan.bytes, time_s, algbw, algbw * bus_factor(op, n))
+        self._cache[key] = self._exact[exact] = result
+        return result
+
+    def plan(self, op: str, ranks: Sequence[int], nbytes: float, algorithm: str | None = None) -> CollectivePlan:
+        """The cheapest algorithm's phases (or the named algorithm's)."""
+        if op not in OPS:
+            raise RlsimError(f"unknown collective {op!r}", field="op", fix=f"use one of: {', '.join(OPS)}")
+        if isinstance(nbytes, bool) or not nbytes >= 0 or math.isinf(nbytes):
+            raise RlsimError(f"bytes must be a finite number >= 0, got {nbytes!r}", field="bytes")
+        if algorithm is not None and algorithm not in ALGORITHMS:
+            raise RlsimError(f"unknown algorithm {algorithm!r}", field="algorithm",
+                             fix=f"use one of: {', '.join(ALGORITHMS)}")
+        group = self._normalize(op, ranks)
+        nbytes = float(nbytes)
+        key = (op, tuple(group), nbytes, algorithm)
+        hit = self._plans.get(key)
+        if hit is not None:
+            return hit
+        launch = self._launch_s(group)
+        if len(group) == 1 or nbytes == 0:
+            result = CollectivePlan(op, "local", len(group), nbytes, 0.0, ())
+        else:
+            candidates = self._candidates(op, group, nbytes)
+            if algorithm is not None:
+                if algorithm not in candidates:
+                    raise RlsimError(f"algorithm {algorithm!r} does not apply to {op} on this group",
+                                     field="algorithm", fix=f"use one of: {', '.join(candidates)}")
+                candidates = {algorithm: candidates[algorithm]}
+            best = None
+            for name, build in candidates.items():  # dict order breaks ties deterministically
+                plan = CollectivePlan(op, name, len(group), nbytes, launch, tuple(build()))
+                t = self.plan_time_s(plan)
+                if best is None or t < best[0]:
+                    best = (t, plan)
+            assert best is not None
+            result = best[1]
+        self._plans[key] = result
+        return result
+
+    def plan_time_s(self, plan: CollectivePlan) -> float:
+        return plan.launch_s + sum(p.latency_s + self.phase_bw_time_s(p) for p in plan.phases)
+
+    def phase_bw_time_s(self, phase: Phase) -> float:
+        if phase.bw_time_s is not None:
+            return phase.bw_time_s
+        loads: dict[tuple[str, str], float] = {}
+        path = self.topology.path
+        for src, dst, nbytes in phase.flows:
+            for e in path(src, dst):
+                loads[e] = loads.get(e, 0.0) + nbytes
+        cap = self.topology.capacity_Bps
+        return max((load / cap(e) for e, load in loads.items()), default=0.0)
+
+    # ---- group handling --------------------------------------------------------------------
+    def _normalize(self, op: str, ranks: Sequence[int]) -> list[int]:
+        group = list(ranks)
+        if not group:
+            raise RlsimError("empty device group", field="group", fix="give at least one device")
+        for r in group:
+            self.topology.device_spec(r)  # range check with a clear error
+        if op == "p2p":
+            if len(group) != 2:
+                raise RlsimError(f"p2p needs exactly 2 devices (source, destination), got {len(group)}",
+                                 field="group", fix="e.g. --group 0,8")
+            return group if group[0] != group[1] else group[:1]
+        if len(set(group)) != len(group):
+            raise RlsimError("a device appears twice in the group", field="group", fix="list each device once")
+        if op == "broadcast":  # the first rank is the root
+            return group[:1] + sorted(group[1:])
+        return sorted(group)
+
+    def _launch_s(self, group: Sequence[int]) -> float:
+        if self.params.launch_overhead_s is not None:
+            return self.params.launch_overhead_s
+        return max(self.topology.device_spec(r).launch_overhead_s for r in group)
+
+    def _step_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
+        """One algorithm step: the slowest hop's wire latency plus the per-step software overhead."""
+        lat = self.topology.path_latency_s
+        return max((lat(a, b) for a, b in pairs), default=0.0) + self.params.step_overhead_s
+
+    # ---- rings -----------------------------------------------------------------------------
+    def _rings(self, group: list[int]) -> list[list[int]]:
+        """Channels: one ring inside a domain; across domains with equal members, one ring per
+        rotation so each channel leaves every domain through a different device (and NIC)."""
+        by_domain = self.topology.group_by_domain(group)
+        sizes = {len(v) for v in by_domain.values()}
+        if len(by_domain) == 1 or len(sizes) != 1 or min(sizes) == 1:
+            return [group]
+        k = sizes.pop()
+        rings = []
+        for c in range(min(k, self.params.max_channels)):
+            rings.append([m[(c + i) % k] for m in by_domain.values() for i in range(k)])
+        return rings
+
+    @staticmethod
+    def _ring_flows(rings: list[list[int]], bytes_per_ring_edge: float) -> tuple[Flow, ...]:
+        acc: dict[tuple[int, int], float] = {}
+        share = bytes_per_ring_edge / len(rings)
+        for ring in rings:
+            for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+                acc[(a, b)] = acc.get((a, b), 0.0) + share
+        return tuple((a, b, v) for (a, b), v in acc.items())
+
+    def _ring(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
+        n = len(group)
+        rings = self._rings(group)
+        pairs = {(a, b) for ring in rings for a, b in zip(ring, ring[1:] + ring[:1], strict=True)}
+        step = self._step_latency_s(pairs)
+        if op == "all_reduce":  # reduce-scatter then all-gather: 2(n-1) steps of S/n
+            return [Phase(self._ring_flows(rings, 2 * (n - 1) / n * nbytes), 2 * (n - 1) * step)]
+        if op in ("all_gather", "reduce_scatter"):
+            return [Phase(self._ring_flows(rings, (n - 1) / n * nbytes), (n - 1) * step)]
+        # broadcast: a pipelined chain from the root; every chain edge carries S
+        chain = group
+        flows = tuple((a, b, nbytes) for a, b in zip(chain[:-1], chain[1:], strict=True))
+        return [Phase(flows, (n - 1) * self._step_latency_s(zip(chain[:-1], chain[1:], strict=True)))]
+
+    # ---- tree ------------------------------------------------------------------------------
+    def _tree(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
+        """Pipelined binary tree (NCCL's double binary tree for all-reduce, a binomial-depth tree
+        for broadcast): log2(n) steps deep; every parent->child edge carries S (all-reduce: S up and
+        S down, 2 x log2(n) steps)."""
+        n = len(group)
+        depth = math.ceil(math.log2(n))
+        edges = [(group[(i - 1) // 2], group[i]) for i in range(1, n)]  # heap-ordered binary tree
+        step = self._step_latency_s(edges)
+        down = tuple((a, b, nbytes) for a, b in edges)
+        if op == "broadcast":
+            return [Phase(down, depth * step)]
+        up = tuple((b, a, nbytes) for a, b in edges)
+        return [Phase(up + down, 2 * depth * step)]
+
+    # ---- hierarchical ----------------------------------------------------------------------
+    def _hierarchical(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
+        """Intra-domain reduce-scatter, inter-domain collective on each rail (devices with the same
+        position in their domain) over S/k, intra-domain all-gather."""
+        domains = list(self.topology.group_by_domain(group).values())
+        k, m = len(domains[0]), len(domains)
+        intra_rings = [[d] for d in domains]
+        intra_pairs = [(a, b) for d in domains for a, b in zip(d, d[1:] + d[:1], strict=True)]
+        rails = [[d[j] for d in domains] for j in range(k)]
+        rail_pairs = [(a, b) for r in rails for a, b in zip(r, r[1:] + r[:1], strict=True)]
+        intra_step, inter_step = self._step_latency_s(intra_pairs), self._step_latency_s(rail_pairs)
+
+        mesh = all(self._fully_linked(d) for d in domains)
+
+        def intra(bytes_per_edge: float) -> Phase:
+            if mesh:  # full mesh inside each domain: every pair exchanges its share at once
+                flows = tuple(f for d in domains for f in self._pairwise(d, bytes_per_edge / (k - 1)).flows)
+                return Phase(flows, self._pairwise(domains[0], 0.0).latency_s)
+            flows = tuple(f for rings in intra_rings for f in self._ring_flows(rings, bytes_per_edge))
+            return Phase(flows, (k - 1) * intra_step)
+
+        def inter(bytes_per_edge: float, steps: int) -> Phase:
+            flows = tuple(f for r in rails for f in self._ring_flows([r], bytes_per_edge))
+            return Phase(flows, steps * inter_step)
+
+        if op == "all_reduce":
+            return [intra((k - 1) / k * nbytes), inter(2 * (m - 1) / m * nbytes / k, 2 * (m - 1)),
+                    intra((k - 1) / k * nbytes)]
+        if op == "all_gather":  # rails gather their m pieces of S/n, then domains gather k x m pieces
+            return [inter((m - 1) * nbytes / (k * m), m - 1), intra((k - 1) / k * nbytes)]
+        return [intra((k - 1) / k * nbytes), inter((m - 1) * nbytes / (k * m), m - 1)]  # reduce_scatter
+
+    # ---- direct (every pair at once) -------------------------------------------------------
+    def _pairwise(self, group: list[int], bytes_per_pair: float) -> Phase:
+        n = len(group)
+        p = self.params
+        latency = self._step_latency_s((a, b) for a in group[:1] for b in group[1:]) + (n - 2) * p.step_overhead_s
+        if n <= p.exact_all_to_all_max_devices:
+            flows = tuple((a, b, bytes_per_pair) for a in group for b in group if a != b)
+            return Phase(flows, latency)
+        return Phase((), latency, self._injection_bound_s(group, bytes_per_pair))
+
+    def _injection_bound_s(self, group: list[int], bytes_per_pair: float) -> float:
+        """Large all-to-all: each device's bytes to its own domain leave on its scale-up links and
+        the rest on its scale-out link; the slowest device bounds the phase (non-blocking fabric)."""
+        topo = self.topology
+        by_domain = topo.group_by_domain(group)
+        n = len(group)
+        worst = 0.0
+        for members in by_domain.values():
+            k = len(members)
+            a = members[0]
+            up_peer = members[1] if k > 1 else None
+            out_peer = next((r for d, ms in by_domain.items() for r in ms if d != topo.domain_of(a)), None)
+            t_up = (k - 1) * bytes_per_pair / topo.path_bw_Bps(a, up_peer, effective=True) if up_peer is not None else 0.0
+            t_out = ((n - k) * bytes_per_pair / topo.path_bw_Bps(a, out_peer, effective=True)
+                     if out_peer is not None else 0.0)
+            worst = max(worst, t_up, t_out)
+        return worst
+
+    def _direct(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
+        n = len(group)
+        piece = nbytes / n
+        if op == "all_to_all":  # each rank's buffer S holds n pieces of S/n, one per destination
+            return [self._pairwise(group, piece)]
+        if op == "all_reduce":  # direct reduce-scatter, then direct all-gather
+            return [self._pairwise(group, piece), self._pairwise(group, piece)]
+        return [self._pairwise(group, piece)]
+
+    # ---- choosing --------------------------------------------------------------------------
+    def _candidates(self, op: str, group: list[int], nbytes: float) -> dict[str, Any]:
+        topo = self.topology
+        if op == "p2p":
+            a, b = group
+            lat = topo.path_latency_s(a, b) + self.params.step_overhead_s
+            return {"direct": lambda: [Phase(((a, b, nbytes),), lat)]}
+        if op == "all_to_all":
+            return {"direct": lambda: self._direct(op, group, nbytes)}
+        out: dict[str, Any] = {"ring": lambda: self._ring(op, group, nbytes)}
+        if op in ("all_reduce", "broadcast") and len(group) > 2:
+            out["tree"] = lambda: self._tree(op, group, nbytes)
+        if op in ("all_reduce", "all_gather", "reduce_scatter"):
+            domains = topo.group_by_domain(group)
+            sizes = {len(v) for v in domains.values()}
+            if len(domains) > 1 and len(sizes) == 1 and min(sizes) > 1:
+                out["hierarchical"] = lambda: self._hierarchical(op, group, nbytes)
+            if self._fully_linked(group):  # a full mesh: every pair has its own link
+                out["direct"] = lambda: self._direct(op, group, nbytes)
+        return out
+
+    def _fully_linked(self, group: list[int]) -> bool:
+        g, ids = self.topology.graph, self.topology.devices
+        return len(group) <= 64 and all(g.has_edge(ids[a], ids[b]) for a in group for b in group if a != b)
+
+
+def parse_group(topology: Topology, spec: str) -> list[int]:
+    """`all`, `node:I`, `nodes:I-J`, `domain:I`, `devices:I-J` (inclusive) or `0,8,...` -> ranks."""
+    text = str(spec).strip()
+    fix = "use all, node:I, nodes:I-J, domain:I, devices:I-J or a comma list like 0,8"
+
+    def bad(why: str) -> RlsimError:
+        return RlsimError(f"bad group {text!r}: {why}", field="--group", fix=fix)
+
+    def span(value: str) -> tuple[int, int]:
+        lo, sep, hi = value.partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise bad(f"{value!r} is not I or I-J") from None
+        if a > b:
+            raise bad(f"range {value!r} runs backwards")
+        return a, b
+
+    if text == "all":
+        return list(range(topology.num_devices))
+    kind, sep, rest = text.partition(":")
+    try:
+        if sep and kind in ("node", "nodes"):
+            a, b = span(rest)
+            if b >= topology.num_nodes:
+                raise bad(f"node {b} does not exist ({topology.name} has {topology.num_nodes} nodes)")
+            return [r for i in range(a, b + 1) for r in topology.ranks_of_node(i)]
+        if sep and kind in ("domain", "domains"):
+            a, b = span(rest)
+            if b >= topology.num_domains:
+                raise bad(f"domain {b} does not exist ({topology.name} has {topology.num_domains} domains)")
+            return [r for i in range(a, b + 1) for r in topology.ranks_of_domain(i)]
+        if sep and kind in ("devices", "device"):
+            a, b = span(rest)
+            ranks = list(range(a, b + 1))
+        elif not sep:
+            try:
+                ranks = [int(x) for x in text.split(",") if x.strip()]
+            except ValueError:
+                raise bad("not a comma list of device indices") from None
+        else:
+            raise bad(f"unknown group kind {kind!r}")
+    except RlsimError as exc:
+        if exc.field == "--group":
+            raise
+        raise bad(str(exc)) from None
+    if not ranks:
+        raise bad("no devices")
+    out_of_range = [r for r in ranks if not 0 <= r < topology.num_devices]
+    if out_of_range:
+        raise bad(f"device {out_of_range[0]} does not exist ({topology.name} has {topology.num_devices} devices)")
+    return ranks

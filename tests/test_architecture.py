@@ -1,0 +1,154 @@
+"""Model specs: parameter counts against published sizes, KV bytes, FLOPs formulas, loading."""
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.llm.architecture import load_model, model_names
+from simulator.llm.model_presets import PRESETS, PUBLISHED_PARAMS_B
+
+NON_GPT = [n for n in model_names() if not n.startswith("gpt-")]
+GPT = [n for n in model_names() if n.startswith("gpt-")]
+MOE = [n for n in model_names() if PUBLISHED_PARAMS_B[n][1] is not None]
+
+# models.md, column "KV B/token" (BF16).
+KV_PUBLISHED = {"qwen2.5-7b": 57344, "qwen2.5-32b": 262144, "qwen2.5-72b": 327680, "qwen3-8b": 147456,
+                "qwen3-32b": 262144, "qwen3-30b-a3b": 98304, "qwen3-235b-a22b": 192512,
+                "llama3.1-8b": 131072, "llama3.1-70b": 327680, "llama3.1-405b": 516096,
+                "deepseek-v3": 70272, "pangu-ultra-moe": 70272}
+
+
+def test_every_required_preset_exists():
+    required = {"qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b", "qwen2.5-math-7b", "qwen3-8b", "qwen3-32b",
+                "qwen3-30b-a3b", "qwen3-235b-a22b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
+                "deepseek-v3", "deepseek-r1", "pangu-ultra-moe", "gpt-1.7b", "gpt-3.6b", "gpt-7.5b",
+                "gpt-18.4b", "gpt-39.1b", "gpt-76.1b", "gpt-145.6b", "gpt-310.1b", "gpt-529.6b", "gpt-1008b"}
+    assert required <= set(model_names())
+
+
+@pytest.mark.parametrize("name", NON_GPT)
+def test_total_params_within_2pct_of_published(name):
+    published = PUBLISHED_PARAMS_B[name][0] * 1e9
+    assert load_model(name).params_total == pytest.approx(published, rel=0.02)
+
+
+@pytest.mark.parametrize("name", [n for n in MOE if n != "pangu-ultra-moe"])
+def test_active_params_within_2pct_of_published(name):
+    published = PUBLISHED_PARAMS_B[name][1] * 1e9
+    assert load_model(name).params_active == pytest.approx(published, rel=0.02)
+
+
+@pytest.mark.xfail(strict=True, reason="known miss: 40.4B with both embedding tables counted (the "
+                   "convention Qwen's 3.3B and DeepSeek's 37B need); the published 39B leaves the input "
+                   "embedding out (see the next test)")
+def test_pangu_active_params_same_convention():
+    assert load_model("pangu-ultra-moe").params_active == pytest.approx(39e9, rel=0.02)
+
+
+def test_pangu_active_params_without_input_embedding():
+    m = load_model("pangu-ultra-moe")
+    assert m.params_active - m.params_embedding == pytest.approx(39e9, rel=0.02)
+
+
+@pytest.mark.parametrize("name", GPT)
+def test_gpt_params_match_megatron_formula_and_table(name):
+    m = load_model(name)
+    layers, h, v, s = m.num_layers, m.hidden, m.vocab, 2048
+    formula = 12 * layers * h**2 * (1 + 13 / (12 * h) + (v + s) / (12 * layers * h))  # arXiv 2104.04473 sec. 5.1
+    assert m.params_total == pytest.approx(formula, rel=1e-5)
+    # The table rounds to 0.1B (1.652B is printed as 1.7): compare at the table's precision.
+    assert round(m.params_total / 1e9, 1) == pytest.approx(PUBLISHED_PARAMS_B[name][0], abs=0.051)
+
+
+@pytest.mark.parametrize("name", sorted(KV_PUBLISHED))
+def test_kv_bytes_per_token_match_models_md(name):
+    assert load_model(name).kv_bytes_per_token(2) == KV_PUBLISHED[name]
+
+
+def test_deepseek_r1_is_v3_architecture():
+    v3, r1 = load_model("deepseek-v3"), load_model("deepseek-r1")
+    assert v3.replace(name="x") == r1.replace(name="x")
+    assert v3.is_mla and v3.is_moe and v3.first_k_dense == 3 and v3.num_shared_experts == 1
+
+
+def test_gpt_train_flops_match_megatron_eq3_without_recompute():
+    m = load_model("gpt-18.4b")
+    s, h, layers, v = 2048, m.hidden, m.num_layers, m.vocab
+    per_token = 72 * layers * h**2 * (1 + s / (6 * h)) + 6 * h * v  # eq. 3 with 72 instead of 96, per B s
+    assert m.train_flops_per_token(s) == pytest.approx(per_token, rel=2e-3)
+
+
+@pytest.mark.parametrize("name", ["llama3.1-8b", "deepseek-v3", "qwen3-30b-a3b"])
+def test_forward_is_a_third_of_training(name):
+    m = load_model(name)
+    assert m.forward_flops_per_token(4096) * 3 == pytest.approx(m.train_flops_per_token(4096), rel=1e-12)
+
+
+def test_moe_flops_use_active_params():
+    m = load_model("qwen3-30b-a3b")
+    assert m.params_active < m.params_total / 8
+    assert m.forward_flops_per_token(0) == pytest.approx(2 * m.params_compute)
+    assert m.params_compute < m.params_active  # the embedding lookup is no matrix product
+
+
+def test_mla_absorbed_decode_attention_is_latent_sized():
+    m = load_model("deepseek-v3")
+    per_layer_head = m.attention_flops_per_context_token(absorb_mla=True) / (2 * m.num_layers * m.num_heads)
+    assert per_layer_head == 2 * 512 + 64
+    assert m.attention_flops_per_context_token() / (2 * m.num_layers * m.num_heads) == 192 + 128
+
+
+def test_weight_bytes_per_dtype():
+    m = load_model("deepseek-r1")
+    assert m.weight_bytes(1) * 2 == m.weight_bytes(2) == 2 * m.params_total
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3", "llama3.1-8b", "gpt-7.5b"])
+def test_config_json_file_loads_like_the_preset(tmp_path, name):
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(PRESETS[name]))
+    from_file = load_model(str(path))
+    assert from_file.replace(name=name, source="") == load_model(name).replace(source="")
+    assert load_model(str(path.parent)).params_total == from_file.params_total
+
+
+def test_mapping_overrides_a_preset():
+    m = load_model({"preset": "qwen2.5-7b", "num_hidden_layers": 4})
+    assert m.num_layers == 4 and m.hidden == 3584
+
+
+def test_unknown_model_names_the_presets():
+    with pytest.raises(RlsimError, match="unknown model") as err:
+        load_model("qwen9-1b")
+    assert "qwen2.5-7b" in err.value.fix
+
+
+def test_bad_config_json_names_file_and_field(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 1024, "num_attention_heads": 8}))
+    with pytest.raises(RlsimError) as err:
+        load_model(str(path))
+    assert str(path) in str(err.value) and "num_hidden_layers" in str(err.value)
+    path.write_text("{not json")
+    with pytest.raises(RlsimError, match="not valid JSON"):
+        load_model(str(path))
+    bad = dict(PRESETS["llama3.1-8b"], num_key_value_heads=5)
+    with pytest.raises(RlsimError, match="KV heads"):
+        load_model(bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(1, 64), hidden_mult=st.integers(1, 32), kv=st.sampled_from([1, 2, 4, 8]),
+       experts=st.sampled_from([0, 8, 64]))
+def test_params_grow_linearly_with_layers(layers, hidden_mult, kv, experts):
+    cfg = {"num_hidden_layers": layers, "hidden_size": 128 * hidden_mult, "intermediate_size": 512,
+           "num_attention_heads": 8, "num_key_value_heads": kv, "head_dim": 64, "vocab_size": 1000,
+           "num_experts": experts, "num_experts_per_tok": 2 if experts else 0, "moe_intermediate_size": 256}
+    one, two = load_model(cfg), load_model({**cfg, "num_hidden_layers": layers + 1})
+    three = load_model({**cfg, "num_hidden_layers": layers + 2})
+    assert two.params_total - one.params_total == three.params_total - two.params_total > 0
+    assert one.params_active <= one.params_total
+    assert one.kv_bytes_per_token(2) == 2 * layers * kv * 64 * 2

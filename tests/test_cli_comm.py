@@ -1,0 +1,73 @@
+"""`rlsim comm` and `rlsim presets` through the CLI entry point."""
+import json
+
+import pytest
+
+from simulator.cli import main
+
+PRESETS = ["cloudmatrix384", "dgx-h100", "dgx-h200", "dgx-a100", "hgx-h20", "hgx-h800", "dgx-b200",
+           "gb200-nvl72", "ascend-910b", "hetero-a100-h100"]
+
+
+def _json(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_presets_json_lists_every_topology(capsys):
+    doc = _json(capsys, "presets")
+    names = [t["name"] for t in doc["topologies"]]
+    assert set(PRESETS) <= set(names)
+    cm = next(t for t in doc["topologies"] if t["name"] == "cloudmatrix384")
+    assert cm["parameters"] == {"supernodes": 1}
+    assert isinstance(doc["models"], list) and isinstance(doc["workloads"], list)
+
+
+def test_presets_text(capsys):
+    assert main(["presets"]) == 0
+    assert "cloudmatrix384" in capsys.readouterr().out
+
+
+def test_comm_json_contract(capsys):
+    doc = _json(capsys, "comm", "--topology", "dgx-h100", "--op", "all_reduce", "--bytes", "1GiB",
+                "--group", "node:0")
+    assert list(doc) == ["op", "devices", "bytes", "algorithm", "time_s", "algbw_Bps", "busbw_Bps"]
+    assert doc["devices"] == 8 and doc["bytes"] == 2**30 and doc["op"] == "all_reduce"
+    same = _json(capsys, "comm", "--topology", "dgx-h100", "--op", "all_reduce", "--bytes", str(2**30),
+                 "--group", "node:0")
+    assert same == doc
+
+
+def test_comm_set_overrides_topology(capsys):
+    doc = _json(capsys, "comm", "--topology", "cloudmatrix384", "--set", "topology.supernodes=2", "--op",
+                "all_gather", "--bytes", "64MiB", "--group", "all")
+    assert doc["devices"] == 768
+
+
+def test_comm_text(capsys):
+    assert main(["comm", "--topology", "dgx-h100", "--op", "p2p", "--bytes", "1MiB", "--group", "0,1"]) == 0
+    assert "busbw" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--group", "node:999"],
+    ["--group", "0,zero"],
+    ["--group", "devices:5-1"],
+    ["--group", "all", "--bytes", "lots"],
+    ["--group", "all", "--set", "topology.nodes=-1"],
+    ["--group", "all", "--set", "workload.x=1"],
+])
+def test_comm_bad_input_exits_2_without_traceback(capsys, argv):
+    base = {"--topology": "dgx-h100", "--op": "all_reduce", "--bytes": "1024"}
+    args = ["comm"]
+    for k, v in base.items():
+        if k not in argv:
+            args += [k, v]
+    assert main(args + argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("rlsim: error:")
+
+
+def test_comm_unknown_topology_exits_2(capsys):
+    assert main(["comm", "--topology", "nowhere", "--op", "p2p", "--bytes", "1", "--group", "0,1"]) == 2
+    assert "unknown topology preset" in capsys.readouterr().err

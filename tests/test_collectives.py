@@ -1,0 +1,157 @@
+"""Collective costs: closed forms, published nccl-tests figures, caching, groups."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.network.collectives import CollectiveModel, CollectiveParams, bus_factor, parse_group
+
+GiB = 2**30
+H100 = load_topology("dgx-h100", {"nodes": 2})
+MODEL = CollectiveModel(H100)
+
+
+def _ring_closed_form(topology, model, ranks, nbytes, op="all_reduce"):
+    """2(n-1)/n x S/B + 2(n-1) x (hop latency + step overhead) + launch, on a uniform ring."""
+    n = len(ranks)
+    e = topology.path(ranks[0], ranks[1])
+    bw = min(topology.capacity_Bps(x) for x in e)
+    step = sum(topology.edge(x)["latency_s"] for x in e) + model.params.step_overhead_s
+    launch = topology.device_spec(ranks[0]).launch_overhead_s
+    steps, factor = (2 * (n - 1), 2 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
+    return launch + steps * step + factor * nbytes / bw
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 8), nbytes=st.floats(1.0, 1e11), op=st.sampled_from(["all_reduce", "all_gather",
+                                                                               "reduce_scatter"]))
+def test_ring_on_an_idle_uniform_ring_matches_the_closed_form(n, nbytes, op):
+    ranks = list(range(n))
+    got = MODEL.cost(op, ranks, nbytes, algorithm="ring").time_s
+    assert got == pytest.approx(_ring_closed_form(H100, MODEL, ranks, nbytes, op), rel=1e-9)
+
+
+def test_closed_form_inside_a_cloudmatrix_node():
+    t = load_topology("cloudmatrix384")
+    m = CollectiveModel(t)
+    ranks = list(range(8))
+    got = m.cost("all_reduce", ranks, GiB, algorithm="ring").time_s
+    assert got == pytest.approx(_ring_closed_form(t, m, ranks, GiB), rel=1e-9)
+
+
+def test_published_8x_h100_all_reduce_busbw():
+    cost = MODEL.cost("all_reduce", list(range(8)), GiB)
+    assert cost.busbw_Bps == pytest.approx(367.5e9, rel=0.10)  # nccl-tests 365-370 GB/s
+
+
+def test_published_8x_a100_all_reduce_busbw():
+    t = load_topology("dgx-a100")
+    cost = CollectiveModel(t).cost("all_reduce", list(range(8)), GiB)
+    assert cost.busbw_Bps == pytest.approx(232e9, rel=0.10)
+
+
+@pytest.mark.parametrize("size", [GiB, 4 * GiB])
+def test_published_cross_node_ndr_per_nic(size):
+    # 2 nodes x 8 NICs: all-reduce busbw per NIC, and a single NIC's send/recv, both 46-48 GB/s.
+    cost = MODEL.cost("all_reduce", list(range(16)), size)
+    assert cost.busbw_Bps / 8 == pytest.approx(47e9, rel=0.10)
+    p2p = MODEL.cost("p2p", [0, 8], size)
+    assert p2p.busbw_Bps == pytest.approx(47e9, rel=0.10)
+
+
+def test_cloudmatrix_all_reduce_across_nodes_is_within_3_percent_of_inside_a_node():
+    t = load_topology("cloudmatrix384")
+    m = CollectiveModel(t)
+    inside = m.cost("all_reduce", list(range(8)), GiB).busbw_Bps
+    across = m.cost("all_reduce", list(range(16)), GiB).busbw_Bps  # two nodes over the L2 UB tier
+    spread = m.cost("all_reduce", [8 * i for i in range(8)], GiB).busbw_Bps  # one NPU in each of 8 nodes
+    assert across / inside == pytest.approx(1.0, abs=0.03)
+    assert spread / inside == pytest.approx(1.0, abs=0.03)
+
+
+def test_bus_factors():
+    assert bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bus_factor("all_gather", 8) == pytest.approx(0.875)
+    assert bus_factor("all_to_all", 4) == pytest.approx(0.75)
+    assert bus_factor("broadcast", 8) == 1.0 and bus_factor("p2p", 2) == 1.0
+
+
+def test_cost_is_cached_by_group_signature():
+    m = CollectiveModel(load_topology("dgx-h100", {"nodes": 4}))
+    a = m.cost("all_reduce", list(range(8)), GiB)
+    assert m.cost("all_reduce", list(range(8)), GiB) is a
+    assert m.cost("all_reduce", list(range(8, 16)), GiB) is a  # node 1 is the same shape as node 0
+    assert m.cost("all_reduce", list(range(16)), GiB) is not a
+
+
+def test_small_messages_are_latency_bound_and_pick_a_tree():
+    small = MODEL.cost("all_reduce", list(range(8)), 8)
+    assert small.algorithm == "tree" and 5e-6 < small.time_s < 50e-6
+    assert MODEL.cost("all_reduce", list(range(8)), GiB).algorithm == "ring"
+
+
+def test_multi_node_picks_the_cheaper_of_ring_and_hierarchical():
+    costs = {a: MODEL.cost("all_reduce", list(range(16)), GiB, algorithm=a).time_s
+             for a in ("ring", "tree", "hierarchical")}
+    best = MODEL.cost("all_reduce", list(range(16)), GiB)
+    assert best.time_s == min(costs.values()) and best.algorithm == min(costs, key=costs.get)
+
+
+def test_mesh_server_uses_direct_algorithm_at_aggregate_bandwidth():
+    t = load_topology("ascend-910b")
+    cost = CollectiveModel(t).cost("all_reduce", list(range(8)), GiB)
+    assert cost.algorithm == "direct"
+    # every NPU uses its 7 HCCS links at once: busbw close to 7 x 28 GB/s x 0.8
+    assert cost.busbw_Bps == pytest.approx(7 * 28e9 * 0.8, rel=0.02)
+
+
+def test_all_to_all_and_broadcast_and_p2p():
+    a2a = MODEL.cost("all_to_all", list(range(8)), GiB)
+    # each GPU sends 7/8 of its buffer through its one NVSwitch port
+    assert a2a.time_s == pytest.approx(7 / 8 * GiB / (450e9 * 0.8), rel=0.01)
+    bcast = MODEL.cost("broadcast", list(range(8)), GiB)
+    assert bcast.busbw_Bps == pytest.approx(450e9 * 0.8, rel=0.02)
+    assert MODEL.cost("p2p", [3, 3], GiB).time_s == 0.0
+
+
+def test_large_all_to_all_uses_injection_bound():
+    t = load_topology("cloudmatrix384", {"supernodes": 2})
+    m = CollectiveModel(t, CollectiveParams(exact_all_to_all_max_devices=16))
+    group = list(range(0, 768, 24))  # 32 devices, 16 per supernode
+    cost = m.cost("all_to_all", group, GiB)
+    per_pair = GiB / 32
+    expected_bw = 16 * per_pair / (50e9 * 0.94)  # bytes to the other supernode over one RDMA NIC
+    assert cost.time_s > expected_bw and cost.time_s < expected_bw * 1.05
+
+
+def test_parse_group():
+    t = H100
+    assert parse_group(t, "all") == list(range(16))
+    assert parse_group(t, "node:1") == list(range(8, 16))
+    assert parse_group(t, "nodes:0-1") == list(range(16))
+    assert parse_group(t, "devices:2-4") == [2, 3, 4]
+    assert parse_group(t, "0,8") == [0, 8]
+    for bad in ("node:2", "nodes:1-0", "devices:0-99", "0,x", "rack:1", ""):
+        with pytest.raises(RlsimError) as err:
+            parse_group(t, bad)
+        assert err.value.field == "--group"
+
+
+def test_bad_calls_raise():
+    with pytest.raises(RlsimError, match="unknown collective"):
+        MODEL.cost("all_reduce_fast", [0, 1], 1)
+    with pytest.raises(RlsimError, match="p2p needs exactly 2"):
+        MODEL.cost("p2p", [0, 1, 2], 1)
+    with pytest.raises(RlsimError, match="twice"):
+        MODEL.cost("all_gather", [0, 0], 1)
+    with pytest.raises(RlsimError, match="does not apply"):
+        MODEL.cost("all_reduce", [0, 1, 2], 1, algorithm="direct")
+
+
+def test_params_from_topology_file_section():
+    t = load_topology({"preset": "dgx-h100", "collectives": {"step_overhead_s": "3us"}})
+    m = CollectiveModel(t)
+    assert m.params.step_overhead_s == pytest.approx(3e-6)
+    with pytest.raises(RlsimError, match="unknown field"):
+        CollectiveModel(load_topology({"preset": "dgx-h100", "collectives": {"step": 1}}))

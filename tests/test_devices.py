@@ -1,0 +1,68 @@
+"""Device catalog: names, datasheet figures, overrides and errors."""
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.hardware.devices import DeviceSpec, device_from_mapping, device_names, get_device
+
+CATALOG = ["ascend-910c", "ascend-910b2", "ascend-910b3", "a100-40gb", "a100-80gb", "h100", "h800", "h20",
+           "h200", "b200", "gb200", "cpu"]
+
+
+def test_catalog_has_every_device_named_in_the_issue():
+    assert set(CATALOG) <= set(device_names())
+    for name in CATALOG:
+        spec = get_device(name)
+        assert spec.name == name
+        assert spec.peak("bf16") > 0 and spec.hbm_bytes > 0 and spec.hbm_bw_Bps > 0
+        assert 0 < spec.gemm_efficiency <= 1 and 0 < spec.hbm_efficiency <= 1
+
+
+def test_datasheet_figures():
+    a100 = get_device("a100-40gb")
+    assert a100.hbm_bytes == 40e9 and a100.hbm_bw_Bps == pytest.approx(1.555e12)
+    assert get_device("h100").peak("bf16") == pytest.approx(989e12)
+    assert get_device("h100").peak("fp8") == pytest.approx(1979e12)
+    assert get_device("ascend-910c").scaleup_bw_Bps == pytest.approx(392e9)
+    assert get_device("h800").scaleup_bw_Bps == pytest.approx(200e9)  # 400 GB/s both directions
+
+
+def test_names_are_case_insensitive():
+    assert get_device("H100") is get_device("h100")
+
+
+def test_unsupported_dtype_and_unknown_device_raise():
+    with pytest.raises(RlsimError, match="dtype"):
+        get_device("ascend-910b3").peak("fp8")
+    with pytest.raises(RlsimError, match="unknown device"):
+        get_device("h1000")
+
+
+def test_replace_and_hash():
+    h = get_device("h100")
+    faster = h.replace(gemm_efficiency=0.9)
+    assert faster.gemm_efficiency == 0.9 and h.gemm_efficiency != 0.9
+    assert hash(h) == hash(get_device("h100")) and {h: 1}[get_device("h100")] == 1
+
+
+def test_mapping_overrides_parse_units():
+    spec = device_from_mapping({"name": "h100", "hbm_bw_Bps": "3TB/s", "peak_flops": {"bf16": "900T"},
+                                "gemm_efficiency": 0.7}, source="x.yaml")
+    assert spec.hbm_bw_Bps == 3e12 and spec.peak("bf16") == 900e12 and spec.peak("fp8") == 1979e12
+    assert spec.gemm_efficiency == 0.7
+
+
+def test_custom_device_needs_every_field():
+    with pytest.raises(RlsimError, match="needs fields"):
+        device_from_mapping({"name": "mychip", "hbm_bytes": "10GB"}, source="x.yaml")
+    spec = device_from_mapping({"name": "mychip", "peak_flops": {"bf16": "100T"}, "hbm_bytes": "16GB",
+                                "hbm_bw_Bps": "1TB/s", "scaleup_bw_Bps": "100GB/s",
+                                "host_link_bw_Bps": "32GB/s"})
+    assert isinstance(spec, DeviceSpec) and spec.hbm_bytes == 16e9
+
+
+def test_bad_values_name_file_and_field():
+    with pytest.raises(RlsimError) as err:
+        device_from_mapping({"name": "h100", "hbm_bytes": -1}, source="cluster.yaml")
+    assert "cluster.yaml" in str(err.value) and "device.hbm_bytes" in str(err.value)
+    with pytest.raises(RlsimError, match="unknown device field"):
+        device_from_mapping({"name": "h100", "hbm": 1}, source="cluster.yaml")

@@ -1,0 +1,280 @@
+"""Rollout engine: closed form, published decode figures, preemption, dispatch, interrupts, errors."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.hardware.devices import get_device
+from simulator.llm.architecture import load_model
+from simulator.llm.inference import (
+    InferenceParams,
+    RolloutEngine,
+    RolloutLayout,
+    StepCost,
+    decode_step_time_s,
+    decode_tokens_per_s,
+    series_time_s,
+    simulate_rollout,
+    split_device,
+)
+
+LLAMA = load_model("llama3.1-8b")
+QWEN = load_model("qwen2.5-7b")
+A100 = get_device("a100-40gb")
+H100 = get_device("h100")
+
+
+def _tiny_kv_device(tokens: int, model=QWEN):
+    """An H100 whose memory holds the weights, the workspace and about `tokens` KV tokens."""
+    params = InferenceParams()
+    hbm = (model.weight_bytes(2) + params.workspace_bytes + tokens * model.kv_bytes_per_token(2)) / 0.9
+    return H100.replace(hbm_bytes=hbm)
+
+
+# ---- closed form ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n, prompt, response", [(1, 100, 50), (16, 512, 300), (64, 2000, 1000)])
+def test_equal_sequences_take_exactly_the_arithmetic_series(n, prompt, response):
+    engine = RolloutEngine(QWEN, H100, RolloutLayout())
+    engine.add_many(range(n), [prompt] * n, [response] * n, 0.0)
+    done = engine.run()
+    cost = engine.cost
+    prefill = cost.prefill_s(n * prompt, n * prompt * (prompt + 1) / 2)
+    # After prefill every sequence holds prompt + 1 tokens; then response - 1 decode steps.
+    steps = [cost.decode_step_s(n, n * (prompt + 1) + n * j) for j in range(response - 1)]
+    expected = prefill + math.fsum(steps)
+    assert {s for s, _ in done} == set(range(n))
+    assert all(t == pytest.approx(expected, rel=1e-12) for _, t in done)
+    # Memory bound here: the same total from the textbook sum a k + b k(k-1)/2.
+    c0, c1, m0, m1, e = cost.decode_lines(n, n * (prompt + 1))
+    k = response - 1
+    if m0 > c0 and m1 >= c1:
+        assert expected - prefill == pytest.approx(k * (m0 + e) + m1 * k * (k - 1) / 2, rel=1e-12)
+    assert engine.busy_s == pytest.approx(expected, rel=1e-12)
+    assert engine.generated_tokens == n * response
+
+
+def test_series_splits_where_compute_overtakes_memory():
+    lines = (1.0, 0.5, 3.0, 0.1, 0.2)  # compute line crosses memory at j = 5
+    brute = sum(max(1.0 + 0.5 * j, 3.0 + 0.1 * j) + 0.2 for j in range(20))
+    assert series_time_s(lines, 20) == pytest.approx(brute, rel=1e-12)
+    lines = (3.0, 0.1, 1.0, 0.5, 0.0)  # memory crosses compute
+    assert series_time_s(lines, 20) == pytest.approx(sum(max(3 + 0.1 * j, 1 + 0.5 * j) for j in range(20)))
+
+
+def test_engine_never_steps_token_by_token(monkeypatch):
+    calls = []
+    original = StepCost.decode_lines
+    monkeypatch.setattr(StepCost, "decode_lines", lambda self, n, k: calls.append(n) or original(self, n, k))
+    engine = RolloutEngine(QWEN, H100, RolloutLayout())
+    engine.add_many(range(8), [128] * 8, [20000 + 1000 * i for i in range(8)], 0.0)
+    engine.run()
+    assert len(calls) <= 3 * 8  # a handful per event, none per token (~27,000 decode steps ran)
+
+
+# ---- published decode figures ------------------------------------------------------------------
+def test_llama8b_a100_batch1_decode_near_75_tokens_per_s():
+    # published-results.md V5: vLLM ~75 tokens/s on A100-40GB. Context of a short chat turn.
+    rate = decode_tokens_per_s(LLAMA, A100, 1, 512)
+    assert rate == pytest.approx(75, rel=0.15)
+
+
+def test_decode_throughput_rises_with_batch_until_kv_or_compute_binds():
+    rates = [decode_tokens_per_s(LLAMA, A100, b, 1024) for b in (1, 2, 4, 8, 16, 32, 64, 128)]
+    assert all(b > a for a, b in zip(rates, rates[1:], strict=False))
+    gains = [b / a for a, b in zip(rates, rates[1:], strict=False)]
+    assert all(g2 < g1 for g1, g2 in zip(gains, gains[1:], strict=False))  # diminishing returns
+    assert 5.0 < rates[3] / rates[0] < 8.0  # published ~6.6x from 1 to 8 (we predict 7.6x)
+    with pytest.raises(RlsimError, match="KV"):  # 256 x 1024 tokens exceed the 40 GB card's KV cache
+        decode_tokens_per_s(LLAMA, A100, 256, 1024)
+    # Short contexts let the batch grow until compute binds: never above the compute roofline.
+    ceiling = A100.peak("bf16") * A100.gemm_efficiency / LLAMA.decode_flops_per_token(64)
+    big = decode_tokens_per_s(LLAMA, A100, 2048, 64)
+    assert big < ceiling and big > 0.6 * ceiling
+
+
+def test_cloudmatrix_deepseek_r1_decode_per_npu():
+    # published-results.md V3: 1,943 tokens/s per NPU at batch 96 per NPU, 4K KV, INT8 weights.
+    # One rank per 910C die (EP over dies; 256 experts -> ep 256, one expert per die), 48 per die.
+    die = split_device(get_device("ascend-910c"), 2)
+    r1 = load_model("deepseek-r1")
+    per_die = decode_tokens_per_s(r1, die, 48 * 256, 4096, ep=256, weight_dtype="int8", per_device=True)
+    assert 2 * per_die == pytest.approx(1943, rel=0.25)
+    tpot = decode_step_time_s(r1, die, 48 * 256, 4096, ep=256, weight_dtype="int8")
+    assert tpot == pytest.approx(0.0494, rel=0.25)
+
+
+# ---- continuous batching, preemption, dispatch -----------------------------------------------------
+def test_kv_exhaustion_preempts_and_everything_still_finishes():
+    device = _tiny_kv_device(6000)
+    engine = RolloutEngine(QWEN, device, RolloutLayout())
+    assert 6000 <= engine.capacity < 6100
+    engine.add_many(range(10), [500] * 10, [1000] * 10, 0.0)
+    done = engine.run()
+    assert sorted(s for s, _ in done) == list(range(10))
+    assert engine.preemptions > 0
+    assert engine.generated_tokens == 10 * 1000
+
+
+def test_max_num_seqs_bounds_the_running_batch():
+    engine = RolloutEngine(QWEN, H100, RolloutLayout(max_num_seqs=2))
+    engine.add_many(range(4), [10] * 4, [100] * 4, 0.0)
+    times = sorted(t for _, t in engine.run())
+    assert times[0] == times[1] < times[2] == times[3]  # two waves of two
+
+
+@settings(max_examples=30, deadline=None)
+@given(lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 400)), min_size=1, max_size=40),
+       instances=st.integers(1, 4), max_seqs=st.integers(1, 8),
+       policy=st.sampled_from(["round_robin", "least_loaded"]), kv=st.sampled_from([800, 3000, 100000]),
+       stagger=st.booleans())
+def test_every_dispatched_sequence_finishes_exactly_once(lengths, instances, max_seqs, policy, kv, stagger):
+    prompts = np.array([p for p, _ in lengths])
+    responses = np.array([r for _, r in lengths])
+    arrivals = np.arange(len(lengths)) * 0.05 if stagger else None
+    layout = RolloutLayout(instances=instances, max_num_seqs=max_seqs)
+    res = simulate_rollout(QWEN, _tiny_kv_device(kv), layout, prompts, responses, policy=policy,
+                           arrival_s=arrivals)
+    assert np.all(np.isfinite(res.finish_s)) and np.all(res.instance >= 0)
+    assert res.generated_tokens == responses.sum()
+    if arrivals is not None:
+        assert np.all(res.finish_s > arrivals)
+    assert np.all(res.busy_s <= res.makespan_s + 1e-9)
+
+
+def test_incremental_api_matches_the_batch_run():
+    prompts, responses = [100, 200, 50, 400], [300, 20, 800, 100]
+    batch = RolloutEngine(QWEN, H100, RolloutLayout())
+    batch.add_many(range(4), prompts, responses, 0.0)
+    expected = dict(batch.run())
+    engine = RolloutEngine(QWEN, H100, RolloutLayout())
+    for i in range(4):
+        engine.add(i, prompts[i], responses[i], 0.0)
+    got = {}
+    while (t := engine.next_event_time()) < math.inf:
+        got.update(engine.advance_to(t))
+    assert got == expected
+
+
+def test_late_arrival_joins_at_a_step_boundary():
+    engine = RolloutEngine(QWEN, H100, RolloutLayout())
+    engine.add(0, 100, 1000, 0.0)
+    engine.advance_to(1.0)
+    engine.add(1, 100, 10, 1.0)
+    done = dict(engine.run())
+    assert 1.0 < done[1] < done[0]
+
+
+def test_least_loaded_sends_new_work_to_the_idle_instance():
+    prompts = np.array([100, 100, 100])
+    responses = np.array([5000, 10, 10])
+    arrivals = np.array([0.0, 0.0, 1.0])
+    layout = RolloutLayout(instances=2)
+    ll = simulate_rollout(QWEN, H100, layout, prompts, responses, policy="least_loaded", arrival_s=arrivals)
+    rr = simulate_rollout(QWEN, H100, layout, prompts, responses, policy="round_robin", arrival_s=arrivals)
+    assert ll.instance.tolist() == [0, 1, 1] and rr.instance.tolist() == [0, 1, 0]
+
+
+def test_prompt_groups_stay_on_one_instance():
+    prompts = np.full((6, 4), 64)
+    responses = np.arange(24).reshape(6, 4) + 10
+    res = simulate_rollout(QWEN, H100, RolloutLayout(instances=3), prompts, responses)
+    assert all(len(set(res.instance.reshape(6, 4)[g])) == 1 for g in range(6))
+
+
+def test_interrupt_returns_partial_sequences_that_resume():
+    engine = RolloutEngine(QWEN, H100, RolloutLayout())
+    engine.add_many(range(4), [100] * 4, [50, 2000, 3000, 4000], 0.0)
+    first_finish = engine.next_event_time()
+    out = engine.interrupt(5.0)
+    assert [s for s, _ in out.finished] == [0] and first_finish <= 5.0
+    assert [p.seq_id for p in out.partial] == [1, 2, 3]
+    assert all(0 < p.generated < p.response_len for p in out.partial)
+    assert len({p.generated for p in out.partial}) == 1  # they decoded in lock-step
+    assert engine.busy_s == pytest.approx(5.0)
+    produced = engine.generated_tokens
+    fresh = RolloutEngine(QWEN, H100, RolloutLayout())
+    for p in out.partial:
+        fresh.add(p.seq_id, p.prompt_len, p.response_len, 6.0, generated=p.generated)
+    assert sorted(s for s, _ in fresh.run()) == [1, 2, 3]
+    assert produced + fresh.generated_tokens == 50 + 2000 + 3000 + 4000
+
+
+def test_interrupt_inside_a_prefill_yields_nothing_from_it():
+    engine = RolloutEngine(QWEN, H100, RolloutLayout())
+    engine.add_many(range(3), [8000] * 3, [1, 5, 5], 0.0)
+    out = engine.interrupt(1e-4)  # the prefill of 24K tokens takes longer
+    assert out.finished == [] and [p.generated for p in out.partial] == [0, 0, 0]
+    assert engine.generated_tokens == 0 and engine.busy_s == pytest.approx(1e-4)
+
+
+def test_same_input_same_bytes():
+    rng = np.random.default_rng(0)
+    responses = rng.integers(1, 3000, size=(32, 8))
+    prompts = np.full_like(responses, 256)
+    a = simulate_rollout(QWEN, H100, RolloutLayout(instances=4), prompts, responses)
+    b = simulate_rollout(QWEN, H100, RolloutLayout(instances=4), prompts, responses)
+    assert a.finish_s.tobytes() == b.finish_s.tobytes() and a.busy_s.tobytes() == b.busy_s.tobytes()
+    share = a.tail_share(0.1)
+    assert np.all((share >= 0) & (share <= 1))
+
+
+def test_collective_model_is_used_when_ranks_are_given():
+    class Fake:
+        def __init__(self):
+            self.calls = []
+
+        def cost(self, op, ranks, nbytes):
+            self.calls.append((op, tuple(ranks)))
+            return type("C", (), {"time_s": 1e-3})()
+
+    fake = Fake()
+    t = decode_step_time_s(QWEN, H100, 4, 100, tp=4, collectives=fake, ranks=[4, 5, 6, 7])
+    base = decode_step_time_s(QWEN, H100, 4, 100, tp=4)
+    assert fake.calls and all(c == ("all_reduce", (4, 5, 6, 7)) for c in fake.calls)
+    fallback = StepCost(QWEN, H100, RolloutLayout(tp=4)).comm_s(4)
+    assert t - base == pytest.approx(2 * QWEN.num_layers * 1e-3 - fallback, rel=1e-9)
+
+
+# ---- bad input ---------------------------------------------------------------------------------------
+def test_tp_must_divide_the_query_heads():
+    with pytest.raises(RlsimError, match="does not divide the 28 attention heads") as err:
+        RolloutEngine(QWEN, H100, RolloutLayout(tp=8))
+    assert err.value.field == "rollout_layout.tp"
+
+
+def test_kv_heads_replicate_when_tp_exceeds_them():
+    engine = RolloutEngine(LLAMA, H100, RolloutLayout(tp=16))  # 8 KV heads, 32 query heads
+    assert engine.cost.kv_bytes_per_token_dev == LLAMA.kv_bytes_per_token(2) / 8
+
+
+def test_ep_must_divide_the_experts_and_needs_moe():
+    moe = load_model("qwen3-30b-a3b")
+    with pytest.raises(RlsimError, match="does not divide the 128 experts") as err:
+        RolloutEngine(moe, H100, RolloutLayout(ep=3))
+    assert err.value.field == "rollout_layout.ep"
+    with pytest.raises(RlsimError, match="needs an MoE model"):
+        RolloutEngine(QWEN, H100, RolloutLayout(ep=2))
+
+
+def test_a_model_that_does_not_fit_says_so():
+    with pytest.raises(RlsimError, match="does not fit") as err:
+        RolloutEngine(load_model("llama3.1-405b"), A100, RolloutLayout(tp=8))
+    assert "tp" in err.value.fix
+
+
+def test_a_sequence_longer_than_the_kv_cache_is_refused():
+    engine = RolloutEngine(QWEN, _tiny_kv_device(1000), RolloutLayout())
+    with pytest.raises(RlsimError, match="does not fit the KV cache"):
+        engine.add(0, 600, 600, 0.0)
+
+
+def test_layout_from_mapping_names_the_field():
+    with pytest.raises(RlsimError) as err:
+        RolloutLayout.from_mapping({"tp": 0}, "w.yaml")
+    assert err.value.field == "rollout_layout.tp" and err.value.source == "w.yaml"
+    with pytest.raises(RlsimError, match="unknown dtype"):
+        RolloutLayout.from_mapping({"weight_dtype": "int3"}, "w.yaml")
+    assert RolloutLayout.from_mapping({"tp": 2, "ep": 1}).devices_per_instance == 2

@@ -1,0 +1,112 @@
+"""Length distributions: long tail, cap mass, group correlation, drift, empirical files, errors."""
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.llm.lengths import LengthDistribution
+
+
+def lognormal(**kw):
+    return LengthDistribution.from_mapping({"dist": "lognormal", **kw}, "scenario.yaml", "response_length")
+
+
+def test_sigma_one_gives_p99_about_ten_times_the_median():
+    # formulas.md: p99 ~ 10x median at sigma 1 (exp(2.326) = 10.2); median 1024 keeps p99 below the 16K cap.
+    d = lognormal(median=1024, sigma=1.0, max=16384, group_correlation=0.5)
+    x = d.sample(np.random.default_rng(0), 4096, 16)
+    ratio = np.percentile(x, 99) / np.median(x)
+    assert 9.0 < ratio < 11.5
+
+
+def test_cut_off_mass_sits_at_the_cap():
+    d = lognormal(median=2048, sigma=1.0, max=16384)
+    x = d.sample(np.random.default_rng(1), 8192, 16)
+    assert x.max() == 16384
+    expected = 0.5 * math.erfc(math.log(16384 / 2048) / math.sqrt(2))  # P(lognormal > cap) = 1.88%
+    assert np.mean(x == 16384) == pytest.approx(expected, abs=0.003)
+
+
+def test_group_correlation_is_the_correlation_of_log_lengths_inside_a_prompt():
+    rho = 0.6
+    x = np.log(lognormal(median=1000, sigma=0.8, group_correlation=rho).sample(np.random.default_rng(2), 4000, 8))
+    between = np.var(x.mean(axis=1)) - np.var(x, axis=1, ddof=1).mean() / 8  # variance of the prompt factor
+    assert between / np.var(x) == pytest.approx(rho, abs=0.05)
+    x0 = np.log(lognormal(median=1000, sigma=0.8).sample(np.random.default_rng(2), 4000, 8))
+    assert np.var(x0.mean(axis=1)) == pytest.approx(np.var(x0) / 8, rel=0.1)  # independent samples
+
+
+def test_drift_moves_the_median_per_step():
+    d = lognormal(median=1000, sigma=0.5, drift_per_step=0.05)
+    x = d.sample(np.random.default_rng(3), 4000, 4, step=10)
+    assert d.median_at(10) == pytest.approx(1000 * 1.05**10)
+    assert np.median(x) == pytest.approx(d.median_at(10), rel=0.03)
+
+
+def test_same_seed_same_samples():
+    d = lognormal(median=512, sigma=1.0, max=4096, group_correlation=0.3)
+    a = d.sample(np.random.default_rng(7), 64, 16)
+    b = d.sample(np.random.default_rng(7), 64, 16)
+    assert a.tobytes() == b.tobytes() and a.shape == (64, 16) and a.dtype == np.int64
+
+
+@pytest.mark.parametrize("kind", ["csv", "json"])
+def test_empirical_file_is_resampled(tmp_path, kind):
+    values = [100, 200, 300, 400, 5000]
+    if kind == "csv":
+        path = tmp_path / "lengths.csv"
+        path.write_text("id,length\n" + "".join(f"{i},{v}\n" for i, v in enumerate(values)))
+    else:
+        path = tmp_path / "lengths.json"
+        path.write_text(json.dumps(values))
+    scenario = tmp_path / "scenario.yaml"
+    d = LengthDistribution.from_mapping({"dist": "empirical", "file": path.name, "group_correlation": 0.5},
+                                        str(scenario))
+    x = d.sample(np.random.default_rng(0), 2000, 4)
+    assert set(np.unique(x)) == set(values)
+    assert np.mean(x == 5000) == pytest.approx(0.2, abs=0.02)
+
+
+def test_empirical_cap_and_drift(tmp_path):
+    path = tmp_path / "l.json"
+    path.write_text(json.dumps({"lengths": [100, 1000]}))
+    d = LengthDistribution.from_mapping({"dist": "empirical", "file": str(path), "max": 1500,
+                                         "drift_per_step": 1.0})
+    assert set(np.unique(d.sample(np.random.default_rng(0), 200, 2, step=1))) == {200, 1500}
+
+
+@pytest.mark.parametrize("mapping, field", [
+    ({"dist": "weibull"}, "response_length.dist"),
+    ({"median": 100, "sigma": -1}, "response_length.sigma"),
+    ({"median": 100, "group_correlation": 1.0}, "response_length.group_correlation"),
+    ({"median": "long"}, "response_length.median"),
+    ({"median": 100, "tail": 3}, "response_length.tail"),
+    ({"dist": "empirical"}, "response_length.file"),
+    ({"median": 100, "max": 0}, "response_length.max"),
+])
+def test_bad_input_names_file_and_field(mapping, field):
+    with pytest.raises(RlsimError) as err:
+        LengthDistribution.from_mapping(mapping, "w.yaml", "response_length")
+    assert err.value.field == field and err.value.source == "w.yaml"
+
+
+def test_missing_or_bad_empirical_file(tmp_path):
+    with pytest.raises(RlsimError, match="cannot read"):
+        LengthDistribution.from_mapping({"dist": "empirical", "file": str(tmp_path / "none.csv")})
+    bad = tmp_path / "bad.csv"
+    bad.write_text("length\n12\n-3\n")
+    with pytest.raises(RlsimError, match="not a positive length"):
+        LengthDistribution.from_mapping({"dist": "empirical", "file": str(bad)})
+
+
+@settings(max_examples=50, deadline=None)
+@given(median=st.floats(1, 1e5), sigma=st.floats(0, 3), cap=st.integers(1, 65536),
+       rho=st.floats(0, 0.99), seed=st.integers(0, 2**32 - 1))
+def test_samples_are_integers_within_bounds(median, sigma, cap, rho, seed):
+    d = LengthDistribution(median=median, sigma=sigma, max=cap, group_correlation=rho)
+    x = d.sample(np.random.default_rng(seed), 16, 8)
+    assert x.dtype == np.int64 and x.min() >= 1 and x.max() <= cap

@@ -1,0 +1,139 @@
+"""Topology presets, queries and bad input."""
+import pytest
+import yaml
+
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.presets import preset_names
+
+PRESETS = ["cloudmatrix384", "dgx-h100", "dgx-h200", "dgx-a100", "hgx-h20", "hgx-h800", "dgx-b200",
+           "gb200-nvl72", "ascend-910b", "hetero-a100-h100"]
+
+
+def test_every_preset_is_listed_and_builds():
+    assert set(PRESETS) <= set(preset_names("topologies"))
+    for name in PRESETS:
+        t = load_topology(name)
+        assert t.num_devices > 0 and t.devices[0] in t.graph
+        for rank in (0, t.num_devices - 1):
+            attrs = t.graph.nodes[t.devices[rank]]
+            assert attrs["kind"] == "device" and attrs["rank"] == rank
+
+
+def test_cloudmatrix_shape_and_bandwidth_are_kept_by_the_aggregation():
+    t = load_topology("cloudmatrix384")
+    assert (t.num_devices, t.num_nodes, t.num_domains) == (384, 48, 1)
+    assert t.device_kinds() == ["ascend-910c"]
+    g = t.graph
+    assert g.edges["dev0", "l1.0"]["bw_Bps"] == pytest.approx(392e9)  # per NPU, per direction
+    # non-blocking: each node's L1 uplink equals the sum of its NPUs' links
+    assert g.edges["l1.0", "l2.0"]["bw_Bps"] == pytest.approx(8 * 392e9)
+    t4 = load_topology({"preset": "cloudmatrix384", "supernodes": 4})
+    assert (t4.num_devices, t4.num_domains) == (1536, 4)
+    assert t4.shared_level([0, 383]) == "domain" and t4.shared_level([0, 384]) == "cluster"
+    assert t4.plane_of(0, 9) == "scaleup" and t4.plane_of(0, 400) == "scaleout"
+
+
+def test_dgx_rail_optimized_paths():
+    t = load_topology("dgx-h100", {"nodes": 2})
+    assert (t.num_devices, t.num_nodes) == (16, 2)
+    assert t.path(0, 1) == [("dev0", "sw0"), ("sw0", "dev1")]
+    assert t.path(0, 8) == [("dev0", "leaf.0.0"), ("leaf.0.0", "dev8")]  # same rail: one leaf
+    assert [e[1] for e in t.path(0, 9)] == ["leaf.0.0", "spine", "leaf.1.0", "dev9"]
+    assert t.path(3, 3) == []
+    assert t.shared_level([0, 7]) == "node" and t.shared_level([0, 8]) == "cluster"
+    assert t.shared_level([5]) == "device"
+    assert t.bottleneck_bw_Bps(range(8)) == pytest.approx(450e9)
+    assert t.bottleneck_bw_Bps(range(16)) == pytest.approx(50e9)
+    assert t.path(0, "host0") == [("dev0", "host0")]
+    assert t.ranks_of_node(1) == list(range(8, 16)) and t.node_of(9) == 1 and t.domain_of(9) == 1
+
+
+def test_nvl72_and_hetero():
+    t = load_topology("gb200-nvl72", {"racks": 2})
+    assert (t.num_devices, t.num_nodes, t.num_domains) == (144, 36, 2)
+    assert t.shared_level(range(72)) == "domain"
+    h = load_topology({"preset": "hetero-a100-h100", "groups": {"a100": {"nodes": 2}, "h100": {"nodes": 3}}})
+    assert h.num_devices == 40 and h.device_kinds() == ["a100-80gb", "h100"]
+    assert h.device_spec(0).name == "a100-80gb" and h.device_spec(39).name == "h100"
+    assert h.path_bw_Bps(0, 8) == pytest.approx(25e9)  # HDR NIC of the A100 side bounds the path
+
+
+def test_big_presets_build():
+    t = load_topology("dgx-h100", {"nodes": 64})
+    assert t.num_devices == 512 and t.path(0, 511)[-1][1] == "dev511"
+
+
+def test_mesh_server_uses_direct_links():
+    t = load_topology("ascend-910b")
+    assert t.path(0, 5) == [("dev0", "dev5")]
+    assert t.graph.edges["dev0", "dev5"]["bw_Bps"] == pytest.approx(28e9)
+
+
+def _write(tmp_path, data, name="cluster.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+EXPLICIT = {
+    "name": "tiny",
+    "graph": {
+        "nodes": [{"id": "a", "device": "h100", "node": 0}, {"id": "b", "device": "h100", "node": 0},
+                  {"id": "c", "device": "a100-80gb", "node": 1}, {"id": "sw", "kind": "switch"}],
+        "links": [{"a": "a", "b": "sw", "bw": "100GB/s", "plane": "scaleup", "latency": "1us"},
+                  {"a": "b", "b": "sw", "bw": "100GB/s", "plane": "scaleup", "latency": "1us"},
+                  {"a": "c", "b": "sw", "bw": "400Gb/s", "latency": "2us", "efficiency": 0.9}],
+    },
+}
+
+
+def test_explicit_form(tmp_path):
+    t = load_topology(_write(tmp_path, EXPLICIT))
+    assert t.num_devices == 3 and t.num_nodes == 2
+    assert t.path(0, 2) == [("a", "sw"), ("sw", "c")]
+    assert t.path_latency_s(0, 2) == pytest.approx(3e-6)
+    assert t.capacity_Bps(("sw", "c")) == pytest.approx(50e9 * 0.9)
+    assert t.device_kinds() == ["a100-80gb", "h100"]
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d["graph"]["nodes"][0].update(device="h999"), "graph.nodes[0].device"),
+    (lambda d: d["graph"]["links"][1].update(bw="-5GB/s"), "graph.links[1].bw"),
+    (lambda d: d["graph"]["links"][2].pop("bw"), "graph.links[2].bw"),
+    (lambda d: d["graph"]["links"].pop(2), "graph.links"),  # c is cut off
+])
+def test_explicit_bad_input_names_file_and_field(tmp_path, mutate, field):
+    import copy
+    data = copy.deepcopy(EXPLICIT)
+    mutate(data)
+    path = _write(tmp_path, data)
+    with pytest.raises(RlsimError) as err:
+        load_topology(path)
+    assert err.value.source == path and err.value.field == field
+    assert path in str(err.value) and field in str(err.value)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"device": "h999"}, "device"),
+    ({"scaleout": {"nic_bw": "-400Gb/s"}}, "scaleout.nic_bw"),
+    ({"nodes": None}, "nodes"),
+    ({"scaleout": None, "nodes": 2}, "scaleout"),  # two servers, nothing joining them
+    ({"nodes": 0}, "nodes"),
+])
+def test_hierarchical_bad_input_names_file_and_field(tmp_path, changes, field):
+    from simulator.presets import preset_dir, read_yaml
+    data = read_yaml(preset_dir("topologies") / "dgx-h100.yaml")
+    data.update(changes)
+    path = _write(tmp_path, data)
+    with pytest.raises(RlsimError) as err:
+        load_topology(path)
+    assert err.value.source == path and err.value.field == field
+
+
+def test_unknown_preset_and_bad_rank():
+    with pytest.raises(RlsimError, match="unknown topology preset"):
+        load_topology("no-such-cluster")
+    t = load_topology("dgx-h100")
+    with pytest.raises(RlsimError, match="out of range"):
+        t.node_of(8)
