@@ -117,7 +117,9 @@ class CollectiveModel:
 
     # ---- public ----------------------------------------------------------------------------
     def cost(self, op: str, ranks: Sequence[int], nbytes: float, algorithm: str | None = None) -> CollectiveCost:
-        exact = (op, tuple(ranks), nbytes, algorithm)  # cheap key first: no per-rank work on a hit
+        # Cheap key first: no per-rank work on a hit. A range hashes in O(1), so large contiguous groups
+        # passed as ranges stay cheap even at thousands of ranks.
+        exact = (op, ranks if isinstance(ranks, (range, tuple)) else tuple(ranks), nbytes, algorithm)
         hit = self._exact.get(exact)
         if hit is not None:
             return hit

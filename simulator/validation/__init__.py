@@ -1,0 +1,115 @@
+"""Validation cases: published measurements the simulator must reproduce (`rlsim validate`).
+
+A case module is any module of this package that registers a provider:
+
+    from simulator.validation import Case, register
+
+    @register
+    def cases():
+        yield Case("V9 my-case", "tokens/s", published=123.0, predict=lambda: ..., source="arXiv ...")
+
+`all_cases()` imports every module of the package (so a new file is picked up without editing
+this one) and collects the cases in module-name order, then registration order.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RlsimError
+
+Provider = Callable[[], Iterable["Case"]]
+_PROVIDERS: list[tuple[str, Provider]] = []
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published figure and how to predict it. `predict` runs only when the case runs."""
+
+    case: str
+    metric: str
+    published: float
+    predict: Callable[[], float]
+    tolerance: float = 0.15     # |error| allowed for the case to count as green
+    source: str = ""            # where the published figure comes from
+    note: str = ""              # the setup assumptions of the prediction
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: str
+    metric: str
+    predicted: float | None
+    published: float
+    error: float | None         # signed: predicted / published - 1
+    tolerance: float
+    source: str = ""
+    note: str = ""
+    failure: str = ""           # why the prediction could not be made (empty when it ran)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is not None and abs(self.error) <= self.tolerance
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"case": self.case, "metric": self.metric, "predicted": self.predicted,
+                               "published": self.published, "error": self.error, "tolerance": self.tolerance,
+                               "within_tolerance": self.ok, "source": self.source, "note": self.note}
+        if self.failure:
+            out["failure"] = self.failure
+        return out
+
+
+def register(provider: Provider) -> Provider:
+    """Decorator: add a provider of cases (a function returning or yielding Case objects)."""
+    _PROVIDERS.append((provider.__module__, provider))
+    return provider
+
+
+def _load_modules() -> None:
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def all_cases() -> list[Case]:
+    _load_modules()
+    seen: set[int] = set()
+    out: list[Case] = []
+    for _module, provider in sorted(_PROVIDERS, key=lambda mp: mp[0]):  # stable: registration order kept
+        if id(provider) in seen:
+            continue
+        seen.add(id(provider))
+        out.extend(provider())
+    # Published-results order (V1, V3, V4, ...), registration order within one.
+    return sorted(out, key=lambda c: _case_key(c.case))
+
+
+def _case_key(name: str) -> tuple[int, str]:
+    head = name.split()[0] if name else ""
+    return (int(head[1:]), "") if head[:1] == "V" and head[1:].isdigit() else (10**6, head)
+
+
+def run_case(case: Case) -> CaseResult:
+    """Predict one case. A missing dependency or a user-type error is reported as a failure of
+    the case (predicted None) rather than hiding the case; anything else propagates."""
+    try:
+        predicted = float(case.predict())
+    except (RlsimError, ImportError) as exc:
+        return CaseResult(case.case, case.metric, None, case.published, None, case.tolerance, case.source,
+                          case.note, failure=f"{type(exc).__name__}: {exc}")
+    error = predicted / case.published - 1.0
+    return CaseResult(case.case, case.metric, predicted, case.published, error, case.tolerance, case.source,
+                      case.note)
+
+
+def run_cases(select: str | None = None) -> list[CaseResult]:
+    """Run every registered case (or those whose name contains `select`)."""
+    cases = [c for c in all_cases() if select is None or select.lower() in c.case.lower()]
+    return [run_case(c) for c in cases]
+
+
+__all__ = ["Case", "CaseResult", "all_cases", "register", "run_case", "run_cases"]

@@ -1,0 +1,59 @@
+"""`rlsim validate`: predicted versus published figures for every registered validation case."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "compare the simulator's predictions with published measurements"
+EXAMPLES = """examples:
+  rlsim validate
+  rlsim validate --json
+  rlsim validate --case megatron
+
+Each case prints predicted, published and the signed error (predicted / published - 1); a case is
+green when |error| <= its tolerance. Cases live in simulator/validation/ (see docs/validation.md).
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import add_common
+
+    parser.add_argument("--case", default=None, metavar="TEXT", help="run only cases whose name contains TEXT")
+    add_common(parser, overrides=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import print_json
+    from ..errors import RlsimError
+    from ..validation import run_cases
+
+    results = run_cases(args.case)
+    if not results:
+        raise RlsimError(f"no validation case matches {args.case!r}", field="--case",
+                         fix="run `rlsim validate` to list the cases")
+    for r in results:
+        if r.failure:
+            print(f"rlsim: warning: case {r.case!r} could not run: {r.failure}", file=sys.stderr)
+    if args.json:
+        print_json([r.as_dict() for r in results])
+        return 0
+    print(format_table(results))
+    return 0
+
+
+def format_table(results) -> str:
+    width = max(len(r.case) for r in results)
+    mwidth = max(len(r.metric) for r in results)
+    lines = [f"{'case':<{width}}  {'metric':<{mwidth}}  {'predicted':>10}  {'published':>10}  {'error':>7}  ok"]
+    for r in results:
+        pred = "-" if r.predicted is None else _num(r.predicted)
+        err = "-" if r.error is None else f"{r.error:+.1%}"
+        mark = "yes" if r.ok else ("n/a" if r.error is None else f"NO (tol {r.tolerance:.0%})")
+        lines.append(f"{r.case:<{width}}  {r.metric:<{mwidth}}  {pred:>10}  {_num(r.published):>10}  {err:>7}  {mark}")
+    green = sum(r.ok for r in results)
+    lines.append(f"{green} of {len(results)} cases within tolerance")
+    return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}" if abs(x) < 1 else f"{x:.1f}"

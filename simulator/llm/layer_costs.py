@@ -1,0 +1,132 @@
+"""Per-layer parameter counts and matmul shapes of a ModelSpec, as the training cost model needs them.
+
+Counts follow the model's matrices (arXiv 2104.04473 appendix / formulas.md): attention Q, K, V,
+O projections (MLA: the low-rank down/up projections), the MLP (2 matrices, or 3 when gated:
+SwiGLU), MoE experts (gated), shared experts and the router. Norms and biases are ignored
+(< 0.1% of parameters). Everything here is unsharded; the cost model divides by TP / EP.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+
+def _get(model: Any, name: str, default: Any = 0) -> Any:
+    value = getattr(model, name, default)
+    return default if value is None else value
+
+
+def is_gated_mlp(model: Any) -> bool:
+    """SwiGLU-style MLPs have 3 matrices; GELU MLPs (GPT) have 2."""
+    gated = getattr(model, "gated_ffn", None)
+    if gated is not None:
+        return bool(gated)
+    act = str(getattr(model, "hidden_act", getattr(model, "activation", "silu")) or "silu").lower()
+    return act in ("silu", "swiglu", "swish", "geglu")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One matmul of a layer, per token: `params` weights, applied to `tokens_factor` x tokens."""
+
+    name: str
+    params: float          # weight elements (K x N)
+    n_out: float           # output width N (for the activation bytes of the roofline)
+    expert: bool = False   # an expert's weights: sharded by EP, fed tokens x top-k / experts
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One transformer layer (unsharded). `gemms` are the per-token matmuls; attention core apart."""
+
+    moe: bool
+    gemms: tuple[Gemm, ...]
+    attn_heads: int
+    kv_heads: int
+    qk_head_dim: int            # per-head dim of Q.K^T
+    v_head_dim: int             # per-head dim of the value / attention output
+    num_experts: int = 0
+    experts_per_token: int = 0
+
+    @property
+    def dense_params(self) -> float:
+        """Parameters not sharded by EP (attention, dense MLP, shared experts, router)."""
+        return sum(g.params for g in self.gemms if not g.expert)
+
+    @property
+    def expert_params(self) -> float:
+        """Routed expert parameters of the layer (all experts)."""
+        return sum(g.params for g in self.gemms if g.expert) * max(self.num_experts, 1)
+
+    @property
+    def params(self) -> float:
+        return self.dense_params + (self.expert_params if self.moe else 0.0)
+
+    def matmul_flops_per_token(self) -> float:
+        """Forward matmul FLOPs per token: 2 x weights touched (routed experts: top-k of them)."""
+        dense = sum(g.params for g in self.gemms if not g.expert)
+        routed = sum(g.params for g in self.gemms if g.expert) * self.experts_per_token
+        return 2.0 * (dense + routed)
+
+    def attention_flops_per_token(self, context_len: float) -> float:
+        """Forward Q.K^T and A.V FLOPs per token over `context_len` keys (full, uncausal count)."""
+        return 2.0 * context_len * self.attn_heads * (self.qk_head_dim + self.v_head_dim)
+
+
+def _attention_gemms(model: Any) -> tuple[list[Gemm], int, int, int, int]:
+    h = int(model.hidden)
+    heads = int(model.num_heads)
+    if _get(model, "kv_lora_rank", 0):
+        q_lora = int(_get(model, "q_lora_rank", 0))
+        kv_lora = int(model.kv_lora_rank)
+        nope, rope = int(_get(model, "qk_nope_dim", 128)), int(_get(model, "qk_rope_dim", 64))
+        v_dim = int(_get(model, "v_head_dim", nope))
+        qk = nope + rope
+        gemms = []
+        if q_lora:
+            gemms += [Gemm("q_down", h * q_lora, q_lora), Gemm("q_up", q_lora * heads * qk, heads * qk)]
+        else:
+            gemms.append(Gemm("q", h * heads * qk, heads * qk))
+        gemms += [Gemm("kv_down", h * (kv_lora + rope), kv_lora + rope),
+                  Gemm("kv_up", kv_lora * heads * (nope + v_dim), heads * (nope + v_dim)),
+                  Gemm("o", heads * v_dim * h, h)]
+        return gemms, heads, heads, qk, v_dim
+    d = int(_get(model, "head_dim", 0)) or h // heads
+    kv = int(_get(model, "num_kv_heads", heads)) or heads
+    gemms = [Gemm("qkv", h * (heads + 2 * kv) * d, (heads + 2 * kv) * d), Gemm("o", heads * d * h, h)]
+    return gemms, heads, kv, d, d
+
+
+def _mlp_gemms(h: int, ffn: int, gated: bool, prefix: str, expert: bool = False) -> list[Gemm]:
+    up = (2 if gated else 1) * ffn
+    return [Gemm(f"{prefix}_up", h * up, up, expert), Gemm(f"{prefix}_down", ffn * h, h, expert)]
+
+
+@lru_cache(maxsize=256)
+def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
+    """One LayerShape per layer, in order (dense layers first for MoE models with first_k_dense)."""
+    h = int(model.hidden)
+    attn, heads, kv, qk, vd = _attention_gemms(model)
+    gated = is_gated_mlp(model)
+    experts = int(_get(model, "num_experts", 0))
+    dense_mlp = _mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")
+    dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd)
+    if not experts:
+        return (dense,) * int(model.num_layers)
+    f_moe = int(_get(model, "moe_ffn_hidden", 0)) or int(model.ffn_hidden)
+    shared = int(_get(model, "num_shared_experts", 0))
+    moe_gemms = list(attn) + [Gemm("router", h * experts, experts)]
+    if shared:
+        moe_gemms += _mlp_gemms(h, f_moe * shared, True, "shared")
+    moe_gemms += _mlp_gemms(h, f_moe, True, "expert", expert=True)
+    moe = LayerShape(True, tuple(moe_gemms), heads, kv, qk, vd, experts, int(_get(model, "experts_per_token", 1)))
+    first_dense = int(_get(model, "first_k_dense", 0))
+    return tuple(dense if i < first_dense else moe for i in range(int(model.num_layers)))
+
+
+def embedding_params(model: Any) -> tuple[float, float]:
+    """(input embedding, output head) parameters; tied models still hold a head copy on the last
+    pipeline stage when pp > 1 (Megatron keeps and all-reduces both copies)."""
+    e = float(model.vocab) * float(model.hidden)
+    return e, e

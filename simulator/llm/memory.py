@@ -1,0 +1,188 @@
+"""Training memory per device: weights, gradients, optimizer states (by ZeRO stage), activations
+(by recompute mode), logits. Formulas: reference/formulas.md; ZeRO arXiv 1910.02054; activations
+Korthikanti et al., "Reducing Activation Recomputation", arXiv 2205.05198 (Table 2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import RlsimError
+from .layer_costs import LayerShape, embedding_params, layer_shapes
+from .pipeline import issue_order
+from .train_layout import TrainLayout
+
+
+class MemoryParams(BaseModel):
+    """Memory constants; reachable from YAML as `train_params.memory.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Mixed-precision Adam, 16 bytes per parameter before sharding (ZeRO arXiv 1910.02054 sec. 3.1).
+    weight_bytes_per_param: float = 2.0      # bf16 weights
+    grad_bytes_per_param: float = 2.0        # bf16 gradients
+    optimizer_bytes_per_param: float = 12.0  # fp32 master weights + momentum + variance
+    # Korthikanti Table 2 counts 2-byte activations and 1-byte dropout masks; the per-token element
+    # counts below are derived from the layer's shapes in the same way (see activation_bytes_per_token).
+    activation_bytes: float = 2.0
+    mask_bytes: float = 1.0
+    # Attention-score storage without flash attention: 5 a s b bytes per token (QK^T 2, softmax 2,
+    # dropout mask 1; arXiv 2205.05198 eq. 1). Flash attention keeps none of it.
+    score_bytes_per_elem: float = 5.0
+    # Logits of the last stage for the loss, kept in fp32 (Megatron vocab-parallel cross entropy).
+    logits_bytes_per_elem: float = 4.0
+    # Share of HBM a training job can use: CUDA context, NCCL buffers and allocator fragmentation
+    # take the rest (assumption: ~8% of 80 GB, i.e. ~6 GB; overridable).
+    hbm_usable_fraction: float = 0.92
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes on the most loaded device of a layout (the pipeline stage with the largest total)."""
+
+    stage: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    logits_bytes: float
+    capacity_bytes: float   # usable HBM (hbm_bytes x hbm_usable_fraction)
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.logits_bytes)
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    def as_dict(self) -> dict[str, float]:
+        return {"stage": self.stage, "weights_bytes": self.weights_bytes, "gradients_bytes": self.gradients_bytes,
+                "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
+                "logits_bytes": self.logits_bytes, "total_bytes": self.total_bytes,
+                "capacity_bytes": self.capacity_bytes}
+
+    def describe(self) -> str:
+        gb = 1e9
+        return (f"weights {self.weights_bytes / gb:.1f} GB + gradients {self.gradients_bytes / gb:.1f} GB + "
+                f"optimizer {self.optimizer_bytes / gb:.1f} GB + activations {self.activations_bytes / gb:.1f} GB"
+                f" + logits {self.logits_bytes / gb:.1f} GB = {self.total_bytes / gb:.1f} GB on pipeline stage "
+                f"{self.stage}, usable {self.capacity_bytes / gb:.1f} GB")
+
+
+def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
+    """Layer indices of each virtual stage j (chunk j // pp on rank j % pp), split as evenly as
+    possible with the earlier stages taking the remainder."""
+    chunks = np.array_split(np.arange(num_layers), pp * vpp)
+    return [c.tolist() for c in chunks]
+
+
+def activation_bytes_per_token(layer: LayerShape, hidden: int, ffn: int, gated: bool, *, tp: int, sp: bool,
+                               recompute: str, flash: bool, context_len: float, params: MemoryParams) -> float:
+    """Stored activation bytes per token of one layer (arXiv 2205.05198 Table 2, generalized to the
+    layer's shapes: 34 s b h + 5 a s^2 b for GPT, /t with TP + SP; 2 s b h with full recompute)."""
+    a, m = params.activation_bytes, params.mask_bytes
+    if recompute == "full":
+        return a * hidden / (tp if sp else 1)
+    # Not sharded by TP unless sequence parallel: 2 LayerNorm inputs, attention and MLP inputs, 2 masks.
+    replicated = 4 * a * hidden + 2 * m * hidden
+    # Sharded by TP: Q, K, V, attention output, the MLP's inner activations (gated: up + gate + act).
+    q = layer.attn_heads * layer.qk_head_dim
+    kv = layer.kv_heads * (layer.qk_head_dim + layer.v_head_dim)
+    attn = a * (q + kv + layer.attn_heads * layer.v_head_dim)
+    # MLP inner activations: up-projection output (gated: up + gate) and the activation output.
+    # MoE: every token's top-k experts plus the shared experts (always gated).
+    up_out = sum(g.n_out * (layer.experts_per_token if g.expert else 1)
+                 for g in layer.gemms if g.name.endswith("_up"))
+    mlp = a * up_out * (1.5 if (gated or layer.moe) else 2.0)
+    sharded = attn + mlp
+    if not flash and recompute == "none":
+        sharded += params.score_bytes_per_elem * layer.attn_heads * context_len
+    return replicated / (tp if sp else 1) + sharded / tp
+
+
+def memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_bytes: float, *,
+                      params: MemoryParams | None = None, flash_attention: bool = True,
+                      micro_batches: int | None = None) -> MemoryBreakdown:
+    """The largest per-device memory over pipeline stages. `seq_len` is the longest sequence of a
+    micro-batch (padded) or the packed token budget per sequence slot; CP divides it."""
+    params = params or MemoryParams()
+    tp, pp, vpp, cp = layout.tp, layout.pp, layout.vpp, layout.cp
+    dp = layout.dp or 1
+    shapes = layer_shapes(model)
+    chunks = stage_layers(int(model.num_layers), pp, vpp)
+    emb, head = embedding_params(model)
+    tokens = layout.micro_batch * seq_len / cp
+    m = micro_batches if micro_batches is not None else pp * vpp
+    gated = bool(getattr(model, "gated_ffn", True))
+    best: MemoryBreakdown | None = None
+    per_token: dict[LayerShape, float] = {}
+    for s in range(pp):
+        dense = expert = 0.0
+        act_per_chunk = []
+        for c in range(vpp):
+            layers = chunks[c * pp + s]
+            per_chunk = 0.0
+            for i in layers:
+                lay = shapes[i]
+                dense += lay.dense_params / tp
+                expert += lay.expert_params / (layout.ep * tp) if lay.moe else 0.0
+                act = per_token.get(lay)
+                if act is None:  # layers of one shape store the same: compute once
+                    act = per_token[lay] = activation_bytes_per_token(
+                        lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=layout.sp,
+                        recompute=layout.recompute, flash=flash_attention, context_len=seq_len / cp, params=params)
+                per_chunk += act
+            act_per_chunk.append(per_chunk * tokens)
+        if s == 0:
+            dense += emb / tp
+        if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
+            dense += head / tp
+        # ZeRO shards dense states over dp x cp, expert states over the dp x cp / ep expert-DP group.
+        full = dense + expert
+        shard = dense / (dp * cp) + expert / (dp * cp / layout.ep)
+        weights = params.weight_bytes_per_param * (shard if layout.zero >= 3 else full)
+        grads = params.grad_bytes_per_param * (shard if layout.zero >= 2 else full)
+        optim = params.optimizer_bytes_per_param * (shard if layout.zero >= 1 else full)
+        acts = _in_flight_activations(act_per_chunk, pp, vpp, m, s)
+        if layout.recompute == "full":  # one layer's full activations are rebuilt during its backward
+            lay = shapes[chunks[s][0]] if chunks[s] else shapes[0]
+            acts += tokens * activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated,
+                                                        tp=tp, sp=layout.sp, recompute="none",
+                                                        flash=flash_attention, context_len=seq_len / cp,
+                                                        params=params)
+        logits = tokens * float(model.vocab) / tp * params.logits_bytes_per_elem if s == pp - 1 else 0.0
+        cand = MemoryBreakdown(s, weights, grads, optim, acts, logits,
+                               capacity_hbm_bytes * params.hbm_usable_fraction)
+        if best is None or cand.total_bytes > best.total_bytes:
+            best = cand
+    assert best is not None
+    return best
+
+
+def _in_flight_activations(act_per_chunk: list[float], pp: int, vpp: int, m: int, stage: int) -> float:
+    """Peak of stored activations over the stage's issue order: forwards add a chunk's activations
+    until its backward frees them (1F1B: p - s micro-batches in flight; interleaved: the first
+    stage holds p (1 + (p - 1) / (p v)) micro-batches' worth, arXiv 2205.05198 sec. 4.2.3)."""
+    # The peak is reached within the first few rounds of the order: a few pp's worth of
+    # micro-batches show it (the interleaved order needs a multiple of pp; round up).
+    m = min(m, 3 * pp)
+    if vpp > 1 and m % pp:
+        m = pp * max(1, -(-m // pp))
+    live = peak = 0.0
+    for kind, _micro, chunk in issue_order(pp, vpp, m, stage):
+        live += act_per_chunk[chunk] if kind == "F" else -act_per_chunk[chunk]
+        peak = max(peak, live)
+    return peak
+
+
+def check_fits(breakdown: MemoryBreakdown, *, what: str, source: str | None = None) -> None:
+    """RlsimError with the breakdown when the layout does not fit in device memory."""
+    if not breakdown.fits:
+        raise RlsimError(f"{what} does not fit in device memory: {breakdown.describe()}", source=source,
+                         field="train_layout",
+                         fix="raise tp/pp, use zero: 1-3, recompute: full, a smaller micro_batch, or devices "
+                             "with more HBM")

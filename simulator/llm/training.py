@@ -1,0 +1,656 @@
+"""The cost of one training step (one optimizer step over a global batch) under hybrid parallelism.
+
+Per micro-batch compute by roofline with a GEMM efficiency curve (train_compute.py); TP / SP,
+CP, EP and ZeRO-3 collectives inside each layer; pipeline point-to-point between stages; the
+1F1B / interleaved pipeline simulated exactly (pipeline.py); data-parallel gradient sync after each
+stage's last backward, overlapped by a named fraction; then the memory-bound optimizer step.
+Every collective goes through `network.collectives.CollectiveModel`. Formulas and their sources:
+docs/cost-models-training.md.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import RlsimError
+from .layer_costs import LayerShape, embedding_params, layer_shapes
+from .memory import MemoryBreakdown, MemoryParams, check_fits, memory_per_device, stage_layers
+from .pipeline import IDLE, PipelineResult, StageInterval, forward_only_makespan, simulate_pipeline
+from .train_compute import ComputeParams, DeviceRates, LayerTimes, layer_times, logits_times
+from .train_layout import DEFAULT_ORDER, RECOMPUTE_MODES, TrainLayout
+
+__all__ = ["CommParams", "ComputeParams", "ForwardCost", "MemoryBreakdown", "MemoryParams", "RECOMPUTE_MODES",
+           "TrainLayout", "TrainParams", "TrainStepCost", "forward_cost", "memory_per_device", "train_step_cost",
+           "uniform_sequences"]
+
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+
+
+class CommParams(BaseModel):
+    """Communication constants of training; reachable from YAML as `train_params.comm.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Share of each kind's collective time hidden under compute. Megatron-LM as in arXiv 2104.04473
+    # issues TP all-reduces, EP all-to-alls and the pipeline sends on the critical path: 0.
+    tp_overlap_fraction: float = 0.0
+    ep_overlap_fraction: float = 0.0
+    # Ring-attention CP overlaps the KV exchange with the blocks already local (Megatron-Core CP);
+    # half hidden is an assumption until calibrated.
+    cp_overlap_fraction: float = 0.5
+    # DP gradient sync: Megatron-LM 2021 all-reduces after the pipeline flush (no overlap, arXiv
+    # 2104.04473 sec. 2.2); Megatron-Core --overlap-grad-reduce / FSDP prefetch hide most of it:
+    # set ~0.8-0.9 for those.
+    dp_overlap_fraction: float = 0.0
+    # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
+    pp_scatter_gather: bool = True
+    # Gradients reduced in bf16 (formulas.md: "DP: gradient all-reduce of N/(t p) parameters").
+    grad_reduce_bytes_per_param: float = 2.0
+    # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
+    # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
+    optimizer_traffic_bytes_per_param: float = 30.0
+
+
+class TrainParams(BaseModel):
+    """All constants of the training cost model; `train_params:` in a workload or scenario."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compute: ComputeParams = ComputeParams()
+    comm: CommParams = CommParams()
+    memory: MemoryParams = MemoryParams()
+    check_memory: bool = True
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str | None = None) -> TrainParams:
+        try:
+            return cls.model_validate(dict(mapping or {}))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = "train_params." + ".".join(str(p) for p in err["loc"])
+            raise RlsimError(err["msg"], source=source, field=where,
+                             fix="see docs/cost-models-training.md for the fields and their types") from None
+
+
+def uniform_sequences(num_sequences: int, seq_len: int) -> np.ndarray:
+    """A batch of equal-length sequences (the Megatron benchmark setting)."""
+    return np.full(int(num_sequences), int(seq_len), dtype=np.int64)
+
+
+# ---- results ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ForwardCost:
+    """A forward-only pass (reference / old-logprob / reward / critic values) over a batch."""
+
+    time_s: float       # makespan of the slowest data-parallel replica
+    compute_s: float    # forward compute of the busiest pipeline rank
+    comm_s: float       # exposed TP / CP / EP / ZeRO-3 comm inside that rank's forward ops
+    tokens: int
+    flops: float        # model forward FLOPs (2N + attention per token, formulas.md)
+
+
+@dataclass(frozen=True)
+class TrainStepCost:
+    """One optimizer step. Times are seconds; `comm_exposed_s` by kind: tp, cp, ep, pp, dp."""
+
+    step_time_s: float
+    pipeline_s: float             # forward/backward makespan of the slowest replica
+    compute_s: float              # compute on the busiest device (recompute included)
+    comm_exposed_s: dict[str, float]
+    bubble_fraction: float        # idle device-time / device-time inside the pipeline flush
+    bubble_s: float               # pipeline_s minus the busiest stage's busy time
+    optimizer_s: float
+    tflops_per_device: float      # TFLOP/s per device, recomputation counted (Megatron convention)
+    mfu: float                    # model FLOPs (6N + attention, no recompute) / (time x devices x peak)
+    model_flops: float
+    hardware_flops: float
+    tokens: int
+    devices: int
+    layout: TrainLayout
+    memory: MemoryBreakdown
+    pipeline: PipelineResult
+    stage_tail_s: tuple[tuple[float, float, float], ...] = field(repr=False, default=())  # (end, dp, opt)
+
+    @property
+    def comm_s(self) -> float:
+        return float(sum(self.comm_exposed_s.values()))
+
+    @property
+    def comm_fraction(self) -> float:
+        return self.comm_s / self.step_time_s if self.step_time_s > 0 else 0.0
+
+    @cached_property
+    def timeline(self) -> tuple[StageInterval, ...]:
+        """Per pipeline stage: forward / backward / idle intervals, then dp_sync and optimizer."""
+        out: list[StageInterval] = []
+        for s, (end, dp, opt) in enumerate(self.stage_tail_s):
+            # The stage's own flush intervals up to its last backward, then its gradient sync and
+            # optimizer step (each stage syncs its own parameters), then waiting for the slowest.
+            out.extend(iv for iv in self.pipeline.intervals if iv.stage == s and iv.start < end)
+            if dp > 0:
+                out.append(StageInterval(s, "dp_sync", end, end + dp))
+            if opt > 0:
+                out.append(StageInterval(s, "optimizer", end + dp, end + dp + opt))
+            if self.step_time_s > end + dp + opt:
+                out.append(StageInterval(s, IDLE, end + dp + opt, self.step_time_s))
+        return tuple(out)
+
+    def record(self, recorder: Any, pool: str, ranks: Sequence[int], start: float, *, iteration: int = -1,
+               label: str = "train") -> None:
+        """Write the timeline into a des.Recorder; `ranks` in the layout's canonical order. Idle
+        inside the flush is cause `pipeline_bubble`; waiting for the slowest stage, `dependency`."""
+        stage_ranks = stage_rank_lists(self.layout, ranks)
+        for iv in self.timeline:
+            state = "idle" if iv.state == IDLE else ("sync" if iv.state == "dp_sync" else "train")
+            cause = ("pipeline_bubble" if iv.start < self.stage_tail_s[iv.stage][0] else "dependency") \
+                if state == "idle" else ""
+            recorder.record_devices(pool, stage_ranks[iv.stage], state, start + iv.start, start + iv.end,
+                                    cause=cause, iteration=iteration, label=f"{label}:{iv.state}")
+
+    def summary(self) -> dict[str, Any]:
+        return {"step_time_s": self.step_time_s, "pipeline_s": self.pipeline_s, "compute_s": self.compute_s,
+                "comm_exposed_s": dict(self.comm_exposed_s), "bubble_fraction": self.bubble_fraction,
+                "optimizer_s": self.optimizer_s, "tflops_per_device": self.tflops_per_device, "mfu": self.mfu,
+                "tokens": self.tokens, "devices": self.devices, "layout": self.layout.as_dict(),
+                "memory": self.memory.as_dict()}
+
+
+# ---- rank groups --------------------------------------------------------------------------------------
+def _position(layout: TrainLayout, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
+    coords = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    sizes = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp or 1, "pp": layout.pp}
+    index, stride = 0, 1
+    for dim in layout.order:
+        index += coords[dim] * stride
+        stride *= sizes[dim]
+    return index
+
+
+def stage_rank_lists(layout: TrainLayout, ranks: Sequence[int]) -> list[list[int]]:
+    """All physical ranks of each pipeline stage."""
+    dp = layout.dp or 1
+    return [sorted(int(ranks[_position(layout, t, c, d, s)]) for t in range(layout.tp) for c in range(layout.cp)
+                   for d in range(dp)) for s in range(layout.pp)]
+
+
+@dataclass(frozen=True)
+class _Groups:
+    tp: list[list[int]]          # per stage
+    cp: list[list[int]]
+    ep: list[list[int]]
+    dp: list[list[int]]          # dense-gradient group (dp x cp) per stage
+    edp: list[list[int]]         # expert-gradient group (dp x cp / ep) per stage
+    p2p: list[tuple[int, int]]   # stage s -> s + 1 representatives (first TP rank)
+
+
+@lru_cache(maxsize=64)
+def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
+    r = list(ranks)
+    dp = layout.dp or 1
+    tp, cp, ep, dpg, edp, p2p = [], [], [], [], [], []
+    for s in range(layout.pp):
+        tp.append([r[_position(layout, t, 0, 0, s)] for t in range(layout.tp)])
+        cp.append([r[_position(layout, 0, c, 0, s)] for c in range(layout.cp)])
+        ep.append([r[_position(layout, 0, 0, d, s)] for d in range(layout.ep)])
+        dpg.append([r[_position(layout, 0, c, d, s)] for d in range(dp) for c in range(layout.cp)])
+        edp.append([r[_position(layout, 0, c, d, s)] for d in range(0, dp, layout.ep) for c in range(layout.cp)])
+    for s in range(layout.pp):
+        p2p.append((r[_position(layout, 0, 0, 0, s)], r[_position(layout, 0, 0, 0, (s + 1) % layout.pp)]))
+    return _Groups(tp, cp, ep, dpg, edp, p2p)
+
+
+class _Comm:
+    """Collective times through a CollectiveModel. A single size is asked exactly; an array of
+    sizes is asked at the powers of two that bracket it and interpolated linearly (collective time
+    is affine in bytes for a fixed algorithm: latency + bytes / bandwidth), so ragged batches reuse
+    the CollectiveModel's cache across queries."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def one(self, op: str, group: Sequence[int], nbytes: float) -> float:
+        if len(group) < 2 and op != "p2p" or nbytes <= 0:
+            return 0.0
+        if op == "p2p" and group[0] == group[1]:
+            return 0.0
+        return float(self.model.cost(op, list(group), float(nbytes)).time_s)
+
+    def many(self, op: str, group: Sequence[int], nbytes: np.ndarray) -> np.ndarray:
+        nbytes = np.asarray(nbytes, dtype=float)
+        if nbytes.size == 0:
+            return nbytes.copy()
+        lo, hi = float(nbytes.min()), float(nbytes.max())
+        if hi == lo:
+            return np.full_like(nbytes, self.one(op, group, lo))
+        if lo > 0:
+            lo, hi = 2.0 ** math.floor(math.log2(lo)), 2.0 ** math.ceil(math.log2(hi))
+        t_lo, t_hi = self.one(op, group, lo), self.one(op, group, hi)
+        return t_lo + (nbytes - lo) * ((t_hi - t_lo) / (hi - lo))
+
+
+def _collective_model(topology: Any, collectives: Any | None) -> Any:
+    if collectives is not None:
+        return collectives
+    cached = _COLLECTIVES.get(id(topology))
+    if cached is not None and cached[0] is topology:
+        return cached[1]
+    from ..network.collectives import CollectiveModel
+    model = CollectiveModel(topology)
+    if len(_COLLECTIVES) > 16:
+        _COLLECTIVES.clear()
+    _COLLECTIVES[id(topology)] = (topology, model)
+    return model
+
+
+_COLLECTIVES: dict[int, tuple[Any, Any]] = {}
+
+
+# ---- micro-batches ------------------------------------------------------------------------------------
+def _sequences(sequences: Any, source: str | None) -> np.ndarray:
+    seqs = np.asarray(sequences)
+    if seqs.ndim == 0:
+        raise RlsimError("sequences must be a list of sequence lengths", source=source, field="sequences",
+                         fix="pass e.g. uniform_sequences(512, 2048)")
+    seqs = seqs.reshape(-1)
+    if seqs.size == 0 or not np.issubdtype(seqs.dtype, np.number) or np.any(seqs < 1):
+        raise RlsimError("sequences must be a non-empty list of positive lengths", source=source,
+                         field="sequences", fix="give every sequence at least one token")
+    return seqs.astype(np.int64)
+
+
+def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per DP replica: (tokens, sum of squared lengths) per micro-batch, before CP.
+
+    Megatron's sampler: micro-batch step k takes the next b x dp sequences, replica r the r-th
+    slice of b. Padded: a micro-batch costs b x its longest sequence; packed: its token sum, with
+    attention per sequence."""
+    b, dp = layout.micro_batch, layout.dp or 1
+    idx = np.arange(seqs.size)
+    step = idx // (b * dp)
+    replica = (idx % (b * dp)) // b
+    out = []
+    for r in range(dp):
+        mine = replica == r
+        if not mine.any():
+            continue
+        s, k = seqs[mine].astype(float), step[mine]
+        m = int(k.max()) + 1
+        if packing == "packed":
+            tokens = np.bincount(k, weights=s, minlength=m)
+            sq = np.bincount(k, weights=s * s, minlength=m)
+        else:
+            count = np.bincount(k, minlength=m).astype(float)
+            longest = np.zeros(m)
+            np.maximum.at(longest, k, s)
+            tokens, sq = count * longest, count * longest * longest
+        keep = tokens > 0
+        out.append((tokens[keep], sq[keep]))
+    return out
+
+
+# ---- per-layer time including comm --------------------------------------------------------------------
+@dataclass
+class _LayerCost:
+    fwd_compute: np.ndarray
+    bwd_compute: np.ndarray
+    attn_fwd: np.ndarray
+    fwd_comm: dict[str, np.ndarray]   # exposed, by kind
+    bwd_comm: dict[str, np.ndarray]
+
+
+def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainLayout, tokens_local: np.ndarray,
+                groups: _Groups, stage: int, comm: _Comm, params: TrainParams) -> _LayerCost:
+    cp_, a = params.comm, params.compute.activation_bytes
+    h = int(model.hidden)
+    act = tokens_local * h * a
+    fwd: dict[str, np.ndarray] = {}
+    bwd: dict[str, np.ndarray] = {}
+    if layout.tp > 1:  # 2 all-reduces (or all-gather + reduce-scatter with SP) forward, 2 backward
+        g = groups.tp[stage]
+        one = (comm.many("all_gather", g, act) + comm.many("reduce_scatter", g, act)) if layout.sp \
+            else comm.many("all_reduce", g, act)
+        fwd["tp"] = bwd["tp"] = 2.0 * one * (1 - cp_.tp_overlap_fraction)
+    if layout.cp > 1:  # KV all-gather forward, dKV reduce-scatter backward (full gathered size)
+        kv_elems = layer.kv_heads * (layer.qk_head_dim + layer.v_head_dim) / layout.tp
+        kv = tokens_local * layout.cp * kv_elems * a
+        g = groups.cp[stage]
+        fwd["cp"] = comm.many("all_gather", g, kv) * (1 - cp_.cp_overlap_fraction)
+        bwd["cp"] = comm.many("reduce_scatter", g, kv) * (1 - cp_.cp_overlap_fraction)
+    if layer.moe and layout.ep > 1:  # dispatch + combine, forward and backward
+        sent = tokens_local / (layout.tp if layout.sp else 1) * layer.experts_per_token * h * a
+        t = 2.0 * comm.many("all_to_all", groups.ep[stage], sent) * (1 - cp_.ep_overlap_fraction)
+        fwd["ep"] = bwd["ep"] = t
+    if layout.zero >= 3 and (layout.dp or 1) * layout.cp > 1:  # gather weights per micro-batch; reduce-scatter grads
+        wbytes = layer.dense_params / layout.tp * params.memory.weight_bytes_per_param
+        gbytes = layer.dense_params / layout.tp * cp_.grad_reduce_bytes_per_param
+        g = groups.dp[stage]
+        gather = comm.one("all_gather", g, wbytes) * (1 - cp_.dp_overlap_fraction)
+        fwd["dp"] = np.full_like(tokens_local, gather)
+        bwd["dp"] = np.full_like(tokens_local, gather + comm.one("reduce_scatter", g, gbytes)
+                                 * (1 - cp_.dp_overlap_fraction))
+    return _LayerCost(times.fwd_s, times.bwd_s, times.attn_fwd_s, fwd, bwd)
+
+
+@dataclass
+class _StageArrays:
+    fwd: np.ndarray            # (V, M) total forward op time
+    fwd_comm: np.ndarray       # (V, M) exposed comm inside the forward ops
+    bwd: np.ndarray            # (V, M) total backward op time (recompute included)
+    compute: np.ndarray        # (V, M) compute part of fwd + bwd
+    comm: dict[str, np.ndarray]  # kind -> (V, M) exposed comm inside ops
+
+
+def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.ndarray, groups: _Groups,
+                  comm: _Comm, rates: DeviceRates, params: TrainParams) -> _StageArrays:
+    """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq)."""
+    shapes = layer_shapes(model)
+    pp, vpp = layout.pp, layout.vpp
+    chunks = stage_layers(int(model.num_layers), pp, vpp)
+    tokens_local = tokens / layout.cp
+    sq_local = sq / layout.cp
+    gated = bool(getattr(model, "gated_ffn", True))
+    n_v, n_m = pp * vpp, tokens.size
+    fwd = np.zeros((n_v, n_m))
+    fwd_comm_all = np.zeros((n_v, n_m))
+    bwd = np.zeros((n_v, n_m))
+    compute = np.zeros((n_v, n_m))
+    comm_kind = {k: np.zeros((n_v, n_m)) for k in COMM_KINDS}
+    time_cache: dict[LayerShape, LayerTimes] = {}
+    cost_cache: dict[tuple[LayerShape, int], _LayerCost] = {}
+    for j in range(n_v):
+        stage = j % pp
+        for i in chunks[j]:
+            lay = shapes[i]
+            key = (lay, stage)
+            lc = cost_cache.get(key)
+            if lc is None:
+                t = time_cache.get(lay)
+                if t is None:
+                    t = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local, sq_local,
+                                    tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates, params=params.compute)
+                    time_cache[lay] = t
+                lc = cost_cache[key] = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
+            f_comm = sum(lc.fwd_comm.values()) if lc.fwd_comm else 0.0
+            b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
+            re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(layout.recompute, 0.0)
+            re_comm = f_comm if layout.recompute == "full" else 0.0
+            fwd[j] += lc.fwd_compute + f_comm
+            fwd_comm_all[j] += f_comm
+            bwd[j] += lc.bwd_compute + b_comm + re_compute + re_comm
+            compute[j] += lc.fwd_compute + lc.bwd_compute + re_compute
+            for kind, arr in lc.fwd_comm.items():
+                comm_kind[kind][j] += arr * (2.0 if layout.recompute == "full" and kind != "dp" else 1.0)
+            for kind, arr in lc.bwd_comm.items():
+                comm_kind[kind][j] += arr
+    # Output layer and loss on the last virtual stage.
+    lf, lb = logits_times(int(model.hidden), int(model.vocab), tokens_local, tp=layout.tp, rates=rates,
+                          params=params.compute)
+    fwd[-1] += lf
+    bwd[-1] += lb
+    compute[-1] += lf + lb
+    return _StageArrays(fwd, fwd_comm_all, bwd, compute, comm_kind)
+
+
+def _p2p_times(model: Any, layout: TrainLayout, tokens: np.ndarray, groups: _Groups, comm: _Comm,
+               params: TrainParams) -> np.ndarray:
+    """(V - 1, M) transfer time across each virtual-stage boundary (activations; gradients alike)."""
+    n_v = layout.pp * layout.vpp
+    if n_v < 2:
+        return np.zeros((0, tokens.size))
+    act = tokens / layout.cp * int(model.hidden) * params.compute.activation_bytes
+    out = np.zeros((n_v - 1, tokens.size))
+    per_stage: dict[int, np.ndarray] = {}
+    for j in range(n_v - 1):
+        s = j % layout.pp
+        if s not in per_stage:
+            src, dst = groups.p2p[s]
+            if params.comm.pp_scatter_gather and layout.tp > 1:
+                t = comm.many("p2p", [src, dst], act / layout.tp) + \
+                    comm.many("all_gather", groups.tp[(s + 1) % layout.pp], act)
+            else:
+                t = comm.many("p2p", [src, dst], act)
+            per_stage[s] = t
+        out[j] = per_stage[s]
+    return out
+
+
+def _stage_params(model: Any, layout: TrainLayout) -> list[tuple[float, float]]:
+    """(dense, expert) parameters held by one device of each pipeline stage."""
+    shapes = layer_shapes(model)
+    chunks = stage_layers(int(model.num_layers), layout.pp, layout.vpp)
+    emb, head = embedding_params(model)
+    out = []
+    for s in range(layout.pp):
+        dense = expert = 0.0
+        for c in range(layout.vpp):
+            for i in chunks[c * layout.pp + s]:
+                dense += shapes[i].dense_params / layout.tp
+                if shapes[i].moe:
+                    expert += shapes[i].expert_params / (layout.ep * layout.tp)
+        if s == 0:
+            dense += emb / layout.tp
+        if s == layout.pp - 1 and (layout.pp > 1 or not model.tied_embeddings):
+            dense += head / layout.tp
+        out.append((dense, expert))
+    return out
+
+
+def _rates(topology: Any, ranks: Sequence[int], params: TrainParams) -> DeviceRates:
+    spec = topology.device_spec(int(ranks[0]))
+    return DeviceRates(peak_flops=spec.peak(params.compute.dtype), gemm_efficiency=spec.gemm_efficiency,
+                       hbm_Bps=spec.hbm_bw_Bps * spec.hbm_efficiency)
+
+
+def _setup(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None, sequences: Any,
+           source: str | None) -> tuple[TrainLayout, list[int], np.ndarray]:
+    ranks = list(range(topology.num_devices)) if ranks is None else [int(r) for r in ranks]
+    if len(set(ranks)) != len(ranks):
+        raise RlsimError("ranks repeat a device", source=source, field="ranks", fix="list each device once")
+    layout = layout.resolve(len(ranks), source)
+    layout.check_model(model, source)
+    return layout, ranks, _sequences(sequences, source)
+
+
+def _check_packing(packing: str, source: str | None) -> None:
+    if packing not in ("padded", "packed"):
+        raise RlsimError(f"packing must be padded or packed, got {packing!r}", source=source, field="packing",
+                         fix="use padded or packed")
+
+
+# ---- the public queries --------------------------------------------------------------------------------
+def train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None = None,
+                    sequences: Any = None, *, packing: Literal["padded", "packed"] = "padded",
+                    params: TrainParams | None = None, collectives: Any | None = None,
+                    source: str | None = None) -> TrainStepCost:
+    """Cost of one optimizer step of `model` over `sequences` (lengths, the whole global batch) on
+    `ranks` of `topology` (canonical order: tp fastest, then cp, dp, pp — or layout.order).
+
+    Raises RlsimError when the layout does not divide the model or does not fit in memory."""
+    params = params or TrainParams()
+    _check_packing(packing, source)
+    layout, ranks, seqs = _setup(model, layout, topology, ranks, sequences, source)
+    key = (model, layout, id(topology), tuple(ranks), seqs.tobytes(), packing, params, id(collectives))
+    hit = _STEP_CACHE.get(key)
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    result = _train_step_cost(model, layout, topology, ranks, seqs, packing, params, collectives, source)
+    if len(_STEP_CACHE) > 256:
+        _STEP_CACHE.clear()
+    _STEP_CACHE[key] = (topology, result)
+    return result
+
+
+_STEP_CACHE: dict[tuple, tuple[Any, TrainStepCost]] = {}
+
+
+def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
+                     packing: str, params: TrainParams, collectives: Any, source: str | None) -> TrainStepCost:
+    rates = _rates(topology, ranks, params)
+    comm = _Comm(_collective_model(topology, collectives))
+    groups = _groups(layout, tuple(ranks))
+    replicas = _micro_batches(seqs, layout, packing)
+    # Memory on the most loaded stage, at the largest micro-batch.
+    longest_tokens = max(float(t.max()) for t, _ in replicas)
+    m_max = max(t.size for t, _ in replicas)
+    memory = memory_per_device(model, layout, longest_tokens / layout.micro_batch, topology.device_spec(ranks[0]).hbm_bytes,
+                               params=params.memory, flash_attention=params.compute.flash_attention,
+                               micro_batches=m_max)
+    if params.check_memory:
+        check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source)
+    # All replicas' micro-batches in one vectorized pass.
+    tokens = np.concatenate([t for t, _ in replicas])
+    sq = np.concatenate([q for _, q in replicas])
+    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
+    p2p = _p2p_times(model, layout, tokens, groups, comm, params)
+    # Simulate each replica's pipeline; the slowest sets the step (they meet at the gradient sync).
+    worst: tuple[float, PipelineResult, slice] | None = None
+    offset = 0
+    seen: dict[bytes, PipelineResult] = {}
+    for t, _ in replicas:
+        sl = slice(offset, offset + t.size)
+        offset += t.size
+        f, b, p = arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl]
+        sig = f.tobytes() + b.tobytes() + p.tobytes()
+        res = seen.get(sig)
+        if res is None:
+            res = seen[sig] = simulate_pipeline(f, b, p, pp=layout.pp, vpp=layout.vpp)
+        if worst is None or res.makespan_s > worst[0]:
+            worst = (res.makespan_s, res, sl)
+    assert worst is not None
+    makespan, pipe, sl = worst
+    pp_exposed = 0.0
+    if p2p.size and float(p2p[:, sl].max()) > 0:
+        bare = simulate_pipeline(arrays.fwd[:, sl], arrays.bwd[:, sl], 0.0, pp=layout.pp, vpp=layout.vpp)
+        pp_exposed = max(0.0, makespan - bare.makespan_s)
+    # Gradient sync after each stage's last backward, then the optimizer.
+    dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe)
+    step = max([makespan] + [end + dp + opt for end, dp, opt in tail])
+    dp_exposed = max([0.0] + [end + dp - makespan for end, dp, _ in tail])
+    # Busiest stage: its compute and in-op comm.
+    busy = np.array(pipe.busy_s)
+    s_star = int(busy.argmax())
+    virt = [c * layout.pp + s_star for c in range(layout.vpp)]
+    compute_s = float(arrays.compute[virt][:, sl].sum())
+    exposed = {k: float(arrays.comm[k][virt][:, sl].sum()) for k in COMM_KINDS}
+    exposed["pp"] += pp_exposed
+    exposed["dp"] += dp_exposed
+    # FLOPs: model FLOPs (PaLM 6N + attention, formulas.md) and the recomputed forward on top.
+    lengths = seqs.astype(float)
+    model_flops = _model_flops(model, lengths)
+    hardware_flops = model_flops + _recompute_flops(model, layout.recompute, lengths)
+    n_dev = layout.devices
+    peak = rates.peak_flops
+    return TrainStepCost(
+        step_time_s=step, pipeline_s=makespan, compute_s=compute_s, comm_exposed_s=exposed,
+        bubble_fraction=pipe.bubble_fraction, bubble_s=max(0.0, makespan - float(busy.max())),
+        optimizer_s=max(o for _, _, o in tail), tflops_per_device=hardware_flops / (step * n_dev) / 1e12,
+        mfu=model_flops / (step * n_dev * peak), model_flops=model_flops, hardware_flops=hardware_flops,
+        tokens=int(seqs.sum()), devices=n_dev, layout=layout, memory=memory, pipeline=pipe,
+        stage_tail_s=tuple(tail))
+
+
+def _per_sequence_flops(per_token: Any, lengths: np.ndarray) -> float:
+    """Sum over sequences of per_token(s) x s, for per-token FLOPs affine in s (PaLM: a + b s)."""
+    a = float(per_token(0.0))
+    b = float(per_token(1.0)) - a
+    return a * float(lengths.sum()) + b * float((lengths * lengths).sum())
+
+
+def _model_flops(model: Any, lengths: np.ndarray) -> float:
+    return _per_sequence_flops(model.train_flops_per_token, lengths)
+
+
+def _recompute_flops(model: Any, recompute: str, lengths: np.ndarray) -> float:
+    """Recomputed forward FLOPs: full = every layer's forward; selective = the attention core."""
+    if recompute == "none":
+        return 0.0
+    shapes = layer_shapes(model)
+    tokens, sq = float(lengths.sum()), float((lengths * lengths).sum())
+    attn = sum(lay.attention_flops_per_token(1.0) for lay in shapes) * sq
+    if recompute == "selective":
+        return attn
+    return sum(lay.matmul_flops_per_token() for lay in shapes) * tokens + attn
+
+
+def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, rates: DeviceRates,
+                      params: TrainParams, pipe: PipelineResult) -> tuple[list[float], list[float],
+                                                                           list[tuple[float, float, float]]]:
+    c = params.comm
+    gb, wb = c.grad_reduce_bytes_per_param, params.memory.weight_bytes_per_param
+    dp_list, opt_list, tail = [], [], []
+    for s, (dense, expert) in enumerate(_stage_params(model, layout)):
+        t = 0.0
+        if layout.zero < 3:
+            for n, g in ((dense, groups.dp[s]), (expert, groups.edp[s])):
+                if n <= 0 or len(g) < 2:
+                    continue
+                if layout.zero == 0:
+                    t += comm.one("all_reduce", g, n * gb)
+                else:  # reduce-scatter gradients, all-gather updated weights (ZeRO-1/2)
+                    t += comm.one("reduce_scatter", g, n * gb) + comm.one("all_gather", g, n * wb)
+        dp = t * (1 - c.dp_overlap_fraction)
+        shard = (layout.dp or 1) * layout.cp if layout.zero >= 1 else 1
+        eshard = shard / layout.ep if layout.zero >= 1 else 1
+        opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
+        end = pipe.stage_end_s(s)
+        dp_list.append(dp)
+        opt_list.append(opt)
+        tail.append((end, dp, opt))
+    return dp_list, opt_list, tail
+
+
+def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None = None,
+                 sequences: Any = None, *, packing: Literal["padded", "packed"] = "padded",
+                 params: TrainParams | None = None, collectives: Any | None = None,
+                 source: str | None = None) -> ForwardCost:
+    """Forward-only pass over `sequences` (reference / old-logprob / reward / critic values): the
+    same per-layer costs, no backward, no optimizer; micro-batches stream through the pipeline."""
+    params = params or TrainParams()
+    _check_packing(packing, source)
+    layout, ranks, seqs = _setup(model, layout, topology, ranks, sequences, source)
+    key = ("fwd", model, layout, id(topology), tuple(ranks), seqs.tobytes(), packing, params, id(collectives))
+    hit = _STEP_CACHE.get(key)
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    rates = _rates(topology, ranks, params)
+    comm = _Comm(_collective_model(topology, collectives))
+    groups = _groups(layout, tuple(ranks))
+    replicas = _micro_batches(seqs, layout, packing)
+    tokens = np.concatenate([t for t, _ in replicas])
+    sq = np.concatenate([q for _, q in replicas])
+    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
+    p2p = _p2p_times(model, layout, tokens, groups, comm, params)
+    worst_t, worst_sl, offset = -1.0, slice(0, 0), 0
+    for t, _ in replicas:
+        sl = slice(offset, offset + t.size)
+        offset += t.size
+        span = forward_only_makespan(arrays.fwd[:, sl], p2p[:, sl] if p2p.size else 0.0)
+        if span > worst_t:
+            worst_t, worst_sl = span, sl
+    lengths = seqs.astype(float)
+    flops = _per_sequence_flops(model.forward_flops_per_token, lengths)
+    # Busiest pipeline rank: its forward compute; the rest of the time is comm and pipeline fill.
+    compute_s = comm_s = 0.0
+    for s in range(layout.pp):
+        virt = [c * layout.pp + s for c in range(layout.vpp)]
+        busy_comm = float(arrays.fwd_comm[virt][:, worst_sl].sum())
+        busy_compute = float(arrays.fwd[virt][:, worst_sl].sum()) - busy_comm
+        if busy_compute > compute_s:
+            compute_s, comm_s = busy_compute, busy_comm
+    result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
+    _STEP_CACHE[key] = (topology, result)
+    return result
+
+
+def _layout_text(layout: TrainLayout) -> str:
+    return (f"tp={layout.tp} pp={layout.pp} vpp={layout.vpp} dp={layout.dp} ep={layout.ep} cp={layout.cp} "
+            f"zero={layout.zero} recompute={layout.recompute} micro_batch={layout.micro_batch}")
+
+
+_ = DEFAULT_ORDER  # re-exported through TrainLayout.order

@@ -1,0 +1,69 @@
+"""V1: Megatron-LM, Narayanan et al. 2021 (arXiv 2104.04473), Table 1 — TFLOP/s per A100.
+
+Setup assumptions (the paper gives TP, PP, GPUs and batch; the rest is stated here):
+- Topology `dgx-a100` with nodes = GPUs / 8 (Selene: 8 A100 80GB on NVSwitch, 8 x 200 Gb/s HDR).
+- Sequence 2048, full activation recomputation, micro-batch 1 on every row.
+- Interleaved 1F1B on every row with PP > 1, with the fewest model chunks v >= 2 that divide the
+  layers of a stage (the paper used interleaving for the larger rows; Table 1 gives no per-row v).
+- The 2021 software: no flash attention (materialized softmax), no sequence parallelism, no
+  distributed optimizer (zero 0), no overlap of TP / DP communication — TrainParams defaults
+  except `compute.flash_attention: false`.
+- One A100 efficiency for all rows: the device catalog's `gemm_efficiency` (no per-row constant).
+Reported TFLOP/s count the recomputed forward, as the paper does (eq. 3).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from . import Case, register
+
+SOURCE = "arXiv 2104.04473 Table 1 (published-results.md V1)"
+SEQ_LEN = 2048
+MICRO_BATCH = 1
+# (model preset, TP, PP, GPUs, global batch in sequences, published TFLOP/s per GPU)
+ROWS: tuple[tuple[str, int, int, int, int, float], ...] = (
+    ("gpt-1.7b", 1, 1, 32, 512, 137.0),
+    ("gpt-3.6b", 2, 1, 64, 512, 138.0),
+    ("gpt-7.5b", 4, 1, 128, 512, 142.0),
+    ("gpt-18.4b", 8, 1, 256, 1024, 135.0),
+    ("gpt-39.1b", 8, 2, 512, 1536, 138.0),
+    ("gpt-76.1b", 8, 4, 1024, 1792, 140.0),
+    ("gpt-145.6b", 8, 8, 1536, 2304, 148.0),
+    ("gpt-310.1b", 8, 16, 1920, 2160, 155.0),
+    ("gpt-529.6b", 8, 35, 2520, 2520, 163.0),
+    ("gpt-1008b", 8, 64, 3072, 3072, 163.0),
+)
+
+
+def interleave_chunks(num_layers: int, pp: int) -> int:
+    """The fewest model chunks v >= 2 dividing the layers per stage (1 without pipelining)."""
+    if pp == 1:
+        return 1
+    per_stage = num_layers // pp
+    return next((v for v in range(2, per_stage + 1) if per_stage % v == 0), 1)
+
+
+@lru_cache(maxsize=16)
+def predict_row(model_name: str, tp: int, pp: int, gpus: int, batch: int):
+    """The TrainStepCost of one Table 1 row under the assumptions above."""
+    from ..hardware.topology import load_topology
+    from ..llm.architecture import load_model
+    from ..llm.train_compute import ComputeParams
+    from ..llm.training import TrainLayout, TrainParams, train_step_cost, uniform_sequences
+
+    model = load_model(model_name)
+    topology = load_topology({"preset": "dgx-a100", "nodes": gpus // 8})
+    layout = TrainLayout(tp=tp, pp=pp, vpp=interleave_chunks(model.num_layers, pp), dp=gpus // (tp * pp), zero=0,
+                         recompute="full", micro_batch=MICRO_BATCH, sequence_parallel=False)
+    params = TrainParams(compute=ComputeParams(flash_attention=False))
+    return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=params)
+
+
+@register
+def cases():
+    for name, tp, pp, gpus, batch, published in ROWS:
+        yield Case(
+            case=f"V1 megatron {name} tp{tp} pp{pp} {gpus}gpu", metric="TFLOP/s per GPU", published=published,
+            predict=lambda n=name, t=tp, p=pp, g=gpus, b=batch: predict_row(n, t, p, g, b).tflops_per_device,
+            tolerance=0.15, source=SOURCE,
+            note="dgx-a100, seq 2048, full recompute, micro-batch 1, interleaved when pp > 1, no flash/SP/ZeRO")

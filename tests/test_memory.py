@@ -1,0 +1,93 @@
+"""Training memory: 16 B/param mixed-precision Adam, ZeRO sharding, Korthikanti activations, fit check."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.llm.architecture import load_model
+from simulator.llm.layer_costs import layer_shapes
+from simulator.llm.memory import MemoryParams, activation_bytes_per_token, check_fits, memory_per_device
+from simulator.llm.train_layout import TrainLayout
+
+GPT = load_model("gpt-1.7b")          # 24 layers, h 2304, 24 heads, tied embeddings
+BIG = 1e15                            # capacity that always fits
+
+
+def _states(layout: TrainLayout, model=GPT):
+    b = memory_per_device(model, layout, 2048, BIG)
+    return b.weights_bytes, b.gradients_bytes, b.optimizer_bytes
+
+
+def test_mixed_precision_adam_is_16_bytes_per_parameter_before_sharding():
+    w, g, o = _states(TrainLayout(dp=1, zero=0))
+    params = w / 2
+    # GPT presets tie the embedding; with pp = 1 one copy is held (the model's full count minus positions).
+    assert params == pytest.approx(GPT.params_total, rel=0.01)
+    assert (w + g + o) / params == pytest.approx(16.0)
+    assert MemoryParams().weight_bytes_per_param + MemoryParams().grad_bytes_per_param \
+        + MemoryParams().optimizer_bytes_per_param == 16.0
+
+
+@settings(max_examples=20, deadline=None)
+@given(dp=st.sampled_from([2, 4, 8, 16]), zero=st.integers(0, 3))
+def test_zero_stages_shard_as_documented(dp, zero):
+    w0, g0, o0 = _states(TrainLayout(dp=dp, zero=0))
+    w, g, o = _states(TrainLayout(dp=dp, zero=zero))
+    assert o == pytest.approx(o0 / dp if zero >= 1 else o0)   # ZeRO-1: optimizer states
+    assert g == pytest.approx(g0 / dp if zero >= 2 else g0)   # ZeRO-2: + gradients
+    assert w == pytest.approx(w0 / dp if zero >= 3 else w0)   # ZeRO-3: + weights
+
+
+def test_tp_and_pp_divide_the_states():
+    w1, *_ = _states(TrainLayout(dp=1, zero=0))
+    w8, *_ = _states(TrainLayout(tp=8, dp=1, zero=0))
+    assert w8 == pytest.approx(w1 / 8, rel=1e-9)
+    w_pp, *_ = _states(TrainLayout(pp=4, dp=1, zero=0))
+    # Stage 0 holds 6 layers and the input embedding (the head copy sits on the last stage).
+    assert w_pp == pytest.approx(2 * (6 * layer_shapes(GPT)[0].dense_params + GPT.vocab * GPT.hidden))
+
+
+def test_activations_follow_korthikanti_table_2():
+    lay, h, a, s, t = layer_shapes(GPT)[0], 2304, 24, 2048, 8
+    p = MemoryParams()
+
+    def per_token(**kw):
+        return activation_bytes_per_token(lay, h, 4 * h, False, context_len=s, params=p, **kw)
+
+    assert per_token(tp=1, sp=False, recompute="none", flash=False) == pytest.approx(h * (34 + 5 * a * s / h))
+    assert per_token(tp=t, sp=False, recompute="none", flash=False) == \
+        pytest.approx(h * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert per_token(tp=t, sp=True, recompute="none", flash=False) == pytest.approx(h * (34 + 5 * a * s / h) / t)
+    assert per_token(tp=t, sp=True, recompute="selective", flash=False) == pytest.approx(34 * h / t)
+    assert per_token(tp=t, sp=True, recompute="full", flash=False) == pytest.approx(2 * h / t)
+    assert per_token(tp=1, sp=False, recompute="none", flash=True) == pytest.approx(34 * h)
+
+
+def test_1f1b_first_stage_holds_p_micro_batches_and_interleaving_adds_1_plus_p_minus_1_over_pv():
+    per_layer = 34 * 2304 * 2048  # selective recompute, tp 1, one sequence
+    L, p = 24, 4
+    b1 = memory_per_device(GPT, TrainLayout(pp=p, dp=1, recompute="selective"), 2048, BIG, flash_attention=False,
+                           micro_batches=16)
+    assert b1.stage == 0 and b1.activations_bytes == pytest.approx(L * per_layer)
+    v = 2
+    b2 = memory_per_device(GPT, TrainLayout(pp=p, vpp=v, dp=1, recompute="selective"), 2048, BIG,
+                           flash_attention=False, micro_batches=16)
+    assert b2.activations_bytes == pytest.approx(L * per_layer * (1 + (p - 1) / (p * v)))
+
+
+def test_layout_that_does_not_fit_names_the_breakdown():
+    b = memory_per_device(load_model("llama3.1-70b"), TrainLayout(dp=1, zero=0, recompute="none"), 4096, 80e9)
+    assert not b.fits
+    with pytest.raises(RlsimError, match=r"weights .* GB \+ gradients .* optimizer .* activations") as exc:
+        check_fits(b, what="llama3.1-70b", source="scenario.yaml")
+    assert "scenario.yaml" in str(exc.value) and "fix:" in str(exc.value)
+
+
+def test_moe_expert_states_shard_by_ep():
+    moe = load_model("qwen3-30b-a3b")
+    w1, *_ = _states(TrainLayout(dp=8, ep=1, zero=0), moe)
+    w8, *_ = _states(TrainLayout(dp=8, ep=8, zero=0), moe)
+    experts = moe.params_routed_experts
+    assert w1 - w8 == pytest.approx(2 * experts * (1 - 1 / 8), rel=1e-6)

@@ -1,0 +1,97 @@
+"""Pipeline schedules: closed forms (1F1B, interleaved) and event-model invariants."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.llm.pipeline import forward_only_makespan, issue_order, simulate_pipeline
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=st.integers(1, 8), m=st.integers(1, 24), tf=st.floats(0.1, 5.0), ratio=st.floats(1.0, 3.0))
+def test_uniform_1f1b_matches_closed_form(p, m, tf, ratio):
+    tb = tf * ratio
+    r = simulate_pipeline(np.full((p, m), tf), np.full((p, m), tb), pp=p)
+    assert r.makespan_s == pytest.approx((m + p - 1) * (tf + tb), rel=1e-12)
+    assert r.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=st.integers(2, 6), groups=st.integers(1, 5), v=st.integers(2, 4), tf=st.floats(0.1, 5.0))
+def test_uniform_interleaved_bubble_is_p_minus_1_over_vm_of_ideal(p, groups, v, tf):
+    m = p * groups
+    tb = 2 * tf
+    r = simulate_pipeline(np.full((p * v, m), tf / v), np.full((p * v, m), tb / v), pp=p, vpp=v)
+    ideal = m * (tf + tb)
+    assert r.makespan_s / ideal - 1 == pytest.approx((p - 1) / (v * m), rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), p=st.integers(1, 5), v=st.integers(1, 3), groups=st.integers(1, 3))
+def test_random_durations_respect_dependencies_and_devices(data, p, v, groups):
+    m = p * groups
+    n_v = p * v
+    draw = st.lists(st.floats(0.01, 3.0), min_size=n_v * m, max_size=n_v * m)
+    fw = np.array(data.draw(draw)).reshape(n_v, m)
+    bw = np.array(data.draw(draw)).reshape(n_v, m)
+    xfer = data.draw(st.floats(0.0, 0.5))
+    r = simulate_pipeline(fw, bw, xfer, pp=p, vpp=v)
+    end = {}
+    for s, ops in enumerate(r.ops):
+        clock = 0.0
+        for kind, i, c, start, stop in ops:
+            assert start >= clock - 1e-12  # one op at a time per device, in issue order
+            j = c * p + s
+            assert stop - start == pytest.approx(fw[j, i] if kind == "F" else bw[j, i])
+            end[(kind, j, i)] = (start, stop)
+            clock = stop
+    for (kind, j, i), (start, _) in end.items():
+        if kind == "F" and j > 0:
+            assert start >= end[("F", j - 1, i)][1] + xfer - 1e-9
+        if kind == "B":
+            dep = end[("F", j, i)][1] if j == n_v - 1 else end[("B", j + 1, i)][1] + xfer
+            assert start >= dep - 1e-9
+    busy = sum(stop - start for ops in r.ops for _, _, _, start, stop in ops)
+    assert busy == pytest.approx(sum(r.busy_s))
+    assert r.makespan_s == pytest.approx(max(stop for ops in r.ops for *_, stop in ops))
+
+
+def test_intervals_tile_each_stage_from_zero_to_makespan():
+    r = simulate_pipeline(np.full((4, 8), 1.0), np.full((4, 8), 2.0), 0.1, pp=4)
+    for s in range(4):
+        ivs = [iv for iv in r.intervals if iv.stage == s]
+        assert ivs[0].start == 0.0 and ivs[-1].end == pytest.approx(r.makespan_s)
+        assert all(a.end == pytest.approx(b.start) for a, b in zip(ivs, ivs[1:], strict=False))
+    idle = sum(iv.end - iv.start for iv in r.intervals if iv.state == "idle")
+    assert idle / (4 * r.makespan_s) == pytest.approx(r.bubble_fraction)
+
+
+def test_issue_order_has_every_op_once():
+    for p, v, m in [(4, 1, 8), (4, 2, 8), (3, 3, 6), (2, 2, 2)]:
+        for s in range(p):
+            order = issue_order(p, v, m, s)
+            assert sorted(order) == sorted({(k, i, c) for k in "FB" for i in range(m) for c in range(v)})
+
+
+def test_interleaved_needs_micro_batches_multiple_of_pp():
+    with pytest.raises(RlsimError, match="multiple of pp"):
+        simulate_pipeline(np.ones((8, 5)), np.ones((8, 5)), pp=4, vpp=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), n=st.integers(1, 5), m=st.integers(1, 12))
+def test_forward_only_matches_recurrence(data, n, m):
+    fw = np.array(data.draw(st.lists(st.floats(0.01, 2.0), min_size=n * m, max_size=n * m))).reshape(n, m)
+    xfer = data.draw(st.floats(0.0, 0.3))
+    end = np.zeros((n, m))
+    for j in range(n):
+        for i in range(m):
+            ready = end[j - 1, i] + xfer if j else 0.0
+            end[j, i] = max(end[j, i - 1] if i else 0.0, ready) + fw[j, i]
+    assert forward_only_makespan(fw, xfer) == pytest.approx(end[-1, -1])
+    if n > 1 or m > 1:
+        uniform = forward_only_makespan(np.full((n, m), 1.0))
+        assert uniform == pytest.approx(m + n - 1)

@@ -1,0 +1,201 @@
+"""Training step cost: closed forms with a free network, comm through CollectiveModel, errors,
+padded vs packed, FLOP accounting, timeline, determinism."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.des import Recorder
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model
+from simulator.llm.train_compute import ComputeParams
+from simulator.llm.training import (
+    CommParams,
+    TrainLayout,
+    TrainParams,
+    forward_cost,
+    train_step_cost,
+    uniform_sequences,
+)
+
+TOPO = load_topology({"preset": "dgx-h100", "nodes": 2})
+QWEN = load_model("qwen2.5-7b")
+GPT = load_model("gpt-1.7b")
+MOE = load_model("qwen3-30b-a3b")
+
+
+@dataclass(frozen=True)
+class _Cost:
+    time_s: float
+
+
+class FreeNetwork:
+    """Every collective is free; records what was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def cost(self, op, ranks, nbytes):
+        self.calls.append((op, len(ranks)))
+        return _Cost(0.0)
+
+
+class LinearNetwork(FreeNetwork):
+    def cost(self, op, ranks, nbytes):
+        super().cost(op, ranks, nbytes)
+        return _Cost(1e-5 + nbytes / 1e11)
+
+
+def test_single_device_step_is_micro_batches_times_forward_plus_backward_plus_optimizer():
+    net = FreeNetwork()
+    r = train_step_cost(GPT, TrainLayout(recompute="none", zero=0), TOPO, [0], uniform_sequences(4, 1024),
+                        collectives=net)
+    assert r.pipeline.micro_batches == 4 and r.bubble_fraction == pytest.approx(0.0, abs=1e-12)
+    assert r.step_time_s == pytest.approx(r.pipeline_s + r.optimizer_s)
+    assert r.compute_s == pytest.approx(r.pipeline_s)
+    assert r.comm_s == 0.0 and net.calls == []
+
+
+@settings(max_examples=8, deadline=None)
+@given(pp=st.sampled_from([2, 4]), m=st.integers(1, 12))
+def test_pipeline_bubble_is_at_least_1f1b_closed_form_and_shrinks_with_micro_batches(pp, m):
+    def bubble(n):
+        return train_step_cost(GPT, TrainLayout(pp=pp, recompute="none"), TOPO, list(range(pp)),
+                               uniform_sequences(n, 1024), collectives=FreeNetwork()).bubble_fraction
+
+    # The last stage also runs the output layer (GPT's 51200 x 2304 head is ~2 layers' work), so
+    # stages are not uniform: the bubble is at least the uniform closed form (p-1)/(m+p-1).
+    assert bubble(m) >= (pp - 1) / (m + pp - 1) - 1e-9
+    assert bubble(m + pp) < bubble(m)
+
+
+def test_interleaving_cuts_the_bubble():
+    seqs = uniform_sequences(8, 1024)
+    plain = train_step_cost(GPT, TrainLayout(pp=4), TOPO, list(range(4)), seqs, collectives=FreeNetwork())
+    inter = train_step_cost(GPT, TrainLayout(pp=4, vpp=2), TOPO, list(range(4)), seqs, collectives=FreeNetwork())
+    assert inter.bubble_fraction < plain.bubble_fraction
+    assert inter.step_time_s < plain.step_time_s
+
+
+def test_collectives_by_layout_go_through_the_collective_model():
+    net = LinearNetwork()
+    train_step_cost(GPT, TrainLayout(tp=2, pp=2, sequence_parallel=False, zero=0), TOPO, list(range(16)),
+                    uniform_sequences(16, 512), collectives=net)
+    ops = {op for op, _ in net.calls}
+    assert {"all_reduce", "p2p", "all_gather"} <= ops       # TP all-reduce, PP send + gather, DP sync
+    net = LinearNetwork()
+    train_step_cost(MOE, TrainLayout(tp=2, ep=4, zero=1), TOPO, list(range(16)), uniform_sequences(16, 512),
+                    collectives=net)
+    ops = {op for op, _ in net.calls}
+    assert {"all_to_all", "reduce_scatter", "all_gather"} <= ops  # EP, SP, ZeRO-1 sync
+    assert ("all_to_all", 4) in net.calls
+
+
+def test_dp_overlap_fraction_hides_gradient_sync():
+    seqs = uniform_sequences(32, 1024)
+    base = train_step_cost(QWEN, TrainLayout(tp=4, zero=1), TOPO, None, seqs)
+    hidden = train_step_cost(QWEN, TrainLayout(tp=4, zero=1), TOPO, None, seqs,
+                             params=TrainParams(comm=CommParams(dp_overlap_fraction=1.0)))
+    assert base.comm_exposed_s["dp"] > 0 and hidden.comm_exposed_s["dp"] == 0.0
+    assert hidden.step_time_s == pytest.approx(base.step_time_s - base.comm_exposed_s["dp"])
+
+
+def test_real_topology_step_is_consistent():
+    r = train_step_cost(QWEN, TrainLayout(tp=4, pp=2, zero=1, recompute="selective"), TOPO, None,
+                        uniform_sequences(64, 2048))
+    assert r.layout.dp == 2 and r.devices == 16
+    assert 0 < r.mfu < 1 and r.comm_exposed_s["tp"] > 0 and r.comm_exposed_s["pp"] >= 0
+    assert r.tflops_per_device == pytest.approx(r.hardware_flops / (r.step_time_s * 16) / 1e12)
+    assert r.step_time_s >= r.compute_s
+    assert r.memory.fits and r.memory.total_bytes > 0
+
+
+def test_full_recompute_counts_a_third_more_flops_like_megatron():
+    seqs = uniform_sequences(8, 2048)
+    params = TrainParams(compute=ComputeParams(flash_attention=False))
+    none = train_step_cost(GPT, TrainLayout(recompute="none"), TOPO, [0], seqs, params=params)
+    full = train_step_cost(GPT, TrainLayout(recompute="full"), TOPO, [0], seqs, params=params)
+    h, L, V, s = GPT.hidden, GPT.num_layers, GPT.vocab, 2048
+    eq3 = 96 * 8 * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))   # arXiv 2104.04473 eq. 3
+    assert full.hardware_flops == pytest.approx(eq3, rel=0.01)
+    assert full.model_flops == none.model_flops == none.hardware_flops
+    assert full.step_time_s > none.step_time_s
+    assert full.mfu < none.mfu
+
+
+def test_padded_costs_at_least_packed_and_equal_for_equal_lengths():
+    layout = TrainLayout(micro_batch=4, recompute="full")
+    rng = np.random.default_rng(0)
+    ragged = rng.integers(64, 4096, size=32)
+    padded = train_step_cost(QWEN, layout, TOPO, list(range(8)), ragged, packing="padded")
+    packed = train_step_cost(QWEN, layout, TOPO, list(range(8)), ragged, packing="packed")
+    assert packed.step_time_s < padded.step_time_s
+    even = uniform_sequences(32, 1024)
+    a = train_step_cost(QWEN, layout, TOPO, list(range(8)), even, packing="padded")
+    b = train_step_cost(QWEN, layout, TOPO, list(range(8)), even, packing="packed")
+    assert a.step_time_s == pytest.approx(b.step_time_s)
+
+
+def test_forward_cost_is_cheaper_than_a_step():
+    seqs = uniform_sequences(32, 2048)
+    step = train_step_cost(QWEN, TrainLayout(tp=2), TOPO, list(range(8)), seqs)
+    fwd = forward_cost(QWEN, TrainLayout(tp=2), TOPO, list(range(8)), seqs)
+    assert 0.2 * step.step_time_s < fwd.time_s < 0.5 * step.step_time_s
+    assert fwd.flops == pytest.approx(step.model_flops / 3, rel=0.01)
+    assert fwd.compute_s <= fwd.time_s
+
+
+def test_timeline_tiles_the_step_and_records_into_des():
+    r = train_step_cost(QWEN, TrainLayout(tp=4, pp=2, zero=1), TOPO, None, uniform_sequences(16, 1024))
+    for s in range(2):
+        ivs = [iv for iv in r.timeline if iv.stage == s]
+        assert ivs[0].start == 0.0 and ivs[-1].end == pytest.approx(r.step_time_s)
+        assert all(a.end == pytest.approx(b.start) for a, b in zip(ivs, ivs[1:], strict=False))
+        assert {"forward", "backward", "optimizer"} <= {iv.state for iv in ivs}
+    rec = Recorder()
+    r.record(rec, "train", list(range(16)), 10.0, iteration=3)
+    frame = rec.to_frame()
+    assert set(frame.device) == set(range(16)) and frame.start.min() == 10.0
+    assert "pipeline_bubble" in set(frame.cause)
+
+
+def test_same_input_same_output():
+    seqs = np.random.default_rng(1).integers(100, 3000, size=24)
+    a = train_step_cost(QWEN, TrainLayout(tp=2, pp=2), TOPO, list(range(8)), seqs, packing="packed")
+    b = train_step_cost(QWEN, TrainLayout(tp=2, pp=2), TOPO, list(range(8)), seqs.copy(), packing="packed")
+    assert a.summary() == b.summary()
+
+
+def test_bad_layouts_fail_clearly():
+    seqs = uniform_sequences(8, 1024)
+    with pytest.raises(RlsimError, match="tp=3 does not divide the 28 attention heads"):
+        train_step_cost(QWEN, TrainLayout(tp=3), TOPO, list(range(3)), seqs)
+    with pytest.raises(RlsimError, match="ep=3 does not divide the 128 experts"):
+        train_step_cost(MOE, TrainLayout(ep=3), TOPO, list(range(3)), seqs)
+    with pytest.raises(RlsimError, match="dense model"):
+        train_step_cost(QWEN, TrainLayout(ep=2), TOPO, list(range(2)), seqs)
+    with pytest.raises(RlsimError, match="not a multiple"):
+        train_step_cost(QWEN, TrainLayout(tp=4, pp=2), TOPO, list(range(12)), seqs)
+    with pytest.raises(RlsimError, match="does not fit") as exc:
+        train_step_cost(load_model("llama3.1-70b"), TrainLayout(zero=0, recompute="none"), TOPO, [0], seqs)
+    assert "weights" in str(exc.value) and "fix:" in str(exc.value)
+    with pytest.raises(RlsimError, match="positive lengths"):
+        train_step_cost(QWEN, TrainLayout(), TOPO, [0], [1024, 0])
+    with pytest.raises(RlsimError, match="recompute"):
+        TrainLayout(recompute="sometimes")
+    with pytest.raises(RlsimError, match="train_params.comm.tp_overlap_fraction") as exc:
+        TrainParams.from_mapping({"comm": {"tp_overlap_fraction": "lots"}}, source="w.yaml")
+    assert "w.yaml" in str(exc.value)
+
+
+def test_layout_from_yaml_mapping():
+    lay = TrainLayout.from_mapping({"tp": 4, "pp": 1, "dp": "auto", "zero": 1, "recompute": "full"}, "w.yaml")
+    assert lay.dp is None and lay.resolve(16).dp == 4 and lay.sp
+    with pytest.raises(RlsimError, match="unknown train_layout key 'tpp'") as exc:
+        TrainLayout.from_mapping({"tpp": 2}, "w.yaml")
+    assert "w.yaml" in str(exc.value)

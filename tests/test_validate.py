@@ -1,0 +1,62 @@
+"""`rlsim validate`: the case registry, the JSON contract, and the Megatron Table 1 acceptance."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator import validation
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.validation import Case, all_cases, register, run_case
+from simulator.validation.megatron import ROWS, interleave_chunks, predict_row
+
+
+def test_megatron_table1_all_ten_rows_within_15_percent_with_one_a100_efficiency():
+    # Every row runs on the catalog a100-80gb (its one gemm_efficiency); no per-row constant exists.
+    assert len(ROWS) == 10
+    for name, tp, pp, gpus, batch, published in ROWS:
+        cost = predict_row(name, tp, pp, gpus, batch)
+        assert abs(cost.tflops_per_device / published - 1) <= 0.15, (name, cost.tflops_per_device, published)
+
+
+def test_interleave_assumption():
+    assert interleave_chunks(24, 1) == 1
+    assert interleave_chunks(128, 64) == 2      # 2 layers per stage -> 2 chunks
+    assert interleave_chunks(105, 35) == 3      # 3 layers per stage -> 3 chunks
+    assert interleave_chunks(60, 4) == 3        # 15 layers per stage -> 3 chunks
+
+
+def test_registry_collects_new_modules_cases_and_reports_failures():
+    @register
+    def extra():
+        yield Case("V99 test case", "x", 2.0, lambda: 3.0)
+        yield Case("V99 broken", "x", 1.0, lambda: (_ for _ in ()).throw(RlsimError("no data")))
+
+    try:
+        names = [c.case for c in all_cases()]
+        assert "V99 test case" in names and any(n.startswith("V1 megatron") for n in names)
+        assert any(n.startswith("V4 nccl") for n in names)
+        ok = run_case(next(c for c in all_cases() if c.case == "V99 test case"))
+        assert ok.error == pytest.approx(0.5) and not ok.ok
+        bad = run_case(next(c for c in all_cases() if c.case == "V99 broken"))
+        assert bad.predicted is None and "no data" in bad.failure
+    finally:
+        validation._PROVIDERS[:] = [p for p in validation._PROVIDERS if p[1] is not extra]
+
+
+def test_validate_json_contract(capsys):
+    assert main(["validate", "--json", "--case", "nccl"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert isinstance(doc, list) and len(doc) == 3
+    for row in doc:
+        assert {"case", "metric", "predicted", "published", "error"} <= set(row)
+        assert row["error"] == pytest.approx(row["predicted"] / row["published"] - 1)
+
+
+def test_validate_table_and_bad_input(capsys):
+    assert main(["validate", "--case", "V4"]) == 0
+    out = capsys.readouterr().out
+    assert "busbw GB/s" in out and "within tolerance" in out
+    assert main(["validate", "--case", "no-such-case"]) == 2
+    assert "no validation case matches" in capsys.readouterr().err
