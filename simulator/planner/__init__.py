@@ -1,0 +1,72 @@
+"""Parallel-strategy planner: search, topology-aware placement, heterogeneous balancing, re-planning.
+
+Public entry points (docs/planner.md): `plan_training`, `plan_rollout`, `plan_to_target`,
+`plan_hetero`, `replan_on_failure`, `replan_on_slowdown`, `plan_phases`, `simulate_failure_run`,
+`planner_settings` (the `planner:` YAML section / `--set planner.KEY=VALUE`).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import RlsimError
+from .hetero import HeteroParams, HeteroPlan, HeteroStepModel, balance, plan_hetero
+from .placement import Placement, aware_placements, forced_placement, groups, naive_placement
+from .replan import (
+    PhasePlan,
+    RecoveryParams,
+    Replan,
+    plan_phases,
+    replan_on_failure,
+    replan_on_slowdown,
+    simulate_failure_run,
+)
+from .rollout import RolloutPlan, RolloutSpace, plan_rollout
+from .search import (
+    Evaluation,
+    PlannerParams,
+    SearchSpace,
+    TrainCandidate,
+    TrainChoice,
+    TrainPlan,
+    enumerate_train_choices,
+    plan_to_target,
+    plan_training,
+)
+
+
+class PlannerSettings(BaseModel):
+    """The `planner:` section: search space, rollout space, hetero and recovery constants."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    space: SearchSpace = Field(default_factory=SearchSpace)
+    rollout: RolloutSpace = Field(default_factory=RolloutSpace)
+    hetero: HeteroParams = Field(default_factory=HeteroParams)
+    recovery: RecoveryParams = Field(default_factory=RecoveryParams)
+    params: PlannerParams = Field(default_factory=PlannerParams)
+
+
+def planner_settings(mapping: Mapping[str, Any] | None = None, source: str = "--set planner") -> PlannerSettings:
+    """Settings from a mapping; keys that are not sections go to PlannerParams."""
+    data = dict(mapping or {})
+    sections = {k: data.pop(k) for k in ("space", "rollout", "hetero", "recovery") if k in data}
+    try:
+        return PlannerSettings(**sections, params=PlannerParams(**data))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = "planner." + ".".join(str(p) for p in err["loc"])
+        raise RlsimError(err["msg"], source=source, field=where,
+                         fix="see `rlsim plan --help` for the planner keys") from None
+
+
+__all__ = [
+    "Evaluation", "HeteroParams", "HeteroPlan", "HeteroStepModel", "PhasePlan", "Placement", "PlannerParams",
+    "PlannerSettings", "RecoveryParams", "Replan", "RolloutPlan", "RolloutSpace", "SearchSpace",
+    "TrainCandidate", "TrainChoice", "TrainPlan", "aware_placements", "balance", "enumerate_train_choices",
+    "forced_placement", "groups", "naive_placement", "plan_hetero", "plan_phases", "plan_rollout",
+    "plan_to_target", "plan_training", "planner_settings", "replan_on_failure", "replan_on_slowdown",
+    "simulate_failure_run",
+]

@@ -1,0 +1,117 @@
+"""`rlsim plan`: search parallel layouts for training or rollout and print the best K."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .. import cli
+from ..errors import RlsimError
+from ..overrides import parse_assignment, section
+
+HELP = "search training / rollout parallel layouts on a topology and rank them by step time"
+EXAMPLES = """examples:
+  rlsim plan --topology dgx-h100 --set topology.nodes=4 --model llama3.1-8b --global-batch 256 --seq-len 4096
+  rlsim plan --topology dgx-a100 --set topology.nodes=192 --model gpt-145.6b --global-batch 2304 --seq-len 2048 --top 3
+  rlsim plan --topology dgx-h100 --model qwen2.5-7b --stage rollout --json
+  rlsim plan scenario.yaml --target-tokens-per-s 50000
+  rlsim plan --topology dgx-h100 --set topology.nodes=16 --model gpt-18.4b --set planner.space.tp=[16]   # force TP16
+planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch (lists),
+  space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs."""
+
+_DEFAULT_TOPOLOGY = "dgx-h100"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", nargs="?", help="scenario YAML (topology and workload defaults)")
+    parser.add_argument("--topology", help=f"topology preset or file (default: the scenario's, else {_DEFAULT_TOPOLOGY})")
+    parser.add_argument("--model", help="model preset or config.json (default: the scenario's workload model)")
+    parser.add_argument("--global-batch", type=int, help="sequences per optimizer step (default: the scenario's)")
+    parser.add_argument("--seq-len", type=int, help="tokens per sequence (default: prompt max + response max)")
+    parser.add_argument("--stage", choices=("train", "rollout"), default="train")
+    parser.add_argument("--target-tokens-per-s", type=float,
+                        help="find the fewest nodes reaching this throughput (tokens trained or generated per s)")
+    parser.add_argument("--top", type=int, default=5, help="candidates to print (default 5)")
+    cli.add_common(parser)
+
+
+def _inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """Topology, model, batch and sequence length from flags, falling back to the scenario."""
+    rest = [o for o in args.overrides if not o.startswith("planner.")]
+    for item in args.overrides:
+        parse_assignment(item)  # a malformed --set fails here, whatever its key
+    workload = None
+    topo_spec: Any = args.topology
+    if args.scenario or not (args.model and args.global_batch and args.seq_len):
+        if args.scenario or args.model is None:
+            from ..scenario import load_scenario
+            scn = load_scenario(args.scenario, overrides=rest)
+            workload = scn.workload
+            if topo_spec is None:
+                topo_spec = scn.topology
+    if topo_spec is None:
+        topo_spec = _DEFAULT_TOPOLOGY
+    model = args.model or (workload.model if workload else None)
+    batch = args.global_batch or (workload.batch_samples if workload else None)
+    seq = args.seq_len
+    if seq is None and workload is not None:
+        seq = int(workload.prompt_length.get("max", 0)) + int(workload.response_length.get("max", 0))
+    missing = [n for n, v in (("--model", model), ("--global-batch", batch), ("--seq-len", seq)) if not v]
+    if missing and args.stage == "train":
+        raise RlsimError(f"missing {', '.join(missing)}", field=missing[0], fix="give it or a SCENARIO.yaml")
+    if args.top < 1:
+        raise RlsimError("--top must be at least 1", field="--top", fix="e.g. --top 5")
+    for name, value in (("--global-batch", batch), ("--seq-len", seq)):
+        if value is not None and value < 1:
+            raise RlsimError(f"{name} must be positive, got {value}", field=name)
+    return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq}
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..hardware.topology import load_topology
+    from ..llm.architecture import load_model
+    from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
+
+    inp = _inputs(args)
+    topo_over = section(args.overrides, "topology")
+    topology = load_topology(inp["topology"], topo_over or None)
+    model = load_model(inp["model"])
+    settings = planner_settings(section(args.overrides, "planner"))
+    if args.stage == "train":
+        kwargs = {"space": settings.space, "params": settings.params}
+        if args.target_tokens_per_s:
+            plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
+                                  top=args.top, **kwargs)
+        else:
+            plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, **kwargs)
+    else:
+        plan = plan_rollout(model, topology, space=settings.rollout, params=settings.params, top=args.top,
+                            target_tokens_per_s=args.target_tokens_per_s)
+    rows = [c.to_json() for c in plan.candidates[: args.top]]
+    if args.json:
+        cli.print_json(rows)
+        return 0
+    _print_table(args.stage, model, topology, plan, rows)
+    return 0
+
+
+def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (f"{stage} layouts of {model.name} on {topology.name} ({rows[0]['devices']} devices): "
+             f"{plan.evaluated} evaluated, planning cost {plan.planning_cost_s:.2f} s (modelled)")
+    table = Table(title=title)
+    keys = (["tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute", "micro_batch"] if stage == "train"
+            else ["tp", "ep", "instances", "max_num_seqs"])
+    for k in ["#", *keys, "step s", "TFLOP/s/dev", "MFU", "mem GB", "comm", "tokens/s", "naive s", "TP level"]:
+        table.add_column(k, justify="right")
+    for i, r in enumerate(rows, 1):
+        lay = r["layout"]
+        naive = r.get("naive_step_time_s")
+        table.add_row(str(i), *[str(lay.get(k, "")) for k in keys], f"{r['step_time_s']:.3f}",
+                      f"{r['tflops_per_device']:.1f}", f"{r['mfu']:.3f}", f"{r['memory_per_device_bytes'] / 1e9:.1f}",
+                      f"{r['comm_fraction']:.2f}", f"{r['tokens_per_s']:.0f}",
+                      "" if naive is None else f"{naive:.3f}", str(r.get("tp_level", "")))
+    Console(width=200).print(table)
+    if plan.pruned:
+        print("pruned: " + ", ".join(f"{k} {v}" for k, v in plan.pruned.items()))

@@ -1,0 +1,87 @@
+"""The real evaluators behind the search: llm/training.py for training layouts, the rollout engine
+(llm/inference.py) for rollout layouts. Both raise RlsimError for layouts that do not fit."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..llm.inference import RolloutLayout, StepCost, simulate_rollout
+from ..llm.memory import check_fits, memory_per_device
+from ..llm.train_layout import TrainLayout
+from ..llm.training import TrainParams, train_step_cost, uniform_sequences
+from .rollout import RolloutSpace
+from .search import Evaluation, TrainChoice
+
+
+class TrainingEvaluator:
+    """`train_step_cost` on a batch of `global_batch` equal sequences of `seq_len` tokens."""
+
+    def __init__(self, model: Any, topology: Any, global_batch: int, seq_len: int, *,
+                 params: TrainParams | None = None, collectives: Any = None) -> None:
+        self.model, self.topology = model, topology
+        self.sequences = uniform_sequences(global_batch, seq_len)
+        self.global_batch, self.seq_len = int(global_batch), int(seq_len)
+        self.params = params or TrainParams()
+        self.collectives = collectives
+
+    def layout(self, c: TrainChoice) -> TrainLayout:
+        return TrainLayout(tp=c.tp, pp=c.pp, vpp=c.vpp, dp=c.dp, ep=c.ep, cp=c.cp, zero=c.zero,
+                           recompute=c.recompute, micro_batch=c.micro_batch)
+
+    def cost(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
+        layout = self.layout(c)
+        if self.params.check_memory:
+            # The same memory check train_step_cost makes first (equal sequences: the longest is
+            # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
+            hbm = self.topology.device_spec(int(ranks[0])).hbm_bytes
+            mem = memory_per_device(self.model, layout, float(self.seq_len), hbm, params=self.params.memory,
+                                    flash_attention=self.params.compute.flash_attention,
+                                    micro_batches=-(-self.global_batch // (c.dp * c.micro_batch)))
+            check_fits(mem, what=f"{self.model.name} with {c}", source="planner")
+        return train_step_cost(self.model, self.layout(c), self.topology, list(ranks), self.sequences,
+                               params=self.params, collectives=self.collectives, source="planner")
+
+    def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
+        r = self.cost(c, ranks)
+        return Evaluation(step_time_s=r.step_time_s, tflops_per_device=r.tflops_per_device, mfu=r.mfu,
+                          memory_per_device_bytes=r.memory.total_bytes, comm_fraction=r.comm_fraction)
+
+
+class RolloutEvaluator:
+    """The rollout engine generating `space.sequences` equal-length responses on the layout."""
+
+    def __init__(self, model: Any, topology: Any, space: RolloutSpace, *, params: Any = None,
+                 collectives: Any = None) -> None:
+        self.model, self.topology, self.space = model, topology, space
+        self.params = params
+        if collectives is None:
+            from ..network.collectives import CollectiveModel
+            collectives = CollectiveModel(topology)
+        self.collectives = collectives
+
+    def __call__(self, lay: dict[str, Any], ranks: Sequence[int]) -> Evaluation:
+        s, m = self.space, self.model
+        layout = RolloutLayout(tp=lay["tp"], ep=lay["ep"], instances=lay["instances"],
+                               max_num_seqs=lay["max_num_seqs"])
+        device = self.topology.device_spec(int(ranks[0]))
+        step = StepCost(m, device, layout, self.params, self.collectives, list(ranks[: layout.devices_per_instance]))
+        prompts = np.full(s.sequences, s.prompt_len, dtype=np.int64)
+        responses = np.full(s.sequences, s.response_len, dtype=np.int64)
+        res = simulate_rollout(m, device, layout, prompts, responses, params=self.params,
+                               collectives=self.collectives, ranks=list(ranks))
+        n_dev = layout.devices
+        flops = (m.forward_flops_per_token(s.prompt_len / 2) * s.prompt_len
+                 + m.decode_flops_per_token(s.prompt_len + s.response_len / 2) * s.response_len) * s.sequences
+        per_instance = -(-s.sequences // layout.instances)
+        running = min(per_instance, step.max_running)
+        ctx = s.prompt_len + s.response_len / 2
+        kv = min(step.kv_free_bytes_dev, running * (s.prompt_len + s.response_len)
+                 * step.kv_bytes_per_token_dev / layout.ep)
+        decode = step.decode_step_s(running, running * ctx)
+        comm = step.comm_s(running) / decode if decode > 0 else 0.0
+        return Evaluation(step_time_s=res.makespan_s, tflops_per_device=flops / (res.makespan_s * n_dev) / 1e12,
+                          mfu=flops / (res.makespan_s * n_dev * device.peak("bf16")),
+                          memory_per_device_bytes=step.weight_bytes_dev + step.params.workspace_bytes + kv,
+                          comm_fraction=min(comm, 1.0))

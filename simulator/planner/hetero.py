@@ -1,0 +1,251 @@
+"""Heterogeneous clusters: split layers across pipeline stages and micro-batches across DP replicas
+in proportion to device speed, so stage and replica times equalize.
+
+`balance` is the exact min-max integer split. `HeteroStepModel` is the planner's closed-form step
+model for pipelines whose stages differ in device kind and layer count (llm/training.py models
+uniform stages only): per-stage compute by roofline at DeviceSpec peak x gemm_efficiency, TP
+all-reduces and PP sends through CollectiveModel, a 1F1B pipeline with non-uniform stages, and the
+DP gradient all-reduce. The uniform ("manual") split and the balanced split go through the same
+model, so their ratio is like for like.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import RlsimError
+from .placement import groups, lay_out, locality_sorted
+
+
+def balance(total: int, unit_s: Sequence[float], fixed_s: Sequence[float] | None = None,
+            minimum: int = 1) -> list[int]:
+    """Integer n_i (sum = total, each >= minimum) minimizing max_i(fixed_i + n_i * unit_i).
+
+    Greedy water-filling: each next item goes where it finishes earliest. Optimal for this
+    min-max objective because every stage's time grows linearly in its own count.
+    """
+    k = len(unit_s)
+    if k == 0 or total < minimum * k:
+        raise RlsimError(f"cannot split {total} items over {k} parts with at least {minimum} each",
+                         field="planner", fix="use fewer pipeline stages or replicas")
+    fixed = list(fixed_s) if fixed_s is not None else [0.0] * k
+    counts = [minimum] * k
+    heap = [(fixed[i] + (minimum + 1) * unit_s[i], i) for i in range(k)]
+    heapq.heapify(heap)
+    for _ in range(total - minimum * k):
+        _, i = heapq.heappop(heap)
+        counts[i] += 1
+        heapq.heappush(heap, (fixed[i] + (counts[i] + 1) * unit_s[i], i))
+    return counts
+
+
+def uniform(total: int, parts: int) -> list[int]:
+    """The 'manual' split: as even as integers allow, remainder to the first parts."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+class HeteroParams(BaseModel):
+    """Constants of the heterogeneous step model; reachable as `planner.hetero.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtype: str = "bf16"
+    bytes_per_elem: int = 2  # bf16 activations and gradients
+    # Full recomputation re-runs the forward: 96 instead of 72 in Megatron eq. 3 (arXiv 2104.04473).
+    recompute_full_factor: float = 96 / 72
+    # Share of the DP gradient all-reduce hidden under backward (Megatron overlaps grad reduce with
+    # backward; ~0.8 is an assumption, same default idea as llm/training.py's overlap fraction).
+    dp_overlap_fraction: float = 0.8
+    # TP all-reduces per layer per micro-batch: 2 forward + 2 backward (Megatron sec. 3.2).
+    tp_allreduces_per_layer: int = 4
+    # Memory check per stage (formulas.md): mixed-precision Adam keeps 16 bytes per parameter
+    # (no ZeRO in this model); full recompute keeps ~2 s b h bytes per layer per in-flight micro-batch
+    # (arXiv 2205.05198), without it s b h (34 + 5 H s / h) / tp (TP + SP).
+    state_bytes_per_param: float = 16.0
+
+
+@dataclass(frozen=True)
+class HeteroResult:
+    tp: int
+    pp: int
+    dp: int
+    layers_per_stage: tuple[int, ...]
+    microbatches_per_replica: tuple[int, ...]
+    stage_time_s: tuple[tuple[float, ...], ...]  # per replica, per stage: fwd+bwd of one micro-batch
+    step_time_s: float
+    utilization: float  # model FLOPs / (step time x sum of device peaks)
+    placement: tuple[int, ...]
+
+
+class HeteroStepModel:
+    """Step time of a (tp, pp, dp) layout whose devices differ in speed."""
+
+    def __init__(self, model: Any, topology: Any, seq_len: int, micro_batch: int = 1, *,
+                 params: HeteroParams | None = None, collectives: Any = None,
+                 speed_factor: Mapping[int, float] | None = None, recompute: str = "full") -> None:
+        self.model, self.topology, self.seq_len, self.mb = model, topology, int(seq_len), int(micro_batch)
+        self.params = params or HeteroParams()
+        self.speed_factor = dict(speed_factor or {})
+        self.recompute = recompute
+        if collectives is None:
+            from ..network.collectives import CollectiveModel
+            collectives = CollectiveModel(topology)
+        self.collectives = collectives
+        tok = self.mb * self.seq_len
+        total = float(model.train_flops_per_token(self.seq_len))
+        self.logit_flops = 6.0 * model.vocab * model.hidden * tok  # output layer, fwd + bwd (formulas.md)
+        self.layer_flops = max(total * tok - self.logit_flops, 0.0) / model.num_layers
+        self.model_flops_per_token = total
+
+    def device_flops(self, rank: int) -> float:
+        spec = self.topology.device_spec(rank)
+        return spec.peak(self.params.dtype) * spec.gemm_efficiency * self.speed_factor.get(rank, 1.0)
+
+    def _stage_unit(self, tp_group: Sequence[int]) -> tuple[float, float]:
+        """(seconds per layer per micro-batch, fixed seconds) on one stage's TP group."""
+        p = self.params
+        slowest = min(self.device_flops(r) for r in tp_group)
+        factor = p.recompute_full_factor if self.recompute == "full" else 1.0
+        tp = len(tp_group)
+        per_layer = self.layer_flops * factor / (tp * slowest)
+        if tp > 1:
+            act = self.mb * self.seq_len * self.model.hidden * p.bytes_per_elem
+            per_layer += p.tp_allreduces_per_layer * self.collectives.cost("all_reduce", list(tp_group), act).time_s
+        return per_layer, 0.0
+
+    def evaluate(self, ranks: Sequence[int], tp: int, pp: int, dp: int, global_microbatches: int, *,
+                 layers: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
+                 balanced: bool = True) -> HeteroResult:
+        """Step time of the canonical rank list `ranks` (tp fastest, then dp, pp slowest; cp = 1).
+
+        With balanced=True, layers and micro-batches not given are split by speed; otherwise evenly.
+        """
+        p, L = self.params, int(self.model.num_layers)
+        tp_groups = groups(ranks, "tp", tp, 1, dp, pp)  # index = dp_i + dp * pp_i
+        unit = [[self._stage_unit(tp_groups[d + dp * s])[0] for s in range(pp)] for d in range(dp)]
+        last_fixed = [self.logit_flops / (tp * min(self.device_flops(r) for r in tp_groups[d + dp * (pp - 1)]))
+                      for d in range(dp)]
+        if layers is None:
+            if balanced:  # one layer split serves every replica: balance on the slowest per stage
+                worst = [max(unit[d][s] for d in range(dp)) for s in range(pp)]
+                fixed = [0.0] * (pp - 1) + [max(last_fixed)]
+                layers = balance(L, worst, fixed)
+            else:
+                layers = uniform(L, pp)
+        if sum(layers) != L or len(layers) != pp:
+            raise RlsimError(f"layers per stage {list(layers)} must be {pp} counts summing to {L}",
+                             field="planner.layers")
+        p2p = 0.0
+        if pp > 1:
+            pp_pair = [tp_groups[0][0], tp_groups[dp][0]]
+            act = self.mb * self.seq_len * self.model.hidden * p.bytes_per_elem / tp
+            p2p = 2 * self.collectives.cost("p2p", pp_pair, act).time_s  # activation fwd + gradient bwd
+        stage = [tuple(layers[s] * unit[d][s] + (last_fixed[d] if s == pp - 1 else 0.0) + p2p
+                       for s in range(pp)) for d in range(dp)]
+        # 1F1B with non-uniform stages: the first micro-batch crosses every stage, the rest drain at
+        # the pace of the slowest one: sum_i t_i + (m - 1) max_i t_i.
+        per_mb = [max(st) for st in stage]
+        fill = [sum(st) - max(st) for st in stage]
+        if microbatches is None:
+            microbatches = balance(global_microbatches, per_mb, fill) if balanced else uniform(
+                global_microbatches, dp)
+        replica_s = [fill[d] + microbatches[d] * per_mb[d] for d in range(dp)]
+        sync_s = 0.0
+        if dp > 1:
+            grad_bytes = self.model.params_total * p.bytes_per_elem / (tp * pp)
+            dp_group = groups(ranks, "dp", tp, 1, dp, pp)[0]
+            sync_s = (1 - p.dp_overlap_fraction) * self.collectives.cost("all_reduce", dp_group, grad_bytes).time_s
+        step = max(replica_s) + sync_s
+        peak_sum = sum(self.topology.device_spec(r).peak(p.dtype) for r in ranks)
+        tokens = global_microbatches * self.mb * self.seq_len
+        util = self.model_flops_per_token * tokens / (step * peak_sum)
+        self._check_memory(tp_groups, tp, pp, dp, layers)
+        return HeteroResult(tp, pp, dp, tuple(layers), tuple(microbatches), tuple(stage), step, util,
+                            tuple(ranks))
+
+    def _check_memory(self, tp_groups: list[list[int]], tp: int, pp: int, dp: int,
+                      layers: Sequence[int]) -> None:
+        p, m = self.params, self.model
+        per_layer_params = (m.params_total - m.params_embedding) / m.num_layers
+        s, b, h = self.seq_len, self.mb, m.hidden
+        if self.recompute == "full":
+            act_layer = 2.0 * s * b * h
+        else:
+            act_layer = s * b * h * (34 + 5 * m.num_heads * s / h) / tp
+        for st in range(pp):
+            params = layers[st] * per_layer_params / tp
+            if st in (0, pp - 1):
+                params += m.params_embedding / tp
+            need = params * p.state_bytes_per_param + layers[st] * act_layer * (pp - st)
+            hbm = min(self.topology.device_spec(r).hbm_bytes for d in range(dp) for r in tp_groups[d + dp * st])
+            if need > hbm:
+                raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {hbm / 1e9:.1f} GB",
+                                 field="planner.layers", fix="use more pipeline stages or tensor parallelism")
+
+
+@dataclass(frozen=True)
+class HeteroPlan:
+    micro_batch: int
+    uniform: HeteroResult   # the manual baseline: even layers and batch, best such layout
+    balanced: HeteroResult  # speed-proportional layers and batch, best such layout
+
+    @property
+    def speedup(self) -> float:
+        return self.uniform.step_time_s / self.balanced.step_time_s
+
+    def to_json(self) -> dict[str, Any]:
+        def one(r: HeteroResult) -> dict[str, Any]:
+            return {"layout": {"tp": r.tp, "pp": r.pp, "dp": r.dp, "micro_batch": self.micro_batch},
+                    "step_time_s": r.step_time_s, "utilization": r.utilization,
+                    "layers_per_stage": list(r.layers_per_stage),
+                    "microbatches_per_replica": list(r.microbatches_per_replica)}
+        return {"speedup": self.speedup, "uniform": one(self.uniform), "balanced": one(self.balanced)}
+
+
+def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
+                ranks: Sequence[int] | None = None, tp_values: Sequence[int] = (1, 2, 4, 8),
+                pp_values: Sequence[int] | None = None, micro_batch: int = 1,
+                params: HeteroParams | None = None, speed_factor: Mapping[int, float] | None = None,
+                recompute: str = "full", collectives: Any = None) -> HeteroPlan:
+    """Best (tp, pp, dp) with speed-proportional layer and batch splits, and its uniform baseline.
+
+    Devices are laid out locality-first (TP inside a node, a pipeline over consecutive nodes, DP
+    outermost), so stages and replicas are as homogeneous as the cluster allows.
+    """
+    ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
+    stm = HeteroStepModel(model, topology, seq_len, micro_batch, params=params, collectives=collectives,
+                          speed_factor=speed_factor, recompute=recompute)
+    slots = locality_sorted(topology, ranks)
+    n, L = len(ranks), int(model.num_layers)
+    pp_values = list(pp_values) if pp_values is not None else [p for p in (1, 2, 4, 8, 16) if p <= L]
+    best: HeteroResult | None = None
+    best_uniform: HeteroResult | None = None
+    for tp in tp_values:
+        if model.num_heads % tp:
+            continue
+        for pp in pp_values:
+            if n % (tp * pp):
+                continue
+            dp = n // (tp * pp)
+            if global_batch % micro_batch or global_batch // micro_batch < dp:
+                continue
+            m_total = global_batch // micro_batch
+            laid = lay_out(slots, ("tp", "cp", "pp", "dp"), tp, 1, dp, pp)
+            for balanced in (True, False):
+                try:
+                    res = stm.evaluate(laid, tp, pp, dp, m_total, balanced=balanced)
+                except RlsimError:
+                    continue
+                if balanced and (best is None or res.step_time_s < best.step_time_s):
+                    best = res
+                if not balanced and (best_uniform is None or res.step_time_s < best_uniform.step_time_s):
+                    best_uniform = res
+    if best is None or best_uniform is None:
+        raise RlsimError(f"no heterogeneous layout of {n} devices divides the model and batch",
+                         field="planner", fix="check the device count and global batch")
+    return HeteroPlan(micro_batch, best_uniform, best)

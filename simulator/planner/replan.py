@@ -1,0 +1,213 @@
+"""Dynamic re-planning: after a device failure, after a slowdown, and between the phases of a
+colocated schedule; with the planning cost counted in simulated time.
+
+`simulate_failure_run` is a planner-level multi-step run on des.Simulation (until the schedule
+layer hosts re-planning itself): steps run at the planned step time, a failure loses the work since
+the last checkpoint, the planner re-plans on the survivors, and the run continues; every interval
+(train, lost, replan, restart) lands in the des.Recorder timeline.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from ..des import Simulation
+from ..errors import RlsimError
+from .hetero import HeteroParams, HeteroPlan, plan_hetero
+from .search import (
+    Evaluator,
+    PlannerParams,
+    SearchSpace,
+    TrainChoice,
+    TrainPlan,
+    neighbourhood,
+    plan_training,
+)
+
+
+class RecoveryParams(BaseModel):
+    """Constants of failure recovery; reachable as `planner.recovery.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # A failed device takes its whole server out (it is drained and replaced as a unit), as in
+    # Llama 3 training (arXiv 2407.21783 sec. 3.3.4) where jobs restart on healthy hosts.
+    drop_whole_node: bool = True
+    # Reloading the last checkpoint and re-initialising the job: "restart within minutes" in
+    # MegaScale (arXiv 2402.15627); 120 s is an assumption, override per cluster.
+    restart_s: float = 120.0
+    checkpoint_every_steps: int = 10  # assumed checkpoint cadence
+
+
+@dataclass
+class Replan:
+    plan: TrainPlan
+    survivors: list[int]
+    dropped: list[int]          # failed devices plus healthy ones taken out with them or left idle
+    planning_cost_s: float
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        return self.plan.best.choice.as_dict()
+
+
+def survivors_after(topology: Any, ranks: Sequence[int], failed: Iterable[int],
+                    drop_whole_node: bool = True) -> list[int]:
+    failed = {int(r) for r in failed}
+    unknown = failed - set(ranks)
+    if unknown:
+        raise RlsimError(f"failed device(s) {sorted(unknown)} are not in the plan's ranks",
+                         field="failed", fix="name ranks the job uses")
+    bad_nodes = {topology.node_of(r) for r in failed} if drop_whole_node else set()
+    return [r for r in ranks if r not in failed and topology.node_of(r) not in bad_nodes]
+
+
+def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int, *,
+                      failed: Iterable[int], ranks: Sequence[int] | None = None,
+                      space: SearchSpace | None = None, params: PlannerParams | None = None,
+                      recovery: RecoveryParams | None = None, evaluator: Evaluator | None = None,
+                      current: TrainChoice | None = None) -> Replan:
+    """The best layout on the surviving devices, and the planning cost (simulated seconds).
+
+    With the running layout `current` (and no `space`), only its neighbourhood is searched.
+
+    When no layout divides every survivor, whole nodes are left idle one at a time until one does.
+    """
+    recovery = recovery or RecoveryParams()
+    if space is None and current is not None:
+        space = neighbourhood(current, model)
+    ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
+    alive = survivors_after(topology, ranks, failed, recovery.drop_whole_node)
+    cost = 0.0
+    params = params or PlannerParams()
+    use = list(alive)
+    while use:
+        try:
+            plan = plan_training(model, topology, global_batch, seq_len, ranks=use, space=space,
+                                 params=params, evaluator=evaluator)
+        except RlsimError:
+            cost += params.eval_cost_s  # the enumeration itself is near free; count one query
+            last_node = topology.node_of(use[-1])
+            use = [r for r in use if topology.node_of(r) != last_node]
+            continue
+        cost += plan.planning_cost_s
+        return Replan(plan, use, sorted(set(ranks) - set(use)), cost)
+    raise RlsimError(f"no layout fits on the {len(alive)} surviving devices", field="failed",
+                     fix="add devices or lower the global batch")
+
+
+def replan_on_slowdown(model: Any, topology: Any, global_batch: int, seq_len: int, *,
+                       slowdown: Mapping[int, float], ranks: Sequence[int] | None = None,
+                       micro_batch: int = 1, params: HeteroParams | None = None,
+                       planner: PlannerParams | None = None, **kwargs: Any) -> tuple[HeteroPlan, float]:
+    """Rebalance layers and micro-batches when some devices run at `slowdown[rank]` x their speed.
+
+    Returns the heterogeneous plan (uniform baseline = keep the old even split) and its planning
+    cost; the candidates evaluated are the (tp, pp) pairs tried, each twice (balanced, uniform).
+    """
+    planner = planner or PlannerParams()
+    for rank, factor in slowdown.items():
+        if not 0 < factor <= 1:
+            raise RlsimError(f"slowdown of device {rank} must be in (0, 1], got {factor}",
+                             field="slowdown", fix="give the remaining fraction of speed, e.g. 0.5")
+    plan = plan_hetero(model, topology, global_batch, seq_len, ranks=ranks, micro_batch=micro_batch,
+                       params=params, speed_factor=slowdown, **kwargs)
+    tried = len(kwargs.get("tp_values", (1, 2, 4, 8))) * len(kwargs.get("pp_values") or (1, 2, 4, 8, 16))
+    return plan, planner.fixed_cost_s + 2 * tried * planner.eval_cost_s
+
+
+@dataclass
+class PhasePlan:
+    """The two layouts a colocated schedule switches between, planned on the same devices."""
+
+    train: TrainPlan
+    rollout: Any  # planner.rollout.RolloutPlan
+    planning_cost_s: float
+
+
+def plan_phases(model: Any, topology: Any, global_batch: int, seq_len: int, *,
+                ranks: Sequence[int] | None = None, rollout_kwargs: Mapping[str, Any] | None = None,
+                **train_kwargs: Any) -> PhasePlan:
+    """Plan the training layout and the rollout layout for the same devices (colocated)."""
+    from .rollout import plan_rollout
+    train = plan_training(model, topology, global_batch, seq_len, ranks=ranks, **train_kwargs)
+    rollout = plan_rollout(model, topology, ranks=ranks, **dict(rollout_kwargs or {}))
+    return PhasePlan(train, rollout, train.planning_cost_s + rollout.planning_cost_s)
+
+
+@dataclass
+class FailureRun:
+    timeline: pd.DataFrame     # des.INTERVAL_COLUMNS
+    steps_done: int
+    lost_s: float              # work thrown away (since the last checkpoint) plus the step in flight
+    replan: Replan
+    step_time_before_s: float
+    step_time_after_s: float
+    finish_s: float
+
+
+def simulate_failure_run(model: Any, topology: Any, global_batch: int, seq_len: int, *, steps: int,
+                         fail_at_s: float, failed: Iterable[int], seed: int = 0,
+                         ranks: Sequence[int] | None = None, space: SearchSpace | None = None,
+                         params: PlannerParams | None = None, recovery: RecoveryParams | None = None,
+                         evaluator: Evaluator | None = None) -> FailureRun:
+    """Run `steps` training steps; at `fail_at_s` devices fail; re-plan and finish on the survivors."""
+    recovery = recovery or RecoveryParams()
+    ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
+    first = plan_training(model, topology, global_batch, seq_len, ranks=ranks, space=space, params=params,
+                          evaluator=evaluator, top=1)
+    step_before = first.best.evaluation.step_time_s
+    failed = list(failed)
+    sim = Simulation(seed)
+    rec = sim.recorder
+    state: dict[str, Any] = {"done": 0, "lost": 0.0, "replan": None, "step_after": step_before}
+
+    def run():
+        t_ckpt_done = 0  # steps safe in the last checkpoint
+        current, step_s, failed_yet = ranks, step_before, False
+        while state["done"] < steps:
+            start = sim.now
+            end = start + step_s
+            if not failed_yet and end > fail_at_s:
+                yield sim.timeout(max(fail_at_s - start, 0.0))
+                failed_yet = True
+                rec.record("train", -1, "lost", start, sim.now, cause="failure", iteration=state["done"],
+                           label="step in flight at the failure")
+                # steps finished after the last checkpoint are thrown away: relabel them as lost
+                for iv in rec.intervals:
+                    if iv.state == "train" and iv.iteration >= t_ckpt_done:
+                        iv.state, iv.cause, iv.label = "lost", "failure", "rolled back to the last checkpoint"
+                state["lost"] = sum(iv.end - iv.start for iv in rec.intervals if iv.state == "lost")
+                state["done"] = t_ckpt_done
+                replan = replan_on_failure(model, topology, global_batch, seq_len, failed=failed, ranks=current,
+                                           space=space, params=params, recovery=recovery, evaluator=evaluator,
+                                           current=first.best.choice)
+                state["replan"] = replan
+                t0 = sim.now
+                yield sim.timeout(replan.planning_cost_s)
+                rec.record("train", -1, "replan", t0, sim.now, cause="failure", label="planner search")
+                t0 = sim.now
+                yield sim.timeout(recovery.restart_s)
+                rec.record("train", -1, "restart", t0, sim.now, cause="failure",
+                           label=f"reload checkpoint of step {t_ckpt_done}")
+                current, step_s = replan.survivors, replan.plan.best.evaluation.step_time_s
+                state["step_after"] = step_s
+                continue
+            yield sim.timeout(step_s)
+            rec.record("train", -1, "train", start, sim.now, iteration=state["done"],
+                       label=f"{len(current)} devices")
+            state["done"] += 1
+            if state["done"] % recovery.checkpoint_every_steps == 0:
+                t_ckpt_done = state["done"]
+
+    sim.process(run())
+    sim.run()
+    if state["replan"] is None:
+        raise RlsimError(f"the run finished at {sim.now:.1f} s, before the failure at {fail_at_s} s",
+                         field="fail_at_s", fix="fail earlier or run more steps")
+    return FailureRun(rec.to_frame(), state["done"], state["lost"], state["replan"], step_before,
+                      state["step_after"], sim.now)

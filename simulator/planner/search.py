@@ -1,0 +1,341 @@
+"""Search over training layouts: enumerate, prune by divisibility and memory, evaluate, rank.
+
+The search is independent of the cost model: it takes an ``evaluator(choice, ranks) ->
+Evaluation`` that raises RlsimError when a layout is infeasible (it does not fit in memory, say).
+``plan_training`` wires the real one (``planner.evaluate.TrainingEvaluator``) by default; tests
+pass closed-form fakes.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import RlsimError
+from .placement import Placement, aware_placements, naive_placement
+
+Recompute = Literal["none", "selective", "full"]
+_RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation (fastest, most memory) first
+
+
+@dataclass(frozen=True, order=True)
+class TrainChoice:
+    """One training layout; field names follow llm/training.py TrainLayout and the plan JSON."""
+
+    tp: int
+    pp: int
+    vpp: int
+    dp: int
+    ep: int
+    cp: int
+    zero: int
+    recompute: str
+    micro_batch: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the plan reports per candidate (contract keys of `rlsim plan --json`)."""
+
+    step_time_s: float
+    tflops_per_device: float
+    mfu: float
+    memory_per_device_bytes: float
+    comm_fraction: float
+
+
+Evaluator = Callable[[TrainChoice, Sequence[int]], Evaluation]
+
+
+class SearchSpace(BaseModel):
+    """Values tried per dimension; `None` means derived from the model and device count.
+
+    Reachable from YAML / --set as `planner.space.<field>`, e.g. `--set planner.space.tp=[16]` to
+    force a layout. Defaults cover the layouts of Megatron-LM (arXiv 2104.04473) and MCore.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
+    pp: list[int] | None = None  # None: every divisor of the layer count up to max_pp
+    max_pp: int = 64  # deepest pipeline in Megatron's Table 1 (1008B row)
+    vpp: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    cp: list[int] = Field(default_factory=lambda: [1, 2])
+    ep: list[int] | None = None  # None: 1 for dense models, powers of two dividing the experts for MoE
+    max_ep: int = 64
+    zero: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
+    recompute: list[Recompute] = Field(default_factory=lambda: ["none", "selective", "full"])
+    micro_batch: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    # DP x micro_batch must divide the global batch. A re-plan relaxes it: the last micro-batch
+    # round is then partial and replicas get uneven counts (llm/training.py's sampler handles it).
+    exact_batch: bool = True
+
+
+class PlannerParams(BaseModel):
+    """Planner constants; reachable as `planner.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Skip more recomputation once a layout fits with less: recompute only adds compute (formulas.md,
+    # Megatron eq. 3: 72 -> 96), so the skipped variants cannot be faster.
+    dominance_prune: bool = True
+    # Candidates re-evaluated under every aware placement and the naive one after the first pass.
+    refine_top: int = 8
+    # Modelled planning cost, counted in simulated time (wall clock would break determinism):
+    # seconds per evaluated candidate and a fixed part. Defaults from benchmarks/bench_planner.py
+    # on the 2-core CI machine (about 1-3 ms per train_step_cost query; rounded up).
+    eval_cost_s: float = 5e-3  # llm/training.py's target of <= 5 ms per train_step_cost query
+    fixed_cost_s: float = 0.0  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
+
+
+@dataclass
+class TrainCandidate:
+    choice: TrainChoice
+    placement: Placement
+    evaluation: Evaluation
+    tp_level: str = ""  # shared_level of the TP groups: device, node, domain or cluster
+    naive: Evaluation | None = None
+    devices: int = 0
+    tokens_per_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"layout": self.choice.as_dict()}
+        out.update(asdict(self.evaluation))
+        out["devices"] = self.devices
+        out["tokens_per_s"] = self.tokens_per_s
+        out["placement"] = self.placement.name
+        out["tp_level"] = self.tp_level
+        out["naive_step_time_s"] = None if self.naive is None else self.naive.step_time_s
+        return out
+
+
+@dataclass
+class TrainPlan:
+    candidates: list[TrainCandidate]   # best first
+    enumerated: int
+    evaluated: int
+    pruned: dict[str, int] = field(default_factory=dict)
+    planning_cost_s: float = 0.0
+
+    @property
+    def best(self) -> TrainCandidate:
+        return self.candidates[0]
+
+
+def neighbourhood(current: TrainChoice, model: Any) -> SearchSpace:
+    """A re-plan's search space: keep TP, CP and EP of the running layout (the expensive groups to
+    rebuild); let PP (and so DP), VPP (or none: an uneven batch breaks interleaving), recompute,
+    ZeRO 1-2 and the micro-batch move. Tens of candidates instead of thousands."""
+    return SearchSpace(tp=[current.tp], pp=None, vpp=sorted({current.vpp, 1}), cp=[current.cp], ep=[current.ep],
+                       zero=sorted({current.zero, 1, 2}), recompute=["none", "selective", "full"],
+                       micro_batch=sorted({current.micro_batch, 1}), exact_batch=False)
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, k = [], 1
+    while k <= limit:
+        out.append(k)
+        k *= 2
+    return out
+
+
+def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq_len: int,
+                            space: SearchSpace | None = None) -> tuple[list[TrainChoice], Counter]:
+    """Every layout that divides the model, the devices and the batch; and why the rest were dropped.
+
+    Rules (Megatron-LM / MCore constraints): TP divides the query heads and either divides the KV
+    heads or is a multiple of them (KV heads replicated); PP*VPP divides the layers; VPP > 1 needs
+    PP > 1 and the micro-batch count divisible by PP; 2*CP divides the sequence (load-balanced
+    causal split); EP divides the experts and DP x CP; DP*micro_batch divides the global batch;
+    ZeRO > 0 needs DP > 1 (otherwise it equals ZeRO 0).
+    """
+    space = space or SearchSpace()
+    pruned: Counter = Counter()
+    heads, kv_heads, layers = int(model.num_heads), int(model.num_kv_heads), int(model.num_layers)
+    experts = int(getattr(model, "num_experts", 0) or 0)
+    pp_values = space.pp if space.pp is not None else _divisors(layers, space.max_pp)
+    if space.ep is not None:
+        ep_values = space.ep
+    elif experts > 1:
+        ep_values = [e for e in _powers_of_two(min(space.max_ep, experts)) if experts % e == 0]
+    else:
+        ep_values = [1]
+    out: list[TrainChoice] = []
+    for tp, pp, vpp, cp, ep, zero, rc, mb in itertools.product(
+            space.tp, pp_values, space.vpp, space.cp, ep_values, space.zero, space.recompute,
+            space.micro_batch):
+        if heads % tp or (kv_heads % tp and tp % kv_heads):
+            pruned["tp_heads"] += 1
+            continue
+        if num_devices % (tp * pp * cp):
+            pruned["devices"] += 1
+            continue
+        dp = num_devices // (tp * pp * cp)
+        if layers % (pp * vpp) or (vpp > 1 and pp == 1):
+            pruned["pp_layers"] += 1
+            continue
+        if seq_len % (2 * cp) and cp > 1:
+            pruned["cp_seq"] += 1
+            continue
+        if ep > 1 and (experts % ep or (dp * cp) % ep):
+            pruned["ep"] += 1
+            continue
+        if (global_batch % (dp * mb) if space.exact_batch else global_batch < dp * mb):
+            pruned["batch"] += 1
+            continue
+        m = global_batch // (dp * mb)
+        if vpp > 1 and m % pp:
+            pruned["vpp_microbatches"] += 1
+            continue
+        if zero > 0 and dp == 1:
+            pruned["zero_without_dp"] += 1
+            continue
+        out.append(TrainChoice(tp, pp, vpp, dp, ep, cp, zero, rc, mb))
+    return out, pruned
+
+
+def _structure(choice: TrainChoice) -> tuple:
+    """Everything but recompute: the group inside which recompute dominance applies."""
+    return (choice.tp, choice.pp, choice.vpp, choice.dp, choice.ep, choice.cp, choice.zero, choice.micro_batch)
+
+
+def _first_placement(topology: Any, ranks: Sequence[int], c: TrainChoice) -> Placement:
+    options = aware_placements(topology, ranks, c.tp, c.cp, c.dp, c.pp)
+    if c.ep > 1:  # EP is the innermost part of DP: keep it next to TP (Megatron order) first
+        options = sorted(options, key=lambda p: p.order.index("dp"))
+    return options[0]
+
+
+def _tp_level(topology: Any, placement: Placement, c: TrainChoice) -> str:
+    if c.tp == 1 or not hasattr(topology, "shared_level"):
+        return "device"
+    first = list(placement.ranks[: c.tp])  # canonical order: the first TP group
+    return str(topology.shared_level(first))
+
+
+def _rank_key(cand: TrainCandidate) -> tuple:
+    return (cand.evaluation.step_time_s, cand.choice)
+
+
+def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
+                  ranks: Sequence[int] | None = None, space: SearchSpace | None = None,
+                  params: PlannerParams | None = None, evaluator: Evaluator | None = None,
+                  top: int | None = None) -> TrainPlan:
+    """Search the training layouts of `model` on `ranks` (default: every device); best first.
+
+    RlsimError when no layout fits, naming what pruned the most candidates.
+    """
+    params = params or PlannerParams()
+    ranks = list(range(topology.num_devices)) if ranks is None else [int(r) for r in ranks]
+    if evaluator is None:
+        from .evaluate import TrainingEvaluator
+        evaluator = TrainingEvaluator(model, topology, global_batch, seq_len)
+    choices, pruned = enumerate_train_choices(model, len(ranks), global_batch, seq_len, space)
+    rc_rank = {r: i for i, r in enumerate(_RECOMPUTE_ORDER)}
+    choices.sort(key=lambda c: (_structure(c), rc_rank.get(c.recompute, 99)))
+    fitted: set[tuple] = set()
+    evaluated = 0
+    cands: list[TrainCandidate] = []
+    tokens = global_batch * seq_len
+    for c in choices:
+        if params.dominance_prune and _structure(c) in fitted:
+            pruned["recompute_dominated"] += 1
+            continue
+        placement = _first_placement(topology, ranks, c)
+        evaluated += 1
+        try:
+            ev = evaluator(c, placement.ranks)
+        except RlsimError as exc:
+            pruned[f"infeasible:{exc.field or 'layout'}"] += 1
+            continue
+        fitted.add(_structure(c))
+        cands.append(TrainCandidate(c, placement, ev, devices=len(ranks), tokens_per_s=tokens / ev.step_time_s))
+    if not cands:
+        worst = ", ".join(f"{k}: {v}" for k, v in pruned.most_common(4)) or "no layout enumerated"
+        raise RlsimError(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
+                         f"{len(ranks)} devices with global batch {global_batch} ({worst})",
+                         field="planner", fix="add devices, lower the global batch or widen planner.space")
+    cands.sort(key=_rank_key)
+    # Refine the leaders: every aware placement (keep the fastest) and the naive one (reported).
+    for cand in cands[: max(params.refine_top, top or 0)]:
+        c = cand.choice
+        for alt in aware_placements(topology, ranks, c.tp, c.cp, c.dp, c.pp):
+            if alt.ranks == cand.placement.ranks:
+                continue
+            evaluated += 1
+            try:
+                ev = evaluator(c, alt.ranks)
+            except RlsimError:
+                continue
+            if ev.step_time_s < cand.evaluation.step_time_s:
+                cand.placement, cand.evaluation = alt, ev
+                cand.tokens_per_s = tokens / ev.step_time_s
+        naive = naive_placement(ranks, c.tp, c.cp, c.dp, c.pp)
+        evaluated += 1
+        try:
+            cand.naive = cand.evaluation if naive.ranks == cand.placement.ranks else evaluator(c, naive.ranks)
+        except RlsimError:
+            cand.naive = None
+    cands.sort(key=_rank_key)
+    keep = cands if top is None else cands[:top]
+    for cand in keep:
+        cand.tp_level = _tp_level(topology, cand.placement, cand.choice)
+    return TrainPlan(keep, enumerated=len(choices) + sum(v for k, v in pruned.items()
+                                                         if not k.startswith(("infeasible", "recompute_"))),
+                     evaluated=evaluated, pruned=dict(sorted(pruned.items())),
+                     planning_cost_s=params.fixed_cost_s + evaluated * params.eval_cost_s)
+
+
+def plan_to_target(model: Any, topology: Any, global_batch: int, seq_len: int, target_tokens_per_s: float, *,
+                   top: int | None = None, **kwargs: Any) -> TrainPlan:
+    """The fewest whole nodes (a prefix of the topology's nodes) whose best layout trains at least
+    `target_tokens_per_s`; binary search on the node count, assuming more nodes are never slower.
+
+    The plan's planning cost sums every search made. RlsimError if even every node falls short.
+    """
+    if not target_tokens_per_s > 0:
+        raise RlsimError(f"target must be positive, got {target_tokens_per_s}", field="--target-tokens-per-s")
+    nodes = list(range(topology.num_nodes))
+
+    def attempt(k: int) -> TrainPlan | None:
+        ranks = [r for i in nodes[:k] for r in topology.ranks_of_node(i)]
+        try:
+            return plan_training(model, topology, global_batch, seq_len, ranks=ranks, top=top, **kwargs)
+        except RlsimError:
+            return None
+
+    cost = 0.0
+    best_full = attempt(len(nodes))
+    if best_full is None or best_full.best.tokens_per_s < target_tokens_per_s:
+        got = "no layout fits" if best_full is None else f"best {best_full.best.tokens_per_s:.0f} tokens/s"
+        raise RlsimError(f"{topology.name} with {len(nodes)} nodes cannot reach {target_tokens_per_s:.0f} "
+                         f"tokens/s ({got})", field="--target-tokens-per-s",
+                         fix="lower the target or add nodes (--set topology.nodes=N)")
+    cost += best_full.planning_cost_s
+    lo, hi, found = 1, len(nodes), best_full
+    while lo < hi:
+        mid = (lo + hi) // 2
+        plan = attempt(mid)
+        if plan is not None:
+            cost += plan.planning_cost_s
+        if plan is not None and plan.best.tokens_per_s >= target_tokens_per_s:
+            hi, found = mid, plan
+        else:
+            lo = mid + 1
+    found.planning_cost_s = cost
+    return found

@@ -1,0 +1,190 @@
+"""Planner search, placement and balancing with closed-form fakes (no cost model needed)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.planner.hetero import balance, uniform
+from simulator.planner.placement import (
+    aware_placements,
+    forced_placement,
+    groups,
+    lay_out,
+    naive_placement,
+)
+from simulator.planner.search import (
+    Evaluation,
+    PlannerParams,
+    SearchSpace,
+    enumerate_train_choices,
+    plan_training,
+)
+
+
+class FakeTopology:
+    """8 devices per node, one node per domain."""
+
+    def __init__(self, nodes: int, per_node: int = 8) -> None:
+        self.per_node = per_node
+        self.num_devices = nodes * per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.per_node
+
+    def domain_of(self, rank: int) -> int:
+        return rank // self.per_node
+
+    def shared_level(self, ranks) -> str:
+        nodes = {self.node_of(r) for r in ranks}
+        return "device" if len(set(ranks)) == 1 else ("node" if len(nodes) == 1 else "cluster")
+
+
+@dataclass
+class FakeModel:
+    name: str = "fake"
+    num_layers: int = 32
+    num_heads: int = 32
+    num_kv_heads: int = 8
+    num_experts: int = 0
+
+
+def test_lay_out_is_a_permutation_and_groups_match_the_nesting():
+    topo = FakeTopology(4)
+    ranks = list(range(32))
+    laid = lay_out(ranks, ("tp", "cp", "pp", "dp"), tp=8, cp=1, dp=2, pp=2)
+    assert sorted(laid) == ranks
+    for g in groups(laid, "tp", 8, 1, 2, 2):
+        assert topo.shared_level(g) == "node"
+    # pp next to tp: one pipeline = two consecutive nodes
+    pp_groups = groups(laid, "pp", 8, 1, 2, 2)
+    assert pp_groups[0] == [0, 8]
+    dp_groups = groups(laid, "dp", 8, 1, 2, 2)
+    assert dp_groups[0] == [0, 16]
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), cp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2, 3]),
+       pp=st.sampled_from([1, 2, 4]), order=st.permutations(["tp", "cp", "dp", "pp"]))
+def test_every_order_gives_a_permutation_and_disjoint_covering_groups(tp, cp, dp, pp, order):
+    n = tp * cp * dp * pp
+    laid = lay_out(list(range(100, 100 + n)), order, tp, cp, dp, pp)
+    assert sorted(laid) == list(range(100, 100 + n))
+    for dim, size in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
+        gs = groups(laid, dim, tp, cp, dp, pp)
+        assert len(gs) == n // size and all(len(g) == size for g in gs)
+        assert sorted(r for g in gs for r in g) == sorted(laid)
+
+
+def test_aware_placement_keeps_tp_in_a_node_even_when_ranks_are_shuffled():
+    topo = FakeTopology(4)
+    shuffled = [r for pair in zip(range(0, 16), range(16, 32), strict=True) for r in pair]
+    for placement in aware_placements(topo, shuffled, tp=8, cp=1, dp=4, pp=1):
+        assert all(topo.shared_level(g) == "node" for g in groups(placement.ranks, "tp", 8, 1, 4, 1))
+    tp_outer = forced_placement(range(32), ("dp", "pp", "cp", "tp"), 8, 1, 4, 1)
+    assert all(topo.shared_level(g) == "cluster" for g in groups(tp_outer.ranks, "tp", 8, 1, 4, 1))
+    assert naive_placement(range(32), 8, 1, 4, 1).ranks == tuple(range(32))
+
+
+def test_enumeration_obeys_divisibility():
+    model = FakeModel()
+    choices, pruned = enumerate_train_choices(model, 64, global_batch=128, seq_len=4096)
+    assert choices and pruned
+    for c in choices:
+        assert c.tp * c.pp * c.dp * c.cp == 64
+        assert model.num_heads % c.tp == 0
+        assert model.num_layers % (c.pp * c.vpp) == 0
+        assert 128 % (c.dp * c.micro_batch) == 0
+        assert c.vpp == 1 or (c.pp > 1 and (128 // (c.dp * c.micro_batch)) % c.pp == 0)
+        assert c.zero == 0 or c.dp > 1
+        assert c.ep == 1
+    assert len(set(choices)) == len(choices)
+
+
+def test_moe_enumerates_expert_parallel_dividing_experts_and_dp():
+    model = FakeModel(num_experts=64)
+    choices, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1]))
+    eps = {c.ep for c in choices}
+    assert max(eps) > 1
+    assert all(64 % c.ep == 0 and (c.dp * c.cp) % c.ep == 0 for c in choices)
+
+
+def _fake_evaluator(topo: FakeTopology, hbm_limit: float = 1e9):
+    """Step time: compute / devices + a TP penalty that is 10x worse across nodes; memory by layout."""
+
+    def evaluate(c, ranks):
+        memory = 8e9 / (c.tp * c.pp) * (0.5 if c.recompute == "full" else 1.0)
+        if memory > hbm_limit:
+            raise RlsimError("does not fit", field="memory")
+        tp_groups = groups(ranks, "tp", c.tp, c.cp, c.dp, c.pp)
+        cross = any(topo.shared_level(g) == "cluster" for g in tp_groups)
+        tp_cost = (c.tp - 1) * (10.0 if cross else 1.0)
+        rc = {"none": 1.0, "selective": 1.05, "full": 1.33}[c.recompute]
+        bubble = (c.pp - 1) / (128 // (c.dp * c.micro_batch) + c.pp - 1)
+        step = (100.0 * rc + tp_cost) / (1 - bubble) + c.zero * 0.1
+        return Evaluation(step, 100.0 / step, 0.4, memory, tp_cost / step)
+
+    return evaluate
+
+
+def test_plan_ranks_best_first_and_never_puts_tp_across_nodes():
+    topo = FakeTopology(8)
+    plan = plan_training(FakeModel(), topo, 128, 4096, evaluator=_fake_evaluator(topo), top=5)
+    times = [c.evaluation.step_time_s for c in plan.candidates]
+    assert times == sorted(times)
+    assert all(c.tp_level in ("device", "node") for c in plan.candidates)
+    assert plan.best.naive is not None and plan.best.naive.step_time_s >= plan.best.evaluation.step_time_s
+    assert plan.evaluated > 0 and plan.planning_cost_s > 0
+    # forcing TP16 (two nodes) is honoured and lands across nodes
+    forced = plan_training(FakeModel(), topo, 128, 4096, evaluator=_fake_evaluator(topo),
+                           space=SearchSpace(tp=[16]), top=1)
+    assert forced.best.choice.tp == 16 and forced.best.tp_level == "cluster"
+    assert forced.best.evaluation.step_time_s > plan.best.evaluation.step_time_s
+
+
+def test_recompute_dominance_prunes_without_changing_the_best():
+    topo = FakeTopology(4)
+    ev = _fake_evaluator(topo, hbm_limit=0.6e9)
+    a = plan_training(FakeModel(), topo, 128, 4096, evaluator=ev, top=3)
+    b = plan_training(FakeModel(), topo, 128, 4096, evaluator=ev, top=3,
+                      params=PlannerParams(dominance_prune=False))
+    assert a.best.choice == b.best.choice
+    assert a.evaluated < b.evaluated
+    assert a.pruned.get("recompute_dominated", 0) > 0
+
+
+def test_no_fit_raises_a_clear_error():
+    topo = FakeTopology(1)
+    with pytest.raises(RlsimError, match="no training layout"):
+        plan_training(FakeModel(), topo, 128, 4096, evaluator=_fake_evaluator(topo, hbm_limit=1.0))
+
+
+@settings(max_examples=80, deadline=None)
+@given(total=st.integers(4, 400),
+       speeds=st.lists(st.floats(0.1, 10.0), min_size=1, max_size=4))
+def test_balance_is_min_max_optimal(total, speeds):
+    unit = [1.0 / s for s in speeds]
+    if total < len(unit):
+        return
+    counts = balance(total, unit)
+    assert sum(counts) == total and min(counts) >= 1
+    worst = max(c * u for c, u in zip(counts, unit, strict=True))
+    # moving one item from the worst part to any other cannot lower the maximum
+    i = max(range(len(unit)), key=lambda k: counts[k] * unit[k])
+    for j in range(len(unit)):
+        if j != i and counts[i] > 1:
+            moved = list(counts)
+            moved[i] -= 1
+            moved[j] += 1
+            assert max(c * u for c, u in zip(moved, unit, strict=True)) >= worst - 1e-12
+    assert worst <= max(c * u for c, u in zip(uniform(total, len(unit)), unit, strict=True)) + 1e-12
+
+
+def test_balance_proportional_to_speed():
+    assert balance(40, [1 / 3, 1.0]) == [30, 10]
+    assert uniform(10, 3) == [4, 3, 3]
+    with pytest.raises(RlsimError):
+        balance(1, [1.0, 1.0])

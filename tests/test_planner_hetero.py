@@ -1,0 +1,115 @@
+"""Heterogeneous balancing and re-planning on real topologies (fake training cost for re-planning)."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.des import INTERVAL_COLUMNS
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model
+from simulator.planner.hetero import HeteroStepModel, plan_hetero
+from simulator.planner.placement import lay_out, locality_sorted
+from simulator.planner.replan import (
+    RecoveryParams,
+    replan_on_failure,
+    replan_on_slowdown,
+    simulate_failure_run,
+    survivors_after,
+)
+from simulator.planner.search import Evaluation, SearchSpace
+
+
+def _hetero(a100_nodes: int, h100_nodes: int):
+    return load_topology("hetero-a100-h100", {"groups": {"a100": {"nodes": a100_nodes},
+                                                         "h100": {"nodes": h100_nodes}}})
+
+
+def test_balanced_split_beats_uniform_by_at_least_1_25x_on_the_hetero_preset():
+    topo = _hetero(8, 8)
+    plan = plan_hetero(load_model("gpt-7.5b"), topo, 512, 2048)
+    assert plan.speedup >= 1.25
+    assert plan.balanced.utilization > plan.uniform.utilization
+    # more micro-batches go to the faster (H100) replicas
+    mbs = plan.balanced.microbatches_per_replica
+    assert max(mbs) > min(mbs) and sum(mbs) == 512
+
+
+def test_pipeline_across_kinds_gets_more_layers_on_the_faster_stage_and_equalizes():
+    topo = _hetero(1, 1)
+    model = load_model("gpt-18.4b")
+    stm = HeteroStepModel(model, topo, 2048, 1)
+    laid = lay_out(locality_sorted(topo, range(16)), ("tp", "cp", "pp", "dp"), 8, 1, 1, 2)
+    bal = stm.evaluate(laid, 8, 2, 1, 64, balanced=True)
+    uni = stm.evaluate(laid, 8, 2, 1, 64, balanced=False)
+    assert topo.device_spec(laid[0]).name == "a100-80gb" and topo.device_spec(laid[8]).name == "h100"
+    a100_layers, h100_layers = bal.layers_per_stage
+    assert h100_layers > a100_layers and sum(bal.layers_per_stage) == model.num_layers
+    spread = lambda r: max(r.stage_time_s[0]) / min(r.stage_time_s[0])  # noqa: E731
+    assert spread(bal) < spread(uni)
+    assert bal.step_time_s < uni.step_time_s
+
+
+def test_homogeneous_cluster_gains_nothing_from_balancing():
+    topo = load_topology("dgx-h100", {"nodes": 2})
+    plan = plan_hetero(load_model("gpt-7.5b"), topo, 256, 2048)
+    assert plan.speedup == pytest.approx(1.0, abs=1e-9)
+
+
+def test_slow_node_triggers_rebalancing():
+    topo = load_topology("dgx-h100", {"nodes": 4})
+    slow = {r: 0.5 for r in topo.ranks_of_node(3)}
+    plan, cost = replan_on_slowdown(load_model("gpt-7.5b"), topo, 256, 2048, slowdown=slow)
+    assert plan.speedup > 1.05 and cost > 0
+    with pytest.raises(RlsimError, match="slowdown"):
+        replan_on_slowdown(load_model("gpt-7.5b"), topo, 256, 2048, slowdown={0: 1.5})
+
+
+def _linear_evaluator(c, ranks):
+    """Step time inversely proportional to devices; TP costs a little."""
+    step = 1000.0 / len(ranks) * (1 + 0.01 * c.tp) * (1.2 if c.recompute == "full" else 1.0)
+    return Evaluation(step, 1.0, 0.4, 1e9, 0.1)
+
+
+def test_replan_on_failure_drops_the_node_and_counts_planning_cost():
+    topo = load_topology("dgx-h100", {"nodes": 4})
+    model = load_model("llama3.1-8b")
+    small = SearchSpace(tp=[1, 2, 4, 8], vpp=[1], cp=[1], zero=[1], recompute=["full"], micro_batch=[1])
+    rp = replan_on_failure(model, topo, 96, 4096, failed=[13], space=small, evaluator=_linear_evaluator)
+    assert rp.survivors == [r for r in range(32) if not 8 <= r < 16]
+    assert 13 in rp.dropped and rp.planning_cost_s > 0
+    assert rp.plan.best.choice.devices == 24
+    assert survivors_after(topo, range(32), [13], drop_whole_node=False) == [r for r in range(32) if r != 13]
+    with pytest.raises(RlsimError, match="not in the plan"):
+        replan_on_failure(model, topo, 96, 4096, failed=[99], evaluator=_linear_evaluator)
+
+
+def test_failure_mid_run_continues_on_survivors_with_lost_time_in_the_timeline():
+    topo = load_topology("dgx-h100", {"nodes": 4})
+    model = load_model("llama3.1-8b")
+    small = SearchSpace(tp=[1, 2, 4, 8], vpp=[1], cp=[1], zero=[1], recompute=["full"], micro_batch=[1])
+    rec = RecoveryParams(restart_s=60.0, checkpoint_every_steps=5)
+    fail_at = 7.5 * 1000 / 32 * 1.01
+    run = simulate_failure_run(model, topo, 96, 4096, steps=20, fail_at_s=fail_at,
+                               failed=[3], space=small, evaluator=_linear_evaluator, recovery=rec)
+    tl = run.timeline
+    assert list(tl.columns) == INTERVAL_COLUMNS
+    assert run.steps_done == 20
+    assert run.step_time_after_s > run.step_time_before_s  # fewer devices, slower steps
+    states = set(tl["state"])
+    assert {"train", "lost", "replan", "restart"} <= states
+    # lost = the step in flight + the steps finished after the checkpoint at step 5
+    step = run.step_time_before_s
+    finished = int(fail_at // step)
+    assert finished > 5
+    assert run.lost_s == pytest.approx(fail_at - finished * step + (finished - 5) * step)
+    lost = tl[tl.state == "lost"]
+    assert (lost.end - lost.start).sum() == pytest.approx(run.lost_s)
+    assert tl.loc[tl.state == "restart", "end"].iloc[0] - tl.loc[tl.state == "restart", "start"].iloc[0] == 60.0
+    # the timeline is contiguous: no gap, no overlap
+    ends, starts = tl["end"].to_numpy()[:-1], tl["start"].to_numpy()[1:]
+    assert (abs(ends - starts) < 1e-9).all()
+    assert run.finish_s == pytest.approx(tl["end"].max())
+    # deterministic
+    again = simulate_failure_run(model, topo, 96, 4096, steps=20, fail_at_s=fail_at,
+                                 failed=[3], space=small, evaluator=_linear_evaluator, recovery=rec)
+    assert again.timeline.equals(tl)

@@ -1,0 +1,89 @@
+"""The planner on the real cost models (llm/training.py, llm/inference.py, network/collectives.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator import cli
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model
+from simulator.planner import SearchSpace, plan_rollout, plan_training
+from simulator.planner.evaluate import TrainingEvaluator
+from simulator.planner.placement import aware_placements, forced_placement
+from simulator.planner.rollout import RolloutSpace
+from simulator.planner.search import TrainChoice
+
+# Megatron-LM 2021 features only (arXiv 2104.04473): full recompute, no CP, no ZeRO.
+MEGATRON_2021 = SearchSpace(recompute=["full"], cp=[1], zero=[0], micro_batch=[1, 2])
+
+
+def test_megatron_145b_plan_is_the_published_shape_and_at_least_as_fast():
+    topo = load_topology("dgx-a100", {"nodes": 192})
+    model = load_model("gpt-145.6b")
+    plan = plan_training(model, topo, 2304, 2048, space=MEGATRON_2021, top=3)
+    best = plan.best
+    published = TrainChoice(8, 8, 1, 24, 1, 1, 0, "full", 1)
+    ev = TrainingEvaluator(model, topo, 2304, 2048)
+    pub = ev(published, aware_placements(topo, range(1536), 8, 1, 24, 8)[0].ranks)
+    assert best.evaluation.step_time_s <= pub.step_time_s
+    assert (best.choice.tp, best.choice.pp) == (8, 8)
+    assert best.tp_level == "node"
+
+
+def test_tp_across_nodes_is_slower_and_never_picked_unless_forced():
+    topo = load_topology("dgx-h100", {"nodes": 16})
+    model = load_model("gpt-18.4b")
+    ev = TrainingEvaluator(model, topo, 256, 2048)
+    c = TrainChoice(8, 1, 1, 16, 1, 1, 1, "full", 1)
+    inside = ev(c, aware_placements(topo, range(128), 8, 1, 16, 1)[0].ranks)
+    across = ev(c, forced_placement(range(128), ("dp", "cp", "pp", "tp"), 8, 1, 16, 1).ranks)
+    assert topo.shared_level(list(forced_placement(range(128), ("dp", "cp", "pp", "tp"), 8, 1, 16, 1).ranks[:8])) \
+        == "cluster"
+    assert across.step_time_s > inside.step_time_s
+    space = SearchSpace(tp=[1, 2, 4, 8, 16], pp=[1, 2], vpp=[1], cp=[1], zero=[1], recompute=["full"],
+                        micro_batch=[1])
+    plan = plan_training(model, topo, 256, 2048, space=space, top=5)
+    assert all(cand.tp_level in ("device", "node") for cand in plan.candidates)
+    forced = plan_training(model, topo, 256, 2048, space=space.model_copy(update={"tp": [16]}), top=1)
+    assert forced.best.tp_level == "cluster"
+    assert forced.best.evaluation.step_time_s > plan.best.evaluation.step_time_s
+
+
+def test_rollout_plan_ranks_layouts_and_respects_memory():
+    topo = load_topology("dgx-h100", {"nodes": 1})
+    model = load_model("llama3.1-70b")
+    space = RolloutSpace(sequences=64, prompt_len=256, response_len=256)
+    plan = plan_rollout(model, topo, space=space, top=10)
+    times = [c.evaluation.step_time_s for c in plan.candidates]
+    assert times == sorted(times)
+    assert all(c.layout["tp"] >= 2 for c in plan.candidates)  # 141 GB of bf16 weights need >= 2 H100s
+    assert plan.pruned.get("infeasible:rollout_layout", 0) >= 1
+    best = plan.candidates[0].to_json()
+    assert set(best["layout"]) == {"tp", "ep", "instances", "max_num_seqs"}
+
+
+def test_cli_plan_json_contract(capsys):
+    rc = cli.main(["plan", "--topology", "dgx-h100", "--set", "topology.nodes=1", "--model", "llama3.1-8b",
+                   "--global-batch", "64", "--seq-len", "2048", "--stage", "train", "--top", "2", "--json",
+                   "--set", "planner.space.micro_batch=[1]", "--set", "planner.space.vpp=[1]"])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 2
+    for key in ("layout", "step_time_s", "tflops_per_device", "mfu", "memory_per_device_bytes", "comm_fraction"):
+        assert key in rows[0]
+    assert set(rows[0]["layout"]) >= {"tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute", "micro_batch"}
+    assert rows[0]["step_time_s"] <= rows[1]["step_time_s"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model", "llama3.1-8b", "--global-batch", "64", "--seq-len", "2048", "--set", "planner.space.tp=[x]"],
+    ["--model", "llama3.1-8b", "--global-batch", "64", "--seq-len", "2048", "--set", "planner.bogus=1"],
+    ["--model", "llama3.1-8b", "--global-batch", "0", "--seq-len", "2048"],
+    ["--model", "llama3.1-405b", "--global-batch", "64", "--seq-len", "2048", "--set", "planner.space.tp=[1]",
+     "--set", "planner.space.pp=[1]"],
+])
+def test_cli_plan_bad_input_exits_2(argv, capsys):
+    assert cli.main(["plan", "--topology", "dgx-h100", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "rlsim: error" in err and "Traceback" not in err
