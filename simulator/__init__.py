@@ -5,4 +5,12 @@ Public Python API (the same functions the CLI calls) is re-exported here as it i
 from .errors import RlsimError
 
 __version__ = "0.1.0"
-__all__ = ["RlsimError", "__version__"]
+__all__ = ["RlsimError", "__version__", "simulate", "compare", "SimulationResult", "ComparisonResult"]
+
+
+def __getattr__(name: str):
+    # Lazy: `import simulator` stays light; simulate / compare load the models on first use.
+    if name in ("simulate", "compare", "SimulationResult", "ComparisonResult"):
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'simulator' has no attribute {name!r}")

@@ -1,0 +1,42 @@
+"""Speed of the schedule layer on the real cost models. Prints figures; asserts nothing.
+
+    python benchmarks/bench_schedules.py            # all cases
+    python benchmarks/bench_schedules.py step       # one case: step | run100 | supernodes64
+
+Targets (issue 4): one GRPO step with 16,384 sequences on cloudmatrix384 <= 0.5 s; a 100-step run
+<= 30 s; cloudmatrix384 with supernodes=64 (24,576 NPUs) one step <= 10 s.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import simulator
+
+CASES = {
+    "step": ("one GRPO step, 16,384 sequences, cloudmatrix384 (seed, colocated)",
+             dict(schedule="colocated", iterations=1, overrides=["workload.prompts_per_step=1024"])),
+    "run100": ("100 steps, grpo-qwen2.5-7b on 4 x dgx-h100 (stalesync)",
+               dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 4},
+                    schedule="stalesync", iterations=100)),
+    "supernodes64": ("one step, cloudmatrix384 x 64 supernodes = 24,576 NPUs (seed batch, colocated)",
+                     dict(schedule="colocated", iterations=1, overrides=["topology.supernodes=64"])),
+}
+
+
+def main(names: list[str]) -> None:
+    simulator.simulate(schedule="colocated", iterations=1,
+                       overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16"])  # warm imports
+    for name in names or list(CASES):
+        label, kw = CASES[name]
+        t0 = time.perf_counter()
+        r = simulator.simulate(**kw)
+        dt = time.perf_counter() - t0
+        s = r.summary
+        print(f"{name:13s} {dt:8.2f} s wall  | {label} | devices {s['devices']}, "
+              f"{s['samples']['generated']} samples, {len(r.timeline)} timeline rows, "
+              f"{s['tokens_per_s']:,.0f} tokens/s simulated", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,126 @@
+"""The public Python API: ``simulate`` one scenario, ``compare`` schedules on it.
+
+    >>> import simulator
+    >>> r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 4})
+    >>> r.summary["tokens_per_s"], r.timeline.head()
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from . import metrics
+from .hardware.topology import load_topology
+from .llm.lengths import LengthDistribution
+from .report.trace import chrome_trace
+from .rl.schedules import RunRecord, run_schedule
+from .rl.timeline import expand_devices
+from .scenario import Scenario, load_scenario
+
+DEFAULT_COMPARE = ("colocated", "disaggregated", "stalesync")
+
+
+@dataclass
+class SimulationResult:
+    scenario: Scenario
+    summary: dict[str, Any]
+    timeline: pd.DataFrame          # group records: des.INTERVAL_COLUMNS + rank_start, rank_count
+    iterations: pd.DataFrame
+    samples: pd.DataFrame
+    record: RunRecord = field(repr=False)
+
+    def device_timeline(self) -> pd.DataFrame:
+        """One row per device and interval (des.INTERVAL_COLUMNS); large at scale."""
+        return expand_devices(self.timeline)
+
+    def time_in_states(self) -> pd.DataFrame:
+        return metrics.time_in_states(self.timeline)
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        files = {
+            "scenario.yaml": yaml.safe_dump(self.scenario.to_dict(), sort_keys=False),
+            "summary.json": json.dumps(self.summary, indent=2, default=float) + "\n",
+            "trace.json": json.dumps(chrome_trace(self.timeline, self.summary), separators=(",", ":")),
+        }
+        written = []
+        for name, text in files.items():
+            (out / name).write_text(text)
+            written.append(out / name)
+        for name, frame in (("timeline.csv", self.timeline), ("iterations.csv", self.iterations),
+                            ("samples.csv", self.samples), ("states.csv", self.time_in_states())):
+            frame.to_csv(out / name, index=False)
+            written.append(out / name)
+        return written
+
+
+def _sampler(dist: LengthDistribution):
+    def sample(rng, n_prompts, n, step):
+        return dist.sample(rng, n_prompts, n, step)
+    return sample
+
+
+def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None, **keywords: Any) -> SimulationResult:
+    """Run one scenario. ``keywords`` are load_scenario's (topology, workload, schedule, overrides,
+    iterations, seed). ``costs`` replaces the cost models (tests: rl.costs.FakeCosts)."""
+    sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
+    w = sc.workload
+    if costs is None:
+        from .rl.llm_costs import LlmCosts
+        topology = load_topology(sc.topology)
+        costs = LlmCosts(sc, topology)
+        n_devices = topology.num_devices
+    else:
+        n_devices = int(getattr(costs, "n_devices", 0)) or 8
+    prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
+    resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
+    rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp))
+    timeline = rec.timeline.to_frame()
+    samples = rec.samples.to_frame()
+    summary = metrics.summary(rec, timeline, samples)
+    if hasattr(costs, "effective_layouts"):
+        train_pool = rec.pools.get("train") or rec.pools["actor"]
+        summary["layouts"] = costs.effective_layouts(train_pool.count)
+    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec)
+
+
+@dataclass
+class ComparisonResult:
+    table: pd.DataFrame
+    results: dict[str, SimulationResult]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r.summary for r in self.results.values()]
+
+
+def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Iterable[str] = DEFAULT_COMPARE,
+            *, costs: Any = None, **keywords: Any) -> ComparisonResult:
+    """The same scenario under several schedule kinds (other schedule keys kept where they apply)."""
+    base = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
+    results: dict[str, SimulationResult] = {}
+    for kind in schedules:
+        sched = base.schedule.model_dump(mode="json")
+        sched["kind"] = kind
+        if kind != "stalesync":
+            sched["placement"] = None
+        sc = load_scenario({**base.to_dict(), "schedule": sched})
+        sc = sc.model_copy(update={"source": base.source})
+        results[kind] = simulate(sc, costs=costs)
+    return ComparisonResult(comparison_table([r.summary for r in results.values()]), results)
+
+
+def comparison_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    cols = ["schedule", "devices", "step_time_s", "tokens_per_s", "tokens_per_s_per_device",
+            "generated_tokens_per_s", "bubble_fraction", "mfu"]
+    frame = pd.DataFrame([{c: r[c] for c in cols} for r in rows])
+    frame["staleness_max"] = [r["staleness"]["max"] for r in rows]
+    if len(frame):
+        frame["speedup"] = frame["tokens_per_s"] / frame["tokens_per_s"].iloc[0]
+    return frame

@@ -1,0 +1,43 @@
+"""`rlsim compare`: the same scenario under several schedules, side by side."""
+from __future__ import annotations
+
+import argparse
+
+from .run import add_scenario_arguments, scenario_keywords
+
+HELP = "compare schedules (colocated, disaggregated, stalesync, ...) on one scenario"
+EXAMPLES = """examples:
+  rlsim compare                                           # seed scenario: colocated vs disaggregated vs stalesync
+  rlsim compare --schedules colocated,one-step-off,async --workload grpo-qwen2.5-7b --topology dgx-h100
+  rlsim compare --json --iterations 2
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_scenario_arguments(parser)
+    parser.add_argument("--schedules", default="colocated,disaggregated,stalesync",
+                        help="comma-separated schedule kinds (default: colocated,disaggregated,stalesync)")
+    # --- report hook (issue 5) ---
+    parser.add_argument("--out", help="write each schedule's data (a folder per schedule), plots and report.html here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..api import compare
+    from ..cli import print_json
+    from ..errors import RlsimError
+    from ..report.console import print_comparison
+    from ..scenario import SCHEDULE_KINDS
+    kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in SCHEDULE_KINDS]
+    if bad or len(kinds) < 1:
+        raise RlsimError(f"unknown schedule(s) {bad}", field="--schedules", fix=f"use {', '.join(SCHEDULE_KINDS)}")
+    result = compare(args.scenario, kinds, **scenario_keywords(args))
+    if args.out:
+        # --- report hook (issue 5): per-schedule data, plots (PNG + SVG) and report.html into --out ---
+        from ..report.html import write_report
+        write_report(result, args.out)
+    if args.json:
+        print_json(result.rows())
+    else:
+        print_comparison(result.rows())
+    return 0

@@ -1,0 +1,118 @@
+"""From a recorded run to DataFrames and the summary (the `rlsim run --json` object).
+
+Device-seconds are exact: every record covers ``rank_count`` devices for ``end - start`` seconds,
+and each device group's records tile [0, makespan] (see rl/timeline.py).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .rl.schedules.base import RunRecord
+from .rl.timeline import BUSY_STATES
+
+# Non-busy states count as bubbles; their cause when the state itself names it.
+STATE_CAUSE = {"switch": "switch", "sync": "weight_sync", "fetch": "data"}
+BUBBLE_CAUSES = ("long_tail", "dependency", "pipeline_bubble", "switch", "weight_sync", "data", "placement")
+
+
+def device_seconds(timeline: pd.DataFrame) -> pd.Series:
+    return (timeline["end"] - timeline["start"]) * timeline["rank_count"]
+
+
+def time_in_states(timeline: pd.DataFrame, by: Sequence[str] = ("pool", "state")) -> pd.DataFrame:
+    """Device-seconds per (pool, state) (or any grouping of timeline columns)."""
+    frame = timeline.assign(device_s=device_seconds(timeline))
+    return frame.groupby(list(by), sort=True)["device_s"].sum().reset_index()
+
+
+def per_device_time(timeline: pd.DataFrame, n_devices: int) -> np.ndarray:
+    """Seconds recorded for each device rank (sums ranges without expanding rows)."""
+    diff = np.zeros(n_devices + 1)
+    dur = (timeline["end"] - timeline["start"]).to_numpy()
+    np.add.at(diff, timeline["rank_start"].to_numpy(), dur)
+    np.add.at(diff, (timeline["rank_start"] + timeline["rank_count"]).to_numpy(), -dur)
+    return np.cumsum(diff)[:n_devices]
+
+
+def bubbles(timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
+    """(bubble fraction, fraction of device-seconds per cause)."""
+    ds = device_seconds(timeline)
+    total = float(ds.sum())
+    if total <= 0:
+        return 0.0, {c: 0.0 for c in BUBBLE_CAUSES}
+    state = timeline["state"]
+    cause = timeline["cause"].where(state == "idle", state.map(STATE_CAUSE))
+    idle = ~state.isin(BUSY_STATES)
+    by = ds[idle].groupby(cause[idle].fillna("other")).sum()
+    out = {c: float(by.get(c, 0.0)) / total for c in BUBBLE_CAUSES}
+    for c, v in by.items():
+        if c not in out:
+            out[str(c)] = float(v) / total
+    return float(ds[idle].sum()) / total, out
+
+
+def iterations_frame(rec: RunRecord) -> pd.DataFrame:
+    frame = pd.DataFrame(rec.iterations)
+    if len(frame):
+        prev_end = frame["end"].shift(1, fill_value=0.0)
+        frame["step_time_s"] = frame["end"] - prev_end
+    return frame
+
+
+def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> dict:
+    sc = rec.scenario
+    T = rec.makespan_s
+    consumed = samples[samples["consumed_iteration"] >= 0]
+    trained_tokens = float((consumed["prompt_len"] + consumed["response_len"]).sum())
+    in_window = samples["finish"] <= T + 1e-9
+    gen_tokens = float(samples.loc[in_window, "generated_tokens"].sum())
+    all_gen = float(samples["generated_tokens"].sum())
+    gen_flops = rec.gen_flops * (gen_tokens / all_gen if all_gen > 0 else 0.0)
+    bubble_fraction, by_cause = bubbles(timeline)
+    stale = consumed["staleness"]
+    its = max(1, len(rec.iterations))
+    peak = rec.peak_flops * rec.n_devices
+    roofline = peak / (rec.train_flops_per_token * sc.workload.ppo_epochs) if rec.train_flops_per_token else math.inf
+    return {
+        "schedule": sc.schedule.kind,
+        "placement": sc.schedule.effective_placement,
+        "workload": sc.workload.name,
+        "model": sc.workload.model,
+        "algorithm": sc.workload.algorithm,
+        "devices": rec.n_devices,
+        "pools": {k: p.count for k, p in rec.pools.items()},
+        "iterations": len(rec.iterations),
+        "makespan_s": T,
+        "step_time_s": T / its,
+        "tokens_per_s": trained_tokens / T if T > 0 else 0.0,
+        "tokens_per_s_per_device": trained_tokens / T / rec.n_devices if T > 0 else 0.0,
+        "generated_tokens_per_s": gen_tokens / T if T > 0 else 0.0,
+        "samples_per_s": len(consumed) / T if T > 0 else 0.0,
+        "bubble_fraction": bubble_fraction,
+        "bubbles_by_cause": by_cause,
+        "stage_time_s": {k: v / its for k, v in sorted(rec.stage_time_s.items())},
+        "mfu": (rec.flops + gen_flops) / (peak * T) if T > 0 else 0.0,
+        "staleness": {"max": float(stale.max()) if len(stale) else 0.0,
+                      "mean": float(stale.mean()) if len(stale) else 0.0,
+                      "bound": sc.schedule.effective_staleness},
+        "peak_memory_bytes": rec.peak_memory_bytes,
+        "roofline_tokens_per_s": roofline,
+        "samples": {"generated": int(len(samples)), "consumed": int(len(consumed)),
+                    "dropped": {str(k): int(v) for k, v in
+                                samples.loc[samples["dropped"], "drop_reason"].value_counts().sort_index().items()}},
+        "distqueue": {k: float(v) for k, v in rec.queue.items()},
+        "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
+    }
+
+
+def scaling_efficiency(devices: Sequence[int], tokens_per_s: Sequence[float]) -> pd.DataFrame:
+    """Per-device throughput relative to the smallest configuration (1.0 = linear scaling)."""
+    frame = pd.DataFrame({"devices": list(devices), "tokens_per_s": list(tokens_per_s)}).sort_values("devices")
+    base = frame.iloc[0]
+    frame["speedup"] = frame["tokens_per_s"] / base["tokens_per_s"]
+    frame["scaling_efficiency"] = frame["speedup"] / (frame["devices"] / base["devices"])
+    return frame.reset_index(drop=True)

@@ -1,0 +1,59 @@
+"""Readable terminal output of run and compare summaries (rich tables)."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(v: float, unit: str = "") -> str:
+    if abs(v) >= 1e4:
+        return f"{v:,.0f}{unit}"
+    return f"{v:.3g}{unit}"
+
+
+def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
+    console = Console()
+    t = Table(title=f"{s['workload']} - {s['schedule']} on {s['devices']} devices", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key, label, unit in (("step_time_s", "step time", " s"), ("tokens_per_s", "tokens/s (trained)", ""),
+                             ("tokens_per_s_per_device", "tokens/s per device", ""),
+                             ("generated_tokens_per_s", "generated tokens/s", ""),
+                             ("samples_per_s", "samples/s", ""), ("mfu", "MFU", ""),
+                             ("bubble_fraction", "bubble fraction", "")):
+        t.add_row(label, _fmt(s[key], unit))
+    t.add_row("staleness max / mean", f"{s['staleness']['max']:.0f} / {s['staleness']['mean']:.2f}")
+    t.add_row("peak memory per device", f"{s['peak_memory_bytes'] / 1e9:.1f} GB")
+    for cause, frac in s["bubbles_by_cause"].items():
+        if frac > 0:
+            t.add_row(f"  bubble: {cause}", f"{frac:.1%}")
+    for stage, sec in s["stage_time_s"].items():
+        t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
+    console.print(t)
+    if out_dir:
+        console.print(f"wrote {out_dir}/ (scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev)")
+
+
+def print_comparison(rows: list[dict[str, Any]]) -> None:
+    console = Console()
+    if not rows:
+        return
+    t = Table(title=f"{rows[0]['workload']} on {rows[0]['devices']} devices")
+    t.add_column("metric")
+    for r in rows:
+        t.add_column(r["schedule"] + (f" ({r['placement']})" if r["schedule"] == "stalesync" else ""), justify="right")
+    base = rows[0]["tokens_per_s"] or 1.0
+    t.add_row("step time (s)", *[_fmt(r["step_time_s"]) for r in rows])
+    t.add_row("tokens/s", *[_fmt(r["tokens_per_s"]) for r in rows])
+    t.add_row(f"vs {rows[0]['schedule']}", *[f"{r['tokens_per_s'] / base:.2f}x" for r in rows])
+    t.add_row("tokens/s per device", *[_fmt(r["tokens_per_s_per_device"]) for r in rows])
+    t.add_row("generated tokens/s", *[_fmt(r["generated_tokens_per_s"]) for r in rows])
+    t.add_row("bubble fraction", *[f"{r['bubble_fraction']:.1%}" for r in rows])
+    for cause in ("long_tail", "dependency", "switch", "weight_sync", "pipeline_bubble"):
+        t.add_row(f"  {cause}", *[f"{r['bubbles_by_cause'].get(cause, 0.0):.1%}" for r in rows])
+    t.add_row("MFU", *[f"{r['mfu']:.1%}" for r in rows])
+    t.add_row("staleness max", *[f"{r['staleness']['max']:.0f}" for r in rows])
+    t.add_row("pools", *[", ".join(f"{k} {v}" for k, v in r["pools"].items()) for r in rows])
+    console.print(t)

@@ -1,0 +1,226 @@
+"""The cost facade answered by the real models: llm/ (rollout engine, training and forward
+costs, memory) and hardware/ (device, links). Everything the schedules ask goes through here.
+
+Switch costs are bytes moved over named links:
+- to rollout: optimizer states + gradients of the training shard offloaded to host over the
+  host link (``offload_optimizer``), the KV pool re-allocated (``kv_realloc_s``), plus a fixed
+  framework ``overhead_s``; without ``bucketed`` parameters a redundant copy of the inference
+  shard is staged through HBM (time and memory);
+- to training: the KV pool released, optimizer states + gradients loaded back over the host link.
+The weight reshard from the training to the inference layout is the weight sync of colocated
+placements: each device receives its inference shard over its scale-up link.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import RlsimError
+from ..llm.architecture import ModelSpec, load_model
+from ..llm.inference import InferenceParams, RolloutEngine, RolloutLayout, simulate_rollout
+from ..llm.memory import memory_per_device
+from ..llm.train_layout import TrainLayout
+from ..llm.training import TrainParams, forward_cost, train_step_cost
+from ..scenario import Scenario
+from .costs import RolloutOutcome, StageCost, SwitchCost
+from .pools import resolve_auto_layouts
+
+
+class LlmCosts:
+    def __init__(self, scenario: Scenario, topology: Any):
+        self.scenario, self.topology = scenario, topology
+        w, src = scenario.workload, scenario.source
+        self.source = src
+        self.model: ModelSpec = load_model(w.model)
+        self.models = {"actor": self.model, "reference": self.model,
+                       "reward": load_model(w.reward.model) if w.reward.model else self.model,
+                       "critic": load_model(w.critic_model) if w.critic_model else self.model}
+        self.device = topology.device_spec(0)
+        self.n_devices = topology.num_devices
+        train_map, roll_map = resolve_auto_layouts(
+            weight_bytes=self.model.weight_bytes(), params_total=float(self.model.params_total),
+            is_moe=bool(self.model.is_moe), num_experts=int(self.model.num_experts or 0),
+            hbm_bytes=self.device.hbm_bytes, devices_per_domain=len(topology.ranks_of_domain(0)),
+            n_devices=self.n_devices, train_layout=w.train_layout, rollout_layout=w.rollout_layout)
+        self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
+        self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
+        self.rollout_layout = RolloutLayout.from_mapping({**roll_map, "instances": 1}, source=src,
+                                                         field_name="workload.rollout_layout")
+        self.inference_params = InferenceParams()
+        self.train_params = TrainParams()
+        self.instance_devices = self.rollout_layout.devices_per_instance
+        self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
+        self.train_group_devices = self.train_template.model_parallel
+        self.peak_flops = self.device.peak(w.dtype)
+        self.switch_params = scenario.schedule.switch
+        self.sync_eff = scenario.schedule.weight_sync_efficiency
+        self.reuse = scenario.schedule.reuse_stage_costs
+        self._ref: dict[tuple, tuple[float, StageCost]] = {}
+        self._layouts: dict[int, TrainLayout] = {}
+        self._ranks: dict[int, list[int]] = {}
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def layout(self, n_devices: int) -> TrainLayout:
+        if n_devices not in self._layouts:
+            lay = self.train_template.resolve(n_devices, source=self.source)
+            if lay.ep > 1 and (lay.dp or 1) % lay.ep:
+                lay = TrainLayout.from_mapping({**self.train_layout_map, "ep": math.gcd(lay.ep, lay.dp or 1)},
+                                               source=self.source).resolve(n_devices, source=self.source)
+            lay.check_model(self.model, source=self.source)
+            self._layouts[n_devices] = lay
+            self._ranks[n_devices] = list(range(n_devices))
+        return self._layouts[n_devices]
+
+    def train_devices_at_most(self, n_max: int) -> int:
+        """Largest training pool <= n_max whose DP keeps the EP the full cluster runs with
+        (EP is carved out of DP: a pool of 11 replicas could not shard 4-way EP)."""
+        mp = self.train_template.model_parallel
+        target_ep = math.gcd(self.train_template.ep, max(1, self.n_devices // mp))
+        dp = n_max // mp
+        while dp > 0 and dp % target_ep:
+            dp -= 1
+        return dp * mp
+
+    def effective_layouts(self, n_train: int) -> dict[str, Any]:
+        return {"train": self.layout(n_train).as_dict(), "rollout": self.rollout_layout.model_dump()}
+
+    def _packing(self) -> str:
+        return "packed" if self.scenario.schedule.distqueue.packed else "padded"
+
+    # ---- the facade ------------------------------------------------------------------------------
+    def rollout(self, prompt_lens, response_lens, n_devices) -> RolloutOutcome:
+        inst = max(1, n_devices // self.instance_devices)
+        layout = self.rollout_layout.model_copy(update={"instances": inst})
+        res = simulate_rollout(self.model, self.device, layout, np.asarray(prompt_lens, np.int64),
+                               np.asarray(response_lens, np.int64), params=self.inference_params)
+        tokens = np.asarray(prompt_lens, float) + np.asarray(response_lens, float)
+        flops = float(np.sum(tokens) * self.model.forward_flops_per_token(float(np.mean(tokens)) / 2)) \
+            if len(tokens) else 0.0
+        return RolloutOutcome(res.finish_s, res.instance, res.busy_s, flops=flops)
+
+    def progress_at(self, prompt_lens, response_lens, n_devices, stop_s: float) -> np.ndarray:
+        """Tokens each sequence has generated by ``stop_s`` (one instance), from the engine's interrupt."""
+        engine = RolloutEngine(self.model, self.device, self.rollout_layout, self.inference_params)
+        n = len(prompt_lens)
+        engine.add_many(list(range(n)), [int(x) for x in prompt_lens], [int(x) for x in response_lens], 0.0)
+        done = engine.advance_to(stop_s)
+        out = np.zeros(n)
+        for seq_id, _ in done:
+            out[seq_id] = response_lens[seq_id]
+        part = engine.interrupt(stop_s)
+        for seq_id, _ in part.finished:
+            out[seq_id] = response_lens[seq_id]
+        for p in part.partial:
+            out[p.seq_id] = p.generated
+        return out
+
+    def _work(self, role: str, lens: np.ndarray) -> float:
+        m = self.models[role]
+        u, c = np.unique(np.asarray(lens, float), return_counts=True)
+        return float(sum(m.train_flops_per_token(x) * x * n for x, n in zip(u, c, strict=True)))
+
+    def _reused(self, kind: str, role: str, seq_lens, n_devices: int, exact) -> StageCost:
+        """Exact cost for the first batch of each (kind, role, pool size, batch size); later batches
+        scale it by model FLOPs (same layout, same micro-batch count: time ~ work)."""
+        if not self.reuse:
+            return exact()
+        key = (kind, role, n_devices, len(seq_lens))
+        work = self._work(role, seq_lens)
+        if key not in self._ref:
+            self._ref[key] = (work, exact())
+        ref_work, ref = self._ref[key]
+        x = work / ref_work if ref_work > 0 else 1.0
+        return StageCost(ref.time_s * x, flops=ref.flops * x, bubble_s=ref.bubble_s * x,
+                         peak_memory_bytes=ref.peak_memory_bytes)
+
+    def forward(self, role, seq_lens, n_devices) -> StageCost:
+        return self._reused("fwd", role, seq_lens, n_devices, lambda: self._forward(role, seq_lens, n_devices))
+
+    def train(self, role, seq_lens, n_devices) -> StageCost:
+        return self._reused("train", role, seq_lens, n_devices, lambda: self._train(role, seq_lens, n_devices))
+
+    def _forward(self, role, seq_lens, n_devices) -> StageCost:
+        lay = self.layout(n_devices)
+        c = forward_cost(self.models[role], lay, self.topology, self._ranks[n_devices],
+                         np.asarray(seq_lens, np.int64), packing=self._packing(), params=self.train_params,
+                         source=self.source)
+        return StageCost(c.time_s, flops=c.flops)
+
+    def _train(self, role, seq_lens, n_devices) -> StageCost:
+        lay = self.layout(n_devices)
+        c = train_step_cost(self.models[role], lay, self.topology, self._ranks[n_devices],
+                            np.asarray(seq_lens, np.int64), packing=self._packing(), params=self.train_params,
+                            source=self.source)
+        return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_s,
+                         peak_memory_bytes=c.memory.total_bytes)
+
+    def reward_cpu_s(self, n_samples, n_devices) -> float:
+        r = self.scenario.workload.reward
+        workers = max(1.0, r.workers_per_device * n_devices)
+        return r.cpu_s_per_sample * max(1.0, n_samples / workers)
+
+    def _inference_shard_bytes(self) -> float:
+        lay = self.rollout_layout
+        return self.model.weight_bytes(self._weight_bytes_per_param()) / lay.devices_per_instance
+
+    def _weight_bytes_per_param(self) -> float:
+        return {"int8": 1.0, "fp8": 1.0}.get(self.rollout_layout.weight_dtype, 2.0)
+
+    def weight_sync_s(self, src: range, dst: range) -> float:
+        """Colocated (src == dst): reshard, each device receives its inference shard over scale-up.
+        Split pools: every rollout instance needs the full weights from the trainer; bounded by the
+        receivers' links and by the senders' aggregate links."""
+        shard = self._inference_shard_bytes()
+        ranks = sorted(set(src) | set(dst))
+        bw = self.topology.bottleneck_bw_Bps(ranks) if len(ranks) > 1 else self.device.scaleup_bw_Bps
+        bw *= self.sync_eff
+        if src == dst:
+            return shard / bw
+        n_inst = max(1, len(dst) // self.instance_devices)
+        total = n_inst * self.model.weight_bytes(self._weight_bytes_per_param())
+        return max(shard / bw, total / (len(src) * bw))
+
+    def _optimizer_grad_bytes(self, n_devices: int) -> float:
+        lay = self.layout(n_devices)
+        mem = memory_per_device(self.model, lay, 1.0, self.device.hbm_bytes)
+        return mem.optimizer_bytes + mem.gradients_bytes
+
+    def switch(self, to_phase, n_devices) -> SwitchCost:
+        p = self.switch_params
+        host_bw = self.device.host_link_bw_Bps * p.host_link_efficiency
+        moved: dict[str, float] = {}
+        t = p.kv_realloc_s + p.overhead_s
+        if p.offload_optimizer:
+            b = self._optimizer_grad_bytes(n_devices)
+            moved["optimizer_offload" if to_phase == "rollout" else "optimizer_onload"] = b
+            t += b / host_bw
+        if to_phase == "rollout" and not p.bucketed:
+            b = self._inference_shard_bytes()
+            moved["redundant_weight_copy"] = b
+            t += b / (self.device.hbm_bw_Bps * self.device.hbm_efficiency)
+        return SwitchCost(t, moved)
+
+    def inference_memory_bytes(self, n_devices) -> float:
+        """Rollout phase per device: the engine's share of HBM, plus what training leaves resident."""
+        lay = self.layout(n_devices)
+        mem = memory_per_device(self.model, lay, 1.0, self.device.hbm_bytes)
+        resident = mem.weights_bytes
+        if not self.switch_params.offload_optimizer:
+            resident += mem.optimizer_bytes + mem.gradients_bytes
+        if not self.switch_params.bucketed:
+            resident += self._inference_shard_bytes()
+        engine = self.device.hbm_bytes * self.rollout_layout.gpu_memory_utilization
+        total = engine + resident
+        if self.scenario.schedule.effective_placement == "colocated" and total > self.device.hbm_bytes:
+            raise RlsimError(
+                f"the rollout phase needs {total / 1e9:.1f} GB per device (engine {engine / 1e9:.1f} GB + "
+                f"resident training state {resident / 1e9:.1f} GB) on {self.device.hbm_bytes / 1e9:.0f} GB",
+                source=self.source, field="workload.rollout_layout.gpu_memory_utilization",
+                fix="lower gpu_memory_utilization, keep schedule.switch.offload_optimizer and bucketed on, "
+                    "or use more devices per replica")
+        return total
+
+    def train_flops_per_token(self, seq_len) -> float:
+        return float(self.model.train_flops_per_token(seq_len))

@@ -1,0 +1,92 @@
+"""Device pools (contiguous rank ranges) and what runs where.
+
+Pools are sized in whole rollout instances and whole training replicas (TP x PP x CP), so no
+device is silently half-used. ``resolve_auto_layouts`` is the one place ``layout: auto`` is
+decided; the planner (issue 7) replaces it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RlsimError
+from ..scenario import ScheduleConfig
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    start: int
+    count: int
+
+    @property
+    def ranks(self) -> range:
+        return range(self.start, self.start + self.count)
+
+
+def _round_down(n: int, unit: int) -> int:
+    return (n // unit) * unit
+
+
+def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
+                train_group_devices: int, source: str = "<scenario>") -> dict[str, Pool]:
+    """colocated: {actor} (fuse=full) or {actor, aux} (fuse=actor); otherwise {rollout, train}."""
+    unit = math.lcm(instance_devices, train_group_devices)
+    if schedule.effective_placement == "colocated":
+        if schedule.fuse == "full":
+            count = _round_down(n_devices, unit)
+            if count == 0:
+                raise RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices} "
+                                 f"and one rollout instance of {instance_devices}", source=source,
+                                 field="workload.train_layout", fix="use fewer TP x PP or more devices")
+            return {"actor": Pool("actor", 0, count)}
+        aux = max(1, round(n_devices * schedule.aux_fraction))
+        actor = _round_down(n_devices - aux, unit)
+        aux = n_devices - actor
+        if actor == 0:
+            raise RlsimError("no devices left for the actor after the aux pool", source=source,
+                             field="schedule.aux_fraction", fix="lower aux_fraction or use fuse: full")
+        return {"actor": Pool("actor", 0, actor), "aux": Pool("aux", actor, aux)}
+    field_name = "schedule.rollout_devices" if schedule.rollout_devices else "schedule.rollout_fraction"
+    want = schedule.rollout_devices or round(n_devices * schedule.rollout_fraction)
+    # the trainer gets whole replicas nearest to its share; the rollout whole instances of the rest
+    train = max(train_group_devices, int(round((n_devices - want) / train_group_devices)) * train_group_devices)
+    rollout = _round_down(n_devices - train, instance_devices)
+    if rollout <= 0 or train > n_devices:
+        raise RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices} "
+                         f"and one rollout instance of {instance_devices}", source=source, field=field_name,
+                         fix="use more devices or smaller layouts")
+    return {"rollout": Pool("rollout", 0, rollout), "train": Pool("train", rollout, train)}
+
+
+def resolve_auto_layouts(*, weight_bytes: float, params_total: float, is_moe: bool, num_experts: int,
+                         hbm_bytes: float, devices_per_domain: int, n_devices: int,
+                         train_layout: dict[str, Any] | str, rollout_layout: dict[str, Any] | str,
+                         memory_fraction: float = 0.6) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The simple documented default for ``auto`` (replaced by the planner, issue 7):
+    rollout: smallest power-of-two TP (x EP = TP for MoE) whose BF16 weights take at most half of
+    ``memory_fraction`` x HBM, leaving the rest to the KV cache; train: TP = min(8, domain),
+    then the smallest power-of-two PP whose weights + grads (4 B/param) + ZeRO-1 optimizer
+    (12 B/param over DP) fit in ``memory_fraction`` x HBM (activations get the rest), EP for
+    MoE = min(8, experts) dividing the expert share. ``memory_fraction`` is a heuristic."""
+    budget = hbm_bytes * memory_fraction
+    out_train = dict(train_layout) if isinstance(train_layout, dict) else {}
+    out_roll = dict(rollout_layout) if isinstance(rollout_layout, dict) else {}
+    if rollout_layout == "auto":
+        tp = 1
+        while weight_bytes / tp > budget / 2 and tp < n_devices:
+            tp *= 2
+        out_roll = {"tp": tp, "ep": tp if is_moe else 1}
+    if train_layout == "auto":
+        tp = min(8, devices_per_domain, n_devices)
+        ep = min(8, num_experts) if is_moe else 1
+        pp = 1
+        while True:
+            dp = max(1, n_devices // (tp * pp))
+            shard = params_total / (tp * pp) / (ep if is_moe else 1)
+            if shard * 4 + shard * 12 / dp <= budget or tp * pp * 2 > n_devices:
+                break
+            pp *= 2
+        out_train = {"tp": tp, "pp": pp, "ep": ep, "zero": 1, "recompute": "full", "micro_batch": 1}
+    return out_train, out_roll

@@ -1,0 +1,76 @@
+"""Every generated sample, from generation to consumption or an explicit drop.
+
+Arrays grow per rollout round; ``to_frame`` gives one row per sample. A sample is consumed by
+exactly one training iteration or dropped with a reason (no_signal, overprovision, stale, unused).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+SAMPLE_COLUMNS = ["sample", "round", "group", "prompt_len", "response_len", "generated_tokens", "version",
+                  "first_version",
+                  "start", "finish", "ready", "consumed_iteration", "staleness", "dropped", "drop_reason"]
+
+_DTYPES = {"sample": int, "round": int, "group": int, "version": int, "first_version": int,
+           "consumed_iteration": int, "dropped": bool, "drop_reason": object}
+
+
+@dataclass
+class SampleStore:
+    cols: dict[str, list[np.ndarray]] = field(default_factory=lambda: {c: [] for c in SAMPLE_COLUMNS})
+    _flat: dict[str, np.ndarray] | None = None
+    n: int = 0
+
+    def add(self, *, round_: np.ndarray, group: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray,
+            generated_tokens: np.ndarray, version: int, first_version: np.ndarray, start: float, finish: np.ndarray, ready: np.ndarray,
+            dropped: np.ndarray | None = None, drop_reason: np.ndarray | None = None) -> np.ndarray:
+        """Add finished (or dropped) samples; returns their ids."""
+        k = len(finish)
+        ids = np.arange(self.n, self.n + k)
+        self.n += k
+        self._append(sample=ids, round=round_, group=group, prompt_len=prompt_len,
+                     response_len=response_len, generated_tokens=generated_tokens, version=np.full(k, version), first_version=first_version,
+                     start=np.full(k, float(start)), finish=finish, ready=ready,
+                     consumed_iteration=np.full(k, -1), staleness=np.full(k, -1.0),
+                     dropped=np.zeros(k, bool) if dropped is None else np.asarray(dropped, bool),
+                     drop_reason=np.full(k, "", object) if drop_reason is None else drop_reason)
+        return ids
+
+    def _append(self, **arrays: np.ndarray) -> None:
+        self._flat = None
+        for c in SAMPLE_COLUMNS:
+            self.cols[c].append(np.asarray(arrays[c]))
+
+    def flat(self) -> dict[str, np.ndarray]:
+        if self._flat is None:
+            if not self.cols["sample"]:
+                return {c: np.zeros(0, _DTYPES.get(c, float)) for c in SAMPLE_COLUMNS}
+            self._flat = {c: np.concatenate(v) for c, v in self.cols.items()}
+            self.cols = {c: [a] for c, a in self._flat.items()}
+        return self._flat
+
+    def consume(self, ids: np.ndarray, iteration: int) -> None:
+        f = self.flat()
+        if np.any(f["consumed_iteration"][ids] >= 0) or np.any(f["dropped"][ids]):
+            raise AssertionError("a sample was consumed twice or after being dropped")
+        f["consumed_iteration"][ids] = iteration
+        f["staleness"][ids] = iteration - f["version"][ids]
+
+    def drop(self, ids: np.ndarray, reason: str) -> None:
+        f = self.flat()
+        f["dropped"][ids] = True
+        f["drop_reason"][ids] = reason
+
+    def pending(self) -> np.ndarray:
+        """Ids of samples neither consumed nor dropped."""
+        f = self.flat()
+        if not len(f["sample"]):
+            return np.array([], int)
+        return np.flatnonzero((f["consumed_iteration"] < 0) & ~f["dropped"])
+
+    def to_frame(self) -> pd.DataFrame:
+        f = self.flat()
+        return pd.DataFrame({c: f[c] for c in SAMPLE_COLUMNS})

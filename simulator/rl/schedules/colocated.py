@@ -1,0 +1,179 @@
+"""Colocated placement (RL Fusion / hybrid engine): the actor's devices time-share rollout and training.
+
+Per iteration: switch to rollout (optimizer + gradients offloaded to host, KV cache allocated) ->
+generate -> switch to training -> forward stages -> train -> weight sync (reshard from the training
+to the inference layout). ``fuse: actor`` puts reference / reward / critic on a small aux pool;
+``fuse: full`` runs them on the same cards.
+
+StaleSync on this placement (staleness >= 1, threshold f < 1): once B eligible samples exist
+(the previous round's tail plus a share f of this round), the still-running sequences are
+interrupted and consolidated onto the fewest rollout instances that hold them (resumed with a
+re-prefill of their context), the other devices switch to training on the ready samples, and the
+tail samples join the next batch with staleness 1. Both groups meet again before the next rollout.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..timeline import GroupClock
+from .base import Context, SeqBatch
+
+
+def _switch(ctx: Context, clock: GroupClock, to_phase: str, k: int) -> float:
+    cost = ctx.costs.switch(to_phase, clock.rank_count)
+    clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
+    for key, b in cost.bytes_moved.items():
+        ctx.switch_bytes[key] = ctx.switch_bytes.get(key, 0.0) + b * clock.rank_count
+    ctx.add_stage_time(f"switch_to_{to_phase}", cost.time_s)
+    return cost.time_s
+
+
+def _record_round(ctx: Context, clock: GroupClock, ends: np.ndarray, t0: float, until: float, k: int) -> None:
+    clock.per_instance("generate", np.asarray(ends) - t0, until, ctx.costs.instance_devices, k, "long_tail",
+                       label=f"round {k}")
+
+
+def run(ctx: Context) -> float:
+    env = ctx.env
+    actor = ctx.pools["actor"]
+    aux_pool = ctx.pools.get("aux")
+    d = ctx.costs.instance_devices
+    n_inst = actor.count // d
+    G = GroupClock(ctx.timeline, "actor", actor.start, actor.count)
+    A = GroupClock(ctx.timeline, "aux", aux_pool.start, aux_pool.count) if aux_pool else None
+    ctx.clocks += [G] + ([A] if A else [])
+    carries = [SeqBatch.empty() for _ in range(n_inst)]
+    version = 0
+    split_allowed = ctx.s >= 1 and ctx.f < 1
+    mem = ctx.costs.inference_memory_bytes(actor.count)
+    ctx.peak_memory_bytes = max(ctx.peak_memory_bytes, mem)
+
+    def step(k: int):
+        nonlocal version, carries
+        _switch(ctx, G, "rollout", k)
+        if A:
+            A.idle("dependency", G.cursor, k)
+        yield env.timeout(G.cursor - env.now)
+        t0 = env.now
+        plans = [ctx.plan(SeqBatch.concat(carries[i], ctx.share(k, i, n_inst)), t0, version, d)
+                 for i in range(n_inst)]
+        gen_end = t0 + max(p.end_s for p in plans)
+        t_split = math.inf
+        if split_allowed:
+            t_split = _split_time(ctx, k, plans)
+            if not math.isinf(t_split) and _train_devices(ctx, plans, t_split, actor.count) <= 0:
+                t_split = math.inf
+        if t_split < gen_end - 1e-9:
+            yield from _stalesync_step(ctx, k, plans, t_split)
+        else:
+            results = [ctx.commit(p) for p in plans]
+            carries = [r[1] for r in results]
+            ends = np.array([r[0] for r in results])
+            round_end = float(ends.max())
+            ctx.add_stage_time("generate", round_end - t0)
+            _record_round(ctx, G, ends, t0, round_end, k)
+            t_ready, ids = ctx.ready_time(k, True)
+            if math.isinf(t_ready):
+                raise AssertionError("colocated round produced fewer samples than the batch")
+            G.idle("dependency", t_ready, k, label="reward")
+            ctx.drop_stale(k)
+            _switch(ctx, G, "train", k)
+            yield env.timeout(G.cursor - env.now)
+            if A:
+                A.idle("dependency", env.now, k)
+            yield from ctx.train_step(k, ids, G, A)
+            sync_s = ctx.costs.weight_sync_s(G.ranks, G.ranks)
+            G.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
+            ctx.add_stage_time("weight_sync", sync_s)
+            yield env.timeout(sync_s)
+        if A:
+            A.idle("dependency", env.now, k)
+        version = k + 1
+        ctx.iterations[-1]["end"] = env.now
+
+    def _stalesync_step(ctx: Context, k: int, plans, t_split: float):
+        nonlocal carries
+        t0 = plans[0].t0
+        results = [ctx.commit(p, stop_s=t_split - t0) for p in plans]
+        tail = SeqBatch.empty()
+        for r in results:
+            tail = SeqBatch.concat(tail, r[1])
+        n_train = _train_devices(ctx, plans, t_split, actor.count)
+        ends = np.array([r[0] for r in results])
+        _record_round(ctx, G, ends, t0, t_split, k)
+        ctx.add_stage_time("generate", t_split - t0)
+        R, T = G.split([n_train, actor.count - n_train])
+        yield env.timeout(t_split - env.now)
+        # tail: consolidated onto the tail group's instances, same weights, context re-prefilled
+        tail_inst = T.rank_count // d
+        t_ends = []
+        new_carries = [SeqBatch.empty() for _ in range(n_inst)]
+        for j in range(tail_inst):
+            part = tail.take(np.arange(j, len(tail), tail_inst))
+            end, carry, _ = ctx.generate(part, t_split, version, d)
+            t_ends.append(end)
+            new_carries[j] = carry
+        carries = new_carries
+        tail_end = max(t_ends) if t_ends else t_split
+        T.per_instance("generate", np.array(t_ends) - t_split, tail_end, d, k, "long_tail", label="tail")
+        ctx.add_stage_time("tail_generate", tail_end - t_split)
+        # the rest train on the ready samples
+        t_ready, ids = ctx.ready_time(k, True)
+        R.idle("dependency", t_ready, k, label="reward")
+        yield env.timeout(max(0.0, t_ready - env.now))
+        ctx.drop_stale(k)
+        _switch(ctx, R, "train", k)
+        yield env.timeout(R.cursor - env.now)
+        if A:
+            A.idle("dependency", env.now, k)
+        yield from ctx.train_step(k, ids, R, A)
+        sync_s = ctx.costs.weight_sync_s(R.ranks, G.ranks)
+        R.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
+        ctx.add_stage_time("weight_sync", sync_s)
+        yield env.timeout(sync_s)
+        barrier = max(env.now, tail_end)
+        R.idle("long_tail", barrier, k)
+        T.idle("dependency", barrier, k)
+        yield env.timeout(barrier - env.now)
+        G.cursor = barrier
+
+    def main():
+        for k in range(ctx.scenario.iterations):
+            yield from step(k)
+
+    env.run(until=env.process(main()))
+    return env.now
+
+
+def _split_time(ctx: Context, k: int, plans) -> float:
+    """When B eligible samples exist: leftovers from earlier rounds plus this round's completions
+    in finish order, of which at least a share f must come from this round."""
+    f = ctx.store.flat()
+    pend = ctx.store.pending()
+    min_version = math.ceil(k - ctx.s - 1e-9)
+    leftover = int(np.sum(f["version"][pend] >= min_version)) if len(pend) else 0
+    need = max(math.ceil(ctx.f * ctx.B - 1e-9), ctx.min_batch - leftover)
+    times = []
+    for p in plans:
+        if not len(p.seqs):
+            continue
+        ok = (p.seg >= p.remaining) & (p.seqs.drop_reason == "")
+        times.append(p.t0 + p.finish[ok])
+    times = np.sort(np.concatenate(times)) if times else np.zeros(0)
+    if ctx.sched.overprovision > 0 or len(times) < need:
+        return math.inf
+    # completions at the split are committed at stop_s; the reward latency is added on top later
+    return float(times[need - 1]) + 1e-9
+
+
+def _train_devices(ctx: Context, plans, t_split: float, pool_devices: int) -> int:
+    """Devices left for training once the tail sits on the fewest instances that hold it,
+    rounded down to whole training replicas."""
+    n_tail = sum(int(np.sum((p.t0 + p.finish > t_split) | (p.seg < p.remaining))) for p in plans)
+    d, g = ctx.costs.instance_devices, ctx.costs.train_group_devices
+    n_tail_inst = max(1, math.ceil(n_tail / max(1, ctx.costs.instance_max_seqs)))
+    at_most = getattr(ctx.costs, "train_devices_at_most", None)
+    free = pool_devices - n_tail_inst * d
+    return at_most(free) if at_most else (free // g) * g

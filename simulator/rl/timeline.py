@@ -1,0 +1,101 @@
+"""Interval bookkeeping per device group (not per device), so 24,576 devices stay cheap.
+
+A record covers ranks [rank_start, rank_start + rank_count). Each ``GroupClock`` owns a cursor and
+only ever records from its cursor forward, so a group's states tile [0, makespan] exactly and
+device-seconds = duration x rank_count with no gaps or overlaps. ``expand_devices`` turns group
+records into per-device rows (des.INTERVAL_COLUMNS) on request.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..des import INTERVAL_COLUMNS
+
+TIMELINE_COLUMNS = INTERVAL_COLUMNS + ["rank_start", "rank_count"]
+BUSY_STATES = ("generate", "forward", "train")
+
+
+@dataclass
+class Timeline:
+    rows: list[tuple] = field(default_factory=list)
+
+    def add(self, pool: str, rank_start: int, rank_count: int, state: str, start: float, end: float,
+            cause: str = "", iteration: int = -1, label: str = "") -> None:
+        if end < start - 1e-9:
+            raise ValueError(f"interval ends before it starts: {start} > {end} ({pool} {state})")
+        if end > start and rank_count > 0:
+            device = rank_start if rank_count == 1 else -1
+            self.rows.append((pool, device, state, cause, iteration, float(start), float(end), label,
+                              rank_start, rank_count))
+
+    def clip(self, t_end: float) -> None:
+        """Drop what lies past the end of the run (rollout planned ahead of the last training step)."""
+        out = []
+        for row in self.rows:
+            if row[5] >= t_end:
+                continue
+            out.append(row if row[6] <= t_end else row[:6] + (t_end,) + row[7:])
+        self.rows = out
+
+    def to_frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.rows, columns=TIMELINE_COLUMNS)
+        return frame.sort_values(["start", "pool", "rank_start", "end"], kind="stable").reset_index(drop=True)
+
+
+class GroupClock:
+    """A contiguous rank range of one pool with a cursor; records tile time without gaps."""
+
+    def __init__(self, timeline: Timeline, pool: str, rank_start: int, rank_count: int, t0: float = 0.0):
+        self.timeline, self.pool = timeline, pool
+        self.rank_start, self.rank_count = int(rank_start), int(rank_count)
+        self.cursor = float(t0)
+
+    @property
+    def ranks(self) -> range:
+        return range(self.rank_start, self.rank_start + self.rank_count)
+
+    def busy(self, state: str, until: float, iteration: int = -1, label: str = "", cause: str = "") -> None:
+        until = max(until, self.cursor)
+        self.timeline.add(self.pool, self.rank_start, self.rank_count, state, self.cursor, until,
+                          cause=cause, iteration=iteration, label=label)
+        self.cursor = until
+
+    def idle(self, cause: str, until: float, iteration: int = -1, label: str = "") -> None:
+        self.busy("idle", until, iteration, label, cause=cause)
+
+    def per_instance(self, state: str, start_busy: np.ndarray, end: float, instance_devices: int,
+                     iteration: int, cause_after: str, label: str = "") -> None:
+        """Each instance (``instance_devices`` ranks) busy from the cursor for its own time, then idle
+        with ``cause_after`` until ``end`` (the long tail of a rollout round)."""
+        t0 = self.cursor
+        n = len(start_busy)
+        for i in range(n):
+            first = self.rank_start + i * instance_devices
+            count = instance_devices
+            b = min(t0 + float(start_busy[i]), end)
+            self.timeline.add(self.pool, first, count, state, t0, b, iteration=iteration, label=label)
+            self.timeline.add(self.pool, first, count, "idle", b, end, cause=cause_after, iteration=iteration)
+        spare = self.rank_count - n * instance_devices   # ranks too few to form an instance
+        if spare > 0:
+            self.timeline.add(self.pool, self.rank_start + n * instance_devices, spare, "idle", t0, end,
+                              cause="placement", iteration=iteration)
+        self.cursor = max(end, t0)
+
+    def split(self, counts: list[int], names: list[str] | None = None) -> list[GroupClock]:
+        out, start = [], self.rank_start
+        for i, c in enumerate(counts):
+            out.append(GroupClock(self.timeline, names[i] if names else self.pool, start, c, self.cursor))
+            start += c
+        return out
+
+
+def expand_devices(timeline: pd.DataFrame) -> pd.DataFrame:
+    """Group records -> one row per device (des.INTERVAL_COLUMNS); O(device-records), use on small runs."""
+    counts = timeline["rank_count"].to_numpy()
+    rep = timeline.loc[timeline.index.repeat(counts)].copy()
+    offsets = np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.array([], int)
+    rep["device"] = rep["rank_start"].to_numpy() + offsets
+    return rep[INTERVAL_COLUMNS].reset_index(drop=True)

@@ -1,0 +1,290 @@
+"""The scenario: topology + workload + schedule + run length, validated once and frozen.
+
+Input is a YAML file, a mapping or nothing (the built-in default = the seed scenario of
+../shared/reference/seeds.md: GRPO on Pangu Ultra MoE on one CloudMatrix384 supernode).
+Workloads are presets (``workloads/*.yaml``) or mappings; a mapping with ``preset:`` starts from
+that preset and overrides its keys. Units are parsed here (the YAML boundary); inside, SI only.
+Every modelling constant of the rl layer is a field of one of the models below, with its source.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from . import presets
+from .errors import RlsimError
+from .overrides import apply_overrides
+from .units import parse_bandwidth, parse_seconds
+
+SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async")
+
+DEFAULT_SCENARIO: dict[str, Any] = {
+    "topology": {"preset": "cloudmatrix384", "supernodes": 1},
+    "workload": "grpo-pangu-ultra-moe",
+    "schedule": {"kind": "stalesync"},
+    "iterations": 4,
+    "seed": 0,
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DynamicSampling(_Strict):
+    """DAPO dynamic sampling: generate ``gen_prompts`` per round, keep groups with a reward signal."""
+    gen_prompts: int | None = Field(None, gt=0)        # default: prompts_per_step / keep_fraction
+    # Share of groups whose n samples do not all get the same reward. DAPO paper (arXiv 2503.14476)
+    # reports the share of all-correct/all-wrong groups growing during training; 0.5 is a mid-run guess.
+    keep_fraction: float = Field(0.5, gt=0, le=1)
+
+
+class RewardSpec(_Strict):
+    kind: Literal["rule", "model"] = "rule"
+    model: str | None = None                           # reward-model preset (kind: model); default = actor
+    # Rule-based verifier (math answer check / sandboxed unit tests) host CPU time per sample.
+    # Assumption: tens of ms for math checking (sympy-style); overridable per workload.
+    cpu_s_per_sample: float = Field(0.05, ge=0)
+    # Host CPU workers for rule rewards; default = 1 per device (CloudMatrix384: 192 Kunpeng CPUs
+    # of many cores each for 384 NPUs, hardware.md), overridable.
+    workers_per_device: float = Field(1.0, gt=0)
+
+
+class WorkloadConfig(_Strict):
+    name: str = ""
+    description: str = ""
+    model: str
+    algorithm: Literal["grpo", "dapo", "ppo"] = "grpo"
+    prompts_per_step: int = Field(gt=0)
+    samples_per_prompt: int = Field(gt=0)
+    mini_batch_prompts: int | None = Field(None, gt=0)  # default: the whole step in one optimizer step
+    ppo_epochs: int = Field(1, ge=1)
+    dynamic_sampling: DynamicSampling | None = None
+    prompt_length: dict[str, Any] = Field(default_factory=lambda: {"dist": "lognormal", "median": 512,
+                                                                   "sigma": 0.5, "max": 2048})
+    response_length: dict[str, Any] = Field(default_factory=lambda: {"dist": "lognormal", "median": 2048,
+                                                                     "sigma": 1.0, "max": 16384})
+    train_layout: dict[str, Any] | Literal["auto"] = "auto"
+    rollout_layout: dict[str, Any] | Literal["auto"] = "auto"
+    reference: bool = True                              # KL reference model (DAPO drops it)
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+    critic_model: str | None = None                     # PPO: default = the actor's architecture
+    dtype: str = "bf16"
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadConfig:
+        mb = self.mini_batch_prompts or self.prompts_per_step
+        if self.prompts_per_step % mb:
+            raise ValueError(f"mini_batch_prompts={mb} must divide prompts_per_step={self.prompts_per_step}")
+        if self.algorithm == "dapo" and self.dynamic_sampling is None:
+            object.__setattr__(self, "dynamic_sampling", DynamicSampling())
+        return self
+
+    @property
+    def batch_samples(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+    @property
+    def mini_batches(self) -> int:
+        return self.prompts_per_step // (self.mini_batch_prompts or self.prompts_per_step)
+
+
+class SwitchParams(_Strict):
+    """Colocated train<->inference switch. Costs come from bytes moved; these are the constants."""
+    # Optimizer states and gradients go to host memory during rollout (seeds.md, RL Fusion).
+    offload_optimizer: bool = True
+    # Fraction of the host-link peak reached by large pinned copies (PCIe/UB DMA ~80-90%; assumption).
+    host_link_efficiency: float = Field(0.85, gt=0, le=1)
+    # Releasing and re-allocating the KV cache pool (vLLM sleep/wake level 1 re-creates the pool and
+    # CUDA graphs: hundreds of ms to seconds; hardware.md "colocated switch costs"). Assumption: 1 s.
+    kv_realloc_s: float = Field(1.0, ge=0)
+    # Bucketed parameters: no redundant weight copy when EP changes between phases (RL Fusion).
+    # Without buckets a full extra copy of the inference shard is staged (memory and copy time).
+    bucketed: bool = True
+    # Fixed per-switch framework overhead (process-group switch, allocator, barrier). Assumption.
+    overhead_s: float = Field(0.5, ge=0)
+
+    @field_validator("kv_realloc_s", "overhead_s", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any) -> Any:
+        return parse_seconds(v) if isinstance(v, str) else v
+
+
+class DistQueueParams(_Strict):
+    """The sample queue between producers (rollout) and consumers (trainer)."""
+    # Aggregate queue service bandwidth. Assumption: the queue is sharded over the hosts of the
+    # training pool; per host ~ one 200 Gb/s VPC/DPU port (hardware.md, CloudMatrix384 VPC plane).
+    bw_Bps: float = Field(parse_bandwidth("25GB/s"), gt=0)
+    hierarchical: bool = True     # one reader per TP x PP group, then an intra-group broadcast
+    packed: bool = True           # no padding: real tokens only
+    # Padded payloads pad every sample to the workload's configured prompt max + response max (the
+    # fixed-shape tensors of verl's DataProto), or with 'batch_max' to the batch's longest sample.
+    pad_to: Literal["config_max", "batch_max"] = "config_max"
+    # Per-token payload: token id int32 (4) + old log-prob fp32 (4) + reference log-prob fp32 (4)
+    # + loss mask int8 (1) + advantage fp32 (4) = 17 B (verl DataProto fields; assumption on dtypes).
+    bytes_per_token: float = Field(17.0, gt=0)
+
+    @field_validator("bw_Bps", mode="before")
+    @classmethod
+    def _bw(cls, v: Any) -> Any:
+        return parse_bandwidth(v) if isinstance(v, str) else v
+
+
+class ScheduleConfig(_Strict):
+    kind: Literal["colocated", "disaggregated", "one-step-off", "stalesync", "async"] = "colocated"
+    placement: Literal["colocated", "disaggregated"] | None = None  # stalesync only; default colocated
+    fuse: Literal["actor", "full"] = "full"
+    aux_fraction: float = Field(0.125, gt=0, lt=1)     # fuse=actor: share of devices for ref/reward/critic
+    rollout_fraction: float = Field(0.5, gt=0, lt=1)
+    rollout_devices: int | None = Field(None, gt=0)
+    staleness: float | None = Field(None, ge=0)        # default per kind: 0 sync, 1 otherwise
+    stream_threshold: float | None = Field(None, gt=0, le=1)  # default: 0.5 stalesync, 1 otherwise
+    partial_rollout: bool = False
+    length_budget: int | None = Field(None, gt=0)     # tokens per rollout segment (partial rollout)
+    overprovision: float = Field(0.0, ge=0, le=4)      # generate (1+x) x batch, drop the slowest
+    tail_consolidation: bool = False
+    tail_threshold: float = Field(0.9, gt=0, lt=1)     # share finished before the tail consolidates
+    switch: SwitchParams = Field(default_factory=SwitchParams)
+    distqueue: DistQueueParams = Field(default_factory=DistQueueParams)
+    # Weight broadcast trainer -> rollout: fraction of link bandwidth achieved by bucketed transfers
+    # (verl checkpoint-engine, hardware.md: bucketed 3.6x faster than per-tensor). Assumption 0.8.
+    weight_sync_efficiency: float = Field(0.8, gt=0, le=1)
+    # Speed: evaluate the full training / forward cost model once per (stage, pool size, batch size)
+    # and scale later batches by their model FLOPs (linear + attention terms). False = every call exact.
+    reuse_stage_costs: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleConfig:
+        if self.placement is not None and self.kind != "stalesync":
+            raise ValueError("placement applies to kind: stalesync only")
+        return self
+
+    @property
+    def effective_placement(self) -> str:
+        if self.kind == "colocated":
+            return "colocated"
+        if self.kind == "stalesync":
+            return self.placement or "colocated"
+        return "disaggregated"
+
+    @property
+    def effective_staleness(self) -> float:
+        if self.kind in ("colocated", "disaggregated"):
+            return 0.0
+        return 1.0 if self.staleness is None else float(self.staleness)
+
+    @property
+    def effective_threshold(self) -> float:
+        """Share of a batch that must come from the current round before training starts on it
+        (StaleSync only; other policies start on any B eligible samples)."""
+        if self.kind == "stalesync":
+            return 0.5 if self.stream_threshold is None else float(self.stream_threshold)
+        return 0.0
+
+
+class Scenario(_Strict):
+    topology: dict[str, Any]
+    workload: WorkloadConfig
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    iterations: int = Field(4, ge=1)
+    seed: int = Field(0, ge=0)
+    source: str = "<defaults>"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config snapshot written beside outputs (re-loadable with load_scenario)."""
+        data = self.model_dump(mode="json", exclude={"source"})
+        return data
+
+    def with_schedule(self, **fields: Any) -> Scenario:
+        data = self.to_dict()
+        data["schedule"] = {**data["schedule"], **fields}
+        return _validate(data, self.source)
+
+
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _resolve_workload(spec: Any) -> dict[str, Any]:
+    if isinstance(spec, (str, Path)):
+        mapping, label = presets.resolve("workloads", spec)
+        mapping.setdefault("name", Path(str(spec)).stem)
+        return mapping
+    if isinstance(spec, Mapping):
+        spec = dict(spec)
+        if "preset" in spec:
+            base = _resolve_workload(spec.pop("preset"))
+            return _deep_merge(base, spec)
+        return spec
+    raise RlsimError(f"workload must be a preset name, a path or a mapping, got {type(spec).__name__}",
+                     field="workload")
+
+
+def _normalise_topology(spec: Any) -> dict[str, Any]:
+    if isinstance(spec, (str, Path)):
+        return {"preset": str(spec)}
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    raise RlsimError("topology must be a preset name, a path or a mapping", field="topology")
+
+
+def _validate(data: dict[str, Any], source: str) -> Scenario:
+    try:
+        return Scenario.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("literal[", "function-")))
+        value = err.get("input")
+        raise RlsimError(f"{err['msg']} (got {value!r})" if not isinstance(value, dict) else err["msg"],
+                         source=source, field=loc or None,
+                         fix="see docs/scenario-reference.md for the allowed values") from None
+
+
+def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
+                  topology: Any = None, workload: Any = None, schedule: Any = None,
+                  overrides: Iterable[str] = (), iterations: int | None = None,
+                  seed: int | None = None) -> Scenario:
+    """Build the validated, frozen scenario. Keywords replace whole sections; ``overrides`` are
+    ``--set KEY=VALUE`` items applied last (a preset-name section becomes {preset: name, ...})."""
+    if isinstance(spec, Scenario):
+        data, source = spec.to_dict(), spec.source
+    elif spec is None:
+        data, source = copy.deepcopy(DEFAULT_SCENARIO), "<default scenario>"
+    elif isinstance(spec, Mapping):
+        data, source = _deep_merge({k: v for k, v in DEFAULT_SCENARIO.items() if k in ("iterations", "seed")},
+                                   spec), "<scenario mapping>"
+    else:
+        data, source = presets.read_yaml(spec), str(spec)
+    if topology is not None:
+        data["topology"] = topology
+    if workload is not None:
+        data["workload"] = workload
+    if schedule is not None:
+        data["schedule"] = {"kind": schedule} if isinstance(schedule, str) else schedule
+    if isinstance(data.get("schedule"), str):
+        data["schedule"] = {"kind": data["schedule"]}
+    if iterations is not None:
+        data["iterations"] = iterations
+    if seed is not None:
+        data["seed"] = seed
+    data = apply_overrides(data, list(overrides))
+    if "topology" not in data:
+        data["topology"] = copy.deepcopy(DEFAULT_SCENARIO["topology"])
+    if "workload" not in data:
+        raise RlsimError("no workload given", source=source, field="workload",
+                         fix=f"name a preset ({', '.join(presets.preset_names('workloads'))}) or a mapping")
+    data["topology"] = _normalise_topology(data["topology"])
+    data["workload"] = _resolve_workload(data["workload"])
+    if isinstance(data.get("schedule"), str):
+        data["schedule"] = {"kind": data["schedule"]}
+    return _validate(data, source)

@@ -1,0 +1,67 @@
+"""Public API on the real cost models (a small scenario) and on fake costs."""
+import json
+
+import pytest
+
+import simulator
+from simulator.rl.costs import FakeCosts
+
+SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=2,
+             overrides=["workload.prompts_per_step=32", "workload.samples_per_prompt=4",
+                        "workload.mini_batch_prompts=16", "workload.train_layout.tp=2"])
+CONTRACT = ["schedule", "devices", "iterations", "step_time_s", "tokens_per_s", "tokens_per_s_per_device",
+            "generated_tokens_per_s", "bubble_fraction", "bubbles_by_cause", "stage_time_s", "mfu",
+            "staleness", "peak_memory_bytes"]
+
+
+@pytest.fixture(scope="module")
+def result():
+    return simulator.simulate(schedule="colocated", **SMALL)
+
+
+def test_summary_has_the_contract_keys(result):
+    s = result.summary
+    assert all(k in s for k in CONTRACT)
+    assert s["devices"] == 8 and s["iterations"] == 2
+    assert 0 < s["mfu"] < 1
+    assert s["tokens_per_s"] <= s["roofline_tokens_per_s"]
+    assert s["peak_memory_bytes"] <= 80e9
+    assert {"max", "mean"} <= set(s["staleness"])
+    json.dumps(s, allow_nan=False)
+
+
+def test_frames(result):
+    assert list(result.timeline.columns[:8]) == ["pool", "device", "state", "cause", "iteration", "start",
+                                                 "end", "label"]
+    assert len(result.iterations) == 2
+    assert result.samples["consumed_iteration"].max() == 1
+    assert set(result.device_timeline()["device"]) == set(range(8))
+
+
+def test_write_outputs(result, tmp_path):
+    files = {p.name for p in result.write(tmp_path)}
+    assert {"scenario.yaml", "summary.json", "trace.json", "timeline.csv", "samples.csv"} <= files
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"]
+    x = [e for e in events if e["ph"] == "X"]
+    assert x and all({"ts", "dur", "pid", "tid", "name"} <= set(e) for e in x)
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {"actor"}
+    again = simulator.simulate(str(tmp_path / "scenario.yaml"))
+    assert again.summary == result.summary
+
+
+def test_compare_side_by_side():
+    cmp = simulator.compare(schedules=["colocated", "disaggregated", "stalesync"], **SMALL)
+    assert list(cmp.table["schedule"]) == ["colocated", "disaggregated", "stalesync"]
+    assert cmp.results["disaggregated"].summary["pools"].keys() == {"rollout", "train"}
+
+
+def test_simulate_with_fake_costs_is_deterministic():
+    sc = {"topology": "x", "workload": {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 4},
+          "schedule": "stalesync", "iterations": 3}
+    costs = FakeCosts(instance_devices=2, train_group_devices=2)
+    costs.n_devices = 8
+    a = simulator.simulate(sc, costs=costs).summary
+    b = simulator.simulate(sc, costs=costs).summary
+    assert a == b

@@ -1,0 +1,48 @@
+"""`rlsim run` / `rlsim compare` through the console script: contract, exit codes, determinism."""
+import json
+import shutil
+import subprocess
+
+import pytest
+
+RLSIM = shutil.which("rlsim")
+SMALL = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "2",
+         "--set", "workload.prompts_per_step=32", "--set", "workload.samples_per_prompt=4",
+         "--set", "workload.mini_batch_prompts=16"]
+
+pytestmark = pytest.mark.skipif(RLSIM is None, reason="rlsim is not installed")
+
+
+def call(*args):
+    return subprocess.run([RLSIM, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_run_json_is_byte_identical_across_processes():
+    a, b = call("run", *SMALL, "--schedule", "stalesync", "--json"), call("run", *SMALL, "--schedule",
+                                                                        "stalesync", "--json")
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout
+    d = json.loads(a.stdout)
+    assert d["schedule"] == "stalesync" and d["iterations"] == 2
+
+
+@pytest.mark.parametrize("args", [["--set", "schedule.staleness=-1"], ["--topology", "no-such-cluster"]])
+def test_bad_input_exits_2_without_traceback(args):
+    r = call("run", *args)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stdout + r.stderr
+    assert "error" in r.stderr
+
+
+def test_compare_json_and_table(tmp_path):
+    r = call("compare", *SMALL, "--json")
+    rows = json.loads(r.stdout)
+    assert [x["schedule"] for x in rows] == ["colocated", "disaggregated", "stalesync"]
+    t = call("compare", *SMALL)
+    assert t.returncode == 0 and "tokens/s" in t.stdout and "disaggregated" in t.stdout
+
+
+def test_run_out_dir(tmp_path):
+    r = call("run", *SMALL, "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "o" / "trace.json").exists() and (tmp_path / "o" / "scenario.yaml").exists()

@@ -1,0 +1,41 @@
+"""Metrics from a timeline: bubbles by cause, exact device-seconds, scaling efficiency."""
+import numpy as np
+import pytest
+
+from simulator import metrics
+from simulator.rl.timeline import GroupClock, Timeline, expand_devices
+
+
+def _timeline():
+    tl = Timeline()
+    a = GroupClock(tl, "actor", 0, 4)
+    a.per_instance("generate", np.array([1.0, 3.0]), 3.0, 2, 0, "long_tail")
+    a.busy("switch", 4.0, 0, cause="switch")
+    a.busy("train", 9.0, 0)
+    a.busy("sync", 10.0, 0, cause="weight_sync")
+    return tl.to_frame()
+
+
+def test_bubbles_by_cause_are_fractions_of_device_seconds():
+    tl = _timeline()
+    frac, by = metrics.bubbles(tl)
+    total = 4 * 10.0
+    assert by["long_tail"] == pytest.approx(2 * 2.0 / total)
+    assert by["switch"] == pytest.approx(4 * 1.0 / total)
+    assert by["weight_sync"] == pytest.approx(4 * 1.0 / total)
+    assert frac == pytest.approx(sum(by.values()))
+
+
+def test_device_seconds_stay_exact_without_expanding():
+    tl = _timeline()
+    assert np.allclose(metrics.per_device_time(tl, 4), 10.0)
+    per_dev = expand_devices(tl)
+    assert len(per_dev) == tl["rank_count"].sum()
+    assert (per_dev.groupby("device").apply(lambda f: (f.end - f.start).sum()) == 10.0).all()
+    states = metrics.time_in_states(tl)
+    assert states["device_s"].sum() == pytest.approx(40.0)
+
+
+def test_scaling_efficiency():
+    frame = metrics.scaling_efficiency([384, 1536], [35_000, 127_000])
+    assert frame["scaling_efficiency"].iloc[1] == pytest.approx(127 / 140)

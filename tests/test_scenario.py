@@ -1,0 +1,69 @@
+"""Scenario schema: defaults, presets, overrides and error messages."""
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.presets import preset_names
+from simulator.scenario import load_scenario
+
+REQUIRED = {"grpo-qwen2.5-7b", "dapo-qwen2.5-32b", "grpo-qwen3-30b-a3b", "ppo-llama3.1-70b",
+            "grpo-deepseek-v3", "grpo-pangu-ultra-moe"}
+
+
+def test_default_is_the_seed_scenario():
+    sc = load_scenario()
+    assert sc.workload.name == "grpo-pangu-ultra-moe"
+    assert sc.topology["preset"] == "cloudmatrix384"
+    assert sc.schedule.kind == "stalesync"
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_every_required_preset_loads(name):
+    assert name in preset_names("workloads")
+    sc = load_scenario(workload=name)
+    assert sc.workload.batch_samples > 0
+
+
+def test_override_merges_into_a_preset_workload():
+    sc = load_scenario(overrides=["workload.response_length.max=4096", "schedule.staleness=2"])
+    assert sc.workload.response_length["max"] == 4096
+    assert sc.workload.response_length["median"] == 2048      # the rest of the preset survives
+    assert sc.schedule.effective_staleness == 2
+
+
+def test_negative_staleness_names_the_field():
+    with pytest.raises(RlsimError) as exc:
+        load_scenario(overrides=["schedule.staleness=-1"])
+    assert "schedule.staleness" in str(exc.value)
+
+
+def test_unknown_schedule_and_keys_are_rejected():
+    with pytest.raises(RlsimError, match="schedule.kind"):
+        load_scenario(schedule="sometimes")
+    with pytest.raises(RlsimError, match="schedule.stalenes"):
+        load_scenario(overrides=["schedule.stalenes=1"])
+
+
+def test_mini_batch_must_divide_the_step():
+    with pytest.raises(RlsimError, match="mini_batch_prompts"):
+        load_scenario(overrides=["workload.mini_batch_prompts=100"])
+
+
+def test_snapshot_round_trips():
+    sc = load_scenario(schedule={"kind": "async", "partial_rollout": True, "length_budget": 2048})
+    again = load_scenario(sc.to_dict())
+    assert again.to_dict() == sc.to_dict()
+
+
+def test_dapo_gets_dynamic_sampling_and_units_parse():
+    sc = load_scenario(workload="dapo-qwen2.5-32b", overrides=["schedule.distqueue.bw_Bps=10GB/s"])
+    assert sc.workload.dynamic_sampling is not None
+    assert sc.schedule.distqueue.bw_Bps == 10e9
+
+
+def test_policy_defaults_per_kind():
+    assert load_scenario(schedule="colocated").schedule.effective_staleness == 0
+    assert load_scenario(schedule="one-step-off").schedule.effective_staleness == 1
+    ss = load_scenario(schedule="stalesync").schedule
+    assert (ss.effective_placement, ss.effective_threshold) == ("colocated", 0.5)
+    with pytest.raises(RlsimError, match="placement"):
+        load_scenario(schedule={"kind": "colocated", "placement": "disaggregated"})
