@@ -1,0 +1,207 @@
+"""Capacity questions: the smallest size (or the cheapest configuration) that reaches a target.
+
+A target is a throughput (`tokens_per_s`) or a step time (`step_time_s`). The search runs over the
+ordered candidate values of one scenario key (`topology.supernodes`, `topology.nodes`, ...) and
+asks a batch point function for results, so the sweep machinery (executors, resumable results
+file) does the work. Cost figures come from the run summary and a price per device-hour.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import RlsimError
+
+SECONDS_PER_HOUR = 3600.0
+STEPS_PER_REPORT = 1000  # the issue asks for device-hours per 1,000 steps
+
+# evaluate_batch([{key: value}, ...]) -> [(summary or None, error text), ...] in the same order
+BatchFunction = Callable[[list[dict[str, Any]]], list[tuple[dict[str, Any] | None, str]]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What "enough" means: at least `tokens_per_s`, and/or at most `step_time_s`."""
+
+    tokens_per_s: float | None = None
+    step_time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens_per_s is None and self.step_time_s is None:
+            raise RlsimError("a capacity target needs tokens/s or a step time", field="target",
+                             fix="give --target-tokens-per-s X or --target-step-time-s S")
+        for name in ("tokens_per_s", "step_time_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise RlsimError(f"target {name} must be a positive number, got {value}", field=name,
+                                 fix="give a positive number")
+
+    def met_by(self, summary: Mapping[str, Any] | None) -> bool:
+        if not summary:
+            return False
+        if self.tokens_per_s is not None and not summary.get("tokens_per_s", 0.0) >= self.tokens_per_s:
+            return False
+        if self.step_time_s is not None and not summary.get("step_time_s", math.inf) <= self.step_time_s:
+            return False
+        return True
+
+    def describe(self) -> str:
+        parts = []
+        if self.tokens_per_s is not None:
+            parts.append(f">= {self.tokens_per_s:,.0f} tokens/s")
+        if self.step_time_s is not None:
+            parts.append(f"<= {self.step_time_s:,.1f} s per step")
+        return " and ".join(parts)
+
+
+def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[str, float] | None) -> float | None:
+    """The price of one device-hour for this run: one number for every device, or a mapping from
+    device catalog name (`h100`, `ascend-910c`) to price, matched against the summary's device kind."""
+    if prices is None:
+        return None
+    if isinstance(prices, (int, float)):
+        return float(prices)
+    kinds = _device_kinds(summary)
+    if not kinds:
+        raise RlsimError("cannot price this run: its summary names no device kind", field="prices",
+                         fix="give one price per device-hour for every device instead of a mapping")
+    missing = [k for k in kinds if k not in prices]
+    if missing:
+        raise RlsimError(f"no price for device {missing[0]!r}", field="prices",
+                         fix=f"add a price for {missing[0]} (known: {', '.join(sorted(prices)) or 'none'})")
+    # A mixed cluster: the average over kinds weighted by count is not in the summary; price the
+    # run at its most expensive kind rather than under-report the cost.
+    return max(float(prices[k]) for k in kinds)
+
+
+def _device_kinds(summary: Mapping[str, Any]) -> list[str]:
+    for key in ("device_kinds", "device_kind", "device"):
+        value = summary.get(key)
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, Mapping):
+            return sorted(value)
+        if isinstance(value, (list, tuple)):
+            return [str(v) for v in value]
+    return []
+
+
+def cost_fields(summary: Mapping[str, Any], price: float | None = None) -> dict[str, float | None]:
+    """Device-hours per 1,000 steps, and with a price the cost per step and per hour."""
+    devices = float(summary["devices"])
+    step_s = float(summary["step_time_s"])
+    out: dict[str, float | None] = {
+        "device_hours_per_1000_steps": devices * step_s * STEPS_PER_REPORT / SECONDS_PER_HOUR,
+        "price_per_device_hour": price,
+        "cost_per_hour": None,
+        "cost_per_step": None,
+    }
+    if price is not None:
+        out["cost_per_hour"] = devices * price
+        out["cost_per_step"] = devices * price * step_s / SECONDS_PER_HOUR
+    return out
+
+
+@dataclass
+class Probe:
+    value: Any
+    summary: dict[str, Any] | None
+    error: str
+    meets: bool
+
+
+@dataclass
+class CapacityAnswer:
+    key: str
+    target: Target
+    value: Any | None                  # the smallest candidate that meets the target; None if none does
+    summary: dict[str, Any] | None     # its run summary (with cost fields)
+    probes: list[Probe] = field(default_factory=list)  # every evaluated candidate, in candidate order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "target": {"tokens_per_s": self.target.tokens_per_s,
+                                            "step_time_s": self.target.step_time_s},
+                "value": self.value, "found": self.value is not None, "summary": self.summary,
+                "evaluated": [{"value": p.value, "meets_target": p.meets, "error": p.error,
+                               "tokens_per_s": (p.summary or {}).get("tokens_per_s"),
+                               "step_time_s": (p.summary or {}).get("step_time_s"),
+                               "devices": (p.summary or {}).get("devices")} for p in self.probes]}
+
+
+def find_smallest(key: str, candidates: Sequence[Any], target: Target, evaluate_batch: BatchFunction, *,
+                  strategy: Literal["bisect", "scan"] = "bisect", width: int = 1,
+                  prices: float | Mapping[str, float] | None = None) -> CapacityAnswer:
+    """The smallest candidate value of `key` whose run meets `target`.
+
+    `bisect` assumes more is never worse (if value v meets the target, every larger one does); it
+    probes `width` evenly spaced candidates per round (set width to the number of workers), so it
+    needs about log_(width+1)(n) rounds. `scan` evaluates every candidate and assumes nothing. A
+    candidate that raises a user error (it does not fit in memory) counts as not meeting the target.
+    """
+    try:
+        values = sorted(candidates)
+    except TypeError:
+        raise RlsimError("capacity search needs candidate values that can be ordered (sizes)", field=key,
+                         fix="search a size key such as topology.nodes or topology.supernodes") from None
+    if not values:
+        raise RlsimError("no candidate values to search", field=key, fix="give at least one value")
+    results: dict[int, Probe] = {}
+
+    def probe(indices: list[int]) -> None:
+        todo = [i for i in indices if i not in results]
+        if not todo:
+            return
+        for i, (summary, error) in zip(todo, evaluate_batch([{key: values[i]} for i in todo]), strict=True):
+            results[i] = Probe(values[i], summary, error, target.met_by(summary))
+
+    if strategy == "scan":
+        probe(list(range(len(values))))
+    elif strategy == "bisect":
+        lo, hi = -1, len(values)   # invariant: values[lo] fails (or lo = -1), values[hi] meets (or hi = n)
+        while hi - lo > 1:
+            inside = hi - lo - 1
+            k = max(1, min(width, inside))
+            picks = sorted({lo + 1 + (j + 1) * inside // (k + 1) for j in range(k)} or {lo + 1})
+            picks = [min(max(p, lo + 1), hi - 1) for p in picks]
+            probe(picks)
+            for i in picks:
+                if results[i].meets:
+                    hi = min(hi, i)
+            lo = max([i for i in picks if i < hi and not results[i].meets], default=lo)
+    else:
+        raise RlsimError(f"unknown search strategy {strategy!r}", field="strategy", fix="use bisect or scan")
+
+    meeting = [i for i in sorted(results) if results[i].meets]
+    best = meeting[0] if meeting else None
+    summary = None
+    if best is not None:
+        s = dict(results[best].summary or {})
+        s.update(cost_fields(s, price_per_device_hour(s, prices)))
+        summary = s
+    return CapacityAnswer(key, target, values[best] if best is not None else None, summary,
+                          [results[i] for i in sorted(results)])
+
+
+def cheapest(rows: Sequence[Mapping[str, Any]], target: Target,
+             prices: float | Mapping[str, float] | None = None) -> dict[str, Any] | None:
+    """Among run summaries (e.g. sweep rows), the cheapest that meets the target.
+
+    With prices: lowest cost per step (the cost of a fixed amount of training), ties to fewer devices.
+    Without: fewest devices, ties to the shorter step. None if no row meets the target.
+    """
+    best: tuple | None = None
+    chosen: dict[str, Any] | None = None
+    for row in rows:
+        if row.get("error") or not target.met_by(row):
+            continue
+        enriched = dict(row)
+        enriched.update(cost_fields(row, price_per_device_hour(row, prices)))
+        if prices is not None:
+            key = (enriched["cost_per_step"], row["devices"], row["step_time_s"])
+        else:
+            key = (row["devices"], row["step_time_s"])
+        if best is None or key < best:
+            best, chosen = key, enriched
+    return chosen

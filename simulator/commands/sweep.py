@@ -1,0 +1,283 @@
+"""`rlsim sweep`: a grid over any scenario key, on local processes or Dask, resumable; capacity search."""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import cli
+from ..errors import RlsimError
+
+# The sweep machinery (pandas, executors) is imported inside run(), so `rlsim --help` and the other
+# commands do not pay for it.
+
+HELP = "run a scenario over a grid of values (local processes or Dask), resumable; find the capacity for a target"
+EXAMPLES = """examples:
+  rlsim sweep --grid schedule.kind=colocated,disaggregated,stalesync --grid schedule.staleness=0,1,2 --out sweep
+  rlsim sweep my.yaml --grid topology.supernodes=1,2,4 --jobs 4 --out scaling --json
+  rlsim sweep --grid topology.supernodes=1,2,3,4,6,8 --target-tokens-per-s 100000 --out capacity
+  rlsim sweep --grid topology.preset=dgx-h100,cloudmatrix384 --grid topology.nodes=8,16,32 \\
+      --target-tokens-per-s 50000 --price h100=2.5 --price ascend-910c=2.0
+  rlsim sweep --grid schedule.staleness=0,1,2 --executor dask --scheduler tcp://10.0.0.5:8786 --out s
+
+Re-running the same command with the same --out computes only the points not yet in the results file
+(results.csv or results.parquet), so an interrupted sweep resumes where it stopped.
+With --target-*, a single --grid key is searched by bisection (smallest value that meets the target);
+several keys are swept in full and the cheapest configuration that meets the target is selected."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", nargs="?", help="scenario YAML (default: built-in defaults)")
+    parser.add_argument("--topology", help="topology preset name or YAML path")
+    parser.add_argument("--workload", help="workload preset name or YAML path")
+    parser.add_argument("--schedule", help="schedule kind (colocated, disaggregated, one-step-off, stalesync, async)")
+    parser.add_argument("--iterations", type=int, help="RL iterations per point")
+    parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
+                        help="values of one scenario key (repeatable; the grid is their product)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="parallel workers (default: the number of CPUs)")
+    parser.add_argument("--executor", choices=["local", "dask"], default="local",
+                        help="local process pool (default) or Dask distributed")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="Dask scheduler address (default: start a LocalCluster)")
+    parser.add_argument("--out", type=Path, help="folder for the results file, plots and report.html")
+    parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="results file format")
+    parser.add_argument("--target-tokens-per-s", type=float, help="capacity target: at least this many tokens/s")
+    parser.add_argument("--target-step-time-s", type=float, help="capacity target: at most this step time (s)")
+    parser.add_argument("--price", action="append", default=[], metavar="[DEVICE=]USD",
+                        help="price per device-hour, one number or per device kind (repeatable)")
+    parser.add_argument("--search", choices=["bisect", "scan"], default="bisect",
+                        help="capacity search over one key: bisect (assumes more is never worse) or scan")
+    cli.add_common(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..capacity import Target
+    from ..sweep import (
+        BaseScenario,
+        ResultsStore,
+        SweepAborted,
+        make_executor,
+        make_points,
+        parse_grid,
+        run_sweep,
+        simulate_point,
+    )
+
+    grid = parse_grid(args.grid)
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if jobs < 1:
+        raise RlsimError(f"--jobs must be at least 1, got {jobs}", field="--jobs", fix="give --jobs 1 or more")
+    if args.iterations is not None and args.iterations < 1:
+        raise RlsimError("--iterations must be at least 1", field="--iterations", fix="give --iterations 1 or more")
+    base = BaseScenario(spec=args.scenario, topology=args.topology, workload=args.workload,
+                        schedule=args.schedule, overrides=tuple(args.overrides),
+                        iterations=args.iterations, seed=args.seed)
+    fingerprint = base.fingerprint()
+    executor = make_executor(args.executor, jobs, args.scheduler)
+    store = None
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        store = ResultsStore(args.out / f"results.{args.format}")
+    prices = _parse_prices(args.price)
+    target = None
+    if args.target_tokens_per_s is not None or args.target_step_time_s is not None:
+        target = Target(args.target_tokens_per_s, args.target_step_time_s)
+    evaluate = functools.partial(simulate_point, base)
+
+    with _Progress(enabled=sys.stderr.isatty()) as progress:
+        try:
+            if target is not None and len(grid) == 1 and _orderable(next(iter(grid.values()))):
+                objects, answer = _capacity_search(grid, target, evaluate, store, executor, fingerprint,
+                                                   prices, args.search, jobs, progress)
+                sweep = None
+            else:
+                sweep = run_sweep(make_points(grid, fingerprint), evaluate, store=store, executor=executor,
+                                  progress=progress, grid=grid)
+                objects = [_enrich(o, prices) for o in sweep.run_objects()]
+                answer = _select_cheapest(objects, target, prices) if target else None
+        except SweepAborted as exc:
+            where = f"; finished points are saved in {store.path}" if store else ""
+            print(f"rlsim: sweep stopped: {exc}{where}. Run the same command again to compute the rest.",
+                  file=sys.stderr)
+            return 1
+
+    if args.out:
+        _write_outputs(args.out, objects, list(grid), answer, target)
+    if args.json:
+        cli.print_json(objects)
+    else:
+        _print_table(objects, list(grid), sweep, store, answer, target)
+    return 0
+
+
+# --------------------------------------------------------------------------- capacity
+
+def _capacity_search(grid, target, evaluate, store, executor, fingerprint, prices, strategy, jobs, progress):
+    from ..capacity import find_smallest
+    from ..sweep import make_points, run_sweep
+
+    (key, values), = grid.items()
+    seen: dict[str, dict[str, Any]] = {}
+
+    def evaluate_batch(batch: list[dict[str, Any]]) -> list[tuple[dict | None, str]]:
+        points = make_points({key: [b[key] for b in batch]}, fingerprint)
+        result = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid={key: values})
+        out = []
+        for obj in result.run_objects():
+            seen[json.dumps(obj["grid"][key])] = obj
+            summary = {k: v for k, v in obj.items() if k not in ("grid", "error", key)}
+            out.append((summary if not obj.get("error") else None, obj.get("error", "")))
+        return out
+
+    answer = find_smallest(key, values, target, evaluate_batch, strategy=strategy, width=jobs, prices=prices)
+    objects = []
+    for probe in answer.probes:
+        obj = _enrich(seen[json.dumps(probe.value)], prices)
+        obj["meets_target"] = probe.meets
+        obj["selected"] = answer.value is not None and probe.value == answer.value
+        objects.append(obj)
+    return objects, answer.to_dict()
+
+
+def _orderable(values: list[Any]) -> bool:
+    """Bisection needs sizes (numbers); other values (presets, mappings) are swept in full."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _select_cheapest(objects: list[dict[str, Any]], target, prices) -> dict[str, Any]:
+    from ..capacity import cheapest
+
+    chosen = cheapest(objects, target, prices)
+    for obj in objects:
+        obj["meets_target"] = not obj.get("error") and target.met_by(obj)
+        obj["selected"] = chosen is not None and obj["grid"] == chosen["grid"]
+    return {"target": {"tokens_per_s": target.tokens_per_s, "step_time_s": target.step_time_s},
+            "found": chosen is not None, "value": chosen["grid"] if chosen else None, "summary": chosen}
+
+
+def _enrich(obj: dict[str, Any], prices) -> dict[str, Any]:
+    if obj.get("error") or "devices" not in obj or "step_time_s" not in obj:
+        return obj
+    from ..capacity import cost_fields, price_per_device_hour
+
+    out = dict(obj)
+    out.update(cost_fields(obj, price_per_device_hour(obj, prices)))
+    return out
+
+
+def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
+    if not items:
+        return None
+    mapping: dict[str, float] = {}
+    single: float | None = None
+    for item in items:
+        name, sep, raw = item.rpartition("=")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise RlsimError(f"cannot read --price {item!r}", field="--price",
+                             fix="write USD per device-hour, e.g. --price 2.5 or --price h100=2.5") from None
+        if value < 0:
+            raise RlsimError(f"--price {item!r} is negative", field="--price", fix="give a price >= 0")
+        if sep:
+            mapping[name] = value
+        else:
+            single = value
+    if single is not None and mapping:
+        raise RlsimError("--price mixes one price for all devices with per-device prices", field="--price",
+                         fix="give either --price USD or --price DEVICE=USD ...")
+    return single if single is not None else mapping
+
+
+# --------------------------------------------------------------------------- output
+
+def _write_outputs(out: Path, objects, grid_keys, answer, target) -> None:
+    from ..report.html import write_sweep_report
+    if answer is not None:
+        (out / "capacity.json").write_text(json.dumps(answer, indent=2, default=str) + "\n")
+    write_sweep_report(objects, grid_keys, out, capacity=answer)
+
+
+def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(120, Console().width))
+    table = Table(show_lines=False)
+    metrics = [("step_time_s", "step (s)", "{:,.1f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
+               ("bubble_fraction", "bubbles", "{:.1%}"), ("devices", "devices", "{:d}"),
+               ("device_hours_per_1000_steps", "dev-h/1k steps", "{:,.0f}"), ("cost_per_step", "$/step", "{:,.2f}")]
+    if all(o.get("cost_per_step") is None for o in objects):
+        metrics = [m for m in metrics if m[0] != "cost_per_step"]
+    for key in grid_keys:
+        table.add_column(key, no_wrap=True)
+    for _, title, _ in metrics:
+        table.add_column(title, justify="right")
+    if target is not None:
+        table.add_column("meets target")
+    errors = any(obj.get("error") for obj in objects)
+    if errors:
+        table.add_column("error", overflow="fold", min_width=30)
+    for obj in objects:
+        cells = [json.dumps(obj["grid"][k]) if not isinstance(obj["grid"][k], str) else obj["grid"][k]
+                 for k in grid_keys]
+        cells += [_fmt(obj.get(k), f) for k, _, f in metrics]
+        if target is not None:
+            cells.append("[bold green]selected[/bold green]" if obj.get("selected") else
+                         "yes" if obj.get("meets_target") else "no")
+        if errors:
+            cells.append(f"[red]{obj.get('error', '')}[/red]")
+        table.add_row(*cells)
+    console.print(table)
+    if sweep is not None:
+        console.print(f"{len(sweep.points)} points, {sweep.computed} computed now, "
+                      f"{len(sweep.points) - sweep.computed} from the results file")
+    if store is not None:
+        console.print(f"results: {store.path}")
+    if answer is not None and target is not None:
+        if answer.get("found"):
+            console.print(f"capacity: {answer['value']} meets {target.describe()}")
+        else:
+            console.print(f"capacity: no candidate meets {target.describe()}; widen the grid")
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+class _Progress:
+    """A tqdm bar with ETA on stderr, only on a terminal (stdout stays clean for --json)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar = None
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None or self.bar.total != total:
+            from tqdm import tqdm
+            if self.bar is not None:
+                self.bar.close()
+            self.bar = tqdm(total=total, unit="point", file=sys.stderr, dynamic_ncols=True)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+

@@ -1,0 +1,210 @@
+"""Report pages: figures (PNG + SVG) and one self-contained report.html beside the summary table.
+
+`write_report(result, out_dir)` is the single call `rlsim run` / `rlsim compare` make for `--out`;
+`write_sweep_report(...)` is the one `rlsim sweep` makes.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import plots
+
+REPORT_NAME = "report.html"
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:1em 0}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f2f2f2}
+td:first-child,th:first-child{text-align:left}
+.fig{margin:1.5em 0}.fig img{max-width:100%;border:1px solid #eee}
+.layout{display:flex;gap:2em;align-items:flex-start;flex-wrap:wrap}
+.selected{background:#e6f4e6;font-weight:bold}.err{color:#b00}"""
+
+
+# --------------------------------------------------------------------------- run / compare
+
+def write_report(result: Any, out_dir: str | Path) -> Path:
+    """Figures and report.html for a SimulationResult (`.summary`, `.timeline`, `.samples`) or a
+    ComparisonResult (`.results`: name -> SimulationResult; each result's own files are written into
+    a sub-folder named after it). Returns the report path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, Any] = dict(result.results) if hasattr(result, "results") else \
+        {str(result.summary.get("schedule", "run")): result}
+    if hasattr(result, "results"):
+        # A comparison has no data writer of its own: each schedule's files go into a sub-folder.
+        for name, run in runs.items():
+            if hasattr(run, "write"):
+                run.write(out / _slug(name))
+    figures: list[tuple[str, str]] = []
+    for name, run in runs.items():
+        stem = "timeline" if len(runs) == 1 else f"timeline_{_slug(name)}"
+        fig = plots.gantt_figure(run.timeline, title=f"Timeline: {name} (hatched = idle, coloured by cause)")
+        figures.append((stem, _save(fig, out, stem)))
+    figures.append(("time_by_state", _save(plots.state_bars_figure(runs), out, "time_by_state")))
+    first = next(iter(runs.values()))
+    samples = getattr(first, "samples", None)
+    if samples is not None and not samples.empty:
+        figures.append(("response_lengths", _save(plots.response_length_figure(samples), out, "response_lengths")))
+    table = _summary_table({name: run.summary for name, run in runs.items()})
+    title = "rlsim comparison" if len(runs) > 1 else f"rlsim run: {next(iter(runs))}"
+    return _write_page(out, title, table, figures)
+
+
+def _summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
+    flat = {name: _flatten(s) for name, s in summaries.items()}
+    keys: list[str] = []
+    for f in flat.values():
+        keys.extend(k for k in f if k not in keys)
+    head = "<tr><th>metric</th>" + "".join(f"<th>{html.escape(n)}</th>" for n in flat) + "</tr>"
+    body = "".join("<tr><td>" + html.escape(k) + "</td>" + "".join(f"<td>{_cell(f.get(k))}</td>" for f in flat.values())
+                   + "</tr>" for k in keys)
+    return f"<table>{head}{body}</table>"
+
+
+# --------------------------------------------------------------------------- sweep
+
+def sweep_frame(objects: Sequence[Mapping[str, Any]], grid_keys: Sequence[str]) -> pd.DataFrame:
+    """Sweep run objects as a flat table: one column per grid key and per (dotted) summary field."""
+    rows = []
+    for obj in objects:
+        row = {k: _label(obj.get("grid", {}).get(k)) for k in grid_keys}
+        row.update({k: v for k, v in _flatten({k: v for k, v in obj.items() if k != "grid"}).items()
+                    if k not in grid_keys})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _label(value: Any) -> Any:
+    """Grid values that are mappings or lists become their compact JSON, so they can label and group."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, (Mapping, list, tuple)) else value
+
+
+def write_sweep_report(objects: Sequence[Mapping[str, Any]], grid_keys: Sequence[str], out_dir: str | Path, *,
+                       capacity: Mapping[str, Any] | None = None) -> Path:
+    """Figures chosen by what the grid varies (size -> scaling; staleness -> trade-off; else the
+    throughput per grid value) and report.html with the table of every point."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    frame = sweep_frame(objects, grid_keys)
+    ok = frame[frame["error"].fillna("") == ""] if "error" in frame else frame
+    figures: list[tuple[str, str]] = []
+    others = list(grid_keys)
+    if not ok.empty and "devices" in ok and ok["devices"].nunique() > 1 and "tokens_per_s" in ok:
+        group = _group_column(ok, [k for k in grid_keys if ok[k].nunique() > 1 and not _is_size_key(k)])
+        figures.append(("scaling", _save(plots.scaling_figure(ok, group=group), out, "scaling")))
+    stale = [k for k in grid_keys if "staleness" in k]
+    if stale and not ok.empty and "tokens_per_s" in ok:
+        rest = [k for k in grid_keys if k != stale[0] and ok[k].nunique() > 1]
+        frame_s = ok.rename(columns={stale[0]: "staleness_bound"})
+        group = _group_column(frame_s, rest)
+        figures.append(("staleness", _save(plots.staleness_figure(frame_s, group=group), out, "staleness")))
+        others = []
+    if not figures and not ok.empty and "tokens_per_s" in ok and others:
+        figures.append(("sweep", _save(_metric_figure(ok, others), out, "sweep")))
+    table = _sweep_table(frame, grid_keys)
+    note = ""
+    if capacity is not None:
+        found = capacity.get("found")
+        note = ("<p><b>Capacity:</b> " + (f"{html.escape(json.dumps(capacity.get('value')))} meets the target"
+                                          if found else "no evaluated configuration meets the target") + "</p>")
+    return _write_page(out, "rlsim sweep", note + table, figures)
+
+
+def _is_size_key(key: str) -> bool:
+    return key.split(".")[-1] in ("supernodes", "nodes", "racks", "devices")
+
+
+def _group_column(frame: pd.DataFrame, keys: Sequence[str]) -> str | None:
+    """One column to colour lines by: the single varying key, or a joined label of several."""
+    if not keys:
+        return None
+    if len(keys) == 1:
+        return keys[0]
+    frame["_group"] = frame[list(keys)].astype(str).agg(", ".join, axis=1)
+    return "_group"
+
+
+def _metric_figure(frame: pd.DataFrame, keys: Sequence[str]):
+    fig = plots.Figure(figsize=(8, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    labels = frame[list(keys)].astype(str).agg(", ".join, axis=1)
+    ax.bar(range(len(frame)), frame["tokens_per_s"].to_numpy(float), color=plots.STATE_COLORS["generate"])
+    ax.set_xticks(range(len(frame)), list(labels), rotation=30, ha="right", fontsize=8)
+    ax.set_xlabel(", ".join(keys))
+    ax.set_ylabel("tokens/s")
+    ax.set_title("Throughput per grid point")
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+_SWEEP_COLUMNS = ["devices", "step_time_s", "tokens_per_s", "tokens_per_s_per_device", "bubble_fraction", "mfu",
+                  "staleness.mean", "device_hours_per_1000_steps", "cost_per_step", "meets_target", "error"]
+
+
+def _sweep_table(frame: pd.DataFrame, grid_keys: Sequence[str]) -> str:
+    cols = list(grid_keys) + [c for c in _SWEEP_COLUMNS if c in frame]
+    head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
+    body = []
+    for _, row in frame.iterrows():
+        cls = ' class="selected"' if row.get("selected") is True else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{_cell(row.get(c))}</td>" for c in cols) + "</tr>")
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+# --------------------------------------------------------------------------- page
+
+def _save(fig: Any, out: Path, stem: str) -> str:
+    plots.save_figure(fig, out, stem)
+    return stem
+
+
+def _write_page(out: Path, title: str, table_html: str, figures: Sequence[tuple[str, str]]) -> Path:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+             "<div class='layout'><div><h2>Summary</h2>", table_html, "</div></div>"]
+    for _, stem in figures:
+        data = base64.b64encode((out / f"{stem}.png").read_bytes()).decode()
+        parts.append(f"<div class='fig'><h2>{html.escape(stem.replace('_', ' '))}</h2>"
+                     f"<img alt='{html.escape(stem)}' src='data:image/png;base64,{data}'>"
+                     f"<div><a href='{html.escape(stem)}.svg'>SVG</a> · <a href='{html.escape(stem)}.png'>PNG</a>"
+                     "</div></div>")
+    parts.append("</body></html>\n")
+    path = out / REPORT_NAME
+    path.write_text("".join(parts))
+    return path
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+            return f"{value:.4g}"
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, (list, tuple)):
+        return html.escape(json.dumps(value))
+    text = str(value)
+    return f"<span class='err'>{html.escape(text)}</span>" if text.startswith(("error", "rlsim")) else html.escape(text)
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in str(name))

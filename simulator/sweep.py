@@ -1,0 +1,591 @@
+"""Parameter sweeps: grid expansion, executors (local process pool, Dask), a resumable results file.
+
+A sweep is a list of points (one value per grid key) evaluated by a *point function*
+``evaluate(values) -> summary dict``. The runner takes that function as an argument, so tests
+inject a fake and the CLI injects :func:`simulate_point` (the real simulator).
+
+Resumability: every finished point is written to the results file the moment it finishes
+(CSV: one appended, fsync'ed line; Parquet: an atomic rewrite through ``os.replace``), keyed by a
+point id that hashes the base scenario and the point's values. Re-running skips ids already in
+the file, so Ctrl-C or a killed worker loses no finished point. When a sweep completes, the file
+is rewritten sorted by point id, so the same sweep gives the same bytes however the workers raced.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+import math
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+import yaml
+
+from .errors import RlsimError
+from .overrides import parse_assignment
+
+PointFunction = Callable[[dict[str, Any]], dict[str, Any]]
+
+# Columns every results row carries besides the flattened summary and the grid values.
+ID_COLUMN = "point_id"
+INDEX_COLUMN = "point_index"
+ERROR_COLUMN = "error"
+JSON_COLUMN = "summary_json"
+GRID_PREFIX = "grid."
+
+
+class SweepAborted(RuntimeError):
+    """The sweep stopped before every point finished (a worker died); finished points are saved."""
+
+
+# --------------------------------------------------------------------------- grid
+
+def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
+    """['schedule.kind=colocated,stalesync', 'topology.supernodes=1,2'] -> ordered {key: [values]}.
+
+    Each value is read as a YAML scalar (as `--set` does): '2' -> 2, '0.5' -> 0.5, 'true' -> True.
+    """
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, raw = _split_grid_item(item)
+        values = [_yaml_scalar(v, key) for v in _split_values(raw)]
+        if not values or any(v == "" for v in values):
+            raise RlsimError(f"--grid {item!r} has an empty value", field=key,
+                             fix="write KEY=V1,V2,... with no empty entries")
+        if key in grid:
+            raise RlsimError(f"--grid names {key!r} twice", field=key, fix="give each key once with all its values")
+        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            raise RlsimError(f"--grid {item!r} repeats a value", field=key, fix="list each value once")
+        grid[key] = values
+    return grid
+
+
+def _split_grid_item(item: str) -> tuple[str, str]:
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or not raw.strip():
+        raise RlsimError(f"cannot read --grid {item!r}", field="--grid",
+                         fix="write KEY=V1,V2,..., e.g. --grid topology.supernodes=1,2,4")
+    parse_assignment(f"{key}=0")  # same key rules as --set
+    return key, raw
+
+
+def _split_values(raw: str) -> list[str]:
+    """Split on commas outside brackets, so a value may be a YAML list or mapping ('[1,2]')."""
+    out, depth, current = [], 0, []
+    for ch in raw:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    out.append("".join(current).strip())
+    return out
+
+
+def _yaml_scalar(raw: str, key: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        return raw
+
+
+def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """The Cartesian product, first key slowest, in the order given."""
+    keys = list(grid)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def grid_overrides(values: Mapping[str, Any]) -> list[str]:
+    """A point as `--set` items; JSON is valid YAML, so each value reads back unchanged."""
+    return [f"{key}={json.dumps(value)}" for key, value in values.items()]
+
+
+def point_id(values: Mapping[str, Any], base_fingerprint: str = "") -> str:
+    """A stable id of (base scenario, point values): the key that makes a sweep resumable."""
+    text = json.dumps({"base": base_fingerprint, "values": dict(values)}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    values: dict[str, Any]
+    id: str
+
+
+def make_points(grid: Mapping[str, Sequence[Any]], base_fingerprint: str = "") -> list[Point]:
+    return points_from_values(expand_grid(grid), base_fingerprint)
+
+
+def points_from_values(values: Iterable[Mapping[str, Any]], base_fingerprint: str = "") -> list[Point]:
+    """Points from an explicit list (keys that move together, e.g. devices and batch for weak scaling)."""
+    return [Point(i, dict(v), point_id(v, base_fingerprint)) for i, v in enumerate(values)]
+
+
+# --------------------------------------------------------------------------- rows
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'staleness': {'max': 1}} -> {'staleness.max': 1}; lists become JSON text."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value, default=_json_default)
+        else:
+            out[name] = value
+    return out
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def make_row(point: Point, summary: Mapping[str, Any] | None, error: str = "") -> dict[str, Any]:
+    """One results row: id, index, grid values, flattened summary, error text, and the exact summary JSON."""
+    row: dict[str, Any] = {ID_COLUMN: point.id, INDEX_COLUMN: point.index}
+    for key, value in point.values.items():
+        row[GRID_PREFIX + key] = json.dumps(value) if isinstance(value, (list, dict)) else value
+    row.update(flatten(summary or {}))
+    row[ERROR_COLUMN] = error
+    row[JSON_COLUMN] = json.dumps(dict(summary or {}), sort_keys=True, default=_json_default)
+    return row
+
+
+def row_to_run_object(row: Mapping[str, Any], grid_keys: Sequence[str]) -> dict[str, Any]:
+    """A results row back to the `sweep --json` object: the run summary plus `grid` (and each grid
+    value under its dotted key, unless that would shadow a summary key)."""
+    summary = json.loads(row[JSON_COLUMN]) if isinstance(row.get(JSON_COLUMN), str) and row[JSON_COLUMN] else {}
+    grid = {k: _restore(row.get(GRID_PREFIX + k)) for k in grid_keys}
+    out = dict(summary)
+    for key, value in grid.items():
+        out.setdefault(key, value)
+    out["grid"] = grid
+    err = row.get(ERROR_COLUMN)
+    if isinstance(err, str) and err:
+        out["error"] = err
+    return out
+
+
+def _restore(value: Any) -> Any:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+# --------------------------------------------------------------------------- results file
+
+class ResultsStore:
+    """The results file (CSV or Parquet) that makes a sweep resumable.
+
+    ``append(row)`` makes the row durable before it returns. Rows may have different columns
+    (grid keys differ between sweeps sharing a folder; error rows have no summary).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        suffix = self.path.suffix.lower()
+        if suffix not in (".csv", ".parquet"):
+            raise RlsimError(f"unknown results file type {suffix!r}", source=str(self.path),
+                             fix="use a .csv or .parquet file name")
+        self.format = suffix[1:]
+        self._rows: list[dict[str, Any]] | None = None
+
+    # reading -----------------------------------------------------------------
+    def read(self) -> pd.DataFrame:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return pd.DataFrame()
+        if self.format == "parquet":
+            try:
+                return pd.read_parquet(self.path)
+            except ImportError:
+                raise RlsimError("writing Parquet needs pyarrow", source=str(self.path),
+                                 fix="pip install pyarrow, or use --format csv") from None
+        return _read_csv_tolerant(self.path)
+
+    def done_ids(self) -> set[str]:
+        frame = self.read()
+        if frame.empty or ID_COLUMN not in frame:
+            return set()
+        return set(frame[ID_COLUMN].astype(str))
+
+    # writing -----------------------------------------------------------------
+    def append(self, row: Mapping[str, Any]) -> None:
+        if self.format == "csv":
+            self._append_csv(row)
+        else:
+            rows = self._cached_rows()
+            rows.append(dict(row))
+            self._write_parquet(pd.DataFrame(rows))
+
+    def finalize(self) -> None:
+        """Rewrite the file sorted by point id (atomic), so a finished sweep's bytes do not depend on
+        which worker finished first."""
+        frame = self.read()
+        if frame.empty:
+            return
+        frame = frame.drop_duplicates(ID_COLUMN, keep="last").sort_values(ID_COLUMN, kind="stable")
+        frame = frame[_canonical_columns(frame.columns)].reset_index(drop=True)
+        if self.format == "csv":
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            frame.to_csv(tmp, index=False, lineterminator="\n")
+            _fsync_replace(tmp, self.path)
+        else:
+            self._write_parquet(frame)
+        self._rows = None
+
+    def _append_csv(self, row: Mapping[str, Any]) -> None:
+        header = _csv_header(self.path)
+        if header is not None and set(row) - set(header):
+            # New columns (a different grid or a first successful row after errors): rewrite once.
+            frame = pd.concat([self.read(), pd.DataFrame([dict(row)])], ignore_index=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            frame.to_csv(tmp, index=False, lineterminator="\n")
+            _fsync_replace(tmp, self.path)
+            return
+        columns = header if header is not None else list(row)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        if header is None:
+            writer.writerow(columns)
+        writer.writerow(["" if row.get(c) is None else row.get(c, "") for c in columns])
+        _truncate_partial_line(self.path)
+        with open(self.path, "a", newline="") as fh:
+            fh.write(buffer.getvalue())  # one write: a crash leaves at most one partial last line
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _cached_rows(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = self.read().to_dict("records")
+        return self._rows
+
+    def _write_parquet(self, frame: pd.DataFrame) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            frame.to_parquet(tmp, index=False)
+        except ImportError:
+            raise RlsimError("writing Parquet needs pyarrow", source=str(self.path),
+                             fix="pip install pyarrow, or use --format csv") from None
+        _fsync_replace(tmp, self.path)
+
+
+def _canonical_columns(columns: Iterable[str]) -> list[str]:
+    """Column order that does not depend on which row arrived first."""
+    columns = list(columns)
+    head = [c for c in (ID_COLUMN, INDEX_COLUMN) if c in columns]
+    tail = [c for c in (ERROR_COLUMN, JSON_COLUMN) if c in columns]
+    grid = sorted(c for c in columns if c.startswith(GRID_PREFIX))
+    rest = sorted(c for c in columns if c not in head + tail + grid)
+    return head + grid + rest + tail
+
+
+def _csv_header(path: Path) -> list[str] | None:
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    with open(path, newline="") as fh:
+        first = fh.readline()
+    if not first.endswith("\n"):
+        return None
+    return next(csv.reader([first]))
+
+
+def _truncate_partial_line(path: Path) -> None:
+    """Drop a last line left half-written by a killed process, so the next row starts clean."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as fh:
+            fh.truncate(data.rfind(b"\n") + 1)
+
+
+def _read_csv_tolerant(path: Path) -> pd.DataFrame:
+    data = path.read_text()
+    if not data.endswith("\n"):
+        data = data[: data.rfind("\n") + 1]  # a half-written last line is not a finished point
+    if not data.strip():
+        return pd.DataFrame()
+    frame = pd.read_csv(io.StringIO(data), keep_default_na=False, na_values=[""])
+    if ERROR_COLUMN in frame:
+        errors = frame[ERROR_COLUMN]
+        frame[ERROR_COLUMN] = errors.astype(object).where(errors.notna(), "").astype(str)
+    return frame
+
+
+def _fsync_replace(tmp: Path, dest: Path) -> None:
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, dest)
+
+
+# --------------------------------------------------------------------------- executors
+
+def _evaluate_safely(evaluate: PointFunction, values: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """Run one point; a user-caused error (a layout that does not fit) becomes the row's error,
+    because re-running would give the same answer."""
+    try:
+        return dict(evaluate(values)), ""
+    except RlsimError as exc:
+        return None, str(exc)
+
+
+def _ignore_sigint() -> None:
+    # Workers leave Ctrl-C to the parent, which saves what finished and shuts the pool down.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Executor(Protocol):
+    def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]
+                      ) -> Iterator[tuple[Point, dict[str, Any] | None, str]]: ...
+
+
+@dataclass
+class SerialExecutor:
+    """In this process: no pickling, the baseline for --jobs 1."""
+
+    def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
+        for point in points:
+            yield (point, *_evaluate_safely(evaluate, point.values))
+
+
+@dataclass
+class LocalExecutor:
+    """A pool of local worker processes; results come back as they finish."""
+
+    jobs: int = 2
+
+    def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
+        if self.jobs <= 1:
+            yield from SerialExecutor().map_unordered(evaluate, points)
+            return
+        pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_ignore_sigint)
+        pending: dict[Future, Point] = {}
+        clean = False
+        try:
+            for point in points:
+                pending[pool.submit(_evaluate_safely, evaluate, point.values)] = point
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                broken = False
+                for future in sorted(done, key=lambda f: pending[f].index):
+                    point = pending.pop(future)
+                    try:
+                        summary, error = future.result()
+                    except BrokenProcessPool:
+                        broken = True  # hand over every point that did finish before stopping
+                        continue
+                    yield point, summary, error
+                if broken:
+                    raise SweepAborted("a worker process died")
+            clean = True
+        finally:
+            if not clean:  # Ctrl-C or a dead worker: do not wait for running points
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    process.terminate()
+            pool.shutdown(wait=clean, cancel_futures=True)
+
+
+@dataclass
+class DaskExecutor:
+    """Dask distributed: a running scheduler at `address`, or a LocalCluster of `jobs` workers."""
+
+    address: str | None = None
+    jobs: int = 2
+    processes: bool = True
+    _cluster: Any = field(default=None, repr=False)
+
+    def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
+        try:
+            from distributed import Client, LocalCluster, as_completed
+        except ImportError:
+            raise RlsimError("the Dask executor needs dask[distributed]", field="--executor",
+                             fix="pip install 'rlsim[dask]', or use --executor local") from None
+        cluster = None
+        try:
+            if self.address:
+                client = Client(self.address, timeout="10s")
+            else:
+                cluster = LocalCluster(n_workers=max(1, self.jobs), threads_per_worker=1,
+                                       processes=self.processes, dashboard_address=None)
+                client = Client(cluster)
+        except OSError as exc:
+            raise RlsimError(f"cannot reach the Dask scheduler: {exc}", field="--scheduler",
+                             fix="check the address (tcp://HOST:8786), or leave --scheduler out for a local cluster") \
+                from None
+        try:
+            futures = {}
+            for point in points:
+                # pure=False: a repeated point is re-run, never served from another sweep's cache
+                futures[client.submit(_evaluate_safely, evaluate, point.values, pure=False,
+                                      key=f"rlsim-point-{point.id}-{point.index}")] = point
+            for future in as_completed(list(futures)):
+                point = futures[future]
+                try:
+                    summary, error = future.result()
+                except Exception as exc:  # KilledWorker and friends: stop, keep what finished
+                    if type(exc).__name__ == "KilledWorker":
+                        raise SweepAborted(f"a Dask worker died: {exc}") from None
+                    raise
+                yield point, summary, error
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+
+
+def make_executor(kind: str, jobs: int = 1, scheduler: str | None = None) -> Executor:
+    if kind == "local":
+        if scheduler:
+            raise RlsimError("--scheduler needs --executor dask", field="--scheduler",
+                             fix="add --executor dask, or drop --scheduler")
+        return LocalExecutor(jobs=jobs)
+    if kind == "dask":
+        return DaskExecutor(address=scheduler, jobs=jobs)
+    raise RlsimError(f"unknown executor {kind!r}", field="--executor", fix="use local or dask")
+
+
+# --------------------------------------------------------------------------- runner
+
+@dataclass
+class SweepResult:
+    grid: dict[str, list[Any]]
+    points: list[Point]
+    rows: pd.DataFrame          # this sweep's rows, in grid order
+    computed: int               # points evaluated by this call (the rest came from the file)
+    path: Path | None
+
+    def run_objects(self) -> list[dict[str, Any]]:
+        """The `sweep --json` document: one run object per point, with its grid values."""
+        return [row_to_run_object(r, list(self.grid)) for r in self.rows.to_dict("records")]
+
+
+def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: ResultsStore | None = None,
+              executor: Executor | None = None, progress: Callable[[int, int], None] | None = None,
+              grid: Mapping[str, Sequence[Any]] | None = None) -> SweepResult:
+    """Evaluate every point not already in `store`; each finished point is saved as it finishes.
+
+    `progress(done, total)` is called after each point. Ctrl-C (KeyboardInterrupt) and a dead worker
+    (SweepAborted) propagate after the finished points are on disk.
+    """
+    executor = executor or SerialExecutor()
+    done = store.done_ids() if store else set()
+    todo = [p for p in points if p.id not in done]
+    new_rows: list[dict[str, Any]] = []
+    finished = len(points) - len(todo)
+    if progress:
+        progress(finished, len(points))
+    results = executor.map_unordered(evaluate, todo)
+    try:
+        for point, summary, error in results:
+            row = make_row(point, summary, error)
+            if store:
+                store.append(row)
+            new_rows.append(row)
+            finished += 1
+            if progress:
+                progress(finished, len(points))
+    finally:
+        close = getattr(results, "close", None)
+        if close:
+            close()  # shut the executor down now, not when the generator is collected
+    if store:
+        store.finalize()
+        frame = store.read()
+    else:
+        frame = pd.DataFrame(new_rows)
+    ids = [p.id for p in points]
+    if not frame.empty:
+        frame = frame[frame[ID_COLUMN].astype(str).isin(ids)].drop_duplicates(ID_COLUMN, keep="last")
+        order = {pid: i for i, pid in enumerate(ids)}
+        frame = frame.assign(_order=frame[ID_COLUMN].astype(str).map(order)).sort_values("_order")
+        frame = frame.drop(columns="_order").reset_index(drop=True)
+        frame[INDEX_COLUMN] = range(len(frame))
+    grid_dict = {k: list(v) for k, v in (grid or _grid_from_points(points)).items()}
+    return SweepResult(grid_dict, list(points), frame, len(new_rows), store.path if store else None)
+
+
+def _grid_from_points(points: Sequence[Point]) -> dict[str, list[Any]]:
+    keys: dict[str, list[Any]] = {}
+    for p in points:
+        for k, v in p.values.items():
+            if v not in keys.setdefault(k, []):
+                keys[k].append(v)
+    return keys
+
+
+# --------------------------------------------------------------------------- the real point function
+
+@dataclass(frozen=True)
+class BaseScenario:
+    """What a sweep varies around: a scenario file (or None for the defaults) plus CLI options.
+
+    Picklable, so it travels to worker processes and Dask workers.
+    """
+
+    spec: str | None = None
+    topology: str | None = None
+    workload: str | None = None
+    schedule: str | None = None
+    overrides: tuple[str, ...] = ()
+    iterations: int | None = None
+    seed: int | None = None
+
+    def fingerprint(self) -> str:
+        """Hash of everything that decides a point's result except its grid values (the file's
+        contents, not its path, so an edited scenario is recomputed)."""
+        text = ""
+        if self.spec:
+            try:
+                text = Path(self.spec).read_text()
+            except OSError as exc:
+                raise RlsimError(f"cannot read file: {exc.strerror}", source=self.spec, fix="check the path") \
+                    from None
+        from . import __version__
+        payload = {"spec_text": text, "topology": self.topology, "workload": self.workload,
+                   "schedule": self.schedule, "overrides": list(self.overrides),
+                   "iterations": self.iterations, "seed": self.seed, "version": __version__}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def keywords(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        overrides = [*self.overrides, *grid_overrides(values or {})]
+        return {"topology": self.topology, "workload": self.workload, "schedule": self.schedule,
+                "overrides": overrides, "iterations": self.iterations, "seed": self.seed}
+
+
+def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The real point function: simulate the base scenario with the point's values set."""
+    from .api import simulate
+    from .hardware.topology import load_topology
+
+    result = simulate(base.spec, **base.keywords(values))
+    summary = dict(result.summary)
+    # The device kinds let a capacity question price the run per device-hour (capacity.py).
+    summary.setdefault("device_kinds", load_topology(result.scenario.topology).device_kinds())
+    return summary

@@ -1,0 +1,109 @@
+"""Capacity search: closed-form cost figures, bisection equals a full scan on monotone problems."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.capacity import Target, cheapest, cost_fields, find_smallest, price_per_device_hour
+from simulator.errors import RlsimError
+
+
+def test_cost_fields_closed_form():
+    # 384 devices x 100 s per step: 384 * 100 * 1000 / 3600 device-hours per 1,000 steps
+    out = cost_fields({"devices": 384, "step_time_s": 100.0}, price=2.0)
+    assert out["device_hours_per_1000_steps"] == pytest.approx(384 * 100 * 1000 / 3600)
+    assert out["cost_per_step"] == pytest.approx(384 * 2.0 * 100 / 3600)
+    assert out["cost_per_hour"] == pytest.approx(768.0)
+    assert cost_fields({"devices": 8, "step_time_s": 1.0})["cost_per_step"] is None
+
+
+def test_price_lookup_by_device_kind():
+    assert price_per_device_hour({"device_kinds": ["h100"]}, {"h100": 2.5, "a100-80gb": 1.5}) == 2.5
+    assert price_per_device_hour({}, 3.0) == 3.0
+    assert price_per_device_hour({}, None) is None
+    with pytest.raises(RlsimError, match="no price for device"):
+        price_per_device_hour({"device_kinds": ["b200"]}, {"h100": 2.5})
+    with pytest.raises(RlsimError, match="names no device kind"):
+        price_per_device_hour({}, {"h100": 2.5})
+
+
+def test_target_validation_and_meaning():
+    with pytest.raises(RlsimError):
+        Target()
+    with pytest.raises(RlsimError):
+        Target(tokens_per_s=-1)
+    t = Target(tokens_per_s=100, step_time_s=10)
+    assert t.met_by({"tokens_per_s": 100, "step_time_s": 10})
+    assert not t.met_by({"tokens_per_s": 99, "step_time_s": 1})
+    assert not t.met_by({"tokens_per_s": 1e9, "step_time_s": 11})
+    assert not t.met_by(None)
+
+
+def throughput(n: int) -> float:
+    """Sub-linear scaling, as a real cluster: 1000 tokens/s per device at 91% efficiency per doubling."""
+    return 1000.0 * n * 0.91 ** math.log2(n)
+
+
+def make_batch(calls: list, fits_from: int = 1):
+    def evaluate_batch(batch):
+        calls.append([b["topology.nodes"] for b in batch])
+        out = []
+        for b in batch:
+            n = b["topology.nodes"]
+            if n < fits_from:
+                out.append((None, "does not fit in memory"))
+            else:
+                out.append(({"devices": n, "step_time_s": 1e6 / throughput(n), "tokens_per_s": throughput(n)}, ""))
+        return out
+    return evaluate_batch
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(1, 4096), min_size=1, max_size=40, unique=True), st.floats(100, 3e6),
+       st.integers(1, 4), st.integers(1, 64))
+def test_bisect_finds_what_a_scan_finds_with_few_probes(candidates, tokens, width, fits_from):
+    target = Target(tokens_per_s=tokens)
+    scan_calls, bisect_calls = [], []
+    scan = find_smallest("topology.nodes", candidates, target, make_batch(scan_calls, fits_from), strategy="scan")
+    fast = find_smallest("topology.nodes", candidates, target, make_batch(bisect_calls, fits_from),
+                         strategy="bisect", width=width)
+    assert fast.value == scan.value
+    meeting = sorted(n for n in candidates if n >= fits_from and throughput(n) >= tokens)
+    assert scan.value == (meeting[0] if meeting else None)
+    probes = sum(len(c) for c in bisect_calls)
+    if width == 1:
+        assert probes <= math.ceil(math.log2(len(candidates) + 1))
+    assert len(bisect_calls) <= math.ceil(math.log(len(candidates) + 1, width + 1)) + 1
+    if fast.value is not None:
+        assert fast.summary["device_hours_per_1000_steps"] == pytest.approx(
+            fast.summary["devices"] * fast.summary["step_time_s"] * 1000 / 3600)
+
+
+def test_answer_lists_every_probe_in_order():
+    calls: list = []
+    answer = find_smallest("topology.nodes", [64, 1, 8, 2, 32, 4, 16], Target(tokens_per_s=9000),
+                           make_batch(calls))
+    assert answer.value == 16  # throughput(8) = 6029, throughput(16) = 10970
+    values = [p.value for p in answer.probes]
+    assert values == sorted(values)
+    d = answer.to_dict()
+    assert d["found"] and d["value"] == 16 and all("meets_target" in e for e in d["evaluated"])
+
+
+def test_cheapest_ranks_by_cost_per_step_then_devices():
+    rows = [
+        {"grid": {"t": "gpu"}, "devices": 64, "step_time_s": 10.0, "tokens_per_s": 2e5, "device_kinds": ["h100"]},
+        {"grid": {"t": "npu"}, "devices": 96, "step_time_s": 9.0, "tokens_per_s": 2.2e5,
+         "device_kinds": ["ascend-910c"]},
+        {"grid": {"t": "small"}, "devices": 8, "step_time_s": 100.0, "tokens_per_s": 1e4, "device_kinds": ["h100"]},
+        {"grid": {"t": "bad"}, "error": "does not fit"},
+    ]
+    target = Target(tokens_per_s=1e5)
+    # gpu: 64 * 3.0 * 10 / 3600 = 0.533 $/step; npu: 96 * 1.5 * 9 / 3600 = 0.36 $/step
+    assert cheapest(rows, target, {"h100": 3.0, "ascend-910c": 1.5})["grid"] == {"t": "npu"}
+    assert cheapest(rows, target, {"h100": 1.0, "ascend-910c": 1.5})["grid"] == {"t": "gpu"}
+    assert cheapest(rows, target)["grid"] == {"t": "gpu"}  # no prices: fewest devices
+    assert cheapest(rows, Target(tokens_per_s=1e9)) is None

@@ -1,0 +1,327 @@
+"""Sweeps: grid expansion, the resumable results file, executors, interruption (SIGINT, a killed worker)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.overrides import parse_assignment
+from simulator.sweep import (
+    ID_COLUMN,
+    DaskExecutor,
+    LocalExecutor,
+    ResultsStore,
+    SerialExecutor,
+    SweepAborted,
+    expand_grid,
+    grid_overrides,
+    make_points,
+    parse_grid,
+    run_sweep,
+)
+
+
+def fake_point(values: dict) -> dict:
+    """A stand-in for simulate(): a closed-form summary shaped like `rlsim run --json`."""
+    nodes = int(values.get("topology.nodes", 1))
+    staleness = float(values.get("schedule.staleness", 0))
+    if nodes > 64:
+        raise RlsimError("does not fit", field="topology.nodes", fix="use fewer nodes")
+    step = 100.0 / nodes ** 0.9 * (1 - 0.1 * staleness)
+    return {"schedule": values.get("schedule.kind", "colocated"), "devices": 8 * nodes, "iterations": 2,
+            "step_time_s": step, "tokens_per_s": 1e6 / step, "bubble_fraction": 0.1,
+            "bubbles_by_cause": {"long_tail": 0.05}, "staleness": {"max": staleness, "mean": staleness / 2}}
+
+
+def slow_fake_point(values: dict) -> dict:
+    time.sleep(0.05)
+    return fake_point(values)
+
+
+def killer_point(values: dict) -> dict:
+    if values["topology.nodes"] == 5:
+        time.sleep(0.3)  # let the earlier points finish and be saved first
+        os.kill(os.getpid(), signal.SIGKILL)
+    return fake_point(values)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.seen: list[dict] = []
+
+    def __call__(self, values: dict) -> dict:
+        self.seen.append(dict(values))
+        return fake_point(values)
+
+
+# --------------------------------------------------------------------------- grid
+
+def test_parse_grid_reads_yaml_scalars_and_lists():
+    grid = parse_grid(["schedule.kind=colocated,stalesync", "schedule.staleness=0,0.5,1",
+                       "workload.train_layout=[1,2],{tp: 4}", "x.flag=true,false"])
+    assert grid == {"schedule.kind": ["colocated", "stalesync"], "schedule.staleness": [0, 0.5, 1],
+                    "workload.train_layout": [[1, 2], {"tp": 4}], "x.flag": [True, False]}
+
+
+@pytest.mark.parametrize("item", ["nokey", "=1,2", "a.b=", "a.b=1,,2", "a.b=1,1"])
+def test_parse_grid_rejects_bad_items(item):
+    with pytest.raises(RlsimError) as exc:
+        parse_grid([item])
+    assert "fix:" in str(exc.value)
+
+
+def test_parse_grid_rejects_a_repeated_key():
+    with pytest.raises(RlsimError, match="twice"):
+        parse_grid(["a=1", "a=2"])
+
+
+scalars = st.one_of(st.integers(-10**6, 10**6), st.booleans(),
+                    st.floats(allow_nan=False, allow_infinity=False, width=32),
+                    st.sampled_from(["colocated", "stalesync", "one-step-off", "dgx-h100"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.sampled_from(["a", "b.c", "d.e.f"]), st.lists(scalars, min_size=1, max_size=4, unique=True),
+                       min_size=1, max_size=3))
+def test_expand_grid_is_the_full_product_with_distinct_stable_ids(grid):
+    points = make_points(grid, "base")
+    assert len(points) == math.prod(len(v) for v in grid.values())
+    assert len({p.id for p in points}) == len(points)
+    assert [p.id for p in make_points(grid, "base")] == [p.id for p in points]
+    assert {p.id for p in make_points(grid, "other")}.isdisjoint({p.id for p in points})
+    for p in points:  # a point travels as --set items and reads back unchanged
+        assert dict(parse_assignment(item) for item in grid_overrides(p.values)) == p.values
+
+
+def test_expand_grid_order_is_first_key_slowest():
+    assert expand_grid({"a": [1, 2], "b": ["x", "y"]}) == [
+        {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"}, {"a": 2, "b": "y"}]
+
+
+# --------------------------------------------------------------------------- results file and resume
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_resume_computes_only_missing_points(tmp_path, suffix):
+    grid = {"topology.nodes": [1, 2, 4], "schedule.staleness": [0, 1]}
+    store = ResultsStore(tmp_path / f"results{suffix}")
+    first = Counter()
+    run_sweep(make_points({"topology.nodes": [1, 2], "schedule.staleness": [0, 1]}, "b"), first, store=store)
+    assert len(first.seen) == 4
+    second = Counter()
+    result = run_sweep(make_points(grid, "b"), second, store=store, grid=grid)
+    assert [v["topology.nodes"] for v in second.seen] == [4, 4]
+    assert result.computed == 2 and len(result.rows) == 6
+    objects = result.run_objects()
+    assert [o["grid"] for o in objects] == expand_grid(grid)
+    for obj in objects:
+        expected = fake_point(obj["grid"])
+        assert {k: obj[k] for k in expected} == expected  # JSON is exact, not a CSV float round trip
+        assert obj["topology.nodes"] == obj["grid"]["topology.nodes"]
+    third = Counter()
+    run_sweep(make_points(grid, "b"), third, store=store)
+    assert third.seen == []
+
+
+def test_changed_base_scenario_recomputes(tmp_path):
+    store = ResultsStore(tmp_path / "results.csv")
+    run_sweep(make_points({"topology.nodes": [1, 2]}, "base-a"), fake_point, store=store)
+    again = Counter()
+    run_sweep(make_points({"topology.nodes": [1, 2]}, "base-b"), again, store=store)
+    assert len(again.seen) == 2
+
+
+def test_user_error_points_are_rows_not_crashes(tmp_path):
+    store = ResultsStore(tmp_path / "results.csv")
+    result = run_sweep(make_points({"topology.nodes": [128, 1]}, ""), fake_point, store=store)
+    objects = result.run_objects()
+    assert "does not fit" in objects[0]["error"] and "error" not in objects[1]
+    again = Counter()
+    run_sweep(make_points({"topology.nodes": [128, 1]}, ""), again, store=store)
+    assert again.seen == []  # the same input would give the same error
+
+
+def test_csv_tolerates_a_half_written_last_line(tmp_path):
+    store = ResultsStore(tmp_path / "results.csv")
+    run_sweep(make_points({"topology.nodes": [1, 2]}, ""), fake_point, store=store)
+    with open(store.path, "a") as fh:
+        fh.write("deadbeef,7,3")  # a crash mid-write
+    assert len(store.read()) == 2
+    counter = Counter()
+    run_sweep(make_points({"topology.nodes": [1, 2, 3]}, ""), counter, store=store)
+    assert counter.seen == [{"topology.nodes": 3}]
+    assert len(store.read()) == 3
+
+
+def test_finished_file_does_not_depend_on_completion_order(tmp_path):
+    grid = {"topology.nodes": [1, 2, 3, 4]}
+    a, b = ResultsStore(tmp_path / "a.csv"), ResultsStore(tmp_path / "b.csv")
+    run_sweep(make_points(grid, ""), fake_point, store=a)
+    points = make_points(grid, "")
+    run_sweep(points[::-1], fake_point, store=b)
+    assert a.path.read_bytes() == b.path.read_bytes()
+
+
+def test_bad_results_suffix_is_a_user_error(tmp_path):
+    with pytest.raises(RlsimError, match="csv or .parquet"):
+        ResultsStore(tmp_path / "results.txt")
+
+
+# --------------------------------------------------------------------------- executors
+
+def test_local_pool_and_dask_give_rows_identical_to_serial(tmp_path):
+    grid = {"topology.nodes": [1, 2, 4, 8], "schedule.staleness": [0, 1]}
+    paths = {}
+    executors = {"serial": SerialExecutor(), "local": LocalExecutor(jobs=2),
+                 "dask": DaskExecutor(jobs=2, processes=False)}
+    for name, executor in executors.items():
+        store = ResultsStore(tmp_path / f"{name}.csv")
+        result = run_sweep(make_points(grid, "b"), slow_fake_point, store=store, executor=executor)
+        assert result.computed == 8
+        paths[name] = store.path
+    assert paths["local"].read_bytes() == paths["serial"].read_bytes()
+    assert paths["dask"].read_bytes() == paths["serial"].read_bytes()
+
+
+def test_killed_worker_keeps_finished_points_and_rerun_computes_the_rest(tmp_path):
+    grid = {"topology.nodes": list(range(1, 9))}
+    store = ResultsStore(tmp_path / "results.csv")
+    with pytest.raises(SweepAborted):
+        run_sweep(make_points(grid, ""), killer_point, store=store, executor=LocalExecutor(jobs=2))
+    saved = store.done_ids()
+    assert 1 <= len(saved) < 8
+    assert all(not pd.isna(v) for v in store.read()["tokens_per_s"])  # only whole rows
+    rerun = Counter()
+    result = run_sweep(make_points(grid, ""), rerun, store=store)
+    assert len(rerun.seen) == 8 - len(saved)
+    assert {p.id for p in make_points(grid, "") if p.values in rerun.seen}.isdisjoint(saved)
+    assert len(result.rows) == 8
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from simulator.sweep import LocalExecutor, ResultsStore, make_points, run_sweep
+
+    def slow(values):
+        time.sleep(0.15)
+        return {"devices": values["n"], "step_time_s": 1.0, "tokens_per_s": float(values["n"])}
+
+    def progress(done, total):
+        print(done, flush=True)  # printed only after the row is durable
+
+    if __name__ == "__main__":
+        run_sweep(make_points({"n": list(range(40))}, ""), slow, store=ResultsStore(sys.argv[1]),
+                  executor=LocalExecutor(jobs=2), progress=progress)
+""")
+
+
+def test_sigint_half_way_keeps_every_finished_point(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    results = tmp_path / "results.csv"
+    proc = subprocess.Popen([sys.executable, str(script), str(results)], stdout=subprocess.PIPE, text=True)
+    reported = 0
+    for line in proc.stdout:  # wait until some points are saved, then Ctrl-C
+        reported = int(line)
+        if reported >= 6:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=30)
+    reported = max([reported] + [int(x) for x in rest.split()])
+    assert proc.returncode != 0
+    store = ResultsStore(results)
+    saved = store.done_ids()
+    assert reported <= len(saved) < 40
+    counter = Counter()
+    run_sweep(make_points({"n": list(range(40))}, ""),
+              lambda v: (counter.seen.append(v), {"devices": v["n"], "step_time_s": 1.0})[1], store=store)
+    assert len(counter.seen) == 40 - len(saved)
+
+
+# --------------------------------------------------------------------------- the command line
+
+@pytest.mark.parametrize("args", [["--grid", "nokey"], ["--grid", "a=1", "--jobs", "0"],
+                                  ["--grid", "a=1", "--executor", "nope"], ["--grid", "a=1", "--scheduler", "tcp://x:1"],
+                                  ["--grid", "a=1", "--price", "h100=abc"], ["--grid", "a=1", "--target-tokens-per-s", "-5"],
+                                  ["--grid", "a=1", "--format", "txt"], []])
+def test_sweep_cli_bad_input_exits_2_without_traceback(args, capsys):
+    from simulator.cli import main
+    try:
+        rc = main(["sweep", *args])
+    except SystemExit as exc:  # argparse's own errors
+        rc = exc.code
+    out, err = capsys.readouterr()
+    assert rc == 2, err
+    assert out == "" and "Traceback" not in err and err.strip()
+
+
+def test_sweep_help_has_examples():
+    r = subprocess.run([sys.executable, "-m", "simulator", "sweep", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "examples:" in r.stdout and "--grid" in r.stdout
+
+
+def test_run_objects_carry_grid_values_as_json(tmp_path):
+    result = run_sweep(make_points({"schedule.kind": ["colocated", "stalesync"]}, ""), fake_point,
+                       store=ResultsStore(tmp_path / "r.csv"))
+    text = json.dumps(result.run_objects())
+    back = json.loads(text)
+    assert [o["grid"]["schedule.kind"] for o in back] == ["colocated", "stalesync"]
+    assert list(pd.read_csv(tmp_path / "r.csv")[ID_COLUMN]) == sorted(p.id for p in result.points)
+
+
+# --------------------------------------------------------------------------- with the real simulator
+
+SMALL_ARGS = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+              "--set", "workload.prompts_per_step=32", "--set", "workload.samples_per_prompt=4",
+              "--set", "workload.mini_batch_prompts=32"]
+
+
+def _rlsim(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_real_sweep_json_resume_and_dask_rows_match(tmp_path):
+    pytest.importorskip("simulator.api", reason="the simulate API is not built yet")
+    grid = ["--grid", "topology.nodes=1,2", "--grid", "schedule.kind=colocated,stalesync"]
+    r = _rlsim("sweep", *SMALL_ARGS, *grid, "--jobs", "2", "--out", str(tmp_path / "local"), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)  # stdout is one JSON document, nothing else
+    assert [row["grid"] for row in rows] == expand_grid({"topology.nodes": [1, 2],
+                                                         "schedule.kind": ["colocated", "stalesync"]})
+    for row in rows:
+        assert row["devices"] == 8 * row["grid"]["topology.nodes"]
+        assert row["schedule"] == row["grid"]["schedule.kind"]
+        assert row["device_hours_per_1000_steps"] == pytest.approx(row["devices"] * row["step_time_s"] / 3.6)
+    assert (tmp_path / "local" / "report.html").exists() and (tmp_path / "local" / "scaling.png").exists()
+    again = _rlsim("sweep", *SMALL_ARGS, *grid, "--out", str(tmp_path / "local"))
+    assert again.returncode == 0 and "0 computed now" in again.stdout
+    d = _rlsim("sweep", *SMALL_ARGS, *grid, "--jobs", "1", "--executor", "dask", "--out", str(tmp_path / "dask"),
+               "--json")
+    assert d.returncode == 0, d.stderr
+    assert json.loads(d.stdout) == rows
+    assert (tmp_path / "dask" / "results.csv").read_bytes() == (tmp_path / "local" / "results.csv").read_bytes()
+
+
+def test_real_capacity_search_on_the_command_line(tmp_path):
+    pytest.importorskip("simulator.api", reason="the simulate API is not built yet")
+    r = _rlsim("sweep", *SMALL_ARGS, "--grid", "topology.nodes=1,2,4,8", "--target-step-time-s", "1e9",
+               "--price", "h100=2.0", "--jobs", "1", "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    selected = [row for row in rows if row["selected"]]
+    assert [row["grid"]["topology.nodes"] for row in selected] == [1]  # any size meets a huge step time
+    assert selected[0]["cost_per_step"] == pytest.approx(8 * 2.0 * selected[0]["step_time_s"] / 3600)
+    assert len(rows) <= 3  # bisection did not evaluate every candidate
+    assert json.loads((tmp_path / "capacity.json").read_text())["value"] == 1
