@@ -46,8 +46,12 @@ def _jsonable(value: Any) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rlsim", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Discrete-event simulator of LLM RL post-training on clusters.",
-                     epilog="examples:\n  rlsim presets\n  rlsim comm --topology dgx-h100 --op all_reduce "
-                            "--bytes 1GiB --group node:0\n  rlsim validate\n\n"
+                     epilog="examples:\n  rlsim compare --out results\n"
+                            "  rlsim run --schedule stalesync --set schedule.staleness=2 --json\n"
+                            "  rlsim sweep --grid topology.supernodes=1,2,4 --jobs 2 --out sweep\n"
+                            "  rlsim plan --topology dgx-h100 --set topology.nodes=4 --model llama3.1-8b\n"
+                            "  rlsim comm --topology dgx-h100 --op all_reduce --bytes 1GiB --group node:0\n"
+                            "  rlsim presets\n  rlsim validate\n\n"
                             "run `rlsim COMMAND --help` for a command's options and examples.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
