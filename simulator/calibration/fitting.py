@@ -1,0 +1,275 @@
+"""From micro-benchmark samples to a DeviceProfile: efficiency curves, fixed overheads, bandwidths.
+
+Every fit minimises relative error (small and large sizes count alike) with non-negative
+coefficients, and reports the worst relative error with which it reproduces its own samples.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import RlsimError
+from ..hardware.devices import get_device
+from ..hardware.profiles import CollectiveFit, DeviceProfile, GemmFit
+from .microbench import CollectiveSample, CopySample, DecodeSample, GemmSample, MicrobenchResult
+
+# torch device name fragments -> catalog entry, most specific first (gb200 before b200, h200 before h20).
+_CATALOG_MATCH = (("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"), ("h100", "h100"),
+                  ("h800", "h800"), ("h20", "h20"), ("910c", "ascend-910c"), ("910b3", "ascend-910b3"),
+                  ("910b", "ascend-910b2"))
+A100_80GB_MIN_BYTES = 60e9  # A100 comes in 40 and 80 GB; split the two by reported memory
+
+
+def nonneg_relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Coefficients c >= 0 minimising sum(((features @ c) / t - 1)^2) (active-set, few columns)."""
+    features = np.asarray(features, dtype=float)
+    t = np.asarray(t, dtype=float)
+    a = features / t[:, None]
+    active = list(range(features.shape[1]))
+    coef = np.zeros(features.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(a[:, active], np.ones(len(t)), rcond=None)
+        if np.all(sol >= 0):
+            coef[:] = 0.0
+            coef[active] = sol
+            return coef
+        active.pop(int(np.argmin(sol)))
+    return coef
+
+
+def max_relative_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    return float(np.max(np.abs(p / m - 1.0))) if len(m) else 0.0
+
+
+# Grids of the GEMM efficiency curve fit: plateau (fraction of peak) and ramp (seconds of peak work).
+PLATEAU_GRID = tuple(round(0.01 * i, 2) for i in range(5, 101))
+RAMP_GRID_S = tuple(float(x) for x in np.logspace(-8, -3, 101))
+
+
+def gemm_curve_time_s(flops: np.ndarray, nbytes: np.ndarray, peak: float, plateau: float, ramp_s: float,
+                      mem_bw_Bps: float) -> np.ndarray:
+    """The training cost model's GEMM time (llm.train_compute.gemm_time_s): efficiency
+    plateau x F / (F + peak x ramp), roofline against memory. Equals ramp / plateau + F / (peak plateau)."""
+    compute = (flops + peak * ramp_s) / (peak * plateau)
+    return np.maximum(compute, nbytes / mem_bw_Bps)
+
+
+def fit_gemm(samples: Sequence[GemmSample], mem_bw_Bps: float,
+             peak_flops: dict[str, float] | None = None) -> dict[str, GemmFit]:
+    """Per dtype, the efficiency curve of the training cost model fitted to every timed shape:
+    plateau and ramp minimising the squared log error of time (grid search; small and large shapes
+    weigh alike). `peak_flops` (catalog) defaults to the best rate observed."""
+    out: dict[str, GemmFit] = {}
+    for dtype in sorted({s.dtype for s in samples}):
+        rows = [s for s in samples if s.dtype == dtype]
+        flops = np.array([s.flops for s in rows])
+        nbytes = np.array([s.bytes for s in rows])
+        t = np.array([s.time_s for s in rows])
+        peak = (peak_flops or {}).get(dtype, float(np.max(flops / t)))
+        best = (np.inf, 1.0, 0.0)
+        log_t = np.log(t)
+        for plateau in PLATEAU_GRID:
+            for ramp in RAMP_GRID_S:
+                resid = np.log(gemm_curve_time_s(flops, nbytes, peak, plateau, ramp, mem_bw_Bps)) - log_t
+                score = float(resid @ resid)
+                if score < best[0] - 1e-15:
+                    best = (score, plateau, ramp)
+        _, plateau, ramp = best
+        predicted = gemm_curve_time_s(flops, nbytes, peak, plateau, ramp, mem_bw_Bps)
+        curve = sorted((float(f), float(f / x / peak)) for f, x in zip(flops, t, strict=True))
+        out[dtype] = GemmFit(rate_flops=peak * plateau, launch_overhead_s=ramp / plateau, ramp_s=ramp,
+                             efficiency=plateau, curve=curve, max_fit_error=max_relative_error(predicted, t))
+    return out
+
+
+def fit_link(samples: Sequence[CopySample], bytes_factor: float = 1.0) -> tuple[float, float, float]:
+    """time = latency + bytes_factor x bytes / bw -> (latency_s, bw_Bps, max_fit_error)."""
+    if not samples:
+        raise RlsimError("no copy samples to fit", field="microbench", fix="time at least one copy size")
+    s = np.array([x.nbytes for x in samples], dtype=float) * bytes_factor
+    t = np.array([x.time_s for x in samples])
+    latency, inv_bw = nonneg_relative_lstsq(np.column_stack([np.ones(len(t)), s]), t)
+    bw = 1.0 / inv_bw if inv_bw > 0 else float(np.max(s / t))
+    return float(latency), float(bw), max_relative_error(latency + s / bw, t)
+
+
+# Efficiencies tried when fitting the decode step (the engine's gemm_efficiency / hbm_efficiency).
+DECODE_EFFICIENCY_GRID = tuple(round(0.05 * i, 2) for i in range(1, 21))
+
+
+@dataclass(frozen=True)
+class DecodeFit:
+    """The rollout engine's decode formula fitted to decode-like steps:
+    step = overhead_s + per_layer_s x layers + max(compute / gemm_efficiency, memory / hbm_efficiency)."""
+
+    overhead_s: float
+    per_layer_s: float
+    gemm_efficiency: float
+    hbm_efficiency: float
+    max_fit_error: float
+
+
+def _decode_parts(samples: Sequence[DecodeSample], peak_flops: float, bw_Bps: float,
+                  attention_efficiency: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sample: linear-layer seconds at full peak, attention seconds, memory seconds at full bw
+    (the terms of llm.inference.StepCost.decode_lines)."""
+    linear = np.array([2.0 * s.shape.batch * s.shape.weight_elems for s in samples]) / peak_flops
+    attention = np.array([s.shape.flops - 2.0 * s.shape.batch * s.shape.weight_elems for s in samples])
+    memory = np.array([s.bytes for s in samples]) / bw_Bps
+    return linear, attention / (peak_flops * attention_efficiency), memory
+
+
+def fit_decode(samples: Sequence[DecodeSample], peak_flops: float, bw_Bps: float,
+               attention_efficiency: float) -> DecodeFit:
+    """Grid over the two efficiencies, least squares (non-negative, relative) for the overheads."""
+    linear, attention, memory = _decode_parts(samples, peak_flops, bw_Bps, attention_efficiency)
+    t = np.array([s.time_s for s in samples])
+    layers = np.array([s.shape.num_layers for s in samples], dtype=float)
+    best: DecodeFit | None = None
+    best_score = np.inf
+    for ge in DECODE_EFFICIENCY_GRID:
+        for he in DECODE_EFFICIENCY_GRID:
+            roof = np.maximum(linear / ge + attention, memory / he)
+            coef = _nonneg_offsets(np.column_stack([np.ones(len(t)), layers]), t - roof, t)
+            predicted = roof + coef[0] + coef[1] * layers
+            score = float(np.sum((predicted / t - 1.0) ** 2))
+            if score < best_score - 1e-15:
+                best_score = score
+                best = DecodeFit(float(coef[0]), float(coef[1]), ge, he, max_relative_error(predicted, t))
+    assert best is not None
+    return best
+
+
+def _nonneg_offsets(features: np.ndarray, residual: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """c >= 0 minimising sum(((features @ c - residual) / t)^2)."""
+    a = features / t[:, None]
+    y = residual / t
+    active = list(range(features.shape[1]))
+    coef = np.zeros(features.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(a[:, active], y, rcond=None)
+        if np.all(sol >= 0):
+            coef[active] = sol
+            return coef
+        active.pop(int(np.argmin(sol)))
+    return coef
+
+
+def collective_shape(op: str, n: int) -> tuple[float, float]:
+    """(latency steps, bus-bandwidth factor) of a ring collective (nccl-tests PERFORMANCE.md)."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return float(n - 1), (n - 1) / n
+    if op == "broadcast":
+        return float(n - 1), 1.0
+    raise RlsimError(f"no collective model for {op!r}", field="collective_ops")
+
+
+def fit_collective(samples: Sequence[CollectiveSample], backend: str) -> CollectiveFit:
+    """Latency per step and bandwidth of one op's samples (all of one world size)."""
+    ops = {(s.op, s.world_size) for s in samples}
+    if len(ops) != 1:
+        raise ValueError(f"fit one op and world size at a time, got {sorted(ops)}")
+    op, n = ops.pop()
+    steps, factor = collective_shape(op, n)
+    s = np.array([x.nbytes for x in samples], dtype=float)
+    t = np.array([x.time_s for x in samples])
+    latency, inv_bw = nonneg_relative_lstsq(np.column_stack([np.full(len(t), steps), factor * s]), t)
+    bw = 1.0 / inv_bw if inv_bw > 0 else float(np.max(factor * s / t))
+    return CollectiveFit(backend=backend, op=op, world_size=n, latency_s=float(latency), bw_Bps=bw,
+                         max_fit_error=max_relative_error(steps * latency + factor * s / bw, t))
+
+
+def predict_collective_s(fit: CollectiveFit, nbytes: float) -> float:
+    steps, factor = collective_shape(fit.op, fit.world_size)
+    return steps * fit.latency_s + factor * nbytes / fit.bw_Bps
+
+
+def match_catalog(device: str, model: str, memory_bytes: float | None = None) -> str | None:
+    """The catalog entry of a torch device name (None for the CPU or an unknown accelerator)."""
+    if device == "cpu":
+        return "cpu"
+    low = model.lower()
+    if "a100" in low:
+        return "a100-80gb" if (memory_bytes or 0) >= A100_80GB_MIN_BYTES else "a100-40gb"
+    for fragment, name in _CATALOG_MATCH:
+        if fragment in low:
+            return name
+    return None
+
+
+_DIST = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+
+
+def build_profile(result: MicrobenchResult, device: str) -> DeviceProfile:
+    """Fit every figure of a micro-benchmark run into a profile.
+
+    CPU: the peak is unknown, so peak_flops is the best GEMM rate observed and the memory
+    bandwidth the largest copy's rate (efficiencies then read "of the best seen"). An accelerator
+    found in the catalog keeps its datasheet peaks and gets measured efficiencies against them."""
+    facts = dict(result.facts)
+    catalog_name = match_catalog(device, str(facts.get("model", "")), facts.get("memory_bytes"))
+    catalog = get_device(catalog_name) if catalog_name and device != "cpu" else None
+    notes: list[str] = []
+
+    copies = sorted((c for c in result.copy if c.kind == "copy"), key=lambda c: c.nbytes)
+    if not copies:
+        raise RlsimError("no device copy was timed", field="microbench.copy_sizes_bytes", fix="give one size or more")
+    copy_curve = [(int(c.nbytes), 2.0 * c.nbytes / c.time_s) for c in copies]  # read + write
+    sustained_bw = copy_curve[-1][1]
+    if catalog is not None:
+        hbm_bw, hbm_eff = catalog.hbm_bw_Bps, min(1.0, sustained_bw / catalog.hbm_bw_Bps)
+    else:
+        hbm_bw, hbm_eff = sustained_bw, 1.0
+        notes.append(f"memory bandwidth is the largest copy's rate ({copies[-1].nbytes} B, read + write): "
+                     "no datasheet peak, so hbm_efficiency is 1")
+
+    gemm = fit_gemm(result.gemm, sustained_bw, dict(catalog.peak_flops) if catalog else None)
+    if not gemm:
+        raise RlsimError("no GEMM was timed", field="microbench.gemm_shapes", fix="give one shape or more")
+    main = max(gemm, key=lambda d: gemm[d].rate_flops)
+    if catalog is not None:
+        peak = {d: catalog.peak_flops[d] for d in gemm if d in catalog.peak_flops}
+        peak_source = f"catalog ({catalog.name}); efficiencies measured against it"
+    else:
+        peak = {d: max(s.flops / s.time_s for s in result.gemm if s.dtype == d) for d in gemm}
+        peak_source = "measured: the best GEMM rate observed per dtype (the CPU has no datasheet peak here)"
+        notes.append(f"gemm_efficiency is the asymptotic rate of {main} GEMMs over the best rate observed")
+
+    h2d = [c for c in result.copy if c.kind == "h2d"]
+    host_bw = fit_link(h2d)[1] if h2d else None
+    if device == "cpu":
+        notes.append("host<->device copies on a CPU are memory copies; host_link_bw_Bps is their rate")
+
+    decode_fit = None
+    decode = [s for s in result.decode if s.dtype in peak]
+    if decode:
+        from ..llm.inference import InferenceParams  # the engine's attention efficiency, unchanged
+        decode_fit = fit_decode(decode, peak[decode[0].dtype], hbm_bw * hbm_eff,
+                                InferenceParams().attention_compute_efficiency)
+
+    collective = None
+    scaleup = None
+    if result.collectives:
+        first_op = result.collectives[0].op
+        collective = fit_collective([c for c in result.collectives if c.op == first_op], _DIST[device])
+        scaleup = collective.bw_Bps
+        notes.append(f"scaleup_bw_Bps is the fitted {collective.backend} {collective.op} bandwidth between "
+                     f"{collective.world_size} local processes")
+
+    return DeviceProfile(
+        device=catalog_name or device, measured_on=facts, peak_source=peak_source,
+        peak_flops=peak, gemm_efficiency=gemm[main].efficiency, hbm_bytes=facts.get("memory_bytes"),
+        hbm_bw_Bps=hbm_bw, hbm_efficiency=hbm_eff, launch_overhead_s=gemm[main].launch_overhead_s,
+        gemm_ramp_s=gemm[main].ramp_s,
+        host_link_bw_Bps=host_bw, scaleup_bw_Bps=scaleup,
+        decode_step_overhead_s=decode_fit.overhead_s if decode_fit else None,
+        decode_overhead_per_layer_s=decode_fit.per_layer_s if decode_fit else None,
+        decode_gemm_efficiency=decode_fit.gemm_efficiency if decode_fit else None,
+        decode_hbm_efficiency=decode_fit.hbm_efficiency if decode_fit else None,
+        decode_fit_error=decode_fit.max_fit_error if decode_fit else None, gemm=gemm,
+        copy_curve=copy_curve, collective=collective, notes=notes)

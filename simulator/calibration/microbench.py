@@ -1,0 +1,184 @@
+"""Micro-benchmarks: GEMM over a size grid and dtypes, memory copy, host<->device copy, a decode-like
+step and collectives. The grid is a pydantic model so a YAML mapping or `--set microbench.KEY=...`
+can change it; the defaults keep a 2-core CPU calibration to a few seconds."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import RlsimError
+from .backend import Backend, DecodeShape
+
+Progress = Callable[[str], None]
+BYTES_PER_ELEM = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+class MicrobenchConfig(BaseModel):
+    """What to time. Sizes are chosen for a quick CPU run; a GPU run wants larger ones (see docs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # GEMM shapes [m, n, k]: squares for the compute rate, skinny ones (m = tokens in a decode batch)
+    # and transformer-like rectangles for the efficiency curve versus problem size.
+    gemm_shapes: list[tuple[int, int, int]] = Field(default_factory=lambda: [
+        (32, 32, 32), (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (768, 768, 768),
+        (1, 1024, 256), (8, 1024, 256), (64, 1024, 256), (512, 1024, 256), (1024, 256, 1024)])
+    dtypes: list[str] | None = None  # None: every dtype the backend offers
+    # A dtype's grid stops before the first shape whose call would exceed this at the best rate
+    # seen so far (keeps a CPU calibration quick when a dtype has no fast path).
+    max_gemm_call_s: float = 0.02
+    # Operand bytes each GEMM shape cycles through, so operands come from memory as a model's
+    # weights do: 4x the 32 MiB last-level cache of the CI machine (lscpu), above a GPU's L2.
+    gemm_cold_bytes: int = 128 * 2**20
+    # Copies: the largest must exceed the last-level cache (32 MiB on the CI machine) to see DRAM.
+    copy_sizes_bytes: list[int] = Field(default_factory=lambda: [2**20, 2**23, 2**26, 2**28])
+    host_copy_sizes_bytes: list[int] = Field(default_factory=lambda: [2**20, 2**23, 2**26])
+    # Decode-like steps: a small Llama-like layer stack at several batches, depths and context lengths.
+    decode_hidden: int = 256
+    decode_ffn_hidden: int = 704     # ~8/3 x hidden: Llama's SwiGLU sizing
+    decode_num_heads: int = 4
+    decode_vocab: int = 4096
+    decode_layers: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    decode_batches: list[int] = Field(default_factory=lambda: [1, 8, 32])
+    decode_kv_lens: list[int] = Field(default_factory=lambda: [64, 256])
+    decode_dtype: str = "fp32"
+    # Collectives over local processes (gloo on CPU); sizes follow nccl-tests (full buffer bytes).
+    collectives: bool = True
+    collective_ops: list[str] = Field(default_factory=lambda: ["all_reduce"])
+    collective_world_size: int = 2
+    collective_sizes_bytes: list[int] = Field(default_factory=lambda: [2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24])
+    # Rounds over all sizes (best round kept): gloo over loopback on a busy 2-core machine needs many
+    # to catch both peers scheduled (5 rounds left 46% fit errors, 25 about 15%).
+    collective_samples: int = 25
+
+    @classmethod
+    def from_mapping(cls, mapping: dict[str, Any] | None, source: str = "<microbench>") -> MicrobenchConfig:
+        try:
+            return cls.model_validate(mapping or {})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise RlsimError(err["msg"], source=source, field=f"microbench.{where}",
+                             fix="see docs/calibration.md for the micro-benchmark keys") from None
+
+    def decode_shapes(self) -> list[DecodeShape]:
+        return [DecodeShape(batch=b, hidden=self.decode_hidden, ffn_hidden=self.decode_ffn_hidden,
+                            num_layers=n, kv_len=kv, num_heads=self.decode_num_heads,
+                            vocab=self.decode_vocab)
+                for n in self.decode_layers for b in self.decode_batches for kv in self.decode_kv_lens]
+
+
+@dataclass(frozen=True)
+class GemmSample:
+    m: int
+    n: int
+    k: int
+    dtype: str
+    time_s: float
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    @property
+    def bytes(self) -> float:
+        return float(BYTES_PER_ELEM[self.dtype] * (self.m * self.k + self.k * self.n + self.m * self.n))
+
+
+@dataclass(frozen=True)
+class CopySample:
+    kind: str  # copy (device to device), h2d, d2h
+    nbytes: int
+    time_s: float
+
+
+@dataclass(frozen=True)
+class DecodeSample:
+    shape: DecodeShape
+    dtype: str
+    time_s: float
+
+    @property
+    def bytes(self) -> float:
+        return float(BYTES_PER_ELEM[self.dtype] * (self.shape.weight_elems + self.shape.kv_elems))
+
+
+@dataclass(frozen=True)
+class CollectiveSample:
+    op: str
+    world_size: int
+    nbytes: int
+    time_s: float
+
+
+@dataclass
+class MicrobenchResult:
+    facts: dict[str, Any]
+    gemm: list[GemmSample] = field(default_factory=list)
+    copy: list[CopySample] = field(default_factory=list)
+    decode: list[DecodeSample] = field(default_factory=list)
+    collectives: list[CollectiveSample] = field(default_factory=list)
+
+
+def _say(progress: Progress | None, text: str) -> None:
+    if progress is not None:
+        progress(text)
+
+
+def run_gemm(backend: Backend, config: MicrobenchConfig, progress: Progress | None = None) -> list[GemmSample]:
+    out = []
+    for dtype in config.dtypes or backend.dtypes():
+        # Ascending work; a shape whose call the best rate so far puts over the budget is skipped
+        # with every larger one (bf16 on a CPU without bf16 instructions is ~30x slower than fp32).
+        best_rate = 0.0
+        for m, n, k in sorted(config.gemm_shapes, key=lambda s: (s[0] * s[1] * s[2], s)):
+            flops = 2.0 * m * n * k
+            if best_rate > 0 and flops / best_rate > config.max_gemm_call_s:
+                _say(progress, f"gemm {dtype}: skipped {m}x{n}x{k} and larger "
+                               f"(~{flops / best_rate * 1e3:.0f} ms per call at {best_rate / 1e9:.1f} GFLOP/s)")
+                break
+            t = backend.time_gemm(m, n, k, dtype, cold_bytes=config.gemm_cold_bytes)
+            out.append(GemmSample(m, n, k, dtype, t))
+            best_rate = max(best_rate, flops / t)
+    return out
+
+
+def run_copies(backend: Backend, config: MicrobenchConfig) -> list[CopySample]:
+    out = [CopySample("copy", s, backend.time_copy(s)) for s in config.copy_sizes_bytes]
+    out += [CopySample("h2d", s, backend.time_host_to_device(s)) for s in config.host_copy_sizes_bytes]
+    out += [CopySample("d2h", s, backend.time_device_to_host(s)) for s in config.host_copy_sizes_bytes]
+    return out
+
+
+def run_decode(backend: Backend, config: MicrobenchConfig) -> list[DecodeSample]:
+    return [DecodeSample(shape, config.decode_dtype, backend.time_decode_step(shape, config.decode_dtype))
+            for shape in config.decode_shapes()]
+
+
+def run_collectives(backend: Backend, config: MicrobenchConfig) -> list[CollectiveSample]:
+    out = []
+    for op in config.collective_ops:
+        sizes = list(config.collective_sizes_bytes)
+        times = backend.time_collectives(op, config.collective_world_size, sizes, samples=config.collective_samples)
+        out += [CollectiveSample(op, config.collective_world_size, s, t) for s, t in zip(sizes, times, strict=True)]
+    return out
+
+
+def run_microbench(backend: Backend, config: MicrobenchConfig | None = None,
+                   progress: Progress | None = None) -> MicrobenchResult:
+    """Every micro-benchmark of `config` on `backend`."""
+    config = config or MicrobenchConfig()
+    result = MicrobenchResult(facts=backend.describe())
+    _say(progress, "timing GEMMs")
+    result.gemm = run_gemm(backend, config, progress)
+    _say(progress, "timing copies")
+    result.copy = run_copies(backend, config)
+    _say(progress, "timing decode-like steps")
+    result.decode = run_decode(backend, config)
+    if config.collectives:
+        _say(progress, f"timing collectives over {config.collective_world_size} processes")
+        result.collectives = run_collectives(backend, config)
+    return result

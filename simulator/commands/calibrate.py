@@ -1,0 +1,142 @@
+"""`rlsim calibrate`: micro-benchmark a real device through torch, fit a device profile, and
+optionally replay a mini RL step of a tiny GPT against the simulator's prediction."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import RlsimError
+
+HELP = "measure a device with torch, write a device profile YAML, optionally validate by replay"
+EXAMPLES = """examples:
+  rlsim calibrate --backend torch --device cpu --out cpu-profile.yaml
+  rlsim calibrate --backend torch --device cpu --replay --json
+  rlsim calibrate --backend torch --device cuda --out h100-profile.yaml
+  rlsim calibrate --device cpu --set microbench.collectives=false --set replay.num_prompts=8 --replay
+
+Use the profile in a topology (`device_profile: cpu-profile.yaml`, or a device entry
+`device: {name: cpu, profile: cpu-profile.yaml}`) or a scenario (--set topology.device_profile=PATH).
+--set microbench.KEY=VALUE changes the micro-benchmark grid, --set replay.KEY=VALUE the mini RL step
+(keys in docs/calibration.md). torch is an optional extra: pip install 'rlsim[torch]'.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..calibration.backend import BACKENDS, DEFAULT_THREADS, DEVICES
+    from ..cli import add_common
+
+    parser.add_argument("--backend", default="torch", choices=BACKENDS, help="framework (default: torch)")
+    parser.add_argument("--device", required=True, choices=DEVICES, help="device to measure")
+    parser.add_argument("--out", metavar="PROFILE.yaml", default=None,
+                        help="where to write the profile (default: rlsim-profile-DEVICE.yaml)")
+    parser.add_argument("--replay", action="store_true",
+                        help="run a mini RL step of a tiny GPT and compare it with the simulator (cpu only)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help=f"torch threads (default {DEFAULT_THREADS}: repeatable on a shared machine)")
+    add_common(parser)
+
+
+def _split_overrides(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    from ..overrides import section
+
+    stray = [s for s in items if not s.partition("=")[0].strip().startswith(("microbench.", "replay."))]
+    if stray:
+        raise RlsimError(f"calibrate takes microbench.* and replay.* overrides, got {stray[0]!r}", field="--set",
+                         fix="e.g. --set microbench.collectives=false or --set replay.num_prompts=8")
+    return section(items, "microbench"), section(items, "replay")
+
+
+def _say(quiet: bool):
+    if quiet:
+        return None
+    return lambda text: print(f"  {text}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..calibration.backend import get_backend
+    from ..calibration.fitting import build_profile
+    from ..calibration.microbench import MicrobenchConfig, run_microbench
+    from ..calibration.replay import replay_config_from_mapping
+    from ..cli import print_json
+    from ..hardware.profiles import save_profile
+
+    if args.threads < 1:
+        raise RlsimError(f"must be >= 1, got {args.threads}", field="--threads")
+    bench_map, replay_map = _split_overrides(args.overrides)
+    bench = MicrobenchConfig.from_mapping(bench_map, source="--set microbench.*")
+    replay_config = replay_config_from_mapping(replay_map, threads=args.threads) if args.replay else None
+    if args.replay and args.device != "cpu":
+        raise RlsimError("the replay runs the tiny GPT on the CPU only", field="--replay",
+                         fix="use --device cpu with --replay")
+    backend = get_backend(args.backend, args.device, threads=args.threads)
+    progress = _say(args.json)
+    if progress:
+        progress(f"calibrating {args.device} with {args.backend} ({args.threads} thread(s))")
+    if replay_config is None:
+        result = run_microbench(backend, bench, progress)
+    else:
+        from ..calibration.replay import calibrate_with_replay
+        result, measured, timeline = calibrate_with_replay(backend, bench, replay_config, progress)
+    profile = build_profile(result, args.device)
+    out = Path(args.out or f"rlsim-profile-{args.device}.yaml")
+    save_profile(profile, out)
+    document: dict[str, Any] = {"device": profile.device, "profile": str(out), **_fitted(profile)}
+    if replay_config is not None:
+        from ..calibration.replay import compare
+        document["replay"] = compare(profile, replay_config, measured, timeline).to_json()
+        drift = _speed_change(backend, result, bench)
+        if drift is not None:
+            document["replay"]["machine_speed_change"] = drift
+    if args.json:
+        print_json(document)
+        return 0
+    _print(document)
+    return 0
+
+
+def _speed_change(backend: Any, result: Any, bench: Any) -> float | None:
+    """A diagnostic, not a correction: the rate of the calibration's largest fp32 GEMM re-timed after
+    the replay, relative to the calibration (on a shared machine other tenants change the speed)."""
+    fp32 = [g for g in result.gemm if g.dtype == "fp32"]
+    if not fp32:
+        return None
+    probe = max(fp32, key=lambda g: g.flops)
+    return probe.time_s / backend.time_gemm(probe.m, probe.n, probe.k, "fp32", cold_bytes=bench.gemm_cold_bytes) - 1.0
+
+
+def _fitted(profile: Any) -> dict[str, Any]:
+    data = profile.to_mapping()
+    keys = ("peak_source", "peak_flops", "gemm_efficiency", "gemm_ramp_s", "launch_overhead_s", "hbm_bytes",
+            "hbm_bw_Bps", "hbm_efficiency", "host_link_bw_Bps", "scaleup_bw_Bps", "decode_step_overhead_s",
+            "decode_overhead_per_layer_s", "decode_gemm_efficiency", "decode_hbm_efficiency", "decode_fit_error",
+            "collective")
+    fitted = {k: data[k] for k in keys if k in data}
+    fitted["gemm_fit_error"] = {d: g["max_fit_error"] for d, g in data.get("gemm", {}).items()}
+    return fitted
+
+
+def _print(doc: dict[str, Any]) -> None:
+    print(f"device {doc['device']}: profile written to {doc['profile']}")
+    for dtype, flops in doc.get("peak_flops", {}).items():
+        print(f"  peak {dtype:5s} {flops / 1e9:10.1f} GFLOP/s   ({doc.get('peak_source', '')})")
+    for key, scale, unit in (("gemm_efficiency", 1, ""), ("hbm_bw_Bps", 1e-9, " GB/s"),
+                             ("host_link_bw_Bps", 1e-9, " GB/s"), ("launch_overhead_s", 1e6, " us"),
+                             ("decode_step_overhead_s", 1e6, " us"), ("decode_overhead_per_layer_s", 1e6, " us"),
+                             ("decode_gemm_efficiency", 1, ""), ("decode_hbm_efficiency", 1, "")):
+        if key in doc:
+            print(f"  {key:28s} {doc[key] * scale:10.3f}{unit}")
+    coll = doc.get("collective")
+    if coll:
+        print(f"  {coll['backend']} {coll['op']} x{coll['world_size']}: latency {coll['latency_s'] * 1e6:.1f} us, "
+              f"bandwidth {coll['bw_Bps'] / 1e9:.2f} GB/s (fit error {coll['max_fit_error']:.0%})")
+    replay = doc.get("replay")
+    if replay:
+        print("  replay (mini RL step of a tiny GPT):   measured   predicted   error")
+        for stage in ("generate", "reference", "train", "total"):
+            r = replay[stage]
+            print(f"    {stage:34s} {r['measured_s']:8.3f} s {r['predicted_s']:8.3f} s {r['error']:+7.1%}")
+        if "machine_speed_change" in replay:
+            print(f"  machine speed change since calibration (largest fp32 GEMM): "
+                  f"{replay['machine_speed_change']:+.1%}")

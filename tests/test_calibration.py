@@ -1,0 +1,203 @@
+"""Calibration: fits recover known parameters, micro-benchmarks run, gloo collectives fit, errors are clear."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.calibration.backend import DecodeShape, TimingPolicy, get_backend
+from simulator.calibration.fitting import (
+    collective_shape,
+    fit_collective,
+    fit_decode,
+    fit_gemm,
+    fit_link,
+    match_catalog,
+    nonneg_relative_lstsq,
+    predict_collective_s,
+)
+from simulator.calibration.microbench import (
+    CollectiveSample,
+    CopySample,
+    DecodeSample,
+    GemmSample,
+    MicrobenchConfig,
+    run_microbench,
+)
+from simulator.errors import RlsimError
+
+torch = pytest.importorskip("torch")
+
+
+# ---- fits on synthetic samples (closed form: the generating parameters come back) ----------------
+@settings(max_examples=40, deadline=None)
+@given(latency=st.floats(1e-7, 1e-3), bw=st.floats(1e8, 1e12))
+def test_link_fit_recovers_latency_and_bandwidth(latency: float, bw: float) -> None:
+    sizes = [2**k for k in range(10, 28, 3)]
+    samples = [CopySample("h2d", s, latency + s / bw) for s in sizes]
+    lat, fitted_bw, err = fit_link(samples)
+    assert fitted_bw == pytest.approx(bw, rel=1e-6)
+    assert lat == pytest.approx(latency, rel=1e-5, abs=1e-12)
+    assert err < 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=st.floats(0, 10), b=st.floats(0, 10), noise=st.floats(0, 0.3), seed=st.integers(0, 1000))
+def test_nonneg_lstsq_never_negative(a: float, b: float, noise: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = np.column_stack([np.ones(8), np.linspace(1, 8, 8)])
+    t = x @ np.array([a, b]) * rng.lognormal(0, noise, 8) + 1e-3
+    coef = nonneg_relative_lstsq(x, t)
+    assert np.all(coef >= 0)
+
+
+@pytest.mark.parametrize("plateau,ramp_index", [(0.8, 40), (0.55, 60), (1.0, 20)])
+def test_gemm_fit_recovers_the_efficiency_curve(plateau: float, ramp_index: int) -> None:
+    from simulator.calibration.fitting import RAMP_GRID_S, gemm_curve_time_s
+
+    peak, mem_bw, ramp = 100e9, 20e9, RAMP_GRID_S[ramp_index]
+    shapes = [(32, 32, 32), (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (1, 1024, 256),
+              (2048, 2048, 2048)]
+    probes = [GemmSample(m, n, k, "fp32", 1.0) for m, n, k in shapes]
+    times = gemm_curve_time_s(np.array([p.flops for p in probes]), np.array([p.bytes for p in probes]),
+                              peak, plateau, ramp, mem_bw)
+    samples = [GemmSample(p.m, p.n, p.k, "fp32", float(t)) for p, t in zip(probes, times, strict=True)]
+    fit = fit_gemm(samples, mem_bw, {"fp32": peak})["fp32"]
+    assert fit.efficiency == pytest.approx(plateau)
+    assert fit.ramp_s == pytest.approx(ramp)
+    assert fit.rate_flops == pytest.approx(peak * plateau)
+    assert fit.max_fit_error < 1e-9
+    assert [f for f, _ in fit.curve] == sorted(f for f, _ in fit.curve)
+
+
+def test_gemm_fit_without_a_peak_uses_the_best_rate() -> None:
+    samples = [GemmSample(n, n, n, "fp32", 2.0 * n**3 / (50e9 * n / (n + 64))) for n in (32, 128, 512)]
+    fit = fit_gemm(samples, 1e12)["fp32"]
+    assert max(e for _, e in fit.curve) == pytest.approx(1.0)  # the best sample defines the peak
+    assert 0 < fit.efficiency <= 1
+
+
+def test_decode_fit_recovers_engine_parameters() -> None:
+    peak, bw, att = 100e9, 20e9, 0.65
+    overhead, per_layer, ge, he = 50e-6, 120e-6, 0.4, 0.7
+    samples = []
+    for layers in (1, 2, 4):
+        for batch in (1, 8, 32):
+            for kv in (64, 256):
+                shape = DecodeShape(batch, 256, 1024, layers, kv)
+                probe = DecodeSample(shape, "fp32", 1.0)
+                linear = 2.0 * batch * shape.weight_elems / (peak * ge)
+                attention = (shape.flops - 2.0 * batch * shape.weight_elems) / (peak * att)
+                t = overhead + per_layer * layers + max(linear + attention, probe.bytes / (bw * he))
+                samples.append(DecodeSample(shape, "fp32", t))
+    fit = fit_decode(samples, peak, bw, att)
+    assert fit.gemm_efficiency == pytest.approx(ge)
+    assert fit.hbm_efficiency == pytest.approx(he)
+    assert fit.overhead_s == pytest.approx(overhead, rel=1e-6)
+    assert fit.per_layer_s == pytest.approx(per_layer, rel=1e-6)
+
+
+@pytest.mark.parametrize("op,n,steps,factor", [("all_reduce", 2, 2, 1.0), ("all_reduce", 8, 14, 1.75),
+                                               ("all_gather", 4, 3, 0.75), ("broadcast", 4, 3, 1.0)])
+def test_collective_shape_follows_nccl_tests(op: str, n: int, steps: float, factor: float) -> None:
+    assert collective_shape(op, n) == (pytest.approx(steps), pytest.approx(factor))
+
+
+def test_collective_fit_recovers_synthetic_ring() -> None:
+    latency, bw = 30e-6, 5e9
+    samples = [CollectiveSample("all_reduce", 4, s, 6 * latency + 1.5 * s / bw) for s in (2**12, 2**16, 2**20, 2**24)]
+    fit = fit_collective(samples, "gloo")
+    assert fit.latency_s == pytest.approx(latency, rel=1e-6)
+    assert fit.bw_Bps == pytest.approx(bw, rel=1e-6)
+    assert predict_collective_s(fit, 2**20) == pytest.approx(samples[2].time_s)
+
+
+def test_catalog_matching() -> None:
+    assert match_catalog("cuda", "NVIDIA H100 80GB HBM3") == "h100"
+    assert match_catalog("cuda", "NVIDIA H200") == "h200"
+    assert match_catalog("cuda", "NVIDIA H20") == "h20"
+    assert match_catalog("cuda", "NVIDIA A100-SXM4-80GB", 85e9) == "a100-80gb"
+    assert match_catalog("cuda", "NVIDIA A100-SXM4-40GB", 42e9) == "a100-40gb"
+    assert match_catalog("npu", "Ascend910B2") == "ascend-910b2"
+    assert match_catalog("cuda", "Some Future GPU") is None
+    assert match_catalog("cpu", "AMD EPYC") == "cpu"
+
+
+# ---- real measurements on this machine ------------------------------------------------------------------
+QUICK = MicrobenchConfig(
+    gemm_shapes=[(64, 64, 64), (128, 128, 128), (256, 256, 256), (8, 512, 256)], dtypes=["fp32"],
+    copy_sizes_bytes=[2**20, 2**24], host_copy_sizes_bytes=[2**20, 2**22], decode_layers=[1, 2],
+    decode_batches=[1, 8], decode_kv_lens=[64], collectives=False)
+
+
+def test_quick_microbench_produces_a_valid_profile() -> None:
+    from simulator.calibration.fitting import build_profile
+
+    backend = get_backend("torch", "cpu", timing=TimingPolicy(samples=3, min_batch_s=1e-3))
+    result = run_microbench(backend, QUICK)
+    assert len(result.gemm) == 4 and len(result.decode) == 4
+    assert all(s.time_s > 0 for s in result.gemm + result.copy + result.decode)
+    profile = build_profile(result, "cpu")
+    assert profile.device == "cpu"
+    assert profile.peak_source.startswith("measured")
+    # The peak is the best rate observed, so no sample beats it.
+    best = max(g.flops / g.time_s for g in result.gemm)
+    assert profile.peak_flops["fp32"] == pytest.approx(best)
+    assert 0 < profile.gemm_efficiency <= 1 and profile.hbm_efficiency == 1.0
+    assert profile.hbm_bw_Bps > 1e8 and profile.launch_overhead_s >= 0
+    assert profile.decode_gemm_efficiency is not None
+
+
+def test_gloo_collective_fit_reproduces_measured_times_within_20_percent() -> None:
+    """Acceptance: 2 gloo processes, all-reduce over 4 KiB..16 MiB, latency/bandwidth fit."""
+    backend = get_backend("torch", "cpu", timing=TimingPolicy(samples=25, min_batch_s=2e-3))
+    sizes = [2**k for k in range(12, 25, 2)]
+    times = backend.time_collectives("all_reduce", 2, sizes)
+    fit = fit_collective([CollectiveSample("all_reduce", 2, s, t) for s, t in zip(sizes, times, strict=True)], "gloo")
+    errors = [predict_collective_s(fit, s) / t - 1 for s, t in zip(sizes, times, strict=True)]
+    assert fit.bw_Bps > 0 and fit.latency_s >= 0
+    assert max(abs(e) for e in errors) <= 0.20, (fit, [f"{e:+.0%}" for e in errors])
+
+
+def test_cuda_without_a_gpu_is_a_clear_error() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(RlsimError, match="no CUDA device") as info:
+        get_backend("torch", "cuda")
+    assert info.value.field == "--device" and "cpu" in info.value.fix
+
+
+def test_npu_without_torch_npu_is_a_clear_error() -> None:
+    try:
+        import torch_npu  # noqa: F401
+        pytest.skip("torch_npu is installed")
+    except ImportError:
+        pass
+    with pytest.raises(RlsimError, match="torch_npu"):
+        get_backend("torch", "npu")
+
+
+def test_unknown_backend_and_device() -> None:
+    with pytest.raises(RlsimError, match="backend"):
+        get_backend("jax", "cpu")
+    with pytest.raises(RlsimError, match="device"):
+        get_backend("torch", "tpu")
+
+
+def test_microbench_config_errors_name_the_field() -> None:
+    with pytest.raises(RlsimError) as info:
+        MicrobenchConfig.from_mapping({"gemm_shapes": "big"})
+    assert info.value.field.startswith("microbench.gemm_shapes")
+    with pytest.raises(RlsimError, match="microbench.nonsense"):
+        MicrobenchConfig.from_mapping({"nonsense": 1})
+
+
+def test_core_import_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, simulator, simulator.hardware.profiles, simulator.calibration.runlogs, "
+            "simulator.calibration.fitting, simulator.commands.calibrate; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

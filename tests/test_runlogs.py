@@ -1,0 +1,106 @@
+"""Run logs: verl-style JSONL / CSV reading, per-stage scale factors, prediction at other scales."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.calibration.runlogs import (
+    fit_stage_scales,
+    read_run_log,
+    stages_from_summary,
+    synthetic_log,
+    write_jsonl,
+)
+from simulator.errors import RlsimError
+
+TRUE_S = {"generate": 120.0, "old_log_prob": 14.0, "reference": 12.0, "update_actor": 55.0}
+
+
+def _log(tmp_path: Path, fmt: str = "jsonl", seed: int = 0, noise: float = 0.03):
+    frame = synthetic_log(np.random.default_rng(seed), steps=12, true_s=TRUE_S, noise=noise)
+    path = tmp_path / f"log.{fmt}"
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        write_jsonl(frame, path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_reads_stages_and_metrics(tmp_path: Path, fmt: str) -> None:
+    log = read_run_log(_log(tmp_path, fmt))
+    assert log.stages == ["generate", "old_log_prob", "reference", "update_actor"]
+    assert list(log.frame["step"]) == list(range(1, 13))
+    for column in ("step_s", "throughput_tokens_per_s_per_device", "response_length_mean", "response_length_max"):
+        assert column in log.frame.columns
+    means = log.stage_means(skip_steps=1)
+    for stage, seconds in TRUE_S.items():
+        assert means[stage] == pytest.approx(seconds, rel=0.05)
+
+
+@settings(max_examples=20, deadline=None)
+@given(scales=st.lists(st.floats(0.3, 3.0), min_size=4, max_size=4), seed=st.integers(0, 10_000))
+def test_scale_factors_recover_truth_over_prediction(scales: list[float], seed: int) -> None:
+    """If the model predicts true / scale, the fitted factor is the scale (within the 3% noise)."""
+    frame = synthetic_log(np.random.default_rng(seed), steps=20, true_s=TRUE_S, noise=0.03)
+    from simulator.calibration.runlogs import RunLog, _normalize
+    log: RunLog = _normalize(frame, "<synthetic>")
+    predicted = {stage: TRUE_S[stage] / k for stage, k in zip(TRUE_S, scales, strict=True)}
+    fit = fit_stage_scales(log, predicted, skip_steps=1)
+    for stage, k in zip(TRUE_S, scales, strict=True):
+        assert fit.factors[stage] == pytest.approx(k, rel=0.04)
+        assert fit.spread[stage] < 0.1
+    scaled = fit.apply(predicted)
+    for stage in TRUE_S:
+        assert scaled[stage] == pytest.approx(TRUE_S[stage], rel=0.04)
+
+
+def test_warmup_step_is_skipped(tmp_path: Path) -> None:
+    log = read_run_log(_log(tmp_path, noise=0.0))
+    with_warmup = fit_stage_scales(log, TRUE_S, skip_steps=0)
+    without = fit_stage_scales(log, TRUE_S, skip_steps=1)
+    assert without.factors["generate"] == pytest.approx(1.0)
+    assert with_warmup.factors["generate"] > 1.0  # the 1.5x first step pulls it up
+
+
+def test_per_step_predictions(tmp_path: Path) -> None:
+    log = read_run_log(_log(tmp_path, noise=0.0))
+    per_step = list(np.full(12, 60.0))  # half of the logged generate time on every step
+    fit = fit_stage_scales(log, {"generate": per_step})
+    assert fit.factors == {"generate": pytest.approx(2.0)}
+    with pytest.raises(RlsimError, match="one per logged step"):
+        fit_stage_scales(log, {"generate": [1.0, 2.0]})
+
+
+def test_summary_stage_names_map_to_log_names() -> None:
+    mapped = stages_from_summary({"generate": 10.0, "reference": 2.0, "old_logprob": 1.0, "train": 5.0,
+                                  "weight_sync": 0.5})
+    assert mapped == {"generate": 10.0, "reference": 2.0, "old_log_prob": 1.0, "update_actor": 5.0}
+
+
+def test_bad_logs_are_clear(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"timing_s/gen": 1.0}\nnot json\n')
+    with pytest.raises(RlsimError, match="line 2"):
+        read_run_log(path)
+    path.write_text(json.dumps({"timing_s/gen": "slow"}) + "\n")
+    with pytest.raises(RlsimError) as info:
+        read_run_log(path)
+    assert info.value.field == "timing_s/gen"
+    path.write_text(json.dumps({"loss": 1.0}) + "\n")
+    with pytest.raises(RlsimError, match="no stage timing"):
+        read_run_log(path)
+    with pytest.raises(RlsimError, match="format"):
+        read_run_log(tmp_path / "x.txt") if (tmp_path / "x.txt").write_text("a") else None
+    with pytest.raises(RlsimError, match="not found"):
+        read_run_log(tmp_path / "missing.jsonl")
+    log = read_run_log(_log(tmp_path))
+    with pytest.raises(RlsimError, match="no predicted stage"):
+        fit_stage_scales(log, {"critic": 1.0})
+    with pytest.raises(RlsimError, match="no steps left"):
+        fit_stage_scales(log, TRUE_S, skip_steps=100)
