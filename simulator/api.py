@@ -117,10 +117,11 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
 
 
 def comparison_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    cols = ["schedule", "devices", "step_time_s", "tokens_per_s", "tokens_per_s_per_device",
+    cols = ["schedule", "devices", "steady_step_time_s", "steady_tokens_per_s", "step_time_s", "tokens_per_s",
+            "tokens_per_s_per_device",
             "generated_tokens_per_s", "bubble_fraction", "mfu"]
     frame = pd.DataFrame([{c: r[c] for c in cols} for r in rows])
     frame["staleness_max"] = [r["staleness"]["max"] for r in rows]
     if len(frame):
-        frame["speedup"] = frame["tokens_per_s"] / frame["tokens_per_s"].iloc[0]
+        frame["speedup"] = frame["steady_tokens_per_s"] / frame["steady_tokens_per_s"].iloc[0]
     return frame

@@ -63,6 +63,31 @@ def iterations_frame(rec: RunRecord) -> pd.DataFrame:
     return frame
 
 
+def steady_state(rec: RunRecord) -> tuple[float, float]:
+    """(step time, tokens/s) over iterations 1..N-1: from the end of the first iteration to the
+    end of the last. The first iteration is warm-up for pipelined schedules (StaleSync trains only
+    the threshold share, one-step-off / async fill their pipeline), so the whole-run average mixes
+    a fill-up step into the rate; with one iteration the run itself is returned."""
+    its = rec.iterations
+    if len(its) < 2:
+        T = rec.makespan_s
+        tokens = float(sum(it["tokens"] for it in its))
+        return T / max(1, len(its)), (tokens / T if T > 0 else 0.0)
+    span = float(its[-1]["end"] - its[0]["end"])
+    tokens = float(sum(it["tokens"] for it in its[1:]))
+    return span / (len(its) - 1), (tokens / span if span > 0 else 0.0)
+
+
+def rollout_utilization(rec: RunRecord) -> dict[str, float]:
+    """Batch-slot occupancy of the rollout instances while they generate, and the share of their
+    generating time spent at low batch (fewer than schedule.low_batch_share of slots in use)."""
+    r = rec.rollout or {}
+    inst = float(r.get("instance_s", 0.0))
+    return {"occupancy": float(r.get("slot_s", 0.0)) / inst if inst > 0 else 0.0,
+            "low_batch_fraction": float(r.get("low_batch_s", 0.0)) / inst if inst > 0 else 0.0,
+            "generate_instance_s": inst}
+
+
 def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> dict:
     sc = rec.scenario
     T = rec.makespan_s
@@ -75,6 +100,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
     bubble_fraction, by_cause = bubbles(timeline)
     stale = consumed["staleness"]
     its = max(1, len(rec.iterations))
+    steady_step, steady_tps = steady_state(rec)
     peak = rec.peak_flops * rec.n_devices
     roofline = peak / (rec.train_flops_per_token * sc.workload.ppo_epochs) if rec.train_flops_per_token else math.inf
     return {
@@ -90,6 +116,9 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
         "step_time_s": T / its,
         "tokens_per_s": trained_tokens / T if T > 0 else 0.0,
         "tokens_per_s_per_device": trained_tokens / T / rec.n_devices if T > 0 else 0.0,
+        "steady_step_time_s": steady_step,
+        "steady_tokens_per_s": steady_tps,
+        "steady_tokens_per_s_per_device": steady_tps / rec.n_devices,
         "generated_tokens_per_s": gen_tokens / T if T > 0 else 0.0,
         "samples_per_s": len(consumed) / T if T > 0 else 0.0,
         "bubble_fraction": bubble_fraction,
@@ -105,6 +134,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
                     "dropped": {str(k): int(v) for k, v in
                                 samples.loc[samples["dropped"], "drop_reason"].value_counts().sort_index().items()}},
         "distqueue": {k: float(v) for k, v in rec.queue.items()},
+        "rollout": rollout_utilization(rec),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
     }
 

@@ -147,12 +147,28 @@ class ScheduleConfig(_Strict):
     length_budget: int | None = Field(None, gt=0)     # tokens per rollout segment (partial rollout)
     overprovision: float = Field(0.0, ge=0, le=4)      # generate (1+x) x batch, drop the slowest
     tail_consolidation: bool = False
+    # Colocated StaleSync: the tail consolidates once it fits on at most this share of the rollout
+    # instances (the rest switch to training). Policy choice, not a published value: 0.5 gives the
+    # trainers at least half the pool, so a whole batch trains in about twice its full-pool time.
+    consolidate_share: float = Field(0.5, gt=0, lt=1)
     tail_threshold: float = Field(0.9, gt=0, lt=1)     # share finished before the tail consolidates
+    # Metrics: a rollout instance runs "at low batch" while fewer than this share of its batch
+    # slots hold a sequence (the long tail after the queue drains). Reporting threshold, no effect.
+    low_batch_share: float = Field(0.5, gt=0, le=1)
     switch: SwitchParams = Field(default_factory=SwitchParams)
     distqueue: DistQueueParams = Field(default_factory=DistQueueParams)
     # Weight broadcast trainer -> rollout: fraction of link bandwidth achieved by bucketed transfers
     # (verl checkpoint-engine, hardware.md: bucketed 3.6x faster than per-tensor). Assumption 0.8.
     weight_sync_efficiency: float = Field(0.8, gt=0, le=1)
+    # How a mini-batch is cut into training micro-batches when samples are packed (distqueue.packed):
+    # 'balanced' = token-balanced micro-batches of about `pack_tokens` x micro_batch tokens (verl
+    # use_dynamic_bsz + seqlen_balancing.get_seqlen_balanced_partitions; Megatron THD packing);
+    # 'sequence' = one micro-batch per `micro_batch` samples in generation order (variable-length
+    # micro-batches: a long sample stalls every pipeline stage behind it, docs/schedules.md).
+    micro_batching: Literal["balanced", "sequence"] = "balanced"
+    # Token budget of one packed row; default = prompt max + response max of the workload (the
+    # fixed row width a padded batch would use, so a packed row never exceeds the longest sample's memory).
+    pack_tokens: int | None = Field(None, gt=0)
     # Speed: evaluate the full training / forward cost model once per (stage, pool size, batch size)
     # and scale later batches by their model FLOPs (linear + attention terms). False = every call exact.
     reuse_stage_costs: bool = True

@@ -12,19 +12,20 @@ placements: each device receives its inference shard over its scale-up link.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from ..errors import RlsimError
 from ..llm.architecture import ModelSpec, load_model
-from ..llm.inference import InferenceParams, RolloutEngine, RolloutLayout, simulate_rollout
+from ..llm.inference import InferenceParams, RolloutEngine, RolloutLayout, StepCost, simulate_rollout
 from ..llm.memory import memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, forward_cost, train_step_cost
 from ..scenario import Scenario
 from .costs import RolloutOutcome, StageCost, SwitchCost
+from .packing import balanced_order, replica_contiguous_ranks, samples_per_micro_batch
 from .pools import resolve_auto_layouts
 
 
@@ -52,36 +53,52 @@ class LlmCosts:
         self.train_params = TrainParams()
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
+        # KV tokens one instance holds (bounds how few instances a consolidated tail fits on)
+        self.instance_kv_tokens = StepCost(self.model, self.device, self.rollout_layout,
+                                           self.inference_params).kv_capacity_tokens
         self.train_group_devices = self.train_template.model_parallel
         self.peak_flops = self.device.peak(w.dtype)
         self.switch_params = scenario.schedule.switch
         self.sync_eff = scenario.schedule.weight_sync_efficiency
         self.reuse = scenario.schedule.reuse_stage_costs
+        sched = scenario.schedule
+        self.balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
+        self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
+                                                       + float(w.response_length.get("max", 0) or 0)) or 4096)
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
         self._layouts: dict[int, TrainLayout] = {}
         self._ranks: dict[int, list[int]] = {}
 
     # ---- helpers ---------------------------------------------------------------------------------
     def layout(self, n_devices: int) -> TrainLayout:
+        """The training layout on a pool of ``n_devices``. EP is carved out of DP (EP groups are
+        ``ep`` consecutive DP ranks), so an EP that does not divide the pool's DP is an error, never a
+        silent fallback: a silent EP 1 at one size and EP 4 at another makes scaling comparisons
+        compare different per-replica work."""
         if n_devices not in self._layouts:
             lay = self.train_template.resolve(n_devices, source=self.source)
             if lay.ep > 1 and (lay.dp or 1) % lay.ep:
-                lay = TrainLayout.from_mapping({**self.train_layout_map, "ep": math.gcd(lay.ep, lay.dp or 1)},
-                                               source=self.source).resolve(n_devices, source=self.source)
+                mp = self.train_template.model_parallel
+                raise RlsimError(
+                    f"training EP {lay.ep} does not divide DP {lay.dp} of a {n_devices}-device training pool "
+                    f"({lay.tp} TP x {lay.pp} PP = {mp} devices per replica)", source=self.source,
+                    field="workload.train_layout.ep",
+                    fix=f"use an ep dividing {lay.dp}, a pool of a multiple of {mp * lay.ep} devices "
+                        f"(schedule.rollout_fraction / rollout_devices, topology size), or another tp x pp")
             lay.check_model(self.model, source=self.source)
             self._layouts[n_devices] = lay
-            self._ranks[n_devices] = list(range(n_devices))
+            # each replica's TP x PP on consecutive ranks (inside a scale-up domain), DP outermost:
+            # gradient sync is the traffic that crosses domains (RDMA between supernodes)
+            self._ranks[n_devices] = replica_contiguous_ranks(lay.tp, lay.cp, lay.dp or 1, lay.pp)
         return self._layouts[n_devices]
 
     def train_devices_at_most(self, n_max: int) -> int:
-        """Largest training pool <= n_max whose DP keeps the EP the full cluster runs with
-        (EP is carved out of DP: a pool of 11 replicas could not shard 4-way EP)."""
+        """Largest training pool <= n_max whose DP keeps the configured EP (EP is carved out of
+        DP: a pool of 11 replicas could not shard 4-way EP)."""
         mp = self.train_template.model_parallel
-        target_ep = math.gcd(self.train_template.ep, max(1, self.n_devices // mp))
+        ep = max(1, self.train_template.ep)
         dp = n_max // mp
-        while dp > 0 and dp % target_ep:
-            dp -= 1
-        return dp * mp
+        return (dp - dp % ep) * mp
 
     def effective_layouts(self, n_train: int) -> dict[str, Any]:
         return {"train": self.layout(n_train).as_dict(), "rollout": self.rollout_layout.model_dump()}
@@ -117,16 +134,21 @@ class LlmCosts:
         return out
 
     def _work(self, role: str, lens: np.ndarray) -> float:
+        """sum over samples of train_flops_per_token(s) x s; per-token FLOPs are affine in s
+        (6N + 12 L H d s, formulas.md), so two sums replace a loop over lengths."""
         m = self.models[role]
-        u, c = np.unique(np.asarray(lens, float), return_counts=True)
-        return float(sum(m.train_flops_per_token(x) * x * n for x, n in zip(u, c, strict=True)))
+        x = np.asarray(lens, float)
+        a = float(m.train_flops_per_token(0.0))
+        slope = float(m.train_flops_per_token(1.0)) - a
+        return a * float(x.sum()) + slope * float(np.dot(x, x))
 
     def _reused(self, kind: str, role: str, seq_lens, n_devices: int, exact) -> StageCost:
-        """Exact cost for the first batch of each (kind, role, pool size, batch size); later batches
-        scale it by model FLOPs (same layout, same micro-batch count: time ~ work)."""
+        """Exact cost for the first batch of each (kind, model, pool size, batch size); later batches
+        scale it by model FLOPs (same layout, same micro-batch count: time ~ work). Roles with the
+        same architecture (old-logprob and reference forwards) share one evaluation."""
         if not self.reuse:
             return exact()
-        key = (kind, role, n_devices, len(seq_lens))
+        key = (kind, self.models[role], n_devices, len(seq_lens))
         work = self._work(role, seq_lens)
         if key not in self._ref:
             self._ref[key] = (work, exact())
@@ -141,18 +163,27 @@ class LlmCosts:
     def train(self, role, seq_lens, n_devices) -> StageCost:
         return self._reused("train", role, seq_lens, n_devices, lambda: self._train(role, seq_lens, n_devices))
 
-    def _forward(self, role, seq_lens, n_devices) -> StageCost:
+    def micro_batched(self, seq_lens, n_devices: int) -> tuple[TrainLayout, np.ndarray]:
+        """The layout and sample order the training cost model sees: token-balanced micro-batches
+        of about ``micro_batch`` packed rows (schedule.micro_batching: balanced), or the configured
+        samples per micro-batch in generation order (sequence, or padded data)."""
         lay = self.layout(n_devices)
+        lens = np.asarray(seq_lens, np.int64)
+        if not self.balanced or not len(lens):
+            return lay, lens
+        b = samples_per_micro_batch(lens, self.pack_tokens, lay.micro_batch, lay.dp or 1)
+        return dataclasses.replace(lay, micro_batch=b), lens[balanced_order(lens, b)]
+
+    def _forward(self, role, seq_lens, n_devices) -> StageCost:
+        lay, lens = self.micro_batched(seq_lens, n_devices)
         c = forward_cost(self.models[role], lay, self.topology, self._ranks[n_devices],
-                         np.asarray(seq_lens, np.int64), packing=self._packing(), params=self.train_params,
-                         source=self.source)
+                         lens, packing=self._packing(), params=self.train_params, source=self.source)
         return StageCost(c.time_s, flops=c.flops)
 
     def _train(self, role, seq_lens, n_devices) -> StageCost:
-        lay = self.layout(n_devices)
+        lay, lens = self.micro_batched(seq_lens, n_devices)
         c = train_step_cost(self.models[role], lay, self.topology, self._ranks[n_devices],
-                            np.asarray(seq_lens, np.int64), packing=self._packing(), params=self.train_params,
-                            source=self.source)
+                            lens, packing=self._packing(), params=self.train_params, source=self.source)
         return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_s,
                          peak_memory_bytes=c.memory.total_bytes)
 
@@ -173,11 +204,15 @@ class LlmCosts:
         Split pools: every rollout instance needs the full weights from the trainer; bounded by the
         receivers' links and by the senders' aggregate links."""
         shard = self._inference_shard_bytes()
+        if src == dst:
+            # reshard inside each training replica + the instances on its devices: their own links
+            # (a replica sits on consecutive ranks, one scale-up domain when it fits)
+            local = list(src)[: max(self.train_group_devices, self.instance_devices)]
+            bw = self.topology.bottleneck_bw_Bps(local) if len(local) > 1 else self.device.scaleup_bw_Bps
+            return shard / (bw * self.sync_eff)
         ranks = sorted(set(src) | set(dst))
         bw = self.topology.bottleneck_bw_Bps(ranks) if len(ranks) > 1 else self.device.scaleup_bw_Bps
         bw *= self.sync_eff
-        if src == dst:
-            return shard / bw
         n_inst = max(1, len(dst) // self.instance_devices)
         total = n_inst * self.model.weight_bytes(self._weight_bytes_per_param())
         return max(shard / bw, total / (len(src) * bw))

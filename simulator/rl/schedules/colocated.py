@@ -148,32 +148,63 @@ def run(ctx: Context) -> float:
 
 
 def _split_time(ctx: Context, k: int, plans) -> float:
-    """When B eligible samples exist: leftovers from earlier rounds plus this round's completions
-    in finish order, of which at least a share f must come from this round."""
+    """When the tail consolidates: the earliest time at which (a) B eligible samples exist (leftovers
+    from earlier rounds plus this round's completions, at least a share f from this round) and (b)
+    the still-running sequences fit on at most ``consolidate_share`` of the instances and free at
+    least one whole training group. Before (b) the instances are still needed (a KV- and batch-bound
+    rollout keeps them full until the queue drains); (b)'s share keeps the trainers a large enough
+    pool that training a whole batch on them does not outlast the tail by far."""
     f = ctx.store.flat()
     pend = ctx.store.pending()
     min_version = math.ceil(k - ctx.s - 1e-9)
     leftover = int(np.sum(f["version"][pend] >= min_version)) if len(pend) else 0
     need = max(math.ceil(ctx.f * ctx.B - 1e-9), ctx.min_batch - leftover)
-    times = []
+    live = [p for p in plans if len(p.seqs)]
+    if ctx.sched.overprovision > 0 or not live:
+        return math.inf
+    ok = np.concatenate([(p.seg >= p.remaining) & (p.seqs.drop_reason == "") for p in live])
+    fin = np.concatenate([p.t0 + p.finish for p in live])
+    times = np.sort(fin[ok])
+    if len(times) < need:
+        return math.inf
+    # completions at the split are committed at stop_s; the reward latency is added on top later
+    t_need = float(times[need - 1]) + 1e-9
+    cand = np.unique(np.concatenate([[t_need], fin[fin > t_need] + 1e-9]))
+    pool = ctx.pools["actor"].count
+    max_tail = max(1, math.floor(ctx.sched.consolidate_share * (pool // ctx.costs.instance_devices)))
+    lo, hi = 0, len(cand)
+    while lo < hi:     # free training devices never decrease as sequences finish: bisect
+        mid = (lo + hi) // 2
+        t = float(cand[mid])
+        if tail_instances(ctx, plans, t) <= max_tail and _train_devices(ctx, plans, t, pool) > 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(cand[lo]) if lo < len(cand) else math.inf
+
+
+def tail_instances(ctx: Context, plans, t_split: float) -> int:
+    """Fewest rollout instances that hold the sequences still running at ``t_split``: bounded by
+    the running-sequence slots and by the KV cache (each needs its full context by the end)."""
+    n_tail, kv = 0, 0.0
     for p in plans:
         if not len(p.seqs):
             continue
-        ok = (p.seg >= p.remaining) & (p.seqs.drop_reason == "")
-        times.append(p.t0 + p.finish[ok])
-    times = np.sort(np.concatenate(times)) if times else np.zeros(0)
-    if ctx.sched.overprovision > 0 or len(times) < need:
-        return math.inf
-    # completions at the split are committed at stop_s; the reward latency is added on top later
-    return float(times[need - 1]) + 1e-9
+        run = (p.t0 + p.finish > t_split) | (p.seg < p.remaining)
+        n_tail += int(np.sum(run))
+        kv += float(np.sum((p.seqs.prompt_len + p.seqs.target_len)[run]))
+    if n_tail == 0:
+        return 0
+    by_seqs = math.ceil(n_tail / max(1, ctx.costs.instance_max_seqs))
+    kv_tokens = getattr(ctx.costs, "instance_kv_tokens", None)
+    by_kv = math.ceil(kv / kv_tokens) if kv_tokens else 1
+    return max(1, by_seqs, by_kv)
 
 
 def _train_devices(ctx: Context, plans, t_split: float, pool_devices: int) -> int:
     """Devices left for training once the tail sits on the fewest instances that hold it,
-    rounded down to whole training replicas."""
-    n_tail = sum(int(np.sum((p.t0 + p.finish > t_split) | (p.seg < p.remaining))) for p in plans)
+    rounded down to whole training replicas (and whole EP groups)."""
     d, g = ctx.costs.instance_devices, ctx.costs.train_group_devices
-    n_tail_inst = max(1, math.ceil(n_tail / max(1, ctx.costs.instance_max_seqs)))
     at_most = getattr(ctx.costs, "train_devices_at_most", None)
-    free = pool_devices - n_tail_inst * d
+    free = pool_devices - max(1, tail_instances(ctx, plans, t_split)) * d
     return at_most(free) if at_most else (free // g) * g

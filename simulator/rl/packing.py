@@ -1,0 +1,59 @@
+"""Training micro-batches of a mini-batch and where a training pool's ranks sit.
+
+Packed training (verl ``use_dynamic_bsz``: ``seqlen_balancing.get_seqlen_balanced_partitions``;
+Megatron THD packing) cuts a mini-batch into micro-batches of about equal token counts, so every
+pipeline stage sees ops of about equal length. One sample per micro-batch in arrival order instead
+gives variable-length micro-batches whose 1F1B pipeline stalls behind each long sample (measured
+in docs/schedules.md). The training cost model (llm/training.py) takes a fixed number of samples
+per micro-batch; ``balanced_order`` orders the samples so that consecutive groups of that size have
+near-equal token sums (longest first, each to the lightest open group), which is the
+cost model's view of a token-balanced packing.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+
+def samples_per_micro_batch(lens: np.ndarray, pack_tokens: float, rows: int, dp: int) -> int:
+    """Samples per micro-batch so one holds about ``rows`` packed rows of ``pack_tokens`` tokens,
+    with at least one micro-batch per data-parallel replica."""
+    n = len(lens)
+    if n == 0:
+        return 1
+    mean = float(np.mean(lens))
+    b = max(1, int(rows * pack_tokens // max(mean, 1.0)))
+    return max(1, min(b, math.ceil(n / max(1, dp))))
+
+
+def balanced_order(lens: np.ndarray, b: int) -> np.ndarray:
+    """Permutation of ``lens`` whose consecutive groups of ``b`` have near-equal sums: longest
+    first, each sample goes to the open group with the fewest tokens (LPT greedy with at most ``b``
+    samples per group); the last group takes the remainder. Deterministic (stable sorts, ties to
+    the lowest group)."""
+    lens = np.asarray(lens)
+    n = len(lens)
+    m = math.ceil(n / b) if b > 0 else 1
+    if b <= 1 or m <= 1:
+        return np.arange(n)
+    by_len = np.argsort(-lens, kind="stable")
+    sizes = [b] * (m - 1) + [n - (m - 1) * b]
+    heap = [(0, g) for g in range(m)]
+    members: list[list[int]] = [[] for _ in range(m)]
+    for i in by_len.tolist():
+        total, g = heapq.heappop(heap)
+        members[g].append(i)
+        if len(members[g]) < sizes[g]:
+            heapq.heappush(heap, (total + int(lens[i]), g))
+    return np.fromiter((i for grp in members for i in grp), dtype=np.int64, count=n)
+
+
+def replica_contiguous_ranks(tp: int, cp: int, dp: int, pp: int, start: int = 0) -> list[int]:
+    """Canonical rank list (position = tp + TP (cp + CP (dp + DP pp))) of a placement where each
+    replica's TP x CP x PP devices are consecutive ranks (one scale-up domain when it fits) and DP is
+    outermost, so the gradient all-reduce is the only training traffic between domains."""
+    slots = np.arange(tp * cp * dp * pp).reshape(dp, pp, cp, tp)     # slot = tp + TP(cp + CP(pp + PP dp))
+    canonical = slots.transpose(1, 0, 2, 3)                          # -> [pp, dp, cp, tp]
+    return (canonical.ravel() + start).tolist()
