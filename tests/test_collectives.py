@@ -155,3 +155,21 @@ def test_params_from_topology_file_section():
     assert m.params.step_overhead_s == pytest.approx(3e-6)
     with pytest.raises(RlsimError, match="unknown field"):
         CollectiveModel(load_topology({"preset": "dgx-h100", "collectives": {"step": 1}}))
+
+
+def test_signature_cache_across_domains_returns_what_a_fresh_model_computes():
+    # Groups spanning servers (and the two leaf groups of a 40-node rail fabric, the second one
+    # partly filled) hit the cache by signature; each hit must equal an uncached computation.
+    topo = load_topology("dgx-h100", {"nodes": 40})
+    shared = CollectiveModel(topo)
+    hits = 0
+    for op in ("all_reduce", "all_gather", "p2p", "broadcast"):
+        for start in (0, 8, 64, 200, 256, 300):
+            for stride in (8, 16, 33):
+                group = [(start + i * stride) % topo.num_devices for i in range(2 if op == "p2p" else 4)]
+                before = len(shared._cache)
+                got = shared.cost(op, group, 2.0**26)
+                hits += len(shared._cache) == before
+                fresh = CollectiveModel(topo).cost(op, group, 2.0**26)
+                assert (got.time_s, got.algorithm) == (fresh.time_s, fresh.algorithm), (op, group)
+    assert hits > 10

@@ -95,3 +95,39 @@ def test_forward_only_matches_recurrence(data, n, m):
     if n > 1 or m > 1:
         uniform = forward_only_makespan(np.full((n, m), 1.0))
         assert uniform == pytest.approx(m + n - 1)
+
+
+def test_blocking_sends_closed_form_two_stages_two_micro_batches():
+    # p = 2, m = 2, forward f, backward b, transfer x. Receiver-only delay: 3f + 3b + 2x. Blocking
+    # sends (the sender holds its device until the data arrived): stage 1's second backward send
+    # sits on the critical path too -> 3f + 3b + 3x (worked out op by op in the test's comment).
+    from simulator.llm.training import _with_blocking_sends
+
+    f, b, x = 1.0, 2.0, 0.25
+    fw, bw, xf = np.full((2, 2), f), np.full((2, 2), b), np.full((1, 2), x)
+    assert simulate_pipeline(fw, bw, xf, pp=2).makespan_s == pytest.approx(3 * f + 3 * b + 2 * x)
+    blocked = simulate_pipeline(*_with_blocking_sends(fw, bw, xf), 0.0, pp=2)
+    assert blocked.makespan_s == pytest.approx(3 * f + 3 * b + 3 * x)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), p=st.integers(1, 6), v=st.integers(1, 3), groups=st.integers(1, 4))
+def test_level_pass_equals_the_loop_bit_for_bit(data, p, v, groups):
+    import simulator.llm.pipeline as pipeline
+
+    m = p * groups
+    n_v = p * v
+    fw = np.array(data.draw(st.lists(st.floats(0.01, 3.0), min_size=n_v * m, max_size=n_v * m))).reshape(n_v, m)
+    bw = 2.0 * fw[::-1]
+    xf = data.draw(st.floats(0.0, 0.5))
+    saved = pipeline._VECTOR_MIN_WIDTH
+    try:
+        pipeline._VECTOR_MIN_WIDTH = 0.0
+        vec = pipeline.simulate_pipelines(fw, bw, [xf, 0.0], pp=p, vpp=v)
+        pipeline._VECTOR_MIN_WIDTH = float("inf")
+        loop = pipeline.simulate_pipelines(fw, bw, [xf, 0.0], pp=p, vpp=v)
+    finally:
+        pipeline._VECTOR_MIN_WIDTH = saved
+    for a, b in zip(vec, loop, strict=True):
+        assert a.makespan_s == b.makespan_s and a.ends == b.ends and a.starts == b.starts
+    assert loop[1].makespan_s <= loop[0].makespan_s

@@ -8,27 +8,48 @@ import pytest
 from simulator import cli
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
+from simulator.llm.train_presets import MEGATRON_2021
 from simulator.planner import SearchSpace, plan_rollout, plan_training
 from simulator.planner.evaluate import TrainingEvaluator
 from simulator.planner.placement import aware_placements, forced_placement
 from simulator.planner.rollout import RolloutSpace
 from simulator.planner.search import TrainChoice
+from simulator.validation.megatron import predict_row
 
-# Megatron-LM 2021 features only (arXiv 2104.04473): full recompute, no CP, no ZeRO.
-MEGATRON_2021 = SearchSpace(recompute=["full"], cp=[1], zero=[0], micro_batch=[1, 2])
+# The 145.6B row of Megatron Table 1 (arXiv 2104.04473): 1,536 A100, batch 2304 x 2048, 148 TFLOP/s
+# per GPU published at tp 8, pp 8. The planner searches with the same 2021 software as the V1
+# validation case: one shared definition, llm.train_presets.MEGATRON_2021.
+PUBLISHED_145B_TFLOPS = 148.0
 
 
-def test_megatron_145b_plan_is_the_published_shape_and_at_least_as_fast():
+@pytest.fixture(scope="module")
+def megatron_145b():
     topo = load_topology("dgx-a100", {"nodes": 192})
     model = load_model("gpt-145.6b")
-    plan = plan_training(model, topo, 2304, 2048, space=MEGATRON_2021, top=3)
+    evaluator = TrainingEvaluator.for_software(model, topo, 2304, 2048, MEGATRON_2021)
+    plan = plan_training(model, topo, 2304, 2048, space=SearchSpace(**MEGATRON_2021.search_limits()),
+                         evaluator=evaluator, top=3)
+    published = predict_row("gpt-145.6b", 8, 8, 1536, 2304)  # the V1 case's own prediction
+    return plan, published
+
+
+def test_megatron_145b_plan_is_at_least_as_fast_as_the_published_layout(megatron_145b):
+    plan, published = megatron_145b
     best = plan.best
-    published = TrainChoice(8, 8, 1, 24, 1, 1, 0, "full", 1)
-    ev = TrainingEvaluator(model, topo, 2304, 2048)
-    pub = ev(published, aware_placements(topo, range(1536), 8, 1, 24, 8)[0].ranks)
-    assert best.evaluation.step_time_s <= pub.step_time_s
-    assert (best.choice.tp, best.choice.pp) == (8, 8)
-    assert best.tp_level == "node"
+    assert best.choice.recompute == "full" and best.choice.zero == 0 and best.choice.cp == 1
+    assert best.evaluation.step_time_s <= published.step_time_s * (1 + 1e-12)
+    assert best.evaluation.tflops_per_device >= published.tflops_per_device * (1 - 1e-12)
+    assert (best.choice.tp, best.choice.pp) == (8, 8) and best.tp_level == "node"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured: best planned layout (tp8 pp8 vpp2 mb1, the published shape) predicts 163.8 TFLOP/s, "
+    "+10.7% vs 148; the model's V1 rows with PP > 1 run 8-12% high (docs/validation.md: the "
+    "prediction grows with hidden size faster than the published figures; pipelining mechanisms "
+    "account for <= 2.5 points)"))
+def test_megatron_145b_plan_predicts_the_published_tflops_within_10_percent(megatron_145b):
+    plan, _ = megatron_145b
+    assert plan.best.evaluation.tflops_per_device == pytest.approx(PUBLISHED_145B_TFLOPS, rel=0.10)
 
 
 def test_tp_across_nodes_is_slower_and_never_picked_unless_forced():

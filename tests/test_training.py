@@ -199,3 +199,29 @@ def test_layout_from_yaml_mapping():
     with pytest.raises(RlsimError, match="unknown train_layout key 'tpp'") as exc:
         TrainLayout.from_mapping({"tpp": 2}, "w.yaml")
     assert "w.yaml" in str(exc.value)
+
+
+def test_blocking_pipeline_sends_cost_at_least_the_receiver_only_delay():
+    seqs = uniform_sequences(16, 2048)
+    layout = TrainLayout(tp=2, pp=4, recompute="full", zero=0)
+    plain = train_step_cost(GPT, layout, TOPO, None, seqs)
+    blocking = train_step_cost(GPT, layout, TOPO, None, seqs,
+                               params=TrainParams(comm=CommParams(pp_blocking_send=True)))
+    assert blocking.comm_exposed_s["pp"] > plain.comm_exposed_s["pp"] > 0
+    assert blocking.step_time_s > plain.step_time_s
+    # Free transfers: blocking changes nothing.
+    free = [train_step_cost(GPT, layout, TOPO, None, seqs, collectives=FreeNetwork(),
+                            params=TrainParams(comm=CommParams(pp_blocking_send=b))).step_time_s for b in (False, True)]
+    assert free[0] == free[1]
+
+
+def test_megatron_2021_preset_pins_the_2021_software():
+    from simulator.llm.train_presets import MEGATRON_2021
+
+    lay = MEGATRON_2021.layout(tp=8, pp=2)
+    assert (lay.recompute, lay.zero, lay.sp) == ("full", 0, False)
+    p = MEGATRON_2021.params
+    assert not p.compute.flash_attention and p.comm.pp_blocking_send and p.comm.dp_overlap_fraction == 0
+    assert MEGATRON_2021.search_limits() == {"recompute": ["full"], "zero": [0], "cp": [1]}
+    with pytest.raises(ValueError):
+        MEGATRON_2021.layout(cp=2)

@@ -75,6 +75,7 @@ class Topology:
             self._domain_ranks.setdefault(self._domain_of[rank], []).append(rank)
         self._domain_first_node = {d: min(self._node_of[r] for r in rs) for d, rs in self._domain_ranks.items()}
         self._path_cache: dict[tuple[str, str], list[Edge]] = {}
+        self._sig_info: list[tuple] | None = None
         self._cost_graph: nx.DiGraph | None = None
 
     def __repr__(self) -> str:
@@ -122,23 +123,49 @@ class Topology:
         return list(self._domain_ranks[i])
 
     def group_signature(self, ranks: Iterable[int]) -> tuple:
-        """A cache key equal for groups that see the same network: inside one domain of a
-        hierarchical topology (symmetric switches) only the device group, node offsets within the
-        domain and local positions matter; otherwise the ranks themselves."""
+        """A cache key equal for groups that see the same network (the same paths, link
+        capacities and latencies, shared links alike), position by position.
+
+        Hierarchical topologies (symmetric switches): inside one domain only the device group,
+        node offsets within the domain and local positions matter. Across domains, each rank is
+        described by its device group, its domain (numbered by first appearance in the group), node
+        offset and local position, its scale-out leaf (numbered by first appearance: two ranks share
+        a leaf uplink iff they share the label) and the capacities of its NIC and of its leaf's
+        uplink (a partly filled leaf group has a narrower one). Explicit graphs: the ranks."""
         ranks = tuple(ranks)
-        if self._parents and ranks:
+        if not (self._parents and ranks):
+            return ("ranks", ranks)
+        info = self._signature_info()
+        first = info[ranks[0]]
+        if all(info[r][1] == first[1] and info[r][0] == first[0] for r in ranks):
+            return ("domain", first[0], tuple((info[r][2], info[r][3]) for r in ranks))
+        domains: dict[int, int] = {}
+        leaves: dict[Any, int] = {}
+        sig = []
+        for r in ranks:
+            group, domain, offset, local, leaf, nic_Bps, up_Bps = info[r]
+            sig.append((group, domains.setdefault(domain, len(domains)), offset, local,
+                        leaves.setdefault(leaf, len(leaves)), nic_Bps, up_Bps))
+        return ("multi", tuple(sig))
+
+    def _signature_info(self) -> list[tuple]:
+        """Per rank: (group, domain, node offset in domain, local, scale-out leaf, NIC capacity,
+        leaf uplink capacity); built once."""
+        if self._sig_info is None:
             attrs = self.graph.nodes
-            first = attrs[self.devices[ranks[0]]]
-            domain, group = first["domain"], first["group"]
-            base = self._domain_first_node[domain]
-            sig = []
-            for r in ranks:
-                a = attrs[self.devices[r]]
-                if a["domain"] != domain or a["group"] != group:
-                    return ("ranks", ranks)
-                sig.append((a["node"] - base, a["local"]))
-            return ("domain", group, tuple(sig))
-        return ("ranks", ranks)
+            up = self._parents.get("scaleout", {})
+            out = []
+            for dev in self.devices:
+                a = attrs[dev]
+                leaf = up.get(dev)
+                parent = up.get(leaf) if leaf is not None else None
+                nic = self.capacity_Bps((dev, leaf)) if leaf is not None and self.graph.has_edge(dev, leaf) else None
+                uplink = (self.capacity_Bps((leaf, parent))
+                          if parent is not None and self.graph.has_edge(leaf, parent) else None)
+                out.append((a.get("group"), a["domain"], a["node"] - self._domain_first_node[a["domain"]],
+                            a.get("local"), leaf, nic, uplink))
+            self._sig_info = out
+        return self._sig_info
 
     def device_kinds(self) -> list[str]:
         return sorted({s.name for s in self._specs})

@@ -5,13 +5,14 @@ Korthikanti et al., "Reducing Activation Recomputation", arXiv 2205.05198 (Table
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import RlsimError
 from .layer_costs import LayerShape, embedding_params, layer_shapes
-from .pipeline import issue_order
+from .pipeline import issue_arrays
 from .train_layout import TrainLayout
 
 
@@ -73,11 +74,12 @@ class MemoryBreakdown:
                 f"{self.stage}, usable {self.capacity_bytes / gb:.1f} GB")
 
 
-def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
+@lru_cache(maxsize=512)
+def stage_layers(num_layers: int, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
     """Layer indices of each virtual stage j (chunk j // pp on rank j % pp), split as evenly as
     possible with the earlier stages taking the remainder."""
     chunks = np.array_split(np.arange(num_layers), pp * vpp)
-    return [c.tolist() for c in chunks]
+    return tuple(tuple(c.tolist()) for c in chunks)
 
 
 def activation_bytes_per_token(layer: LayerShape, hidden: int, ffn: int, gated: bool, *, tp: int, sp: bool,
@@ -110,6 +112,22 @@ def memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_b
     """The largest per-device memory over pipeline stages. `seq_len` is the longest sequence of a
     micro-batch (padded) or the packed token budget per sequence slot; CP divides it."""
     params = params or MemoryParams()
+    try:  # the planner asks the same layouts again (memory check, then the full query): cache
+        return _memory_cached(model, layout, float(seq_len), float(capacity_hbm_bytes), params,
+                              bool(flash_attention), micro_batches)
+    except TypeError:  # an unhashable model stand-in
+        return _memory_per_device(model, layout, seq_len, capacity_hbm_bytes, params, flash_attention,
+                                  micro_batches)
+
+
+@lru_cache(maxsize=4096)
+def _memory_cached(model, layout: TrainLayout, seq_len: float, capacity_hbm_bytes: float, params: MemoryParams,
+                   flash_attention: bool, micro_batches: int | None) -> MemoryBreakdown:
+    return _memory_per_device(model, layout, seq_len, capacity_hbm_bytes, params, flash_attention, micro_batches)
+
+
+def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_bytes: float, params: MemoryParams,
+                       flash_attention: bool, micro_batches: int | None) -> MemoryBreakdown:
     tp, pp, vpp, cp = layout.tp, layout.pp, layout.vpp, layout.cp
     dp = layout.dp or 1
     shapes = layer_shapes(model)
@@ -119,7 +137,9 @@ def memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_b
     m = micro_batches if micro_batches is not None else pp * vpp
     gated = bool(getattr(model, "gated_ffn", True))
     best: MemoryBreakdown | None = None
-    per_token: dict[LayerShape, float] = {}
+    # Per shape object (layers of one shape hold and store the same: compute once):
+    # (dense params, expert params or None, activation bytes per token).
+    per_shape: dict[int, tuple[float, float | None, float]] = {}
     for s in range(pp):
         dense = expert = 0.0
         act_per_chunk = []
@@ -128,14 +148,15 @@ def memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_b
             per_chunk = 0.0
             for i in layers:
                 lay = shapes[i]
-                dense += lay.dense_params / tp
-                expert += lay.expert_params / (layout.ep * tp) if lay.moe else 0.0
-                act = per_token.get(lay)
-                if act is None:  # layers of one shape store the same: compute once
-                    act = per_token[lay] = activation_bytes_per_token(
+                info = per_shape.get(id(lay))
+                if info is None:
+                    info = per_shape[id(lay)] = (lay.dense_params, lay.expert_params if lay.moe else None,
+                                                 activation_bytes_per_token(
                         lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=layout.sp,
-                        recompute=layout.recompute, flash=flash_attention, context_len=seq_len / cp, params=params)
-                per_chunk += act
+                        recompute=layout.recompute, flash=flash_attention, context_len=seq_len / cp, params=params))
+                dense += info[0] / tp
+                expert += info[1] / (layout.ep * tp) if info[1] is not None else 0.0
+                per_chunk += info[2]
             act_per_chunk.append(per_chunk * tokens)
         if s == 0:
             dense += emb / tp
@@ -172,11 +193,10 @@ def _in_flight_activations(act_per_chunk: list[float], pp: int, vpp: int, m: int
     m = min(m, 3 * pp)
     if vpp > 1 and m % pp:
         m = pp * max(1, -(-m // pp))
-    live = peak = 0.0
-    for kind, _micro, chunk in issue_order(pp, vpp, m, stage):
-        live += act_per_chunk[chunk] if kind == "F" else -act_per_chunk[chunk]
-        peak = max(peak, live)
-    return peak
+    is_fwd, _micro, chunk = issue_arrays(pp, vpp, m, stage)
+    act = np.asarray(act_per_chunk, dtype=float)[chunk]
+    live = np.cumsum(np.where(is_fwd, act, -act))  # sequential, as a running sum
+    return max(0.0, float(live.max())) if live.size else 0.0
 
 
 def check_fits(breakdown: MemoryBreakdown, *, what: str, source: str | None = None) -> None:

@@ -21,7 +21,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..errors import RlsimError
 from .layer_costs import LayerShape, embedding_params, layer_shapes
 from .memory import MemoryBreakdown, MemoryParams, check_fits, memory_per_device, stage_layers
-from .pipeline import IDLE, PipelineResult, StageInterval, forward_only_makespan, simulate_pipeline
+from .pipeline import (
+    IDLE,
+    PipelineResult,
+    StageInterval,
+    forward_only_makespan,
+    simulate_pipeline,
+    simulate_pipelines,
+)
 from .train_compute import ComputeParams, DeviceRates, LayerTimes, layer_times, logits_times
 from .train_layout import DEFAULT_ORDER, RECOMPUTE_MODES, TrainLayout
 
@@ -50,6 +57,12 @@ class CommParams(BaseModel):
     dp_overlap_fraction: float = 0.0
     # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
     pp_scatter_gather: bool = True
+    # Blocking pipeline sends: Megatron-LM 2021 (megatron/p2p_communication.py) issues
+    # batch_isend_irecv, waits on every request and then torch.cuda.synchronize(), so a stage
+    # cannot start its next op until its outgoing activation / gradient has arrived: the transfer
+    # occupies the sender as well as delaying the receiver. Megatron-Core overlaps the sends
+    # (--overlap-p2p-comm): False, the receiver-only delay.
+    pp_blocking_send: bool = False
     # Gradients reduced in bf16 (formulas.md: "DP: gradient all-reduce of N/(t p) parameters").
     grad_reduce_bytes_per_param: float = 2.0
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
@@ -189,19 +202,30 @@ class _Groups:
     p2p: list[tuple[int, int]]   # stage s -> s + 1 representatives (first TP rank)
 
 
-@lru_cache(maxsize=64)
+def _positions(layout: TrainLayout) -> np.ndarray:
+    """Canonical position of every (pp, dp, cp, tp) coordinate, as an array indexed [s, d, c, t]."""
+    sizes = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp or 1, "pp": layout.pp}
+    strides, stride = {}, 1
+    for dim in layout.order:
+        strides[dim] = stride
+        stride *= sizes[dim]
+    s, d, c, t = np.ix_(*(np.arange(sizes[k]) * strides[k] for k in ("pp", "dp", "cp", "tp")))
+    return s + d + c + t
+
+
+@lru_cache(maxsize=256)
 def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
-    r = list(ranks)
+    r = np.asarray(ranks, dtype=np.int64)[_positions(layout)]  # [s, d, c, t] -> physical rank
     dp = layout.dp or 1
     tp, cp, ep, dpg, edp, p2p = [], [], [], [], [], []
     for s in range(layout.pp):
-        tp.append([r[_position(layout, t, 0, 0, s)] for t in range(layout.tp)])
-        cp.append([r[_position(layout, 0, c, 0, s)] for c in range(layout.cp)])
-        ep.append([r[_position(layout, 0, 0, d, s)] for d in range(layout.ep)])
-        dpg.append([r[_position(layout, 0, c, d, s)] for d in range(dp) for c in range(layout.cp)])
-        edp.append([r[_position(layout, 0, c, d, s)] for d in range(0, dp, layout.ep) for c in range(layout.cp)])
+        tp.append(r[s, 0, 0, :].tolist())
+        cp.append(r[s, 0, :, 0].tolist())
+        ep.append(r[s, : layout.ep, 0, 0].tolist())
+        dpg.append(r[s, :, :, 0].ravel().tolist())            # d outer, c inner
+        edp.append(r[s, 0:dp:layout.ep, :, 0].ravel().tolist())
     for s in range(layout.pp):
-        p2p.append((r[_position(layout, 0, 0, 0, s)], r[_position(layout, 0, 0, 0, (s + 1) % layout.pp)]))
+        p2p.append((int(r[s, 0, 0, 0]), int(r[(s + 1) % layout.pp, 0, 0, 0])))
     return _Groups(tp, cp, ep, dpg, edp, p2p)
 
 
@@ -274,23 +298,24 @@ def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str) -> list[
     idx = np.arange(seqs.size)
     step = idx // (b * dp)
     replica = (idx % (b * dp)) // b
+    n_steps = int(step.max()) + 1
+    flat = replica * n_steps + step  # one bin per (replica, micro-batch step), filled in input order
+    s = seqs.astype(float)
+    size = dp * n_steps
+    if packing == "packed":
+        tokens = np.bincount(flat, weights=s, minlength=size)
+        sq = np.bincount(flat, weights=s * s, minlength=size)
+    else:
+        count = np.bincount(flat, minlength=size).astype(float)
+        longest = np.zeros(size)
+        np.maximum.at(longest, flat, s)
+        tokens, sq = count * longest, count * longest * longest
+    tokens, sq = tokens.reshape(dp, n_steps), sq.reshape(dp, n_steps)
     out = []
     for r in range(dp):
-        mine = replica == r
-        if not mine.any():
-            continue
-        s, k = seqs[mine].astype(float), step[mine]
-        m = int(k.max()) + 1
-        if packing == "packed":
-            tokens = np.bincount(k, weights=s, minlength=m)
-            sq = np.bincount(k, weights=s * s, minlength=m)
-        else:
-            count = np.bincount(k, minlength=m).astype(float)
-            longest = np.zeros(m)
-            np.maximum.at(longest, k, s)
-            tokens, sq = count * longest, count * longest * longest
-        keep = tokens > 0
-        out.append((tokens[keep], sq[keep]))
+        keep = tokens[r] > 0
+        if keep.any():
+            out.append((tokens[r][keep], sq[r][keep]))
     return out
 
 
@@ -346,12 +371,35 @@ class _StageArrays:
     comm: dict[str, np.ndarray]  # kind -> (V, M) exposed comm inside ops
 
 
+@lru_cache(maxsize=256)
+def _chunk_shapes(model: Any, pp: int, vpp: int) -> tuple[tuple[LayerShape, ...], tuple[tuple[tuple[int, int], ...], ...]]:
+    """The distinct layer shapes of `model` and, per virtual stage, (shape index, layer count) in
+    first-seen order: a stage's layers of one shape cost the same, so each is computed once."""
+    shapes = layer_shapes(model)
+    distinct: dict[int, int] = {}
+    unique: list[LayerShape] = []
+    out = []
+    for chunk in stage_layers(int(model.num_layers), pp, vpp):
+        counts: dict[int, int] = {}
+        for i in chunk:
+            lay = shapes[i]
+            u = distinct.get(id(lay))
+            if u is None:
+                u = next((k for k, other in enumerate(unique) if other == lay), None)
+                if u is None:
+                    unique.append(lay)
+                    u = len(unique) - 1
+                distinct[id(lay)] = u
+            counts[u] = counts.get(u, 0) + 1
+        out.append(tuple(counts.items()))
+    return tuple(unique), tuple(out)
+
+
 def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.ndarray, groups: _Groups,
                   comm: _Comm, rates: DeviceRates, params: TrainParams) -> _StageArrays:
     """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq)."""
-    shapes = layer_shapes(model)
     pp, vpp = layout.pp, layout.vpp
-    chunks = stage_layers(int(model.num_layers), pp, vpp)
+    unique, chunk_counts = _chunk_shapes(model, pp, vpp)
     tokens_local = tokens / layout.cp
     sq_local = sq / layout.cp
     gated = bool(getattr(model, "gated_ffn", True))
@@ -361,33 +409,62 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
     bwd = np.zeros((n_v, n_m))
     compute = np.zeros((n_v, n_m))
     comm_kind = {k: np.zeros((n_v, n_m)) for k in COMM_KINDS}
-    time_cache: dict[LayerShape, LayerTimes] = {}
-    cost_cache: dict[tuple[LayerShape, int], _LayerCost] = {}
+    times: dict[int, LayerTimes] = {}
+    full = layout.recompute == "full"
+    # Rows of the stacked per-stage state: fwd, fwd comm, bwd, compute, then comm by kind.
+    n_rows = 4 + len(COMM_KINDS)
+    # Per (shape, stage): one layer's addends (a1, a2) — each layer adds a1 then a2 to the state,
+    # in the order of the per-layer loop this replaces — and the partial sums after k layers.
+    adds: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[np.ndarray]]] = {}
+    same_comm: dict[tuple, tuple[np.ndarray, np.ndarray, list[np.ndarray]]] = {}
     for j in range(n_v):
         stage = j % pp
-        for i in chunks[j]:
-            lay = shapes[i]
-            key = (lay, stage)
-            lc = cost_cache.get(key)
-            if lc is None:
-                t = time_cache.get(lay)
+        state: np.ndarray | None = None
+        for u, count in chunk_counts[j]:
+            add = adds.get((u, stage))
+            if add is None:
+                lay = unique[u]
+                t = times.get(u)
                 if t is None:
-                    t = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local, sq_local,
-                                    tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates, params=params.compute)
-                    time_cache[lay] = t
-                lc = cost_cache[key] = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
-            f_comm = sum(lc.fwd_comm.values()) if lc.fwd_comm else 0.0
-            b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
-            re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(layout.recompute, 0.0)
-            re_comm = f_comm if layout.recompute == "full" else 0.0
-            fwd[j] += lc.fwd_compute + f_comm
-            fwd_comm_all[j] += f_comm
-            bwd[j] += lc.bwd_compute + b_comm + re_compute + re_comm
-            compute[j] += lc.fwd_compute + lc.bwd_compute + re_compute
-            for kind, arr in lc.fwd_comm.items():
-                comm_kind[kind][j] += arr * (2.0 if layout.recompute == "full" and kind != "dp" else 1.0)
-            for kind, arr in lc.bwd_comm.items():
-                comm_kind[kind][j] += arr
+                    t = times[u] = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local,
+                                               sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
+                                               params=params.compute)
+                lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
+                # Stages whose collectives cost the same (same group shapes) share the addends.
+                fingerprint = (u, tuple((k, v.tobytes()) for k, v in lc.fwd_comm.items()),
+                               tuple((k, v.tobytes()) for k, v in lc.bwd_comm.items()))
+                add = same_comm.get(fingerprint)
+                if add is not None:
+                    adds[(u, stage)] = add
+            if add is None:
+                f_comm = sum(lc.fwd_comm.values()) if lc.fwd_comm else 0.0
+                b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
+                re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(layout.recompute, 0.0)
+                re_comm = f_comm if full else 0.0
+                a1 = np.zeros((n_rows, n_m))
+                a2 = np.zeros((n_rows, n_m))
+                a1[0] = lc.fwd_compute + f_comm
+                a1[1] = f_comm
+                a1[2] = lc.bwd_compute + b_comm + re_compute + re_comm
+                a1[3] = lc.fwd_compute + lc.bwd_compute + re_compute
+                for r, kind in enumerate(COMM_KINDS, start=4):
+                    if kind in lc.fwd_comm:
+                        a1[r] = lc.fwd_comm[kind] * (2.0 if full and kind != "dp" else 1.0)
+                    if kind in lc.bwd_comm:
+                        a2[r] = lc.bwd_comm[kind]
+                add = adds[(u, stage)] = same_comm[fingerprint] = (a1, a2, [np.zeros((n_rows, n_m))])
+            a1, a2, partial = add
+            if state is None:  # the chunk's first shape: reuse the partial sums over k layers
+                while len(partial) <= count:
+                    partial.append((partial[-1] + a1) + a2)
+                state = partial[count]
+            else:
+                for _ in range(count):
+                    state = (state + a1) + a2
+        if state is not None:
+            fwd[j], fwd_comm_all[j], bwd[j], compute[j] = state[0], state[1], state[2], state[3]
+            for r, kind in enumerate(COMM_KINDS, start=4):
+                comm_kind[kind][j] = state[r]
     # Output layer and loss on the last virtual stage.
     lf, lb = logits_times(int(model.hidden), int(model.vocab), tokens_local, tp=layout.tp, rates=rates,
                           params=params.compute)
@@ -420,25 +497,41 @@ def _p2p_times(model: Any, layout: TrainLayout, tokens: np.ndarray, groups: _Gro
     return out
 
 
+def _with_blocking_sends(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Op times when each op's outgoing send blocks its device until the data has arrived: the
+    forward of virtual stage j sends across boundary j, the backward across boundary j - 1. The
+    receiver then gets the input when the sender's op (send included) ends, with no further delay."""
+    f, b = fwd.copy(), bwd.copy()
+    if p2p.size:
+        f[:-1] += p2p
+        b[1:] += p2p
+    return f, b
+
+
 def _stage_params(model: Any, layout: TrainLayout) -> list[tuple[float, float]]:
     """(dense, expert) parameters held by one device of each pipeline stage."""
+    return list(_stage_params_cached(model, layout.pp, layout.vpp, layout.tp, layout.ep))
+
+
+@lru_cache(maxsize=256)
+def _stage_params_cached(model: Any, pp: int, vpp: int, tp: int, ep: int) -> tuple[tuple[float, float], ...]:
     shapes = layer_shapes(model)
-    chunks = stage_layers(int(model.num_layers), layout.pp, layout.vpp)
+    chunks = stage_layers(int(model.num_layers), pp, vpp)
     emb, head = embedding_params(model)
     out = []
-    for s in range(layout.pp):
+    for s in range(pp):
         dense = expert = 0.0
-        for c in range(layout.vpp):
-            for i in chunks[c * layout.pp + s]:
-                dense += shapes[i].dense_params / layout.tp
+        for c in range(vpp):
+            for i in chunks[c * pp + s]:
+                dense += shapes[i].dense_params / tp
                 if shapes[i].moe:
-                    expert += shapes[i].expert_params / (layout.ep * layout.tp)
+                    expert += shapes[i].expert_params / (ep * tp)
         if s == 0:
-            dense += emb / layout.tp
-        if s == layout.pp - 1 and (layout.pp > 1 or not model.tied_embeddings):
-            dense += head / layout.tp
+            dense += emb / tp
+        if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
+            dense += head / tp
         out.append((dense, expert))
-    return out
+    return tuple(out)
 
 
 def _rates(topology: Any, ranks: Sequence[int], params: TrainParams) -> DeviceRates:
@@ -509,24 +602,34 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     # Simulate each replica's pipeline; the slowest sets the step (they meet at the gradient sync).
-    worst: tuple[float, PipelineResult, slice] | None = None
+    # Replicas with identical op times share one simulation (uniform batches: all of them).
+    distinct: dict[bytes, slice] = {}
     offset = 0
-    seen: dict[bytes, PipelineResult] = {}
     for t, _ in replicas:
         sl = slice(offset, offset + t.size)
         offset += t.size
+        sig = arrays.fwd[:, sl].tobytes() + arrays.bwd[:, sl].tobytes() + p2p[:, sl].tobytes()
+        distinct.setdefault(sig, sl)
+    with_p2p = bool(p2p.size) and float(p2p.max()) > 0
+    bare: PipelineResult | None = None
+    worst: tuple[float, PipelineResult, slice] | None = None
+    blocking = params.comm.pp_blocking_send
+    for sl in distinct.values():
         f, b, p = arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl]
-        sig = f.tobytes() + b.tobytes() + p.tobytes()
-        res = seen.get(sig)
-        if res is None:
-            res = seen[sig] = simulate_pipeline(f, b, p, pp=layout.pp, vpp=layout.vpp)
+        if blocking and with_p2p:
+            res = simulate_pipeline(*_with_blocking_sends(f, b, p), 0.0, pp=layout.pp, vpp=layout.vpp)
+        elif len(distinct) == 1 and with_p2p:  # with and without transfers in one pass
+            res, bare = simulate_pipelines(f, b, [p, 0.0], pp=layout.pp, vpp=layout.vpp)
+        else:
+            res = simulate_pipeline(f, b, p, pp=layout.pp, vpp=layout.vpp)
         if worst is None or res.makespan_s > worst[0]:
             worst = (res.makespan_s, res, sl)
     assert worst is not None
     makespan, pipe, sl = worst
     pp_exposed = 0.0
     if p2p.size and float(p2p[:, sl].max()) > 0:
-        bare = simulate_pipeline(arrays.fwd[:, sl], arrays.bwd[:, sl], 0.0, pp=layout.pp, vpp=layout.vpp)
+        if bare is None:
+            bare = simulate_pipeline(arrays.fwd[:, sl], arrays.bwd[:, sl], 0.0, pp=layout.pp, vpp=layout.vpp)
         pp_exposed = max(0.0, makespan - bare.makespan_s)
     # Gradient sync after each stage's last backward, then the optimizer.
     dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe)
@@ -570,12 +673,20 @@ def _recompute_flops(model: Any, recompute: str, lengths: np.ndarray) -> float:
     """Recomputed forward FLOPs: full = every layer's forward; selective = the attention core."""
     if recompute == "none":
         return 0.0
-    shapes = layer_shapes(model)
+    matmul, attn_per_sq = _recompute_coefficients(model)
     tokens, sq = float(lengths.sum()), float((lengths * lengths).sum())
-    attn = sum(lay.attention_flops_per_token(1.0) for lay in shapes) * sq
+    attn = attn_per_sq * sq
     if recompute == "selective":
         return attn
-    return sum(lay.matmul_flops_per_token() for lay in shapes) * tokens + attn
+    return matmul * tokens + attn
+
+
+@lru_cache(maxsize=256)
+def _recompute_coefficients(model: Any) -> tuple[float, float]:
+    """(forward matmul FLOPs per token, attention FLOPs per squared length) summed over layers."""
+    shapes = layer_shapes(model)
+    return (sum(lay.matmul_flops_per_token() for lay in shapes),
+            sum(lay.attention_flops_per_token(1.0) for lay in shapes))
 
 
 def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, rates: DeviceRates,
@@ -630,7 +741,10 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
     for t, _ in replicas:
         sl = slice(offset, offset + t.size)
         offset += t.size
-        span = forward_only_makespan(arrays.fwd[:, sl], p2p[:, sl] if p2p.size else 0.0)
+        if params.comm.pp_blocking_send and p2p.size:
+            span = forward_only_makespan(_with_blocking_sends(arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl])[0])
+        else:
+            span = forward_only_makespan(arrays.fwd[:, sl], p2p[:, sl] if p2p.size else 0.0)
         if span > worst_t:
             worst_t, worst_sl = span, sl
     lengths = seqs.astype(float)

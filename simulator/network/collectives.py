@@ -123,7 +123,9 @@ class CollectiveModel:
         hit = self._exact.get(exact)
         if hit is not None:
             return hit
-        key = (op, self.topology.group_signature(ranks), nbytes, algorithm)
+        # The signature of the group in the order the algorithms use it (sorted; p2p and the
+        # broadcast root keep their place), so that equal signatures mean equal plans.
+        key = (op, self.topology.group_signature(self._normalize(op, ranks)), nbytes, algorithm)
         hit = self._cache.get(key)
         if hit is not None:
             self._exact[exact] = hit

@@ -19,16 +19,27 @@ class TrainingEvaluator:
     """`train_step_cost` on a batch of `global_batch` equal sequences of `seq_len` tokens."""
 
     def __init__(self, model: Any, topology: Any, global_batch: int, seq_len: int, *,
-                 params: TrainParams | None = None, collectives: Any = None) -> None:
+                 params: TrainParams | None = None, collectives: Any = None,
+                 sequence_parallel: bool | None = None) -> None:
         self.model, self.topology = model, topology
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()
         self.collectives = collectives
+        self.sequence_parallel = sequence_parallel  # None: on with TP (TrainLayout's default)
+
+    @classmethod
+    def for_software(cls, model: Any, topology: Any, global_batch: int, seq_len: int, software: Any,
+                     **kwargs: Any) -> TrainingEvaluator:
+        """An evaluator with a software stack's settings (llm/train_presets.py, e.g. MEGATRON_2021);
+        pair it with `SearchSpace(**software.search_limits())`."""
+        return cls(model, topology, global_batch, seq_len, params=software.params,
+                   sequence_parallel=software.sequence_parallel, **kwargs)
 
     def layout(self, c: TrainChoice) -> TrainLayout:
         return TrainLayout(tp=c.tp, pp=c.pp, vpp=c.vpp, dp=c.dp, ep=c.ep, cp=c.cp, zero=c.zero,
-                           recompute=c.recompute, micro_batch=c.micro_batch)
+                           recompute=c.recompute, micro_batch=c.micro_batch,
+                           sequence_parallel=self.sequence_parallel)
 
     def cost(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
         layout = self.layout(c)
@@ -40,7 +51,7 @@ class TrainingEvaluator:
                                     flash_attention=self.params.compute.flash_attention,
                                     micro_batches=-(-self.global_batch // (c.dp * c.micro_batch)))
             check_fits(mem, what=f"{self.model.name} with {c}", source="planner")
-        return train_step_cost(self.model, self.layout(c), self.topology, list(ranks), self.sequences,
+        return train_step_cost(self.model, layout, self.topology, list(ranks), self.sequences,
                                params=self.params, collectives=self.collectives, source="planner")
 
     def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 DIMS = ("tp", "cp", "dp", "pp")  # canonical nesting, innermost first (llm/training.py convention)
 
 # Topology-aware nestings, innermost first. TP (and CP) always innermost so they land in the
@@ -64,14 +66,12 @@ def lay_out(slots: Sequence[int], order: Sequence[str], tp: int, cp: int, dp: in
     total = tp * cp * dp * pp
     if len(slots) != total:
         raise ValueError(f"{len(slots)} ranks for a layout of {total} devices")
-    canonical = [0] * total
-    for slot_index, rank in enumerate(slots):
-        coords, rest = {}, slot_index
-        for dim in order:
-            coords[dim] = rest % sizes[dim]
-            rest //= sizes[dim]
-        canonical[_canonical_index(coords, sizes)] = int(rank)
-    return tuple(canonical)
+    # Slot index = sum coords[d] x stride over `order` (innermost first): a C-order array whose
+    # axes are `order` reversed. Transposing to DIMS reversed and flattening gives canonical order.
+    grid = np.asarray([int(r) for r in slots], dtype=np.int64).reshape([sizes[d] for d in reversed(order)])
+    rev = list(reversed(order))
+    canonical = grid.transpose([rev.index(d) for d in reversed(DIMS)])
+    return tuple(canonical.ravel().tolist())
 
 
 def groups(ranks: Sequence[int], dim: str, tp: int, cp: int, dp: int, pp: int) -> list[list[int]]:
@@ -94,7 +94,30 @@ def groups(ranks: Sequence[int], dim: str, tp: int, cp: int, dp: int, pp: int) -
 def aware_placements(topology: TopologyLike, ranks: Sequence[int], tp: int, cp: int, dp: int,
                      pp: int) -> list[Placement]:
     """The topology-aware candidates (distinct rank lists only), in AWARE_ORDERS order."""
-    slots = locality_sorted(topology, ranks)
+    key = (tuple(int(r) for r in ranks), tp, cp, dp, pp)
+    cache = _PLACEMENTS.get(id(topology))
+    if cache is None or cache[0] is not topology:
+        if len(_PLACEMENTS) > 8:
+            _PLACEMENTS.clear()
+        cache = _PLACEMENTS[id(topology)] = (topology, {})
+    hit = cache[1].get(key)
+    if hit is None:
+        if len(cache[1]) > 4096:
+            cache[1].clear()
+        hit = cache[1][key] = _aware_placements(topology, key[0], tp, cp, dp, pp)
+    return list(hit)
+
+
+# Per topology (kept with the object, so a recycled id cannot hit): (ranks, tp, cp, dp, pp) -> placements.
+_PLACEMENTS: dict[int, tuple[TopologyLike, dict[tuple, tuple[Placement, ...]]]] = {}
+
+
+def _aware_placements(topology: TopologyLike, ranks: tuple[int, ...], tp: int, cp: int, dp: int,
+                      pp: int) -> tuple[Placement, ...]:
+    cache = _PLACEMENTS[id(topology)][1]
+    slots = cache.get(("slots", ranks))
+    if slots is None:
+        slots = cache[("slots", ranks)] = tuple(locality_sorted(topology, ranks))
     seen: set[tuple[int, ...]] = set()
     out = []
     for order in AWARE_ORDERS:
@@ -102,7 +125,7 @@ def aware_placements(topology: TopologyLike, ranks: Sequence[int], tp: int, cp: 
         if laid not in seen:
             seen.add(laid)
             out.append(Placement("aware:" + "-".join(order), tuple(order), laid))
-    return out
+    return tuple(out)
 
 
 def naive_placement(ranks: Sequence[int], tp: int, cp: int, dp: int, pp: int) -> Placement:

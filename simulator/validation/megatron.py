@@ -5,9 +5,9 @@ Setup assumptions (the paper gives TP, PP, GPUs and batch; the rest is stated he
 - Sequence 2048, full activation recomputation, micro-batch 1 on every row.
 - Interleaved 1F1B on every row with PP > 1, with the fewest model chunks v >= 2 that divide the
   layers of a stage (the paper used interleaving for the larger rows; Table 1 gives no per-row v).
-- The 2021 software: no flash attention (materialized softmax), no sequence parallelism, no
-  distributed optimizer (zero 0), no overlap of TP / DP communication — TrainParams defaults
-  except `compute.flash_attention: false`.
+- The 2021 software, `llm.train_presets.MEGATRON_2021` (shared with the planner's acceptance
+  test): no flash attention (materialized softmax), no sequence parallelism, no distributed
+  optimizer (zero 0), no overlap of TP / DP communication, blocking pipeline sends.
 - One A100 efficiency for all rows: the device catalog's `gemm_efficiency` (no per-row constant).
 Reported TFLOP/s count the recomputed forward, as the paper does (eq. 3).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..llm.train_presets import MEGATRON_2021
 from . import Case, register
 
 SOURCE = "arXiv 2104.04473 Table 1 (published-results.md V1)"
@@ -48,15 +49,22 @@ def predict_row(model_name: str, tp: int, pp: int, gpus: int, batch: int):
     """The TrainStepCost of one Table 1 row under the assumptions above."""
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
-    from ..llm.train_compute import ComputeParams
-    from ..llm.training import TrainLayout, TrainParams, train_step_cost, uniform_sequences
+    from ..llm.training import train_step_cost, uniform_sequences
 
     model = load_model(model_name)
     topology = load_topology({"preset": "dgx-a100", "nodes": gpus // 8})
-    layout = TrainLayout(tp=tp, pp=pp, vpp=interleave_chunks(model.num_layers, pp), dp=gpus // (tp * pp), zero=0,
-                         recompute="full", micro_batch=MICRO_BATCH, sequence_parallel=False)
-    params = TrainParams(compute=ComputeParams(flash_attention=False))
-    return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=params)
+    layout = published_layout(model_name, tp, pp, gpus)
+    return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN),
+                           params=MEGATRON_2021.params)
+
+
+def published_layout(model_name: str, tp: int, pp: int, gpus: int):
+    """The Table 1 row's layout under the assumptions above (MEGATRON_2021 settings)."""
+    from ..llm.architecture import load_model
+
+    model = load_model(model_name)
+    return MEGATRON_2021.layout(tp=tp, pp=pp, vpp=interleave_chunks(model.num_layers, pp), dp=gpus // (tp * pp),
+                                micro_batch=MICRO_BATCH)
 
 
 @register
@@ -66,4 +74,5 @@ def cases():
             case=f"V1 megatron {name} tp{tp} pp{pp} {gpus}gpu", metric="TFLOP/s per GPU", published=published,
             predict=lambda n=name, t=tp, p=pp, g=gpus, b=batch: predict_row(n, t, p, g, b).tflops_per_device,
             tolerance=0.15, source=SOURCE,
-            note="dgx-a100, seq 2048, full recompute, micro-batch 1, interleaved when pp > 1, no flash/SP/ZeRO")
+            note="dgx-a100, seq 2048, MEGATRON_2021 (full recompute, no flash/SP/ZeRO, blocking p2p), "
+                 "micro-batch 1, interleaved when pp > 1")
