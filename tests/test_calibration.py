@@ -52,23 +52,41 @@ def test_nonneg_lstsq_never_negative(a: float, b: float, noise: float, seed: int
     assert np.all(coef >= 0)
 
 
-@pytest.mark.parametrize("plateau,ramp_index", [(0.8, 40), (0.55, 60), (1.0, 20)])
-def test_gemm_fit_recovers_the_efficiency_curve(plateau: float, ramp_index: int) -> None:
-    from simulator.calibration.fitting import RAMP_GRID_S, gemm_curve_time_s
+@pytest.mark.parametrize("plateau,ramp_index,k_index,launch_s", [(0.8, 20, 30, 2e-5), (0.55, 30, 10, 0.0),
+                                                                (1.0, 10, 20, 5e-6), (0.7, 0, 25, 1e-5)])
+def test_gemm_fit_recovers_the_shape_curve(plateau: float, ramp_index: int, k_index: int, launch_s: float) -> None:
+    from simulator.calibration.fitting import RAMP_DIM_GRID, gemm_curve_time_s
 
-    peak, mem_bw, ramp = 100e9, 20e9, RAMP_GRID_S[ramp_index]
+    peak, mem_bw = 100e9, 20e9
+    ramp_dim, ramp_k = RAMP_DIM_GRID[ramp_index], RAMP_DIM_GRID[k_index]
     shapes = [(32, 32, 32), (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (1, 1024, 256),
-              (2048, 2048, 2048)]
+              (16, 1024, 256), (64, 1024, 256), (1024, 256, 64), (1024, 1024, 16), (2048, 2048, 2048)]
     probes = [GemmSample(m, n, k, "fp32", 1.0) for m, n, k in shapes]
-    times = gemm_curve_time_s(np.array([p.flops for p in probes]), np.array([p.bytes for p in probes]),
-                              peak, plateau, ramp, mem_bw)
+    m, n, k = (np.array([getattr(p, a) for p in probes], dtype=float) for a in "mnk")
+    times = gemm_curve_time_s(m, n, k, np.array([p.bytes for p in probes]), peak, plateau, ramp_dim, ramp_k,
+                              launch_s, mem_bw)
     samples = [GemmSample(p.m, p.n, p.k, "fp32", float(t)) for p, t in zip(probes, times, strict=True)]
     fit = fit_gemm(samples, mem_bw, {"fp32": peak})["fp32"]
     assert fit.efficiency == pytest.approx(plateau)
-    assert fit.ramp_s == pytest.approx(ramp)
+    assert fit.ramp_dim == pytest.approx(ramp_dim) and fit.ramp_k == pytest.approx(ramp_k)
+    assert fit.launch_overhead_s == pytest.approx(launch_s, abs=1e-12)
     assert fit.rate_flops == pytest.approx(peak * plateau)
     assert fit.max_fit_error < 1e-9
     assert [f for f, _ in fit.curve] == sorted(f for f, _ in fit.curve)
+
+
+def test_gemm_curve_matches_the_training_cost_model() -> None:
+    """The fit's curve is the training model's gemm_time_s, shape for shape (one formula, two callers)."""
+    from simulator.calibration.fitting import gemm_curve_time_s
+    from simulator.llm.train_compute import ComputeParams, DeviceRates, gemm_time_s
+
+    rates = DeviceRates(peak_flops=80e9, gemm_efficiency=0.6, hbm_Bps=12e9, launch_s=3e-5)
+    params = ComputeParams(dtype="fp32", activation_bytes=4.0, gemm_ramp_dim=25.0, gemm_ramp_k=60.0)
+    for m, n, k in [(1, 1024, 256), (40, 768, 256), (256, 256, 256), (1024, 256, 64)]:
+        sample = GemmSample(m, n, k, "fp32", 1.0)
+        expected = gemm_curve_time_s(np.array([m]), np.array([n]), np.array([k]), np.array([sample.bytes]),
+                                     80e9, 0.6, 25.0, 60.0, 3e-5, 12e9)[0]
+        assert float(gemm_time_s(m, n, k, rates, params)) == pytest.approx(expected, rel=1e-12)
 
 
 def test_gemm_fit_without_a_peak_uses_the_best_rate() -> None:

@@ -44,44 +44,54 @@ def max_relative_error(predicted: Sequence[float], measured: Sequence[float]) ->
     return float(np.max(np.abs(p / m - 1.0))) if len(m) else 0.0
 
 
-# Grids of the GEMM efficiency curve fit: plateau (fraction of peak) and ramp (seconds of peak work).
+# Grids of the GEMM curve fit: plateau (fraction of peak) and the two shape ramps (elements, 0 = none).
 PLATEAU_GRID = tuple(round(0.01 * i, 2) for i in range(5, 101))
-RAMP_GRID_S = tuple(float(x) for x in np.logspace(-8, -3, 101))
+RAMP_DIM_GRID = (0.0, *(float(x) for x in np.logspace(-1, 3, 41)))
 
 
-def gemm_curve_time_s(flops: np.ndarray, nbytes: np.ndarray, peak: float, plateau: float, ramp_s: float,
+def gemm_curve_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, nbytes: np.ndarray, peak: float,
+                      plateau: float, ramp_dim: float, ramp_k: float, launch_s: float,
                       mem_bw_Bps: float) -> np.ndarray:
-    """The training cost model's GEMM time (llm.train_compute.gemm_time_s): efficiency
-    plateau x F / (F + peak x ramp), roofline against memory. Equals ramp / plateau + F / (peak plateau)."""
-    compute = (flops + peak * ramp_s) / (peak * plateau)
-    return np.maximum(compute, nbytes / mem_bw_Bps)
+    """The training cost model's GEMM time (llm.train_compute.gemm_time_s): launch + max(F / (peak x
+    plateau x shape), bytes / memory bw), shape = 1 / (1 + ramp_dim (1/m + 1/n) + ramp_k / k)."""
+    from ..llm.train_compute import shape_efficiency
+    flops = 2.0 * np.asarray(m, dtype=float) * n * k
+    compute = flops / (peak * plateau * shape_efficiency(m, n, k, ramp_dim, ramp_k))
+    return launch_s + np.maximum(compute, np.asarray(nbytes, dtype=float) / mem_bw_Bps)
 
 
 def fit_gemm(samples: Sequence[GemmSample], mem_bw_Bps: float,
              peak_flops: dict[str, float] | None = None) -> dict[str, GemmFit]:
-    """Per dtype, the efficiency curve of the training cost model fitted to every timed shape:
-    plateau and ramp minimising the squared log error of time (grid search; small and large shapes
-    weigh alike). `peak_flops` (catalog) defaults to the best rate observed."""
+    """Per dtype, the training cost model's GEMM curve fitted to every timed shape: plateau and the
+    two shape ramps on a grid, the launch overhead (>= 0) in closed form for each grid point,
+    minimising the squared relative error of time (small and large shapes weigh alike). Skinny and
+    short-reduction shapes in the grid pin the ramps. `peak_flops` (catalog) defaults to the best
+    rate observed."""
     out: dict[str, GemmFit] = {}
+    grid = np.array(RAMP_DIM_GRID)
+    plateaus = np.array(PLATEAU_GRID)[None, None, :, None]
     for dtype in sorted({s.dtype for s in samples}):
         rows = [s for s in samples if s.dtype == dtype]
+        m, n, k = (np.array([getattr(s, a) for s in rows], dtype=float) for a in "mnk")
         flops = np.array([s.flops for s in rows])
         nbytes = np.array([s.bytes for s in rows])
         t = np.array([s.time_s for s in rows])
         peak = (peak_flops or {}).get(dtype, float(np.max(flops / t)))
-        best = (np.inf, 1.0, 0.0)
-        log_t = np.log(t)
-        for plateau in PLATEAU_GRID:
-            for ramp in RAMP_GRID_S:
-                resid = np.log(gemm_curve_time_s(flops, nbytes, peak, plateau, ramp, mem_bw_Bps)) - log_t
-                score = float(resid @ resid)
-                if score < best[0] - 1e-15:
-                    best = (score, plateau, ramp)
-        _, plateau, ramp = best
-        predicted = gemm_curve_time_s(flops, nbytes, peak, plateau, ramp, mem_bw_Bps)
+        # inverse shape efficiency [ramp_dim, ramp_k, 1, sample] = 1 + ramp_dim (1/m + 1/n) + ramp_k / k
+        inv = 1.0 + grid[:, None, None, None] * (1.0 / m + 1.0 / n) + grid[None, :, None, None] / k
+        # roof[d, dk, p, i]: the model without launch; the launch minimising sum((launch + roof) / t - 1)^2.
+        roof = np.maximum(flops * inv / (peak * plateaus), nbytes / mem_bw_Bps)
+        w = 1.0 / t**2
+        launch = np.maximum(0.0, ((t - roof) * w).sum(-1) / w.sum())
+        score = (((launch[..., None] + roof) / t - 1.0) ** 2).sum(-1)
+        di, ki, pi = np.unravel_index(int(np.argmin(score)), score.shape)
+        plateau, ramp_dim, ramp_k = PLATEAU_GRID[pi], RAMP_DIM_GRID[di], RAMP_DIM_GRID[ki]
+        launch_s = float(launch[di, ki, pi])
+        predicted = gemm_curve_time_s(m, n, k, nbytes, peak, plateau, ramp_dim, ramp_k, launch_s, mem_bw_Bps)
         curve = sorted((float(f), float(f / x / peak)) for f, x in zip(flops, t, strict=True))
-        out[dtype] = GemmFit(rate_flops=peak * plateau, launch_overhead_s=ramp / plateau, ramp_s=ramp,
-                             efficiency=plateau, curve=curve, max_fit_error=max_relative_error(predicted, t))
+        out[dtype] = GemmFit(rate_flops=peak * plateau, launch_overhead_s=launch_s, ramp_dim=ramp_dim,
+                             ramp_k=ramp_k, efficiency=plateau, curve=curve,
+                             max_fit_error=max_relative_error(predicted, t))
     return out
 
 
@@ -265,7 +275,7 @@ def build_profile(result: MicrobenchResult, device: str) -> DeviceProfile:
         device=catalog_name or device, measured_on=facts, peak_source=peak_source,
         peak_flops=peak, gemm_efficiency=gemm[main].efficiency, hbm_bytes=facts.get("memory_bytes"),
         hbm_bw_Bps=hbm_bw, hbm_efficiency=hbm_eff, launch_overhead_s=gemm[main].launch_overhead_s,
-        gemm_ramp_s=gemm[main].ramp_s,
+        gemm_ramp_dim=gemm[main].ramp_dim, gemm_ramp_k=gemm[main].ramp_k,
         host_link_bw_Bps=host_bw, scaleup_bw_Bps=scaleup,
         decode_step_overhead_s=decode_fit.overhead_s if decode_fit else None,
         decode_overhead_per_layer_s=decode_fit.per_layer_s if decode_fit else None,

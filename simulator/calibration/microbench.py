@@ -21,11 +21,13 @@ class MicrobenchConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # GEMM shapes [m, n, k]: squares for the compute rate, skinny ones (m = tokens in a decode batch)
-    # and transformer-like rectangles for the efficiency curve versus problem size.
+    # GEMM shapes [m, n, k]: squares for the compute rate; skinny ones (m = tokens of a decode batch or
+    # a short sequence, 1..512 rows) and a short reduction (k = 64: a weight gradient over few tokens)
+    # pin the shape ramp; transformer-like rectangles for the rest.
     gemm_shapes: list[tuple[int, int, int]] = Field(default_factory=lambda: [
         (32, 32, 32), (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (768, 768, 768),
-        (1, 1024, 256), (8, 1024, 256), (64, 1024, 256), (512, 1024, 256), (1024, 256, 1024)])
+        (1, 1024, 256), (8, 1024, 256), (16, 1024, 256), (32, 1024, 256), (64, 1024, 256),
+        (128, 1024, 256), (512, 1024, 256), (64, 256, 1024), (1024, 256, 64), (1024, 256, 1024)])
     dtypes: list[str] | None = None  # None: every dtype the backend offers
     # A dtype's grid stops before the first shape whose call would exceed this at the best rate
     # seen so far (keeps a CPU calibration quick when a dtype has no fast path).

@@ -195,8 +195,10 @@ def predict_stages(config: ReplayConfig, profile: DeviceProfile,
 
     elem = 4.0 if dtype == "fp32" else 2.0
     compute = {"dtype": dtype, "activation_bytes": elem}
-    if profile.gemm_ramp_s is not None:
-        compute["gemm_ramp_s"] = profile.gemm_ramp_s
+    if profile.gemm_ramp_dim is not None:
+        compute["gemm_ramp_dim"] = profile.gemm_ramp_dim
+    if profile.gemm_ramp_k is not None:
+        compute["gemm_ramp_k"] = profile.gemm_ramp_k
     params = TrainParams.from_mapping({
         "compute": compute,
         "comm": {"optimizer_traffic_bytes_per_param": config.optimizer_traffic_bytes_per_param,

@@ -108,7 +108,7 @@ def _speed_change(backend: Any, result: Any, bench: Any) -> float | None:
 
 def _fitted(profile: Any) -> dict[str, Any]:
     data = profile.to_mapping()
-    keys = ("peak_source", "peak_flops", "gemm_efficiency", "gemm_ramp_s", "launch_overhead_s", "hbm_bytes",
+    keys = ("peak_source", "peak_flops", "gemm_efficiency", "gemm_ramp_dim", "gemm_ramp_k", "launch_overhead_s", "hbm_bytes",
             "hbm_bw_Bps", "hbm_efficiency", "host_link_bw_Bps", "scaleup_bw_Bps", "decode_step_overhead_s",
             "decode_overhead_per_layer_s", "decode_gemm_efficiency", "decode_hbm_efficiency", "decode_fit_error",
             "collective")

@@ -36,14 +36,17 @@ class CollectiveFit(BaseModel):
 
 
 class GemmFit(BaseModel):
-    """One dtype's efficiency curve, in the training cost model's form: efficiency(F) =
-    efficiency x F / (F + peak x ramp_s), i.e. time = launch_overhead_s + F / rate_flops (compute
-    bound), with launch_overhead_s = ramp_s / efficiency; memory-bound shapes follow the roofline."""
+    """One dtype's GEMM curve, in the training cost model's form (llm/train_compute.gemm_time_s):
+    time = launch_overhead_s + max(F / (rate_flops x shape), bytes / memory bw), with the shape ramp
+    shape = 1 / (1 + ramp_dim (1/m + 1/n) + ramp_k / k). `ramp_s` is the FLOP-based ramp of profiles written
+    before the shape model (its effect, ramp_s / efficiency, is launch_overhead_s); read, not used."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     rate_flops: float = Field(gt=0)      # asymptotic FLOP/s on large GEMMs (peak x efficiency)
     launch_overhead_s: float = Field(ge=0)
-    ramp_s: float = Field(ge=0)
+    ramp_dim: float | None = Field(default=None, ge=0)
+    ramp_k: float | None = Field(default=None, ge=0)
+    ramp_s: float | None = Field(default=None, ge=0)
     efficiency: float = Field(gt=0, le=1)  # rate_flops / peak
     curve: list[tuple[float, float]] = Field(default_factory=list)  # (FLOPs per GEMM, achieved / peak)
     max_fit_error: float = Field(ge=0)
@@ -65,7 +68,11 @@ class DeviceProfile(BaseModel):
     hbm_bw_Bps: float | None = Field(default=None, gt=0)
     hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
     launch_overhead_s: float | None = Field(default=None, ge=0)
-    # The training model's GEMM efficiency ramp (train_params.compute.gemm_ramp_s), fitted with the plateau.
+    # The training model's GEMM shape ramps (train_params.compute.gemm_ramp_dim / gemm_ramp_k: output
+    # and reduction dimensions), fitted with the plateau.
+    gemm_ramp_dim: float | None = Field(default=None, ge=0)
+    gemm_ramp_k: float | None = Field(default=None, ge=0)
+    # Pre-shape-model profiles: the FLOP ramp, whose effect is launch_overhead_s; read, not used.
     gemm_ramp_s: float | None = Field(default=None, ge=0)
     host_link_bw_Bps: float | None = Field(default=None, gt=0)
     scaleup_bw_Bps: float | None = Field(default=None, gt=0)

@@ -34,6 +34,20 @@ class Gemm:
     params: float          # weight elements (K x N)
     n_out: float           # output width N (for the activation bytes of the roofline)
     expert: bool = False   # an expert's weights: sharded by EP, fed tokens x top-k / experts
+    # Megatron TP split: column-parallel ("n": QKV, MLP up) shards the output width; row-parallel
+    # ("k": attention output, MLP down) shards the input width (arXiv 2104.04473 sec. 2.3).
+    split: str = "n"
+
+    @property
+    def k_in(self) -> float:
+        """Input width K of the K x N weight."""
+        return self.params / self.n_out
+
+    def local_dims(self, tp: int) -> tuple[float, float]:
+        """(N, K) of this GEMM on one of `tp` tensor-parallel ranks."""
+        if self.split == "k":
+            return self.n_out, self.k_in / tp
+        return self.n_out / tp, self.k_in
 
 
 @dataclass(frozen=True)
@@ -90,17 +104,17 @@ def _attention_gemms(model: Any) -> tuple[list[Gemm], int, int, int, int]:
             gemms.append(Gemm("q", h * heads * qk, heads * qk))
         gemms += [Gemm("kv_down", h * (kv_lora + rope), kv_lora + rope),
                   Gemm("kv_up", kv_lora * heads * (nope + v_dim), heads * (nope + v_dim)),
-                  Gemm("o", heads * v_dim * h, h)]
+                  Gemm("o", heads * v_dim * h, h, split="k")]
         return gemms, heads, heads, qk, v_dim
     d = int(_get(model, "head_dim", 0)) or h // heads
     kv = int(_get(model, "num_kv_heads", heads)) or heads
-    gemms = [Gemm("qkv", h * (heads + 2 * kv) * d, (heads + 2 * kv) * d), Gemm("o", heads * d * h, h)]
+    gemms = [Gemm("qkv", h * (heads + 2 * kv) * d, (heads + 2 * kv) * d), Gemm("o", heads * d * h, h, split="k")]
     return gemms, heads, kv, d, d
 
 
 def _mlp_gemms(h: int, ffn: int, gated: bool, prefix: str, expert: bool = False) -> list[Gemm]:
     up = (2 if gated else 1) * ffn
-    return [Gemm(f"{prefix}_up", h * up, up, expert), Gemm(f"{prefix}_down", ffn * h, h, expert)]
+    return [Gemm(f"{prefix}_up", h * up, up, expert), Gemm(f"{prefix}_down", ffn * h, h, expert, split="k")]
 
 
 @lru_cache(maxsize=256)

@@ -1,5 +1,5 @@
-"""Per-layer compute time of a training micro-batch on one device: roofline with a GEMM efficiency
-curve, memory-bound elementwise work, attention (flash or materialized scores). Vectorized over
+"""Per-layer compute time of a training micro-batch on one device: a shape-aware GEMM roofline
+(efficiency ramps with the GEMM's dimensions, plus a launch overhead), memory-bound elementwise work, attention (flash or materialized scores). Vectorized over
 micro-batches (numpy arrays of tokens and of sum of squared sequence lengths).
 
 Formulas are written out in docs/cost-models-training.md.
@@ -20,11 +20,21 @@ class ComputeParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dtype: str = "bf16"
-    # Efficiency curve: achieved / plateau = F / (F + peak x gemm_ramp_s). A GEMM reaches half the
-    # plateau (DeviceSpec.gemm_efficiency) when it holds gemm_ramp_s of peak work: small GEMMs
-    # under-fill the SMs (tile and wave quantization, NVIDIA "Matrix Multiplication Background" user
-    # guide). 4 us puts a 1024^3 GEMM on A100 at ~63% of the plateau, as that guide's curves show.
-    gemm_ramp_s: float = 4e-6
+    # Shape ramp of GEMM efficiency: achieved / plateau = 1 / (1 + gemm_ramp_dim (1/m + 1/n) +
+    # gemm_ramp_k / k) for (m x k) . (k x n). Two mechanisms: the A and B panels carry a fixed
+    # handling cost per element (packing into the kernel's layout, partial output tiles) amortised
+    # over the output dimension along which they are reused (n, m); the C accumulators are loaded and
+    # stored once per reduction (kernel prologue / epilogue), amortised over k. With one small output
+    # dimension d this is d / (d + gemm_ramp_dim): half the plateau at d = gemm_ramp_dim (before the
+    # memory roofline). Defaults 16: one tensor-core MMA fragment edge (mma.m16n8k16, PTX ISA for
+    # sm_80 / sm_90) of fixed work per dimension; they move a 2048-token Megatron GEMM by ~1-2%
+    # while a 16-row GEMM runs at half plateau (NVIDIA "Matrix Multiplication Background" guide:
+    # small-batch GEMMs far below peak). `rlsim calibrate` fits both per device.
+    gemm_ramp_dim: float = 16.0
+    gemm_ramp_k: float = 16.0
+    # Fixed time per GEMM / attention kernel (launch, dispatch). None: the device's
+    # DeviceSpec.launch_overhead_s (catalog; a calibrated profile's fitted per-GEMM overhead).
+    gemm_launch_s: float | None = None
     # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (arXiv 2307.08691, fig. 4)
     # against ~80% for large GEMMs: ~0.85 of the GEMM plateau.
     flash_attention: bool = True
@@ -64,16 +74,49 @@ class DeviceRates:
     peak_flops: float
     gemm_efficiency: float
     hbm_Bps: float          # achievable: hbm_bw_Bps x hbm_efficiency
+    launch_s: float = 0.0   # fixed time per GEMM kernel (ComputeParams.gemm_launch_s or the device's)
 
 
-def gemm_time_s(flops: np.ndarray, nbytes: np.ndarray, rates: DeviceRates, params: ComputeParams,
-                efficiency_scale: float = 1.0) -> np.ndarray:
-    """Roofline of one GEMM with the efficiency curve: max(compute, memory)."""
-    ramp = rates.peak_flops * params.gemm_ramp_s
-    eff = rates.gemm_efficiency * efficiency_scale * flops / (flops + ramp)
+def shape_efficiency(m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
+                     ramp_dim: float, ramp_k: float) -> np.ndarray:
+    """Achieved / plateau of an (m x k) . (k x n) GEMM: 1 / (1 + ramp_dim (1/m + 1/n) + ramp_k / k);
+    0 for an empty dimension."""
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    with np.errstate(divide="ignore"):
+        inv = ramp_dim * (1.0 / m + 1.0 / n) + ramp_k / k
+    ok = np.isfinite(inv) & (m > 0) & (n > 0) & (k > 0)
+    return np.where(ok, 1.0 / (1.0 + np.where(ok, inv, 0.0)), 0.0)
+
+
+def gemm_time_s(m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float, rates: DeviceRates,
+                params: ComputeParams, *, efficiency_scale: float = 1.0,
+                elem_bytes: float | None = None) -> np.ndarray:
+    """One GEMM (m x k) . (k x n): launch + max(F / (peak x plateau x shape efficiency),
+    operand bytes / HBM); F = 2 m n k. Empty GEMMs (a zero dimension) take no time."""
+    a = params.activation_bytes if elem_bytes is None else elem_bytes
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    flops = 2.0 * m * n * k
+    eff = rates.gemm_efficiency * efficiency_scale * shape_efficiency(m, n, k, params.gemm_ramp_dim, params.gemm_ramp_k)
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = np.where(flops > 0, flops / (rates.peak_flops * np.maximum(eff, 1e-300)), 0.0)
-    return np.maximum(compute, nbytes / rates.hbm_Bps)
+    memory = a * (m * k + k * n + m * n) / rates.hbm_Bps
+    return np.where(flops > 0, rates.launch_s + np.maximum(compute, memory), 0.0)
+
+
+def attention_time_s(flops: np.ndarray, seq_len: np.ndarray, rates: DeviceRates, params: ComputeParams,
+                     efficiency_scale: float = 1.0) -> np.ndarray:
+    """Attention-core matmuls of `flops` over sequences of (token-weighted) length `seq_len`: one
+    kernel launch, compute at the plateau x the shape ramp over the sequence dimensions (per head,
+    Q.K^T is (s x d) . (d x s) and A.V is (s x s) . (s x d): the mean of the two ramps; the head-dim
+    part is in the measured flash efficiency)."""
+    s = np.asarray(seq_len, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.where(s > 0, 1.0 / np.maximum(s, 1e-300), 0.0)
+        ramp = 0.5 * (2.0 * params.gemm_ramp_dim * inv) + 0.5 * ((params.gemm_ramp_dim + params.gemm_ramp_k) * inv)
+        shape = np.where(s > 0, 1.0 / (1.0 + ramp), 0.0)
+        eff = rates.gemm_efficiency * efficiency_scale * shape
+        compute = np.where(flops > 0, flops / (rates.peak_flops * np.maximum(eff, 1e-300)), 0.0)
+    return np.where(flops > 0, rates.launch_s + compute, 0.0)
 
 
 @dataclass(frozen=True)
@@ -89,39 +132,35 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
                 *, tp: int, sp: bool, ep: int, rates: DeviceRates, params: ComputeParams) -> LayerTimes:
     """Compute time of one layer for micro-batches of `tokens` tokens on this device (after CP)
     whose sequences have sum of squared lengths `sq_sum` (attention work, after CP)."""
-    a = params.activation_bytes
     fwd = np.zeros_like(tokens, dtype=float)
     bwd = np.zeros_like(fwd)
     k = layer.experts_per_token
     for g in layer.gemms:
-        k_in = g.params / g.n_out
-        if g.expert:
-            # Every device holds E / ep experts; balanced routing gives each expert
-            # tokens x ep x k / E tokens; the device's total is tokens x k expert-rows.
-            n_local = layer.num_experts / ep
-            rows = tokens * ep * k / layer.num_experts
-            flops_one = 2.0 * rows * g.params / tp
-            bytes_one = a * (g.params / tp + rows * k_in + rows * g.n_out / tp)
-            t = n_local * gemm_time_s(flops_one, bytes_one, rates, params)
-        else:
-            flops = 2.0 * tokens * g.params / tp
-            nbytes = a * (g.params / tp + tokens * k_in + tokens * g.n_out / tp)
-            t = gemm_time_s(flops, nbytes, rates, params)
-        fwd = fwd + t
-        bwd = bwd + params.backward_flops_factor * t
-    # Attention core: Q.K^T and A.V over each sequence's own keys.
+        n_dim, k_dim = g.local_dims(tp)
+        # Expert GEMMs: every device holds E / ep experts; balanced routing gives each expert
+        # tokens x ep x k / E tokens; the device's total is tokens x k expert-rows.
+        rows = tokens * ep * k / layer.num_experts if g.expert else tokens
+        count = layer.num_experts / ep if g.expert else 1.0
+        fwd = fwd + count * gemm_time_s(rows, n_dim, k_dim, rates, params)
+        # Backward: data gradient dX = dY . W^T (rows, k_dim, n_dim) and weight gradient
+        # dW = X^T . dY (k_dim, n_dim, rows): the reduction runs over the tokens.
+        bwd = bwd + count * (gemm_time_s(rows, k_dim, n_dim, rates, params)
+                             + gemm_time_s(k_dim, n_dim, rows, rates, params))
+    # Attention core: Q.K^T and A.V over each sequence's own keys; sequences of token-weighted mean
+    # length sq_sum / tokens set the shape ramp.
     heads = layer.attn_heads / tp
     attn_flops = 2.0 * sq_sum * heads * (layer.qk_head_dim + layer.v_head_dim)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        seq_len = np.where(tokens > 0, sq_sum / np.maximum(tokens, 1e-300), 0.0)
     if params.flash_attention:
         flops = attn_flops * params.flash_causal_fraction
-        attn_f = gemm_time_s(flops, np.zeros_like(flops), rates, params, params.flash_efficiency_ratio)
+        attn_f = attention_time_s(flops, seq_len, rates, params, params.flash_efficiency_ratio)
         attn_b = params.flash_backward_factor * attn_f
     else:
         score_elems = sq_sum * heads
-        attn_f = gemm_time_s(attn_flops, np.zeros_like(attn_flops), rates, params) \
-            + score_elems * params.score_traffic_fwd_bytes / rates.hbm_Bps
-        attn_b = params.backward_flops_factor * gemm_time_s(attn_flops, np.zeros_like(attn_flops), rates, params) \
-            + score_elems * params.score_traffic_bwd_bytes / rates.hbm_Bps
+        core = attention_time_s(attn_flops, seq_len, rates, params)
+        attn_f = core + score_elems * params.score_traffic_fwd_bytes / rates.hbm_Bps
+        attn_b = params.backward_flops_factor * core + score_elems * params.score_traffic_bwd_bytes / rates.hbm_Bps
     # Elementwise: norms and residual adds per hidden unit (split by TP only with SP), activation
     # function per FFN unit (always split by TP; MoE: top-k experts + shared).
     ffn_units = ffn
@@ -140,8 +179,7 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
 def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates: DeviceRates,
                  params: ComputeParams) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) of the vocab-parallel output layer and the loss on the last stage."""
-    flops = 2.0 * tokens * hidden * vocab / tp
-    nbytes = params.activation_bytes * (hidden * vocab / tp + tokens * hidden + tokens * vocab / tp)
-    gemm = gemm_time_s(flops, nbytes, rates, params)
+    gemm = gemm_time_s(tokens, vocab / tp, hidden, rates, params)
+    grad = gemm_time_s(tokens, hidden, vocab / tp, rates, params) + gemm_time_s(hidden, vocab / tp, tokens, rates, params)
     loss = tokens * vocab / tp * params.loss_traffic_bytes_per_logit / rates.hbm_Bps
-    return gemm + loss / 2, params.backward_flops_factor * gemm + loss / 2
+    return gemm + loss / 2, grad + loss / 2

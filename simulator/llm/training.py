@@ -536,8 +536,10 @@ def _stage_params_cached(model: Any, pp: int, vpp: int, tp: int, ep: int) -> tup
 
 def _rates(topology: Any, ranks: Sequence[int], params: TrainParams) -> DeviceRates:
     spec = topology.device_spec(int(ranks[0]))
+    launch = params.compute.gemm_launch_s
     return DeviceRates(peak_flops=spec.peak(params.compute.dtype), gemm_efficiency=spec.gemm_efficiency,
-                       hbm_Bps=spec.hbm_bw_Bps * spec.hbm_efficiency)
+                       hbm_Bps=spec.hbm_bw_Bps * spec.hbm_efficiency,
+                       launch_s=spec.launch_overhead_s if launch is None else launch)
 
 
 def _setup(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None, sequences: Any,

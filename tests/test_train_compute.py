@@ -1,0 +1,89 @@
+"""Shape-aware GEMM model of the training cost model (issue 6): closed forms and invariants."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.llm.layer_costs import Gemm
+from simulator.llm.train_compute import ComputeParams, DeviceRates, gemm_time_s, layer_times, shape_efficiency
+
+H100 = DeviceRates(peak_flops=989e12, gemm_efficiency=0.8, hbm_Bps=3.35e12 * 0.9, launch_s=5e-6)
+dims = st.floats(1, 1e5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=dims, n=dims, k=dims, r=st.floats(0, 500), rk=st.floats(0, 500), grow=st.floats(1, 100))
+def test_shape_efficiency_is_a_monotone_fraction(m: float, n: float, k: float, r: float, rk: float,
+                                                 grow: float) -> None:
+    e = float(shape_efficiency(m, n, k, r, rk))
+    assert 0 < e <= 1
+    assert float(shape_efficiency(n, m, k, r, rk)) == pytest.approx(e)           # output dims alike
+    for bigger in ((m * grow, n, k), (m, n * grow, k), (m, n, k * grow)):
+        assert float(shape_efficiency(*bigger, r, rk)) >= e * (1 - 1e-12)
+
+
+def test_one_small_dimension_gives_the_half_plateau_ramp() -> None:
+    big = 1e12
+    for d in (1.0, 16.0, 64.0, 1000.0):
+        assert float(shape_efficiency(d, big, big, 16.0, 99.0)) == pytest.approx(d / (d + 16.0))
+        assert float(shape_efficiency(big, big, d, 99.0, 30.0)) == pytest.approx(d / (d + 30.0))
+    assert float(shape_efficiency(0, 10, 10, 16, 16)) == 0.0
+
+
+def test_large_gemms_barely_move_and_skinny_ones_hit_the_memory_roofline() -> None:
+    params = ComputeParams()
+    m, n, k = 2048, 4608, 12288   # GPT-145B QKV at tp 8, 2048 tokens
+    ideal = 2.0 * m * n * k / (H100.peak_flops * H100.gemm_efficiency)
+    t = float(gemm_time_s(m, n, k, H100, params))
+    assert ideal < t - H100.launch_s < 1.02 * ideal
+    # One row: bytes of the weight dominate; time = launch + weight bytes / HBM.
+    t1 = float(gemm_time_s(1, n, k, H100, params))
+    assert t1 == pytest.approx(H100.launch_s + 2.0 * (k + n * k + n) / H100.hbm_Bps)
+    assert float(gemm_time_s(0, n, k, H100, params)) == 0.0
+
+
+def test_backward_of_short_sequences_pays_the_reduction_ramp() -> None:
+    from simulator.llm.architecture import ModelSpec
+    from simulator.llm.layer_costs import layer_shapes
+
+    model = ModelSpec(name="t", num_layers=1, hidden=256, ffn_hidden=704, num_heads=4, num_kv_heads=4,
+                      head_dim=64, vocab=2048, tied_embeddings=False, gated_ffn=True, max_position_embeddings=256)
+    layer = layer_shapes(model)[0]
+    rates = DeviceRates(peak_flops=6e10, gemm_efficiency=1.0, hbm_Bps=1e13, launch_s=0.0)
+    tokens, sq = np.array([64.0, 4096.0]), np.array([64.0**2, 4096.0**2])
+
+    def ratio(ramp_k: float) -> np.ndarray:
+        p = ComputeParams(dtype="fp32", activation_bytes=4.0, gemm_ramp_dim=16.0, gemm_ramp_k=ramp_k,
+                          flash_attention=False, score_traffic_fwd_bytes=0, score_traffic_bwd_bytes=0,
+                          norm_traffic_bytes_per_hidden=0, residual_traffic_bytes_per_hidden=0,
+                          gated_act_traffic_bytes_per_ffn=0)
+        t = layer_times(layer, 256, 704, True, tokens, sq, tp=1, sp=False, ep=1, rates=rates, params=p)
+        return t.bwd_s / t.fwd_s
+
+    # Equal ramps: the three GEMMs of a weight share dims, backward = 2 x forward (attention too).
+    assert ratio(16.0) == pytest.approx(2.0, rel=1e-9)
+    # A costlier reduction ramp slows the weight gradient (k = tokens) below its forward for short
+    # sequences; for long ones the forward's own short reduction (k = hidden) is the slower one.
+    r = ratio(100.0)
+    assert r[0] > 2.0 > r[1]
+
+
+def test_tensor_parallel_split_follows_megatron() -> None:
+    col, row = Gemm("qkv", 256 * 768, 768), Gemm("o", 256 * 256, 256, split="k")
+    assert col.local_dims(4) == (192, 256) and row.local_dims(4) == (256, 64)
+
+
+def test_replay_prediction_follows_the_fitted_ramps() -> None:
+    from simulator.calibration.replay import ReplayConfig, predict_stages
+    from simulator.hardware.profiles import DeviceProfile
+
+    base = DeviceProfile(device="cpu", peak_flops={"fp32": 8e10}, gemm_efficiency=0.9, hbm_bw_Bps=1.2e10,
+                         hbm_efficiency=1.0, launch_overhead_s=1e-5, gemm_ramp_dim=10.0, gemm_ramp_k=10.0)
+    config = ReplayConfig()
+    lens = config.response_lengths()
+    first = predict_stages(config, base, lens)
+    slower = predict_stages(config, base.model_copy(update={"gemm_ramp_k": 100.0}), lens)
+    assert slower["train"] > first["train"] and slower["reference"] > first["reference"]
+    assert slower["train"] / first["train"] > slower["reference"] / first["reference"]  # weight gradients
