@@ -72,22 +72,37 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     iterations, seed). ``costs`` replaces the cost models (tests: rl.costs.FakeCosts)."""
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     w = sc.workload
+    plan = None
+    replanner = None
     if costs is None:
+        from .autoplan import PlannerReplanner, auto_layouts
         from .rl.llm_costs import LlmCosts
         topology = load_topology(sc.topology)
-        costs = LlmCosts(sc, topology)
+        plan = auto_layouts(sc, topology)          # layout: auto -> the planner, cost in simulated time
+        costs = LlmCosts(sc, topology, auto_layouts=plan.layouts)
         n_devices = topology.num_devices
+        if sc.schedule.failures:
+            replanner = PlannerReplanner(sc, topology)
     else:
         n_devices = int(getattr(costs, "n_devices", 0)) or 8
+        if sc.schedule.failures:
+            from .rl.schedules import SameLayoutReplanner
+            replanner = SameLayoutReplanner(int(getattr(costs, "devices_per_node", 0) or 0))
     prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
     resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
-    rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp))
+    rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp),
+                       start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner)
     timeline = rec.timeline.to_frame()
     samples = rec.samples.to_frame()
     summary = metrics.summary(rec, timeline, samples)
     if hasattr(costs, "effective_layouts"):
         train_pool = rec.pools.get("train") or rec.pools["actor"]
         summary["layouts"] = costs.effective_layouts(train_pool.count)
+        if rec.failures:   # the layout the run started with (layouts is the one it ended on)
+            train_pool_now = rec.failures[-1]["devices_after"]
+            summary["layouts"] = costs.effective_layouts(train_pool_now)
+    if plan is not None and plan.detail:
+        summary["auto_layout"] = plan.detail
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec)
 
 

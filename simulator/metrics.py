@@ -15,7 +15,9 @@ from .rl.schedules.base import RunRecord
 from .rl.timeline import BUSY_STATES
 
 # Non-busy states count as bubbles; their cause when the state itself names it.
-STATE_CAUSE = {"switch": "switch", "sync": "weight_sync", "fetch": "data"}
+STATE_CAUSE = {"switch": "switch", "sync": "weight_sync", "fetch": "data", "plan": "planning",
+               # failures (rl/schedules/failures.py): lost work, re-plan, restart, failed devices
+               "lost": "failure", "replan": "failure", "restart": "failure", "failed": "failure"}
 BUBBLE_CAUSES = ("long_tail", "dependency", "pipeline_bubble", "switch", "weight_sync", "data", "placement")
 
 
@@ -103,7 +105,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
     steady_step, steady_tps = steady_state(rec)
     peak = rec.peak_flops * rec.n_devices
     roofline = peak / (rec.train_flops_per_token * sc.workload.ppo_epochs) if rec.train_flops_per_token else math.inf
-    return {
+    out = {
         "schedule": sc.schedule.kind,
         "placement": sc.schedule.effective_placement,
         "workload": sc.workload.name,
@@ -137,6 +139,11 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
         "rollout": rollout_utilization(rec),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
     }
+    if rec.planning_s > 0:    # layout: auto (state plan at the start of the timeline)
+        out["planning_s"] = rec.planning_s
+    if rec.failures:          # schedule.failures (rl/schedules/failures.py)
+        out["failures"] = rec.failures
+    return out
 
 
 def scaling_efficiency(devices: Sequence[int], tokens_per_s: Sequence[float]) -> pd.DataFrame:

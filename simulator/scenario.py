@@ -134,6 +134,31 @@ class DistQueueParams(_Strict):
         return parse_bandwidth(v) if isinstance(v, str) else v
 
 
+class FailureEvent(_Strict):
+    """A device failure at ``at_s`` simulated seconds (schedule.failures); ``fail`` names the
+    devices like `rlsim comm --group`: node:I, nodes:I-J, domain:I, devices:I-J or a rank list."""
+    at_s: float = Field(ge=0)
+    fail: str
+
+    @field_validator("at_s", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any) -> Any:
+        return parse_seconds(v) if isinstance(v, str) else v
+
+
+class RecoveryConfig(_Strict):
+    """What a failure costs the schedule (schedule.recovery). Same assumptions as the planner's
+    RecoveryParams (docs/planner.md)."""
+    # work lost back to: the start of the step in flight ('step': the last completed step's weights
+    # are kept in memory / a per-step checkpoint) or the last checkpoint ('checkpoint')
+    lose_to: Literal["step", "checkpoint"] = "step"
+    checkpoint_every_steps: int = Field(10, ge=1)   # assumed checkpoint cadence (planner RecoveryParams)
+    # a failed device takes its whole server out (Llama 3, arXiv 2407.21783 sec. 3.3.4)
+    drop_whole_node: bool = True
+    # reload + re-initialise: "restart within minutes" (MegaScale, arXiv 2402.15627); 120 s assumed
+    restart_s: float = Field(120.0, ge=0)
+
+
 class ScheduleConfig(_Strict):
     kind: Literal["colocated", "disaggregated", "one-step-off", "stalesync", "async"] = "colocated"
     placement: Literal["colocated", "disaggregated"] | None = None  # stalesync only; default colocated
@@ -172,6 +197,9 @@ class ScheduleConfig(_Strict):
     # Speed: evaluate the full training / forward cost model once per (stage, pool size, batch size)
     # and scale later batches by their model FLOPs (linear + attention terms). False = every call exact.
     reuse_stage_costs: bool = True
+    # Device failures during the run (docs/schedules.md "Failures"): colocated sync schedules only.
+    failures: list[FailureEvent] = Field(default_factory=list)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
 
     @model_validator(mode="after")
     def _check(self) -> ScheduleConfig:
@@ -208,6 +236,9 @@ class Scenario(_Strict):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     iterations: int = Field(4, ge=1)
     seed: int = Field(0, ge=0)
+    # planner settings for `layout: auto` and failure re-plans (simulator.planner.planner_settings keys:
+    # space, rollout, recovery, params such as eval_cost_s)
+    planner: dict[str, Any] = Field(default_factory=dict)
     source: str = "<defaults>"
 
     def to_dict(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ When the next step would not fit, the newest running sequence is preempted.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -465,6 +466,18 @@ class RolloutEngine:
         partial.sort(key=lambda s: s.seq_id)
         return InterruptResult(finished, partial)
 
+    def copy(self) -> RolloutEngine:
+        """An independent engine in the same state (a checkpoint: advancing or interrupting the copy
+        leaves this one untouched). The step-cost object (caches only) is shared."""
+        new = object.__new__(RolloutEngine)
+        new.__dict__.update(self.__dict__)
+        for name in ("_id", "_p", "_r", "_g", "_sadm", "_state", "_arrival", "_epoch", "_heap", "_stack"):
+            setattr(new, name, list(getattr(self, name)))
+        new._slot_of = dict(self._slot_of)
+        new._waiting = deque(self._waiting)
+        new._outbox = deque(self._outbox)
+        return new
+
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
         if self._lines is None:
@@ -606,6 +619,42 @@ class RolloutEngine:
             stack.append((slot, epochs[slot]))
         self._order = order
         self._n, self._K = n, kv
+
+
+class ResumableRun:
+    """Run an engine to completion, keeping a copy of its state every ``every`` events, so that its
+    state at an earlier time (an interrupt at a time decided after the full run, e.g. a tail
+    consolidation point) is restored from the nearest copy and advanced a few events, instead of
+    re-running the engine from the start. Results equal a fresh engine's: the same events are
+    processed in the same order (an engine's event sequence does not depend on how advance_to
+    chunks it)."""
+
+    def __init__(self, engine: RolloutEngine, every: int = 32) -> None:
+        self.engine = engine
+        self.every = max(1, int(every))
+        self._keys: list[float] = []                # latest event time processed before each copy
+        self._copies: list[RolloutEngine] = []
+
+    def run(self) -> list[Finished]:
+        engine = self.engine
+        self._keys, self._copies = [-math.inf], [engine.copy()]
+        count, every = 0, self.every
+        while True:   # engine.run(), event by event (the loop of _process_until)
+            t, k = engine._next_event()
+            if t == math.inf:
+                return engine.advance_to(math.inf)
+            engine._process(t, k)
+            count += 1
+            if count % every == 0:
+                self._keys.append(t)
+                self._copies.append(engine.copy())
+
+    def interrupt_at(self, now: float) -> InterruptResult:
+        """``interrupt(now)`` of an engine that ran from the start to ``now`` (call after ``run``).
+        ``finished`` lists only the sequences finished after the restored copy's time; callers
+        that need all finishes by ``now`` take them from ``run``'s output."""
+        i = bisect.bisect_right(self._keys, now) - 1
+        return self._copies[max(0, i)].copy().interrupt(now)
 
 
 # ---- many instances ---------------------------------------------------------------------------------

@@ -19,7 +19,14 @@ import numpy as np
 
 from ..errors import RlsimError
 from ..llm.architecture import ModelSpec, load_model
-from ..llm.inference import InferenceParams, RolloutEngine, RolloutLayout, StepCost, simulate_rollout
+from ..llm.inference import (
+    InferenceParams,
+    ResumableRun,
+    RolloutEngine,
+    RolloutLayout,
+    StepCost,
+    simulate_rollout,
+)
 from ..llm.memory import memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, forward_cost, train_step_cost
@@ -28,9 +35,16 @@ from .costs import RolloutOutcome, StageCost, SwitchCost
 from .packing import balanced_order, replica_contiguous_ranks, samples_per_micro_batch
 from .pools import resolve_auto_layouts
 
+# Engine state copies kept per rollout run (every N events): a speed knob only, results do not
+# depend on it (tests/test_inference.py checks restored interrupts against fresh engines).
+ENGINE_CHECKPOINT_EVERY_EVENTS = 32
+
 
 class LlmCosts:
-    def __init__(self, scenario: Scenario, topology: Any):
+    def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None):
+        """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
+        (simulator/autoplan.py) for sides the workload leaves ``auto``; without it the simple
+        rule of pools.resolve_auto_layouts decides."""
         self.scenario, self.topology = scenario, topology
         w, src = scenario.workload, scenario.source
         self.source = src
@@ -45,6 +59,11 @@ class LlmCosts:
             is_moe=bool(self.model.is_moe), num_experts=int(self.model.num_experts or 0),
             hbm_bytes=self.device.hbm_bytes, devices_per_domain=len(topology.ranks_of_domain(0)),
             n_devices=self.n_devices, train_layout=w.train_layout, rollout_layout=w.rollout_layout)
+        if auto_layouts:
+            if w.train_layout == "auto" and auto_layouts.get("train"):
+                train_map = dict(auto_layouts["train"])
+            if w.rollout_layout == "auto" and auto_layouts.get("rollout"):
+                roll_map = dict(auto_layouts["rollout"])
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
         self.rollout_layout = RolloutLayout.from_mapping({**roll_map, "instances": 1}, source=src,
@@ -54,14 +73,17 @@ class LlmCosts:
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
         # KV tokens one instance holds (bounds how few instances a consolidated tail fits on)
-        self.instance_kv_tokens = StepCost(self.model, self.device, self.rollout_layout,
-                                           self.inference_params).kv_capacity_tokens
+        self._step_cost = StepCost(self.model, self.device, self.rollout_layout, self.inference_params)
+        self.instance_kv_tokens = self._step_cost.kv_capacity_tokens
         self.train_group_devices = self.train_template.model_parallel
         self.peak_flops = self.device.peak(w.dtype)
         self.switch_params = scenario.schedule.switch
         self.sync_eff = scenario.schedule.weight_sync_efficiency
         self.reuse = scenario.schedule.reuse_stage_costs
         sched = scenario.schedule
+        # rounds cut mid-generation (StaleSync tail consolidation, over-provisioning): keep engine copies
+        self._interrupts = sched.overprovision > 0 or (sched.effective_placement == "colocated"
+                                                       and sched.effective_staleness >= 1 and sched.effective_threshold < 1)
         self.balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
@@ -92,6 +114,15 @@ class LlmCosts:
             self._ranks[n_devices] = replica_contiguous_ranks(lay.tp, lay.cp, lay.dp or 1, lay.pp)
         return self._layouts[n_devices]
 
+    def set_train_layout(self, layout_map: dict[str, Any]) -> None:
+        """A re-planned training layout (after a failure): later steps use it; dp is re-derived."""
+        self.train_layout_map = {k: v for k, v in layout_map.items() if k != "dp"}
+        self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=self.source)
+        self.train_group_devices = self.train_template.model_parallel
+        self._layouts.clear()
+        self._ranks.clear()
+        self._ref.clear()
+
     def train_devices_at_most(self, n_max: int) -> int:
         """Largest training pool <= n_max whose DP keeps the configured EP (EP is carved out of
         DP: a pool of 11 replicas could not shard 4-way EP)."""
@@ -109,13 +140,41 @@ class LlmCosts:
     # ---- the facade ------------------------------------------------------------------------------
     def rollout(self, prompt_lens, response_lens, n_devices) -> RolloutOutcome:
         inst = max(1, n_devices // self.instance_devices)
-        layout = self.rollout_layout.model_copy(update={"instances": inst})
-        res = simulate_rollout(self.model, self.device, layout, np.asarray(prompt_lens, np.int64),
-                               np.asarray(response_lens, np.int64), params=self.inference_params)
         tokens = np.asarray(prompt_lens, float) + np.asarray(response_lens, float)
         flops = float(np.sum(tokens) * self.model.forward_flops_per_token(float(np.mean(tokens)) / 2)) \
             if len(tokens) else 0.0
+        if inst == 1 and len(tokens):
+            return self._rollout_one(np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64), flops)
+        layout = self.rollout_layout.model_copy(update={"instances": inst})
+        res = simulate_rollout(self.model, self.device, layout, np.asarray(prompt_lens, np.int64),
+                               np.asarray(response_lens, np.int64), params=self.inference_params)
         return RolloutOutcome(res.finish_s, res.instance, res.busy_s, flops=flops)
+
+    def _rollout_one(self, prompts: np.ndarray, responses: np.ndarray, flops: float) -> RolloutOutcome:
+        """One instance (what the schedules ask): the same engine run as simulate_rollout, kept
+        resumable so an interrupt later in the round (StaleSync tail consolidation) restores the
+        engine near that time instead of running it again from the start."""
+        n = len(prompts)
+        engine = RolloutEngine(self.model, self.device, self.rollout_layout, self.inference_params,
+                               cost=self._step_cost)
+        engine.add_many(range(n), prompts, responses, 0.0)
+        finish = np.full(n, np.nan)
+        if not self._interrupts:
+            for seq_id, t in engine.run():
+                finish[seq_id] = t
+            return RolloutOutcome(finish, np.zeros(n, np.int64), np.array([engine.busy_s]), flops=flops)
+        run = ResumableRun(engine, every=ENGINE_CHECKPOINT_EVERY_EVENTS)
+        for seq_id, t in run.run():
+            finish[seq_id] = t
+
+        def progress_at(stop_s: float) -> np.ndarray:
+            out = np.where(finish <= stop_s, responses, 0).astype(float)
+            for p in run.interrupt_at(stop_s).partial:
+                out[p.seq_id] = p.generated
+            return out
+
+        return RolloutOutcome(finish, np.zeros(n, np.int64), np.array([engine.busy_s]), flops=flops,
+                              progress_at=progress_at)
 
     def progress_at(self, prompt_lens, response_lens, n_devices, stop_s: float) -> np.ndarray:
         """Tokens each sequence has generated by ``stop_s`` (one instance), from the engine's interrupt."""

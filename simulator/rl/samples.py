@@ -64,6 +64,13 @@ class SampleStore:
         f["dropped"][ids] = True
         f["drop_reason"][ids] = reason
 
+    def truncate(self, n: int) -> None:
+        """Forget samples n.. (ids are positions: a failure rolls the store back to a step start)."""
+        f = self.flat()
+        self._flat = None
+        self.cols = {c: [a[:n]] for c, a in f.items()}
+        self.n = min(self.n, n)
+
     def pending(self) -> np.ndarray:
         """Ids of samples neither consumed nor dropped."""
         f = self.flat()

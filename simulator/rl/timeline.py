@@ -92,6 +92,60 @@ class GroupClock:
         return out
 
 
+class MultiClock:
+    """Several contiguous rank ranges run as one pool (the survivors of a failed node in the middle
+    of a pool): every record goes to each range, instances fill the ranges in order."""
+
+    def __init__(self, clocks: list[GroupClock]):
+        self.clocks = clocks
+        self.pool = clocks[0].pool
+
+    @property
+    def cursor(self) -> float:
+        return self.clocks[0].cursor
+
+    @cursor.setter
+    def cursor(self, t: float) -> None:
+        for c in self.clocks:
+            c.cursor = t
+
+    @property
+    def rank_count(self) -> int:
+        return sum(c.rank_count for c in self.clocks)
+
+    @property
+    def ranks(self) -> range:
+        """The first range (local reshard / link bottleneck queries take one replica's ranks)."""
+        return self.clocks[0].ranks
+
+    def busy(self, state: str, until: float, iteration: int = -1, label: str = "", cause: str = "") -> None:
+        for c in self.clocks:
+            c.busy(state, until, iteration, label, cause)
+
+    def idle(self, cause: str, until: float, iteration: int = -1, label: str = "") -> None:
+        self.busy("idle", until, iteration, label, cause=cause)
+
+    def per_instance(self, state: str, start_busy: np.ndarray, end: float, instance_devices: int,
+                     iteration: int, cause_after: str, label: str = "") -> None:
+        i = 0
+        for c in self.clocks:
+            n = c.rank_count // instance_devices
+            c.per_instance(state, np.asarray(start_busy)[i:i + n], end, instance_devices, iteration, cause_after,
+                           label)
+            i += n
+
+
+def contiguous_runs(ranks: list[int]) -> list[tuple[int, int]]:
+    """Sorted ranks -> [(start, count)] of consecutive runs."""
+    out: list[tuple[int, int]] = []
+    for r in sorted(ranks):
+        if out and out[-1][0] + out[-1][1] == r:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((r, 1))
+    return out
+
+
 def expand_devices(timeline: pd.DataFrame) -> pd.DataFrame:
     """Group records -> one row per device (des.INTERVAL_COLUMNS); O(device-records), use on small runs."""
     counts = timeline["rank_count"].to_numpy()

@@ -16,8 +16,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import simpy
 
-from ..timeline import GroupClock
+from ...errors import RlsimError
+from ..timeline import GroupClock, MultiClock
+from . import failures as fl
 from .base import Context, SeqBatch
 
 
@@ -41,14 +44,21 @@ def run(ctx: Context) -> float:
     aux_pool = ctx.pools.get("aux")
     d = ctx.costs.instance_devices
     n_inst = actor.count // d
-    G = GroupClock(ctx.timeline, "actor", actor.start, actor.count)
+    n_actor = actor.count
+    G: GroupClock | MultiClock = GroupClock(ctx.timeline, "actor", actor.start, actor.count)
     A = GroupClock(ctx.timeline, "aux", aux_pool.start, aux_pool.count) if aux_pool else None
     ctx.clocks += [G] + ([A] if A else [])
+    ctx.start_clock(G)
+    if A:
+        ctx.start_clock(A)
     carries = [SeqBatch.empty() for _ in range(n_inst)]
     version = 0
     split_allowed = ctx.s >= 1 and ctx.f < 1
     mem = ctx.costs.inference_memory_bytes(actor.count)
     ctx.peak_memory_bytes = max(ctx.peak_memory_bytes, mem)
+    fl.check_supported(ctx)
+    alive = list(actor.ranks)
+    events = _resolve_failures(ctx, alive)
 
     def step(k: int):
         nonlocal version, carries
@@ -63,7 +73,7 @@ def run(ctx: Context) -> float:
         t_split = math.inf
         if split_allowed:
             t_split = _split_time(ctx, k, plans)
-            if not math.isinf(t_split) and _train_devices(ctx, plans, t_split, actor.count) <= 0:
+            if not math.isinf(t_split) and _train_devices(ctx, plans, t_split, n_actor) <= 0:
                 t_split = math.inf
         if t_split < gen_end - 1e-9:
             yield from _stalesync_step(ctx, k, plans, t_split)
@@ -100,11 +110,11 @@ def run(ctx: Context) -> float:
         tail = SeqBatch.empty()
         for r in results:
             tail = SeqBatch.concat(tail, r[1])
-        n_train = _train_devices(ctx, plans, t_split, actor.count)
+        n_train = _train_devices(ctx, plans, t_split, n_actor)
         ends = np.array([r[0] for r in results])
         _record_round(ctx, G, ends, t0, t_split, k)
         ctx.add_stage_time("generate", t_split - t0)
-        R, T = G.split([n_train, actor.count - n_train])
+        R, T = G.split([n_train, n_actor - n_train])
         yield env.timeout(t_split - env.now)
         # tail: consolidated onto the tail group's instances, same weights, context re-prefilled
         tail_inst = T.rank_count // d
@@ -139,12 +149,92 @@ def run(ctx: Context) -> float:
         yield env.timeout(barrier - env.now)
         G.cursor = barrier
 
-    def main():
-        for k in range(ctx.scenario.iterations):
+    def guarded(k: int):
+        try:
             yield from step(k)
+        except simpy.Interrupt:
+            return False
+        return True
+
+    def fail(spec: str, failed: set[int], target: fl.Snapshot):
+        """Roll back to ``target``, drop the failed devices, re-plan and restart on the survivors."""
+        nonlocal G, n_actor, n_inst, carries, version, alive
+        t_f = env.now
+        lost_s = fl.roll_back(ctx, target, t_f)
+        carries, version = target.extra
+        current = ctx.costs.layout(n_actor).as_dict() if hasattr(ctx.costs, "layout") else {}
+        out = ctx.replanner.on_failure(list(alive), sorted(failed & set(alive)), current)
+        if out.train_layout and hasattr(ctx.costs, "set_train_layout"):
+            ctx.costs.set_train_layout(out.train_layout)
+        unit = math.lcm(d, ctx.costs.train_group_devices)
+        use = out.survivors[: (len(out.survivors) // unit) * unit]
+        if not use:
+            raise RlsimError(f"no whole training replica and rollout instance fits on the {len(out.survivors)} "
+                             f"devices left after the failure of {spec}", source=ctx.scenario.source,
+                             field="schedule.failures", fix="fail fewer devices or use a larger topology")
+        fl.mark_out(ctx, "actor", [r for r in alive if r not in use], failed, t_f)
+        for c in (G.clocks if isinstance(G, MultiClock) else [G]):
+            ctx.clocks.remove(c)
+        alive, n_actor, n_inst = list(use), len(use), len(use) // d
+        G = fl.survivor_clock(ctx, "actor", alive, t_f)
+        clocks = [G] + ([A] if A else [])
+        for c in clocks:
+            c.cursor = t_f
+            c.busy("replan", t_f + out.planning_cost_s, target.iteration, label=f"failure of {spec}", cause="failure")
+            c.busy("restart", c.cursor + ctx.sched.recovery.restart_s, target.iteration, label="restart",
+                   cause="failure")
+        ctx.peak_memory_bytes = max(ctx.peak_memory_bytes, ctx.costs.inference_memory_bytes(n_actor))
+        carries = fl.redistribute(carries, n_inst)
+        ctx.failures.append({"at_s": t_f, "fail": spec, "failed_ranks": sorted(failed & set(range(ctx.n_devices))),
+                             "iteration": target.iteration, "lost_s": lost_s,
+                             "replan_s": out.planning_cost_s, "restart_s": ctx.sched.recovery.restart_s,
+                             "devices_after": n_actor,
+                             "train_layout_after": ctx.costs.layout(n_actor).as_dict()
+                             if hasattr(ctx.costs, "layout") else {}})
+        yield env.timeout(G.cursor - env.now)
+
+    def main():
+        if ctx.start_s > 0:
+            yield env.timeout(ctx.start_s - env.now)
+        rec = ctx.sched.recovery
+        k, ckpt = 0, None
+        while k < ctx.scenario.iterations:
+            proc = env.process(guarded(k))
+            if events:
+                snap = fl.snapshot(ctx, k, (carries, version))
+                if ckpt is None or (rec.lose_to == "checkpoint" and k % rec.checkpoint_every_steps == 0
+                                    and k > ckpt.iteration):
+                    ckpt = snap
+                yield proc | env.timeout(max(0.0, events[0][0] - env.now))
+                if not proc.triggered:
+                    proc.interrupt("failure")
+                    yield proc
+                    _, spec, failed = events.pop(0)
+                    target = ckpt if rec.lose_to == "checkpoint" else snap
+                    yield from fail(spec, failed, target)
+                    k = target.iteration
+                    continue
+            else:
+                yield proc
+            k += 1
 
     env.run(until=env.process(main()))
     return env.now
+
+
+def _resolve_failures(ctx: Context, pool: list[int]) -> list[tuple[float, str, set[int]]]:
+    out = []
+    for i, ev in enumerate(sorted(ctx.sched.failures, key=lambda e: e.at_s)):
+        if ctx.replanner is None:
+            raise RlsimError("schedule.failures needs a re-planner", source=ctx.scenario.source,
+                             field="schedule.failures", fix="run through simulator.simulate / rlsim run")
+        failed = set(ctx.replanner.ranks_of(ev.fail))
+        if not failed & set(pool):
+            raise RlsimError(f"failure {ev.fail!r} hits no device of the actor pool (ranks {pool[0]}-{pool[-1]})",
+                             source=ctx.scenario.source, field=f"schedule.failures.{i}.fail",
+                             fix="name devices the run uses, e.g. node:0")
+        out.append((float(ev.at_s), ev.fail, failed))
+    return out
 
 
 def _split_time(ctx: Context, k: int, plans) -> float:

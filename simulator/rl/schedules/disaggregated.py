@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ..timeline import GroupClock
+from . import failures as fl
 from .base import Context, Gate, SeqBatch
 
 
@@ -24,8 +25,10 @@ def run(ctx: Context) -> float:
     gate = Gate()
     state = {"done": False, "version_event": env.event(), "data_event": env.event()}
     planned: dict[int, int] = {}
+    fl.check_supported(ctx)
     trainer = GroupClock(ctx.timeline, "train", train.start, train.count)
     ctx.clocks.append(trainer)
+    ctx.start_clock(trainer)
     sync_s = ctx.costs.weight_sync_s(train.ranks, rollout.ranks) / max(1.0, ctx.sched.weight_sync_efficiency)
 
     def notify(key: str) -> None:
@@ -36,6 +39,9 @@ def run(ctx: Context) -> float:
     def instance(i: int):
         clock = GroupClock(ctx.timeline, "rollout", rollout.start + i * d, d)
         ctx.clocks.append(clock)
+        ctx.start_clock(clock)
+        if ctx.start_s > 0:
+            yield env.timeout(ctx.start_s - env.now)
         r, carry, my_version = 0, SeqBatch.empty(), 0
         while not state["done"]:
             while not gate.open(r, ctx.s) and not state["done"]:
@@ -102,6 +108,8 @@ def run(ctx: Context) -> float:
     env.run(until=proc)
     makespan = env.now
     if spare:
-        GroupClock(ctx.timeline, "rollout", rollout.start + n_inst * d, spare).idle("placement", makespan)
+        spare_clock = GroupClock(ctx.timeline, "rollout", rollout.start + n_inst * d, spare)
+        ctx.start_clock(spare_clock)
+        spare_clock.idle("placement", makespan)
     trainer.idle("dependency", makespan)
     return makespan

@@ -1,0 +1,126 @@
+"""The planner in the schedules (issue 7): ``layout: auto`` and failure re-plans.
+
+Sits above rl/ and planner/ (both are imported here, neither imports the other):
+- ``auto_layouts(scenario, topology)`` plans the training layout (plan_training) and the rollout
+  layout (plan_rollout) on the ranks of the pool each will run on, before the run; the modelled
+  planning cost (the planner's eval_cost_s per evaluated candidate) is the run's ``start_s`` (state
+  ``plan`` at the start of the timeline) and is reported in the summary.
+- ``PlannerReplanner`` answers the schedule layer's failure re-plans with replan_on_failure.
+Deterministic: the planner ranks by modelled step time with layout tie-breaks and counts its cost
+in simulated seconds, never wall time.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .llm.architecture import ModelSpec, load_model
+from .network.collectives import parse_group
+from .planner import (
+    RecoveryParams,
+    TrainChoice,
+    plan_rollout,
+    plan_training,
+    planner_settings,
+    replan_on_failure,
+)
+from .rl.schedules.failures import ReplanOutcome
+from .scenario import Scenario
+
+
+@dataclass
+class AutoPlan:
+    layouts: dict[str, dict[str, Any]] = field(default_factory=dict)   # 'train' / 'rollout' -> layout map
+    planning_cost_s: float = 0.0
+    detail: dict[str, Any] = field(default_factory=dict)               # summary['auto_layout']
+
+
+def _lengths(sc: Scenario) -> tuple[int, int, int]:
+    w = sc.workload
+    p_med = int(w.prompt_length.get("median", 512) or 512)
+    r_med = int(w.response_length.get("median", 2048) or 2048)
+    row = int(sc.schedule.pack_tokens or (int(w.prompt_length.get("max", 0) or 0)
+                                          + int(w.response_length.get("max", 0) or 0)) or p_med + r_med)
+    return p_med, r_med, row
+
+
+def train_batch(sc: Scenario) -> tuple[int, int]:
+    """(global batch in rows, row length) the training planner judges layouts on: one optimizer
+    step's samples packed into rows of the run's pack width (prompt max + response max unless
+    schedule.pack_tokens), the sample length taken at the medians."""
+    w = sc.workload
+    p_med, r_med, row = _lengths(sc)
+    samples = (w.mini_batch_prompts or w.prompts_per_step) * w.samples_per_prompt
+    if not sc.schedule.distqueue.packed:
+        return samples, row
+    return max(1, math.ceil(samples * (p_med + r_med) / row)), row
+
+
+def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
+    """(rollout ranks, training ranks) of the pools before whole-unit rounding (rl/pools.py)."""
+    sched = sc.schedule
+    if sched.effective_placement == "colocated":
+        actor = n_devices if sched.fuse == "full" else n_devices - max(1, round(n_devices * sched.aux_fraction))
+        return list(range(actor)), list(range(actor))
+    want = sched.rollout_devices or round(n_devices * sched.rollout_fraction)
+    return list(range(want)), list(range(want, n_devices))
+
+
+def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
+    w = sc.workload
+    out = AutoPlan()
+    if w.train_layout != "auto" and w.rollout_layout != "auto":
+        return out
+    model: ModelSpec = load_model(w.model)
+    settings = planner_settings(sc.planner, source=f"{sc.source}: planner")
+    roll_ranks, train_ranks = planning_ranks(sc, topology.num_devices)
+    if w.rollout_layout == "auto":
+        p_med, r_med, _ = _lengths(sc)
+        user = set((sc.planner.get("rollout") or {}).keys())
+        space = settings.rollout.model_copy(update={k: v for k, v in
+                                                    (("prompt_len", p_med), ("response_len", r_med))
+                                                    if k not in user})
+        plan = plan_rollout(model, topology, ranks=roll_ranks, space=space, params=settings.params, top=1)
+        lay = {k: v for k, v in plan.best.layout.items() if k != "instances"}
+        out.layouts["rollout"] = lay
+        out.planning_cost_s += plan.planning_cost_s
+        out.detail["rollout"] = {"layout": lay, "evaluated": plan.evaluated, "planning_cost_s": plan.planning_cost_s,
+                                 "devices": len(roll_ranks)}
+    if w.train_layout == "auto":
+        batch, row = train_batch(sc)
+        user = set((sc.planner.get("space") or {}).keys())
+        space = settings.space if "exact_batch" in user else settings.space.model_copy(update={"exact_batch": False})
+        plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space,
+                             params=settings.params, top=1)
+        lay = {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}
+        out.layouts["train"] = lay
+        out.planning_cost_s += plan.planning_cost_s
+        out.detail["train"] = {"layout": lay, "evaluated": plan.evaluated, "planning_cost_s": plan.planning_cost_s,
+                               "devices": len(train_ranks), "global_batch_rows": batch, "seq_len": row}
+    out.detail["planning_cost_s"] = out.planning_cost_s
+    return out
+
+
+class PlannerReplanner:
+    """schedule.failures -> planner.replan_on_failure on the pool's survivors (rl/schedules/failures.py)."""
+
+    def __init__(self, sc: Scenario, topology: Any):
+        self.sc, self.topology = sc, topology
+        self.model = load_model(sc.workload.model)
+        self.settings = planner_settings(sc.planner, source=f"{sc.source}: planner")
+        rec = sc.schedule.recovery
+        self.recovery = RecoveryParams(drop_whole_node=rec.drop_whole_node, restart_s=rec.restart_s,
+                                       checkpoint_every_steps=rec.checkpoint_every_steps)
+
+    def ranks_of(self, spec: str) -> list[int]:
+        return parse_group(self.topology, spec)
+
+    def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any]) -> ReplanOutcome:
+        batch, row = train_batch(self.sc)
+        choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
+                                                        "micro_batch")}) if current else None
+        rp = replan_on_failure(self.model, self.topology, batch, row, failed=failed, ranks=pool_ranks,
+                               params=self.settings.params, recovery=self.recovery, current=choice)
+        lay = {k: v for k, v in rp.layout.items() if k != "dp"}
+        return ReplanOutcome(list(rp.survivors), lay, rp.planning_cost_s)

@@ -1,0 +1,139 @@
+"""Device failures inside a schedule run (schedule.failures, docs/schedules.md "Failures").
+
+A failure at t_f during step k: the work since the step's start (or since the last checkpoint,
+``recovery.lose_to``) is lost - its timeline records become state ``lost`` (cause ``failure``),
+its samples are removed and its iterations undone; the failed devices are ``failed`` from t_f to
+the end; the survivors re-plan (state ``replan``, the planner's modelled cost) and restart
+(state ``restart``, ``recovery.restart_s``), then the lost steps run again on fewer devices.
+
+The planner sits above this layer, so it comes in through a ``Replanner`` (api.py passes
+simulator.autoplan.PlannerReplanner); ``SameLayoutReplanner`` (no planner, zero cost) serves the
+closed-form tests.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...errors import RlsimError
+from ..timeline import GroupClock, MultiClock, contiguous_runs
+from .base import Context
+
+FAILURE_STATE_CAUSE = {"lost": "failure", "replan": "failure", "restart": "failure", "failed": "failure"}
+
+
+@dataclass(frozen=True)
+class ReplanOutcome:
+    survivors: list[int]                 # ranks the run continues on
+    train_layout: dict[str, Any] | None  # new training layout (None: keep the current one)
+    planning_cost_s: float
+
+
+class Replanner(Protocol):
+    def ranks_of(self, spec: str) -> list[int]: ...
+    def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any]) -> ReplanOutcome: ...
+
+
+@dataclass
+class SameLayoutReplanner:
+    """No planner: survivors = the pool less the failed ranks (and their whole nodes when
+    ``devices_per_node`` is given), same layout, ``cost_s`` of planning."""
+    devices_per_node: int = 0
+    cost_s: float = 0.0
+
+    def ranks_of(self, spec: str) -> list[int]:
+        text = str(spec)
+        if text.startswith("node:") and self.devices_per_node:
+            i = int(text.split(":")[1])
+            return list(range(i * self.devices_per_node, (i + 1) * self.devices_per_node))
+        if text.startswith("devices:"):
+            a, _, b = text.split(":")[1].partition("-")
+            return list(range(int(a), int(b or a) + 1))
+        return [int(x) for x in text.split(",")]
+
+    def on_failure(self, pool_ranks, failed, current) -> ReplanOutcome:
+        bad = set(failed)
+        if self.devices_per_node:
+            nodes = {r // self.devices_per_node for r in failed}
+            bad |= {r for r in pool_ranks if r // self.devices_per_node in nodes}
+        return ReplanOutcome([r for r in pool_ranks if r not in bad], None, self.cost_s)
+
+
+@dataclass
+class Snapshot:
+    """The run's state at a step boundary: what a failure rolls back to."""
+    t: float
+    iteration: int
+    rows: int
+    samples: int
+    iterations: int
+    counters: dict[str, Any] = field(default_factory=dict)
+    extra: Any = None
+
+
+_COUNTERS = ("flops", "gen_flops", "generated_tokens", "stage_time_s", "rollout", "switch_bytes",
+             "peak_memory_bytes")
+
+
+def check_supported(ctx: Context) -> None:
+    sched = ctx.sched
+    if not sched.failures:
+        return
+    if sched.effective_placement != "colocated" or ctx.s > 0 or sched.kind != "colocated":
+        raise RlsimError(f"schedule.failures is modelled for the colocated sync schedule only, not kind "
+                         f"{sched.kind!r} ({sched.effective_placement} placement)", source=ctx.scenario.source,
+                         field="schedule.failures",
+                         fix="use schedule.kind: colocated, or drop schedule.failures "
+                             "(split pools / StaleSync failures are not modelled yet)")
+    if sched.overprovision > 0:
+        raise RlsimError("schedule.failures with overprovision is not modelled", source=ctx.scenario.source,
+                         field="schedule.overprovision", fix="set overprovision: 0")
+
+
+def snapshot(ctx: Context, k: int, extra: Any = None) -> Snapshot:
+    return Snapshot(ctx.env.now, k, len(ctx.timeline.rows), ctx.store.n, len(ctx.iterations),
+                    {c: copy.deepcopy(getattr(ctx, c)) for c in _COUNTERS}, copy.deepcopy(extra))
+
+
+def roll_back(ctx: Context, snap: Snapshot, t_fail: float) -> float:
+    """Undo everything after ``snap`` and mark [snap.t, t_fail] lost. Returns the lost seconds."""
+    rows = ctx.timeline.rows
+    lost = []
+    for row in rows[snap.rows:]:
+        pool, device, state, cause, it, start, end, label, r0, n = row
+        if start >= t_fail:
+            continue
+        lost.append((pool, device, "lost", "failure", it, start, min(end, t_fail), state, r0, n))
+    ctx.timeline.rows = rows[:snap.rows] + lost
+    ctx.store.truncate(snap.samples)
+    del ctx.iterations[snap.iterations:]
+    for name, value in snap.counters.items():
+        setattr(ctx, name, copy.deepcopy(value))
+    ctx.lost_s += t_fail - snap.t
+    return t_fail - snap.t
+
+
+def survivor_clock(ctx: Context, pool: str, ranks: list[int], t: float) -> MultiClock:
+    clock = MultiClock([GroupClock(ctx.timeline, pool, a, n, t) for a, n in contiguous_runs(ranks)])
+    ctx.clocks.extend(clock.clocks)
+    return clock
+
+
+def mark_out(ctx: Context, pool: str, ranks: list[int], failed: set[int], t: float) -> None:
+    """Ranks out of the run from t: failed ones in state ``failed``; healthy ones the re-plan left
+    out (the rest of a failed node, or no layout fits) idle with cause ``placement``."""
+    for a, n in contiguous_runs([r for r in ranks if r in failed]):
+        ctx.out_of_run.append((pool, a, n, t, "failed", "failure"))
+    for a, n in contiguous_runs([r for r in ranks if r not in failed]):
+        ctx.out_of_run.append((pool, a, n, t, "idle", "placement"))
+
+
+def redistribute(carries: list, n_inst: int) -> list:
+    from .base import SeqBatch
+    allc = SeqBatch.empty()
+    for c in carries:
+        allc = SeqBatch.concat(allc, c)
+    return [allc.take(np.arange(i, len(allc), n_inst)) for i in range(n_inst)]
