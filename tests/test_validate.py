@@ -60,3 +60,13 @@ def test_validate_table_and_bad_input(capsys):
     assert "busbw GB/s" in out and "within tolerance" in out
     assert main(["validate", "--case", "no-such-case"]) == 2
     assert "no validation case matches" in capsys.readouterr().err
+
+
+def test_one_sided_cases_are_green_only_on_their_side():
+    """A published inequality ('sync scales below 0.9') is checked as one, not as a tolerance band."""
+    from simulator.validation import Case, run_case
+
+    below = [run_case(Case("x", "m", 0.9, lambda v=v: v, expect="below")) for v in (0.85, 0.95)]
+    above = [run_case(Case("x", "m", 0.8, lambda v=v: v, expect="above")) for v in (0.81, 0.79)]
+    assert [r.ok for r in below] == [True, False] and [r.ok for r in above] == [True, False]
+    assert below[1].criterion == "must be < 0.9" and below[1].as_dict()["expect"] == "below"

@@ -48,7 +48,7 @@ def format_table(results) -> str:
     for r in results:
         pred = "-" if r.predicted is None else _num(r.predicted)
         err = "-" if r.error is None else f"{r.error:+.1%}"
-        mark = "yes" if r.ok else ("n/a" if r.error is None else f"NO (tol {r.tolerance:.0%})")
+        mark = "yes" if r.ok else ("n/a" if r.error is None else f"NO ({r.criterion})")
         lines.append(f"{r.case:<{width}}  {r.metric:<{mwidth}}  {pred:>10}  {_num(r.published):>10}  {err:>7}  {mark}")
     green = sum(r.ok for r in results)
     lines.append(f"{green} of {len(results)} cases within tolerance")

@@ -36,6 +36,9 @@ class Case:
     tolerance: float = 0.15     # |error| allowed for the case to count as green
     source: str = ""            # where the published figure comes from
     note: str = ""              # the setup assumptions of the prediction
+    # "near": green when |error| <= tolerance; "below" / "above": a published inequality (e.g. "sync
+    # scales below 0.9"), green when predicted < published (resp. >=), tolerance unused.
+    expect: str = "near"
 
 
 @dataclass(frozen=True)
@@ -49,15 +52,32 @@ class CaseResult:
     source: str = ""
     note: str = ""
     failure: str = ""           # why the prediction could not be made (empty when it ran)
+    expect: str = "near"        # see Case.expect
 
     @property
     def ok(self) -> bool:
-        return self.error is not None and abs(self.error) <= self.tolerance
+        if self.error is None:
+            return False
+        if self.expect == "below":
+            return self.error < 0
+        if self.expect == "above":
+            return self.error >= 0
+        return abs(self.error) <= self.tolerance
+
+    @property
+    def criterion(self) -> str:
+        """The green condition in words, for tables."""
+        if self.expect == "below":
+            return f"must be < {self.published:g}"
+        if self.expect == "above":
+            return f"must be >= {self.published:g}"
+        return f"tol {self.tolerance:.0%}"
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"case": self.case, "metric": self.metric, "predicted": self.predicted,
                                "published": self.published, "error": self.error, "tolerance": self.tolerance,
-                               "within_tolerance": self.ok, "source": self.source, "note": self.note}
+                               "within_tolerance": self.ok, "expect": self.expect, "source": self.source,
+                               "note": self.note}
         if self.failure:
             out["failure"] = self.failure
         return out
@@ -100,10 +120,10 @@ def run_case(case: Case) -> CaseResult:
         predicted = float(case.predict())
     except (RlsimError, ImportError) as exc:
         return CaseResult(case.case, case.metric, None, case.published, None, case.tolerance, case.source,
-                          case.note, failure=f"{type(exc).__name__}: {exc}")
+                          case.note, failure=f"{type(exc).__name__}: {exc}", expect=case.expect)
     error = predicted / case.published - 1.0
     return CaseResult(case.case, case.metric, predicted, case.published, error, case.tolerance, case.source,
-                      case.note)
+                      case.note, expect=case.expect)
 
 
 def run_cases(select: str | None = None) -> list[CaseResult]:
