@@ -261,39 +261,39 @@ _VECTOR_MIN_WIDTH = 16.0
 def _ends(sched: _Schedule, dur: np.ndarray, xfer: np.ndarray) -> np.ndarray:
     """End time of every operation (index = op id; one extra trailing 0 for the -1 sentinel).
 
-    dur: (n_ops,); xfer: (k, n_x + 1) transfer times of k systems (last column 0), simulated
-    together; returns (k, n_ops + 1). Each op ends at max(device free, upstream end + transfer)
-    + duration — the same arithmetic, in the same order, whichever pass runs."""
+    dur: (k, n_ops) op durations; xfer: (k, n_x + 1) transfer times of k systems (last column 0),
+    simulated together; returns (k, n_ops + 1). Each op ends at max(device free, upstream end +
+    transfer) + duration — the same arithmetic, in the same order, whichever pass runs."""
     k = xfer.shape[0]
     n = sched.n_ops
     if k * n / max(len(sched.bounds), 1) >= _VECTOR_MIN_WIDTH:
         # Level by level: the k systems side by side in flat arrays (system r at offset r (n + 1)).
         end = np.zeros(k * (n + 1))
-        d = np.tile(np.append(dur, 0.0), k)
+        d = np.concatenate([dur, np.zeros((k, 1))], axis=1).ravel()
         xf = xfer.ravel()
         for o, p, dp, x in sched.levels(k):
             end[o] = np.maximum(end[p], end[dp] + xf[x]) + d[o]
         return end.reshape(k, n + 1)
-    dl = dur.tolist()
     out = np.empty((k, n + 1))
+    rows = sched.rows
     r = 0
     while r + 1 < k:  # two systems per pass: one walk over the rows
         xf, xg = xfer[r].tolist(), xfer[r + 1].tolist()
+        df, dg = dur[r].tolist(), dur[r + 1].tolist()
         e, g = [0.0] * (n + 1), [0.0] * (n + 1)
-        for o, p, dp, x in sched.rows:
+        for o, p, dp, x in rows:
             a = e[p]
             b = e[dp] + xf[x]
-            d = dl[o]
-            e[o] = (a if a >= b else b) + d
+            e[o] = (a if a >= b else b) + df[o]
             a = g[p]
             b = g[dp] + xg[x]
-            g[o] = (a if a >= b else b) + d
+            g[o] = (a if a >= b else b) + dg[o]
         out[r], out[r + 1] = e, g
         r += 2
     if r < k:
-        xf = xfer[r].tolist()
+        xf, dl = xfer[r].tolist(), dur[r].tolist()
         e = [0.0] * (n + 1)
-        for o, p, dp, x in sched.rows:
+        for o, p, dp, x in rows:
             a = e[p]
             b = e[dp] + xf[x]
             e[o] = (a if a >= b else b) + dl[o]
@@ -303,14 +303,19 @@ def _ends(sched: _Schedule, dur: np.ndarray, xfer: np.ndarray) -> np.ndarray:
 
 def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Sequence[np.ndarray | float], *,
                        pp: int, vpp: int = 1) -> list[PipelineResult]:
-    """`simulate_pipeline` for several transfer settings (e.g. with and without transfers) over the
-    same operation times, in one pass."""
+    """`simulate_pipeline` for several systems in one pass: one per entry of `p2p_s` (e.g. with and
+    without transfers). forward_s / backward_s: (pp * vpp, m) shared by all systems, or
+    (len(p2p_s), pp * vpp, m), one per system (e.g. the data-parallel replicas of a ragged batch)."""
     fw = np.asarray(forward_s, dtype=float)
     bw = np.asarray(backward_s, dtype=float)
     n_virtual = pp * vpp
-    if fw.ndim != 2 or fw.shape[0] != n_virtual or bw.shape != fw.shape:
-        raise ValueError(f"forward/backward times must have shape ({n_virtual}, m), got {fw.shape} / {bw.shape}")
-    m = fw.shape[1]
+    k = len(p2p_s)
+    if fw.ndim == 2:
+        fw, bw = fw[None], bw[None] if bw.ndim == 2 else bw
+    if fw.ndim != 3 or fw.shape[1] != n_virtual or fw.shape[0] not in (1, k) or bw.shape != fw.shape:
+        raise ValueError(f"forward/backward times must have shape ({n_virtual}, m) or ({k}, {n_virtual}, m), "
+                         f"got {np.shape(forward_s)} / {np.shape(backward_s)}")
+    m = fw.shape[2]
     if m < 1:
         raise RlsimError("a pipeline needs at least one micro-batch", field="micro_batch",
                          fix="give the step at least one sequence per data-parallel rank")
@@ -318,18 +323,19 @@ def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Seq
         raise RlsimError(f"the interleaved schedule needs micro-batches ({m}) to be a multiple of pp ({pp})",
                          field="vpp", fix="change the batch, the micro-batch size or pp, or set vpp: 1")
     n_x = (n_virtual - 1) * m
-    xfer = np.zeros((len(p2p_s), n_x + 1))  # last column: index -1, no transfer
+    xfer = np.zeros((k, n_x + 1))  # last column: index -1, no transfer
     for r, p in enumerate(p2p_s):
         if n_virtual > 1:
             xfer[r, :n_x] = np.broadcast_to(np.asarray(p, dtype=float), (n_virtual - 1, m)).ravel()
-    dur = np.concatenate([fw.ravel(), bw.ravel()])
+    dur = np.concatenate([fw.reshape(fw.shape[0], -1), bw.reshape(bw.shape[0], -1)], axis=1)
     sched = _compiled(pp, vpp, m)
-    ends = _ends(sched, dur, xfer)
-    busy_v = fw.sum(axis=1) + bw.sum(axis=1)
-    busy = tuple(busy_v.reshape(vpp, pp).sum(axis=0).tolist())
+    ends = _ends(sched, np.broadcast_to(dur, (k, dur.shape[1])), xfer)
+    busy_v = fw.sum(axis=2) + bw.sum(axis=2)
+    busy_all = busy_v.reshape(-1, vpp, pp).sum(axis=1).tolist()
     last = [ops[-1] for ops in sched.stage_ops if ops]
     out = []
-    for end, xf in zip(ends, xfer, strict=True):
+    for r, (end, xf) in enumerate(zip(ends, xfer, strict=True)):
+        busy = tuple(busy_all[r if len(busy_all) > 1 else 0])
         out.append(PipelineResult(pp=pp, vpp=vpp, micro_batches=m, makespan_s=float(end[last].max()), busy_s=busy,
                                   end_s=end, xfer_s=xf))
     return out

@@ -128,24 +128,69 @@ class LayerTimes:
     attn_fwd_s: np.ndarray     # the attention-core part of fwd_s (what selective recompute repeats)
 
 
+@dataclass(frozen=True)
+class _GemmPlan:
+    """The per-layer GEMM dimensions on one device, stacked for one vectorized roofline call."""
+
+    expert: np.ndarray   # (G,) bool: rows are the routed expert-rows, else the tokens
+    n_dim: np.ndarray    # (G,) local output width N
+    k_dim: np.ndarray    # (G,) local input width K
+    count: tuple[float, ...]  # GEMMs of this shape on the device (E / ep experts, else 1)
+    up_units: float      # MoE: FFN units of the up projections (top-k experts + shared)
+
+
+_PLANS: dict[tuple[int, int, int], tuple[LayerShape, _GemmPlan]] = {}
+
+
+def _gemm_plan(layer: LayerShape, tp: int, ep: int) -> _GemmPlan:
+    # Keyed by identity (layer_shapes caches the shapes): hashing a LayerShape walks its GEMMs.
+    key = (id(layer), tp, ep)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is layer:
+        return hit[1]
+    dims = [g.local_dims(tp) for g in layer.gemms]
+    k = layer.experts_per_token
+    plan = _GemmPlan(expert=np.array([g.expert for g in layer.gemms], dtype=bool),
+                     n_dim=np.array([d[0] for d in dims], dtype=float),
+                     k_dim=np.array([d[1] for d in dims], dtype=float),
+                     count=tuple(layer.num_experts / ep if g.expert else 1.0 for g in layer.gemms),
+                     up_units=float(sum(g.n_out * (k if g.expert else 1) for g in layer.gemms
+                                        if g.name.endswith("_up"))))
+    if len(_PLANS) > 1024:
+        _PLANS.clear()
+    _PLANS[key] = (layer, plan)
+    return plan
+
+
 def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: np.ndarray, sq_sum: np.ndarray,
                 *, tp: int, sp: bool, ep: int, rates: DeviceRates, params: ComputeParams) -> LayerTimes:
     """Compute time of one layer for micro-batches of `tokens` tokens on this device (after CP)
     whose sequences have sum of squared lengths `sq_sum` (attention work, after CP)."""
-    fwd = np.zeros_like(tokens, dtype=float)
-    bwd = np.zeros_like(fwd)
+    tokens = np.asarray(tokens, dtype=float)
+    plan = _gemm_plan(layer, tp, ep)
     k = layer.experts_per_token
-    for g in layer.gemms:
-        n_dim, k_dim = g.local_dims(tp)
-        # Expert GEMMs: every device holds E / ep experts; balanced routing gives each expert
-        # tokens x ep x k / E tokens; the device's total is tokens x k expert-rows.
-        rows = tokens * ep * k / layer.num_experts if g.expert else tokens
-        count = layer.num_experts / ep if g.expert else 1.0
-        fwd = fwd + count * gemm_time_s(rows, n_dim, k_dim, rates, params)
-        # Backward: data gradient dX = dY . W^T (rows, k_dim, n_dim) and weight gradient
-        # dW = X^T . dY (k_dim, n_dim, rows): the reduction runs over the tokens.
-        bwd = bwd + count * (gemm_time_s(rows, k_dim, n_dim, rates, params)
-                             + gemm_time_s(k_dim, n_dim, rows, rates, params))
+    n_g, n_m = len(plan.count), tokens.size
+    # Expert GEMMs: every device holds E / ep experts; balanced routing gives each expert
+    # tokens x ep x k / E tokens; the device's total is tokens x k expert-rows.
+    rows = np.empty((n_g, n_m))
+    rows[:] = tokens
+    if plan.expert.any():
+        rows[plan.expert] = tokens * ep * k / layer.num_experts
+    n_col, k_col = plan.n_dim[:, None], plan.k_dim[:, None]
+    # All GEMMs of the layer in one roofline call, three per weight: forward (rows, N, K), then
+    # the backward data gradient dX = dY . W^T (rows, K, N) and weight gradient dW = X^T . dY
+    # (K, N, rows): the reduction runs over the tokens.
+    m = np.concatenate([rows, rows, np.broadcast_to(k_col, (n_g, n_m))])
+    n = np.concatenate([np.broadcast_to(n_col, (n_g, n_m)), np.broadcast_to(k_col, (n_g, n_m)),
+                        np.broadcast_to(n_col, (n_g, n_m))])
+    kk = np.concatenate([np.broadcast_to(k_col, (n_g, n_m)), np.broadcast_to(n_col, (n_g, n_m)), rows])
+    t = gemm_time_s(m, n, kk, rates, params)
+    # Summed GEMM by GEMM, in the layer's order (the same float additions as one call per GEMM).
+    fwd = np.zeros(n_m)
+    bwd = np.zeros(n_m)
+    for g, count in enumerate(plan.count):
+        fwd = fwd + count * t[g]
+        bwd = bwd + count * (t[n_g + g] + t[2 * n_g + g])
     # Attention core: Q.K^T and A.V over each sequence's own keys; sequences of token-weighted mean
     # length sq_sum / tokens set the shape ramp.
     heads = layer.attn_heads / tp
@@ -166,8 +211,7 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     ffn_units = ffn
     act_bytes = params.gated_act_traffic_bytes_per_ffn if gated else params.act_traffic_bytes_per_ffn
     if layer.moe:
-        up = sum(g.n_out * (k if g.expert else 1) for g in layer.gemms if g.name.endswith("_up"))
-        ffn_units = up / 2  # MoE experts are gated: the up projection holds up + gate
+        ffn_units = plan.up_units / 2  # MoE experts are gated: the up projection holds up + gate
         act_bytes = params.gated_act_traffic_bytes_per_ffn
     elem = tokens * ((params.norm_traffic_bytes_per_hidden + params.residual_traffic_bytes_per_hidden) * hidden
                      / (tp if sp else 1) + act_bytes * ffn_units / tp) / rates.hbm_Bps
@@ -179,7 +223,12 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
 def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates: DeviceRates,
                  params: ComputeParams) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) of the vocab-parallel output layer and the loss on the last stage."""
-    gemm = gemm_time_s(tokens, vocab / tp, hidden, rates, params)
-    grad = gemm_time_s(tokens, hidden, vocab / tp, rates, params) + gemm_time_s(hidden, vocab / tp, tokens, rates, params)
+    tokens = np.asarray(tokens, dtype=float)
+    v, h = np.full_like(tokens, vocab / tp), np.full_like(tokens, float(hidden))
+    # Forward (tokens, V / tp, H), data gradient (tokens, H, V / tp), weight gradient (H, V / tp,
+    # tokens) in one roofline call.
+    t = gemm_time_s(np.stack([tokens, tokens, h]), np.stack([v, h, v]), np.stack([h, v, tokens]), rates, params)
+    gemm = t[0]
+    grad = t[1] + t[2]
     loss = tokens * vocab / tp * params.loss_traffic_bytes_per_logit / rates.hbm_Bps
     return gemm + loss / 2, grad + loss / 2

@@ -614,16 +614,34 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
         distinct.setdefault(sig, sl)
     with_p2p = bool(p2p.size) and float(p2p.max()) > 0
     bare: PipelineResult | None = None
-    worst: tuple[float, PipelineResult, slice] | None = None
     blocking = params.comm.pp_blocking_send
-    for sl in distinct.values():
-        f, b, p = arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl]
-        if blocking and with_p2p:
-            res = simulate_pipeline(*_with_blocking_sends(f, b, p), 0.0, pp=layout.pp, vpp=layout.vpp)
-        elif len(distinct) == 1 and with_p2p:  # with and without transfers in one pass
-            res, bare = simulate_pipelines(f, b, [p, 0.0], pp=layout.pp, vpp=layout.vpp)
-        else:
-            res = simulate_pipeline(f, b, p, pp=layout.pp, vpp=layout.vpp)
+    slices = list(distinct.values())
+    results: dict[int, PipelineResult] = {}
+    if len(slices) == 1 and with_p2p and not blocking:  # with and without transfers in one pass
+        sl = slices[0]
+        results[0], bare = simulate_pipelines(arrays.fwd[:, sl], arrays.bwd[:, sl], [p2p[:, sl], 0.0],
+                                              pp=layout.pp, vpp=layout.vpp)
+    else:
+        # Replicas with the same micro-batch count are simulated side by side in one pass.
+        by_size: dict[int, list[int]] = {}
+        for i, sl in enumerate(slices):
+            by_size.setdefault(sl.stop - sl.start, []).append(i)
+        for members in by_size.values():
+            fs, bs, ps = [], [], []
+            for i in members:
+                f, b, p = arrays.fwd[:, slices[i]], arrays.bwd[:, slices[i]], p2p[:, slices[i]]
+                if blocking and with_p2p:
+                    f, b = _with_blocking_sends(f, b, p)
+                    p = 0.0
+                fs.append(f)
+                bs.append(b)
+                ps.append(p)
+            for i, res in zip(members, simulate_pipelines(np.stack(fs), np.stack(bs), ps, pp=layout.pp,
+                                                          vpp=layout.vpp), strict=True):
+                results[i] = res
+    worst: tuple[float, PipelineResult, slice] | None = None
+    for i, sl in enumerate(slices):  # first slowest in replica order
+        res = results[i]
         if worst is None or res.makespan_s > worst[0]:
             worst = (res.makespan_s, res, sl)
     assert worst is not None
