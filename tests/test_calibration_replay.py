@@ -85,8 +85,40 @@ def test_calibrate_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 2 and "microbench" in err and "Traceback" not in err
     code, _, err = _calibrate(capsys, "--device", "cpu", "--set", "replay.bogus=1", "--replay")
     assert code == 2 and "replay.bogus" in err
+    code, _, err = _calibrate(capsys, "--device", "cpu", "--set", "replay.statistic=mean", "--replay")
+    assert code == 2 and "replay.statistic" in err
     code, _, err = _calibrate(capsys, "--device", "cpu", "--set", "microbench.decode_layers=many")
     assert code == 2 and "microbench.decode_layers" in err
     if not torch.cuda.is_available():
         code, _, err = _calibrate(capsys, "--device", "cuda")
         assert code == 2 and "no CUDA device" in err
+
+
+def test_stage_pieces_add_up_to_the_stage() -> None:
+    from simulator.calibration.tinygpt import TinyGPTConfig, run_mini_step
+
+    config = TinyGPTConfig(num_layers=1, hidden=32, num_heads=2, ffn_hidden=64, vocab=64, max_positions=64)
+    lens = np.array([3, 1, 12, 5])
+    first = run_mini_step(config, 8, lens, seed=0)
+    second = run_mini_step(config, 8, lens, seed=0)
+    for r, again in zip(first, second, strict=True):
+        assert r.cpu_s == pytest.approx(sum(r.segments_cpu_s))
+        assert r.duration_s == pytest.approx(sum(r.segments_wall_s))
+        assert len(r.segments_cpu_s) == len(again.segments_cpu_s)  # same work, same pieces
+    # prefill + 11 decode steps + the final gather; 4 forwards + close; 4 backwards + the optimizer step
+    assert [len(r.segments_cpu_s) for r in first] == [13, 5, 5]
+
+
+def test_reduce_runs_takes_each_piece_minimum() -> None:
+    from simulator.calibration.replay import reduce_runs
+    from simulator.calibration.tinygpt import StageRecord
+
+    def run(gen: tuple[float, ...], ref: float, train: float) -> list[StageRecord]:
+        return [StageRecord("generate", 0, sum(gen), sum(gen), gen, gen),
+                StageRecord("reference", 0, ref, ref, (ref,), (ref,)),
+                StageRecord("train", 0, train, train, (train,), (train,))]
+
+    runs = [run((1.0, 5.0), 2.0, 3.0), run((4.0, 2.0), 1.0, 6.0), run((3.0, 3.0), 7.0, 4.0)]
+    assert reduce_runs(runs, 1, "min") == {"generate": 3.0, "reference": 1.0, "train": 3.0}
+    assert reduce_runs(runs, 1, "stage_min") == {"generate": 6.0, "reference": 1.0, "train": 3.0}
+    assert reduce_runs(runs, 1, "median") == {"generate": 6.0, "reference": 2.0, "train": 4.0}

@@ -1,7 +1,7 @@
 """The calibration backend interface: the few timed kernels the micro-benchmarks need.
 
-A backend runs real work on a real device and returns wall-clock seconds per call (the median of
-repeated timed batches, after warm-up). Only this interface is seen by microbench.py; the torch
+A backend runs real work on a real device and returns seconds per call (the minimum, by default,
+of repeated timed batches, after warm-up). Only this interface is seen by microbench.py; the torch
 implementation lives in torch_backend.py and is imported lazily, so the core never imports torch.
 """
 from __future__ import annotations
@@ -25,14 +25,15 @@ DEFAULT_THREADS = 1
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    """How one figure is timed. Medians of batches resist the scheduler noise of a shared machine."""
+    """How one figure is timed: the best of several timed batches after warm-up."""
 
     warmup_calls: int = 2        # first calls pay allocation and kernel selection
     samples: int = 5             # timed batches
-    # The median batch: a real workload's stages last seconds and see the machine's typical state;
-    # the best of many millisecond batches would catch rare quiet moments (on the shared 2-core CI
-    # machine, min-based profiles predicted the replay 15-30% too fast). "min" suits a quiet machine.
-    statistic: str = "median"    # or "min"
+    # The best batch (Python's timeit docs): noise on a shared machine only ever adds time, and the
+    # speed of the CI virtual machine drifts by tens of percent within seconds. The replay takes the
+    # same statistic over pieces of the step of the same few-ms size (replay.py), so both sides see
+    # the quiet machine; "median" describes a typical busy moment instead.
+    statistic: str = "min"       # or "median"
     # "cpu": process CPU time, which leaves out the time other tenants hold the core (valid for a
     # single-threaded CPU backend only); "wall": perf_counter, for accelerators and collectives;
     # "auto": cpu for a 1-thread CPU backend, wall otherwise.

@@ -169,6 +169,17 @@ def run_collectives(backend: Backend, config: MicrobenchConfig) -> list[Collecti
     return out
 
 
+def keep_fastest(samples: list[Any], key: Callable[[Any], object]) -> list[Any]:
+    """One sample per key, the fastest: rounds of the same micro-benchmark spread over time merge
+    by their minimum, as the batches within a round do (noise only adds time)."""
+    best: dict[object, Any] = {}
+    for s in samples:
+        k = key(s)
+        if k not in best or s.time_s < best[k].time_s:
+            best[k] = s
+    return list(best.values())
+
+
 def run_microbench(backend: Backend, config: MicrobenchConfig | None = None,
                    progress: Progress | None = None) -> MicrobenchResult:
     """Every micro-benchmark of `config` on `backend`."""

@@ -20,6 +20,7 @@ from ..hardware.profiles import DeviceProfile, apply_profile
 from .tinygpt import StageRecord, TinyGPTConfig, run_mini_step
 
 STAGES = ("generate", "reference", "train")
+REPLAY_STATISTICS = ("min", "stage_min", "median")
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,18 @@ class ReplayConfig:
     response_min: int = 8
     response_max: int = 160
     seed: int = 0
-    repeats: int = 3       # measured runs after one warm-up run; each stage keeps its median
+    repeats: int = 5       # measured runs after one warm-up run (see `statistic`)
+    # How repeated runs become one figure per stage. "min": every piece of the step (prefill, each
+    # decode step, each sequence's forward or forward + backward, the optimizer step; a few ms each,
+    # as a micro-benchmark batch) keeps its minimum over the runs, and a stage is the sum of its
+    # pieces: noise on a shared machine only ever adds time, so the minimum over identical runs is
+    # the best estimate (Python's timeit docs), taken at the micro-benchmarks' granularity.
+    # "stage_min": each stage's minimum over runs; "median": each stage's median over runs.
+    statistic: str = "min"
+    # With `calibrate --replay`: rounds of the GEMM and decode-step micro-benchmarks, spread between
+    # the replay runs and merged by their minimum, so the profile too samples the whole stretch of
+    # time and not the few seconds in which one round ran (the machine's speed drifts over seconds).
+    microbench_rounds: int = 2
     threads: int = 1       # torch threads (match the profile's)
     # The replay's optimizer as the training model sees it: torch's fp32 AdamW reads weight,
     # gradient, exp_avg, exp_avg_sq and writes weight, exp_avg, exp_avg_sq: 7 x 4 B per parameter
@@ -79,7 +91,8 @@ def _check(config: ReplayConfig, source: str) -> None:
     m = config.model
     positive = {"replay.num_prompts": config.num_prompts, "replay.prompt_len": config.prompt_len,
                 "replay.response_min": config.response_min, "replay.repeats": config.repeats,
-                "replay.threads": config.threads, "replay.model.num_layers": m.num_layers,
+                "replay.threads": config.threads, "replay.microbench_rounds": config.microbench_rounds,
+                "replay.model.num_layers": m.num_layers,
                 "replay.model.hidden": m.hidden, "replay.model.num_heads": m.num_heads,
                 "replay.model.ffn_hidden": m.ffn_hidden, "replay.model.vocab": m.vocab}
     for where, value in positive.items():
@@ -94,6 +107,9 @@ def _check(config: ReplayConfig, source: str) -> None:
         raise RlsimError(f"prompt_len + response_max = {config.prompt_len + config.response_max} exceeds "
                          f"max_positions = {m.max_positions}", source=source, field="replay.model.max_positions",
                          fix="raise replay.model.max_positions or shorten the sequences")
+    if config.statistic not in REPLAY_STATISTICS:
+        raise RlsimError(f"unknown replay statistic {config.statistic!r}", source=source, field="replay.statistic",
+                         fix=f"use one of: {', '.join(REPLAY_STATISTICS)}")
     if m.dtype not in ("fp32", "bf16"):
         raise RlsimError(f"dtype {m.dtype!r} is not supported", source=source, field="replay.model.dtype",
                          fix="use fp32 or bf16")
@@ -215,17 +231,37 @@ def predict_stages(config: ReplayConfig, profile: DeviceProfile,
             "train": float(train.step_time_s)}
 
 
-def _stage_seconds(records: list[StageRecord], threads: int) -> dict[str, float]:
-    return {r.stage: (r.cpu_s if threads == 1 else r.duration_s) for r in records}
+def _pieces(record: StageRecord, threads: int) -> tuple[float, ...]:
+    """A stage's pieces in seconds: process CPU time with one thread (as the micro-benchmarks), else wall."""
+    return record.segments_cpu_s if threads == 1 else record.segments_wall_s
 
 
-def calibrate_with_replay(backend: Any, bench: Any, config: ReplayConfig,
-                          progress: Any = None) -> tuple[Any, dict[str, float], list[StageRecord]]:
-    """Micro-benchmarks and replay runs interleaved (warm-up, GEMMs, run 1, copies and decode steps,
-    run 2, collectives, run 3, ...), so that both see the same machine on average: on a shared
-    machine the load of other processes drifts over seconds. Returns (MicrobenchResult, median
-    seconds per stage, the last run's timeline)."""
-    from .microbench import MicrobenchResult, run_collectives, run_copies, run_decode, run_gemm
+def reduce_runs(runs: list[list[StageRecord]], threads: int, statistic: str) -> dict[str, float]:
+    """Seconds per stage from repeated identical runs (see ReplayConfig.statistic)."""
+    out: dict[str, float] = {}
+    for stage in STAGES:
+        pieces = [_pieces(r, threads) for run in runs for r in run if r.stage == stage]
+        if statistic == "min":
+            if len({len(p) for p in pieces}) != 1:  # same seeds, same work: a mismatch is a bug
+                raise RuntimeError(f"replay runs split {stage} into different pieces")
+            out[stage] = float(np.min(np.array(pieces), axis=0).sum())
+        elif statistic == "stage_min":
+            out[stage] = float(min(sum(p) for p in pieces))
+        else:
+            out[stage] = float(np.median([sum(p) for p in pieces]))
+    return out
+
+
+def calibrate_with_replay(backend: Any, bench: Any, config: ReplayConfig, progress: Any = None,
+                          runs_out: list[list[StageRecord]] | None = None,
+                          ) -> tuple[Any, dict[str, float], list[StageRecord]]:
+    """Micro-benchmarks and replay runs interleaved (warm-up, GEMMs, run 1, copies, run 2, decode
+    steps, run 3, [collectives, run,] GEMMs, run 4, decode steps, run 5, ... for
+    `microbench_rounds`), so that both sample the same stretch of time: on a shared
+    machine the speed drifts by tens of percent within seconds, and the minimum of either side is
+    taken from the same quiet moments. Returns (MicrobenchResult, seconds per stage reduced by
+    `config.statistic`, the last run's timeline); every run's timeline goes to `runs_out` if given."""
+    from .microbench import MicrobenchResult, keep_fastest, run_collectives, run_copies, run_decode, run_gemm
 
     lens = config.response_lengths()
 
@@ -236,22 +272,22 @@ def calibrate_with_replay(backend: Any, bench: Any, config: ReplayConfig,
     say("replay warm-up run")
     replay_run()
     result = MicrobenchResult(facts=backend.describe())
-    phases = [("timing GEMMs", lambda: result.gemm.extend(run_gemm(backend, bench, progress))),
-              ("timing copies and decode-like steps",
-               lambda: (result.copy.extend(run_copies(backend, bench)), result.decode.extend(run_decode(backend, bench))))]
+    gemm = ("timing GEMMs", lambda: result.gemm.extend(run_gemm(backend, bench, progress)))
+    decode = ("timing decode-like steps", lambda: result.decode.extend(run_decode(backend, bench)))
+    phases = [gemm, ("timing copies", lambda: result.copy.extend(run_copies(backend, bench))), decode]
     if bench.collectives:
         phases.append(("timing collectives", lambda: result.collectives.extend(run_collectives(backend, bench))))
-    runs: list[dict[str, float]] = []
-    timeline: list[StageRecord] = []
+    phases += [gemm, decode] * (config.microbench_rounds - 1)
+    runs: list[list[StageRecord]] = [] if runs_out is None else runs_out
     for i in range(max(len(phases), config.repeats)):
         if i < len(phases):
             say(phases[i][0])
             phases[i][1]()
         say(f"replay run {i + 1}")
-        timeline = replay_run()
-        runs.append(_stage_seconds(timeline, config.threads))
-    measured = {stage: float(np.median([r[stage] for r in runs])) for stage in STAGES}
-    return result, measured, timeline
+        runs.append(replay_run())
+    result.gemm = keep_fastest(result.gemm, lambda g: (g.m, g.n, g.k, g.dtype))
+    result.decode = keep_fastest(result.decode, lambda d: (d.shape, d.dtype))
+    return result, reduce_runs(runs, config.threads, config.statistic), runs[-1]
 
 
 def compare(profile: DeviceProfile, config: ReplayConfig, measured: dict[str, float],
@@ -263,18 +299,13 @@ def compare(profile: DeviceProfile, config: ReplayConfig, measured: dict[str, fl
 
 
 def measure_stages(config: ReplayConfig, response_lens: np.ndarray) -> tuple[dict[str, float], list[StageRecord]]:
-    """Seconds per stage of the real torch step: one warm-up run, then the median of `repeats` runs
-    (as the micro-benchmarks report medians). With one thread the stage's process CPU time is taken
-    (as the micro-benchmarks do), else wall time. The timeline returned is the last run's."""
+    """Seconds per stage of the real torch step: one warm-up run, then `repeats` runs reduced by
+    `config.statistic`. With one thread the process CPU time is taken (as the micro-benchmarks
+    do), else wall time. The timeline returned is the last run's."""
     run_mini_step(config.model, config.prompt_len, response_lens, seed=config.seed, threads=config.threads)
-    taken: dict[str, list[float]] = {}
-    timeline: list[StageRecord] = []
-    for _ in range(max(1, config.repeats)):
-        timeline = run_mini_step(config.model, config.prompt_len, response_lens, seed=config.seed,
-                                 threads=config.threads)
-        for r in timeline:
-            taken.setdefault(r.stage, []).append(r.cpu_s if config.threads == 1 else r.duration_s)
-    return {stage: float(np.median(values)) for stage, values in taken.items()}, timeline
+    runs = [run_mini_step(config.model, config.prompt_len, response_lens, seed=config.seed, threads=config.threads)
+            for _ in range(max(1, config.repeats))]
+    return reduce_runs(runs, config.threads, config.statistic), runs[-1]
 
 
 def run_replay(profile: DeviceProfile, config: ReplayConfig | None = None) -> ReplayResult:

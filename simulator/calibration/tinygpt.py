@@ -36,9 +36,14 @@ class TinyGPTConfig:
 @dataclass(frozen=True)
 class StageRecord:
     stage: str
-    start_s: float   # wall clock, from the start of the step
+    start_s: float   # wall clock, from the start of the step (the first piece of generation)
     end_s: float
     cpu_s: float     # process CPU time of the stage (excludes time other processes held the core)
+    # The stage split into its natural pieces (prefill and each decode step; each sequence's forward;
+    # each sequence's forward + backward, then the optimizer step), a few ms each: the same work in
+    # the same order every run, so repeated runs can be compared piece by piece (replay.py).
+    segments_cpu_s: tuple[float, ...] = ()
+    segments_wall_s: tuple[float, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -101,7 +106,23 @@ def build_model(config: TinyGPTConfig, seed: int) -> Any:
     return model.to(dtype=getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[config.dtype]))
 
 
-def _generate(torch: Any, model: Any, config: TinyGPTConfig, prompts: Any, targets: np.ndarray) -> list[Any]:
+class _Laps:
+    """Process CPU and wall time of consecutive pieces of work (`lap()` closes one)."""
+
+    def __init__(self) -> None:
+        self.cpu_s: list[float] = []
+        self.wall_s: list[float] = []
+        self._cpu, self._wall = time.process_time(), time.perf_counter()
+
+    def lap(self) -> None:
+        cpu, wall = time.process_time(), time.perf_counter()
+        self.cpu_s.append(cpu - self._cpu)
+        self.wall_s.append(wall - self._wall)
+        self._cpu, self._wall = cpu, wall
+
+
+def _generate(torch: Any, model: Any, config: TinyGPTConfig, prompts: Any, targets: np.ndarray,
+              laps: _Laps) -> list[Any]:
     """Greedy generation; sequence i stops after targets[i] tokens. Returns each full sequence."""
     b, p = prompts.shape
     r_max = int(targets.max())
@@ -114,6 +135,7 @@ def _generate(torch: Any, model: Any, config: TinyGPTConfig, prompts: Any, targe
     # Prefill: the whole prompt batch, yielding each sequence's first token.
     nxt = model(prompts, caches, 0)[:, -1].argmax(-1)
     out[:, 0] = nxt
+    laps.lap()
     for step in range(1, r_max):
         keep = remaining[active] > step
         if not bool(keep.all()):  # finished sequences leave the batch (their KV rows are dropped)
@@ -123,6 +145,7 @@ def _generate(torch: Any, model: Any, config: TinyGPTConfig, prompts: Any, targe
                 break
         nxt = model(nxt[:, None], caches, p + step - 1)[:, -1].argmax(-1)
         out[active, step] = nxt
+        laps.lap()
     return [torch.cat([prompts[i], out[i, : int(targets[i])]]) for i in range(b)]
 
 
@@ -146,22 +169,25 @@ def run_mini_step(config: TinyGPTConfig, prompt_len: int, response_lens: np.ndar
     prompts = torch.randint(0, config.vocab, (len(response_lens), prompt_len), generator=gen)
     advantages = torch.randn(len(response_lens), generator=gen)
     records: list[StageRecord] = []
-    t0 = time.perf_counter()
-    cpu = [time.process_time()]
+    laps = _Laps()  # pieces are contiguous: a stage starts where the pieces before it end
 
-    def stamp(stage: str, start: float) -> float:
-        end, cpu_end = time.perf_counter(), time.process_time()
-        records.append(StageRecord(stage, start - t0, end - t0, cpu_end - cpu[0]))
-        cpu[0] = cpu_end
-        return end
+    def stamp(stage: str) -> None:
+        """Close the stage's last piece and record the stage as the pieces since the previous one."""
+        laps.lap()
+        first = sum(len(r.segments_cpu_s) for r in records)
+        cpu, wall = tuple(laps.cpu_s[first:]), tuple(laps.wall_s[first:])
+        start = sum(laps.wall_s[:first])
+        records.append(StageRecord(stage, start, start + sum(wall), sum(cpu), cpu, wall))
 
-    start = time.perf_counter()
     with torch.inference_mode():
-        sequences = _generate(torch, policy, config, prompts, np.asarray(response_lens))
-    start = stamp("generate", start)
+        sequences = _generate(torch, policy, config, prompts, np.asarray(response_lens), laps)
+    stamp("generate")
     with torch.inference_mode():
-        ref_lp = [_log_probs(torch, reference, s, prompt_len) for s in sequences]
-    start = stamp("reference", start)
+        ref_lp = []
+        for s in sequences:
+            ref_lp.append(_log_probs(torch, reference, s, prompt_len))
+            laps.lap()
+    stamp("reference")
     # One sequence per micro-batch (no padding): a clipped-free policy gradient with a KL-style
     # penalty to the reference, then one optimizer step.
     sequences = [s.clone() for s in sequences]
@@ -171,6 +197,7 @@ def run_mini_step(config: TinyGPTConfig, prompt_len: int, response_lens: np.ndar
         lp = _log_probs(torch, policy, seq, prompt_len)
         loss = (-(advantages[i] * lp) + 0.01 * (lp - ref_lp[i]) ** 2).mean() / len(sequences)
         loss.backward()
+        laps.lap()
     optimizer.step()
-    stamp("train", start)
+    stamp("train")
     return records
