@@ -31,14 +31,13 @@ def preset_names(kind: str) -> list[str]:
     return sorted(p.stem for p in preset_dir(kind).glob("*.yaml"))
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read one YAML mapping; errors name the file."""
+def read_yaml(path: str | Path, *, what: str = "file", fix: str = "check the path") -> dict[str, Any]:
+    """Read one YAML mapping; errors name the file (and `fix` says how to get a good one)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
-        raise RlsimError(f"cannot read file: {exc.strerror}", source=str(path),
-                         fix="check the path") from None
+        raise RlsimError(f"cannot read {what}: {exc.strerror}", source=str(path), fix=fix) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

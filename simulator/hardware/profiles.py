@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import RlsimError
+from ..presets import read_yaml
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 PROFILE_SCHEMA = 1
@@ -153,16 +154,8 @@ def profile_from_mapping(mapping: Mapping[str, Any], source: str = "<profile map
 
 def load_profile(path: str | Path) -> DeviceProfile:
     """Read and validate a profile YAML."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RlsimError(f"cannot read device profile: {exc.strerror}", source=str(path),
-                         fix="check the path, or write one with `rlsim calibrate --out PATH`") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RlsimError(f"not valid YAML: {exc}", source=str(path)) from None
+    data = read_yaml(path, what="device profile",
+                     fix="check the path, or write one with `rlsim calibrate --out PATH`")
     return profile_from_mapping(data, source=str(path))
 
 
