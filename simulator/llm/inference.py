@@ -304,6 +304,13 @@ def series_time_s(lines: tuple[float, float, float, float, float], k: int) -> fl
     return _series(m0, m1, 0, split) + _series(c0, c1, split, k) + k * e
 
 
+def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> None:
+    """finish_s[seq_id] = time for outbox entries (time, seq_id, slot)."""
+    if entries:
+        ids = np.fromiter((e[1] for e in entries), np.int64, len(entries))
+        finish_s[ids] = np.fromiter((e[0] for e in entries), float, len(entries))
+
+
 # ---- one instance -----------------------------------------------------------------------------------
 _WAITING, _RUNNING, _DONE = 0, 1, 2
 
@@ -395,14 +402,16 @@ class RolloutEngine:
         self._process_until(now, inclusive=False)
         self._last_add = now
         first = len(self._id)
-        self._slot_of.update(zip(ids, range(first, first + len(ids)), strict=True))
-        self._id.extend(ids)
-        self._p.extend(p.tolist())
-        self._r.extend(r.tolist())
+        # Records fixed once added (_id, _p, _r, _arrival, _slot_of) are rebound, never mutated:
+        # copies share them (copy-on-write); the others are mutated in place and copied by copy().
+        self._slot_of = {**self._slot_of, **dict(zip(ids, range(first, first + len(ids)), strict=True))}
+        self._id = self._id + ids
+        self._p = self._p + p.tolist()
+        self._r = self._r + r.tolist()
+        self._arrival = self._arrival + [float(now)] * len(ids)
         self._g.extend(g.tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
-        self._arrival.extend([float(now)] * len(ids))
         self._epoch.extend([0] * len(ids))
         self._waiting.extend(range(first, first + len(ids)))
         self._event = None
@@ -417,15 +426,28 @@ class RolloutEngine:
 
     def advance_to(self, t: float) -> list[Finished]:
         """Run to time t; the sequences that finished by then, in finish order."""
-        self._process_until(t, inclusive=True)
-        out = []
-        while self._outbox and self._outbox[0][0] <= t:
-            time, seq_id, _ = self._outbox.popleft()
-            out.append(Finished(seq_id, time))
-        return out
+        return [Finished(seq_id, time) for time, seq_id, _ in self._drain(t)]
 
     def run(self) -> list[Finished]:
         return self.advance_to(math.inf)
+
+    def run_into(self, finish_s: np.ndarray) -> None:
+        """run(), writing each finished sequence's time at finish_s[seq_id] (no Finished records:
+        the schedules' hot path)."""
+        _scatter(self._drain(math.inf), finish_s)
+
+    def _drain(self, t: float) -> list[tuple[float, int, int]]:
+        """Run to time t; the outbox entries (time, seq_id, slot) finished by then, in order."""
+        self._process_until(t, inclusive=True)
+        outbox = self._outbox
+        if outbox and outbox[-1][0] <= t:  # all of it (the usual case)
+            out = list(outbox)
+            outbox.clear()
+            return out
+        out = []
+        while outbox and outbox[0][0] <= t:
+            out.append(outbox.popleft())
+        return out
 
     def interrupt(self, now: float) -> InterruptResult:
         """Stop at `now` (a weight sync): sequences finished by then, and every unfinished one with the
@@ -468,12 +490,12 @@ class RolloutEngine:
 
     def copy(self) -> RolloutEngine:
         """An independent engine in the same state (a checkpoint: advancing or interrupting the copy
-        leaves this one untouched). The step-cost object (caches only) is shared."""
+        leaves this one untouched). The step-cost object (caches only) and the records fixed once
+        added (rebound by add_many, never mutated) are shared."""
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
-        for name in ("_id", "_p", "_r", "_g", "_sadm", "_state", "_arrival", "_epoch", "_heap", "_stack"):
-            setattr(new, name, list(getattr(self, name)))
-        new._slot_of = dict(self._slot_of)
+        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack"):
+            setattr(new, name, getattr(self, name).copy())
         new._waiting = deque(self._waiting)
         new._outbox = deque(self._outbox)
         return new
@@ -532,34 +554,117 @@ class RolloutEngine:
         return self._state[slot] != _RUNNING or self._epoch[slot] != epoch
 
     def _process_until(self, t: float, inclusive: bool) -> None:
-        while True:
-            time, k = self._next_event()
-            if time > t or (time == t and not inclusive) or time == math.inf:
-                return
-            self._process(time, k)
+        self._run_events(t, inclusive)
 
     def _account_steps(self, k: int) -> None:
         self.generated_tokens += k * self._n
         self._S += k
         self._K += k * self._n
 
-    def _process(self, time: float, k: int) -> None:
-        if self._n:
-            self.busy_s += time - self.t
-            self._account_steps(k)
-        self.t = time
-        self._prefill = None
-        heap, state, epochs, step = self._heap, self._state, self._epoch, self._S
-        # Finishes (stale heap entries of preempted or interrupted sequences are dropped here).
-        while heap and (heap[0][0] <= step or state[heap[0][2]] != _RUNNING or epochs[heap[0][2]] != heap[0][3]):
-            _, _, slot, epoch = heapq.heappop(heap)
-            if state[slot] != _RUNNING or epochs[slot] != epoch:
-                continue
-            state[slot] = _DONE
-            self._n -= 1
-            self._K -= self._p[slot] + self._r[slot]
-            self._outbox.append((time, self._id[slot], slot))
-        # Preempt the newest until the next step fits (recompute: it re-prefills what it has).
+    def _run_events(self, t_stop: float, inclusive: bool, max_events: int = -1) -> tuple[int, float]:
+        """The event loop: _next_event then process, over and over, until the next event is after
+        ``t_stop`` (or at it, unless ``inclusive``), the engine is idle, or ``max_events`` events
+        were processed. Returns (events processed, time of the last one).
+
+        Hot path inlined (locals, no method call per event besides series_time_s): a rollout run
+        is ~one event per finished sequence. The arithmetic is _next_event's, decode_lines' and the
+        finish loop's, operation for operation, so results are bit-identical to the plain loop."""
+        cost = self.cost
+        lines_cache = cost._lines_cache
+        attn, kvs = cost.decode_attn_s_per_ctx, cost.kv_s_per_token
+        heap, state, epochs = self._heap, self._state, self._epoch
+        p_of, r_of, id_of = self._p, self._r, self._id
+        outbox, waiting = self._outbox, self._waiting
+        cap = self.capacity
+        pop = heapq.heappop
+        count, last = 0, -math.inf
+        while count != max_events:
+            event = self._event
+            if event is None:
+                n = self._n
+                if n == 0:
+                    event = self._next_event()
+                else:
+                    while True:  # drop stale heads (preempted or interrupted sequences)
+                        head = heap[0]
+                        slot = head[2]
+                        if state[slot] == _RUNNING and epochs[slot] == head[3]:
+                            break
+                        pop(heap)
+                    K = self._K
+                    k = head[0] - self._S
+                    room = (cap - K) // n  # steps the KV cache holds: k = min(k, max(0, room))
+                    if room < k:
+                        k = room if room > 0 else 0
+                    lines = self._lines
+                    if lines is None:  # StepCost.decode_lines(n, K), its per-n cache read here
+                        per_n = lines_cache.get(n)
+                        if per_n is None:
+                            lines = cost.decode_lines(n, K)
+                        else:
+                            lines = (per_n[0] + attn * K, per_n[3], per_n[1] + kvs * K, per_n[4], per_n[2])
+                        self._lines = lines
+                    if waiting and self._room_for_head():
+                        arrival = self._arrival[waiting[0]]
+                        k = min(k, 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1)
+                    # series_time_s(lines, k), inlined with _series (same operations, same order)
+                    if k <= 0:
+                        event = (self.t + 0.0, k)
+                    else:
+                        c0, c1, m0, m1, e = lines
+                        dc, dslope = c0 - m0, c1 - m1
+                        a0, a1, b0, b1 = m0, m1, c0, c1  # compute overtakes memory from `split` on
+                        if dslope == 0.0:
+                            split = 0 if dc >= 0 else k
+                        elif dslope > 0:
+                            split = min(k, max(0, math.ceil(-dc / dslope)))
+                        else:                            # memory overtakes compute
+                            split = min(k, max(0, math.floor(dc / -dslope) + 1))
+                            a0, a1, b0, b1 = c0, c1, m0, m1
+                        head_s = (split * a0 + a1 * (split * (split - 1) - 0) / 2.0) if split > 0 else 0.0
+                        tail_s = ((k - split) * b0 + b1 * (k * (k - 1) - split * (split - 1)) / 2.0
+                                  if k > split else 0.0)
+                        event = (self.t + (head_s + tail_s + k * e), k)
+            time, k = event
+            if time > t_stop or (time == t_stop and not inclusive) or time == math.inf:
+                self._event = event
+                break
+            # Process the event: k decode steps, then finishes, preemptions, admissions.
+            n, S, K = self._n, self._S, self._K
+            if n:
+                self.busy_s += time - self.t
+                self.generated_tokens += k * n
+                S += k
+                K += k * n
+                self._S = S
+            self.t = time
+            self._prefill = None
+            while heap:  # finishes (stale entries of preempted or interrupted sequences dropped)
+                head = heap[0]
+                slot = head[2]
+                live = state[slot] == _RUNNING and epochs[slot] == head[3]
+                if live and head[0] > S:
+                    break
+                pop(heap)
+                if live:
+                    state[slot] = _DONE
+                    n -= 1
+                    K -= p_of[slot] + r_of[slot]
+                    outbox.append((time, id_of[slot], slot))
+            self._n, self._K = n, K
+            if n and K + n > cap:
+                self._preempt()
+            if waiting:
+                self._admit()
+            self._lines = None
+            self._event = None
+            count += 1
+            last = time
+        return count, last
+
+    def _preempt(self) -> None:
+        """Preempt the newest until the next step fits (recompute: it re-prefills what it has)."""
+        state, epochs, step = self._state, self._epoch, self._S
         while self._n and self._K + self._n > self.capacity:
             slot, epoch = self._stack.pop()
             if state[slot] != _RUNNING or epochs[slot] != epoch:
@@ -572,10 +677,6 @@ class RolloutEngine:
             self._K -= self._p[slot] + g
             self._waiting.appendleft(slot)
             self.preemptions += 1
-        if self._waiting:
-            self._admit()
-        self._lines = None
-        self._event = None
 
     def _admit(self) -> None:
         waiting, p, g_of, arrival, state = self._waiting, self._p, self._g, self._arrival, self._state
@@ -603,11 +704,12 @@ class RolloutEngine:
         self.t = end
         self._prefill = (now, end, admitted)
         self.generated_tokens += len(admitted)
-        step, r, heap, stack, epochs = self._S, self._r, self._heap, self._stack, self._epoch
+        step, r, heap, stack, epochs, sadm = self._S, self._r, self._heap, self._stack, self._epoch, self._sadm
         order = self._order
+        entries = []
         for slot, g in admitted:
             g_of[slot] = g + 1  # prefill yields the first (next) token
-            self._sadm[slot] = step
+            sadm[slot] = step
             if g + 1 >= r[slot]:
                 state[slot] = _DONE
                 n -= 1
@@ -615,8 +717,16 @@ class RolloutEngine:
                 self._outbox.append((end, self._id[slot], slot))
                 continue
             order += 1
-            heapq.heappush(heap, (step + r[slot] - g - 1, order, slot, epochs[slot]))
+            entries.append((step + r[slot] - g - 1, order, slot, epochs[slot]))
             stack.append((slot, epochs[slot]))
+        # A large batch: one heapify instead of a push each (keys are unique (order), so pops come
+        # out the same); a few into a large heap: pushes (a heapify would cost the whole heap).
+        if len(entries) * 4 >= len(heap):
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            for entry in entries:
+                heapq.heappush(heap, entry)
         self._order = order
         self._n, self._K = n, kv
 
@@ -636,18 +746,22 @@ class ResumableRun:
         self._copies: list[RolloutEngine] = []
 
     def run(self) -> list[Finished]:
+        return [Finished(seq_id, time) for time, seq_id, _ in self._run()]
+
+    def run_into(self, finish_s: np.ndarray) -> None:
+        """run(), writing each finished sequence's time at finish_s[seq_id]."""
+        _scatter(self._run(), finish_s)
+
+    def _run(self) -> list[tuple[float, int, int]]:
         engine = self.engine
         self._keys, self._copies = [-math.inf], [engine.copy()]
-        count, every = 0, self.every
-        while True:   # engine.run(), event by event (the loop of _process_until)
-            t, k = engine._next_event()
-            if t == math.inf:
-                return engine.advance_to(math.inf)
-            engine._process(t, k)
-            count += 1
-            if count % every == 0:
-                self._keys.append(t)
-                self._copies.append(engine.copy())
+        every = self.every
+        while True:   # engine.run(), a copy after every `every` events
+            done, t = engine._run_events(math.inf, True, every)
+            if done < every:
+                return engine._drain(math.inf)
+            self._keys.append(t)
+            self._copies.append(engine.copy())
 
     def interrupt_at(self, now: float) -> InterruptResult:
         """``interrupt(now)`` of an engine that ran from the start to ``now`` (call after ``run``).

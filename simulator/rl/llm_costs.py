@@ -160,12 +160,10 @@ class LlmCosts:
         engine.add_many(range(n), prompts, responses, 0.0)
         finish = np.full(n, np.nan)
         if not self._interrupts:
-            for seq_id, t in engine.run():
-                finish[seq_id] = t
+            engine.run_into(finish)
             return RolloutOutcome(finish, np.zeros(n, np.int64), np.array([engine.busy_s]), flops=flops)
         run = ResumableRun(engine, every=ENGINE_CHECKPOINT_EVERY_EVENTS)
-        for seq_id, t in run.run():
-            finish[seq_id] = t
+        run.run_into(finish)
 
         def progress_at(stop_s: float) -> np.ndarray:
             out = np.where(finish <= stop_s, responses, 0).astype(float)

@@ -20,8 +20,9 @@ _DTYPES = {"sample": int, "round": int, "group": int, "version": int, "first_ver
 
 @dataclass
 class SampleStore:
-    cols: dict[str, list[np.ndarray]] = field(default_factory=lambda: {c: [] for c in SAMPLE_COLUMNS})
-    _flat: dict[str, np.ndarray] | None = None
+    # Column buffers with spare room, grown by doubling: appending a round costs its own size
+    # (amortized), not a re-concatenation of every earlier round. flat() returns views of [:n].
+    _buf: dict[str, np.ndarray] = field(default_factory=dict)
     n: int = 0
 
     def add(self, *, round_: np.ndarray, group: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray,
@@ -30,8 +31,7 @@ class SampleStore:
         """Add finished (or dropped) samples; returns their ids."""
         k = len(finish)
         ids = np.arange(self.n, self.n + k)
-        self.n += k
-        self._append(sample=ids, round=round_, group=group, prompt_len=prompt_len,
+        self._append(k, sample=ids, round=round_, group=group, prompt_len=prompt_len,
                      response_len=response_len, generated_tokens=generated_tokens, version=np.full(k, version), first_version=first_version,
                      start=np.full(k, float(start)), finish=finish, ready=ready,
                      consumed_iteration=np.full(k, -1), staleness=np.full(k, -1.0),
@@ -39,18 +39,28 @@ class SampleStore:
                      drop_reason=np.full(k, "", object) if drop_reason is None else drop_reason)
         return ids
 
-    def _append(self, **arrays: np.ndarray) -> None:
-        self._flat = None
+    def _append(self, k: int, **arrays: np.ndarray) -> None:
+        n, end = self.n, self.n + k
         for c in SAMPLE_COLUMNS:
-            self.cols[c].append(np.asarray(arrays[c]))
+            a = np.asarray(arrays[c])
+            buf = self._buf.get(c)
+            if buf is None:   # dtype as np.concatenate of the appended arrays would give
+                buf = np.empty(max(k, 16), a.dtype)
+            else:
+                dtype = np.result_type(buf.dtype, a.dtype)
+                if end > len(buf) or dtype != buf.dtype:
+                    grown = np.empty(max(end, 2 * len(buf)), dtype)
+                    grown[:n] = buf[:n]
+                    buf = grown
+            buf[n:end] = a
+            self._buf[c] = buf
+        self.n = end
 
     def flat(self) -> dict[str, np.ndarray]:
-        if self._flat is None:
-            if not self.cols["sample"]:
-                return {c: np.zeros(0, _DTYPES.get(c, float)) for c in SAMPLE_COLUMNS}
-            self._flat = {c: np.concatenate(v) for c, v in self.cols.items()}
-            self.cols = {c: [a] for c, a in self._flat.items()}
-        return self._flat
+        if not self._buf:
+            return {c: np.zeros(0, _DTYPES.get(c, float)) for c in SAMPLE_COLUMNS}
+        n = self.n
+        return {c: b[:n] for c, b in self._buf.items()}
 
     def consume(self, ids: np.ndarray, iteration: int) -> None:
         f = self.flat()
@@ -66,9 +76,6 @@ class SampleStore:
 
     def truncate(self, n: int) -> None:
         """Forget samples n.. (ids are positions: a failure rolls the store back to a step start)."""
-        f = self.flat()
-        self._flat = None
-        self.cols = {c: [a[:n]] for c, a in f.items()}
         self.n = min(self.n, n)
 
     def pending(self) -> np.ndarray:
