@@ -56,4 +56,5 @@ def format_table(results) -> str:
 
 
 def _num(x: float) -> str:
-    return f"{x:.4g}" if abs(x) < 1 else f"{x:.1f}"
+    """Four significant figures for small numbers (ratios, fractions), one decimal for large ones."""
+    return f"{x:.4g}" if abs(x) < 100 else f"{x:.1f}"
