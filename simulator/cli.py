@@ -8,6 +8,7 @@ import argparse
 import importlib
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from .errors import RlsimError
@@ -29,6 +30,13 @@ def add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True, overr
                             help="override a scenario key (repeatable), e.g. --set topology.nodes=16")
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
+
+
+def out_dir(text: str) -> str:
+    """argparse `type=` of an output folder: refuse an existing file before any simulation runs."""
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file; give a folder (new or existing)")
+    return text
 
 
 def print_json(document: Any) -> None:

@@ -41,25 +41,39 @@ def read_yaml(path: str | Path, *, what: str = "file", fix: str = "check the pat
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise RlsimError(f"not valid YAML: {exc}", source=str(path)) from None
+        raise RlsimError(f"not valid YAML: {_yaml_problem(exc)}", source=str(path),
+                         fix="correct the YAML syntax at that line") from None
     if not isinstance(data, dict):
         raise RlsimError("expected a YAML mapping at the top level", source=str(path))
     return data
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """'line 2, column 1: expected the node content, but found ...' (PyYAML's own text names a
+    '<unicode string>' instead of the file, and spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+def _singular(kind: str) -> str:
+    """'topologies' -> 'topology', 'workloads' -> 'workload' (for messages and field names)."""
+    return kind[:-3] + "y" if kind.endswith("ies") else kind.removesuffix("s")
+
+
 def resolve(kind: str, spec: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
     """A preset name, a file path or a mapping -> (mapping, source label for error messages)."""
     if isinstance(spec, dict):
-        return dict(spec), f"<{kind[:-1] if kind.endswith('s') else kind} mapping>"
+        return dict(spec), f"<{_singular(kind)} mapping>"
     text = str(spec)
     candidate = Path(text)
     if candidate.suffix in (".yaml", ".yml", ".json") or candidate.exists():
         if not candidate.exists():
-            raise RlsimError(f"file not found: {text}", source=text, fix="check the path")
+            raise RlsimError("file not found", source=text, fix="check the path")
         return read_yaml(candidate), str(candidate)
     builtin = preset_dir(kind) / f"{text}.yaml"
     if builtin.exists():
         return read_yaml(builtin), f"{kind}/{text}.yaml"
     names = ", ".join(preset_names(kind)) or "(none)"
-    raise RlsimError(f"unknown {kind[:-1].replace('ie', 'y')} preset {text!r}", field=kind[:-1],
+    raise RlsimError(f"unknown {_singular(kind)} preset {text!r}", field=_singular(kind),
                      fix=f"use one of: {names}, or a path to a YAML file")

@@ -435,7 +435,10 @@ class DaskExecutor:
                 cluster = LocalCluster(n_workers=max(1, self.jobs), threads_per_worker=1,
                                        processes=self.processes, dashboard_address=None)
                 client = Client(cluster)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, ValueError) and not self.address:
+                raise  # a LocalCluster fault is ours, not the user's
+            # distributed raises ValueError for a malformed address ('missing port number')
             raise RlsimError(f"cannot reach the Dask scheduler: {exc}", field="--scheduler",
                              fix="check the address (tcp://HOST:8786), or leave --scheduler out for a local cluster") \
                 from None

@@ -14,6 +14,9 @@ _SIZE = {
 _BW_BYTES = {"b/s": 1, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
              "kib/s": 2**10, "mib/s": 2**20, "gib/s": 2**30, "tib/s": 2**40}
 _BW_BITS = {"bps": 1 / 8, "kbps": 1e3 / 8, "mbps": 1e6 / 8, "gbps": 1e9 / 8, "tbps": 1e12 / 8}
+# SI prefixes of bit rates ('Gb/s') and compute rates ('TFLOPS').
+_BIT_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_FLOP_PREFIX = {**_BIT_PREFIX, "p": 1e15}
 _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 _NUM = r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?)"
 
@@ -30,14 +33,19 @@ def _split(value: object, field: str, source: str | None) -> tuple[float, str]:
     return float(m.group(1)), m.group(2)
 
 
+def _scaled(value: object, field: str, source: str | None, table: dict[str, float], key: str,
+            what: str, fix: str) -> float:
+    """value's number times table[key(unit)], or an RlsimError naming the unit and the fix."""
+    number, unit = _split(value, field, source)
+    factor = table.get(key(unit))
+    if factor is None:
+        raise RlsimError(f"unknown {what} unit {unit!r} in {value!r}", source=source, field=field, fix=fix)
+    return number * factor
+
+
 def parse_bytes(value: object, field: str = "size", source: str | None = None) -> float:
     """'80GB' -> 8e10, '1GiB' -> 2**30; a bare number is bytes."""
-    number, unit = _split(value, field, source)
-    factor = _SIZE.get(unit.lower())
-    if factor is None:
-        raise RlsimError(f"unknown size unit {unit!r} in {value!r}", source=source, field=field,
-                         fix="use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB")
-    return number * factor
+    return _scaled(value, field, source, _SIZE, str.lower, "size", "use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB")
 
 
 def parse_bandwidth(value: object, field: str = "bandwidth", source: str | None = None) -> float:
@@ -48,7 +56,7 @@ def parse_bandwidth(value: object, field: str = "bandwidth", source: str | None 
     # Case matters for b (bit) versus B (byte), so look at the raw unit first.
     if unit.endswith("b/s") and not unit.endswith("B/s"):
         prefix = unit[:-3].lower()
-        bits = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}.get(prefix)
+        bits = _BIT_PREFIX.get(prefix)
         if bits is not None:
             return number * bits / 8
     low = unit.lower()
@@ -62,20 +70,11 @@ def parse_bandwidth(value: object, field: str = "bandwidth", source: str | None 
 
 def parse_seconds(value: object, field: str = "time", source: str | None = None) -> float:
     """'2us' -> 2e-6; a bare number is seconds."""
-    number, unit = _split(value, field, source)
-    factor = _TIME.get(unit)
-    if factor is None:
-        raise RlsimError(f"unknown time unit {unit!r} in {value!r}", source=source, field=field,
-                         fix="use s, ms, us or ns")
-    return number * factor
+    return _scaled(value, field, source, _TIME, str, "time", "use s, ms, us or ns")
 
 
 def parse_flops(value: object, field: str = "flops", source: str | None = None) -> float:
     """'989TFLOPS' or '989T' -> 9.89e14 FLOP/s; a bare number is FLOP/s."""
-    number, unit = _split(value, field, source)
-    low = unit.lower().removesuffix("/s").removesuffix("flops").removesuffix("ops")
-    factor = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}.get(low)
-    if factor is None:
-        raise RlsimError(f"unknown compute unit {unit!r} in {value!r}", source=source, field=field,
-                         fix="use TFLOPS, PFLOPS or a plain number of FLOP/s")
-    return number * factor
+    return _scaled(value, field, source, _FLOP_PREFIX,
+                   lambda unit: unit.lower().removesuffix("/s").removesuffix("flops").removesuffix("ops"),
+                   "compute", "use TFLOPS, PFLOPS or a plain number of FLOP/s")

@@ -71,3 +71,12 @@ def test_comm_bad_input_exits_2_without_traceback(capsys, argv):
 def test_comm_unknown_topology_exits_2(capsys):
     assert main(["comm", "--topology", "nowhere", "--op", "p2p", "--bytes", "1", "--group", "0,1"]) == 2
     assert "unknown topology preset" in capsys.readouterr().err
+
+
+def test_out_naming_a_file_is_refused_before_any_work(tmp_path, capsys):
+    afile = tmp_path / "taken"
+    afile.write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--out", str(afile)])
+    assert exit_info.value.code == 2
+    assert "is a file; give a folder" in capsys.readouterr().err

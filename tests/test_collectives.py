@@ -173,3 +173,12 @@ def test_signature_cache_across_domains_returns_what_a_fresh_model_computes():
                 fresh = CollectiveModel(topo).cost(op, group, 2.0**26)
                 assert (got.time_s, got.algorithm) == (fresh.time_s, fresh.algorithm), (op, group)
     assert hits > 10
+
+
+def test_direct_algorithm_is_offered_only_up_to_direct_max_devices():
+    # 910B servers are an 8-NPU HCCS full mesh: direct wins a 1 GiB all-reduce there unless the
+    # `collectives: {direct_max_devices: N}` cap (N < 8) takes it off the table.
+    ranks = list(range(8))
+    assert CollectiveModel(load_topology("ascend-910b")).cost("all_reduce", ranks, 2.0**30).algorithm == "direct"
+    capped = load_topology({"preset": "ascend-910b", "collectives": {"direct_max_devices": 4}})
+    assert CollectiveModel(capped).cost("all_reduce", ranks, 2.0**30).algorithm != "direct"

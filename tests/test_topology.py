@@ -137,3 +137,14 @@ def test_unknown_preset_and_bad_rank():
     t = load_topology("dgx-h100")
     with pytest.raises(RlsimError, match="out of range"):
         t.node_of(8)
+
+
+def test_unknown_preset_names_the_singular_field_and_bad_yaml_names_the_line(tmp_path):
+    with pytest.raises(RlsimError) as err:
+        load_topology("no-such-topology")
+    assert err.value.field == "topology" and "dgx-h100" in err.value.fix
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\n nodes: 2\n")
+    with pytest.raises(RlsimError, match=r"not valid YAML: line 2, column 7") as err:
+        load_topology(str(path))
+    assert err.value.source == str(path) and "\n" not in str(err.value)

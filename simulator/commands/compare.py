@@ -14,11 +14,12 @@ EXAMPLES = """examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import out_dir
     add_scenario_arguments(parser)
     parser.add_argument("--schedules", default="colocated,disaggregated,stalesync",
                         help="comma-separated schedule kinds (default: colocated,disaggregated,stalesync)")
     # --- report hook (issue 5) ---
-    parser.add_argument("--out", help="write each schedule's data (a folder per schedule), plots and report.html here")
+    parser.add_argument("--out", type=out_dir, help="write each schedule's data (a folder per schedule), plots and report.html here")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,9 +23,10 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import out_dir
     add_scenario_arguments(parser)
     parser.add_argument("--schedule", help="colocated | disaggregated | one-step-off | stalesync | async")
-    parser.add_argument("--out", help="write scenario.yaml, summary.json, CSVs and trace.json here")
+    parser.add_argument("--out", type=out_dir, help="write scenario.yaml, summary.json, CSVs and trace.json here")
 
 
 def scenario_keywords(args: argparse.Namespace) -> dict:

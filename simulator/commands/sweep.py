@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local process pool (default) or Dask distributed")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="Dask scheduler address (default: start a LocalCluster)")
-    parser.add_argument("--out", type=Path, help="folder for the results file, plots and report.html")
+    parser.add_argument("--out", type=lambda text: Path(cli.out_dir(text)), help="folder for the results file, plots and report.html")
     parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="results file format")
     parser.add_argument("--target-tokens-per-s", type=float, help="capacity target: at least this many tokens/s")
     parser.add_argument("--target-step-time-s", type=float, help="capacity target: at most this step time (s)")

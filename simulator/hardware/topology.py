@@ -41,6 +41,9 @@ DEFAULT_SCALEOUT_LATENCY_S = 1.0e-6  # per hop; NIC + switch, ~2 us GPU-to-GPU a
 DEFAULT_HOST_EFFICIENCY = 0.85  # PCIe payload efficiency after TLP headers (PCI-SIG, ~85% for 256 B payloads)
 DEFAULT_HOST_LATENCY_S = 1.0e-6  # one PCIe round of DMA setup
 DEFAULT_NODES_PER_LEAF = 32  # a 64-port NDR leaf (Quantum-2 QM9700): 32 ports down, 32 up, non-blocking
+# Routing weight, not a physical figure: a path costs its latency plus the time to move 1 GB, so
+# wider links win over fewer hops.
+_ROUTE_PROBE_BYTES = 1e9
 
 
 @dataclass(frozen=True)
@@ -251,10 +254,11 @@ class Topology:
 
     def _shortest(self, u: str, v: str) -> list[Edge]:
         if self._cost_graph is None:
-            # Prefer fast, short paths: cost = latency + 1 byte-time-per-GB, so bandwidth dominates.
+            # Prefer fast, short paths: cost = latency + the time to move _ROUTE_PROBE_BYTES, so
+            # bandwidth dominates.
             self._cost_graph = nx.DiGraph()
             self._cost_graph.add_weighted_edges_from(
-                (a, b, d["latency_s"] + 1e9 / (d["bw_Bps"] * d["efficiency"]))
+                (a, b, d["latency_s"] + _ROUTE_PROBE_BYTES / (d["bw_Bps"] * d["efficiency"]))
                 for a, b, d in self.graph.edges(data=True))
         try:
             nodes = nx.dijkstra_path(self._cost_graph, u, v)

@@ -48,6 +48,9 @@ class CollectiveParams:
     # All-to-all routes every pair exactly up to this group size; above it, per-device injection
     # bounds are used (n^2 paths would dominate run time).
     exact_all_to_all_max_devices: int = 128
+    # The direct (full-mesh) algorithm is offered only up to this group size: checking that every
+    # pair has its own link is n^2, and full meshes of devices stay small (8-GPU boards, HCCS).
+    direct_max_devices: int = 64
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str | None = None) -> CollectiveParams:
@@ -360,7 +363,7 @@ class CollectiveModel:
 
     def _fully_linked(self, group: list[int]) -> bool:
         g, ids = self.topology.graph, self.topology.devices
-        return len(group) <= 64 and all(g.has_edge(ids[a], ids[b]) for a in group for b in group if a != b)
+        return len(group) <= self.params.direct_max_devices and all(g.has_edge(ids[a], ids[b]) for a in group for b in group if a != b)
 
 
 def parse_group(topology: Topology, spec: str) -> list[int]:

@@ -50,7 +50,7 @@ def _category(state: str, cause: str) -> str:
 def _category_color(category: str, categories: Sequence[str]) -> Any:
     if category.startswith("idle: "):
         cause = category[len("idle: "):]
-        return _color(CAUSE_COLORS, "" if cause == "other" else cause, [c for c in categories])
+        return _color(CAUSE_COLORS, "" if cause == "other" else cause, list(categories))
     return _color(STATE_COLORS, category, list(categories))
 
 
@@ -71,9 +71,10 @@ def device_classes(timeline: pd.DataFrame) -> list[tuple[str, int, int]]:
     for pool in sorted(frame["pool"].unique(), key=str):
         rows = frame[frame["pool"] == pool]
         starts = rows["rank_start"].to_numpy(int)
-        bounds = np.unique(np.concatenate([starts, starts + rows["rank_count"].to_numpy(int)]))
+        ends = starts + rows["rank_count"].to_numpy(int)
+        bounds = np.unique(np.concatenate([starts, ends]))
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            covered = ((starts <= a) & (starts + rows["rank_count"].to_numpy(int) >= b)).any()
+            covered = ((starts <= a) & (ends >= b)).any()
             if covered:
                 out.append((pool, int(a), int(b)))
     return out

@@ -18,10 +18,10 @@ def chrome_trace(timeline: pd.DataFrame, summary: dict[str, Any] | None = None) 
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pool}})
     tracks = timeline[["pool", "rank_start", "rank_count"]].drop_duplicates().sort_values(["pool", "rank_start"])
     tid_of: dict[tuple, int] = {}
+    tracks_in_pool: dict[str, int] = {}  # tids count from 1 within each pool
     for pool, start, count in tracks.itertuples(index=False):
-        key = (pool, int(start), int(count))
-        tid = len([k for k in tid_of if k[0] == pool]) + 1
-        tid_of[key] = tid
+        tid = tracks_in_pool.get(pool, 0) + 1
+        tracks_in_pool[pool] = tid_of[(pool, int(start), int(count))] = tid
         name = f"devices {start}" if count == 1 else f"devices {start}-{start + count - 1}"
         events.append({"ph": "M", "name": "thread_name", "pid": pid_of[pool], "tid": tid, "args": {"name": name}})
     for row in timeline.itertuples(index=False):
