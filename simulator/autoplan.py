@@ -25,6 +25,7 @@ from .planner import (
     planner_settings,
     replan_on_failure,
 )
+from .planner.replan import survivors_after
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
 
@@ -124,3 +125,17 @@ class PlannerReplanner:
                                params=self.settings.params, recovery=self.recovery, current=choice)
         lay = {k: v for k, v in rp.layout.items() if k != "dp"}
         return ReplanOutcome(list(rp.survivors), lay, rp.planning_cost_s)
+
+    def on_rollout_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any]) -> ReplanOutcome:
+        """Split pools: the rollout pool keeps its instance layout (TP, EP, max_num_seqs: engines are
+        restarted, not resharded); the planner re-judges it on the survivors (plan_rollout with that
+        layout only), which is the planning cost counted."""
+        alive = survivors_after(self.topology, pool_ranks, failed, self.recovery.drop_whole_node)
+        lay = self.sc.workload.rollout_layout
+        lay = lay if isinstance(lay, dict) else {}
+        fixed = {k: [int(lay[k])] for k in ("tp", "ep", "max_num_seqs") if k in lay}
+        p_med, r_med, _ = _lengths(self.sc)
+        space = self.settings.rollout.model_copy(update={"prompt_len": p_med, "response_len": r_med, **fixed})
+        plan = plan_rollout(self.model, self.topology, ranks=alive, space=space, params=self.settings.params, top=1)
+        return ReplanOutcome(list(alive), None, plan.planning_cost_s)
+

@@ -24,12 +24,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"rlsim: error: {message}\n")
 
 
-def add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True, overrides: bool = True) -> None:
+def add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True, overrides: bool = True,
+               set_help: str = "override a scenario key (repeatable), e.g. --set topology.nodes=16") -> None:
     if overrides:
         parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                            help="override a scenario key (repeatable), e.g. --set topology.nodes=16")
+                            help=set_help)
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (so 0 is refused as such, not taken as 'missing')."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def out_dir(text: str) -> str:
@@ -78,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2): return the code, for callers of main()
+        return int(exc.code or 0)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 0

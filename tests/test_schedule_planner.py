@@ -123,7 +123,7 @@ def test_checkpoint_recovery_loses_back_to_the_checkpoint(base):
         {k: 128 for k in range(4)}
 
 
-@pytest.mark.parametrize("schedule", ["disaggregated", "stalesync", "async"])
+@pytest.mark.parametrize("schedule", ["one-step-off", "stalesync", "async"])
 def test_failures_on_other_schedules_are_a_clear_error(schedule):
     with pytest.raises(RlsimError, match="schedule.failures"):
         simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule=schedule, iterations=2, overrides=FAIL)
@@ -133,3 +133,113 @@ def test_failure_outside_the_pool_is_an_error():
     with pytest.raises(RlsimError, match="node"):
         simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="colocated", iterations=2,
                            overrides=["schedule.failures=[{at_s: 10, fail: 'node:9'}]"])
+
+
+# ---- re-plan neighbourhood: TP / CP / EP kept, recompute free (docs/planner.md) ------------------------
+def test_replan_keeps_tp_cp_ep_and_frees_recompute_when_faster():
+    """The failure scenario's re-plan moves recompute full -> none: allowed (no process group, no
+    checkpoint change) and chosen because it is faster on the survivors than keeping full."""
+    from simulator.autoplan import train_batch
+    from simulator.hardware.topology import load_topology
+    from simulator.llm.architecture import load_model
+    from simulator.planner import TrainChoice, replan_on_failure
+    from simulator.planner.search import neighbourhood
+    from simulator.scenario import load_scenario
+
+    sc = load_scenario(None, workload=WORKLOAD, topology=TOPO, schedule="colocated")
+    topo, model = load_topology(TOPO), load_model(sc.workload.model)
+    batch, row = train_batch(sc)
+    cur = TrainChoice(tp=2, pp=1, vpp=1, dp=16, ep=1, cp=1, zero=1, recompute="full", micro_batch=1)
+    free = replan_on_failure(model, topo, batch, row, failed=[8], ranks=range(32), current=cur)
+    fixed = replan_on_failure(model, topo, batch, row, failed=[8], ranks=range(32), current=cur,
+                              space=neighbourhood(cur, model).model_copy(update={"recompute": ["full"]}))
+    best = free.plan.best
+    assert (best.choice.tp, best.choice.cp, best.choice.ep) == (2, 1, 1)
+    assert best.choice.recompute == "none"
+    assert best.evaluation.step_time_s < fixed.plan.best.evaluation.step_time_s
+
+
+def test_colocated_failure_replan_matches_the_documented_neighbourhood(failed):
+    (f,) = failed.summary["failures"]
+    lay = f["train_layout_after"]
+    assert (lay["tp"], lay["cp"], lay["ep"]) == (2, 1, 1)
+    assert lay["recompute"] in ("none", "selective", "full")
+
+
+# ---- disaggregated failures ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dis_base():
+    return simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="disaggregated", iterations=4)
+
+
+def _dis(at_s: float, spec: str, *extra: str):
+    return simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="disaggregated", iterations=4,
+                              overrides=[f"schedule.failures=[{{at_s: {at_s}, fail: '{spec}'}}]", *extra])
+
+
+def _check_invariants(r):
+    s = r.summary
+    assert np.allclose(per_device_time(r.timeline, s["devices"]), s["makespan_s"])
+    samples = r.samples
+    consumed = samples[samples.consumed_iteration >= 0]
+    assert consumed.consumed_iteration.value_counts().sort_index().to_dict() == {k: 128 for k in range(4)}
+    assert (consumed.groupby(["round", "group"]).size() == 4).all()
+    assert len(samples) == len(consumed) + int(samples.dropped.sum())
+    assert s["bubbles_by_cause"]["failure"] > 0
+
+
+def test_disaggregated_rollout_failure_loses_the_round_in_flight(dis_base):
+    """Pools 16/16 (rollout ranks 0-15): node 1 fails while round 1 is generating; the round is lost
+    back to its start (the end of iteration 0) on the rollout pool only, then re-planned on 8 devices."""
+    ends = [it["end"] for it in dis_base.record.iterations]
+    t_f = ends[0] + 0.5 * (dis_base.record.iterations[1]["start"] - ends[0])
+    r = _dis(t_f, "node:1")
+    _check_invariants(r)
+    (f,) = r.summary["failures"]
+    assert f["pools"] == ["rollout"] and f["iteration"] == 1 and f["devices_after"] == 24
+    assert f["lost_s"] == pytest.approx(t_f - ends[0])
+    tl = r.timeline
+    lost = tl[tl.state == "lost"]
+    assert set(lost["pool"]) == {"rollout"}
+    assert ((lost.end - lost.start) * lost.rank_count).sum() == pytest.approx(f["lost_s"] * 16)
+    gone = tl[tl.state == "failed"]
+    assert sorted(x for a, n in zip(gone.rank_start, gone.rank_count, strict=True) for x in range(a, a + n)) \
+        == list(range(8, 16))
+    assert np.allclose(gone.start, t_f)
+    replan = tl[(tl.state == "replan")]
+    assert set(replan["pool"]) == {"rollout"} and np.allclose(replan.end - replan.start, f["replan_s"])
+    assert f["replan_s"] > 0
+    assert r.summary["makespan_s"] > dis_base.summary["makespan_s"]
+
+
+def test_disaggregated_training_failure_loses_the_step_in_flight(dis_base):
+    it1 = dis_base.record.iterations[1]
+    t_f = it1["start"] + 0.5 * (it1["end"] - it1["start"])      # training step 1 in flight
+    r = _dis(t_f, "node:3")
+    _check_invariants(r)
+    (f,) = r.summary["failures"]
+    assert f["pools"] == ["train"] and f["iteration"] == 1
+    assert f["lost_s"] == pytest.approx(t_f - it1["start"])
+    tl = r.timeline
+    lost = tl[tl.state == "lost"]
+    assert set(lost["pool"]) == {"train"}
+    assert ((lost.end - lost.start) * lost.rank_count).sum() == pytest.approx(f["lost_s"] * 16)
+    assert np.allclose(tl[tl.state == "restart"].end - tl[tl.state == "restart"].start, 120.0)
+    later = tl[(tl.start >= t_f) & tl.state.isin(["train", "forward"])]
+    assert not any(a < 32 and a + n > 24 for a, n in zip(later.rank_start, later.rank_count, strict=True))
+
+
+def test_disaggregated_training_failure_with_checkpoint_loses_both_pools_since_it(dis_base):
+    its = dis_base.record.iterations
+    t_f = its[1]["start"] + 0.5 * (its[1]["end"] - its[1]["start"])
+    r = _dis(t_f, "node:3", "schedule.recovery.lose_to=checkpoint", "schedule.recovery.checkpoint_every_steps=2")
+    _check_invariants(r)
+    (f,) = r.summary["failures"]
+    assert f["iteration"] == 0 and f["lost_s"] == pytest.approx(t_f - its[0]["start"])
+    lost = r.timeline[r.timeline.state == "lost"]
+    assert set(lost["pool"]) == {"train", "rollout"}      # round 1 was generated with the lost weights
+
+
+def test_disaggregated_failure_is_deterministic():
+    a, b = _dis(100.0, "node:1"), _dis(100.0, "node:1")
+    assert a.summary == b.summary and a.timeline.equals(b.timeline)

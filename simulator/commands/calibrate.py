@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run a mini RL step of a tiny GPT and compare it with the simulator (cpu only)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                         help=f"torch threads (default {DEFAULT_THREADS}: repeatable on a shared machine)")
-    add_common(parser)
+    add_common(parser, set_help="override a calibration setting (repeatable), e.g. --set microbench.dtypes=[fp32] "
+                                "or --set replay.repeats=3 (see docs/calibration.md)")
 
 
 def _split_overrides(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:

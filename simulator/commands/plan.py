@@ -25,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", nargs="?", help="scenario YAML (topology and workload defaults)")
     parser.add_argument("--topology", help=f"topology preset or file (default: the scenario's, else {_DEFAULT_TOPOLOGY})")
     parser.add_argument("--model", help="model preset or config.json (default: the scenario's workload model)")
-    parser.add_argument("--global-batch", type=int, help="sequences per optimizer step (default: the scenario's)")
-    parser.add_argument("--seq-len", type=int, help="tokens per sequence (default: prompt max + response max)")
+    parser.add_argument("--global-batch", type=cli.positive_int, help="sequences per optimizer step (default: the scenario's)")
+    parser.add_argument("--seq-len", type=cli.positive_int, help="tokens per sequence (default: prompt max + response max)")
     parser.add_argument("--stage", choices=("train", "rollout"), default="train")
     parser.add_argument("--target-tokens-per-s", type=float,
                         help="find the fewest nodes reaching this throughput (tokens trained or generated per s)")

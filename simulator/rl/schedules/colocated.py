@@ -38,6 +38,32 @@ def _record_round(ctx: Context, clock: GroupClock, ends: np.ndarray, t0: float, 
                        label=f"round {k}")
 
 
+def _train_and_sync(ctx: Context, k: int, clock: GroupClock | MultiClock, aux: GroupClock | None, sync_to,
+                    *, wait_ready: bool = False):
+    """The training half of a colocated step on ``clock``: wait for the batch's rewards
+    (``dependency``), drop stale samples, switch to training, train, reshard the weights to the
+    inference layout on ``sync_to``. A simpy process body. ``wait_ready``: the StaleSync step
+    advances simulated time to the batch's ready time before switching (the sync step's process
+    is still at the round start and jumps straight to the end of the switch)."""
+    env = ctx.env
+    t_ready, ids = ctx.ready_time(k, True)
+    if math.isinf(t_ready):
+        raise AssertionError("colocated round produced fewer samples than the batch")
+    clock.idle("dependency", t_ready, k, label="reward")
+    if wait_ready:
+        yield env.timeout(max(0.0, t_ready - env.now))
+    ctx.drop_stale(k)
+    _switch(ctx, clock, "train", k)
+    yield env.timeout(clock.cursor - env.now)
+    if aux:
+        aux.idle("dependency", env.now, k)
+    yield from ctx.train_step(k, ids, clock, aux)
+    sync_s = ctx.costs.weight_sync_s(clock.ranks, sync_to)
+    clock.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
+    ctx.add_stage_time("weight_sync", sync_s)
+    yield env.timeout(sync_s)
+
+
 def run(ctx: Context) -> float:
     env = ctx.env
     actor = ctx.pools["actor"]
@@ -84,20 +110,7 @@ def run(ctx: Context) -> float:
             round_end = float(ends.max())
             ctx.add_stage_time("generate", round_end - t0)
             _record_round(ctx, G, ends, t0, round_end, k)
-            t_ready, ids = ctx.ready_time(k, True)
-            if math.isinf(t_ready):
-                raise AssertionError("colocated round produced fewer samples than the batch")
-            G.idle("dependency", t_ready, k, label="reward")
-            ctx.drop_stale(k)
-            _switch(ctx, G, "train", k)
-            yield env.timeout(G.cursor - env.now)
-            if A:
-                A.idle("dependency", env.now, k)
-            yield from ctx.train_step(k, ids, G, A)
-            sync_s = ctx.costs.weight_sync_s(G.ranks, G.ranks)
-            G.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
-            ctx.add_stage_time("weight_sync", sync_s)
-            yield env.timeout(sync_s)
+            yield from _train_and_sync(ctx, k, G, A, G.ranks)
         if A:
             A.idle("dependency", env.now, k)
         version = k + 1
@@ -130,19 +143,7 @@ def run(ctx: Context) -> float:
         T.per_instance("generate", np.array(t_ends) - t_split, tail_end, d, k, "long_tail", label="tail")
         ctx.add_stage_time("tail_generate", tail_end - t_split)
         # the rest train on the ready samples
-        t_ready, ids = ctx.ready_time(k, True)
-        R.idle("dependency", t_ready, k, label="reward")
-        yield env.timeout(max(0.0, t_ready - env.now))
-        ctx.drop_stale(k)
-        _switch(ctx, R, "train", k)
-        yield env.timeout(R.cursor - env.now)
-        if A:
-            A.idle("dependency", env.now, k)
-        yield from ctx.train_step(k, ids, R, A)
-        sync_s = ctx.costs.weight_sync_s(R.ranks, G.ranks)
-        R.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
-        ctx.add_stage_time("weight_sync", sync_s)
-        yield env.timeout(sync_s)
+        yield from _train_and_sync(ctx, k, R, A, G.ranks, wait_ready=True)
         barrier = max(env.now, tail_end)
         R.idle("long_tail", barrier, k)
         T.idle("dependency", barrier, k)

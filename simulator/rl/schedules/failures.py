@@ -35,6 +35,9 @@ class ReplanOutcome:
 class Replanner(Protocol):
     def ranks_of(self, spec: str) -> list[int]: ...
     def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any]) -> ReplanOutcome: ...
+    # split pools: the rollout pool keeps its instance layout (TP, EP); the answer's survivors and cost count
+    def on_rollout_failure(self, pool_ranks: list[int], failed: list[int],
+                           current: dict[str, Any]) -> ReplanOutcome: ...
 
 
 @dataclass
@@ -61,6 +64,9 @@ class SameLayoutReplanner:
             bad |= {r for r in pool_ranks if r // self.devices_per_node in nodes}
         return ReplanOutcome([r for r in pool_ranks if r not in bad], None, self.cost_s)
 
+    def on_rollout_failure(self, pool_ranks, failed, current) -> ReplanOutcome:
+        return self.on_failure(pool_ranks, failed, current)
+
 
 @dataclass
 class Snapshot:
@@ -72,6 +78,7 @@ class Snapshot:
     iterations: int
     counters: dict[str, Any] = field(default_factory=dict)
     extra: Any = None
+    store: Any = None          # a copy of the SampleStore (split pools: restores consumed samples too)
 
 
 _COUNTERS = ("flops", "gen_flops", "generated_tokens", "stage_time_s", "rollout", "switch_bytes",
@@ -82,20 +89,21 @@ def check_supported(ctx: Context) -> None:
     sched = ctx.sched
     if not sched.failures:
         return
-    if sched.effective_placement != "colocated" or ctx.s > 0 or sched.kind != "colocated":
-        raise RlsimError(f"schedule.failures is modelled for the colocated sync schedule only, not kind "
-                         f"{sched.kind!r} ({sched.effective_placement} placement)", source=ctx.scenario.source,
-                         field="schedule.failures",
-                         fix="use schedule.kind: colocated, or drop schedule.failures "
-                             "(split pools / StaleSync failures are not modelled yet)")
+    if ctx.s > 0 or sched.kind not in ("colocated", "disaggregated"):
+        raise RlsimError(f"schedule.failures is modelled for the sync schedules only (colocated, disaggregated), "
+                         f"not kind {sched.kind!r} ({sched.effective_placement} placement, staleness {ctx.s})",
+                         source=ctx.scenario.source, field="schedule.failures",
+                         fix="use schedule.kind: colocated or disaggregated, or drop schedule.failures "
+                             "(one-step-off / async / StaleSync failures are not modelled yet)")
     if sched.overprovision > 0:
         raise RlsimError("schedule.failures with overprovision is not modelled", source=ctx.scenario.source,
                          field="schedule.overprovision", fix="set overprovision: 0")
 
 
-def snapshot(ctx: Context, k: int, extra: Any = None) -> Snapshot:
+def snapshot(ctx: Context, k: int, extra: Any = None, *, store: bool = False) -> Snapshot:
     return Snapshot(ctx.env.now, k, len(ctx.timeline.rows), ctx.store.n, len(ctx.iterations),
-                    {c: copy.deepcopy(getattr(ctx, c)) for c in _COUNTERS}, copy.deepcopy(extra))
+                    {c: copy.deepcopy(getattr(ctx, c)) for c in _COUNTERS}, copy.deepcopy(extra),
+                    copy.deepcopy(ctx.store) if store else None)
 
 
 def roll_back(ctx: Context, snap: Snapshot, t_fail: float) -> float:
@@ -109,6 +117,34 @@ def roll_back(ctx: Context, snap: Snapshot, t_fail: float) -> float:
         lost.append((pool, device, "lost", "failure", it, start, min(end, t_fail), state, r0, n))
     ctx.timeline.rows = rows[:snap.rows] + lost
     ctx.store.truncate(snap.samples)
+    del ctx.iterations[snap.iterations:]
+    for name, value in snap.counters.items():
+        setattr(ctx, name, copy.deepcopy(value))
+    ctx.lost_s += t_fail - snap.t
+    return t_fail - snap.t
+
+
+def roll_back_pools(ctx: Context, snap: Snapshot, t_fail: float, pools: set[str]) -> float:
+    """Split pools: undo what ``pools`` did after ``snap`` (their records from snap.t to t_fail become
+    ``lost``; records of other pools stay), restore the sample store copy (or truncate), the
+    iterations and the counters. Returns the lost seconds (t_fail - snap.t)."""
+    kept = []
+    for row in ctx.timeline.rows[snap.rows:]:
+        pool, device, state, cause, it, start, end, label, r0, n = row
+        if pool not in pools or end <= snap.t:
+            kept.append(row)
+            continue
+        if start >= t_fail:
+            continue
+        if start < snap.t:      # recorded late (an idle gap closed at the snapshot's time): keep its head
+            kept.append((pool, device, state, cause, it, start, snap.t, label, r0, n))
+            start = snap.t
+        kept.append((pool, device, "lost", "failure", it, start, min(end, t_fail), state, r0, n))
+    ctx.timeline.rows = ctx.timeline.rows[:snap.rows] + kept
+    if snap.store is not None:
+        ctx.store = copy.deepcopy(snap.store)
+    else:
+        ctx.store.truncate(snap.samples)
     del ctx.iterations[snap.iterations:]
     for name, value in snap.counters.items():
         setattr(ctx, name, copy.deepcopy(value))
