@@ -219,3 +219,22 @@ def test_core_import_does_not_import_torch() -> None:
             "simulator.calibration.fitting, simulator.commands.calibrate; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_collective_fit_recovers_a_protocol_switch_and_keeps_one_regime_when_enough() -> None:
+    """Synthetic ring all-reduce times (n = 2: 2 steps, bus factor 1): a switch at 128 KiB from
+    (100 us, 0.5 GB/s) to (20 us, 1.5 GB/s) is recovered; a single line stays one regime."""
+    sizes = [2**k for k in range(12, 25, 2)]
+
+    def ring(lat: float, bw: float, s: int) -> float:
+        return 2 * lat + s / bw
+
+    switched = [ring(100e-6, 0.5e9, s) if s < 2**17 else ring(20e-6, 1.5e9, s) for s in sizes]
+    fit = fit_collective([CollectiveSample("all_reduce", 2, s, t) for s, t in zip(sizes, switched, strict=True)],
+                         "gloo")
+    assert fit.max_fit_error < 1e-9 and 2**16 < fit.large_from_bytes < 2**18
+    assert fit.latency_s == pytest.approx(100e-6) and fit.bw_Bps == pytest.approx(1.5e9)
+    line = [ring(50e-6, 1e9, s) for s in sizes]
+    one = fit_collective([CollectiveSample("all_reduce", 2, s, t) for s, t in zip(sizes, line, strict=True)], "gloo")
+    assert one.large_from_bytes is None and one.bw_Bps == pytest.approx(1e9)
+    assert predict_collective_s(one, 2**20) == pytest.approx(ring(50e-6, 1e9, 2**20))

@@ -148,9 +148,10 @@ class Backend(ABC):
 
     @abstractmethod
     def time_collectives(self, op: str, world_size: int, sizes_bytes: list[int],
-                         samples: int | None = None) -> list[float]:
+                         samples: int | None = None, launches: int = 3) -> list[float]:
         """Seconds per collective `op` over `world_size` local processes, one figure per size
-        (`samples` timed rounds, default the timing policy's)."""
+        (`samples` timed rounds, default the timing policy's), the fastest over `launches` fresh
+        process groups: a slow spell can stick to one launch for all its rounds."""
 
 
 def get_backend(name: str, device: str, *, threads: int = DEFAULT_THREADS, timing: TimingPolicy | None = None) -> Backend:

@@ -179,24 +179,46 @@ def collective_shape(op: str, n: int) -> tuple[float, float]:
     raise RlsimError(f"no collective model for {op!r}", field="collective_ops")
 
 
+def _linear_collective(steps: float, factor: float, s: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(latency per step, bandwidth) minimising relative error (non-negative)."""
+    latency, inv_bw = nonneg_relative_lstsq(np.column_stack([np.full(len(t), steps), factor * s]), t)
+    bw = 1.0 / inv_bw if inv_bw > 0 else float(np.max(factor * s / t))
+    return float(latency), bw
+
+
 def fit_collective(samples: Sequence[CollectiveSample], backend: str) -> CollectiveFit:
-    """Latency per step and bandwidth of one op's samples (all of one world size)."""
+    """Latency per step and bandwidth of one op's samples (all of one world size): one regime, or two
+    (a protocol switch between two timed sizes, each side with >= 2 sizes) when that fits better."""
     ops = {(s.op, s.world_size) for s in samples}
     if len(ops) != 1:
         raise ValueError(f"fit one op and world size at a time, got {sorted(ops)}")
     op, n = ops.pop()
     steps, factor = collective_shape(op, n)
-    s = np.array([x.nbytes for x in samples], dtype=float)
-    t = np.array([x.time_s for x in samples])
-    latency, inv_bw = nonneg_relative_lstsq(np.column_stack([np.full(len(t), steps), factor * s]), t)
-    bw = 1.0 / inv_bw if inv_bw > 0 else float(np.max(factor * s / t))
-    return CollectiveFit(backend=backend, op=op, world_size=n, latency_s=float(latency), bw_Bps=bw,
+    order = np.argsort([x.nbytes for x in samples], kind="stable")
+    s = np.array([samples[i].nbytes for i in order], dtype=float)
+    t = np.array([samples[i].time_s for i in order])
+    latency, bw = _linear_collective(steps, factor, s, t)
+    best = CollectiveFit(backend=backend, op=op, world_size=n, latency_s=latency, bw_Bps=bw,
                          max_fit_error=max_relative_error(steps * latency + factor * s / bw, t))
+    for k in range(2, len(s) - 1):
+        small_lat, small_bw = _linear_collective(steps, factor, s[:k], t[:k])
+        large_lat, large_bw = _linear_collective(steps, factor, s[k:], t[k:])
+        candidate = CollectiveFit(backend=backend, op=op, world_size=n, latency_s=small_lat, bw_Bps=large_bw,
+                                  max_fit_error=0.0, small_bw_Bps=small_bw,
+                                  large_from_bytes=float(np.sqrt(s[k - 1] * s[k])), large_latency_s=large_lat)
+        error = max_relative_error([predict_collective_s(candidate, x) for x in s], t)
+        if error < best.max_fit_error - 1e-12:
+            best = candidate.model_copy(update={"max_fit_error": error})
+    return best
 
 
 def predict_collective_s(fit: CollectiveFit, nbytes: float) -> float:
     steps, factor = collective_shape(fit.op, fit.world_size)
-    return steps * fit.latency_s + factor * nbytes / fit.bw_Bps
+    if fit.large_from_bytes is None:
+        return steps * fit.latency_s + factor * nbytes / fit.bw_Bps
+    if nbytes >= fit.large_from_bytes:
+        return steps * float(fit.large_latency_s or 0.0) + factor * nbytes / fit.bw_Bps
+    return steps * fit.latency_s + factor * nbytes / float(fit.small_bw_Bps or fit.bw_Bps)
 
 
 def match_catalog(device: str, model: str, memory_bytes: float | None = None) -> str | None:

@@ -55,6 +55,7 @@ class MicrobenchConfig(BaseModel):
     # Rounds over all sizes (best round kept): gloo over loopback on a busy 2-core machine needs many
     # to catch both peers scheduled (5 rounds left 46% fit errors, 25 about 15%).
     collective_samples: int = 25
+    collective_launches: int = 3  # fresh process groups per op; each size keeps its fastest (noise adds time)
 
     @classmethod
     def from_mapping(cls, mapping: dict[str, Any] | None, source: str = "<microbench>") -> MicrobenchConfig:
@@ -164,7 +165,8 @@ def run_collectives(backend: Backend, config: MicrobenchConfig) -> list[Collecti
     out = []
     for op in config.collective_ops:
         sizes = list(config.collective_sizes_bytes)
-        times = backend.time_collectives(op, config.collective_world_size, sizes, samples=config.collective_samples)
+        times = backend.time_collectives(op, config.collective_world_size, sizes, samples=config.collective_samples,
+                                         launches=config.collective_launches)
         out += [CollectiveSample(op, config.collective_world_size, s, t) for s, t in zip(sizes, times, strict=True)]
     return out
 

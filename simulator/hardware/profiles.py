@@ -25,7 +25,12 @@ SPEC_FIELDS = ("peak_flops", "gemm_efficiency", "hbm_bytes", "hbm_bw_Bps", "hbm_
 
 
 class CollectiveFit(BaseModel):
-    """time = steps(op, n) x latency_s + busbw_factor(op, n) x bytes / bw_Bps (nccl-tests convention)."""
+    """time = steps(op, n) x latency_s + busbw_factor(op, n) x bytes / bw_Bps (nccl-tests convention).
+
+    Communication libraries switch protocol with the message size (NCCL: LL / LL128 / Simple; gloo
+    over TCP: eager small sends versus chunked streaming), so the fit may have two regimes: from
+    `large_from_bytes` on, `large_latency_s` and `large_bw_Bps` apply. `bw_Bps` is then the
+    large-message bandwidth (what a topology's link uses) and `latency_s` the small-message one."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     backend: str
@@ -34,6 +39,9 @@ class CollectiveFit(BaseModel):
     latency_s: float = Field(ge=0)
     bw_Bps: float = Field(gt=0)
     max_fit_error: float = Field(ge=0)  # worst |predicted / measured - 1| over the timed sizes
+    small_bw_Bps: float | None = Field(default=None, gt=0)  # small-message regime's bandwidth (two regimes)
+    large_from_bytes: float | None = Field(default=None, gt=0)
+    large_latency_s: float | None = Field(default=None, ge=0)
 
 
 class GemmFit(BaseModel):
