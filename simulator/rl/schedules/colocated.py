@@ -84,7 +84,7 @@ def run(ctx: Context) -> float:
     ctx.peak_memory_bytes = max(ctx.peak_memory_bytes, mem)
     fl.check_supported(ctx)
     alive = list(actor.ranks)
-    events = _resolve_failures(ctx, alive)
+    events = fl.resolve_events(ctx, alive, f"the actor pool (ranks {alive[0]}-{alive[-1]})")
 
     def step(k: int):
         nonlocal version, carries
@@ -221,21 +221,6 @@ def run(ctx: Context) -> float:
 
     env.run(until=env.process(main()))
     return env.now
-
-
-def _resolve_failures(ctx: Context, pool: list[int]) -> list[tuple[float, str, set[int]]]:
-    out = []
-    for i, ev in enumerate(sorted(ctx.sched.failures, key=lambda e: e.at_s)):
-        if ctx.replanner is None:
-            raise RlsimError("schedule.failures needs a re-planner", source=ctx.scenario.source,
-                             field="schedule.failures", fix="run through simulator.simulate / rlsim run")
-        failed = set(ctx.replanner.ranks_of(ev.fail))
-        if not failed & set(pool):
-            raise RlsimError(f"failure {ev.fail!r} hits no device of the actor pool (ranks {pool[0]}-{pool[-1]})",
-                             source=ctx.scenario.source, field=f"schedule.failures.{i}.fail",
-                             fix="name devices the run uses, e.g. node:0")
-        out.append((float(ev.at_s), ev.fail, failed))
-    return out
 
 
 def _split_time(ctx: Context, k: int, plans) -> float:

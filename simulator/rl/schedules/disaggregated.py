@@ -298,7 +298,8 @@ def run(ctx: Context) -> float:
         snaps_a[0] = fl.snapshot(ctx, 0)
     run_["trainer_proc"] = env.process(trainer_proc())
     if failing:
-        env.process(supervisor(_resolve(ctx, run_["roll"] + run_["train"])))
+        env.process(supervisor(fl.resolve_events(ctx, run_["roll"] + run_["train"],
+                                                  "the rollout or training pool")))
     env.run(until=state["finished"])
     makespan = env.now
     spare = rollout.count - (rollout.count // d) * d
@@ -309,18 +310,3 @@ def run(ctx: Context) -> float:
     for part in _parts(run_["trainer"]):
         part.idle("dependency", makespan)
     return makespan
-
-
-def _resolve(ctx: Context, ranks: list[int]) -> list[tuple[float, str, set[int]]]:
-    out = []
-    for i, ev in enumerate(sorted(ctx.sched.failures, key=lambda e: e.at_s)):
-        if ctx.replanner is None:
-            raise RlsimError("schedule.failures needs a re-planner", source=ctx.scenario.source,
-                             field="schedule.failures", fix="run through simulator.simulate / rlsim run")
-        failed = set(ctx.replanner.ranks_of(ev.fail))
-        if not failed & set(ranks):
-            raise RlsimError(f"failure {ev.fail!r} hits no device of the rollout or training pool",
-                             source=ctx.scenario.source, field=f"schedule.failures.{i}.fail",
-                             fix="name devices the run uses, e.g. node:0")
-        out.append((float(ev.at_s), ev.fail, failed))
-    return out

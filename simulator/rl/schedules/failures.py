@@ -117,11 +117,34 @@ def roll_back(ctx: Context, snap: Snapshot, t_fail: float) -> float:
         lost.append((pool, device, "lost", "failure", it, start, min(end, t_fail), state, r0, n))
     ctx.timeline.rows = rows[:snap.rows] + lost
     ctx.store.truncate(snap.samples)
+    return _restore(ctx, snap, t_fail)
+
+
+def _restore(ctx: Context, snap: Snapshot, t_fail: float) -> float:
+    """The part of a roll-back shared by both kinds: iterations and counters back to the snapshot,
+    the lost seconds added up. Returns them (t_fail - snap.t)."""
     del ctx.iterations[snap.iterations:]
     for name, value in snap.counters.items():
         setattr(ctx, name, copy.deepcopy(value))
     ctx.lost_s += t_fail - snap.t
     return t_fail - snap.t
+
+
+def resolve_events(ctx: Context, ranks: list[int], where: str) -> list[tuple[float, str, set[int]]]:
+    """The scenario's failure events in time order, as (time, spec, failed ranks); an event that hits
+    none of ``ranks`` (described by ``where`` in the error) is a user error."""
+    out = []
+    for i, ev in enumerate(sorted(ctx.sched.failures, key=lambda e: e.at_s)):
+        if ctx.replanner is None:
+            raise RlsimError("schedule.failures needs a re-planner", source=ctx.scenario.source,
+                             field="schedule.failures", fix="run through simulator.simulate / rlsim run")
+        failed = set(ctx.replanner.ranks_of(ev.fail))
+        if not failed & set(ranks):
+            raise RlsimError(f"failure {ev.fail!r} hits no device of {where}",
+                             source=ctx.scenario.source, field=f"schedule.failures.{i}.fail",
+                             fix="name devices the run uses, e.g. node:0")
+        out.append((float(ev.at_s), ev.fail, failed))
+    return out
 
 
 def roll_back_pools(ctx: Context, snap: Snapshot, t_fail: float, pools: set[str]) -> float:
@@ -145,11 +168,7 @@ def roll_back_pools(ctx: Context, snap: Snapshot, t_fail: float, pools: set[str]
         ctx.store = copy.deepcopy(snap.store)
     else:
         ctx.store.truncate(snap.samples)
-    del ctx.iterations[snap.iterations:]
-    for name, value in snap.counters.items():
-        setattr(ctx, name, copy.deepcopy(value))
-    ctx.lost_s += t_fail - snap.t
-    return t_fail - snap.t
+    return _restore(ctx, snap, t_fail)
 
 
 def survivor_clock(ctx: Context, pool: str, ranks: list[int], t: float) -> MultiClock:
