@@ -99,6 +99,14 @@ class PipelineResult:
         return tuple(out)
 
 
+def _warmup_forwards(p: int, v: int, m: int, stage: int) -> int:
+    """Forwards a rank issues before its first backward (Megatron-LM's schedules)."""
+    total = m * v
+    if v == 1:
+        return min(p - stage - 1, m)
+    return total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+
+
 @lru_cache(maxsize=32)
 def issue_order(pp: int, vpp: int, micro_batches: int, stage: int) -> tuple[tuple[str, int, int], ...]:
     """(kind, micro_batch, chunk) in the order Megatron-LM issues them on one pipeline rank.
@@ -108,10 +116,7 @@ def issue_order(pp: int, vpp: int, micro_batches: int, stage: int) -> tuple[tupl
     micro-batch (k // (p v)) p + k mod p; backwards visit the chunks in reverse."""
     p, v, m = pp, vpp, micro_batches
     total = m * v
-    if v == 1:
-        warmup = min(p - stage - 1, m)
-    else:
-        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    warmup = _warmup_forwards(p, v, m, stage)
 
     def fwd(k: int) -> tuple[str, int, int]:
         return ("F", (k // (p * v)) * p + k % p, (k // p) % v)
@@ -174,10 +179,7 @@ def issue_arrays(pp: int, vpp: int, micro_batches: int, stage: int) -> tuple[np.
     Cached: do not modify the returned arrays."""
     p, v, m = pp, vpp, micro_batches
     total = m * v
-    if v == 1:
-        warmup = min(p - stage - 1, m)
-    else:
-        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    warmup = _warmup_forwards(p, v, m, stage)
     remaining = total - warmup
     k_f = np.arange(total)
     # Position of forward k and backward k in the issue order.
