@@ -22,15 +22,16 @@ _CATALOG_MATCH = (("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"), ("h100
 A100_80GB_MIN_BYTES = 60e9  # A100 comes in 40 and 80 GB; split the two by reported memory
 
 
-def nonneg_relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Coefficients c >= 0 minimising sum(((features @ c) / t - 1)^2) (active-set, few columns)."""
+def nonneg_relative_lstsq(features: np.ndarray, t: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Coefficients c >= 0 minimising sum(w * ((features @ c) / t - 1)^2) (active-set, few columns)."""
     features = np.asarray(features, dtype=float)
     t = np.asarray(t, dtype=float)
-    a = features / t[:, None]
+    root_w = np.sqrt(np.ones(len(t)) if weights is None else np.asarray(weights, dtype=float))
+    a = features / t[:, None] * root_w[:, None]
     active = list(range(features.shape[1]))
     coef = np.zeros(features.shape[1])
     while active:
-        sol, *_ = np.linalg.lstsq(a[:, active], np.ones(len(t)), rcond=None)
+        sol, *_ = np.linalg.lstsq(a[:, active], root_w, rcond=None)
         if np.all(sol >= 0):
             coef[:] = 0.0
             coef[active] = sol
@@ -179,9 +180,36 @@ def collective_shape(op: str, n: int) -> tuple[float, float]:
     raise RlsimError(f"no collective model for {op!r}", field="collective_ops")
 
 
+# Lawson's iteratively re-weighted least squares, which converges to the minimax fit: the acceptance
+# measure of a collective fit is its worst relative error, so that is what the fit minimises.
+MINIMAX_ITERATIONS = 200
+MINIMAX_EXACT = 1e-12  # a worst relative error this small is an exact fit: stop re-weighting
+
+
+def nonneg_relative_minimax(features: np.ndarray, t: np.ndarray,
+                            iterations: int = MINIMAX_ITERATIONS) -> np.ndarray:
+    """Coefficients c >= 0 (approximately) minimising max |(features @ c) / t - 1| (Lawson's algorithm)."""
+    features, t = np.asarray(features, dtype=float), np.asarray(t, dtype=float)
+    weights = np.full(len(t), 1.0 / len(t))
+    best = nonneg_relative_lstsq(features, t)
+    best_error = max_relative_error(features @ best, t)
+    for _ in range(iterations):
+        coef = nonneg_relative_lstsq(features, t, weights)
+        residual = np.abs(features @ coef / t - 1.0)
+        error = float(np.max(residual))
+        if error < best_error:
+            best, best_error = coef, error
+        weights = weights * residual
+        total = weights.sum()
+        if best_error <= MINIMAX_EXACT or not np.isfinite(total) or total <= 0:
+            break  # an exact fit, or the weights have collapsed onto points fitted exactly
+        weights = weights / total
+    return best
+
+
 def _linear_collective(steps: float, factor: float, s: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """(latency per step, bandwidth) minimising relative error (non-negative)."""
-    latency, inv_bw = nonneg_relative_lstsq(np.column_stack([np.full(len(t), steps), factor * s]), t)
+    """(latency per step, bandwidth) minimising the worst relative error (non-negative)."""
+    latency, inv_bw = nonneg_relative_minimax(np.column_stack([np.full(len(t), steps), factor * s]), t)
     bw = 1.0 / inv_bw if inv_bw > 0 else float(np.max(factor * s / t))
     return float(latency), bw
 

@@ -316,11 +316,15 @@ def _collective_worker(rank: int, spec: dict[str, Any]) -> None:
         # Rounds over all sizes, so that a burst of load from other processes hits every size alike.
         samples: list[list[float]] = [[] for _ in calls]
         for r in range(timing.samples):
-            # Rotate the order each round: the first size after a barrier following the largest
-            # transfer runs slow (seen here: 4 KiB at 0.8-1.3 ms instead of 0.3), so no size is always first.
+            # Rotate the order each round, so that no size always runs first after the warm-up.
             for j in range(len(calls)):
                 i = (j + r) % len(calls)
                 call, count = calls[i], counts[i]
+                # One untimed call of this size first (as nccl-tests warms up each size): the first
+                # small call after a large transfer runs slow (seen here: 4 KiB at 0.8-1.3 ms instead
+                # of 0.2), and rotation alone cannot help, since the smallest size always follows the largest.
+                call()
+                sync()
                 dist.barrier()
                 start = time.perf_counter()
                 for _ in range(count):
