@@ -131,3 +131,48 @@ def test_level_pass_equals_the_loop_bit_for_bit(data, p, v, groups):
     for a, b in zip(vec, loop, strict=True):
         assert a.makespan_s == b.makespan_s and a.ends == b.ends and a.starts == b.starts
     assert loop[1].makespan_s <= loop[0].makespan_s
+
+
+def _exact_only(fn, *args, **kwargs):
+    import simulator.llm.pipeline as pipeline
+
+    saved = pipeline._periodic_ends
+    pipeline._periodic_ends = lambda *a: None
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        pipeline._periodic_ends = saved
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), p=st.integers(2, 6), v=st.integers(1, 3), blocks=st.integers(8, 40))
+def test_periodic_steady_state_equals_the_exact_simulation(data, p, v, blocks):
+    """Uniform micro-batches: the pipeline built from its periodic steady state ends every op when
+    the op-by-op simulation does (to rounding), whichever path `_periodic_ends` takes."""
+    import simulator.llm.pipeline as pipeline
+
+    m = p * blocks + (data.draw(st.integers(0, p - 1)) if v == 1 else 0)
+    n_v = p * v
+    stage_f = np.array(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n_v, max_size=n_v)))
+    stage_b = stage_f * data.draw(st.floats(1.0, 3.0))
+    x = np.array(data.draw(st.lists(st.floats(0.0, 0.5), min_size=n_v - 1, max_size=n_v - 1)))
+    fw, bw = np.repeat(stage_f[:, None], m, 1), np.repeat(stage_b[:, None], m, 1)
+    xf = np.repeat(x[:, None], m, 1)
+    fast = pipeline.simulate_pipelines(fw, bw, [xf, 0.0], pp=p, vpp=v)
+    exact = _exact_only(pipeline.simulate_pipelines, fw, bw, [xf, 0.0], pp=p, vpp=v)
+    for a, b in zip(fast, exact, strict=True):
+        assert a.makespan_s == pytest.approx(b.makespan_s, rel=1e-9)
+        np.testing.assert_allclose(a.end_s, b.end_s, rtol=0, atol=1e-9 * b.makespan_s)
+
+
+def test_periodic_path_is_taken_and_keeps_the_closed_form():
+    """A long uniform 1F1B pipeline takes the periodic path (not the op-by-op one) and still gives
+    the closed form (m + p - 1)(f + b)."""
+    import simulator.llm.pipeline as pipeline
+
+    p, m, f, b = 4, 256, 1.0, 2.0
+    xfer = np.zeros((1, (p - 1) * m + 1))
+    assert pipeline._periodic_ends(np.full((1, p, m), f), np.full((1, p, m), b), xfer, p, 1) is not None
+    res = simulate_pipeline(np.full((p, m), f), np.full((p, m), b), pp=p)
+    assert res.makespan_s == pytest.approx((m + p - 1) * (f + b), rel=1e-12)
+    assert res.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), rel=1e-9)

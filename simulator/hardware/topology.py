@@ -77,7 +77,8 @@ class Topology:
             self._node_ranks.setdefault(self._node_of[rank], []).append(rank)
             self._domain_ranks.setdefault(self._domain_of[rank], []).append(rank)
         self._domain_first_node = {d: min(self._node_of[r] for r in rs) for d, rs in self._domain_ranks.items()}
-        self._path_cache: dict[tuple[str, str], list[Edge]] = {}
+        self._path_cache: dict[tuple[int | str, int | str], list[Edge]] = {}  # by ranks and by node ids
+        self._latency_cache: dict[tuple[int | str, int | str], float] = {}
         self._sig_info: list[tuple] | None = None
         self._cost_graph: nx.DiGraph | None = None
 
@@ -217,13 +218,17 @@ class Topology:
 
     def path(self, a: int | str, b: int | str) -> list[Edge]:
         """Directed edges from a to b (ranks or graph node ids); [] when a == b."""
-        u, v = self._node_id(a), self._node_id(b)
-        key = (u, v)
-        hit = self._path_cache.get(key)
-        if hit is not None:
+        # Keyed by what was passed: a hit was checked when it was stored (rank keys are ints, graph
+        # node ids strings, so the two never collide); a miss resolves and checks both ends.
+        hit = self._path_cache.get((a, b))
+        if hit is not None and a.__class__ is not bool and b.__class__ is not bool:
             return hit
-        found = self._route(u, v)
-        self._path_cache[key] = found
+        u, v = self._node_id(a), self._node_id(b)
+        found = self._path_cache.get((u, v))
+        if found is None:
+            found = self._route(u, v)
+            self._path_cache[(u, v)] = found
+        self._path_cache[(a, b)] = found
         return found
 
     def _route(self, u: str, v: str) -> list[Edge]:
@@ -276,7 +281,10 @@ class Topology:
         return d["bw_Bps"] * d["efficiency"]
 
     def path_latency_s(self, a: int | str, b: int | str) -> float:
-        return sum(self.graph.edges[e]["latency_s"] for e in self.path(a, b))
+        hit = self._latency_cache.get((a, b))
+        if hit is None or a.__class__ is bool or b.__class__ is bool:
+            hit = self._latency_cache[(a, b)] = sum(self.graph.edges[e]["latency_s"] for e in self.path(a, b))
+        return hit
 
     def path_bw_Bps(self, a: int | str, b: int | str, effective: bool = False) -> float:
         """The narrowest link on the path (per direction); with effective=True, x efficiency."""

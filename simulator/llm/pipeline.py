@@ -80,8 +80,8 @@ class PipelineResult:
     def stage_end_s(self, stage: int) -> float:
         """When the stage finishes its last operation."""
         # Ends never decrease along a device's issue order: the last op ends last.
-        ops = _compiled(self.pp, self.vpp, self.micro_batches).stage_ops[stage]
-        return float(self.end_s[ops[-1]]) if ops else 0.0
+        ops = stage_op_ids(self.pp, self.vpp, self.micro_batches, stage)
+        return float(self.end_s[ops[-1]]) if len(ops) else 0.0
 
     @cached_property
     def intervals(self) -> tuple[StageInterval, ...]:
@@ -200,6 +200,18 @@ def issue_arrays(pp: int, vpp: int, micro_batches: int, stage: int) -> tuple[np.
     return is_fwd, micro, chunk
 
 
+@lru_cache(maxsize=8192)
+def stage_op_ids(pp: int, vpp: int, m: int, stage: int) -> np.ndarray:
+    """Op ids of one stage in issue order (forward (j, i) -> j m + i, backward -> V m + j m + i).
+    Cached: do not modify the returned array."""
+    is_f, i, c = issue_arrays(pp, vpp, m, stage)
+    j = c * pp + stage
+    n_v = pp * vpp
+    ops = np.where(is_f, j * m + i, n_v * m + j * m + i)
+    ops.setflags(write=False)
+    return ops
+
+
 @lru_cache(maxsize=128)
 def _compiled(pp: int, vpp: int, m: int) -> _Schedule:
     n_v = pp * vpp
@@ -211,7 +223,7 @@ def _compiled(pp: int, vpp: int, m: int) -> _Schedule:
     for s in range(pp):
         is_f, i, c = issue_arrays(pp, vpp, m, s)
         j = c * pp + s
-        ops = np.where(is_f, j * m + i, n_v * m + j * m + i)
+        ops = stage_op_ids(pp, vpp, m, s)
         last = j == n_v - 1
         dep[ops] = np.where(is_f, np.where(j > 0, (j - 1) * m + i, -1),
                             np.where(last, j * m + i, n_v * m + (j + 1) * m + i))
@@ -303,6 +315,94 @@ def _ends(sched: _Schedule, dur: np.ndarray, xfer: np.ndarray) -> np.ndarray:
     return out
 
 
+# Uniform micro-batches (every micro-batch with the same op and transfer times, e.g. equal-length
+# sequences) reach a periodic steady state: each block of pp micro-batches then ends exactly one
+# period later than the block before (max-plus linearity). The long pipeline is then built from a
+# short one instead of simulated op by op. The short pipeline must hold PERIODIC_SETTLE_BLOCKS
+# steady blocks on every stage, and the period is checked against two longer exact simulations;
+# anything else (or too short a pipeline to gain) takes the exact op-by-op path. Speed only.
+PERIODIC_SETTLE_BLOCKS = 2
+PERIODIC_REL_TOL = 1e-9        # agreement asked of the check, relative to the makespan
+PERIODIC_MIN_GAIN = 2.0        # use it only when it simulates at most half the operations
+
+
+def _uniform(a: np.ndarray) -> bool:
+    return bool(np.all(a == a[..., :1]))
+
+
+def _short_micro_batches(pp: int, vpp: int, m: int) -> int:
+    """Smallest micro-batch count congruent to m mod pp whose every stage has
+    PERIODIC_SETTLE_BLOCKS steady blocks (2 pp vpp issue slots each) after its warm-up."""
+    base = m % pp
+    short = base
+    while short < pp or any(short * vpp - _warmup_forwards(pp, vpp, short, s) < PERIODIC_SETTLE_BLOCKS * pp * vpp
+                            for s in range(pp)):
+        short += pp
+    return short
+
+
+@lru_cache(maxsize=256)
+def _periodic_map(pp: int, vpp: int, m: int, short: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every op id of the m-micro-batch schedule: the op id of the short schedule it copies and
+    how many periods later it ends. Per stage, issue slots before the short schedule's cool-down
+    are the same ops; each inserted block of pp micro-batches (2 pp vpp slots) repeats the short
+    schedule's last steady block one period later per block; the cool-down comes `blocks` later."""
+    blocks = (m - short) // pp
+    width = 2 * pp * vpp
+    src = np.empty(2 * pp * vpp * m + 1, dtype=np.int64)
+    shift = np.zeros(2 * pp * vpp * m + 1)
+    src[-1] = -1  # the 'ready at 0' sentinel maps to itself
+    for s in range(pp):
+        ops_m, ops_s = stage_op_ids(pp, vpp, m, s), stage_op_ids(pp, vpp, short, s)
+        warmup = _warmup_forwards(pp, vpp, short, s)
+        cut = warmup + 2 * (short * vpp - warmup)  # the short schedule's first cool-down slot
+        t = np.arange(len(ops_m))
+        inserted = (t >= cut) & (t < cut + blocks * width)
+        after = t >= cut + blocks * width
+        slot = np.where(inserted, cut - width + (t - cut) % width, np.where(after, t - blocks * width, t))
+        src[ops_m] = ops_s[slot]
+        shift[ops_m] = np.where(inserted, (t - cut) // width + 1, np.where(after, blocks, 0))
+    src.setflags(write=False)
+    shift.setflags(write=False)
+    return src, shift
+
+
+def _simulate_short(fw: np.ndarray, bw: np.ndarray, xfer_row: np.ndarray, pp: int, vpp: int,
+                    m: int, short: int) -> np.ndarray:
+    """Exact ends of the first `short` micro-batches of uniform pipelines (k systems)."""
+    k = xfer_row.shape[0]
+    n_virtual = pp * vpp
+    f, b = fw[:, :, :short], bw[:, :, :short]
+    dur = np.concatenate([f.reshape(f.shape[0], -1), b.reshape(b.shape[0], -1)], axis=1)
+    xfer = np.zeros((k, (n_virtual - 1) * short + 1))
+    xfer[:, :-1] = xfer_row[:, :-1].reshape(k, max(n_virtual - 1, 0), m)[:, :, :short].reshape(k, -1)
+    return _ends(_compiled(pp, vpp, short), np.broadcast_to(dur, (k, dur.shape[1])), xfer)
+
+
+def _periodic_ends(fw: np.ndarray, bw: np.ndarray, xfer: np.ndarray, pp: int, vpp: int) -> np.ndarray | None:
+    """Ends of uniform pipelines built from their periodic steady state, or None (use the exact path)."""
+    m = fw.shape[2]
+    if pp < 2 or not (_uniform(fw) and _uniform(bw)):
+        return None
+    k, n_virtual = xfer.shape[0], pp * vpp
+    if n_virtual > 1 and not _uniform(xfer[:, :-1].reshape(k, n_virtual - 1, m)):
+        return None
+    short = _short_micro_batches(pp, vpp, m)
+    if 3 * short + 3 * pp > m / PERIODIC_MIN_GAIN:
+        return None
+    e_short, e_next, e_check = (_simulate_short(fw, bw, xfer, pp, vpp, m, short + j * pp) for j in range(3))
+    last = int(stage_op_ids(pp, vpp, short, 0)[-1])
+    last_next = int(stage_op_ids(pp, vpp, short + pp, 0)[-1])
+    period = (e_next[:, last_next] - e_short[:, last])[:, None]
+    for j, exact in ((1, e_next), (2, e_check)):  # the period must predict both longer pipelines
+        src, shift = _periodic_map(pp, vpp, short + j * pp, short)
+        predicted = e_short[:, src] + shift * period
+        if not np.allclose(predicted, exact, rtol=0.0, atol=PERIODIC_REL_TOL * float(exact.max())):
+            return None
+    src, shift = _periodic_map(pp, vpp, m, short)
+    return e_short[:, src] + shift * period
+
+
 def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Sequence[np.ndarray | float], *,
                        pp: int, vpp: int = 1) -> list[PipelineResult]:
     """`simulate_pipeline` for several systems in one pass: one per entry of `p2p_s` (e.g. with and
@@ -329,12 +429,13 @@ def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Seq
     for r, p in enumerate(p2p_s):
         if n_virtual > 1:
             xfer[r, :n_x] = np.broadcast_to(np.asarray(p, dtype=float), (n_virtual - 1, m)).ravel()
-    dur = np.concatenate([fw.reshape(fw.shape[0], -1), bw.reshape(bw.shape[0], -1)], axis=1)
-    sched = _compiled(pp, vpp, m)
-    ends = _ends(sched, np.broadcast_to(dur, (k, dur.shape[1])), xfer)
+    ends = _periodic_ends(fw, bw, xfer, pp, vpp)
+    if ends is None:
+        dur = np.concatenate([fw.reshape(fw.shape[0], -1), bw.reshape(bw.shape[0], -1)], axis=1)
+        ends = _ends(_compiled(pp, vpp, m), np.broadcast_to(dur, (k, dur.shape[1])), xfer)
     busy_v = fw.sum(axis=2) + bw.sum(axis=2)
     busy_all = busy_v.reshape(-1, vpp, pp).sum(axis=1).tolist()
-    last = [ops[-1] for ops in sched.stage_ops if ops]
+    last = [int(ops[-1]) for ops in (stage_op_ids(pp, vpp, m, s) for s in range(pp)) if len(ops)]
     out = []
     for r, (end, xf) in enumerate(zip(ends, xfer, strict=True)):
         busy = tuple(busy_all[r if len(busy_all) > 1 else 0])

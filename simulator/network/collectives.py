@@ -117,6 +117,7 @@ class CollectiveModel:
         self._cache: dict[tuple, CollectiveCost] = {}  # by group signature
         self._exact: dict[tuple, CollectiveCost] = {}  # by the exact rank tuple
         self._plans: dict[tuple, CollectivePlan] = {}
+        self._signatures: dict[tuple, tuple] = {}  # (op, ranks) -> group signature
 
     # ---- public ----------------------------------------------------------------------------
     def cost(self, op: str, ranks: Sequence[int], nbytes: float, algorithm: str | None = None) -> CollectiveCost:
@@ -127,8 +128,12 @@ class CollectiveModel:
         if hit is not None:
             return hit
         # The signature of the group in the order the algorithms use it (sorted; p2p and the
-        # broadcast root keep their place), so that equal signatures mean equal plans.
-        key = (op, self.topology.group_signature(self._normalize(op, ranks)), nbytes, algorithm)
+        # broadcast root keep their place), so that equal signatures mean equal plans. It does not
+        # depend on the size: kept per (op, group), so a new size skips the per-rank work.
+        signature = self._signatures.get(exact[:2])
+        if signature is None:
+            signature = self._signatures[exact[:2]] = self.topology.group_signature(self._normalize(op, ranks))
+        key = (op, signature, nbytes, algorithm)
         hit = self._cache.get(key)
         if hit is not None:
             self._exact[exact] = hit
