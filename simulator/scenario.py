@@ -116,8 +116,9 @@ class SwitchParams(_Strict):
 
 class DistQueueParams(_Strict):
     """The sample queue between producers (rollout) and consumers (trainer)."""
-    # Aggregate queue service bandwidth. Assumption: the queue is sharded over the hosts of the
-    # training pool; per host ~ one 200 Gb/s VPC/DPU port (hardware.md, CloudMatrix384 VPC plane).
+    # Aggregate queue service bandwidth. Assumption: one host's 200 Gb/s VPC/DPU port (hardware.md,
+    # CloudMatrix384 VPC plane) at every cluster size: a conservative bound, since DistQueue shards
+    # over the training hosts (which would multiply it); the seed scenario keeps the queue < 0.1% busy.
     bw_Bps: float = Field(parse_bandwidth("25GB/s"), gt=0)
     hierarchical: bool = True     # one reader per TP x PP group, then an intra-group broadcast
     packed: bool = True           # no padding: real tokens only

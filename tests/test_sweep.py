@@ -325,3 +325,13 @@ def test_real_capacity_search_on_the_command_line(tmp_path):
     assert selected[0]["cost_per_step"] == pytest.approx(8 * 2.0 * selected[0]["step_time_s"] / 3600)
     assert len(rows) <= 3  # bisection did not evaluate every candidate
     assert json.loads((tmp_path / "capacity.json").read_text())["value"] == 1
+
+
+def test_sweep_cli_all_points_failed_exits_2_and_keeps_the_rows(tmp_path, capsys):
+    from simulator.cli import main
+    rc = main(["sweep", "--grid", "schedule.kind=bogus,nonsense", "--iterations", "1", "--jobs", "1",
+               "--executor", "local", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "every point of the sweep failed" in err and "schedule.kind" in err
+    assert "Traceback" not in err
+    assert len((tmp_path / "results.csv").read_text().strip().splitlines()) == 3  # header + both rows
