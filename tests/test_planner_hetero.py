@@ -113,3 +113,19 @@ def test_failure_mid_run_continues_on_survivors_with_lost_time_in_the_timeline()
     again = simulate_failure_run(model, topo, 96, 4096, steps=20, fail_at_s=fail_at,
                                  failed=[3], space=small, evaluator=_linear_evaluator, recovery=rec)
     assert again.timeline.equals(tl)
+
+
+@pytest.mark.parametrize("tp,pp", [(2, 1), (8, 1), (2, 2), (4, 4)])
+def test_hetero_step_model_on_a_homogeneous_cluster_matches_the_training_model(tp, pp):
+    """The planner's mixed-device step model takes its stage times from the training cost model, so
+    on one device kind it agrees with train_step_cost (DP overlap and the closed-form 1F1B differ)."""
+    from simulator.llm.training import TrainLayout, train_step_cost, uniform_sequences
+
+    model = load_model("gpt-7.5b")
+    topo = load_topology({"preset": "dgx-h100", "nodes": 4})
+    dp, micro_batches = 32 // (tp * pp), 256
+    hetero = HeteroStepModel(model, topo, 2048, 1).evaluate(list(range(32)), tp, pp, dp, micro_batches,
+                                                            balanced=False)
+    full = train_step_cost(model, TrainLayout(tp=tp, pp=pp, zero=0, recompute="full", micro_batch=1), topo,
+                           None, uniform_sequences(micro_batches, 2048))
+    assert hetero.step_time_s == pytest.approx(full.step_time_s, rel=0.07)

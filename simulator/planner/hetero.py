@@ -1,11 +1,12 @@
 """Heterogeneous clusters: split layers across pipeline stages and micro-batches across DP replicas
 in proportion to device speed, so stage and replica times equalize.
 
-`balance` is the exact min-max integer split. `HeteroStepModel` is the planner's closed-form step
-model for pipelines whose stages differ in device kind and layer count (llm/training.py models
-uniform stages only): per-stage compute by roofline at DeviceSpec peak x gemm_efficiency, TP
-all-reduces and PP sends through CollectiveModel, a 1F1B pipeline with non-uniform stages, and the
-DP gradient all-reduce. The uniform ("manual") split and the balanced split go through the same
+`balance` is the exact min-max integer split. `HeteroStepModel` is the planner's step model for
+pipelines whose stages differ in device kind and layer count (llm/training.py models uniform stages
+only): each stage's per-layer and embedding/LM-head time comes from the training cost model on that
+stage's TP group, PP sends go through CollectiveModel, then a closed-form 1F1B with non-uniform
+stages and the DP gradient all-reduce. On a homogeneous cluster it is within ~5% of
+`train_step_cost` (tested). The uniform ("manual") split and the balanced split go through the same
 model, so their ratio is like for like.
 """
 from __future__ import annotations
@@ -54,15 +55,11 @@ class HeteroParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dtype: str = "bf16"
+    dtype: str = "bf16"      # the peak that utilization is measured against
     bytes_per_elem: int = 2  # bf16 activations and gradients
-    # Full recomputation re-runs the forward: 96 instead of 72 in Megatron eq. 3 (arXiv 2104.04473).
-    recompute_full_factor: float = 96 / 72
     # Share of the DP gradient all-reduce hidden under backward (Megatron overlaps grad reduce with
     # backward; ~0.8 is an assumption, same default idea as llm/training.py's overlap fraction).
     dp_overlap_fraction: float = 0.8
-    # TP all-reduces per layer per micro-batch: 2 forward + 2 backward (Megatron sec. 3.2).
-    tp_allreduces_per_layer: int = 4
     # Memory check per stage (formulas.md): mixed-precision Adam keeps 16 bytes per parameter
     # (no ZeRO in this model); full recompute keeps ~2 s b h bytes per layer per in-flight micro-batch
     # (arXiv 2205.05198), without it s b h (34 + 5 H s / h) / tp (TP + SP).
@@ -96,27 +93,35 @@ class HeteroStepModel:
             from ..network.collectives import CollectiveModel
             collectives = CollectiveModel(topology)
         self.collectives = collectives
-        tok = self.mb * self.seq_len
-        total = float(model.train_flops_per_token(self.seq_len))
-        self.logit_flops = 6.0 * model.vocab * model.hidden * tok  # output layer, fwd + bwd (formulas.md)
-        self.layer_flops = max(total * tok - self.logit_flops, 0.0) / model.num_layers
-        self.model_flops_per_token = total
-
-    def device_flops(self, rank: int) -> float:
-        spec = self.topology.device_spec(rank)
-        return spec.peak(self.params.dtype) * spec.gemm_efficiency * self.speed_factor.get(rank, 1.0)
+        self._units: dict[tuple, tuple[float, float]] = {}  # by TP group signature: see _stage_unit
+        self.model_flops_per_token = float(model.train_flops_per_token(self.seq_len))
 
     def _stage_unit(self, tp_group: Sequence[int]) -> tuple[float, float]:
-        """(seconds per layer per micro-batch, fixed seconds) on one stage's TP group."""
-        p = self.params
-        slowest = min(self.device_flops(r) for r in tp_group)
-        factor = p.recompute_full_factor if self.recompute == "full" else 1.0
-        tp = len(tp_group)
-        per_layer = self.layer_flops * factor / (tp * slowest)
-        if tp > 1:
-            act = self.mb * self.seq_len * self.model.hidden * p.bytes_per_elem
-            per_layer += p.tp_allreduces_per_layer * self.collectives.cost("all_reduce", list(tp_group), act).time_s
-        return per_layer, 0.0
+        """(seconds per layer, seconds of embedding + LM head) of one micro-batch's forward and
+        backward on one TP group, from the training cost model (llm/training.py: shape-aware GEMMs,
+        memory-bound ops, TP collectives through the network model) - so that a homogeneous cluster
+        gets the training model's step. The model on this group alone (pp 1, dp 1) is costed at L - 1
+        and L layers: the difference is one layer, the rest of L layers the fixed part. A straggler's
+        speed factor slows the whole group's time (comm included: an approximation)."""
+        key = (self.topology.group_signature(tp_group), len(tp_group))
+        hit = self._units.get(key)
+        if hit is None:
+            from ..llm.training import TrainLayout, TrainParams, train_step_cost, uniform_sequences
+
+            layers = int(self.model.num_layers)
+            layout = TrainLayout(tp=len(tp_group), pp=1, zero=0, recompute=self.recompute, micro_batch=self.mb)
+            params = TrainParams(check_memory=False)  # memory is checked per stage by _check_memory
+            seqs = uniform_sequences(self.mb, self.seq_len)
+
+            def pipeline_s(n: int) -> float:
+                return train_step_cost(self.model.replace(num_layers=n), layout, self.topology, list(tp_group),
+                                       seqs, params=params, collectives=self.collectives).pipeline_s
+
+            whole = pipeline_s(layers)
+            per_layer = whole - pipeline_s(layers - 1) if layers > 1 else whole
+            hit = self._units[key] = (per_layer, max(whole - layers * per_layer, 0.0))
+        slow = min(self.speed_factor.get(r, 1.0) for r in tp_group)
+        return hit[0] / slow, hit[1] / slow
 
     def evaluate(self, ranks: Sequence[int], tp: int, pp: int, dp: int, global_microbatches: int, *,
                  layers: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
@@ -127,9 +132,10 @@ class HeteroStepModel:
         """
         p, L = self.params, int(self.model.num_layers)
         tp_groups = groups(ranks, "tp", tp, 1, dp, pp)  # index = dp_i + dp * pp_i
-        unit = [[self._stage_unit(tp_groups[d + dp * s])[0] for s in range(pp)] for d in range(dp)]
-        last_fixed = [self.logit_flops / (tp * min(self.device_flops(r) for r in tp_groups[d + dp * (pp - 1)]))
-                      for d in range(dp)]
+        units = [[self._stage_unit(tp_groups[d + dp * s]) for s in range(pp)] for d in range(dp)]
+        unit = [[u for u, _ in row] for row in units]
+        # Embedding and LM head: on the last stage (the embedding lookup is negligible next to the head).
+        last_fixed = [row[-1][1] for row in units]
         if layers is None:
             if balanced:  # one layer split serves every replica: balance on the slowest per stage
                 worst = [max(unit[d][s] for d in range(dp)) for s in range(pp)]
