@@ -198,7 +198,8 @@ class ScheduleConfig(_Strict):
     # Speed: evaluate the full training / forward cost model once per (stage, pool size, batch size)
     # and scale later batches by their model FLOPs (linear + attention terms). False = every call exact.
     reuse_stage_costs: bool = True
-    # Device failures during the run (docs/schedules.md "Failures"): colocated sync schedules only.
+    # Device failures during the run (docs/schedules.md "Failures"): colocated placements (colocated,
+    # stalesync) and synchronous disaggregated runs.
     failures: list[FailureEvent] = Field(default_factory=list)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
 

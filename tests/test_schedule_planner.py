@@ -123,10 +123,58 @@ def test_checkpoint_recovery_loses_back_to_the_checkpoint(base):
         {k: 128 for k in range(4)}
 
 
-@pytest.mark.parametrize("schedule", ["one-step-off", "stalesync", "async"])
-def test_failures_on_other_schedules_are_a_clear_error(schedule):
+@pytest.mark.parametrize("schedule,extra", [("one-step-off", []), ("async", []),
+                                            ("stalesync", ["schedule.placement=disaggregated"])])
+def test_failures_on_other_schedules_are_a_clear_error(schedule, extra):
     with pytest.raises(RlsimError, match="schedule.failures"):
-        simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule=schedule, iterations=2, overrides=FAIL)
+        simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule=schedule, iterations=2,
+                           overrides=FAIL + extra)
+
+
+# ---- failures in StaleSync (colocated placement) ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def stale_base():
+    return simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="stalesync", iterations=4)
+
+
+@pytest.mark.parametrize("at_s", [30.0, 100.0, 250.0])
+def test_stalesync_failure_loses_the_step_in_flight_and_keeps_every_invariant(stale_base, at_s):
+    """A node lost mid-run under StaleSync: the step in flight (its tail included) is lost back to its
+    start, the run re-plans and finishes on the survivors; device time still tiles the makespan, the
+    same number of samples is trained per step as without the failure, none twice, and none staler
+    than the bound."""
+    r = simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="stalesync", iterations=4,
+                           overrides=[f"schedule.failures=[{{at_s: {at_s}, fail: 'node:1'}}]"])
+    s = r.summary
+    (f,) = s["failures"]
+    ends = [it["end"] for it in stale_base.record.iterations]
+    k = int(np.searchsorted(ends, at_s))
+    assert f["iteration"] == k and f["lost_s"] == pytest.approx(at_s - (ends[k - 1] if k else 0.0))
+    assert f["devices_after"] == 24 and s["makespan_s"] > stale_base.summary["makespan_s"]
+    assert np.allclose(per_device_time(r.timeline, s["devices"]), s["makespan_s"])
+    trained = r.samples[r.samples.consumed_iteration >= 0]
+    base = stale_base.samples
+    assert trained.consumed_iteration.value_counts().to_dict() == \
+        base[base.consumed_iteration >= 0].consumed_iteration.value_counts().to_dict()
+    # a prompt's group is trained at most samples_per_prompt times: a lost step's samples are not kept
+    assert trained.groupby(["round", "group"]).size().max() <= WORKLOAD["samples_per_prompt"]
+    assert trained.staleness.max() <= s["staleness"]["bound"]
+    assert len(r.samples) == len(trained) + int(r.samples.dropped.sum())
+    assert [it["iteration"] for it in r.record.iterations] == [0, 1, 2, 3]
+    # the re-run step trains a whole batch itself (the lost step's consumption was rolled back)
+    assert [it["samples"] for it in r.record.iterations] == [it["samples"] for it in stale_base.record.iterations]
+    tail = r.timeline[(r.timeline.start >= at_s) & (r.timeline.label == "tail")]
+    assert len(tail) and not any(a < 16 and a + n > 8 for a, n in zip(tail.rank_start, tail.rank_count, strict=True))
+
+
+def test_multiclock_split_partitions_the_ranges_in_order():
+    from simulator.rl.timeline import GroupClock, MultiClock, Timeline
+
+    tl = Timeline()
+    clock = MultiClock([GroupClock(tl, "actor", 0, 8, 5.0), GroupClock(tl, "actor", 16, 16, 5.0)])
+    a, b = clock.split([12, 12])
+    assert isinstance(a, MultiClock) and [(c.rank_start, c.rank_count) for c in a.clocks] == [(0, 8), (16, 4)]
+    assert isinstance(b, GroupClock) and (b.rank_start, b.rank_count, b.cursor) == (20, 12, 5.0)
 
 
 def test_failure_outside_the_pool_is_an_error():

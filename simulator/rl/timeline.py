@@ -134,6 +134,26 @@ class MultiClock:
                            label)
             i += n
 
+    def split(self, counts: list[int], names: list[str] | None = None) -> list[GroupClock | MultiClock]:
+        """Consecutive parts of the ranks in order (a part spanning two ranges is a MultiClock)."""
+        pieces = [(c.rank_start, c.rank_count) for c in self.clocks]
+        timeline = self.clocks[0].timeline
+        out: list[GroupClock | MultiClock] = []
+        for i, want in enumerate(counts):
+            part = []
+            while want > 0:
+                start, n = pieces[0]
+                take = min(n, want)
+                part.append(GroupClock(timeline, names[i] if names else self.pool, start, take, self.cursor))
+                pieces[0] = (start + take, n - take)
+                if pieces[0][1] == 0:
+                    pieces.pop(0)
+                want -= take
+            if not part:   # an empty part: a zero-width clock where the next range starts
+                part = [GroupClock(timeline, self.pool, pieces[0][0] if pieces else 0, 0, self.cursor)]
+            out.append(part[0] if len(part) == 1 else MultiClock(part))
+        return out
+
 
 def contiguous_runs(ranks: list[int]) -> list[tuple[int, int]]:
     """Sorted ranks -> [(start, count)] of consecutive runs."""

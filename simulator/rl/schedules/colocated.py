@@ -98,7 +98,7 @@ def run(ctx: Context) -> float:
         gen_end = t0 + max(p.end_s for p in plans)
         t_split = math.inf
         if split_allowed:
-            t_split = _split_time(ctx, k, plans)
+            t_split = _split_time(ctx, k, plans, n_actor)
             if not math.isinf(t_split) and _train_devices(ctx, plans, t_split, n_actor) <= 0:
                 t_split = math.inf
         if t_split < gen_end - 1e-9:
@@ -202,7 +202,8 @@ def run(ctx: Context) -> float:
         while k < ctx.scenario.iterations:
             proc = env.process(guarded(k))
             if events:
-                snap = fl.snapshot(ctx, k, (carries, version))
+                # StaleSync steps consume and drop samples of earlier rounds: keep a copy of the store
+                snap = fl.snapshot(ctx, k, (carries, version), store=ctx.s > 0)
                 if ckpt is None or (rec.lose_to == "checkpoint" and k % rec.checkpoint_every_steps == 0
                                     and k > ckpt.iteration):
                     ckpt = snap
@@ -223,7 +224,7 @@ def run(ctx: Context) -> float:
     return env.now
 
 
-def _split_time(ctx: Context, k: int, plans) -> float:
+def _split_time(ctx: Context, k: int, plans, pool: int) -> float:
     """When the tail consolidates: the earliest time at which (a) B eligible samples exist (leftovers
     from earlier rounds plus this round's completions, at least a share f from this round) and (b)
     the still-running sequences fit on at most ``consolidate_share`` of the instances and free at
@@ -246,7 +247,6 @@ def _split_time(ctx: Context, k: int, plans) -> float:
     # completions at the split are committed at stop_s; the reward latency is added on top later
     t_need = float(times[need - 1]) + 1e-9
     cand = np.unique(np.concatenate([[t_need], fin[fin > t_need] + 1e-9]))
-    pool = ctx.pools["actor"].count
     max_tail = max(1, math.floor(ctx.sched.consolidate_share * (pool // ctx.costs.instance_devices)))
     lo, hi = 0, len(cand)
     while lo < hi:     # free training devices never decrease as sequences finish: bisect

@@ -89,12 +89,13 @@ def check_supported(ctx: Context) -> None:
     sched = ctx.sched
     if not sched.failures:
         return
-    if ctx.s > 0 or sched.kind not in ("colocated", "disaggregated"):
-        raise RlsimError(f"schedule.failures is modelled for the sync schedules only (colocated, disaggregated), "
-                         f"not kind {sched.kind!r} ({sched.effective_placement} placement, staleness {ctx.s})",
-                         source=ctx.scenario.source, field="schedule.failures",
-                         fix="use schedule.kind: colocated or disaggregated, or drop schedule.failures "
-                             "(one-step-off / async / StaleSync failures are not modelled yet)")
+    colocated = sched.effective_placement == "colocated"   # colocated sync and StaleSync
+    if not (colocated or (sched.kind == "disaggregated" and ctx.s == 0)):
+        raise RlsimError(f"schedule.failures is modelled for colocated placements (colocated, stalesync) and "
+                         f"synchronous disaggregated runs, not kind {sched.kind!r} ({sched.effective_placement} "
+                         f"placement, staleness {ctx.s})", source=ctx.scenario.source, field="schedule.failures",
+                         fix="use schedule.kind: colocated, stalesync or disaggregated, or drop schedule.failures "
+                             "(one-step-off / async / StaleSync on split pools are not modelled yet)")
     if sched.overprovision > 0:
         raise RlsimError("schedule.failures with overprovision is not modelled", source=ctx.scenario.source,
                          field="schedule.overprovision", fix="set overprovision: 0")
@@ -116,8 +117,18 @@ def roll_back(ctx: Context, snap: Snapshot, t_fail: float) -> float:
             continue
         lost.append((pool, device, "lost", "failure", it, start, min(end, t_fail), state, r0, n))
     ctx.timeline.rows = rows[:snap.rows] + lost
-    ctx.store.truncate(snap.samples)
+    _restore_store(ctx, snap)
     return _restore(ctx, snap, t_fail)
+
+
+def _restore_store(ctx: Context, snap: Snapshot) -> None:
+    """Samples back to the snapshot: its copy of the store when it kept one (a step that consumes or
+    drops samples generated before it, as StaleSync's and split pools' steps do), else the samples
+    generated since are removed."""
+    if snap.store is not None:
+        ctx.store = copy.deepcopy(snap.store)
+    else:
+        ctx.store.truncate(snap.samples)
 
 
 def _restore(ctx: Context, snap: Snapshot, t_fail: float) -> float:
@@ -164,10 +175,7 @@ def roll_back_pools(ctx: Context, snap: Snapshot, t_fail: float, pools: set[str]
             start = snap.t
         kept.append((pool, device, "lost", "failure", it, start, min(end, t_fail), state, r0, n))
     ctx.timeline.rows = ctx.timeline.rows[:snap.rows] + kept
-    if snap.store is not None:
-        ctx.store = copy.deepcopy(snap.store)
-    else:
-        ctx.store.truncate(snap.samples)
+    _restore_store(ctx, snap)
     return _restore(ctx, snap, t_fail)
 
 
