@@ -96,11 +96,13 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     samples = rec.samples.to_frame()
     summary = metrics.summary(rec, timeline, samples)
     if hasattr(costs, "effective_layouts"):
-        train_pool = rec.pools.get("train") or rec.pools["actor"]
-        summary["layouts"] = costs.effective_layouts(train_pool.count)
-        if rec.failures:   # the layout the run started with (layouts is the one it ended on)
-            train_pool_now = rec.failures[-1]["devices_after"]
-            summary["layouts"] = costs.effective_layouts(train_pool_now)
+        if rec.failures and rec.failures[-1].get("train_layout_after"):
+            # the layout the run ended on (each failure entry keeps the layout it re-planned to)
+            summary["layouts"] = {"train": dict(rec.failures[-1]["train_layout_after"]),
+                                  "rollout": costs.rollout_layout.model_dump()}
+        else:
+            train_pool = rec.pools.get("train") or rec.pools["actor"]
+            summary["layouts"] = costs.effective_layouts(train_pool.count)
     if plan is not None and plan.detail:
         summary["auto_layout"] = plan.detail
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec)

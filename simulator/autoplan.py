@@ -12,6 +12,7 @@ in simulated seconds, never wall time.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from .planner import (
     planner_settings,
     replan_on_failure,
 )
+from .planner.evaluate import TrainingEvaluator
 from .planner.replan import survivors_after
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
@@ -117,12 +119,21 @@ class PlannerReplanner:
     def ranks_of(self, spec: str) -> list[int]:
         return parse_group(self.topology, spec)
 
-    def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any]) -> ReplanOutcome:
+    def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
+                   accept: Callable[[dict[str, Any]], None] | None = None) -> ReplanOutcome:
         batch, row = train_batch(self.sc)
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
                                                         "micro_batch")}) if current else None
+        evaluator = None
+        if accept is not None:
+            base = TrainingEvaluator(self.model, self.topology, batch, row)
+
+            def evaluator(c: TrainChoice, ranks: list[int]):
+                accept(c.as_dict())   # an RlsimError marks the layout infeasible, as a memory miss does
+                return base(c, ranks)
         rp = replan_on_failure(self.model, self.topology, batch, row, failed=failed, ranks=pool_ranks,
-                               params=self.settings.params, recovery=self.recovery, current=choice)
+                               params=self.settings.params, recovery=self.recovery, current=choice,
+                               evaluator=evaluator)
         lay = {k: v for k, v in rp.layout.items() if k != "dp"}
         return ReplanOutcome(list(rp.survivors), lay, rp.planning_cost_s)
 

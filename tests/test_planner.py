@@ -104,6 +104,20 @@ def test_enumeration_obeys_divisibility():
     assert len(set(choices)) == len(choices)
 
 
+def test_uneven_pipeline_splits_only_when_asked_and_never_interleaved():
+    model = FakeModel(num_layers=61)   # prime: only pp 1 and 61 divide it
+    even, _ = enumerate_train_choices(model, 96, 96, 4096, SearchSpace(tp=[8], micro_batch=[1], zero=[1]))
+    assert {c.pp for c in even} <= {1, 61}
+    space = SearchSpace(tp=[8], micro_batch=[1], zero=[1], uneven_pp=True)
+    uneven, _ = enumerate_train_choices(model, 96, 96, 4096, space)
+    assert 6 in {c.pp for c in uneven}
+    assert all(c.vpp == 1 or 61 % (c.pp * c.vpp) == 0 for c in uneven)
+    # a re-plan searches uneven splits exactly when the running layout already has one
+    from simulator.planner.search import TrainChoice, neighbourhood
+    assert neighbourhood(TrainChoice(8, 6, 1, 8, 4, 1, 1, "full", 1), model).uneven_pp
+    assert not neighbourhood(TrainChoice(8, 1, 1, 8, 4, 1, 1, "full", 1), model).uneven_pp
+
+
 def test_moe_enumerates_expert_parallel_dividing_experts_and_dp():
     model = FakeModel(num_experts=64)
     choices, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1]))

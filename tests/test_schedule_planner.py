@@ -291,3 +291,25 @@ def test_disaggregated_training_failure_with_checkpoint_loses_both_pools_since_i
 def test_disaggregated_failure_is_deterministic():
     a, b = _dis(100.0, "node:1"), _dis(100.0, "node:1")
     assert a.summary == b.summary and a.timeline.equals(b.timeline)
+
+
+@pytest.mark.parametrize("schedule", ["colocated", "stalesync"])
+def test_seed_scenario_failure_replans_to_a_layout_the_colocated_pool_can_run(schedule):
+    """The seed (Pangu 718B, 61 layers, PP 6 on CloudMatrix384) loses a node: the re-plan keeps the
+    running layout's uneven pipeline split available and only accepts layouts whose rollout phase
+    still fits beside the resident training state and whose long-tail micro-batches fit in training
+    (the planner alone judges typical rows; before, it picked TP8 PP1 and the run failed on memory)."""
+    from simulator.llm.architecture import load_model
+    from simulator.llm.memory import memory_per_device
+    from simulator.llm.train_layout import TrainLayout
+
+    r = simulator.simulate(overrides=[f"schedule.kind={schedule}", "schedule.failures=[{at_s: 600, fail: 'node:3'}]"],
+                           iterations=3)
+    s = r.summary
+    (f,) = s["failures"]
+    after = TrainLayout.from_mapping(f["train_layout_after"])
+    assert after.tp == 8 and after.ep == 4 and after.devices == f["devices_after"] <= 376
+    weights = memory_per_device(load_model("pangu-ultra-moe"), after, 1.0, 128e9).weights_bytes
+    assert weights + 0.7 * 128e9 <= 128e9      # the rollout phase fits beside the resident weights
+    assert np.allclose(per_device_time(r.timeline, s["devices"]), s["makespan_s"])
+    assert s["layouts"]["train"] == f["train_layout_after"]

@@ -68,7 +68,12 @@ class SearchSpace(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
-    pp: list[int] | None = None  # None: every divisor of the layer count up to max_pp
+    pp: list[int] | None = None  # None: every divisor of the layer count up to max_pp (every pp with uneven_pp)
+    # PP need not divide the layers: stages hold floor/ceil shares (what llm/training.py models and
+    # MCore supports with uneven first/last stages); interleaving (VPP > 1) still needs an exact split.
+    # Off by default (Megatron-LM 2021 needs an exact split); a re-plan turns it on when the running
+    # layout is already uneven.
+    uneven_pp: bool = False
     max_pp: int = 64  # deepest pipeline in Megatron's Table 1 (1008B row)
     vpp: list[int] = Field(default_factory=lambda: [1, 2, 4])
     cp: list[int] = Field(default_factory=lambda: [1, 2])
@@ -139,7 +144,8 @@ def neighbourhood(current: TrainChoice, model: Any) -> SearchSpace:
     ZeRO 1-2 and the micro-batch move. Tens of candidates instead of thousands."""
     return SearchSpace(tp=[current.tp], pp=None, vpp=sorted({current.vpp, 1}), cp=[current.cp], ep=[current.ep],
                        zero=sorted({current.zero, 1, 2}), recompute=["none", "selective", "full"],
-                       micro_batch=sorted({current.micro_batch, 1}), exact_batch=False)
+                       micro_batch=sorted({current.micro_batch, 1}), exact_batch=False,
+                       uneven_pp=int(model.num_layers) % current.pp != 0)
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -159,7 +165,8 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
     """Every layout that divides the model, the devices and the batch; and why the rest were dropped.
 
     Rules (Megatron-LM / MCore constraints): TP divides the query heads and either divides the KV
-    heads or is a multiple of them (KV heads replicated); PP*VPP divides the layers; VPP > 1 needs
+    heads or is a multiple of them (KV heads replicated); PP*VPP divides the layers (unless
+    `uneven_pp` and VPP = 1); VPP > 1 needs
     PP > 1 and the micro-batch count divisible by PP; 2*CP divides the sequence (load-balanced
     causal split); EP divides the experts and DP x CP; DP*micro_batch divides the global batch;
     ZeRO > 0 needs DP > 1 (otherwise it equals ZeRO 0).
@@ -168,7 +175,12 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
     pruned: Counter = Counter()
     heads, kv_heads, layers = int(model.num_heads), int(model.num_kv_heads), int(model.num_layers)
     experts = int(getattr(model, "num_experts", 0) or 0)
-    pp_values = space.pp if space.pp is not None else _divisors(layers, space.max_pp)
+    if space.pp is not None:
+        pp_values = space.pp
+    elif space.uneven_pp:
+        pp_values = list(range(1, min(layers, space.max_pp) + 1))
+    else:
+        pp_values = _divisors(layers, space.max_pp)
     if space.ep is not None:
         ep_values = space.ep
     elif experts > 1:
@@ -186,7 +198,7 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
             pruned["devices"] += 1
             continue
         dp = num_devices // (tp * pp * cp)
-        if layers % (pp * vpp) or (vpp > 1 and pp == 1):
+        if (layers % (pp * vpp) and not (space.uneven_pp and vpp == 1)) or (vpp > 1 and pp == 1):
             pruned["pp_layers"] += 1
             continue
         if seq_len % (2 * cp) and cp > 1:

@@ -90,6 +90,7 @@ class LlmCosts:
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
         self._layouts: dict[int, TrainLayout] = {}
         self._ranks: dict[int, list[int]] = {}
+        self._last_train_lens: np.ndarray | None = None   # the latest trained batch (a re-plan's check)
 
     # ---- helpers ---------------------------------------------------------------------------------
     def layout(self, n_devices: int) -> TrainLayout:
@@ -218,13 +219,30 @@ class LlmCosts:
         return self._reused("fwd", role, seq_lens, n_devices, lambda: self._forward(role, seq_lens, n_devices))
 
     def train(self, role, seq_lens, n_devices) -> StageCost:
+        if role == "actor":
+            self._last_train_lens = np.asarray(seq_lens, np.int64)
         return self._reused("train", role, seq_lens, n_devices, lambda: self._train(role, seq_lens, n_devices))
 
     def micro_batched(self, seq_lens, n_devices: int) -> tuple[TrainLayout, np.ndarray]:
         """The layout and sample order the training cost model sees: token-balanced micro-batches
         of about ``micro_batch`` packed rows (schedule.micro_batching: balanced), or the configured
         samples per micro-batch in generation order (sequence, or padded data)."""
-        lay = self.layout(n_devices)
+        return self._micro_batched_as(self.layout(n_devices), seq_lens)
+
+    def accept_train_layout(self, layout_map: dict[str, Any]) -> None:
+        """A re-plan's check of a candidate training layout (dp included) beyond the planner's own
+        (which judges rows of typical length): the rollout phase still fits beside it on a colocated
+        placement, and the latest trained batch, micro-batched as the run does, fits in memory
+        (long-tail batches hold micro-batches longer than a typical row). RlsimError otherwise."""
+        lay = TrainLayout.from_mapping(dict(layout_map), source=self.source)
+        self.rollout_phase_bytes(lay)
+        if self._last_train_lens is None or not len(self._last_train_lens):
+            return
+        lay, lens = self._micro_batched_as(lay, self._last_train_lens)
+        train_step_cost(self.model, lay, self.topology, list(range(lay.devices)), lens, packing=self._packing(),
+                        params=self.train_params, source=self.source)
+
+    def _micro_batched_as(self, lay: TrainLayout, seq_lens) -> tuple[TrainLayout, np.ndarray]:
         lens = np.asarray(seq_lens, np.int64)
         if not self.balanced or not len(lens):
             return lay, lens
@@ -296,7 +314,11 @@ class LlmCosts:
 
     def inference_memory_bytes(self, n_devices) -> float:
         """Rollout phase per device: the engine's share of HBM, plus what training leaves resident."""
-        lay = self.layout(n_devices)
+        return self.rollout_phase_bytes(self.layout(n_devices))
+
+    def rollout_phase_bytes(self, lay: TrainLayout) -> float:
+        """The rollout phase's bytes per device with training layout ``lay`` resident; on a colocated
+        placement an RlsimError when they exceed HBM (a re-plan uses it to reject layouts)."""
         mem = memory_per_device(self.model, lay, 1.0, self.device.hbm_bytes)
         resident = mem.weights_bytes
         if not self.switch_params.offload_optimizer:

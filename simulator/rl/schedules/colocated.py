@@ -164,7 +164,8 @@ def run(ctx: Context) -> float:
         lost_s = fl.roll_back(ctx, target, t_f)
         carries, version = target.extra
         current = ctx.costs.layout(n_actor).as_dict() if hasattr(ctx.costs, "layout") else {}
-        out = ctx.replanner.on_failure(list(alive), sorted(failed & set(alive)), current)
+        out = ctx.replanner.on_failure(list(alive), sorted(failed & set(alive)), current,
+                                       accept=getattr(ctx.costs, "accept_train_layout", None))
         if out.train_layout and hasattr(ctx.costs, "set_train_layout"):
             ctx.costs.set_train_layout(out.train_layout)
         unit = math.lcm(d, ctx.costs.train_group_devices)

@@ -244,7 +244,8 @@ def run(ctx: Context) -> float:
                 gate.version = c
                 spawn_instances(c + 1, -1, t_f)
         current = ctx.costs.layout(len(run_["train"])).as_dict() if hasattr(ctx.costs, "layout") else {}
-        out = ctx.replanner.on_failure(run_["train"], sorted(failed & set(run_["train"])), current)
+        out = ctx.replanner.on_failure(run_["train"], sorted(failed & set(run_["train"])), current,
+                                       accept=getattr(ctx.costs, "accept_train_layout", None))
         if out.train_layout and hasattr(ctx.costs, "set_train_layout"):
             ctx.costs.set_train_layout(out.train_layout)
         at_most = getattr(ctx.costs, "train_devices_at_most", None)

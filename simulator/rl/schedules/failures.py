@@ -13,6 +13,7 @@ closed-form tests.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,7 +35,10 @@ class ReplanOutcome:
 
 class Replanner(Protocol):
     def ranks_of(self, spec: str) -> list[int]: ...
-    def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any]) -> ReplanOutcome: ...
+    # accept(layout): raises RlsimError for a training layout the pool cannot run (a colocated pool's
+    # rollout phase must fit beside the resident training state); the planner skips such layouts
+    def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
+                   accept: Callable[[dict[str, Any]], None] | None = None) -> ReplanOutcome: ...
     # split pools: the rollout pool keeps its instance layout (TP, EP); the answer's survivors and cost count
     def on_rollout_failure(self, pool_ranks: list[int], failed: list[int],
                            current: dict[str, Any]) -> ReplanOutcome: ...
@@ -57,7 +61,7 @@ class SameLayoutReplanner:
             return list(range(int(a), int(b or a) + 1))
         return [int(x) for x in text.split(",")]
 
-    def on_failure(self, pool_ranks, failed, current) -> ReplanOutcome:
+    def on_failure(self, pool_ranks, failed, current, accept=None) -> ReplanOutcome:
         bad = set(failed)
         if self.devices_per_node:
             nodes = {r // self.devices_per_node for r in failed}
