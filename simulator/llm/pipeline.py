@@ -324,31 +324,33 @@ def _ends(sched: _Schedule, dur: np.ndarray, xfer: np.ndarray) -> np.ndarray:
 PERIODIC_SETTLE_BLOCKS = 2
 PERIODIC_REL_TOL = 1e-9        # agreement asked of the check, relative to the makespan
 PERIODIC_MIN_GAIN = 2.0        # use it only when it simulates at most half the operations
+# Block lengths tried, in multiples of pp micro-batches: the steady state can repeat every second
+# block (cyclicity 2 in max-plus terms) when stage times interlock unevenly.
+PERIODIC_BLOCK_PP_MULTIPLES = (1, 2)
 
 
 def _uniform(a: np.ndarray) -> bool:
     return bool(np.all(a == a[..., :1]))
 
 
-def _short_micro_batches(pp: int, vpp: int, m: int) -> int:
-    """Smallest micro-batch count congruent to m mod pp whose every stage has
-    PERIODIC_SETTLE_BLOCKS steady blocks (2 pp vpp issue slots each) after its warm-up."""
-    base = m % pp
-    short = base
-    while short < pp or any(short * vpp - _warmup_forwards(pp, vpp, short, s) < PERIODIC_SETTLE_BLOCKS * pp * vpp
+def _short_micro_batches(pp: int, vpp: int, m: int, block: int) -> int:
+    """Smallest micro-batch count congruent to m mod ``block`` (a multiple of pp) whose every stage
+    has PERIODIC_SETTLE_BLOCKS steady blocks (2 block vpp issue slots each) after its warm-up."""
+    short = m % block
+    while short < pp or any(short * vpp - _warmup_forwards(pp, vpp, short, s) < PERIODIC_SETTLE_BLOCKS * block * vpp
                             for s in range(pp)):
-        short += pp
+        short += block
     return short
 
 
 @lru_cache(maxsize=256)
-def _periodic_map(pp: int, vpp: int, m: int, short: int) -> tuple[np.ndarray, np.ndarray]:
+def _periodic_map(pp: int, vpp: int, m: int, short: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     """For every op id of the m-micro-batch schedule: the op id of the short schedule it copies and
     how many periods later it ends. Per stage, issue slots before the short schedule's cool-down
-    are the same ops; each inserted block of pp micro-batches (2 pp vpp slots) repeats the short
-    schedule's last steady block one period later per block; the cool-down comes `blocks` later."""
-    blocks = (m - short) // pp
-    width = 2 * pp * vpp
+    are the same ops; each inserted block of ``block`` micro-batches (2 block vpp slots) repeats the
+    short schedule's last steady block one period later per block; the cool-down comes `blocks` later."""
+    blocks = (m - short) // block
+    width = 2 * block * vpp
     src = np.empty(2 * pp * vpp * m + 1, dtype=np.int64)
     shift = np.zeros(2 * pp * vpp * m + 1)
     src[-1] = -1  # the 'ready at 0' sentinel maps to itself
@@ -387,20 +389,23 @@ def _periodic_ends(fw: np.ndarray, bw: np.ndarray, xfer: np.ndarray, pp: int, vp
     k, n_virtual = xfer.shape[0], pp * vpp
     if n_virtual > 1 and not _uniform(xfer[:, :-1].reshape(k, n_virtual - 1, m)):
         return None
-    short = _short_micro_batches(pp, vpp, m)
-    if 3 * short + 3 * pp > m / PERIODIC_MIN_GAIN:
-        return None
-    e_short, e_next, e_check = (_simulate_short(fw, bw, xfer, pp, vpp, m, short + j * pp) for j in range(3))
-    last = int(stage_op_ids(pp, vpp, short, 0)[-1])
-    last_next = int(stage_op_ids(pp, vpp, short + pp, 0)[-1])
-    period = (e_next[:, last_next] - e_short[:, last])[:, None]
-    for j, exact in ((1, e_next), (2, e_check)):  # the period must predict both longer pipelines
-        src, shift = _periodic_map(pp, vpp, short + j * pp, short)
-        predicted = e_short[:, src] + shift * period
-        if not np.allclose(predicted, exact, rtol=0.0, atol=PERIODIC_REL_TOL * float(exact.max())):
+    for multiple in PERIODIC_BLOCK_PP_MULTIPLES:
+        block = multiple * pp
+        short = _short_micro_batches(pp, vpp, m, block)
+        if 3 * short + 3 * block > m / PERIODIC_MIN_GAIN:
             return None
-    src, shift = _periodic_map(pp, vpp, m, short)
-    return e_short[:, src] + shift * period
+        e_short, e_next, e_check = (_simulate_short(fw, bw, xfer, pp, vpp, m, short + j * block) for j in range(3))
+        last = int(stage_op_ids(pp, vpp, short, 0)[-1])
+        last_next = int(stage_op_ids(pp, vpp, short + block, 0)[-1])
+        period = (e_next[:, last_next] - e_short[:, last])[:, None]
+        # the period must predict both longer pipelines
+        if all(np.allclose(e_short[:, src] + shift * period, exact, rtol=0.0,
+                           atol=PERIODIC_REL_TOL * float(exact.max()))
+               for src, shift, exact in (_periodic_map(pp, vpp, short + j * block, short, block) + (e,)
+                                         for j, e in ((1, e_next), (2, e_check)))):
+            src, shift = _periodic_map(pp, vpp, m, short, block)
+            return e_short[:, src] + shift * period
+    return None
 
 
 def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Sequence[np.ndarray | float], *,
