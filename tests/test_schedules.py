@@ -126,11 +126,11 @@ def test_partial_rollout_needs_staleness():
 
 
 class PerSampleTrainCosts(FakeCosts):
-    def train(self, role, seq_lens, n_devices):
-        return StageCost(len(seq_lens) * 0.5 / n_devices, flops=0.0)
+    def train(self, role, seq_lens, ranks):
+        return StageCost(len(seq_lens) * 0.5 / len(ranks), flops=0.0)
 
-    def forward(self, role, seq_lens, n_devices):
-        return StageCost(len(seq_lens) * 0.1 / n_devices, flops=0.0)
+    def forward(self, role, seq_lens, ranks):
+        return StageCost(len(seq_lens) * 0.1 / len(ranks), flops=0.0)
 
 
 CASE = st.fixed_dictionaries({

@@ -114,9 +114,9 @@ class MultiClock:
         return sum(c.rank_count for c in self.clocks)
 
     @property
-    def ranks(self) -> range:
-        """The first range (local reshard / link bottleneck queries take one replica's ranks)."""
-        return self.clocks[0].ranks
+    def ranks(self) -> list[int]:
+        """Every rank of every range, in order."""
+        return [r for c in self.clocks for r in c.ranks]
 
     def busy(self, state: str, until: float, iteration: int = -1, label: str = "", cause: str = "") -> None:
         for c in self.clocks:

@@ -25,7 +25,7 @@ from .base import Context, SeqBatch
 
 
 def _switch(ctx: Context, clock: GroupClock, to_phase: str, k: int) -> float:
-    cost = ctx.costs.switch(to_phase, clock.rank_count)
+    cost = ctx.costs.switch(to_phase, clock.ranks)
     clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
     for key, b in cost.bytes_moved.items():
         ctx.switch_bytes[key] = ctx.switch_bytes.get(key, 0.0) + b * clock.rank_count
@@ -80,7 +80,7 @@ def run(ctx: Context) -> float:
     carries = [SeqBatch.empty() for _ in range(n_inst)]
     version = 0
     split_allowed = ctx.s >= 1 and ctx.f < 1
-    mem = ctx.costs.inference_memory_bytes(actor.count)
+    mem = ctx.costs.inference_memory_bytes(actor.ranks)
     ctx.peak_memory_bytes = max(ctx.peak_memory_bytes, mem)
     fl.check_supported(ctx)
     alive = list(actor.ranks)
@@ -93,7 +93,8 @@ def run(ctx: Context) -> float:
             A.idle("dependency", G.cursor, k)
         yield env.timeout(G.cursor - env.now)
         t0 = env.now
-        plans = [ctx.plan(SeqBatch.concat(carries[i], ctx.share(k, i, n_inst)), t0, version, d)
+        ranks = G.ranks
+        plans = [ctx.plan(SeqBatch.concat(carries[i], ctx.share(k, i, n_inst)), t0, version, ranks[i * d:(i + 1) * d])
                  for i in range(n_inst)]
         gen_end = t0 + max(p.end_s for p in plans)
         t_split = math.inf
@@ -135,7 +136,7 @@ def run(ctx: Context) -> float:
         new_carries = [SeqBatch.empty() for _ in range(n_inst)]
         for j in range(tail_inst):
             part = tail.take(np.arange(j, len(tail), tail_inst))
-            end, carry, _ = ctx.generate(part, t_split, version, d)
+            end, carry, _ = ctx.generate(part, t_split, version, T.ranks[j * d:(j + 1) * d])
             t_ends.append(end)
             new_carries[j] = carry
         carries = new_carries
@@ -163,10 +164,10 @@ def run(ctx: Context) -> float:
         t_f = env.now
         lost_s = fl.roll_back(ctx, target, t_f)
         carries, version = target.extra
-        current = ctx.costs.layout(n_actor).as_dict() if hasattr(ctx.costs, "layout") else {}
+        current = ctx.costs.train_layout_of(G.ranks)
         out = ctx.replanner.on_failure(list(alive), sorted(failed & set(alive)), current,
-                                       accept=getattr(ctx.costs, "accept_train_layout", None))
-        if out.train_layout and hasattr(ctx.costs, "set_train_layout"):
+                                       accept=ctx.costs.accept_train_layout)
+        if out.train_layout:
             ctx.costs.set_train_layout(out.train_layout)
         unit = math.lcm(d, ctx.costs.train_group_devices)
         use = out.survivors[: (len(out.survivors) // unit) * unit]
@@ -185,14 +186,13 @@ def run(ctx: Context) -> float:
             c.busy("replan", t_f + out.planning_cost_s, target.iteration, label=f"failure of {spec}", cause="failure")
             c.busy("restart", c.cursor + ctx.sched.recovery.restart_s, target.iteration, label="restart",
                    cause="failure")
-        ctx.peak_memory_bytes = max(ctx.peak_memory_bytes, ctx.costs.inference_memory_bytes(n_actor))
+        ctx.peak_memory_bytes = max(ctx.peak_memory_bytes, ctx.costs.inference_memory_bytes(G.ranks))
         carries = fl.redistribute(carries, n_inst)
         ctx.failures.append({"at_s": t_f, "fail": spec, "failed_ranks": sorted(failed & set(range(ctx.n_devices))),
                              "iteration": target.iteration, "lost_s": lost_s,
                              "replan_s": out.planning_cost_s, "restart_s": ctx.sched.recovery.restart_s,
                              "devices_after": n_actor,
-                             "train_layout_after": ctx.costs.layout(n_actor).as_dict()
-                             if hasattr(ctx.costs, "layout") else {}})
+                             "train_layout_after": ctx.costs.train_layout_of(G.ranks)})
         yield env.timeout(G.cursor - env.now)
 
     def main():
@@ -273,15 +273,12 @@ def tail_instances(ctx: Context, plans, t_split: float) -> int:
     if n_tail == 0:
         return 0
     by_seqs = math.ceil(n_tail / max(1, ctx.costs.instance_max_seqs))
-    kv_tokens = getattr(ctx.costs, "instance_kv_tokens", None)
-    by_kv = math.ceil(kv / kv_tokens) if kv_tokens else 1
+    by_kv = math.ceil(kv / ctx.costs.instance_kv_tokens)
     return max(1, by_seqs, by_kv)
 
 
 def _train_devices(ctx: Context, plans, t_split: float, pool_devices: int) -> int:
     """Devices left for training once the tail sits on the fewest instances that hold it,
     rounded down to whole training replicas (and whole EP groups)."""
-    d, g = ctx.costs.instance_devices, ctx.costs.train_group_devices
-    at_most = getattr(ctx.costs, "train_devices_at_most", None)
-    free = pool_devices - max(1, tail_instances(ctx, plans, t_split)) * d
-    return at_most(free) if at_most else (free // g) * g
+    free = pool_devices - max(1, tail_instances(ctx, plans, t_split)) * ctx.costs.instance_devices
+    return ctx.costs.train_devices_at_most(free)

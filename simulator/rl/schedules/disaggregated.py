@@ -102,7 +102,7 @@ def run(ctx: Context) -> float:
             n_inst = run_["n_inst"]
             seqs = SeqBatch.concat(carry, ctx.share(r, i, n_inst))
             t0 = env.now
-            end, carry, _ = ctx.generate(seqs, t0, my_version, d)
+            end, carry, _ = ctx.generate(seqs, t0, my_version, clock.ranks)
             clock.busy("generate", end, r, label=f"round {r}")
             ctx.add_stage_time("generate", (end - t0) / n_inst)
             ctx.round_end[r] = max(ctx.round_end.get(r, 0.0), end)
@@ -243,14 +243,12 @@ def run(ctx: Context) -> float:
                     del ctx.round_end[r]
                 gate.version = c
                 spawn_instances(c + 1, -1, t_f)
-        current = ctx.costs.layout(len(run_["train"])).as_dict() if hasattr(ctx.costs, "layout") else {}
+        current = ctx.costs.train_layout_of(run_["train"])
         out = ctx.replanner.on_failure(run_["train"], sorted(failed & set(run_["train"])), current,
-                                       accept=getattr(ctx.costs, "accept_train_layout", None))
-        if out.train_layout and hasattr(ctx.costs, "set_train_layout"):
+                                       accept=ctx.costs.accept_train_layout)
+        if out.train_layout:
             ctx.costs.set_train_layout(out.train_layout)
-        at_most = getattr(ctx.costs, "train_devices_at_most", None)
-        g = ctx.costs.train_group_devices
-        n = at_most(len(out.survivors)) if at_most else (len(out.survivors) // g) * g
+        n = ctx.costs.train_devices_at_most(len(out.survivors))
         if n <= 0:
             raise RlsimError(f"no whole training replica fits on the {len(out.survivors)} training devices left "
                              f"after the failure of {spec}", source=ctx.scenario.source,
@@ -290,8 +288,7 @@ def run(ctx: Context) -> float:
                 lost, cost, _ = fail_rollout(spec, failed, t_f)
                 entry.update(lost_s=lost, replan_s=cost)
             entry["devices_after"] = len(run_["train"]) + len(run_["roll"])
-            entry["train_layout_after"] = ctx.costs.layout(len(run_["train"])).as_dict() \
-                if hasattr(ctx.costs, "layout") else {}
+            entry["train_layout_after"] = ctx.costs.train_layout_of(run_["train"])
             ctx.failures.append(entry)
 
     spawn_instances(0, 0, None)
