@@ -1,4 +1,4 @@
-"""The discrete-event core: a simpy environment, the run's RNG and the interval recorder.
+"""The discrete-event core: a simpy environment, the run's RNG and the run's timeline.
 
 simpy orders events by (time, priority, insertion id), which makes a run deterministic as long
 as nothing else injects randomness: every random draw goes through the one
@@ -7,6 +7,7 @@ as nothing else injects randomness: every random draw goes through the one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -20,50 +21,61 @@ def make_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(int(seed)))
 
 
-@dataclass
-class Interval:
+class Interval(NamedTuple):
+    """One busy or idle interval of a group of consecutive ranks [rank_start, rank_start + rank_count)."""
     pool: str
-    device: int          # global device rank, or -1 for a pool-level record
-    state: str           # e.g. generate, train, switch, sync, idle
+    device: int          # the global rank for a one-device record, else -1 (a group record)
+    state: str           # e.g. generate, train, switch, sync, idle, lost
     cause: str           # for idle: long_tail, dependency, pipeline_bubble, switch, weight_sync; else ""
     iteration: int
     start: float
     end: float
-    label: str = ""
+    label: str
+    rank_start: int
+    rank_count: int
+
+
+TIMELINE_COLUMNS = INTERVAL_COLUMNS + ["rank_start", "rank_count"]
+assert list(Interval._fields) == TIMELINE_COLUMNS
 
 
 @dataclass
-class Recorder:
-    """Collects every busy or idle interval of a run; the metrics layer reads it as a DataFrame."""
+class Timeline:
+    """Every busy or idle interval of a run, per group of consecutive ranks (not per device, so
+    24,576 devices stay cheap); the metrics layer reads it as a DataFrame."""
+    rows: list[Interval] = field(default_factory=list)
 
-    intervals: list[Interval] = field(default_factory=list)
+    def add(self, pool: str, rank_start: int, rank_count: int, state: str, start: float, end: float,
+            cause: str = "", iteration: int = -1, label: str = "") -> None:
+        if end < start - 1e-9:
+            raise ValueError(f"interval ends before it starts: {start} > {end} ({pool} {state})")
+        if end > start and rank_count > 0:
+            device = rank_start if rank_count == 1 else -1
+            self.rows.append(Interval(pool, device, state, cause, iteration, float(start), float(end), label,
+                                      int(rank_start), int(rank_count)))
 
-    def record(self, pool: str, device: int, state: str, start: float, end: float, *,
-               cause: str = "", iteration: int = -1, label: str = "") -> None:
-        if end < start:
-            raise ValueError(f"interval ends before it starts: {start} > {end}")
-        if end > start:
-            self.intervals.append(Interval(pool, device, state, cause, iteration, start, end, label))
+    def add_devices(self, pool: str, devices, state: str, start: float, end: float, *,
+                    cause: str = "", iteration: int = -1, label: str = "") -> None:
+        """One record per device (a pipeline stage's ranks need not be consecutive)."""
+        for device in devices:
+            self.add(pool, int(device), 1, state, start, end, cause=cause, iteration=iteration, label=label)
 
-    def record_devices(self, pool: str, devices, state: str, start: float, end: float, *,
-                       cause: str = "", iteration: int = -1, label: str = "") -> None:
-        for d in devices:
-            self.record(pool, int(d), state, start, end, cause=cause, iteration=iteration, label=label)
+    def clip(self, t_end: float) -> None:
+        """Drop what lies past the end of the run (rollout planned ahead of the last training step)."""
+        self.rows = [row if row.end <= t_end else row._replace(end=t_end) for row in self.rows if row.start < t_end]
 
     def to_frame(self) -> pd.DataFrame:
-        if not self.intervals:
-            return pd.DataFrame(columns=INTERVAL_COLUMNS)
-        frame = pd.DataFrame([vars(i) for i in self.intervals], columns=INTERVAL_COLUMNS)
-        return frame.sort_values(["start", "pool", "device", "end"], kind="stable").reset_index(drop=True)
+        frame = pd.DataFrame(self.rows, columns=TIMELINE_COLUMNS)
+        return frame.sort_values(["start", "pool", "rank_start", "end"], kind="stable").reset_index(drop=True)
 
 
 class Simulation:
-    """A simpy environment bundled with the run's RNG and recorder."""
+    """A simpy environment bundled with the run's RNG and timeline."""
 
     def __init__(self, seed: int = 0) -> None:
         self.env = simpy.Environment()
         self.rng = make_rng(seed)
-        self.recorder = Recorder()
+        self.timeline = Timeline()
 
     @property
     def now(self) -> float:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from .rl.schedules.base import RunRecord
+from .rl.schedules.context import RunRecord
 from .rl.timeline import BUSY_STATES
 
 # Non-busy states count as bubbles; their cause when the state itself names it.

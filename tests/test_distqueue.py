@@ -37,7 +37,7 @@ def test_batch_max_padding_and_packing_agree_on_equal_lengths():
 def test_queue_bandwidth_is_contended():
     env = simpy.Environment()
     q = DistQueue(env, DistQueueParams(bw_Bps=1e9))
-    q.write(2e9)                                    # 2 s of writes ahead of the read
+    q.write(np.array([2e9]), np.array([0.0]))       # 2 s of writes ahead of the read
     load = fetch_load(np.full(1, 1e9 / 17), DistQueueParams(), 1, 1)
     done = {}
 
@@ -48,3 +48,36 @@ def test_queue_bandwidth_is_contended():
     env.run()
     assert done["t"] == pytest.approx(3.0)
     assert q.stats()["bytes_read"] == pytest.approx(1e9)
+
+
+def test_writes_arrive_when_ready_and_a_read_waits_only_for_earlier_ones():
+    # FIFO server, 1 GB/s: writes of 1 s each at t = 0, 0.5 and 10; a read of 1 s issued at t = 1
+    # waits behind the first two (done at 2.0) and ends at 3.0; the write at 10 is served after it
+    env = simpy.Environment()
+    q = DistQueue(env, DistQueueParams(bw_Bps=1e9))
+    q.write(np.array([1e9, 1e9, 1e9]), np.array([0.0, 0.5, 10.0]))
+    load = fetch_load(np.full(1, 1e9 / 17), DistQueueParams(), 1, 1)
+    done = {}
+
+    def reader():
+        yield env.timeout(1.0)
+        yield from q.read(load)
+        done["t"] = env.now
+    env.process(reader())
+    env.run()
+    assert done["t"] == pytest.approx(3.0)
+    assert q.stats(until=5.0)["busy_s"] == pytest.approx(3.0)
+    assert q.stats(until=20.0)["busy_s"] == pytest.approx(4.0)
+
+
+def test_fifo_fold_matches_a_sequential_server():
+    rng = np.random.default_rng(3)
+    arrive, nbytes = np.sort(rng.uniform(0, 5, 40)), rng.uniform(1e7, 5e8, 40)
+    q = DistQueue(simpy.Environment(), DistQueueParams(bw_Bps=1e9))
+    q.write(nbytes[20:], arrive[20:])      # out of arrival order on purpose
+    q.write(nbytes[:20], arrive[:20])
+    q._fold(100.0)
+    free = 0.0
+    for a, b in zip(arrive, nbytes, strict=True):
+        free = max(free, a) + b / 1e9
+    assert q._free_at == pytest.approx(free, rel=1e-12)

@@ -8,30 +8,30 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.des import INTERVAL_COLUMNS, Recorder
+from simulator.des import INTERVAL_COLUMNS, Timeline
 from simulator.report import html as report_html
 from simulator.report import plots
 
 
 def synthetic_timeline(devices_per_pool: int = 6, iterations: int = 2) -> pd.DataFrame:
     """Disaggregated-like: a rollout pool and a train pool that wait on each other."""
-    rec = Recorder()
+    rec = Timeline()
     t = 0.0
     for it in range(iterations):
         for d in range(devices_per_pool):
             gen_end = t + 10 + d  # later devices hold the long tail
-            rec.record("rollout", d, "generate", t, gen_end, iteration=it)
-            rec.record("rollout", d, "idle", gen_end, t + 10 + devices_per_pool, cause="long_tail", iteration=it)
-            rec.record("rollout", d, "idle", t + 10 + devices_per_pool, t + 20 + devices_per_pool,
-                       cause="dependency", iteration=it)
-            rec.record("train", devices_per_pool + d, "idle", t, t + 10 + devices_per_pool, cause="dependency",
-                       iteration=it)
-            rec.record("train", devices_per_pool + d, "train", t + 10 + devices_per_pool, t + 19 + devices_per_pool,
-                       iteration=it)
-            rec.record("train", devices_per_pool + d, "sync", t + 19 + devices_per_pool, t + 20 + devices_per_pool,
-                       iteration=it)
+            rec.add("rollout", d, 1, "generate", t, gen_end, iteration=it)
+            rec.add("rollout", d, 1, "idle", gen_end, t + 10 + devices_per_pool, cause="long_tail", iteration=it)
+            rec.add("rollout", d, 1, "idle", t + 10 + devices_per_pool, t + 20 + devices_per_pool,
+                    cause="dependency", iteration=it)
+            rec.add("train", devices_per_pool + d, 1, "idle", t, t + 10 + devices_per_pool, cause="dependency",
+                    iteration=it)
+            rec.add("train", devices_per_pool + d, 1, "train", t + 10 + devices_per_pool, t + 19 + devices_per_pool,
+                    iteration=it)
+            rec.add("train", devices_per_pool + d, 1, "sync", t + 19 + devices_per_pool, t + 20 + devices_per_pool,
+                    iteration=it)
         t += 20 + devices_per_pool
-    return rec.to_frame()
+    return rec.to_frame()[INTERVAL_COLUMNS]
 
 
 @dataclass

@@ -51,7 +51,9 @@ def test_colocated_step_is_generate_plus_train_plus_sync():
     gen = 500 * 1e-3
     fwd = 2 * tokens * 2e-4 / 8            # old-logprob + reference
     train = tokens * 1e-3 / 8
-    fetch = tokens * sc.schedule.distqueue.bytes_per_token / sc.schedule.distqueue.bw_Bps   # packed, hierarchical
+    # every sample is ready at the end of the round, so the queue serves its writes and then the
+    # trainer's read of the same payload (packed, hierarchical: one copy each way)
+    fetch = 2 * tokens * sc.schedule.distqueue.bytes_per_token / sc.schedule.distqueue.bw_Bps
     assert s["step_time_s"] == pytest.approx(gen + fetch + fwd + train + 0.7, rel=1e-9)
     assert s["bubble_fraction"] == pytest.approx((0.7 + fetch) / (gen + fetch + fwd + train + 0.7), rel=1e-9)
 

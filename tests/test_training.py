@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.des import Recorder
+from simulator.des import Timeline
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
@@ -157,7 +157,7 @@ def test_timeline_tiles_the_step_and_records_into_des():
         assert ivs[0].start == 0.0 and ivs[-1].end == pytest.approx(r.step_time_s)
         assert all(a.end == pytest.approx(b.start) for a, b in zip(ivs, ivs[1:], strict=False))
         assert {"forward", "backward", "optimizer"} <= {iv.state for iv in ivs}
-    rec = Recorder()
+    rec = Timeline()
     r.record(rec, "train", list(range(16)), 10.0, iteration=3)
     frame = rec.to_frame()
     assert set(frame.device) == set(range(16)) and frame.start.min() == 10.0

@@ -154,16 +154,16 @@ class TrainStepCost:
                 out.append(StageInterval(s, IDLE, end + dp + opt, self.step_time_s))
         return tuple(out)
 
-    def record(self, recorder: Any, pool: str, ranks: Sequence[int], start: float, *, iteration: int = -1,
+    def record(self, timeline: Any, pool: str, ranks: Sequence[int], start: float, *, iteration: int = -1,
                label: str = "train") -> None:
-        """Write the timeline into a des.Recorder; `ranks` in the layout's canonical order. Idle
+        """Write the timeline into a des.Timeline (one record per device); `ranks` in the layout's canonical order. Idle
         inside the flush is cause `pipeline_bubble`; waiting for the slowest stage, `dependency`."""
         stage_ranks = stage_rank_lists(self.layout, ranks)
         for iv in self.timeline:
             state = "idle" if iv.state == IDLE else ("sync" if iv.state == "dp_sync" else "train")
             cause = ("pipeline_bubble" if iv.start < self.stage_tail_s[iv.stage][0] else "dependency") \
                 if state == "idle" else ""
-            recorder.record_devices(pool, stage_ranks[iv.stage], state, start + iv.start, start + iv.end,
+            timeline.add_devices(pool, stage_ranks[iv.stage], state, start + iv.start, start + iv.end,
                                     cause=cause, iteration=iteration, label=f"{label}:{iv.state}")
 
     def summary(self) -> dict[str, Any]:

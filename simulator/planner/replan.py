@@ -4,7 +4,7 @@ colocated schedule; with the planning cost counted in simulated time.
 `simulate_failure_run` is a planner-level multi-step run on des.Simulation (until the schedule
 layer hosts re-planning itself): steps run at the planned step time, a failure loses the work since
 the last checkpoint, the planner re-plans on the survivors, and the run continues; every interval
-(train, lost, replan, restart) lands in the des.Recorder timeline.
+(train, lost, replan, restart) lands in the run's des.Timeline.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from ..des import Simulation
+from ..des import INTERVAL_COLUMNS, Simulation
 from ..errors import RlsimError
 from .hetero import HeteroParams, HeteroPlan, plan_hetero
 from .search import (
@@ -163,7 +163,11 @@ def simulate_failure_run(model: Any, topology: Any, global_batch: int, seq_len: 
     step_before = first.best.evaluation.step_time_s
     failed = list(failed)
     sim = Simulation(seed)
-    rec = sim.recorder
+    timeline = sim.timeline
+    pool_start, pool_count = min(ranks), len(ranks)   # pool-level records over the pool's ranks
+
+    def record(state: str, start: float, end: float, **info: Any) -> None:
+        timeline.add("train", pool_start, pool_count, state, start, end, **info)
     state: dict[str, Any] = {"done": 0, "lost": 0.0, "replan": None, "step_after": step_before}
 
     def run():
@@ -175,13 +179,12 @@ def simulate_failure_run(model: Any, topology: Any, global_batch: int, seq_len: 
             if not failed_yet and end > fail_at_s:
                 yield sim.timeout(max(fail_at_s - start, 0.0))
                 failed_yet = True
-                rec.record("train", -1, "lost", start, sim.now, cause="failure", iteration=state["done"],
-                           label="step in flight at the failure")
+                record("lost", start, sim.now, cause="failure", iteration=state["done"],
+                       label="step in flight at the failure")
                 # steps finished after the last checkpoint are thrown away: relabel them as lost
-                for iv in rec.intervals:
-                    if iv.state == "train" and iv.iteration >= t_ckpt_done:
-                        iv.state, iv.cause, iv.label = "lost", "failure", "rolled back to the last checkpoint"
-                state["lost"] = sum(iv.end - iv.start for iv in rec.intervals if iv.state == "lost")
+                timeline.rows = [iv._replace(state="lost", cause="failure", label="rolled back to the last checkpoint")
+                                 if iv.state == "train" and iv.iteration >= t_ckpt_done else iv for iv in timeline.rows]
+                state["lost"] = sum(iv.end - iv.start for iv in timeline.rows if iv.state == "lost")
                 state["done"] = t_ckpt_done
                 replan = replan_on_failure(model, topology, global_batch, seq_len, failed=failed, ranks=current,
                                            space=space, params=params, recovery=recovery, evaluator=evaluator,
@@ -189,17 +192,15 @@ def simulate_failure_run(model: Any, topology: Any, global_batch: int, seq_len: 
                 state["replan"] = replan
                 t0 = sim.now
                 yield sim.timeout(replan.planning_cost_s)
-                rec.record("train", -1, "replan", t0, sim.now, cause="failure", label="planner search")
+                record("replan", t0, sim.now, cause="failure", label="planner search")
                 t0 = sim.now
                 yield sim.timeout(recovery.restart_s)
-                rec.record("train", -1, "restart", t0, sim.now, cause="failure",
-                           label=f"reload checkpoint of step {t_ckpt_done}")
+                record("restart", t0, sim.now, cause="failure", label=f"reload checkpoint of step {t_ckpt_done}")
                 current, step_s = replan.survivors, replan.plan.best.evaluation.step_time_s
                 state["step_after"] = step_s
                 continue
             yield sim.timeout(step_s)
-            rec.record("train", -1, "train", start, sim.now, iteration=state["done"],
-                       label=f"{len(current)} devices")
+            record("train", start, sim.now, iteration=state["done"], label=f"{len(current)} devices")
             state["done"] += 1
             if state["done"] % recovery.checkpoint_every_steps == 0:
                 t_ckpt_done = state["done"]
@@ -209,5 +210,5 @@ def simulate_failure_run(model: Any, topology: Any, global_batch: int, seq_len: 
     if state["replan"] is None:
         raise RlsimError(f"the run finished at {sim.now:.1f} s, before the failure at {fail_at_s} s",
                          field="fail_at_s", fix="fail earlier or run more steps")
-    return FailureRun(rec.to_frame(), state["done"], state["lost"], state["replan"], step_before,
+    return FailureRun(timeline.to_frame()[INTERVAL_COLUMNS], state["done"], state["lost"], state["replan"], step_before,
                       state["step_after"], sim.now)

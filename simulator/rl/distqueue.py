@@ -8,7 +8,7 @@ bandwidth is one FIFO simpy resource, so concurrent writes and reads delay each 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -16,20 +16,24 @@ import simpy
 from ..scenario import DistQueueParams
 
 
-def payload_bytes(seq_lens: np.ndarray, params: DistQueueParams, packed: bool | None = None,
-                  pad_len: float | None = None) -> float:
-    """Bytes of one copy of these samples. Padded: every sample is ``pad_len`` tokens (the
-    configured max) or, with pad_len None / pad_to batch_max, the batch's longest."""
+def payload_bytes_each(seq_lens: np.ndarray, params: DistQueueParams, packed: bool | None = None,
+                       pad_len: float | None = None) -> np.ndarray:
+    """Bytes of one copy of each sample. Padded: every sample is ``pad_len`` tokens (the
+    configured max) or, with pad_len None / pad_to batch_max, these samples' longest."""
     lens = np.asarray(seq_lens, float)
     if not len(lens):
-        return 0.0
+        return lens
     packed = params.packed if packed is None else packed
     if packed:
-        tokens = lens.sum()
-    else:
-        width = pad_len if (pad_len is not None and params.pad_to == "config_max") else lens.max()
-        tokens = len(lens) * max(width, lens.max())
-    return float(tokens * params.bytes_per_token)
+        return lens * params.bytes_per_token
+    width = pad_len if (pad_len is not None and params.pad_to == "config_max") else lens.max()
+    return np.full(len(lens), max(width, lens.max()) * params.bytes_per_token)
+
+
+def payload_bytes(seq_lens: np.ndarray, params: DistQueueParams, packed: bool | None = None,
+                  pad_len: float | None = None) -> float:
+    """Bytes of one copy of these samples (padded to their common width when not packed)."""
+    return float(payload_bytes_each(seq_lens, params, packed, pad_len).sum())
 
 
 @dataclass(frozen=True)
@@ -51,37 +55,56 @@ def fetch_load(seq_lens: np.ndarray, params: DistQueueParams, n_train_devices: i
     return FetchLoad(payload, payload * group_devices, dp * group_devices, 0.0)
 
 
-@dataclass
 class DistQueue:
-    env: simpy.Environment
-    params: DistQueueParams
-    resource: simpy.Resource = field(init=False)
-    bytes_written: float = 0.0
-    bytes_read: float = 0.0
-    reads: int = 0
-    busy_s: float = 0.0
+    """One FIFO server of ``bw_Bps``. Producers write each sample when it is ready and never block;
+    a consumer's read waits behind every write that arrived before it. Service times of a FIFO
+    server follow D_i = max(D_(i-1), a_i) + s_i, so queued writes are folded in lazily, in arrival
+    order, when a read or the run's end looks at the queue (no simpy process per sample)."""
 
-    def __post_init__(self) -> None:
-        self.resource = simpy.Resource(self.env, capacity=1)
+    def __init__(self, env: simpy.Environment, params: DistQueueParams):
+        self.env, self.params = env, params
+        self.bytes_written = 0.0
+        self.bytes_read = 0.0
+        self.reads = 0
+        self.busy_s = 0.0
+        self._free_at = 0.0                              # when the server has served all folded work
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []   # (arrival s, service s) not folded yet
 
-    def _serve(self, nbytes: float):
-        with self.resource.request() as req:
-            yield req
-            dt = nbytes / self.params.bw_Bps
-            self.busy_s += dt
-            yield self.env.timeout(dt)
+    def write(self, nbytes: np.ndarray, at_s: np.ndarray) -> None:
+        """Samples' payloads arriving at times ``at_s`` (now or later)."""
+        nbytes = np.asarray(nbytes, float)
+        if len(nbytes):
+            self.bytes_written += float(nbytes.sum())
+            self._pending.append((np.asarray(at_s, float), nbytes / self.params.bw_Bps))
 
-    def write(self, nbytes: float) -> None:
-        """Producers do not block on the write; it occupies the queue in the background."""
-        self.bytes_written += nbytes
-        self.env.process(self._serve(nbytes))
+    def _fold(self, until: float) -> None:
+        """Serve, in arrival order, the writes that arrived by ``until``."""
+        if not self._pending:
+            return
+        arrive = np.concatenate([a for a, _ in self._pending])
+        service = np.concatenate([s for _, s in self._pending])
+        order = np.argsort(arrive, kind="stable")
+        arrive, service = arrive[order], service[order]
+        n = int(np.searchsorted(arrive, until, side="right"))
+        self._pending = [(arrive[n:], service[n:])] if n < len(arrive) else []
+        if n:
+            served = np.cumsum(service[:n])
+            before = served - service[:n]                  # work ahead of each write among these
+            self._free_at = float(served[-1] + max(self._free_at, float(np.max(arrive[:n] - before))))
+            self.busy_s += float(served[-1])
 
     def read(self, load: FetchLoad):
         """A consumer's fetch; yield from it (it waits behind queued writes)."""
         self.bytes_read += load.read_bytes
         self.reads += load.reads
-        yield from self._serve(load.read_bytes)
+        now = float(self.env.now)
+        self._fold(now)
+        service = load.read_bytes / self.params.bw_Bps
+        self._free_at = max(self._free_at, now) + service
+        self.busy_s += service
+        yield self.env.timeout(self._free_at - now)
 
-    def stats(self) -> dict[str, float]:
+    def stats(self, until: float | None = None) -> dict[str, float]:
+        self._fold(float(self.env.now) if until is None else until)
         return {"bytes_written": self.bytes_written, "bytes_read": self.bytes_read,
                 "reads": float(self.reads), "busy_s": self.busy_s}

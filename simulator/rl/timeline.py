@@ -1,48 +1,21 @@
 """Interval bookkeeping per device group (not per device), so 24,576 devices stay cheap.
 
-A record covers ranks [rank_start, rank_start + rank_count). Each ``GroupClock`` owns a cursor and
-only ever records from its cursor forward, so a group's states tile [0, makespan] exactly and
-device-seconds = duration x rank_count with no gaps or overlaps. ``expand_devices`` turns group
+A record (des.Interval) covers ranks [rank_start, rank_start + rank_count). Each ``GroupClock`` owns
+a cursor and only ever records into the run's one des.Timeline from its cursor forward, so a
+group's states tile [0, makespan] exactly and device-seconds = duration x rank_count with no gaps or overlaps. ``expand_devices`` turns group
 records into per-device rows (des.INTERVAL_COLUMNS) on request.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 
-from ..des import INTERVAL_COLUMNS
+from ..des import INTERVAL_COLUMNS, TIMELINE_COLUMNS, Timeline
 
-TIMELINE_COLUMNS = INTERVAL_COLUMNS + ["rank_start", "rank_count"]
+__all__ = ["Timeline", "TIMELINE_COLUMNS", "GroupClock", "MultiClock", "contiguous_runs", "expand_devices",
+           "clock_over", "clock_parts", "Clock"]
+
 BUSY_STATES = ("generate", "forward", "train")
-
-
-@dataclass
-class Timeline:
-    rows: list[tuple] = field(default_factory=list)
-
-    def add(self, pool: str, rank_start: int, rank_count: int, state: str, start: float, end: float,
-            cause: str = "", iteration: int = -1, label: str = "") -> None:
-        if end < start - 1e-9:
-            raise ValueError(f"interval ends before it starts: {start} > {end} ({pool} {state})")
-        if end > start and rank_count > 0:
-            device = rank_start if rank_count == 1 else -1
-            self.rows.append((pool, device, state, cause, iteration, float(start), float(end), label,
-                              rank_start, rank_count))
-
-    def clip(self, t_end: float) -> None:
-        """Drop what lies past the end of the run (rollout planned ahead of the last training step)."""
-        out = []
-        for row in self.rows:
-            if row[5] >= t_end:
-                continue
-            out.append(row if row[6] <= t_end else row[:6] + (t_end,) + row[7:])
-        self.rows = out
-
-    def to_frame(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.rows, columns=TIMELINE_COLUMNS)
-        return frame.sort_values(["start", "pool", "rank_start", "end"], kind="stable").reset_index(drop=True)
 
 
 class GroupClock:
@@ -153,6 +126,22 @@ class MultiClock:
                 part = [GroupClock(timeline, self.pool, pieces[0][0] if pieces else 0, 0, self.cursor)]
             out.append(part[0] if len(part) == 1 else MultiClock(part))
         return out
+
+
+Clock = GroupClock | MultiClock
+
+
+def clock_over(timeline: Timeline, pool: str, ranks: list[int], t: float | None = None) -> GroupClock | MultiClock:
+    """A clock over any ranks: one GroupClock for a consecutive run, a MultiClock otherwise."""
+    runs = contiguous_runs(ranks)
+    if len(runs) == 1:
+        a, n = runs[0]
+        return GroupClock(timeline, pool, a, n) if t is None else GroupClock(timeline, pool, a, n, t)
+    return MultiClock([GroupClock(timeline, pool, a, n, t or 0.0) for a, n in runs])
+
+
+def clock_parts(clock: GroupClock | MultiClock) -> list[GroupClock]:
+    return clock.clocks if isinstance(clock, MultiClock) else [clock]
 
 
 def contiguous_runs(ranks: list[int]) -> list[tuple[int, int]]:

@@ -1,12 +1,18 @@
-"""Synchronization policies. ``run_schedule`` builds the pools and runs the right runner:
+"""Synchronization policies, one registry entry per kind (registry.py). ``run_schedule`` builds the
+pools and runs the kind's runner:
 
 kind           placement       staleness  threshold  runner
-colocated      colocated       0          1          colocated.run
-stalesync      colocated*      1*         0.5*       colocated.run (split + tail consolidation)
-disaggregated  split pools     0          1          disaggregated.run
-one-step-off   split pools     1*         1          disaggregated.run
-async          split pools     1*         0*         disaggregated.run (+ partial_rollout)
+colocated      colocated       0          1          colocated.ColocatedRun
+stalesync      colocated*      1*         0.5*       colocated (split + tail consolidation) / disaggregated
+disaggregated  split pools     0          1          disaggregated.SplitPoolRun
+one-step-off   split pools     1*         1          disaggregated.SplitPoolRun
+async          split pools     1*         0*         disaggregated.SplitPoolRun (+ partial_rollout)
 (* = default, overridable in ``schedule:``)
+
+Runner parts: batches (SeqBatch, RoundDraws), generation (one instance's round), training (the
+train step and the staleness rule's batch choice), staleness (the rule, the tolerances, the
+version gate), context (run state, totals, the record), failures / split_failures (roll-back and
+re-plan).
 """
 from __future__ import annotations
 
@@ -15,11 +21,28 @@ from ...errors import RlsimError
 from ...scenario import Scenario
 from ..costs import Costs
 from ..pools import build_pools
-from . import colocated, disaggregated
-from .base import Context, RunRecord, Sampler
-from .failures import Replanner, ReplanOutcome, SameLayoutReplanner
+from . import colocated, disaggregated, registry, stalesync  # noqa: F401  (register the built-in kinds)
+from .batches import Sampler
+from .context import Context, RunRecord
+from .failures import Replanner, ReplanOutcome, SameLayoutReplanner, check_supported
+from .registry import SchedulePolicy, register
 
-__all__ = ["run_schedule", "RunRecord", "Replanner", "ReplanOutcome", "SameLayoutReplanner"]
+__all__ = ["run_schedule", "RunRecord", "Replanner", "ReplanOutcome", "SameLayoutReplanner", "SchedulePolicy",
+           "register", "Context", "Sampler"]
+
+
+def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
+    sched = scenario.schedule
+    if not sched.partial_rollout:
+        return
+    if not policy.supports_partial_rollout or sched.effective_staleness < 1:
+        able = [k for k in registry.kinds() if registry.get(k).supports_partial_rollout]
+        raise RlsimError("partial rollouts resume with newer weights, which needs staleness >= 1",
+                         source=scenario.source, field="schedule.partial_rollout",
+                         fix=f"set schedule.staleness: 1 on one of {', '.join(able)}")
+    if not sched.length_budget:
+        raise RlsimError("partial_rollout needs a per-segment length budget", source=scenario.source,
+                         field="schedule.length_budget", fix="set schedule.length_budget, e.g. 4096")
 
 
 def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sampler: Sampler,
@@ -27,16 +50,11 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     """``start_s``: simulated planning time before the run (layout: auto), recorded as state
     ``plan``; ``replanner``: what schedule.failures calls (failures.py)."""
     sched = scenario.schedule
-    if sched.partial_rollout and sched.effective_staleness < 1:
-        raise RlsimError("partial rollouts resume with newer weights, which needs staleness >= 1",
-                         source=scenario.source, field="schedule.partial_rollout",
-                         fix="set schedule.staleness: 1 (or use kind: async / one-step-off)")
-    if sched.partial_rollout and not sched.length_budget:
-        raise RlsimError("partial_rollout needs a per-segment length budget", source=scenario.source,
-                         field="schedule.length_budget", fix="set schedule.length_budget, e.g. 4096")
+    policy = registry.get(sched.kind, scenario.source)
+    _check_partial_rollout(scenario, policy)
     pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_group_devices, scenario.source)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed))
     ctx.start_s, ctx.replanner = float(start_s), replanner
-    runner = colocated.run if sched.effective_placement == "colocated" else disaggregated.run
-    makespan = runner(ctx)
+    check_supported(ctx, policy.supports_failures(sched))
+    makespan = policy.runner(ctx)
     return ctx.record(makespan)

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
-
-import numpy as np
 
 from ...errors import RlsimError
 from ..timeline import GroupClock, MultiClock, contiguous_runs
-from .base import Context
+from .batches import SeqBatch
+from .context import Context, OutOfRun
 
 FAILURE_STATE_CAUSE = {"lost": "failure", "replan": "failure", "restart": "failure", "failed": "failure"}
 
@@ -80,24 +79,20 @@ class Snapshot:
     rows: int
     samples: int
     iterations: int
-    counters: dict[str, Any] = field(default_factory=dict)
+    totals: Any = None         # a copy of the run's RunTotals
     extra: Any = None
     store: Any = None          # a copy of the SampleStore (split pools: restores consumed samples too)
 
 
-_COUNTERS = ("flops", "gen_flops", "generated_tokens", "stage_time_s", "rollout", "switch_bytes",
-             "peak_memory_bytes")
-
-
-def check_supported(ctx: Context) -> None:
+def check_supported(ctx: Context, supported: bool) -> None:
+    """schedule.failures only where the schedule's policy models them (registry: supports_failures)."""
     sched = ctx.sched
     if not sched.failures:
         return
-    colocated = sched.effective_placement == "colocated"   # colocated sync and StaleSync
-    if not (colocated or (sched.kind == "disaggregated" and ctx.s == 0)):
+    if not supported:
         raise RlsimError(f"schedule.failures is modelled for colocated placements (colocated, stalesync) and "
                          f"synchronous disaggregated runs, not kind {sched.kind!r} ({sched.effective_placement} "
-                         f"placement, staleness {ctx.s})", source=ctx.scenario.source, field="schedule.failures",
+                         f"placement, staleness {ctx.staleness})", source=ctx.scenario.source, field="schedule.failures",
                          fix="use schedule.kind: colocated, stalesync or disaggregated, or drop schedule.failures "
                              "(one-step-off / async / StaleSync on split pools are not modelled yet)")
     if sched.overprovision > 0:
@@ -107,8 +102,7 @@ def check_supported(ctx: Context) -> None:
 
 def snapshot(ctx: Context, k: int, extra: Any = None, *, store: bool = False) -> Snapshot:
     return Snapshot(ctx.env.now, k, len(ctx.timeline.rows), ctx.store.n, len(ctx.iterations),
-                    {c: copy.deepcopy(getattr(ctx, c)) for c in _COUNTERS}, copy.deepcopy(extra),
-                    copy.deepcopy(ctx.store) if store else None)
+                    copy.deepcopy(ctx.totals), copy.deepcopy(extra), copy.deepcopy(ctx.store) if store else None)
 
 
 def roll_back(ctx: Context, snap: Snapshot, t_fail: float) -> float:
@@ -116,10 +110,9 @@ def roll_back(ctx: Context, snap: Snapshot, t_fail: float) -> float:
     rows = ctx.timeline.rows
     lost = []
     for row in rows[snap.rows:]:
-        pool, device, state, cause, it, start, end, label, r0, n = row
-        if start >= t_fail:
+        if row.start >= t_fail:
             continue
-        lost.append((pool, device, "lost", "failure", it, start, min(end, t_fail), state, r0, n))
+        lost.append(row._replace(state="lost", cause="failure", end=min(row.end, t_fail), label=row.state))
     ctx.timeline.rows = rows[:snap.rows] + lost
     _restore_store(ctx, snap)
     return _restore(ctx, snap, t_fail)
@@ -136,11 +129,10 @@ def _restore_store(ctx: Context, snap: Snapshot) -> None:
 
 
 def _restore(ctx: Context, snap: Snapshot, t_fail: float) -> float:
-    """The part of a roll-back shared by both kinds: iterations and counters back to the snapshot,
+    """The part of a roll-back shared by both kinds: iterations and totals back to the snapshot,
     the lost seconds added up. Returns them (t_fail - snap.t)."""
     del ctx.iterations[snap.iterations:]
-    for name, value in snap.counters.items():
-        setattr(ctx, name, copy.deepcopy(value))
+    ctx.totals = copy.deepcopy(snap.totals)
     ctx.lost_s += t_fail - snap.t
     return t_fail - snap.t
 
@@ -168,16 +160,17 @@ def roll_back_pools(ctx: Context, snap: Snapshot, t_fail: float, pools: set[str]
     iterations and the counters. Returns the lost seconds (t_fail - snap.t)."""
     kept = []
     for row in ctx.timeline.rows[snap.rows:]:
-        pool, device, state, cause, it, start, end, label, r0, n = row
-        if pool not in pools or end <= snap.t:
+        if row.pool not in pools or row.end <= snap.t:
             kept.append(row)
             continue
-        if start >= t_fail:
+        if row.start >= t_fail:
             continue
+        start = row.start
         if start < snap.t:      # recorded late (an idle gap closed at the snapshot's time): keep its head
-            kept.append((pool, device, state, cause, it, start, snap.t, label, r0, n))
+            kept.append(row._replace(end=snap.t))
             start = snap.t
-        kept.append((pool, device, "lost", "failure", it, start, min(end, t_fail), state, r0, n))
+        kept.append(row._replace(state="lost", cause="failure", start=start, end=min(row.end, t_fail),
+                                 label=row.state))
     ctx.timeline.rows = ctx.timeline.rows[:snap.rows] + kept
     _restore_store(ctx, snap)
     return _restore(ctx, snap, t_fail)
@@ -193,14 +186,27 @@ def mark_out(ctx: Context, pool: str, ranks: list[int], failed: set[int], t: flo
     """Ranks out of the run from t: failed ones in state ``failed``; healthy ones the re-plan left
     out (the rest of a failed node, or no layout fits) idle with cause ``placement``."""
     for a, n in contiguous_runs([r for r in ranks if r in failed]):
-        ctx.out_of_run.append((pool, a, n, t, "failed", "failure"))
+        ctx.out_of_run.append(OutOfRun(pool, a, n, t, "failed", "failure"))
     for a, n in contiguous_runs([r for r in ranks if r not in failed]):
-        ctx.out_of_run.append((pool, a, n, t, "idle", "placement"))
+        ctx.out_of_run.append(OutOfRun(pool, a, n, t, "idle", "placement"))
 
 
-def redistribute(carries: list, n_inst: int) -> list:
-    from .base import SeqBatch
-    allc = SeqBatch.empty()
-    for c in carries:
-        allc = SeqBatch.concat(allc, c)
-    return [allc.take(np.arange(i, len(allc), n_inst)) for i in range(n_inst)]
+def redistribute(carries: list[SeqBatch], n_inst: int) -> list[SeqBatch]:
+    return SeqBatch.merge(carries).deal(n_inst)
+
+
+def replan_training(ctx: Context, pool_ranks: list[int], failed: set[int], usable: Callable[[int], int],
+                    unit_text: str, spec: str) -> tuple[ReplanOutcome, list[int]]:
+    """The one failure re-plan of a training pool: ask the re-planner for survivors and a layout the
+    costs accept, adopt the layout, keep the largest usable prefix of the survivors (``usable``:
+    device count -> devices the pool can use). RlsimError when nothing usable is left."""
+    out = ctx.replanner.on_failure(list(pool_ranks), sorted(failed & set(pool_ranks)),
+                                   ctx.costs.train_layout_of(pool_ranks), accept=ctx.costs.accept_train_layout)
+    if out.train_layout:
+        ctx.costs.set_train_layout(out.train_layout)
+    use = out.survivors[: usable(len(out.survivors))]
+    if not use:
+        raise RlsimError(f"no {unit_text} fits on the {len(out.survivors)} devices left after the failure of "
+                         f"{spec}", source=ctx.scenario.source, field="schedule.failures",
+                         fix="fail fewer devices or give the pool more devices")
+    return out, use

@@ -1,0 +1,129 @@
+"""Sequences in flight and the per-round length draws every schedule shares."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...scenario import Scenario
+from ..costs import Ranks
+
+# sampler(rng, n_prompts, samples_per_prompt, step) -> int array (n_prompts, samples_per_prompt)
+Sampler = Callable[[np.random.Generator, int, int, int], np.ndarray]
+
+# Group ids of round r start at r x this (a round never holds more prompts), so ids stay unique.
+GROUP_IDS_PER_ROUND = 1_000_000
+
+
+@dataclass
+class SeqBatch:
+    """Sequences to generate (or resume) on one instance."""
+    round: np.ndarray
+    group: np.ndarray
+    prompt_len: np.ndarray
+    target_len: np.ndarray      # full response length
+    done_len: np.ndarray        # tokens generated in earlier segments (partial rollout)
+    first_version: np.ndarray
+    drop_reason: np.ndarray     # '' or why the sample is dropped once generated (no_signal, surplus)
+
+    @staticmethod
+    def empty() -> SeqBatch:
+        z = np.zeros(0, int)
+        return SeqBatch(z, z, z, z, z, z, np.zeros(0, object))
+
+    def take(self, idx: np.ndarray) -> SeqBatch:
+        return SeqBatch(*(getattr(self, name)[idx] for name in self.__dataclass_fields__))
+
+    @staticmethod
+    def concat(a: SeqBatch, b: SeqBatch) -> SeqBatch:
+        return SeqBatch(*(np.concatenate([getattr(a, name), getattr(b, name)]) for name in a.__dataclass_fields__))
+
+    @staticmethod
+    def merge(batches: list[SeqBatch]) -> SeqBatch:
+        out = SeqBatch.empty()
+        for batch in batches:
+            out = SeqBatch.concat(out, batch)
+        return out
+
+    def deal(self, n_parts: int) -> list[SeqBatch]:
+        """Round-robin into ``n_parts`` (the dispatch policy of every schedule)."""
+        return [self.take(np.arange(i, len(self), n_parts)) for i in range(n_parts)]
+
+    def __len__(self) -> int:
+        return len(self.group)
+
+
+@dataclass
+class GenPlan:
+    """One instance's costed generation from ``t0`` (nothing committed yet)."""
+    seqs: SeqBatch
+    seg: np.ndarray          # tokens to generate this segment
+    remaining: np.ndarray    # tokens left before this segment
+    finish: np.ndarray       # seconds from t0
+    start: np.ndarray        # seconds from t0
+    flops: float
+    t0: float
+    version: int
+    ranks: Ranks             # the instance's devices
+    progress_at: Callable[[float], np.ndarray] | None = None
+
+    @property
+    def end_s(self) -> float:
+        return float(self.finish.max()) if len(self.finish) else 0.0
+
+
+class RoundDraws:
+    """Each round's new sequences, drawn once and in round order from the run's generator, so every
+    schedule sees the same lengths whatever order it asks in."""
+
+    def __init__(self, scenario: Scenario, rng: np.random.Generator, prompt_sampler: Sampler,
+                 response_sampler: Sampler):
+        self.workload, self.schedule, self.rng = scenario.workload, scenario.schedule, rng
+        self.prompt_sampler, self.response_sampler = prompt_sampler, response_sampler
+        self._draws: dict[int, SeqBatch] = {}
+
+    def draw(self, round_: int) -> SeqBatch:
+        for q in range(len(self._draws), round_ + 1):
+            self._draws[q] = self._draw_new(q)
+        return self._draws[round_]
+
+    def share(self, round_: int, instance: int, n_instances: int) -> SeqBatch:
+        """Instance ``instance``'s share of a round: round-robin dispatch (the same in every schedule)."""
+        batch = self.draw(round_)
+        return batch.take(np.arange(instance, len(batch), n_instances))
+
+    def _sample_groups(self, round_: int, n_prompts: int, group0: int) -> tuple[np.ndarray, ...]:
+        n = self.workload.samples_per_prompt
+        prompt = np.asarray(self.prompt_sampler(self.rng, n_prompts, 1, round_), int).reshape(n_prompts, 1)
+        resp = np.asarray(self.response_sampler(self.rng, n_prompts, n, round_), int).reshape(n_prompts, n)
+        group = np.repeat(np.arange(group0, group0 + n_prompts), n)
+        return group, np.repeat(prompt[:, 0], n), resp.reshape(-1)
+
+    def _draw_new(self, round_: int) -> SeqBatch:
+        prompts, n = self.workload.prompts_per_step, self.workload.samples_per_prompt
+        sampling = self.workload.dynamic_sampling
+        parts, reasons = [], []
+        group0 = round_ * GROUP_IDS_PER_ROUND
+        if sampling is None:
+            n_prompts = math.ceil(prompts * (1 + self.schedule.overprovision))
+            parts.append(self._sample_groups(round_, n_prompts, group0))
+            reasons.append(np.full(n_prompts * n, "", object))
+        else:  # DAPO: sub-rounds of gen_prompts until P groups carry a signal; surplus kept groups dropped
+            gen = sampling.gen_prompts or math.ceil(prompts / sampling.keep_fraction)
+            kept = 0
+            while kept < prompts:
+                part = self._sample_groups(round_, gen, group0 + sum(len(x[0]) // n for x in parts))
+                signal = self.rng.random(gen) < sampling.keep_fraction
+                reason = np.where(signal, "", "no_signal").astype(object)
+                for j in np.flatnonzero(signal):
+                    if kept >= prompts:
+                        reason[j] = "surplus"
+                    kept += 1
+                parts.append(part)
+                reasons.append(np.repeat(reason, n))
+        group, prompt, resp = (np.concatenate([x[i] for x in parts]) for i in range(3))
+        k = len(group)
+        return SeqBatch(np.full(k, round_), group, prompt, resp, np.zeros(k, int), np.zeros(k, int),
+                        np.concatenate(reasons))

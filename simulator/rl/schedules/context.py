@@ -1,0 +1,139 @@
+"""The state of one schedule run that its parts share: scenario, costs, pools, the simpy
+environment, the sample store and queue, running totals, and the record the metrics read."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...des import Simulation
+from ...scenario import Scenario
+from ..algorithms import REWARD_CPU, Algorithm, build_algorithm
+from ..costs import Costs
+from ..distqueue import DistQueue
+from ..pools import Pool
+from ..samples import SampleStore
+from ..timeline import GroupClock, Timeline
+from .batches import RoundDraws, Sampler
+from .generation import Generation
+from .training import TrainStep
+
+
+@dataclass
+class RunTotals:
+    """What a run adds up as it goes (a failure roll-back restores a copy)."""
+    flops: float = 0.0
+    gen_flops: float = 0.0
+    generated_tokens: float = 0.0
+    peak_memory_bytes: float = 0.0
+    stage_time_s: dict[str, float] = field(default_factory=dict)
+    switch_bytes: dict[str, float] = field(default_factory=dict)
+    # rollout slot accounting (metrics: occupancy and the low-batch tail)
+    rollout: dict[str, float] = field(default_factory=lambda: {"instance_s": 0.0, "slot_s": 0.0, "low_batch_s": 0.0})
+
+
+@dataclass
+class RunRecord:
+    """Raw output of a schedule run; metrics.py turns it into DataFrames and the summary."""
+    scenario: Scenario
+    n_devices: int
+    pools: dict[str, Pool]
+    timeline: Timeline
+    samples: SampleStore
+    iterations: list[dict]
+    makespan_s: float
+    flops: float
+    gen_flops: float
+    stage_time_s: dict[str, float]
+    peak_memory_bytes: float
+    queue: dict[str, float]
+    switch_bytes: dict[str, float]
+    peak_flops: float
+    train_flops_per_token: float
+    rollout: dict[str, float] = field(default_factory=dict)   # instance_s, slot_s, low_batch_s
+    planning_s: float = 0.0                                     # layout: auto planning before the run
+    failures: list[dict] = field(default_factory=list)         # one entry per failure event
+
+
+@dataclass(frozen=True)
+class OutOfRun:
+    """Ranks out of the run from ``from_s`` (failed, or left out by a re-plan)."""
+    pool: str
+    rank_start: int
+    rank_count: int
+    from_s: float
+    state: str
+    cause: str
+
+
+class Context:
+    def __init__(self, scenario: Scenario, costs: Costs, n_devices: int, pools: dict[str, Pool],
+                 prompt_sampler: Sampler, response_sampler: Sampler, sim: Simulation | None = None):
+        self.scenario, self.costs, self.n_devices, self.pools = scenario, costs, n_devices, pools
+        self.workload, self.sched = scenario.workload, scenario.schedule
+        self.sim = sim or Simulation(scenario.seed)
+        self.env, self.timeline = self.sim.env, self.sim.timeline
+        self.alg: Algorithm = build_algorithm(self.workload)
+        self.rule_reward = any(stage.kind == REWARD_CPU for stage in self.alg.stages)
+        self.draws = RoundDraws(scenario, self.sim.rng, prompt_sampler, response_sampler)
+        self.store = SampleStore()
+        self.queue = DistQueue(self.env, self.sched.distqueue)
+        self.batch_samples = self.workload.batch_samples
+        self.staleness = self.sched.effective_staleness
+        self.threshold = self.sched.effective_threshold
+        self.pad_len = float(self.workload.prompt_length.get("max", 0) or 0) + \
+            float(self.workload.response_length.get("max", 0) or 0) or None
+        self.totals = RunTotals()
+        self.iterations: list[dict] = []
+        self.round_end: dict[int, float] = {}
+        self.clocks: list[GroupClock] = []
+        self.gen = Generation(self)
+        self.trainer = TrainStep(self)
+        # layout: auto planning before the run (simulated seconds) and failures (failures.py)
+        self.start_s = 0.0
+        self.replanner = None
+        self.lost_s = 0.0
+        self.failures: list[dict] = []
+        self.out_of_run: list[OutOfRun] = []
+
+    def add_stage_time(self, name: str, dt: float) -> None:
+        self.totals.stage_time_s[name] = self.totals.stage_time_s.get(name, 0.0) + dt
+
+    def add_switch_bytes(self, moved: dict[str, float], n_devices: int) -> None:
+        for key, per_device in moved.items():
+            self.totals.switch_bytes[key] = self.totals.switch_bytes.get(key, 0.0) + per_device * n_devices
+
+    def note_memory(self, peak_bytes: float) -> None:
+        self.totals.peak_memory_bytes = max(self.totals.peak_memory_bytes, peak_bytes)
+
+    def start_clock(self, clock, label: str = "layout: auto") -> None:
+        """The planning before the run (layout: auto): state ``plan``, cause ``planning``."""
+        if self.start_s > 0:
+            clock.busy("plan", self.start_s, -1, label=label, cause="planning")
+
+    def record(self, makespan: float) -> RunRecord:
+        for clock in self.clocks:
+            if clock.cursor < makespan:
+                clock.idle("dependency", makespan, label="end of run")
+        self.timeline.clip(makespan)
+        for out in self.out_of_run:
+            self.timeline.add(out.pool, out.rank_start, out.rank_count, out.state, out.from_s, makespan,
+                              cause=out.cause, label="failure")
+        used = max(p.start + p.count for p in self.pools.values())
+        if used < self.n_devices:   # devices no pool could use (whole instances / replicas only)
+            self.timeline.add("unused", used, self.n_devices - used, "idle", 0.0, makespan, cause="placement")
+        pending = self.store.pending()    # samples never consumed by the end of the run: dropped explicitly
+        if len(pending):
+            self.store.drop(pending, "unused")
+        totals = self.totals
+        return RunRecord(self.scenario, self.n_devices, self.pools, self.timeline, self.store, self.iterations,
+                         makespan, totals.flops, totals.gen_flops, totals.stage_time_s, totals.peak_memory_bytes,
+                         self.queue.stats(makespan), totals.switch_bytes, self.costs.peak_flops,
+                         self.costs.train_flops_per_token(self._mean_len()), dict(totals.rollout),
+                         self.start_s, list(self.failures))
+
+    def _mean_len(self) -> float:
+        flat = self.store.flat()
+        if not len(flat["sample"]):
+            return 1.0
+        return float(np.mean(flat["prompt_len"] + flat["response_len"]))

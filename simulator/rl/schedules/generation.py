@@ -1,0 +1,119 @@
+"""Generation on one rollout instance: cost a share of sequences, then commit what finished (to
+the sample store and DistQueue) and carry what did not (partial rollout, a cut at a split)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..costs import Ranks
+from ..distqueue import payload_bytes_each
+from .batches import GenPlan, SeqBatch
+
+if TYPE_CHECKING:
+    from .context import Context
+
+
+class Generation:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.costs, self.sched = ctx.costs, ctx.sched
+
+    def plan(self, seqs: SeqBatch, t0: float, version: int, ranks: Ranks) -> GenPlan:
+        """Cost one instance's sequences from t0 (nothing committed yet)."""
+        remaining = seqs.target_len - seqs.done_len
+        seg = remaining.copy()
+        if self.sched.partial_rollout and self.sched.length_budget:
+            seg = np.minimum(remaining, self.sched.length_budget)
+        if not len(seqs):
+            return GenPlan(seqs, seg, remaining, np.zeros(0), np.zeros(0), 0.0, t0, version, ranks, None)
+        out = self.costs.rollout(seqs.prompt_len + seqs.done_len, seg, ranks)
+        start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
+        return GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0, version,
+                       ranks, out.progress_at)
+
+    def generate(self, seqs: SeqBatch, t0: float, version: int, ranks: Ranks) -> tuple[float, SeqBatch, float]:
+        """Plan and commit in one go; returns (busy end, carried sequences, generated tokens)."""
+        return self.commit(self.plan(seqs, t0, version, ranks))
+
+    def commit(self, plan: GenPlan, stop_s: float | None = None) -> tuple[float, SeqBatch, float]:
+        """Completed samples go to the store; sequences still running at t0 + stop_s (or cut by the
+        length budget) are carried with their progress. Returns (busy end, carried, generated tokens)."""
+        seqs, totals = plan.seqs, self.ctx.totals
+        if not len(seqs):
+            return plan.t0, SeqBatch.empty(), 0.0
+        totals.gen_flops += plan.flops
+        end, aborted = self._overprovision_cut(plan)
+        interrupted = np.zeros(len(seqs), bool)
+        if stop_s is not None and stop_s < end:
+            end = stop_s
+            interrupted = (plan.finish > end) & ~aborted
+        cut = aborted | interrupted
+        self._account_slots(np.minimum(plan.finish, end), end)
+        gen_tokens = self._tokens_by(plan, cut, end)
+        finished = ((plan.seg >= plan.remaining) & ~cut) | aborted
+        self._store_finished(plan, np.flatnonzero(finished), aborted, gen_tokens, end)
+        keep = np.flatnonzero(~finished)
+        carry = seqs.take(keep)
+        carry.first_version = np.where(carry.done_len > 0, carry.first_version, plan.version)
+        carry.done_len = carry.done_len + gen_tokens[keep].astype(int)
+        totals.generated_tokens += float(gen_tokens.sum())
+        return plan.t0 + end, carry, float(gen_tokens.sum())
+
+    def _overprovision_cut(self, plan: GenPlan) -> tuple[float, np.ndarray]:
+        """Over-provisioning keeps the fastest 1/(1+x) of the instance's sequences and aborts the rest."""
+        end = float(plan.finish.max())
+        aborted = np.zeros(len(plan.seqs), bool)
+        if self.sched.overprovision > 0:
+            target = math.ceil(len(plan.seqs) / (1 + self.sched.overprovision))
+            if target < len(plan.seqs):
+                end = float(np.sort(plan.finish, kind="stable")[target - 1])
+                aborted = plan.finish > end
+        return end, aborted
+
+    @staticmethod
+    def _tokens_by(plan: GenPlan, cut: np.ndarray, end: float) -> np.ndarray:
+        """Tokens each sequence generated this segment: all of it, or for a cut one its progress at
+        ``end`` - the engine's own interrupt when the plan kept its run, else linear in time."""
+        if not cut.any():
+            return plan.seg.astype(float)
+        if plan.progress_at is not None:
+            return np.where(cut, np.minimum(plan.progress_at(end), plan.seg), plan.seg)
+        span = np.maximum(plan.finish - plan.start, 1e-12)
+        progress = np.clip((end - plan.start) / span, 0.0, 1.0)
+        return np.where(cut, np.floor(plan.seg * progress), plan.seg)
+
+    def _store_finished(self, plan: GenPlan, ids: np.ndarray, aborted: np.ndarray, gen_tokens: np.ndarray,
+                        end: float) -> None:
+        """Finished samples into the store; each one's payload into DistQueue when its reward is ready."""
+        if not len(ids):
+            return
+        ctx, seqs = self.ctx, plan.seqs
+        reward_s = self.costs.reward_cpu_s(len(ids), plan.ranks) if ctx.rule_reward else 0.0
+        reason = seqs.drop_reason[ids].copy()
+        reason[aborted[ids]] = "overprovision"
+        finish = plan.t0 + np.minimum(plan.finish[ids], end)
+        resumed = seqs.done_len[ids] > 0
+        ctx.store.add(round_=seqs.round[ids], group=seqs.group[ids], prompt_len=seqs.prompt_len[ids],
+                      response_len=seqs.target_len[ids], generated_tokens=seqs.done_len[ids] + gen_tokens[ids],
+                      version=plan.version, first_version=np.where(resumed, seqs.first_version[ids], plan.version),
+                      start=plan.t0, finish=finish, ready=finish + reward_s, dropped=reason != "",
+                      drop_reason=reason)
+        lens = seqs.prompt_len[ids] + seqs.target_len[ids]
+        ctx.queue.write(payload_bytes_each(lens, self.sched.distqueue, pad_len=ctx.pad_len), finish + reward_s)
+
+    def _account_slots(self, finish: np.ndarray, end: float) -> None:
+        """Occupied batch slots of one instance over [0, end]: FIFO admission keeps
+        min(unfinished, slots) sequences running (the engine admits as soon as a slot frees), so
+        the occupancy falls once the queue drains - the long tail runs at low batch."""
+        if end <= 0 or not len(finish):
+            return
+        slots = self.ctx.totals.rollout
+        cap = max(1, int(self.costs.instance_max_seqs))
+        edges = np.concatenate([[0.0], np.sort(finish), [end]])
+        duration = np.diff(edges)                              # interval j: after j finishes
+        running = np.minimum(len(finish) - np.arange(len(finish) + 1), cap)
+        slots["instance_s"] += end
+        slots["slot_s"] += float(np.dot(duration, running)) / cap
+        slots["low_batch_s"] += float(duration[running < self.sched.low_batch_share * cap].sum())

@@ -1,0 +1,135 @@
+"""The training step every schedule shares: pick a batch within the staleness bound, fetch it
+through DistQueue, run the forward stages (old log-prob, reference, reward, critic) and the
+optimizer steps (PPO epochs x mini-batches)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..algorithms import FORWARD, TRAIN
+from ..distqueue import fetch_load
+from ..timeline import Clock
+from .staleness import ceil_count, min_version
+
+if TYPE_CHECKING:
+    from .context import Context
+
+
+class TrainStep:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.costs, self.sched, self.workload = ctx.costs, ctx.sched, ctx.workload
+        self.batch = ctx.batch_samples
+        self.staleness, self.threshold = ctx.staleness, ctx.threshold
+        # StaleSync starts a step on the threshold share (the tail joins the next batch); every other
+        # policy trains on full batches.
+        self.min_batch = ceil_count(self.threshold * self.batch) if self.sched.kind == "stalesync" else self.batch
+
+    # ---- which samples ------------------------------------------------------------------------
+    def ready_time(self, k: int, known_complete: bool) -> tuple[float, np.ndarray]:
+        """Earliest time trainer step k can start from the samples known now, and the ids it takes.
+        Needs ``min_batch`` eligible samples (version >= min_version(k, s)) and a share f of round k
+        (if round k is fully known)."""
+        store = self.ctx.store
+        flat, pending = store.flat(), store.pending()
+        if not len(pending):
+            return math.inf, pending
+        eligible = pending[flat["version"][pending] >= min_version(k, self.staleness)]
+        if len(eligible) < self.min_batch:
+            return math.inf, eligible[:0]
+        ready = flat["ready"][eligible]
+        t = float(np.partition(ready, self.min_batch - 1)[self.min_batch - 1])
+        if self.threshold > 0:
+            current = eligible[flat["round"][eligible] >= k]
+            need = ceil_count(self.threshold * self.batch)
+            if len(current) >= need:
+                t = max(t, float(np.partition(flat["ready"][current], need - 1)[need - 1]))
+            elif not known_complete:
+                return math.inf, eligible[:0]
+        available = eligible[ready <= t]
+        order = np.lexsort((flat["ready"][available], flat["version"][available]))  # oldest weights first
+        return t, available[order[: self.batch]]
+
+    def drop_stale(self, k: int) -> None:
+        store = self.ctx.store
+        flat, pending = store.flat(), store.pending()
+        stale = pending[flat["version"][pending] < min_version(k, self.staleness)]
+        if len(stale):
+            store.drop(stale, "stale")
+
+    def eligible_leftover(self, k: int) -> int:
+        """Pending samples that step k may still consume."""
+        flat, pending = self.ctx.store.flat(), self.ctx.store.pending()
+        return int(np.sum(flat["version"][pending] >= min_version(k, self.staleness))) if len(pending) else 0
+
+    # ---- the step -----------------------------------------------------------------------------
+    def run(self, k: int, ids: np.ndarray, main: Clock, aux: Clock | None = None):
+        """Consume ``ids`` at iteration k on ``main`` (forward stages on ``aux`` when given, in
+        parallel with the actor's own forwards). A simpy process body: yield from it."""
+        ctx = self.ctx
+        env, flat = ctx.env, ctx.store.flat()
+        ids = np.sort(ids)   # mini-batches in generation order, not finish order (no length bias)
+        ctx.store.consume(ids, k)
+        lens = flat["prompt_len"][ids] + flat["response_len"][ids]
+        t_start = env.now
+        # DistQueue fetch (one reader per TP x PP group, or every rank)
+        load = fetch_load(lens, self.sched.distqueue, main.rank_count, self.costs.train_group_devices,
+                          pad_len=ctx.pad_len)
+        yield from ctx.queue.read(load)
+        main.busy("fetch", env.now, k, label="distqueue", cause="data")
+        ctx.add_stage_time("fetch", env.now - t_start)
+        t_forward = self._forwards(k, lens, main, aux, env.now)
+        t_end = self._optimizer_steps(k, lens, main, aux, t_forward)
+        yield env.timeout(t_end - env.now)
+        version = flat["version"][ids]
+        ctx.iterations.append({
+            "iteration": k, "start": t_start, "train_end": t_end, "samples": len(ids),
+            "tokens": float(lens.sum()), "response_tokens": float(flat["response_len"][ids].sum()),
+            "staleness_mean": float(np.mean(k - version)), "staleness_max": float(np.max(k - version)),
+            "queue_read_bytes": load.read_bytes, "queue_payload_bytes": load.payload_bytes})
+
+    def _forwards(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float) -> float:
+        """Forward stages: actor-side ones on main; reference / reward / critic on aux when split."""
+        totals = self.ctx.totals
+        ends = {"main": t0, "aux": t0}
+        for stage in self.ctx.alg.of_kind(FORWARD):
+            side = "aux" if (aux is not None and stage.role != "actor") else "main"
+            clock = aux if side == "aux" else main
+            cost = self.costs.forward(stage.role, lens, clock.ranks)
+            totals.flops += cost.flops
+            totals.peak_memory_bytes = max(totals.peak_memory_bytes, cost.peak_memory_bytes)
+            ends[side] += cost.time_s
+            clock.busy("forward", ends[side], k, label=stage.name)
+            self.ctx.add_stage_time(stage.name, cost.time_s)
+        return self._meet(k, main, aux, max(ends.values()))
+
+    def _optimizer_steps(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float) -> float:
+        """ppo_epochs x mini-batches, each one optimizer step, per trained role."""
+        totals = self.ctx.totals
+        mini_batches = np.array_split(np.arange(len(lens)), self.workload.mini_batches)
+        ends = {"main": t0, "aux": t0}
+        for stage in self.ctx.alg.of_kind(TRAIN):
+            side = "aux" if (aux is not None and stage.role != "actor") else "main"
+            clock = aux if side == "aux" else main
+            t_stage = 0.0
+            for _ in range(self.workload.ppo_epochs):
+                for part in mini_batches:
+                    cost = self.costs.train(stage.role, lens[part], clock.ranks)
+                    totals.flops += cost.flops
+                    totals.peak_memory_bytes = max(totals.peak_memory_bytes, cost.peak_memory_bytes)
+                    t_op = ends[side] + t_stage
+                    clock.busy("train", t_op + cost.time_s - cost.bubble_s, k, label=stage.name)
+                    clock.idle("pipeline_bubble", t_op + cost.time_s, k, label=stage.name)
+                    t_stage += cost.time_s
+            ends[side] += t_stage
+            self.ctx.add_stage_time(stage.name, t_stage)
+        return self._meet(k, main, aux, max(ends.values()))
+
+    @staticmethod
+    def _meet(k: int, main: Clock, aux: Clock | None, t: float) -> float:
+        main.idle("dependency", t, k)
+        if aux is not None:
+            aux.idle("dependency", t, k)
+        return t
