@@ -16,8 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import presets
-from .errors import RlsimError
+from .errors import RlsimError, validation_error
 from .overrides import apply_overrides
+from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
 from .units import parse_bandwidth, parse_seconds
 
 SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async")
@@ -69,14 +70,49 @@ class WorkloadConfig(_Strict):
     response_length: dict[str, Any] = Field(default_factory=lambda: {"dist": "lognormal", "median": 2048,
                                                                      "sigma": 1.0, "max": 16384})
     train_layout: dict[str, Any] | Literal["auto"] = "auto"
+    # A named training software stack (simulator/params.py TRAIN_SOFTWARE, docs/cost-models-training.md):
+    # its cost-model constants, and the recompute / ZeRO / sequence-parallel defaults of train_layout.
+    train_software: str = DEFAULT_TRAIN_SOFTWARE
+    # Trainer constants (compute, comm, memory, check_memory). Given keys override the stack's values;
+    # once validated this holds the stack's values with the overrides applied (what the run uses).
+    train_params: TrainParams = Field(default_factory=TrainParams)
+    inference: InferenceParams = Field(default_factory=InferenceParams)   # rollout-engine constants
     rollout_layout: dict[str, Any] | Literal["auto"] = "auto"
     reference: bool = True                              # KL reference model (DAPO drops it)
     reward: RewardSpec = Field(default_factory=RewardSpec)
     critic_model: str | None = None                     # PPO: default = the actor's architecture
     dtype: str = "bf16"
 
+    @field_validator("train_software")
+    @classmethod
+    def _known_software(cls, v: str) -> str:
+        if v not in TRAIN_SOFTWARE:
+            raise ValueError(f"unknown training software {v!r}; use one of: {', '.join(TRAIN_SOFTWARE)}")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_software(cls, data: Any) -> Any:
+        """The named stack under the user's train_params and train_layout keys."""
+        if not isinstance(data, Mapping) or data.get("train_software", DEFAULT_TRAIN_SOFTWARE) not in TRAIN_SOFTWARE:
+            return data
+        stack = TRAIN_SOFTWARE[data.get("train_software", DEFAULT_TRAIN_SOFTWARE)]
+        data = dict(data)
+        user = data.get("train_params")
+        if user is None or isinstance(user, Mapping):
+            data["train_params"] = _deep_merge(stack.params.model_dump(), user or {})
+        layout = data.get("train_layout")
+        if isinstance(layout, Mapping):
+            data["train_layout"] = {**{k: v for k, v in stack.layout_fields().items()}, **layout}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
+        if isinstance(self.train_layout, dict) and self.train_layout.get("cp", 1) not in (1, None):
+            stack = TRAIN_SOFTWARE[self.train_software]
+            if not stack.context_parallel:
+                raise ValueError(f"train_layout.cp={self.train_layout['cp']}: {stack.name} has no context "
+                                 "parallelism (set cp: 1 or another train_software)")
         mb = self.mini_batch_prompts or self.prompts_per_step
         if self.prompts_per_step % mb:
             raise ValueError(f"mini_batch_prompts={mb} must divide prompts_per_step={self.prompts_per_step}")
@@ -291,12 +327,8 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
     try:
         return Scenario.model_validate({**data, "source": source})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("literal[", "function-")))
-        value = err.get("input")
-        raise RlsimError(f"{err['msg']} (got {value!r})" if not isinstance(value, dict) else err["msg"],
-                         source=source, field=loc or None,
-                         fix="see docs/scenario-reference.md for the allowed values") from None
+        raise validation_error(exc, source=source, skip=frozenset(SCHEDULE_KINDS),
+                               fix="see docs/scenario-reference.md for the allowed values") from None
 
 
 def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
