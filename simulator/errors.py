@@ -34,7 +34,8 @@ _LOC_NOISE = ("function-", "literal[", "union[", "tagged-union[", "json-or-pytho
 
 
 def _dotted(prefix: str, loc: tuple[Any, ...], skip: frozenset[str]) -> str:
-    parts = [str(p) for p in loc if not str(p).startswith(_LOC_NOISE) and str(p) not in skip]
+    parts = [str(p) for p in loc
+             if not str(p).startswith(_LOC_NOISE) and "[" not in str(p) and str(p) not in skip]
     return ".".join(p for p in (prefix, *parts) if p)
 
 
@@ -56,11 +57,16 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
     `prefix.dotted.field: message (got value)`, with the dotted path that `--set` accepts.
 
     ``skip`` names loc parts that are not fields (e.g. the tags of a discriminated union)."""
-    items = []
+    by_field: dict[str, list[str]] = {}   # a union's branches fail on the same field: one line each field
+    shown: dict[str, str] = {}
     for err in exc.errors():
-        where = _dotted(prefix, tuple(err.get("loc", ())), skip) or prefix or "input"
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        items.append((where, f"{msg}{_shown(err.get('input', _MISSING))}"))
+        loc = tuple(err.get("loc", ()))
+        if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):   # the tag field itself
+            loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
+        where = _dotted(prefix, loc, skip) or prefix or "input"
+        by_field.setdefault(where, []).append(str(err.get("msg", "invalid")).removeprefix("Value error, "))
+        shown.setdefault(where, _shown(err.get("input", _MISSING)))
+    items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
     if len(items) == 1:
         return RlsimError(items[0][1], source=source, field=items[0][0], fix=fix)
     listed = "; ".join(f"field '{where}': {text}" for where, text in items)

@@ -11,9 +11,17 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from . import presets
 from .errors import RlsimError, validation_error
@@ -196,7 +204,28 @@ class RecoveryConfig(_Strict):
     restart_s: float = Field(120.0, ge=0)
 
 
+# Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
+COMMON_KNOBS = frozenset({"kind", "overprovision", "tail_consolidation", "low_batch_share", "distqueue",
+                          "weight_sync_efficiency", "micro_batching", "pack_tokens", "reuse_stage_costs"})
+# Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
+# a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
+COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
+SPLIT_KNOBS = frozenset({"rollout_fraction", "rollout_devices", "tail_threshold"})
+# Rollout may run ahead of training (staleness >= 1): bounded staleness and interruptible rollouts.
+STALE_KNOBS = frozenset({"staleness", "partial_rollout", "length_budget"})
+FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py check_supported
+# Every knob that only some kinds take (each field of ScheduleConfig is here or in COMMON_KNOBS).
+PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
+                                   {"placement", "stream_threshold", "consolidate_share"})
+
+
 class ScheduleConfig(_Strict):
+    """Every schedule knob with its neutral default, readable on every kind; the per-kind classes
+    below (discriminated on ``kind``) refuse a knob given to a kind that does not use it."""
+
+    # knobs accepted beyond COMMON_KNOBS; the base class (built directly, not from a scenario) takes all
+    ACCEPTS: ClassVar[frozenset[str]] = PER_KIND_KNOBS
+
     kind: Literal["colocated", "disaggregated", "one-step-off", "stalesync", "async"] = "colocated"
     placement: Literal["colocated", "disaggregated"] | None = None  # stalesync only; default colocated
     fuse: Literal["actor", "full"] = "full"
@@ -239,11 +268,34 @@ class ScheduleConfig(_Strict):
     failures: list[FailureEvent] = Field(default_factory=list)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
 
-    @model_validator(mode="after")
-    def _check(self) -> ScheduleConfig:
-        if self.placement is not None and self.kind != "stalesync":
-            raise ValueError("placement applies to kind: stalesync only")
-        return self
+    @classmethod
+    def accepts(cls, placement: str | None = None) -> frozenset[str]:
+        """The knobs this kind takes (on ``placement`` where the kind has a choice)."""
+        return COMMON_KNOBS | cls.ACCEPTS
+
+    @staticmethod
+    def kinds_accepting(knob: str) -> list[str]:
+        """The kinds that take ``knob`` (on some placement)."""
+        return [k for k, c in SCHEDULE_CLASSES.items() if knob in c.accepts("colocated") | c.accepts("disaggregated")]
+
+    def applicable_fields(self, kind: str) -> dict[str, Any]:
+        """The knobs set on this schedule that ``kind`` also takes (compare: the same scenario under
+        another kind), as a mapping for load_scenario."""
+        cls = SCHEDULE_CLASSES[kind]
+        keep = cls.accepts(self.placement) if kind == self.kind else cls.accepts()
+        data = self.model_dump(mode="json", exclude_unset=True)
+        return {**{k: v for k, v in data.items() if k in keep}, "kind": kind}
+
+    @field_validator(*sorted(PER_KIND_KNOBS), mode="before")
+    @classmethod
+    def _applies(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name
+        if name is None or name in cls.accepts((info.data or {}).get("placement")):
+            return value
+        kinds = cls.kinds_accepting(name)
+        kind = (info.data or {}).get("kind", "this kind")
+        raise ValueError(f"does not apply to kind: {kind}; it applies to kind: {' / '.join(kinds) or 'none'} "
+                         f"(remove it or change schedule.kind)")
 
     @property
     def effective_placement(self) -> str:
@@ -268,10 +320,57 @@ class ScheduleConfig(_Strict):
         return 0.0
 
 
+
+
+class ColocatedSchedule(ScheduleConfig):
+    """Synchronous RL on one pool: every stage time-shares the devices (RL Fusion / hybrid engine)."""
+    ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS
+    kind: Literal["colocated"] = "colocated"
+
+
+class DisaggregatedSchedule(ScheduleConfig):
+    """Synchronous RL on split pools: a rollout pool and a training pool, weights broadcast between."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS
+    kind: Literal["disaggregated"] = "disaggregated"
+
+
+class OneStepOffSchedule(ScheduleConfig):
+    """Split pools; rollout of step k+1 overlaps training of step k (staleness 1 by default)."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+    kind: Literal["one-step-off"] = "one-step-off"
+
+
+class StaleSyncSchedule(ScheduleConfig):
+    """Quasi-asynchronous within a staleness bound, training starts at a threshold share of the batch;
+    on the colocated placement (default) or on split pools (``placement: disaggregated``)."""
+    ACCEPTS: ClassVar[frozenset[str]] = STALE_KNOBS | {"placement", "stream_threshold"}
+    kind: Literal["stalesync"] = "stalesync"
+
+    @classmethod
+    def accepts(cls, placement: str | None = None) -> frozenset[str]:
+        if placement == "disaggregated":   # split pools; failures are not modelled there (failures.py)
+            return COMMON_KNOBS | cls.ACCEPTS | SPLIT_KNOBS
+        return COMMON_KNOBS | cls.ACCEPTS | COLOCATED_KNOBS | FAILURE_KNOBS | {"consolidate_share"}
+
+
+class AsyncSchedule(ScheduleConfig):
+    """Split pools, continuous generation; the trainer consumes within the staleness bound."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+    kind: Literal["async"] = "async"
+
+
+SCHEDULE_CLASSES: dict[str, type[ScheduleConfig]] = {
+    "colocated": ColocatedSchedule, "disaggregated": DisaggregatedSchedule, "one-step-off": OneStepOffSchedule,
+    "stalesync": StaleSyncSchedule, "async": AsyncSchedule}
+# The scenario's `schedule:` field: one class per kind, chosen by `kind` (a missing kind is colocated).
+ScheduleSpec = Annotated[ColocatedSchedule | DisaggregatedSchedule | OneStepOffSchedule | StaleSyncSchedule
+                         | AsyncSchedule, Field(discriminator="kind")]
+
+
 class Scenario(_Strict):
     topology: dict[str, Any]
     workload: WorkloadConfig
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    schedule: ScheduleSpec = Field(default_factory=ColocatedSchedule)
     iterations: int = Field(4, ge=1)
     seed: int = Field(0, ge=0)
     # planner settings for `layout: auto` and failure re-plans (simulator.planner.planner_settings keys:
@@ -279,9 +378,22 @@ class Scenario(_Strict):
     planner: dict[str, Any] = Field(default_factory=dict)
     source: str = "<defaults>"
 
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _schedule_kind(cls, v: Any) -> Any:
+        """A plain string is shorthand for {kind: ...}; a mapping without a kind is colocated."""
+        if isinstance(v, str):
+            return {"kind": v}
+        if isinstance(v, Mapping) and "kind" not in v:
+            return {**v, "kind": "colocated"}
+        return v
+
     def to_dict(self) -> dict[str, Any]:
-        """The config snapshot written beside outputs (re-loadable with load_scenario)."""
+        """The config snapshot written beside outputs (re-loadable with load_scenario). The schedule
+        keeps only the knobs that were given (a default knob would be refused by kinds without it)."""
         data = self.model_dump(mode="json", exclude={"source"})
+        data["schedule"] = self.schedule.model_dump(mode="json", exclude_unset=True)
+        data["schedule"]["kind"] = self.schedule.kind
         return data
 
     def with_schedule(self, **fields: Any) -> Scenario:
