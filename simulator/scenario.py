@@ -443,6 +443,17 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                                fix="see docs/scenario-reference.md for the allowed values") from None
 
 
+def _check_top_level(data: Mapping[str, Any], source: str) -> None:
+    """An unknown top-level key (a YAML typo, a --set without its section) names the section it belongs to."""
+    known = set(Scenario.model_fields) - {"source"}
+    for key in data:
+        if key not in known:
+            home = [s for s, model in (("workload", WorkloadConfig), ("schedule", ScheduleConfig))
+                    if key in model.model_fields]
+            fix = f"write {home[0]}.{key}" if home else f"use one of: {', '.join(sorted(known))}"
+            raise RlsimError(f"unknown scenario key {key!r}", source=source, field=key, fix=fix)
+
+
 def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
                   topology: Any = None, workload: Any = None, schedule: Any = None,
                   overrides: Iterable[str] = (), iterations: int | None = None,
@@ -471,6 +482,7 @@ def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     if seed is not None:
         data["seed"] = seed
     data = apply_overrides(data, list(overrides))
+    _check_top_level(data, source)
     if "topology" not in data:
         data["topology"] = copy.deepcopy(DEFAULT_SCENARIO["topology"])
     if "workload" not in data:
