@@ -213,6 +213,11 @@ COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
 SPLIT_KNOBS = frozenset({"rollout_fraction", "rollout_devices", "tail_threshold"})
 # Rollout may run ahead of training (staleness >= 1): bounded staleness and interruptible rollouts.
 STALE_KNOBS = frozenset({"staleness", "partial_rollout", "length_budget"})
+# Why a knob is limited to some kinds, said in the refusal (the rest: the kinds' placements differ).
+KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1)" for k in STALE_KNOBS},
+                "stream_threshold": "only StaleSync waits for a share of the batch",
+                "failures": "failures are modelled on colocated placements and synchronous split pools",
+                "recovery": "failures are modelled on colocated placements and synchronous split pools"}
 FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py check_supported
 # Every knob that only some kinds take (each field of ScheduleConfig is here or in COMMON_KNOBS).
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
@@ -294,7 +299,8 @@ class ScheduleConfig(_Strict):
             return value
         kinds = cls.kinds_accepting(name)
         kind = (info.data or {}).get("kind", "this kind")
-        raise ValueError(f"does not apply to kind: {kind}; it applies to kind: {' / '.join(kinds) or 'none'} "
+        why = f": {KNOB_REASONS[name]}" if name in KNOB_REASONS else ""
+        raise ValueError(f"does not apply to kind: {kind}{why}; it applies to kind: {' / '.join(kinds) or 'none'} "
                          f"(remove it or change schedule.kind)")
 
     @property
