@@ -123,10 +123,7 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
     base = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     results: dict[str, SimulationResult] = {}
     for kind in schedules:
-        sched = base.schedule.model_dump(mode="json")
-        sched["kind"] = kind
-        if kind != "stalesync":
-            sched["placement"] = None
+        sched = base.schedule.applicable_fields(kind)   # the knobs given that this kind also takes
         sc = load_scenario({**base.to_dict(), "schedule": sched})
         sc = sc.model_copy(update={"source": base.source})
         results[kind] = simulate(sc, costs=costs)

@@ -18,6 +18,7 @@ from typing import Any
 
 from .llm.architecture import ModelSpec, load_model
 from .network.collectives import parse_group
+from .params import TRAIN_SOFTWARE
 from .planner import (
     RecoveryParams,
     TrainChoice,
@@ -26,7 +27,7 @@ from .planner import (
     planner_settings,
     replan_on_failure,
 )
-from .planner.evaluate import TrainingEvaluator
+from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
@@ -71,12 +72,14 @@ def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
 
 
 def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
+    """The planner's layouts for the sides left ``auto``, with the workload's trainer and engine
+    constants and training stack. The planner settings are checked even when nothing is auto."""
     w = sc.workload
     out = AutoPlan()
+    settings = planner_settings(sc.planner, source=sc.source)
     if w.train_layout != "auto" and w.rollout_layout != "auto":
         return out
     model: ModelSpec = load_model(w.model)
-    settings = planner_settings(sc.planner, source=f"{sc.source}: planner")
     roll_ranks, train_ranks = planning_ranks(sc, topology.num_devices)
     if w.rollout_layout == "auto":
         p_med, r_med, _ = _lengths(sc)
@@ -84,7 +87,8 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
         space = settings.rollout.model_copy(update={k: v for k, v in
                                                     (("prompt_len", p_med), ("response_len", r_med))
                                                     if k not in user})
-        plan = plan_rollout(model, topology, ranks=roll_ranks, space=space, params=settings.params, top=1)
+        plan = plan_rollout(model, topology, ranks=roll_ranks, space=space, params=settings.params, top=1,
+                            evaluator=RolloutEvaluator(model, topology, space, params=w.inference))
         lay = {k: v for k, v in plan.best.layout.items() if k != "instances"}
         out.layouts["rollout"] = lay
         out.planning_cost_s += plan.planning_cost_s
@@ -94,8 +98,9 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
         batch, row = train_batch(sc)
         user = set((sc.planner.get("space") or {}).keys())
         space = settings.space if "exact_batch" in user else settings.space.model_copy(update={"exact_batch": False})
-        plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space,
-                             params=settings.params, top=1)
+        plan = plan_training(model, topology, batch, row, ranks=train_ranks,
+                             space=space.for_software(TRAIN_SOFTWARE[w.train_software]), params=settings.params,
+                             evaluator=TrainingEvaluator.for_workload(model, topology, batch, row, w), top=1)
         lay = {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}
         out.layouts["train"] = lay
         out.planning_cost_s += plan.planning_cost_s
@@ -111,7 +116,7 @@ class PlannerReplanner:
     def __init__(self, sc: Scenario, topology: Any):
         self.sc, self.topology = sc, topology
         self.model = load_model(sc.workload.model)
-        self.settings = planner_settings(sc.planner, source=f"{sc.source}: planner")
+        self.settings = planner_settings(sc.planner, source=sc.source)
         rec = sc.schedule.recovery
         self.recovery = RecoveryParams(drop_whole_node=rec.drop_whole_node, restart_s=rec.restart_s,
                                        checkpoint_every_steps=rec.checkpoint_every_steps)
@@ -124,10 +129,9 @@ class PlannerReplanner:
         batch, row = train_batch(self.sc)
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
                                                         "micro_batch")}) if current else None
-        evaluator = None
+        base = TrainingEvaluator.for_workload(self.model, self.topology, batch, row, self.sc.workload)
+        evaluator = base
         if accept is not None:
-            base = TrainingEvaluator(self.model, self.topology, batch, row)
-
             def evaluator(c: TrainChoice, ranks: list[int]):
                 accept(c.as_dict())   # an RlsimError marks the layout infeasible, as a memory miss does
                 return base(c, ranks)
@@ -147,6 +151,8 @@ class PlannerReplanner:
         fixed = {k: [int(lay[k])] for k in ("tp", "ep", "max_num_seqs") if k in lay}
         p_med, r_med, _ = _lengths(self.sc)
         space = self.settings.rollout.model_copy(update={"prompt_len": p_med, "response_len": r_med, **fixed})
-        plan = plan_rollout(self.model, self.topology, ranks=alive, space=space, params=self.settings.params, top=1)
+        plan = plan_rollout(self.model, self.topology, ranks=alive, space=space, params=self.settings.params, top=1,
+                            evaluator=RolloutEvaluator(self.model, self.topology, space,
+                                                       params=self.sc.workload.inference))
         return ReplanOutcome(list(alive), None, plan.planning_cost_s)
 

@@ -1,6 +1,8 @@
 """The one exception type for errors a user can cause (bad input, impossible layout)."""
 from __future__ import annotations
 
+from typing import Any
+
 
 class RlsimError(ValueError):
     """A user-caused error. The message names the file, the field and the fix.
@@ -13,6 +15,7 @@ class RlsimError(ValueError):
         self.source = source
         self.field = field
         self.fix = fix
+        self.fields: list[str] = [field] if field else []
         parts = []
         if source:
             parts.append(str(source))
@@ -23,3 +26,51 @@ class RlsimError(ValueError):
         if fix:
             text += f" (fix: {fix})"
         super().__init__(text)
+
+
+# pydantic's loc parts naming a union branch or a validator, not a field ("function-after[...]",
+# "literal['colocated']", a tagged-union tag such as "colocated"): dropped from dotted paths.
+_LOC_NOISE = ("function-", "literal[", "union[", "tagged-union[", "json-or-python[", "lax-or-strict[")
+
+
+def _dotted(prefix: str, loc: tuple[Any, ...], skip: frozenset[str]) -> str:
+    parts = [str(p) for p in loc
+             if not str(p).startswith(_LOC_NOISE) and "[" not in str(p) and str(p) not in skip]
+    return ".".join(p for p in (prefix, *parts) if p)
+
+
+def _shown(value: Any) -> str:
+    """The offending input, short: mappings and long values are left out (their keys are in the path)."""
+    if isinstance(value, (dict, list)) or value is _MISSING:
+        return ""
+    text = repr(value)
+    return f" (got {text})" if len(text) <= 80 else ""
+
+
+_MISSING = object()
+
+
+def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
+                     fix: str = "see docs/scenario-reference.md for the fields and allowed values",
+                     skip: frozenset[str] = frozenset()) -> RlsimError:
+    """One RlsimError listing EVERY error of a pydantic ValidationError, each as
+    `prefix.dotted.field: message (got value)`, with the dotted path that `--set` accepts.
+
+    ``skip`` names loc parts that are not fields (e.g. the tags of a discriminated union)."""
+    by_field: dict[str, list[str]] = {}   # a union's branches fail on the same field: one line each field
+    shown: dict[str, str] = {}
+    for err in exc.errors():
+        loc = tuple(err.get("loc", ()))
+        if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):   # the tag field itself
+            loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
+        where = _dotted(prefix, loc, skip) or prefix or "input"
+        by_field.setdefault(where, []).append(str(err.get("msg", "invalid")).removeprefix("Value error, "))
+        shown.setdefault(where, _shown(err.get("input", _MISSING)))
+    items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
+    if len(items) == 1:
+        return RlsimError(items[0][1], source=source, field=items[0][0], fix=fix)
+    listed = "; ".join(f"field '{where}': {text}" for where, text in items)
+    out = RlsimError(f"{len(items)} errors: {listed}", source=source, fix=fix)
+    out.field = items[0][0] if items else (prefix or None)
+    out.fields = [where for where, _ in items]
+    return out

@@ -11,13 +11,22 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from . import presets
-from .errors import RlsimError
+from .errors import RlsimError, validation_error
 from .overrides import apply_overrides
+from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
 from .units import parse_bandwidth, parse_seconds
 
 SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async")
@@ -69,14 +78,49 @@ class WorkloadConfig(_Strict):
     response_length: dict[str, Any] = Field(default_factory=lambda: {"dist": "lognormal", "median": 2048,
                                                                      "sigma": 1.0, "max": 16384})
     train_layout: dict[str, Any] | Literal["auto"] = "auto"
+    # A named training software stack (simulator/params.py TRAIN_SOFTWARE, docs/cost-models-training.md):
+    # its cost-model constants, and the recompute / ZeRO / sequence-parallel defaults of train_layout.
+    train_software: str = DEFAULT_TRAIN_SOFTWARE
+    # Trainer constants (compute, comm, memory, check_memory). Given keys override the stack's values;
+    # once validated this holds the stack's values with the overrides applied (what the run uses).
+    train_params: TrainParams = Field(default_factory=TrainParams)
+    inference: InferenceParams = Field(default_factory=InferenceParams)   # rollout-engine constants
     rollout_layout: dict[str, Any] | Literal["auto"] = "auto"
     reference: bool = True                              # KL reference model (DAPO drops it)
     reward: RewardSpec = Field(default_factory=RewardSpec)
     critic_model: str | None = None                     # PPO: default = the actor's architecture
     dtype: str = "bf16"
 
+    @field_validator("train_software")
+    @classmethod
+    def _known_software(cls, v: str) -> str:
+        if v not in TRAIN_SOFTWARE:
+            raise ValueError(f"unknown training software {v!r}; use one of: {', '.join(TRAIN_SOFTWARE)}")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_software(cls, data: Any) -> Any:
+        """The named stack under the user's train_params and train_layout keys."""
+        if not isinstance(data, Mapping) or data.get("train_software", DEFAULT_TRAIN_SOFTWARE) not in TRAIN_SOFTWARE:
+            return data
+        stack = TRAIN_SOFTWARE[data.get("train_software", DEFAULT_TRAIN_SOFTWARE)]
+        data = dict(data)
+        user = data.get("train_params")
+        if user is None or isinstance(user, Mapping):
+            data["train_params"] = _deep_merge(stack.params.model_dump(), user or {})
+        layout = data.get("train_layout")
+        if isinstance(layout, Mapping):
+            data["train_layout"] = {**{k: v for k, v in stack.layout_fields().items()}, **layout}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
+        if isinstance(self.train_layout, dict) and self.train_layout.get("cp", 1) not in (1, None):
+            stack = TRAIN_SOFTWARE[self.train_software]
+            if not stack.context_parallel:
+                raise ValueError(f"train_layout.cp={self.train_layout['cp']}: {stack.name} has no context "
+                                 "parallelism (set cp: 1 or another train_software)")
         mb = self.mini_batch_prompts or self.prompts_per_step
         if self.prompts_per_step % mb:
             raise ValueError(f"mini_batch_prompts={mb} must divide prompts_per_step={self.prompts_per_step}")
@@ -160,7 +204,33 @@ class RecoveryConfig(_Strict):
     restart_s: float = Field(120.0, ge=0)
 
 
+# Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
+COMMON_KNOBS = frozenset({"kind", "overprovision", "tail_consolidation", "low_batch_share", "distqueue",
+                          "weight_sync_efficiency", "micro_batching", "pack_tokens", "reuse_stage_costs"})
+# Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
+# a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
+COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
+SPLIT_KNOBS = frozenset({"rollout_fraction", "rollout_devices", "tail_threshold"})
+# Rollout may run ahead of training (staleness >= 1): bounded staleness and interruptible rollouts.
+STALE_KNOBS = frozenset({"staleness", "partial_rollout", "length_budget"})
+# Why a knob is limited to some kinds, said in the refusal (the rest: the kinds' placements differ).
+KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1)" for k in STALE_KNOBS},
+                "stream_threshold": "only StaleSync waits for a share of the batch",
+                "failures": "failures are modelled on colocated placements and synchronous split pools",
+                "recovery": "failures are modelled on colocated placements and synchronous split pools"}
+FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py check_supported
+# Every knob that only some kinds take (each field of ScheduleConfig is here or in COMMON_KNOBS).
+PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
+                                   {"placement", "stream_threshold", "consolidate_share"})
+
+
 class ScheduleConfig(_Strict):
+    """Every schedule knob with its neutral default, readable on every kind; the per-kind classes
+    below (discriminated on ``kind``) refuse a knob given to a kind that does not use it."""
+
+    # knobs accepted beyond COMMON_KNOBS; the base class (built directly, not from a scenario) takes all
+    ACCEPTS: ClassVar[frozenset[str]] = PER_KIND_KNOBS
+
     kind: Literal["colocated", "disaggregated", "one-step-off", "stalesync", "async"] = "colocated"
     placement: Literal["colocated", "disaggregated"] | None = None  # stalesync only; default colocated
     fuse: Literal["actor", "full"] = "full"
@@ -203,11 +273,35 @@ class ScheduleConfig(_Strict):
     failures: list[FailureEvent] = Field(default_factory=list)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
 
-    @model_validator(mode="after")
-    def _check(self) -> ScheduleConfig:
-        if self.placement is not None and self.kind != "stalesync":
-            raise ValueError("placement applies to kind: stalesync only")
-        return self
+    @classmethod
+    def accepts(cls, placement: str | None = None) -> frozenset[str]:
+        """The knobs this kind takes (on ``placement`` where the kind has a choice)."""
+        return COMMON_KNOBS | cls.ACCEPTS
+
+    @staticmethod
+    def kinds_accepting(knob: str) -> list[str]:
+        """The kinds that take ``knob`` (on some placement)."""
+        return [k for k, c in SCHEDULE_CLASSES.items() if knob in c.accepts("colocated") | c.accepts("disaggregated")]
+
+    def applicable_fields(self, kind: str) -> dict[str, Any]:
+        """The knobs set on this schedule that ``kind`` also takes (compare: the same scenario under
+        another kind), as a mapping for load_scenario."""
+        cls = SCHEDULE_CLASSES[kind]
+        keep = cls.accepts(self.placement) if kind == self.kind else cls.accepts()
+        data = self.model_dump(mode="json", exclude_unset=True)
+        return {**{k: v for k, v in data.items() if k in keep}, "kind": kind}
+
+    @field_validator(*sorted(PER_KIND_KNOBS), mode="before")
+    @classmethod
+    def _applies(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name
+        if name is None or name in cls.accepts((info.data or {}).get("placement")):
+            return value
+        kinds = cls.kinds_accepting(name)
+        kind = (info.data or {}).get("kind", "this kind")
+        why = f": {KNOB_REASONS[name]}" if name in KNOB_REASONS else ""
+        raise ValueError(f"does not apply to kind: {kind}{why}; it applies to kind: {' / '.join(kinds) or 'none'} "
+                         f"(remove it or change schedule.kind)")
 
     @property
     def effective_placement(self) -> str:
@@ -232,10 +326,57 @@ class ScheduleConfig(_Strict):
         return 0.0
 
 
+
+
+class ColocatedSchedule(ScheduleConfig):
+    """Synchronous RL on one pool: every stage time-shares the devices (RL Fusion / hybrid engine)."""
+    ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS
+    kind: Literal["colocated"] = "colocated"
+
+
+class DisaggregatedSchedule(ScheduleConfig):
+    """Synchronous RL on split pools: a rollout pool and a training pool, weights broadcast between."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS
+    kind: Literal["disaggregated"] = "disaggregated"
+
+
+class OneStepOffSchedule(ScheduleConfig):
+    """Split pools; rollout of step k+1 overlaps training of step k (staleness 1 by default)."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+    kind: Literal["one-step-off"] = "one-step-off"
+
+
+class StaleSyncSchedule(ScheduleConfig):
+    """Quasi-asynchronous within a staleness bound, training starts at a threshold share of the batch;
+    on the colocated placement (default) or on split pools (``placement: disaggregated``)."""
+    ACCEPTS: ClassVar[frozenset[str]] = STALE_KNOBS | {"placement", "stream_threshold"}
+    kind: Literal["stalesync"] = "stalesync"
+
+    @classmethod
+    def accepts(cls, placement: str | None = None) -> frozenset[str]:
+        if placement == "disaggregated":   # split pools; failures are not modelled there (failures.py)
+            return COMMON_KNOBS | cls.ACCEPTS | SPLIT_KNOBS
+        return COMMON_KNOBS | cls.ACCEPTS | COLOCATED_KNOBS | FAILURE_KNOBS | {"consolidate_share"}
+
+
+class AsyncSchedule(ScheduleConfig):
+    """Split pools, continuous generation; the trainer consumes within the staleness bound."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+    kind: Literal["async"] = "async"
+
+
+SCHEDULE_CLASSES: dict[str, type[ScheduleConfig]] = {
+    "colocated": ColocatedSchedule, "disaggregated": DisaggregatedSchedule, "one-step-off": OneStepOffSchedule,
+    "stalesync": StaleSyncSchedule, "async": AsyncSchedule}
+# The scenario's `schedule:` field: one class per kind, chosen by `kind` (a missing kind is colocated).
+ScheduleSpec = Annotated[ColocatedSchedule | DisaggregatedSchedule | OneStepOffSchedule | StaleSyncSchedule
+                         | AsyncSchedule, Field(discriminator="kind")]
+
+
 class Scenario(_Strict):
     topology: dict[str, Any]
     workload: WorkloadConfig
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    schedule: ScheduleSpec = Field(default_factory=ColocatedSchedule)
     iterations: int = Field(4, ge=1)
     seed: int = Field(0, ge=0)
     # planner settings for `layout: auto` and failure re-plans (simulator.planner.planner_settings keys:
@@ -243,9 +384,22 @@ class Scenario(_Strict):
     planner: dict[str, Any] = Field(default_factory=dict)
     source: str = "<defaults>"
 
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _schedule_kind(cls, v: Any) -> Any:
+        """A plain string is shorthand for {kind: ...}; a mapping without a kind is colocated."""
+        if isinstance(v, str):
+            return {"kind": v}
+        if isinstance(v, Mapping) and "kind" not in v:
+            return {**v, "kind": "colocated"}
+        return v
+
     def to_dict(self) -> dict[str, Any]:
-        """The config snapshot written beside outputs (re-loadable with load_scenario)."""
+        """The config snapshot written beside outputs (re-loadable with load_scenario). The schedule
+        keeps only the knobs that were given (a default knob would be refused by kinds without it)."""
         data = self.model_dump(mode="json", exclude={"source"})
+        data["schedule"] = self.schedule.model_dump(mode="json", exclude_unset=True)
+        data["schedule"]["kind"] = self.schedule.kind
         return data
 
     def with_schedule(self, **fields: Any) -> Scenario:
@@ -291,12 +445,19 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
     try:
         return Scenario.model_validate({**data, "source": source})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("literal[", "function-")))
-        value = err.get("input")
-        raise RlsimError(f"{err['msg']} (got {value!r})" if not isinstance(value, dict) else err["msg"],
-                         source=source, field=loc or None,
-                         fix="see docs/scenario-reference.md for the allowed values") from None
+        raise validation_error(exc, source=source, skip=frozenset(SCHEDULE_KINDS),
+                               fix="see docs/scenario-reference.md for the allowed values") from None
+
+
+def _check_top_level(data: Mapping[str, Any], source: str) -> None:
+    """An unknown top-level key (a YAML typo, a --set without its section) names the section it belongs to."""
+    known = set(Scenario.model_fields) - {"source"}
+    for key in data:
+        if key not in known:
+            home = [s for s, model in (("workload", WorkloadConfig), ("schedule", ScheduleConfig))
+                    if key in model.model_fields]
+            fix = f"write {home[0]}.{key}" if home else f"use one of: {', '.join(sorted(known))}"
+            raise RlsimError(f"unknown scenario key {key!r}", source=source, field=key, fix=fix)
 
 
 def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
@@ -327,6 +488,7 @@ def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     if seed is not None:
         data["seed"] = seed
     data = apply_overrides(data, list(overrides))
+    _check_top_level(data, source)
     if "topology" not in data:
         data["topology"] = copy.deepcopy(DEFAULT_SCENARIO["topology"])
     if "workload" not in data:

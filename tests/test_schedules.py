@@ -149,7 +149,7 @@ CASE = st.fixed_dictionaries({
 def _case_scenario(c, staleness=None, **extra):
     if c["kind"] in ("one-step-off", "stalesync", "async"):
         extra["staleness"] = c["staleness"] if staleness is None else staleness
-    if c["kind"] in ("stalesync", "async"):
+    if c["kind"] == "stalesync":   # async starts on any eligible samples: no threshold knob
         extra["stream_threshold"] = c["threshold"]
     if c["kind"] == "async" and c["partial"]:
         extra.update(partial_rollout=True, length_budget=500)

@@ -15,7 +15,9 @@ EXAMPLES = """examples:
   rlsim plan --topology dgx-h100 --model qwen2.5-7b --stage rollout --json
   rlsim plan scenario.yaml --target-tokens-per-s 50000
   rlsim plan --topology dgx-h100 --set topology.nodes=16 --model gpt-18.4b --set planner.space.tp=[16]   # force TP16
-planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch (lists),
+trainer / engine constants: --set workload.train_params.compute.flash_attention=false,
+  workload.train_software=megatron-2021, workload.inference.step_overhead_s=0.004 (unknown keys: exit 2)
+planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch|sequence_parallel (lists),
   space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs."""
 
 _DEFAULT_TOPOLOGY = "dgx-h100"
@@ -36,20 +38,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario."""
-    rest = [o for o in args.overrides if not o.startswith("planner.")]
-    for item in args.overrides:
-        parse_assignment(item)  # a malformed --set fails here, whatever its key
-    workload = None
+    from ..scenario import load_scenario
+
+    rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
+    # The scenario (given, else the default one) is always loaded: every --set key is checked there
+    # (an unknown one is an error), and its workload's train_software, train_params and inference
+    # constants are the planner's. The flags below replace its model, batch and length.
+    scn = load_scenario(args.scenario, overrides=rest)
+    # model, batch and length fall back to the workload of a given scenario, or of the default one
+    # when no --model is given
+    workload = scn.workload if (args.scenario or args.model is None) else None
     topo_spec: Any = args.topology
-    if args.scenario or not (args.model and args.global_batch and args.seq_len):
-        if args.scenario or args.model is None:
-            from ..scenario import load_scenario
-            scn = load_scenario(args.scenario, overrides=rest)
-            workload = scn.workload
-            if topo_spec is None:
-                topo_spec = scn.topology
     if topo_spec is None:
-        topo_spec = _DEFAULT_TOPOLOGY
+        topo_spec = scn.topology if args.scenario else _DEFAULT_TOPOLOGY
     model = args.model or (workload.model if workload else None)
     batch = args.global_batch or (workload.batch_samples if workload else None)
     seq = args.seq_len
@@ -63,21 +64,26 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     for name, value in (("--global-batch", batch), ("--seq-len", seq)):
         if value is not None and value < 1:
             raise RlsimError(f"{name} must be positive, got {value}", field=name)
-    return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq}
+    return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload}
 
 
 def run(args: argparse.Namespace) -> int:
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
+    from ..params import TRAIN_SOFTWARE
     from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
+    from ..planner.evaluate import RolloutEvaluator, TrainingEvaluator
 
     inp = _inputs(args)
     topo_over = section(args.overrides, "topology")
     topology = load_topology(inp["topology"], topo_over or None)
     model = load_model(inp["model"])
     settings = planner_settings(section(args.overrides, "planner"))
+    w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
-        kwargs = {"space": settings.space, "params": settings.params}
+        evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w)
+        kwargs = {"space": settings.space.for_software(TRAIN_SOFTWARE[w.train_software]),
+                  "params": settings.params, "evaluator": evaluator}
         if args.target_tokens_per_s:
             plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
                                   top=args.top, **kwargs)
@@ -85,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
             plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, **kwargs)
     else:
         plan = plan_rollout(model, topology, space=settings.rollout, params=settings.params, top=args.top,
-                            target_tokens_per_s=args.target_tokens_per_s)
+                            target_tokens_per_s=args.target_tokens_per_s,
+                            evaluator=RolloutEvaluator(model, topology, settings.rollout, params=w.inference))
     rows = [c.to_json() for c in plan.candidates[: args.top]]
     if args.json:
         cli.print_json(rows)

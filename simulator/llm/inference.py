@@ -30,17 +30,12 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import RlsimError
+from ..errors import RlsimError, validation_error
+from ..params import InferenceParams
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
 
 _COMPUTE_DTYPE = {"int8": "int8", "fp8": "fp8", "fp16": "fp16"}  # W8A8 / FP8 GEMMs; others run in bf16
 _FIT_FIX = "raise tp or ep, use weight_dtype int8/fp8, lower workspace_bytes, or pick a larger device"
-
-
-def _pydantic_error(exc: ValidationError, source: str, prefix: str) -> RlsimError:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return RlsimError(err["msg"], source=source, field=f"{prefix}.{where}" if where else prefix)
 
 
 class RolloutLayout(BaseModel):
@@ -71,46 +66,13 @@ class RolloutLayout(BaseModel):
         try:
             layout = cls(**dict(mapping))
         except ValidationError as exc:
-            raise _pydantic_error(exc, source, field_name) from None
+            raise validation_error(exc, source=source, prefix=field_name,
+                                   fix="see docs/cost-models-inference.md for the fields") from None
         except TypeError:
             raise RlsimError(f"expected a mapping, got {mapping!r}", source=source, field=field_name) from None
         for name in ("weight_dtype", "kv_dtype"):
             dtype_bytes(getattr(layout, name), f"{field_name}.{name}", source)
         return layout
-
-
-class InferenceParams(BaseModel):
-    """Modelling constants of the rollout engine (`workload.inference.<field>`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # formulas.md: per-step scheduler, launch and sampling overhead is "a few ms"; the low end,
-    # as CUDA graphs and async scheduling in current engines hide part of it.
-    step_overhead_s: float = Field(2e-3, ge=0)
-    hbm_efficiency: float | None = Field(None, gt=0, le=1)   # None: the device's (hardware.md 0.75-0.85)
-    gemm_efficiency: float | None = Field(None, gt=0, le=1)  # None: the device's
-    # hardware.md: decode attention / MLA kernels on 910C reach ~65% of compute (CloudMatrix paper).
-    attention_compute_efficiency: float = Field(0.65, gt=0, le=1)
-    # vLLM reserves activation peak (profiled at max_num_batched_tokens) and CUDA-graph memory:
-    # a couple of GB for 7B-70B models.
-    workspace_bytes: float = Field(2e9, ge=0)
-    activation_bytes: float = Field(2, gt=0)        # bf16 activations (TP all-reduce, EP combine)
-    dispatch_bytes: float = Field(2, gt=0)          # EP dispatch payload per element (1 with int8 dispatch)
-    absorb_mla: bool = True                         # MLA decode in the latent space (DeepSeek kernels)
-    # Used only when no CollectiveModel is given: time = launch + steps(op, n) x step latency +
-    # busbw factor x bytes / (scale-up link x eff), the nccl-tests convention (ring all-reduce
-    # 2(n-1) steps, all-to-all n-1). hardware.md: CloudMatrix node-to-node latency < 1 us; NCCL
-    # small all-reduces on 8 NVLink GPUs take ~10 us over 14 ring steps.
-    fallback_step_latency_s: float = Field(1e-6, ge=0)
-    fallback_collective_efficiency: float = Field(0.8, gt=0, le=1)
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str = "<inference>",
-                     field_name: str = "inference") -> InferenceParams:
-        try:
-            return cls(**dict(mapping or {}))
-        except ValidationError as exc:
-            raise _pydantic_error(exc, source, field_name) from None
 
 
 class Finished(NamedTuple):

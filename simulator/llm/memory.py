@@ -8,35 +8,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from ..errors import RlsimError
+from ..params import MemoryParams
 from .layer_costs import LayerShape, embedding_params, layer_shapes
 from .pipeline import issue_arrays
 from .train_layout import TrainLayout
-
-
-class MemoryParams(BaseModel):
-    """Memory constants; reachable from YAML as `train_params.memory.<field>`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # Mixed-precision Adam, 16 bytes per parameter before sharding (ZeRO arXiv 1910.02054 sec. 3.1).
-    weight_bytes_per_param: float = 2.0      # bf16 weights
-    grad_bytes_per_param: float = 2.0        # bf16 gradients
-    optimizer_bytes_per_param: float = 12.0  # fp32 master weights + momentum + variance
-    # Korthikanti Table 2 counts 2-byte activations and 1-byte dropout masks; the per-token element
-    # counts below are derived from the layer's shapes in the same way (see activation_bytes_per_token).
-    activation_bytes: float = 2.0
-    mask_bytes: float = 1.0
-    # Attention-score storage without flash attention: 5 a s b bytes per token (QK^T 2, softmax 2,
-    # dropout mask 1; arXiv 2205.05198 eq. 1). Flash attention keeps none of it.
-    score_bytes_per_elem: float = 5.0
-    # Logits of the last stage for the loss, kept in fp32 (Megatron vocab-parallel cross entropy).
-    logits_bytes_per_elem: float = 4.0
-    # Share of HBM a training job can use: CUDA context, NCCL buffers and allocator fragmentation
-    # take the rest (assumption: ~8% of 80 GB, i.e. ~6 GB; overridable).
-    hbm_usable_fraction: float = 0.92
 
 
 @dataclass(frozen=True)

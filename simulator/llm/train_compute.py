@@ -9,64 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from ..params import ComputeParams
 from .layer_costs import LayerShape
 
-
-class ComputeParams(BaseModel):
-    """Compute constants; reachable from YAML as `train_params.compute.<field>`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    dtype: str = "bf16"
-    # Shape ramp of GEMM efficiency: achieved / plateau = 1 / (1 + gemm_ramp_dim (1/m + 1/n) +
-    # gemm_ramp_k / k) for (m x k) . (k x n). Two mechanisms: the A and B panels carry a fixed
-    # handling cost per element (packing into the kernel's layout, partial output tiles) amortised
-    # over the output dimension along which they are reused (n, m); the C accumulators are loaded and
-    # stored once per reduction (kernel prologue / epilogue), amortised over k. With one small output
-    # dimension d this is d / (d + gemm_ramp_dim): half the plateau at d = gemm_ramp_dim (before the
-    # memory roofline). Defaults 16: one tensor-core MMA fragment edge (mma.m16n8k16, PTX ISA for
-    # sm_80 / sm_90) of fixed work per dimension; they move a 2048-token Megatron GEMM by ~1-2%
-    # while a 16-row GEMM runs at half plateau (NVIDIA "Matrix Multiplication Background" guide:
-    # small-batch GEMMs far below peak). `rlsim calibrate` fits both per device.
-    gemm_ramp_dim: float = 16.0
-    gemm_ramp_k: float = 16.0
-    # Fixed time per GEMM / attention kernel (launch, dispatch). None: the device's
-    # DeviceSpec.launch_overhead_s (catalog; a calibrated profile's fitted per-GEMM overhead).
-    gemm_launch_s: float | None = None
-    # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (arXiv 2307.08691, fig. 4)
-    # against ~80% for large GEMMs: ~0.85 of the GEMM plateau.
-    flash_attention: bool = True
-    flash_efficiency_ratio: float = 0.85
-    # Causal flash kernels skip the masked half of the score matrix (arXiv 2307.08691 sec. 3.1).
-    flash_causal_fraction: float = 0.5
-    # Flash backward recomputes the scores: 2.5x the forward FLOPs (arXiv 2307.08691 sec. 3.1:
-    # 5 matmuls backward vs 2 forward).
-    flash_backward_factor: float = 2.5
-    # Materialized attention (no flash; Megatron-LM 2021 CoreAttention): bytes moved per score
-    # element. Forward: baddbmm writes 2, fused scale-mask-softmax reads 2 + writes 2, dropout reads
-    # 2 + writes 2 + mask 1, the A.V bmm reads 2 -> 13. Backward: the A.V grad bmm writes 2, dropout
-    # backward reads 2 + mask 1 + writes 2, softmax backward reads 2 + 2 and writes 2, the Q.K grad
-    # bmms read 2 -> 15.
-    score_traffic_fwd_bytes: float = 13.0
-    score_traffic_bwd_bytes: float = 15.0
-    # Elementwise traffic per token per layer, forward (bytes per hidden unit, 2-byte activations):
-    # 2 LayerNorms read 2 + write 2 each -> 8; 2 bias-dropout-residual-adds read 2 + 2, write 2 and
-    # a 1-byte mask each -> 14; activation function per FFN unit: GELU read 2 + write 2 -> 4, SwiGLU
-    # reads 2 x 2 and writes 2 -> 6.
-    norm_traffic_bytes_per_hidden: float = 8.0
-    residual_traffic_bytes_per_hidden: float = 14.0
-    act_traffic_bytes_per_ffn: float = 4.0
-    gated_act_traffic_bytes_per_ffn: float = 6.0
-    # Backward of an elementwise op reads its saved input and the incoming gradient and writes the
-    # outgoing one: ~2x the forward traffic.
-    backward_traffic_factor: float = 2.0
-    # Backward matmuls: data gradient + weight gradient, each the forward's size (2x forward FLOPs).
-    backward_flops_factor: float = 2.0
-    # Loss on the last stage: fp32 logits written, softmax read + write, gradient written: 4 x 4 B.
-    loss_traffic_bytes_per_logit: float = 16.0
-    activation_bytes: float = 2.0
+__all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "attention_time_s", "gemm_time_s", "layer_times", "logits_times",
+           "shape_efficiency"]
 
 
 @dataclass(frozen=True)

@@ -110,13 +110,15 @@ class TrainLayout:
                 "sequence_parallel": self.sp}
 
     @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any], source: str | None = None) -> TrainLayout:
-        """From YAML: `{tp: 4, pp: 1, dp: auto, zero: 1, recompute: full, micro_batch: 1}`."""
+    def from_mapping(cls, mapping: Mapping[str, Any], source: str | None = None,
+                     field_name: str = "workload.train_layout") -> TrainLayout:
+        """From YAML: `{tp: 4, pp: 1, dp: auto, zero: 1, recompute: full, micro_batch: 1}`; errors name
+        `field_name.<key>` (the path `--set` takes)."""
         known = {f.name for f in dataclasses.fields(cls)}
         data: dict[str, Any] = {}
         for key, value in dict(mapping).items():
             if key not in known:
-                raise RlsimError(f"unknown train_layout key {key!r}", source=source, field=f"train_layout.{key}",
+                raise RlsimError(f"unknown train_layout key {key!r}", source=source, field=f"{field_name}.{key}",
                                  fix=f"use {', '.join(sorted(known))}")
             if key == "dp" and (value is None or str(value).lower() == "auto"):
                 value = None
@@ -130,7 +132,8 @@ class TrainLayout:
         try:
             return cls(**data)
         except RlsimError as exc:
-            raise RlsimError(str(exc).split(": ", 1)[-1].split(" (fix:")[0], source=source, field=exc.field,
+            field = exc.field.replace("train_layout", field_name, 1) if exc.field else field_name
+            raise RlsimError(str(exc).split(": ", 1)[-1].split(" (fix:")[0], source=source, field=field,
                              fix=exc.fix) from None
 
 

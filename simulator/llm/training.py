@@ -10,15 +10,15 @@ docs/cost-models-training.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import RlsimError
+from ..params import CommParams, TrainParams
 from .layer_costs import LayerShape, embedding_params, layer_shapes
 from .memory import MemoryBreakdown, MemoryParams, check_fits, memory_per_device, stage_layers
 from .pipeline import (
@@ -37,58 +37,6 @@ __all__ = ["CommParams", "ComputeParams", "ForwardCost", "MemoryBreakdown", "Mem
            "uniform_sequences"]
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
-
-
-class CommParams(BaseModel):
-    """Communication constants of training; reachable from YAML as `train_params.comm.<field>`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # Share of each kind's collective time hidden under compute. Megatron-LM as in arXiv 2104.04473
-    # issues TP all-reduces, EP all-to-alls and the pipeline sends on the critical path: 0.
-    tp_overlap_fraction: float = 0.0
-    ep_overlap_fraction: float = 0.0
-    # Ring-attention CP overlaps the KV exchange with the blocks already local (Megatron-Core CP);
-    # half hidden is an assumption until calibrated.
-    cp_overlap_fraction: float = 0.5
-    # DP gradient sync: Megatron-LM 2021 all-reduces after the pipeline flush (no overlap, arXiv
-    # 2104.04473 sec. 2.2); Megatron-Core --overlap-grad-reduce / FSDP prefetch hide most of it:
-    # set ~0.8-0.9 for those.
-    dp_overlap_fraction: float = 0.0
-    # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
-    pp_scatter_gather: bool = True
-    # Blocking pipeline sends: Megatron-LM 2021 (megatron/p2p_communication.py) issues
-    # batch_isend_irecv, waits on every request and then torch.cuda.synchronize(), so a stage
-    # cannot start its next op until its outgoing activation / gradient has arrived: the transfer
-    # occupies the sender as well as delaying the receiver. Megatron-Core overlaps the sends
-    # (--overlap-p2p-comm): False, the receiver-only delay.
-    pp_blocking_send: bool = False
-    # Gradients reduced in bf16 (formulas.md: "DP: gradient all-reduce of N/(t p) parameters").
-    grad_reduce_bytes_per_param: float = 2.0
-    # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
-    # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
-    optimizer_traffic_bytes_per_param: float = 30.0
-
-
-class TrainParams(BaseModel):
-    """All constants of the training cost model; `train_params:` in a workload or scenario."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    compute: ComputeParams = ComputeParams()
-    comm: CommParams = CommParams()
-    memory: MemoryParams = MemoryParams()
-    check_memory: bool = True
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str | None = None) -> TrainParams:
-        try:
-            return cls.model_validate(dict(mapping or {}))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = "train_params." + ".".join(str(p) for p in err["loc"])
-            raise RlsimError(err["msg"], source=source, field=where,
-                             fix="see docs/cost-models-training.md for the fields and their types") from None
 
 
 def uniform_sequences(num_sequences: int, seq_len: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import RlsimError
+from ..errors import validation_error
 from .hetero import HeteroParams, HeteroPlan, HeteroStepModel, balance, plan_hetero
 from .placement import Placement, aware_placements, forced_placement, groups, naive_placement
 from .replan import (
@@ -50,16 +50,15 @@ class PlannerSettings(BaseModel):
 
 
 def planner_settings(mapping: Mapping[str, Any] | None = None, source: str = "--set planner") -> PlannerSettings:
-    """Settings from a mapping; keys that are not sections go to PlannerParams."""
+    """Settings from a mapping; keys that are not sections go to PlannerParams. Errors list every
+    bad key as `planner.<section>.<field>`."""
     data = dict(mapping or {})
     sections = {k: data.pop(k) for k in ("space", "rollout", "hetero", "recovery") if k in data}
     try:
-        return PlannerSettings(**sections, params=PlannerParams(**data))
+        return PlannerSettings.model_validate({**sections, "params": data})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = "planner." + ".".join(str(p) for p in err["loc"])
-        raise RlsimError(err["msg"], source=source, field=where,
-                         fix="see `rlsim plan --help` for the planner keys") from None
+        raise validation_error(exc, source=source, prefix="planner", skip=frozenset({"params"}),
+                               fix="see `rlsim plan --help` for the planner keys") from None
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from ..llm.inference import RolloutLayout, StepCost, simulate_rollout
 from ..llm.memory import check_fits, memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, train_step_cost, uniform_sequences
+from ..params import TRAIN_SOFTWARE
 from .rollout import RolloutSpace
 from .search import Evaluation, TrainChoice
 
@@ -36,10 +37,19 @@ class TrainingEvaluator:
         return cls(model, topology, global_batch, seq_len, params=software.params,
                    sequence_parallel=software.sequence_parallel, **kwargs)
 
+    @classmethod
+    def for_workload(cls, model: Any, topology: Any, global_batch: int, seq_len: int, workload: Any,
+                     **kwargs: Any) -> TrainingEvaluator:
+        """An evaluator with a workload's trainer constants (workload.train_params: its stack's values
+        under the overrides) and its stack's sequence-parallel rule (workload.train_software)."""
+        software = TRAIN_SOFTWARE[workload.train_software]
+        return cls(model, topology, global_batch, seq_len, params=workload.train_params,
+                   sequence_parallel=software.sequence_parallel, **kwargs)
+
     def layout(self, c: TrainChoice) -> TrainLayout:
+        sp = self.sequence_parallel if c.sequence_parallel is None else c.sequence_parallel
         return TrainLayout(tp=c.tp, pp=c.pp, vpp=c.vpp, dp=c.dp, ep=c.ep, cp=c.cp, zero=c.zero,
-                           recompute=c.recompute, micro_batch=c.micro_batch,
-                           sequence_parallel=self.sequence_parallel)
+                           recompute=c.recompute, micro_batch=c.micro_batch, sequence_parallel=sp)
 
     def cost(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
         layout = self.layout(c)

@@ -16,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import RlsimError
+from ..params import TrainParams
 from .placement import groups, lay_out, locality_sorted
 
 
@@ -57,9 +58,9 @@ class HeteroParams(BaseModel):
 
     dtype: str = "bf16"      # the peak that utilization is measured against
     bytes_per_elem: int = 2  # bf16 activations and gradients
-    # Share of the DP gradient all-reduce hidden under backward (Megatron overlaps grad reduce with
-    # backward; ~0.8 is an assumption, same default idea as llm/training.py's overlap fraction).
-    dp_overlap_fraction: float = 0.8
+    # Share of the DP gradient all-reduce hidden under backward. None: the training cost model's
+    # (train_params.comm.dp_overlap_fraction, default params.DP_OVERLAP_FRACTION), one default for both.
+    dp_overlap_fraction: float | None = Field(None, ge=0, le=1)
     # Memory check per stage (formulas.md): mixed-precision Adam keeps 16 bytes per parameter
     # (no ZeRO in this model); full recompute keeps ~2 s b h bytes per layer per in-flight micro-batch
     # (arXiv 2205.05198), without it s b h (34 + 5 H s / h) / tp (TP + SP).
@@ -84,9 +85,14 @@ class HeteroStepModel:
 
     def __init__(self, model: Any, topology: Any, seq_len: int, micro_batch: int = 1, *,
                  params: HeteroParams | None = None, collectives: Any = None,
-                 speed_factor: Mapping[int, float] | None = None, recompute: str = "full") -> None:
+                 speed_factor: Mapping[int, float] | None = None, recompute: str = "full",
+                 train_params: TrainParams | None = None) -> None:
         self.model, self.topology, self.seq_len, self.mb = model, topology, int(seq_len), int(micro_batch)
         self.params = params or HeteroParams()
+        # memory is checked per stage by _check_memory
+        self.train_params = (train_params or TrainParams()).model_copy(update={"check_memory": False})
+        overlap = self.params.dp_overlap_fraction
+        self.dp_overlap_fraction = self.train_params.comm.dp_overlap_fraction if overlap is None else overlap
         self.speed_factor = dict(speed_factor or {})
         self.recompute = recompute
         if collectives is None:
@@ -106,11 +112,11 @@ class HeteroStepModel:
         key = (self.topology.group_signature(tp_group), len(tp_group))
         hit = self._units.get(key)
         if hit is None:
-            from ..llm.training import TrainLayout, TrainParams, train_step_cost, uniform_sequences
+            from ..llm.training import TrainLayout, train_step_cost, uniform_sequences
 
             layers = int(self.model.num_layers)
             layout = TrainLayout(tp=len(tp_group), pp=1, zero=0, recompute=self.recompute, micro_batch=self.mb)
-            params = TrainParams(check_memory=False)  # memory is checked per stage by _check_memory
+            params = self.train_params
             seqs = uniform_sequences(self.mb, self.seq_len)
 
             def pipeline_s(n: int) -> float:
@@ -165,7 +171,7 @@ class HeteroStepModel:
         if dp > 1:
             grad_bytes = self.model.params_total * p.bytes_per_elem / (tp * pp)
             dp_group = groups(ranks, "dp", tp, 1, dp, pp)[0]
-            sync_s = (1 - p.dp_overlap_fraction) * self.collectives.cost("all_reduce", dp_group, grad_bytes).time_s
+            sync_s = (1 - self.dp_overlap_fraction) * self.collectives.cost("all_reduce", dp_group, grad_bytes).time_s
         step = max(replica_s) + sync_s
         peak_sum = sum(self.topology.device_spec(r).peak(p.dtype) for r in ranks)
         tokens = global_microbatches * self.mb * self.seq_len
@@ -217,7 +223,8 @@ def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                 ranks: Sequence[int] | None = None, tp_values: Sequence[int] = (1, 2, 4, 8),
                 pp_values: Sequence[int] | None = None, micro_batch: int = 1,
                 params: HeteroParams | None = None, speed_factor: Mapping[int, float] | None = None,
-                recompute: str = "full", collectives: Any = None) -> HeteroPlan:
+                recompute: str = "full", collectives: Any = None,
+                train_params: TrainParams | None = None) -> HeteroPlan:
     """Best (tp, pp, dp) with speed-proportional layer and batch splits, and its uniform baseline.
 
     Devices are laid out locality-first (TP inside a node, a pipeline over consecutive nodes, DP
@@ -225,7 +232,7 @@ def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     """
     ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
     stm = HeteroStepModel(model, topology, seq_len, micro_batch, params=params, collectives=collectives,
-                          speed_factor=speed_factor, recompute=recompute)
+                          speed_factor=speed_factor, recompute=recompute, train_params=train_params)
     slots = locality_sorted(topology, ranks)
     n, L = len(ranks), int(model.num_layers)
     pp_values = list(pp_values) if pp_values is not None else [p for p in (1, 2, 4, 8, 16) if p <= L]

@@ -35,9 +35,15 @@ class TrainChoice:
     zero: int
     recompute: str
     micro_batch: int
+    # None: the software stack's rule (on with TP for Megatron-Core); a bool when the space searches it
+    sequence_parallel: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The layout keys; sequence_parallel only when the search chose it (None is not a layout choice)."""
+        out = asdict(self)
+        if out["sequence_parallel"] is None:
+            del out["sequence_parallel"]
+        return out
 
     @property
     def devices(self) -> int:
@@ -82,9 +88,19 @@ class SearchSpace(BaseModel):
     zero: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
     recompute: list[Recompute] = Field(default_factory=lambda: ["none", "selective", "full"])
     micro_batch: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    # Sequence parallelism (arXiv 2205.05198) tried on and off; None: not searched, the stack's rule
+    # (workload.train_software: on with TP for megatron-core, off for megatron-2021).
+    sequence_parallel: list[bool] | None = None
     # DP x micro_batch must divide the global batch. A re-plan relaxes it: the last micro-batch
     # round is then partial and replicas get uneven counts (llm/training.py's sampler handles it).
     exact_batch: bool = True
+
+    def for_software(self, software: Any) -> SearchSpace:
+        """This space narrowed to what a training stack offers (params.TrainSoftware.search_limits),
+        keeping this space's order of values."""
+        limits = software.search_limits()
+        return self.model_copy(update={k: [v for v in getattr(self, k) if v in allowed]
+                                       for k, allowed in limits.items()})
 
 
 class PlannerParams(BaseModel):
@@ -188,9 +204,10 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
     else:
         ep_values = [1]
     out: list[TrainChoice] = []
-    for tp, pp, vpp, cp, ep, zero, rc, mb in itertools.product(
+    sp_values: list[bool | None] = list(space.sequence_parallel) if space.sequence_parallel else [None]
+    for tp, pp, vpp, cp, ep, zero, rc, mb, sp in itertools.product(
             space.tp, pp_values, space.vpp, space.cp, ep_values, space.zero, space.recompute,
-            space.micro_batch):
+            space.micro_batch, sp_values):
         if heads % tp or (kv_heads % tp and tp % kv_heads):
             pruned["tp_heads"] += 1
             continue
@@ -217,13 +234,17 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
         if zero > 0 and dp == 1:
             pruned["zero_without_dp"] += 1
             continue
-        out.append(TrainChoice(tp, pp, vpp, dp, ep, cp, zero, rc, mb))
+        if sp and tp == 1:
+            pruned["sp_without_tp"] += 1
+            continue
+        out.append(TrainChoice(tp, pp, vpp, dp, ep, cp, zero, rc, mb, sp))
     return out, pruned
 
 
 def _structure(choice: TrainChoice) -> tuple:
     """Everything but recompute: the group inside which recompute dominance applies."""
-    return (choice.tp, choice.pp, choice.vpp, choice.dp, choice.ep, choice.cp, choice.zero, choice.micro_batch)
+    return (choice.tp, choice.pp, choice.vpp, choice.dp, choice.ep, choice.cp, choice.zero, choice.micro_batch,
+            choice.sequence_parallel)
 
 
 def _first_placement(topology: Any, ranks: Sequence[int], c: TrainChoice) -> Placement:

@@ -68,8 +68,8 @@ class LlmCosts:
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
         self.rollout_layout = RolloutLayout.from_mapping({**roll_map, "instances": 1}, source=src,
                                                          field_name="workload.rollout_layout")
-        self.inference_params = InferenceParams()
-        self.train_params = TrainParams()
+        self.inference_params: InferenceParams = w.inference
+        self.train_params: TrainParams = w.train_params
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
         # KV tokens one instance holds (bounds how few instances a consolidated tail fits on)

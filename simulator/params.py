@@ -1,0 +1,273 @@
+"""Modelling constants of the trainer and the rollout engine, and the named training software stacks.
+
+The config layer (DESIGN.md): validated, frozen input models every layer may read. They are fields
+of the workload (`workload.train_params.<compute|comm|memory>.<field>`, `workload.inference.<field>`,
+`workload.train_software: NAME`), so YAML, `--set` and sweeps reach them; the llm layer
+(llm/training.py, llm/train_compute.py, llm/memory.py, llm/inference.py, llm/train_presets.py)
+re-exports them under their old names. Formulas and sources: docs/cost-models-training.md and
+docs/cost-models-inference.md.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import RlsimError, validation_error
+
+# Share of the data-parallel gradient sync hidden under the backward pass: the one default of the
+# training cost model (CommParams) and the heterogeneous step model (planner/hetero.py). 0: the
+# gradients are reduced after the pipeline flush, as Megatron-LM 2021 (arXiv 2104.04473 sec. 2.2)
+# and Megatron-Core by default (DistributedDataParallelConfig.overlap_grad_reduce = False,
+# megatron/core/distributed/distributed_data_parallel_config.py). With --overlap-grad-reduce or
+# FSDP prefetch most of it hides: set ~0.8-0.9 (workload.train_params.comm.dp_overlap_fraction).
+DP_OVERLAP_FRACTION = 0.0
+
+
+class ComputeParams(BaseModel):
+    """Compute constants; reachable from YAML as `train_params.compute.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtype: str = "bf16"
+    # Shape ramp of GEMM efficiency: achieved / plateau = 1 / (1 + gemm_ramp_dim (1/m + 1/n) +
+    # gemm_ramp_k / k) for (m x k) . (k x n). Two mechanisms: the A and B panels carry a fixed
+    # handling cost per element (packing into the kernel's layout, partial output tiles) amortised
+    # over the output dimension along which they are reused (n, m); the C accumulators are loaded and
+    # stored once per reduction (kernel prologue / epilogue), amortised over k. With one small output
+    # dimension d this is d / (d + gemm_ramp_dim): half the plateau at d = gemm_ramp_dim (before the
+    # memory roofline). Defaults 16: one tensor-core MMA fragment edge (mma.m16n8k16, PTX ISA for
+    # sm_80 / sm_90) of fixed work per dimension; they move a 2048-token Megatron GEMM by ~1-2%
+    # while a 16-row GEMM runs at half plateau (NVIDIA "Matrix Multiplication Background" guide:
+    # small-batch GEMMs far below peak). `rlsim calibrate` fits both per device.
+    gemm_ramp_dim: float = 16.0
+    gemm_ramp_k: float = 16.0
+    # Fixed time per GEMM / attention kernel (launch, dispatch). None: the device's
+    # DeviceSpec.launch_overhead_s (catalog; a calibrated profile's fitted per-GEMM overhead).
+    gemm_launch_s: float | None = None
+    # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (arXiv 2307.08691, fig. 4)
+    # against ~80% for large GEMMs: ~0.85 of the GEMM plateau.
+    flash_attention: bool = True
+    flash_efficiency_ratio: float = 0.85
+    # Causal flash kernels skip the masked half of the score matrix (arXiv 2307.08691 sec. 3.1).
+    flash_causal_fraction: float = 0.5
+    # Flash backward recomputes the scores: 2.5x the forward FLOPs (arXiv 2307.08691 sec. 3.1:
+    # 5 matmuls backward vs 2 forward).
+    flash_backward_factor: float = 2.5
+    # Materialized attention (no flash; Megatron-LM 2021 CoreAttention): bytes moved per score
+    # element. Forward: baddbmm writes 2, fused scale-mask-softmax reads 2 + writes 2, dropout reads
+    # 2 + writes 2 + mask 1, the A.V bmm reads 2 -> 13. Backward: the A.V grad bmm writes 2, dropout
+    # backward reads 2 + mask 1 + writes 2, softmax backward reads 2 + 2 and writes 2, the Q.K grad
+    # bmms read 2 -> 15.
+    score_traffic_fwd_bytes: float = 13.0
+    score_traffic_bwd_bytes: float = 15.0
+    # Elementwise traffic per token per layer, forward (bytes per hidden unit, 2-byte activations):
+    # 2 LayerNorms read 2 + write 2 each -> 8; 2 bias-dropout-residual-adds read 2 + 2, write 2 and
+    # a 1-byte mask each -> 14; activation function per FFN unit: GELU read 2 + write 2 -> 4, SwiGLU
+    # reads 2 x 2 and writes 2 -> 6.
+    norm_traffic_bytes_per_hidden: float = 8.0
+    residual_traffic_bytes_per_hidden: float = 14.0
+    act_traffic_bytes_per_ffn: float = 4.0
+    gated_act_traffic_bytes_per_ffn: float = 6.0
+    # Backward of an elementwise op reads its saved input and the incoming gradient and writes the
+    # outgoing one: ~2x the forward traffic.
+    backward_traffic_factor: float = 2.0
+    # Backward matmuls: data gradient + weight gradient, each the forward's size (2x forward FLOPs).
+    backward_flops_factor: float = 2.0
+    # Loss on the last stage: fp32 logits written, softmax read + write, gradient written: 4 x 4 B.
+    loss_traffic_bytes_per_logit: float = 16.0
+    activation_bytes: float = 2.0
+
+
+class MemoryParams(BaseModel):
+    """Memory constants; reachable from YAML as `train_params.memory.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Mixed-precision Adam, 16 bytes per parameter before sharding (ZeRO arXiv 1910.02054 sec. 3.1).
+    weight_bytes_per_param: float = 2.0      # bf16 weights
+    grad_bytes_per_param: float = 2.0        # bf16 gradients
+    optimizer_bytes_per_param: float = 12.0  # fp32 master weights + momentum + variance
+    # Korthikanti Table 2 counts 2-byte activations and 1-byte dropout masks; the per-token element
+    # counts below are derived from the layer's shapes in the same way (see activation_bytes_per_token).
+    activation_bytes: float = 2.0
+    mask_bytes: float = 1.0
+    # Attention-score storage without flash attention: 5 a s b bytes per token (QK^T 2, softmax 2,
+    # dropout mask 1; arXiv 2205.05198 eq. 1). Flash attention keeps none of it.
+    score_bytes_per_elem: float = 5.0
+    # Logits of the last stage for the loss, kept in fp32 (Megatron vocab-parallel cross entropy).
+    logits_bytes_per_elem: float = 4.0
+    # Share of HBM a training job can use: CUDA context, NCCL buffers and allocator fragmentation
+    # take the rest (assumption: ~8% of 80 GB, i.e. ~6 GB; overridable).
+    hbm_usable_fraction: float = 0.92
+
+
+class CommParams(BaseModel):
+    """Communication constants of training; reachable from YAML as `train_params.comm.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Share of each kind's collective time hidden under compute. Megatron-LM as in arXiv 2104.04473
+    # issues TP all-reduces, EP all-to-alls and the pipeline sends on the critical path: 0.
+    tp_overlap_fraction: float = Field(0.0, ge=0, le=1)
+    ep_overlap_fraction: float = Field(0.0, ge=0, le=1)
+    # Ring-attention CP overlaps the KV exchange with the blocks already local (Megatron-Core CP);
+    # half hidden is an assumption until calibrated.
+    cp_overlap_fraction: float = Field(0.5, ge=0, le=1)
+    # DP gradient sync hidden under backward: one named default for every model (DP_OVERLAP_FRACTION).
+    dp_overlap_fraction: float = Field(DP_OVERLAP_FRACTION, ge=0, le=1)
+    # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
+    pp_scatter_gather: bool = True
+    # Blocking pipeline sends: Megatron-LM 2021 (megatron/p2p_communication.py) issues
+    # batch_isend_irecv, waits on every request and then torch.cuda.synchronize(), so a stage
+    # cannot start its next op until its outgoing activation / gradient has arrived: the transfer
+    # occupies the sender as well as delaying the receiver. Megatron-Core overlaps the sends
+    # (--overlap-p2p-comm): False, the receiver-only delay.
+    pp_blocking_send: bool = False
+    # Gradients reduced in bf16 (formulas.md: "DP: gradient all-reduce of N/(t p) parameters").
+    grad_reduce_bytes_per_param: float = 2.0
+    # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
+    # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
+    optimizer_traffic_bytes_per_param: float = 30.0
+
+
+class TrainParams(BaseModel):
+    """All constants of the training cost model; `train_params:` in a workload or scenario."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compute: ComputeParams = ComputeParams()
+    comm: CommParams = CommParams()
+    memory: MemoryParams = MemoryParams()
+    check_memory: bool = True
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str | None = None,
+                     field_name: str = "train_params") -> TrainParams:
+        try:
+            return cls.model_validate(dict(mapping or {}))
+        except ValidationError as exc:
+            raise validation_error(exc, source=source, prefix=field_name,
+                                   fix="see docs/cost-models-training.md for the fields and their types") from None
+
+
+class InferenceParams(BaseModel):
+    """Modelling constants of the rollout engine (`workload.inference.<field>`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # formulas.md: per-step scheduler, launch and sampling overhead is "a few ms"; the low end,
+    # as CUDA graphs and async scheduling in current engines hide part of it.
+    step_overhead_s: float = Field(2e-3, ge=0)
+    hbm_efficiency: float | None = Field(None, gt=0, le=1)   # None: the device's (hardware.md 0.75-0.85)
+    gemm_efficiency: float | None = Field(None, gt=0, le=1)  # None: the device's
+    # hardware.md: decode attention / MLA kernels on 910C reach ~65% of compute (CloudMatrix paper).
+    attention_compute_efficiency: float = Field(0.65, gt=0, le=1)
+    # vLLM reserves activation peak (profiled at max_num_batched_tokens) and CUDA-graph memory:
+    # a couple of GB for 7B-70B models.
+    workspace_bytes: float = Field(2e9, ge=0)
+    activation_bytes: float = Field(2, gt=0)        # bf16 activations (TP all-reduce, EP combine)
+    dispatch_bytes: float = Field(2, gt=0)          # EP dispatch payload per element (1 with int8 dispatch)
+    absorb_mla: bool = True                         # MLA decode in the latent space (DeepSeek kernels)
+    # Used only when no CollectiveModel is given: time = launch + steps(op, n) x step latency +
+    # busbw factor x bytes / (scale-up link x eff), the nccl-tests convention (ring all-reduce
+    # 2(n-1) steps, all-to-all n-1). hardware.md: CloudMatrix node-to-node latency < 1 us; NCCL
+    # small all-reduces on 8 NVLink GPUs take ~10 us over 14 ring steps.
+    fallback_step_latency_s: float = Field(1e-6, ge=0)
+    fallback_collective_efficiency: float = Field(0.8, gt=0, le=1)
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str = "<inference>",
+                     field_name: str = "inference") -> InferenceParams:
+        try:
+            return cls.model_validate(dict(mapping or {}))
+        except ValidationError as exc:
+            raise validation_error(exc, source=source, prefix=field_name,
+                                   fix="see docs/cost-models-inference.md for the fields") from None
+
+
+@dataclass(frozen=True)
+class TrainSoftware:
+    """A software stack: `params` for the cost model, and the layout options it always uses
+    (`recompute`, `zero`, `sequence_parallel`) or lacks (`context_parallel`)."""
+
+    name: str
+    params: TrainParams
+    recompute: tuple[str, ...]          # recompute modes the stack offers / was run with
+    zero: tuple[int, ...]               # ZeRO stages it offers
+    sequence_parallel: bool | None      # None: on whenever tp > 1
+    context_parallel: bool              # whether cp > 1 exists
+    source: str = ""
+
+    def layout_fields(self, **fields: Any) -> dict[str, Any]:
+        """Training-layout fields with this stack's settings (the first recompute mode and ZeRO
+        stage, its sequence parallelism) unless `fields` give them; RlsimError for a CP it lacks."""
+        fields.setdefault("recompute", self.recompute[0])
+        fields.setdefault("zero", self.zero[0])
+        fields.setdefault("sequence_parallel", self.sequence_parallel)
+        if not self.context_parallel and fields.get("cp", 1) not in (1, None):
+            raise RlsimError(f"{self.name} has no context parallelism", field="workload.train_layout.cp",
+                             fix="set cp: 1 or pick another workload.train_software")
+        return fields
+
+    def search_limits(self) -> dict[str, list]:
+        """The planner search-space fields this stack pins (`SearchSpace(**limits)`)."""
+        out: dict[str, list] = {"recompute": list(self.recompute), "zero": list(self.zero)}
+        if not self.context_parallel:
+            out["cp"] = [1]
+        return out
+
+    def replace(self, **fields: Any) -> TrainSoftware:
+        return replace(self, **fields)
+
+
+# Megatron-LM as in Narayanan et al. 2021 (arXiv 2104.04473, sec. 5): full activation recomputation
+# (Table 1 note), materialized attention (FlashAttention came in 2022), no sequence parallelism (2022,
+# arXiv 2205.05198), no distributed optimizer (ZeRO 0), no context parallelism, TP all-reduces and
+# pipeline sends on the compute stream, the DP all-reduce after the flush, and blocking
+# point-to-point (batch_isend_irecv + wait + cuda.synchronize in megatron/p2p_communication.py).
+MEGATRON_2021 = TrainSoftware(
+    name="megatron-2021",
+    params=TrainParams(compute=ComputeParams(flash_attention=False),
+                       comm=CommParams(tp_overlap_fraction=0.0, dp_overlap_fraction=0.0, pp_blocking_send=True)),
+    recompute=("full",), zero=(0,), sequence_parallel=False, context_parallel=False,
+    source="arXiv 2104.04473; NVIDIA/Megatron-LM 2021 (megatron/p2p_communication.py, schedules.py)")
+
+# Megatron-Core (NVIDIA/Megatron-LM core_r0.x, 2024-2025) with its default flags: FlashAttention
+# (--attention-backend flash / TE fused attention), sequence parallelism with TP (arXiv 2205.05198),
+# the distributed optimizer (ZeRO 1, --use-distributed-optimizer) first and ZeRO 0-3 offered (FSDP),
+# selective recomputation first (--recompute-granularity selective, arXiv 2205.05198) and full /
+# none offered, context parallelism (ring attention, --context-parallel-size), non-blocking
+# pipeline sends; TP / DP overlap off (--tp-comm-overlap and --overlap-grad-reduce default False).
+# Its constants are TrainParams' defaults: the stack every workload uses unless it names another.
+MEGATRON_CORE = TrainSoftware(
+    name="megatron-core", params=TrainParams(),
+    recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
+    source="NVIDIA/Megatron-LM megatron/core (training/arguments.py defaults); arXiv 2205.05198")
+
+DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
+TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_2021)}
+
+
+def train_software(name: str, field: str = "workload.train_software", source: str | None = None) -> TrainSoftware:
+    """The named stack; RlsimError naming the known ones otherwise."""
+    try:
+        return TRAIN_SOFTWARE[name]
+    except KeyError:
+        raise RlsimError(f"unknown training software {name!r}", source=source, field=field,
+                         fix=f"use one of: {', '.join(TRAIN_SOFTWARE)}") from None
+
+
+def stack_params(software: TrainSoftware, overrides: Mapping[str, Any] | None, source: str | None = None,
+                 field_name: str = "workload.train_params") -> TrainParams:
+    """The stack's TrainParams with `overrides` (a nested mapping: compute / comm / memory / check_memory)
+    applied on top, validated."""
+    base = software.params.model_dump()
+    for key, value in dict(overrides or {}).items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return TrainParams.from_mapping(base, source=source, field_name=field_name)

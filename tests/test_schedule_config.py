@@ -1,0 +1,102 @@
+"""The schedule config as one pydantic class per kind (issue 10 item 3, config half): knobs that do
+not apply are refused with the full field name and the fix; shared attributes readable on every kind."""
+import json
+
+import pytest
+
+from simulator import presets
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.scenario import (
+    COMMON_KNOBS,
+    PER_KIND_KNOBS,
+    SCHEDULE_CLASSES,
+    SCHEDULE_KINDS,
+    ScheduleConfig,
+    load_scenario,
+)
+
+SHARED = ("kind", "effective_placement", "effective_staleness", "effective_threshold", "partial_rollout",
+          "length_budget", "overprovision", "failures", "recovery", "distqueue", "switch", "fuse",
+          "consolidate_share", "tail_threshold", "low_batch_share", "weight_sync_efficiency", "rollout_fraction",
+          "rollout_devices", "aux_fraction", "micro_batching", "pack_tokens", "reuse_stage_costs")
+RUN = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+       "--set", "workload.prompts_per_step=16", "--set", "workload.samples_per_prompt=4",
+       "--set", "workload.mini_batch_prompts=16"]
+
+
+def test_every_field_is_common_or_per_kind():
+    assert set(ScheduleConfig.model_fields) == COMMON_KNOBS | PER_KIND_KNOBS
+    assert tuple(SCHEDULE_CLASSES) == SCHEDULE_KINDS
+
+
+@pytest.mark.parametrize("workload", presets.preset_names("workloads"))
+@pytest.mark.parametrize("kind", SCHEDULE_KINDS)
+def test_every_preset_loads_under_every_kind_with_shared_attributes(workload, kind):
+    sc = load_scenario(workload=workload, schedule=kind)
+    assert type(sc.schedule) is SCHEDULE_CLASSES[kind] and isinstance(sc.schedule, ScheduleConfig)
+    for name in SHARED:
+        getattr(sc.schedule, name)
+    assert load_scenario(sc).schedule == sc.schedule
+    assert sc.with_schedule(overprovision=0.1).schedule.overprovision == 0.1
+
+
+@pytest.mark.parametrize("kind, knob, value, accepted_by", [
+    ("disaggregated", "staleness", 2, "one-step-off / stalesync / async"),
+    ("colocated", "rollout_fraction", 0.25, "disaggregated"),
+    ("colocated", "stream_threshold", 0.5, "stalesync"),
+    ("async", "stream_threshold", 0.5, "stalesync"),
+    ("async", "fuse", "actor", "colocated / stalesync"),
+    ("one-step-off", "failures", [{"at_s": 1, "fail": "node:0"}], "colocated / disaggregated / stalesync"),
+    ("disaggregated", "placement", "colocated", "stalesync"),
+])
+def test_inapplicable_knob_is_refused_naming_the_field_and_the_kinds(kind, knob, value, accepted_by):
+    with pytest.raises(RlsimError) as exc:
+        load_scenario(workload="grpo-qwen2.5-7b", schedule={"kind": kind, knob: value})
+    assert exc.value.field == f"schedule.{knob}"
+    assert f"kind: {kind}" in str(exc.value) and accepted_by in str(exc.value)
+
+
+def test_stalesync_knobs_follow_its_placement():
+    split = load_scenario(workload="grpo-qwen2.5-7b",
+                          schedule={"kind": "stalesync", "placement": "disaggregated", "rollout_fraction": 0.25})
+    assert split.schedule.effective_placement == "disaggregated" and split.schedule.rollout_fraction == 0.25
+    load_scenario(workload="grpo-qwen2.5-7b", schedule={"kind": "stalesync", "fuse": "actor", "consolidate_share": 0.4})
+    with pytest.raises(RlsimError, match="schedule.fuse"):
+        load_scenario(workload="grpo-qwen2.5-7b", schedule={"kind": "stalesync", "placement": "disaggregated",
+                                                            "fuse": "actor"})
+    with pytest.raises(RlsimError, match="schedule.rollout_fraction"):
+        load_scenario(workload="grpo-qwen2.5-7b", schedule={"kind": "stalesync", "rollout_fraction": 0.25})
+
+
+def test_inapplicable_knob_exits_2_on_the_cli(capsys):
+    assert main(["run", *RUN, "--schedule", "disaggregated", "--set", "schedule.staleness=2", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "schedule.staleness" in err and "Traceback" not in err
+
+
+def test_unknown_kind_names_schedule_kind():
+    with pytest.raises(RlsimError) as exc:
+        load_scenario(workload="grpo-qwen2.5-7b", schedule="sometimes")
+    assert exc.value.field == "schedule.kind"
+
+
+def test_applicable_fields_keep_only_what_the_kind_takes():
+    sc = load_scenario(workload="grpo-qwen2.5-7b", schedule={"kind": "stalesync", "staleness": 2, "fuse": "actor"})
+    assert sc.schedule.applicable_fields("disaggregated") == {"kind": "disaggregated"}
+    assert sc.schedule.applicable_fields("async") == {"kind": "async", "staleness": 2}
+
+
+def test_sweep_over_kinds_gives_a_per_row_error_for_a_knob_only_some_take(capsys):
+    rc = main(["sweep", *RUN, "--json", "--set", "schedule.staleness=2", "--grid", "schedule.kind=colocated,async"])
+    out = capsys.readouterr()
+    rows = {r["grid"]["schedule.kind"]: r for r in json.loads(out.out)}
+    assert rc == 0
+    assert "schedule.staleness" in rows["colocated"]["error"]
+    assert rows["async"].get("error") is None and rows["async"]["staleness"]["max"] <= 2
+
+
+def test_compare_keeps_the_knobs_that_apply(capsys):
+    rc = main(["compare", *RUN, "--schedules", "colocated,async", "--set", "schedule.kind=async",
+               "--set", "schedule.staleness=2", "--json"])
+    assert rc == 0, capsys.readouterr().err
