@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -29,7 +29,8 @@ from .overrides import apply_overrides
 from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
 from .units import parse_bandwidth, parse_seconds
 
-SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async")
+# The built-in kinds; SCHEDULE_CLASSES (below) also holds kinds added by register_schedule_config.
+SCHEDULE_KINDS = BUILTIN_SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async")
 
 DEFAULT_SCENARIO: dict[str, Any] = {
     "topology": {"preset": "cloudmatrix384", "supernodes": 1},
@@ -230,8 +231,15 @@ class ScheduleConfig(_Strict):
 
     # knobs accepted beyond COMMON_KNOBS; the base class (built directly, not from a scenario) takes all
     ACCEPTS: ClassVar[frozenset[str]] = PER_KIND_KNOBS
+    # Where the stages run by default ('colocated': time-share the actor's devices; 'disaggregated':
+    # a rollout and a training pool), whether rollout may run ahead of training and the staleness
+    # it then defaults to, and the share of a batch that must be ready (None: any full batch).
+    PLACEMENT: ClassVar[str] = "colocated"
+    RUNS_AHEAD: ClassVar[bool] = False
+    DEFAULT_STALENESS: ClassVar[float] = 1.0
+    DEFAULT_THRESHOLD: ClassVar[float | None] = None
 
-    kind: Literal["colocated", "disaggregated", "one-step-off", "stalesync", "async"] = "colocated"
+    kind: str = "colocated"
     placement: Literal["colocated", "disaggregated"] | None = None  # stalesync only; default colocated
     fuse: Literal["actor", "full"] = "full"
     aux_fraction: float = Field(0.125, gt=0, lt=1)     # fuse=actor: share of devices for ref/reward/critic
@@ -304,26 +312,29 @@ class ScheduleConfig(_Strict):
                          f"(remove it or change schedule.kind)")
 
     @property
+    def _kind_class(self) -> type[ScheduleConfig]:
+        return SCHEDULE_CLASSES.get(self.kind, type(self))
+
+    @property
     def effective_placement(self) -> str:
-        if self.kind == "colocated":
-            return "colocated"
-        if self.kind == "stalesync":
-            return self.placement or "colocated"
-        return "disaggregated"
+        kind = self._kind_class
+        return (self.placement or kind.PLACEMENT) if "placement" in kind.ACCEPTS else kind.PLACEMENT
 
     @property
     def effective_staleness(self) -> float:
-        if self.kind in ("colocated", "disaggregated"):
+        kind = self._kind_class
+        if not kind.RUNS_AHEAD:
             return 0.0
-        return 1.0 if self.staleness is None else float(self.staleness)
+        return kind.DEFAULT_STALENESS if self.staleness is None else float(self.staleness)
 
     @property
     def effective_threshold(self) -> float:
         """Share of a batch that must come from the current round before training starts on it
         (StaleSync only; other policies start on any B eligible samples)."""
-        if self.kind == "stalesync":
-            return 0.5 if self.stream_threshold is None else float(self.stream_threshold)
-        return 0.0
+        default = self._kind_class.DEFAULT_THRESHOLD
+        if default is None:
+            return 0.0
+        return default if self.stream_threshold is None else float(self.stream_threshold)
 
 
 
@@ -337,12 +348,15 @@ class ColocatedSchedule(ScheduleConfig):
 class DisaggregatedSchedule(ScheduleConfig):
     """Synchronous RL on split pools: a rollout pool and a training pool, weights broadcast between."""
     ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS
+    PLACEMENT: ClassVar[str] = "disaggregated"
     kind: Literal["disaggregated"] = "disaggregated"
 
 
 class OneStepOffSchedule(ScheduleConfig):
     """Split pools; rollout of step k+1 overlaps training of step k (staleness 1 by default)."""
     ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+    PLACEMENT: ClassVar[str] = "disaggregated"
+    RUNS_AHEAD: ClassVar[bool] = True
     kind: Literal["one-step-off"] = "one-step-off"
 
 
@@ -350,6 +364,8 @@ class StaleSyncSchedule(ScheduleConfig):
     """Quasi-asynchronous within a staleness bound, training starts at a threshold share of the batch;
     on the colocated placement (default) or on split pools (``placement: disaggregated``)."""
     ACCEPTS: ClassVar[frozenset[str]] = STALE_KNOBS | {"placement", "stream_threshold"}
+    RUNS_AHEAD: ClassVar[bool] = True
+    DEFAULT_THRESHOLD: ClassVar[float | None] = 0.5
     kind: Literal["stalesync"] = "stalesync"
 
     @classmethod
@@ -362,15 +378,22 @@ class StaleSyncSchedule(ScheduleConfig):
 class AsyncSchedule(ScheduleConfig):
     """Split pools, continuous generation; the trainer consumes within the staleness bound."""
     ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+    PLACEMENT: ClassVar[str] = "disaggregated"
+    RUNS_AHEAD: ClassVar[bool] = True
     kind: Literal["async"] = "async"
 
 
 SCHEDULE_CLASSES: dict[str, type[ScheduleConfig]] = {
     "colocated": ColocatedSchedule, "disaggregated": DisaggregatedSchedule, "one-step-off": OneStepOffSchedule,
     "stalesync": StaleSyncSchedule, "async": AsyncSchedule}
-# The scenario's `schedule:` field: one class per kind, chosen by `kind` (a missing kind is colocated).
-ScheduleSpec = Annotated[ColocatedSchedule | DisaggregatedSchedule | OneStepOffSchedule | StaleSyncSchedule
-                         | AsyncSchedule, Field(discriminator="kind")]
+
+
+def _schedule_spec() -> Any:
+    """The scenario's `schedule:` field: one class per kind, chosen by `kind` (a missing kind is colocated)."""
+    return Annotated[Union[tuple(SCHEDULE_CLASSES.values())], Field(discriminator="kind")]  # noqa: UP007
+
+
+ScheduleSpec = _schedule_spec()
 
 
 class Scenario(_Strict):
@@ -406,6 +429,28 @@ class Scenario(_Strict):
         data = self.to_dict()
         data["schedule"] = {**data["schedule"], **fields}
         return _validate(data, self.source)
+
+
+def register_schedule_config(config: type[ScheduleConfig]) -> type[ScheduleConfig]:
+    """Add a schedule kind's config class (its ``kind`` a one-value Literal) to the scenario's
+    ``schedule:`` union; rl/schedules/registry.py calls it when a kind is registered."""
+    SCHEDULE_CLASSES[config.model_fields["kind"].default] = config
+    _rebuild_schedule_union()
+    return config
+
+
+def unregister_schedule_config(kind: str) -> None:
+    """Remove a kind added by register_schedule_config (the built-in kinds stay)."""
+    if kind in SCHEDULE_CLASSES and kind not in BUILTIN_SCHEDULE_KINDS:
+        del SCHEDULE_CLASSES[kind]
+        _rebuild_schedule_union()
+
+
+def _rebuild_schedule_union() -> None:
+    global ScheduleSpec
+    ScheduleSpec = _schedule_spec()
+    Scenario.model_fields["schedule"].annotation = ScheduleSpec
+    Scenario.model_rebuild(force=True)
 
 
 def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
@@ -445,7 +490,7 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
     try:
         return Scenario.model_validate({**data, "source": source})
     except ValidationError as exc:
-        raise validation_error(exc, source=source, skip=frozenset(SCHEDULE_KINDS),
+        raise validation_error(exc, source=source, skip=frozenset(SCHEDULE_CLASSES),
                                fix="see docs/scenario-reference.md for the allowed values") from None
 
 

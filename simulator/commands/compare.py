@@ -27,11 +27,11 @@ def run(args: argparse.Namespace) -> int:
     from ..cli import print_json
     from ..errors import RlsimError
     from ..report.console import print_comparison
-    from ..scenario import SCHEDULE_KINDS
+    from ..scenario import SCHEDULE_CLASSES
     kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]
-    bad = [k for k in kinds if k not in SCHEDULE_KINDS]
+    bad = [k for k in kinds if k not in SCHEDULE_CLASSES]
     if bad or len(kinds) < 1:
-        raise RlsimError(f"unknown schedule(s) {bad}", field="--schedules", fix=f"use {', '.join(SCHEDULE_KINDS)}")
+        raise RlsimError(f"unknown schedule(s) {bad}", field="--schedules", fix=f"use {', '.join(SCHEDULE_CLASSES)}")
     result = compare(args.scenario, kinds, **scenario_keywords(args))
     if args.out:
         # --- report hook (issue 5): per-schedule data, plots (PNG + SVG) and report.html into --out ---

@@ -18,6 +18,7 @@ import math
 import numpy as np
 import simpy
 
+from ...scenario import ColocatedSchedule
 from ..timeline import Clock, GroupClock, MultiClock
 from . import failures as fl
 from .batches import GenPlan, SeqBatch
@@ -283,5 +284,5 @@ def train_devices(ctx: Context, plans: list[GenPlan], t_split: float, pool_devic
 
 
 POLICY = register(SchedulePolicy(
-    "colocated", run, "RL Fusion / hybrid engine: rollout and training time-share the actor's devices",
-    placement=lambda sched: "colocated", supports_failures=lambda sched: True))
+    ColocatedSchedule, run, "RL Fusion / hybrid engine: rollout and training time-share the actor's devices",
+    supports_failures=lambda sched: True))

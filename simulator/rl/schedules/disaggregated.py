@@ -20,6 +20,7 @@ import math
 import numpy as np
 import simpy
 
+from ...scenario import AsyncSchedule, DisaggregatedSchedule, OneStepOffSchedule
 from ..timeline import Clock, GroupClock, clock_over, clock_parts
 from . import failures as fl
 from .batches import SeqBatch
@@ -207,15 +208,11 @@ def run(ctx: Context) -> float:
     return SplitPoolRun(ctx).run()
 
 
-def _split(sched) -> str:
-    return "disaggregated"
-
-
 POLICIES = [
-    register(SchedulePolicy("disaggregated", run, "split pools in strict alternation (weights over the network)",
-                            placement=_split, supports_failures=lambda sched: True)),
-    register(SchedulePolicy("one-step-off", run, "split pools; rollout of step k+1 overlaps training of step k",
-                            placement=_split, supports_partial_rollout=True)),
-    register(SchedulePolicy("async", run, "continuous generation; the trainer consumes within the staleness bound",
-                            placement=_split, supports_partial_rollout=True)),
+    register(SchedulePolicy(DisaggregatedSchedule, run, "split pools in strict alternation (weights over the network)",
+                            supports_failures=lambda sched: True)),
+    register(SchedulePolicy(OneStepOffSchedule, run, "split pools; rollout of step k+1 overlaps training of step k",
+                            supports_partial_rollout=True)),
+    register(SchedulePolicy(AsyncSchedule, run, "continuous generation; the trainer consumes within the staleness bound",
+                            supports_partial_rollout=True)),
 ]

@@ -1,9 +1,10 @@
 """The schedule policies, one registry entry per ``schedule.kind``.
 
-An entry says where the stages run (its placement), the staleness and threshold it defaults to,
-what it supports (failures, partial rollouts), and its runner: ``runner(ctx) -> makespan``,
-composed from the parts in this package (generation, training step, version gate, clocks).
-Adding a kind = one module with its runner + one ``register`` call; nothing else branches on kind.
+An entry names its config class (scenario.py: the knobs the kind accepts, its placement, default
+staleness and threshold), what it supports (failures, partial rollouts) and its runner:
+``runner(ctx) -> makespan``, composed from the parts in this package (generation, training step,
+version gate, clocks). Adding a kind = one module with a config class, a runner and one
+``register`` call (docs/guides/extending.md); nothing else branches on kind.
 """
 from __future__ import annotations
 
@@ -12,23 +13,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...errors import RlsimError
+from ...scenario import ScheduleConfig, register_schedule_config, unregister_schedule_config
 
 if TYPE_CHECKING:
-    from ...scenario import ScheduleConfig
     from .context import Context
 
 
 @dataclass(frozen=True)
 class SchedulePolicy:
-    kind: str
+    config: type[ScheduleConfig]     # its ``kind`` Literal names the kind
     runner: Callable[[Context], float]
     description: str
-    # 'colocated' (stages time-share the actor's devices) or 'disaggregated' (rollout and train pools)
-    placement: Callable[[ScheduleConfig], str]
     # failure events (schedule.failures) are modelled for this schedule
     supports_failures: Callable[[ScheduleConfig], bool] = lambda sched: False
     # partial rollouts resume with newer weights: the kind must let rollout run ahead (staleness >= 1)
     supports_partial_rollout: bool = False
+
+    @property
+    def kind(self) -> str:
+        return self.config.model_fields["kind"].default
 
 
 _REGISTRY: dict[str, SchedulePolicy] = {}
@@ -36,12 +39,14 @@ _REGISTRY: dict[str, SchedulePolicy] = {}
 
 def register(policy: SchedulePolicy) -> SchedulePolicy:
     """Add (or replace) a schedule kind; returns the policy so it can be kept as a module constant."""
+    register_schedule_config(policy.config)
     _REGISTRY[policy.kind] = policy
     return policy
 
 
 def unregister(kind: str) -> None:
     _REGISTRY.pop(kind, None)
+    unregister_schedule_config(kind)
 
 
 def get(kind: str, source: str = "<scenario>") -> SchedulePolicy:

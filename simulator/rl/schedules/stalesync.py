@@ -3,6 +3,7 @@ runner splits off the long tail (colocated.py); on split pools the split-pool ru
 batches within the staleness bound (disaggregated.py)."""
 from __future__ import annotations
 
+from ...scenario import StaleSyncSchedule
 from . import colocated, disaggregated
 from .context import Context
 from .registry import SchedulePolicy, register
@@ -14,7 +15,6 @@ def run(ctx: Context) -> float:
 
 
 POLICY = register(SchedulePolicy(
-    "stalesync", run, "quasi-asynchronous within a staleness bound; training starts on a threshold share",
-    placement=lambda sched: sched.placement or "colocated",
-    supports_failures=lambda sched: (sched.placement or "colocated") == "colocated",
+    StaleSyncSchedule, run, "quasi-asynchronous within a staleness bound; training starts on a threshold share",
+    supports_failures=lambda sched: sched.effective_placement == "colocated",
     supports_partial_rollout=True))
