@@ -11,8 +11,7 @@ from ..llm.inference import RolloutLayout, StepCost, simulate_rollout
 from ..llm.memory import check_fits, memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, train_step_cost, uniform_sequences
-from .rollout import RolloutSpace
-from .search import Evaluation, TrainChoice
+from .base import Evaluation, RolloutSpace, TrainChoice
 
 
 class TrainingEvaluator:
