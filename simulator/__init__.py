@@ -3,8 +3,8 @@
 Public Python API (the same functions the CLI calls) is re-exported here as it is built.
 """
 from .errors import RlsimError
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["RlsimError", "__version__", "simulate", "compare", "SimulationResult", "ComparisonResult"]
 
 

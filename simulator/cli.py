@@ -1,4 +1,5 @@
-"""The `rlsim` command line: parse, call, print. Each subcommand lives in simulator/commands/.
+"""The `rlsim` command line: parse, call, print. Each subcommand lives in simulator/commands/;
+their shared argument and output helpers in simulator/commands/common.py (nothing imports this module).
 
 Exit codes (public contract): 0 ok, 2 bad input (RlsimError, argparse errors), 1 internal error.
 """
@@ -6,10 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
-from pathlib import Path
-from typing import Any
 
 from .errors import RlsimError
 
@@ -22,45 +20,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own exits with 2 already; keep its text short
         self.print_usage(sys.stderr)
         self.exit(2, f"rlsim: error: {message}\n")
-
-
-def add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True, overrides: bool = True,
-               set_help: str = "override a scenario key (repeatable), e.g. --set topology.nodes=16") -> None:
-    if overrides:
-        parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                            help=set_help)
-    if json_flag:
-        parser.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
-
-
-def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (so 0 is refused as such, not taken as 'missing')."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def out_dir(text: str) -> str:
-    """argparse `type=` of an output folder: refuse an existing file before any simulation runs."""
-    if Path(text).exists() and not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a file; give a folder (new or existing)")
-    return text
-
-
-def print_json(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, allow_nan=False, default=_jsonable) + "\n")
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
 def build_parser() -> argparse.ArgumentParser:

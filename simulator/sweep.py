@@ -570,7 +570,7 @@ class BaseScenario:
             except OSError as exc:
                 raise RlsimError(f"cannot read file: {exc.strerror}", source=self.spec, fix="check the path") \
                     from None
-        from . import __version__
+        from .version import __version__
         payload = {"spec_text": text, "topology": self.topology, "workload": self.workload,
                    "schedule": self.schedule, "overrides": list(self.overrides),
                    "iterations": self.iterations, "seed": self.seed, "version": __version__}

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RlsimError
-from .backend import Backend, DecodeShape
+from .interface import Backend, DecodeShape
 
 Progress = Callable[[str], None]
 BYTES_PER_ELEM = {"fp32": 4, "bf16": 2, "fp16": 2}

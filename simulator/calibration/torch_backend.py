@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import RlsimError
-from .backend import (
+from .interface import (
     COLLECTIVE_OPS,
     DEFAULT_THREADS,
     Backend,

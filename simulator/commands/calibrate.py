@@ -25,7 +25,7 @@ Use the profile in a topology (`device_profile: cpu-profile.yaml`, or a device e
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..calibration.backend import BACKENDS, DEFAULT_THREADS, DEVICES
-    from ..cli import add_common
+    from .common import add_common
 
     parser.add_argument("--backend", default="torch", choices=BACKENDS, help="framework (default: torch)")
     parser.add_argument("--device", required=True, choices=DEVICES, help="device to measure")
@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from ..calibration.fitting import build_profile
     from ..calibration.microbench import MicrobenchConfig, run_microbench
     from ..calibration.replay import replay_config_from_mapping
-    from ..cli import print_json
     from ..hardware.profiles import save_profile
+    from .common import print_json
 
     if args.threads < 1:
         raise RlsimError(f"must be >= 1, got {args.threads}", field="--threads")

@@ -18,8 +18,8 @@ gathered size; all_to_all: one rank's send buffer; p2p: bytes from the first to 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_common
     from ..network.collectives import ALGORITHMS, OPS
+    from .common import add_common
 
     parser.add_argument("--topology", required=True, help="preset name or YAML file")
     parser.add_argument("--op", required=True, choices=OPS, help="the collective")
@@ -31,11 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import print_json
     from ..hardware.topology import load_topology
     from ..network.collectives import CollectiveModel, parse_group
     from ..overrides import section
     from ..units import parse_bytes
+    from .common import print_json
 
     stray = [s for s in args.overrides if not s.partition("=")[0].strip().startswith("topology.")]
     if stray:

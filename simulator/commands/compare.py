@@ -14,7 +14,7 @@ EXAMPLES = """examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import out_dir
+    from .common import out_dir
     add_scenario_arguments(parser)
     parser.add_argument("--schedules", default="colocated,disaggregated,stalesync",
                         help="comma-separated schedule kinds (default: colocated,disaggregated,stalesync)")
@@ -24,10 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..api import compare
-    from ..cli import print_json
     from ..errors import RlsimError
     from ..report.console import print_comparison
     from ..scenario import SCHEDULE_CLASSES
+    from .common import print_json
     kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]
     bad = [k for k in kinds if k not in SCHEDULE_CLASSES]
     if bad or len(kinds) < 1:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .. import cli
 from ..errors import RlsimError
 from ..overrides import parse_assignment, section
+from . import common
 
 HELP = "search training / rollout parallel layouts on a topology and rank them by step time"
 EXAMPLES = """examples:
@@ -27,13 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", nargs="?", help="scenario YAML (topology and workload defaults)")
     parser.add_argument("--topology", help=f"topology preset or file (default: the scenario's, else {_DEFAULT_TOPOLOGY})")
     parser.add_argument("--model", help="model preset or config.json (default: the scenario's workload model)")
-    parser.add_argument("--global-batch", type=cli.positive_int, help="sequences per optimizer step (default: the scenario's)")
-    parser.add_argument("--seq-len", type=cli.positive_int, help="tokens per sequence (default: prompt max + response max)")
+    parser.add_argument("--global-batch", type=common.positive_int, help="sequences per optimizer step (default: the scenario's)")
+    parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: prompt max + response max)")
     parser.add_argument("--stage", choices=("train", "rollout"), default="train")
     parser.add_argument("--target-tokens-per-s", type=float,
                         help="find the fewest nodes reaching this throughput (tokens trained or generated per s)")
     parser.add_argument("--top", type=int, default=5, help="candidates to print (default 5)")
-    cli.add_common(parser)
+    common.add_common(parser)
 
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                             evaluator=RolloutEvaluator(model, topology, settings.rollout, params=w.inference))
     rows = [c.to_json() for c in plan.candidates[: args.top]]
     if args.json:
-        cli.print_json(rows)
+        common.print_json(rows)
         return 0
     _print_table(args.stage, model, topology, plan, rows)
     return 0

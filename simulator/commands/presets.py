@@ -12,7 +12,7 @@ EXAMPLES = """examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_common
+    from .common import add_common
 
     add_common(parser, overrides=False)
 
@@ -54,7 +54,7 @@ def collect() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import print_json
+    from .common import print_json
 
     doc = collect()
     if args.json:

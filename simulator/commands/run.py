@@ -13,7 +13,7 @@ EXAMPLES = """examples:
 
 
 def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_common
+    from .common import add_common
     parser.add_argument("scenario", nargs="?", help="scenario YAML (default: the seed scenario)")
     parser.add_argument("--topology", help="topology preset name or YAML path")
     parser.add_argument("--workload", help="workload preset name or YAML path")
@@ -23,7 +23,7 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import out_dir
+    from .common import out_dir
     add_scenario_arguments(parser)
     parser.add_argument("--schedule", help="colocated | disaggregated | one-step-off | stalesync | async")
     parser.add_argument("--out", type=out_dir, help="write scenario.yaml, summary.json, CSVs and trace.json here")
@@ -40,8 +40,8 @@ def scenario_keywords(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from ..api import simulate
-    from ..cli import print_json
     from ..report.console import print_summary
+    from .common import print_json
     kw = scenario_keywords(args)
     if args.schedule:
         kw["schedule"] = args.schedule

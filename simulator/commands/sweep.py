@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import cli
 from ..errors import RlsimError
+from . import common
 
 # The sweep machinery (pandas, executors) is imported inside run(), so `rlsim --help` and the other
 # commands do not pay for it.
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local process pool (default) or Dask distributed")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="Dask scheduler address (default: start a LocalCluster)")
-    parser.add_argument("--out", type=lambda text: Path(cli.out_dir(text)), help="folder for the results file, plots and report.html")
+    parser.add_argument("--out", type=lambda text: Path(common.out_dir(text)), help="folder for the results file, plots and report.html")
     parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="results file format")
     parser.add_argument("--target-tokens-per-s", type=float, help="capacity target: at least this many tokens/s")
     parser.add_argument("--target-step-time-s", type=float, help="capacity target: at most this step time (s)")
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="price per device-hour, one number or per device kind (repeatable)")
     parser.add_argument("--search", choices=["bisect", "scan"], default="bisect",
                         help="capacity search over one key: bisect (assumes more is never worse) or scan")
-    cli.add_common(parser)
+    common.add_common(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         _write_outputs(args.out, objects, list(grid), answer, target)
     if args.json:
-        cli.print_json(objects)
+        common.print_json(objects)
     else:
         _print_table(objects, list(grid), sweep, store, answer, target)
     if objects and all(o.get("error") for o in objects):

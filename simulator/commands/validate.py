@@ -16,16 +16,16 @@ green when |error| <= its tolerance. Cases live in simulator/validation/ (see do
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_common
+    from .common import add_common
 
     parser.add_argument("--case", default=None, metavar="TEXT", help="run only cases whose name contains TEXT")
     add_common(parser, overrides=False)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import print_json
     from ..errors import RlsimError
     from ..validation import run_cases
+    from .common import print_json
 
     results = run_cases(args.case)
     if not results:

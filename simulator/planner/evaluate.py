@@ -12,8 +12,7 @@ from ..llm.memory import check_fits, memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, train_step_cost, uniform_sequences
 from ..params import TRAIN_SOFTWARE
-from .rollout import RolloutSpace
-from .search import Evaluation, TrainChoice
+from .base import Evaluation, RolloutSpace, TrainChoice
 
 
 class TrainingEvaluator:

@@ -13,28 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from ..errors import RlsimError
+from .base import Evaluation, PlannerParams, RolloutSpace
 from .placement import locality_sorted
-from .search import Evaluation, PlannerParams
 
 RolloutEvaluator = Callable[[dict[str, Any], Sequence[int]], Evaluation]
-
-
-class RolloutSpace(BaseModel):
-    """Rollout layouts tried and the batch they are judged on; `planner.rollout.<field>`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
-    ep: list[int] | None = None  # None: 1 for dense; powers of two dividing the experts for MoE
-    max_ep: int = 64
-    max_num_seqs: list[int] = Field(default_factory=lambda: [256])  # vLLM's default max_num_seqs
-    # The batch the layouts are judged on (a GRPO step of the default workload's shape):
-    sequences: int = Field(1024, gt=0)
-    prompt_len: int = Field(512, gt=0)
-    response_len: int = Field(2048, gt=0)
 
 
 @dataclass

@@ -16,49 +16,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import RlsimError
+from .base import Evaluation, PlannerParams, TrainChoice
 from .placement import Placement, aware_placements, naive_placement
 
 Recompute = Literal["none", "selective", "full"]
 _RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation (fastest, most memory) first
-
-
-@dataclass(frozen=True, order=True)
-class TrainChoice:
-    """One training layout; field names follow llm/training.py TrainLayout and the plan JSON."""
-
-    tp: int
-    pp: int
-    vpp: int
-    dp: int
-    ep: int
-    cp: int
-    zero: int
-    recompute: str
-    micro_batch: int
-    # None: the software stack's rule (on with TP for Megatron-Core); a bool when the space searches it
-    sequence_parallel: bool | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The layout keys; sequence_parallel only when the search chose it (None is not a layout choice)."""
-        out = asdict(self)
-        if out["sequence_parallel"] is None:
-            del out["sequence_parallel"]
-        return out
-
-    @property
-    def devices(self) -> int:
-        return self.tp * self.pp * self.dp * self.cp
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What the plan reports per candidate (contract keys of `rlsim plan --json`)."""
-
-    step_time_s: float
-    tflops_per_device: float
-    mfu: float
-    memory_per_device_bytes: float
-    comm_fraction: float
 
 
 Evaluator = Callable[[TrainChoice, Sequence[int]], Evaluation]
@@ -101,23 +63,6 @@ class SearchSpace(BaseModel):
         limits = software.search_limits()
         return self.model_copy(update={k: [v for v in getattr(self, k) if v in allowed]
                                        for k, allowed in limits.items()})
-
-
-class PlannerParams(BaseModel):
-    """Planner constants; reachable as `planner.<field>`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # Skip more recomputation once a layout fits with less: recompute only adds compute (formulas.md,
-    # Megatron eq. 3: 72 -> 96), so the skipped variants cannot be faster.
-    dominance_prune: bool = True
-    # Candidates re-evaluated under every aware placement and the naive one after the first pass.
-    refine_top: int = 8
-    # Modelled planning cost, counted in simulated time (wall clock would break determinism):
-    # seconds per evaluated candidate and a fixed part. Defaults from benchmarks/bench_planner.py
-    # on the 2-core CI machine (about 1-3 ms per train_step_cost query; rounded up).
-    eval_cost_s: float = 5e-3  # llm/training.py's target of <= 5 ms per train_step_cost query
-    fixed_cost_s: float = 0.0  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
 
 
 @dataclass

@@ -16,20 +16,8 @@ from ..samples import SampleStore
 from ..timeline import GroupClock, Timeline
 from .batches import RoundDraws, Sampler
 from .generation import Generation
+from .state import RunTotals
 from .training import TrainStep
-
-
-@dataclass
-class RunTotals:
-    """What a run adds up as it goes (a failure roll-back restores a copy)."""
-    flops: float = 0.0
-    gen_flops: float = 0.0
-    generated_tokens: float = 0.0
-    peak_memory_bytes: float = 0.0
-    stage_time_s: dict[str, float] = field(default_factory=dict)
-    switch_bytes: dict[str, float] = field(default_factory=dict)
-    # rollout slot accounting (metrics: occupancy and the low-batch tail)
-    rollout: dict[str, float] = field(default_factory=lambda: {"instance_s": 0.0, "slot_s": 0.0, "low_batch_s": 0.0})
 
 
 @dataclass

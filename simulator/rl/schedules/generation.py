@@ -3,20 +3,17 @@ the sample store and DistQueue) and carry what did not (partial rollout, a cut a
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..costs import Ranks
 from ..distqueue import payload_bytes_each
 from .batches import GenPlan, SeqBatch
-
-if TYPE_CHECKING:
-    from .context import Context
+from .state import RunState
 
 
 class Generation:
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: RunState):
         self.ctx = ctx
         self.costs, self.sched = ctx.costs, ctx.sched
 

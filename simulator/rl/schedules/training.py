@@ -4,7 +4,6 @@ optimizer steps (PPO epochs x mini-batches)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,13 +11,11 @@ from ..algorithms import FORWARD, TRAIN
 from ..distqueue import fetch_load
 from ..timeline import Clock
 from .staleness import ceil_count, min_version
-
-if TYPE_CHECKING:
-    from .context import Context
+from .state import RunState
 
 
 class TrainStep:
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: RunState):
         self.ctx = ctx
         self.costs, self.sched, self.workload = ctx.costs, ctx.sched, ctx.workload
         self.batch = ctx.batch_samples

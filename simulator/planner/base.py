@@ -1,0 +1,80 @@
+"""The planner's shared types: a training layout choice, the evaluation of a candidate, the
+planner constants and the rollout space. The search (search.py, rollout.py) and the real
+evaluators (evaluate.py) both import them from here, so neither imports the other for types."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True, order=True)
+class TrainChoice:
+    """One training layout; field names follow llm/training.py TrainLayout and the plan JSON."""
+
+    tp: int
+    pp: int
+    vpp: int
+    dp: int
+    ep: int
+    cp: int
+    zero: int
+    recompute: str
+    micro_batch: int
+    # None: the software stack's rule (on with TP for Megatron-Core); a bool when the space searches it
+    sequence_parallel: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The layout keys; sequence_parallel only when the search chose it (None is not a layout choice)."""
+        out = asdict(self)
+        if out["sequence_parallel"] is None:
+            del out["sequence_parallel"]
+        return out
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the plan reports per candidate (contract keys of `rlsim plan --json`)."""
+
+    step_time_s: float
+    tflops_per_device: float
+    mfu: float
+    memory_per_device_bytes: float
+    comm_fraction: float
+
+
+class PlannerParams(BaseModel):
+    """Planner constants; reachable as `planner.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Skip more recomputation once a layout fits with less: recompute only adds compute (formulas.md,
+    # Megatron eq. 3: 72 -> 96), so the skipped variants cannot be faster.
+    dominance_prune: bool = True
+    # Candidates re-evaluated under every aware placement and the naive one after the first pass.
+    refine_top: int = 8
+    # Modelled planning cost, counted in simulated time (wall clock would break determinism):
+    # seconds per evaluated candidate and a fixed part. Defaults from benchmarks/bench_planner.py
+    # on the 2-core CI machine (about 1-3 ms per train_step_cost query; rounded up).
+    eval_cost_s: float = 5e-3  # llm/training.py's target of <= 5 ms per train_step_cost query
+    fixed_cost_s: float = 0.0  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
+
+
+class RolloutSpace(BaseModel):
+    """Rollout layouts tried and the batch they are judged on; `planner.rollout.<field>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
+    ep: list[int] | None = None  # None: 1 for dense; powers of two dividing the experts for MoE
+    max_ep: int = 64
+    max_num_seqs: list[int] = Field(default_factory=lambda: [256])  # vLLM's default max_num_seqs
+    # The batch the layouts are judged on (a GRPO step of the default workload's shape):
+    sequences: int = Field(1024, gt=0)
+    prompt_len: int = Field(512, gt=0)
+    response_len: int = Field(2048, gt=0)

@@ -1,0 +1,47 @@
+"""What the runner parts (generation, training step) read and add to: the run's totals and the
+shape of the run state (context.Context implements it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import simpy
+
+from ...scenario import ScheduleConfig, WorkloadConfig
+from ..algorithms import Algorithm
+from ..costs import Costs
+from ..distqueue import DistQueue
+from ..samples import SampleStore
+
+
+@dataclass
+class RunTotals:
+    """What a run adds up as it goes (a failure roll-back restores a copy)."""
+    flops: float = 0.0
+    gen_flops: float = 0.0
+    generated_tokens: float = 0.0
+    peak_memory_bytes: float = 0.0
+    stage_time_s: dict[str, float] = field(default_factory=dict)
+    switch_bytes: dict[str, float] = field(default_factory=dict)
+    # rollout slot accounting (metrics: occupancy and the low-batch tail)
+    rollout: dict[str, float] = field(default_factory=lambda: {"instance_s": 0.0, "slot_s": 0.0, "low_batch_s": 0.0})
+
+
+
+class RunState(Protocol):
+    costs: Costs
+    sched: ScheduleConfig
+    workload: WorkloadConfig
+    env: simpy.Environment
+    alg: Algorithm
+    store: SampleStore
+    queue: DistQueue
+    totals: RunTotals
+    iterations: list[dict]
+    rule_reward: bool
+    pad_len: float | None
+    batch_samples: int
+    staleness: float
+    threshold: float
+
+    def add_stage_time(self, name: str, dt: float) -> None: ...

@@ -1,0 +1,113 @@
+"""Direct tests of simulator/des.py: the RNG, the timeline and the simpy wrapper."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.des import INTERVAL_COLUMNS, TIMELINE_COLUMNS, Interval, Simulation, Timeline, make_rng
+
+
+def test_make_rng_is_a_pure_function_of_the_seed() -> None:
+    a, b, c = make_rng(7), make_rng(7), make_rng(8)
+    draws_a, draws_b = a.random(5), b.random(5)
+    assert np.array_equal(draws_a, draws_b)
+    assert not np.array_equal(draws_a, c.random(5))
+    assert isinstance(a, np.random.Generator)
+
+
+def test_simulations_do_not_share_randomness() -> None:
+    first = Simulation(seed=3)
+    first.rng.random(100)  # a first run drawing must not change what a second run sees
+    assert np.array_equal(Simulation(seed=3).rng.random(4), make_rng(3).random(4))
+
+
+def test_add_keeps_positive_intervals_and_drops_empty_ones() -> None:
+    tl = Timeline()
+    tl.add("train", 0, 1, "train", 1.0, 2.5, iteration=4, label="step")
+    tl.add("train", 1, 1, "idle", 2.0, 2.0, cause="dependency")  # zero length: dropped
+    tl.add("train", 2, 0, "idle", 2.0, 3.0)                        # no ranks: dropped
+    assert len(tl.rows) == 1
+    only = tl.rows[0]
+    assert isinstance(only, Interval)
+    assert tuple(only) == ("train", 0, "train", "", 4, 1.0, 2.5, "step", 0, 1)
+    with pytest.raises(ValueError, match="ends before it starts"):
+        tl.add("train", 0, 1, "train", 3.0, 2.0)
+
+
+def test_a_group_record_has_device_minus_one() -> None:
+    tl = Timeline()
+    tl.add("rollout", 8, 4, "generate", 0.0, 1.0)
+    assert (tl.rows[0].device, tl.rows[0].rank_start, tl.rows[0].rank_count) == (-1, 8, 4)
+
+
+def test_add_devices_writes_one_interval_per_device() -> None:
+    tl = Timeline()
+    tl.add_devices("rollout", np.arange(3), "generate", 0.0, 1.0, iteration=0)
+    assert [i.device for i in tl.rows] == [0, 1, 2]
+    assert all(type(i.device) is int for i in tl.rows)
+
+
+def test_clip_cuts_at_the_end_of_the_run() -> None:
+    tl = Timeline()
+    tl.add("a", 0, 1, "busy", 0.0, 5.0)
+    tl.add("a", 0, 1, "busy", 5.0, 9.0)
+    tl.add("a", 0, 1, "busy", 10.0, 12.0)
+    tl.clip(7.0)
+    assert [(r.start, r.end) for r in tl.rows] == [(0.0, 5.0), (5.0, 7.0)]
+
+
+def test_empty_frame_has_the_columns() -> None:
+    frame = Timeline().to_frame()
+    assert list(frame.columns) == TIMELINE_COLUMNS and frame.empty
+    assert TIMELINE_COLUMNS[: len(INTERVAL_COLUMNS)] == INTERVAL_COLUMNS
+
+
+interval = st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.floats(0, 100, allow_nan=False),
+                     st.floats(0, 10, allow_nan=False))
+
+
+@given(st.lists(interval, max_size=30))
+def test_frame_is_sorted_and_loses_nothing(items: list[tuple[str, int, float, float]]) -> None:
+    tl = Timeline()
+    for pool, device, start, length in items:
+        tl.add(pool, device, 1, "busy", start, start + length)
+    frame = tl.to_frame()
+    kept = [(p, d, s, s + n) for p, d, s, n in items if s + n > s]
+    assert len(frame) == len(kept)
+    assert sorted(zip(frame.pool, frame.device, frame.start, frame.end, strict=True)) == sorted(kept)
+    keys = list(zip(frame.start, frame.pool, frame.rank_start, frame.end, strict=True))
+    assert keys == sorted(keys)
+
+
+def test_simulation_clock_timeouts_and_run_until() -> None:
+    sim = Simulation(seed=0)
+    seen: list[tuple[str, float]] = []
+
+    def proc(name: str, delays: list[float]):
+        for d in delays:
+            yield sim.timeout(d)
+            seen.append((name, sim.now))
+
+    sim.process(proc("a", [1.0, 2.0]))
+    sim.process(proc("b", [-5.0, 1.0]))  # a negative delay is clamped to zero, never an error
+    sim.run(until=2.5)
+    assert seen == [("b", 0.0), ("a", 1.0), ("b", 1.0)]
+    assert sim.now == 2.5 and isinstance(sim.now, float)
+    sim.run()
+    assert seen[-1] == ("a", 3.0)
+
+
+def test_same_time_events_fire_in_insertion_order() -> None:
+    sim = Simulation()
+    order: list[int] = []
+
+    def proc(i: int):
+        yield sim.timeout(1.0)
+        order.append(i)
+
+    for i in range(5):
+        sim.process(proc(i))
+    sim.run()
+    assert order == [0, 1, 2, 3, 4]

@@ -1,0 +1,109 @@
+"""Direct tests of simulator/overrides.py: `--set KEY=VALUE` into nested mappings."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.overrides import apply_overrides, parse_assignment, section, set_dotted
+
+
+@pytest.mark.parametrize(("item", "expected"), [
+    ("topology.nodes=16", ("topology.nodes", 16)),
+    ("schedule.staleness=0.5", ("schedule.staleness", 0.5)),
+    ("schedule.partial_rollout=true", ("schedule.partial_rollout", True)),
+    ("planner.space.tp=[16, 8]", ("planner.space.tp", [16, 8])),
+    ("workload.model=qwen2.5-7b", ("workload.model", "qwen2.5-7b")),
+    ("a.b=x=y", ("a.b", "x=y")),            # only the first '=' separates
+    (" seed = 3", ("seed", 3)),             # spaces around the key are trimmed
+    ("workload.name=", ("workload.name", "")),
+    ("a={b: 1}", ("a", {"b": 1})),
+    ("a=[unclosed", ("a", "[unclosed")),    # not YAML: kept as the raw text
+])
+def test_parse_assignment(item: str, expected: tuple[str, object]) -> None:
+    assert parse_assignment(item) == expected
+
+
+@pytest.mark.parametrize("item", ["topology.nodes", "=3", "  =3", ""])
+def test_parse_assignment_refuses_a_missing_key_or_sign(item: str) -> None:
+    with pytest.raises(RlsimError) as info:
+        parse_assignment(item)
+    assert info.value.field == "--set" and "KEY=VALUE" in info.value.fix
+
+
+def test_set_dotted_makes_mappings_and_turns_preset_names_into_mappings() -> None:
+    data: dict = {"topology": "dgx-h100", "workload": {"model": "x"}}
+    set_dotted(data, "topology.nodes", 4)
+    set_dotted(data, "workload.response_length.max", 16384)
+    set_dotted(data, "schedule.kind", "async")
+    assert data == {"topology": {"preset": "dgx-h100", "nodes": 4},
+                    "workload": {"model": "x", "response_length": {"max": 16384}},
+                    "schedule": {"kind": "async"}}
+
+
+def test_set_dotted_refuses_to_walk_through_a_scalar() -> None:
+    data = {"iterations": 3}
+    with pytest.raises(RlsimError) as info:
+        set_dotted(data, "iterations.max", 4)
+    assert info.value.field == "iterations.max" and "'iterations'" in str(info.value)
+    assert data == {"iterations": 3}
+
+
+def test_apply_overrides_copies_and_applies_in_order() -> None:
+    base = {"topology": {"preset": "dgx-h100", "nodes": 1}, "seed": 0}
+    before = copy.deepcopy(base)
+    out = apply_overrides(base, ["topology.nodes=2", "seed=5", "topology.nodes=8"])
+    assert out == {"topology": {"preset": "dgx-h100", "nodes": 8}, "seed": 5}
+    assert base == before  # the input is not touched
+    out["topology"]["nodes"] = 99
+    assert base["topology"]["nodes"] == 1  # a deep copy
+
+
+def test_section() -> None:
+    items = ["topology.nodes=2", "topology.groups.a.nodes=3", "topologyx.nodes=5", "workload.model=m", "topology=x"]
+    assert section(items, "topology") == {"nodes": 2, "groups": {"a": {"nodes": 3}}}
+    assert section(items, "schedule") == {}
+
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=6)
+paths = st.lists(names, min_size=1, max_size=4)
+scalars = st.integers(-10**6, 10**6) | st.booleans() | names
+
+
+def _get(mapping: dict, path: list[str]) -> object:
+    for part in path:
+        mapping = mapping[part]
+    return mapping
+
+
+def _render(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@given(st.lists(st.tuples(paths, scalars), min_size=1, max_size=8))
+def test_last_write_wins_on_nested_keys(writes: list[tuple[list[str], object]]) -> None:
+    # Keep only writes that never pass through a key made a leaf by an earlier write (that is an error).
+    kept: list[tuple[list[str], object]] = []
+    for path, value in writes:
+        clash = any(path[:len(p)] == p and len(p) < len(path) or p[:len(path)] == path and len(path) < len(p)
+                    for p, _ in kept)
+        if not clash:
+            kept.append((path, value))
+    items = [f"{'.'.join(p)}={_render(v)}" for p, v in kept]
+    out = apply_overrides({}, items)
+    final = {tuple(p): v for p, v in kept}
+    for path, value in final.items():
+        got = _get(out, list(path))
+        # a word such as 'yes' or 'null' reads as YAML; compare with what YAML makes of the text
+        assert got == parse_assignment(f"k={_render(value)}")[1]
+    assert section([f"top.{i}" for i in items], "top") == out
+
+
+@given(paths, scalars, st.dictionaries(names, scalars, max_size=4))
+def test_overrides_keep_unrelated_keys(path: list[str], value: object, others: dict) -> None:
+    base = {"Z-" + k: v for k, v in others.items()}  # disjoint from the written keys
+    out = apply_overrides(base, [f"{'.'.join(path)}={_render(value)}"])
+    assert {k: v for k, v in out.items() if k.startswith("Z-")} == base

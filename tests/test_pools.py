@@ -1,0 +1,121 @@
+"""Direct tests of simulator/rl/pools.py build_pools: pools are contiguous, never overlap, never
+exceed the cluster, and hold whole rollout instances and whole training replicas."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.rl.pools import Pool, build_pools
+from simulator.scenario import ScheduleConfig
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """The fields build_pools reads from a ScheduleConfig (kept apart from the scenario models)."""
+
+    effective_placement: str
+    fuse: str = "full"
+    aux_fraction: float = 0.125
+    rollout_fraction: float = 0.5
+    rollout_devices: int | None = None
+
+
+def _check_layout(pools: dict[str, Pool], n_devices: int) -> None:
+    ranges = sorted((p.start, p.start + p.count, name) for name, p in pools.items())
+    assert ranges[0][0] == 0
+    for (_, end, _), (start, _, _) in zip(ranges, ranges[1:], strict=False):
+        assert end == start, f"pools overlap or leave a gap: {ranges}"
+    assert ranges[-1][1] <= n_devices
+    assert all(p.count > 0 and list(p.ranks) == list(range(p.start, p.start + p.count)) for p in pools.values())
+
+
+def test_pool_ranks() -> None:
+    assert list(Pool("x", 4, 3).ranks) == [4, 5, 6]
+
+
+def test_real_schedule_configs() -> None:
+    pools = build_pools(ScheduleConfig(kind="colocated"), 16, 2, 4)
+    assert pools == {"actor": Pool("actor", 0, 16)}
+    pools = build_pools(ScheduleConfig(kind="disaggregated", rollout_fraction=0.25), 16, 2, 4)
+    assert pools == {"rollout": Pool("rollout", 0, 4), "train": Pool("train", 4, 12)}
+    pools = build_pools(ScheduleConfig(kind="stalesync"), 8, 2, 4)
+    assert set(pools) == {"actor"}
+
+
+@pytest.mark.parametrize(("n", "inst", "group", "actor"), [(16, 2, 4, 16), (18, 4, 6, 12), (7, 2, 2, 6)])
+def test_colocated_full_is_whole_units(n: int, inst: int, group: int, actor: int) -> None:
+    assert build_pools(_Schedule("colocated"), n, inst, group) == {"actor": Pool("actor", 0, actor)}
+
+
+def test_colocated_actor_leaves_the_rest_to_aux() -> None:
+    pools = build_pools(_Schedule("colocated", fuse="actor", aux_fraction=0.125), 16, 2, 4)
+    assert pools == {"actor": Pool("actor", 0, 12), "aux": Pool("aux", 12, 4)}
+
+
+def test_rollout_devices_wins_over_the_fraction() -> None:
+    pools = build_pools(_Schedule("disaggregated", rollout_devices=6, rollout_fraction=0.9), 16, 2, 2)
+    assert pools == {"rollout": Pool("rollout", 0, 6), "train": Pool("train", 6, 10)}
+
+
+@pytest.mark.parametrize(("schedule", "n", "inst", "group", "field"), [
+    (_Schedule("colocated"), 6, 4, 8, "workload.train_layout"),
+    (_Schedule("colocated", fuse="actor", aux_fraction=0.9), 8, 2, 4, "schedule.aux_fraction"),
+    (_Schedule("disaggregated"), 8, 2, 8, "schedule.rollout_fraction"),
+    (_Schedule("disaggregated", rollout_devices=2), 8, 4, 8, "schedule.rollout_devices"),
+    (_Schedule("disaggregated"), 4, 8, 2, "schedule.rollout_fraction"),
+])
+def test_impossible_pools_raise_naming_the_field(schedule: _Schedule, n: int, inst: int, group: int,
+                                                 field: str) -> None:
+    with pytest.raises(RlsimError) as info:
+        build_pools(schedule, n, inst, group, source="my.yaml")
+    assert info.value.field == field and info.value.source == "my.yaml" and info.value.fix
+
+
+sizes = st.sampled_from([1, 2, 3, 4, 6, 8, 16])
+fractions = st.floats(0.01, 0.99)
+
+
+@given(st.integers(1, 512), sizes, sizes, st.booleans(), fractions)
+def test_colocated_pools(n: int, inst: int, group: int, full: bool, aux_fraction: float) -> None:
+    schedule = _Schedule("colocated", fuse="full" if full else "actor", aux_fraction=aux_fraction)
+    unit = math.lcm(inst, group)
+    try:
+        pools = build_pools(schedule, n, inst, group)
+    except RlsimError:
+        aux = max(1, round(n * aux_fraction))
+        assert (n < unit) if full else (n - aux < unit)
+        return
+    _check_layout(pools, n)
+    assert pools["actor"].count % unit == 0
+    if full:
+        assert set(pools) == {"actor"} and n - pools["actor"].count < unit
+    else:
+        assert set(pools) == {"actor", "aux"} and pools["aux"].count >= 1
+        assert pools["actor"].count + pools["aux"].count == n
+
+
+@given(st.integers(1, 512), sizes, sizes, fractions, st.none() | st.integers(1, 512))
+def test_split_pools(n: int, inst: int, group: int, fraction: float, rollout_devices: int | None) -> None:
+    schedule = _Schedule("disaggregated", rollout_fraction=fraction, rollout_devices=rollout_devices)
+    try:
+        pools = build_pools(schedule, n, inst, group)
+    except RlsimError as exc:
+        assert exc.field == ("schedule.rollout_devices" if rollout_devices else "schedule.rollout_fraction")
+        return
+    _check_layout(pools, n)
+    assert set(pools) == {"rollout", "train"}
+    rollout, train = pools["rollout"].count, pools["train"].count
+    assert rollout % inst == 0 and train % group == 0
+    assert n - rollout - train < inst  # the rollout takes every whole instance left by the trainer
+
+
+@given(st.integers(1, 64), sizes, sizes)
+def test_split_raises_only_when_nothing_fits(n: int, inst: int, group: int) -> None:
+    assume(n >= 2 * max(inst, group) + inst + group)
+    pools = build_pools(_Schedule("disaggregated", rollout_fraction=0.5), n, inst, group)
+    _check_layout(pools, n)

@@ -1,0 +1,144 @@
+"""Direct tests of simulator/rl/samples.py: SampleStore keeps every sample exactly once.
+
+A model (a plain dict of sample id -> state) runs beside the store through random sequences of
+add / consume / drop / truncate; after every step each id is pending, consumed or dropped, never
+two of them, and never lost."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.rl.samples import SAMPLE_COLUMNS, SampleStore
+
+
+def _add(store: SampleStore, k: int, *, version: int = 0, start: float = 0.0, offset: float = 0.0,
+         dropped: np.ndarray | None = None, drop_reason: np.ndarray | None = None) -> np.ndarray:
+    resp = np.arange(1, k + 1) * 10
+    return store.add(round_=np.full(k, version), group=np.arange(k) // 2, prompt_len=np.full(k, 5),
+                     response_len=resp, generated_tokens=resp, version=version,
+                     first_version=np.full(k, version), start=start, finish=start + offset + np.arange(k, dtype=float),
+                     ready=start + offset + np.arange(k, dtype=float) + 0.5, dropped=dropped, drop_reason=drop_reason)
+
+
+def test_empty_store() -> None:
+    store = SampleStore()
+    assert store.n == 0 and len(store.pending()) == 0
+    frame = store.to_frame()
+    assert list(frame.columns) == SAMPLE_COLUMNS and frame.empty
+    assert store.flat()["consumed_iteration"].dtype.kind == "i"
+
+
+def test_add_consume_drop_and_staleness() -> None:
+    store = SampleStore()
+    first = _add(store, 3, version=0)
+    second = _add(store, 2, version=1, start=4.0)
+    assert list(first) == [0, 1, 2] and list(second) == [3, 4]
+    store.consume(np.array([0, 3]), iteration=2)
+    store.drop(np.array([1]), "no_signal")
+    frame = store.to_frame()
+    assert list(frame["consumed_iteration"]) == [2, -1, -1, 2, -1]
+    assert list(frame["staleness"]) == [2.0, -1.0, -1.0, 1.0, -1.0]  # iteration - version
+    assert list(frame["drop_reason"]) == ["", "no_signal", "", "", ""]
+    assert list(store.pending()) == [2, 4]
+    assert list(frame["start"]) == [0.0, 0.0, 0.0, 4.0, 4.0]
+
+
+def test_consuming_twice_or_after_a_drop_is_an_error() -> None:
+    store = SampleStore()
+    _add(store, 2)
+    store.consume(np.array([0]), 0)
+    with pytest.raises(AssertionError):
+        store.consume(np.array([0]), 1)
+    store.drop(np.array([1]), "stale")
+    with pytest.raises(AssertionError):
+        store.consume(np.array([1]), 1)
+    assert store.to_frame()["consumed_iteration"].tolist() == [0, -1]  # the failed calls changed nothing
+
+
+def test_samples_dropped_when_added() -> None:
+    store = SampleStore()
+    _add(store, 3, dropped=np.array([False, True, True]),
+         drop_reason=np.array(["", "overprovision", "overprovision"], dtype=object))
+    assert list(store.pending()) == [0]
+    assert store.to_frame()["dropped"].tolist() == [False, True, True]
+
+
+def test_truncate_rolls_back_and_ids_restart() -> None:
+    store = SampleStore()
+    _add(store, 4)
+    store.consume(np.array([2, 3]), 0)
+    store.truncate(2)
+    assert store.n == 2 and list(store.pending()) == [0, 1]
+    again = _add(store, 3, version=1)
+    assert list(again) == [2, 3, 4]
+    assert list(store.pending()) == [0, 1, 2, 3, 4]  # the re-added rows are fresh, not the old consumed ones
+    store.truncate(10)  # beyond the end: nothing changes
+    assert store.n == 5
+
+
+def test_dtypes_widen_across_rounds() -> None:
+    store = SampleStore()
+    _add(store, 2)
+    store.add(round_=np.array([1]), group=np.array([0]), prompt_len=np.array([5]), response_len=np.array([7]),
+              generated_tokens=np.array([3.5]), version=1, first_version=np.array([1]), start=1.0,
+              finish=np.array([2.0]), ready=np.array([2.0]))
+    frame = store.to_frame()
+    assert frame["generated_tokens"].tolist() == [10.0, 20.0, 3.5]
+    assert frame["sample"].tolist() == [0, 1, 2]
+
+
+op = st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 40), st.booleans()),
+    st.tuples(st.just("consume"), st.integers(0, 2**16), st.booleans()),
+    st.tuples(st.just("drop"), st.integers(0, 2**16), st.booleans()),
+    st.tuples(st.just("truncate"), st.integers(0, 2**16), st.booleans()),
+)
+
+
+def _subset(ids: list[int], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.array(sorted(i for i in ids if rng.random() < 0.5), dtype=int)
+
+
+def _check(store: SampleStore, model: dict[int, tuple[str, int]]) -> None:
+    frame = store.to_frame()
+    assert store.n == len(model) and frame["sample"].tolist() == list(range(len(model)))
+    consumed = frame["consumed_iteration"].to_numpy() >= 0
+    dropped = frame["dropped"].to_numpy()
+    assert not np.any(consumed & dropped), "a sample is both consumed and dropped"
+    for i, (state, iteration) in model.items():
+        assert (state == "consumed") == consumed[i] and (state == "dropped") == dropped[i]
+        if state == "consumed":
+            assert frame["consumed_iteration"][i] == iteration
+    assert store.pending().tolist() == [i for i, (s, _) in model.items() if s == "pending"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(op, max_size=25))
+def test_no_sample_lost_or_duplicated(ops: list[tuple[str, int, bool]]) -> None:
+    store, model = SampleStore(), {}
+    iteration = 0
+    for kind, value, flag in ops:
+        pending = [i for i, (s, _) in model.items() if s == "pending"]
+        if kind == "add":
+            drops = np.arange(value) % 3 == 0 if flag else None
+            ids = _add(store, value, version=iteration, start=float(iteration), dropped=drops)
+            assert ids.tolist() == list(range(len(model), len(model) + value))
+            for j, i in enumerate(ids.tolist()):
+                model[i] = ("dropped" if drops is not None and drops[j] else "pending", -1)
+        elif kind == "consume":
+            chosen = _subset(pending, value)
+            store.consume(chosen, iteration)
+            model.update({i: ("consumed", iteration) for i in chosen.tolist()})
+            iteration += int(flag)
+        elif kind == "drop":
+            chosen = _subset(pending, value)
+            store.drop(chosen, "stale")
+            model.update({i: ("dropped", -1) for i in chosen.tolist()})
+        else:
+            keep = value % (len(model) + 1)
+            store.truncate(keep)
+            model = {i: v for i, v in model.items() if i < keep}
+        _check(store, model)
