@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RlsimError
+from ..hardware.devices import distinct_devices
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
 
 _COMPUTE_DTYPE = {"int8": "int8", "fp8": "fp8", "fp16": "fp16"}  # W8A8 / FP8 GEMMs; others run in bf16
@@ -225,6 +226,9 @@ class StepCost:
 
     def _collective(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: float) -> float:
         if self.collectives is not None and ranks is not None:
+            line = getattr(self.collectives, "line_time_s", None)   # a CollectiveModel: many sizes, one plan
+            if line is not None:
+                return float(line(op, ranks, nbytes))
             return float(self.collectives.cost(op, list(ranks), nbytes).time_s)
         p = self.params
         steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
@@ -931,3 +935,16 @@ def split_device(device: Any, parts: int) -> Any:
         name=f"{device.name}/{parts}", peak_flops={k: v / parts for k, v in device.peak_flops.items()},
         hbm_bytes=device.hbm_bytes / parts, hbm_bw_Bps=device.hbm_bw_Bps / parts,
         scaleup_bw_Bps=device.scaleup_bw_Bps / parts, host_link_bw_Bps=device.host_link_bw_Bps / parts)
+
+
+def instance_device(topology: Any, ranks: Sequence[int]) -> Any:
+    """The device a rollout instance on `ranks` is costed on: its only kind; of mixed kinds the one
+    with the lowest achievable HBM bandwidth (decode streams weights and KV: memory-bound), ties to
+    the lowest bf16 peak, given the smallest HBM of the kinds (weights and KV must fit on every
+    device). A bound for an instance that spans device kinds, which engines rarely do."""
+    kinds = distinct_devices(topology, ranks)
+    if len(kinds) == 1:
+        return kinds[0]
+    slow = min(kinds, key=lambda s: (s.hbm_bw_Bps * s.hbm_efficiency, s.peak("bf16")))
+    hbm = min(k.hbm_bytes for k in kinds)
+    return slow if slow.hbm_bytes == hbm else slow.replace(hbm_bytes=hbm)
