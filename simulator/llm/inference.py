@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RlsimError
 from ..hardware.devices import distinct_devices
+from ..network.collectives import line_time_s
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
 
 _COMPUTE_DTYPE = {"int8": "int8", "fp8": "fp8", "fp16": "fp16"}  # W8A8 / FP8 GEMMs; others run in bf16
@@ -196,6 +197,7 @@ class StepCost:
                                         / self.devices / (bf16_rate * gemm_eff))
         self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
         self._comm_cache: dict[float, float] = {}
+        self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
         self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
@@ -226,9 +228,12 @@ class StepCost:
 
     def _collective(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: float) -> float:
         if self.collectives is not None and ranks is not None:
-            line = getattr(self.collectives, "line_time_s", None)   # a CollectiveModel: many sizes, one plan
-            if line is not None:
-                return float(line(op, ranks, nbytes))
+            if hasattr(self.collectives, "lines"):   # a CollectiveModel: one plan per algorithm, any size
+                key = (op, len(ranks))
+                lines = self._coll_lines.get(key)
+                if lines is None:
+                    lines = self._coll_lines[key] = self.collectives.lines(op, tuple(ranks))
+                return line_time_s(lines, nbytes)
             return float(self.collectives.cost(op, list(ranks), nbytes).time_s)
         p = self.params
         steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)

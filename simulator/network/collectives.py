@@ -154,23 +154,26 @@ class CollectiveModel:
         return result
 
     def line_time_s(self, op: str, ranks: Sequence[int], nbytes: float) -> float:
-        """``cost(op, ranks, nbytes).time_s`` (the cheapest algorithm) from per-algorithm lines, for
-        callers that ask many sizes (the rollout engine: one per batch size). Every algorithm's
-        phases carry bytes proportional to the buffer and a fixed latency, so its time is
-        launch + latencies + nbytes x (seconds per byte): planned once per (op, group signature) at
-        LINE_REFERENCE_BYTES, then evaluated at any size; equal to cost() up to rounding."""
+        """``cost(op, ranks, nbytes).time_s`` (the cheapest algorithm) from ``lines(op, ranks)``, for
+        callers that ask many sizes (the rollout engine: one per batch size); equal to cost() up to
+        rounding."""
         if isinstance(nbytes, bool) or not nbytes >= 0 or math.isinf(nbytes) or op not in OPS:
             return self.cost(op, ranks, nbytes).time_s          # cost() raises the error
+        return line_time_s(self.lines(op, ranks), nbytes)
+
+    def lines(self, op: str, ranks: Sequence[int]) -> tuple[tuple[float, float], ...]:
+        """(launch + latencies, seconds per byte) of each candidate algorithm, in plan()'s order
+        (empty for a single device). Every algorithm's phases carry bytes proportional to the buffer
+        and a fixed latency, so its time is a line in the size: planned once per (op, group
+        signature) at LINE_REFERENCE_BYTES, then evaluated at any size (``line_time_s``)."""
         key = (op, ranks if isinstance(ranks, (range, tuple)) else tuple(ranks))
         signature = self._signatures.get(key)
         if signature is None:
             signature = self._signatures[key] = self.topology.group_signature(self._normalize(op, ranks))
-        lines = self._lines.get((op, signature))
-        if lines is None:
-            lines = self._lines[(op, signature)] = self._algorithm_lines(op, ranks)
-        if nbytes == 0 or not lines:
-            return 0.0
-        return min(fixed + slope * nbytes for fixed, slope in lines)   # ties: the first, as plan()
+        hit = self._lines.get((op, signature))
+        if hit is None:
+            hit = self._lines[(op, signature)] = self._algorithm_lines(op, ranks)
+        return hit
 
     def _algorithm_lines(self, op: str, ranks: Sequence[int]) -> tuple[tuple[float, float], ...]:
         """(launch + latencies, seconds per byte) of each candidate algorithm, in plan()'s order."""
@@ -408,6 +411,14 @@ class CollectiveModel:
     def _fully_linked(self, group: list[int]) -> bool:
         g, ids = self.topology.graph, self.topology.devices
         return len(group) <= self.params.direct_max_devices and all(g.has_edge(ids[a], ids[b]) for a in group for b in group if a != b)
+
+
+def line_time_s(lines: Sequence[tuple[float, float]], nbytes: float) -> float:
+    """The cheapest algorithm's time at ``nbytes`` from ``CollectiveModel.lines`` (0 without
+    algorithms or bytes); ties go to the first, as CollectiveModel.plan."""
+    if nbytes == 0 or not lines:
+        return 0.0
+    return min(fixed + slope * nbytes for fixed, slope in lines)
 
 
 def parse_group(topology: Topology, spec: str) -> list[int]:
