@@ -194,6 +194,18 @@ _CATALOG: dict[str, DeviceSpec] = {
 }
 
 
+def distinct_devices(topology: Any, ranks: Any) -> list[DeviceSpec]:
+    """The distinct DeviceSpecs of `ranks` on `topology` (anything with ``device_spec(rank)``), in
+    first-seen order; kinds are few, so they are compared by identity."""
+    kinds: list[DeviceSpec] = []
+    spec = topology.device_spec
+    for r in ranks:
+        s = spec(int(r))
+        if not any(s is k for k in kinds):
+            kinds.append(s)
+    return kinds
+
+
 def device_names() -> list[str]:
     return sorted(_CATALOG)
 

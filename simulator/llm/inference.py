@@ -31,6 +31,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RlsimError, validation_error
+from ..hardware.devices import distinct_devices
+from ..network.collectives import line_time_s
 from ..params import InferenceParams
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
 
@@ -157,6 +159,7 @@ class StepCost:
                                         / self.devices / (bf16_rate * gemm_eff))
         self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
         self._comm_cache: dict[float, float] = {}
+        self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
         self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
@@ -187,6 +190,12 @@ class StepCost:
 
     def _collective(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: float) -> float:
         if self.collectives is not None and ranks is not None:
+            if hasattr(self.collectives, "lines"):   # a CollectiveModel: one plan per algorithm, any size
+                key = (op, len(ranks))
+                lines = self._coll_lines.get(key)
+                if lines is None:
+                    lines = self._coll_lines[key] = self.collectives.lines(op, tuple(ranks))
+                return line_time_s(lines, nbytes)
             return float(self.collectives.cost(op, list(ranks), nbytes).time_s)
         p = self.params
         steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
@@ -893,3 +902,16 @@ def split_device(device: Any, parts: int) -> Any:
         name=f"{device.name}/{parts}", peak_flops={k: v / parts for k, v in device.peak_flops.items()},
         hbm_bytes=device.hbm_bytes / parts, hbm_bw_Bps=device.hbm_bw_Bps / parts,
         scaleup_bw_Bps=device.scaleup_bw_Bps / parts, host_link_bw_Bps=device.host_link_bw_Bps / parts)
+
+
+def instance_device(topology: Any, ranks: Sequence[int]) -> Any:
+    """The device a rollout instance on `ranks` is costed on: its only kind; of mixed kinds the one
+    with the lowest achievable HBM bandwidth (decode streams weights and KV: memory-bound), ties to
+    the lowest bf16 peak, given the smallest HBM of the kinds (weights and KV must fit on every
+    device). A bound for an instance that spans device kinds, which engines rarely do."""
+    kinds = distinct_devices(topology, ranks)
+    if len(kinds) == 1:
+        return kinds[0]
+    slow = min(kinds, key=lambda s: (s.hbm_bw_Bps * s.hbm_efficiency, s.peak("bf16")))
+    hbm = min(k.hbm_bytes for k in kinds)
+    return slow if slow.hbm_bytes == hbm else slow.replace(hbm_bytes=hbm)

@@ -7,6 +7,7 @@ Formulas are written out in docs/cost-models-training.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -87,27 +88,18 @@ class _GemmPlan:
     up_units: float      # MoE: FFN units of the up projections (top-k experts + shared)
 
 
-_PLANS: dict[tuple[int, int, int], tuple[LayerShape, _GemmPlan]] = {}
-
-
+@lru_cache(maxsize=1024)
 def _gemm_plan(layer: LayerShape, tp: int, ep: int) -> _GemmPlan:
-    # Keyed by identity (layer_shapes caches the shapes): hashing a LayerShape walks its GEMMs.
-    key = (id(layer), tp, ep)
-    hit = _PLANS.get(key)
-    if hit is not None and hit[0] is layer:
-        return hit[1]
+    """A pure function of the layer's value (a frozen dataclass): cached by value, so equal shapes
+    share a plan and nothing depends on object identity. Do not modify the returned arrays."""
     dims = [g.local_dims(tp) for g in layer.gemms]
     k = layer.experts_per_token
-    plan = _GemmPlan(expert=np.array([g.expert for g in layer.gemms], dtype=bool),
+    return _GemmPlan(expert=np.array([g.expert for g in layer.gemms], dtype=bool),
                      n_dim=np.array([d[0] for d in dims], dtype=float),
                      k_dim=np.array([d[1] for d in dims], dtype=float),
                      count=tuple(layer.num_experts / ep if g.expert else 1.0 for g in layer.gemms),
                      up_units=float(sum(g.n_out * (k if g.expert else 1) for g in layer.gemms
                                         if g.name.endswith("_up"))))
-    if len(_PLANS) > 1024:
-        _PLANS.clear()
-    _PLANS[key] = (layer, plan)
-    return plan
 
 
 def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: np.ndarray, sq_sum: np.ndarray,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import RlsimError
+from ..hardware.devices import distinct_devices
 from ..params import CommParams, TrainParams
 from .layer_costs import LayerShape, embedding_params, layer_shapes
 from .memory import MemoryBreakdown, MemoryParams, check_fits, memory_per_device, stage_layers
@@ -207,20 +208,43 @@ class _Comm:
 
 
 def _collective_model(topology: Any, collectives: Any | None) -> Any:
+    """The network model the collectives go through: the caller's (which owns the caches), or a
+    fresh one on `topology` for this call only. No module-level cache: a cache keyed by the
+    topology's id() outlives it (a recycled id hits another topology) and keeps topologies alive."""
     if collectives is not None:
         return collectives
-    cached = _COLLECTIVES.get(id(topology))
-    if cached is not None and cached[0] is topology:
-        return cached[1]
     from ..network.collectives import CollectiveModel
-    model = CollectiveModel(topology)
-    if len(_COLLECTIVES) > 16:
-        _COLLECTIVES.clear()
-    _COLLECTIVES[id(topology)] = (topology, model)
-    return model
+    return CollectiveModel(topology)
 
 
-_COLLECTIVES: dict[int, tuple[Any, Any]] = {}
+def _memo(collectives: Any, topology: Any) -> dict[tuple, Any] | None:
+    """The training-cost results cached on the CollectiveModel that made them (it fixes the topology
+    and the collective parameters; the rest of the key is by value); None when it cannot own them
+    (another topology's model, or a stand-in without a ``memo``)."""
+    memo = getattr(collectives, "memo", None)
+    if not isinstance(memo, dict) or getattr(collectives, "topology", None) is not topology:
+        return None
+    out = memo.setdefault("llm.training", {})
+    if len(out) > STEP_MEMO_MAX_ENTRIES:
+        out.clear()
+    return out
+
+
+# Results kept per CollectiveModel: a speed knob only (results do not depend on it).
+STEP_MEMO_MAX_ENTRIES = 256
+
+
+pool_devices = distinct_devices  # the distinct DeviceSpecs of a pool's ranks (hardware/devices.py)
+
+
+def slowest_device(kinds: Sequence[Any], dtype: str) -> Any:
+    """The device a pool of mixed kinds is costed on: the lowest sustained GEMM rate
+    (peak(dtype) x gemm_efficiency), ties to the lowest HBM bandwidth. Replicas meet at every
+    gradient sync and pipeline stages wait for each other, so the slowest device sets the step
+    (a bound: planner/hetero.py costs mixed pipelines stage by stage)."""
+    if len(kinds) == 1:
+        return kinds[0]
+    return min(kinds, key=lambda s: (s.peak(dtype) * s.gemm_efficiency, s.hbm_bw_Bps * s.hbm_efficiency))
 
 
 # ---- micro-batches ------------------------------------------------------------------------------------
@@ -482,8 +506,7 @@ def _stage_params_cached(model: Any, pp: int, vpp: int, tp: int, ep: int) -> tup
     return tuple(out)
 
 
-def _rates(topology: Any, ranks: Sequence[int], params: TrainParams) -> DeviceRates:
-    spec = topology.device_spec(int(ranks[0]))
+def _rates(spec: Any, params: TrainParams) -> DeviceRates:
     launch = params.compute.gemm_launch_s
     return DeviceRates(peak_flops=spec.peak(params.compute.dtype), gemm_efficiency=spec.gemm_efficiency,
                        hbm_Bps=spec.hbm_bw_Bps * spec.hbm_efficiency,
@@ -514,34 +537,37 @@ def train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Seque
     """Cost of one optimizer step of `model` over `sequences` (lengths, the whole global batch) on
     `ranks` of `topology` (canonical order: tp fastest, then cp, dp, pp — or layout.order).
 
+    Costed on the devices of `ranks`: one kind, or of mixed kinds the slowest (`slowest_device`),
+    memory checked against the smallest HBM. `collectives`: the CollectiveModel the collectives go
+    through, which also keeps this function's results (keyed by value); None builds one for this
+    call (pass one to share its caches across calls).
     Raises RlsimError when the layout does not divide the model or does not fit in memory."""
     params = params or TrainParams()
     _check_packing(packing, source)
     layout, ranks, seqs = _setup(model, layout, topology, ranks, sequences, source)
-    key = (model, layout, id(topology), tuple(ranks), seqs.tobytes(), packing, params, id(collectives))
-    hit = _STEP_CACHE.get(key)
-    if hit is not None and hit[0] is topology:
-        return hit[1]
+    collectives = _collective_model(topology, collectives)
+    memo = _memo(collectives, topology)
+    key = ("train", model, layout, tuple(ranks), seqs.tobytes(), packing, params)
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None:
+        return hit
     result = _train_step_cost(model, layout, topology, ranks, seqs, packing, params, collectives, source)
-    if len(_STEP_CACHE) > 256:
-        _STEP_CACHE.clear()
-    _STEP_CACHE[key] = (topology, result)
+    if memo is not None:
+        memo[key] = result
     return result
-
-
-_STEP_CACHE: dict[tuple, tuple[Any, TrainStepCost]] = {}
 
 
 def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
                      packing: str, params: TrainParams, collectives: Any, source: str | None) -> TrainStepCost:
-    rates = _rates(topology, ranks, params)
-    comm = _Comm(_collective_model(topology, collectives))
+    kinds = pool_devices(topology, ranks)
+    rates = _rates(slowest_device(kinds, params.compute.dtype), params)
+    comm = _Comm(collectives)
     groups = _groups(layout, tuple(ranks))
     replicas = _micro_batches(seqs, layout, packing)
-    # Memory on the most loaded stage, at the largest micro-batch.
+    # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
-    memory = memory_per_device(model, layout, longest_tokens / layout.micro_batch, topology.device_spec(ranks[0]).hbm_bytes,
+    memory = memory_per_device(model, layout, longest_tokens / layout.micro_batch, min(k.hbm_bytes for k in kinds),
                                params=params.memory, flash_attention=params.compute.flash_attention,
                                micro_batches=m_max)
     if params.check_memory:
@@ -693,12 +719,14 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
     params = params or TrainParams()
     _check_packing(packing, source)
     layout, ranks, seqs = _setup(model, layout, topology, ranks, sequences, source)
-    key = ("fwd", model, layout, id(topology), tuple(ranks), seqs.tobytes(), packing, params, id(collectives))
-    hit = _STEP_CACHE.get(key)
-    if hit is not None and hit[0] is topology:
-        return hit[1]
-    rates = _rates(topology, ranks, params)
-    comm = _Comm(_collective_model(topology, collectives))
+    collectives = _collective_model(topology, collectives)
+    memo = _memo(collectives, topology)
+    key = ("fwd", model, layout, tuple(ranks), seqs.tobytes(), packing, params)
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None:
+        return hit
+    rates = _rates(slowest_device(pool_devices(topology, ranks), params.compute.dtype), params)
+    comm = _Comm(collectives)
     groups = _groups(layout, tuple(ranks))
     replicas = _micro_batches(seqs, layout, packing)
     tokens = np.concatenate([t for t, _ in replicas])
@@ -726,7 +754,8 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
         if busy_compute > compute_s:
             compute_s, comm_s = busy_compute, busy_comm
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
-    _STEP_CACHE[key] = (topology, result)
+    if memo is not None:
+        memo[key] = result
     return result
 
 

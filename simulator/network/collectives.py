@@ -22,6 +22,9 @@ from ..units import parse_seconds
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
 ALGORITHMS = ("ring", "tree", "hierarchical", "direct")
 Flow = tuple[int, int, float]  # (src rank, dst rank, bytes)
+# The size CollectiveModel.line_time_s plans each algorithm at: any positive size gives the same line
+# (phase bytes are proportional to the buffer); 1 MiB keeps the rounding of bytes / bandwidth small.
+LINE_REFERENCE_BYTES = float(2 ** 20)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -118,6 +121,10 @@ class CollectiveModel:
         self._exact: dict[tuple, CollectiveCost] = {}  # by the exact rank tuple
         self._plans: dict[tuple, CollectivePlan] = {}
         self._signatures: dict[tuple, tuple] = {}  # (op, ranks) -> group signature
+        # Results of the cost models built on this network model (llm/training.py), keyed by value:
+        # they depend on the topology and the parameters this object fixes, so they live and die with it.
+        self.memo: dict[str, dict[tuple, Any]] = {}
+        self._lines: dict[tuple, tuple[tuple[float, float], ...]] = {}  # (op, signature) -> per algorithm
 
     # ---- public ----------------------------------------------------------------------------
     def cost(self, op: str, ranks: Sequence[int], nbytes: float, algorithm: str | None = None) -> CollectiveCost:
@@ -145,6 +152,41 @@ class CollectiveModel:
         result = CollectiveCost(op, plan.algorithm, n, plan.bytes, time_s, algbw, algbw * bus_factor(op, n))
         self._cache[key] = self._exact[exact] = result
         return result
+
+    def line_time_s(self, op: str, ranks: Sequence[int], nbytes: float) -> float:
+        """``cost(op, ranks, nbytes).time_s`` (the cheapest algorithm) from ``lines(op, ranks)``, for
+        callers that ask many sizes (the rollout engine: one per batch size); equal to cost() up to
+        rounding."""
+        if isinstance(nbytes, bool) or not nbytes >= 0 or math.isinf(nbytes) or op not in OPS:
+            return self.cost(op, ranks, nbytes).time_s          # cost() raises the error
+        return line_time_s(self.lines(op, ranks), nbytes)
+
+    def lines(self, op: str, ranks: Sequence[int]) -> tuple[tuple[float, float], ...]:
+        """(launch + latencies, seconds per byte) of each candidate algorithm, in plan()'s order
+        (empty for a single device). Every algorithm's phases carry bytes proportional to the buffer
+        and a fixed latency, so its time is a line in the size: planned once per (op, group
+        signature) at LINE_REFERENCE_BYTES, then evaluated at any size (``line_time_s``)."""
+        key = (op, ranks if isinstance(ranks, (range, tuple)) else tuple(ranks))
+        signature = self._signatures.get(key)
+        if signature is None:
+            signature = self._signatures[key] = self.topology.group_signature(self._normalize(op, ranks))
+        hit = self._lines.get((op, signature))
+        if hit is None:
+            hit = self._lines[(op, signature)] = self._algorithm_lines(op, ranks)
+        return hit
+
+    def _algorithm_lines(self, op: str, ranks: Sequence[int]) -> tuple[tuple[float, float], ...]:
+        """(launch + latencies, seconds per byte) of each candidate algorithm, in plan()'s order."""
+        group = self._normalize(op, ranks)
+        if len(group) == 1:
+            return ()
+        launch = self._launch_s(group)
+        out = []
+        for build in self._candidates(op, group, LINE_REFERENCE_BYTES).values():
+            phases = build()
+            fixed = launch + sum(p.latency_s for p in phases)
+            out.append((fixed, sum(self.phase_bw_time_s(p) for p in phases) / LINE_REFERENCE_BYTES))
+        return tuple(out)
 
     def plan(self, op: str, ranks: Sequence[int], nbytes: float, algorithm: str | None = None) -> CollectivePlan:
         """The cheapest algorithm's phases (or the named algorithm's)."""
@@ -369,6 +411,14 @@ class CollectiveModel:
     def _fully_linked(self, group: list[int]) -> bool:
         g, ids = self.topology.graph, self.topology.devices
         return len(group) <= self.params.direct_max_devices and all(g.has_edge(ids[a], ids[b]) for a in group for b in group if a != b)
+
+
+def line_time_s(lines: Sequence[tuple[float, float]], nbytes: float) -> float:
+    """The cheapest algorithm's time at ``nbytes`` from ``CollectiveModel.lines`` (0 without
+    algorithms or bytes); ties go to the first, as CollectiveModel.plan."""
+    if nbytes == 0 or not lines:
+        return 0.0
+    return min(fixed + slope * nbytes for fixed, slope in lines)
 
 
 def parse_group(topology: Topology, spec: str) -> list[int]:

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ..llm.inference import RolloutLayout, StepCost, simulate_rollout
+from ..llm.inference import RolloutLayout, StepCost, instance_device, simulate_rollout
 from ..llm.memory import check_fits, memory_per_device
 from ..llm.train_layout import TrainLayout
-from ..llm.training import TrainParams, train_step_cost, uniform_sequences
+from ..llm.training import TrainParams, pool_devices, train_step_cost, uniform_sequences
 from ..params import TRAIN_SOFTWARE
 from .base import Evaluation, RolloutSpace, TrainChoice
 
@@ -25,6 +25,9 @@ class TrainingEvaluator:
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()
+        if collectives is None:  # the evaluator owns the network model and its caches
+            from ..network.collectives import CollectiveModel
+            collectives = CollectiveModel(topology)
         self.collectives = collectives
         self.sequence_parallel = sequence_parallel  # None: on with TP (TrainLayout's default)
 
@@ -55,7 +58,7 @@ class TrainingEvaluator:
         if self.params.check_memory:
             # The same memory check train_step_cost makes first (equal sequences: the longest is
             # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
-            hbm = self.topology.device_spec(int(ranks[0])).hbm_bytes
+            hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
             mem = memory_per_device(self.model, layout, float(self.seq_len), hbm, params=self.params.memory,
                                     flash_attention=self.params.compute.flash_attention,
                                     micro_batches=-(-self.global_batch // (c.dp * c.micro_batch)))
@@ -85,7 +88,7 @@ class RolloutEvaluator:
         s, m = self.space, self.model
         layout = RolloutLayout(tp=lay["tp"], ep=lay["ep"], instances=lay["instances"],
                                max_num_seqs=lay["max_num_seqs"])
-        device = self.topology.device_spec(int(ranks[0]))
+        device = instance_device(self.topology, ranks[: layout.devices_per_instance])
         step = StepCost(m, device, layout, self.params, self.collectives, list(ranks[: layout.devices_per_instance]))
         prompts = np.full(s.sequences, s.prompt_len, dtype=np.int64)
         responses = np.full(s.sequences, s.response_len, dtype=np.int64)

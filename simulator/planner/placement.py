@@ -12,6 +12,7 @@ the canonical order over the ranks in plain index order, ignoring the topology.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -95,26 +96,29 @@ def aware_placements(topology: TopologyLike, ranks: Sequence[int], tp: int, cp: 
                      pp: int) -> list[Placement]:
     """The topology-aware candidates (distinct rank lists only), in AWARE_ORDERS order."""
     key = (tuple(int(r) for r in ranks), tp, cp, dp, pp)
-    cache = _PLACEMENTS.get(id(topology))
-    if cache is None or cache[0] is not topology:
-        if len(_PLACEMENTS) > 8:
-            _PLACEMENTS.clear()
-        cache = _PLACEMENTS[id(topology)] = (topology, {})
-    hit = cache[1].get(key)
+    cache = _placement_cache(topology)
+    hit = cache.get(key)
     if hit is None:
-        if len(cache[1]) > 4096:
-            cache[1].clear()
-        hit = cache[1][key] = _aware_placements(topology, key[0], tp, cp, dp, pp)
+        if len(cache) > 4096:
+            cache.clear()
+        hit = cache[key] = _aware_placements(topology, cache, key[0], tp, cp, dp, pp)
     return list(hit)
 
 
-# Per topology (kept with the object, so a recycled id cannot hit): (ranks, tp, cp, dp, pp) -> placements.
-_PLACEMENTS: dict[int, tuple[TopologyLike, dict[tuple, tuple[Placement, ...]]]] = {}
+# Per topology object, held weakly: the entries die with the topology (no id() that a new topology
+# could reuse, nothing kept alive). The values hold ranks only, never the topology.
+_PLACEMENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _aware_placements(topology: TopologyLike, ranks: tuple[int, ...], tp: int, cp: int, dp: int,
-                      pp: int) -> tuple[Placement, ...]:
-    cache = _PLACEMENTS[id(topology)][1]
+def _placement_cache(topology: TopologyLike) -> dict[tuple, tuple]:
+    try:
+        return _PLACEMENTS.setdefault(topology, {})
+    except TypeError:  # a stand-in that cannot be weakly referenced: no cache
+        return {}
+
+
+def _aware_placements(topology: TopologyLike, cache: dict[tuple, tuple], ranks: tuple[int, ...], tp: int,
+                      cp: int, dp: int, pp: int) -> tuple[Placement, ...]:
     slots = cache.get(("slots", ranks))
     if slots is None:
         slots = cache[("slots", ranks)] = tuple(locality_sorted(topology, ranks))

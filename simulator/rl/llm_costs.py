@@ -9,15 +9,32 @@ Switch costs are bytes moved over named links:
 - to training: the KV pool released, optimizer states + gradients loaded back over the host link.
 The weight reshard from the training to the inference layout is the weight sync of colocated
 placements: each device receives its inference shard over its scale-up link.
+
+Every call costs on the devices of the ranks it is given (``_Pool``): training and forward passes
+on the layout's canonical placement mapped onto the pool's ranks, rollout instances on their own
+devices with TP all-reduces and EP all-to-alls through the network model on the instance's ranks
+(the planner's path: StepCost with a CollectiveModel), switches and memory on the pool's devices.
+A pool of mixed device kinds is costed by its slowest device (training: llm/training.py
+``slowest_device``; rollout: llm/inference.py ``instance_device``) and checked against its smallest
+HBM. Caches belong to this object and are keyed by value: a pool by its group signature and device
+kinds (equal keys: the same devices, paths and capacities), so the 96 instances of one shape build
+one StepCost. Cluster-wide figures on a cluster of several kinds: ``peak_flops`` is the mean peak
+per device (x devices = the cluster's peak, the MFU denominator), ``instance_kv_tokens`` and
+``instance_max_seqs`` the smallest over the kinds an instance fits on (``instance_kv_tokens_of``
+answers per pool); ``layout: auto``'s simple rule (pools.resolve_auto_layouts) sizes on the
+smallest HBM of the cluster, since the pools are cut from those layouts.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import RlsimError
+from ..hardware.devices import DeviceSpec, distinct_devices
 from ..llm.architecture import ModelSpec, load_model
 from ..llm.inference import (
     InferenceParams,
@@ -25,11 +42,12 @@ from ..llm.inference import (
     RolloutEngine,
     RolloutLayout,
     StepCost,
-    simulate_rollout,
+    instance_device,
 )
 from ..llm.memory import memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, forward_cost, train_step_cost
+from ..network.collectives import CollectiveModel
 from ..scenario import Scenario
 from .costs import RolloutOutcome, StageCost, SwitchCost
 from .packing import balanced_order, replica_contiguous_ranks, samples_per_micro_batch
@@ -38,6 +56,23 @@ from .pools import resolve_auto_layouts
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
 # depend on it (tests/test_inference.py checks restored interrupts against fresh engines).
 ENGINE_CHECKPOINT_EVERY_EVENTS = 32
+
+
+class _Pool:
+    """A set of ranks as the cost models see it. ``key`` is equal for pools that see the same
+    devices, paths and link capacities (the topology's group signature and the device kinds), so
+    costs are cached on it; ``placed`` keeps the training placements mapped onto these ranks."""
+
+    def __init__(self, topology: Any, ranks: Sequence[int], interned: dict[tuple, int]) -> None:
+        self.ranks: tuple[int, ...] = tuple(int(r) for r in ranks)
+        self.kinds: list[DeviceSpec] = distinct_devices(topology, self.ranks)
+        # one device has no links in the cost: its kind is the key (96 one-device instances, one key)
+        value = (("device",) if len(self.ranks) == 1 else topology.group_signature(self.ranks), tuple(self.kinds))
+        # the value is interned to a small int (the owner's table): a signature of thousands of ranks
+        # is hashed once, not on every cache lookup
+        self.key: int = interned.setdefault(value, len(interned))
+        self.hbm_bytes: float = min(k.hbm_bytes for k in self.kinds)
+        self.placed: dict[int, list[int]] = {}
 
 
 class LlmCosts:
@@ -52,12 +87,16 @@ class LlmCosts:
         self.models = {"actor": self.model, "reference": self.model,
                        "reward": load_model(w.reward.model) if w.reward.model else self.model,
                        "critic": load_model(w.critic_model) if w.critic_model else self.model}
-        self.device = topology.device_spec(0)
+        self.device = topology.device_spec(0)   # rank 0's device (kept for callers; costs use the pools')
         self.n_devices = topology.num_devices
+        self.collectives = CollectiveModel(topology)   # owns the collective and training-step caches
+        self.cluster_devices = distinct_devices(topology, range(self.n_devices))
+        # the pools are cut from the layouts: the simple auto rule sizes on the smallest HBM
         train_map, roll_map = resolve_auto_layouts(
             weight_bytes=self.model.weight_bytes(), params_total=float(self.model.params_total),
             is_moe=bool(self.model.is_moe), num_experts=int(self.model.num_experts or 0),
-            hbm_bytes=self.device.hbm_bytes, devices_per_domain=len(topology.ranks_of_domain(0)),
+            hbm_bytes=min(k.hbm_bytes for k in self.cluster_devices),
+            devices_per_domain=len(topology.ranks_of_domain(0)),
             n_devices=self.n_devices, train_layout=w.train_layout, rollout_layout=w.rollout_layout)
         if auto_layouts:
             if w.train_layout == "auto" and auto_layouts.get("train"):
@@ -72,11 +111,14 @@ class LlmCosts:
         self.train_params: TrainParams = w.train_params
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
+        self._pools: dict[Any, _Pool] = {}                 # by the ranks as given (a range hashes in O(1))
+        self._pool_keys: dict[tuple, int] = {}             # (signature, device kinds) -> pool key
+        self._step_costs: dict[int, StepCost] = {}         # by pool key: one per instance shape
+        self._kv_tokens: dict[DeviceSpec, float] = {}      # by device kind
         # KV tokens one instance holds (bounds how few instances a consolidated tail fits on)
-        self._step_cost = StepCost(self.model, self.device, self.rollout_layout, self.inference_params)
-        self.instance_kv_tokens = self._step_cost.kv_capacity_tokens
+        self.instance_kv_tokens = self._cluster_kv_tokens()
         self.train_group_devices = self.train_template.model_parallel
-        self.peak_flops = self.device.peak(w.dtype)
+        self.peak_flops = self._mean_peak_flops(w.dtype)
         self.switch_params = scenario.schedule.switch
         self.sync_eff = scenario.schedule.weight_sync_efficiency
         self.reuse = scenario.schedule.reuse_stage_costs
@@ -89,8 +131,71 @@ class LlmCosts:
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
         self._layouts: dict[int, TrainLayout] = {}
-        self._ranks: dict[int, list[int]] = {}
+        self._ranks: dict[int, list[int]] = {}             # canonical placement: positions in a pool
         self._last_train_lens: np.ndarray | None = None   # the latest trained batch (a re-plan's check)
+        self._last_train_ranks: tuple[int, ...] | None = None   # the pool it trained on
+
+    # ---- pools -----------------------------------------------------------------------------------
+    def pool(self, ranks: Sequence[int]) -> _Pool:
+        """The ranks as the cost models see them (devices, signature), built once per rank set."""
+        key = ranks if isinstance(ranks, range) else tuple(ranks)
+        hit = self._pools.get(key)
+        if hit is None:
+            hit = self._pools[key] = _Pool(self.topology, ranks, self._pool_keys)
+        return hit
+
+    def _placed(self, pool: _Pool, n_devices: int) -> list[int]:
+        """The layout's canonical placement (replica_contiguous_ranks) on the pool's own ranks."""
+        hit = pool.placed.get(n_devices)
+        if hit is None:
+            self.layout(n_devices)
+            hit = pool.placed[n_devices] = [pool.ranks[i] for i in self._ranks[n_devices]]
+        return hit
+
+    def _mean_peak_flops(self, dtype: str) -> float:
+        """Peak per device in the workload's dtype; of several kinds, the mean over the cluster's
+        devices (x devices = the cluster's peak, the MFU denominator)."""
+        if len(self.cluster_devices) == 1:
+            return self.cluster_devices[0].peak(dtype)
+        spec = self.topology.device_spec
+        return math.fsum(spec(r).peak(dtype) for r in range(self.n_devices)) / self.n_devices
+
+    def _kv_tokens_on(self, device: DeviceSpec) -> float:
+        """KV-cache tokens one instance holds on ``device`` (RlsimError when the model does not fit)."""
+        hit = self._kv_tokens.get(device)
+        if hit is None:
+            hit = self._kv_tokens[device] = float(
+                StepCost(self.model, device, self.rollout_layout, self.inference_params).kv_capacity_tokens)
+        return hit
+
+    def _cluster_kv_tokens(self) -> float:
+        """The smallest instance KV capacity over the device kinds an instance fits on (a tail
+        consolidated onto that many instances fits on any of them); the first kind's error when
+        it fits on none."""
+        fits, first_error = [], None
+        for device in self.cluster_devices:
+            try:
+                fits.append(self._kv_tokens_on(device))
+            except RlsimError as exc:
+                first_error = first_error or exc
+        if not fits:
+            assert first_error is not None
+            raise first_error
+        return min(fits)
+
+    def instance_kv_tokens_of(self, ranks: Sequence[int]) -> float:
+        """KV-cache tokens of one instance on ``ranks`` (the devices it runs on)."""
+        return float(self._step_cost_of(self.pool(ranks)).kv_capacity_tokens)
+
+    def _step_cost_of(self, pool: _Pool) -> StepCost:
+        """The step cost of an instance on the pool's ranks: its devices, its collectives through the
+        network model (as the planner's RolloutEvaluator); one per pool key."""
+        hit = self._step_costs.get(pool.key)
+        if hit is None:
+            hit = self._step_costs[pool.key] = StepCost(
+                self.model, instance_device(self.topology, pool.ranks), self.rollout_layout,
+                self.inference_params, collectives=self.collectives, ranks=list(pool.ranks))
+        return hit
 
     # ---- helpers ---------------------------------------------------------------------------------
     def layout(self, n_devices: int) -> TrainLayout:
@@ -123,6 +228,8 @@ class LlmCosts:
         self._layouts.clear()
         self._ranks.clear()
         self._ref.clear()
+        for pool in self._pools.values():   # placements follow the layout
+            pool.placed.clear()
 
     def train_devices_at_most(self, n_max: int) -> int:
         """Largest training pool <= n_max whose DP keeps the configured EP (EP is carved out of
@@ -140,24 +247,46 @@ class LlmCosts:
 
     # ---- the facade ------------------------------------------------------------------------------
     def rollout(self, prompt_lens, response_lens, ranks) -> RolloutOutcome:
-        inst = max(1, len(ranks) // self.instance_devices)
+        """Generation on the instances of ``ranks`` (instance i on ranks[i D:(i + 1) D]), each on
+        its own devices and links."""
+        d = self.instance_devices
+        inst = max(1, len(ranks) // d)
         tokens = np.asarray(prompt_lens, float) + np.asarray(response_lens, float)
         flops = float(np.sum(tokens) * self.model.forward_flops_per_token(float(np.mean(tokens)) / 2)) \
             if len(tokens) else 0.0
+        prompts, responses = np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
         if inst == 1 and len(tokens):
-            return self._rollout_one(np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64), flops)
-        layout = self.rollout_layout.model_copy(update={"instances": inst})
-        res = simulate_rollout(self.model, self.device, layout, np.asarray(prompt_lens, np.int64),
-                               np.asarray(response_lens, np.int64), params=self.inference_params)
-        return RolloutOutcome(res.finish_s, res.instance, res.busy_s, flops=flops)
+            return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]))
+        return self._rollout_many(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
+                                                              for i in range(inst)])
 
-    def _rollout_one(self, prompts: np.ndarray, responses: np.ndarray, flops: float) -> RolloutOutcome:
+    def _engine(self, pool: _Pool) -> RolloutEngine:
+        cost = self._step_cost_of(pool)
+        return RolloutEngine(self.model, cost.device, self.rollout_layout, self.inference_params, cost=cost)
+
+    def _rollout_many(self, prompts: np.ndarray, responses: np.ndarray, flops: float,
+                      pools: list[_Pool]) -> RolloutOutcome:
+        """Several instances: round-robin dispatch (sequence j to instance j mod n, as
+        simulate_rollout), every instance an engine on its own pool."""
+        n, n_inst = len(prompts), len(pools)
+        finish = np.full(n, np.nan)
+        busy = np.zeros(n_inst)
+        for i, pool in enumerate(pools):
+            ids = np.arange(i, n, n_inst)
+            if not len(ids):
+                continue
+            engine = self._engine(pool)
+            engine.add_many(ids, prompts[ids], responses[ids], 0.0)
+            engine.run_into(finish)
+            busy[i] = engine.busy_s
+        return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % n_inst, busy, flops=flops)
+
+    def _rollout_one(self, prompts: np.ndarray, responses: np.ndarray, flops: float, pool: _Pool) -> RolloutOutcome:
         """One instance (what the schedules ask): the same engine run as simulate_rollout, kept
         resumable so an interrupt later in the round (StaleSync tail consolidation) restores the
         engine near that time instead of running it again from the start."""
         n = len(prompts)
-        engine = RolloutEngine(self.model, self.device, self.rollout_layout, self.inference_params,
-                               cost=self._step_cost)
+        engine = self._engine(pool)
         engine.add_many(range(n), prompts, responses, 0.0)
         finish = np.full(n, np.nan)
         if not self._interrupts:
@@ -184,13 +313,14 @@ class LlmCosts:
         slope = float(m.train_flops_per_token(1.0)) - a
         return a * float(x.sum()) + slope * float(np.dot(x, x))
 
-    def _reused(self, kind: str, role: str, seq_lens, n_devices: int, exact) -> StageCost:
-        """Exact cost for the first batch of each (kind, model, pool size, batch size); later batches
+    def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact) -> StageCost:
+        """Exact cost for the first batch of each (kind, model, pool key, batch size); later batches
         scale it by model FLOPs (same layout, same micro-batch count: time ~ work). Roles with the
-        same architecture (old-logprob and reference forwards) share one evaluation."""
+        same architecture (old-logprob and reference forwards) share one evaluation, and so do
+        pools of one key (same devices and links)."""
         if not self.reuse:
             return exact()
-        key = (kind, self.models[role], n_devices, len(seq_lens))
+        key = (kind, self.models[role], pool.key, len(seq_lens))
         work = self._work(role, seq_lens)
         if key not in self._ref:
             self._ref[key] = (work, exact())
@@ -200,14 +330,15 @@ class LlmCosts:
                          peak_memory_bytes=ref.peak_memory_bytes)
 
     def forward(self, role, seq_lens, ranks) -> StageCost:
-        n_devices = len(ranks)
-        return self._reused("fwd", role, seq_lens, n_devices, lambda: self._forward(role, seq_lens, n_devices))
+        pool = self.pool(ranks)
+        return self._reused("fwd", role, seq_lens, pool, lambda: self._forward(role, seq_lens, pool))
 
     def train(self, role, seq_lens, ranks) -> StageCost:
-        n_devices = len(ranks)
+        pool = self.pool(ranks)
         if role == "actor":
             self._last_train_lens = np.asarray(seq_lens, np.int64)
-        return self._reused("train", role, seq_lens, n_devices, lambda: self._train(role, seq_lens, n_devices))
+            self._last_train_ranks = pool.ranks
+        return self._reused("train", role, seq_lens, pool, lambda: self._train(role, seq_lens, pool))
 
     def micro_batched(self, seq_lens, n_devices: int) -> tuple[TrainLayout, np.ndarray]:
         """The layout and sample order the training cost model sees: token-balanced micro-batches
@@ -225,8 +356,19 @@ class LlmCosts:
         if self._last_train_lens is None or not len(self._last_train_lens):
             return
         lay, lens = self._micro_batched_as(lay, self._last_train_lens)
-        train_step_cost(self.model, lay, self.topology, list(range(lay.devices)), lens, packing=self._packing(),
-                        params=self.train_params, source=self.source)
+        train_step_cost(self.model, lay, self.topology, self._accept_ranks(lay.devices), lens,
+                        packing=self._packing(), params=self.train_params, collectives=self.collectives,
+                        source=self.source)
+
+    def _accept_ranks(self, n: int) -> list[int]:
+        """Ranks a candidate layout of ``n`` devices is checked on: the canonical placement on the
+        pool the latest batch trained on (a re-plan keeps to its survivors, so these devices'
+        memory is the bound), else on the first ranks. The protocol's accept_train_layout names no
+        ranks; a schedule passing the survivors would make this exact."""
+        ranks = self._last_train_ranks
+        if ranks is None or len(ranks) < n:
+            return list(range(n))
+        return self._placed(self.pool(ranks[:n]), n)
 
     def _micro_batched_as(self, lay: TrainLayout, seq_lens) -> tuple[TrainLayout, np.ndarray]:
         lens = np.asarray(seq_lens, np.int64)
@@ -235,16 +377,26 @@ class LlmCosts:
         b = samples_per_micro_batch(lens, self.pack_tokens, lay.micro_batch, lay.dp or 1)
         return dataclasses.replace(lay, micro_batch=b), lens[balanced_order(lens, b)]
 
-    def _forward(self, role, seq_lens, n_devices) -> StageCost:
+    def _as_pool(self, where: _Pool | int) -> _Pool:
+        """A pool, or a device count (ranks 0..n-1, as callers of the sized API had it)."""
+        return self.pool(range(where)) if isinstance(where, int) else where
+
+    def _forward(self, role, seq_lens, where: _Pool | int) -> StageCost:
+        pool = self._as_pool(where)
+        n_devices = len(pool.ranks)
         lay, lens = self.micro_batched(seq_lens, n_devices)
-        c = forward_cost(self.models[role], lay, self.topology, self._ranks[n_devices],
-                         lens, packing=self._packing(), params=self.train_params, source=self.source)
+        c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
+                         packing=self._packing(), params=self.train_params, collectives=self.collectives,
+                         source=self.source)
         return StageCost(c.time_s, flops=c.flops)
 
-    def _train(self, role, seq_lens, n_devices) -> StageCost:
+    def _train(self, role, seq_lens, where: _Pool | int) -> StageCost:
+        pool = self._as_pool(where)
+        n_devices = len(pool.ranks)
         lay, lens = self.micro_batched(seq_lens, n_devices)
-        c = train_step_cost(self.models[role], lay, self.topology, self._ranks[n_devices],
-                            lens, packing=self._packing(), params=self.train_params, source=self.source)
+        c = train_step_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
+                            packing=self._packing(), params=self.train_params, collectives=self.collectives,
+                            source=self.source)
         return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_s,
                          peak_memory_bytes=c.memory.total_bytes)
 
@@ -269,62 +421,87 @@ class LlmCosts:
             # reshard inside each training replica + the instances on its devices: their own links
             # (a replica sits on consecutive ranks, one scale-up domain when it fits)
             local = list(src)[: max(self.train_group_devices, self.instance_devices)]
-            bw = self.topology.bottleneck_bw_Bps(local) if len(local) > 1 else self.device.scaleup_bw_Bps
+            bw = self._ring_bw_Bps(local)
             return shard / (bw * self.sync_eff)
         ranks = sorted(set(src) | set(dst))
-        bw = self.topology.bottleneck_bw_Bps(ranks) if len(ranks) > 1 else self.device.scaleup_bw_Bps
+        bw = self._ring_bw_Bps(ranks)
         bw *= self.sync_eff
         n_inst = max(1, len(dst) // self.instance_devices)
         total = n_inst * self.model.weight_bytes(self._weight_bytes_per_param())
         return max(shard / bw, total / (len(src) * bw))
 
-    def _optimizer_grad_bytes(self, n_devices: int) -> float:
-        lay = self.layout(n_devices)
-        mem = memory_per_device(self.model, lay, 1.0, self.device.hbm_bytes)
+    def _ring_bw_Bps(self, ranks: list[int]) -> float:
+        """The narrowest link on the ring through ``ranks`` (topology links); one device: its
+        scale-up link."""
+        if len(ranks) > 1:
+            return self.topology.bottleneck_bw_Bps(ranks)
+        return self.topology.device_spec(int(ranks[0])).scaleup_bw_Bps if ranks else self.device.scaleup_bw_Bps
+
+    def _optimizer_grad_bytes(self, pool: _Pool) -> float:
+        lay = self.layout(len(pool.ranks))
+        mem = memory_per_device(self.model, lay, 1.0, pool.hbm_bytes)
         return mem.optimizer_bytes + mem.gradients_bytes
 
     def switch(self, to_phase, ranks) -> SwitchCost:
-        n_devices = len(ranks)
+        """Every device moves its own bytes over its own host link and HBM: the phase change ends
+        when the slowest device kind of the pool is done."""
+        pool = self.pool(ranks)
         p = self.switch_params
-        host_bw = self.device.host_link_bw_Bps * p.host_link_efficiency
         moved: dict[str, float] = {}
         t = p.kv_realloc_s + p.overhead_s
         if p.offload_optimizer:
-            b = self._optimizer_grad_bytes(n_devices)
+            b = self._optimizer_grad_bytes(pool)
             moved["optimizer_offload" if to_phase == "rollout" else "optimizer_onload"] = b
-            t += b / host_bw
-        if to_phase == "rollout" and not p.bucketed:
-            b = self._inference_shard_bytes()
-            moved["redundant_weight_copy"] = b
-            t += b / (self.device.hbm_bw_Bps * self.device.hbm_efficiency)
-        return SwitchCost(t, moved)
+        copy = to_phase == "rollout" and not p.bucketed
+        if copy:
+            moved["redundant_weight_copy"] = self._inference_shard_bytes()
+        times = []
+        for device in pool.kinds:
+            t_k = t
+            if p.offload_optimizer:
+                t_k += moved["optimizer_offload" if to_phase == "rollout" else "optimizer_onload"] / (
+                    device.host_link_bw_Bps * p.host_link_efficiency)
+            if copy:
+                t_k += moved["redundant_weight_copy"] / (device.hbm_bw_Bps * device.hbm_efficiency)
+            times.append(t_k)
+        return SwitchCost(max(times), moved)
 
     def inference_memory_bytes(self, ranks) -> float:
-        """Rollout phase per device: the engine's share of HBM, plus what training leaves resident."""
-        return self.rollout_phase_bytes(self.layout(len(ranks)))
+        """Rollout phase per device (the largest over the pool's device kinds): the engine's share of
+        HBM, plus what training leaves resident."""
+        pool = self.pool(ranks)
+        return self.rollout_phase_bytes(self.layout(len(pool.ranks)), pool.kinds)
 
     def train_layout_of(self, ranks) -> dict[str, Any]:
         return self.layout(len(ranks)).as_dict()
 
-    def rollout_phase_bytes(self, lay: TrainLayout) -> float:
-        """The rollout phase's bytes per device with training layout ``lay`` resident; on a colocated
-        placement an RlsimError when they exceed HBM (a re-plan uses it to reject layouts)."""
-        mem = memory_per_device(self.model, lay, 1.0, self.device.hbm_bytes)
+    def rollout_phase_bytes(self, lay: TrainLayout, kinds: Sequence[DeviceSpec] | None = None) -> float:
+        """The rollout phase's bytes per device with training layout ``lay`` resident, the largest
+        over the device ``kinds`` (default: those of the pool the latest batch trained on, else the
+        cluster's); on a colocated placement an RlsimError when they exceed a device's HBM (a
+        re-plan uses it to reject layouts)."""
+        if kinds is None:
+            ranks = self._last_train_ranks
+            kinds = self.pool(ranks).kinds if ranks is not None else self.cluster_devices
+        mem = memory_per_device(self.model, lay, 1.0, min(k.hbm_bytes for k in kinds))
         resident = mem.weights_bytes
         if not self.switch_params.offload_optimizer:
             resident += mem.optimizer_bytes + mem.gradients_bytes
         if not self.switch_params.bucketed:
             resident += self._inference_shard_bytes()
-        engine = self.device.hbm_bytes * self.rollout_layout.gpu_memory_utilization
-        total = engine + resident
-        if self.scenario.schedule.effective_placement == "colocated" and total > self.device.hbm_bytes:
-            raise RlsimError(
-                f"the rollout phase needs {total / 1e9:.1f} GB per device (engine {engine / 1e9:.1f} GB + "
-                f"resident training state {resident / 1e9:.1f} GB) on {self.device.hbm_bytes / 1e9:.0f} GB",
-                source=self.source, field="workload.rollout_layout.gpu_memory_utilization",
-                fix="lower gpu_memory_utilization, keep schedule.switch.offload_optimizer and bucketed on, "
-                    "or use more devices per replica")
-        return total
+        totals = []
+        for device in kinds:
+            engine = device.hbm_bytes * self.rollout_layout.gpu_memory_utilization
+            total = engine + resident
+            if self.scenario.schedule.effective_placement == "colocated" and total > device.hbm_bytes:
+                raise RlsimError(
+                    f"the rollout phase needs {total / 1e9:.1f} GB per device (engine {engine / 1e9:.1f} GB + "
+                    f"resident training state {resident / 1e9:.1f} GB) on {device.hbm_bytes / 1e9:.0f} GB",
+                    source=self.source, field="workload.rollout_layout.gpu_memory_utilization",
+                    fix="lower gpu_memory_utilization, keep schedule.switch.offload_optimizer and bucketed on, "
+                        "or use more devices per replica")
+            totals.append(total)
+        return max(totals)
 
     def train_flops_per_token(self, seq_len) -> float:
         return float(self.model.train_flops_per_token(seq_len))
