@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from speed_reference import reference_ms
 
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
@@ -27,20 +28,9 @@ def _time(fn, repeat: int) -> float:
     return best
 
 
-def _reference_ms() -> float:
-    """This machine's speed right now: a fixed pure-Python loop (8 ms on this 2-core VM when quiet).
-    Shared VMs slow down by up to 2x under neighbours' load; divide the figures by it to compare runs."""
-    def loop() -> float:
-        acc = 0.0
-        for i in range(100_000):
-            acc = (acc if acc >= i else float(i)) + 1e-3
-        return acc
-    return _time(loop, 7) * 1e3
-
-
 def main() -> None:
     rng = np.random.default_rng(0)
-    print(f"machine speed reference (fixed loop): {_reference_ms():.2f} ms\n")
+    print(f"machine speed reference (fixed loop): {reference_ms():.2f} ms\n")
     cases = [
         ("qwen2.5-7b tp4 pp2 dp2, 16x H100, 256 ragged seqs packed", "qwen2.5-7b", "dgx-h100", 2,
          TrainLayout(tp=4, pp=2, zero=1, recompute="selective", micro_batch=2), "packed", 256),

@@ -130,8 +130,8 @@ class Topology:
         """A cache key equal for groups that see the same network (the same paths, link
         capacities and latencies, shared links alike), position by position.
 
-        Hierarchical topologies (symmetric switches): inside one domain only the device group,
-        node offsets within the domain and local positions matter. Across domains, each rank is
+        Hierarchical topologies (symmetric switches): inside one domain only the device group, which
+        ranks share a node (node offsets numbered by first appearance) and local positions matter. Across domains, each rank is
         described by its device group, its domain (numbered by first appearance in the group), node
         offset and local position, its scale-out leaf (numbered by first appearance: two ranks share
         a leaf uplink iff they share the label) and the capacities of its NIC and of its leaf's
@@ -142,7 +142,11 @@ class Topology:
         info = self._signature_info()
         first = info[ranks[0]]
         if all(info[r][1] == first[1] and info[r][0] == first[0] for r in ranks):
-            return ("domain", first[0], tuple((info[r][2], info[r][3]) for r in ranks))
+            # the nodes of one domain hang off the same scale-up switches alike (switch, two-tier; a
+            # mesh domain is one node), so only which ranks share a node matters: node offsets are
+            # numbered by first appearance in the group
+            nodes: dict[int, int] = {}
+            return ("domain", first[0], tuple((nodes.setdefault(info[r][2], len(nodes)), info[r][3]) for r in ranks))
         domains: dict[int, int] = {}
         leaves: dict[Any, int] = {}
         sig = []
