@@ -1,12 +1,15 @@
 """The `rlsim` command line: parse, call, print. Each subcommand lives in simulator/commands/.
 
-Exit codes (public contract): 0 ok, 2 bad input (RlsimError, argparse errors), 1 internal error.
+Exit codes (public contract): 0 ok (also when the reader of stdout goes away early, as
+`rlsim ... | head -1` does), 2 bad input (RlsimError, argparse errors), 3 `validate --strict` with a
+case outside its tolerance, 1 internal error, 130 Ctrl-C, 143 SIGTERM (sweep).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,10 +48,40 @@ def positive_int(text: str) -> int:
 
 
 def out_dir(text: str) -> str:
-    """argparse `type=` of an output folder: refuse an existing file before any simulation runs."""
-    if Path(text).exists() and not Path(text).is_dir():
+    """argparse `type=` of an output folder: refuse, before any simulation runs, an existing file,
+    a path under a file, and a folder that cannot be created or written."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a file; give a folder (new or existing)")
+    _check_writable(path, text, "folder")
     return text
+
+
+def out_file(text: str) -> str:
+    """argparse `type=` of an output file: refuse a folder, a path under a file, and a place that
+    cannot be written, before any measurement runs."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name, e.g. {text.rstrip('/')}/profile.yaml")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written (permissions); give another path")
+    _check_writable(path.parent, text, "file")
+    return text
+
+
+def _check_writable(path: Path, text: str, what: str) -> None:
+    """The nearest existing folder of `path` must be a folder we may create entries in."""
+    probe = path
+    while not probe.exists():
+        if probe.is_symlink():
+            raise argparse.ArgumentTypeError(f"{text!r} goes through a broken link {str(probe)!r}; give another {what}")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be created: {str(probe)!r} is a file, not a folder; "
+                                         f"give another {what}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: no permission in {str(probe)!r}; "
+                                         f"give another {what}")
 
 
 def print_json(document: Any) -> None:
@@ -89,6 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _rich_raises_broken_pipe()
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader of stdout went away (`| head -1`): not an error. Point stdout at /dev/null so
+        # the interpreter's final flush does not fail (and turn the exit code into 120).
+        _silence_stdout()
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -98,15 +142,39 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handling below, not at exit
+        return code
     except RlsimError as exc:
         print(f"rlsim: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("rlsim: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (a test's capture)
+        pass
+
+
+def _rich_raises_broken_pipe() -> None:
+    """rich answers a closed stdout with SystemExit(1) (Console.on_broken_pipe); raise
+    BrokenPipeError instead, so main() handles it for every command in one place."""
+    try:
+        from rich.console import Console
+    except ImportError:
+        return
+
+    def on_broken_pipe(self: Console) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
