@@ -70,8 +70,10 @@ def conclusion(summaries: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def _number(value: Any) -> str:
-    if not isinstance(value, (int, float)):
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
         return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
