@@ -16,6 +16,7 @@ import pandas as pd
 import yaml
 
 from . import metrics
+from .errors import RlsimError
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
 from .report.trace import chrome_trace
@@ -119,15 +120,42 @@ class ComparisonResult:
 
 def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Iterable[str] = DEFAULT_COMPARE,
             *, costs: Any = None, **keywords: Any) -> ComparisonResult:
-    """The same scenario under several schedule kinds (other schedule keys kept where they apply)."""
+    """The same scenario under several schedule kinds (other schedule keys kept where they apply).
+
+    `schedules` is one kind ("stalesync") or several, each once; none is an error."""
+    kinds = schedule_list(schedules)
     base = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     results: dict[str, SimulationResult] = {}
-    for kind in schedules:
+    for kind in kinds:
         sched = base.schedule.applicable_fields(kind)   # the knobs given that this kind also takes
         sc = load_scenario({**base.to_dict(), "schedule": sched})
         sc = sc.model_copy(update={"source": base.source})
         results[kind] = simulate(sc, costs=costs)
     return ComparisonResult(comparison_table([r.summary for r in results.values()]), results)
+
+
+def schedule_list(schedules: Iterable[str] | str) -> list[str]:
+    """'colocated' -> ['colocated'] (a string is one schedule, not its letters); an empty list, a
+    repeated kind or a non-string is an RlsimError."""
+    if isinstance(schedules, str):
+        schedules = [schedules]
+    try:
+        kinds = list(schedules)
+    except TypeError:
+        raise RlsimError(f"schedules must be a schedule kind or a list of them, got {type(schedules).__name__}",
+                         field="schedules", fix="e.g. compare(None, ['colocated', 'stalesync'])") from None
+    bad = [k for k in kinds if not isinstance(k, str)]
+    if bad:
+        raise RlsimError(f"schedules must be names, got {bad[0]!r}", field="schedules",
+                         fix="e.g. compare(None, ['colocated', 'stalesync'])")
+    if not kinds:
+        raise RlsimError("no schedule to compare", field="schedules",
+                         fix=f"give one or more kinds, e.g. {list(DEFAULT_COMPARE)}")
+    repeated = sorted({k for k in kinds if kinds.count(k) > 1})
+    if repeated:
+        raise RlsimError(f"schedule(s) {', '.join(repeated)} given more than once (each kind is one column)",
+                         field="schedules", fix="list each kind once")
+    return kinds
 
 
 def comparison_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:

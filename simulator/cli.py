@@ -1,12 +1,15 @@
 """The `rlsim` command line: parse, call, print. Each subcommand lives in simulator/commands/;
 their shared argument and output helpers in simulator/commands/common.py (nothing imports this module).
 
-Exit codes (public contract): 0 ok, 2 bad input (RlsimError, argparse errors), 1 internal error.
+Exit codes (public contract): 0 ok (also when the reader of stdout goes away early, as
+`rlsim ... | head -1` does), 2 bad input (RlsimError, argparse errors), 3 `validate --strict` with a
+case outside its tolerance, 1 internal error, 130 Ctrl-C, 143 SIGTERM (sweep).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .errors import RlsimError
@@ -48,6 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _rich_raises_broken_pipe()
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader of stdout went away (`| head -1`): not an error. Point stdout at /dev/null so
+        # the interpreter's final flush does not fail (and turn the exit code into 120).
+        _silence_stdout()
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -57,15 +71,39 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handling below, not at exit
+        return code
     except RlsimError as exc:
         print(f"rlsim: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("rlsim: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (a test's capture)
+        pass
+
+
+def _rich_raises_broken_pipe() -> None:
+    """rich answers a closed stdout with SystemExit(1) (Console.on_broken_pipe); raise
+    BrokenPipeError instead, so main() handles it for every command in one place."""
+    try:
+        from rich.console import Console
+    except ImportError:
+        return
+
+    def on_broken_pipe(self: Console) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ import json
 import math
 import os
 import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -32,6 +35,7 @@ import yaml
 
 from .errors import RlsimError
 from .overrides import parse_assignment
+from .sweep_files import BrokenTail, quarantine_tail, read_results_csv, referenced_files, warn
 
 PointFunction = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -114,9 +118,14 @@ def grid_overrides(values: Mapping[str, Any]) -> list[str]:
     return [f"{key}={json.dumps(value)}" for key, value in values.items()]
 
 
-def point_id(values: Mapping[str, Any], base_fingerprint: str = "") -> str:
-    """A stable id of (base scenario, point values): the key that makes a sweep resumable."""
-    text = json.dumps({"base": base_fingerprint, "values": dict(values)}, sort_keys=True, default=str)
+def point_id(values: Mapping[str, Any], base_fingerprint: str = "",
+             files: Mapping[str, str] | None = None) -> str:
+    """A stable id of (base scenario, point values, contents of the files the values name): the key
+    that makes a sweep resumable."""
+    payload: dict[str, Any] = {"base": base_fingerprint, "values": dict(values)}
+    if files:
+        payload["files"] = dict(files)
+    text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -127,13 +136,30 @@ class Point:
     id: str
 
 
-def make_points(grid: Mapping[str, Sequence[Any]], base_fingerprint: str = "") -> list[Point]:
-    return points_from_values(expand_grid(grid), base_fingerprint)
+def make_points(grid: Mapping[str, Sequence[Any]], base_fingerprint: str = "",
+                base_dirs: Sequence[Path] | None = None) -> list[Point]:
+    return points_from_values(expand_grid(grid), base_fingerprint, base_dirs)
 
 
-def points_from_values(values: Iterable[Mapping[str, Any]], base_fingerprint: str = "") -> list[Point]:
-    """Points from an explicit list (keys that move together, e.g. devices and batch for weak scaling)."""
-    return [Point(i, dict(v), point_id(v, base_fingerprint)) for i, v in enumerate(values)]
+def points_from_values(values: Iterable[Mapping[str, Any]], base_fingerprint: str = "",
+                       base_dirs: Sequence[Path] | None = None) -> list[Point]:
+    """Points from an explicit list (keys that move together, e.g. devices and batch for weak scaling).
+
+    With `base_dirs` (the folders relative paths are read from), a value naming a file (a model
+    config.json, a topology YAML) puts that file's contents into the point's id."""
+    cache: dict[str, dict[str, str]] = {}
+
+    def files_of(v: Mapping[str, Any]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for value in v.values():
+            key = json.dumps(value, sort_keys=True, default=str)
+            if key not in cache:
+                cache[key] = referenced_files([value], base_dirs or ())
+            out.update(cache[key])
+        return out
+
+    return [Point(i, dict(v), point_id(v, base_fingerprint, files_of(v) if base_dirs is not None else None))
+            for i, v in enumerate(values)]
 
 
 # --------------------------------------------------------------------------- rows
@@ -216,18 +242,47 @@ class ResultsStore:
                              fix="use a .csv or .parquet file name")
         self.format = suffix[1:]
         self._rows: list[dict[str, Any]] | None = None
+        self._warned_tail: BrokenTail | None = None
+        self._tail_checked = False
 
     # reading -----------------------------------------------------------------
     def read(self) -> pd.DataFrame:
         if not self.path.exists() or self.path.stat().st_size == 0:
             return pd.DataFrame()
         if self.format == "parquet":
-            try:
-                return pd.read_parquet(self.path)
-            except ImportError:
-                raise RlsimError("writing Parquet needs pyarrow", source=str(self.path),
-                                 fix="pip install pyarrow, or use --format csv") from None
-        return _read_csv_tolerant(self.path)
+            return self._read_parquet()
+        header, rows, tail = self._read_csv()
+        self._tail_checked = False  # the file may have been changed by another hand since
+        if tail is not None and tail != self._warned_tail:
+            self._warned_tail = tail
+            warn(f"{self.path} line {tail.line} is an unfinished row ({tail.reason}); it is left out and "
+                 f"moved to {self.path.name}.broken when the next point is saved (that point is computed again)")
+        if not header:
+            return pd.DataFrame()
+        return pd.DataFrame(rows, columns=header, dtype=object)
+
+    def _read_csv(self) -> tuple[list[str], list[dict[str, Any]], BrokenTail | None]:
+        try:
+            return read_results_csv(self.path, required=(ID_COLUMN, INDEX_COLUMN, JSON_COLUMN),
+                                    text_columns=(ID_COLUMN, ERROR_COLUMN, JSON_COLUMN))
+        except OSError as exc:
+            raise RlsimError(f"cannot read the results file: {exc.strerror}", source=str(self.path),
+                             fix="check its permissions, or give --out another folder") from None
+
+    def _read_parquet(self) -> pd.DataFrame:
+        try:
+            frame = pd.read_parquet(self.path)
+        except ImportError:
+            raise RlsimError("writing Parquet needs pyarrow", source=str(self.path),
+                             fix="pip install pyarrow, or use --format csv") from None
+        except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a damaged file have no common base
+            raise RlsimError(f"cannot read the results file: {exc}", source=str(self.path),
+                             fix="move it away (finished points in it are then computed again), "
+                                 "or give --out another folder") from None
+        if ID_COLUMN not in frame or JSON_COLUMN not in frame:
+            raise RlsimError(f"not an rlsim sweep results file (no {ID_COLUMN!r} column)", source=str(self.path),
+                             fix="give --out a folder of its own, or move this file away and run again")
+        return frame
 
     def done_ids(self) -> set[str]:
         frame = self.read()
@@ -261,10 +316,12 @@ class ResultsStore:
         self._rows = None
 
     def _append_csv(self, row: Mapping[str, Any]) -> None:
+        _truncate_partial_line(self.path)
+        self._drop_broken_tail()
         header = _csv_header(self.path)
         if header is not None and set(row) - set(header):
             # New columns (a different grid or a first successful row after errors): rewrite once.
-            frame = pd.concat([self.read(), pd.DataFrame([dict(row)])], ignore_index=True)
+            frame = pd.concat([self.read(), pd.DataFrame([dict(row)], dtype=object)], ignore_index=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
             frame.to_csv(tmp, index=False, lineterminator="\n")
             _fsync_replace(tmp, self.path)
@@ -275,11 +332,19 @@ class ResultsStore:
         if header is None:
             writer.writerow(columns)
         writer.writerow(["" if row.get(c) is None else row.get(c, "") for c in columns])
-        _truncate_partial_line(self.path)
         with open(self.path, "a", newline="") as fh:
             fh.write(buffer.getvalue())  # one write: a crash leaves at most one partial last line
             fh.flush()
             os.fsync(fh.fileno())
+
+    def _drop_broken_tail(self) -> None:
+        """A broken last row (a cut write) would sit in the middle once a row follows it: move it aside."""
+        if self._tail_checked or not self.path.exists():
+            return
+        self._tail_checked = True  # later rows are this process's own whole lines
+        _, _, tail = self._read_csv()
+        if tail is not None:
+            quarantine_tail(self.path, tail)
 
     def _cached_rows(self) -> list[dict[str, Any]]:
         if self._rows is None:
@@ -318,25 +383,16 @@ def _csv_header(path: Path) -> list[str] | None:
 
 def _truncate_partial_line(path: Path) -> None:
     """Drop a last line left half-written by a killed process, so the next row starts clean."""
-    if not path.exists():
+    if not path.exists() or path.stat().st_size == 0:
         return
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         with open(path, "r+b") as fh:
             fh.truncate(data.rfind(b"\n") + 1)
-
-
-def _read_csv_tolerant(path: Path) -> pd.DataFrame:
-    data = path.read_text()
-    if not data.endswith("\n"):
-        data = data[: data.rfind("\n") + 1]  # a half-written last line is not a finished point
-    if not data.strip():
-        return pd.DataFrame()
-    frame = pd.read_csv(io.StringIO(data), keep_default_na=False, na_values=[""])
-    if ERROR_COLUMN in frame:
-        errors = frame[ERROR_COLUMN]
-        frame[ERROR_COLUMN] = errors.astype(object).where(errors.notna(), "").astype(str)
-    return frame
 
 
 def _fsync_replace(tmp: Path, dest: Path) -> None:
@@ -356,9 +412,39 @@ def _evaluate_safely(evaluate: PointFunction, values: dict[str, Any]) -> tuple[d
         return None, str(exc)
 
 
-def _ignore_sigint() -> None:
-    # Workers leave Ctrl-C to the parent, which saves what finished and shuts the pool down.
+WATCHDOG_PERIOD_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Initializer of each local pool worker: Ctrl-C is left to the parent (which saves what
+    finished and stops the pool), and the worker dies with its parent however that one ends
+    (SIGKILL included): the kernel's parent-death signal on Linux, and a watchdog thread that
+    polls the parent's pid everywhere (a worker must never outlive the sweep and spin on)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker must not inherit the parent's handler
+    _set_parent_death_signal()
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="rlsim-parent-watchdog", daemon=True).start()
+
+
+def _set_parent_death_signal() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the watchdog alone
+        pass
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(WATCHDOG_PERIOD_S)
+        if os.getppid() != parent_pid:
+            os._exit(1)
 
 
 class Executor(Protocol):
@@ -385,7 +471,7 @@ class LocalExecutor:
         if self.jobs <= 1:
             yield from SerialExecutor().map_unordered(evaluate, points)
             return
-        pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_ignore_sigint)
+        pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_worker_init, initargs=(os.getpid(),))
         pending: dict[Future, Point] = {}
         clean = False
         try:
@@ -406,10 +492,21 @@ class LocalExecutor:
                     raise SweepAborted("a worker process died")
             clean = True
         finally:
-            if not clean:  # Ctrl-C or a dead worker: do not wait for running points
-                for process in list((getattr(pool, "_processes", None) or {}).values()):
-                    process.terminate()
+            if not clean:  # Ctrl-C, SIGTERM or a dead worker: do not wait for running points
+                _stop_workers(list((getattr(pool, "_processes", None) or {}).values()))
             pool.shutdown(wait=clean, cancel_futures=True)
+
+
+def _stop_workers(processes: Sequence[Any], grace_s: float = 2.0) -> None:
+    """SIGTERM every worker, then SIGKILL those still alive after `grace_s`, and reap them."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(1.0)
 
 
 @dataclass
@@ -561,12 +658,14 @@ class BaseScenario:
     seed: int | None = None
 
     def fingerprint(self) -> str:
-        """Hash of everything that decides a point's result except its grid values (the file's
-        contents, not its path, so an edited scenario is recomputed)."""
+        """Hash of everything that decides a point's result except its grid values: the options and
+        the contents (not the paths) of the scenario file and of every file it, --workload,
+        --topology and --set name, transitively (model config.json, device profiles, length files),
+        so an edit to any of them recomputes the points."""
         text = ""
         if self.spec:
             try:
-                text = Path(self.spec).read_text()
+                text = Path(self.spec).read_bytes().decode("utf-8", errors="replace")
             except OSError as exc:
                 raise RlsimError(f"cannot read file: {exc.strerror}", source=self.spec, fix="check the path") \
                     from None
@@ -574,7 +673,14 @@ class BaseScenario:
         payload = {"spec_text": text, "topology": self.topology, "workload": self.workload,
                    "schedule": self.schedule, "overrides": list(self.overrides),
                    "iterations": self.iterations, "seed": self.seed, "version": __version__}
+        files = referenced_files([self.spec, self.topology, self.workload, *self.overrides], self.base_dirs())
+        if files:
+            payload["files"] = files
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def base_dirs(self) -> list[Path]:
+        """Folders a relative path in the sweep's inputs may be read from (the scenario file's)."""
+        return [Path(self.spec).parent] if self.spec else []
 
     def keywords(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         overrides = [*self.overrides, *grid_overrides(values or {})]

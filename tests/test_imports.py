@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("metrics", ["metrics"]),
     # api.py (simulate / compare: builds the layers below into a run) sits with the tools around
     # them: sweep and validation run scenarios through it; the face re-exports it.
-    ("around", ["report", "sweep", "planner", "calibration", "validation", "uncertainty",
+    ("around", ["report", "sweep", "sweep_files", "planner", "calibration", "validation", "uncertainty",
                 "autoplan", "capacity", "api"]),
     ("face", ["cli", "commands", "__main__", ""]),
 ]

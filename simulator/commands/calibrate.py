@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--backend", default="torch", choices=BACKENDS, help="framework (default: torch)")
     parser.add_argument("--device", required=True, choices=DEVICES, help="device to measure")
-    parser.add_argument("--out", metavar="PROFILE.yaml", default=None,
+    parser.add_argument("--out", metavar="PROFILE.yaml", default=None, type=cli_out_file,
                         help="where to write the profile (default: rlsim-profile-DEVICE.yaml)")
     parser.add_argument("--replay", action="store_true",
                         help="run a mini RL step of a tiny GPT and compare it with the simulator (cpu only)")
@@ -37,6 +37,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"torch threads (default {DEFAULT_THREADS}: repeatable on a shared machine)")
     add_common(parser, set_help="override a calibration setting (repeatable), e.g. --set microbench.dtypes=[fp32] "
                                 "or --set replay.repeats=3 (see docs/calibration.md)")
+
+
+def cli_out_file(text: str) -> str:
+    from .common import out_file
+    return out_file(text)
+
+
+def _profile_path(args: argparse.Namespace) -> Path:
+    """Where the profile goes, checked before the measurement (the default in the working folder too)."""
+    import argparse as _argparse
+
+    out = args.out or f"rlsim-profile-{args.device}.yaml"
+    try:
+        return Path(cli_out_file(out))
+    except _argparse.ArgumentTypeError as exc:
+        raise RlsimError(str(exc), field="--out", fix="give --out a writable PROFILE.yaml path") from None
 
 
 def _split_overrides(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -71,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if args.replay and args.device != "cpu":
         raise RlsimError("the replay runs the tiny GPT on the CPU only", field="--replay",
                          fix="use --device cpu with --replay")
+    out = _profile_path(args)
     backend = get_backend(args.backend, args.device, threads=args.threads)
     progress = _say(args.json)
     if progress:
@@ -81,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
         from ..calibration.replay import calibrate_with_replay
         result, measured, timeline = calibrate_with_replay(backend, bench, replay_config, progress)
     profile = build_profile(result, args.device)
-    out = Path(args.out or f"rlsim-profile-{args.device}.yaml")
     save_profile(profile, out)
     document: dict[str, Any] = {"device": profile.device, "profile": str(out), **_fitted(profile)}
     if replay_config is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,40 @@ def positive_int(text: str) -> int:
 
 
 def out_dir(text: str) -> str:
-    """argparse `type=` of an output folder: refuse an existing file before any simulation runs."""
-    if Path(text).exists() and not Path(text).is_dir():
+    """argparse `type=` of an output folder: refuse, before any simulation runs, an existing file,
+    a path under a file, and a folder that cannot be created or written."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a file; give a folder (new or existing)")
+    _check_writable(path, text, "folder")
     return text
+
+
+def out_file(text: str) -> str:
+    """argparse `type=` of an output file: refuse a folder, a path under a file, and a place that
+    cannot be written, before any measurement runs."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name, e.g. {text.rstrip('/')}/profile.yaml")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written (permissions); give another path")
+    _check_writable(path.parent, text, "file")
+    return text
+
+
+def _check_writable(path: Path, text: str, what: str) -> None:
+    """The nearest existing folder of `path` must be a folder we may create entries in."""
+    probe = path
+    while not probe.exists():
+        if probe.is_symlink():
+            raise argparse.ArgumentTypeError(f"{text!r} goes through a broken link {str(probe)!r}; give another {what}")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be created: {str(probe)!r} is a file, not a folder; "
+                                         f"give another {what}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: no permission in {str(probe)!r}; "
+                                         f"give another {what}")
 
 
 def print_json(document: Any) -> None:

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..api import compare
+    from ..api import compare, schedule_list
     from ..errors import RlsimError
     from ..report.console import print_comparison
     from ..scenario import SCHEDULE_CLASSES
@@ -31,7 +31,12 @@ def run(args: argparse.Namespace) -> int:
     kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]
     bad = [k for k in kinds if k not in SCHEDULE_CLASSES]
     if bad or len(kinds) < 1:
-        raise RlsimError(f"unknown schedule(s) {bad}", field="--schedules", fix=f"use {', '.join(SCHEDULE_CLASSES)}")
+        what = f"unknown schedule(s) {', '.join(bad)}" if bad else "no schedule given"
+        raise RlsimError(what, field="--schedules", fix=f"use {', '.join(SCHEDULE_CLASSES)}")
+    try:
+        schedule_list(kinds)
+    except RlsimError as exc:
+        raise RlsimError(str(exc).split(": ", 1)[-1].split(" (fix:")[0], field="--schedules", fix=exc.fix) from None
     result = compare(args.scenario, kinds, **scenario_keywords(args))
     if args.out:
         # --- report hook (issue 5): per-schedule data, plots (PNG + SVG) and report.html into --out ---

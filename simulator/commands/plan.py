@@ -98,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
         common.print_json(rows)
         return 0
     _print_table(args.stage, model, topology, plan, rows)
+    if args.target_tokens_per_s:  # the answer in one line (no candidate reaching it is an error above)
+        print(f"answer: {rows[0]['devices']} devices reach {args.target_tokens_per_s:,.0f} tokens/s "
+              f"({rows[0]['tokens_per_s']:,.0f} tokens/s with the layout ranked #1)")
     return 0
 
 

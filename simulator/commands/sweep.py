@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,15 +93,15 @@ def run(args: argparse.Namespace) -> int:
         target = Target(args.target_tokens_per_s, args.target_step_time_s)
     evaluate = functools.partial(simulate_point, base)
 
-    with _Progress(enabled=sys.stderr.isatty()) as progress:
+    points = make_points(grid, fingerprint, base.base_dirs())
+    with _Progress(enabled=sys.stderr.isatty()) as progress, _sigterm_as_interrupt():
         try:
             if target is not None and len(grid) == 1 and _orderable(next(iter(grid.values()))):
                 objects, answer = _capacity_search(grid, target, evaluate, store, executor, fingerprint,
-                                                   prices, args.search, jobs, progress)
+                                                   prices, args.search, jobs, progress, base.base_dirs())
                 sweep = None
             else:
-                sweep = run_sweep(make_points(grid, fingerprint), evaluate, store=store, executor=executor,
-                                  progress=progress, grid=grid)
+                sweep = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid=grid)
                 objects = [_enrich(o, prices) for o in sweep.run_objects()]
                 answer = _select_cheapest(objects, target, prices) if target else None
         except SweepAborted as exc:
@@ -106,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"rlsim: sweep stopped: {exc}{where}. Run the same command again to compute the rest.",
                   file=sys.stderr)
             return 1
+        except KeyboardInterrupt as exc:
+            progress.close()
+            print(f"rlsim: sweep {_stopped_by(exc)}: {_saved_note(store, points)}", file=sys.stderr)
+            return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
     if args.out:
         _write_outputs(args.out, objects, list(grid), answer, target)
@@ -121,9 +128,51 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- interruption
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: the pool is stopped, finished points are already saved."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the sweep runs, SIGTERM raises Terminated in the main thread (as SIGINT raises
+    KeyboardInterrupt), so the same clean-up runs and the user is told what is saved."""
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (an embedding program): leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped_by(exc: BaseException) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+
+
+def _saved_note(store: Any, points: list[Any]) -> str:
+    """'3 of 8 points are saved in out/results.csv; run the same command again to compute the other 5'."""
+    if store is None:
+        return "no point was saved (no --out); give --out DIR to make a sweep resumable"
+    try:
+        saved = len(store.done_ids() & {p.id for p in points})
+    except RlsimError:
+        saved = 0
+    rest = len(points) - saved
+    again = f"run the same command again to compute the other {rest}" if rest else "all of them are done"
+    return f"{saved} of {len(points)} points are saved in {store.path}; {again}"
+
+
 # --------------------------------------------------------------------------- capacity
 
-def _capacity_search(grid, target, evaluate, store, executor, fingerprint, prices, strategy, jobs, progress):
+def _capacity_search(grid, target, evaluate, store, executor, fingerprint, prices, strategy, jobs, progress,
+                     base_dirs):
     from ..capacity import find_smallest
     from ..sweep import make_points, run_sweep
 
@@ -131,7 +180,7 @@ def _capacity_search(grid, target, evaluate, store, executor, fingerprint, price
     seen: dict[str, dict[str, Any]] = {}
 
     def evaluate_batch(batch: list[dict[str, Any]]) -> list[tuple[dict | None, str]]:
-        points = make_points({key: [b[key] for b in batch]}, fingerprint)
+        points = make_points({key: [b[key] for b in batch]}, fingerprint, base_dirs)
         result = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid={key: values})
         out = []
         for obj in result.run_objects():
@@ -282,7 +331,11 @@ class _Progress:
         self.bar.n = done
         self.bar.refresh()
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 

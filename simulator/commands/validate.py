@@ -12,13 +12,20 @@ EXAMPLES = """examples:
 
 Each case prints predicted, published and the signed error (predicted / published - 1); a case is
 green when |error| <= its tolerance. Cases live in simulator/validation/ (see docs/validation.md).
+
+Exit code: 0, also when a case misses (the table says which); with --strict, 3 when any case is
+outside its tolerance or could not run (a miss is not bad input, which exits 2). For CI:
+  rlsim validate --strict --json > validation.json || echo "a case missed"
 """
+STRICT_MISS_EXIT = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .common import add_common
 
     parser.add_argument("--case", default=None, metavar="TEXT", help="run only cases whose name contains TEXT")
+    parser.add_argument("--strict", action="store_true",
+                        help=f"exit {STRICT_MISS_EXIT} when any case misses its tolerance or cannot run (default: exit 0)")
     add_common(parser, overrides=False)
 
 
@@ -36,8 +43,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"rlsim: warning: case {r.case!r} could not run: {r.failure}", file=sys.stderr)
     if args.json:
         print_json([r.as_dict() for r in results])
-        return 0
-    print(format_table(results))
+    else:
+        print(format_table(results))
+    missed = [r.case for r in results if not r.ok]
+    if args.strict and missed:
+        print(f"rlsim: validate --strict: {len(missed)} of {len(results)} case(s) outside tolerance: "
+              f"{', '.join(dict.fromkeys(missed))}", file=sys.stderr)
+        return STRICT_MISS_EXIT
     return 0
 
 

@@ -8,9 +8,12 @@ from rich.table import Table
 
 
 def _fmt(v: float, unit: str = "") -> str:
+    """Plain decimals, never scientific notation: 123,456 / 1,234.5 / 12.3 / 0.123."""
     if abs(v) >= 1e4:
         return f"{v:,.0f}{unit}"
-    return f"{v:.3g}{unit}"
+    if abs(v) >= 10:
+        return f"{v:,.1f}{unit}"
+    return f"{v:.3f}{unit}"
 
 
 def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
@@ -23,9 +26,10 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
                              ("step_time_s", "step time (whole run)", " s"), ("tokens_per_s", "tokens/s (whole run)", ""),
                              ("tokens_per_s_per_device", "tokens/s per device", ""),
                              ("generated_tokens_per_s", "generated tokens/s", ""),
-                             ("samples_per_s", "samples/s", ""), ("mfu", "MFU", ""),
-                             ("bubble_fraction", "bubble fraction", "")):
+                             ("samples_per_s", "samples/s", "")):
         t.add_row(label, _fmt(s[key], unit))
+    t.add_row("MFU", f"{s['mfu']:.1%}")
+    t.add_row("bubble fraction", f"{s['bubble_fraction']:.1%}")
     t.add_row("rollout slot occupancy", f"{s['rollout']['occupancy']:.1%}")
     t.add_row("rollout time at low batch", f"{s['rollout']['low_batch_fraction']:.1%}")
     t.add_row("staleness max / mean", f"{s['staleness']['max']:.0f} / {s['staleness']['mean']:.2f}")

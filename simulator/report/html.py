@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import plots
+from . import plots, summary
 
 REPORT_NAME = "report.html"
 
@@ -22,6 +22,9 @@ _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;colo
 table{border-collapse:collapse;font-size:13px;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f2f2f2}
 td:first-child,th:first-child{text-align:left}
+.scroll{max-width:100%;overflow-x:auto}td{overflow-wrap:anywhere;max-width:28em}
+.conclusion{font-size:1.25em;font-weight:600;background:#f4f8fc;border-left:4px solid #4c72b0;padding:.5em .8em}
+details summary{cursor:pointer;color:#335;margin:1em 0}.note{color:#555;font-size:13px}
 .fig{margin:1.5em 0}.fig img{max-width:100%;border:1px solid #eee}
 .layout{display:flex;gap:2em;align-items:flex-start;flex-wrap:wrap}
 .selected{background:#e6f4e6;font-weight:bold}.err{color:#b00}"""
@@ -45,16 +48,23 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
     figures: list[tuple[str, str]] = []
     for name, run in runs.items():
         stem = "timeline" if len(runs) == 1 else f"timeline_{_slug(name)}"
-        fig = plots.gantt_figure(run.timeline, title=f"Timeline: {name} (hatched = idle, coloured by cause)")
+        fig = plots.gantt_figure(run.timeline, title=f"Timeline: {name} (hatched = idle, coloured by cause)",
+                                 sample_note=True)
         figures.append((stem, _save(fig, out, stem)))
     figures.append(("time_by_state", _save(plots.state_bars_figure(runs), out, "time_by_state")))
     first = next(iter(runs.values()))
     samples = getattr(first, "samples", None)
     if samples is not None and not samples.empty:
         figures.append(("response_lengths", _save(plots.response_length_figure(samples), out, "response_lengths")))
-    table = _summary_table({name: run.summary for name, run in runs.items()})
+    summaries = {name: run.summary for name, run in runs.items()}
+    table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>"
+             + summary.key_table(summaries) + _collapsed(_summary_table(summaries), "all summary fields"))
     title = "rlsim comparison" if len(runs) > 1 else f"rlsim run: {next(iter(runs))}"
     return _write_page(out, title, table, figures)
+
+
+def _collapsed(table_html: str, label: str) -> str:
+    return f"<details><summary>{html.escape(label)}</summary><div class='scroll'>{table_html}</div></details>"
 
 
 def _summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
@@ -109,12 +119,29 @@ def write_sweep_report(objects: Sequence[Mapping[str, Any]], grid_keys: Sequence
     if not figures and not ok.empty and "tokens_per_s" in ok and others:
         figures.append(("sweep", _save(_metric_figure(ok, others), out, "sweep")))
     table = _sweep_table(frame, grid_keys)
-    note = ""
-    if capacity is not None:
-        found = capacity.get("found")
-        note = ("<p><b>Capacity:</b> " + (f"{html.escape(json.dumps(capacity.get('value')))} meets the target"
-                                          if found else "no evaluated configuration meets the target") + "</p>")
-    return _write_page(out, "rlsim sweep", note + table, figures)
+    note = _capacity_note(capacity, objects, grid_keys) if capacity is not None else ""
+    return _write_page(out, "rlsim sweep", note + f"<div class='scroll'>{table}</div>", figures)
+
+
+def _capacity_note(capacity: Mapping[str, Any], objects: Sequence[Mapping[str, Any]],
+                   grid_keys: Sequence[str]) -> str:
+    """The answer first, with the target it answers and the baseline (smallest configuration evaluated)."""
+    target = capacity.get("target") or {}
+    wants = [f"at least {target['tokens_per_s']:,.0f} tokens/s" if target.get("tokens_per_s") else "",
+             f"a step of at most {target['step_time_s']:,.1f} s" if target.get("step_time_s") else ""]
+    wanted = " and ".join(w for w in wants if w) or "the target"
+    value = capacity.get("value")
+    answer = (f"{html.escape(json.dumps(value))} meets {wanted}" if capacity.get("found")
+              else f"no evaluated configuration meets {wanted}; widen the grid")
+    ok = [o for o in objects if not o.get("error") and isinstance(o.get("tokens_per_s"), (int, float))]
+    baseline = ""
+    if ok:
+        first = min(ok, key=lambda o: (o.get("devices") or 0, o.get("tokens_per_s") or 0))
+        grid = {k: first.get("grid", {}).get(k) for k in grid_keys}
+        baseline = (f"<br><span class='note'>Target: {wanted}. Baseline (smallest configuration evaluated): "
+                    f"{html.escape(json.dumps(grid))}, {first.get('devices', '-')} devices, "
+                    f"{first['tokens_per_s']:,.0f} tokens/s.</span>")
+    return f"<p class='conclusion'>Capacity: {answer}{baseline}</p>"
 
 
 def _is_size_key(key: str) -> bool:

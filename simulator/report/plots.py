@@ -81,12 +81,17 @@ def device_classes(timeline: pd.DataFrame) -> list[tuple[str, int, int]]:
 
 
 def gantt_figure(timeline: pd.DataFrame, *, max_lanes_per_pool: int = 6, title: str | None = None,
-                 time_window_s: tuple[float, float] | None = None) -> Figure:
+                 time_window_s: tuple[float, float] | None = None, sample_note: bool = False) -> Figure:
     """A timeline with one lane per class of devices that behave alike (up to `max_lanes_per_pool`
     evenly chosen per pool, first and last kept); busy states in solid colours, idle intervals
-    hatched and coloured by their cause. Accepts group records or per-device rows."""
+    hatched and coloured by their cause. Accepts group records or per-device rows. With
+    `sample_note`, the title says when only a sample of the device groups is drawn."""
     frame = _with_ranks(timeline)
     lanes = _lanes(frame, max_lanes_per_pool) if not frame.empty else []
+    if sample_note and lanes:
+        classes = len(device_classes(frame))
+        if classes > len(lanes):
+            title = f"{title or 'Timeline'}\nshowing a sample: {len(lanes)} of {classes} device groups"
     fig = Figure(figsize=(11, 1.4 + 0.34 * max(1, len(lanes))), layout="constrained")
     ax = fig.add_subplot()
     if frame.empty:
@@ -210,14 +215,14 @@ def scaling_figure(rows: pd.DataFrame, *, group: str | None = None, title: str |
     ax.set_ylabel("tokens/s")
     ax.yaxis.set_major_formatter(_THOUSANDS)
     ax.set_title(title or "Throughput versus cluster size")
-    ax.legend(fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=min(4, max(1, len(labels))),
+               frameon=False)  # below the axes: never over the data
     ax_eff.set_xlabel("devices")
     ax_eff.set_ylabel("scaling efficiency (tokens/s per device vs smallest)")
     ax_eff.set_ylim(0, max(1.1, ax_eff.get_ylim()[1]))
     ax_eff.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     ax_eff.set_title("Scaling efficiency")
-    if group is not None:
-        ax_eff.legend(fontsize=8)
     for a in (ax, ax_eff):
         a.grid(alpha=0.3)
     return fig
@@ -234,7 +239,8 @@ def staleness_figure(rows: pd.DataFrame, *, x: str = "staleness_bound", group: s
         sub = sub.sort_values(x)
         label = "tokens/s" if name is None else f"{name}: tokens/s"
         line = ax.plot(sub[x], sub["tokens_per_s"], marker="o", label=label)[0]
-        if "staleness.mean" in sub:
+        if "staleness.mean" in sub and pd.to_numeric(sub["staleness.mean"], errors="coerce").nunique() > 1:
+            # a flat line (a schedule the bound does not apply to) says nothing: left out
             ax2.plot(sub[x], sub["staleness.mean"], marker="s", linestyle="--", color=line.get_color(),
                      alpha=0.6, label="mean staleness" if name is None else f"{name}: mean staleness")
     ax.set_xlabel("staleness bound (batches)")
@@ -244,7 +250,8 @@ def staleness_figure(rows: pd.DataFrame, *, x: str = "staleness_bound", group: s
     ax.set_title(title or "Throughput versus staleness")
     handles = ax.get_legend_handles_labels()
     handles2 = ax2.get_legend_handles_labels()
-    ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=8, loc="best")
+    fig.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=8, loc="outside lower center",
+               ncol=2, frameon=False)
     ax.grid(alpha=0.3)
     return fig
 
@@ -273,7 +280,7 @@ def response_length_figure(samples: pd.DataFrame, *, column: str | None = None, 
     ax.set_xlabel("response length (tokens)")
     ax.set_ylabel("samples (log scale)")
     ax.set_title(title or f"Response-length distribution ({len(lengths):,} samples)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
     return fig
 

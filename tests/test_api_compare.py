@@ -1,0 +1,50 @@
+"""simulator.compare's schedules argument (issue 14, item 11): a string is one schedule, an empty
+list and repeated kinds are errors, never silently an empty or collapsed table."""
+import pytest
+
+import simulator
+from simulator.api import schedule_list
+from simulator.errors import RlsimError
+from simulator.rl.costs import FakeCosts
+
+SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=1,
+             overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=2",
+                        "workload.mini_batch_prompts=4"])
+
+
+def fake() -> FakeCosts:
+    return FakeCosts(instance_devices=2, train_group_devices=2)
+
+
+def test_a_string_is_one_schedule_not_its_letters():
+    cmp = simulator.compare(None, "colocated", costs=fake(), **SMALL)
+    assert list(cmp.results) == ["colocated"]
+    assert list(cmp.table["schedule"]) == ["colocated"]
+
+
+def test_a_tuple_and_a_generator_are_lists_of_schedules():
+    cmp = simulator.compare(None, (k for k in ("colocated", "stalesync")), costs=fake(), **SMALL)
+    assert list(cmp.results) == ["colocated", "stalesync"]
+
+
+@pytest.mark.parametrize("schedules, words", [([], "no schedule"), ((), "no schedule"),
+                                               (["colocated", "colocated"], "more than once"),
+                                               (["colocated", 3], "must be names"), (7, "schedule kind")])
+def test_bad_schedule_lists_are_user_errors(schedules, words):
+    with pytest.raises(RlsimError, match=words) as info:
+        simulator.compare(None, schedules, costs=fake(), **SMALL)
+    assert info.value.field == "schedules" and info.value.fix
+
+
+def test_schedule_list_keeps_the_order():
+    assert schedule_list(["stalesync", "colocated"]) == ["stalesync", "colocated"]
+    assert schedule_list("async") == ["async"]
+
+
+@pytest.mark.parametrize("value, words", [("colocated,colocated", "more than once"), (",", "no schedule given"),
+                                          ("colocated,nope", "unknown schedule")])
+def test_cli_compare_schedules_errors_exit_2(value, words, capsys):
+    from simulator.cli import main
+    assert main(["compare", "--schedules", value]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "--schedules" in err and "Traceback" not in err

@@ -1,0 +1,86 @@
+"""The report a planner shows (issue 14, item 10): the conclusion first, a short table in human
+units, the full table collapsed, a note when a timeline draws a sample, the capacity target and
+baseline, and the console table without scientific notation."""
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.report import console, plots
+from simulator.report import html as report_html
+from simulator.report.summary import conclusion, key_table
+from tests.test_report import fake_result, synthetic_timeline
+
+
+def summary(schedule: str, tokens: float, bubbles: float, **extra) -> dict:
+    return {"schedule": schedule, "devices": 32, "steady_tokens_per_s": tokens, "tokens_per_s": tokens * 0.9,
+            "steady_step_time_s": 41.25, "step_time_s": 45.0, "bubble_fraction": bubbles, "mfu": 0.2583,
+            "peak_memory_bytes": 55.6e9, "bubbles_by_cause": {"long_tail": bubbles * 0.7, "switch": bubbles * 0.3},
+            "rollout": {"occupancy": 0.346}, "staleness": {"max": 1, "mean": 0.4}, **extra}
+
+
+def test_comparison_conclusion_names_the_winner_ratio_and_bubbles():
+    line = conclusion({"colocated": summary("colocated", 1000.0, 0.05), "stalesync": summary("stalesync", 1190.0, 0.11)})
+    assert line == "stalesync 1.19x colocated (tokens/s, steady state), bubbles 11% vs 5%"
+
+
+def test_run_conclusion_has_throughput_step_and_biggest_bubble():
+    line = conclusion({"colocated": summary("colocated", 12345.0, 0.2)})
+    assert line == "colocated: 12,345 tokens/s, step 41.2 s, bubbles 20% of device time (most: long tail, 14%)"
+
+
+def test_key_table_is_in_human_units_and_staleness_only_where_it_applies():
+    table = key_table({"colocated": summary("colocated", 1000.0, 0.05), "stalesync": summary("stalesync", 1190.0, 0.11)})
+    for text in ("41.2 s", "25.8%", "55.6 GB", "34.6%", "1.19x", "does not apply", "1 / 0.40"):
+        assert text in table, text
+    assert not re.search(r"\de[+-]\d", table)
+
+
+def test_report_leads_with_the_conclusion_and_collapses_the_full_table(tmp_path):
+    @dataclass
+    class Comparison:
+        results: dict
+
+    a, b = fake_result("colocated"), fake_result("stalesync")
+    a.summary.update(summary("colocated", 1000.0, 0.05))
+    b.summary.update(summary("stalesync", 1190.0, 0.11))
+    text = report_html.write_report(Comparison({"colocated": a, "stalesync": b}), tmp_path).read_text()
+    body = text[text.index("<body>"):]
+    first = re.search(r"<p class='conclusion'>([^<]*)", body)
+    assert first and first.group(1) == "stalesync 1.19x colocated (tokens/s, steady state), bubbles 11% vs 5%"
+    assert body.index("conclusion") < body.index("<table") < body.index("<details>")
+    assert "bubbles_by_cause.long_tail" in body[body.index("<details>"):]   # the full table, collapsed
+    assert "55.6 GB" in body and "25.8%" in body
+
+
+def test_timeline_says_when_it_draws_a_sample():
+    fig = plots.gantt_figure(synthetic_timeline(devices_per_pool=6), max_lanes_per_pool=3, sample_note=True)
+    assert "showing a sample: 6 of 12 device groups" in fig.axes[0].get_title()
+    fig = plots.gantt_figure(synthetic_timeline(devices_per_pool=2), max_lanes_per_pool=3, sample_note=True)
+    assert "sample" not in fig.axes[0].get_title()
+
+
+def test_staleness_figure_leaves_out_flat_lines():
+    import pandas as pd
+    rows = pd.DataFrame([{"schedule": k, "staleness_bound": b, "tokens_per_s": 100.0 + b,
+                          "staleness.mean": (b / 2 if k == "stalesync" else 0.0)}
+                         for k in ("colocated", "stalesync") for b in (0, 1, 2)])
+    fig = plots.staleness_figure(rows, group="schedule")
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert "stalesync: mean staleness" in labels and "colocated: mean staleness" not in labels
+
+
+def test_capacity_report_states_target_and_baseline(tmp_path):
+    objects = [{"grid": {"topology.nodes": n}, "devices": 8 * n, "tokens_per_s": 1000.0 * n, "step_time_s": 10.0 / n}
+               for n in (1, 2, 4)]
+    capacity = {"target": {"tokens_per_s": 1500.0, "step_time_s": None}, "found": True,
+                "value": {"topology.nodes": 2}}
+    text = report_html.write_sweep_report(objects, ["topology.nodes"], tmp_path, capacity=capacity).read_text()
+    assert "meets at least 1,500 tokens/s" in text
+    assert "Baseline (smallest configuration evaluated): {&quot;topology.nodes&quot;: 1}, 8 devices, 1,000 tokens/s" in text
+
+
+def test_console_numbers_have_no_scientific_notation():
+    for value in (1.2e-05, 0.000123, 3.14159, 42.0, 123456.0):
+        assert "e" not in console._fmt(value)
+    assert console._fmt(np.float64(0.5)) == "0.500"

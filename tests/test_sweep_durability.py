@@ -1,0 +1,224 @@
+"""Durability of `rlsim sweep` (issue 14, item 7): workers die with the main process (SIGKILL,
+SIGTERM), the resume key covers every referenced file's contents, a damaged or foreign results file
+is a clear error or a recovered tail, integers stay integers, and nothing finished is lost."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.sweep import BaseScenario, ResultsStore, make_points, run_sweep
+from simulator.sweep_files import referenced_files
+
+psutil = pytest.importorskip("psutil")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.seen: list[dict] = []
+
+    def __call__(self, values: dict) -> dict:
+        self.seen.append(dict(values))
+        return {"devices": 8, "step_time_s": 2.0, "tokens_per_s": 10.0 * len(self.seen), "iterations": 3}
+
+
+# --------------------------------------------------------------------------- the pool dies with the parent
+
+def _rlsim(*args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "simulator", *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _alive(procs) -> list:
+    out = []
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_killing_the_main_sweep_process_leaves_no_worker(tmp_path, sig):
+    out = tmp_path / "sweep"
+    proc = _rlsim("sweep", "--grid", "seed=1,2,3,4,5,6,7,8,9,10", "--iterations", "2", "--jobs", "2",
+                  "--out", str(out))
+    main = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    workers: list = []
+    while time.monotonic() < deadline and len(workers) < 2:  # the pool is up and computing
+        workers = main.children(recursive=True)
+        time.sleep(0.05)
+    assert len(workers) >= 2, "the sweep did not start its workers"
+    time.sleep(0.5)
+    workers = main.children(recursive=True)
+    proc.send_signal(sig)
+    stopped = time.monotonic()
+    while _alive(workers) and time.monotonic() - stopped < 5:
+        time.sleep(0.05)
+    assert not _alive(workers), f"workers outlived the sweep: {_alive(workers)}"
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert "Traceback" not in err
+        assert "points are saved in" in err and "run the same command again" in err
+
+
+# --------------------------------------------------------------------------- referenced files in the key
+
+def test_edited_referenced_file_invalidates_exactly_the_affected_points(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("profile.yaml").write_text("peak_flops: 1\n")
+    Path("topo.yaml").write_text("preset: dgx-h100\ndevice_profile: profile.yaml\n")
+    Path("a.json").write_text('{"hidden_size": 1}\n')
+    Path("b.json").write_text('{"hidden_size": 2}\n')
+    Path("scenario.yaml").write_text("iterations: 1\ntopology: topo.yaml\n")
+    base = BaseScenario(spec="scenario.yaml")
+    grid = {"workload.model": ["a.json", "b.json"]}
+
+    def points():
+        return make_points(grid, base.fingerprint(), base.base_dirs())
+
+    store = ResultsStore(tmp_path / "results.csv")
+    run_sweep(points(), Counter(), store=store)
+    unchanged = Counter()
+    run_sweep(points(), unchanged, store=store)
+    assert unchanged.seen == []
+    Path("b.json").write_text('{"hidden_size": 3}\n')        # a file one grid value names
+    only_b = Counter()
+    run_sweep(points(), only_b, store=store)
+    assert only_b.seen == [{"workload.model": "b.json"}]
+    Path("profile.yaml").write_text("peak_flops: 2\n")       # named by the topology the scenario names
+    every = Counter()
+    run_sweep(points(), every, store=store)
+    assert len(every.seen) == 2
+
+
+def test_referenced_files_follow_workload_and_topology_options(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("lens.csv").write_text("100\n200\n")
+    Path("w.yaml").write_text("response_length: {kind: empirical, file: lens.csv}\n")
+    found = referenced_files(["w.yaml", "workload.batch_samples=4"])
+    assert len(found) == 2 and "w.yaml" in found and all(Path(f).name in ("w.yaml", "lens.csv") for f in found)
+    before = BaseScenario(workload="w.yaml").fingerprint()
+    Path("lens.csv").write_text("100\n300\n")
+    assert BaseScenario(workload="w.yaml").fingerprint() != before
+
+
+def test_yaml_alias_bomb_in_a_referenced_file_is_walked_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 12):
+        lines.append(f"{chr(97 + i)}: &{chr(97 + i)} [*{chr(96 + i)}, *{chr(96 + i)}, *{chr(96 + i)}, *{chr(96 + i)}]")
+    Path("bomb.yaml").write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    assert list(referenced_files(["bomb.yaml"])) == ["bomb.yaml"]
+    assert time.monotonic() - started < 2
+
+
+# --------------------------------------------------------------------------- damaged results files
+
+def _finished_store(tmp_path, n: int = 4) -> ResultsStore:
+    store = ResultsStore(tmp_path / "results.csv")
+    run_sweep(make_points({"topology.nodes": list(range(1, n + 1))}, "b"), Counter(), store=store)
+    return store
+
+
+def test_a_row_cut_in_the_middle_of_the_file_names_the_file_and_line(tmp_path):
+    store = _finished_store(tmp_path)
+    lines = store.path.read_text().splitlines(keepends=True)
+    lines[2] = lines[2][: len(lines[2]) // 2] + "\n"
+    store.path.write_text("".join(lines))
+    with pytest.raises(RlsimError) as info:
+        run_sweep(make_points({"topology.nodes": [1, 2, 3, 4]}, "b"), Counter(), store=store)
+    text = str(info.value)
+    assert str(store.path) in text and "line 3" in text and "delete line 3" in text
+
+
+def test_a_cut_last_row_is_skipped_with_a_warning_and_kept_aside(tmp_path, capsys):
+    store = _finished_store(tmp_path)
+    data = store.path.read_text()
+    last = data.rstrip("\n").rfind("\n") + 1
+    store.path.write_text(data[: last + (len(data) - last) // 2] + "\n")   # the last row cut, newline kept
+    again = Counter()
+    result = run_sweep(make_points({"topology.nodes": [1, 2, 3, 4]}, "b"), again, store=store)
+    assert len(again.seen) == 1 and len(result.rows) == 4
+    assert "line 5" in capsys.readouterr().err
+    assert store.path.with_name("results.csv.broken").read_text().count("\n") == 1
+    assert len(ResultsStore(store.path).done_ids()) == 4   # the file reads clean again
+
+
+def test_a_foreign_csv_is_refused_not_merged(tmp_path):
+    path = tmp_path / "results.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(RlsimError, match="not the header of an rlsim sweep results file") as info:
+        run_sweep(make_points({"topology.nodes": [1]}, "b"), Counter(), store=ResultsStore(path))
+    assert str(path) in str(info.value) and "line 1" in str(info.value)
+    assert path.read_text() == "a,b\n1,2\n"
+
+
+def test_non_utf8_bytes_in_a_middle_row_are_a_clear_error(tmp_path):
+    store = _finished_store(tmp_path)
+    lines = store.path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b"grid", b"gr\xe9d", 1) if b"grid" in lines[1] else lines[1][:20] + b"\xe9" + lines[1][20:]
+    store.path.write_bytes(b"".join(lines))
+    with pytest.raises(RlsimError, match="line 2"):
+        store.done_ids()
+
+
+def test_integer_columns_stay_integers_after_a_resume_with_other_grids(tmp_path):
+    store = ResultsStore(tmp_path / "results.csv")
+    run_sweep(make_points({"topology.nodes": [1, 2]}, "b"), Counter(), store=store)
+    run_sweep(make_points({"schedule.staleness": [0, 1]}, "b"), Counter(), store=store)  # adds a column
+    again = run_sweep(make_points({"topology.nodes": [1, 2]}, "b"), Counter(), store=store)
+    assert again.computed == 0
+    grids = [o["grid"]["topology.nodes"] for o in again.run_objects()]
+    assert grids == [1, 2] and all(type(g) is int for g in grids)
+    with open(store.path, newline="") as fh:
+        cells = [row["grid.topology.nodes"] for row in csv.DictReader(fh)]
+    assert sorted(cells) == ["", "", "1", "2"]
+    assert all(type(v) is int for v in store.read()["point_index"])
+
+
+def test_sweep_cli_reports_a_damaged_results_file_with_exit_2(tmp_path, capsys):
+    from simulator.cli import main
+    out = tmp_path / "s"
+    out.mkdir()
+    (out / "results.csv").write_text("a,b\n1,2\n")
+    assert main(["sweep", "--grid", "seed=1", "--iterations", "1", "--jobs", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "results.csv" in err and "Traceback" not in err
+
+
+def test_nothing_finished_is_lost_after_sigterm_and_a_rerun_completes(tmp_path):
+    out = tmp_path / "sweep"
+    args = ["sweep", "--grid", "seed=1,2,3,4,5,6", "--iterations", "1", "--jobs", "2", "--out", str(out), "--json"]
+    proc = _rlsim(*args)
+    results = out / "results.csv"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not results.exists() or results.read_text().count("\n") < 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    saved = ResultsStore(results).done_ids()
+    assert proc.returncode in (0, 128 + signal.SIGTERM)
+    if proc.returncode:
+        assert f"{len(saved)} of 6 points are saved" in err
+    rerun = subprocess.run([sys.executable, "-m", "simulator", *args], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                           capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert len(json.loads(rerun.stdout)) == 6
+    assert saved <= ResultsStore(results).done_ids()
