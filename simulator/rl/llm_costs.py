@@ -54,7 +54,7 @@ from .packing import balanced_order, replica_contiguous_ranks, samples_per_micro
 from .pools import resolve_auto_layouts
 
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
-# depend on it (tests/test_inference.py checks restored interrupts against fresh engines).
+# depend on it (tests/llm/test_inference.py checks restored interrupts against fresh engines).
 ENGINE_CHECKPOINT_EVERY_EVENTS = 32
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from simulator.report import console, plots
 from simulator.report import html as report_html
 from simulator.report.summary import conclusion, key_table
-from tests.test_report import fake_result, synthetic_timeline
+from tests.report.test_report import fake_result, synthetic_timeline
 
 
 def summary(schedule: str, tokens: float, bubbles: float, **extra) -> dict:
