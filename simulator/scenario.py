@@ -30,7 +30,8 @@ from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, Tra
 from .units import parse_bandwidth, parse_seconds
 
 # The built-in kinds; SCHEDULE_CLASSES (below) also holds kinds added by register_schedule_config.
-SCHEDULE_KINDS = BUILTIN_SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async")
+SCHEDULE_KINDS = BUILTIN_SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async",
+                                           "verl-fully-async", "nemo-rl-async", "areal")
 
 DEFAULT_SCENARIO: dict[str, Any] = {
     "topology": {"preset": "cloudmatrix384", "supernodes": 1},
@@ -221,7 +222,13 @@ KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1
                 "recovery": "failures are modelled on colocated placements and synchronous split pools"}
 FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py check_supported
 # Every knob that only some kinds take (each field of ScheduleConfig is here or in COMMON_KNOBS).
+# verl fully_async_policy (../shared/reference/frameworks.md), NeMo RL async GRPO, AReaL.
+VERL_ASYNC_KNOBS = frozenset({"require_batches", "trigger_parameter_sync_step", "staleness_threshold",
+                              "max_inflight_prompts_per_server", "partial_rollout"})
+NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates"})
+AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
+                                   VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
                                    {"placement", "stream_threshold", "consolidate_share"})
 
 
@@ -280,6 +287,24 @@ class ScheduleConfig(_Strict):
     # stalesync) and synchronous disaggregated runs.
     failures: list[FailureEvent] = Field(default_factory=list)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    # verl fully_async_policy (frameworks.md; verl recipe/fully_async_policy): the Trainer takes
+    # require_batches x ppo_mini_batch prompts per local update, bumps the parameter version after
+    # trigger_parameter_sync_step local updates; the Rollouter may start at most
+    # (1 + staleness_threshold) x trigger x require x mini prompts per version (a quota, not a
+    # version lag); at most max_inflight_prompts_per_server prompts (x n requests) run per server.
+    require_batches: int = Field(1, ge=1)
+    trigger_parameter_sync_step: int = Field(1, ge=1)
+    staleness_threshold: float = Field(0.0, ge=0, le=64)
+    max_inflight_prompts_per_server: int = Field(16, ge=1)
+    # NeMo RL async GRPO: trajectories may be up to this many versions old; in-flight weight updates
+    # let the engine take new weights between decode steps instead of draining (frameworks.md).
+    max_trajectory_age_steps: int = Field(1, ge=1, le=64)
+    in_flight_weight_updates: bool = False
+    # AReaL: the oldest token of a trajectory may lag the trainer by at most this many versions;
+    # interruptible generation continues in-flight sequences with new weights (frameworks.md).
+    # Default 4: assumption (no default is given in frameworks.md).
+    max_head_offpolicyness: int = Field(4, ge=0, le=64)
+    interruptible: bool = True
 
     @classmethod
     def accepts(cls, placement: str | None = None) -> frozenset[str]:
@@ -383,9 +408,38 @@ class AsyncSchedule(ScheduleConfig):
     kind: Literal["async"] = "async"
 
 
+class VerlFullyAsyncSchedule(ScheduleConfig):
+    """verl's fully_async_policy: a Rollouter and a Trainer on split pools joined by a message queue;
+    a per-version quota of started prompts (staleness_threshold), partial rollouts cancelled at a sync."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_ASYNC_KNOBS
+    PLACEMENT: ClassVar[str] = "disaggregated"
+    RUNS_AHEAD: ClassVar[bool] = True
+    kind: Literal["verl-fully-async"] = "verl-fully-async"
+
+
+class NemoAsyncSchedule(ScheduleConfig):
+    """NeMo RL async GRPO on split pools: trajectories up to max_trajectory_age_steps versions old,
+    optional in-flight weight updates."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | NEMO_ASYNC_KNOBS
+    PLACEMENT: ClassVar[str] = "disaggregated"
+    RUNS_AHEAD: ClassVar[bool] = True
+    kind: Literal["nemo-rl-async"] = "nemo-rl-async"
+
+
+class ArealSchedule(ScheduleConfig):
+    """AReaL: generation never stops; max_head_offpolicyness bounds the lag of a trajectory's oldest
+    token; interruptible generation. Typical split 3/4 generating (frameworks.md)."""
+    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | AREAL_KNOBS
+    PLACEMENT: ClassVar[str] = "disaggregated"
+    RUNS_AHEAD: ClassVar[bool] = True
+    kind: Literal["areal"] = "areal"
+    rollout_fraction: float = Field(0.75, gt=0, lt=1)
+
+
 SCHEDULE_CLASSES: dict[str, type[ScheduleConfig]] = {
     "colocated": ColocatedSchedule, "disaggregated": DisaggregatedSchedule, "one-step-off": OneStepOffSchedule,
-    "stalesync": StaleSyncSchedule, "async": AsyncSchedule}
+    "stalesync": StaleSyncSchedule, "async": AsyncSchedule, "verl-fully-async": VerlFullyAsyncSchedule,
+    "nemo-rl-async": NemoAsyncSchedule, "areal": ArealSchedule}
 
 
 def _schedule_spec() -> Any:
