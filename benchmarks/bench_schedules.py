@@ -1,10 +1,11 @@
 """Speed of the schedule layer on the real cost models. Prints figures; asserts nothing.
 
     python benchmarks/bench_schedules.py            # all cases
-    python benchmarks/bench_schedules.py step       # one case: step | run100 | supernodes64
+    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64
 
 Targets (issue 4): one GRPO step with 16,384 sequences on cloudmatrix384 <= 0.5 s; a 100-step run
-<= 30 s; cloudmatrix384 with supernodes=64 (24,576 NPUs) one step <= 10 s.
+<= 30 s; cloudmatrix384 with supernodes=64 (24,576 NPUs) one step <= 10 s; one verl fully-async
+step of 8,192 trajectories on 64:64 devices < 1 s (issue 11).
 """
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ CASES = {
     "run100": ("100 steps, grpo-qwen2.5-7b on 4 x dgx-h100 (stalesync)",
                dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 4},
                     schedule="stalesync", iterations=100)),
+    "verl64": ("one verl fully-async step, 8,192 trajectories, 64 rollout : 64 train H100 (s=0.5, partial)",
+               dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 16},
+                    schedule="verl-fully-async", iterations=1,
+                    overrides=["schedule.rollout_devices=64", "workload.mini_batch_prompts=512",
+                               "schedule.staleness_threshold=0.5", "schedule.partial_rollout=true"])),
     "supernodes64": ("one step, cloudmatrix384 x 64 supernodes = 24,576 NPUs (seed batch, colocated)",
                      dict(schedule="colocated", iterations=1, overrides=["topology.supernodes=64"])),
 }
@@ -34,7 +40,7 @@ def main(names: list[str]) -> None:
     for name in names or list(CASES):
         label, kw = CASES[name]
         dt, r = float("inf"), None
-        for _ in range(REPEATS if name == "step" else 1):   # the short case: best of a few
+        for _ in range(REPEATS if name in ("step", "verl64") else 1):   # the short cases: best of a few
             t0 = time.perf_counter()
             r = simulator.simulate(**kw)
             dt = min(dt, time.perf_counter() - t0)

@@ -143,6 +143,8 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
         out["planning_s"] = rec.planning_s
     if rec.failures:          # schedule.failures (rl/schedules/failures.py)
         out["failures"] = rec.failures
+    for key, value in rec.extra.items():   # a schedule's own figures (e.g. verl's fully async metrics)
+        out.setdefault(key, value)
     return out
 
 

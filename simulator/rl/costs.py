@@ -12,6 +12,8 @@ those devices and their links:
   inference_memory_bytes(ranks)               -> per-device memory in the rollout phase
   train_layout_of(ranks), set_train_layout(), accept_train_layout(), train_devices_at_most()
                                               -> the training layout a failure re-plan reads and sets
+  rollout_server(ranks)                       -> a RolloutServer (an engine fed requests over time:
+                                                 streaming schedules such as verl's fully async)
 ``FakeCosts`` answers them in closed form so the schedule logic is testable on its own;
 ``simulator.rl.llm_costs.LlmCosts`` answers them from the llm/ and network/ models. Both implement
 the whole protocol: the schedules never probe for a method.
@@ -22,7 +24,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -56,6 +58,31 @@ class SwitchCost:
 Ranks = Sequence[int]   # global device ranks (a range, or a list after a failure)
 
 
+class Finished(NamedTuple):
+    seq_id: int
+    time_s: float
+
+
+class Partial(NamedTuple):
+    seq_id: int
+    generated: int      # tokens generated before the interrupt (kept; a resume re-prefills them)
+
+
+class RolloutServer(Protocol):
+    """One rollout instance fed requests over time (llm.inference.RolloutEngine implements it).
+    ``add_many`` times must not decrease; a request resumed with ``generated`` tokens re-prefills its
+    prompt plus those tokens; ``interrupt`` clears the KV cache and returns what ran."""
+    busy_s: float
+
+    @property
+    def load(self) -> int: ...
+    def add_many(self, seq_ids: Sequence[int], prompt_lens: Sequence[int], response_lens: Sequence[int],
+                 now: float, generated: Sequence[int] | None = None) -> None: ...
+    def next_event_time(self) -> float: ...
+    def advance_to(self, t: float) -> list: ...          # Finished-like (seq_id, time_s), in finish order
+    def interrupt(self, now: float) -> Any: ...          # .finished (Finished-like), .partial (seq_id, generated)
+
+
 class Costs(Protocol):
     instance_devices: int          # devices per rollout instance (TP x EP of inference)
     instance_max_seqs: int         # running sequences one instance holds (max_num_seqs / KV bound)
@@ -77,6 +104,7 @@ class Costs(Protocol):
     def set_train_layout(self, layout_map: dict[str, Any]) -> None: ...
     def accept_train_layout(self, layout_map: dict[str, Any]) -> None: ...
     def train_devices_at_most(self, n_max: int) -> int: ...
+    def rollout_server(self, ranks: Ranks) -> RolloutServer: ...
 
 
 def list_schedule(durations: np.ndarray, slots: int) -> np.ndarray:
@@ -166,3 +194,84 @@ class FakeCosts:
 
     def train_devices_at_most(self, n_max):
         return (n_max // self.train_group_devices) * self.train_group_devices
+
+    def rollout_server(self, ranks):
+        return FakeServer(self.prefill_s_per_token, self.decode_s_per_token, self.instance_max_seqs)
+
+
+@dataclass
+class _Request:
+    seq_id: int
+    prompt: int
+    response: int
+    generated: int              # tokens already generated when (re)submitted
+    start_s: float = 0.0
+    finish_s: float = 0.0
+
+
+@dataclass
+class FakeInterrupt:
+    finished: list[Finished]
+    partial: list[Partial]
+
+
+@dataclass
+class FakeServer:
+    """FakeCosts' RolloutServer: each request prefills its prompt (plus tokens it had) then decodes
+    at a fixed rate on one of ``max_seqs`` slots, FIFO, independently of the others."""
+    prefill_s_per_token: float
+    decode_s_per_token: float
+    max_seqs: int
+    busy_s: float = 0.0
+    _running: list = field(default_factory=list)    # heap of (finish_s, order, request)
+    _waiting: list = field(default_factory=list)
+    _order: int = 0
+    _busy_from: float | None = None
+
+    @property
+    def load(self) -> int:
+        return len(self._running) + len(self._waiting)
+
+    def add_many(self, seq_ids, prompt_lens, response_lens, now, generated=None):
+        gen = [0] * len(seq_ids) if generated is None else list(generated)
+        for seq_id, p, r, g in zip(seq_ids, prompt_lens, response_lens, gen, strict=True):
+            self._waiting.append(_Request(int(seq_id), int(p), int(r), int(g)))
+        self._admit(now)
+
+    def _admit(self, now: float) -> None:
+        if self._busy_from is None and (self._running or self._waiting):
+            self._busy_from = now
+        while self._waiting and len(self._running) < self.max_seqs:
+            req = self._waiting.pop(0)
+            req.start_s = now
+            req.finish_s = now + self.prefill_s_per_token * (req.prompt + req.generated) + \
+                self.decode_s_per_token * (req.response - req.generated)
+            heapq.heappush(self._running, (req.finish_s, self._order, req))
+            self._order += 1
+
+    def next_event_time(self):
+        return self._running[0][0] if self._running else math.inf
+
+    def advance_to(self, t):
+        done = []
+        while self._running and self._running[0][0] <= t:
+            finish, _, req = heapq.heappop(self._running)
+            done.append(Finished(req.seq_id, finish))
+            self._admit(finish)
+            if not self._running and not self._waiting:
+                self.busy_s += finish - self._busy_from
+                self._busy_from = None
+        return done
+
+    def interrupt(self, now):
+        finished = self.advance_to(now)
+        partial = []
+        for _, _, req in sorted(self._running, key=lambda item: item[2].seq_id):
+            decode_from = req.start_s + self.prefill_s_per_token * (req.prompt + req.generated)
+            steps = int(max(0.0, now - decode_from) / self.decode_s_per_token + 1e-9) if self.decode_s_per_token else 0
+            partial.append(Partial(req.seq_id, min(req.response - 1, req.generated + steps)))
+        partial += [Partial(req.seq_id, req.generated) for req in self._waiting]
+        if self._busy_from is not None:
+            self.busy_s += now - self._busy_from
+        self._running, self._waiting, self._busy_from = [], [], None
+        return FakeInterrupt(finished, sorted(partial))

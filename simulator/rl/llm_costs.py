@@ -260,6 +260,10 @@ class LlmCosts:
         return self._rollout_many(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
                                                               for i in range(inst)])
 
+    def rollout_server(self, ranks) -> RolloutEngine:
+        """One instance's engine on its own devices and links, fed requests over time."""
+        return self._engine(self.pool(ranks))
+
     def _engine(self, pool: _Pool) -> RolloutEngine:
         cost = self._step_cost_of(pool)
         return RolloutEngine(self.model, cost.device, self.rollout_layout, self.inference_params, cost=cost)

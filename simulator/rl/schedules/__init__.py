@@ -21,7 +21,7 @@ from ...errors import RlsimError
 from ...scenario import Scenario
 from ..costs import Costs
 from ..pools import build_pools
-from . import colocated, disaggregated, registry, stalesync  # noqa: F401  (register the built-in kinds)
+from . import colocated, disaggregated, registry, stalesync, verl_async  # noqa: F401  (register the built-in kinds)
 from .batches import Sampler
 from .context import Context, RunRecord
 from .failures import Replanner, ReplanOutcome, SameLayoutReplanner, check_supported
@@ -33,7 +33,7 @@ __all__ = ["run_schedule", "RunRecord", "Replanner", "ReplanOutcome", "SameLayou
 
 def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
     sched = scenario.schedule
-    if not sched.partial_rollout:
+    if not sched.partial_rollout or not policy.partial_rollout_segments:
         return
     if not policy.supports_partial_rollout or sched.effective_staleness < 1:
         able = [k for k in registry.kinds() if registry.get(k).supports_partial_rollout]

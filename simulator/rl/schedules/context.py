@@ -41,6 +41,7 @@ class RunRecord:
     rollout: dict[str, float] = field(default_factory=dict)   # instance_s, slot_s, low_batch_s
     planning_s: float = 0.0                                     # layout: auto planning before the run
     failures: list[dict] = field(default_factory=list)         # one entry per failure event
+    extra: dict = field(default_factory=dict)                  # a schedule's own figures (summary keys)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Context:
         self.lost_s = 0.0
         self.failures: list[dict] = []
         self.out_of_run: list[OutOfRun] = []
+        self.extra: dict = {}        # a schedule's own figures, added to the summary under their keys
 
     def add_stage_time(self, name: str, dt: float) -> None:
         self.totals.stage_time_s[name] = self.totals.stage_time_s.get(name, 0.0) + dt
@@ -118,7 +120,7 @@ class Context:
                          makespan, totals.flops, totals.gen_flops, totals.stage_time_s, totals.peak_memory_bytes,
                          self.queue.stats(makespan), totals.switch_bytes, self.costs.peak_flops,
                          self.costs.train_flops_per_token(self._mean_len()), dict(totals.rollout),
-                         self.start_s, list(self.failures))
+                         self.start_s, list(self.failures), dict(self.extra))
 
     def _mean_len(self) -> float:
         flat = self.store.flat()

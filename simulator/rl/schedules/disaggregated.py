@@ -56,12 +56,21 @@ class RolloutInstance:
             if gate.done:
                 break
             r, clock = self.round, self.clock
+            newer = gate.version > self.version
+            # an instance idle through the trainer's broadcast received the weights with it (one
+            # transfer, both sides busy); one that was still generating loads them now
+            received = newer and self.version >= 0 and clock.cursor <= gate.published_s - run.sync_s + TIME_TOL_S
+            wait_until = gate.published_s - run.sync_s if received else env.now
             prev_end = ctx.round_end.get(r - 1, clock.cursor)
-            clock.idle("long_tail", min(max(prev_end, clock.cursor), env.now), r)
-            clock.idle("dependency", env.now, r)
-            if gate.version > self.version:          # pick up the newest weights before generating
+            clock.idle("long_tail", min(max(prev_end, clock.cursor), wait_until), r)
+            clock.idle("dependency", wait_until, r)
+            if received:
+                clock.busy("sync", gate.published_s, r, label="weight_sync", cause="weight_sync")
+                clock.idle("dependency", env.now, r)
+            elif newer:                              # pick up the newest weights before generating
                 clock.busy("sync", env.now + run.sync_s, r, label="weight_sync", cause="weight_sync")
                 yield env.timeout(run.sync_s)
+            if newer:
                 self.version = gate.version
             n_inst = run.n_inst
             seqs = SeqBatch.concat(self.carry, ctx.draws.share(r, self.index, n_inst))

@@ -28,6 +28,9 @@ class SchedulePolicy:
     supports_failures: Callable[[ScheduleConfig], bool] = lambda sched: False
     # partial rollouts resume with newer weights: the kind must let rollout run ahead (staleness >= 1)
     supports_partial_rollout: bool = False
+    # partial rollouts as segments of schedule.length_budget tokens that resume after a sync (needs
+    # staleness >= 1 and a budget); False: the kind handles schedule.partial_rollout itself
+    partial_rollout_segments: bool = True
 
     @property
     def kind(self) -> str:

@@ -34,6 +34,7 @@ class VersionGate:
     def __init__(self, env: simpy.Environment, staleness: float):
         self.env, self.staleness = env, staleness
         self.version = 0
+        self.published_s = 0.0                   # when the current version's weights were in place
         self.extra = 0                           # rounds the trainer allowed past the bound (starvation)
         self.waiting: dict[int, int] = {}        # instance -> round it waits for
         self.done = False
@@ -55,6 +56,7 @@ class VersionGate:
 
     def publish(self, version: int) -> None:
         self.version = version
+        self.published_s = float(self.env.now)
         self._fire("version_changed")
 
     def allow_extra_round(self) -> None:

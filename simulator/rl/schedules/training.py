@@ -62,9 +62,12 @@ class TrainStep:
         return int(np.sum(flat["version"][pending] >= min_version(k, self.staleness))) if len(pending) else 0
 
     # ---- the step -----------------------------------------------------------------------------
-    def run(self, k: int, ids: np.ndarray, main: Clock, aux: Clock | None = None):
+    def run(self, k: int, ids: np.ndarray, main: Clock, aux: Clock | None = None, *,
+            mini_batches: int | None = None, skip: frozenset[str] = frozenset()):
         """Consume ``ids`` at iteration k on ``main`` (forward stages on ``aux`` when given, in
-        parallel with the actor's own forwards). A simpy process body: yield from it."""
+        parallel with the actor's own forwards). ``mini_batches``: optimizer steps per epoch (default
+        the workload's); ``skip``: stage names not run (e.g. old_logprob when the rollout's own
+        log-probs are used). A simpy process body: yield from it."""
         ctx = self.ctx
         env, flat = ctx.env, ctx.store.flat()
         ids = np.sort(ids)   # mini-batches in generation order, not finish order (no length bias)
@@ -77,8 +80,8 @@ class TrainStep:
         yield from ctx.queue.read(load)
         main.busy("fetch", env.now, k, label="distqueue", cause="data")
         ctx.add_stage_time("fetch", env.now - t_start)
-        t_forward = self._forwards(k, lens, main, aux, env.now)
-        t_end = self._optimizer_steps(k, lens, main, aux, t_forward)
+        t_forward = self._forwards(k, lens, main, aux, env.now, skip)
+        t_end = self._optimizer_steps(k, lens, main, aux, t_forward, mini_batches or self.workload.mini_batches)
         yield env.timeout(t_end - env.now)
         version = flat["version"][ids]
         ctx.iterations.append({
@@ -87,11 +90,12 @@ class TrainStep:
             "staleness_mean": float(np.mean(k - version)), "staleness_max": float(np.max(k - version)),
             "queue_read_bytes": load.read_bytes, "queue_payload_bytes": load.payload_bytes})
 
-    def _forwards(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float) -> float:
+    def _forwards(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float,
+                  skip: frozenset[str]) -> float:
         """Forward stages: actor-side ones on main; reference / reward / critic on aux when split."""
         totals = self.ctx.totals
         ends = {"main": t0, "aux": t0}
-        for stage in self.ctx.alg.of_kind(FORWARD):
+        for stage in [st for st in self.ctx.alg.of_kind(FORWARD) if st.name not in skip]:
             side = "aux" if (aux is not None and stage.role != "actor") else "main"
             clock = aux if side == "aux" else main
             cost = self.costs.forward(stage.role, lens, clock.ranks)
@@ -102,10 +106,11 @@ class TrainStep:
             self.ctx.add_stage_time(stage.name, cost.time_s)
         return self._meet(k, main, aux, max(ends.values()))
 
-    def _optimizer_steps(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float) -> float:
+    def _optimizer_steps(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float,
+                         n_mini_batches: int) -> float:
         """ppo_epochs x mini-batches, each one optimizer step, per trained role."""
         totals = self.ctx.totals
-        mini_batches = np.array_split(np.arange(len(lens)), self.workload.mini_batches)
+        mini_batches = np.array_split(np.arange(len(lens)), n_mini_batches)
         ends = {"main": t0, "aux": t0}
         for stage in self.ctx.alg.of_kind(TRAIN):
             side = "aux" if (aux is not None and stage.role != "actor") else "main"

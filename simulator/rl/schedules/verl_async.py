@@ -1,0 +1,369 @@
+"""verl's fully_async_policy (../shared/reference/frameworks.md "fully_async_policy"): a Rollouter
+and a Trainer on split pools joined by a message queue.
+
+- A *sample* is one prompt with its n trajectories; all n run on one rollout server (an instance),
+  routed to the server with the fewest prompts assigned (near round-robin, not load-aware), at most
+  ``max_inflight_prompts_per_server`` prompts in flight per server.
+- Per parameter version the Rollouter may start at most (1 + staleness_threshold) x trigger x
+  require x mini prompts; at every version the count is reset to what is in flight + cancelled +
+  queued. Nothing is dropped for age: staleness is counted, not enforced.
+- The Trainer takes require x mini prompts from the queue per local update (its wait is verl's
+  ``gen``) and runs ``require_batches`` optimizer steps on them, with the rollout's own log-probs
+  (no old_log_prob pass); after ``trigger_parameter_sync_step`` local updates it bumps the version
+  and blocks on the weight sync. One logged step = one version.
+- At a sync with ``partial_rollout`` (acts only when staleness_threshold > 0) in-flight requests are
+  cancelled keeping their tokens and resubmitted first afterwards, re-prefilling prompt + partial
+  response (the KV cache is cleared at every sync); without it the sync waits for every in-flight
+  request to finish, on the Trainer's critical path. Generation pauses during the sync.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from ...scenario import VerlFullyAsyncSchedule
+from ..costs import RolloutServer
+from ..distqueue import payload_bytes_each
+from ..timeline import GroupClock
+from .batches import SeqBatch
+from .context import Context
+from .registry import SchedulePolicy, register
+
+NO_OLD_LOG_PROB = frozenset({"old_logprob"})   # fully async trains on the rollout's log-probs
+
+
+@dataclass
+class PromptGroup:
+    """One prompt and its n trajectories on their way through the Rollouter."""
+    index: int
+    seqs: SeqBatch
+    started_s: float = 0.0
+    first_version: int = -1
+    server: int = -1
+    generated: np.ndarray = field(default_factory=lambda: np.zeros(0, int))   # tokens per trajectory
+    finish_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    versions: set[int] = field(default_factory=set)                          # versions it generated under
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, int))        # sample-store ids once complete
+    running: int = 0                                                         # trajectories submitted, not done
+
+    def __post_init__(self) -> None:
+        n = len(self.seqs)
+        self.generated, self.finish_s = np.zeros(n, int), np.full(n, np.nan)
+
+    @property
+    def open(self) -> np.ndarray:
+        return np.flatnonzero(np.isnan(self.finish_s))
+
+
+class PromptSource:
+    """Prompts in draw order: the groups of round 0, then round 1, ... (RoundDraws)."""
+
+    def __init__(self, ctx: Context):
+        self.draws, self.n = ctx.draws, ctx.workload.samples_per_prompt
+        self.round, self.offset, self.count = 0, 0, 0
+
+    def next(self) -> PromptGroup:
+        batch = self.draws.draw(self.round)
+        if self.offset >= len(batch):
+            self.round, self.offset = self.round + 1, 0
+            batch = self.draws.draw(self.round)
+        seqs = batch.take(np.arange(self.offset, self.offset + self.n))
+        self.offset += self.n
+        self.count += 1
+        return PromptGroup(self.count - 1, seqs)
+
+
+class Rollouter:
+    """The rollout servers, the per-version quota, the message queue of complete samples."""
+
+    def __init__(self, run: VerlFullyAsyncRun):
+        self.run_, self.ctx, self.env = run, run.ctx, run.env
+        sched, d = run.sched, run.ctx.costs.instance_devices
+        pool = self.ctx.pools["rollout"]
+        n_servers = pool.count // d
+        ranks = pool.ranks
+        self.servers: list[RolloutServer] = [self.ctx.costs.rollout_server(ranks[i * d:(i + 1) * d])
+                                             for i in range(n_servers)]
+        self.clocks = [GroupClock(self.ctx.timeline, "rollout", ranks[i * d], d) for i in range(n_servers)]
+        self.ctx.clocks.extend(self.clocks)
+        self.inflight: list[dict[int, PromptGroup]] = [{} for _ in range(n_servers)]
+        self.cap = sched.max_inflight_prompts_per_server
+        self.source = PromptSource(self.ctx)
+        self.queue: deque[PromptGroup] = deque()       # complete samples, in completion order
+        self.cancelled: deque[PromptGroup] = deque()   # partial samples to resubmit first
+        self.version, self.started = 0, 0
+        self.started_per_version: list[int] = []
+        self.paused = self.draining = self.done = False
+        self._heap: list[tuple[float, int]] = []
+        self._next = [math.inf] * n_servers
+        self._busy = [False] * n_servers
+        self.wake = self.env.event()
+        self.data = self.env.event()
+        self.drained = self.env.event()
+        self.partial_count = 0
+        self.max_partial_span = 0
+
+    # ---- events ----------------------------------------------------------------------------------
+    def _fire(self, name: str) -> None:
+        event = getattr(self, name)
+        setattr(self, name, self.env.event())
+        event.succeed()
+
+    def process(self):
+        env = self.env
+        while not self.done:
+            self._step(env.now)
+            t_next = self._heap[0][0] if self._heap else math.inf
+            events = [self.wake] if math.isinf(t_next) else [self.wake, env.timeout(max(0.0, t_next - env.now))]
+            yield env.any_of(events)
+
+    def _step(self, now: float) -> None:
+        while self._heap and self._heap[0][0] <= now:
+            t, i = heapq.heappop(self._heap)
+            if t != self._next[i]:
+                continue
+            for done in self.servers[i].advance_to(now):
+                self._finished(i, int(done.seq_id), float(done.time_s))
+            self._touch(i, now)
+        if self.draining and not any(self.inflight):
+            self.draining = False
+            self._fire("drained")
+        if not (self.paused or self.draining):
+            self._admit(now)
+
+    def _touch(self, i: int, now: float) -> None:
+        """Server i changed: its next event on the heap, and its clock's busy / idle record."""
+        t = self.servers[i].next_event_time()
+        self._next[i] = t
+        if not math.isinf(t):
+            heapq.heappush(self._heap, (t, i))
+        busy = self.servers[i].load > 0
+        if busy != self._busy[i]:
+            clock = self.clocks[i]
+            if busy:
+                cause = "long_tail" if (self.paused or self.draining) else "dependency"
+                clock.idle(cause, now, self.version, label="quota" if cause == "dependency" else "")
+            else:
+                clock.busy("generate", now, self.version, label=f"version {self.version}")
+            self._busy[i] = busy
+
+    # ---- admission and completion ------------------------------------------------------------
+    def _admit(self, now: float) -> None:
+        while self.cancelled or self.started < self.run_.quota:
+            server = min(range(len(self.servers)), key=lambda j: (len(self.inflight[j]), j))
+            if len(self.inflight[server]) >= self.cap:
+                return
+            if self.cancelled:
+                group = self.cancelled.popleft()
+            else:
+                group = self.source.next()
+                group.started_s, group.first_version = now, self.version
+                self.started += 1
+            self._submit(group, server, now)
+
+    def _submit(self, group: PromptGroup, server: int, now: float) -> None:
+        n = self.ctx.workload.samples_per_prompt
+        open_ = group.open
+        group.server = server
+        group.running = len(open_)
+        group.versions.add(self.version)
+        seqs = group.seqs
+        self.servers[server].add_many(group.index * n + open_, seqs.prompt_len[open_], seqs.target_len[open_],
+                                      now, group.generated[open_])
+        self.inflight[server][group.index] = group
+        self._touch(server, now)
+
+    def _finished(self, server: int, seq_id: int, t: float) -> None:
+        n = self.ctx.workload.samples_per_prompt
+        group = self.inflight[server][seq_id // n]
+        group.finish_s[seq_id % n] = t
+        group.generated[seq_id % n] = group.seqs.target_len[seq_id % n]
+        group.running -= 1
+        if not group.running:
+            del self.inflight[server][group.index]
+            self._complete(group, t)
+
+    def _complete(self, group: PromptGroup, t: float) -> None:
+        """All n trajectories are done: into the sample store and DistQueue; into the message queue
+        unless dropped (DAPO no_signal / surplus)."""
+        ctx, seqs = self.ctx, group.seqs
+        reward_s = ctx.costs.reward_cpu_s(len(seqs), self.ctx.pools["rollout"].ranks) if ctx.rule_reward else 0.0
+        span = len(group.versions)
+        if span > 1:
+            self.partial_count += len(seqs)
+            self.max_partial_span = max(self.max_partial_span, span)
+        ids = ctx.store.add(round_=seqs.round, group=seqs.group, prompt_len=seqs.prompt_len,
+                            response_len=seqs.target_len, generated_tokens=seqs.target_len, version=self.version,
+                            first_version=np.full(len(seqs), group.first_version), start=group.started_s,
+                            finish=group.finish_s, ready=np.full(len(seqs), t + reward_s),
+                            dropped=seqs.drop_reason != "", drop_reason=seqs.drop_reason)
+        lens = seqs.prompt_len + seqs.target_len
+        ctx.queue.write(payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len),
+                        np.full(len(seqs), t + reward_s))
+        tokens = float(lens.sum())
+        ctx.totals.gen_flops += tokens * ctx.costs.train_flops_per_token(float(lens.mean()) / 2) / 3
+        ctx.totals.generated_tokens += float(seqs.target_len.sum())
+        if (seqs.drop_reason != "").any():
+            self.started -= 1          # a filtered group (DAPO) frees its place: another prompt is generated
+        else:
+            group.ids = ids
+            self.queue.append(group)
+            self._fire("data")
+
+    # ---- the weight sync ---------------------------------------------------------------------
+    def begin_sync(self, partial: bool, now: float) -> simpy.Event:
+        """Stop generating for a sync: cancel in flight keeping tokens (partial) or drain. Returns
+        the event that fires when no request is in flight."""
+        self.paused = True
+        self._step(now)
+        if partial:
+            for i, server in enumerate(self.servers):
+                result = server.interrupt(now)
+                for done in result.finished:
+                    self._finished(i, int(done.seq_id), float(done.time_s))
+                n = self.ctx.workload.samples_per_prompt
+                for part in result.partial:
+                    group = self.inflight[i][int(part.seq_id) // n]
+                    group.generated[int(part.seq_id) % n] = int(part.generated)
+                for group in sorted(self.inflight[i].values(), key=lambda g: g.index):
+                    self.cancelled.append(group)
+                self.inflight[i].clear()
+                self._touch(i, now)
+        self._fire("wake")
+        if not any(self.inflight):
+            return self.env.timeout(0.0)
+        self.draining = True
+        return self.drained
+
+    def end_sync(self, version: int, now: float) -> None:
+        """New weights: the per-version count restarts at in flight + cancelled + queued."""
+        self.started_per_version.append(self.started)
+        self.version = version
+        self.started = sum(len(x) for x in self.inflight) + len(self.cancelled) + len(self.queue)
+        self.paused = False
+        self._fire("wake")
+
+
+class VerlFullyAsyncRun:
+    def __init__(self, ctx: Context):
+        self.ctx, self.env, self.sched = ctx, ctx.env, ctx.sched
+        sched, mini = ctx.sched, ctx.workload.mini_batch_prompts or ctx.workload.prompts_per_step
+        self.per_update = sched.require_batches * mini                 # prompts per local update
+        self.per_version = sched.trigger_parameter_sync_step * self.per_update
+        self.quota = math.floor((1 + sched.staleness_threshold) * self.per_version + 1e-9)
+        self.partial = sched.partial_rollout and sched.staleness_threshold > 0
+        train = ctx.pools["train"]
+        self.trainer_clock = GroupClock(ctx.timeline, "train", train.start, train.count)
+        ctx.clocks.append(self.trainer_clock)
+        ctx.start_clock(self.trainer_clock)
+        self.sync_s = ctx.costs.weight_sync_s(train.ranks, ctx.pools["rollout"].ranks)
+        self.rollouter = Rollouter(self)
+        self.versions: list[dict[str, float]] = []
+        self.finished = self.env.event()
+
+    def run(self) -> float:
+        ctx, env = self.ctx, self.env
+        env.process(self.rollouter.process())
+        env.process(self._trainer())
+        env.run(until=self.finished)
+        makespan = env.now
+        self.rollouter.done = True
+        rollout = ctx.pools["rollout"]
+        used = len(self.rollouter.servers) * ctx.costs.instance_devices
+        if used < rollout.count:
+            GroupClock(ctx.timeline, "rollout", rollout.start + used, rollout.count - used).idle("placement", makespan)
+        busy = sum(server.busy_s for server in self.rollouter.servers) / max(1, len(self.rollouter.servers))
+        ctx.add_stage_time("generate", busy)
+        ctx.extra["verl"] = self._report()
+        return makespan
+
+    def _trainer(self):
+        ctx, env = self.ctx, self.env
+        if ctx.start_s > 0:
+            yield env.timeout(ctx.start_s - env.now)
+        for k in range(ctx.scenario.iterations):
+            t0, first = env.now, len(ctx.iterations)
+            stage0 = dict(ctx.totals.stage_time_s)
+            gen_s = 0.0
+            for _ in range(self.sched.trigger_parameter_sync_step):
+                t_wait = env.now
+                groups = yield from self._take(k)
+                gen_s += env.now - t_wait
+                ids = np.concatenate([g.ids for g in groups])
+                yield from ctx.trainer.run(k, ids, self.trainer_clock, mini_batches=self.sched.require_batches,
+                                           skip=NO_OLD_LOG_PROB)
+            t_sync = env.now
+            yield from self._sync(k)
+            self._merge_iterations(first, env.now)
+            spent = {key: ctx.totals.stage_time_s.get(key, 0.0) - stage0.get(key, 0.0)
+                     for key in ("train_actor", "reference", "fetch")}
+            self.versions.append({"version": k, "step_s": env.now - t0, "gen_s": gen_s,
+                                  "update_actor_s": spent["train_actor"], "ref_s": spent["reference"],
+                                  "sync_s": env.now - t_sync, "idle_ratio": gen_s / max(env.now - t0, 1e-12)})
+        self.finished.succeed()
+
+    def _take(self, k: int):
+        """Wait for require x mini complete samples (verl's ``gen``), oldest first."""
+        rollouter, clock = self.rollouter, self.trainer_clock
+        while len(rollouter.queue) < self.per_update:
+            yield rollouter.data
+        clock.idle("dependency", self.env.now, k, label="gen")
+        return [rollouter.queue.popleft() for _ in range(self.per_update)]
+
+    def _sync(self, k: int):
+        env, rollouter, clock = self.env, self.rollouter, self.trainer_clock
+        yield rollouter.begin_sync(self.partial, env.now)
+        clock.idle("long_tail", env.now, k, label="wait for in-flight requests")
+        t_end = env.now + self.sync_s
+        clock.busy("sync", t_end, k, label="weight_sync", cause="weight_sync")
+        for server_clock in rollouter.clocks:
+            if server_clock.cursor <= env.now:
+                server_clock.idle("long_tail", env.now, k)
+                server_clock.busy("sync", t_end, k, label="weight_sync", cause="weight_sync")
+        self.ctx.add_stage_time("weight_sync", self.sync_s)
+        yield env.timeout(self.sync_s)
+        rollouter.end_sync(k + 1, env.now)
+
+    def _merge_iterations(self, first: int, end: float) -> None:
+        """The version's local updates as one logged step (verl sums their timings)."""
+        parts = self.ctx.iterations[first:]
+        del self.ctx.iterations[first:]
+        samples = sum(p["samples"] for p in parts)
+        merged = {"iteration": parts[0]["iteration"], "start": parts[0]["start"], "train_end": parts[-1]["train_end"],
+                  "samples": samples, "end": end}
+        for key in ("tokens", "response_tokens", "queue_read_bytes", "queue_payload_bytes"):
+            merged[key] = float(sum(p[key] for p in parts))
+        merged["staleness_mean"] = float(sum(p["staleness_mean"] * p["samples"] for p in parts) / max(1, samples))
+        merged["staleness_max"] = float(max(p["staleness_max"] for p in parts))
+        self.ctx.iterations.append(merged)
+
+    def _report(self) -> dict:
+        """verl's own quantities (timing_s/*, fully_async/*, trainer/idle_ratio)."""
+        flat, rollouter = self.ctx.store.flat(), self.rollouter
+        consumed = flat["consumed_iteration"] >= 0
+        stale = int(np.sum(consumed & (flat["first_version"] < flat["consumed_iteration"])))
+        n_consumed = int(consumed.sum())
+        mean = {key: float(np.mean([v[key] for v in self.versions])) if self.versions else 0.0
+                for key in ("step_s", "gen_s", "update_actor_s", "ref_s", "sync_s", "idle_ratio")}
+        return {"prompts_per_version": self.per_version, "quota_prompts": self.quota,
+                "started_per_version": list(rollouter.started_per_version), "per_version": self.versions,
+                "timing_s": {"step": mean["step_s"], "gen": mean["gen_s"], "update_actor": mean["update_actor_s"],
+                             "ref": mean["ref_s"], "weight_sync": mean["sync_s"]},
+                "idle_ratio": mean["idle_ratio"], "stale_trajectory_processed": stale,
+                "partial_ratio": rollouter.partial_count / max(1, len(flat["sample"])),
+                "max_partial_span": rollouter.max_partial_span, "trajectories_consumed": n_consumed}
+
+
+def run(ctx: Context) -> float:
+    return VerlFullyAsyncRun(ctx).run()
+
+
+POLICY = register(SchedulePolicy(
+    VerlFullyAsyncSchedule, run, "verl fully_async_policy: Rollouter and Trainer joined by a message queue, "
+    "a per-version prompt quota (staleness_threshold), partial rollouts cancelled at a sync",
+    supports_partial_rollout=True, partial_rollout_segments=False))
