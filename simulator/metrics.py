@@ -90,6 +90,41 @@ def rollout_utilization(rec: RunRecord) -> dict[str, float]:
             "generate_instance_s": inst}
 
 
+# verl's timing_s/<name> phases (../shared/reference/frameworks.md) from rlsim's stages, per step:
+# gen = generate (the whole round, to its last sequence), reward = a reward-model forward plus, in the
+# hybrid engine, the wait for the rule rewards after the round (idle, label "reward"; in one-step-off
+# the previous generation's rule rewards are inside wait_prev_gen),
+# old_log_prob = old_logprob, ref = reference, values = critic_values, update_critic = train_critic,
+# update_actor = train_actor; one_step_off_policy: wait_prev_gen = the trainer's wait for the
+# previous generation (from its weight sync to the start of its next step) instead of gen;
+# other = step - the named phases (switches, resharding / weight sync, DistQueue fetch: verl's glue).
+VERL_PHASES = {"generate": "gen", "reward": "reward", "old_logprob": "old_log_prob", "reference": "ref",
+               "critic_values": "values", "train_critic": "update_critic", "train_actor": "update_actor"}
+
+
+def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | None:
+    """verl's phase names for the colocated hybrid engine (kind colocated, fuse full: every stage on
+    the same cards, one after the other) and one_step_off_policy (kind one-step-off); None otherwise."""
+    sched, its = rec.scenario.schedule, rec.iterations
+    hybrid = sched.kind == "colocated" and sched.fuse == "full"
+    if not (hybrid or sched.kind == "one-step-off") or rec.failures or not its:
+        return None
+    n = len(its)
+    per_step = {k: v / n for k, v in rec.stage_time_s.items()}
+    out = {name: per_step.get(stage, 0.0) for stage, name in VERL_PHASES.items()
+           if stage in per_step or name in ("gen", "reward", "old_log_prob", "ref", "update_actor")}
+    ends = [0.0] + [float(it["end"]) for it in its]
+    if hybrid and "actor" in rec.pools:   # the wait for the rule rewards, as a share of the actor's devices
+        wait = timeline[(timeline["pool"] == "actor") & (timeline["state"] == "idle") & (timeline["label"] == "reward")]
+        out["reward"] += float(device_seconds(wait).sum()) / rec.pools["actor"].count / n
+    if not hybrid:   # the trainer does not generate: its wait for the previous generation instead
+        del out["gen"]
+        out["wait_prev_gen"] = float(np.mean([it["start"] - ends[i] for i, it in enumerate(its)]))
+    out["step"] = (ends[-1] - ends[0]) / n
+    out["other"] = out["step"] - sum(v for k, v in out.items() if k != "step")
+    return out
+
+
 def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> dict:
     sc = rec.scenario
     T = rec.makespan_s
@@ -139,6 +174,9 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
         "rollout": rollout_utilization(rec),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
     }
+    verl = verl_timing(rec, timeline)
+    if verl is not None:      # verl's timing_s/<name> phases, seconds per step
+        out["verl_timing_s"] = verl
     if rec.planning_s > 0:    # layout: auto (state plan at the start of the timeline)
         out["planning_s"] = rec.planning_s
     if rec.failures:          # schedule.failures (rl/schedules/failures.py)

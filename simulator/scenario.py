@@ -418,22 +418,45 @@ class VerlFullyAsyncSchedule(ScheduleConfig):
 
 
 class NemoAsyncSchedule(ScheduleConfig):
-    """NeMo RL async GRPO on split pools: trajectories up to max_trajectory_age_steps versions old,
-    optional in-flight weight updates."""
+    """NeMo RL async GRPO on split pools (rl/schedules/nemo_rl.py): a trajectory whose generation
+    started with weights v trains at step k only if k - v <= max_trajectory_age_steps (older ones are
+    dropped as stale), generation runs ahead up to that bound; in_flight_weight_updates: the engines
+    take new weights between decode steps (KV kept) instead of draining first (frameworks.md)."""
     ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | NEMO_ASYNC_KNOBS
     PLACEMENT: ClassVar[str] = "disaggregated"
     RUNS_AHEAD: ClassVar[bool] = True
     kind: Literal["nemo-rl-async"] = "nemo-rl-async"
 
+    @property
+    def effective_staleness(self) -> float:
+        return float(self.max_trajectory_age_steps)
+
+    @property
+    def cuts_generation(self) -> bool:
+        """Generation is cut at a weight update (rl/llm_costs.py keeps engine copies for it)."""
+        return self.in_flight_weight_updates
+
 
 class ArealSchedule(ScheduleConfig):
-    """AReaL: generation never stops; max_head_offpolicyness bounds the lag of a trajectory's oldest
-    token; interruptible generation. Typical split 3/4 generating (frameworks.md)."""
+    """AReaL (rl/schedules/areal.py): generation never stops; max_head_offpolicyness bounds the lag of
+    a trajectory's oldest token (step k consumes it iff k - first_version <= bound, and no prompt
+    starts whose weights would already be too old); interruptible generation continues in-flight
+    sequences with the new weights after re-prefilling their prefix. Typical split 3/4 generating."""
     ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | AREAL_KNOBS
     PLACEMENT: ClassVar[str] = "disaggregated"
     RUNS_AHEAD: ClassVar[bool] = True
     kind: Literal["areal"] = "areal"
+    # AReaL's typical split: 3/4 of the devices generate, 1/4 train (frameworks.md)
     rollout_fraction: float = Field(0.75, gt=0, lt=1)
+
+    @property
+    def effective_staleness(self) -> float:
+        return float(self.max_head_offpolicyness)
+
+    @property
+    def cuts_generation(self) -> bool:
+        """Generation is cut at a weight update (rl/llm_costs.py keeps engine copies for it)."""
+        return self.interruptible
 
 
 SCHEDULE_CLASSES: dict[str, type[ScheduleConfig]] = {

@@ -39,6 +39,8 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
             t.add_row(f"  bubble: {cause}", f"{frac:.1%}")
     for stage, sec in s["stage_time_s"].items():
         t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
+    for phase, sec in (s.get("verl_timing_s") or {}).items():
+        t.add_row(f"  verl timing_s/{phase}", _fmt(sec, " s"))
     console.print(t)
     if out_dir:
         console.print(f"wrote {out_dir}/ (scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev)")

@@ -124,8 +124,10 @@ class LlmCosts:
         self.reuse = scenario.schedule.reuse_stage_costs
         sched = scenario.schedule
         # rounds cut mid-generation (StaleSync tail consolidation, over-provisioning): keep engine copies
-        self._interrupts = sched.overprovision > 0 or (sched.effective_placement == "colocated"
-                                                       and sched.effective_staleness >= 1 and sched.effective_threshold < 1)
+        # and kinds that cut generation at a weight update (NeMo in-flight updates, AReaL interruptible)
+        self._interrupts = sched.overprovision > 0 or bool(getattr(sched, "cuts_generation", False)) or (
+            sched.effective_placement == "colocated" and sched.effective_staleness >= 1
+            and sched.effective_threshold < 1)
         self.balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)

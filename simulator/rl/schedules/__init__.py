@@ -7,6 +7,8 @@ stalesync      colocated*      1*         0.5*       colocated (split + tail con
 disaggregated  split pools     0          1          disaggregated.SplitPoolRun
 one-step-off   split pools     1*         1          disaggregated.SplitPoolRun
 async          split pools     1*         0*         disaggregated.SplitPoolRun (+ partial_rollout)
+nemo-rl-async  split pools     max_age    0          nemo_rl.NemoRun (segments: in-flight weight updates)
+areal          split pools     eta        0          areal.ArealRun (segments: interruptible generation)
 (* = default, overridable in ``schedule:``)
 
 Runner parts: batches (SeqBatch, RoundDraws), generation (one instance's round), training (the
@@ -21,7 +23,15 @@ from ...errors import RlsimError
 from ...scenario import Scenario
 from ..costs import Costs
 from ..pools import build_pools
-from . import colocated, disaggregated, registry, stalesync, verl_async  # noqa: F401  (register the built-in kinds)
+from . import (  # noqa: F401  (register the built-in kinds)
+    areal,
+    colocated,
+    disaggregated,
+    nemo_rl,
+    registry,
+    stalesync,
+    verl_async,
+)
 from .batches import Sampler
 from .context import Context, RunRecord
 from .failures import Replanner, ReplanOutcome, SameLayoutReplanner, check_supported

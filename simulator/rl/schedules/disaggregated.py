@@ -144,7 +144,12 @@ class Trainer:
         clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
         clock.idle("long_tail", env.now, k)
         yield from ctx.trainer.run(k, ids, clock)
-        clock.busy("sync", env.now + run.sync_s, k, label="weight_sync", cause="weight_sync")
+        yield from self._publish(k)
+
+    def _publish(self, k: int):
+        """Send the new weights and publish version k + 1 (the rollout side picks them up itself)."""
+        run, ctx, env = self.run_, self.run_.ctx, self.run_.env
+        run.trainer_clock.busy("sync", env.now + run.sync_s, k, label="weight_sync", cause="weight_sync")
         yield env.timeout(run.sync_s)
         ctx.add_stage_time("weight_sync", run.sync_s)
         ctx.iterations[-1]["end"] = env.now

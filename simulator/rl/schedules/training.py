@@ -23,6 +23,10 @@ class TrainStep:
         # StaleSync starts a step on the threshold share (the tail joins the next batch); every other
         # policy trains on full batches.
         self.min_batch = ceil_count(self.threshold * self.batch) if self.sched.kind == "stalesync" else self.batch
+        # The weights version a sample's age is measured from: "version" (the weights that finished it;
+        # every rlsim kind) or "first_version" (its oldest token: AReaL's head off-policyness, NeMo RL's
+        # rule where a trajectory can take new weights mid-generation). The runner sets it.
+        self.age_column = "version"
 
     # ---- which samples ------------------------------------------------------------------------
     def ready_time(self, k: int, known_complete: bool) -> tuple[float, np.ndarray]:
@@ -33,7 +37,7 @@ class TrainStep:
         flat, pending = store.flat(), store.pending()
         if not len(pending):
             return math.inf, pending
-        eligible = pending[flat["version"][pending] >= min_version(k, self.staleness)]
+        eligible = pending[flat[self.age_column][pending] >= min_version(k, self.staleness)]
         if len(eligible) < self.min_batch:
             return math.inf, eligible[:0]
         ready = flat["ready"][eligible]
@@ -46,20 +50,20 @@ class TrainStep:
             elif not known_complete:
                 return math.inf, eligible[:0]
         available = eligible[ready <= t]
-        order = np.lexsort((flat["ready"][available], flat["version"][available]))  # oldest weights first
+        order = np.lexsort((flat["ready"][available], flat[self.age_column][available]))  # oldest weights first
         return t, available[order[: self.batch]]
 
     def drop_stale(self, k: int) -> None:
         store = self.ctx.store
         flat, pending = store.flat(), store.pending()
-        stale = pending[flat["version"][pending] < min_version(k, self.staleness)]
+        stale = pending[flat[self.age_column][pending] < min_version(k, self.staleness)]
         if len(stale):
             store.drop(stale, "stale")
 
     def eligible_leftover(self, k: int) -> int:
         """Pending samples that step k may still consume."""
         flat, pending = self.ctx.store.flat(), self.ctx.store.pending()
-        return int(np.sum(flat["version"][pending] >= min_version(k, self.staleness))) if len(pending) else 0
+        return int(np.sum(flat[self.age_column][pending] >= min_version(k, self.staleness))) if len(pending) else 0
 
     # ---- the step -----------------------------------------------------------------------------
     def run(self, k: int, ids: np.ndarray, main: Clock, aux: Clock | None = None, *,

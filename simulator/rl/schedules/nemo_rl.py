@@ -1,0 +1,116 @@
+"""NeMo RL async GRPO (kind ``nemo-rl-async``) on split pools (frameworks.md, "NeMo RL").
+
+- Age rule: a trajectory whose generation started with weights v trains at step k iff
+  k - v <= max_trajectory_age_steps; older pending ones are dropped as ``stale``. The age is taken
+  from the trajectory's oldest token (``first_version``): with in-flight updates a trajectory's
+  tokens span versions, and the oldest bounds them all.
+- Run-ahead: rollout round r (the trajectories meant for step r) starts once the weights are at
+  least r - max_age (the ``VersionGate``), so generation runs up to max_age steps ahead.
+- A weight update is one broadcast the trainer and every rollout instance take part in
+  (``sync_s`` on both sides at the same time). Without ``in_flight_weight_updates`` the update
+  waits until every instance has drained its in-flight batch (no instance starts a new one
+  meanwhile), and that wait is on the trainer's critical path. With it, the update happens as
+  soon as the trainer is done: each instance's engine pauses between decode steps for the weight
+  load and continues its sequences with their KV kept (no re-prefill) under the new version.
+NeMo RL's on-policy colocated GRPO is the ``colocated`` kind.
+"""
+from __future__ import annotations
+
+from ...scenario import NemoAsyncSchedule
+from ..timeline import clock_over, clock_parts
+from .batches import SeqBatch
+from .context import Context
+from .disaggregated import SplitPoolRun, Trainer
+from .registry import SchedulePolicy, register
+from .segments import SegmentedInstance, check_cuttable, continuation
+from .staleness import TIME_TOL_S
+
+
+class NemoInstance(SegmentedInstance):
+    """One vLLM engine: generates one round's share per plan; waits while a refit drains."""
+
+    def _admit(self) -> SeqBatch:
+        ctx, r = self.run_.ctx, self.round
+        self.round += 1
+        self.run_.planned[r] = self.run_.planned.get(r, 0) + 1
+        return ctx.draws.share(r, self.index, self.run_.n_inst)
+
+    def _may_start(self) -> bool:
+        return not self.run_.paused
+
+    def take_update(self, t: float, version: int, sync_s: float, k: int) -> None:
+        """The weight update at time t: a plan in flight pauses for the load and continues (in-flight
+        updates; without them no plan is in flight here), an idle instance loads the weights."""
+        clock = self.clock
+        if self.plan is not None and t >= self.plan.t0 + self.plan.end_s - TIME_TOL_S:
+            self.commit()                                  # it finishes at this very instant
+        if self.plan is not None:
+            plan = self.plan
+            carry = self.commit(stop_at=t)
+            self.plan, self.carry = continuation(plan, carry, t - plan.t0, t + sync_s, version), SeqBatch.empty()
+        else:
+            clock.idle("dependency", t, k)
+        clock.busy("sync", t + sync_s, k, label="weight_sync (in flight)" if self.plan else "weight_sync",
+                   cause="weight_sync")
+        self.version = version
+
+
+class NemoTrainer(Trainer):
+    """Trains like every split-pool trainer; the refit waits for the drain unless updates are in flight."""
+
+    def _publish(self, k: int):
+        run, ctx, env = self.run_, self.run_.ctx, self.run_.env
+        clock = run.trainer_clock
+        if not ctx.sched.in_flight_weight_updates:
+            run.paused = True
+            while run.generating:
+                yield run.drained
+            clock.idle("long_tail", env.now, k, label="refit waits for in-flight generation")
+        t = env.now
+        for inst in run.nemo_instances:
+            inst.take_update(t, k + 1, run.sync_s, k)
+        clock.busy("sync", t + run.sync_s, k, label="weight_sync", cause="weight_sync")
+        yield env.timeout(run.sync_s)
+        ctx.add_stage_time("weight_sync", run.sync_s)
+        ctx.iterations[-1]["end"] = env.now
+        run.paused = False
+        run.gate.publish(k + 1)
+
+
+class NemoRun(SplitPoolRun):
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        check_cuttable(ctx, ctx.sched.in_flight_weight_updates, "schedule.in_flight_weight_updates")
+        ctx.trainer.age_column = "first_version"
+        self.paused = False
+        self.generating: set[int] = set()
+        self.drained = self.env.event()
+        self.nemo_instances: list[NemoInstance] = []
+
+    def note_idle(self) -> None:
+        if not self.generating:
+            event, self.drained = self.drained, self.env.event()
+            event.succeed()
+
+    def spawn_instances(self, round_: int, version: int, t: float | None, resume_s: float = 0.0) -> None:
+        self.instances, self.instance_clocks, self.nemo_instances = [], [], []
+        for i in range(self.n_inst):
+            clock = clock_over(self.ctx.timeline, "rollout", self.roll[i * self.d:(i + 1) * self.d], t)
+            self.ctx.clocks.extend(clock_parts(clock))
+            self.ctx.start_clock(clock)
+            self.instance_clocks.append(clock)
+            inst = NemoInstance(self, i, clock, round_, version, resume_s)
+            self.nemo_instances.append(inst)
+            self.instances.append(self.env.process(inst.process()))
+
+    def start_trainer(self, first_step: int = 0, resume_s: float = 0.0) -> None:
+        self.trainer_proc = self.env.process(NemoTrainer(self, first_step, resume_s).process())
+
+
+def run(ctx: Context) -> float:
+    return NemoRun(ctx).run()
+
+
+POLICY = register(SchedulePolicy(
+    NemoAsyncSchedule, run, "NeMo RL async GRPO: split pools, trajectories up to max_trajectory_age_steps old, "
+    "optional in-flight weight updates"))

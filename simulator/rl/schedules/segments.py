@@ -1,0 +1,119 @@
+"""Rollout instances whose generation can be cut at a weight update (NeMo RL in-flight weight
+updates, AReaL interruptible generation), for split-pool runs built on ``SplitPoolRun``.
+
+An instance plans its sequences (``Generation.plan``) and commits them when the plan ends; a weight
+update in between cuts the plan at the update time (``Generation.commit(stop_s)``: what finished is
+stored with the old weights, the rest carries its tokens so far). What happens to the cut
+sequences is the kind's: NeMo's engine keeps their KV and continues after the weight load
+(``continuation``: the same engine run, shifted by the load time, no re-prefill); AReaL re-submits
+them with their prefix re-prefilled (``Generation.plan`` of the carried sequences).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import RlsimError
+from .batches import GenPlan, SeqBatch
+from .disaggregated import RolloutInstance, SplitPoolRun
+from .staleness import TIME_TOL_S
+
+
+def continuation(plan: GenPlan, carry: SeqBatch, stop_rel: float, t0: float, version: int) -> GenPlan:
+    """The rest of ``plan`` after a cut at ``plan.t0 + stop_rel`` as a plan from ``t0`` under ``version``:
+    every unfinished sequence keeps its KV and its place in the engine's batch, so its remaining
+    tokens finish at the same engine time as before, ``t0 - (plan.t0 + stop_rel)`` later (the
+    pause of the weight load). ``carry`` = the sequences ``commit(plan, stop_rel)`` carried."""
+    keep = np.flatnonzero(plan.finish > stop_rel)     # what commit carried (no length budget, no overprovision)
+    gen = (carry.done_len - plan.seqs.done_len[keep]).astype(float)
+    progress = None
+    if plan.progress_at is not None:
+        base = plan.progress_at
+
+        def progress(s: float) -> np.ndarray:
+            return np.maximum(base(s + stop_rel)[keep] - gen, 0.0)
+    return GenPlan(carry, plan.seg[keep] - gen.astype(int), plan.remaining[keep] - gen.astype(int),
+                   plan.finish[keep] - stop_rel, np.maximum(plan.start[keep] - stop_rel, 0.0), 0.0, t0, version,
+                   plan.ranks, progress)
+
+
+def check_cuttable(ctx, cuts: bool, knob: str) -> None:
+    """A cut plan's carry is recomputed from finish times: over-provisioning's own cut is not modelled with it."""
+    if cuts and ctx.sched.overprovision > 0:
+        raise RlsimError(f"schedule.overprovision is not modelled together with {knob}", source=ctx.scenario.source,
+                         field="schedule.overprovision", fix=f"set schedule.overprovision: 0 or {knob}: false")
+
+
+class SegmentedInstance(RolloutInstance):
+    """A rollout instance that generates in plans that a weight update may cut. Subclasses say which
+    rounds a plan admits (``_admit``) and what a cut does (the runner calls ``cut``)."""
+
+    def __init__(self, run: SplitPoolRun, index: int, clock, round_: int, version: int, resume_s: float):
+        super().__init__(run, index, clock, round_, version, resume_s)
+        self.plan: GenPlan | None = None
+        self.plan_round = round_
+        self.wake = run.env.event()
+
+    def _admit(self) -> SeqBatch:
+        """The new sequences of the next plan (advances ``self.round``)."""
+        raise NotImplementedError
+
+    def _may_start(self) -> bool:
+        return True
+
+    def _loop(self):
+        run, ctx, env, gate = self.run_, self.run_.ctx, self.run_.env, self.run_.gate
+        if ctx.start_s > 0 and self.resume_s == 0.0:
+            yield env.timeout(ctx.start_s - env.now)
+        while not gate.done:
+            if not len(self.carry):
+                yield from self._wait_gate()
+            while not self._may_start() and not gate.done:
+                yield gate.version_changed
+            if gate.done:
+                break
+            r, clock = self.round, self.clock
+            clock.idle("long_tail", min(max(ctx.round_end.get(r - 1, clock.cursor), clock.cursor), env.now), r)
+            clock.idle("dependency", env.now, r)
+            if gate.version > self.version:          # pick up the newest weights before generating
+                clock.busy("sync", env.now + run.sync_s, r, label="weight_sync", cause="weight_sync")
+                yield env.timeout(run.sync_s)
+                self.version = gate.version
+            self.plan_round = r
+            seqs = SeqBatch.concat(self.carry, self._admit())
+            self.carry = SeqBatch.empty()
+            self.plan = ctx.gen.plan(seqs, env.now, self.version, clock.ranks)
+            run.generating.add(self.index)
+            yield from self._until_plan_ends()
+            run.generating.discard(self.index)
+            run.note_idle()
+            gate.data()
+
+    def _until_plan_ends(self):
+        env = self.run_.env
+        while self.plan is not None:
+            wake, end = self.wake, self.plan.t0 + self.plan.end_s
+            yield env.any_of([env.timeout(max(0.0, end - env.now)), wake, *self._cut_events()])
+            if self.plan is not None and env.now >= end - TIME_TOL_S:
+                self.commit()
+            elif self.plan is not None and self._should_cut():
+                self.commit(stop_at=env.now)
+
+    def _cut_events(self) -> list:
+        return []
+
+    def _should_cut(self) -> bool:
+        return False
+
+    def commit(self, stop_at: float | None = None) -> SeqBatch:
+        """Commit the plan (to its end, or cut at ``stop_at``); the plan is done, its carry kept."""
+        plan, ctx, r = self.plan, self.run_.ctx, self.plan_round
+        stop = None if stop_at is None else stop_at - plan.t0
+        end, carry, _ = ctx.gen.commit(plan, stop_s=stop)
+        self.clock.busy("generate", end, r, label=f"round {r}")
+        ctx.add_stage_time("generate", (end - plan.t0) / self.run_.n_inst)
+        for q in range(r, self.round):
+            ctx.round_end[q] = max(ctx.round_end.get(q, 0.0), end)
+        self.plan, self.carry = None, carry
+        self.wake.succeed()
+        self.wake = self.run_.env.event()
+        return carry

@@ -1,0 +1,57 @@
+"""verl's timing_s phase names next to rlsim's own (metrics.verl_timing): they add up to the step."""
+import pytest
+
+import simulator
+from simulator.rl.costs import FakeCosts
+
+from .rl.schedules.test_schedules import const, lognormal, run, scenario
+
+NAMED = ("gen", "reward", "old_log_prob", "ref", "update_actor", "wait_prev_gen", "values", "update_critic")
+
+
+def test_hybrid_engine_phases_in_closed_form():
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.1, reward_s_per_sample=0.3,
+                  decode_s_per_token=1e-3, train_device_s_per_token=1e-3, forward_device_s_per_token=2e-4)
+    sc = scenario("colocated", iterations=3, workload={"reference": True})
+    s = run(sc, c, devices=8, prompt=const(100), resp=const(500))[3]
+    v = s["verl_timing_s"]
+    tokens = 64 * 600
+    # the queue takes the writes during the reward wait, so the trainer's fetch is its read alone
+    fetch = tokens * sc.schedule.distqueue.bytes_per_token / sc.schedule.distqueue.bw_Bps
+    assert v["gen"] == pytest.approx(0.5)
+    assert v["reward"] == pytest.approx(0.3)                      # the wait for the rule rewards
+    assert v["old_log_prob"] == pytest.approx(tokens * 2e-4 / 8) and v["ref"] == pytest.approx(tokens * 2e-4 / 8)
+    assert v["update_actor"] == pytest.approx(tokens * 1e-3 / 8)
+    assert v["other"] == pytest.approx(2 * 0.1 + fetch + 0.7)    # switches, fetch, resharding
+    assert v["step"] == pytest.approx(s["step_time_s"])
+    assert "wait_prev_gen" not in v
+
+
+@pytest.mark.parametrize("kind,workload", [("colocated", {}), ("one-step-off", {}), ("colocated", {"algorithm": "ppo"}),
+                                           ("one-step-off", {"reference": True})])
+def test_phases_add_up_to_the_step(kind, workload):
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, switch_s=0.2, reward_s_per_sample=0.05)
+    s = run(scenario(kind, iterations=4, seed=3, workload=workload), c, resp=lognormal(400, 1.0, 4000))[3]
+    v = s["verl_timing_s"]
+    assert sum(v.get(k, 0.0) for k in NAMED) + v["other"] == pytest.approx(v["step"], rel=1e-12)
+    assert v["other"] >= -1e-9 and all(v[k] >= 0 for k in v)
+    assert ("gen" in v) == (kind == "colocated") and ("wait_prev_gen" in v) == (kind == "one-step-off")
+    assert v["step"] == pytest.approx(s["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("kind,sched", [("async", {}), ("disaggregated", {}), ("colocated", {"fuse": "actor"}),
+                                        ("stalesync", {}), ("nemo-rl-async", {}), ("areal", {})])
+def test_only_the_verl_modes_carry_them(kind, sched):
+    s = run(scenario(kind, iterations=2, **sched))[3]
+    assert "verl_timing_s" not in s
+
+
+def test_on_a_real_workload_the_named_phases_cover_the_step():
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated",
+                           iterations=2, overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=4",
+                                                    "workload.mini_batch_prompts=8"])
+    v = r.summary["verl_timing_s"]
+    stages = r.summary["stage_time_s"]
+    assert v["gen"] == stages["generate"] and v["update_actor"] == stages["train_actor"]
+    assert v["other"] == pytest.approx(stages["switch_to_rollout"] + stages["switch_to_train"] + stages["fetch"]
+                                       + stages["weight_sync"], rel=1e-9)
