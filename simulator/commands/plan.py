@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario."""
+    from ..autoplan import train_batch
     from ..scenario import load_scenario
 
     rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
@@ -50,12 +51,16 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     workload = scn.workload if (args.scenario or args.model is None) else None
     topo_spec: Any = args.topology
     if topo_spec is None:
-        topo_spec = scn.topology if args.scenario else _DEFAULT_TOPOLOGY
+        # the workload's own topology whenever the workload is the scenario's (given or default):
+        # the default scenario's pangu-ultra-moe on one dgx-h100 node (8 devices) fits nowhere
+        topo_spec = scn.topology if workload is not None else _DEFAULT_TOPOLOGY
     model = args.model or (workload.model if workload else None)
-    batch = args.global_batch or (workload.batch_samples if workload else None)
-    seq = args.seq_len
-    if seq is None and workload is not None:
-        seq = int(workload.prompt_length.get("max", 0)) + int(workload.response_length.get("max", 0))
+    batch, seq = args.global_batch, args.seq_len
+    if workload is not None:
+        # what `rlsim run` trains (autoplan.train_batch): one optimizer step (the mini-batch, not the
+        # whole RL step), packed into rows of the run's pack width
+        rows, row_len = train_batch(scn)
+        batch, seq = batch or rows, seq or row_len
     missing = [n for n, v in (("--model", model), ("--global-batch", batch), ("--seq-len", seq)) if not v]
     if missing and args.stage == "train":
         raise RlsimError(f"missing {', '.join(missing)}", field=missing[0], fix="give it or a SCENARIO.yaml")
@@ -70,7 +75,6 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
-    from ..params import TRAIN_SOFTWARE
     from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
     from ..planner.evaluate import RolloutEvaluator, TrainingEvaluator
 
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w)
-        kwargs = {"space": settings.space.for_software(TRAIN_SOFTWARE[w.train_software]),
+        kwargs = {"space": plan_space(settings.space, w.train_software, section(args.overrides, "planner")),
                   "params": settings.params, "evaluator": evaluator}
         if args.target_tokens_per_s:
             plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
@@ -102,6 +106,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"answer: {rows[0]['devices']} devices reach {args.target_tokens_per_s:,.0f} tokens/s "
               f"({rows[0]['tokens_per_s']:,.0f} tokens/s with the layout ranked #1)")
     return 0
+
+
+def plan_space(space: Any, software: str, planner_keys: dict[str, Any]) -> Any:
+    """The search space narrowed to the stack; uneven pipeline stages (floor / ceil layer shares,
+    MCore's num_layers_in_first/last_pipeline_stage, what llm/training.py models) are searched for
+    stacks other than megatron-2021 unless planner.space.uneven_pp is given: with an exact split
+    only, a 61-layer model (pangu-ultra-moe, deepseek-v3) can pipeline only as PP 1 or 61."""
+    from ..params import MEGATRON_2021, TRAIN_SOFTWARE
+
+    if "uneven_pp" not in (planner_keys.get("space") or {}) and software != MEGATRON_2021.name:
+        space = space.model_copy(update={"uneven_pp": True})
+    return space.for_software(TRAIN_SOFTWARE[software])
 
 
 def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[dict[str, Any]]) -> None:

@@ -25,6 +25,18 @@ Provider = Callable[[], Iterable["Case"]]
 _PROVIDERS: list[tuple[str, Provider]] = []
 
 
+class Prediction(float):
+    """A predicted value with a `detail` line (e.g. the phase breakdown behind it); a plain float
+    returned by `Case.predict` works as well."""
+
+    detail: str
+
+    def __new__(cls, value: float, detail: str = "") -> Prediction:
+        obj = super().__new__(cls, value)
+        obj.detail = detail
+        return obj
+
+
 @dataclass(frozen=True)
 class Case:
     """One published figure and how to predict it. `predict` runs only when the case runs."""
@@ -53,6 +65,7 @@ class CaseResult:
     note: str = ""
     failure: str = ""           # why the prediction could not be made (empty when it ran)
     expect: str = "near"        # see Case.expect
+    detail: str = ""            # what the prediction rests on (Prediction.detail), e.g. per-phase times
 
     @property
     def ok(self) -> bool:
@@ -80,6 +93,8 @@ class CaseResult:
                                "note": self.note}
         if self.failure:
             out["failure"] = self.failure
+        if self.detail:
+            out["detail"] = self.detail
         return out
 
 
@@ -117,13 +132,14 @@ def run_case(case: Case) -> CaseResult:
     """Predict one case. A missing dependency or a user-type error is reported as a failure of
     the case (predicted None) rather than hiding the case; anything else propagates."""
     try:
-        predicted = float(case.predict())
+        raw = case.predict()
+        predicted = float(raw)
     except (RlsimError, ImportError) as exc:
         return CaseResult(case.case, case.metric, None, case.published, None, case.tolerance, case.source,
                           case.note, failure=f"{type(exc).__name__}: {exc}", expect=case.expect)
     error = predicted / case.published - 1.0
     return CaseResult(case.case, case.metric, predicted, case.published, error, case.tolerance, case.source,
-                      case.note, expect=case.expect)
+                      case.note, expect=case.expect, detail=getattr(raw, "detail", ""))
 
 
 def run_cases(select: str | None = None) -> list[CaseResult]:
@@ -132,4 +148,4 @@ def run_cases(select: str | None = None) -> list[CaseResult]:
     return [run_case(c) for c in cases]
 
 
-__all__ = ["Case", "CaseResult", "all_cases", "register", "run_case", "run_cases"]
+__all__ = ["Case", "CaseResult", "Prediction", "all_cases", "register", "run_case", "run_cases"]

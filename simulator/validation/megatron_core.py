@@ -1,0 +1,99 @@
+"""V7: Megatron-Core r0.8.0 on H100 (NVIDIA/Megatron-LM README model table; published-results.md V7).
+
+Setup assumptions (the table gives heads, hidden, layers, TP, PP, GPUs and batch; the rest is stated here):
+- GPT models as config.json-like mappings: FFN 4 x hidden (GELU; a SwiGLU FFN of 8/3 x 4h has the
+  same FLOPs), untied input / output embeddings (the untied embeddings reproduce the table's
+  parameter counts: 1.7B row = 1.21B layers + 2 x 0.27B), vocab 131,072, sequence 4096.
+- Topology `dgx-h100` with nodes = GPUs / 8; DP = GPUs / (TP x PP) = 48 on every row.
+- The default training stack `megatron-core` (params.TRAIN_SOFTWARE) with its own defaults
+  (selective recompute, distributed optimizer, sequence parallelism with TP, FlashAttention,
+  TP / DP / PP overlap), micro-batch 1, and the same interleaving rule as V1: the fewest model
+  chunks v >= 2 dividing the layers of a stage when PP > 1 (the README gives no per-row v).
+- One H100 efficiency for all rows: the device catalog's (no per-row constant).
+"""
+from __future__ import annotations
+
+import statistics
+from functools import lru_cache
+from typing import Any
+
+from . import Case, Prediction, register
+from .megatron import interleave_chunks
+
+SOURCE = "NVIDIA/Megatron-LM README (Megatron-Core r0.8.0, H100 BF16 model table; published-results.md V7)"
+SEQ_LEN = 4096
+VOCAB = 131_072
+DP = 48
+MICRO_BATCH = 1
+TARGET_MEDIAN = 0.08
+# (label, heads, hidden, layers, TP, PP, GPUs, batch, published TFLOP/s per GPU)
+ROWS: tuple[tuple[str, int, int, int, int, int, int, int, float], ...] = (
+    ("1.7b", 16, 2048, 24, 1, 1, 48, 192, 408.8),
+    ("7.1b", 32, 4096, 30, 2, 1, 96, 192, 465.9),
+    ("16b", 48, 6144, 32, 4, 1, 192, 192, 489.1),
+    ("32b", 56, 7168, 48, 8, 1, 384, 192, 459.6),
+    ("70b", 64, 8192, 84, 8, 2, 768, 384, 419.7),
+    ("119b", 80, 10240, 92, 8, 4, 1536, 768, 420.5),
+    ("177b", 96, 12288, 96, 8, 6, 2304, 1152, 432.8),
+    ("314b", 128, 16384, 96, 8, 8, 3072, 1536, 474.4),
+    ("462b", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
+)
+
+
+def gpt_config(layers: int, hidden: int, heads: int) -> dict[str, Any]:
+    """A config.json-like mapping of one V7 GPT model."""
+    return {"model_type": "gpt", "hidden_act": "gelu", "tie_word_embeddings": False,
+            "num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": 4 * hidden,
+            "num_attention_heads": heads, "num_key_value_heads": heads, "head_dim": hidden // heads,
+            "vocab_size": VOCAB, "max_position_embeddings": SEQ_LEN,
+            "position_embedding_type": "absolute", "norm_type": "layernorm",
+            "attention_bias": True, "mlp_bias": True}
+
+
+@lru_cache(maxsize=16)
+def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int):
+    """The TrainStepCost of one V7 row under the assumptions above."""
+    from ..hardware.topology import load_topology
+    from ..llm.architecture import load_model
+    from ..llm.train_presets import MEGATRON_CORE
+    from ..llm.training import train_step_cost, uniform_sequences
+
+    model = load_model(gpt_config(layers, hidden, heads))
+    topology = load_topology({"preset": "dgx-h100", "nodes": gpus // 8})
+    layout = MEGATRON_CORE.layout(tp=tp, pp=pp, vpp=interleave_chunks(layers, pp), dp=gpus // (tp * pp),
+                                  micro_batch=MICRO_BATCH)
+    return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN),
+                           params=MEGATRON_CORE.params)
+
+
+def tflops(row: tuple) -> float:
+    _label, heads, hidden, layers, tp, pp, gpus, batch, _pub = row
+    return float(predict_row(heads, hidden, layers, tp, pp, gpus, batch).tflops_per_device)
+
+
+def median_error() -> Prediction:
+    errors = [tflops(r) / r[-1] - 1 for r in ROWS]
+    return Prediction(statistics.median(abs(e) for e in errors),
+                      "signed errors: " + ", ".join(f"{r[0]} {e:+.1%}" for r, e in zip(ROWS, errors, strict=True)))
+
+
+def strong_scaling() -> Prediction:
+    """MFU of the 177B row (TP8 PP6, batch 1152) at 4,608 GPUs (DP 96) over its MFU at 96 GPUs
+    (DP 2); published 42% / 47%."""
+    small = predict_row(96, 12288, 96, 8, 6, 96, 1152).tflops_per_device
+    large = predict_row(96, 12288, 96, 8, 6, 4608, 1152).tflops_per_device
+    return Prediction(large / small, f"TFLOP/s per GPU {small:.0f} at 96 GPUs, {large:.0f} at 4,608")
+
+
+@register
+def cases():
+    for row in ROWS:
+        label, heads, hidden, layers, tp, pp, gpus, batch, published = row
+        yield Case(f"V7 megatron-core {label} tp{tp} pp{pp} {gpus}gpu", "TFLOP/s per GPU", published,
+                   lambda r=row: tflops(r), tolerance=TARGET_MEDIAN, source=SOURCE,
+                   note=f"dgx-h100, seq {SEQ_LEN}, vocab {VOCAB}, megatron-core defaults, micro-batch 1, "
+                        f"vpp {interleave_chunks(layers, pp)}, batch {batch}")
+    yield Case("V7 megatron-core median |error|", "|error|", TARGET_MEDIAN, median_error, expect="below",
+               source=SOURCE, note="acceptance target (issue 12)")
+    yield Case("V7 megatron-core strong scaling 177b 96->4608 gpu", "MFU ratio", 42 / 47, strong_scaling,
+               tolerance=0.1, source=SOURCE, note="batch 1152 fixed, TP8 PP6, DP 2 -> 96; published MFU 47% -> 42%")

@@ -1,0 +1,91 @@
+"""V6 (NeMo RL v0.5) and V7 (Megatron-Core r0.8.0) cases: built from the table, run or refused
+with the reason, never crashing `rlsim validate`; the aggregate lines exist."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.scenario import load_scenario
+from simulator.validation import all_cases, megatron_core, nemo_rl, run_case, run_cases
+
+
+def test_v6_has_one_row_per_table_row_and_pairs():
+    assert len(nemo_rl.ROWS) == 11
+    assert len({r.name for r in nemo_rl.ROWS}) == 11
+    assert [a.key for a, _ in nemo_rl.pairs()] == ["llama3.1-8b", "deepseek-v3", "qwen3-235b-a22b",
+                                                   "qwen3-30b-a3b", "qwen3-32b"]
+    for row in nemo_rl.ROWS:   # GPUs and layouts consistent with the table
+        train_gpus = row.gpus - row.gen_gpus if row.off_policy else row.gpus
+        assert train_gpus % (row.tp * row.cp * row.pp) == 0, row.name
+
+
+@pytest.mark.parametrize("row", nemo_rl.ROWS, ids=lambda r: r.name)
+def test_v6_length_law_matches_g_avg_under_the_cap(row):
+    law = nemo_rl.length_law(row)
+    r = law["response_length"]
+    assert r["max"] == row.t_max - round(nemo_rl.PROMPT_MEAN) and r["sigma"] == nemo_rl.RESPONSE_SIGMA
+    mean = nemo_rl.capped_lognormal_mean(r["median"], r["sigma"], r["max"])
+    assert mean == pytest.approx(row.g_avg, rel=1e-3)
+    p = law["prompt_length"]
+    assert p["median"] * math.exp(p["sigma"] ** 2 / 2) == pytest.approx(nemo_rl.PROMPT_MEAN, rel=1e-3)
+
+
+def test_v6_prompt_mean_is_the_median_of_the_tables_arithmetic():
+    implied = sorted(nemo_rl.implied_prompt(r) for r in nemo_rl.ROWS)
+    assert nemo_rl.PROMPT_MEAN == pytest.approx(implied[len(implied) // 2], abs=0.5)
+
+
+@pytest.mark.parametrize("row", nemo_rl.ROWS, ids=lambda r: r.name)
+def test_v6_scenarios_load_or_refuse_with_a_reason(row):
+    try:
+        sc = load_scenario(nemo_rl.scenario(row))
+    except RlsimError as exc:      # a refused layout / kind is a reason, not a crash
+        assert str(exc)
+        return
+    assert sc.workload.batch_samples == row.prompts * row.gens
+    assert sc.schedule.kind == ("nemo-rl-async" if row.off_policy else "colocated")
+
+
+def test_v6_small_row_runs_with_its_phase_breakdown():
+    case = next(c for c in all_cases() if c.case == f"{nemo_rl.ROWS[0].name} step")
+    res = run_case(case)
+    assert res.failure == "" and res.predicted > 0
+    assert "generate" in res.detail and "train" in res.detail and "lengths ASSUMED" in res.detail
+    assert res.as_dict()["detail"] == res.detail
+
+
+def test_v6_every_case_reports_without_crashing_and_aggregates_exist():
+    results = run_cases("V6")
+    names = {r.case for r in results}
+    for agg in ("V6 nemo-rl median |step error|", "V6 nemo-rl max |step error|", "V6 nemo-rl rows runnable",
+                "V6 nemo-rl on-policy vs 1-step-off ordering"):
+        assert agg in names
+    assert len(results) == 2 * 11 + 4
+    for r in results:
+        assert r.predicted is not None or r.failure, r.case
+    refused = [r for r in results if r.failure and r.case.endswith(" step")]
+    assert all("not runnable today" in r.failure for r in refused)
+    runnable = next(r for r in results if r.case == "V6 nemo-rl rows runnable")
+    assert runnable.predicted == pytest.approx(1 - len(refused) / 11)
+
+
+def test_v7_rows_and_median(capsys):
+    assert len(megatron_core.ROWS) == 9
+    assert all(r[6] == r[4] * r[5] * megatron_core.DP for r in megatron_core.ROWS)
+    med = megatron_core.median_error()
+    assert 0 <= float(med) < 1 and "1.7b" in med.detail
+    assert main(["validate", "--json", "--case", "V7 megatron-core median"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc[0]["predicted"] == pytest.approx(float(med))
+
+
+def test_v7_gpt_config_reproduces_the_tables_parameter_counts():
+    from simulator.llm.architecture import load_model
+
+    for label, heads, hidden, layers, *_ in megatron_core.ROWS[:4]:
+        m = load_model(megatron_core.gpt_config(layers, hidden, heads))
+        assert m.params_total / 1e9 == pytest.approx(float(label.rstrip("b")), rel=0.04), label  # labels rounded
