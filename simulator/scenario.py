@@ -74,6 +74,8 @@ class WorkloadConfig(_Strict):
     samples_per_prompt: int = Field(gt=0)
     mini_batch_prompts: int | None = Field(None, gt=0)  # default: the whole step in one optimizer step
     ppo_epochs: int = Field(1, ge=1)
+    # DAPO dynamic sampling is its own switch, off unless given (verl algorithm.filter_groups.enable,
+    # NeMo RL grpo.use_dynamic_sampling: both default off; frameworks.md), for any algorithm.
     dynamic_sampling: DynamicSampling | None = None
     prompt_length: dict[str, Any] = Field(default_factory=lambda: {"dist": "lognormal", "median": 512,
                                                                    "sigma": 0.5, "max": 2048})
@@ -88,7 +90,10 @@ class WorkloadConfig(_Strict):
     train_params: TrainParams = Field(default_factory=TrainParams)
     inference: InferenceParams = Field(default_factory=InferenceParams)   # rollout-engine constants
     rollout_layout: dict[str, Any] | Literal["auto"] = "auto"
-    reference: bool = True                              # KL reference model (DAPO drops it)
+    # KL reference model forward. Default (None): on for grpo / ppo, off for dapo (DAPO, arXiv
+    # 2503.14476, removes the KL term; verl's DAPO recipe has no reference model: frameworks.md);
+    # `reference: true` keeps it for any algorithm (NeMo RL v0.5 runs it even at KL 0: V6).
+    reference: bool | None = None
     reward: RewardSpec = Field(default_factory=RewardSpec)
     critic_model: str | None = None                     # PPO: default = the actor's architecture
     dtype: str = "bf16"
@@ -126,8 +131,8 @@ class WorkloadConfig(_Strict):
         mb = self.mini_batch_prompts or self.prompts_per_step
         if self.prompts_per_step % mb:
             raise ValueError(f"mini_batch_prompts={mb} must divide prompts_per_step={self.prompts_per_step}")
-        if self.algorithm == "dapo" and self.dynamic_sampling is None:
-            object.__setattr__(self, "dynamic_sampling", DynamicSampling())
+        if self.reference is None:
+            object.__setattr__(self, "reference", self.algorithm != "dapo")
         return self
 
     @property

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     # api.py (simulate / compare: builds the layers below into a run) sits with the tools around
     # them: sweep and validation run scenarios through it; the face re-exports it.
     ("around", ["report", "sweep", "sweep_files", "planner", "calibration", "validation", "uncertainty",
-                "autoplan", "capacity", "api"]),
+                "autoplan", "capacity", "api", "frameworks"]),
     ("face", ["cli", "commands", "__main__", ""]),
 ]
 

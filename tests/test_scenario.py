@@ -54,10 +54,31 @@ def test_snapshot_round_trips():
     assert again.to_dict() == sc.to_dict()
 
 
-def test_dapo_gets_dynamic_sampling_and_units_parse():
+def test_dapo_preset_keeps_its_dynamic_sampling_and_units_parse():
     sc = load_scenario(workload="dapo-qwen2.5-32b", overrides=["schedule.distqueue.bw_Bps=10GB/s"])
-    assert sc.workload.dynamic_sampling is not None
+    assert sc.workload.dynamic_sampling is not None     # set explicitly in the preset
+    assert sc.workload.reference is False
     assert sc.schedule.distqueue.bw_Bps == 10e9
+
+
+BARE = {"model": "qwen2.5-7b", "prompts_per_step": 8, "samples_per_prompt": 2}
+
+
+def test_dapo_means_no_reference_and_no_dynamic_sampling_unless_asked():
+    dapo = load_scenario(workload={**BARE, "algorithm": "dapo"}).workload
+    assert (dapo.reference, dapo.dynamic_sampling) == (False, None)
+    asked = load_scenario(workload={**BARE, "algorithm": "dapo", "reference": True, "dynamic_sampling": {}}).workload
+    assert asked.reference is True and asked.dynamic_sampling.keep_fraction == 0.5
+    for algorithm in ("grpo", "ppo"):
+        assert load_scenario(workload={**BARE, "algorithm": algorithm}).workload.reference is True
+    grpo_ds = load_scenario(workload={**BARE, "dynamic_sampling": {"keep_fraction": 0.7}}).workload
+    assert grpo_ds.dynamic_sampling.keep_fraction == 0.7   # the switch works for any algorithm
+
+
+def test_resolved_reference_survives_a_round_trip():
+    sc = load_scenario(workload={**BARE, "algorithm": "dapo"})
+    again = load_scenario(sc.to_dict())
+    assert again.workload.reference is False and again.to_dict() == sc.to_dict()
 
 
 def test_policy_defaults_per_kind():

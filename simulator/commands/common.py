@@ -79,3 +79,49 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def add_framework_import(parser: argparse.ArgumentParser) -> None:
+    """--from-verl / --from-nemo-rl CONFIG.yaml [key=value ...], --framework-schedule, --print-scenario."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--from-verl", nargs="+", metavar="ARG",
+                       help="CONFIG.yaml [KEY=VALUE ...]: a verl Hydra YAML and the overrides its scripts pass "
+                            "(key=value, +key=value, ++key=value), turned into a scenario (docs/guides/frameworks.md)")
+    group.add_argument("--from-nemo-rl", nargs="+", metavar="ARG",
+                       help="RECIPE.yaml [KEY=VALUE ...]: a NeMo RL recipe YAML and key=value overrides, "
+                            "turned into a scenario")
+    parser.add_argument("--framework-schedule", choices=("colocated", "one-step-off", "fully-async"),
+                        help="which verl recipe the YAML is for (default: inferred from its keys)")
+    parser.add_argument("--print-scenario", action="store_true",
+                        help="with --from-verl / --from-nemo-rl: print the scenario as YAML (re-loadable by "
+                             "`rlsim run FILE`) and exit")
+
+
+def framework_import(args: argparse.Namespace) -> Any:
+    """The FrameworkImport of --from-verl / --from-nemo-rl, or None. Refuses what would replace the
+    imported sections (a scenario file, --workload, --schedule) and the flags without an import."""
+    from ..errors import RlsimError
+    chosen = [(name, items) for name, items in (("verl", getattr(args, "from_verl", None)),
+                                                  ("nemo-rl", getattr(args, "from_nemo_rl", None))) if items]
+    if not chosen:
+        for flag, given in (("--print-scenario", args.print_scenario), ("--framework-schedule", args.framework_schedule)):
+            if given:
+                raise RlsimError(f"{flag} needs --from-verl or --from-nemo-rl", field=flag,
+                                 fix="add --from-verl CONFIG.yaml or --from-nemo-rl RECIPE.yaml")
+        return None
+    framework, items = chosen[0]
+    for what, given in (("a scenario file", args.scenario), ("--workload", args.workload),
+                        ("--schedule", getattr(args, "schedule", None))):
+        if given:
+            raise RlsimError(f"{what} cannot be combined with --from-{framework} (the config gives the scenario)",
+                             field=f"--from-{framework}", fix="drop it; change imported keys with --set KEY=VALUE")
+    from ..frameworks import import_config
+    from ..overrides import parse_assignment
+    user_sets = [parse_assignment(item)[0] for item in args.overrides]
+    return import_config(framework, items[0], items[1:], topology=args.topology,
+                         schedule=args.framework_schedule, user_sets=user_sets)
+
+
+def print_framework_listing(imported: Any) -> None:
+    """Every key that did not map, with its reason, on stderr (stdout stays the command's output)."""
+    sys.stderr.write("\n".join(f"rlsim: {line}" for line in imported.listing()) + "\n")

@@ -10,6 +10,8 @@ EXAMPLES = """examples:
   rlsim compare                                           # seed scenario: colocated vs disaggregated vs stalesync
   rlsim compare --schedules colocated,one-step-off,async --workload grpo-qwen2.5-7b --topology dgx-h100
   rlsim compare --json --iterations 2
+  rlsim compare --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml --schedules colocated,one-step-off \
+      --set schedule.rollout_devices=4
 """
 
 
@@ -27,7 +29,11 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import RlsimError
     from ..report.console import print_comparison
     from ..scenario import SCHEDULE_CLASSES
-    from .common import print_json
+    from .common import framework_import, print_framework_listing, print_json
+    from .run import print_scenario
+    imported = framework_import(args)
+    if imported is not None and args.print_scenario:
+        return print_scenario(imported, args)
     kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]
     bad = [k for k in kinds if k not in SCHEDULE_CLASSES]
     if bad or len(kinds) < 1:
@@ -37,7 +43,13 @@ def run(args: argparse.Namespace) -> int:
         schedule_list(kinds)
     except RlsimError as exc:
         raise RlsimError(str(exc).split(": ", 1)[-1].split(" (fix:")[0], field="--schedules", fix=exc.fix) from None
-    result = compare(args.scenario, kinds, **scenario_keywords(args))
+    if imported is not None:
+        print_framework_listing(imported)
+    result = compare(imported.scenario if imported is not None else args.scenario, kinds,
+                     **scenario_keywords(args, imported))
+    if imported is not None:
+        for summary in result.rows():
+            summary["framework_import"] = imported.report()
     if args.out:
         # --- report hook (issue 5): per-schedule data, plots (PNG + SVG) and report.html into --out ---
         from ..report.html import write_report

@@ -49,8 +49,19 @@ def _workloads() -> list[str]:
         return []
 
 
+def _framework_configs() -> list[str]:
+    """The example framework configs (workloads/frameworks/, for --from-verl / --from-nemo-rl): not workloads."""
+    from ..presets import preset_dir
+
+    try:
+        return [str(p) for p in sorted((preset_dir("workloads") / "frameworks").glob("*.yaml"))]
+    except (OSError, ValueError):
+        return []
+
+
 def collect() -> dict[str, Any]:
-    return {"topologies": _topologies(), "models": _models(), "workloads": _workloads()}
+    return {"topologies": _topologies(), "models": _models(), "workloads": _workloads(),
+            "framework_configs": _framework_configs()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,4 +79,7 @@ def run(args: argparse.Namespace) -> int:
     print("  " + (", ".join(doc["models"]) or "(none yet)"))
     print("workloads:")
     print("  " + (", ".join(doc["workloads"]) or "(none yet)"))
+    print("framework configs (examples for rlsim run --from-verl / --from-nemo-rl):")
+    for path in doc["framework_configs"]:
+        print(f"  {path}")
     return 0

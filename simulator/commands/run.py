@@ -9,13 +9,17 @@ EXAMPLES = """examples:
   rlsim run --workload grpo-qwen2.5-7b --topology dgx-h100 --set topology.nodes=4 --schedule colocated
   rlsim run --set schedule.kind=stalesync --set schedule.staleness=2 --iterations 8 --json
   rlsim run my-scenario.yaml --out results/    # scenario.yaml, CSVs and trace.json (open in ui.perfetto.dev)
+  rlsim run --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml data.train_batch_size=512 --topology hgx-h20
+  rlsim run --from-verl workloads/frameworks/verl-fully-async-qwen2.5-7b.yaml --print-scenario > mine.yaml
+  rlsim run --from-nemo-rl workloads/frameworks/nemo-rl-grpo-llama3.1-8b.yaml --set workload.response_length.median=900
 """
 
 
 def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
-    from .common import add_common
+    from .common import add_common, add_framework_import
     parser.add_argument("scenario", nargs="?", help="scenario YAML (default: the seed scenario)")
-    parser.add_argument("--topology", help="topology preset name or YAML path")
+    parser.add_argument("--topology", help="topology preset name or YAML path (with --from-*: sized from the config)")
+    add_framework_import(parser)
     parser.add_argument("--workload", help="workload preset name or YAML path")
     parser.add_argument("--iterations", type=int, help="training iterations to simulate")
     parser.add_argument("--seed", type=int, help="random seed")
@@ -29,8 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=out_dir, help="write scenario.yaml, summary.json, CSVs and trace.json here")
 
 
-def scenario_keywords(args: argparse.Namespace) -> dict:
+def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict:
     kw = {"overrides": args.overrides, "iterations": args.iterations, "seed": args.seed}
+    if imported is not None:   # the framework config gave topology, workload and schedule
+        return kw
     if args.topology:
         kw["topology"] = args.topology
     if args.workload:
@@ -41,11 +47,18 @@ def scenario_keywords(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     from ..api import simulate
     from ..report.console import print_summary
-    from .common import print_json
-    kw = scenario_keywords(args)
+    from .common import framework_import, print_framework_listing, print_json
+    imported = framework_import(args)
+    if imported is not None and args.print_scenario:
+        return print_scenario(imported, args)
+    kw = scenario_keywords(args, imported)
     if args.schedule:
         kw["schedule"] = args.schedule
-    result = simulate(args.scenario, **kw)
+    if imported is not None:
+        print_framework_listing(imported)
+    result = simulate(imported.scenario if imported is not None else args.scenario, **kw)
+    if imported is not None:
+        result.summary["framework_import"] = imported.report()
     if args.out:
         result.write(args.out)
         # --- report hook (issue 5): plots (PNG + SVG) and report.html beside the data files ---
@@ -55,4 +68,15 @@ def run(args: argparse.Namespace) -> int:
         print_json(result.summary)
     else:
         print_summary(result.summary, out_dir=args.out)
+    return 0
+
+
+def print_scenario(imported: object, args: argparse.Namespace) -> int:
+    """--print-scenario: validate the imported scenario (with --set, --iterations, --seed) and print it."""
+    import sys
+
+    from ..scenario import load_scenario
+    load_scenario(imported.scenario, **scenario_keywords(args, imported))
+    extra = [f"iterations={args.iterations}"] * (args.iterations is not None) + [f"seed={args.seed}"] * (args.seed is not None)
+    sys.stdout.write(imported.scenario_yaml([*args.overrides, *extra]))
     return 0

@@ -1,0 +1,25 @@
+"""Framework configs (verl, NeMo RL) turned into rlsim scenarios; see docs/guides/frameworks.md."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from .common import FrameworkImport
+
+FRAMEWORKS = ("verl", "nemo-rl")
+
+
+def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (), *,
+                  topology: str | None = None, schedule: str | None = None,
+                  user_sets: Iterable[str] = ()) -> FrameworkImport:
+    """``framework`` 'verl' or 'nemo-rl': its YAML plus ``key=value`` overrides -> FrameworkImport."""
+    if framework == "verl":
+        from .verl import import_verl
+        return import_verl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
+    if framework == "nemo-rl":
+        from .nemo_rl import import_nemo_rl
+        return import_nemo_rl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
+    raise ValueError(f"unknown framework {framework!r}; use one of {FRAMEWORKS}")
+
+
+__all__ = ["FRAMEWORKS", "FrameworkImport", "import_config"]

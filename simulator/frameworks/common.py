@@ -1,0 +1,366 @@
+"""What every framework importer shares: reading a Hydra-style YAML with its command-line overrides,
+classifying each framework key (mapped / ignored / unsupported / unknown) from a data table, model
+ids to model presets, and sizing the topology from the config's GPU counts.
+
+A framework module (verl.py, nemo_rl.py) holds its key table (``RULES``: dotted key -> Rule, a key
+ending in ``.*`` covers a whole section) and a builder from the flat config to an rlsim scenario
+mapping. Nothing here runs a simulation; the result is validated by ``scenario.load_scenario``.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..errors import RlsimError
+from ..overrides import parse_assignment, set_dotted
+from ..presets import read_yaml, resolve
+
+Status = Literal["mapped", "ignored", "unsupported"]
+_NO_NEUTRAL = object()
+
+# The hardware is not in a framework config. dgx-h100 is assumed when --topology is not given: the
+# machine of NeMo RL's published v0.5 tables (published-results.md V6) and of most verl examples.
+DEFAULT_TOPOLOGY = "dgx-h100"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one framework key reaches rlsim. ``target`` names the rlsim key (mapped keys); an
+    unsupported key whose value equals ``neutral`` behaves as rlsim models it and is listed as ignored."""
+    status: Status
+    reason: str
+    target: str | None = None
+    neutral: Any = _NO_NEUTRAL
+
+
+def mapped(target: str, reason: str = "") -> Rule:
+    return Rule("mapped", reason, target)
+
+
+def ignored(reason: str) -> Rule:
+    return Rule("ignored", reason)
+
+
+def unsupported(reason: str, neutral: Any = _NO_NEUTRAL) -> Rule:
+    return Rule("unsupported", reason, neutral=neutral)
+
+
+@dataclass
+class FrameworkImport:
+    """A framework config turned into an rlsim scenario mapping, with every key accounted for."""
+    framework: str
+    source: str
+    scenario: dict[str, Any]
+    schedule_rule: str = ""
+    mapped: dict[str, str] = field(default_factory=dict)
+    ignored: dict[str, str] = field(default_factory=dict)
+    unsupported: dict[str, str] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def report(self) -> dict[str, Any]:
+        """The `framework_import` object of `run --json`."""
+        return {"source": self.source, "framework": self.framework, "schedule_rule": self.schedule_rule,
+                "mapped": dict(self.mapped), "ignored": dict(self.ignored),
+                "unsupported": dict(self.unsupported), "unknown": dict(self.unknown), "notes": list(self.notes)}
+
+    def listing(self) -> list[str]:
+        """Human lines (stderr of `run`, comments of `--print-scenario`): all but the mapped keys."""
+        lines = [f"{self.framework} config {self.source}: {len(self.mapped)} keys mapped; schedule: {self.schedule_rule}"]
+        for title, keys in (("unsupported (changes time, not modelled)", self.unsupported),
+                            ("unknown (not in rlsim's table)", self.unknown), ("ignored", self.ignored)):
+            if keys:
+                lines.append(f"{title}:")
+                lines.extend(f"  {key}: {why}" for key, why in keys.items())
+        if self.notes:
+            lines.append("notes:")
+            lines.extend(f"  {note}" for note in self.notes)
+        return lines
+
+    def scenario_yaml(self, overrides: Iterable[str] = ()) -> str:
+        """The scenario (with ``--set`` overrides applied) as YAML a user can edit and `rlsim run`."""
+        data = copy.deepcopy(self.scenario)
+        for item in overrides:
+            key, value = parse_assignment(item)
+            set_dotted(data, key, value)
+        header = "\n".join(f"# {line}" for line in self.listing())
+        return f"# rlsim scenario imported from a {self.framework} config\n{header}\n" + \
+            yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+# ---- reading --------------------------------------------------------------------------------------
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists and empty mappings are leaves."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, dotted))
+        else:
+            out[dotted] = value
+    return out
+
+
+def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: str) -> dict[str, Any]:
+    """Hydra command-line overrides: ``key=value``, ``+key=value`` (add), ``++key=value`` (add or
+    set), ``~key`` (delete). Values are YAML scalars/lists as Hydra reads simple values."""
+    out = dict(flat)
+    for item in items:
+        text = item.strip()
+        if text.startswith("~"):
+            key = text[1:].partition("=")[0]
+            out = {k: v for k, v in out.items() if k != key and not k.startswith(key + ".")}
+            continue
+        key, value = parse_assignment(text.lstrip("+")) if "=" in text else ("", None)
+        if not key or any(not part for part in key.split(".")):
+            raise RlsimError(f"cannot read the override {item!r}", source=source,
+                             fix="write key=value with a dotted key, e.g. data.train_batch_size=512")
+        out = {k: v for k, v in out.items() if not k.startswith(key + ".")}
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, key))
+        else:
+            out[key] = value
+    return out
+
+
+_REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
+_MUL = re.compile(r"\$\{mul:\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*\}")
+
+
+def resolve_interpolations(flat: dict[str, Any]) -> dict[str, Any]:
+    """``${a.b}`` references to other keys, and NeMo RL's ``${mul:x, y}`` resolver (it registers
+    'mul' with OmegaConf), resolved; anything else (``${oc.env:...}``) is left as written."""
+    out = dict(flat)
+    for _ in range(8):   # nested references resolve from the inside out
+        changed = False
+        for key, value in out.items():
+            if isinstance(value, str) and "${" in value:
+                new = _resolve_one(value, out)
+                changed |= new != value
+                out[key] = new
+        if not changed:
+            break
+    return out
+
+
+def _resolve_one(text: str, flat: Mapping[str, Any]) -> Any:
+    whole = _REF.fullmatch(text)
+    if whole and whole.group(1) in flat and not _unresolved(flat[whole.group(1)]):
+        return flat[whole.group(1)]
+    text = _REF.sub(lambda m: str(flat[m.group(1)]) if m.group(1) in flat and not _unresolved(flat[m.group(1)])
+                    else m.group(0), text)
+    whole = _MUL.fullmatch(text)
+    if whole:
+        product = float(whole.group(1)) * float(whole.group(2))
+        return int(product) if product.is_integer() else product
+    return text
+
+
+def _unresolved(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
+def read_config(path: str | Path, overrides: Iterable[str], *, what: str) -> dict[str, Any]:
+    """One framework YAML (a NeMo RL ``defaults:`` chain merged under it), flattened, overrides and
+    interpolations applied."""
+    data = _with_defaults(Path(path), what, depth=0)
+    return resolve_interpolations(apply_hydra_overrides(flatten(data), overrides, str(path)))
+
+
+def _with_defaults(path: Path, what: str, depth: int) -> dict[str, Any]:
+    data = read_yaml(path, what=what, fix=f"give the path of a {what}")
+    bases = data.pop("defaults", None)
+    if bases is None or depth > 8:
+        return data
+    merged: dict[str, Any] = {}
+    for base in [bases] if isinstance(bases, str) else list(bases):
+        if not isinstance(base, str):
+            raise RlsimError(f"defaults entry {base!r} is not a file path (Hydra config groups are not read)",
+                             source=str(path), field="defaults", fix="list base files as paths relative to this file")
+        base_path = (path.parent / base).resolve()
+        if not base_path.is_file():
+            raise RlsimError(f"base config {base!r} not found (looked for {base_path})", source=str(path),
+                             field="defaults", fix="put the base file there, or copy its keys into this file")
+        merged = _deep_merge(merged, _with_defaults(base_path, what, depth + 1))
+    return _deep_merge(merged, data)
+
+
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# ---- classifying ----------------------------------------------------------------------------------
+def rule_for(key: str, rules: Mapping[str, Rule]) -> Rule | None:
+    """The exact entry, else the longest ``section.*`` entry covering the key."""
+    if key in rules:
+        return rules[key]
+    parts = key.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        wildcard = ".".join(parts[:n]) + ".*"
+        if wildcard in rules:
+            return rules[wildcard]
+    return None
+
+
+def classify(result: FrameworkImport, flat: Mapping[str, Any], rules: Mapping[str, Rule],
+             decided: Mapping[str, tuple[Status, str]] | None = None) -> None:
+    """Put every key of ``flat`` in one list of ``result``; ``decided`` (from the builder, e.g. a
+    key that does not apply to the chosen schedule) overrides the table."""
+    decided = decided or {}
+    for key in sorted(flat):
+        value = flat[key]
+        if key in decided:
+            status, reason = decided[key]
+        else:
+            rule = rule_for(key, rules)
+            if rule is None:
+                result.unknown[key] = "not in rlsim's table of this framework's keys; check its effect on time"
+                continue
+            status, reason = rule.status, (f"{rule.target}: {rule.reason}" if rule.target else rule.reason)
+            if rule.status == "mapped" and not rule.reason:
+                reason = str(rule.target)
+            if rule.status == "unsupported" and rule.neutral is not _NO_NEUTRAL and value == rule.neutral:
+                status, reason = "ignored", f"{value!r} is what rlsim models ({rule.reason})"
+        getattr(result, status)[key] = reason
+
+
+# ---- models ---------------------------------------------------------------------------------------
+# Suffixes of fine-tuned / re-packaged checkpoints that keep the base architecture (Hugging Face
+# naming: -Instruct / -Chat / -Base / -it; dtype repacks such as unsloth's -BF16; dated releases
+# such as DeepSeek-V3-0324, same config.json as V3 apart from the weights).
+MODEL_SUFFIXES = ("-instruct", "-chat", "-base", "-it", "-hf", "-bf16", "-fp8", "-0324", "-0528", "-2507")
+# Spelling differences between Hugging Face ids and rlsim's preset names.
+MODEL_PREFIXES = (("meta-llama-", "llama"), ("llama-", "llama"))
+
+
+def model_for(value: Any, field_name: str, source: str) -> tuple[str, str]:
+    """A model path as a config writes it -> (workload.model, how it was found)."""
+    from ..llm.architecture import model_names
+    text = str(value).strip()
+    path = Path(text).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return str(path / "config.json"), "the config.json in that folder"
+    if path.suffix == ".json" and path.is_file():
+        return str(path), "that config.json"
+    names = set(model_names())
+    name = path.name.lower() if path.name else text.lower()
+    for candidate in _name_candidates(name):
+        if candidate in names:
+            return candidate, f"model preset {candidate}"
+    raise RlsimError(f"model {text!r} matches no model preset and is not a folder with a config.json",
+                     source=source, field=field_name,
+                     fix=f"--set workload.model=PRESET (one of: {', '.join(sorted(names))}) or a path to its config.json")
+
+
+def _name_candidates(name: str) -> list[str]:
+    out = [name]
+    stripped = name
+    changed = True
+    while changed:
+        changed = False
+        for suffix in MODEL_SUFFIXES:
+            if stripped.endswith(suffix):
+                stripped = stripped[: -len(suffix)]
+                out.append(stripped)
+                changed = True
+    for plain in list(out):
+        for old, new in MODEL_PREFIXES:
+            if plain.startswith(old):
+                out.append(new + plain[len(old):])
+    return out
+
+
+# ---- topology -------------------------------------------------------------------------------------
+def size_topology(spec: str | None, gpus: int, where: str, source: str,
+                  user_sizes: bool) -> tuple[dict[str, Any], str]:
+    """``{preset: T, nodes: N}`` holding ``gpus`` devices (named by ``where``, for messages), and a
+    note. ``user_sizes``: a ``--set topology.*`` override follows, so an unsizable preset is kept as is."""
+    name = spec or DEFAULT_TOPOLOGY
+    preset, _ = resolve("topologies", name)
+    per_node = preset.get("devices_per_node")
+    assumed = "" if spec else f" ({DEFAULT_TOPOLOGY} assumed: the hardware is not in the config; pick yours with --topology)"
+    if "nodes" not in preset or not isinstance(per_node, int) or per_node < 1:
+        if user_sizes:
+            return {"preset": name}, f"topology {name} sized by --set"
+        raise RlsimError(f"topology {name!r} is not sized in nodes; cannot hold the config's {gpus} GPUs ({where})",
+                         source=source, field="topology", fix="size it with --set topology.PARAM=N (see rlsim presets)")
+    nodes = math.ceil(gpus / per_node)
+    if nodes * per_node != gpus and not user_sizes:
+        raise RlsimError(f"the config's {gpus} GPUs ({where}) are not whole {name} nodes of {per_node} devices",
+                         source=source, field="topology.nodes",
+                         fix=f"--set topology.nodes=N (e.g. {nodes}), or a topology whose nodes hold the config's GPUs")
+    return {"preset": name, "nodes": nodes}, f"topology {name} x {nodes} nodes = {gpus} GPUs ({where}){assumed}"
+
+
+def default_length(field_name: str) -> dict[str, Any]:
+    """rlsim's workload default length law (WorkloadConfig), to be capped at a config's maximum."""
+    from ..scenario import WorkloadConfig
+    factory = WorkloadConfig.model_fields[field_name].default_factory
+    return dict(factory()) if factory else {}
+
+
+def capped_length(field_name: str, cap: Any, cap_key: str, source: str,
+                  notes: list[str] | None = None) -> dict[str, Any]:
+    """rlsim's default law with ``max`` from the config (the law itself is not in a framework config)."""
+    law = default_length(field_name)
+    law["max"] = positive_int(cap, cap_key, source)
+    if notes is not None and law.get("median", 0) >= law["max"]:
+        notes.append(f"workload.{field_name}: rlsim's default median {law['median']} is at or above the config's "
+                     f"cap {law['max']} ({cap_key}): most lengths end at the cap; set --set "
+                     f"workload.{field_name}.median=... for your data")
+    return law
+
+
+def positive_int(value: Any, key: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+        raise RlsimError(f"expected a whole number >= 1, got {value!r}", source=source, field=key,
+                         fix=f"pass {key}=N")
+    return int(value)
+
+
+# framework dtype names -> rlsim's (llm/architecture.py DTYPE_BYTES)
+DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+          "fp8": "fp8", "float8": "fp8", "int8": "int8"}
+
+
+class Values:
+    """Reads keys of a flat config; an absent key takes the framework's own default (``defaults``,
+    each listed in the notes so the user sees what was assumed)."""
+
+    def __init__(self, flat: Mapping[str, Any], defaults: Mapping[str, Any], result: FrameworkImport,
+                 defaults_source: str) -> None:
+        self.flat, self.defaults, self.result, self.defaults_source = flat, defaults, result, defaults_source
+
+    def __call__(self, key: str) -> Any:
+        if key in self.flat:
+            value = self.flat[key]
+            if _unresolved(value):
+                raise RlsimError(f"cannot resolve {value!r}", source=self.result.source, field=key,
+                                 fix=f"pass {key}=VALUE after the config path")
+            return value
+        if key in self.defaults:
+            value = self.defaults[key]
+            note = f"{key} not given: {self.result.framework}'s default {value!r} ({self.defaults_source})"
+            if note not in self.result.notes:
+                self.result.notes.append(note)
+            return value
+        return None
+
+    def given(self, key: str) -> bool:
+        return key in self.flat
+
+    def section(self, prefix: str) -> bool:
+        return any(k.startswith(prefix + ".") for k in self.flat)

@@ -1,0 +1,288 @@
+"""NeMo RL (NVIDIA-NeMo/RL) GRPO recipes -> rlsim scenarios: `rlsim run --from-nemo-rl RECIPE.yaml [key=value ...]`.
+
+Reads a recipe YAML (its ``defaults:`` base files merged under it, as NeMo RL's loader does) plus
+``key=value`` overrides. Key names as in NeMo RL v0.5 (examples/configs/grpo_math_1B.yaml and
+recipes/llm/performance/*.yaml; published-results.md V6 and ../shared/reference/nemo-v05/).
+Schedule: ``grpo.async_grpo.enabled: true`` -> kind nemo-rl-async; else
+``policy.generation.colocated.enabled: false`` -> disaggregated (on-policy on split pools); else colocated.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import RlsimError
+from .common import (
+    DTYPES,
+    FrameworkImport,
+    Rule,
+    Status,
+    Values,
+    capped_length,
+    classify,
+    ignored,
+    mapped,
+    model_for,
+    positive_int,
+    read_config,
+    size_topology,
+    unsupported,
+)
+
+# NeMo RL's defaults for the keys rlsim maps when a recipe (and its base) leaves them out
+# (examples/configs/grpo_math_1B.yaml at v0.5.0, as read in ../shared/reference/nemo-v05/).
+DEFAULTS_SOURCE = "NeMo RL examples/configs/grpo_math_1B.yaml (v0.5.0)"
+DEFAULTS: dict[str, Any] = {
+    "grpo.async_grpo.enabled": False, "grpo.async_grpo.max_trajectory_age_steps": 1,
+    "grpo.async_grpo.in_flight_weight_updates": False, "grpo.use_dynamic_sampling": False,
+    "grpo.batch_multiplier": 1, "policy.generation.colocated.enabled": True,
+    "policy.generation.vllm_cfg.tensor_parallel_size": 1, "policy.generation.vllm_cfg.expert_parallel_size": 1,
+    "policy.generation.vllm_cfg.gpu_memory_utilization": 0.6, "policy.precision": "bfloat16",
+    "policy.train_micro_batch_size": 4, "policy.sequence_packing.enabled": True,
+    "policy.megatron_cfg.enabled": False, "cluster.num_nodes": 1, "cluster.gpus_per_node": 1,
+}
+
+_LOG = "logging: no effect on step time"
+_LOSS = "loss arithmetic on tensors the step already holds: no modelled cost"
+_LR = "optimizer hyper-parameters: no effect on step time"
+_VAL = "validation runs between steps: rlsim step times exclude validation"
+_G = "policy.generation"
+_V = f"{_G}.vllm_cfg"
+_M = "policy.megatron_cfg"
+
+RULES: dict[str, Rule] = {
+    "grpo.num_prompts_per_step": mapped("workload.prompts_per_step"),
+    "grpo.num_generations_per_prompt": mapped("workload.samples_per_prompt"),
+    "grpo.async_grpo.enabled": mapped("schedule.kind", "true: nemo-rl-async"),
+    "grpo.async_grpo.max_trajectory_age_steps": mapped("schedule.max_trajectory_age_steps"),
+    "grpo.async_grpo.in_flight_weight_updates": mapped("schedule.in_flight_weight_updates"),
+    "grpo.async_grpo.recompute_kv_cache_after_weight_updates": unsupported(
+        "re-prefill after an in-flight update is not modelled", neutral=False),
+    "grpo.use_dynamic_sampling": mapped("workload.dynamic_sampling"),
+    "grpo.batch_multiplier": mapped("workload.dynamic_sampling.gen_prompts", "num_prompts_per_step x multiplier"),
+    "grpo.dynamic_sampling_max_gen_batches": unsupported("rlsim regenerates until the batch is full (no cap)"),
+    "grpo.max_rollout_turns": unsupported("multi-turn rollouts are not modelled", neutral=1),
+    **{f"grpo.{k}": ignored("run length: rlsim simulates `iterations` steps (--iterations N)")
+       for k in ("max_num_epochs", "max_num_steps")},
+    **{f"grpo.{k}": ignored(_VAL) for k in ("val_period", "val_at_start", "max_val_samples", "val_batch_size",
+                                           "val_at_end")},
+    **{f"grpo.{k}": ignored("advantage / reward arithmetic on the host: no modelled cost") for k in (
+        "normalize_rewards", "use_leave_one_out_baseline", "overlong_filtering", "reward_shaping.*",
+        "reward_scaling.*", "seed", "calculate_advantages_on_gpu")},
+    "loss_fn.reference_policy_kl_penalty": mapped("workload.reference", "NeMo RL v0.5 runs the reference "
+                                                  "forward every step, even at KL 0 (V6): reference true"),
+    "loss_fn.*": ignored(_LOSS),
+    "policy.model_name": mapped("workload.model", "Hugging Face id -> model preset, or the folder's config.json"),
+    "policy.tokenizer.*": ignored("tokenizer choice: no effect on step time"),
+    "policy.train_global_batch_size": mapped("workload.mini_batch_prompts", "sequences per optimizer step / "
+                                             "num_generations_per_prompt"),
+    "policy.train_micro_batch_size": mapped("workload.train_layout.micro_batch", "or x T-max = pack_tokens when packing"),
+    "policy.logprob_batch_size": unsupported("log-prob forwards use the trainer's micro-batching in rlsim"),
+    "policy.generation_batch_size": ignored("only used by the Hugging Face generation backend"),
+    "policy.max_total_sequence_length": mapped("workload.response_length.max", "T-max caps prompt + response"),
+    "policy.precision": mapped("workload.dtype"),
+    "policy.max_grad_norm": ignored(_LOSS),
+    "policy.optimizer.*": ignored(_LR),
+    "policy.scheduler": ignored(_LR),
+    "policy.scheduler.*": ignored(_LR),
+    "policy.make_sequence_length_divisible_by": ignored("padding granularity of a few tokens: negligible"),
+    "policy.logprob_chunk_size": ignored("memory chunking of the log-prob computation: negligible time"),
+    "policy.sequence_packing.enabled": mapped("schedule.distqueue.packed", "packed rows of train_mb_tokens"),
+    "policy.sequence_packing.train_mb_tokens": mapped("schedule.pack_tokens"),
+    "policy.sequence_packing.*": ignored("packing details: rlsim packs token-balanced rows"),
+    "policy.dynamic_batching.enabled": unsupported("dynamic batching without packing is not modelled", neutral=False),
+    "policy.dynamic_batching.*": ignored("used only with dynamic_batching.enabled"),
+    "policy.dtensor_cfg.enabled": mapped("workload.train_layout", "DTensor: tp / cp from dtensor_cfg, zero 3"),
+    "policy.dtensor_cfg.tensor_parallel_size": mapped("workload.train_layout.tp"),
+    "policy.dtensor_cfg.context_parallel_size": mapped("workload.train_layout.cp"),
+    "policy.dtensor_cfg.sequence_parallel": mapped("workload.train_layout.sequence_parallel"),
+    "policy.dtensor_cfg.activation_checkpointing": mapped("workload.train_layout.recompute"),
+    "policy.dtensor_cfg.*": unsupported("DTensor / FSDP2 costs are not modelled (issue 12): priced as ZeRO-3"),
+    "policy.dtensor_cfg.cpu_offload": unsupported("offload to host is not modelled", neutral=False),
+    f"{_M}.enabled": mapped("workload.train_layout", "Megatron: its TP/PP/EP/CP"),
+    f"{_M}.tensor_model_parallel_size": mapped("workload.train_layout.tp"),
+    f"{_M}.pipeline_model_parallel_size": mapped("workload.train_layout.pp"),
+    f"{_M}.virtual_pipeline_model_parallel_size": mapped("workload.train_layout.vpp"),
+    f"{_M}.expert_model_parallel_size": mapped("workload.train_layout.ep"),
+    f"{_M}.context_parallel_size": mapped("workload.train_layout.cp"),
+    f"{_M}.sequence_parallel": mapped("workload.train_layout.sequence_parallel"),
+    f"{_M}.activation_checkpointing": mapped("workload.train_layout.recompute", "true: full, false: none"),
+    f"{_M}.optimizer.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
+    f"{_M}.optimizer.optimizer_cpu_offload": unsupported("optimizer offload to host is not modelled", neutral=False),
+    f"{_M}.optimizer.*": ignored(_LR),
+    f"{_M}.scheduler.*": ignored(_LR),
+    f"{_M}.expert_tensor_parallel_size": unsupported("expert TP is not modelled (experts over DP)", neutral=1),
+    **{f"{_M}.{k}": unsupported("uneven pipeline stages: rlsim splits layers evenly", neutral=None)
+       for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")},
+    f"{_M}.*": unsupported("Megatron option not modelled (kernel fusions, router, memory levels)"),
+    f"{_M}.pipeline_dtype": ignored("matches policy.precision"),
+    f"{_M}.converter_type": ignored("checkpoint conversion: no effect on step time"),
+    f"{_M}.env_vars.*": ignored("process environment"),
+    f"{_G}.backend": unsupported("rlsim's rollout engine is modelled on vLLM", neutral="vllm"),
+    f"{_G}.max_new_tokens": mapped("workload.response_length.max", "min(max_new_tokens, T-max)"),
+    **{f"{_G}.{k}": ignored("sampling parameters: the same per-token cost") for k in (
+        "temperature", "top_p", "top_k", "stop_token_ids", "stop_strings", "model_name")},
+    f"{_G}.colocated.enabled": mapped("schedule.kind", "false: split pools"),
+    f"{_G}.colocated.resources.num_nodes": mapped("schedule.rollout_devices", "generation pool nodes"),
+    f"{_G}.colocated.resources.gpus_per_node": mapped("schedule.rollout_devices", "generation pool GPUs per node"),
+    f"{_V}.tensor_parallel_size": mapped("workload.rollout_layout.tp"),
+    f"{_V}.expert_parallel_size": mapped("workload.rollout_layout.ep"),
+    f"{_V}.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
+    f"{_V}.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),
+    f"{_V}.precision": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
+    f"{_V}.pipeline_parallel_size": unsupported("pipeline-parallel inference is not modelled", neutral=1),
+    f"{_V}.enforce_eager": unsupported("rlsim has no CUDA-graph switch (graphs assumed)", neutral=False),
+    f"{_V}.async_engine": unsupported("the async engine's scheduling defaults are not modelled "
+                                      "(rlsim takes rollout_layout.max_num_seqs as given)"),
+    f"{_V}.max_model_len": ignored("= T-max (policy.max_total_sequence_length, mapped there)"),
+    f"{_V}.kv_cache_dtype": unsupported("kv dtype other than the weights' is not mapped", neutral="auto"),
+    f"{_V}.*": unsupported("vLLM option not modelled"),
+    "data.max_input_seq_length": mapped("workload.prompt_length.max"),
+    "data.*": ignored("data loading and prompt formatting on the host: no modelled cost"),
+    "env.*": unsupported("reward workers: rlsim models workload.reward.workers_per_device rule workers per device"),
+    "logger.*": ignored(_LOG),
+    "checkpointing.*": ignored("checkpoint files: rlsim step times exclude checkpointing"),
+    "cluster.num_nodes": mapped("topology.nodes", "the whole job"),
+    "cluster.gpus_per_node": mapped("topology.nodes", "GPUs per node of the job"),
+}
+
+
+def schedule_of(v: Values) -> tuple[str, str]:
+    if v("grpo.async_grpo.enabled"):
+        return "nemo-rl-async", "nemo-rl-async (grpo.async_grpo.enabled: true)"
+    if v("policy.generation.colocated.enabled") is False:
+        return "disaggregated", "disaggregated (on-policy GRPO, generation.colocated.enabled: false)"
+    return "colocated", "colocated (on-policy GRPO, generation colocated)"
+
+
+def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
+                   schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
+    """A NeMo RL recipe plus overrides -> FrameworkImport (``schedule`` is not used: the recipe says it)."""
+    if schedule:
+        raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule",
+                         fix="set grpo.async_grpo.enabled=true/false in the recipe or as an override")
+    source = str(path)
+    flat = read_config(path, overrides, what="NeMo RL recipe")
+    result = FrameworkImport("nemo-rl", source, {})
+    v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+    kind, result.schedule_rule = schedule_of(v)
+    user_sets = set(user_sets)
+    decided: dict[str, tuple[Status, str]] = {}
+    workload = _workload(v, "workload.model" in user_sets, decided)
+    sched = _schedule(v, kind, workload, decided)
+    gpus = (positive_int(v("cluster.num_nodes"), "cluster.num_nodes", source)
+            * positive_int(v("cluster.gpus_per_node"), "cluster.gpus_per_node", source))
+    topo, note = size_topology(topology, gpus, "cluster.num_nodes x gpus_per_node", source,
+                               any(k.startswith("topology.") for k in user_sets))
+    result.notes.append(note)
+    result.scenario = {"topology": topo, "workload": workload, "schedule": sched}
+    classify(result, flat, RULES, decided)
+    result.notes.append("response-length law: not in a recipe; rlsim's default law capped at "
+                        "min(max_new_tokens, T-max); NeMo caps prompt + response at T-max per sample "
+                        "(set --set workload.response_length.max / .median to refine)")
+    return result
+
+
+def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    src = v.result.source
+    w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the NeMo RL recipe {Path(src).name}"}
+    if model_given:
+        decided["policy.model_name"] = ("mapped", "workload.model: given by --set")
+    else:
+        w["model"], how = model_for(v("policy.model_name"), "policy.model_name", src)
+        v.result.notes.append(f"policy.model_name {v('policy.model_name')!r} -> {how}")
+    prompts = positive_int(v("grpo.num_prompts_per_step"), "grpo.num_prompts_per_step", src)
+    gens = positive_int(v("grpo.num_generations_per_prompt"), "grpo.num_generations_per_prompt", src)
+    w.update(algorithm="grpo", prompts_per_step=prompts, samples_per_prompt=gens)
+    gbs = v("policy.train_global_batch_size")
+    if gbs is not None:
+        gbs = positive_int(gbs, "policy.train_global_batch_size", src)
+        if gbs % gens:
+            raise RlsimError(f"train_global_batch_size {gbs} is not whole prompt groups of {gens} generations",
+                             source=src, field="policy.train_global_batch_size",
+                             fix="rlsim optimizer steps take whole groups: use a multiple of num_generations_per_prompt")
+        w["mini_batch_prompts"] = min(prompts, gbs // gens)
+    w["ppo_epochs"] = 1
+    if v("grpo.use_dynamic_sampling"):
+        w["algorithm"] = "dapo"
+        w["dynamic_sampling"] = {"gen_prompts": prompts * int(v("grpo.batch_multiplier"))}
+    tmax = positive_int(v("policy.max_total_sequence_length"), "policy.max_total_sequence_length", src)
+    prompt_max = v("data.max_input_seq_length") or tmax
+    new_tokens = v(f"{_G}.max_new_tokens") or tmax
+    w["prompt_length"] = capped_length("prompt_length", min(prompt_max, tmax), "data.max_input_seq_length", src, v.result.notes)
+    w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
+    w["train_layout"] = _train_layout(v)
+    w["rollout_layout"] = _rollout_layout(v)
+    w["reference"] = True
+    w["dtype"] = _dtype(v, "policy.precision")
+    return w
+
+
+def _dtype(v: Values, key: str) -> str:
+    value = str(v(key))
+    if value not in DTYPES:
+        raise RlsimError(f"unknown precision {value!r}", source=v.result.source, field=key,
+                         fix=f"use one of: {', '.join(DTYPES)}")
+    return DTYPES[value]
+
+
+def _train_layout(v: Values) -> dict[str, Any]:
+    packing = bool(v("policy.sequence_packing.enabled"))
+    micro = 1 if packing else int(v("policy.train_micro_batch_size"))
+    if v(f"{_M}.enabled"):
+        layout: dict[str, Any] = {"micro_batch": micro}
+        for key, rl in (("tensor_model_parallel_size", "tp"), ("pipeline_model_parallel_size", "pp"),
+                        ("virtual_pipeline_model_parallel_size", "vpp"), ("expert_model_parallel_size", "ep"),
+                        ("context_parallel_size", "cp")):
+            value = v(f"{_M}.{key}")
+            layout[rl] = int(value) if value else 1
+        if v.given(f"{_M}.sequence_parallel"):
+            layout["sequence_parallel"] = bool(v(f"{_M}.sequence_parallel"))
+        layout["recompute"] = "full" if v(f"{_M}.activation_checkpointing") else "none"
+        layout["zero"] = 0 if v(f"{_M}.optimizer.use_distributed_optimizer") is False else 1
+        return layout
+    d = "policy.dtensor_cfg"
+    v.result.notes.append("DTensor training: priced as ZeRO-3 with tp / cp from dtensor_cfg (FSDP2 costs: issue 12)")
+    return {"tp": int(v(f"{d}.tensor_parallel_size") or 1), "cp": int(v(f"{d}.context_parallel_size") or 1),
+            "pp": 1, "zero": 3, "micro_batch": micro,
+            "recompute": "full" if v(f"{d}.activation_checkpointing") else "none",
+            **({"sequence_parallel": bool(v(f"{d}.sequence_parallel"))} if v.given(f"{d}.sequence_parallel") else {})}
+
+
+def _rollout_layout(v: Values) -> dict[str, Any]:
+    dtype = _dtype(v, f"{_V}.precision") if v.given(f"{_V}.precision") else _dtype(v, "policy.precision")
+    layout = {"tp": int(v(f"{_V}.tensor_parallel_size")), "ep": int(v(f"{_V}.expert_parallel_size")),
+              "gpu_memory_utilization": float(v(f"{_V}.gpu_memory_utilization")),
+              "weight_dtype": dtype, "kv_dtype": dtype}
+    if v.given(f"{_V}.max_num_seqs"):
+        layout["max_num_seqs"] = int(v(f"{_V}.max_num_seqs"))
+    else:
+        v.result.notes.append(f"{_V}.max_num_seqs not set: rlsim's default kept (vLLM's own default depends on "
+                              "the engine: about 1024 sync, 128 async on >= 70 GiB GPUs, V6); set "
+                              "workload.rollout_layout.max_num_seqs")
+    return layout
+
+
+def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    src = v.result.source
+    s: dict[str, Any] = {"kind": kind}
+    if kind != "colocated":
+        res = f"{_G}.colocated.resources"
+        s["rollout_devices"] = (positive_int(v.flat.get(f"{res}.num_nodes") or 1, f"{res}.num_nodes", src)
+                                * positive_int(v.flat.get(f"{res}.gpus_per_node"), f"{res}.gpus_per_node", src))
+    if kind == "nemo-rl-async":
+        s["max_trajectory_age_steps"] = int(v("grpo.async_grpo.max_trajectory_age_steps"))
+        s["in_flight_weight_updates"] = bool(v("grpo.async_grpo.in_flight_weight_updates"))
+    packing = bool(v("policy.sequence_packing.enabled"))
+    s["distqueue"] = {"packed": packing}
+    if packing:
+        tokens = v("policy.sequence_packing.train_mb_tokens")
+        if tokens is None:   # grpo_math_1B.yaml: ${mul:${policy.max_total_sequence_length}, ${policy.train_micro_batch_size}}
+            tokens = int(v("policy.max_total_sequence_length")) * int(v("policy.train_micro_batch_size"))
+        s["pack_tokens"] = positive_int(tokens, "policy.sequence_packing.train_mb_tokens", src)
+        decided["policy.train_micro_batch_size"] = ("mapped", "schedule.pack_tokens: packed rows of "
+                                                    "T-max x train_micro_batch_size tokens")
+    if not v("grpo.use_dynamic_sampling"):
+        decided["grpo.batch_multiplier"] = ("ignored", "used only with use_dynamic_sampling")
+    return s

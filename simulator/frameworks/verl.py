@@ -1,0 +1,383 @@
+"""verl (volcengine/verl) configs -> rlsim scenarios: `rlsim run --from-verl CONFIG.yaml [key=value ...]`.
+
+Reads verl's Hydra YAML (``actor_rollout_ref.rollout.n`` ...) plus the overrides its shell scripts
+pass. Semantics of the knobs: ../shared/reference/frameworks.md "verl". The key table (RULES) says,
+per key, which rlsim key it sets, or why it is ignored (no effect on time) or unsupported (changes
+time, rlsim does not model it). docs/guides/frameworks.md prints the tables.
+
+Which verl entry point (recipe) a YAML is for is not always written in it. The rule
+(``recipe_of``): ``--framework-schedule`` if given; else any ``async_training.*`` key ->
+fully_async_policy (kind verl-fully-async); else ``actor_rollout_ref.hybrid_engine: false`` or a
+top-level ``rollout.*`` pool -> one_step_off_policy (kind one-step-off); else main_ppo's hybrid
+engine (kind colocated).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import RlsimError
+from .common import (
+    DTYPES,
+    FrameworkImport,
+    Rule,
+    Status,
+    Values,
+    capped_length,
+    classify,
+    ignored,
+    mapped,
+    model_for,
+    positive_int,
+    read_config,
+    size_topology,
+    unsupported,
+)
+
+RECIPES = ("colocated", "one-step-off", "fully-async")
+KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async"}
+
+A = "actor_rollout_ref"
+# verl's own defaults for the keys rlsim maps, used when a YAML leaves them out (verl
+# verl/trainer/config/ppo_trainer.yaml, v0.4-v0.5; check them against your verl version).
+DEFAULTS_SOURCE = "verl/trainer/config/ppo_trainer.yaml"
+DEFAULTS: dict[str, Any] = {
+    "data.train_batch_size": 1024, "data.max_prompt_length": 512, "data.max_response_length": 512,
+    f"{A}.rollout.n": 1, f"{A}.actor.ppo_mini_batch_size": 256, f"{A}.actor.ppo_epochs": 1,
+    f"{A}.actor.strategy": "fsdp", f"{A}.actor.use_kl_loss": False, "algorithm.use_kl_in_reward": False,
+    "algorithm.adv_estimator": "gae", f"{A}.rollout.tensor_model_parallel_size": 2,
+    f"{A}.rollout.gpu_memory_utilization": 0.5, f"{A}.rollout.max_num_seqs": 1024, f"{A}.rollout.dtype": "bfloat16",
+    f"{A}.model.enable_gradient_checkpointing": True, f"{A}.model.use_remove_padding": False,
+    f"{A}.actor.use_dynamic_bsz": False, f"{A}.actor.ppo_max_token_len_per_gpu": 16384,
+    "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8,
+}
+
+_LOG = "logging / bookkeeping of the driver: no effect on step time"
+_CKPT = "checkpoint files: rlsim step times exclude checkpointing"
+_VAL = "validation runs between steps: rlsim step times exclude validation"
+_LOSS = "loss arithmetic on tensors the step already holds: no modelled cost"
+_LR = "optimizer hyper-parameters (learning rate, schedule): no effect on step time"
+_FSDP = ("FSDP's own costs (per-layer gathers, offload; issue 12) are not modelled: rlsim prices FSDP "
+         "as ZeRO-3 on tp 1 with Megatron-Core's cost model")
+_DATA = "data loading and prompt formatting on the host: no modelled cost"
+
+RULES: dict[str, Rule] = {
+    # data
+    "data.train_batch_size": mapped("workload.prompts_per_step"),
+    "data.max_prompt_length": mapped("workload.prompt_length.max", "rlsim's default length law capped here"),
+    "data.max_response_length": mapped("workload.response_length.max", "rlsim's default length law capped here"),
+    "data.gen_batch_size": mapped("workload.dynamic_sampling.gen_prompts", "prompts per dynamic-sampling round"),
+    **{f"data.{k}": ignored(_DATA) for k in (
+        "train_files", "val_files", "prompt_key", "reward_fn_key", "tokenizer", "return_raw_input_ids",
+        "return_raw_chat", "return_full_prompt", "shuffle", "filter_overlong_prompts", "truncation",
+        "val_batch_size", "seed", "image_key", "dataloader_num_workers", "use_shm", "trust_remote_code",
+        "filter_overlong_prompts_workers", "custom_cls.*", "return_multi_modal_inputs", "sampler.*", "datagen.*")},
+    # actor / model
+    f"{A}.hybrid_engine": mapped("schedule.kind", "true: colocated hybrid engine; false: split pools"),
+    f"{A}.model.path": mapped("workload.model", "Hugging Face id -> model preset, or the folder's config.json"),
+    f"{A}.model.enable_gradient_checkpointing": mapped("workload.train_layout.recompute", "true: full, false: none"),
+    f"{A}.model.use_remove_padding": mapped("schedule.distqueue.packed", "no padding in payloads and micro-batches"),
+    f"{A}.model.enable_activation_offload": unsupported("activation offload to host is not modelled", neutral=False),
+    f"{A}.model.lora_rank": unsupported("LoRA training is not modelled (full fine-tuning)", neutral=0),
+    f"{A}.model.use_fused_kernels": unsupported("fused log-prob kernels are not modelled", neutral=False),
+    **{f"{A}.model.{k}": ignored("model loading options: no effect on step time") for k in (
+        "external_lib", "override_config.*", "override_config", "trust_remote_code", "custom_chat_template",
+        "use_shm", "tokenizer_path", "use_liger")},
+    f"{A}.actor.strategy": mapped("workload.train_layout", "megatron: its TP/PP/EP/CP; fsdp/fsdp2: tp 1, zero 3"),
+    f"{A}.actor.ppo_mini_batch_size": mapped("workload.mini_batch_prompts", "prompts per optimizer step"),
+    f"{A}.actor.ppo_micro_batch_size_per_gpu": mapped("workload.train_layout.micro_batch"),
+    f"{A}.actor.ppo_micro_batch_size": unsupported("deprecated global micro-batch: give ppo_micro_batch_size_per_gpu"),
+    f"{A}.actor.use_dynamic_bsz": mapped("schedule.micro_batching", "true: balanced (token budget), false: sequence"),
+    f"{A}.actor.ppo_max_token_len_per_gpu": mapped("schedule.pack_tokens", "token budget of a micro-batch"),
+    f"{A}.actor.ppo_epochs": mapped("workload.ppo_epochs"),
+    f"{A}.actor.use_kl_loss": mapped("workload.reference", "a KL term needs the reference forward"),
+    f"{A}.actor.ulysses_sequence_parallel_size": unsupported("Ulysses sequence parallelism is not modelled", neutral=1),
+    f"{A}.actor.use_torch_compile": unsupported("torch.compile's kernel speed-up is not modelled "
+                                                "(train_params.compute.* is the knob)"),
+    f"{A}.actor.optim.*": ignored(_LR),
+    f"{A}.actor.checkpoint.*": ignored(_CKPT),
+    **{f"{A}.actor.{k}": ignored(_LOSS) for k in (
+        "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "entropy_coeff", "loss_agg_mode",
+        "kl_loss_coef", "kl_loss_type", "grad_clip", "shuffle", "policy_loss.*", "entropy_from_logits_with_chunking",
+        "entropy_checkpointing")},
+    f"{A}.actor.megatron.tensor_model_parallel_size": mapped("workload.train_layout.tp"),
+    f"{A}.actor.megatron.pipeline_model_parallel_size": mapped("workload.train_layout.pp"),
+    f"{A}.actor.megatron.virtual_pipeline_model_parallel_size": mapped("workload.train_layout.vpp"),
+    f"{A}.actor.megatron.expert_model_parallel_size": mapped("workload.train_layout.ep"),
+    f"{A}.actor.megatron.context_parallel_size": mapped("workload.train_layout.cp"),
+    f"{A}.actor.megatron.sequence_parallel": mapped("workload.train_layout.sequence_parallel"),
+    f"{A}.actor.megatron.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
+    f"{A}.actor.megatron.expert_tensor_parallel_size": unsupported("expert TP is not modelled (experts over DP)",
+                                                                   neutral=None),
+    **{f"{A}.actor.megatron.{k}": unsupported("offload to host between phases is not modelled", neutral=False)
+       for k in ("param_offload", "grad_offload", "optimizer_offload")},
+    f"{A}.actor.megatron.seed": ignored("random seed: no effect on step time"),
+    f"{A}.actor.fsdp_config.*": unsupported(_FSDP),
+    **{f"{A}.actor.fsdp_config.{k}": unsupported(_FSDP, neutral=False) for k in ("param_offload", "optimizer_offload")},
+    f"{A}.actor.fsdp_config.fsdp_size": unsupported(_FSDP + " (-1: shard over all ranks)", neutral=-1),
+    # reference and rollout
+    f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
+    f"{A}.ref.fsdp_config.param_offload": unsupported("offload to host is not modelled", neutral=False),
+    f"{A}.rollout.name": unsupported("rlsim's rollout engine is modelled on vLLM", neutral="vllm"),
+    f"{A}.rollout.mode": unsupported("the agent-loop server mode is not modelled", neutral="sync"),
+    f"{A}.rollout.n": mapped("workload.samples_per_prompt"),
+    f"{A}.rollout.tensor_model_parallel_size": mapped("workload.rollout_layout.tp"),
+    f"{A}.rollout.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
+    f"{A}.rollout.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),
+    f"{A}.rollout.dtype": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
+    f"{A}.rollout.prompt_length": ignored("verl sets it from data.max_prompt_length (mapped there)"),
+    f"{A}.rollout.response_length": ignored("verl sets it from data.max_response_length (mapped there)"),
+    f"{A}.rollout.max_model_len": ignored("lengths are capped by data.max_*_length (mapped there)"),
+    **{f"{A}.rollout.{k}": ignored("sampling parameters: the same per-token cost (their effect on lengths "
+                                   "belongs in workload.response_length)")
+       for k in ("temperature", "top_k", "top_p", "do_sample", "seed")},
+    f"{A}.rollout.ignore_eos": unsupported("generating to the cap changes the length law; set "
+                                           "workload.response_length", neutral=False),
+    f"{A}.rollout.enforce_eager": unsupported("rlsim has no CUDA-graph switch (graphs assumed; "
+                                              "inference.step_overhead_s is the nearest knob)", neutral=False),
+    f"{A}.rollout.free_cache_engine": unsupported("rlsim always releases the KV cache between phases", neutral=True),
+    **{f"{A}.rollout.{k}": unsupported("chunked prefill and its token budget are not modelled")
+       for k in ("max_num_batched_tokens", "enable_chunked_prefill")},
+    f"{A}.rollout.enable_prefix_caching": unsupported("prefix caching across the n samples is not modelled"),
+    **{f"{A}.rollout.{k}": unsupported("the old_log_prob forward uses the trainer's micro-batching in rlsim")
+       for k in ("log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu",
+                 "log_prob_micro_batch_size")},
+    **{f"{A}.rollout.{k}": ignored("engine start-up / logging options: no effect on step time")
+       for k in ("load_format", "layered_summon", "disable_log_stats", "update_weights_bucket_megabytes")},
+    f"{A}.rollout.engine_kwargs.*": unsupported("engine-specific options are not modelled"),
+    f"{A}.rollout.val_kwargs.*": ignored(_VAL),
+    f"{A}.rollout.multi_turn.*": unsupported("multi-turn / tool rollouts are not modelled"),
+    f"{A}.rollout.multi_turn.enable": unsupported("multi-turn / tool rollouts are not modelled", neutral=False),
+    f"{A}.rollout.calculate_log_probs": ignored("the rollout's log-probs: verl-fully-async has no old_log_prob pass"),
+    f"{A}.rollout.agent.*": unsupported("agent-loop workers are not modelled"),
+    # critic / reward
+    "critic.model.path": mapped("workload.critic_model", "ppo (adv_estimator gae) only"),
+    "critic.*": unsupported("the critic trains with the actor's layout and micro-batching in rlsim"),
+    "critic.optim.*": ignored(_LR),
+    "critic.checkpoint.*": ignored(_CKPT),
+    "critic.cliprange_value": ignored(_LOSS),
+    "reward_model.enable": mapped("workload.reward.kind", "true: a reward-model forward, false: rule reward"),
+    "reward_model.model.path": mapped("workload.reward.model"),
+    "reward_model.*": unsupported("the reward model runs with rlsim's forward layout"),
+    "reward_model.reward_manager": ignored("which rule function scores: its CPU time is workload.reward.cpu_s_per_sample"),
+    "reward_model.launch_reward_fn_async": unsupported("asynchronous reward computation is not modelled", neutral=False),
+    "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
+    # algorithm
+    "algorithm.adv_estimator": mapped("workload.algorithm", "gae: ppo (with a critic); grpo and critic-free "
+                                                             "estimators: grpo's stage graph"),
+    "algorithm.use_kl_in_reward": mapped("workload.reference", "a KL term needs the reference forward"),
+    **{f"algorithm.{k}": ignored("advantage arithmetic on the host: no modelled cost")
+       for k in ("gamma", "lam", "norm_adv_by_std_in_grpo", "kl_penalty", "kl_ctrl.*")},
+    "algorithm.filter_groups.enable": mapped("workload.dynamic_sampling", "DAPO dynamic sampling"),
+    "algorithm.filter_groups.metric": ignored("which reward decides 'no signal': keep_fraction is the rlsim knob"),
+    "algorithm.filter_groups.max_num_gen_batches": unsupported(
+        "rlsim regenerates until the batch is full (no cap on rounds)", neutral=0),
+    "algorithm.use_pf_ppo": unsupported("preference-feedback PPO re-sampling is not modelled", neutral=False),
+    "algorithm.pf_ppo.*": ignored("used only with use_pf_ppo"),
+    # trainer and pools
+    "trainer.nnodes": mapped("topology.nodes", "training pool nodes (the whole job when colocated)"),
+    "trainer.n_gpus_per_node": mapped("topology.nodes", "training pool GPUs per node"),
+    "trainer.balance_batch": unsupported("rlsim balances micro-batches by tokens", neutral=True),
+    "trainer.critic_warmup": unsupported("steps without actor updates are not modelled", neutral=0),
+    **{f"trainer.{k}": ignored(_LOG) for k in (
+        "project_name", "experiment_name", "logger", "log_val_generations", "rollout_data_dir",
+        "validation_data_dir", "ray_wait_register_center_timeout", "device", "profile_steps", "wandb_proxy")},
+    **{f"trainer.{k}": ignored(_CKPT) for k in (
+        "save_freq", "resume_mode", "resume_from_path", "default_hdfs_dir", "default_local_dir",
+        "del_local_ckpt_after_load", "max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep", "esi_redundant_time")},
+    **{f"trainer.{k}": ignored(_VAL) for k in ("val_before_train", "test_freq", "val_only")},
+    **{f"trainer.{k}": ignored("run length: rlsim simulates `iterations` steps (--iterations N)")
+       for k in ("total_epochs", "total_training_steps")},
+    "ray_init.*": ignored("Ray start-up options: no effect on step time"),
+    "rollout.nnodes": mapped("schedule.rollout_devices", "rollout pool nodes"),
+    "rollout.n_gpus_per_node": mapped("schedule.rollout_devices", "rollout pool GPUs per node"),
+    **{f"rollout.{k}": ignored("run length / validation cadence of the Rollouter") for k in (
+        "total_rollout_steps", "total_epochs", "test_freq")},
+    # fully_async_policy
+    "async_training.staleness_threshold": mapped("schedule.staleness_threshold"),
+    "async_training.trigger_parameter_sync_step": mapped("schedule.trigger_parameter_sync_step"),
+    "async_training.require_batches": mapped("schedule.require_batches"),
+    "async_training.partial_rollout": mapped("schedule.partial_rollout"),
+    "async_training.use_rollout_log_probs": unsupported("rlsim's verl-fully-async always uses the rollout's "
+                                                        "log-probs (no old_log_prob pass)", neutral=True),
+    "async_training.compute_prox_log_prob": unsupported("the proximal log-prob forward is not modelled", neutral=False),
+}
+
+
+def recipe_of(values: Values, explicit: str | None) -> tuple[str, str]:
+    """(recipe, the rule that chose it) — see the module docstring."""
+    if explicit:
+        if explicit not in RECIPES:
+            raise RlsimError(f"unknown verl schedule {explicit!r}", field="--framework-schedule",
+                             fix=f"use one of: {', '.join(RECIPES)}")
+        return explicit, f"{KIND_OF_RECIPE[explicit]} (--framework-schedule {explicit})"
+    if values.section("async_training"):
+        return "fully-async", "verl-fully-async (async_training.* keys: the fully_async_policy recipe)"
+    if values.flat.get(f"{A}.hybrid_engine") is False or values.section("rollout"):
+        return "one-step-off", "one-step-off (hybrid_engine false / a rollout.* pool: the one_step_off_policy recipe)"
+    return "colocated", "colocated (main_ppo's hybrid engine: no async_training, no rollout pool)"
+
+
+def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
+                schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
+    """A verl YAML plus Hydra overrides -> FrameworkImport. ``user_sets`` are the rlsim ``--set``
+    keys that follow (a model or topology size given there is not needed from the config)."""
+    source = str(path)
+    flat = read_config(path, overrides, what="verl config")
+    result = FrameworkImport("verl", source, {})
+    values = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+    recipe, result.schedule_rule = recipe_of(values, schedule)
+    user_sets = set(user_sets)
+    decided: dict[str, tuple[Status, str]] = {}
+    workload = _workload(values, recipe, "workload.model" in user_sets, decided)
+    sched = _schedule(values, recipe, workload, decided)
+    result.scenario["topology"] = _topology(values, recipe, sched, topology,
+                                            any(k.startswith("topology.") for k in user_sets))
+    result.scenario["workload"] = workload
+    result.scenario["schedule"] = sched
+    classify(result, flat, RULES, decided)
+    result.notes.append("response-length law: not in a verl config; rlsim's default law "
+                        f"{_law(workload['response_length'])} capped at data.max_response_length "
+                        "(set it with --set workload.response_length.median=... / .sigma=...)")
+    return result
+
+
+def _law(law: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in law.items()) + "}"
+
+
+def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    src = v.result.source
+    w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the verl config {Path(src).name}"}
+    if model_given:
+        decided[f"{A}.model.path"] = ("mapped", "workload.model: given by --set")
+    else:
+        w["model"], how = model_for(v(f"{A}.model.path"), f"{A}.model.path", src)
+        v.result.notes.append(f"{A}.model.path {v(f'{A}.model.path')!r} -> {how}")
+    w["algorithm"] = _algorithm(v)
+    mini = positive_int(v(f"{A}.actor.ppo_mini_batch_size"), f"{A}.actor.ppo_mini_batch_size", src)
+    if recipe == "fully-async":
+        require = int(v("async_training.require_batches") or 1)
+        trigger = int(v("async_training.trigger_parameter_sync_step") or 1)
+        w["prompts_per_step"] = require * trigger * mini
+        decided["data.train_batch_size"] = ("ignored", "fully_async: one step = one parameter version = "
+                                            "trigger_parameter_sync_step x require_batches x ppo_mini_batch_size prompts")
+        decided["data.gen_batch_size"] = ("ignored", "fully_async: the Rollouter's feed size, no effect on the quota")
+    else:
+        w["prompts_per_step"] = positive_int(v("data.train_batch_size"), "data.train_batch_size", src)
+    w["samples_per_prompt"] = positive_int(v(f"{A}.rollout.n"), f"{A}.rollout.n", src)
+    w["mini_batch_prompts"] = mini
+    w["ppo_epochs"] = positive_int(v(f"{A}.actor.ppo_epochs"), f"{A}.actor.ppo_epochs", src)
+    if v("algorithm.filter_groups.enable"):
+        gen = v("data.gen_batch_size")
+        w["dynamic_sampling"] = {"gen_prompts": positive_int(gen, "data.gen_batch_size", src)} if gen else {}
+    w["prompt_length"] = capped_length("prompt_length", v("data.max_prompt_length"), "data.max_prompt_length", src, v.result.notes)
+    w["response_length"] = capped_length("response_length", v("data.max_response_length"),
+                                         "data.max_response_length", src, v.result.notes)
+    w["train_layout"] = _train_layout(v)
+    w["rollout_layout"] = _rollout_layout(v)
+    w["reference"] = bool(v(f"{A}.actor.use_kl_loss") or v("algorithm.use_kl_in_reward"))
+    _reward_and_critic(v, w)
+    return w
+
+
+def _algorithm(v: Values) -> str:
+    estimator = str(v("algorithm.adv_estimator"))
+    if estimator == "gae":
+        return "ppo"
+    if estimator != "grpo":
+        v.result.notes.append(f"algorithm.adv_estimator {estimator!r}: critic-free, simulated with grpo's stage graph")
+    return "grpo"
+
+
+def _train_layout(v: Values) -> dict[str, Any]:
+    strategy = str(v(f"{A}.actor.strategy"))
+    micro = v(f"{A}.actor.ppo_micro_batch_size_per_gpu")
+    layout: dict[str, Any] = {"recompute": "full" if v(f"{A}.model.enable_gradient_checkpointing") else "none",
+                              "micro_batch": int(micro) if micro else 1}
+    if strategy == "megatron":
+        m = f"{A}.actor.megatron"
+        for key, rl in (("tensor_model_parallel_size", "tp"), ("pipeline_model_parallel_size", "pp"),
+                        ("virtual_pipeline_model_parallel_size", "vpp"), ("expert_model_parallel_size", "ep"),
+                        ("context_parallel_size", "cp")):
+            value = v(f"{m}.{key}")
+            layout[rl] = int(value) if value else 1
+        if v.given(f"{m}.sequence_parallel"):
+            layout["sequence_parallel"] = bool(v(f"{m}.sequence_parallel"))
+        layout["zero"] = 0 if v(f"{m}.use_distributed_optimizer") is False else 1
+        return layout
+    if strategy not in ("fsdp", "fsdp2"):
+        raise RlsimError(f"unknown actor strategy {strategy!r}", source=v.result.source, field=f"{A}.actor.strategy",
+                         fix="use fsdp, fsdp2 or megatron")
+    v.result.notes.append(f"{A}.actor.strategy {strategy}: " + _FSDP)
+    return {"tp": 1, "pp": 1, "zero": 3, **layout}
+
+
+def _rollout_layout(v: Values) -> dict[str, Any]:
+    r = f"{A}.rollout"
+    dtype = str(v(f"{r}.dtype"))
+    if dtype not in DTYPES:
+        raise RlsimError(f"unknown dtype {dtype!r}", source=v.result.source, field=f"{r}.dtype",
+                         fix=f"use one of: {', '.join(DTYPES)}")
+    return {"tp": int(v(f"{r}.tensor_model_parallel_size")), "ep": 1,
+            "gpu_memory_utilization": float(v(f"{r}.gpu_memory_utilization")),
+            "max_num_seqs": int(v(f"{r}.max_num_seqs")), "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
+
+
+def _reward_and_critic(v: Values, w: dict[str, Any]) -> None:
+    if v("reward_model.enable"):
+        path = v("reward_model.model.path")
+        w["reward"] = {"kind": "model", **({"model": model_for(path, "reward_model.model.path", v.result.source)[0]}
+                                           if path else {})}
+    else:
+        w["reward"] = {"kind": "rule"}
+    if w["algorithm"] == "ppo" and v("critic.model.path"):
+        w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
+
+
+def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    s: dict[str, Any] = {"kind": KIND_OF_RECIPE[recipe]}
+    if recipe != "colocated":
+        s["rollout_devices"] = _rollout_gpus(v)
+    else:
+        decided.update({k: ("ignored", "colocated: one pool (trainer.*)") for k in ("rollout.nnodes", "rollout.n_gpus_per_node")})
+    if recipe == "fully-async":
+        decided[f"{A}.rollout.mode"] = ("ignored", "the fully_async Rollouter serves requests asynchronously: "
+                                        "that is the verl-fully-async kind")
+        for key in ("require_batches", "trigger_parameter_sync_step", "staleness_threshold", "partial_rollout"):
+            if v.given(f"async_training.{key}"):
+                s[key] = v(f"async_training.{key}")
+            else:
+                v.result.notes.append(f"async_training.{key} not given: rlsim's default (VerlFullyAsyncSchedule)")
+    dynamic = bool(v(f"{A}.actor.use_dynamic_bsz"))
+    s["micro_batching"] = "balanced" if dynamic else "sequence"
+    if dynamic:
+        s["pack_tokens"] = positive_int(v(f"{A}.actor.ppo_max_token_len_per_gpu"),
+                                        f"{A}.actor.ppo_max_token_len_per_gpu", v.result.source)
+    else:
+        decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
+    s["distqueue"] = {"packed": bool(v(f"{A}.model.use_remove_padding"))}
+    return s
+
+
+def _rollout_gpus(v: Values) -> int:
+    src = v.result.source
+    if not (v.given("rollout.nnodes") or v.given("rollout.n_gpus_per_node")):
+        raise RlsimError("split pools need the rollout pool's size", source=src, field="rollout.n_gpus_per_node",
+                         fix="pass rollout.nnodes=N rollout.n_gpus_per_node=G after the config path")
+    return (positive_int(v.flat.get("rollout.nnodes", 1), "rollout.nnodes", src)
+            * positive_int(v.flat.get("rollout.n_gpus_per_node", 8), "rollout.n_gpus_per_node", src))
+
+
+def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, user_sizes: bool) -> dict[str, Any]:
+    src = v.result.source
+    train = (positive_int(v("trainer.nnodes"), "trainer.nnodes", src)
+             * positive_int(v("trainer.n_gpus_per_node"), "trainer.n_gpus_per_node", src))
+    where = "trainer.nnodes x n_gpus_per_node"
+    if recipe != "colocated":
+        where = f"{train} training ({where}) + {sched['rollout_devices']} rollout (rollout.nnodes x n_gpus_per_node)"
+        train += sched["rollout_devices"]
+    topology, note = size_topology(spec, train, where, src, user_sizes)
+    v.result.notes.append(note)
+    return topology

@@ -1,0 +1,199 @@
+"""`--from-verl` / `--from-nemo-rl`: framework configs turned into scenarios (issue 11 item 6)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.frameworks import import_config, nemo_rl, verl
+from simulator.frameworks.common import apply_hydra_overrides, model_for, resolve_interpolations
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "workloads" / "frameworks"
+DATA = Path(__file__).resolve().parent / "data"
+FLAG = {"verl": "--from-verl", "nemo-rl": "--from-nemo-rl"}
+SHIPPED = [("verl", "verl-grpo-qwen2.5-7b"), ("verl", "verl-fully-async-qwen2.5-7b"),
+           ("verl", "verl-one-step-off-qwen2.5-7b"), ("nemo-rl", "nemo-rl-grpo-llama3.1-8b"),
+           ("nemo-rl", "nemo-rl-grpo-llama3.1-8b-async-1off")]
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_colocated_example_runs_to_the_same_json_as_its_hand_written_scenario(capsys):
+    code, imported, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                              "--iterations", "1", "--json")
+    assert code == 0, err
+    assert "actor_rollout_ref.ref.fsdp_config.param_offload" in err      # the listing, on stderr
+    code, hand, err = cli(capsys, "run", str(DATA / "verl-grpo-qwen2.5-7b.scenario.yaml"), "--iterations", "1", "--json")
+    assert code == 0, err
+    doc = json.loads(imported)
+    report = doc.pop("framework_import")
+    assert json.dumps(doc, indent=2) + "\n" == hand                     # byte for byte, minus the import report
+    assert report["framework"] == "verl" and report["source"].endswith("verl-grpo-qwen2.5-7b.yaml")
+    assert report["unsupported"]["actor_rollout_ref.ref.fsdp_config.param_offload"]
+    assert report["mapped"]["data.train_batch_size"] == "workload.prompts_per_step"
+    assert report["ignored"]["trainer.logger"]
+
+
+@pytest.mark.parametrize(("framework", "name"), SHIPPED)
+def test_print_scenario_of_each_example_loads_as_its_hand_written_scenario(capsys, tmp_path, framework, name):
+    code, printed, err = cli(capsys, "run", FLAG[framework], str(EXAMPLES / f"{name}.yaml"), "--print-scenario")
+    assert code == 0, err
+    path = tmp_path / "printed.yaml"
+    path.write_text(printed)
+    assert printed.startswith("# rlsim scenario imported from")
+    assert load_scenario(path).to_dict() == load_scenario(DATA / f"{name}.scenario.yaml").to_dict()
+
+
+def test_every_shipped_example_says_it_is_written_for_rlsim():
+    for _, name in SHIPPED:
+        head = (EXAMPLES / f"{name}.yaml").read_text().splitlines()[0]
+        assert head.startswith("# An example written for rlsim"), name
+
+
+def test_unsupported_and_unknown_keys_are_listed_in_the_json(capsys):
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                         "actor_rollout_ref.rollout.enforce_eager=true", "+my.custom_knob=3",
+                         "data.train_batch_size=64", "--iterations", "1", "--json")
+    assert code == 0, err
+    report = json.loads(out)["framework_import"]
+    assert "CUDA-graph" in report["unsupported"]["actor_rollout_ref.rollout.enforce_eager"]
+    assert "my.custom_knob" in report["unknown"]
+    assert json.loads(out)["devices"] == 8
+
+
+def test_hydra_override_forms():
+    flat = {"a.b": 1, "a.c.d": 2}
+    out = apply_hydra_overrides(flat, ["a.b=5", "+x.y=[1, 2]", "++a.c.d=null", "~a.b"], "cfg")
+    assert out == {"a.c.d": None, "x.y": [1, 2]}
+    with pytest.raises(RlsimError, match="override"):
+        apply_hydra_overrides(flat, ["a..b=1"], "cfg")
+    with pytest.raises(RlsimError, match="override"):
+        apply_hydra_overrides(flat, ["other.yaml"], "cfg")
+
+
+def test_interpolations_and_nemo_mul_resolve():
+    flat = resolve_interpolations({"p.t": 4096, "p.m": 2, "p.k": "${mul:${p.t}, ${p.m}}", "p.n": "${p.t}",
+                                   "p.e": "${oc.env:HOME}"})
+    assert (flat["p.k"], flat["p.n"], flat["p.e"]) == (8192, 4096, "${oc.env:HOME}")
+
+
+@pytest.mark.parametrize(("given", "preset"), [
+    ("Qwen/Qwen2.5-Math-7B", "qwen2.5-math-7b"), ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama3.1-8b"), ("meta-llama/Meta-Llama-3.1-70B-Instruct", "llama3.1-70b"),
+    ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("unsloth/DeepSeek-V3-0324-BF16", "deepseek-v3"),
+    ("/data/models/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("~/models/Qwen2.5-32B/", "qwen2.5-32b")])
+def test_model_paths_map_to_presets(given, preset):
+    assert model_for(given, "actor_rollout_ref.model.path", "cfg")[0] == preset
+
+
+def test_a_folder_with_a_config_json_is_used_as_is(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert model_for(str(tmp_path), "policy.model_name", "cfg")[0] == str(tmp_path / "config.json")
+
+
+def test_an_unmappable_model_is_a_clear_error_and_set_workload_model_fixes_it(capsys):
+    cfg = str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
+    code, out, err = cli(capsys, "run", "--from-verl", cfg, "actor_rollout_ref.model.path=acme/Mystery-9B", "--print-scenario")
+    assert code == 2 and "Traceback" not in err
+    assert "actor_rollout_ref.model.path" in err and "--set workload.model=PRESET" in err
+    code, out, err = cli(capsys, "run", "--from-verl", cfg, "actor_rollout_ref.model.path=acme/Mystery-9B",
+                         "--set", "workload.model=qwen2.5-7b", "--print-scenario")
+    assert code == 0, err
+    assert yaml.safe_load(out)["workload"]["model"] == "qwen2.5-7b"
+
+
+def test_topology_is_sized_from_the_pools_unless_set(capsys):
+    cfg = str(EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml")
+    r = import_config("verl", cfg, ["trainer.nnodes=2", "rollout.nnodes=3"], topology="hgx-h20")
+    assert r.scenario["topology"] == {"preset": "hgx-h20", "nodes": 5}
+    assert r.scenario["schedule"]["rollout_devices"] == 24
+    code, out, err = cli(capsys, "run", "--from-verl", cfg, "--set", "topology.nodes=4", "--print-scenario")
+    assert code == 0, err
+    assert yaml.safe_load(out)["topology"]["nodes"] == 4
+    with pytest.raises(RlsimError, match="not whole"):
+        import_config("verl", cfg, ["trainer.n_gpus_per_node=4"])
+
+
+def test_schedule_is_inferred_from_the_keys_or_given():
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    assert import_config("verl", cfg).scenario["schedule"]["kind"] == "colocated"
+    split = ["actor_rollout_ref.hybrid_engine=false", "+rollout.nnodes=1", "+rollout.n_gpus_per_node=4",
+             "trainer.n_gpus_per_node=4"]
+    assert import_config("verl", cfg, split).scenario["schedule"]["kind"] == "one-step-off"
+    fa = import_config("verl", cfg, split, schedule="fully-async")
+    assert fa.scenario["schedule"]["kind"] == "verl-fully-async" and "framework-schedule" in fa.schedule_rule
+    load_scenario(fa.scenario)
+    with pytest.raises(RlsimError, match="rollout pool"):
+        import_config("verl", cfg, schedule="one-step-off")
+
+
+def test_verl_kl_and_estimators():
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    no_kl = import_config("verl", cfg, ["actor_rollout_ref.actor.use_kl_loss=false"]).scenario["workload"]
+    assert no_kl["reference"] is False
+    ppo = import_config("verl", cfg, ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B"])
+    assert (ppo.scenario["workload"]["algorithm"], ppo.scenario["workload"]["critic_model"]) == ("ppo", "qwen2.5-7b")
+    dapo = import_config("verl", cfg, ["+algorithm.filter_groups.enable=true", "+data.gen_batch_size=768"])
+    assert dapo.scenario["workload"]["dynamic_sampling"] == {"gen_prompts": 768}
+
+
+def test_nemo_defaults_chain_and_batch_checks(tmp_path):
+    base = yaml.safe_load((EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml").read_text())
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    (tmp_path / "recipe.yaml").write_text("defaults: base.yaml\ngrpo:\n  num_prompts_per_step: 32\n"
+                                          "  use_dynamic_sampling: true\n  batch_multiplier: 3\n")
+    r = import_config("nemo-rl", tmp_path / "recipe.yaml")
+    w = r.scenario["workload"]
+    assert (w["prompts_per_step"], w["algorithm"], w["dynamic_sampling"]) == (32, "dapo", {"gen_prompts": 96})
+    assert w["reference"] is True and load_scenario(r.scenario).workload.reference is True
+    (tmp_path / "bad.yaml").write_text("defaults: missing.yaml\n")
+    with pytest.raises(RlsimError, match="base config"):
+        import_config("nemo-rl", tmp_path / "bad.yaml")
+    with pytest.raises(RlsimError, match="whole prompt groups"):
+        import_config("nemo-rl", tmp_path / "recipe.yaml", ["policy.train_global_batch_size=500"])
+
+
+def test_nemo_split_pools_on_policy_is_disaggregated():
+    r = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b-async-1off.yaml", ["grpo.async_grpo.enabled=false"])
+    assert r.scenario["schedule"]["kind"] == "disaggregated" and r.scenario["schedule"]["rollout_devices"] == 8
+    load_scenario(r.scenario)
+
+
+def test_flags_are_refused_where_they_do_not_apply(capsys):
+    code, _, err = cli(capsys, "run", "--print-scenario")
+    assert code == 2 and "--from-verl" in err
+    code, _, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"), "--workload",
+                       "grpo-qwen2.5-7b", "--print-scenario")
+    assert code == 2 and "cannot be combined" in err
+
+
+@pytest.mark.parametrize("module", [verl, nemo_rl])
+def test_tables_name_rlsim_sections_and_reasons(module):
+    for key, rule in module.RULES.items():
+        assert rule.reason or rule.target, key
+        if rule.status == "mapped":
+            assert rule.target.split(".")[0] in ("workload", "schedule", "topology"), key
+
+
+def test_examples_are_not_workload_presets(capsys):
+    code, out, _ = cli(capsys, "presets", "--json")
+    doc = json.loads(out)
+    assert not any("verl" in name or "nemo" in name for name in doc["workloads"])
+    assert "verl-grpo-qwen2.5-7b.yaml" in {Path(p).name for p in doc["framework_configs"]}
+
+
+@pytest.mark.parametrize("module", [verl, nemo_rl])
+def test_the_guide_lists_every_table_entry(module):
+    guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
+    missing = [key for key in module.RULES if f"`{key}`" not in guide]
+    assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its tables from RULES)"
