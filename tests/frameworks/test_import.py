@@ -44,6 +44,18 @@ def test_colocated_example_runs_to_the_same_json_as_its_hand_written_scenario(ca
     assert report["ignored"]["trainer.logger"]
 
 
+@pytest.mark.parametrize(("framework", "name"), SHIPPED[1:])
+def test_every_other_example_runs_to_the_same_json_as_its_hand_written_scenario(capsys, framework, name):
+    code, imported, err = cli(capsys, "run", FLAG[framework], str(EXAMPLES / f"{name}.yaml"), "--iterations", "1",
+                              "--json")
+    assert code == 0, err
+    code, hand, err = cli(capsys, "run", str(DATA / f"{name}.scenario.yaml"), "--iterations", "1", "--json")
+    assert code == 0, err
+    doc = json.loads(imported)
+    doc.pop("framework_import")
+    assert json.dumps(doc, indent=2) + "\n" == hand
+
+
 @pytest.mark.parametrize(("framework", "name"), SHIPPED)
 def test_print_scenario_of_each_example_loads_as_its_hand_written_scenario(capsys, tmp_path, framework, name):
     code, printed, err = cli(capsys, "run", FLAG[framework], str(EXAMPLES / f"{name}.yaml"), "--print-scenario")
