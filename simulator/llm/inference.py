@@ -220,11 +220,15 @@ class StepCost:
         p = self.params
         sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
         graphs = self.uses_graphs(tokens)
+        # An eager step keeps the graph's replay time on the GPU side (the gaps between its
+        # kernels), so it is never shorter than the same step with graphs.
         if p.async_scheduling:
-            return 0.0, sched + (p.cuda_graph_replay_s if graphs else self.eager_launch_s)
+            if graphs:
+                return 0.0, sched + p.cuda_graph_replay_s
+            return p.cuda_graph_replay_s, sched + self.eager_launch_s
         if graphs:
             return sched + p.cuda_graph_replay_s, 0.0
-        return sched, sched + self.eager_launch_s
+        return sched + p.cuda_graph_replay_s, sched + self.eager_launch_s
 
     # -- whole steps ------------------------------------------------------------------------------
     def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
