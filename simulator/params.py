@@ -158,9 +158,51 @@ class InferenceParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # formulas.md: per-step scheduler, launch and sampling overhead is "a few ms"; the low end,
-    # as CUDA graphs and async scheduling in current engines hide part of it.
-    step_overhead_s: float = Field(2e-3, ge=0)
+    # -- CPU side of a step (docs/cost-models-inference.md, "beyond the roofline") --------------
+    # Fixed CPU work per step (scheduler, input preparation, output hand-off). formulas.md: the
+    # per-step scheduler, launch and sampling overhead is "a few ms"; rlsim took the low end, 2 ms,
+    # for all of it; the CUDA-graph replay below is now counted apart, so 2 ms - 0.3 ms here.
+    step_overhead_s: float = Field(1.7e-3, ge=0)
+    # CPU work per running sequence and step (scheduling, sampling bookkeeping, detokenization),
+    # per attention replica (each has its own scheduler). An estimate, not fitted: checked against
+    # NIM's Llama-3.1-8B ITL rise (frameworks.md: 5.9 ms at 50 -> 12.7 ms at 200 concurrent, ~45
+    # us per added sequence for KV reads, compute and CPU together), of which it is a fifth.
+    cpu_per_seq_s: float = Field(1e-5, ge=0)
+    # Kernel launches. CUDA graphs (vLLM default) replay a step's launches in a fixed time
+    # (frameworks.md: "a few hundred microseconds"), for steps of up to cuda_graph_max_batch
+    # tokens per replica (vLLM's largest captured size, 512 by default); eager steps (above it, or
+    # enforce_eager) launch every kernel from the CPU: per step (embedding, final norm, LM head,
+    # sampler), per layer (norms, QKV, rotary, KV write, attention, output projection, MLP GEMMs,
+    # activation, TP all-reduces: vLLM's Llama forward) and per MoE layer on top (router, top-k,
+    # align, expert GEMMs, activation, combine / sum, dispatch: vLLM's fused-MoE path), each at the
+    # device's launch_overhead_s (hardware/devices.py) unless launch_overhead_s is set. The CPU
+    # launches while the GPU runs the kernels already queued: an eager step lasts the longer of the
+    # two (launch-bound at small batch).
+    enforce_eager: bool = False
+    cuda_graph_max_batch: int = Field(512, ge=0)
+    cuda_graph_replay_s: float = Field(3e-4, ge=0)
+    launches_per_step: float = Field(10.0, ge=0)
+    launches_per_layer: float = Field(12.0, ge=0)
+    launches_per_moe_layer: float = Field(10.0, ge=0)
+    launch_overhead_s: float | None = Field(None, ge=0)
+    # Async scheduling (vLLM --async-scheduling; an engine that prepares step i+1 while the GPU
+    # runs step i): a step lasts max(CPU, GPU) instead of their sum. vLLM default: off.
+    async_scheduling: bool = False
+    # -- token budget, prefix cache, length cap ---------------------------------------------------
+    # Tokens a step may process (vLLM max_num_batched_tokens). None: unbounded (rlsim before this
+    # option: one prefill step of everything admitted). vLLM V1 defaults (EngineArgs, offline LLM
+    # class): 16384 on GPUs of >= 70 GiB, 8192 below; V0 without chunked prefill: max(max_model_len,
+    # 2048). Without chunked_prefill, the prefills admitted together run as blocking steps of at
+    # most this many tokens (a longer prompt alone); with it (vLLM V1: always on), each step also
+    # carries the running decodes and prefill chunks fill the rest of the budget.
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    chunked_prefill: bool = False
+    # vLLM V1 default on: the samples of one prompt added together with one group id share one
+    # prefill of the prompt (callers that pass no group ids share nothing).
+    enable_prefix_caching: bool = True
+    # vLLM max_model_len: prompt + response of a sequence stop there (NeMo RL sets it to
+    # max_total_sequence_length: response <= T-max - prompt). None: the response lengths as given.
+    max_model_len: int | None = Field(None, ge=2)
     hbm_efficiency: float | None = Field(None, gt=0, le=1)   # None: the device's (hardware.md 0.75-0.85)
     gemm_efficiency: float | None = Field(None, gt=0, le=1)  # None: the device's
     # hardware.md: decode attention / MLA kernels on 910C reach ~65% of compute (CloudMatrix paper).

@@ -158,6 +158,9 @@ class StepCost:
         self.prefill_attn_s_per_pair = (model.attention_flops_per_context_token()
                                         / self.devices / (bf16_rate * gemm_eff))
         self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
+        launch_s = device.launch_overhead_s if params.launch_overhead_s is None else params.launch_overhead_s
+        self.eager_launch_s = launch_s * (params.launches_per_step + params.launches_per_layer * model.num_layers
+                                          + params.launches_per_moe_layer * model.num_moe_layers)
         self._comm_cache: dict[float, float] = {}
         self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
         self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
@@ -202,28 +205,74 @@ class StepCost:
         return (self.device.launch_overhead_s + steps * p.fallback_step_latency_s
                 + factor * nbytes / (self.device.scaleup_bw_Bps * p.fallback_collective_efficiency))
 
+    # -- the CPU side of a step ---------------------------------------------------------------------
+    def uses_graphs(self, tokens: float) -> bool:
+        """Whether a step of `tokens` tokens (instance-wide) replays a CUDA graph: not enforce_eager
+        and at most cuda_graph_max_batch tokens per attention replica."""
+        p = self.params
+        return not p.enforce_eager and math.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch
+
+    def overhead_s(self, tokens: float, seqs: float) -> tuple[float, float]:
+        """(added, floor) of a step of `tokens` tokens for `seqs` sequences: it lasts
+        max(floor, GPU time + added). Scheduler CPU = step_overhead_s + cpu_per_seq_s x seqs per
+        replica; launches = the graph replay, or eager_launch_s overlapped with the GPU's kernels.
+        A sync engine adds the scheduler to the step; an async one overlaps it with the GPU's."""
+        p = self.params
+        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
+        graphs = self.uses_graphs(tokens)
+        # An eager step keeps the graph's replay time on the GPU side (the gaps between its
+        # kernels), so it is never shorter than the same step with graphs.
+        if p.async_scheduling:
+            if graphs:
+                return 0.0, sched + p.cuda_graph_replay_s
+            return p.cuda_graph_replay_s, sched + self.eager_launch_s
+        if graphs:
+            return sched + p.cuda_graph_replay_s, 0.0
+        return sched + p.cuda_graph_replay_s, sched + self.eager_launch_s
+
     # -- whole steps ------------------------------------------------------------------------------
-    def decode_lines(self, n: int, k0: float) -> tuple[float, float, float, float, float]:
-        """Step j (0-based) of n sequences starting at total context k0 costs
-        max(c0 + c1 j, m0 + m1 j) + e. Returns (c0, c1, m0, m1, e)."""
+    def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
         per_n = self._lines_cache.get(n)
         if per_n is None:
-            per_n = (n * self.lin_s_per_token, self.weight_read_s(n),
-                     self.params.step_overhead_s + self.comm_s(n),
-                     self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n)
+            added, floor = self.overhead_s(n, n)
+            per_n = (n * self.lin_s_per_token, self.weight_read_s(n), added + self.comm_s(n),
+                     self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n, floor)
             self._lines_cache[n] = per_n
-        lin, weights, e, c1, m1 = per_n
+        return per_n
+
+    def decode_lines(self, n: int, k0: float) -> tuple[float, float, float, float, float]:
+        """Step j (0-based) of n sequences starting at total context k0 costs
+        max(f, max(c0 + c1 j, m0 + m1 j) + e), f = decode_floor_s(n). Returns (c0, c1, m0, m1, e)."""
+        lin, weights, e, c1, m1, _ = self._per_n(n)
         return (lin + self.decode_attn_s_per_ctx * k0, c1, weights + self.kv_s_per_token * k0, m1, e)
+
+    def decode_floor_s(self, n: int) -> float:
+        """The CPU floor of a decode step of n sequences (0 for a sync engine with CUDA graphs)."""
+        return self._per_n(n)[5]
 
     def decode_step_s(self, n: int, context_tokens: float) -> float:
         c0, _, m0, _, e = self.decode_lines(n, context_tokens)
-        return max(c0, m0) + e
+        return max(self.decode_floor_s(n), max(c0, m0) + e)
 
-    def prefill_s(self, tokens: float, attention_pairs: float) -> float:
-        """Prefill of `tokens` prompt tokens with sum over prompts of P(P+1)/2 attention pairs."""
+    def mixed_s(self, n: int, k0: float, tokens: float, pairs: float, seqs: float, steps: int) -> float:
+        """`steps` chunked-prefill steps, each one decode token of n sequences (total context k0 at
+        the first, growing by n) and 1/steps of a prefill of `tokens` tokens, `pairs` attention
+        pairs, `seqs` sequences: the decode lines with the chunk's work on their intercepts."""
+        c0, c1, m0, m1, _ = self.decode_lines(n, k0)
+        chunk = tokens / steps
+        width = n + chunk
+        c0 += chunk * self.lin_s_per_token + pairs / steps * self.prefill_attn_s_per_pair
+        m0 += self.weight_read_s(width) - self.weight_read_s(n) + chunk * self.kv_s_per_token
+        added, floor = self.overhead_s(width, n + seqs / steps)
+        return series_time_s((c0, c1, m0, m1, added + self.comm_s(width)), steps, floor)
+
+    def prefill_s(self, tokens: float, attention_pairs: float, seqs: float = 1) -> float:
+        """Prefill of `tokens` prompt tokens of `seqs` sequences with sum over prompts of P(P+1)/2
+        attention pairs (one step)."""
         compute = tokens * self.lin_s_per_token + attention_pairs * self.prefill_attn_s_per_pair
         memory = self.weight_read_s(tokens) + tokens * self.kv_s_per_token
-        return max(compute, memory) + self.params.step_overhead_s + self.comm_s(tokens)
+        added, floor = self.overhead_s(tokens, seqs)
+        return max(floor, max(compute, memory) + added + self.comm_s(tokens))
 
 
 def _check_layout(model: ModelSpec, layout: RolloutLayout) -> None:
@@ -258,11 +307,16 @@ def _series(alpha: float, beta: float, lo: int, hi: int) -> float:
     return (hi - lo) * alpha + beta * (hi * (hi - 1) - lo * (lo - 1)) / 2.0
 
 
-def series_time_s(lines: tuple[float, float, float, float, float], k: int) -> float:
-    """Closed-form time of k decode steps: sum_{j<k} max(c0 + c1 j, m0 + m1 j) + k e."""
-    c0, c1, m0, m1, e = lines
+def series_time_s(lines: tuple[float, float, float, float, float], k: int, floor: float = 0.0) -> float:
+    """Closed-form time of k decode steps: sum_{j<k} max(floor, max(c0 + c1 j, m0 + m1 j) + e).
+    The lines do not fall (c1, m1 >= 0), so the floor holds for the first j0 steps only."""
     if k <= 0:
         return 0.0
+    c0, c1, m0, m1, e = lines
+    if floor > 0.0:
+        j0 = min(k, _first_at_least(c0 + e, c1, floor), _first_at_least(m0 + e, m1, floor))
+        if j0 > 0:
+            return j0 * floor + series_time_s(lines, k) - series_time_s(lines, j0)
     # The two lines cross at most once; j* = first j where the compute line is on top.
     dc, dslope = c0 - m0, c1 - m1
     if dslope == 0.0:
@@ -273,6 +327,20 @@ def series_time_s(lines: tuple[float, float, float, float, float], k: int) -> fl
         cross = min(k, max(0, math.floor(dc / -dslope) + 1))
         return _series(c0, c1, 0, cross) + _series(m0, m1, cross, k) + k * e
     return _series(m0, m1, 0, split) + _series(c0, c1, split, k) + k * e
+
+
+def _first_at_least(a: float, b: float, y: float) -> int | float:
+    """The first j >= 0 with a + b j >= y (b >= 0; math.inf when never)."""
+    if a >= y:
+        return 0
+    if b <= 0.0:
+        return math.inf
+    j = max(0, math.ceil((y - a) / b))
+    while j > 0 and a + b * (j - 1) >= y:   # rounding of the division
+        j -= 1
+    while a + b * j < y:
+        j += 1
+    return j
 
 
 def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> None:
@@ -311,6 +379,7 @@ class RolloutEngine:
         self._arrival: list[float] = []
         self._epoch: list[int] = []
         self._slot_of: dict[int, int] = {}
+        self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
         # Engine state at the current step boundary.
         self.t = 0.0                   # time of the boundary
         self._S = 0                    # decode steps taken
@@ -325,6 +394,7 @@ class RolloutEngine:
         self._lines: tuple[float, float, float, float, float] | None = None
         self._event: tuple[float, int] | None = None
         self._prefill: tuple[float, float, list[tuple[int, int]]] | None = None  # start, end, (slot, g before)
+        self._phase_steps = 0          # decode steps the running sequences made during that prefill
         self.busy_s = 0.0
         self.preemptions = 0
         self.generated_tokens = 0
@@ -341,11 +411,20 @@ class RolloutEngine:
         self.add_many([seq_id], [prompt_len], [response_len], now, [generated])
 
     def add_many(self, seq_ids: Sequence[int], prompt_lens: Sequence[int], response_lens: Sequence[int],
-                 now: float, generated: Sequence[int] | None = None) -> None:
-        """Queue several sequences arriving together (prefilled together when they fit)."""
+                 now: float, generated: Sequence[int] | None = None,
+                 group_ids: Sequence[int] | None = None) -> None:
+        """Queue several sequences arriving together (prefilled together when they fit).
+        `group_ids` (optional, one per sequence): the samples of one prompt carry one id; with
+        enable_prefix_caching those admitted in one step share one prefill of the prompt (the
+        first computes it, the others only their own generated tokens). None: no sharing.
+        With max_model_len, a response stops at max_model_len - prompt tokens."""
         ids = [int(x) for x in seq_ids]
         p = np.asarray(prompt_lens, dtype=np.int64)
         r = np.asarray(response_lens, dtype=np.int64)
+        if self.cost.params.max_model_len is not None:
+            r = np.minimum(r, self.cost.params.max_model_len - p)
+        if group_ids is not None and len(group_ids) != len(ids):
+            raise ValueError("group_ids and seq_ids differ in length")
         g = np.zeros(len(ids), dtype=np.int64) if generated is None else np.asarray(generated, dtype=np.int64)
         if not len(ids) == len(p) == len(r) == len(g):
             raise ValueError("seq_ids, prompt_lens, response_lens and generated differ in length")
@@ -380,6 +459,8 @@ class RolloutEngine:
         self._p = self._p + p.tolist()
         self._r = self._r + r.tolist()
         self._arrival = self._arrival + [float(now)] * len(ids)
+        self._group = self._group + ([-1 - slot for slot in range(first, first + len(ids))] if group_ids is None
+                                     else [int(x) for x in group_ids])
         self._g.extend(g.tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
@@ -434,6 +515,13 @@ class RolloutEngine:
             start, end, slots = self._prefill
             self.busy_s -= self.t - max(now, start)
             generated = {slot: g_before for slot, g_before in slots}
+            undo = len(generated)   # the interrupted prefill's first tokens
+            if self._phase_steps:   # and the decode steps that rode on an unfinished chunked prefill
+                for slot in range(len(self._id)):
+                    if self._state[slot] == _RUNNING and slot not in generated:
+                        generated[slot] = self._g[slot] + self._S - self._phase_steps - self._sadm[slot]
+                        undo += self._phase_steps
+            self.generated_tokens -= undo
         for slot in range(len(self._id)):
             state = self._state[slot]
             if state == _RUNNING:
@@ -446,7 +534,6 @@ class RolloutEngine:
             partial.append(PartialSequence(self._id[slot], self._p[slot], self._r[slot], g))
         for _, seq_id, slot in self._outbox:  # finished by a prefill that ends after `now`
             partial.append(PartialSequence(seq_id, self._p[slot], self._r[slot], generated[slot]))
-        self.generated_tokens -= len(generated)  # the interrupted prefill's first tokens
         self._outbox.clear()
         self._heap.clear()
         self._stack.clear()
@@ -454,6 +541,7 @@ class RolloutEngine:
         self._n = self._K = 0
         self.t = now
         self._prefill = None
+        self._phase_steps = 0
         self._event = None
         self._lines = None
         partial.sort(key=lambda s: s.seq_id)
@@ -478,7 +566,7 @@ class RolloutEngine:
         return self._lines
 
     def _duration(self, k: int) -> float:
-        return series_time_s(self._segment(), k)
+        return series_time_s(self._segment(), k, self.cost.decode_floor_s(self._n))
 
     def _steps_by(self, elapsed: float) -> int:
         """Whole decode steps completed `elapsed` seconds after the boundary."""
@@ -581,6 +669,8 @@ class RolloutEngine:
                     # series_time_s(lines, k), inlined with _series (same operations, same order)
                     if k <= 0:
                         event = (self.t + 0.0, k)
+                    elif lines_cache[n][5] > 0.0:   # a CPU floor (eager or async): not inlined
+                        event = (self.t + series_time_s(lines, k, lines_cache[n][5]), k)
                     else:
                         c0, c1, m0, m1, e = lines
                         dc, dslope = c0 - m0, c1 - m1
@@ -610,6 +700,7 @@ class RolloutEngine:
                 self._S = S
             self.t = time
             self._prefill = None
+            self._phase_steps = 0
             while heap:  # finishes (stale entries of preempted or interrupted sequences dropped)
                 head = heap[0]
                 slot = head[2]
@@ -651,11 +742,13 @@ class RolloutEngine:
 
     def _admit(self) -> None:
         waiting, p, g_of, arrival, state = self._waiting, self._p, self._g, self._arrival, self._state
-        n, kv, now = self._n, self._K, self.t
+        n0 = n = self._n
+        kv, now = self._K, self.t
         cap, max_n = self.capacity, self.max_running
+        share = self.cost.params.enable_prefix_caching
+        group, seen = self._group, set()
         admitted: list[tuple[int, int]] = []
-        tokens = 0
-        pairs = 0.0
+        pieces: list[tuple[int, float]] = []   # (tokens computed, attention pairs) per admitted
         while waiting and n < max_n:
             slot = waiting[0]
             ctx = p[slot] + g_of[slot]
@@ -663,18 +756,51 @@ class RolloutEngine:
                 break
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
-            tokens += ctx
-            pairs += ctx * (ctx + 1) / 2.0
+            if share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
+                own = g_of[slot]
+                pieces.append((own, own * p[slot] + own * (own + 1) / 2.0))
+            else:
+                seen.add(group[slot])
+                pieces.append((ctx, ctx * (ctx + 1) / 2.0))
             state[slot] = _RUNNING
             n += 1
             kv += ctx + 1
         if not admitted:
             return
-        end = now + self.cost.prefill_s(tokens, pairs)
-        self.busy_s += end - now
+        duration, ride = self._prefill_time(pieces, n0, kv)
+        end = now + duration
+        self.busy_s += duration
         self.t = end
         self._prefill = (now, end, admitted)
-        self.generated_tokens += len(admitted)
+        self._phase_steps = ride
+        self.generated_tokens += len(admitted) + ride * n0
+        self._S += ride
+        kv += ride * n0
+        self._enter(admitted, end, n, kv)
+
+    def _prefill_time(self, pieces: list[tuple[int, float]], riders: int, kv_after: int) -> tuple[float, int]:
+        """(duration, decode steps the running sequences make meanwhile) of prefilling `pieces`.
+        Without chunked prefill: blocking steps of at most max_num_batched_tokens tokens (one step
+        when unbounded). With it: ceil(tokens / (budget - riders)) steps, each carrying one decode
+        token of every running sequence and an even share of the prefill; the running sequences
+        ride along until the first of them finishes or the KV cache is full (a sequence that
+        finishes inside the phase is released at its end)."""
+        cost, budget = self.cost, self.cost.params.max_num_batched_tokens
+        if not cost.params.chunked_prefill or riders == 0 and budget is None:
+            return sum(cost.prefill_s(t, a, k) for t, a, k in _budget_steps(pieces, budget)), 0
+        tokens = sum(t for t, _ in pieces)
+        pairs = sum(a for _, a in pieces)
+        steps = 1 if budget is None else max(1, math.ceil(tokens / max(1, budget - riders)))
+        if riders == 0:
+            return steps * cost.prefill_s(tokens / steps, pairs / steps, len(pieces) / steps), 0
+        while self._heap and self._stale(self._heap[0]):
+            heapq.heappop(self._heap)
+        ride = min(steps, self._heap[0][0] - self._S, max(0, (self.capacity - kv_after) // riders))
+        return cost.mixed_s(riders, self._K, tokens, pairs, len(pieces), steps), max(0, ride)
+
+    def _enter(self, admitted: list[tuple[int, int]], end: float, n: int, kv: int) -> None:
+        """Admitted sequences, prefilled by `end`, join the running set (their first token made)."""
+        p, g_of, state = self._p, self._g, self._state
         step, r, heap, stack, epochs, sadm = self._S, self._r, self._heap, self._stack, self._epoch, self._sadm
         order = self._order
         entries = []
@@ -700,6 +826,22 @@ class RolloutEngine:
                 heapq.heappush(heap, entry)
         self._order = order
         self._n, self._K = n, kv
+
+
+def _budget_steps(pieces: list[tuple[int, float]], budget: int | None) -> list[tuple[int, float, int]]:
+    """Pieces (tokens, pairs) in order, packed into steps of at most `budget` tokens (a longer
+    piece alone): (tokens, pairs, sequences) per step; one step when unbounded."""
+    if budget is None:
+        return [(sum(t for t, _ in pieces), sum(a for _, a in pieces), len(pieces))]
+    steps: list[tuple[int, float, int]] = []
+    tokens, pairs, seqs = 0, 0.0, 0
+    for t, a in pieces:
+        if seqs and tokens + t > budget:
+            steps.append((tokens, pairs, seqs))
+            tokens, pairs, seqs = 0, 0.0, 0
+        tokens, pairs, seqs = tokens + t, pairs + a, seqs + 1
+    steps.append((tokens, pairs, seqs))
+    return steps
 
 
 class ResumableRun:
@@ -891,7 +1033,7 @@ def prefill_tokens_per_s(model: ModelSpec, device: Any, batch: int, prompt_len: 
     cost = StepCost(model, device, _layout(tp, ep, weight_dtype, kv_dtype, batch, 0.9), params,
                     collectives, ranks)
     tokens = batch * prompt_len
-    rate = tokens / cost.prefill_s(tokens, batch * prompt_len * (prompt_len + 1) / 2.0)
+    rate = tokens / cost.prefill_s(tokens, batch * prompt_len * (prompt_len + 1) / 2.0, batch)
     return rate / (tp * ep) if per_device else rate
 
 

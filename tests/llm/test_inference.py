@@ -41,7 +41,7 @@ def test_equal_sequences_take_exactly_the_arithmetic_series(n, prompt, response)
     engine.add_many(range(n), [prompt] * n, [response] * n, 0.0)
     done = engine.run()
     cost = engine.cost
-    prefill = cost.prefill_s(n * prompt, n * prompt * (prompt + 1) / 2)
+    prefill = cost.prefill_s(n * prompt, n * prompt * (prompt + 1) / 2, n)
     # After prefill every sequence holds prompt + 1 tokens; then response - 1 decode steps.
     steps = [cost.decode_step_s(n, n * (prompt + 1) + n * j) for j in range(response - 1)]
     expected = prefill + math.fsum(steps)

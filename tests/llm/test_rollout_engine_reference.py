@@ -12,6 +12,9 @@ StepCost, so only the scheduling is compared, not the cost model:
   next token (a sequence whose last token that is finishes at the prefill's end);
 - otherwise one decode step of every running sequence (one token each) at
   StepCost.decode_step_s(n, KV held); an idle instance waits for the next arrival.
+The reference covers the CPU-side mechanisms (eager launches, async scheduling: they live in
+StepCost) and the default scheduling (no token budget, no chunked prefill, no prefix groups);
+those three are checked in closed form in tests/llm/test_engine_costs.py.
 An interrupt at `now` keeps every token produced by `now` (an unfinished step or prefill yields
 nothing) and the busy time up to `now`.
 """
@@ -112,7 +115,7 @@ class Reference:
         pairs = 0.0
         for s in admitted:
             pairs += s.kv * (s.kv + 1) / 2.0
-        self._busy_for(self.cost.prefill_s(tokens, pairs))
+        self._busy_for(self.cost.prefill_s(tokens, pairs, len(admitted)))
         for s in admitted:
             self._token(s)
             if s.generated >= s.response:
@@ -197,8 +200,11 @@ def cases(draw: st.DrawFn) -> Case:
     base = StepCost(MODELS[model], DEVICE, layout, InferenceParams(workspace_bytes=0.0))
     free = DEVICE.hbm_bytes * layout.gpu_memory_utilization - base.weight_bytes_dev
     workspace = free - (replica_tokens + 0.5) * base.kv_bytes_per_token_dev
+    # the CPU floor's path too: eager launches (long ones: launch-bound) and async scheduling
     params = InferenceParams(workspace_bytes=workspace,
-                             step_overhead_s=draw(st.sampled_from([0.0, 2e-3])))
+                             step_overhead_s=draw(st.sampled_from([0.0, 2e-3])),
+                             enforce_eager=draw(st.booleans()), async_scheduling=draw(st.booleans()),
+                             launch_overhead_s=draw(st.sampled_from([None, 1e-4])))
     case = Case(model, layout, params, list(zip(times, batches, strict=True)))
     assert case.cost().kv_capacity_replica == replica_tokens
     return case

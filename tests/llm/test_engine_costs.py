@@ -1,0 +1,197 @@
+"""Closed-form checks of the rollout engine's costs beyond the roofline (issue 12, item 1):
+CPU per step and per sequence, CUDA graphs vs eager launches, async scheduling, the token budget
+with and without chunked prefill, prefix sharing, re-prefill of a resumed sequence, the KV cache
+cleared at an interrupt, max_model_len, and a TP16 instance over two nodes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulator.hardware.devices import get_device
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model
+from simulator.llm.inference import InferenceParams, RolloutEngine, RolloutLayout, StepCost
+from simulator.network.collectives import CollectiveModel
+
+H100 = get_device("h100")
+QWEN = load_model("qwen2.5-7b")
+MOE = load_model("qwen3-30b-a3b")
+
+
+def _cost(model=QWEN, layout: RolloutLayout | None = None, **params) -> StepCost:
+    return StepCost(model, H100, layout or RolloutLayout(), InferenceParams(**params))
+
+
+def test_graphs_vs_eager_step_overhead_on_a_toy_setting():
+    base = dict(step_overhead_s=1e-3, cpu_per_seq_s=0.0, launch_overhead_s=1e-4)
+    graphs, eager = _cost(**base), _cost(enforce_eager=True, **base)
+    gpu = max(graphs.decode_lines(4, 400)[0], graphs.decode_lines(4, 400)[2]) + graphs.comm_s(4)
+    launches = 1e-4 * (10 + 12 * QWEN.num_layers)   # per step + per layer, no MoE layer
+    assert graphs.decode_step_s(4, 400) == pytest.approx(gpu + 1e-3 + 3e-4, rel=1e-12)
+    # eager: the CPU launches while the GPU runs, after the scheduler: 1 ms + max(launches, GPU
+    # + the replay's share, the gaps between kernels), never below the graph step
+    assert eager.decode_step_s(4, 400) == pytest.approx(1e-3 + max(launches, gpu + 3e-4), rel=1e-12)
+    for n in (1, 64, 512):
+        assert eager.decode_step_s(n, n * 400) >= graphs.decode_step_s(n, n * 400)
+    assert launches > gpu   # launch-bound at this batch: eager is slower
+    # above the captured size the graph engine runs eager too
+    big = graphs.decode_step_s(600, 600 * 400)
+    assert big == pytest.approx(eager.decode_step_s(600, 600 * 400), rel=1e-12)
+
+
+def test_moe_layers_launch_more():
+    cost = _cost(MOE, enforce_eager=True)
+    per_launch = H100.launch_overhead_s
+    expected = per_launch * (10 + 12 * MOE.num_layers + 10 * MOE.num_moe_layers)
+    assert cost.eager_launch_s == pytest.approx(expected, rel=1e-12)
+    assert cost.eager_launch_s > _cost(QWEN).eager_launch_s * MOE.num_layers / QWEN.num_layers
+
+
+def test_cpu_per_sequence_grows_the_step_linearly():
+    a, b = _cost(cpu_per_seq_s=0.0), _cost(cpu_per_seq_s=2e-5)
+    for n in (1, 64, 256):
+        assert b.decode_step_s(n, n * 500) - a.decode_step_s(n, n * 500) == pytest.approx(2e-5 * n, rel=1e-9)
+
+
+def test_async_step_is_max_of_cpu_and_gpu():
+    sync, asyn = _cost(step_overhead_s=5e-3), _cost(step_overhead_s=5e-3, async_scheduling=True)
+    n, k = 32, 32 * 300
+    c0, _, m0, _, _ = asyn.decode_lines(n, k)
+    gpu = max(c0, m0) + asyn.comm_s(n)
+    cpu = 5e-3 + 1e-5 * n + 3e-4
+    assert asyn.decode_step_s(n, k) == pytest.approx(max(cpu, gpu), rel=1e-12)
+    assert sync.decode_step_s(n, k) == pytest.approx(cpu + gpu, rel=1e-12)
+
+
+def test_floor_series_equals_the_sum_of_steps():
+    cost = _cost(step_overhead_s=8e-3, async_scheduling=True)   # the floor holds for the first steps
+    engine = RolloutEngine(QWEN, H100, RolloutLayout(), cost.params)
+    engine.add_many(range(64), [100] * 64, [3000] * 64, 0.0)
+    t = engine.run()[0].time_s
+    prefill = engine.cost.prefill_s(6400, 64 * 100 * 101 / 2, 64)
+    steps = math.fsum(engine.cost.decode_step_s(64, 64 * 101 + 64 * j) for j in range(2999))
+    assert t == pytest.approx(prefill + steps, rel=1e-9)
+
+
+def _run(params: InferenceParams, prompts, responses, groups=None, generated=None) -> RolloutEngine:
+    engine = RolloutEngine(QWEN, H100, RolloutLayout(max_num_seqs=1024), params)
+    engine.add_many(range(len(prompts)), prompts, responses, 0.0, generated, group_ids=groups)
+    return engine
+
+
+def test_prefix_sharing_saves_exactly_n_minus_1_prefills():
+    n, prompt = 8, 1000
+    params = InferenceParams()
+    shared = _run(params, [prompt] * n, [2] * n, groups=[7] * n)
+    alone = _run(params, [prompt] * n, [2] * n)
+    shared.run()
+    alone.run()
+    cost = shared.cost
+    one = cost.prefill_s(prompt, prompt * (prompt + 1) / 2, n)   # one prompt's tokens, n sequences
+    whole = cost.prefill_s(n * prompt, n * prompt * (prompt + 1) / 2, n)
+    decode = cost.decode_step_s(n, n * (prompt + 1))
+    assert shared.busy_s == pytest.approx(one + decode, rel=1e-12)
+    assert alone.busy_s == pytest.approx(whole + decode, rel=1e-12)
+    off = _run(InferenceParams(enable_prefix_caching=False), [prompt] * n, [2] * n, groups=[7] * n)
+    off.run()
+    assert off.busy_s == pytest.approx(alone.busy_s, rel=1e-12)
+
+
+def test_budget_without_chunking_splits_the_prefill_into_blocking_steps():
+    params = InferenceParams(max_num_batched_tokens=2048)
+    engine = _run(params, [1000] * 5, [1] * 5)
+    engine.run()
+    c = engine.cost
+    one = 1000 * 1001 / 2
+    expected = 2 * c.prefill_s(2000, 2 * one, 2) + c.prefill_s(1000, one, 1)   # 2 + 2 + 1 prompts
+    assert engine.busy_s == pytest.approx(expected, rel=1e-12)
+    long = _run(params, [5000], [1])   # a prompt above the budget runs alone
+    long.run()
+    assert long.busy_s == pytest.approx(c.prefill_s(5000, 5000 * 5001 / 2, 1), rel=1e-12)
+
+
+def test_chunked_prefill_bounds_the_step_and_lets_decodes_ride():
+    budget = 1024
+    params = InferenceParams(max_num_batched_tokens=budget, chunked_prefill=True)
+    engine = RolloutEngine(QWEN, H100, RolloutLayout(), params)
+    engine.add_many(range(24), [50] * 24, [10_000] * 24, 0.0)
+    engine.add_many([100], [8000], [5], 0.5)   # 8000 tokens: ceil(8000 / (1024 - 24)) = 8 chunks
+    before = engine.generated_tokens
+    admit_at, k = engine._next_event()         # the step boundary where it is admitted
+    K = engine._K + k * 24
+    engine.advance_to(admit_at)
+    cost = engine.cost
+    steps = math.ceil(8000 / (budget - 24))
+    phase = cost.mixed_s(24, K, 8000, 8000 * 8001 / 2, 1, steps)
+    assert engine.t - admit_at == pytest.approx(phase, rel=1e-12)
+    assert engine.generated_tokens - before == k * 24 + 1 + steps * 24   # the decodes rode along
+    # each chunk step is shorter than the whole blocking prefill, and longer than a decode step
+    blocking = cost.prefill_s(8000, 8000 * 8001 / 2, 1)
+    assert cost.decode_step_s(24, K) < phase / steps < blocking
+
+
+def test_resumed_sequence_re_prefills_its_whole_prefix():
+    engine = _run(InferenceParams(), [700], [500], generated=[300])
+    engine.run()
+    cost = engine.cost
+    prefix = 700 + 300
+    decode = math.fsum(cost.decode_step_s(1, prefix + 1 + j) for j in range(500 - 301))
+    assert engine.busy_s == pytest.approx(cost.prefill_s(prefix, prefix * (prefix + 1) / 2, 1) + decode,
+                                          rel=1e-9)
+
+
+def test_interrupt_clears_the_kv_cache_and_the_resume_re_prefills():
+    engine = RolloutEngine(QWEN, H100, RolloutLayout(), InferenceParams())
+    engine.add_many(range(4), [200] * 4, [4000] * 4, 0.0)
+    result = engine.interrupt(1.0)
+    assert engine._K == 0 and engine._n == 0 and engine.load == 0
+    part = result.partial[0]
+    assert 0 < part.generated < 4000
+    t0 = engine.t
+    engine.add(part.seq_id, part.prompt_len, part.response_len, t0, generated=part.generated)
+    engine.advance_to(engine.next_event_time())   # the re-prefill of prompt + generated
+    prefix = part.prompt_len + part.generated
+    assert engine.t - t0 == pytest.approx(engine.cost.prefill_s(prefix, prefix * (prefix + 1) / 2, 1),
+                                          rel=1e-12)
+
+
+def test_max_model_len_caps_prompt_plus_response():
+    engine = _run(InferenceParams(max_model_len=1000), [300, 900], [2000, 50])
+    engine.run()
+    assert engine.generated_tokens == (1000 - 300) + 50   # 900 + 50 fits: kept
+    plain = _run(InferenceParams(), [300, 900], [2000, 50])
+    plain.run()
+    assert plain.generated_tokens == 2050
+
+
+def test_tp16_over_two_nodes_pays_the_inter_node_all_reduce():
+    topo = load_topology("dgx-h100", {"nodes": 2})
+    coll = CollectiveModel(topo)
+    model = load_model("qwen2.5-72b") if _has("qwen2.5-72b") else QWEN
+    tp8 = StepCost(model, H100, RolloutLayout(tp=8), InferenceParams(), coll, list(range(8)))
+    tp16 = StepCost(model, H100, RolloutLayout(tp=16), InferenceParams(), coll, list(range(16))) \
+        if model.num_heads % 16 == 0 else None
+    if tp16 is None:
+        pytest.skip("model heads not divisible by 16")
+    n = 64
+    nbytes = n * model.hidden * 2
+    ar8 = coll.cost("all_reduce", list(range(8)), nbytes).time_s
+    ar16 = coll.cost("all_reduce", list(range(16)), nbytes).time_s
+    assert ar16 > ar8
+    assert tp16.comm_s(n) == pytest.approx(2 * model.num_layers * ar16, rel=1e-9)
+    assert tp8.comm_s(n) == pytest.approx(2 * model.num_layers * ar8, rel=1e-9)
+    # the step difference: half the per-device work, and the all-reduces over the real links
+    d16, d8 = tp16.decode_step_s(n, n * 1000), tp8.decode_step_s(n, n * 1000)
+    g16 = max(tp16.decode_lines(n, n * 1000)[0], tp16.decode_lines(n, n * 1000)[2])
+    g8 = max(tp8.decode_lines(n, n * 1000)[0], tp8.decode_lines(n, n * 1000)[2])
+    assert d16 - d8 == pytest.approx(g16 - g8 + 2 * model.num_layers * (ar16 - ar8), rel=1e-9)
+    assert tp16.comm_s(n) - tp8.comm_s(n) > 0.1 * d8   # the inter-node all-reduces are no rounding
+
+
+def _has(name: str) -> bool:
+    try:
+        load_model(name)
+    except Exception:
+        return False
+    return True
