@@ -77,7 +77,8 @@ class RolloutServer(Protocol):
     @property
     def load(self) -> int: ...
     def add_many(self, seq_ids: Sequence[int], prompt_lens: Sequence[int], response_lens: Sequence[int],
-                 now: float, generated: Sequence[int] | None = None) -> None: ...
+                 now: float, generated: Sequence[int] | None = None,
+                 group_ids: Sequence[int] | None = None) -> None: ...
     def next_event_time(self) -> float: ...
     def advance_to(self, t: float) -> list: ...          # Finished-like (seq_id, time_s), in finish order
     def interrupt(self, now: float) -> Any: ...          # .finished (Finished-like), .partial (seq_id, generated)
@@ -90,7 +91,10 @@ class Costs(Protocol):
     train_group_devices: int       # devices per training replica (TP x PP x CP): DP granule
     peak_flops: float              # per device, the workload's dtype
 
-    def rollout(self, prompt_lens: np.ndarray, response_lens: np.ndarray, ranks: Ranks) -> RolloutOutcome: ...
+    # groups: one id per sequence, equal for the samples of one prompt that start from its prompt alone
+    # (the engine may prefill a shared prompt once: prefix caching); None: nothing shared
+    def rollout(self, prompt_lens: np.ndarray, response_lens: np.ndarray, ranks: Ranks,
+                groups: np.ndarray | None = None) -> RolloutOutcome: ...
     def forward(self, role: str, seq_lens: np.ndarray, ranks: Ranks) -> StageCost: ...
     def train(self, role: str, seq_lens: np.ndarray, ranks: Ranks) -> StageCost: ...
     def reward_cpu_s(self, n_samples: int, ranks: Ranks) -> float: ...
@@ -143,7 +147,7 @@ class FakeCosts:
     memory_bytes: float = 1e9
     instance_kv_tokens: float = math.inf
 
-    def rollout(self, prompt_lens, response_lens, ranks):
+    def rollout(self, prompt_lens, response_lens, ranks, groups=None):
         n_inst = max(1, len(ranks) // self.instance_devices)
         dur = self.prefill_s_per_token * np.asarray(prompt_lens, float) + \
             self.decode_s_per_token * np.asarray(response_lens, float)
@@ -232,7 +236,7 @@ class FakeServer:
     def load(self) -> int:
         return len(self._running) + len(self._waiting)
 
-    def add_many(self, seq_ids, prompt_lens, response_lens, now, generated=None):
+    def add_many(self, seq_ids, prompt_lens, response_lens, now, generated=None, group_ids=None):
         gen = [0] * len(seq_ids) if generated is None else list(generated)
         for seq_id, p, r, g in zip(seq_ids, prompt_lens, response_lens, gen, strict=True):
             self._waiting.append(_Request(int(seq_id), int(p), int(r), int(g)))

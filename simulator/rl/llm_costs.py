@@ -248,9 +248,9 @@ class LlmCosts:
         return "packed" if self.scenario.schedule.distqueue.packed else "padded"
 
     # ---- the facade ------------------------------------------------------------------------------
-    def rollout(self, prompt_lens, response_lens, ranks) -> RolloutOutcome:
+    def rollout(self, prompt_lens, response_lens, ranks, groups=None) -> RolloutOutcome:
         """Generation on the instances of ``ranks`` (instance i on ranks[i D:(i + 1) D]), each on
-        its own devices and links."""
+        its own devices and links; ``groups``: prefix-cache groups (inference.enable_prefix_caching)."""
         d = self.instance_devices
         inst = max(1, len(ranks) // d)
         tokens = np.asarray(prompt_lens, float) + np.asarray(response_lens, float)
@@ -258,9 +258,9 @@ class LlmCosts:
             if len(tokens) else 0.0
         prompts, responses = np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
         if inst == 1 and len(tokens):
-            return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]))
+            return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]), groups)
         return self._rollout_many(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
-                                                              for i in range(inst)])
+                                                              for i in range(inst)], groups)
 
     def rollout_server(self, ranks) -> RolloutEngine:
         """One instance's engine on its own devices and links, fed requests over time."""
@@ -271,7 +271,7 @@ class LlmCosts:
         return RolloutEngine(self.model, cost.device, self.rollout_layout, self.inference_params, cost=cost)
 
     def _rollout_many(self, prompts: np.ndarray, responses: np.ndarray, flops: float,
-                      pools: list[_Pool]) -> RolloutOutcome:
+                      pools: list[_Pool], groups: np.ndarray | None = None) -> RolloutOutcome:
         """Several instances: round-robin dispatch (sequence j to instance j mod n, as
         simulate_rollout), every instance an engine on its own pool."""
         n, n_inst = len(prompts), len(pools)
@@ -282,18 +282,19 @@ class LlmCosts:
             if not len(ids):
                 continue
             engine = self._engine(pool)
-            engine.add_many(ids, prompts[ids], responses[ids], 0.0)
+            engine.add_many(ids, prompts[ids], responses[ids], 0.0, group_ids=None if groups is None else groups[ids])
             engine.run_into(finish)
             busy[i] = engine.busy_s
         return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % n_inst, busy, flops=flops)
 
-    def _rollout_one(self, prompts: np.ndarray, responses: np.ndarray, flops: float, pool: _Pool) -> RolloutOutcome:
+    def _rollout_one(self, prompts: np.ndarray, responses: np.ndarray, flops: float, pool: _Pool,
+                     groups: np.ndarray | None = None) -> RolloutOutcome:
         """One instance (what the schedules ask): the same engine run as simulate_rollout, kept
         resumable so an interrupt later in the round (StaleSync tail consolidation) restores the
         engine near that time instead of running it again from the start."""
         n = len(prompts)
         engine = self._engine(pool)
-        engine.add_many(range(n), prompts, responses, 0.0)
+        engine.add_many(range(n), prompts, responses, 0.0, group_ids=groups)
         finish = np.full(n, np.nan)
         if not self._interrupts:
             engine.run_into(finish)

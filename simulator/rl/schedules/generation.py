@@ -11,6 +11,9 @@ from ..distqueue import payload_bytes_each
 from .batches import GenPlan, SeqBatch
 from .state import RunState
 
+# Group ids of sequences that share no prefix (resumed ones): below every real group id.
+UNSHARED_GROUP = -(10**12)
+
 
 class Generation:
     def __init__(self, ctx: RunState):
@@ -25,7 +28,9 @@ class Generation:
             seg = np.minimum(remaining, self.sched.length_budget)
         if not len(seqs):
             return GenPlan(seqs, seg, remaining, np.zeros(0), np.zeros(0), 0.0, t0, version, ranks, None)
-        out = self.costs.rollout(seqs.prompt_len + seqs.done_len, seg, ranks)
+        # a prompt's samples share its prefill (prefix caching) unless they resume with their own tokens
+        groups = np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
+        out = self.costs.rollout(seqs.prompt_len + seqs.done_len, seg, ranks, groups)
         start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
         return GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0, version,
                        ranks, out.progress_at)

@@ -174,7 +174,7 @@ class Rollouter:
         group.versions.add(self.version)
         seqs = group.seqs
         self.servers[server].add_many(group.index * n + open_, seqs.prompt_len[open_], seqs.target_len[open_],
-                                      now, group.generated[open_])
+                                      now, group.generated[open_], group_ids=np.full(len(open_), group.index))
         self.inflight[server][group.index] = group
         self._touch(server, now)
 
