@@ -9,6 +9,7 @@ docs/cost-models-training.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from ..errors import RlsimError
 from ..hardware.devices import distinct_devices
 from ..params import CommParams, TrainParams
 from .layer_costs import LayerShape, embedding_params, layer_shapes
-from .memory import MemoryBreakdown, MemoryParams, check_fits, memory_per_device, stage_layers
+from .memory import MemoryBreakdown, MemoryParams, check_fits, layout_stage_layers, memory_per_device
 from .pipeline import (
     IDLE,
     PipelineResult,
@@ -165,14 +166,17 @@ def _positions(layout: TrainLayout) -> np.ndarray:
 @lru_cache(maxsize=256)
 def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
     r = np.asarray(ranks, dtype=np.int64)[_positions(layout)]  # [s, d, c, t] -> physical rank
-    dp = layout.dp or 1
     tp, cp, ep, dpg, edp, p2p = [], [], [], [], [], []
+    etp = layout.expert_tp
     for s in range(layout.pp):
         tp.append(r[s, 0, 0, :].tolist())
         cp.append(r[s, 0, :, 0].tolist())
-        ep.append(r[s, : layout.ep, 0, 0].tolist())
+        # MoE parallel folding: the stage's tp x cp x dp ranks (tp fastest, then cp, dp) re-read as
+        # (edp, ep, etp), expert TP fastest (Megatron-Core expert rank order tp-ep-dp-pp).
+        folded = r[s].reshape(-1).reshape(layout.expert_dp, layout.ep, etp)
+        ep.append(folded[0, :, 0].tolist())
         dpg.append(r[s, :, :, 0].ravel().tolist())            # d outer, c inner
-        edp.append(r[s, 0:dp:layout.ep, :, 0].ravel().tolist())
+        edp.append(folded[:, 0, 0].tolist())
     for s in range(layout.pp):
         p2p.append((int(r[s, 0, 0, 0]), int(r[(s + 1) % layout.pp, 0, 0, 0])))
     return _Groups(tp, cp, ep, dpg, edp, p2p)
@@ -344,14 +348,14 @@ class _StageArrays:
 
 
 @lru_cache(maxsize=256)
-def _chunk_shapes(model: Any, pp: int, vpp: int) -> tuple[tuple[LayerShape, ...], tuple[tuple[tuple[int, int], ...], ...]]:
+def _chunk_shapes(model: Any, layout: TrainLayout) -> tuple[tuple[LayerShape, ...], tuple[tuple[tuple[int, int], ...], ...]]:
     """The distinct layer shapes of `model` and, per virtual stage, (shape index, layer count) in
     first-seen order: a stage's layers of one shape cost the same, so each is computed once."""
     shapes = layer_shapes(model)
     distinct: dict[int, int] = {}
     unique: list[LayerShape] = []
     out = []
-    for chunk in stage_layers(int(model.num_layers), pp, vpp):
+    for chunk in layout_stage_layers(int(model.num_layers), layout):
         counts: dict[int, int] = {}
         for i in chunk:
             lay = shapes[i]
@@ -371,7 +375,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                   comm: _Comm, rates: DeviceRates, params: TrainParams) -> _StageArrays:
     """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq)."""
     pp, vpp = layout.pp, layout.vpp
-    unique, chunk_counts = _chunk_shapes(model, pp, vpp)
+    unique, chunk_counts = _chunk_shapes(model, dataclasses.replace(layout, dp=None, micro_batch=1))
     tokens_local = tokens / layout.cp
     sq_local = sq / layout.cp
     gated = bool(getattr(model, "gated_ffn", True))
@@ -400,7 +404,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 if t is None:
                     t = times[u] = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local,
                                                sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
-                                               params=params.compute)
+                                               params=params.compute, etp=layout.expert_tp)
                 lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
                 # Stages whose collectives cost the same (same group shapes) share the addends.
                 fingerprint = (u, tuple((k, v.tobytes()) for k, v in lc.fwd_comm.items()),
@@ -482,13 +486,14 @@ def _with_blocking_sends(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray) -> t
 
 def _stage_params(model: Any, layout: TrainLayout) -> list[tuple[float, float]]:
     """(dense, expert) parameters held by one device of each pipeline stage."""
-    return list(_stage_params_cached(model, layout.pp, layout.vpp, layout.tp, layout.ep))
+    return list(_stage_params_cached(model, dataclasses.replace(layout, dp=None, micro_batch=1)))
 
 
 @lru_cache(maxsize=256)
-def _stage_params_cached(model: Any, pp: int, vpp: int, tp: int, ep: int) -> tuple[tuple[float, float], ...]:
+def _stage_params_cached(model: Any, layout: TrainLayout) -> tuple[tuple[float, float], ...]:
+    pp, vpp, tp, ep, etp = layout.pp, layout.vpp, layout.tp, layout.ep, layout.expert_tp
     shapes = layer_shapes(model)
-    chunks = stage_layers(int(model.num_layers), pp, vpp)
+    chunks = layout_stage_layers(int(model.num_layers), layout)
     emb, head = embedding_params(model)
     out = []
     for s in range(pp):
@@ -497,7 +502,7 @@ def _stage_params_cached(model: Any, pp: int, vpp: int, tp: int, ep: int) -> tup
             for i in chunks[c * pp + s]:
                 dense += shapes[i].dense_params / tp
                 if shapes[i].moe:
-                    expert += shapes[i].expert_params / (ep * tp)
+                    expert += shapes[i].expert_params / (ep * etp)
         if s == 0:
             dense += emb / tp
         if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
@@ -701,7 +706,7 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
                     t += comm.one("reduce_scatter", g, n * gb) + comm.one("all_gather", g, n * wb)
         dp = t * (1 - c.dp_overlap_fraction)
         shard = (layout.dp or 1) * layout.cp if layout.zero >= 1 else 1
-        eshard = shard / layout.ep if layout.zero >= 1 else 1
+        eshard = layout.expert_dp if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
         end = pipe.stage_end_s(s)
         dp_list.append(dp)
