@@ -25,7 +25,11 @@ class TrainLayout:
     decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers) give uneven first / last
     stages; the other stages split the rest evenly. `ulysses_sp`: the cp ranks split the sequence
     DeepSpeed-Ulysses style (all-to-alls around attention; verl ulysses_sequence_parallel_size = cp)
-    instead of ring attention.
+    instead of ring attention. `max_tokens_per_micro_batch` (verl `ppo_max_token_len_per_gpu` with
+    `use_dynamic_bsz`, NeMo RL `train_mb_tokens` with sequence packing): each replica's sequences
+    are packed into the fewest micro-batches of at most that many tokens, balanced (`micro_batch`
+    is then ignored); `logprob_max_tokens_per_micro_batch` (verl `log_prob_max_token_len_per_gpu`,
+    NeMo RL `logprob_mb_tokens`) is the budget of forward-only passes (None: the training one).
 
     `dp=None` means "derive from the device count" (`resolve(n_devices)`). `vpp` is the number of
     model chunks per pipeline rank (interleaved 1F1B when > 1). `sequence_parallel=None` means on
@@ -46,6 +50,8 @@ class TrainLayout:
     pp_first_stage_layers: int | None = None
     pp_last_stage_layers: int | None = None
     ulysses_sp: bool = False
+    max_tokens_per_micro_batch: int | None = None
+    logprob_max_tokens_per_micro_batch: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "vpp", "ep", "cp", "micro_batch"):
@@ -53,7 +59,8 @@ class TrainLayout:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise RlsimError(f"{name} must be a positive integer, got {value!r}", field=f"train_layout.{name}",
                                  fix=f"set train_layout.{name} to 1 or more")
-        for name in ("etp", "pp_first_stage_layers", "pp_last_stage_layers"):
+        for name in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
+                     "logprob_max_tokens_per_micro_batch"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise RlsimError(f"{name} must be a positive integer or unset, got {value!r}",
@@ -116,6 +123,10 @@ class TrainLayout:
             raise RlsimError(f"tp={self.tp} does not divide the {heads} attention heads of {model.name}",
                              source=source, field="train_layout.tp",
                              fix=f"use a tp that divides {heads}, e.g. {_divisors_upto(heads, 16)}")
+        if self.ulysses_sp and self.cp > 1 and heads % (self.tp * self.cp):
+            raise RlsimError(f"Ulysses tp x cp = {self.tp * self.cp} does not divide the {heads} attention heads of "
+                             f"{model.name}", source=source, field="train_layout.cp",
+                             fix="use a cp with tp x cp dividing the heads, or ulysses_sp: false (ring attention)")
         experts = int(getattr(model, "num_experts", 0) or 0)
         if self.ep > 1 and not experts:
             raise RlsimError(f"ep={self.ep} but {model.name} is a dense model", source=source,
@@ -154,7 +165,8 @@ class TrainLayout:
     def _extra_dict(self) -> dict[str, Any]:
         """The folding / uneven-stage / Ulysses fields, when set (absent otherwise: unchanged JSON)."""
         out: dict[str, Any] = {}
-        for name in ("etp", "pp_first_stage_layers", "pp_last_stage_layers"):
+        for name in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
+                     "logprob_max_tokens_per_micro_batch"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.ulysses_sp:
@@ -178,7 +190,8 @@ class TrainLayout:
                 value = tuple(str(v) for v in value)
             elif key == "recompute":
                 value = "none" if value in (False, None) else str(value).lower()
-            elif key in ("etp", "pp_first_stage_layers", "pp_last_stage_layers") and \
+            elif key in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
+                         "logprob_max_tokens_per_micro_batch") and \
                     (value is None or str(value).lower() in ("auto", "none")):
                 value = None
             elif key == "sequence_parallel":
