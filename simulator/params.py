@@ -126,11 +126,52 @@ class CommParams(BaseModel):
     # occupies the sender as well as delaying the receiver. Megatron-Core overlaps the sends
     # (--overlap-p2p-comm): False, the receiver-only delay.
     pp_blocking_send: bool = False
+    # ZeRO-3 / FSDP: the per-layer parameter all-gather (forward, and again in backward) and the
+    # per-layer gradient reduce-scatter, each hidden under compute by its own fraction. None: the
+    # dp_overlap_fraction (the behaviour before these fields). verl FSDP prefetches the next layer's
+    # all-gather while the current one computes (torch FSDP forward_prefetch / backward_prefetch
+    # BACKWARD_PRE, verl fsdp_workers.py) and reduce-scatters on a side stream: ~0.8-0.9 hidden.
+    fsdp_gather_overlap_fraction: float | None = Field(None, ge=0, le=1)
+    fsdp_reduce_overlap_fraction: float | None = Field(None, ge=0, le=1)
+    # Ulysses sequence parallelism (train_layout.ulysses_sp with cp > 1): 4 all-to-alls per layer
+    # forward (q, k, v to head-sharded full sequences, the attention output back), backward twice
+    # (the gradients of the four, plus their recomputation with full recompute). verl
+    # (verl/utils/ulysses.py SeqAllToAll) issues them synchronously on the compute stream: 0 hidden.
+    ulysses_overlap_fraction: float = Field(0.0, ge=0, le=1)
+    # Sequence parallelism re-gathers the input of each column-parallel linear (QKV and FC1) in
+    # backward for the weight gradient instead of storing it (Korthikanti et al. 2022, arXiv
+    # 2205.05198 sec. 4.2.2; Megatron LinearWithGradAccumulationAndAsyncCommunication), issued
+    # asynchronously under the data-gradient GEMM: `sp_backward_allgather` switches the mechanism,
+    # the overlap fraction says how much of it hides. Off by default (the behaviour before it).
+    sp_backward_allgather: bool = False
+    sp_backward_allgather_overlap_fraction: float = Field(0.0, ge=0, le=1)
     # Gradients reduced in bf16 (formulas.md: "DP: gradient all-reduce of N/(t p) parameters").
     grad_reduce_bytes_per_param: float = 2.0
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
     optimizer_traffic_bytes_per_param: float = 30.0
+
+
+class OffloadParams(BaseModel):
+    """Per-phase offload of the training state to host memory (`train_params.offload.<field>`):
+    verl `actor.fsdp_config.param_offload / optimizer_offload`, NeMo RL `optimizer_cpu_offload`.
+    A training step reloads what is offloaded before it and offloads it after (each byte twice
+    over the host link); a forward-only pass (log-probs, reference) reloads and offloads the weights.
+    Off by default. Not the colocated switch's `schedule.switch.offload_optimizer` (which moves the
+    optimizer states between rollout and training): set one or the other."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    params: bool = False
+    grads: bool = False
+    optimizer: bool = False
+    # Achieved share of the device's host link (pinned-memory copies reach ~80-90% of PCIe;
+    # assumption, as schedule.switch.host_link_efficiency).
+    host_link_efficiency: float = Field(0.8, gt=0, le=1)
+
+    @property
+    def any(self) -> bool:
+        return self.params or self.grads or self.optimizer
 
 
 class TrainParams(BaseModel):
@@ -141,6 +182,7 @@ class TrainParams(BaseModel):
     compute: ComputeParams = ComputeParams()
     comm: CommParams = CommParams()
     memory: MemoryParams = MemoryParams()
+    offload: OffloadParams = OffloadParams()
     check_memory: bool = True
 
     @classmethod
@@ -289,8 +331,39 @@ MEGATRON_CORE = TrainSoftware(
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
     source="NVIDIA/Megatron-LM megatron/core (training/arguments.py defaults); arXiv 2205.05198")
 
+# Megatron-LM as in Korthikanti et al. 2022 (arXiv 2205.05198): sequence parallelism with TP
+# (sec. 4.2.2) and selective activation recomputation (sec. 5) on top of the 2021 stack, full
+# recompute still offered; attention materialized (the paper's Table 4 runs predate FlashAttention
+# in Megatron), blocking pipeline sends (megatron/p2p_communication.py as in 2021), TP all-reduces
+# and the DP all-reduce on the critical path, no distributed optimizer, no context parallelism;
+# the SP backward re-gather of the column-parallel inputs (sec. 4.2.2) on, issued asynchronously
+# under the data-gradient GEMM (assumed half hidden).
+MEGATRON_2022 = TrainSoftware(
+    name="megatron-2022",
+    params=TrainParams(compute=ComputeParams(flash_attention=False),
+                       comm=CommParams(tp_overlap_fraction=0.0, dp_overlap_fraction=0.0, pp_blocking_send=True,
+                                       sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.5)),
+    recompute=("selective", "full", "none"), zero=(0,), sequence_parallel=None, context_parallel=False,
+    source="arXiv 2205.05198; NVIDIA/Megatron-LM 2022 (megatron/mpu/layers.py, p2p_communication.py)")
+
+# Megatron-Core with the overlap flags its performance runs use (NVIDIA/Megatron-LM README, the
+# r0.8.0 H100 table, V7: "fine-grained DP/TP/PP overlap"): --overlap-grad-reduce and
+# --overlap-param-gather (the DP reduce-scatter / all-gather bucketed under backward / forward:
+# all but the last bucket hide, assumed 0.9), --tp-comm-overlap (TE userbuffers split each TP
+# all-gather / reduce-scatter into chunks pipelined with the GEMM: assumed 0.8 hidden),
+# --overlap-p2p-comm (non-blocking sends, as megatron-core), the SP backward re-gather async
+# under the data-gradient GEMM (assumed 0.8 hidden, like the TP overlap).
+MEGATRON_CORE_OVERLAP = TrainSoftware(
+    name="megatron-core-overlap",
+    params=TrainParams(comm=CommParams(tp_overlap_fraction=0.8, dp_overlap_fraction=0.9,
+                                       sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.8)),
+    recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
+    source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron/core/distributed, "
+           "transformer_engine userbuffers")
+
 DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
-TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_2021)}
+TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,
+                                                                 MEGATRON_2021)}
 
 
 def train_software(name: str, field: str = "workload.train_software", source: str | None = None) -> TrainSoftware:
@@ -304,7 +377,7 @@ def train_software(name: str, field: str = "workload.train_software", source: st
 
 def stack_params(software: TrainSoftware, overrides: Mapping[str, Any] | None, source: str | None = None,
                  field_name: str = "workload.train_params") -> TrainParams:
-    """The stack's TrainParams with `overrides` (a nested mapping: compute / comm / memory / check_memory)
+    """The stack's TrainParams with `overrides` (a nested mapping: compute / comm / memory / offload / check_memory)
     applied on top, validated."""
     base = software.params.model_dump()
     for key, value in dict(overrides or {}).items():

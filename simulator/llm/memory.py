@@ -52,11 +52,25 @@ class MemoryBreakdown:
 
 
 @lru_cache(maxsize=512)
-def stage_layers(num_layers: int, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+def stage_layers(num_layers: int, pp: int, vpp: int,
+                 counts: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], ...]:
     """Layer indices of each virtual stage j (chunk j // pp on rank j % pp), split as evenly as
-    possible with the earlier stages taking the remainder."""
+    possible with the earlier stages taking the remainder (np.array_split: ceil first, then floor);
+    `counts`: layers per pipeline rank (uneven first / last stages, vpp 1), consecutive ranks."""
+    if counts is not None:
+        edges = np.cumsum((0,) + tuple(counts))
+        return tuple(tuple(range(int(a), int(b))) for a, b in zip(edges[:-1], edges[1:], strict=True))
     chunks = np.array_split(np.arange(num_layers), pp * vpp)
     return tuple(tuple(c.tolist()) for c in chunks)
+
+
+def layout_stage_layers(num_layers: int, layout: TrainLayout) -> tuple[tuple[int, ...], ...]:
+    """`stage_layers` of a layout: its first / last stage layer counts when given."""
+    counts = layout.stage_layer_counts(num_layers)
+    if counts is not None and layout.vpp > 1:
+        raise RlsimError("uneven first / last pipeline stages are modelled with vpp 1 only",
+                         field="workload.train_layout.vpp", fix="set vpp: 1 or drop pp_first/last_stage_layers")
+    return stage_layers(num_layers, layout.pp, layout.vpp, counts)
 
 
 def activation_bytes_per_token(layer: LayerShape, hidden: int, ffn: int, gated: bool, *, tp: int, sp: bool,
@@ -108,7 +122,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     tp, pp, vpp, cp = layout.tp, layout.pp, layout.vpp, layout.cp
     dp = layout.dp or 1
     shapes = layer_shapes(model)
-    chunks = stage_layers(int(model.num_layers), pp, vpp)
+    chunks = layout_stage_layers(int(model.num_layers), layout)
     emb, head = embedding_params(model)
     tokens = layout.micro_batch * seq_len / cp
     m = micro_batches if micro_batches is not None else pp * vpp
@@ -132,16 +146,17 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
                         lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=layout.sp,
                         recompute=layout.recompute, flash=flash_attention, context_len=seq_len / cp, params=params))
                 dense += info[0] / tp
-                expert += info[1] / (layout.ep * tp) if info[1] is not None else 0.0
+                expert += info[1] / (layout.ep * layout.expert_tp) if info[1] is not None else 0.0
                 per_chunk += info[2]
             act_per_chunk.append(per_chunk * tokens)
         if s == 0:
             dense += emb / tp
         if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
             dense += head / tp
-        # ZeRO shards dense states over dp x cp, expert states over the dp x cp / ep expert-DP group.
+        # ZeRO shards dense states over dp x cp, expert states over the expert-DP group
+        # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding).
         full = dense + expert
-        shard = dense / (dp * cp) + expert / (dp * cp / layout.ep)
+        shard = dense / (dp * cp) + expert / layout.expert_dp
         weights = params.weight_bytes_per_param * (shard if layout.zero >= 3 else full)
         grads = params.grad_bytes_per_param * (shard if layout.zero >= 2 else full)
         optim = params.optimizer_bytes_per_param * (shard if layout.zero >= 1 else full)

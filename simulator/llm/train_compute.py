@@ -89,10 +89,12 @@ class _GemmPlan:
 
 
 @lru_cache(maxsize=1024)
-def _gemm_plan(layer: LayerShape, tp: int, ep: int) -> _GemmPlan:
+def _gemm_plan(layer: LayerShape, tp: int, ep: int, etp: int | None = None) -> _GemmPlan:
     """A pure function of the layer's value (a frozen dataclass): cached by value, so equal shapes
-    share a plan and nothing depends on object identity. Do not modify the returned arrays."""
-    dims = [g.local_dims(tp) for g in layer.gemms]
+    share a plan and nothing depends on object identity. Do not modify the returned arrays.
+    Expert GEMMs are split by the expert TP size `etp` (None: tp)."""
+    etp = tp if etp is None else etp
+    dims = [g.local_dims(etp if g.expert else tp) for g in layer.gemms]
     k = layer.experts_per_token
     return _GemmPlan(expert=np.array([g.expert for g in layer.gemms], dtype=bool),
                      n_dim=np.array([d[0] for d in dims], dtype=float),
@@ -103,11 +105,15 @@ def _gemm_plan(layer: LayerShape, tp: int, ep: int) -> _GemmPlan:
 
 
 def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: np.ndarray, sq_sum: np.ndarray,
-                *, tp: int, sp: bool, ep: int, rates: DeviceRates, params: ComputeParams) -> LayerTimes:
+                *, tp: int, sp: bool, ep: int, rates: DeviceRates, params: ComputeParams,
+                etp: int | None = None) -> LayerTimes:
     """Compute time of one layer for micro-batches of `tokens` tokens on this device (after CP)
-    whose sequences have sum of squared lengths `sq_sum` (attention work, after CP)."""
+    whose sequences have sum of squared lengths `sq_sum` (attention work, after CP). `etp`: expert
+    tensor-parallel size (None: tp); expert rows scale by etp / tp so the expert FLOPs of a TP
+    group's tokens stay spread over its tp ranks (MoE parallel folding)."""
     tokens = np.asarray(tokens, dtype=float)
-    plan = _gemm_plan(layer, tp, ep)
+    etp = tp if etp is None else etp
+    plan = _gemm_plan(layer, tp, ep, etp)
     k = layer.experts_per_token
     n_g, n_m = len(plan.count), tokens.size
     # Expert GEMMs: every device holds E / ep experts; balanced routing gives each expert
@@ -115,7 +121,7 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     rows = np.empty((n_g, n_m))
     rows[:] = tokens
     if plan.expert.any():
-        rows[plan.expert] = tokens * ep * k / layer.num_experts
+        rows[plan.expert] = tokens * ep * k / layer.num_experts * (etp / tp)
     n_col, k_col = plan.n_dim[:, None], plan.k_dim[:, None]
     # All GEMMs of the layer in one roofline call, three per weight: forward (rows, N, K), then
     # the backward data gradient dX = dY . W^T (rows, K, N) and weight gradient dW = X^T . dY

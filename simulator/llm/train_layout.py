@@ -16,7 +16,20 @@ DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
 
 @dataclass(frozen=True)
 class TrainLayout:
-    """tp x cp x dp x pp devices; EP is carved out of DP (ep divides dp; the EP group is `ep` consecutive DP ranks).
+    """tp x cp x dp x pp devices. Experts are placed as Megatron-Core places them ("MoE parallel
+    folding", `expert_tensor_parallel_size`): inside a pipeline stage the tp x cp x dp ranks are
+    re-folded into etp x ep x edp (expert TP fastest, then EP, then expert DP), so EP may exceed DP;
+    `etp=None` means etp = tp (Megatron-Core's default when expert_tensor_parallel_size is unset,
+    megatron/training/arguments.py), which with cp = 1 places EP groups on `ep` consecutive DP ranks.
+    `pp_first_stage_layers` / `pp_last_stage_layers` (Megatron-Core
+    decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers) give uneven first / last
+    stages; the other stages split the rest evenly. `ulysses_sp`: the cp ranks split the sequence
+    DeepSpeed-Ulysses style (all-to-alls around attention; verl ulysses_sequence_parallel_size = cp)
+    instead of ring attention. `max_tokens_per_micro_batch` (verl `ppo_max_token_len_per_gpu` with
+    `use_dynamic_bsz`, NeMo RL `train_mb_tokens` with sequence packing): each replica's sequences
+    are packed into the fewest micro-batches of at most that many tokens, balanced (`micro_batch`
+    is then ignored); `logprob_max_tokens_per_micro_batch` (verl `log_prob_max_token_len_per_gpu`,
+    NeMo RL `logprob_mb_tokens`) is the budget of forward-only passes (None: the training one).
 
     `dp=None` means "derive from the device count" (`resolve(n_devices)`). `vpp` is the number of
     model chunks per pipeline rank (interleaved 1F1B when > 1). `sequence_parallel=None` means on
@@ -33,6 +46,12 @@ class TrainLayout:
     micro_batch: int = 1
     sequence_parallel: bool | None = None
     order: tuple[str, ...] = DEFAULT_ORDER
+    etp: int | None = None
+    pp_first_stage_layers: int | None = None
+    pp_last_stage_layers: int | None = None
+    ulysses_sp: bool = False
+    max_tokens_per_micro_batch: int | None = None
+    logprob_max_tokens_per_micro_batch: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "vpp", "ep", "cp", "micro_batch"):
@@ -40,6 +59,12 @@ class TrainLayout:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise RlsimError(f"{name} must be a positive integer, got {value!r}", field=f"train_layout.{name}",
                                  fix=f"set train_layout.{name} to 1 or more")
+        for name in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
+                     "logprob_max_tokens_per_micro_batch"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise RlsimError(f"{name} must be a positive integer or unset, got {value!r}",
+                                 field=f"train_layout.{name}", fix=f"set train_layout.{name} to 1 or more, or drop it")
         if self.dp is not None and (not isinstance(self.dp, int) or self.dp < 1):
             raise RlsimError(f"dp must be a positive integer or auto, got {self.dp!r}", field="train_layout.dp",
                              fix="set train_layout.dp to auto or a positive integer")
@@ -56,6 +81,16 @@ class TrainLayout:
     @property
     def sp(self) -> bool:
         return self.tp > 1 if self.sequence_parallel is None else bool(self.sequence_parallel and self.tp > 1)
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size (etp, or tp when unset)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel size: tp x cp x dp / (etp x ep) (the folded expert layout)."""
+        return max(1, self.tp * self.cp * (self.dp or 1) // (self.expert_tp * self.ep))
 
     @property
     def model_parallel(self) -> int:
@@ -88,6 +123,10 @@ class TrainLayout:
             raise RlsimError(f"tp={self.tp} does not divide the {heads} attention heads of {model.name}",
                              source=source, field="train_layout.tp",
                              fix=f"use a tp that divides {heads}, e.g. {_divisors_upto(heads, 16)}")
+        if self.ulysses_sp and self.cp > 1 and heads % (self.tp * self.cp):
+            raise RlsimError(f"Ulysses tp x cp = {self.tp * self.cp} does not divide the {heads} attention heads of "
+                             f"{model.name}", source=source, field="train_layout.cp",
+                             fix="use a cp with tp x cp dividing the heads, or ulysses_sp: false (ring attention)")
         experts = int(getattr(model, "num_experts", 0) or 0)
         if self.ep > 1 and not experts:
             raise RlsimError(f"ep={self.ep} but {model.name} is a dense model", source=source,
@@ -96,18 +135,43 @@ class TrainLayout:
             raise RlsimError(f"ep={self.ep} does not divide the {experts} experts of {model.name}",
                              source=source, field="train_layout.ep",
                              fix=f"use an ep that divides {experts}, e.g. {_divisors_upto(experts, 64)}")
-        if self.dp is not None and self.dp % self.ep:
-            raise RlsimError(f"ep={self.ep} must divide dp={self.dp} (experts are sharded across "
-                             "data-parallel ranks)", source=source, field="train_layout.ep",
-                             fix="choose an ep that divides dp, or more devices")
+        self.check_folding(source)
         if self.pp * self.vpp > int(model.num_layers):
             raise RlsimError(f"pp x vpp = {self.pp * self.vpp} exceeds the {model.num_layers} layers of "
                              f"{model.name}", source=source, field="train_layout.pp", fix="lower pp or vpp")
 
+    def check_folding(self, source: str | None = None, field: str = "workload.train_layout.ep") -> None:
+        """MoE parallel folding: etp x ep must divide the tp x cp x dp ranks of a pipeline stage."""
+        block = self.tp * self.cp * (self.dp or 1)
+        if self.dp is not None and (self.ep > 1 or self.etp is not None) and block % (self.expert_tp * self.ep):
+            raise RlsimError(f"etp x ep = {self.expert_tp} x {self.ep} does not divide tp x cp x dp = {self.tp} x "
+                             f"{self.cp} x {self.dp} = {block} (experts fold over the tp x cp x dp ranks of a "
+                             "pipeline stage)", source=source, field=field,
+                             fix=f"choose ep (and train_layout.etp) with etp x ep dividing {block}, e.g. etp: 1, "
+                                 "or change tp, cp or the number of training devices")
+
+    def stage_layer_counts(self, num_layers: int, source: str | None = None) -> tuple[int, ...] | None:
+        """Layers per pipeline rank when first / last stage counts are given (None: an even split)."""
+        first, last = self.pp_first_stage_layers, self.pp_last_stage_layers
+        if first is None and last is None:
+            return None
+        return uneven_stage_counts(num_layers, self.pp, first, last, source)
+
     def as_dict(self) -> dict[str, Any]:
         return {"tp": self.tp, "pp": self.pp, "vpp": self.vpp, "dp": self.dp, "ep": self.ep, "cp": self.cp,
                 "zero": self.zero, "recompute": self.recompute, "micro_batch": self.micro_batch,
-                "sequence_parallel": self.sp}
+                "sequence_parallel": self.sp, **self._extra_dict()}
+
+    def _extra_dict(self) -> dict[str, Any]:
+        """The folding / uneven-stage / Ulysses fields, when set (absent otherwise: unchanged JSON)."""
+        out: dict[str, Any] = {}
+        for name in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
+                     "logprob_max_tokens_per_micro_batch"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        if self.ulysses_sp:
+            out["ulysses_sp"] = True
+        return out
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any], source: str | None = None,
@@ -126,6 +190,10 @@ class TrainLayout:
                 value = tuple(str(v) for v in value)
             elif key == "recompute":
                 value = "none" if value in (False, None) else str(value).lower()
+            elif key in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
+                         "logprob_max_tokens_per_micro_batch") and \
+                    (value is None or str(value).lower() in ("auto", "none")):
+                value = None
             elif key == "sequence_parallel":
                 value = None if value is None else bool(value)
             data[key] = value
@@ -139,3 +207,29 @@ class TrainLayout:
 
 def _divisors_upto(n: int, cap: int) -> str:
     return ", ".join(str(d) for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def uneven_stage_counts(num_layers: int, pp: int, first: int | None, last: int | None,
+                        source: str | None = None) -> tuple[int, ...]:
+    """Layers per pipeline rank: `first` on rank 0, `last` on rank pp - 1 (None: not fixed), the
+    middle ranks share the rest evenly (Megatron-Core requires an exact split; so does this)."""
+    fixed = [c for c in (first, last) if c is not None]
+    middle = pp - len(fixed)
+    rest = num_layers - sum(fixed)
+    field = "workload.train_layout.pp_first_stage_layers"
+    if pp < 2 or (pp == 2 and first is not None and last is not None and rest != 0) or rest < 0:
+        raise RlsimError(f"first / last stage layers {first} / {last} do not fit {num_layers} layers on pp={pp}",
+                         source=source, field=field, fix="use pp >= 2 and first + last <= the layer count")
+    if middle == 0:
+        return (int(first), int(last))  # type: ignore[arg-type]
+    if rest % middle or rest // middle < 1:
+        raise RlsimError(f"the {rest} layers left after first / last stages {first} / {last} do not split evenly "
+                         f"over the {middle} other pipeline stages", source=source, field=field,
+                         fix=f"pick first / last stage layers so that {num_layers} - first - last is a positive "
+                             f"multiple of {middle}")
+    counts = [rest // middle] * middle
+    if first is not None:
+        counts.insert(0, first)
+    if last is not None:
+        counts.append(last)
+    return tuple(counts)

@@ -31,3 +31,5 @@ class TrainSoftware(params.TrainSoftware):
 PRESETS: dict[str, TrainSoftware] = {name: TrainSoftware.of(s) for name, s in params.TRAIN_SOFTWARE.items()}
 MEGATRON_2021 = PRESETS[params.MEGATRON_2021.name]
 MEGATRON_CORE = PRESETS[params.MEGATRON_CORE.name]
+MEGATRON_2022 = PRESETS[params.MEGATRON_2022.name]
+MEGATRON_CORE_OVERLAP = PRESETS[params.MEGATRON_CORE_OVERLAP.name]

@@ -9,6 +9,7 @@ docs/cost-models-training.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from ..errors import RlsimError
 from ..hardware.devices import distinct_devices
 from ..params import CommParams, TrainParams
 from .layer_costs import LayerShape, embedding_params, layer_shapes
-from .memory import MemoryBreakdown, MemoryParams, check_fits, memory_per_device, stage_layers
+from .memory import MemoryBreakdown, MemoryParams, check_fits, layout_stage_layers, memory_per_device
 from .pipeline import (
     IDLE,
     PipelineResult,
@@ -78,6 +79,7 @@ class TrainStepCost:
     memory: MemoryBreakdown
     pipeline: PipelineResult
     stage_tail_s: tuple[tuple[float, float, float], ...] = field(repr=False, default=())  # (end, dp, opt)
+    offload_s: float = 0.0        # reload before + offload after the step over the host link (train_params.offload)
 
     @property
     def comm_s(self) -> float:
@@ -99,8 +101,11 @@ class TrainStepCost:
                 out.append(StageInterval(s, "dp_sync", end, end + dp))
             if opt > 0:
                 out.append(StageInterval(s, "optimizer", end + dp, end + dp + opt))
-            if self.step_time_s > end + dp + opt:
-                out.append(StageInterval(s, IDLE, end + dp + opt, self.step_time_s))
+            done = self.step_time_s - self.offload_s
+            if done > end + dp + opt:
+                out.append(StageInterval(s, IDLE, end + dp + opt, done))
+            if self.offload_s > 0:
+                out.append(StageInterval(s, "offload", done, self.step_time_s))
         return tuple(out)
 
     def record(self, timeline: Any, pool: str, ranks: Sequence[int], start: float, *, iteration: int = -1,
@@ -118,7 +123,7 @@ class TrainStepCost:
     def summary(self) -> dict[str, Any]:
         return {"step_time_s": self.step_time_s, "pipeline_s": self.pipeline_s, "compute_s": self.compute_s,
                 "comm_exposed_s": dict(self.comm_exposed_s), "bubble_fraction": self.bubble_fraction,
-                "optimizer_s": self.optimizer_s, "tflops_per_device": self.tflops_per_device, "mfu": self.mfu,
+                "optimizer_s": self.optimizer_s, "offload_s": self.offload_s, "tflops_per_device": self.tflops_per_device, "mfu": self.mfu,
                 "tokens": self.tokens, "devices": self.devices, "layout": self.layout.as_dict(),
                 "memory": self.memory.as_dict()}
 
@@ -165,14 +170,17 @@ def _positions(layout: TrainLayout) -> np.ndarray:
 @lru_cache(maxsize=256)
 def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
     r = np.asarray(ranks, dtype=np.int64)[_positions(layout)]  # [s, d, c, t] -> physical rank
-    dp = layout.dp or 1
     tp, cp, ep, dpg, edp, p2p = [], [], [], [], [], []
+    etp = layout.expert_tp
     for s in range(layout.pp):
         tp.append(r[s, 0, 0, :].tolist())
         cp.append(r[s, 0, :, 0].tolist())
-        ep.append(r[s, : layout.ep, 0, 0].tolist())
+        # MoE parallel folding: the stage's tp x cp x dp ranks (tp fastest, then cp, dp) re-read as
+        # (edp, ep, etp), expert TP fastest (Megatron-Core expert rank order tp-ep-dp-pp).
+        folded = r[s].reshape(-1).reshape(layout.expert_dp, layout.ep, etp)
+        ep.append(folded[0, :, 0].tolist())
         dpg.append(r[s, :, :, 0].ravel().tolist())            # d outer, c inner
-        edp.append(r[s, 0:dp:layout.ep, :, 0].ravel().tolist())
+        edp.append(folded[:, 0, 0].tolist())
     for s in range(layout.pp):
         p2p.append((int(r[s, 0, 0, 0]), int(r[(s + 1) % layout.pp, 0, 0, 0])))
     return _Groups(tp, cp, ep, dpg, edp, p2p)
@@ -260,12 +268,15 @@ def _sequences(sequences: Any, source: str | None) -> np.ndarray:
     return seqs.astype(np.int64)
 
 
-def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str) -> list[tuple[np.ndarray, np.ndarray]]:
+def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
+                   budget: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per DP replica: (tokens, sum of squared lengths) per micro-batch, before CP.
 
     Megatron's sampler: micro-batch step k takes the next b x dp sequences, replica r the r-th
     slice of b. Padded: a micro-batch costs b x its longest sequence; packed: its token sum, with
-    attention per sequence."""
+    attention per sequence. With a token `budget`: `_token_budget_micro_batches`."""
+    if budget is not None:
+        return _token_budget_micro_batches(seqs, layout.dp or 1, budget, packing)
     b, dp = layout.micro_batch, layout.dp or 1
     idx = np.arange(seqs.size)
     step = idx // (b * dp)
@@ -291,6 +302,42 @@ def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str) -> list[
     return out
 
 
+def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int,
+                                packing: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Dynamic token-budget micro-batches (verl use_dynamic_bsz: the batch is split into dp equal
+    chunks, each chunk into the fewest micro-batches whose token sums stay within `budget`,
+    balanced by sequence length, verl/utils/seqlen_balancing.py rearrange_micro_batches; NeMo RL
+    sequence packing with train_mb_tokens). Longest-first onto the least-loaded micro-batch; one
+    more micro-batch while any exceeds the budget. Padded: each micro-batch pads to its longest."""
+    if int(seqs.max()) > budget:
+        raise RlsimError(f"a {int(seqs.max())}-token sequence exceeds the micro-batch token budget {budget}",
+                         field="workload.train_layout.max_tokens_per_micro_batch",
+                         fix="raise max_tokens_per_micro_batch (verl: ppo_max_token_len_per_gpu >= the longest "
+                             "prompt + response)")
+    out = []
+    for chunk in np.array_split(seqs.astype(float), dp):
+        if chunk.size == 0:
+            continue
+        order = np.sort(chunk)[::-1]
+        m = max(1, math.ceil(float(chunk.sum()) / budget))
+        while True:
+            load = np.zeros(m)
+            members: list[list[float]] = [[] for _ in range(m)]
+            for x in order:
+                i = int(load.argmin())
+                load[i] += x
+                members[i].append(x)
+            if float(load.max()) <= budget or m >= chunk.size:
+                break
+            m += 1
+        arr = [np.asarray(mb) for mb in members if mb]
+        if packing == "packed":
+            out.append((np.array([a.sum() for a in arr]), np.array([(a * a).sum() for a in arr])))
+        else:
+            out.append((np.array([a.size * a.max() for a in arr]), np.array([a.size * a.max() ** 2 for a in arr])))
+    return out
+
+
 # ---- per-layer time including comm --------------------------------------------------------------------
 @dataclass
 class _LayerCost:
@@ -313,7 +360,12 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         one = (comm.many("all_gather", g, act) + comm.many("reduce_scatter", g, act)) if layout.sp \
             else comm.many("all_reduce", g, act)
         fwd["tp"] = bwd["tp"] = 2.0 * one * (1 - cp_.tp_overlap_fraction)
-    if layout.cp > 1:  # KV all-gather forward, dKV reduce-scatter backward (full gathered size)
+        if layout.sp and cp_.sp_backward_allgather:  # inputs of QKV and FC1 re-gathered for dW
+            bwd["tp"] = bwd["tp"] + 2.0 * comm.many("all_gather", g, act) * (
+                1 - cp_.sp_backward_allgather_overlap_fraction)
+    if layout.cp > 1 and layout.ulysses_sp:
+        fwd["cp"], bwd["cp"] = _ulysses_comm(layer, layout, tokens_local, groups.cp[stage], comm, params)
+    elif layout.cp > 1:  # KV all-gather forward, dKV reduce-scatter backward (full gathered size)
         kv_elems = layer.kv_heads * (layer.qk_head_dim + layer.v_head_dim) / layout.tp
         kv = tokens_local * layout.cp * kv_elems * a
         g = groups.cp[stage]
@@ -323,15 +375,45 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         sent = tokens_local / (layout.tp if layout.sp else 1) * layer.experts_per_token * h * a
         t = 2.0 * comm.many("all_to_all", groups.ep[stage], sent) * (1 - cp_.ep_overlap_fraction)
         fwd["ep"] = bwd["ep"] = t
-    if layout.zero >= 3 and (layout.dp or 1) * layout.cp > 1:  # gather weights per micro-batch; reduce-scatter grads
-        wbytes = layer.dense_params / layout.tp * params.memory.weight_bytes_per_param
-        gbytes = layer.dense_params / layout.tp * cp_.grad_reduce_bytes_per_param
-        g = groups.dp[stage]
-        gather = comm.one("all_gather", g, wbytes) * (1 - cp_.dp_overlap_fraction)
-        fwd["dp"] = np.full_like(tokens_local, gather)
-        bwd["dp"] = np.full_like(tokens_local, gather + comm.one("reduce_scatter", g, gbytes)
-                                 * (1 - cp_.dp_overlap_fraction))
+    if layout.zero >= 3:
+        gather, reduce = _fsdp_layer_comm(layer, layout, groups, stage, comm, params)
+        if gather > 0 or reduce > 0:
+            fwd["dp"] = np.full_like(tokens_local, gather)
+            bwd["dp"] = np.full_like(tokens_local, gather + reduce)
     return _LayerCost(times.fwd_s, times.bwd_s, times.attn_fwd_s, fwd, bwd)
+
+
+def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, stage: int, comm: _Comm,
+                     params: TrainParams) -> tuple[float, float]:
+    """ZeRO-3 / FSDP per layer and micro-batch, exposed: (parameter all-gather, run in forward and
+    again in backward; gradient reduce-scatter in backward). Dense weights over the dp x cp group,
+    expert weights over the expert-DP group; each hidden by its named fraction."""
+    c = params.comm
+    wb, gb = params.memory.weight_bytes_per_param, c.grad_reduce_bytes_per_param
+    g_frac = c.dp_overlap_fraction if c.fsdp_gather_overlap_fraction is None else c.fsdp_gather_overlap_fraction
+    r_frac = c.dp_overlap_fraction if c.fsdp_reduce_overlap_fraction is None else c.fsdp_reduce_overlap_fraction
+    gather = reduce = 0.0
+    parts = [(layer.dense_params / layout.tp, groups.dp[stage])]
+    if layer.moe:
+        parts.append((layer.expert_params / (layout.ep * layout.expert_tp), groups.edp[stage]))
+    for n, g in parts:
+        gather += comm.one("all_gather", g, n * wb)
+        reduce += comm.one("reduce_scatter", g, n * gb)
+    return gather * (1 - g_frac), reduce * (1 - r_frac)
+
+
+def _ulysses_comm(layer: LayerShape, layout: TrainLayout, tokens_local: np.ndarray, group: Sequence[int],
+                  comm: _Comm, params: TrainParams) -> tuple[np.ndarray, np.ndarray]:
+    """DeepSpeed-Ulysses (arXiv 2309.14509; verl ulysses_sequence_parallel_size = cp): forward
+    all-to-alls of q, k, v (sequence-sharded -> head-sharded) and of the attention output back, each
+    of the device's local tensor; backward the same four for the gradients."""
+    a = params.compute.activation_bytes
+    q = tokens_local * layer.attn_heads * layer.qk_head_dim / layout.tp * a
+    k = tokens_local * layer.kv_heads * layer.qk_head_dim / layout.tp * a
+    v = tokens_local * layer.kv_heads * layer.v_head_dim / layout.tp * a
+    out = tokens_local * layer.attn_heads * layer.v_head_dim / layout.tp * a
+    t = sum(comm.many("all_to_all", group, x) for x in (q, k, v, out)) * (1 - params.comm.ulysses_overlap_fraction)
+    return t, t.copy()
 
 
 @dataclass
@@ -344,14 +426,14 @@ class _StageArrays:
 
 
 @lru_cache(maxsize=256)
-def _chunk_shapes(model: Any, pp: int, vpp: int) -> tuple[tuple[LayerShape, ...], tuple[tuple[tuple[int, int], ...], ...]]:
+def _chunk_shapes(model: Any, layout: TrainLayout) -> tuple[tuple[LayerShape, ...], tuple[tuple[tuple[int, int], ...], ...]]:
     """The distinct layer shapes of `model` and, per virtual stage, (shape index, layer count) in
     first-seen order: a stage's layers of one shape cost the same, so each is computed once."""
     shapes = layer_shapes(model)
     distinct: dict[int, int] = {}
     unique: list[LayerShape] = []
     out = []
-    for chunk in stage_layers(int(model.num_layers), pp, vpp):
+    for chunk in layout_stage_layers(int(model.num_layers), layout):
         counts: dict[int, int] = {}
         for i in chunk:
             lay = shapes[i]
@@ -371,7 +453,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                   comm: _Comm, rates: DeviceRates, params: TrainParams) -> _StageArrays:
     """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq)."""
     pp, vpp = layout.pp, layout.vpp
-    unique, chunk_counts = _chunk_shapes(model, pp, vpp)
+    unique, chunk_counts = _chunk_shapes(model, dataclasses.replace(layout, dp=None, micro_batch=1))
     tokens_local = tokens / layout.cp
     sq_local = sq / layout.cp
     gated = bool(getattr(model, "gated_ffn", True))
@@ -400,7 +482,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 if t is None:
                     t = times[u] = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local,
                                                sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
-                                               params=params.compute)
+                                               params=params.compute, etp=layout.expert_tp)
                 lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
                 # Stages whose collectives cost the same (same group shapes) share the addends.
                 fingerprint = (u, tuple((k, v.tobytes()) for k, v in lc.fwd_comm.items()),
@@ -412,7 +494,9 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 f_comm = sum(lc.fwd_comm.values()) if lc.fwd_comm else 0.0
                 b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
                 re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(layout.recompute, 0.0)
-                re_comm = f_comm if full else 0.0
+                # Full recompute redoes the forward's collectives in backward, except the ZeRO-3
+                # parameter gather: the backward's own gather serves the recomputation.
+                re_comm = f_comm - (lc.fwd_comm["dp"] if "dp" in lc.fwd_comm else 0.0) if full else 0.0
                 a1 = np.zeros((n_rows, n_m))
                 a2 = np.zeros((n_rows, n_m))
                 a1[0] = lc.fwd_compute + f_comm
@@ -482,13 +566,14 @@ def _with_blocking_sends(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray) -> t
 
 def _stage_params(model: Any, layout: TrainLayout) -> list[tuple[float, float]]:
     """(dense, expert) parameters held by one device of each pipeline stage."""
-    return list(_stage_params_cached(model, layout.pp, layout.vpp, layout.tp, layout.ep))
+    return list(_stage_params_cached(model, dataclasses.replace(layout, dp=None, micro_batch=1)))
 
 
 @lru_cache(maxsize=256)
-def _stage_params_cached(model: Any, pp: int, vpp: int, tp: int, ep: int) -> tuple[tuple[float, float], ...]:
+def _stage_params_cached(model: Any, layout: TrainLayout) -> tuple[tuple[float, float], ...]:
+    pp, vpp, tp, ep, etp = layout.pp, layout.vpp, layout.tp, layout.ep, layout.expert_tp
     shapes = layer_shapes(model)
-    chunks = stage_layers(int(model.num_layers), pp, vpp)
+    chunks = layout_stage_layers(int(model.num_layers), layout)
     emb, head = embedding_params(model)
     out = []
     for s in range(pp):
@@ -497,7 +582,7 @@ def _stage_params_cached(model: Any, pp: int, vpp: int, tp: int, ep: int) -> tup
             for i in chunks[c * pp + s]:
                 dense += shapes[i].dense_params / tp
                 if shapes[i].moe:
-                    expert += shapes[i].expert_params / (ep * tp)
+                    expert += shapes[i].expert_params / (ep * etp)
         if s == 0:
             dense += emb / tp
         if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
@@ -563,11 +648,13 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     rates = _rates(slowest_device(kinds, params.compute.dtype), params)
     comm = _Comm(collectives)
     groups = _groups(layout, tuple(ranks))
-    replicas = _micro_batches(seqs, layout, packing)
+    replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch)
     # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
-    memory = memory_per_device(model, layout, longest_tokens / layout.micro_batch, min(k.hbm_bytes for k in kinds),
+    mem_layout = layout if layout.max_tokens_per_micro_batch is None else dataclasses.replace(layout, micro_batch=1)
+    memory = memory_per_device(model, mem_layout, longest_tokens / mem_layout.micro_batch,
+                               min(k.hbm_bytes for k in kinds),
                                params=params.memory, flash_attention=params.compute.flash_attention,
                                micro_batches=m_max)
     if params.check_memory:
@@ -627,7 +714,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
         pp_exposed = max(0.0, makespan - bare.makespan_s)
     # Gradient sync after each stage's last backward, then the optimizer.
     dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe)
-    step = max([makespan] + [end + dp + opt for end, dp, opt in tail])
+    offload_s = offload_time_s(memory, kinds, params)
+    step = max([makespan] + [end + dp + opt for end, dp, opt in tail]) + offload_s
     dp_exposed = max([0.0] + [end + dp - makespan for end, dp, _ in tail])
     # Busiest stage: its compute and in-op comm.
     busy = np.array(pipe.busy_s)
@@ -649,7 +737,22 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
         optimizer_s=max(o for _, _, o in tail), tflops_per_device=hardware_flops / (step * n_dev) / 1e12,
         mfu=model_flops / (step * n_dev * peak), model_flops=model_flops, hardware_flops=hardware_flops,
         tokens=int(seqs.sum()), devices=n_dev, layout=layout, memory=memory, pipeline=pipe,
-        stage_tail_s=tuple(tail))
+        stage_tail_s=tuple(tail), offload_s=offload_s)
+
+
+def offload_time_s(memory: MemoryBreakdown, kinds: Sequence[Any], params: TrainParams,
+                   forward_only: bool = False) -> float:
+    """Per-phase offload (train_params.offload): what is offloaded is reloaded before the phase and
+    offloaded after it, 2 x its bytes over the slowest host link of the pool. A forward-only pass
+    moves the weights only."""
+    o = params.offload
+    nbytes = memory.weights_bytes if o.params else 0.0
+    if not forward_only:
+        nbytes += (memory.gradients_bytes if o.grads else 0.0) + (memory.optimizer_bytes if o.optimizer else 0.0)
+    if nbytes <= 0:
+        return 0.0
+    bw = min(k.host_link_bw_Bps for k in kinds) * o.host_link_efficiency
+    return 2.0 * nbytes / bw
 
 
 def _per_sequence_flops(per_token: Any, lengths: np.ndarray) -> float:
@@ -701,7 +804,7 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
                     t += comm.one("reduce_scatter", g, n * gb) + comm.one("all_gather", g, n * wb)
         dp = t * (1 - c.dp_overlap_fraction)
         shard = (layout.dp or 1) * layout.cp if layout.zero >= 1 else 1
-        eshard = shard / layout.ep if layout.zero >= 1 else 1
+        eshard = layout.expert_dp if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
         end = pipe.stage_end_s(s)
         dp_list.append(dp)
@@ -725,10 +828,12 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
     hit = memo.get(key) if memo is not None else None
     if hit is not None:
         return hit
-    rates = _rates(slowest_device(pool_devices(topology, ranks), params.compute.dtype), params)
+    kinds = pool_devices(topology, ranks)
+    rates = _rates(slowest_device(kinds, params.compute.dtype), params)
     comm = _Comm(collectives)
     groups = _groups(layout, tuple(ranks))
-    replicas = _micro_batches(seqs, layout, packing)
+    budget = layout.logprob_max_tokens_per_micro_batch or layout.max_tokens_per_micro_batch
+    replicas = _micro_batches(seqs, layout, packing, budget)
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
@@ -753,6 +858,11 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
         busy_compute = float(arrays.fwd[virt][:, worst_sl].sum()) - busy_comm
         if busy_compute > compute_s:
             compute_s, comm_s = busy_compute, busy_comm
+    if params.offload.params:
+        mem = memory_per_device(model, dataclasses.replace(layout, micro_batch=1), float(seqs.max()),
+                                min(k.hbm_bytes for k in kinds), params=params.memory,
+                                flash_attention=params.compute.flash_attention)
+        worst_t += offload_time_s(mem, kinds, params, forward_only=True)
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
     if memo is not None:
         memo[key] = result

@@ -201,20 +201,25 @@ class LlmCosts:
 
     # ---- helpers ---------------------------------------------------------------------------------
     def layout(self, n_devices: int) -> TrainLayout:
-        """The training layout on a pool of ``n_devices``. EP is carved out of DP (EP groups are
-        ``ep`` consecutive DP ranks), so an EP that does not divide the pool's DP is an error, never a
-        silent fallback: a silent EP 1 at one size and EP 4 at another makes scaling comparisons
-        compare different per-replica work."""
+        """The training layout on a pool of ``n_devices``. Experts fold over the TP x CP x DP ranks of
+        a pipeline stage (Megatron-Core MoE parallel folding, ``etp`` x ``ep`` of them per expert
+        group), so EP may exceed DP; a layout that cannot fold is an error, never a silent
+        fallback: a silent EP 1 at one size and EP 4 at another makes scaling comparisons compare
+        different per-replica work."""
         if n_devices not in self._layouts:
             lay = self.train_template.resolve(n_devices, source=self.source)
-            if lay.ep > 1 and (lay.dp or 1) % lay.ep:
+            if lay.ep > 1 or lay.etp is not None:
                 mp = self.train_template.model_parallel
-                raise RlsimError(
-                    f"training EP {lay.ep} does not divide DP {lay.dp} of a {n_devices}-device training pool "
-                    f"({lay.tp} TP x {lay.pp} PP = {mp} devices per replica)", source=self.source,
-                    field="workload.train_layout.ep",
-                    fix=f"use an ep dividing {lay.dp}, a pool of a multiple of {mp * lay.ep} devices "
-                        f"(schedule.rollout_fraction / rollout_devices, topology size), or another tp x pp")
+                block = lay.tp * lay.cp * (lay.dp or 1)
+                if block % (lay.expert_tp * lay.ep):
+                    raise RlsimError(
+                        f"training etp x ep = {lay.expert_tp} x {lay.ep} does not divide the tp x cp x dp = {block} "
+                        f"ranks of a pipeline stage of a {n_devices}-device training pool ({lay.tp} TP x {lay.cp} CP "
+                        f"x {lay.pp} PP = {mp} devices per replica, DP {lay.dp})", source=self.source,
+                        field="workload.train_layout.ep",
+                        fix=f"use ep (x workload.train_layout.etp) dividing {block}, a pool whose tp x cp x dp is a "
+                            f"multiple of {lay.expert_tp * lay.ep} (schedule.rollout_fraction / rollout_devices, "
+                            "topology size), or another tp x cp x pp")
             lay.check_model(self.model, source=self.source)
             self._layouts[n_devices] = lay
             # each replica's TP x PP on consecutive ranks (inside a scale-up domain), DP outermost:
@@ -234,12 +239,15 @@ class LlmCosts:
             pool.placed.clear()
 
     def train_devices_at_most(self, n_max: int) -> int:
-        """Largest training pool <= n_max whose DP keeps the configured EP (EP is carved out of
-        DP: a pool of 11 replicas could not shard 4-way EP)."""
-        mp = self.train_template.model_parallel
-        ep = max(1, self.train_template.ep)
+        """Largest training pool <= n_max whose stages keep the configured experts folded (etp x ep
+        divides tp x cp x dp: a pool of 11 replicas could not shard 4-way EP at TP 1)."""
+        t = self.train_template
+        mp = t.model_parallel
+        fold = max(1, t.ep) * (t.tp if t.etp is None else t.etp)
         dp = n_max // mp
-        return (dp - dp % ep) * mp
+        while dp > 0 and (t.tp * t.cp * dp) % fold:
+            dp -= 1
+        return dp * mp
 
     def effective_layouts(self, n_train: int) -> dict[str, Any]:
         return {"train": self.layout(n_train).as_dict(), "rollout": self.rollout_layout.model_dump()}

@@ -54,3 +54,14 @@ def test_one_sample_micro_batches_of_long_tail_lengths_stall_the_pipeline():
     assert seq.bubble_s / seq.time_s > 5 * (lay.pp - 1) / (m + lay.pp - 1)
     assert bal.time_s < 0.7 * seq.time_s
     assert bal.bubble_s / bal.time_s < 0.2
+
+
+def test_moe_parallel_folding_lets_ep_exceed_what_dp_carries():
+    # TP8 PP16 on 384 devices: DP 3. With expert TP 1 the EP 4 groups fold over the 24 TP x DP ranks.
+    c = costs("workload.train_layout.pp=16", "workload.train_layout.etp=1")
+    lay = c.layout(384)
+    assert (lay.dp, lay.ep, lay.expert_tp, lay.expert_dp) == (3, 4, 1, 6)
+    # a pool keeps the folding: etp x ep | tp x dp (etp = tp = 8: dp a multiple of 4, none <= 3)
+    assert costs("workload.train_layout.pp=16").train_devices_at_most(384) == 0
+    assert c.train_devices_at_most(384) == 384
+    assert c.train_devices_at_most(383) == 256   # dp 2: 4 | 8 x 2

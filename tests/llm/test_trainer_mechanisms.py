@@ -1,0 +1,147 @@
+"""Trainer costs beyond the roofline: FSDP gather / reduce-scatter, Ulysses all-to-alls, the SP
+backward re-gather, token-budget micro-batches, per-phase offload, the named stacks."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model
+from simulator.llm.layer_costs import layer_shapes
+from simulator.llm.training import (
+    TrainLayout,
+    TrainParams,
+    _Comm,
+    _fsdp_layer_comm,
+    _groups,
+    _micro_batches,
+    _ulysses_comm,
+    forward_cost,
+    train_step_cost,
+    uniform_sequences,
+)
+from simulator.network.collectives import CollectiveModel
+from simulator.params import TRAIN_SOFTWARE, CommParams, OffloadParams, stack_params, train_software
+
+TOPO = load_topology({"preset": "dgx-h100", "nodes": 1})
+QWEN = load_model("qwen2.5-7b")
+SEQS = uniform_sequences(32, 1024)
+
+
+def _params(**comm) -> TrainParams:
+    return TrainParams(comm=CommParams(**comm))
+
+
+def test_fsdp_gather_is_the_all_gather_of_the_layer_shard() -> None:
+    lay = TrainLayout(dp=8, zero=3)
+    model = CollectiveModel(TOPO)
+    groups = _groups(lay, tuple(range(8)))
+    layer = layer_shapes(QWEN)[0]
+    gather, reduce = _fsdp_layer_comm(layer, lay, groups, 0, _Comm(model), _params())
+    assert gather == pytest.approx(model.cost("all_gather", list(range(8)), layer.dense_params * 2.0).time_s)
+    assert reduce == pytest.approx(model.cost("reduce_scatter", list(range(8)), layer.dense_params * 2.0).time_s)
+    g2, r2 = _fsdp_layer_comm(layer, lay, groups, 0, _Comm(model),
+                              _params(fsdp_gather_overlap_fraction=0.75, fsdp_reduce_overlap_fraction=0.5))
+    assert g2 == pytest.approx(0.25 * gather) and r2 == pytest.approx(0.5 * reduce)
+
+
+def test_fsdp_overlap_lowers_the_step_and_defaults_to_the_dp_fraction() -> None:
+    lay = TrainLayout(dp=8, zero=3, recompute="full")
+    base = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
+    same = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
+                           params=_params(fsdp_gather_overlap_fraction=0.0, fsdp_reduce_overlap_fraction=0.0))
+    hidden = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
+                             params=_params(fsdp_gather_overlap_fraction=1.0, fsdp_reduce_overlap_fraction=1.0))
+    assert same.step_time_s == pytest.approx(base.step_time_s)
+    assert base.comm_exposed_s["dp"] > 0 and hidden.comm_exposed_s["dp"] == pytest.approx(0.0, abs=1e-12)
+    assert hidden.step_time_s < base.step_time_s
+
+
+def test_ulysses_is_four_all_to_alls_forward_and_backward() -> None:
+    lay = TrainLayout(tp=1, cp=4, dp=2, ulysses_sp=True).resolve(8)
+    model = CollectiveModel(TOPO)
+    group = _groups(lay, tuple(range(8))).cp[0]
+    layer = layer_shapes(QWEN)[0]
+    tokens = np.array([4096.0 / 4])
+    fwd, bwd = _ulysses_comm(layer, lay, tokens, group, _Comm(model), TrainParams())
+    d = layer.qk_head_dim
+    want = sum(model.cost("all_to_all", list(group), float(tokens[0] * n * d * 2.0)).time_s
+               for n in (layer.attn_heads, layer.kv_heads, layer.kv_heads, layer.attn_heads))
+    assert fwd[0] == pytest.approx(want) and bwd[0] == pytest.approx(want)
+    step = train_step_cost(QWEN, lay, TOPO, sequences=uniform_sequences(16, 4096), packing="packed")
+    assert step.comm_exposed_s["cp"] > 0
+    with pytest.raises(RlsimError):  # 28 heads: tp x cp = 8 does not divide them
+        TrainLayout(tp=2, cp=4, ulysses_sp=True).resolve(8).check_model(QWEN)
+
+
+def test_sp_backward_allgather_adds_two_all_gathers_per_layer() -> None:
+    lay = TrainLayout(tp=4, dp=2, recompute="none", micro_batch=1)
+    off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
+    on = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=_params(sp_backward_allgather=True))
+    model = CollectiveModel(TOPO)
+    act = 1024 * QWEN.hidden * 2.0
+    per_mb = 2 * QWEN.num_layers * model.cost("all_gather", [0, 1, 2, 3], act).time_s
+    micro = 32 // 2
+    assert on.comm_exposed_s["tp"] - off.comm_exposed_s["tp"] == pytest.approx(micro * per_mb, rel=1e-6)
+    half = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
+                           params=_params(sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.5))
+    assert half.comm_exposed_s["tp"] - off.comm_exposed_s["tp"] == pytest.approx(micro * per_mb / 2, rel=1e-6)
+
+
+def test_token_budget_micro_batches_closed_form() -> None:
+    lay = TrainLayout(dp=2).resolve(2)
+    out = _micro_batches(uniform_sequences(64, 1000), lay, "packed", budget=4096)
+    assert [t.tolist() for t, _ in out] == [[4000.0] * 8] * 2      # 32 per replica, 4 per micro-batch
+    # Balanced: 2 x 3000 + 6 x 1000 into ceil(12000 / 4096) = 3 bins of at most 4096 -> 4000 each.
+    mixed = np.array([3000, 3000, 1000, 1000, 1000, 1000, 1000, 1000])
+    (tokens, sq), = _micro_batches(mixed, TrainLayout(dp=1).resolve(1), "packed", budget=4096)
+    assert sorted(tokens.tolist()) == [4000.0, 4000.0, 4000.0]
+    (padded, _), = _micro_batches(mixed, TrainLayout(dp=1).resolve(1), "padded", budget=4096)
+    assert sorted(padded.tolist()) == [4000.0, 6000.0, 6000.0]   # 3000+1000 pads to 2 x 3000; 4 x 1000
+    with pytest.raises(RlsimError) as exc:
+        _micro_batches(mixed, TrainLayout(dp=1).resolve(1), "packed", budget=2048)
+    assert "max_tokens_per_micro_batch" in str(exc.value)
+
+
+def test_logprob_budget_is_its_own() -> None:
+    lay = TrainLayout(dp=8, max_tokens_per_micro_batch=2048)
+    seqs = uniform_sequences(64, 1024)
+    small = forward_cost(QWEN, lay, TOPO, sequences=seqs, packing="packed")
+    big = forward_cost(QWEN, dataclasses.replace(lay, logprob_max_tokens_per_micro_batch=8192), TOPO,
+                       sequences=seqs, packing="packed")
+    assert big.tokens == small.tokens and big.time_s != small.time_s
+
+
+def test_offload_is_twice_the_state_over_the_host_link() -> None:
+    lay = TrainLayout(dp=8, zero=1)
+    base = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
+    p = TrainParams(offload=OffloadParams(optimizer=True, grads=True))
+    off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=p)
+    link = TOPO.device_spec(0).host_link_bw_Bps * 0.8
+    want = 2 * (off.memory.optimizer_bytes + off.memory.gradients_bytes) / link
+    assert off.offload_s == pytest.approx(want)
+    assert off.step_time_s == pytest.approx(base.step_time_s + want)
+    assert any(iv.state == "offload" for iv in off.timeline)
+    fwd = forward_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
+                       params=TrainParams(offload=OffloadParams(params=True)))
+    fwd0 = forward_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
+    assert fwd.time_s == pytest.approx(fwd0.time_s + 2 * off.memory.weights_bytes / link)
+
+
+def test_named_stacks() -> None:
+    assert {"megatron-core", "megatron-core-overlap", "megatron-2022", "megatron-2021"} <= set(TRAIN_SOFTWARE)
+    s22 = train_software("megatron-2022")
+    assert s22.recompute[0] == "selective" and s22.sequence_parallel is None
+    assert not s22.params.compute.flash_attention and s22.params.comm.pp_blocking_send
+    with pytest.raises(RlsimError):
+        s22.layout_fields(cp=2)
+    over = stack_params(train_software("megatron-core-overlap"), {"comm": {"dp_overlap_fraction": 0.5}})
+    assert over.comm.dp_overlap_fraction == 0.5 and over.comm.tp_overlap_fraction == 0.8
+    # The 2022 stack on the 2021 layout (no SP, full recompute) costs what megatron-2021 costs.
+    lay = TrainLayout(tp=4, dp=2, recompute="full", zero=0, sequence_parallel=False)
+    a = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, params=s22.params)
+    b = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, params=train_software("megatron-2021").params)
+    assert a.step_time_s == pytest.approx(b.step_time_s)
