@@ -150,12 +150,18 @@ def scenario(row: Row) -> dict[str, Any]:
     """The row as an rlsim scenario mapping (the facts today's schema can express; see unexpressed())."""
     train_layout = {"tp": row.tp, "pp": row.pp, "vpp": 1, "ep": row.ep, "cp": row.cp, "zero": 1,
                     "recompute": "full" if row.ac else "none", "micro_batch": 1, "sequence_parallel": row.sp}
+    if row.ep > 1:      # MoE parallel folding, expert tensor parallel size 1 (published-results.md V6 notes)
+        train_layout["etp"] = 1
+    if row.stages:
+        train_layout["pp_first_stage_layers"], train_layout["pp_last_stage_layers"] = row.stages
     rollout_layout = {"tp": row.gen_tp, "ep": 1, "max_num_seqs": 128 if row.async_engine else 1024,
                       "gpu_memory_utilization": row.gen_mem}
     workload: dict[str, Any] = {
         "model": row.model, "algorithm": row.algo, "prompts_per_step": row.prompts, "samples_per_prompt": row.gens,
         "mini_batch_prompts": row.train_batch // row.gens, "ppo_epochs": 1, **length_law(row),
-        "train_layout": train_layout, "rollout_layout": rollout_layout, "reference": True, "dtype": "bf16"}
+        "train_layout": train_layout, "rollout_layout": rollout_layout, "reference": True, "dtype": "bf16",
+        # vLLM: CUDA graphs or eager as the recipe; NeMo caps prompt + response at T-max per sample
+        "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max}}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
     schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max}
@@ -168,12 +174,7 @@ def scenario(row: Row) -> dict[str, Any]:
 
 def unexpressed(row: Row) -> list[str]:
     """Recipe facts today's scenario schema has no field for (reported, not approximated)."""
-    out = [f"vLLM {'CUDA graphs' if row.graphs else 'eager (enforce_eager)'}, "
-           f"{'async' if row.async_engine else 'sync'} engine",
-           "logprob_batch_size"]
-    if row.stages:
-        out.append(f"uneven pipeline stages (first {row.stages[0]}, last {row.stages[1]} layers)")
-    return out
+    return [f"vLLM {'async (AsyncLLMEngine)' if row.async_engine else 'sync'} engine", "logprob_batch_size"]
 
 
 @functools.cache
