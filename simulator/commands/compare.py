@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated schedule kinds (default: colocated,disaggregated,stalesync)")
     # --- report hook (issue 5) ---
     parser.add_argument("--out", type=out_dir, help="write each schedule's data (a folder per schedule), plots and report.html here")
+    from .replicas import add_replica_arguments
+    add_replica_arguments(parser)   # --seeds N, --jobs (issue 13)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
         schedule_list(kinds)
     except RlsimError as exc:
         raise RlsimError(str(exc).split(": ", 1)[-1].split(" (fix:")[0], field="--schedules", fix=exc.fix) from None
+    from .replicas import compare_replicated
+    code = compare_replicated(args, kinds, scenario_keywords(args))   # --seeds N (issue 13)
+    if code is not None:
+        return code
     result = compare(args.scenario, kinds, **scenario_keywords(args))
     if args.out:
         # --- report hook (issue 5): per-schedule data, plots (PNG + SVG) and report.html into --out ---

@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
     parser.add_argument("--schedule", help="colocated | disaggregated | one-step-off | stalesync | async")
     parser.add_argument("--out", type=out_dir, help="write scenario.yaml, summary.json, CSVs and trace.json here")
+    from .replicas import add_replica_arguments
+    add_replica_arguments(parser)   # --seeds N, --jobs (issue 13)
 
 
 def scenario_keywords(args: argparse.Namespace) -> dict:
@@ -45,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     kw = scenario_keywords(args)
     if args.schedule:
         kw["schedule"] = args.schedule
+    from .replicas import run_replicated
+    code = run_replicated(args, kw)   # --seeds N / replicas: / distribution values (issue 13)
+    if code is not None:
+        return code
     result = simulate(args.scenario, **kw)
     if args.out:
         result.write(args.out)

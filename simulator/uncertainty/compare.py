@@ -42,7 +42,7 @@ def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
 
 def verdict(kind: str, baseline: str, low: float, high: float, n: int, metric: str) -> str:
     """'stalesync beats colocated by 12-17% (steady_tokens_per_s, 95% CI over 32 seeds)'."""
-    lower_is_better = metric.endswith("_s") or "bubble" in metric
+    lower_is_better = metric.endswith(("time_s", "makespan_s")) or "bubble" in metric
     gain_low, gain_high = (1 / high - 1, 1 / low - 1) if lower_is_better else (low - 1, high - 1)
     where = f"({metric}, 95% CI over {n} seed{'s' if n != 1 else ''})"
     if gain_low > 0:

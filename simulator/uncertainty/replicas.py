@@ -125,3 +125,13 @@ def replicate(spec: Scenario | dict | str | Path | None = None, *, seeds: int | 
     figure the median over replicas, plus `seeds`, `ci95` {dotted figure: [low, high]} and `replicas`."""
     plan = plan_replicas(spec, seeds=seeds, **keywords)
     return summarize(plan, run_replicas(plan, jobs=jobs, costs=costs))
+
+
+def replicate_point(base: Any, seeds: int, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep point function (sweep.BaseScenario, grid values) run as `seeds` replicas."""
+    from ..hardware.topology import load_topology
+    plan = plan_replicas(base.spec, seeds=seeds, **base.keywords(values))
+    summaries = run_replicas(plan)
+    doc = summarize(plan, summaries)
+    doc.setdefault("device_kinds", load_topology(plan.scenario(0).topology).device_kinds())
+    return doc
