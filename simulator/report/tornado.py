@@ -27,7 +27,7 @@ def tornado_figure(frame: pd.DataFrame, *, base: float | None = None, metric: st
         for value, color, label in ((row.figure_low, "#4c72b0", row.low), (row.figure_high, "#dd8452", row.high)):
             ax.barh(y, value - centre, left=centre, color=color, height=0.6)
             ax.text(value, y, f" {label:.4g} ", va="center", fontsize=8,
-                    ha="left" if value >= centre else "right")
+                    ha="left" if value > centre or (value == centre and label == row.high) else "right")
     ax.axvline(centre, color="#222", linewidth=1)
     ax.set_yticks(range(len(rows)), [str(k) for k in rows["key"]], fontsize=9)
     ax.set_xlabel(metric)

@@ -25,8 +25,8 @@ def compare_replicas(spec: Any = None, schedules: Iterable[str] | str = ("coloca
     plans = [dataclasses.replace(base, data={**base.data, "schedule": schedule.applicable_fields(kind)})
              for kind in kinds]
     runs = run_many(plans, jobs=jobs, costs=costs)
-    docs = [summarize(plan, summaries) for plan, summaries in zip(plans, runs)]
-    for kind, doc, summaries in zip(kinds[1:], docs[1:], runs[1:]):
+    docs = [summarize(plan, summaries) for plan, summaries in zip(plans, runs, strict=True)]
+    for kind, doc, summaries in zip(kinds[1:], docs[1:], runs[1:], strict=True):
         doc["vs_baseline"] = paired_ratio(kind, kinds[0], summaries, runs[0], metric)
     return docs
 
@@ -34,7 +34,7 @@ def compare_replicas(spec: Any = None, schedules: Iterable[str] | str = ("coloca
 def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
                  baseline_runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
     """The per-seed ratio metric(kind) / metric(baseline): median, 95% interval, verdict."""
-    ratios = [float(a[metric]) / float(b[metric]) for a, b in zip(runs, baseline_runs) if float(b[metric]) != 0]
+    ratios = [float(a[metric]) / float(b[metric]) for a, b in zip(runs, baseline_runs, strict=True) if float(b[metric]) != 0]
     mid, low, high = median_ci(ratios) if ratios else (float("nan"),) * 3
     return {"baseline": baseline, "metric": metric, "ratio": mid, "ci95": [low, high],
             "verdict": verdict(kind, baseline, low, high, len(ratios), metric)}

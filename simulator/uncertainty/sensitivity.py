@@ -193,7 +193,7 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
     bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in ranges.values()]
     problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
     points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
-    plans = [_with(plan, dict(zip(keys, row))) for row in points]
+    plans = [_with(plan, dict(zip(keys, row, strict=True))) for row in points]
     y = np.array([_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
     if np.ptp(y) == 0:
         return [0.0] * len(keys), [0.0] * len(keys)
