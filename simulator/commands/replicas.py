@@ -107,3 +107,37 @@ def sweep_replicated(args: argparse.Namespace, base: Any, evaluate: Any, fingerp
     from ..uncertainty.replicas import replicate_point
     digest = hashlib.sha256(f"{fingerprint}|seeds={seeds}".encode()).hexdigest()[:16]
     return functools.partial(replicate_point, base, seeds), digest
+
+
+def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
+    """`rlsim plan` over replicas: the planner has no seed, so its figures move only with distribution
+    values; each candidate of replica 0's ranking gets the median and ci95 over the replicas that
+    list its layout. None when one replica and no distribution apply."""
+    from ..overrides import parse_assignment
+    from ..uncertainty import plan_replicas
+    from ..uncertainty.intervals import aggregate
+    rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
+    plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=rest)
+    if not plan.varies:
+        return None
+    runs = [rows_of(plan.scenario(i)) for i in range(plan.n)]
+    rows = []
+    for row in runs[0]:
+        key = json.dumps(row.get("layout"), sort_keys=True)
+        same = [r for rows_i in runs for r in rows_i if json.dumps(r.get("layout"), sort_keys=True) == key]
+        doc, ci95 = aggregate(same)
+        rows.append({**doc, "seeds": len(same), "ci95": ci95})
+    if args.json:
+        print_json(rows)
+        return 0
+    print(f"{args.stage} layouts, medians and 95% intervals over {plan.n} replicas:")
+    for i, row in enumerate(rows, 1):
+        ci = row["ci95"]
+        print(f"#{i} {row.get('layout')}: step {_num(row['step_time_s'])} s {_pair(ci, 'step_time_s')}, "
+              f"tokens/s {_num(row['tokens_per_s'])} {_pair(ci, 'tokens_per_s')} (in {row['seeds']} replicas)")
+    return 0
+
+
+def _pair(ci95: dict[str, list[float]], name: str) -> str:
+    low, high = ci95.get(name, [float("nan")] * 2)
+    return f"[{_num(low)}, {_num(high)}]"
