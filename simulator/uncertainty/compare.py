@@ -46,11 +46,18 @@ def verdict(kind: str, baseline: str, low: float, high: float, n: int, metric: s
     gain_low, gain_high = (1 / high - 1, 1 / low - 1) if lower_is_better else (low - 1, high - 1)
     where = f"({metric}, 95% CI over {n} seed{'s' if n != 1 else ''})"
     if gain_low > 0:
-        return f"{kind} beats {baseline} by {_pct(gain_low)}-{_pct(gain_high)}% {where}"
+        return f"{kind} beats {baseline} by {_span(gain_low, gain_high)}% {where}"
     if gain_high < 0:
-        return f"{kind} trails {baseline} by {_pct(-gain_high)}-{_pct(-gain_low)}% {where}"
+        return f"{kind} trails {baseline} by {_span(-gain_high, -gain_low)}% {where}"
     return (f"{kind} vs {baseline}: {gain_low * 100:+.1f}% to {gain_high * 100:+.1f}%, "
             f"not larger than the noise {where}")
+
+
+def _span(low: float, high: float) -> str:
+    """'12-17'; one decimal when the whole numbers would read the same ('37.6-38.4')."""
+    if _pct(low) == _pct(high):
+        return f"{low * 100:.1f}-{high * 100:.1f}"
+    return f"{_pct(low)}-{_pct(high)}"
 
 
 def _pct(fraction: float) -> str:

@@ -84,5 +84,6 @@ def test_verdict_words():
     assert verdict("a", "b", 1.12, 1.17, 32, "steady_tokens_per_s") == \
         "a beats b by 12-17% (steady_tokens_per_s, 95% CI over 32 seeds)"
     assert "trails" in verdict("a", "b", 0.8, 0.9, 8, "steady_tokens_per_s")
+    assert "by 37.6-38.4%" in verdict("a", "b", 0.616, 0.624, 8, "steady_tokens_per_s")
     assert "beats" in verdict("a", "b", 0.8, 0.9, 8, "steady_step_time_s")   # lower is better
     assert "noise" in verdict("a", "b", 0.95, 1.05, 8, "steady_tokens_per_s")
