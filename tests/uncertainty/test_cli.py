@@ -58,3 +58,13 @@ def test_sensitivity_json_list_and_out(tmp_path, capsys):
 def test_sensitivity_bad_vary_exits_2(capsys):
     code, _, err = main_output(capsys, "sensitivity", *SMALL, "--vary", "workload.response_length.sigma=1..0.5")
     assert code == 2 and "--vary" in err
+
+
+def test_sweep_seeds_rows_carry_medians_and_intervals(capsys):
+    code, out, err = main_output(capsys, "sweep", *SMALL, "--grid", "workload.prompts_per_step=8,16", "--seeds", "2", "--jobs", "1",
+                                 "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [row["seeds"] for row in rows] == [2, 2]
+    assert all(row["ci95"]["tokens_per_s"][0] <= row["tokens_per_s"] <= row["ci95"]["tokens_per_s"][1]
+               for row in rows)
