@@ -16,7 +16,7 @@ from .errors import RlsimError
 
 # Subcommand modules, in the order `rlsim --help` lists them. Each module defines
 # HELP (one line), EXAMPLES (text), add_arguments(parser) and run(args) -> int.
-COMMANDS = ["presets", "comm", "validate", "run", "compare", "sweep", "plan", "calibrate"]
+COMMANDS = ["presets", "comm", "validate", "run", "compare", "sweep", "plan", "calibrate", "sensitivity"]
 
 
 class _Parser(argparse.ArgumentParser):

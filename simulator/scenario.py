@@ -484,6 +484,8 @@ class Scenario(_Strict):
     schedule: ScheduleSpec = Field(default_factory=ColocatedSchedule)
     iterations: int = Field(4, ge=1)
     seed: int = Field(0, ge=0)
+    # replicas over seeds seed, seed+1, ... (docs/guides/uncertainty.md); used by simulator.uncertainty
+    replicas: int = Field(1, ge=1)
     # planner settings for `layout: auto` and failure re-plans (simulator.planner.planner_settings keys:
     # space, rollout, recovery, params such as eval_cost_s)
     planner: dict[str, Any] = Field(default_factory=dict)
@@ -503,6 +505,8 @@ class Scenario(_Strict):
         """The config snapshot written beside outputs (re-loadable with load_scenario). The schedule
         keeps only the knobs that were given (a default knob would be refused by kinds without it)."""
         data = self.model_dump(mode="json", exclude={"source"})
+        if data.get("replicas") == 1:
+            del data["replicas"]          # the default: snapshots stay as they were before replicas
         data["schedule"] = self.schedule.model_dump(mode="json", exclude_unset=True)
         data["schedule"]["kind"] = self.schedule.kind
         return data
@@ -593,6 +597,49 @@ def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
                   seed: int | None = None) -> Scenario:
     """Build the validated, frozen scenario. Keywords replace whole sections; ``overrides`` are
     ``--set KEY=VALUE`` items applied last (a preset-name section becomes {preset: name, ...})."""
+    data, source = scenario_data(spec, topology=topology, workload=workload, schedule=schedule,
+                                 overrides=overrides, iterations=iterations, seed=seed)
+    _refuse_distributions(data, source)
+    return _validate(data, source)
+
+
+def validate_scenario(data: dict[str, Any], source: str) -> Scenario:
+    """The validated scenario of a mapping that scenario_data made (distribution values drawn)."""
+    _refuse_distributions(data, source)
+    return _validate(data, source)
+
+
+# --- distribution-value hook (docs/guides/uncertainty.md): a numeric key given as {dist: ...} is
+# sampled per replica by simulator.uncertainty; a plain load refuses it, naming the dotted key.
+LENGTH_LAW_KEYS = frozenset({"workload.prompt_length", "workload.response_length"})  # their `dist` is the law
+
+
+def distribution_keys(data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose value is a parameter distribution (a mapping with `dist`, not a length law)."""
+    out: list[str] = []
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if "dist" in value and dotted not in LENGTH_LAW_KEYS:
+                out.append(dotted)
+            else:
+                out.extend(distribution_keys(value, dotted + "."))
+    return out
+
+
+def _refuse_distributions(data: Mapping[str, Any], source: str) -> None:
+    keys = distribution_keys(data)
+    if keys:
+        raise RlsimError(f"{keys[0]!r} is a distribution; a single run takes a number", source=source,
+                         field=keys[0], fix="run it with --seeds N (each replica samples it), or "
+                                            "simulator.uncertainty.replicate(...)")
+
+
+def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
+                  topology: Any = None, workload: Any = None, schedule: Any = None,
+                  overrides: Iterable[str] = (), iterations: int | None = None,
+                  seed: int | None = None) -> tuple[dict[str, Any], str]:
+    """load_scenario's merged mapping (presets resolved, overrides applied) and source, not validated."""
     if isinstance(spec, Scenario):
         data, source = spec.to_dict(), spec.source
     elif spec is None:
@@ -625,4 +672,4 @@ def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     data["workload"] = _resolve_workload(data["workload"])
     if isinstance(data.get("schedule"), str):
         data["schedule"] = {"kind": data["schedule"]}
-    return _validate(data, source)
+    return data, source

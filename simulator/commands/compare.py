@@ -22,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated schedule kinds (default: colocated,disaggregated,stalesync)")
     # --- report hook (issue 5) ---
     parser.add_argument("--out", type=out_dir, help="write each schedule's data (a folder per schedule), plots and report.html here")
+    from .replicas import add_replica_arguments
+    add_replica_arguments(parser)   # --seeds N, --jobs (issue 13)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,8 +47,12 @@ def run(args: argparse.Namespace) -> int:
         raise RlsimError(str(exc).split(": ", 1)[-1].split(" (fix:")[0], field="--schedules", fix=exc.fix) from None
     if imported is not None:
         print_framework_listing(imported)
-    result = compare(imported.scenario if imported is not None else args.scenario, kinds,
-                     **scenario_keywords(args, imported))
+        args.scenario = imported.scenario
+    from .replicas import compare_replicated
+    code = compare_replicated(args, kinds, scenario_keywords(args, imported))   # --seeds N (issue 13)
+    if code is not None:
+        return code
+    result = compare(args.scenario, kinds, **scenario_keywords(args, imported))
     if imported is not None:
         for summary in result.rows():
             summary["framework_import"] = imported.report()

@@ -34,10 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="find the fewest nodes reaching this throughput (tokens trained or generated per s)")
     parser.add_argument("--top", type=int, default=5, help="candidates to print (default 5)")
     common.add_common(parser)
+    from .replicas import add_replica_arguments
+    add_replica_arguments(parser, jobs=False)   # --seeds N: medians over replicas' distribution draws (issue 13)
 
 
-def _inputs(args: argparse.Namespace) -> dict[str, Any]:
-    """Topology, model, batch and sequence length from flags, falling back to the scenario."""
+def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
+    """Topology, model, batch and sequence length from flags, falling back to the scenario
+    (`scn`: a replica's scenario, issue 13; else loaded from the arguments)."""
     from ..autoplan import train_batch
     from ..scenario import load_scenario
 
@@ -45,7 +48,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     # The scenario (given, else the default one) is always loaded: every --set key is checked there
     # (an unknown one is an error), and its workload's train_software, train_params and inference
     # constants are the planner's. The flags below replace its model, batch and length.
-    scn = load_scenario(args.scenario, overrides=rest)
+    scn = scn if scn is not None else load_scenario(args.scenario, overrides=rest)
     # model, batch and length fall back to the workload of a given scenario, or of the default one
     # when no --model is given
     workload = scn.workload if (args.scenario or args.model is None) else None
@@ -73,12 +76,29 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .replicas import plan_replicated
+    code = plan_replicated(args, lambda scn: plan_rows(args, scn)[0])   # --seeds N (issue 13)
+    if code is not None:
+        return code
+    rows, model, topology, plan = plan_rows(args)
+    if args.json:
+        common.print_json(rows)
+        return 0
+    _print_table(args.stage, model, topology, plan, rows)
+    if args.target_tokens_per_s:  # the answer in one line (no candidate reaching it is an error above)
+        print(f"answer: {rows[0]['devices']} devices reach {args.target_tokens_per_s:,.0f} tokens/s "
+              f"({rows[0]['tokens_per_s']:,.0f} tokens/s with the layout ranked #1)")
+    return 0
+
+
+def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str, Any]], Any, Any, Any]:
+    """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given."""
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
     from ..planner.evaluate import RolloutEvaluator, TrainingEvaluator
 
-    inp = _inputs(args)
+    inp = _inputs(args, scn)
     topo_over = section(args.overrides, "topology")
     topology = load_topology(inp["topology"], topo_over or None)
     model = load_model(inp["model"])
@@ -97,15 +117,7 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_rollout(model, topology, space=settings.rollout, params=settings.params, top=args.top,
                             target_tokens_per_s=args.target_tokens_per_s,
                             evaluator=RolloutEvaluator(model, topology, settings.rollout, params=w.inference))
-    rows = [c.to_json() for c in plan.candidates[: args.top]]
-    if args.json:
-        common.print_json(rows)
-        return 0
-    _print_table(args.stage, model, topology, plan, rows)
-    if args.target_tokens_per_s:  # the answer in one line (no candidate reaching it is an error above)
-        print(f"answer: {rows[0]['devices']} devices reach {args.target_tokens_per_s:,.0f} tokens/s "
-              f"({rows[0]['tokens_per_s']:,.0f} tokens/s with the layout ranked #1)")
-    return 0
+    return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
 
 
 def plan_space(space: Any, software: str, planner_keys: dict[str, Any]) -> Any:

@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
     parser.add_argument("--schedule", help="colocated | disaggregated | one-step-off | stalesync | async")
     parser.add_argument("--out", type=out_dir, help="write scenario.yaml, summary.json, CSVs and trace.json here")
+    from .replicas import add_replica_arguments
+    add_replica_arguments(parser)   # --seeds N, --jobs (issue 13)
 
 
 def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict:
@@ -56,7 +58,12 @@ def run(args: argparse.Namespace) -> int:
         kw["schedule"] = args.schedule
     if imported is not None:
         print_framework_listing(imported)
-    result = simulate(imported.scenario if imported is not None else args.scenario, **kw)
+        args.scenario = imported.scenario
+    from .replicas import run_replicated
+    code = run_replicated(args, kw)   # --seeds N / replicas: / distribution values (issue 13)
+    if code is not None:
+        return code
+    result = simulate(args.scenario, **kw)
     if imported is not None:
         result.summary["framework_import"] = imported.report()
     if args.out:

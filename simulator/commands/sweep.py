@@ -57,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--search", choices=["bisect", "scan"], default="bisect",
                         help="capacity search over one key: bisect (assumes more is never worse) or scan")
     common.add_common(parser)
+    from .replicas import add_replica_arguments
+    add_replica_arguments(parser, jobs=False)   # --seeds N: each point a median over N replicas (issue 13)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if args.target_tokens_per_s is not None or args.target_step_time_s is not None:
         target = Target(args.target_tokens_per_s, args.target_step_time_s)
     evaluate = functools.partial(simulate_point, base)
+    from .replicas import sweep_replicated
+    evaluate, fingerprint = sweep_replicated(args, base, evaluate, fingerprint)
 
     points = make_points(grid, fingerprint, base.base_dirs())
     with _Progress(enabled=sys.stderr.isatty()) as progress, _sigterm_as_interrupt():

@@ -1,0 +1,143 @@
+"""`--seeds N` / `replicas:` on run, compare and sweep (face layer): the flags, the replica path of
+each command and the interval lines it prints. The commands call in here with one line each."""
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .common import positive_int, print_json
+
+# the figures the human output shows with their intervals
+SHOWN = ("steady_tokens_per_s", "steady_step_time_s", "tokens_per_s", "step_time_s", "bubble_fraction", "mfu")
+
+
+def add_replica_arguments(parser: argparse.ArgumentParser, *, jobs: bool = True) -> None:
+    parser.add_argument("--seeds", type=positive_int, metavar="N",
+                        help="N replicas on seeds seed, seed+1, ...: figures become medians with a 95%% interval "
+                             "(default: the scenario's replicas:, else 1)")
+    if jobs:
+        parser.add_argument("--jobs", type=positive_int, default=1, help="replicas run in parallel (default 1)")
+
+
+def _plan(args: argparse.Namespace, keywords: dict[str, Any]) -> Any:
+    from ..uncertainty import plan_replicas
+    return plan_replicas(args.scenario, seeds=getattr(args, "seeds", None), **keywords)
+
+
+def run_replicated(args: argparse.Namespace, keywords: dict[str, Any]) -> int | None:
+    """`rlsim run` over replicas when --seeds, `replicas:` or a distribution value asks for it;
+    None when the plain single run applies (its output stays byte-identical)."""
+    from ..uncertainty.replicas import run_replicas, summarize
+    plan = _plan(args, keywords)
+    if not plan.varies:
+        return None
+    summaries = run_replicas(plan, jobs=args.jobs)
+    doc = summarize(plan, summaries)
+    if args.out:
+        write_replicas(Path(args.out), doc, summaries)
+    if args.json:
+        print_json(doc)
+    else:
+        from ..report.console import print_summary
+        print_summary(doc, out_dir=args.out)
+        print_intervals(doc)
+    return 0
+
+
+def compare_replicated(args: argparse.Namespace, kinds: list[str], keywords: dict[str, Any]) -> int | None:
+    """`rlsim compare` over replicas (paired seeds); None when one seed and no distribution apply."""
+    from ..uncertainty import compare_replicas
+    plan = _plan(args, keywords)
+    if not plan.varies:
+        return None
+    docs = compare_replicas(args.scenario, kinds, seeds=plan.n, jobs=args.jobs, **keywords)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "comparison.json").write_text(json.dumps(docs, indent=2, default=float) + "\n")
+    if args.json:
+        print_json(docs)
+    else:
+        from ..report.console import print_comparison
+        print_comparison(docs)
+        for doc in docs:
+            print_intervals(doc, title=f"{doc['schedule']}: ")
+        for doc in docs[1:]:
+            print(doc["vs_baseline"]["verdict"])
+    return 0
+
+
+def print_intervals(doc: dict[str, Any], title: str = "") -> None:
+    n = doc["seeds"]
+    parts = [f"{name} {_num(doc[name])} [{_num(doc['ci95'][name][0])}, {_num(doc['ci95'][name][1])}]"
+             for name in SHOWN if name in doc.get("ci95", {})]
+    print(f"{title}median and 95% interval over {n} seed{'s' if n != 1 else ''}: " + "; ".join(parts))
+    for key, values in doc.get("replicas", {}).get("sampled", {}).items():
+        print(f"  sampled {key}: " + ", ".join(_num(v) for v in values))
+
+
+def _num(value: float) -> str:
+    value = float(value)
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
+
+
+def write_replicas(out: Path, doc: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
+    """summary.json (medians, ci95, seeds) and replicas.csv (one flattened row per replica)."""
+    import pandas as pd
+
+    from ..sweep import flatten
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    rows = [{"replica": i, "seed": doc["replicas"]["seed"][i],
+             **{f"sampled.{k}": v[i] for k, v in doc["replicas"]["sampled"].items()}, **flatten(s)}
+            for i, s in enumerate(summaries)]
+    pd.DataFrame(rows).to_csv(out / "replicas.csv", index=False)
+
+
+def sweep_replicated(args: argparse.Namespace, base: Any, evaluate: Any, fingerprint: str) -> tuple[Any, str]:
+    """With --seeds N every sweep point is N replicas (its row: medians, ci95, seeds); the results
+    file's fingerprint includes N, so a resumed sweep never mixes single-seed and replica rows."""
+    seeds = getattr(args, "seeds", None)
+    if not seeds:
+        return evaluate, fingerprint
+    from ..uncertainty.replicas import replicate_point
+    digest = hashlib.sha256(f"{fingerprint}|seeds={seeds}".encode()).hexdigest()[:16]
+    return functools.partial(replicate_point, base, seeds), digest
+
+
+def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
+    """`rlsim plan` over replicas: the planner has no seed, so its figures move only with distribution
+    values; each candidate of replica 0's ranking gets the median and ci95 over the replicas that
+    list its layout. None when one replica and no distribution apply."""
+    from ..overrides import parse_assignment
+    from ..uncertainty import plan_replicas
+    from ..uncertainty.intervals import aggregate
+    rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
+    plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=rest)
+    if not plan.varies:
+        return None
+    runs = [rows_of(plan.scenario(i)) for i in range(plan.n)]
+    rows = []
+    for row in runs[0]:
+        key = json.dumps(row.get("layout"), sort_keys=True)
+        same = [r for rows_i in runs for r in rows_i if json.dumps(r.get("layout"), sort_keys=True) == key]
+        doc, ci95 = aggregate(same)
+        rows.append({**doc, "seeds": len(same), "ci95": ci95})
+    if args.json:
+        print_json(rows)
+        return 0
+    print(f"{args.stage} layouts, medians and 95% intervals over {plan.n} replicas:")
+    for i, row in enumerate(rows, 1):
+        ci = row["ci95"]
+        print(f"#{i} {row.get('layout')}: step {_num(row['step_time_s'])} s {_pair(ci, 'step_time_s')}, "
+              f"tokens/s {_num(row['tokens_per_s'])} {_pair(ci, 'tokens_per_s')} (in {row['seeds']} replicas)")
+    return 0
+
+
+def _pair(ci95: dict[str, list[float]], name: str) -> str:
+    low, high = ci95.get(name, [float("nan")] * 2)
+    return f"[{_num(low)}, {_num(high)}]"

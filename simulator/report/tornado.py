@@ -1,0 +1,77 @@
+"""The tornado chart of a sensitivity table (simulator.uncertainty.sensitivity) and its report page."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from . import plots
+from .html import _cell, _write_page
+
+STEM = "tornado"
+
+
+def tornado_figure(frame: pd.DataFrame, *, base: float | None = None, metric: str = "figure",
+                   title: str | None = None) -> Figure:
+    """One horizontal bar per key (largest swing on top) from its figure at low to its figure at high,
+    centred on the base figure; bars are labelled with the key's low and high values."""
+    rows = frame.sort_values("swing", ascending=True, kind="stable")
+    fig = Figure(figsize=(9, 0.5 * len(rows) + 1.6))
+    ax = fig.add_subplot(1, 1, 1)
+    centre = float(base) if base is not None else float(rows[["figure_low", "figure_high"]].mean().mean())
+    for y, row in enumerate(rows.itertuples(index=False)):
+        for value, color, label in ((row.figure_low, "#4c72b0", row.low), (row.figure_high, "#dd8452", row.high)):
+            ax.barh(y, value - centre, left=centre, color=color, height=0.6)
+            ax.text(value, y, f" {label:.4g} ", va="center", fontsize=8,
+                    ha="left" if value > centre or (value == centre and label == row.high) else "right")
+    ax.axvline(centre, color="#222", linewidth=1)
+    ax.set_yticks(range(len(rows)), [str(k) for k in rows["key"]], fontsize=9)
+    ax.set_xlabel(metric)
+    ax.xaxis.set_major_formatter(plots._THOUSANDS)
+    ax.set_title(title or f"{metric}: one-at-a-time swings (blue: key at low, orange: at high)", fontsize=10)
+    ax.margins(x=0.15)
+    fig.tight_layout()
+    return fig
+
+
+def sensitivity_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The `rlsim sensitivity --json` list: one object per key, NaN Sobol indices as null."""
+    records = []
+    for row in frame.to_dict(orient="records"):
+        out = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+        out["rank"] = int(out["rank"])
+        records.append(out)
+    return records
+
+
+def write_sensitivity_report(frame: pd.DataFrame, out_dir: str | Path) -> Path:
+    """tornado.png/.svg, sensitivity.json and a report.html with the table and the chart."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    metric = str(frame.attrs.get("metric", "figure"))
+    plots.save_figure(tornado_figure(frame, base=frame.attrs.get("base"), metric=metric), out, STEM)
+    (out / "sensitivity.json").write_text(json.dumps(sensitivity_records(frame), indent=2) + "\n")
+    head = ("<p class='conclusion'>" + html.escape(conclusion(frame)) + "</p>"
+            "<p class='note'>Swing: the figure with the key at its high value minus at its low value, the other "
+            "keys at base. Sobol first-order: the share of the figure's variance the key explains alone; "
+            "total: with its interactions.</p>")
+    cols = ["rank", "key", "low", "high", "figure_low", "figure_high", "swing", "sobol_first", "sobol_total"]
+    body = "".join("<tr>" + "".join(f"<td>{_cell(r[c])}</td>" for c in cols) + "</tr>"
+                   for r in sensitivity_records(frame))
+    table = head + "<table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>" + body + "</table>"
+    return _write_page(out, f"Sensitivity of {metric}", table, [("tornado", STEM)])
+
+
+def conclusion(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "nothing varied"
+    top = frame.sort_values("rank").iloc[0]
+    metric = frame.attrs.get("metric", "the figure")
+    base = frame.attrs.get("base")
+    share = f" ({top['swing'] / abs(base):.0%} of the base {base:,.0f})" if base else ""
+    return (f"{top['key']} moves {metric} most: {top['figure_low']:,.4g} at {top['low']:.4g} vs "
+            f"{top['figure_high']:,.4g} at {top['high']:.4g}, a swing of {top['swing']:,.4g}{share}")

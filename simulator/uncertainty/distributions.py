@@ -1,0 +1,133 @@
+"""Parameter distributions: a numeric scenario key given as `{dist: uniform, low: 600, high: 1100}`
+(also normal, lognormal, triangular), checked once and sampled per replica from a passed Generator."""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import RlsimError
+from ..scenario import distribution_keys
+
+# law -> (required parameters, optional parameters)
+LAWS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "uniform": (("low", "high"), ()),
+    "normal": (("mean", "sd"), ("min", "max")),
+    "lognormal": (("median", "sigma"), ("min", "max")),
+    "triangular": (("low", "mode", "high"), ()),
+}
+_COMMON = ("dist", "integer")
+EXAMPLES = {"uniform": "{dist: uniform, low: 600, high: 1100}", "normal": "{dist: normal, mean: 0.8, sd: 0.05}",
+            "lognormal": "{dist: lognormal, median: 2048, sigma: 0.3}",
+            "triangular": "{dist: triangular, low: 0.6, mode: 0.8, high: 0.9}"}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    key: str                      # full dotted scenario key
+    law: str
+    params: dict[str, float]
+    integer: bool = False
+
+    @classmethod
+    def from_mapping(cls, key: str, spec: Mapping[str, Any], source: str) -> Distribution:
+        law = str(spec.get("dist", "")).lower()
+        if law not in LAWS:
+            raise RlsimError(f"unknown distribution {spec.get('dist')!r}", source=source, field=f"{key}.dist",
+                             fix=f"use one of {', '.join(LAWS)}, e.g. {EXAMPLES['uniform']}")
+        required, optional = LAWS[law]
+        for name in spec:
+            if name not in (*required, *optional, *_COMMON):
+                raise RlsimError(f"unknown field {name!r} of a {law} distribution", source=source,
+                                 field=f"{key}.{name}", fix=f"write e.g. {EXAMPLES[law]}")
+        params: dict[str, float] = {}
+        for name in (*required, *optional):
+            if name not in spec:
+                if name in required:
+                    raise RlsimError(f"a {law} distribution needs {name!r}", source=source, field=f"{key}.{name}",
+                                     fix=f"write e.g. {EXAMPLES[law]}")
+                continue
+            value = spec[name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise RlsimError(f"must be a finite number, got {value!r}", source=source, field=f"{key}.{name}",
+                                 fix=f"write e.g. {EXAMPLES[law]}")
+            params[name] = float(value)
+        dist = cls(key, law, params, bool(spec.get("integer", False)))
+        dist._check(source)
+        return dist
+
+    def _check(self, source: str) -> None:
+        p = self.params
+        bad = ""
+        if self.law == "uniform" and not p["low"] <= p["high"]:
+            bad = "low must be <= high"
+        elif self.law == "triangular" and not p["low"] <= p["mode"] <= p["high"]:
+            bad = "low <= mode <= high is needed"
+        elif self.law == "normal" and p["sd"] < 0:
+            bad = "sd must be >= 0"
+        elif self.law == "lognormal" and (p["median"] <= 0 or p["sigma"] < 0):
+            bad = "median must be > 0 and sigma >= 0"
+        if not bad and "min" in p and "max" in p and p["min"] > p["max"]:
+            bad = "min must be <= max"
+        if bad:
+            raise RlsimError(f"bad {self.law} distribution: {bad}", source=source, field=self.key,
+                             fix=f"write e.g. {EXAMPLES[self.law]}")
+
+    def sample(self, rng: np.random.Generator) -> float | int:
+        p = self.params
+        if self.law == "uniform":
+            value = rng.uniform(p["low"], p["high"])
+        elif self.law == "normal":
+            value = rng.normal(p["mean"], p["sd"])
+        elif self.law == "lognormal":
+            value = p["median"] * math.exp(rng.normal(0.0, 1.0) * p["sigma"])
+        else:
+            value = rng.triangular(p["low"], p["mode"], p["high"]) if p["low"] < p["high"] else p["low"]
+        value = min(max(float(value), p.get("min", -math.inf)), p.get("max", math.inf))
+        return int(round(value)) if self.integer else value
+
+    def bounds(self) -> tuple[float, float]:
+        """A low..high range for sensitivity: the support, or the 2.5-97.5% quantiles of unbounded laws."""
+        p = self.params
+        if self.law in ("uniform", "triangular"):
+            return p["low"], p["high"]
+        if self.law == "normal":
+            lo, hi = p["mean"] - 1.96 * p["sd"], p["mean"] + 1.96 * p["sd"]
+        else:
+            lo, hi = p["median"] * math.exp(-1.96 * p["sigma"]), p["median"] * math.exp(1.96 * p["sigma"])
+        return max(lo, p.get("min", -math.inf)), min(hi, p.get("max", math.inf))
+
+
+def find_distributions(data: Mapping[str, Any], source: str) -> list[Distribution]:
+    """Every distribution value of a scenario mapping, sorted by dotted key (the draw order)."""
+    return [Distribution.from_mapping(key, get_dotted(data, key), source) for key in sorted(distribution_keys(data))]
+
+
+def get_dotted(data: Mapping[str, Any], key: str) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def put_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def draw(data: Mapping[str, Any], dists: list[Distribution], rng: np.random.Generator
+         ) -> tuple[dict[str, Any], dict[str, float | int]]:
+    """A copy of `data` with every distribution replaced by one draw, and the values drawn."""
+    out = copy.deepcopy(dict(data))
+    drawn: dict[str, float | int] = {}
+    for dist in dists:
+        drawn[dist.key] = dist.sample(rng)
+        put_dotted(out, dist.key, drawn[dist.key])
+    return out, drawn

@@ -1,0 +1,82 @@
+"""Medians and 95% intervals over replicas.
+
+The interval is the distribution-free order-statistic confidence interval of the median: with the
+N values sorted, [x_(l), x_(u)] where l is the largest rank with P(B < l) <= 2.5% and u = N + 1 - l,
+B ~ Binomial(N, 1/2). Its coverage is at least 95% for N >= 6 (exact binomial tail, no resampling,
+so no random numbers); below 6 replicas it is [min, max] and covers 1 - 2^(1-N) (75% at N = 3).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def median_ci_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
+    """1-based ranks (l, u) of the order-statistic CI of the median of n values."""
+    alpha = (1.0 - level) / 2.0
+    cdf = 0.0
+    low = 1
+    for k in range(n + 1):                 # cdf = P(B <= k - 1) before adding term k
+        term = math.comb(n, k) / 2.0 ** n
+        if cdf + term > alpha:
+            low = max(1, k)
+            break
+        cdf += term
+    return low, n + 1 - low
+
+
+def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high) of the values."""
+    x = np.sort(np.asarray(values, dtype=float))
+    low, high = median_ci_ranks(len(x), level)
+    return float(np.median(x)), float(x[low - 1]), float(x[high - 1])
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def numeric_leaves(summary: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Dotted name -> value of every numeric figure (nested mappings flattened: bubbles_by_cause.long_tail)."""
+    out: dict[str, float] = {}
+    for key, value in summary.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(numeric_leaves(value, name + "."))
+        elif is_number(value):
+            out[name] = value
+    return out
+
+
+def aggregate(summaries: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """The first summary with every numeric figure replaced by its median over all summaries (a
+    figure equal in all keeps its value and type), and the ci95 of each figure by dotted name."""
+    leaves = [numeric_leaves(s) for s in summaries]
+    ci95: dict[str, list[float]] = {}
+    medians: dict[str, Any] = {}
+    for name, first in leaves[0].items():
+        values = [leaf.get(name) for leaf in leaves]
+        if any(v is None or not math.isfinite(float(v)) for v in values):
+            continue
+        if all(v == first for v in values):
+            medians[name] = first
+            ci95[name] = [float(first), float(first)]
+            continue
+        mid, low, high = median_ci([float(v) for v in values])
+        medians[name] = mid
+        ci95[name] = [low, high]
+    return _replace_leaves(summaries[0], medians), ci95
+
+
+def _replace_leaves(summary: Mapping[str, Any], values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out[key] = _replace_leaves(value, values, name + ".")
+        else:
+            out[key] = values.get(name, value)
+    return out

@@ -1,0 +1,137 @@
+"""Replicas of one scenario: seeds seed, seed+1, ..., parameter distributions drawn per replica, run
+serially or in sweep.py's process pool, summarised as medians with 95% intervals."""
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import RlsimError
+from ..scenario import Scenario, scenario_data, validate_scenario
+from .distributions import Distribution, draw, find_distributions, put_dotted
+from .intervals import aggregate
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """What to run: one validated-once mapping, N seeds and the parameter draws of each replica."""
+
+    data: dict[str, Any]
+    source: str
+    seeds: list[int]
+    distributions: list[Distribution]
+    draws: list[dict[str, float | int]] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def varies(self) -> bool:
+        """True when the answer needs the replica form (several seeds or a distribution value)."""
+        return self.n > 1 or bool(self.distributions)
+
+    def replica_data(self, index: int) -> dict[str, Any]:
+        """The scenario mapping of replica `index`: its seed and its parameter draws."""
+        data = dict(self.data)
+        if self.distributions:
+            data = _with_values(data, self.draws[index])
+        data["seed"] = self.seeds[index]
+        data["replicas"] = 1
+        return data
+
+    def scenario(self, index: int) -> Scenario:
+        return validate_scenario(self.replica_data(index), self.source)
+
+
+def _with_values(data: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(data))
+    for key, value in values.items():
+        put_dotted(out, key, value)
+    return out
+
+
+def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any) -> ReplicaPlan:
+    """The replica plan of a scenario. `seeds` (--seeds N) overrides the scenario's `replicas:`.
+    Replica i runs seed + i; its parameter draws come from SeedSequence(seed).spawn(N)[i]."""
+    if isinstance(spec, Scenario) and not keywords:
+        data, source = spec.to_dict(), spec.source
+    else:
+        data, source = scenario_data(spec, **keywords)
+    n = seeds if seeds is not None else data.get("replicas", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise RlsimError(f"replicas must be a whole number >= 1, got {n!r}", source=source,
+                         field="--seeds" if seeds is not None else "replicas", fix="e.g. replicas: 16")
+    base_seed = data.get("seed", 0)
+    if isinstance(base_seed, bool) or not isinstance(base_seed, int) or base_seed < 0:
+        raise RlsimError(f"seed must be a whole number >= 0, got {base_seed!r}", source=source, field="seed")
+    dists = find_distributions(data, source)
+    streams = np.random.SeedSequence(base_seed).spawn(n)
+    draws = [draw(data, dists, np.random.default_rng(s))[1] for s in streams] if dists else []
+    return ReplicaPlan(data, source, [base_seed + i for i in range(n)], dists, draws)
+
+
+def _replica_summary(plans: Sequence[ReplicaPlan], costs: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+    from ..api import simulate
+    plan = plans[int(values["plan"])]
+    return dict(simulate(plan.scenario(int(values["replica"])), costs=costs).summary)
+
+
+def run_many(plans: Sequence[ReplicaPlan], *, jobs: int = 1, costs: Any = None) -> list[list[dict[str, Any]]]:
+    """The summary of each replica of each plan, in order (the same bytes for any `jobs`); one pool
+    for all of them when jobs > 1 (a FakeCosts-style `costs` object runs in this process)."""
+    for plan in plans:
+        for i in range(plan.n):
+            plan.scenario(i)                 # a bad draw or key fails here, before any worker starts
+    evaluate = functools.partial(_replica_summary, list(plans), costs)
+    keys = [(j, i) for j, plan in enumerate(plans) for i in range(plan.n)]
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    if jobs <= 1 or len(keys) == 1 or costs is not None:
+        out = {(j, i): evaluate({"plan": j, "replica": i}) for j, i in keys}
+    else:
+        from ..sweep import LocalExecutor, Point
+        points = [Point(k, {"plan": j, "replica": i}, f"{j}-{i}") for k, (j, i) in enumerate(keys)]
+        for point, summary, error in LocalExecutor(jobs=jobs).map_unordered(evaluate, points):
+            j, i = keys[point.index]
+            if error or summary is None:
+                raise RlsimError(f"replica {i} (seed {plans[j].seeds[i]}): {error}", source=plans[j].source)
+            out[(j, i)] = summary
+    return [[out[(j, i)] for i in range(plan.n)] for j, plan in enumerate(plans)]
+
+
+def run_replicas(plan: ReplicaPlan, *, jobs: int = 1, costs: Any = None) -> list[dict[str, Any]]:
+    """The summary of each replica, in replica order."""
+    return run_many([plan], jobs=jobs, costs=costs)[0]
+
+
+def summarize(plan: ReplicaPlan, summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The median summary plus `seeds`, `ci95` and `replicas` (seeds run, values drawn)."""
+    doc, ci95 = aggregate(summaries)
+    doc["seeds"] = plan.n
+    doc["ci95"] = ci95
+    doc["replicas"] = {"seed": list(plan.seeds),
+                       "sampled": {d.key: [draw_[d.key] for draw_ in plan.draws] for d in plan.distributions}}
+    return doc
+
+
+def replicate(spec: Scenario | dict | str | Path | None = None, *, seeds: int | None = None, jobs: int = 1,
+              costs: Any = None, **keywords: Any) -> dict[str, Any]:
+    """Run a scenario over N seeds (and its distribution values): the run summary with every numeric
+    figure the median over replicas, plus `seeds`, `ci95` {dotted figure: [low, high]} and `replicas`."""
+    plan = plan_replicas(spec, seeds=seeds, **keywords)
+    return summarize(plan, run_replicas(plan, jobs=jobs, costs=costs))
+
+
+def replicate_point(base: Any, seeds: int, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep point function (sweep.BaseScenario, grid values) run as `seeds` replicas."""
+    from ..hardware.topology import load_topology
+    plan = plan_replicas(base.spec, seeds=seeds, **base.keywords(values))
+    summaries = run_replicas(plan)
+    doc = summarize(plan, summaries)
+    doc.setdefault("device_kinds", load_topology(plan.scenario(0).topology).device_kinds())
+    return doc

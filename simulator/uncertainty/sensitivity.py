@@ -1,0 +1,202 @@
+"""Sensitivity of one figure to scenario keys: one-at-a-time swings (the tornado) and, with SALib
+installed, first-order and total Sobol indices over the same ranges."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import presets
+from ..errors import RlsimError
+from ..overrides import set_dotted
+from .distributions import get_dotted, put_dotted
+from .replicas import ReplicaPlan, plan_replicas, run_many
+
+DEFAULT_METRIC = "steady_tokens_per_s"
+DEFAULT_SAMPLES = 4
+# key -> (factor low, factor high) around the base value; efficiencies are capped at 1.
+DEFAULT_VARY: dict[str, tuple[float, float]] = {
+    "workload.response_length.median": (0.75, 1.25),
+    "workload.response_length.sigma": (0.75, 1.25),
+    "workload.inference.step_overhead_s": (0.5, 2.0),
+    "topology.device.gemm_efficiency": (0.85, 1.15),
+    "topology.device.hbm_efficiency": (0.85, 1.15),
+    "topology.scaleup.efficiency": (0.85, 1.15),
+    "topology.scaleout.efficiency": (0.85, 1.15),
+}
+INTEGER_KEYS = ("workload.response_length.median", "workload.prompt_length.median")
+COLUMNS = ["key", "low", "high", "figure_low", "figure_high", "swing", "rank", "sobol_first", "sobol_total"]
+
+
+def parse_vary(items: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """['workload.response_length.median=600..1100'] -> {key: (600.0, 1100.0)}."""
+    out: dict[str, tuple[float, float]] = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        low, sep, high = raw.partition("..")
+        try:
+            pair = (float(low), float(high))
+        except ValueError:
+            pair = (math.nan, math.nan)
+        if not key.strip() or not sep or not all(math.isfinite(v) for v in pair) or pair[0] > pair[1]:
+            raise RlsimError(f"cannot read --vary {item!r}", field="--vary",
+                             fix="write KEY=LOW..HIGH with LOW <= HIGH, e.g. workload.response_length.median=600..1100")
+        out[key.strip()] = pair
+    return out
+
+
+def set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set a dotted key of a scenario mapping; `topology.device.X` keeps the topology's device (by name)."""
+    if key.startswith("topology.device."):
+        topo = data.setdefault("topology", {})
+        device = topo.get("device", _preset_value(topo, "device"))
+        if isinstance(device, str):
+            topo["device"] = {"name": device}
+        elif isinstance(device, Mapping):
+            topo["device"] = dict(device)
+    set_dotted(data, key, value)
+
+
+def _preset_value(topology: Mapping[str, Any], key: str) -> Any:
+    name = topology.get("preset")
+    if not name:
+        return None
+    try:
+        return get_dotted(presets.resolve("topologies", name)[0], key)
+    except (KeyError, TypeError):
+        return None
+
+
+def base_value(plan: ReplicaPlan, key: str) -> float:
+    """The value a key has in the scenario (the validated workload, the topology preset, the device)."""
+    for getter in (_from_data, _from_validated, _from_topology):
+        value = getter(plan, key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    raise RlsimError(f"no base value found for {key!r} to vary around", source=plan.source, field=key,
+                     fix=f"give the range: --vary {key}=LOW..HIGH")
+
+
+def _from_data(plan: ReplicaPlan, key: str) -> Any:
+    try:
+        return get_dotted(plan.data, key)
+    except (KeyError, TypeError):
+        return None
+
+
+def _from_validated(plan: ReplicaPlan, key: str) -> Any:
+    node: Any = plan.scenario(0)
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else getattr(node, part, None)
+        if node is None:
+            return None
+    return node
+
+
+def _from_topology(plan: ReplicaPlan, key: str) -> Any:
+    if not key.startswith("topology."):
+        return None
+    rest = key[len("topology."):]
+    if rest.startswith("device."):
+        from ..hardware.topology import load_topology
+        return getattr(load_topology(plan.scenario(0).topology).device_spec(0), rest[len("device."):], None)
+    return _preset_value(plan.data.get("topology", {}), rest)
+
+
+def default_ranges(plan: ReplicaPlan) -> dict[str, tuple[float, float]]:
+    """DEFAULT_VARY's factors around each base value, plus every distribution's 95% range."""
+    out: dict[str, tuple[float, float]] = {}
+    for key, (f_low, f_high) in DEFAULT_VARY.items():
+        value = base_value(plan, key)
+        high = value * f_high
+        if key.endswith("efficiency"):
+            high = min(1.0, high)
+        out[key] = (value * f_low, high)
+    for dist in plan.distributions:
+        out[dist.key] = dist.bounds()
+    return out
+
+
+def _with(plan: ReplicaPlan, values: Mapping[str, float]) -> ReplicaPlan:
+    data = copy.deepcopy(plan.data)
+    for key, value in values.items():
+        set_key(data, key, int(round(value)) if key in INTEGER_KEYS else float(value))
+    return dataclasses.replace(plan, data=data)
+
+
+def _figure(summaries: Sequence[Mapping[str, Any]], metric: str) -> float:
+    try:
+        return float(np.median([float(get_dotted(s, metric)) for s in summaries]))
+    except (KeyError, TypeError, ValueError):
+        raise RlsimError(f"no numeric figure {metric!r} in the run summary", field="--metric",
+                         fix="use a key of `rlsim run --json`, e.g. steady_tokens_per_s or bubbles_by_cause.long_tail"
+                         ) from None
+
+
+def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequence[str] | None = None, *,
+                seeds: int | None = None, metric: str = DEFAULT_METRIC, samples: int | None = DEFAULT_SAMPLES,
+                jobs: int = 1, costs: Any = None, **keywords: Any) -> pd.DataFrame:
+    """One row per varied key (COLUMNS), ranked by swing; `frame.attrs` holds the base figure,
+    the metric and the seeds. `vary` maps key -> (low, high) or is a list of 'KEY=LOW..HIGH';
+    None takes the default set. `samples` (0 or None: skip) is the Sobol base sample count."""
+    plan = plan_replicas(spec, seeds=seeds, **keywords)
+    plan = _centred(plan)
+    ranges = parse_vary(vary) if isinstance(vary, Sequence) and not isinstance(vary, str) else vary
+    ranges = dict(ranges) if ranges else default_ranges(plan)
+    keys = list(ranges)
+    plans = [plan] + [_with(plan, {k: ranges[k][side]}) for k in keys for side in (0, 1)]
+    runs = run_many(plans, jobs=jobs, costs=costs)
+    figures = [_figure(r, metric) for r in runs]
+    rows = []
+    for i, key in enumerate(keys):
+        f_low, f_high = figures[1 + 2 * i], figures[2 + 2 * i]
+        rows.append({"key": key, "low": ranges[key][0], "high": ranges[key][1], "figure_low": f_low,
+                     "figure_high": f_high, "swing": abs(f_high - f_low)})
+    frame = pd.DataFrame(rows, columns=COLUMNS[:6])
+    frame["rank"] = frame["swing"].rank(ascending=False, method="first").astype(int)
+    first, total = sobol_indices(plan, ranges, metric, samples, jobs, costs)
+    frame["sobol_first"], frame["sobol_total"] = first, total
+    frame = frame.sort_values("rank", kind="stable").reset_index(drop=True)
+    frame.attrs.update({"metric": metric, "base": figures[0], "seeds": plan.n, "samples": samples or 0})
+    return frame
+
+
+def _centred(plan: ReplicaPlan) -> ReplicaPlan:
+    """Distribution values replaced by the middle of their 95% range (the base of the swings)."""
+    if not plan.distributions:
+        return plan
+    data = copy.deepcopy(plan.data)
+    for dist in plan.distributions:
+        low, high = dist.bounds()
+        put_dotted(data, dist.key, (low + high) / 2)
+    return dataclasses.replace(plan, data=data, distributions=[], draws=[])
+
+
+def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], metric: str,
+                  samples: int | None, jobs: int, costs: Any) -> tuple[list[float | None], list[float | None]]:
+    """First-order and total Sobol indices (SALib, Saltelli sampling without second order, seeded);
+    None for every key when SALib is missing or samples is 0."""
+    keys = list(ranges)
+    none: list[float | None] = [None] * len(keys)
+    try:
+        from SALib.analyze import sobol as sobol_analyze
+        from SALib.sample import sobol as sobol_sample
+    except ImportError:
+        return none, list(none)
+    if not samples or samples < 1:
+        return none, list(none)
+    bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in ranges.values()]
+    problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
+    points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
+    plans = [_with(plan, dict(zip(keys, row, strict=True))) for row in points]
+    y = np.array([_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
+    if np.ptp(y) == 0:
+        return [0.0] * len(keys), [0.0] * len(keys)
+    result = sobol_analyze.analyze(problem, y, calc_second_order=False, num_resamples=100, seed=plan.seeds[0])
+    return [float(v) for v in result["S1"]], [float(v) for v in result["ST"]]
+

@@ -1,0 +1,70 @@
+"""`--seeds N` and `rlsim sensitivity` on the command line (a tiny real scenario)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SMALL = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+         "--set", "topology.nodes=1", "--set", "workload.prompts_per_step=8",
+         "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=4"]
+
+
+def main_output(capsys, *args: str) -> tuple[int, str, str]:
+    from simulator.cli import main
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def rlsim(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_run_seeds_json_is_byte_identical_across_processes_and_jobs():
+    a = rlsim("run", *SMALL, "--seeds", "3", "--json")
+    b = rlsim("run", *SMALL, "--seeds", "3", "--json", "--jobs", "2")
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout
+    doc = json.loads(a.stdout)
+    assert doc["seeds"] == 3 and doc["replicas"]["seed"] == [0, 1, 2]
+    low, high = doc["ci95"]["tokens_per_s"]
+    assert low <= doc["tokens_per_s"] <= high
+
+
+def test_one_seed_keeps_the_plain_run_output(capsys):
+    plain = main_output(capsys, "run", *SMALL, "--json")
+    one = main_output(capsys, "run", *SMALL, "--json", "--seeds", "1")
+    assert plain[0] == 0 and plain[1] == one[1] and "ci95" not in plain[1]
+
+
+def test_bad_distribution_exits_2_naming_the_key(capsys):
+    code, _, err = main_output(capsys, "run", *SMALL, "--set", "workload.response_length.sigma={dist: normal, mean: 1}")
+    assert code == 2 and "workload.response_length.sigma.sd" in err
+
+
+def test_sensitivity_json_list_and_out(tmp_path, capsys):
+    code, out, err = main_output(capsys, "sensitivity", *SMALL, "--vary", "workload.response_length.sigma=0.5..1.0",
+                                 "--vary", "topology.device.hbm_efficiency=0.6..0.9", "--samples", "0", "--json",
+                                 "--out", str(tmp_path))
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [row["rank"] for row in rows] == [1, 2]
+    assert {row["key"] for row in rows} == {"workload.response_length.sigma", "topology.device.hbm_efficiency"}
+    assert all(row["swing"] >= 0 and row["sobol_first"] is None for row in rows)
+    assert (tmp_path / "tornado.svg").exists() and (tmp_path / "report.html").exists()
+
+
+def test_sensitivity_bad_vary_exits_2(capsys):
+    code, _, err = main_output(capsys, "sensitivity", *SMALL, "--vary", "workload.response_length.sigma=1..0.5")
+    assert code == 2 and "--vary" in err
+
+
+def test_sweep_seeds_rows_carry_medians_and_intervals(capsys):
+    code, out, err = main_output(capsys, "sweep", *SMALL, "--grid", "workload.prompts_per_step=8,16", "--seeds", "2", "--jobs", "1",
+                                 "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [row["seeds"] for row in rows] == [2, 2]
+    assert all(row["ci95"]["tokens_per_s"][0] <= row["tokens_per_s"] <= row["ci95"]["tokens_per_s"][1]
+               for row in rows)

@@ -1,0 +1,47 @@
+"""Order-statistic intervals of the median: ranks, coverage, 1/sqrt(N) narrowing, aggregation."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.uncertainty.intervals import aggregate, median_ci, median_ci_ranks
+
+
+@pytest.mark.parametrize("n, ranks", [(3, (1, 3)), (5, (1, 5)), (6, (1, 6)), (8, (1, 8)), (10, (2, 9)),
+                                      (32, (10, 23))])
+def test_ranks_are_the_binomial_ones(n, ranks):
+    assert median_ci_ranks(n) == ranks
+
+
+@pytest.mark.parametrize("n", [6, 10, 32, 100])
+def test_coverage_is_at_least_95_percent_from_6_values(n):
+    low, high = median_ci_ranks(n)
+    tail = sum(math.comb(n, k) for k in range(low)) / 2 ** n
+    assert 1 - 2 * tail >= 0.95
+    # and the next narrower interval would not be
+    tail2 = sum(math.comb(n, k) for k in range(low + 1)) / 2 ** n
+    assert 1 - 2 * tail2 < 0.95
+
+
+def test_width_narrows_about_one_over_sqrt_n():
+    rng = np.random.default_rng(7)
+    widths = {}
+    for n in (25, 100, 400):
+        w = [np.subtract(*median_ci(rng.normal(size=n))[2:0:-1]) for _ in range(200)]
+        widths[n] = float(np.mean(w))
+    assert widths[25] / widths[100] == pytest.approx(2.0, rel=0.2)
+    assert widths[100] / widths[400] == pytest.approx(2.0, rel=0.2)
+
+
+def test_aggregate_keeps_constants_and_types_and_flattens_dotted():
+    a = {"schedule": "x", "devices": 8, "t": 1.0, "bubbles_by_cause": {"long_tail": 0.1}, "flag": True}
+    b = {"schedule": "x", "devices": 8, "t": 3.0, "bubbles_by_cause": {"long_tail": 0.3}, "flag": True}
+    c = {"schedule": "x", "devices": 8, "t": 2.0, "bubbles_by_cause": {"long_tail": 0.2}, "flag": True}
+    doc, ci = aggregate([a, b, c])
+    assert doc["devices"] == 8 and isinstance(doc["devices"], int) and doc["flag"] is True
+    assert doc["t"] == 2.0 and ci["t"] == [1.0, 3.0]
+    assert doc["bubbles_by_cause"]["long_tail"] == pytest.approx(0.2)
+    assert ci["bubbles_by_cause.long_tail"] == pytest.approx([0.1, 0.3])
+    assert "flag" not in ci and "schedule" not in ci

@@ -1,0 +1,89 @@
+"""Replicas over seeds and parameter distributions (issue 13, item 1)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.scenario import load_scenario
+from simulator.uncertainty import compare_replicas, plan_replicas, replicate
+
+DIST = "workload.response_length.median={dist: uniform, low: 600, high: 1100, integer: true}"
+
+
+def test_replicas_run_seed_seed_plus_one_and_report_medians(toy, costs):
+    toy["seed"] = 5
+    doc = replicate(toy, seeds=4, costs=costs)
+    assert doc["seeds"] == 4 and doc["replicas"]["seed"] == [5, 6, 7, 8]
+    low, high = doc["ci95"]["steady_step_time_s"]
+    assert low <= doc["steady_step_time_s"] <= high and low < high
+    assert "bubbles_by_cause.long_tail" in doc["ci95"]
+
+
+def test_yaml_replicas_key_sets_n_and_seeds_overrides_it(toy, costs):
+    toy["replicas"] = 3
+    assert plan_replicas(toy).n == 3
+    assert plan_replicas(toy, seeds=2).n == 2
+
+
+def test_interval_narrows_about_one_over_sqrt_n(toy, costs):
+    widths = {}
+    for n in (16, 64):
+        low, high = replicate(toy, seeds=n, costs=costs)["ci95"]["steady_step_time_s"]
+        widths[n] = high - low
+    assert 1.3 < widths[16] / widths[64] < 3.5     # 2 expected
+
+
+def test_distribution_is_sampled_reproducibly_and_reported(toy, costs):
+    a = replicate(toy, seeds=3, costs=costs, overrides=[DIST])
+    b = replicate(toy, seeds=3, costs=costs, overrides=[DIST])
+    drawn = a["replicas"]["sampled"]["workload.response_length.median"]
+    assert drawn == b["replicas"]["sampled"]["workload.response_length.median"]
+    assert len(set(drawn)) == 3 and all(600 <= v <= 1100 and isinstance(v, int) for v in drawn)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    other = replicate({**toy, "seed": 1}, seeds=3, costs=costs, overrides=[DIST])
+    assert other["replicas"]["sampled"] != a["replicas"]["sampled"]
+
+
+@pytest.mark.parametrize("spec, field, words", [
+    ("{dist: unifrm, low: 1, high: 2}", "workload.response_length.median.dist", "unknown distribution"),
+    ("{dist: uniform, low: 3, high: 2}", "workload.response_length.median", "low must be <= high"),
+    ("{dist: normal, mean: 3}", "workload.response_length.median.sd", "needs 'sd'"),
+    ("{dist: triangular, low: 1, mode: 2, high: 3, wide: 1}", "workload.response_length.median.wide", "unknown field"),
+    ("{dist: lognormal, median: x, sigma: 1}", "workload.response_length.median.median", "finite number"),
+])
+def test_bad_distributions_name_the_full_dotted_key(toy, spec, field, words):
+    with pytest.raises(RlsimError, match=words) as info:
+        plan_replicas(toy, overrides=[f"workload.response_length.median={spec}"])
+    assert info.value.field == field and info.value.fix
+
+
+def test_a_plain_load_refuses_a_distribution_naming_the_key(toy):
+    with pytest.raises(RlsimError, match="distribution") as info:
+        load_scenario(toy, overrides=["workload.prompts_per_step={dist: uniform, low: 4, high: 8}"])
+    assert info.value.field == "workload.prompts_per_step" and "--seeds" in info.value.fix
+
+
+def test_a_length_law_is_not_a_parameter_distribution(toy):
+    assert plan_replicas(toy).distributions == []
+
+
+def test_compare_is_paired_and_says_whether_it_beats_the_noise(toy, costs):
+    docs = compare_replicas(toy, ["colocated", "disaggregated"], seeds=8, costs=costs)
+    assert [d["schedule"] for d in docs] == ["colocated", "disaggregated"]
+    assert docs[0]["replicas"]["seed"] == docs[1]["replicas"]["seed"]
+    vs = docs[1]["vs_baseline"]
+    assert vs["baseline"] == "colocated" and vs["ci95"][0] <= vs["ratio"] <= vs["ci95"][1]
+    assert "95% CI over 8 seeds" in vs["verdict"]
+    assert any(word in vs["verdict"] for word in ("beats", "trails", "noise"))
+
+
+def test_verdict_words():
+    from simulator.uncertainty.compare import verdict
+    assert verdict("a", "b", 1.12, 1.17, 32, "steady_tokens_per_s") == \
+        "a beats b by 12-17% (steady_tokens_per_s, 95% CI over 32 seeds)"
+    assert "trails" in verdict("a", "b", 0.8, 0.9, 8, "steady_tokens_per_s")
+    assert "by 37.6-38.4%" in verdict("a", "b", 0.616, 0.624, 8, "steady_tokens_per_s")
+    assert "beats" in verdict("a", "b", 0.8, 0.9, 8, "steady_step_time_s")   # lower is better
+    assert "noise" in verdict("a", "b", 0.95, 1.05, 8, "steady_tokens_per_s")

@@ -1,0 +1,50 @@
+"""Sensitivity on a toy scenario whose answer is known (issue 13, item 2)."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.report.tornado import sensitivity_records, write_sensitivity_report
+from simulator.uncertainty import sensitivity
+from simulator.uncertainty.sensitivity import COLUMNS, parse_vary
+
+# With sigma 0 every response has the median length: the colocated step time is linear in it
+# (decode + train time per token), and FakeCosts never reads the topology's link efficiencies.
+VARY = {"workload.response_length.median": (500.0, 1500.0), "topology.scaleout.efficiency": (0.5, 0.9)}
+
+
+@pytest.fixture
+def frame(toy, costs):
+    toy["workload"]["response_length"]["sigma"] = 0.0
+    return sensitivity(toy, VARY, metric="steady_step_time_s", samples=8, costs=costs)
+
+
+def test_linear_key_ranks_first_and_independent_key_is_zero(frame):
+    assert list(frame.columns) == COLUMNS
+    first, second = frame.iloc[0], frame.iloc[1]
+    assert first["key"] == "workload.response_length.median" and first["rank"] == 1
+    assert second["swing"] == 0.0 and second["sobol_first"] == 0.0 and second["sobol_total"] == 0.0
+    # linear: the base (the median at 1000, the middle of the range) is the mean of the two ends
+    assert frame.attrs["base"] == pytest.approx((first["figure_low"] + first["figure_high"]) / 2, rel=1e-6)
+    assert first["sobol_total"] > 0.5
+
+
+def test_report_writes_tornado_and_json(frame, tmp_path):
+    write_sensitivity_report(frame, tmp_path)
+    for name in ("tornado.png", "tornado.svg", "sensitivity.json", "report.html"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "tornado" in (tmp_path / "report.html").read_text()
+    records = sensitivity_records(frame)
+    assert records[0]["rank"] == 1 and set(records[0]) == set(COLUMNS)
+
+
+def test_sobol_can_be_skipped(toy, costs):
+    frame = sensitivity(toy, {"workload.response_length.sigma": (0.5, 1.0)}, samples=0, costs=costs)
+    assert frame["sobol_first"].isna().all()
+
+
+@pytest.mark.parametrize("item", ["a.b=1", "a.b=2..1", "=1..2", "a.b=x..2"])
+def test_bad_vary_is_a_user_error(item):
+    with pytest.raises(RlsimError) as info:
+        parse_vary([item])
+    assert info.value.field == "--vary" and "LOW..HIGH" in info.value.fix
