@@ -115,7 +115,7 @@ class WorkloadConfig(_Strict):
         data = dict(data)
         user = data.get("train_params")
         if user is None or isinstance(user, Mapping):
-            data["train_params"] = _deep_merge(stack.params.model_dump(), user or {})
+            data["train_params"] = deep_merge(stack.params.model_dump(), user or {})
         layout = data.get("train_layout")
         if isinstance(layout, Mapping):
             data["train_layout"] = {**{k: v for k, v in stack.layout_fields().items()}, **layout}
@@ -539,11 +539,12 @@ def _rebuild_schedule_union() -> None:
     Scenario.model_rebuild(force=True)
 
 
-def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top``'s keys laid over it, nested mappings merged key by key (copies)."""
     out = copy.deepcopy(base)
     for key, value in top.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -558,7 +559,7 @@ def _resolve_workload(spec: Any) -> dict[str, Any]:
         spec = dict(spec)
         if "preset" in spec:
             base = _resolve_workload(spec.pop("preset"))
-            return _deep_merge(base, spec)
+            return deep_merge(base, spec)
         return spec
     raise RlsimError(f"workload must be a preset name, a path or a mapping, got {type(spec).__name__}",
                      field="workload")
@@ -645,7 +646,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     elif spec is None:
         data, source = copy.deepcopy(DEFAULT_SCENARIO), "<default scenario>"
     elif isinstance(spec, Mapping):
-        data, source = _deep_merge({k: v for k, v in DEFAULT_SCENARIO.items() if k in ("iterations", "seed")},
+        data, source = deep_merge({k: v for k, v in DEFAULT_SCENARIO.items() if k in ("iterations", "seed")},
                                    spec), "<scenario mapping>"
     else:
         data, source = presets.read_yaml(spec), str(spec)

@@ -21,6 +21,7 @@ import yaml
 from ..errors import RlsimError
 from ..overrides import parse_assignment, set_dotted
 from ..presets import read_yaml, resolve
+from ..scenario import deep_merge
 
 Status = Literal["mapped", "ignored", "unsupported"]
 _NO_NEUTRAL = object()
@@ -188,18 +189,10 @@ def _with_defaults(path: Path, what: str, depth: int) -> dict[str, Any]:
         if not base_path.is_file():
             raise RlsimError(f"base config {base!r} not found (looked for {base_path})", source=str(path),
                              field="defaults", fix="put the base file there, or copy its keys into this file")
-        merged = _deep_merge(merged, _with_defaults(base_path, what, depth + 1))
-    return _deep_merge(merged, data)
+        merged = deep_merge(merged, _with_defaults(base_path, what, depth + 1))
+    return deep_merge(merged, data)
 
 
-def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 # ---- classifying ----------------------------------------------------------------------------------

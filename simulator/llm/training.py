@@ -627,19 +627,25 @@ def train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Seque
     through, which also keeps this function's results (keyed by value); None builds one for this
     call (pass one to share its caches across calls).
     Raises RlsimError when the layout does not divide the model or does not fit in memory."""
+    return _memoized("train", _train_step_cost, model, layout, topology, ranks, sequences, packing, params,
+                     collectives, source)
+
+
+def _memoized(kind: str, compute: Any, model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None,
+              sequences: Any, packing: str, params: TrainParams | None, collectives: Any, source: str | None) -> Any:
+    """The query's result from the CollectiveModel's cache (keyed by value), else ``compute``d and kept."""
     params = params or TrainParams()
     _check_packing(packing, source)
     layout, ranks, seqs = _setup(model, layout, topology, ranks, sequences, source)
     collectives = _collective_model(topology, collectives)
     memo = _memo(collectives, topology)
-    key = ("train", model, layout, tuple(ranks), seqs.tobytes(), packing, params)
+    key = (kind, model, layout, tuple(ranks), seqs.tobytes(), packing, params)
     hit = memo.get(key) if memo is not None else None
-    if hit is not None:
-        return hit
-    result = _train_step_cost(model, layout, topology, ranks, seqs, packing, params, collectives, source)
-    if memo is not None:
-        memo[key] = result
-    return result
+    if hit is None:
+        hit = compute(model, layout, topology, ranks, seqs, packing, params, collectives, source)
+        if memo is not None:
+            memo[key] = hit
+    return hit
 
 
 def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
@@ -819,15 +825,12 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
                  source: str | None = None) -> ForwardCost:
     """Forward-only pass over `sequences` (reference / old-logprob / reward / critic values): the
     same per-layer costs, no backward, no optimizer; micro-batches stream through the pipeline."""
-    params = params or TrainParams()
-    _check_packing(packing, source)
-    layout, ranks, seqs = _setup(model, layout, topology, ranks, sequences, source)
-    collectives = _collective_model(topology, collectives)
-    memo = _memo(collectives, topology)
-    key = ("fwd", model, layout, tuple(ranks), seqs.tobytes(), packing, params)
-    hit = memo.get(key) if memo is not None else None
-    if hit is not None:
-        return hit
+    return _memoized("fwd", _forward_cost, model, layout, topology, ranks, sequences, packing, params,
+                     collectives, source)
+
+
+def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
+                  packing: str, params: TrainParams, collectives: Any, source: str | None) -> ForwardCost:
     kinds = pool_devices(topology, ranks)
     rates = _rates(slowest_device(kinds, params.compute.dtype), params)
     comm = _Comm(collectives)
@@ -864,8 +867,6 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
                                 flash_attention=params.compute.flash_attention)
         worst_t += offload_time_s(mem, kinds, params, forward_only=True)
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
-    if memo is not None:
-        memo[key] = result
     return result
 
 
