@@ -786,6 +786,10 @@ class RolloutEngine:
         ride along until the first of them finishes or the KV cache is full (a sequence that
         finishes inside the phase is released at its end)."""
         cost, budget = self.cost, self.cost.params.max_num_batched_tokens
+        if budget is None and (not cost.params.chunked_prefill or riders == 0):   # one step (the hot path)
+            if len(pieces) == 1:
+                return cost.prefill_s(pieces[0][0], pieces[0][1], 1), 0
+            return cost.prefill_s(sum(t for t, _ in pieces), sum(a for _, a in pieces), len(pieces)), 0
         if not cost.params.chunked_prefill or riders == 0 and budget is None:
             return sum(cost.prefill_s(t, a, k) for t, a, k in _budget_steps(pieces, budget)), 0
         tokens = sum(t for t, _ in pieces)
