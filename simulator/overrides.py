@@ -20,6 +20,9 @@ def parse_assignment(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    except (RecursionError, ValueError):   # nesting too deep; an integer of more than 4,300 digits
+        raise RlsimError(f"cannot read the value of --set {key}", field=key,
+                         fix="give a number of a sensible size or a plain value") from None
     return key, value
 
 

@@ -34,18 +34,38 @@ def preset_names(kind: str) -> list[str]:
 def read_yaml(path: str | Path, *, what: str = "file", fix: str = "check the path") -> dict[str, Any]:
     """Read one YAML mapping; errors name the file (and `fix` says how to get a good one)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RlsimError(f"cannot read {what}: {exc.strerror}", source=str(path), fix=fix) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RlsimError(f"not valid YAML: {_yaml_problem(exc)}", source=str(path),
-                         fix="correct the YAML syntax at that line") from None
+    data = load_yaml_text(read_text(path, what=what, fix=fix), source=str(path))
     if not isinstance(data, dict):
         raise RlsimError("expected a YAML mapping at the top level", source=str(path))
     return data
+
+
+def read_text(path: str | Path, *, what: str = "file", fix: str = "check the path") -> str:
+    """A file's text as UTF-8; unreadable or not UTF-8 is an RlsimError naming the file."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RlsimError(f"cannot read {what}: {exc.strerror}", source=str(path), fix=fix) from None
+    except UnicodeDecodeError as exc:
+        raise RlsimError(f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=str(path),
+                         fix="save the file as UTF-8") from None
+
+
+def load_yaml_text(text: str, *, source: str, field: str | None = None) -> Any:
+    """YAML text to data; syntax errors, nesting too deep to read and numbers Python refuses
+    (integers of more than 4,300 digits) are RlsimErrors naming the source."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RlsimError(f"not valid YAML: {_yaml_problem(exc)}", source=source, field=field,
+                         fix="correct the YAML syntax at that line") from None
+    except RecursionError:
+        raise RlsimError("YAML nested too deep to read", source=source, field=field,
+                         fix="flatten the structure (a scenario needs a few levels)") from None
+    except ValueError as exc:   # int() of a number with more than sys.get_int_max_str_digits() digits
+        raise RlsimError(f"a value cannot be read: {exc}", source=source, field=field,
+                         fix="give numbers of a sensible size") from None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

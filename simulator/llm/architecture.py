@@ -339,16 +339,27 @@ def load_model(spec: str | Path | Mapping[str, Any]) -> ModelSpec:
         path = path / "config.json"
     if path.suffix == ".json" or path.exists():
         try:
-            cfg = json.loads(path.read_text())
+            cfg = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
         except OSError as exc:
             raise RlsimError(f"cannot read model config: {exc.strerror}", source=str(path), field="model",
                              fix="give a preset name or the path of a Hugging Face config.json") from None
+        except UnicodeDecodeError as exc:
+            raise RlsimError(f"not UTF-8 text (byte {exc.start})", source=str(path), field="model",
+                             fix="save the config.json as UTF-8") from None
         except json.JSONDecodeError as exc:
             raise RlsimError(f"not valid JSON: {exc}", source=str(path)) from None
+        except (ValueError, RecursionError) as exc:
+            raise RlsimError(f"a value cannot be read: {exc}", source=str(path), field="model",
+                             fix="give finite numbers of a sensible size") from None
         if not isinstance(cfg, dict):
             raise RlsimError("expected a JSON object", source=str(path))
         return spec_from_config(cfg, path.parent.name or path.stem, str(path))
     return _raise_unknown(text)
+
+
+def _no_constant(name: str) -> Any:
+    """json.loads hook: NaN / Infinity are not model dimensions."""
+    raise ValueError(f"{name} is not a number a model config can use")
 
 
 def _preset_config(name: str, source: str) -> dict[str, Any]:
