@@ -9,6 +9,7 @@ one-step-off   split pools     1*         1          disaggregated.SplitPoolRun
 async          split pools     1*         0*         disaggregated.SplitPoolRun (+ partial_rollout)
 nemo-rl-async  split pools     max_age    0          nemo_rl.NemoRun (segments: in-flight weight updates)
 areal          split pools     eta        0          areal.ArealRun (segments: interruptible generation)
+verl-fully-async split pools   quota      -          verl_async.VerlFullyAsyncRun (Rollouter / Trainer, message queue)
 (* = default, overridable in ``schedule:``)
 
 Runner parts: batches (SeqBatch, RoundDraws), generation (one instance's round), training (the
