@@ -40,15 +40,10 @@ def is_number(value: Any) -> bool:
 
 
 def numeric_leaves(summary: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """Dotted name -> value of every numeric figure (nested mappings flattened: bubbles_by_cause.long_tail)."""
-    out: dict[str, float] = {}
-    for key, value in summary.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(numeric_leaves(value, name + "."))
-        elif is_number(value):
-            out[name] = value
-    return out
+    """Dotted name -> value of every numeric figure (nested mappings flattened the way sweep rows
+    are: bubbles_by_cause.long_tail)."""
+    from ..sweep import flatten
+    return {name: value for name, value in flatten(summary, prefix).items() if is_number(value)}
 
 
 def aggregate(summaries: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, list[float]]]:
