@@ -204,15 +204,26 @@ class LogFit:
                 "runs": self.stages, "notes": list(self.notes)}
 
 
+# A direction of parameter space the logs do not see: a singular value of the Jacobian below this
+# share of the largest (float round-off of the finite differences is ~1e-8 of it).
+RANK_TOLERANCE = 1e-6
+
+
 def _uncertainty(jac: np.ndarray, res: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """1-sigma of each parameter: s^2 (J^T J)^-1 (pseudo-inverse; an unidentified one: inf)."""
+    """1-sigma of each parameter, s^2 (J^T J)^-1 over the directions the logs pin (SVD of J); a
+    parameter with a share in a direction they do not pin (e.g. two parameters that only ever
+    enter one logged figure) gets inf."""
     m, n = jac.shape
     if m <= n:
         return np.full(n, np.nan)
     s2 = float(res @ res) / (m - n)
-    cov = np.linalg.pinv(jac.T @ jac) * s2
+    _, singular, vt = np.linalg.svd(jac, full_matrices=False)
+    pinned = singular > RANK_TOLERANCE * (singular[0] if len(singular) else 0.0)
+    cov = (vt[pinned].T / singular[pinned] ** 2) @ vt[pinned] * s2
     sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None)) * scale
-    sigma[np.linalg.norm(jac, axis=0) == 0] = np.inf
+    blind = vt[~pinned]
+    sigma[np.any(np.abs(blind) > RANK_TOLERANCE, axis=0) if len(blind) else np.zeros(n, bool)] = np.inf
+    sigma[~pinned.any() | (np.linalg.norm(jac, axis=0) == 0)] = np.inf
     return sigma
 
 
