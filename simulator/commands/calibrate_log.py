@@ -57,6 +57,9 @@ def run_from_log(args: argparse.Namespace) -> int:
     from ..calibration.logfit import fit_runs, predict, write_overlay
     from .common import out_file, print_json
 
+    if args.device is not None or args.replay:
+        raise RlsimError("--from-log fits logged runs; --device / --replay measure a device", field="--from-log",
+                         fix="run the two separately")
     try:
         out = Path(out_file(args.out or DEFAULT_OVERLAY))
     except argparse.ArgumentTypeError as exc:

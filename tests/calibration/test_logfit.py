@@ -117,3 +117,4 @@ def test_bad_fit_requests_are_clear(tmp_path: Path) -> None:
     assert main(["calibrate"]) == 2                                   # neither --device nor --from-log
     assert main(["calibrate", "--from-log", str(log), "--scenario", "a.yaml", "--scenario", "b.yaml",
                  "--scenario", "c.yaml"]) == 2
+    assert main(["calibrate", "--from-log", str(log), "--scenario", "a.yaml", "--device", "cpu"]) == 2
