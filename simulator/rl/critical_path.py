@@ -2,7 +2,7 @@
 
 Step k lasts from the end of step k-1 (0 for the first) to its own end (``iterations[k]["end"]``,
 the step time of metrics.iterations_frame). Its path is found by a backward walk over the recorded
-intervals (des.Timeline), from the interval that ends the step, on one rank at a time:
+intervals (des.Timeline), from the step's end on the rank that trained it, one rank at a time:
 
 - a busy interval (generate, forward, train, switch, sync, fetch, plan, failure states) or a
   pipeline bubble (it is part of its optimizer step) is on the path; the walk goes on from its start;
