@@ -50,6 +50,7 @@ class PromptGroup:
     versions: set[int] = field(default_factory=set)                          # versions it generated under
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, int))        # sample-store ids once complete
     running: int = 0                                                         # trajectories submitted, not done
+    ready_s: float = 0.0                                                     # complete and rewarded
 
     def __post_init__(self) -> None:
         n = len(self.seqs)
@@ -211,7 +212,7 @@ class Rollouter:
         if (seqs.drop_reason != "").any():
             self.started -= 1          # a filtered group (DAPO) frees its place: another prompt is generated
         else:
-            group.ids = ids
+            group.ids, group.ready_s = ids, t + reward_s
             self.queue.append(group)
             self._fire("data")
 
@@ -313,8 +314,13 @@ class VerlFullyAsyncRun:
         rollouter, clock = self.rollouter, self.trainer_clock
         while len(rollouter.queue) < self.per_update:
             yield rollouter.data
+        groups = [rollouter.queue.popleft() for _ in range(self.per_update)]
+        # A group enters the queue when its last trajectory ends; the trainer may use it once rewarded.
+        ready_s = max(group.ready_s for group in groups)
+        if ready_s > self.env.now:
+            yield self.env.timeout(ready_s - self.env.now)
         clock.idle("dependency", self.env.now, k, label="gen")
-        return [rollouter.queue.popleft() for _ in range(self.per_update)]
+        return groups
 
     def _sync(self, k: int):
         env, rollouter, clock = self.env, self.rollouter, self.trainer_clock
