@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -233,6 +233,8 @@ def step_path(rows: _Rows, samples: _Samples, k: int, w0: float, w1: float) -> S
         t = start
     if t > w0 + _tol(w0):      # the walk's bound ran out (not expected): say so rather than stretch a segment
         out.append(Segment(w0, t, "untracked", "", "", rank, 0, "", k))
+    elif out and out[-1].start > w0:   # within the tolerance of the step start: float rounding, not a gap
+        out[-1] = replace(out[-1], start=w0)
     return StepPath(k, w0, w1, _long_tail(out[::-1], q_finish))
 
 
