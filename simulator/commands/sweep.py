@@ -243,6 +243,11 @@ def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
                              fix="write USD per device-hour, e.g. --price 2.5 or --price h100=2.5") from None
         if value < 0:
             raise RlsimError(f"--price {item!r} is negative", field="--price", fix="give a price >= 0")
+        if sep and not name.strip():
+            from ..hardware.devices import device_names
+            raise RlsimError(f"--price {item!r} names no device before '='", field="--price",
+                             fix=f"write --price {raw} (every device) or --price DEVICE={raw}, DEVICE one "
+                                 f"of: {', '.join(device_names())}")
         if sep:
             mapping[name] = value
         else:
