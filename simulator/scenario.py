@@ -25,7 +25,7 @@ from pydantic import (
 
 from . import presets
 from .errors import RlsimError, validation_error
-from .overrides import apply_overrides
+from .overrides import apply_overrides, parse_assignment
 from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
 from .units import parse_bandwidth, parse_seconds
 
@@ -635,6 +635,36 @@ def _check_top_level(data: Mapping[str, Any], source: str) -> None:
             raise RlsimError(f"unknown scenario key {key!r}", source=source, field=key, fix=fix)
 
 
+def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The schedule mapping of each kind in a comparison of `given` (a scenario's schedule section):
+    the knobs given that the kind takes, so that a knob only some kinds take (`rollout_devices` in
+    colocated vs one-step-off) goes to those; and the knobs none of the kinds takes (the caller
+    validates the scenario as given when there are any: a knob its own kind does not take either
+    is the error, naming the knob and the kinds that take it)."""
+    given = dict(given)
+    given_kind, placement = given.get("kind", "colocated"), given.get("placement")
+    accepted = {kind: SCHEDULE_CLASSES[kind].accepts(placement if kind == given_kind else None) for kind in kinds}
+    taken = set().union(*accepted.values()) | {"kind", "placement"}
+    unused = [key for key in given if key not in taken]
+    per_kind = {kind: {**{k: v for k, v in given.items() if k in keep}, "kind": kind} for kind, keep in accepted.items()}
+    return per_kind, unused
+
+
+# The keys that size a cluster, one of which a topology gives (hardware/topology.py _COUNT_KEYS).
+TOPOLOGY_SIZE_KEYS = ("nodes", "domains", "supernodes", "racks")
+
+
+def _without_replaced_size(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`data` less the topology size keys that a --set / grid size key replaces: the default
+    topology's `supernodes: 1` does not survive `--set topology.preset=dgx-h100 --set topology.nodes=8`
+    (the size given last, in its own unit, wins; two size keys in the overrides stay an error)."""
+    topology = data.get("topology")
+    given = {parse_assignment(o)[0] for o in overrides} & {f"topology.{k}" for k in TOPOLOGY_SIZE_KEYS}
+    if not given or not isinstance(topology, Mapping):
+        return data
+    return {**data, "topology": {k: v for k, v in topology.items() if k not in TOPOLOGY_SIZE_KEYS}}
+
+
 def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
                   topology: Any = None, workload: Any = None, schedule: Any = None,
                   overrides: Iterable[str] = (), iterations: int | None = None,
@@ -706,7 +736,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         data["iterations"] = iterations
     if seed is not None:
         data["seed"] = seed
-    data = apply_overrides(data, overrides)
+    data = apply_overrides(_without_replaced_size(data, overrides), overrides)
     _check_top_level(data, source)
     if "topology" not in data:
         data["topology"] = copy.deepcopy(DEFAULT_SCENARIO["topology"])
