@@ -112,6 +112,15 @@ class Probe:
     meets: bool
 
 
+# Diagnosis of a search that found nothing (CapacityAnswer.notes). Not modelling constants: they
+# decide when the answer says "a larger grid will not help" instead of "widen the grid".
+# A size step that turns into less than this share of its device growth as throughput is a plateau
+# (the fixed batch, not the cluster, bounds the step: more devices only idle).
+PLATEAU_SCALING_EFFICIENCY = 0.25
+# A larger size slower than a smaller one by more than this share breaks bisection's assumption.
+MONOTONE_TOLERANCE = 0.02
+
+
 @dataclass
 class CapacityAnswer:
     key: str
@@ -120,10 +129,47 @@ class CapacityAnswer:
     summary: dict[str, Any] | None     # its run summary (with cost fields)
     probes: list[Probe] = field(default_factory=list)  # every evaluated candidate, in candidate order
 
+    def _sized(self) -> list[Probe]:
+        return [p for p in self.probes if p.summary and p.summary.get("tokens_per_s") and p.summary.get("devices")]
+
+    @property
+    def plateau(self) -> str | None:
+        """When nothing met the target and throughput barely grows from the smallest to the largest
+        size evaluated: why a larger grid will not help (the batch, not the cluster, bounds the step)."""
+        ok = self._sized()
+        if self.value is not None or len(ok) < 2:
+            return None
+        first, last = ok[0].summary, ok[-1].summary
+        gain, growth = last["tokens_per_s"] / first["tokens_per_s"], last["devices"] / first["devices"]
+        if growth <= 1 or (gain - 1) >= PLATEAU_SCALING_EFFICIENCY * (growth - 1):
+            return None
+        return (f"throughput barely grows with {self.key}: {first['tokens_per_s']:,.0f} tokens/s at "
+                f"{ok[0].value}, {last['tokens_per_s']:,.0f} at {ok[-1].value} ({gain:.2f}x for {growth:.2f}x "
+                f"the devices); the batch, not the cluster, bounds the step, so a larger grid will not reach "
+                f"{self.target.describe()}: grow the batch with the size (workload.prompts_per_step) or change "
+                f"the schedule")
+
+    @property
+    def notes(self) -> list[str]:
+        """Why the answer may not be what a larger grid would give: throughput that falls with the
+        size (bisection assumes more is never worse) or stops growing with it (the plateau)."""
+        ok, notes = self._sized(), []
+        worse = [(a, b) for a, b in zip(ok, ok[1:], strict=False)
+                 if b.summary["tokens_per_s"] < (1 - MONOTONE_TOLERANCE) * a.summary["tokens_per_s"]]
+        if worse:
+            a, b = worse[0]
+            notes.append(f"throughput falls from {self.key}={a.value} ({a.summary['tokens_per_s']:,.0f} tokens/s) to "
+                         f"{b.value} ({b.summary['tokens_per_s']:,.0f}): bisection assumes a larger size is never "
+                         f"worse; check every value with --search scan")
+        if self.plateau:
+            notes.append(self.plateau)
+        return notes
+
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "target": {"tokens_per_s": self.target.tokens_per_s,
                                             "step_time_s": self.target.step_time_s},
                 "value": self.value, "found": self.value is not None, "summary": self.summary,
+                "plateau": self.plateau is not None, "notes": self.notes,
                 "evaluated": [{"value": p.value, "meets_target": p.meets, "error": p.error,
                                "tokens_per_s": (p.summary or {}).get("tokens_per_s"),
                                "step_time_s": (p.summary or {}).get("step_time_s"),

@@ -304,10 +304,15 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     if store is not None:
         console.print(f"results: {store.path}")
     if answer is not None and target is not None:
+        notes = answer.get("notes") or []
         if answer.get("found"):
             console.print(f"capacity: {answer['value']} meets {target.describe()}")
+        elif answer.get("plateau"):
+            console.print(f"capacity: no candidate meets {target.describe()}")
         else:
             console.print(f"capacity: no candidate meets {target.describe()}; widen the grid")
+        for note in notes:
+            console.print(f"note: {note}", markup=False)
 
 
 def _fmt(value: Any, fmt: str) -> str:

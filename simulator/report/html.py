@@ -132,7 +132,10 @@ def _capacity_note(capacity: Mapping[str, Any], objects: Sequence[Mapping[str, A
     wanted = " and ".join(w for w in wants if w) or "the target"
     value = capacity.get("value")
     answer = (f"{html.escape(json.dumps(value))} meets {wanted}" if capacity.get("found")
-              else f"no evaluated configuration meets {wanted}; widen the grid")
+              else f"no evaluated configuration meets {wanted}"
+              + ("" if capacity.get("plateau") else "; widen the grid"))
+    for note in capacity.get("notes") or []:
+        answer += f". Note: {html.escape(note)}"
     ok = [o for o in objects if not o.get("error") and isinstance(o.get("tokens_per_s"), (int, float))]
     baseline = ""
     if ok:
