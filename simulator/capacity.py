@@ -16,6 +16,7 @@ from .errors import RlsimError
 
 SECONDS_PER_HOUR = 3600.0
 STEPS_PER_REPORT = 1000  # the issue asks for device-hours per 1,000 steps
+TOKENS_PER_REPORT = 1_000_000  # device-hours and cost per 1M trained tokens (the cheapest pick's measure)
 
 # evaluate_batch([{key: value}, ...]) -> [(summary or None, error text), ...] in the same order
 BatchFunction = Callable[[list[dict[str, Any]]], list[tuple[dict[str, Any] | None, str]]]
@@ -92,15 +93,22 @@ def cost_fields(summary: Mapping[str, Any], price: float | None = None) -> dict[
     """Device-hours per 1,000 steps, and with a price the cost per step and per hour."""
     devices = float(summary["devices"])
     step_s = float(summary["step_time_s"])
+    tokens_per_s = float(summary.get("tokens_per_s") or 0.0)
+    per_million = devices * TOKENS_PER_REPORT / tokens_per_s / SECONDS_PER_HOUR if tokens_per_s > 0 else None
     out: dict[str, float | None] = {
         "device_hours_per_1000_steps": devices * step_s * STEPS_PER_REPORT / SECONDS_PER_HOUR,
+        # per trained token: comparable across schedules that train different shares of a batch per
+        # step (StaleSync with staleness 0 trains half a batch: its device-hours per step look cheap)
+        "device_hours_per_1m_tokens": per_million,
         "price_per_device_hour": price,
         "cost_per_hour": None,
         "cost_per_step": None,
+        "cost_per_1m_tokens": None,
     }
     if price is not None:
         out["cost_per_hour"] = devices * price
         out["cost_per_step"] = devices * price * step_s / SECONDS_PER_HOUR
+        out["cost_per_1m_tokens"] = per_million * price if per_million is not None else None
     return out
 
 
@@ -230,12 +238,17 @@ def find_smallest(key: str, candidates: Sequence[Any], target: Target, evaluate_
                           [results[i] for i in sorted(results)])
 
 
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
 def cheapest(rows: Sequence[Mapping[str, Any]], target: Target,
              prices: float | Mapping[str, float] | None = None) -> dict[str, Any] | None:
     """Among run summaries (e.g. sweep rows), the cheapest that meets the target.
 
-    With prices: lowest cost per step (the cost of a fixed amount of training), ties to fewer devices.
-    Without: fewest devices, ties to the shorter step. None if no row meets the target.
+    With prices: lowest cost per trained token (per 1M tokens: the cost of a fixed amount of training,
+    also when a schedule trains only part of a batch per step), ties to fewer devices. Without: fewest
+    devices, ties to more trained tokens/s. None if no row meets the target.
     """
     best: tuple | None = None
     chosen: dict[str, Any] | None = None
@@ -245,9 +258,9 @@ def cheapest(rows: Sequence[Mapping[str, Any]], target: Target,
         enriched = dict(row)
         enriched.update(cost_fields(row, price_per_device_hour(row, prices)))
         if prices is not None:
-            key = (enriched["cost_per_step"], row["devices"], row["step_time_s"])
+            key = (_or_inf(enriched["cost_per_1m_tokens"]), row["devices"], -row.get("tokens_per_s", 0.0))
         else:
-            key = (row["devices"], row["step_time_s"])
+            key = (row["devices"], -row.get("tokens_per_s", 0.0))
         if best is None or key < best:
             best, chosen = key, enriched
     return chosen

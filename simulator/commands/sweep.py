@@ -275,9 +275,9 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     table = Table(show_lines=False)
     metrics = [("step_time_s", "step (s)", "{:,.1f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
                ("bubble_fraction", "bubbles", "{:.1%}"), ("devices", "devices", "{:d}"),
-               ("device_hours_per_1000_steps", "dev-h/1k steps", "{:,.0f}"), ("cost_per_step", "$/step", "{:,.2f}")]
-    if all(o.get("cost_per_step") is None for o in objects):
-        metrics = [m for m in metrics if m[0] != "cost_per_step"]
+               ("device_hours_per_1m_tokens", "dev-h/1M tok", "{:,.1f}"), ("cost_per_1m_tokens", "$/1M tok", "{:,.2f}")]
+    if all(o.get("cost_per_1m_tokens") is None for o in objects):
+        metrics = [m for m in metrics if m[0] != "cost_per_1m_tokens"]
     for key in grid_keys:
         table.add_column(key, no_wrap=True)
     for _, title, _ in metrics:
@@ -298,6 +298,8 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
             cells.append(f"[red]{obj.get('error', '')}[/red]")
         table.add_row(*cells)
     console.print(table)
+    for note in _row_notes(objects, grid_keys):
+        console.print(f"note: {note}", markup=False)
     if sweep is not None:
         console.print(f"{len(sweep.points)} points, {sweep.computed} computed now, "
                       f"{len(sweep.points) - sweep.computed} from the results file")
@@ -313,6 +315,20 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
             console.print(f"capacity: no candidate meets {target.describe()}; widen the grid")
         for note in notes:
             console.print(f"note: {note}", markup=False)
+
+
+def _row_notes(objects, grid_keys) -> list[str]:
+    """summary_notes of each row (a schedule dropping samples as stale, a bound that never binds),
+    each once, naming the rows; and whether the selected row is one of them."""
+    from ..metrics import summary_notes
+    by_note: dict[str, list[str]] = {}
+    for obj in objects:
+        if obj.get("error"):
+            continue
+        label = ", ".join(f"{k}={obj['grid'][k]}" for k in grid_keys)
+        for note in summary_notes(obj):
+            by_note.setdefault(note, []).append(label + (" (selected)" if obj.get("selected") else ""))
+    return [f"[{'; '.join(rows)}] {note}" for note, rows in by_note.items()]
 
 
 def _fmt(value: Any, fmt: str) -> str:

@@ -175,7 +175,7 @@ def _metric_figure(frame: pd.DataFrame, keys: Sequence[str]):
 
 
 _SWEEP_COLUMNS = ["devices", "step_time_s", "tokens_per_s", "tokens_per_s_per_device", "bubble_fraction", "mfu",
-                  "staleness.mean", "device_hours_per_1000_steps", "cost_per_step", "meets_target", "error"]
+                  "staleness.mean", "device_hours_per_1m_tokens", "cost_per_1m_tokens", "meets_target", "error"]
 
 
 def _sweep_table(frame: pd.DataFrame, grid_keys: Sequence[str]) -> str:
