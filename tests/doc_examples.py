@@ -105,8 +105,11 @@ def _doc_examples(path: Path) -> list[Example]:
         if info == "python" and not fragment:
             examples.append(Example(f"{rel}:{line_no}", python=body))
         elif info in SHELL_INFO and not fragment:
-            for offset, line in shell_lines(body):
-                examples.append(Example(f"{rel}:{line_no + 1 + offset}", commands_of(line)))
+            # one example per block: its commands run in order in one folder (`... > mine.yaml`, then
+            # `rlsim run mine.yaml`)
+            commands = [c for _, line in shell_lines(body) for c in commands_of(line)]
+            if commands:
+                examples.append(Example(f"{rel}:{line_no + 1}", commands))
     return examples
 
 

@@ -20,17 +20,20 @@ from . import common
 
 HELP = "run a scenario over a grid of values (local processes or Dask), resumable; find the capacity for a target"
 EXAMPLES = """examples:
-  rlsim sweep --grid schedule.kind=colocated,disaggregated,stalesync --grid schedule.staleness=0,1,2 --out sweep
+  rlsim sweep --schedule stalesync --grid schedule.staleness=0,1,2 --grid schedule.placement=colocated,disaggregated --out sweep
   rlsim sweep my.yaml --grid topology.supernodes=1,2,4 --jobs 4 --out scaling --json
-  rlsim sweep --grid topology.supernodes=1,2,3,4,6,8 --target-tokens-per-s 100000 --out capacity
-  rlsim sweep --grid topology.preset=dgx-h100,cloudmatrix384 --grid topology.nodes=8,16,32 \\
-      --target-tokens-per-s 50000 --price h100=2.5 --price ascend-910c=2.0
+  rlsim sweep --grid topology.supernodes=1,2,3,4,6,8 --target-tokens-per-s 75000 --out capacity
+  rlsim sweep --workload grpo-qwen2.5-7b --grid topology.preset=dgx-h100,dgx-a100 --grid topology.nodes=2,4,8 \\
+      --target-tokens-per-s 40000 --price h100=2.5 --price a100-80gb=1.6
   rlsim sweep --grid schedule.staleness=0,1,2 --executor dask --scheduler tcp://10.0.0.5:8786 --out s
 
 Re-running the same command with the same --out computes only the points not yet in the results file
 (results.csv or results.parquet), so an interrupted sweep resumes where it stopped.
 With --target-*, a single --grid key is searched by bisection (smallest value that meets the target);
-several keys are swept in full and the cheapest configuration that meets the target is selected."""
+several keys are swept in full and the cheapest configuration that meets the target is selected
+(per 1M trained tokens: a schedule that trains part of a batch per step is not cheaper for it).
+A note says when throughput stops growing with the size (a fixed batch bounds the step) or a
+schedule drops samples as stale."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
