@@ -19,7 +19,7 @@ EXAMPLES = """examples:
 trainer / engine constants: --set workload.train_params.compute.flash_attention=false,
   workload.train_software=megatron-2021, workload.inference.step_overhead_s=0.004 (unknown keys: exit 2)
 planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch|sequence_parallel (lists),
-  space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs."""
+  space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs|gpu_memory_utilization."""
 
 _DEFAULT_TOPOLOGY = "dgx-h100"
 
