@@ -20,6 +20,7 @@ from .errors import RlsimError
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
 from .report.trace import chrome_trace
+from .rl import critical_path
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
 from .scenario import Scenario, compared_schedules, load_scenario, scenario_data, validate_scenario
@@ -106,6 +107,8 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
             summary["layouts"] = costs.effective_layouts(train_pool.count)
     if plan is not None and plan.detail:
         summary["auto_layout"] = plan.detail
+    # the chain of intervals that set each step's length (rl/critical_path.py), from the record
+    summary["critical_path"] = critical_path.summarize(critical_path.critical_paths(rec, timeline), rec.samples.flat())
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec)
 
 

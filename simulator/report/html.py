@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import plots, summary
+from . import critical_path, plots, summary
 
 REPORT_NAME = "report.html"
 
@@ -58,7 +58,8 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
         figures.append(("response_lengths", _save(plots.response_length_figure(samples), out, "response_lengths")))
     summaries = {name: run.summary for name, run in runs.items()}
     table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>"
-             + summary.key_table(summaries) + _collapsed(_summary_table(summaries), "all summary fields"))
+             + summary.key_table(summaries) + critical_path.section(summaries)
+             + _collapsed(_summary_table(summaries), "all summary fields"))
     title = "rlsim comparison" if len(runs) > 1 else f"rlsim run: {next(iter(runs))}"
     return _write_page(out, title, table, figures)
 
@@ -68,7 +69,8 @@ def _collapsed(table_html: str, label: str) -> str:
 
 
 def _summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
-    flat = {name: _flatten(s) for name, s in summaries.items()}
+    # the per-step critical-path chains have their own section (critical_path.section)
+    flat = {name: {k: v for k, v in _flatten(s).items() if k != "critical_path.steps"} for name, s in summaries.items()}
     keys: list[str] = []
     for f in flat.values():
         keys.extend(k for k in f if k not in keys)

@@ -186,9 +186,9 @@ class Rollouter:
         group.running -= 1
         if not group.running:
             del self.inflight[server][group.index]
-            self._complete(group, t)
+            self._complete(group, t, self.clocks[server].rank_start)
 
-    def _complete(self, group: PromptGroup, t: float) -> None:
+    def _complete(self, group: PromptGroup, t: float, instance: int) -> None:
         """All n trajectories are done: into the sample store and DistQueue; into the message queue
         unless dropped (DAPO no_signal / surplus)."""
         ctx, seqs = self.ctx, group.seqs
@@ -201,7 +201,7 @@ class Rollouter:
                             response_len=seqs.target_len, generated_tokens=seqs.target_len, version=self.version,
                             first_version=np.full(len(seqs), group.first_version), start=group.started_s,
                             finish=group.finish_s, ready=np.full(len(seqs), t + reward_s),
-                            dropped=seqs.drop_reason != "", drop_reason=seqs.drop_reason)
+                            dropped=seqs.drop_reason != "", drop_reason=seqs.drop_reason, instance=instance)
         lens = seqs.prompt_len + seqs.target_len
         ctx.queue.write(payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len),
                         np.full(len(seqs), t + reward_s))
