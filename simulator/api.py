@@ -23,7 +23,7 @@ from .report.trace import chrome_trace
 from .rl import critical_path
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
-from .scenario import Scenario, load_scenario
+from .scenario import Scenario, compared_schedules, load_scenario, scenario_data, validate_scenario
 
 DEFAULT_COMPARE = ("colocated", "disaggregated", "stalesync")
 
@@ -127,14 +127,25 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
 
     `schedules` is one kind ("stalesync") or several, each once; none is an error."""
     kinds = schedule_list(schedules)
-    base = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     results: dict[str, SimulationResult] = {}
-    for kind in kinds:
-        sched = base.schedule.applicable_fields(kind)   # the knobs given that this kind also takes
-        sc = load_scenario({**base.to_dict(), "schedule": sched})
-        sc = sc.model_copy(update={"source": base.source})
+    for kind, sc in compared_scenarios(scenario, kinds, keywords).items():
         results[kind] = simulate(sc, costs=costs)
     return ComparisonResult(comparison_table([r.summary for r in results.values()]), results)
+
+
+def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]) -> dict[str, Scenario]:
+    """The scenario under each kind, with the schedule knobs given that the kind takes. A knob only
+    some of the kinds take (`--set schedule.rollout_devices=4` in a colocated-vs-split comparison)
+    goes to those; one that none of them takes is the scenario's own error."""
+    if isinstance(scenario, Scenario) and not keywords:
+        base = scenario
+        return {kind: load_scenario({**base.to_dict(), "schedule": base.schedule.applicable_fields(kind)})
+                .model_copy(update={"source": base.source}) for kind in kinds}
+    data, source = scenario_data(scenario, **keywords)
+    per_kind, unused = compared_schedules(data.get("schedule") or {}, kinds)
+    if unused:
+        validate_scenario(data, source)   # raises: the knob's error names it and the kinds that take it
+    return {kind: validate_scenario({**data, "schedule": per_kind[kind]}, source) for kind in kinds}
 
 
 def schedule_list(schedules: Iterable[str] | str) -> list[str]:

@@ -48,3 +48,19 @@ def test_cli_compare_schedules_errors_exit_2(value, words, capsys):
     assert main(["compare", "--schedules", value]) == 2
     err = capsys.readouterr().err
     assert words in err and "--schedules" in err and "Traceback" not in err
+
+
+def test_a_knob_only_some_compared_kinds_take_goes_to_those():
+    """`compare --schedules colocated,one-step-off --set schedule.rollout_devices=4` (the compare
+    --help example): the split kind gets the knob, colocated runs without it."""
+    from simulator.api import compared_scenarios
+    keywords = {**SMALL, "schedule": "colocated", "overrides": [*SMALL["overrides"], "schedule.rollout_devices=4"]}
+    scenarios = compared_scenarios(None, ["colocated", "one-step-off"], keywords)
+    assert scenarios["one-step-off"].schedule.rollout_devices == 4
+    assert "rollout_devices" not in scenarios["colocated"].schedule.model_dump(exclude_unset=True)
+
+
+def test_a_knob_no_compared_kind_takes_is_still_an_error():
+    with pytest.raises(RlsimError, match="schedule.bogus"):
+        simulator.compare(None, ["colocated", "one-step-off"], costs=fake(),
+                          **{**SMALL, "overrides": [*SMALL["overrides"], "schedule.bogus=1"]})

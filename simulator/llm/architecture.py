@@ -376,8 +376,37 @@ def _int(cfg: Mapping[str, Any], source: str, *keys: str, default: int | None = 
         raise RlsimError(f"missing field {keys[0]!r}", source=source, field=keys[0],
                          fix="add it (see the model's config.json on Hugging Face)")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise RlsimError(f"expected an integer, got {value!r}", source=source, field=keys[0])
+        raise RlsimError(f"expected an integer, got {value!r}", source=source, field=_present(cfg, keys))
     return int(value)
+
+
+def _present(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+    """The first of `keys` that the config holds (the name the user wrote), else the first."""
+    return next((k for k in keys if cfg.get(k) is not None), keys[0])
+
+
+# ModelSpec fields -> the config.json keys they are read from (spec_from_config), so that an error
+# found on the spec names the key the user wrote, not the internal field.
+_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "num_heads": ("num_attention_heads", "n_head"),
+    "num_kv_heads": ("num_key_value_heads", "num_attention_heads", "n_head"),
+    "vocab": ("vocab_size",),
+    "head_dim": ("head_dim", "hidden_size", "n_embd", "d_model"),
+    "ffn_hidden": ("intermediate_size", "n_inner", "ffn_dim"),
+}
+
+
+def _config_error(exc: RlsimError, cfg: Mapping[str, Any], source: str) -> RlsimError:
+    """`exc` (raised by ModelSpec) with its internal field name replaced by the config.json key."""
+    keys = _CONFIG_KEYS.get(exc.field or "")
+    if keys is None:
+        return exc if exc.source else RlsimError(str(exc), source=source)
+    key = _present(cfg, keys)
+    message = str(exc).split(f"field '{exc.field}': ", 1)[-1].split(" (fix: ")[0]
+    message = message.replace(f"{exc.field} must", f"{key} must", 1)
+    return RlsimError(message, source=exc.source or source, field=key, fix=exc.fix)
 
 
 def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpec:
@@ -429,9 +458,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             **_hybrid_fields(cfg, source),
         )
     except RlsimError as exc:
-        if exc.source:
-            raise
-        raise RlsimError(str(exc), source=source) from None
+        raise _config_error(exc, cfg, source) from None
 
 
 def _hybrid_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:

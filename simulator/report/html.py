@@ -134,7 +134,10 @@ def _capacity_note(capacity: Mapping[str, Any], objects: Sequence[Mapping[str, A
     wanted = " and ".join(w for w in wants if w) or "the target"
     value = capacity.get("value")
     answer = (f"{html.escape(json.dumps(value))} meets {wanted}" if capacity.get("found")
-              else f"no evaluated configuration meets {wanted}; widen the grid")
+              else f"no evaluated configuration meets {wanted}"
+              + ("" if capacity.get("plateau") else "; widen the grid"))
+    for note in capacity.get("notes") or []:
+        answer += f". Note: {html.escape(note)}"
     ok = [o for o in objects if not o.get("error") and isinstance(o.get("tokens_per_s"), (int, float))]
     baseline = ""
     if ok:
@@ -174,7 +177,7 @@ def _metric_figure(frame: pd.DataFrame, keys: Sequence[str]):
 
 
 _SWEEP_COLUMNS = ["devices", "step_time_s", "tokens_per_s", "tokens_per_s_per_device", "bubble_fraction", "mfu",
-                  "staleness.mean", "device_hours_per_1000_steps", "cost_per_step", "meets_target", "error"]
+                  "staleness.mean", "device_hours_per_1m_tokens", "cost_per_1m_tokens", "meets_target", "error"]
 
 
 def _sweep_table(frame: pd.DataFrame, grid_keys: Sequence[str]) -> str:

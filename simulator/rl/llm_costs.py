@@ -75,6 +75,20 @@ class _Pool:
         self.placed: dict[int, list[int]] = {}
 
 
+def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes: float,
+                            inference_shard_bytes: float) -> float:
+    """What training leaves on a device through the rollout phase of a colocated placement: its
+    weights, the optimizer state and gradients unless `schedule.switch.offload_optimizer`, and a
+    second copy of the inference shard unless the switch is `bucketed`."""
+    mem = memory_per_device(model, lay, 1.0, hbm_bytes)
+    resident = mem.weights_bytes
+    if not switch.offload_optimizer:
+        resident += mem.optimizer_bytes + mem.gradients_bytes
+    if not switch.bucketed:
+        resident += inference_shard_bytes
+    return resident
+
+
 class LlmCosts:
     def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None):
         """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
@@ -498,25 +512,37 @@ class LlmCosts:
         if kinds is None:
             ranks = self._last_train_ranks
             kinds = self.pool(ranks).kinds if ranks is not None else self.cluster_devices
-        mem = memory_per_device(self.model, lay, 1.0, min(k.hbm_bytes for k in kinds))
-        resident = mem.weights_bytes
-        if not self.switch_params.offload_optimizer:
-            resident += mem.optimizer_bytes + mem.gradients_bytes
-        if not self.switch_params.bucketed:
-            resident += self._inference_shard_bytes()
+        resident = resident_training_bytes(self.model, lay, self.switch_params, min(k.hbm_bytes for k in kinds),
+                                           self._inference_shard_bytes())
         totals = []
         for device in kinds:
             engine = device.hbm_bytes * self.rollout_layout.gpu_memory_utilization
             total = engine + resident
             if self.scenario.schedule.effective_placement == "colocated" and total > device.hbm_bytes:
+                field, fix = self._engine_share_fix(device.hbm_bytes, resident)
                 raise RlsimError(
                     f"the rollout phase needs {total / 1e9:.1f} GB per device (engine {engine / 1e9:.1f} GB + "
                     f"resident training state {resident / 1e9:.1f} GB) on {device.hbm_bytes / 1e9:.0f} GB",
-                    source=self.source, field="workload.rollout_layout.gpu_memory_utilization",
-                    fix="lower gpu_memory_utilization, keep schedule.switch.offload_optimizer and bucketed on, "
-                        "or use more devices per replica")
+                    source=self.source, field=field, fix=fix)
             totals.append(total)
         return max(totals)
+
+    def _engine_share_fix(self, hbm_bytes: float, resident: float) -> tuple[str, str]:
+        """The field to name and the fix, in the terms the user wrote: the engine share they set, the
+        default they did not set, or the planner's (layout: auto)."""
+        fits = max(0.0, (hbm_bytes - resident) / hbm_bytes)
+        share = self.rollout_layout.gpu_memory_utilization
+        others = "keep schedule.switch.offload_optimizer and bucketed on, or use more devices per replica"
+        given = self.scenario.workload.rollout_layout
+        if given == "auto":
+            return ("workload.rollout_layout", f"the planned engine takes {share:g} of HBM; give "
+                    f"planner.rollout.gpu_memory_utilization <= {fits:.2f} or a workload.rollout_layout, or {others}")
+        if "gpu_memory_utilization" not in given:
+            return ("workload.rollout_layout", f"workload.rollout_layout does not set gpu_memory_utilization, so the "
+                    f"engine takes vLLM's default {share:g} of HBM; set workload.rollout_layout.gpu_memory_utilization "
+                    f"<= {fits:.2f}, or {others}")
+        return ("workload.rollout_layout.gpu_memory_utilization",
+                f"lower gpu_memory_utilization ({share:g}) to <= {fits:.2f}, or {others}")
 
     def train_flops_per_token(self, seq_len) -> float:
         return float(self.model.train_flops_per_token(seq_len))
