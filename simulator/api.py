@@ -19,11 +19,19 @@ from . import metrics
 from .errors import RlsimError
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
+from .overrides import parse_assignment
 from .report.trace import chrome_trace
 from .rl import critical_path
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
-from .scenario import Scenario, compared_schedules, load_scenario, scenario_data, validate_scenario
+from .scenario import (
+    SCHEDULE_CLASSES,
+    Scenario,
+    compared_schedules,
+    load_scenario,
+    scenario_data,
+    validate_scenario,
+)
 
 DEFAULT_COMPARE = ("colocated", "disaggregated", "stalesync")
 
@@ -145,7 +153,22 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
     per_kind, unused = compared_schedules(data.get("schedule") or {}, kinds)
     if unused:
         validate_scenario(data, source)   # raises: the knob's error names it and the kinds that take it
+        _refuse_knobs_none_takes(unused, kinds, keywords.get("overrides") or ())
     return {kind: validate_scenario({**data, "schedule": per_kind[kind]}, source) for kind in kinds}
+
+
+def _refuse_knobs_none_takes(unused: list[str], kinds: list[str], overrides: Iterable[str]) -> None:
+    """A schedule knob given on this command (`--set schedule.KEY=...`) that none of the compared
+    kinds takes would change nothing in the comparison: an error, not a silent drop. (A knob the
+    scenario's own file sets for its own kind is kept out of the kinds that do not take it.)"""
+    given = {parse_assignment(o)[0].removeprefix("schedule.") for o in overrides
+             if parse_assignment(o)[0].startswith("schedule.")}
+    dropped = sorted(set(unused) & given)
+    if dropped:
+        takers = [k for k in SCHEDULE_CLASSES if dropped[0] in SCHEDULE_CLASSES[k].accepts(None)]
+        raise RlsimError(f"schedule.{dropped[0]} applies to none of the compared kinds ({', '.join(kinds)})",
+                         field=f"schedule.{dropped[0]}",
+                         fix=f"compare a kind that takes it ({', '.join(takers) or 'none'}) or drop the --set")
 
 
 def schedule_list(schedules: Iterable[str] | str) -> list[str]:

@@ -64,3 +64,14 @@ def test_a_knob_no_compared_kind_takes_is_still_an_error():
     with pytest.raises(RlsimError, match="schedule.bogus"):
         simulator.compare(None, ["colocated", "one-step-off"], costs=fake(),
                           **{**SMALL, "overrides": [*SMALL["overrides"], "schedule.bogus=1"]})
+
+
+def test_a_set_knob_the_base_kind_takes_but_no_compared_kind_takes_is_an_error():
+    """The default scenario is StaleSync, which takes `staleness`; comparing colocated and
+    disaggregated under `--set schedule.staleness=2` would drop it from every column."""
+    from simulator.api import compared_scenarios
+    keywords = {**SMALL, "schedule": "stalesync", "overrides": [*SMALL["overrides"], "schedule.staleness=2"]}
+    with pytest.raises(RlsimError, match="none of the compared kinds") as caught:
+        compared_scenarios(None, ["colocated", "disaggregated"], keywords)
+    assert caught.value.field == "schedule.staleness" and "stalesync" in str(caught.value)
+    assert compared_scenarios(None, ["colocated", "stalesync"], keywords)["stalesync"].schedule.staleness == 2
