@@ -48,11 +48,20 @@ class SeqBatch:
         return out
 
     def deal(self, n_parts: int) -> list[SeqBatch]:
-        """Round-robin into ``n_parts`` (the dispatch policy of every schedule)."""
+        """Round-robin into ``n_parts``, one sequence at a time (carried / resumed sequences: each has
+        its own tokens, nothing to share)."""
         return [self.take(np.arange(i, len(self), n_parts)) for i in range(n_parts)]
 
     def __len__(self) -> int:
         return len(self.group)
+
+
+def prompt_index(group: np.ndarray) -> np.ndarray:
+    """Each sequence's prompt number in order of first appearance (a round's samples of one prompt
+    are drawn adjacent, so a new number starts wherever the group id changes)."""
+    if not len(group):
+        return np.zeros(0, int)
+    return np.cumsum(np.concatenate([[0], group[1:] != group[:-1]]))
 
 
 @dataclass
@@ -90,9 +99,13 @@ class RoundDraws:
         return self._draws[round_]
 
     def share(self, round_: int, instance: int, n_instances: int) -> SeqBatch:
-        """Instance ``instance``'s share of a round: round-robin dispatch (the same in every schedule)."""
+        """Instance ``instance``'s share of a round under ``workload.inference.dispatch`` (the same in
+        every schedule): ``per-prompt`` deals whole prompts round-robin (prompt j of the round, in
+        draw order, to instance j mod n), ``per-sample`` deals every sequence round-robin."""
         batch = self.draw(round_)
-        return batch.take(np.arange(instance, len(batch), n_instances))
+        if self.workload.inference.dispatch == "per-sample":
+            return batch.take(np.arange(instance, len(batch), n_instances))
+        return batch.take(np.flatnonzero(prompt_index(batch.group) % n_instances == instance))
 
     def _sample_groups(self, round_: int, n_prompts: int, group0: int) -> tuple[np.ndarray, ...]:
         n = self.workload.samples_per_prompt
