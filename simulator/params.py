@@ -253,12 +253,8 @@ class InferenceParams(BaseModel):
     # NeMo RL repeats each prompt num_generations_per_prompt times in place (repeat_interleave) and
     # shards the batch contiguously over its vLLM workers. Prefix caching then shares the prompt's
     # prefill, and a prompt's correlated lengths (response_length.group_correlation) stay together.
-    # per-sample: every sequence dealt round-robin on its own (rlsim before this option, and still
-    # the default: with per-prompt as the default the seed scenario's StaleSync failure re-plan picks
-    # a layout whose next long-tail batch does not fit (LlmCosts.accept_train_layout judges the
-    # latest batch only; tests/rl/schedules/test_failures_and_planning.py) - to flip once that
-    # check is robust). The V6 NeMo RL cases set per-prompt, the recipes' behaviour.
-    dispatch: Literal["per-prompt", "per-sample"] = "per-sample"
+    # per-sample: every sequence dealt round-robin on its own (rlsim before this option).
+    dispatch: Literal["per-prompt", "per-sample"] = "per-prompt"
     hbm_efficiency: float | None = Field(None, gt=0, le=1)   # None: the device's (hardware.md 0.75-0.85)
     gemm_efficiency: float | None = Field(None, gt=0, le=1)  # None: the device's
     # hardware.md: decode attention / MLA kernels on 910C reach ~65% of compute (CloudMatrix paper).

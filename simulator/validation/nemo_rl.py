@@ -161,10 +161,7 @@ def scenario(row: Row) -> dict[str, Any]:
         "mini_batch_prompts": row.train_batch // row.gens, "ppo_epochs": 1, **length_law(row),
         "train_layout": train_layout, "rollout_layout": rollout_layout, "reference": True, "dtype": "bf16",
         # vLLM: CUDA graphs or eager as the recipe; NeMo caps prompt + response at T-max per sample
-        "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max,
-                      # NeMo RL repeats each prompt num_generations_per_prompt times in place and
-                      # shards the batch contiguously over its vLLM workers: a prompt's samples on one engine
-                      "dispatch": "per-prompt"}}
+        "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max}}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
     schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max}

@@ -48,8 +48,8 @@ def test_prompt_index_counts_group_changes():
     assert prompt_index(np.zeros(0, int)).tolist() == []
 
 
-def test_default_is_per_sample_and_a_bad_value_is_an_error():
-    assert scenario().workload.inference.dispatch == "per-sample"
+def test_default_is_per_prompt_and_a_bad_value_is_an_error():
+    assert scenario().workload.inference.dispatch == "per-prompt"
     with pytest.raises(RlsimError, match="dispatch"):
         scenario(workload={"inference": {"dispatch": "random"}})
 
