@@ -90,3 +90,19 @@ def test_per_prompt_hands_the_engine_whole_prefix_groups(monkeypatch):
         assert len(seen) == 4
         for groups in seen:
             assert set(np.unique(groups, return_counts=True)[1].tolist()) == {per_call}
+
+
+def test_dynamic_sampling_sub_rounds_run_one_after_another_in_closed_form():
+    # keep_fraction 1 and gen_prompts = half the batch: exactly two sub-rounds of 4 prompts x 4;
+    # equal lengths on 2 one-slot instances: each sub-round lasts 2 prompts x 4 samples x L d on
+    # every instance, and the second starts when the first is scored, so generation is twice that
+    n, length, d = 4, 500, 1e-3
+    costs = FakeCosts(instance_devices=1, train_group_devices=1, instance_max_seqs=1, decode_s_per_token=d,
+                      sync_s=0.0, switch_s=0.0)
+    sc = scenario("colocated", iterations=1, prompts=8, n=n,
+                  workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 1.0}})
+    rec, _, sm, s = run(sc, costs, devices=2, prompt=const(10), resp=const(length))
+    one_sub_round = 2 * n * length * d
+    assert s["stage_time_s"]["generate"] == pytest.approx(2 * one_sub_round)
+    starts = sorted(set(sm["start"].round(9)))
+    assert starts == pytest.approx([0.0, one_sub_round])
