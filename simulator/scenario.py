@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -27,6 +26,7 @@ from . import presets
 from .errors import RlsimError, validation_error
 from .overrides import apply_overrides
 from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
+from .strict_model import StrictModel
 from .units import parse_bandwidth, parse_seconds
 
 # The built-in kinds; SCHEDULE_CLASSES (below) also holds kinds added by register_schedule_config.
@@ -42,7 +42,7 @@ DEFAULT_SCENARIO: dict[str, Any] = {
 }
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -218,10 +218,13 @@ def _cell(name: str, text: str, text_columns: Sequence[str]) -> Any:
         return None
     if text in ("True", "False"):
         return text == "True"
-    if _INT.fullmatch(text):
-        return int(text)
-    if _FLOAT.fullmatch(text):
-        return float(text)
+    try:
+        if _INT.fullmatch(text):
+            return int(text)
+        if _FLOAT.fullmatch(text):
+            return float(text)
+    except ValueError:   # an integer of more than sys.get_int_max_str_digits() digits: kept as written
+        return text
     return text
 
 
