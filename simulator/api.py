@@ -78,7 +78,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     if costs is None:
         from .autoplan import PlannerReplanner, auto_layouts
         from .rl.llm_costs import LlmCosts
-        topology = load_topology(sc.topology)
+        topology = load_topology(sc.topology, max_devices=sc.limits.max_devices)
         plan = auto_layouts(sc, topology)          # layout: auto -> the planner, cost in simulated time
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts)
         n_devices = topology.num_devices

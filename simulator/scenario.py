@@ -478,6 +478,34 @@ def _schedule_spec() -> Any:
 ScheduleSpec = _schedule_spec()
 
 
+class Limits(_Strict):
+    """Bounds on the work one run may take (issue 14: a run past one is refused before any work,
+    naming the bound and how to raise it, e.g. ``--set limits.max_iterations=50000``). Policy
+    values, not measurements: each sits well above the presets and published setups and below what
+    runs for hours on a laptop (docs/scenario-reference.md "limits")."""
+    # RL steps per run: published runs train hundreds to a few thousand steps (DAPO, arXiv 2503.14476:
+    # ~5,000); a simulated step costs ~0.05-1 s here, so 10,000 steps stay within hours.
+    max_iterations: int = Field(10_000, ge=1)
+    # Devices in the topology: the largest published training clusters are ~100k GPUs (Llama 3,
+    # arXiv 2407.21783: 16k H100 per job); a grpo-qwen2.5-7b step on 16,384 devices takes ~25 s here.
+    max_devices: int = Field(131_072, ge=1)
+    # Segments a partial rollout cuts the longest response into (ceil(response max / length_budget)):
+    # Kimi k1.5 style budgets cut a 16k-32k response into a handful; 256 segments of an 8k response
+    # (length_budget 32) take ~30 s per async step here, a budget of 1 token would take hours.
+    max_segments_per_sample: int = Field(256, ge=1)
+
+
+def load_limits(mapping: Mapping[str, Any], source: str) -> Limits:
+    """The limits section of a command that reads no scenario (comm): `--set limits.KEY=N` items."""
+    try:
+        return Limits.model_validate(mapping)
+    except ValidationError as exc:
+        raise validation_error(exc, source=source, prefix="limits") from None
+
+
+LIMITS_FIX = "raise it with --set limits.{name}=N (or limits: {{{name}: N}} in the scenario)"
+
+
 class Scenario(_Strict):
     topology: dict[str, Any]
     workload: WorkloadConfig
@@ -489,6 +517,7 @@ class Scenario(_Strict):
     # planner settings for `layout: auto` and failure re-plans (simulator.planner.planner_settings keys:
     # space, rollout, recovery, params such as eval_cost_s)
     planner: dict[str, Any] = Field(default_factory=dict)
+    limits: Limits = Field(default_factory=Limits)
     source: str = "<defaults>"
 
     @field_validator("schedule", mode="before")
@@ -507,6 +536,8 @@ class Scenario(_Strict):
         data = self.model_dump(mode="json", exclude={"source"})
         if data.get("replicas") == 1:
             del data["replicas"]          # the default: snapshots stay as they were before replicas
+        if self.limits == Limits():
+            del data["limits"]            # the defaults: snapshots and fingerprints stay as they were
         data["schedule"] = self.schedule.model_dump(mode="json", exclude_unset=True)
         data["schedule"]["kind"] = self.schedule.kind
         return data
@@ -575,10 +606,15 @@ def _normalise_topology(spec: Any) -> dict[str, Any]:
 
 def _validate(data: dict[str, Any], source: str) -> Scenario:
     try:
-        return Scenario.model_validate({**data, "source": source})
+        scenario = Scenario.model_validate({**data, "source": source})
     except ValidationError as exc:
         raise validation_error(exc, source=source, skip=frozenset(SCHEDULE_CLASSES),
                                fix="see docs/scenario-reference.md for the allowed values") from None
+    if scenario.iterations > scenario.limits.max_iterations:
+        raise RlsimError(f"{_count(scenario.iterations)} iterations is past limits.max_iterations="
+                         f"{scenario.limits.max_iterations}", source=source, field="iterations",
+                         fix=LIMITS_FIX.format(name="max_iterations"))
+    return scenario
 
 
 def _check_top_level(data: Mapping[str, Any], source: str) -> None:
@@ -674,3 +710,8 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     if isinstance(data.get("schedule"), str):
         data["schedule"] = {"kind": data["schedule"]}
     return data, source
+
+
+def _count(n: int) -> str:
+    """1000000 -> '1,000,000'; a count too long to read at a glance in e notation."""
+    return f"{n:,}" if n < 10**15 else f"{float(n):.3g}"

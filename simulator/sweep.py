@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
-import yaml
 
 from .errors import RlsimError
 from .overrides import parse_assignment
@@ -101,10 +100,7 @@ def _split_values(raw: str) -> list[str]:
 
 
 def _yaml_scalar(raw: str, key: str) -> Any:
-    try:
-        return yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError:
-        return raw
+    return parse_assignment(f"{key}={raw}")[1]   # as --set reads it (bounds included)
 
 
 def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:

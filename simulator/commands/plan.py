@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--global-batch", type=common.positive_int, help="sequences per optimizer step (default: the scenario's)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: prompt max + response max)")
     parser.add_argument("--stage", choices=("train", "rollout"), default="train")
-    parser.add_argument("--target-tokens-per-s", type=float,
+    parser.add_argument("--target-tokens-per-s", type=common.positive_number,
                         help="find the fewest nodes reaching this throughput (tokens trained or generated per s)")
     parser.add_argument("--top", type=int, default=5, help="candidates to print (default 5)")
     common.add_common(parser)
@@ -72,7 +72,8 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     for name, value in (("--global-batch", batch), ("--seq-len", seq)):
         if value is not None and value < 1:
             raise RlsimError(f"{name} must be positive, got {value}", field=name)
-    return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload}
+    return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
+            "max_devices": scn.limits.max_devices}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,7 +101,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str,
 
     inp = _inputs(args, scn)
     topo_over = section(args.overrides, "topology")
-    topology = load_topology(inp["topology"], topo_over or None)
+    topology = load_topology(inp["topology"], topo_over or None, max_devices=inp["max_devices"])
     model = load_model(inp["model"])
     settings = planner_settings(section(args.overrides, "planner"))
     w = inp["workload"]   # its train_software, train_params and inference constants
