@@ -22,7 +22,7 @@ from .llm.lengths import LengthDistribution
 from .report.trace import chrome_trace
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
-from .scenario import Scenario, load_scenario
+from .scenario import Scenario, check_work, load_scenario
 
 DEFAULT_COMPARE = ("colocated", "disaggregated", "stalesync")
 
@@ -68,9 +68,12 @@ def _sampler(dist: LengthDistribution):
     return sample
 
 
-def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None, **keywords: Any) -> SimulationResult:
+def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None,
+             progress: Any = None, **keywords: Any) -> SimulationResult:
     """Run one scenario. ``keywords`` are load_scenario's (topology, workload, schedule, overrides,
-    iterations, seed). ``costs`` replaces the cost models (tests: rl.costs.FakeCosts)."""
+    iterations, seed). ``costs`` replaces the cost models (tests: rl.costs.FakeCosts). A run past
+    limits.max_work is refused before it starts. ``progress``: an object with ``estimate(WorkEstimate)``
+    (called once, before the run) and ``__call__(done, total)`` (each iteration), e.g. a terminal bar."""
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     w = sc.workload
     plan = None
@@ -79,6 +82,9 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
         from .autoplan import PlannerReplanner, auto_layouts
         from .rl.llm_costs import LlmCosts
         topology = load_topology(sc.topology, max_devices=sc.limits.max_devices)
+        estimate = check_work(sc, topology.num_devices)
+        if progress is not None:
+            progress.estimate(estimate)
         plan = auto_layouts(sc, topology)          # layout: auto -> the planner, cost in simulated time
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts)
         n_devices = topology.num_devices
@@ -92,7 +98,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
     resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp),
-                       start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner)
+                       start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress)
     timeline = rec.timeline.to_frame()
     samples = rec.samples.to_frame()
     summary = metrics.summary(rec, timeline, samples)

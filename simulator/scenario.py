@@ -9,7 +9,9 @@ Every modelling constant of the rl layer is a field of one of the models below, 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -493,6 +495,57 @@ class Limits(_Strict):
     # Kimi k1.5 style budgets cut a 16k-32k response into a handful; 256 segments of an 8k response
     # (length_budget 32) take ~30 s per async step here, a budget of 1 token would take hours.
     max_segments_per_sample: int = Field(256, ge=1)
+    # Work of the whole run, in units of one sample segment or one device per iteration (work_estimate):
+    # 5e7 units is ~1.4 h at WORK_S_PER_UNIT and holds a full 5,000-step DAPO run of 8,192 samples a step.
+    max_work: int = Field(50_000_000, ge=1)
+
+
+# Wall seconds per work unit on this project's 2-core VM: grpo-qwen2.5-7b, 1 iteration of 8,192 samples
+# on 64-16,384 devices took 4.6-25.8 s (~1e-3 s per device, ~3e-4 s per sample of that preset's lengths;
+# a 65,536-sample step of short samples took 4.3 s, ~7e-5 s per sample). A rough rate for the estimate only.
+WORK_S_PER_UNIT = 1e-4
+DEVICE_UNITS = 10      # a device costs about ten sample segments per iteration (the figures above)
+
+
+@dataclass(frozen=True)
+class WorkEstimate:
+    units: int
+    iterations: int
+    samples: int          # sample segments per iteration
+    devices: int
+
+    @property
+    def seconds(self) -> float:
+        return self.units * WORK_S_PER_UNIT
+
+    def describe(self) -> str:
+        return (f"about {self.units:,} work units ({self.iterations:,} iterations x ({self.samples:,} sample "
+                f"segments + {DEVICE_UNITS} x {self.devices:,} devices)), roughly {self.seconds:,.0f} s here")
+
+
+def work_estimate(scenario: Scenario, n_devices: int) -> WorkEstimate:
+    """The run's work before it starts: iterations x (sample segments per step + DEVICE_UNITS x devices)."""
+    w, sched = scenario.workload, scenario.schedule
+    samples = w.batch_samples * (1 + sched.overprovision)
+    if w.dynamic_sampling is not None:
+        samples = samples / w.dynamic_sampling.keep_fraction
+    longest = w.response_length.get("max")
+    if sched.partial_rollout and sched.length_budget and isinstance(longest, (int, float)):
+        samples *= math.ceil(longest / sched.length_budget)
+    per_step = math.ceil(samples)
+    return WorkEstimate(scenario.iterations * (per_step + DEVICE_UNITS * n_devices), scenario.iterations,
+                        per_step, n_devices)
+
+
+def check_work(scenario: Scenario, n_devices: int) -> WorkEstimate:
+    """The estimate, or an RlsimError when it is past limits.max_work (before any simulation)."""
+    estimate = work_estimate(scenario, n_devices)
+    if estimate.units > scenario.limits.max_work:
+        raise RlsimError(f"the run is {estimate.describe()}: past limits.max_work={scenario.limits.max_work:,}",
+                         source=scenario.source, field="iterations",
+                         fix="fewer iterations, a smaller batch or fewer devices, or "
+                             + LIMITS_FIX.format(name="max_work"))
+    return estimate
 
 
 def load_limits(mapping: Mapping[str, Any], source: str) -> Limits:

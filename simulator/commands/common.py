@@ -137,3 +137,42 @@ def framework_import(args: argparse.Namespace) -> Any:
 def print_framework_listing(imported: Any) -> None:
     """Every key that did not map, with its reason, on stderr (stdout stays the command's output)."""
     sys.stderr.write("\n".join(f"rlsim: {line}" for line in imported.listing()) + "\n")
+
+
+# A run estimated to take longer than this is announced on stderr before it starts (terminal or not).
+ANNOUNCE_ESTIMATE_S = 30.0
+
+
+class Progress:
+    """Progress of one long command on stderr: an estimate before a long run (``estimate``), and a tqdm
+    bar with ETA (``__call__(done, total)``) only when stderr is a terminal, so stdout stays clean for
+    --json and logs get no bar. ``unit``: what is counted (iteration, case, candidate)."""
+
+    def __init__(self, unit: str = "iteration", enabled: bool | None = None) -> None:
+        self.unit = unit
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar: Any = None
+
+    def estimate(self, estimate: Any) -> None:
+        if estimate.seconds >= ANNOUNCE_ESTIMATE_S:
+            sys.stderr.write(f"rlsim: this run is {estimate.describe()}\n")
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr, dynamic_ncols=True, leave=False)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

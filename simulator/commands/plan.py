@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     code = plan_replicated(args, lambda scn: plan_rows(args, scn)[0])   # --seeds N (issue 13)
     if code is not None:
         return code
-    rows, model, topology, plan = plan_rows(args)
+    with common.Progress("layout") as progress:
+        rows, model, topology, plan = plan_rows(args, progress=progress)
     if args.json:
         common.print_json(rows)
         return 0
@@ -92,8 +93,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str, Any]], Any, Any, Any]:
-    """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given."""
+class _Counted:
+    """An evaluator that reports each layout it costs to ``progress(done, total)`` (a terminal bar)."""
+
+    def __init__(self, evaluator: Any, progress: Any) -> None:
+        self.evaluator, self.progress, self.done = evaluator, progress, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.done += 1
+        self.progress(self.done, None)
+        return self.evaluator(*args, **kwargs)
+
+
+def _counted(evaluator: Any, progress: Any) -> Any:
+    return evaluator if progress is None else _Counted(evaluator, progress)
+
+
+def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
+              ) -> tuple[list[dict[str, Any]], Any, Any, Any]:
+    """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given;
+    ``progress(done, None)`` hears of each layout evaluated."""
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
@@ -107,6 +126,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str,
     w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w)
+        evaluator = _counted(evaluator, progress)
         kwargs = {"space": plan_space(settings.space, w.train_software, section(args.overrides, "planner")),
                   "params": settings.params, "evaluator": evaluator}
         if args.target_tokens_per_s:
@@ -117,7 +137,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str,
     else:
         plan = plan_rollout(model, topology, space=settings.rollout, params=settings.params, top=args.top,
                             target_tokens_per_s=args.target_tokens_per_s,
-                            evaluator=RolloutEvaluator(model, topology, settings.rollout, params=w.inference))
+                            evaluator=_counted(RolloutEvaluator(model, topology, settings.rollout, params=w.inference),
+                                               progress))
     return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
 
 

@@ -63,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     code = run_replicated(args, kw)   # --seeds N / replicas: / distribution values (issue 13)
     if code is not None:
         return code
-    result = simulate(args.scenario, **kw)
+    from .common import Progress
+    with Progress("iteration") as progress:
+        result = simulate(args.scenario, progress=progress, **kw)
     if imported is not None:
         result.summary["framework_import"] = imported.report()
     if args.out:
