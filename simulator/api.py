@@ -112,6 +112,12 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
             summary["layouts"] = costs.effective_layouts(train_pool.count)
     if plan is not None and plan.detail:
         summary["auto_layout"] = plan.detail
+    idle = n_devices - sum(pool.count for pool in rec.pools.values())
+    if idle > 0:   # issue 14: said, not only shown as the placement bubble
+        summary["warnings"] = [
+            f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
+            f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
+            "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec)
 
 

@@ -111,8 +111,9 @@ class WorkloadConfig(_Strict):
     @classmethod
     def _apply_software(cls, data: Any) -> Any:
         """The named stack under the user's train_params and train_layout keys."""
-        if not isinstance(data, Mapping) or data.get("train_software", DEFAULT_TRAIN_SOFTWARE) not in TRAIN_SOFTWARE:
-            return data
+        software = data.get("train_software", DEFAULT_TRAIN_SOFTWARE) if isinstance(data, Mapping) else None
+        if not isinstance(software, str) or software not in TRAIN_SOFTWARE:
+            return data   # the field's own validation names a non-string or unknown stack
         stack = TRAIN_SOFTWARE[data.get("train_software", DEFAULT_TRAIN_SOFTWARE)]
         data = dict(data)
         user = data.get("train_params")

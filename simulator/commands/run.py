@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = "simulate one RL post-training scenario (timeline, bubbles, throughput)"
 EXAMPLES = """examples:
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         # --- report hook (issue 5): plots (PNG + SVG) and report.html beside the data files ---
         from ..report.html import write_report
         write_report(result, args.out)
+    for warning in result.summary.get("warnings", []):
+        print(f"rlsim: warning: {warning}", file=sys.stderr)
     if args.json:
         print_json(result.summary)
     else:
@@ -82,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
 
 def print_scenario(imported: object, args: argparse.Namespace) -> int:
     """--print-scenario: validate the imported scenario (with --set, --iterations, --seed) and print it."""
-    import sys
 
     from ..scenario import load_scenario
     load_scenario(imported.scenario, **scenario_keywords(args, imported))
