@@ -538,8 +538,24 @@ def work_estimate(scenario: Scenario, n_devices: int) -> WorkEstimate:
                         per_step, n_devices)
 
 
+def check_segments(scenario: Scenario) -> None:
+    """Partial rollout: the longest response cut into more than limits.max_segments_per_sample is refused."""
+    sched = scenario.schedule
+    longest = scenario.workload.response_length.get("max")
+    if not (sched.partial_rollout and sched.length_budget and isinstance(longest, (int, float))):
+        return
+    segments, limit = math.ceil(longest / sched.length_budget), scenario.limits.max_segments_per_sample
+    if segments > limit:
+        raise RlsimError(f"length_budget {sched.length_budget} cuts the longest response ({longest:g} tokens) into "
+                         f"{segments:,} segments, past limits.max_segments_per_sample={limit}",
+                         source=scenario.source, field="schedule.length_budget",
+                         fix=f"give length_budget >= {math.ceil(longest / limit)}, or "
+                             + LIMITS_FIX.format(name="max_segments_per_sample"))
+
+
 def check_work(scenario: Scenario, n_devices: int) -> WorkEstimate:
     """The estimate, or an RlsimError when it is past limits.max_work (before any simulation)."""
+    check_segments(scenario)
     estimate = work_estimate(scenario, n_devices)
     if estimate.units > scenario.limits.max_work:
         raise RlsimError(f"the run is {estimate.describe()}: past limits.max_work={scenario.limits.max_work:,}",

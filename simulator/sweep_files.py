@@ -218,13 +218,12 @@ def _cell(name: str, text: str, text_columns: Sequence[str]) -> Any:
         return None
     if text in ("True", "False"):
         return text == "True"
-    try:
-        if _INT.fullmatch(text):
-            return int(text)
-        if _FLOAT.fullmatch(text):
-            return float(text)
-    except ValueError:   # an integer of more than sys.get_int_max_str_digits() digits: kept as written
-        return text
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        value = float(text)
+        # digits past a float's range are kept as written, not read as infinity
+        return text if value in (float("inf"), float("-inf")) and "inf" not in text.lower() else value
     return text
 
 

@@ -19,12 +19,11 @@ re-plan).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from ...des import Simulation
 from ...errors import RlsimError
-from ...scenario import LIMITS_FIX, Scenario
+from ...scenario import Scenario, check_segments
 from ..costs import Costs
 from ..pools import build_pools
 from . import (  # noqa: F401  (register the built-in kinds)
@@ -57,15 +56,7 @@ def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
     if not sched.length_budget:
         raise RlsimError("partial_rollout needs a per-segment length budget", source=scenario.source,
                          field="schedule.length_budget", fix="set schedule.length_budget, e.g. 4096")
-    longest = scenario.workload.response_length.get("max")
-    limit = scenario.limits.max_segments_per_sample
-    if isinstance(longest, (int, float)) and math.ceil(longest / sched.length_budget) > limit:
-        segments = math.ceil(longest / sched.length_budget)
-        raise RlsimError(f"length_budget {sched.length_budget} cuts the longest response ({longest:g} tokens) into "
-                         f"{segments:,} segments, past limits.max_segments_per_sample={limit}",
-                         source=scenario.source, field="schedule.length_budget",
-                         fix=f"give length_budget >= {math.ceil(longest / limit)}, or "
-                             + LIMITS_FIX.format(name="max_segments_per_sample"))
+    check_segments(scenario)
 
 
 def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sampler: Sampler,
