@@ -499,6 +499,9 @@ class Limits(_Strict):
     # Work of the whole run, in units of one sample segment or one device per iteration (work_estimate):
     # 5e7 units is ~1.4 h at WORK_S_PER_UNIT and holds a full 5,000-step DAPO run of 8,192 samples a step.
     max_work: int = Field(50_000_000, ge=1)
+    # `rlsim plan`: sequences of one training step (--global-batch); the planner's cost grows with it
+    # (a million sequences ran past 2 min here). DAPO's step is 8,192 (512 x 16); 65,536 is 8x that.
+    max_global_batch: int = Field(65_536, ge=1)
 
 
 # Wall seconds per work unit on this project's 2-core VM: grpo-qwen2.5-7b, 1 iteration of 8,192 samples

@@ -114,3 +114,12 @@ def test_yaml_safe_dump_of_a_loaded_file_is_bounded(tmp_path):
     """What the loader accepts can be written back (the snapshot) without blowing up."""
     data = load_yaml_text("a: &a [1, 2, 3]\nb: [*a, *a, *a]\n", source="x")
     assert len(yaml.safe_dump(data)) < 200
+
+
+def test_plan_refuses_a_global_batch_past_the_limit(capsys):
+    code, err = _err(capsys, "plan", "--model", "llama3.1-8b", "--topology", "dgx-h100",
+                     "--global-batch", "1000000000000", "--seq-len", "4096")
+    assert code == 2 and "limits.max_global_batch" in err
+    code, err = _err(capsys, "plan", "--model", "llama3.1-8b", "--topology", "dgx-h100",
+                     "--global-batch", "64", "--seq-len", "10000000000")
+    assert code == 2 and "--seq-len" in err

@@ -42,7 +42,8 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario
     (`scn`: a replica's scenario, issue 13; else loaded from the arguments)."""
     from ..autoplan import train_batch
-    from ..scenario import load_scenario
+    from ..llm.lengths import MAX_TOKENS
+    from ..scenario import LIMITS_FIX, load_scenario
 
     rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
     # The scenario (given, else the default one) is always loaded: every --set key is checked there
@@ -72,6 +73,12 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     for name, value in (("--global-batch", batch), ("--seq-len", seq)):
         if value is not None and value < 1:
             raise RlsimError(f"{name} must be positive, got {value}", field=name)
+    if batch is not None and batch > scn.limits.max_global_batch:
+        raise RlsimError(f"{batch:,} sequences is past limits.max_global_batch={scn.limits.max_global_batch:,}",
+                         field="--global-batch", fix=LIMITS_FIX.format(name="max_global_batch"))
+    if seq is not None and seq > MAX_TOKENS:
+        raise RlsimError(f"{seq:,} tokens is not a sequence length", field="--seq-len",
+                         fix=f"give at most {MAX_TOKENS:.0e} tokens")
     return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
             "max_devices": scn.limits.max_devices}
 

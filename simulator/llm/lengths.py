@@ -69,9 +69,9 @@ class LengthDistribution:
             raise RlsimError(f"min must be >= 1, got {self.min}", source=src, field=self._field("min"))
         for name in ("median", "max", "min"):
             value = getattr(self, name)
-            if value is not None and value > _MAX_LENGTH:
+            if value is not None and value > MAX_TOKENS:
                 raise RlsimError(f"{name} {value:.3g} is not a token count", source=src, field=self._field(name),
-                                 fix=f"give at most {_MAX_LENGTH:.0e} tokens")
+                                 fix=f"give at most {MAX_TOKENS:.0e} tokens")
         if self.max is not None and self.max < self.min:
             raise RlsimError(f"max ({self.max}) is below min ({self.min})", source=src, field=self._field("max"))
         if not 0.0 <= self.group_correlation < 1.0:
@@ -195,9 +195,9 @@ def read_lengths(path: str | Path, column: str | None = None) -> list[int]:
         raw = [r[col] if col < len(r) else "" for r in rows[1 if has_header else 0:] if r and any(c.strip() for c in r)]
     out = []
     for i, value in enumerate(raw):
-        if isinstance(value, bool) or not _is_number(value) or not 1 <= float(value) < _MAX_LENGTH:
+        if isinstance(value, bool) or not _is_number(value) or not 1 <= float(value) < MAX_TOKENS:
             raise RlsimError(f"entry {i} is not a positive length: {value!r}", source=src,
-                             fix=f"give whole token counts from 1 to {_MAX_LENGTH:.0e}")
+                             fix=f"give whole token counts from 1 to {MAX_TOKENS:.0e}")
         out.append(int(round(float(value))))
     if not out:
         raise RlsimError("no lengths in file", source=src)
@@ -212,8 +212,8 @@ def _is_number(value: Any) -> bool:
     return True
 
 
-# An empirical length past this is not a token count (the longest context windows are ~1e7 tokens).
-_MAX_LENGTH = 1e9
+# A length past this is not a token count (the longest context windows are ~1e7 tokens).
+MAX_TOKENS = 1e9
 
 
 def _read_json(text: str, src: str) -> Any:
