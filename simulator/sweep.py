@@ -61,6 +61,9 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
     for item in items:
         key, raw = _split_grid_item(item)
         values = [_yaml_scalar(v, key) for v in _split_values(raw)]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise RlsimError(f"--grid {item!r} has a value that is not a finite number", field=key,
+                             fix="give finite numbers (.inf / .nan are no setting of a scenario key)")
         if not values or any(v == "" for v in values):
             raise RlsimError(f"--grid {item!r} has an empty value", field=key,
                              fix="write KEY=V1,V2,... with no empty entries")

@@ -82,7 +82,19 @@ def _check_writable(path: Path, text: str, what: str) -> None:
 
 
 def print_json(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, allow_nan=False, default=_jsonable) + "\n")
+    """One JSON document on stdout; a non-finite float (no JSON number) is written as null."""
+    sys.stdout.write(json.dumps(_finite(document), indent=2, sort_keys=False, allow_nan=False,
+                                default=_jsonable) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _jsonable(value: Any) -> Any:
