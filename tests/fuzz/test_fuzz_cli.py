@@ -43,7 +43,7 @@ def _fresh(workdir, suffix: str):
 set_pairs = st.lists(st.tuples(keys_strategy(), scalars), min_size=1, max_size=3)
 
 
-@fuzz_settings(40)
+@fuzz_settings(30)
 @given(pairs=set_pairs, kind=st.sampled_from(SCHEDULE_KINDS))
 def test_random_set_overrides_on_run(workdir, pairs, kind):
     argv = ["run", str(workdir / "tiny.yaml"), "--schedule", kind, "--json"]
@@ -52,7 +52,7 @@ def test_random_set_overrides_on_run(workdir, pairs, kind):
     check(argv)
 
 
-@fuzz_settings(15)
+@fuzz_settings(10)
 @given(limit=st.sampled_from(["max_iterations", "max_devices", "max_work", "max_segments_per_sample"]),
        value=scalars)
 def test_random_limits_are_validated(workdir, limit, value):
@@ -61,7 +61,7 @@ def test_random_limits_are_validated(workdir, limit, value):
     check(["run", str(workdir / "tiny.yaml"), "--json", "--set", f"limits.{limit}={yaml_text(value)}"])
 
 
-@fuzz_settings(30)
+@fuzz_settings(25)
 @given(tree=yaml_trees, role=st.sampled_from(["scenario", "merged", "workload", "topology"]))
 def test_random_yaml_trees_as_files(workdir, tree, role):
     path = _fresh(workdir, ".yaml")
@@ -75,7 +75,7 @@ def test_random_yaml_trees_as_files(workdir, tree, role):
     check(argv)
 
 
-@fuzz_settings(30)
+@fuzz_settings(20)
 @given(data=st.one_of(st.binary(max_size=200), st.sampled_from([b"\xff\xfe", b"a: &a [*a]\n", b"\x00",
                                                                  b"[" * 2000, b"- 1\n- NaN\n", b"{\"x\": 1e999}",
                                                                  b"length\n1\n\n-3\n", b"1,2\n3\n"])),
@@ -107,7 +107,7 @@ def test_random_bytes_as_every_input_file(workdir, data, use):
     check(argv + ["--json"] if "--json" not in argv else argv)
 
 
-@fuzz_settings(12)
+@fuzz_settings(8)
 @given(key=keys_strategy(), values=st.lists(scalars, min_size=1, max_size=3),
        extra=st.sampled_from([[], ["--price", "nan"], ["--price", "2.5"], ["--target-tokens-per-s", "1e9"],
                               ["--target-step-time-s", "inf"], ["--max-points", "1"], ["--format", "parquet"]]))
@@ -168,7 +168,7 @@ def command_lines(draw):
     return argv
 
 
-@fuzz_settings(40)
+@fuzz_settings(30)
 @given(argv=command_lines())
 def test_every_command_with_random_flags(workdir, argv):
     if argv[0] in SCENARIO_COMMANDS:
