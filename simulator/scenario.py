@@ -502,6 +502,9 @@ class Limits(_Strict):
     # `rlsim plan`: sequences of one training step (--global-batch); the planner's cost grows with it
     # (a million sequences ran past 2 min here). DAPO's step is 8,192 (512 x 16); 65,536 is 8x that.
     max_global_batch: int = Field(65_536, ge=1)
+    # Simulations one command runs: replicas (--seeds N, replicas:) and sensitivity designs
+    # (samples x (keys + 2) x seeds). 1,000 runs of a 1 s scenario are ~17 min on one core.
+    max_runs: int = Field(1_000, ge=1)
 
 
 # Wall seconds per work unit on this project's 2-core VM: grpo-qwen2.5-7b, 1 iteration of 8,192 samples

@@ -123,3 +123,11 @@ def test_plan_refuses_a_global_batch_past_the_limit(capsys):
     code, err = _err(capsys, "plan", "--model", "llama3.1-8b", "--topology", "dgx-h100",
                      "--global-batch", "64", "--seq-len", "10000000000")
     assert code == 2 and "--seq-len" in err
+
+
+@pytest.mark.parametrize("argv, field", [(["run", "--seeds", "1000000"], "--seeds"),
+                                         (["run", "--set", "replicas=1000000"], "replicas"),
+                                         (["sensitivity", "--samples", "1000000"], "--samples")])
+def test_a_million_simulations_are_refused_before_any_runs(capsys, argv, field):
+    code, err = _err(capsys, *argv)
+    assert code == 2 and f"field '{field}'" in err and "limits.max_runs" in err
