@@ -353,11 +353,26 @@ class ResultsStore:
     def _write_parquet(self, frame: pd.DataFrame) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            frame.to_parquet(tmp, index=False)
+            _parquet_safe(frame).to_parquet(tmp, index=False)
         except ImportError:
             raise RlsimError("writing Parquet needs pyarrow", source=str(self.path),
                              fix="pip install pyarrow, or use --format csv") from None
         _fsync_replace(tmp, self.path)
+
+
+def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """Object columns that mix value types (a grid of `0,true`) or hold lists / mappings become their
+    JSON text, as the CSV file writes them: a Parquet column has one type."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype != object:
+            continue
+        values = [v for v in out[column] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        kinds = {type(v) for v in values}
+        if len(kinds) > 1 or kinds & {list, dict, tuple}:
+            out[column] = [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
+                           for v in out[column]]
+    return out
 
 
 def _canonical_columns(columns: Iterable[str]) -> list[str]:

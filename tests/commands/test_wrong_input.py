@@ -90,3 +90,15 @@ def test_the_bar_draws_only_on_a_terminal_and_long_runs_are_announced(monkeypatc
     simulate(None, workload="grpo-qwen2.5-7b", topology="dgx-h100", iterations=1, progress=progress)
     common.Progress().estimate(progress.estimates[0])
     assert "rlsim: this run is about" in err.getvalue() and "work units" in err.getvalue()
+
+
+def test_a_parquet_sweep_of_mixed_grid_values_is_written_and_resumed(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\niterations: 1\n")
+    argv = ["sweep", str(tiny), "--grid", "iterations=0,true", "--jobs", "1", "--out", str(tmp_path / "o"),
+            "--format", "parquet", "--json"]
+    for _ in range(2):   # the second run reads the file back
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 0 and "Traceback" not in err and "every point of the sweep failed" in err
