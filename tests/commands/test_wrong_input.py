@@ -101,4 +101,4 @@ def test_a_parquet_sweep_of_mixed_grid_values_is_written_and_resumed(tmp_path, c
     for _ in range(2):   # the second run reads the file back
         code = main(argv)
         err = capsys.readouterr().err
-        assert code == 0 and "Traceback" not in err and "every point of the sweep failed" in err
+        assert code == 2 and "Traceback" not in err and "every point of the sweep failed" in err
