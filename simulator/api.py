@@ -27,6 +27,7 @@ from .rl.timeline import expand_devices
 from .scenario import (
     SCHEDULE_CLASSES,
     Scenario,
+    check_work,
     compared_schedules,
     load_scenario,
     scenario_data,
@@ -77,9 +78,12 @@ def _sampler(dist: LengthDistribution):
     return sample
 
 
-def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None, **keywords: Any) -> SimulationResult:
+def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None,
+             progress: Any = None, **keywords: Any) -> SimulationResult:
     """Run one scenario. ``keywords`` are load_scenario's (topology, workload, schedule, overrides,
-    iterations, seed). ``costs`` replaces the cost models (tests: rl.costs.FakeCosts)."""
+    iterations, seed). ``costs`` replaces the cost models (tests: rl.costs.FakeCosts). A run past
+    limits.max_work is refused before it starts. ``progress``: an object with ``estimate(WorkEstimate)``
+    (called once, before the run) and ``__call__(done, total)`` (each iteration), e.g. a terminal bar."""
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     w = sc.workload
     plan = None
@@ -87,7 +91,10 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     if costs is None:
         from .autoplan import PlannerReplanner, auto_layouts
         from .rl.llm_costs import LlmCosts
-        topology = load_topology(sc.topology)
+        topology = load_topology(sc.topology, max_devices=sc.limits.max_devices)
+        estimate = check_work(sc, topology.num_devices)
+        if progress is not None:
+            progress.estimate(estimate)
         plan = auto_layouts(sc, topology)          # layout: auto -> the planner, cost in simulated time
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts)
         n_devices = topology.num_devices
@@ -101,7 +108,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
     resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp),
-                       start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner)
+                       start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress)
     timeline = rec.timeline.to_frame()
     samples = rec.samples.to_frame()
     summary = metrics.summary(rec, timeline, samples)
@@ -117,6 +124,12 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
         summary["auto_layout"] = plan.detail
     # the chain of intervals that set each step's length (rl/critical_path.py), from the record
     summary["critical_path"] = critical_path.summarize(critical_path.critical_paths(rec, timeline), rec.samples.flat())
+    idle = n_devices - sum(pool.count for pool in rec.pools.values())
+    if idle > 0:   # issue 14: said, not only shown as the placement bubble
+        summary["warnings"] = [
+            f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
+            f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
+            "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec)
 
 

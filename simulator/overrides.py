@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from .errors import RlsimError
+from .presets import check_expansion
 
 
 def parse_assignment(item: str) -> tuple[str, Any]:
@@ -23,6 +24,7 @@ def parse_assignment(item: str) -> tuple[str, Any]:
     except (RecursionError, ValueError):   # nesting too deep; an integer of more than 4,300 digits
         raise RlsimError(f"cannot read the value of --set {key}", field=key,
                          fix="give a number of a sensible size or a plain value") from None
+    check_expansion(value, "--set", key)
     return key, value
 
 

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from .errors import RlsimError, validation_error
+from .strict_model import StrictModel
 
 # Share of the data-parallel gradient sync hidden under the backward pass: the one default of the
 # training cost model (CommParams) and the heterogeneous step model (planner/hetero.py). 0: the
@@ -26,7 +27,7 @@ from .errors import RlsimError, validation_error
 DP_OVERLAP_FRACTION = 0.0
 
 
-class ComputeParams(BaseModel):
+class ComputeParams(StrictModel):
     """Compute constants; reachable from YAML as `train_params.compute.<field>`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -81,7 +82,7 @@ class ComputeParams(BaseModel):
     activation_bytes: float = 2.0
 
 
-class MemoryParams(BaseModel):
+class MemoryParams(StrictModel):
     """Memory constants; reachable from YAML as `train_params.memory.<field>`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,7 +105,7 @@ class MemoryParams(BaseModel):
     hbm_usable_fraction: float = 0.92
 
 
-class CommParams(BaseModel):
+class CommParams(StrictModel):
     """Communication constants of training; reachable from YAML as `train_params.comm.<field>`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -152,7 +153,7 @@ class CommParams(BaseModel):
     optimizer_traffic_bytes_per_param: float = 30.0
 
 
-class OffloadParams(BaseModel):
+class OffloadParams(StrictModel):
     """Per-phase offload of the training state to host memory (`train_params.offload.<field>`):
     verl `actor.fsdp_config.param_offload / optimizer_offload`, NeMo RL `optimizer_cpu_offload`.
     A training step reloads what is offloaded before it and offloads it after (each byte twice
@@ -174,7 +175,7 @@ class OffloadParams(BaseModel):
         return self.params or self.grads or self.optimizer
 
 
-class TrainParams(BaseModel):
+class TrainParams(StrictModel):
     """All constants of the training cost model; `train_params:` in a workload or scenario."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -195,7 +196,7 @@ class TrainParams(BaseModel):
                                    fix="see docs/cost-models-training.md for the fields and their types") from None
 
 
-class InferenceParams(BaseModel):
+class InferenceParams(StrictModel):
     """Modelling constants of the rollout engine (`workload.inference.<field>`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

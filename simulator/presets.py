@@ -56,7 +56,7 @@ def load_yaml_text(text: str, *, source: str, field: str | None = None) -> Any:
     """YAML text to data; syntax errors, nesting too deep to read and numbers Python refuses
     (integers of more than 4,300 digits) are RlsimErrors naming the source."""
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise RlsimError(f"not valid YAML: {_yaml_problem(exc)}", source=source, field=field,
                          fix="correct the YAML syntax at that line") from None
@@ -66,6 +66,47 @@ def load_yaml_text(text: str, *, source: str, field: str | None = None) -> Any:
     except ValueError as exc:   # int() of a number with more than sys.get_int_max_str_digits() digits
         raise RlsimError(f"a value cannot be read: {exc}", source=source, field=field,
                          fix="give numbers of a sensible size") from None
+    check_expansion(data, source, field)
+    return data
+
+
+# YAML aliases (*name) share one object; copying, validating or writing the data expands every use.
+# A 467-byte "billion laughs" file expands to billions of nodes (2 GB written in 25 s, issue 14).
+# Scenarios, presets and framework configs are a few hundred to a few thousand nodes.
+MAX_EXPANDED_NODES = 1_000_000
+
+
+def check_expansion(data: Any, source: str, field: str | None) -> None:
+    """Refuse data whose aliases expand past MAX_EXPANDED_NODES, and an alias inside itself (a
+    recursive structure: every later copy or comparison recurses without end)."""
+    sizes: dict[int, int] = {}
+    open_ids: set[int] = set()
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_ids:
+            raise RlsimError("a YAML alias refers to a structure that contains it", source=source, field=field,
+                             fix="write the values out instead of the recursive alias")
+        open_ids.add(key)
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        total = 1 + sum(size(child) for child in children)
+        open_ids.discard(key)
+        sizes[key] = total
+        return total
+
+    try:
+        total = size(data)
+    except RecursionError:
+        raise RlsimError("YAML nested too deep to read", source=source, field=field,
+                         fix="flatten the structure (a scenario needs a few levels)") from None
+    if total > MAX_EXPANDED_NODES:
+        raise RlsimError(f"the YAML expands to {total:,} values (aliases repeat their anchors), past "
+                         f"{MAX_EXPANDED_NODES:,}", source=source, field=field,
+                         fix="write the values out instead of nesting aliases; a scenario is a few hundred values")
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

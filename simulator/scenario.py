@@ -9,12 +9,13 @@ Every modelling constant of the rl layer is a field of one of the models below, 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -27,6 +28,7 @@ from . import presets
 from .errors import RlsimError, validation_error
 from .overrides import apply_overrides, parse_assignment
 from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
+from .strict_model import StrictModel
 from .units import parse_bandwidth, parse_seconds
 
 # The built-in kinds; SCHEDULE_CLASSES (below) also holds kinds added by register_schedule_config.
@@ -42,7 +44,7 @@ DEFAULT_SCENARIO: dict[str, Any] = {
 }
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -109,8 +111,9 @@ class WorkloadConfig(_Strict):
     @classmethod
     def _apply_software(cls, data: Any) -> Any:
         """The named stack under the user's train_params and train_layout keys."""
-        if not isinstance(data, Mapping) or data.get("train_software", DEFAULT_TRAIN_SOFTWARE) not in TRAIN_SOFTWARE:
-            return data
+        software = data.get("train_software", DEFAULT_TRAIN_SOFTWARE) if isinstance(data, Mapping) else None
+        if not isinstance(software, str) or software not in TRAIN_SOFTWARE:
+            return data   # the field's own validation names a non-string or unknown stack
         stack = TRAIN_SOFTWARE[data.get("train_software", DEFAULT_TRAIN_SOFTWARE)]
         data = dict(data)
         user = data.get("train_params")
@@ -478,6 +481,107 @@ def _schedule_spec() -> Any:
 ScheduleSpec = _schedule_spec()
 
 
+class Limits(_Strict):
+    """Bounds on the work one run may take (issue 14: a run past one is refused before any work,
+    naming the bound and how to raise it, e.g. ``--set limits.max_iterations=50000``). Policy
+    values, not measurements: each sits well above the presets and published setups and below what
+    runs for hours on a laptop (docs/scenario-reference.md "limits")."""
+    # RL steps per run: published runs train hundreds to a few thousand steps (DAPO, arXiv 2503.14476:
+    # ~5,000); a simulated step costs ~0.05-1 s here, so 10,000 steps stay within hours.
+    max_iterations: int = Field(10_000, ge=1)
+    # Devices in the topology: the largest published training clusters are ~100k GPUs (Llama 3,
+    # arXiv 2407.21783: 16k H100 per job); a grpo-qwen2.5-7b step on 16,384 devices takes ~25 s here.
+    max_devices: int = Field(131_072, ge=1)
+    # Segments a partial rollout cuts the longest response into (ceil(response max / length_budget)):
+    # Kimi k1.5 style budgets cut a 16k-32k response into a handful; 256 segments of an 8k response
+    # (length_budget 32) take ~30 s per async step here, a budget of 1 token would take hours.
+    max_segments_per_sample: int = Field(256, ge=1)
+    # Work of the whole run, in units of one sample segment or one device per iteration (work_estimate):
+    # 5e7 units is ~1.4 h at WORK_S_PER_UNIT and holds a full 5,000-step DAPO run of 8,192 samples a step.
+    max_work: int = Field(50_000_000, ge=1)
+    # `rlsim plan`: sequences of one training step (--global-batch); the planner's cost grows with it
+    # (a million sequences ran past 2 min here). DAPO's step is 8,192 (512 x 16); 65,536 is 8x that.
+    max_global_batch: int = Field(65_536, ge=1)
+    # Simulations one command runs: replicas (--seeds N, replicas:) and sensitivity designs
+    # (samples x (keys + 2) x seeds). 1,000 runs of a 1 s scenario are ~17 min on one core.
+    max_runs: int = Field(1_000, ge=1)
+
+
+# Wall seconds per work unit on this project's 2-core VM: grpo-qwen2.5-7b, 1 iteration of 8,192 samples
+# on 64-16,384 devices took 4.6-25.8 s (~1e-3 s per device, ~3e-4 s per sample of that preset's lengths;
+# a 65,536-sample step of short samples took 4.3 s, ~7e-5 s per sample). A rough rate for the estimate only.
+WORK_S_PER_UNIT = 1e-4
+DEVICE_UNITS = 10      # a device costs about ten sample segments per iteration (the figures above)
+
+
+@dataclass(frozen=True)
+class WorkEstimate:
+    units: int
+    iterations: int
+    samples: int          # sample segments per iteration
+    devices: int
+
+    @property
+    def seconds(self) -> float:
+        return self.units * WORK_S_PER_UNIT
+
+    def describe(self) -> str:
+        return (f"about {self.units:,} work units ({self.iterations:,} iterations x ({self.samples:,} sample "
+                f"segments + {DEVICE_UNITS} x {self.devices:,} devices)), roughly {self.seconds:,.0f} s here")
+
+
+def work_estimate(scenario: Scenario, n_devices: int) -> WorkEstimate:
+    """The run's work before it starts: iterations x (sample segments per step + DEVICE_UNITS x devices)."""
+    w, sched = scenario.workload, scenario.schedule
+    samples = w.batch_samples * (1 + sched.overprovision)
+    if w.dynamic_sampling is not None:
+        samples = samples / w.dynamic_sampling.keep_fraction
+    longest = w.response_length.get("max")
+    if sched.partial_rollout and sched.length_budget and isinstance(longest, (int, float)):
+        samples *= math.ceil(longest / sched.length_budget)
+    per_step = math.ceil(samples)
+    return WorkEstimate(scenario.iterations * (per_step + DEVICE_UNITS * n_devices), scenario.iterations,
+                        per_step, n_devices)
+
+
+def check_segments(scenario: Scenario) -> None:
+    """Partial rollout: the longest response cut into more than limits.max_segments_per_sample is refused."""
+    sched = scenario.schedule
+    longest = scenario.workload.response_length.get("max")
+    if not (sched.partial_rollout and sched.length_budget and isinstance(longest, (int, float))):
+        return
+    segments, limit = math.ceil(longest / sched.length_budget), scenario.limits.max_segments_per_sample
+    if segments > limit:
+        raise RlsimError(f"length_budget {sched.length_budget} cuts the longest response ({longest:g} tokens) into "
+                         f"{segments:,} segments, past limits.max_segments_per_sample={limit}",
+                         source=scenario.source, field="schedule.length_budget",
+                         fix=f"give length_budget >= {math.ceil(longest / limit)}, or "
+                             + LIMITS_FIX.format(name="max_segments_per_sample"))
+
+
+def check_work(scenario: Scenario, n_devices: int) -> WorkEstimate:
+    """The estimate, or an RlsimError when it is past limits.max_work (before any simulation)."""
+    check_segments(scenario)
+    estimate = work_estimate(scenario, n_devices)
+    if estimate.units > scenario.limits.max_work:
+        raise RlsimError(f"the run is {estimate.describe()}: past limits.max_work={scenario.limits.max_work:,}",
+                         source=scenario.source, field="iterations",
+                         fix="fewer iterations, a smaller batch or fewer devices, or "
+                             + LIMITS_FIX.format(name="max_work"))
+    return estimate
+
+
+def load_limits(mapping: Mapping[str, Any], source: str) -> Limits:
+    """The limits section of a command that reads no scenario (comm): `--set limits.KEY=N` items."""
+    try:
+        return Limits.model_validate(mapping)
+    except ValidationError as exc:
+        raise validation_error(exc, source=source, prefix="limits") from None
+
+
+LIMITS_FIX = "raise it with --set limits.{name}=N (or limits: {{{name}: N}} in the scenario)"
+
+
 class Scenario(_Strict):
     topology: dict[str, Any]
     workload: WorkloadConfig
@@ -489,6 +593,7 @@ class Scenario(_Strict):
     # planner settings for `layout: auto` and failure re-plans (simulator.planner.planner_settings keys:
     # space, rollout, recovery, params such as eval_cost_s)
     planner: dict[str, Any] = Field(default_factory=dict)
+    limits: Limits = Field(default_factory=Limits)
     source: str = "<defaults>"
 
     @field_validator("schedule", mode="before")
@@ -507,6 +612,8 @@ class Scenario(_Strict):
         data = self.model_dump(mode="json", exclude={"source"})
         if data.get("replicas") == 1:
             del data["replicas"]          # the default: snapshots stay as they were before replicas
+        if self.limits == Limits():
+            del data["limits"]            # the defaults: snapshots and fingerprints stay as they were
         data["schedule"] = self.schedule.model_dump(mode="json", exclude_unset=True)
         data["schedule"]["kind"] = self.schedule.kind
         return data
@@ -600,7 +707,7 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
     data = dict(data)
     workload_file, set_keys = data.pop(_WORKLOAD_SOURCE, (None, ()))
     try:
-        return Scenario.model_validate({**data, "source": source})
+        scenario = Scenario.model_validate({**data, "source": source})
     except ValidationError as exc:
         fix = "see docs/scenario-reference.md for the allowed values"
         skip = frozenset(SCHEDULE_CLASSES)
@@ -609,6 +716,11 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
         if where != source:
             error = validation_error(exc, source=where, skip=skip, fix=fix)
         raise error from None
+    if scenario.iterations > scenario.limits.max_iterations:
+        raise RlsimError(f"{_count(scenario.iterations)} iterations is past limits.max_iterations="
+                         f"{scenario.limits.max_iterations}", source=source, field="iterations",
+                         fix=LIMITS_FIX.format(name="max_iterations"))
+    return scenario
 
 
 def _error_source(fields: list[str], source: str, workload_file: str | None, set_keys: Iterable[str]) -> str:
@@ -752,3 +864,8 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     if isinstance(data.get("schedule"), str):
         data["schedule"] = {"kind": data["schedule"]}
     return data, source
+
+
+def _count(n: int) -> str:
+    """1000000 -> '1,000,000'; a count too long to read at a glance in e notation."""
+    return f"{n:,}" if n < 10**15 else f"{float(n):.3g}"

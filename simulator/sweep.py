@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
-import yaml
 
 from .errors import RlsimError
 from .overrides import parse_assignment
@@ -62,6 +61,9 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
     for item in items:
         key, raw = _split_grid_item(item)
         values = [_yaml_scalar(v, key) for v in _split_values(raw)]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise RlsimError(f"--grid {item!r} has a value that is not a finite number", field=key,
+                             fix="give finite numbers (.inf / .nan are no setting of a scenario key)")
         if not values or any(v == "" for v in values):
             raise RlsimError(f"--grid {item!r} has an empty value", field=key,
                              fix="write KEY=V1,V2,... with no empty entries")
@@ -101,10 +103,7 @@ def _split_values(raw: str) -> list[str]:
 
 
 def _yaml_scalar(raw: str, key: str) -> Any:
-    try:
-        return yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError:
-        return raw
+    return parse_assignment(f"{key}={raw}")[1]   # as --set reads it (bounds included)
 
 
 def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -354,11 +353,26 @@ class ResultsStore:
     def _write_parquet(self, frame: pd.DataFrame) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            frame.to_parquet(tmp, index=False)
+            _parquet_safe(frame).to_parquet(tmp, index=False)
         except ImportError:
             raise RlsimError("writing Parquet needs pyarrow", source=str(self.path),
                              fix="pip install pyarrow, or use --format csv") from None
         _fsync_replace(tmp, self.path)
+
+
+def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """Object columns that mix value types (a grid of `0,true`) or hold lists / mappings become their
+    JSON text, as the CSV file writes them: a Parquet column has one type."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype != object:
+            continue
+        values = [v for v in out[column] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        kinds = {type(v) for v in values}
+        if len(kinds) > 1 or kinds & {list, dict, tuple}:
+            out[column] = [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
+                           for v in out[column]]
+    return out
 
 
 def _canonical_columns(columns: Iterable[str]) -> list[str]:

@@ -221,7 +221,9 @@ def _cell(name: str, text: str, text_columns: Sequence[str]) -> Any:
     if _INT.fullmatch(text):
         return int(text)
     if _FLOAT.fullmatch(text):
-        return float(text)
+        value = float(text)
+        # digits past a float's range are kept as written, not read as infinity
+        return text if value in (float("inf"), float("-inf")) and "inf" not in text.lower() else value
     return text
 
 

@@ -7,16 +7,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from ..errors import RlsimError
+from ..strict_model import StrictModel
 from .interface import Backend, DecodeShape
 
 Progress = Callable[[str], None]
 BYTES_PER_ELEM = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
-class MicrobenchConfig(BaseModel):
+class MicrobenchConfig(StrictModel):
     """What to time. Sizes are chosen for a quick CPU run; a GPU run wants larger ones (see docs)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

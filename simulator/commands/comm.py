@@ -37,11 +37,13 @@ def run(args: argparse.Namespace) -> int:
     from ..units import parse_bytes
     from .common import print_json
 
-    stray = [s for s in args.overrides if not s.partition("=")[0].strip().startswith("topology.")]
+    stray = [s for s in args.overrides if not s.partition("=")[0].strip().startswith(("topology.", "limits."))]
     if stray:
-        raise RlsimError(f"comm takes only topology.* overrides, got {stray[0]!r}", field="--set",
+        raise RlsimError(f"comm takes only topology.* and limits.* overrides, got {stray[0]!r}", field="--set",
                          fix="e.g. --set topology.nodes=2")
-    topology = load_topology(args.topology, section(args.overrides, "topology"))
+    from ..scenario import load_limits
+    limits = load_limits(section(args.overrides, "limits"), "--set")
+    topology = load_topology(args.topology, section(args.overrides, "topology"), max_devices=limits.max_devices)
     nbytes = parse_bytes(args.nbytes, "--bytes")
     if nbytes < 0:
         raise RlsimError(f"must be >= 0, got {args.nbytes!r}", field="--bytes")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -29,6 +30,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number > 0 (nan, inf and 0 refused here, not deep in a search)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value
 
 
@@ -70,7 +82,19 @@ def _check_writable(path: Path, text: str, what: str) -> None:
 
 
 def print_json(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, allow_nan=False, default=_jsonable) + "\n")
+    """One JSON document on stdout; a non-finite float (no JSON number) is written as null."""
+    sys.stdout.write(json.dumps(_finite(document), indent=2, sort_keys=False, allow_nan=False,
+                                default=_jsonable) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -125,3 +149,42 @@ def framework_import(args: argparse.Namespace) -> Any:
 def print_framework_listing(imported: Any) -> None:
     """Every key that did not map, with its reason, on stderr (stdout stays the command's output)."""
     sys.stderr.write("\n".join(f"rlsim: {line}" for line in imported.listing()) + "\n")
+
+
+# A run estimated to take longer than this is announced on stderr before it starts (terminal or not).
+ANNOUNCE_ESTIMATE_S = 30.0
+
+
+class Progress:
+    """Progress of one long command on stderr: an estimate before a long run (``estimate``), and a tqdm
+    bar with ETA (``__call__(done, total)``) only when stderr is a terminal, so stdout stays clean for
+    --json and logs get no bar. ``unit``: what is counted (iteration, case, candidate)."""
+
+    def __init__(self, unit: str = "iteration", enabled: bool | None = None) -> None:
+        self.unit = unit
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar: Any = None
+
+    def estimate(self, estimate: Any) -> None:
+        if estimate.seconds >= ANNOUNCE_ESTIMATE_S:
+            sys.stderr.write(f"rlsim: this run is {estimate.describe()}\n")
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr, dynamic_ncols=True, leave=False)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

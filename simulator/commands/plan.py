@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--global-batch", type=common.positive_int, help="sequences per optimizer step (default: the scenario's)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: prompt max + response max)")
     parser.add_argument("--stage", choices=("train", "rollout"), default="train")
-    parser.add_argument("--target-tokens-per-s", type=float,
+    parser.add_argument("--target-tokens-per-s", type=common.positive_number,
                         help="find the fewest nodes reaching this throughput (tokens trained or generated per s)")
     parser.add_argument("--top", type=int, default=5, help="candidates to print (default 5)")
     common.add_common(parser)
@@ -43,7 +43,8 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario
     (`scn`: a replica's scenario, issue 13; else loaded from the arguments)."""
     from ..autoplan import train_batch
-    from ..scenario import load_scenario
+    from ..llm.lengths import MAX_TOKENS
+    from ..scenario import LIMITS_FIX, load_scenario
 
     rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
     # The scenario (given, else the default one) is always loaded: every --set key is checked there
@@ -73,7 +74,14 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     for name, value in (("--global-batch", batch), ("--seq-len", seq)):
         if value is not None and value < 1:
             raise RlsimError(f"{name} must be positive, got {value}", field=name)
-    return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload}
+    if batch is not None and batch > scn.limits.max_global_batch:
+        raise RlsimError(f"{batch:,} sequences is past limits.max_global_batch={scn.limits.max_global_batch:,}",
+                         field="--global-batch", fix=LIMITS_FIX.format(name="max_global_batch"))
+    if seq is not None and seq > MAX_TOKENS:
+        raise RlsimError(f"{seq:,} tokens is not a sequence length", field="--seq-len",
+                         fix=f"give at most {MAX_TOKENS:.0e} tokens")
+    return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
+            "max_devices": scn.limits.max_devices}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     code = plan_replicated(args, lambda scn: plan_rows(args, scn)[0])   # --seeds N (issue 13)
     if code is not None:
         return code
-    rows, model, topology, plan = plan_rows(args)
+    with common.Progress("layout") as progress:
+        rows, model, topology, plan = plan_rows(args, progress=progress)
     note = shape_note(args)
     if note:
         print(note, file=sys.stderr)
@@ -113,8 +122,26 @@ def shape_note(args: argparse.Namespace) -> str | None:
             f"give --global-batch / --seq-len (or a SCENARIO.yaml) to plan another shape")
 
 
-def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str, Any]], Any, Any, Any]:
-    """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given."""
+class _Counted:
+    """An evaluator that reports each layout it costs to ``progress(done, total)`` (a terminal bar)."""
+
+    def __init__(self, evaluator: Any, progress: Any) -> None:
+        self.evaluator, self.progress, self.done = evaluator, progress, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.done += 1
+        self.progress(self.done, None)
+        return self.evaluator(*args, **kwargs)
+
+
+def _counted(evaluator: Any, progress: Any) -> Any:
+    return evaluator if progress is None else _Counted(evaluator, progress)
+
+
+def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
+              ) -> tuple[list[dict[str, Any]], Any, Any, Any]:
+    """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given;
+    ``progress(done, None)`` hears of each layout evaluated."""
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
@@ -122,12 +149,13 @@ def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str,
 
     inp = _inputs(args, scn)
     topo_over = section(args.overrides, "topology")
-    topology = load_topology(inp["topology"], topo_over or None)
+    topology = load_topology(inp["topology"], topo_over or None, max_devices=inp["max_devices"])
     model = load_model(inp["model"])
     settings = planner_settings(section(args.overrides, "planner"))
     w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w)
+        evaluator = _counted(evaluator, progress)
         kwargs = {"space": plan_space(settings.space, w.train_software, section(args.overrides, "planner")),
                   "params": settings.params, "evaluator": evaluator}
         if args.target_tokens_per_s:
@@ -138,7 +166,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str,
     else:
         plan = plan_rollout(model, topology, space=settings.rollout, params=settings.params, top=args.top,
                             target_tokens_per_s=args.target_tokens_per_s,
-                            evaluator=RolloutEvaluator(model, topology, settings.rollout, params=w.inference))
+                            evaluator=_counted(RolloutEvaluator(model, topology, settings.rollout, params=w.inference),
+                                               progress))
     return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
 
 

@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     code = run_replicated(args, kw)   # --seeds N / replicas: / distribution values (issue 13)
     if code is not None:
         return code
-    result = simulate(args.scenario, **kw)
+    from .common import Progress
+    with Progress("iteration") as progress:
+        result = simulate(args.scenario, progress=progress, **kw)
     if imported is not None:
         result.summary["framework_import"] = imported.report()
     if args.out:
@@ -72,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         # --- report hook (issue 5): plots (PNG + SVG) and report.html beside the data files ---
         from ..report.html import write_report
         write_report(result, args.out)
+    for warning in result.summary.get("warnings", []):
+        print(f"rlsim: warning: {warning}", file=sys.stderr)
     if args.json:
         print_json(result.summary)
         from ..metrics import summary_notes
@@ -84,7 +88,6 @@ def run(args: argparse.Namespace) -> int:
 
 def print_scenario(imported: object, args: argparse.Namespace) -> int:
     """--print-scenario: validate the imported scenario (with --set, --iterations, --seed) and print it."""
-    import sys
 
     from ..scenario import load_scenario
     load_scenario(imported.scenario, **scenario_keywords(args, imported))

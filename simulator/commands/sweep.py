@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import os
 import signal
 import sys
@@ -53,8 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Dask scheduler address (default: start a LocalCluster)")
     parser.add_argument("--out", type=lambda text: Path(common.out_dir(text)), help="folder for the results file, plots and report.html")
     parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="results file format")
-    parser.add_argument("--target-tokens-per-s", type=float, help="capacity target: at least this many tokens/s")
-    parser.add_argument("--target-step-time-s", type=float, help="capacity target: at most this step time (s)")
+    parser.add_argument("--target-tokens-per-s", type=common.positive_number, help="capacity target: at least this many tokens/s")
+    parser.add_argument("--target-step-time-s", type=common.positive_number, help="capacity target: at most this step time (s)")
+    parser.add_argument("--max-points", type=common.positive_int, default=DEFAULT_MAX_POINTS, metavar="N",
+                        help=f"refuse a grid of more than N points (default {DEFAULT_MAX_POINTS:,})")
     parser.add_argument("--price", action="append", default=[], metavar="[DEVICE=]USD",
                         help="price per device-hour, one number or per device kind (repeatable)")
     parser.add_argument("--search", choices=["bisect", "scan"], default="bisect",
@@ -78,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     grid = parse_grid(args.grid)
+    _check_grid_size(grid, args.max_points)
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if jobs < 1:
         raise RlsimError(f"--jobs must be at least 1, got {jobs}", field="--jobs", fix="give --jobs 1 or more")
@@ -232,6 +236,19 @@ def _enrich(obj: dict[str, Any], prices) -> dict[str, Any]:
     return out
 
 
+# Points one sweep may hold: the grid is a product, so a few long value lists reach millions of points
+# (each a full simulation of ~0.1-10 s). 10,000 points is a day of 1 s points on 8 workers at most.
+DEFAULT_MAX_POINTS = 10_000
+
+
+def _check_grid_size(grid: dict[str, list[Any]], limit: int) -> None:
+    points = math.prod(len(values) for values in grid.values())
+    if points > limit:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in grid.items())
+        raise RlsimError(f"the grid has {points:,} points ({sizes}), past --max-points {limit:,}",
+                         field="--grid", fix="give fewer values, or raise --max-points N")
+
+
 def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
     if not items:
         return None
@@ -244,8 +261,9 @@ def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
         except ValueError:
             raise RlsimError(f"cannot read --price {item!r}", field="--price",
                              fix="write USD per device-hour, e.g. --price 2.5 or --price h100=2.5") from None
-        if value < 0:
-            raise RlsimError(f"--price {item!r} is negative", field="--price", fix="give a price >= 0")
+        if not math.isfinite(value) or value < 0:
+            raise RlsimError(f"--price {item!r} is not a price", field="--price",
+                             fix="give a finite price >= 0 in USD per device-hour, e.g. --price 2.5")
         if sep and not name.strip():
             from ..hardware.devices import device_names
             raise RlsimError(f"--price {item!r} names no device before '='", field="--price",

@@ -32,9 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import RlsimError
     from ..validation import run_cases
-    from .common import print_json
-
-    results = run_cases(args.case)
+    from .common import Progress, print_json
+    with Progress("case") as progress:
+        results = run_cases(args.case, progress=progress)
     if not results:
         raise RlsimError(f"no validation case matches {args.case!r}", field="--case",
                          fix="run `rlsim validate` to list the cases")

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import RlsimError
 from ..presets import read_yaml
+from ..strict_model import StrictModel
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 PROFILE_SCHEMA = 1
@@ -24,7 +25,7 @@ SPEC_FIELDS = ("peak_flops", "gemm_efficiency", "hbm_bytes", "hbm_bw_Bps", "hbm_
                "launch_overhead_s", "host_link_bw_Bps", "scaleup_bw_Bps")
 
 
-class CollectiveFit(BaseModel):
+class CollectiveFit(StrictModel):
     """time = steps(op, n) x latency_s + busbw_factor(op, n) x bytes / bw_Bps (nccl-tests convention).
 
     Communication libraries switch protocol with the message size (NCCL: LL / LL128 / Simple; gloo
@@ -44,7 +45,7 @@ class CollectiveFit(BaseModel):
     large_latency_s: float | None = Field(default=None, ge=0)
 
 
-class GemmFit(BaseModel):
+class GemmFit(StrictModel):
     """One dtype's GEMM curve, in the training cost model's form (llm/train_compute.gemm_time_s):
     time = launch_overhead_s + max(F / (rate_flops x shape), bytes / memory bw), with the shape ramp
     shape = 1 / (1 + ramp_dim (1/m + 1/n) + ramp_k / k). `ramp_s` is the FLOP-based ramp of profiles written
@@ -61,7 +62,7 @@ class GemmFit(BaseModel):
     max_fit_error: float = Field(ge=0)
 
 
-class DeviceProfile(BaseModel):
+class DeviceProfile(StrictModel):
     """A calibrated device. `None` fields leave the catalog value alone."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

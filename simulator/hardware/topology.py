@@ -22,6 +22,7 @@ import networkx as nx
 
 from ..errors import RlsimError
 from ..presets import resolve
+from ..scenario import LIMITS_FIX, Limits
 from ..units import parse_bandwidth, parse_seconds
 from .devices import DeviceSpec, device_from_mapping
 
@@ -319,10 +320,13 @@ class Topology:
 # =========================================================================================
 # Loading
 # =========================================================================================
-def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Topology:
+def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | None = None, *,
+                  max_devices: int | None = None) -> Topology:
     """A preset name, a YAML path or a mapping (`{preset: dgx-h100, nodes: 16}`) -> Topology.
 
-    `overrides` are preset parameters merged over the file (as `--set topology.nodes=16` gives)."""
+    `overrides` are preset parameters merged over the file (as `--set topology.nodes=16` gives);
+    more devices than `max_devices` (default: the scenario's limits.max_devices) are refused before
+    the graph is built."""
     if isinstance(spec, Topology):
         return spec
     if isinstance(spec, Mapping) and "preset" in spec:
@@ -337,7 +341,8 @@ def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | 
     description = str(mapping.get("description", ""))
     if "graph" in mapping:
         return _build_explicit(name, description, mapping, source)
-    return _build_hierarchical(name, description, mapping, source)
+    return _build_hierarchical(name, description, mapping, source,
+                               Limits().max_devices if max_devices is None else max_devices)
 
 
 def _without_replaced_size(base: dict[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
@@ -481,7 +486,8 @@ def _device_spec(raw: Any, source: str, field: str, profile: Any = None) -> Devi
     return device_with_profile(spec, profile, base_dir=base, source=source, field=profile_field)
 
 
-def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], source: str) -> Topology:
+def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], source: str,
+                        max_devices: int) -> Topology:
     top = _Reader(mapping, source)
     top.check_keys(_TOP_KEYS)
     groups_raw = mapping.get("groups")
@@ -524,6 +530,10 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
         if num_nodes % per_domain:
             raise RlsimError(f"{num_nodes} nodes do not fill domains of {per_domain} nodes", source=source,
                              field=g.where("nodes"), fix=f"use a multiple of nodes_per_domain={per_domain}")
+        if len(devices) + num_nodes * per_node > max_devices:
+            raise RlsimError(f"{len(devices) + num_nodes * per_node:,} devices is past limits.max_devices="
+                             f"{max_devices:,}", source=source, field=g.where(given[0]),
+                             fix=LIMITS_FIX.format(name="max_devices"))
         up_r = _Reader(_merge(top.m.get("scaleup") or {}, g.m.get("scaleup") or {}), source,
                        g.where("scaleup") if "scaleup" in g.m else "scaleup")
         up_kind = up_r.m.get("kind", "switch")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -371,12 +372,16 @@ def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
 
 
 def _int(cfg: Mapping[str, Any], source: str, *keys: str, default: int | None = None) -> int:
-    value = _first(cfg, *keys, default=default)
+    """The first of ``keys`` present, as an integer; errors name the config.json key that was read."""
+    given = next((key for key in keys if cfg.get(key) is not None), None)
+    value = cfg[given] if given is not None else default
     if value is None:
         raise RlsimError(f"missing field {keys[0]!r}", source=source, field=keys[0],
                          fix="add it (see the model's config.json on Hugging Face)")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise RlsimError(f"expected an integer, got {value!r}", source=source, field=_present(cfg, keys))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or int(value) != value:
+        raise RlsimError(f"expected an integer, got {value!r}", source=source, field=given or keys[0],
+                         fix="write a whole number, as in the model's config.json on Hugging Face")
     return int(value)
 
 
@@ -419,7 +424,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
     moe_ffn = _int(cfg, source, "moe_intermediate_size", default=0)
     shared = _int(cfg, source, "n_shared_experts", default=0)
     if not shared and cfg.get("shared_expert_intermediate_size") and moe_ffn:  # qwen2_moe style
-        shared = round(cfg["shared_expert_intermediate_size"] / moe_ffn)
+        shared = round(_int(cfg, source, "shared_expert_intermediate_size") / moe_ffn)
     # Nemotron-H names its FFN activation mlp_hidden_act (relu2: squared ReLU, two matrices).
     act = str(_first(cfg, "mlp_hidden_act", "hidden_act", "activation_function", default="silu")).lower()
     gpt_style = model_type in ("gpt", "gpt2")

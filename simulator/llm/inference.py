@@ -28,19 +28,20 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from ..errors import RlsimError, validation_error
 from ..hardware.devices import distinct_devices
 from ..network.collectives import line_time_s
 from ..params import InferenceParams
+from ..strict_model import StrictModel
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
 
 _COMPUTE_DTYPE = {"int8": "int8", "fp8": "fp8", "fp16": "fp16"}  # W8A8 / FP8 GEMMs; others run in bf16
 _FIT_FIX = "raise tp or ep, use weight_dtype int8/fp8, lower workspace_bytes, or pick a larger device"
 
 
-class RolloutLayout(BaseModel):
+class RolloutLayout(StrictModel):
     """How rollout instances are laid out (`workload.rollout_layout`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

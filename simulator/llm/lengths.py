@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RlsimError
+from ..presets import read_text
 
 _KEYS = {"dist", "median", "sigma", "max", "min", "group_correlation", "drift_per_step", "file", "column"}
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -66,6 +67,11 @@ class LengthDistribution:
                              fix="give a CSV or JSON file of lengths")
         if self.min < 1:
             raise RlsimError(f"min must be >= 1, got {self.min}", source=src, field=self._field("min"))
+        for name in ("median", "max", "min"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_TOKENS:
+                raise RlsimError(f"{name} {value:.3g} is not a token count", source=src, field=self._field(name),
+                                 fix=f"give at most {MAX_TOKENS:.0e} tokens")
         if self.max is not None and self.max < self.min:
             raise RlsimError(f"max ({self.max}) is below min ({self.min})", source=src, field=self._field("max"))
         if not 0.0 <= self.group_correlation < 1.0:
@@ -144,8 +150,11 @@ def _number(value: Any, kind: type, source: str, field: str) -> Any:
         raise RlsimError(f"expected a number, got {value!r}", source=source, field=field)
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise RlsimError(f"expected a number, got {value!r}", source=source, field=field) from None
+    if not math.isfinite(number):
+        raise RlsimError(f"expected a finite number, got {value!r}", source=source, field=field,
+                         fix="give a finite number (lengths are tokens; a cap is max: N)")
     if kind is int:
         if number != int(number):
             raise RlsimError(f"expected an integer, got {value!r}", source=source, field=field)
@@ -158,16 +167,9 @@ def read_lengths(path: str | Path, column: str | None = None) -> list[int]:
     `response_length`, or the only column)."""
     path = Path(path)
     src = str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RlsimError(f"cannot read length file: {exc.strerror}", source=src, field="file",
-                         fix="check the path (relative paths are read next to the scenario file)") from None
+    text = read_text(path, what="length file", fix="check the path (relative paths are read next to the scenario file)")
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise RlsimError(f"not valid JSON: {exc}", source=src) from None
+        data = _read_json(text, src)
         if isinstance(data, dict):
             data = data.get(column or "lengths")
         raw = data if isinstance(data, list) else None
@@ -190,11 +192,12 @@ def read_lengths(path: str | Path, column: str | None = None) -> list[int]:
             else:
                 raise RlsimError(f"no length column in {header}", source=src, field="column",
                                  fix="name the column `length` or set column: NAME")
-        raw = [r[col] for r in rows[1 if has_header else 0:] if r and r[col].strip()]
+        raw = [r[col] if col < len(r) else "" for r in rows[1 if has_header else 0:] if r and any(c.strip() for c in r)]
     out = []
     for i, value in enumerate(raw):
-        if isinstance(value, bool) or not _is_number(value) or float(value) < 1:
-            raise RlsimError(f"entry {i} is not a positive length: {value!r}", source=src)
+        if isinstance(value, bool) or not _is_number(value) or not 1 <= float(value) < MAX_TOKENS:
+            raise RlsimError(f"entry {i} is not a positive length: {value!r}", source=src,
+                             fix=f"give whole token counts from 1 to {MAX_TOKENS:.0e}")
         out.append(int(round(float(value))))
     if not out:
         raise RlsimError("no lengths in file", source=src)
@@ -204,6 +207,25 @@ def read_lengths(path: str | Path, column: str | None = None) -> list[int]:
 def _is_number(value: Any) -> bool:
     try:
         float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return False
     return True
+
+
+# A length past this is not a token count (the longest context windows are ~1e7 tokens).
+MAX_TOKENS = 1e9
+
+
+def _read_json(text: str, src: str) -> Any:
+    """JSON text of a length file; NaN / Infinity and integers past the digit limit are refused."""
+    def refuse(constant: str) -> Any:
+        raise RlsimError(f"{constant} is not a length", source=src, fix="give whole token counts")
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except json.JSONDecodeError as exc:
+        raise RlsimError(f"not valid JSON: {exc}", source=src) from None
+    except (ValueError, RecursionError) as exc:   # an integer of more than 4,300 digits; nested too deep
+        if isinstance(exc, RlsimError):
+            raise
+        raise RlsimError("a value cannot be read (a number too long or nesting too deep)", source=src,
+                         fix="give a JSON list of whole token counts") from None

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from ..errors import validation_error
+from ..strict_model import StrictModel
 from .hetero import HeteroParams, HeteroPlan, HeteroStepModel, balance, plan_hetero
 from .placement import Placement, aware_placements, forced_placement, groups, naive_placement
 from .replan import (
@@ -37,7 +38,7 @@ from .search import (
 )
 
 
-class PlannerSettings(BaseModel):
+class PlannerSettings(StrictModel):
     """The `planner:` section: search space, rollout space, hetero and recovery constants."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from ..strict_model import StrictModel
 
 
 @dataclass(frozen=True, order=True)
@@ -48,7 +50,7 @@ class Evaluation:
     comm_fraction: float
 
 
-class PlannerParams(BaseModel):
+class PlannerParams(StrictModel):
     """Planner constants; reachable as `planner.<field>`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -65,7 +67,7 @@ class PlannerParams(BaseModel):
     fixed_cost_s: float = 0.0  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
 
 
-class RolloutSpace(BaseModel):
+class RolloutSpace(StrictModel):
     """Rollout layouts tried and the batch they are judged on; `planner.rollout.<field>`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ..errors import RlsimError
 from ..params import TrainParams
+from ..strict_model import StrictModel
 from .placement import groups, lay_out, locality_sorted
 
 
@@ -51,7 +52,7 @@ def uniform(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-class HeteroParams(BaseModel):
+class HeteroParams(StrictModel):
     """Constants of the heterogeneous step model; reachable as `planner.hetero.<field>`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from ..des import INTERVAL_COLUMNS, Simulation
 from ..errors import RlsimError
+from ..strict_model import StrictModel
 from .hetero import HeteroParams, HeteroPlan, plan_hetero
 from .search import (
     Evaluator,
@@ -29,7 +30,7 @@ from .search import (
 )
 
 
-class RecoveryParams(BaseModel):
+class RecoveryParams(StrictModel):
     """Constants of failure recovery; reachable as `planner.recovery.<field>`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ..errors import RlsimError
+from ..strict_model import StrictModel
 from .base import Evaluation, PlannerParams, TrainChoice
 from .placement import Placement, aware_placements, naive_placement
 
@@ -26,7 +27,7 @@ _RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation (fastest
 Evaluator = Callable[[TrainChoice, Sequence[int]], Evaluation]
 
 
-class SearchSpace(BaseModel):
+class SearchSpace(StrictModel):
     """Values tried per dimension; `None` means derived from the model and device count.
 
     Reachable from YAML / --set as `planner.space.<field>`, e.g. `--set planner.space.tp=[16]` to

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RlsimError
-from ..scenario import Scenario, scenario_data, validate_scenario
+from ..scenario import LIMITS_FIX, Scenario, load_limits, scenario_data, validate_scenario
 from .distributions import Distribution, draw, find_distributions, put_dotted
 from .intervals import aggregate
 
@@ -67,6 +67,7 @@ def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise RlsimError(f"replicas must be a whole number >= 1, got {n!r}", source=source,
                          field="--seeds" if seeds is not None else "replicas", fix="e.g. replicas: 16")
+    check_runs(data, source, n, f"{n:,} replicas", "--seeds" if seeds is not None else "replicas")
     base_seed = data.get("seed", 0)
     if isinstance(base_seed, bool) or not isinstance(base_seed, int) or base_seed < 0:
         raise RlsimError(f"seed must be a whole number >= 0, got {base_seed!r}", source=source, field="seed")
@@ -82,9 +83,19 @@ def _replica_summary(plans: Sequence[ReplicaPlan], costs: Any, values: Mapping[s
     return dict(simulate(plan.scenario(int(values["replica"])), costs=costs).summary)
 
 
+def check_runs(data: Mapping[str, Any], source: str, runs: int, what: str, field: str) -> None:
+    """Refuse, before any is run or drawn, more simulations than the scenario's limits.max_runs."""
+    limit = load_limits(data.get("limits") or {}, source).max_runs
+    if runs > limit:
+        raise RlsimError(f"{what} is {runs:,} simulations, past limits.max_runs={limit:,}", source=source,
+                         field=field, fix=LIMITS_FIX.format(name="max_runs"))
+
+
 def run_many(plans: Sequence[ReplicaPlan], *, jobs: int = 1, costs: Any = None) -> list[list[dict[str, Any]]]:
     """The summary of each replica of each plan, in order (the same bytes for any `jobs`); one pool
     for all of them when jobs > 1 (a FakeCosts-style `costs` object runs in this process)."""
+    if plans:
+        check_runs(plans[0].data, plans[0].source, sum(p.n for p in plans), "this design", "limits.max_runs")
     for plan in plans:
         for i in range(plan.n):
             plan.scenario(i)                 # a bad draw or key fails here, before any worker starts

@@ -15,7 +15,7 @@ from .. import presets
 from ..errors import RlsimError
 from ..overrides import set_dotted
 from .distributions import get_dotted, put_dotted
-from .replicas import ReplicaPlan, plan_replicas, run_many
+from .replicas import ReplicaPlan, check_runs, plan_replicas, run_many
 
 DEFAULT_METRIC = "steady_tokens_per_s"
 DEFAULT_SAMPLES = 4
@@ -192,6 +192,8 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
         return none, list(none)
     bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in ranges.values()]
     problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
+    check_runs(plan.data, plan.source, int(samples) * (len(ranges) + 2) * plan.n,
+               f"the Sobol design of {int(samples):,} samples", "--samples")
     points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
     plans = [_with(plan, dict(zip(keys, row, strict=True))) for row in points]
     y = np.array([_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])

@@ -142,10 +142,16 @@ def run_case(case: Case) -> CaseResult:
                       case.note, expect=case.expect, detail=getattr(raw, "detail", ""))
 
 
-def run_cases(select: str | None = None) -> list[CaseResult]:
-    """Run every registered case (or those whose name contains `select`)."""
+def run_cases(select: str | None = None, progress: Callable[[int, int], None] | None = None) -> list[CaseResult]:
+    """Run every registered case (or those whose name contains `select`); ``progress(done, total)``
+    is called after each (the terminal bar of `rlsim validate`)."""
     cases = [c for c in all_cases() if select is None or select.lower() in c.case.lower()]
-    return [run_case(c) for c in cases]
+    results = []
+    for case in cases:
+        results.append(run_case(case))
+        if progress is not None:
+            progress(len(results), len(cases))
+    return results
 
 
 __all__ = ["Case", "CaseResult", "Prediction", "all_cases", "register", "run_case", "run_cases"]

@@ -19,9 +19,11 @@ re-plan).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...des import Simulation
 from ...errors import RlsimError
-from ...scenario import Scenario
+from ...scenario import Scenario, check_segments
 from ..costs import Costs
 from ..pools import build_pools
 from . import (  # noqa: F401  (register the built-in kinds)
@@ -34,7 +36,7 @@ from . import (  # noqa: F401  (register the built-in kinds)
     verl_async,
 )
 from .batches import Sampler
-from .context import Context, RunRecord
+from .context import Context, IterationLog, RunRecord
 from .failures import Replanner, ReplanOutcome, SameLayoutReplanner, check_supported
 from .registry import SchedulePolicy, register
 
@@ -54,18 +56,23 @@ def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
     if not sched.length_budget:
         raise RlsimError("partial_rollout needs a per-segment length budget", source=scenario.source,
                          field="schedule.length_budget", fix="set schedule.length_budget, e.g. 4096")
+    check_segments(scenario)
 
 
 def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sampler: Sampler,
-                 response_sampler: Sampler, *, start_s: float = 0.0, replanner: Replanner | None = None) -> RunRecord:
+                 response_sampler: Sampler, *, start_s: float = 0.0, replanner: Replanner | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> RunRecord:
     """``start_s``: simulated planning time before the run (layout: auto), recorded as state
-    ``plan``; ``replanner``: what schedule.failures calls (failures.py)."""
+    ``plan``; ``replanner``: what schedule.failures calls (failures.py); ``progress(done, total)``:
+    called as each iteration is recorded."""
     sched = scenario.schedule
     policy = registry.get(sched.kind, scenario.source)
     _check_partial_rollout(scenario, policy)
     pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_group_devices, scenario.source)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed))
     ctx.start_s, ctx.replanner = float(start_s), replanner
+    if progress is not None:
+        ctx.iterations = IterationLog(progress, scenario.iterations)
     check_supported(ctx, policy.supports_failures(sched))
     makespan = policy.runner(ctx)
     return ctx.record(makespan)

@@ -88,8 +88,9 @@ class ColocatedRun:
         self.carries = [r[1] for r in results]
         ends = np.array([r[0] for r in results])
         round_end = float(ends.max())
-        self.ctx.add_stage_time("generate", round_end - t0)
         self._record_round(self.actor, ends, t0, round_end, k)
+        round_end = self._segments_until_batch(k, round_end)
+        self.ctx.add_stage_time("generate", round_end - t0)
         yield from self._train_and_sync(k, self.actor, self.actor.ranks)
 
     def _dynamic_sampling_step(self, k: int, t0: float):
@@ -114,6 +115,24 @@ class ColocatedRun:
         ctx.add_stage_time("generate", float(ends.max()) - t0)
         self._record_round(self.actor, ends, t0, float(ends.max()), k)
         yield from self._train_and_sync(k, self.actor, self.actor.ranks)
+
+    def _segments_until_batch(self, k: int, t: float) -> float:
+        """Partial rollout: while the round's length budget has left fewer than a batch of eligible
+        samples, the carried sequences generate their next segment (same weights, from ``t``), as a
+        partial-rollout engine keeps decoding until the trainer's batch is full (Kimi k1.5, arXiv
+        2501.12599 sec. 2.6). Each pass advances every sequence by the budget, and the sequences of
+        round k generate with version k, so the loop ends. Returns when the batch is ready."""
+        ctx, d, ranks = self.ctx, self.d, self.actor.ranks
+        while math.isinf(ctx.trainer.ready_time(k, True)[0]) and any(len(c) for c in self.carries):
+            plans = [ctx.gen.plan(self.carries[i], t, self.version, ranks[i * d:(i + 1) * d])
+                     for i in range(self.n_inst)]
+            results = [ctx.gen.commit(p) for p in plans]
+            self.carries = [r[1] for r in results]
+            ends = np.array([max(r[0], t) for r in results])
+            end = float(ends.max())
+            self._record_round(self.actor, ends, t, end, k)
+            t = end
+        return t
 
     def _stalesync_step(self, k: int, plans: list[GenPlan], t_split: float):
         """Cut the round at t_split: the tail moves onto the fewest instances, the rest train."""

@@ -2,6 +2,7 @@
 environment, the sample store and queue, running totals, and the record the metrics read."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,3 +128,16 @@ class Context:
         if not len(flat["sample"]):
             return 1.0
         return float(np.mean(flat["prompt_len"] + flat["response_len"]))
+
+
+class IterationLog(list):
+    """``Context.iterations`` that reports each iteration appended to ``progress(done, total)`` (the
+    terminal progress bar of `rlsim run`); a roll-back after a failure shortens it as a list does."""
+
+    def __init__(self, progress: Callable[[int, int], None], total: int) -> None:
+        super().__init__()
+        self.progress, self.total = progress, total
+
+    def append(self, item: dict) -> None:
+        super().append(item)
+        self.progress(min(len(self), self.total), self.total)

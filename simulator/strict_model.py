@@ -1,0 +1,55 @@
+"""The base of every pydantic model that reads user input (scenario sections, parameter sets,
+planner settings, device profiles): unknown keys refused, frozen once validated, and two rules
+pydantic's lax mode does not apply by itself (issue 14, classes 2 and 5):
+
+- every float is finite: ``.inf`` / ``.nan`` pass a ``ge=0`` bound but crash or mislead later
+  (an infinite staleness overflowed an integer conversion in the runner);
+- ``true`` / ``false`` are not numbers: lax mode reads ``iterations: true`` as 1.
+"""
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+
+def takes_bool(annotation: Any) -> bool:
+    """Whether a field of this type may hold a bool (bool itself, Any, or a union with either)."""
+    if annotation is bool or annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return takes_bool(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return any(takes_bool(arg) for arg in typing.get_args(annotation))
+    if origin is typing.Literal:
+        return any(isinstance(arg, bool) for arg in typing.get_args(annotation))
+    return False
+
+
+class _BoolGiven:
+    """A true/false given where a number belongs: no field type accepts it, so pydantic's own error
+    names the full dotted field, and its repr shows what was written."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{str(self.value).lower()}, a bool: write a number"
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bool_is_not_a_number(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        fields = cls.model_fields
+        wrong = [k for k, v in data.items()
+                 if isinstance(v, bool) and k in fields and not takes_bool(fields[k].annotation)]
+        return {**data, **{k: _BoolGiven(data[k]) for k in wrong}} if wrong else data

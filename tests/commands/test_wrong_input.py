@@ -1,0 +1,104 @@
+"""Values that passed validation and crashed later, and wrong input accepted silently (issue 14,
+classes 2 and 5), and the progress shown on a terminal (class 4)."""
+import io
+
+import pytest
+
+from simulator.api import simulate
+from simulator.cli import main
+from simulator.commands import common
+
+TINY = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1"]
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("price", ["nan", "inf", "-1", "h100=nan"])
+def test_a_price_that_is_not_a_price_is_refused_before_the_sweep(capsys, price):
+    code, _, err = _run(capsys, "sweep", "--price", price, "--json", "--grid", "seed=1")
+    assert code == 2 and "--price" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["plan", "--target-tokens-per-s", "nan"], ["sweep", "--target-step-time-s", "inf",
+                                                                             "--grid", "seed=1"]])
+def test_targets_are_finite_and_positive(capsys, argv):
+    code, _, err = _run(capsys, *argv)
+    assert code == 2 and "finite number > 0" in err
+
+
+def test_rollout_devices_past_the_devices_is_refused(capsys):
+    code, _, err = _run(capsys, "run", *TINY, "--set", "schedule.kind=disaggregated",
+                        "--set", "schedule.rollout_devices=10000")
+    assert code == 2 and "schedule.rollout_devices" in err and "at most 6" in err
+
+
+@pytest.mark.parametrize("setting", ["workload.response_length.sigma=.inf", "workload.response_length.median=.nan",
+                                     "workload.response_length.max=1e300", "iterations=true",
+                                     "workload.prompts_per_step=false"])
+def test_wrong_numbers_are_refused_naming_the_field(capsys, setting):
+    code, _, err = _run(capsys, "run", *TINY, "--set", setting)
+    assert code == 2 and setting.split("=")[0] in err
+
+
+def test_a_device_left_idle_by_the_layout_is_said(capsys):
+    """3 devices, TP2 training: 1 device idles. The run is well defined (its idle device-hours are the
+    cost a planner should see, and the placement bubble shows it), so it runs, with a warning on
+    stderr and in the summary, instead of a refusal."""
+    code, _, err = _run(capsys, "run", *TINY, "--schedule", "colocated", "--set", "topology.devices_per_node=3",
+                        "--json")
+    assert code == 0 and "warning: 1 of 3 devices idle" in err
+    result = simulate(None, workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="colocated", iterations=1,
+                      overrides=["topology.devices_per_node=3"])
+    assert "idle the whole run" in result.summary["warnings"][0]
+    plain = simulate(None, workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="colocated", iterations=1)
+    assert "warnings" not in plain.summary
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls, self.estimates = [], []
+
+    def estimate(self, estimate):
+        self.estimates.append(estimate)
+
+    def __call__(self, done, total):
+        self.calls.append((done, total))
+
+
+def test_simulate_reports_the_estimate_and_each_iteration():
+    progress = _Recorder()
+    simulate(None, workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="colocated", iterations=3,
+             overrides=["workload.prompts_per_step=8", "workload.mini_batch_prompts=8"], progress=progress)
+    assert progress.calls == [(1, 3), (2, 3), (3, 3)]
+    assert progress.estimates[0].units == 3 * (8 * 16 + 10 * 8)
+
+
+def test_the_bar_draws_only_on_a_terminal_and_long_runs_are_announced(monkeypatch):
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    common.Progress()(1, 3)                # StringIO is no terminal: nothing drawn
+    assert err.getvalue() == ""
+    with common.Progress(enabled=True) as bar:
+        bar(2, 3)
+    assert "2/3" in err.getvalue()
+    monkeypatch.setattr(common, "ANNOUNCE_ESTIMATE_S", 0.0)
+    progress = _Recorder()
+    simulate(None, workload="grpo-qwen2.5-7b", topology="dgx-h100", iterations=1, progress=progress)
+    common.Progress().estimate(progress.estimates[0])
+    assert "rlsim: this run is about" in err.getvalue() and "work units" in err.getvalue()
+
+
+def test_a_parquet_sweep_of_mixed_grid_values_is_written_and_resumed(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\niterations: 1\n")
+    argv = ["sweep", str(tiny), "--grid", "iterations=0,true", "--jobs", "1", "--out", str(tmp_path / "o"),
+            "--format", "parquet", "--json"]
+    for _ in range(2):   # the second run reads the file back
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err and "every point of the sweep failed" in err
