@@ -559,6 +559,122 @@ class RolloutEngine:
         new._outbox = deque(self._outbox)
         return new
 
+    # ---- the whole run in arrays (no per-event Python where nothing can interfere) ----------------
+    def _fast_ok(self) -> bool:
+        """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
+        (by the next admission), the KV cache can never bind (every sequence's full context plus one
+        step of every slot fits: no preemption, no admission held back), prefill is one blocking
+        step per admission (no token budget, no chunked prefill) and no prefill is half done."""
+        params = self.cost.params
+        if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps:
+            return False
+        waiting, arrival, state, epochs = self._waiting, self._arrival, self._state, self._epoch
+        if not waiting and not self._n:
+            return False
+        if waiting:
+            start = self.t if self._n else max(self.t, arrival[waiting[0]])
+            if max(arrival[slot] for slot in waiting) > start:
+                return False
+        p, r = self._p, self._r
+        held = sum(p[slot] + r[slot] for slot in waiting)
+        held += sum(p[e[2]] + r[e[2]] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3])
+        return held + self.max_running + 2 <= self.capacity
+
+    def _fast_run(self) -> _RunTrace:
+        """Run to the end (call only when _fast_ok()): the same events as _run_events, found in
+        decode-step units (while sequences wait: a heap walk; after: one sort), then timed in
+        arrays with the same floating-point operations in the same order (bit-identical)."""
+        state, epochs = self._state, self._epoch
+        heap = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
+        heapq.heapify(heap)
+        trace = _RunTrace(self)
+        if self._n == 0:
+            self.t = max(self.t, self._arrival[self._waiting[0]])
+        trace.t0 = self.t
+        self._admission_phase(heap, trace)
+        self._drain_phase(heap, trace)
+        trace.time_events(self)
+        self._heap = []
+        self._n, self._K = 0, trace.K_end
+        self._S = trace.S_end
+        self._event = self._lines = None
+        return trace
+
+    def _admission_phase(self, heap: list[tuple[int, int, int, int]], trace: _RunTrace) -> None:
+        """Events while sequences wait: finishes (heap order), then FIFO admissions into the freed
+        slots, prefilled together in one step (_admit and _enter with no limit but the slots)."""
+        state, epochs, g_of, sadm, p_of, r_of = self._state, self._epoch, self._g, self._sadm, self._p, self._r
+        waiting, stack, group = self._waiting, self._stack, self._group
+        share = self.cost.params.enable_prefix_caching
+        S, n, K, order, max_n = self._S, self._n, self._K, self._order, self.max_running
+        pop, push = heapq.heappop, heapq.heappush
+        while waiting:
+            k = heap[0][0] - S if n == max_n else 0   # a free slot admits at once
+            trace.segment(n, K, k)
+            S += k
+            K += k * n
+            fin = []
+            while heap and heap[0][0] <= S:
+                slot = pop(heap)[2]
+                state[slot] = _DONE
+                K -= p_of[slot] + r_of[slot]
+                fin.append(slot)
+            n -= len(fin)
+            admitted, pieces, seen = [], [], set()
+            for _ in range(min(len(waiting), max_n - n)):
+                slot = waiting.popleft()
+                g = g_of[slot]
+                ctx = p_of[slot] + g
+                admitted.append(slot)
+                if share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
+                    pieces.append((g, g * p_of[slot] + g * (g + 1) / 2.0))
+                else:
+                    seen.add(group[slot])
+                    pieces.append((ctx, ctx * (ctx + 1) / 2.0))
+                state[slot] = _RUNNING
+                K += ctx + 1
+            duration = self._prefill_time(pieces, n, K)[0]
+            n += len(admitted)
+            imm = []
+            for slot in admitted:
+                g = g_of[slot]
+                trace.g_before[slot] = g
+                g_of[slot] = g + 1   # prefill yields the first (next) token
+                sadm[slot] = S
+                if g + 1 >= r_of[slot]:
+                    state[slot] = _DONE
+                    n -= 1
+                    K -= p_of[slot] + r_of[slot]
+                    imm.append(slot)
+                    continue
+                order += 1
+                push(heap, (S + r_of[slot] - g - 1, order, slot, epochs[slot]))
+                stack.append((slot, epochs[slot]))
+            trace.event(S, fin, admitted, imm, duration)
+        self._S, self._n, self._K, self._order = S, n, K, order
+
+    def _drain_phase(self, heap: list[tuple[int, int, int, int]], trace: _RunTrace) -> None:
+        """No sequence waits: every running one finishes at its known step, in heap order."""
+        if not heap:
+            trace.finish(self._S, self._K)
+            return
+        entries = sorted(heap)
+        steps = np.fromiter((e[0] for e in entries), np.int64, len(entries))
+        slots = np.fromiter((e[2] for e in entries), np.int64, len(entries))
+        state = self._state
+        for slot in slots.tolist():
+            state[slot] = _DONE
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(steps)) + 1])
+        counts = np.diff(np.append(starts, len(steps)))
+        at = steps[starts]
+        k = np.diff(np.concatenate([[self._S], at]))
+        n = self._n - np.concatenate([[0], np.cumsum(counts)[:-1]])
+        released = np.add.reduceat(trace.context_of(slots), starts)
+        change = k * n - released
+        K = self._K + np.concatenate([[0], np.cumsum(change)[:-1]])
+        trace.drain(n, K, k, at, slots, counts)
+        trace.finish(int(at[-1]), int(self._K + change.sum()))
+
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
         if self._lines is None:
@@ -570,19 +686,7 @@ class RolloutEngine:
 
     def _steps_by(self, elapsed: float) -> int:
         """Whole decode steps completed `elapsed` seconds after the boundary."""
-        if elapsed <= 0:
-            return 0
-        hi = 1
-        while self._duration(hi) <= elapsed:
-            hi *= 2
-        lo = hi // 2  # duration(lo) <= elapsed < duration(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._duration(mid) <= elapsed:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return _steps_within(self._segment(), self.cost.decode_floor_s(self._n), elapsed)
 
     def _room_for_head(self) -> bool:
         if not self._waiting or self._n >= self.max_running:
@@ -613,6 +717,8 @@ class RolloutEngine:
         return self._state[slot] != _RUNNING or self._epoch[slot] != epoch
 
     def _process_until(self, t: float, inclusive: bool) -> None:
+        if t == math.inf and self._fast_ok():   # the rest of the run in arrays
+            self._fast_run()
         self._run_events(t, inclusive)
 
     def _account_steps(self, k: int) -> None:
@@ -848,6 +954,208 @@ def _budget_steps(pieces: list[tuple[int, float]], budget: int | None) -> list[t
     return steps
 
 
+def _steps_within(lines: tuple[float, float, float, float, float], floor: float, elapsed: float) -> int:
+    """Whole decode steps of a segment with these lines and CPU floor completed `elapsed` seconds
+    after its start (a doubling search, then bisection on series_time_s)."""
+    if elapsed <= 0:
+        return 0
+    hi = 1
+    while series_time_s(lines, hi, floor) <= elapsed:
+        hi *= 2
+    lo = hi // 2  # duration(lo) <= elapsed < duration(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if series_time_s(lines, mid, floor) <= elapsed:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def series_times_s(cost: StepCost, n: np.ndarray, K: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """series_time_s(cost.decode_lines(n, K), k, cost.decode_floor_s(n)) over arrays (0 where
+    k <= 0): the engine's inlined arithmetic, operation for operation, so bit-identical to it."""
+    out = np.zeros(len(k))
+    live = np.flatnonzero(k > 0)
+    if not len(live):
+        return out
+    n, K, k = n[live], K[live], k[live]
+    values = np.unique(n)
+    per_n = np.array([cost._per_n(int(x)) for x in values])[np.searchsorted(values, n)]
+    lin, weights, e, c1, m1, floor = per_n.T
+    c0 = lin + cost.decode_attn_s_per_ctx * K
+    m0 = weights + cost.kv_s_per_token * K
+    dc, dslope = c0 - m0, c1 - m1
+    kf = k.astype(float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        up = np.minimum(kf, np.maximum(0.0, np.ceil(-dc / dslope)))              # compute overtakes memory
+        down = np.minimum(kf, np.maximum(0.0, np.floor(dc / -dslope) + 1.0))     # memory overtakes compute
+    split = np.where(dslope == 0.0, np.where(dc >= 0, 0.0, kf), np.where(dslope > 0, up, down)).astype(np.int64)
+    swap = dslope < 0
+    a0, a1 = np.where(swap, c0, m0), np.where(swap, c1, m1)
+    b0, b1 = np.where(swap, m0, c0), np.where(swap, m1, c1)
+    head = np.where(split > 0, split * a0 + a1 * (split * (split - 1)) / 2.0, 0.0)
+    tail = np.where(k > split, (k - split) * b0 + b1 * (k * (k - 1) - split * (split - 1)) / 2.0, 0.0)
+    dec = head + tail + k * e
+    for j in np.flatnonzero(floor > 0.0).tolist():   # a CPU floor (eager or async): the scalar form
+        lines = (float(c0[j]), float(c1[j]), float(m0[j]), float(m1[j]), float(e[j]))
+        dec[j] = series_time_s(lines, int(k[j]), float(floor[j]))
+    out[live] = dec
+    return out
+
+
+class _RunTrace:
+    """One fast run (RolloutEngine._fast_run), event by event: the decode segment before each event
+    (running sequences n, KV tokens K at its start, steps k), the step count after it, the slots it
+    finished, admitted and finished at once (a last token made by the prefill), and the prefill's
+    duration; timed by time_events. Enough to answer an interrupt at any time after the run's start
+    (ResumableRun) without engine copies."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.cost = engine.cost
+        self._ids, self._p, self._r = engine._id, engine._p, engine._r   # fixed once added: shared
+        state = engine._state
+        self.start_running = [(slot, engine._g[slot], engine._sadm[slot]) for slot in range(len(state))
+                              if state[slot] == _RUNNING]
+        self.start_waiting = [(slot, engine._g[slot]) for slot in engine._waiting]
+        self.t0 = engine.t
+        self.seg_n: list[int] = []
+        self.seg_K: list[int] = []
+        self.seg_k: list[int] = []
+        self.steps: list[int] = []
+        self.pre: list[float] = []
+        self.admitted: list[list[int]] = []
+        self.g_before: dict[int, int] = {}
+        self.out_slots: list[int] = []        # outbox order: an event's finishes, then its instant ones
+        self.out_event: list[int] = []
+        self.out_at_end: list[bool] = []
+        self._drain: tuple[np.ndarray, ...] | None = None
+        self.S_end = self.K_end = 0
+        self._slots: dict[str, np.ndarray] | None = None
+
+    def context_of(self, slots: np.ndarray) -> np.ndarray:
+        return np.asarray(self._p, np.int64)[slots] + np.asarray(self._r, np.int64)[slots]
+
+    def segment(self, n: int, K: int, k: int) -> None:
+        self.seg_n.append(n)
+        self.seg_K.append(K)
+        self.seg_k.append(k)
+
+    def event(self, S: int, finished: list[int], admitted: list[int], instant: list[int], prefill_s: float) -> None:
+        i = len(self.steps)
+        self.steps.append(S)
+        self.pre.append(prefill_s)
+        self.admitted.append(admitted)
+        self.out_slots += finished + instant
+        self.out_event += [i] * (len(finished) + len(instant))
+        self.out_at_end += [False] * len(finished) + [True] * len(instant)
+
+    def drain(self, n: np.ndarray, K: np.ndarray, k: np.ndarray, steps: np.ndarray, slots: np.ndarray,
+              counts: np.ndarray) -> None:
+        self._drain = (n, K, k, steps, slots, counts)
+
+    def finish(self, S: int, K: int) -> None:
+        self.S_end, self.K_end = S, K
+
+    def time_events(self, engine: RolloutEngine) -> None:
+        """Event times by one running sum (start, decode, prefill, decode, ...: the engine's own
+        additions in its order), then the engine's busy time, tokens, outbox and clock."""
+        n, K, k = (np.asarray(x, np.int64) for x in (self.seg_n, self.seg_K, self.seg_k))
+        pre, steps = np.asarray(self.pre, float), np.asarray(self.steps, np.int64)
+        out_slots, out_event = np.asarray(self.out_slots, np.int64), np.asarray(self.out_event, np.int64)
+        out_at_end = np.asarray(self.out_at_end, bool)
+        if self._drain is not None:
+            dn, dK, dk, dsteps, dslots, counts = self._drain
+            first = len(n)
+            n, K, k = np.concatenate([n, dn]), np.concatenate([K, dK]), np.concatenate([k, dk])
+            pre, steps = np.concatenate([pre, np.zeros(len(dn))]), np.concatenate([steps, dsteps])
+            out_slots = np.concatenate([out_slots, dslots])
+            out_event = np.concatenate([out_event, first + np.repeat(np.arange(len(dn)), counts)])
+            out_at_end = np.concatenate([out_at_end, np.zeros(len(dslots), bool)])
+        events = len(n)
+        chain = np.empty(2 * events + 1)
+        chain[0], chain[1::2], chain[2::2] = self.t0, series_times_s(self.cost, n, K, k), pre
+        clock = np.cumsum(chain)
+        self.time, self.end = clock[1::2], clock[2::2]
+        busy = np.empty(2 * events + 1)
+        busy[0], busy[1::2], busy[2::2] = engine.busy_s, np.where(n > 0, self.time - clock[0:-1:2], 0.0), pre
+        engine.busy_s = float(np.cumsum(busy)[-1])
+        engine.generated_tokens += int(np.dot(k, n)) + sum(len(a) for a in self.admitted)
+        self.n, self.K, self.S = n, K, steps
+        self.out_slots, self._out_event, self._out_at_end = out_slots, out_event, out_at_end
+        self.out_time = np.where(out_at_end, self.end[out_event], self.time[out_event])
+        ids = np.asarray(engine._id, np.int64)[out_slots]
+        engine._outbox.extend(zip(self.out_time.tolist(), ids.tolist(), out_slots.tolist(), strict=True))
+        engine.t = float(clock[-1])
+        last = len(self.admitted) - 1
+        engine._prefill = None
+        if last == events - 1 and self.admitted[last]:
+            engine._prefill = (float(self.time[last]), float(self.end[last]),
+                               [(slot, self.g_before[slot]) for slot in self.admitted[last]])
+        engine._phase_steps = 0
+
+    # -- an interrupt at `now`, from the arrays ------------------------------------------------------
+    def _slot_arrays(self) -> dict[str, np.ndarray]:
+        """Per slot of the run: the event that admitted it (-1: running at the start), finished it,
+        whether at once; its tokens while waiting, at admission (after the prefill's token) and the
+        step count then."""
+        if self._slots is None:
+            running, waiting = self.start_running, self.start_waiting
+            slots = np.array([s for s, _, _ in running] + [s for s, _ in waiting], np.int64)
+            size = len(self._ids)
+            admitted_at = np.full(size, -1, np.int64)
+            for i, group in enumerate(self.admitted):
+                admitted_at[group] = i
+            finished_at = np.full(size, np.iinfo(np.int64).max, np.int64)
+            finished_at[self.out_slots] = self._out_event
+            instant = np.zeros(size, bool)
+            instant[self.out_slots] = self._out_at_end
+            g_wait = np.array([g for _, g, _ in running] + [g for _, g in waiting], np.int64)
+            adm = admitted_at[slots]
+            is_start = np.arange(len(slots)) < len(running)
+            adm[is_start] = -1
+            self._slots = {
+                "slot": slots, "admitted": adm, "finished": finished_at[slots], "instant": instant[slots],
+                "g_wait": g_wait,
+                "g_run": np.where(is_start, g_wait, g_wait + 1),
+                "s_adm": np.where(is_start, np.array([a for _, _, a in running] + [0] * len(waiting), np.int64),
+                                  self.S[np.maximum(adm, 0)]),
+            }
+        return self._slots
+
+    def interrupt(self, now: float) -> InterruptResult | None:
+        """RolloutEngine.interrupt(now) of the engine this run advanced (None before its first
+        event: the caller restores the start). ``finished``: every sequence the run finished by now."""
+        i = int(np.searchsorted(self.time, now, side="right")) - 1
+        if i < 0:
+            return None
+        a = self._slot_arrays()
+        t_b, S_b = float(self.end[i]), int(self.S[i])
+        last = i == len(self.time) - 1
+        n_b, K_b = (0, self.K_end) if last else (int(self.n[i + 1]), int(self.K[i + 1]))
+        running = (a["admitted"] <= i) & ~a["instant"] & (a["finished"] > i)
+        waiting = a["admitted"] > i
+        pending = a["instant"] & (a["admitted"] == i) & (t_b > now)   # made by a prefill not yet over
+        made = a["g_run"] + S_b - a["s_adm"]
+        if n_b and t_b <= now:
+            cost = self.cost
+            made = made + _steps_within(cost.decode_lines(n_b, K_b), cost.decode_floor_s(n_b), now - t_b)
+        elif t_b > now:   # inside the event's prefill: it yields nothing
+            made = np.where(a["admitted"] == i, a["g_wait"], made)
+        generated = np.where(running, made, a["g_wait"])
+        keep = np.flatnonzero(running | waiting | pending)
+        slots = a["slot"][keep]
+        ids = np.asarray(self._ids, np.int64)[slots]
+        order = np.argsort(ids, kind="stable")
+        p, r = np.asarray(self._p, np.int64)[slots], np.asarray(self._r, np.int64)[slots]
+        partial = [PartialSequence(*x) for x in zip(ids[order].tolist(), p[order].tolist(), r[order].tolist(),
+                                                     generated[keep][order].tolist(), strict=True)]
+        done = int(np.searchsorted(self.out_time, now, side="right"))
+        out_ids = np.asarray(self._ids, np.int64)[self.out_slots[:done]]
+        finished = [Finished(*x) for x in zip(out_ids.tolist(), self.out_time[:done].tolist(), strict=True)]
+        return InterruptResult(finished, partial)
+
+
 class ResumableRun:
     """Run an engine to completion, keeping a copy of its state every ``every`` events, so that its
     state at an earlier time (an interrupt at a time decided after the full run, e.g. a tail
@@ -861,6 +1169,7 @@ class ResumableRun:
         self.every = max(1, int(every))
         self._keys: list[float] = []                # latest event time processed before each copy
         self._copies: list[RolloutEngine] = []
+        self._trace: _RunTrace | None = None
 
     def run(self) -> list[Finished]:
         return [Finished(seq_id, time) for time, seq_id, _ in self._run()]
@@ -872,6 +1181,10 @@ class ResumableRun:
     def _run(self) -> list[tuple[float, int, int]]:
         engine = self.engine
         self._keys, self._copies = [-math.inf], [engine.copy()]
+        self._trace = None
+        if engine._fast_ok():   # one array run; its trace answers interrupts (no copies but the start)
+            self._trace = engine._fast_run()
+            return engine._drain(math.inf)
         every = self.every
         while True:   # engine.run(), a copy after every `every` events
             done, t = engine._run_events(math.inf, True, every)
@@ -884,6 +1197,10 @@ class ResumableRun:
         """``interrupt(now)`` of an engine that ran from the start to ``now`` (call after ``run``).
         ``finished`` lists only the sequences finished after the restored copy's time; callers
         that need all finishes by ``now`` take them from ``run``'s output."""
+        if self._trace is not None:
+            result = self._trace.interrupt(now)
+            if result is not None:
+                return result
         i = bisect.bisect_right(self._keys, now) - 1
         return self._copies[max(0, i)].copy().interrupt(now)
 
