@@ -266,6 +266,26 @@ class StepCost:
         added, floor = self.overhead_s(width, n + seqs / steps)
         return series_time_s((c0, c1, m0, m1, added + self.comm_s(width)), steps, floor)
 
+    def prefill_many_s(self, tokens: np.ndarray, attention_pairs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """prefill_s over arrays (integer tokens and sequences), bit-identical to it: the same
+        operations in the same order; the weights read and the links per distinct token count."""
+        values, where = np.unique(tokens, return_inverse=True)
+        weights = np.array([self.weight_read_s(x) for x in values.tolist()])[where]
+        comm = np.array([self.comm_s(x) for x in values.tolist()])[where]
+        compute = tokens * self.lin_s_per_token + attention_pairs * self.prefill_attn_s_per_pair
+        memory = weights + tokens * self.kv_s_per_token
+        p = self.params
+        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
+        graphs = np.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch if not p.enforce_eager \
+            else np.zeros(len(tokens), bool)
+        if p.async_scheduling:   # overhead_s's four cases
+            added = np.where(graphs, 0.0, p.cuda_graph_replay_s)
+            floor = np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s)
+        else:
+            added = sched + p.cuda_graph_replay_s
+            floor = np.where(graphs, 0.0, sched + self.eager_launch_s)
+        return np.maximum(floor, np.maximum(compute, memory) + added + comm)
+
     def prefill_s(self, tokens: float, attention_pairs: float, seqs: float = 1) -> float:
         """Prefill of `tokens` prompt tokens of `seqs` sequences with sum over prompts of P(P+1)/2
         attention pairs (one step)."""
@@ -352,6 +372,7 @@ def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> Non
 
 # ---- one instance -----------------------------------------------------------------------------------
 _WAITING, _RUNNING, _DONE = 0, 1, 2
+_ORDER_BITS = 32   # a fast run's heap keys: finish step << 32 | admission order
 
 
 class RolloutEngine:
@@ -562,118 +583,107 @@ class RolloutEngine:
     # ---- the whole run in arrays (no per-event Python where nothing can interfere) ----------------
     def _fast_ok(self) -> bool:
         """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
-        (by the next admission), the KV cache can never bind (every sequence's full context plus one
-        step of every slot fits: no preemption, no admission held back), prefill is one blocking
-        step per admission (no token budget, no chunked prefill) and no prefill is half done."""
+        (by the next admission) and needs more than its prefill's token, the KV cache can never
+        bind (every sequence's full context plus one step of every slot fits: no preemption, no
+        admission held back), prefill is one blocking step per admission (no token budget, no
+        chunked prefill) and no prefill is half done."""
         params = self.cost.params
         if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps:
             return False
-        waiting, arrival, state, epochs = self._waiting, self._arrival, self._state, self._epoch
+        waiting, arrival, state, epochs, p, r, g = (self._waiting, self._arrival, self._state, self._epoch,
+                                                    self._p, self._r, self._g)
         if not waiting and not self._n:
             return False
+        held, pairs, longest = 0, 0, 0
         if waiting:
             start = self.t if self._n else max(self.t, arrival[waiting[0]])
-            if max(arrival[slot] for slot in waiting) > start:
-                return False
-        p, r = self._p, self._r
-        held = sum(p[slot] + r[slot] for slot in waiting)
-        held += sum(p[e[2]] + r[e[2]] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3])
-        return held + self.max_running + 2 <= self.capacity
+            for slot in waiting:
+                ctx = p[slot] + g[slot]
+                if arrival[slot] > start or g[slot] + 1 >= r[slot]:
+                    return False
+                held += p[slot] + r[slot]
+                pairs += ctx * (ctx + 1) // 2
+                longest = max(longest, r[slot])
+        for e in self._heap:
+            if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]:
+                held += p[e[2]] + r[e[2]]
+                longest = max(longest, e[0] - self._S)
+        # prefill attention pairs summed exactly in floats; (step, order) packed in one int64
+        return (held + self.max_running + 2 <= self.capacity and pairs < 2**53
+                and self._S + longest < 2**30 and self._order + len(waiting) < 2**_ORDER_BITS)
 
     def _fast_run(self) -> _RunTrace:
         """Run to the end (call only when _fast_ok()): the same events as _run_events, found in
-        decode-step units (while sequences wait: a heap walk; after: one sort), then timed in
-        arrays with the same floating-point operations in the same order (bit-identical)."""
-        state, epochs = self._state, self._epoch
-        heap = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
-        heapq.heapify(heap)
-        trace = _RunTrace(self)
+        decode-step units (_walk_steps), then timed in arrays with the same floating-point
+        operations in the same order (bit-identical). Slots end done; the records the event loop
+        reads only for running or waiting slots are left as they were."""
         if self._n == 0:
             self.t = max(self.t, self._arrival[self._waiting[0]])
-        trace.t0 = self.t
-        self._admission_phase(heap, trace)
-        self._drain_phase(heap, trace)
-        trace.time_events(self)
+        trace = _RunTrace(self)
+        walk = self._walk_steps()
+        trace.time_events(self, walk)
+        state = self._state
+        for slot in trace.slots.tolist():
+            state[slot] = _DONE
+        self._order += len(walk.waiting)
+        self._waiting.clear()
         self._heap = []
-        self._n, self._K = 0, trace.K_end
-        self._S = trace.S_end
+        self._n, self._K, self._S = 0, trace.K_end, trace.S_end
         self._event = self._lines = None
         return trace
 
-    def _admission_phase(self, heap: list[tuple[int, int, int, int]], trace: _RunTrace) -> None:
-        """Events while sequences wait: finishes (heap order), then FIFO admissions into the freed
-        slots, prefilled together in one step (_admit and _enter with no limit but the slots)."""
-        state, epochs, g_of, sadm, p_of, r_of = self._state, self._epoch, self._g, self._sadm, self._p, self._r
-        waiting, stack, group = self._waiting, self._stack, self._group
-        share = self.cost.params.enable_prefix_caching
-        S, n, K, order, max_n = self._S, self._n, self._K, self._order, self.max_running
+    def _walk_steps(self) -> _Walk:
+        """The run's events in decode-step units. While sequences wait every event finishes the
+        running ones due (heap order: finish step, admission order) and admits as many waiting
+        ones, FIFO, each due its remaining tokens later (a heap walk on packed int keys); after the
+        last admission the running ones finish in key order (one sort)."""
+        state, epochs, r, g = self._state, self._epoch, self._r, self._g
+        live = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
+        waiting = list(self._waiting)
+        due = [r[slot] - g[slot] - 1 for slot in waiting]
+        bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
+        keys = [(e[0] << bits) | e[1] for e in live]
+        heapq.heapify(keys)
+        S, n, base, max_n = self._S, self._n, self._order, self.max_running
+        order, total, w = base, len(waiting), 0
+        steps, finished, admitted, fin_orders = [], [], [], []
         pop, push = heapq.heappop, heapq.heappush
-        while waiting:
-            k = heap[0][0] - S if n == max_n else 0   # a free slot admits at once
-            trace.segment(n, K, k)
-            S += k
-            K += k * n
-            fin = []
-            while heap and heap[0][0] <= S:
-                slot = pop(heap)[2]
-                state[slot] = _DONE
-                K -= p_of[slot] + r_of[slot]
-                fin.append(slot)
-            n -= len(fin)
-            admitted, pieces, seen = [], [], set()
-            for _ in range(min(len(waiting), max_n - n)):
-                slot = waiting.popleft()
-                g = g_of[slot]
-                ctx = p_of[slot] + g
-                admitted.append(slot)
-                if share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
-                    pieces.append((g, g * p_of[slot] + g * (g + 1) / 2.0))
-                else:
-                    seen.add(group[slot])
-                    pieces.append((ctx, ctx * (ctx + 1) / 2.0))
-                state[slot] = _RUNNING
-                K += ctx + 1
-            duration = self._prefill_time(pieces, n, K)[0]
-            n += len(admitted)
-            imm = []
-            for slot in admitted:
-                g = g_of[slot]
-                trace.g_before[slot] = g
-                g_of[slot] = g + 1   # prefill yields the first (next) token
-                sadm[slot] = S
-                if g + 1 >= r_of[slot]:
-                    state[slot] = _DONE
-                    n -= 1
-                    K -= p_of[slot] + r_of[slot]
-                    imm.append(slot)
-                    continue
+        while w < total:
+            done = 0
+            if n == max_n:   # no free slot: decode to the next finish
+                S = keys[0] >> bits
+                bound = (S + 1) << bits
+                while keys and keys[0] < bound:
+                    fin_orders.append(pop(keys) & mask)
+                    done += 1
+                n -= done
+            take = min(total - w, max_n - n)
+            for j in range(w, w + take):
                 order += 1
-                push(heap, (S + r_of[slot] - g - 1, order, slot, epochs[slot]))
-                stack.append((slot, epochs[slot]))
-            trace.event(S, fin, admitted, imm, duration)
-        self._S, self._n, self._K, self._order = S, n, K, order
-
-    def _drain_phase(self, heap: list[tuple[int, int, int, int]], trace: _RunTrace) -> None:
-        """No sequence waits: every running one finishes at its known step, in heap order."""
-        if not heap:
-            trace.finish(self._S, self._K)
-            return
-        entries = sorted(heap)
-        steps = np.fromiter((e[0] for e in entries), np.int64, len(entries))
-        slots = np.fromiter((e[2] for e in entries), np.int64, len(entries))
-        state = self._state
-        for slot in slots.tolist():
-            state[slot] = _DONE
-        starts = np.concatenate([[0], np.flatnonzero(np.diff(steps)) + 1])
-        counts = np.diff(np.append(starts, len(steps)))
-        at = steps[starts]
-        k = np.diff(np.concatenate([[self._S], at]))
-        n = self._n - np.concatenate([[0], np.cumsum(counts)[:-1]])
-        released = np.add.reduceat(trace.context_of(slots), starts)
-        change = k * n - released
-        K = self._K + np.concatenate([[0], np.cumsum(change)[:-1]])
-        trace.drain(n, K, k, at, slots, counts)
-        trace.finish(int(at[-1]), int(self._K + change.sum()))
+                push(keys, ((S + due[j]) << bits) | order)
+            steps.append(S)
+            finished.append(done)
+            admitted.append(take)
+            n += take
+            w += take
+        rest = np.sort(np.array(keys, np.int64))
+        rest_steps = rest >> bits
+        fin_orders = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
+        if len(rest):   # the drain: one event per distinct finish step
+            cut = np.flatnonzero(np.diff(rest_steps)) + 1
+            steps = np.concatenate([steps, rest_steps[np.concatenate([[0], cut])]])
+            finished = np.concatenate([finished, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
+            admitted = np.concatenate([admitted, np.zeros(len(cut) + 1, np.int64)])
+        # the slot of each finish: admitted in this run (orders above base) or running at its start
+        start_orders = np.array(sorted(e[1] for e in live), np.int64)
+        start_slots = np.array([e[2] for e in sorted(live, key=lambda e: e[1])], np.int64)
+        waiting_arr = np.array(waiting, np.int64)
+        mine = fin_orders > base
+        fin_slots = np.zeros(len(fin_orders), np.int64)
+        fin_slots[mine] = waiting_arr[fin_orders[mine] - base - 1]
+        fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin_orders[~mine])]
+        return _Walk(np.asarray(steps, np.int64), np.asarray(finished, np.int64), np.asarray(admitted, np.int64),
+                     waiting_arr, fin_slots, [(e[2], g[e[2]], self._sadm[e[2]]) for e in live])
 
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
@@ -1004,155 +1014,143 @@ def series_times_s(cost: StepCost, n: np.ndarray, K: np.ndarray, k: np.ndarray) 
     return out
 
 
+def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sums of consecutive runs of `counts` values (integers: exact in any order; 0 for empty runs)."""
+    total = np.concatenate([[0], np.cumsum(values)])
+    ends = np.cumsum(counts)
+    return total[ends] - total[ends - counts]
+
+
+class _Walk(NamedTuple):
+    """A fast run's events in decode-step units (RolloutEngine._walk_steps)."""
+
+    steps: np.ndarray       # the step count at each event
+    finished: np.ndarray    # sequences each event finished
+    admitted: np.ndarray    # sequences each event admitted (the next ones of `waiting`)
+    waiting: np.ndarray     # the slots waiting at the start, in admission order
+    fin_slots: np.ndarray   # finished slots in finish (outbox) order
+    start_running: list[tuple[int, int, int]]   # (slot, generated at admission, step count then)
+
+
 class _RunTrace:
-    """One fast run (RolloutEngine._fast_run), event by event: the decode segment before each event
-    (running sequences n, KV tokens K at its start, steps k), the step count after it, the slots it
-    finished, admitted and finished at once (a last token made by the prefill), and the prefill's
-    duration; timed by time_events. Enough to answer an interrupt at any time after the run's start
-    (ResumableRun) without engine copies."""
+    """One fast run, timed: each event's time, its prefill's end, and the state after it; per slot
+    the events that admitted and finished it. Enough to answer an interrupt at any time after the
+    run's start (ResumableRun) without engine copies."""
 
     def __init__(self, engine: RolloutEngine) -> None:
         self.cost = engine.cost
         self._ids, self._p, self._r = engine._id, engine._p, engine._r   # fixed once added: shared
-        state = engine._state
-        self.start_running = [(slot, engine._g[slot], engine._sadm[slot]) for slot in range(len(state))
-                              if state[slot] == _RUNNING]
-        self.start_waiting = [(slot, engine._g[slot]) for slot in engine._waiting]
         self.t0 = engine.t
-        self.seg_n: list[int] = []
-        self.seg_K: list[int] = []
-        self.seg_k: list[int] = []
-        self.steps: list[int] = []
-        self.pre: list[float] = []
-        self.admitted: list[list[int]] = []
-        self.g_before: dict[int, int] = {}
-        self.out_slots: list[int] = []        # outbox order: an event's finishes, then its instant ones
-        self.out_event: list[int] = []
-        self.out_at_end: list[bool] = []
-        self._drain: tuple[np.ndarray, ...] | None = None
-        self.S_end = self.K_end = 0
         self._slots: dict[str, np.ndarray] | None = None
 
-    def context_of(self, slots: np.ndarray) -> np.ndarray:
-        return np.asarray(self._p, np.int64)[slots] + np.asarray(self._r, np.int64)[slots]
-
-    def segment(self, n: int, K: int, k: int) -> None:
-        self.seg_n.append(n)
-        self.seg_K.append(K)
-        self.seg_k.append(k)
-
-    def event(self, S: int, finished: list[int], admitted: list[int], instant: list[int], prefill_s: float) -> None:
-        i = len(self.steps)
-        self.steps.append(S)
-        self.pre.append(prefill_s)
-        self.admitted.append(admitted)
-        self.out_slots += finished + instant
-        self.out_event += [i] * (len(finished) + len(instant))
-        self.out_at_end += [False] * len(finished) + [True] * len(instant)
-
-    def drain(self, n: np.ndarray, K: np.ndarray, k: np.ndarray, steps: np.ndarray, slots: np.ndarray,
-              counts: np.ndarray) -> None:
-        self._drain = (n, K, k, steps, slots, counts)
-
-    def finish(self, S: int, K: int) -> None:
-        self.S_end, self.K_end = S, K
-
-    def time_events(self, engine: RolloutEngine) -> None:
-        """Event times by one running sum (start, decode, prefill, decode, ...: the engine's own
-        additions in its order), then the engine's busy time, tokens, outbox and clock."""
-        n, K, k = (np.asarray(x, np.int64) for x in (self.seg_n, self.seg_K, self.seg_k))
-        pre, steps = np.asarray(self.pre, float), np.asarray(self.steps, np.int64)
-        out_slots, out_event = np.asarray(self.out_slots, np.int64), np.asarray(self.out_event, np.int64)
-        out_at_end = np.asarray(self.out_at_end, bool)
-        if self._drain is not None:
-            dn, dK, dk, dsteps, dslots, counts = self._drain
-            first = len(n)
-            n, K, k = np.concatenate([n, dn]), np.concatenate([K, dK]), np.concatenate([k, dk])
-            pre, steps = np.concatenate([pre, np.zeros(len(dn))]), np.concatenate([steps, dsteps])
-            out_slots = np.concatenate([out_slots, dslots])
-            out_event = np.concatenate([out_event, first + np.repeat(np.arange(len(dn)), counts)])
-            out_at_end = np.concatenate([out_at_end, np.zeros(len(dslots), bool)])
-        events = len(n)
-        chain = np.empty(2 * events + 1)
+    def time_events(self, engine: RolloutEngine, walk: _Walk) -> None:
+        """Segment by segment (running n, KV K at its start, steps k) from the walk's counts, event
+        times by one running sum (start, decode, prefill, decode, ...: the engine's own additions
+        in its order), then the engine's busy time, tokens, outbox and clock."""
+        p, r, g = (np.asarray(x, np.int64) for x in (engine._p, engine._r, engine._g))
+        steps, finished, admitted, jobs = walk.steps, walk.finished, walk.admitted, walk.waiting
+        events = np.arange(len(steps))
+        k = np.diff(np.concatenate([[engine._S], steps]))
+        ctx = p[jobs] + g[jobs]
+        released = _segment_sums(p[walk.fin_slots] + r[walk.fin_slots], finished)
+        n = engine._n + np.concatenate([[0], np.cumsum(admitted - finished)[:-1]])
+        change = k * n - released + _segment_sums(ctx + 1, admitted)
+        K = engine._K + np.concatenate([[0], np.cumsum(change)[:-1]])
+        job_event = np.repeat(events, admitted)
+        pre = np.zeros(len(steps))
+        has = admitted > 0
+        tokens, pairs = self._prefill_work(engine, jobs, ctx, g[jobs], p[jobs], job_event, admitted)
+        pre[has] = self.cost.prefill_many_s(tokens[has], pairs[has], admitted[has])
+        chain = np.empty(2 * len(steps) + 1)
         chain[0], chain[1::2], chain[2::2] = self.t0, series_times_s(self.cost, n, K, k), pre
         clock = np.cumsum(chain)
         self.time, self.end = clock[1::2], clock[2::2]
-        busy = np.empty(2 * events + 1)
+        busy = np.empty(2 * len(steps) + 1)
         busy[0], busy[1::2], busy[2::2] = engine.busy_s, np.where(n > 0, self.time - clock[0:-1:2], 0.0), pre
         engine.busy_s = float(np.cumsum(busy)[-1])
-        engine.generated_tokens += int(np.dot(k, n)) + sum(len(a) for a in self.admitted)
-        self.n, self.K, self.S = n, K, steps
-        self.out_slots, self._out_event, self._out_at_end = out_slots, out_event, out_at_end
-        self.out_time = np.where(out_at_end, self.end[out_event], self.time[out_event])
-        ids = np.asarray(engine._id, np.int64)[out_slots]
-        engine._outbox.extend(zip(self.out_time.tolist(), ids.tolist(), out_slots.tolist(), strict=True))
+        engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
+        self.fin_event = np.repeat(events, finished)
+        self.out_time = self.time[self.fin_event]
+        ids = np.asarray(engine._id, np.int64)[walk.fin_slots]
+        engine._outbox.extend(zip(self.out_time.tolist(), ids.tolist(), walk.fin_slots.tolist(), strict=True))
         engine.t = float(clock[-1])
-        last = len(self.admitted) - 1
-        engine._prefill = None
-        if last == events - 1 and self.admitted[last]:
-            engine._prefill = (float(self.time[last]), float(self.end[last]),
-                               [(slot, self.g_before[slot]) for slot in self.admitted[last]])
-        engine._phase_steps = 0
+        engine._prefill, engine._phase_steps = None, 0   # the last event finishes (admitted ones run on)
+        self.S, self.S_end, self.K_end = steps, int(steps[-1]), int(K[-1] + change[-1])
+        self.n_after, self.K_after = np.append(n[1:], 0), np.append(K[1:], self.K_end)
+        self.walk, self.job_event, self.g = walk, job_event, g
+        self.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), jobs])
+
+    @staticmethod
+    def _prefill_work(engine: RolloutEngine, jobs: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
+                      job_event: np.ndarray, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens computed, attention pairs) of each event's prefill, _admit's pieces summed: with
+        prefix caching a later sample of a prompt (group >= 0) admitted in the same step computes
+        only its own generated tokens. Pairs are integers below 2^53: exact as floats in any order."""
+        tokens, pairs = ctx, ctx * (ctx + 1) // 2
+        if engine.cost.params.enable_prefix_caching and len(jobs):
+            group = np.asarray(engine._group, np.int64)[jobs]
+            first = np.zeros(len(jobs), bool)
+            first[np.unique(np.stack([job_event, group]), axis=1, return_index=True)[1]] = True
+            cached = (group >= 0) & ~first
+            tokens = np.where(cached, g, ctx)
+            pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
+        return _segment_sums(tokens, admitted), _segment_sums(pairs, admitted).astype(float)
 
     # -- an interrupt at `now`, from the arrays ------------------------------------------------------
     def _slot_arrays(self) -> dict[str, np.ndarray]:
-        """Per slot of the run: the event that admitted it (-1: running at the start), finished it,
-        whether at once; its tokens while waiting, at admission (after the prefill's token) and the
-        step count then."""
+        """Per slot of the run (running at its start, then waiting): the event that admitted it (-1:
+        running at the start) and finished it, its tokens while waiting, at admission (after the
+        prefill's token) and the step count then."""
         if self._slots is None:
-            running, waiting = self.start_running, self.start_waiting
-            slots = np.array([s for s, _, _ in running] + [s for s, _ in waiting], np.int64)
-            size = len(self._ids)
-            admitted_at = np.full(size, -1, np.int64)
-            for i, group in enumerate(self.admitted):
-                admitted_at[group] = i
-            finished_at = np.full(size, np.iinfo(np.int64).max, np.int64)
-            finished_at[self.out_slots] = self._out_event
-            instant = np.zeros(size, bool)
-            instant[self.out_slots] = self._out_at_end
-            g_wait = np.array([g for _, g, _ in running] + [g for _, g in waiting], np.int64)
-            adm = admitted_at[slots]
-            is_start = np.arange(len(slots)) < len(running)
-            adm[is_start] = -1
+            walk, start = self.walk, self.walk.start_running
+            finished_at = np.zeros(len(self._ids), np.int64)
+            finished_at[walk.fin_slots] = self.fin_event
+            g_wait = self.g[walk.waiting]
             self._slots = {
-                "slot": slots, "admitted": adm, "finished": finished_at[slots], "instant": instant[slots],
-                "g_wait": g_wait,
-                "g_run": np.where(is_start, g_wait, g_wait + 1),
-                "s_adm": np.where(is_start, np.array([a for _, _, a in running] + [0] * len(waiting), np.int64),
-                                  self.S[np.maximum(adm, 0)]),
+                "admitted": np.concatenate([np.full(len(start), -1, np.int64), self.job_event]),
+                "finished": finished_at[self.slots],
+                "g_wait": np.concatenate([np.array([g for _, g, _ in start], np.int64), g_wait]),
+                "g_run": np.concatenate([np.array([g for _, g, _ in start], np.int64), g_wait + 1]),
+                "s_adm": np.concatenate([np.array([s for _, _, s in start], np.int64), self.S[self.job_event]]),
             }
         return self._slots
 
-    def interrupt(self, now: float) -> InterruptResult | None:
-        """RolloutEngine.interrupt(now) of the engine this run advanced (None before its first
-        event: the caller restores the start). ``finished``: every sequence the run finished by now."""
+    def progress(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """(slots, tokens generated) of the sequences unfinished at `now`, as RolloutEngine.interrupt
+        (now) would leave them (None before the run's first event: the caller restores the start)."""
         i = int(np.searchsorted(self.time, now, side="right")) - 1
         if i < 0:
             return None
         a = self._slot_arrays()
         t_b, S_b = float(self.end[i]), int(self.S[i])
-        last = i == len(self.time) - 1
-        n_b, K_b = (0, self.K_end) if last else (int(self.n[i + 1]), int(self.K[i + 1]))
-        running = (a["admitted"] <= i) & ~a["instant"] & (a["finished"] > i)
+        n_b, K_b = int(self.n_after[i]), int(self.K_after[i])
+        running = (a["admitted"] <= i) & (a["finished"] > i)
         waiting = a["admitted"] > i
-        pending = a["instant"] & (a["admitted"] == i) & (t_b > now)   # made by a prefill not yet over
         made = a["g_run"] + S_b - a["s_adm"]
         if n_b and t_b <= now:
             cost = self.cost
             made = made + _steps_within(cost.decode_lines(n_b, K_b), cost.decode_floor_s(n_b), now - t_b)
         elif t_b > now:   # inside the event's prefill: it yields nothing
             made = np.where(a["admitted"] == i, a["g_wait"], made)
-        generated = np.where(running, made, a["g_wait"])
-        keep = np.flatnonzero(running | waiting | pending)
-        slots = a["slot"][keep]
+        keep = np.flatnonzero(running | waiting)
+        return self.slots[keep], np.where(running, made, a["g_wait"])[keep]
+
+    def interrupt(self, now: float) -> InterruptResult | None:
+        """RolloutEngine.interrupt(now) of the engine this run advanced (None before its first
+        event); ``finished``: the sequences the last event by ``now`` finished."""
+        progress = self.progress(now)
+        if progress is None:
+            return None
+        slots, generated = progress
         ids = np.asarray(self._ids, np.int64)[slots]
         order = np.argsort(ids, kind="stable")
         p, r = np.asarray(self._p, np.int64)[slots], np.asarray(self._r, np.int64)[slots]
         partial = [PartialSequence(*x) for x in zip(ids[order].tolist(), p[order].tolist(), r[order].tolist(),
-                                                     generated[keep][order].tolist(), strict=True)]
-        done = int(np.searchsorted(self.out_time, now, side="right"))
-        out_ids = np.asarray(self._ids, np.int64)[self.out_slots[:done]]
-        finished = [Finished(*x) for x in zip(out_ids.tolist(), self.out_time[:done].tolist(), strict=True)]
+                                                     generated[order].tolist(), strict=True)]
+        i = int(np.searchsorted(self.time, now, side="right")) - 1
+        mine = np.flatnonzero(self.fin_event == i)
+        out_ids = np.asarray(self._ids, np.int64)[self.walk.fin_slots[mine]]
+        finished = [Finished(*x) for x in zip(out_ids.tolist(), self.out_time[mine].tolist(), strict=True)]
         return InterruptResult(finished, partial)
 
 

@@ -118,7 +118,8 @@ def test_resume_after_an_interrupt_equals_the_frozen_engine(case: Case, frac: fl
     engines = case.build(RolloutEngine), case.build(frozen.RolloutEngine)
     outs = []
     for engine in engines:
-        now = frac * horizon
+        start = case.adds[-1][0]
+        now = start + frac * (horizon - start)
         partial = engine.interrupt(now).partial
         if partial:
             engine.add_many([s.seq_id for s in partial], [s.prompt_len for s in partial],
