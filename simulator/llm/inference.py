@@ -164,6 +164,8 @@ class StepCost:
         self._comm_cache: dict[float, float] = {}
         self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
         self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
+        self._per_n_table = np.full((1, 6), np.nan)                # per_n_rows: _per_n by n
+        self._prefill_parts: dict[int, tuple[float, float]] = {}    # tokens -> (weights read, links)
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
     def weight_read_s(self, tokens: float) -> float:
@@ -240,6 +242,16 @@ class StepCost:
             self._lines_cache[n] = per_n
         return per_n
 
+    def per_n_rows(self, n: np.ndarray) -> np.ndarray:
+        """_per_n's rows for an array of running counts (n >= 1), from one table filled as asked."""
+        top = int(n.max())
+        table = self._per_n_table
+        if len(table) <= top:
+            table = self._per_n_table = np.vstack([table, np.full((top + 1 - len(table), 6), np.nan)])
+        for x in np.unique(n[np.isnan(table[n, 0])]).tolist():
+            table[x] = self._per_n(x)
+        return table[n]
+
     def decode_lines(self, n: int, k0: float) -> tuple[float, float, float, float, float]:
         """Step j (0-based) of n sequences starting at total context k0 costs
         max(f, max(c0 + c1 j, m0 + m1 j) + e), f = decode_floor_s(n). Returns (c0, c1, m0, m1, e)."""
@@ -269,9 +281,16 @@ class StepCost:
     def prefill_many_s(self, tokens: np.ndarray, attention_pairs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
         """prefill_s over arrays (integer tokens and sequences), bit-identical to it: the same
         operations in the same order; the weights read and the links per distinct token count."""
+        if not len(tokens):
+            return np.zeros(0)
         values, where = np.unique(tokens, return_inverse=True)
-        weights = np.array([self.weight_read_s(x) for x in values.tolist()])[where]
-        comm = np.array([self.comm_s(x) for x in values.tolist()])[where]
+        parts, cache = [], self._prefill_parts
+        for x in values.tolist():
+            part = cache.get(x)
+            if part is None:
+                part = cache[x] = (self.weight_read_s(x), self.comm_s(x))
+            parts.append(part)
+        weights, comm = np.array(parts).T[:, where]
         compute = tokens * self.lin_s_per_token + attention_pairs * self.prefill_attn_s_per_pair
         memory = weights + tokens * self.kv_s_per_token
         p = self.params
@@ -507,7 +526,16 @@ class RolloutEngine:
     def run_into(self, finish_s: np.ndarray) -> None:
         """run(), writing each finished sequence's time at finish_s[seq_id] (no Finished records:
         the schedules' hot path)."""
+        if self._fast_ok():   # the array run writes its finishes straight in (no outbox records)
+            _scatter(self._take_outbox(), finish_s)
+            self._fast_run(outbox=False).scatter(finish_s)
+            return
         _scatter(self._drain(math.inf), finish_s)
+
+    def _take_outbox(self) -> list[tuple[float, int, int]]:
+        out = list(self._outbox)
+        self._outbox.clear()
+        return out
 
     def _drain(self, t: float) -> list[tuple[float, int, int]]:
         """Run to time t; the outbox entries (time, seq_id, slot) finished by then, in order."""
@@ -590,29 +618,25 @@ class RolloutEngine:
         params = self.cost.params
         if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps:
             return False
-        waiting, arrival, state, epochs, p, r, g = (self._waiting, self._arrival, self._state, self._epoch,
-                                                    self._p, self._r, self._g)
-        if not waiting and not self._n:
+        if not self._waiting and not self._n:
             return False
-        held, pairs, longest = 0, 0, 0
-        if waiting:
-            start = self.t if self._n else max(self.t, arrival[waiting[0]])
-            for slot in waiting:
-                ctx = p[slot] + g[slot]
-                if arrival[slot] > start or g[slot] + 1 >= r[slot]:
-                    return False
-                held += p[slot] + r[slot]
-                pairs += ctx * (ctx + 1) // 2
-                longest = max(longest, r[slot])
-        for e in self._heap:
-            if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]:
-                held += p[e[2]] + r[e[2]]
-                longest = max(longest, e[0] - self._S)
-        # prefill attention pairs summed exactly in floats; (step, order) packed in one int64
-        return (held + self.max_running + 2 <= self.capacity and pairs < 2**53
-                and self._S + longest < 2**30 and self._order + len(waiting) < 2**_ORDER_BITS)
+        state, epochs = self._state, self._epoch
+        running = [e[2] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
+        waiting = np.fromiter(self._waiting, np.int64, len(self._waiting))
+        p, r = np.asarray(self._p, np.int64), np.asarray(self._r, np.int64)
+        held = int(p[running].sum() + r[running].sum() + p[waiting].sum() + r[waiting].sum())
+        longest = int(r.max())
+        if len(waiting):
+            arrival, g = np.asarray(self._arrival)[waiting], np.asarray(self._g, np.int64)[waiting]
+            start = self.t if self._n else max(self.t, float(arrival[0]))
+            ctx = p[waiting] + g
+            if arrival.max() > start or (g + 1 >= r[waiting]).any() or int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
+                return False   # (prefill attention pairs are summed exactly as floats)
+        # (finish step, admission order) packed in one int64
+        return (held + self.max_running + 2 <= self.capacity and self._S + longest < 2**30
+                and self._order + len(waiting) < 2**_ORDER_BITS)
 
-    def _fast_run(self) -> _RunTrace:
+    def _fast_run(self, outbox: bool = True) -> _RunTrace:
         """Run to the end (call only when _fast_ok()): the same events as _run_events, found in
         decode-step units (_walk_steps), then timed in arrays with the same floating-point
         operations in the same order (bit-identical). Slots end done; the records the event loop
@@ -621,7 +645,7 @@ class RolloutEngine:
             self.t = max(self.t, self._arrival[self._waiting[0]])
         trace = _RunTrace(self)
         walk = self._walk_steps()
-        trace.time_events(self, walk)
+        trace.time_events(self, walk, outbox)
         state = self._state
         for slot in trace.slots.tolist():
             state[slot] = _DONE
@@ -647,25 +671,32 @@ class RolloutEngine:
         S, n, base, max_n = self._S, self._n, self._order, self.max_running
         order, total, w = base, len(waiting), 0
         steps, finished, admitted, fin_orders = [], [], [], []
-        pop, push = heapq.heappop, heapq.heappush
-        while w < total:
-            done = 0
-            if n == max_n:   # no free slot: decode to the next finish
-                S = keys[0] >> bits
-                bound = (S + 1) << bits
-                while keys and keys[0] < bound:
-                    fin_orders.append(pop(keys) & mask)
-                    done += 1
-                n -= done
-            take = min(total - w, max_n - n)
-            for j in range(w, w + take):
+        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        if n < max_n and total:   # free slots: admit at once
+            take = min(total, max_n - n)
+            keys += [((S + due[j]) << bits) | (order + 1 + j) for j in range(take)]
+            heapq.heapify(keys)
+            order += take
+            steps.append(S)
+            finished.append(0)
+            admitted.append(take)
+            n, w = n + take, take
+        while w < total:   # no free slot: decode to the next finish, admit into the freed slots
+            S = keys[0] >> bits
+            bound = (S + 1) << bits
+            order += 1     # the first admission replaces the first finish (its key is later still)
+            fin_orders.append(replace(keys, ((S + due[w]) << bits) | order) & mask)
+            done, w0 = 1, w
+            while keys[0] < bound:
+                fin_orders.append(pop(keys) & mask)
+                done += 1
+            for j in range(w + 1, min(total, w + done)):
                 order += 1
                 push(keys, ((S + due[j]) << bits) | order)
+            w = min(total, w + done)
             steps.append(S)
             finished.append(done)
-            admitted.append(take)
-            n += take
-            w += take
+            admitted.append(w - w0)
         rest = np.sort(np.array(keys, np.int64))
         rest_steps = rest >> bits
         fin_orders = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
@@ -990,9 +1021,7 @@ def series_times_s(cost: StepCost, n: np.ndarray, K: np.ndarray, k: np.ndarray) 
     if not len(live):
         return out
     n, K, k = n[live], K[live], k[live]
-    values = np.unique(n)
-    per_n = np.array([cost._per_n(int(x)) for x in values])[np.searchsorted(values, n)]
-    lin, weights, e, c1, m1, floor = per_n.T
+    lin, weights, e, c1, m1, floor = cost.per_n_rows(n).T
     c0 = lin + cost.decode_attn_s_per_ctx * K
     m0 = weights + cost.kv_s_per_token * K
     dc, dslope = c0 - m0, c1 - m1
@@ -1043,7 +1072,7 @@ class _RunTrace:
         self.t0 = engine.t
         self._slots: dict[str, np.ndarray] | None = None
 
-    def time_events(self, engine: RolloutEngine, walk: _Walk) -> None:
+    def time_events(self, engine: RolloutEngine, walk: _Walk, outbox: bool = True) -> None:
         """Segment by segment (running n, KV K at its start, steps k) from the walk's counts, event
         times by one running sum (start, decode, prefill, decode, ...: the engine's own additions
         in its order), then the engine's busy time, tokens, outbox and clock."""
@@ -1071,8 +1100,10 @@ class _RunTrace:
         engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
         self.fin_event = np.repeat(events, finished)
         self.out_time = self.time[self.fin_event]
-        ids = np.asarray(engine._id, np.int64)[walk.fin_slots]
-        engine._outbox.extend(zip(self.out_time.tolist(), ids.tolist(), walk.fin_slots.tolist(), strict=True))
+        self.out_ids = np.asarray(engine._id, np.int64)[walk.fin_slots]
+        if outbox:   # else the caller takes the finishes from scatter()
+            engine._outbox.extend(zip(self.out_time.tolist(), self.out_ids.tolist(), walk.fin_slots.tolist(),
+                                      strict=True))
         engine.t = float(clock[-1])
         engine._prefill, engine._phase_steps = None, 0   # the last event finishes (admitted ones run on)
         self.S, self.S_end, self.K_end = steps, int(steps[-1]), int(K[-1] + change[-1])
@@ -1090,11 +1121,16 @@ class _RunTrace:
         if engine.cost.params.enable_prefix_caching and len(jobs):
             group = np.asarray(engine._group, np.int64)[jobs]
             first = np.zeros(len(jobs), bool)
-            first[np.unique(np.stack([job_event, group]), axis=1, return_index=True)[1]] = True
+            key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
+            first[np.unique(key, return_index=True)[1]] = True
             cached = (group >= 0) & ~first
             tokens = np.where(cached, g, ctx)
             pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
         return _segment_sums(tokens, admitted), _segment_sums(pairs, admitted).astype(float)
+
+    def scatter(self, finish_s: np.ndarray) -> None:
+        """finish_s[seq_id] = finish time of every sequence the run finished."""
+        finish_s[self.out_ids] = self.out_time
 
     # -- an interrupt at `now`, from the arrays ------------------------------------------------------
     def _slot_arrays(self) -> dict[str, np.ndarray]:
@@ -1174,7 +1210,23 @@ class ResumableRun:
 
     def run_into(self, finish_s: np.ndarray) -> None:
         """run(), writing each finished sequence's time at finish_s[seq_id]."""
+        engine = self.engine
+        if engine._fast_ok():
+            self._keys, self._copies = [-math.inf], [engine.copy()]
+            _scatter(engine._take_outbox(), finish_s)
+            self._trace = engine._fast_run(outbox=False)
+            self._trace.scatter(finish_s)
+            return
         _scatter(self._run(), finish_s)
+
+    def progress_at(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """(seq_ids, tokens generated) of the sequences unfinished at ``now``: interrupt_at(now)'s
+        partial sequences as arrays (call after ``run``)."""
+        progress = self._trace.progress(now) if self._trace is not None else None
+        if progress is not None:
+            return np.asarray(self.engine._id, np.int64)[progress[0]], progress[1]
+        partial = self.interrupt_at(now).partial
+        return (np.array([s.seq_id for s in partial], np.int64), np.array([s.generated for s in partial], np.int64))
 
     def _run(self) -> list[tuple[float, int, int]]:
         engine = self.engine
