@@ -33,11 +33,20 @@ from simulator.rl import llm_costs  # noqa: E402
 from tests.llm import reference_engine as frozen  # noqa: E402
 
 
+class _FrozenRun(frozen.ResumableRun):
+    """The frozen ResumableRun with today's array accessor, answered as the facade did before it
+    (one loop over interrupt_at's partial sequences)."""
+
+    def progress_at(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        partial = self.interrupt_at(now).partial
+        return np.array([s.seq_id for s in partial], np.int64), np.array([s.generated for s in partial], np.int64)
+
+
 @contextlib.contextmanager
 def frozen_engine():
     """The schedules' facade (rl/llm_costs.py) and simulate_rollout build the frozen engine."""
     saved = llm_costs.RolloutEngine, llm_costs.ResumableRun, inference.RolloutEngine
-    llm_costs.RolloutEngine, llm_costs.ResumableRun = frozen.RolloutEngine, frozen.ResumableRun
+    llm_costs.RolloutEngine, llm_costs.ResumableRun = frozen.RolloutEngine, _FrozenRun
     inference.RolloutEngine = frozen.RolloutEngine
     try:
         yield

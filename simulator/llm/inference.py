@@ -382,6 +382,15 @@ def _first_at_least(a: float, b: float, y: float) -> int | float:
     return j
 
 
+def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
+    """Python ints of a sequence of integers (an integer array or a range without a loop)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return values.tolist()
+    if isinstance(values, range):
+        return list(values)
+    return [int(x) for x in values]
+
+
 def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> None:
     """finish_s[seq_id] = time for outbox entries (time, seq_id, slot)."""
     if entries:
@@ -392,6 +401,7 @@ def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> Non
 # ---- one instance -----------------------------------------------------------------------------------
 _WAITING, _RUNNING, _DONE = 0, 1, 2
 _ORDER_BITS = 32   # a fast run's heap keys: finish step << 32 | admission order
+_SCALAR_PREFILLS = 8   # a fast run with at most this many prefills times them one by one (speed only)
 
 
 class RolloutEngine:
@@ -458,7 +468,7 @@ class RolloutEngine:
         enable_prefix_caching those admitted in one step share one prefill of the prompt (the
         first computes it, the others only their own generated tokens). None: no sharing.
         With max_model_len, a response stops at max_model_len - prompt tokens."""
-        ids = [int(x) for x in seq_ids]
+        ids = _int_list(seq_ids)
         p = np.asarray(prompt_lens, dtype=np.int64)
         r = np.asarray(response_lens, dtype=np.int64)
         if self.cost.params.max_model_len is not None:
@@ -485,7 +495,7 @@ class RolloutEngine:
                 fix="raise tp or gpu_memory_utilization, use a smaller kv_dtype, or lower the maximum length")
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate sequence ids in one add")
-        for seq_id in ids:
+        for seq_id in ids if self._slot_of else ():
             slot = self._slot_of.get(seq_id)
             if slot is not None and self._state[slot] != _DONE:
                 raise ValueError(f"sequence {seq_id} is already in this engine")
@@ -500,7 +510,7 @@ class RolloutEngine:
         self._r = self._r + r.tolist()
         self._arrival = self._arrival + [float(now)] * len(ids)
         self._group = self._group + ([-1 - slot for slot in range(first, first + len(ids))] if group_ids is None
-                                     else [int(x) for x in group_ids])
+                                     else _int_list(group_ids))
         self._g.extend(g.tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
@@ -1089,7 +1099,11 @@ class _RunTrace:
         pre = np.zeros(len(steps))
         has = admitted > 0
         tokens, pairs = self._prefill_work(engine, jobs, ctx, g[jobs], p[jobs], job_event, admitted)
-        pre[has] = self.cost.prefill_many_s(tokens[has], pairs[has], admitted[has])
+        if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
+            pre[has] = [self.cost.prefill_s(t, a, k) for t, a, k in
+                        zip(tokens[has].tolist(), pairs[has].tolist(), admitted[has].tolist(), strict=True)]
+        else:
+            pre[has] = self.cost.prefill_many_s(tokens[has], pairs[has], admitted[has])
         chain = np.empty(2 * len(steps) + 1)
         chain[0], chain[1::2], chain[2::2] = self.t0, series_times_s(self.cost, n, K, k), pre
         clock = np.cumsum(chain)
@@ -1357,7 +1371,7 @@ def simulate_rollout(model: ModelSpec, device: Any, layout: RolloutLayout, promp
             engines[e].add_many(ids, prompts[units_e].ravel(), responses[units_e].ravel(), now)
         i = j
     for engine in engines:
-        collect(engine.run())
+        engine.run_into(finish)
     busy = np.array([engine.busy_s for engine in engines])
     return RolloutResult(
         finish_s=finish, instance=where, busy_s=busy,
