@@ -402,6 +402,10 @@ def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> Non
 _WAITING, _RUNNING, _DONE = 0, 1, 2
 _ORDER_BITS = 32   # a fast run's heap keys: finish step << 32 | admission order
 _SCALAR_PREFILLS = 8   # a fast run with at most this many prefills times them one by one (speed only)
+# Runs of fewer sequences (waiting + running) stay in the event loop: below this the array run's
+# fixed cost (~100 small numpy calls) exceeds the loop's (measured crossover ~100-170, bench_engine.py).
+# A speed knob only: results do not depend on it (tests/llm/test_engine_vs_frozen.py sets it to 1).
+FAST_RUN_MIN_SEQUENCES = 128
 
 
 class RolloutEngine:
@@ -430,6 +434,7 @@ class RolloutEngine:
         self._epoch: list[int] = []
         self._slot_of: dict[int, int] = {}
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
+        self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         # Engine state at the current step boundary.
         self.t = 0.0                   # time of the boundary
         self._S = 0                    # decode steps taken
@@ -619,6 +624,16 @@ class RolloutEngine:
         return new
 
     # ---- the whole run in arrays (no per-event Python where nothing can interfere) ----------------
+    def _record_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, prompts, responses, arrivals, groups) per slot as arrays: the records fixed once
+        added, converted once per add_many (they are rebound there, never mutated)."""
+        cached = self._arrays
+        if cached is None or cached[0] is not self._p:
+            cached = self._arrays = (self._p, (np.asarray(self._id, np.int64), np.asarray(self._p, np.int64),
+                                               np.asarray(self._r, np.int64), np.asarray(self._arrival, float),
+                                               np.asarray(self._group, np.int64)))
+        return cached[1]
+
     def _fast_ok(self) -> bool:
         """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
         (by the next admission) and needs more than its prefill's token, the KV cache can never
@@ -628,16 +643,16 @@ class RolloutEngine:
         params = self.cost.params
         if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps:
             return False
-        if not self._waiting and not self._n:
+        if not self._waiting and not self._n or len(self._waiting) + self._n < FAST_RUN_MIN_SEQUENCES:
             return False
         state, epochs = self._state, self._epoch
         running = [e[2] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
         waiting = np.fromiter(self._waiting, np.int64, len(self._waiting))
-        p, r = np.asarray(self._p, np.int64), np.asarray(self._r, np.int64)
+        _, p, r, arrival, _ = self._record_arrays()
         held = int(p[running].sum() + r[running].sum() + p[waiting].sum() + r[waiting].sum())
         longest = int(r.max())
         if len(waiting):
-            arrival, g = np.asarray(self._arrival)[waiting], np.asarray(self._g, np.int64)[waiting]
+            arrival, g = arrival[waiting], np.asarray(self._g, np.int64)[waiting]
             start = self.t if self._n else max(self.t, float(arrival[0]))
             ctx = p[waiting] + g
             if arrival.max() > start or (g + 1 >= r[waiting]).any() or int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
@@ -1078,7 +1093,7 @@ class _RunTrace:
 
     def __init__(self, engine: RolloutEngine) -> None:
         self.cost = engine.cost
-        self._ids, self._p, self._r = engine._id, engine._p, engine._r   # fixed once added: shared
+        self._ids, self._p, self._r, _, _ = engine._record_arrays()   # fixed once added: shared
         self.t0 = engine.t
         self._slots: dict[str, np.ndarray] | None = None
 
@@ -1086,7 +1101,8 @@ class _RunTrace:
         """Segment by segment (running n, KV K at its start, steps k) from the walk's counts, event
         times by one running sum (start, decode, prefill, decode, ...: the engine's own additions
         in its order), then the engine's busy time, tokens, outbox and clock."""
-        p, r, g = (np.asarray(x, np.int64) for x in (engine._p, engine._r, engine._g))
+        ids, p, r, _, _ = engine._record_arrays()
+        g = np.asarray(engine._g, np.int64)
         steps, finished, admitted, jobs = walk.steps, walk.finished, walk.admitted, walk.waiting
         events = np.arange(len(steps))
         k = np.diff(np.concatenate([[engine._S], steps]))
@@ -1114,7 +1130,7 @@ class _RunTrace:
         engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
         self.fin_event = np.repeat(events, finished)
         self.out_time = self.time[self.fin_event]
-        self.out_ids = np.asarray(engine._id, np.int64)[walk.fin_slots]
+        self.out_ids = ids[walk.fin_slots]
         if outbox:   # else the caller takes the finishes from scatter()
             engine._outbox.extend(zip(self.out_time.tolist(), self.out_ids.tolist(), walk.fin_slots.tolist(),
                                       strict=True))
@@ -1133,7 +1149,7 @@ class _RunTrace:
         only its own generated tokens. Pairs are integers below 2^53: exact as floats in any order."""
         tokens, pairs = ctx, ctx * (ctx + 1) // 2
         if engine.cost.params.enable_prefix_caching and len(jobs):
-            group = np.asarray(engine._group, np.int64)[jobs]
+            group = engine._record_arrays()[4][jobs]
             first = np.zeros(len(jobs), bool)
             key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
             first[np.unique(key, return_index=True)[1]] = True
@@ -1192,14 +1208,14 @@ class _RunTrace:
         if progress is None:
             return None
         slots, generated = progress
-        ids = np.asarray(self._ids, np.int64)[slots]
+        ids = self._ids[slots]
         order = np.argsort(ids, kind="stable")
-        p, r = np.asarray(self._p, np.int64)[slots], np.asarray(self._r, np.int64)[slots]
+        p, r = self._p[slots], self._r[slots]
         partial = [PartialSequence(*x) for x in zip(ids[order].tolist(), p[order].tolist(), r[order].tolist(),
                                                      generated[order].tolist(), strict=True)]
         i = int(np.searchsorted(self.time, now, side="right")) - 1
         mine = np.flatnonzero(self.fin_event == i)
-        out_ids = np.asarray(self._ids, np.int64)[self.walk.fin_slots[mine]]
+        out_ids = self._ids[self.walk.fin_slots[mine]]
         finished = [Finished(*x) for x in zip(out_ids.tolist(), self.out_time[mine].tolist(), strict=True)]
         return InterruptResult(finished, partial)
 
@@ -1238,7 +1254,7 @@ class ResumableRun:
         partial sequences as arrays (call after ``run``)."""
         progress = self._trace.progress(now) if self._trace is not None else None
         if progress is not None:
-            return np.asarray(self.engine._id, np.int64)[progress[0]], progress[1]
+            return self._trace._ids[progress[0]], progress[1]
         partial = self.interrupt_at(now).partial
         return (np.array([s.seq_id for s in partial], np.int64), np.array([s.generated for s in partial], np.int64))
 

@@ -11,10 +11,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.hardware.devices import get_device
+from simulator.llm import inference
 from simulator.llm.architecture import load_model
 from simulator.llm.inference import (
     InferenceParams,
@@ -28,6 +30,12 @@ from tests.llm import reference_engine as frozen
 DEVICE = get_device("h100")
 MODELS = {"qwen2.5-7b": load_model("qwen2.5-7b"), "qwen3-30b-a3b": load_model("qwen3-30b-a3b")}
 _LAYOUTS = {"qwen2.5-7b": [(1, 1), (2, 1)], "qwen3-30b-a3b": [(1, 1), (1, 2)]}
+
+
+@pytest.fixture(autouse=True)
+def _small_runs_take_the_fast_path(monkeypatch):
+    """The generated cases are small: let every one of them reach the array run."""
+    monkeypatch.setattr(inference, "FAST_RUN_MIN_SEQUENCES", 1)
 
 
 @dataclass
