@@ -403,9 +403,10 @@ _WAITING, _RUNNING, _DONE = 0, 1, 2
 _ORDER_BITS = 32   # a fast run's heap keys: finish step << 32 | admission order
 _SCALAR_PREFILLS = 8   # a fast run with at most this many prefills times them one by one (speed only)
 # Runs of fewer sequences (waiting + running) stay in the event loop: below this the array run's
-# fixed cost (~100 small numpy calls) exceeds the loop's (measured crossover ~100-170, bench_engine.py).
+# fixed cost (~100 small numpy calls) exceeds the loop's (measured crossover ~100 with admissions, ~200-250
+# for a drain only: bench_engine.py rollout).
 # A speed knob only: results do not depend on it (tests/llm/test_engine_vs_frozen.py sets it to 1).
-FAST_RUN_MIN_SEQUENCES = 128
+FAST_RUN_MIN_SEQUENCES = 256
 
 
 class RolloutEngine:
