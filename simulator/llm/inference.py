@@ -183,6 +183,8 @@ class StepCost:
         self._comm_cache: dict[float, float] = {}
         self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
         self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
+        self._per_n_table = np.full((1, 6), np.nan)                # per_n_rows: _per_n by n
+        self._prefill_parts: dict[int, tuple[float, float]] = {}    # tokens -> (weights read, links)
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
     def weight_read_s(self, tokens: float) -> float:
@@ -260,6 +262,16 @@ class StepCost:
             self._lines_cache[n] = per_n
         return per_n
 
+    def per_n_rows(self, n: np.ndarray) -> np.ndarray:
+        """_per_n's rows for an array of running counts (n >= 1), from one table filled as asked."""
+        top = int(n.max())
+        table = self._per_n_table
+        if len(table) <= top:
+            table = self._per_n_table = np.vstack([table, np.full((top + 1 - len(table), 6), np.nan)])
+        for x in np.unique(n[np.isnan(table[n, 0])]).tolist():
+            table[x] = self._per_n(x)
+        return table[n]
+
     def decode_lines(self, n: int, k0: float) -> tuple[float, float, float, float, float]:
         """Step j (0-based) of n sequences starting at total context k0 costs
         max(f, max(c0 + c1 j, m0 + m1 j) + e), f = decode_floor_s(n). Returns (c0, c1, m0, m1, e)."""
@@ -285,6 +297,33 @@ class StepCost:
         m0 += self.weight_read_s(width) - self.weight_read_s(n) + chunk * self.kv_s_per_token
         added, floor = self.overhead_s(width, n + seqs / steps)
         return series_time_s((c0, c1, m0, m1, added + self.comm_s(width)), steps, floor)
+
+    def prefill_many_s(self, tokens: np.ndarray, attention_pairs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """prefill_s over arrays (integer tokens and sequences), bit-identical to it: the same
+        operations in the same order; the weights read and the links per distinct token count."""
+        if not len(tokens):
+            return np.zeros(0)
+        values, where = np.unique(tokens, return_inverse=True)
+        parts, cache = [], self._prefill_parts
+        for x in values.tolist():
+            part = cache.get(x)
+            if part is None:
+                part = cache[x] = (self.weight_read_s(x), self.comm_s(x))
+            parts.append(part)
+        weights, comm = np.array(parts).T[:, where]
+        compute = tokens * self.lin_s_per_token + attention_pairs * self.prefill_attn_s_per_pair
+        memory = weights + tokens * self.kv_s_per_token
+        p = self.params
+        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
+        graphs = np.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch if not p.enforce_eager \
+            else np.zeros(len(tokens), bool)
+        if p.async_scheduling:   # overhead_s's four cases
+            added = np.where(graphs, 0.0, p.cuda_graph_replay_s)
+            floor = np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s)
+        else:
+            added = sched + p.cuda_graph_replay_s
+            floor = np.where(graphs, 0.0, sched + self.eager_launch_s)
+        return np.maximum(floor, np.maximum(compute, memory) + added + comm)
 
     def prefill_s(self, tokens: float, attention_pairs: float, seqs: float = 1) -> float:
         """Prefill of `tokens` prompt tokens of `seqs` sequences with sum over prompts of P(P+1)/2
@@ -364,6 +403,15 @@ def _first_at_least(a: float, b: float, y: float) -> int | float:
     return j
 
 
+def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
+    """Python ints of a sequence of integers (an integer array or a range without a loop)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return values.tolist()
+    if isinstance(values, range):
+        return list(values)
+    return [int(x) for x in values]
+
+
 def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> None:
     """finish_s[seq_id] = time for outbox entries (time, seq_id, slot)."""
     if entries:
@@ -373,6 +421,13 @@ def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> Non
 
 # ---- one instance -----------------------------------------------------------------------------------
 _WAITING, _RUNNING, _DONE = 0, 1, 2
+_ORDER_BITS = 32   # a fast run's heap keys: finish step << 32 | admission order
+_SCALAR_PREFILLS = 8   # a fast run with at most this many prefills times them one by one (speed only)
+# Runs of fewer sequences (waiting + running) stay in the event loop: below this the array run's
+# fixed cost (~100 small numpy calls) exceeds the loop's (measured crossover ~100 with admissions, ~200-250
+# for a drain only: bench_engine.py rollout).
+# A speed knob only: results do not depend on it (tests/llm/test_engine_vs_frozen.py sets it to 1).
+FAST_RUN_MIN_SEQUENCES = 256
 
 
 class RolloutEngine:
@@ -401,6 +456,7 @@ class RolloutEngine:
         self._epoch: list[int] = []
         self._slot_of: dict[int, int] = {}
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
+        self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         # Engine state at the current step boundary.
         self.t = 0.0                   # time of the boundary
         self._S = 0                    # decode steps taken
@@ -439,7 +495,7 @@ class RolloutEngine:
         enable_prefix_caching those admitted in one step share one prefill of the prompt (the
         first computes it, the others only their own generated tokens). None: no sharing.
         With max_model_len, a response stops at max_model_len - prompt tokens."""
-        ids = [int(x) for x in seq_ids]
+        ids = _int_list(seq_ids)
         p = np.asarray(prompt_lens, dtype=np.int64)
         r = np.asarray(response_lens, dtype=np.int64)
         if self.cost.params.max_model_len is not None:
@@ -466,7 +522,7 @@ class RolloutEngine:
                 fix="raise tp or gpu_memory_utilization, use a smaller kv_dtype, or lower the maximum length")
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate sequence ids in one add")
-        for seq_id in ids:
+        for seq_id in ids if self._slot_of else ():
             slot = self._slot_of.get(seq_id)
             if slot is not None and self._state[slot] != _DONE:
                 raise ValueError(f"sequence {seq_id} is already in this engine")
@@ -481,7 +537,7 @@ class RolloutEngine:
         self._r = self._r + r.tolist()
         self._arrival = self._arrival + [float(now)] * len(ids)
         self._group = self._group + ([-1 - slot for slot in range(first, first + len(ids))] if group_ids is None
-                                     else [int(x) for x in group_ids])
+                                     else _int_list(group_ids))
         self._g.extend(g.tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
@@ -507,7 +563,16 @@ class RolloutEngine:
     def run_into(self, finish_s: np.ndarray) -> None:
         """run(), writing each finished sequence's time at finish_s[seq_id] (no Finished records:
         the schedules' hot path)."""
+        if self._fast_ok():   # the array run writes its finishes straight in (no outbox records)
+            _scatter(self._take_outbox(), finish_s)
+            self._fast_run(outbox=False).scatter(finish_s)
+            return
         _scatter(self._drain(math.inf), finish_s)
+
+    def _take_outbox(self) -> list[tuple[float, int, int]]:
+        out = list(self._outbox)
+        self._outbox.clear()
+        return out
 
     def _drain(self, t: float) -> list[tuple[float, int, int]]:
         """Run to time t; the outbox entries (time, seq_id, slot) finished by then, in order."""
@@ -580,6 +645,124 @@ class RolloutEngine:
         new._outbox = deque(self._outbox)
         return new
 
+    # ---- the whole run in arrays (no per-event Python where nothing can interfere) ----------------
+    def _record_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, prompts, responses, arrivals, groups) per slot as arrays: the records fixed once
+        added, converted once per add_many (they are rebound there, never mutated)."""
+        cached = self._arrays
+        if cached is None or cached[0] is not self._p:
+            cached = self._arrays = (self._p, (np.asarray(self._id, np.int64), np.asarray(self._p, np.int64),
+                                               np.asarray(self._r, np.int64), np.asarray(self._arrival, float),
+                                               np.asarray(self._group, np.int64)))
+        return cached[1]
+
+    def _fast_ok(self) -> bool:
+        """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
+        (by the next admission) and needs more than its prefill's token, the KV cache can never
+        bind (every sequence's full context plus one step of every slot fits: no preemption, no
+        admission held back), prefill is one blocking step per admission (no token budget, no
+        chunked prefill) and no prefill is half done."""
+        params = self.cost.params
+        if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps:
+            return False
+        if not self._waiting and not self._n or len(self._waiting) + self._n < FAST_RUN_MIN_SEQUENCES:
+            return False
+        state, epochs = self._state, self._epoch
+        running = [e[2] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
+        waiting = np.fromiter(self._waiting, np.int64, len(self._waiting))
+        _, p, r, arrival, _ = self._record_arrays()
+        held = int(p[running].sum() + r[running].sum() + p[waiting].sum() + r[waiting].sum())
+        longest = int(r.max())
+        if len(waiting):
+            arrival, g = arrival[waiting], np.asarray(self._g, np.int64)[waiting]
+            start = self.t if self._n else max(self.t, float(arrival[0]))
+            ctx = p[waiting] + g
+            if arrival.max() > start or (g + 1 >= r[waiting]).any() or int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
+                return False   # (prefill attention pairs are summed exactly as floats)
+        # (finish step, admission order) packed in one int64
+        return (held + self.max_running + 2 <= self.capacity and self._S + longest < 2**30
+                and self._order + len(waiting) < 2**_ORDER_BITS)
+
+    def _fast_run(self, outbox: bool = True) -> _RunTrace:
+        """Run to the end (call only when _fast_ok()): the same events as _run_events, found in
+        decode-step units (_walk_steps), then timed in arrays with the same floating-point
+        operations in the same order (bit-identical). Slots end done; the records the event loop
+        reads only for running or waiting slots are left as they were."""
+        if self._n == 0:
+            self.t = max(self.t, self._arrival[self._waiting[0]])
+        trace = _RunTrace(self)
+        walk = self._walk_steps()
+        trace.time_events(self, walk, outbox)
+        state = self._state
+        for slot in trace.slots.tolist():
+            state[slot] = _DONE
+        self._order += len(walk.waiting)
+        self._waiting.clear()
+        self._heap = []
+        self._n, self._K, self._S = 0, trace.K_end, trace.S_end
+        self._event = self._lines = None
+        return trace
+
+    def _walk_steps(self) -> _Walk:
+        """The run's events in decode-step units. While sequences wait every event finishes the
+        running ones due (heap order: finish step, admission order) and admits as many waiting
+        ones, FIFO, each due its remaining tokens later (a heap walk on packed int keys); after the
+        last admission the running ones finish in key order (one sort)."""
+        state, epochs, r, g = self._state, self._epoch, self._r, self._g
+        live = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
+        waiting = list(self._waiting)
+        due = [r[slot] - g[slot] - 1 for slot in waiting]
+        bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
+        keys = [(e[0] << bits) | e[1] for e in live]
+        heapq.heapify(keys)
+        S, n, base, max_n = self._S, self._n, self._order, self.max_running
+        order, total, w = base, len(waiting), 0
+        steps, finished, admitted, fin_orders = [], [], [], []
+        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        if n < max_n and total:   # free slots: admit at once
+            take = min(total, max_n - n)
+            keys += [((S + due[j]) << bits) | (order + 1 + j) for j in range(take)]
+            heapq.heapify(keys)
+            order += take
+            steps.append(S)
+            finished.append(0)
+            admitted.append(take)
+            n, w = n + take, take
+        while w < total:   # no free slot: decode to the next finish, admit into the freed slots
+            S = keys[0] >> bits
+            bound = (S + 1) << bits
+            order += 1     # the first admission replaces the first finish (its key is later still)
+            fin_orders.append(replace(keys, ((S + due[w]) << bits) | order) & mask)
+            done, w0 = 1, w
+            while keys[0] < bound:
+                fin_orders.append(pop(keys) & mask)
+                done += 1
+            for j in range(w + 1, min(total, w + done)):
+                order += 1
+                push(keys, ((S + due[j]) << bits) | order)
+            w = min(total, w + done)
+            steps.append(S)
+            finished.append(done)
+            admitted.append(w - w0)
+        rest = np.sort(np.array(keys, np.int64))
+        rest_steps = rest >> bits
+        fin_orders = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
+        if len(rest):   # the drain: one event per distinct finish step
+            cut = np.flatnonzero(np.diff(rest_steps)) + 1
+            steps = np.concatenate([steps, rest_steps[np.concatenate([[0], cut])]])
+            finished = np.concatenate([finished, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
+            admitted = np.concatenate([admitted, np.zeros(len(cut) + 1, np.int64)])
+        # the slot of each finish: admitted in this run (orders above base) or running at its start
+        start_orders = np.array(sorted(e[1] for e in live), np.int64)
+        start_slots = np.array([e[2] for e in sorted(live, key=lambda e: e[1])], np.int64)
+        waiting_arr = np.array(waiting, np.int64)
+        mine = fin_orders > base
+        fin_slots = np.zeros(len(fin_orders), np.int64)
+        fin_slots[mine] = waiting_arr[fin_orders[mine] - base - 1]
+        fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin_orders[~mine])]
+        return _Walk(np.asarray(steps, np.int64), np.asarray(finished, np.int64), np.asarray(admitted, np.int64),
+                     waiting_arr, fin_slots, [(e[2], g[e[2]], self._sadm[e[2]]) for e in live])
+
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
         if self._lines is None:
@@ -591,19 +774,7 @@ class RolloutEngine:
 
     def _steps_by(self, elapsed: float) -> int:
         """Whole decode steps completed `elapsed` seconds after the boundary."""
-        if elapsed <= 0:
-            return 0
-        hi = 1
-        while self._duration(hi) <= elapsed:
-            hi *= 2
-        lo = hi // 2  # duration(lo) <= elapsed < duration(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._duration(mid) <= elapsed:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return _steps_within(self._segment(), self.cost.decode_floor_s(self._n), elapsed)
 
     def _room_for_head(self) -> bool:
         if not self._waiting or self._n >= self.max_running:
@@ -634,6 +805,8 @@ class RolloutEngine:
         return self._state[slot] != _RUNNING or self._epoch[slot] != epoch
 
     def _process_until(self, t: float, inclusive: bool) -> None:
+        if t == math.inf and self._fast_ok():   # the rest of the run in arrays
+            self._fast_run()
         self._run_events(t, inclusive)
 
     def _account_steps(self, k: int) -> None:
@@ -869,6 +1042,206 @@ def _budget_steps(pieces: list[tuple[int, float]], budget: int | None) -> list[t
     return steps
 
 
+def _steps_within(lines: tuple[float, float, float, float, float], floor: float, elapsed: float) -> int:
+    """Whole decode steps of a segment with these lines and CPU floor completed `elapsed` seconds
+    after its start (a doubling search, then bisection on series_time_s)."""
+    if elapsed <= 0:
+        return 0
+    hi = 1
+    while series_time_s(lines, hi, floor) <= elapsed:
+        hi *= 2
+    lo = hi // 2  # duration(lo) <= elapsed < duration(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if series_time_s(lines, mid, floor) <= elapsed:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def series_times_s(cost: StepCost, n: np.ndarray, K: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """series_time_s(cost.decode_lines(n, K), k, cost.decode_floor_s(n)) over arrays (0 where
+    k <= 0): the engine's inlined arithmetic, operation for operation, so bit-identical to it."""
+    out = np.zeros(len(k))
+    live = np.flatnonzero(k > 0)
+    if not len(live):
+        return out
+    n, K, k = n[live], K[live], k[live]
+    lin, weights, e, c1, m1, floor = cost.per_n_rows(n).T
+    c0 = lin + cost.decode_attn_s_per_ctx * K
+    m0 = weights + cost.kv_s_per_token * K
+    dc, dslope = c0 - m0, c1 - m1
+    kf = k.astype(float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        up = np.minimum(kf, np.maximum(0.0, np.ceil(-dc / dslope)))              # compute overtakes memory
+        down = np.minimum(kf, np.maximum(0.0, np.floor(dc / -dslope) + 1.0))     # memory overtakes compute
+    split = np.where(dslope == 0.0, np.where(dc >= 0, 0.0, kf), np.where(dslope > 0, up, down)).astype(np.int64)
+    swap = dslope < 0
+    a0, a1 = np.where(swap, c0, m0), np.where(swap, c1, m1)
+    b0, b1 = np.where(swap, m0, c0), np.where(swap, m1, c1)
+    head = np.where(split > 0, split * a0 + a1 * (split * (split - 1)) / 2.0, 0.0)
+    tail = np.where(k > split, (k - split) * b0 + b1 * (k * (k - 1) - split * (split - 1)) / 2.0, 0.0)
+    dec = head + tail + k * e
+    for j in np.flatnonzero(floor > 0.0).tolist():   # a CPU floor (eager or async): the scalar form
+        lines = (float(c0[j]), float(c1[j]), float(m0[j]), float(m1[j]), float(e[j]))
+        dec[j] = series_time_s(lines, int(k[j]), float(floor[j]))
+    out[live] = dec
+    return out
+
+
+def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sums of consecutive runs of `counts` values (integers: exact in any order; 0 for empty runs)."""
+    total = np.concatenate([[0], np.cumsum(values)])
+    ends = np.cumsum(counts)
+    return total[ends] - total[ends - counts]
+
+
+class _Walk(NamedTuple):
+    """A fast run's events in decode-step units (RolloutEngine._walk_steps)."""
+
+    steps: np.ndarray       # the step count at each event
+    finished: np.ndarray    # sequences each event finished
+    admitted: np.ndarray    # sequences each event admitted (the next ones of `waiting`)
+    waiting: np.ndarray     # the slots waiting at the start, in admission order
+    fin_slots: np.ndarray   # finished slots in finish (outbox) order
+    start_running: list[tuple[int, int, int]]   # (slot, generated at admission, step count then)
+
+
+class _RunTrace:
+    """One fast run, timed: each event's time, its prefill's end, and the state after it; per slot
+    the events that admitted and finished it. Enough to answer an interrupt at any time after the
+    run's start (ResumableRun) without engine copies."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.cost = engine.cost
+        self._ids, self._p, self._r, _, _ = engine._record_arrays()   # fixed once added: shared
+        self.t0 = engine.t
+        self._slots: dict[str, np.ndarray] | None = None
+
+    def time_events(self, engine: RolloutEngine, walk: _Walk, outbox: bool = True) -> None:
+        """Segment by segment (running n, KV K at its start, steps k) from the walk's counts, event
+        times by one running sum (start, decode, prefill, decode, ...: the engine's own additions
+        in its order), then the engine's busy time, tokens, outbox and clock."""
+        ids, p, r, _, _ = engine._record_arrays()
+        g = np.asarray(engine._g, np.int64)
+        steps, finished, admitted, jobs = walk.steps, walk.finished, walk.admitted, walk.waiting
+        events = np.arange(len(steps))
+        k = np.diff(np.concatenate([[engine._S], steps]))
+        ctx = p[jobs] + g[jobs]
+        released = _segment_sums(p[walk.fin_slots] + r[walk.fin_slots], finished)
+        n = engine._n + np.concatenate([[0], np.cumsum(admitted - finished)[:-1]])
+        change = k * n - released + _segment_sums(ctx + 1, admitted)
+        K = engine._K + np.concatenate([[0], np.cumsum(change)[:-1]])
+        job_event = np.repeat(events, admitted)
+        pre = np.zeros(len(steps))
+        has = admitted > 0
+        tokens, pairs = self._prefill_work(engine, jobs, ctx, g[jobs], p[jobs], job_event, admitted)
+        if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
+            pre[has] = [self.cost.prefill_s(t, a, k) for t, a, k in
+                        zip(tokens[has].tolist(), pairs[has].tolist(), admitted[has].tolist(), strict=True)]
+        else:
+            pre[has] = self.cost.prefill_many_s(tokens[has], pairs[has], admitted[has])
+        chain = np.empty(2 * len(steps) + 1)
+        chain[0], chain[1::2], chain[2::2] = self.t0, series_times_s(self.cost, n, K, k), pre
+        clock = np.cumsum(chain)
+        self.time, self.end = clock[1::2], clock[2::2]
+        busy = np.empty(2 * len(steps) + 1)
+        busy[0], busy[1::2], busy[2::2] = engine.busy_s, np.where(n > 0, self.time - clock[0:-1:2], 0.0), pre
+        engine.busy_s = float(np.cumsum(busy)[-1])
+        engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
+        self.fin_event = np.repeat(events, finished)
+        self.out_time = self.time[self.fin_event]
+        self.out_ids = ids[walk.fin_slots]
+        if outbox:   # else the caller takes the finishes from scatter()
+            engine._outbox.extend(zip(self.out_time.tolist(), self.out_ids.tolist(), walk.fin_slots.tolist(),
+                                      strict=True))
+        engine.t = float(clock[-1])
+        engine._prefill, engine._phase_steps = None, 0   # the last event finishes (admitted ones run on)
+        self.S, self.S_end, self.K_end = steps, int(steps[-1]), int(K[-1] + change[-1])
+        self.n_after, self.K_after = np.append(n[1:], 0), np.append(K[1:], self.K_end)
+        self.walk, self.job_event, self.g = walk, job_event, g
+        self.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), jobs])
+
+    @staticmethod
+    def _prefill_work(engine: RolloutEngine, jobs: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
+                      job_event: np.ndarray, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens computed, attention pairs) of each event's prefill, _admit's pieces summed: with
+        prefix caching a later sample of a prompt (group >= 0) admitted in the same step computes
+        only its own generated tokens. Pairs are integers below 2^53: exact as floats in any order."""
+        tokens, pairs = ctx, ctx * (ctx + 1) // 2
+        if engine.cost.params.enable_prefix_caching and len(jobs):
+            group = engine._record_arrays()[4][jobs]
+            first = np.zeros(len(jobs), bool)
+            key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
+            first[np.unique(key, return_index=True)[1]] = True
+            cached = (group >= 0) & ~first
+            tokens = np.where(cached, g, ctx)
+            pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
+        return _segment_sums(tokens, admitted), _segment_sums(pairs, admitted).astype(float)
+
+    def scatter(self, finish_s: np.ndarray) -> None:
+        """finish_s[seq_id] = finish time of every sequence the run finished."""
+        finish_s[self.out_ids] = self.out_time
+
+    # -- an interrupt at `now`, from the arrays ------------------------------------------------------
+    def _slot_arrays(self) -> dict[str, np.ndarray]:
+        """Per slot of the run (running at its start, then waiting): the event that admitted it (-1:
+        running at the start) and finished it, its tokens while waiting, at admission (after the
+        prefill's token) and the step count then."""
+        if self._slots is None:
+            walk, start = self.walk, self.walk.start_running
+            finished_at = np.zeros(len(self._ids), np.int64)
+            finished_at[walk.fin_slots] = self.fin_event
+            g_wait = self.g[walk.waiting]
+            self._slots = {
+                "admitted": np.concatenate([np.full(len(start), -1, np.int64), self.job_event]),
+                "finished": finished_at[self.slots],
+                "g_wait": np.concatenate([np.array([g for _, g, _ in start], np.int64), g_wait]),
+                "g_run": np.concatenate([np.array([g for _, g, _ in start], np.int64), g_wait + 1]),
+                "s_adm": np.concatenate([np.array([s for _, _, s in start], np.int64), self.S[self.job_event]]),
+            }
+        return self._slots
+
+    def progress(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """(slots, tokens generated) of the sequences unfinished at `now`, as RolloutEngine.interrupt
+        (now) would leave them (None before the run's first event: the caller restores the start)."""
+        i = int(np.searchsorted(self.time, now, side="right")) - 1
+        if i < 0:
+            return None
+        a = self._slot_arrays()
+        t_b, S_b = float(self.end[i]), int(self.S[i])
+        n_b, K_b = int(self.n_after[i]), int(self.K_after[i])
+        running = (a["admitted"] <= i) & (a["finished"] > i)
+        waiting = a["admitted"] > i
+        made = a["g_run"] + S_b - a["s_adm"]
+        if n_b and t_b <= now:
+            cost = self.cost
+            made = made + _steps_within(cost.decode_lines(n_b, K_b), cost.decode_floor_s(n_b), now - t_b)
+        elif t_b > now:   # inside the event's prefill: it yields nothing
+            made = np.where(a["admitted"] == i, a["g_wait"], made)
+        keep = np.flatnonzero(running | waiting)
+        return self.slots[keep], np.where(running, made, a["g_wait"])[keep]
+
+    def interrupt(self, now: float) -> InterruptResult | None:
+        """RolloutEngine.interrupt(now) of the engine this run advanced (None before its first
+        event); ``finished``: the sequences the last event by ``now`` finished."""
+        progress = self.progress(now)
+        if progress is None:
+            return None
+        slots, generated = progress
+        ids = self._ids[slots]
+        order = np.argsort(ids, kind="stable")
+        p, r = self._p[slots], self._r[slots]
+        partial = [PartialSequence(*x) for x in zip(ids[order].tolist(), p[order].tolist(), r[order].tolist(),
+                                                     generated[order].tolist(), strict=True)]
+        i = int(np.searchsorted(self.time, now, side="right")) - 1
+        mine = np.flatnonzero(self.fin_event == i)
+        out_ids = self._ids[self.walk.fin_slots[mine]]
+        finished = [Finished(*x) for x in zip(out_ids.tolist(), self.out_time[mine].tolist(), strict=True)]
+        return InterruptResult(finished, partial)
+
+
 class ResumableRun:
     """Run an engine to completion, keeping a copy of its state every ``every`` events, so that its
     state at an earlier time (an interrupt at a time decided after the full run, e.g. a tail
@@ -882,17 +1255,38 @@ class ResumableRun:
         self.every = max(1, int(every))
         self._keys: list[float] = []                # latest event time processed before each copy
         self._copies: list[RolloutEngine] = []
+        self._trace: _RunTrace | None = None
 
     def run(self) -> list[Finished]:
         return [Finished(seq_id, time) for time, seq_id, _ in self._run()]
 
     def run_into(self, finish_s: np.ndarray) -> None:
         """run(), writing each finished sequence's time at finish_s[seq_id]."""
+        engine = self.engine
+        if engine._fast_ok():
+            self._keys, self._copies = [-math.inf], [engine.copy()]
+            _scatter(engine._take_outbox(), finish_s)
+            self._trace = engine._fast_run(outbox=False)
+            self._trace.scatter(finish_s)
+            return
         _scatter(self._run(), finish_s)
+
+    def progress_at(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """(seq_ids, tokens generated) of the sequences unfinished at ``now``: interrupt_at(now)'s
+        partial sequences as arrays (call after ``run``)."""
+        progress = self._trace.progress(now) if self._trace is not None else None
+        if progress is not None:
+            return self._trace._ids[progress[0]], progress[1]
+        partial = self.interrupt_at(now).partial
+        return (np.array([s.seq_id for s in partial], np.int64), np.array([s.generated for s in partial], np.int64))
 
     def _run(self) -> list[tuple[float, int, int]]:
         engine = self.engine
         self._keys, self._copies = [-math.inf], [engine.copy()]
+        self._trace = None
+        if engine._fast_ok():   # one array run; its trace answers interrupts (no copies but the start)
+            self._trace = engine._fast_run()
+            return engine._drain(math.inf)
         every = self.every
         while True:   # engine.run(), a copy after every `every` events
             done, t = engine._run_events(math.inf, True, every)
@@ -905,6 +1299,10 @@ class ResumableRun:
         """``interrupt(now)`` of an engine that ran from the start to ``now`` (call after ``run``).
         ``finished`` lists only the sequences finished after the restored copy's time; callers
         that need all finishes by ``now`` take them from ``run``'s output."""
+        if self._trace is not None:
+            result = self._trace.interrupt(now)
+            if result is not None:
+                return result
         i = bisect.bisect_right(self._keys, now) - 1
         return self._copies[max(0, i)].copy().interrupt(now)
 
@@ -1011,7 +1409,7 @@ def simulate_rollout(model: ModelSpec, device: Any, layout: RolloutLayout, promp
             engines[e].add_many(ids, prompts[units_e].ravel(), responses[units_e].ravel(), now)
         i = j
     for engine in engines:
-        collect(engine.run())
+        engine.run_into(finish)
     busy = np.array([engine.busy_s for engine in engines])
     return RolloutResult(
         finish_s=finish, instance=where, busy_s=busy,

@@ -329,8 +329,8 @@ class LlmCosts:
 
         def progress_at(stop_s: float) -> np.ndarray:
             out = np.where(finish <= stop_s, responses, 0).astype(float)
-            for p in run.interrupt_at(stop_s).partial:
-                out[p.seq_id] = p.generated
+            ids, generated = run.progress_at(stop_s)
+            out[ids] = generated
             return out
 
         return RolloutOutcome(finish, np.zeros(n, np.int64), np.array([engine.busy_s]), flops=flops,

@@ -1,0 +1,164 @@
+"""The rollout engine against its frozen copy (tests/llm/reference_engine.py, the engine before its
+array fast path): on random inputs every figure must be equal, bit for bit - finish times and their
+order, busy time, tokens, preemptions, the clock, interrupts (fresh and through ResumableRun), and
+simulate_rollout. The fast path (RolloutEngine._fast_run) keeps the engine's floating-point
+operations and their order, so no tolerance is needed; the inputs reach it (roomy KV cache, every
+sequence arrived) and the event loop it falls back to (tight KV, staggered arrivals, chunked
+prefill, token budgets), with the CPU floor (eager launches, async scheduling) on and off."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.hardware.devices import get_device
+from simulator.llm import inference
+from simulator.llm.architecture import load_model
+from simulator.llm.inference import (
+    InferenceParams,
+    ResumableRun,
+    RolloutEngine,
+    RolloutLayout,
+    simulate_rollout,
+)
+from tests.llm import reference_engine as frozen
+
+DEVICE = get_device("h100")
+MODELS = {"qwen2.5-7b": load_model("qwen2.5-7b"), "qwen3-30b-a3b": load_model("qwen3-30b-a3b")}
+_LAYOUTS = {"qwen2.5-7b": [(1, 1), (2, 1)], "qwen3-30b-a3b": [(1, 1), (1, 2)]}
+
+
+@pytest.fixture(autouse=True)
+def _small_runs_take_the_fast_path(monkeypatch):
+    """The generated cases are small: let every one of them reach the array run."""
+    monkeypatch.setattr(inference, "FAST_RUN_MIN_SEQUENCES", 1)
+
+
+@dataclass
+class Case:
+    model: str
+    layout: RolloutLayout
+    params: InferenceParams
+    adds: list[tuple[float, list[tuple[int, int, int, int]]]]   # (time, [(prompt, response, generated, group)])
+
+    def build(self, cls):
+        engine = cls(MODELS[self.model], DEVICE, self.layout, self.params)
+        i = 0
+        for time, batch in self.adds:
+            p, r, g, grp = (list(x) for x in zip(*batch, strict=True))
+            engine.add_many(range(i, i + len(batch)), p, r, time, g, group_ids=grp)
+            i += len(batch)
+        return engine
+
+
+@st.composite
+def cases(draw: st.DrawFn, staggered: bool = True) -> Case:
+    model = draw(st.sampled_from(sorted(MODELS)))
+    tp, ep = draw(st.sampled_from(_LAYOUTS[model]))
+    layout = RolloutLayout(tp=tp, ep=ep, max_num_seqs=draw(st.integers(1, 24)))
+    seq = st.integers(1, 400).flatmap(
+        lambda r: st.tuples(st.integers(1, 300), st.just(r), st.just(0) | st.integers(0, r - 1), st.integers(0, 5)))
+    batches = draw(st.lists(st.lists(seq, min_size=1, max_size=40), min_size=1, max_size=3 if staggered else 1))
+    gaps = draw(st.lists(st.just(0.0) | st.floats(1e-4, 0.2), min_size=len(batches), max_size=len(batches)))
+    times = np.cumsum(gaps).tolist()
+    longest = max(p + r for batch in batches for p, r, _, _ in batch)
+    total = sum(p + r for batch in batches for p, r, _, _ in batch)
+    # KV per replica: tight (preemptions), roomy (the fast path), or at the fast path's edge
+    replica_tokens = max(longest + 1, draw(st.integers(longest + 1, max(longest + 2, 3 * longest))
+                          | st.integers(-(-total // ep) + layout.max_num_seqs + 2, 2 * total + 100)
+                          | st.just(-(-(total + layout.max_num_seqs * ep + 2) // ep) + draw(st.integers(-2, 1)))))
+    base = frozen.StepCost(MODELS[model], DEVICE, layout, InferenceParams(workspace_bytes=0.0))
+    free = DEVICE.hbm_bytes * layout.gpu_memory_utilization - base.weight_bytes_dev
+    chunked = draw(st.booleans()) and draw(st.booleans())
+    params = InferenceParams(workspace_bytes=free - (replica_tokens + 0.5) * base.kv_bytes_per_token_dev,
+                             step_overhead_s=draw(st.sampled_from([0.0, 2e-3])),
+                             enforce_eager=draw(st.booleans()), async_scheduling=draw(st.booleans()),
+                             enable_prefix_caching=draw(st.booleans()), chunked_prefill=chunked,
+                             max_num_batched_tokens=draw(st.none() | st.integers(64, 2048)) if chunked else None,
+                             cuda_graph_max_batch=draw(st.sampled_from([512, 4])))
+    return Case(model, layout, params, list(zip(times, batches, strict=True)))
+
+
+def _state(engine) -> tuple:
+    return (engine.t, engine.busy_s, engine.generated_tokens, engine.preemptions)
+
+
+@settings(max_examples=120, deadline=None)
+@given(cases())
+def test_run_equals_the_frozen_engine(case: Case) -> None:
+    new, old = case.build(RolloutEngine), case.build(frozen.RolloutEngine)
+    assert new.run() == old.run()
+    assert _state(new) == _state(old)
+    into_new, into_old = np.full(200, np.nan), np.full(200, np.nan)
+    ResumableRun(case.build(RolloutEngine)).run_into(into_new)
+    frozen.ResumableRun(case.build(frozen.RolloutEngine)).run_into(into_old)
+    assert np.array_equal(into_new, into_old, equal_nan=True)
+
+
+@settings(max_examples=120, deadline=None)
+@given(cases(staggered=False), st.floats(0.0, 1.05), st.booleans(), st.integers(1, 9))
+def test_interrupts_equal_the_frozen_engine(case: Case, frac: float, on_an_event: bool, every: int) -> None:
+    """Fresh engines interrupted at `now`, and ResumableRun's interrupt_at (the array trace here,
+    copies every `every` events there); `now` anywhere, or exactly on a finish."""
+    finished = case.build(frozen.RolloutEngine).run()
+    times = sorted({t for _, t in finished})
+    now = times[min(len(times) - 1, int(frac * len(times)))] if on_an_event else frac * times[-1]
+    new, old = case.build(RolloutEngine), case.build(frozen.RolloutEngine)
+    a, b = new.interrupt(now), old.interrupt(now)
+    assert a.partial == b.partial and a.finished == b.finished
+    assert _state(new) == _state(old)
+    run_new, run_old = ResumableRun(case.build(RolloutEngine), every), frozen.ResumableRun(case.build(frozen.RolloutEngine), every)
+    assert run_new.run() == run_old.run() == finished
+    got = run_new.interrupt_at(now)
+    assert got.partial == run_old.interrupt_at(now).partial == b.partial
+    assert {s for s, _ in got.finished} <= {s for s, t in finished if t <= now}
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(staggered=False), st.floats(0.05, 0.95))
+def test_resume_after_an_interrupt_equals_the_frozen_engine(case: Case, frac: float) -> None:
+    """Interrupt, then resume the partial sequences on the same engine (a partial rollout round)."""
+    horizon = max(t for _, t in case.build(frozen.RolloutEngine).run())
+    engines = case.build(RolloutEngine), case.build(frozen.RolloutEngine)
+    outs = []
+    for engine in engines:
+        start = case.adds[-1][0]
+        now = start + frac * (horizon - start)
+        partial = engine.interrupt(now).partial
+        if partial:
+            engine.add_many([s.seq_id for s in partial], [s.prompt_len for s in partial],
+                            [s.response_len for s in partial], now, [s.generated for s in partial])
+        outs.append((engine.run(), _state(engine)))
+    assert outs[0] == outs[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(), st.integers(1, 4), st.sampled_from(["round_robin", "least_loaded"]))
+def test_simulate_rollout_equals_the_frozen_engine(case: Case, instances: int, policy: str) -> None:
+    layout = case.layout.model_copy(update={"instances": instances})
+    seqs = [(p, r, t) for t, batch in case.adds for p, r, _, _ in batch]
+    p, r, t = (list(x) for x in zip(*seqs, strict=True))
+    kw = dict(params=case.params, policy=policy, arrival_s=t)
+    a = simulate_rollout(MODELS[case.model], DEVICE, layout, p, r, **kw)
+    b = frozen.simulate_rollout(MODELS[case.model], DEVICE, layout, p, r, **kw)
+    assert np.array_equal(a.finish_s, b.finish_s) and np.array_equal(a.busy_s, b.busy_s)
+    assert (a.makespan_s, a.generated_tokens, a.preemptions) == (b.makespan_s, b.generated_tokens, b.preemptions)
+
+
+def test_the_cases_reach_the_fast_path_and_the_event_loop() -> None:
+    """The generator's two regimes exist: a roomy case runs in arrays, a KV-tight one does not."""
+    layout = RolloutLayout(tp=1, max_num_seqs=4)
+    batch = [(50, 100 + 7 * i, 0, i // 2) for i in range(12)]
+    base = frozen.StepCost(MODELS["qwen2.5-7b"], DEVICE, layout, InferenceParams(workspace_bytes=0.0))
+    free = DEVICE.hbm_bytes * layout.gpu_memory_utilization - base.weight_bytes_dev
+    for tokens, fast in ((400, False), (10_000, True)):
+        case = Case("qwen2.5-7b", layout, InferenceParams(workspace_bytes=free - (tokens + 0.5) * base.kv_bytes_per_token_dev),
+                    [(0.0, batch)])
+        engine = case.build(RolloutEngine)
+        assert engine._fast_ok() is fast
+        assert engine.run() == case.build(frozen.RolloutEngine).run()
+        assert math.isfinite(engine.t)
