@@ -10,19 +10,21 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
-from . import metrics
 from .errors import RlsimError
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
-from .report.trace import chrome_trace
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
 from .scenario import Scenario, load_scenario
+
+if TYPE_CHECKING:
+    # pandas (and metrics and the trace writer, which need it) are imported once a run has
+    # finished: `rlsim run` reaches its first simulated event without them (benchmarks/bench_startup.py).
+    import pandas as pd
 
 DEFAULT_COMPARE = ("colocated", "disaggregated", "stalesync")
 
@@ -41,9 +43,13 @@ class SimulationResult:
         return expand_devices(self.timeline)
 
     def time_in_states(self) -> pd.DataFrame:
+        from . import metrics
+
         return metrics.time_in_states(self.timeline)
 
     def write(self, out_dir: str | Path) -> list[Path]:
+        from .report.trace import chrome_trace
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         files = {
@@ -93,6 +99,8 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp),
                        start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner)
+    from . import metrics
+
     timeline = rec.timeline.to_frame()
     samples = rec.samples.to_frame()
     summary = metrics.summary(rec, timeline, samples)
@@ -162,6 +170,8 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     cols = ["schedule", "devices", "steady_step_time_s", "steady_tokens_per_s", "step_time_s", "tokens_per_s",
             "tokens_per_s_per_device",
             "generated_tokens_per_s", "bubble_fraction", "mfu"]
+    import pandas as pd
+
     frame = pd.DataFrame([{c: r[c] for c in cols} for r in rows])
     frame["staleness_max"] = [r["staleness"]["max"] for r in rows]
     if len(frame):
