@@ -37,6 +37,9 @@ class SimulationResult:
     iterations: pd.DataFrame
     samples: pd.DataFrame
     record: RunRecord = field(repr=False)
+    # The device kinds of the run's topology (a sweep prices a point per device-hour from them);
+    # empty when the costs were given (no topology was built).
+    device_kinds: list[str] = field(default_factory=list)
 
     def device_timeline(self) -> pd.DataFrame:
         """One row per device and interval (des.INTERVAL_COLUMNS); large at scale."""
@@ -81,6 +84,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     w = sc.workload
     plan = None
     replanner = None
+    device_kinds: list[str] = []
     if costs is None:
         from .autoplan import PlannerReplanner, auto_layouts
         from .rl.llm_costs import LlmCosts
@@ -88,6 +92,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
         plan = auto_layouts(sc, topology)          # layout: auto -> the planner, cost in simulated time
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts)
         n_devices = topology.num_devices
+        device_kinds = topology.device_kinds()
         if sc.schedule.failures:
             replanner = PlannerReplanner(sc, topology)
     else:
@@ -114,7 +119,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
             summary["layouts"] = costs.effective_layouts(train_pool.count)
     if plan is not None and plan.detail:
         summary["auto_layout"] = plan.detail
-    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec)
+    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds)
 
 
 @dataclass

@@ -88,3 +88,9 @@ def test_a_run_keeps_no_topology_alive(monkeypatch) -> None:
     gc.collect()
     assert len(built) == 2 and all(ref() is None for ref in built)
     assert all(r.summary["iterations"] == 2 for r in kept)   # the results themselves stay usable
+
+
+def test_the_result_names_the_device_kinds_of_its_topology(result):
+    """A sweep prices a point from these (sweep.simulate_point), without building the topology again."""
+    from simulator.hardware.topology import load_topology
+    assert result.device_kinds == load_topology(result.scenario.topology).device_kinds() == ["h100"]
