@@ -13,13 +13,15 @@ package (PYTHONDONTWRITEBYTECODE is dropped for the children; a warm-up run writ
 
 With --baseline DIR the same commands run with PYTHONPATH=DIR (a checkout of the code to compare
 with, e.g. `git archive COMMIT | tar -x -C DIR`), alternating with this checkout's, and the ratios
-are printed. Prints the machine-speed reference (benchmarks/speed_reference.py) and the load
+are printed. The CPU time (user + system of the child) is printed beside the wall time: on a
+shared machine it moves much less with the neighbours' load. Prints the machine-speed reference (benchmarks/speed_reference.py) and the load
 average beside the figures; asserts nothing.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,16 +53,22 @@ CASES = {
 }
 
 
-def time_once(argv: list[str], code_dir: Path) -> float:
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_once(argv: list[str], code_dir: Path) -> tuple[float, float]:
+    """(wall s, CPU s user + system) of one fresh interpreter running `argv`."""
     # As an installed package runs: with byte code cached (the first, warm-up run writes it).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(code_dir)
-    start = time.perf_counter()
+    cpu0, start = _children_cpu_s(), time.perf_counter()
     done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, cwd=code_dir)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, _children_cpu_s() - cpu0
     if done.returncode != 0 or (argv[-1] == "run" and "first-event" not in done.stdout):
         raise SystemExit(f"{argv[:2]} failed in {code_dir}: {done.stdout[-500:]} {done.stderr[-2000:]}")
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> int:
@@ -73,7 +81,7 @@ def main() -> int:
         dirs["baseline"] = args.baseline.resolve()
     print(f"speed reference {reference_ms():.1f} ms (about 8 ms quiet); load average {os.getloadavg()[0]:.2f}; "
           f"{os.cpu_count()} CPUs")
-    times: dict[tuple[str, str], list[float]] = {(c, d): [] for c in CASES for d in dirs}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {(c, d): [] for c in CASES for d in dirs}
     for path in dirs.values():
         time_once(CASES["rlsim run -> first event"], path)  # warm-up: byte code and the OS file cache
     for _ in range(args.repeats):
@@ -83,10 +91,14 @@ def main() -> int:
     for case in CASES:
         line = f"{case:<26}"
         for name in dirs:
-            ts = times[case, name]
-            line += f"  {name}: min {min(ts):.3f} s median {statistics.median(ts):.3f} s"
+            walls = [w for w, _ in times[case, name]]
+            cpus = [c for _, c in times[case, name]]
+            line += (f"  {name}: wall min {min(walls):.3f} median {statistics.median(walls):.3f} s, "
+                     f"CPU min {min(cpus):.3f} s")
         if args.baseline:
-            line += f"  ratio (min) {min(times[case, 'baseline']) / min(times[case, 'this']):.2f}x"
+            base, this = times[case, "baseline"], times[case, "this"]
+            line += (f"  ratio (min) wall {min(w for w, _ in base) / min(w for w, _ in this):.2f}x "
+                     f"CPU {min(c for _, c in base) / min(c for _, c in this):.2f}x")
         print(line)
     print(f"speed reference {reference_ms():.1f} ms; load average {os.getloadavg()[0]:.2f}")
     return 0
