@@ -17,9 +17,17 @@ import yaml
 from .errors import RlsimError
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
+from .overrides import parse_assignment
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
-from .scenario import Scenario, load_scenario
+from .scenario import (
+    SCHEDULE_CLASSES,
+    Scenario,
+    compared_schedules,
+    load_scenario,
+    scenario_data,
+    validate_scenario,
+)
 
 if TYPE_CHECKING:
     # pandas (and metrics and the trace writer, which need it) are imported once a run has
@@ -119,6 +127,9 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
             summary["layouts"] = costs.effective_layouts(train_pool.count)
     if plan is not None and plan.detail:
         summary["auto_layout"] = plan.detail
+    # the chain of intervals that set each step's length (rl/critical_path.py), from the record
+    from .rl import critical_path  # pandas: after the run (see the TYPE_CHECKING note above)
+    summary["critical_path"] = critical_path.summarize(critical_path.critical_paths(rec, timeline), rec.samples.flat())
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds)
 
 
@@ -137,14 +148,40 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
 
     `schedules` is one kind ("stalesync") or several, each once; none is an error."""
     kinds = schedule_list(schedules)
-    base = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     results: dict[str, SimulationResult] = {}
-    for kind in kinds:
-        sched = base.schedule.applicable_fields(kind)   # the knobs given that this kind also takes
-        sc = load_scenario({**base.to_dict(), "schedule": sched})
-        sc = sc.model_copy(update={"source": base.source})
+    for kind, sc in compared_scenarios(scenario, kinds, keywords).items():
         results[kind] = simulate(sc, costs=costs)
     return ComparisonResult(comparison_table([r.summary for r in results.values()]), results)
+
+
+def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]) -> dict[str, Scenario]:
+    """The scenario under each kind, with the schedule knobs given that the kind takes. A knob only
+    some of the kinds take (`--set schedule.rollout_devices=4` in a colocated-vs-split comparison)
+    goes to those; one that none of them takes is the scenario's own error."""
+    if isinstance(scenario, Scenario) and not keywords:
+        base = scenario
+        return {kind: load_scenario({**base.to_dict(), "schedule": base.schedule.applicable_fields(kind)})
+                .model_copy(update={"source": base.source}) for kind in kinds}
+    data, source = scenario_data(scenario, **keywords)
+    per_kind, unused = compared_schedules(data.get("schedule") or {}, kinds)
+    if unused:
+        validate_scenario(data, source)   # raises: the knob's error names it and the kinds that take it
+        _refuse_knobs_none_takes(unused, kinds, keywords.get("overrides") or ())
+    return {kind: validate_scenario({**data, "schedule": per_kind[kind]}, source) for kind in kinds}
+
+
+def _refuse_knobs_none_takes(unused: list[str], kinds: list[str], overrides: Iterable[str]) -> None:
+    """A schedule knob given on this command (`--set schedule.KEY=...`) that none of the compared
+    kinds takes would change nothing in the comparison: an error, not a silent drop. (A knob the
+    scenario's own file sets for its own kind is kept out of the kinds that do not take it.)"""
+    given = {parse_assignment(o)[0].removeprefix("schedule.") for o in overrides
+             if parse_assignment(o)[0].startswith("schedule.")}
+    dropped = sorted(set(unused) & given)
+    if dropped:
+        takers = [k for k in SCHEDULE_CLASSES if dropped[0] in SCHEDULE_CLASSES[k].accepts(None)]
+        raise RlsimError(f"schedule.{dropped[0]} applies to none of the compared kinds ({', '.join(kinds)})",
+                         field=f"schedule.{dropped[0]}",
+                         fix=f"compare a kind that takes it ({', '.join(takers) or 'none'}) or drop the --set")
 
 
 def schedule_list(schedules: Iterable[str] | str) -> list[str]:

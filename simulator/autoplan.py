@@ -12,10 +12,11 @@ in simulated seconds, never wall time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import RlsimError
 from .llm.architecture import ModelSpec, load_model
 from .network.collectives import parse_group
 from .params import TRAIN_SOFTWARE
@@ -81,20 +82,7 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
         return out
     model: ModelSpec = load_model(w.model)
     roll_ranks, train_ranks = planning_ranks(sc, topology.num_devices)
-    if w.rollout_layout == "auto":
-        p_med, r_med, _ = _lengths(sc)
-        user = set((sc.planner.get("rollout") or {}).keys())
-        space = settings.rollout.model_copy(update={k: v for k, v in
-                                                    (("prompt_len", p_med), ("response_len", r_med))
-                                                    if k not in user})
-        plan = plan_rollout(model, topology, ranks=roll_ranks, space=space, params=settings.params, top=1,
-                            evaluator=RolloutEvaluator(model, topology, space, params=w.inference))
-        lay = {k: v for k, v in plan.best.layout.items() if k != "instances"}
-        out.layouts["rollout"] = lay
-        out.planning_cost_s += plan.planning_cost_s
-        out.detail["rollout"] = {"layout": lay, "evaluated": plan.evaluated, "planning_cost_s": plan.planning_cost_s,
-                                 "devices": len(roll_ranks)}
-    if w.train_layout == "auto":
+    if w.train_layout == "auto":    # first: a colocated engine is sized beside its resident state
         batch, row = train_batch(sc)
         user = set((sc.planner.get("space") or {}).keys())
         space = settings.space if "exact_batch" in user else settings.space.model_copy(update={"exact_batch": False})
@@ -106,8 +94,53 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
         out.planning_cost_s += plan.planning_cost_s
         out.detail["train"] = {"layout": lay, "evaluated": plan.evaluated, "planning_cost_s": plan.planning_cost_s,
                                "devices": len(train_ranks), "global_batch_rows": batch, "seq_len": row}
+    if w.rollout_layout == "auto":
+        p_med, r_med, _ = _lengths(sc)
+        user = set((sc.planner.get("rollout") or {}).keys())
+        update: dict[str, Any] = {k: v for k, v in (("prompt_len", p_med), ("response_len", r_med)) if k not in user}
+        space = settings.rollout.model_copy(update=update)
+        engine_share = colocated_engine_share(sc, topology, model, out.layouts.get("train", w.train_layout),
+                                              train_ranks, space.gpu_memory_utilization)
+        space = space.model_copy(update={"gpu_memory_utilization": engine_share})
+        plan = plan_rollout(model, topology, ranks=roll_ranks, space=space, params=settings.params, top=1,
+                            evaluator=RolloutEvaluator(model, topology, space, params=w.inference))
+        lay = {**{k: v for k, v in plan.best.layout.items() if k != "instances"},
+               "gpu_memory_utilization": engine_share}
+        out.layouts["rollout"] = lay
+        out.planning_cost_s += plan.planning_cost_s
+        out.detail["rollout"] = {"layout": lay, "evaluated": plan.evaluated, "planning_cost_s": plan.planning_cost_s,
+                                 "devices": len(roll_ranks)}
     out.detail["planning_cost_s"] = out.planning_cost_s
     return out
+
+
+def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_layout: Mapping[str, Any],
+                           train_ranks: list[int], wanted: float) -> float:
+    """The engine's share of HBM (gpu_memory_utilization) for a planned rollout layout: `wanted`
+    (planner.rollout.gpu_memory_utilization, vLLM's 0.9), lowered on a colocated placement to what
+    the resident training state leaves (weights, plus optimizer state unless offloaded; as the
+    schedule's switch keeps them, rl/llm_costs.resident_training_bytes), so that `layout: auto`
+    never plans a rollout phase the run then refuses."""
+    if sc.schedule.effective_placement != "colocated" or not train_ranks:
+        return wanted
+    from .llm.train_layout import TrainLayout
+    from .rl.llm_costs import resident_training_bytes
+
+    mapping = {k: v for k, v in dict(train_layout).items() if k != "dp"}
+    lay = TrainLayout.from_mapping(mapping, source=sc.source).resolve(len(train_ranks), source=sc.source)
+    hbm = min(topology.device_spec(r).hbm_bytes for r in train_ranks)
+    # the engine's weight shard is not known before the rollout plan: a second copy (switch not
+    # bucketed) is counted at its largest, one instance per device
+    shard = model.weight_bytes(2.0)
+    resident = resident_training_bytes(model, lay, sc.schedule.switch, hbm, shard)
+    free = math.floor((hbm - resident) / hbm * 100) / 100
+    if free <= 0:
+        raise RlsimError(f"the resident training state ({resident / 1e9:.1f} GB per device with the training layout "
+                         f"{mapping}) leaves no memory for a rollout engine on {hbm / 1e9:.0f} GB",
+                         source=sc.source, field="workload.train_layout",
+                         fix="use more devices per training replica (tp / pp), keep schedule.switch.offload_optimizer "
+                             "and bucketed on, or place the schedule on split pools")
+    return min(wanted, free)
 
 
 class PlannerReplanner:

@@ -16,6 +16,7 @@ from .errors import RlsimError
 
 SECONDS_PER_HOUR = 3600.0
 STEPS_PER_REPORT = 1000  # the issue asks for device-hours per 1,000 steps
+TOKENS_PER_REPORT = 1_000_000  # device-hours and cost per 1M trained tokens (the cheapest pick's measure)
 
 # evaluate_batch([{key: value}, ...]) -> [(summary or None, error text), ...] in the same order
 BatchFunction = Callable[[list[dict[str, Any]]], list[tuple[dict[str, Any] | None, str]]]
@@ -92,15 +93,22 @@ def cost_fields(summary: Mapping[str, Any], price: float | None = None) -> dict[
     """Device-hours per 1,000 steps, and with a price the cost per step and per hour."""
     devices = float(summary["devices"])
     step_s = float(summary["step_time_s"])
+    tokens_per_s = float(summary.get("tokens_per_s") or 0.0)
+    per_million = devices * TOKENS_PER_REPORT / tokens_per_s / SECONDS_PER_HOUR if tokens_per_s > 0 else None
     out: dict[str, float | None] = {
         "device_hours_per_1000_steps": devices * step_s * STEPS_PER_REPORT / SECONDS_PER_HOUR,
+        # per trained token: comparable across schedules that train different shares of a batch per
+        # step (StaleSync with staleness 0 trains half a batch: its device-hours per step look cheap)
+        "device_hours_per_1m_tokens": per_million,
         "price_per_device_hour": price,
         "cost_per_hour": None,
         "cost_per_step": None,
+        "cost_per_1m_tokens": None,
     }
     if price is not None:
         out["cost_per_hour"] = devices * price
         out["cost_per_step"] = devices * price * step_s / SECONDS_PER_HOUR
+        out["cost_per_1m_tokens"] = per_million * price if per_million is not None else None
     return out
 
 
@@ -112,6 +120,15 @@ class Probe:
     meets: bool
 
 
+# Diagnosis of a search that found nothing (CapacityAnswer.notes). Not modelling constants: they
+# decide when the answer says "a larger grid will not help" instead of "widen the grid".
+# A size step that turns into less than this share of its device growth as throughput is a plateau
+# (the fixed batch, not the cluster, bounds the step: more devices only idle).
+PLATEAU_SCALING_EFFICIENCY = 0.25
+# A larger size slower than a smaller one by more than this share breaks bisection's assumption.
+MONOTONE_TOLERANCE = 0.02
+
+
 @dataclass
 class CapacityAnswer:
     key: str
@@ -120,10 +137,47 @@ class CapacityAnswer:
     summary: dict[str, Any] | None     # its run summary (with cost fields)
     probes: list[Probe] = field(default_factory=list)  # every evaluated candidate, in candidate order
 
+    def _sized(self) -> list[Probe]:
+        return [p for p in self.probes if p.summary and p.summary.get("tokens_per_s") and p.summary.get("devices")]
+
+    @property
+    def plateau(self) -> str | None:
+        """When nothing met the target and throughput barely grows from the smallest to the largest
+        size evaluated: why a larger grid will not help (the batch, not the cluster, bounds the step)."""
+        ok = self._sized()
+        if self.value is not None or len(ok) < 2:
+            return None
+        first, last = ok[0].summary, ok[-1].summary
+        gain, growth = last["tokens_per_s"] / first["tokens_per_s"], last["devices"] / first["devices"]
+        if growth <= 1 or (gain - 1) >= PLATEAU_SCALING_EFFICIENCY * (growth - 1):
+            return None
+        return (f"throughput barely grows with {self.key}: {first['tokens_per_s']:,.0f} tokens/s at "
+                f"{ok[0].value}, {last['tokens_per_s']:,.0f} at {ok[-1].value} ({gain:.2f}x for {growth:.2f}x "
+                f"the devices); the batch, not the cluster, bounds the step, so a larger grid will not reach "
+                f"{self.target.describe()}: grow the batch with the size (workload.prompts_per_step) or change "
+                f"the schedule")
+
+    @property
+    def notes(self) -> list[str]:
+        """Why the answer may not be what a larger grid would give: throughput that falls with the
+        size (bisection assumes more is never worse) or stops growing with it (the plateau)."""
+        ok, notes = self._sized(), []
+        worse = [(a, b) for a, b in zip(ok, ok[1:], strict=False)
+                 if b.summary["tokens_per_s"] < (1 - MONOTONE_TOLERANCE) * a.summary["tokens_per_s"]]
+        if worse:
+            a, b = worse[0]
+            notes.append(f"throughput falls from {self.key}={a.value} ({a.summary['tokens_per_s']:,.0f} tokens/s) to "
+                         f"{b.value} ({b.summary['tokens_per_s']:,.0f}): bisection assumes a larger size is never "
+                         f"worse; check every value with --search scan")
+        if self.plateau:
+            notes.append(self.plateau)
+        return notes
+
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "target": {"tokens_per_s": self.target.tokens_per_s,
                                             "step_time_s": self.target.step_time_s},
                 "value": self.value, "found": self.value is not None, "summary": self.summary,
+                "plateau": self.plateau is not None, "notes": self.notes,
                 "evaluated": [{"value": p.value, "meets_target": p.meets, "error": p.error,
                                "tokens_per_s": (p.summary or {}).get("tokens_per_s"),
                                "step_time_s": (p.summary or {}).get("step_time_s"),
@@ -184,12 +238,17 @@ def find_smallest(key: str, candidates: Sequence[Any], target: Target, evaluate_
                           [results[i] for i in sorted(results)])
 
 
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
 def cheapest(rows: Sequence[Mapping[str, Any]], target: Target,
              prices: float | Mapping[str, float] | None = None) -> dict[str, Any] | None:
     """Among run summaries (e.g. sweep rows), the cheapest that meets the target.
 
-    With prices: lowest cost per step (the cost of a fixed amount of training), ties to fewer devices.
-    Without: fewest devices, ties to the shorter step. None if no row meets the target.
+    With prices: lowest cost per trained token (per 1M tokens: the cost of a fixed amount of training,
+    also when a schedule trains only part of a batch per step), ties to fewer devices. Without: fewest
+    devices, ties to more trained tokens/s. None if no row meets the target.
     """
     best: tuple | None = None
     chosen: dict[str, Any] | None = None
@@ -199,9 +258,9 @@ def cheapest(rows: Sequence[Mapping[str, Any]], target: Target,
         enriched = dict(row)
         enriched.update(cost_fields(row, price_per_device_hour(row, prices)))
         if prices is not None:
-            key = (enriched["cost_per_step"], row["devices"], row["step_time_s"])
+            key = (_or_inf(enriched["cost_per_1m_tokens"]), row["devices"], -row.get("tokens_per_s", 0.0))
         else:
-            key = (row["devices"], row["step_time_s"])
+            key = (row["devices"], -row.get("tokens_per_s", 0.0))
         if best is None or key < best:
             best, chosen = key, enriched
     return chosen

@@ -6,7 +6,8 @@ and each device group's records tile [0, makespan] (see rl/timeline.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -169,9 +170,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
                       "bound": sc.schedule.effective_staleness},
         "peak_memory_bytes": rec.peak_memory_bytes,
         "roofline_tokens_per_s": roofline,
-        "samples": {"generated": int(len(samples)), "consumed": n_consumed,
-                    "dropped": {str(k): int(v) for k, v in
-                                samples.loc[samples["dropped"], "drop_reason"].value_counts().sort_index().items()}},
+        "samples": sample_counts(samples, n_consumed, its, sc.workload),
         "distqueue": {k: float(v) for k, v in rec.queue.items()},
         "rollout": rollout_utilization(rec),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
@@ -186,6 +185,46 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
     for key, value in rec.extra.items():   # a schedule's own figures (e.g. verl's fully async metrics)
         out.setdefault(key, value)
     return out
+
+
+def sample_counts(samples: pd.DataFrame, consumed: int, iterations: int, workload: Any) -> dict[str, Any]:
+    """Generated, consumed and dropped samples; `trained_per_step` against `batch` (prompts_per_step x
+    samples_per_prompt), and `stale_fraction`, the generated samples thrown away as too old: StaleSync
+    with staleness 0 trains about half a batch per step and drops ~40% as stale, so its step time and
+    device-hours per step are not comparable with a schedule that trains whole batches."""
+    dropped = {str(k): int(v) for k, v in
+               samples.loc[samples["dropped"], "drop_reason"].value_counts().sort_index().items()}
+    return {"generated": int(len(samples)), "consumed": int(consumed), "dropped": dropped,
+            "batch": int(workload.prompts_per_step * workload.samples_per_prompt),
+            "trained_per_step": consumed / max(1, iterations),
+            "stale_fraction": dropped.get("stale", 0) / len(samples) if len(samples) else 0.0}
+
+
+# A run that throws away at least this share of its generated samples as stale gets a note: its
+# step time and device-hours per step count steps that train a partial batch (a reporting threshold).
+STALE_NOTE_SHARE = 0.05
+
+
+def summary_notes(summary: Mapping[str, Any]) -> list[str]:
+    """What a reader of the figures must know: a schedule that trains partial batches and drops
+    samples as stale (its step time is not comparable; tokens/s counts trained tokens and is), and a
+    staleness bound above what the run ever reached (raising it changes nothing here)."""
+    notes = []
+    samples, stale = summary.get("samples") or {}, summary.get("staleness") or {}
+    name = f"{summary.get('schedule')} (staleness {stale.get('bound', 0):g})"
+    if samples.get("stale_fraction", 0.0) >= STALE_NOTE_SHARE:
+        notes.append(f"{name} drops {samples['stale_fraction']:.0%} of its generated samples as stale and trains "
+                     f"{samples['trained_per_step']:,.0f} samples per step of a {samples['batch']:,}-sample batch: "
+                     f"its step time (and device-hours per step) is not comparable with whole-batch schedules; "
+                     f"compare tokens/s and device-hours per 1M tokens (trained tokens)")
+    bound, seen = stale.get("bound", 0.0), stale.get("max", 0.0)
+    if math.isfinite(bound) and bound >= 2 and seen < bound:
+        colocated = summary.get("schedule") == "stalesync" and summary.get("placement") == "colocated"
+        why = (": colocated StaleSync generates on the training devices between steps, so a sample is at "
+               "most one version old" if colocated else "")
+        notes.append(f"staleness bound {bound:g} never binds: the samples trained were at most {seen:g} "
+                     f"version(s) old{why}; a bound above {seen:g} gives the same run")
+    return notes
 
 
 def scaling_efficiency(devices: Sequence[int], tokens_per_s: Sequence[float]) -> pd.DataFrame:

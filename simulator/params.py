@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -245,6 +245,16 @@ class InferenceParams(BaseModel):
     # vLLM max_model_len: prompt + response of a sequence stop there (NeMo RL sets it to
     # max_total_sequence_length: response <= T-max - prompt). None: the response lengths as given.
     max_model_len: int | None = Field(None, ge=2)
+    # -- dispatch of a round's requests to the rollout instances (read by rl/schedules/batches.py) --
+    # per-prompt: a prompt's n samples go to one instance, whole prompts dealt round-robin in round
+    # order. The frameworks' way: one vLLM request with SamplingParams(n) per prompt; verl hands each
+    # rollout worker whole prompts with rollout.n and its fully-async Rollouter routes a prompt's n
+    # requests together (frameworks.md: "a sample is one prompt with its rollout.n trajectories");
+    # NeMo RL repeats each prompt num_generations_per_prompt times in place (repeat_interleave) and
+    # shards the batch contiguously over its vLLM workers. Prefix caching then shares the prompt's
+    # prefill, and a prompt's correlated lengths (response_length.group_correlation) stay together.
+    # per-sample: every sequence dealt round-robin on its own (rlsim before this option).
+    dispatch: Literal["per-prompt", "per-sample"] = "per-prompt"
     hbm_efficiency: float | None = Field(None, gt=0, le=1)   # None: the device's (hardware.md 0.75-0.85)
     gemm_efficiency: float | None = Field(None, gt=0, le=1)  # None: the device's
     # hardware.md: decode attention / MLA kernels on 910C reach ~65% of compute (CloudMatrix paper).

@@ -25,7 +25,7 @@ from pydantic import (
 
 from . import presets
 from .errors import RlsimError, validation_error
-from .overrides import apply_overrides
+from .overrides import apply_overrides, parse_assignment
 from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
 from .units import parse_bandwidth, parse_seconds
 
@@ -550,10 +550,33 @@ def deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The file a workload section was read from travels under this key from scenario_data to _validate
+# (removed there), so that an error in a `--workload FILE` names FILE, not the scenario around it.
+_WORKLOAD_SOURCE = "_workload_source"
+
+
+def workload_name(spec: str | Path) -> str:
+    """The name of a workload given as a preset name or a path: the preset name whole
+    (`grpo-qwen2.5-7b`, where Path.stem would cut at the last dot), a file name less its extension."""
+    path = Path(str(spec))
+    if path.suffix.lower() in (".yaml", ".yml", ".json"):
+        return path.name[: -len(path.suffix)]
+    return path.name
+
+
+def _workload_label(spec: Any) -> str | None:
+    """The file (or built-in preset file) a workload section comes from; None for a plain mapping."""
+    if isinstance(spec, (str, Path)):
+        return presets.resolve("workloads", spec)[1]
+    if isinstance(spec, Mapping) and isinstance(spec.get("preset"), (str, Path)):
+        return _workload_label(spec["preset"])
+    return None
+
+
 def _resolve_workload(spec: Any) -> dict[str, Any]:
     if isinstance(spec, (str, Path)):
-        mapping, label = presets.resolve("workloads", spec)
-        mapping.setdefault("name", Path(str(spec)).stem)
+        mapping, _ = presets.resolve("workloads", spec)
+        mapping.setdefault("name", workload_name(spec))
         return mapping
     if isinstance(spec, Mapping):
         spec = dict(spec)
@@ -574,11 +597,31 @@ def _normalise_topology(spec: Any) -> dict[str, Any]:
 
 
 def _validate(data: dict[str, Any], source: str) -> Scenario:
+    data = dict(data)
+    workload_file, set_keys = data.pop(_WORKLOAD_SOURCE, (None, ()))
     try:
         return Scenario.model_validate({**data, "source": source})
     except ValidationError as exc:
-        raise validation_error(exc, source=source, skip=frozenset(SCHEDULE_CLASSES),
-                               fix="see docs/scenario-reference.md for the allowed values") from None
+        fix = "see docs/scenario-reference.md for the allowed values"
+        skip = frozenset(SCHEDULE_CLASSES)
+        error = validation_error(exc, source=source, skip=skip, fix=fix)
+        where = _error_source(error.fields, source, workload_file, set_keys)
+        if where != source:
+            error = validation_error(exc, source=where, skip=skip, fix=fix)
+        raise error from None
+
+
+def _error_source(fields: list[str], source: str, workload_file: str | None, set_keys: Iterable[str]) -> str:
+    """Where the fields at fault were written: the workload file when they all lie in a workload read
+    from a file (and no --set gave them), else the scenario's source."""
+    if not workload_file or not fields:
+        return source
+    given = tuple(set_keys)
+    from_file = [f.split(".")[0] == "workload" and not any(f == k or f.startswith(k + ".") for k in given)
+                 for f in fields]
+    if all(from_file):
+        return workload_file
+    return f"{source} (workload from {workload_file})" if any(from_file) else source
 
 
 def _check_top_level(data: Mapping[str, Any], source: str) -> None:
@@ -590,6 +633,36 @@ def _check_top_level(data: Mapping[str, Any], source: str) -> None:
                     if key in model.model_fields]
             fix = f"write {home[0]}.{key}" if home else f"use one of: {', '.join(sorted(known))}"
             raise RlsimError(f"unknown scenario key {key!r}", source=source, field=key, fix=fix)
+
+
+def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The schedule mapping of each kind in a comparison of `given` (a scenario's schedule section):
+    the knobs given that the kind takes, so that a knob only some kinds take (`rollout_devices` in
+    colocated vs one-step-off) goes to those; and the knobs none of the kinds takes (the caller
+    validates the scenario as given when there are any: a knob its own kind does not take either
+    is the error, naming the knob and the kinds that take it)."""
+    given = dict(given)
+    given_kind, placement = given.get("kind", "colocated"), given.get("placement")
+    accepted = {kind: SCHEDULE_CLASSES[kind].accepts(placement if kind == given_kind else None) for kind in kinds}
+    taken = set().union(*accepted.values()) | {"kind", "placement"}
+    unused = [key for key in given if key not in taken]
+    per_kind = {kind: {**{k: v for k, v in given.items() if k in keep}, "kind": kind} for kind, keep in accepted.items()}
+    return per_kind, unused
+
+
+# The keys that size a cluster, one of which a topology gives (hardware/topology.py _COUNT_KEYS).
+TOPOLOGY_SIZE_KEYS = ("nodes", "domains", "supernodes", "racks")
+
+
+def _without_replaced_size(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`data` less the topology size keys that a --set / grid size key replaces: the default
+    topology's `supernodes: 1` does not survive `--set topology.preset=dgx-h100 --set topology.nodes=8`
+    (the size given last, in its own unit, wins; two size keys in the overrides stay an error)."""
+    topology = data.get("topology")
+    given = {parse_assignment(o)[0] for o in overrides} & {f"topology.{k}" for k in TOPOLOGY_SIZE_KEYS}
+    if not given or not isinstance(topology, Mapping):
+        return data
+    return {**data, "topology": {k: v for k, v in topology.items() if k not in TOPOLOGY_SIZE_KEYS}}
 
 
 def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
@@ -641,6 +714,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
                   overrides: Iterable[str] = (), iterations: int | None = None,
                   seed: int | None = None) -> tuple[dict[str, Any], str]:
     """load_scenario's merged mapping (presets resolved, overrides applied) and source, not validated."""
+    overrides = list(overrides)
     if isinstance(spec, Scenario):
         data, source = spec.to_dict(), spec.source
     elif spec is None:
@@ -662,7 +736,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         data["iterations"] = iterations
     if seed is not None:
         data["seed"] = seed
-    data = apply_overrides(data, list(overrides))
+    data = apply_overrides(_without_replaced_size(data, overrides), overrides)
     _check_top_level(data, source)
     if "topology" not in data:
         data["topology"] = copy.deepcopy(DEFAULT_SCENARIO["topology"])
@@ -670,7 +744,11 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         raise RlsimError("no workload given", source=source, field="workload",
                          fix=f"name a preset ({', '.join(presets.preset_names('workloads'))}) or a mapping")
     data["topology"] = _normalise_topology(data["topology"])
+    workload_source = _workload_label(data["workload"])
     data["workload"] = _resolve_workload(data["workload"])
+    if workload_source:
+        set_keys = tuple(str(item).split("=", 1)[0].strip() for item in overrides)
+        data[_WORKLOAD_SOURCE] = (workload_source, set_keys)
     if isinstance(data.get("schedule"), str):
         data["schedule"] = {"kind": data["schedule"]}
     return data, source

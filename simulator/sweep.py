@@ -549,9 +549,11 @@ class DaskExecutor:
                 cluster = LocalCluster(n_workers=max(1, self.jobs), threads_per_worker=1,
                                        processes=self.processes, dashboard_address=None)
                 client = Client(cluster)
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, ValueError) and not self.address:
+        except (OSError, ValueError, MemoryError) as exc:
+            if isinstance(exc, (ValueError, MemoryError)) and not self.address:
                 raise  # a LocalCluster fault is ours, not the user's
+            if isinstance(exc, MemoryError):   # something answered, but not in Dask's protocol (a huge frame length)
+                exc = OSError(f"{self.address} answered, but not as a Dask scheduler")
             # distributed raises ValueError for a malformed address ('missing port number')
             raise RlsimError(f"cannot reach the Dask scheduler: {exc}", field="--scheduler",
                              fix="check the address (tcp://HOST:8786), or leave --scheduler out for a local cluster") \

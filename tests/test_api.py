@@ -30,6 +30,17 @@ def test_summary_has_the_contract_keys(result):
     json.dumps(s, allow_nan=False)
 
 
+def test_summary_has_the_critical_path_of_every_step(result):
+    # rl/critical_path.py on the real cost models: one entry per step, tiling the run
+    crit = result.summary["critical_path"]
+    assert [st["iteration"] for st in crit["steps"]] == [0, 1]
+    assert crit["step_time_s"] == pytest.approx(result.summary["makespan_s"] / 2, rel=1e-9)
+    assert sum(crit["free_delta_s"].values()) == pytest.approx(crit["step_time_s"], rel=1e-9)
+    first = crit["steps"][0]["chain"]
+    assert first[0]["start_s"] == 0.0 and [e["phase"] for e in first][-1] == "sync"
+    assert any(e["phase"] == "generate" and "sequence" in e for e in first)
+
+
 def test_frames(result):
     assert list(result.timeline.columns[:8]) == ["pool", "device", "state", "cause", "iteration", "start",
                                                  "end", "label"]

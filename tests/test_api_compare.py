@@ -48,3 +48,30 @@ def test_cli_compare_schedules_errors_exit_2(value, words, capsys):
     assert main(["compare", "--schedules", value]) == 2
     err = capsys.readouterr().err
     assert words in err and "--schedules" in err and "Traceback" not in err
+
+
+def test_a_knob_only_some_compared_kinds_take_goes_to_those():
+    """`compare --schedules colocated,one-step-off --set schedule.rollout_devices=4` (the compare
+    --help example): the split kind gets the knob, colocated runs without it."""
+    from simulator.api import compared_scenarios
+    keywords = {**SMALL, "schedule": "colocated", "overrides": [*SMALL["overrides"], "schedule.rollout_devices=4"]}
+    scenarios = compared_scenarios(None, ["colocated", "one-step-off"], keywords)
+    assert scenarios["one-step-off"].schedule.rollout_devices == 4
+    assert "rollout_devices" not in scenarios["colocated"].schedule.model_dump(exclude_unset=True)
+
+
+def test_a_knob_no_compared_kind_takes_is_still_an_error():
+    with pytest.raises(RlsimError, match="schedule.bogus"):
+        simulator.compare(None, ["colocated", "one-step-off"], costs=fake(),
+                          **{**SMALL, "overrides": [*SMALL["overrides"], "schedule.bogus=1"]})
+
+
+def test_a_set_knob_the_base_kind_takes_but_no_compared_kind_takes_is_an_error():
+    """The default scenario is StaleSync, which takes `staleness`; comparing colocated and
+    disaggregated under `--set schedule.staleness=2` would drop it from every column."""
+    from simulator.api import compared_scenarios
+    keywords = {**SMALL, "schedule": "stalesync", "overrides": [*SMALL["overrides"], "schedule.staleness=2"]}
+    with pytest.raises(RlsimError, match="none of the compared kinds") as caught:
+        compared_scenarios(None, ["colocated", "disaggregated"], keywords)
+    assert caught.value.field == "schedule.staleness" and "stalesync" in str(caught.value)
+    assert compared_scenarios(None, ["colocated", "stalesync"], keywords)["stalesync"].schedule.staleness == 2

@@ -107,3 +107,30 @@ def test_cheapest_ranks_by_cost_per_step_then_devices():
     assert cheapest(rows, target, {"h100": 1.0, "ascend-910c": 1.5})["grid"] == {"t": "gpu"}
     assert cheapest(rows, target)["grid"] == {"t": "gpu"}  # no prices: fewest devices
     assert cheapest(rows, Target(tokens_per_s=1e9)) is None
+
+
+def _sizes(tokens_of):
+    def evaluate_batch(batch):
+        return [({"tokens_per_s": tokens_of(b["n"]), "step_time_s": 1.0, "devices": 8 * b["n"]}, "") for b in batch]
+    return evaluate_batch
+
+
+def test_a_plateau_says_a_larger_grid_will_not_help():
+    """Throughput flat in the size at a fixed batch (the tutorial's 3..8 supernodes at ~78k tokens/s):
+    the answer says the batch bounds the step instead of 'widen the grid'."""
+    flat = find_smallest("n", [1, 2, 3, 4, 6, 8], Target(tokens_per_s=100.0),
+                         _sizes(lambda n: 78.0 + 0.2 * n), strategy="scan")
+    assert flat.value is None and flat.plateau and "grow the batch" in flat.plateau
+    assert flat.to_dict()["plateau"] is True and flat.to_dict()["notes"] == [flat.plateau]
+    # linear scaling that falls short of the target is not a plateau: the grid is only too small
+    short = find_smallest("n", [1, 2, 4], Target(tokens_per_s=1000.0), _sizes(lambda n: 100.0 * n), strategy="scan")
+    assert short.value is None and short.plateau is None and short.notes == []
+    # nor is an answer that was found
+    found = find_smallest("n", [1, 2, 4], Target(tokens_per_s=150.0), _sizes(lambda n: 100.0 * n))
+    assert found.value == 2 and found.plateau is None
+
+
+def test_throughput_falling_with_the_size_is_named():
+    dips = find_smallest("n", [1, 2, 3], Target(tokens_per_s=1e9), _sizes(lambda n: {1: 100.0, 2: 120.0, 3: 90.0}[n]),
+                         strategy="scan")
+    assert any("--search scan" in note and "falls" in note for note in dips.notes)

@@ -361,3 +361,15 @@ def test_sweep_cli_all_points_failed_exits_2_and_keeps_the_rows(tmp_path, capsys
     assert rc == 2 and "every point of the sweep failed" in err and "schedule.kind" in err
     assert "Traceback" not in err
     assert len((tmp_path / "results.csv").read_text().strip().splitlines()) == 3  # header + both rows
+
+
+def test_an_address_that_answers_in_another_protocol_is_a_user_error(monkeypatch):
+    """`--scheduler tcp://10.0.0.5:8786` (the sweep --help example) reached a server that was not Dask:
+    distributed read a garbage frame length and raised MemoryError, a traceback; now exit 2 naming it."""
+    distributed = pytest.importorskip("distributed")
+
+    def answering_garbage(*args, **kwargs):
+        raise MemoryError("Unable to allocate 3.1 EiB")
+    monkeypatch.setattr(distributed, "Client", answering_garbage)
+    with pytest.raises(RlsimError, match="answered, but not as a Dask scheduler"):
+        list(DaskExecutor(address="tcp://127.0.0.1:9").map_unordered(lambda p: {}, []))

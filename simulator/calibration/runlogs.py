@@ -1,34 +1,64 @@
-"""Real run logs: per-step timing metrics of a verl-style run (JSONL or CSV), per-stage scale factors
-between measured and predicted stage times, and predictions at other scales with those factors.
+"""Real run logs: per-step timing metrics of a verl or NeMo RL run (JSONL, JSON records, CSV or a
+wandb CSV export), per-stage scale factors between measured and predicted stage times, and
+predictions at other scales with those factors.
 
 verl logs one record per step with keys such as `timing_s/gen`, `timing_s/old_log_prob`,
-`timing_s/ref`, `timing_s/update_actor`, `timing_s/step`, `perf/throughput` (tokens/s per device)
-and `response_length/mean|max|min|clip_ratio`. A JSONL file has one JSON object per line; a CSV
-has those keys as column names.
+`timing_s/ref`, `timing_s/update_actor`, `timing_s/update_weights`, `timing_s/step`,
+`perf/throughput` (tokens/s per device) and `response_length/mean|max|min|clip_ratio`. NeMo RL
+logs its timers as `timing/train/<name>` (`total_step_time`, `generation`, `policy_training`,
+`policy_and_reference_logprobs` or `logprob_inference`, `weight_sync`, `reward_calculation`,
+`exposed_generation`; ../shared/reference/frameworks.md and NeMo RL algorithms/grpo.py timers).
+A JSONL file has one JSON object per line, a .json file may also hold one array of such objects
+(`run.history()` records), a CSV has the keys as column names; a wandb panel export ("Step",
+"RUN - KEY", "RUN - KEY__MIN", "RUN - KEY__MAX") is read as the CSV of one run.
+Metric names outside these tables are ignored and listed (`RunLog.ignored`); a log with none of
+the known timing names is an error.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from ..errors import RlsimError
 
+if TYPE_CHECKING:  # pandas is imported where a log is read: `rlsim --help` builds this parser
+    import pandas as pd
+
 # Log key -> stage name used here. `gen` is rollout generation; the others are forward or train passes.
-STAGE_KEYS: dict[str, str] = {
+VERL_STAGE_KEYS: dict[str, str] = {
     "timing_s/gen": "generate",
     "timing_s/old_log_prob": "old_log_prob",
     "timing_s/ref": "reference",
     "timing_s/values": "values",
     "timing_s/update_critic": "update_critic",
     "timing_s/update_actor": "update_actor",
+    "timing_s/reward": "reward",
+    "timing_s/update_weights": "weight_sync",   # newer verl: the trainer -> engine weight update
+    "timing_s/wait_prev_gen": "wait_prev_gen",  # one_step_off_policy: the trainer's wait instead of gen
 }
+# NeMo RL timer names (logged under the `timing/train/` prefix) -> stage names. The log-prob pass of
+# the policy and the reference share one timer, so it is its own stage: `logprobs`.
+NEMO_STAGE_NAMES: dict[str, str] = {
+    "generation": "generate",
+    "policy_training": "update_actor",
+    "policy_and_reference_logprobs": "logprobs",
+    "logprob_inference": "logprobs",
+    "weight_sync": "weight_sync",
+    "reward_calculation": "reward",
+    "exposed_generation": "wait_prev_gen",
+}
+NEMO_PREFIXES = ("timing/train/", "timing/")
+NEMO_STAGE_KEYS: dict[str, str] = {f"{prefix}{name}": stage for name, stage in NEMO_STAGE_NAMES.items()
+                                   for prefix in NEMO_PREFIXES}
+STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS}
+STAGES = tuple(dict.fromkeys(STAGE_KEYS.values()))
 STEP_TIME_KEY = "timing_s/step"
+STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES))
 OTHER_KEYS: dict[str, str] = {
     "perf/throughput": "throughput_tokens_per_s_per_device",
     "response_length/mean": "response_length_mean",
@@ -37,7 +67,11 @@ OTHER_KEYS: dict[str, str] = {
     "response_length/clip_ratio": "response_clip_ratio",
     "prompt_length/mean": "prompt_length_mean",
 }
-STEP_KEYS = ("step", "training/global_step", "global_step")
+STEP_KEYS = ("step", "training/global_step", "global_step", "Step", "_step")
+# Bookkeeping columns of a wandb history export: neither metrics nor unknown names.
+BOOKKEEPING_KEYS = frozenset({"_runtime", "_timestamp", "_wandb", "Wall time", "Relative Time (Process)"})
+WANDB_RUN_SEPARATOR = " - "
+WANDB_AGGREGATE_SUFFIXES = ("__MIN", "__MAX")
 # rlsim `stage_time_s` names -> log stage names (what a simulated summary predicts).
 SIM_STAGE_NAMES: dict[str, str] = {"generate": "generate", "rollout": "generate", "old_logprob": "old_log_prob",
                                    "old_log_prob": "old_log_prob", "reference": "reference", "ref": "reference",
@@ -48,14 +82,21 @@ SIM_STAGE_NAMES: dict[str, str] = {"generate": "generate", "rollout": "generate"
 
 @dataclass
 class RunLog:
-    """One row per step: `step`, the stage columns present (seconds), `step_s`, and the other metrics."""
+    """One row per step: `step`, the stage columns present (seconds), `step_s`, and the other metrics.
+    `ignored` lists the log's metric names outside the known tables (not read)."""
 
     frame: pd.DataFrame
     source: str
+    ignored: list[str] = field(default_factory=list)
 
     @property
     def stages(self) -> list[str]:
-        return [s for s in STAGE_KEYS.values() if s in self.frame.columns]
+        return [s for s in STAGES if s in self.frame.columns]
+
+    @property
+    def timings(self) -> list[str]:
+        """The logged stages and, when logged, the whole step (`step_s`)."""
+        return [*self.stages, *(["step_s"] if "step_s" in self.frame.columns else [])]
 
     def stage_means(self, skip_steps: int = 0) -> dict[str, float]:
         rows = self.frame.iloc[skip_steps:]
@@ -65,65 +106,116 @@ class RunLog:
         return {s: float(rows[s].mean()) for s in self.stages}
 
 
+def _json_object(text: str, source: str, where: str) -> dict[str, Any]:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RlsimError(f"{where} is not JSON: {exc.msg}", source=source,
+                         fix="write one JSON object per line") from None
+    if not isinstance(record, dict):
+        raise RlsimError(f"{where} is not a JSON object", source=source, fix="write one JSON object per line")
+    return record
+
+
 def _records_jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):     # one JSON array of records (wandb run.history() as JSON)
         try:
-            record = json.loads(line)
+            records = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise RlsimError(f"line {number} is not JSON: {exc.msg}", source=str(path),
-                             fix="write one JSON object per line") from None
-        if not isinstance(record, dict):
-            raise RlsimError(f"line {number} is not a JSON object", source=str(path),
-                             fix="write one JSON object per line")
-        out.append(record)
-    return out
+            raise RlsimError(f"not a JSON array of records: {exc.msg}", source=str(path),
+                             fix="write one JSON object per line, or one array of objects") from None
+        return [_json_object(json.dumps(r), str(path), f"record {i}") for i, r in enumerate(records, start=1)]
+    return [_json_object(line, str(path), f"line {number}")
+            for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
 
 
-def read_run_log(path: str | Path) -> RunLog:
-    """Read a verl-style JSONL (.jsonl / .json) or CSV (.csv) log of per-step metrics."""
+def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFrame:
+    """A wandb panel export ("RUN - KEY" columns, with __MIN / __MAX aggregates) as one run's columns."""
+    runs = sorted({c.split(WANDB_RUN_SEPARATOR, 1)[0] for c in raw.columns if WANDB_RUN_SEPARATOR in c})
+    if not runs:
+        return raw
+    if run is None and len(runs) > 1:
+        raise RlsimError(f"the wandb export holds {len(runs)} runs: {', '.join(runs)}", source=source,
+                         field="run", fix="export one run, or name it (run= / --log-run NAME)")
+    chosen = run if run is not None else runs[0]
+    if chosen not in runs:
+        raise RlsimError(f"no run {chosen!r} in the wandb export", source=source, field="run",
+                         fix=f"use one of: {', '.join(runs)}")
+    keep: dict[str, str] = {}
+    for column in raw.columns:
+        name, sep, key = column.partition(WANDB_RUN_SEPARATOR)
+        if not sep:
+            keep[column] = column
+        elif name == chosen and not key.endswith(WANDB_AGGREGATE_SUFFIXES):
+            keep[column] = key
+    return raw[list(keep)].rename(columns=keep)
+
+
+def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
+    """Read a JSONL (.jsonl / .log), JSON (.json: lines or one array) or CSV (.csv, a wandb export
+    too; `run` picks one run of a multi-run export) log of per-step metrics."""
+    import pandas as pd
+
     path = Path(path)
     if not path.exists():
         raise RlsimError("run log not found", source=str(path), fix="check the path")
     if path.suffix.lower() == ".csv":
         try:
-            raw = pd.read_csv(path)
+            raw = _wandb_columns(pd.read_csv(path), str(path), run)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise RlsimError(f"cannot read CSV: {exc}", source=str(path)) from None
     elif path.suffix.lower() in (".jsonl", ".json", ".log"):
-        raw = pd.DataFrame(_records_jsonl(path))
+        try:
+            raw = pd.DataFrame(_records_jsonl(path))
+        except UnicodeDecodeError as exc:
+            raise RlsimError(f"not UTF-8 text (byte {exc.start})", source=str(path),
+                             fix="save the log as UTF-8") from None
     else:
         raise RlsimError(f"unknown log format {path.suffix!r}", source=str(path),
-                         fix="use a .jsonl (one JSON object per step) or .csv file")
+                         fix="use a .jsonl (one JSON object per step), .json or .csv file")
     return _normalize(raw, str(path))
 
 
+def _numbers(raw: pd.DataFrame, key: str, source: str) -> pd.Series:
+    import pandas as pd
+
+    values = pd.to_numeric(raw[key], errors="coerce")
+    bad = values.isna() & raw[key].notna()
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise RlsimError(f"step row {row + 1}: {raw[key].iloc[row]!r} is not a number", source=source,
+                         field=key, fix="write plain numbers (seconds, tokens/s, tokens)")
+    return values
+
+
 def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
+    import pandas as pd
+
     present = [k for k in STAGE_KEYS if k in raw.columns]
-    if not present:
+    step_time = next((k for k in STEP_TIME_KEYS if k in raw.columns), None)
+    if not present and step_time is None:
         raise RlsimError("no stage timing found", source=source, field="timing_s/gen",
-                         fix=f"the log needs per-step keys such as {', '.join(STAGE_KEYS)}")
-    frame = pd.DataFrame(index=raw.index)
+                         fix=f"the log needs per-step keys such as {', '.join(VERL_STAGE_KEYS)}, "
+                             f"{STEP_TIME_KEY} (verl) or timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
+                             "(NeMo RL)")
     step_key = next((k for k in STEP_KEYS if k in raw.columns), None)
+    timing_keys = [*present, *([step_time] if step_time else [])]
+    raw = raw[raw[timing_keys].notna().any(axis=1)].reset_index(drop=True)  # rows of other metrics only
+    frame = pd.DataFrame(index=raw.index)
     frame["step"] = raw[step_key].astype(int) if step_key else np.arange(1, len(raw) + 1)
-    for key in [*present, STEP_TIME_KEY, *OTHER_KEYS]:
-        if key not in raw.columns:
-            continue
-        values = pd.to_numeric(raw[key], errors="coerce")
-        bad = values.isna() & raw[key].notna()
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise RlsimError(f"step row {row + 1}: {raw[key].iloc[row]!r} is not a number", source=source,
-                             field=key, fix="write plain numbers (seconds, tokens/s, tokens)")
+    for key in [*timing_keys, *(k for k in OTHER_KEYS if k in raw.columns)]:
+        values = _numbers(raw, key, source)
         name = STAGE_KEYS.get(key) or OTHER_KEYS.get(key) or "step_s"
-        if key in STAGE_KEYS and (values.isna().any() or (values < 0).any()):
+        if key in timing_keys and (values.isna().any() or (values < 0).any()):
             raise RlsimError("stage times must be present and >= 0 on every step", source=source, field=key,
                              fix="drop the incomplete steps from the log")
-        frame[name] = values.to_numpy(dtype=float)
+        values = values.to_numpy(dtype=float)
+        frame[name] = frame[name] + values if name in frame.columns else values  # two keys of one stage add
     frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
-    return RunLog(frame=frame, source=source)
+    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS}
+    ignored = sorted(str(c) for c in raw.columns if c not in known)
+    return RunLog(frame=frame, source=source, ignored=ignored)
 
 
 @dataclass(frozen=True)
@@ -193,6 +285,8 @@ def synthetic_log(rng: np.random.Generator, *, steps: int, true_s: Mapping[str, 
                   response_mean: float = 1024.0, tokens_per_step: float = 4e6, devices: int = 8) -> pd.DataFrame:
     """A verl-style log for examples and tests: each stage's time is `true_s[stage]` times lognormal
     noise (sigma `noise`); the first step is `warmup_factor` slower (compilation, allocator warm-up)."""
+    import pandas as pd
+
     inverse = {v: k for k, v in STAGE_KEYS.items()}
     rows = []
     for step in range(1, steps + 1):
@@ -214,3 +308,40 @@ def write_jsonl(frame: pd.DataFrame, path: str | Path) -> Path:
     path = Path(path)
     path.write_text("".join(json.dumps(r) + "\n" for r in frame.to_dict(orient="records")))
     return path
+
+
+# Stage -> the key each framework logs it under (the first name of each stage in the tables above).
+LOG_FLAVOURS = ("verl", "nemo-rl")
+
+
+def _log_key(stage: str, flavour: str) -> str | None:
+    if flavour == "verl":
+        table, step = VERL_STAGE_KEYS, STEP_TIME_KEY
+    else:
+        table, step = {f"{NEMO_PREFIXES[0]}{k}": v for k, v in NEMO_STAGE_NAMES.items()}, "timing/train/total_step_time"
+    if stage == "step_s":
+        return step
+    return next((k for k, v in table.items() if v == stage), None)
+
+
+def timings_log(rng: np.random.Generator, timings: Mapping[str, float], *, steps: int, noise: float = 0.0,
+                flavour: str = "verl") -> pd.DataFrame:
+    """A log of `steps` steps in `flavour`'s metric names whose stage times are `timings` (stage ->
+    seconds, `step_s` for the step) times lognormal noise (sigma `noise`): what a run with known
+    parameters would log (round-trip tests of the calibration)."""
+    import pandas as pd
+
+    if flavour not in LOG_FLAVOURS:
+        raise RlsimError(f"unknown log flavour {flavour!r}", field="flavour", fix=f"use one of {LOG_FLAVOURS}")
+    keys = {stage: _log_key(stage, flavour) for stage in timings}
+    missing = [s for s, k in keys.items() if k is None]
+    if missing:
+        raise RlsimError(f"{flavour} logs no stage {missing[0]!r}", field="timings",
+                         fix=f"give stages of: {', '.join(s for s in STAGES if _log_key(s, flavour))}, step_s")
+    rows = []
+    for step in range(1, steps + 1):
+        row: dict[str, Any] = {"step": step}
+        for stage, seconds in timings.items():
+            row[str(keys[stage])] = float(seconds) * float(rng.lognormal(0.0, noise))
+        rows.append(row)
+    return pd.DataFrame(rows)

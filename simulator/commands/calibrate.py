@@ -9,12 +9,23 @@ from typing import Any
 
 from ..errors import RlsimError
 
-HELP = "measure a device with torch, write a device profile YAML, optionally validate by replay"
+HELP = ("measure a device with torch and write a device profile YAML (optionally validated by replay); or fit "
+        "the simulator's mechanism parameters to logged runs (--from-log) and predict another setup")
 EXAMPLES = """examples:
   rlsim calibrate --backend torch --device cpu --out cpu-profile.yaml
   rlsim calibrate --backend torch --device cpu --replay --json
   rlsim calibrate --backend torch --device cuda --out h100-profile.yaml
   rlsim calibrate --device cpu --set microbench.collectives=false --set replay.num_prompts=8 --replay
+
+  rlsim calibrate --from-log verl-run.jsonl --scenario my-run.yaml --out fitted.yaml
+  rlsim calibrate --from-log a.jsonl --scenario a.yaml --from-log b.csv --scenario b.yaml \
+      --fit workload.inference.step_overhead_s,topology.device.gemm_efficiency --predict topology.nodes=4
+
+--from-log reads verl (timing_s/gen, timing_s/update_actor, ..., timing_s/step) or NeMo RL
+(timing/train/generation, policy_training, ..., total_step_time) per-step logs: JSONL, JSON, CSV or
+a wandb CSV export. It fits --fit (named mechanism parameters, bounded least squares over the
+simulator), prints each with its 1-sigma uncertainty, writes them to --out (a YAML whose `set:`
+list is the `rlsim run S --set ...` overlay), and predicts --predict-scenario / --predict setups.
 
 Use the profile in a topology (`device_profile: cpu-profile.yaml`, or a device entry
 `device: {name: cpu, profile: cpu-profile.yaml}`) or a scenario (--set topology.device_profile=PATH).
@@ -28,15 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .common import add_common
 
     parser.add_argument("--backend", default="torch", choices=BACKENDS, help="framework (default: torch)")
-    parser.add_argument("--device", required=True, choices=DEVICES, help="device to measure")
+    parser.add_argument("--device", choices=DEVICES, help="device to measure (not with --from-log)")
     parser.add_argument("--out", metavar="PROFILE.yaml", default=None, type=cli_out_file,
-                        help="where to write the profile (default: rlsim-profile-DEVICE.yaml)")
+                        help="where to write the profile (default: rlsim-profile-DEVICE.yaml) or, with "
+                             "--from-log, the fitted overlay (default: rlsim-calibration.yaml)")
     parser.add_argument("--replay", action="store_true",
                         help="run a mini RL step of a tiny GPT and compare it with the simulator (cpu only)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                         help=f"torch threads (default {DEFAULT_THREADS}: repeatable on a shared machine)")
     add_common(parser, set_help="override a calibration setting (repeatable), e.g. --set microbench.dtypes=[fp32] "
-                                "or --set replay.repeats=3 (see docs/calibration.md)")
+                                "or --set replay.repeats=3 (see docs/calibration.md); with --from-log, a scenario "
+                                "key of every logged run's scenario")
+    from .calibrate_log import add_log_arguments
+    add_log_arguments(parser)
 
 
 def cli_out_file(text: str) -> str:
@@ -72,6 +87,16 @@ def _say(quiet: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_log:
+        from .calibrate_log import run_from_log
+        return run_from_log(args)
+    if args.device is None:
+        raise RlsimError("nothing to calibrate", field="--device",
+                         fix="give --device cpu|cuda|npu (micro-benchmarks) or --from-log LOG --scenario S")
+    return _run_device(args)
+
+
+def _run_device(args: argparse.Namespace) -> int:
     from ..calibration.backend import get_backend
     from ..calibration.fitting import build_profile
     from ..calibration.microbench import MicrobenchConfig, run_microbench

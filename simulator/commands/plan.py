@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..errors import RlsimError
@@ -18,7 +19,7 @@ EXAMPLES = """examples:
 trainer / engine constants: --set workload.train_params.compute.flash_attention=false,
   workload.train_software=megatron-2021, workload.inference.step_overhead_s=0.004 (unknown keys: exit 2)
 planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch|sequence_parallel (lists),
-  space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs."""
+  space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs|gpu_memory_utilization."""
 
 _DEFAULT_TOPOLOGY = "dgx-h100"
 
@@ -59,11 +60,11 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
         topo_spec = scn.topology if workload is not None else _DEFAULT_TOPOLOGY
     model = args.model or (workload.model if workload else None)
     batch, seq = args.global_batch, args.seq_len
-    if workload is not None:
-        # what `rlsim run` trains (autoplan.train_batch): one optimizer step (the mini-batch, not the
-        # whole RL step), packed into rows of the run's pack width
-        rows, row_len = train_batch(scn)
-        batch, seq = batch or rows, seq or row_len
+    # what `rlsim run` trains (autoplan.train_batch): one optimizer step (the mini-batch, not the
+    # whole RL step), packed into rows of the run's pack width; with --model and no scenario, the
+    # shape of the default scenario's step (shape_note says so on stderr)
+    rows, row_len = train_batch(scn)
+    batch, seq = batch or rows, seq or row_len
     missing = [n for n, v in (("--model", model), ("--global-batch", batch), ("--seq-len", seq)) if not v]
     if missing and args.stage == "train":
         raise RlsimError(f"missing {', '.join(missing)}", field=missing[0], fix="give it or a SCENARIO.yaml")
@@ -81,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     rows, model, topology, plan = plan_rows(args)
+    note = shape_note(args)
+    if note:
+        print(note, file=sys.stderr)
     if args.json:
         common.print_json(rows)
         return 0
@@ -89,6 +93,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"answer: {rows[0]['devices']} devices reach {args.target_tokens_per_s:,.0f} tokens/s "
               f"({rows[0]['tokens_per_s']:,.0f} tokens/s with the layout ranked #1)")
     return 0
+
+
+def shape_note(args: argparse.Namespace) -> str | None:
+    """A note naming the batch shape the planner took when --model is given without a scenario and
+    --global-batch or --seq-len is left out: the default scenario's optimizer step."""
+    if args.stage != "train" or args.scenario or not args.model or (args.global_batch and args.seq_len):
+        return None
+    from ..autoplan import train_batch
+    from ..scenario import load_scenario
+
+    rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
+    scn = load_scenario(None, overrides=rest)
+    rows, row_len = train_batch(scn)
+    taken = [f"{flag} {value}" for flag, value, given in (("--global-batch", rows, args.global_batch),
+                                                            ("--seq-len", row_len, args.seq_len)) if not given]
+    return (f"note: {' and '.join(taken)} taken from the default scenario's optimizer step "
+            f"({scn.workload.name}: one mini-batch packed into rows of its prompt max + response max); "
+            f"give --global-batch / --seq-len (or a SCENARIO.yaml) to plan another shape")
 
 
 def plan_rows(args: argparse.Namespace, scn: Any = None) -> tuple[list[dict[str, Any]], Any, Any, Any]:

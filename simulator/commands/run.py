@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = "simulate one RL post-training scenario (timeline, bubbles, throughput)"
 EXAMPLES = """examples:
@@ -72,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         write_report(result, args.out)
     if args.json:
         print_json(result.summary)
+        from ..metrics import summary_notes
+        for note in summary_notes(result.summary):   # stdout stays one JSON document
+            print(f"note: {note}", file=sys.stderr)
     else:
         from ..report.console import print_summary  # rich: once there is something to print
         print_summary(result.summary, out_dir=args.out)

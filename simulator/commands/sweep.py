@@ -20,17 +20,20 @@ from . import common
 
 HELP = "run a scenario over a grid of values (local processes or Dask), resumable; find the capacity for a target"
 EXAMPLES = """examples:
-  rlsim sweep --grid schedule.kind=colocated,disaggregated,stalesync --grid schedule.staleness=0,1,2 --out sweep
+  rlsim sweep --schedule stalesync --grid schedule.staleness=0,1,2 --grid schedule.placement=colocated,disaggregated --out sweep
   rlsim sweep my.yaml --grid topology.supernodes=1,2,4 --jobs 4 --out scaling --json
-  rlsim sweep --grid topology.supernodes=1,2,3,4,6,8 --target-tokens-per-s 100000 --out capacity
-  rlsim sweep --grid topology.preset=dgx-h100,cloudmatrix384 --grid topology.nodes=8,16,32 \\
-      --target-tokens-per-s 50000 --price h100=2.5 --price ascend-910c=2.0
+  rlsim sweep --grid topology.supernodes=1,2,3,4,6,8 --target-tokens-per-s 75000 --out capacity
+  rlsim sweep --workload grpo-qwen2.5-7b --grid topology.preset=dgx-h100,dgx-a100 --grid topology.nodes=2,4,8 \\
+      --target-tokens-per-s 40000 --price h100=2.5 --price a100-80gb=1.6
   rlsim sweep --grid schedule.staleness=0,1,2 --executor dask --scheduler tcp://10.0.0.5:8786 --out s
 
 Re-running the same command with the same --out computes only the points not yet in the results file
 (results.csv or results.parquet), so an interrupted sweep resumes where it stopped.
 With --target-*, a single --grid key is searched by bisection (smallest value that meets the target);
-several keys are swept in full and the cheapest configuration that meets the target is selected."""
+several keys are swept in full and the cheapest configuration that meets the target is selected
+(per 1M trained tokens: a schedule that trains part of a batch per step is not cheaper for it).
+A note says when throughput stops growing with the size (a fixed batch bounds the step) or a
+schedule drops samples as stale."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -243,6 +246,11 @@ def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
                              fix="write USD per device-hour, e.g. --price 2.5 or --price h100=2.5") from None
         if value < 0:
             raise RlsimError(f"--price {item!r} is negative", field="--price", fix="give a price >= 0")
+        if sep and not name.strip():
+            from ..hardware.devices import device_names
+            raise RlsimError(f"--price {item!r} names no device before '='", field="--price",
+                             fix=f"write --price {raw} (every device) or --price DEVICE={raw}, DEVICE one "
+                                 f"of: {', '.join(device_names())}")
         if sep:
             mapping[name] = value
         else:
@@ -269,9 +277,9 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     table = Table(show_lines=False)
     metrics = [("step_time_s", "step (s)", "{:,.1f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
                ("bubble_fraction", "bubbles", "{:.1%}"), ("devices", "devices", "{:d}"),
-               ("device_hours_per_1000_steps", "dev-h/1k steps", "{:,.0f}"), ("cost_per_step", "$/step", "{:,.2f}")]
-    if all(o.get("cost_per_step") is None for o in objects):
-        metrics = [m for m in metrics if m[0] != "cost_per_step"]
+               ("device_hours_per_1m_tokens", "dev-h/1M tok", "{:,.1f}"), ("cost_per_1m_tokens", "$/1M tok", "{:,.2f}")]
+    if all(o.get("cost_per_1m_tokens") is None for o in objects):
+        metrics = [m for m in metrics if m[0] != "cost_per_1m_tokens"]
     for key in grid_keys:
         table.add_column(key, no_wrap=True)
     for _, title, _ in metrics:
@@ -292,16 +300,37 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
             cells.append(f"[red]{obj.get('error', '')}[/red]")
         table.add_row(*cells)
     console.print(table)
+    for note in _row_notes(objects, grid_keys):
+        console.print(f"note: {note}", markup=False)
     if sweep is not None:
         console.print(f"{len(sweep.points)} points, {sweep.computed} computed now, "
                       f"{len(sweep.points) - sweep.computed} from the results file")
     if store is not None:
         console.print(f"results: {store.path}")
     if answer is not None and target is not None:
+        notes = answer.get("notes") or []
         if answer.get("found"):
             console.print(f"capacity: {answer['value']} meets {target.describe()}")
+        elif answer.get("plateau"):
+            console.print(f"capacity: no candidate meets {target.describe()}")
         else:
             console.print(f"capacity: no candidate meets {target.describe()}; widen the grid")
+        for note in notes:
+            console.print(f"note: {note}", markup=False)
+
+
+def _row_notes(objects, grid_keys) -> list[str]:
+    """summary_notes of each row (a schedule dropping samples as stale, a bound that never binds),
+    each once, naming the rows; and whether the selected row is one of them."""
+    from ..metrics import summary_notes
+    by_note: dict[str, list[str]] = {}
+    for obj in objects:
+        if obj.get("error"):
+            continue
+        label = ", ".join(f"{k}={obj['grid'][k]}" for k in grid_keys)
+        for note in summary_notes(obj):
+            by_note.setdefault(note, []).append(label + (" (selected)" if obj.get("selected") else ""))
+    return [f"[{'; '.join(rows)}] {note}" for note, rows in by_note.items()]
 
 
 def _fmt(value: Any, fmt: str) -> str:

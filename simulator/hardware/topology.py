@@ -354,10 +354,10 @@ def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | 
     if isinstance(spec, Mapping) and "preset" in spec:
         inner = dict(spec)
         base, source = resolve("topologies", inner.pop("preset"))
-        mapping = _merge(base, inner)
+        mapping = _merge(_without_replaced_size(base, inner), inner)
     else:
         mapping, source = resolve("topologies", dict(spec) if isinstance(spec, Mapping) else spec)
-    mapping = _merge(mapping, dict(overrides or {}))
+    mapping = _merge(_without_replaced_size(mapping, overrides or {}), dict(overrides or {}))
     mapping.pop("preset", None)
     name = str(mapping.get("name") or (spec if isinstance(spec, str) else "custom"))
     description = str(mapping.get("description", ""))
@@ -381,6 +381,15 @@ def _cyclic_gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _without_replaced_size(base: dict[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` less its size keys (nodes / domains / supernodes / racks) when `given` sizes the
+    cluster: a preset's `nodes: 1` is a default that `{preset: dgx-h100, supernodes: 2}` replaces,
+    in whichever unit (two size keys given together stay an error)."""
+    if not any(given.get(k) is not None for k in _COUNT_KEYS):
+        return base
+    return {k: v for k, v in base.items() if k not in _COUNT_KEYS}
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

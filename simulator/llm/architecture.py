@@ -23,6 +23,17 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int
 # Activations that come with a gate projection (SwiGLU / GeGLU: three FFN matrices, not two).
 _GATED_ACTS = ("silu", "swiglu", "swish", "geglu")
 
+# Hybrid Mamba / attention models (Nemotron-H, arXiv 2504.03624; HF `hybrid_override_pattern`): one
+# character per block, each block one norm + one mixer with a residual.
+MAMBA_BLOCK, ATTENTION_BLOCK, MLP_BLOCK = "M", "*", "-"
+# Mamba-2 state-space FLOPs per token, per layer (arXiv 2405.21060). Recurrent form (decode): per
+# state element (heads x head_dim x state) the decay multiply, the B.x multiply-add and the C.h
+# multiply-add: 5 FLOPs. Chunked SSD form (prefill, training; sec. 6): per head, within a chunk of Q
+# tokens C.B^T (2 Q N) and its product with X (2 Q P), across chunks the chunk state B^T.X and its
+# read-out C.state (2 N P each).
+SSM_RECURRENT_FLOPS_PER_STATE_ELEM = 5.0
+SSD_CHUNK_TOKENS = 128      # Nemotron-H config.json chunk_size (the mamba_ssm kernels' default block)
+
 
 def dtype_bytes(dtype: str, field: str = "dtype", source: str | None = None) -> float:
     try:
@@ -64,6 +75,14 @@ class ModelSpec:
     qk_norm: bool = False           # Qwen3
     layernorm: bool = False         # LayerNorm (weight + bias) instead of RMSNorm (weight)
     max_position_embeddings: int = 0  # learned absolute positions (GPT); 0 with RoPE
+    # Hybrid Mamba-2 / attention ("" : every layer is attention + FFN). `layer_pattern` has one of
+    # M (Mamba-2 mixer), * (attention), - (FFN) per block; num_layers = its length.
+    layer_pattern: str = ""
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    ssm_state_size: int = 0
+    mamba_n_groups: int = 1
+    mamba_conv_kernel: int = 4
     source: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -89,11 +108,68 @@ class ModelSpec:
         if self.is_mla and (self.qk_nope_dim + self.qk_rope_dim <= 0 or self.v_head_dim <= 0):
             raise RlsimError("MLA needs qk_nope_head_dim + qk_rope_head_dim > 0 and v_head_dim > 0",
                              source=src, field="v_head_dim")
+        if self.is_hybrid:
+            self._check_hybrid(src)
         if not self.is_mla and self.num_heads % self.num_kv_heads:
             raise RlsimError(f"{self.num_heads} attention heads are not a multiple of "
                              f"{self.num_kv_heads} KV heads", source=src, field="num_key_value_heads")
 
+    def _check_hybrid(self, src: str) -> None:
+        bad = sorted(set(self.layer_pattern) - {MAMBA_BLOCK, ATTENTION_BLOCK, MLP_BLOCK})
+        if bad:
+            raise RlsimError(f"unknown block kind(s) {bad} in the layer pattern", source=src,
+                             field="hybrid_override_pattern", fix="use M (Mamba-2), * (attention), - (MLP)")
+        if len(self.layer_pattern) != self.num_layers:
+            raise RlsimError(f"the layer pattern has {len(self.layer_pattern)} blocks for {self.num_layers} layers",
+                             source=src, field="hybrid_override_pattern", fix="give one character per layer")
+        if self.is_moe or self.is_mla:
+            raise RlsimError("a hybrid Mamba model with MoE or MLA blocks is not modelled", source=src,
+                             field="hybrid_override_pattern", fix="drop the MoE / MLA keys")
+        if self.num_mamba_layers:
+            for name in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel"):
+                if not getattr(self, name) > 0:
+                    raise RlsimError(f"{name} must be > 0 for Mamba blocks, got {getattr(self, name)}", source=src,
+                                     field=name)
+
     # ---- shape -------------------------------------------------------------------------------
+    @property
+    def is_hybrid(self) -> bool:
+        return bool(self.layer_pattern)
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with attention (and a KV cache): all of them, or a hybrid's * blocks."""
+        return self.layer_pattern.count(ATTENTION_BLOCK) if self.is_hybrid else self.num_layers
+
+    @property
+    def num_mamba_layers(self) -> int:
+        return self.layer_pattern.count(MAMBA_BLOCK)
+
+    @property
+    def num_ffn_layers(self) -> int:
+        """Layers with an FFN (dense or MoE): all of them, or a hybrid's - blocks."""
+        return self.layer_pattern.count(MLP_BLOCK) if self.is_hybrid else self.num_layers
+
+    @property
+    def tp_reductions_per_layer(self) -> float:
+        """Row-parallel outputs (TP all-reduces) per layer, forward: attention + FFN = 2; a hybrid
+        block has one mixer, so one."""
+        return 1.0 if self.is_hybrid else 2.0
+
+    @property
+    def mamba_inner(self) -> int:
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the causal conv1d: x, B and C (Mamba-2: d_inner + 2 groups x state)."""
+        return self.mamba_inner + 2 * self.mamba_n_groups * self.ssm_state_size
+
+    @property
+    def mamba_in_proj_width(self) -> int:
+        """in_proj output: z (gate) and x (d_inner each), B and C (groups x state each), dt (heads)."""
+        return 2 * self.mamba_inner + 2 * self.mamba_n_groups * self.ssm_state_size + self.mamba_num_heads
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
@@ -116,7 +192,8 @@ class ModelSpec:
 
     @property
     def num_dense_layers(self) -> int:
-        return self.num_layers - self.num_moe_layers
+        """Layers with a dense FFN."""
+        return self.num_ffn_layers - self.num_moe_layers
 
     # ---- parameters per block ----------------------------------------------------------------
     @cached_property
@@ -158,6 +235,16 @@ class ModelSpec:
         return self._ffn_params(self.moe_ffn_hidden) if self.is_moe else 0
 
     @cached_property
+    def mamba_params(self) -> int:
+        """One Mamba-2 mixer: in_proj, the conv1d (weight and bias), dt bias, A and D per head, the
+        gated RMSNorm over d_inner, out_proj (mamba_ssm Mamba2 / HF NemotronHMamba2Mixer)."""
+        if not self.num_mamba_layers:
+            return 0
+        conv = self.mamba_conv_dim * (self.mamba_conv_kernel + 1)
+        return (self.hidden * self.mamba_in_proj_width + conv + 3 * self.mamba_num_heads + self.mamba_inner
+                + self.mamba_inner * self.hidden)
+
+    @cached_property
     def router_params(self) -> int:
         return self.hidden * self.num_experts
 
@@ -175,10 +262,12 @@ class ModelSpec:
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
     def _params(self, experts: int) -> int:
-        per_layer = self.attention_params + self.norm_params_per_layer
         moe = (experts + self.num_shared_experts) * self.expert_params + self.router_params
         final_norm = self.hidden * (2 if self.layernorm else 1)
-        return (self.num_layers * per_layer + self.num_dense_layers * self.dense_ffn_params
+        # A hybrid block holds one norm; a transformer layer two (norm_params_per_layer).
+        norms = self.num_layers * (self.norm_params_per_layer // 2 if self.is_hybrid else self.norm_params_per_layer)
+        return (self.num_attention_layers * self.attention_params + self.num_mamba_layers * self.mamba_params
+                + norms + self.num_dense_layers * self.dense_ffn_params
                 + self.num_moe_layers * moe + self.params_embedding + self.params_lm_head + final_norm)
 
     @cached_property
@@ -212,19 +301,39 @@ class ModelSpec:
             per_head = 2 * self.kv_lora_rank + self.qk_rope_dim
         else:
             per_head = self.qk_head_dim + self.v_dim
-        return 2.0 * self.num_layers * self.num_heads * per_head
+        return 2.0 * self.num_attention_layers * self.num_heads * per_head
+
+    def ssm_flops_per_token(self, *, recurrent: bool = False) -> float:
+        """State-space FLOPs per token over the Mamba layers, beyond their projections (in N): the
+        causal conv1d (2 x kernel per channel) and the scan, recurrent (decode) or chunked (SSD:
+        prefill and training). 0 without Mamba layers."""
+        if not self.num_mamba_layers:
+            return 0.0
+        heads, p, n = self.mamba_num_heads, self.mamba_head_dim, self.ssm_state_size
+        if recurrent:
+            scan = SSM_RECURRENT_FLOPS_PER_STATE_ELEM * heads * p * n
+        else:
+            scan = 2.0 * heads * (SSD_CHUNK_TOKENS * (n + p) + 2 * n * p)
+        conv = 2.0 * self.mamba_conv_kernel * self.mamba_conv_dim
+        return self.num_mamba_layers * (scan + conv)
 
     def forward_flops_per_token(self, context_len: float, *, absorb_mla: bool = False) -> float:
-        """2 N + 4 L H d s_context (formulas.md): prefill, reference, reward, old-logprob, decode."""
-        return 2.0 * self.params_compute + self.attention_flops_per_context_token(absorb_mla=absorb_mla) * context_len
+        """2 N + 4 L H d s_context (formulas.md): prefill, reference, reward, old-logprob, decode;
+        plus the Mamba layers' scan (chunked)."""
+        return (2.0 * self.params_compute + self.attention_flops_per_context_token(absorb_mla=absorb_mla) * context_len
+                + self.ssm_flops_per_token())
 
     def decode_flops_per_token(self, context_len: float, *, absorb_mla: bool = True) -> float:
-        """One generated token attending to context_len tokens (MLA decode uses absorbed kernels)."""
-        return self.forward_flops_per_token(context_len, absorb_mla=absorb_mla)
+        """One generated token attending to context_len tokens (MLA decode uses absorbed kernels;
+        Mamba layers step their recurrence)."""
+        return (2.0 * self.params_compute + self.attention_flops_per_context_token(absorb_mla=absorb_mla) * context_len
+                + self.ssm_flops_per_token(recurrent=True))
 
     def train_flops_per_token(self, seq_len: float) -> float:
-        """6 N + 12 L H d s (PaLM appendix B; formulas.md), without activation recomputation."""
-        return 6.0 * self.params_compute + 3.0 * self.attention_flops_per_context_token() * seq_len
+        """6 N + 12 L H d s (PaLM appendix B; formulas.md), without activation recomputation; the
+        Mamba scan 3x its forward (backward = 2x forward)."""
+        return (6.0 * self.params_compute + 3.0 * self.attention_flops_per_context_token() * seq_len
+                + 3.0 * self.ssm_flops_per_token())
 
     # ---- bytes ---------------------------------------------------------------------------------
     def weight_bytes(self, bytes_per_param: float = 2) -> float:
@@ -234,10 +343,16 @@ class ModelSpec:
         """Cached elements per token over all layers: 2 L kv_heads d (MLA: L (kv_lora + rope))."""
         if self.is_mla:
             return self.num_layers * (self.kv_lora_rank + self.qk_rope_dim)
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim
+        return 2 * self.num_attention_layers * self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, bytes_per_elem: float = 2) -> float:
         return self.kv_elems_per_token() * bytes_per_elem
+
+    def ssm_state_elems_per_sequence(self) -> int:
+        """A sequence's constant Mamba state over all Mamba layers, whatever its length: the SSM
+        state (heads x head_dim x state) and the conv window ((kernel - 1) x conv channels)."""
+        per_layer = self.mamba_inner * self.ssm_state_size + (self.mamba_conv_kernel - 1) * self.mamba_conv_dim
+        return self.num_mamba_layers * per_layer if self.num_mamba_layers else 0
 
     def replace(self, **fields: Any) -> ModelSpec:
         return dataclasses.replace(self, **fields)
@@ -261,8 +376,37 @@ def _int(cfg: Mapping[str, Any], source: str, *keys: str, default: int | None = 
         raise RlsimError(f"missing field {keys[0]!r}", source=source, field=keys[0],
                          fix="add it (see the model's config.json on Hugging Face)")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise RlsimError(f"expected an integer, got {value!r}", source=source, field=keys[0])
+        raise RlsimError(f"expected an integer, got {value!r}", source=source, field=_present(cfg, keys))
     return int(value)
+
+
+def _present(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+    """The first of `keys` that the config holds (the name the user wrote), else the first."""
+    return next((k for k in keys if cfg.get(k) is not None), keys[0])
+
+
+# ModelSpec fields -> the config.json keys they are read from (spec_from_config), so that an error
+# found on the spec names the key the user wrote, not the internal field.
+_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "num_heads": ("num_attention_heads", "n_head"),
+    "num_kv_heads": ("num_key_value_heads", "num_attention_heads", "n_head"),
+    "vocab": ("vocab_size",),
+    "head_dim": ("head_dim", "hidden_size", "n_embd", "d_model"),
+    "ffn_hidden": ("intermediate_size", "n_inner", "ffn_dim"),
+}
+
+
+def _config_error(exc: RlsimError, cfg: Mapping[str, Any], source: str) -> RlsimError:
+    """`exc` (raised by ModelSpec) with its internal field name replaced by the config.json key."""
+    keys = _CONFIG_KEYS.get(exc.field or "")
+    if keys is None:
+        return exc if exc.source else RlsimError(str(exc), source=source)
+    key = _present(cfg, keys)
+    message = str(exc).split(f"field '{exc.field}': ", 1)[-1].split(" (fix: ")[0]
+    message = message.replace(f"{exc.field} must", f"{key} must", 1)
+    return RlsimError(message, source=exc.source or source, field=key, fix=exc.fix)
 
 
 def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpec:
@@ -276,7 +420,8 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
     shared = _int(cfg, source, "n_shared_experts", default=0)
     if not shared and cfg.get("shared_expert_intermediate_size") and moe_ffn:  # qwen2_moe style
         shared = round(cfg["shared_expert_intermediate_size"] / moe_ffn)
-    act = str(_first(cfg, "hidden_act", "activation_function", default="silu")).lower()
+    # Nemotron-H names its FFN activation mlp_hidden_act (relu2: squared ReLU, two matrices).
+    act = str(_first(cfg, "mlp_hidden_act", "hidden_act", "activation_function", default="silu")).lower()
     gpt_style = model_type in ("gpt", "gpt2")
     positions = 0
     if gpt_style or cfg.get("position_embedding_type") == "absolute":
@@ -310,11 +455,26 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             qk_norm=model_type in ("qwen3", "qwen3_moe"),
             layernorm=cfg.get("norm_type", "layernorm" if gpt_style else "rmsnorm") == "layernorm",
             max_position_embeddings=positions,
+            **_hybrid_fields(cfg, source),
         )
     except RlsimError as exc:
-        if exc.source:
-            raise
-        raise RlsimError(str(exc), source=source) from None
+        raise _config_error(exc, cfg, source) from None
+
+
+def _hybrid_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Nemotron-H config.json keys (HF NemotronHConfig) of a hybrid Mamba / attention model."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if not pattern:
+        return {}
+    if not isinstance(pattern, str):
+        raise RlsimError(f"expected a string of M, * and -, got {pattern!r}", source=source,
+                         field="hybrid_override_pattern")
+    return {"layer_pattern": pattern,
+            "mamba_num_heads": _int(cfg, source, "mamba_num_heads", default=0),
+            "mamba_head_dim": _int(cfg, source, "mamba_head_dim", default=0),
+            "ssm_state_size": _int(cfg, source, "ssm_state_size", "state_size", default=0),
+            "mamba_n_groups": _int(cfg, source, "n_groups", "mamba_n_groups", default=1),
+            "mamba_conv_kernel": _int(cfg, source, "conv_kernel", "mamba_d_conv", default=4)}
 
 
 def load_model(spec: str | Path | Mapping[str, Any]) -> ModelSpec:

@@ -97,6 +97,11 @@ class InterruptResult:
     partial: list[PartialSequence]
 
 
+# KV capacity of an engine whose model caches nothing per token (no attention layer): a bound no
+# run reaches, kept an int as the capacities of the rest are.
+UNBOUNDED_KV_TOKENS = 2**62
+
+
 # ---- the cost of one step -------------------------------------------------------------------------
 class StepCost:
     """Per-device cost of prefill and decode steps of one instance layout (pure, no state)."""
@@ -126,18 +131,25 @@ class StepCost:
             kv_elems_dev = model.kv_elems_per_token()
         else:
             kv_heads_dev = max(model.num_kv_heads // tp, 1)
-            kv_elems_dev = 2 * model.num_layers * kv_heads_dev * model.head_dim
+            kv_elems_dev = 2 * model.num_attention_layers * kv_heads_dev * model.head_dim
         self.kv_bytes_per_token_dev = kv_elems_dev * kvbytes
+        # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp),
+        # one slot per running sequence reserved up front (vLLM's Mamba cache: max_num_seqs slots),
+        # read and written once per decode step of the sequence.
+        self.state_bytes_per_seq_dev = model.ssm_state_elems_per_sequence() * kvbytes / tp
         hbm = device.hbm_bytes * layout.gpu_memory_utilization
-        self.kv_free_bytes_dev = hbm - self.weight_bytes_dev - params.workspace_bytes
-        if self.kv_free_bytes_dev <= self.kv_bytes_per_token_dev:
+        self.kv_free_bytes_dev = (hbm - self.weight_bytes_dev - params.workspace_bytes
+                                  - self.state_bytes_per_seq_dev * layout.max_num_seqs)
+        if self.kv_free_bytes_dev <= max(self.kv_bytes_per_token_dev, 0.0) or self.kv_free_bytes_dev <= 0:
             raise RlsimError(
                 f"{model.name} does not fit for inference on {device.name} with tp={tp}, ep={ep}: "
                 f"{device.hbm_bytes / 1e9:.1f} GB x {layout.gpu_memory_utilization} = {hbm / 1e9:.1f} GB per device, "
                 f"weights {self.weight_bytes_dev / 1e9:.1f} GB ({layout.weight_dtype}), workspace "
                 f"{params.workspace_bytes / 1e9:.1f} GB, leaving no room for the KV cache",
                 field="rollout_layout", fix=_FIT_FIX)
-        self.kv_capacity_replica = int(self.kv_free_bytes_dev // self.kv_bytes_per_token_dev)
+        # A model without attention layers (pure state-space) caches nothing per token.
+        self.kv_capacity_replica = (int(self.kv_free_bytes_dev // self.kv_bytes_per_token_dev)
+                                    if self.kv_bytes_per_token_dev > 0 else UNBOUNDED_KV_TOKENS)
         self.kv_capacity_tokens = ep * self.kv_capacity_replica  # pooled over the replicas (even spread)
         self.max_running = layout.max_num_seqs * ep
         # Rates.
@@ -153,6 +165,12 @@ class StepCost:
         bf16_rate = device.peak("bf16")
         # FLOPs per device: everything splits over tp * ep under an even spread of sequences.
         self.lin_s_per_token = 2.0 * model.params_compute / self.devices / linear_rate
+        # Mamba layers: the recurrent step (decode) and the chunked scan (prefill), at the attention
+        # kernels' efficiency (scan kernels are not GEMMs).
+        scan_rate = bf16_rate * params.attention_compute_efficiency
+        self.decode_ssm_s_per_token = model.ssm_flops_per_token(recurrent=True) / self.devices / scan_rate
+        self.prefill_ssm_s_per_token = model.ssm_flops_per_token() / self.devices / scan_rate
+        self.state_s_per_seq = 2.0 * self.state_bytes_per_seq_dev / self.bw
         self.decode_attn_s_per_ctx = (model.attention_flops_per_context_token(absorb_mla=params.absorb_mla)
                                       / self.devices / (bf16_rate * params.attention_compute_efficiency))
         self.prefill_attn_s_per_pair = (model.attention_flops_per_context_token()
@@ -182,7 +200,7 @@ class StepCost:
         if lay.tp > 1:
             nbytes = tokens / lay.ep * m.hidden * p.activation_bytes
             ranks = self.ranks[: lay.tp] if self.ranks is not None else None
-            total += 2 * m.num_layers * self._collective("all_reduce", lay.tp, ranks, nbytes)
+            total += m.tp_reductions_per_layer * m.num_layers * self._collective("all_reduce", lay.tp, ranks, nbytes)
         if lay.ep > 1 and m.is_moe:
             per_rank = tokens / self.devices * m.experts_per_token * m.hidden
             dispatch = self._collective("all_to_all", self.devices, self.ranks, per_rank * p.dispatch_bytes)
@@ -235,7 +253,8 @@ class StepCost:
         per_n = self._lines_cache.get(n)
         if per_n is None:
             added, floor = self.overhead_s(n, n)
-            per_n = (n * self.lin_s_per_token, self.weight_read_s(n), added + self.comm_s(n),
+            per_n = (n * (self.lin_s_per_token + self.decode_ssm_s_per_token),
+                     self.weight_read_s(n) + n * self.state_s_per_seq, added + self.comm_s(n),
                      self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n, floor)
             self._lines_cache[n] = per_n
         return per_n
@@ -261,7 +280,7 @@ class StepCost:
         c0, c1, m0, m1, _ = self.decode_lines(n, k0)
         chunk = tokens / steps
         width = n + chunk
-        c0 += chunk * self.lin_s_per_token + pairs / steps * self.prefill_attn_s_per_pair
+        c0 += chunk * (self.lin_s_per_token + self.prefill_ssm_s_per_token) + pairs / steps * self.prefill_attn_s_per_pair
         m0 += self.weight_read_s(width) - self.weight_read_s(n) + chunk * self.kv_s_per_token
         added, floor = self.overhead_s(width, n + seqs / steps)
         return series_time_s((c0, c1, m0, m1, added + self.comm_s(width)), steps, floor)
@@ -269,8 +288,9 @@ class StepCost:
     def prefill_s(self, tokens: float, attention_pairs: float, seqs: float = 1) -> float:
         """Prefill of `tokens` prompt tokens of `seqs` sequences with sum over prompts of P(P+1)/2
         attention pairs (one step)."""
-        compute = tokens * self.lin_s_per_token + attention_pairs * self.prefill_attn_s_per_pair
-        memory = self.weight_read_s(tokens) + tokens * self.kv_s_per_token
+        compute = (tokens * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
+                   + attention_pairs * self.prefill_attn_s_per_pair)
+        memory = self.weight_read_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / 2
         added, floor = self.overhead_s(tokens, seqs)
         return max(floor, max(compute, memory) + added + self.comm_s(tokens))
 

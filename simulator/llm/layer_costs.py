@@ -62,6 +62,17 @@ class LayerShape:
     v_head_dim: int             # per-head dim of the value / attention output
     num_experts: int = 0
     experts_per_token: int = 0
+    # A hybrid model's blocks (ModelSpec.layer_pattern): a Mamba-2 mixer's scan and conv FLOPs per
+    # token beyond its projections (chunked SSD form, ModelSpec.ssm_flops_per_token per layer), its
+    # stored in_proj-output + scan-output width per token, and the row-parallel outputs (TP all-reduces
+    # forward) of the layer: 2 for attention + MLP, 1 for one hybrid block.
+    ssm_flops_per_token: float = 0.0
+    mixer_units: float = 0.0
+    tp_reductions: float = 2.0
+
+    @property
+    def has_mlp(self) -> bool:
+        return any(g.name.endswith("_up") for g in self.gemms)
 
     @property
     def dense_params(self) -> float:
@@ -117,12 +128,31 @@ def _mlp_gemms(h: int, ffn: int, gated: bool, prefix: str, expert: bool = False)
     return [Gemm(f"{prefix}_up", h * up, up, expert), Gemm(f"{prefix}_down", ffn * h, h, expert, split="k")]
 
 
+def _hybrid_shapes(model: Any, attn: list[Gemm], heads: int, kv: int, qk: int, vd: int,
+                   gated: bool) -> tuple[LayerShape, ...]:
+    """A hybrid model's blocks in pattern order: attention only, MLP only, or a Mamba-2 mixer
+    (in_proj column-parallel, out_proj row-parallel; mamba_ssm / Megatron-Core MambaMixer)."""
+    h = int(model.hidden)
+    per_layer_ssm = model.ssm_flops_per_token() / max(model.num_mamba_layers, 1)
+    mamba = LayerShape(False, (Gemm("mamba_in", h * model.mamba_in_proj_width, model.mamba_in_proj_width),
+                               Gemm("mamba_out", model.mamba_inner * h, h, split="k")), 0, 0, 0, 0,
+                       ssm_flops_per_token=per_layer_ssm, tp_reductions=1.0,
+                       mixer_units=float(model.mamba_in_proj_width + model.mamba_inner))
+    kinds = {"M": mamba, "*": LayerShape(False, tuple(attn), heads, kv, qk, vd, tp_reductions=1.0),
+             "-": LayerShape(False, tuple(_mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")), 0, 0, 0, 0,
+                             tp_reductions=1.0)}
+    return tuple(kinds[c] for c in model.layer_pattern)
+
+
 @lru_cache(maxsize=256)
 def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
-    """One LayerShape per layer, in order (dense layers first for MoE models with first_k_dense)."""
+    """One LayerShape per layer, in order (dense layers first for MoE models with first_k_dense;
+    a hybrid model's blocks in its layer pattern's order)."""
     h = int(model.hidden)
     attn, heads, kv, qk, vd = _attention_gemms(model)
     gated = is_gated_mlp(model)
+    if getattr(model, "layer_pattern", ""):
+        return _hybrid_shapes(model, attn, heads, kv, qk, vd, gated)
     experts = int(_get(model, "num_experts", 0))
     dense_mlp = _mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")
     dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd)

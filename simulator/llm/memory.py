@@ -91,7 +91,10 @@ def activation_bytes_per_token(layer: LayerShape, hidden: int, ffn: int, gated: 
     up_out = sum(g.n_out * (layer.experts_per_token if g.expert else 1)
                  for g in layer.gemms if g.name.endswith("_up"))
     mlp = a * up_out * (1.5 if (gated or layer.moe) else 2.0)
-    sharded = attn + mlp
+    # A hybrid block (one norm, one mixer: tp_reductions 1) keeps half a transformer layer's inputs
+    # and masks; a Mamba-2 mixer its in_proj output and its scan output (mixer_units).
+    replicated *= layer.tp_reductions / 2.0
+    sharded = attn + mlp + a * layer.mixer_units
     if not flash and recompute == "none":
         sharded += params.score_bytes_per_elem * layer.attn_heads * context_len
     return replicated / (tp if sp else 1) + sharded / tp

@@ -7,6 +7,13 @@ in the project reference for the mapping). Sources:
   (figures collected in reference/models.md).
 - Pangu Ultra MoE: arXiv 2505.04519 (61 layers, hidden 7680, MLA as DeepSeek-V3, 256 routed + 1
   shared expert, top-8, first 3 dense); vocab ~153K (models.md) — 153,376 as in Pangu Ultra.
+- Nemotron-H (hybrid Mamba-2 / attention): arXiv 2504.03624 Table 1 (layers, model dim, FFN dim,
+  Q / KV heads, state dim, Mamba groups / heads / head dim; 8B: 24 Mamba-2, 4 attention, 24 FFN
+  blocks; 56B: 54 / 10 / 54) and the HF NemotronHConfig key names (nvidia/Nemotron-H-8B-Base-8K
+  config.json: hybrid_override_pattern, squared-ReLU FFN `relu2`, conv kernel 4, vocab 131072,
+  untied embeddings). The 8B pattern is the published config's; the 56B one follows the same rule
+  (an attention block after every fifth Mamba block from the fourth), an assumption: the order only
+  moves pipeline-stage boundaries, not any count.
 - Megatron GPT: arXiv 2104.04473 Table 1 (vocab 51200, sequence 2048, FFN 4h, MHA, learned
   positions, tied embeddings, LayerNorm and biases as in GPT-2).
 """
@@ -31,6 +38,24 @@ _DEEPSEEK_V3 = {
 
 _QWEN25_7B = {**_QWEN2, "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
               "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064}
+
+
+def _nemotron_h_pattern(mamba_blocks: int, attention_blocks: int) -> str:
+    """Mamba + FFN pairs with an attention block after every fifth Mamba block from the fourth
+    (the published Nemotron-H-8B pattern: 24 pairs, attention after Mamba blocks 4, 9, 14, 19)."""
+    after = {3 + 5 * k for k in range(attention_blocks)}
+    return "".join("M*-" if i in after else "M-" for i in range(mamba_blocks))
+
+
+def _nemotron_h(layers: int, hidden: int, ffn: int, heads: int, kv_heads: int, state: int,
+                mamba_heads: int, mamba_blocks: int, attention_blocks: int) -> dict[str, Any]:
+    pattern = _nemotron_h_pattern(mamba_blocks, attention_blocks)
+    assert len(pattern) == layers, (len(pattern), layers)
+    return {"model_type": "nemotron_h", "mlp_hidden_act": "relu2", "tie_word_embeddings": False,
+            "num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": ffn,
+            "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": 128,
+            "vocab_size": 131072, "hybrid_override_pattern": pattern, "mamba_num_heads": mamba_heads,
+            "mamba_head_dim": 64, "ssm_state_size": state, "n_groups": 8, "conv_kernel": 4}
 
 
 def _gpt(layers: int, hidden: int, heads: int) -> dict[str, Any]:
@@ -69,6 +94,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "deepseek-r1": dict(_DEEPSEEK_V3),  # same architecture as V3 (deepseek-ai/DeepSeek-R1 config.json)
     "pangu-ultra-moe": {**_DEEPSEEK_V3, "model_type": "pangu_ultra_moe", "hidden_size": 7680,
                         "vocab_size": 153376},
+    # Nemotron-H (arXiv 2504.03624 Table 1): hybrid Mamba-2 / attention.
+    "nemotron-h-8b": _nemotron_h(52, 4096, 21504, 32, 8, 128, 128, 24, 4),
+    "nemotron-h-56b": _nemotron_h(118, 8192, 32768, 64, 8, 256, 256, 54, 10),
     # Megatron GPT rows of arXiv 2104.04473 Table 1: (layers, hidden, heads).
     "gpt-1.7b": _gpt(24, 2304, 24),
     "gpt-3.6b": _gpt(30, 3072, 32),
@@ -90,6 +118,7 @@ PUBLISHED_PARAMS_B: dict[str, tuple[float, float | None]] = {
     "qwen3-30b-a3b": (30.5, 3.3), "qwen3-235b-a22b": (235.0, 22.0), "llama3.1-8b": (8.0, None),
     "llama3.1-70b": (70.6, None), "llama3.1-405b": (405.0, None), "deepseek-v3": (671.0, 37.0),
     "deepseek-r1": (671.0, 37.0), "pangu-ultra-moe": (718.0, 39.0),
+    "nemotron-h-8b": (8.0, None), "nemotron-h-56b": (56.0, None),   # arXiv 2504.03624 (model names)
     "gpt-1.7b": (1.7, None), "gpt-3.6b": (3.6, None), "gpt-7.5b": (7.5, None), "gpt-18.4b": (18.4, None),
     "gpt-39.1b": (39.1, None), "gpt-76.1b": (76.1, None), "gpt-145.6b": (145.6, None),
     "gpt-310.1b": (310.1, None), "gpt-529.6b": (529.6, None), "gpt-1008b": (1008.0, None),

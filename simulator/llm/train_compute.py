@@ -12,6 +12,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..params import ComputeParams
+from .architecture import SSD_CHUNK_TOKENS
 from .layer_costs import LayerShape
 
 __all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "attention_time_s", "gemm_time_s", "layer_times", "logits_times",
@@ -154,7 +155,7 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
         attn_b = params.backward_flops_factor * core + score_elems * params.score_traffic_bwd_bytes / rates.hbm_Bps
     # Elementwise: norms and residual adds per hidden unit (split by TP only with SP), activation
     # function per FFN unit (always split by TP; MoE: top-k experts + shared).
-    ffn_units = ffn
+    ffn_units = ffn if layer.has_mlp else 0   # a hybrid's attention or Mamba block has no FFN
     act_bytes = params.gated_act_traffic_bytes_per_ffn if gated else params.act_traffic_bytes_per_ffn
     if layer.moe:
         ffn_units = plan.up_units / 2  # MoE experts are gated: the up projection holds up + gate
@@ -163,6 +164,11 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
                      / (tp if sp else 1) + act_bytes * ffn_units / tp) / rates.hbm_Bps
     fwd = fwd + attn_f + elem
     bwd = bwd + attn_b + params.backward_traffic_factor * elem
+    if layer.ssm_flops_per_token:   # Mamba-2 SSD scan: matmul-like kernels, rated as flash attention
+        scan = attention_time_s(tokens * layer.ssm_flops_per_token / tp, np.full(n_m, float(SSD_CHUNK_TOKENS)),
+                                rates, params, params.flash_efficiency_ratio)
+        fwd = fwd + scan
+        bwd = bwd + params.backward_flops_factor * scan
     return LayerTimes(fwd, bwd, attn_f)
 
 

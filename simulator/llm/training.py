@@ -359,9 +359,9 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         g = groups.tp[stage]
         one = (comm.many("all_gather", g, act) + comm.many("reduce_scatter", g, act)) if layout.sp \
             else comm.many("all_reduce", g, act)
-        fwd["tp"] = bwd["tp"] = 2.0 * one * (1 - cp_.tp_overlap_fraction)
+        fwd["tp"] = bwd["tp"] = layer.tp_reductions * one * (1 - cp_.tp_overlap_fraction)
         if layout.sp and cp_.sp_backward_allgather:  # inputs of QKV and FC1 re-gathered for dW
-            bwd["tp"] = bwd["tp"] + 2.0 * comm.many("all_gather", g, act) * (
+            bwd["tp"] = bwd["tp"] + layer.tp_reductions * comm.many("all_gather", g, act) * (
                 1 - cp_.sp_backward_allgather_overlap_fraction)
     if layout.cp > 1 and layout.ulysses_sp:
         fwd["cp"], bwd["cp"] = _ulysses_comm(layer, layout, tokens_local, groups.cp[stage], comm, params)
@@ -788,7 +788,7 @@ def _recompute_flops(model: Any, recompute: str, lengths: np.ndarray) -> float:
 def _recompute_coefficients(model: Any) -> tuple[float, float]:
     """(forward matmul FLOPs per token, attention FLOPs per squared length) summed over layers."""
     shapes = layer_shapes(model)
-    return (sum(lay.matmul_flops_per_token() for lay in shapes),
+    return (sum(lay.matmul_flops_per_token() + lay.ssm_flops_per_token for lay in shapes),
             sum(lay.attention_flops_per_token(1.0) for lay in shapes))
 
 

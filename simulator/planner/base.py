@@ -74,6 +74,9 @@ class RolloutSpace(BaseModel):
     ep: list[int] | None = None  # None: 1 for dense; powers of two dividing the experts for MoE
     max_ep: int = 64
     max_num_seqs: list[int] = Field(default_factory=lambda: [256])  # vLLM's default max_num_seqs
+    # the engine's share of HBM (vLLM's gpu_memory_utilization, default 0.9); `layout: auto` on a
+    # colocated placement lowers it to what the resident training state leaves (autoplan.py)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     # The batch the layouts are judged on (a GRPO step of the default workload's shape):
     sequences: int = Field(1024, gt=0)
     prompt_len: int = Field(512, gt=0)

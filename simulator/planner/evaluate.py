@@ -87,7 +87,7 @@ class RolloutEvaluator:
     def __call__(self, lay: dict[str, Any], ranks: Sequence[int]) -> Evaluation:
         s, m = self.space, self.model
         layout = RolloutLayout(tp=lay["tp"], ep=lay["ep"], instances=lay["instances"],
-                               max_num_seqs=lay["max_num_seqs"])
+                               max_num_seqs=lay["max_num_seqs"], gpu_memory_utilization=s.gpu_memory_utilization)
         device = instance_device(self.topology, ranks[: layout.devices_per_instance])
         step = StepCost(m, device, layout, self.params, self.collectives, list(ranks[: layout.devices_per_instance]))
         prompts = np.full(s.sequences, s.prompt_len, dtype=np.int64)

@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..metrics import summary_notes
+
 __all__ = ["Console", "Table", "print_comparison", "print_summary"]
 
 
@@ -32,6 +34,13 @@ def _fmt(v: float, unit: str = "") -> str:
     return f"{v:.3f}{unit}"
 
 
+def _trained(s: dict[str, Any]) -> str:
+    samples = s.get("samples") or {}
+    if "trained_per_step" not in samples:
+        return "-"
+    return f"{samples['trained_per_step']:,.0f} of {samples['batch']:,}"
+
+
 def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
     console = Console()
     t = Table(title=f"{s['workload']} - {s['schedule']} on {s['devices']} devices", show_header=False)
@@ -48,6 +57,7 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
     t.add_row("bubble fraction", f"{s['bubble_fraction']:.1%}")
     t.add_row("rollout slot occupancy", f"{s['rollout']['occupancy']:.1%}")
     t.add_row("rollout time at low batch", f"{s['rollout']['low_batch_fraction']:.1%}")
+    t.add_row("trained samples / step", _trained(s))
     t.add_row("staleness max / mean", f"{s['staleness']['max']:.0f} / {s['staleness']['mean']:.2f}")
     t.add_row("peak memory per device", f"{s['peak_memory_bytes'] / 1e9:.1f} GB")
     for cause, frac in s["bubbles_by_cause"].items():
@@ -58,6 +68,8 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
     for phase, sec in (s.get("verl_timing_s") or {}).items():
         t.add_row(f"  verl timing_s/{phase}", _fmt(sec, " s"))
     console.print(t)
+    for note in summary_notes(s):
+        console.print(f"note: {note}", markup=False)
     if out_dir:
         console.print(f"wrote {out_dir}/ (scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev)")
 
@@ -88,4 +100,7 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("MFU", *[f"{r['mfu']:.1%}" for r in rows])
     t.add_row("staleness max", *[f"{r['staleness']['max']:.0f}" for r in rows])
     t.add_row("pools", *[", ".join(f"{k} {v}" for k, v in r["pools"].items()) for r in rows])
+    t.add_row("trained samples / step", *[_trained(r) for r in rows])
     console.print(t)
+    for note in dict.fromkeys(n for r in rows for n in summary_notes(r)):
+        console.print(f"note: {note}", markup=False)

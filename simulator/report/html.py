@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import plots, summary
+from . import critical_path, plots, summary
 
 REPORT_NAME = "report.html"
 
@@ -58,7 +58,8 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
         figures.append(("response_lengths", _save(plots.response_length_figure(samples), out, "response_lengths")))
     summaries = {name: run.summary for name, run in runs.items()}
     table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>"
-             + summary.key_table(summaries) + _collapsed(_summary_table(summaries), "all summary fields"))
+             + summary.key_table(summaries) + critical_path.section(summaries)
+             + _collapsed(_summary_table(summaries), "all summary fields"))
     title = "rlsim comparison" if len(runs) > 1 else f"rlsim run: {next(iter(runs))}"
     return _write_page(out, title, table, figures)
 
@@ -68,7 +69,8 @@ def _collapsed(table_html: str, label: str) -> str:
 
 
 def _summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
-    flat = {name: _flatten(s) for name, s in summaries.items()}
+    # the per-step critical-path chains have their own section (critical_path.section)
+    flat = {name: {k: v for k, v in _flatten(s).items() if k != "critical_path.steps"} for name, s in summaries.items()}
     keys: list[str] = []
     for f in flat.values():
         keys.extend(k for k in f if k not in keys)
@@ -132,7 +134,10 @@ def _capacity_note(capacity: Mapping[str, Any], objects: Sequence[Mapping[str, A
     wanted = " and ".join(w for w in wants if w) or "the target"
     value = capacity.get("value")
     answer = (f"{html.escape(json.dumps(value))} meets {wanted}" if capacity.get("found")
-              else f"no evaluated configuration meets {wanted}; widen the grid")
+              else f"no evaluated configuration meets {wanted}"
+              + ("" if capacity.get("plateau") else "; widen the grid"))
+    for note in capacity.get("notes") or []:
+        answer += f". Note: {html.escape(note)}"
     ok = [o for o in objects if not o.get("error") and isinstance(o.get("tokens_per_s"), (int, float))]
     baseline = ""
     if ok:
@@ -172,7 +177,7 @@ def _metric_figure(frame: pd.DataFrame, keys: Sequence[str]):
 
 
 _SWEEP_COLUMNS = ["devices", "step_time_s", "tokens_per_s", "tokens_per_s_per_device", "bubble_fraction", "mfu",
-                  "staleness.mean", "device_hours_per_1000_steps", "cost_per_step", "meets_target", "error"]
+                  "staleness.mean", "device_hours_per_1m_tokens", "cost_per_1m_tokens", "meets_target", "error"]
 
 
 def _sweep_table(frame: pd.DataFrame, grid_keys: Sequence[str]) -> str:

@@ -1,10 +1,15 @@
 """Chrome-trace / Perfetto JSON from a timeline: one process per pool, one track per device group.
 
 Event format (Trace Event Format): complete events ``ph: "X"`` with ``ts`` and ``dur`` in
-microseconds, ``pid``/``tid`` integers named by ``ph: "M"`` metadata events.
+microseconds, ``pid``/``tid`` integers named by ``ph: "M"`` metadata events. An interval on a
+step's critical path (the summary's ``critical_path``, rl/critical_path.py) gets the category
+``critical_path`` beside its state and ``args.critical_path_s`` (its seconds on the path): in
+Perfetto, filter on the category to see the chain.
 """
 from __future__ import annotations
 
+import bisect
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -24,11 +29,45 @@ def chrome_trace(timeline: pd.DataFrame, summary: dict[str, Any] | None = None) 
         tracks_in_pool[pool] = tid_of[(pool, int(start), int(count))] = tid
         name = f"devices {start}" if count == 1 else f"devices {start}-{start + count - 1}"
         events.append({"ph": "M", "name": "thread_name", "pid": pid_of[pool], "tid": tid, "args": {"name": name}})
+    critical = _critical_spans(summary or {})
     for row in timeline.itertuples(index=False):
         name = row.state if row.state != "idle" else f"idle:{row.cause}"
-        events.append({"ph": "X", "name": name, "cat": row.state, "pid": pid_of[row.pool],
-                       "tid": tid_of[(row.pool, int(row.rank_start), int(row.rank_count))],
-                       "ts": round(row.start * 1e6, 3), "dur": round((row.end - row.start) * 1e6, 3),
-                       "args": {"iteration": int(row.iteration), "label": row.label, "devices": int(row.rank_count)}})
+        track = (row.pool, int(row.rank_start), int(row.rank_count))
+        event = {"ph": "X", "name": name, "cat": row.state, "pid": pid_of[row.pool], "tid": tid_of[track],
+                 "ts": round(row.start * 1e6, 3), "dur": round((row.end - row.start) * 1e6, 3),
+                 "args": {"iteration": int(row.iteration), "label": row.label, "devices": int(row.rank_count)}}
+        on_path = _overlap(critical.get(track), row.start, row.end)
+        if on_path > 0:
+            event["cat"] = f"{row.state},critical_path"
+            event["args"]["critical_path_s"] = on_path
+        events.append(event)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"summary_schedule":
             (summary or {}).get("schedule", "")}}
+
+
+def _critical_spans(summary: Mapping[str, Any]) -> dict[tuple, tuple[list[float], list[float]]]:
+    """Per track (pool, rank_start, rank_count): the starts and ends of its critical-path elements, in order."""
+    spans: dict[tuple, list[tuple[float, float]]] = {}
+    for step in (summary.get("critical_path") or {}).get("steps", []):
+        for element in step["chain"]:
+            if element["phase"] == "reward":    # a sample's reward latency: no interval of its own
+                continue
+            track = (element["pool"], *element["ranks"])
+            spans.setdefault(track, []).append((element["start_s"], element["end_s"]))
+    out = {}
+    for track, pieces in spans.items():
+        pieces.sort()
+        out[track] = ([a for a, _ in pieces], [b for _, b in pieces])
+    return out
+
+
+def _overlap(spans: tuple[list[float], list[float]] | None, start: float, end: float) -> float:
+    """Seconds of [start, end] covered by the (disjoint, sorted) spans."""
+    if not spans:
+        return 0.0
+    starts, ends = spans
+    total, i = 0.0, max(0, bisect.bisect_right(starts, start) - 1)
+    while i < len(starts) and starts[i] < end:
+        total += max(0.0, min(end, ends[i]) - max(start, starts[i]))
+        i += 1
+    return total

@@ -75,6 +75,20 @@ class _Pool:
         self.placed: dict[int, list[int]] = {}
 
 
+def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes: float,
+                            inference_shard_bytes: float) -> float:
+    """What training leaves on a device through the rollout phase of a colocated placement: its
+    weights, the optimizer state and gradients unless `schedule.switch.offload_optimizer`, and a
+    second copy of the inference shard unless the switch is `bucketed`."""
+    mem = memory_per_device(model, lay, 1.0, hbm_bytes)
+    resident = mem.weights_bytes
+    if not switch.offload_optimizer:
+        resident += mem.optimizer_bytes + mem.gradients_bytes
+    if not switch.bucketed:
+        resident += inference_shard_bytes
+    return resident
+
+
 class LlmCosts:
     def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None):
         """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
@@ -134,7 +148,10 @@ class LlmCosts:
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
         self._layouts: dict[int, TrainLayout] = {}
         self._ranks: dict[int, list[int]] = {}             # canonical placement: positions in a pool
-        self._last_train_lens: np.ndarray | None = None   # the latest trained batch (a re-plan's check)
+        # every trained actor batch with its device count (a re-plan judges the demanding ones)
+        self._trained: list[tuple[int, np.ndarray]] = []
+        self._demanding: list[np.ndarray] = []
+        self._demanding_for = 0            # len(_trained) when _demanding was picked
         self._last_train_ranks: tuple[int, ...] | None = None   # the pool it trained on
 
     # ---- pools -----------------------------------------------------------------------------------
@@ -351,9 +368,33 @@ class LlmCosts:
     def train(self, role, seq_lens, ranks) -> StageCost:
         pool = self.pool(ranks)
         if role == "actor":
-            self._last_train_lens = np.asarray(seq_lens, np.int64)
+            lens = np.asarray(seq_lens, np.int64)
             self._last_train_ranks = pool.ranks
+            if len(lens):
+                self._trained.append((len(pool.ranks), lens))
         return self._reused("train", role, seq_lens, pool, lambda: self._train(role, seq_lens, pool))
+
+    def _demanding_batches(self) -> list[np.ndarray]:
+        """The latest trained batch, the one of the longest sample and the one of the heaviest
+        micro-batch (as trained), each once; computed when a re-plan asks (failure runs only)."""
+        if not self._trained:
+            return []
+        if self._demanding_for != len(self._trained):
+            longest = max(self._trained, key=lambda t: (int(t[1].max()), float(t[1].mean())))[1]
+            heaviest = max(self._trained, key=lambda t: self._heaviest_micro_batch_tokens(*t))[1]
+            picked: list[np.ndarray] = []
+            for batch in (self._trained[-1][1], longest, heaviest):
+                if not any(batch is b for b in picked):
+                    picked.append(batch)
+            self._demanding, self._demanding_for = picked, len(self._trained)
+        return self._demanding
+
+    def _heaviest_micro_batch_tokens(self, n_devices: int, lens: np.ndarray) -> float:
+        """Tokens of the largest micro-batch of ``lens`` as trained on ``n_devices``."""
+        lay, ordered = self.micro_batched(lens, n_devices)
+        b = max(1, int(lay.micro_batch))
+        sums = np.add.reduceat(ordered, np.arange(0, len(ordered), b))
+        return float(sums.max())
 
     def micro_batched(self, seq_lens, n_devices: int) -> tuple[TrainLayout, np.ndarray]:
         """The layout and sample order the training cost model sees: token-balanced micro-batches
@@ -365,15 +406,17 @@ class LlmCosts:
         """A re-plan's check of a candidate training layout (dp included) beyond the planner's own
         (which judges rows of typical length): the rollout phase still fits beside it on a colocated
         placement, and the latest trained batch, micro-batched as the run does, fits in memory
-        (long-tail batches hold micro-batches longer than a typical row). RlsimError otherwise."""
+        (long-tail batches hold micro-batches longer than a typical row). RlsimError otherwise.
+        Judged on the latest batch and on the trained batches of the longest sample and of the
+        heaviest micro-batch so far: StaleSync alternates typical batches with tail batches (the
+        previous round's longest samples), so the batch after a re-plan may be the heavier kind."""
         lay = TrainLayout.from_mapping(dict(layout_map), source=self.source)
         self.rollout_phase_bytes(lay)
-        if self._last_train_lens is None or not len(self._last_train_lens):
-            return
-        lay, lens = self._micro_batched_as(lay, self._last_train_lens)
-        train_step_cost(self.model, lay, self.topology, self._accept_ranks(lay.devices), lens,
-                        packing=self._packing(), params=self.train_params, collectives=self.collectives,
-                        source=self.source)
+        for batch in self._demanding_batches():
+            micro, lens = self._micro_batched_as(lay, batch)
+            train_step_cost(self.model, micro, self.topology, self._accept_ranks(micro.devices), lens,
+                            packing=self._packing(), params=self.train_params, collectives=self.collectives,
+                            source=self.source)
 
     def _accept_ranks(self, n: int) -> list[int]:
         """Ranks a candidate layout of ``n`` devices is checked on: the canonical placement on the
@@ -498,25 +541,37 @@ class LlmCosts:
         if kinds is None:
             ranks = self._last_train_ranks
             kinds = self.pool(ranks).kinds if ranks is not None else self.cluster_devices
-        mem = memory_per_device(self.model, lay, 1.0, min(k.hbm_bytes for k in kinds))
-        resident = mem.weights_bytes
-        if not self.switch_params.offload_optimizer:
-            resident += mem.optimizer_bytes + mem.gradients_bytes
-        if not self.switch_params.bucketed:
-            resident += self._inference_shard_bytes()
+        resident = resident_training_bytes(self.model, lay, self.switch_params, min(k.hbm_bytes for k in kinds),
+                                           self._inference_shard_bytes())
         totals = []
         for device in kinds:
             engine = device.hbm_bytes * self.rollout_layout.gpu_memory_utilization
             total = engine + resident
             if self.scenario.schedule.effective_placement == "colocated" and total > device.hbm_bytes:
+                field, fix = self._engine_share_fix(device.hbm_bytes, resident)
                 raise RlsimError(
                     f"the rollout phase needs {total / 1e9:.1f} GB per device (engine {engine / 1e9:.1f} GB + "
                     f"resident training state {resident / 1e9:.1f} GB) on {device.hbm_bytes / 1e9:.0f} GB",
-                    source=self.source, field="workload.rollout_layout.gpu_memory_utilization",
-                    fix="lower gpu_memory_utilization, keep schedule.switch.offload_optimizer and bucketed on, "
-                        "or use more devices per replica")
+                    source=self.source, field=field, fix=fix)
             totals.append(total)
         return max(totals)
+
+    def _engine_share_fix(self, hbm_bytes: float, resident: float) -> tuple[str, str]:
+        """The field to name and the fix, in the terms the user wrote: the engine share they set, the
+        default they did not set, or the planner's (layout: auto)."""
+        fits = max(0.0, (hbm_bytes - resident) / hbm_bytes)
+        share = self.rollout_layout.gpu_memory_utilization
+        others = "keep schedule.switch.offload_optimizer and bucketed on, or use more devices per replica"
+        given = self.scenario.workload.rollout_layout
+        if given == "auto":
+            return ("workload.rollout_layout", f"the planned engine takes {share:g} of HBM; give "
+                    f"planner.rollout.gpu_memory_utilization <= {fits:.2f} or a workload.rollout_layout, or {others}")
+        if "gpu_memory_utilization" not in given:
+            return ("workload.rollout_layout", f"workload.rollout_layout does not set gpu_memory_utilization, so the "
+                    f"engine takes vLLM's default {share:g} of HBM; set workload.rollout_layout.gpu_memory_utilization "
+                    f"<= {fits:.2f}, or {others}")
+        return ("workload.rollout_layout.gpu_memory_utilization",
+                f"lower gpu_memory_utilization ({share:g}) to <= {fits:.2f}, or {others}")
 
     def train_flops_per_token(self, seq_len) -> float:
         return float(self.model.train_flops_per_token(seq_len))

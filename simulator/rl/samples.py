@@ -15,10 +15,10 @@ if TYPE_CHECKING:  # pandas is imported where a frame is made: a run starts with
 
 SAMPLE_COLUMNS = ["sample", "round", "group", "prompt_len", "response_len", "generated_tokens", "version",
                   "first_version",
-                  "start", "finish", "ready", "consumed_iteration", "staleness", "dropped", "drop_reason"]
+                  "start", "finish", "ready", "consumed_iteration", "staleness", "dropped", "drop_reason", "instance"]
 
 _DTYPES = {"sample": int, "round": int, "group": int, "version": int, "first_version": int,
-           "consumed_iteration": int, "dropped": bool, "drop_reason": object}
+           "consumed_iteration": int, "dropped": bool, "drop_reason": object, "instance": int}
 
 
 # How much a full column buffer grows. Any factor > 1 keeps appends amortized O(size appended)
@@ -36,8 +36,11 @@ class SampleStore:
 
     def add(self, *, round_: np.ndarray, group: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray,
             generated_tokens: np.ndarray, version: int, first_version: np.ndarray, start: float, finish: np.ndarray, ready: np.ndarray,
-            dropped: np.ndarray | None = None, drop_reason: np.ndarray | None = None) -> np.ndarray:
-        """Add finished (or dropped) samples; returns their ids."""
+            dropped: np.ndarray | None = None, drop_reason: np.ndarray | None = None,
+            instance: int = -1) -> np.ndarray:
+        """Add finished (or dropped) samples; returns their ids. ``instance``: the first global rank of
+        the rollout instance that generated them (-1: unknown), the critical path's link from a
+        training step back to the sequence it waited for (rl/critical_path.py)."""
         k = len(finish)
         ids = np.arange(self.n, self.n + k)
         self._append(k, sample=ids, round=round_, group=group, prompt_len=prompt_len,
@@ -45,7 +48,8 @@ class SampleStore:
                      start=np.full(k, float(start)), finish=finish, ready=ready,
                      consumed_iteration=np.full(k, -1), staleness=np.full(k, -1.0),
                      dropped=np.zeros(k, bool) if dropped is None else np.asarray(dropped, bool),
-                     drop_reason=np.full(k, "", object) if drop_reason is None else drop_reason)
+                     drop_reason=np.full(k, "", object) if drop_reason is None else drop_reason,
+                     instance=np.full(k, int(instance)))
         return ids
 
     def _append(self, k: int, **arrays: np.ndarray) -> None:

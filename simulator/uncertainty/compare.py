@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..scenario import compared_schedules
 from .intervals import median_ci
 from .replicas import plan_replicas, run_many, summarize
 
@@ -21,9 +22,10 @@ def compare_replicas(spec: Any = None, schedules: Iterable[str] | str = ("coloca
     from ..api import schedule_list
     kinds = schedule_list(schedules)
     base = plan_replicas(spec, seeds=seeds, **keywords)
-    schedule = base.scenario(0).schedule
-    plans = [dataclasses.replace(base, data={**base.data, "schedule": schedule.applicable_fields(kind)})
-             for kind in kinds]
+    per_kind, unused = compared_schedules(base.data.get("schedule") or {}, kinds)
+    if unused:
+        base.scenario(0)   # raises: the knob's error names it and the kinds that take it
+    plans = [dataclasses.replace(base, data={**base.data, "schedule": per_kind[kind]}) for kind in kinds]
     runs = run_many(plans, jobs=jobs, costs=costs)
     docs = [summarize(plan, summaries) for plan, summaries in zip(plans, runs, strict=True)]
     for kind, doc, summaries in zip(kinds[1:], docs[1:], runs[1:], strict=True):

@@ -104,3 +104,64 @@ def test_bad_logs_are_clear(tmp_path: Path) -> None:
         fit_stage_scales(log, {"critic": 1.0})
     with pytest.raises(RlsimError, match="no steps left"):
         fit_stage_scales(log, TRUE_S, skip_steps=100)
+
+
+def test_nemo_rl_names_and_unknown_metrics(tmp_path: Path) -> None:
+    """NeMo RL timers (timing/train/<name>) read as stages; other metric names listed, not read."""
+    path = tmp_path / "nemo.jsonl"
+    rows = [{"step": s, "timing/train/generation": 10.0 + s, "timing/train/policy_and_reference_logprobs": 2.0,
+             "timing/train/policy_training": 5.0, "timing/train/total_step_time": 20.0, "train/loss": 0.1}
+            for s in (1, 2, 3)]
+    write_jsonl(__import__("pandas").DataFrame(rows), path)
+    log = read_run_log(path)
+    assert log.stages == ["generate", "update_actor", "logprobs"]
+    assert log.timings == [*log.stages, "step_s"]
+    assert list(log.frame["generate"]) == [11.0, 12.0, 13.0]
+    assert log.ignored == ["train/loss"]
+
+
+def test_step_time_alone_is_a_log_and_nothing_known_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "step.jsonl"
+    path.write_text('{"timing/train/total_step_time": 64.8}\n{"timing/train/total_step_time": 65.0}\n')
+    assert read_run_log(path).timings == ["step_s"]
+    path.write_text('{"timing/train/total_time": 1.0, "loss": 2.0}\n')
+    with pytest.raises(RlsimError, match="no stage timing") as info:
+        read_run_log(path)
+    assert "total_step_time" in str(info.value.fix)
+
+
+def test_json_array_of_records(tmp_path: Path) -> None:
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps([{"_step": 0, "_runtime": 3.0, "timing_s/gen": 4.0, "timing_s/step": 6.0},
+                                {"_step": 1, "_runtime": 9.0, "timing_s/gen": 5.0, "timing_s/step": 7.0}]))
+    log = read_run_log(path)
+    assert list(log.frame["step"]) == [0, 1] and list(log.frame["step_s"]) == [6.0, 7.0]
+    assert log.ignored == []
+
+
+def test_wandb_csv_export(tmp_path: Path) -> None:
+    """A wandb panel export: "RUN - KEY" columns with __MIN / __MAX aggregates; rows of other metrics dropped."""
+    path = tmp_path / "wandb_export.csv"
+    path.write_text("Step,a - timing_s/gen,a - timing_s/gen__MIN,a - timing_s/gen__MAX,b - timing_s/gen,a - actor/lr\n"
+                    "1,10,9,11,20,0.1\n2,12,11,13,22,0.1\n3,,,,,0.1\n")
+    with pytest.raises(RlsimError, match="2 runs"):
+        read_run_log(path)
+    log = read_run_log(path, run="a")
+    assert list(log.frame["generate"]) == [10.0, 12.0] and list(log.frame["step"]) == [1, 2]
+    assert log.ignored == ["actor/lr"]
+    with pytest.raises(RlsimError, match="no run 'c'"):
+        read_run_log(path, run="c")
+
+
+@pytest.mark.parametrize("flavour", ["verl", "nemo-rl"])
+def test_timings_log_round_trips_through_the_reader(tmp_path: Path, flavour: str) -> None:
+    from simulator.calibration.runlogs import timings_log
+    stages = {"generate": 9.0, "update_actor": 3.0, "weight_sync": 0.5, "step_s": 14.0}
+    stages["old_log_prob" if flavour == "verl" else "logprobs"] = 1.5
+    frame = timings_log(np.random.default_rng(0), stages, steps=4, flavour=flavour)
+    frame.to_csv(tmp_path / "log.csv", index=False)
+    log = read_run_log(tmp_path / "log.csv")
+    assert log.stage_means() == {s: pytest.approx(v) for s, v in stages.items() if s != "step_s"}
+    with pytest.raises(RlsimError, match="logs no stage"):
+        timings_log(np.random.default_rng(0), {"logprobs" if flavour == "verl" else "old_log_prob": 1.0},
+                    steps=1, flavour=flavour)

@@ -41,3 +41,15 @@ def test_plan_default_scenario_returns_candidates(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(r["devices"] == 384 for r in rows)
     assert all(61 % r["layout"]["pp"] for r in rows if r["layout"]["pp"] > 1)   # uneven stages
+
+
+def test_a_model_without_a_shape_takes_the_default_step_and_says_so(capsys):
+    """`rlsim plan --model M` with no scenario and no --global-batch / --seq-len (the `rlsim --help`
+    example) plans the default scenario's optimizer step and names where the shape came from."""
+    inp = plan._inputs(_args("--model", "llama3.1-8b"))
+    assert (inp["global_batch"], inp["seq_len"]) == (256, 20480)
+    assert plan._inputs(_args("--model", "llama3.1-8b", "--seq-len", "512"))["seq_len"] == 512
+    note = plan.shape_note(_args("--model", "llama3.1-8b", "--global-batch", "64"))
+    assert "--seq-len 20480" in note and "--global-batch" not in note.split("taken")[0].replace("--seq-len", "")
+    assert plan.shape_note(_args("--model", "llama3.1-8b", "--global-batch", "64", "--seq-len", "512")) is None
+    assert plan.shape_note(_args()) is None   # the default scenario's own model: its shape, as before

@@ -7,7 +7,7 @@ from simulator.hardware.topology import load_topology
 from simulator.presets import preset_names
 
 PRESETS = ["cloudmatrix384", "dgx-h100", "dgx-h200", "dgx-a100", "hgx-h20", "hgx-h800", "dgx-b200",
-           "gb200-nvl72", "ascend-910b", "hetero-a100-h100"]
+           "gb200-nvl72", "gb200-nvl72-partial", "ascend-910b", "hetero-a100-h100"]
 
 
 def test_every_preset_is_listed_and_builds():
@@ -196,3 +196,20 @@ def test_the_build_pauses_the_cyclic_gc_and_restores_it():
     with pytest.raises(RlsimError):
         load_topology({"preset": "dgx-h100", "nodes": 0})
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize(("racks", "trays", "gpus"), [(1, 4, 16), (2, 8, 64), (4, 16, 256)])
+def test_partial_nvl72_racks(racks: int, trays: int, gpus: int):
+    """A job on part of GB200 NVL72 racks: the NVLink domain is the rack's used GPUs (4 per tray);
+    racks are joined by the 400 Gb/s per-GPU scale-out network."""
+    t = load_topology("gb200-nvl72-partial", {"racks": racks, "nodes_per_domain": trays})
+    per_rack = 4 * trays
+    assert (t.num_devices, t.num_domains) == (gpus, racks)
+    assert t.ranks_of_domain(0) == list(range(per_rack))
+    assert t.shared_level(range(per_rack)) == "domain"
+    assert t.bottleneck_bw_Bps(range(per_rack)) == pytest.approx(900e9)      # NVLink5 per GPU per direction
+    assert t.plane_of(0, per_rack - 1) == "scaleup"
+    if racks > 1:
+        assert t.plane_of(0, per_rack) == "scaleout"
+        assert t.shared_level([0, per_rack]) == "cluster"
+        assert t.path_bw_Bps(0, per_rack) == pytest.approx(50e9)            # 400 Gb/s NIC

@@ -65,3 +65,18 @@ def test_moe_parallel_folding_lets_ep_exceed_what_dp_carries():
     assert costs("workload.train_layout.pp=16").train_devices_at_most(384) == 0
     assert c.train_devices_at_most(384) == 384
     assert c.train_devices_at_most(383) == 256   # dp 2: 4 | 8 x 2
+
+
+def test_a_replan_judges_the_latest_the_longest_and_the_heaviest_trained_batch():
+    # StaleSync alternates typical and tail batches: the check after a failure must not see only
+    # the latest (typical) one, or it accepts a layout the next tail batch does not fit
+    c = costs()
+    ranks = list(range(384))
+    typical, tail, latest = np.full(512, 1800), np.full(512, 1800), np.full(512, 1900)
+    tail[:80] = 17000
+    for batch in (typical, tail, latest):
+        c.train("actor", batch, ranks)
+    picked = c._demanding_batches()
+    assert [b is x for b, x in zip(picked, (latest, tail), strict=True)] == [True, True]
+    # the tail batch holds the heaviest micro-batch under the pool's micro-batching
+    assert c._heaviest_micro_batch_tokens(384, tail) > c._heaviest_micro_batch_tokens(384, latest)

@@ -48,11 +48,20 @@ class SeqBatch:
         return out
 
     def deal(self, n_parts: int) -> list[SeqBatch]:
-        """Round-robin into ``n_parts`` (the dispatch policy of every schedule)."""
+        """Round-robin into ``n_parts``, one sequence at a time (carried / resumed sequences: each has
+        its own tokens, nothing to share)."""
         return [self.take(np.arange(i, len(self), n_parts)) for i in range(n_parts)]
 
     def __len__(self) -> int:
         return len(self.group)
+
+
+def prompt_index(group: np.ndarray) -> np.ndarray:
+    """Each sequence's prompt number in order of first appearance (a round's samples of one prompt
+    are drawn adjacent, so a new number starts wherever the group id changes)."""
+    if not len(group):
+        return np.zeros(0, int)
+    return np.cumsum(np.concatenate([[0], group[1:] != group[:-1]]))
 
 
 @dataclass
@@ -89,10 +98,29 @@ class RoundDraws:
             self._draws[q] = self._draw_new(q)
         return self._draws[round_]
 
-    def share(self, round_: int, instance: int, n_instances: int) -> SeqBatch:
-        """Instance ``instance``'s share of a round: round-robin dispatch (the same in every schedule)."""
+    def sub_rounds(self, round_: int) -> list[SeqBatch]:
+        """The round's dynamic-sampling sub-rounds in generation order (one part without dynamic
+        sampling): sub-round j holds the groups offset j x gen_prompts .. (j + 1) x gen_prompts - 1
+        from the round's first group id (_draw_new numbers them so)."""
         batch = self.draw(round_)
-        return batch.take(np.arange(instance, len(batch), n_instances))
+        sampling = self.workload.dynamic_sampling
+        if sampling is None or not len(batch):
+            return [batch]
+        gen = sampling.gen_prompts or math.ceil(self.workload.prompts_per_step / sampling.keep_fraction)
+        sub = (batch.group - round_ * GROUP_IDS_PER_ROUND) // gen
+        return [batch.take(np.flatnonzero(sub == j)) for j in range(int(sub.max()) + 1)]
+
+    def share(self, round_: int, instance: int, n_instances: int) -> SeqBatch:
+        """Instance ``instance``'s share of a round under ``workload.inference.dispatch`` (the same in
+        every schedule): ``per-prompt`` deals whole prompts round-robin (prompt j of the round, in
+        draw order, to instance j mod n), ``per-sample`` deals every sequence round-robin."""
+        return self.deal(self.draw(round_), instance, n_instances)
+
+    def deal(self, batch: SeqBatch, instance: int, n_instances: int) -> SeqBatch:
+        """Instance ``instance``'s part of ``batch`` under the dispatch policy (see share)."""
+        if self.workload.inference.dispatch == "per-sample":
+            return batch.take(np.arange(instance, len(batch), n_instances))
+        return batch.take(np.flatnonzero(prompt_index(batch.group) % n_instances == instance))
 
     def _sample_groups(self, round_: int, n_prompts: int, group0: int) -> tuple[np.ndarray, ...]:
         n = self.workload.samples_per_prompt

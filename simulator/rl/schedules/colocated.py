@@ -62,18 +62,21 @@ class ColocatedRun:
         yield env.timeout(self.actor.cursor - env.now)
         t0 = env.now
         ranks = self.actor.ranks
-        plans = [ctx.gen.plan(SeqBatch.concat(self.carries[i], ctx.draws.share(k, i, self.n_inst)), t0,
-                              self.version, ranks[i * d:(i + 1) * d]) for i in range(self.n_inst)]
-        gen_end = t0 + max(p.end_s for p in plans)
-        t_split = math.inf
-        if self.split_allowed:
-            t_split = split_time(ctx, k, plans, self.n_actor)
-            if not math.isinf(t_split) and train_devices(ctx, plans, t_split, self.n_actor) <= 0:
-                t_split = math.inf
-        if t_split < gen_end - TIME_TOL_S:
-            yield from self._stalesync_step(k, plans, t_split)
+        if not self.split_allowed and len(ctx.draws.sub_rounds(k)) > 1:
+            yield from self._dynamic_sampling_step(k, t0)
         else:
-            yield from self._sync_step(k, plans, t0)
+            plans = [ctx.gen.plan(SeqBatch.concat(self.carries[i], ctx.draws.share(k, i, self.n_inst)), t0,
+                                  self.version, ranks[i * d:(i + 1) * d]) for i in range(self.n_inst)]
+            gen_end = t0 + max(p.end_s for p in plans)
+            t_split = math.inf
+            if self.split_allowed:
+                t_split = split_time(ctx, k, plans, self.n_actor)
+                if not math.isinf(t_split) and train_devices(ctx, plans, t_split, self.n_actor) <= 0:
+                    t_split = math.inf
+            if t_split < gen_end - TIME_TOL_S:
+                yield from self._stalesync_step(k, plans, t_split)
+            else:
+                yield from self._sync_step(k, plans, t0)
         if self.aux:
             self.aux.idle("dependency", env.now, k)
         self.version = k + 1
@@ -87,6 +90,29 @@ class ColocatedRun:
         round_end = float(ends.max())
         self.ctx.add_stage_time("generate", round_end - t0)
         self._record_round(self.actor, ends, t0, round_end, k)
+        yield from self._train_and_sync(k, self.actor, self.actor.ranks)
+
+    def _dynamic_sampling_step(self, k: int, t0: float):
+        """DAPO dynamic sampling on a synchronous step: each sub-round of gen_prompts is generated,
+        scored and filtered before the next starts (frameworks.md: regenerate "if fewer than the train
+        batch survive"; verl's DAPO trainer and NeMo RL loop over generation batches), so every
+        sub-round pays its own long tail; then training on every device."""
+        ctx, d, ranks = self.ctx, self.d, self.actor.ranks
+        start, ends = t0, np.full(self.n_inst, t0)
+        for j, part in enumerate(ctx.draws.sub_rounds(k)):
+            results, first_row = [], ctx.store.n
+            for i in range(self.n_inst):
+                seqs = ctx.draws.deal(part, i, self.n_inst)
+                if j == 0:
+                    seqs = SeqBatch.concat(self.carries[i], seqs)
+                results.append(ctx.gen.commit(ctx.gen.plan(seqs, start, self.version, ranks[i * d:(i + 1) * d])))
+            self.carries = [r[1] for r in results]
+            ends = np.array([r[0] for r in results])
+            # the filter needs the whole sub-round scored: the next starts once its rewards are in
+            ready = ctx.store.flat()["ready"][first_row:] if ctx.store.n > first_row else np.zeros(0)
+            start = max(float(ends.max()), float(ready.max()) if len(ready) else 0.0)
+        ctx.add_stage_time("generate", float(ends.max()) - t0)
+        self._record_round(self.actor, ends, t0, float(ends.max()), k)
         yield from self._train_and_sync(k, self.actor, self.actor.ranks)
 
     def _stalesync_step(self, k: int, plans: list[GenPlan], t_split: float):

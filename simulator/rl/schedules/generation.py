@@ -101,7 +101,7 @@ class Generation:
                       response_len=seqs.target_len[ids], generated_tokens=seqs.done_len[ids] + gen_tokens[ids],
                       version=plan.version, first_version=np.where(resumed, seqs.first_version[ids], plan.version),
                       start=plan.t0, finish=finish, ready=finish + reward_s, dropped=reason != "",
-                      drop_reason=reason)
+                      drop_reason=reason, instance=int(plan.ranks[0]) if len(plan.ranks) else -1)
         lens = seqs.prompt_len[ids] + seqs.target_len[ids]
         ctx.queue.write(payload_bytes_each(lens, self.sched.distqueue, pad_len=ctx.pad_len), finish + reward_s)
 

@@ -50,6 +50,7 @@ class PromptGroup:
     versions: set[int] = field(default_factory=set)                          # versions it generated under
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, int))        # sample-store ids once complete
     running: int = 0                                                         # trajectories submitted, not done
+    ready_s: float = 0.0                                                     # complete and rewarded
 
     def __post_init__(self) -> None:
         n = len(self.seqs)
@@ -186,9 +187,9 @@ class Rollouter:
         group.running -= 1
         if not group.running:
             del self.inflight[server][group.index]
-            self._complete(group, t)
+            self._complete(group, t, self.clocks[server].rank_start)
 
-    def _complete(self, group: PromptGroup, t: float) -> None:
+    def _complete(self, group: PromptGroup, t: float, instance: int) -> None:
         """All n trajectories are done: into the sample store and DistQueue; into the message queue
         unless dropped (DAPO no_signal / surplus)."""
         ctx, seqs = self.ctx, group.seqs
@@ -201,7 +202,7 @@ class Rollouter:
                             response_len=seqs.target_len, generated_tokens=seqs.target_len, version=self.version,
                             first_version=np.full(len(seqs), group.first_version), start=group.started_s,
                             finish=group.finish_s, ready=np.full(len(seqs), t + reward_s),
-                            dropped=seqs.drop_reason != "", drop_reason=seqs.drop_reason)
+                            dropped=seqs.drop_reason != "", drop_reason=seqs.drop_reason, instance=instance)
         lens = seqs.prompt_len + seqs.target_len
         ctx.queue.write(payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len),
                         np.full(len(seqs), t + reward_s))
@@ -211,7 +212,7 @@ class Rollouter:
         if (seqs.drop_reason != "").any():
             self.started -= 1          # a filtered group (DAPO) frees its place: another prompt is generated
         else:
-            group.ids = ids
+            group.ids, group.ready_s = ids, t + reward_s
             self.queue.append(group)
             self._fire("data")
 
@@ -313,8 +314,13 @@ class VerlFullyAsyncRun:
         rollouter, clock = self.rollouter, self.trainer_clock
         while len(rollouter.queue) < self.per_update:
             yield rollouter.data
+        groups = [rollouter.queue.popleft() for _ in range(self.per_update)]
+        # A group enters the queue when its last trajectory ends; the trainer may use it once rewarded.
+        ready_s = max(group.ready_s for group in groups)
+        if ready_s > self.env.now:
+            yield self.env.timeout(ready_s - self.env.now)
         clock.idle("dependency", self.env.now, k, label="gen")
-        return [rollouter.queue.popleft() for _ in range(self.per_update)]
+        return groups
 
     def _sync(self, k: int):
         env, rollouter, clock = self.env, self.rollouter, self.trainer_clock

@@ -154,3 +154,15 @@ def test_on_a_long_tail_fully_async_beats_colocated_and_gains_with_scale():
         gain[nodes] = steady[1] / sync
         assert gain[nodes] > 1.0
     assert gain[16] > gain[4]
+
+
+@pytest.mark.parametrize("mode", MODES[1:], ids=["s0.5", "s0.5-partial"])
+def test_trainer_waits_for_the_reward_of_the_samples_it_consumes(mode):
+    # A group is complete when its last trajectory ends, usable once rewarded: no train work on it before.
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, instance_max_seqs=8,
+                      reward_s_per_sample=0.01)
+    rec, tl, sm, s = run(scenario(**mode), costs=costs)
+    work = tl[(tl.pool == "train") & tl.state.isin(["fetch", "forward", "train"])]
+    for iteration, consumed in sm[sm.consumed_iteration >= 0].groupby("consumed_iteration"):
+        # one update per version: its fetch starts once every sample it takes is rewarded
+        assert work[work.iteration == iteration].start.min() >= consumed.ready.max() - 1e-9

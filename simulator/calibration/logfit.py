@@ -1,0 +1,314 @@
+"""Calibrate on logged runs, predict another: fit named mechanism parameters of the simulator to the
+per-step phase times of one or more real runs (verl / NeMo RL logs, runlogs.py), then predict the
+same workload at another size or schedule with the fitted values.
+
+What is fitted are the cost model's own parameters (FIT_PARAMETERS: the rollout engine's step
+overhead, the GEMM / HBM efficiencies, fixed per-phase costs), not per-stage scale factors: a fitted
+value moves every phase it enters, at every scale, through the mechanism that uses it. The fit is a
+bounded least squares (scipy.optimize.least_squares, trust-region reflective) over the simulator
+itself: each residual is a logged step's phase time against the simulated steady-state phase time,
+relative (predicted / measured - 1), so long and short phases weigh alike. Uncertainty is the usual
+linearised one: covariance = s^2 (J^T J)^-1 with s^2 the residual variance (sum r^2 / (m - n)) and
+J the finite-difference Jacobian at the solution (so step-to-step spread in the log sets it).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import RlsimError
+from .runlogs import RunLog, stages_from_summary
+
+
+@dataclass(frozen=True)
+class FitParameter:
+    """A scenario key the fit may move: bounds, and the magnitude the fit measures it in (its
+    finite-difference steps are relative to max(value, scale))."""
+
+    key: str
+    lower: float
+    upper: float
+    scale: float
+    what: str
+
+
+# Bounds: efficiencies are fractions of a peak, (0, 1] (params.py / hardware/devices.py validate the
+# same range; 0.05 keeps the simulator away from a zero rate). Overheads are >= 0; their upper bounds
+# are 50x the documented defaults' order of magnitude (formulas.md: step overhead "a few ms";
+# scenario.SwitchParams: ~1 s), room for a slow framework without letting the fit run off.
+EFFICIENCY_FLOOR = 0.05
+FIT_PARAMETERS: dict[str, FitParameter] = {p.key: p for p in (
+    FitParameter("workload.inference.step_overhead_s", 0.0, 0.1, 1e-3,
+                 "rollout engine: fixed CPU time per step (scheduler, input preparation, sampling)"),
+    FitParameter("workload.inference.cpu_per_seq_s", 0.0, 1e-3, 1e-5,
+                 "rollout engine: CPU time per running sequence and step"),
+    FitParameter("workload.inference.gemm_efficiency", EFFICIENCY_FLOOR, 1.0, 0.5,
+                 "rollout engine: share of peak FLOP/s its GEMMs reach"),
+    FitParameter("workload.inference.hbm_efficiency", EFFICIENCY_FLOOR, 1.0, 0.5,
+                 "rollout engine: share of peak HBM bandwidth its decode reaches"),
+    FitParameter("topology.device.gemm_efficiency", EFFICIENCY_FLOOR, 1.0, 0.5,
+                 "device: GEMM plateau of training and forward passes (and of the rollout engine "
+                 "unless workload.inference.gemm_efficiency is set)"),
+    FitParameter("topology.device.hbm_efficiency", EFFICIENCY_FLOOR, 1.0, 0.5,
+                 "device: HBM share (the rollout engine's unless workload.inference.hbm_efficiency is set)"),
+    FitParameter("schedule.switch.overhead_s", 0.0, 60.0, 1.0,
+                 "colocated switch: fixed framework cost per switch (process groups, allocator, barrier)"),
+    FitParameter("schedule.switch.kv_realloc_s", 0.0, 60.0, 1.0,
+                 "colocated switch: KV cache release and re-allocation per switch"),
+)}
+# What `rlsim calibrate --from-log` fits unless told: one engine constant for generation, one rate
+# for the rollout's memory-bound decode and one for the trainer's compute.
+DEFAULT_FIT_KEYS = ("workload.inference.step_overhead_s", "workload.inference.hbm_efficiency",
+                    "topology.device.gemm_efficiency")
+# Finite-difference step of the Jacobian, relative to max(1, value / scale): the simulator is piecewise
+# smooth (batches, packing), so a step well above float noise but small against the fit's precision.
+DIFF_STEP = 0.02
+MAX_EVALUATIONS = 40       # simulator evaluations per fit parameter set (least_squares max_nfev)
+# Stop when a step changes the cost or the (scaled) parameters by less than this share: the log's
+# step-to-step spread is ~1% and more, so a 1e-3 relative change is well inside the uncertainty.
+TOLERANCE = 1e-3
+SKIP_STEPS = 1             # warm-up steps of a log left out (allocation, compilation, cold caches)
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    """A log and the scenario that describes its run (a path, preset or mapping, plus --set items)."""
+
+    log: RunLog
+    scenario: Any
+    overrides: tuple[str, ...] = ()
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.log.source
+
+
+def fit_parameters(keys: Sequence[str]) -> list[FitParameter]:
+    unknown = [k for k in keys if k not in FIT_PARAMETERS]
+    if unknown:
+        raise RlsimError(f"not a fit parameter: {unknown[0]!r}", field="--fit",
+                         fix=f"use some of: {', '.join(FIT_PARAMETERS)}")
+    if len(set(keys)) != len(keys) or not keys:
+        raise RlsimError("give each fit parameter once, at least one", field="--fit")
+    return [FIT_PARAMETERS[k] for k in keys]
+
+
+def _device(scenario: Any):
+    from ..hardware.topology import load_topology
+    return load_topology(scenario.topology).device_spec(0)
+
+
+def current_value(scenario: Any, key: str) -> float:
+    """The value `key` has in a loaded Scenario (an unset engine efficiency: the device's)."""
+    section, _, name = key.rpartition(".")
+    if section == "topology.device":
+        return float(getattr(_device(scenario), name))
+    if section == "workload.inference":
+        value = getattr(scenario.workload.inference, name)
+        return float(getattr(_device(scenario), name) if value is None else value)
+    node: Any = scenario.to_dict()
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _schema_default(scenario, key)
+        node = node[part]
+    return float(node)
+
+
+def _schema_default(scenario: Any, key: str) -> float:
+    if key.startswith("schedule.switch."):
+        from ..scenario import SwitchParams
+        return float(getattr(SwitchParams(), key.rpartition(".")[2]))
+    raise RlsimError(f"{key!r} has no value in this scenario", field=key)
+
+
+def overlay_items(scenario: Any, values: Mapping[str, float]) -> list[str]:
+    """`--set` items giving `values` (a device field also names the device it overrides)."""
+    items: list[str] = []
+    if any(k.startswith("topology.device.") for k in values):
+        items.append(f"topology.device.name={_device(scenario).name}")
+    items += [f"{k}={float(v):.6g}" for k, v in values.items()]
+    return items
+
+
+def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
+    """A simulated summary as the log's stages: verl's phases where the summary has them
+    (verl_timing_s), else the stage times; `logprobs` = old_log_prob + reference (NeMo's one timer);
+    `step_s` = the steady step."""
+    stages = summary.get("stage_time_s", {})
+    out = stages_from_summary(stages)
+    verl = summary.get("verl_timing_s") or {}
+    for name, stage in (("gen", "generate"), ("old_log_prob", "old_log_prob"), ("ref", "reference"),
+                        ("update_actor", "update_actor"), ("reward", "reward"), ("wait_prev_gen", "wait_prev_gen")):
+        if name in verl:
+            out[stage] = float(verl[name])
+    out["logprobs"] = out.get("old_log_prob", 0.0) + out.get("reference", 0.0)
+    out["weight_sync"] = float(stages.get("weight_sync", 0.0))
+    out["step_s"] = float(summary["steady_step_time_s"])
+    return out
+
+
+def simulate_timings(scenario: Any, overrides: Sequence[str] = ()) -> dict[str, float]:
+    """The simulated phases of `scenario` with `overrides` (--set items), as the log names them."""
+    from ..api import simulate
+    from ..scenario import load_scenario
+    return predicted_timings(simulate(load_scenario(scenario, overrides=list(overrides))).summary)
+
+
+def _measured(run: LoggedRun, skip_steps: int) -> dict[str, np.ndarray]:
+    """Per compared stage, the logged steps' positive times after the warm-up."""
+    rows = run.log.frame.iloc[skip_steps:]
+    if rows.empty:
+        raise RlsimError(f"no steps left after skipping {skip_steps}", source=run.log.source, field="skip_steps",
+                         fix="skip fewer warm-up steps")
+    out = {}
+    for stage in run.log.timings:
+        values = rows[stage].to_numpy(dtype=float)
+        if (values > 0).any():
+            out[stage] = values[values > 0]
+    if not out:
+        raise RlsimError("no positive phase time to fit", source=run.log.source, fix="check the log's timings")
+    return out
+
+
+def residuals(predicted: Mapping[str, float], measured: Mapping[str, np.ndarray]) -> np.ndarray:
+    """predicted / measured - 1 for every logged step of every compared stage."""
+    return np.concatenate([predicted.get(stage, 0.0) / m - 1.0 for stage, m in measured.items()])
+
+
+@dataclass
+class LogFit:
+    """Fitted values with their 1-sigma uncertainty; per run and stage, measured / before / after."""
+
+    keys: list[str]
+    values: dict[str, float]
+    sigma: dict[str, float]
+    start: dict[str, float]
+    at_bound: list[str]
+    evaluations: int
+    rms_before: float
+    rms_after: float
+    stages: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    items: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fitted": {k: {"value": self.values[k], "sigma": self.sigma[k], "start": self.start[k],
+                               "at_bound": k in self.at_bound} for k in self.keys},
+                "set": list(self.items), "evaluations": self.evaluations,
+                "rms_relative_error": {"before": self.rms_before, "after": self.rms_after},
+                "runs": self.stages, "notes": list(self.notes)}
+
+
+# A direction of parameter space the logs do not see: a singular value of the Jacobian below this
+# share of the largest (float round-off of the finite differences is ~1e-8 of it).
+RANK_TOLERANCE = 1e-6
+
+
+def _uncertainty(jac: np.ndarray, res: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """1-sigma of each parameter, s^2 (J^T J)^-1 over the directions the logs pin (SVD of J); a
+    parameter with a share in a direction they do not pin (e.g. two parameters that only ever
+    enter one logged figure) gets inf."""
+    m, n = jac.shape
+    if m <= n:
+        return np.full(n, np.nan)
+    s2 = float(res @ res) / (m - n)
+    _, singular, vt = np.linalg.svd(jac, full_matrices=False)
+    pinned = singular > RANK_TOLERANCE * (singular[0] if len(singular) else 0.0)
+    cov = (vt[pinned].T / singular[pinned] ** 2) @ vt[pinned] * s2
+    sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None)) * scale
+    blind = vt[~pinned]
+    sigma[np.any(np.abs(blind) > RANK_TOLERANCE, axis=0) if len(blind) else np.zeros(n, bool)] = np.inf
+    sigma[~pinned.any() | (np.linalg.norm(jac, axis=0) == 0)] = np.inf
+    return sigma
+
+
+def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, *, skip_steps: int = SKIP_STEPS,
+             max_evaluations: int = MAX_EVALUATIONS, diff_step: float = DIFF_STEP) -> LogFit:
+    """Fit `keys` to every run's logged phases (one value per key for all runs)."""
+    from scipy.optimize import least_squares
+
+    from ..scenario import load_scenario
+
+    if not runs:
+        raise RlsimError("no logged run to fit", field="--from-log", fix="give at least one LOG with its --scenario")
+    params = fit_parameters(list(keys))
+    loaded = [load_scenario(r.scenario, overrides=list(r.overrides)) for r in runs]
+    measured = [_measured(r, skip_steps) for r in runs]
+    lower, upper = (np.array([getattr(p, a) for p in params]) for a in ("lower", "upper"))
+    start = np.clip([current_value(loaded[0], p.key) for p in params], lower, upper)
+    scale = np.array([max(p.scale, abs(v)) for p, v in zip(params, start, strict=True)])
+
+    def values_of(z: np.ndarray) -> dict[str, float]:
+        return {p.key: float(v) for p, v in zip(params, np.clip(z * scale, lower, upper), strict=True)}
+
+    def predictions(z: np.ndarray) -> list[dict[str, float]]:
+        vals = values_of(z)
+        return [simulate_timings(r.scenario, [*r.overrides, *overlay_items(sc, vals)])
+                for r, sc in zip(runs, loaded, strict=True)]
+
+    def all_residuals(z: np.ndarray) -> np.ndarray:
+        return np.concatenate([residuals(p, m) for p, m in zip(predictions(z), measured, strict=True)])
+
+    before = predictions(start / scale)
+    r0 = np.concatenate([residuals(p, m) for p, m in zip(before, measured, strict=True)])
+    result = least_squares(all_residuals, start / scale, bounds=(lower / scale, upper / scale),
+                           diff_step=diff_step, max_nfev=max_evaluations, method="trf",
+                           ftol=TOLERANCE, xtol=TOLERANCE, gtol=TOLERANCE)
+    values = values_of(result.x)
+    after = predictions(result.x)
+    sigma = _uncertainty(result.jac, result.fun, scale)
+    fit = LogFit(keys=[p.key for p in params], values=values,
+                 sigma={p.key: float(s) for p, s in zip(params, sigma, strict=True)},
+                 start={p.key: float(v) for p, v in zip(params, start, strict=True)},
+                 at_bound=[p.key for p, a in zip(params, result.active_mask, strict=True) if a != 0],
+                 evaluations=int(result.nfev), rms_before=_rms(r0), rms_after=_rms(result.fun),
+                 items=overlay_items(loaded[0], values))
+    for run, m, b, a in zip(runs, measured, before, after, strict=True):
+        fit.stages[run.label] = {s: {"measured_s": float(np.mean(v)), "before_s": b.get(s, 0.0),
+                                     "after_s": a.get(s, 0.0)} for s, v in m.items()}
+        if run.log.ignored:
+            fit.notes.append(f"{run.label}: ignored metric names (not timings rlsim reads): "
+                             + ", ".join(run.log.ignored))
+    if not result.success:
+        fit.notes.append(f"least squares stopped before converging: {result.message}")
+    if any(not np.isfinite(s) for s in sigma):
+        fit.notes.append("an infinite / undefined sigma: the logs do not pin that parameter "
+                         "(log more phases or more runs, or fit fewer parameters)")
+    return fit
+
+
+def _rms(r: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(r)))) if len(r) else 0.0
+
+
+def predict(scenario: Any, overrides: Sequence[str], fit: LogFit) -> dict[str, dict[str, float]]:
+    """The scenario's phases with its defaults and with the fitted values ({'default': ..., 'fitted': ...})."""
+    from ..scenario import load_scenario
+    sc = load_scenario(scenario, overrides=list(overrides))
+    return {"default": simulate_timings(scenario, overrides),
+            "fitted": simulate_timings(scenario, [*overrides, *overlay_items(sc, fit.values)])}
+
+
+def overlay_yaml(fit: LogFit, header: Sequence[str] = ()) -> str:
+    """The fitted values as a YAML overlay: `set:` (the --set items, for `rlsim run S --set ...`), the
+    same values as a nested scenario fragment (`overlay:`), and the fit's figures (`fit:`)."""
+    import yaml
+
+    from ..overrides import parse_assignment, set_dotted
+    nested: dict[str, Any] = {}
+    for item in fit.items:
+        set_dotted(nested, *parse_assignment(item))
+    body = yaml.safe_dump({"set": list(fit.items), "overlay": nested, "fit": fit.to_json()}, sort_keys=False)
+    comments = "".join(f"# {line}\n" for line in header)
+    return comments + body
+
+
+def write_overlay(fit: LogFit, path: str | Path, header: Sequence[str] = ()) -> Path:
+    path = Path(path)
+    path.write_text(overlay_yaml(fit, header), encoding="utf-8")
+    return path

@@ -1,0 +1,106 @@
+"""`rlsim calibrate --from-log`: fit named mechanism parameters to logged runs, write the overlay,
+predict other setups (simulator/calibration/logfit.py)."""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import RlsimError
+
+DEFAULT_OVERLAY = "rlsim-calibration.yaml"
+
+
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..calibration.logfit import DEFAULT_FIT_KEYS, MAX_EVALUATIONS, SKIP_STEPS
+    from .common import positive_int
+
+    parser.add_argument("--from-log", action="append", default=[], metavar="LOG",
+                        help="a verl / NeMo RL per-step log (JSONL, JSON, CSV, wandb CSV export); repeatable, "
+                             "each with its --scenario")
+    parser.add_argument("--scenario", action="append", default=[], metavar="S",
+                        help="the scenario YAML (or preset) of each --from-log run, in order (one for all is fine)")
+    parser.add_argument("--fit", default=",".join(DEFAULT_FIT_KEYS), metavar="KEY[,KEY...]",
+                        help=f"parameters to fit (default {','.join(DEFAULT_FIT_KEYS)}; see docs/calibration.md)")
+    parser.add_argument("--skip-steps", type=int, default=SKIP_STEPS, metavar="N",
+                        help=f"warm-up steps of each log left out (default {SKIP_STEPS})")
+    parser.add_argument("--max-evaluations", type=positive_int, default=MAX_EVALUATIONS, metavar="N",
+                        help=f"least-squares evaluations of the simulator (default {MAX_EVALUATIONS})")
+    parser.add_argument("--log-run", default=None, metavar="NAME", help="the run of a multi-run wandb export")
+    parser.add_argument("--predict", action="append", default=[], metavar="KEY=VALUE",
+                        help="predict the (first / --predict-scenario) scenario with this change too (repeatable)")
+    parser.add_argument("--predict-scenario", default=None, metavar="S",
+                        help="another scenario to predict with the fitted values (e.g. another schedule)")
+
+
+def _runs(args: argparse.Namespace) -> list[Any]:
+    from ..calibration.logfit import LoggedRun
+    from ..calibration.runlogs import read_run_log
+
+    logs, scenarios = list(args.from_log), list(args.scenario)
+    if not scenarios:
+        raise RlsimError("a logged run needs the scenario it ran", field="--scenario",
+                         fix="add --scenario S.yaml (the setup of the run: model, devices, layouts, batch)")
+    if len(scenarios) == 1:
+        scenarios = scenarios * len(logs)
+    if len(scenarios) != len(logs):
+        raise RlsimError(f"{len(logs)} logs and {len(scenarios)} scenarios", field="--scenario",
+                         fix="give one --scenario per --from-log, in order, or one for all")
+    if args.skip_steps < 0:
+        raise RlsimError(f"must be >= 0, got {args.skip_steps}", field="--skip-steps")
+    return [LoggedRun(read_run_log(log, run=args.log_run), scenario, tuple(args.overrides), name=log)
+            for log, scenario in zip(logs, scenarios, strict=True)]
+
+
+def run_from_log(args: argparse.Namespace) -> int:
+    from ..calibration.logfit import fit_runs, predict, write_overlay
+    from .common import out_file, print_json
+
+    if args.device is not None or args.replay:
+        raise RlsimError("--from-log fits logged runs; --device / --replay measure a device", field="--from-log",
+                         fix="run the two separately")
+    try:
+        out = Path(out_file(args.out or DEFAULT_OVERLAY))
+    except argparse.ArgumentTypeError as exc:
+        raise RlsimError(str(exc), field="--out", fix="give --out a writable OVERLAY.yaml path") from None
+    runs = _runs(args)
+    keys = [k.strip() for k in args.fit.split(",") if k.strip()]
+    fit = fit_runs(runs, keys, skip_steps=args.skip_steps, max_evaluations=args.max_evaluations)
+    header = ["rlsim calibrate --from-log " + " ".join(args.from_log),
+              "use: rlsim run S " + " ".join(f"--set {item}" for item in fit.items)]
+    write_overlay(fit, out, header)
+    target = args.predict_scenario or runs[0].scenario
+    document: dict[str, Any] = {"overlay": str(out), **fit.to_json()}
+    if args.predict or args.predict_scenario:
+        document["prediction"] = {"scenario": str(target), "set": list(args.predict),
+                                  **predict(target, [*args.overrides, *args.predict], fit)}
+    if args.json:
+        print_json(document)
+        return 0
+    _print(document)
+    return 0
+
+
+def _figure(value: float) -> str:
+    return "inf" if math.isinf(value) else ("n/a" if math.isnan(value) else f"{value:.4g}")
+
+
+def _print(doc: dict[str, Any]) -> None:
+    print(f"fitted ({doc['evaluations']} evaluations; rms relative error {doc['rms_relative_error']['before']:.1%} "
+          f"-> {doc['rms_relative_error']['after']:.1%}); overlay written to {doc['overlay']}")
+    for key, f in doc["fitted"].items():
+        bound = "  (at a bound)" if f["at_bound"] else ""
+        print(f"  {key:40s} {f['value']:.4g} +- {_figure(f['sigma'])}   (was {f['start']:.4g}){bound}")
+    for run, stages in doc["runs"].items():
+        print(f"  {run}: stage  measured  default  fitted (s)")
+        for stage, v in stages.items():
+            print(f"    {stage:16s} {v['measured_s']:9.3f} {v['before_s']:9.3f} {v['after_s']:9.3f}")
+    prediction = doc.get("prediction")
+    if prediction:
+        print(f"prediction: {prediction['scenario']} {' '.join(prediction['set'])}: stage  default  fitted (s)")
+        for stage, fitted in prediction["fitted"].items():
+            print(f"    {stage:16s} {prediction['default'][stage]:9.3f} {fitted:9.3f}")
+    for note in doc["notes"]:
+        print(f"note: {note}")
+    print("use: rlsim run S " + " ".join(f"--set {item}" for item in doc["set"]))

@@ -1,0 +1,323 @@
+"""The critical path of each training step: the chain of recorded intervals that set its length.
+
+Step k lasts from the end of step k-1 (0 for the first) to its own end (``iterations[k]["end"]``,
+the step time of metrics.iterations_frame). Its path is found by a backward walk over the recorded
+intervals (des.Timeline), from the step's end on the rank that trained it, one rank at a time:
+
+- a busy interval (generate, forward, train, switch, sync, fetch, plan, failure states) or a
+  pipeline bubble (it is part of its optimizer step) is on the path; the walk goes on from its start;
+- a wait (any other idle interval) ended at some time t because something it waited for happened
+  then. If t is the ready time of the step's batch (the latest ``ready`` of the samples step k
+  consumed), the path is that sample's reward latency (``reward``, finish -> ready) and its
+  sequence's generation on the rollout instance that produced it (the sample store's ``instance``),
+  and the walk goes on on that instance. Otherwise the path goes to the busy interval of another
+  rank that ended at t (a weight sync that opened the gate, the consolidated tail the trainers
+  waited for, the aux pool's forward), preferring sync > train > forward > fetch > switch >
+  generate, then the lowest rank. A wait nothing explains stays on the path with its own cause.
+
+The walk stops at the step's start, so the segments tile [start, end] exactly: their lengths sum to
+the step time. Generation on the path after the step's batch reached ``schedule.tail_threshold`` of
+its finished samples counts as ``long_tail`` (the same share that splits a trainer's wait into
+dependency and long tail in the split-pool schedules).
+
+"What if this were free" deltas come from the chain, not from re-simulation: the delta of a cause
+is the path time it holds (mean seconds per step). They sum consistently: per step the causes'
+seconds sum to the step time, so the deltas of all causes sum to the mean step time and the shares
+to 1. Where the schedule is serial (colocated: one chain, nothing overlaps) a cause's delta is the
+step time saved when the cost is zeroed and the run re-simulated (tested for weight sync and
+switch); where work overlaps (one-step-off, async) it is an upper bound of that saving: a chain
+that was shorter by less than the delta becomes critical instead.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+# Path causes, in report order. "data": the DistQueue fetch; "reward": rule-based reward latency
+# between a sequence's finish and its sample being ready; "dependency": a wait nothing recorded explains.
+CAUSES = ("generate", "long_tail", "reward", "switch", "data", "forward", "train", "pipeline_bubble",
+          "weight_sync", "dependency", "planning", "failure", "untracked")
+STATE_CAUSE = {"generate": "generate", "forward": "forward", "train": "train", "switch": "switch",
+               "sync": "weight_sync", "fetch": "data", "plan": "planning", "lost": "failure", "replan": "failure",
+               "restart": "failure", "failed": "failure"}
+# Which busy interval explains a wait when several end at the same time (lower first).
+JUMP_PRIORITY = {"sync": 0, "train": 1, "forward": 2, "fetch": 3, "switch": 4, "generate": 5}
+# Times closer than this are the same event (runners compare simulated times within 1e-9 s,
+# staleness.TIME_TOL_S; float sums over a long run drift by more).
+MATCH_TOL_S = 1e-7
+MATCH_TOL_REL = 1e-12
+
+
+def _tol(t: float) -> float:
+    return MATCH_TOL_S + MATCH_TOL_REL * abs(t)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of a step's critical path: [start, end] of a recorded interval (clipped)."""
+    start: float
+    end: float
+    cause: str
+    state: str
+    pool: str
+    rank_start: int
+    rank_count: int
+    label: str
+    iteration: int
+    sample: int = -1     # generate: the sequence (sample id) whose finish ends the segment
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class StepPath:
+    iteration: int
+    start: float
+    end: float
+    segments: list[Segment]   # in time order, contiguous, tiling [start, end]
+
+    def seconds_by_cause(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for seg in self.segments:
+            out[seg.cause] = out.get(seg.cause, 0.0) + seg.duration
+        return out
+
+
+class _Rows:
+    """The timeline's intervals as arrays, indexed by rank (built on demand for the ranks the walk visits)."""
+
+    def __init__(self, timeline: pd.DataFrame):
+        self.start = timeline["start"].to_numpy(float)
+        self.end = timeline["end"].to_numpy(float)
+        self.rank_start = timeline["rank_start"].to_numpy(int)
+        self.rank_count = timeline["rank_count"].to_numpy(int)
+        self.state = timeline["state"].to_numpy(object)
+        self.cause = timeline["cause"].to_numpy(object)
+        self.pool = timeline["pool"].to_numpy(object)
+        self.label = timeline["label"].to_numpy(object)
+        self.iteration = timeline["iteration"].to_numpy(int)
+        busy = np.flatnonzero(self.state != "idle")
+        self.busy_by_end = busy[np.argsort(self.end[busy], kind="stable")]
+        self.busy_ends = self.end[self.busy_by_end]
+        self._by_rank: dict[int, tuple[np.ndarray, list[float]]] = {}
+        trained = np.flatnonzero(self.state == "train")
+        self.trainer_of: dict[int, int] = {}     # iteration -> the first rank that trained it
+        for i in trained[::-1]:
+            self.trainer_of[int(self.iteration[i])] = int(self.rank_start[i])
+
+    def _on_rank(self, rank: int) -> tuple[np.ndarray, list[float]]:
+        if rank not in self._by_rank:
+            idx = np.flatnonzero((self.rank_start <= rank) & (rank < self.rank_start + self.rank_count))
+            idx = idx[np.argsort(self.start[idx], kind="stable")]
+            self._by_rank[rank] = (idx, self.start[idx].tolist())
+        return self._by_rank[rank]
+
+    def at(self, rank: int, t: float) -> int:
+        """The interval on ``rank`` that runs up to ``t`` (starts before it, ends at or after it); -1: none."""
+        idx, starts = self._on_rank(rank)
+        pos = bisect.bisect_left(starts, t - _tol(t)) - 1
+        if pos < 0 or self.end[idx[pos]] < t - _tol(t):
+            return -1
+        return int(idx[pos])
+
+    def busy_ending_at(self, t: float, exclude_rank: int = -1, iteration: int | None = None) -> int:
+        """The busy interval ending at ``t`` that explains a wait: one of ``iteration`` first (the
+        step's own intervals end it), then JUMP_PRIORITY, then the lowest rank; -1: none."""
+        lo = int(np.searchsorted(self.busy_ends, t - _tol(t), side="left"))
+        hi = int(np.searchsorted(self.busy_ends, t + _tol(t), side="right"))
+        best, key = -1, None
+        for i in self.busy_by_end[lo:hi]:
+            if self.rank_start[i] <= exclude_rank < self.rank_start[i] + self.rank_count[i] or self.start[i] >= t:
+                continue
+            k = (iteration is not None and self.iteration[i] != iteration,
+                 JUMP_PRIORITY.get(self.state[i], len(JUMP_PRIORITY)), int(self.rank_start[i]))
+            if key is None or k < key:
+                best, key = int(i), k
+        return best
+
+    def segment(self, i: int, start: float, end: float, cause: str | None = None, sample: int = -1) -> Segment:
+        state = str(self.state[i])
+        if cause is None:
+            cause = str(self.cause[i]) if state == "idle" else STATE_CAUSE.get(state, state)
+        return Segment(start, end, cause or "dependency", state, str(self.pool[i]), int(self.rank_start[i]),
+                       int(self.rank_count[i]), str(self.label[i]), int(self.iteration[i]), sample)
+
+
+class _Samples:
+    """The sample store's columns the walk reads: which samples a step consumed, when each was
+    finished and ready, and on which instance."""
+
+    def __init__(self, flat: dict[str, np.ndarray], tail_threshold: float):
+        self.flat, self.tail_threshold = flat, tail_threshold
+        self.consumed = flat["consumed_iteration"]
+        self.instance = flat.get("instance", np.full(len(self.consumed), -1))
+        self._by_instance: dict[int, np.ndarray] = {}
+
+    def batch(self, k: int) -> tuple[int, float, float]:
+        """(binding sample, its ready time, the tail_threshold quantile of finish times) of step k;
+        (-1, nan, inf) when it consumed nothing."""
+        ids = np.flatnonzero(self.consumed == k)
+        if not len(ids):
+            return -1, math.nan, math.inf
+        ready = self.flat["ready"][ids]
+        binding = int(ids[np.flatnonzero(ready == ready.max())[0]])
+        finish = np.sort(self.flat["finish"][ids])
+        q = finish[min(len(finish) - 1, math.ceil(self.tail_threshold * len(finish)) - 1)]
+        return binding, float(ready.max()), float(q)
+
+    def last_finished(self, instance: int, start: float, end: float) -> int:
+        """The sample of ``instance`` finished last within [start, end] (ties: lowest id); -1: none."""
+        if instance not in self._by_instance:
+            self._by_instance[instance] = np.flatnonzero(self.instance == instance)
+        ids = self._by_instance[instance]
+        finish = self.flat["finish"][ids]
+        ok = ids[(finish > start) & (finish <= end + _tol(end))]
+        if not len(ok):
+            return -1
+        f = self.flat["finish"][ok]
+        return int(ok[np.flatnonzero(f == f.max())[0]])
+
+
+def critical_paths(record, timeline: pd.DataFrame) -> list[StepPath]:
+    """The critical path of every step of a run (``record``: a RunRecord; ``timeline``: its frame)."""
+    rows = _Rows(timeline)
+    samples = _Samples(record.samples.flat(), float(record.scenario.schedule.tail_threshold))
+    out, w0 = [], 0.0
+    for it in record.iterations:
+        w1 = float(it.get("end", it.get("train_end", w0)))
+        out.append(step_path(rows, samples, int(it["iteration"]), w0, w1))
+        w0 = w1
+    return out
+
+
+def step_path(rows: _Rows, samples: _Samples, k: int, w0: float, w1: float) -> StepPath:
+    """The backward walk over [w0, w1] (module docstring)."""
+    binding, ready, q_finish = samples.batch(k)
+    rank = rows.trainer_of.get(k, -1)      # the walk starts where the step ends: on its trainer
+    if rank < 0:
+        first = rows.busy_ending_at(w1, iteration=k)
+        rank = int(rows.rank_start[first]) if first >= 0 else -1
+    t, out, data_used, jumped_at = w1, [], binding < 0, math.nan
+    for _ in range(len(rows.start) + 8):     # each pass ends one segment or makes one jump
+        if t <= w0 + _tol(w0):
+            break
+        i = rows.at(rank, t) if rank >= 0 else -1
+        if i < 0:
+            out.append(Segment(w0, t, "untracked", "", "", rank, 0, "", k))
+            t = w0
+            break
+        start = float(rows.start[i])
+        if rows.state[i] != "idle" or rows.cause[i] == "pipeline_bubble":
+            sample = samples.last_finished(int(rows.rank_start[i]), start, t) if rows.state[i] == "generate" else -1
+            out.append(rows.segment(i, max(start, w0), t, sample=sample))
+            t = start
+            continue
+        if not data_used and abs(t - ready) <= _tol(t):
+            data_used = True
+            moved = _data_chain(rows, samples, binding, k, w0, t, out)
+            if moved is not None:
+                t, rank = moved
+                continue
+        if jumped_at != t:
+            j = rows.busy_ending_at(t, rank)
+            if j >= 0:
+                rank, jumped_at = int(rows.rank_start[j]), t
+                continue
+        out.append(rows.segment(i, max(start, w0), t))
+        t = start
+    if t > w0 + _tol(w0):      # the walk's bound ran out (not expected): say so rather than stretch a segment
+        out.append(Segment(w0, t, "untracked", "", "", rank, 0, "", k))
+    elif out and out[-1].start > w0:   # within the tolerance of the step start: float rounding, not a gap
+        out[-1] = replace(out[-1], start=w0)
+    return StepPath(k, w0, w1, _long_tail(out[::-1], q_finish))
+
+
+def _data_chain(rows: _Rows, samples: _Samples, binding: int, k: int, w0: float, t: float,
+                out: list[Segment]) -> tuple[float, int] | None:
+    """The wait for the step's batch: the binding sample's reward latency onto the path; returns
+    where the walk goes on (its finish, on its instance), None when its instance is not recorded."""
+    instance = int(samples.instance[binding])
+    finish = float(samples.flat["finish"][binding])
+    i = rows.at(instance, min(finish, t)) if instance >= 0 else -1
+    if i < 0:
+        return None
+    if finish < t:
+        out.append(Segment(max(finish, w0), t, "reward", "reward", str(rows.pool[i]), int(rows.rank_start[i]),
+                           int(rows.rank_count[i]), "reward latency", k, binding))
+    return min(finish, t), instance
+
+
+def _long_tail(segments: list[Segment], q_finish: float) -> list[Segment]:
+    """Generation on the path after the batch's tail_threshold share had finished -> long_tail."""
+    out = []
+    for seg in segments:
+        if seg.cause != "generate" or seg.end <= q_finish:
+            out.append(seg)
+        elif seg.start >= q_finish:
+            out.append(_replace(seg, cause="long_tail"))
+        else:
+            out += [_replace(seg, end=q_finish, sample=-1), _replace(seg, start=q_finish, cause="long_tail")]
+    return out
+
+
+def _replace(seg: Segment, **changes) -> Segment:
+    return Segment(**{**seg.__dict__, **changes})
+
+
+# ---- the `run --json` object ------------------------------------------------------------------
+METHOD = ("dependency chain: backward walk over the recorded intervals; free_delta_s = path seconds "
+          "per cause and step (exact saving where the schedule is serial, an upper bound where work overlaps)")
+
+
+def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = None) -> dict:
+    """The ``critical_path`` key of the summary: per step its chain (consecutive segments of one
+    interval kind merged) and seconds per cause; over the run each cause's share of the path and
+    its free delta (mean seconds per step: what the step would lose were that cause free, to first
+    order). Sums: per step the causes' seconds = the step time; the deltas = the mean step time."""
+    totals = {c: 0.0 for c in CAUSES}
+    steps = []
+    for path in paths:
+        by_cause = path.seconds_by_cause()
+        for cause, s in by_cause.items():
+            totals[cause] = totals.get(cause, 0.0) + s
+        steps.append({"iteration": path.iteration, "start_s": path.start, "end_s": path.end,
+                      "length_s": path.end - path.start,
+                      "s_by_cause": {c: by_cause[c] for c in CAUSES if c in by_cause},
+                      "chain": chain(path, samples)})
+    n = max(1, len(paths))
+    length = sum(totals.values())
+    return {"method": METHOD, "steps": steps,
+            "step_time_s": length / n,
+            "share": {c: (v / length if length > 0 else 0.0) for c, v in totals.items()},
+            "free_delta_s": {c: v / n for c, v in totals.items()},
+            "bottleneck": max(CAUSES, key=lambda c: (totals[c], -CAUSES.index(c))) if length > 0 else ""}
+
+
+def chain(path: StepPath, samples: dict[str, np.ndarray] | None = None) -> list[dict]:
+    """The path as a few elements: consecutive segments of one interval kind (pool, ranks, state,
+    label; a pipeline bubble goes with its optimizer step) merged, with their seconds per cause and
+    the sequence a generation ended with."""
+    out: list[dict] = []
+    for seg in path.segments:
+        phase = "train" if seg.cause == "pipeline_bubble" else seg.state
+        key = (seg.pool, seg.rank_start, seg.rank_count, phase, seg.label)
+        last = out[-1] if out else None
+        if last is not None and last["_key"] == key:
+            last["end_s"] = seg.end
+        else:
+            last = {"_key": key, "phase": phase, "pool": seg.pool, "ranks": [seg.rank_start, seg.rank_count],
+                    "label": seg.label, "start_s": seg.start, "end_s": seg.end, "s_by_cause": {}}
+            out.append(last)
+        last["s_by_cause"][seg.cause] = last["s_by_cause"].get(seg.cause, 0.0) + seg.duration
+        if seg.sample >= 0 and samples is not None:
+            last["sequence"] = {"sample": seg.sample, "prompt_len": int(samples["prompt_len"][seg.sample]),
+                                "response_len": int(samples["response_len"][seg.sample])}
+    for element in out:
+        del element["_key"]
+    return out

@@ -1,0 +1,120 @@
+"""Calibrating on logged runs: a log rlsim writes under known parameters is recovered (round trip),
+the overlay reproduces the fit through `rlsim run --set`, uncertainty flags what a log cannot pin,
+and the V6 cross-prediction machinery runs (fit on a 1-step-off row, predict its on-policy row)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from simulator.calibration import logfit
+from simulator.calibration.runlogs import _normalize, timings_log
+from simulator.cli import main
+from simulator.errors import RlsimError
+
+# A small colocated GRPO step on one DGX-H100 (64 sequences, short responses): ~0.1 s to simulate.
+SCENARIO = {"topology": {"preset": "dgx-h100", "nodes": 1}, "schedule": "colocated", "iterations": 2, "seed": 0,
+            "workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16, "samples_per_prompt": 4,
+                         "mini_batch_prompts": 8,
+                         "response_length": {"dist": "lognormal", "median": 256, "sigma": 1.0, "max": 1024}}}
+TRUE = {"workload.inference.step_overhead_s": 4e-3, "topology.device.gemm_efficiency": 0.55,
+        "schedule.switch.overhead_s": 2.0}
+VERL_STAGES = ("generate", "old_log_prob", "reference", "update_actor", "step_s")
+
+
+def _true_items(true: dict[str, float]) -> list[str]:
+    return ["topology.device.name=h100", *(f"{k}={v}" for k, v in true.items())]
+
+
+def _logged_run(stages=VERL_STAGES, flavour: str = "verl", noise: float = 0.003,
+                true: dict[str, float] = TRUE) -> logfit.LoggedRun:
+    truth = logfit.simulate_timings(SCENARIO, _true_items(true))
+    frame = timings_log(np.random.default_rng(0), {s: truth[s] for s in stages}, steps=6, noise=noise,
+                        flavour=flavour)
+    return logfit.LoggedRun(_normalize(frame, "<rlsim log>"), SCENARIO)
+
+
+def test_round_trip_recovers_known_parameters_within_5_percent() -> None:
+    fit = logfit.fit_runs([_logged_run()], list(TRUE), max_evaluations=20)
+    for key, true in TRUE.items():
+        assert fit.start[key] != pytest.approx(true, rel=0.2)        # the fit starts well away
+        assert fit.values[key] == pytest.approx(true, rel=0.05)
+        assert 0 < fit.sigma[key] < 0.05 * true                       # pinned by the log
+    assert fit.rms_after < 0.01 < fit.rms_before
+    assert fit.items[0] == "topology.device.name=h100"
+
+
+def test_overlay_reproduces_the_fit_through_rlsim_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """CLI round trip on a NeMo RL-named CSV: the overlay's --set items, given to `rlsim run`, give
+    the fitted phases; --predict runs another size."""
+    keys = "workload.inference.step_overhead_s,topology.device.gemm_efficiency"
+    run = _logged_run(stages=("generate", "logprobs", "update_actor", "step_s"), flavour="nemo-rl",
+                      true={k: TRUE[k] for k in keys.split(",")})
+    log = tmp_path / "nemo.csv"
+    frame = run.log.frame.rename(columns={"generate": "timing/train/generation", "update_actor":
+                                          "timing/train/policy_training", "logprobs":
+                                          "timing/train/policy_and_reference_logprobs",
+                                          "step_s": "timing/train/total_step_time"})
+    frame.assign(**{"train/loss": 0.5}).to_csv(log, index=False)
+    scenario = tmp_path / "run.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--fit", keys, "--out", str(out),
+                 "--predict", "topology.nodes=2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fitted"]["workload.inference.step_overhead_s"]["value"] == pytest.approx(4e-3, rel=0.05)
+    assert any("train/loss" in note for note in doc["notes"])
+    overlay = yaml.safe_load(out.read_text())
+    assert overlay["set"] == doc["set"]
+    assert overlay["overlay"]["topology"]["device"]["name"] == "h100"
+    args = ["run", str(scenario), "--json"] + [a for item in overlay["set"] for a in ("--set", item)]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert logfit.predicted_timings(summary)["generate"] == pytest.approx(
+        doc["runs"][str(log)]["generate"]["after_s"])
+    big = doc["prediction"]
+    assert big["fitted"]["step_s"] > big["default"]["step_s"]      # the slower fitted engine, at 16 GPUs
+
+
+def test_uncertainty_flags_parameters_one_log_cannot_separate() -> None:
+    """The generation time alone cannot tell a per-step overhead from a slower HBM: their sigmas say so."""
+    run = _logged_run(stages=("generate",), noise=0.01)
+    keys = ["workload.inference.step_overhead_s", "workload.inference.hbm_efficiency"]
+    fit = logfit.fit_runs([run], keys, max_evaluations=4)
+    relative = {k: fit.sigma[k] / fit.values[k] for k in keys}
+    assert relative == {k: np.inf for k in keys}
+
+
+def test_v6_machinery_fit_one_step_off_predict_on_policy() -> None:
+    """Fit one parameter on the Llama 1-step-off row; the prediction of its on-policy row is reported
+    (the error is the figure of the note, not asserted)."""
+    from simulator.calibration.crosscheck import cross_prediction
+    from simulator.validation.nemo_rl import ROWS
+
+    llama = [r for r in ROWS if r.key == "llama3.1-8b"]
+    off = [r for r in llama if r.off_policy]
+    on = [r for r in llama if not r.off_policy]
+    out = cross_prediction(off, on, ["topology.device.gemm_efficiency"], max_evaluations=2)
+    fit_row, predict_row = out["rows"]
+    assert (fit_row["role"], predict_row["role"]) == ("fit", "predict")
+    assert abs(fit_row["fitted_error"]) <= abs(fit_row["default_error"]) + 1e-9   # the fit moved toward its row
+    assert predict_row["published_s"] == on[0].step_s
+    assert np.isfinite(predict_row["fitted_error"])
+
+
+def test_bad_fit_requests_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(RlsimError, match="not a fit parameter") as info:
+        logfit.fit_parameters(["workload.inference.step_overhead"])
+    assert "step_overhead_s" in str(info.value.fix)
+    with pytest.raises(RlsimError, match="no logged run"):
+        logfit.fit_runs([])
+    log = tmp_path / "x.jsonl"
+    log.write_text('{"timing_s/gen": 1.0}\n')
+    assert main(["calibrate", "--from-log", str(log)]) == 2          # no --scenario
+    assert main(["calibrate"]) == 2                                   # neither --device nor --from-log
+    assert main(["calibrate", "--from-log", str(log), "--scenario", "a.yaml", "--scenario", "b.yaml",
+                 "--scenario", "c.yaml"]) == 2
+    assert main(["calibrate", "--from-log", str(log), "--scenario", "a.yaml", "--device", "cpu"]) == 2

@@ -1,0 +1,108 @@
+"""Dispatch of a round's requests to rollout instances (workload.inference.dispatch)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.rl.costs import FakeCosts
+from simulator.rl.schedules.batches import RoundDraws, prompt_index
+
+from .test_schedules import const, run, scenario
+
+
+def draws(prompts: int, n: int, dispatch: str | None, seed: int = 0) -> RoundDraws:
+    workload = {"inference": {"dispatch": dispatch}} if dispatch else None
+    sc = scenario("colocated", prompts=prompts, n=n, workload=workload)
+    return RoundDraws(sc, np.random.default_rng(seed), const(50), const(200))
+
+
+@settings(max_examples=40, deadline=None)
+@given(prompts=st.integers(1, 40), n=st.integers(1, 9), n_inst=st.integers(1, 12))
+def test_per_prompt_keeps_every_prompt_whole_on_one_instance(prompts, n, n_inst):
+    d = draws(prompts, n, "per-prompt")
+    shares = [d.share(0, i, n_inst) for i in range(n_inst)]
+    assert sorted(np.concatenate([s.group for s in shares]).tolist()) == sorted(d.draw(0).group.tolist())
+    where = {}
+    for i, s in enumerate(shares):
+        for g in set(s.group.tolist()):
+            assert g not in where                       # a prompt lives on one instance only
+            where[g] = i
+            assert int(np.sum(s.group == g)) == n         # with all its n samples
+    # whole prompts dealt round-robin in draw order: prompt j -> instance j mod n_inst
+    order = list(dict.fromkeys(d.draw(0).group.tolist()))
+    assert [where[g] for g in order] == [j % n_inst for j in range(prompts)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(prompts=st.integers(1, 20), n=st.integers(1, 9), n_inst=st.integers(1, 12))
+def test_per_sample_is_the_sequence_round_robin(prompts, n, n_inst):
+    d = draws(prompts, n, "per-sample")
+    batch = d.draw(0)
+    for i in range(n_inst):
+        assert np.array_equal(d.share(0, i, n_inst).group, batch.group[i::n_inst])
+
+
+def test_prompt_index_counts_group_changes():
+    assert prompt_index(np.array([7, 7, 3, 3, 3, 9])).tolist() == [0, 0, 1, 1, 1, 2]
+    assert prompt_index(np.zeros(0, int)).tolist() == []
+
+
+def test_default_is_per_prompt_and_a_bad_value_is_an_error():
+    assert scenario().workload.inference.dispatch == "per-prompt"
+    with pytest.raises(RlsimError, match="dispatch"):
+        scenario(workload={"inference": {"dispatch": "random"}})
+
+
+def _two_prompt_lengths(long: int, short: int):
+    def sample(rng, n_prompts, n, step):
+        return np.array([[long] * n if p % 2 == 0 else [short] * n for p in range(n_prompts)])
+    return sample
+
+
+@pytest.mark.parametrize("dispatch", ["per-prompt", "per-sample"])
+def test_a_long_prompt_concentrates_on_one_instance_in_closed_form(dispatch):
+    # 2 prompts x 4 samples over 2 one-slot instances; prompt 0's responses are all L tokens, prompt
+    # 1's all S: per prompt, one instance decodes 4 L (the round lasts 4 L d); per sample, each
+    # instance decodes 2 L + 2 S
+    n, long, short, d = 4, 1000, 100, 1e-3
+    costs = FakeCosts(instance_devices=1, train_group_devices=1, instance_max_seqs=1, decode_s_per_token=d,
+                      sync_s=0.0, switch_s=0.0)
+    sc = scenario("colocated", iterations=1, prompts=2, n=n, workload={"inference": {"dispatch": dispatch}})
+    s = run(sc, costs, devices=2, prompt=const(10), resp=_two_prompt_lengths(long, short))[3]
+    expected = n * long * d if dispatch == "per-prompt" else n / 2 * (long + short) * d
+    assert s["stage_time_s"]["generate"] == pytest.approx(expected)
+
+
+def test_per_prompt_hands_the_engine_whole_prefix_groups(monkeypatch):
+    # the engine's prefix cache shares a prefill among one call's sequences of one group id
+    seen: list[np.ndarray] = []
+    rollout = FakeCosts.rollout
+
+    def recording(self, prompt_lens, response_lens, ranks, groups=None):
+        seen.append(np.asarray(groups))
+        return rollout(self, prompt_lens, response_lens, ranks, groups)
+    monkeypatch.setattr(FakeCosts, "rollout", recording)
+    for dispatch, per_call in (("per-prompt", 8), ("per-sample", 2)):
+        seen.clear()
+        sc = scenario("colocated", iterations=1, prompts=8, n=8, workload={"inference": {"dispatch": dispatch}})
+        run(sc, FakeCosts(instance_devices=2, train_group_devices=2), devices=8)
+        assert len(seen) == 4
+        for groups in seen:
+            assert set(np.unique(groups, return_counts=True)[1].tolist()) == {per_call}
+
+
+def test_dynamic_sampling_sub_rounds_run_one_after_another_in_closed_form():
+    # keep_fraction 1 and gen_prompts = half the batch: exactly two sub-rounds of 4 prompts x 4;
+    # equal lengths on 2 one-slot instances: each sub-round lasts 2 prompts x 4 samples x L d on
+    # every instance, and the second starts when the first is scored, so generation is twice that
+    n, length, d = 4, 500, 1e-3
+    costs = FakeCosts(instance_devices=1, train_group_devices=1, instance_max_seqs=1, decode_s_per_token=d,
+                      sync_s=0.0, switch_s=0.0)
+    sc = scenario("colocated", iterations=1, prompts=8, n=n,
+                  workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 1.0}})
+    rec, _, sm, s = run(sc, costs, devices=2, prompt=const(10), resp=const(length))
+    one_sub_round = 2 * n * length * d
+    assert s["stage_time_s"]["generate"] == pytest.approx(2 * one_sub_round)
+    starts = sorted(set(sm["start"].round(9)))
+    assert starts == pytest.approx([0.0, one_sub_round])

@@ -1,0 +1,175 @@
+"""rl/critical_path.py: the chain of recorded intervals that sets each step's length.
+
+Closed form (one instance, equal lengths, colocated): generate -> train -> sync, its length the
+step time. Free deltas sum consistently: per step the causes' seconds sum to the step time, over
+the run the deltas sum to the mean step time and the shares to 1; on a serial schedule a cause's
+delta is the saving a re-simulation with that cost zeroed measures. Property (hypothesis): for
+random small scenarios of every split and colocated kind the path tiles each step, without gaps
+or overlaps, and every segment lies inside a recorded interval of its track."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator import metrics
+from simulator.rl import critical_path as cp
+from simulator.rl.costs import FakeCosts
+from simulator.rl.schedules import run_schedule
+from simulator.scenario import load_scenario
+
+
+def const(value):
+    def sample(rng, n_prompts, n, step):
+        return np.full((n_prompts, n), value, int)
+    return sample
+
+
+def lognormal(median, sigma, cap):
+    def sample(rng, n_prompts, n, step):
+        return np.clip(np.round(rng.lognormal(np.log(median), sigma, size=(n_prompts, n))), 1, cap).astype(int)
+    return sample
+
+
+def scenario(kind="colocated", iterations=3, prompts=8, n=8, seed=0, **sched):
+    return load_scenario({"topology": "fake", "workload": {"model": "fake", "prompts_per_step": prompts,
+                                                           "samples_per_prompt": n},
+                          "schedule": {"kind": kind, **sched}, "iterations": iterations, "seed": seed})
+
+
+def paths_of(sc, costs, devices, prompt=None, resp=None):
+    rec = run_schedule(sc, costs, devices, prompt or lognormal(100, 0.3, 400), resp or lognormal(400, 1.0, 4000))
+    timeline = rec.timeline.to_frame()
+    paths = cp.critical_paths(rec, timeline)
+    return rec, timeline, paths, cp.summarize(paths, rec.samples.flat())
+
+
+def test_closed_form_colocated_path_is_generate_train_sync():
+    # one instance (2 devices), every response 500 tokens, no switch / forward / reward / fetch cost
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.0,
+                  decode_s_per_token=1e-3, train_device_s_per_token=1e-3, forward_device_s_per_token=0.0)
+    sc = scenario("colocated", iterations=3, distqueue={"bw_Bps": 1e30})
+    rec, tl, paths, summary = paths_of(sc, c, devices=2, prompt=const(100), resp=const(500))
+    gen, train, sync = 500 * 1e-3, 64 * 600 * 1e-3 / 2, 0.7
+    ends = [0.0] + [it["end"] for it in rec.iterations]
+    for k, (path, step) in enumerate(zip(paths, summary["steps"], strict=True)):
+        assert [e["phase"] for e in step["chain"]] == ["generate", "train", "sync"]
+        assert step["chain"][0]["ranks"] == [0, 2] and "sequence" in step["chain"][0]
+        assert step["chain"][0]["sequence"]["response_len"] == 500
+        assert path.end - path.start == pytest.approx(ends[k + 1] - ends[k], rel=1e-12)
+        assert sum(s.duration for s in path.segments) == pytest.approx(gen + train + sync, rel=1e-9)
+        assert step["s_by_cause"] == pytest.approx({"generate": gen, "train": train, "weight_sync": sync}, rel=1e-9)
+
+
+def _mean_step(rec) -> float:
+    return rec.iterations[-1]["end"] / len(rec.iterations)
+
+
+@pytest.mark.parametrize("knob, cause", [("sync_s", "weight_sync"), ("switch_s", "switch")])
+def test_free_delta_is_the_resimulated_saving_on_a_serial_schedule(knob, cause):
+    # colocated, 4 instances, random lengths: one chain per step, so zeroing a constant cost saves
+    # exactly its path time (the draws do not depend on timing: same sequences in both runs). The
+    # DistQueue is made instant: its fetch time depends on when the writes land (second order).
+    base = dict(instance_devices=2, train_group_devices=2, sync_s=0.5, switch_s=0.2, instance_max_seqs=8)
+    sc = scenario("colocated", iterations=4, seed=3, distqueue={"bw_Bps": 1e30})
+    rec, _, _, summary = paths_of(sc, FakeCosts(**base), devices=8)
+    free_rec = paths_of(sc, FakeCosts(**{**base, knob: 0.0}), devices=8)[0]
+    assert summary["free_delta_s"][cause] > 0
+    assert _mean_step(rec) - _mean_step(free_rec) == pytest.approx(summary["free_delta_s"][cause], rel=1e-9)
+
+
+def _check_sums(rec, summary) -> None:
+    """What "sum consistently" means: per step causes -> step time; run: deltas -> mean step, shares -> 1."""
+    for step in summary["steps"]:
+        assert math.isclose(sum(step["s_by_cause"].values()), step["length_s"], rel_tol=1e-9, abs_tol=1e-9)
+        assert all(v > 0 for v in step["s_by_cause"].values())
+        chain_s = sum(sum(e["s_by_cause"].values()) for e in step["chain"])
+        assert math.isclose(chain_s, step["length_s"], rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(sum(summary["free_delta_s"].values()), _mean_step(rec), rel_tol=1e-9)
+    assert math.isclose(summary["step_time_s"], _mean_step(rec), rel_tol=1e-9)
+    assert math.isclose(sum(summary["share"].values()), 1.0, rel_tol=1e-9)
+    assert summary["free_delta_s"]["untracked"] == 0.0
+
+
+def _check_tiles(rec, timeline, paths) -> None:
+    """Each step's path: contiguous, non-overlapping, [step start, step end], inside recorded intervals."""
+    ends = [0.0] + [float(it["end"]) for it in rec.iterations]
+    cols = {c: timeline[c].to_numpy() for c in ("pool", "rank_start", "rank_count", "start", "end", "state")}
+    for k, path in enumerate(paths):
+        segs = path.segments
+        assert path.start == ends[k] and path.end == ends[k + 1]
+        assert segs[0].start == path.start and segs[-1].end == path.end
+        assert all(a.end == b.start for a, b in zip(segs, segs[1:], strict=False))
+        assert all(s.duration > 0 for s in segs)
+        assert math.isclose(sum(s.duration for s in segs), path.end - path.start, rel_tol=1e-9, abs_tol=1e-9)
+        for s in segs:
+            if s.state == "reward":      # reward latency: a sample's finish -> ready, no interval of its own
+                continue
+            inside = (cols["pool"] == s.pool) & (cols["rank_start"] == s.rank_start) & \
+                (cols["rank_count"] == s.rank_count) & (cols["state"] == s.state) & \
+                (cols["start"] <= s.start + 1e-7) & (cols["end"] >= s.end - 1e-7)
+            assert inside.any(), f"step {k}: {s} lies in no recorded {s.state} interval"
+
+
+CASE = st.fixed_dictionaries({
+    "kind": st.sampled_from(["colocated", "disaggregated", "one-step-off", "stalesync", "stalesync-split",
+                             "async", "areal", "nemo-rl-async", "verl-fully-async"]),
+    "seed": st.integers(0, 10_000),
+    "devices": st.sampled_from([8, 12, 16]),
+    "slots": st.sampled_from([2, 8, 1000]),
+    "fuse_actor": st.booleans(),
+})
+
+
+def _case(c):
+    kind, extra = c["kind"], {}
+    if kind == "stalesync-split":
+        kind, extra = "stalesync", {"placement": "disaggregated"}
+    if kind == "colocated" and c["fuse_actor"]:
+        extra["fuse"] = "actor"
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.1,
+                      reward_s_per_sample=1e-3, instance_max_seqs=c["slots"])
+    return scenario(kind, iterations=4, prompts=4, seed=c["seed"], **extra), costs
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CASE)
+def test_path_tiles_each_step_and_follows_recorded_intervals(c):
+    sc, costs = _case(c)
+    rec, timeline, paths, summary = paths_of(sc, costs, devices=c["devices"])
+    _check_tiles(rec, timeline, paths)
+    _check_sums(rec, summary)
+    # the whole-run figure the summary reports is the mean path length
+    s = metrics.summary(rec, timeline, rec.samples.to_frame())
+    assert math.isclose(summary["step_time_s"] * len(paths), s["makespan_s"], rel_tol=1e-9)
+
+
+def test_long_tail_is_generation_after_the_tail_threshold_share():
+    # colocated, one instance, lengths 100 x 63 and one of 1000: the round waits for the last one;
+    # the path's generation after the 90% quantile finish (0.1 s) is long tail: 0.9 s of it
+    def one_long(rng, n_prompts, n, step):
+        out = np.full((n_prompts, n), 100, int)
+        out[-1, -1] = 1000
+        return out
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, decode_s_per_token=1e-3)
+    rec, _, paths, summary = paths_of(scenario("colocated", iterations=2), c, devices=2, prompt=const(10),
+                                      resp=one_long)
+    for step in summary["steps"]:
+        assert step["s_by_cause"]["long_tail"] == pytest.approx(0.9, rel=1e-9)
+        assert step["s_by_cause"]["generate"] == pytest.approx(0.1, rel=1e-9)
+        assert step["chain"][0]["sequence"]["response_len"] == 1000
+
+
+def test_split_pool_trainer_bound_step_has_no_generation_on_its_path():
+    # one-step-off with a slow trainer and fast rollout: after the first step the batch is always
+    # ready before the trainer is free, so the path is the trainer's own fetch -> train -> sync
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, decode_s_per_token=1e-6,
+                  train_device_s_per_token=1e-2)
+    rec, _, paths, summary = paths_of(scenario("one-step-off", iterations=4), c, devices=8)
+    for step in summary["steps"][1:]:
+        assert {e["pool"] for e in step["chain"]} == {"train"}
+        assert "generate" not in step["s_by_cause"] and "long_tail" not in step["s_by_cause"]
+    assert summary["bottleneck"] == "train"

@@ -1,0 +1,56 @@
+"""`layout: auto` on a colocated placement sizes the rollout engine beside the resident training
+state (issue 14 class 6: qwen2.5-7b colocated on one DGX-H100 node was refused, 87.2 GB on 80 GB,
+with a fix naming a value the user never set)."""
+import pytest
+
+from simulator.autoplan import auto_layouts, colocated_engine_share
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model
+from simulator.scenario import load_scenario
+
+AUTO = ["workload.train_layout=auto", "workload.rollout_layout=auto"]
+
+
+def _scenario(*overrides, nodes=1):
+    return load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": nodes},
+                         schedule="colocated", iterations=1, overrides=list(overrides))
+
+
+def test_the_engine_share_is_what_the_resident_state_leaves():
+    sc, topo = _scenario(), load_topology({"preset": "dgx-h100", "nodes": 1})
+    model = load_model("qwen2.5-7b")
+    lay = {"tp": 1, "pp": 1, "zero": 1, "recompute": "full", "micro_batch": 1}
+    share = colocated_engine_share(sc, topo, model, lay, list(range(8)), 0.9)
+    hbm = topo.device_spec(0).hbm_bytes
+    weights = model.weight_bytes(2.0)            # tp 1: every device holds the bf16 weights
+    assert share == pytest.approx(int((hbm - weights) / hbm * 100) / 100)
+    assert share * hbm + weights <= hbm
+    split = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                          schedule="disaggregated", iterations=1)
+    assert colocated_engine_share(split, topo, model, lay, list(range(4)), 0.9) == 0.9   # split pools: untouched
+
+
+def test_auto_layouts_fit_on_one_node_colocated():
+    sc = _scenario(*AUTO)
+    topo = load_topology(sc.topology)
+    plan = auto_layouts(sc, topo)
+    assert plan.layouts["rollout"]["gpu_memory_utilization"] < 0.9
+    import simulator
+    summary = simulator.simulate(sc).summary   # the run accepts what the planner chose
+    assert summary["peak_memory_bytes"] <= topo.device_spec(0).hbm_bytes
+
+
+def test_a_refusal_names_the_value_the_user_did_not_set():
+    from simulator import presets
+    workload, _ = presets.resolve("workloads", "grpo-qwen2.5-7b")
+    workload.update(rollout_layout={"tp": 1, "ep": 1, "max_num_seqs": 256},   # no gpu_memory_utilization
+                    train_layout={"tp": 1, "zero": 1, "recompute": "full"})
+    sc = load_scenario(workload=workload, topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated",
+                       iterations=1)
+    import simulator
+    with pytest.raises(RlsimError) as info:
+        simulator.simulate(sc)
+    text = str(info.value)
+    assert "does not set gpu_memory_utilization" in text and "default 0.9" in text
+    assert info.value.field == "workload.rollout_layout"

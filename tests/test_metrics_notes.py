@@ -1,0 +1,65 @@
+"""Figures that mislead unless said (issue 14 class 6): StaleSync with staleness 0 trains partial
+batches and drops samples as stale, so its step time looks best; a staleness bound of 2 or more on
+colocated StaleSync never binds. The summary carries the counts, the notes say it, and the cheapest
+pick ranks by trained tokens."""
+import pytest
+
+import simulator
+from simulator.capacity import Target, cheapest, cost_fields
+from simulator.metrics import STALE_NOTE_SHARE, summary_notes
+from simulator.rl.costs import FakeCosts
+
+SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=4,
+             overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=4"])
+
+
+def _run(staleness):
+    return simulator.simulate(None, schedule="stalesync", costs=FakeCosts(instance_devices=2, train_group_devices=2),
+                              **{**SMALL, "overrides": [*SMALL["overrides"], f"schedule.staleness={staleness}"]}).summary
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {s: _run(s) for s in (0, 1, 2)}
+
+
+def test_staleness_0_trains_partial_batches_and_says_so(runs):
+    zero, one = runs[0]["samples"], runs[1]["samples"]
+    assert zero["batch"] == one["batch"] == 32
+    assert zero["trained_per_step"] * 4 == zero["consumed"]
+    assert zero["trained_per_step"] == zero["batch"] / 2 and zero["stale_fraction"] == pytest.approx(0.375)
+    assert one["trained_per_step"] > zero["trained_per_step"] and one["stale_fraction"] == 0.0
+    assert runs[0]["step_time_s"] < runs[1]["step_time_s"]   # why it misleads: the shorter step
+    assert zero["stale_fraction"] >= STALE_NOTE_SHARE
+    assert any("as stale" in n and "tokens/s" in n for n in summary_notes(runs[0]))
+    assert not any("as stale" in n for n in summary_notes(runs[1]))
+
+
+def test_a_bound_that_never_binds_is_named(runs):
+    assert runs[2]["staleness"]["max"] == 1.0   # colocated StaleSync: one version behind at most
+    assert runs[2]["step_time_s"] == runs[1]["step_time_s"]
+    assert any("never binds" in n and "colocated StaleSync" in n for n in summary_notes(runs[2]))
+    assert not any("never binds" in n for n in summary_notes(runs[1]))
+
+
+def test_notes_on_synthetic_summaries():
+    base = {"schedule": "stalesync", "placement": "colocated", "staleness": {"bound": 1.0, "max": 1.0},
+            "samples": {"stale_fraction": 0.0, "trained_per_step": 8192, "batch": 8192}}
+    assert summary_notes(base) == []
+    dropping = {**base, "samples": {"stale_fraction": 0.375, "trained_per_step": 4096, "batch": 8192}}
+    assert "38%" in summary_notes(dropping)[0] and "4,096" in summary_notes(dropping)[0]
+    loose = {**base, "staleness": {"bound": 3.0, "max": 1.0}}
+    assert "bound 3 never binds" in summary_notes(loose)[0]
+    assert summary_notes({**base, "staleness": {"bound": float("inf"), "max": 5.0}}) == []
+
+
+def test_cheapest_ranks_by_trained_tokens_not_by_step():
+    """A half-batch config with the shorter step but fewer trained tokens/s per device loses."""
+    whole = {"grid": {"s": 1}, "devices": 64, "step_time_s": 450.0, "tokens_per_s": 56_000.0, "device_kinds": ["h100"]}
+    half = {"grid": {"s": 0}, "devices": 64, "step_time_s": 410.0, "tokens_per_s": 18_000.0, "device_kinds": ["h100"]}
+    target = Target(tokens_per_s=10_000)
+    assert cheapest([half, whole], target, 2.0)["grid"] == {"s": 1}
+    assert cheapest([half, whole], target)["grid"] == {"s": 1}
+    fields = cost_fields(whole, 2.0)
+    assert fields["device_hours_per_1m_tokens"] == pytest.approx(64 * 1e6 / 56_000 / 3600)
+    assert fields["cost_per_1m_tokens"] == pytest.approx(2.0 * fields["device_hours_per_1m_tokens"])
