@@ -10,18 +10,14 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
-from . import metrics
 from .errors import RlsimError
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
 from .overrides import parse_assignment
-from .report.trace import chrome_trace
-from .rl import critical_path
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
 from .scenario import (
@@ -34,6 +30,11 @@ from .scenario import (
     validate_scenario,
 )
 
+if TYPE_CHECKING:
+    # pandas (and metrics and the trace writer, which need it) are imported once a run has
+    # finished: `rlsim run` reaches its first simulated event without them (benchmarks/bench_startup.py).
+    import pandas as pd
+
 DEFAULT_COMPARE = ("colocated", "disaggregated", "stalesync")
 
 
@@ -45,15 +46,22 @@ class SimulationResult:
     iterations: pd.DataFrame
     samples: pd.DataFrame
     record: RunRecord = field(repr=False)
+    # The device kinds of the run's topology (a sweep prices a point per device-hour from them);
+    # empty when the costs were given (no topology was built).
+    device_kinds: list[str] = field(default_factory=list)
 
     def device_timeline(self) -> pd.DataFrame:
         """One row per device and interval (des.INTERVAL_COLUMNS); large at scale."""
         return expand_devices(self.timeline)
 
     def time_in_states(self) -> pd.DataFrame:
+        from . import metrics
+
         return metrics.time_in_states(self.timeline)
 
     def write(self, out_dir: str | Path) -> list[Path]:
+        from .report.trace import chrome_trace
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         files = {
@@ -88,6 +96,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     w = sc.workload
     plan = None
     replanner = None
+    device_kinds: list[str] = []
     if costs is None:
         from .autoplan import PlannerReplanner, auto_layouts
         from .rl.llm_costs import LlmCosts
@@ -98,6 +107,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
         plan = auto_layouts(sc, topology)          # layout: auto -> the planner, cost in simulated time
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts)
         n_devices = topology.num_devices
+        device_kinds = topology.device_kinds()
         if sc.schedule.failures:
             replanner = PlannerReplanner(sc, topology)
     else:
@@ -109,6 +119,8 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp),
                        start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress)
+    from . import metrics
+
     timeline = rec.timeline.to_frame()
     samples = rec.samples.to_frame()
     summary = metrics.summary(rec, timeline, samples)
@@ -123,6 +135,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     if plan is not None and plan.detail:
         summary["auto_layout"] = plan.detail
     # the chain of intervals that set each step's length (rl/critical_path.py), from the record
+    from .rl import critical_path  # pandas: after the run (see the TYPE_CHECKING note above)
     summary["critical_path"] = critical_path.summarize(critical_path.critical_paths(rec, timeline), rec.samples.flat())
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble
@@ -130,7 +143,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
             f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
             f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
             "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
-    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec)
+    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds)
 
 
 @dataclass
@@ -212,6 +225,8 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     cols = ["schedule", "devices", "steady_step_time_s", "steady_tokens_per_s", "step_time_s", "tokens_per_s",
             "tokens_per_s_per_device",
             "generated_tokens_per_s", "bubble_fraction", "mfu"]
+    import pandas as pd
+
     frame = pd.DataFrame([{c: r[c] for c in cols} for r in rows])
     frame["staleness_max"] = [r["staleness"]["max"] for r in rows]
     if len(frame):

@@ -51,7 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _rich_raises_broken_pipe()
     try:
         return _main(argv)
     except BrokenPipeError:
@@ -89,21 +88,6 @@ def _silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):  # stdout is not a real file (a test's capture)
         pass
-
-
-def _rich_raises_broken_pipe() -> None:
-    """rich answers a closed stdout with SystemExit(1) (Console.on_broken_pipe); raise
-    BrokenPipeError instead, so main() handles it for every command in one place."""
-    try:
-        from rich.console import Console
-    except ImportError:
-        return
-
-    def on_broken_pipe(self: Console) -> None:
-        self.quiet = True
-        raise BrokenPipeError
-
-    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

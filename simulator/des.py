@@ -7,11 +7,13 @@ as nothing else injects randomness: every random draw goes through the one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import pandas as pd
 import simpy
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: a run starts without it
+    import pandas as pd
 
 INTERVAL_COLUMNS = ["pool", "device", "state", "cause", "iteration", "start", "end", "label"]
 
@@ -65,6 +67,8 @@ class Timeline:
         self.rows = [row if row.end <= t_end else row._replace(end=t_end) for row in self.rows if row.start < t_end]
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         frame = pd.DataFrame(self.rows, columns=TIMELINE_COLUMNS)
         return frame.sort_values(["start", "pool", "rank_start", "end"], kind="stable").reset_index(drop=True)
 

@@ -129,14 +129,16 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
 def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> dict:
     sc = rec.scenario
     T = rec.makespan_s
-    consumed = samples[samples["consumed_iteration"] >= 0]
-    trained_tokens = float((consumed["prompt_len"] + consumed["response_len"]).sum())
+    # Column by column: a masked copy of the whole per-sample frame would double a long run's peak.
+    consumed = samples["consumed_iteration"] >= 0
+    n_consumed = int(consumed.sum())
+    trained_tokens = float((samples["prompt_len"][consumed] + samples["response_len"][consumed]).sum())
     in_window = samples["finish"] <= T + 1e-9
     gen_tokens = float(samples.loc[in_window, "generated_tokens"].sum())
     all_gen = float(samples["generated_tokens"].sum())
     gen_flops = rec.gen_flops * (gen_tokens / all_gen if all_gen > 0 else 0.0)
     bubble_fraction, by_cause = bubbles(timeline)
-    stale = consumed["staleness"]
+    stale = samples["staleness"][consumed]
     its = max(1, len(rec.iterations))
     steady_step, steady_tps = steady_state(rec)
     peak = rec.peak_flops * rec.n_devices
@@ -158,7 +160,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
         "steady_tokens_per_s": steady_tps,
         "steady_tokens_per_s_per_device": steady_tps / rec.n_devices,
         "generated_tokens_per_s": gen_tokens / T if T > 0 else 0.0,
-        "samples_per_s": len(consumed) / T if T > 0 else 0.0,
+        "samples_per_s": n_consumed / T if T > 0 else 0.0,
         "bubble_fraction": bubble_fraction,
         "bubbles_by_cause": by_cause,
         "stage_time_s": {k: v / its for k, v in sorted(rec.stage_time_s.items())},
@@ -168,7 +170,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
                       "bound": sc.schedule.effective_staleness},
         "peak_memory_bytes": rec.peak_memory_bytes,
         "roofline_tokens_per_s": roofline,
-        "samples": sample_counts(samples, len(consumed), its, sc.workload),
+        "samples": sample_counts(samples, n_consumed, its, sc.workload),
         "distqueue": {k: float(v) for k, v in rec.queue.items()},
         "rollout": rollout_utilization(rec),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import importlib
 import io
 import itertools
 import json
@@ -430,17 +431,29 @@ WATCHDOG_PERIOD_S = 0.5
 _PR_SET_PDEATHSIG = 1
 
 
-def _worker_init(parent_pid: int) -> None:
+# What the real point function (simulate_point) imports: a worker loads it once, when it starts,
+# not inside its first point (benchmarks/bench_sweep.py measures both).
+POINT_MODULES = ("simulator.api",)
+
+
+def _worker_init(parent_pid: int, preload: Sequence[str] = ()) -> None:
     """Initializer of each local pool worker: Ctrl-C is left to the parent (which saves what
     finished and stops the pool), and the worker dies with its parent however that one ends
     (SIGKILL included): the kernel's parent-death signal on Linux, and a watchdog thread that
-    polls the parent's pid everywhere (a worker must never outlive the sweep and spin on)."""
+    polls the parent's pid everywhere (a worker must never outlive the sweep and spin on).
+    Then the modules in `preload` are imported, once per worker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker must not inherit the parent's handler
     _set_parent_death_signal()
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         os._exit(1)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="rlsim-parent-watchdog", daemon=True).start()
+    _preload(preload)
+
+
+def _preload(modules: Sequence[str]) -> None:
+    for name in modules:
+        importlib.import_module(name)
 
 
 def _set_parent_death_signal() -> None:
@@ -477,15 +490,18 @@ class SerialExecutor:
 
 @dataclass
 class LocalExecutor:
-    """A pool of local worker processes; results come back as they finish."""
+    """A pool of local worker processes; results come back as they finish. Each worker imports
+    `preload` when it starts."""
 
     jobs: int = 2
+    preload: tuple[str, ...] = ()
 
     def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
         if self.jobs <= 1:
             yield from SerialExecutor().map_unordered(evaluate, points)
             return
-        pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_worker_init, initargs=(os.getpid(),))
+        pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_worker_init,
+                                   initargs=(os.getpid(), self.preload))
         pending: dict[Future, Point] = {}
         clean = False
         try:
@@ -530,6 +546,7 @@ class DaskExecutor:
     address: str | None = None
     jobs: int = 2
     processes: bool = True
+    preload: tuple[str, ...] = ()
     _cluster: Any = field(default=None, repr=False)
 
     def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
@@ -556,6 +573,8 @@ class DaskExecutor:
                              fix="check the address (tcp://HOST:8786), or leave --scheduler out for a local cluster") \
                 from None
         try:
+            if self.preload:
+                client.run(_preload, list(self.preload))   # once per worker, before the first point
             futures = {}
             for point in points:
                 # pure=False: a repeated point is re-run, never served from another sweep's cache
@@ -576,14 +595,17 @@ class DaskExecutor:
                 cluster.close()
 
 
-def make_executor(kind: str, jobs: int = 1, scheduler: str | None = None) -> Executor:
+def make_executor(kind: str, jobs: int = 1, scheduler: str | None = None,
+                  preload: tuple[str, ...] = POINT_MODULES) -> Executor:
+    """The executor of `rlsim sweep`; its workers import `preload` (the real point function's
+    modules) once each, when they start."""
     if kind == "local":
         if scheduler:
             raise RlsimError("--scheduler needs --executor dask", field="--scheduler",
                              fix="add --executor dask, or drop --scheduler")
-        return LocalExecutor(jobs=jobs)
+        return LocalExecutor(jobs=jobs, preload=preload)
     if kind == "dask":
-        return DaskExecutor(address=scheduler, jobs=jobs)
+        return DaskExecutor(address=scheduler, jobs=jobs, preload=preload)
     raise RlsimError(f"unknown executor {kind!r}", field="--executor", fix="use local or dask")
 
 
@@ -707,10 +729,10 @@ class BaseScenario:
 def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, Any]:
     """The real point function: simulate the base scenario with the point's values set."""
     from .api import simulate
-    from .hardware.topology import load_topology
 
     result = simulate(base.spec, **base.keywords(values))
     summary = dict(result.summary)
-    # The device kinds let a capacity question price the run per device-hour (capacity.py).
-    summary.setdefault("device_kinds", load_topology(result.scenario.topology).device_kinds())
+    # The device kinds let a capacity question price the run per device-hour (capacity.py); the run
+    # read them off the topology it built (building it again cost a point up to a second at 24k devices).
+    summary.setdefault("device_kinds", result.device_kinds)
     return summary

@@ -193,6 +193,32 @@ def test_local_pool_and_dask_give_rows_identical_to_serial(tmp_path):
     assert paths["dask"].read_bytes() == paths["serial"].read_bytes()
 
 
+def modules_loaded(values: dict) -> dict:
+    """Which of the modules a test asked workers to preload this process has."""
+    return {"loaded": sorted(m for m in values["modules"] if m in sys.modules), "pid": os.getpid()}
+
+
+def test_each_worker_imports_the_preload_modules_when_it_starts(monkeypatch):
+    """The pool's initializer imports the point function's modules once per worker, before its
+    first point (a worker's first point does not pay them; `rlsim sweep` preloads simulator.api)."""
+    wanted = ["colorsys", "wave"]   # small stdlib modules nothing here imports
+    for name in wanted:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    points = make_points({"modules": [wanted], "i": [0, 1, 2, 3]}, "")
+    rows = [s for _, s, _ in LocalExecutor(jobs=2, preload=tuple(wanted)).map_unordered(modules_loaded, points)]
+    assert all(r["loaded"] == wanted for r in rows)
+    assert not set(wanted) & set(sys.modules)   # in the workers, not in this process
+    bare = [s for _, s, _ in LocalExecutor(jobs=2).map_unordered(modules_loaded, points)]
+    assert all(r["loaded"] == [] for r in bare)
+
+
+def test_the_sweep_command_preloads_the_simulator_in_its_workers():
+    from simulator.sweep import POINT_MODULES, make_executor
+    assert "simulator.api" in POINT_MODULES
+    assert make_executor("local", 2).preload == POINT_MODULES
+    assert make_executor("dask", 2).preload == POINT_MODULES
+
+
 def test_killed_worker_keeps_finished_points_and_rerun_computes_the_rest(tmp_path):
     grid = {"topology.nodes": list(range(1, 9))}
     store = ResultsStore(tmp_path / "results.csv")

@@ -20,12 +20,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from ..errors import RlsimError
+
+if TYPE_CHECKING:  # pandas is imported where a log is read: `rlsim --help` builds this parser
+    import pandas as pd
 
 # Log key -> stage name used here. `gen` is rollout generation; the others are forward or train passes.
 VERL_STAGE_KEYS: dict[str, str] = {
@@ -153,6 +155,8 @@ def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFr
 def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
     """Read a JSONL (.jsonl / .log), JSON (.json: lines or one array) or CSV (.csv, a wandb export
     too; `run` picks one run of a multi-run export) log of per-step metrics."""
+    import pandas as pd
+
     path = Path(path)
     if not path.exists():
         raise RlsimError("run log not found", source=str(path), fix="check the path")
@@ -174,6 +178,8 @@ def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
 
 
 def _numbers(raw: pd.DataFrame, key: str, source: str) -> pd.Series:
+    import pandas as pd
+
     values = pd.to_numeric(raw[key], errors="coerce")
     bad = values.isna() & raw[key].notna()
     if bad.any():
@@ -184,6 +190,8 @@ def _numbers(raw: pd.DataFrame, key: str, source: str) -> pd.Series:
 
 
 def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
+    import pandas as pd
+
     present = [k for k in STAGE_KEYS if k in raw.columns]
     step_time = next((k for k in STEP_TIME_KEYS if k in raw.columns), None)
     if not present and step_time is None:
@@ -277,6 +285,8 @@ def synthetic_log(rng: np.random.Generator, *, steps: int, true_s: Mapping[str, 
                   response_mean: float = 1024.0, tokens_per_step: float = 4e6, devices: int = 8) -> pd.DataFrame:
     """A verl-style log for examples and tests: each stage's time is `true_s[stage]` times lognormal
     noise (sigma `noise`); the first step is `warmup_factor` slower (compilation, allocator warm-up)."""
+    import pandas as pd
+
     inverse = {v: k for k, v in STAGE_KEYS.items()}
     rows = []
     for step in range(1, steps + 1):
@@ -319,6 +329,8 @@ def timings_log(rng: np.random.Generator, timings: Mapping[str, float], *, steps
     """A log of `steps` steps in `flavour`'s metric names whose stage times are `timings` (stage ->
     seconds, `step_s` for the step) times lognormal noise (sigma `noise`): what a run with known
     parameters would log (round-trip tests of the calibration)."""
+    import pandas as pd
+
     if flavour not in LOG_FLAVOURS:
         raise RlsimError(f"unknown log flavour {flavour!r}", field="flavour", fix=f"use one of {LOG_FLAVOURS}")
     keys = {stage: _log_key(stage, flavour) for stage in timings}

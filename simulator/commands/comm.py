@@ -18,7 +18,7 @@ gathered size; all_to_all: one rank's send buffer; p2p: bytes from the first to 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..network.collectives import ALGORITHMS, OPS
+    from ..network.ops import ALGORITHMS, OPS
     from .common import add_common
 
     parser.add_argument("--topology", required=True, help="preset name or YAML file")

@@ -184,8 +184,7 @@ def plan_space(space: Any, software: str, planner_keys: dict[str, Any]) -> Any:
 
 
 def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from ..report.console import Console, Table
 
     title = (f"{stage} layouts of {model.name} on {topology.name} ({rows[0]['devices']} devices): "
              f"{plan.evaluated} evaluated, planning cost {plan.planning_cost_s:.2f} s (modelled)")

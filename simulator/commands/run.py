@@ -49,7 +49,6 @@ def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict
 
 def run(args: argparse.Namespace) -> int:
     from ..api import simulate
-    from ..report.console import print_summary
     from .common import framework_import, print_framework_listing, print_json
     imported = framework_import(args)
     if imported is not None and args.print_scenario:
@@ -82,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         for note in summary_notes(result.summary):   # stdout stays one JSON document
             print(f"note: {note}", file=sys.stderr)
     else:
+        from ..report.console import print_summary  # rich: once there is something to print
         print_summary(result.summary, out_dir=args.out)
     return 0
 

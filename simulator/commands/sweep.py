@@ -289,8 +289,7 @@ def _write_outputs(out: Path, objects, grid_keys, answer, target) -> None:
 
 
 def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from ..report.console import Console, Table
 
     console = Console(width=max(120, Console().width))
     table = Table(show_lines=False)

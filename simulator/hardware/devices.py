@@ -197,6 +197,9 @@ _CATALOG: dict[str, DeviceSpec] = {
 def distinct_devices(topology: Any, ranks: Any) -> list[DeviceSpec]:
     """The distinct DeviceSpecs of `ranks` on `topology` (anything with ``device_spec(rank)``), in
     first-seen order; kinds are few, so they are compared by identity."""
+    fast = getattr(topology, "distinct_specs", None)
+    if fast is not None:   # a Topology: one range check, and it stops once every kind is seen
+        return fast(ranks)
     kinds: list[DeviceSpec] = []
     spec = topology.device_spec
     for r in ranks:

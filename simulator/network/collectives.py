@@ -18,9 +18,8 @@ from typing import Any
 from ..errors import RlsimError
 from ..hardware.topology import Topology
 from ..units import parse_seconds
+from .ops import ALGORITHMS, OPS
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
-ALGORITHMS = ("ring", "tree", "hierarchical", "direct")
 Flow = tuple[int, int, float]  # (src rank, dst rank, bytes)
 # The size CollectiveModel.line_time_s plans each algorithm at: any positive size gives the same line
 # (phase bytes are proportional to the buffer); 1 MiB keeps the rounding of bytes / bandwidth small.

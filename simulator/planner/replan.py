@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import ConfigDict
 
 from ..des import INTERVAL_COLUMNS, Simulation
@@ -28,6 +27,9 @@ from .search import (
     neighbourhood,
     plan_training,
 )
+
+if TYPE_CHECKING:  # the annotation only: a run starts without pandas
+    import pandas as pd
 
 
 class RecoveryParams(StrictModel):

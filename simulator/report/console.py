@@ -1,4 +1,8 @@
-"""Readable terminal output of run and compare summaries (rich tables)."""
+"""Readable terminal output of run and compare summaries (rich tables).
+
+Every rich table the command line prints goes through this module's ``Console`` (the commands import
+it from here), so rich is imported only by a command that prints one, not at start-up.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -7,6 +11,18 @@ from rich.console import Console
 from rich.table import Table
 
 from ..metrics import summary_notes
+
+__all__ = ["Console", "Table", "print_comparison", "print_summary"]
+
+
+def _on_broken_pipe(self: Console) -> None:
+    """rich answers a closed stdout with SystemExit(1) (Console.on_broken_pipe); raise
+    BrokenPipeError instead, so cli.main() handles it for every command in one place."""
+    self.quiet = True
+    raise BrokenPipeError
+
+
+Console.on_broken_pipe = _on_broken_pipe  # type: ignore[method-assign]
 
 
 def _fmt(v: float, unit: str = "") -> str:

@@ -6,9 +6,12 @@ exactly one training iteration or dropped with a reason (no_signal, overprovisio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: a run starts without it
+    import pandas as pd
 
 SAMPLE_COLUMNS = ["sample", "round", "group", "prompt_len", "response_len", "generated_tokens", "version",
                   "first_version",
@@ -18,9 +21,15 @@ _DTYPES = {"sample": int, "round": int, "group": int, "version": int, "first_ver
            "consumed_iteration": int, "dropped": bool, "drop_reason": object, "instance": int}
 
 
+# How much a full column buffer grows. Any factor > 1 keeps appends amortized O(size appended)
+# (copies total n / (factor - 1)); 1.25 rather than 2 keeps a long run's peak near its final size.
+# An implementation choice, not a modelling constant: results do not depend on it.
+_GROWTH = 1.25
+
+
 @dataclass
 class SampleStore:
-    # Column buffers with spare room, grown by doubling: appending a round costs its own size
+    # Column buffers with spare room, grown by a quarter (_GROWTH): appending a round costs its own size
     # (amortized), not a re-concatenation of every earlier round. flat() returns views of [:n].
     _buf: dict[str, np.ndarray] = field(default_factory=dict)
     n: int = 0
@@ -53,7 +62,7 @@ class SampleStore:
             else:
                 dtype = np.result_type(buf.dtype, a.dtype)
                 if end > len(buf) or dtype != buf.dtype:
-                    grown = np.empty(max(end, 2 * len(buf)), dtype)
+                    grown = np.empty(max(end, int(len(buf) * _GROWTH) + 16), dtype)
                     grown[:n] = buf[:n]
                     buf = grown
             buf[n:end] = a
@@ -90,5 +99,17 @@ class SampleStore:
         return np.flatnonzero((f["consumed_iteration"] < 0) & ~f["dropped"])
 
     def to_frame(self) -> pd.DataFrame:
+        """One row per sample. The frame holds the store's own columns, cut to their exact length
+        (no spare room, no second copy): a finished run keeps each sample once. Make it when the
+        run is over; a later consume() or drop() would show in it."""
+        import pandas as pd
+
+        self._trim()
         f = self.flat()
-        return pd.DataFrame({c: f[c] for c in SAMPLE_COLUMNS})
+        return pd.DataFrame({c: f[c] for c in SAMPLE_COLUMNS}, copy=False)
+
+    def _trim(self) -> None:
+        """Give back the spare room the growth left (one column at a time, so the peak stays low)."""
+        for c, buf in self._buf.items():
+            if len(buf) != self.n:
+                self._buf[c] = buf[:self.n].copy()

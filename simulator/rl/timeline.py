@@ -7,8 +7,12 @@ records into per-device rows (des.INTERVAL_COLUMNS) on request.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: a run starts without it
+    import pandas as pd
 
 from ..des import INTERVAL_COLUMNS, TIMELINE_COLUMNS, Timeline
 

@@ -150,6 +150,54 @@ def test_unknown_preset_names_the_singular_field_and_bad_yaml_names_the_line(tmp
     assert err.value.source == str(path) and "\n" not in str(err.value)
 
 
+def _distinct_by_rank(topology, ranks):
+    """devices.distinct_devices's generic loop: one device_spec() per rank."""
+    kinds = []
+    for r in ranks:
+        s = topology.device_spec(int(r))
+        if not any(s is k for k in kinds):
+            kinds.append(s)
+    return kinds
+
+
+def test_distinct_specs_equal_the_per_rank_scan():
+    import numpy as np
+
+    from simulator.hardware.devices import distinct_devices
+    h = load_topology({"preset": "hetero-a100-h100", "groups": {"a100": {"nodes": 2}, "h100": {"nodes": 3}}})
+    rng = np.random.default_rng(0)
+    cases = [range(40), range(16, 40), range(0, 16), [39, 0, 5], list(rng.permutation(40)[:7]), [], [np.int64(20)]]
+    for ranks in cases:
+        got = distinct_devices(h, ranks)
+        assert [id(s) for s in got] == [id(s) for s in _distinct_by_rank(h, ranks)]
+    for bad in ([0, 40, -1], [-1, 3]):
+        with pytest.raises(RlsimError, match=rf"device rank {bad[1] if bad[0] == 0 else bad[0]} is out of range"):
+            distinct_devices(h, bad)
+
+
+def test_capacity_is_the_graph_edge_bandwidth_times_efficiency():
+    t = load_topology("dgx-h100", {"nodes": 2})
+    for _ in range(2):   # the second pass reads the cache
+        for u, v, d in t.graph.edges(data=True):
+            assert t.capacity_Bps((u, v)) == d["bw_Bps"] * d["efficiency"]
+
+
+def test_the_build_pauses_the_cyclic_gc_and_restores_it():
+    import gc
+    assert gc.isenabled()
+    load_topology("dgx-h100")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        load_topology("dgx-h100")
+        assert not gc.isenabled()   # left as the caller had it
+    finally:
+        gc.enable()
+    with pytest.raises(RlsimError):
+        load_topology({"preset": "dgx-h100", "nodes": 0})
+    assert gc.isenabled()
+
+
 @pytest.mark.parametrize(("racks", "trays", "gpus"), [(1, 4, 16), (2, 8, 64), (4, 16, 256)])
 def test_partial_nvl72_racks(racks: int, trays: int, gpus: int):
     """A job on part of GB200 NVL72 racks: the NVLink domain is the rack's used GPUs (4 per tray);

@@ -142,3 +142,21 @@ def test_no_sample_lost_or_duplicated(ops: list[tuple[str, int, bool]]) -> None:
             store.truncate(keep)
             model = {i: v for i, v in model.items() if i < keep}
         _check(store, model)
+
+
+def test_the_frame_holds_the_store_columns_once_without_spare_room() -> None:
+    """A finished run keeps each sample once: the frame's numeric columns are the store's buffers,
+    cut to the sample count (no growth slack, no second copy), and the rows are unchanged."""
+    store = SampleStore()
+    for version in range(7):  # several growths of the buffers
+        _add(store, 37, version=version, start=float(version))
+    store.consume(np.arange(0, 200, 3), iteration=9)
+    expected = {c: store.flat()[c].copy() for c in SAMPLE_COLUMNS}
+    frame = store.to_frame()
+    for c in SAMPLE_COLUMNS:
+        assert list(frame[c]) == list(expected[c])
+        assert len(store._buf[c]) == store.n == 7 * 37
+    numeric = [c for c in SAMPLE_COLUMNS if c != "drop_reason"]
+    assert all(np.shares_memory(frame[c].to_numpy(), store._buf[c]) for c in numeric)
+    _add(store, 5, version=8)   # the store may still grow after (a new buffer; the frame keeps its rows)
+    assert len(frame) == 7 * 37 and store.n == 7 * 37 + 5
