@@ -85,7 +85,11 @@ def _replica_summary(plans: Sequence[ReplicaPlan], costs: Any, values: Mapping[s
 
 def check_runs(data: Mapping[str, Any], source: str, runs: int, what: str, field: str) -> None:
     """Refuse, before any is run or drawn, more simulations than the scenario's limits.max_runs."""
-    limit = load_limits(data.get("limits") or {}, source).max_runs
+    try:
+        limit = load_limits(data.get("limits") or {}, source).max_runs
+    except RlsimError:
+        validate_scenario(dict(data), source)   # a bad limits section with the other bad fields, all named
+        raise
     if runs > limit:
         raise RlsimError(f"{what} is {runs:,} simulations, past limits.max_runs={limit:,}", source=source,
                          field=field, fix=LIMITS_FIX.format(name="max_runs"))
