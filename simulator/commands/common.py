@@ -172,8 +172,9 @@ class Progress:
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
             return
-        if self.bar is None:
+        if self.bar is None or self.bar.total != total:   # a sweep learns its total as it resumes
             from tqdm import tqdm
+            self.close()
             self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr, dynamic_ncols=True, leave=False)
         self.bar.n = done
         self.bar.refresh()

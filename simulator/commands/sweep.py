@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     evaluate, fingerprint = sweep_replicated(args, base, evaluate, fingerprint)
 
     points = make_points(grid, fingerprint, base.base_dirs())
-    with _Progress(enabled=sys.stderr.isatty()) as progress, _sigterm_as_interrupt():
+    with common.Progress("point") as progress, _sigterm_as_interrupt():
         try:
             if target is not None and len(grid) == 1 and _orderable(next(iter(grid.values()))):
                 objects, answer = _capacity_search(grid, target, evaluate, store, executor, fingerprint,
@@ -358,34 +358,4 @@ def _fmt(value: Any, fmt: str) -> str:
         return fmt.format(value)
     except (ValueError, TypeError):
         return str(value)
-
-
-class _Progress:
-    """A tqdm bar with ETA on stderr, only on a terminal (stdout stays clean for --json)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar = None
-
-    def __enter__(self) -> _Progress:
-        return self
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None or self.bar.total != total:
-            from tqdm import tqdm
-            if self.bar is not None:
-                self.bar.close()
-            self.bar = tqdm(total=total, unit="point", file=sys.stderr, dynamic_ncols=True)
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
