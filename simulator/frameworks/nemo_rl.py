@@ -109,7 +109,8 @@ RULES: dict[str, Rule] = {
     f"{_M}.sequence_parallel": mapped("workload.train_layout.sequence_parallel"),
     f"{_M}.activation_checkpointing": mapped("workload.train_layout.recompute", "true: full, false: none"),
     f"{_M}.optimizer.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
-    f"{_M}.optimizer.optimizer_cpu_offload": unsupported("optimizer offload to host is not modelled", neutral=False),
+    f"{_M}.optimizer.optimizer_cpu_offload": mapped("workload.train_params.offload.optimizer",
+                                                    "per-phase optimizer offload to host"),
     f"{_M}.optimizer.*": ignored(_LR),
     f"{_M}.scheduler.*": ignored(_LR),
     f"{_M}.expert_tensor_parallel_size": unsupported("expert TP is not modelled (experts over DP)", neutral=1),
@@ -132,7 +133,7 @@ RULES: dict[str, Rule] = {
     f"{_V}.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),
     f"{_V}.precision": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
     f"{_V}.pipeline_parallel_size": unsupported("pipeline-parallel inference is not modelled", neutral=1),
-    f"{_V}.enforce_eager": unsupported("rlsim has no CUDA-graph switch (graphs assumed)", neutral=False),
+    f"{_V}.enforce_eager": mapped("workload.inference.enforce_eager", "eager launches instead of CUDA graphs"),
     f"{_V}.async_engine": unsupported("the async engine's scheduling defaults are not modelled "
                                       "(rlsim takes rollout_layout.max_num_seqs as given)"),
     f"{_V}.max_model_len": ignored("= T-max (policy.max_total_sequence_length, mapped there)"),
@@ -214,6 +215,10 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
     w["train_layout"] = _train_layout(v)
     w["rollout_layout"] = _rollout_layout(v)
+    if v.given(f"{_V}.enforce_eager"):
+        w["inference"] = {"enforce_eager": bool(v(f"{_V}.enforce_eager"))}
+    if v.given(f"{_M}.optimizer.optimizer_cpu_offload"):
+        w["train_params"] = {"offload": {"optimizer": bool(v(f"{_M}.optimizer.optimizer_cpu_offload"))}}
     w["reference"] = True
     w["dtype"] = _dtype(v, "policy.precision")
     return w

@@ -53,13 +53,19 @@ DEFAULTS: dict[str, Any] = {
     "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8,
 }
 
+# verl rollout / actor keys -> the rlsim field they set (only when the config gives them: rlsim's own
+# defaults stand otherwise, see docs/guides/frameworks.md).
+ENGINE_KEYS = {"enforce_eager": "enforce_eager", "max_num_batched_tokens": "max_num_batched_tokens",
+               "enable_chunked_prefill": "chunked_prefill", "enable_prefix_caching": "enable_prefix_caching"}
+OFFLOAD_KEYS = {"param_offload": "params", "grad_offload": "grads", "optimizer_offload": "optimizer"}
+
 _LOG = "logging / bookkeeping of the driver: no effect on step time"
 _CKPT = "checkpoint files: rlsim step times exclude checkpointing"
 _VAL = "validation runs between steps: rlsim step times exclude validation"
 _LOSS = "loss arithmetic on tensors the step already holds: no modelled cost"
 _LR = "optimizer hyper-parameters (learning rate, schedule): no effect on step time"
-_FSDP = ("FSDP's own costs (per-layer gathers, offload; issue 12) are not modelled: rlsim prices FSDP "
-         "as ZeRO-3 on tp 1 with Megatron-Core's cost model")
+_FSDP = ("rlsim prices FSDP as ZeRO-3 on tp 1: per-layer parameter all-gathers and gradient reduce-scatters "
+         "with their overlap (workload.train_params.comm.fsdp_*); FSDP's other options are not modelled")
 _DATA = "data loading and prompt formatting on the host: no modelled cost"
 
 RULES: dict[str, Rule] = {
@@ -108,13 +114,14 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.megatron.context_parallel_size": mapped("workload.train_layout.cp"),
     f"{A}.actor.megatron.sequence_parallel": mapped("workload.train_layout.sequence_parallel"),
     f"{A}.actor.megatron.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
-    f"{A}.actor.megatron.expert_tensor_parallel_size": unsupported("expert TP is not modelled (experts over DP)",
-                                                                   neutral=None),
-    **{f"{A}.actor.megatron.{k}": unsupported("offload to host between phases is not modelled", neutral=False)
-       for k in ("param_offload", "grad_offload", "optimizer_offload")},
+    f"{A}.actor.megatron.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding"),
+    **{f"{A}.actor.megatron.{k}": mapped(f"workload.train_params.offload.{target}", "per-phase offload to host")
+       for k, target in OFFLOAD_KEYS.items()},
     f"{A}.actor.megatron.seed": ignored("random seed: no effect on step time"),
     f"{A}.actor.fsdp_config.*": unsupported(_FSDP),
-    **{f"{A}.actor.fsdp_config.{k}": unsupported(_FSDP, neutral=False) for k in ("param_offload", "optimizer_offload")},
+    **{f"{A}.actor.fsdp_config.{k}": mapped(f"workload.train_params.offload.{OFFLOAD_KEYS[k]}",
+                                           "per-phase offload to host")
+       for k in ("param_offload", "optimizer_offload")},
     f"{A}.actor.fsdp_config.fsdp_size": unsupported(_FSDP + " (-1: shard over all ranks)", neutral=-1),
     # reference and rollout
     f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
@@ -134,12 +141,9 @@ RULES: dict[str, Rule] = {
        for k in ("temperature", "top_k", "top_p", "do_sample", "seed")},
     f"{A}.rollout.ignore_eos": unsupported("generating to the cap changes the length law; set "
                                            "workload.response_length", neutral=False),
-    f"{A}.rollout.enforce_eager": unsupported("rlsim has no CUDA-graph switch (graphs assumed; "
-                                              "inference.step_overhead_s is the nearest knob)", neutral=False),
+    **{f"{A}.rollout.{k}": mapped(f"workload.inference.{target}", "the engine knob of the same meaning")
+       for k, target in ENGINE_KEYS.items()},
     f"{A}.rollout.free_cache_engine": unsupported("rlsim always releases the KV cache between phases", neutral=True),
-    **{f"{A}.rollout.{k}": unsupported("chunked prefill and its token budget are not modelled")
-       for k in ("max_num_batched_tokens", "enable_chunked_prefill")},
-    f"{A}.rollout.enable_prefix_caching": unsupported("prefix caching across the n samples is not modelled"),
     **{f"{A}.rollout.{k}": unsupported("the old_log_prob forward uses the trainer's micro-batching in rlsim")
        for k in ("log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu",
                  "log_prob_micro_batch_size")},
@@ -277,6 +281,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                          "data.max_response_length", src, v.result.notes)
     w["train_layout"] = _train_layout(v)
     w["rollout_layout"] = _rollout_layout(v)
+    _engine_and_offload(v, w)
     w["reference"] = bool(v(f"{A}.actor.use_kl_loss") or v("algorithm.use_kl_in_reward"))
     _reward_and_critic(v, w)
     return w
@@ -306,6 +311,8 @@ def _train_layout(v: Values) -> dict[str, Any]:
         if v.given(f"{m}.sequence_parallel"):
             layout["sequence_parallel"] = bool(v(f"{m}.sequence_parallel"))
         layout["zero"] = 0 if v(f"{m}.use_distributed_optimizer") is False else 1
+        if v(f"{m}.expert_tensor_parallel_size"):
+            layout["etp"] = int(v(f"{m}.expert_tensor_parallel_size"))
         return layout
     if strategy not in ("fsdp", "fsdp2"):
         raise RlsimError(f"unknown actor strategy {strategy!r}", source=v.result.source, field=f"{A}.actor.strategy",
@@ -323,6 +330,18 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
     return {"tp": int(v(f"{r}.tensor_model_parallel_size")), "ep": 1,
             "gpu_memory_utilization": float(v(f"{r}.gpu_memory_utilization")),
             "max_num_seqs": int(v(f"{r}.max_num_seqs")), "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
+
+
+def _engine_and_offload(v: Values, w: dict[str, Any]) -> None:
+    """The engine knobs and per-phase offload the config gives, onto workload.inference / train_params."""
+    engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items() if v.given(f"{A}.rollout.{key}")}
+    if engine:
+        w["inference"] = engine
+    section = f"{A}.actor.megatron" if str(v(f"{A}.actor.strategy")) == "megatron" else f"{A}.actor.fsdp_config"
+    offload = {target: bool(v(f"{section}.{key}")) for key, target in OFFLOAD_KEYS.items()
+               if v.given(f"{section}.{key}")}
+    if offload:
+        w["train_params"] = {"offload": offload}
 
 
 def _reward_and_critic(v: Values, w: dict[str, Any]) -> None:

@@ -74,13 +74,41 @@ def test_every_shipped_example_says_it_is_written_for_rlsim():
 
 def test_unsupported_and_unknown_keys_are_listed_in_the_json(capsys):
     code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
-                         "actor_rollout_ref.rollout.enforce_eager=true", "+my.custom_knob=3",
+                         "actor_rollout_ref.model.enable_activation_offload=true", "+my.custom_knob=3",
                          "data.train_batch_size=64", "--iterations", "1", "--json")
     assert code == 0, err
     report = json.loads(out)["framework_import"]
-    assert "CUDA-graph" in report["unsupported"]["actor_rollout_ref.rollout.enforce_eager"]
+    assert "not modelled" in report["unsupported"]["actor_rollout_ref.model.enable_activation_offload"]
     assert "my.custom_knob" in report["unknown"]
     assert json.loads(out)["devices"] == 8
+
+
+def test_engine_knobs_offload_and_expert_tp_map_onto_the_modelled_fields(capsys, tmp_path):
+    """The knobs issue 12 modelled are mapped, not listed as unsupported; only the ones given."""
+    code, printed, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                             "actor_rollout_ref.rollout.enforce_eager=true",
+                             "actor_rollout_ref.rollout.enable_chunked_prefill=true",
+                             "actor_rollout_ref.rollout.max_num_batched_tokens=8192",
+                             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", "--print-scenario")
+    assert code == 0, err
+    path = tmp_path / "printed.yaml"
+    path.write_text(printed)
+    workload = load_scenario(path).workload
+    assert workload.inference.enforce_eager and workload.inference.chunked_prefill
+    assert workload.inference.max_num_batched_tokens == 8192
+    assert workload.train_params.offload.optimizer and not workload.train_params.offload.params
+    assert workload.inference.enable_prefix_caching          # not given: rlsim's default stands
+
+
+def test_nemo_rl_eager_engine_and_optimizer_offload_are_mapped(capsys, tmp_path):
+    code, printed, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"),
+                             "policy.generation.vllm_cfg.enforce_eager=true",
+                             "policy.megatron_cfg.optimizer.optimizer_cpu_offload=true", "--print-scenario")
+    assert code == 0, err
+    path = tmp_path / "printed.yaml"
+    path.write_text(printed)
+    workload = load_scenario(path).workload
+    assert workload.inference.enforce_eager and workload.train_params.offload.optimizer
 
 
 def test_hydra_override_forms():
