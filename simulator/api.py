@@ -187,8 +187,8 @@ def _refuse_knobs_none_takes(unused: list[str], kinds: list[str], overrides: Ite
     """A schedule knob given on this command (`--set schedule.KEY=...`) that none of the compared
     kinds takes would change nothing in the comparison: an error, not a silent drop. (A knob the
     scenario's own file sets for its own kind is kept out of the kinds that do not take it.)"""
-    given = {parse_assignment(o)[0].removeprefix("schedule.") for o in overrides
-             if parse_assignment(o)[0].startswith("schedule.")}
+    keys = [parse_assignment(o)[0] for o in overrides]
+    given = {key.removeprefix("schedule.") for key in keys if key.startswith("schedule.")}
     dropped = sorted(set(unused) & given)
     if dropped:
         takers = [k for k in SCHEDULE_CLASSES if dropped[0] in SCHEDULE_CLASSES[k].accepts(None)]

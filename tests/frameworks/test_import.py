@@ -83,17 +83,22 @@ def test_unsupported_and_unknown_keys_are_listed_in_the_json(capsys):
     assert json.loads(out)["devices"] == 8
 
 
-def test_engine_knobs_offload_and_expert_tp_map_onto_the_modelled_fields(capsys, tmp_path):
-    """The knobs issue 12 modelled are mapped, not listed as unsupported; only the ones given."""
-    code, printed, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
-                             "actor_rollout_ref.rollout.enforce_eager=true",
-                             "actor_rollout_ref.rollout.enable_chunked_prefill=true",
-                             "actor_rollout_ref.rollout.max_num_batched_tokens=8192",
-                             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", "--print-scenario")
+def _imported_workload(capsys, tmp_path, flag, example, *overrides):
+    """The workload of an example config imported with `overrides`, through --print-scenario."""
+    code, printed, err = cli(capsys, "run", flag, str(EXAMPLES / example), *overrides, "--print-scenario")
     assert code == 0, err
     path = tmp_path / "printed.yaml"
     path.write_text(printed)
-    workload = load_scenario(path).workload
+    return load_scenario(path).workload
+
+
+def test_engine_knobs_offload_and_expert_tp_map_onto_the_modelled_fields(capsys, tmp_path):
+    """The knobs issue 12 modelled are mapped, not listed as unsupported; only the ones given."""
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", "verl-grpo-qwen2.5-7b.yaml",
+                                  "actor_rollout_ref.rollout.enforce_eager=true",
+                                  "actor_rollout_ref.rollout.enable_chunked_prefill=true",
+                                  "actor_rollout_ref.rollout.max_num_batched_tokens=8192",
+                                  "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
     assert workload.inference.enforce_eager and workload.inference.chunked_prefill
     assert workload.inference.max_num_batched_tokens == 8192
     assert workload.train_params.offload.optimizer and not workload.train_params.offload.params
@@ -101,13 +106,9 @@ def test_engine_knobs_offload_and_expert_tp_map_onto_the_modelled_fields(capsys,
 
 
 def test_nemo_rl_eager_engine_and_optimizer_offload_are_mapped(capsys, tmp_path):
-    code, printed, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"),
-                             "policy.generation.vllm_cfg.enforce_eager=true",
-                             "policy.megatron_cfg.optimizer.optimizer_cpu_offload=true", "--print-scenario")
-    assert code == 0, err
-    path = tmp_path / "printed.yaml"
-    path.write_text(printed)
-    workload = load_scenario(path).workload
+    workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
+                                  "policy.generation.vllm_cfg.enforce_eager=true",
+                                  "policy.megatron_cfg.optimizer.optimizer_cpu_offload=true")
     assert workload.inference.enforce_eager and workload.train_params.offload.optimizer
 
 
