@@ -52,11 +52,16 @@ def read_text(path: str | Path, *, what: str = "file", fix: str = "check the pat
                          fix="save the file as UTF-8") from None
 
 
+# libyaml's safe loader where PyYAML was built with it: the same documents, ~7x faster to parse
+# (the presets were 14% of a seed step).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml_text(text: str, *, source: str, field: str | None = None) -> Any:
     """YAML text to data; syntax errors, nesting too deep to read and numbers Python refuses
     (integers of more than 4,300 digits) are RlsimErrors naming the source."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise RlsimError(f"not valid YAML: {_yaml_problem(exc)}", source=source, field=field,
                          fix="correct the YAML syntax at that line") from None
