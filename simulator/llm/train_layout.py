@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,14 @@ class TrainLayout:
     def model_parallel(self) -> int:
         """Devices of one model replica: tp x cp x pp."""
         return self.tp * self.cp * self.pp
+
+    @property
+    def pool_unit(self) -> int:
+        """The device granule of a training pool: whole replicas (tp x cp x pp), and with experts
+        enough of them that etp x ep divides a stage's tp x cp x dp ranks (the fold above): at
+        tp 8, etp 8, ep 4 that is DP a multiple of 4."""
+        fold = self.expert_tp * self.ep
+        return self.model_parallel * (fold // math.gcd(fold, self.tp * self.cp))
 
     @property
     def devices(self) -> int:

@@ -88,7 +88,8 @@ class Costs(Protocol):
     instance_devices: int          # devices per rollout instance (TP x EP of inference)
     instance_max_seqs: int         # running sequences one instance holds (max_num_seqs / KV bound)
     instance_kv_tokens: float      # KV-cache tokens one instance holds (inf: unbounded)
-    train_group_devices: int       # devices per training replica (TP x PP x CP): DP granule
+    train_group_devices: int       # devices per training replica (TP x PP x CP)
+    train_pool_unit: int           # device granule of a training pool (replicas that fold the experts)
     peak_flops: float              # per device, the workload's dtype
 
     # groups: one id per sequence, equal for the samples of one prompt that start from its prompt alone
@@ -195,6 +196,11 @@ class FakeCosts:
 
     def accept_train_layout(self, layout_map):
         """Every layout fits: memory is the constant ``memory_bytes``."""
+
+    @property
+    def train_pool_unit(self) -> int:
+        """No experts to fold: a pool is whole replicas."""
+        return self.train_group_devices
 
     def train_devices_at_most(self, n_max):
         return (n_max // self.train_group_devices) * self.train_group_devices

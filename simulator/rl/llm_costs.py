@@ -132,6 +132,7 @@ class LlmCosts:
         # KV tokens one instance holds (bounds how few instances a consolidated tail fits on)
         self.instance_kv_tokens = self._cluster_kv_tokens()
         self.train_group_devices = self.train_template.model_parallel
+        self.train_pool_unit = self.train_template.pool_unit   # replicas that fold the experts
         self.peak_flops = self._mean_peak_flops(w.dtype)
         self.switch_params = scenario.schedule.switch
         self.sync_eff = scenario.schedule.weight_sync_efficiency
@@ -249,6 +250,7 @@ class LlmCosts:
         self.train_layout_map = {k: v for k, v in layout_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=self.source)
         self.train_group_devices = self.train_template.model_parallel
+        self.train_pool_unit = self.train_template.pool_unit
         self._layouts.clear()
         self._ranks.clear()
         self._ref.clear()

@@ -31,7 +31,9 @@ def _round_down(n: int, unit: int) -> int:
 
 def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
                 train_group_devices: int, source: str = "<scenario>") -> dict[str, Pool]:
-    """colocated: {actor} (fuse=full) or {actor, aux} (fuse=actor); otherwise {rollout, train}."""
+    """colocated: {actor} (fuse=full) or {actor, aux} (fuse=actor); otherwise {rollout, train}.
+    ``train_group_devices``: the training pool's granule (TrainLayout.pool_unit: whole replicas that
+    also fold the experts), so a split that the fraction would put between granules rounds to one."""
     unit = math.lcm(instance_devices, train_group_devices)
     if schedule.effective_placement == "colocated":
         if schedule.fuse == "full":

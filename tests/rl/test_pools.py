@@ -10,6 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from simulator.errors import RlsimError
+from simulator.llm.train_layout import TrainLayout
 from simulator.rl.pools import Pool, build_pools
 from simulator.scenario import ScheduleConfig
 
@@ -119,3 +120,22 @@ def test_split_raises_only_when_nothing_fits(n: int, inst: int, group: int) -> N
     assume(n >= 2 * max(inst, group) + inst + group)
     pools = build_pools(_Schedule("disaggregated", rollout_fraction=0.5), n, inst, group)
     _check_layout(pools, n)
+
+
+@given(tp=st.sampled_from([1, 2, 4, 8]), cp=st.sampled_from([1, 2]), pp=st.integers(1, 4),
+       ep=st.sampled_from([1, 2, 4, 8, 16]), etp=st.sampled_from([None, 1, 2, 8]), dp=st.integers(1, 64))
+def test_pool_unit_is_the_smallest_pool_that_folds_the_experts(tp, cp, pp, ep, etp, dp) -> None:
+    """A training pool of dp replicas folds etp x ep into tp x cp x dp iff it is a multiple of
+    TrainLayout.pool_unit: the unit is exactly the granule of the pools build_pools may make."""
+    layout = TrainLayout(tp=tp, cp=cp, pp=pp, ep=ep, etp=etp)
+    folds = (tp * cp * dp) % (layout.expert_tp * ep) == 0
+    assert folds == (dp * layout.model_parallel % layout.pool_unit == 0)
+
+
+def test_areal_on_the_default_scenario_rounds_the_trainer_to_a_pool_that_folds() -> None:
+    """The seed workload trains at tp 8 x pp 6 with ep 4 x etp 8: DP must be a multiple of 4, so
+    AReaL's 3/4 split of 384 devices (96 to train, DP 2) rounds to 192 + 192 instead of failing."""
+    import simulator
+
+    result = simulator.simulate(schedule="areal", iterations=1)
+    assert {name: pool.count for name, pool in result.record.pools.items()} == {"rollout": 192, "train": 192}

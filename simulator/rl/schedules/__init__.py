@@ -68,7 +68,7 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     sched = scenario.schedule
     policy = registry.get(sched.kind, scenario.source)
     _check_partial_rollout(scenario, policy)
-    pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_group_devices, scenario.source)
+    pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_pool_unit, scenario.source)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed))
     ctx.start_s, ctx.replanner = float(start_s), replanner
     if progress is not None:

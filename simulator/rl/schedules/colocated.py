@@ -236,7 +236,7 @@ class ColocatedRun:
 
     def _usable_devices(self, n: int) -> int:
         """Whole training replicas that are also whole rollout instances (of the re-planned layout)."""
-        unit = math.lcm(self.d, self.ctx.costs.train_group_devices)
+        unit = math.lcm(self.d, self.ctx.costs.train_pool_unit)
         return (n // unit) * unit
 
     def _fail(self, spec: str, failed: set[int], target: fl.Snapshot):
