@@ -108,6 +108,9 @@ def test_a_million_point_grid_is_refused_and_max_points_lifts_it(capsys):
     assert code == 2 and "1,000,000 points" in err and "--max-points" in err
     code, err = _err(capsys, "sweep", "--grid", "seed=0,1,2", "--max-points", "2")
     assert code == 2 and "3 points" in err
+    # seeds multiply what runs: 3 points x 4 seeds = 12 simulations, past 10 (before any is run)
+    code, err = _err(capsys, "sweep", "--grid", "seed=0,1,2", "--seeds", "4", "--max-points", "10")
+    assert code == 2 and "3 points" in err and "12 simulations" in err
 
 
 def test_yaml_safe_dump_of_a_loaded_file_is_bounded(tmp_path):

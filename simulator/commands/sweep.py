@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-tokens-per-s", type=common.positive_number, help="capacity target: at least this many tokens/s")
     parser.add_argument("--target-step-time-s", type=common.positive_number, help="capacity target: at most this step time (s)")
     parser.add_argument("--max-points", type=common.positive_int, default=DEFAULT_MAX_POINTS, metavar="N",
-                        help=f"refuse a grid of more than N points (default {DEFAULT_MAX_POINTS:,})")
+                        help=f"refuse a sweep of more than N simulations: grid points x --seeds "
+                             f"(default {DEFAULT_MAX_POINTS:,})")
     parser.add_argument("--price", action="append", default=[], metavar="[DEVICE=]USD",
                         help="price per device-hour, one number or per device kind (repeatable)")
     parser.add_argument("--search", choices=["bisect", "scan"], default="bisect",
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     grid = parse_grid(args.grid)
-    _check_grid_size(grid, args.max_points)
+    _check_grid_size(grid, args.max_points, getattr(args, "seeds", None) or 1)
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if jobs < 1:
         raise RlsimError(f"--jobs must be at least 1, got {jobs}", field="--jobs", fix="give --jobs 1 or more")
@@ -241,12 +242,14 @@ def _enrich(obj: dict[str, Any], prices) -> dict[str, Any]:
 DEFAULT_MAX_POINTS = 10_000
 
 
-def _check_grid_size(grid: dict[str, list[Any]], limit: int) -> None:
+def _check_grid_size(grid: dict[str, list[Any]], limit: int, seeds: int) -> None:
+    """Points x seeds is what runs: 1,000 points at --seeds 32 are 32,000 simulations."""
     points = math.prod(len(values) for values in grid.values())
-    if points > limit:
+    if points * seeds > limit:
         sizes = " x ".join(f"{len(v)} {k}" for k, v in grid.items())
-        raise RlsimError(f"the grid has {points:,} points ({sizes}), past --max-points {limit:,}",
-                         field="--grid", fix="give fewer values, or raise --max-points N")
+        runs = f" x {seeds} seeds = {points * seeds:,} simulations" if seeds > 1 else ""
+        raise RlsimError(f"the grid has {points:,} points ({sizes}){runs}, past --max-points {limit:,}",
+                         field="--grid", fix="give fewer values or seeds, or raise --max-points N")
 
 
 def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
