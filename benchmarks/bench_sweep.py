@@ -4,6 +4,7 @@ asserts nothing.
 
     python benchmarks/bench_sweep.py            # the real simulator (simulator.simulate), 8 points
     python benchmarks/bench_sweep.py --fake     # a CPU-bound stand-in: the executor's own overhead
+    python benchmarks/bench_sweep.py --cli      # the command itself: `rlsim sweep --jobs 1` vs `--jobs 2`
     PYTHONPATH=/tmp/base python benchmarks/bench_sweep.py   # the same on older code (a checkout)
 
 The acceptance figure (issue 13 item 5) is jobs=2 at least 1.7x faster than jobs=1 on an idle
@@ -116,6 +117,31 @@ def _wall(points, preload: bool) -> float:
     return time.perf_counter() - start
 
 
+def cli_figures(grid: list[str], iterations: int, repeats: int = 3) -> None:
+    """`rlsim sweep` as a user runs it, in fresh interpreters, jobs 1 and 2 alternating: wall (min of
+    `repeats`) and the CPU of the command and its workers together (the overhead --jobs 2 adds)."""
+    import resource
+    import subprocess
+    argv = [sys.executable, "-m", "simulator.cli", "sweep", "--iterations", str(iterations)]
+    for item in grid:
+        argv += ["--grid", item]
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    cpus: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(repeats):
+        for jobs in (1, 2):
+            usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            subprocess.run([*argv, "--jobs", str(jobs)], check=True, capture_output=True)
+            walls[jobs].append(time.perf_counter() - start)
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus[jobs].append(usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime)
+    for jobs in (1, 2):
+        print(f"rlsim sweep --jobs {jobs}: wall min {min(walls[jobs]):.2f} s, CPU (command + workers) "
+              f"min {min(cpus[jobs]):.2f} s", flush=True)
+    print(f"speed-up (wall min) {min(walls[1]) / min(walls[2]):.2f}x; CPU --jobs 2 / --jobs 1 "
+          f"{min(cpus[2]) / min(cpus[1]):.2f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fake", action="store_true", help="CPU-bound stand-in instead of the simulator")
@@ -123,7 +149,14 @@ def main() -> int:
     parser.add_argument("--grid", action="append", help=f"grid items (default: {' '.join(REAL_GRID)})")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="base scenario overrides")
     parser.add_argument("--no-dask", action="store_true")
+    parser.add_argument("--cli", action="store_true", help="time the `rlsim sweep` command itself")
     args = parser.parse_args()
+    if args.cli:
+        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, speed reference "
+              f"{reference_ms():.1f} ms (about 8 ms quiet)", flush=True)
+        cli_figures(args.grid or REAL_GRID, args.iterations)
+        print(f"load average {os.getloadavg()[0]:.2f}, speed reference {reference_ms():.1f} ms", flush=True)
+        return 0
     if args.fake:
         grid, evaluate, preload = parse_grid(args.grid or FAKE_GRID), busy_point, False
     else:
