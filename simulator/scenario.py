@@ -216,7 +216,7 @@ class RecoveryConfig(_Strict):
 
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
 COMMON_KNOBS = frozenset({"kind", "overprovision", "tail_consolidation", "low_batch_share", "distqueue",
-                          "weight_sync_efficiency", "micro_batching", "pack_tokens", "reuse_stage_costs"})
+                          "weight_sync_efficiency", "refit", "refit_overlap", "micro_batching", "pack_tokens", "reuse_stage_costs"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
 # a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
 COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
@@ -279,6 +279,19 @@ class ScheduleConfig(_Strict):
     # Weight broadcast trainer -> rollout: fraction of link bandwidth achieved by bucketed transfers
     # (verl checkpoint-engine, hardware.md: bucketed 3.6x faster than per-tensor). Assumption 0.8.
     weight_sync_efficiency: float = Field(0.8, gt=0, le=1)
+    # How the trainer's weights reach the engine (rl/llm_costs.py weight_sync_s). 'reshard': every
+    # device receives only its inference shard (RL Fusion-style resharding). 'full-tensors': NeMo RL's
+    # refit (v0.5 megatron_policy_worker stream_weights_via_ipc_zmq / broadcast_weights_for_collective
+    # over Megatron-Bridge export_hf_weights): each parameter is rebuilt as a full HF tensor on every
+    # training rank (TP / EP all-gather, PP broadcast) and handed to the engine, which keeps its TP
+    # shard; split pools then broadcast every full tensor to every rollout device. Each device so
+    # receives the whole model (frameworks.md: the sync time "is dominated by gathering parameters
+    # from the training layout, not by the broadcast").
+    refit: Literal["reshard", "full-tensors"] = "reshard"
+    # full-tensors on split pools: the broadcast of one bucket overlaps the gather of the next (NeMo
+    # RL streams buckets, packed_broadcast_producer; the two use separate NCCL communicators): the
+    # refit lasts max(gather, broadcast); False: gather + broadcast (one stream). Assumption.
+    refit_overlap: bool = True
     # How a mini-batch is cut into training micro-batches when samples are packed (distqueue.packed):
     # 'balanced' = token-balanced micro-batches of about `pack_tokens` x micro_batch tokens (verl
     # use_dynamic_bsz + seqlen_balancing.get_seqlen_balanced_partitions; Megatron THD packing);

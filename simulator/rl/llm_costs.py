@@ -475,18 +475,38 @@ class LlmCosts:
         Split pools: every rollout instance needs the full weights from the trainer; bounded by the
         receivers' links and by the senders' aggregate links."""
         shard = self._inference_shard_bytes()
+        full = self.scenario.schedule.refit == "full-tensors"
+        gather = self.refit_gather_s(src) if full else 0.0
         if src == dst:
             # reshard inside each training replica + the instances on its devices: their own links
             # (a replica sits on consecutive ranks, one scale-up domain when it fits)
             local = list(src)[: max(self.train_group_devices, self.instance_devices)]
             bw = self._ring_bw_Bps(local)
-            return shard / (bw * self.sync_eff)
+            return gather + shard / (bw * self.sync_eff)
         ranks = sorted(set(src) | set(dst))
         bw = self._ring_bw_Bps(ranks)
         bw *= self.sync_eff
+        model_bytes = self.model.weight_bytes(self._weight_bytes_per_param())
+        if full:   # every full tensor broadcast to every rollout device as its bucket is gathered
+            broadcast = model_bytes / bw
+            overlap = self.scenario.schedule.refit_overlap
+            return max(gather, broadcast) if overlap else gather + broadcast
         n_inst = max(1, len(dst) // self.instance_devices)
-        total = n_inst * self.model.weight_bytes(self._weight_bytes_per_param())
-        return max(shard / bw, total / (len(src) * bw))
+        return max(shard / bw, n_inst * model_bytes / (len(src) * bw))
+
+    def refit_gather_s(self, src: Sequence[int]) -> float:
+        """schedule.refit 'full-tensors': every training device receives every parameter it does not
+        hold as a full tensor (the model's bytes x (1 - 1/share)), over the narrowest link of the
+        ranks one model copy spans: its pipeline stages (strided over the whole pool, Megatron's
+        tp-cp-ep-dp-pp order) or, with pp 1, the max(tp x cp, etp x ep) consecutive ranks of a stage."""
+        lay = self.layout(len(src))
+        stage_span = max(lay.tp * lay.cp, lay.expert_tp * lay.ep if self.model.is_moe else 1)
+        copy_span = stage_span * lay.pp
+        if copy_span <= 1:
+            return 0.0
+        ranks = list(src) if lay.pp > 1 else list(src)[:stage_span]
+        received = self.model.weight_bytes(self._weight_bytes_per_param()) * (1.0 - 1.0 / copy_span)
+        return received / (self._ring_bw_Bps(ranks) * self.sync_eff)
 
     def _ring_bw_Bps(self, ranks: list[int]) -> float:
         """The narrowest link on the ring through ``ranks`` (topology links); one device: its

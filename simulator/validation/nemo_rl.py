@@ -164,10 +164,11 @@ def scenario(row: Row) -> dict[str, Any]:
         "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max}}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
-    schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max}
+    # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)
+    schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max, "refit": "full-tensors"}
     if row.off_policy:
         schedule = {"kind": "nemo-rl-async", "rollout_devices": row.gen_gpus, "pack_tokens": row.t_max,
-                    "max_trajectory_age_steps": 1, "in_flight_weight_updates": True}
+                    "max_trajectory_age_steps": 1, "in_flight_weight_updates": True, "refit": "full-tensors"}
     return {"topology": {"preset": "dgx-h100", "nodes": row.gpus // 8}, "workload": workload,
             "schedule": schedule, "iterations": ITERATIONS, "seed": 0}
 
