@@ -161,6 +161,14 @@ class SwitchParams(_Strict):
     bucketed: bool = True
     # Fixed per-switch framework overhead (process-group switch, allocator, barrier). Assumption.
     overhead_s: float = Field(0.5, ge=0)
+    # The training weights go to host memory for the rollout phase too and come back after it
+    # (NeMo RL v0.5 colocated Megatron: megatron_policy_worker offload_after_refit moves the model to
+    # the CPU, prepare_for_lp_inference moves it back). Off: they stay resident (RL Fusion).
+    offload_weights: bool = False
+    # vLLM sleep mode level 1 (NeMo RL vllm_worker finish_generation -> sleep, prepare_for_generation ->
+    # wake_up): after generation the engine's weight shard goes to host memory (the KV cache is
+    # freed) and is copied back before the next refit overwrites it. Off: it stays in HBM.
+    engine_sleep: bool = False
 
     @field_validator("kv_realloc_s", "overhead_s", mode="before")
     @classmethod

@@ -78,10 +78,10 @@ class _Pool:
 def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes: float,
                             inference_shard_bytes: float) -> float:
     """What training leaves on a device through the rollout phase of a colocated placement: its
-    weights, the optimizer state and gradients unless `schedule.switch.offload_optimizer`, and a
-    second copy of the inference shard unless the switch is `bucketed`."""
+    weights unless `schedule.switch.offload_weights`, the optimizer state and gradients unless
+    `schedule.switch.offload_optimizer`, and a second copy of the inference shard unless the switch is `bucketed`."""
     mem = memory_per_device(model, lay, 1.0, hbm_bytes)
-    resident = mem.weights_bytes
+    resident = 0.0 if switch.offload_weights else mem.weights_bytes
     if not switch.offload_optimizer:
         resident += mem.optimizer_bytes + mem.gradients_bytes
     if not switch.bucketed:
@@ -515,6 +515,9 @@ class LlmCosts:
             return self.topology.bottleneck_bw_Bps(ranks)
         return self.topology.device_spec(int(ranks[0])).scaleup_bw_Bps if ranks else self.device.scaleup_bw_Bps
 
+    def _train_weight_bytes(self, pool: _Pool) -> float:
+        return memory_per_device(self.model, self.layout(len(pool.ranks)), 1.0, pool.hbm_bytes).weights_bytes
+
     def _optimizer_grad_bytes(self, pool: _Pool) -> float:
         lay = self.layout(len(pool.ranks))
         mem = memory_per_device(self.model, lay, 1.0, pool.hbm_bytes)
@@ -527,18 +530,21 @@ class LlmCosts:
         p = self.switch_params
         moved: dict[str, float] = {}
         t = p.kv_realloc_s + p.overhead_s
+        to_rollout = to_phase == "rollout"
+        host: dict[str, float] = {}      # bytes over the host link (one direction each)
         if p.offload_optimizer:
-            b = self._optimizer_grad_bytes(pool)
-            moved["optimizer_offload" if to_phase == "rollout" else "optimizer_onload"] = b
-        copy = to_phase == "rollout" and not p.bucketed
+            host["optimizer_offload" if to_rollout else "optimizer_onload"] = self._optimizer_grad_bytes(pool)
+        if p.offload_weights:
+            host["weight_offload" if to_rollout else "weight_onload"] = self._train_weight_bytes(pool)
+        if p.engine_sleep:
+            host["engine_wake" if to_rollout else "engine_sleep"] = self._inference_shard_bytes()
+        moved.update(host)
+        copy = to_rollout and not p.bucketed
         if copy:
             moved["redundant_weight_copy"] = self._inference_shard_bytes()
         times = []
         for device in pool.kinds:
-            t_k = t
-            if p.offload_optimizer:
-                t_k += moved["optimizer_offload" if to_phase == "rollout" else "optimizer_onload"] / (
-                    device.host_link_bw_Bps * p.host_link_efficiency)
+            t_k = t + sum(host.values()) / (device.host_link_bw_Bps * p.host_link_efficiency)
             if copy:
                 t_k += moved["redundant_weight_copy"] / (device.hbm_bw_Bps * device.hbm_efficiency)
             times.append(t_k)

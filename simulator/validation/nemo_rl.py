@@ -165,7 +165,9 @@ def scenario(row: Row) -> dict[str, Any]:
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
     # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)
-    schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max, "refit": "full-tensors"}
+    # colocated: the Megatron weights and the vLLM engine's (sleep mode) also go to host between phases
+    schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max, "refit": "full-tensors",
+                                "switch": {"offload_weights": True, "engine_sleep": True}}
     if row.off_policy:
         schedule = {"kind": "nemo-rl-async", "rollout_devices": row.gen_gpus, "pack_tokens": row.t_max,
                     "max_trajectory_age_steps": 1, "in_flight_weight_updates": True, "refit": "full-tensors"}

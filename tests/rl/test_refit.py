@@ -65,3 +65,20 @@ def test_refit_is_a_closed_set():
     with pytest.raises(RlsimError) as e:
         load_scenario(mapping)
     assert "refit" in str(e.value)
+
+
+def test_colocated_weight_offload_and_engine_sleep_move_their_bytes_over_the_host_link():
+    r = row("qwen3-32b", "on-policy")
+    on = costs(r, switch={"offload_weights": True, "engine_sleep": True})
+    off = costs(r, switch={"offload_weights": False, "engine_sleep": False})
+    pool = range(32)
+    weights, shard = on._train_weight_bytes(on.pool(pool)), on._inference_shard_bytes()
+    host_Bps = on.device.host_link_bw_Bps * on.switch_params.host_link_efficiency
+    for phase in ("rollout", "train"):
+        extra = on.switch(phase, pool).time_s - off.switch(phase, pool).time_s
+        assert extra == pytest.approx((weights + shard) / host_Bps, rel=1e-9)
+    assert on.switch("rollout", pool).bytes_moved["weight_offload"] == weights
+    assert on.switch("train", pool).bytes_moved["engine_sleep"] == shard
+    # offloaded weights are not resident through the rollout phase
+    lay = on.layout(32)
+    assert off.rollout_phase_bytes(lay) - on.rollout_phase_bytes(lay) == pytest.approx(weights, rel=1e-12)
