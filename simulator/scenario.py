@@ -241,7 +241,7 @@ FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py
 # verl fully_async_policy (../shared/reference/frameworks.md), NeMo RL async GRPO, AReaL.
 VERL_ASYNC_KNOBS = frozenset({"require_batches", "trigger_parameter_sync_step", "staleness_threshold",
                               "max_inflight_prompts_per_server", "partial_rollout"})
-NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates"})
+NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates", "async_engine"})
 AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
@@ -329,6 +329,13 @@ class ScheduleConfig(_Strict):
     # let the engine take new weights between decode steps instead of draining (frameworks.md).
     max_trajectory_age_steps: int = Field(1, ge=1, le=64)
     in_flight_weight_updates: bool = False
+    # NeMo RL async GRPO with vLLM's async engine (vllm_cfg.async_engine; its AsyncTrajectoryCollector
+    # submits every prompt group of a batch on its own as soon as the age bound admits the batch): an
+    # engine starting its next plan takes every round the bound admits at that moment, queued in
+    # round order (continuous batching across rounds: one round's tail shares the engine with the
+    # next round's start). A round that opens mid-plan joins at the next plan (rl/schedules/nemo_rl.py:
+    # an under-estimate of the overlap). False: an engine generates one round per plan.
+    async_engine: bool = False
     # AReaL: the oldest token of a trajectory may lag the trainer by at most this many versions;
     # interruptible generation continues in-flight sequences with new weights (frameworks.md).
     # Default 4: assumption (no default is given in frameworks.md).
