@@ -5,6 +5,9 @@ v0.5.0, read in ../shared/reference/nemo-v05/): model preset, GPUs, prompts x ge
 optimizer mini-batch (train batch), T-max, vLLM TP / memory utilization / max_num_seqs, Megatron
 TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, sequence packing
 (one packed row = T-max tokens), the distributed optimizer (ZeRO 1) and the default training stack.
+NeMo RL's own mechanisms, the same in every row: the full-tensor refit (schedule.refit), the colocated
+weight offload and vLLM sleep (schedule.switch.offload_weights / engine_sleep) and, on split pools,
+the recipe's async engine (schedule.async_engine).
 
 ASSUMED LENGTH LAW (only the mean response G-avg is published), one rule for every row:
 - prompt: lognormal sigma 0.5 whose mean is PROMPT_MEAN = 127 tokens for every row: the median over
