@@ -161,6 +161,14 @@ class SwitchParams(_Strict):
     bucketed: bool = True
     # Fixed per-switch framework overhead (process-group switch, allocator, barrier). Assumption.
     overhead_s: float = Field(0.5, ge=0)
+    # The training weights go to host memory for the rollout phase too and come back after it
+    # (NeMo RL v0.5 colocated Megatron: megatron_policy_worker offload_after_refit moves the model to
+    # the CPU, prepare_for_lp_inference moves it back). Off: they stay resident (RL Fusion).
+    offload_weights: bool = False
+    # vLLM sleep mode level 1 (NeMo RL vllm_worker finish_generation -> sleep, prepare_for_generation ->
+    # wake_up): after generation the engine's weight shard goes to host memory (the KV cache is
+    # freed) and is copied back before the next refit overwrites it. Off: it stays in HBM.
+    engine_sleep: bool = False
 
     @field_validator("kv_realloc_s", "overhead_s", mode="before")
     @classmethod
@@ -216,7 +224,7 @@ class RecoveryConfig(_Strict):
 
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
 COMMON_KNOBS = frozenset({"kind", "overprovision", "tail_consolidation", "low_batch_share", "distqueue",
-                          "weight_sync_efficiency", "micro_batching", "pack_tokens", "reuse_stage_costs"})
+                          "weight_sync_efficiency", "refit", "refit_overlap", "micro_batching", "pack_tokens", "reuse_stage_costs"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
 # a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
 COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
@@ -233,7 +241,7 @@ FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py
 # verl fully_async_policy (../shared/reference/frameworks.md), NeMo RL async GRPO, AReaL.
 VERL_ASYNC_KNOBS = frozenset({"require_batches", "trigger_parameter_sync_step", "staleness_threshold",
                               "max_inflight_prompts_per_server", "partial_rollout"})
-NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates"})
+NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates", "async_engine"})
 AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
@@ -279,6 +287,19 @@ class ScheduleConfig(_Strict):
     # Weight broadcast trainer -> rollout: fraction of link bandwidth achieved by bucketed transfers
     # (verl checkpoint-engine, hardware.md: bucketed 3.6x faster than per-tensor). Assumption 0.8.
     weight_sync_efficiency: float = Field(0.8, gt=0, le=1)
+    # How the trainer's weights reach the engine (rl/llm_costs.py weight_sync_s). 'reshard': every
+    # device receives only its inference shard (RL Fusion-style resharding). 'full-tensors': NeMo RL's
+    # refit (v0.5 megatron_policy_worker stream_weights_via_ipc_zmq / broadcast_weights_for_collective
+    # over Megatron-Bridge export_hf_weights): each parameter is rebuilt as a full HF tensor on every
+    # training rank (TP / EP all-gather, PP broadcast) and handed to the engine, which keeps its TP
+    # shard; split pools then broadcast every full tensor to every rollout device. Each device so
+    # receives the whole model (frameworks.md: the sync time "is dominated by gathering parameters
+    # from the training layout, not by the broadcast").
+    refit: Literal["reshard", "full-tensors"] = "reshard"
+    # full-tensors on split pools: the broadcast of one bucket overlaps the gather of the next (NeMo
+    # RL streams buckets, packed_broadcast_producer; the two use separate NCCL communicators): the
+    # refit lasts max(gather, broadcast); False: gather + broadcast (one stream). Assumption.
+    refit_overlap: bool = True
     # How a mini-batch is cut into training micro-batches when samples are packed (distqueue.packed):
     # 'balanced' = token-balanced micro-batches of about `pack_tokens` x micro_batch tokens (verl
     # use_dynamic_bsz + seqlen_balancing.get_seqlen_balanced_partitions; Megatron THD packing);
@@ -308,6 +329,13 @@ class ScheduleConfig(_Strict):
     # let the engine take new weights between decode steps instead of draining (frameworks.md).
     max_trajectory_age_steps: int = Field(1, ge=1, le=64)
     in_flight_weight_updates: bool = False
+    # NeMo RL async GRPO with vLLM's async engine (vllm_cfg.async_engine; its AsyncTrajectoryCollector
+    # submits every prompt group of a batch on its own as soon as the age bound admits the batch): an
+    # engine starting its next plan takes every round the bound admits at that moment, queued in
+    # round order (continuous batching across rounds: one round's tail shares the engine with the
+    # next round's start). A round that opens mid-plan joins at the next plan (rl/schedules/nemo_rl.py:
+    # an under-estimate of the overlap). False: an engine generates one round per plan.
+    async_engine: bool = False
     # AReaL: the oldest token of a trajectory may lag the trainer by at most this many versions;
     # interruptible generation continues in-flight sequences with new weights (frameworks.md).
     # Default 4: assumption (no default is given in frameworks.md).

@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "policy.generation.vllm_cfg.gpu_memory_utilization": 0.6, "policy.precision": "bfloat16",
     "policy.train_micro_batch_size": 4, "policy.sequence_packing.enabled": True,
     "policy.megatron_cfg.enabled": False, "cluster.num_nodes": 1, "cluster.gpus_per_node": 1,
+    "policy.generation.vllm_cfg.async_engine": False,
 }
 
 _LOG = "logging: no effect on step time"
@@ -134,8 +135,8 @@ RULES: dict[str, Rule] = {
     f"{_V}.precision": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
     f"{_V}.pipeline_parallel_size": unsupported("pipeline-parallel inference is not modelled", neutral=1),
     f"{_V}.enforce_eager": mapped("workload.inference.enforce_eager", "eager launches instead of CUDA graphs"),
-    f"{_V}.async_engine": unsupported("the async engine's scheduling defaults are not modelled "
-                                      "(rlsim takes rollout_layout.max_num_seqs as given)"),
+    f"{_V}.async_engine": unsupported("on-policy: the async engine's per-request overheads are not modelled "
+                                      "(async GRPO maps it to schedule.async_engine)", neutral=False),
     f"{_V}.max_model_len": ignored("= T-max (policy.max_total_sequence_length, mapped there)"),
     f"{_V}.kv_cache_dtype": unsupported("kv dtype other than the weights' is not mapped", neutral="auto"),
     f"{_V}.*": unsupported("vLLM option not modelled"),
@@ -276,9 +277,16 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
         res = f"{_G}.colocated.resources"
         s["rollout_devices"] = (positive_int(v.flat.get(f"{res}.num_nodes") or 1, f"{res}.num_nodes", src)
                                 * positive_int(v.flat.get(f"{res}.gpus_per_node"), f"{res}.gpus_per_node", src))
+    # NeMo RL's refit rebuilds every parameter as a full tensor on every rank (docs/validation.md V6);
+    # colocated, the policy's weights go to host and vLLM sleeps between phases
+    s["refit"] = "full-tensors"
+    if kind == "colocated":
+        s["switch"] = {"offload_weights": True, "engine_sleep": True}
     if kind == "nemo-rl-async":
         s["max_trajectory_age_steps"] = int(v("grpo.async_grpo.max_trajectory_age_steps"))
         s["in_flight_weight_updates"] = bool(v("grpo.async_grpo.in_flight_weight_updates"))
+        s["async_engine"] = bool(v(f"{_V}.async_engine"))
+        decided[f"{_V}.async_engine"] = ("mapped", "schedule.async_engine: rounds the age bound admits share the engine")
     packing = bool(v("policy.sequence_packing.enabled"))
     s["distqueue"] = {"packed": packing}
     if packing:

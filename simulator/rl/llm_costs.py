@@ -78,10 +78,10 @@ class _Pool:
 def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes: float,
                             inference_shard_bytes: float) -> float:
     """What training leaves on a device through the rollout phase of a colocated placement: its
-    weights, the optimizer state and gradients unless `schedule.switch.offload_optimizer`, and a
-    second copy of the inference shard unless the switch is `bucketed`."""
+    weights unless `schedule.switch.offload_weights`, the optimizer state and gradients unless
+    `schedule.switch.offload_optimizer`, and a second copy of the inference shard unless the switch is `bucketed`."""
     mem = memory_per_device(model, lay, 1.0, hbm_bytes)
-    resident = mem.weights_bytes
+    resident = 0.0 if switch.offload_weights else mem.weights_bytes
     if not switch.offload_optimizer:
         resident += mem.optimizer_bytes + mem.gradients_bytes
     if not switch.bucketed:
@@ -477,18 +477,38 @@ class LlmCosts:
         Split pools: every rollout instance needs the full weights from the trainer; bounded by the
         receivers' links and by the senders' aggregate links."""
         shard = self._inference_shard_bytes()
+        full = self.scenario.schedule.refit == "full-tensors"
+        gather = self.refit_gather_s(src) if full else 0.0
         if src == dst:
             # reshard inside each training replica + the instances on its devices: their own links
             # (a replica sits on consecutive ranks, one scale-up domain when it fits)
             local = list(src)[: max(self.train_group_devices, self.instance_devices)]
             bw = self._ring_bw_Bps(local)
-            return shard / (bw * self.sync_eff)
+            return gather + shard / (bw * self.sync_eff)
         ranks = sorted(set(src) | set(dst))
         bw = self._ring_bw_Bps(ranks)
         bw *= self.sync_eff
+        model_bytes = self.model.weight_bytes(self._weight_bytes_per_param())
+        if full:   # every full tensor broadcast to every rollout device as its bucket is gathered
+            broadcast = model_bytes / bw
+            overlap = self.scenario.schedule.refit_overlap
+            return max(gather, broadcast) if overlap else gather + broadcast
         n_inst = max(1, len(dst) // self.instance_devices)
-        total = n_inst * self.model.weight_bytes(self._weight_bytes_per_param())
-        return max(shard / bw, total / (len(src) * bw))
+        return max(shard / bw, n_inst * model_bytes / (len(src) * bw))
+
+    def refit_gather_s(self, src: Sequence[int]) -> float:
+        """schedule.refit 'full-tensors': every training device receives every parameter it does not
+        hold as a full tensor (the model's bytes x (1 - 1/share)), over the narrowest link of the
+        ranks one model copy spans: its pipeline stages (strided over the whole pool, Megatron's
+        tp-cp-ep-dp-pp order) or, with pp 1, the max(tp x cp, etp x ep) consecutive ranks of a stage."""
+        lay = self.layout(len(src))
+        stage_span = max(lay.tp * lay.cp, lay.expert_tp * lay.ep if self.model.is_moe else 1)
+        copy_span = stage_span * lay.pp
+        if copy_span <= 1:
+            return 0.0
+        ranks = list(src) if lay.pp > 1 else list(src)[:stage_span]
+        received = self.model.weight_bytes(self._weight_bytes_per_param()) * (1.0 - 1.0 / copy_span)
+        return received / (self._ring_bw_Bps(ranks) * self.sync_eff)
 
     def _ring_bw_Bps(self, ranks: list[int]) -> float:
         """The narrowest link on the ring through ``ranks`` (topology links); one device: its
@@ -496,6 +516,9 @@ class LlmCosts:
         if len(ranks) > 1:
             return self.topology.bottleneck_bw_Bps(ranks)
         return self.topology.device_spec(int(ranks[0])).scaleup_bw_Bps if ranks else self.device.scaleup_bw_Bps
+
+    def _train_weight_bytes(self, pool: _Pool) -> float:
+        return memory_per_device(self.model, self.layout(len(pool.ranks)), 1.0, pool.hbm_bytes).weights_bytes
 
     def _optimizer_grad_bytes(self, pool: _Pool) -> float:
         lay = self.layout(len(pool.ranks))
@@ -509,18 +532,21 @@ class LlmCosts:
         p = self.switch_params
         moved: dict[str, float] = {}
         t = p.kv_realloc_s + p.overhead_s
+        to_rollout = to_phase == "rollout"
+        host: dict[str, float] = {}      # bytes over the host link (one direction each)
         if p.offload_optimizer:
-            b = self._optimizer_grad_bytes(pool)
-            moved["optimizer_offload" if to_phase == "rollout" else "optimizer_onload"] = b
-        copy = to_phase == "rollout" and not p.bucketed
+            host["optimizer_offload" if to_rollout else "optimizer_onload"] = self._optimizer_grad_bytes(pool)
+        if p.offload_weights:
+            host["weight_offload" if to_rollout else "weight_onload"] = self._train_weight_bytes(pool)
+        if p.engine_sleep:
+            host["engine_wake" if to_rollout else "engine_sleep"] = self._inference_shard_bytes()
+        moved.update(host)
+        copy = to_rollout and not p.bucketed
         if copy:
             moved["redundant_weight_copy"] = self._inference_shard_bytes()
         times = []
         for device in pool.kinds:
-            t_k = t
-            if p.offload_optimizer:
-                t_k += moved["optimizer_offload" if to_phase == "rollout" else "optimizer_onload"] / (
-                    device.host_link_bw_Bps * p.host_link_efficiency)
+            t_k = t + sum(host.values()) / (device.host_link_bw_Bps * p.host_link_efficiency)
             if copy:
                 t_k += moved["redundant_weight_copy"] / (device.hbm_bw_Bps * device.hbm_efficiency)
             times.append(t_k)

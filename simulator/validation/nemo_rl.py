@@ -5,6 +5,9 @@ v0.5.0, read in ../shared/reference/nemo-v05/): model preset, GPUs, prompts x ge
 optimizer mini-batch (train batch), T-max, vLLM TP / memory utilization / max_num_seqs, Megatron
 TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, sequence packing
 (one packed row = T-max tokens), the distributed optimizer (ZeRO 1) and the default training stack.
+NeMo RL's own mechanisms, the same in every row: the full-tensor refit (schedule.refit), the colocated
+weight offload and vLLM sleep (schedule.switch.offload_weights / engine_sleep) and, on split pools,
+the recipe's async engine (schedule.async_engine).
 
 ASSUMED LENGTH LAW (only the mean response G-avg is published), one rule for every row:
 - prompt: lognormal sigma 0.5 whose mean is PROMPT_MEAN = 127 tokens for every row: the median over
@@ -164,17 +167,24 @@ def scenario(row: Row) -> dict[str, Any]:
         "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max}}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
-    schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max}
+    # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)
+    # colocated: the Megatron weights and the vLLM engine's (sleep mode) also go to host between phases
+    schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max, "refit": "full-tensors",
+                                "switch": {"offload_weights": True, "engine_sleep": True}}
     if row.off_policy:
         schedule = {"kind": "nemo-rl-async", "rollout_devices": row.gen_gpus, "pack_tokens": row.t_max,
-                    "max_trajectory_age_steps": 1, "in_flight_weight_updates": True}
+                    "max_trajectory_age_steps": 1, "in_flight_weight_updates": True, "refit": "full-tensors",
+                    "async_engine": row.async_engine}
     return {"topology": {"preset": "dgx-h100", "nodes": row.gpus // 8}, "workload": workload,
             "schedule": schedule, "iterations": ITERATIONS, "seed": 0}
 
 
 def unexpressed(row: Row) -> list[str]:
     """Recipe facts today's scenario schema has no field for (reported, not approximated)."""
-    return [f"vLLM {'async (AsyncLLMEngine)' if row.async_engine else 'sync'} engine", "logprob_batch_size"]
+    out = ["logprob_batch_size"]
+    if row.async_engine and not row.off_policy:   # 1-step-off rows: schedule.async_engine
+        out.insert(0, "vLLM async engine (AsyncLLMEngine) per-request overheads in a synchronous step")
+    return out
 
 
 @functools.cache

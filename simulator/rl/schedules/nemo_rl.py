@@ -30,10 +30,21 @@ class NemoInstance(SegmentedInstance):
     """One vLLM engine: generates one round's share per plan; waits while a refit drains."""
 
     def _admit(self) -> SeqBatch:
-        ctx, r = self.run_.ctx, self.round
+        """This round's share; an async engine also takes every later round the age bound admits now
+        (they queue behind it in the engine: continuous batching across rounds). A round that opens
+        while the plan runs joins at the next plan: a running plan cannot take sequences without
+        re-planning its carried ones, which would re-prefill KV the real engine keeps."""
+        run = self.run_
+        shares = [self._take_round()]
+        while run.ctx.sched.async_engine and run.gate.open(self.round) and not run.gate.done:
+            shares.append(self._take_round())
+        return SeqBatch.merge(shares) if len(shares) > 1 else shares[0]
+
+    def _take_round(self) -> SeqBatch:
+        r = self.round
         self.round += 1
         self.run_.planned[r] = self.run_.planned.get(r, 0) + 1
-        return ctx.draws.share(r, self.index, self.run_.n_inst)
+        return self.run_.ctx.draws.share(r, self.index, self.run_.n_inst)
 
     def _may_start(self) -> bool:
         return not self.run_.paused

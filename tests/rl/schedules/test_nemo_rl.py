@@ -126,3 +126,45 @@ def test_runs_on_a_real_workload():
                                overrides=[*small, f"schedule.in_flight_weight_updates={in_flight}"])
         check_accounting(r.samples, 2)
         assert r.summary["schedule"] == "nemo-rl-async" and r.summary["samples"]["consumed"] == 3 * 32
+
+
+def rounds_per_plan(monkeypatch) -> list[int]:
+    """The number of distinct rounds among the new (not resumed) sequences of every plan."""
+    seen: list[int] = []
+    plan = Generation.plan
+
+    def counting(self, seqs, t0, version, ranks):
+        seen.append(len(np.unique(seqs.round[seqs.done_len == 0])))
+        return plan(self, seqs, t0, version, ranks)
+    monkeypatch.setattr(Generation, "plan", counting)
+    return seen
+
+
+@pytest.mark.parametrize("age", [1, 2])
+def test_an_async_engine_takes_every_round_the_age_bound_admits(monkeypatch, age):
+    seen = rounds_per_plan(monkeypatch)
+    c = gen_bound_costs()
+    span = {}
+    for engine in (False, True):
+        seen.clear()
+        sc = scenario("nemo-rl-async", iterations=6, max_trajectory_age_steps=age, async_engine=engine)
+        rec, tl, sm, s = run(sc, c, prompt=const(100), resp=lognormal(400, 1.0, 4000))
+        check_accounting(sm, age)
+        if not engine:
+            assert max(seen) == 1
+        else:
+            assert max(seen) > 1            # a plan queued a later round behind its own
+            assert max(seen) <= age + 1     # never more rounds than the bound admits ahead
+        span[engine] = s["makespan_s"]
+    # the tail of a round shares the engine with the next round's start
+    assert span[True] < span[False]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 1000), age=st.integers(1, 3), in_flight=st.booleans())
+def test_an_async_engine_keeps_the_age_rule_and_loses_nothing(seed, age, in_flight):
+    sc = scenario("nemo-rl-async", iterations=5, seed=seed, max_trajectory_age_steps=age,
+                  in_flight_weight_updates=in_flight, async_engine=True)
+    rec, tl, sm, s = run(sc, gen_bound_costs())
+    check_accounting(sm, age)
+    assert s["samples"]["consumed"] == 5 * 64

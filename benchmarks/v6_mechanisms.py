@@ -1,0 +1,48 @@
+"""Issue 12, V6 (NeMo RL v0.5): the steady step of every row with each NeMo RL mechanism switched off
+(main), alone, and all on: schedule.refit full-tensors, switch.offload_weights + engine_sleep (the
+colocated rows), schedule.async_engine (the 1-step-off rows). Prints the table of docs/validation.md.
+
+    PYTHONPATH=. python benchmarks/v6_mechanisms.py
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from simulator.api import simulate
+from simulator.validation import nemo_rl
+
+MECHANISMS = ("refit", "offload", "async")
+CONFIGS: dict[str, set[str]] = {"main": set(), **{f"+{m}": {m} for m in MECHANISMS}, "all": set(MECHANISMS)}
+
+
+def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
+    """The row's scenario with the mechanisms not in ``on`` back at rlsim's defaults."""
+    sc = nemo_rl.scenario(row)
+    sched = sc["schedule"]
+    if "refit" not in on:
+        sched.pop("refit", None)
+    if "offload" not in on:
+        sched.pop("switch", None)
+    if "async" not in on:
+        sched.pop("async_engine", None)
+    return sc
+
+
+def main() -> None:
+    steps = {row: {name: simulate(scenario_with(row, on)).summary["steady_step_time_s"] for name, on in CONFIGS.items()}
+             for row in nemo_rl.ROWS}
+    print("| row | published | " + " | ".join(CONFIGS) + " |")
+    print("|---|---|" + "---|" * len(CONFIGS))
+    for row, by in steps.items():
+        cells = [f"{by[n]:.1f} ({by[n] / row.step_s - 1:+.0%})" for n in CONFIGS]
+        print(f"| {row.key} {row.policy} {row.gpus} | {row.step_s:g} | " + " | ".join(cells) + " |")
+    for name in CONFIGS:
+        errors = [abs(by[name] / row.step_s - 1) for row, by in steps.items()]
+        right = sum((steps[a][name] > steps[b][name]) for a, b in nemo_rl.pairs())
+        print(f"{name}: median {statistics.median(errors):.1%} max {max(errors):.1%} "
+              f"ordering {right}/{len(nemo_rl.pairs())}")
+
+
+if __name__ == "__main__":
+    main()

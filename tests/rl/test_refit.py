@@ -1,0 +1,84 @@
+"""schedule.refit (rl/llm_costs.py weight_sync_s): NeMo RL's full-tensor refit in closed form."""
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.rl.llm_costs import LlmCosts
+from simulator.scenario import load_scenario
+from simulator.validation import nemo_rl
+
+
+def row(key: str, policy: str) -> nemo_rl.Row:
+    return next(r for r in nemo_rl.ROWS if r.key == key and r.policy == policy)
+
+
+def costs(r: nemo_rl.Row, **schedule) -> LlmCosts:
+    mapping = nemo_rl.scenario(r)
+    mapping["schedule"].update(schedule)
+    sc = load_scenario(mapping)
+    return LlmCosts(sc, load_topology(sc.topology))
+
+
+def model_bytes(c: LlmCosts) -> float:
+    return c.model.params_total * 2.0      # bf16 engine weights
+
+
+def test_colocated_full_tensor_refit_adds_the_gather_of_the_whole_model_over_the_narrowest_link():
+    # DeepSeek-V3 on 256 H100: EP16 x PP16 spans the pool, so every rank receives all but 1/256 of the
+    # model over its 50 GB/s InfiniBand NIC
+    r = row("deepseek-v3", "on-policy")
+    full, shard = costs(r), costs(r, refit="reshard")
+    pool = range(256)
+    bw = full.topology.bottleneck_bw_Bps(list(pool))
+    assert bw == pytest.approx(50e9)
+    gather = model_bytes(full) * (1 - 1 / 256) / (bw * 0.8)
+    assert full.refit_gather_s(pool) == pytest.approx(gather, rel=1e-12)
+    assert full.weight_sync_s(pool, pool) - shard.weight_sync_s(pool, pool) == pytest.approx(gather, rel=1e-12)
+
+
+def test_split_pool_refit_is_the_longer_of_gather_and_broadcast_or_their_sum_without_overlap():
+    r = row("deepseek-v3", "1-step-off")
+    src, dst = range(256, 512), range(0, 256)
+    over, serial = costs(r), costs(r, refit_overlap=False)
+    bw = over.topology.bottleneck_bw_Bps(list(range(512))) * 0.8
+    gather, broadcast = over.refit_gather_s(src), model_bytes(over) / bw
+    assert over.weight_sync_s(src, dst) == pytest.approx(max(gather, broadcast), rel=1e-12)
+    assert serial.weight_sync_s(src, dst) == pytest.approx(gather + broadcast, rel=1e-12)
+
+
+def test_a_one_stage_copy_gathers_over_its_own_scale_up_domain():
+    # Qwen3-30B-A3B EP8 PP1: one model copy is 8 consecutive GPUs of one server (NVLink 450 GB/s)
+    r = row("qwen3-30b-a3b", "on-policy")
+    c = costs(r)
+    gather = model_bytes(c) * (1 - 1 / 8) / (450e9 * 0.8)
+    assert c.refit_gather_s(range(32)) == pytest.approx(gather, rel=1e-12)
+
+
+def test_a_model_every_rank_holds_whole_gathers_nothing():
+    c = costs(row("llama3.1-8b", "1-step-off"))       # TP1 PP1: each rank has the full model
+    assert c.refit_gather_s(range(8, 16)) == 0.0
+
+
+def test_refit_is_a_closed_set():
+    mapping = nemo_rl.scenario(row("llama3.1-8b", "on-policy"))
+    mapping["schedule"]["refit"] = "broadcast"
+    with pytest.raises(RlsimError) as e:
+        load_scenario(mapping)
+    assert "refit" in str(e.value)
+
+
+def test_colocated_weight_offload_and_engine_sleep_move_their_bytes_over_the_host_link():
+    r = row("qwen3-32b", "on-policy")
+    on = costs(r, switch={"offload_weights": True, "engine_sleep": True})
+    off = costs(r, switch={"offload_weights": False, "engine_sleep": False})
+    pool = range(32)
+    weights, shard = on._train_weight_bytes(on.pool(pool)), on._inference_shard_bytes()
+    host_Bps = on.device.host_link_bw_Bps * on.switch_params.host_link_efficiency
+    for phase in ("rollout", "train"):
+        extra = on.switch(phase, pool).time_s - off.switch(phase, pool).time_s
+        assert extra == pytest.approx((weights + shard) / host_Bps, rel=1e-9)
+    assert on.switch("rollout", pool).bytes_moved["weight_offload"] == weights
+    assert on.switch("train", pool).bytes_moved["engine_sleep"] == shard
+    # offloaded weights are not resident through the rollout phase
+    lay = on.layout(32)
+    assert off.rollout_phase_bytes(lay) - on.rollout_phase_bytes(lay) == pytest.approx(weights, rel=1e-12)
