@@ -18,6 +18,7 @@ from simulator.llm.training import (
     _fsdp_layer_comm,
     _groups,
     _micro_batches,
+    _stage_params,
     _ulysses_comm,
     forward_cost,
     train_step_cost,
@@ -42,7 +43,8 @@ def test_fsdp_gather_is_the_all_gather_of_the_layer_shard() -> None:
     layer = layer_shapes(QWEN)[0]
     gather, reduce = _fsdp_layer_comm(layer, lay, groups, 0, _Comm(model), _params())
     assert gather == pytest.approx(model.cost("all_gather", list(range(8)), layer.dense_params * 2.0).time_s)
-    assert reduce == pytest.approx(model.cost("reduce_scatter", list(range(8)), layer.dense_params * 2.0).time_s)
+    grad_bytes = CommParams().grad_reduce_bytes_per_param
+    assert reduce == pytest.approx(model.cost("reduce_scatter", list(range(8)), layer.dense_params * grad_bytes).time_s)
     g2, r2 = _fsdp_layer_comm(layer, lay, groups, 0, _Comm(model),
                               _params(fsdp_gather_overlap_fraction=0.75, fsdp_reduce_overlap_fraction=0.5))
     assert g2 == pytest.approx(0.25 * gather) and r2 == pytest.approx(0.5 * reduce)
@@ -145,3 +147,20 @@ def test_named_stacks() -> None:
     a = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, params=s22.params)
     b = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, params=train_software("megatron-2021").params)
     assert a.step_time_s == pytest.approx(b.step_time_s)
+
+
+def test_zero1_gradient_sync_reduces_fp32_gradients_and_gathers_bf16_weights() -> None:
+    """ZeRO-1 sync per stage = reduce_scatter(N x grad bytes) + all_gather(N x weight bytes), N the
+    stage's parameters per TP rank; the default gradient dtype is fp32 (Megatron bf16, verl FSDP)."""
+    lay = TrainLayout(tp=1, dp=8, zero=1).resolve(8)
+    model = CollectiveModel(TOPO)
+    n = sum(_stage_params(QWEN, lay)[0])
+    cost = train_step_cost(QWEN, lay, TOPO, None, SEQS, params=_params(dp_overlap_fraction=0.0), collectives=model)
+    want = model.cost("reduce_scatter", list(range(8)), n * 4.0).time_s + model.cost("all_gather", list(range(8)), n * 2.0).time_s
+    assert CommParams().grad_reduce_bytes_per_param == 4.0
+    assert cost.comm_exposed_s["dp"] == pytest.approx(want)
+    bf16 = train_step_cost(QWEN, lay, TOPO, None, SEQS, params=_params(dp_overlap_fraction=0.0,
+                                                                        grad_reduce_bytes_per_param=2.0))
+    assert bf16.comm_exposed_s["dp"] < cost.comm_exposed_s["dp"]
+    for name in ("megatron-2021", "megatron-2022"):   # the papers' stacks keep their 2 bytes
+        assert train_software(name).params.comm.grad_reduce_bytes_per_param == 2.0
