@@ -132,6 +132,12 @@ class CommParams(StrictModel):
     cp_overlap_fraction: float = Field(0.5, ge=0, le=1)
     # DP gradient sync hidden under backward: one named default for every model (DP_OVERLAP_FRACTION).
     dp_overlap_fraction: float = Field(DP_OVERLAP_FRACTION, ge=0, le=1)
+    # What the gradient sync (ZeRO 0-2) can hide under: with gradient accumulation the reduction is
+    # launched in the last micro-batch's backward only (Megatron schedules.py runs the first m - 1
+    # under no_sync; DeepSpeed reduces at the accumulation boundary) and the ZeRO-1/2 weight
+    # all-gather in the first forward (--overlap-param-gather): hidden = min(fraction x t, that
+    # compute). "step": no bound (the behaviour before this field).
+    dp_overlap_window: Literal["last-micro-batch", "step"] = "last-micro-batch"
     # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
     pp_scatter_gather: bool = True
     # Blocking pipeline sends: Megatron-LM 2021 (megatron/p2p_communication.py) issues

@@ -719,7 +719,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
             bare = simulate_pipeline(arrays.fwd[:, sl], arrays.bwd[:, sl], 0.0, pp=layout.pp, vpp=layout.vpp)
         pp_exposed = max(0.0, makespan - bare.makespan_s)
     # Gradient sync after each stage's last backward, then the optimizer.
-    dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe)
+    windows = _overlap_windows(arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
+    dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows)
     offload_s = offload_time_s(memory, kinds, params)
     step = max([makespan] + [end + dp + opt for end, dp, opt in tail]) + offload_s
     dp_exposed = max([0.0] + [end + dp - makespan for end, dp, _ in tail])
@@ -793,22 +794,28 @@ def _recompute_coefficients(model: Any) -> tuple[float, float]:
 
 
 def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, rates: DeviceRates,
-                      params: TrainParams, pipe: PipelineResult) -> tuple[list[float], list[float],
-                                                                           list[tuple[float, float, float]]]:
+                      params: TrainParams, pipe: PipelineResult,
+                      windows: Sequence[tuple[float, float]] | None = None) -> tuple[list[float], list[float],
+                                                                                   list[tuple[float, float, float]]]:
+    """Per stage: exposed gradient sync, optimizer step, (last backward end, sync, optimizer).
+    `windows`: per stage (backward of its last micro-batch, forward of its first), the compute the
+    sync can hide under with `comm.dp_overlap_window` = last-micro-batch (None: unbounded)."""
     c = params.comm
     gb, wb = c.grad_reduce_bytes_per_param, params.memory.weight_bytes_per_param
     dp_list, opt_list, tail = [], [], []
     for s, (dense, expert) in enumerate(_stage_params(model, layout)):
-        t = 0.0
+        grads = weights = 0.0   # the gradient reduction (backward) and the weight gather (forward)
         if layout.zero < 3:
             for n, g in ((dense, groups.dp[s]), (expert, groups.edp[s])):
                 if n <= 0 or len(g) < 2:
                     continue
                 if layout.zero == 0:
-                    t += comm.one("all_reduce", g, n * gb)
+                    grads += comm.one("all_reduce", g, n * gb)
                 else:  # reduce-scatter gradients, all-gather updated weights (ZeRO-1/2)
-                    t += comm.one("reduce_scatter", g, n * gb) + comm.one("all_gather", g, n * wb)
-        dp = t * (1 - c.dp_overlap_fraction)
+                    grads += comm.one("reduce_scatter", g, n * gb)
+                    weights += comm.one("all_gather", g, n * wb)
+        window_b, window_f = windows[s] if windows is not None else (math.inf, math.inf)
+        dp = _exposed(grads, c.dp_overlap_fraction, window_b) + _exposed(weights, c.dp_overlap_fraction, window_f)
         shard = (layout.dp or 1) * layout.cp if layout.zero >= 1 else 1
         eshard = layout.expert_dp if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
@@ -817,6 +824,25 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         opt_list.append(opt)
         tail.append((end, dp, opt))
     return dp_list, opt_list, tail
+
+
+def _exposed(t: float, fraction: float, window: float) -> float:
+    """A collective of time t hidden by `fraction` under at most `window` of compute:
+    t - min(fraction x t, window) = max((1 - fraction) t, t - window)."""
+    return t - min(fraction * t, window) if t > 0 else 0.0
+
+
+def _overlap_windows(arrays: _StageArrays, layout: TrainLayout, sl: slice) -> list[tuple[float, float]]:
+    """Per pipeline stage: its backward of the replica's last micro-batch and forward of the first,
+    over its virtual chunks. Megatron runs the first m - 1 micro-batches under no_sync and launches
+    the bucketed reduce-scatter in the last backward only (pipeline_parallel/schedules.py,
+    --overlap-grad-reduce); the parameter all-gather waits in the next step's first forward
+    (--overlap-param-gather). DeepSpeed reduces at the gradient-accumulation boundary likewise."""
+    out = []
+    for s in range(layout.pp):
+        virt = [c * layout.pp + s for c in range(layout.vpp)]
+        out.append((float(arrays.bwd[virt, sl.stop - 1].sum()), float(arrays.fwd[virt, sl.start].sum())))
+    return out
 
 
 def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None = None,

@@ -164,3 +164,27 @@ def test_zero1_gradient_sync_reduces_fp32_gradients_and_gathers_bf16_weights() -
     assert bf16.comm_exposed_s["dp"] < cost.comm_exposed_s["dp"]
     for name in ("megatron-2021", "megatron-2022"):   # the papers' stacks keep their 2 bytes
         assert train_software(name).params.comm.grad_reduce_bytes_per_param == 2.0
+
+
+@pytest.mark.parametrize("fraction", [0.9, 0.5, 0.0])
+def test_gradient_sync_hides_only_under_the_last_backward_and_the_first_forward(fraction: float) -> None:
+    """dp_overlap_window last-micro-batch: exposed = max((1 - f) t_rs, t_rs - last backward) +
+    max((1 - f) t_ag, t_ag - first forward); "step" keeps (1 - f)(t_rs + t_ag)."""
+    topo = load_topology({"preset": "dgx-h100", "nodes": 2})
+    net = CollectiveModel(topo)
+    lay = TrainLayout(tp=4, dp=4, zero=1).resolve(16)
+    seqs = uniform_sequences(16, 512)
+    win = train_step_cost(QWEN, lay, topo, None, seqs, params=_params(dp_overlap_fraction=fraction), collectives=net)
+    n = sum(_stage_params(QWEN, lay)[0])
+    group = _groups(lay, tuple(range(16))).dp[0]
+    t_rs = net.cost("reduce_scatter", group, n * 4.0).time_s
+    t_ag = net.cost("all_gather", group, n * 2.0).time_s
+    ops = [iv for iv in win.pipeline.intervals if iv.stage == 0 and iv.state in ("forward", "backward")]
+    last_bwd = [iv.end - iv.start for iv in ops if iv.state == "backward"][-1]
+    first_fwd = [iv.end - iv.start for iv in ops if iv.state == "forward"][0]
+    assert t_rs > last_bwd  # the case the window matters for
+    want = max((1 - fraction) * t_rs, t_rs - last_bwd) + max((1 - fraction) * t_ag, t_ag - first_fwd)
+    assert win.comm_exposed_s["dp"] == pytest.approx(want)
+    unbounded = train_step_cost(QWEN, lay, topo, None, seqs, collectives=net,
+                                params=_params(dp_overlap_fraction=fraction, dp_overlap_window="step"))
+    assert unbounded.comm_exposed_s["dp"] == pytest.approx((1 - fraction) * (t_rs + t_ag))
