@@ -132,11 +132,13 @@ class CommParams(StrictModel):
     cp_overlap_fraction: float = Field(0.5, ge=0, le=1)
     # DP gradient sync hidden under backward: one named default for every model (DP_OVERLAP_FRACTION).
     dp_overlap_fraction: float = Field(DP_OVERLAP_FRACTION, ge=0, le=1)
-    # What the gradient sync (ZeRO 0-2) can hide under: with gradient accumulation the reduction is
-    # launched in the last micro-batch's backward only (Megatron schedules.py runs the first m - 1
-    # under no_sync; DeepSpeed reduces at the accumulation boundary) and the ZeRO-1/2 weight
-    # all-gather in the first forward (--overlap-param-gather): hidden = min(fraction x t, that
-    # compute). "step": no bound (the behaviour before this field).
+    # What the gradient sync (ZeRO 0-2) can hide under: with gradient accumulation each model chunk's
+    # reduction is launched in its last micro-batch's backward only (Megatron schedules.py runs the
+    # first m - 1 under no_sync; DeepSpeed reduces at the accumulation boundary), the chunks one after
+    # another, the last bucket (1 - dp_overlap_fraction) after that backward; the ZeRO-1/2 weight
+    # all-gather before each chunk's first forward (--overlap-param-gather). One chunk: exposed =
+    # max((1 - f) t, t - that backward). dp_overlap_fraction 0: after the flush, whole.
+    # "step": (1 - f) t with no bound (the behaviour before this field).
     dp_overlap_window: Literal["last-micro-batch", "step"] = "last-micro-batch"
     # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
     pp_scatter_gather: bool = True

@@ -719,7 +719,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
             bare = simulate_pipeline(arrays.fwd[:, sl], arrays.bwd[:, sl], 0.0, pp=layout.pp, vpp=layout.vpp)
         pp_exposed = max(0.0, makespan - bare.makespan_s)
     # Gradient sync after each stage's last backward, then the optimizer.
-    windows = _overlap_windows(arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
+    windows = _chunk_windows(pipe, arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
     dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows)
     offload_s = offload_time_s(memory, kinds, params)
     step = max([makespan] + [end + dp + opt for end, dp, opt in tail]) + offload_s
@@ -795,13 +795,15 @@ def _recompute_coefficients(model: Any) -> tuple[float, float]:
 
 def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, rates: DeviceRates,
                       params: TrainParams, pipe: PipelineResult,
-                      windows: Sequence[tuple[float, float]] | None = None) -> tuple[list[float], list[float],
-                                                                                   list[tuple[float, float, float]]]:
+                      chunks: Sequence[Sequence[tuple[float, float, float, float]]] | None = None,
+                      ) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
     """Per stage: exposed gradient sync, optimizer step, (last backward end, sync, optimizer).
-    `windows`: per stage (backward of its last micro-batch, forward of its first), the compute the
-    sync can hide under with `comm.dp_overlap_window` = last-micro-batch (None: unbounded)."""
+    `chunks`: per stage, per model chunk, (start, end) of its last backward and of its first
+    forward (`_chunk_windows`), which bound the overlap (comm.dp_overlap_window last-micro-batch);
+    None: the sync hides by dp_overlap_fraction alone."""
     c = params.comm
     gb, wb = c.grad_reduce_bytes_per_param, params.memory.weight_bytes_per_param
+    f = c.dp_overlap_fraction
     dp_list, opt_list, tail = [], [], []
     for s, (dense, expert) in enumerate(_stage_params(model, layout)):
         grads = weights = 0.0   # the gradient reduction (backward) and the weight gather (forward)
@@ -814,34 +816,67 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
                 else:  # reduce-scatter gradients, all-gather updated weights (ZeRO-1/2)
                     grads += comm.one("reduce_scatter", g, n * gb)
                     weights += comm.one("all_gather", g, n * wb)
-        window_b, window_f = windows[s] if windows is not None else (math.inf, math.inf)
-        dp = _exposed(grads, c.dp_overlap_fraction, window_b) + _exposed(weights, c.dp_overlap_fraction, window_f)
+        end = pipe.stage_end_s(s)
+        if chunks is None or f <= 0:
+            dp = (grads + weights) * (1 - f)
+        else:
+            dp = _grad_sync_exposed(grads, f, chunks[s], end) + _weight_gather_exposed(weights, f, chunks[s])
         shard = (layout.dp or 1) * layout.cp if layout.zero >= 1 else 1
         eshard = layout.expert_dp if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
-        end = pipe.stage_end_s(s)
         dp_list.append(dp)
         opt_list.append(opt)
         tail.append((end, dp, opt))
     return dp_list, opt_list, tail
 
 
-def _exposed(t: float, fraction: float, window: float) -> float:
-    """A collective of time t hidden by `fraction` under at most `window` of compute:
-    t - min(fraction x t, window) = max((1 - fraction) t, t - window)."""
-    return t - min(fraction * t, window) if t > 0 else 0.0
+def _grad_sync_exposed(t: float, fraction: float, chunks: Sequence[tuple[float, float, float, float]],
+                       stage_end: float) -> float:
+    """Megatron --overlap-grad-reduce with gradient accumulation: a model chunk's gradients reduce
+    in its last micro-batch's backward only (the first m - 1 run under no_sync,
+    pipeline_parallel/schedules.py), bucket by bucket as they are ready: `fraction` of the chunk's
+    time t / v can run from the start of that backward, the last bucket only after it ends; the
+    chunks' reductions run one after another on one communicator. Exposed: what ends after the stage's
+    flush. One chunk: max((1 - fraction) t, t - its last backward)."""
+    if t <= 0:
+        return 0.0
+    t_c = t / len(chunks)
+    cursor = -math.inf
+    for b_start, b_end, _, _ in sorted(chunks, key=lambda w: w[1]):
+        cursor = max(max(cursor, b_start) + t_c, b_end + (1 - fraction) * t_c)
+    return max(0.0, cursor - stage_end)
 
 
-def _overlap_windows(arrays: _StageArrays, layout: TrainLayout, sl: slice) -> list[tuple[float, float]]:
-    """Per pipeline stage: its backward of the replica's last micro-batch and forward of the first,
-    over its virtual chunks. Megatron runs the first m - 1 micro-batches under no_sync and launches
-    the bucketed reduce-scatter in the last backward only (pipeline_parallel/schedules.py,
-    --overlap-grad-reduce); the parameter all-gather waits in the next step's first forward
-    (--overlap-param-gather). DeepSpeed reduces at the gradient-accumulation boundary likewise."""
+def _weight_gather_exposed(t: float, fraction: float, chunks: Sequence[tuple[float, float, float, float]]) -> float:
+    """ZeRO-1/2 --overlap-param-gather: the updated weights are gathered chunk by chunk from the
+    step's start, one after another, each needed by its chunk's first forward: its first bucket
+    ((1 - fraction) of it) before that forward starts, all of it before it ends. Exposed: the
+    largest wait. One chunk: max((1 - fraction) t, t - its first forward)."""
+    if t <= 0:
+        return 0.0
+    t_c = t / len(chunks)
+    cursor, worst = 0.0, 0.0
+    for _, _, f_start, f_end in sorted(chunks, key=lambda w: w[2]):
+        worst = max(worst, cursor + (1 - fraction) * t_c - f_start, cursor + t_c - f_end)
+        cursor += t_c
+    return worst
+
+
+def _chunk_windows(pipe: PipelineResult, arrays: _StageArrays, layout: TrainLayout,
+                   sl: slice) -> list[list[tuple[float, float, float, float]]]:
+    """Per stage, per model chunk: (start, end) of its last micro-batch's backward and of its
+    first micro-batch's forward in the flush (op ids: forward of virtual stage j, micro-batch i is
+    j m + i, its backward n_v m + j m + i; pipeline._compiled)."""
+    m, n_v = sl.stop - sl.start, layout.pp * layout.vpp
+    ends = pipe.end_s
     out = []
     for s in range(layout.pp):
-        virt = [c * layout.pp + s for c in range(layout.vpp)]
-        out.append((float(arrays.bwd[virt, sl.stop - 1].sum()), float(arrays.fwd[virt, sl.start].sum())))
+        row = []
+        for c in range(layout.vpp):
+            j = c * layout.pp + s
+            b_end, f_end = float(ends[n_v * m + j * m + m - 1]), float(ends[j * m])
+            row.append((b_end - float(arrays.bwd[j, sl.stop - 1]), b_end, f_end - float(arrays.fwd[j, sl.start]), f_end))
+        out.append(row)
     return out
 
 

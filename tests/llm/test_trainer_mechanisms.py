@@ -188,3 +188,20 @@ def test_gradient_sync_hides_only_under_the_last_backward_and_the_first_forward(
     unbounded = train_step_cost(QWEN, lay, topo, None, seqs, collectives=net,
                                 params=_params(dp_overlap_fraction=fraction, dp_overlap_window="step"))
     assert unbounded.comm_exposed_s["dp"] == pytest.approx((1 - fraction) * (t_rs + t_ag))
+
+
+def test_interleaved_chunks_reduce_one_after_another_from_their_last_backward() -> None:
+    """Two chunks, t = 4 (2 each), fraction 0.5: chunk A's last backward runs 0-1, chunk B's 2-3
+    (the flush ends at 3). A: starts at 0, its last bucket (1) after 1 -> ends at 2; B: starts at
+    2, ends at max(2 + 2, 3 + 1) = 4: 1 exposed. Weights: A gathered 0-2 for a forward 0-1
+    (waits max(0 + 1 - 0, 2 - 1) = 1), B 2-4 for a forward 2-3 (waits 1): 1."""
+    from simulator.llm.training import _grad_sync_exposed, _weight_gather_exposed
+
+    chunks = [(0.0, 1.0, 0.0, 1.0), (2.0, 3.0, 2.0, 3.0)]
+    assert _grad_sync_exposed(4.0, 0.5, chunks, 3.0) == pytest.approx(1.0)
+    assert _weight_gather_exposed(4.0, 0.5, chunks) == pytest.approx(1.0)
+    one = [(0.0, 1.0, 0.0, 1.0)]   # one chunk: the closed forms of the single-window test
+    for t, frac in ((4.0, 0.5), (0.5, 0.9), (3.0, 0.9)):
+        assert _grad_sync_exposed(t, frac, one, 1.0) == pytest.approx(max((1 - frac) * t, t - 1.0))
+        assert _weight_gather_exposed(t, frac, one) == pytest.approx(max((1 - frac) * t, t - 1.0))
+    assert _grad_sync_exposed(0.0, 0.5, chunks, 3.0) == 0.0 == _weight_gather_exposed(0.0, 0.5, chunks)
