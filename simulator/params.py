@@ -52,6 +52,11 @@ class ComputeParams(StrictModel):
     # against ~80% for large GEMMs: ~0.85 of the GEMM plateau.
     flash_attention: bool = True
     flash_efficiency_ratio: float = 0.85
+    # The backward kernel runs below the forward one: 63% of A100 peak against 73% forward in the
+    # same FlashAttention-2 measurements (arXiv 2307.08691 fig. 4-5; it recomputes the scores and
+    # accumulates dQ with atomics), i.e. 0.85 x 63 / 73 = 0.73 of the GEMM plateau. None: the
+    # forward's ratio (the behaviour before this field).
+    flash_backward_efficiency_ratio: float | None = Field(0.73, gt=0, le=1)
     # Causal flash kernels skip the masked half of the score matrix (arXiv 2307.08691 sec. 3.1).
     flash_causal_fraction: float = 0.5
     # Flash backward recomputes the scores: 2.5x the forward FLOPs (arXiv 2307.08691 sec. 3.1:
@@ -77,8 +82,16 @@ class ComputeParams(StrictModel):
     backward_traffic_factor: float = 2.0
     # Backward matmuls: data gradient + weight gradient, each the forward's size (2x forward FLOPs).
     backward_flops_factor: float = 2.0
-    # Loss on the last stage: fp32 logits written, softmax read + write, gradient written: 4 x 4 B.
-    loss_traffic_bytes_per_logit: float = 16.0
+    # Vocab-parallel cross entropy on the last stage, bytes per logit, as Megatron's unfused kernel
+    # sequence runs it (megatron/core/tensor_parallel/cross_entropy.py, the default path:
+    # --cross-entropy-loss-fusion off; Megatron-LM 2021 mpu/cross_entropy.py on output.float() is
+    # the same). Forward: the bf16 logits cast to fp32 (read 2, write 4), max over the vocab (read
+    # 4), in-place subtract of the max (read 4, write 4), in-place exp (read 4, write 4), sum (read
+    # 4), in-place divide to the softmax kept for backward (read 4, write 4): 38. Backward: the
+    # softmax scaled in place by the loss gradient (read 4, write 4; the one-hot subtraction
+    # touches one logit per token) and cast back to bf16 for the GEMMs (read 4, write 2): 14.
+    # Together 52 (was 16: one fp32 write, one softmax read + write, one gradient write).
+    loss_traffic_bytes_per_logit: float = Field(52.0, ge=0)
     activation_bytes: float = 2.0
 
 
@@ -119,6 +132,14 @@ class CommParams(StrictModel):
     cp_overlap_fraction: float = Field(0.5, ge=0, le=1)
     # DP gradient sync hidden under backward: one named default for every model (DP_OVERLAP_FRACTION).
     dp_overlap_fraction: float = Field(DP_OVERLAP_FRACTION, ge=0, le=1)
+    # What the gradient sync (ZeRO 0-2) can hide under: with gradient accumulation each model chunk's
+    # reduction is launched in its last micro-batch's backward only (Megatron schedules.py runs the
+    # first m - 1 under no_sync; DeepSpeed reduces at the accumulation boundary), the chunks one after
+    # another, the last bucket (1 - dp_overlap_fraction) after that backward; the ZeRO-1/2 weight
+    # all-gather before each chunk's first forward (--overlap-param-gather). One chunk: exposed =
+    # max((1 - f) t, t - that backward). dp_overlap_fraction 0: after the flush, whole.
+    # "step": (1 - f) t with no bound (the behaviour before this field).
+    dp_overlap_window: Literal["last-micro-batch", "step"] = "last-micro-batch"
     # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
     pp_scatter_gather: bool = True
     # Blocking pipeline sends: Megatron-LM 2021 (megatron/p2p_communication.py) issues
@@ -146,8 +167,13 @@ class CommParams(StrictModel):
     # the overlap fraction says how much of it hides. Off by default (the behaviour before it).
     sp_backward_allgather: bool = False
     sp_backward_allgather_overlap_fraction: float = Field(0.0, ge=0, le=1)
-    # Gradients reduced in bf16 (formulas.md: "DP: gradient all-reduce of N/(t p) parameters").
-    grad_reduce_bytes_per_param: float = 2.0
+    # Bytes per parameter of the data-parallel gradient reduction (all-reduce, ZeRO reduce-scatter,
+    # FSDP reduce-scatter). fp32: Megatron-LM forces accumulate_allreduce_grads_in_fp32 for bf16
+    # ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
+    # megatron/training/arguments.py) and verl's FSDP reduces in fp32 (mixed_precision.reduce_dtype
+    # fp32, verl fsdp_workers.py). The 2021 / 2022 stacks keep 2 (their value before this default;
+    # the papers do not state the dtype of the gradient reduction).
+    grad_reduce_bytes_per_param: float = Field(4.0, gt=0)
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
     optimizer_traffic_bytes_per_param: float = 30.0
@@ -326,7 +352,8 @@ class TrainSoftware:
 MEGATRON_2021 = TrainSoftware(
     name="megatron-2021",
     params=TrainParams(compute=ComputeParams(flash_attention=False),
-                       comm=CommParams(tp_overlap_fraction=0.0, dp_overlap_fraction=0.0, pp_blocking_send=True)),
+                       comm=CommParams(tp_overlap_fraction=0.0, dp_overlap_fraction=0.0, pp_blocking_send=True,
+                                       grad_reduce_bytes_per_param=2.0)),
     recompute=("full",), zero=(0,), sequence_parallel=False, context_parallel=False,
     source="arXiv 2104.04473; NVIDIA/Megatron-LM 2021 (megatron/p2p_communication.py, schedules.py)")
 
@@ -353,7 +380,8 @@ MEGATRON_2022 = TrainSoftware(
     name="megatron-2022",
     params=TrainParams(compute=ComputeParams(flash_attention=False),
                        comm=CommParams(tp_overlap_fraction=0.0, dp_overlap_fraction=0.0, pp_blocking_send=True,
-                                       sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.5)),
+                                       sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.5,
+                                       grad_reduce_bytes_per_param=2.0)),
     recompute=("selective", "full", "none"), zero=(0,), sequence_parallel=None, context_parallel=False,
     source="arXiv 2205.05198; NVIDIA/Megatron-LM 2022 (megatron/mpu/layers.py, p2p_communication.py)")
 

@@ -134,3 +134,18 @@ def test_llm_layer_errors_carry_the_workload_prefix_and_file(tmp_path):
         simulator.simulate(path, topology="dgx-h100", iterations=1)
     assert str(path) in str(exc.value)
     assert exc.value.fields == ["workload.rollout_layout.tp", "workload.rollout_layout.ep"]
+
+
+def test_issue12_v7_trainer_mechanisms_reach_the_scenario_and_switch_off():
+    """The V7 mechanisms are train_params fields: --set reaches them, the old behaviour is one value
+    away (window "step", backward ratio null, 16 B loss, 2 B gradients), bad values name the path."""
+    sets = ["workload.train_params.comm.dp_overlap_window=step", "workload.train_params.comm.grad_reduce_bytes_per_param=2",
+            "workload.train_params.compute.flash_backward_efficiency_ratio=null",
+            "workload.train_params.compute.loss_traffic_bytes_per_logit=16"]
+    p = load_scenario(workload="grpo-qwen2.5-7b", overrides=sets).workload.train_params
+    assert (p.comm.dp_overlap_window, p.comm.grad_reduce_bytes_per_param) == ("step", 2.0)
+    assert p.compute.flash_backward_efficiency_ratio is None and p.compute.loss_traffic_bytes_per_logit == 16.0
+    d = TrainParams()
+    assert (d.comm.dp_overlap_window, d.comm.grad_reduce_bytes_per_param) == ("last-micro-batch", 4.0)
+    with pytest.raises(RlsimError, match="workload.train_params.comm.dp_overlap_window"):
+        load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.train_params.comm.dp_overlap_window=sometimes"])

@@ -147,7 +147,9 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     if params.flash_attention:
         flops = attn_flops * params.flash_causal_fraction
         attn_f = attention_time_s(flops, seq_len, rates, params, params.flash_efficiency_ratio)
-        attn_b = params.flash_backward_factor * attn_f
+        ratio_b = params.flash_efficiency_ratio if params.flash_backward_efficiency_ratio is None \
+            else params.flash_backward_efficiency_ratio
+        attn_b = params.flash_backward_factor * attention_time_s(flops, seq_len, rates, params, ratio_b)
     else:
         score_elems = sq_sum * heads
         core = attention_time_s(attn_flops, seq_len, rates, params)

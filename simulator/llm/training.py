@@ -719,7 +719,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
             bare = simulate_pipeline(arrays.fwd[:, sl], arrays.bwd[:, sl], 0.0, pp=layout.pp, vpp=layout.vpp)
         pp_exposed = max(0.0, makespan - bare.makespan_s)
     # Gradient sync after each stage's last backward, then the optimizer.
-    dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe)
+    windows = _chunk_windows(pipe, arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
+    dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows)
     offload_s = offload_time_s(memory, kinds, params)
     step = max([makespan] + [end + dp + opt for end, dp, opt in tail]) + offload_s
     dp_exposed = max([0.0] + [end + dp - makespan for end, dp, _ in tail])
@@ -793,30 +794,90 @@ def _recompute_coefficients(model: Any) -> tuple[float, float]:
 
 
 def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, rates: DeviceRates,
-                      params: TrainParams, pipe: PipelineResult) -> tuple[list[float], list[float],
-                                                                           list[tuple[float, float, float]]]:
+                      params: TrainParams, pipe: PipelineResult,
+                      chunks: Sequence[Sequence[tuple[float, float, float, float]]] | None = None,
+                      ) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
+    """Per stage: exposed gradient sync, optimizer step, (last backward end, sync, optimizer).
+    `chunks`: per stage, per model chunk, (start, end) of its last backward and of its first
+    forward (`_chunk_windows`), which bound the overlap (comm.dp_overlap_window last-micro-batch);
+    None: the sync hides by dp_overlap_fraction alone."""
     c = params.comm
     gb, wb = c.grad_reduce_bytes_per_param, params.memory.weight_bytes_per_param
+    f = c.dp_overlap_fraction
     dp_list, opt_list, tail = [], [], []
     for s, (dense, expert) in enumerate(_stage_params(model, layout)):
-        t = 0.0
+        grads = weights = 0.0   # the gradient reduction (backward) and the weight gather (forward)
         if layout.zero < 3:
             for n, g in ((dense, groups.dp[s]), (expert, groups.edp[s])):
                 if n <= 0 or len(g) < 2:
                     continue
                 if layout.zero == 0:
-                    t += comm.one("all_reduce", g, n * gb)
+                    grads += comm.one("all_reduce", g, n * gb)
                 else:  # reduce-scatter gradients, all-gather updated weights (ZeRO-1/2)
-                    t += comm.one("reduce_scatter", g, n * gb) + comm.one("all_gather", g, n * wb)
-        dp = t * (1 - c.dp_overlap_fraction)
+                    grads += comm.one("reduce_scatter", g, n * gb)
+                    weights += comm.one("all_gather", g, n * wb)
+        end = pipe.stage_end_s(s)
+        if chunks is None or f <= 0:
+            dp = (grads + weights) * (1 - f)
+        else:
+            dp = _grad_sync_exposed(grads, f, chunks[s], end) + _weight_gather_exposed(weights, f, chunks[s])
         shard = (layout.dp or 1) * layout.cp if layout.zero >= 1 else 1
         eshard = layout.expert_dp if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
-        end = pipe.stage_end_s(s)
         dp_list.append(dp)
         opt_list.append(opt)
         tail.append((end, dp, opt))
     return dp_list, opt_list, tail
+
+
+def _grad_sync_exposed(t: float, fraction: float, chunks: Sequence[tuple[float, float, float, float]],
+                       stage_end: float) -> float:
+    """Megatron --overlap-grad-reduce with gradient accumulation: a model chunk's gradients reduce
+    in its last micro-batch's backward only (the first m - 1 run under no_sync,
+    pipeline_parallel/schedules.py), bucket by bucket as they are ready: `fraction` of the chunk's
+    time t / v can run from the start of that backward, the last bucket only after it ends; the
+    chunks' reductions run one after another on one communicator. Exposed: what ends after the stage's
+    flush. One chunk: max((1 - fraction) t, t - its last backward)."""
+    if t <= 0:
+        return 0.0
+    t_c = t / len(chunks)
+    cursor = -math.inf
+    for b_start, b_end, _, _ in sorted(chunks, key=lambda w: w[1]):
+        cursor = max(max(cursor, b_start) + t_c, b_end + (1 - fraction) * t_c)
+    return max(0.0, cursor - stage_end)
+
+
+def _weight_gather_exposed(t: float, fraction: float, chunks: Sequence[tuple[float, float, float, float]]) -> float:
+    """ZeRO-1/2 --overlap-param-gather: the updated weights are gathered chunk by chunk from the
+    step's start, one after another, each needed by its chunk's first forward: its first bucket
+    ((1 - fraction) of it) before that forward starts, all of it before it ends. Exposed: the
+    largest wait. One chunk: max((1 - fraction) t, t - its first forward)."""
+    if t <= 0:
+        return 0.0
+    t_c = t / len(chunks)
+    cursor, worst = 0.0, 0.0
+    for _, _, f_start, f_end in sorted(chunks, key=lambda w: w[2]):
+        worst = max(worst, cursor + (1 - fraction) * t_c - f_start, cursor + t_c - f_end)
+        cursor += t_c
+    return worst
+
+
+def _chunk_windows(pipe: PipelineResult, arrays: _StageArrays, layout: TrainLayout,
+                   sl: slice) -> list[list[tuple[float, float, float, float]]]:
+    """Per stage, per model chunk: (start, end) of its last micro-batch's backward and of its
+    first micro-batch's forward in the flush (op ids: forward of virtual stage j, micro-batch i is
+    j m + i, its backward n_v m + j m + i; pipeline._compiled)."""
+    m, n_v = sl.stop - sl.start, layout.pp * layout.vpp
+    ends = pipe.end_s
+    out = []
+    for s in range(layout.pp):
+        row = []
+        for c in range(layout.vpp):
+            j = c * layout.pp + s
+            b_end, f_end = float(ends[n_v * m + j * m + m - 1]), float(ends[j * m])
+            row.append((b_end - float(arrays.bwd[j, sl.stop - 1]), b_end, f_end - float(arrays.fwd[j, sl.start]), f_end))
+        out.append(row)
+    return out
 
 
 def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None = None,

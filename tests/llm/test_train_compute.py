@@ -87,3 +87,46 @@ def test_replay_prediction_follows_the_fitted_ramps() -> None:
     slower = predict_stages(config, base.model_copy(update={"gemm_ramp_k": 100.0}), lens)
     assert slower["train"] > first["train"] and slower["reference"] > first["reference"]
     assert slower["train"] / first["train"] > slower["reference"] / first["reference"]  # weight gradients
+
+
+def _attention_parts(params: ComputeParams) -> tuple[float, float]:
+    """(forward, backward) attention-core time of one layer: layer_times with and without the
+    squared-length work (the GEMMs and the elementwise traffic cancel)."""
+    from simulator.llm.architecture import ModelSpec
+    from simulator.llm.layer_costs import layer_shapes
+
+    model = ModelSpec(name="t", num_layers=1, hidden=1024, ffn_hidden=4096, num_heads=8, num_kv_heads=8,
+                      head_dim=128, vocab=2048, tied_embeddings=False, gated_ffn=False, max_position_embeddings=4096)
+    layer = layer_shapes(model)[0]
+    tokens = np.array([4096.0])
+    with_attn = layer_times(layer, 1024, 4096, False, tokens, tokens**2, tp=1, sp=False, ep=1, rates=H100, params=params)
+    without = layer_times(layer, 1024, 4096, False, tokens, 0 * tokens, tp=1, sp=False, ep=1, rates=H100, params=params)
+    return float(with_attn.fwd_s[0] - without.fwd_s[0]), float(with_attn.bwd_s[0] - without.bwd_s[0])
+
+
+@pytest.mark.parametrize("ratio_b", [0.73, 0.5, 0.85])
+def test_flash_backward_runs_at_its_own_efficiency_ratio(ratio_b: float) -> None:
+    """Backward = factor x (launch + F / (peak x plateau x ratio_b x ramp)) against the forward's
+    launch + F / (peak x plateau x ratio_f x ramp): the compute parts stand as ratio_f / ratio_b."""
+    p = ComputeParams(flash_backward_efficiency_ratio=ratio_b)
+    fwd, bwd = _attention_parts(p)
+    launch = H100.launch_s
+    assert (bwd / p.flash_backward_factor - launch) / (fwd - launch) == pytest.approx(p.flash_efficiency_ratio / ratio_b)
+    same = ComputeParams(flash_backward_efficiency_ratio=None)   # switched off: the forward's ratio
+    f0, b0 = _attention_parts(same)
+    assert f0 == pytest.approx(fwd) and b0 == pytest.approx(same.flash_backward_factor * f0)
+
+
+def test_loss_traffic_is_bytes_per_logit_over_hbm() -> None:
+    """The cross-entropy part of the output layer: T x V / tp x loss_traffic_bytes_per_logit / HBM,
+    half in forward, half in backward; the default is Megatron's unfused kernel sequence (52 B)."""
+    from simulator.llm.train_compute import logits_times
+
+    tokens = np.array([4096.0, 1000.0])
+    base = ComputeParams(loss_traffic_bytes_per_logit=0.0)
+    for tp in (1, 4):
+        f0, b0 = logits_times(2048, 131072, tokens, tp=tp, rates=H100, params=base)
+        f, b = logits_times(2048, 131072, tokens, tp=tp, rates=H100, params=ComputeParams())
+        want = tokens * 131072 / tp * 52.0 / H100.hbm_Bps
+        np.testing.assert_allclose((f - f0) + (b - b0), want, rtol=1e-12)
+        np.testing.assert_allclose(f - f0, want / 2, rtol=1e-12)

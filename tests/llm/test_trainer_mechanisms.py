@@ -18,6 +18,7 @@ from simulator.llm.training import (
     _fsdp_layer_comm,
     _groups,
     _micro_batches,
+    _stage_params,
     _ulysses_comm,
     forward_cost,
     train_step_cost,
@@ -42,7 +43,8 @@ def test_fsdp_gather_is_the_all_gather_of_the_layer_shard() -> None:
     layer = layer_shapes(QWEN)[0]
     gather, reduce = _fsdp_layer_comm(layer, lay, groups, 0, _Comm(model), _params())
     assert gather == pytest.approx(model.cost("all_gather", list(range(8)), layer.dense_params * 2.0).time_s)
-    assert reduce == pytest.approx(model.cost("reduce_scatter", list(range(8)), layer.dense_params * 2.0).time_s)
+    grad_bytes = CommParams().grad_reduce_bytes_per_param
+    assert reduce == pytest.approx(model.cost("reduce_scatter", list(range(8)), layer.dense_params * grad_bytes).time_s)
     g2, r2 = _fsdp_layer_comm(layer, lay, groups, 0, _Comm(model),
                               _params(fsdp_gather_overlap_fraction=0.75, fsdp_reduce_overlap_fraction=0.5))
     assert g2 == pytest.approx(0.25 * gather) and r2 == pytest.approx(0.5 * reduce)
@@ -145,3 +147,61 @@ def test_named_stacks() -> None:
     a = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, params=s22.params)
     b = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, params=train_software("megatron-2021").params)
     assert a.step_time_s == pytest.approx(b.step_time_s)
+
+
+def test_zero1_gradient_sync_reduces_fp32_gradients_and_gathers_bf16_weights() -> None:
+    """ZeRO-1 sync per stage = reduce_scatter(N x grad bytes) + all_gather(N x weight bytes), N the
+    stage's parameters per TP rank; the default gradient dtype is fp32 (Megatron bf16, verl FSDP)."""
+    lay = TrainLayout(tp=1, dp=8, zero=1).resolve(8)
+    model = CollectiveModel(TOPO)
+    n = sum(_stage_params(QWEN, lay)[0])
+    cost = train_step_cost(QWEN, lay, TOPO, None, SEQS, params=_params(dp_overlap_fraction=0.0), collectives=model)
+    want = model.cost("reduce_scatter", list(range(8)), n * 4.0).time_s + model.cost("all_gather", list(range(8)), n * 2.0).time_s
+    assert CommParams().grad_reduce_bytes_per_param == 4.0
+    assert cost.comm_exposed_s["dp"] == pytest.approx(want)
+    bf16 = train_step_cost(QWEN, lay, TOPO, None, SEQS, params=_params(dp_overlap_fraction=0.0,
+                                                                        grad_reduce_bytes_per_param=2.0))
+    assert bf16.comm_exposed_s["dp"] < cost.comm_exposed_s["dp"]
+    for name in ("megatron-2021", "megatron-2022"):   # the papers' stacks keep their 2 bytes
+        assert train_software(name).params.comm.grad_reduce_bytes_per_param == 2.0
+
+
+@pytest.mark.parametrize("fraction", [0.9, 0.5, 0.0])
+def test_gradient_sync_hides_only_under_the_last_backward_and_the_first_forward(fraction: float) -> None:
+    """dp_overlap_window last-micro-batch: exposed = max((1 - f) t_rs, t_rs - last backward) +
+    max((1 - f) t_ag, t_ag - first forward); "step" keeps (1 - f)(t_rs + t_ag)."""
+    topo = load_topology({"preset": "dgx-h100", "nodes": 2})
+    net = CollectiveModel(topo)
+    lay = TrainLayout(tp=4, dp=4, zero=1).resolve(16)
+    seqs = uniform_sequences(16, 512)
+    win = train_step_cost(QWEN, lay, topo, None, seqs, params=_params(dp_overlap_fraction=fraction), collectives=net)
+    n = sum(_stage_params(QWEN, lay)[0])
+    group = _groups(lay, tuple(range(16))).dp[0]
+    t_rs = net.cost("reduce_scatter", group, n * 4.0).time_s
+    t_ag = net.cost("all_gather", group, n * 2.0).time_s
+    ops = [iv for iv in win.pipeline.intervals if iv.stage == 0 and iv.state in ("forward", "backward")]
+    last_bwd = [iv.end - iv.start for iv in ops if iv.state == "backward"][-1]
+    first_fwd = [iv.end - iv.start for iv in ops if iv.state == "forward"][0]
+    assert t_rs > last_bwd  # the case the window matters for
+    want = max((1 - fraction) * t_rs, t_rs - last_bwd) + max((1 - fraction) * t_ag, t_ag - first_fwd)
+    assert win.comm_exposed_s["dp"] == pytest.approx(want)
+    unbounded = train_step_cost(QWEN, lay, topo, None, seqs, collectives=net,
+                                params=_params(dp_overlap_fraction=fraction, dp_overlap_window="step"))
+    assert unbounded.comm_exposed_s["dp"] == pytest.approx((1 - fraction) * (t_rs + t_ag))
+
+
+def test_interleaved_chunks_reduce_one_after_another_from_their_last_backward() -> None:
+    """Two chunks, t = 4 (2 each), fraction 0.5: chunk A's last backward runs 0-1, chunk B's 2-3
+    (the flush ends at 3). A: starts at 0, its last bucket (1) after 1 -> ends at 2; B: starts at
+    2, ends at max(2 + 2, 3 + 1) = 4: 1 exposed. Weights: A gathered 0-2 for a forward 0-1
+    (waits max(0 + 1 - 0, 2 - 1) = 1), B 2-4 for a forward 2-3 (waits 1): 1."""
+    from simulator.llm.training import _grad_sync_exposed, _weight_gather_exposed
+
+    chunks = [(0.0, 1.0, 0.0, 1.0), (2.0, 3.0, 2.0, 3.0)]
+    assert _grad_sync_exposed(4.0, 0.5, chunks, 3.0) == pytest.approx(1.0)
+    assert _weight_gather_exposed(4.0, 0.5, chunks) == pytest.approx(1.0)
+    one = [(0.0, 1.0, 0.0, 1.0)]   # one chunk: the closed forms of the single-window test
+    for t, frac in ((4.0, 0.5), (0.5, 0.9), (3.0, 0.9)):
+        assert _grad_sync_exposed(t, frac, one, 1.0) == pytest.approx(max((1 - frac) * t, t - 1.0))
+        assert _weight_gather_exposed(t, frac, one) == pytest.approx(max((1 - frac) * t, t - 1.0))
+    assert _grad_sync_exposed(0.0, 0.5, chunks, 3.0) == 0.0 == _weight_gather_exposed(0.0, 0.5, chunks)

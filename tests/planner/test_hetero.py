@@ -52,7 +52,12 @@ def test_pipeline_across_kinds_gets_more_layers_on_the_faster_stage_and_equalize
 def test_homogeneous_cluster_gains_nothing_from_balancing():
     topo = load_topology("dgx-h100", {"nodes": 2})
     plan = plan_hetero(load_model("gpt-7.5b"), topo, 256, 2048)
-    assert plan.speedup == pytest.approx(1.0, abs=1e-9)
+    # Equal devices: the batch stays evenly split; the only gain is the last stage's LM head and
+    # loss (about one layer of this model with the 52 B/logit cross entropy) moving a layer off it.
+    bal, uni = plan.balanced, plan.uniform
+    assert len(set(bal.microbatches_per_replica)) == 1
+    assert all(abs(a - b) <= 1 for a, b in zip(bal.layers_per_stage, uni.layers_per_stage, strict=True))
+    assert 1.0 - 1e-9 <= plan.speedup < 1.01
 
 
 def test_slow_node_triggers_rebalancing():
