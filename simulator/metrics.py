@@ -153,7 +153,7 @@ def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float) -> 
     return {"consumed": n_stale, "trained_tokens": out["trained_tokens"] + retired.trained_tokens,
             "gen_tokens": out["gen_tokens"] + retired.generated_tokens,
             "all_gen": out["all_gen"] + retired.generated_tokens,
-            "stale_max": max(retired.staleness_max, float(stale.max())) if len(stale) else retired.staleness_max,
+            "stale_max": max(retired.staleness_max, float(stale.max()) if len(stale) else -math.inf) if n_stale else 0.0,
             "stale_mean": (held_stale + retired.staleness_sum) / n_stale if n_stale else 0.0,
             "generated": len(samples) + retired.count, "dropped": dropped, "rows_kept": len(samples)}
 
