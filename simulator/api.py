@@ -44,7 +44,7 @@ class SimulationResult:
     summary: dict[str, Any]
     timeline: pd.DataFrame          # group records: des.INTERVAL_COLUMNS + rank_start, rank_count
     iterations: pd.DataFrame
-    samples: pd.DataFrame
+    samples: pd.DataFrame           # one row per sample (the last rows only under output.keep_sample_rows)
     record: RunRecord = field(repr=False)
     # The device kinds of the run's topology (a sweep prices a point per device-hour from them);
     # empty when the costs were given (no topology was built).
