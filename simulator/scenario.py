@@ -512,8 +512,8 @@ class OutputConfig(_Strict):
     # Per-sample rows kept: null (default) keeps one row per generated sample for the whole run (the
     # per-sample table, the report's length and staleness figures, the critical path of every step);
     # N keeps at least the last N rows (0: only those still in play) and folds older ones into
-    # counts and sums, so a long Monte-Carlo run's memory stays flat (~116 bytes a sample otherwise:
-    # 95 MiB for 100 steps of the default scenario, benchmarks/bench_memory.py). Every figure that
+    # counts and sums, so a long Monte-Carlo run's memory stays flat (~94 bytes a sample otherwise:
+    # 73 MiB for 100 steps of the default scenario, benchmarks/bench_memory.py). Every figure that
     # counts samples stays the same; the table and the critical path then cover the kept rows, and
     # the summary says so (samples.rows_kept, critical_path.steps_walked).
     keep_sample_rows: int | None = Field(None, ge=0)
