@@ -44,7 +44,7 @@ class SimulationResult:
     summary: dict[str, Any]
     timeline: pd.DataFrame          # group records: des.INTERVAL_COLUMNS + rank_start, rank_count
     iterations: pd.DataFrame
-    samples: pd.DataFrame
+    samples: pd.DataFrame           # one row per sample (the last rows only under output.keep_sample_rows)
     record: RunRecord = field(repr=False)
     # The device kinds of the run's topology (a sweep prices a point per device-hour from them);
     # empty when the costs were given (no topology was built).
@@ -136,7 +136,9 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
         summary["auto_layout"] = plan.detail
     # the chain of intervals that set each step's length (rl/critical_path.py), from the record
     from .rl import critical_path  # pandas: after the run (see the TYPE_CHECKING note above)
-    summary["critical_path"] = critical_path.summarize(critical_path.critical_paths(rec, timeline), rec.samples.flat())
+    store = rec.samples      # output.keep_sample_rows: the steps whose rows were kept (all by default)
+    summary["critical_path"] = critical_path.summarize(critical_path.critical_paths(rec, timeline), store.flat(),
+                                                       base=store.base, total_steps=len(rec.iterations) if store.base else None)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble
         summary["warnings"] = [

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .rl.samples import RetiredSamples
 from .rl.schedules.context import RunRecord
 from .rl.timeline import BUSY_STATES
 
@@ -126,19 +127,44 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     return out
 
 
+def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float) -> dict[str, Any]:
+    """The summary's per-sample sums: over the frame's rows and, under output.keep_sample_rows, the
+    retired ones (rl/samples.py: all finished within the run; integer token counts, so the sums are
+    exact and the figures equal those of the whole table)."""
+    # Column by column: a masked copy of the whole per-sample frame would double a long run's peak.
+    consumed = samples["consumed_iteration"] >= 0
+    stale = samples["staleness"][consumed]
+    out = {"consumed": int(consumed.sum()),
+           "trained_tokens": float((samples["prompt_len"][consumed] + samples["response_len"][consumed]).sum()),
+           "gen_tokens": float(samples.loc[samples["finish"] <= T + 1e-9, "generated_tokens"].sum()),
+           "all_gen": float(samples["generated_tokens"].sum()),
+           "stale_max": float(stale.max()) if len(stale) else 0.0,
+           "stale_mean": float(stale.mean()) if len(stale) else 0.0, "generated": len(samples),
+           "dropped": samples.loc[samples["dropped"], "drop_reason"].value_counts().to_dict()}
+    if not retired.count:
+        return out
+    if retired.max_finish > T + 1e-9:
+        raise AssertionError("a retired sample finished after the run")
+    n_stale = out["consumed"] + retired.consumed
+    held_stale = float(stale.sum())
+    dropped = dict(retired.dropped)
+    for reason, c in out["dropped"].items():
+        dropped[reason] = dropped.get(reason, 0) + int(c)
+    return {"consumed": n_stale, "trained_tokens": out["trained_tokens"] + retired.trained_tokens,
+            "gen_tokens": out["gen_tokens"] + retired.generated_tokens,
+            "all_gen": out["all_gen"] + retired.generated_tokens,
+            "stale_max": max(retired.staleness_max, float(stale.max()) if len(stale) else -math.inf) if n_stale else 0.0,
+            "stale_mean": (held_stale + retired.staleness_sum) / n_stale if n_stale else 0.0,
+            "generated": len(samples) + retired.count, "dropped": dropped, "rows_kept": len(samples)}
+
+
 def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> dict:
     sc = rec.scenario
     T = rec.makespan_s
-    # Column by column: a masked copy of the whole per-sample frame would double a long run's peak.
-    consumed = samples["consumed_iteration"] >= 0
-    n_consumed = int(consumed.sum())
-    trained_tokens = float((samples["prompt_len"][consumed] + samples["response_len"][consumed]).sum())
-    in_window = samples["finish"] <= T + 1e-9
-    gen_tokens = float(samples.loc[in_window, "generated_tokens"].sum())
-    all_gen = float(samples["generated_tokens"].sum())
+    fig = sample_figures(samples, rec.samples.retired, T)
+    n_consumed, trained_tokens, gen_tokens, all_gen = fig["consumed"], fig["trained_tokens"], fig["gen_tokens"], fig["all_gen"]
     gen_flops = rec.gen_flops * (gen_tokens / all_gen if all_gen > 0 else 0.0)
     bubble_fraction, by_cause = bubbles(timeline)
-    stale = samples["staleness"][consumed]
     its = max(1, len(rec.iterations))
     steady_step, steady_tps = steady_state(rec)
     peak = rec.peak_flops * rec.n_devices
@@ -165,12 +191,10 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
         "bubbles_by_cause": by_cause,
         "stage_time_s": {k: v / its for k, v in sorted(rec.stage_time_s.items())},
         "mfu": (rec.flops + gen_flops) / (peak * T) if T > 0 else 0.0,
-        "staleness": {"max": float(stale.max()) if len(stale) else 0.0,
-                      "mean": float(stale.mean()) if len(stale) else 0.0,
-                      "bound": sc.schedule.effective_staleness},
+        "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.effective_staleness},
         "peak_memory_bytes": rec.peak_memory_bytes,
         "roofline_tokens_per_s": roofline,
-        "samples": sample_counts(samples, n_consumed, its, sc.workload),
+        "samples": sample_counts(fig, its, sc.workload),
         "distqueue": {k: float(v) for k, v in rec.queue.items()},
         "rollout": rollout_utilization(rec),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
@@ -187,17 +211,22 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> di
     return out
 
 
-def sample_counts(samples: pd.DataFrame, consumed: int, iterations: int, workload: Any) -> dict[str, Any]:
-    """Generated, consumed and dropped samples; `trained_per_step` against `batch` (prompts_per_step x
-    samples_per_prompt), and `stale_fraction`, the generated samples thrown away as too old: StaleSync
-    with staleness 0 trains about half a batch per step and drops ~40% as stale, so its step time and
-    device-hours per step are not comparable with a schedule that trains whole batches."""
-    dropped = {str(k): int(v) for k, v in
-               samples.loc[samples["dropped"], "drop_reason"].value_counts().sort_index().items()}
-    return {"generated": int(len(samples)), "consumed": int(consumed), "dropped": dropped,
-            "batch": int(workload.prompts_per_step * workload.samples_per_prompt),
-            "trained_per_step": consumed / max(1, iterations),
-            "stale_fraction": dropped.get("stale", 0) / len(samples) if len(samples) else 0.0}
+def sample_counts(fig: Mapping[str, Any], iterations: int, workload: Any) -> dict[str, Any]:
+    """Generated, consumed and dropped samples (``fig``: sample_figures); `trained_per_step` against
+    `batch` (prompts_per_step x samples_per_prompt), and `stale_fraction`, the generated samples
+    thrown away as too old: StaleSync with staleness 0 trains about half a batch per step and drops
+    ~40% as stale, so its step time and device-hours per step are not comparable with a schedule
+    that trains whole batches. `rows_kept`: only under output.keep_sample_rows, the per-sample
+    table's rows once older ones were folded into these counts."""
+    dropped = {str(k): int(v) for k, v in sorted(fig["dropped"].items())}
+    generated, consumed = int(fig["generated"]), int(fig["consumed"])
+    out = {"generated": generated, "consumed": consumed, "dropped": dropped,
+           "batch": int(workload.prompts_per_step * workload.samples_per_prompt),
+           "trained_per_step": consumed / max(1, iterations),
+           "stale_fraction": dropped.get("stale", 0) / generated if generated else 0.0}
+    if "rows_kept" in fig:
+        out["rows_kept"] = int(fig["rows_kept"])
+    return out
 
 
 # A run that throws away at least this share of its generated samples as stale gets a note: its
@@ -208,7 +237,8 @@ STALE_NOTE_SHARE = 0.05
 def summary_notes(summary: Mapping[str, Any]) -> list[str]:
     """What a reader of the figures must know: a schedule that trains partial batches and drops
     samples as stale (its step time is not comparable; tokens/s counts trained tokens and is), and a
-    staleness bound above what the run ever reached (raising it changes nothing here)."""
+    staleness bound above what the run ever reached (raising it changes nothing here), and per-sample
+    rows folded into counts (output.keep_sample_rows: the table and the critical path cover fewer)."""
     notes = []
     samples, stale = summary.get("samples") or {}, summary.get("staleness") or {}
     name = f"{summary.get('schedule')} (staleness {stale.get('bound', 0):g})"
@@ -217,6 +247,11 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
                      f"{samples['trained_per_step']:,.0f} samples per step of a {samples['batch']:,}-sample batch: "
                      f"its step time (and device-hours per step) is not comparable with whole-batch schedules; "
                      f"compare tokens/s and device-hours per 1M tokens (trained tokens)")
+    if "rows_kept" in samples:   # output.keep_sample_rows retired rows: what the rows no longer cover
+        walked = (summary.get("critical_path") or {}).get("steps_walked", "every step")
+        notes.append(f"output.keep_sample_rows: the per-sample table (samples.csv, the report's length and "
+                     f"staleness figures) holds the last {samples['rows_kept']:,} of {samples['generated']:,} "
+                     f"samples and the critical path covers {walked}; every other figure counts all samples")
     bound, seen = stale.get("bound", 0.0), stale.get("max", 0.0)
     if math.isfinite(bound) and bound >= 2 and seen < bound:
         colocated = summary.get("schedule") == "stalesync" and summary.get("placement") == "colocated"

@@ -535,6 +535,18 @@ class Limits(_Strict):
     max_runs: int = Field(1_000, ge=1)
 
 
+class OutputConfig(_Strict):
+    """What a run keeps of its own record (docs/scenario-reference.md "output")."""
+    # Per-sample rows kept: null (default) keeps one row per generated sample for the whole run (the
+    # per-sample table, the report's length and staleness figures, the critical path of every step);
+    # N keeps at least the last N rows (0: only those still in play) and folds older ones into
+    # counts and sums, so a long Monte-Carlo run's memory stays flat (~94 bytes a sample otherwise:
+    # 73 MiB for 100 steps of the default scenario, benchmarks/bench_memory.py). Every figure that
+    # counts samples stays the same; the table and the critical path then cover the kept rows, and
+    # the summary says so (samples.rows_kept, critical_path.steps_walked).
+    keep_sample_rows: int | None = Field(None, ge=0)
+
+
 # Wall seconds per work unit on this project's 2-core VM: grpo-qwen2.5-7b, 1 iteration of 8,192 samples
 # on 64-16,384 devices took 4.6-25.8 s (~1e-3 s per device, ~3e-4 s per sample of that preset's lengths;
 # a 65,536-sample step of short samples took 4.3 s, ~7e-5 s per sample). A rough rate for the estimate only.
@@ -622,6 +634,7 @@ class Scenario(_Strict):
     # space, rollout, recovery, params such as eval_cost_s)
     planner: dict[str, Any] = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
+    output: OutputConfig = Field(default_factory=OutputConfig)
     source: str = "<defaults>"
 
     @field_validator("schedule", mode="before")
@@ -642,6 +655,8 @@ class Scenario(_Strict):
             del data["replicas"]          # the default: snapshots stay as they were before replicas
         if self.limits == Limits():
             del data["limits"]            # the defaults: snapshots and fingerprints stay as they were
+        if self.output == OutputConfig():
+            del data["output"]            # likewise
         data["schedule"] = self.schedule.model_dump(mode="json", exclude_unset=True)
         data["schedule"]["kind"] = self.schedule.kind
         return data

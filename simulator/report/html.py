@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..metrics import summary_notes
 from . import critical_path, plots, summary
 
 REPORT_NAME = "report.html"
@@ -57,11 +58,18 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
     if samples is not None and not samples.empty:
         figures.append(("response_lengths", _save(plots.response_length_figure(samples), out, "response_lengths")))
     summaries = {name: run.summary for name, run in runs.items()}
-    table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>"
+    table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>" + _kept_rows_note(summaries)
              + summary.key_table(summaries) + critical_path.section(summaries)
              + _collapsed(_summary_table(summaries), "all summary fields"))
     title = "rlsim comparison" if len(runs) > 1 else f"rlsim run: {next(iter(runs))}"
     return _write_page(out, title, table, figures)
+
+
+def _kept_rows_note(summaries: Mapping[str, Mapping[str, Any]]) -> str:
+    """Under output.keep_sample_rows the length figure and the critical path cover the kept rows: said."""
+    notes = [n for s in summaries.values() if "rows_kept" in (s.get("samples") or {}) for n in summary_notes(s)
+             if n.startswith("output.keep_sample_rows")]
+    return "".join(f"<p class='note'>{html.escape(n)}</p>" for n in dict.fromkeys(notes))
 
 
 def _collapsed(table_html: str, label: str) -> str:

@@ -151,17 +151,18 @@ class _Rows:
 
 class _Samples:
     """The sample store's columns the walk reads: which samples a step consumed, when each was
-    finished and ready, and on which instance."""
+    finished and ready, and on which instance. Positions here are held rows: sample id - ``base``
+    (output.keep_sample_rows retires older rows; the segments carry sample ids)."""
 
-    def __init__(self, flat: dict[str, np.ndarray], tail_threshold: float):
-        self.flat, self.tail_threshold = flat, tail_threshold
+    def __init__(self, flat: dict[str, np.ndarray], tail_threshold: float, base: int = 0):
+        self.flat, self.tail_threshold, self.base = flat, tail_threshold, base
         self.consumed = flat["consumed_iteration"]
         self.instance = flat.get("instance", np.full(len(self.consumed), -1))
         self._by_instance: dict[int, np.ndarray] = {}
 
     def batch(self, k: int) -> tuple[int, float, float]:
-        """(binding sample, its ready time, the tail_threshold quantile of finish times) of step k;
-        (-1, nan, inf) when it consumed nothing."""
+        """(binding sample position, its ready time, the tail_threshold quantile of finish times) of
+        step k; (-1, nan, inf) when it consumed nothing."""
         ids = np.flatnonzero(self.consumed == k)
         if not len(ids):
             return -1, math.nan, math.inf
@@ -170,6 +171,11 @@ class _Samples:
         finish = np.sort(self.flat["finish"][ids])
         q = finish[min(len(finish) - 1, math.ceil(self.tail_threshold * len(finish)) - 1)]
         return binding, float(ready.max()), float(q)
+
+    def held_whole(self, k: int, samples: int, start: float, retired_max_finish: float) -> bool:
+        """Whether the held rows hold all that step k's walk reads: the ``samples`` it consumed, and
+        every sample finished within it (none retired finished after its ``start``)."""
+        return int(np.sum(self.consumed == k)) == samples and retired_max_finish <= start
 
     def last_finished(self, instance: int, start: float, end: float) -> int:
         """The sample of ``instance`` finished last within [start, end] (ties: lowest id); -1: none."""
@@ -185,13 +191,18 @@ class _Samples:
 
 
 def critical_paths(record, timeline: pd.DataFrame) -> list[StepPath]:
-    """The critical path of every step of a run (``record``: a RunRecord; ``timeline``: its frame)."""
+    """The critical path of every step of a run (``record``: a RunRecord; ``timeline``: its frame).
+    Under output.keep_sample_rows, of every step whose samples the store still holds (the others'
+    rows were folded into counts: their walk would miss the sequence it waited for)."""
     rows = _Rows(timeline)
-    samples = _Samples(record.samples.flat(), float(record.scenario.schedule.tail_threshold))
+    store = record.samples
+    samples = _Samples(store.flat(), float(record.scenario.schedule.tail_threshold), store.base)
     out, w0 = [], 0.0
     for it in record.iterations:
         w1 = float(it.get("end", it.get("train_end", w0)))
-        out.append(step_path(rows, samples, int(it["iteration"]), w0, w1))
+        k = int(it["iteration"])
+        if not store.base or samples.held_whole(k, int(it["samples"]), w0, store.retired.max_finish):
+            out.append(step_path(rows, samples, k, w0, w1))
         w0 = w1
     return out
 
@@ -215,7 +226,7 @@ def step_path(rows: _Rows, samples: _Samples, k: int, w0: float, w1: float) -> S
         start = float(rows.start[i])
         if rows.state[i] != "idle" or rows.cause[i] == "pipeline_bubble":
             sample = samples.last_finished(int(rows.rank_start[i]), start, t) if rows.state[i] == "generate" else -1
-            out.append(rows.segment(i, max(start, w0), t, sample=sample))
+            out.append(rows.segment(i, max(start, w0), t, sample=sample + samples.base if sample >= 0 else -1))
             t = start
             continue
         if not data_used and abs(t - ready) <= _tol(t):
@@ -249,7 +260,7 @@ def _data_chain(rows: _Rows, samples: _Samples, binding: int, k: int, w0: float,
         return None
     if finish < t:
         out.append(Segment(max(finish, w0), t, "reward", "reward", str(rows.pool[i]), int(rows.rank_start[i]),
-                           int(rows.rank_count[i]), "reward latency", k, binding))
+                           int(rows.rank_count[i]), "reward latency", k, binding + samples.base))
     return min(finish, t), instance
 
 
@@ -275,11 +286,14 @@ METHOD = ("dependency chain: backward walk over the recorded intervals; free_del
           "per cause and step (exact saving where the schedule is serial, an upper bound where work overlaps)")
 
 
-def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = None) -> dict:
+def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = None, *, base: int = 0,
+              total_steps: int | None = None) -> dict:
     """The ``critical_path`` key of the summary: per step its chain (consecutive segments of one
     interval kind merged) and seconds per cause; over the run each cause's share of the path and
     its free delta (mean seconds per step: what the step would lose were that cause free, to first
-    order). Sums: per step the causes' seconds = the step time; the deltas = the mean step time."""
+    order). Sums: per step the causes' seconds = the step time; the deltas = the mean step time.
+    ``base``: the first held sample id; ``total_steps``: the run's steps when ``paths`` are fewer
+    (output.keep_sample_rows), said in ``steps_walked``."""
     totals = {c: 0.0 for c in CAUSES}
     steps = []
     for path in paths:
@@ -289,17 +303,21 @@ def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = Non
         steps.append({"iteration": path.iteration, "start_s": path.start, "end_s": path.end,
                       "length_s": path.end - path.start,
                       "s_by_cause": {c: by_cause[c] for c in CAUSES if c in by_cause},
-                      "chain": chain(path, samples)})
+                      "chain": chain(path, samples, base)})
     n = max(1, len(paths))
     length = sum(totals.values())
-    return {"method": METHOD, "steps": steps,
-            "step_time_s": length / n,
-            "share": {c: (v / length if length > 0 else 0.0) for c, v in totals.items()},
-            "free_delta_s": {c: v / n for c, v in totals.items()},
-            "bottleneck": max(CAUSES, key=lambda c: (totals[c], -CAUSES.index(c))) if length > 0 else ""}
+    out = {"method": METHOD, "steps": steps,
+           "step_time_s": length / n,
+           "share": {c: (v / length if length > 0 else 0.0) for c, v in totals.items()},
+           "free_delta_s": {c: v / n for c, v in totals.items()},
+           "bottleneck": max(CAUSES, key=lambda c: (totals[c], -CAUSES.index(c))) if length > 0 else ""}
+    if total_steps is not None and total_steps != len(paths):   # output.keep_sample_rows: said, not only shown
+        out["steps_walked"] = (f"{len(paths)} of {total_steps} steps: those whose per-sample rows output.keep_sample_rows "
+                               "kept (the rows of the others were folded into counts)")
+    return out
 
 
-def chain(path: StepPath, samples: dict[str, np.ndarray] | None = None) -> list[dict]:
+def chain(path: StepPath, samples: dict[str, np.ndarray] | None = None, base: int = 0) -> list[dict]:
     """The path as a few elements: consecutive segments of one interval kind (pool, ranks, state,
     label; a pipeline bubble goes with its optimizer step) merged, with their seconds per cause and
     the sequence a generation ended with."""
@@ -316,8 +334,9 @@ def chain(path: StepPath, samples: dict[str, np.ndarray] | None = None) -> list[
             out.append(last)
         last["s_by_cause"][seg.cause] = last["s_by_cause"].get(seg.cause, 0.0) + seg.duration
         if seg.sample >= 0 and samples is not None:
-            last["sequence"] = {"sample": seg.sample, "prompt_len": int(samples["prompt_len"][seg.sample]),
-                                "response_len": int(samples["response_len"][seg.sample])}
+            at = seg.sample - base
+            last["sequence"] = {"sample": seg.sample, "prompt_len": int(samples["prompt_len"][at]),
+                                "response_len": int(samples["response_len"][at])}
     for element in out:
         del element["_key"]
     return out

@@ -149,7 +149,8 @@ class LlmCosts:
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
         self._layouts: dict[int, TrainLayout] = {}
         self._ranks: dict[int, list[int]] = {}             # canonical placement: positions in a pool
-        # every trained actor batch with its device count (a re-plan judges the demanding ones)
+        # every trained actor batch with its device count (a re-plan judges the demanding ones); kept
+        # in runs with schedule.failures only (nothing else reads them: a long run held them all)
         self._trained: list[tuple[int, np.ndarray]] = []
         self._demanding: list[np.ndarray] = []
         self._demanding_for = 0            # len(_trained) when _demanding was picked
@@ -372,7 +373,7 @@ class LlmCosts:
         if role == "actor":
             lens = np.asarray(seq_lens, np.int64)
             self._last_train_ranks = pool.ranks
-            if len(lens):
+            if len(lens) and self.scenario.schedule.failures:   # only a failure re-plan reads them
                 self._trained.append((len(pool.ranks), lens))
         return self._reused("train", role, seq_lens, pool, lambda: self._train(role, seq_lens, pool))
 

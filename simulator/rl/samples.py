@@ -2,6 +2,12 @@
 
 Arrays grow per rollout round; ``to_frame`` gives one row per sample. A sample is consumed by
 exactly one training iteration or dropped with a reason (no_signal, overprovision, stale, unused).
+
+Retention (``output.keep_sample_rows``, docs/scenario-reference.md "output"): by default every row
+is kept. With a bound N the store keeps at least the last N rows and every row still in play; the
+older rows are *retired*: folded into ``RetiredSamples`` (the counts and sums the summary reads) and
+their memory given back, so a long run's memory stays flat. Sample ids stay the generation order
+(0, 1, ...): the held rows are ids ``base .. n-1``; ``at(column, ids)`` reads by id.
 """
 from __future__ import annotations
 
@@ -21,18 +27,76 @@ _DTYPES = {"sample": int, "round": int, "group": int, "version": int, "first_ver
            "consumed_iteration": int, "dropped": bool, "drop_reason": object, "instance": int}
 
 
+# Integer columns held as int32 while their values fit (a row costs 88 bytes instead of 116: 24 MiB
+# less for 100 steps of the default scenario); a value past int32 widens the column to int64, as any
+# wider dtype appended widens a column. Group ids (round x 1e6 + prompt) and sample ids stay int64.
+# Reads during the run (``at``) give int64, so no cost model sees a narrow integer (no overflow).
+_NARROW = frozenset({"round", "prompt_len", "response_len", "version", "first_version", "consumed_iteration",
+                     "instance"})
+_I32 = np.iinfo(np.int32)
+
+
+def _narrowed(column: str, a: np.ndarray) -> np.ndarray:
+    if column in _NARROW and a.dtype.kind == "i" and a.dtype.itemsize > 4 and \
+            (not a.size or (int(a.min()) >= _I32.min and int(a.max()) <= _I32.max)):
+        return a.astype(np.int32)
+    return a
+
+
 # How much a full column buffer grows. Any factor > 1 keeps appends amortized O(size appended)
 # (copies total n / (factor - 1)); 1.25 rather than 2 keeps a long run's peak near its final size.
 # An implementation choice, not a modelling constant: results do not depend on it.
 _GROWTH = 1.25
 
 
+# Retirement moves the held rows down in their buffers; it waits until at least this many rows, and a
+# quarter of the held ones, can go, so the moves cost O(1) per sample. Memory, not a model.
+RETIRE_MIN_ROWS = 4096
+
+
+@dataclass
+class RetiredSamples:
+    """What the summary needs of the retired rows (all finalized: consumed or dropped, and finished
+    by the time they were retired). Integer token counts: their sums are exact in any order, so a
+    figure made of retired + held rows equals the figure made of all rows."""
+    count: int = 0
+    consumed: int = 0
+    trained_tokens: int = 0          # prompt + response of the consumed rows
+    tokens: int = 0                  # prompt + response of every row
+    generated_tokens: float = 0.0
+    staleness_sum: float = 0.0       # over the consumed rows
+    staleness_max: float = -np.inf
+    behind_first_version: int = 0    # consumed rows with first_version < consumed_iteration
+    max_finish: float = -np.inf
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def fold(self, rows: dict[str, np.ndarray]) -> None:
+        consumed = rows["consumed_iteration"] >= 0
+        lens = rows["prompt_len"] + rows["response_len"]
+        stale = rows["staleness"][consumed]
+        self.count += len(lens)
+        self.consumed += int(consumed.sum())
+        self.trained_tokens += int(lens[consumed].sum())
+        self.tokens += int(lens.sum())
+        self.generated_tokens += float(rows["generated_tokens"].sum())
+        self.staleness_sum += float(stale.sum())
+        self.staleness_max = max(self.staleness_max, float(stale.max()) if len(stale) else -np.inf)
+        self.behind_first_version += int(np.sum(consumed & (rows["first_version"] < rows["consumed_iteration"])))
+        self.max_finish = max(self.max_finish, float(rows["finish"].max()) if len(lens) else -np.inf)
+        reasons, counts = np.unique(rows["drop_reason"][rows["dropped"]].astype(str), return_counts=True)
+        for reason, c in zip(reasons.tolist(), counts.tolist(), strict=True):
+            self.dropped[reason] = self.dropped.get(reason, 0) + int(c)
+
+
 @dataclass
 class SampleStore:
     # Column buffers with spare room, grown by a quarter (_GROWTH): appending a round costs its own size
-    # (amortized), not a re-concatenation of every earlier round. flat() returns views of [:n].
+    # (amortized), not a re-concatenation of every earlier round. flat() returns views of the held rows.
+    keep_rows: int | None = None     # output.keep_sample_rows: None keeps every row
     _buf: dict[str, np.ndarray] = field(default_factory=dict)
-    n: int = 0
+    n: int = 0                       # samples added: ids 0 .. n-1
+    base: int = 0                    # ids below it are retired (rows gone, counted in ``retired``)
+    retired: RetiredSamples = field(default_factory=RetiredSamples)
 
     def add(self, *, round_: np.ndarray, group: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray,
             generated_tokens: np.ndarray, version: int, first_version: np.ndarray, start: float, finish: np.ndarray, ready: np.ndarray,
@@ -53,9 +117,9 @@ class SampleStore:
         return ids
 
     def _append(self, k: int, **arrays: np.ndarray) -> None:
-        n, end = self.n, self.n + k
+        n, end = self.n - self.base, self.n - self.base + k
         for c in SAMPLE_COLUMNS:
-            a = np.asarray(arrays[c])
+            a = _narrowed(c, np.asarray(arrays[c]))
             buf = self._buf.get(c)
             if buf is None:   # dtype as np.concatenate of the appended arrays would give
                 buf = np.empty(max(k, 16), a.dtype)
@@ -67,36 +131,67 @@ class SampleStore:
                     buf = grown
             buf[n:end] = a
             self._buf[c] = buf
-        self.n = end
+        self.n += k
 
     def flat(self) -> dict[str, np.ndarray]:
+        """The held rows' columns (ids base .. n-1: index them by ``ids - base``, or use ``at``)."""
         if not self._buf:
             return {c: np.zeros(0, _DTYPES.get(c, float)) for c in SAMPLE_COLUMNS}
-        n = self.n
-        return {c: b[:n] for c, b in self._buf.items()}
+        held = self.n - self.base
+        return {c: b[:held] for c, b in self._buf.items()}
+
+    def at(self, column: str, ids: np.ndarray) -> np.ndarray:
+        """Column values of samples ``ids`` (held ones: a retired id is an IndexError or wrong);
+        integers as int64 (see _NARROW)."""
+        if not self._buf:
+            return np.zeros(0, _DTYPES.get(column, float))
+        values = self._buf[column][np.asarray(ids) - self.base]
+        return values.astype(np.int64) if values.dtype.kind == "i" else values
 
     def consume(self, ids: np.ndarray, iteration: int) -> None:
-        f = self.flat()
-        if np.any(f["consumed_iteration"][ids] >= 0) or np.any(f["dropped"][ids]):
+        f, pos = self.flat(), np.asarray(ids) - self.base
+        if np.any(pos < 0) or np.any(f["consumed_iteration"][pos] >= 0) or np.any(f["dropped"][pos]):
             raise AssertionError("a sample was consumed twice or after being dropped")
-        f["consumed_iteration"][ids] = iteration
-        f["staleness"][ids] = iteration - f["version"][ids]
+        f["consumed_iteration"][pos] = iteration
+        f["staleness"][pos] = iteration - f["version"][pos]
 
     def drop(self, ids: np.ndarray, reason: str) -> None:
-        f = self.flat()
-        f["dropped"][ids] = True
-        f["drop_reason"][ids] = reason
+        f, pos = self.flat(), np.asarray(ids) - self.base
+        f["dropped"][pos] = True
+        f["drop_reason"][pos] = reason
 
     def truncate(self, n: int) -> None:
-        """Forget samples n.. (ids are positions: a failure rolls the store back to a step start)."""
+        """Forget samples n.. (a failure rolls the store back to a step start). A store that retires
+        rows is rolled back from a copy instead (rl/schedules/failures.py snapshot)."""
+        if n < self.base:
+            raise AssertionError(f"truncate to {n} below the retired samples (< {self.base})")
         self.n = min(self.n, n)
 
     def pending(self) -> np.ndarray:
-        """Ids of samples neither consumed nor dropped."""
+        """Ids of samples neither consumed nor dropped (retired samples never are)."""
         f = self.flat()
         if not len(f["sample"]):
             return np.array([], int)
-        return np.flatnonzero((f["consumed_iteration"] < 0) & ~f["dropped"])
+        return np.flatnonzero((f["consumed_iteration"] < 0) & ~f["dropped"]) + self.base
+
+    def retire(self, now: float) -> None:
+        """Under a retention bound, fold the oldest rows into ``retired`` and drop them: rows that are
+        finalized (consumed or dropped) and finished by ``now``, each older than every row still in
+        play, beyond the last ``keep_rows``. Waits for RETIRE_MIN_ROWS and a quarter of the held rows."""
+        if self.keep_rows is None or not self._buf:
+            return
+        f = self.flat()
+        done = ((f["consumed_iteration"] >= 0) | f["dropped"]) & (f["finish"] <= now)
+        first_open = int(np.argmin(done)) if not done.all() else len(done)
+        k = min(first_open, len(done) - self.keep_rows)
+        if k <= 0 or k < max(RETIRE_MIN_ROWS, len(done) // 4):
+            return
+        self.retired.fold({c: a[:k] for c, a in f.items()})
+        for buf in self._buf.values():
+            buf[:len(done) - k] = buf[k:len(done)]
+        self.base += k
+        if len(next(iter(self._buf.values()))) > 2 * max(16, len(done) - k):
+            self._trim()      # give back the room of a grown buffer once its rows went
 
     def to_frame(self) -> pd.DataFrame:
         """One row per sample. The frame holds the store's own columns, cut to their exact length
@@ -110,6 +205,7 @@ class SampleStore:
 
     def _trim(self) -> None:
         """Give back the spare room the growth left (one column at a time, so the peak stays low)."""
+        held = self.n - self.base
         for c, buf in self._buf.items():
-            if len(buf) != self.n:
-                self._buf[c] = buf[:self.n].copy()
+            if len(buf) != held:
+                self._buf[c] = buf[:held].copy()

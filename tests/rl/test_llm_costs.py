@@ -67,10 +67,17 @@ def test_moe_parallel_folding_lets_ep_exceed_what_dp_carries():
     assert c.train_devices_at_most(383) == 256   # dp 2: 4 | 8 x 2
 
 
+def test_trained_batches_are_kept_only_where_a_failure_replan_reads_them():
+    # a run without schedule.failures keeps none: a long run held every batch (issue 13, memory)
+    c = costs()
+    c.train("actor", np.full(512, 1800), list(range(384)))
+    assert c._trained == [] and c._demanding_batches() == []
+
+
 def test_a_replan_judges_the_latest_the_longest_and_the_heaviest_trained_batch():
     # StaleSync alternates typical and tail batches: the check after a failure must not see only
     # the latest (typical) one, or it accepts a layout the next tail batch does not fit
-    c = costs()
+    c = costs("schedule.failures=[{at_s: 600, fail: 'node:3'}]")
     ranks = list(range(384))
     typical, tail, latest = np.full(512, 1800), np.full(512, 1800), np.full(512, 1900)
     tail[:80] = 17000

@@ -160,3 +160,17 @@ def test_the_frame_holds_the_store_columns_once_without_spare_room() -> None:
     assert all(np.shares_memory(frame[c].to_numpy(), store._buf[c]) for c in numeric)
     _add(store, 5, version=8)   # the store may still grow after (a new buffer; the frame keeps its rows)
     assert len(frame) == 7 * 37 and store.n == 7 * 37 + 5
+
+
+def test_integer_columns_are_int32_until_a_value_needs_more() -> None:
+    store = SampleStore()
+    _add(store, 3)
+    assert store.flat()["response_len"].dtype == np.int32 and store.flat()["group"].dtype == np.int64
+    assert store.at("response_len", np.array([1, 2])).dtype == np.int64     # reads: no narrow arithmetic
+    big = 2**31 + 5
+    store.add(round_=np.array([1]), group=np.array([0]), prompt_len=np.array([big]), response_len=np.array([7]),
+              generated_tokens=np.array([7.0]), version=1, first_version=np.array([1]), start=1.0,
+              finish=np.array([2.0]), ready=np.array([2.0]))
+    frame = store.to_frame()
+    assert frame["prompt_len"].dtype == np.int64 and frame["prompt_len"].tolist() == [5, 5, 5, big]
+    assert frame["response_len"].dtype == np.int32

@@ -83,20 +83,42 @@ class GenPlan:
         return float(self.finish.max()) if len(self.finish) else 0.0
 
 
+# Rounds whose drawn sequences RoundDraws holds (the most recently asked); an older round asked
+# again is drawn anew from the generator state saved before its first draw (the same numbers).
+# Memory, not a model: a round of the default scenario is ~0.5 MiB, and a run of N rounds held
+# them all (issue 13: memory flat over iterations). Any value >= 1 gives the same results.
+KEEP_ROUNDS = 4
+
+
 class RoundDraws:
     """Each round's new sequences, drawn once and in round order from the run's generator, so every
-    schedule sees the same lengths whatever order it asks in."""
+    schedule sees the same lengths whatever order it asks in. The last KEEP_ROUNDS rounds asked are
+    held; an older one is re-drawn from the generator state its first draw started from."""
 
     def __init__(self, scenario: Scenario, rng: np.random.Generator, prompt_sampler: Sampler,
                  response_sampler: Sampler):
         self.workload, self.schedule, self.rng = scenario.workload, scenario.schedule, rng
         self.prompt_sampler, self.response_sampler = prompt_sampler, response_sampler
-        self._draws: dict[int, SeqBatch] = {}
+        self._draws: dict[int, SeqBatch] = {}      # held rounds, least recently asked first
+        self._states: list[dict] = []              # generator state before round q's first draw
 
     def draw(self, round_: int) -> SeqBatch:
-        for q in range(len(self._draws), round_ + 1):
-            self._draws[q] = self._draw_new(q)
-        return self._draws[round_]
+        for q in range(len(self._states), round_ + 1):
+            self._states.append(self.rng.bit_generator.state)
+            self._hold(q, self._draw_new(q, self.rng))
+        batch = self._draws.pop(round_, None)
+        if batch is None:
+            replay = np.random.Generator(type(self.rng.bit_generator)())
+            replay.bit_generator.state = self._states[round_]
+            batch = self._draw_new(round_, replay)
+        self._hold(round_, batch)
+        return batch
+
+    def _hold(self, round_: int, batch: SeqBatch) -> None:
+        self._draws.pop(round_, None)
+        self._draws[round_] = batch
+        while len(self._draws) > KEEP_ROUNDS:
+            del self._draws[next(iter(self._draws))]
 
     def sub_rounds(self, round_: int) -> list[SeqBatch]:
         """The round's dynamic-sampling sub-rounds in generation order (one part without dynamic
@@ -122,28 +144,29 @@ class RoundDraws:
             return batch.take(np.arange(instance, len(batch), n_instances))
         return batch.take(np.flatnonzero(prompt_index(batch.group) % n_instances == instance))
 
-    def _sample_groups(self, round_: int, n_prompts: int, group0: int) -> tuple[np.ndarray, ...]:
+    def _sample_groups(self, rng: np.random.Generator, round_: int, n_prompts: int,
+                       group0: int) -> tuple[np.ndarray, ...]:
         n = self.workload.samples_per_prompt
-        prompt = np.asarray(self.prompt_sampler(self.rng, n_prompts, 1, round_), int).reshape(n_prompts, 1)
-        resp = np.asarray(self.response_sampler(self.rng, n_prompts, n, round_), int).reshape(n_prompts, n)
+        prompt = np.asarray(self.prompt_sampler(rng, n_prompts, 1, round_), int).reshape(n_prompts, 1)
+        resp = np.asarray(self.response_sampler(rng, n_prompts, n, round_), int).reshape(n_prompts, n)
         group = np.repeat(np.arange(group0, group0 + n_prompts), n)
         return group, np.repeat(prompt[:, 0], n), resp.reshape(-1)
 
-    def _draw_new(self, round_: int) -> SeqBatch:
+    def _draw_new(self, round_: int, rng: np.random.Generator) -> SeqBatch:
         prompts, n = self.workload.prompts_per_step, self.workload.samples_per_prompt
         sampling = self.workload.dynamic_sampling
         parts, reasons = [], []
         group0 = round_ * GROUP_IDS_PER_ROUND
         if sampling is None:
             n_prompts = math.ceil(prompts * (1 + self.schedule.overprovision))
-            parts.append(self._sample_groups(round_, n_prompts, group0))
+            parts.append(self._sample_groups(rng, round_, n_prompts, group0))
             reasons.append(np.full(n_prompts * n, "", object))
         else:  # DAPO: sub-rounds of gen_prompts until P groups carry a signal; surplus kept groups dropped
             gen = sampling.gen_prompts or math.ceil(prompts / sampling.keep_fraction)
             kept = 0
             while kept < prompts:
-                part = self._sample_groups(round_, gen, group0 + sum(len(x[0]) // n for x in parts))
-                signal = self.rng.random(gen) < sampling.keep_fraction
+                part = self._sample_groups(rng, round_, gen, group0 + sum(len(x[0]) // n for x in parts))
+                signal = rng.random(gen) < sampling.keep_fraction
                 reason = np.where(signal, "", "no_signal").astype(object)
                 for j in np.flatnonzero(signal):
                     if kept >= prompts:

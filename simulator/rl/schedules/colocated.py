@@ -110,7 +110,7 @@ class ColocatedRun:
             self.carries = [r[1] for r in results]
             ends = np.array([r[0] for r in results])
             # the filter needs the whole sub-round scored: the next starts once its rewards are in
-            ready = ctx.store.flat()["ready"][first_row:] if ctx.store.n > first_row else np.zeros(0)
+            ready = ctx.store.at("ready", np.arange(first_row, ctx.store.n))
             start = max(float(ends.max()), float(ready.max()) if len(ready) else 0.0)
         ctx.add_stage_time("generate", float(ends.max()) - t0)
         self._record_round(self.actor, ends, t0, float(ends.max()), k)

@@ -66,7 +66,7 @@ class Context:
         self.alg: Algorithm = build_algorithm(self.workload)
         self.rule_reward = any(stage.kind == REWARD_CPU for stage in self.alg.stages)
         self.draws = RoundDraws(scenario, self.sim.rng, prompt_sampler, response_sampler)
-        self.store = SampleStore()
+        self.store = SampleStore(keep_rows=scenario.output.keep_sample_rows)
         self.queue = DistQueue(self.env, self.sched.distqueue)
         self.batch_samples = self.workload.batch_samples
         self.staleness = self.sched.effective_staleness
@@ -124,10 +124,11 @@ class Context:
                          self.start_s, list(self.failures), dict(self.extra))
 
     def _mean_len(self) -> float:
-        flat = self.store.flat()
-        if not len(flat["sample"]):
-            return 1.0
-        return float(np.mean(flat["prompt_len"] + flat["response_len"]))
+        flat, retired = self.store.flat(), self.store.retired
+        if not retired.count:
+            return float(np.mean(flat["prompt_len"] + flat["response_len"])) if len(flat["sample"]) else 1.0
+        held = int(np.sum(flat["prompt_len"] + flat["response_len"]))    # integers: exact in any order
+        return float(retired.tokens + held) / (retired.count + len(flat["sample"]))
 
 
 class IterationLog(list):

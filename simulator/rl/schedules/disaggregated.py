@@ -139,7 +139,7 @@ class Trainer:
         run, ctx, env = self.run_, self.run_.ctx, self.run_.env
         clock = run.trainer_clock
         ctx.trainer.drop_stale(k)
-        ready = np.sort(ctx.store.flat()["ready"][ids])
+        ready = np.sort(ctx.store.at("ready", ids))
         t_tail = ready[min(len(ready) - 1, math.ceil(ctx.sched.tail_threshold * len(ready)) - 1)]
         clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
         clock.idle("long_tail", env.now, k)

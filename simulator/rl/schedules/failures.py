@@ -101,6 +101,9 @@ def check_supported(ctx: Context, supported: bool) -> None:
 
 
 def snapshot(ctx: Context, k: int, extra: Any = None, *, store: bool = False) -> Snapshot:
+    """``store``: keep a copy of the sample store (always when it retires rows: a roll-back cannot
+    truncate into retired samples)."""
+    store = store or ctx.store.keep_rows is not None
     return Snapshot(ctx.env.now, k, len(ctx.timeline.rows), ctx.store.n, len(ctx.iterations),
                     copy.deepcopy(ctx.totals), copy.deepcopy(extra), copy.deepcopy(ctx.store) if store else None)
 

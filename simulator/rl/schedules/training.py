@@ -34,12 +34,12 @@ class TrainStep:
         Needs ``min_batch`` eligible samples (version >= min_version(k, s)) and a share f of round k
         (if round k is fully known)."""
         store = self.ctx.store
-        flat, pending = store.flat(), store.pending()
+        flat, pending = store.flat(), store.pending() - store.base   # positions in the held rows
         if not len(pending):
             return math.inf, pending
         eligible = pending[flat[self.age_column][pending] >= min_version(k, self.staleness)]
         if len(eligible) < self.min_batch:
-            return math.inf, eligible[:0]
+            return math.inf, eligible[:0] + store.base
         ready = flat["ready"][eligible]
         t = float(np.partition(ready, self.min_batch - 1)[self.min_batch - 1])
         if self.threshold > 0:
@@ -48,22 +48,23 @@ class TrainStep:
             if len(current) >= need:
                 t = max(t, float(np.partition(flat["ready"][current], need - 1)[need - 1]))
             elif not known_complete:
-                return math.inf, eligible[:0]
+                return math.inf, eligible[:0] + store.base
         available = eligible[ready <= t]
         order = np.lexsort((flat["ready"][available], flat[self.age_column][available]))  # oldest weights first
-        return t, available[order[: self.batch]]
+        return t, available[order[: self.batch]] + store.base
 
     def drop_stale(self, k: int) -> None:
         store = self.ctx.store
-        flat, pending = store.flat(), store.pending()
-        stale = pending[flat[self.age_column][pending] < min_version(k, self.staleness)]
+        stale = store.pending()
+        stale = stale[store.at(self.age_column, stale) < min_version(k, self.staleness)]
         if len(stale):
             store.drop(stale, "stale")
 
     def eligible_leftover(self, k: int) -> int:
         """Pending samples that step k may still consume."""
-        flat, pending = self.ctx.store.flat(), self.ctx.store.pending()
-        return int(np.sum(flat[self.age_column][pending] >= min_version(k, self.staleness))) if len(pending) else 0
+        store = self.ctx.store
+        pending = store.pending()
+        return int(np.sum(store.at(self.age_column, pending) >= min_version(k, self.staleness))) if len(pending) else 0
 
     # ---- the step -----------------------------------------------------------------------------
     def run(self, k: int, ids: np.ndarray, main: Clock, aux: Clock | None = None, *,
@@ -73,10 +74,13 @@ class TrainStep:
         the workload's); ``skip``: stage names not run (e.g. old_logprob when the rollout's own
         log-probs are used). A simpy process body: yield from it."""
         ctx = self.ctx
-        env, flat = ctx.env, ctx.store.flat()
+        env, store = ctx.env, ctx.store
         ids = np.sort(ids)   # mini-batches in generation order, not finish order (no length bias)
-        ctx.store.consume(ids, k)
-        lens = flat["prompt_len"][ids] + flat["response_len"][ids]
+        # output.keep_sample_rows: rows of earlier steps may leave (none by default); this step's stay
+        store.retire(env.now)
+        store.consume(ids, k)
+        lens = store.at("prompt_len", ids) + store.at("response_len", ids)
+        version, response_tokens = store.at("version", ids), float(store.at("response_len", ids).sum())
         t_start = env.now
         # DistQueue fetch (one reader per TP x PP group, or every rank)
         load = fetch_load(lens, self.sched.distqueue, main.rank_count, self.costs.train_group_devices,
@@ -87,10 +91,9 @@ class TrainStep:
         t_forward = self._forwards(k, lens, main, aux, env.now, skip)
         t_end = self._optimizer_steps(k, lens, main, aux, t_forward, mini_batches or self.workload.mini_batches)
         yield env.timeout(t_end - env.now)
-        version = flat["version"][ids]
         ctx.iterations.append({
             "iteration": k, "start": t_start, "train_end": t_end, "samples": len(ids),
-            "tokens": float(lens.sum()), "response_tokens": float(flat["response_len"][ids].sum()),
+            "tokens": float(lens.sum()), "response_tokens": response_tokens,
             "staleness_mean": float(np.mean(k - version)), "staleness_max": float(np.max(k - version)),
             "queue_read_bytes": load.read_bytes, "queue_payload_bytes": load.payload_bytes})
 

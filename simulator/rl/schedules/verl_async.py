@@ -351,10 +351,11 @@ class VerlFullyAsyncRun:
 
     def _report(self) -> dict:
         """verl's own quantities (timing_s/*, fully_async/*, trainer/idle_ratio)."""
-        flat, rollouter = self.ctx.store.flat(), self.rollouter
+        store, rollouter = self.ctx.store, self.rollouter
+        flat, retired = store.flat(), store.retired
         consumed = flat["consumed_iteration"] >= 0
-        stale = int(np.sum(consumed & (flat["first_version"] < flat["consumed_iteration"])))
-        n_consumed = int(consumed.sum())
+        stale = int(np.sum(consumed & (flat["first_version"] < flat["consumed_iteration"]))) + retired.behind_first_version
+        n_consumed = int(consumed.sum()) + retired.consumed
         mean = {key: float(np.mean([v[key] for v in self.versions])) if self.versions else 0.0
                 for key in ("step_s", "gen_s", "update_actor_s", "ref_s", "sync_s", "idle_ratio")}
         return {"prompts_per_version": self.per_version, "quota_prompts": self.quota,
@@ -362,7 +363,7 @@ class VerlFullyAsyncRun:
                 "timing_s": {"step": mean["step_s"], "gen": mean["gen_s"], "update_actor": mean["update_actor_s"],
                              "ref": mean["ref_s"], "weight_sync": mean["sync_s"]},
                 "idle_ratio": mean["idle_ratio"], "stale_trajectory_processed": stale,
-                "partial_ratio": rollouter.partial_count / max(1, len(flat["sample"])),
+                "partial_ratio": rollouter.partial_count / max(1, store.n),
                 "max_partial_span": rollouter.max_partial_span, "trajectories_consumed": n_consumed}
 
 
