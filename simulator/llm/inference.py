@@ -184,7 +184,6 @@ class StepCost:
         self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
         self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
         self._per_n_table = np.full((1, 6), np.nan)                # per_n_rows: _per_n by n
-        self._prefill_parts: dict[int, tuple[float, float]] = {}    # tokens -> (weights read, links)
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
     def weight_read_s(self, tokens: float) -> float:
@@ -212,14 +211,60 @@ class StepCost:
         self._comm_cache[tokens] = total
         return total
 
+    def weight_read_many_s(self, tokens: np.ndarray) -> np.ndarray:
+        """weight_read_s over an integer array, bit-identical (the same operations; the MoE share
+        of experts touched by the scalar power, as weight_read_s)."""
+        if not self.route_p:
+            return np.full(len(tokens), (self.dense_bytes_dev + self.expert_bytes_dev * 0.0) / self.bw)
+        keep = 1.0 - self.route_p
+        touched = np.array([1.0 - keep ** x for x in tokens.tolist()])
+        return (self.dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
+
+    def comm_many_s(self, tokens: np.ndarray) -> np.ndarray:
+        """comm_s over an integer array, bit-identical: the same operations on each element."""
+        m, lay, p = self.model, self.layout, self.params
+        total = np.zeros(len(tokens))
+        if lay.tp > 1:
+            nbytes = tokens / lay.ep * m.hidden * p.activation_bytes
+            ranks = self.ranks[: lay.tp] if self.ranks is not None else None
+            total = total + m.tp_reductions_per_layer * m.num_layers * self._collective_many(
+                "all_reduce", lay.tp, ranks, nbytes)
+        if lay.ep > 1 and m.is_moe:
+            per_rank = tokens / self.devices * m.experts_per_token * m.hidden
+            dispatch = self._collective_many("all_to_all", self.devices, self.ranks, per_rank * p.dispatch_bytes)
+            combine = self._collective_many("all_to_all", self.devices, self.ranks, per_rank * p.activation_bytes)
+            total = total + m.num_moe_layers * (dispatch + combine)
+        return total
+
+    def _collective_many(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: np.ndarray) -> np.ndarray:
+        """_collective over an array of sizes (each > 0), element for element."""
+        if self.collectives is not None and ranks is not None:
+            if not hasattr(self.collectives, "lines"):
+                return np.array([self._collective(op, n, ranks, x) for x in nbytes.tolist()])
+            lines = self._lines_of(op, ranks)
+            if not lines:
+                return np.zeros(len(nbytes))
+            best = lines[0][0] + lines[0][1] * nbytes
+            for fixed, slope in lines[1:]:
+                best = np.minimum(best, fixed + slope * nbytes)
+            return best
+        p = self.params
+        steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
+        return (self.device.launch_overhead_s + steps * p.fallback_step_latency_s
+                + factor * nbytes / (self.device.scaleup_bw_Bps * p.fallback_collective_efficiency))
+
+    def _lines_of(self, op: str, ranks: Sequence[int]) -> tuple[tuple[float, float], ...]:
+        """The CollectiveModel's lines of ``op`` on ``ranks``, planned once per (op, group size)."""
+        key = (op, len(ranks))
+        lines = self._coll_lines.get(key)
+        if lines is None:
+            lines = self._coll_lines[key] = self.collectives.lines(op, tuple(ranks))
+        return lines
+
     def _collective(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: float) -> float:
         if self.collectives is not None and ranks is not None:
             if hasattr(self.collectives, "lines"):   # a CollectiveModel: one plan per algorithm, any size
-                key = (op, len(ranks))
-                lines = self._coll_lines.get(key)
-                if lines is None:
-                    lines = self._coll_lines[key] = self.collectives.lines(op, tuple(ranks))
-                return line_time_s(lines, nbytes)
+                return line_time_s(self._lines_of(op, ranks), nbytes)
             return float(self.collectives.cost(op, list(ranks), nbytes).time_s)
         p = self.params
         steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
@@ -251,6 +296,18 @@ class StepCost:
             return sched + p.cuda_graph_replay_s, 0.0
         return sched + p.cuda_graph_replay_s, sched + self.eager_launch_s
 
+    def overhead_many_s(self, tokens: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """overhead_s over integer arrays, bit-identical: its four cases element by element."""
+        p = self.params
+        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
+        graphs = (np.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch if not p.enforce_eager
+                  else np.zeros(len(tokens), bool))
+        if p.async_scheduling:
+            return (np.where(graphs, 0.0, p.cuda_graph_replay_s),
+                    np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s))
+        return (sched + p.cuda_graph_replay_s + np.zeros(len(tokens)),
+                np.where(graphs, 0.0, sched + self.eager_launch_s))
+
     # -- whole steps ------------------------------------------------------------------------------
     def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
         per_n = self._lines_cache.get(n)
@@ -268,9 +325,18 @@ class StepCost:
         table = self._per_n_table
         if len(table) <= top:
             table = self._per_n_table = np.vstack([table, np.full((top + 1 - len(table), 6), np.nan)])
-        for x in np.unique(n[np.isnan(table[n, 0])]).tolist():
-            table[x] = self._per_n(x)
+        new = np.unique(n[np.isnan(table[n, 0])])
+        if len(new):
+            table[new] = self._per_n_many(new)
         return table[n]
+
+    def _per_n_many(self, n: np.ndarray) -> np.ndarray:
+        """_per_n's rows for an array of distinct running counts, bit-identical (the same
+        operations, overhead_s's cases element by element)."""
+        added, floor = self.overhead_many_s(n, n)
+        return np.stack([n * (self.lin_s_per_token + self.decode_ssm_s_per_token),
+                         self.weight_read_many_s(n) + n * self.state_s_per_seq, added + self.comm_many_s(n),
+                         self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n, floor], axis=1)
 
     def decode_lines(self, n: int, k0: float) -> tuple[float, float, float, float, float]:
         """Step j (0-based) of n sequences starting at total context k0 costs
@@ -303,26 +369,11 @@ class StepCost:
         operations in the same order; the weights read and the links per distinct token count."""
         if not len(tokens):
             return np.zeros(0)
-        values, where = np.unique(tokens, return_inverse=True)
-        parts, cache = [], self._prefill_parts
-        for x in values.tolist():
-            part = cache.get(x)
-            if part is None:
-                part = cache[x] = (self.weight_read_s(x), self.comm_s(x))
-            parts.append(part)
-        weights, comm = np.array(parts).T[:, where]
-        compute = tokens * self.lin_s_per_token + attention_pairs * self.prefill_attn_s_per_pair
-        memory = weights + tokens * self.kv_s_per_token
-        p = self.params
-        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
-        graphs = np.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch if not p.enforce_eager \
-            else np.zeros(len(tokens), bool)
-        if p.async_scheduling:   # overhead_s's four cases
-            added = np.where(graphs, 0.0, p.cuda_graph_replay_s)
-            floor = np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s)
-        else:
-            added = sched + p.cuda_graph_replay_s
-            floor = np.where(graphs, 0.0, sched + self.eager_launch_s)
+        compute = (tokens * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
+                   + attention_pairs * self.prefill_attn_s_per_pair)
+        memory = self.weight_read_many_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / 2
+        comm = self.comm_many_s(tokens)
+        added, floor = self.overhead_many_s(tokens, seqs)
         return np.maximum(floor, np.maximum(compute, memory) + added + comm)
 
     def prefill_s(self, tokens: float, attention_pairs: float, seqs: float = 1) -> float:
