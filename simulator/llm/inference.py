@@ -742,8 +742,9 @@ class RolloutEngine:
         if self._n == 0:
             self.t = max(self.t, self._arrival[self._waiting[0]])
         trace = _RunTrace(self)
-        walk = self._walk_steps()
-        trace.time_events(self, walk, outbox)
+        g = np.asarray(self._g, np.int64)
+        walk = self._walk_steps(g)
+        trace.time_events(self, walk, g, outbox)
         state = self._state
         for slot in trace.slots.tolist():
             state[slot] = _DONE
@@ -754,65 +755,71 @@ class RolloutEngine:
         self._event = self._lines = None
         return trace
 
-    def _walk_steps(self) -> _Walk:
+    def _walk_steps(self, g_arr: np.ndarray) -> _Walk:
         """The run's events in decode-step units. While sequences wait every event finishes the
         running ones due (heap order: finish step, admission order) and admits as many waiting
         ones, FIFO, each due its remaining tokens later (a heap walk on packed int keys); after the
-        last admission the running ones finish in key order (one sort)."""
-        state, epochs, r, g = self._state, self._epoch, self._r, self._g
+        last admission the running ones finish in key order (one sort). ``g_arr``: _g as an array."""
+        state, epochs, g = self._state, self._epoch, self._g
         live = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
-        waiting = list(self._waiting)
-        due = [r[slot] - g[slot] - 1 for slot in waiting]
+        waiting_arr = np.fromiter(self._waiting, np.int64, len(self._waiting))
+        due_arr = self._record_arrays()[2][waiting_arr] - g_arr[waiting_arr] - 1
         bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
         keys = [(e[0] << bits) | e[1] for e in live]
-        heapq.heapify(keys)
         S, n, base, max_n = self._S, self._n, self._order, self.max_running
-        order, total, w = base, len(waiting), 0
-        steps, finished, admitted, fin_orders = [], [], [], []
-        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        if n < max_n and total:   # free slots: admit at once
-            take = min(total, max_n - n)
-            keys += [((S + due[j]) << bits) | (order + 1 + j) for j in range(take)]
-            heapq.heapify(keys)
+        order, total, w = base, len(waiting_arr), 0
+        steps, finished, fin_orders = [], [], []
+        take = min(total, max_n - n) if n < max_n else 0
+        if take:   # free slots: admit at once
+            keys += (((S + due_arr[:take]) << bits) | np.arange(order + 1, order + 1 + take)).tolist()
             order += take
             steps.append(S)
             finished.append(0)
-            admitted.append(take)
-            n, w = n + take, take
+            w = take
+        heapq.heapify(keys)
+        due = due_arr.tolist()
+        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        add_step, add_finished, add_fin = steps.append, finished.append, fin_orders.append
         while w < total:   # no free slot: decode to the next finish, admit into the freed slots
             S = keys[0] >> bits
             bound = (S + 1) << bits
             order += 1     # the first admission replaces the first finish (its key is later still)
-            fin_orders.append(replace(keys, ((S + due[w]) << bits) | order) & mask)
-            done, w0 = 1, w
+            add_fin(replace(keys, ((S + due[w]) << bits) | order) & mask)
+            done = 1
             while keys[0] < bound:
-                fin_orders.append(pop(keys) & mask)
+                add_fin(pop(keys) & mask)
                 done += 1
-            for j in range(w + 1, min(total, w + done)):
-                order += 1
-                push(keys, ((S + due[j]) << bits) | order)
-            w = min(total, w + done)
-            steps.append(S)
-            finished.append(done)
-            admitted.append(w - w0)
+            if done > 1:
+                for j in range(w + 1, min(total, w + done)):
+                    order += 1
+                    push(keys, ((S + due[j]) << bits) | order)
+            w += done
+            add_step(S)
+            add_finished(done)
+        finished_arr = np.array(finished, np.int64)
+        admitted = np.minimum(finished_arr, total - take - (np.cumsum(finished_arr) - finished_arr))   # w before
+        if take:
+            admitted[0] = take
         rest = np.sort(np.array(keys, np.int64))
         rest_steps = rest >> bits
         fin_orders = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
+        steps_arr = np.array(steps, np.int64)
         if len(rest):   # the drain: one event per distinct finish step
-            cut = np.flatnonzero(np.diff(rest_steps)) + 1
-            steps = np.concatenate([steps, rest_steps[np.concatenate([[0], cut])]])
-            finished = np.concatenate([finished, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
+            cut = np.flatnonzero(rest_steps[1:] != rest_steps[:-1]) + 1
+            steps_arr = np.concatenate([steps_arr, rest_steps[np.concatenate([[0], cut])]])
+            finished_arr = np.concatenate([finished_arr, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
             admitted = np.concatenate([admitted, np.zeros(len(cut) + 1, np.int64)])
         # the slot of each finish: admitted in this run (orders above base) or running at its start
-        start_orders = np.array(sorted(e[1] for e in live), np.int64)
-        start_slots = np.array([e[2] for e in sorted(live, key=lambda e: e[1])], np.int64)
-        waiting_arr = np.array(waiting, np.int64)
-        mine = fin_orders > base
-        fin_slots = np.zeros(len(fin_orders), np.int64)
-        fin_slots[mine] = waiting_arr[fin_orders[mine] - base - 1]
-        fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin_orders[~mine])]
-        return _Walk(np.asarray(steps, np.int64), np.asarray(finished, np.int64), np.asarray(admitted, np.int64),
-                     waiting_arr, fin_slots, [(e[2], g[e[2]], self._sadm[e[2]]) for e in live])
+        fin_slots = waiting_arr[np.maximum(fin_orders - base - 1, 0)] if len(waiting_arr) else \
+            np.zeros(len(fin_orders), np.int64)
+        if live:
+            live.sort(key=lambda e: e[1])
+            start_orders = np.array([e[1] for e in live], np.int64)
+            start_slots = np.array([e[2] for e in live], np.int64)
+            mine = fin_orders > base
+            fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin_orders[~mine])]
+        return _Walk(steps_arr, finished_arr, admitted.astype(np.int64), waiting_arr, fin_slots,
+                     [(e[2], g[e[2]], self._sadm[e[2]]) for e in live])
 
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
@@ -1170,12 +1177,11 @@ class _RunTrace:
         self.t0 = engine.t
         self._slots: dict[str, np.ndarray] | None = None
 
-    def time_events(self, engine: RolloutEngine, walk: _Walk, outbox: bool = True) -> None:
+    def time_events(self, engine: RolloutEngine, walk: _Walk, g: np.ndarray, outbox: bool = True) -> None:
         """Segment by segment (running n, KV K at its start, steps k) from the walk's counts, event
         times by one running sum (start, decode, prefill, decode, ...: the engine's own additions
         in its order), then the engine's busy time, tokens, outbox and clock."""
         ids, p, r, _, _ = engine._record_arrays()
-        g = np.asarray(engine._g, np.int64)
         steps, finished, admitted, jobs = walk.steps, walk.finished, walk.admitted, walk.waiting
         events = np.arange(len(steps))
         k = np.diff(np.concatenate([[engine._S], steps]))
