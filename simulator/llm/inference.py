@@ -325,10 +325,13 @@ class StepCost:
         table = self._per_n_table
         if len(table) <= top:
             table = self._per_n_table = np.vstack([table, np.full((top + 1 - len(table), 6), np.nan)])
-        new = np.unique(n[np.isnan(table[n, 0])])
-        if len(new):
+        rows = table[n]
+        missing = np.isnan(rows[:, 0])
+        if missing.any():
+            new = _distinct(n[missing])
             table[new] = self._per_n_many(new)
-        return table[n]
+            rows = table[n]
+        return rows
 
     def _per_n_many(self, n: np.ndarray) -> np.ndarray:
         """_per_n's rows for an array of distinct running counts, bit-identical (the same
@@ -452,6 +455,21 @@ def _first_at_least(a: float, b: float, y: float) -> int | float:
     while a + b * j < y:
         j += 1
     return j
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) for a small integer array, by one sort (numpy's hash-based unique costs
+    far more on arrays of a few hundred)."""
+    s = np.sort(values)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+
+
+def _first_of_each(keys: np.ndarray) -> np.ndarray:
+    """Index of the first occurrence of each distinct key (np.unique(keys, return_index=True)[1]
+    as a set), by one stable sort."""
+    order = np.argsort(keys, kind="stable")
+    s = keys[order]
+    return order[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else order
 
 
 def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
@@ -1184,7 +1202,8 @@ class _RunTrace:
         ids, p, r, _, _ = engine._record_arrays()
         steps, finished, admitted, jobs = walk.steps, walk.finished, walk.admitted, walk.waiting
         events = np.arange(len(steps))
-        k = np.diff(np.concatenate([[engine._S], steps]))
+        k = np.empty_like(steps)
+        k[0], k[1:] = steps[0] - engine._S, steps[1:] - steps[:-1]
         ctx = p[jobs] + g[jobs]
         released = _segment_sums(p[walk.fin_slots] + r[walk.fin_slots], finished)
         n = engine._n + np.concatenate([[0], np.cumsum(admitted - finished)[:-1]])
@@ -1216,7 +1235,7 @@ class _RunTrace:
         engine.t = float(clock[-1])
         engine._prefill, engine._phase_steps = None, 0   # the last event finishes (admitted ones run on)
         self.S, self.S_end, self.K_end = steps, int(steps[-1]), int(K[-1] + change[-1])
-        self.n_after, self.K_after = np.append(n[1:], 0), np.append(K[1:], self.K_end)
+        self.n_after, self.K_after = np.concatenate((n[1:], [0])), np.concatenate((K[1:], [self.K_end]))
         self.walk, self.job_event, self.g = walk, job_event, g
         self.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), jobs])
 
@@ -1231,7 +1250,7 @@ class _RunTrace:
             group = engine._record_arrays()[4][jobs]
             first = np.zeros(len(jobs), bool)
             key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
-            first[np.unique(key, return_index=True)[1]] = True
+            first[_first_of_each(key)] = True
             cached = (group >= 0) & ~first
             tokens = np.where(cached, g, ctx)
             pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)

@@ -319,7 +319,7 @@ class TailIndex:
         fin = np.concatenate([p.t0 + p.finish for p in live])
         kv = np.concatenate([p.seqs.prompt_len + p.seqs.target_len for p in live]).astype(np.int64)
         self.n_always, self.kv_always = int(always.sum()), int(kv[always].sum())
-        order = np.argsort(fin[~always], kind="stable")
+        order = np.argsort(fin[~always])   # ties in any order: the sums are of integers
         self.finish = fin[~always][order]
         self.kv_after = np.concatenate([np.cumsum(kv[~always][order][::-1])[::-1], [0]])   # suffix sums
 
@@ -333,8 +333,17 @@ def tail_instances(ctx: Context, plans: list[GenPlan], t_split: float, tail: Tai
     """Fewest rollout instances that hold the sequences still running at ``t_split``: bounded by
     the running-sequence slots and by the KV cache (each needs its full context by the end).
     ``tail``: the plans' TailIndex, when it is asked at many times."""
-    n_tail, kv_tokens = (tail or TailIndex(plans)).running(t_split)
-    kv = float(kv_tokens)
+    if tail is not None:
+        n_tail, kv_tokens = tail.running(t_split)
+        kv = float(kv_tokens)
+    else:   # one question: one pass over the plans
+        n_tail, kv = 0, 0.0
+        for p in plans:
+            if not len(p.seqs):
+                continue
+            running = (p.t0 + p.finish > t_split) | (p.seg < p.remaining)
+            n_tail += int(np.sum(running))
+            kv += float(np.sum((p.seqs.prompt_len + p.seqs.target_len)[running]))
     if n_tail == 0:
         return 0
     by_seqs = math.ceil(n_tail / max(1, ctx.costs.instance_max_seqs))
