@@ -727,7 +727,7 @@ class RolloutEngine:
 
     def _fast_ok(self) -> bool:
         """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
-        (by the next admission) and needs more than its prefill's token, the KV cache can never
+        (by the next admission), the KV cache can never
         bind (every sequence's full context plus one step of every slot fits: no preemption, no
         admission held back), prefill is one blocking step per admission (no token budget, no
         chunked prefill) and no prefill is half done."""
@@ -746,7 +746,7 @@ class RolloutEngine:
             arrival, g = arrival[waiting], np.asarray(self._g, np.int64)[waiting]
             start = self.t if self._n else max(self.t, float(arrival[0]))
             ctx = p[waiting] + g
-            if arrival.max() > start or (g + 1 >= r[waiting]).any() or int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
+            if arrival.max() > start or int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
                 return False   # (prefill attention pairs are summed exactly as floats)
         # (finish step, admission order) packed in one int64
         return (held + self.max_running + 2 <= self.capacity and self._S + longest < 2**30
@@ -776,8 +776,11 @@ class RolloutEngine:
     def _walk_steps(self, g_arr: np.ndarray) -> _Walk:
         """The run's events in decode-step units. While sequences wait every event finishes the
         running ones due (heap order: finish step, admission order) and admits as many waiting
-        ones, FIFO, each due its remaining tokens later (a heap walk on packed int keys); after the
-        last admission the running ones finish in key order (one sort). ``g_arr``: _g as an array."""
+        ones, FIFO, each due its remaining tokens later (a heap walk on packed int keys); one due
+        none (its prefill's token is its last) finishes at the end of that prefill and frees its
+        slot for an event at the same step. After the last admission the running ones finish in
+        key order (one sort). ``g_arr``: _g as an array. Job j of the waiting ones has order
+        base + 1 + j."""
         state, epochs, g = self._state, self._epoch, self._g
         live = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
         waiting_arr = np.fromiter(self._waiting, np.int64, len(self._waiting))
@@ -785,43 +788,61 @@ class RolloutEngine:
         bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
         keys = [(e[0] << bits) | e[1] for e in live]
         S, n, base, max_n = self._S, self._n, self._order, self.max_running
-        order, total, w = base, len(waiting_arr), 0
-        steps, finished, fin_orders = [], [], []
+        total, w = len(waiting_arr), 0
+        steps, finished, admitted, fin_orders, instant_at = [], [], [], [], []
         take = min(total, max_n - n) if n < max_n else 0
-        if take:   # free slots: admit at once
-            keys += (((S + due_arr[:take]) << bits) | np.arange(order + 1, order + 1 + take)).tolist()
-            order += take
+        if take and due_arr[:take].all():   # free slots, none due at once: admit in one go
+            keys += (((S + due_arr[:take]) << bits) | np.arange(base + 1, base + 1 + take)).tolist()
             steps.append(S)
             finished.append(0)
-            w = take
+            admitted.append(take)
+            n, w = n + take, take
         heapq.heapify(keys)
         due = due_arr.tolist()
         pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        add_step, add_finished, add_fin = steps.append, finished.append, fin_orders.append
-        while w < total:   # no free slot: decode to the next finish, admit into the freed slots
-            S = keys[0] >> bits
-            bound = (S + 1) << bits
-            order += 1     # the first admission replaces the first finish (its key is later still)
-            add_fin(replace(keys, ((S + due[w]) << bits) | order) & mask)
-            done = 1
-            while keys[0] < bound:
-                add_fin(pop(keys) & mask)
-                done += 1
-            if done > 1:
-                for j in range(w + 1, min(total, w + done)):
-                    order += 1
-                    push(keys, ((S + due[j]) << bits) | order)
-            w += done
-            add_step(S)
-            add_finished(done)
+        add_fin = fin_orders.append
+        while w < total:
+            first = w
+            if n < max_n:   # free slots (freed by sequences done with their prefill): admit now
+                done = 0
+            else:           # decode to the next finish, admit into the freed slots
+                S = keys[0] >> bits
+                bound = (S + 1) << bits
+                if due[w]:   # the first admission replaces the first finish (its key is later still)
+                    add_fin(replace(keys, ((S + due[w]) << bits) | (base + 1 + w)) & mask)
+                    first = w + 1
+                else:
+                    add_fin(pop(keys) & mask)
+                done = 1
+                while keys and keys[0] < bound:
+                    add_fin(pop(keys) & mask)
+                    done += 1
+                n -= done
+            take = min(total - w, max_n - n)
+            at_once = 0
+            for j in range(first, w + take):
+                if due[j]:
+                    push(keys, ((S + due[j]) << bits) | (base + 1 + j))
+                else:   # done at the prefill's end, after this event's finishes
+                    instant_at.append(len(fin_orders))
+                    add_fin(base + 1 + j)
+                    at_once += 1
+            n += take - at_once
+            w += take
+            steps.append(S)
+            finished.append(done + at_once)
+            admitted.append(take)
         finished_arr = np.array(finished, np.int64)
-        admitted = np.minimum(finished_arr, total - take - (np.cumsum(finished_arr) - finished_arr))   # w before
-        if take:
-            admitted[0] = take
+        instant = None
+        if instant_at:
+            instant = np.zeros(len(fin_orders), bool)
+            instant[instant_at] = True
         rest = np.sort(np.array(keys, np.int64))
         rest_steps = rest >> bits
         fin_orders = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
-        steps_arr = np.array(steps, np.int64)
+        if instant is not None:
+            instant = np.concatenate([instant, np.zeros(len(rest), bool)])
+        steps_arr, admitted = np.array(steps, np.int64), np.array(admitted, np.int64)
         if len(rest):   # the drain: one event per distinct finish step
             cut = np.flatnonzero(rest_steps[1:] != rest_steps[:-1]) + 1
             steps_arr = np.concatenate([steps_arr, rest_steps[np.concatenate([[0], cut])]])
@@ -836,8 +857,8 @@ class RolloutEngine:
             start_slots = np.array([e[2] for e in live], np.int64)
             mine = fin_orders > base
             fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin_orders[~mine])]
-        return _Walk(steps_arr, finished_arr, admitted.astype(np.int64), waiting_arr, fin_slots,
-                     [(e[2], g[e[2]], self._sadm[e[2]]) for e in live])
+        return _Walk(steps_arr, finished_arr, admitted, waiting_arr, fin_slots,
+                     [(e[2], g[e[2]], self._sadm[e[2]]) for e in live], instant)
 
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
@@ -1182,6 +1203,7 @@ class _Walk(NamedTuple):
     waiting: np.ndarray     # the slots waiting at the start, in admission order
     fin_slots: np.ndarray   # finished slots in finish (outbox) order
     start_running: list[tuple[int, int, int]]   # (slot, generated at admission, step count then)
+    instant: np.ndarray | None = None   # per finish: done with its prefill's token (at the prefill's end)
 
 
 class _RunTrace:
@@ -1228,6 +1250,8 @@ class _RunTrace:
         engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
         self.fin_event = np.repeat(events, finished)
         self.out_time = self.time[self.fin_event]
+        if walk.instant is not None:   # finished by their prefill: at its end
+            self.out_time = np.where(walk.instant, self.end[self.fin_event], self.out_time)
         self.out_ids = ids[walk.fin_slots]
         if outbox:   # else the caller takes the finishes from scatter()
             engine._outbox.extend(zip(self.out_time.tolist(), self.out_ids.tolist(), walk.fin_slots.tolist(),
@@ -1290,6 +1314,8 @@ class _RunTrace:
         n_b, K_b = int(self.n_after[i]), int(self.K_after[i])
         running = (a["admitted"] <= i) & (a["finished"] > i)
         waiting = a["admitted"] > i
+        if t_b > now:   # inside the event's prefill: the ones it would finish are still partial
+            waiting |= (a["admitted"] == i) & (a["finished"] == i)
         made = a["g_run"] + S_b - a["s_adm"]
         if n_b and t_b <= now:
             cost = self.cost
@@ -1312,7 +1338,7 @@ class _RunTrace:
         partial = [PartialSequence(*x) for x in zip(ids[order].tolist(), p[order].tolist(), r[order].tolist(),
                                                      generated[order].tolist(), strict=True)]
         i = int(np.searchsorted(self.time, now, side="right")) - 1
-        mine = np.flatnonzero(self.fin_event == i)
+        mine = np.flatnonzero((self.fin_event == i) & (self.out_time <= now))
         out_ids = self._ids[self.walk.fin_slots[mine]]
         finished = [Finished(*x) for x in zip(out_ids.tolist(), self.out_time[mine].tolist(), strict=True)]
         return InterruptResult(finished, partial)
