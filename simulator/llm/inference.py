@@ -247,7 +247,7 @@ class StepCost:
             best = lines[0][0] + lines[0][1] * nbytes
             for fixed, slope in lines[1:]:
                 best = np.minimum(best, fixed + slope * nbytes)
-            return best
+            return np.where(nbytes == 0, 0.0, best)   # line_time_s: nothing to move costs nothing
         p = self.params
         steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
         return (self.device.launch_overhead_s + steps * p.fallback_step_latency_s

@@ -59,6 +59,7 @@ def test_per_n_rows_and_comm_equal_the_scalar_forms(which, n):
     rows = fresh.per_n_rows(arr)   # filled by the array form (a fresh object: nothing cached)
     assert rows.tolist() == [list(cost._per_n(x)) for x in n]
     assert fresh.comm_many_s(arr).tolist() == [cost.comm_s(x) for x in n]
+    assert fresh.comm_many_s(np.zeros(1, np.int64)).tolist() == [cost.comm_s(0)]
     assert fresh.weight_read_many_s(arr).tolist() == [cost.weight_read_s(x) for x in n]
 
 
