@@ -832,33 +832,8 @@ class RolloutEngine:
             steps.append(S)
             finished.append(done + at_once)
             admitted.append(take)
-        finished_arr = np.array(finished, np.int64)
-        instant = None
-        if instant_at:
-            instant = np.zeros(len(fin_orders), bool)
-            instant[instant_at] = True
-        rest = np.sort(np.array(keys, np.int64))
-        rest_steps = rest >> bits
-        fin_orders = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
-        if instant is not None:
-            instant = np.concatenate([instant, np.zeros(len(rest), bool)])
-        steps_arr, admitted = np.array(steps, np.int64), np.array(admitted, np.int64)
-        if len(rest):   # the drain: one event per distinct finish step
-            cut = np.flatnonzero(rest_steps[1:] != rest_steps[:-1]) + 1
-            steps_arr = np.concatenate([steps_arr, rest_steps[np.concatenate([[0], cut])]])
-            finished_arr = np.concatenate([finished_arr, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
-            admitted = np.concatenate([admitted, np.zeros(len(cut) + 1, np.int64)])
-        # the slot of each finish: admitted in this run (orders above base) or running at its start
-        fin_slots = waiting_arr[np.maximum(fin_orders - base - 1, 0)] if len(waiting_arr) else \
-            np.zeros(len(fin_orders), np.int64)
-        if live:
-            live.sort(key=lambda e: e[1])
-            start_orders = np.array([e[1] for e in live], np.int64)
-            start_slots = np.array([e[2] for e in live], np.int64)
-            mine = fin_orders > base
-            fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin_orders[~mine])]
-        return _Walk(steps_arr, finished_arr, admitted, waiting_arr, fin_slots,
-                     [(e[2], g[e[2]], self._sadm[e[2]]) for e in live], instant)
+        return _walk_of(steps, finished, admitted, fin_orders, instant_at, np.array(keys, np.int64), waiting_arr,
+                        base, [(e[1], e[2], g[e[2]], self._sadm[e[2]]) for e in live])
 
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
@@ -1204,6 +1179,39 @@ class _Walk(NamedTuple):
     fin_slots: np.ndarray   # finished slots in finish (outbox) order
     start_running: list[tuple[int, int, int]]   # (slot, generated at admission, step count then)
     instant: np.ndarray | None = None   # per finish: done with its prefill's token (at the prefill's end)
+
+
+def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_orders: list[int],
+             instant_at: list[int], keys: np.ndarray, waiting: np.ndarray, base: int,
+             live: list[tuple[int, int, int, int]]) -> _Walk:
+    """The _Walk of a heap walk's events (step, finished, admitted each), its finishes (orders; at
+    positions ``instant_at`` those done with their prefill) and the keys left, which finish in key
+    order after the last admission (the drain: one event per distinct finish step). ``live``:
+    (order, slot, generated, step count) of the sequences running at the start."""
+    bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
+    finished_arr = np.array(finished, np.int64)
+    rest = np.sort(keys)
+    rest_steps = rest >> bits
+    fin = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
+    instant = None
+    if instant_at:
+        instant = np.zeros(len(fin), bool)
+        instant[instant_at] = True
+    steps_arr, admitted_arr = np.array(steps, np.int64), np.array(admitted, np.int64)
+    if len(rest):
+        cut = np.flatnonzero(rest_steps[1:] != rest_steps[:-1]) + 1
+        steps_arr = np.concatenate([steps_arr, rest_steps[np.concatenate([[0], cut])]])
+        finished_arr = np.concatenate([finished_arr, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
+        admitted_arr = np.concatenate([admitted_arr, np.zeros(len(cut) + 1, np.int64)])
+    # the slot of each finish: admitted in this run (orders above base) or running at its start
+    fin_slots = waiting[np.maximum(fin - base - 1, 0)] if len(waiting) else np.zeros(len(fin), np.int64)
+    if live:
+        live = sorted(live)
+        start_orders = np.array([e[0] for e in live], np.int64)
+        start_slots = np.array([e[1] for e in live], np.int64)
+        mine = fin > base
+        fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin[~mine])]
+    return _Walk(steps_arr, finished_arr, admitted_arr, waiting, fin_slots, [e[1:] for e in live], instant)
 
 
 class _RunTrace:
