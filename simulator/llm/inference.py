@@ -184,7 +184,6 @@ class StepCost:
         self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
         self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
         self._per_n_table = np.full((1, 6), np.nan)                # per_n_rows: _per_n by n
-        self._prefill_parts: dict[int, tuple[float, float]] = {}    # tokens -> (weights read, links)
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
     def weight_read_s(self, tokens: float) -> float:
@@ -212,14 +211,60 @@ class StepCost:
         self._comm_cache[tokens] = total
         return total
 
+    def weight_read_many_s(self, tokens: np.ndarray) -> np.ndarray:
+        """weight_read_s over an integer array, bit-identical (the same operations; the MoE share
+        of experts touched by the scalar power, as weight_read_s)."""
+        if not self.route_p:
+            return np.full(len(tokens), (self.dense_bytes_dev + self.expert_bytes_dev * 0.0) / self.bw)
+        keep = 1.0 - self.route_p
+        touched = np.array([1.0 - keep ** x for x in tokens.tolist()])
+        return (self.dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
+
+    def comm_many_s(self, tokens: np.ndarray) -> np.ndarray:
+        """comm_s over an integer array, bit-identical: the same operations on each element."""
+        m, lay, p = self.model, self.layout, self.params
+        total = np.zeros(len(tokens))
+        if lay.tp > 1:
+            nbytes = tokens / lay.ep * m.hidden * p.activation_bytes
+            ranks = self.ranks[: lay.tp] if self.ranks is not None else None
+            total = total + m.tp_reductions_per_layer * m.num_layers * self._collective_many(
+                "all_reduce", lay.tp, ranks, nbytes)
+        if lay.ep > 1 and m.is_moe:
+            per_rank = tokens / self.devices * m.experts_per_token * m.hidden
+            dispatch = self._collective_many("all_to_all", self.devices, self.ranks, per_rank * p.dispatch_bytes)
+            combine = self._collective_many("all_to_all", self.devices, self.ranks, per_rank * p.activation_bytes)
+            total = total + m.num_moe_layers * (dispatch + combine)
+        return total
+
+    def _collective_many(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: np.ndarray) -> np.ndarray:
+        """_collective over an array of sizes (each > 0), element for element."""
+        if self.collectives is not None and ranks is not None:
+            if not hasattr(self.collectives, "lines"):
+                return np.array([self._collective(op, n, ranks, x) for x in nbytes.tolist()])
+            lines = self._lines_of(op, ranks)
+            if not lines:
+                return np.zeros(len(nbytes))
+            best = lines[0][0] + lines[0][1] * nbytes
+            for fixed, slope in lines[1:]:
+                best = np.minimum(best, fixed + slope * nbytes)
+            return np.where(nbytes == 0, 0.0, best)   # line_time_s: nothing to move costs nothing
+        p = self.params
+        steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
+        return (self.device.launch_overhead_s + steps * p.fallback_step_latency_s
+                + factor * nbytes / (self.device.scaleup_bw_Bps * p.fallback_collective_efficiency))
+
+    def _lines_of(self, op: str, ranks: Sequence[int]) -> tuple[tuple[float, float], ...]:
+        """The CollectiveModel's lines of ``op`` on ``ranks``, planned once per (op, group size)."""
+        key = (op, len(ranks))
+        lines = self._coll_lines.get(key)
+        if lines is None:
+            lines = self._coll_lines[key] = self.collectives.lines(op, tuple(ranks))
+        return lines
+
     def _collective(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: float) -> float:
         if self.collectives is not None and ranks is not None:
             if hasattr(self.collectives, "lines"):   # a CollectiveModel: one plan per algorithm, any size
-                key = (op, len(ranks))
-                lines = self._coll_lines.get(key)
-                if lines is None:
-                    lines = self._coll_lines[key] = self.collectives.lines(op, tuple(ranks))
-                return line_time_s(lines, nbytes)
+                return line_time_s(self._lines_of(op, ranks), nbytes)
             return float(self.collectives.cost(op, list(ranks), nbytes).time_s)
         p = self.params
         steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
@@ -251,6 +296,18 @@ class StepCost:
             return sched + p.cuda_graph_replay_s, 0.0
         return sched + p.cuda_graph_replay_s, sched + self.eager_launch_s
 
+    def overhead_many_s(self, tokens: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """overhead_s over integer arrays, bit-identical: its four cases element by element."""
+        p = self.params
+        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
+        graphs = (np.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch if not p.enforce_eager
+                  else np.zeros(len(tokens), bool))
+        if p.async_scheduling:
+            return (np.where(graphs, 0.0, p.cuda_graph_replay_s),
+                    np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s))
+        return (sched + p.cuda_graph_replay_s + np.zeros(len(tokens)),
+                np.where(graphs, 0.0, sched + self.eager_launch_s))
+
     # -- whole steps ------------------------------------------------------------------------------
     def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
         per_n = self._lines_cache.get(n)
@@ -268,9 +325,21 @@ class StepCost:
         table = self._per_n_table
         if len(table) <= top:
             table = self._per_n_table = np.vstack([table, np.full((top + 1 - len(table), 6), np.nan)])
-        for x in np.unique(n[np.isnan(table[n, 0])]).tolist():
-            table[x] = self._per_n(x)
-        return table[n]
+        rows = table[n]
+        missing = np.isnan(rows[:, 0])
+        if missing.any():
+            new = _distinct(n[missing])
+            table[new] = self._per_n_many(new)
+            rows = table[n]
+        return rows
+
+    def _per_n_many(self, n: np.ndarray) -> np.ndarray:
+        """_per_n's rows for an array of distinct running counts, bit-identical (the same
+        operations, overhead_s's cases element by element)."""
+        added, floor = self.overhead_many_s(n, n)
+        return np.stack([n * (self.lin_s_per_token + self.decode_ssm_s_per_token),
+                         self.weight_read_many_s(n) + n * self.state_s_per_seq, added + self.comm_many_s(n),
+                         self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n, floor], axis=1)
 
     def decode_lines(self, n: int, k0: float) -> tuple[float, float, float, float, float]:
         """Step j (0-based) of n sequences starting at total context k0 costs
@@ -303,26 +372,11 @@ class StepCost:
         operations in the same order; the weights read and the links per distinct token count."""
         if not len(tokens):
             return np.zeros(0)
-        values, where = np.unique(tokens, return_inverse=True)
-        parts, cache = [], self._prefill_parts
-        for x in values.tolist():
-            part = cache.get(x)
-            if part is None:
-                part = cache[x] = (self.weight_read_s(x), self.comm_s(x))
-            parts.append(part)
-        weights, comm = np.array(parts).T[:, where]
-        compute = tokens * self.lin_s_per_token + attention_pairs * self.prefill_attn_s_per_pair
-        memory = weights + tokens * self.kv_s_per_token
-        p = self.params
-        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
-        graphs = np.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch if not p.enforce_eager \
-            else np.zeros(len(tokens), bool)
-        if p.async_scheduling:   # overhead_s's four cases
-            added = np.where(graphs, 0.0, p.cuda_graph_replay_s)
-            floor = np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s)
-        else:
-            added = sched + p.cuda_graph_replay_s
-            floor = np.where(graphs, 0.0, sched + self.eager_launch_s)
+        compute = (tokens * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
+                   + attention_pairs * self.prefill_attn_s_per_pair)
+        memory = self.weight_read_many_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / 2
+        comm = self.comm_many_s(tokens)
+        added, floor = self.overhead_many_s(tokens, seqs)
         return np.maximum(floor, np.maximum(compute, memory) + added + comm)
 
     def prefill_s(self, tokens: float, attention_pairs: float, seqs: float = 1) -> float:
@@ -401,6 +455,21 @@ def _first_at_least(a: float, b: float, y: float) -> int | float:
     while a + b * j < y:
         j += 1
     return j
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) for a small integer array, by one sort (numpy's hash-based unique costs
+    far more on arrays of a few hundred)."""
+    s = np.sort(values)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+
+
+def _first_of_each(keys: np.ndarray) -> np.ndarray:
+    """Index of the first occurrence of each distinct key (np.unique(keys, return_index=True)[1]
+    as a set), by one stable sort."""
+    order = np.argsort(keys, kind="stable")
+    s = keys[order]
+    return order[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else order
 
 
 def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
@@ -658,7 +727,7 @@ class RolloutEngine:
 
     def _fast_ok(self) -> bool:
         """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
-        (by the next admission) and needs more than its prefill's token, the KV cache can never
+        (by the next admission), the KV cache can never
         bind (every sequence's full context plus one step of every slot fits: no preemption, no
         admission held back), prefill is one blocking step per admission (no token budget, no
         chunked prefill) and no prefill is half done."""
@@ -677,7 +746,7 @@ class RolloutEngine:
             arrival, g = arrival[waiting], np.asarray(self._g, np.int64)[waiting]
             start = self.t if self._n else max(self.t, float(arrival[0]))
             ctx = p[waiting] + g
-            if arrival.max() > start or (g + 1 >= r[waiting]).any() or int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
+            if arrival.max() > start or int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
                 return False   # (prefill attention pairs are summed exactly as floats)
         # (finish step, admission order) packed in one int64
         return (held + self.max_running + 2 <= self.capacity and self._S + longest < 2**30
@@ -691,8 +760,9 @@ class RolloutEngine:
         if self._n == 0:
             self.t = max(self.t, self._arrival[self._waiting[0]])
         trace = _RunTrace(self)
-        walk = self._walk_steps()
-        trace.time_events(self, walk, outbox)
+        g = np.asarray(self._g, np.int64)
+        walk = self._walk_steps(g)
+        trace.time_events(self, walk, g, outbox)
         state = self._state
         for slot in trace.slots.tolist():
             state[slot] = _DONE
@@ -703,65 +773,67 @@ class RolloutEngine:
         self._event = self._lines = None
         return trace
 
-    def _walk_steps(self) -> _Walk:
+    def _walk_steps(self, g_arr: np.ndarray) -> _Walk:
         """The run's events in decode-step units. While sequences wait every event finishes the
         running ones due (heap order: finish step, admission order) and admits as many waiting
-        ones, FIFO, each due its remaining tokens later (a heap walk on packed int keys); after the
-        last admission the running ones finish in key order (one sort)."""
-        state, epochs, r, g = self._state, self._epoch, self._r, self._g
+        ones, FIFO, each due its remaining tokens later (a heap walk on packed int keys); one due
+        none (its prefill's token is its last) finishes at the end of that prefill and frees its
+        slot for an event at the same step. After the last admission the running ones finish in
+        key order (one sort). ``g_arr``: _g as an array. Job j of the waiting ones has order
+        base + 1 + j."""
+        state, epochs, g = self._state, self._epoch, self._g
         live = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
-        waiting = list(self._waiting)
-        due = [r[slot] - g[slot] - 1 for slot in waiting]
+        waiting_arr = np.fromiter(self._waiting, np.int64, len(self._waiting))
+        due_arr = self._record_arrays()[2][waiting_arr] - g_arr[waiting_arr] - 1
         bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
         keys = [(e[0] << bits) | e[1] for e in live]
-        heapq.heapify(keys)
         S, n, base, max_n = self._S, self._n, self._order, self.max_running
-        order, total, w = base, len(waiting), 0
-        steps, finished, admitted, fin_orders = [], [], [], []
-        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        if n < max_n and total:   # free slots: admit at once
-            take = min(total, max_n - n)
-            keys += [((S + due[j]) << bits) | (order + 1 + j) for j in range(take)]
-            heapq.heapify(keys)
-            order += take
+        total, w = len(waiting_arr), 0
+        steps, finished, admitted, fin_orders, instant_at = [], [], [], [], []
+        take = min(total, max_n - n) if n < max_n else 0
+        if take and due_arr[:take].all():   # free slots, none due at once: admit in one go
+            keys += (((S + due_arr[:take]) << bits) | np.arange(base + 1, base + 1 + take)).tolist()
             steps.append(S)
             finished.append(0)
             admitted.append(take)
             n, w = n + take, take
-        while w < total:   # no free slot: decode to the next finish, admit into the freed slots
-            S = keys[0] >> bits
-            bound = (S + 1) << bits
-            order += 1     # the first admission replaces the first finish (its key is later still)
-            fin_orders.append(replace(keys, ((S + due[w]) << bits) | order) & mask)
-            done, w0 = 1, w
-            while keys[0] < bound:
-                fin_orders.append(pop(keys) & mask)
-                done += 1
-            for j in range(w + 1, min(total, w + done)):
-                order += 1
-                push(keys, ((S + due[j]) << bits) | order)
-            w = min(total, w + done)
+        heapq.heapify(keys)
+        due = due_arr.tolist()
+        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        add_fin = fin_orders.append
+        while w < total:
+            first = w
+            if n < max_n:   # free slots (freed by sequences done with their prefill): admit now
+                done = 0
+            else:           # decode to the next finish, admit into the freed slots
+                S = keys[0] >> bits
+                bound = (S + 1) << bits
+                if due[w]:   # the first admission replaces the first finish (its key is later still)
+                    add_fin(replace(keys, ((S + due[w]) << bits) | (base + 1 + w)) & mask)
+                    first = w + 1
+                else:
+                    add_fin(pop(keys) & mask)
+                done = 1
+                while keys and keys[0] < bound:
+                    add_fin(pop(keys) & mask)
+                    done += 1
+                n -= done
+            take = min(total - w, max_n - n)
+            at_once = 0
+            for j in range(first, w + take):
+                if due[j]:
+                    push(keys, ((S + due[j]) << bits) | (base + 1 + j))
+                else:   # done at the prefill's end, after this event's finishes
+                    instant_at.append(len(fin_orders))
+                    add_fin(base + 1 + j)
+                    at_once += 1
+            n += take - at_once
+            w += take
             steps.append(S)
-            finished.append(done)
-            admitted.append(w - w0)
-        rest = np.sort(np.array(keys, np.int64))
-        rest_steps = rest >> bits
-        fin_orders = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
-        if len(rest):   # the drain: one event per distinct finish step
-            cut = np.flatnonzero(np.diff(rest_steps)) + 1
-            steps = np.concatenate([steps, rest_steps[np.concatenate([[0], cut])]])
-            finished = np.concatenate([finished, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
-            admitted = np.concatenate([admitted, np.zeros(len(cut) + 1, np.int64)])
-        # the slot of each finish: admitted in this run (orders above base) or running at its start
-        start_orders = np.array(sorted(e[1] for e in live), np.int64)
-        start_slots = np.array([e[2] for e in sorted(live, key=lambda e: e[1])], np.int64)
-        waiting_arr = np.array(waiting, np.int64)
-        mine = fin_orders > base
-        fin_slots = np.zeros(len(fin_orders), np.int64)
-        fin_slots[mine] = waiting_arr[fin_orders[mine] - base - 1]
-        fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin_orders[~mine])]
-        return _Walk(np.asarray(steps, np.int64), np.asarray(finished, np.int64), np.asarray(admitted, np.int64),
-                     waiting_arr, fin_slots, [(e[2], g[e[2]], self._sadm[e[2]]) for e in live])
+            finished.append(done + at_once)
+            admitted.append(take)
+        return _walk_of(steps, finished, admitted, fin_orders, instant_at, np.array(keys, np.int64), waiting_arr,
+                        base, [(e[1], e[2], g[e[2]], self._sadm[e[2]]) for e in live])
 
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
@@ -1106,6 +1178,40 @@ class _Walk(NamedTuple):
     waiting: np.ndarray     # the slots waiting at the start, in admission order
     fin_slots: np.ndarray   # finished slots in finish (outbox) order
     start_running: list[tuple[int, int, int]]   # (slot, generated at admission, step count then)
+    instant: np.ndarray | None = None   # per finish: done with its prefill's token (at the prefill's end)
+
+
+def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_orders: list[int],
+             instant_at: list[int], keys: np.ndarray, waiting: np.ndarray, base: int,
+             live: list[tuple[int, int, int, int]]) -> _Walk:
+    """The _Walk of a heap walk's events (step, finished, admitted each), its finishes (orders; at
+    positions ``instant_at`` those done with their prefill) and the keys left, which finish in key
+    order after the last admission (the drain: one event per distinct finish step). ``live``:
+    (order, slot, generated, step count) of the sequences running at the start."""
+    bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
+    finished_arr = np.array(finished, np.int64)
+    rest = np.sort(keys)
+    rest_steps = rest >> bits
+    fin = np.concatenate([np.array(fin_orders, np.int64), rest & mask])
+    instant = None
+    if instant_at:
+        instant = np.zeros(len(fin), bool)
+        instant[instant_at] = True
+    steps_arr, admitted_arr = np.array(steps, np.int64), np.array(admitted, np.int64)
+    if len(rest):
+        cut = np.flatnonzero(rest_steps[1:] != rest_steps[:-1]) + 1
+        steps_arr = np.concatenate([steps_arr, rest_steps[np.concatenate([[0], cut])]])
+        finished_arr = np.concatenate([finished_arr, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
+        admitted_arr = np.concatenate([admitted_arr, np.zeros(len(cut) + 1, np.int64)])
+    # the slot of each finish: admitted in this run (orders above base) or running at its start
+    fin_slots = waiting[np.maximum(fin - base - 1, 0)] if len(waiting) else np.zeros(len(fin), np.int64)
+    if live:
+        live = sorted(live)
+        start_orders = np.array([e[0] for e in live], np.int64)
+        start_slots = np.array([e[1] for e in live], np.int64)
+        mine = fin > base
+        fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin[~mine])]
+    return _Walk(steps_arr, finished_arr, admitted_arr, waiting, fin_slots, [e[1:] for e in live], instant)
 
 
 class _RunTrace:
@@ -1119,15 +1225,15 @@ class _RunTrace:
         self.t0 = engine.t
         self._slots: dict[str, np.ndarray] | None = None
 
-    def time_events(self, engine: RolloutEngine, walk: _Walk, outbox: bool = True) -> None:
+    def time_events(self, engine: RolloutEngine, walk: _Walk, g: np.ndarray, outbox: bool = True) -> None:
         """Segment by segment (running n, KV K at its start, steps k) from the walk's counts, event
         times by one running sum (start, decode, prefill, decode, ...: the engine's own additions
         in its order), then the engine's busy time, tokens, outbox and clock."""
         ids, p, r, _, _ = engine._record_arrays()
-        g = np.asarray(engine._g, np.int64)
         steps, finished, admitted, jobs = walk.steps, walk.finished, walk.admitted, walk.waiting
         events = np.arange(len(steps))
-        k = np.diff(np.concatenate([[engine._S], steps]))
+        k = np.empty_like(steps)
+        k[0], k[1:] = steps[0] - engine._S, steps[1:] - steps[:-1]
         ctx = p[jobs] + g[jobs]
         released = _segment_sums(p[walk.fin_slots] + r[walk.fin_slots], finished)
         n = engine._n + np.concatenate([[0], np.cumsum(admitted - finished)[:-1]])
@@ -1152,6 +1258,8 @@ class _RunTrace:
         engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
         self.fin_event = np.repeat(events, finished)
         self.out_time = self.time[self.fin_event]
+        if walk.instant is not None:   # finished by their prefill: at its end
+            self.out_time = np.where(walk.instant, self.end[self.fin_event], self.out_time)
         self.out_ids = ids[walk.fin_slots]
         if outbox:   # else the caller takes the finishes from scatter()
             engine._outbox.extend(zip(self.out_time.tolist(), self.out_ids.tolist(), walk.fin_slots.tolist(),
@@ -1159,7 +1267,7 @@ class _RunTrace:
         engine.t = float(clock[-1])
         engine._prefill, engine._phase_steps = None, 0   # the last event finishes (admitted ones run on)
         self.S, self.S_end, self.K_end = steps, int(steps[-1]), int(K[-1] + change[-1])
-        self.n_after, self.K_after = np.append(n[1:], 0), np.append(K[1:], self.K_end)
+        self.n_after, self.K_after = np.concatenate((n[1:], [0])), np.concatenate((K[1:], [self.K_end]))
         self.walk, self.job_event, self.g = walk, job_event, g
         self.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), jobs])
 
@@ -1174,7 +1282,7 @@ class _RunTrace:
             group = engine._record_arrays()[4][jobs]
             first = np.zeros(len(jobs), bool)
             key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
-            first[np.unique(key, return_index=True)[1]] = True
+            first[_first_of_each(key)] = True
             cached = (group >= 0) & ~first
             tokens = np.where(cached, g, ctx)
             pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
@@ -1214,6 +1322,8 @@ class _RunTrace:
         n_b, K_b = int(self.n_after[i]), int(self.K_after[i])
         running = (a["admitted"] <= i) & (a["finished"] > i)
         waiting = a["admitted"] > i
+        if t_b > now:   # inside the event's prefill: the ones it would finish are still partial
+            waiting |= (a["admitted"] == i) & (a["finished"] == i)
         made = a["g_run"] + S_b - a["s_adm"]
         if n_b and t_b <= now:
             cost = self.cost
@@ -1236,7 +1346,7 @@ class _RunTrace:
         partial = [PartialSequence(*x) for x in zip(ids[order].tolist(), p[order].tolist(), r[order].tolist(),
                                                      generated[order].tolist(), strict=True)]
         i = int(np.searchsorted(self.time, now, side="right")) - 1
-        mine = np.flatnonzero(self.fin_event == i)
+        mine = np.flatnonzero((self.fin_event == i) & (self.out_time <= now))
         out_ids = self._ids[self.walk.fin_slots[mine]]
         finished = [Finished(*x) for x in zip(out_ids.tolist(), self.out_time[mine].tolist(), strict=True)]
         return InterruptResult(finished, partial)

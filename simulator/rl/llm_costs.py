@@ -128,6 +128,7 @@ class LlmCosts:
         self._pools: dict[Any, _Pool] = {}                 # by the ranks as given (a range hashes in O(1))
         self._pool_keys: dict[tuple, int] = {}             # (signature, device kinds) -> pool key
         self._step_costs: dict[int, StepCost] = {}         # by pool key: one per instance shape
+        self._ring_bw: dict[tuple[int, ...], float] = {}   # ring ranks -> narrowest link (topology fixed)
         self._kv_tokens: dict[DeviceSpec, float] = {}      # by device kind
         # KV tokens one instance holds (bounds how few instances a consolidated tail fits on)
         self.instance_kv_tokens = self._cluster_kv_tokens()
@@ -515,7 +516,11 @@ class LlmCosts:
         """The narrowest link on the ring through ``ranks`` (topology links); one device: its
         scale-up link."""
         if len(ranks) > 1:
-            return self.topology.bottleneck_bw_Bps(ranks)
+            key = tuple(ranks)
+            bw = self._ring_bw.get(key)
+            if bw is None:
+                bw = self._ring_bw[key] = self.topology.bottleneck_bw_Bps(ranks)
+            return bw
         return self.topology.device_spec(int(ranks[0])).scaleup_bw_Bps if ranks else self.device.scaleup_bw_Bps
 
     def _train_weight_bytes(self, pool: _Pool) -> float:

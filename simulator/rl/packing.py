@@ -42,11 +42,16 @@ def balanced_order(lens: np.ndarray, b: int) -> np.ndarray:
     sizes = [b] * (m - 1) + [n - (m - 1) * b]
     heap = [(0, g) for g in range(m)]
     members: list[list[int]] = [[] for _ in range(m)]
+    as_int = lens.astype(np.int64).tolist()   # int(lens[i]) for each i
+    replace, pop = heapq.heapreplace, heapq.heappop
     for i in by_len.tolist():
-        total, g = heapq.heappop(heap)
-        members[g].append(i)
-        if len(members[g]) < sizes[g]:
-            heapq.heappush(heap, (total + int(lens[i]), g))
+        total, g = heap[0]   # the lightest open group (keys are unique: pops come out in key order)
+        group = members[g]
+        group.append(i)
+        if len(group) < sizes[g]:
+            replace(heap, (total + as_int[i], g))
+        else:
+            pop(heap)
     return np.fromiter((i for grp in members for i in grp), dtype=np.int64, count=n)
 
 

@@ -162,3 +162,30 @@ def test_the_cases_reach_the_fast_path_and_the_event_loop() -> None:
         assert engine._fast_ok() is fast
         assert engine.run() == case.build(frozen.RolloutEngine).run()
         assert math.isfinite(engine.t)
+
+
+@pytest.mark.parametrize("max_num_seqs", [1, 3, 8])
+def test_sequences_done_with_their_prefill_take_the_fast_path(max_num_seqs: int) -> None:
+    """A sequence whose prefill yields its last token (a resumed one with one token left) finishes
+    at the prefill's end and frees its slot for an admission at the same step: the array run
+    takes it (it fell back to the event loop and its engine copies before), equal to the frozen
+    engine in every figure and at interrupts anywhere, inside those prefills too."""
+    layout = RolloutLayout(tp=1, max_num_seqs=max_num_seqs)
+    batch = [(40 + 3 * i, r, r - 1 if i % 3 == 0 else 0, -1 - i) for i, r in enumerate([1, 60, 2, 90, 1, 1, 30, 5, 1, 44, 7, 1])]
+    case = Case("qwen2.5-7b", layout, InferenceParams(), [(0.0, batch)])
+    engine = case.build(RolloutEngine)
+    assert engine._fast_ok()
+    finished = case.build(frozen.RolloutEngine).run()
+    assert engine.run() == finished
+    old = case.build(frozen.RolloutEngine)
+    old.run()
+    assert _state(engine) == _state(old)
+    run = ResumableRun(case.build(RolloutEngine), 2)
+    assert run.run() == finished and run._trace is not None
+    times = sorted({t for _, t in finished})
+    probes = times + [(a + b) / 2 for a, b in zip(times, times[1:], strict=False)] + [t - 1e-9 for t in times]
+    for now in probes:
+        fresh = case.build(frozen.RolloutEngine).interrupt(now)
+        got = run.interrupt_at(now)
+        assert got.partial == fresh.partial, now
+        assert {s for s, _ in got.finished} <= {s for s, t in finished if t <= now}

@@ -292,27 +292,58 @@ def split_time(ctx: Context, k: int, plans: list[GenPlan], pool: int) -> float:
     t_need = float(times[need - 1]) + TIME_TOL_S
     cand = np.unique(np.concatenate([[t_need], fin[fin > t_need] + TIME_TOL_S]))
     max_tail = max(1, math.floor(ctx.sched.consolidate_share * (pool // ctx.costs.instance_devices)))
+    tail = TailIndex(plans)
     lo, hi = 0, len(cand)
     while lo < hi:     # free training devices never decrease as sequences finish: bisect
         mid = (lo + hi) // 2
         t = float(cand[mid])
-        if tail_instances(ctx, plans, t) <= max_tail and train_devices(ctx, plans, t, pool) > 0:
+        if tail_instances(ctx, plans, t, tail) <= max_tail and train_devices(ctx, plans, t, pool, tail) > 0:
             hi = mid
         else:
             lo = mid + 1
     return float(cand[lo]) if lo < len(cand) else math.inf
 
 
-def tail_instances(ctx: Context, plans: list[GenPlan], t_split: float) -> int:
+class TailIndex:
+    """The plans' sequences ordered by finish time, so that the sequences still running at any time
+    (their count and KV tokens) are a binary search and a suffix sum away; a sequence cut by the
+    length budget runs on at every time. Token counts are integers: exact in any order."""
+
+    def __init__(self, plans: list[GenPlan]) -> None:
+        live = [p for p in plans if len(p.seqs)]
+        if not live:
+            self.n_always, self.kv_always = 0, 0
+            self.finish, self.kv_after = np.zeros(0), np.zeros(1, np.int64)
+            return
+        always = np.concatenate([p.seg < p.remaining for p in live])
+        fin = np.concatenate([p.t0 + p.finish for p in live])
+        kv = np.concatenate([p.seqs.prompt_len + p.seqs.target_len for p in live]).astype(np.int64)
+        self.n_always, self.kv_always = int(always.sum()), int(kv[always].sum())
+        order = np.argsort(fin[~always])   # ties in any order: the sums are of integers
+        self.finish = fin[~always][order]
+        self.kv_after = np.concatenate([np.cumsum(kv[~always][order][::-1])[::-1], [0]])   # suffix sums
+
+    def running(self, t: float) -> tuple[int, int]:
+        """(sequences, KV tokens of their full contexts) still running at ``t``."""
+        first = int(np.searchsorted(self.finish, t, side="right"))    # finish > t from here on
+        return self.n_always + len(self.finish) - first, self.kv_always + int(self.kv_after[first])
+
+
+def tail_instances(ctx: Context, plans: list[GenPlan], t_split: float, tail: TailIndex | None = None) -> int:
     """Fewest rollout instances that hold the sequences still running at ``t_split``: bounded by
-    the running-sequence slots and by the KV cache (each needs its full context by the end)."""
-    n_tail, kv = 0, 0.0
-    for p in plans:
-        if not len(p.seqs):
-            continue
-        running = (p.t0 + p.finish > t_split) | (p.seg < p.remaining)
-        n_tail += int(np.sum(running))
-        kv += float(np.sum((p.seqs.prompt_len + p.seqs.target_len)[running]))
+    the running-sequence slots and by the KV cache (each needs its full context by the end).
+    ``tail``: the plans' TailIndex, when it is asked at many times."""
+    if tail is not None:
+        n_tail, kv_tokens = tail.running(t_split)
+        kv = float(kv_tokens)
+    else:   # one question: one pass over the plans
+        n_tail, kv = 0, 0.0
+        for p in plans:
+            if not len(p.seqs):
+                continue
+            running = (p.t0 + p.finish > t_split) | (p.seg < p.remaining)
+            n_tail += int(np.sum(running))
+            kv += float(np.sum((p.seqs.prompt_len + p.seqs.target_len)[running]))
     if n_tail == 0:
         return 0
     by_seqs = math.ceil(n_tail / max(1, ctx.costs.instance_max_seqs))
@@ -320,10 +351,11 @@ def tail_instances(ctx: Context, plans: list[GenPlan], t_split: float) -> int:
     return max(1, by_seqs, by_kv)
 
 
-def train_devices(ctx: Context, plans: list[GenPlan], t_split: float, pool_devices: int) -> int:
+def train_devices(ctx: Context, plans: list[GenPlan], t_split: float, pool_devices: int,
+                  tail: TailIndex | None = None) -> int:
     """Devices left for training once the tail sits on the fewest instances that hold it,
     rounded down to whole training replicas (and whole EP groups)."""
-    free = pool_devices - max(1, tail_instances(ctx, plans, t_split)) * ctx.costs.instance_devices
+    free = pool_devices - max(1, tail_instances(ctx, plans, t_split, tail)) * ctx.costs.instance_devices
     return ctx.costs.train_devices_at_most(free)
 
 

@@ -1,0 +1,34 @@
+"""The StaleSync split search's TailIndex answers "how many sequences, how many KV tokens still run
+at t" exactly as one pass over the plans does, at every time (tail_instances with and without it)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.rl.schedules.batches import GenPlan, SeqBatch
+from simulator.rl.schedules.colocated import TailIndex, tail_instances
+
+
+def _plan(rng: np.random.Generator, n: int, t0: float) -> GenPlan:
+    z = np.zeros(n, int)
+    seqs = SeqBatch(z, np.arange(n), rng.integers(1, 500, n), rng.integers(1, 4000, n), z, z, np.full(n, "", object))
+    remaining = seqs.target_len.copy()
+    seg = np.where(rng.random(n) < 0.2, np.maximum(1, remaining // 2), remaining)   # some cut by a budget
+    finish = np.round(rng.random(n) * 100.0, 1)   # ties on purpose
+    return GenPlan(seqs, seg, remaining, finish, np.zeros(n), 0.0, t0, 0, range(8))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.lists(st.integers(0, 60), min_size=1, max_size=6))
+def test_tail_index_equals_one_pass(seed, sizes):
+    rng = np.random.default_rng(seed)
+    plans = [_plan(rng, n, float(rng.integers(0, 3))) for n in sizes]
+    ctx = SimpleNamespace(costs=SimpleNamespace(instance_max_seqs=int(rng.integers(1, 64)),
+                                                instance_kv_tokens=float(rng.integers(500, 20_000))))
+    index = TailIndex(plans)
+    times = np.concatenate([[-1.0, 0.0, 1e9], *(p.t0 + p.finish for p in plans), rng.random(5) * 103])
+    for t in times.tolist():
+        assert tail_instances(ctx, plans, t, index) == tail_instances(ctx, plans, t)
