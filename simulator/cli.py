@@ -25,7 +25,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"rlsim: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``only`` (a command name) only that subcommand gets its options, the
+    others are listed by name and help line: `rlsim run` does not import what the other commands'
+    options need (calibrate's log fit pulls numpy in for its defaults; benchmarks/bench_startup.py)."""
     parser = _Parser(prog="rlsim", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Discrete-event simulator of LLM RL post-training on clusters.",
                      epilog="examples:\n  rlsim compare --out results\n"
@@ -45,9 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         p = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=module.EXAMPLES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.add_arguments(p)
-        p.set_defaults(handler=module.run)
+        if only is None or name == only:
+            module.add_arguments(p)
+            p.set_defaults(handler=module.run)
     return parser
+
+
+def _command_named(argv: list[str] | None) -> str | None:
+    """The subcommand `argv` invokes: its first word that is not an option (the top-level parser
+    takes no option with a value), or None."""
+    words = sys.argv[1:] if argv is None else argv
+    return next((word for word in words if not word.startswith("-")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
+    parser = build_parser(only=_command_named(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2): return the code, for callers of main()
