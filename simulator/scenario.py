@@ -626,9 +626,13 @@ class Scenario(_Strict):
 
 def register_schedule_config(config: type[ScheduleConfig]) -> type[ScheduleConfig]:
     """Add a schedule kind's config class (its ``kind`` a one-value Literal) to the scenario's
-    ``schedule:`` union; rl/schedules/registry.py calls it when a kind is registered."""
-    SCHEDULE_CLASSES[config.model_fields["kind"].default] = config
-    _rebuild_schedule_union()
+    ``schedule:`` union; rl/schedules/registry.py calls it when a kind is registered. A class the
+    union holds already (a built-in kind's) rebuilds nothing: a rebuild regenerates the whole
+    Scenario schema (tens of ms; benchmarks/bench_startup.py)."""
+    kind = config.model_fields["kind"].default
+    if SCHEDULE_CLASSES.get(kind) is not config:
+        SCHEDULE_CLASSES[kind] = config
+        _rebuild_schedule_union()
     return config
 
 
