@@ -26,9 +26,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The full parser; with ``only`` (a command name) only that subcommand gets its options, the
-    others are listed by name and help line: `rlsim run` does not import what the other commands'
-    options need (calibrate's log fit pulls numpy in for its defaults; benchmarks/bench_startup.py)."""
+    """The full parser; with ``only`` (one of COMMANDS) the parser of that subcommand alone: `rlsim
+    run` neither imports the other command modules nor what their options need (calibrate's log
+    fit pulls numpy in for its defaults; benchmarks/bench_startup.py). Any other ``only`` (a typo,
+    None) builds every subcommand, so argparse's "invalid choice" lists them all."""
     parser = _Parser(prog="rlsim", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Discrete-event simulator of LLM RL post-training on clusters.",
                      epilog="examples:\n  rlsim compare --out results\n"
@@ -39,7 +40,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                             "  rlsim presets\n  rlsim validate\n\n"
                             "run `rlsim COMMAND --help` for a command's options and examples.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in [only] if only in COMMANDS else COMMANDS:
         try:
             module = importlib.import_module(f"simulator.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -48,9 +49,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             raise
         p = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=module.EXAMPLES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        if only is None or name == only:
-            module.add_arguments(p)
-            p.set_defaults(handler=module.run)
+        module.add_arguments(p)
+        p.set_defaults(handler=module.run)
     return parser
 
 

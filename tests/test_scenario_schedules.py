@@ -100,3 +100,10 @@ def test_compare_keeps_the_knobs_that_apply(capsys):
     rc = main(["compare", *RUN, "--schedules", "colocated,async", "--set", "schedule.kind=async",
                "--set", "schedule.staleness=2", "--json"])
     assert rc == 0, capsys.readouterr().err
+
+
+def test_registering_a_class_the_union_holds_rebuilds_nothing():
+    from simulator import scenario
+    validator = scenario.Scenario.__pydantic_validator__
+    assert scenario.register_schedule_config(scenario.StaleSyncSchedule) is scenario.StaleSyncSchedule
+    assert scenario.Scenario.__pydantic_validator__ is validator
