@@ -50,8 +50,12 @@ print(json.dumps({"no event": True}))
 
 
 def _modules_of(code: str) -> dict:
+    return _modules_of_args(code)
+
+
+def _modules_of_args(code: str, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -91,3 +95,32 @@ def test_an_unknown_command_still_lists_every_command(capsys):
     assert cli.main(["no-such-command"]) == 2
     err = capsys.readouterr().err
     assert all(f"'{name}'" in err for name in cli.COMMANDS)
+
+
+START_UP_GC = """
+import gc, json, sys
+from simulator import cli
+seen = []
+def note(phase, info):
+    if phase == "start":
+        seen.append(info["generation"])
+gc.callbacks.append(note)
+with open(sys.argv[1], "w") as out:
+    sys.stdout = sys.stderr = out
+    assert cli.main(["run", "--set", "no_such_key=1"]) == 2   # refused once run() loads the scenario
+    first = (gc.isenabled(), gc.get_freeze_count(), "simulator.api" in sys.modules, len(seen))
+    gc.disable()
+    assert cli.main(["run", "--help"]) == 0
+    second = (gc.isenabled(), gc.get_freeze_count())
+sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+print(json.dumps({"first": first, "second": second}))
+"""
+
+
+def test_the_first_main_pauses_the_collector_preloads_freezes_and_restores_it(tmp_path):
+    out = _modules_of_args(START_UP_GC, str(tmp_path / "output.txt"))
+    enabled, frozen, preloaded, collections = out["first"]
+    assert "no_such_key" in (tmp_path / "output.txt").read_text()
+    assert enabled and frozen > 10_000 and preloaded   # run's PRELOAD loaded with the collector paused
+    assert collections < 30                            # ~140 while the modules load without the pause
+    assert out["second"] == [False, frozen]            # a later call leaves the collector as it found it
