@@ -298,7 +298,9 @@ class ScheduleConfig(_Strict):
     reuse_stage_costs: bool = True
     # Device failures during the run (docs/schedules.md "Failures"): colocated placements (colocated,
     # stalesync) and synchronous disaggregated runs.
-    failures: list[FailureEvent] = Field(default_factory=list)
+    # (a plain [] default: pydantic copies it per instance; default_factory=list would have pydantic
+    # read the builtin's signature, which compiles tokenize's regex: ~10 ms of start-up)
+    failures: list[FailureEvent] = []
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     # verl fully_async_policy (frameworks.md; verl recipe/fully_async_policy): the Trainer takes
     # require_batches x ppo_mini_batch prompts per local update, bumps the parameter version after
@@ -604,7 +606,7 @@ class Scenario(_Strict):
     replicas: int = Field(1, ge=1)
     # planner settings for `layout: auto` and failure re-plans (simulator.planner.planner_settings keys:
     # space, rollout, recovery, params such as eval_cost_s)
-    planner: dict[str, Any] = Field(default_factory=dict)
+    planner: dict[str, Any] = {}   # copied per instance (ScheduleConfig.failures says why not a factory)
     limits: Limits = Field(default_factory=Limits)
     source: str = "<defaults>"
 

@@ -141,3 +141,9 @@ def test_a_schedule_instance_of_its_kinds_class_is_kept():
     given = StaleSyncSchedule(staleness=2)
     sc = Scenario.model_validate({**load_scenario().model_dump(exclude={"schedule"}), "schedule": given})
     assert sc.schedule is given
+
+
+def test_mutable_defaults_are_not_shared_between_scenarios():
+    a, b = load_scenario(), load_scenario()
+    assert a.planner == b.planner == {} and a.planner is not b.planner
+    assert a.schedule.failures == b.schedule.failures == [] and a.schedule.failures is not b.schedule.failures
