@@ -86,6 +86,16 @@ def _sampler(dist: LengthDistribution):
     return sample
 
 
+def _auto_plan(sc: Scenario, topology: Any) -> Any:
+    """autoplan.auto_layouts (an AutoPlan), or None when no layout is ``auto`` and no ``planner:``
+    settings are given (the defaults are valid): then the planner is not even imported."""
+    w = sc.workload
+    if w.train_layout != "auto" and w.rollout_layout != "auto" and not sc.planner:
+        return None
+    from .autoplan import auto_layouts
+    return auto_layouts(sc, topology)
+
+
 def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None,
              progress: Any = None, **keywords: Any) -> SimulationResult:
     """Run one scenario. ``keywords`` are load_scenario's (topology, workload, schedule, overrides,
@@ -98,17 +108,17 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     replanner = None
     device_kinds: list[str] = []
     if costs is None:
-        from .autoplan import PlannerReplanner, auto_layouts
         from .rl.llm_costs import LlmCosts
         topology = load_topology(sc.topology, max_devices=sc.limits.max_devices)
         estimate = check_work(sc, topology.num_devices)
         if progress is not None:
             progress.estimate(estimate)
-        plan = auto_layouts(sc, topology)          # layout: auto -> the planner, cost in simulated time
-        costs = LlmCosts(sc, topology, auto_layouts=plan.layouts)
+        plan = _auto_plan(sc, topology)            # layout: auto -> the planner, cost in simulated time
+        costs = LlmCosts(sc, topology, auto_layouts=plan.layouts if plan else None)
         n_devices = topology.num_devices
         device_kinds = topology.device_kinds()
         if sc.schedule.failures:
+            from .autoplan import PlannerReplanner
             replanner = PlannerReplanner(sc, topology)
     else:
         n_devices = int(getattr(costs, "n_devices", 0)) or 8

@@ -8,14 +8,18 @@ case outside its tolerance, 1 internal error, 130 Ctrl-C, 143 SIGTERM (sweep).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 
 from .errors import RlsimError
 
 # Subcommand modules, in the order `rlsim --help` lists them. Each module defines
-# HELP (one line), EXAMPLES (text), add_arguments(parser) and run(args) -> int.
+# HELP (one line), EXAMPLES (text), add_arguments(parser) and run(args) -> int; optionally
+# PRELOAD, the modules its run() imports first (loaded during the start-up, see _start_up).
 COMMANDS = ["presets", "comm", "validate", "run", "compare", "sweep", "plan", "calibrate", "sensitivity"]
 
 
@@ -25,7 +29,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"rlsim: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``only`` (one of COMMANDS) the parser of that subcommand alone: `rlsim
+    run` neither imports the other command modules nor what their options need (calibrate's log
+    fit pulls numpy in for its defaults; benchmarks/bench_startup.py). Any other ``only`` (a typo,
+    None) builds every subcommand, so argparse's "invalid choice" lists them all."""
     parser = _Parser(prog="rlsim", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Discrete-event simulator of LLM RL post-training on clusters.",
                      epilog="examples:\n  rlsim compare --out results\n"
@@ -36,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "  rlsim presets\n  rlsim validate\n\n"
                             "run `rlsim COMMAND --help` for a command's options and examples.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in [only] if only in COMMANDS else COMMANDS:
         try:
             module = importlib.import_module(f"simulator.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -50,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_named(argv: list[str] | None) -> str | None:
+    """The subcommand `argv` invokes: its first word that is not an option (the top-level parser
+    takes no option with a value), or None."""
+    words = sys.argv[1:] if argv is None else argv
+    return next((word for word in words if not word.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -60,15 +75,43 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
+_STARTED = False   # the first main() of a process runs its start-up (_start_up)
+
+
+@contextlib.contextmanager
+def _start_up() -> Iterator[None]:
+    """The first main() of a process: the cyclic garbage collector paused while the command line is
+    parsed and the command's modules load (they make long-lived objects only, yet the collector
+    walked them ~140 times: a fifth of `rlsim run`'s start-up, benchmarks/bench_startup.py), then
+    what they made frozen (gc.freeze: left out of later collections) and the collector restored
+    as it was. Later calls (tests, notebooks) change nothing."""
+    global _STARTED
+    if _STARTED:
+        yield
+        return
+    _STARTED = True
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2): return the code, for callers of main()
-        return int(exc.code or 0)
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return 0
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
+def _main(argv: list[str] | None) -> int:
+    with _start_up():
+        parser = build_parser(only=_command_named(argv))
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help (0) or a usage error (2): return the code, for callers of main()
+            return int(exc.code or 0)
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return 0
+        for name in getattr(sys.modules[args.handler.__module__], "PRELOAD", ()):
+            importlib.import_module(name)
     try:
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handling below, not at exit

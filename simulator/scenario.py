@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     ConfigDict,
@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticKnownError
 
 from . import presets
 from .errors import RlsimError, validation_error
@@ -252,6 +253,10 @@ class ScheduleConfig(_Strict):
     """Every schedule knob with its neutral default, readable on every kind; the per-kind classes
     below (discriminated on ``kind``) refuse a knob given to a kind that does not use it."""
 
+    # Built on first validation: a scenario builds its own kind's class only (Scenario._schedule_class),
+    # not the eight of them (tens of ms at start-up; benchmarks/bench_startup.py).
+    model_config = ConfigDict(defer_build=True)
+
     # knobs accepted beyond COMMON_KNOBS; the base class (built directly, not from a scenario) takes all
     ACCEPTS: ClassVar[frozenset[str]] = PER_KIND_KNOBS
     # Where the stages run by default ('colocated': time-share the actor's devices; 'disaggregated':
@@ -314,7 +319,9 @@ class ScheduleConfig(_Strict):
     reuse_stage_costs: bool = True
     # Device failures during the run (docs/schedules.md "Failures"): colocated placements (colocated,
     # stalesync) and synchronous disaggregated runs.
-    failures: list[FailureEvent] = Field(default_factory=list)
+    # (a plain [] default: pydantic copies it per instance; default_factory=list would have pydantic
+    # read the builtin's signature, which compiles tokenize's regex: ~10 ms of start-up)
+    failures: list[FailureEvent] = []
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     # verl fully_async_policy (frameworks.md; verl recipe/fully_async_policy): the Trainer takes
     # require_batches x ppo_mini_batch prompts per local update, bumps the parameter version after
@@ -501,12 +508,18 @@ SCHEDULE_CLASSES: dict[str, type[ScheduleConfig]] = {
     "nemo-rl-async": NemoAsyncSchedule, "areal": ArealSchedule}
 
 
-def _schedule_spec() -> Any:
-    """The scenario's `schedule:` field: one class per kind, chosen by `kind` (a missing kind is colocated)."""
-    return Annotated[Union[tuple(SCHEDULE_CLASSES.values())], Field(discriminator="kind")]  # noqa: UP007
-
-
-ScheduleSpec = _schedule_spec()
+def validated_schedule(value: Any) -> ScheduleConfig:
+    """The `schedule:` mapping validated by its kind's class (SCHEDULE_CLASSES[kind]), with the errors
+    of a pydantic union discriminated on `kind`: only that one class is built (ScheduleConfig's
+    defer_build), where a union builds every kind's."""
+    tag = value.get("kind") if isinstance(value, Mapping) else getattr(value, "kind", None)
+    if not isinstance(value, (Mapping, ScheduleConfig)):
+        raise PydanticKnownError("model_attributes_type")
+    cls = SCHEDULE_CLASSES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise PydanticKnownError("union_tag_invalid", {
+            "discriminator": "'kind'", "tag": str(tag), "expected_tags": ", ".join(map(repr, SCHEDULE_CLASSES))})
+    return value if type(value) is cls else cls.model_validate(value)
 
 
 class Limits(_Strict):
@@ -625,14 +638,15 @@ LIMITS_FIX = "raise it with --set limits.{name}=N (or limits: {{{name}: N}} in t
 class Scenario(_Strict):
     topology: dict[str, Any]
     workload: WorkloadConfig
-    schedule: ScheduleSpec = Field(default_factory=ColocatedSchedule)
+    # one of SCHEDULE_CLASSES, chosen by `kind` (a missing kind is colocated): _schedule_class
+    schedule: Any = Field(default_factory=ColocatedSchedule)
     iterations: int = Field(4, ge=1)
     seed: int = Field(0, ge=0)
     # replicas over seeds seed, seed+1, ... (docs/guides/uncertainty.md); used by simulator.uncertainty
     replicas: int = Field(1, ge=1)
     # planner settings for `layout: auto` and failure re-plans (simulator.planner.planner_settings keys:
     # space, rollout, recovery, params such as eval_cost_s)
-    planner: dict[str, Any] = Field(default_factory=dict)
+    planner: dict[str, Any] = {}   # copied per instance (ScheduleConfig.failures says why not a factory)
     limits: Limits = Field(default_factory=Limits)
     output: OutputConfig = Field(default_factory=OutputConfig)
     source: str = "<defaults>"
@@ -646,6 +660,11 @@ class Scenario(_Strict):
         if isinstance(v, Mapping) and "kind" not in v:
             return {**v, "kind": "colocated"}
         return v
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_class(cls, v: Any) -> ScheduleConfig:
+        return validated_schedule(v)
 
     def to_dict(self) -> dict[str, Any]:
         """The config snapshot written beside outputs (re-loadable with load_scenario). The schedule
@@ -669,9 +688,8 @@ class Scenario(_Strict):
 
 def register_schedule_config(config: type[ScheduleConfig]) -> type[ScheduleConfig]:
     """Add a schedule kind's config class (its ``kind`` a one-value Literal) to the scenario's
-    ``schedule:`` union; rl/schedules/registry.py calls it when a kind is registered."""
+    ``schedule:`` kinds; rl/schedules/registry.py calls it when a kind is registered."""
     SCHEDULE_CLASSES[config.model_fields["kind"].default] = config
-    _rebuild_schedule_union()
     return config
 
 
@@ -679,14 +697,6 @@ def unregister_schedule_config(kind: str) -> None:
     """Remove a kind added by register_schedule_config (the built-in kinds stay)."""
     if kind in SCHEDULE_CLASSES and kind not in BUILTIN_SCHEDULE_KINDS:
         del SCHEDULE_CLASSES[kind]
-        _rebuild_schedule_union()
-
-
-def _rebuild_schedule_union() -> None:
-    global ScheduleSpec
-    ScheduleSpec = _schedule_spec()
-    Scenario.model_fields["schedule"].annotation = ScheduleSpec
-    Scenario.model_rebuild(force=True)
 
 
 def deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:

@@ -100,3 +100,50 @@ def test_compare_keeps_the_knobs_that_apply(capsys):
     rc = main(["compare", *RUN, "--schedules", "colocated,async", "--set", "schedule.kind=async",
                "--set", "schedule.staleness=2", "--json"])
     assert rc == 0, capsys.readouterr().err
+
+
+
+BUILT = """
+import json
+from simulator import scenario
+sc = scenario.load_scenario(schedule="one-step-off")
+print(json.dumps([k for k, c in scenario.SCHEDULE_CLASSES.items() if c.__pydantic_complete__]))
+"""
+
+
+def test_a_scenario_builds_only_its_own_kinds_schedule_class():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", BUILT], env={**os.environ, "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == ["one-step-off"]
+
+
+@pytest.mark.parametrize("schedule, field, says", [
+    ({"kind": "bogus"}, "schedule.kind",
+     "Input tag 'bogus' found using 'kind' does not match any of the expected tags: 'colocated', 'disaggregated', "),
+    ({"kind": 5}, "schedule.kind", "Input tag '5' found using 'kind'"),
+    (5, "schedule", "Input should be a valid dictionary or object to extract fields from (got 5)"),
+    ({"kind": "stalesync", "staleness": -1}, "schedule.staleness", "Input should be greater than or equal to 0"),
+])
+def test_schedule_errors_read_as_a_union_discriminated_on_kind(schedule, field, says):
+    with pytest.raises(RlsimError) as err:
+        load_scenario(schedule=schedule)
+    assert err.value.field == field and says in str(err.value)
+
+
+def test_a_schedule_instance_of_its_kinds_class_is_kept():
+    from simulator.scenario import Scenario, StaleSyncSchedule
+    given = StaleSyncSchedule(staleness=2)
+    sc = Scenario.model_validate({**load_scenario().model_dump(exclude={"schedule"}), "schedule": given})
+    assert sc.schedule is given
+
+
+def test_mutable_defaults_are_not_shared_between_scenarios():
+    a, b = load_scenario(), load_scenario()
+    assert a.planner == b.planner == {} and a.planner is not b.planner
+    assert a.schedule.failures == b.schedule.failures == [] and a.schedule.failures is not b.schedule.failures

@@ -5,6 +5,8 @@ import argparse
 import sys
 
 HELP = "simulate one RL post-training scenario (timeline, bubbles, throughput)"
+# loaded during the CLI's start-up (cli._start_up); run() needs them first
+PRELOAD = ("simulator.api", "simulator.rl.llm_costs", "simulator.uncertainty.replicas")
 EXAMPLES = """examples:
   rlsim run                                    # the seed scenario: GRPO Pangu Ultra MoE on CloudMatrix384
   rlsim run --workload grpo-qwen2.5-7b --topology dgx-h100 --set topology.nodes=4 --schedule colocated

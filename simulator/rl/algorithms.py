@@ -7,10 +7,14 @@ The schedules walk these graphs; they never hard-code an algorithm.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ..scenario import WorkloadConfig
+
+if TYPE_CHECKING:
+    # networkx only for graph() (inspection): the run path orders a handful of stages itself, and
+    # importing networkx was ~30% of `rlsim run`'s start-up (benchmarks/bench_startup.py)
+    import networkx as nx
 
 # Stage kinds the schedules know how to place.
 GENERATE, REWARD_CPU, FORWARD, TRAIN, SYNC = "generate", "reward_cpu", "forward", "train", "sync"
@@ -31,6 +35,7 @@ class Algorithm:
     dynamic_sampling: bool = False
 
     def graph(self) -> nx.DiGraph:
+        import networkx as nx
         g = nx.DiGraph()
         for s in self.stages:
             g.add_node(s.name, stage=s)
@@ -39,10 +44,13 @@ class Algorithm:
         return g
 
     def ordered(self) -> list[Stage]:
-        """Stages in a deterministic topological order."""
-        by_name = {s.name: s for s in self.stages}
-        return [by_name[n] for n in nx.lexicographical_topological_sort(self.graph(),
-                                                                        key=lambda n: [s.name for s in self.stages].index(n))]
+        """Stages in a deterministic topological order: next, of the stages whose dependencies are
+        placed, the one listed first (networkx's lexicographical_topological_sort keyed on the
+        list position)."""
+        order = _topological(self.stages)
+        if order is None:
+            raise AssertionError("stage graph must be acyclic")
+        return order
 
     def of_kind(self, kind: str) -> list[Stage]:
         return [s for s in self.ordered() if s.kind == kind]
@@ -50,6 +58,22 @@ class Algorithm:
     @property
     def roles(self) -> set[str]:
         return {s.role for s in self.stages if s.role != "host"}
+
+
+def _topological(stages: tuple[Stage, ...]) -> list[Stage] | None:
+    """The stages, each after those it runs after, earlier-listed first among the ready ones; None
+    when some cannot be placed (a cycle, or a dependency that is not a stage)."""
+    order: list[Stage] = []
+    placed: set[str] = set()
+    left = list(stages)
+    while left:
+        ready = next((s for s in left if placed.issuperset(s.after)), None)
+        if ready is None:
+            return None
+        order.append(ready)
+        placed.add(ready.name)
+        left.remove(ready)
+    return order
 
 
 def build_algorithm(workload: WorkloadConfig) -> Algorithm:
@@ -68,7 +92,7 @@ def build_algorithm(workload: WorkloadConfig) -> Algorithm:
         stages.append(Stage("train_critic", TRAIN, "critic", tuple(before_train)))
     stages.append(Stage("train_actor", TRAIN, "actor", tuple(before_train)))
     stages.append(Stage("weight_sync", SYNC, "actor", ("train_actor",)))
-    if not nx.is_directed_acyclic_graph(Algorithm(workload.algorithm, tuple(stages)).graph()):
+    if _topological(tuple(stages)) is None:
         raise AssertionError("stage graph must be acyclic")
     return Algorithm(workload.algorithm, tuple(stages),
                      dynamic_sampling=workload.dynamic_sampling is not None)

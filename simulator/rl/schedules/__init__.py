@@ -26,15 +26,7 @@ from ...errors import RlsimError
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
 from ..pools import build_pools
-from . import (  # noqa: F401  (register the built-in kinds)
-    areal,
-    colocated,
-    disaggregated,
-    nemo_rl,
-    registry,
-    stalesync,
-    verl_async,
-)
+from . import registry  # the built-in kinds' modules load on first use (registry.get)
 from .batches import Sampler
 from .context import Context, IterationLog, RunRecord
 from .failures import Replanner, ReplanOutcome, SameLayoutReplanner, check_supported

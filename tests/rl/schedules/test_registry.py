@@ -97,3 +97,38 @@ def test_an_unregistered_kind_is_a_clear_error(toy_kind):
         load_scenario(schedule=toy_kind)
     assert "schedule" in str(err.value)
     registry.register(SchedulePolicy(GenerateThenTrain, toy_run, "toy: generate, then train"))
+
+
+# The built-in kinds load on first use (registry.BUILTIN_MODULES); checked in a fresh interpreter,
+# where no test has imported the kinds' modules yet.
+LAZY_KINDS = """
+import json, sys
+from simulator.rl.schedules import SchedulePolicy, registry
+from simulator.scenario import ArealSchedule
+before = [m for m in sys.modules if m.startswith("simulator.rl.schedules.")]
+mine = registry.register(SchedulePolicy(ArealSchedule, lambda ctx: 0.0, "replaces areal"))
+colocated = registry.get("colocated")
+print(json.dumps({"before": before, "kinds": registry.kinds(), "areal_is_mine": registry.get("areal") is mine,
+                  "colocated": colocated.description}))
+"""
+
+
+def test_builtin_kinds_load_on_first_use_in_a_fixed_order_and_an_outside_policy_wins():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", LAZY_KINDS], env={**os.environ, "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    kind_modules = {f"simulator.rl.schedules.{m}" for m in registry.BUILTIN_MODULES.values()}
+    assert not kind_modules & set(out["before"])           # importing the package loads no kind
+    assert out["kinds"] == list(registry.BUILTIN_MODULES)  # the same order whatever loaded first
+    assert out["areal_is_mine"]                            # areal's module loaded later, did not replace it
+    assert out["colocated"].startswith("RL Fusion")
+
+
+def test_kinds_lists_the_builtins_first_then_the_added_ones(toy_kind):
+    assert registry.kinds() == [*registry.BUILTIN_MODULES, toy_kind]

@@ -1,0 +1,126 @@
+"""Start-up of the command line (issue 13 item 4; figures in benchmarks/bench_startup.py): what `rlsim`
+imports before it parses `run`, and before `rlsim run` reaches its first simulated event. Each check
+runs a fresh interpreter (this process has imported everything already) and reads its sys.modules,
+so a new top-level import of a heavy or optional module on these paths fails here."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# `rlsim run --help` and the parse of `rlsim run`: argparse and the command's own helpers only.
+NOT_BEFORE_PARSE = ("numpy", "pandas", "pyarrow", "pydantic", "networkx", "simpy", "rich", "scipy",
+                    "matplotlib", "simulator.scenario", "simulator.api", "simulator.calibration",
+                    "simulator.planner", "simulator.autoplan", "simulator.commands.calibrate",
+                    "simulator.commands.plan", "simulator.commands.sweep")
+# `rlsim run` on the default scenario (stalesync, explicit layouts) up to its first event: what the
+# results, the report, other commands and other schedule kinds need comes later or never.
+NOT_BEFORE_FIRST_EVENT = ("pandas", "pyarrow", "rich", "scipy", "matplotlib", "dask", "SALib",
+                          "simulator.metrics", "simulator.report", "simulator.sweep", "simulator.calibration",
+                          "simulator.planner", "simulator.autoplan", "simulator.frameworks",
+                          "simulator.rl.critical_path", "simulator.rl.schedules.areal",
+                          "simulator.rl.schedules.nemo_rl", "simulator.rl.schedules.verl_async",
+                          "simulator.rl.schedules.segments")
+
+PARSE_RUN = """
+import json, sys
+from simulator import cli
+args = cli.build_parser(only=cli._command_named(["run"])).parse_args(["run"])
+print(json.dumps({"handler": args.handler.__module__, "modules": sorted(sys.modules)}))
+"""
+
+# As benchmarks/bench_startup.py: the first simpy step reports the modules loaded and exits.
+FIRST_EVENT = """
+import json, os, sys
+import simpy
+def _first_event(self):
+    print(json.dumps({"modules": sorted(sys.modules)})); sys.stdout.flush()
+    os._exit(0)
+simpy.Environment.step = _first_event
+from simulator.cli import main
+main(["run"])
+print(json.dumps({"no event": True}))
+"""
+
+
+def _modules_of(code: str) -> dict:
+    return _modules_of_args(code)
+
+
+def _modules_of_args(code: str, *args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == n or m.startswith(n + ".") for n in names)]
+
+
+def test_parsing_run_imports_no_model_and_no_other_command():
+    out = _modules_of(PARSE_RUN)
+    assert out["handler"] == "simulator.commands.run"
+    assert _loaded(out["modules"], NOT_BEFORE_PARSE) == []
+
+
+def test_run_reaches_its_first_event_without_results_report_planner_or_other_kinds():
+    out = _modules_of(FIRST_EVENT)
+    assert "no event" not in out
+    modules = out["modules"]
+    assert "simulator.rl.schedules.stalesync" in modules   # the default scenario's kind did load
+    assert _loaded(modules, NOT_BEFORE_FIRST_EVENT) == []
+
+
+@pytest.mark.parametrize("argv, command", [(["run", "--json"], "run"), (["--help"], None),
+                                           (["-h", "plan", "--top", "3"], "plan"), ([], None)])
+def test_the_command_named_is_the_first_word_that_is_not_an_option(argv, command):
+    assert cli._command_named(argv) == command
+
+
+def test_a_one_command_parser_reads_its_command_as_the_full_parser_does():
+    argv = ["run", "--schedule", "colocated", "--iterations", "2", "--set", "seed=3", "--json"]
+    full, one = cli.build_parser().parse_args(argv), cli.build_parser(only="run").parse_args(argv)
+    assert vars(one) == vars(full)
+
+
+def test_an_unknown_command_still_lists_every_command(capsys):
+    assert cli.main(["no-such-command"]) == 2
+    err = capsys.readouterr().err
+    assert all(f"'{name}'" in err for name in cli.COMMANDS)
+
+
+START_UP_GC = """
+import gc, json, sys
+from simulator import cli
+seen = []
+def note(phase, info):
+    if phase == "start":
+        seen.append(info["generation"])
+gc.callbacks.append(note)
+with open(sys.argv[1], "w") as out:
+    sys.stdout = sys.stderr = out
+    assert cli.main(["run", "--set", "no_such_key=1"]) == 2   # refused once run() loads the scenario
+    first = (gc.isenabled(), gc.get_freeze_count(), "simulator.api" in sys.modules, len(seen))
+    gc.disable()
+    assert cli.main(["run", "--help"]) == 0
+    second = (gc.isenabled(), gc.get_freeze_count())
+sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+print(json.dumps({"first": first, "second": second}))
+"""
+
+
+def test_the_first_main_pauses_the_collector_preloads_freezes_and_restores_it(tmp_path):
+    out = _modules_of_args(START_UP_GC, str(tmp_path / "output.txt"))
+    enabled, frozen, preloaded, collections = out["first"]
+    assert "no_such_key" in (tmp_path / "output.txt").read_text()
+    assert enabled and frozen > 10_000 and preloaded   # run's PRELOAD loaded with the collector paused
+    assert collections < 30                            # ~140 while the modules load without the pause
+    assert out["second"] == [False, frozen]            # a later call leaves the collector as it found it
