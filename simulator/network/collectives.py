@@ -229,13 +229,7 @@ class CollectiveModel:
     def phase_bw_time_s(self, phase: Phase) -> float:
         if phase.bw_time_s is not None:
             return phase.bw_time_s
-        loads: dict[tuple[str, str], float] = {}
-        path = self.topology.path
-        for src, dst, nbytes in phase.flows:
-            for e in path(src, dst):
-                loads[e] = loads.get(e, 0.0) + nbytes
-        cap = self.topology.capacity_Bps
-        return max((load / cap(e) for e, load in loads.items()), default=0.0)
+        return self.topology.max_link_time_s(phase.flows)
 
     # ---- group handling --------------------------------------------------------------------
     def _normalize(self, op: str, ranks: Sequence[int]) -> list[int]:
@@ -262,8 +256,7 @@ class CollectiveModel:
 
     def _step_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
         """One algorithm step: the slowest hop's wire latency plus the per-step software overhead."""
-        lat = self.topology.path_latency_s
-        return max((lat(a, b) for a, b in pairs), default=0.0) + self.params.step_overhead_s
+        return self.topology.max_path_latency_s(pairs) + self.params.step_overhead_s
 
     # ---- rings -----------------------------------------------------------------------------
     def _rings(self, group: list[int]) -> list[list[int]]:
@@ -408,8 +401,7 @@ class CollectiveModel:
         return out
 
     def _fully_linked(self, group: list[int]) -> bool:
-        g, ids = self.topology.graph, self.topology.devices
-        return len(group) <= self.params.direct_max_devices and all(g.has_edge(ids[a], ids[b]) for a in group for b in group if a != b)
+        return len(group) <= self.params.direct_max_devices and self.topology.fully_linked(group)
 
 
 def line_time_s(lines: Sequence[tuple[float, float]], nbytes: float) -> float:
