@@ -237,8 +237,7 @@ class Fabric:
             return 0.0
         ids, weights = ids[used], weights[used]
         loads = np.bincount(ids, weights=weights, minlength=len(self.capacity))
-        touched = np.unique(ids)
-        return float(np.max(loads[touched] / self.capacity[touched]))
+        return float(np.max(loads[ids] / self.capacity[ids]))
 
     # ---- names (the graph's node ids) ------------------------------------------------------
     def edge_name(self, eid: int) -> tuple[str, str]:
@@ -376,6 +375,8 @@ class _GraphBuilder:
 
 def _first_appearance(values: np.ndarray) -> np.ndarray:
     """Each value's label, the labels numbered 0, 1, ... in order of first appearance."""
+    if len(values) < 2 or (values[1:] >= values[:-1]).all():   # sorted (the usual group): runs
+        return np.concatenate([[0], np.cumsum(values[1:] != values[:-1])]).astype(np.int64)
     unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
     number = np.empty(len(unique), dtype=np.int64)
     number[np.argsort(first, kind="stable")] = np.arange(len(unique))

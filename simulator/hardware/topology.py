@@ -192,7 +192,7 @@ class Topology:
         ranks = tuple(ranks)
         if self._fabric is None or not ranks:
             return ("ranks", ranks)
-        self._check_ranks(ranks)
+        self.check_ranks(ranks)
         return self._fabric.signature(np.array(ranks, dtype=np.int64))
 
     def device_kinds(self) -> list[str]:
@@ -213,9 +213,12 @@ class Topology:
         return out
 
     def group_by_domain(self, ranks: Iterable[int]) -> dict[int, list[int]]:
+        ranks = list(ranks)
+        self.check_ranks(ranks)
+        domain_of = self._domain_of
         out: dict[int, list[int]] = {}
         for r in ranks:
-            out.setdefault(self.domain_of(r), []).append(r)
+            out.setdefault(domain_of[r], []).append(r)
         return out
 
     def shared_level(self, ranks: Iterable[int]) -> str:
@@ -360,7 +363,7 @@ class Topology:
             return float("inf")
         if self._fabric is None:
             return min(self.path_bw_Bps(a, b) for a, b in zip(ring, ring[1:] + ring[:1], strict=True))
-        self._check_ranks(ring)
+        self.check_ranks(ring)
         src = np.array(ring)
         ids = self._fabric.route_ids(src, np.roll(src, -1))
         return float(self._fabric.bw[ids].min())
@@ -374,11 +377,13 @@ class Topology:
         return self._edge_value(slow, "plane")
 
     # ---- whole collectives' worth of paths at once (network/collectives.py) ------------------
-    def _check_ranks(self, ranks: Sequence[int]) -> None:
-        """Every rank in range (the first one out of range names itself in the error)."""
-        if ranks and (min(ranks) < 0 or max(ranks) >= len(self.devices)):
-            for r in ranks:
-                self._check_rank(r)
+    def check_ranks(self, ranks: Sequence[int]) -> None:
+        """`_check_rank` of every rank, in one pass when all are ints in range (the first bad
+        one names itself in the error)."""
+        if all(r.__class__ is int for r in ranks) and (not ranks or min(ranks) >= 0 and max(ranks) < len(self.devices)):
+            return
+        for r in ranks:
+            self._check_rank(r)
 
     def max_link_time_s(self, flows: Sequence[Flow]) -> float:
         """Concurrent flows (src rank, dst rank, bytes), each on its path: the time of the most
@@ -394,8 +399,8 @@ class Topology:
             cap = self.capacity_Bps
             return max((load / cap(e) for e, load in loads.items()), default=0.0)
         src, dst, nbytes = zip(*flows, strict=True)
-        self._check_ranks(src)
-        self._check_ranks(dst)
+        self.check_ranks(src)
+        self.check_ranks(dst)
         return self._fabric.max_link_time_s(np.array(src), np.array(dst), np.array(nbytes, dtype=float))
 
     def max_path_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
@@ -407,8 +412,8 @@ class Topology:
             lat = self.path_latency_s
             return max(lat(a, b) for a, b in pairs)
         src, dst = zip(*pairs, strict=True)
-        self._check_ranks(src)
-        self._check_ranks(dst)
+        self.check_ranks(src)
+        self.check_ranks(dst)
         ids = self._fabric.route_ids(np.array(src), np.array(dst))
         return float(self._fabric.path_latency_s(ids).max())
 

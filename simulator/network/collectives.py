@@ -236,8 +236,7 @@ class CollectiveModel:
         group = list(ranks)
         if not group:
             raise RlsimError("empty device group", field="group", fix="give at least one device")
-        for r in group:
-            self.topology.device_spec(r)  # range check with a clear error
+        self.topology.check_ranks(group)  # range check with a clear error
         if op == "p2p":
             if len(group) != 2:
                 raise RlsimError(f"p2p needs exactly 2 devices (source, destination), got {len(group)}",
