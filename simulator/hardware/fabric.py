@@ -192,31 +192,24 @@ class Fabric:
         past the last hop: the graph's structural routes (a direct full-mesh link; else the scale-up
         tree inside one domain; else the scale-out leaf, or leaf-spine-leaf)."""
         u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
-        out = np.full((len(u), MAX_HOPS), -1, dtype=np.int64)
         kind_u, node_u, node_v = self.kind[u], self.node[u], self.node[v]
-        same_node = node_u == node_v
-        direct = (kind_u == _MESH) & same_node & (u != v)
-        out[direct, 0] = self.mesh_base + u[direct] * self.mesh_width + self.local[v[direct]]
-        tree = (kind_u != _MESH) & (self.domain[u] == self.domain[v]) & (u != v)  # one domain: one group
-        short = tree & ((kind_u == _SWITCH) | same_node)
-        out[short, 0], out[short, 1] = 2 * u[short], 2 * v[short] + 1
-        long = tree & ~short   # two-tier across servers: up to L2 and down
-        out[long, 0], out[long, 1] = 2 * u[long], self.l12_base + 2 * node_u[long]
-        out[long, 2], out[long, 3] = self.l12_base + 2 * node_v[long] + 1, 2 * v[long] + 1
-        rest = ~(direct | tree) & (u != v)
-        if rest.any():
-            assert self.scaleout is not None, "two domains without a scale-out network were refused at build"
-            ru, rv = u[rest], v[rest]
-            leaf_u, leaf_v = self.leaf[ru], self.leaf[rv]
-            one_leaf = leaf_u == leaf_v
-            hops = np.full((len(ru), MAX_HOPS), -1, dtype=np.int64)
-            hops[:, 0] = self.out_base + 2 * ru
-            hops[one_leaf, 1] = self.out_base + 2 * rv[one_leaf] + 1
-            cross = ~one_leaf
-            hops[cross, 1] = self.ls_base + 2 * leaf_u[cross]
-            hops[cross, 2] = self.ls_base + 2 * leaf_v[cross] + 1
-            hops[cross, 3] = self.out_base + 2 * rv[cross] + 1
-            out[rest] = hops
+        tree = (self.domain[u] == self.domain[v]) & (kind_u != _MESH)  # one domain: one group
+        up = np.where(tree, 2 * u, self.out_base + 2 * u)
+        down = np.where(tree, 2 * v + 1, self.out_base + 2 * v + 1)
+        mid_up, mid_down = self.l12_base + 2 * node_u, self.l12_base + 2 * node_v + 1   # L1 -> L2 -> L1
+        four = (kind_u == _TWO_TIER) & (node_u != node_v)
+        if self.scaleout is not None:   # or leaf -> spine -> leaf
+            leaf_u, leaf_v = self.leaf[u], self.leaf[v]
+            mid_up = np.where(tree, mid_up, self.ls_base + 2 * leaf_u)
+            mid_down = np.where(tree, mid_down, self.ls_base + 2 * leaf_v + 1)
+            four = np.where(tree, four, leaf_u != leaf_v)
+        out = np.stack([up, np.where(four, mid_up, down), np.where(four, mid_down, -1), np.where(four, down, -1)],
+                       axis=1)
+        if self.mesh_width:   # a direct link inside a full-mesh server beats any switch
+            direct = (kind_u == _MESH) & (node_u == node_v)
+            out[direct] = -1
+            out[direct, 0] = self.mesh_base + u[direct] * self.mesh_width + self.local[v[direct]]
+        out[u == v] = -1
         return out
 
     def path_latency_s(self, ids: np.ndarray) -> np.ndarray:

@@ -380,7 +380,7 @@ class Topology:
     def check_ranks(self, ranks: Sequence[int]) -> None:
         """`_check_rank` of every rank, in one pass when all are ints in range (the first bad
         one names itself in the error)."""
-        if all(r.__class__ is int for r in ranks) and (not ranks or min(ranks) >= 0 and max(ranks) < len(self.devices)):
+        if not ranks or set(map(type, ranks)) == {int} and min(ranks) >= 0 and max(ranks) < len(self.devices):
             return
         for r in ranks:
             self._check_rank(r)
@@ -398,10 +398,11 @@ class Topology:
                     loads[e] = loads.get(e, 0.0) + nbytes
             cap = self.capacity_Bps
             return max((load / cap(e) for e, load in loads.items()), default=0.0)
-        src, dst, nbytes = zip(*flows, strict=True)
-        self.check_ranks(src)
-        self.check_ranks(dst)
-        return self._fabric.max_link_time_s(np.array(src), np.array(dst), np.array(nbytes, dtype=float))
+        table = np.array(flows, dtype=float)
+        ends = table[:, :2].astype(np.int64)
+        if (ends != table[:, :2]).any() or ends.min() < 0 or ends.max() >= len(self.devices):
+            self.check_ranks([r for f in flows for r in f[:2]])   # names the bad rank
+        return self._fabric.max_link_time_s(ends[:, 0], ends[:, 1], table[:, 2])
 
     def max_path_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
         """The largest path latency over (src rank, dst rank) pairs; 0.0 for none."""

@@ -10,10 +10,13 @@ same phases as simpy flows so that other traffic slows them. nccl-tests conventi
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
+
+import numpy as np
 
 from ..errors import RlsimError
 from ..hardware.topology import Topology
@@ -251,7 +254,7 @@ class CollectiveModel:
     def _launch_s(self, group: Sequence[int]) -> float:
         if self.params.launch_overhead_s is not None:
             return self.params.launch_overhead_s
-        return max(self.topology.device_spec(r).launch_overhead_s for r in group)
+        return max(spec.launch_overhead_s for spec in self.topology.distinct_specs(group))
 
     def _step_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
         """One algorithm step: the slowest hop's wire latency plus the per-step software overhead."""
@@ -273,22 +276,28 @@ class CollectiveModel:
 
     @staticmethod
     def _ring_flows(rings: list[list[int]], bytes_per_ring_edge: float) -> tuple[Flow, ...]:
-        acc: dict[tuple[int, int], float] = {}
+        """One flow per distinct ring edge (first-seen order) carrying its rings' shares, the
+        shares added ring by ring (as a running sum would: bincount adds in input order)."""
         share = bytes_per_ring_edge / len(rings)
-        for ring in rings:
-            for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-                acc[(a, b)] = acc.get((a, b), 0.0) + share
-        return tuple((a, b, v) for (a, b), v in acc.items())
+        if len(rings) == 1:  # a ring of distinct ranks uses each edge once
+            ring = rings[0]
+            return tuple(zip(ring, ring[1:] + ring[:1], itertools.repeat(share)))
+        a = np.array(rings, dtype=np.int64)
+        a, b = a.reshape(-1), np.roll(a, -1, axis=1).reshape(-1)
+        _, first, inverse = np.unique(a * (int(a.max()) + 1) + b, return_index=True, return_inverse=True)
+        sums = np.bincount(inverse.reshape(-1), weights=np.full(len(a), share))
+        order = np.argsort(first, kind="stable")
+        at = first[order]
+        return tuple(zip(a[at].tolist(), b[at].tolist(), sums[order].tolist(), strict=True))
 
     def _ring(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
         n = len(group)
-        rings = self._rings(group)
-        pairs = {(a, b) for ring in rings for a, b in zip(ring, ring[1:] + ring[:1], strict=True)}
-        step = self._step_latency_s(pairs)
-        if op == "all_reduce":  # reduce-scatter then all-gather: 2(n-1) steps of S/n
-            return [Phase(self._ring_flows(rings, 2 * (n - 1) / n * nbytes), 2 * (n - 1) * step)]
-        if op in ("all_gather", "reduce_scatter"):
-            return [Phase(self._ring_flows(rings, (n - 1) / n * nbytes), (n - 1) * step)]
+        if op in ("all_reduce", "all_gather", "reduce_scatter"):
+            flows = self._ring_flows(self._rings(group), (2 if op == "all_reduce" else 1) * (n - 1) / n * nbytes)
+            step = self._step_latency_s((a, b) for a, b, _ in flows)   # every ring edge once
+            if op == "all_reduce":  # reduce-scatter then all-gather: 2(n-1) steps of S/n
+                return [Phase(flows, 2 * (n - 1) * step)]
+            return [Phase(flows, (n - 1) * step)]
         # broadcast: a pipelined chain from the root; every chain edge carries S
         chain = group
         flows = tuple((a, b, nbytes) for a, b in zip(chain[:-1], chain[1:], strict=True))
