@@ -76,7 +76,7 @@ class Topology:
         self.devices = devices
         self._specs = specs
         self._parents_map = parents
-        self._index = {node_id: rank for rank, node_id in enumerate(devices)}
+        self._rank_of_id: dict[str, int] | None = None   # device node id -> rank, built on first use
         self._node_ranks: dict[int, Sequence[int]] = {}
         self._domain_ranks: dict[int, Sequence[int]] = {}
         if fabric is not None:   # ranks fill a node, then a domain, in order: contiguous ranges
@@ -100,6 +100,7 @@ class Topology:
         self._capacity_cache: dict[Edge, float] = {}
         self._edge_ids: dict[Edge, int] = {}  # fabric edges path() has named -> their id
         self._edge_names: dict[int, Edge] = {}
+        self._run_signatures: dict[tuple[int, int, int], tuple] = {}  # (group, first local, length)
         self._cost_graph: nx.DiGraph | None = None
 
     @property
@@ -149,7 +150,8 @@ class Topology:
         rank is range-checked, and the scan stops once every kind of the topology has been seen."""
         kinds: list[DeviceSpec] = []
         specs = self._specs
-        ranks = [int(r) for r in ranks]
+        if not isinstance(ranks, (list, tuple, range)) or ranks.__class__ is not range and set(map(type, ranks)) != {int}:
+            ranks = [int(r) for r in ranks]
         if ranks and (min(ranks) < 0 or max(ranks) >= len(specs)):
             for r in ranks:   # the first one out of range names itself in the error
                 self._check_rank(r)
@@ -192,6 +194,17 @@ class Topology:
         ranks = tuple(ranks)
         if self._fabric is None or not ranks:
             return ("ranks", ranks)
+        n, first = len(ranks), ranks[0]
+        if (first.__class__ is int and 0 <= first and first + n <= len(self.devices)
+                and self._domain_of[first] == self._domain_of[first + n - 1]
+                and ranks == tuple(range(first, first + n)) and set(map(type, ranks)) == {int}):
+            # a run of consecutive ranks inside one domain: its signature depends only on its
+            # group, the local position it starts at and its length, so it is computed once
+            run = (int(self._fabric.group[first]), int(self._fabric.local[first]), n)
+            hit = self._run_signatures.get(run)
+            if hit is None:
+                hit = self._run_signatures[run] = self._fabric.signature(np.arange(first, first + n))
+            return hit
         self.check_ranks(ranks)
         return self._fabric.signature(np.array(ranks, dtype=np.int64))
 
@@ -243,6 +256,12 @@ class Topology:
             return x
         return self.devices[self._check_rank(x)]
 
+    @property
+    def _index(self) -> dict[str, int]:
+        if self._rank_of_id is None:
+            self._rank_of_id = {node_id: rank for rank, node_id in enumerate(self.devices)}
+        return self._rank_of_id
+
     def path(self, a: int | str, b: int | str) -> list[Edge]:
         """Directed edges from a to b (ranks or graph node ids); [] when a == b."""
         # Keyed by what was passed: a hit was checked when it was stored (rank keys are ints, graph
@@ -250,6 +269,9 @@ class Topology:
         hit = self._path_cache.get((a, b))
         if hit is not None and a.__class__ is not bool and b.__class__ is not bool:
             return hit
+        if self._fabric is not None and a.__class__ is int and b.__class__ is int:
+            found = self._path_cache[(a, b)] = self._fabric_path(self._check_rank(a), self._check_rank(b))
+            return found
         u, v = self._node_id(a), self._node_id(b)
         found = self._path_cache.get((u, v))
         if found is None:
@@ -412,10 +434,10 @@ class Topology:
         if self._fabric is None:
             lat = self.path_latency_s
             return max(lat(a, b) for a, b in pairs)
-        src, dst = zip(*pairs, strict=True)
-        self.check_ranks(src)
-        self.check_ranks(dst)
-        ids = self._fabric.route_ids(np.array(src), np.array(dst))
+        ends = np.array(pairs)
+        if ends.dtype.kind != "i" or ends.min() < 0 or ends.max() >= len(self.devices):
+            self.check_ranks([r for pair in pairs for r in pair])   # names the bad rank
+        ids = self._fabric.route_ids(ends[:, 0], ends[:, 1])
         return float(self._fabric.path_latency_s(ids).max())
 
     def fully_linked(self, ranks: Sequence[int]) -> bool:
@@ -431,13 +453,11 @@ class Topology:
 
 def _contiguous_runs(labels: list[int]) -> dict[int, Sequence[int]]:
     """label -> range of the positions holding it, for labels that each occupy one run."""
-    out: dict[int, Sequence[int]] = {}
-    start = 0
-    for i in range(1, len(labels) + 1):
-        if i == len(labels) or labels[i] != labels[start]:
-            out[labels[start]] = range(start, i)
-            start = i
-    return out
+    values = np.asarray(labels)
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    ends = np.r_[starts[1:], len(values)]
+    return {label: range(s, e) for label, s, e in zip(values[starts].tolist(), starts.tolist(), ends.tolist(),
+                                                        strict=True)}
 
 
 # =========================================================================================

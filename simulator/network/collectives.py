@@ -269,10 +269,10 @@ class CollectiveModel:
         if len(by_domain) == 1 or len(sizes) != 1 or min(sizes) == 1:
             return [group]
         k = sizes.pop()
-        rings = []
-        for c in range(min(k, self.params.max_channels)):
-            rings.append([m[(c + i) % k] for m in by_domain.values() for i in range(k)])
-        return rings
+        members = np.array(list(by_domain.values()))   # domains x k
+        channels = min(k, self.params.max_channels)
+        rotations = (np.arange(channels)[:, None] + np.arange(k)) % k   # ring c: member (c + i) % k
+        return members[:, rotations].transpose(1, 0, 2).reshape(channels, -1).tolist()
 
     @staticmethod
     def _ring_flows(rings: list[list[int]], bytes_per_ring_edge: float) -> tuple[Flow, ...]:

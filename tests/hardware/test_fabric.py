@@ -130,3 +130,21 @@ def test_presets_agree_with_their_graph(preset: str, params: dict):
     fast, slow = CollectiveModel(t), CollectiveModel(twin)
     for op in ("all_reduce", "all_gather", "all_to_all"):
         assert fast.cost(op, group, 2.0**28) == slow.cost(op, group, 2.0**28)
+
+
+@settings(max_examples=40, deadline=None)
+@given(presets(), st.data())
+def test_a_run_inside_a_domain_has_the_signature_of_any_run_like_it(mapping: dict, data: st.DataObject):
+    """group_signature keeps one signature per (group, first local position, length) for runs of
+    consecutive ranks inside one domain; every such run computes to that same signature."""
+    import numpy as np
+    t = load_topology(mapping)
+    f = t._fabric
+    a = data.draw(st.integers(0, t.num_devices - 1))
+    domain_end = max(t.ranks_of_domain(t.domain_of(a))) + 1
+    n = data.draw(st.integers(1, domain_end - a))
+    first = t.group_signature(range(a, a + n))
+    twins = [b for b in range(t.num_devices - n + 1) if f.group[b] == f.group[a] and f.local[b] == f.local[a]
+             and t.domain_of(b) == t.domain_of(b + n - 1)]
+    for b in twins:
+        assert t.group_signature(list(range(b, b + n))) == first == f.signature(np.arange(b, b + n))
