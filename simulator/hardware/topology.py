@@ -228,6 +228,12 @@ class Topology:
     def group_by_domain(self, ranks: Iterable[int]) -> dict[int, list[int]]:
         ranks = list(ranks)
         self.check_ranks(ranks)
+        if self._fabric is not None and len(ranks) > 16:
+            domains = self._fabric.domain[np.array(ranks, dtype=np.int64)]
+            if (domains[1:] >= domains[:-1]).all():   # sorted by domain (a sorted group): cut the runs
+                cuts = np.flatnonzero(np.r_[True, domains[1:] != domains[:-1]]).tolist()
+                ends = [*cuts[1:], len(ranks)]
+                return {d: ranks[a:b] for d, a, b in zip(domains[cuts].tolist(), cuts, ends, strict=True)}
         domain_of = self._domain_of
         out: dict[int, list[int]] = {}
         for r in ranks:

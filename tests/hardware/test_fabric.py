@@ -127,6 +127,8 @@ def test_presets_agree_with_their_graph(preset: str, params: dict):
     n = t.num_devices
     group = list(range(0, n, max(1, n // 24)))
     assert t.bottleneck_bw_Bps(range(n)) == twin.bottleneck_bw_Bps(range(n))
+    for ranks in (list(range(n)), group, group[::-1]):
+        assert list(t.group_by_domain(ranks).items()) == list(twin.group_by_domain(ranks).items())
     fast, slow = CollectiveModel(t), CollectiveModel(twin)
     for op in ("all_reduce", "all_gather", "all_to_all"):
         assert fast.cost(op, group, 2.0**28) == slow.cost(op, group, 2.0**28)
