@@ -136,7 +136,6 @@ class Fabric:
         self.latency = np.zeros(size)
         self.efficiency = np.ones(size)
         self.plane = np.zeros(size, dtype=np.int8)
-        self.exists = np.zeros(size, dtype=bool)
         g = self.group
 
         ranks = np.arange(n)
@@ -158,7 +157,6 @@ class Fabric:
                 self.latency[ids + half] = so.latency_s
                 self.efficiency[ids + half] = so.efficiency
                 self.plane[ids + half] = PLANES.index("scaleout")
-                self.exists[ids + half] = True
         if self.mesh_width:
             mesh = np.flatnonzero(self.kind == _MESH)
             per_node = np.array([gp.per_node for gp in self.groups])[g[mesh]]
@@ -181,7 +179,6 @@ class Fabric:
         eff = np.array([lk.efficiency if lk else 1.0 for lk in links])
         self.bw[ids], self.latency[ids], self.efficiency[ids] = bw[owner], lat[owner], eff[owner]
         self.plane[ids] = PLANES.index(plane)
-        self.exists[ids] = True
 
     def is_mesh_node(self, node: int) -> bool:
         return bool(self.node_kind[node] == _MESH)
