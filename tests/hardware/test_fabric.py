@@ -54,7 +54,7 @@ def _graph_twin(t: Topology) -> Topology:
                     t._parents, t.description, t.collectives)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(presets(), st.data())
 def test_array_and_graph_paths_agree(mapping: dict, data: st.DataObject):
     t = load_topology(mapping)
@@ -84,7 +84,7 @@ def test_array_and_graph_paths_agree(mapping: dict, data: st.DataObject):
         assert fast.lines(op, group) == slow.lines(op, group)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(presets(), st.data())
 def test_equal_signatures_mean_equal_costs(mapping: dict, data: st.DataObject):
     """Groups of one shape placed elsewhere share a signature only if every collective costs the same."""
@@ -134,7 +134,7 @@ def test_presets_agree_with_their_graph(preset: str, params: dict):
         assert fast.cost(op, group, 2.0**28) == slow.cost(op, group, 2.0**28)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(presets(), st.data())
 def test_a_run_inside_a_domain_has_the_signature_of_any_run_like_it(mapping: dict, data: st.DataObject):
     """group_signature keeps one signature per (group, first local position, length) for runs of
