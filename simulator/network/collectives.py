@@ -324,11 +324,14 @@ class CollectiveModel:
         position in their domain) over S/k, intra-domain all-gather."""
         domains = list(self.topology.group_by_domain(group).values())
         k, m = len(domains[0]), len(domains)
-        intra_rings = [[d] for d in domains]
-        intra_pairs = [(a, b) for d in domains for a, b in zip(d, d[1:] + d[:1], strict=True)]
+        # one ring per domain and one per rail, their edges listed ring after ring (each edge once)
+        intra_src = [a for d in domains for a in d]
+        intra_dst = [b for d in domains for b in d[1:] + d[:1]]
         rails = [[d[j] for d in domains] for j in range(k)]
-        rail_pairs = [(a, b) for r in rails for a, b in zip(r, r[1:] + r[:1], strict=True)]
-        intra_step, inter_step = self._step_latency_s(intra_pairs), self._step_latency_s(rail_pairs)
+        rail_src = [a for r in rails for a in r]
+        rail_dst = [b for r in rails for b in r[1:] + r[:1]]
+        intra_step = self._step_latency_s(zip(intra_src, intra_dst, strict=True))
+        inter_step = self._step_latency_s(zip(rail_src, rail_dst, strict=True))
 
         mesh = all(self._fully_linked(d) for d in domains)
 
@@ -336,11 +339,11 @@ class CollectiveModel:
             if mesh:  # full mesh inside each domain: every pair exchanges its share at once
                 flows = tuple(f for d in domains for f in self._pairwise(d, bytes_per_edge / (k - 1)).flows)
                 return Phase(flows, self._pairwise(domains[0], 0.0).latency_s)
-            flows = tuple(f for rings in intra_rings for f in self._ring_flows(rings, bytes_per_edge))
+            flows = tuple(zip(intra_src, intra_dst, itertools.repeat(bytes_per_edge)))
             return Phase(flows, (k - 1) * intra_step)
 
         def inter(bytes_per_edge: float, steps: int) -> Phase:
-            flows = tuple(f for r in rails for f in self._ring_flows([r], bytes_per_edge))
+            flows = tuple(zip(rail_src, rail_dst, itertools.repeat(bytes_per_edge)))
             return Phase(flows, steps * inter_step)
 
         if op == "all_reduce":
