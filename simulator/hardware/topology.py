@@ -6,30 +6,37 @@ Two YAML forms build the same graph (docs/network.md has the schema):
   `groups` puts several device kinds in one graph.
 - explicit: `graph: {nodes: [...], links: [...]}`.
 
-Routing is structural where the graph is a tree per plane (every hierarchical preset): a node's
-parent per plane is kept, and a path climbs to the lowest common ancestor in the fastest plane that
-joins both ends. Anything else (explicit graphs, host-to-remote paths) falls back to a cached
-networkx shortest path. Both are deterministic.
+Routing is structural where the graph is a tree per plane (every hierarchical preset): a path
+climbs to the lowest common ancestor in the fastest plane that joins both ends. A hierarchical
+topology keeps its links as arrays per level (hardware/fabric.py): device-to-device routes,
+capacities, latencies, group signatures and a collective's link loads are array arithmetic, and
+the networkx graph is built only on first access of `.graph` (inspection, paths from or to a host
+or switch id). Explicit graphs are networkx from the start, routed on the per-plane trees or by a
+cached networkx shortest path. All of it is deterministic.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import gc
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
+import numpy as np
 
 from ..errors import RlsimError
 from ..presets import resolve
 from ..scenario import LIMITS_FIX, Limits
 from ..units import parse_bandwidth, parse_seconds
 from .devices import DeviceSpec, device_from_mapping
+from .fabric import PLANES, Fabric, GroupPlan, ScaleoutPlan
+from .fabric import LinkSpec as _LinkSpec
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 Edge = tuple[str, str]
-PLANES = ("scaleup", "scaleout", "host")
+Flow = tuple[int, int, float]  # (src rank, dst rank, bytes)
 LEVELS = ("device", "node", "domain", "cluster")
 
 # Defaults of the hierarchical form. Presets set their own values with sources; these are the
@@ -49,45 +56,68 @@ DEFAULT_NODES_PER_LEAF = 32  # a 64-port NDR leaf (Quantum-2 QM9700): 32 ports d
 _ROUTE_PROBE_BYTES = 1e9
 
 
-@dataclass(frozen=True)
-class _LinkSpec:
-    bw_Bps: float
-    latency_s: float
-    efficiency: float
-
-
 class Topology:
     """A built cluster graph and its queries. Build it with `load_topology`."""
 
-    def __init__(self, name: str, source: str, graph: nx.DiGraph, devices: list[str],
+    def __init__(self, name: str, source: str, graph: nx.DiGraph | None, devices: list[str],
                  specs: list[DeviceSpec], parents: dict[str, dict[str, str]] | None = None,
-                 description: str = "", collectives: Mapping[str, Any] | None = None) -> None:
+                 description: str = "", collectives: Mapping[str, Any] | None = None,
+                 fabric: Fabric | None = None) -> None:
+        """`graph` (explicit topologies) or `fabric` (hierarchical ones; the graph is built from it
+        on first access of `.graph`)."""
+        if (graph is None) == (fabric is None):
+            raise ValueError("give a graph or a fabric")
         self.name = name
         self.source = source
         self.description = description
         self.collectives = dict(collectives or {})  # raw `collectives:` section, read by network/
-        self.graph = graph
+        self._graph = graph
+        self._fabric = fabric
         self.devices = devices
         self._specs = specs
-        self._parents = parents or {}
-        self._index = {node_id: rank for rank, node_id in enumerate(devices)}
-        attrs = graph.nodes
-        self._node_of = [int(attrs[d]["node"]) for d in devices]
-        self._domain_of = [int(attrs[d]["domain"]) for d in devices]
-        self._node_ranks: dict[int, list[int]] = {}
-        self._domain_ranks: dict[int, list[int]] = {}
-        for rank in range(len(devices)):
-            self._node_ranks.setdefault(self._node_of[rank], []).append(rank)
-            self._domain_ranks.setdefault(self._domain_of[rank], []).append(rank)
-        self._domain_first_node = {d: min(self._node_of[r] for r in rs) for d, rs in self._domain_ranks.items()}
+        self._parents_map = parents
+        self._rank_of_id: dict[str, int] | None = None   # device node id -> rank, built on first use
+        self._node_ranks: dict[int, Sequence[int]] = {}
+        self._domain_ranks: dict[int, Sequence[int]] = {}
+        if fabric is not None:   # ranks fill a node, then a domain, in order: contiguous ranges
+            self._node_of = fabric.node.tolist()
+            self._domain_of = fabric.domain.tolist()
+            self._node_ranks = _contiguous_runs(self._node_of)
+            self._domain_ranks = _contiguous_runs(self._domain_of)
+            self._kinds_total = len({id(g.spec) for g in fabric.groups})
+        else:
+            attrs = graph.nodes
+            self._node_of = [int(attrs[d]["node"]) for d in devices]
+            self._domain_of = [int(attrs[d]["domain"]) for d in devices]
+            for rank in range(len(devices)):
+                self._node_ranks.setdefault(self._node_of[rank], []).append(rank)
+                self._domain_ranks.setdefault(self._domain_of[rank], []).append(rank)
+            self._kinds_total = len({id(s) for s in specs})
         self._path_cache: dict[tuple[int | str, int | str], list[Edge]] = {}  # by ranks and by node ids
         self._latency_cache: dict[tuple[int | str, int | str], float] = {}
         # Usable bandwidth per directed edge, read once from the graph (as paths and latencies are:
         # the graph is not changed after the build). A 24k-device all-reduce plan asks ~200k times.
         self._capacity_cache: dict[Edge, float] = {}
-        self._kinds_total = len({id(s) for s in specs})
-        self._sig_info: list[tuple] | None = None
+        self._edge_ids: dict[Edge, int] = {}  # fabric edges path() has named -> their id
+        self._edge_names: dict[int, Edge] = {}
+        self._run_signatures: dict[tuple[int, int, int], tuple] = {}  # (group, first local, length)
         self._cost_graph: nx.DiGraph | None = None
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The networkx graph (node attributes, edge attributes); a hierarchical topology builds
+        it on first access, node for node and edge for edge what the builder always made."""
+        if self._graph is None:
+            with _cyclic_gc_paused():
+                self._graph, self._parents_map = self._fabric.build_graph()
+        return self._graph
+
+    @property
+    def _parents(self) -> dict[str, dict[str, str]]:
+        """Per plane, each tree node's parent (hierarchical topologies; built with the graph)."""
+        if self._parents_map is None and self._fabric is not None:
+            _ = self.graph
+        return self._parents_map or {}
 
     def __repr__(self) -> str:
         return (f"Topology({self.name!r}, devices={self.num_devices}, nodes={self.num_nodes}, "
@@ -120,7 +150,8 @@ class Topology:
         rank is range-checked, and the scan stops once every kind of the topology has been seen."""
         kinds: list[DeviceSpec] = []
         specs = self._specs
-        ranks = [int(r) for r in ranks]
+        if not isinstance(ranks, (list, tuple, range)) or ranks.__class__ is not range and set(map(type, ranks)) != {int}:
+            ranks = [int(r) for r in ranks]
         if ranks and (min(ranks) < 0 or max(ranks) >= len(specs)):
             for r in ranks:   # the first one out of range names itself in the error
                 self._check_rank(r)
@@ -161,43 +192,21 @@ class Topology:
         a leaf uplink iff they share the label) and the capacities of its NIC and of its leaf's
         uplink (a partly filled leaf group has a narrower one). Explicit graphs: the ranks."""
         ranks = tuple(ranks)
-        if not (self._parents and ranks):
+        if self._fabric is None or not ranks:
             return ("ranks", ranks)
-        info = self._signature_info()
-        first = info[ranks[0]]
-        if all(info[r][1] == first[1] and info[r][0] == first[0] for r in ranks):
-            # the nodes of one domain hang off the same scale-up switches alike (switch, two-tier; a
-            # mesh domain is one node), so only which ranks share a node matters: node offsets are
-            # numbered by first appearance in the group
-            nodes: dict[int, int] = {}
-            return ("domain", first[0], tuple((nodes.setdefault(info[r][2], len(nodes)), info[r][3]) for r in ranks))
-        domains: dict[int, int] = {}
-        leaves: dict[Any, int] = {}
-        sig = []
-        for r in ranks:
-            group, domain, offset, local, leaf, nic_Bps, up_Bps = info[r]
-            sig.append((group, domains.setdefault(domain, len(domains)), offset, local,
-                        leaves.setdefault(leaf, len(leaves)), nic_Bps, up_Bps))
-        return ("multi", tuple(sig))
-
-    def _signature_info(self) -> list[tuple]:
-        """Per rank: (group, domain, node offset in domain, local, scale-out leaf, NIC capacity,
-        leaf uplink capacity); built once."""
-        if self._sig_info is None:
-            attrs = self.graph.nodes
-            up = self._parents.get("scaleout", {})
-            out = []
-            for dev in self.devices:
-                a = attrs[dev]
-                leaf = up.get(dev)
-                parent = up.get(leaf) if leaf is not None else None
-                nic = self.capacity_Bps((dev, leaf)) if leaf is not None and self.graph.has_edge(dev, leaf) else None
-                uplink = (self.capacity_Bps((leaf, parent))
-                          if parent is not None and self.graph.has_edge(leaf, parent) else None)
-                out.append((a.get("group"), a["domain"], a["node"] - self._domain_first_node[a["domain"]],
-                            a.get("local"), leaf, nic, uplink))
-            self._sig_info = out
-        return self._sig_info
+        n, first = len(ranks), ranks[0]
+        if (first.__class__ is int and 0 <= first and first + n <= len(self.devices)
+                and self._domain_of[first] == self._domain_of[first + n - 1]
+                and ranks == tuple(range(first, first + n)) and set(map(type, ranks)) == {int}):
+            # a run of consecutive ranks inside one domain: its signature depends only on its
+            # group, the local position it starts at and its length, so it is computed once
+            run = (int(self._fabric.group[first]), int(self._fabric.local[first]), n)
+            hit = self._run_signatures.get(run)
+            if hit is None:
+                hit = self._run_signatures[run] = self._fabric.signature(np.arange(first, first + n))
+            return hit
+        self.check_ranks(ranks)
+        return self._fabric.signature(np.array(ranks, dtype=np.int64))
 
     def device_kinds(self) -> list[str]:
         return sorted({s.name for s in self._specs})
@@ -217,9 +226,18 @@ class Topology:
         return out
 
     def group_by_domain(self, ranks: Iterable[int]) -> dict[int, list[int]]:
+        ranks = list(ranks)
+        self.check_ranks(ranks)
+        if self._fabric is not None and len(ranks) > 16:
+            domains = self._fabric.domain[np.array(ranks, dtype=np.int64)]
+            if (domains[1:] >= domains[:-1]).all():   # sorted by domain (a sorted group): cut the runs
+                cuts = np.flatnonzero(np.r_[True, domains[1:] != domains[:-1]]).tolist()
+                ends = [*cuts[1:], len(ranks)]
+                return {d: ranks[a:b] for d, a, b in zip(domains[cuts].tolist(), cuts, ends, strict=True)}
+        domain_of = self._domain_of
         out: dict[int, list[int]] = {}
         for r in ranks:
-            out.setdefault(self.domain_of(r), []).append(r)
+            out.setdefault(domain_of[r], []).append(r)
         return out
 
     def shared_level(self, ranks: Iterable[int]) -> str:
@@ -239,10 +257,16 @@ class Topology:
     # ---- paths -----------------------------------------------------------------------------
     def _node_id(self, x: int | str) -> str:
         if isinstance(x, str):
-            if x not in self.graph:
+            if x not in self._index and x not in self.graph:
                 raise RlsimError(f"no graph node {x!r}", field="node", fix="use a rank or a node id of the graph")
             return x
         return self.devices[self._check_rank(x)]
+
+    @property
+    def _index(self) -> dict[str, int]:
+        if self._rank_of_id is None:
+            self._rank_of_id = {node_id: rank for rank, node_id in enumerate(self.devices)}
+        return self._rank_of_id
 
     def path(self, a: int | str, b: int | str) -> list[Edge]:
         """Directed edges from a to b (ranks or graph node ids); [] when a == b."""
@@ -251,13 +275,31 @@ class Topology:
         hit = self._path_cache.get((a, b))
         if hit is not None and a.__class__ is not bool and b.__class__ is not bool:
             return hit
+        if self._fabric is not None and a.__class__ is int and b.__class__ is int:
+            found = self._path_cache[(a, b)] = self._fabric_path(self._check_rank(a), self._check_rank(b))
+            return found
         u, v = self._node_id(a), self._node_id(b)
         found = self._path_cache.get((u, v))
         if found is None:
-            found = self._route(u, v)
+            if self._fabric is not None and u in self._index and v in self._index:
+                found = self._fabric_path(self._index[u], self._index[v])
+            else:
+                found = self._route(u, v)
             self._path_cache[(u, v)] = found
         self._path_cache[(a, b)] = found
         return found
+
+    def _fabric_path(self, a: int, b: int) -> list[Edge]:
+        ids = self._fabric.route_ids(np.array([a]), np.array([b]))[0]
+        return [self._edge_named(e) for e in ids.tolist() if e >= 0]
+
+    def _edge_named(self, eid: int) -> Edge:
+        """The graph's name of fabric edge `eid`, remembered both ways (capacity_Bps, edge)."""
+        name = self._edge_names.get(eid)
+        if name is None:
+            name = self._edge_names[eid] = self._fabric.edge_name(eid)
+            self._edge_ids[name] = eid
+        return name
 
     def _route(self, u: str, v: str) -> list[Edge]:
         if u == v:
@@ -286,6 +328,7 @@ class Topology:
         return chain
 
     def _shortest(self, u: str, v: str) -> list[Edge]:
+        import networkx as nx
         if self._cost_graph is None:
             # Prefer fast, short paths: cost = latency + the time to move _ROUTE_PROBE_BYTES, so
             # bandwidth dominates.
@@ -301,20 +344,34 @@ class Topology:
         return list(zip(nodes[:-1], nodes[1:], strict=False))
 
     def edge(self, e: Edge) -> dict[str, Any]:
+        eid = self._edge_ids.get(e)
+        if eid is not None:
+            return self._fabric.edge_attrs(eid)
         return self.graph.edges[e]
+
+    def _edge_value(self, e: Edge, key: str) -> Any:
+        eid = self._edge_ids.get(e)
+        if eid is not None:
+            return self._fabric.edge_attrs(eid)[key]
+        return self.graph.edges[e][key]
 
     def capacity_Bps(self, e: Edge) -> float:
         """Usable bandwidth of a directed edge: physical bandwidth x protocol efficiency."""
         hit = self._capacity_cache.get(e)
         if hit is None:
-            d = self.graph.edges[e]
-            hit = self._capacity_cache[e] = d["bw_Bps"] * d["efficiency"]
+            eid = self._edge_ids.get(e)
+            if eid is not None:
+                hit = float(self._fabric.capacity[eid])
+            else:
+                d = self.graph.edges[e]
+                hit = d["bw_Bps"] * d["efficiency"]
+            self._capacity_cache[e] = hit
         return hit
 
     def path_latency_s(self, a: int | str, b: int | str) -> float:
         hit = self._latency_cache.get((a, b))
         if hit is None or a.__class__ is bool or b.__class__ is bool:
-            hit = self._latency_cache[(a, b)] = sum(self.graph.edges[e]["latency_s"] for e in self.path(a, b))
+            hit = self._latency_cache[(a, b)] = sum(self._edge_value(e, "latency_s") for e in self.path(a, b))
         return hit
 
     def path_bw_Bps(self, a: int | str, b: int | str, effective: bool = False) -> float:
@@ -324,7 +381,7 @@ class Topology:
             return float("inf")
         if effective:
             return min(self.capacity_Bps(e) for e in edges)
-        return min(self.graph.edges[e]["bw_Bps"] for e in edges)
+        return min(self._edge_value(e, "bw_Bps") for e in edges)
 
     def bottleneck_bw_Bps(self, ranks: Iterable[int]) -> float:
         """The narrowest physical link (per direction) on the ring through `ranks` in rank order;
@@ -332,15 +389,81 @@ class Topology:
         ring = sorted(set(ranks))
         if len(ring) < 2:
             return float("inf")
-        return min(self.path_bw_Bps(a, b) for a, b in zip(ring, ring[1:] + ring[:1], strict=True))
+        if self._fabric is None:
+            return min(self.path_bw_Bps(a, b) for a, b in zip(ring, ring[1:] + ring[:1], strict=True))
+        self.check_ranks(ring)
+        src = np.array(ring)
+        ids = self._fabric.route_ids(src, np.roll(src, -1))
+        return float(self._fabric.bw[ids].min())
 
     def plane_of(self, a: int | str, b: int | str) -> str:
         """The plane a path runs on ('scaleup', 'scaleout', 'host'): that of its slowest link."""
         edges = self.path(a, b)
         if not edges:
             return "device"
-        slow = min(edges, key=lambda e: self.graph.edges[e]["bw_Bps"])
-        return self.graph.edges[slow]["plane"]
+        slow = min(edges, key=lambda e: self._edge_value(e, "bw_Bps"))
+        return self._edge_value(slow, "plane")
+
+    # ---- whole collectives' worth of paths at once (network/collectives.py) ------------------
+    def check_ranks(self, ranks: Sequence[int]) -> None:
+        """`_check_rank` of every rank, in one pass when all are ints in range (the first bad
+        one names itself in the error)."""
+        if not ranks or set(map(type, ranks)) == {int} and min(ranks) >= 0 and max(ranks) < len(self.devices):
+            return
+        for r in ranks:
+            self._check_rank(r)
+
+    def max_link_time_s(self, flows: Sequence[Flow]) -> float:
+        """Concurrent flows (src rank, dst rank, bytes), each on its path: the time of the most
+        loaded link, max over links of (bytes routed over it / (bw x efficiency)); 0 for none."""
+        if not flows:
+            return 0.0
+        if self._fabric is None:
+            loads: dict[Edge, float] = {}
+            path = self.path
+            for src, dst, nbytes in flows:
+                for e in path(src, dst):
+                    loads[e] = loads.get(e, 0.0) + nbytes
+            cap = self.capacity_Bps
+            return max((load / cap(e) for e, load in loads.items()), default=0.0)
+        table = np.array(flows, dtype=float)
+        ends = table[:, :2].astype(np.int64)
+        if (ends != table[:, :2]).any() or ends.min() < 0 or ends.max() >= len(self.devices):
+            self.check_ranks([r for f in flows for r in f[:2]])   # names the bad rank
+        return self._fabric.max_link_time_s(ends[:, 0], ends[:, 1], table[:, 2])
+
+    def max_path_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
+        """The largest path latency over (src rank, dst rank) pairs; 0.0 for none."""
+        pairs = list(pairs)
+        if not pairs:
+            return 0.0
+        if self._fabric is None:
+            lat = self.path_latency_s
+            return max(lat(a, b) for a, b in pairs)
+        ends = np.array(pairs)
+        if ends.dtype.kind != "i" or ends.min() < 0 or ends.max() >= len(self.devices):
+            self.check_ranks([r for pair in pairs for r in pair])   # names the bad rank
+        ids = self._fabric.route_ids(ends[:, 0], ends[:, 1])
+        return float(self._fabric.path_latency_s(ids).max())
+
+    def fully_linked(self, ranks: Sequence[int]) -> bool:
+        """Whether every ordered pair of distinct ranks has its own direct link (a full mesh)."""
+        if self._fabric is None:
+            g, ids = self.graph, self.devices
+            return all(g.has_edge(ids[a], ids[b]) for a in ranks for b in ranks if a != b)
+        if len(ranks) < 2:
+            return True
+        nodes = {self.node_of(r) for r in ranks}
+        return len(nodes) == 1 and self._fabric.is_mesh_node(nodes.pop())
+
+
+def _contiguous_runs(labels: list[int]) -> dict[int, Sequence[int]]:
+    """label -> range of the positions holding it, for labels that each occupy one run."""
+    values = np.asarray(labels)
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    ends = np.r_[starts[1:], len(values)]
+    return {label: range(s, e) for label, s, e in zip(values[starts].tolist(), starts.tolist(), ends.tolist(),
+                                                        strict=True)}
 
 
 # =========================================================================================
@@ -485,33 +608,6 @@ _GROUP_KEYS = _TOP_KEYS - {"name", "description", "sources", "collectives", "gro
 _COUNT_KEYS = ("nodes", "domains", "supernodes", "racks")
 
 
-class _Builder:
-    """Accumulates nodes, edges and per-plane parent maps; adds edges in both directions."""
-
-    def __init__(self) -> None:
-        self.nodes: list[tuple[str, dict[str, Any]]] = []
-        self.edges: list[tuple[str, str, dict[str, Any]]] = []
-        self.parents: dict[str, dict[str, str]] = {p: {} for p in PLANES}
-
-    def node(self, node_id: str, **attrs: Any) -> None:
-        self.nodes.append((node_id, attrs))
-
-    def link(self, child: str, parent: str, link: _LinkSpec, plane: str, bw_Bps: float | None = None,
-             tree: bool = True) -> None:
-        attrs = {"bw_Bps": bw_Bps if bw_Bps is not None else link.bw_Bps, "latency_s": link.latency_s,
-                 "efficiency": link.efficiency, "plane": plane}
-        self.edges.append((child, parent, attrs))
-        self.edges.append((parent, child, dict(attrs)))
-        if tree:
-            self.parents[plane][child] = parent
-
-    def graph(self) -> nx.DiGraph:
-        g = nx.DiGraph()
-        g.add_nodes_from(self.nodes)
-        g.add_edges_from(self.edges)
-        return g
-
-
 def _device_spec(raw: Any, source: str, field: str, profile: Any = None) -> DeviceSpec:
     """A device entry, with a calibrated profile applied when the entry (`device: {name: cpu,
     profile: PATH}`, an explicit node's `profile:`) or the topology (`device_profile:`) names one."""
@@ -543,124 +639,89 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
         for _, g in groups:
             g.check_keys(_GROUP_KEYS)
 
-    b = _Builder()
-    devices: list[str] = []
-    specs: list[DeviceSpec] = []
     out_r = top.sub("scaleout")
-    out_defaults = out_r.m if out_r else {}
-    leaves: dict[tuple[int, int], float] = {}  # (rail, leaf group) -> NIC bandwidth attached
     nodes_per_leaf = out_r.count("nodes_per_leaf", DEFAULT_NODES_PER_LEAF) if out_r else DEFAULT_NODES_PER_LEAF
-    node_base = domain_base = 0
+    plans: list[GroupPlan] = []
+    num_devices = num_domains = 0
     for gname, g in groups:
-        def get(key: str, _g: _Reader = g) -> Any:
-            return _g.m.get(key, top.m.get(key))
+        plan = _group_plan(gname, g, top, out_r, num_devices, max_devices)
+        plans.append(plan)
+        num_devices += plan.num_nodes * plan.per_node
+        num_domains += plan.num_nodes // plan.per_domain
 
-        dev_field = g.where("device") if "device" in g.m else "device"
-        dev_raw = get("device")
-        if dev_raw is None:
-            raise RlsimError("missing required field", source=source, field=dev_field,
-                             fix="name a device, e.g. device: h100")
-        spec = _device_spec(dev_raw, source, dev_field, get("device_profile"))
-        per_node = g.count("devices_per_node", top.m.get("devices_per_node", 8))
-        per_domain = g.count("nodes_per_domain", top.m.get("nodes_per_domain", 1))
-        given = [k for k in _COUNT_KEYS if g.m.get(k) is not None]
-        if len(given) != 1:
-            raise RlsimError(f"give exactly one of {', '.join(_COUNT_KEYS)} (got {given or 'none'})",
-                             source=source, field=g.where("nodes"),
-                             fix="e.g. nodes: 2 (servers) or supernodes: 1 / racks: 1 (scale-up domains)")
-        count = g.count(given[0])
-        num_nodes = count if given[0] == "nodes" else count * per_domain
-        if num_nodes % per_domain:
-            raise RlsimError(f"{num_nodes} nodes do not fill domains of {per_domain} nodes", source=source,
-                             field=g.where("nodes"), fix=f"use a multiple of nodes_per_domain={per_domain}")
-        if len(devices) + num_nodes * per_node > max_devices:
-            raise RlsimError(f"{len(devices) + num_nodes * per_node:,} devices is past limits.max_devices="
-                             f"{max_devices:,}", source=source, field=g.where(given[0]),
-                             fix=LIMITS_FIX.format(name="max_devices"))
-        up_r = _Reader(_merge(top.m.get("scaleup") or {}, g.m.get("scaleup") or {}), source,
-                       g.where("scaleup") if "scaleup" in g.m else "scaleup")
-        up_kind = up_r.m.get("kind", "switch")
-        if up_kind not in ("switch", "two-tier", "mesh"):
-            raise RlsimError(f"unknown scale-up kind {up_kind!r}", source=source, field=up_r.where("kind"),
-                             fix="use switch, two-tier or mesh")
-        if up_kind == "mesh" and per_domain != 1:
-            raise RlsimError("a full-mesh scale-up spans one server", source=source,
-                             field=g.where("nodes_per_domain"), fix="set nodes_per_domain: 1")
-        up = up_r.link("bw", spec.scaleup_bw_Bps, DEFAULT_SCALEUP_LATENCY_S, DEFAULT_SCALEUP_EFFICIENCY)
-        uplink_bw = per_node * up.bw_Bps / up_r.number("oversubscription", 1.0, minimum=1.0)
-        host_r = _Reader(_merge(top.m.get("host") or {}, g.m.get("host") or {}), source, "host")
-        host = host_r.link("bw", spec.host_link_bw_Bps, DEFAULT_HOST_LATENCY_S, DEFAULT_HOST_EFFICIENCY)
-        nic_raw = g.m.get("nic_bw", out_defaults.get("nic_bw")) if out_r else None
-        nic = None
-        if out_r is not None:
-            nic_reader = _Reader({**out_defaults, "nic_bw": nic_raw}, source,
-                                 g.where("nic_bw") if "nic_bw" in g.m else "scaleout")
-            nic = _LinkSpec(nic_reader.positive("nic_bw", parse_bandwidth, 0.0),
-                            out_r.latency("latency", DEFAULT_SCALEOUT_LATENCY_S),
-                            out_r.fraction("efficiency", DEFAULT_SCALEOUT_EFFICIENCY))
-
-        for n in range(num_nodes):
-            node = node_base + n
-            domain = domain_base + n // per_domain
-            host_id = f"host{node}"
-            b.node(host_id, kind="host", node=node, domain=domain)
-            if up_kind == "switch" and n % per_domain == 0:
-                b.node(f"sw{domain}", kind="switch", tier="scaleup", domain=domain)
-            if up_kind == "two-tier":
-                b.node(f"l1.{node}", kind="switch", tier="L1", node=node, domain=domain)
-                if n % per_domain == 0:
-                    b.node(f"l2.{domain}", kind="switch", tier="L2", domain=domain)
-                b.link(f"l1.{node}", f"l2.{domain}", up, "scaleup", bw_Bps=uplink_bw)
-            local_ids = []
-            for local in range(per_node):
-                rank = len(devices)
-                dev_id = f"dev{rank}"
-                local_ids.append(dev_id)
-                b.node(dev_id, kind="device", rank=rank, device=spec.name, node=node, domain=domain,
-                       local=local, group=gname)
-                devices.append(dev_id)
-                specs.append(spec)
-                b.link(dev_id, host_id, host, "host")
-                if up_kind == "switch":
-                    b.link(dev_id, f"sw{domain}", up, "scaleup")
-                elif up_kind == "two-tier":
-                    b.link(dev_id, f"l1.{node}", up, "scaleup")
-                if nic is not None:
-                    leaf = (local, node // nodes_per_leaf)
-                    if leaf not in leaves:
-                        leaves[leaf] = 0.0
-                        b.node(f"leaf.{leaf[0]}.{leaf[1]}", kind="switch", tier="leaf", rail=local)
-                    leaves[leaf] += nic.bw_Bps
-                    b.link(dev_id, f"leaf.{leaf[0]}.{leaf[1]}", nic, "scaleout")
-            if up_kind == "mesh":  # full mesh inside the server: one direct link per ordered pair
-                for x in local_ids:
-                    for y in local_ids:
-                        if x < y:
-                            b.link(x, y, up, "scaleup", tree=False)
-        node_base += num_nodes
-        domain_base += num_nodes // per_domain
-
-    if out_r is not None and leaves:
-        oversub = out_r.number("oversubscription", 1.0, minimum=1.0)
-        link = _LinkSpec(1.0, out_r.latency("latency", DEFAULT_SCALEOUT_LATENCY_S),
-                         out_r.fraction("efficiency", DEFAULT_SCALEOUT_EFFICIENCY))
-        b.node("spine", kind="switch", tier="spine")
-        for (rail, grp), down_bw in leaves.items():  # one aggregated spine; uplink = downlink / oversubscription
-            b.link(f"leaf.{rail}.{grp}", "spine", link, "scaleout", bw_Bps=down_bw / oversub)
+    scaleout = None
+    if out_r is not None:
+        scaleout = ScaleoutPlan(nodes_per_leaf, out_r.number("oversubscription", 1.0, minimum=1.0),
+                                out_r.latency("latency", DEFAULT_SCALEOUT_LATENCY_S),
+                                out_r.fraction("efficiency", DEFAULT_SCALEOUT_EFFICIENCY))
     if groups_raw is not None:
         stray = [k for k in _COUNT_KEYS if top.m.get(k) is not None]
         if stray:
             raise RlsimError("with groups, counts belong to each group", source=source, field=stray[0],
                              fix=f"set groups.NAME.{stray[0]} instead")
-    if domain_base > 1 and out_r is None:
-        raise RlsimError(f"{domain_base} scale-up domains but no scale-out network joins them (disconnected graph)",
+    if num_domains > 1 and out_r is None:
+        raise RlsimError(f"{num_domains} scale-up domains but no scale-out network joins them (disconnected graph)",
                          source=source, field="scaleout", fix="add scaleout: {nic_bw: 400Gb/s} or use one domain")
-    graph = b.graph()
-    parents = {p: m for p, m in b.parents.items() if m}
-    if not nx.is_weakly_connected(graph):
-        raise RlsimError("the graph is disconnected", source=source, field="scaleout",
-                         fix="add a scaleout section that joins the servers")
-    return Topology(name, source, graph, devices, specs, parents, description, mapping.get("collectives"))
+    # Connected by construction: one domain is joined by its scale-up network (a mesh domain is one
+    # server), and with more than one every device has a NIC on a leaf under the one spine.
+    fabric = Fabric(plans, scaleout)
+    devices = [f"dev{r}" for r in range(fabric.num_devices)]
+    return Topology(name, source, None, devices, fabric.specs, None, description, mapping.get("collectives"),
+                    fabric=fabric)
+
+
+def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, devices_before: int,
+                max_devices: int) -> GroupPlan:
+    """One group's (or the whole file's) devices, counts and links, checked."""
+    source = top.source
+
+    def get(key: str) -> Any:
+        return g.m.get(key, top.m.get(key))
+
+    dev_field = g.where("device") if "device" in g.m else "device"
+    dev_raw = get("device")
+    if dev_raw is None:
+        raise RlsimError("missing required field", source=source, field=dev_field,
+                         fix="name a device, e.g. device: h100")
+    spec = _device_spec(dev_raw, source, dev_field, get("device_profile"))
+    per_node = g.count("devices_per_node", top.m.get("devices_per_node", 8))
+    per_domain = g.count("nodes_per_domain", top.m.get("nodes_per_domain", 1))
+    given = [k for k in _COUNT_KEYS if g.m.get(k) is not None]
+    if len(given) != 1:
+        raise RlsimError(f"give exactly one of {', '.join(_COUNT_KEYS)} (got {given or 'none'})",
+                         source=source, field=g.where("nodes"),
+                         fix="e.g. nodes: 2 (servers) or supernodes: 1 / racks: 1 (scale-up domains)")
+    count = g.count(given[0])
+    num_nodes = count if given[0] == "nodes" else count * per_domain
+    if num_nodes % per_domain:
+        raise RlsimError(f"{num_nodes} nodes do not fill domains of {per_domain} nodes", source=source,
+                         field=g.where("nodes"), fix=f"use a multiple of nodes_per_domain={per_domain}")
+    if devices_before + num_nodes * per_node > max_devices:
+        raise RlsimError(f"{devices_before + num_nodes * per_node:,} devices is past limits.max_devices="
+                         f"{max_devices:,}", source=source, field=g.where(given[0]),
+                         fix=LIMITS_FIX.format(name="max_devices"))
+    up_r = _Reader(_merge(top.m.get("scaleup") or {}, g.m.get("scaleup") or {}), source,
+                   g.where("scaleup") if "scaleup" in g.m else "scaleup")
+    up_kind = up_r.m.get("kind", "switch")
+    if up_kind not in ("switch", "two-tier", "mesh"):
+        raise RlsimError(f"unknown scale-up kind {up_kind!r}", source=source, field=up_r.where("kind"),
+                         fix="use switch, two-tier or mesh")
+    if up_kind == "mesh" and per_domain != 1:
+        raise RlsimError("a full-mesh scale-up spans one server", source=source,
+                         field=g.where("nodes_per_domain"), fix="set nodes_per_domain: 1")
+    up = up_r.link("bw", spec.scaleup_bw_Bps, DEFAULT_SCALEUP_LATENCY_S, DEFAULT_SCALEUP_EFFICIENCY)
+    uplink_bw = per_node * up.bw_Bps / up_r.number("oversubscription", 1.0, minimum=1.0)
+    host_r = _Reader(_merge(top.m.get("host") or {}, g.m.get("host") or {}), source, "host")
+    host = host_r.link("bw", spec.host_link_bw_Bps, DEFAULT_HOST_LATENCY_S, DEFAULT_HOST_EFFICIENCY)
+    nic = None
+    if out_r is not None:
+        out_defaults = out_r.m
+        nic_reader = _Reader({**out_defaults, "nic_bw": g.m.get("nic_bw", out_defaults.get("nic_bw"))}, source,
+                             g.where("nic_bw") if "nic_bw" in g.m else "scaleout")
+        nic = _LinkSpec(nic_reader.positive("nic_bw", parse_bandwidth, 0.0),
+                        out_r.latency("latency", DEFAULT_SCALEOUT_LATENCY_S),
+                        out_r.fraction("efficiency", DEFAULT_SCALEOUT_EFFICIENCY))
+    return GroupPlan(gname, spec, per_node, per_domain, num_nodes, up_kind, up, uplink_bw, host, nic)
 
 
 def _build_explicit(name: str, description: str, mapping: dict[str, Any], source: str) -> Topology:
@@ -673,6 +734,7 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
     links = graph_r.require("links", "list the links: [{a: g0, b: sw0, bw: 450GB/s, plane: scaleup}, ...]")
     if not isinstance(nodes, list) or not isinstance(links, list):
         raise RlsimError("nodes and links must be lists", source=source, field="graph")
+    import networkx as nx
     g = nx.DiGraph()
     devices: list[str] = []
     specs: list[DeviceSpec] = []

@@ -10,10 +10,13 @@ same phases as simpy flows so that other traffic slows them. nccl-tests conventi
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
+
+import numpy as np
 
 from ..errors import RlsimError
 from ..hardware.topology import Topology
@@ -229,21 +232,14 @@ class CollectiveModel:
     def phase_bw_time_s(self, phase: Phase) -> float:
         if phase.bw_time_s is not None:
             return phase.bw_time_s
-        loads: dict[tuple[str, str], float] = {}
-        path = self.topology.path
-        for src, dst, nbytes in phase.flows:
-            for e in path(src, dst):
-                loads[e] = loads.get(e, 0.0) + nbytes
-        cap = self.topology.capacity_Bps
-        return max((load / cap(e) for e, load in loads.items()), default=0.0)
+        return self.topology.max_link_time_s(phase.flows)
 
     # ---- group handling --------------------------------------------------------------------
     def _normalize(self, op: str, ranks: Sequence[int]) -> list[int]:
         group = list(ranks)
         if not group:
             raise RlsimError("empty device group", field="group", fix="give at least one device")
-        for r in group:
-            self.topology.device_spec(r)  # range check with a clear error
+        self.topology.check_ranks(group)  # range check with a clear error
         if op == "p2p":
             if len(group) != 2:
                 raise RlsimError(f"p2p needs exactly 2 devices (source, destination), got {len(group)}",
@@ -258,12 +254,11 @@ class CollectiveModel:
     def _launch_s(self, group: Sequence[int]) -> float:
         if self.params.launch_overhead_s is not None:
             return self.params.launch_overhead_s
-        return max(self.topology.device_spec(r).launch_overhead_s for r in group)
+        return max(spec.launch_overhead_s for spec in self.topology.distinct_specs(group))
 
     def _step_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
         """One algorithm step: the slowest hop's wire latency plus the per-step software overhead."""
-        lat = self.topology.path_latency_s
-        return max((lat(a, b) for a, b in pairs), default=0.0) + self.params.step_overhead_s
+        return self.topology.max_path_latency_s(pairs) + self.params.step_overhead_s
 
     # ---- rings -----------------------------------------------------------------------------
     def _rings(self, group: list[int]) -> list[list[int]]:
@@ -274,29 +269,35 @@ class CollectiveModel:
         if len(by_domain) == 1 or len(sizes) != 1 or min(sizes) == 1:
             return [group]
         k = sizes.pop()
-        rings = []
-        for c in range(min(k, self.params.max_channels)):
-            rings.append([m[(c + i) % k] for m in by_domain.values() for i in range(k)])
-        return rings
+        members = np.array(list(by_domain.values()))   # domains x k
+        channels = min(k, self.params.max_channels)
+        rotations = (np.arange(channels)[:, None] + np.arange(k)) % k   # ring c: member (c + i) % k
+        return members[:, rotations].transpose(1, 0, 2).reshape(channels, -1).tolist()
 
     @staticmethod
     def _ring_flows(rings: list[list[int]], bytes_per_ring_edge: float) -> tuple[Flow, ...]:
-        acc: dict[tuple[int, int], float] = {}
+        """One flow per distinct ring edge (first-seen order) carrying its rings' shares, the
+        shares added ring by ring (as a running sum would: bincount adds in input order)."""
         share = bytes_per_ring_edge / len(rings)
-        for ring in rings:
-            for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-                acc[(a, b)] = acc.get((a, b), 0.0) + share
-        return tuple((a, b, v) for (a, b), v in acc.items())
+        if len(rings) == 1:  # a ring of distinct ranks uses each edge once
+            ring = rings[0]
+            return tuple(zip(ring, ring[1:] + ring[:1], itertools.repeat(share)))
+        a = np.array(rings, dtype=np.int64)
+        a, b = a.reshape(-1), np.roll(a, -1, axis=1).reshape(-1)
+        _, first, inverse = np.unique(a * (int(a.max()) + 1) + b, return_index=True, return_inverse=True)
+        sums = np.bincount(inverse.reshape(-1), weights=np.full(len(a), share))
+        order = np.argsort(first, kind="stable")
+        at = first[order]
+        return tuple(zip(a[at].tolist(), b[at].tolist(), sums[order].tolist(), strict=True))
 
     def _ring(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
         n = len(group)
-        rings = self._rings(group)
-        pairs = {(a, b) for ring in rings for a, b in zip(ring, ring[1:] + ring[:1], strict=True)}
-        step = self._step_latency_s(pairs)
-        if op == "all_reduce":  # reduce-scatter then all-gather: 2(n-1) steps of S/n
-            return [Phase(self._ring_flows(rings, 2 * (n - 1) / n * nbytes), 2 * (n - 1) * step)]
-        if op in ("all_gather", "reduce_scatter"):
-            return [Phase(self._ring_flows(rings, (n - 1) / n * nbytes), (n - 1) * step)]
+        if op in ("all_reduce", "all_gather", "reduce_scatter"):
+            flows = self._ring_flows(self._rings(group), (2 if op == "all_reduce" else 1) * (n - 1) / n * nbytes)
+            step = self._step_latency_s((a, b) for a, b, _ in flows)   # every ring edge once
+            if op == "all_reduce":  # reduce-scatter then all-gather: 2(n-1) steps of S/n
+                return [Phase(flows, 2 * (n - 1) * step)]
+            return [Phase(flows, (n - 1) * step)]
         # broadcast: a pipelined chain from the root; every chain edge carries S
         chain = group
         flows = tuple((a, b, nbytes) for a, b in zip(chain[:-1], chain[1:], strict=True))
@@ -323,11 +324,14 @@ class CollectiveModel:
         position in their domain) over S/k, intra-domain all-gather."""
         domains = list(self.topology.group_by_domain(group).values())
         k, m = len(domains[0]), len(domains)
-        intra_rings = [[d] for d in domains]
-        intra_pairs = [(a, b) for d in domains for a, b in zip(d, d[1:] + d[:1], strict=True)]
+        # one ring per domain and one per rail, their edges listed ring after ring (each edge once)
+        intra_src = [a for d in domains for a in d]
+        intra_dst = [b for d in domains for b in d[1:] + d[:1]]
         rails = [[d[j] for d in domains] for j in range(k)]
-        rail_pairs = [(a, b) for r in rails for a, b in zip(r, r[1:] + r[:1], strict=True)]
-        intra_step, inter_step = self._step_latency_s(intra_pairs), self._step_latency_s(rail_pairs)
+        rail_src = [a for r in rails for a in r]
+        rail_dst = [b for r in rails for b in r[1:] + r[:1]]
+        intra_step = self._step_latency_s(zip(intra_src, intra_dst, strict=True))
+        inter_step = self._step_latency_s(zip(rail_src, rail_dst, strict=True))
 
         mesh = all(self._fully_linked(d) for d in domains)
 
@@ -335,11 +339,11 @@ class CollectiveModel:
             if mesh:  # full mesh inside each domain: every pair exchanges its share at once
                 flows = tuple(f for d in domains for f in self._pairwise(d, bytes_per_edge / (k - 1)).flows)
                 return Phase(flows, self._pairwise(domains[0], 0.0).latency_s)
-            flows = tuple(f for rings in intra_rings for f in self._ring_flows(rings, bytes_per_edge))
+            flows = tuple(zip(intra_src, intra_dst, itertools.repeat(bytes_per_edge)))
             return Phase(flows, (k - 1) * intra_step)
 
         def inter(bytes_per_edge: float, steps: int) -> Phase:
-            flows = tuple(f for r in rails for f in self._ring_flows([r], bytes_per_edge))
+            flows = tuple(zip(rail_src, rail_dst, itertools.repeat(bytes_per_edge)))
             return Phase(flows, steps * inter_step)
 
         if op == "all_reduce":
@@ -408,8 +412,7 @@ class CollectiveModel:
         return out
 
     def _fully_linked(self, group: list[int]) -> bool:
-        g, ids = self.topology.graph, self.topology.devices
-        return len(group) <= self.params.direct_max_devices and all(g.has_edge(ids[a], ids[b]) for a in group for b in group if a != b)
+        return len(group) <= self.params.direct_max_devices and self.topology.fully_linked(group)
 
 
 def line_time_s(lines: Sequence[tuple[float, float]], nbytes: float) -> float:

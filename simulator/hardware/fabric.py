@@ -1,0 +1,373 @@
+"""A hierarchical cluster as arrays: links per level, routes and capacities answered by arithmetic.
+
+Every hierarchical preset is symmetric inside a level: a device hangs off its scale-up switch (or
+its server's L1 switch, or a full mesh inside its server), its rail's scale-out leaf and its host;
+leaves hang off one spine. `Fabric` numbers the directed links by level, so a device-to-device
+route is a few array lookups and a collective's link loads are one `numpy.bincount` - no per-edge
+Python object. The networkx graph of the same cluster (`build_graph`, node for node and edge for
+edge what the graph builder always made) is built only when asked, for inspection and for paths
+that leave the devices (host ids, switch ids).
+
+Edge ids (N devices, M servers, L leaves, P the widest full-mesh server), each link both ways
+(`2i` up / away from the device, `2i + 1` down):
+  [0, 2N)        device <-> its scale-up parent (scale-up switch, or the server's L1 switch)
+  [2N, 4N)       device <-> its scale-out leaf (the NIC)
+  [4N, 6N)       device <-> its host (PCIe)
+  [6N, 6N + 2M)  L1 <-> L2 (two-tier scale-up)
+  then 2L        leaf <-> spine
+  then N x P     device -> device inside a full-mesh server (`r * P + local of the peer`)
+One more slot past the end is a sentinel (no latency, infinite bandwidth) for the -1 that pads
+routes shorter than four hops.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .devices import DeviceSpec
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+PLANES = ("scaleup", "scaleout", "host")
+UP_KINDS = ("switch", "two-tier", "mesh")
+_SWITCH, _TWO_TIER, _MESH = 0, 1, 2
+MAX_HOPS = 4  # device -> L1 -> L2 -> L1 -> device, or device -> leaf -> spine -> leaf -> device
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    bw_Bps: float
+    latency_s: float
+    efficiency: float
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One `groups:` entry (or the whole file) after validation: what the builder lays out."""
+
+    name: str
+    spec: DeviceSpec
+    per_node: int
+    per_domain: int
+    num_nodes: int
+    up_kind: str  # one of UP_KINDS
+    up: LinkSpec
+    uplink_bw_Bps: float  # a two-tier server's L1 -> L2 link
+    host: LinkSpec
+    nic: LinkSpec | None  # None without a scale-out network
+
+
+@dataclass(frozen=True)
+class ScaleoutPlan:
+    nodes_per_leaf: int
+    oversubscription: float
+    latency_s: float
+    efficiency: float
+
+
+class Fabric:
+    """The arrays of one hierarchical cluster; built once, never changed."""
+
+    def __init__(self, groups: Sequence[GroupPlan], scaleout: ScaleoutPlan | None) -> None:
+        self.groups = tuple(groups)
+        self.scaleout = scaleout
+        self._lay_out_devices()
+        self._lay_out_leaves()
+        self._lay_out_links()
+
+    # ---- construction ------------------------------------------------------------------------
+    def _lay_out_devices(self) -> None:
+        node, domain, local, group, specs = [], [], [], [], []
+        node_base = domain_base = 0
+        for gi, g in enumerate(self.groups):
+            servers = np.arange(g.num_nodes)
+            node.append(np.repeat(node_base + servers, g.per_node))
+            domain.append(np.repeat(domain_base + servers // g.per_domain, g.per_node))
+            local.append(np.tile(np.arange(g.per_node), g.num_nodes))
+            group.append(np.full(g.num_nodes * g.per_node, gi))
+            specs.extend([g.spec] * (g.num_nodes * g.per_node))
+            node_base += g.num_nodes
+            domain_base += g.num_nodes // g.per_domain
+        self.node = np.concatenate(node)
+        self.domain = np.concatenate(domain)
+        self.local = np.concatenate(local)
+        self.group = np.concatenate(group)
+        self.specs = specs
+        self.num_devices, self.num_nodes, self.num_domains = len(self.node), node_base, domain_base
+        kinds = np.array([UP_KINDS.index(g.up_kind) for g in self.groups])
+        self.kind = kinds[self.group]
+        self.node_kind = kinds[self.group[np.searchsorted(self.node, np.arange(node_base))]]
+        self.domain_first_node = self.node[np.searchsorted(self.domain, np.arange(domain_base))]
+        self.node_domain = np.zeros(node_base, dtype=np.int64)
+        self.node_domain[self.node] = self.domain
+        self.node_first_rank = np.searchsorted(self.node, np.arange(node_base))
+
+    def _lay_out_leaves(self) -> None:
+        """Leaves numbered in order of first appearance (rank order), as the graph builder adds
+        them; a leaf's downlink bandwidth is the sum of the NICs on it, added in rank order."""
+        self.leaf = np.full(self.num_devices, -1)
+        self.leaf_names: list[str] = []
+        self.leaf_down_Bps = np.zeros(0)
+        if self.scaleout is None:
+            return
+        grp = self.node // self.scaleout.nodes_per_leaf
+        width = int(self.local.max()) + 1
+        keys = grp * width + self.local
+        self.leaf = _first_appearance(keys)
+        in_order = np.empty(int(self.leaf.max()) + 1, dtype=np.int64)
+        in_order[self.leaf] = keys
+        self.leaf_names = [f"leaf.{k % width}.{k // width}" for k in in_order.tolist()]
+        nic_bw = np.array([g.nic.bw_Bps if g.nic else 0.0 for g in self.groups])[self.group]
+        self.leaf_down_Bps = np.bincount(self.leaf, weights=nic_bw, minlength=len(in_order))
+
+    def _lay_out_links(self) -> None:
+        n, m, leaves = self.num_devices, self.num_nodes, len(self.leaf_names)
+        self.out_base, self.host_base, self.l12_base = 2 * n, 4 * n, 6 * n
+        self.ls_base = self.l12_base + 2 * m
+        self.mesh_base = self.ls_base + 2 * leaves
+        mesh_groups = [g.per_node for g in self.groups if g.up_kind == "mesh"]
+        self.mesh_width = max(mesh_groups, default=0)
+        size = self.mesh_base + n * self.mesh_width + 1   # + the sentinel
+        self.bw = np.full(size, np.inf)
+        self.latency = np.zeros(size)
+        self.efficiency = np.ones(size)
+        self.plane = np.zeros(size, dtype=np.int8)
+        g = self.group
+
+        ranks = np.arange(n)
+        tree_up = self.kind != _MESH
+        self._set_links(2 * ranks[tree_up], [gp.up for gp in self.groups], g[tree_up], "scaleup")
+        if self.scaleout is not None:
+            self._set_links(self.out_base + 2 * ranks, [gp.nic for gp in self.groups], g, "scaleout")
+        self._set_links(self.host_base + 2 * ranks, [gp.host for gp in self.groups], g, "host")
+        two_tier = np.flatnonzero(self.node_kind == _TWO_TIER)
+        if len(two_tier):
+            owner = self.group[self.node_first_rank[two_tier]]
+            links = [LinkSpec(gp.uplink_bw_Bps, gp.up.latency_s, gp.up.efficiency) for gp in self.groups]
+            self._set_links(self.l12_base + 2 * two_tier, links, owner, "scaleup")
+        if leaves:
+            so = self.scaleout
+            ids = self.ls_base + 2 * np.arange(leaves)
+            for half in (0, 1):
+                self.bw[ids + half] = self.leaf_down_Bps / so.oversubscription
+                self.latency[ids + half] = so.latency_s
+                self.efficiency[ids + half] = so.efficiency
+                self.plane[ids + half] = PLANES.index("scaleout")
+        if self.mesh_width:
+            mesh = np.flatnonzero(self.kind == _MESH)
+            per_node = np.array([gp.per_node for gp in self.groups])[g[mesh]]
+            src = np.repeat(mesh, per_node)
+            peer_local = np.concatenate([np.arange(p) for p in per_node.tolist()])
+            keep = peer_local != self.local[src]
+            src, peer_local = src[keep], peer_local[keep]
+            ids = self.mesh_base + src * self.mesh_width + peer_local
+            self._set_one_way(ids, [gp.up for gp in self.groups], g[src], "scaleup")
+        self.capacity = self.bw * self.efficiency
+
+    def _set_links(self, up_ids: np.ndarray, links: list[LinkSpec | None], owner: np.ndarray, plane: str) -> None:
+        """Both directions of the links `up_ids` (the up half), each with its owner group's spec."""
+        for half in (0, 1):
+            self._set_one_way(up_ids + half, links, owner, plane)
+
+    def _set_one_way(self, ids: np.ndarray, links: list[LinkSpec | None], owner: np.ndarray, plane: str) -> None:
+        bw = np.array([lk.bw_Bps if lk else np.inf for lk in links])
+        lat = np.array([lk.latency_s if lk else 0.0 for lk in links])
+        eff = np.array([lk.efficiency if lk else 1.0 for lk in links])
+        self.bw[ids], self.latency[ids], self.efficiency[ids] = bw[owner], lat[owner], eff[owner]
+        self.plane[ids] = PLANES.index(plane)
+
+    def is_mesh_node(self, node: int) -> bool:
+        return bool(self.node_kind[node] == _MESH)
+
+    # ---- routes ------------------------------------------------------------------------------
+    def route_ids(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """(len(u), MAX_HOPS) edge ids of the routes from devices u to devices v, hop by hop, -1
+        past the last hop: the graph's structural routes (a direct full-mesh link; else the scale-up
+        tree inside one domain; else the scale-out leaf, or leaf-spine-leaf)."""
+        u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
+        kind_u, node_u, node_v = self.kind[u], self.node[u], self.node[v]
+        tree = (self.domain[u] == self.domain[v]) & (kind_u != _MESH)  # one domain: one group
+        up = np.where(tree, 2 * u, self.out_base + 2 * u)
+        down = np.where(tree, 2 * v + 1, self.out_base + 2 * v + 1)
+        mid_up, mid_down = self.l12_base + 2 * node_u, self.l12_base + 2 * node_v + 1   # L1 -> L2 -> L1
+        four = (kind_u == _TWO_TIER) & (node_u != node_v)
+        if self.scaleout is not None:   # or leaf -> spine -> leaf
+            leaf_u, leaf_v = self.leaf[u], self.leaf[v]
+            mid_up = np.where(tree, mid_up, self.ls_base + 2 * leaf_u)
+            mid_down = np.where(tree, mid_down, self.ls_base + 2 * leaf_v + 1)
+            four = np.where(tree, four, leaf_u != leaf_v)
+        out = np.stack([up, np.where(four, mid_up, down), np.where(four, mid_down, -1), np.where(four, down, -1)],
+                       axis=1)
+        if self.mesh_width:   # a direct link inside a full-mesh server beats any switch
+            direct = (kind_u == _MESH) & (node_u == node_v)
+            out[direct] = -1
+            out[direct, 0] = self.mesh_base + u[direct] * self.mesh_width + self.local[v[direct]]
+        out[u == v] = -1
+        return out
+
+    def path_latency_s(self, ids: np.ndarray) -> np.ndarray:
+        """Per route: its links' latencies summed hop by hop (the padding adds 0.0)."""
+        lat = self.latency[ids]
+        total = lat[:, 0]
+        for hop in range(1, MAX_HOPS):
+            total = total + lat[:, hop]
+        return total
+
+    def max_link_time_s(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> float:
+        """The time of the most loaded link when every flow src -> dst of nbytes takes its route:
+        loads summed flow by flow (bincount adds in input order), then max(load / capacity)."""
+        ids = self.route_ids(src, dst).reshape(-1)
+        weights = np.repeat(np.asarray(nbytes, dtype=float), MAX_HOPS)
+        used = ids >= 0
+        if not used.any():
+            return 0.0
+        ids, weights = ids[used], weights[used]
+        loads = np.bincount(ids, weights=weights, minlength=len(self.capacity))
+        return float(np.max(loads[ids] / self.capacity[ids]))
+
+    # ---- names (the graph's node ids) ------------------------------------------------------
+    def edge_name(self, eid: int) -> tuple[str, str]:
+        """The graph's (u, v) node ids of edge `eid`."""
+        n = self.num_devices
+        if eid >= self.mesh_base:
+            src, peer_local = divmod(eid - self.mesh_base, self.mesh_width)
+            return f"dev{src}", f"dev{int(self.node_first_rank[self.node[src]]) + peer_local}"
+        half, i = eid % 2, eid // 2
+        if eid < 2 * n:
+            r = i
+            parent = (f"sw{int(self.domain[r])}" if self.kind[r] == _SWITCH else f"l1.{int(self.node[r])}")
+            pair = (f"dev{r}", parent)
+        elif eid < 4 * n:
+            r = i - n
+            pair = (f"dev{r}", self.leaf_names[int(self.leaf[r])])
+        elif eid < 6 * n:
+            r = i - 2 * n
+            pair = (f"dev{r}", f"host{int(self.node[r])}")
+        elif eid < self.ls_base:
+            node = i - 3 * n
+            pair = (f"l1.{node}", f"l2.{int(self.node_domain[node])}")
+        else:
+            pair = (self.leaf_names[i - self.ls_base // 2], "spine")
+        return pair if half == 0 else (pair[1], pair[0])
+
+    def edge_attrs(self, eid: int) -> dict[str, Any]:
+        return {"bw_Bps": float(self.bw[eid]), "latency_s": float(self.latency[eid]),
+                "efficiency": float(self.efficiency[eid]), "plane": PLANES[int(self.plane[eid])]}
+
+    # ---- group signatures --------------------------------------------------------------------
+    def signature(self, ranks: np.ndarray) -> tuple:
+        """Topology.group_signature of a hierarchical cluster, as compact bytes. Inside one domain
+        (one group): the group, and per rank (which ranks share a node, numbered by first
+        appearance; local position). Across domains, per rank: group, domain (numbered by first
+        appearance), node offset in its domain, local position, leaf (numbered by first appearance:
+        two ranks share a leaf uplink iff they share the label), NIC and leaf-uplink capacities."""
+        group, domain = self.group[ranks], self.domain[ranks]
+        if (group == group[0]).all() and (domain == domain[0]).all():
+            per_rank = np.stack([_first_appearance(self.node[ranks]), self.local[ranks]])
+            return ("domain", int(group[0]), per_rank.tobytes())
+        offset = self.node[ranks] - self.domain_first_node[domain]
+        ints = np.stack([group, _first_appearance(domain), offset, self.local[ranks],
+                         _first_appearance(self.leaf[ranks])])
+        caps = np.stack([self.capacity[self.out_base + 2 * ranks], self.capacity[self.ls_base + 2 * self.leaf[ranks]]])
+        return ("multi", len(ranks), ints.tobytes(), caps.tobytes())
+
+    # ---- the networkx graph (inspection, paths off the devices) --------------------------------
+    def build_graph(self) -> tuple[nx.DiGraph, dict[str, dict[str, str]]]:
+        """The directed graph and the per-plane parent maps, in the order the builder always used."""
+        b = _GraphBuilder()
+        leaves: dict[tuple[int, int], float] = {}
+        node_base = domain_base = rank = 0
+        npl = self.scaleout.nodes_per_leaf if self.scaleout else 1
+        for g in self.groups:
+            for n in range(g.num_nodes):
+                rank = self._add_server(b, g, node_base + n, domain_base + n // g.per_domain,
+                                        n % g.per_domain == 0, rank, leaves, npl)
+            node_base += g.num_nodes
+            domain_base += g.num_nodes // g.per_domain
+        if self.scaleout is not None and leaves:
+            so = self.scaleout
+            link = LinkSpec(1.0, so.latency_s, so.efficiency)
+            b.node("spine", kind="switch", tier="spine")
+            for (rail, grp), down_bw in leaves.items():  # one aggregated spine; uplink = downlink / oversubscription
+                b.link(f"leaf.{rail}.{grp}", "spine", link, "scaleout", bw_Bps=down_bw / so.oversubscription)
+        return b.graph(), {p: m for p, m in b.parents.items() if m}
+
+    @staticmethod
+    def _add_server(b: _GraphBuilder, g: GroupPlan, node: int, domain: int, first_in_domain: bool, rank: int,
+                    leaves: dict[tuple[int, int], float], nodes_per_leaf: int) -> int:
+        host_id = f"host{node}"
+        b.node(host_id, kind="host", node=node, domain=domain)
+        if g.up_kind == "switch" and first_in_domain:
+            b.node(f"sw{domain}", kind="switch", tier="scaleup", domain=domain)
+        if g.up_kind == "two-tier":
+            b.node(f"l1.{node}", kind="switch", tier="L1", node=node, domain=domain)
+            if first_in_domain:
+                b.node(f"l2.{domain}", kind="switch", tier="L2", domain=domain)
+            b.link(f"l1.{node}", f"l2.{domain}", g.up, "scaleup", bw_Bps=g.uplink_bw_Bps)
+        local_ids = []
+        for local in range(g.per_node):
+            dev_id = f"dev{rank}"
+            local_ids.append(dev_id)
+            b.node(dev_id, kind="device", rank=rank, device=g.spec.name, node=node, domain=domain,
+                   local=local, group=g.name)
+            b.link(dev_id, host_id, g.host, "host")
+            if g.up_kind == "switch":
+                b.link(dev_id, f"sw{domain}", g.up, "scaleup")
+            elif g.up_kind == "two-tier":
+                b.link(dev_id, f"l1.{node}", g.up, "scaleup")
+            if g.nic is not None:
+                leaf = (local, node // nodes_per_leaf)
+                if leaf not in leaves:
+                    leaves[leaf] = 0.0
+                    b.node(f"leaf.{leaf[0]}.{leaf[1]}", kind="switch", tier="leaf", rail=local)
+                leaves[leaf] += g.nic.bw_Bps
+                b.link(dev_id, f"leaf.{leaf[0]}.{leaf[1]}", g.nic, "scaleout")
+            rank += 1
+        if g.up_kind == "mesh":  # full mesh inside the server: one direct link per ordered pair
+            for x in local_ids:
+                for y in local_ids:
+                    if x < y:
+                        b.link(x, y, g.up, "scaleup", tree=False)
+        return rank
+
+
+class _GraphBuilder:
+    """Accumulates nodes, edges and per-plane parent maps; adds edges in both directions."""
+
+    def __init__(self) -> None:
+        self.nodes: list[tuple[str, dict[str, Any]]] = []
+        self.edges: list[tuple[str, str, dict[str, Any]]] = []
+        self.parents: dict[str, dict[str, str]] = {p: {} for p in PLANES}
+
+    def node(self, node_id: str, **attrs: Any) -> None:
+        self.nodes.append((node_id, attrs))
+
+    def link(self, child: str, parent: str, link: LinkSpec, plane: str, bw_Bps: float | None = None,
+             tree: bool = True) -> None:
+        attrs = {"bw_Bps": bw_Bps if bw_Bps is not None else link.bw_Bps, "latency_s": link.latency_s,
+                 "efficiency": link.efficiency, "plane": plane}
+        self.edges.append((child, parent, attrs))
+        self.edges.append((parent, child, dict(attrs)))
+        if tree:
+            self.parents[plane][child] = parent
+
+    def graph(self) -> nx.DiGraph:
+        import networkx as nx
+        g = nx.DiGraph()
+        g.add_nodes_from(self.nodes)
+        g.add_edges_from(self.edges)
+        return g
+
+
+def _first_appearance(values: np.ndarray) -> np.ndarray:
+    """Each value's label, the labels numbered 0, 1, ... in order of first appearance."""
+    if len(values) < 2 or (values[1:] >= values[:-1]).all():   # sorted (the usual group): runs
+        return np.concatenate([[0], np.cumsum(values[1:] != values[:-1])]).astype(np.int64)
+    unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    number = np.empty(len(unique), dtype=np.int64)
+    number[np.argsort(first, kind="stable")] = np.arange(len(unique))
+    return number[inverse.reshape(-1)]
