@@ -21,7 +21,7 @@ NOT_BEFORE_PARSE = ("numpy", "pandas", "pyarrow", "pydantic", "networkx", "simpy
                     "simulator.commands.plan", "simulator.commands.sweep")
 # `rlsim run` on the default scenario (stalesync, explicit layouts) up to its first event: what the
 # results, the report, other commands and other schedule kinds need comes later or never.
-NOT_BEFORE_FIRST_EVENT = ("pandas", "pyarrow", "rich", "scipy", "matplotlib", "dask", "SALib",
+NOT_BEFORE_FIRST_EVENT = ("pandas", "pyarrow", "rich", "scipy", "matplotlib", "dask", "SALib", "networkx",
                           "simulator.metrics", "simulator.report", "simulator.sweep", "simulator.calibration",
                           "simulator.planner", "simulator.autoplan", "simulator.frameworks",
                           "simulator.rl.critical_path", "simulator.rl.schedules.areal",
