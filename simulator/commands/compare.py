@@ -6,6 +6,8 @@ import argparse
 from .run import add_scenario_arguments, scenario_keywords
 
 HELP = "compare schedules (colocated, disaggregated, stalesync, ...) on one scenario"
+# loaded during the CLI's start-up (cli._start_up); run() needs them first
+PRELOAD = ("simulator.api", "simulator.rl.llm_costs", "simulator.uncertainty.replicas", "simulator.report.console")
 EXAMPLES = """examples:
   rlsim compare                                           # seed scenario: colocated vs disaggregated vs stalesync
   rlsim compare --schedules colocated,one-step-off,async --workload grpo-qwen2.5-7b --topology dgx-h100

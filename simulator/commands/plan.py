@@ -10,6 +10,8 @@ from ..overrides import parse_assignment, section
 from . import common
 
 HELP = "search training / rollout parallel layouts on a topology and rank them by step time"
+# loaded during the CLI's start-up (cli._start_up); run() needs them first
+PRELOAD = ("simulator.autoplan", "simulator.planner", "simulator.planner.evaluate", "simulator.report.console")
 EXAMPLES = """examples:
   rlsim plan --topology dgx-h100 --set topology.nodes=4 --model llama3.1-8b --global-batch 256 --seq-len 4096
   rlsim plan --topology dgx-a100 --set topology.nodes=192 --model gpt-145.6b --global-batch 2304 --seq-len 2048 --top 3

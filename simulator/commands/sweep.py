@@ -20,6 +20,8 @@ from . import common
 # commands do not pay for it.
 
 HELP = "run a scenario over a grid of values (local processes or Dask), resumable; find the capacity for a target"
+# loaded during the CLI's start-up (cli._start_up); run() needs them first
+PRELOAD = ("simulator.sweep", "simulator.capacity", "simulator.api", "simulator.rl.llm_costs")
 EXAMPLES = """examples:
   rlsim sweep --schedule stalesync --grid schedule.staleness=0,1,2 --grid schedule.placement=colocated,disaggregated --out sweep
   rlsim sweep my.yaml --grid topology.supernodes=1,2,4 --jobs 4 --out scaling --json
