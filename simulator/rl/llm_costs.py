@@ -261,14 +261,9 @@ class LlmCosts:
 
     def train_devices_at_most(self, n_max: int) -> int:
         """Largest training pool <= n_max whose stages keep the configured experts folded (etp x ep
-        divides tp x cp x dp: a pool of 11 replicas could not shard 4-way EP at TP 1)."""
-        t = self.train_template
-        mp = t.model_parallel
-        fold = max(1, t.ep) * (t.tp if t.etp is None else t.etp)
-        dp = n_max // mp
-        while dp > 0 and (t.tp * t.cp * dp) % fold:
-            dp -= 1
-        return dp * mp
+        divides tp x cp x dp: a pool of 11 replicas could not shard 4-way EP at TP 1): whole
+        granules of TrainLayout.pool_unit."""
+        return (n_max // self.train_pool_unit) * self.train_pool_unit
 
     def effective_layouts(self, n_train: int) -> dict[str, Any]:
         return {"train": self.layout(n_train).as_dict(), "rollout": self.rollout_layout.model_dump()}
