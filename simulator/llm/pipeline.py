@@ -99,6 +99,53 @@ class PipelineResult:
         return tuple(out)
 
 
+@dataclass(frozen=True)
+class PathOp:
+    """One operation on a pipeline's critical chain, with the transfer that fed it (0 when the
+    device, not the input, was the later of the two: the op waited for its own stage)."""
+
+    stage: int
+    kind: str            # forward | backward
+    micro_batch: int
+    chunk: int
+    start: float
+    end: float
+    p2p_before_s: float = 0.0
+
+
+def critical_chain(result: PipelineResult, stage: int | None = None) -> tuple[PathOp, ...]:
+    """The chain of operations that set when ``stage`` (default: the last to finish) ends its last
+    operation, in time order from 0.
+
+    An operation starts at max(its device's previous op's end, its upstream op's end + transfer)
+    (the simulation's arithmetic): the chain steps back to whichever is later (the device on a tie:
+    the stage was busy), so op durations plus the transfers taken tile [0, end of the last op]."""
+    pp, vpp, m = result.pp, result.vpp, result.micro_batches
+    if stage is None:
+        stage = max(range(pp), key=result.stage_end_s)
+    ops = stage_op_ids(pp, vpp, m, stage)
+    if not len(ops):
+        return ()
+    sched = _compiled(pp, vpp, m)
+    n = sched.n_ops
+    by_op = np.empty((3, n), dtype=np.int64)  # prev, dep, xfer per op id (schedule rows are in level order)
+    by_op[:, sched.order] = np.stack([sched.prev, sched.dep, sched.xfer])
+    prev, dep, xfer = (row.tolist() for row in by_op)
+    end, xf = result.end_s.tolist(), result.xfer_s.tolist()
+    n_virtual = pp * vpp
+    chain: list[PathOp] = []
+    op = int(ops[-1])
+    while op >= 0:
+        device_free, arrived = end[prev[op]], end[dep[op]] + xf[xfer[op]]
+        from_input = arrived > device_free
+        start = arrived if from_input else device_free
+        virtual, micro = divmod(op % (n_virtual * m), m)
+        chain.append(PathOp(virtual % pp, FORWARD if op < n_virtual * m else BACKWARD, micro, virtual // pp,
+                            start, end[op], xf[xfer[op]] if from_input else 0.0))
+        op = dep[op] if from_input else prev[op]
+    return tuple(reversed(chain))
+
+
 def _warmup_forwards(p: int, v: int, m: int, stage: int) -> int:
     """Forwards a rank issues before its first backward (Megatron-LM's schedules)."""
     total = m * v

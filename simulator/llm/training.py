@@ -27,6 +27,7 @@ from .pipeline import (
     IDLE,
     PipelineResult,
     StageInterval,
+    critical_chain,
     forward_only_makespan,
     simulate_pipeline,
     simulate_pipelines,
@@ -107,6 +108,24 @@ class TrainStepCost:
             if self.offload_s > 0:
                 out.append(StageInterval(s, "offload", done, self.step_time_s))
         return tuple(out)
+
+    def critical_stages(self) -> dict[str, Any]:
+        """Which pipeline stage set this step's length, and the chain through the stages that led
+        there: the stage that finishes last (its flush end, its gradient sync and optimizer), the
+        seconds its critical chain (pipeline.critical_chain) spends computing on each stage and in
+        point-to-point transfers, then the tail: the parts sum to ``step_time_s`` (the step ends
+        when the last stage's optimizer does, plus the offload)."""
+        if not self.stage_tail_s:
+            return {}
+        last = max(range(len(self.stage_tail_s)), key=lambda st: sum(self.stage_tail_s[st]))
+        end, dp, opt = self.stage_tail_s[last]
+        by_stage = [0.0] * len(self.stage_tail_s)
+        p2p = 0.0
+        for op in critical_chain(self.pipeline, last):
+            by_stage[op.stage] += op.end - op.start
+            p2p += op.p2p_before_s
+        return {"stage": last, "ops_s_by_stage": by_stage, "p2p_s": p2p, "dp_sync_s": dp, "optimizer_s": opt,
+                "offload_s": self.offload_s}
 
     def record(self, timeline: Any, pool: str, ranks: Sequence[int], start: float, *, iteration: int = -1,
                label: str = "train") -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import RlsimError
-from simulator.llm.pipeline import forward_only_makespan, issue_order, simulate_pipeline
+from simulator.llm.pipeline import critical_chain, forward_only_makespan, issue_order, simulate_pipeline
 
 
 @settings(max_examples=60, deadline=None)
@@ -176,3 +176,61 @@ def test_periodic_path_is_taken_and_keeps_the_closed_form():
     res = simulate_pipeline(np.full((p, m), f), np.full((p, m), b), pp=p)
     assert res.makespan_s == pytest.approx((m + p - 1) * (f + b), rel=1e-12)
     assert res.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), rel=1e-9)
+
+
+# ---- the critical chain through the stages ----------------------------------------------------------
+def _chain_tiles(result, chain) -> None:
+    """The chain starts at 0, each op starts where the one before ended plus the transfer taken,
+    and each step back follows the op's device or its upstream input."""
+    assert chain[0].start == 0.0
+    for before, op in zip(chain[:-1], chain[1:], strict=True):
+        assert op.start == pytest.approx(before.end + op.p2p_before_s, abs=1e-9)
+        same_device = before.stage == op.stage and op.p2p_before_s == 0.0
+        neighbour = abs(before.stage - op.stage) in (0, 1, result.pp - 1)
+        assert same_device or neighbour
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.integers(2, 6), m_blocks=st.integers(1, 4), tf=st.floats(0.5, 2.0), ratio=st.floats(1.1, 3.0))
+def test_critical_chain_of_uniform_1f1b_has_m_plus_p_minus_1_forwards_and_backwards(p, m_blocks, tf, ratio):
+    m = p * m_blocks
+    res = simulate_pipeline(np.full((p, m), tf), np.full((p, m), tf * ratio), 0.0, pp=p)
+    chain = critical_chain(res)
+    kinds = [op.kind for op in chain]
+    # makespan (m + p - 1)(t_f + t_b): the chain holds exactly that many of each, nothing else
+    assert kinds.count("forward") == kinds.count("backward") == m + p - 1
+    assert chain[-1].end == pytest.approx(res.makespan_s)
+    assert sum(op.end - op.start for op in chain) == pytest.approx(res.makespan_s)
+    _chain_tiles(res, chain)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), p=st.integers(1, 4), v=st.integers(1, 3), groups=st.integers(1, 3))
+def test_critical_chain_tiles_the_stage_end_with_random_times_and_transfers(data, p, v, groups):
+    m = p * groups
+    shape = (p * v, m)
+    fw = np.array(data.draw(st.lists(st.floats(0.1, 3.0), min_size=p * v * m, max_size=p * v * m))).reshape(shape)
+    bw = fw * data.draw(st.floats(1.0, 3.0))
+    p2p = data.draw(st.floats(0.0, 0.5))
+    res = simulate_pipeline(fw, bw, p2p, pp=p, vpp=v)
+    for stage in range(p):
+        chain = critical_chain(res, stage)
+        assert chain[-1].end == pytest.approx(res.stage_end_s(stage))
+        assert sum(op.end - op.start + op.p2p_before_s for op in chain) == pytest.approx(res.stage_end_s(stage))
+        _chain_tiles(res, chain)
+    assert critical_chain(res)[-1].end == pytest.approx(res.makespan_s)
+
+
+def test_critical_chain_stays_on_a_slow_stage():
+    # One stage twice as slow as the others: the chain reaches it through the first micro-batch's
+    # forwards, detours through the last stage for micro-batch 0's turn-around (the slow stage's
+    # second warm-up forward ends first), then stays on the slow stage until the last micro-batch's
+    # backward drains through the stages above it.
+    p, m = 4, 16
+    fw = np.ones((p, m))
+    fw[2] = 2.0
+    res = simulate_pipeline(fw, 2 * fw, 0.0, pp=p)
+    off_slow = [(op.stage, op.kind, op.micro_batch) for op in critical_chain(res) if op.stage != 2]
+    assert off_slow == [(0, "forward", 0), (1, "forward", 0), (3, "forward", 0), (3, "backward", 0),
+                        (1, "backward", m - 1), (0, "backward", m - 1)]
+    assert res.makespan_s == pytest.approx(1 + 1 + (m * 6 - 2) + (1 + 2) + (2 + 2))

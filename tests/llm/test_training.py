@@ -82,6 +82,19 @@ def test_interleaving_cuts_the_bubble():
     assert inter.step_time_s < plain.step_time_s
 
 
+@pytest.mark.parametrize("layout", [TrainLayout(pp=4), TrainLayout(pp=4, vpp=2), TrainLayout(tp=2, pp=2, zero=1),
+                                    TrainLayout()])
+def test_critical_stages_sum_to_the_step(layout):
+    cost = train_step_cost(GPT, layout, TOPO, None, uniform_sequences(16, 1024))
+    parts = cost.critical_stages()
+    total = sum(parts["ops_s_by_stage"]) + parts["p2p_s"] + parts["dp_sync_s"] + parts["optimizer_s"] \
+        + parts["offload_s"]
+    assert total == pytest.approx(cost.step_time_s, rel=1e-9)
+    assert 0 <= parts["stage"] < layout.pp and len(parts["ops_s_by_stage"]) == layout.pp
+    # Every stage of a pipeline holds part of the chain (the first micro-batch's forwards cross them all).
+    assert all(s > 0 for s in parts["ops_s_by_stage"])
+
+
 def test_collectives_by_layout_go_through_the_collective_model():
     net = LinearNetwork()
     train_step_cost(GPT, TrainLayout(tp=2, pp=2, sequence_parallel=False, zero=0), TOPO, list(range(16)),
