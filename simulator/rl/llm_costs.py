@@ -243,8 +243,10 @@ class LlmCosts:
             lay.check_model(self.model, source=self.source)
             self._layouts[n_devices] = lay
             # each replica's TP x PP on consecutive ranks (inside a scale-up domain), DP outermost:
-            # gradient sync is the traffic that crosses domains (RDMA between supernodes)
-            self._ranks[n_devices] = replica_contiguous_ranks(lay.tp, lay.cp, lay.dp or 1, lay.pp)
+            # gradient sync is the traffic that crosses domains (RDMA between supernodes); the
+            # replicas of one folded expert group together, so the expert all-to-all does not
+            fold = lay.pool_unit // lay.model_parallel
+            self._ranks[n_devices] = replica_contiguous_ranks(lay.tp, lay.cp, lay.dp or 1, lay.pp, fold=fold)
         return self._layouts[n_devices]
 
     def set_train_layout(self, layout_map: dict[str, Any]) -> None:

@@ -67,6 +67,27 @@ def test_moe_parallel_folding_lets_ep_exceed_what_dp_carries():
     assert c.train_devices_at_most(383) == 256   # dp 2: 4 | 8 x 2
 
 
+def test_folded_expert_all_to_all_stays_on_consecutive_ranks_of_one_node():
+    # Qwen3-30B-A3B EP8 PP2 on 16 H100s (the V6 1-step-off trainer): each stage's EP 8 group is one
+    # node (Megatron-Core's order), not every other rank over two nodes, and the step is then about
+    # half that of EP8 PP1 on 32 (2x the devices, the same per-device work): it was 3.6x
+    from simulator.llm.training import _groups
+
+    def qwen(nodes, pp):
+        return costs("topology.preset=dgx-h100", f"topology.nodes={nodes}", "workload.model=qwen3-30b-a3b",
+                     "workload.train_layout.tp=1", f"workload.train_layout.pp={pp}", "workload.train_layout.ep=8",
+                     "workload.train_layout.etp=1", "workload.train_layout.vpp=1",
+                     "workload.train_layout.recompute=none", "workload.train_layout.micro_batch=1",
+                     "schedule.pack_tokens=4096")
+    sixteen, thirty_two = qwen(2, 2), qwen(4, 1)
+    lay = sixteen.layout(16)
+    groups = _groups(lay, tuple(sixteen._placed(sixteen.pool(range(16)), 16)))
+    assert groups.ep == [list(range(8)), list(range(8, 16))]
+    lens = np.full(512, 3300)
+    ratio = sixteen._train("actor", lens, 16).time_s / thirty_two._train("actor", lens, 32).time_s
+    assert 1.6 < ratio < 2.6
+
+
 def test_trained_batches_are_kept_only_where_a_failure_replan_reads_them():
     # a run without schedule.failures keeps none: a long run held every batch (issue 13, memory)
     c = costs()
