@@ -108,3 +108,35 @@ def test_a_replan_judges_the_latest_the_longest_and_the_heaviest_trained_batch()
     assert [b is x for b, x in zip(picked, (latest, tail), strict=True)] == [True, True]
     # the tail batch holds the heaviest micro-batch under the pool's micro-batching
     assert c._heaviest_micro_batch_tokens(384, tail) > c._heaviest_micro_batch_tokens(384, latest)
+
+
+def test_reference_swap_adds_its_host_copies_of_the_weight_shard_to_the_reference_pass_only():
+    # schedule.reference_swap_copies (NeMo RL use_reference_model): copies x the training weight shard
+    # over the host link at switch.host_link_efficiency, on the reference forward, not the old log-probs
+    lens = np.full(512, 1800)
+    plain, swapped = costs(), costs("schedule.reference_swap_copies=3")
+    ranks = list(range(384))
+    pool = swapped.pool(ranks)
+    device = pool.kinds[0]
+    expected = 3 * swapped._train_weight_bytes(pool) / (device.host_link_bw_Bps * 0.85)
+    assert swapped.reference_swap_s(pool) == pytest.approx(expected)
+    assert expected > 0.1
+    ref, base = swapped.forward("reference", lens, ranks).time_s, plain.forward("reference", lens, ranks).time_s
+    assert ref - base == pytest.approx(expected)
+    assert swapped.forward("actor", lens, ranks).time_s == plain.forward("actor", lens, ranks).time_s
+
+
+def test_forward_micro_batch_packs_that_many_rows_into_a_forward_micro_batch(monkeypatch):
+    # schedule.forward_micro_batch (NeMo RL logprob_batch_size): forward micro-batches of
+    # rows x pack_tokens tokens, here 2 x 8192 // 1000 = 16 samples; training keeps its own
+    import simulator.rl.llm_costs as module
+    seen = []
+    real = module.forward_cost
+    monkeypatch.setattr(module, "forward_cost", lambda model, lay, *a, **k: seen.append(lay) or real(model, lay, *a, **k))
+    lens = np.full(1024, 1000)
+    c = costs("schedule.forward_micro_batch=2", "schedule.pack_tokens=8192", "workload.train_layout.micro_batch=1")
+    c._forward("actor", lens, 384)
+    assert seen[-1].micro_batch == 16
+    assert c.micro_batched(lens, 384)[0].micro_batch == 8
+    costs("schedule.pack_tokens=8192", "workload.train_layout.micro_batch=1")._forward("actor", lens, 384)
+    assert seen[-1].micro_batch == 8
