@@ -225,7 +225,8 @@ class RecoveryConfig(_Strict):
 
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
 COMMON_KNOBS = frozenset({"kind", "overprovision", "tail_consolidation", "low_batch_share", "distqueue",
-                          "weight_sync_efficiency", "refit", "refit_overlap", "micro_batching", "pack_tokens", "reuse_stage_costs"})
+                          "weight_sync_efficiency", "refit", "refit_overlap", "micro_batching", "pack_tokens", "reuse_stage_costs",
+                          "forward_micro_batch", "reference_swap_copies"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
 # a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
 COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
@@ -314,6 +315,17 @@ class ScheduleConfig(_Strict):
     # Token budget of one packed row; default = prompt max + response max of the workload (the
     # fixed row width a padded batch would use, so a packed row never exceeds the longest sample's memory).
     pack_tokens: int | None = Field(None, gt=0)
+    # Packed rows per micro-batch of the forward-only passes (old log-probs, reference): their token
+    # budget is forward_micro_batch x pack_tokens (NeMo RL: policy.logprob_batch_size, with sequence
+    # packing sequence_packing.logprob_mb_tokens = logprob_batch_size x max_total_sequence_length;
+    # verl: log_prob_max_token_len_per_gpu). None: the training micro_batch.
+    forward_micro_batch: int | None = Field(None, gt=0)
+    # Host copies of the training weight shard around each reference pass: the trainer keeps the
+    # reference model's state dict in host memory and swaps it in (NeMo RL v0.5 Megatron policy worker
+    # use_reference_model: the model's state dict copied to the CPU, the reference's loaded into the
+    # model, then the model's loaded back: 3 copies). 0: the reference weights stay resident (verl's
+    # separate reference worker). Each copy is the shard over the host link (switch.host_link_efficiency).
+    reference_swap_copies: int = Field(0, ge=0)
     # Speed: evaluate the full training / forward cost model once per (stage, pool size, batch size)
     # and scale later batches by their model FLOPs (linear + attention terms). False = every call exact.
     reuse_stage_costs: bool = True

@@ -79,7 +79,8 @@ RULES: dict[str, Rule] = {
     "policy.train_global_batch_size": mapped("workload.mini_batch_prompts", "sequences per optimizer step / "
                                              "num_generations_per_prompt"),
     "policy.train_micro_batch_size": mapped("workload.train_layout.micro_batch", "or x T-max = pack_tokens when packing"),
-    "policy.logprob_batch_size": unsupported("log-prob forwards use the trainer's micro-batching in rlsim"),
+    "policy.logprob_batch_size": mapped("schedule.forward_micro_batch", "packed rows (or samples) per log-prob "
+                                        "micro-batch"),
     "policy.generation_batch_size": ignored("only used by the Hugging Face generation backend"),
     "policy.max_total_sequence_length": mapped("workload.response_length.max", "T-max caps prompt + response"),
     "policy.precision": mapped("workload.dtype"),
@@ -280,6 +281,8 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
     # NeMo RL's refit rebuilds every parameter as a full tensor on every rank (docs/validation.md V6);
     # colocated, the policy's weights go to host and vLLM sleeps between phases
     s["refit"] = "full-tensors"
+    # the reference pass swaps the reference state dict in from host memory (use_reference_model)
+    s["reference_swap_copies"] = 3
     if kind == "colocated":
         s["switch"] = {"offload_weights": True, "engine_sleep": True}
     if kind == "nemo-rl-async":
@@ -296,6 +299,13 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
         s["pack_tokens"] = positive_int(tokens, "policy.sequence_packing.train_mb_tokens", src)
         decided["policy.train_micro_batch_size"] = ("mapped", "schedule.pack_tokens: packed rows of "
                                                     "T-max x train_micro_batch_size tokens")
+    if v.given("policy.logprob_batch_size"):
+        rows = positive_int(v("policy.logprob_batch_size"), "policy.logprob_batch_size", src)
+        if packing:   # logprob_mb_tokens = T-max x logprob_batch_size (grpo_math_1B.yaml): rows of pack_tokens
+            lp_tokens = v("policy.sequence_packing.logprob_mb_tokens") or int(v("policy.max_total_sequence_length")) * rows
+            rows = max(1, round(positive_int(lp_tokens, "policy.sequence_packing.logprob_mb_tokens", src)
+                                / s["pack_tokens"]))
+        s["forward_micro_batch"] = rows
     if not v("grpo.use_dynamic_sampling"):
         decided["grpo.batch_multiplier"] = ("ignored", "used only with use_dynamic_sampling")
     return s

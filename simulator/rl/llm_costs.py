@@ -243,8 +243,10 @@ class LlmCosts:
             lay.check_model(self.model, source=self.source)
             self._layouts[n_devices] = lay
             # each replica's TP x PP on consecutive ranks (inside a scale-up domain), DP outermost:
-            # gradient sync is the traffic that crosses domains (RDMA between supernodes)
-            self._ranks[n_devices] = replica_contiguous_ranks(lay.tp, lay.cp, lay.dp or 1, lay.pp)
+            # gradient sync is the traffic that crosses domains (RDMA between supernodes); the
+            # replicas of one folded expert group together, so the expert all-to-all does not
+            fold = lay.pool_unit // lay.model_parallel
+            self._ranks[n_devices] = replica_contiguous_ranks(lay.tp, lay.cp, lay.dp or 1, lay.pp, fold=fold)
         return self._layouts[n_devices]
 
     def set_train_layout(self, layout_map: dict[str, Any]) -> None:
@@ -362,7 +364,17 @@ class LlmCosts:
 
     def forward(self, role, seq_lens, ranks) -> StageCost:
         pool = self.pool(ranks)
-        return self._reused("fwd", role, seq_lens, pool, lambda: self._forward(role, seq_lens, pool))
+        cost = self._reused("fwd", role, seq_lens, pool, lambda: self._forward(role, seq_lens, pool))
+        if role != "reference" or not self.scenario.schedule.reference_swap_copies:
+            return cost
+        return dataclasses.replace(cost, time_s=cost.time_s + self.reference_swap_s(pool))
+
+    def reference_swap_s(self, pool: _Pool) -> float:
+        """schedule.reference_swap_copies: copies of the training weight shard between HBM and host
+        memory around a reference pass, each over the device's host link (the slowest kind's)."""
+        nbytes = self.scenario.schedule.reference_swap_copies * self._train_weight_bytes(pool)
+        eff = self.switch_params.host_link_efficiency
+        return max(nbytes / (k.host_link_bw_Bps * eff) for k in pool.kinds)
 
     def train(self, role, seq_lens, ranks) -> StageCost:
         pool = self.pool(ranks)
@@ -427,11 +439,12 @@ class LlmCosts:
             return list(range(n))
         return self._placed(self.pool(ranks[:n]), n)
 
-    def _micro_batched_as(self, lay: TrainLayout, seq_lens) -> tuple[TrainLayout, np.ndarray]:
+    def _micro_batched_as(self, lay: TrainLayout, seq_lens, rows: int | None = None) -> tuple[TrainLayout, np.ndarray]:
+        """``rows``: packed rows per micro-batch (samples when not balanced; default: the layout's micro_batch)."""
         lens = np.asarray(seq_lens, np.int64)
         if not self.balanced or not len(lens):
-            return lay, lens
-        b = samples_per_micro_batch(lens, self.pack_tokens, lay.micro_batch, lay.dp or 1)
+            return (lay if rows is None else dataclasses.replace(lay, micro_batch=rows)), lens
+        b = samples_per_micro_batch(lens, self.pack_tokens, rows or lay.micro_batch, lay.dp or 1)
         return dataclasses.replace(lay, micro_batch=b), lens[balanced_order(lens, b)]
 
     def _as_pool(self, where: _Pool | int) -> _Pool:
@@ -441,7 +454,7 @@ class LlmCosts:
     def _forward(self, role, seq_lens, where: _Pool | int) -> StageCost:
         pool = self._as_pool(where)
         n_devices = len(pool.ranks)
-        lay, lens = self.micro_batched(seq_lens, n_devices)
+        lay, lens = self._micro_batched_as(self.layout(n_devices), seq_lens, self.scenario.schedule.forward_micro_batch)
         c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
                          packing=self._packing(), params=self.train_params, collectives=self.collectives,
                          source=self.source)

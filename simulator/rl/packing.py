@@ -55,10 +55,20 @@ def balanced_order(lens: np.ndarray, b: int) -> np.ndarray:
     return np.fromiter((i for grp in members for i in grp), dtype=np.int64, count=n)
 
 
-def replica_contiguous_ranks(tp: int, cp: int, dp: int, pp: int, start: int = 0) -> list[int]:
+def replica_contiguous_ranks(tp: int, cp: int, dp: int, pp: int, start: int = 0, fold: int = 1) -> list[int]:
     """Canonical rank list (position = tp + TP (cp + CP (dp + DP pp))) of a placement where each
     replica's TP x CP x PP devices are consecutive ranks (one scale-up domain when it fits) and DP is
-    outermost, so the gradient all-reduce is the only training traffic between domains."""
-    slots = np.arange(tp * cp * dp * pp).reshape(dp, pp, cp, tp)     # slot = tp + TP(cp + CP(pp + PP dp))
-    canonical = slots.transpose(1, 0, 2, 3)                          # -> [pp, dp, cp, tp]
+    outermost, so the gradient all-reduce is the only training traffic between domains.
+
+    ``fold``: DP replicas whose stages form one expert group (MoE parallel folding: etp x ep spans
+    ``fold`` replicas' tp x cp ranks of a stage; TrainLayout.pool_unit / model_parallel). The
+    ``fold`` replicas of a group are consecutive ranks, and inside them Megatron-Core's own rank
+    order (tp-cp-ep-dp-pp: a stage's expert group together, pipeline outer), so the expert
+    all-to-all stays among consecutive ranks; DP over the groups stays outermost. fold 1 is the
+    plain replica-contiguous placement."""
+    if fold < 1 or dp % fold:
+        raise ValueError(f"fold {fold} must divide dp {dp}")
+    # slot = tp + TP(cp + CP(f + F(pp + PP g))), replica d = g F + f
+    slots = np.arange(tp * cp * dp * pp).reshape(dp // fold, pp, fold, cp, tp)
+    canonical = slots.transpose(1, 0, 2, 3, 4)                       # -> [pp, g, f, cp, tp] = [pp, dp, cp, tp]
     return (canonical.ravel() + start).tolist()

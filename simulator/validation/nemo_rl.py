@@ -37,6 +37,9 @@ PROMPT_CAP = 1024
 PROMPT_MEAN = 127.0
 ITERATIONS = 4
 TARGET_MEDIAN, TARGET_MAX = 0.15, 0.30
+# NeMo RL v0.5 megatron_policy_worker use_reference_model: the model's state dict copied to host memory,
+# the reference state dict (kept on the host) loaded into the model, the model's loaded back after
+NEMO_REFERENCE_SWAP_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Row:
     ac: bool
     tok_s_gpu: float
     step_s: float
+    logprob_batch_size: int          # policy.logprob_batch_size (packed rows per log-prob micro-batch)
     max_prompt: int = PROMPT_CAP
 
     @property
@@ -80,27 +84,27 @@ class Row:
 
 ROWS: tuple[Row, ...] = (
     Row("llama3.1-8b", "grpo", "llama3.1-8b", "on-policy", 16, 16, 64, 32, 512, 4096, 1019, 1, 0.6, True, False,
-        1, 1, 1, 2, None, False, True, 1581, 92.8),
+        1, 1, 1, 2, None, False, True, 1581, 92.8, 2),
     Row("llama3.1-8b", "grpo", "llama3.1-8b", "1-step-off", 16, 8, 64, 32, 512, 4096, 1123, 1, 0.8, True, True,
-        1, 1, 1, 1, None, False, True, 2478, 64.8),
+        1, 1, 1, 1, None, False, True, 2478, 64.8, 2),
     Row("deepseek-v3", "grpo", "deepseek-v3", "on-policy", 256, 256, 32, 16, 512, 1536, 744, 32, 0.6, True, True,
-        1, 1, 16, 16, (3, 2), False, True, 12.7, 134),
+        1, 1, 16, 16, (3, 2), False, True, 12.7, 134, 1),
     Row("deepseek-v3", "grpo", "deepseek-v3", "1-step-off", 512, 256, 32, 16, 512, 1536, 738, 32, 0.8, True, True,
-        1, 1, 16, 16, (3, 2), False, True, 13.1, 64.9),
+        1, 1, 16, 16, (3, 2), False, True, 13.1, 64.9, 2),
     Row("deepseek-v3-dapo", "dapo", "deepseek-v3", "on-policy", 512, 512, 64, 8, 512, 1536, 974, 64, 0.6, False,
-        False, 8, 4, 32, 8, (7, 6), True, True, 2.45, 458, max_prompt=512),
+        False, 8, 4, 32, 8, (7, 6), True, True, 2.45, 458, 1, max_prompt=512),
     Row("qwen3-235b-a22b", "grpo", "qwen3-235b-a22b", "on-policy", 128, 128, 16, 32, 512, 8192, 5700, 16, 0.6, True,
-        True, 2, 2, 16, 8, (11, 11), True, True, 54.1, 431),
+        True, 2, 2, 16, 8, (11, 11), True, True, 54.1, 431, 1),
     Row("qwen3-235b-a22b", "grpo", "qwen3-235b-a22b", "1-step-off", 256, 128, 16, 32, 512, 8192, 5707, 8, 0.8, True,
-        True, 4, 1, 16, 8, (11, 11), True, True, 58.7, 203),
+        True, 4, 1, 16, 8, (11, 11), True, True, 58.7, 203, 1),
     Row("qwen3-30b-a3b", "grpo", "qwen3-30b-a3b", "on-policy", 32, 32, 64, 32, 512, 4096, 3196, 2, 0.6, True, False,
-        1, 1, 8, 1, None, False, False, 1066, 198),
+        1, 1, 8, 1, None, False, False, 1066, 198, 4),
     Row("qwen3-30b-a3b", "grpo", "qwen3-30b-a3b", "1-step-off", 32, 16, 64, 32, 512, 4096, 3201, 2, 0.8, True, True,
-        1, 1, 8, 2, None, False, False, 1391, 154),
+        1, 1, 8, 2, None, False, False, 1391, 154, 4),
     Row("qwen3-32b", "grpo", "qwen3-32b", "on-policy", 32, 32, 64, 32, 512, 4096, 3251, 4, 0.6, True, False,
-        4, 1, 1, 4, None, True, False, 571, 376),
+        4, 1, 1, 4, None, True, False, 571, 376, 4),
     Row("qwen3-32b", "grpo", "qwen3-32b", "1-step-off", 64, 32, 64, 32, 512, 4096, 3252, 4, 0.8, True, True,
-        4, 1, 1, 4, None, True, False, 538, 200),
+        4, 1, 1, 4, None, True, False, 538, 200, 4),
 )
 
 
@@ -169,10 +173,14 @@ def scenario(row: Row) -> dict[str, Any]:
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
     # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)
     # colocated: the Megatron weights and the vLLM engine's (sleep mode) also go to host between phases
-    schedule: dict[str, Any] = {"kind": "colocated", "pack_tokens": row.t_max, "refit": "full-tensors",
+    # the log-prob forwards pack logprob_batch_size rows; the reference state dict swapped in from host
+    # memory around the reference pass (NeMo RL Megatron worker use_reference_model: 3 copies)
+    trainer = {"pack_tokens": row.t_max, "forward_micro_batch": row.logprob_batch_size,
+               "reference_swap_copies": NEMO_REFERENCE_SWAP_COPIES}
+    schedule: dict[str, Any] = {"kind": "colocated", **trainer, "refit": "full-tensors",
                                 "switch": {"offload_weights": True, "engine_sleep": True}}
     if row.off_policy:
-        schedule = {"kind": "nemo-rl-async", "rollout_devices": row.gen_gpus, "pack_tokens": row.t_max,
+        schedule = {"kind": "nemo-rl-async", "rollout_devices": row.gen_gpus, **trainer,
                     "max_trajectory_age_steps": 1, "in_flight_weight_updates": True, "refit": "full-tensors",
                     "async_engine": row.async_engine}
     return {"topology": {"preset": "dgx-h100", "nodes": row.gpus // 8}, "workload": workload,
@@ -181,7 +189,7 @@ def scenario(row: Row) -> dict[str, Any]:
 
 def unexpressed(row: Row) -> list[str]:
     """Recipe facts today's scenario schema has no field for (reported, not approximated)."""
-    out = ["logprob_batch_size"]
+    out: list[str] = []
     if row.async_engine and not row.off_policy:   # 1-step-off rows: schedule.async_engine
         out.insert(0, "vLLM async engine (AsyncLLMEngine) per-request overheads in a synchronous step")
     return out
@@ -266,8 +274,9 @@ def aggregate(stat: str) -> Prediction:
 @register
 def cases():
     for row in ROWS:
-        note = "; ".join([f"{row.algo} {row.policy}, schedule {scenario(row)['schedule']['kind']}",
-                          length_note(row), "not expressible today: " + ", ".join(unexpressed(row))])
+        missing = unexpressed(row)
+        note = "; ".join([f"{row.algo} {row.policy}, schedule {scenario(row)['schedule']['kind']}", length_note(row)]
+                         + (["not expressible today: " + ", ".join(missing)] if missing else []))
         yield Case(f"{row.name} step", "step s", row.step_s, lambda r=row: predict(r, "step_s"),
                    tolerance=TARGET_MAX, source=SOURCE, note=note)
         yield Case(f"{row.name} tokens/s/GPU", "tokens/s/GPU", row.tok_s_gpu, lambda r=row: predict(r, "tok_s_gpu"),

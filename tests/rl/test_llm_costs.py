@@ -67,6 +67,27 @@ def test_moe_parallel_folding_lets_ep_exceed_what_dp_carries():
     assert c.train_devices_at_most(383) == 256   # dp 2: 4 | 8 x 2
 
 
+def test_folded_expert_all_to_all_stays_on_consecutive_ranks_of_one_node():
+    # Qwen3-30B-A3B EP8 PP2 on 16 H100s (the V6 1-step-off trainer): each stage's EP 8 group is one
+    # node (Megatron-Core's order), not every other rank over two nodes, and the step is then about
+    # half that of EP8 PP1 on 32 (2x the devices, the same per-device work): it was 3.6x
+    from simulator.llm.training import _groups
+
+    def qwen(nodes, pp):
+        return costs("topology.preset=dgx-h100", f"topology.nodes={nodes}", "workload.model=qwen3-30b-a3b",
+                     "workload.train_layout.tp=1", f"workload.train_layout.pp={pp}", "workload.train_layout.ep=8",
+                     "workload.train_layout.etp=1", "workload.train_layout.vpp=1",
+                     "workload.train_layout.recompute=none", "workload.train_layout.micro_batch=1",
+                     "schedule.pack_tokens=4096")
+    sixteen, thirty_two = qwen(2, 2), qwen(4, 1)
+    lay = sixteen.layout(16)
+    groups = _groups(lay, tuple(sixteen._placed(sixteen.pool(range(16)), 16)))
+    assert groups.ep == [list(range(8)), list(range(8, 16))]
+    lens = np.full(512, 3300)
+    ratio = sixteen._train("actor", lens, 16).time_s / thirty_two._train("actor", lens, 32).time_s
+    assert 1.6 < ratio < 2.6
+
+
 def test_trained_batches_are_kept_only_where_a_failure_replan_reads_them():
     # a run without schedule.failures keeps none: a long run held every batch (issue 13, memory)
     c = costs()
@@ -87,3 +108,35 @@ def test_a_replan_judges_the_latest_the_longest_and_the_heaviest_trained_batch()
     assert [b is x for b, x in zip(picked, (latest, tail), strict=True)] == [True, True]
     # the tail batch holds the heaviest micro-batch under the pool's micro-batching
     assert c._heaviest_micro_batch_tokens(384, tail) > c._heaviest_micro_batch_tokens(384, latest)
+
+
+def test_reference_swap_adds_its_host_copies_of_the_weight_shard_to_the_reference_pass_only():
+    # schedule.reference_swap_copies (NeMo RL use_reference_model): copies x the training weight shard
+    # over the host link at switch.host_link_efficiency, on the reference forward, not the old log-probs
+    lens = np.full(512, 1800)
+    plain, swapped = costs(), costs("schedule.reference_swap_copies=3")
+    ranks = list(range(384))
+    pool = swapped.pool(ranks)
+    device = pool.kinds[0]
+    expected = 3 * swapped._train_weight_bytes(pool) / (device.host_link_bw_Bps * 0.85)
+    assert swapped.reference_swap_s(pool) == pytest.approx(expected)
+    assert expected > 0.1
+    ref, base = swapped.forward("reference", lens, ranks).time_s, plain.forward("reference", lens, ranks).time_s
+    assert ref - base == pytest.approx(expected)
+    assert swapped.forward("actor", lens, ranks).time_s == plain.forward("actor", lens, ranks).time_s
+
+
+def test_forward_micro_batch_packs_that_many_rows_into_a_forward_micro_batch(monkeypatch):
+    # schedule.forward_micro_batch (NeMo RL logprob_batch_size): forward micro-batches of
+    # rows x pack_tokens tokens, here 2 x 8192 // 1000 = 16 samples; training keeps its own
+    import simulator.rl.llm_costs as module
+    seen = []
+    real = module.forward_cost
+    monkeypatch.setattr(module, "forward_cost", lambda model, lay, *a, **k: seen.append(lay) or real(model, lay, *a, **k))
+    lens = np.full(1024, 1000)
+    c = costs("schedule.forward_micro_batch=2", "schedule.pack_tokens=8192", "workload.train_layout.micro_batch=1")
+    c._forward("actor", lens, 384)
+    assert seen[-1].micro_batch == 16
+    assert c.micro_batched(lens, 384)[0].micro_batch == 8
+    costs("schedule.pack_tokens=8192", "workload.train_layout.micro_batch=1")._forward("actor", lens, 384)
+    assert seen[-1].micro_batch == 8

@@ -218,6 +218,24 @@ def test_replica_contiguous_ranks_keep_each_replica_on_consecutive_ranks():
         assert mine == list(range(d * tp * pp, (d + 1) * tp * pp))
 
 
+def test_folded_expert_groups_take_consecutive_ranks_in_megatron_order():
+    # fold replicas of one expert group: consecutive ranks, inside them each stage's tp x cp x dp
+    # ranks together (Megatron-Core tp-cp-ep-dp-pp), the groups DP-outermost
+    from simulator.rl.packing import replica_contiguous_ranks
+    tp, cp, dp, pp, fold = 2, 1, 4, 3, 2
+    ranks = replica_contiguous_ranks(tp, cp, dp, pp, fold=fold)
+    assert sorted(ranks) == list(range(tp * dp * pp))
+    block = tp * fold * pp                       # devices of one expert group's replicas
+    for d in range(dp):
+        g, f = divmod(d, fold)
+        for p in range(pp):
+            for t in range(tp):
+                assert ranks[t + tp * (d + dp * p)] == g * block + p * tp * fold + f * tp + t
+    assert replica_contiguous_ranks(tp, cp, dp, pp, fold=1) == replica_contiguous_ranks(tp, cp, dp, pp)
+    with pytest.raises(ValueError):
+        replica_contiguous_ranks(tp, cp, dp, pp, fold=3)
+
+
 def _one_instance_lengths(rng, n_prompts, n, step):
     return np.array([[100, 100, 100, 1000]])
 
