@@ -115,9 +115,9 @@ RULES: dict[str, Rule] = {
                                                     "per-phase optimizer offload to host"),
     f"{_M}.optimizer.*": ignored(_LR),
     f"{_M}.scheduler.*": ignored(_LR),
-    f"{_M}.expert_tensor_parallel_size": unsupported("expert TP is not modelled (experts over DP)", neutral=1),
-    **{f"{_M}.{k}": unsupported("uneven pipeline stages: rlsim splits layers evenly", neutral=None)
-       for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")},
+    f"{_M}.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding"),
+    f"{_M}.num_layers_in_first_pipeline_stage": mapped("workload.train_layout.pp_first_stage_layers"),
+    f"{_M}.num_layers_in_last_pipeline_stage": mapped("workload.train_layout.pp_last_stage_layers"),
     f"{_M}.*": unsupported("Megatron option not modelled (kernel fusions, router, memory levels)"),
     f"{_M}.pipeline_dtype": ignored("matches policy.precision"),
     f"{_M}.converter_type": ignored("checkpoint conversion: no effect on step time"),
@@ -248,6 +248,10 @@ def _train_layout(v: Values) -> dict[str, Any]:
             layout["sequence_parallel"] = bool(v(f"{_M}.sequence_parallel"))
         layout["recompute"] = "full" if v(f"{_M}.activation_checkpointing") else "none"
         layout["zero"] = 0 if v(f"{_M}.optimizer.use_distributed_optimizer") is False else 1
+        for key, rl in (("expert_tensor_parallel_size", "etp"), ("num_layers_in_first_pipeline_stage",
+                        "pp_first_stage_layers"), ("num_layers_in_last_pipeline_stage", "pp_last_stage_layers")):
+            if v(f"{_M}.{key}"):
+                layout[rl] = int(v(f"{_M}.{key}"))
         return layout
     d = "policy.dtensor_cfg"
     v.result.notes.append("DTensor training: priced as ZeRO-3 with tp / cp from dtensor_cfg (FSDP2 costs: issue 12)")

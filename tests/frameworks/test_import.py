@@ -238,3 +238,15 @@ def test_the_guide_lists_every_table_entry(module):
     guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
     missing = [key for key in module.RULES if f"`{key}`" not in guide]
     assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its tables from RULES)"
+
+
+def test_nemo_rl_megatron_expert_tp_and_uneven_stages_are_mapped(capsys, tmp_path):
+    workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
+                                  "policy.megatron_cfg.enabled=true",
+                                  "policy.megatron_cfg.pipeline_model_parallel_size=2",
+                                  "policy.megatron_cfg.num_layers_in_first_pipeline_stage=15",
+                                  "policy.megatron_cfg.num_layers_in_last_pipeline_stage=17",
+                                  "policy.megatron_cfg.expert_tensor_parallel_size=1")
+    layout = workload.train_layout
+    assert {k: layout[k] for k in ("pp", "pp_first_stage_layers", "pp_last_stage_layers", "etp")} == \
+        {"pp": 2, "pp_first_stage_layers": 15, "pp_last_stage_layers": 17, "etp": 1}
