@@ -47,6 +47,11 @@ class StageCost:
     flops: float = 0.0
     bubble_s: float = 0.0          # pipeline-bubble share inside time_s (idle, cause pipeline_bubble)
     peak_memory_bytes: float = 0.0
+    # A training step's critical chain through the trainer (TrainStepCost.critical_stages): the stage
+    # that ended the step, then (part, seconds) summing to time_s; parts "stage N", "p2p", "dp_sync",
+    # "optimizer", "offload". Empty where the cost model has no pipeline.
+    path_stage: int = -1
+    path_s: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -360,7 +360,8 @@ class LlmCosts:
         ref_work, ref = self._ref[key]
         x = work / ref_work if ref_work > 0 else 1.0
         return StageCost(ref.time_s * x, flops=ref.flops * x, bubble_s=ref.bubble_s * x,
-                         peak_memory_bytes=ref.peak_memory_bytes)
+                         peak_memory_bytes=ref.peak_memory_bytes, path_stage=ref.path_stage,
+                         path_s=tuple((part, seconds * x) for part, seconds in ref.path_s))
 
     def forward(self, role, seq_lens, ranks) -> StageCost:
         pool = self.pool(ranks)
@@ -467,8 +468,11 @@ class LlmCosts:
         c = train_step_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
                             packing=self._packing(), params=self.train_params, collectives=self.collectives,
                             source=self.source)
+        chain = c.critical_stages()
+        parts = [(f"stage {st}", sec) for st, sec in enumerate(chain["ops_s_by_stage"])]
+        parts += [(part, chain[f"{part}_s"]) for part in ("p2p", "dp_sync", "optimizer", "offload")]
         return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_s,
-                         peak_memory_bytes=c.memory.total_bytes)
+                         peak_memory_bytes=c.memory.total_bytes, path_stage=chain["stage"], path_s=tuple(parts))
 
     def reward_cpu_s(self, n_samples, ranks) -> float:
         r = self.scenario.workload.reward
