@@ -6,7 +6,9 @@ Workloads are presets (``workloads/*.yaml``) or mappings; a mapping with ``prese
 that preset and overrides its keys. Units are parsed here (the YAML boundary); inside, SI only.
 Every modelling constant of the rl layer is a field of one of the models below, with its source.
 """
-from __future__ import annotations
+# No `from __future__ import annotations` in this module: pydantic would compile each field's string
+# annotation back into an object while the models build at import (start-up, benchmarks/bench_startup.py);
+# a forward reference is quoted instead.
 
 import copy
 import math
@@ -126,7 +128,7 @@ class WorkloadConfig(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _check(self) -> WorkloadConfig:
+    def _check(self) -> "WorkloadConfig":
         if isinstance(self.train_layout, dict) and self.train_layout.get("cp", 1) not in (1, None):
             stack = TRAIN_SOFTWARE[self.train_software]
             if not stack.context_parallel:
@@ -380,7 +382,7 @@ class ScheduleConfig(_Strict):
                          f"(remove it or change schedule.kind)")
 
     @property
-    def _kind_class(self) -> type[ScheduleConfig]:
+    def _kind_class(self) -> type["ScheduleConfig"]:
         return SCHEDULE_CLASSES.get(self.kind, type(self))
 
     @property
@@ -583,7 +585,7 @@ class WorkEstimate:
                 f"segments + {DEVICE_UNITS} x {self.devices:,} devices)), roughly {self.seconds:,.0f} s here")
 
 
-def work_estimate(scenario: Scenario, n_devices: int) -> WorkEstimate:
+def work_estimate(scenario: "Scenario", n_devices: int) -> WorkEstimate:
     """The run's work before it starts: iterations x (sample segments per step + DEVICE_UNITS x devices)."""
     w, sched = scenario.workload, scenario.schedule
     samples = w.batch_samples * (1 + sched.overprovision)
@@ -597,7 +599,7 @@ def work_estimate(scenario: Scenario, n_devices: int) -> WorkEstimate:
                         per_step, n_devices)
 
 
-def check_segments(scenario: Scenario) -> None:
+def check_segments(scenario: "Scenario") -> None:
     """Partial rollout: the longest response cut into more than limits.max_segments_per_sample is refused."""
     sched = scenario.schedule
     longest = scenario.workload.response_length.get("max")
@@ -612,7 +614,7 @@ def check_segments(scenario: Scenario) -> None:
                              + LIMITS_FIX.format(name="max_segments_per_sample"))
 
 
-def check_work(scenario: Scenario, n_devices: int) -> WorkEstimate:
+def check_work(scenario: "Scenario", n_devices: int) -> WorkEstimate:
     """The estimate, or an RlsimError when it is past limits.max_work (before any simulation)."""
     check_segments(scenario)
     estimate = work_estimate(scenario, n_devices)
@@ -680,7 +682,7 @@ class Scenario(_Strict):
         data["schedule"]["kind"] = self.schedule.kind
         return data
 
-    def with_schedule(self, **fields: Any) -> Scenario:
+    def with_schedule(self, **fields: Any) -> "Scenario":
         data = self.to_dict()
         data["schedule"] = {**data["schedule"], **fields}
         return _validate(data, self.source)
