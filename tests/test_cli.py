@@ -27,7 +27,7 @@ NOT_BEFORE_FIRST_EVENT = ("pandas", "pyarrow", "rich", "scipy", "matplotlib", "d
                           "simulator.rl.critical_path", "simulator.rl.schedules.areal",
                           "simulator.rl.schedules.nemo_rl", "simulator.rl.schedules.verl_async",
                           "simulator.rl.schedules.segments", "simulator.rl.schedules.disaggregated",
-                          "simulator.rl.schedules.split_failures")
+                          "simulator.rl.schedules.split_failures", "simulator.rl.fake_costs")
 
 PARSE_RUN = """
 import json, sys
