@@ -16,12 +16,20 @@ with, e.g. `git archive COMMIT | tar -x -C DIR`), alternating with this checkout
 are printed. The CPU time (user + system of the child) is printed beside the wall time: on a
 shared machine it moves much less with the neighbours' load. Prints the machine-speed reference (benchmarks/speed_reference.py) and the load
 average beside the figures; asserts nothing.
+
+    python benchmarks/bench_startup.py --instructions --baseline /tmp/base
+
+--instructions also counts the instructions of `rlsim run` to its first event (valgrind's
+cachegrind, PYTHONHASHSEED=0; ~20 s a count): a figure the neighbours' load does not move, for
+comparing changes of a few percent on a busy machine.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -71,10 +79,35 @@ def time_once(argv: list[str], code_dir: Path) -> tuple[float, float]:
     return elapsed, cpu
 
 
+def instructions(code_dir: Path) -> int:
+    """Instructions (cachegrind's I refs) of one fresh interpreter running `rlsim run` to its first event."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(code_dir), PYTHONHASHSEED="0")
+    done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                           sys.executable, *CASES["rlsim run -> first event"]],
+                          env=env, capture_output=True, text=True, cwd=code_dir)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if "first-event" not in done.stdout or not found:
+        raise SystemExit(f"cachegrind failed in {code_dir}: {done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def print_instructions(dirs: dict[str, Path]) -> None:
+    if shutil.which("valgrind") is None:
+        print("instructions: valgrind not found")
+        return
+    counts = {name: instructions(path) for name, path in dirs.items()}
+    line = "rlsim run -> first event  " + "  ".join(f"{name}: {n / 1e9:.3f} G instructions" for name, n in counts.items())
+    if "baseline" in counts:
+        line += f"  ratio {counts['baseline'] / counts['this']:.3f}x"
+    print(line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
+    parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
     args = parser.parse_args()
     dirs = {"this": HERE}
     if args.baseline:
@@ -101,6 +134,8 @@ def main() -> int:
                      f"CPU {min(c for _, c in base) / min(c for _, c in this):.2f}x")
         print(line)
     print(f"speed reference {reference_ms():.1f} ms; load average {os.getloadavg()[0]:.2f}")
+    if args.instructions:
+        print_instructions(dirs)
     return 0
 
 

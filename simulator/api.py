@@ -99,7 +99,7 @@ def _auto_plan(sc: Scenario, topology: Any) -> Any:
 def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None,
              progress: Any = None, **keywords: Any) -> SimulationResult:
     """Run one scenario. ``keywords`` are load_scenario's (topology, workload, schedule, overrides,
-    iterations, seed). ``costs`` replaces the cost models (tests: rl.costs.FakeCosts). A run past
+    iterations, seed). ``costs`` replaces the cost models (tests: rl.fake_costs.FakeCosts). A run past
     limits.max_work is refused before it starts. ``progress``: an object with ``estimate(WorkEstimate)``
     (called once, before the run) and ``__call__(done, total)`` (each iteration), e.g. a terminal bar."""
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)

@@ -7,7 +7,9 @@ of the workload (`workload.train_params.<compute|comm|memory>.<field>`, `workloa
 re-exports them under their old names. Formulas and sources: docs/cost-models-training.md and
 docs/cost-models-inference.md.
 """
-from __future__ import annotations
+# No `from __future__ import annotations` in this module: pydantic would compile each field's string
+# annotation back into an object while the models build at import (start-up, benchmarks/bench_startup.py);
+# a forward reference is quoted instead.
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -214,7 +216,7 @@ class TrainParams(StrictModel):
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str | None = None,
-                     field_name: str = "train_params") -> TrainParams:
+                     field_name: str = "train_params") -> "TrainParams":
         try:
             return cls.model_validate(dict(mapping or {}))
         except ValidationError as exc:
@@ -301,7 +303,7 @@ class InferenceParams(StrictModel):
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str = "<inference>",
-                     field_name: str = "inference") -> InferenceParams:
+                     field_name: str = "inference") -> "InferenceParams":
         try:
             return cls.model_validate(dict(mapping or {}))
         except ValidationError as exc:
@@ -340,7 +342,7 @@ class TrainSoftware:
             out["cp"] = [1]
         return out
 
-    def replace(self, **fields: Any) -> TrainSoftware:
+    def replace(self, **fields: Any) -> "TrainSoftware":
         return replace(self, **fields)
 
 

@@ -6,11 +6,14 @@ Workloads are presets (``workloads/*.yaml``) or mappings; a mapping with ``prese
 that preset and overrides its keys. Units are parsed here (the YAML boundary); inside, SI only.
 Every modelling constant of the rl layer is a field of one of the models below, with its source.
 """
-from __future__ import annotations
+# No `from __future__ import annotations` in this module: pydantic would compile each field's string
+# annotation back into an object while the models build at import (start-up, benchmarks/bench_startup.py);
+# a forward reference is quoted instead.
 
 import copy
+import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -126,7 +129,7 @@ class WorkloadConfig(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _check(self) -> WorkloadConfig:
+    def _check(self) -> "WorkloadConfig":
         if isinstance(self.train_layout, dict) and self.train_layout.get("cp", 1) not in (1, None):
             stack = TRAIN_SOFTWARE[self.train_software]
             if not stack.context_parallel:
@@ -392,7 +395,7 @@ class ScheduleConfig(_Strict):
                          f"(remove it or change schedule.kind)")
 
     @property
-    def _kind_class(self) -> type[ScheduleConfig]:
+    def _kind_class(self) -> type["ScheduleConfig"]:
         return SCHEDULE_CLASSES.get(self.kind, type(self))
 
     @property
@@ -419,105 +422,185 @@ class ScheduleConfig(_Strict):
 
 
 
-class ColocatedSchedule(ScheduleConfig):
-    """Synchronous RL on one pool: every stage time-shares the devices (RL Fusion / hybrid engine)."""
-    ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS
-    kind: Literal["colocated"] = "colocated"
+def _made_on_first_use(make: Callable[[], type[ScheduleConfig]]) -> Callable[[], type[ScheduleConfig]]:
+    """A built-in kind's config class, made by ``make`` when it is first asked for (SCHEDULE_CLASSES,
+    or its name imported from this module) and the same class ever after. Making one costs as much
+    as a model that builds (pydantic collects its 34 fields, defer_build or not), and a run uses the
+    classes of one or two of the eight kinds (benchmarks/bench_startup.py)."""
+    @functools.cache
+    def made() -> type[ScheduleConfig]:
+        cls = make()
+        cls.__qualname__ = cls.__name__   # found (pickle, imports) under its name here: __getattr__ below
+        return cls
+    return made
 
 
-class DisaggregatedSchedule(ScheduleConfig):
-    """Synchronous RL on split pools: a rollout pool and a training pool, weights broadcast between."""
-    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS
-    PLACEMENT: ClassVar[str] = "disaggregated"
-    kind: Literal["disaggregated"] = "disaggregated"
+@_made_on_first_use
+def _colocated() -> type[ScheduleConfig]:
+    class ColocatedSchedule(ScheduleConfig):
+        """Synchronous RL on one pool: every stage time-shares the devices (RL Fusion / hybrid engine)."""
+        ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS
+        kind: Literal["colocated"] = "colocated"
+    return ColocatedSchedule
 
 
-class OneStepOffSchedule(ScheduleConfig):
-    """Split pools; rollout of step k+1 overlaps training of step k (staleness 1 by default)."""
-    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
-    PLACEMENT: ClassVar[str] = "disaggregated"
-    RUNS_AHEAD: ClassVar[bool] = True
-    kind: Literal["one-step-off"] = "one-step-off"
+@_made_on_first_use
+def _disaggregated() -> type[ScheduleConfig]:
+    class DisaggregatedSchedule(ScheduleConfig):
+        """Synchronous RL on split pools: a rollout pool and a training pool, weights broadcast between."""
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS
+        PLACEMENT: ClassVar[str] = "disaggregated"
+        kind: Literal["disaggregated"] = "disaggregated"
+    return DisaggregatedSchedule
 
 
-class StaleSyncSchedule(ScheduleConfig):
-    """Quasi-asynchronous within a staleness bound, training starts at a threshold share of the batch;
-    on the colocated placement (default) or on split pools (``placement: disaggregated``)."""
-    ACCEPTS: ClassVar[frozenset[str]] = STALE_KNOBS | {"placement", "stream_threshold"}
-    RUNS_AHEAD: ClassVar[bool] = True
-    DEFAULT_THRESHOLD: ClassVar[float | None] = 0.5
-    kind: Literal["stalesync"] = "stalesync"
-
-    @classmethod
-    def accepts(cls, placement: str | None = None) -> frozenset[str]:
-        if placement == "disaggregated":   # split pools; failures are not modelled there (failures.py)
-            return COMMON_KNOBS | cls.ACCEPTS | SPLIT_KNOBS
-        return COMMON_KNOBS | cls.ACCEPTS | COLOCATED_KNOBS | FAILURE_KNOBS | {"consolidate_share"}
+@_made_on_first_use
+def _one_step_off() -> type[ScheduleConfig]:
+    class OneStepOffSchedule(ScheduleConfig):
+        """Split pools; rollout of step k+1 overlaps training of step k (staleness 1 by default)."""
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+        PLACEMENT: ClassVar[str] = "disaggregated"
+        RUNS_AHEAD: ClassVar[bool] = True
+        kind: Literal["one-step-off"] = "one-step-off"
+    return OneStepOffSchedule
 
 
-class AsyncSchedule(ScheduleConfig):
-    """Split pools, continuous generation; the trainer consumes within the staleness bound."""
-    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
-    PLACEMENT: ClassVar[str] = "disaggregated"
-    RUNS_AHEAD: ClassVar[bool] = True
-    kind: Literal["async"] = "async"
+@_made_on_first_use
+def _stalesync() -> type[ScheduleConfig]:
+    class StaleSyncSchedule(ScheduleConfig):
+        """Quasi-asynchronous within a staleness bound, training starts at a threshold share of the batch;
+        on the colocated placement (default) or on split pools (``placement: disaggregated``)."""
+        ACCEPTS: ClassVar[frozenset[str]] = STALE_KNOBS | {"placement", "stream_threshold"}
+        RUNS_AHEAD: ClassVar[bool] = True
+        DEFAULT_THRESHOLD: ClassVar[float | None] = 0.5
+        kind: Literal["stalesync"] = "stalesync"
+
+        @classmethod
+        def accepts(cls, placement: str | None = None) -> frozenset[str]:
+            if placement == "disaggregated":   # split pools; failures are not modelled there (failures.py)
+                return COMMON_KNOBS | cls.ACCEPTS | SPLIT_KNOBS
+            return COMMON_KNOBS | cls.ACCEPTS | COLOCATED_KNOBS | FAILURE_KNOBS | {"consolidate_share"}
+    return StaleSyncSchedule
 
 
-class VerlFullyAsyncSchedule(ScheduleConfig):
-    """verl's fully_async_policy: a Rollouter and a Trainer on split pools joined by a message queue;
-    a per-version quota of started prompts (staleness_threshold), partial rollouts cancelled at a sync."""
-    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_ASYNC_KNOBS
-    PLACEMENT: ClassVar[str] = "disaggregated"
-    RUNS_AHEAD: ClassVar[bool] = True
-    kind: Literal["verl-fully-async"] = "verl-fully-async"
+@_made_on_first_use
+def _async() -> type[ScheduleConfig]:
+    class AsyncSchedule(ScheduleConfig):
+        """Split pools, continuous generation; the trainer consumes within the staleness bound."""
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+        PLACEMENT: ClassVar[str] = "disaggregated"
+        RUNS_AHEAD: ClassVar[bool] = True
+        kind: Literal["async"] = "async"
+    return AsyncSchedule
 
 
-class NemoAsyncSchedule(ScheduleConfig):
-    """NeMo RL async GRPO on split pools (rl/schedules/nemo_rl.py): a trajectory whose generation
-    started with weights v trains at step k only if k - v <= max_trajectory_age_steps (older ones are
-    dropped as stale), generation runs ahead up to that bound; in_flight_weight_updates: the engines
-    take new weights between decode steps (KV kept) instead of draining first (frameworks.md)."""
-    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | NEMO_ASYNC_KNOBS
-    PLACEMENT: ClassVar[str] = "disaggregated"
-    RUNS_AHEAD: ClassVar[bool] = True
-    kind: Literal["nemo-rl-async"] = "nemo-rl-async"
-
-    @property
-    def effective_staleness(self) -> float:
-        return float(self.max_trajectory_age_steps)
-
-    @property
-    def cuts_generation(self) -> bool:
-        """Generation is cut at a weight update (rl/llm_costs.py keeps engine copies for it)."""
-        return self.in_flight_weight_updates
+@_made_on_first_use
+def _verl_fully_async() -> type[ScheduleConfig]:
+    class VerlFullyAsyncSchedule(ScheduleConfig):
+        """verl's fully_async_policy: a Rollouter and a Trainer on split pools joined by a message queue;
+        a per-version quota of started prompts (staleness_threshold), partial rollouts cancelled at a sync."""
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_ASYNC_KNOBS
+        PLACEMENT: ClassVar[str] = "disaggregated"
+        RUNS_AHEAD: ClassVar[bool] = True
+        kind: Literal["verl-fully-async"] = "verl-fully-async"
+    return VerlFullyAsyncSchedule
 
 
-class ArealSchedule(ScheduleConfig):
-    """AReaL (rl/schedules/areal.py): generation never stops; max_head_offpolicyness bounds the lag of
-    a trajectory's oldest token (step k consumes it iff k - first_version <= bound, and no prompt
-    starts whose weights would already be too old); interruptible generation continues in-flight
-    sequences with the new weights after re-prefilling their prefix. Typical split 3/4 generating."""
-    ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | AREAL_KNOBS
-    PLACEMENT: ClassVar[str] = "disaggregated"
-    RUNS_AHEAD: ClassVar[bool] = True
-    kind: Literal["areal"] = "areal"
-    # AReaL's typical split: 3/4 of the devices generate, 1/4 train (frameworks.md)
-    rollout_fraction: float = Field(0.75, gt=0, lt=1)
+@_made_on_first_use
+def _nemo_rl_async() -> type[ScheduleConfig]:
+    class NemoAsyncSchedule(ScheduleConfig):
+        """NeMo RL async GRPO on split pools (rl/schedules/nemo_rl.py): a trajectory whose generation
+        started with weights v trains at step k only if k - v <= max_trajectory_age_steps (older ones are
+        dropped as stale), generation runs ahead up to that bound; in_flight_weight_updates: the engines
+        take new weights between decode steps (KV kept) instead of draining first (frameworks.md)."""
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | NEMO_ASYNC_KNOBS
+        PLACEMENT: ClassVar[str] = "disaggregated"
+        RUNS_AHEAD: ClassVar[bool] = True
+        kind: Literal["nemo-rl-async"] = "nemo-rl-async"
 
-    @property
-    def effective_staleness(self) -> float:
-        return float(self.max_head_offpolicyness)
+        @property
+        def effective_staleness(self) -> float:
+            return float(self.max_trajectory_age_steps)
 
-    @property
-    def cuts_generation(self) -> bool:
-        """Generation is cut at a weight update (rl/llm_costs.py keeps engine copies for it)."""
-        return self.interruptible
+        @property
+        def cuts_generation(self) -> bool:
+            """Generation is cut at a weight update (rl/llm_costs.py keeps engine copies for it)."""
+            return self.in_flight_weight_updates
+    return NemoAsyncSchedule
 
 
-SCHEDULE_CLASSES: dict[str, type[ScheduleConfig]] = {
-    "colocated": ColocatedSchedule, "disaggregated": DisaggregatedSchedule, "one-step-off": OneStepOffSchedule,
-    "stalesync": StaleSyncSchedule, "async": AsyncSchedule, "verl-fully-async": VerlFullyAsyncSchedule,
-    "nemo-rl-async": NemoAsyncSchedule, "areal": ArealSchedule}
+@_made_on_first_use
+def _areal() -> type[ScheduleConfig]:
+    class ArealSchedule(ScheduleConfig):
+        """AReaL (rl/schedules/areal.py): generation never stops; max_head_offpolicyness bounds the lag of
+        a trajectory's oldest token (step k consumes it iff k - first_version <= bound, and no prompt
+        starts whose weights would already be too old); interruptible generation continues in-flight
+        sequences with the new weights after re-prefilling their prefix. Typical split 3/4 generating."""
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | AREAL_KNOBS
+        PLACEMENT: ClassVar[str] = "disaggregated"
+        RUNS_AHEAD: ClassVar[bool] = True
+        kind: Literal["areal"] = "areal"
+        # AReaL's typical split: 3/4 of the devices generate, 1/4 train (frameworks.md)
+        rollout_fraction: float = Field(0.75, gt=0, lt=1)
+
+        @property
+        def effective_staleness(self) -> float:
+            return float(self.max_head_offpolicyness)
+
+        @property
+        def cuts_generation(self) -> bool:
+            """Generation is cut at a weight update (rl/llm_costs.py keeps engine copies for it)."""
+            return self.interruptible
+    return ArealSchedule
+
+
+class _KindClasses(MutableMapping[str, type[ScheduleConfig]]):
+    """kind -> its config class. A built-in kind's class is made on its first look-up; `kind in
+    SCHEDULE_CLASSES` and iterating the kinds make none."""
+
+    def __init__(self, makers: Mapping[str, Callable[[], type[ScheduleConfig]]]) -> None:
+        self._entries: dict[str, Callable[[], type[ScheduleConfig]]] = dict(makers)
+
+    def __getitem__(self, kind: str) -> type[ScheduleConfig]:
+        return self._entries[kind]()
+
+    def __setitem__(self, kind: str, config: type[ScheduleConfig]) -> None:
+        self._entries[kind] = lambda: config
+
+    def __delitem__(self, kind: str) -> None:
+        del self._entries[kind]
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_BUILTIN_CLASSES: dict[str, Callable[[], type[ScheduleConfig]]] = {
+    "colocated": _colocated, "disaggregated": _disaggregated, "one-step-off": _one_step_off,
+    "stalesync": _stalesync, "async": _async, "verl-fully-async": _verl_fully_async,
+    "nemo-rl-async": _nemo_rl_async, "areal": _areal}
+_CLASS_NAMES = {"ColocatedSchedule": "colocated", "DisaggregatedSchedule": "disaggregated",
+                "OneStepOffSchedule": "one-step-off", "StaleSyncSchedule": "stalesync", "AsyncSchedule": "async",
+                "VerlFullyAsyncSchedule": "verl-fully-async", "NemoAsyncSchedule": "nemo-rl-async",
+                "ArealSchedule": "areal"}
+SCHEDULE_CLASSES: MutableMapping[str, type[ScheduleConfig]] = _KindClasses(_BUILTIN_CLASSES)
+
+
+def built_in_classes_made() -> list[str]:
+    """The built-in kinds whose config class exists in this process (tests/test_cli.py)."""
+    return [kind for kind, make in _BUILTIN_CLASSES.items() if make.cache_info().currsize]
+
+
+def __getattr__(name: str) -> type[ScheduleConfig]:
+    """The built-in kinds' classes by name (``from simulator.scenario import ArealSchedule``)."""
+    if name in _CLASS_NAMES:
+        return _BUILTIN_CLASSES[_CLASS_NAMES[name]]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def validated_schedule(value: Any) -> ScheduleConfig:
@@ -595,7 +678,7 @@ class WorkEstimate:
                 f"segments + {DEVICE_UNITS} x {self.devices:,} devices)), roughly {self.seconds:,.0f} s here")
 
 
-def work_estimate(scenario: Scenario, n_devices: int) -> WorkEstimate:
+def work_estimate(scenario: "Scenario", n_devices: int) -> WorkEstimate:
     """The run's work before it starts: iterations x (sample segments per step + DEVICE_UNITS x devices)."""
     w, sched = scenario.workload, scenario.schedule
     samples = w.batch_samples * (1 + sched.overprovision)
@@ -609,7 +692,7 @@ def work_estimate(scenario: Scenario, n_devices: int) -> WorkEstimate:
                         per_step, n_devices)
 
 
-def check_segments(scenario: Scenario) -> None:
+def check_segments(scenario: "Scenario") -> None:
     """Partial rollout: the longest response cut into more than limits.max_segments_per_sample is refused."""
     sched = scenario.schedule
     longest = scenario.workload.response_length.get("max")
@@ -624,7 +707,7 @@ def check_segments(scenario: Scenario) -> None:
                              + LIMITS_FIX.format(name="max_segments_per_sample"))
 
 
-def check_work(scenario: Scenario, n_devices: int) -> WorkEstimate:
+def check_work(scenario: "Scenario", n_devices: int) -> WorkEstimate:
     """The estimate, or an RlsimError when it is past limits.max_work (before any simulation)."""
     check_segments(scenario)
     estimate = work_estimate(scenario, n_devices)
@@ -651,7 +734,7 @@ class Scenario(_Strict):
     topology: dict[str, Any]
     workload: WorkloadConfig
     # one of SCHEDULE_CLASSES, chosen by `kind` (a missing kind is colocated): _schedule_class
-    schedule: Any = Field(default_factory=ColocatedSchedule)
+    schedule: Any = Field(default_factory=lambda: _colocated()())
     iterations: int = Field(4, ge=1)
     seed: int = Field(0, ge=0)
     # replicas over seeds seed, seed+1, ... (docs/guides/uncertainty.md); used by simulator.uncertainty
@@ -692,7 +775,7 @@ class Scenario(_Strict):
         data["schedule"]["kind"] = self.schedule.kind
         return data
 
-    def with_schedule(self, **fields: Any) -> Scenario:
+    def with_schedule(self, **fields: Any) -> "Scenario":
         data = self.to_dict()
         data["schedule"] = {**data["schedule"], **fields}
         return _validate(data, self.source)

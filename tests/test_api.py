@@ -4,7 +4,7 @@ import json
 import pytest
 
 import simulator
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 
 SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=2,
              overrides=["workload.prompts_per_step=32", "workload.samples_per_prompt=4",

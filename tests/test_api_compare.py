@@ -5,7 +5,7 @@ import pytest
 import simulator
 from simulator.api import schedule_list
 from simulator.errors import RlsimError
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 
 SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=1,
              overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=2",

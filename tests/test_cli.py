@@ -26,7 +26,8 @@ NOT_BEFORE_FIRST_EVENT = ("pandas", "pyarrow", "rich", "scipy", "matplotlib", "d
                           "simulator.planner", "simulator.autoplan", "simulator.frameworks",
                           "simulator.rl.critical_path", "simulator.rl.schedules.areal",
                           "simulator.rl.schedules.nemo_rl", "simulator.rl.schedules.verl_async",
-                          "simulator.rl.schedules.segments")
+                          "simulator.rl.schedules.segments", "simulator.rl.schedules.disaggregated",
+                          "simulator.rl.schedules.split_failures", "simulator.rl.fake_costs")
 
 PARSE_RUN = """
 import json, sys
@@ -40,7 +41,9 @@ FIRST_EVENT = """
 import json, os, sys
 import simpy
 def _first_event(self):
-    print(json.dumps({"modules": sorted(sys.modules)})); sys.stdout.flush()
+    from simulator import scenario
+    print(json.dumps({"modules": sorted(sys.modules), "kind_classes": scenario.built_in_classes_made()}))
+    sys.stdout.flush()
     os._exit(0)
 simpy.Environment.step = _first_event
 from simulator.cli import main
@@ -77,6 +80,8 @@ def test_run_reaches_its_first_event_without_results_report_planner_or_other_kin
     modules = out["modules"]
     assert "simulator.rl.schedules.stalesync" in modules   # the default scenario's kind did load
     assert _loaded(modules, NOT_BEFORE_FIRST_EVENT) == []
+    # of the eight kinds' config classes, only stalesync's and the colocated runner's it uses are made
+    assert out["kind_classes"] == ["colocated", "stalesync"]
 
 
 @pytest.mark.parametrize("argv, command", [(["run", "--json"], "run"), (["--help"], None),

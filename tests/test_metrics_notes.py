@@ -7,7 +7,7 @@ import pytest
 import simulator
 from simulator.capacity import Target, cheapest, cost_fields
 from simulator.metrics import STALE_NOTE_SHARE, summary_notes
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 
 SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=4,
              overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=4"])

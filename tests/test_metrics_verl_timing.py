@@ -2,7 +2,7 @@
 import pytest
 
 import simulator
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 
 from .rl.schedules.test_schedules import const, lognormal, run, scenario
 

@@ -123,6 +123,44 @@ def test_a_scenario_builds_only_its_own_kinds_schedule_class():
     assert json.loads(done.stdout) == ["one-step-off"]
 
 
+MADE_ON_FIRST_USE = """
+import json, pickle
+from simulator import scenario
+looked = ("areal" in scenario.SCHEDULE_CLASSES, list(scenario.SCHEDULE_CLASSES), len(scenario.SCHEDULE_CLASSES))
+before = scenario.built_in_classes_made()
+sc = scenario.load_scenario(schedule="areal")
+back = pickle.loads(pickle.dumps(sc))
+from simulator.scenario import ArealSchedule
+print(json.dumps({"before": before, "after": scenario.built_in_classes_made(), "looked": looked,
+                  "same": type(back.schedule) is ArealSchedule is scenario.SCHEDULE_CLASSES["areal"],
+                  "equal": back == sc, "names": [ArealSchedule.__name__, ArealSchedule.__qualname__,
+                                                 ArealSchedule.__module__]}))
+"""
+
+
+def test_a_kinds_class_is_made_on_first_use_once_and_pickles_by_its_module_name():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", MADE_ON_FIRST_USE], env={**os.environ, "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["before"] == []                  # membership, iteration and len make no class
+    assert out["looked"] == [True, list(SCHEDULE_KINDS), len(SCHEDULE_KINDS)]
+    assert out["after"] == ["areal"]
+    assert out["same"] and out["equal"]
+    assert out["names"] == ["ArealSchedule", "ArealSchedule", "simulator.scenario"]
+
+
+def test_an_unknown_module_name_is_still_an_attribute_error():
+    import simulator.scenario as scenario
+    with pytest.raises(AttributeError, match="NoSuchSchedule"):
+        scenario.NoSuchSchedule  # noqa: B018
+
+
 @pytest.mark.parametrize("schedule, field, says", [
     ({"kind": "bogus"}, "schedule.kind",
      "Input tag 'bogus' found using 'kind' does not match any of the expected tags: 'colocated', 'disaggregated', "),

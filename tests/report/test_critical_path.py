@@ -6,7 +6,7 @@ import numpy as np
 from simulator.report import critical_path as section
 from simulator.report.html import _summary_table
 from simulator.rl import critical_path as cp
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import run_schedule
 from simulator.scenario import load_scenario
 

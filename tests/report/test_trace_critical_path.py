@@ -7,7 +7,7 @@ import numpy as np
 
 from simulator.report.trace import chrome_trace
 from simulator.rl import critical_path as cp
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import run_schedule
 from simulator.scenario import load_scenario
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from simulator import metrics
 from simulator.rl import critical_path as cp
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import run_schedule
 from simulator.scenario import load_scenario
 

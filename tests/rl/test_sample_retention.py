@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simulator import metrics
 from simulator.rl import critical_path, samples
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.samples import SampleStore
 from simulator.rl.schedules import SameLayoutReplanner, run_schedule
 from simulator.scenario import load_scenario

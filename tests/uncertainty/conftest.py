@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 
 TOY = {"topology": "x",
        "workload": {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 4,

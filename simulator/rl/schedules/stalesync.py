@@ -4,14 +4,16 @@ batches within the staleness bound (disaggregated.py)."""
 from __future__ import annotations
 
 from ...scenario import StaleSyncSchedule
-from . import colocated, disaggregated
+from . import colocated
 from .context import Context
 from .registry import SchedulePolicy, register
 
 
 def run(ctx: Context) -> float:
-    runner = colocated.run if ctx.sched.effective_placement == "colocated" else disaggregated.run
-    return runner(ctx)
+    if ctx.sched.effective_placement == "colocated":
+        return colocated.run(ctx)
+    from . import disaggregated  # split pools only: the default placement runs without it (start-up)
+    return disaggregated.run(ctx)
 
 
 POLICY = register(SchedulePolicy(

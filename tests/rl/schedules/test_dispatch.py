@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import RlsimError
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules.batches import RoundDraws, prompt_index
 
 from .test_schedules import const, run, scenario

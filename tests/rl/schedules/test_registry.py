@@ -9,7 +9,7 @@ import pytest
 import simulator
 from simulator import cli, metrics
 from simulator.errors import RlsimError
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import SchedulePolicy, registry, run_schedule
 from simulator.rl.schedules.batches import SeqBatch
 from simulator.rl.schedules.context import Context

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from simulator import metrics
 from simulator.rl.algorithms import build_algorithm
-from simulator.rl.costs import FakeCosts, StageCost
+from simulator.rl.costs import StageCost
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import run_schedule
 from simulator.scenario import load_scenario
 

@@ -10,7 +10,7 @@ from simulator import metrics
 from simulator.hardware.devices import get_device
 from simulator.llm.architecture import load_model
 from simulator.llm.inference import RolloutEngine, RolloutLayout
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import run_schedule
 from simulator.scenario import load_scenario
 

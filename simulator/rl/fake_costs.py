@@ -1,0 +1,199 @@
+"""FakeCosts: the closed-form answers to the cost protocol of costs.py, for testing schedule logic
+on its own (every sequence decodes independently at a fixed per-token time; training and forwards
+scale as tokens / devices; switches and syncs are constants), and its RolloutServer, FakeServer."""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from .costs import RolloutOutcome, StageCost, SwitchCost
+
+
+class Finished(NamedTuple):
+    seq_id: int
+    time_s: float
+
+
+class Partial(NamedTuple):
+    seq_id: int
+    generated: int      # tokens generated before the interrupt (kept; a resume re-prefills them)
+
+
+
+def list_schedule(durations: np.ndarray, slots: int) -> np.ndarray:
+    """Finish times of jobs run FIFO on ``slots`` parallel slots (continuous batching, no interference)."""
+    n = len(durations)
+    if n <= slots:
+        return durations.astype(float).copy()
+    finish = np.empty(n)
+    finish[:slots] = durations[:slots]
+    heap = [float(x) for x in durations[:slots]]
+    heapq.heapify(heap)
+    for i in range(slots, n):
+        start = heapq.heappop(heap)
+        finish[i] = start + float(durations[i])
+        heapq.heappush(heap, finish[i])
+    return finish
+
+
+@dataclass
+class FakeCosts:
+    """Closed-form costs for testing schedule logic. Each sequence decodes independently at a fixed
+    per-token time on one of ``max_seqs`` slots of its instance; training and forwards scale as
+    tokens / devices; switches and syncs are constants."""
+    instance_devices: int = 1
+    train_group_devices: int = 1
+    instance_max_seqs: int = 1_000_000
+    prefill_s_per_token: float = 0.0
+    decode_s_per_token: float = 1e-3
+    train_device_s_per_token: float = 1e-3     # device-seconds per trained token
+    forward_device_s_per_token: float = 3e-4
+    reward_s_per_sample: float = 0.0
+    sync_s: float = 1.0
+    switch_s: float = 0.0
+    peak_flops: float = 1e15
+    flops_per_token: float = 1e11              # training FLOP per token (forward = a third)
+    memory_bytes: float = 1e9
+    instance_kv_tokens: float = math.inf
+
+    def rollout(self, prompt_lens, response_lens, ranks, groups=None):
+        n_inst = max(1, len(ranks) // self.instance_devices)
+        dur = self.prefill_s_per_token * np.asarray(prompt_lens, float) + \
+            self.decode_s_per_token * np.asarray(response_lens, float)
+        inst = np.arange(len(dur)) % n_inst
+        finish = np.empty(len(dur))
+        busy = np.zeros(n_inst)
+        for i in range(n_inst):
+            idx = np.flatnonzero(inst == i)
+            if len(idx):
+                finish[idx] = list_schedule(dur[idx], self.instance_max_seqs)
+                busy[i] = finish[idx].max()
+        tokens = float(np.sum(prompt_lens) + np.sum(response_lens))
+        return RolloutOutcome(finish, inst, busy, flops=tokens * self.flops_per_token / 3, start_s=finish - dur)
+
+    def forward(self, role, seq_lens, ranks):
+        tokens = float(np.sum(seq_lens))
+        return StageCost(tokens * self.forward_device_s_per_token / len(ranks),
+                         flops=tokens * self.flops_per_token / 3, peak_memory_bytes=self.memory_bytes)
+
+    def train(self, role, seq_lens, ranks):
+        tokens = float(np.sum(seq_lens))
+        return StageCost(tokens * self.train_device_s_per_token / len(ranks),
+                         flops=tokens * self.flops_per_token, peak_memory_bytes=self.memory_bytes)
+
+    def reward_cpu_s(self, n_samples, ranks):
+        return self.reward_s_per_sample
+
+    def weight_sync_s(self, src, dst):
+        return self.sync_s
+
+    def switch(self, to_phase, ranks):
+        return SwitchCost(self.switch_s, {})
+
+    def inference_memory_bytes(self, ranks):
+        return self.memory_bytes
+
+    def train_flops_per_token(self, seq_len):
+        return self.flops_per_token
+
+    def train_layout_of(self, ranks):
+        return {}
+
+    def set_train_layout(self, layout_map):
+        """Closed-form costs have no layout: a re-plan keeps the replica size."""
+
+    def accept_train_layout(self, layout_map):
+        """Every layout fits: memory is the constant ``memory_bytes``."""
+
+    @property
+    def train_pool_unit(self) -> int:
+        """No experts to fold: a pool is whole replicas."""
+        return self.train_group_devices
+
+    def train_devices_at_most(self, n_max):
+        return (n_max // self.train_group_devices) * self.train_group_devices
+
+    def rollout_server(self, ranks):
+        return FakeServer(self.prefill_s_per_token, self.decode_s_per_token, self.instance_max_seqs)
+
+
+@dataclass
+class _Request:
+    seq_id: int
+    prompt: int
+    response: int
+    generated: int              # tokens already generated when (re)submitted
+    start_s: float = 0.0
+    finish_s: float = 0.0
+
+
+@dataclass
+class FakeInterrupt:
+    finished: list[Finished]
+    partial: list[Partial]
+
+
+@dataclass
+class FakeServer:
+    """FakeCosts' RolloutServer: each request prefills its prompt (plus tokens it had) then decodes
+    at a fixed rate on one of ``max_seqs`` slots, FIFO, independently of the others."""
+    prefill_s_per_token: float
+    decode_s_per_token: float
+    max_seqs: int
+    busy_s: float = 0.0
+    _running: list = field(default_factory=list)    # heap of (finish_s, order, request)
+    _waiting: list = field(default_factory=list)
+    _order: int = 0
+    _busy_from: float | None = None
+
+    @property
+    def load(self) -> int:
+        return len(self._running) + len(self._waiting)
+
+    def add_many(self, seq_ids, prompt_lens, response_lens, now, generated=None, group_ids=None):
+        gen = [0] * len(seq_ids) if generated is None else list(generated)
+        for seq_id, p, r, g in zip(seq_ids, prompt_lens, response_lens, gen, strict=True):
+            self._waiting.append(_Request(int(seq_id), int(p), int(r), int(g)))
+        self._admit(now)
+
+    def _admit(self, now: float) -> None:
+        if self._busy_from is None and (self._running or self._waiting):
+            self._busy_from = now
+        while self._waiting and len(self._running) < self.max_seqs:
+            req = self._waiting.pop(0)
+            req.start_s = now
+            req.finish_s = now + self.prefill_s_per_token * (req.prompt + req.generated) + \
+                self.decode_s_per_token * (req.response - req.generated)
+            heapq.heappush(self._running, (req.finish_s, self._order, req))
+            self._order += 1
+
+    def next_event_time(self):
+        return self._running[0][0] if self._running else math.inf
+
+    def advance_to(self, t):
+        done = []
+        while self._running and self._running[0][0] <= t:
+            finish, _, req = heapq.heappop(self._running)
+            done.append(Finished(req.seq_id, finish))
+            self._admit(finish)
+            if not self._running and not self._waiting:
+                self.busy_s += finish - self._busy_from
+                self._busy_from = None
+        return done
+
+    def interrupt(self, now):
+        finished = self.advance_to(now)
+        partial = []
+        for _, _, req in sorted(self._running, key=lambda item: item[2].seq_id):
+            decode_from = req.start_s + self.prefill_s_per_token * (req.prompt + req.generated)
+            steps = int(max(0.0, now - decode_from) / self.decode_s_per_token + 1e-9) if self.decode_s_per_token else 0
+            partial.append(Partial(req.seq_id, min(req.response - 1, req.generated + steps)))
+        partial += [Partial(req.seq_id, req.generated) for req in self._waiting]
+        if self._busy_from is not None:
+            self.busy_s += now - self._busy_from
+        self._running, self._waiting, self._busy_from = [], [], None
+        return FakeInterrupt(finished, sorted(partial))
