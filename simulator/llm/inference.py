@@ -798,6 +798,10 @@ class RolloutEngine:
             admitted.append(take)
             n, w = n + take, take
         heapq.heapify(keys)
+        if w < total and due_arr[w:].all():   # every slot full, none due at once: one admission per finish
+            return _walk_of(*_full_slots_walk(keys, due_arr[w:].tolist(), base + 1 + w, steps, finished, admitted),
+                            instant_at, np.array(keys, np.int64), waiting_arr, base,
+                            [(e[1], e[2], g[e[2]], self._sadm[e[2]]) for e in live])
         due = due_arr.tolist()
         pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
         add_fin = fin_orders.append
@@ -1179,6 +1183,37 @@ class _Walk(NamedTuple):
     fin_slots: np.ndarray   # finished slots in finish (outbox) order
     start_running: list[tuple[int, int, int]]   # (slot, generated at admission, step count then)
     instant: np.ndarray | None = None   # per finish: done with its prefill's token (at the prefill's end)
+
+
+def _full_slots_walk(keys: list[int], due: list[int], first_order: int, steps: list[int], finished: list[int],
+                     admitted: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """_walk_steps' heap walk when every slot is full and no waiting job is due at once: each finish
+    (in key order) frees one slot for the next job, due its remaining tokens after the finish's
+    step, so one heapreplace per job (the popped keys come out increasing: a new key is later than
+    the step it was admitted at). An event is a distinct finish step: it finished and admitted as
+    many as it popped, except the last, which also finishes the keys left at its step (heap ties)
+    and admits no more. ``steps``, ``finished``, ``admitted``: the events before (the first
+    admission); returns them with these events appended, and the finish orders."""
+    bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
+    replace = heapq.heapreplace
+    popped = [replace(keys, (((keys[0] >> bits) + d) << bits) | order)
+              for d, order in zip(due, range(first_order, first_order + len(due)), strict=True)]
+    last = popped[-1] >> bits
+    ties = []
+    while keys and keys[0] >> bits == last:
+        ties.append(heapq.heappop(keys))
+    popped_arr = np.array(popped, np.int64)
+    at = popped_arr >> bits
+    starts = np.flatnonzero(np.concatenate(([True], at[1:] != at[:-1])))
+    counts = np.diff(np.append(starts, len(at)))
+    done = counts.copy()
+    done[-1] += len(ties)
+    fin = popped_arr & mask
+    if ties:
+        fin = np.concatenate([fin, np.array(ties, np.int64) & mask])
+    return (np.concatenate([np.array(steps, np.int64), at[starts]]),
+            np.concatenate([np.array(finished, np.int64), done]),
+            np.concatenate([np.array(admitted, np.int64), counts]), fin)
 
 
 def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_orders: list[int],

@@ -189,3 +189,27 @@ def test_sequences_done_with_their_prefill_take_the_fast_path(max_num_seqs: int)
         got = run.interrupt_at(now)
         assert got.partial == fresh.partial, now
         assert {s for s, _ in got.finished} <= {s for s, t in finished if t <= now}
+
+
+@pytest.mark.parametrize("lengths", [[60, 60, 60, 90, 30, 30, 60, 45, 45, 45, 10, 80],    # ties at finish steps
+                                     [5 * i + 7 for i in range(14)]])
+def test_full_slots_take_one_admission_per_finish(monkeypatch, lengths: list[int]) -> None:
+    """Every slot full and no sequence due at once: the walk's one-heapreplace-per-admission form
+    (inference._full_slots_walk) is taken, and equals the frozen engine in every figure and at
+    interrupts anywhere, ties of finish steps included."""
+    calls = []
+    real = inference._full_slots_walk
+    monkeypatch.setattr(inference, "_full_slots_walk", lambda *a: calls.append(1) or real(*a))
+    layout = RolloutLayout(tp=1, max_num_seqs=4)
+    case = Case("qwen2.5-7b", layout, InferenceParams(), [(0.0, [(30 + i, r, 0, -1 - i) for i, r in enumerate(lengths)])])
+    finished = case.build(frozen.RolloutEngine).run()
+    engine = case.build(RolloutEngine)
+    assert engine.run() == finished and calls
+    old = case.build(frozen.RolloutEngine)
+    old.run()
+    assert _state(engine) == _state(old)
+    run = ResumableRun(case.build(RolloutEngine), 2)
+    assert run.run() == finished and run._trace is not None
+    times = sorted({t for _, t in finished})
+    for now in times + [(a + b) / 2 for a, b in zip(times, times[1:], strict=False)]:
+        assert run.interrupt_at(now).partial == case.build(frozen.RolloutEngine).interrupt(now).partial, now
