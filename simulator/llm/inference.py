@@ -481,6 +481,16 @@ def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
     return [int(x) for x in values]
 
 
+def _int_array(values: Sequence[int] | np.ndarray, as_list: list[int]) -> np.ndarray:
+    """np.asarray(as_list, np.int64), ``as_list`` being _int_list(values): from the integer array or
+    range itself when it is one (no conversion of the list)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return values.astype(np.int64)
+    if isinstance(values, range):
+        return np.arange(values.start, values.stop, values.step, dtype=np.int64)
+    return np.asarray(as_list, np.int64)
+
+
 def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> None:
     """finish_s[seq_id] = time for outbox entries (time, seq_id, slot)."""
     if entries:
@@ -523,7 +533,7 @@ class RolloutEngine:
         self._state: list[int] = []
         self._arrival: list[float] = []
         self._epoch: list[int] = []
-        self._slot_of: dict[int, int] = {}
+        self._slot_of: tuple[list[int], dict[int, int]] | None = None   # _slot_map, built when asked
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         # Engine state at the current step boundary.
@@ -589,23 +599,23 @@ class RolloutEngine:
                 f"a sequence of {p[i]} + {r[i]} tokens does not fit the KV cache of one replica "
                 f"({self.replica_capacity} tokens)", field="rollout_layout",
                 fix="raise tp or gpu_memory_utilization, use a smaller kv_dtype, or lower the maximum length")
-        if len(set(ids)) != len(ids):
+        if not isinstance(seq_ids, range) and len(set(ids)) != len(ids):
             raise ValueError("duplicate sequence ids in one add")
-        for seq_id in ids if self._slot_of else ():
-            slot = self._slot_of.get(seq_id)
+        slot_of = self._slot_map() if self._id else {}
+        for seq_id in ids if slot_of else ():
+            slot = slot_of.get(seq_id)
             if slot is not None and self._state[slot] != _DONE:
                 raise ValueError(f"sequence {seq_id} is already in this engine")
+        first = len(self._id)
         self._process_until(now, inclusive=False)
         self._last_add = now
-        first = len(self._id)
-        # Records fixed once added (_id, _p, _r, _arrival, _slot_of) are rebound, never mutated:
+        # Records fixed once added (_id, _p, _r, _arrival, _group) are rebound, never mutated:
         # copies share them (copy-on-write); the others are mutated in place and copied by copy().
-        self._slot_of = {**self._slot_of, **dict(zip(ids, range(first, first + len(ids)), strict=True))}
-        self._id = self._id + ids
+        self._id = self._id + ids if first else ids
         self._p = self._p + p.tolist()
         self._r = self._r + r.tolist()
         self._arrival = self._arrival + [float(now)] * len(ids)
-        self._group = self._group + ([-1 - slot for slot in range(first, first + len(ids))] if group_ids is None
+        self._group = self._group + (list(range(-1 - first, -1 - first - len(ids), -1)) if group_ids is None
                                      else _int_list(group_ids))
         self._g.extend(g.tolist())
         self._sadm.extend([0] * len(ids))
@@ -613,6 +623,17 @@ class RolloutEngine:
         self._epoch.extend([0] * len(ids))
         self._waiting.extend(range(first, first + len(ids)))
         self._event = None
+        if first == 0:   # the record arrays are the ones at hand (what _record_arrays would convert)
+            self._arrays = (self._p, (_int_array(seq_ids, ids), np.array(p), np.array(r), np.full(len(ids), float(now)),
+                                      np.arange(-1, -1 - len(ids), -1) if group_ids is None
+                                      else _int_array(group_ids, self._group)))
+
+    def _slot_map(self) -> dict[int, int]:
+        """The latest slot of each sequence id (built from _id when asked: only a later add reads it)."""
+        cached = self._slot_of
+        if cached is None or cached[0] is not self._id:
+            cached = self._slot_of = (self._id, dict(zip(self._id, range(len(self._id)), strict=True)))
+        return cached[1]
 
     def next_event_time(self) -> float:
         """When the engine's state next changes (math.inf when idle); a call of advance_to at that
