@@ -1164,27 +1164,46 @@ def series_times_s(cost: StepCost, n: np.ndarray, K: np.ndarray, k: np.ndarray) 
     live = np.flatnonzero(k > 0)
     if not len(live):
         return out
-    n, K, k = n[live], K[live], k[live]
+    every = len(live) == len(k)
+    if not every:
+        n, K, k = n[live], K[live], k[live]
     lin, weights, e, c1, m1, floor = cost.per_n_rows(n).T
     c0 = lin + cost.decode_attn_s_per_ctx * K
     m0 = weights + cost.kv_s_per_token * K
     dc, dslope = c0 - m0, c1 - m1
     kf = k.astype(float)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        up = np.minimum(kf, np.maximum(0.0, np.ceil(-dc / dslope)))              # compute overtakes memory
-        down = np.minimum(kf, np.maximum(0.0, np.floor(dc / -dslope) + 1.0))     # memory overtakes compute
-    split = np.where(dslope == 0.0, np.where(dc >= 0, 0.0, kf), np.where(dslope > 0, up, down)).astype(np.int64)
-    swap = dslope < 0
-    a0, a1 = np.where(swap, c0, m0), np.where(swap, c1, m1)
-    b0, b1 = np.where(swap, m0, c0), np.where(swap, m1, c1)
+        # The slopes are n x (attention per context token), n x (KV read per token): one side is the
+        # steeper in every segment as a rule, so one case for all (the general form's values).
+        if (dslope > 0).all():     # compute overtakes memory
+            split = np.minimum(kf, np.maximum(0.0, np.ceil(-dc / dslope))).astype(np.int64)
+            a0, a1, b0, b1 = m0, m1, c0, c1
+        elif (dslope < 0).all():   # memory overtakes compute
+            split = np.minimum(kf, np.maximum(0.0, np.floor(dc / -dslope) + 1.0)).astype(np.int64)
+            a0, a1, b0, b1 = c0, c1, m0, m1
+        else:
+            a0, a1, b0, b1, split = _series_sides(c0, c1, m0, m1, dc, dslope, kf)
     head = np.where(split > 0, split * a0 + a1 * (split * (split - 1)) / 2.0, 0.0)
     tail = np.where(k > split, (k - split) * b0 + b1 * (k * (k - 1) - split * (split - 1)) / 2.0, 0.0)
     dec = head + tail + k * e
     for j in np.flatnonzero(floor > 0.0).tolist():   # a CPU floor (eager or async): the scalar form
         lines = (float(c0[j]), float(c1[j]), float(m0[j]), float(m1[j]), float(e[j]))
         dec[j] = series_time_s(lines, int(k[j]), float(floor[j]))
+    if every:
+        return dec
     out[live] = dec
     return out
+
+
+def _series_sides(c0: np.ndarray, c1: np.ndarray, m0: np.ndarray, m1: np.ndarray, dc: np.ndarray, dslope: np.ndarray,
+                  kf: np.ndarray) -> tuple[np.ndarray, ...]:
+    """series_times_s' lines in order (a0, a1 before the split, b0, b1 after) and the split, per
+    segment: _run_events' inlined cases element by element."""
+    up = np.minimum(kf, np.maximum(0.0, np.ceil(-dc / dslope)))              # compute overtakes memory
+    down = np.minimum(kf, np.maximum(0.0, np.floor(dc / -dslope) + 1.0))     # memory overtakes compute
+    split = np.where(dslope == 0.0, np.where(dc >= 0, 0.0, kf), np.where(dslope > 0, up, down)).astype(np.int64)
+    swap = dslope < 0
+    return np.where(swap, c0, m0), np.where(swap, c1, m1), np.where(swap, m0, c0), np.where(swap, m1, c1), split
 
 
 def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
