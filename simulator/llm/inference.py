@@ -1206,11 +1206,11 @@ def _series_sides(c0: np.ndarray, c1: np.ndarray, m0: np.ndarray, m1: np.ndarray
     return np.where(swap, c0, m0), np.where(swap, c1, m1), np.where(swap, m0, c0), np.where(swap, m1, c1), split
 
 
-def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Sums of consecutive runs of `counts` values (integers: exact in any order; 0 for empty runs)."""
-    total = np.concatenate([[0], np.cumsum(values)])
-    ends = np.cumsum(counts)
-    return total[ends] - total[ends - counts]
+def _sums_by(values: np.ndarray, owner: np.ndarray, size: int) -> np.ndarray:
+    """Sum of the integer ``values`` of each owner 0 .. size - 1 (0 for none), by one bincount:
+    exact while every partial sum is below 2^53 (integers as floats; _fast_ok bounds the largest,
+    the attention pairs), so equal to the integer sums in any order."""
+    return np.bincount(owner, weights=values, minlength=size)
 
 
 class _Walk(NamedTuple):
@@ -1309,15 +1309,16 @@ class _RunTrace:
         events = np.arange(len(steps))
         k = np.empty_like(steps)
         k[0], k[1:] = steps[0] - engine._S, steps[1:] - steps[:-1]
-        ctx = p[jobs] + g[jobs]
-        released = _segment_sums(p[walk.fin_slots] + r[walk.fin_slots], finished)
+        p_jobs, g_jobs = p[jobs], g[jobs]
+        ctx = p_jobs + g_jobs
+        job_event, fin_event = np.repeat(events, admitted), np.repeat(events, finished)
+        released = _sums_by(p[walk.fin_slots] + r[walk.fin_slots], fin_event, len(steps)).astype(np.int64)
         n = engine._n + np.concatenate([[0], np.cumsum(admitted - finished)[:-1]])
-        change = k * n - released + _segment_sums(ctx + 1, admitted)
+        change = k * n - released + _sums_by(ctx + 1, job_event, len(steps)).astype(np.int64)
         K = engine._K + np.concatenate([[0], np.cumsum(change)[:-1]])
-        job_event = np.repeat(events, admitted)
         pre = np.zeros(len(steps))
         has = admitted > 0
-        tokens, pairs = self._prefill_work(engine, jobs, ctx, g[jobs], p[jobs], job_event, admitted)
+        tokens, pairs = self._prefill_work(engine, jobs, ctx, g_jobs, p_jobs, job_event, len(steps))
         if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
             pre[has] = [self.cost.prefill_s(t, a, k) for t, a, k in
                         zip(tokens[has].tolist(), pairs[has].tolist(), admitted[has].tolist(), strict=True)]
@@ -1331,7 +1332,7 @@ class _RunTrace:
         busy[0], busy[1::2], busy[2::2] = engine.busy_s, np.where(n > 0, self.time - clock[0:-1:2], 0.0), pre
         engine.busy_s = float(np.cumsum(busy)[-1])
         engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
-        self.fin_event = np.repeat(events, finished)
+        self.fin_event = fin_event
         self.out_time = self.time[self.fin_event]
         if walk.instant is not None:   # finished by their prefill: at its end
             self.out_time = np.where(walk.instant, self.end[self.fin_event], self.out_time)
@@ -1348,8 +1349,8 @@ class _RunTrace:
 
     @staticmethod
     def _prefill_work(engine: RolloutEngine, jobs: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
-                      job_event: np.ndarray, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(tokens computed, attention pairs) of each event's prefill, _admit's pieces summed: with
+                      job_event: np.ndarray, events: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens computed, attention pairs) of each of the ``events`` events' prefill, _admit's pieces summed: with
         prefix caching a later sample of a prompt (group >= 0) admitted in the same step computes
         only its own generated tokens. Pairs are integers below 2^53: exact as floats in any order."""
         tokens, pairs = ctx, ctx * (ctx + 1) // 2
@@ -1361,7 +1362,7 @@ class _RunTrace:
             cached = (group >= 0) & ~first
             tokens = np.where(cached, g, ctx)
             pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
-        return _segment_sums(tokens, admitted), _segment_sums(pairs, admitted).astype(float)
+        return _sums_by(tokens, job_event, events).astype(np.int64), _sums_by(pairs, job_event, events)
 
     def scatter(self, finish_s: np.ndarray) -> None:
         """finish_s[seq_id] = finish time of every sequence the run finished."""
