@@ -484,7 +484,7 @@ def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
 def _int_array(values: Sequence[int] | np.ndarray, as_list: list[int]) -> np.ndarray:
     """np.asarray(as_list, np.int64), ``as_list`` being _int_list(values): from the integer array or
     range itself when it is one (no conversion of the list)."""
-    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+    if isinstance(values, np.ndarray) and values.dtype.kind == "i":
         return values.astype(np.int64)
     if isinstance(values, range):
         return np.arange(values.start, values.stop, values.step, dtype=np.int64)

@@ -213,3 +213,20 @@ def test_full_slots_take_one_admission_per_finish(monkeypatch, lengths: list[int
     times = sorted({t for _, t in finished})
     for now in times + [(a + b) / 2 for a, b in zip(times, times[1:], strict=False)]:
         assert run.interrupt_at(now).partial == case.build(frozen.RolloutEngine).interrupt(now).partial, now
+
+
+@pytest.mark.parametrize("ids", [range(3, 9), np.arange(3, 9), np.arange(3, 9, dtype=np.int32), [3, 4, 5, 6, 7, 8]])
+@pytest.mark.parametrize("groups", [None, [0, 0, 1, 1, 2, -7], np.array([0, 0, 1, 1, 2, -7])])
+def test_a_fresh_engine_keeps_the_record_arrays_it_was_given(ids, groups) -> None:
+    """add_many on an empty engine keeps its input arrays as the record arrays (no round trip
+    through the lists): equal, value and dtype, to what _record_arrays converts from the lists."""
+    engine = RolloutEngine(MODELS["qwen2.5-7b"], DEVICE, RolloutLayout(tp=1))
+    engine.add_many(ids, np.arange(10, 16), [50, 60, 70, 80, 90, 99], 0.25, group_ids=groups)
+    kept = engine._record_arrays()
+    engine._arrays = None
+    converted = engine._record_arrays()
+    for a, b in zip(kept, converted, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    engine.add_many([20], [5], [7], 0.5)   # a later add: the lists again (and the slot map)
+    with pytest.raises(ValueError, match="already in this engine"):
+        engine.add_many([4], [5], [7], 0.5)
