@@ -481,6 +481,16 @@ def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
     return [int(x) for x in values]
 
 
+def _int_array(values: Sequence[int] | np.ndarray, as_list: list[int]) -> np.ndarray:
+    """np.asarray(as_list, np.int64), ``as_list`` being _int_list(values): from the integer array or
+    range itself when it is one (no conversion of the list)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "i":
+        return values.astype(np.int64)
+    if isinstance(values, range):
+        return np.arange(values.start, values.stop, values.step, dtype=np.int64)
+    return np.asarray(as_list, np.int64)
+
+
 def _scatter(entries: list[tuple[float, int, int]], finish_s: np.ndarray) -> None:
     """finish_s[seq_id] = time for outbox entries (time, seq_id, slot)."""
     if entries:
@@ -523,7 +533,7 @@ class RolloutEngine:
         self._state: list[int] = []
         self._arrival: list[float] = []
         self._epoch: list[int] = []
-        self._slot_of: dict[int, int] = {}
+        self._slot_of: tuple[list[int], dict[int, int]] | None = None   # _slot_map, built when asked
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         # Engine state at the current step boundary.
@@ -589,23 +599,23 @@ class RolloutEngine:
                 f"a sequence of {p[i]} + {r[i]} tokens does not fit the KV cache of one replica "
                 f"({self.replica_capacity} tokens)", field="rollout_layout",
                 fix="raise tp or gpu_memory_utilization, use a smaller kv_dtype, or lower the maximum length")
-        if len(set(ids)) != len(ids):
+        if not isinstance(seq_ids, range) and len(set(ids)) != len(ids):
             raise ValueError("duplicate sequence ids in one add")
-        for seq_id in ids if self._slot_of else ():
-            slot = self._slot_of.get(seq_id)
+        slot_of = self._slot_map() if self._id else {}
+        for seq_id in ids if slot_of else ():
+            slot = slot_of.get(seq_id)
             if slot is not None and self._state[slot] != _DONE:
                 raise ValueError(f"sequence {seq_id} is already in this engine")
+        first = len(self._id)
         self._process_until(now, inclusive=False)
         self._last_add = now
-        first = len(self._id)
-        # Records fixed once added (_id, _p, _r, _arrival, _slot_of) are rebound, never mutated:
+        # Records fixed once added (_id, _p, _r, _arrival, _group) are rebound, never mutated:
         # copies share them (copy-on-write); the others are mutated in place and copied by copy().
-        self._slot_of = {**self._slot_of, **dict(zip(ids, range(first, first + len(ids)), strict=True))}
-        self._id = self._id + ids
+        self._id = self._id + ids if first else ids
         self._p = self._p + p.tolist()
         self._r = self._r + r.tolist()
         self._arrival = self._arrival + [float(now)] * len(ids)
-        self._group = self._group + ([-1 - slot for slot in range(first, first + len(ids))] if group_ids is None
+        self._group = self._group + (list(range(-1 - first, -1 - first - len(ids), -1)) if group_ids is None
                                      else _int_list(group_ids))
         self._g.extend(g.tolist())
         self._sadm.extend([0] * len(ids))
@@ -613,6 +623,17 @@ class RolloutEngine:
         self._epoch.extend([0] * len(ids))
         self._waiting.extend(range(first, first + len(ids)))
         self._event = None
+        if first == 0:   # the record arrays are the ones at hand (what _record_arrays would convert)
+            self._arrays = (self._p, (_int_array(seq_ids, ids), np.array(p), np.array(r), np.full(len(ids), float(now)),
+                                      np.arange(-1, -1 - len(ids), -1) if group_ids is None
+                                      else _int_array(group_ids, self._group)))
+
+    def _slot_map(self) -> dict[int, int]:
+        """The latest slot of each sequence id (built from _id when asked: only a later add reads it)."""
+        cached = self._slot_of
+        if cached is None or cached[0] is not self._id:
+            cached = self._slot_of = (self._id, dict(zip(self._id, range(len(self._id)), strict=True)))
+        return cached[1]
 
     def next_event_time(self) -> float:
         """When the engine's state next changes (math.inf when idle); a call of advance_to at that
@@ -798,6 +819,10 @@ class RolloutEngine:
             admitted.append(take)
             n, w = n + take, take
         heapq.heapify(keys)
+        if w < total and due_arr[w:].all():   # every slot full, none due at once: one admission per finish
+            return _walk_of(*_full_slots_walk(keys, due_arr[w:].tolist(), base + 1 + w, steps, finished, admitted),
+                            instant_at, np.array(keys, np.int64), waiting_arr, base,
+                            [(e[1], e[2], g[e[2]], self._sadm[e[2]]) for e in live])
         due = due_arr.tolist()
         pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
         add_fin = fin_orders.append
@@ -1139,34 +1164,53 @@ def series_times_s(cost: StepCost, n: np.ndarray, K: np.ndarray, k: np.ndarray) 
     live = np.flatnonzero(k > 0)
     if not len(live):
         return out
-    n, K, k = n[live], K[live], k[live]
+    every = len(live) == len(k)
+    if not every:
+        n, K, k = n[live], K[live], k[live]
     lin, weights, e, c1, m1, floor = cost.per_n_rows(n).T
     c0 = lin + cost.decode_attn_s_per_ctx * K
     m0 = weights + cost.kv_s_per_token * K
     dc, dslope = c0 - m0, c1 - m1
     kf = k.astype(float)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        up = np.minimum(kf, np.maximum(0.0, np.ceil(-dc / dslope)))              # compute overtakes memory
-        down = np.minimum(kf, np.maximum(0.0, np.floor(dc / -dslope) + 1.0))     # memory overtakes compute
-    split = np.where(dslope == 0.0, np.where(dc >= 0, 0.0, kf), np.where(dslope > 0, up, down)).astype(np.int64)
-    swap = dslope < 0
-    a0, a1 = np.where(swap, c0, m0), np.where(swap, c1, m1)
-    b0, b1 = np.where(swap, m0, c0), np.where(swap, m1, c1)
+        # The slopes are n x (attention per context token), n x (KV read per token): one side is the
+        # steeper in every segment as a rule, so one case for all (the general form's values).
+        if (dslope > 0).all():     # compute overtakes memory
+            split = np.minimum(kf, np.maximum(0.0, np.ceil(-dc / dslope))).astype(np.int64)
+            a0, a1, b0, b1 = m0, m1, c0, c1
+        elif (dslope < 0).all():   # memory overtakes compute
+            split = np.minimum(kf, np.maximum(0.0, np.floor(dc / -dslope) + 1.0)).astype(np.int64)
+            a0, a1, b0, b1 = c0, c1, m0, m1
+        else:
+            a0, a1, b0, b1, split = _series_sides(c0, c1, m0, m1, dc, dslope, kf)
     head = np.where(split > 0, split * a0 + a1 * (split * (split - 1)) / 2.0, 0.0)
     tail = np.where(k > split, (k - split) * b0 + b1 * (k * (k - 1) - split * (split - 1)) / 2.0, 0.0)
     dec = head + tail + k * e
     for j in np.flatnonzero(floor > 0.0).tolist():   # a CPU floor (eager or async): the scalar form
         lines = (float(c0[j]), float(c1[j]), float(m0[j]), float(m1[j]), float(e[j]))
         dec[j] = series_time_s(lines, int(k[j]), float(floor[j]))
+    if every:
+        return dec
     out[live] = dec
     return out
 
 
-def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Sums of consecutive runs of `counts` values (integers: exact in any order; 0 for empty runs)."""
-    total = np.concatenate([[0], np.cumsum(values)])
-    ends = np.cumsum(counts)
-    return total[ends] - total[ends - counts]
+def _series_sides(c0: np.ndarray, c1: np.ndarray, m0: np.ndarray, m1: np.ndarray, dc: np.ndarray, dslope: np.ndarray,
+                  kf: np.ndarray) -> tuple[np.ndarray, ...]:
+    """series_times_s' lines in order (a0, a1 before the split, b0, b1 after) and the split, per
+    segment: _run_events' inlined cases element by element."""
+    up = np.minimum(kf, np.maximum(0.0, np.ceil(-dc / dslope)))              # compute overtakes memory
+    down = np.minimum(kf, np.maximum(0.0, np.floor(dc / -dslope) + 1.0))     # memory overtakes compute
+    split = np.where(dslope == 0.0, np.where(dc >= 0, 0.0, kf), np.where(dslope > 0, up, down)).astype(np.int64)
+    swap = dslope < 0
+    return np.where(swap, c0, m0), np.where(swap, c1, m1), np.where(swap, m0, c0), np.where(swap, m1, c1), split
+
+
+def _sums_by(values: np.ndarray, owner: np.ndarray, size: int) -> np.ndarray:
+    """Sum of the integer ``values`` of each owner 0 .. size - 1 (0 for none), by one bincount:
+    exact while every partial sum is below 2^53 (integers as floats; _fast_ok bounds the largest,
+    the attention pairs), so equal to the integer sums in any order."""
+    return np.bincount(owner, weights=values, minlength=size)
 
 
 class _Walk(NamedTuple):
@@ -1179,6 +1223,37 @@ class _Walk(NamedTuple):
     fin_slots: np.ndarray   # finished slots in finish (outbox) order
     start_running: list[tuple[int, int, int]]   # (slot, generated at admission, step count then)
     instant: np.ndarray | None = None   # per finish: done with its prefill's token (at the prefill's end)
+
+
+def _full_slots_walk(keys: list[int], due: list[int], first_order: int, steps: list[int], finished: list[int],
+                     admitted: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """_walk_steps' heap walk when every slot is full and no waiting job is due at once: each finish
+    (in key order) frees one slot for the next job, due its remaining tokens after the finish's
+    step, so one heapreplace per job (the popped keys come out increasing: a new key is later than
+    the step it was admitted at). An event is a distinct finish step: it finished and admitted as
+    many as it popped, except the last, which also finishes the keys left at its step (heap ties)
+    and admits no more. ``steps``, ``finished``, ``admitted``: the events before (the first
+    admission); returns them with these events appended, and the finish orders."""
+    bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
+    replace = heapq.heapreplace
+    popped = [replace(keys, (((keys[0] >> bits) + d) << bits) | order)
+              for d, order in zip(due, range(first_order, first_order + len(due)), strict=True)]
+    last = popped[-1] >> bits
+    ties = []
+    while keys and keys[0] >> bits == last:
+        ties.append(heapq.heappop(keys))
+    popped_arr = np.array(popped, np.int64)
+    at = popped_arr >> bits
+    starts = np.flatnonzero(np.concatenate(([True], at[1:] != at[:-1])))
+    counts = np.diff(np.append(starts, len(at)))
+    done = counts.copy()
+    done[-1] += len(ties)
+    fin = popped_arr & mask
+    if ties:
+        fin = np.concatenate([fin, np.array(ties, np.int64) & mask])
+    return (np.concatenate([np.array(steps, np.int64), at[starts]]),
+            np.concatenate([np.array(finished, np.int64), done]),
+            np.concatenate([np.array(admitted, np.int64), counts]), fin)
 
 
 def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_orders: list[int],
@@ -1234,15 +1309,16 @@ class _RunTrace:
         events = np.arange(len(steps))
         k = np.empty_like(steps)
         k[0], k[1:] = steps[0] - engine._S, steps[1:] - steps[:-1]
-        ctx = p[jobs] + g[jobs]
-        released = _segment_sums(p[walk.fin_slots] + r[walk.fin_slots], finished)
+        p_jobs, g_jobs = p[jobs], g[jobs]
+        ctx = p_jobs + g_jobs
+        job_event, fin_event = np.repeat(events, admitted), np.repeat(events, finished)
+        released = _sums_by(p[walk.fin_slots] + r[walk.fin_slots], fin_event, len(steps)).astype(np.int64)
         n = engine._n + np.concatenate([[0], np.cumsum(admitted - finished)[:-1]])
-        change = k * n - released + _segment_sums(ctx + 1, admitted)
+        change = k * n - released + _sums_by(ctx + 1, job_event, len(steps)).astype(np.int64)
         K = engine._K + np.concatenate([[0], np.cumsum(change)[:-1]])
-        job_event = np.repeat(events, admitted)
         pre = np.zeros(len(steps))
         has = admitted > 0
-        tokens, pairs = self._prefill_work(engine, jobs, ctx, g[jobs], p[jobs], job_event, admitted)
+        tokens, pairs = self._prefill_work(engine, jobs, ctx, g_jobs, p_jobs, job_event, len(steps))
         if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
             pre[has] = [self.cost.prefill_s(t, a, k) for t, a, k in
                         zip(tokens[has].tolist(), pairs[has].tolist(), admitted[has].tolist(), strict=True)]
@@ -1256,7 +1332,7 @@ class _RunTrace:
         busy[0], busy[1::2], busy[2::2] = engine.busy_s, np.where(n > 0, self.time - clock[0:-1:2], 0.0), pre
         engine.busy_s = float(np.cumsum(busy)[-1])
         engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
-        self.fin_event = np.repeat(events, finished)
+        self.fin_event = fin_event
         self.out_time = self.time[self.fin_event]
         if walk.instant is not None:   # finished by their prefill: at its end
             self.out_time = np.where(walk.instant, self.end[self.fin_event], self.out_time)
@@ -1273,8 +1349,8 @@ class _RunTrace:
 
     @staticmethod
     def _prefill_work(engine: RolloutEngine, jobs: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
-                      job_event: np.ndarray, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(tokens computed, attention pairs) of each event's prefill, _admit's pieces summed: with
+                      job_event: np.ndarray, events: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens computed, attention pairs) of each of the ``events`` events' prefill, _admit's pieces summed: with
         prefix caching a later sample of a prompt (group >= 0) admitted in the same step computes
         only its own generated tokens. Pairs are integers below 2^53: exact as floats in any order."""
         tokens, pairs = ctx, ctx * (ctx + 1) // 2
@@ -1286,7 +1362,7 @@ class _RunTrace:
             cached = (group >= 0) & ~first
             tokens = np.where(cached, g, ctx)
             pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
-        return _segment_sums(tokens, admitted), _segment_sums(pairs, admitted).astype(float)
+        return _sums_by(tokens, job_event, events).astype(np.int64), _sums_by(pairs, job_event, events)
 
     def scatter(self, finish_s: np.ndarray) -> None:
         """finish_s[seq_id] = finish time of every sequence the run finished."""

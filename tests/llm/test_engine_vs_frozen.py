@@ -189,3 +189,44 @@ def test_sequences_done_with_their_prefill_take_the_fast_path(max_num_seqs: int)
         got = run.interrupt_at(now)
         assert got.partial == fresh.partial, now
         assert {s for s, _ in got.finished} <= {s for s, t in finished if t <= now}
+
+
+@pytest.mark.parametrize("lengths", [[60, 60, 60, 90, 30, 30, 60, 45, 45, 45, 10, 80],    # ties at finish steps
+                                     [5 * i + 7 for i in range(14)]])
+def test_full_slots_take_one_admission_per_finish(monkeypatch, lengths: list[int]) -> None:
+    """Every slot full and no sequence due at once: the walk's one-heapreplace-per-admission form
+    (inference._full_slots_walk) is taken, and equals the frozen engine in every figure and at
+    interrupts anywhere, ties of finish steps included."""
+    calls = []
+    real = inference._full_slots_walk
+    monkeypatch.setattr(inference, "_full_slots_walk", lambda *a: calls.append(1) or real(*a))
+    layout = RolloutLayout(tp=1, max_num_seqs=4)
+    case = Case("qwen2.5-7b", layout, InferenceParams(), [(0.0, [(30 + i, r, 0, -1 - i) for i, r in enumerate(lengths)])])
+    finished = case.build(frozen.RolloutEngine).run()
+    engine = case.build(RolloutEngine)
+    assert engine.run() == finished and calls
+    old = case.build(frozen.RolloutEngine)
+    old.run()
+    assert _state(engine) == _state(old)
+    run = ResumableRun(case.build(RolloutEngine), 2)
+    assert run.run() == finished and run._trace is not None
+    times = sorted({t for _, t in finished})
+    for now in times + [(a + b) / 2 for a, b in zip(times, times[1:], strict=False)]:
+        assert run.interrupt_at(now).partial == case.build(frozen.RolloutEngine).interrupt(now).partial, now
+
+
+@pytest.mark.parametrize("ids", [range(3, 9), np.arange(3, 9), np.arange(3, 9, dtype=np.int32), [3, 4, 5, 6, 7, 8]])
+@pytest.mark.parametrize("groups", [None, [0, 0, 1, 1, 2, -7], np.array([0, 0, 1, 1, 2, -7])])
+def test_a_fresh_engine_keeps_the_record_arrays_it_was_given(ids, groups) -> None:
+    """add_many on an empty engine keeps its input arrays as the record arrays (no round trip
+    through the lists): equal, value and dtype, to what _record_arrays converts from the lists."""
+    engine = RolloutEngine(MODELS["qwen2.5-7b"], DEVICE, RolloutLayout(tp=1))
+    engine.add_many(ids, np.arange(10, 16), [50, 60, 70, 80, 90, 99], 0.25, group_ids=groups)
+    kept = engine._record_arrays()
+    engine._arrays = None
+    converted = engine._record_arrays()
+    for a, b in zip(kept, converted, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    engine.add_many([20], [5], [7], 0.5)   # a later add: the lists again (and the slot map)
+    with pytest.raises(ValueError, match="already in this engine"):
+        engine.add_many([4], [5], [7], 0.5)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from simulator.hardware.devices import get_device
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
-from simulator.llm.inference import InferenceParams, RolloutLayout, StepCost
+from simulator.llm.inference import InferenceParams, RolloutLayout, StepCost, series_time_s, series_times_s
 from simulator.network.collectives import CollectiveModel
 
 H100 = get_device("h100")
@@ -79,3 +79,22 @@ def test_a_hybrid_model_prefills_the_same_in_arrays(name):
     assert cost.prefill_ssm_s_per_token > 0 and plain.prefill_ssm_s_per_token == 0
     assert cost.prefill_many_s(tokens, pairs, np.array([1, 8])).tolist() == [
         cost.prefill_s(512, pairs[0], 1), cost.prefill_s(4096, pairs[1], 8)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(which=st.integers(0, len(COSTS) - 1), attention_scale=st.sampled_from([1.0, 1e-3, 1e3, 0.0]),
+       segments=st.lists(st.tuples(st.integers(1, 512), st.integers(0, 2_000_000), st.integers(-1, 5000)),
+                         min_size=1, max_size=30))
+def test_series_times_equal_the_scalar_series(which, attention_scale, segments):
+    """series_times_s (k decode steps of n sequences from K context tokens, per segment) against
+    series_time_s on each: either line the steeper in every segment (one case for the whole
+    array), the slopes equal, and segments of no steps."""
+    base = COSTS[which]
+    cost = StepCost(base.model, base.device, base.layout, base.params, base.collectives, base.ranks)
+    cost.decode_attn_s_per_ctx *= attention_scale   # compute's slope above, below or equal to memory's
+    if attention_scale == 0.0:
+        cost.decode_attn_s_per_ctx = cost.kv_s_per_token
+    n, K, k = (np.array(x, np.int64) for x in zip(*segments, strict=True))
+    got = series_times_s(cost, n, K, k)
+    assert got.tolist() == [series_time_s(cost.decode_lines(a, b), c, cost.decode_floor_s(a)) if c > 0 else 0.0
+                            for a, b, c in segments]
