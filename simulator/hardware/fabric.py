@@ -260,20 +260,21 @@ class Fabric:
 
     # ---- group signatures --------------------------------------------------------------------
     def signature(self, ranks: np.ndarray) -> tuple:
-        """Topology.group_signature of a hierarchical cluster, as compact bytes. Inside one domain
-        (one group): the group, and per rank (which ranks share a node, numbered by first
-        appearance; local position). Across domains, per rank: group, domain (numbered by first
-        appearance), node offset in its domain, local position, leaf (numbered by first appearance:
-        two ranks share a leaf uplink iff they share the label), NIC and leaf-uplink capacities."""
+        """Topology.group_signature of a hierarchical cluster, as compact bytes. Every level is
+        symmetric (one spec per group and level), so what a group sees depends only on which of its
+        ranks share a domain, a node, a local position and a scale-out leaf (each numbered by first
+        appearance), on each rank's device group, NIC and leaf-uplink capacities (a partly filled
+        leaf group has a narrower uplink), and on the order of its ranks (``_rank_order``) - not on
+        where the group sits: the data-parallel groups of different pipeline stages (other local
+        positions, other nodes) share one signature when their sharing pattern is the same."""
         group, domain = self.group[ranks], self.domain[ranks]
+        order = _rank_order(ranks)
+        node, local = _first_appearance(self.node[ranks]), _first_appearance(self.local[ranks])
         if (group == group[0]).all() and (domain == domain[0]).all():
-            per_rank = np.stack([_first_appearance(self.node[ranks]), self.local[ranks]])
-            return ("domain", int(group[0]), per_rank.tobytes())
-        offset = self.node[ranks] - self.domain_first_node[domain]
-        ints = np.stack([group, _first_appearance(domain), offset, self.local[ranks],
-                         _first_appearance(self.leaf[ranks])])
+            return ("domain", int(group[0]), np.stack([node, local]).tobytes(), order)
+        ints = np.stack([group, _first_appearance(domain), node, local, _first_appearance(self.leaf[ranks])])
         caps = np.stack([self.capacity[self.out_base + 2 * ranks], self.capacity[self.ls_base + 2 * self.leaf[ranks]]])
-        return ("multi", len(ranks), ints.tobytes(), caps.tobytes())
+        return ("multi", len(ranks), ints.tobytes(), caps.tobytes(), order)
 
     # ---- the networkx graph (inspection, paths off the devices) --------------------------------
     def build_graph(self) -> tuple[nx.DiGraph, dict[str, dict[str, str]]]:
@@ -361,6 +362,15 @@ class _GraphBuilder:
         g.add_nodes_from(self.nodes)
         g.add_edges_from(self.edges)
         return g
+
+
+def _rank_order(ranks: np.ndarray) -> bytes:
+    """b"" for ranks in ascending order (every group the schedules form); else the permutation that
+    sorts them: callers sort sub-groups of a group by rank (collectives), so two groups share costs
+    only if sorting picks the same positions in both."""
+    if len(ranks) < 2 or (ranks[1:] > ranks[:-1]).all():
+        return b""
+    return np.argsort(ranks, kind="stable").astype(np.int64).tobytes()
 
 
 def _first_appearance(values: np.ndarray) -> np.ndarray:

@@ -185,28 +185,39 @@ class Topology:
         """A cache key equal for groups that see the same network (the same paths, link
         capacities and latencies, shared links alike), position by position.
 
-        Hierarchical topologies (symmetric switches): inside one domain only the device group, which
-        ranks share a node (node offsets numbered by first appearance) and local positions matter. Across domains, each rank is
-        described by its device group, its domain (numbered by first appearance in the group), node
-        offset and local position, its scale-out leaf (numbered by first appearance: two ranks share
-        a leaf uplink iff they share the label) and the capacities of its NIC and of its leaf's
-        uplink (a partly filled leaf group has a narrower one). Explicit graphs: the ranks."""
+        Hierarchical topologies (every level symmetric): which ranks share a domain, a node, a local
+        position and a scale-out leaf (each numbered by first appearance), each rank's device group
+        and its NIC and leaf-uplink capacities (a partly filled leaf group has a narrower uplink), and
+        the order of the ranks (Fabric.signature) - not where the group sits. Explicit graphs: the ranks."""
+        if ranks.__class__ is range and ranks.step == 1 and self._fabric is not None:
+            run = self._run_signature(ranks.start, len(ranks))
+            if run is not None:
+                return run
         ranks = tuple(ranks)
         if self._fabric is None or not ranks:
             return ("ranks", ranks)
         n, first = len(ranks), ranks[0]
-        if (first.__class__ is int and 0 <= first and first + n <= len(self.devices)
-                and self._domain_of[first] == self._domain_of[first + n - 1]
-                and ranks == tuple(range(first, first + n)) and set(map(type, ranks)) == {int}):
-            # a run of consecutive ranks inside one domain: its signature depends only on its
-            # group, the local position it starts at and its length, so it is computed once
-            run = (int(self._fabric.group[first]), int(self._fabric.local[first]), n)
-            hit = self._run_signatures.get(run)
-            if hit is None:
-                hit = self._run_signatures[run] = self._fabric.signature(np.arange(first, first + n))
-            return hit
+        if (first.__class__ is int and ranks == tuple(range(first, first + n)) and set(map(type, ranks)) == {int}):
+            run = self._run_signature(first, n)
+            if run is not None:
+                return run
         self.check_ranks(ranks)
         return self._fabric.signature(np.array(ranks, dtype=np.int64))
+
+    def _run_signature(self, first: int, n: int) -> tuple | None:
+        """The signature of the run first..first + n - 1 when it lies inside one domain (None
+        otherwise): it depends only on its group, the local position it starts at and its length,
+        so it is computed once per such triple."""
+        if not (n and 0 <= first and first + n <= len(self.devices)
+                and self._domain_of[first] == self._domain_of[first + n - 1]):
+            return None
+        fabric = self._fabric
+        assert fabric is not None
+        run = (int(fabric.group[first]), int(fabric.local[first]), n)
+        hit = self._run_signatures.get(run)
+        if hit is None:
+            hit = self._run_signatures[run] = fabric.signature(np.arange(first, first + n))
+        return hit
 
     def device_kinds(self) -> list[str]:
         return sorted({s.name for s in self._specs})
