@@ -29,7 +29,7 @@ from ..presets import resolve
 from ..scenario import LIMITS_FIX, Limits
 from ..units import parse_bandwidth, parse_seconds
 from .devices import DeviceSpec, device_from_mapping
-from .fabric import PLANES, Fabric, GroupPlan, ScaleoutPlan
+from .fabric import PLANES, Fabric, FlowTable, GroupPlan, ScaleoutPlan
 from .fabric import LinkSpec as _LinkSpec
 
 if TYPE_CHECKING:
@@ -424,7 +424,7 @@ class Topology:
         for r in ranks:
             self._check_rank(r)
 
-    def max_link_time_s(self, flows: Sequence[Flow]) -> float:
+    def max_link_time_s(self, flows: Sequence[Flow] | FlowTable) -> float:
         """Concurrent flows (src rank, dst rank, bytes), each on its path: the time of the most
         loaded link, max over links of (bytes routed over it / (bw x efficiency)); 0 for none."""
         if not flows:
@@ -437,15 +437,30 @@ class Topology:
                     loads[e] = loads.get(e, 0.0) + nbytes
             cap = self.capacity_Bps
             return max((load / cap(e) for e, load in loads.items()), default=0.0)
+        if isinstance(flows, FlowTable):
+            self._check_ends(flows.src, flows.dst)
+            return self._fabric.max_link_time_s(flows.src, flows.dst, flows.nbytes)
         table = np.array(flows, dtype=float)
         ends = table[:, :2].astype(np.int64)
         if (ends != table[:, :2]).any() or ends.min() < 0 or ends.max() >= len(self.devices):
             self.check_ranks([r for f in flows for r in f[:2]])   # names the bad rank
         return self._fabric.max_link_time_s(ends[:, 0], ends[:, 1], table[:, 2])
 
-    def max_path_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
-        """The largest path latency over (src rank, dst rank) pairs; 0.0 for none."""
-        pairs = list(pairs)
+    def _check_ends(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """The range check of a FlowTable's ranks (the first bad one names itself)."""
+        n = len(self.devices)
+        if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+            self.check_ranks([int(r) for pair in zip(src, dst, strict=True) for r in pair])
+
+    def max_path_latency_s(self, pairs: Iterable[tuple[int, int]] | FlowTable) -> float:
+        """The largest path latency over (src rank, dst rank) pairs (or a FlowTable's flows); 0.0
+        for none."""
+        if isinstance(pairs, FlowTable) and self._fabric is not None:
+            if not len(pairs):
+                return 0.0
+            self._check_ends(pairs.src, pairs.dst)
+            return float(self._fabric.path_latency_s(self._fabric.routes(pairs.src, pairs.dst).ids).max())
+        pairs = [(a, b) for a, b, *_ in pairs]
         if not pairs:
             return 0.0
         if self._fabric is None:
