@@ -451,7 +451,16 @@ def _first_appearance(values: np.ndarray) -> np.ndarray:
     """Each value's label, the labels numbered 0, 1, ... in order of first appearance."""
     if len(values) < 2 or (values[1:] >= values[:-1]).all():   # sorted (the usual group): runs
         return np.concatenate([[0], np.cumsum(values[1:] != values[:-1])]).astype(np.int64)
-    unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-    number = np.empty(len(unique), dtype=np.int64)
-    number[np.argsort(first, kind="stable")] = np.arange(len(unique))
-    return number[inverse.reshape(-1)]
+    n = len(values)
+    low, width = int(values.min()), int(values.max()) + 1
+    if low < 0 or width > 4 * n + 64:   # values far apart: by sorting
+        unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        number = np.empty(len(unique), dtype=np.int64)
+        number[np.argsort(first, kind="stable")] = np.arange(len(unique))
+        return number[inverse.reshape(-1)]
+    first = np.full(width, n)                     # small labels (local positions, leaves): a table
+    np.minimum.at(first, values, np.arange(n))    # each value's first position (n: absent)
+    present = int((first < n).sum())
+    number = np.empty(width, dtype=np.int64)
+    number[np.argsort(first, kind="stable")[:present]] = np.arange(present)
+    return number[values]

@@ -150,9 +150,13 @@ class Topology:
         rank is range-checked, and the scan stops once every kind of the topology has been seen."""
         kinds: list[DeviceSpec] = []
         specs = self._specs
-        if not isinstance(ranks, (list, tuple, range)) or ranks.__class__ is not range and set(map(type, ranks)) != {int}:
-            ranks = [int(r) for r in ranks]
-        if ranks and (min(ranks) < 0 or max(ranks) >= len(specs)):
+        if ranks.__class__ is range:
+            low, high = (min(ranks[0], ranks[-1]), max(ranks[0], ranks[-1])) if ranks else (0, 0)
+        else:
+            if not isinstance(ranks, (list, tuple)) or set(map(type, ranks)) != {int}:
+                ranks = [int(r) for r in ranks]
+            low, high = (min(ranks), max(ranks)) if ranks else (0, 0)
+        if ranks and (low < 0 or high >= len(specs)):
             for r in ranks:   # the first one out of range names itself in the error
                 self._check_rank(r)
         for r in ranks:
@@ -189,10 +193,12 @@ class Topology:
         position and a scale-out leaf (each numbered by first appearance), each rank's device group
         and its NIC and leaf-uplink capacities (a partly filled leaf group has a narrower uplink), and
         the order of the ranks (Fabric.signature) - not where the group sits. Explicit graphs: the ranks."""
-        if ranks.__class__ is range and ranks.step == 1 and self._fabric is not None:
+        if ranks.__class__ is range and ranks.step == 1 and self._fabric is not None and len(ranks):
             run = self._run_signature(ranks.start, len(ranks))
             if run is not None:
                 return run
+            if 0 <= ranks.start and ranks.stop <= len(self.devices):   # in range: no per-rank checks
+                return self._fabric.signature(np.arange(ranks.start, ranks.stop))
         ranks = tuple(ranks)
         if self._fabric is None or not ranks:
             return ("ranks", ranks)

@@ -230,3 +230,14 @@ def test_a_run_inside_a_domain_has_the_signature_of_any_run_like_it(mapping: dic
              and t.domain_of(b) == t.domain_of(b + n - 1)]
     for b in twins:
         assert t.group_signature(list(range(b, b + n))) == first == f.signature(np.arange(b, b + n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-1, 40), min_size=1, max_size=60) | st.lists(st.integers(0, 10**9), min_size=1, max_size=8))
+def test_first_appearance_numbers_values_in_order_of_first_sight(values: list[int]):
+    """Both ways of labelling (the table for small labels, sorting for far-apart or negative ones):
+    label i is the i-th distinct value met, equal labels iff equal values."""
+    from simulator.hardware.fabric import _first_appearance
+    seen: dict[int, int] = {}
+    expected = [seen.setdefault(v, len(seen)) for v in values]
+    assert _first_appearance(np.array(values, dtype=np.int64)).tolist() == expected
