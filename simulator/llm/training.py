@@ -28,6 +28,7 @@ from .pipeline import (
     PipelineResult,
     StageInterval,
     forward_only_makespan,
+    forward_only_makespans,
     simulate_pipeline,
     simulate_pipelines,
 )
@@ -902,14 +903,8 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
-    worst_t, worst_sl, offset = -1.0, slice(0, 0), 0
-    for t, _ in replicas:
-        sl = slice(offset, offset + t.size)
-        offset += t.size
-        if params.comm.pp_blocking_send and p2p.size:
-            span = forward_only_makespan(_with_blocking_sends(arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl])[0])
-        else:
-            span = forward_only_makespan(arrays.fwd[:, sl], p2p[:, sl] if p2p.size else 0.0)
+    worst_t, worst_sl = -1.0, slice(0, 0)
+    for span, sl in _forward_spans(arrays, p2p, [t.size for t, _ in replicas], params):
         if span > worst_t:
             worst_t, worst_sl = span, sl
     lengths = seqs.astype(float)
@@ -929,6 +924,28 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
         worst_t += offload_time_s(mem, kinds, params, forward_only=True)
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
     return result
+
+
+def _forward_spans(arrays: Any, p2p: np.ndarray, sizes: list[int], params: TrainParams) -> list[tuple[float, slice]]:
+    """(forward-only makespan, its columns) of each data-parallel replica, in replica order; replicas
+    of one micro-batch count without blocking sends are scanned together (forward_only_makespans,
+    the same floats as one by one)."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+    slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    blocking = params.comm.pp_blocking_send and p2p.size
+    if not blocking and len(set(sizes)) == 1 and slices:
+        n, m = len(slices), sizes[0]
+        fw = arrays.fwd.reshape(arrays.fwd.shape[0], n, m).transpose(1, 0, 2)
+        xf = p2p.reshape(p2p.shape[0], n, m).transpose(1, 0, 2) if p2p.size else 0.0
+        return list(zip(forward_only_makespans(fw, xf).tolist(), slices, strict=True))
+    out = []
+    for sl in slices:
+        if blocking:
+            span = forward_only_makespan(_with_blocking_sends(arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl])[0])
+        else:
+            span = forward_only_makespan(arrays.fwd[:, sl], p2p[:, sl] if p2p.size else 0.0)
+        out.append((span, sl))
+    return out
 
 
 def _layout_text(layout: TrainLayout) -> str:

@@ -7,7 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import RlsimError
-from simulator.llm.pipeline import forward_only_makespan, issue_order, simulate_pipeline
+from simulator.llm.pipeline import (
+    forward_only_makespan,
+    forward_only_makespans,
+    issue_order,
+    simulate_pipeline,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -176,3 +181,16 @@ def test_periodic_path_is_taken_and_keeps_the_closed_form():
     res = simulate_pipeline(np.full((p, m), f), np.full((p, m), b), pp=p)
     assert res.makespan_s == pytest.approx((m + p - 1) * (f + b), rel=1e-12)
     assert res.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 4), st.integers(0, 6), st.booleans(), st.integers(0, 2**31 - 1))
+def test_forward_only_makespans_equal_each_pipeline_scanned_alone(replicas: int, stages: int, m: int,
+                                                                  with_p2p: bool, seed: int):
+    """The batched scan of several replicas gives, bit for bit, what forward_only_makespan gives for
+    each replica alone (a scalar or a per-boundary transfer time)."""
+    rng = np.random.default_rng(seed)
+    fw = rng.uniform(0.0, 3.0, (replicas, stages, m))
+    p2p = rng.uniform(0.0, 0.5, (replicas, max(stages - 1, 1), m)) if with_p2p else 0.25
+    alone = [forward_only_makespan(fw[r], p2p[r] if with_p2p else p2p) for r in range(replicas)]
+    assert forward_only_makespans(fw, p2p).tolist() == alone
