@@ -282,7 +282,8 @@ class LlmCosts:
         d = self.instance_devices
         inst = max(1, len(ranks) // d)
         tokens = np.asarray(prompt_lens, float) + np.asarray(response_lens, float)
-        flops = float(np.sum(tokens) * self.model.forward_flops_per_token(float(np.mean(tokens)) / 2)) \
+        total = np.sum(tokens)   # np.mean(tokens) is this sum / len: one reduction serves both
+        flops = float(total * self.model.forward_flops_per_token(float(total / len(tokens)) / 2)) \
             if len(tokens) else 0.0
         prompts, responses = np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
         if inst == 1 and len(tokens):
