@@ -927,25 +927,25 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
 
 
 def _forward_spans(arrays: Any, p2p: np.ndarray, sizes: list[int], params: TrainParams) -> list[tuple[float, slice]]:
-    """(forward-only makespan, its columns) of each data-parallel replica, in replica order; replicas
-    of one micro-batch count without blocking sends are scanned together (forward_only_makespans,
-    the same floats as one by one)."""
+    """(forward-only makespan, its columns) of each data-parallel replica, in replica order. Without
+    blocking sends, the replicas of each micro-batch count are scanned together
+    (forward_only_makespans: the same floats as one by one)."""
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    blocking = params.comm.pp_blocking_send and p2p.size
-    if not blocking and len(set(sizes)) == 1 and slices:
-        n, m = len(slices), sizes[0]
-        fw = arrays.fwd.reshape(arrays.fwd.shape[0], n, m).transpose(1, 0, 2)
-        xf = p2p.reshape(p2p.shape[0], n, m).transpose(1, 0, 2) if p2p.size else 0.0
-        return list(zip(forward_only_makespans(fw, xf).tolist(), slices, strict=True))
-    out = []
-    for sl in slices:
-        if blocking:
-            span = forward_only_makespan(_with_blocking_sends(arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl])[0])
-        else:
-            span = forward_only_makespan(arrays.fwd[:, sl], p2p[:, sl] if p2p.size else 0.0)
-        out.append((span, sl))
-    return out
+    if params.comm.pp_blocking_send and p2p.size:
+        return [(forward_only_makespan(_with_blocking_sends(arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl])[0]), sl)
+                for sl in slices]
+    spans = [0.0] * len(slices)
+    by_size: dict[int, list[int]] = {}
+    for r, m in enumerate(sizes):
+        by_size.setdefault(m, []).append(r)
+    for m, members in by_size.items():
+        cols = np.concatenate([np.arange(bounds[r], bounds[r] + m) for r in members]) if m else np.zeros(0, int)
+        fw = arrays.fwd[:, cols].reshape(arrays.fwd.shape[0], len(members), m).transpose(1, 0, 2)
+        xf = p2p[:, cols].reshape(p2p.shape[0], len(members), m).transpose(1, 0, 2) if p2p.size else 0.0
+        for r, span in zip(members, forward_only_makespans(fw, xf).tolist(), strict=True):
+            spans[r] = span
+    return list(zip(spans, slices, strict=True))
 
 
 def _layout_text(layout: TrainLayout) -> str:
