@@ -69,6 +69,64 @@ class ScaleoutPlan:
     efficiency: float
 
 
+class FlowTable:
+    """Concurrent point-to-point flows as three arrays (src rank, dst rank, bytes), one row per flow;
+    iterates as the (src, dst, bytes) tuples of Python numbers it stands for, so a FlowTable is
+    what a tuple of flows was to anyone who walks it (FlowNetwork), and the array paths of the
+    topology take its columns without converting tuples."""
+
+    __slots__ = ("src", "dst", "nbytes")
+
+    def __init__(self, src: Any, dst: Any, nbytes: Any) -> None:
+        self.src = np.asarray(src, dtype=np.int64)
+        self.dst = np.asarray(dst, dtype=np.int64)
+        self.nbytes = np.asarray(nbytes, dtype=float)
+        if not self.src.shape == self.dst.shape == self.nbytes.shape or self.src.ndim != 1:
+            raise ValueError("FlowTable: src, dst and nbytes must be 1-d arrays of one length")
+
+    @classmethod
+    def uniform(cls, src: Any, dst: Any, nbytes: float) -> FlowTable:
+        """Flows src[i] -> dst[i] that all carry ``nbytes``."""
+        src = np.asarray(src, dtype=np.int64)
+        return cls(src, dst, np.full(len(src), float(nbytes)))
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __iter__(self) -> Any:
+        return zip(self.src.tolist(), self.dst.tolist(), self.nbytes.tolist(), strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FlowTable):
+            return NotImplemented
+        return all(np.array_equal(x, y) for x, y in ((self.src, other.src), (self.dst, other.dst),
+                                                      (self.nbytes, other.nbytes)))
+
+    def __hash__(self) -> int:
+        return hash((self.src.tobytes(), self.dst.tobytes(), self.nbytes.tobytes()))
+
+    def __repr__(self) -> str:
+        return f"FlowTable({list(self)!r})"
+
+
+@dataclass(frozen=True)
+class _Routes:
+    """The routes of a fixed list of (src, dst) pairs: hop ids (-1 padded), the links used (each
+    hop in row order) renumbered 0..k-1 in ``link`` and the capacities of those hops."""
+
+    ids: np.ndarray          # (pairs, MAX_HOPS)
+    flow: np.ndarray         # per used hop: its pair's row
+    link: np.ndarray         # per used hop: its link, renumbered compactly
+    links: int               # distinct links used
+    capacity: np.ndarray     # per used hop: its link's capacity
+
+
+# Route sets kept per fabric, by their (src, dst) pairs (the phases of a collective reuse them for
+# its latency and its link loads, across sizes and ops); a speed knob only: results never depend
+# on what is kept.
+ROUTE_CACHE_ENTRIES = 64
+
+
 class Fabric:
     """The arrays of one hierarchical cluster; built once, never changed."""
 
@@ -78,6 +136,7 @@ class Fabric:
         self._lay_out_devices()
         self._lay_out_leaves()
         self._lay_out_links()
+        self._routes: dict[bytes, _Routes] = {}
 
     # ---- construction ------------------------------------------------------------------------
     def _lay_out_devices(self) -> None:
@@ -217,17 +276,32 @@ class Fabric:
             total = total + lat[:, hop]
         return total
 
+    def routes(self, src: np.ndarray, dst: np.ndarray) -> _Routes:
+        """``route_ids(src, dst)`` with the used hops laid out for link loads, kept per pair list."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        key = src.tobytes() + dst.tobytes()
+        hit = self._routes.get(key)
+        if hit is None:
+            ids = self.route_ids(src, dst)
+            flat = ids.reshape(-1)
+            used = flat >= 0
+            used_ids = flat[used]
+            distinct, link = np.unique(used_ids, return_inverse=True)
+            hit = _Routes(ids, np.repeat(np.arange(len(src)), MAX_HOPS)[used], link.reshape(-1), len(distinct),
+                          self.capacity[used_ids])
+            if len(self._routes) >= ROUTE_CACHE_ENTRIES:
+                self._routes.clear()
+            self._routes[key] = hit
+        return hit
+
     def max_link_time_s(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> float:
         """The time of the most loaded link when every flow src -> dst of nbytes takes its route:
         loads summed flow by flow (bincount adds in input order), then max(load / capacity)."""
-        ids = self.route_ids(src, dst).reshape(-1)
-        weights = np.repeat(np.asarray(nbytes, dtype=float), MAX_HOPS)
-        used = ids >= 0
-        if not used.any():
+        r = self.routes(src, dst)
+        if not len(r.link):
             return 0.0
-        ids, weights = ids[used], weights[used]
-        loads = np.bincount(ids, weights=weights, minlength=len(self.capacity))
-        return float(np.max(loads[ids] / self.capacity[ids]))
+        loads = np.bincount(r.link, weights=np.asarray(nbytes, dtype=float)[r.flow], minlength=r.links)
+        return float(np.max(loads[r.link] / r.capacity))
 
     # ---- names (the graph's node ids) ------------------------------------------------------
     def edge_name(self, eid: int) -> tuple[str, str]:
@@ -260,20 +334,21 @@ class Fabric:
 
     # ---- group signatures --------------------------------------------------------------------
     def signature(self, ranks: np.ndarray) -> tuple:
-        """Topology.group_signature of a hierarchical cluster, as compact bytes. Inside one domain
-        (one group): the group, and per rank (which ranks share a node, numbered by first
-        appearance; local position). Across domains, per rank: group, domain (numbered by first
-        appearance), node offset in its domain, local position, leaf (numbered by first appearance:
-        two ranks share a leaf uplink iff they share the label), NIC and leaf-uplink capacities."""
+        """Topology.group_signature of a hierarchical cluster, as compact bytes. Every level is
+        symmetric (one spec per group and level), so what a group sees depends only on which of its
+        ranks share a domain, a node, a local position and a scale-out leaf (each numbered by first
+        appearance), on each rank's device group, NIC and leaf-uplink capacities (a partly filled
+        leaf group has a narrower uplink), and on the order of its ranks (``_rank_order``) - not on
+        where the group sits: the data-parallel groups of different pipeline stages (other local
+        positions, other nodes) share one signature when their sharing pattern is the same."""
         group, domain = self.group[ranks], self.domain[ranks]
+        order = _rank_order(ranks)
+        node, local = _first_appearance(self.node[ranks]), _first_appearance(self.local[ranks])
         if (group == group[0]).all() and (domain == domain[0]).all():
-            per_rank = np.stack([_first_appearance(self.node[ranks]), self.local[ranks]])
-            return ("domain", int(group[0]), per_rank.tobytes())
-        offset = self.node[ranks] - self.domain_first_node[domain]
-        ints = np.stack([group, _first_appearance(domain), offset, self.local[ranks],
-                         _first_appearance(self.leaf[ranks])])
+            return ("domain", int(group[0]), np.stack([node, local]).tobytes(), order)
+        ints = np.stack([group, _first_appearance(domain), node, local, _first_appearance(self.leaf[ranks])])
         caps = np.stack([self.capacity[self.out_base + 2 * ranks], self.capacity[self.ls_base + 2 * self.leaf[ranks]]])
-        return ("multi", len(ranks), ints.tobytes(), caps.tobytes())
+        return ("multi", len(ranks), ints.tobytes(), caps.tobytes(), order)
 
     # ---- the networkx graph (inspection, paths off the devices) --------------------------------
     def build_graph(self) -> tuple[nx.DiGraph, dict[str, dict[str, str]]]:
@@ -363,11 +438,29 @@ class _GraphBuilder:
         return g
 
 
+def _rank_order(ranks: np.ndarray) -> bytes:
+    """b"" for ranks in ascending order (every group the schedules form); else the permutation that
+    sorts them: callers sort sub-groups of a group by rank (collectives), so two groups share costs
+    only if sorting picks the same positions in both."""
+    if len(ranks) < 2 or (ranks[1:] > ranks[:-1]).all():
+        return b""
+    return np.argsort(ranks, kind="stable").astype(np.int64).tobytes()
+
+
 def _first_appearance(values: np.ndarray) -> np.ndarray:
     """Each value's label, the labels numbered 0, 1, ... in order of first appearance."""
     if len(values) < 2 or (values[1:] >= values[:-1]).all():   # sorted (the usual group): runs
         return np.concatenate([[0], np.cumsum(values[1:] != values[:-1])]).astype(np.int64)
-    unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-    number = np.empty(len(unique), dtype=np.int64)
-    number[np.argsort(first, kind="stable")] = np.arange(len(unique))
-    return number[inverse.reshape(-1)]
+    n = len(values)
+    low, width = int(values.min()), int(values.max()) + 1
+    if low < 0 or width > 4 * n + 64:   # values far apart: by sorting
+        unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        number = np.empty(len(unique), dtype=np.int64)
+        number[np.argsort(first, kind="stable")] = np.arange(len(unique))
+        return number[inverse.reshape(-1)]
+    first = np.full(width, n)                     # small labels (local positions, leaves): a table
+    np.minimum.at(first, values, np.arange(n))    # each value's first position (n: absent)
+    present = int((first < n).sum())
+    number = np.empty(width, dtype=np.int64)
+    number[np.argsort(first, kind="stable")[:present]] = np.arange(present)
+    return number[values]

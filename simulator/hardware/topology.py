@@ -29,7 +29,7 @@ from ..presets import resolve
 from ..scenario import LIMITS_FIX, Limits
 from ..units import parse_bandwidth, parse_seconds
 from .devices import DeviceSpec, device_from_mapping
-from .fabric import PLANES, Fabric, GroupPlan, ScaleoutPlan
+from .fabric import PLANES, Fabric, FlowTable, GroupPlan, ScaleoutPlan
 from .fabric import LinkSpec as _LinkSpec
 
 if TYPE_CHECKING:
@@ -150,9 +150,13 @@ class Topology:
         rank is range-checked, and the scan stops once every kind of the topology has been seen."""
         kinds: list[DeviceSpec] = []
         specs = self._specs
-        if not isinstance(ranks, (list, tuple, range)) or ranks.__class__ is not range and set(map(type, ranks)) != {int}:
-            ranks = [int(r) for r in ranks]
-        if ranks and (min(ranks) < 0 or max(ranks) >= len(specs)):
+        if ranks.__class__ is range:
+            low, high = (min(ranks[0], ranks[-1]), max(ranks[0], ranks[-1])) if ranks else (0, 0)
+        else:
+            if not isinstance(ranks, (list, tuple)) or set(map(type, ranks)) != {int}:
+                ranks = [int(r) for r in ranks]
+            low, high = (min(ranks), max(ranks)) if ranks else (0, 0)
+        if ranks and (low < 0 or high >= len(specs)):
             for r in ranks:   # the first one out of range names itself in the error
                 self._check_rank(r)
         for r in ranks:
@@ -185,28 +189,41 @@ class Topology:
         """A cache key equal for groups that see the same network (the same paths, link
         capacities and latencies, shared links alike), position by position.
 
-        Hierarchical topologies (symmetric switches): inside one domain only the device group, which
-        ranks share a node (node offsets numbered by first appearance) and local positions matter. Across domains, each rank is
-        described by its device group, its domain (numbered by first appearance in the group), node
-        offset and local position, its scale-out leaf (numbered by first appearance: two ranks share
-        a leaf uplink iff they share the label) and the capacities of its NIC and of its leaf's
-        uplink (a partly filled leaf group has a narrower one). Explicit graphs: the ranks."""
+        Hierarchical topologies (every level symmetric): which ranks share a domain, a node, a local
+        position and a scale-out leaf (each numbered by first appearance), each rank's device group
+        and its NIC and leaf-uplink capacities (a partly filled leaf group has a narrower uplink), and
+        the order of the ranks (Fabric.signature) - not where the group sits. Explicit graphs: the ranks."""
+        if ranks.__class__ is range and ranks.step == 1 and self._fabric is not None and len(ranks):
+            run = self._run_signature(ranks.start, len(ranks))
+            if run is not None:
+                return run
+            if 0 <= ranks.start and ranks.stop <= len(self.devices):   # in range: no per-rank checks
+                return self._fabric.signature(np.arange(ranks.start, ranks.stop))
         ranks = tuple(ranks)
         if self._fabric is None or not ranks:
             return ("ranks", ranks)
         n, first = len(ranks), ranks[0]
-        if (first.__class__ is int and 0 <= first and first + n <= len(self.devices)
-                and self._domain_of[first] == self._domain_of[first + n - 1]
-                and ranks == tuple(range(first, first + n)) and set(map(type, ranks)) == {int}):
-            # a run of consecutive ranks inside one domain: its signature depends only on its
-            # group, the local position it starts at and its length, so it is computed once
-            run = (int(self._fabric.group[first]), int(self._fabric.local[first]), n)
-            hit = self._run_signatures.get(run)
-            if hit is None:
-                hit = self._run_signatures[run] = self._fabric.signature(np.arange(first, first + n))
-            return hit
+        if (first.__class__ is int and ranks == tuple(range(first, first + n)) and set(map(type, ranks)) == {int}):
+            run = self._run_signature(first, n)
+            if run is not None:
+                return run
         self.check_ranks(ranks)
         return self._fabric.signature(np.array(ranks, dtype=np.int64))
+
+    def _run_signature(self, first: int, n: int) -> tuple | None:
+        """The signature of the run first..first + n - 1 when it lies inside one domain (None
+        otherwise): it depends only on its group, the local position it starts at and its length,
+        so it is computed once per such triple."""
+        if not (n and 0 <= first and first + n <= len(self.devices)
+                and self._domain_of[first] == self._domain_of[first + n - 1]):
+            return None
+        fabric = self._fabric
+        assert fabric is not None
+        run = (int(fabric.group[first]), int(fabric.local[first]), n)
+        hit = self._run_signatures.get(run)
+        if hit is None:
+            hit = self._run_signatures[run] = fabric.signature(np.arange(first, first + n))
+        return hit
 
     def device_kinds(self) -> list[str]:
         return sorted({s.name for s in self._specs})
@@ -413,7 +430,7 @@ class Topology:
         for r in ranks:
             self._check_rank(r)
 
-    def max_link_time_s(self, flows: Sequence[Flow]) -> float:
+    def max_link_time_s(self, flows: Sequence[Flow] | FlowTable) -> float:
         """Concurrent flows (src rank, dst rank, bytes), each on its path: the time of the most
         loaded link, max over links of (bytes routed over it / (bw x efficiency)); 0 for none."""
         if not flows:
@@ -426,15 +443,30 @@ class Topology:
                     loads[e] = loads.get(e, 0.0) + nbytes
             cap = self.capacity_Bps
             return max((load / cap(e) for e, load in loads.items()), default=0.0)
+        if isinstance(flows, FlowTable):
+            self._check_ends(flows.src, flows.dst)
+            return self._fabric.max_link_time_s(flows.src, flows.dst, flows.nbytes)
         table = np.array(flows, dtype=float)
         ends = table[:, :2].astype(np.int64)
         if (ends != table[:, :2]).any() or ends.min() < 0 or ends.max() >= len(self.devices):
             self.check_ranks([r for f in flows for r in f[:2]])   # names the bad rank
         return self._fabric.max_link_time_s(ends[:, 0], ends[:, 1], table[:, 2])
 
-    def max_path_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
-        """The largest path latency over (src rank, dst rank) pairs; 0.0 for none."""
-        pairs = list(pairs)
+    def _check_ends(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """The range check of a FlowTable's ranks (the first bad one names itself)."""
+        n = len(self.devices)
+        if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+            self.check_ranks([int(r) for pair in zip(src, dst, strict=True) for r in pair])
+
+    def max_path_latency_s(self, pairs: Iterable[tuple[int, int]] | FlowTable) -> float:
+        """The largest path latency over (src rank, dst rank) pairs (or a FlowTable's flows); 0.0
+        for none."""
+        if isinstance(pairs, FlowTable) and self._fabric is not None:
+            if not len(pairs):
+                return 0.0
+            self._check_ends(pairs.src, pairs.dst)
+            return float(self._fabric.path_latency_s(self._fabric.routes(pairs.src, pairs.dst).ids).max())
+        pairs = [(a, b) for a, b, *_ in pairs]
         if not pairs:
             return 0.0
         if self._fabric is None:

@@ -506,6 +506,27 @@ def simulate_pipeline(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: np.n
     return simulate_pipelines(forward_s, backward_s, [p2p_s], pp=pp, vpp=vpp)[0]
 
 
+def forward_only_makespans(forward_s: np.ndarray, p2p_s: np.ndarray | float = 0.0) -> np.ndarray:
+    """``forward_only_makespan`` of several pipelines of one shape in one pass (the data-parallel
+    replicas of a batch): forward_s (replicas, stages, m), p2p_s scalar or (replicas, stages - 1, m).
+    Each row is scanned as the one-pipeline form scans it (accumulations run along the micro-batch
+    axis, one row at a time), so every makespan is the same float."""
+    fw = np.asarray(forward_s, dtype=float)
+    k, n, m = fw.shape
+    if not m:
+        return np.zeros(k)
+    arrive = np.zeros((k, m))
+    end = np.zeros((k, m))
+    p2p = np.broadcast_to(np.asarray(p2p_s, dtype=float), (k, max(n - 1, 1), m))
+    for j in range(n):
+        cum = np.cumsum(fw[:, j], axis=1)
+        prev = cum - fw[:, j]
+        end = cum + np.maximum.accumulate(arrive - prev, axis=1)
+        if j < n - 1:
+            arrive = end + p2p[:, j]
+    return end[:, -1].copy()
+
+
 def forward_only_makespan(forward_s: np.ndarray, p2p_s: np.ndarray | float = 0.0) -> float:
     """Makespan of forward passes streamed through a pipeline (no backward): stage s starts
     micro-batch i when it is free and the input arrived. Max-plus scan per stage, in numpy.

@@ -29,6 +29,7 @@ from .pipeline import (
     StageInterval,
     critical_chain,
     forward_only_makespan,
+    forward_only_makespans,
     simulate_pipeline,
     simulate_pipelines,
 )
@@ -921,14 +922,8 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
-    worst_t, worst_sl, offset = -1.0, slice(0, 0), 0
-    for t, _ in replicas:
-        sl = slice(offset, offset + t.size)
-        offset += t.size
-        if params.comm.pp_blocking_send and p2p.size:
-            span = forward_only_makespan(_with_blocking_sends(arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl])[0])
-        else:
-            span = forward_only_makespan(arrays.fwd[:, sl], p2p[:, sl] if p2p.size else 0.0)
+    worst_t, worst_sl = -1.0, slice(0, 0)
+    for span, sl in _forward_spans(arrays, p2p, [t.size for t, _ in replicas], params):
         if span > worst_t:
             worst_t, worst_sl = span, sl
     lengths = seqs.astype(float)
@@ -948,6 +943,28 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
         worst_t += offload_time_s(mem, kinds, params, forward_only=True)
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
     return result
+
+
+def _forward_spans(arrays: Any, p2p: np.ndarray, sizes: list[int], params: TrainParams) -> list[tuple[float, slice]]:
+    """(forward-only makespan, its columns) of each data-parallel replica, in replica order. Without
+    blocking sends, the replicas of each micro-batch count are scanned together
+    (forward_only_makespans: the same floats as one by one)."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+    slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    if params.comm.pp_blocking_send and p2p.size:
+        return [(forward_only_makespan(_with_blocking_sends(arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl])[0]), sl)
+                for sl in slices]
+    spans = [0.0] * len(slices)
+    by_size: dict[int, list[int]] = {}
+    for r, m in enumerate(sizes):
+        by_size.setdefault(m, []).append(r)
+    for m, members in by_size.items():
+        cols = np.concatenate([np.arange(bounds[r], bounds[r] + m) for r in members]) if m else np.zeros(0, int)
+        fw = arrays.fwd[:, cols].reshape(arrays.fwd.shape[0], len(members), m).transpose(1, 0, 2)
+        xf = p2p[:, cols].reshape(p2p.shape[0], len(members), m).transpose(1, 0, 2) if p2p.size else 0.0
+        for r, span in zip(members, forward_only_makespans(fw, xf).tolist(), strict=True):
+            spans[r] = span
+    return list(zip(spans, slices, strict=True))
 
 
 def _layout_text(layout: TrainLayout) -> str:

@@ -10,7 +10,6 @@ same phases as simpy flows so that other traffic slows them. nccl-tests conventi
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RlsimError
+from ..hardware.fabric import FlowTable
 from ..hardware.topology import Topology
 from ..units import parse_seconds
 from .ops import ALGORITHMS, OPS
@@ -81,9 +81,10 @@ class CollectiveParams:
 
 @dataclass(frozen=True)
 class Phase:
-    """Concurrent flows plus a latency; `bw_time_s` is set instead of flows for analytic phases."""
+    """Concurrent flows plus a latency; `bw_time_s` is set instead of flows for analytic phases.
+    The algorithms give their flows as a FlowTable (arrays; it iterates as (src, dst, bytes) tuples)."""
 
-    flows: tuple[Flow, ...]
+    flows: FlowTable | tuple[Flow, ...]
     latency_s: float
     bw_time_s: float | None = None
 
@@ -121,7 +122,7 @@ class CollectiveModel:
         self.params = params or CollectiveParams.from_mapping(topology.collectives, topology.source)
         self._cache: dict[tuple, CollectiveCost] = {}  # by group signature
         self._exact: dict[tuple, CollectiveCost] = {}  # by the exact rank tuple
-        self._plans: dict[tuple, CollectivePlan] = {}
+        self._plans: dict[tuple, tuple[CollectivePlan, float]] = {}   # with its time
         self._signatures: dict[tuple, tuple] = {}  # (op, ranks) -> group signature
         # Results of the cost models built on this network model (llm/training.py), keyed by value:
         # they depend on the topology and the parameters this object fixes, so they live and die with it.
@@ -147,8 +148,7 @@ class CollectiveModel:
         if hit is not None:
             self._exact[exact] = hit
             return hit
-        plan = self.plan(op, ranks, nbytes, algorithm)
-        time_s = self.plan_time_s(plan)
+        plan, time_s = self._planned(op, ranks, nbytes, algorithm)
         n = plan.devices
         algbw = plan.bytes / time_s if time_s > 0 else 0.0
         result = CollectiveCost(op, plan.algorithm, n, plan.bytes, time_s, algbw, algbw * bus_factor(op, n))
@@ -192,6 +192,11 @@ class CollectiveModel:
 
     def plan(self, op: str, ranks: Sequence[int], nbytes: float, algorithm: str | None = None) -> CollectivePlan:
         """The cheapest algorithm's phases (or the named algorithm's)."""
+        return self._planned(op, ranks, nbytes, algorithm)[0]
+
+    def _planned(self, op: str, ranks: Sequence[int], nbytes: float,
+                 algorithm: str | None = None) -> tuple[CollectivePlan, float]:
+        """plan() and its plan_time_s (the time the choice already computed), kept per group and size."""
         if op not in OPS:
             raise RlsimError(f"unknown collective {op!r}", field="op", fix=f"use one of: {', '.join(OPS)}")
         if isinstance(nbytes, bool) or not nbytes >= 0 or math.isinf(nbytes):
@@ -207,7 +212,8 @@ class CollectiveModel:
             return hit
         launch = self._launch_s(group)
         if len(group) == 1 or nbytes == 0:
-            result = CollectivePlan(op, "local", len(group), nbytes, 0.0, ())
+            local = CollectivePlan(op, "local", len(group), nbytes, 0.0, ())
+            result = (local, self.plan_time_s(local))
         else:
             candidates = self._candidates(op, group, nbytes)
             if algorithm is not None:
@@ -219,10 +225,10 @@ class CollectiveModel:
             for name, build in candidates.items():  # dict order breaks ties deterministically
                 plan = CollectivePlan(op, name, len(group), nbytes, launch, tuple(build()))
                 t = self.plan_time_s(plan)
-                if best is None or t < best[0]:
-                    best = (t, plan)
+                if best is None or t < best[1]:
+                    best = (plan, t)
             assert best is not None
-            result = best[1]
+            result = best
         self._plans[key] = result
         return result
 
@@ -256,7 +262,7 @@ class CollectiveModel:
             return self.params.launch_overhead_s
         return max(spec.launch_overhead_s for spec in self.topology.distinct_specs(group))
 
-    def _step_latency_s(self, pairs: Iterable[tuple[int, int]]) -> float:
+    def _step_latency_s(self, pairs: Iterable[tuple[int, int]] | FlowTable) -> float:
         """One algorithm step: the slowest hop's wire latency plus the per-step software overhead."""
         return self.topology.max_path_latency_s(pairs) + self.params.step_overhead_s
 
@@ -275,33 +281,32 @@ class CollectiveModel:
         return members[:, rotations].transpose(1, 0, 2).reshape(channels, -1).tolist()
 
     @staticmethod
-    def _ring_flows(rings: list[list[int]], bytes_per_ring_edge: float) -> tuple[Flow, ...]:
+    def _ring_flows(rings: list[list[int]], bytes_per_ring_edge: float) -> FlowTable:
         """One flow per distinct ring edge (first-seen order) carrying its rings' shares, the
         shares added ring by ring (as a running sum would: bincount adds in input order)."""
         share = bytes_per_ring_edge / len(rings)
         if len(rings) == 1:  # a ring of distinct ranks uses each edge once
             ring = rings[0]
-            return tuple(zip(ring, ring[1:] + ring[:1], itertools.repeat(share)))
+            return FlowTable.uniform(ring, ring[1:] + ring[:1], share)
         a = np.array(rings, dtype=np.int64)
         a, b = a.reshape(-1), np.roll(a, -1, axis=1).reshape(-1)
         _, first, inverse = np.unique(a * (int(a.max()) + 1) + b, return_index=True, return_inverse=True)
         sums = np.bincount(inverse.reshape(-1), weights=np.full(len(a), share))
         order = np.argsort(first, kind="stable")
         at = first[order]
-        return tuple(zip(a[at].tolist(), b[at].tolist(), sums[order].tolist(), strict=True))
+        return FlowTable(a[at], b[at], sums[order])
 
     def _ring(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
         n = len(group)
         if op in ("all_reduce", "all_gather", "reduce_scatter"):
             flows = self._ring_flows(self._rings(group), (2 if op == "all_reduce" else 1) * (n - 1) / n * nbytes)
-            step = self._step_latency_s((a, b) for a, b, _ in flows)   # every ring edge once
+            step = self._step_latency_s(flows)   # every ring edge once
             if op == "all_reduce":  # reduce-scatter then all-gather: 2(n-1) steps of S/n
                 return [Phase(flows, 2 * (n - 1) * step)]
             return [Phase(flows, (n - 1) * step)]
         # broadcast: a pipelined chain from the root; every chain edge carries S
-        chain = group
-        flows = tuple((a, b, nbytes) for a, b in zip(chain[:-1], chain[1:], strict=True))
-        return [Phase(flows, (n - 1) * self._step_latency_s(zip(chain[:-1], chain[1:], strict=True)))]
+        chain = FlowTable.uniform(group[:-1], group[1:], nbytes)
+        return [Phase(chain, (n - 1) * self._step_latency_s(chain))]
 
     # ---- tree ------------------------------------------------------------------------------
     def _tree(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
@@ -310,13 +315,13 @@ class CollectiveModel:
         S down, 2 x log2(n) steps)."""
         n = len(group)
         depth = math.ceil(math.log2(n))
-        edges = [(group[(i - 1) // 2], group[i]) for i in range(1, n)]  # heap-ordered binary tree
-        step = self._step_latency_s(edges)
-        down = tuple((a, b, nbytes) for a, b in edges)
+        parent = [group[(i - 1) // 2] for i in range(1, n)]  # heap-ordered binary tree
+        down = FlowTable.uniform(parent, group[1:], nbytes)
+        step = self._step_latency_s(down)
         if op == "broadcast":
             return [Phase(down, depth * step)]
-        up = tuple((b, a, nbytes) for a, b in edges)
-        return [Phase(up + down, 2 * depth * step)]
+        both = FlowTable.uniform(np.concatenate([down.dst, down.src]), np.concatenate([down.src, down.dst]), nbytes)
+        return [Phase(both, 2 * depth * step)]
 
     # ---- hierarchical ----------------------------------------------------------------------
     def _hierarchical(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
@@ -325,26 +330,24 @@ class CollectiveModel:
         domains = list(self.topology.group_by_domain(group).values())
         k, m = len(domains[0]), len(domains)
         # one ring per domain and one per rail, their edges listed ring after ring (each edge once)
-        intra_src = [a for d in domains for a in d]
-        intra_dst = [b for d in domains for b in d[1:] + d[:1]]
-        rails = [[d[j] for d in domains] for j in range(k)]
-        rail_src = [a for r in rails for a in r]
-        rail_dst = [b for r in rails for b in r[1:] + r[:1]]
-        intra_step = self._step_latency_s(zip(intra_src, intra_dst, strict=True))
-        inter_step = self._step_latency_s(zip(rail_src, rail_dst, strict=True))
+        members = np.array(domains, dtype=np.int64)                      # domains x k
+        intra_src, intra_dst = members.reshape(-1), np.roll(members, -1, axis=1).reshape(-1)
+        rails = members.T                                                # rail j: member j of every domain
+        rail_src, rail_dst = rails.reshape(-1), np.roll(rails, -1, axis=1).reshape(-1)
+        intra_step = self._step_latency_s(FlowTable.uniform(intra_src, intra_dst, 0.0))
+        inter_step = self._step_latency_s(FlowTable.uniform(rail_src, rail_dst, 0.0))
 
         mesh = all(self._fully_linked(d) for d in domains)
 
         def intra(bytes_per_edge: float) -> Phase:
             if mesh:  # full mesh inside each domain: every pair exchanges its share at once
-                flows = tuple(f for d in domains for f in self._pairwise(d, bytes_per_edge / (k - 1)).flows)
+                parts = [self._pairwise(d, bytes_per_edge / (k - 1)).flows for d in domains]
+                flows = FlowTable(*(np.concatenate([getattr(f, c) for f in parts]) for c in ("src", "dst", "nbytes")))
                 return Phase(flows, self._pairwise(domains[0], 0.0).latency_s)
-            flows = tuple(zip(intra_src, intra_dst, itertools.repeat(bytes_per_edge)))
-            return Phase(flows, (k - 1) * intra_step)
+            return Phase(FlowTable.uniform(intra_src, intra_dst, bytes_per_edge), (k - 1) * intra_step)
 
         def inter(bytes_per_edge: float, steps: int) -> Phase:
-            flows = tuple(zip(rail_src, rail_dst, itertools.repeat(bytes_per_edge)))
-            return Phase(flows, steps * inter_step)
+            return Phase(FlowTable.uniform(rail_src, rail_dst, bytes_per_edge), steps * inter_step)
 
         if op == "all_reduce":
             return [intra((k - 1) / k * nbytes), inter(2 * (m - 1) / m * nbytes / k, 2 * (m - 1)),
@@ -357,10 +360,12 @@ class CollectiveModel:
     def _pairwise(self, group: list[int], bytes_per_pair: float) -> Phase:
         n = len(group)
         p = self.params
-        latency = self._step_latency_s((a, b) for a in group[:1] for b in group[1:]) + (n - 2) * p.step_overhead_s
+        latency = (self._step_latency_s(FlowTable.uniform([group[0]] * (n - 1), group[1:], 0.0))
+                   + (n - 2) * p.step_overhead_s)
         if n <= p.exact_all_to_all_max_devices:
-            flows = tuple((a, b, bytes_per_pair) for a in group for b in group if a != b)
-            return Phase(flows, latency)
+            src, dst = np.repeat(group, n), np.tile(group, n)
+            pair = src != dst                 # every ordered pair of distinct ranks, row by row
+            return Phase(FlowTable.uniform(src[pair], dst[pair], bytes_per_pair), latency)
         return Phase((), latency, self._injection_bound_s(group, bytes_per_pair))
 
     def _injection_bound_s(self, group: list[int], bytes_per_pair: float) -> float:
@@ -396,7 +401,7 @@ class CollectiveModel:
         if op == "p2p":
             a, b = group
             lat = topo.path_latency_s(a, b) + self.params.step_overhead_s
-            return {"direct": lambda: [Phase(((a, b, nbytes),), lat)]}
+            return {"direct": lambda: [Phase(FlowTable.uniform([a], [b], nbytes), lat)]}
         if op == "all_to_all":
             return {"direct": lambda: self._direct(op, group, nbytes)}
         out: dict[str, Any] = {"ring": lambda: self._ring(op, group, nbytes)}

@@ -64,10 +64,14 @@ class _Pool:
     costs are cached on it; ``placed`` keeps the training placements mapped onto these ranks."""
 
     def __init__(self, topology: Any, ranks: Sequence[int], interned: dict[tuple, int]) -> None:
-        self.ranks: tuple[int, ...] = tuple(int(r) for r in ranks)
-        self.kinds: list[DeviceSpec] = distinct_devices(topology, self.ranks)
+        # a range (every pool the schedules cut) is passed on as one: its signature and device kinds
+        # are answered without a per-rank pass
+        given = ranks if ranks.__class__ is range else None
+        self.ranks: tuple[int, ...] = tuple(given) if given is not None else tuple(int(r) for r in ranks)
+        self.kinds: list[DeviceSpec] = distinct_devices(topology, given if given is not None else self.ranks)
         # one device has no links in the cost: its kind is the key (96 one-device instances, one key)
-        value = (("device",) if len(self.ranks) == 1 else topology.group_signature(self.ranks), tuple(self.kinds))
+        value = (("device",) if len(self.ranks) == 1 else topology.group_signature(
+            given if given is not None else self.ranks), tuple(self.kinds))
         # the value is interned to a small int (the owner's table): a signature of thousands of ranks
         # is hashed once, not on every cache lookup
         self.key: int = interned.setdefault(value, len(interned))
@@ -280,7 +284,8 @@ class LlmCosts:
         d = self.instance_devices
         inst = max(1, len(ranks) // d)
         tokens = np.asarray(prompt_lens, float) + np.asarray(response_lens, float)
-        flops = float(np.sum(tokens) * self.model.forward_flops_per_token(float(np.mean(tokens)) / 2)) \
+        total = np.sum(tokens)   # np.mean(tokens) is this sum / len: one reduction serves both
+        flops = float(total * self.model.forward_flops_per_token(float(total / len(tokens)) / 2)) \
             if len(tokens) else 0.0
         prompts, responses = np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
         if inst == 1 and len(tokens):

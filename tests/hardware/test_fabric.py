@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,11 +22,14 @@ DEVICES = ["h100", "a100-80gb", "ascend-910c"]
 
 
 @st.composite
-def _group(draw: st.DrawFn, scaleout: bool, in_groups: bool = False) -> dict:
+def _group(draw: st.DrawFn, scaleout: bool, in_groups: bool = False, wide: bool = False) -> dict:
+    """One group of a preset; ``wide``: 2-4 devices a node, 2-3 nodes a domain (but a mesh) and
+    3-6 domains, so that groups span domains, servers and leaves in many ways."""
     kind = draw(st.sampled_from(["switch", "two-tier", "mesh"]))
-    per_domain = 1 if kind == "mesh" else draw(st.integers(1, 3))
-    group = {"device": draw(st.sampled_from(DEVICES)), "devices_per_node": draw(st.integers(1, 4)),
-             "nodes_per_domain": per_domain, "domains": draw(st.integers(1, 3) if scaleout else st.just(1)),
+    per_domain = 1 if kind == "mesh" else draw(st.integers(2 if wide else 1, 3))
+    domains = st.integers(3, 6) if wide else st.integers(1, 3) if scaleout else st.just(1)
+    group = {"device": draw(st.sampled_from(DEVICES)), "devices_per_node": draw(st.integers(2 if wide else 1, 4)),
+             "nodes_per_domain": per_domain, "domains": draw(domains),
              "scaleup": {"kind": kind, "oversubscription": draw(st.sampled_from([1.0, 2.0]))}}
     if in_groups and scaleout and draw(st.booleans()):
         group["nic_bw"] = draw(st.sampled_from(["200Gb/s", "400Gb/s"]))
@@ -33,18 +37,20 @@ def _group(draw: st.DrawFn, scaleout: bool, in_groups: bool = False) -> dict:
 
 
 @st.composite
-def presets(draw: st.DrawFn) -> dict:
-    scaleout = draw(st.booleans())
+def presets(draw: st.DrawFn, scaleout_only: bool = False) -> dict:
+    """A random symmetric preset; ``scaleout_only``: always a scale-out network, wide groups
+    (``_group``) and leaves of up to 4 nodes (leaf boundaries that cut domains in several ways)."""
+    scaleout = scaleout_only or draw(st.booleans())
     mapping: dict = {"name": "random"}
     if scaleout:
-        mapping["scaleout"] = {"nic_bw": "400Gb/s", "nodes_per_leaf": draw(st.integers(1, 3)),
+        mapping["scaleout"] = {"nic_bw": "400Gb/s", "nodes_per_leaf": draw(st.integers(1, 4 if scaleout_only else 3)),
                                "oversubscription": draw(st.sampled_from([1.0, 1.5, 3.0])),
                                "efficiency": draw(st.sampled_from([0.9, 0.94]))}
     groups = draw(st.integers(1, 2 if scaleout else 1))
     if groups == 1:
-        mapping.update(draw(_group(scaleout)))
+        mapping.update(draw(_group(scaleout, wide=scaleout_only)))
     else:
-        mapping["groups"] = {f"g{i}": draw(_group(scaleout, True)) for i in range(groups)}
+        mapping["groups"] = {f"g{i}": draw(_group(scaleout, True, scaleout_only)) for i in range(groups)}
     return mapping
 
 
@@ -84,22 +90,96 @@ def test_array_and_graph_paths_agree(mapping: dict, data: st.DataObject):
         assert fast.lines(op, group) == slow.lines(op, group)
 
 
-@settings(max_examples=20, deadline=None)
-@given(presets(), st.data())
-def test_equal_signatures_mean_equal_costs(mapping: dict, data: st.DataObject):
-    """Groups of one shape placed elsewhere share a signature only if every collective costs the same."""
-    t = load_topology(mapping)
-    n = t.num_devices
-    size = data.draw(st.integers(2, min(n, 8))) if n >= 2 else 1
-    start = data.draw(st.integers(0, n - size))
-    step = data.draw(st.integers(1, max(1, (n - start - 1) // max(size - 1, 1))))
-    a = list(range(start, start + size))
-    b = list(range(start, min(n, start + step * size), step))[:size]
-    if len(b) < size or t.group_signature(a) != t.group_signature(b):
-        return
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "p2p")
+
+
+def _assert_same_costs(t: Topology, a: list[int], b: list[int]) -> None:
+    """Every collective on ``a`` and on ``b``, each priced by its own fresh model (no shared cache),
+    costs exactly the same: algorithm, time and both bandwidths, and the same per-size lines."""
     ma, mb = CollectiveModel(t), CollectiveModel(t)
-    for op in ("all_reduce", "all_gather", "broadcast"):
-        assert ma.cost(op, a, 2**20).time_s == mb.cost(op, b, 2**20).time_s
+    for op in OPS:
+        ga, gb = (a[:2], b[:2]) if op == "p2p" else (a, b)
+        if op == "p2p" and len(a) < 2:
+            continue
+        for nbytes in (8.0, 3.0 * 2**20, 2.0**31):
+            assert ma.cost(op, ga, nbytes) == mb.cost(op, gb, nbytes), (op, ga, gb, nbytes)
+        assert ma.lines(op, ga) == mb.lines(op, gb), (op, ga, gb)
+
+
+@st.composite
+def _groups(draw: st.DrawFn, t: Topology) -> list[int]:
+    """A group of 2-10 ranks (strided or any set), ascending, descending or in a drawn order."""
+    n = t.num_devices
+    size = draw(st.integers(min(n, 2), min(n, 10)))
+    if draw(st.booleans()):
+        stride = draw(st.integers(1, max(1, (n - 1) // max(size - 1, 1))))
+        start = draw(st.integers(0, n - 1 - stride * (size - 1)))
+        a = list(range(start, start + stride * size, stride))
+    else:
+        a = sorted(draw(st.sets(st.integers(0, n - 1), min_size=size, max_size=size)))
+    flip = draw(st.sampled_from(["ascending", "ascending", "descending", "drawn"]))
+    if flip == "descending":
+        return a[::-1]
+    return [a[i] for i in draw(st.permutations(range(size)))] if flip == "drawn" else a
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(presets(), presets(scaleout_only=True)), st.data())
+def test_equal_signatures_mean_equal_costs(mapping: dict, data: st.DataObject):
+    """A group shifted by every whole number of ranks (other local positions, nodes, domains,
+    leaves): wherever the copy shares the group's signature, its routes are the group's up to a
+    relabelling of links (``_assert_isomorphic_routes``), and for two of them every collective
+    costs exactly the same. A shared signature is what lets the DP groups of different pipeline
+    stages share one collective plan."""
+    t = load_topology(mapping)
+    a = data.draw(_groups(t))
+    signature, priced = t.group_signature(a), 0
+    for shift in range(-min(a), t.num_devices - max(a)):
+        b = [r + shift for r in a]
+        if shift and t.group_signature(b) == signature:
+            _assert_isomorphic_routes(t, a, b)
+            if priced < 2:
+                _assert_same_costs(t, a, b)
+                priced += 1
+
+
+def _assert_isomorphic_routes(t: Topology, a: list[int], b: list[int]) -> None:
+    """Why equal signatures price alike: position i of ``a`` -> position i of ``b`` carries every
+    route (pair of positions) onto a route of the same hops, and the links they use onto links of
+    the same capacity and latency, one to one (two routes share a link in ``a`` iff they share the
+    image link in ``b``). Any set of flows between positions then loads corresponding links with the
+    same bytes in the same order, so every link time, latency and maximum is the same float."""
+    f = t._fabric
+    pa = np.array([(x, y) for x in a for y in a])
+    pb = np.array([(x, y) for x in b for y in b])
+    ra, rb = f.route_ids(pa[:, 0], pa[:, 1]), f.route_ids(pb[:, 0], pb[:, 1])
+    assert ((ra < 0) == (rb < 0)).all()
+    used = ra >= 0
+    image: dict[int, int] = {}
+    for x, y in zip(ra[used].tolist(), rb[used].tolist(), strict=True):
+        assert image.setdefault(x, y) == y
+    assert len(set(image.values())) == len(image)
+    ids_a, ids_b = np.array(list(image), dtype=np.int64), np.array(list(image.values()), dtype=np.int64)
+    assert (f.capacity[ids_a] == f.capacity[ids_b]).all() and (f.latency[ids_a] == f.latency[ids_b]).all()
+    assert [t.device_spec(x) for x in a] == [t.device_spec(y) for y in b]
+    assert t.fully_linked(sorted(a)) == t.fully_linked(sorted(b))
+    assert np.argsort(a).tolist() == np.argsort(b).tolist()   # sorting picks the same positions
+
+
+def test_stage_groups_share_a_signature_where_their_sharing_pattern_matches():
+    """CloudMatrix384 x 4 (48-NPU pipeline-stage blocks of 6 nodes): the DP groups of stages 0 and 1
+    (local position 0 of nodes 6j and 6j + 1) meet the 32-node leaves alike and share a signature
+    and every cost; stage 2 splits across leaves differently (5 + 3 nodes of a supernode on each
+    side of a leaf boundary, against 6 + 2) and keeps its own signature."""
+    t = load_topology("cloudmatrix384", {"supernodes": 4})
+    stage = {s: list(range(8 * s, t.num_devices, 48)) for s in range(3)}
+    assert t.group_signature(stage[0]) == t.group_signature(stage[1]) != t.group_signature(stage[2])
+    _assert_same_costs(t, stage[0], stage[1])
+    wide = {s: list(range(8 * s, t.num_devices, 192)) for s in range(6)}   # 2 per supernode: one pattern
+    assert len({t.group_signature(g) for g in wide.values()}) == 1
+    _assert_same_costs(t, wide[0], wide[5])
+    assert t.group_signature([0, 1, 2]) == t.group_signature(range(4, 7)) == t.group_signature([8, 9, 10])
+    assert t.group_signature([2, 1, 0]) != t.group_signature([0, 1, 2])   # order kept
 
 
 def test_graph_is_built_only_when_asked():
@@ -150,3 +230,14 @@ def test_a_run_inside_a_domain_has_the_signature_of_any_run_like_it(mapping: dic
              and t.domain_of(b) == t.domain_of(b + n - 1)]
     for b in twins:
         assert t.group_signature(list(range(b, b + n))) == first == f.signature(np.arange(b, b + n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-1, 40), min_size=1, max_size=60) | st.lists(st.integers(0, 10**9), min_size=1, max_size=8))
+def test_first_appearance_numbers_values_in_order_of_first_sight(values: list[int]):
+    """Both ways of labelling (the table for small labels, sorting for far-apart or negative ones):
+    label i is the i-th distinct value met, equal labels iff equal values."""
+    from simulator.hardware.fabric import _first_appearance
+    seen: dict[int, int] = {}
+    expected = [seen.setdefault(v, len(seen)) for v in values]
+    assert _first_appearance(np.array(values, dtype=np.int64)).tolist() == expected

@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import RlsimError
-from simulator.llm.pipeline import critical_chain, forward_only_makespan, issue_order, simulate_pipeline
+from simulator.llm.pipeline import (
+    critical_chain,
+    forward_only_makespan,
+    forward_only_makespans,
+    issue_order,
+    simulate_pipeline,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -234,3 +240,35 @@ def test_critical_chain_stays_on_a_slow_stage():
     assert off_slow == [(0, "forward", 0), (1, "forward", 0), (3, "forward", 0), (3, "backward", 0),
                         (1, "backward", m - 1), (0, "backward", m - 1)]
     assert res.makespan_s == pytest.approx(1 + 1 + (m * 6 - 2) + (1 + 2) + (2 + 2))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 4), st.integers(0, 6), st.booleans(), st.integers(0, 2**31 - 1))
+def test_forward_only_makespans_equal_each_pipeline_scanned_alone(replicas: int, stages: int, m: int,
+                                                                  with_p2p: bool, seed: int):
+    """The batched scan of several replicas gives, bit for bit, what forward_only_makespan gives for
+    each replica alone (a scalar or a per-boundary transfer time)."""
+    rng = np.random.default_rng(seed)
+    fw = rng.uniform(0.0, 3.0, (replicas, stages, m))
+    p2p = rng.uniform(0.0, 0.5, (replicas, max(stages - 1, 1), m)) if with_p2p else 0.25
+    alone = [forward_only_makespan(fw[r], p2p[r] if with_p2p else p2p) for r in range(replicas)]
+    assert forward_only_makespans(fw, p2p).tolist() == alone
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.lists(st.integers(0, 4), min_size=1, max_size=6), st.booleans(), st.integers(0, 2**31 - 1))
+def test_forward_spans_of_ragged_replicas_equal_one_by_one(stages: int, sizes: list[int], with_p2p: bool, seed: int):
+    """training._forward_spans groups the replicas of a batch by micro-batch count and scans each
+    group in one pass; every replica's makespan is the float the one-by-one scan gives, in order."""
+    import types
+
+    from simulator.llm.training import _forward_spans
+    rng = np.random.default_rng(seed)
+    total = sum(sizes)
+    arrays = types.SimpleNamespace(fwd=rng.uniform(0, 2, (stages, total)), bwd=rng.uniform(0, 2, (stages, total)))
+    p2p = rng.uniform(0, 0.3, (stages - 1, total)) if with_p2p else np.zeros((0, total))
+    params = types.SimpleNamespace(comm=types.SimpleNamespace(pp_blocking_send=False))
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+    alone = [(forward_only_makespan(arrays.fwd[:, a:b], p2p[:, a:b] if p2p.size else 0.0), slice(a, b))
+             for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    assert _forward_spans(arrays, p2p, sizes, params) == alone
