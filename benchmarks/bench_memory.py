@@ -9,9 +9,9 @@ Each count runs in a fresh interpreter (`simulator.simulate(None, iterations=N)`
 resident set size after the run with the result still held (gc collected) and after the result is
 dropped, its peak RSS, and the bytes of the result's own tables (the per-sample record `samples`,
 one row per generated sample, and the timeline): what a run must keep grows with its length by
-exactly those; everything else should not. Each count runs twice: keeping every per-sample row
-(the default) and with `--set output.keep_sample_rows=0` (rows folded into counts: the issue 13
-target, RSS flat within 5% from 10 to 100 iterations). `--topology-calls N` also runs N one-step
+exactly those; everything else should not. Each count runs in three modes: keeping every
+per-sample row (the API default), with `--set output.keep_sample_rows=0` (the table cut, rows
+folded into counts), and `simulate(keep_samples=False)` (no table: what `rlsim run` does). `--topology-calls N` also runs N one-step
 24,576-NPU calls (cloudmatrix384 x 64 supernodes) in one process and prints RSS after each: no cache
 may keep a topology alive (issue 13).
 
@@ -44,7 +44,9 @@ def rss_mib():
         return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
 
 start = time.perf_counter()
-result = simulator.simulate(None, iterations=int(sys.argv[1]), overrides=sys.argv[2:])
+fold = "<keep_samples=False>" in sys.argv
+result = simulator.simulate(None, iterations=int(sys.argv[1]), overrides=[a for a in sys.argv[2:] if not a.startswith("<")],
+                            **({"keep_samples": False} if fold else {}))
 wall = time.perf_counter() - start
 gc.collect()
 held = rss_mib()
@@ -89,9 +91,9 @@ class Probe:
         if done in (a, b):
             snaps[done] = tracemalloc.take_snapshot()
 
-tracemalloc.start(8)
+tracemalloc.start(1)
 simulator.simulate(None, iterations=b, progress=Probe(), keep_samples=False)
-diff = snaps[b].filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)]).compare_to(snaps[a], "traceback")
+diff = snaps[b].filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)]).compare_to(snaps[a], "lineno")
 print(f"held at iteration {a}: {sum(s.size for s in snaps[a].statistics('filename')) / 2**20:.2f} MiB; "
       f"at {b}: {sum(s.size for s in snaps[b].statistics('filename')) / 2**20:.2f} MiB")
 for stat in diff[:8]:
@@ -100,7 +102,8 @@ for stat in diff[:8]:
     print(f"  {stat.size_diff / 2**10:+9.1f} KiB ({stat.count_diff:+d} blocks)  {where}")
 """
 
-MODES = {"all": [], "keep0": ["output.keep_sample_rows=0"]}   # every row (the API default); rows folded
+# every row (the API default); rows folded under a bound; simulate(keep_samples=False), as `rlsim run`
+MODES = {"all": [], "keep0": ["output.keep_sample_rows=0"], "nosamples": ["<keep_samples=False>"]}
 
 # The CLI run measured in a child of a child: its grandchild's peak RSS is the only figure in
 # RUSAGE_CHILDREN, so the figure is `rlsim run` alone (not this script, not an earlier run).
