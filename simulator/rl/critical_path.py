@@ -288,7 +288,7 @@ class OnlinePaths:
         next step's start and before every generate interval it may cross (recorded, or to be
         recorded from a clock's cursor: ``advance`` saw them all at or after that cursor)."""
         t = self.w0 - _tol(self.w0)
-        gen = [r.start for r in self._live if r.state == "generate"]
+        gen = [r.start for r in self._live if r.state == "generate" and r.end >= t]
         return min([t, *gen]) - _tol(t)
 
     def check(self) -> None:
