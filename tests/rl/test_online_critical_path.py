@@ -84,3 +84,42 @@ def test_keep_sample_rows_now_walks_every_step():
     assert len(out["critical_path"]["steps"]) == len(rec.iterations) and "steps_walked" not in out["critical_path"]
     assert text.replace(f', "rows_kept": {out["samples"]["rows_kept"]}', "") == _summary(_scenario("stalesync"),
                                                                                           COSTS, 16, True)[1]
+
+
+def _two_steps():
+    from simulator.des import Timeline
+    from simulator.rl.samples import SampleStore
+
+    tl, store = Timeline(), SampleStore(keep_rows=0)
+    tl.add("actor", 0, 2, "train", 0.0, 1.0, iteration=0)
+    tl.add("actor", 0, 2, "train", 1.0, 2.0, iteration=1)
+    return tl, store, [{"iteration": 0, "end": 1.0, "samples": 0}, {"iteration": 1, "end": 2.0, "samples": 0}]
+
+
+def test_a_step_waits_for_every_clock_and_for_a_later_step():
+    tl, store, its = _two_steps()
+    online = cp.OnlinePaths(tl, store, 0.9)
+    online.advance(its, [2.0, 0.5])         # a clock has recorded only up to 0.5: nothing is walked
+    assert online.paths == [] and online.floor() < 0
+    online.advance(its, [2.0, 2.0])         # step 1 is the last recorded: its end may still move
+    assert [p.iteration for p in online.paths] == [0] and online.w0 == 1.0
+    assert [s.state for s in online.paths[0].segments] == ["train"]
+
+
+def test_what_a_walk_relied_on_is_checked_later():
+    import numpy as np
+
+    tl, store, its = _two_steps()
+    online = cp.OnlinePaths(tl, store, 0.9)
+    online.advance(its, [2.0])
+    tl.add("actor", 2, 2, "idle", 0.5, 3.0)          # an interval recorded late, inside the walked step
+    with pytest.raises(AssertionError, match="interval recorded after step 0"):
+        online.check()
+    tl, store, its = _two_steps()
+    online = cp.OnlinePaths(tl, store, 0.9)
+    online.advance(its, [2.0])
+    one = np.ones(1, int)
+    store.add(round_=one, group=one, prompt_len=one, response_len=one, generated_tokens=one.astype(float), version=0,
+              first_version=one, start=0.0, finish=np.array([0.9]), ready=np.array([0.9]))
+    with pytest.raises(AssertionError, match="sample added after step 0"):
+        online.check()
