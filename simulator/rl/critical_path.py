@@ -220,9 +220,10 @@ class OnlinePaths:
     the per-sample rows it reads can be folded into counts (rl/samples.py ``retire``): the default
     `rlsim run` keeps no per-sample table and its memory stays flat over iterations.
 
-    Step k is walked when a later step has been recorded (its end is final) and every clock of
-    the run has recorded up to its end (``cursors``): the walk reads only intervals that start
-    before the step's end, and every interval recorded from now on starts at a clock's cursor.
+    Step k is walked when a later step has been recorded (its end is final), every clock of the
+    run has recorded up to its end, and no sample that finished by then is still to be stored
+    (``recorded``: the clocks' cursors and Context.unstored_from): the walk reads only intervals
+    that start before the step's end, and every interval recorded from now on starts at a cursor.
     It reads the samples step k consumed and the samples that finished on a rollout instance in a
     generate interval it crosses; ``floor`` is the finish time below which no later walk can read
     a sample. What the walk relied on is checked as the run goes on (``check``): an interval or a
@@ -240,10 +241,10 @@ class OnlinePaths:
         self._seen_rows = 0       # timeline rows already checked / taken into _live
         self._seen_samples = 0    # sample ids already checked
 
-    def advance(self, iterations: list[dict], cursors: list[float]) -> None:
+    def advance(self, iterations: list[dict], recorded: list[float]) -> None:
         """Walk every step that can be walked now (class docstring), in order."""
         self.check()
-        low = min(cursors) if cursors else -math.inf
+        low = min(recorded) if recorded else -math.inf
         first = len(self.paths)
         ends, w0 = [], self.w0
         for it in iterations[first:len(iterations) - 1]:    # the last one's end may still be set

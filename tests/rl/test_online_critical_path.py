@@ -123,3 +123,26 @@ def test_what_a_walk_relied_on_is_checked_later():
               first_version=one, start=0.0, finish=np.array([0.9]), ready=np.array([0.9]))
     with pytest.raises(AssertionError, match="sample added after step 0"):
         online.check()
+
+
+def test_verl_fully_async_waits_for_groups_still_generating(monkeypatch):
+    # verl's fully async Rollouter stores a prompt group when all its n trajectories are done: a
+    # step may be walked only once no group in flight can still store a sample finished within it
+    # (Context.unstored_from). This run walked too early before that bound existed.
+    from simulator import api, cli
+
+    summaries, keep = {}, []
+
+    def spy(*args, keep_samples=True, **kw):
+        result = real(*args, keep_samples=keep[-1], **kw)
+        summaries[keep[-1]] = json.dumps(result.summary, sort_keys=True, default=float)
+        return result
+
+    real = api.simulate
+    monkeypatch.setattr(api, "simulate", spy)
+    argv = ["run", "--from-verl", "workloads/frameworks/verl-fully-async-qwen2.5-7b.yaml",
+            "async_training.staleness_threshold=1", "--iterations", "3", "--json"]
+    for folded in (False, True):
+        keep.append(folded)
+        assert cli.main(argv) == 0
+    assert summaries[False] == summaries[True]

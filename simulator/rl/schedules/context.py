@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,7 +12,6 @@ from ...des import Simulation
 from ...scenario import Scenario
 from ..algorithms import REWARD_CPU, Algorithm, build_algorithm
 from ..costs import Costs
-from ..critical_path import OnlinePaths
 from ..distqueue import DistQueue
 from ..pools import Pool
 from ..samples import SampleStore
@@ -20,6 +20,9 @@ from .batches import RoundDraws, Sampler
 from .generation import Generation
 from .state import RunTotals
 from .training import TrainStep
+
+if TYPE_CHECKING:   # imported at the first fold: the run reaches its first event without it
+    from ..critical_path import OnlinePaths
 
 
 @dataclass
@@ -74,8 +77,11 @@ class Context:
         fold_all = not keep_samples and not self.sched.failures
         keep_rows = 0 if fold_all else scenario.output.keep_sample_rows
         self.store = SampleStore(keep_rows=keep_rows, table=keep_samples)
-        self.online = OnlinePaths(self.timeline, self.store, self.sched.tail_threshold) \
-            if keep_rows is not None and not self.sched.failures else None
+        self.walk_online = keep_rows is not None and not self.sched.failures
+        self.online: OnlinePaths | None = None      # made at the first fold (after the run's first event)
+        # A schedule that stores samples some time after they finish says from when (verl_async):
+        # the earliest finish a sample not in the store yet may have; None: stored when the clocks pass it.
+        self.unstored_from: Callable[[], float] | None = None
         self.queue = DistQueue(self.env, self.sched.distqueue)
         self.batch_samples = self.workload.batch_samples
         self.staleness = self.sched.effective_staleness
@@ -109,13 +115,20 @@ class Context:
     def fold_samples(self) -> None:
         """Fold the per-sample rows no output needs any more into counts (output.keep_sample_rows,
         or keep_samples=False): first the critical path walks every step it can (OnlinePaths)."""
-        store, online = self.store, self.online
+        store = self.store
         if store.keep_rows is None:
             return
-        if online is None:
+        if not self.walk_online:
             store.retire(self.env.now)
             return
-        online.advance(self.iterations, [clock.cursor for clock in self.clocks])
+        if self.online is None:
+            from ..critical_path import OnlinePaths
+            self.online = OnlinePaths(self.timeline, store, self.sched.tail_threshold)
+        online = self.online
+        recorded = [clock.cursor for clock in self.clocks]
+        if self.unstored_from is not None:
+            recorded.append(self.unstored_from())
+        online.advance(self.iterations, recorded)
         store.retire(self.env.now, read_after=online.floor(), read_from_iteration=online.next_step(self.iterations))
 
     def start_clock(self, clock, label: str = "layout: auto") -> None:
