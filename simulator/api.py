@@ -44,7 +44,8 @@ class SimulationResult:
     summary: dict[str, Any]
     timeline: pd.DataFrame          # group records: des.INTERVAL_COLUMNS + rank_start, rank_count
     iterations: pd.DataFrame
-    samples: pd.DataFrame           # one row per sample (the last rows only under output.keep_sample_rows)
+    samples: pd.DataFrame | None    # one row per sample (the last rows only under output.keep_sample_rows);
+                                    # None: simulate(keep_samples=False)
     record: RunRecord = field(repr=False)
     # The device kinds of the run's topology (a sweep prices a point per device-hour from them);
     # empty when the costs were given (no topology was built).
@@ -75,6 +76,8 @@ class SimulationResult:
             written.append(out / name)
         for name, frame in (("timeline.csv", self.timeline), ("iterations.csv", self.iterations),
                             ("samples.csv", self.samples), ("states.csv", self.time_in_states())):
+            if frame is None:       # simulate(keep_samples=False): no per-sample table to write
+                continue
             frame.to_csv(out / name, index=False)
             written.append(out / name)
         return written
@@ -97,11 +100,18 @@ def _auto_plan(sc: Scenario, topology: Any) -> Any:
 
 
 def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None,
-             progress: Any = None, **keywords: Any) -> SimulationResult:
+             progress: Any = None, keep_samples: bool = True, **keywords: Any) -> SimulationResult:
     """Run one scenario. ``keywords`` are load_scenario's (topology, workload, schedule, overrides,
     iterations, seed). ``costs`` replaces the cost models (tests: rl.fake_costs.FakeCosts). A run past
     limits.max_work is refused before it starts. ``progress``: an object with ``estimate(WorkEstimate)``
-    (called once, before the run) and ``__call__(done, total)`` (each iteration), e.g. a terminal bar."""
+    (called once, before the run) and ``__call__(done, total)`` (each iteration), e.g. a terminal bar.
+
+    ``keep_samples``: return the per-sample table ``samples`` (one row per generated sample: about
+    88 bytes a row, 8,192 rows a step in the seed scenario, so ~0.7 MiB per step that the result
+    holds). False: ``samples`` is None, and the rows fold into exact counts during the run once the
+    critical path has walked their steps, so memory stays flat over iterations; the summary is the
+    same, figure for figure (`rlsim run` does this unless --out writes the table). With
+    schedule.failures every row is kept either way (a roll-back rewrites recorded rows)."""
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     w = sc.workload
     plan = None
@@ -128,7 +138,8 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
     resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp),
-                       start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress)
+                       start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress,
+                       keep_samples=keep_samples)
     from . import metrics
 
     timeline = rec.timeline.to_frame()
@@ -146,16 +157,15 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
         summary["auto_layout"] = plan.detail
     # the chain of intervals that set each step's length (rl/critical_path.py), from the record
     from .rl import critical_path  # pandas: after the run (see the TYPE_CHECKING note above)
-    store = rec.samples      # output.keep_sample_rows: the steps whose rows were kept (all by default)
-    summary["critical_path"] = critical_path.summarize(critical_path.critical_paths(rec, timeline), store.flat(),
-                                                       base=store.base, total_steps=len(rec.iterations) if store.base else None)
+    summary["critical_path"] = critical_path.of_run(rec, timeline)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble
         summary["warnings"] = [
             f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
             f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
             "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
-    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds)
+    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples if keep_samples else None,
+                            rec, device_kinds)
 
 
 @dataclass

@@ -127,10 +127,11 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     return out
 
 
-def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float) -> dict[str, Any]:
+def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, table: bool = True) -> dict[str, Any]:
     """The summary's per-sample sums: over the frame's rows and, under output.keep_sample_rows, the
     retired ones (rl/samples.py: all finished within the run; integer token counts, so the sums are
-    exact and the figures equal those of the whole table)."""
+    exact and the figures equal those of the whole table). ``table``: whether the run returns the
+    per-sample table (rl/samples.SampleStore.table); only then is ``rows_kept`` said."""
     # Column by column: a masked copy of the whole per-sample frame would double a long run's peak.
     consumed = samples["consumed_iteration"] >= 0
     stale = samples["staleness"][consumed]
@@ -155,13 +156,14 @@ def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float) -> 
             "all_gen": out["all_gen"] + retired.generated_tokens,
             "stale_max": max(retired.staleness_max, float(stale.max()) if len(stale) else -math.inf) if n_stale else 0.0,
             "stale_mean": (held_stale + retired.staleness_sum) / n_stale if n_stale else 0.0,
-            "generated": len(samples) + retired.count, "dropped": dropped, "rows_kept": len(samples)}
+            "generated": len(samples) + retired.count, "dropped": dropped,
+            **({"rows_kept": len(samples)} if table else {})}
 
 
 def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> dict:
     sc = rec.scenario
     T = rec.makespan_s
-    fig = sample_figures(samples, rec.samples.retired, T)
+    fig = sample_figures(samples, rec.samples.retired, T, rec.samples.table)
     n_consumed, trained_tokens, gen_tokens, all_gen = fig["consumed"], fig["trained_tokens"], fig["gen_tokens"], fig["all_gen"]
     gen_flops = rec.gen_flops * (gen_tokens / all_gen if all_gen > 0 else 0.0)
     bubble_fraction, by_cause = bubbles(timeline)

@@ -650,8 +650,10 @@ class OutputConfig(_Strict):
     # N keeps at least the last N rows (0: only those still in play) and folds older ones into
     # counts and sums, so a long Monte-Carlo run's memory stays flat (~94 bytes a sample otherwise:
     # 73 MiB for 100 steps of the default scenario, benchmarks/bench_memory.py). Every figure that
-    # counts samples stays the same; the table and the critical path then cover the kept rows, and
-    # the summary says so (samples.rows_kept, critical_path.steps_walked).
+    # counts samples stays the same; the table then holds the kept rows (samples.rows_kept), and the
+    # critical path, walked during the run, covers every step (only the kept ones with
+    # schedule.failures: critical_path.steps_walked). `rlsim run` without --out keeps no table at all
+    # (api.simulate keep_samples=False).
     keep_sample_rows: int | None = Field(None, ge=0)
 
 

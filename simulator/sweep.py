@@ -735,7 +735,7 @@ def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, A
     """The real point function: simulate the base scenario with the point's values set."""
     from .api import simulate
 
-    result = simulate(base.spec, **base.keywords(values))
+    result = simulate(base.spec, keep_samples=False, **base.keywords(values))   # a point keeps its summary only
     summary = dict(result.summary)
     # The device kinds let a capacity question price the run per device-hour (capacity.py); the run
     # read them off the topology it built (building it again cost a point up to a second at 24k devices).

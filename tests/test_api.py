@@ -105,3 +105,35 @@ def test_the_result_names_the_device_kinds_of_its_topology(result):
     """A sweep prices a point from these (sweep.simulate_point), without building the topology again."""
     from simulator.hardware.topology import load_topology
     assert result.device_kinds == load_topology(result.scenario.topology).device_kinds() == ["h100"]
+
+
+def test_keep_samples_false_folds_the_rows_and_keeps_the_summary(monkeypatch):
+    # rlsim run without --out: no per-sample table, rows folded during the run, the same summary
+    from simulator.rl import samples as sample_store
+    monkeypatch.setattr(sample_store, "RETIRE_MIN_ROWS", 1)
+    kw = {"workload": "grpo-qwen2.5-7b", "topology": "dgx-h100", "schedule": "stalesync", "iterations": 6,
+          "overrides": ["workload.prompts_per_step=32", "workload.samples_per_prompt=4",
+                        "workload.mini_batch_prompts=16"]}
+    kept, folded = simulator.simulate(None, **kw), simulator.simulate(None, keep_samples=False, **kw)
+    assert kept.samples is not None and len(kept.samples) == kept.summary["samples"]["generated"]
+    assert folded.samples is None and folded.record.samples.base > 0
+    assert json.dumps(folded.summary, default=float) == json.dumps(kept.summary, default=float)
+
+
+def test_rlsim_run_keeps_the_sample_table_only_for_out(monkeypatch, tmp_path):
+    from simulator import api, cli
+
+    seen = []
+
+    def spy(*args, keep_samples=True, **kw):
+        seen.append(keep_samples)
+        return real(*args, keep_samples=keep_samples, **kw)
+
+    real = api.simulate
+    monkeypatch.setattr(api, "simulate", spy)
+    small = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+             "--set", "workload.prompts_per_step=8", "--set", "workload.samples_per_prompt=2",
+             "--set", "workload.mini_batch_prompts=8"]
+    assert cli.main(["run", *small, "--json"]) == 0
+    assert cli.main(["run", *small, "--out", str(tmp_path / "o")]) == 0
+    assert seen == [False, True] and (tmp_path / "o" / "samples.csv").stat().st_size > 0

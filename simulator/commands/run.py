@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     from .common import Progress
-    with Progress("iteration") as progress:
-        result = simulate(args.scenario, progress=progress, **kw)
+    with Progress("iteration") as progress:   # the per-sample table only when --out writes it (flat memory)
+        result = simulate(args.scenario, progress=progress, keep_samples=bool(args.out), **kw)
     if imported is not None:
         result.summary["framework_import"] = imported.report()
     if args.out:

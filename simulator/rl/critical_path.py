@@ -33,9 +33,12 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # the run imports this module (OnlinePaths) before its first event: pandas comes later
+    import pandas as pd
 
 # Path causes, in report order. "data": the DistQueue fetch; "reward": rule-based reward latency
 # between a sequence's finish and its sample being ready; "dependency": a wait nothing recorded explains.
@@ -192,19 +195,119 @@ class _Samples:
 
 def critical_paths(record, timeline: pd.DataFrame) -> list[StepPath]:
     """The critical path of every step of a run (``record``: a RunRecord; ``timeline``: its frame).
-    Under output.keep_sample_rows, of every step whose samples the store still holds (the others'
-    rows were folded into counts: their walk would miss the sequence it waited for)."""
+    The steps an OnlinePaths walked during the run (``record.online_paths``: rows folded as they
+    went) come from it; the rest are walked here. Under output.keep_sample_rows with failures (no
+    online walk), of every step whose samples the store still holds (the others' rows were folded
+    into counts: their walk would miss the sequence it waited for)."""
+    online = getattr(record, "online_paths", None)
+    walked = online.paths if online is not None else []
     rows = _Rows(timeline)
     store = record.samples
     samples = _Samples(store.flat(), float(record.scenario.schedule.tail_threshold), store.base)
-    out, w0 = [], 0.0
-    for it in record.iterations:
+    out = list(walked)
+    w0 = online.w0 if online is not None else 0.0
+    for it in record.iterations[len(walked):]:
         w1 = float(it.get("end", it.get("train_end", w0)))
         k = int(it["iteration"])
         if not store.base or samples.held_whole(k, int(it["samples"]), w0, store.retired.max_finish):
             out.append(step_path(rows, samples, k, w0, w1))
         w0 = w1
     return out
+
+
+class OnlinePaths:
+    """The walk of each step done during the run, once nothing recorded later can change it, so
+    the per-sample rows it reads can be folded into counts (rl/samples.py ``retire``): the default
+    `rlsim run` keeps no per-sample table and its memory stays flat over iterations.
+
+    Step k is walked when a later step has been recorded (its end is final), every clock of the
+    run has recorded up to its end, and no sample that finished by then is still to be stored
+    (``recorded``: the clocks' cursors and Context.unstored_from): the walk reads only intervals
+    that start before the step's end, and every interval recorded from now on starts at a cursor.
+    It reads the samples step k consumed and the samples that finished on a rollout instance in a
+    generate interval it crosses; ``floor`` is the finish time below which no later walk can read
+    a sample. What the walk relied on is checked as the run goes on (``check``): an interval or a
+    sample recorded later that the walk should have seen is an error (AssertionError), never a
+    silently different path. Runs with schedule.failures are not walked online (a roll-back
+    rewrites recorded intervals)."""
+
+    def __init__(self, timeline, store, tail_threshold: float):
+        self.timeline, self.store, self.tail_threshold = timeline, store, float(tail_threshold)
+        self.paths: list[StepPath] = []
+        self.sequences: dict[int, tuple[int, int]] = {}   # sample id -> (prompt_len, response_len) on a path
+        self.w0 = 0.0             # start of the next step to walk
+        self.walked_until = -math.inf   # end of the last walked step
+        self._live: list = []     # recorded intervals a later walk may still read
+        self._seen_rows = 0       # timeline rows already checked / taken into _live
+        self._seen_samples = 0    # sample ids already checked
+
+    def advance(self, iterations: list[dict], recorded: list[float]) -> None:
+        """Walk every step that can be walked now (class docstring), in order."""
+        self.check()
+        low = min(recorded) if recorded else -math.inf
+        first = len(self.paths)
+        ends, w0 = [], self.w0
+        for it in iterations[first:len(iterations) - 1]:    # the last one's end may still be set
+            w1 = float(it.get("end", it.get("train_end", w0)))
+            if w1 > low:
+                break
+            ends.append((int(it["iteration"]), w0, w1))
+            w0 = w1
+        if not ends:
+            return
+        frame = type(self.timeline)(rows=self._window(self.w0, ends[0][0])).to_frame()
+        rows, store = _Rows(frame), self.store
+        samples = _Samples(store.flat(), self.tail_threshold, store.base)
+        for k, a, b in ends:
+            path = step_path(rows, samples, k, a, b)
+            self.paths.append(path)
+            for seg in path.segments:
+                if seg.sample >= 0 and seg.sample not in self.sequences:
+                    at = np.array([seg.sample])
+                    self.sequences[seg.sample] = (int(store.at("prompt_len", at)[0]),
+                                                  int(store.at("response_len", at)[0]))
+        self.w0, self.walked_until = w0, ends[-1][2]
+
+    def next_step(self, iterations: list[dict]) -> int:
+        """The iteration number of the first step not walked yet (its batch rows stay)."""
+        if len(iterations) > len(self.paths):
+            return int(iterations[len(self.paths)]["iteration"])
+        return int(iterations[-1]["iteration"]) + 1 if iterations else 0
+
+    def _window(self, w0: float, first_step: int) -> list:
+        """The recorded intervals the walks from ``w0`` may read: those that end at or after it
+        (less the match tolerance), and every train interval of the steps not walked yet (each
+        step's walk starts on its first trainer)."""
+        rows = self.timeline.rows
+        self._live = [r for r in self._live + rows[self._seen_rows:]
+                      if r.end >= w0 - _tol(w0) or (r.state == "train" and r.iteration >= first_step)]
+        self._seen_rows = len(rows)
+        return self._live
+
+    def floor(self) -> float:
+        """Samples that finished before this time are read by no walk still to come: before the
+        next step's start and before every generate interval it may cross (recorded, or to be
+        recorded from a clock's cursor: ``advance`` saw them all at or after that cursor)."""
+        t = self.w0 - _tol(self.w0)
+        gen = [r.start for r in self._live if r.state == "generate" and r.end >= t]
+        return min([t, *gen]) - _tol(t)
+
+    def check(self) -> None:
+        """What the walks so far relied on still holds: every interval recorded since starts at
+        or after the end of the last walked step, and every sample added since finished after it
+        (beyond the match tolerance)."""
+        rows, until = self.timeline.rows, self.walked_until
+        late = [r for r in rows[self._seen_rows:] if r.start < until]
+        if late:
+            raise AssertionError(f"critical path: an interval recorded after step {len(self.paths) - 1} was walked "
+                                 f"starts before its end ({late[0]})")
+        store = self.store
+        if store.n > self._seen_samples and store.n > store.base:
+            new = store.flat()["finish"][max(0, self._seen_samples - store.base):]
+            if len(new) and float(new.min()) <= until + _tol(until):
+                raise AssertionError(f"critical path: a sample added after step {len(self.paths) - 1} was walked "
+                                     f"finished before its end ({float(new.min())} <= {until})")
+        self._seen_samples = store.n
 
 
 def step_path(rows: _Rows, samples: _Samples, k: int, w0: float, w1: float) -> StepPath:
@@ -287,13 +390,14 @@ METHOD = ("dependency chain: backward walk over the recorded intervals; free_del
 
 
 def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = None, *, base: int = 0,
-              total_steps: int | None = None) -> dict:
+              total_steps: int | None = None, sequences: dict[int, tuple[int, int]] | None = None) -> dict:
     """The ``critical_path`` key of the summary: per step its chain (consecutive segments of one
     interval kind merged) and seconds per cause; over the run each cause's share of the path and
     its free delta (mean seconds per step: what the step would lose were that cause free, to first
     order). Sums: per step the causes' seconds = the step time; the deltas = the mean step time.
     ``base``: the first held sample id; ``total_steps``: the run's steps when ``paths`` are fewer
-    (output.keep_sample_rows), said in ``steps_walked``."""
+    (output.keep_sample_rows), said in ``steps_walked``; ``sequences``: (prompt_len, response_len) of
+    the sequences on paths walked during the run (OnlinePaths.sequences: their rows may be gone)."""
     totals = {c: 0.0 for c in CAUSES}
     steps = []
     for path in paths:
@@ -303,7 +407,7 @@ def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = Non
         steps.append({"iteration": path.iteration, "start_s": path.start, "end_s": path.end,
                       "length_s": path.end - path.start,
                       "s_by_cause": {c: by_cause[c] for c in CAUSES if c in by_cause},
-                      "chain": chain(path, samples, base)})
+                      "chain": chain(path, samples, base, sequences)})
     n = max(1, len(paths))
     length = sum(totals.values())
     out = {"method": METHOD, "steps": steps,
@@ -317,7 +421,16 @@ def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = Non
     return out
 
 
-def chain(path: StepPath, samples: dict[str, np.ndarray] | None = None, base: int = 0) -> list[dict]:
+def of_run(record, timeline: pd.DataFrame) -> dict:
+    """The summary's ``critical_path`` of a run (``record``: a RunRecord; ``timeline``: its frame)."""
+    store, online = record.samples, getattr(record, "online_paths", None)
+    return summarize(critical_paths(record, timeline), store.flat(), base=store.base,
+                     total_steps=len(record.iterations) if store.base else None,
+                     sequences=online.sequences if online is not None else None)
+
+
+def chain(path: StepPath, samples: dict[str, np.ndarray] | None = None, base: int = 0,
+          sequences: dict[int, tuple[int, int]] | None = None) -> list[dict]:
     """The path as a few elements: consecutive segments of one interval kind (pool, ranks, state,
     label; a pipeline bubble goes with its optimizer step) merged, with their seconds per cause and
     the sequence a generation ended with."""
@@ -333,8 +446,13 @@ def chain(path: StepPath, samples: dict[str, np.ndarray] | None = None, base: in
                     "label": seg.label, "start_s": seg.start, "end_s": seg.end, "s_by_cause": {}}
             out.append(last)
         last["s_by_cause"][seg.cause] = last["s_by_cause"].get(seg.cause, 0.0) + seg.duration
-        if seg.sample >= 0 and samples is not None:
+        if seg.sample >= 0 and sequences and seg.sample in sequences:
+            prompt_len, response_len = sequences[seg.sample]
+            last["sequence"] = {"sample": seg.sample, "prompt_len": prompt_len, "response_len": response_len}
+        elif seg.sample >= 0 and samples is not None:
             at = seg.sample - base
+            if at < 0:
+                raise AssertionError(f"critical path: sample {seg.sample} on a path was folded before it was read")
             last["sequence"] = {"sample": seg.sample, "prompt_len": int(samples["prompt_len"][at]),
                                 "response_len": int(samples["response_len"][at])}
     for element in out:

@@ -11,6 +11,7 @@ their memory given back, so a long run's memory stays flat. Sample ids stay the 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -93,6 +94,7 @@ class SampleStore:
     # Column buffers with spare room, grown by a quarter (_GROWTH): appending a round costs its own size
     # (amortized), not a re-concatenation of every earlier round. flat() returns views of the held rows.
     keep_rows: int | None = None     # output.keep_sample_rows: None keeps every row
+    table: bool = True               # False: no output shows the per-sample table (simulate(keep_samples=False))
     _buf: dict[str, np.ndarray] = field(default_factory=dict)
     n: int = 0                       # samples added: ids 0 .. n-1
     base: int = 0                    # ids below it are retired (rows gone, counted in ``retired``)
@@ -174,14 +176,18 @@ class SampleStore:
             return np.array([], int)
         return np.flatnonzero((f["consumed_iteration"] < 0) & ~f["dropped"]) + self.base
 
-    def retire(self, now: float) -> None:
+    def retire(self, now: float, *, read_after: float = math.inf, read_from_iteration: int | None = None) -> None:
         """Under a retention bound, fold the oldest rows into ``retired`` and drop them: rows that are
         finalized (consumed or dropped) and finished by ``now``, each older than every row still in
-        play, beyond the last ``keep_rows``. Waits for RETIRE_MIN_ROWS and a quarter of the held rows."""
+        play, beyond the last ``keep_rows``. Waits for RETIRE_MIN_ROWS and a quarter of the held rows.
+        A row the critical path may still read stays (critical_path.OnlinePaths): one that finished
+        at or after ``read_after``, or was consumed by step ``read_from_iteration`` or a later one."""
         if self.keep_rows is None or not self._buf:
             return
         f = self.flat()
-        done = ((f["consumed_iteration"] >= 0) | f["dropped"]) & (f["finish"] <= now)
+        done = ((f["consumed_iteration"] >= 0) | f["dropped"]) & (f["finish"] <= now) & (f["finish"] < read_after)
+        if read_from_iteration is not None:
+            done &= f["consumed_iteration"] < read_from_iteration
         first_open = int(np.argmin(done)) if not done.all() else len(done)
         k = min(first_open, len(done) - self.keep_rows)
         if k <= 0 or k < max(RETIRE_MIN_ROWS, len(done) // 4):

@@ -80,7 +80,7 @@ def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any
 def _replica_summary(plans: Sequence[ReplicaPlan], costs: Any, values: Mapping[str, Any]) -> dict[str, Any]:
     from ..api import simulate
     plan = plans[int(values["plan"])]
-    return dict(simulate(plan.scenario(int(values["replica"])), costs=costs).summary)
+    return dict(simulate(plan.scenario(int(values["replica"])), costs=costs, keep_samples=False).summary)
 
 
 def check_runs(data: Mapping[str, Any], source: str, runs: int, what: str, field: str) -> None:

@@ -48,10 +48,7 @@ def _run(kind: str, keep: int | None, failures: bool = False, **sched):
                        replanner=SameLayoutReplanner() if failures else None)
     tl, sm = rec.timeline.to_frame(), rec.samples.to_frame()
     summary = metrics.summary(rec, tl, sm)
-    store = rec.samples
-    summary["critical_path"] = critical_path.summarize(
-        critical_path.critical_paths(rec, tl), store.flat(), base=store.base,
-        total_steps=len(rec.iterations) if store.base else None)
+    summary["critical_path"] = critical_path.of_run(rec, tl)
     return rec, sm, summary
 
 

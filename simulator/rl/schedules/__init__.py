@@ -53,15 +53,17 @@ def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
 
 def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sampler: Sampler,
                  response_sampler: Sampler, *, start_s: float = 0.0, replanner: Replanner | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> RunRecord:
+                 progress: Callable[[int, int], None] | None = None, keep_samples: bool = True) -> RunRecord:
     """``start_s``: simulated planning time before the run (layout: auto), recorded as state
     ``plan``; ``replanner``: what schedule.failures calls (failures.py); ``progress(done, total)``:
-    called as each iteration is recorded."""
+    called as each iteration is recorded; ``keep_samples=False``: no output shows the per-sample
+    table, so its rows fold into counts as the run goes (Context.fold_samples)."""
     sched = scenario.schedule
     policy = registry.get(sched.kind, scenario.source)
     _check_partial_rollout(scenario, policy)
     pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_pool_unit, scenario.source)
-    ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed))
+    ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed),
+                  keep_samples=keep_samples)
     ctx.start_s, ctx.replanner = float(start_s), replanner
     if progress is not None:
         ctx.iterations = IterationLog(progress, scenario.iterations)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from .batches import RoundDraws, Sampler
 from .generation import Generation
 from .state import RunTotals
 from .training import TrainStep
+
+if TYPE_CHECKING:   # imported at the first fold: the run reaches its first event without it
+    from ..critical_path import OnlinePaths
 
 
 @dataclass
@@ -43,6 +47,7 @@ class RunRecord:
     planning_s: float = 0.0                                     # layout: auto planning before the run
     failures: list[dict] = field(default_factory=list)         # one entry per failure event
     extra: dict = field(default_factory=dict)                  # a schedule's own figures (summary keys)
+    online_paths: OnlinePaths | None = None                     # steps whose critical path the run walked
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,8 @@ class OutOfRun:
 
 class Context:
     def __init__(self, scenario: Scenario, costs: Costs, n_devices: int, pools: dict[str, Pool],
-                 prompt_sampler: Sampler, response_sampler: Sampler, sim: Simulation | None = None):
+                 prompt_sampler: Sampler, response_sampler: Sampler, sim: Simulation | None = None,
+                 keep_samples: bool = True):
         self.scenario, self.costs, self.n_devices, self.pools = scenario, costs, n_devices, pools
         self.workload, self.sched = scenario.workload, scenario.schedule
         self.sim = sim or Simulation(scenario.seed)
@@ -66,7 +72,16 @@ class Context:
         self.alg: Algorithm = build_algorithm(self.workload)
         self.rule_reward = any(stage.kind == REWARD_CPU for stage in self.alg.stages)
         self.draws = RoundDraws(scenario, self.sim.rng, prompt_sampler, response_sampler)
-        self.store = SampleStore(keep_rows=scenario.output.keep_sample_rows)
+        # keep_samples=False (no output shows the per-sample table): rows fold as soon as the online
+        # critical path has walked them; with schedule.failures every row stays (a roll-back rewrites them)
+        fold_all = not keep_samples and not self.sched.failures
+        keep_rows = 0 if fold_all else scenario.output.keep_sample_rows
+        self.store = SampleStore(keep_rows=keep_rows, table=keep_samples)
+        self.walk_online = keep_rows is not None and not self.sched.failures
+        self.online: OnlinePaths | None = None      # made at the first fold (after the run's first event)
+        # A schedule that stores samples some time after they finish says from when (verl_async):
+        # the earliest finish a sample not in the store yet may have; None: stored when the clocks pass it.
+        self.unstored_from: Callable[[], float] | None = None
         self.queue = DistQueue(self.env, self.sched.distqueue)
         self.batch_samples = self.workload.batch_samples
         self.staleness = self.sched.effective_staleness
@@ -97,6 +112,25 @@ class Context:
     def note_memory(self, peak_bytes: float) -> None:
         self.totals.peak_memory_bytes = max(self.totals.peak_memory_bytes, peak_bytes)
 
+    def fold_samples(self) -> None:
+        """Fold the per-sample rows no output needs any more into counts (output.keep_sample_rows,
+        or keep_samples=False): first the critical path walks every step it can (OnlinePaths)."""
+        store = self.store
+        if store.keep_rows is None:
+            return
+        if not self.walk_online:
+            store.retire(self.env.now)
+            return
+        if self.online is None:
+            from ..critical_path import OnlinePaths
+            self.online = OnlinePaths(self.timeline, store, self.sched.tail_threshold)
+        online = self.online
+        recorded = [clock.cursor for clock in self.clocks]
+        if self.unstored_from is not None:
+            recorded.append(self.unstored_from())
+        online.advance(self.iterations, recorded)
+        store.retire(self.env.now, read_after=online.floor(), read_from_iteration=online.next_step(self.iterations))
+
     def start_clock(self, clock, label: str = "layout: auto") -> None:
         """The planning before the run (layout: auto): state ``plan``, cause ``planning``."""
         if self.start_s > 0:
@@ -106,6 +140,8 @@ class Context:
         for clock in self.clocks:
             if clock.cursor < makespan:
                 clock.idle("dependency", makespan, label="end of run")
+        if self.online is not None:
+            self.online.check()      # the end-of-run idle above included
         self.timeline.clip(makespan)
         for out in self.out_of_run:
             self.timeline.add(out.pool, out.rank_start, out.rank_count, out.state, out.from_s, makespan,
@@ -121,7 +157,7 @@ class Context:
                          makespan, totals.flops, totals.gen_flops, totals.stage_time_s, totals.peak_memory_bytes,
                          self.queue.stats(makespan), totals.switch_bytes, self.costs.peak_flops,
                          self.costs.train_flops_per_token(self._mean_len()), dict(totals.rollout),
-                         self.start_s, list(self.failures), dict(self.extra))
+                         self.start_s, list(self.failures), dict(self.extra), self.online)
 
     def _mean_len(self) -> float:
         flat, retired = self.store.flat(), self.store.retired

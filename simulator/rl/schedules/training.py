@@ -76,8 +76,8 @@ class TrainStep:
         ctx = self.ctx
         env, store = ctx.env, ctx.store
         ids = np.sort(ids)   # mini-batches in generation order, not finish order (no length bias)
-        # output.keep_sample_rows: rows of earlier steps may leave (none by default); this step's stay
-        store.retire(env.now)
+        # output.keep_sample_rows / keep_samples=False: rows of earlier steps may leave; this step's stay
+        ctx.fold_samples()
         store.consume(ids, k)
         lens = store.at("prompt_len", ids) + store.at("response_len", ids)
         version, response_tokens = store.at("version", ids), float(store.at("response_len", ids).sum())

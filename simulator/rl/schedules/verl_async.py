@@ -98,6 +98,7 @@ class Rollouter:
         self.queue: deque[PromptGroup] = deque()       # complete samples, in completion order
         self.cancelled: deque[PromptGroup] = deque()   # partial samples to resubmit first
         self.version, self.started = 0, 0
+        self.ctx.unstored_from = self.earliest_unstored   # the critical path walks no step a group may reach
         self.started_per_version: list[int] = []
         self.paused = self.draining = self.done = False
         self._heap: list[tuple[float, int]] = []
@@ -152,6 +153,12 @@ class Rollouter:
             else:
                 clock.busy("generate", now, self.version, label=f"version {self.version}")
             self._busy[i] = busy
+
+    def earliest_unstored(self) -> float:
+        """The earliest finish a trajectory not in the sample store yet may have: a group enters
+        the store when all its n trajectories are done (``_complete``), none before it started."""
+        groups = [g for server in self.inflight for g in server.values()] + list(self.cancelled)
+        return min((g.started_s for g in groups), default=math.inf)
 
     # ---- admission and completion ------------------------------------------------------------
     def _admit(self, now: float) -> None:
