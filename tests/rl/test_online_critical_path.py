@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from simulator import metrics
 from simulator.rl import critical_path as cp
 from simulator.rl import samples
-from simulator.rl.costs import FakeCosts
+from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import SameLayoutReplanner, run_schedule
 from simulator.scenario import load_scenario
 
