@@ -36,6 +36,11 @@ def _last_chain(step: Mapping[str, Any]) -> str:
         where = f"{element['pool']} {first}" + (f"-{first + count - 1}" if count > 1 else "")
         seq = element.get("sequence")
         what = f", sequence {seq['sample']} ({seq['response_len']} tokens)" if seq else ""
+        trainer = element.get("trainer")
+        if trainer:
+            stage, held = max(((part, s) for part, s in trainer["s_by_part"].items() if part.startswith("stage ")),
+                              key=lambda item: item[1])
+            what += f", {stage} holds {held:,.4g} s of its chain"
         items.append(f"<li>{html.escape(element['phase'])} on {html.escape(where)}{html.escape(what)}: "
                      f"{element['end_s'] - element['start_s']:,.4g} s</li>")
     if len(step["chain"]) > MAX_CHAIN_ELEMENTS:

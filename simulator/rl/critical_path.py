@@ -424,9 +424,41 @@ def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = Non
 def of_run(record, timeline: pd.DataFrame) -> dict:
     """The summary's ``critical_path`` of a run (``record``: a RunRecord; ``timeline``: its frame)."""
     store, online = record.samples, getattr(record, "online_paths", None)
-    return summarize(critical_paths(record, timeline), store.flat(), base=store.base,
-                     total_steps=len(record.iterations) if store.base else None,
-                     sequences=online.sequences if online is not None else None)
+    out = summarize(critical_paths(record, timeline), store.flat(), base=store.base,
+                    total_steps=len(record.iterations) if store.base else None,
+                    sequences=online.sequences if online is not None else None)
+    return with_trainer_parts(out, getattr(record, "trainer_paths", []))
+
+
+def with_trainer_parts(summary: dict, trainer_paths: list) -> dict:
+    """Each train element of a step's chain gains ``trainer``: which pipeline stage ended the last
+    optimizer step it covers (``last_stage``) and its seconds by part of the trainer's own critical
+    chain (``s_by_part``: "stage N" computing on stage N, "p2p" transfers, "dp_sync", "optimizer",
+    "offload"; llm/pipeline.critical_chain). An optimizer step counts by the share of it the element
+    covers, so the parts sum to the element's length. ``trainer_paths``: RunRecord.trainer_paths."""
+    by_group: dict[tuple, list] = {}
+    for pool, rank_start, rank_count, label, start, end, stage, parts in sorted(trainer_paths, key=lambda e: e[4]):
+        by_group.setdefault((pool, rank_start, rank_count, label), []).append((start, end, stage, parts))
+    for step in summary["steps"]:
+        for element in step["chain"]:
+            ops = by_group.get((element["pool"], *element["ranks"], element["label"]))
+            if element["phase"] != "train" or not ops:
+                continue
+            lo, hi = element["start_s"], element["end_s"]
+            by_part: dict[str, float] = {}
+            last = None
+            for start, end, stage, parts in ops[max(bisect.bisect_left(ops, (lo,)) - 1, 0):]:
+                if start >= hi:
+                    break
+                covered = min(hi, end) - max(lo, start)
+                if covered <= 0 or end <= start:
+                    continue
+                share, last = covered / (end - start), stage
+                for part, seconds in parts:
+                    by_part[part] = by_part.get(part, 0.0) + seconds * share
+            if by_part:
+                element["trainer"] = {"last_stage": last, "s_by_part": by_part}
+    return summary
 
 
 def chain(path: StepPath, samples: dict[str, np.ndarray] | None = None, base: int = 0,

@@ -173,3 +173,34 @@ def test_split_pool_trainer_bound_step_has_no_generation_on_its_path():
         assert {e["pool"] for e in step["chain"]} == {"train"}
         assert "generate" not in step["s_by_cause"] and "long_tail" not in step["s_by_cause"]
     assert summary["bottleneck"] == "train"
+
+
+def test_trainer_parts_count_each_optimizer_step_by_the_share_the_element_covers():
+    parts = (("stage 0", 1.0), ("stage 1", 2.0), ("dp_sync", 1.0))        # 4 s per optimizer step
+    ops = [("train", 0, 4, "train_actor", 4.0 * i, 4.0 * (i + 1), i % 2, parts) for i in range(3)]
+    ops.append(("train", 4, 4, "train_actor", 0.0, 4.0, 1, parts))           # other ranks: not this element
+    element = {"phase": "train", "pool": "train", "ranks": [0, 4], "label": "train_actor", "start_s": 2.0,
+               "end_s": 12.0}
+    summary = cp.with_trainer_parts({"steps": [{"chain": [element]}]}, ops)
+    trainer = summary["steps"][0]["chain"][0]["trainer"]
+    # half of the first step, the two others whole
+    assert trainer["s_by_part"] == pytest.approx({"stage 0": 2.5, "stage 1": 5.0, "dp_sync": 2.5})
+    assert sum(trainer["s_by_part"].values()) == pytest.approx(element["end_s"] - element["start_s"])
+    assert trainer["last_stage"] == 0
+
+
+def test_pipelined_trainer_on_the_path_says_which_stage_held_it():
+    import simulator
+    result = simulator.simulate(
+        {"topology": {"preset": "dgx-h100", "nodes": 2}, "workload": "grpo-qwen2.5-7b",
+         "schedule": {"kind": "colocated"}, "iterations": 2},
+        overrides=["workload.train_layout.pp=2", "workload.prompts_per_step=32", "workload.mini_batch_prompts=16"])
+    trains = [e for step in result.summary["critical_path"]["steps"] for e in step["chain"] if e["phase"] == "train"]
+    assert trains
+    for element in trains:
+        trainer = element["trainer"]
+        assert sum(trainer["s_by_part"].values()) == pytest.approx(element["end_s"] - element["start_s"], rel=1e-9)
+        assert trainer["last_stage"] in (0, 1)
+        # 1F1B: the first micro-batch's forward crosses stage 0, the rest of the chain runs on the
+        # last stage (it also holds the LM head and the loss)
+        assert 0 < trainer["s_by_part"]["stage 0"] < trainer["s_by_part"]["stage 1"]

@@ -48,6 +48,9 @@ class RunRecord:
     failures: list[dict] = field(default_factory=list)         # one entry per failure event
     extra: dict = field(default_factory=dict)                  # a schedule's own figures (summary keys)
     online_paths: OnlinePaths | None = None                     # steps whose critical path the run walked
+    # per optimizer step: (pool, rank_start, rank_count, label, start, end, last stage, ((part, s), ...)),
+    # StageCost.path_s: the trainer's own critical chain (critical_path.with_trainer_parts)
+    trainer_paths: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Context:
         self.failures: list[dict] = []
         self.out_of_run: list[OutOfRun] = []
         self.extra: dict = {}        # a schedule's own figures, added to the summary under their keys
+        self.trainer_paths: list = []   # RunRecord.trainer_paths
 
     def add_stage_time(self, name: str, dt: float) -> None:
         self.totals.stage_time_s[name] = self.totals.stage_time_s.get(name, 0.0) + dt
@@ -157,7 +161,7 @@ class Context:
                          makespan, totals.flops, totals.gen_flops, totals.stage_time_s, totals.peak_memory_bytes,
                          self.queue.stats(makespan), totals.switch_bytes, self.costs.peak_flops,
                          self.costs.train_flops_per_token(self._mean_len()), dict(totals.rollout),
-                         self.start_s, list(self.failures), dict(self.extra), self.online)
+                         self.start_s, list(self.failures), dict(self.extra), self.online, self.trainer_paths)
 
     def _mean_len(self) -> float:
         flat, retired = self.store.flat(), self.store.retired
