@@ -130,8 +130,9 @@ class TrainStep:
                     totals.peak_memory_bytes = max(totals.peak_memory_bytes, cost.peak_memory_bytes)
                     t_op = ends[side] + t_stage
                     if cost.path_s:   # which pipeline stage set it (the critical path's train elements)
-                        self.ctx.trainer_paths.append((clock.pool, clock.rank_start, clock.rank_count, stage.name,
-                                                       t_op, t_op + cost.time_s, cost.path_stage, cost.path_s))
+                        for track in getattr(clock, "clocks", (clock,)):   # a MultiClock records on each range
+                            self.ctx.trainer_paths.append((track.pool, track.rank_start, track.rank_count, stage.name,
+                                                           t_op, t_op + cost.time_s, cost.path_stage, cost.path_s))
                     clock.busy("train", t_op + cost.time_s - cost.bubble_s, k, label=stage.name)
                     clock.idle("pipeline_bubble", t_op + cost.time_s, k, label=stage.name)
                     t_stage += cost.time_s
