@@ -178,14 +178,15 @@ class ComparisonResult:
 
 
 def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Iterable[str] = DEFAULT_COMPARE,
-            *, costs: Any = None, **keywords: Any) -> ComparisonResult:
+            *, costs: Any = None, keep_samples: bool = True, **keywords: Any) -> ComparisonResult:
     """The same scenario under several schedule kinds (other schedule keys kept where they apply).
 
-    `schedules` is one kind ("stalesync") or several, each once; none is an error."""
+    `schedules` is one kind ("stalesync") or several, each once; none is an error. ``keep_samples``:
+    as in `simulate` (False: no per-sample tables, the same summaries, memory flat over iterations)."""
     kinds = schedule_list(schedules)
     results: dict[str, SimulationResult] = {}
     for kind, sc in compared_scenarios(scenario, kinds, keywords).items():
-        results[kind] = simulate(sc, costs=costs)
+        results[kind] = simulate(sc, costs=costs, keep_samples=keep_samples)
     return ComparisonResult(comparison_table([r.summary for r in results.values()]), results)
 
 

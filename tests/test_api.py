@@ -137,3 +137,23 @@ def test_rlsim_run_keeps_the_sample_table_only_for_out(monkeypatch, tmp_path):
     assert cli.main(["run", *small, "--json"]) == 0
     assert cli.main(["run", *small, "--out", str(tmp_path / "o")]) == 0
     assert seen == [False, True] and (tmp_path / "o" / "samples.csv").stat().st_size > 0
+
+
+def test_rlsim_compare_keeps_the_sample_tables_only_for_out(monkeypatch, tmp_path):
+    from simulator import api, cli
+
+    seen = []
+
+    def spy(*args, keep_samples=True, **kw):
+        seen.append(keep_samples)
+        return real(*args, keep_samples=keep_samples, **kw)
+
+    real = api.simulate
+    monkeypatch.setattr(api, "simulate", spy)
+    small = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+             "--schedules", "colocated,stalesync", "--set", "workload.prompts_per_step=8",
+             "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=8"]
+    assert cli.main(["compare", *small, "--json"]) == 0
+    assert cli.main(["compare", *small, "--out", str(tmp_path / "o")]) == 0
+    assert seen == [False, False, True, True]
+    assert next((tmp_path / "o").glob("*/samples.csv")).stat().st_size > 0

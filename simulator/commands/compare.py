@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     code = compare_replicated(args, kinds, scenario_keywords(args, imported))   # --seeds N (issue 13)
     if code is not None:
         return code
-    result = compare(args.scenario, kinds, **scenario_keywords(args, imported))
+    # the per-sample tables only for the report's files (--out): without, memory stays flat
+    result = compare(args.scenario, kinds, keep_samples=bool(args.out), **scenario_keywords(args, imported))
     if imported is not None:
         for summary in result.rows():
             summary["framework_import"] = imported.report()
