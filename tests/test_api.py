@@ -120,40 +120,41 @@ def test_keep_samples_false_folds_the_rows_and_keeps_the_summary(monkeypatch):
     assert json.dumps(folded.summary, default=float) == json.dumps(kept.summary, default=float)
 
 
-def test_rlsim_run_keeps_the_sample_table_only_for_out(monkeypatch, tmp_path):
-    from simulator import api, cli
+SMALL_RUN = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+             "--set", "workload.prompts_per_step=8", "--set", "workload.samples_per_prompt=2",
+             "--set", "workload.mini_batch_prompts=8"]
 
-    seen = []
+
+def _keep_samples_asked(monkeypatch) -> list[bool]:
+    """The keep_samples every api.simulate call of the test is given, in order."""
+    from simulator import api
+
+    seen: list[bool] = []
+    real = api.simulate
 
     def spy(*args, keep_samples=True, **kw):
         seen.append(keep_samples)
         return real(*args, keep_samples=keep_samples, **kw)
 
-    real = api.simulate
     monkeypatch.setattr(api, "simulate", spy)
-    small = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
-             "--set", "workload.prompts_per_step=8", "--set", "workload.samples_per_prompt=2",
-             "--set", "workload.mini_batch_prompts=8"]
-    assert cli.main(["run", *small, "--json"]) == 0
-    assert cli.main(["run", *small, "--out", str(tmp_path / "o")]) == 0
+    return seen
+
+
+def test_rlsim_run_keeps_the_sample_table_only_for_out(monkeypatch, tmp_path):
+    from simulator import cli
+
+    seen = _keep_samples_asked(monkeypatch)
+    assert cli.main(["run", *SMALL_RUN, "--json"]) == 0
+    assert cli.main(["run", *SMALL_RUN, "--out", str(tmp_path / "o")]) == 0
     assert seen == [False, True] and (tmp_path / "o" / "samples.csv").stat().st_size > 0
 
 
 def test_rlsim_compare_keeps_the_sample_tables_only_for_out(monkeypatch, tmp_path):
-    from simulator import api, cli
+    from simulator import cli
 
-    seen = []
-
-    def spy(*args, keep_samples=True, **kw):
-        seen.append(keep_samples)
-        return real(*args, keep_samples=keep_samples, **kw)
-
-    real = api.simulate
-    monkeypatch.setattr(api, "simulate", spy)
-    small = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
-             "--schedules", "colocated,stalesync", "--set", "workload.prompts_per_step=8",
-             "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=8"]
-    assert cli.main(["compare", *small, "--json"]) == 0
-    assert cli.main(["compare", *small, "--out", str(tmp_path / "o")]) == 0
+    seen = _keep_samples_asked(monkeypatch)
+    kinds = ["--schedules", "colocated,stalesync"]
+    assert cli.main(["compare", *SMALL_RUN, *kinds, "--json"]) == 0
+    assert cli.main(["compare", *SMALL_RUN, *kinds, "--out", str(tmp_path / "o")]) == 0
     assert seen == [False, False, True, True]
     assert next((tmp_path / "o").glob("*/samples.csv")).stat().st_size > 0
