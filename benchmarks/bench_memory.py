@@ -117,14 +117,19 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 """
 
 
-def measure_cli(iterations: int, code_dir: Path, extra: list[str]) -> float:
-    """Peak RSS (MiB) of `rlsim run --iterations N --json` from ``code_dir``."""
+def _child_line(child: str, iterations: int, code_dir: Path, args: list[str], what: str) -> str:
+    """The last stdout line of ``child`` (python -c) run with ``iterations`` and ``args`` from ``code_dir``."""
     env = dict(os.environ, PYTHONPATH=str(code_dir))
-    done = subprocess.run([sys.executable, "-c", CLI_CHILD, str(iterations), *extra], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", child, str(iterations), *args], env=env, capture_output=True,
                           text=True, cwd=code_dir)
     if done.returncode != 0:
-        raise SystemExit(f"rlsim run --iterations {iterations} failed in {code_dir}: {done.stderr[-2000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{what} failed in {code_dir}: {done.stderr[-2000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def measure_cli(iterations: int, code_dir: Path, extra: list[str]) -> float:
+    """Peak RSS (MiB) of `rlsim run --iterations N --json` from ``code_dir``."""
+    return float(_child_line(CLI_CHILD, iterations, code_dir, extra, f"rlsim run --iterations {iterations}"))
 
 
 def report_cli(dirs: dict[str, Path], short: int, long: int) -> None:
@@ -136,12 +141,7 @@ def report_cli(dirs: dict[str, Path], short: int, long: int) -> None:
 
 
 def measure(iterations: int, code_dir: Path, overrides: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(code_dir))
-    done = subprocess.run([sys.executable, "-c", CHILD, str(iterations), *overrides], env=env, capture_output=True,
-                          text=True, cwd=code_dir)
-    if done.returncode != 0:
-        raise SystemExit(f"{iterations} iterations failed in {code_dir}: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(_child_line(CHILD, iterations, code_dir, overrides, f"{iterations} iterations"))
 
 
 def main() -> int:

@@ -2,15 +2,12 @@
 imports before it parses `run`, and before `rlsim run` reaches its first simulated event. Each check
 runs a fresh interpreter (this process has imported everything already) and reads its sys.modules,
 so a new top-level import of a heavy or optional module on these paths fails here."""
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from simulator import cli
+from tests.fresh_python import json_of_fresh_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,11 +54,7 @@ def _modules_of(code: str) -> dict:
 
 
 def _modules_of_args(code: str, *args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json_of_fresh_python(code, *args)
 
 
 def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:

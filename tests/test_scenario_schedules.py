@@ -15,6 +15,7 @@ from simulator.scenario import (
     ScheduleConfig,
     load_scenario,
 )
+from tests.fresh_python import json_of_fresh_python
 
 SHARED = ("kind", "effective_placement", "effective_staleness", "effective_threshold", "partial_rollout",
           "length_budget", "overprovision", "failures", "recovery", "distqueue", "switch", "fuse",
@@ -112,15 +113,7 @@ print(json.dumps([k for k, c in scenario.SCHEDULE_CLASSES.items() if c.__pydanti
 
 
 def test_a_scenario_builds_only_its_own_kinds_schedule_class():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", BUILT], env={**os.environ, "PYTHONPATH": str(root)},
-                          capture_output=True, text=True, cwd=root, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == ["one-step-off"]
+    assert json_of_fresh_python(BUILT) == ["one-step-off"]
 
 
 MADE_ON_FIRST_USE = """
@@ -139,15 +132,7 @@ print(json.dumps({"before": before, "after": scenario.built_in_classes_made(), "
 
 
 def test_a_kinds_class_is_made_on_first_use_once_and_pickles_by_its_module_name():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", MADE_ON_FIRST_USE], env={**os.environ, "PYTHONPATH": str(root)},
-                          capture_output=True, text=True, cwd=root, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout)
+    out = json_of_fresh_python(MADE_ON_FIRST_USE)
     assert out["before"] == []                  # membership, iteration and len make no class
     assert out["looked"] == [True, list(SCHEDULE_KINDS), len(SCHEDULE_KINDS)]
     assert out["after"] == ["areal"]

@@ -175,13 +175,7 @@ def test_sequences_done_with_their_prefill_take_the_fast_path(max_num_seqs: int)
     case = Case("qwen2.5-7b", layout, InferenceParams(), [(0.0, batch)])
     engine = case.build(RolloutEngine)
     assert engine._fast_ok()
-    finished = case.build(frozen.RolloutEngine).run()
-    assert engine.run() == finished
-    old = case.build(frozen.RolloutEngine)
-    old.run()
-    assert _state(engine) == _state(old)
-    run = ResumableRun(case.build(RolloutEngine), 2)
-    assert run.run() == finished and run._trace is not None
+    run, finished = _runs_as_frozen(case, engine)
     times = sorted({t for _, t in finished})
     probes = times + [(a + b) / 2 for a, b in zip(times, times[1:], strict=False)] + [t - 1e-9 for t in times]
     for now in probes:
@@ -189,6 +183,19 @@ def test_sequences_done_with_their_prefill_take_the_fast_path(max_num_seqs: int)
         got = run.interrupt_at(now)
         assert got.partial == fresh.partial, now
         assert {s for s, _ in got.finished} <= {s for s, t in finished if t <= now}
+
+
+def _runs_as_frozen(case: Case, engine: RolloutEngine) -> tuple[ResumableRun, list]:
+    """``engine`` runs to the frozen engine's finishes and final state, and so does a ResumableRun
+    of the case (kept trace); returns that run and the finishes, for the interrupt probes."""
+    finished = case.build(frozen.RolloutEngine).run()
+    assert engine.run() == finished
+    old = case.build(frozen.RolloutEngine)
+    old.run()
+    assert _state(engine) == _state(old)
+    run = ResumableRun(case.build(RolloutEngine), 2)
+    assert run.run() == finished and run._trace is not None
+    return run, finished
 
 
 @pytest.mark.parametrize("lengths", [[60, 60, 60, 90, 30, 30, 60, 45, 45, 45, 10, 80],    # ties at finish steps
@@ -202,14 +209,8 @@ def test_full_slots_take_one_admission_per_finish(monkeypatch, lengths: list[int
     monkeypatch.setattr(inference, "_full_slots_walk", lambda *a: calls.append(1) or real(*a))
     layout = RolloutLayout(tp=1, max_num_seqs=4)
     case = Case("qwen2.5-7b", layout, InferenceParams(), [(0.0, [(30 + i, r, 0, -1 - i) for i, r in enumerate(lengths)])])
-    finished = case.build(frozen.RolloutEngine).run()
-    engine = case.build(RolloutEngine)
-    assert engine.run() == finished and calls
-    old = case.build(frozen.RolloutEngine)
-    old.run()
-    assert _state(engine) == _state(old)
-    run = ResumableRun(case.build(RolloutEngine), 2)
-    assert run.run() == finished and run._trace is not None
+    run, finished = _runs_as_frozen(case, case.build(RolloutEngine))
+    assert calls
     times = sorted({t for _, t in finished})
     for now in times + [(a + b) / 2 for a, b in zip(times, times[1:], strict=False)]:
         assert run.interrupt_at(now).partial == case.build(frozen.RolloutEngine).interrupt(now).partial, now

@@ -15,6 +15,7 @@ from simulator.rl.schedules.batches import SeqBatch
 from simulator.rl.schedules.context import Context
 from simulator.rl.timeline import GroupClock
 from simulator.scenario import ScheduleConfig, load_scenario
+from tests.fresh_python import json_of_fresh_python
 
 
 class GenerateThenTrain(ScheduleConfig):
@@ -114,15 +115,7 @@ print(json.dumps({"before": before, "kinds": registry.kinds(), "areal_is_mine": 
 
 
 def test_builtin_kinds_load_on_first_use_in_a_fixed_order_and_an_outside_policy_wins():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[3]
-    done = subprocess.run([sys.executable, "-c", LAZY_KINDS], env={**os.environ, "PYTHONPATH": str(root)},
-                          capture_output=True, text=True, cwd=root, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout)
+    out = json_of_fresh_python(LAZY_KINDS)
     kind_modules = {f"simulator.rl.schedules.{m}" for m in registry.BUILTIN_MODULES.values()}
     assert not kind_modules & set(out["before"])           # importing the package loads no kind
     assert out["kinds"] == list(registry.BUILTIN_MODULES)  # the same order whatever loaded first
