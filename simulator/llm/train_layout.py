@@ -15,6 +15,13 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
 
 
+def expert_fold(tp: int, cp: int, ep: int, etp: int | None = None) -> int:
+    """DP replicas whose stages form one expert group under MoE parallel folding: the fewest
+    replicas whose tp x cp ranks of a stage hold etp x ep (etp: tp when unset). 1 without experts."""
+    group = (tp if etp is None else etp) * ep
+    return group // math.gcd(group, tp * cp)
+
+
 @dataclass(frozen=True)
 class TrainLayout:
     """tp x cp x dp x pp devices. Experts are placed as Megatron-Core places them ("MoE parallel
@@ -103,8 +110,7 @@ class TrainLayout:
         """The device granule of a training pool: whole replicas (tp x cp x pp), and with experts
         enough of them that etp x ep divides a stage's tp x cp x dp ranks (the fold above): at
         tp 8, etp 8, ep 4 that is DP a multiple of 4."""
-        fold = self.expert_tp * self.ep
-        return self.model_parallel * (fold // math.gcd(fold, self.tp * self.cp))
+        return self.model_parallel * expert_fold(self.tp, self.cp, self.ep, self.etp)
 
     @property
     def devices(self) -> int:

@@ -93,16 +93,32 @@ def groups(ranks: Sequence[int], dim: str, tp: int, cp: int, dp: int, pp: int) -
 
 
 def aware_placements(topology: TopologyLike, ranks: Sequence[int], tp: int, cp: int, dp: int,
-                     pp: int) -> list[Placement]:
-    """The topology-aware candidates (distinct rank lists only), in AWARE_ORDERS order."""
-    key = (tuple(int(r) for r in ranks), tp, cp, dp, pp)
+                     pp: int, fold: int = 1) -> list[Placement]:
+    """The topology-aware candidates (distinct rank lists only): the one `rlsim run` uses first
+    (run_placement), then the AWARE_ORDERS nestings. ``fold``: DP replicas per expert group
+    (llm.train_layout.expert_fold; 1 without experts)."""
+    key = (tuple(int(r) for r in ranks), tp, cp, dp, pp, fold)
     cache = _placement_cache(topology)
     hit = cache.get(key)
     if hit is None:
         if len(cache) > 4096:
             cache.clear()
-        hit = cache[key] = _aware_placements(topology, cache, key[0], tp, cp, dp, pp)
+        hit = cache[key] = _aware_placements(topology, cache, key[0], tp, cp, dp, pp, fold)
     return list(hit)
+
+
+def run_placement(slots: Sequence[int], tp: int, cp: int, dp: int, pp: int, fold: int = 1) -> Placement:
+    """The placement `rlsim run` trains on (rl/packing.replica_contiguous_ranks over the slots):
+    each replica's TP x CP x PP consecutive, DP outermost, the ``fold`` replicas of a folded expert
+    group together in Megatron's own order inside. fold 1 is the nesting tp-cp-pp-dp, fold dp
+    tp-cp-dp-pp; in between it is neither, so the planner must offer it to price what run runs."""
+    from ..rl.packing import replica_contiguous_ranks
+
+    laid = tuple(int(slots[i]) for i in replica_contiguous_ranks(tp, cp, dp, pp, fold=fold))
+    if fold in (1, dp):
+        order = ("tp", "cp", "pp", "dp") if fold == 1 else ("tp", "cp", "dp", "pp")
+        return Placement("aware:" + "-".join(order), order, laid)
+    return Placement(f"aware:tp-cp-dp/{fold}-pp-dp", ("tp", "cp", "dp", "pp", "dp"), laid)
 
 
 # Per topology object, held weakly: the entries die with the topology (no id() that a new topology
@@ -118,12 +134,13 @@ def _placement_cache(topology: TopologyLike) -> dict[tuple, tuple]:
 
 
 def _aware_placements(topology: TopologyLike, cache: dict[tuple, tuple], ranks: tuple[int, ...], tp: int,
-                      cp: int, dp: int, pp: int) -> tuple[Placement, ...]:
+                      cp: int, dp: int, pp: int, fold: int) -> tuple[Placement, ...]:
     slots = cache.get(("slots", ranks))
     if slots is None:
         slots = cache[("slots", ranks)] = tuple(locality_sorted(topology, ranks))
-    seen: set[tuple[int, ...]] = set()
-    out = []
+    first = run_placement(slots, tp, cp, dp, pp, fold)
+    seen: set[tuple[int, ...]] = {first.ranks}
+    out = [first]
     for order in AWARE_ORDERS:
         laid = lay_out(slots, order, tp, cp, dp, pp)
         if laid not in seen:

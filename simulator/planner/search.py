@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from ..errors import RlsimError
+from ..llm.train_layout import expert_fold
 from ..strict_model import StrictModel
 from .base import Evaluation, PlannerParams, TrainChoice
 from .placement import Placement, aware_placements, naive_placement
@@ -193,11 +194,11 @@ def _structure(choice: TrainChoice) -> tuple:
             choice.sequence_parallel)
 
 
-def _first_placement(topology: Any, ranks: Sequence[int], c: TrainChoice) -> Placement:
-    options = aware_placements(topology, ranks, c.tp, c.cp, c.dp, c.pp)
-    if c.ep > 1:  # EP is the innermost part of DP: keep it next to TP (Megatron order) first
-        options = sorted(options, key=lambda p: p.order.index("dp"))
-    return options[0]
+def _placements(topology: Any, ranks: Sequence[int], c: TrainChoice) -> list[Placement]:
+    """The aware placements of a choice, the one `rlsim run` trains on first (its experts folded
+    over expert_fold replicas: the expert all-to-all among consecutive ranks)."""
+    fold = expert_fold(c.tp, c.cp, c.ep) if c.ep > 1 else 1
+    return aware_placements(topology, ranks, c.tp, c.cp, c.dp, c.pp, fold)
 
 
 def _tp_level(topology: Any, placement: Placement, c: TrainChoice) -> str:
@@ -235,7 +236,7 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
         if params.dominance_prune and _structure(c) in fitted:
             pruned["recompute_dominated"] += 1
             continue
-        placement = _first_placement(topology, ranks, c)
+        placement = _placements(topology, ranks, c)[0]
         evaluated += 1
         try:
             ev = evaluator(c, placement.ranks)
@@ -253,7 +254,7 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     # Refine the leaders: every aware placement (keep the fastest) and the naive one (reported).
     for cand in cands[: max(params.refine_top, top or 0)]:
         c = cand.choice
-        for alt in aware_placements(topology, ranks, c.tp, c.cp, c.dp, c.pp):
+        for alt in _placements(topology, ranks, c):
             if alt.ranks == cand.placement.ranks:
                 continue
             evaluated += 1

@@ -202,3 +202,29 @@ def test_balance_proportional_to_speed():
     assert uniform(10, 3) == [4, 3, 3]
     with pytest.raises(RlsimError):
         balance(1, [1.0, 1.0])
+
+
+@pytest.mark.parametrize(("tp", "cp", "ep", "dp", "pp"), [(2, 1, 4, 8, 2), (1, 2, 2, 4, 2), (2, 1, 8, 8, 2),
+                                                          (1, 1, 1, 4, 4)])
+def test_first_placement_is_the_one_run_trains_on(tp, cp, ep, dp, pp):
+    """MoE parallel folding: `rlsim run` puts the expert_fold replicas of an expert group together
+    (rl/packing.replica_contiguous_ranks); the planner prices that placement first, so plan and run
+    agree. Between fold 1 and fold dp it is neither of the plain nestings."""
+    from simulator.llm.train_layout import TrainLayout, expert_fold
+    from simulator.planner.search import TrainChoice, _placements
+    from simulator.rl.packing import replica_contiguous_ranks
+
+    layout = TrainLayout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp)
+    fold = expert_fold(tp, cp, ep)
+    assert fold == layout.pool_unit // layout.model_parallel
+    topo = FakeTopology(tp * cp * dp * pp // 8 or 1)
+    ranks = range(tp * cp * dp * pp)
+    choice = TrainChoice(tp=tp, pp=pp, vpp=1, dp=dp, ep=ep, cp=cp, zero=1, recompute="none", micro_batch=1)
+    options = _placements(topo, ranks, choice)
+    assert options[0].ranks == tuple(replica_contiguous_ranks(tp, cp, dp, pp, fold=fold))
+    nestings = {lay_out(list(ranks), order, tp, cp, dp, pp) for order in (("tp", "cp", "pp", "dp"),
+                                                                           ("tp", "cp", "dp", "pp"))}
+    assert (options[0].ranks in nestings) == (fold in (1, dp))
+    assert len({p.ranks for p in options}) == len(options)   # distinct candidates only
+    for placement in options:   # every candidate is a permutation with whole groups
+        assert sorted(placement.ranks) == list(ranks)
