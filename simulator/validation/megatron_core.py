@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any
 
 from . import Case, Prediction, register
-from .megatron import interleave_chunks
+from .megatron import interleave_chunks, step_breakdown
 
 SOURCE = "NVIDIA/Megatron-LM README (Megatron-Core r0.8.0, H100 BF16 model table; published-results.md V7)"
 SEQ_LEN = 4096
@@ -81,9 +81,9 @@ def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: in
     return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=stack.params)
 
 
-def tflops(row: tuple) -> float:
+def tflops(row: tuple) -> Prediction:
     _label, heads, hidden, layers, tp, pp, gpus, batch, _pub = row
-    return float(predict_row(heads, hidden, layers, tp, pp, gpus, batch).tflops_per_device)
+    return step_breakdown(predict_row(heads, hidden, layers, tp, pp, gpus, batch))
 
 
 def median_error() -> Prediction:
