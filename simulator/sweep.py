@@ -566,15 +566,15 @@ def _stop_workers(processes: Sequence[Any], grace_s: float = 2.0) -> None:
             process.join(1.0)
 
 
-# How a LocalCluster that rlsim starts makes its worker processes. Dask's default, spawn, starts each
-# worker as a fresh interpreter that imports dask, distributed, numpy and pandas itself (~1-1.5 s of CPU
-# each, measured by benchmarks/bench_sweep.py); forkserver imports them once, in one server process
-# that Dask preloads with them (distributed.utils.get_mp_context), and forks each worker from it.
-# A supported value of Dask's `distributed.worker.multiprocessing-method` (dask.config).
-# A Dask configuration (DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD, ~/.config/dask) that names
-# another method is kept; DaskExecutor(start_method=...) sets it from the API.
-LOCAL_CLUSTER_START_METHOD = "forkserver"
-DASK_DEFAULT_START_METHOD = "spawn"   # distributed.yaml's default
+# How a LocalCluster that rlsim starts makes its worker processes: as the local pool does (Python's
+# default start method: fork on Linux up to Python 3.13, forkserver from 3.14, spawn on macOS and
+# Windows). Dask's own default, spawn, starts each worker as a fresh interpreter that imports dask,
+# distributed, numpy, pandas and the simulator (~1.5-2 s of CPU each, before its first point); a
+# forked worker inherits them from this process, which imports the preload modules first.
+# benchmarks/bench_sweep.py measures the three. A Dask configuration that names a method
+# (DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD, ~/.config/dask) is kept;
+# DaskExecutor(start_method=...) sets one from the API.
+DASK_DEFAULT_START_METHOD = "spawn"   # distributed.yaml's `distributed.worker.multiprocessing-method`
 
 
 @dataclass
@@ -591,7 +591,7 @@ class DaskExecutor:
     jobs: int = 2
     processes: bool = True
     preload: tuple[str, ...] = ()
-    start_method: str = LOCAL_CLUSTER_START_METHOD
+    start_method: str | None = None   # None: multiprocessing.get_start_method() (see above)
     _cluster: Any = field(default=None, repr=False)
     _client: Any = field(default=None, repr=False)
     _held: bool = field(default=False, repr=False)
@@ -638,19 +638,17 @@ class DaskExecutor:
         import dask
         from distributed import LocalCluster
 
-        options: dict[str, Any] = {"n_workers": max(1, self.jobs), "threads_per_worker": 1,
-                                   "processes": self.processes, "dashboard_address": None}
-        if self.preload:
-            # each worker imports them as it starts, before it says it is ready (a thread worker
-            # shares this process: import them here)
-            if self.processes:
-                options["preload"] = list(self.preload)
-            else:
-                _preload(self.preload)
         key = "distributed.worker.multiprocessing-method"
         method = dask.config.get(key)
         if method == DASK_DEFAULT_START_METHOD:   # the user's own Dask setting, if any, is kept
-            method = self.start_method
+            method = self.start_method or multiprocessing.get_start_method()
+        options: dict[str, Any] = {"n_workers": max(1, self.jobs), "threads_per_worker": 1,
+                                   "processes": self.processes, "dashboard_address": None}
+        if self.preload:
+            if method == "fork" or not self.processes:
+                _preload(self.preload)   # inherited by a forked worker; shared by a thread worker
+            if self.processes:
+                options["preload"] = list(self.preload)   # each worker imports them before it says it is ready
         with dask.config.set({key: method}):
             return LocalCluster(**options)
 
