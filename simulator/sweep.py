@@ -576,6 +576,14 @@ def _stop_workers(processes: Sequence[Any], grace_s: float = 2.0) -> None:
 # DaskExecutor(start_method=...) sets one from the API.
 DASK_DEFAULT_START_METHOD = "spawn"   # distributed.yaml's `distributed.worker.multiprocessing-method`
 
+# Dask settings of a LocalCluster that rlsim starts. A Dask worker samples the stack of the thread
+# running a task every 10 ms (distributed.worker.profile: the dashboard's profile page); on the
+# simulator's pure-Python points that sampling took 50-80% more CPU per point than the same point
+# in a local pool worker (benchmarks/bench_sweep.py, "busiest worker"). rlsim's LocalCluster has no
+# dashboard, so no one reads the profile: it is off. A cluster of one's own keeps its settings
+# (docs/guides/sweeps.md says how to turn it off there).
+LOCAL_CLUSTER_DASK_CONFIG: dict[str, Any] = {"distributed.worker.profile.enabled": False}
+
 
 @dataclass
 class DaskExecutor:
@@ -649,7 +657,7 @@ class DaskExecutor:
                 _preload(self.preload)   # inherited by a forked worker; shared by a thread worker
             if self.processes:
                 options["preload"] = list(self.preload)   # each worker imports them before it says it is ready
-        with dask.config.set({key: method}):
+        with dask.config.set({**LOCAL_CLUSTER_DASK_CONFIG, key: method}):
             return LocalCluster(**options)
 
     def close(self) -> None:
@@ -668,10 +676,11 @@ class DaskExecutor:
 
         try:
             futures = {}
-            for priority, point in enumerate(reversed(points)):
+            for position, point in enumerate(points):
                 # pure=False: a repeated point is re-run, never served from another sweep's cache;
                 # priority: the scheduler hands out points in the order given (the first highest)
-                futures[client.submit(_evaluate_safely, evaluate, point.values, pure=False, priority=priority,
+                futures[client.submit(_evaluate_safely, evaluate, point.values, pure=False,
+                                      priority=len(points) - position,
                                       key=f"rlsim-point-{point.id}-{point.index}")] = point
             for future in as_completed(list(futures)):
                 point = futures[future]
