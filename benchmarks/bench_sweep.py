@@ -18,6 +18,13 @@ this process first and one point is run to fill the model caches, both left out 
 (`rlsim sweep --jobs 1` pays them once; each worker of --jobs 2 once, at the same time as the other;
 a forked worker inherits them here). Also printed: the pool's start-up (two workers
 started, one empty point each, shut down) and its overhead per point (empty points).
+
+jobs=2 runs twice: points handed out in grid order, then costliest first (the work estimate
+`rlsim sweep` uses; --fake: the stand-in's exact cost). The Dask LocalCluster runs once per start
+method (spawn, Dask's default; forkserver; fork, rlsim's on Linux), with its start-up (cluster up,
+the simulator imported in each worker), the points and the close timed apart: the speed-up
+without the start-up is what a long-lived cluster gives; with it, what one command waits for.
+docs/guides/sweeps.md explains the figures.
 """
 from __future__ import annotations
 
