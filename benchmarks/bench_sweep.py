@@ -18,12 +18,21 @@ this process first and one point is run to fill the model caches, both left out 
 (`rlsim sweep --jobs 1` pays them once; each worker of --jobs 2 once, at the same time as the other;
 a forked worker inherits them here). Also printed: the pool's start-up (two workers
 started, one empty point each, shut down) and its overhead per point (empty points).
+
+jobs=2 runs twice: points handed out in grid order, then costliest first (the work estimate
+`rlsim sweep` uses; --fake: the stand-in's exact cost). The Dask LocalCluster runs once per start
+method (spawn, Dask's default; forkserver; fork, rlsim's on Linux), with its start-up (cluster up,
+the simulator imported in each worker), the points and the close timed apart: the speed-up
+without the start-up is what a long-lived cluster gives; with it, what one command waits for.
+docs/guides/sweeps.md explains the figures.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import functools
+import inspect
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -45,13 +54,21 @@ from simulator.sweep import (
 
 # 8 valid points over keys every run reads: 2 schedules x 4 seeds.
 REAL_GRID = ["schedule.kind=colocated,stalesync", "seed=0,1,2,3"]
-FAKE_GRID = ["a=0,1,2,3", "b=0,1"]
+FAKE_GRID = ["a=0,1,2,3", "b=0,1"]   # see fake_cost
 PRELOAD = ("simulator.api",)
 
 
-def busy_point(values: dict, seconds: float = 0.25) -> dict:
-    """Burn CPU for about `seconds` in pure Python (holds the GIL, like the simulator does)."""
-    end = time.process_time() + seconds
+FAKE_UNIT_S = 0.05   # the fake point (a, b) burns FAKE_UNIT_S x (1 + a) x (1 + b): 0.05-0.4 s, 1.5 s in all
+
+
+def fake_cost(values: dict) -> float:
+    """The fake point's CPU seconds: uneven on purpose, so the dispatch order shows."""
+    return FAKE_UNIT_S * (1 + values["a"]) * (1 + values["b"])
+
+
+def busy_point(values: dict) -> dict:
+    """Burn CPU for fake_cost(values) seconds in pure Python (holds the GIL, like the simulator does)."""
+    end = time.process_time() + fake_cost(values)
     x = 0
     while time.process_time() < end:
         x += 1
@@ -76,14 +93,16 @@ def executor(kind: str, jobs: int, preload: bool):
     return cls(jobs=jobs, **extra)
 
 
-def timed(points, evaluate, ex) -> tuple[float, float, float, float]:
+def timed(points, evaluate, ex, cost=None) -> tuple[float, float, float, float]:
     """(wall s, CPU s of this process, CPU s of the busiest worker from its start (0: ran in this
-    process), the part of that spent before its first point: process start-up and imports)."""
+    process), the part of that spent before its first point: process start-up and imports).
+    `cost`: points handed out costliest first (older code without it: grid order)."""
+    extra = {"cost": cost} if cost is not None and "cost" in inspect.signature(run_sweep).parameters else {}
     with tempfile.TemporaryDirectory() as tmp:
         cpu0 = time.process_time()
         start = time.perf_counter()
         result = run_sweep(points, functools.partial(accounted, evaluate),
-                           store=ResultsStore(Path(tmp) / "results.csv"), executor=ex)
+                           store=ResultsStore(Path(tmp) / "results.csv"), executor=ex, **extra)
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu0
     assert result.computed == len(points) and not result.rows["error"].astype(str).str.len().any()
@@ -142,6 +161,34 @@ def cli_figures(grid: list[str], iterations: int, repeats: int = 3) -> None:
           f"{min(cpus[2]) / min(cpus[1]):.2f}", flush=True)
 
 
+def dask_figures(points, evaluate, cost, preload: bool, t1: float, cpu1: float) -> None:
+    """A LocalCluster of 2 worker processes, started by each start method: its start-up (cluster up,
+    each worker with the point function's modules imported), the points' wall time after it, the
+    sum (what `rlsim sweep --executor dask` waits for) and the close."""
+    methods = ["spawn", "forkserver", "fork"] if hasattr(DaskExecutor, "start") else ["spawn"]
+    for method in methods:
+        ex = executor("dask", 2, preload)
+        if not hasattr(DaskExecutor, "start"):   # older code: start-up inside the timed call
+            td, _, busiest, before = timed(points, evaluate, ex)
+            print(f"dask LocalCluster(2 workers, spawn), start-up included: {td:7.2f} s wall, speed-up "
+                  f"{t1 / td:.2f}x; busiest worker {busiest:.2f} s CPU ({before:.2f} s before its first point)")
+            return
+        ex.start_method = method
+        start = time.perf_counter()
+        ex.start()
+        up_s = time.perf_counter() - start
+        with ex:
+            td, _, busiest, before = timed(points, evaluate, ex, cost)
+            start = time.perf_counter()
+        ex.close()
+        close_s = time.perf_counter() - start
+        print(f"dask LocalCluster(2 workers, {method}{', the rlsim default here' if method == multiprocessing.get_start_method() else ''}): "
+              f"start-up {up_s:.2f} s wall; points {td:.2f} s wall, speed-up {t1 / td:.2f}x without the start-up, "
+              f"{t1 / (up_s + td):.2f}x with it; close {close_s:.2f} s; busiest worker {busiest:.2f} s CPU "
+              f"({before:.2f} s of it before its first point: its start and imports), speed-up on 2 free cores "
+              f"{cpu1 / busiest:.2f}x, {cpu1 / (busiest - before):.2f}x without its start", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fake", action="store_true", help="CPU-bound stand-in instead of the simulator")
@@ -158,10 +205,11 @@ def main() -> int:
         print(f"load average {os.getloadavg()[0]:.2f}, speed reference {reference_ms():.1f} ms", flush=True)
         return 0
     if args.fake:
-        grid, evaluate, preload = parse_grid(args.grid or FAKE_GRID), busy_point, False
+        grid, evaluate, preload, cost = parse_grid(args.grid or FAKE_GRID), busy_point, False, fake_cost
     else:
         base = BaseScenario(overrides=tuple(args.overrides), iterations=args.iterations)
         grid, evaluate, preload = parse_grid(args.grid or REAL_GRID), functools.partial(simulate_point, base), True
+        cost = getattr(base, "work_units", None)   # what `rlsim sweep` orders by (older code: none)
     points = make_points(grid, "bench")
     import simulator
     print(f"{len(points)} points, {'fake CPU-bound point' if args.fake else 'simulator.simulate'}; code "
@@ -180,19 +228,21 @@ def main() -> int:
         evaluate(points[0].values)   # the model caches' first fill: --jobs 1 pays it once, each worker once
         print(f"warm-up point in this process: {time.process_time() - cpu0:.2f} s CPU (likewise left out)",
               flush=True)
+    if cost is not None:
+        cpu0 = time.process_time()
+        estimates = [cost(p.values) for p in points]
+        print(f"cost estimate of the {len(points)} points (in this process, inside the jobs=2 figures): "
+              f"{(time.process_time() - cpu0) * 1e3:.0f} ms CPU; {len(set(estimates))} distinct values", flush=True)
     t1, cpu1, _, _ = timed(points, evaluate, executor("local", 1, preload))
     print(f"jobs=1 (in process): {t1:7.2f} s wall ({t1 / len(points) * 1000:.0f} ms per point), "
           f"{cpu1:.2f} s CPU", flush=True)
-    t2, cpu2, busiest, start = timed(points, evaluate, executor("local", 2, preload))
-    print(f"jobs=2 (processes):  {t2:7.2f} s wall, speed-up {t1 / t2:.2f}x; CPU: busiest worker {busiest:.2f} s "
-          f"({start:.2f} s of it before its first point), this process {cpu2:.2f} s; speed-up on 2 free cores "
-          f"(CPU jobs=1 / busiest worker) {cpu1 / busiest:.2f}x", flush=True)
+    for label, order in (("grid order", None), ("costliest first", cost)):
+        t2, cpu2, busiest, start = timed(points, evaluate, executor("local", 2, preload), order)
+        print(f"jobs=2 (processes, {label}): {t2:7.2f} s wall, speed-up {t1 / t2:.2f}x; CPU: busiest worker "
+              f"{busiest:.2f} s ({start:.2f} s of it before its first point), this process {cpu2:.2f} s; "
+              f"speed-up on 2 free cores (CPU jobs=1 / busiest worker) {cpu1 / busiest:.2f}x", flush=True)
     if not args.no_dask:
-        td, _, busiest_d, start_d = timed(points, evaluate, executor("dask", 2, preload))
-        print(f"dask LocalCluster(2 workers, processes): {td:7.2f} s wall, speed-up {t1 / td:.2f}x; busiest "
-              f"worker {busiest_d:.2f} s CPU ({start_d:.2f} s of it before its first point: a spawned Dask worker "
-              f"imports dask, distributed and the simulator), speed-up on 2 free cores {cpu1 / busiest_d:.2f}x; "
-              f"without that start-up {cpu1 / (busiest_d - start_d):.2f}x", flush=True)
+        dask_figures(points, evaluate, cost, preload, t1, cpu1)
     print(f"load average {os.getloadavg()[0]:.2f}, speed reference {reference_ms():.1f} ms", flush=True)
     return 0
 

@@ -39,6 +39,7 @@ from .overrides import parse_assignment
 from .sweep_files import BrokenTail, quarantine_tail, read_results_csv, referenced_files, warn
 
 PointFunction = Callable[[dict[str, Any]], dict[str, Any]]
+PointCost = Callable[[Mapping[str, Any]], float]   # a point's values -> its estimated cost (any unit)
 
 # Columns every results row carries besides the flattened summary and the grid values.
 ID_COLUMN = "point_id"
@@ -476,12 +477,29 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 class Executor(Protocol):
+    """Evaluates points, yielding each as it finishes. ``with executor:`` keeps what it starts (a Dask
+    cluster) for every call inside the block; the local executors start nothing that outlives a call."""
+
     def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]
                       ) -> Iterator[tuple[Point, dict[str, Any] | None, str]]: ...
 
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class _NothingHeld:
+    """``with executor:`` for an executor whose calls hold nothing between them."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
 
 @dataclass
-class SerialExecutor:
+class SerialExecutor(_NothingHeld):
     """In this process: no pickling, the baseline for --jobs 1."""
 
     def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
@@ -490,14 +508,18 @@ class SerialExecutor:
 
 
 @dataclass
-class LocalExecutor:
-    """A pool of local worker processes; results come back as they finish. Each worker imports
-    `preload` when it starts."""
+class LocalExecutor(_NothingHeld):
+    """A pool of local worker processes, one point per task, handed out in the order given (the
+    pool's queue is first in, first out); results come back as they finish. Each worker imports
+    `preload` when it starts. The pool lives for one call: started by fork it costs ~40 ms
+    (benchmarks/bench_sweep.py)."""
 
     jobs: int = 2
     preload: tuple[str, ...] = ()
 
     def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
+        if not points:
+            return
         if self.jobs <= 1:
             yield from SerialExecutor().map_unordered(evaluate, points)
             return
@@ -544,31 +566,70 @@ def _stop_workers(processes: Sequence[Any], grace_s: float = 2.0) -> None:
             process.join(1.0)
 
 
+# How a LocalCluster that rlsim starts makes its worker processes: as the local pool does (Python's
+# default start method: fork on Linux up to Python 3.13, forkserver from 3.14, spawn on macOS and
+# Windows). Dask's own default, spawn, starts each worker as a fresh interpreter that imports dask,
+# distributed, numpy, pandas and the simulator (~1.5-2 s of CPU each, before its first point); a
+# forked worker inherits them from this process, which imports the preload modules first.
+# benchmarks/bench_sweep.py measures the three. A Dask configuration that names a method
+# (DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD, ~/.config/dask) is kept;
+# DaskExecutor(start_method=...) sets one from the API.
+DASK_DEFAULT_START_METHOD = "spawn"   # distributed.yaml's `distributed.worker.multiprocessing-method`
+
+# Dask settings of a LocalCluster that rlsim starts. A Dask worker samples the stack of the thread
+# running a task every 10 ms (distributed.worker.profile: the dashboard's profile page); on the
+# simulator's pure-Python points that sampling took 50-80% more CPU per point than the same point
+# in a local pool worker (benchmarks/bench_sweep.py, "busiest worker"). rlsim's LocalCluster has no
+# dashboard, so no one reads the profile: it is off. A cluster of one's own keeps its settings
+# (docs/guides/sweeps.md says how to turn it off there).
+LOCAL_CLUSTER_DASK_CONFIG: dict[str, Any] = {"distributed.worker.profile.enabled": False}
+
+
 @dataclass
 class DaskExecutor:
-    """Dask distributed: a running scheduler at `address`, or a LocalCluster of `jobs` workers."""
+    """Dask distributed: a running scheduler at `address`, or a LocalCluster of `jobs` workers.
+
+    The cluster (or the connection) is made by :meth:`start` (or the first call with a point to
+    evaluate) and kept until :meth:`close`: inside ``with executor:`` every ``map_unordered`` call
+    (the batches of a capacity search) uses the same one; outside, each call closes what it
+    started. Each worker imports `preload` once, when the cluster starts (a LocalCluster's workers
+    as they start; a running cluster's through one ``client.run``, which finds the modules already
+    loaded on a long-lived worker). docs/guides/sweeps.md has the measured costs."""
 
     address: str | None = None
     jobs: int = 2
     processes: bool = True
     preload: tuple[str, ...] = ()
+    start_method: str | None = None   # None: multiprocessing.get_start_method() (see above)
     _cluster: Any = field(default=None, repr=False)
+    _client: Any = field(default=None, repr=False)
+    _held: bool = field(default=False, repr=False)
 
-    def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
+    def __enter__(self) -> DaskExecutor:
+        self._held = True   # started by the first call that has a point to evaluate
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._held = False
+        self.close()
+
+    def start(self) -> Any:
+        """The client, connected (and the LocalCluster up, its workers with `preload` imported)."""
+        if self._client is not None:
+            return self._client
         try:
-            from distributed import Client, LocalCluster, as_completed
+            from distributed import Client
         except ImportError:
             raise RlsimError("the Dask executor needs dask[distributed]", field="--executor",
                              fix="pip install 'rlsim[dask]', or use --executor local") from None
-        cluster = None
         try:
             if self.address:
                 client = Client(self.address, timeout="10s")
             else:
-                cluster = LocalCluster(n_workers=max(1, self.jobs), threads_per_worker=1,
-                                       processes=self.processes, dashboard_address=None)
-                client = Client(cluster)
+                self._cluster = self._local_cluster()
+                client = Client(self._cluster)
         except (OSError, ValueError, MemoryError) as exc:
+            self.close()
             if isinstance(exc, (ValueError, MemoryError)) and not self.address:
                 raise  # a LocalCluster fault is ours, not the user's
             if isinstance(exc, MemoryError):   # something answered, but not in Dask's protocol (a huge frame length)
@@ -577,13 +638,50 @@ class DaskExecutor:
             raise RlsimError(f"cannot reach the Dask scheduler: {exc}", field="--scheduler",
                              fix="check the address (tcp://HOST:8786), or leave --scheduler out for a local cluster") \
                 from None
+        self._client = client
+        if self.preload and self.address:
+            client.run(_preload, list(self.preload))   # once per worker; instant where already imported
+        return client
+
+    def _local_cluster(self) -> Any:
+        import dask
+        from distributed import LocalCluster
+
+        key = "distributed.worker.multiprocessing-method"
+        method = dask.config.get(key)
+        if method == DASK_DEFAULT_START_METHOD:   # the user's own Dask setting, if any, is kept
+            method = self.start_method or multiprocessing.get_start_method()
+        options: dict[str, Any] = {"n_workers": max(1, self.jobs), "threads_per_worker": 1,
+                                   "processes": self.processes, "dashboard_address": None}
+        if self.preload:
+            if method == "fork" or not self.processes:
+                _preload(self.preload)   # inherited by a forked worker; shared by a thread worker
+            if self.processes:
+                options["preload"] = list(self.preload)   # each worker imports them before it says it is ready
+        with dask.config.set({**LOCAL_CLUSTER_DASK_CONFIG, key: method}):
+            return LocalCluster(**options)
+
+    def close(self) -> None:
+        client, cluster = self._client, self._cluster
+        self._client = self._cluster = None
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+
+    def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
+        if not points:   # a resumed sweep with nothing left starts no cluster
+            return
+        client = self.start()
+        from distributed import as_completed
+
         try:
-            if self.preload:
-                client.run(_preload, list(self.preload))   # once per worker, before the first point
             futures = {}
-            for point in points:
-                # pure=False: a repeated point is re-run, never served from another sweep's cache
+            for position, point in enumerate(points):
+                # pure=False: a repeated point is re-run, never served from another sweep's cache;
+                # priority: the scheduler hands out points in the order given (the first highest)
                 futures[client.submit(_evaluate_safely, evaluate, point.values, pure=False,
+                                      priority=len(points) - position,
                                       key=f"rlsim-point-{point.id}-{point.index}")] = point
             for future in as_completed(list(futures)):
                 point = futures[future]
@@ -595,9 +693,8 @@ class DaskExecutor:
                     raise
                 yield point, summary, error
         finally:
-            client.close()
-            if cluster is not None:
-                cluster.close()
+            if not self._held:
+                self.close()
 
 
 def make_executor(kind: str, jobs: int = 1, scheduler: str | None = None,
@@ -631,15 +728,17 @@ class SweepResult:
 
 def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: ResultsStore | None = None,
               executor: Executor | None = None, progress: Callable[[int, int], None] | None = None,
-              grid: Mapping[str, Sequence[Any]] | None = None) -> SweepResult:
+              grid: Mapping[str, Sequence[Any]] | None = None, cost: PointCost | None = None) -> SweepResult:
     """Evaluate every point not already in `store`; each finished point is saved as it finishes.
 
-    `progress(done, total)` is called after each point. Ctrl-C (KeyboardInterrupt) and a dead worker
-    (SweepAborted) propagate after the finished points are on disk.
+    `cost(values)` estimates a point's cost: the points are handed to the executor costliest first
+    (:func:`dispatch_order`); the results do not depend on the order. `progress(done, total)` is
+    called after each point. Ctrl-C (KeyboardInterrupt) and a dead worker (SweepAborted) propagate
+    after the finished points are on disk.
     """
     executor = executor or SerialExecutor()
     done = store.done_ids() if store else set()
-    todo = [p for p in points if p.id not in done]
+    todo = dispatch_order([p for p in points if p.id not in done], cost)
     new_rows: list[dict[str, Any]] = []
     finished = len(points) - len(todo)
     if progress:
@@ -672,6 +771,18 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
         frame[INDEX_COLUMN] = range(len(frame))
     grid_dict = {k: list(v) for k, v in (grid or _grid_from_points(points)).items()}
     return SweepResult(grid_dict, list(points), frame, len(new_rows), store.path if store else None)
+
+
+def dispatch_order(points: Sequence[Point], cost: PointCost | None) -> list[Point]:
+    """Longest processing time first: the costliest estimate first, ties in grid order. Workers
+    take the next point as they free up, so the last point to start is a cheap one and the workers
+    finish close together (Graham's LPT rule: within 4/3 of the best split for any number of
+    workers; grid order can leave the costliest point for last, with one worker busy and the
+    others idle). Without `cost`, grid order."""
+    if cost is None:
+        return list(points)
+    estimates = {p.index: cost(p.values) for p in points}
+    return sorted(points, key=lambda p: (-estimates[p.index], p.index))
 
 
 def _grid_from_points(points: Sequence[Point]) -> dict[str, list[Any]]:
@@ -724,6 +835,22 @@ class BaseScenario:
     def base_dirs(self) -> list[Path]:
         """Folders a relative path in the sweep's inputs may be read from (the scenario file's)."""
         return [Path(self.spec).parent] if self.spec else []
+
+    def work_units(self, values: Mapping[str, Any]) -> int:
+        """The point's work estimate (scenario.work_estimate: iterations x (sample segments per step
+        + DEVICE_UNITS x devices), the estimate limits.max_work checks): the cost by which a sweep
+        hands out its points, costliest first. It loads the point's scenario and topology, ~8 ms at
+        384 devices and ~65 ms at 24,576 here (a point simulates in 0.5-2 s); 0 for a point
+        that does not load (it is evaluated all the same, and its row says why)."""
+        from .hardware.topology import load_topology
+        from .scenario import load_scenario, work_estimate
+
+        try:
+            scenario = load_scenario(self.spec, **self.keywords(values))
+            topology = load_topology(scenario.topology, max_devices=scenario.limits.max_devices)
+        except RlsimError:
+            return 0
+        return work_estimate(scenario, topology.num_devices).units
 
     def keywords(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         overrides = [*self.overrides, *grid_overrides(values or {})]

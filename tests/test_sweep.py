@@ -377,4 +377,14 @@ def test_an_address_that_answers_in_another_protocol_is_a_user_error(monkeypatch
         raise MemoryError("Unable to allocate 3.1 EiB")
     monkeypatch.setattr(distributed, "Client", answering_garbage)
     with pytest.raises(RlsimError, match="answered, but not as a Dask scheduler"):
-        list(DaskExecutor(address="tcp://127.0.0.1:9").map_unordered(lambda p: {}, []))
+        list(DaskExecutor(address="tcp://127.0.0.1:9").map_unordered(lambda p: {}, make_points({"i": [0]}, "")))
+
+
+def test_a_sweep_with_nothing_left_to_compute_starts_no_dask_cluster(monkeypatch):
+    distributed = pytest.importorskip("distributed")
+
+    def unreachable(*args, **kwargs):
+        raise AssertionError("no point to evaluate: nothing should connect")
+    monkeypatch.setattr(distributed, "Client", unreachable)
+    assert list(DaskExecutor(address="tcp://127.0.0.1:9").map_unordered(lambda p: {}, [])) == []
+    assert list(DaskExecutor(jobs=2).map_unordered(lambda p: {}, [])) == []

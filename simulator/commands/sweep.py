@@ -108,14 +108,16 @@ def run(args: argparse.Namespace) -> int:
     evaluate, fingerprint = sweep_replicated(args, base, evaluate, fingerprint)
 
     points = make_points(grid, fingerprint, base.base_dirs())
-    with common.Progress("point") as progress, _sigterm_as_interrupt():
+    # one executor for the whole command: a Dask cluster starts once, not once per capacity batch
+    with common.Progress("point") as progress, _sigterm_as_interrupt(), executor:
         try:
             if target is not None and len(grid) == 1 and _orderable(next(iter(grid.values()))):
                 objects, answer = _capacity_search(grid, target, evaluate, store, executor, fingerprint,
                                                    prices, args.search, jobs, progress, base.base_dirs())
                 sweep = None
             else:
-                sweep = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid=grid)
+                sweep = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid=grid,
+                                  cost=base.work_units)   # costliest first: the workers finish together
                 objects = [_enrich(o, prices) for o in sweep.run_objects()]
                 answer = _select_cheapest(objects, target, prices) if target else None
         except SweepAborted as exc:
