@@ -77,11 +77,19 @@ def main(argv: list[str] | None = None) -> int:
 
 _STARTED = False   # the first main() of a process runs its start-up (_start_up)
 
+# pydantic looks for plugins (the "pydantic" entry-point group) when it builds its first model: a read
+# of every installed distribution's metadata, ~20 M instructions (1.7%) of `rlsim run`'s start-up with
+# the 91 distributions of the development environment (benchmarks/bench_startup.py). The command line
+# uses no pydantic plugin, so its start-up turns them off before the first model is built, unless the
+# environment sets this variable itself (to any value: empty keeps every plugin, as pydantic's default).
+PYDANTIC_PLUGINS_VARIABLE, PYDANTIC_PLUGINS_OFF = "PYDANTIC_DISABLE_PLUGINS", "__all__"
+
 
 @contextlib.contextmanager
 def _start_up() -> Iterator[None]:
-    """The first main() of a process: the cyclic garbage collector paused while the command line is
-    parsed and the command's modules load (they make long-lived objects only, yet the collector
+    """The first main() of a process: pydantic's plugin look-up off where pydantic is not loaded yet
+    (PYDANTIC_PLUGINS_OFF), the cyclic garbage collector paused while the command line is parsed
+    and the command's modules load (they make long-lived objects only, yet the collector
     walked them ~140 times: a fifth of `rlsim run`'s start-up, benchmarks/bench_startup.py), then
     what they made frozen (gc.freeze: left out of later collections) and the collector restored
     as it was. Later calls (tests, notebooks) change nothing."""
@@ -90,6 +98,8 @@ def _start_up() -> Iterator[None]:
         yield
         return
     _STARTED = True
+    if "pydantic" not in sys.modules:   # else models may exist, built with plugins: leave them so
+        os.environ.setdefault(PYDANTIC_PLUGINS_VARIABLE, PYDANTIC_PLUGINS_OFF)
     was_enabled = gc.isenabled()
     gc.disable()
     try:

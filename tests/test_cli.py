@@ -38,8 +38,11 @@ FIRST_EVENT = """
 import json, os, sys
 import simpy
 def _first_event(self):
+    from pydantic.plugin import _loader
     from simulator import scenario
-    print(json.dumps({"modules": sorted(sys.modules), "kind_classes": scenario.built_in_classes_made()}))
+    print(json.dumps({"modules": sorted(sys.modules), "kind_classes": scenario.built_in_classes_made(),
+                      "plugins_looked_up": _loader._plugins is not None,
+                      "plugins_variable": os.environ.get("PYDANTIC_DISABLE_PLUGINS")}))
     sys.stdout.flush()
     os._exit(0)
 simpy.Environment.step = _first_event
@@ -75,6 +78,18 @@ def test_run_reaches_its_first_event_without_results_report_planner_or_other_kin
     assert _loaded(modules, NOT_BEFORE_FIRST_EVENT) == []
     # of the eight kinds' config classes, only stalesync's and the colocated runner's it uses are made
     assert out["kind_classes"] == ["colocated", "stalesync"]
+
+
+@pytest.mark.parametrize("given, looked_up, variable", [(None, False, "__all__"), ("", True, ""),
+                                                        ("logfire", True, "logfire")])
+def test_the_command_line_turns_pydantic_plugins_off_unless_the_environment_says(monkeypatch, given, looked_up,
+                                                                                 variable):
+    if given is None:
+        monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", given)
+    out = _modules_of(FIRST_EVENT)
+    assert (out["plugins_looked_up"], out["plugins_variable"]) == (looked_up, variable)
 
 
 @pytest.mark.parametrize("argv, command", [(["run", "--json"], "run"), (["--help"], None),
