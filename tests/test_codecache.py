@@ -52,6 +52,12 @@ class Ordered:
 ANNOTATIONS = ["list[int]", "dict[str, 'Frozen']", "int | None"]
 
 
+@pytest.fixture(autouse=True)
+def _byte_code_written(monkeypatch):
+    """As an interpreter without -B / PYTHONDONTWRITEBYTECODE (which the test run may have)."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+
+
 def _make() -> dict:
     module = types.ModuleType("madeclasses")   # dataclasses reads string annotations in the class's module
     sys.modules[module.__name__] = module
