@@ -112,6 +112,9 @@ class _Compiled:
         """``exec`` for the dataclasses module: a text's code from the table, anything else as given."""
         if isinstance(source, str):
             source = self.code(source, "<string>", "exec")
+        if globals is None:   # exec's defaults: the caller's namespaces (not this module's)
+            caller = sys._getframe(1)
+            globals, locals = caller.f_globals, caller.f_locals if locals is None else locals
         return builtins.exec(source, globals, locals)
 
     def compile(self, source: object, filename: str, mode: str, flags: int = 0, dont_inherit: bool = False,

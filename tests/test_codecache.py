@@ -179,3 +179,15 @@ def test_the_table_lives_beside_the_package_byte_code():
     init = Path(codecache.__file__).with_name("__init__.py")
     assert codecache.cache_path().parent == Path(importlib.util.cache_from_source(str(init))).parent
     assert sys.implementation.cache_tag in codecache.cache_path().name
+
+
+
+def _exec_here(executor) -> tuple:
+    executor("found = __name__")   # no namespaces: the caller's globals and locals
+    return locals().get("found"), "found" in globals()
+
+
+def test_exec_without_namespaces_runs_in_the_callers_as_the_builtin_does(tmp_path):
+    import builtins
+    with generated_code_cached(tmp_path / "t") as table:
+        assert _exec_here(table.exec) == _exec_here(builtins.exec) == (__name__, False)
