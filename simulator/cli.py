@@ -77,31 +77,55 @@ def main(argv: list[str] | None = None) -> int:
 
 _STARTED = False   # the first main() of a process runs its start-up (_start_up)
 
+# pydantic looks for plugins (the "pydantic" entry-point group) when it builds its first model: a read
+# of every installed distribution's metadata, ~20 M instructions (1.7%) of `rlsim run`'s start-up with
+# the 91 distributions of the development environment (benchmarks/bench_startup.py). The command line
+# uses no pydantic plugin, so its start-up turns them off before the first model is built, unless the
+# environment sets this variable itself (to any value: empty keeps every plugin, as pydantic's default).
+PYDANTIC_PLUGINS_VARIABLE, PYDANTIC_PLUGINS_OFF = "PYDANTIC_DISABLE_PLUGINS", "__all__"
+
 
 @contextlib.contextmanager
-def _start_up() -> Iterator[None]:
-    """The first main() of a process: the cyclic garbage collector paused while the command line is
-    parsed and the command's modules load (they make long-lived objects only, yet the collector
+def _start_up() -> Iterator[bool]:
+    """The first main() of a process (yields True there): pydantic's plugin look-up off where
+    pydantic is not loaded yet (PYDANTIC_PLUGINS_OFF), the cyclic garbage collector paused while the
+    command line is parsed and the command's modules load (they make long-lived objects only, yet the collector
     walked them ~140 times: a fifth of `rlsim run`'s start-up, benchmarks/bench_startup.py), then
     what they made frozen (gc.freeze: left out of later collections) and the collector restored
     as it was. Later calls (tests, notebooks) change nothing."""
     global _STARTED
     if _STARTED:
-        yield
+        yield False
         return
     _STARTED = True
+    if "pydantic" not in sys.modules:   # else models may exist, built with plugins: leave them so
+        os.environ.setdefault(PYDANTIC_PLUGINS_VARIABLE, PYDANTIC_PLUGINS_OFF)
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        yield
+        yield True
     finally:
         gc.freeze()
         if was_enabled:
             gc.enable()
 
 
+def _preload(names: tuple[str, ...], first: bool) -> None:
+    """Import a command's PRELOAD modules. In the first main(), with the code that dataclasses and
+    typing generate taken from earlier start-ups (codecache.py: 22% of `rlsim run`'s start-up); here,
+    after the parse, so that --help loads none of it."""
+    if not (first and names):
+        for name in names:
+            importlib.import_module(name)
+        return
+    from .codecache import generated_code_cached
+    with generated_code_cached():
+        for name in names:
+            importlib.import_module(name)
+
+
 def _main(argv: list[str] | None) -> int:
-    with _start_up():
+    with _start_up() as first:
         parser = build_parser(only=_command_named(argv))
         try:
             args = parser.parse_args(argv)
@@ -110,8 +134,7 @@ def _main(argv: list[str] | None) -> int:
         if not getattr(args, "handler", None):
             parser.print_help()
             return 0
-        for name in getattr(sys.modules[args.handler.__module__], "PRELOAD", ()):
-            importlib.import_module(name)
+        _preload(getattr(sys.modules[args.handler.__module__], "PRELOAD", ()), first)
     try:
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handling below, not at exit

@@ -15,13 +15,16 @@ import yaml
 from .errors import RlsimError
 
 _KINDS = ("topologies", "workloads")
+# The repository root when running from a source checkout (the preset folders beside simulator/):
+# resolved once, not on each of the two or three preset reads of every load_scenario.
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def preset_dir(kind: str) -> Path:
     """The folder of built-in presets of one kind ('topologies' or 'workloads')."""
     if kind not in _KINDS:
         raise ValueError(f"unknown preset kind {kind!r}")
-    source_tree = Path(__file__).resolve().parent.parent / kind
+    source_tree = _SOURCE_ROOT / kind
     if source_tree.is_dir():
         return source_tree
     return Path(str(importlib.resources.files(f"simulator.builtin.{kind}")))

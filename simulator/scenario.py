@@ -821,26 +821,21 @@ def workload_name(spec: str | Path) -> str:
     return path.name
 
 
-def _workload_label(spec: Any) -> str | None:
-    """The file (or built-in preset file) a workload section comes from; None for a plain mapping."""
+def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
+    """The workload section as a mapping (a preset read, a `preset:` key merged under the keys beside
+    it) and the file (or built-in preset file) it comes from: None for a plain mapping. Each preset
+    file is read once."""
     if isinstance(spec, (str, Path)):
-        return presets.resolve("workloads", spec)[1]
-    if isinstance(spec, Mapping) and isinstance(spec.get("preset"), (str, Path)):
-        return _workload_label(spec["preset"])
-    return None
-
-
-def _resolve_workload(spec: Any) -> dict[str, Any]:
-    if isinstance(spec, (str, Path)):
-        mapping, _ = presets.resolve("workloads", spec)
+        mapping, label = presets.resolve("workloads", spec)
         mapping.setdefault("name", workload_name(spec))
-        return mapping
+        return mapping, label
     if isinstance(spec, Mapping):
         spec = dict(spec)
         if "preset" in spec:
-            base = _resolve_workload(spec.pop("preset"))
-            return deep_merge(base, spec)
-        return spec
+            preset = spec.pop("preset")
+            base, label = _resolve_workload(preset)
+            return deep_merge(base, spec), label if isinstance(preset, (str, Path)) else None
+        return spec, None
     raise RlsimError(f"workload must be a preset name, a path or a mapping, got {type(spec).__name__}",
                      field="workload")
 
@@ -1006,8 +1001,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         raise RlsimError("no workload given", source=source, field="workload",
                          fix=f"name a preset ({', '.join(presets.preset_names('workloads'))}) or a mapping")
     data["topology"] = _normalise_topology(data["topology"])
-    workload_source = _workload_label(data["workload"])
-    data["workload"] = _resolve_workload(data["workload"])
+    data["workload"], workload_source = _resolve_workload(data["workload"])
     if workload_source:
         set_keys = tuple(str(item).split("=", 1)[0].strip() for item in overrides)
         data[_WORKLOAD_SOURCE] = (workload_source, set_keys)

@@ -38,8 +38,11 @@ FIRST_EVENT = """
 import json, os, sys
 import simpy
 def _first_event(self):
+    from pydantic.plugin import _loader
     from simulator import scenario
-    print(json.dumps({"modules": sorted(sys.modules), "kind_classes": scenario.built_in_classes_made()}))
+    print(json.dumps({"modules": sorted(sys.modules), "kind_classes": scenario.built_in_classes_made(),
+                      "plugins_looked_up": _loader._plugins is not None,
+                      "plugins_variable": os.environ.get("PYDANTIC_DISABLE_PLUGINS")}))
     sys.stdout.flush()
     os._exit(0)
 simpy.Environment.step = _first_event
@@ -75,6 +78,18 @@ def test_run_reaches_its_first_event_without_results_report_planner_or_other_kin
     assert _loaded(modules, NOT_BEFORE_FIRST_EVENT) == []
     # of the eight kinds' config classes, only stalesync's and the colocated runner's it uses are made
     assert out["kind_classes"] == ["colocated", "stalesync"]
+
+
+@pytest.mark.parametrize("given, looked_up, variable", [(None, False, "__all__"), ("", True, ""),
+                                                        ("logfire", True, "logfire")])
+def test_the_command_line_turns_pydantic_plugins_off_unless_the_environment_says(monkeypatch, given, looked_up,
+                                                                                 variable):
+    if given is None:
+        monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", given)
+    out = _modules_of(FIRST_EVENT)
+    assert (out["plugins_looked_up"], out["plugins_variable"]) == (looked_up, variable)
 
 
 @pytest.mark.parametrize("argv, command", [(["run", "--json"], "run"), (["--help"], None),
@@ -122,3 +137,37 @@ def test_the_first_main_pauses_the_collector_preloads_freezes_and_restores_it(tm
     assert enabled and frozen > 10_000 and preloaded   # run's PRELOAD loaded with the collector paused
     assert collections < 30                            # ~140 while the modules load without the pause
     assert out["second"] == [False, frozen]            # a later call leaves the collector as it found it
+
+
+# `rlsim run` to its first event with the generated-code table at argv[1]: how many texts dataclasses
+# and typing compiled (sys.audit "compile" events there or in codecache.py) and the table's size.
+CODE_TABLE = """
+import json, os, sys
+from pathlib import Path
+sys.dont_write_bytecode = False
+from simulator import codecache
+codecache.cache_path = lambda: Path(sys.argv[1])
+compiled = []
+def audit(event, args):
+    if event == "compile" and args[0] is not None and sys._getframe(1).f_code.co_filename.endswith(
+            ("dataclasses.py", "typing.py", "codecache.py")):
+        compiled.append(1)
+sys.addaudithook(audit)
+import simpy
+def _first_event(self):
+    print(json.dumps({"compiled": len(compiled), "table": len(codecache.read_table(Path(sys.argv[1])))}))
+    sys.stdout.flush()
+    os._exit(0)
+simpy.Environment.step = _first_event
+from simulator.cli import main
+main(["run"])
+"""
+
+
+def test_a_second_start_up_compiles_none_of_the_generated_code_of_the_first(tmp_path):
+    table = str(tmp_path / "table.marshal")
+    first = _modules_of_args(CODE_TABLE, table)
+    second = _modules_of_args(CODE_TABLE, table)
+    # the second compiles only what happens outside the table's window (simpy's import, before main)
+    assert first["table"] > 500 and second["table"] == first["table"]
+    assert first["compiled"] - second["compiled"] == first["table"]

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     # them: sweep and validation run scenarios through it; the face re-exports it.
     ("around", ["report", "sweep", "sweep_files", "planner", "calibration", "validation", "uncertainty",
                 "autoplan", "capacity", "api", "frameworks"]),
-    ("face", ["cli", "commands", "__main__", ""]),
+    ("face", ["cli", "commands", "__main__", "codecache", ""]),
 ]
 
 

@@ -40,6 +40,12 @@ def test_an_error_in_a_workload_file_names_the_file(bad_workload):
     assert "<default scenario>" not in str(info.value)
 
 
+def test_an_error_in_a_workload_file_under_a_preset_key_names_the_file(bad_workload):
+    with pytest.raises(RlsimError) as info:
+        load_scenario(workload={"preset": str(bad_workload), "name": "mine"})
+    assert info.value.source == str(bad_workload) and info.value.field == "workload.prompts_per_step"
+
+
 def test_a_set_value_keeps_the_scenario_as_its_source(bad_workload):
     with pytest.raises(RlsimError) as info:
         load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.prompts_per_step=-2"])

@@ -88,3 +88,14 @@ def test_policy_defaults_per_kind():
     assert (ss.effective_placement, ss.effective_threshold) == ("colocated", 0.5)
     with pytest.raises(RlsimError, match="placement"):
         load_scenario(schedule={"kind": "colocated", "placement": "disaggregated"})
+
+
+
+@pytest.mark.parametrize("workload", ["grpo-qwen2.5-7b", {"preset": "grpo-qwen2.5-7b", "name": "mine"}])
+def test_each_preset_file_is_read_once_per_load(monkeypatch, workload):
+    from simulator import presets
+    read: list[str] = []
+    real = presets.read_text
+    monkeypatch.setattr(presets, "read_text", lambda path, **kw: read.append(str(path)) or real(path, **kw))
+    load_scenario(workload=workload)
+    assert len(read) == 1 and read[0].endswith("grpo-qwen2.5-7b.yaml")
