@@ -31,8 +31,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 # where the table lives: beside the simulator package's own byte code (honours sys.pycache_prefix),
-# one per interpreter and optimization level (-O), as the .pyc files are
-CACHE_NAME = (f"generated-code.{sys.implementation.cache_tag}"
+# one per interpreter, byte-code magic number (a .pyc's header check: micro releases may change the
+# byte code under one cache tag) and optimization level (-O), as the .pyc files are
+CACHE_NAME = (f"generated-code.{sys.implementation.cache_tag}.{importlib.util.MAGIC_NUMBER.hex()}"
               f"{f'.opt-{sys.flags.optimize}' if sys.flags.optimize else ''}.marshal")
 _BYTE_CODE_MODE = 0o644   # as the .pyc files beside it (mkstemp makes 0o600)
 
