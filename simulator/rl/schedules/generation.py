@@ -22,18 +22,38 @@ class Generation:
 
     def plan(self, seqs: SeqBatch, t0: float, version: int, ranks: Ranks) -> GenPlan:
         """Cost one instance's sequences from t0 (nothing committed yet)."""
-        remaining = seqs.target_len - seqs.done_len
-        seg = remaining.copy()
-        if self.sched.partial_rollout and self.sched.length_budget:
-            seg = np.minimum(remaining, self.sched.length_budget)
-        if not len(seqs):
-            return GenPlan(seqs, seg, remaining, np.zeros(0), np.zeros(0), 0.0, t0, version, ranks, None)
-        # a prompt's samples share its prefill (prefix caching) unless they resume with their own tokens
-        groups = np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
-        out = self.costs.rollout(seqs.prompt_len + seqs.done_len, seg, ranks, groups)
-        start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
-        return GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0, version,
-                       ranks, out.progress_at)
+        return self.plan_many([seqs], t0, version, [ranks])[0]
+
+    def plan_many(self, batches: list[SeqBatch], t0: float, version: int, ranks: list[Ranks]) -> list[GenPlan]:
+        """plan(batches[i], t0, version, ranks[i]) for every instance i, its engine runs priced in
+        one pass where the costs can (Costs.rollout_many): the same plans."""
+        segs, requests, wanted = [], [], []
+        for seqs, where in zip(batches, ranks, strict=True):
+            remaining = seqs.target_len - seqs.done_len
+            seg = remaining.copy()
+            if self.sched.partial_rollout and self.sched.length_budget:
+                seg = np.minimum(remaining, self.sched.length_budget)
+            segs.append((seg, remaining))
+            if len(seqs):
+                # a prompt's samples share its prefill (prefix caching) unless they resume with their own tokens
+                groups = np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
+                requests.append((seqs.prompt_len + seqs.done_len, seg, where, groups))
+                wanted.append(len(segs) - 1)
+        many = getattr(self.costs, "rollout_many", None)
+        outcomes = many(requests) if many is not None and len(requests) > 1 else \
+            [self.costs.rollout(*request) for request in requests]
+        by_plan = dict(zip(wanted, outcomes, strict=True))
+        plans = []
+        for i, (seqs, where) in enumerate(zip(batches, ranks, strict=True)):
+            seg, remaining = segs[i]
+            out = by_plan.get(i)
+            if out is None:
+                plans.append(GenPlan(seqs, seg, remaining, np.zeros(0), np.zeros(0), 0.0, t0, version, where, None))
+                continue
+            start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
+            plans.append(GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0,
+                                 version, where, out.progress_at))
+        return plans
 
     def generate(self, seqs: SeqBatch, t0: float, version: int, ranks: Ranks) -> tuple[float, SeqBatch, float]:
         """Plan and commit in one go; returns (busy end, carried sequences, generated tokens)."""
