@@ -1420,18 +1420,20 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
     fin_at = np.cumsum([0] + [len(w.fin_slots) for w in walks]).tolist()
     job_at = np.cumsum([0] + [len(w.waiting) for w in walks]).tolist()
     out_ids = ids[fin_slots]
+    firsts, lasts, busy_ends, mades = ev.starts.tolist(), last.tolist(), busy_end.tolist(), made.tolist()
+    clocks, step_ends, K_ends = end[last].tolist(), ev.steps[last].tolist(), K_end.tolist()
     for e, (engine, walk, trace) in enumerate(zip(engines, walks, traces, strict=True)):
-        a, b, fa, fb = int(ev.starts[e]), int(last[e]) + 1, fin_at[e], fin_at[e + 1]
-        engine.busy_s = float(busy_end[e])
-        engine.generated_tokens += int(made[e])
+        a, b, fa, fb = firsts[e], lasts[e] + 1, fin_at[e], fin_at[e + 1]
+        engine.busy_s = busy_ends[e]
+        engine.generated_tokens += mades[e]
         trace.time, trace.end = time[a:b], end[a:b]
         trace.fin_event, trace.out_time, trace.out_ids = fin_event[fa:fb] - a, out_time[fa:fb], out_ids[fa:fb]
         if outbox:   # else the caller takes the finishes from scatter()
             engine._outbox.extend(zip(trace.out_time.tolist(), trace.out_ids.tolist(), walk.fin_slots.tolist(),
                                       strict=True))
-        engine.t = float(end[b - 1])
+        engine.t = clocks[e]
         engine._prefill, engine._phase_steps = None, 0   # the last event finishes (admitted ones run on)
-        trace.S, trace.S_end, trace.K_end = ev.steps[a:b], int(ev.steps[b - 1]), int(K_end[e])
+        trace.S, trace.S_end, trace.K_end = ev.steps[a:b], step_ends[e], K_ends[e]
         trace.n_after, trace.K_after = n_after[a:b], K_after[a:b]
         trace.walk, trace.job_event, trace.g = walk, job_event[job_at[e]:job_at[e + 1]] - a, gs[e]
         trace.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])

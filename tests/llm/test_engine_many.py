@@ -80,6 +80,8 @@ def test_engines_run_together_equal_each_run_alone(groups, resumable, warm, at) 
     together, alone = _warmed(_engines(groups), warm), _warmed(_engines(groups), warm)
     wrap = (lambda e: ResumableRun(e, every=3)) if resumable else (lambda e: e)
     runs, solo = [wrap(e) for e in together], [wrap(e) for e in alone]
+    # interrupts are asked from where the runs start on (the engines' clocks and last adds)
+    floors = [max(e.t, e._last_add) for e in together]
     finish = [np.full(len(e._id), np.nan) for e in together]
     finish_solo = [np.full(len(e._id), np.nan) for e in alone]
     run_all_into(runs, finish)
@@ -90,10 +92,10 @@ def test_engines_run_together_equal_each_run_alone(groups, resumable, warm, at) 
         assert _state(a) == _state(b)
     if not resumable:
         return
-    for ra, rb, fb in zip(runs, solo, finish_solo, strict=True):
-        end = float(np.nanmax(fb)) if len(fb) else 1.0
+    for ra, rb, fb, floor in zip(runs, solo, finish_solo, floors, strict=True):
+        end = float(np.nanmax(fb)) if not np.isnan(fb).all() else 1.0
         for frac in at:
-            now = frac * end
+            now = max(floor, frac * end)
             ids_a, made_a = ra.progress_at(now)
             ids_b, made_b = rb.progress_at(now)
             assert ids_a.tobytes() == ids_b.tobytes() and made_a.tobytes() == made_b.tobytes()
