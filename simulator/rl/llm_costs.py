@@ -335,13 +335,15 @@ class LlmCosts:
         n, n_inst = len(prompts), len(pools)
         finish = np.full(n, np.nan)
         busy = np.zeros(n_inst)
+        engines = {}
         for i, pool in enumerate(pools):
             ids = np.arange(i, n, n_inst)
             if not len(ids):
                 continue
-            engine = self._engine(pool)
+            engine = engines[i] = self._engine(pool)
             engine.add_many(ids, prompts[ids], responses[ids], 0.0, group_ids=None if groups is None else groups[ids])
-            engine.run_into(finish)
+        run_all_into(list(engines.values()), [finish] * len(engines))   # each writes its own ids
+        for i, engine in engines.items():
             busy[i] = engine.busy_s
         return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % n_inst, busy, flops=flops)
 
