@@ -507,6 +507,11 @@ _SCALAR_PREFILLS = 8   # a fast run with at most this many prefills times them o
 # for a drain only: bench_engine.py rollout).
 # A speed knob only: results do not depend on it (tests/llm/test_engine_vs_frozen.py sets it to 1).
 FAST_RUN_MIN_SEQUENCES = 256
+# The same crossover for an engine whose array run is timed with others' (fast_runs, run_all_into):
+# the timing arithmetic is shared, only its walk and checks are its own. Measured on the 24,576-NPU
+# colocated step (512 instances of 16 sequences), cachegrind instructions: 2.011 G with 64 (their event
+# loops), 1.960 G with 16 or 1. A speed knob only, like FAST_RUN_MIN_SEQUENCES.
+FAST_RUN_MANY_MIN_SEQUENCES = 16
 
 
 class RolloutEngine:
@@ -746,7 +751,7 @@ class RolloutEngine:
                                                np.asarray(self._group, np.int64)))
         return cached[1]
 
-    def _fast_ok(self) -> bool:
+    def _fast_ok(self, min_sequences: int | None = None) -> bool:
         """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
         (by the next admission), the KV cache can never
         bind (every sequence's full context plus one step of every slot fits: no preemption, no
@@ -755,7 +760,8 @@ class RolloutEngine:
         params = self.cost.params
         if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps:
             return False
-        if not self._waiting and not self._n or len(self._waiting) + self._n < FAST_RUN_MIN_SEQUENCES:
+        least = FAST_RUN_MIN_SEQUENCES if min_sequences is None else min_sequences
+        if not self._waiting and not self._n or len(self._waiting) + self._n < least:
             return False
         state, epochs = self._state, self._epoch
         running = [e[2] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
@@ -778,21 +784,7 @@ class RolloutEngine:
         decode-step units (_walk_steps), then timed in arrays with the same floating-point
         operations in the same order (bit-identical). Slots end done; the records the event loop
         reads only for running or waiting slots are left as they were."""
-        if self._n == 0:
-            self.t = max(self.t, self._arrival[self._waiting[0]])
-        trace = _RunTrace(self)
-        g = np.asarray(self._g, np.int64)
-        walk = self._walk_steps(g)
-        trace.time_events(self, walk, g, outbox)
-        state = self._state
-        for slot in trace.slots.tolist():
-            state[slot] = _DONE
-        self._order += len(walk.waiting)
-        self._waiting.clear()
-        self._heap = []
-        self._n, self._K, self._S = 0, trace.K_end, trace.S_end
-        self._event = self._lines = None
-        return trace
+        return fast_runs([self], outbox)[0]
 
     def _walk_steps(self, g_arr: np.ndarray) -> _Walk:
         """The run's events in decode-step units. While sequences wait every event finishes the
@@ -1289,6 +1281,182 @@ def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_ord
     return _Walk(steps_arr, finished_arr, admitted_arr, waiting, fin_slots, [e[1:] for e in live], instant)
 
 
+def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTrace]:
+    """RolloutEngine._fast_run of several engines at once (each _fast_ok()): each walks its own
+    events (_walk_steps), then the events of all engines on one step cost are timed together, in
+    one pass of array arithmetic (_time_events): the same operations per event as one engine's run,
+    so every engine ends bit-identical to its own _fast_run. Returns one trace per engine."""
+    walks, gs, traces = [], [], []
+    for engine in engines:
+        if engine._n == 0:
+            engine.t = max(engine.t, engine._arrival[engine._waiting[0]])
+        traces.append(_RunTrace(engine))
+        g = np.asarray(engine._g, np.int64)
+        gs.append(g)
+        walks.append(engine._walk_steps(g))
+    by_cost: dict[int, list[int]] = {}
+    for i, engine in enumerate(engines):
+        by_cost.setdefault(id(engine.cost), []).append(i)
+    for group in by_cost.values():
+        _time_events([engines[i] for i in group], [walks[i] for i in group], [gs[i] for i in group],
+                     [traces[i] for i in group], outbox)
+    for engine, walk, trace in zip(engines, walks, traces, strict=True):
+        state = engine._state
+        for slot in trace.slots.tolist():
+            state[slot] = _DONE
+        engine._order += len(walk.waiting)
+        engine._waiting.clear()
+        engine._heap = []
+        engine._n, engine._K, engine._S = 0, trace.K_end, trace.S_end
+        engine._event = engine._lines = None
+    return traces
+
+
+def _exclusive_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per segment (the runs of ``counts`` entries beginning at ``starts``), the sum of the integer
+    ``values`` before each entry: exact, so equal to each segment's own cumulative sum."""
+    before = np.cumsum(values) - values
+    return before - np.repeat(before[starts], counts)
+
+
+class _Events(NamedTuple):
+    """The events of several fast runs (on one step cost), end to end: per event its engine
+    (``seg``), step count, steps decoded before it (k), running count (n), KV tokens (K), the KV
+    change it makes, sequences finished and admitted; per engine its first event and count."""
+
+    seg: np.ndarray
+    steps: np.ndarray
+    k: np.ndarray
+    n: np.ndarray
+    K: np.ndarray
+    change: np.ndarray
+    finished: np.ndarray
+    admitted: np.ndarray
+    starts: np.ndarray
+    counts: np.ndarray
+
+
+def _events_of(engines: list[RolloutEngine], walks: list[_Walk], p: np.ndarray, r: np.ndarray, ctx: np.ndarray,
+               fin_slots: np.ndarray) -> tuple[_Events, np.ndarray, np.ndarray]:
+    """The runs' events end to end (integers: exact in any grouping) and each finish's and each
+    admission's event (global indices)."""
+    counts_list = [len(w.steps) for w in walks]
+    counts = np.array(counts_list, np.int64)
+    starts = np.cumsum(counts) - counts
+    seg = np.repeat(np.arange(len(walks)), counts)
+    if len(walks) == 1:
+        steps, finished, admitted = walks[0].steps, walks[0].finished, walks[0].admitted
+    else:
+        steps = np.concatenate([w.steps for w in walks])
+        finished = np.concatenate([w.finished for w in walks])
+        admitted = np.concatenate([w.admitted for w in walks])
+    total = len(steps)
+    k = np.empty_like(steps)
+    k[1:] = steps[1:] - steps[:-1]
+    k[starts] = steps[starts] - np.array([e._S for e in engines], np.int64)
+    events = np.arange(total)
+    job_event, fin_event = np.repeat(events, admitted), np.repeat(events, finished)
+    released = _sums_by(p[fin_slots] + r[fin_slots], fin_event, total).astype(np.int64)
+    n = np.array([e._n for e in engines], np.int64)[seg] + _exclusive_sums(admitted - finished, starts, counts)
+    change = k * n - released + _sums_by(ctx + 1, job_event, total).astype(np.int64)
+    K = np.array([e._K for e in engines], np.int64)[seg] + _exclusive_sums(change, starts, counts)
+    return _Events(seg, steps, k, n, K, change, finished, admitted, starts, counts), job_event, fin_event
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.ndarray], traces: list[_RunTrace],
+                 outbox: bool) -> None:
+    """Time the walks of engines on one step cost: segment by segment (running n, KV K at its
+    start, steps k) from the walks' counts, event times by one running sum per engine (start,
+    decode, prefill, decode, ...: the engine's own additions in its order), then each engine's busy
+    time, tokens, outbox and clock. The records of all engines are joined (slots offset per
+    engine), so the numpy calls are paid once for all."""
+    cost = engines[0].cost
+    records = [e._record_arrays() for e in engines]
+    sizes = np.array([len(rec[1]) for rec in records], np.int64)
+    offsets = np.cumsum(sizes) - sizes
+    ids, p, r, groups = (_joined([rec[j] for rec in records]) for j in (0, 1, 2, 4))
+    g = _joined(gs)
+    jobs = _joined([w.waiting for w in walks]) + np.repeat(offsets, [len(w.waiting) for w in walks])
+    fin_slots = _joined([w.fin_slots for w in walks]) + np.repeat(offsets, [len(w.fin_slots) for w in walks])
+    p_jobs, g_jobs = p[jobs], g[jobs]
+    ctx = p_jobs + g_jobs
+    ev, job_event, fin_event = _events_of(engines, walks, p, r, ctx, fin_slots)
+    total = len(ev.steps)
+    pre = np.zeros(total)
+    has = ev.admitted > 0
+    tokens, pairs = _prefill_work(cost, groups[jobs], ctx, g_jobs, p_jobs, job_event, total)
+    if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
+        pre[has] = [cost.prefill_s(t, a, k) for t, a, k in
+                    zip(tokens[has].tolist(), pairs[has].tolist(), ev.admitted[has].tolist(), strict=True)]
+    else:
+        pre[has] = cost.prefill_many_s(tokens[has], pairs[has], ev.admitted[has])
+    dec = series_times_s(cost, ev.n, ev.K, ev.k)
+    # per engine the running sum t0, dec_0, pre_0, dec_1, ... (a row each, padded: cumsum runs along rows)
+    local = np.arange(total) - ev.starts[ev.seg]
+    width = 2 * int(ev.counts.max()) + 1
+    chain = np.zeros((len(engines), width))
+    chain[:, 0] = [t.t0 for t in traces]
+    chain[ev.seg, 2 * local + 1], chain[ev.seg, 2 * local + 2] = dec, pre
+    clock = np.cumsum(chain, axis=1)
+    time, end = clock[ev.seg, 2 * local + 1], clock[ev.seg, 2 * local + 2]
+    busy = np.zeros((len(engines), width))
+    busy[:, 0] = [e.busy_s for e in engines]
+    busy[ev.seg, 2 * local + 1] = np.where(ev.n > 0, time - clock[ev.seg, 2 * local], 0.0)
+    busy[ev.seg, 2 * local + 2] = pre
+    last = ev.starts + ev.counts - 1
+    busy_end = np.cumsum(busy, axis=1)[np.arange(len(engines)), 2 * ev.counts]
+    made = np.add.reduceat(ev.k * ev.n, ev.starts) + np.add.reduceat(ev.admitted, ev.starts)
+    out_time = time[fin_event]
+    if any(w.instant is not None for w in walks):   # finished by their prefill: at its end
+        instant = _joined([np.zeros(len(w.fin_slots), bool) if w.instant is None else w.instant for w in walks])
+        out_time = np.where(instant, end[fin_event], out_time)
+    K_end = ev.K[last] + ev.change[last]
+    n_after, K_after = np.empty_like(ev.n), np.empty_like(ev.K)
+    n_after[:-1], K_after[:-1] = ev.n[1:], ev.K[1:]
+    n_after[last], K_after[last] = 0, K_end
+    fin_at = np.cumsum([0] + [len(w.fin_slots) for w in walks]).tolist()
+    job_at = np.cumsum([0] + [len(w.waiting) for w in walks]).tolist()
+    out_ids = ids[fin_slots]
+    firsts, lasts, busy_ends, mades = ev.starts.tolist(), last.tolist(), busy_end.tolist(), made.tolist()
+    clocks, step_ends, K_ends = end[last].tolist(), ev.steps[last].tolist(), K_end.tolist()
+    for e, (engine, walk, trace) in enumerate(zip(engines, walks, traces, strict=True)):
+        a, b, fa, fb = firsts[e], lasts[e] + 1, fin_at[e], fin_at[e + 1]
+        engine.busy_s = busy_ends[e]
+        engine.generated_tokens += mades[e]
+        trace.time, trace.end = time[a:b], end[a:b]
+        trace.fin_event, trace.out_time, trace.out_ids = fin_event[fa:fb] - a, out_time[fa:fb], out_ids[fa:fb]
+        if outbox:   # else the caller takes the finishes from scatter()
+            engine._outbox.extend(zip(trace.out_time.tolist(), trace.out_ids.tolist(), walk.fin_slots.tolist(),
+                                      strict=True))
+        engine.t = clocks[e]
+        engine._prefill, engine._phase_steps = None, 0   # the last event finishes (admitted ones run on)
+        trace.S, trace.S_end, trace.K_end = ev.steps[a:b], step_ends[e], K_ends[e]
+        trace.n_after, trace.K_after = n_after[a:b], K_after[a:b]
+        trace.walk, trace.job_event, trace.g = walk, job_event[job_at[e]:job_at[e + 1]] - a, gs[e]
+        trace.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])
+
+
+def _prefill_work(cost: StepCost, group: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
+                  job_event: np.ndarray, events: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens computed, attention pairs) of each of the ``events`` events' prefill, _admit's pieces
+    summed (``group``, ``ctx``, ``g``, ``p``: per admitted job): with prefix caching a later sample
+    of a prompt (group >= 0) admitted in the same step computes only its own generated tokens.
+    Pairs are integers below 2^53: exact as floats in any order."""
+    tokens, pairs = ctx, ctx * (ctx + 1) // 2
+    if cost.params.enable_prefix_caching and len(group):
+        first = np.zeros(len(group), bool)
+        key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
+        first[_first_of_each(key)] = True
+        cached = (group >= 0) & ~first
+        tokens = np.where(cached, g, ctx)
+        pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
+    return _sums_by(tokens, job_event, events).astype(np.int64), _sums_by(pairs, job_event, events)
+
+
 class _RunTrace:
     """One fast run, timed: each event's time, its prefill's end, and the state after it; per slot
     the events that admitted and finished it. Enough to answer an interrupt at any time after the
@@ -1299,70 +1467,6 @@ class _RunTrace:
         self._ids, self._p, self._r, _, _ = engine._record_arrays()   # fixed once added: shared
         self.t0 = engine.t
         self._slots: dict[str, np.ndarray] | None = None
-
-    def time_events(self, engine: RolloutEngine, walk: _Walk, g: np.ndarray, outbox: bool = True) -> None:
-        """Segment by segment (running n, KV K at its start, steps k) from the walk's counts, event
-        times by one running sum (start, decode, prefill, decode, ...: the engine's own additions
-        in its order), then the engine's busy time, tokens, outbox and clock."""
-        ids, p, r, _, _ = engine._record_arrays()
-        steps, finished, admitted, jobs = walk.steps, walk.finished, walk.admitted, walk.waiting
-        events = np.arange(len(steps))
-        k = np.empty_like(steps)
-        k[0], k[1:] = steps[0] - engine._S, steps[1:] - steps[:-1]
-        p_jobs, g_jobs = p[jobs], g[jobs]
-        ctx = p_jobs + g_jobs
-        job_event, fin_event = np.repeat(events, admitted), np.repeat(events, finished)
-        released = _sums_by(p[walk.fin_slots] + r[walk.fin_slots], fin_event, len(steps)).astype(np.int64)
-        n = engine._n + np.concatenate([[0], np.cumsum(admitted - finished)[:-1]])
-        change = k * n - released + _sums_by(ctx + 1, job_event, len(steps)).astype(np.int64)
-        K = engine._K + np.concatenate([[0], np.cumsum(change)[:-1]])
-        pre = np.zeros(len(steps))
-        has = admitted > 0
-        tokens, pairs = self._prefill_work(engine, jobs, ctx, g_jobs, p_jobs, job_event, len(steps))
-        if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
-            pre[has] = [self.cost.prefill_s(t, a, k) for t, a, k in
-                        zip(tokens[has].tolist(), pairs[has].tolist(), admitted[has].tolist(), strict=True)]
-        else:
-            pre[has] = self.cost.prefill_many_s(tokens[has], pairs[has], admitted[has])
-        chain = np.empty(2 * len(steps) + 1)
-        chain[0], chain[1::2], chain[2::2] = self.t0, series_times_s(self.cost, n, K, k), pre
-        clock = np.cumsum(chain)
-        self.time, self.end = clock[1::2], clock[2::2]
-        busy = np.empty(2 * len(steps) + 1)
-        busy[0], busy[1::2], busy[2::2] = engine.busy_s, np.where(n > 0, self.time - clock[0:-1:2], 0.0), pre
-        engine.busy_s = float(np.cumsum(busy)[-1])
-        engine.generated_tokens += int(np.dot(k, n)) + int(admitted.sum())
-        self.fin_event = fin_event
-        self.out_time = self.time[self.fin_event]
-        if walk.instant is not None:   # finished by their prefill: at its end
-            self.out_time = np.where(walk.instant, self.end[self.fin_event], self.out_time)
-        self.out_ids = ids[walk.fin_slots]
-        if outbox:   # else the caller takes the finishes from scatter()
-            engine._outbox.extend(zip(self.out_time.tolist(), self.out_ids.tolist(), walk.fin_slots.tolist(),
-                                      strict=True))
-        engine.t = float(clock[-1])
-        engine._prefill, engine._phase_steps = None, 0   # the last event finishes (admitted ones run on)
-        self.S, self.S_end, self.K_end = steps, int(steps[-1]), int(K[-1] + change[-1])
-        self.n_after, self.K_after = np.concatenate((n[1:], [0])), np.concatenate((K[1:], [self.K_end]))
-        self.walk, self.job_event, self.g = walk, job_event, g
-        self.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), jobs])
-
-    @staticmethod
-    def _prefill_work(engine: RolloutEngine, jobs: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
-                      job_event: np.ndarray, events: int) -> tuple[np.ndarray, np.ndarray]:
-        """(tokens computed, attention pairs) of each of the ``events`` events' prefill, _admit's pieces summed: with
-        prefix caching a later sample of a prompt (group >= 0) admitted in the same step computes
-        only its own generated tokens. Pairs are integers below 2^53: exact as floats in any order."""
-        tokens, pairs = ctx, ctx * (ctx + 1) // 2
-        if engine.cost.params.enable_prefix_caching and len(jobs):
-            group = engine._record_arrays()[4][jobs]
-            first = np.zeros(len(jobs), bool)
-            key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
-            first[_first_of_each(key)] = True
-            cached = (group >= 0) & ~first
-            tokens = np.where(cached, g, ctx)
-            pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
-        return _sums_by(tokens, job_event, events).astype(np.int64), _sums_by(pairs, job_event, events)
 
     def scatter(self, finish_s: np.ndarray) -> None:
         """finish_s[seq_id] = finish time of every sequence the run finished."""
@@ -1491,6 +1595,28 @@ class ResumableRun:
                 return result
         i = bisect.bisect_right(self._keys, now) - 1
         return self._copies[max(0, i)].copy().interrupt(now)
+
+
+def run_all_into(runs: Sequence[RolloutEngine | ResumableRun], finishes: Sequence[np.ndarray]) -> None:
+    """``run.run_into(finish)`` of each run (an engine, or a ResumableRun: its trace then answers
+    interrupts): the array runs of all of them go through one fast_runs (their events timed in one
+    pass), the others through their own event loop. Each ends as its own run_into leaves it."""
+    fast: list[tuple[RolloutEngine | ResumableRun, RolloutEngine, np.ndarray]] = []
+    least = FAST_RUN_MANY_MIN_SEQUENCES if len(runs) > 1 else None
+    for run, finish in zip(runs, finishes, strict=True):
+        engine = run.engine if isinstance(run, ResumableRun) else run
+        if not engine._fast_ok(least):
+            run.run_into(finish)
+            continue
+        if isinstance(run, ResumableRun):
+            run._keys, run._copies = [-math.inf], [engine.copy()]
+        _scatter(engine._take_outbox(), finish)
+        fast.append((run, engine, finish))
+    traces = fast_runs([engine for _, engine, _ in fast], outbox=False)
+    for (run, _, finish), trace in zip(fast, traces, strict=True):
+        trace.scatter(finish)
+        if isinstance(run, ResumableRun):
+            run._trace = trace
 
 
 # ---- many instances ---------------------------------------------------------------------------------

@@ -77,6 +77,16 @@ class DistQueue:
             self.bytes_written += float(nbytes.sum())
             self._pending.append((np.asarray(at_s, float), nbytes / self.params.bw_Bps))
 
+    def write_many(self, parts: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """write(nbytes, at_s) of each part in order, queued as one (the same sums, the same queue)."""
+        nbytes = [np.asarray(b, float) for b, _ in parts]
+        for part in nbytes:
+            if len(part):
+                self.bytes_written += float(part.sum())
+        if sum(len(part) for part in nbytes):
+            at_s = np.concatenate([np.asarray(a, float) for _, a in parts])
+            self._pending.append((at_s, np.concatenate(nbytes) / self.params.bw_Bps))
+
     def _fold(self, until: float) -> None:
         """Serve, in arrival order, the writes that arrived by ``until``."""
         if not self._pending:

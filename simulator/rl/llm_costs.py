@@ -43,6 +43,7 @@ from ..llm.inference import (
     RolloutLayout,
     StepCost,
     instance_device,
+    run_all_into,
 )
 from ..llm.memory import memory_per_device
 from ..llm.train_layout import TrainLayout
@@ -283,15 +284,41 @@ class LlmCosts:
         its own devices and links; ``groups``: prefix-cache groups (inference.enable_prefix_caching)."""
         d = self.instance_devices
         inst = max(1, len(ranks) // d)
+        flops, prompts, responses = self._rollout_inputs(prompt_lens, response_lens)
+        if inst == 1 and len(prompts):
+            return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]), groups)
+        return self._rollout_many(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
+                                                              for i in range(inst)], groups)
+
+    def rollout_many(self, requests: Sequence[tuple[Any, Any, Any, Any]]) -> list[RolloutOutcome]:
+        """rollout(prompt_lens, response_lens, ranks, groups) of each request, each on its own
+        instance: the same outcomes, but the engines' array runs of one instance each go in one
+        pass (inference.fast_runs: their events timed together, each run's floats unchanged)."""
+        outcomes: list[RolloutOutcome | None] = []
+        started: list[tuple[int, Any, np.ndarray, np.ndarray, float]] = []   # (request, run, finish, responses, flops)
+        d = self.instance_devices
+        for prompt_lens, response_lens, ranks, groups in requests:
+            flops, prompts, responses = self._rollout_inputs(prompt_lens, response_lens)
+            if max(1, len(ranks) // d) != 1 or not len(prompts):
+                outcomes.append(self.rollout(prompt_lens, response_lens, ranks, groups))
+                continue
+            engine = self._engine(self.pool(ranks[:d]))
+            engine.add_many(range(len(prompts)), prompts, responses, 0.0, group_ids=groups)
+            run = ResumableRun(engine, every=ENGINE_CHECKPOINT_EVERY_EVENTS) if self._interrupts else engine
+            started.append((len(outcomes), run, np.full(len(prompts), np.nan), responses, flops))
+            outcomes.append(None)
+        run_all_into([s[1] for s in started], [s[2] for s in started])
+        for i, run, finish, responses, flops in started:
+            outcomes[i] = self._outcome_of(run, finish, responses, flops)
+        return outcomes  # type: ignore[return-value]
+
+    def _rollout_inputs(self, prompt_lens, response_lens) -> tuple[float, np.ndarray, np.ndarray]:
+        """(generation FLOPs, prompts, responses as integers) of one rollout request."""
         tokens = np.asarray(prompt_lens, float) + np.asarray(response_lens, float)
         total = np.sum(tokens)   # np.mean(tokens) is this sum / len: one reduction serves both
         flops = float(total * self.model.forward_flops_per_token(float(total / len(tokens)) / 2)) \
             if len(tokens) else 0.0
-        prompts, responses = np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
-        if inst == 1 and len(tokens):
-            return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]), groups)
-        return self._rollout_many(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
-                                                              for i in range(inst)], groups)
+        return flops, np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
 
     def rollout_server(self, ranks) -> RolloutEngine:
         """One instance's engine on its own devices and links, fed requests over time."""
@@ -308,13 +335,15 @@ class LlmCosts:
         n, n_inst = len(prompts), len(pools)
         finish = np.full(n, np.nan)
         busy = np.zeros(n_inst)
+        engines = {}
         for i, pool in enumerate(pools):
             ids = np.arange(i, n, n_inst)
             if not len(ids):
                 continue
-            engine = self._engine(pool)
+            engine = engines[i] = self._engine(pool)
             engine.add_many(ids, prompts[ids], responses[ids], 0.0, group_ids=None if groups is None else groups[ids])
-            engine.run_into(finish)
+        run_all_into(list(engines.values()), [finish] * len(engines))   # each writes its own ids
+        for i, engine in engines.items():
             busy[i] = engine.busy_s
         return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % n_inst, busy, flops=flops)
 
@@ -327,11 +356,17 @@ class LlmCosts:
         engine = self._engine(pool)
         engine.add_many(range(n), prompts, responses, 0.0, group_ids=groups)
         finish = np.full(n, np.nan)
-        if not self._interrupts:
-            engine.run_into(finish)
-            return RolloutOutcome(finish, np.zeros(n, np.int64), np.array([engine.busy_s]), flops=flops)
-        run = ResumableRun(engine, every=ENGINE_CHECKPOINT_EVERY_EVENTS)
+        run = ResumableRun(engine, every=ENGINE_CHECKPOINT_EVERY_EVENTS) if self._interrupts else engine
         run.run_into(finish)
+        return self._outcome_of(run, finish, responses, flops)
+
+    @staticmethod
+    def _outcome_of(run: RolloutEngine | ResumableRun, finish: np.ndarray, responses: np.ndarray,
+                    flops: float) -> RolloutOutcome:
+        """The outcome of one instance's finished run; a resumable run answers progress at a time."""
+        busy = np.array([run.busy_s if isinstance(run, RolloutEngine) else run.engine.busy_s])
+        if isinstance(run, RolloutEngine):
+            return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops)
 
         def progress_at(stop_s: float) -> np.ndarray:
             out = np.where(finish <= stop_s, responses, 0).astype(float)
@@ -339,8 +374,7 @@ class LlmCosts:
             out[ids] = generated
             return out
 
-        return RolloutOutcome(finish, np.zeros(n, np.int64), np.array([engine.busy_s]), flops=flops,
-                              progress_at=progress_at)
+        return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops, progress_at=progress_at)
 
     def _work(self, role: str, lens: np.ndarray) -> float:
         """sum over samples of train_flops_per_token(s) x s; per-token FLOPs are affine in s

@@ -101,21 +101,23 @@ class SampleStore:
     retired: RetiredSamples = field(default_factory=RetiredSamples)
 
     def add(self, *, round_: np.ndarray, group: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray,
-            generated_tokens: np.ndarray, version: int, first_version: np.ndarray, start: float, finish: np.ndarray, ready: np.ndarray,
+            generated_tokens: np.ndarray, version: int | np.ndarray, first_version: np.ndarray,
+            start: float | np.ndarray, finish: np.ndarray, ready: np.ndarray,
             dropped: np.ndarray | None = None, drop_reason: np.ndarray | None = None,
-            instance: int = -1) -> np.ndarray:
+            instance: int | np.ndarray = -1) -> np.ndarray:
         """Add finished (or dropped) samples; returns their ids. ``instance``: the first global rank of
         the rollout instance that generated them (-1: unknown), the critical path's link from a
-        training step back to the sequence it waited for (rl/critical_path.py)."""
+        training step back to the sequence it waited for (rl/critical_path.py). ``version``,
+        ``start`` and ``instance``: one for all or one per sample (a round of instances in one add)."""
         k = len(finish)
         ids = np.arange(self.n, self.n + k)
         self._append(k, sample=ids, round=round_, group=group, prompt_len=prompt_len,
                      response_len=response_len, generated_tokens=generated_tokens, version=np.full(k, version), first_version=first_version,
-                     start=np.full(k, float(start)), finish=finish, ready=ready,
+                     start=np.full(k, start, float), finish=finish, ready=ready,
                      consumed_iteration=np.full(k, -1), staleness=np.full(k, -1.0),
                      dropped=np.zeros(k, bool) if dropped is None else np.asarray(dropped, bool),
                      drop_reason=np.full(k, "", object) if drop_reason is None else drop_reason,
-                     instance=np.full(k, int(instance)))
+                     instance=np.full(k, instance, np.int64))
         return ids
 
     def _append(self, k: int, **arrays: np.ndarray) -> None:

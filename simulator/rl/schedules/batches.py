@@ -42,10 +42,9 @@ class SeqBatch:
 
     @staticmethod
     def merge(batches: list[SeqBatch]) -> SeqBatch:
-        out = SeqBatch.empty()
-        for batch in batches:
-            out = SeqBatch.concat(out, batch)
-        return out
+        """The batches end to end (one concatenation per field; dtypes as concat from empty() on)."""
+        parts = [SeqBatch.empty(), *batches]
+        return SeqBatch(*(np.concatenate([getattr(b, name) for b in parts]) for name in SeqBatch.__dataclass_fields__))
 
     def deal(self, n_parts: int) -> list[SeqBatch]:
         """Round-robin into ``n_parts``, one sequence at a time (carried / resumed sequences: each has

@@ -55,7 +55,7 @@ class ColocatedRun:
 
     # ---- one step -----------------------------------------------------------------------------
     def _step(self, k: int):
-        ctx, env, d = self.ctx, self.env, self.d
+        ctx, env = self.ctx, self.env
         self._switch(self.actor, "rollout", k)
         if self.aux:
             self.aux.idle("dependency", self.actor.cursor, k)
@@ -65,8 +65,8 @@ class ColocatedRun:
         if not self.split_allowed and len(ctx.draws.sub_rounds(k)) > 1:
             yield from self._dynamic_sampling_step(k, t0)
         else:
-            plans = [ctx.gen.plan(SeqBatch.concat(self.carries[i], ctx.draws.share(k, i, self.n_inst)), t0,
-                                  self.version, ranks[i * d:(i + 1) * d]) for i in range(self.n_inst)]
+            plans = ctx.gen.plan_many([SeqBatch.concat(self.carries[i], ctx.draws.share(k, i, self.n_inst))
+                                       for i in range(self.n_inst)], t0, self.version, self._instances(ranks))
             gen_end = t0 + max(p.end_s for p in plans)
             t_split = math.inf
             if self.split_allowed:
@@ -84,7 +84,7 @@ class ColocatedRun:
 
     def _sync_step(self, k: int, plans: list[GenPlan], t0: float):
         """The whole round on every instance, then training on every device."""
-        results = [self.ctx.gen.commit(p) for p in plans]
+        results = self.ctx.gen.commit_many(plans)
         self.carries = [r[1] for r in results]
         ends = np.array([r[0] for r in results])
         round_end = float(ends.max())
@@ -98,15 +98,14 @@ class ColocatedRun:
         scored and filtered before the next starts (frameworks.md: regenerate "if fewer than the train
         batch survive"; verl's DAPO trainer and NeMo RL loop over generation batches), so every
         sub-round pays its own long tail; then training on every device."""
-        ctx, d, ranks = self.ctx, self.d, self.actor.ranks
+        ctx, ranks = self.ctx, self.actor.ranks
         start, ends = t0, np.full(self.n_inst, t0)
         for j, part in enumerate(ctx.draws.sub_rounds(k)):
-            results, first_row = [], ctx.store.n
-            for i in range(self.n_inst):
-                seqs = ctx.draws.deal(part, i, self.n_inst)
-                if j == 0:
-                    seqs = SeqBatch.concat(self.carries[i], seqs)
-                results.append(ctx.gen.commit(ctx.gen.plan(seqs, start, self.version, ranks[i * d:(i + 1) * d])))
+            first_row = ctx.store.n
+            batches = [ctx.draws.deal(part, i, self.n_inst) for i in range(self.n_inst)]
+            if j == 0:
+                batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, batches, strict=True)]
+            results = ctx.gen.commit_many(ctx.gen.plan_many(batches, start, self.version, self._instances(ranks)))
             self.carries = [r[1] for r in results]
             ends = np.array([r[0] for r in results])
             # the filter needs the whole sub-round scored: the next starts once its rewards are in
@@ -122,11 +121,10 @@ class ColocatedRun:
         partial-rollout engine keeps decoding until the trainer's batch is full (Kimi k1.5, arXiv
         2501.12599 sec. 2.6). Each pass advances every sequence by the budget, and the sequences of
         round k generate with version k, so the loop ends. Returns when the batch is ready."""
-        ctx, d, ranks = self.ctx, self.d, self.actor.ranks
+        ctx, ranks = self.ctx, self.actor.ranks
         while math.isinf(ctx.trainer.ready_time(k, True)[0]) and any(len(c) for c in self.carries):
-            plans = [ctx.gen.plan(self.carries[i], t, self.version, ranks[i * d:(i + 1) * d])
-                     for i in range(self.n_inst)]
-            results = [ctx.gen.commit(p) for p in plans]
+            plans = ctx.gen.plan_many(self.carries, t, self.version, self._instances(ranks))
+            results = ctx.gen.commit_many(plans)
             self.carries = [r[1] for r in results]
             ends = np.array([max(r[0], t) for r in results])
             end = float(ends.max())
@@ -138,7 +136,7 @@ class ColocatedRun:
         """Cut the round at t_split: the tail moves onto the fewest instances, the rest train."""
         ctx, env, d = self.ctx, self.env, self.d
         t0 = plans[0].t0
-        results = [ctx.gen.commit(p, stop_s=t_split - t0) for p in plans]
+        results = ctx.gen.commit_many(plans, stop_s=t_split - t0)
         tail = SeqBatch.merge([r[1] for r in results])
         n_train = train_devices(ctx, plans, t_split, self.n_actor)
         ends = np.array([r[0] for r in results])
@@ -150,8 +148,10 @@ class ColocatedRun:
         tail_inst = tail_clock.rank_count // d
         t_ends = []
         carries = [SeqBatch.empty() for _ in range(self.n_inst)]
-        for j, part in enumerate(tail.deal(tail_inst) if tail_inst else []):
-            end, carries[j], _ = ctx.gen.generate(part, t_split, self.version, tail_clock.ranks[j * d:(j + 1) * d])
+        parts = tail.deal(tail_inst) if tail_inst else []
+        tail_plans = ctx.gen.plan_many(parts, t_split, self.version, self._instances(tail_clock.ranks)[:len(parts)])
+        for j, (end, carry, _) in enumerate(ctx.gen.commit_many(tail_plans)):
+            carries[j] = carry
             t_ends.append(end)
         self.carries = carries
         tail_end = max(t_ends) if t_ends else t_split
@@ -164,6 +164,11 @@ class ColocatedRun:
         tail_clock.idle("dependency", barrier, k)
         yield env.timeout(barrier - env.now)
         self.actor.cursor = barrier
+
+    def _instances(self, ranks) -> list:
+        """The rank slices of the rollout instances on ``ranks`` (D devices each)."""
+        d = self.d
+        return [ranks[i * d:(i + 1) * d] for i in range(len(ranks) // d)]
 
     def _switch(self, clock: Clock, to_phase: str, k: int) -> float:
         cost = self.ctx.costs.switch(to_phase, clock.ranks)

@@ -22,18 +22,38 @@ class Generation:
 
     def plan(self, seqs: SeqBatch, t0: float, version: int, ranks: Ranks) -> GenPlan:
         """Cost one instance's sequences from t0 (nothing committed yet)."""
-        remaining = seqs.target_len - seqs.done_len
-        seg = remaining.copy()
-        if self.sched.partial_rollout and self.sched.length_budget:
-            seg = np.minimum(remaining, self.sched.length_budget)
-        if not len(seqs):
-            return GenPlan(seqs, seg, remaining, np.zeros(0), np.zeros(0), 0.0, t0, version, ranks, None)
-        # a prompt's samples share its prefill (prefix caching) unless they resume with their own tokens
-        groups = np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
-        out = self.costs.rollout(seqs.prompt_len + seqs.done_len, seg, ranks, groups)
-        start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
-        return GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0, version,
-                       ranks, out.progress_at)
+        return self.plan_many([seqs], t0, version, [ranks])[0]
+
+    def plan_many(self, batches: list[SeqBatch], t0: float, version: int, ranks: list[Ranks]) -> list[GenPlan]:
+        """plan(batches[i], t0, version, ranks[i]) for every instance i, its engine runs priced in
+        one pass where the costs can (Costs.rollout_many): the same plans."""
+        segs, requests, wanted = [], [], []
+        for seqs, where in zip(batches, ranks, strict=True):
+            remaining = seqs.target_len - seqs.done_len
+            seg = remaining.copy()
+            if self.sched.partial_rollout and self.sched.length_budget:
+                seg = np.minimum(remaining, self.sched.length_budget)
+            segs.append((seg, remaining))
+            if len(seqs):
+                # a prompt's samples share its prefill (prefix caching) unless they resume with their own tokens
+                groups = np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
+                requests.append((seqs.prompt_len + seqs.done_len, seg, where, groups))
+                wanted.append(len(segs) - 1)
+        many = getattr(self.costs, "rollout_many", None)
+        outcomes = many(requests) if many is not None and len(requests) > 1 else \
+            [self.costs.rollout(*request) for request in requests]
+        by_plan = dict(zip(wanted, outcomes, strict=True))
+        plans = []
+        for i, (seqs, where) in enumerate(zip(batches, ranks, strict=True)):
+            seg, remaining = segs[i]
+            out = by_plan.get(i)
+            if out is None:
+                plans.append(GenPlan(seqs, seg, remaining, np.zeros(0), np.zeros(0), 0.0, t0, version, where, None))
+                continue
+            start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
+            plans.append(GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0,
+                                 version, where, out.progress_at))
+        return plans
 
     def generate(self, seqs: SeqBatch, t0: float, version: int, ranks: Ranks) -> tuple[float, SeqBatch, float]:
         """Plan and commit in one go; returns (busy end, carried sequences, generated tokens)."""
@@ -42,9 +62,26 @@ class Generation:
     def commit(self, plan: GenPlan, stop_s: float | None = None) -> tuple[float, SeqBatch, float]:
         """Completed samples go to the store; sequences still running at t0 + stop_s (or cut by the
         length budget) are carried with their progress. Returns (busy end, carried, generated tokens)."""
+        return self.commit_many([plan], stop_s)[0]
+
+    def commit_many(self, plans: list[GenPlan], stop_s: float | None = None) -> list[tuple[float, SeqBatch, float]]:
+        """commit(plan, stop_s) of each plan in order, their finished samples stored in one write
+        (rows in plan order, as the commits one by one leave them)."""
+        results, stored = [], []
+        for plan in plans:
+            result, rows = self._commit_one(plan, stop_s)
+            results.append(result)
+            if rows is not None:
+                stored.append(rows)
+        self._store_finished(stored)
+        return results
+
+    def _commit_one(self, plan: GenPlan, stop_s: float | None) -> tuple[tuple[float, SeqBatch, float], tuple | None]:
+        """commit() of one plan but for the store: its result, and the rows to store (plan,
+        finished ids, aborted, tokens generated, end) or None."""
         seqs, totals = plan.seqs, self.ctx.totals
         if not len(seqs):
-            return plan.t0, SeqBatch.empty(), 0.0
+            return (plan.t0, SeqBatch.empty(), 0.0), None
         totals.gen_flops += plan.flops
         end, aborted = self._overprovision_cut(plan)
         interrupted = np.zeros(len(seqs), bool)
@@ -55,13 +92,14 @@ class Generation:
         self._account_slots(np.minimum(plan.finish, end), end)
         gen_tokens = self._tokens_by(plan, cut, end)
         finished = ((plan.seg >= plan.remaining) & ~cut) | aborted
-        self._store_finished(plan, np.flatnonzero(finished), aborted, gen_tokens, end)
+        ids = np.flatnonzero(finished)
         keep = np.flatnonzero(~finished)
         carry = seqs.take(keep)
         carry.first_version = np.where(carry.done_len > 0, carry.first_version, plan.version)
         carry.done_len = carry.done_len + gen_tokens[keep].astype(int)
         totals.generated_tokens += float(gen_tokens.sum())
-        return plan.t0 + end, carry, float(gen_tokens.sum())
+        rows = (plan, ids, aborted, gen_tokens, end) if len(ids) else None
+        return (plan.t0 + end, carry, float(gen_tokens.sum())), rows
 
     def _overprovision_cut(self, plan: GenPlan) -> tuple[float, np.ndarray]:
         """Over-provisioning keeps the fastest 1/(1+x) of the instance's sequences and aborts the rest."""
@@ -86,24 +124,44 @@ class Generation:
         progress = np.clip((end - plan.start) / span, 0.0, 1.0)
         return np.where(cut, np.floor(plan.seg * progress), plan.seg)
 
-    def _store_finished(self, plan: GenPlan, ids: np.ndarray, aborted: np.ndarray, gen_tokens: np.ndarray,
-                        end: float) -> None:
-        """Finished samples into the store; each one's payload into DistQueue when its reward is ready."""
-        if not len(ids):
+    def _store_finished(self, stored: list[tuple]) -> None:
+        """Finished samples of several plans (plan, ids, aborted, tokens generated, end) into the
+        store in one add, in plan order; each plan's payloads into DistQueue when their rewards are
+        ready (padded per plan, as written one plan at a time). Element-wise arithmetic on the
+        joined rows: the values of one add per plan."""
+        if not stored:
             return
-        ctx, seqs = self.ctx, plan.seqs
-        reward_s = self.costs.reward_cpu_s(len(ids), plan.ranks) if ctx.rule_reward else 0.0
-        reason = seqs.drop_reason[ids].copy()
-        reason[aborted[ids]] = "overprovision"
-        finish = plan.t0 + np.minimum(plan.finish[ids], end)
-        resumed = seqs.done_len[ids] > 0
-        ctx.store.add(round_=seqs.round[ids], group=seqs.group[ids], prompt_len=seqs.prompt_len[ids],
-                      response_len=seqs.target_len[ids], generated_tokens=seqs.done_len[ids] + gen_tokens[ids],
-                      version=plan.version, first_version=np.where(resumed, seqs.first_version[ids], plan.version),
-                      start=plan.t0, finish=finish, ready=finish + reward_s, dropped=reason != "",
-                      drop_reason=reason, instance=int(plan.ranks[0]) if len(plan.ranks) else -1)
-        lens = seqs.prompt_len[ids] + seqs.target_len[ids]
-        ctx.queue.write(payload_bytes_each(lens, self.sched.distqueue, pad_len=ctx.pad_len), finish + reward_s)
+        ctx = self.ctx
+        counts = [len(ids) for _, ids, _, _, _ in stored]
+        if len(stored) == 1:
+            plan, ids, aborted, gen_tokens, end = stored[0]
+            seqs, rows, aborted, gen_tokens, finish = plan.seqs, ids, aborted[ids], gen_tokens[ids], plan.finish[ids]
+        else:
+            offsets = np.cumsum([0] + [len(plan.seqs) for plan, _, _, _, _ in stored[:-1]])
+            rows = np.concatenate([ids + off for (_, ids, _, _, _), off in zip(stored, offsets.tolist(), strict=True)])
+            seqs = SeqBatch.merge([plan.seqs for plan, _, _, _, _ in stored])
+            aborted, gen_tokens = (np.concatenate([s[j] for s in stored])[rows] for j in (2, 3))
+            finish = np.concatenate([plan.finish for plan, _, _, _, _ in stored])[rows]
+        ends = np.repeat([s[4] for s in stored], counts)
+        t0s = np.repeat([plan.t0 for plan, _, _, _, _ in stored], counts)
+        versions = np.repeat([plan.version for plan, _, _, _, _ in stored], counts)
+        reward_s = np.repeat([self.costs.reward_cpu_s(k, plan.ranks) if ctx.rule_reward else 0.0
+                              for (plan, _, _, _, _), k in zip(stored, counts, strict=True)], counts)
+        reason = seqs.drop_reason[rows]
+        reason[aborted] = "overprovision"
+        finish = t0s + np.minimum(finish, ends)
+        resumed = seqs.done_len[rows] > 0
+        ready = finish + reward_s
+        instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _, _, _ in stored]
+        ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=seqs.prompt_len[rows],
+                      response_len=seqs.target_len[rows], generated_tokens=seqs.done_len[rows] + gen_tokens,
+                      version=versions, first_version=np.where(resumed, seqs.first_version[rows], versions),
+                      start=t0s, finish=finish, ready=ready, dropped=reason != "", drop_reason=reason,
+                      instance=np.repeat(instances, counts))
+        lens = seqs.prompt_len[rows] + seqs.target_len[rows]
+        bounds = np.cumsum([0] + counts).tolist()
+        ctx.queue.write_many([(payload_bytes_each(lens[a:b], self.sched.distqueue, pad_len=ctx.pad_len), ready[a:b])
+                              for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:
         """Occupied batch slots of one instance over [0, end]: FIFO admission keeps
