@@ -32,27 +32,32 @@ def balanced_order(lens: np.ndarray, b: int) -> np.ndarray:
     """Permutation of ``lens`` whose consecutive groups of ``b`` have near-equal sums: longest
     first, each sample goes to the open group with the fewest tokens (LPT greedy with at most ``b``
     samples per group); the last group takes the remainder. Deterministic (stable sorts, ties to
-    the lowest group)."""
+    the lowest group).
+
+    The heap holds one integer per open group, ``total x m + group``: integer totals order these
+    keys exactly as the pairs (total, group), and an int compares faster than a tuple. A group's
+    members come out in the order they joined (stable sort of the groups taken)."""
     lens = np.asarray(lens)
     n = len(lens)
     m = math.ceil(n / b) if b > 0 else 1
     if b <= 1 or m <= 1:
         return np.arange(n)
     by_len = np.argsort(-lens, kind="stable")
-    sizes = [b] * (m - 1) + [n - (m - 1) * b]
-    heap = [(0, g) for g in range(m)]
-    members: list[list[int]] = [[] for _ in range(m)]
-    as_int = lens.astype(np.int64).tolist()   # int(lens[i]) for each i
+    last, last_size = m - 1, n - (m - 1) * b
+    heap = list(range(m))              # every total 0: keys 0..m-1, already a heap
+    filled = [0] * m
+    taken = [0] * n                    # the group of the k-th longest sample
     replace, pop = heapq.heapreplace, heapq.heappop
-    for i in by_len.tolist():
-        total, g = heap[0]   # the lightest open group (keys are unique: pops come out in key order)
-        group = members[g]
-        group.append(i)
-        if len(group) < sizes[g]:
-            replace(heap, (total + as_int[i], g))
+    for k, tokens in enumerate(lens[by_len].astype(np.int64).tolist()):   # int(lens[i]) for each i
+        key = heap[0]                  # the lightest open group (keys are unique)
+        g = key % m
+        taken[k] = g
+        count = filled[g] = filled[g] + 1
+        if count < (b if g != last else last_size):
+            replace(heap, key + tokens * m)
         else:
             pop(heap)
-    return np.fromiter((i for grp in members for i in grp), dtype=np.int64, count=n)
+    return by_len[np.argsort(np.array(taken, np.int64), kind="stable")]
 
 
 def replica_contiguous_ranks(tp: int, cp: int, dp: int, pp: int, start: int = 0, fold: int = 1) -> list[int]:
