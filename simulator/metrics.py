@@ -6,6 +6,7 @@ and each device group's records tile [0, makespan] (see rl/timeline.py).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -157,15 +158,14 @@ def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, tab
     consumed = col["consumed_iteration"] >= 0
     stale = col["staleness"][consumed]
     generated = col["generated_tokens"]
-    reasons, counts = np.unique(samples["drop_reason"].to_numpy()[col["dropped"].astype(bool)].astype(str),
-                                return_counts=True)
+    dropped = Counter(samples["drop_reason"].to_numpy()[col["dropped"].astype(bool)].tolist())
     out = {"consumed": int(consumed.sum()),
            "trained_tokens": float((col["prompt_len"][consumed] + col["response_len"][consumed]).sum()),
            "gen_tokens": float(generated[col["finish"] <= T + 1e-9].sum()),
            "all_gen": float(generated.sum()),
            "stale_max": float(stale.max()) if len(stale) else 0.0,
            "stale_mean": float(stale.mean()) if len(stale) else 0.0, "generated": len(samples),
-           "dropped": dict(zip(reasons.tolist(), counts.tolist(), strict=True))}
+           "dropped": {str(reason): n for reason, n in dropped.items()}}
     if not retired.count:
         return out
     if retired.max_finish > T + 1e-9:
