@@ -56,7 +56,7 @@ def balanced_order(lens: np.ndarray, b: int, array_round_min: int = ARRAY_ROUND_
     place = np.empty(n, np.int64)                              # output position of the k-th longest
     keys = np.arange(m, dtype=np.int64)                        # every total 0
     done = 0
-    if m >= array_round_min and tokens[-1] >= 1 and float(tokens.sum()) * m < 2.0 ** 62:
+    if m >= array_round_min and tokens[-1] >= 1 and float(tokens.sum(dtype=float)) * m < 2.0 ** 62:
         done, keys = _array_rounds(tokens, b, m, last_size, filled, place, keys, array_round_min)
     if done < n:
         place[done:] = _heap_rest(tokens[done:].tolist(), b, m, last_size, filled.tolist(), keys.tolist())
