@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.des import INTERVAL_COLUMNS, TIMELINE_COLUMNS, Interval, Simulation, Timeline, make_rng
@@ -121,6 +121,7 @@ def _records_frame(rows):
     return frame.sort_values(["start", "pool", "rank_start", "end"], kind="stable").reset_index(drop=True)
 
 
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["rollout", "actor", "train", "a", "Z"]), st.integers(0, 6), st.integers(1, 3),
                           st.sampled_from(["generate", "idle", "train"]), st.sampled_from([0.0, 1.0, 2.5, 1e-9, 7.0]),
                           st.sampled_from([0.0, 0.5, 3.0]), st.integers(-1, 3), st.sampled_from(["", "x", "y"])),
