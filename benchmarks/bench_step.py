@@ -2,6 +2,7 @@
 
     python benchmarks/bench_step.py --baseline /tmp/base            # step and run100
     python benchmarks/bench_step.py --baseline /tmp/base step       # one case: step | run10 | run100
+    python benchmarks/bench_step.py --baseline /tmp/base step run10 --instructions --rounds 0
 
 Each case runs in a fresh interpreter per tree (PYTHONPATH=DIR for the baseline, e.g. a
 `git archive main | tar -x -C DIR` copy; this checkout for the other), alternating, --rounds times;
@@ -11,6 +12,11 @@ summaries are byte-identical, the machine-speed reference (benchmarks/speed_refe
 load average. On a shared machine the CPU time moves much less with the neighbours' load than the
 wall time. Asserts nothing. Without --baseline: this checkout's figures only.
 
+--instructions also counts each case's instructions (valgrind's cachegrind, PYTHONHASHSEED=0): a
+child with the warm-up and the case less one with the warm-up alone, so imports and the warm-up
+do not count; a figure the neighbours' load does not move (~2 min a count for run10; --rounds 0
+skips the timed rounds).
+
 Targets (issue 13 item 4): one seed step (``simulator.simulate(iterations=1)``) >= 5x and 100 steps
 >= 5x against the code before, results byte-identical.
 """
@@ -19,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +52,41 @@ print(json.dumps({"wall": wall, "cpu": cpu, "digest": digest, "file": simulator.
 """
 
 
+INSTRUCTIONS_CHILD = """
+import sys
+import simulator
+simulator.simulate(iterations=1, overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16"])
+if int(sys.argv[1]):
+    simulator.simulate(iterations=int(sys.argv[1]))
+print("done")
+"""
+
+
+def _instructions(tree: Path, iterations: int) -> int:
+    """Instructions (cachegrind's I refs) of a fresh interpreter: the warm-up, then ``iterations`` steps."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                           sys.executable, "-c", INSTRUCTIONS_CHILD, str(iterations)],
+                          env=env, capture_output=True, text=True, cwd=tree)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if "done" not in done.stdout or not found:
+        raise SystemExit(f"cachegrind failed in {tree}: {done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def print_instructions(trees: list[tuple[str, Path]], cases: list[str]) -> None:
+    if shutil.which("valgrind") is None:
+        print("instructions: valgrind not found")
+        return
+    for label, tree in trees:
+        floor = _instructions(tree, 0)
+        line = []
+        for name in cases:
+            n = _instructions(tree, CASES[name][0]) - floor
+            line.append(f"{name} {n / 1e9:.3f} G")
+        print(f"instructions {label}: warm-up and imports {floor / 1e9:.3f} G | " + " | ".join(line), flush=True)
+
+
 def _child(tree: Path, iterations: int, repeats: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, "-c", CHILD, str(iterations), str(repeats)], env=env,
@@ -56,11 +99,12 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", choices=[*CASES, []], default=[])
     parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
     args = parser.parse_args()
     trees = [("baseline", args.baseline.resolve())] if args.baseline else []
     trees.append(("this", HERE))
     print(f"machine speed reference (fixed loop): {reference_ms():.2f} ms, load {os.getloadavg()[0]:.2f}", flush=True)
-    for name in args.cases or ["step", "run100"]:
+    for name in (args.cases or ["step", "run100"]) if args.rounds > 0 else []:
         iterations, repeats = CASES[name]
         best: dict[str, dict] = {}
         for _ in range(args.rounds):
@@ -76,6 +120,8 @@ def main() -> None:
                      f" | identical: {base['digest'] == this['digest']}")
         print(f"{name:7s} {line}", flush=True)
     print(f"machine speed reference (fixed loop): {reference_ms():.2f} ms, load {os.getloadavg()[0]:.2f}", flush=True)
+    if args.instructions:
+        print_instructions(trees, args.cases or ["step", "run10"])
 
 
 if __name__ == "__main__":

@@ -67,10 +67,21 @@ class Timeline:
         self.rows = [row if row.end <= t_end else row._replace(end=t_end) for row in self.rows if row.start < t_end]
 
     def to_frame(self) -> pd.DataFrame:
+        """The rows as a frame, sorted by (start, pool, rank_start, end), ties in recording order.
+        Built column by column and sorted with numpy (a stable lexsort on the same keys, the pool
+        by its name's rank): the frame pandas' records constructor and stable sort_values give
+        (tested), at a fraction of their per-row cost."""
         import pandas as pd
 
-        frame = pd.DataFrame(self.rows, columns=TIMELINE_COLUMNS)
-        return frame.sort_values(["start", "pool", "rank_start", "end"], kind="stable").reset_index(drop=True)
+        if not self.rows:
+            return pd.DataFrame(self.rows, columns=TIMELINE_COLUMNS).reset_index(drop=True)
+        columns = dict(zip(TIMELINE_COLUMNS, zip(*self.rows, strict=True), strict=True))
+        pools = columns["pool"]
+        rank = {name: i for i, name in enumerate(sorted(set(pools)))}
+        order = np.lexsort((np.array(columns["end"], float), np.array(columns["rank_start"], np.int64),
+                            np.fromiter((rank[p] for p in pools), np.int64, count=len(pools)),
+                            np.array(columns["start"], float))).tolist()
+        return pd.DataFrame({name: [values[i] for i in order] for name, values in columns.items()})
 
 
 class Simulation:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.des import INTERVAL_COLUMNS, TIMELINE_COLUMNS, Interval, Simulation, Timeline, make_rng
@@ -111,3 +111,28 @@ def test_same_time_events_fire_in_insertion_order() -> None:
         sim.process(proc(i))
     sim.run()
     assert order == [0, 1, 2, 3, 4]
+
+
+def _records_frame(rows):
+    """The frame as pandas' records constructor and stable sort give it (the code to_frame replaced)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=TIMELINE_COLUMNS)
+    return frame.sort_values(["start", "pool", "rank_start", "end"], kind="stable").reset_index(drop=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["rollout", "actor", "train", "a", "Z"]), st.integers(0, 6), st.integers(1, 3),
+                          st.sampled_from(["generate", "idle", "train"]), st.sampled_from([0.0, 1.0, 2.5, 1e-9, 7.0]),
+                          st.sampled_from([0.0, 0.5, 3.0]), st.integers(-1, 3), st.sampled_from(["", "x", "y"])),
+                max_size=40))
+def test_to_frame_equals_the_records_frame_sorted_by_pandas(specs) -> None:
+    """Many ties on start, pool and rank: the same rows in the same order, the same dtypes."""
+    import pandas as pd
+
+    timeline = Timeline()
+    for pool, rank, count, state, start, length, iteration, label in specs:
+        timeline.add(pool, rank, count, state, start, start + length, cause=label, iteration=iteration, label=label)
+    got, want = timeline.to_frame(), _records_frame(timeline.rows)
+    pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True)
+    assert list(got.dtypes) == list(want.dtypes) and list(got.columns) == list(want.columns)

@@ -153,6 +153,7 @@ class LlmCosts:
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
+        self._flops_lines: dict[Any, tuple[float, float]] = {}   # model -> train FLOPs per token at 0, slope
         self._layouts: dict[int, TrainLayout] = {}
         self._ranks: dict[int, list[int]] = {}             # canonical placement: positions in a pool
         # every trained actor batch with its device count (a re-plan judges the demanding ones); kept
@@ -381,8 +382,11 @@ class LlmCosts:
         (6N + 12 L H d s, formulas.md), so two sums replace a loop over lengths."""
         m = self.models[role]
         x = np.asarray(lens, float)
-        a = float(m.train_flops_per_token(0.0))
-        slope = float(m.train_flops_per_token(1.0)) - a
+        line = self._flops_lines.get(m)
+        if line is None:   # per model (by value), for this run's objects only
+            a = float(m.train_flops_per_token(0.0))
+            line = self._flops_lines[m] = (a, float(m.train_flops_per_token(1.0)) - a)
+        a, slope = line
         return a * float(x.sum()) + slope * float(np.dot(x, x))
 
     def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact) -> StageCost:

@@ -34,3 +34,13 @@ def _plain_lpt(lens: np.ndarray, b: int) -> np.ndarray:
 def test_balanced_order_is_the_plain_lpt_greedy(lens, b, as_float):
     arr = np.array(lens, float if as_float else np.int64)
     assert balanced_order(arr, b).tolist() == _plain_lpt(arr, b).tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(lens=st.lists(st.integers(0, 60), min_size=0, max_size=400) | st.lists(st.integers(1, 30000), max_size=400),
+       b=st.integers(2, 12), round_min=st.integers(1, 40))
+def test_array_rounds_give_the_plain_lpt_greedy(lens, b, round_min):
+    """Every round through the array pass (round_min 1) or handing over to the heap early; many
+    ties (small lengths, zeros: the heap alone) and wide lengths."""
+    arr = np.array(lens, np.int64)
+    assert balanced_order(arr, b, array_round_min=round_min).tolist() == _plain_lpt(arr, b).tolist()

@@ -1,0 +1,96 @@
+"""The summary's bubbles and per-sample sums from the frames' arrays equal pandas' own forms (the
+code they replaced) to the bit, on random timelines and sample tables."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import metrics
+from simulator.rl.samples import RetiredSamples
+from simulator.rl.timeline import BUSY_STATES
+
+STATES = ["generate", "forward", "train", "idle", "switch", "sync", "fetch", "lost", "mystery"]
+CAUSES = ["", "long_tail", "dependency", "pipeline_bubble", "zzz_other", "a_first"]
+
+
+def _pandas_bubbles(timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
+    ds = metrics.device_seconds(timeline)
+    total = float(ds.sum())
+    if total <= 0:
+        return 0.0, {c: 0.0 for c in metrics.BUBBLE_CAUSES}
+    state = timeline["state"]
+    cause = timeline["cause"].where(state == "idle", state.map(metrics.STATE_CAUSE))
+    idle = ~state.isin(BUSY_STATES)
+    by = ds[idle].groupby(cause[idle].fillna("other")).sum()
+    out = {c: float(by.get(c, 0.0)) / total for c in metrics.BUBBLE_CAUSES}
+    for c, v in by.items():
+        if c not in out:
+            out[str(c)] = float(v) / total
+    return float(ds[idle].sum()) / total, out
+
+
+rows = st.lists(st.tuples(st.sampled_from(STATES), st.sampled_from(CAUSES),
+                          st.floats(0, 1e4), st.floats(0, 1e3), st.integers(1, 4096)), min_size=0, max_size=200)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=rows)
+def test_bubbles_equal_pandas_groupby_to_the_bit(rows):
+    frame = pd.DataFrame({"state": [r[0] for r in rows], "cause": [r[1] for r in rows],
+                          "start": [r[2] for r in rows], "end": [r[2] + r[3] for r in rows],
+                          "rank_count": np.array([r[4] for r in rows], np.int64)})
+    got, want = metrics.bubbles(frame), _pandas_bubbles(frame)
+    assert got[0] == want[0]
+    assert list(got[1].items()) == list(want[1].items())   # the same keys, in the same order, the same floats
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(["idle", "sync", "train"]), st.sampled_from(["dependency", "long_tail"]),
+                               st.sampled_from([1e16, -1e16, 1.0, 3.3, 1e-3, 7.0])), min_size=1, max_size=60),
+       sort=st.booleans())
+def test_bubbles_equal_pandas_where_the_summation_order_shows(rows, sort):
+    """Cancelling magnitudes, with the causes interleaved or sorted (pandas sums a sorted key
+    column another way): the same floats as pandas."""
+    rows = sorted(rows, key=lambda r: r[1]) if sort else rows
+    frame = pd.DataFrame({"state": [r[0] for r in rows], "cause": [r[1] for r in rows],
+                          "start": np.zeros(len(rows)), "end": [abs(r[2]) for r in rows],
+                          "rank_count": np.ones(len(rows), np.int64)})
+    frame.loc[frame.index % 3 == 0, "start"] = 0.5
+    got, want = metrics.bubbles(frame), _pandas_bubbles(frame)
+    assert got[0] == want[0] and list(got[1].items()) == list(want[1].items())
+
+
+def _pandas_sample_sums(samples: pd.DataFrame, T: float) -> dict:
+    consumed = samples["consumed_iteration"] >= 0
+    stale = samples["staleness"][consumed]
+    return {"consumed": int(consumed.sum()),
+            "trained_tokens": float((samples["prompt_len"][consumed] + samples["response_len"][consumed]).sum()),
+            "gen_tokens": float(samples.loc[samples["finish"] <= T + 1e-9, "generated_tokens"].sum()),
+            "all_gen": float(samples["generated_tokens"].sum()),
+            "stale_max": float(stale.max()) if len(stale) else 0.0,
+            "stale_mean": float(stale.mean()) if len(stale) else 0.0, "generated": len(samples),
+            "dropped": samples.loc[samples["dropped"], "drop_reason"].value_counts().to_dict()}
+
+
+samples_rows = st.lists(st.tuples(st.integers(-1, 30), st.floats(0, 7), st.integers(1, 4000), st.integers(1, 20000),
+                                  st.floats(0, 500), st.booleans(), st.sampled_from(["stale", "no_signal", "unused"])),
+                        min_size=0, max_size=150)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=samples_rows, T=st.floats(0, 600))
+def test_sample_figures_equal_the_pandas_sums(rows, T):
+    frame = pd.DataFrame({
+        "consumed_iteration": np.array([r[0] for r in rows], np.int64),
+        "staleness": np.array([r[1] if r[0] >= 0 else -1.0 for r in rows], float),
+        "prompt_len": np.array([r[2] for r in rows], np.int64), "response_len": np.array([r[3] for r in rows], np.int64),
+        "finish": np.array([r[4] for r in rows], float), "generated_tokens": np.array([r[3] for r in rows], np.int64),
+        "dropped": np.array([r[5] and r[0] < 0 for r in rows], bool),
+        "drop_reason": np.array([r[6] if r[5] and r[0] < 0 else "" for r in rows], object)})
+    got = metrics.sample_figures(frame, RetiredSamples(), T)
+    want = _pandas_sample_sums(frame, T)
+    assert got.pop("dropped") == {str(k): int(v) for k, v in want.pop("dropped").items()}
+    assert got == want
+    assert all(type(got[k]) is type(want[k]) for k in got)
