@@ -99,6 +99,9 @@ class SampleStore:
     n: int = 0                       # samples added: ids 0 .. n-1
     base: int = 0                    # ids below it are retired (rows gone, counted in ``retired``)
     retired: RetiredSamples = field(default_factory=RetiredSamples)
+    # Ids below it are consumed or dropped, both final (consume() refuses a second time; nothing
+    # un-drops): pending() scans from here, so a long run's steps do not rescan every earlier row.
+    _first_open: int = 0
 
     def add(self, *, round_: np.ndarray, group: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray,
             generated_tokens: np.ndarray, version: int | np.ndarray, first_version: np.ndarray,
@@ -170,13 +173,18 @@ class SampleStore:
         if n < self.base:
             raise AssertionError(f"truncate to {n} below the retired samples (< {self.base})")
         self.n = min(self.n, n)
+        self._first_open = min(self._first_open, self.n)   # rows from n on are new ones
 
     def pending(self) -> np.ndarray:
-        """Ids of samples neither consumed nor dropped (retired samples never are)."""
+        """Ids of samples neither consumed nor dropped (retired samples never are), ascending."""
         f = self.flat()
-        if not len(f["sample"]):
+        held = len(f["sample"])
+        if not held:
             return np.array([], int)
-        return np.flatnonzero((f["consumed_iteration"] < 0) & ~f["dropped"]) + self.base
+        lo = min(max(self._first_open, self.base) - self.base, held)
+        open_rows = np.flatnonzero((f["consumed_iteration"][lo:] < 0) & ~f["dropped"][lo:]) + lo
+        self._first_open = self.base + (int(open_rows[0]) if len(open_rows) else held)
+        return open_rows + self.base
 
     def retire(self, now: float, *, read_after: float = math.inf, read_from_iteration: int | None = None) -> None:
         """Under a retention bound, fold the oldest rows into ``retired`` and drop them: rows that are
