@@ -56,8 +56,10 @@ def bubbles(timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
         return 0.0, {c: 0.0 for c in BUBBLE_CAUSES}
     keys, idle = _bubble_causes(timeline["state"].tolist(), timeline["cause"].tolist())
     idle_s = ds[idle]
-    by = pd.Series(idle_s).groupby(np.array(keys, dtype=object)).sum() if len(keys) else {}
-    sums = dict(zip(by.index.tolist(), by.tolist(), strict=True)) if len(keys) else {}
+    sums: dict[str, float] = {}
+    if keys:
+        by = pd.Series(idle_s).groupby(np.array(keys, dtype=object)).sum()
+        sums = dict(zip(by.index.tolist(), by.tolist(), strict=True))
     out = {c: sums.get(c, 0.0) / total for c in BUBBLE_CAUSES}
     for c, v in sums.items():
         if c not in out:
@@ -68,11 +70,12 @@ def bubbles(timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
 def _bubble_causes(states: list[str], causes: list[str]) -> tuple[list[str], np.ndarray]:
     """The cause of each non-busy row (an idle row's own cause, else its state's STATE_CAUSE, else
     "other") and the mask of those rows."""
-    idle = np.fromiter((state not in BUSY_STATES for state in states), bool, count=len(states))
+    idle = np.zeros(len(states), bool)
     keys = []
-    for state, cause in zip(states, causes, strict=True):
+    for row, (state, cause) in enumerate(zip(states, causes, strict=True)):
         if state in BUSY_STATES:
             continue
+        idle[row] = True
         key = cause if state == "idle" else STATE_CAUSE.get(state)
         keys.append(key if isinstance(key, str) else "other")
     return keys, idle

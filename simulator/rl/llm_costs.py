@@ -365,8 +365,9 @@ class LlmCosts:
     def _outcome_of(run: RolloutEngine | ResumableRun, finish: np.ndarray, responses: np.ndarray,
                     flops: float) -> RolloutOutcome:
         """The outcome of one instance's finished run; a resumable run answers progress at a time."""
-        busy = np.array([run.busy_s if isinstance(run, RolloutEngine) else run.engine.busy_s])
-        if isinstance(run, RolloutEngine):
+        engine = run if isinstance(run, RolloutEngine) else run.engine
+        busy = np.array([engine.busy_s])
+        if run is engine:
             return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops)
 
         def progress_at(stop_s: float) -> np.ndarray:
