@@ -48,23 +48,46 @@ def bubbles(timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
 
     From the frame's columns as arrays (pandas' per-operation cost is most of a short run's
     summary): the totals are numpy's sums of the same arrays (what Series.sum computes); each
-    cause's device-seconds stay pandas' groupby sum (its summation order and algorithm depend on
-    the keys' order, so the figures stay pandas' to the bit, tested)."""
+    cause's device-seconds are summed as pandas' groupby sum sums them (_grouped_sums: the same
+    floats to the bit, tested against pandas), keys sorted."""
     ds = (timeline["end"].to_numpy() - timeline["start"].to_numpy()) * timeline["rank_count"].to_numpy()
     total = float(ds.sum())
     if total <= 0:
         return 0.0, {c: 0.0 for c in BUBBLE_CAUSES}
     keys, idle = _bubble_causes(timeline["state"].tolist(), timeline["cause"].tolist())
     idle_s = ds[idle]
-    sums: dict[str, float] = {}
-    if keys:
-        by = pd.Series(idle_s).groupby(np.array(keys, dtype=object)).sum()
-        sums = dict(zip(by.index.tolist(), by.tolist(), strict=True))
+    sums = _grouped_sums(keys, idle_s.tolist())
     out = {c: sums.get(c, 0.0) / total for c in BUBBLE_CAUSES}
     for c, v in sums.items():
         if c not in out:
             out[str(c)] = v / total
     return float(idle_s.sum()) / total, out
+
+
+def _grouped_sums(keys: list[str], values: list[float]) -> dict[str, float]:
+    """Per key, the sum of its values, keys sorted: pandas' ``Series.groupby(keys).sum()`` to the bit
+    without building a Series, a factorization and a grouper for a few dozen rows. pandas has two
+    kernels: rows already in key order (and no NaN) are summed per run by ``np.add.reduceat``; any
+    other order by its group_sum loop (Kahan-compensated in row order, NaN skipped, the compensation
+    reset where inf - inf makes it NaN). Both are followed here (tested against pandas)."""
+    order = sorted(set(keys))
+    rank = {key: i for i, key in enumerate(order)}
+    codes = [rank[key] for key in keys]
+    if all(a <= b for a, b in zip(codes, codes[1:], strict=False)) and not any(v != v for v in values):
+        if not codes:
+            return {}
+        starts = [0] + [i for i in range(1, len(codes)) if codes[i] != codes[i - 1]]
+        return dict(zip(order, np.add.reduceat(np.array(values, float), starts).tolist(), strict=True))
+    sums, compensation = [0.0] * len(order), [0.0] * len(order)
+    for code, value in zip(codes, values, strict=True):
+        if value != value:      # NaN: skipped, as pandas skips a missing value
+            continue
+        y = value - compensation[code]
+        t = sums[code] + y
+        c = t - sums[code] - y
+        compensation[code] = 0.0 if c != c else c
+        sums[code] = t
+    return dict(zip(order, sums, strict=True))
 
 
 def _bubble_causes(states: list[str], causes: list[str]) -> tuple[list[str], np.ndarray]:
@@ -149,11 +172,14 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     return out
 
 
-def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, table: bool = True) -> dict[str, Any]:
+def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, table: bool = True,
+                   dropped: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The summary's per-sample sums: over the frame's rows and, under output.keep_sample_rows, the
     retired ones (rl/samples.py: all finished within the run; integer token counts, so the sums are
     exact and the figures equal those of the whole table). ``table``: whether the run returns the
-    per-sample table (rl/samples.SampleStore.table); only then is ``rows_kept`` said."""
+    per-sample table (rl/samples.SampleStore.table); only then is ``rows_kept`` said. ``dropped``:
+    the frame's dropped rows per reason when known (SampleStore.drop_counts of the store the frame
+    was made from: its codes, not a read of the frame's string column), else counted here."""
     # Column by column, as the frame's own arrays (numpy's sums are pandas' on columns without NaN):
     # a masked copy of the whole per-sample frame would double a long run's peak.
     col = {c: samples[c].to_numpy() for c in ("consumed_iteration", "staleness", "prompt_len", "response_len",
@@ -161,7 +187,8 @@ def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, tab
     consumed = col["consumed_iteration"] >= 0
     stale = col["staleness"][consumed]
     generated = col["generated_tokens"]
-    dropped = Counter(samples["drop_reason"].to_numpy()[col["dropped"].astype(bool)].tolist())
+    if dropped is None:
+        dropped = Counter(samples["drop_reason"].array[col["dropped"].astype(bool)].tolist())
     out = {"consumed": int(consumed.sum()),
            "trained_tokens": float((col["prompt_len"][consumed] + col["response_len"][consumed]).sum()),
            "gen_tokens": float(generated[col["finish"] <= T + 1e-9].sum()),
@@ -188,9 +215,11 @@ def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, tab
 
 
 def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> dict:
+    """The `rlsim run --json` object (``timeline``, ``samples``: the record's frames,
+    rec.timeline.to_frame() and rec.samples.to_frame())."""
     sc = rec.scenario
     T = rec.makespan_s
-    fig = sample_figures(samples, rec.samples.retired, T, rec.samples.table)
+    fig = sample_figures(samples, rec.samples.retired, T, rec.samples.table, rec.samples.drop_counts())
     n_consumed, trained_tokens, gen_tokens, all_gen = fig["consumed"], fig["trained_tokens"], fig["gen_tokens"], fig["all_gen"]
     gen_flops = rec.gen_flops * (gen_tokens / all_gen if all_gen > 0 else 0.0)
     bubble_fraction, by_cause = bubbles(timeline)

@@ -94,3 +94,21 @@ def test_sample_figures_equal_the_pandas_sums(rows, T):
     assert got.pop("dropped") == {str(k): int(v) for k, v in want.pop("dropped").items()}
     assert got == want
     assert all(type(got[k]) is type(want[k]) for k in got)
+
+
+@settings(max_examples=80, deadline=None)
+@given(pairs=st.lists(st.tuples(st.sampled_from(["b", "a", "other", "long_tail"]),
+                                st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                                          st.sampled_from([1e16, -1e16, 1.0, 1e-3]))), max_size=80),
+       sort=st.booleans())
+def test_grouped_sums_are_pandas_groupby_sums(pairs, sort):
+    """Any floats (inf, NaN, cancelling magnitudes), rows in key order (pandas' reduceat kernel) or
+    not (its Kahan loop): the same keys in the same order and the same floats (or both NaN) as
+    pandas' groupby sum."""
+    pairs = sorted(pairs, key=lambda p: p[0]) if sort else pairs
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    got = metrics._grouped_sums(keys, values)
+    by = pd.Series(values, dtype=float).groupby(np.array(keys, dtype=object)).sum() if keys else pd.Series()
+    assert list(got) == by.index.tolist()
+    for k, v in zip(by.index.tolist(), by.tolist(), strict=True):
+        assert got[k] == v or (got[k] != got[k] and v != v)

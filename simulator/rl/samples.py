@@ -27,6 +27,12 @@ SAMPLE_COLUMNS = ["sample", "round", "group", "prompt_len", "response_len", "gen
 _DTYPES = {"sample": int, "round": int, "group": int, "version": int, "first_version": int,
            "consumed_iteration": int, "dropped": bool, "drop_reason": object, "instance": int}
 
+# The store holds a drop reason as a small integer code (``drop_code``: its index in
+# SampleStore.reasons, 0 = "", not dropped) instead of a Python string per row: appending a round
+# copies bytes, not object references, and the frame's string column is made once, by a take from
+# the few reason names (to_frame: the same values and dtype as a column made from the strings).
+STORED_COLUMNS = ["drop_code" if c == "drop_reason" else c for c in SAMPLE_COLUMNS]
+
 
 # Integer columns held as int32 while their values fit (a row costs 88 bytes instead of 116: 24 MiB
 # less for 100 steps of the default scenario); a value past int32 widens the column to int64, as any
@@ -71,7 +77,8 @@ class RetiredSamples:
     max_finish: float = -np.inf
     dropped: dict[str, int] = field(default_factory=dict)
 
-    def fold(self, rows: dict[str, np.ndarray]) -> None:
+    def fold(self, rows: dict[str, np.ndarray], reasons: list[str]) -> None:
+        """Count ``rows`` (the store's columns, ``drop_code`` an index into ``reasons``)."""
         consumed = rows["consumed_iteration"] >= 0
         lens = rows["prompt_len"] + rows["response_len"]
         stale = rows["staleness"][consumed]
@@ -84,9 +91,14 @@ class RetiredSamples:
         self.staleness_max = max(self.staleness_max, float(stale.max()) if len(stale) else -np.inf)
         self.behind_first_version += int(np.sum(consumed & (rows["first_version"] < rows["consumed_iteration"])))
         self.max_finish = max(self.max_finish, float(rows["finish"].max()) if len(lens) else -np.inf)
-        reasons, counts = np.unique(rows["drop_reason"][rows["dropped"]].astype(str), return_counts=True)
-        for reason, c in zip(reasons.tolist(), counts.tolist(), strict=True):
-            self.dropped[reason] = self.dropped.get(reason, 0) + int(c)
+        for reason, c in sorted(_reason_counts(rows["drop_code"][rows["dropped"]], reasons).items()):
+            self.dropped[reason] = self.dropped.get(reason, 0) + c
+
+
+def _reason_counts(codes: np.ndarray, reasons: list[str]) -> dict[str, int]:
+    """How many of ``codes`` name each reason (the reasons that occur, in code order)."""
+    counts = np.bincount(codes.astype(np.intp), minlength=len(reasons)).tolist() if len(codes) else []
+    return {reasons[code]: n for code, n in enumerate(counts) if n}
 
 
 @dataclass
@@ -102,6 +114,8 @@ class SampleStore:
     # Ids below it are consumed or dropped, both final (consume() refuses a second time; nothing
     # un-drops): pending() scans from here, so a long run's steps do not rescan every earlier row.
     _first_open: int = 0
+    reasons: list[str] = field(default_factory=lambda: [""])   # drop_code -> reason (0: "", not dropped)
+    _reason_code: dict[str, int] = field(default_factory=lambda: {"": 0})
 
     def add(self, *, round_: np.ndarray, group: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray,
             generated_tokens: np.ndarray, version: int | np.ndarray, first_version: np.ndarray,
@@ -115,17 +129,19 @@ class SampleStore:
         k = len(finish)
         ids = np.arange(self.n, self.n + k)
         self._append(k, sample=ids, round=round_, group=group, prompt_len=prompt_len,
-                     response_len=response_len, generated_tokens=generated_tokens, version=np.full(k, version), first_version=first_version,
-                     start=np.full(k, start, float), finish=finish, ready=ready,
-                     consumed_iteration=np.full(k, -1), staleness=np.full(k, -1.0),
-                     dropped=np.zeros(k, bool) if dropped is None else np.asarray(dropped, bool),
-                     drop_reason=np.full(k, "", object) if drop_reason is None else drop_reason,
-                     instance=np.full(k, instance, np.int64))
+                     response_len=response_len, generated_tokens=generated_tokens, version=np.asarray(version),
+                     first_version=first_version, start=np.asarray(start, float), finish=finish, ready=ready,
+                     consumed_iteration=np.asarray(-1), staleness=np.asarray(-1.0),
+                     dropped=np.asarray(False) if dropped is None else np.asarray(dropped, bool),
+                     drop_code=np.asarray(0, np.int8) if drop_reason is None else self._codes(drop_reason),
+                     instance=np.asarray(instance, np.int64))
         return ids
 
     def _append(self, k: int, **arrays: np.ndarray) -> None:
+        """Write ``k`` rows: per column an array of k values or one value for all (a 0-d array; its
+        dtype counts as that of k copies of it, what np.full gives)."""
         n, end = self.n - self.base, self.n - self.base + k
-        for c in SAMPLE_COLUMNS:
+        for c in STORED_COLUMNS:
             a = _narrowed(c, np.asarray(arrays[c]))
             buf = self._buf.get(c)
             if buf is None:   # dtype as np.concatenate of the appended arrays would give
@@ -140,18 +156,43 @@ class SampleStore:
             self._buf[c] = buf
         self.n += k
 
+    def _code(self, reason: str) -> int:
+        """The drop_code of ``reason`` (a new reason gets the next code; the code column widens
+        past int8 when the reasons outgrow it)."""
+        code = self._reason_code.get(reason)
+        if code is None:
+            code = self._reason_code[reason] = len(self.reasons)
+            self.reasons.append(str(reason))
+            buf = self._buf.get("drop_code")
+            if buf is not None and code > np.iinfo(buf.dtype).max:
+                self._buf["drop_code"] = buf.astype(np.int32)
+        return code
+
+    def _codes(self, drop_reason: np.ndarray) -> np.ndarray:
+        """The drop_code of each reason ("" for a sample not dropped): a Python look-up only for the
+        rows that name one."""
+        drop_reason = np.asarray(drop_reason, object)
+        named = np.flatnonzero(drop_reason != "")
+        codes = [self._code(r) for r in drop_reason[named].tolist()]
+        out = np.zeros(len(drop_reason), np.int8 if len(self.reasons) <= np.iinfo(np.int8).max else np.int32)
+        out[named] = codes
+        return out
+
     def flat(self) -> dict[str, np.ndarray]:
-        """The held rows' columns (ids base .. n-1: index them by ``ids - base``, or use ``at``)."""
+        """The held rows' columns (ids base .. n-1: index them by ``ids - base``, or use ``at``);
+        STORED_COLUMNS: the drop reason as ``drop_code`` (see ``reasons``)."""
         if not self._buf:
-            return {c: np.zeros(0, _DTYPES.get(c, float)) for c in SAMPLE_COLUMNS}
+            return {c: np.zeros(0, np.int8 if c == "drop_code" else _DTYPES.get(c, float)) for c in STORED_COLUMNS}
         held = self.n - self.base
         return {c: b[:held] for c, b in self._buf.items()}
 
     def at(self, column: str, ids: np.ndarray) -> np.ndarray:
         """Column values of samples ``ids`` (held ones: a retired id is an IndexError or wrong);
-        integers as int64 (see _NARROW)."""
+        integers as int64 (see _NARROW); ``drop_reason`` as the reason strings."""
         if not self._buf:
             return np.zeros(0, _DTYPES.get(column, float))
+        if column == "drop_reason":
+            return np.array(self.reasons, object)[self._buf["drop_code"][np.asarray(ids) - self.base]]
         values = self._buf[column][np.asarray(ids) - self.base]
         return values.astype(np.int64) if values.dtype.kind == "i" else values
 
@@ -164,8 +205,10 @@ class SampleStore:
 
     def drop(self, ids: np.ndarray, reason: str) -> None:
         f, pos = self.flat(), np.asarray(ids) - self.base
+        code = self._code(reason)
+        f = self.flat()          # _code may have widened the code column
         f["dropped"][pos] = True
-        f["drop_reason"][pos] = reason
+        f["drop_code"][pos] = code
 
     def truncate(self, n: int) -> None:
         """Forget samples n.. (a failure rolls the store back to a step start). A store that retires
@@ -202,7 +245,7 @@ class SampleStore:
         k = min(first_open, len(done) - self.keep_rows)
         if k <= 0 or k < max(RETIRE_MIN_ROWS, len(done) // 4):
             return
-        self.retired.fold({c: a[:k] for c, a in f.items()})
+        self.retired.fold({c: a[:k] for c, a in f.items()}, self.reasons)
         for buf in self._buf.values():
             buf[:len(done) - k] = buf[k:len(done)]
         self.base += k
@@ -217,7 +260,23 @@ class SampleStore:
 
         self._trim()
         f = self.flat()
-        return pd.DataFrame({c: f[c] for c in SAMPLE_COLUMNS}, copy=False)
+        if not self._buf:
+            return pd.DataFrame({c: np.zeros(0, _DTYPES.get(c, float)) for c in SAMPLE_COLUMNS}, copy=False)
+        columns = {c: f[c] for c in STORED_COLUMNS}
+        columns["drop_reason"] = self.reason_column(columns.pop("drop_code"))
+        return pd.DataFrame({c: columns[c] for c in SAMPLE_COLUMNS}, copy=False)
+
+    def reason_column(self, codes: np.ndarray):
+        """The drop reasons of ``codes`` as the pandas array a column of the reason strings would
+        be (its inferred string dtype): a take from the reason names, no Python string per row."""
+        import pandas as pd
+
+        return pd.Series(np.array(self.reasons, object)).array.take(codes.astype(np.intp))
+
+    def drop_counts(self) -> dict[str, int]:
+        """Held samples dropped, per reason (the reasons that occur, in code order)."""
+        f = self.flat()
+        return _reason_counts(f["drop_code"][f["dropped"]], self.reasons)
 
     def _trim(self) -> None:
         """Give back the spare room the growth left (one column at a time, so the peak stays low)."""

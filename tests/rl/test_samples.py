@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.rl.samples import SAMPLE_COLUMNS, SampleStore
+from simulator.rl.samples import SAMPLE_COLUMNS, STORED_COLUMNS, SampleStore
 
 
 def _add(store: SampleStore, k: int, *, version: int = 0, start: float = 0.0, offset: float = 0.0,
@@ -151,12 +151,15 @@ def test_the_frame_holds_the_store_columns_once_without_spare_room() -> None:
     for version in range(7):  # several growths of the buffers
         _add(store, 37, version=version, start=float(version))
     store.consume(np.arange(0, 200, 3), iteration=9)
-    expected = {c: store.flat()[c].copy() for c in SAMPLE_COLUMNS}
+    store.drop(np.arange(1, 200, 3), "stale")
+    expected = {c: store.flat()[c].copy() for c in STORED_COLUMNS}
     frame = store.to_frame()
-    for c in SAMPLE_COLUMNS:
+    numeric = [c for c in SAMPLE_COLUMNS if c != "drop_reason"]
+    for c in numeric:
         assert list(frame[c]) == list(expected[c])
         assert len(store._buf[c]) == store.n == 7 * 37
-    numeric = [c for c in SAMPLE_COLUMNS if c != "drop_reason"]
+    assert len(store._buf["drop_code"]) == store.n
+    assert list(frame["drop_reason"]) == list(store.at("drop_reason", np.arange(store.n)))
     assert all(np.shares_memory(frame[c].to_numpy(), store._buf[c]) for c in numeric)
     _add(store, 5, version=8)   # the store may still grow after (a new buffer; the frame keeps its rows)
     assert len(frame) == 7 * 37 and store.n == 7 * 37 + 5
@@ -174,3 +177,43 @@ def test_integer_columns_are_int32_until_a_value_needs_more() -> None:
     frame = store.to_frame()
     assert frame["prompt_len"].dtype == np.int64 and frame["prompt_len"].tolist() == [5, 5, 5, big]
     assert frame["response_len"].dtype == np.int32
+
+
+REASONS = ["", "no_signal", "overprovision", "stale", "unused", "surplus"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 12), st.lists(st.sampled_from(REASONS), min_size=12,
+                                                                          max_size=12)), min_size=1, max_size=8))
+def test_reason_codes_give_the_column_the_strings_would(ops) -> None:
+    """Drop reasons held as codes: the frame's drop_reason column, ``at`` and ``drop_counts`` are
+    those of the strings themselves (the column pandas makes from them: values and dtype)."""
+    store, model = SampleStore(), []
+    for add, k, reasons in ops:
+        if add or not model:
+            reason = np.array(reasons[:k], object)
+            _add(store, k, dropped=reason != "", drop_reason=reason)
+            model += reasons[:k]
+        else:
+            ids = np.arange(0, len(model), k)
+            store.drop(ids, reasons[0] or "stale")
+            for i in ids.tolist():
+                model[i] = reasons[0] or "stale"
+    import pandas as pd
+    frame = store.to_frame()
+    pd.testing.assert_series_equal(frame["drop_reason"], pd.Series(np.array(model, object), name="drop_reason"))
+    assert store.at("drop_reason", np.arange(len(model))).tolist() == model
+    dropped = frame["dropped"].to_numpy()
+    want = {r: int(n) for r, n in zip(*np.unique(np.array(model, object)[dropped].astype(str), return_counts=True),
+                                      strict=True)}
+    assert store.drop_counts() == want
+
+
+def test_more_reasons_than_int8_codes_widen_the_code_column() -> None:
+    store = SampleStore()
+    names = [f"reason_{i}" for i in range(300)]
+    _add(store, 300, dropped=np.ones(300, bool), drop_reason=np.array(names, object))
+    store.drop(np.array([0]), "one_more")
+    frame = store.to_frame()
+    assert frame["drop_reason"].tolist() == ["one_more"] + names[1:]
+    assert store.drop_counts() == {"one_more": 1, **{n: 1 for n in names[1:]}}
