@@ -6,8 +6,10 @@ as nothing else injects randomness: every random draw goes through the one
 """
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -39,6 +41,32 @@ class Interval(NamedTuple):
 
 TIMELINE_COLUMNS = INTERVAL_COLUMNS + ["rank_start", "rank_count"]
 assert list(Interval._fields) == TIMELINE_COLUMNS
+# Each column's values when the recorder gave the types it records (else the frame is pandas' own
+# inference from the values: Timeline.to_frame).
+_COLUMN_TYPES = {"pool": {str}, "device": {int}, "state": {str}, "cause": {str}, "iteration": {int},
+                 "start": {float, np.float64}, "end": {float, np.float64}, "label": {str},
+                 "rank_start": {int}, "rank_count": {int}}
+
+
+def string_array(values: Sequence[str] | np.ndarray, codes: np.ndarray | None = None) -> Any:
+    """The pandas array a frame column of these strings (``values[codes]`` when codes are given)
+    would be, its inferred string dtype, made straight from a pyarrow array: pandas' constructor
+    costs ~0.1 ms a column, most of a short run's frames. None where pandas does not infer a
+    pyarrow-backed string column (then the caller lets pandas build it)."""
+    import pandas as pd
+
+    with warnings.catch_warnings():     # pandas 3 deprecates the option (inference is its default)
+        warnings.simplefilter("ignore")
+        if not pd.get_option("future.infer_string"):
+            return None
+    dtype = pd.StringDtype(na_value=np.nan)
+    if dtype.storage != "pyarrow":
+        return None
+    import pyarrow as pa
+    from pandas.arrays import ArrowStringArray
+
+    array = pa.array(values, pa.large_string())
+    return ArrowStringArray(array if codes is None else array.take(pa.array(codes)), dtype=dtype)
 
 
 @dataclass
@@ -80,8 +108,36 @@ class Timeline:
         rank = {name: i for i, name in enumerate(sorted(set(pools)))}
         order = np.lexsort((np.array(columns["end"], float), np.array(columns["rank_start"], np.int64),
                             np.fromiter((rank[p] for p in pools), np.int64, count=len(pools)),
-                            np.array(columns["start"], float))).tolist()
+                            np.array(columns["start"], float)))
+        typed = _typed_columns(columns, order)
+        if typed is not None:
+            return pd.DataFrame(typed, copy=False)
+        order = order.tolist()
         return pd.DataFrame({name: [values[i] for i in order] for name, values in columns.items()})
+
+
+def _typed_columns(columns: dict[str, tuple], order: np.ndarray) -> dict[str, Any] | None:
+    """The columns in ``order`` as int64 / float64 arrays and pyarrow-backed strings: what pandas
+    infers from the recorded values when each column holds the types it records (_COLUMN_TYPES;
+    ints within int64); None otherwise (pandas then infers from the values themselves)."""
+    out: dict[str, Any] = {}
+    for name, values in columns.items():
+        kinds = set(map(type, values))
+        if not kinds <= _COLUMN_TYPES[name]:
+            return None
+        if str in kinds:
+            array = string_array(np.array(values, object)[order])
+            if array is None:
+                return None
+            out[name] = array
+        elif int in kinds:
+            try:
+                out[name] = np.array(values, np.int64)[order]
+            except OverflowError:
+                return None
+        else:
+            out[name] = np.array(values, np.float64)[order]
+    return out
 
 
 class Simulation:

@@ -105,11 +105,43 @@ def _bubble_causes(states: list[str], causes: list[str]) -> tuple[list[str], np.
 
 
 def iterations_frame(rec: RunRecord) -> pd.DataFrame:
-    frame = pd.DataFrame(rec.iterations)
-    if len(frame):
-        prev_end = frame["end"].shift(1, fill_value=0.0)
-        frame["step_time_s"] = frame["end"] - prev_end
-    return frame
+    """One row per iteration (its record's keys) and ``step_time_s``, the time since the previous
+    one's end. Built column by column when every record has the same keys and each column holds
+    only Python ints (within int64) or only Python floats: the int64 / float64 columns pandas' records
+    constructor infers for them (tested), without its per-cell object matrix."""
+    columns = _plain_columns(rec.iterations)
+    if columns is None or not isinstance(columns.get("end"), np.ndarray) or columns["end"].dtype != np.float64:
+        frame = pd.DataFrame(rec.iterations)
+        if len(frame):
+            prev_end = frame["end"].shift(1, fill_value=0.0)
+            frame["step_time_s"] = frame["end"] - prev_end
+        return frame
+    end = columns["end"]
+    columns["step_time_s"] = end - np.concatenate(([0.0], end[:-1]))
+    return pd.DataFrame(columns, copy=False)
+
+
+_INT64 = np.iinfo(np.int64)
+
+
+def _plain_columns(records: list[dict[str, Any]]) -> dict[str, np.ndarray] | None:
+    """The records' columns as int64 / float64 arrays, or None where pandas' inference is not that
+    simple (no records, differing keys, another type, a bool, an int beyond int64)."""
+    if not records:
+        return None
+    keys = list(records[0])
+    if any(list(r) != keys for r in records):
+        return None
+    out = {}
+    for key in keys:
+        values = [r[key] for r in records]
+        if all(type(v) is float for v in values):
+            out[key] = np.array(values, np.float64)
+        elif all(type(v) is int and _INT64.min <= v <= _INT64.max for v in values):
+            out[key] = np.array(values, np.int64)
+        else:
+            return None
+    return out
 
 
 def steady_state(rec: RunRecord) -> tuple[float, float]:

@@ -136,3 +136,23 @@ def test_to_frame_equals_the_records_frame_sorted_by_pandas(specs) -> None:
     got, want = timeline.to_frame(), _records_frame(timeline.rows)
     pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True)
     assert list(got.dtypes) == list(want.dtypes) and list(got.columns) == list(want.columns)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["rollout", "actor"]), st.integers(0, 4), st.integers(1, 3),
+                          st.sampled_from([0.0, 1.0, 2.5]), st.sampled_from([0.5, 3.0]),
+                          st.sampled_from([1, np.int64(2), 2**70, True]), st.sampled_from(["", "x", None, 3]),
+                          st.sampled_from([None, 2.0, np.float64(1.5)])), min_size=1, max_size=12))
+def test_to_frame_of_rows_of_other_types_is_pandas_inference(specs) -> None:
+    """Rows that carry other types than the recorder's (numpy scalars, a huge int, a bool, None,
+    a number as label, an end clipped to a numpy float): pandas' own frame of the values."""
+    import pandas as pd
+
+    timeline = Timeline()
+    for pool, rank, count, start, length, iteration, label, clip_to in specs:
+        timeline.add(pool, rank, count, "idle", start, start + length, iteration=iteration)
+        row = timeline.rows[-1]
+        timeline.rows[-1] = row._replace(label=label, end=row.end if clip_to is None else start + clip_to)
+    got, want = timeline.to_frame(), _records_frame(timeline.rows)
+    pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True)
+    assert list(got.dtypes) == list(want.dtypes)

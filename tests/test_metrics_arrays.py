@@ -112,3 +112,37 @@ def test_grouped_sums_are_pandas_groupby_sums(pairs, sort):
     assert list(got) == by.index.tolist()
     for k, v in zip(by.index.tolist(), by.tolist(), strict=True):
         assert got[k] == v or (got[k] != got[k] and v != v)
+
+
+def _pandas_iterations_frame(records: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(records)
+    if len(frame):
+        frame["step_time_s"] = frame["end"] - frame["end"].shift(1, fill_value=0.0)
+    return frame
+
+
+cell = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70), st.integers(-5, 5),
+                 st.booleans(), st.none(), st.just(np.float64(2.5)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(0, 6), kinds=st.lists(st.sampled_from(["float", "int", "any"]), min_size=3, max_size=3),
+       data=st.data(), drop_key=st.booleans())
+def test_iterations_frame_is_pandas_records_frame(n, kinds, data, drop_key):
+    """Whatever the records hold (plain ints and floats, or a mix, bools, None, numpy scalars,
+    huge ints, a key missing from one): the frame pandas' records constructor gives, dtypes too."""
+    from types import SimpleNamespace
+
+    strategies = {"float": st.floats(allow_nan=True), "int": st.integers(-2**40, 2**40), "any": cell}
+    keys = ["iteration", "samples", "end"]
+    records = [{k: data.draw(strategies[kind]) for k, kind in zip(keys, kinds, strict=True)} for _ in range(n)]
+    if drop_key and records:
+        del records[-1]["samples"]
+    if not all(isinstance(r.get("end"), float | int) or r.get("end") is None for r in records):
+        return      # an "end" pandas cannot subtract: not a record a run makes
+    try:
+        want = _pandas_iterations_frame(records)
+    except TypeError:
+        return
+    got = metrics.iterations_frame(SimpleNamespace(iterations=records))
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -269,9 +269,13 @@ class SampleStore:
     def reason_column(self, codes: np.ndarray):
         """The drop reasons of ``codes`` as the pandas array a column of the reason strings would
         be (its inferred string dtype): a take from the reason names, no Python string per row."""
-        import pandas as pd
+        from ..des import string_array
 
-        return pd.Series(np.array(self.reasons, object)).array.take(codes.astype(np.intp))
+        column = string_array(self.reasons, codes)
+        if column is None:     # pandas infers no pyarrow string column: let it build the column
+            import pandas as pd
+            return pd.Series(np.array(self.reasons, object)).array.take(codes.astype(np.intp))
+        return column
 
     def drop_counts(self) -> dict[str, int]:
         """Held samples dropped, per reason (the reasons that occur, in code order)."""
