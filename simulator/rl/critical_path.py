@@ -157,39 +157,54 @@ class _Samples:
     finished and ready, and on which instance. Positions here are held rows: sample id - ``base``
     (output.keep_sample_rows retires older rows; the segments carry sample ids)."""
 
-    def __init__(self, flat: dict[str, np.ndarray], tail_threshold: float, base: int = 0):
+    def __init__(self, flat: dict[str, np.ndarray], tail_threshold: float, base: int = 0, *,
+                 many_steps: bool = False):
         self.flat, self.tail_threshold, self.base = flat, tail_threshold, base
         self.consumed = flat["consumed_iteration"]
         self.instance = flat.get("instance", np.full(len(self.consumed), -1))
-        self._by_instance: dict[int, np.ndarray] = {}
+        self._by_instance: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # many_steps: the positions grouped by consuming step once (a stable sort: each step's
+        # positions ascending, as flatnonzero gives them) instead of one scan of every row per step.
+        self._by_step = None
+        if many_steps:
+            order = np.argsort(self.consumed, kind="stable")
+            self._by_step = (order, self.consumed[order])
+
+    def consumed_by(self, k: int) -> np.ndarray:
+        """The positions of the samples step k consumed, ascending."""
+        if self._by_step is None:
+            return np.flatnonzero(self.consumed == k)
+        order, steps = self._by_step
+        return order[np.searchsorted(steps, k, side="left"):np.searchsorted(steps, k, side="right")]
 
     def batch(self, k: int) -> tuple[int, float, float]:
         """(binding sample position, its ready time, the tail_threshold quantile of finish times) of
         step k; (-1, nan, inf) when it consumed nothing."""
-        ids = np.flatnonzero(self.consumed == k)
+        ids = self.consumed_by(k)
         if not len(ids):
             return -1, math.nan, math.inf
         ready = self.flat["ready"][ids]
-        binding = int(ids[np.flatnonzero(ready == ready.max())[0]])
-        finish = np.sort(self.flat["finish"][ids])
-        q = finish[min(len(finish) - 1, math.ceil(self.tail_threshold * len(finish)) - 1)]
-        return binding, float(ready.max()), float(q)
+        latest = ready.max()
+        binding = int(ids[np.flatnonzero(ready == latest)[0]])
+        at = min(len(ids) - 1, math.ceil(self.tail_threshold * len(ids)) - 1)
+        q = np.partition(self.flat["finish"][ids], at)[at]     # the at-th smallest: np.sort(...)[at]
+        return binding, float(latest), float(q)
 
     def held_whole(self, k: int, samples: int, start: float, retired_max_finish: float) -> bool:
         """Whether the held rows hold all that step k's walk reads: the ``samples`` it consumed, and
         every sample finished within it (none retired finished after its ``start``)."""
-        return int(np.sum(self.consumed == k)) == samples and retired_max_finish <= start
+        return len(self.consumed_by(k)) == samples and retired_max_finish <= start
 
     def last_finished(self, instance: int, start: float, end: float) -> int:
         """The sample of ``instance`` finished last within [start, end] (ties: lowest id); -1: none."""
         if instance not in self._by_instance:
-            self._by_instance[instance] = np.flatnonzero(self.instance == instance)
-        ids = self._by_instance[instance]
-        finish = self.flat["finish"][ids]
-        ok = ids[(finish > start) & (finish <= end + _tol(end))]
+            ids = np.flatnonzero(self.instance == instance)
+            self._by_instance[instance] = (ids, self.flat["finish"][ids])
+        ids, finish = self._by_instance[instance]
+        within = (finish > start) & (finish <= end + _tol(end))
+        ok, f = ids[within], finish[within]
         if not len(ok):
             return -1
-        f = self.flat["finish"][ok]
         return int(ok[np.flatnonzero(f == f.max())[0]])
 
 
@@ -203,7 +218,8 @@ def critical_paths(record, timeline: pd.DataFrame) -> list[StepPath]:
     walked = online.paths if online is not None else []
     rows = _Rows(timeline)
     store = record.samples
-    samples = _Samples(store.flat(), float(record.scenario.schedule.tail_threshold), store.base)
+    samples = _Samples(store.flat(), float(record.scenario.schedule.tail_threshold), store.base,
+                       many_steps=len(record.iterations) - len(walked) > 1)
     out = list(walked)
     w0 = online.w0 if online is not None else 0.0
     for it in record.iterations[len(walked):]:

@@ -204,3 +204,25 @@ def test_pipelined_trainer_on_the_path_says_which_stage_held_it():
         # 1F1B: the first micro-batch's forward crosses stage 0, the rest of the chain runs on the
         # last stage (it also holds the LM head and the loss)
         assert 0 < trainer["s_by_part"]["stage 0"] < trainer["s_by_part"]["stage 1"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(consumed=st.lists(st.integers(-1, 5), min_size=1, max_size=60), data=st.data(),
+       tail=st.sampled_from([0.0, 0.3, 0.5, 0.9, 1.0]))
+def test_steps_grouped_once_read_as_a_scan_per_step(consumed, data, tail):
+    """_Samples(many_steps=True) (positions grouped by a stable sort) and the per-step scan give the
+    same positions and the same batch figures (the quantile by np.partition is np.sort's)."""
+    n = len(consumed)
+    finish = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.5, 3.0, 7.0]), min_size=n, max_size=n)))
+    flat = {"consumed_iteration": np.array(consumed), "finish": finish, "ready": finish + 0.5,
+            "instance": np.zeros(n, np.int64)}
+    scan, grouped = cp._Samples(flat, tail), cp._Samples(flat, tail, many_steps=True)
+    for k in range(-1, 7):
+        ids = np.flatnonzero(flat["consumed_iteration"] == k)
+        assert grouped.consumed_by(k).tolist() == ids.tolist() == scan.consumed_by(k).tolist()
+        got = grouped.batch(k)
+        if len(ids):
+            q = np.sort(finish[ids])[min(len(ids) - 1, math.ceil(tail * len(ids)) - 1)]
+            assert got[2] == q and got == scan.batch(k)
+        else:
+            assert got[0] == -1
