@@ -283,8 +283,13 @@ class SampleStore:
         return _reason_counts(f["drop_code"][f["dropped"]], self.reasons)
 
     def _trim(self) -> None:
-        """Give back the spare room the growth left (one column at a time, so the peak stays low)."""
+        """Give back the spare room the growth left: each buffer shrunk in place (ndarray.resize: a
+        realloc, no copy) unless a view of it is alive (resize refuses), then copied, one column at
+        a time, so the peak stays low."""
         held = self.n - self.base
-        for c, buf in self._buf.items():
-            if len(buf) != held:
-                self._buf[c] = buf[:held].copy()
+        for c in list(self._buf):
+            if len(self._buf[c]) != held:
+                try:
+                    self._buf[c].resize(held, refcheck=True)   # no local name for it: refcheck counts them
+                except ValueError:
+                    self._buf[c] = self._buf[c][:held].copy()

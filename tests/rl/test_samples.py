@@ -217,3 +217,17 @@ def test_more_reasons_than_int8_codes_widen_the_code_column() -> None:
     frame = store.to_frame()
     assert frame["drop_reason"].tolist() == ["one_more"] + names[1:]
     assert store.drop_counts() == {"one_more": 1, **{n: 1 for n in names[1:]}}
+
+
+def test_trim_shrinks_in_place_or_copies_when_a_view_is_alive() -> None:
+    """to_frame's trim leaves each column with exactly the held rows and the same values, whether
+    the buffer could shrink in place or a live view (an earlier frame) made it copy."""
+    store = SampleStore()
+    for version in range(5):
+        _add(store, 37, version=version)
+    expected = {c: store.flat()[c].copy() for c in STORED_COLUMNS}
+    view = store.flat()["finish"]          # alive: that column must be copied, not shrunk under it
+    store._trim()
+    assert all(len(store._buf[c]) == store.n for c in STORED_COLUMNS)
+    assert all(store.flat()[c].tolist() == expected[c].tolist() for c in STORED_COLUMNS)
+    assert view.tolist() == expected["finish"].tolist()
