@@ -143,7 +143,11 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     from . import metrics
 
     timeline = rec.timeline.to_frame()
-    samples = rec.samples.to_frame()
+    if keep_samples:
+        samples = rec.samples.to_frame()
+    else:                   # no frame that the result does not hold; the store's spare room given back
+        samples = None
+        rec.samples.trim()
     summary = metrics.summary(rec, timeline, samples)
     if hasattr(costs, "effective_layouts"):
         if rec.failures and rec.failures[-1].get("train_layout_after"):
@@ -164,8 +168,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
             f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
             f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
             "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
-    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples if keep_samples else None,
-                            rec, device_kinds)
+    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds)
 
 
 @dataclass

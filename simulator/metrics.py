@@ -204,18 +204,20 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     return out
 
 
-def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, table: bool = True,
-                   dropped: Mapping[str, int] | None = None) -> dict[str, Any]:
+def sample_figures(samples: pd.DataFrame | Mapping[str, np.ndarray], retired: RetiredSamples, T: float,
+                   table: bool = True, dropped: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The summary's per-sample sums: over the frame's rows and, under output.keep_sample_rows, the
     retired ones (rl/samples.py: all finished within the run; integer token counts, so the sums are
     exact and the figures equal those of the whole table). ``table``: whether the run returns the
     per-sample table (rl/samples.SampleStore.table); only then is ``rows_kept`` said. ``dropped``:
     the frame's dropped rows per reason when known (SampleStore.drop_counts of the store the frame
-    was made from: its codes, not a read of the frame's string column), else counted here."""
+    was made from: its codes, not a read of the frame's string column), else counted here (a frame).
+    ``samples``: the per-sample frame, or the store's columns (SampleStore.flat(), with ``dropped``)."""
     # Column by column, as the frame's own arrays (numpy's sums are pandas' on columns without NaN):
     # a masked copy of the whole per-sample frame would double a long run's peak.
-    col = {c: samples[c].to_numpy() for c in ("consumed_iteration", "staleness", "prompt_len", "response_len",
-                                              "finish", "generated_tokens", "dropped")}
+    col = {c: np.asarray(samples[c]) for c in ("consumed_iteration", "staleness", "prompt_len", "response_len",
+                                               "finish", "generated_tokens", "dropped")}
+    rows = len(col["finish"])
     consumed = col["consumed_iteration"] >= 0
     stale = col["staleness"][consumed]
     generated = col["generated_tokens"]
@@ -226,7 +228,7 @@ def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, tab
            "gen_tokens": float(generated[col["finish"] <= T + 1e-9].sum()),
            "all_gen": float(generated.sum()),
            "stale_max": float(stale.max()) if len(stale) else 0.0,
-           "stale_mean": float(stale.mean()) if len(stale) else 0.0, "generated": len(samples),
+           "stale_mean": float(stale.mean()) if len(stale) else 0.0, "generated": rows,
            "dropped": {str(reason): n for reason, n in dropped.items()}}
     if not retired.count:
         return out
@@ -242,16 +244,18 @@ def sample_figures(samples: pd.DataFrame, retired: RetiredSamples, T: float, tab
             "all_gen": out["all_gen"] + retired.generated_tokens,
             "stale_max": max(retired.staleness_max, float(stale.max()) if len(stale) else -math.inf) if n_stale else 0.0,
             "stale_mean": (held_stale + retired.staleness_sum) / n_stale if n_stale else 0.0,
-            "generated": len(samples) + retired.count, "dropped": dropped,
-            **({"rows_kept": len(samples)} if table else {})}
+            "generated": rows + retired.count, "dropped": dropped,
+            **({"rows_kept": rows} if table else {})}
 
 
-def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame) -> dict:
-    """The `rlsim run --json` object (``timeline``, ``samples``: the record's frames,
-    rec.timeline.to_frame() and rec.samples.to_frame())."""
+def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None = None) -> dict:
+    """The `rlsim run --json` object (``timeline``: rec.timeline.to_frame(); ``samples``:
+    rec.samples.to_frame(), or None: the figures read the store's columns, the same values, without
+    a frame that no output shows)."""
     sc = rec.scenario
     T = rec.makespan_s
-    fig = sample_figures(samples, rec.samples.retired, T, rec.samples.table, rec.samples.drop_counts())
+    held = rec.samples.flat() if samples is None else samples
+    fig = sample_figures(held, rec.samples.retired, T, rec.samples.table, rec.samples.drop_counts())
     n_consumed, trained_tokens, gen_tokens, all_gen = fig["consumed"], fig["trained_tokens"], fig["gen_tokens"], fig["all_gen"]
     gen_flops = rec.gen_flops * (gen_tokens / all_gen if all_gen > 0 else 0.0)
     bubble_fraction, by_cause = bubbles(timeline)

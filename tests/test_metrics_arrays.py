@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,3 +147,26 @@ def test_iterations_frame_is_pandas_records_frame(n, kinds, data, drop_key):
         return
     got = metrics.iterations_frame(SimpleNamespace(iterations=records))
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@pytest.mark.parametrize("kind,keep", [("colocated", None), ("stalesync", None), ("async", 40), ("disaggregated", None)])
+def test_summary_from_the_store_columns_is_the_summary_from_the_frame(kind, keep):
+    """summary(rec, timeline) without the per-sample frame (simulate(keep_samples=False)) reads the
+    store's columns: the same object, byte for byte, as from rec.samples.to_frame()."""
+    import json
+
+    from simulator.rl.fake_costs import FakeCosts
+    from simulator.rl.schedules import run_schedule
+    from simulator.scenario import load_scenario
+
+    from .rl.schedules.test_schedules import lognormal
+
+    w = {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 4, "mini_batch_prompts": 4}
+    data = {"topology": "fake", "workload": w, "schedule": {"kind": kind}, "iterations": 4}
+    if keep is not None:
+        data["output"] = {"keep_sample_rows": keep}
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, switch_s=0.2, instance_max_seqs=8)
+    rec = run_schedule(load_scenario(data), costs, 16, lognormal(100, 0.3, 400), lognormal(400, 1.0, 4000))
+    timeline = rec.timeline.to_frame()
+    without = json.dumps(metrics.summary(rec, timeline), default=float)
+    assert without == json.dumps(metrics.summary(rec, timeline, rec.samples.to_frame()), default=float)

@@ -173,9 +173,10 @@ class SampleStore:
         rows that name one."""
         drop_reason = np.asarray(drop_reason, object)
         named = np.flatnonzero(drop_reason != "")
-        codes = [self._code(r) for r in drop_reason[named].tolist()]
+        values = drop_reason[named].tolist()
+        code = {reason: self._code(reason) for reason in dict.fromkeys(values)}   # in order of appearance
         out = np.zeros(len(drop_reason), np.int8 if len(self.reasons) <= np.iinfo(np.int8).max else np.int32)
-        out[named] = codes
+        out[named] = next(iter(code.values())) if len(code) == 1 else [code[r] for r in values]
         return out
 
     def flat(self) -> dict[str, np.ndarray]:
@@ -250,7 +251,7 @@ class SampleStore:
             buf[:len(done) - k] = buf[k:len(done)]
         self.base += k
         if len(next(iter(self._buf.values()))) > 2 * max(16, len(done) - k):
-            self._trim()      # give back the room of a grown buffer once its rows went
+            self.trim()      # give back the room of a grown buffer once its rows went
 
     def to_frame(self) -> pd.DataFrame:
         """One row per sample. The frame holds the store's own columns, cut to their exact length
@@ -258,7 +259,7 @@ class SampleStore:
         run is over; a later consume() or drop() would show in it."""
         import pandas as pd
 
-        self._trim()
+        self.trim()
         f = self.flat()
         if not self._buf:
             return pd.DataFrame({c: np.zeros(0, _DTYPES.get(c, float)) for c in SAMPLE_COLUMNS}, copy=False)
@@ -282,7 +283,7 @@ class SampleStore:
         f = self.flat()
         return _reason_counts(f["drop_code"][f["dropped"]], self.reasons)
 
-    def _trim(self) -> None:
+    def trim(self) -> None:
         """Give back the spare room the growth left: each buffer shrunk in place (ndarray.resize: a
         realloc, no copy) unless a view of it is alive (resize refuses), then copied, one column at
         a time, so the peak stays low."""

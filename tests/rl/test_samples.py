@@ -227,7 +227,7 @@ def test_trim_shrinks_in_place_or_copies_when_a_view_is_alive() -> None:
         _add(store, 37, version=version)
     expected = {c: store.flat()[c].copy() for c in STORED_COLUMNS}
     view = store.flat()["finish"]          # alive: that column must be copied, not shrunk under it
-    store._trim()
+    store.trim()
     assert all(len(store._buf[c]) == store.n for c in STORED_COLUMNS)
     assert all(store.flat()[c].tolist() == expected[c].tolist() for c in STORED_COLUMNS)
     assert view.tolist() == expected["finish"].tolist()
