@@ -152,6 +152,9 @@ class _Rows:
                        int(self.rank_count[i]), str(self.label[i]), int(self.iteration[i]), sample)
 
 
+_NO_ROWS = np.zeros(0, np.intp)
+
+
 class _Samples:
     """The sample store's columns the walk reads: which samples a step consumed, when each was
     finished and ready, and on which instance. Positions here are held rows: sample id - ``base``
@@ -165,17 +168,19 @@ class _Samples:
         self._by_instance: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # many_steps: the positions grouped by consuming step once (a stable sort: each step's
         # positions ascending, as flatnonzero gives them) instead of one scan of every row per step.
-        self._by_step = None
+        self._by_step: dict[int, np.ndarray] | None = None
         if many_steps:
             order = np.argsort(self.consumed, kind="stable")
-            self._by_step = (order, self.consumed[order])
+            steps = self.consumed[order]
+            cuts = (np.flatnonzero(steps[1:] != steps[:-1]) + 1).tolist()
+            self._by_step = {int(steps[a]): order[a:b]
+                             for a, b in zip([0, *cuts], [*cuts, len(order)], strict=True) if a < b}
 
     def consumed_by(self, k: int) -> np.ndarray:
         """The positions of the samples step k consumed, ascending."""
         if self._by_step is None:
             return np.flatnonzero(self.consumed == k)
-        order, steps = self._by_step
-        return order[np.searchsorted(steps, k, side="left"):np.searchsorted(steps, k, side="right")]
+        return self._by_step.get(k, _NO_ROWS)
 
     def batch(self, k: int) -> tuple[int, float, float]:
         """(binding sample position, its ready time, the tail_threshold quantile of finish times) of
