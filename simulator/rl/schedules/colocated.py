@@ -65,8 +65,9 @@ class ColocatedRun:
         if not self.split_allowed and len(ctx.draws.sub_rounds(k)) > 1:
             yield from self._dynamic_sampling_step(k, t0)
         else:
-            plans = ctx.gen.plan_many([SeqBatch.concat(self.carries[i], ctx.draws.share(k, i, self.n_inst))
-                                       for i in range(self.n_inst)], t0, self.version, self._instances(ranks))
+            plans = ctx.gen.plan_many([SeqBatch.concat(carry, ctx.draws.share(k, i, self.n_inst))
+                                       for i, carry in enumerate(self.carries)], t0, self.version,
+                                      self._instances(ranks))
             gen_end = t0 + max(p.end_s for p in plans)
             t_split = math.inf
             if self.split_allowed:
@@ -102,7 +103,7 @@ class ColocatedRun:
         start, ends = t0, np.full(self.n_inst, t0)
         for j, part in enumerate(ctx.draws.sub_rounds(k)):
             first_row = ctx.store.n
-            batches = [ctx.draws.deal(part, i, self.n_inst) for i in range(self.n_inst)]
+            batches = ctx.draws.deal_all(part, self.n_inst)
             if j == 0:
                 batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, batches, strict=True)]
             results = ctx.gen.commit_many(ctx.gen.plan_many(batches, start, self.version, self._instances(ranks)))
