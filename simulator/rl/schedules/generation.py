@@ -84,14 +84,19 @@ class Generation:
             return (plan.t0, SeqBatch.empty(), 0.0), None
         totals.gen_flops += plan.flops
         end, aborted = self._overprovision_cut(plan)
-        interrupted = np.zeros(len(seqs), bool)
+        cut = aborted          # None: no sequence cut (none aborted, none interrupted)
         if stop_s is not None and stop_s < end:
             end = stop_s
-            interrupted = (plan.finish > end) & ~aborted
-        cut = aborted | interrupted
-        self._account_slots(np.minimum(plan.finish, end), end)
+            cut = plan.finish > end if aborted is None else (plan.finish > end) | aborted
+            self._account_slots(np.minimum(plan.finish, end), end)
+        else:                  # every finish is at or before the end: min(finish, end) is finish
+            self._account_slots(plan.finish if aborted is None else np.minimum(plan.finish, end), end)
         gen_tokens = self._tokens_by(plan, cut, end)
-        finished = ((plan.seg >= plan.remaining) & ~cut) | aborted
+        finished = plan.seg >= plan.remaining
+        if cut is not None:
+            finished = (finished & ~cut) | aborted if aborted is not None else finished & ~cut
+        if aborted is None:
+            aborted = np.zeros(len(seqs), bool)
         ids = np.flatnonzero(finished)
         keep = np.flatnonzero(~finished)
         carry = seqs.take(keep)
@@ -101,22 +106,25 @@ class Generation:
         rows = (plan, ids, aborted, gen_tokens, end) if len(ids) else None
         return (plan.t0 + end, carry, float(gen_tokens.sum())), rows
 
-    def _overprovision_cut(self, plan: GenPlan) -> tuple[float, np.ndarray]:
-        """Over-provisioning keeps the fastest 1/(1+x) of the instance's sequences and aborts the rest."""
+    def _overprovision_cut(self, plan: GenPlan) -> tuple[float, np.ndarray | None]:
+        """Over-provisioning keeps the fastest 1/(1+x) of the instance's sequences and aborts the rest
+        (the aborted mask; None when it aborts none)."""
         end = float(plan.finish.max())
-        aborted = np.zeros(len(plan.seqs), bool)
+        aborted = None
         if self.sched.overprovision > 0:
             target = math.ceil(len(plan.seqs) / (1 + self.sched.overprovision))
+            aborted = np.zeros(len(plan.seqs), bool)
             if target < len(plan.seqs):
                 end = float(np.sort(plan.finish, kind="stable")[target - 1])
                 aborted = plan.finish > end
         return end, aborted
 
     @staticmethod
-    def _tokens_by(plan: GenPlan, cut: np.ndarray, end: float) -> np.ndarray:
+    def _tokens_by(plan: GenPlan, cut: np.ndarray | None, end: float) -> np.ndarray:
         """Tokens each sequence generated this segment: all of it, or for a cut one its progress at
-        ``end`` - the engine's own interrupt when the plan kept its run, else linear in time."""
-        if not cut.any():
+        ``end`` - the engine's own interrupt when the plan kept its run, else linear in time.
+        ``cut``: the cut mask, None when none is cut."""
+        if cut is None or not cut.any():
             return plan.seg.astype(float)
         if plan.progress_at is not None:
             return np.where(cut, np.minimum(plan.progress_at(end), plan.seg), plan.seg)
@@ -171,9 +179,22 @@ class Generation:
             return
         slots = self.ctx.totals.rollout
         cap = max(1, int(self.costs.instance_max_seqs))
+        n = len(finish)
         edges = np.concatenate([[0.0], np.sort(finish), [end]])
         duration = np.diff(edges)                              # interval j: after j finishes
-        running = np.minimum(len(finish) - np.arange(len(finish) + 1), cap)
+        running = np.minimum(np.arange(n, -1, -1), cap)        # min(n - j, cap): non-increasing in j
         slots["instance_s"] += end
         slots["slot_s"] += float(np.dot(duration, running)) / cap
-        slots["low_batch_s"] += float(duration[running < self.sched.low_batch_share * cap].sum())
+        slots["low_batch_s"] += float(duration[_first_below(n, cap, self.sched.low_batch_share * cap):].sum())
+
+
+def _first_below(n: int, cap: int, threshold: float) -> int:
+    """The first interval j (0..n; n + 1 when none) whose occupancy min(n - j, cap) is below
+    ``threshold``: the occupancy never rises with j, so the low-batch intervals are j and on.
+    Compared as the element-wise test would (an int against a float, exactly)."""
+    j = max(0, min(n + 1, math.floor(n - threshold) + 1 if threshold <= cap else 0))
+    while j > 0 and min(n - (j - 1), cap) < threshold:
+        j -= 1
+    while j <= n and not min(n - j, cap) < threshold:
+        j += 1
+    return j
