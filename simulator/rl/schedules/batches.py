@@ -44,6 +44,9 @@ class SeqBatch:
 
     @staticmethod
     def concat(a: SeqBatch, b: SeqBatch) -> SeqBatch:
+        """a then b. Nothing before b with b's dtypes is b itself (fields are never written in place)."""
+        if not len(a) and [x.dtype for x in a.fields()] == [y.dtype for y in b.fields()]:
+            return b
         return SeqBatch(*(np.concatenate(pair) for pair in zip(a.fields(), b.fields(), strict=True)))
 
     @staticmethod

@@ -265,5 +265,10 @@ _SEQ_DTYPES = tuple(column.dtype for column in SeqBatch.empty().fields())
 def _joinable(plans: list[GenPlan]) -> bool:
     """Plans whose arrays join without a dtype change (sequences as SeqBatch.empty()'s, float
     finish times): their joined rows, carries and store columns are those of one plan at a time."""
-    return all(plan.finish.dtype == np.float64 and tuple(c.dtype for c in plan.seqs.fields()) == _SEQ_DTYPES
-               for plan in plans)
+    for plan in plans:
+        seqs = plan.seqs
+        if plan.finish.dtype != np.float64 or (seqs.round.dtype, seqs.group.dtype, seqs.prompt_len.dtype,
+                                               seqs.target_len.dtype, seqs.done_len.dtype, seqs.first_version.dtype,
+                                               seqs.drop_reason.dtype) != _SEQ_DTYPES:
+            return False
+    return True

@@ -64,3 +64,11 @@ def test_shares_are_held_only_with_their_rounds():
         d.share(q, 0, 3)
         assert {r for r, _ in d._shares} <= set(d._draws)
     assert _same(d.share(0, 1, 3), d.deal_all(d.draw(0), 3)[1])    # re-drawn round: the same share
+
+
+def test_concat_after_nothing_is_the_batch_and_keeps_promotions():
+    b = _batch(6, 1)
+    assert SeqBatch.concat(SeqBatch.empty(), b) is b
+    narrow = SeqBatch(*(f.astype(np.int32) if f.dtype != object else f for f in b.fields()))
+    joined = SeqBatch.concat(SeqBatch.empty(), narrow)      # as np.concatenate would: promoted to int64
+    assert joined is not narrow and joined.group.dtype == np.int64 and _same(joined, SeqBatch.concat(b, b.take([])))
