@@ -286,16 +286,16 @@ def split_time(ctx: Context, k: int, plans: list[GenPlan], pool: int) -> tuple[f
     live = [p for p in plans if len(p.seqs)]
     if ctx.sched.overprovision > 0 or not live:
         return math.inf, 0
-    ok = np.concatenate([(p.seg >= p.remaining) & (p.seqs.drop_reason == "") for p in live])
-    fin = np.concatenate([p.t0 + p.finish for p in live])
-    times = np.sort(fin[ok])
+    joined = RoundArrays(live)
+    fin = joined.finish
+    times = np.sort(fin[(joined.seg >= joined.remaining) & (joined.drop_reason == "")])
     if len(times) < need:
         return math.inf, 0
     # completions at the split are committed at stop_s; the reward latency is added on top later
     t_need = float(times[need - 1]) + TIME_TOL_S
     cand = np.unique(np.concatenate([[t_need], fin[fin > t_need] + TIME_TOL_S]))
     max_tail = max(1, math.floor(ctx.sched.consolidate_share * (pool // ctx.costs.instance_devices)))
-    tail = TailIndex(plans)
+    tail = TailIndex(plans, joined)
     lo, hi, n_train = 0, len(cand), 0
     while lo < hi:     # free training devices never decrease as sequences finish: bisect
         mid = (lo + hi) // 2
@@ -308,20 +308,35 @@ def split_time(ctx: Context, k: int, plans: list[GenPlan], pool: int) -> tuple[f
     return (float(cand[lo]), n_train) if lo < len(cand) else (math.inf, 0)
 
 
+class RoundArrays:
+    """The non-empty plans' per-sequence arrays joined end to end (plan order): segment and
+    remaining tokens, absolute finish times (each plan's t0 + finish), drop reasons, and the KV
+    tokens of each full context (prompt + response)."""
+
+    def __init__(self, live: list[GenPlan]) -> None:
+        sizes = [len(p.seqs) for p in live]
+        self.seg = np.concatenate([p.seg for p in live])
+        self.remaining = np.concatenate([p.remaining for p in live])
+        self.finish = np.repeat([p.t0 for p in live], sizes) + np.concatenate([p.finish for p in live])
+        self.drop_reason = np.concatenate([p.seqs.drop_reason for p in live])
+        self.kv = (np.concatenate([p.seqs.prompt_len for p in live])
+                   + np.concatenate([p.seqs.target_len for p in live])).astype(np.int64)
+
+
 class TailIndex:
     """The plans' sequences ordered by finish time, so that the sequences still running at any time
     (their count and KV tokens) are a binary search and a suffix sum away; a sequence cut by the
-    length budget runs on at every time. Token counts are integers: exact in any order."""
+    length budget runs on at every time. Token counts are integers: exact in any order.
+    ``joined``: the live plans' RoundArrays when the caller has them."""
 
-    def __init__(self, plans: list[GenPlan]) -> None:
+    def __init__(self, plans: list[GenPlan], joined: RoundArrays | None = None) -> None:
         live = [p for p in plans if len(p.seqs)]
         if not live:
             self.n_always, self.kv_always = 0, 0
             self.finish, self.kv_after = np.zeros(0), np.zeros(1, np.int64)
             return
-        always = np.concatenate([p.seg < p.remaining for p in live])
-        fin = np.concatenate([p.t0 + p.finish for p in live])
-        kv = np.concatenate([p.seqs.prompt_len + p.seqs.target_len for p in live]).astype(np.int64)
+        joined = joined or RoundArrays(live)
+        always, fin, kv = joined.seg < joined.remaining, joined.finish, joined.kv
         self.n_always, self.kv_always = int(always.sum()), int(kv[always].sum())
         order = np.argsort(fin[~always])   # ties in any order: the sums are of integers
         self.finish = fin[~always][order]
