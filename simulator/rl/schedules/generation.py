@@ -102,11 +102,10 @@ class Generation:
         if any(part.dtype != whole.dtype for part in parts):
             return None
         gen_tokens = whole if cut is None else np.concatenate(parts)
-        slots = self._slot_intervals(held, bounds, ends)
         sums = []
-        for plan, end, part, intervals in zip(plans, ends, parts, slots, strict=True):
+        for plan, (a, b), end, part in zip(plans, spans, ends, parts, strict=True):
             totals.gen_flops += plan.flops
-            self._add_slots(*intervals, end)
+            self._account_slots(held[a:b], end)
             sums.append(float(part.sum()))
             totals.generated_tokens += sums[-1]
         finished = seg >= np.concatenate([plan.remaining for plan in plans])
@@ -237,39 +236,14 @@ class Generation:
         the occupancy falls once the queue drains - the long tail runs at low batch."""
         if end <= 0 or not len(finish):
             return
-        cap = max(1, int(self.costs.instance_max_seqs))
-        n = len(finish)
-        duration = np.diff(np.concatenate([[0.0], np.sort(finish), [end]]))   # interval j: after j finishes
-        self._add_slots(duration, np.minimum(np.arange(n, -1, -1), cap), end)
-
-    def _slot_intervals(self, finish: np.ndarray, bounds: list[int], ends: list[float]) -> list[tuple]:
-        """(interval durations, occupancy) of each plan's _account_slots, plan i's finish times
-        being finish[bounds[i]:bounds[i + 1]] (none empty): one sort, one diff and one occupancy
-        ramp for all, each plan's arrays slices of them (the same floats as its own)."""
-        n_plans = len(ends)
-        sizes = np.diff(bounds)
-        plan_of = np.repeat(np.arange(n_plans), sizes)
-        # plan i's block [0, its finishes ascending, its end] starts at bounds[i] + 2 i
-        starts = np.asarray(bounds[:-1]) + 2 * np.arange(n_plans)
-        edges = np.empty(len(finish) + 2 * n_plans)
-        edges[starts] = 0.0
-        edges[starts + sizes + 1] = ends
-        edges[np.arange(len(finish)) + 2 * plan_of + 1] = finish[np.lexsort((finish, plan_of))]
-        duration = np.diff(edges)
-        top = int(sizes.max())
-        ramp = np.minimum(np.arange(top, -1, -1), max(1, int(self.costs.instance_max_seqs)))
-        return [(duration[a:a + n + 1], ramp[top - n:]) if end > 0 else (None, None)
-                for a, n, end in zip(starts.tolist(), sizes.tolist(), ends, strict=True)]
-
-    def _add_slots(self, duration: np.ndarray | None, running: np.ndarray | None, end: float) -> None:
-        """One instance's slot totals from its interval durations and occupancy (None: nothing to add)."""
-        if duration is None:
-            return
         slots = self.ctx.totals.rollout
         cap = max(1, int(self.costs.instance_max_seqs))
+        n = len(finish)
+        edges = np.concatenate([[0.0], np.sort(finish), [end]])
+        duration = np.diff(edges)                              # interval j: after j finishes
+        running = np.minimum(np.arange(n, -1, -1), cap)        # min(n - j, cap): non-increasing in j
         slots["instance_s"] += end
         slots["slot_s"] += float(np.dot(duration, running)) / cap
-        n = len(duration) - 1
         slots["low_batch_s"] += float(duration[_first_below(n, cap, self.sched.low_batch_share * cap):].sum())
 
 
