@@ -33,23 +33,41 @@ class SeqBatch:
         z = np.zeros(0, int)
         return SeqBatch(z, z, z, z, z, z, np.zeros(0, object))
 
+    def fields(self) -> tuple[np.ndarray, ...]:
+        """The field arrays in declaration order (SeqBatch(*fields()) is the same batch)."""
+        return (self.round, self.group, self.prompt_len, self.target_len, self.done_len, self.first_version,
+                self.drop_reason)
+
     def take(self, idx: np.ndarray) -> SeqBatch:
-        return SeqBatch(*(getattr(self, name)[idx] for name in self.__dataclass_fields__))
+        return SeqBatch(self.round[idx], self.group[idx], self.prompt_len[idx], self.target_len[idx],
+                        self.done_len[idx], self.first_version[idx], self.drop_reason[idx])
 
     @staticmethod
     def concat(a: SeqBatch, b: SeqBatch) -> SeqBatch:
-        return SeqBatch(*(np.concatenate([getattr(a, name), getattr(b, name)]) for name in a.__dataclass_fields__))
+        """a then b. Nothing before b with b's dtypes is b itself (fields are never written in place)."""
+        if not len(a) and [x.dtype for x in a.fields()] == [y.dtype for y in b.fields()]:
+            return b
+        return SeqBatch(*(np.concatenate(pair) for pair in zip(a.fields(), b.fields(), strict=True)))
 
     @staticmethod
     def merge(batches: list[SeqBatch]) -> SeqBatch:
         """The batches end to end (one concatenation per field; dtypes as concat from empty() on)."""
-        parts = [SeqBatch.empty(), *batches]
-        return SeqBatch(*(np.concatenate([getattr(b, name) for b in parts]) for name in SeqBatch.__dataclass_fields__))
+        columns = zip(*(b.fields() for b in [SeqBatch.empty(), *batches]), strict=True)
+        return SeqBatch(*(np.concatenate(column) for column in columns))
 
     def deal(self, n_parts: int) -> list[SeqBatch]:
         """Round-robin into ``n_parts``, one sequence at a time (carried / resumed sequences: each has
         its own tokens, nothing to share)."""
-        return [self.take(np.arange(i, len(self), n_parts)) for i in range(n_parts)]
+        return self.split_by(np.arange(len(self)) % n_parts, n_parts) if n_parts > 0 else []
+
+    def split_by(self, part: np.ndarray, n_parts: int) -> list[SeqBatch]:
+        """Part j holds the sequences with ``part == j`` (0 <= part < n_parts), in their order: the
+        rows reordered once, each part a slice of them (views: SeqBatch fields are never written in
+        place)."""
+        order = np.argsort(part, kind="stable")
+        whole = self.take(order).fields()
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=n_parts))]).tolist()
+        return [SeqBatch(*(column[a:b] for column in whole)) for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
 
     def __len__(self) -> int:
         return len(self.group)
@@ -100,6 +118,7 @@ class RoundDraws:
         self.prompt_sampler, self.response_sampler = prompt_sampler, response_sampler
         self._draws: dict[int, SeqBatch] = {}      # held rounds, least recently asked first
         self._states: list[dict] = []              # generator state before round q's first draw
+        self._shares: dict[tuple[int, int], list[SeqBatch]] = {}   # (held round, instances): its shares
 
     def draw(self, round_: int) -> SeqBatch:
         for q in range(len(self._states), round_ + 1):
@@ -118,6 +137,8 @@ class RoundDraws:
         self._draws[round_] = batch
         while len(self._draws) > KEEP_ROUNDS:
             del self._draws[next(iter(self._draws))]
+        for key in [key for key in self._shares if key[0] not in self._draws]:
+            del self._shares[key]
 
     def sub_rounds(self, round_: int) -> list[SeqBatch]:
         """The round's dynamic-sampling sub-rounds in generation order (one part without dynamic
@@ -135,13 +156,21 @@ class RoundDraws:
         """Instance ``instance``'s share of a round under ``workload.inference.dispatch`` (the same in
         every schedule): ``per-prompt`` deals whole prompts round-robin (prompt j of the round, in
         draw order, to instance j mod n), ``per-sample`` deals every sequence round-robin."""
-        return self.deal(self.draw(round_), instance, n_instances)
+        batch = self.draw(round_)     # held now, with the shares dealt from it (the same sequences)
+        shares = self._shares.get((round_, n_instances))
+        if shares is None:
+            shares = self._shares[round_, n_instances] = self.deal_all(batch, n_instances)
+        return shares[instance]
 
     def deal(self, batch: SeqBatch, instance: int, n_instances: int) -> SeqBatch:
         """Instance ``instance``'s part of ``batch`` under the dispatch policy (see share)."""
+        return self.deal_all(batch, n_instances)[instance]
+
+    def deal_all(self, batch: SeqBatch, n_instances: int) -> list[SeqBatch]:
+        """Every instance's part of ``batch`` under the dispatch policy (see share), in instance order."""
         if self.workload.inference.dispatch == "per-sample":
-            return batch.take(np.arange(instance, len(batch), n_instances))
-        return batch.take(np.flatnonzero(prompt_index(batch.group) % n_instances == instance))
+            return batch.deal(n_instances)
+        return batch.split_by(prompt_index(batch.group) % n_instances, n_instances)
 
     def _sample_groups(self, rng: np.random.Generator, round_: int, n_prompts: int,
                        group0: int) -> tuple[np.ndarray, ...]:

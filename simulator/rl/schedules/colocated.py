@@ -65,16 +65,13 @@ class ColocatedRun:
         if not self.split_allowed and len(ctx.draws.sub_rounds(k)) > 1:
             yield from self._dynamic_sampling_step(k, t0)
         else:
-            plans = ctx.gen.plan_many([SeqBatch.concat(self.carries[i], ctx.draws.share(k, i, self.n_inst))
-                                       for i in range(self.n_inst)], t0, self.version, self._instances(ranks))
+            plans = ctx.gen.plan_many([SeqBatch.concat(carry, ctx.draws.share(k, i, self.n_inst))
+                                       for i, carry in enumerate(self.carries)], t0, self.version,
+                                      self._instances(ranks))
             gen_end = t0 + max(p.end_s for p in plans)
-            t_split = math.inf
-            if self.split_allowed:
-                t_split = split_time(ctx, k, plans, self.n_actor)
-                if not math.isinf(t_split) and train_devices(ctx, plans, t_split, self.n_actor) <= 0:
-                    t_split = math.inf
+            t_split, n_train = split_time(ctx, k, plans, self.n_actor) if self.split_allowed else (math.inf, 0)
             if t_split < gen_end - TIME_TOL_S:
-                yield from self._stalesync_step(k, plans, t_split)
+                yield from self._stalesync_step(k, plans, t_split, n_train)
             else:
                 yield from self._sync_step(k, plans, t0)
         if self.aux:
@@ -102,7 +99,7 @@ class ColocatedRun:
         start, ends = t0, np.full(self.n_inst, t0)
         for j, part in enumerate(ctx.draws.sub_rounds(k)):
             first_row = ctx.store.n
-            batches = [ctx.draws.deal(part, i, self.n_inst) for i in range(self.n_inst)]
+            batches = ctx.draws.deal_all(part, self.n_inst)
             if j == 0:
                 batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, batches, strict=True)]
             results = ctx.gen.commit_many(ctx.gen.plan_many(batches, start, self.version, self._instances(ranks)))
@@ -132,13 +129,13 @@ class ColocatedRun:
             t = end
         return t
 
-    def _stalesync_step(self, k: int, plans: list[GenPlan], t_split: float):
-        """Cut the round at t_split: the tail moves onto the fewest instances, the rest train."""
+    def _stalesync_step(self, k: int, plans: list[GenPlan], t_split: float, n_train: int):
+        """Cut the round at t_split: the tail moves onto the fewest instances, the other ``n_train``
+        devices (train_devices at t_split) train."""
         ctx, env, d = self.ctx, self.env, self.d
         t0 = plans[0].t0
         results = ctx.gen.commit_many(plans, stop_s=t_split - t0)
         tail = SeqBatch.merge([r[1] for r in results])
-        n_train = train_devices(ctx, plans, t_split, self.n_actor)
         ends = np.array([r[0] for r in results])
         self._record_round(self.actor, ends, t0, t_split, k)
         ctx.add_stage_time("generate", t_split - t0)
@@ -277,52 +274,69 @@ def run(ctx: Context) -> float:
     return ColocatedRun(ctx).run()
 
 
-def split_time(ctx: Context, k: int, plans: list[GenPlan], pool: int) -> float:
-    """When the tail consolidates: the earliest time at which (a) B eligible samples exist (leftovers
-    from earlier rounds plus this round's completions, at least a share f from this round) and (b)
-    the still-running sequences fit on at most ``consolidate_share`` of the instances and free at
-    least one whole training group. Before (b) the instances are still needed (a KV- and batch-bound
-    rollout keeps them full until the queue drains); (b)'s share keeps the trainers a large enough
-    pool that training a whole batch on them does not outlast the tail by far."""
+def split_time(ctx: Context, k: int, plans: list[GenPlan], pool: int) -> tuple[float, int]:
+    """When the tail consolidates, and train_devices then: the earliest time at which (a) B eligible
+    samples exist (leftovers from earlier rounds plus this round's completions, at least a share f
+    from this round) and (b) the still-running sequences fit on at most ``consolidate_share`` of the
+    instances and free at least one whole training group. Before (b) the instances are still needed
+    (a KV- and batch-bound rollout keeps them full until the queue drains); (b)'s share keeps the
+    trainers a large enough pool that training a whole batch on them does not outlast the tail by
+    far. (inf, 0) when there is no such time."""
     need = max(ceil_count(ctx.threshold * ctx.batch_samples), ctx.trainer.min_batch - ctx.trainer.eligible_leftover(k))
     live = [p for p in plans if len(p.seqs)]
     if ctx.sched.overprovision > 0 or not live:
-        return math.inf
-    ok = np.concatenate([(p.seg >= p.remaining) & (p.seqs.drop_reason == "") for p in live])
-    fin = np.concatenate([p.t0 + p.finish for p in live])
-    times = np.sort(fin[ok])
+        return math.inf, 0
+    joined = RoundArrays(live)
+    fin = joined.finish
+    times = np.sort(fin[(joined.seg >= joined.remaining) & (joined.drop_reason == "")])
     if len(times) < need:
-        return math.inf
+        return math.inf, 0
     # completions at the split are committed at stop_s; the reward latency is added on top later
     t_need = float(times[need - 1]) + TIME_TOL_S
     cand = np.unique(np.concatenate([[t_need], fin[fin > t_need] + TIME_TOL_S]))
     max_tail = max(1, math.floor(ctx.sched.consolidate_share * (pool // ctx.costs.instance_devices)))
-    tail = TailIndex(plans)
-    lo, hi = 0, len(cand)
+    tail = TailIndex(plans, joined)
+    lo, hi, n_train = 0, len(cand), 0
     while lo < hi:     # free training devices never decrease as sequences finish: bisect
         mid = (lo + hi) // 2
-        t = float(cand[mid])
-        if tail_instances(ctx, plans, t, tail) <= max_tail and train_devices(ctx, plans, t, pool, tail) > 0:
-            hi = mid
+        n_tail = tail_instances(ctx, plans, float(cand[mid]), tail)
+        free = _train_devices_beside(ctx, n_tail, pool) if n_tail <= max_tail else 0
+        if free > 0:
+            hi, n_train = mid, free
         else:
             lo = mid + 1
-    return float(cand[lo]) if lo < len(cand) else math.inf
+    return (float(cand[lo]), n_train) if lo < len(cand) else (math.inf, 0)
+
+
+class RoundArrays:
+    """The non-empty plans' per-sequence arrays joined end to end (plan order): segment and
+    remaining tokens, absolute finish times (each plan's t0 + finish), drop reasons, and the KV
+    tokens of each full context (prompt + response)."""
+
+    def __init__(self, live: list[GenPlan]) -> None:
+        sizes = [len(p.seqs) for p in live]
+        self.seg = np.concatenate([p.seg for p in live])
+        self.remaining = np.concatenate([p.remaining for p in live])
+        self.finish = np.repeat([p.t0 for p in live], sizes) + np.concatenate([p.finish for p in live])
+        self.drop_reason = np.concatenate([p.seqs.drop_reason for p in live])
+        self.kv = (np.concatenate([p.seqs.prompt_len for p in live])
+                   + np.concatenate([p.seqs.target_len for p in live])).astype(np.int64)
 
 
 class TailIndex:
     """The plans' sequences ordered by finish time, so that the sequences still running at any time
     (their count and KV tokens) are a binary search and a suffix sum away; a sequence cut by the
-    length budget runs on at every time. Token counts are integers: exact in any order."""
+    length budget runs on at every time. Token counts are integers: exact in any order.
+    ``joined``: the live plans' RoundArrays when the caller has them."""
 
-    def __init__(self, plans: list[GenPlan]) -> None:
+    def __init__(self, plans: list[GenPlan], joined: RoundArrays | None = None) -> None:
         live = [p for p in plans if len(p.seqs)]
         if not live:
             self.n_always, self.kv_always = 0, 0
             self.finish, self.kv_after = np.zeros(0), np.zeros(1, np.int64)
             return
-        always = np.concatenate([p.seg < p.remaining for p in live])
-        fin = np.concatenate([p.t0 + p.finish for p in live])
-        kv = np.concatenate([p.seqs.prompt_len + p.seqs.target_len for p in live]).astype(np.int64)
+        joined = joined or RoundArrays(live)
+        always, fin, kv = joined.seg < joined.remaining, joined.finish, joined.kv
         self.n_always, self.kv_always = int(always.sum()), int(kv[always].sum())
         order = np.argsort(fin[~always])   # ties in any order: the sums are of integers
         self.finish = fin[~always][order]
@@ -360,7 +374,12 @@ def train_devices(ctx: Context, plans: list[GenPlan], t_split: float, pool_devic
                   tail: TailIndex | None = None) -> int:
     """Devices left for training once the tail sits on the fewest instances that hold it,
     rounded down to whole training replicas (and whole EP groups)."""
-    free = pool_devices - max(1, tail_instances(ctx, plans, t_split, tail)) * ctx.costs.instance_devices
+    return _train_devices_beside(ctx, tail_instances(ctx, plans, t_split, tail), pool_devices)
+
+
+def _train_devices_beside(ctx: Context, n_tail_instances: int, pool_devices: int) -> int:
+    """train_devices when the tail needs ``n_tail_instances`` instances (at least one is kept)."""
+    free = pool_devices - max(1, n_tail_instances) * ctx.costs.instance_devices
     return ctx.costs.train_devices_at_most(free)
 
 

@@ -67,6 +67,12 @@ class Generation:
     def commit_many(self, plans: list[GenPlan], stop_s: float | None = None) -> list[tuple[float, SeqBatch, float]]:
         """commit(plan, stop_s) of each plan in order, their finished samples stored in one write
         (rows in plan order, as the commits one by one leave them)."""
+        live = [plan for plan in plans if len(plan.seqs)]
+        joined = self._commit_joined(live, stop_s) if len(live) > 1 and self.sched.overprovision <= 0 \
+            and _joinable(live) else None
+        if joined is not None:
+            by_plan = iter(joined)
+            return [next(by_plan) if len(plan.seqs) else (plan.t0, SeqBatch.empty(), 0.0) for plan in plans]
         results, stored = [], []
         for plan in plans:
             result, rows = self._commit_one(plan, stop_s)
@@ -76,6 +82,50 @@ class Generation:
         self._store_finished(stored)
         return results
 
+    def _commit_joined(self, plans: list[GenPlan], stop_s: float | None) -> list[tuple[float, SeqBatch, float]] | None:
+        """commit_many of several non-empty plans (no over-provisioning, _joinable): the element-wise
+        work on their arrays joined end to end, the per-plan sums and totals in plan order (each on
+        its plan's own slice: the floats of _commit_one). None, having changed nothing, when a cut
+        plan's tokens are not floats (joined, their dtype would change)."""
+        totals = self.ctx.totals
+        bounds = np.cumsum([0] + [len(plan.seqs) for plan in plans]).tolist()
+        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        finish = np.concatenate([plan.finish for plan in plans])
+        maxima = np.maximum.reduceat(finish, bounds[:-1]).tolist()
+        ends = [stop_s if stop_s is not None and stop_s < top else top for top in maxima]
+        cut = finish > stop_s if any(end < top for end, top in zip(ends, maxima, strict=True)) else None
+        held = finish if cut is None else np.minimum(finish, stop_s)     # min(finish, end) of every plan
+        seg = np.concatenate([plan.seg for plan in plans])
+        whole = seg.astype(float)
+        parts = [whole[a:b] if end >= top else self._tokens_by(plan, cut[a:b], end)
+                 for plan, (a, b), end, top in zip(plans, spans, ends, maxima, strict=True)]
+        if any(part.dtype != whole.dtype for part in parts):
+            return None
+        gen_tokens = whole if cut is None else np.concatenate(parts)
+        sums = []
+        for plan, (a, b), end, part in zip(plans, spans, ends, parts, strict=True):
+            totals.gen_flops += plan.flops
+            self._account_slots(held[a:b], end)
+            sums.append(float(part.sum()))
+            totals.generated_tokens += sums[-1]
+        finished = seg >= np.concatenate([plan.remaining for plan in plans])
+        if cut is not None:
+            finished &= ~cut
+        seqs = SeqBatch.merge([plan.seqs for plan in plans])
+        rows, keep = np.flatnonzero(finished), np.flatnonzero(~finished)
+        carried = seqs.take(keep)
+        versions = np.repeat(np.array([plan.version for plan in plans], carried.first_version.dtype), np.diff(bounds))
+        carried.first_version = np.where(carried.done_len > 0, carried.first_version, versions[keep])
+        carried.done_len = carried.done_len + gen_tokens[keep].astype(int)
+        kept_at = np.searchsorted(keep, bounds).tolist()
+        columns = carried.fields()
+        carries = [SeqBatch(*(column[a:b] for column in columns)) for a, b in zip(kept_at[:-1], kept_at[1:], strict=True)]
+        counts = np.diff(np.searchsorted(rows, bounds)).tolist()
+        stored = [(plan, count, end) for plan, count, end in zip(plans, counts, ends, strict=True) if count]
+        if stored:
+            self._store_rows(seqs, rows, None, gen_tokens[rows], finish[rows], stored)
+        return [(plan.t0 + end, carry, total) for plan, end, carry, total in zip(plans, ends, carries, sums, strict=True)]
+
     def _commit_one(self, plan: GenPlan, stop_s: float | None) -> tuple[tuple[float, SeqBatch, float], tuple | None]:
         """commit() of one plan but for the store: its result, and the rows to store (plan,
         finished ids, aborted, tokens generated, end) or None."""
@@ -84,14 +134,19 @@ class Generation:
             return (plan.t0, SeqBatch.empty(), 0.0), None
         totals.gen_flops += plan.flops
         end, aborted = self._overprovision_cut(plan)
-        interrupted = np.zeros(len(seqs), bool)
+        cut = aborted          # None: no sequence cut (none aborted, none interrupted)
         if stop_s is not None and stop_s < end:
             end = stop_s
-            interrupted = (plan.finish > end) & ~aborted
-        cut = aborted | interrupted
-        self._account_slots(np.minimum(plan.finish, end), end)
+            cut = plan.finish > end if aborted is None else (plan.finish > end) | aborted
+            self._account_slots(np.minimum(plan.finish, end), end)
+        else:                  # every finish is at or before the end: min(finish, end) is finish
+            self._account_slots(plan.finish if aborted is None else np.minimum(plan.finish, end), end)
         gen_tokens = self._tokens_by(plan, cut, end)
-        finished = ((plan.seg >= plan.remaining) & ~cut) | aborted
+        finished = plan.seg >= plan.remaining
+        if cut is not None:
+            finished = (finished & ~cut) | aborted if aborted is not None else finished & ~cut
+        if aborted is None:
+            aborted = np.zeros(len(seqs), bool)
         ids = np.flatnonzero(finished)
         keep = np.flatnonzero(~finished)
         carry = seqs.take(keep)
@@ -101,22 +156,25 @@ class Generation:
         rows = (plan, ids, aborted, gen_tokens, end) if len(ids) else None
         return (plan.t0 + end, carry, float(gen_tokens.sum())), rows
 
-    def _overprovision_cut(self, plan: GenPlan) -> tuple[float, np.ndarray]:
-        """Over-provisioning keeps the fastest 1/(1+x) of the instance's sequences and aborts the rest."""
+    def _overprovision_cut(self, plan: GenPlan) -> tuple[float, np.ndarray | None]:
+        """Over-provisioning keeps the fastest 1/(1+x) of the instance's sequences and aborts the rest
+        (the aborted mask; None when it aborts none)."""
         end = float(plan.finish.max())
-        aborted = np.zeros(len(plan.seqs), bool)
+        aborted = None
         if self.sched.overprovision > 0:
             target = math.ceil(len(plan.seqs) / (1 + self.sched.overprovision))
+            aborted = np.zeros(len(plan.seqs), bool)
             if target < len(plan.seqs):
                 end = float(np.sort(plan.finish, kind="stable")[target - 1])
                 aborted = plan.finish > end
         return end, aborted
 
     @staticmethod
-    def _tokens_by(plan: GenPlan, cut: np.ndarray, end: float) -> np.ndarray:
+    def _tokens_by(plan: GenPlan, cut: np.ndarray | None, end: float) -> np.ndarray:
         """Tokens each sequence generated this segment: all of it, or for a cut one its progress at
-        ``end`` - the engine's own interrupt when the plan kept its run, else linear in time."""
-        if not cut.any():
+        ``end`` - the engine's own interrupt when the plan kept its run, else linear in time.
+        ``cut``: the cut mask, None when none is cut."""
+        if cut is None or not cut.any():
             return plan.seg.astype(float)
         if plan.progress_at is not None:
             return np.where(cut, np.minimum(plan.progress_at(end), plan.seg), plan.seg)
@@ -131,8 +189,6 @@ class Generation:
         joined rows: the values of one add per plan."""
         if not stored:
             return
-        ctx = self.ctx
-        counts = [len(ids) for _, ids, _, _, _ in stored]
         if len(stored) == 1:
             plan, ids, aborted, gen_tokens, end = stored[0]
             seqs, rows, aborted, gen_tokens, finish = plan.seqs, ids, aborted[ids], gen_tokens[ids], plan.finish[ids]
@@ -142,17 +198,28 @@ class Generation:
             seqs = SeqBatch.merge([plan.seqs for plan, _, _, _, _ in stored])
             aborted, gen_tokens = (np.concatenate([s[j] for s in stored])[rows] for j in (2, 3))
             finish = np.concatenate([plan.finish for plan, _, _, _, _ in stored])[rows]
-        ends = np.repeat([s[4] for s in stored], counts)
-        t0s = np.repeat([plan.t0 for plan, _, _, _, _ in stored], counts)
-        versions = np.repeat([plan.version for plan, _, _, _, _ in stored], counts)
+        self._store_rows(seqs, rows, aborted, gen_tokens, finish,
+                         [(plan, len(ids), end) for plan, ids, _, _, end in stored])
+
+    def _store_rows(self, seqs: SeqBatch, rows: np.ndarray, aborted: np.ndarray | None, gen_tokens: np.ndarray,
+                    finish: np.ndarray, stored: list[tuple[GenPlan, int, float]]) -> None:
+        """Rows ``rows`` of ``seqs`` (with their aborted mask, None: none aborted, their tokens
+        generated and finish times) into the store and DistQueue; ``stored``: (plan, rows, end) of
+        each plan they come from, in order."""
+        ctx = self.ctx
+        counts = [count for _, count, _ in stored]
+        ends = np.repeat([end for _, _, end in stored], counts)
+        t0s = np.repeat([plan.t0 for plan, _, _ in stored], counts)
+        versions = np.repeat([plan.version for plan, _, _ in stored], counts)
         reward_s = np.repeat([self.costs.reward_cpu_s(k, plan.ranks) if ctx.rule_reward else 0.0
-                              for (plan, _, _, _, _), k in zip(stored, counts, strict=True)], counts)
+                              for plan, k, _ in stored], counts)
         reason = seqs.drop_reason[rows]
-        reason[aborted] = "overprovision"
+        if aborted is not None:
+            reason[aborted] = "overprovision"
         finish = t0s + np.minimum(finish, ends)
         resumed = seqs.done_len[rows] > 0
         ready = finish + reward_s
-        instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _, _, _ in stored]
+        instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _ in stored]
         ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=seqs.prompt_len[rows],
                       response_len=seqs.target_len[rows], generated_tokens=seqs.done_len[rows] + gen_tokens,
                       version=versions, first_version=np.where(resumed, seqs.first_version[rows], versions),
@@ -171,9 +238,37 @@ class Generation:
             return
         slots = self.ctx.totals.rollout
         cap = max(1, int(self.costs.instance_max_seqs))
+        n = len(finish)
         edges = np.concatenate([[0.0], np.sort(finish), [end]])
         duration = np.diff(edges)                              # interval j: after j finishes
-        running = np.minimum(len(finish) - np.arange(len(finish) + 1), cap)
+        running = np.minimum(np.arange(n, -1, -1), cap)        # min(n - j, cap): non-increasing in j
         slots["instance_s"] += end
         slots["slot_s"] += float(np.dot(duration, running)) / cap
-        slots["low_batch_s"] += float(duration[running < self.sched.low_batch_share * cap].sum())
+        slots["low_batch_s"] += float(duration[_first_below(n, cap, self.sched.low_batch_share * cap):].sum())
+
+
+def _first_below(n: int, cap: int, threshold: float) -> int:
+    """The first interval j (0..n; n + 1 when none) whose occupancy min(n - j, cap) is below
+    ``threshold``: the occupancy never rises with j, so the low-batch intervals are j and on.
+    Compared as the element-wise test would (an int against a float, exactly)."""
+    j = max(0, min(n + 1, math.floor(n - threshold) + 1 if threshold <= cap else 0))
+    while j > 0 and min(n - (j - 1), cap) < threshold:
+        j -= 1
+    while j <= n and not min(n - j, cap) < threshold:
+        j += 1
+    return j
+
+
+_SEQ_DTYPES = tuple(column.dtype for column in SeqBatch.empty().fields())
+
+
+def _joinable(plans: list[GenPlan]) -> bool:
+    """Plans whose arrays join without a dtype change (sequences as SeqBatch.empty()'s, float
+    finish times): their joined rows, carries and store columns are those of one plan at a time."""
+    for plan in plans:
+        seqs = plan.seqs
+        if plan.finish.dtype != np.float64 or (seqs.round.dtype, seqs.group.dtype, seqs.prompt_len.dtype,
+                                               seqs.target_len.dtype, seqs.done_len.dtype, seqs.first_version.dtype,
+                                               seqs.drop_reason.dtype) != _SEQ_DTYPES:
+            return False
+    return True

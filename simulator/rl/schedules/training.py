@@ -30,9 +30,9 @@ class TrainStep:
 
     # ---- which samples ------------------------------------------------------------------------
     def ready_time(self, k: int, known_complete: bool) -> tuple[float, np.ndarray]:
-        """Earliest time trainer step k can start from the samples known now, and the ids it takes.
-        Needs ``min_batch`` eligible samples (version >= min_version(k, s)) and a share f of round k
-        (if round k is fully known)."""
+        """Earliest time trainer step k can start from the samples known now, and the ids it takes
+        (ascending). Needs ``min_batch`` eligible samples (version >= min_version(k, s)) and a share
+        f of round k (if round k is fully known)."""
         store = self.ctx.store
         flat, pending = store.flat(), store.pending() - store.base   # positions in the held rows
         if not len(pending):
@@ -50,8 +50,8 @@ class TrainStep:
             elif not known_complete:
                 return math.inf, eligible[:0] + store.base
         available = eligible[ready <= t]
-        order = np.lexsort((flat["ready"][available], flat[self.age_column][available]))  # oldest weights first
-        return t, available[order[: self.batch]] + store.base
+        return t, oldest_first(available, flat[self.age_column][available], flat["ready"][available],
+                               self.batch) + store.base
 
     def drop_stale(self, k: int) -> None:
         store = self.ctx.store
@@ -146,3 +146,25 @@ class TrainStep:
         if aux is not None:
             aux.idle("dependency", t, k)
         return t
+
+
+def oldest_first(rows: np.ndarray, age: np.ndarray, ready: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` of ``rows`` (ascending) that come first by (age, ready time, row) - oldest weights
+    first, then the earliest ready - in ascending order: the set np.lexsort((ready, age))[:n]
+    picks, found by counting and one partition instead of a sort."""
+    if len(rows) <= n:
+        return rows
+    if age.dtype.kind not in "iu":
+        return np.sort(rows[np.lexsort((ready, age))[:n]])
+    low = int(age.min())
+    below = np.cumsum(np.bincount(age - low))       # rows of age <= low + j
+    edge = int(np.searchsorted(below, n))           # the age at which the n-th row falls
+    taken = int(below[edge - 1]) if edge else 0     # rows of older weights than the edge: all taken
+    at_edge = age == low + edge
+    need = n - taken
+    edge_ready = ready[at_edge]
+    cut = float(np.partition(edge_ready, need - 1)[need - 1])
+    pick = (age < low + edge) | (at_edge & (ready < cut))
+    ties = np.flatnonzero(at_edge & (ready == cut))
+    pick[ties[: need - int(np.count_nonzero(edge_ready < cut))]] = True
+    return rows[pick]

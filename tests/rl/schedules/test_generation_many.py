@@ -67,7 +67,8 @@ def batch(draw: st.DrawFn, round_: int) -> SeqBatch:
 
 
 def _carry_fields(carry: SeqBatch) -> tuple:
-    return tuple((name, getattr(carry, name).tolist()) for name in carry.__dataclass_fields__)
+    return tuple((name, getattr(carry, name).dtype, getattr(carry, name).tolist())
+                 for name in carry.__dataclass_fields__)
 
 
 @pytest.fixture(autouse=True)
