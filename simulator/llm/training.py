@@ -214,6 +214,17 @@ class _Comm:
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        self._signature = getattr(model, "signature", None)
+
+    def group_key(self, group: Sequence[int]) -> tuple:
+        """Equal keys, equal costs of every collective the layers run on the group (they all sort
+        it): the CollectiveModel's group signature, else the ranks themselves; one device runs
+        none (``one``: 0 s)."""
+        if len(group) < 2:
+            return ("one",)
+        if self._signature is None:
+            return ("ranks", tuple(group))
+        return self._signature("all_gather", group)
 
     def one(self, op: str, group: Sequence[int], nbytes: float) -> float:
         if len(group) < 2 and op != "p2p" or nbytes <= 0:
@@ -491,11 +502,23 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
     # in the order of the per-layer loop this replaces — and the partial sums after k layers.
     adds: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[np.ndarray]]] = {}
     same_comm: dict[tuple, tuple[np.ndarray, np.ndarray, list[np.ndarray]]] = {}
+    stage_keys: dict[int, tuple] = {}
     for j in range(n_v):
         stage = j % pp
         state: np.ndarray | None = None
         for u, count in chunk_counts[j]:
             add = adds.get((u, stage))
+            if add is None:
+                # Stages whose groups see the same network (equal group signatures: every collective
+                # costs the same) share the addends; the layer's cost depends on the stage only so.
+                key = stage_keys.get(stage)
+                if key is None:
+                    key = stage_keys[stage] = tuple(comm.group_key(g[stage]) for g in
+                                                    (groups.tp, groups.cp, groups.ep, groups.dp, groups.edp))
+                fingerprint = (u, key)
+                add = same_comm.get(fingerprint)
+                if add is not None:
+                    adds[(u, stage)] = add
             if add is None:
                 lay = unique[u]
                 t = times.get(u)
@@ -504,13 +527,6 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                                                sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
                                                params=params.compute, etp=layout.expert_tp)
                 lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
-                # Stages whose collectives cost the same (same group shapes) share the addends.
-                fingerprint = (u, tuple((k, v.tobytes()) for k, v in lc.fwd_comm.items()),
-                               tuple((k, v.tobytes()) for k, v in lc.bwd_comm.items()))
-                add = same_comm.get(fingerprint)
-                if add is not None:
-                    adds[(u, stage)] = add
-            if add is None:
                 f_comm = sum(lc.fwd_comm.values()) if lc.fwd_comm else 0.0
                 b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
                 re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(layout.recompute, 0.0)

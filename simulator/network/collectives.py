@@ -124,6 +124,7 @@ class CollectiveModel:
         self._exact: dict[tuple, CollectiveCost] = {}  # by the exact rank tuple
         self._plans: dict[tuple, tuple[CollectivePlan, float]] = {}   # with its time
         self._signatures: dict[tuple, tuple] = {}  # (op, ranks) -> group signature
+        self._by_group: dict[tuple[int, ...], tuple] = {}  # normalized group -> its signature (any op)
         # Results of the cost models built on this network model (llm/training.py), keyed by value:
         # they depend on the topology and the parameters this object fixes, so they live and die with it.
         self.memo: dict[str, dict[tuple, Any]] = {}
@@ -142,7 +143,7 @@ class CollectiveModel:
         # depend on the size: kept per (op, group), so a new size skips the per-rank work.
         signature = self._signatures.get(exact[:2])
         if signature is None:
-            signature = self._signatures[exact[:2]] = self.topology.group_signature(self._normalize(op, ranks))
+            signature = self._signature(exact[:2], op, ranks)
         key = (op, signature, nbytes, algorithm)
         hit = self._cache.get(key)
         if hit is not None:
@@ -154,6 +155,23 @@ class CollectiveModel:
         result = CollectiveCost(op, plan.algorithm, n, plan.bytes, time_s, algbw, algbw * bus_factor(op, n))
         self._cache[key] = self._exact[exact] = result
         return result
+
+    def signature(self, op: str, ranks: Sequence[int]) -> tuple:
+        """The group signature ``cost`` keys ``op`` on ``ranks`` by: equal signatures give equal
+        costs at every size (the ranks are checked as ``cost`` checks them)."""
+        key = (op, ranks if isinstance(ranks, (range, tuple)) else tuple(ranks))
+        hit = self._signatures.get(key)
+        return hit if hit is not None else self._signature(key, op, ranks)
+
+    def _signature(self, key: tuple, op: str, ranks: Sequence[int]) -> tuple:
+        """The signature of (op, ranks), kept under ``key``: the ops that normalize a group alike
+        (all but p2p and broadcast sort it) share one signature per normalized group."""
+        group = tuple(self._normalize(op, ranks))
+        signature = self._by_group.get(group)
+        if signature is None:
+            signature = self._by_group[group] = self.topology.group_signature(group)
+        self._signatures[key] = signature
+        return signature
 
     def line_time_s(self, op: str, ranks: Sequence[int], nbytes: float) -> float:
         """``cost(op, ranks, nbytes).time_s`` (the cheapest algorithm) from ``lines(op, ranks)``, for
@@ -171,7 +189,7 @@ class CollectiveModel:
         key = (op, ranks if isinstance(ranks, (range, tuple)) else tuple(ranks))
         signature = self._signatures.get(key)
         if signature is None:
-            signature = self._signatures[key] = self.topology.group_signature(self._normalize(op, ranks))
+            signature = self._signature(key, op, ranks)
         hit = self._lines.get((op, signature))
         if hit is None:
             hit = self._lines[(op, signature)] = self._algorithm_lines(op, ranks)
