@@ -484,7 +484,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                   comm: _Comm, rates: DeviceRates, params: TrainParams) -> _StageArrays:
     """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq)."""
     pp, vpp = layout.pp, layout.vpp
-    unique, chunk_counts = _chunk_shapes(model, dataclasses.replace(layout, dp=None, micro_batch=1))
+    unique, chunk_counts = _chunk_shapes(model, _shape_layout(layout))
     tokens_local = tokens / layout.cp
     sq_local = sq / layout.cp
     gated = bool(getattr(model, "gated_ffn", True))
@@ -602,7 +602,7 @@ def _with_blocking_sends(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray) -> t
 
 def _stage_params(model: Any, layout: TrainLayout) -> list[tuple[float, float]]:
     """(dense, expert) parameters held by one device of each pipeline stage."""
-    return list(_stage_params_cached(model, dataclasses.replace(layout, dp=None, micro_batch=1)))
+    return list(_stage_params_cached(model, _shape_layout(layout)))
 
 
 @lru_cache(maxsize=256)
@@ -639,9 +639,28 @@ def _setup(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] 
     ranks = list(range(topology.num_devices)) if ranks is None else [int(r) for r in ranks]
     if len(set(ranks)) != len(ranks):
         raise RlsimError("ranks repeat a device", source=source, field="ranks", fix="list each device once")
-    layout = layout.resolve(len(ranks), source)
-    layout.check_model(model, source)
+    layout = _resolved(layout, len(ranks), model, source)
     return layout, ranks, _sequences(sequences, source)
+
+
+@lru_cache(maxsize=256)
+def _resolved(layout: TrainLayout, n_devices: int, model: Any, source: str | None) -> TrainLayout:
+    """``layout.resolve`` then ``check_model``: pure checks of frozen values, kept by value (an
+    error is raised again on every call: lru_cache keeps only returns)."""
+    layout = layout.resolve(n_devices, source)
+    layout.check_model(model, source)
+    return layout
+
+
+@lru_cache(maxsize=256)
+def _shape_layout(layout: TrainLayout) -> TrainLayout:
+    """The layout less what does not shape the stages (dp, micro-batch): the key of the per-shape caches."""
+    return dataclasses.replace(layout, dp=None, micro_batch=1)
+
+
+@lru_cache(maxsize=256)
+def _single_micro_batch(layout: TrainLayout) -> TrainLayout:
+    return dataclasses.replace(layout, micro_batch=1)
 
 
 def _check_packing(packing: str, source: str | None) -> None:
@@ -694,7 +713,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
-    mem_layout = layout if layout.max_tokens_per_micro_batch is None else dataclasses.replace(layout, micro_batch=1)
+    mem_layout = layout if layout.max_tokens_per_micro_batch is None else _single_micro_batch(layout)
     memory = memory_per_device(model, mem_layout, longest_tokens / mem_layout.micro_batch,
                                min(k.hbm_bytes for k in kinds),
                                params=params.memory, flash_attention=params.compute.flash_attention,
@@ -953,7 +972,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
         if busy_compute > compute_s:
             compute_s, comm_s = busy_compute, busy_comm
     if params.offload.params:
-        mem = memory_per_device(model, dataclasses.replace(layout, micro_batch=1), float(seqs.max()),
+        mem = memory_per_device(model, _single_micro_batch(layout), float(seqs.max()),
                                 min(k.hbm_bytes for k in kinds), params=params.memory,
                                 flash_attention=params.compute.flash_attention)
         worst_t += offload_time_s(mem, kinds, params, forward_only=True)
