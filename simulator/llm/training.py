@@ -325,6 +325,8 @@ def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
         np.maximum.at(longest, flat, s)
         tokens, sq = count * longest, count * longest * longest
     tokens, sq = tokens.reshape(dp, n_steps), sq.reshape(dp, n_steps)
+    if (tokens > 0).all():   # every replica fills every micro-batch step (all but a ragged tail)
+        return list(zip(tokens, sq, strict=True))
     out = []
     for r in range(dp):
         keep = tokens[r] > 0
@@ -636,7 +638,12 @@ def _rates(spec: Any, params: TrainParams) -> DeviceRates:
 
 def _setup(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None, sequences: Any,
            source: str | None) -> tuple[TrainLayout, list[int], np.ndarray]:
-    ranks = list(range(topology.num_devices)) if ranks is None else [int(r) for r in ranks]
+    if ranks is None:
+        ranks = list(range(topology.num_devices))
+    elif isinstance(ranks, (list, tuple, range)) and set(map(type, ranks)) <= {int}:
+        ranks = list(ranks)   # already Python ints (every caller's pools): no per-rank conversion
+    else:
+        ranks = [int(r) for r in ranks]
     if len(set(ranks)) != len(ranks):
         raise RlsimError("ranks repeat a device", source=source, field="ranks", fix="list each device once")
     layout = _resolved(layout, len(ranks), model, source)
