@@ -121,7 +121,7 @@ class CollectiveCost:
 # (costs, signatures: tuples of numbers and bytes), never a Topology. A speed knob only: a cost
 # is the same whether it is found here or computed, so results never depend on what ran before.
 SHARED_NETWORKS = 8              # distinct networks kept (least recently built first out)
-SHARED_ENTRIES_PER_NETWORK = 50_000  # a network's tables are emptied past this many entries
+SHARED_ENTRIES_PER_NETWORK = 20_000  # a network's tables are emptied past this many entries
 
 
 @dataclass
