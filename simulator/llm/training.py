@@ -214,6 +214,17 @@ class _Comm:
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        self._signature = getattr(model, "signature", None)
+
+    def group_key(self, group: Sequence[int]) -> tuple:
+        """Equal keys, equal costs of every collective the layers run on the group (they all sort
+        it): the CollectiveModel's group signature, else the ranks themselves; one device runs
+        none (``one``: 0 s)."""
+        if len(group) < 2:
+            return ("one",)
+        if self._signature is None:
+            return ("ranks", tuple(group))
+        return self._signature("all_gather", group)
 
     def one(self, op: str, group: Sequence[int], nbytes: float) -> float:
         if len(group) < 2 and op != "p2p" or nbytes <= 0:
@@ -314,6 +325,8 @@ def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
         np.maximum.at(longest, flat, s)
         tokens, sq = count * longest, count * longest * longest
     tokens, sq = tokens.reshape(dp, n_steps), sq.reshape(dp, n_steps)
+    if (tokens > 0).all():   # every replica fills every micro-batch step (all but a ragged tail)
+        return list(zip(tokens, sq, strict=True))
     out = []
     for r in range(dp):
         keep = tokens[r] > 0
@@ -473,7 +486,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                   comm: _Comm, rates: DeviceRates, params: TrainParams) -> _StageArrays:
     """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq)."""
     pp, vpp = layout.pp, layout.vpp
-    unique, chunk_counts = _chunk_shapes(model, dataclasses.replace(layout, dp=None, micro_batch=1))
+    unique, chunk_counts = _chunk_shapes(model, _shape_layout(layout))
     tokens_local = tokens / layout.cp
     sq_local = sq / layout.cp
     gated = bool(getattr(model, "gated_ffn", True))
@@ -491,11 +504,23 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
     # in the order of the per-layer loop this replaces — and the partial sums after k layers.
     adds: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[np.ndarray]]] = {}
     same_comm: dict[tuple, tuple[np.ndarray, np.ndarray, list[np.ndarray]]] = {}
+    stage_keys: dict[int, tuple] = {}
     for j in range(n_v):
         stage = j % pp
         state: np.ndarray | None = None
         for u, count in chunk_counts[j]:
             add = adds.get((u, stage))
+            if add is None:
+                # Stages whose groups see the same network (equal group signatures: every collective
+                # costs the same) share the addends; the layer's cost depends on the stage only so.
+                key = stage_keys.get(stage)
+                if key is None:
+                    key = stage_keys[stage] = tuple(comm.group_key(g[stage]) for g in
+                                                    (groups.tp, groups.cp, groups.ep, groups.dp, groups.edp))
+                fingerprint = (u, key)
+                add = same_comm.get(fingerprint)
+                if add is not None:
+                    adds[(u, stage)] = add
             if add is None:
                 lay = unique[u]
                 t = times.get(u)
@@ -504,13 +529,6 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                                                sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
                                                params=params.compute, etp=layout.expert_tp)
                 lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
-                # Stages whose collectives cost the same (same group shapes) share the addends.
-                fingerprint = (u, tuple((k, v.tobytes()) for k, v in lc.fwd_comm.items()),
-                               tuple((k, v.tobytes()) for k, v in lc.bwd_comm.items()))
-                add = same_comm.get(fingerprint)
-                if add is not None:
-                    adds[(u, stage)] = add
-            if add is None:
                 f_comm = sum(lc.fwd_comm.values()) if lc.fwd_comm else 0.0
                 b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
                 re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(layout.recompute, 0.0)
@@ -586,7 +604,7 @@ def _with_blocking_sends(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray) -> t
 
 def _stage_params(model: Any, layout: TrainLayout) -> list[tuple[float, float]]:
     """(dense, expert) parameters held by one device of each pipeline stage."""
-    return list(_stage_params_cached(model, dataclasses.replace(layout, dp=None, micro_batch=1)))
+    return list(_stage_params_cached(model, _shape_layout(layout)))
 
 
 @lru_cache(maxsize=256)
@@ -620,12 +638,36 @@ def _rates(spec: Any, params: TrainParams) -> DeviceRates:
 
 def _setup(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None, sequences: Any,
            source: str | None) -> tuple[TrainLayout, list[int], np.ndarray]:
-    ranks = list(range(topology.num_devices)) if ranks is None else [int(r) for r in ranks]
+    if ranks is None:
+        ranks = list(range(topology.num_devices))
+    elif isinstance(ranks, (list, tuple, range)) and set(map(type, ranks)) <= {int}:
+        ranks = list(ranks)   # already Python ints (every caller's pools): no per-rank conversion
+    else:
+        ranks = [int(r) for r in ranks]
     if len(set(ranks)) != len(ranks):
         raise RlsimError("ranks repeat a device", source=source, field="ranks", fix="list each device once")
-    layout = layout.resolve(len(ranks), source)
-    layout.check_model(model, source)
+    layout = _resolved(layout, len(ranks), model, source)
     return layout, ranks, _sequences(sequences, source)
+
+
+@lru_cache(maxsize=256)
+def _resolved(layout: TrainLayout, n_devices: int, model: Any, source: str | None) -> TrainLayout:
+    """``layout.resolve`` then ``check_model``: pure checks of frozen values, kept by value (an
+    error is raised again on every call: lru_cache keeps only returns)."""
+    layout = layout.resolve(n_devices, source)
+    layout.check_model(model, source)
+    return layout
+
+
+@lru_cache(maxsize=256)
+def _shape_layout(layout: TrainLayout) -> TrainLayout:
+    """The layout less what does not shape the stages (dp, micro-batch): the key of the per-shape caches."""
+    return dataclasses.replace(layout, dp=None, micro_batch=1)
+
+
+@lru_cache(maxsize=256)
+def _single_micro_batch(layout: TrainLayout) -> TrainLayout:
+    return dataclasses.replace(layout, micro_batch=1)
 
 
 def _check_packing(packing: str, source: str | None) -> None:
@@ -678,7 +720,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
-    mem_layout = layout if layout.max_tokens_per_micro_batch is None else dataclasses.replace(layout, micro_batch=1)
+    mem_layout = layout if layout.max_tokens_per_micro_batch is None else _single_micro_batch(layout)
     memory = memory_per_device(model, mem_layout, longest_tokens / mem_layout.micro_batch,
                                min(k.hbm_bytes for k in kinds),
                                params=params.memory, flash_attention=params.compute.flash_attention,
@@ -937,7 +979,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
         if busy_compute > compute_s:
             compute_s, comm_s = busy_compute, busy_comm
     if params.offload.params:
-        mem = memory_per_device(model, dataclasses.replace(layout, micro_batch=1), float(seqs.max()),
+        mem = memory_per_device(model, _single_micro_batch(layout), float(seqs.max()),
                                 min(k.hbm_bytes for k in kinds), params=params.memory,
                                 flash_attention=params.compute.flash_attention)
         worst_t += offload_time_s(mem, kinds, params, forward_only=True)
