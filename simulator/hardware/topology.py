@@ -225,14 +225,6 @@ class Topology:
             hit = self._run_signatures[run] = fabric.signature(np.arange(first, first + n))
         return hit
 
-    def value_key(self) -> tuple | None:
-        """A hashable value equal for topologies that are the same network (a hierarchical one:
-        its validated group and scale-out plans, which fix every device, link and route); None for
-        an explicit graph. Network models share their costs by it (network/collectives.py)."""
-        if self._fabric is None:
-            return None
-        return ("fabric", self._fabric.groups, self._fabric.scaleout)
-
     def device_kinds(self) -> list[str]:
         return sorted({s.name for s in self._specs})
 

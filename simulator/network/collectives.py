@@ -11,9 +11,8 @@ same phases as simpy flows so that other traffic slows them. nccl-tests conventi
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -115,68 +114,21 @@ class CollectiveCost:
                 "time_s": self.time_s, "algbw_Bps": self.algbw_Bps, "busbw_Bps": self.busbw_Bps}
 
 
-# Costs shared by the CollectiveModels of equal networks (Topology.value_key and equal
-# CollectiveParams: the same costs, signatures and lines for every group), so that a run on a
-# topology rebuilt from the same file reuses what an earlier run computed. Only values are kept
-# (costs, signatures: tuples of numbers and bytes), never a Topology. A speed knob only: a cost
-# is the same whether it is found here or computed, so results never depend on what ran before.
-SHARED_NETWORKS = 8              # distinct networks kept (least recently built first out)
-SHARED_ENTRIES_PER_NETWORK = 20_000  # a network's tables are emptied past this many entries
-
-
-@dataclass
-class _SharedCosts:
-    cache: dict[tuple, Any] = field(default_factory=dict)
-    exact: dict[tuple, Any] = field(default_factory=dict)
-    signatures: dict[tuple, tuple] = field(default_factory=dict)
-    by_group: dict[tuple[int, ...], tuple] = field(default_factory=dict)
-    lines: dict[tuple, Any] = field(default_factory=dict)
-
-    def trim(self) -> None:
-        tables = (self.cache, self.exact, self.signatures, self.by_group, self.lines)
-        if sum(len(t) for t in tables) > SHARED_ENTRIES_PER_NETWORK:
-            for t in tables:
-                t.clear()
-
-
-_SHARED: OrderedDict[tuple, _SharedCosts] = OrderedDict()
-
-
-def _shared_costs(topology: Any, params: CollectiveParams) -> _SharedCosts:
-    """The cost tables of `topology`'s network with `params`: shared with every equal network
-    (Topology.value_key), or this model's own when the topology has no value key."""
-    value = getattr(topology, "value_key", None)
-    value = value() if callable(value) else None
-    if value is None:
-        return _SharedCosts()
-    key = (value, params)
-    hit = _SHARED.get(key)
-    if hit is None:
-        hit = _SHARED[key] = _SharedCosts()
-        while len(_SHARED) > SHARED_NETWORKS:
-            _SHARED.popitem(last=False)
-    else:
-        _SHARED.move_to_end(key)
-        hit.trim()
-    return hit
-
-
 class CollectiveModel:
     """Chooses an algorithm per (op, group, size) by least idle-network time, and caches costs."""
 
     def __init__(self, topology: Topology, params: CollectiveParams | None = None) -> None:
         self.topology = topology
         self.params = params or CollectiveParams.from_mapping(topology.collectives, topology.source)
-        shared = _shared_costs(topology, self.params)
-        self._cache: dict[tuple, CollectiveCost] = shared.cache  # by group signature
-        self._exact: dict[tuple, CollectiveCost] = shared.exact  # by the exact rank tuple
+        self._cache: dict[tuple, CollectiveCost] = {}  # by group signature
+        self._exact: dict[tuple, CollectiveCost] = {}  # by the exact rank tuple
         self._plans: dict[tuple, tuple[CollectivePlan, float]] = {}   # with its time
-        self._signatures: dict[tuple, tuple] = shared.signatures  # (op, ranks) -> group signature
-        self._by_group: dict[tuple[int, ...], tuple] = shared.by_group  # normalized group -> its signature
+        self._signatures: dict[tuple, tuple] = {}  # (op, ranks) -> group signature
+        self._by_group: dict[tuple[int, ...], tuple] = {}  # normalized group -> its signature
         # Results of the cost models built on this network model (llm/training.py), keyed by value:
         # they depend on the topology and the parameters this object fixes, so they live and die with it.
         self.memo: dict[str, dict[tuple, Any]] = {}
-        self._lines: dict[tuple, tuple[tuple[float, float], ...]] = shared.lines  # (op, signature) -> per algorithm
+        self._lines: dict[tuple, tuple[tuple[float, float], ...]] = {}  # (op, signature) -> per algorithm
 
     # ---- public ----------------------------------------------------------------------------
     def cost(self, op: str, ranks: Sequence[int], nbytes: float, algorithm: str | None = None) -> CollectiveCost:
