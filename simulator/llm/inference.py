@@ -544,6 +544,7 @@ class RolloutEngine:
         self._slot_of: tuple[list[int], dict[int, int]] | None = None   # _slot_map, built when asked
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
+        self._added: tuple[list[int], np.ndarray, tuple[int, int, int, float] | None] | None = None   # _as_added
         # Engine state at the current step boundary.
         self.t = 0.0                   # time of the boundary
         self._S = 0                    # decode steps taken
@@ -635,6 +636,7 @@ class RolloutEngine:
             self._arrays = (self._p, (_int_array(seq_ids, ids), np.array(p), np.array(r), np.full(len(ids), float(now)),
                                       np.arange(-1, -1 - len(ids), -1) if group_ids is None
                                       else _int_array(group_ids, self._group)))
+            self._added = (self._p, np.array(g), None)
 
     def _slot_map(self) -> dict[int, int]:
         """The latest slot of each sequence id (built from _id when asked: only a later add reads it)."""
@@ -754,6 +756,44 @@ class RolloutEngine:
                                                np.asarray(self._group, np.int64)))
         return cached[1]
 
+    def _untouched(self) -> bool:
+        """Whether no sequence has left the waiting queue yet (none admitted: the order count moves at
+        every admission that runs on, an admission done at once or an interrupt leaves a done slot,
+        and a slot once done never waits again), so every slot waits, in slot order (add_many
+        queues its slots in order), with the tokens it was added with."""
+        return self._order == 0 and len(self._waiting) == len(self._id)
+
+    def _added_figures(self) -> tuple[int, int, int, float]:
+        """(prompt and response tokens of every slot, the longest response, a bound of any slot's
+        context (longest prompt + longest response), the latest arrival)."""
+        _, p, r, arrival, _ = self._record_arrays()
+        return int(p.sum() + r.sum()), int(r.max()), int(p.max() + r.max()), float(arrival.max())
+
+    def _as_added(self) -> tuple[np.ndarray, tuple[int, int, int, float]]:
+        """(_g as an array, _added_figures()) of an _untouched() engine (its _g as added: the array
+        of the first add kept, else converted once per add_many)."""
+        cached = self._added
+        if cached is None or cached[0] is not self._p:
+            cached = (self._p, np.asarray(self._g, np.int64), None)
+        if cached[2] is None:
+            cached = self._added = (cached[0], cached[1], self._added_figures())
+        return cached[1], cached[2]
+
+    def _fast_ok_untouched(self) -> bool:
+        """_fast_ok's checks of an _untouched() engine, from the figures of its records (no slot
+        arrays): every slot waits, none runs."""
+        held, longest, widest, latest = self._as_added()[1]
+        count = len(self._id)
+        if latest > max(self.t, self._arrival[0]):
+            return False
+        if count * (widest * (widest + 1) // 2) >= 2**53:   # a bound passed: the exact sum
+            _, p, _, _, _ = self._record_arrays()
+            ctx = p + self._as_added()[0]
+            if int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
+                return False
+        return (held + self.max_running + 2 <= self.capacity and self._S + longest < 2**30
+                and count < 2**_ORDER_BITS)
+
     def _fast_ok(self, min_sequences: int | None = None) -> bool:
         """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
         (by the next admission), the KV cache can never
@@ -766,6 +806,8 @@ class RolloutEngine:
         least = FAST_RUN_MIN_SEQUENCES if min_sequences is None else min_sequences
         if not self._waiting and not self._n or len(self._waiting) + self._n < least:
             return False
+        if self._untouched():
+            return self._fast_ok_untouched()
         state, epochs = self._state, self._epoch
         running = [e[2] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
         waiting = np.fromiter(self._waiting, np.int64, len(self._waiting))
@@ -799,8 +841,12 @@ class RolloutEngine:
         base + 1 + j."""
         state, epochs, g = self._state, self._epoch, self._g
         live = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
-        waiting_arr = np.fromiter(self._waiting, np.int64, len(self._waiting))
-        due_arr = self._record_arrays()[2][waiting_arr] - g_arr[waiting_arr] - 1
+        if self._untouched():   # every slot waits, in slot order
+            waiting_arr = np.arange(len(self._id))
+            due_arr = self._record_arrays()[2] - g_arr - 1
+        else:
+            waiting_arr = np.fromiter(self._waiting, np.int64, len(self._waiting))
+            due_arr = self._record_arrays()[2][waiting_arr] - g_arr[waiting_arr] - 1
         bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
         keys = [(e[0] << bits) | e[1] for e in live]
         S, n, base, max_n = self._S, self._n, self._order, self.max_running
@@ -1359,7 +1405,7 @@ def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTra
         if engine._n == 0:
             engine.t = max(engine.t, engine._arrival[engine._waiting[0]])
         traces.append(_RunTrace(engine))
-        g = np.asarray(engine._g, np.int64)
+        g = engine._as_added()[0] if engine._untouched() else np.asarray(engine._g, np.int64)
         gs.append(g)
         walks.append(engine._walk_steps(g))
     by_cost: dict[int, list[int]] = {}
