@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.llm import inference
+from simulator.llm.inference import RolloutEngine
+from tests.llm.test_engine_vs_frozen import cases
 
 BITS = inference._ORDER_BITS
 
@@ -75,3 +77,56 @@ def test_a_step_past_the_key_bits_is_left_to_the_heap() -> None:
     assert inference._full_slots_finishes(start, np.array([5], np.int64), 2) is None
     start = np.array([(100 << BITS) | 1], np.int64)
     assert inference._full_slots_finishes(start, np.array([5], np.int64), 2).tolist() == [start[0], (105 << BITS) | 2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(), st.lists(st.tuples(st.sampled_from(["advance", "interrupt", "add"]), st.floats(0.0, 0.3)), max_size=4))
+def test_an_untouched_engine_waits_in_slot_order_and_checks_as_the_general_path(case, ops) -> None:
+    """While no sequence was admitted (RolloutEngine._untouched), every slot waits in slot order with
+    the tokens it was added with, and _fast_ok's checks from the records' figures equal its general
+    checks over the queue, whatever the engine went through (adds, advances, interrupts)."""
+    engine = case.build(RolloutEngine)
+    added = [g for _, batch in case.adds for _, _, g, _ in batch]
+    now = case.adds[-1][0]
+    for op, dt in [("check", 0.0), *ops]:
+        now += dt
+        if op == "advance":
+            engine.advance_to(now)
+        elif op == "interrupt":
+            engine.interrupt(now)
+        elif op == "add":
+            engine.add_many([len(engine._id)], [20], [30], now, [3])
+            added.append(3)
+        if engine._untouched():
+            assert list(engine._waiting) == list(range(len(engine._id)))
+            assert engine._g == added and engine._as_added()[0].tolist() == added
+        for least in (1, 16, None):
+            general = _with_untouched_off(engine, least)
+            assert engine._fast_ok(least) == general
+
+
+def _with_untouched_off(engine: RolloutEngine, least: int | None) -> bool:
+    engine._untouched = lambda: False
+    try:
+        return engine._fast_ok(least)
+    finally:
+        del engine._untouched
+
+
+def _run_with_least(case, least: int) -> RolloutEngine:
+    old = inference.FAST_RUN_MIN_SEQUENCES
+    inference.FAST_RUN_MIN_SEQUENCES = least
+    try:
+        engine = case.build(RolloutEngine)
+        engine.run()
+    finally:
+        inference.FAST_RUN_MIN_SEQUENCES = old
+    return engine
+
+
+@settings(max_examples=30, deadline=None)
+@given(cases())
+def test_slots_end_as_the_event_loop_leaves_them(case) -> None:
+    """After a run (the array run where it is taken) every slot's state is the event loop's."""
+    fast, slow = _run_with_least(case, 1), _run_with_least(case, 10**9)
+    assert fast._state == slow._state
