@@ -512,6 +512,9 @@ FAST_RUN_MIN_SEQUENCES = 256
 # colocated step (512 instances of 16 sequences), cachegrind instructions: 2.011 G with 64 (their event
 # loops), 1.960 G with 16 or 1. A speed knob only, like FAST_RUN_MIN_SEQUENCES.
 FAST_RUN_MANY_MIN_SEQUENCES = 16
+# Rounds of _full_slots_finishes before it leaves a walk to the heap (_full_slots_walk): a round per
+# generation of jobs on one slot, 4-6 in the seed step's walks. A speed knob only, like the above.
+FULL_SLOTS_ROUNDS = 24
 
 
 class RolloutEngine:
@@ -541,6 +544,7 @@ class RolloutEngine:
         self._slot_of: tuple[list[int], dict[int, int]] | None = None   # _slot_map, built when asked
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
+        self._added: tuple[list[int], np.ndarray, tuple[int, int, int, float] | None] | None = None   # _as_added
         # Engine state at the current step boundary.
         self.t = 0.0                   # time of the boundary
         self._S = 0                    # decode steps taken
@@ -632,6 +636,7 @@ class RolloutEngine:
             self._arrays = (self._p, (_int_array(seq_ids, ids), np.array(p), np.array(r), np.full(len(ids), float(now)),
                                       np.arange(-1, -1 - len(ids), -1) if group_ids is None
                                       else _int_array(group_ids, self._group)))
+            self._added = (self._p, np.array(g), None)
 
     def _slot_map(self) -> dict[int, int]:
         """The latest slot of each sequence id (built from _id when asked: only a later add reads it)."""
@@ -751,6 +756,44 @@ class RolloutEngine:
                                                np.asarray(self._group, np.int64)))
         return cached[1]
 
+    def _untouched(self) -> bool:
+        """Whether no sequence has left the waiting queue yet (none admitted: the order count moves at
+        every admission that runs on, an admission done at once or an interrupt leaves a done slot,
+        and a slot once done never waits again), so every slot waits, in slot order (add_many
+        queues its slots in order), with the tokens it was added with."""
+        return self._order == 0 and len(self._waiting) == len(self._id)
+
+    def _added_figures(self) -> tuple[int, int, int, float]:
+        """(prompt and response tokens of every slot, the longest response, a bound of any slot's
+        context (longest prompt + longest response), the latest arrival)."""
+        _, p, r, arrival, _ = self._record_arrays()
+        return int(p.sum() + r.sum()), int(r.max()), int(p.max() + r.max()), float(arrival.max())
+
+    def _as_added(self) -> tuple[np.ndarray, tuple[int, int, int, float]]:
+        """(_g as an array, _added_figures()) of an _untouched() engine (its _g as added: the array
+        of the first add kept, else converted once per add_many)."""
+        cached = self._added
+        if cached is None or cached[0] is not self._p:
+            cached = (self._p, np.asarray(self._g, np.int64), None)
+        if cached[2] is None:
+            cached = self._added = (cached[0], cached[1], self._added_figures())
+        return cached[1], cached[2]
+
+    def _fast_ok_untouched(self) -> bool:
+        """_fast_ok's checks of an _untouched() engine, from the figures of its records (no slot
+        arrays): every slot waits, none runs."""
+        held, longest, widest, latest = self._as_added()[1]
+        count = len(self._id)
+        if latest > max(self.t, self._arrival[0]):
+            return False
+        if count * (widest * (widest + 1) // 2) >= 2**53:   # a bound passed: the exact sum
+            _, p, _, _, _ = self._record_arrays()
+            ctx = p + self._as_added()[0]
+            if int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
+                return False
+        return (held + self.max_running + 2 <= self.capacity and self._S + longest < 2**30
+                and count < 2**_ORDER_BITS)
+
     def _fast_ok(self, min_sequences: int | None = None) -> bool:
         """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
         (by the next admission), the KV cache can never
@@ -763,6 +806,8 @@ class RolloutEngine:
         least = FAST_RUN_MIN_SEQUENCES if min_sequences is None else min_sequences
         if not self._waiting and not self._n or len(self._waiting) + self._n < least:
             return False
+        if self._untouched():
+            return self._fast_ok_untouched()
         state, epochs = self._state, self._epoch
         running = [e[2] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
         waiting = np.fromiter(self._waiting, np.int64, len(self._waiting))
@@ -796,25 +841,40 @@ class RolloutEngine:
         base + 1 + j."""
         state, epochs, g = self._state, self._epoch, self._g
         live = [e for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
-        waiting_arr = np.fromiter(self._waiting, np.int64, len(self._waiting))
-        due_arr = self._record_arrays()[2][waiting_arr] - g_arr[waiting_arr] - 1
+        if self._untouched():   # every slot waits, in slot order
+            waiting_arr = np.arange(len(self._id))
+            due_arr = self._record_arrays()[2] - g_arr - 1
+        else:
+            waiting_arr = np.fromiter(self._waiting, np.int64, len(self._waiting))
+            due_arr = self._record_arrays()[2][waiting_arr] - g_arr[waiting_arr] - 1
         bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
         keys = [(e[0] << bits) | e[1] for e in live]
         S, n, base, max_n = self._S, self._n, self._order, self.max_running
         total, w = len(waiting_arr), 0
         steps, finished, admitted, fin_orders, instant_at = [], [], [], [], []
         take = min(total, max_n - n) if n < max_n else 0
+        first_keys = None
         if take and due_arr[:take].all():   # free slots, none due at once: admit in one go
-            keys += (((S + due_arr[:take]) << bits) | np.arange(base + 1, base + 1 + take)).tolist()
+            first_keys = ((S + due_arr[:take]) << bits) | np.arange(base + 1, base + 1 + take)
             steps.append(S)
             finished.append(0)
             admitted.append(take)
             n, w = n + take, take
+        start_records = [(e[1], e[2], g[e[2]], self._sadm[e[2]]) for e in live]
+        if w == total or due_arr[w:].all():   # a drain, or every slot full and none due at once
+            start = np.array(keys, np.int64) if first_keys is None else \
+                np.concatenate((np.array(keys, np.int64), first_keys)) if keys else first_keys
+            start.sort()
+            finishes = start if w == total else _full_slots_finishes(start, due_arr[w:], base + 1 + w)
+            if finishes is not None:
+                return _walk_of_finishes(steps, finished, admitted, finishes, total - w, waiting_arr, base,
+                                         start_records)
+        if first_keys is not None:
+            keys += first_keys.tolist()
         heapq.heapify(keys)
-        if w < total and due_arr[w:].all():   # every slot full, none due at once: one admission per finish
+        if w < total and due_arr[w:].all():   # (not settled: the heap, one admission per finish)
             return _walk_of(*_full_slots_walk(keys, due_arr[w:].tolist(), base + 1 + w, steps, finished, admitted),
-                            instant_at, np.array(keys, np.int64), waiting_arr, base,
-                            [(e[1], e[2], g[e[2]], self._sadm[e[2]]) for e in live])
+                            instant_at, np.array(keys, np.int64), waiting_arr, base, start_records)
         due = due_arr.tolist()
         pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
         add_fin = fin_orders.append
@@ -850,7 +910,7 @@ class RolloutEngine:
             finished.append(done + at_once)
             admitted.append(take)
         return _walk_of(steps, finished, admitted, fin_orders, instant_at, np.array(keys, np.int64), waiting_arr,
-                        base, [(e[1], e[2], g[e[2]], self._sadm[e[2]]) for e in live])
+                        base, start_records)
 
     # ---- event loop -----------------------------------------------------------------------------
     def _segment(self) -> tuple[float, float, float, float, float]:
@@ -1248,6 +1308,68 @@ def _full_slots_walk(keys: list[int], due: list[int], first_order: int, steps: l
             np.concatenate([np.array(admitted, np.int64), counts]), fin)
 
 
+def _full_slots_finishes(start: np.ndarray, due: np.ndarray, first_order: int) -> np.ndarray | None:
+    """Every finish key of _full_slots_walk's walk and the drain after it, in finish order, without
+    the heap: from the sorted keys ``start`` (every slot full), job j (order first_order + j) is
+    admitted at the j-th pop P_j, due ``due[j]`` steps after it, so the pops P are the first
+    len(due) keys of sorted(start + N(P)), N_j = (step of P_j + due_j, order): a job's key is later
+    than its pop, so those after P_j do not change it. This is solved by iterating P <- first keys
+    of sorted(start + N(P)) from P = start's first keys: every iterate lies at or above the walk's
+    pops element by element (the map is monotone), falls, and a prefix that two iterates share
+    stays, so the first repeat is the walk's pops (the fixed point is unique), and the sorted array
+    it came from holds every finish: the pops, the keys left at the last pop's step (heap ties) and
+    the drain, in key order. A few rounds as a rule (a round per generation of jobs on one slot);
+    None when not settled in FULL_SLOTS_ROUNDS rounds, or when a step could pass 2^31 (the int64
+    key): the heap walk then."""
+    jobs, bits = len(due), _ORDER_BITS
+    if (int(start[-1]) >> bits) + FULL_SLOTS_ROUNDS * int(due.max()) >= 2**31:
+        return None
+    job_keys = (due << bits) | np.arange(first_order, first_order + jobs, dtype=np.int64)
+    high = -(1 << bits)   # the step bits of a key
+    pops = start[:jobs]
+    for _ in range(FULL_SLOTS_ROUNDS):
+        new = (pops & high) + job_keys[:len(pops)]
+        new.sort()
+        merged = np.concatenate((start, new))
+        merged.sort(kind="stable")   # two sorted runs: one merge
+        following = merged[:jobs]
+        if len(following) == len(pops) and not (following != pops).any():
+            return merged
+        pops = following
+    return None
+
+
+def _walk_of_finishes(steps: list[int], finished: list[int], admitted: list[int], finishes: np.ndarray, pops: int,
+                      waiting: np.ndarray, base: int, live: list[tuple[int, int, int, int]]) -> _Walk:
+    """The _Walk of the events before (``steps``, ``finished``, ``admitted``) and then every finish
+    key in finish order (``finishes``), the first ``pops`` of which each admitted the next waiting
+    job: one event per distinct finish step, finishing its keys and admitting those of them among
+    the pops (_full_slots_walk and _walk_of's drain in one)."""
+    bits, mask = _ORDER_BITS, (1 << _ORDER_BITS) - 1
+    at = finishes >> bits
+    starts = np.flatnonzero(np.concatenate(([True], at[1:] != at[:-1]))) if len(at) else at
+    ends = np.append(starts[1:], len(at))
+    steps_arr = np.concatenate([np.array(steps, np.int64), at[starts]])
+    finished_arr = np.concatenate([np.array(finished, np.int64), ends - starts])
+    admitted_arr = np.concatenate([np.array(admitted, np.int64), np.maximum(np.minimum(ends, pops) - starts, 0)])
+    fin = finishes & mask
+    return _Walk(steps_arr, finished_arr, admitted_arr, waiting, *_slots_of(fin, waiting, base, live), None)
+
+
+def _slots_of(fin: np.ndarray, waiting: np.ndarray, base: int,
+              live: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """(the slot of each finish order: admitted in the run (orders above base) or running at its
+    start, the start's running (slot, generated, step count) in order)."""
+    fin_slots = waiting[np.maximum(fin - base - 1, 0)] if len(waiting) else np.zeros(len(fin), np.int64)
+    if live:
+        live = sorted(live)
+        start_orders = np.array([e[0] for e in live], np.int64)
+        start_slots = np.array([e[1] for e in live], np.int64)
+        mine = fin > base
+        fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin[~mine])]
+    return fin_slots, [e[1:] for e in live]
+
+
 def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_orders: list[int],
              instant_at: list[int], keys: np.ndarray, waiting: np.ndarray, base: int,
              live: list[tuple[int, int, int, int]]) -> _Walk:
@@ -1270,15 +1392,7 @@ def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_ord
         steps_arr = np.concatenate([steps_arr, rest_steps[np.concatenate([[0], cut])]])
         finished_arr = np.concatenate([finished_arr, np.diff(np.concatenate([[0], cut, [len(rest)]]))])
         admitted_arr = np.concatenate([admitted_arr, np.zeros(len(cut) + 1, np.int64)])
-    # the slot of each finish: admitted in this run (orders above base) or running at its start
-    fin_slots = waiting[np.maximum(fin - base - 1, 0)] if len(waiting) else np.zeros(len(fin), np.int64)
-    if live:
-        live = sorted(live)
-        start_orders = np.array([e[0] for e in live], np.int64)
-        start_slots = np.array([e[1] for e in live], np.int64)
-        mine = fin > base
-        fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin[~mine])]
-    return _Walk(steps_arr, finished_arr, admitted_arr, waiting, fin_slots, [e[1:] for e in live], instant)
+    return _Walk(steps_arr, finished_arr, admitted_arr, waiting, *_slots_of(fin, waiting, base, live), instant)
 
 
 def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTrace]:
@@ -1291,7 +1405,7 @@ def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTra
         if engine._n == 0:
             engine.t = max(engine.t, engine._arrival[engine._waiting[0]])
         traces.append(_RunTrace(engine))
-        g = np.asarray(engine._g, np.int64)
+        g = engine._as_added()[0] if engine._untouched() else np.asarray(engine._g, np.int64)
         gs.append(g)
         walks.append(engine._walk_steps(g))
     by_cost: dict[int, list[int]] = {}
@@ -1301,9 +1415,8 @@ def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTra
         _time_events([engines[i] for i in group], [walks[i] for i in group], [gs[i] for i in group],
                      [traces[i] for i in group], outbox)
     for engine, walk, trace in zip(engines, walks, traces, strict=True):
-        state = engine._state
-        for slot in trace.slots.tolist():
-            state[slot] = _DONE
+        # every slot ends done: those of the run, and the rest were (a running slot is in the heap)
+        engine._state = [_DONE] * len(engine._state)
         engine._order += len(walk.waiting)
         engine._waiting.clear()
         engine._heap = []

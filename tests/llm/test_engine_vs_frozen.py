@@ -200,17 +200,21 @@ def _runs_as_frozen(case: Case, engine: RolloutEngine) -> tuple[ResumableRun, li
 
 @pytest.mark.parametrize("lengths", [[60, 60, 60, 90, 30, 30, 60, 45, 45, 45, 10, 80],    # ties at finish steps
                                      [5 * i + 7 for i in range(14)]])
-def test_full_slots_take_one_admission_per_finish(monkeypatch, lengths: list[int]) -> None:
-    """Every slot full and no sequence due at once: the walk's one-heapreplace-per-admission form
-    (inference._full_slots_walk) is taken, and equals the frozen engine in every figure and at
-    interrupts anywhere, ties of finish steps included."""
+@pytest.mark.parametrize("rounds", [inference.FULL_SLOTS_ROUNDS, 0])
+def test_full_slots_take_one_admission_per_finish(monkeypatch, lengths: list[int], rounds: int) -> None:
+    """Every slot full and no sequence due at once: the walk's sorted form (inference._full_slots_finishes)
+    is taken, or with no rounds its one-heapreplace-per-admission form (inference._full_slots_walk),
+    and either equals the frozen engine in every figure and at interrupts anywhere, ties of finish
+    steps included."""
     calls = []
-    real = inference._full_slots_walk
-    monkeypatch.setattr(inference, "_full_slots_walk", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(inference, "FULL_SLOTS_ROUNDS", rounds)
+    name = "_full_slots_finishes" if rounds else "_full_slots_walk"
+    real = getattr(inference, name)
+    monkeypatch.setattr(inference, name, lambda *a: (calls.append(got := real(*a)), got)[1])
     layout = RolloutLayout(tp=1, max_num_seqs=4)
     case = Case("qwen2.5-7b", layout, InferenceParams(), [(0.0, [(30 + i, r, 0, -1 - i) for i, r in enumerate(lengths)])])
     run, finished = _runs_as_frozen(case, case.build(RolloutEngine))
-    assert calls
+    assert calls and all(got is not None for got in calls)
     times = sorted({t for _, t in finished})
     for now in times + [(a + b) / 2 for a, b in zip(times, times[1:], strict=False)]:
         assert run.interrupt_at(now).partial == case.build(frozen.RolloutEngine).interrupt(now).partial, now
