@@ -205,9 +205,8 @@ class SampleStore:
         f["staleness"][pos] = iteration - f["version"][pos]
 
     def drop(self, ids: np.ndarray, reason: str) -> None:
-        f, pos = self.flat(), np.asarray(ids) - self.base
         code = self._code(reason)
-        f = self.flat()          # _code may have widened the code column
+        f, pos = self.flat(), np.asarray(ids) - self.base   # after _code: it may widen the code column
         f["dropped"][pos] = True
         f["drop_code"][pos] = code
 
