@@ -162,10 +162,6 @@ class RoundDraws:
             shares = self._shares[round_, n_instances] = self.deal_all(batch, n_instances)
         return shares[instance]
 
-    def deal(self, batch: SeqBatch, instance: int, n_instances: int) -> SeqBatch:
-        """Instance ``instance``'s part of ``batch`` under the dispatch policy (see share)."""
-        return self.deal_all(batch, n_instances)[instance]
-
     def deal_all(self, batch: SeqBatch, n_instances: int) -> list[SeqBatch]:
         """Every instance's part of ``batch`` under the dispatch policy (see share), in instance order."""
         if self.workload.inference.dispatch == "per-sample":
