@@ -1,7 +1,8 @@
 """Issue 12, V6 (NeMo RL v0.5): the steady step of every row with each NeMo RL mechanism switched off
 (main), alone, and all on: schedule.refit full-tensors, switch.offload_weights + engine_sleep (the
 colocated rows), schedule.async_engine (the 1-step-off rows), schedule.reference_swap_copies (the
-reference state dict swapped in from host memory) and schedule.forward_micro_batch (logprob_batch_size).
+reference state dict swapped in from host memory), schedule.forward_micro_batch (logprob_batch_size)
+and the MoE token shuffle of the trainer (train_params.compute.moe_permute_traffic_bytes_per_hidden).
 Prints the table of docs/validation.md.
 
     PYTHONPATH=. python benchmarks/v6_mechanisms.py
@@ -14,7 +15,7 @@ from typing import Any
 from simulator.api import simulate
 from simulator.validation import nemo_rl
 
-MECHANISMS = ("refit", "offload", "async", "refswap", "logprob")
+MECHANISMS = ("refit", "offload", "async", "refswap", "logprob", "moeshuffle")
 CONFIGS: dict[str, set[str]] = {"main": set(), **{f"+{m}": {m} for m in MECHANISMS}, "all": set(MECHANISMS)}
 
 
@@ -32,6 +33,9 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
         sched.pop("reference_swap_copies", None)
     if "logprob" not in on:
         sched.pop("forward_micro_batch", None)
+    if "moeshuffle" not in on:
+        compute = sc["workload"].setdefault("train_params", {}).setdefault("compute", {})
+        compute["moe_permute_traffic_bytes_per_hidden"] = 0.0
     return sc
 
 

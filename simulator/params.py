@@ -79,6 +79,16 @@ class ComputeParams(StrictModel):
     residual_traffic_bytes_per_hidden: float = 14.0
     act_traffic_bytes_per_ffn: float = 4.0
     gated_act_traffic_bytes_per_ffn: float = 6.0
+    # MoE token shuffling around the experts, bytes per hidden unit per routed token copy (each
+    # token's top-k copies), forward, as Megatron-Core's all-to-all token dispatcher moves them
+    # (megatron/core/transformer/moe/token_dispatcher.py with moe_utils.py, unfused): `permute`
+    # gathers the k copies into expert order (read 2, write 2); `sort_chunks_by_idxs` regroups the
+    # received chunks by local expert after the dispatch and back before the combine (read 2 + write
+    # 2 each); `unpermute` scales the copies by their routing probabilities and sums them back into
+    # token order (read 2, write 2) -> 16. The all-to-alls themselves are communication
+    # (train_params.comm); the router's E logits per token are small beside this and not counted.
+    # Backward: backward_traffic_factor x. 0 turns the term off (the behaviour before this field).
+    moe_permute_traffic_bytes_per_hidden: float = Field(16.0, ge=0)
     # Backward of an elementwise op reads its saved input and the incoming gradient and writes the
     # outgoing one: ~2x the forward traffic.
     backward_traffic_factor: float = 2.0

@@ -162,8 +162,11 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     if layer.moe:
         ffn_units = plan.up_units / 2  # MoE experts are gated: the up projection holds up + gate
         act_bytes = params.gated_act_traffic_bytes_per_ffn
+    # MoE: the routed copies of the device's tokens (split by TP with SP, as the dispatch) are
+    # shuffled into expert order and back around the all-to-alls.
+    shuffle = k * hidden * params.moe_permute_traffic_bytes_per_hidden / (tp if sp else 1) if layer.moe else 0.0
     elem = tokens * ((params.norm_traffic_bytes_per_hidden + params.residual_traffic_bytes_per_hidden) * hidden
-                     / (tp if sp else 1) + act_bytes * ffn_units / tp) / rates.hbm_Bps
+                     / (tp if sp else 1) + act_bytes * ffn_units / tp + shuffle) / rates.hbm_Bps
     fwd = fwd + attn_f + elem
     bwd = bwd + attn_b + params.backward_traffic_factor * elem
     if layer.ssm_flops_per_token:   # Mamba-2 SSD scan: matmul-like kernels, rated as flash attention

@@ -130,3 +130,29 @@ def test_loss_traffic_is_bytes_per_logit_over_hbm() -> None:
         want = tokens * 131072 / tp * 52.0 / H100.hbm_Bps
         np.testing.assert_allclose((f - f0) + (b - b0), want, rtol=1e-12)
         np.testing.assert_allclose(f - f0, want / 2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("tp, sp", [(1, False), (4, True)])
+def test_moe_token_shuffle_is_its_bytes_over_hbm(tp: int, sp: bool) -> None:
+    """The MoE permute / chunk sorts / unpermute add tokens x top-k x hidden x bytes (split by TP
+    with SP, as the dispatch) over HBM forward, backward_traffic_factor times that backward; a
+    dense layer pays nothing."""
+    from simulator.llm.architecture import ModelSpec
+    from simulator.llm.layer_costs import layer_shapes
+
+    model = ModelSpec(name="t", num_layers=2, hidden=512, ffn_hidden=1024, num_heads=8, num_kv_heads=8,
+                      head_dim=64, vocab=2048, num_experts=16, experts_per_token=4, moe_ffn_hidden=256,
+                      first_k_dense=1)
+    dense, moe = layer_shapes(model)[0], layer_shapes(model)[1]
+    assert moe.moe and not dense.moe
+    tokens, sq = np.array([512.0, 4096.0]), np.array([512.0**2, 4096.0**2])
+
+    def times(layer, bytes_per_hidden: float):
+        p = ComputeParams(moe_permute_traffic_bytes_per_hidden=bytes_per_hidden)
+        return layer_times(layer, 512, 1024, True, tokens, sq, tp=tp, sp=sp, ep=4, rates=H100, params=p)
+
+    on, off = times(moe, 16.0), times(moe, 0.0)
+    shuffle = tokens * 4 * 512 * 16.0 / tp / H100.hbm_Bps
+    assert on.fwd_s - off.fwd_s == pytest.approx(shuffle, rel=1e-9)
+    assert on.bwd_s - off.bwd_s == pytest.approx(ComputeParams().backward_traffic_factor * shuffle, rel=1e-9)
+    np.testing.assert_array_equal(times(dense, 16.0).fwd_s, times(dense, 0.0).fwd_s)
