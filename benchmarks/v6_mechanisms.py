@@ -1,8 +1,9 @@
 """Issue 12, V6 (NeMo RL v0.5): the steady step of every row with each NeMo RL mechanism switched off
-(main), alone, and all on: schedule.refit full-tensors, switch.offload_weights + engine_sleep (the
-colocated rows), schedule.async_engine (the 1-step-off rows), schedule.reference_swap_copies (the
-reference state dict swapped in from host memory), schedule.forward_micro_batch (logprob_batch_size)
-and the MoE token shuffle of the trainer (train_params.compute.moe_permute_traffic_bytes_per_hidden).
+(main), alone, and all on: schedule.refit full-tensors by its bytes alone (+refit) and with its
+per-tensor CPU time (+tensors: full-tensors with schedule.refit_tensor_overhead_s),
+switch.offload_weights + engine_sleep (the colocated rows), schedule.async_engine (the 1-step-off
+rows), schedule.reference_swap_copies (the reference state dict swapped in from host memory),
+schedule.forward_micro_batch (logprob_batch_size) and the MoE token shuffle of the trainer (train_params.compute.moe_permute_traffic_bytes_per_hidden).
 Prints the table of docs/validation.md.
 
     PYTHONPATH=. python benchmarks/v6_mechanisms.py
@@ -15,7 +16,7 @@ from typing import Any
 from simulator.api import simulate
 from simulator.validation import nemo_rl
 
-MECHANISMS = ("refit", "offload", "async", "refswap", "logprob", "moeshuffle")
+MECHANISMS = ("refit", "tensors", "offload", "async", "refswap", "logprob", "moeshuffle")
 CONFIGS: dict[str, set[str]] = {"main": set(), **{f"+{m}": {m} for m in MECHANISMS}, "all": set(MECHANISMS)}
 
 
@@ -23,8 +24,10 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
     """The row's scenario with the mechanisms not in ``on`` back at rlsim's defaults."""
     sc = nemo_rl.scenario(row)
     sched = sc["schedule"]
-    if "refit" not in on:
+    if not on & {"refit", "tensors"}:
         sched.pop("refit", None)
+    if "tensors" not in on:
+        sched["refit_tensor_overhead_s"] = 0.0
     if "offload" not in on:
         sched.pop("switch", None)
     if "async" not in on:

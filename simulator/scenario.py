@@ -228,7 +228,7 @@ class RecoveryConfig(_Strict):
 
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
 COMMON_KNOBS = frozenset({"kind", "overprovision", "tail_consolidation", "low_batch_share", "distqueue",
-                          "weight_sync_efficiency", "refit", "refit_overlap", "micro_batching", "pack_tokens", "reuse_stage_costs",
+                          "weight_sync_efficiency", "refit", "refit_overlap", "refit_tensor_overhead_s", "micro_batching", "pack_tokens", "reuse_stage_costs",
                           "forward_micro_batch", "reference_swap_copies"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
 # a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
@@ -309,6 +309,14 @@ class ScheduleConfig(_Strict):
     # RL streams buckets, packed_broadcast_producer; the two use separate NCCL communicators): the
     # refit lasts max(gather, broadcast); False: gather + broadcast (one stream). Assumption.
     refit_overlap: bool = True
+    # full-tensors: CPU time per named tensor of the model's Hugging Face state dict on every training
+    # rank (Megatron-Bridge's export builds each tensor in its own conversion task, issuing its TP / EP
+    # gathers, before it is packed for the engine). The gathers run on the GPU while the CPU goes on,
+    # so the refit's gather part is the longer of its bytes over the links and hf_tensor_count x this.
+    # hardware.md (verl checkpoint-engine, H20): Qwen3-30B-A3B syncs in 15.8 s tensor by tensor,
+    # "dominated by producing parameters in the trainer": 15.8 s / its 18,867 tensors = 0.84 ms.
+    # 0: off. 'reshard' (bucketed) pays none.
+    refit_tensor_overhead_s: float = Field(8.4e-4, ge=0)
     # How a mini-batch is cut into training micro-batches when samples are packed (distqueue.packed):
     # 'balanced' = token-balanced micro-batches of about `pack_tokens` x micro_batch tokens (verl
     # use_dynamic_bsz + seqlen_balancing.get_seqlen_balanced_partitions; Megatron THD packing);

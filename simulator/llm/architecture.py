@@ -34,6 +34,7 @@ MAMBA_BLOCK, ATTENTION_BLOCK, MLP_BLOCK = "M", "*", "-"
 # read-out C.state (2 N P each).
 SSM_RECURRENT_FLOPS_PER_STATE_ELEM = 5.0
 SSD_CHUNK_TOKENS = 128      # Nemotron-H config.json chunk_size (the mamba_ssm kernels' default block)
+MAMBA_MIXER_TENSORS = 8      # in_proj, conv1d weight + bias, dt_bias, A_log, D, norm, out_proj (HF NemotronHMamba2Mixer)
 
 
 def dtype_bytes(dtype: str, field: str = "dtype", source: str | None = None) -> float:
@@ -270,6 +271,27 @@ class ModelSpec:
         return (self.num_attention_layers * self.attention_params + self.num_mamba_layers * self.mamba_params
                 + norms + self.num_dense_layers * self.dense_ffn_params
                 + self.num_moe_layers * moe + self.params_embedding + self.params_lm_head + final_norm)
+
+    @cached_property
+    def hf_tensor_count(self) -> int:
+        """Named tensors of the model's Hugging Face state dict (weights, biases, norms): what a refit
+        that rebuilds every parameter as a full HF tensor produces one by one. Per layer: GQA q, k, v,
+        o (+ q/k/v biases, o bias, q/k norms); MLA q (or q_a, its norm, q_b), kv_a, its norm, kv_b, o;
+        an FFN's 3 (gated) or 2 matrices (+ 2 biases); an MoE layer's router, every expert's FFN and
+        one shared-expert FFN; a Mamba-2 mixer's 8 (in_proj, conv weight and bias, dt bias, A, D, norm,
+        out_proj); 2 norms (a hybrid block 1), weight and bias with LayerNorm. Then the embedding(s),
+        the final norm and an untied LM head."""
+        norm = 2 if self.layernorm else 1
+        if self.is_mla:
+            attention = (3 if self.q_lora_rank else 1) + 3 + 1
+        else:
+            attention = 4 + 3 * self.qkv_bias + self.mlp_bias + 2 * self.qk_norm
+        ffn = (3 if self.gated_ffn else 2) + 2 * self.mlp_bias
+        moe = 1 + self.num_experts * ffn + (ffn if self.num_shared_experts else 0)
+        norms = self.num_layers * norm * (1 if self.is_hybrid else 2)
+        body = (self.num_attention_layers * attention + self.num_mamba_layers * MAMBA_MIXER_TENSORS
+                + self.num_dense_layers * ffn + self.num_moe_layers * moe + norms)
+        return body + 1 + (self.max_position_embeddings > 0) + norm + (not self.tied_embeddings)
 
     @cached_property
     def params_total(self) -> int:

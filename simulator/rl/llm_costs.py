@@ -536,7 +536,8 @@ class LlmCosts:
         receivers' links and by the senders' aggregate links."""
         shard = self._inference_shard_bytes()
         full = self.scenario.schedule.refit == "full-tensors"
-        gather = self.refit_gather_s(src) if full else 0.0
+        # the per-tensor CPU work issues the gathers: whichever is longer sets the pace
+        gather = max(self.refit_gather_s(src), self.refit_tensors_s()) if full else 0.0
         if src == dst:
             # reshard inside each training replica + the instances on its devices: their own links
             # (a replica sits on consecutive ranks, one scale-up domain when it fits)
@@ -567,6 +568,11 @@ class LlmCosts:
         ranks = list(src) if lay.pp > 1 else list(src)[:stage_span]
         received = self.model.weight_bytes(self._weight_bytes_per_param()) * (1.0 - 1.0 / copy_span)
         return received / (self._ring_bw_Bps(ranks) * self.sync_eff)
+
+    def refit_tensors_s(self) -> float:
+        """schedule.refit 'full-tensors': the CPU time of producing the model's Hugging Face tensors
+        one by one (schedule.refit_tensor_overhead_s each)."""
+        return self.model.hf_tensor_count * self.scenario.schedule.refit_tensor_overhead_s
 
     def _ring_bw_Bps(self, ranks: list[int]) -> float:
         """The narrowest link on the ring through ``ranks`` (topology links); one device: its

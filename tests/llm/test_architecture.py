@@ -105,6 +105,27 @@ def test_weight_bytes_per_dtype():
     assert m.weight_bytes(1) * 2 == m.weight_bytes(2) == 2 * m.params_total
 
 
+# Named tensors of the Hugging Face state dicts, counted by hand from the architectures: Llama 3.1
+# 8B 32 layers x (q, k, v, o, gate, up, down, 2 norms) + embedding, final norm, LM head; Qwen3-30B-A3B
+# 48 x (q, k, v, o, q/k norms, 2 norms, router, 128 experts x 3) + 3; DeepSeek-V3 (MLA with q LoRA)
+# 58 MoE layers x (q_a, its norm, q_b, kv_a, its norm, kv_b, o, 2 norms, router, 256 x 3 experts,
+# one shared expert's 3) + 3 dense layers x (7 + 2 + 3) + 3.
+HF_TENSORS = {"llama3.1-8b": 32 * 9 + 3, "qwen3-30b-a3b": 48 * (4 + 2 + 2 + 1 + 128 * 3) + 3,
+              "deepseek-v3": 58 * (7 + 2 + 1 + 256 * 3 + 3) + 3 * (7 + 2 + 3) + 3}
+
+
+@pytest.mark.parametrize("name", sorted(HF_TENSORS))
+def test_hf_tensor_count_matches_a_hand_count(name):
+    assert load_model(name).hf_tensor_count == HF_TENSORS[name]
+
+
+def test_hf_tensor_count_of_gpt_counts_biases_and_position_embeddings():
+    # GPT (Megatron 2021 rows): LayerNorm weight + bias x 2, qkv (3 weights + 3 biases), o + bias,
+    # fc1, fc2 + 2 biases; then token and position embeddings, the final LayerNorm, an untied head
+    m = load_model("gpt-7.5b")
+    assert m.hf_tensor_count == m.num_layers * (4 + 4 + 3 + 1 + 2 + 2) + 2 + 2 + (not m.tied_embeddings)
+
+
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3", "llama3.1-8b", "gpt-7.5b"])
 def test_config_json_file_loads_like_the_preset(tmp_path, name):
     path = tmp_path / name / "config.json"

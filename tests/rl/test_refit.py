@@ -27,7 +27,7 @@ def test_colocated_full_tensor_refit_adds_the_gather_of_the_whole_model_over_the
     # DeepSeek-V3 on 256 H100: EP16 x PP16 spans the pool, so every rank receives all but 1/256 of the
     # model over its 50 GB/s InfiniBand NIC
     r = row("deepseek-v3", "on-policy")
-    full, shard = costs(r), costs(r, refit="reshard")
+    full, shard = costs(r, refit_tensor_overhead_s=0.0), costs(r, refit="reshard")
     pool = range(256)
     bw = full.topology.bottleneck_bw_Bps(list(pool))
     assert bw == pytest.approx(50e9)
@@ -39,11 +39,28 @@ def test_colocated_full_tensor_refit_adds_the_gather_of_the_whole_model_over_the
 def test_split_pool_refit_is_the_longer_of_gather_and_broadcast_or_their_sum_without_overlap():
     r = row("deepseek-v3", "1-step-off")
     src, dst = range(256, 512), range(0, 256)
-    over, serial = costs(r), costs(r, refit_overlap=False)
+    over, serial = costs(r, refit_tensor_overhead_s=0.0), costs(r, refit_overlap=False, refit_tensor_overhead_s=0.0)
     bw = over.topology.bottleneck_bw_Bps(list(range(512))) * 0.8
     gather, broadcast = over.refit_gather_s(src), model_bytes(over) / bw
     assert over.weight_sync_s(src, dst) == pytest.approx(max(gather, broadcast), rel=1e-12)
     assert serial.weight_sync_s(src, dst) == pytest.approx(gather + broadcast, rel=1e-12)
+
+
+@pytest.mark.parametrize("key, policy, pool", [("qwen3-30b-a3b", "on-policy", range(32)),
+                                               ("deepseek-v3", "on-policy", range(256))])
+def test_the_per_tensor_cpu_time_paces_the_gather_when_it_is_longer(key: str, policy: str, pool: range):
+    # Qwen3-30B-A3B: 18,867 tensors x 0.84 ms = 15.8 s against ~0.2 s of bytes over NVLink (the CPU
+    # paces it); DeepSeek-V3: 45,337 x 0.84 ms = 38.1 s against 33.6 s over InfiniBand
+    r = row(key, policy)
+    full, shard, bytes_only = costs(r), costs(r, refit="reshard"), costs(r, refit_tensor_overhead_s=0.0)
+    tensors = full.model.hf_tensor_count * 8.4e-4
+    assert full.refit_tensors_s() == pytest.approx(tensors, rel=1e-12)
+    gather = max(bytes_only.refit_gather_s(pool), tensors)
+    assert tensors > bytes_only.refit_gather_s(pool)
+    assert full.weight_sync_s(pool, pool) - shard.weight_sync_s(pool, pool) == pytest.approx(gather, rel=1e-12)
+    # reshard (bucketed RL Fusion) pays no per-tensor time
+    assert costs(r, refit="reshard", refit_tensor_overhead_s=1.0).weight_sync_s(pool, pool) == \
+        shard.weight_sync_s(pool, pool)
 
 
 def test_a_one_stage_copy_gathers_over_its_own_scale_up_domain():
