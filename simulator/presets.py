@@ -6,6 +6,7 @@ setup.cfg), so ``pip install .`` finds them by name as well as a source checkout
 """
 from __future__ import annotations
 
+import copy
 import importlib.resources
 from pathlib import Path
 from typing import Any
@@ -34,13 +35,30 @@ def preset_names(kind: str) -> list[str]:
     return sorted(p.stem for p in preset_dir(kind).glob("*.yaml"))
 
 
+# Parsed YAML mappings of files by their text (at most this many, text up to _PARSED_MAX_CHARS
+# each): every load_scenario reads its topology and workload presets, and parsing them was ~1 ms of
+# a seed step. Keyed by the whole text, so an edited file is parsed again; a speed knob only.
+_PARSED_MAX_ENTRIES = 64
+_PARSED_MAX_CHARS = 1 << 16
+_parsed: dict[str, dict[str, Any]] = {}
+
+
 def read_yaml(path: str | Path, *, what: str = "file", fix: str = "check the path") -> dict[str, Any]:
-    """Read one YAML mapping; errors name the file (and `fix` says how to get a good one)."""
+    """Read one YAML mapping (a fresh copy, the caller's to change); errors name the file (and
+    `fix` says how to get a good one)."""
     path = Path(path)
-    data = load_yaml_text(read_text(path, what=what, fix=fix), source=str(path))
-    if not isinstance(data, dict):
-        raise RlsimError("expected a YAML mapping at the top level", source=str(path))
-    return data
+    text = read_text(path, what=what, fix=fix)
+    parsed = _parsed.get(text)
+    if parsed is None:
+        parsed = load_yaml_text(text, source=str(path))
+        if not isinstance(parsed, dict):
+            raise RlsimError("expected a YAML mapping at the top level", source=str(path))
+        if len(text) <= _PARSED_MAX_CHARS:
+            if len(_parsed) >= _PARSED_MAX_ENTRIES:
+                _parsed.clear()
+            _parsed[text] = copy.deepcopy(parsed)
+        return parsed
+    return copy.deepcopy(parsed)
 
 
 def read_text(path: str | Path, *, what: str = "file", fix: str = "check the path") -> str:

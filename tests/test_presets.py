@@ -1,0 +1,47 @@
+"""presets.read_yaml: parsed files are kept by their text; every read returns its own copy."""
+import pytest
+
+from simulator import presets
+from simulator.errors import RlsimError
+
+
+def test_read_yaml_returns_a_fresh_copy_each_read(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("a: {b: [1, 2]}\nc: x\n")
+    first = presets.read_yaml(path)
+    first["a"]["b"].append(3)
+    first["c"] = "changed"
+    assert presets.read_yaml(path) == {"a": {"b": [1, 2]}, "c": "x"}
+
+
+def test_read_yaml_sees_an_edited_file_even_of_the_same_size(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("a: 1\n")
+    assert presets.read_yaml(path) == {"a": 1}
+    path.write_text("a: 2\n")          # same size, possibly the same mtime: the text is the key
+    assert presets.read_yaml(path) == {"a": 2}
+
+
+def test_read_yaml_keeps_the_aliases_shared_as_the_parser_gives_them(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("a: &x [1, 2]\nb: *x\n")
+    for _ in range(2):                 # parsed, then from the kept copy
+        data = presets.read_yaml(path)
+        assert data["a"] is data["b"] and data == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_read_yaml_errors_again_on_every_read(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("- 1\n- 2\n")
+    for _ in range(2):
+        with pytest.raises(RlsimError, match="mapping at the top level"):
+            presets.read_yaml(path)
+
+
+def test_kept_parses_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(presets, "_parsed", {})
+    for i in range(presets._PARSED_MAX_ENTRIES + 5):
+        path = tmp_path / f"{i}.yaml"
+        path.write_text(f"a: {i}\n")
+        assert presets.read_yaml(path) == {"a": i}
+    assert len(presets._parsed) <= presets._PARSED_MAX_ENTRIES
