@@ -74,7 +74,7 @@ class LayerTimes:
     """Per micro-batch arrays (seconds on one device) for one layer."""
 
     fwd_s: np.ndarray          # forward compute
-    bwd_s: np.ndarray          # backward compute
+    bwd_s: np.ndarray | None   # backward compute (None: asked for the forward only)
     attn_fwd_s: np.ndarray     # the attention-core part of fwd_s (what selective recompute repeats)
 
 
@@ -87,6 +87,7 @@ class _GemmPlan:
     k_dim: np.ndarray    # (G,) local input width K
     count: tuple[float, ...]  # GEMMs of this shape on the device (E / ep experts, else 1)
     up_units: float      # MoE: FFN units of the up projections (top-k experts + shared)
+    counts: np.ndarray   # (G, 1) ``count`` as a column
 
 
 @lru_cache(maxsize=1024)
@@ -97,21 +98,46 @@ def _gemm_plan(layer: LayerShape, tp: int, ep: int, etp: int | None = None) -> _
     etp = tp if etp is None else etp
     dims = [g.local_dims(etp if g.expert else tp) for g in layer.gemms]
     k = layer.experts_per_token
+    count = tuple(layer.num_experts / ep if g.expert else 1.0 for g in layer.gemms)
     return _GemmPlan(expert=np.array([g.expert for g in layer.gemms], dtype=bool),
                      n_dim=np.array([d[0] for d in dims], dtype=float),
                      k_dim=np.array([d[1] for d in dims], dtype=float),
-                     count=tuple(layer.num_experts / ep if g.expert else 1.0 for g in layer.gemms),
+                     count=count,
                      up_units=float(sum(g.n_out * (k if g.expert else 1) for g in layer.gemms
-                                        if g.name.endswith("_up"))))
+                                        if g.name.endswith("_up"))),
+                     counts=np.array(count, dtype=float).reshape(-1, 1))
+
+
+def _gemm_sums(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: ComputeParams,
+               backward: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(forward, backward or None) GEMM time of a layer per micro-batch: every GEMM's roofline in
+    one call, three per weight: forward (rows, N, K), then the backward data gradient dX = dY . W^T
+    (rows, K, N) and weight gradient dW = X^T . dY (K, N, rows): the reduction runs over the tokens.
+    Summed GEMM by GEMM in the layer's order: ``add.accumulate`` along the GEMMs adds row after row
+    (the same float additions as a loop of ``total + count x time``)."""
+    n_g, n_m = rows.shape
+    if not n_g:
+        return np.zeros(n_m), np.zeros(n_m) if backward else None
+    n_col = np.broadcast_to(plan.n_dim[:, None], (n_g, n_m))
+    k_col = np.broadcast_to(plan.k_dim[:, None], (n_g, n_m))
+    if not backward:
+        t = gemm_time_s(rows, n_col, k_col, rates, params)
+        return np.add.accumulate(plan.counts * t, axis=0)[-1], None
+    t = gemm_time_s(np.concatenate([rows, rows, k_col]), np.concatenate([n_col, k_col, n_col]),
+                    np.concatenate([k_col, n_col, rows]), rates, params)
+    fwd = np.add.accumulate(plan.counts * t[:n_g], axis=0)[-1]
+    bwd = np.add.accumulate(plan.counts * (t[n_g:2 * n_g] + t[2 * n_g:]), axis=0)[-1]
+    return fwd, bwd
 
 
 def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: np.ndarray, sq_sum: np.ndarray,
                 *, tp: int, sp: bool, ep: int, rates: DeviceRates, params: ComputeParams,
-                etp: int | None = None) -> LayerTimes:
+                etp: int | None = None, backward: bool = True) -> LayerTimes:
     """Compute time of one layer for micro-batches of `tokens` tokens on this device (after CP)
     whose sequences have sum of squared lengths `sq_sum` (attention work, after CP). `etp`: expert
     tensor-parallel size (None: tp); expert rows scale by etp / tp so the expert FLOPs of a TP
-    group's tokens stay spread over its tp ranks (MoE parallel folding)."""
+    group's tokens stay spread over its tp ranks (MoE parallel folding). ``backward`` False: the
+    forward only (``bwd_s`` None; the forward arrays are the same floats)."""
     tokens = np.asarray(tokens, dtype=float)
     etp = tp if etp is None else etp
     plan = _gemm_plan(layer, tp, ep, etp)
@@ -123,38 +149,14 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     rows[:] = tokens
     if plan.expert.any():
         rows[plan.expert] = tokens * ep * k / layer.num_experts * (etp / tp)
-    n_col, k_col = plan.n_dim[:, None], plan.k_dim[:, None]
-    # All GEMMs of the layer in one roofline call, three per weight: forward (rows, N, K), then
-    # the backward data gradient dX = dY . W^T (rows, K, N) and weight gradient dW = X^T . dY
-    # (K, N, rows): the reduction runs over the tokens.
-    m = np.concatenate([rows, rows, np.broadcast_to(k_col, (n_g, n_m))])
-    n = np.concatenate([np.broadcast_to(n_col, (n_g, n_m)), np.broadcast_to(k_col, (n_g, n_m)),
-                        np.broadcast_to(n_col, (n_g, n_m))])
-    kk = np.concatenate([np.broadcast_to(k_col, (n_g, n_m)), np.broadcast_to(n_col, (n_g, n_m)), rows])
-    t = gemm_time_s(m, n, kk, rates, params)
-    # Summed GEMM by GEMM, in the layer's order (the same float additions as one call per GEMM).
-    fwd = np.zeros(n_m)
-    bwd = np.zeros(n_m)
-    for g, count in enumerate(plan.count):
-        fwd = fwd + count * t[g]
-        bwd = bwd + count * (t[n_g + g] + t[2 * n_g + g])
+    fwd, bwd = _gemm_sums(plan, rows, rates, params, backward)
     # Attention core: Q.K^T and A.V over each sequence's own keys; sequences of token-weighted mean
     # length sq_sum / tokens set the shape ramp.
     heads = layer.attn_heads / tp
     attn_flops = 2.0 * sq_sum * heads * (layer.qk_head_dim + layer.v_head_dim)
     with np.errstate(divide="ignore", invalid="ignore"):
         seq_len = np.where(tokens > 0, sq_sum / np.maximum(tokens, 1e-300), 0.0)
-    if params.flash_attention:
-        flops = attn_flops * params.flash_causal_fraction
-        attn_f = attention_time_s(flops, seq_len, rates, params, params.flash_efficiency_ratio)
-        ratio_b = params.flash_efficiency_ratio if params.flash_backward_efficiency_ratio is None \
-            else params.flash_backward_efficiency_ratio
-        attn_b = params.flash_backward_factor * attention_time_s(flops, seq_len, rates, params, ratio_b)
-    else:
-        score_elems = sq_sum * heads
-        core = attention_time_s(attn_flops, seq_len, rates, params)
-        attn_f = core + score_elems * params.score_traffic_fwd_bytes / rates.hbm_Bps
-        attn_b = params.backward_flops_factor * core + score_elems * params.score_traffic_bwd_bytes / rates.hbm_Bps
+    attn_f, attn_b = _attention_times(attn_flops, seq_len, sq_sum, heads, rates, params, backward)
     # Elementwise: norms and residual adds per hidden unit (split by TP only with SP), activation
     # function per FFN unit (always split by TP; MoE: top-k experts + shared).
     ffn_units = ffn if layer.has_mlp else 0   # a hybrid's attention or Mamba block has no FFN
@@ -168,13 +170,35 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     elem = tokens * ((params.norm_traffic_bytes_per_hidden + params.residual_traffic_bytes_per_hidden) * hidden
                      / (tp if sp else 1) + act_bytes * ffn_units / tp + shuffle) / rates.hbm_Bps
     fwd = fwd + attn_f + elem
-    bwd = bwd + attn_b + params.backward_traffic_factor * elem
+    if backward:
+        bwd = bwd + attn_b + params.backward_traffic_factor * elem
     if layer.ssm_flops_per_token:   # Mamba-2 SSD scan: matmul-like kernels, rated as flash attention
         scan = attention_time_s(tokens * layer.ssm_flops_per_token / tp, np.full(n_m, float(SSD_CHUNK_TOKENS)),
                                 rates, params, params.flash_efficiency_ratio)
         fwd = fwd + scan
-        bwd = bwd + params.backward_flops_factor * scan
+        if backward:
+            bwd = bwd + params.backward_flops_factor * scan
     return LayerTimes(fwd, bwd, attn_f)
+
+
+def _attention_times(attn_flops: np.ndarray, seq_len: np.ndarray, sq_sum: np.ndarray, heads: float,
+                     rates: DeviceRates, params: ComputeParams, backward: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(forward, backward or None) attention-core time: flash attention, or materialized scores
+    (sq_sum x heads of them, their HBM traffic on top)."""
+    if params.flash_attention:
+        flops = attn_flops * params.flash_causal_fraction
+        attn_f = attention_time_s(flops, seq_len, rates, params, params.flash_efficiency_ratio)
+        if not backward:
+            return attn_f, None
+        ratio_b = params.flash_efficiency_ratio if params.flash_backward_efficiency_ratio is None \
+            else params.flash_backward_efficiency_ratio
+        return attn_f, params.flash_backward_factor * attention_time_s(flops, seq_len, rates, params, ratio_b)
+    score_elems = sq_sum * heads
+    core = attention_time_s(attn_flops, seq_len, rates, params)
+    attn_f = core + score_elems * params.score_traffic_fwd_bytes / rates.hbm_Bps
+    if not backward:
+        return attn_f, None
+    return attn_f, params.backward_flops_factor * core + score_elems * params.score_traffic_bwd_bytes / rates.hbm_Bps
 
 
 def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates: DeviceRates,

@@ -375,7 +375,7 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int,
 @dataclass
 class _LayerCost:
     fwd_compute: np.ndarray
-    bwd_compute: np.ndarray
+    bwd_compute: np.ndarray | None    # None: the forward only was asked (LayerTimes.bwd_s)
     attn_fwd: np.ndarray
     fwd_comm: dict[str, np.ndarray]   # exposed, by kind
     bwd_comm: dict[str, np.ndarray]
@@ -453,9 +453,10 @@ def _ulysses_comm(layer: LayerShape, layout: TrainLayout, tokens_local: np.ndarr
 class _StageArrays:
     fwd: np.ndarray            # (V, M) total forward op time
     fwd_comm: np.ndarray       # (V, M) exposed comm inside the forward ops
-    bwd: np.ndarray            # (V, M) total backward op time (recompute included)
-    compute: np.ndarray        # (V, M) compute part of fwd + bwd
-    comm: dict[str, np.ndarray]  # kind -> (V, M) exposed comm inside ops
+    # None in a forward-only pass (forward_cost reads fwd and fwd_comm alone):
+    bwd: np.ndarray | None     # (V, M) total backward op time (recompute included)
+    compute: np.ndarray | None  # (V, M) compute part of fwd + bwd
+    comm: dict[str, np.ndarray] | None  # kind -> (V, M) exposed comm inside ops
 
 
 @lru_cache(maxsize=256)
@@ -483,23 +484,19 @@ def _chunk_shapes(model: Any, layout: TrainLayout) -> tuple[tuple[LayerShape, ..
 
 
 def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.ndarray, groups: _Groups,
-                  comm: _Comm, rates: DeviceRates, params: TrainParams) -> _StageArrays:
-    """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq)."""
+                  comm: _Comm, rates: DeviceRates, params: TrainParams, forward_only: bool = False) -> _StageArrays:
+    """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq).
+    ``forward_only``: the forward rows alone (fwd, fwd_comm; the same floats as in a full pass)."""
     pp, vpp = layout.pp, layout.vpp
     unique, chunk_counts = _chunk_shapes(model, _shape_layout(layout))
     tokens_local = tokens / layout.cp
     sq_local = sq / layout.cp
     gated = bool(getattr(model, "gated_ffn", True))
     n_v, n_m = pp * vpp, tokens.size
-    fwd = np.zeros((n_v, n_m))
-    fwd_comm_all = np.zeros((n_v, n_m))
-    bwd = np.zeros((n_v, n_m))
-    compute = np.zeros((n_v, n_m))
-    comm_kind = {k: np.zeros((n_v, n_m)) for k in COMM_KINDS}
+    # Rows of the stacked per-stage state: fwd, fwd comm, then bwd, compute and comm by kind.
+    n_rows = 2 if forward_only else 4 + len(COMM_KINDS)
+    out = np.zeros((n_rows, n_v, n_m))
     times: dict[int, LayerTimes] = {}
-    full = layout.recompute == "full"
-    # Rows of the stacked per-stage state: fwd, fwd comm, bwd, compute, then comm by kind.
-    n_rows = 4 + len(COMM_KINDS)
     # Per (shape, stage): one layer's addends (a1, a2) — each layer adds a1 then a2 to the state,
     # in the order of the per-layer loop this replaces — and the partial sums after k layers.
     adds: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[np.ndarray]]] = {}
@@ -527,25 +524,9 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 if t is None:
                     t = times[u] = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local,
                                                sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
-                                               params=params.compute, etp=layout.expert_tp)
+                                               params=params.compute, etp=layout.expert_tp, backward=not forward_only)
                 lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
-                f_comm = sum(lc.fwd_comm.values()) if lc.fwd_comm else 0.0
-                b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
-                re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(layout.recompute, 0.0)
-                # Full recompute redoes the forward's collectives in backward, except the ZeRO-3
-                # parameter gather: the backward's own gather serves the recomputation.
-                re_comm = f_comm - (lc.fwd_comm["dp"] if "dp" in lc.fwd_comm else 0.0) if full else 0.0
-                a1 = np.zeros((n_rows, n_m))
-                a2 = np.zeros((n_rows, n_m))
-                a1[0] = lc.fwd_compute + f_comm
-                a1[1] = f_comm
-                a1[2] = lc.bwd_compute + b_comm + re_compute + re_comm
-                a1[3] = lc.fwd_compute + lc.bwd_compute + re_compute
-                for r, kind in enumerate(COMM_KINDS, start=4):
-                    if kind in lc.fwd_comm:
-                        a1[r] = lc.fwd_comm[kind] * (2.0 if full and kind != "dp" else 1.0)
-                    if kind in lc.bwd_comm:
-                        a2[r] = lc.bwd_comm[kind]
+                a1, a2 = _layer_addends(lc, layout.recompute, n_rows, n_m)
                 add = adds[(u, stage)] = same_comm[fingerprint] = (a1, a2, [np.zeros((n_rows, n_m))])
             a1, a2, partial = add
             if state is None:  # the chunk's first shape: reuse the partial sums over k layers
@@ -556,16 +537,44 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 for _ in range(count):
                     state = (state + a1) + a2
         if state is not None:
-            fwd[j], fwd_comm_all[j], bwd[j], compute[j] = state[0], state[1], state[2], state[3]
-            for r, kind in enumerate(COMM_KINDS, start=4):
-                comm_kind[kind][j] = state[r]
+            out[:, j] = state
     # Output layer and loss on the last virtual stage.
     lf, lb = logits_times(int(model.hidden), int(model.vocab), tokens_local, tp=layout.tp, rates=rates,
                           params=params.compute)
+    fwd = out[0]
     fwd[-1] += lf
+    if forward_only:
+        return _StageArrays(fwd, out[1], None, None, None)
+    bwd, compute = out[2], out[3]
     bwd[-1] += lb
     compute[-1] += lf + lb
-    return _StageArrays(fwd, fwd_comm_all, bwd, compute, comm_kind)
+    return _StageArrays(fwd, out[1], bwd, compute, {kind: out[r] for r, kind in enumerate(COMM_KINDS, start=4)})
+
+
+def _layer_addends(lc: _LayerCost, recompute: str, n_rows: int, n_m: int) -> tuple[np.ndarray, np.ndarray]:
+    """One layer's addends to the stacked stage state (rows: fwd, fwd comm, then, when ``n_rows``
+    holds them, bwd, compute and comm by kind): a1, then a2 (the backward comm by kind)."""
+    full = recompute == "full"
+    f_comm = sum(lc.fwd_comm.values()) if lc.fwd_comm else 0.0
+    a1 = np.zeros((n_rows, n_m))
+    a2 = np.zeros((n_rows, n_m))
+    a1[0] = lc.fwd_compute + f_comm
+    a1[1] = f_comm
+    if n_rows == 2:
+        return a1, a2
+    b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
+    re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(recompute, 0.0)
+    # Full recompute redoes the forward's collectives in backward, except the ZeRO-3
+    # parameter gather: the backward's own gather serves the recomputation.
+    re_comm = f_comm - (lc.fwd_comm["dp"] if "dp" in lc.fwd_comm else 0.0) if full else 0.0
+    a1[2] = lc.bwd_compute + b_comm + re_compute + re_comm
+    a1[3] = lc.fwd_compute + lc.bwd_compute + re_compute
+    for r, kind in enumerate(COMM_KINDS, start=4):
+        if kind in lc.fwd_comm:
+            a1[r] = lc.fwd_comm[kind] * (2.0 if full and kind != "dp" else 1.0)
+        if kind in lc.bwd_comm:
+            a2[r] = lc.bwd_comm[kind]
+    return a1, a2
 
 
 def _p2p_times(model: Any, layout: TrainLayout, tokens: np.ndarray, groups: _Groups, comm: _Comm,
@@ -595,11 +604,18 @@ def _with_blocking_sends(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray) -> t
     """Op times when each op's outgoing send blocks its device until the data has arrived: the
     forward of virtual stage j sends across boundary j, the backward across boundary j - 1. The
     receiver then gets the input when the sender's op (send included) ends, with no further delay."""
-    f, b = fwd.copy(), bwd.copy()
+    b = bwd.copy()
+    if p2p.size:
+        b[1:] += p2p
+    return _with_blocking_forward_sends(fwd, p2p), b
+
+
+def _with_blocking_forward_sends(fwd: np.ndarray, p2p: np.ndarray) -> np.ndarray:
+    """The forward op times of `_with_blocking_sends`."""
+    f = fwd.copy()
     if p2p.size:
         f[:-1] += p2p
-        b[1:] += p2p
-    return f, b
+    return f
 
 
 def _stage_params(model: Any, layout: TrainLayout) -> list[tuple[float, float]]:
@@ -962,7 +978,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
     replicas = _micro_batches(seqs, layout, packing, budget)
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
-    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
+    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params, forward_only=True)
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     worst_t, worst_sl = -1.0, slice(0, 0)
     for span, sl in _forward_spans(arrays, p2p, [t.size for t, _ in replicas], params):
@@ -994,7 +1010,7 @@ def _forward_spans(arrays: Any, p2p: np.ndarray, sizes: list[int], params: Train
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     if params.comm.pp_blocking_send and p2p.size:
-        return [(forward_only_makespan(_with_blocking_sends(arrays.fwd[:, sl], arrays.bwd[:, sl], p2p[:, sl])[0]), sl)
+        return [(forward_only_makespan(_with_blocking_forward_sends(arrays.fwd[:, sl], p2p[:, sl])), sl)
                 for sl in slices]
     spans = [0.0] * len(slices)
     by_size: dict[int, list[int]] = {}

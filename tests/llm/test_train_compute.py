@@ -156,3 +156,35 @@ def test_moe_token_shuffle_is_its_bytes_over_hbm(tp: int, sp: bool) -> None:
     assert on.fwd_s - off.fwd_s == pytest.approx(shuffle, rel=1e-9)
     assert on.bwd_s - off.bwd_s == pytest.approx(ComputeParams().backward_traffic_factor * shuffle, rel=1e-9)
     np.testing.assert_array_equal(times(dense, 16.0).fwd_s, times(dense, 0.0).fwd_s)
+
+
+@pytest.mark.parametrize("model_name", ["qwen2.5-7b", "qwen3-30b-a3b", "deepseek-v3"])
+@pytest.mark.parametrize("flash", [True, False])
+def test_forward_only_layer_times_are_the_full_calls_forward_floats(model_name: str, flash: bool) -> None:
+    """layer_times(backward=False) gives the same forward arrays, bit for bit, and no backward;
+    the GEMM sums (add.accumulate over the GEMMs) equal a loop of one roofline call per GEMM."""
+    from simulator.llm.architecture import load_model
+    from simulator.llm.layer_costs import layer_shapes
+    from simulator.llm.train_compute import _gemm_plan, _gemm_sums
+
+    model = load_model(model_name)
+    params = ComputeParams(flash_attention=flash)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(1, 40_000, 37).astype(float)
+    sq = tokens * rng.integers(1, 4096, 37)
+    for layer in {id(s): s for s in layer_shapes(model)}.values():
+        kwargs = {"tp": 4, "sp": True, "ep": 2, "rates": H100, "params": params, "etp": 1}
+        full = layer_times(layer, int(model.hidden), int(model.ffn_hidden), True, tokens, sq, **kwargs)
+        fwd = layer_times(layer, int(model.hidden), int(model.ffn_hidden), True, tokens, sq, backward=False, **kwargs)
+        assert fwd.bwd_s is None and full.bwd_s is not None
+        assert fwd.fwd_s.tobytes() == full.fwd_s.tobytes() and fwd.attn_fwd_s.tobytes() == full.attn_fwd_s.tobytes()
+        plan = _gemm_plan(layer, 4, 2, 1)
+        rows = np.where(plan.expert[:, None], tokens * 0.37, tokens)
+        f_ref, b_ref = np.zeros(tokens.size), np.zeros(tokens.size)
+        for g, count in enumerate(plan.count):
+            n, k = plan.n_dim[g], plan.k_dim[g]
+            f_ref = f_ref + count * gemm_time_s(rows[g], n, k, H100, params)
+            b_ref = b_ref + count * (gemm_time_s(rows[g], k, n, H100, params) + gemm_time_s(k, n, rows[g], H100, params))
+        f_got, b_got = _gemm_sums(plan, rows, H100, params, backward=True)
+        assert f_got.tobytes() == f_ref.tobytes() and b_got.tobytes() == b_ref.tobytes()
+        assert _gemm_sums(plan, rows, H100, params, backward=False)[0].tobytes() == f_ref.tobytes()
