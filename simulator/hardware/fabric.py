@@ -125,6 +125,10 @@ class _Routes:
 # its latency and its link loads, across sizes and ops); a speed knob only: results never depend
 # on what is kept.
 ROUTE_CACHE_ENTRIES = 64
+# Up to this many pairs, routes are found pair by pair in Python (``Fabric._few_route_ids``) and
+# their links numbered through a dict: cheaper than the fixed cost of the array operations. Speed
+# only: both ways give the same ids.
+SMALL_ROUTES = 32
 
 
 class Fabric:
@@ -137,6 +141,7 @@ class Fabric:
         self._lay_out_leaves()
         self._lay_out_links()
         self._routes: dict[bytes, _Routes] = {}
+        self._lists: tuple[list[int], ...] | None = None   # _device_lists
 
     # ---- construction ------------------------------------------------------------------------
     def _lay_out_devices(self) -> None:
@@ -248,6 +253,12 @@ class Fabric:
         past the last hop: the graph's structural routes (a direct full-mesh link; else the scale-up
         tree inside one domain; else the scale-out leaf, or leaf-spine-leaf)."""
         u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
+        if u.ndim == 1 and len(u) <= SMALL_ROUTES:
+            return self._few_route_ids(u.tolist(), v.tolist())
+        return self._route_ids_arrays(u, v)
+
+    def _route_ids_arrays(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """route_ids as array operations (any number of pairs)."""
         kind_u, node_u, node_v = self.kind[u], self.node[u], self.node[v]
         tree = (self.domain[u] == self.domain[v]) & (kind_u != _MESH)  # one domain: one group
         up = np.where(tree, 2 * u, self.out_base + 2 * u)
@@ -268,6 +279,39 @@ class Fabric:
         out[u == v] = -1
         return out
 
+    def _few_route_ids(self, u: list[int], v: list[int]) -> np.ndarray:
+        """route_ids pair by pair on Python ints: the same ids as the array operations, which cost
+        ~60 us a call whatever the count (a collective's phases ask a few pairs each)."""
+        kind, node, domain, leaf, local, _ = self._device_lists()
+        out = []
+        for a, b in zip(u, v, strict=True):
+            if a == b:
+                out.append((-1, -1, -1, -1))
+                continue
+            kind_a, node_a, node_b = kind[a], node[a], node[b]
+            if kind_a == _MESH and node_a == node_b and self.mesh_width:   # a direct full-mesh link
+                out.append((self.mesh_base + a * self.mesh_width + local[b], -1, -1, -1))
+                continue
+            tree = domain[a] == domain[b] and kind_a != _MESH
+            base = 0 if tree else self.out_base
+            up, down = base + 2 * a, base + 2 * b + 1
+            if tree or self.scaleout is None:   # L1 -> L2 -> L1
+                four = kind_a == _TWO_TIER and node_a != node_b
+                mid_up, mid_down = self.l12_base + 2 * node_a, self.l12_base + 2 * node_b + 1
+            else:                               # leaf -> spine -> leaf
+                four = leaf[a] != leaf[b]
+                mid_up, mid_down = self.ls_base + 2 * leaf[a], self.ls_base + 2 * leaf[b] + 1
+            out.append((up, mid_up, mid_down, down) if four else (up, down, -1, -1))
+        return np.array(out, dtype=np.int64).reshape(len(out), MAX_HOPS)
+
+    def _device_lists(self) -> tuple[list[int], ...]:
+        """kind, node, domain, leaf, local position and group of every device as Python lists (made
+        once, for the paths of a few ranks)."""
+        if self._lists is None:
+            self._lists = tuple(a.tolist() for a in (self.kind, self.node, self.domain, self.leaf, self.local,
+                                                     self.group))
+        return self._lists
+
     def path_latency_s(self, ids: np.ndarray) -> np.ndarray:
         """Per route: its links' latencies summed hop by hop (the padding adds 0.0)."""
         lat = self.latency[ids]
@@ -286,9 +330,8 @@ class Fabric:
             flat = ids.reshape(-1)
             used = flat >= 0
             used_ids = flat[used]
-            distinct, link = np.unique(used_ids, return_inverse=True)
-            hit = _Routes(ids, np.repeat(np.arange(len(src)), MAX_HOPS)[used], link.reshape(-1), len(distinct),
-                          self.capacity[used_ids])
+            link, links = _compact(used_ids)
+            hit = _Routes(ids, np.repeat(np.arange(len(src)), MAX_HOPS)[used], link, links, self.capacity[used_ids])
             if len(self._routes) >= ROUTE_CACHE_ENTRIES:
                 self._routes.clear()
             self._routes[key] = hit
@@ -341,6 +384,10 @@ class Fabric:
         leaf group has a narrower uplink), and on the order of its ranks (``_rank_order``) - not on
         where the group sits: the data-parallel groups of different pipeline stages (other local
         positions, other nodes) share one signature when their sharing pattern is the same."""
+        if len(ranks) <= SMALL_ROUTES:
+            few = self._few_signature(ranks)
+            if few is not None:
+                return few
         group, domain = self.group[ranks], self.domain[ranks]
         order = _rank_order(ranks)
         node, local = _first_appearance(self.node[ranks]), _first_appearance(self.local[ranks])
@@ -349,6 +396,17 @@ class Fabric:
         ints = np.stack([group, _first_appearance(domain), node, local, _first_appearance(self.leaf[ranks])])
         caps = np.stack([self.capacity[self.out_base + 2 * ranks], self.capacity[self.ls_base + 2 * self.leaf[ranks]]])
         return ("multi", len(ranks), ints.tobytes(), caps.tobytes(), order)
+
+    def _few_signature(self, ranks: np.ndarray) -> tuple | None:
+        """``signature`` of a few ranks of one group and domain on Python ints (the same tuple, at a
+        fraction of the array operations' fixed cost); None for ranks across groups or domains."""
+        _, node, domain, _, local, group = self._device_lists()
+        r = ranks.tolist()
+        if len(r) == 0 or any(group[i] != group[r[0]] or domain[i] != domain[r[0]] for i in r):
+            return None
+        order = b"" if all(a < b for a, b in zip(r[:-1], r[1:], strict=True)) else _rank_order(ranks)
+        labels = [_first_appearance_list([node[i] for i in r]), _first_appearance_list([local[i] for i in r])]
+        return ("domain", group[r[0]], np.array(labels, dtype=np.int64).tobytes(), order)
 
     # ---- the networkx graph (inspection, paths off the devices) --------------------------------
     def build_graph(self) -> tuple[nx.DiGraph, dict[str, dict[str, str]]]:
@@ -438,6 +496,18 @@ class _GraphBuilder:
         return g
 
 
+def _compact(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each id's link number 0..k-1 and k, the distinct ids. The numbering is any one-to-one map
+    (the loads sum each link's flows in flow order whatever its number): first appearance for a few
+    ids (a dict), sorted order (numpy.unique) for many."""
+    if len(ids) <= 4 * SMALL_ROUTES:
+        numbers: dict[int, int] = {}
+        link = [numbers.setdefault(i, len(numbers)) for i in ids.tolist()]
+        return np.array(link, dtype=np.int64), len(numbers)
+    distinct, link = np.unique(ids, return_inverse=True)
+    return link.reshape(-1), len(distinct)
+
+
 def _rank_order(ranks: np.ndarray) -> bytes:
     """b"" for ranks in ascending order (every group the schedules form); else the permutation that
     sorts them: callers sort sub-groups of a group by rank (collectives), so two groups share costs
@@ -445,6 +515,12 @@ def _rank_order(ranks: np.ndarray) -> bytes:
     if len(ranks) < 2 or (ranks[1:] > ranks[:-1]).all():
         return b""
     return np.argsort(ranks, kind="stable").astype(np.int64).tobytes()
+
+
+def _first_appearance_list(values: list[int]) -> list[int]:
+    """_first_appearance of a few Python ints."""
+    numbers: dict[int, int] = {}
+    return [numbers.setdefault(x, len(numbers)) for x in values]
 
 
 def _first_appearance(values: np.ndarray) -> np.ndarray:

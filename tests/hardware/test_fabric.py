@@ -241,3 +241,54 @@ def test_first_appearance_numbers_values_in_order_of_first_sight(values: list[in
     seen: dict[int, int] = {}
     expected = [seen.setdefault(v, len(seen)) for v in values]
     assert _first_appearance(np.array(values, dtype=np.int64)).tolist() == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(presets(), st.data())
+def test_few_pairs_route_as_the_array_operations_route_them(mapping: dict, data: st.DataObject):
+    """Fabric._few_route_ids (pair by pair, the path of a few pairs) gives every pair the ids of
+    the array operations (any count), self-pairs included."""
+    f = load_topology(mapping)._fabric
+    n = f.num_devices
+    u = np.repeat(np.arange(n), n)
+    v = np.tile(np.arange(n), n)
+    assert np.array_equal(f._few_route_ids(u.tolist(), v.tolist()), f._route_ids_arrays(u, v))
+    k = data.draw(st.integers(0, min(8, n * n)))
+    a, b = u[:k], v[::-1][:k]
+    assert f.route_ids(a, b).shape == (k, 4) and np.array_equal(f.route_ids(a, b), f._route_ids_arrays(a, b))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=0, max_size=300))
+def test_compact_link_numbers_are_one_to_one(ids: list[int]):
+    """fabric._compact numbers equal ids alike and distinct ids apart, 0..k-1 (a dict for a few ids,
+    numpy.unique for many)."""
+    from simulator.hardware.fabric import _compact
+    link, k = _compact(np.array(ids, dtype=np.int64))
+    assert k == len(set(ids)) and sorted(set(link.tolist())) == list(range(k))
+    assert len({(i, j) for i, j in zip(ids, link.tolist(), strict=True)}) == k
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(presets(), st.data())
+def test_few_ranks_sign_as_the_array_operations_sign_them(mapping: dict, data: st.DataObject):
+    """Fabric.signature of a few ranks (the Python path, one group and domain) is the tuple the
+    array operations give, in any rank order; across domains the Python path declines."""
+    t = load_topology(mapping)
+    f = t._fabric
+    ranks = np.array(data.draw(st.lists(st.integers(0, t.num_devices - 1), min_size=1, max_size=12, unique=True)))
+    few = f._few_signature(ranks)
+    with_arrays = _array_signature(f, ranks)
+    one_domain = len(set(f.domain[ranks].tolist())) == 1 and len(set(f.group[ranks].tolist())) == 1
+    assert (few == with_arrays) if one_domain else few is None
+    assert f.signature(ranks) == with_arrays
+
+
+def _array_signature(f, ranks: np.ndarray) -> tuple:
+    """Fabric.signature with the Python path for a few ranks turned off."""
+    from simulator.hardware import fabric
+    small, fabric.SMALL_ROUTES = fabric.SMALL_ROUTES, 0
+    try:
+        return f.signature(ranks)
+    finally:
+        fabric.SMALL_ROUTES = small
