@@ -148,7 +148,9 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     else:                   # no frame that the result does not hold; the store's spare room given back
         samples = None
         rec.samples.trim()
-    summary = metrics.summary(rec, timeline, samples)
+    # the figures from the store's columns, which the samples frame holds as they are (the same
+    # arrays): a third of the summary's time went to reading them back through pandas
+    summary = metrics.summary(rec, timeline, None)
     if hasattr(costs, "effective_layouts"):
         if rec.failures and rec.failures[-1].get("train_layout_after"):
             # the layout the run ended on (each failure entry keeps the layout it re-planned to)

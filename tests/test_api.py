@@ -158,3 +158,15 @@ def test_rlsim_compare_keeps_the_sample_tables_only_for_out(monkeypatch, tmp_pat
     assert cli.main(["compare", *SMALL_RUN, *kinds, "--out", str(tmp_path / "o")]) == 0
     assert seen == [False, False, True, True]
     assert next((tmp_path / "o").glob("*/samples.csv")).stat().st_size > 0
+
+
+def test_the_summary_read_from_the_store_is_the_summary_of_the_samples_frame():
+    """simulate reads the per-sample figures from the store's columns (the arrays the samples frame
+    holds): every figure equals metrics.summary over the frame."""
+    from simulator import metrics
+
+    for schedule in ("stalesync", "colocated"):
+        r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                               schedule=schedule, iterations=2)
+        from_frame = metrics.summary(r.record, r.timeline, r.samples)
+        assert {k: r.summary[k] for k in from_frame} == from_frame
