@@ -49,7 +49,7 @@ def balanced_order(lens: np.ndarray, b: int, array_round_min: int = ARRAY_ROUND_
     m = math.ceil(n / b) if b > 0 else 1
     if b <= 1 or m <= 1:
         return np.arange(n)
-    by_len = np.argsort(-lens, kind="stable")
+    by_len = _longest_first(lens)
     tokens = lens[by_len].astype(np.int64)                     # int(lens[i]) for each i, longest first
     last_size = n - (m - 1) * b
     filled = np.zeros(m, np.int64)
@@ -63,6 +63,17 @@ def balanced_order(lens: np.ndarray, b: int, array_round_min: int = ARRAY_ROUND_
     out = np.empty(n, np.int64)
     out[place] = by_len
     return out
+
+
+def _longest_first(lens: np.ndarray) -> np.ndarray:
+    """``np.argsort(-lens, kind="stable")``: longest first, ties in input order. Integer lengths
+    within a span of 2**16 sort as their distance below the longest, as uint16: numpy's stable sort
+    of 16-bit keys is a radix sort (~4x faster than the int64 merge sort, the same permutation)."""
+    if lens.dtype.kind in "iu" and len(lens):
+        longest = int(lens.max())
+        if longest - int(lens.min()) < 2 ** 16:
+            return np.argsort((longest - lens).astype(np.uint16), kind="stable")
+    return np.argsort(-lens, kind="stable")
 
 
 def _array_rounds(tokens: np.ndarray, b: int, m: int, last_size: int, filled: np.ndarray, place: np.ndarray,

@@ -44,3 +44,13 @@ def test_array_rounds_give_the_plain_lpt_greedy(lens, b, round_min):
     ties (small lengths, zeros: the heap alone) and wide lengths."""
     arr = np.array(lens, np.int64)
     assert balanced_order(arr, b, array_round_min=round_min).tolist() == _plain_lpt(arr, b).tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(lens=st.lists(st.integers(-5, 70_000), max_size=300) | st.lists(st.integers(0, 8), max_size=300),
+       dtype=st.sampled_from([np.int64, np.int32, float]))
+def test_longest_first_is_the_stable_argsort_of_minus_the_lengths(lens, dtype):
+    """The uint16 radix path (integer spans under 2**16, many ties) and the general one alike."""
+    from simulator.rl.packing import _longest_first
+    arr = np.array(lens, dtype)
+    assert _longest_first(arr).tolist() == np.argsort(-arr, kind="stable").tolist()
