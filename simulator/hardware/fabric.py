@@ -21,7 +21,7 @@ routes shorter than four hops.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -320,12 +320,17 @@ class Fabric:
             total = total + lat[:, hop]
         return total
 
-    def routes(self, src: np.ndarray, dst: np.ndarray) -> _Routes:
-        """``route_ids(src, dst)`` with the used hops laid out for link loads, kept per pair list."""
+    def routes(self, src: np.ndarray, dst: np.ndarray, check: Callable[[np.ndarray, np.ndarray], None] | None = None,
+               ) -> _Routes:
+        """``route_ids(src, dst)`` with the used hops laid out for link loads, kept per pair list.
+        ``check``: the caller's validation of the pairs, run when their routes are first built (a
+        pair list that fails it is never kept, so it fails on every call)."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         key = src.tobytes() + dst.tobytes()
         hit = self._routes.get(key)
         if hit is None:
+            if check is not None:
+                check(src, dst)
             ids = self.route_ids(src, dst)
             flat = ids.reshape(-1)
             used = flat >= 0
@@ -337,10 +342,12 @@ class Fabric:
             self._routes[key] = hit
         return hit
 
-    def max_link_time_s(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> float:
+    def max_link_time_s(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                        check: Callable[[np.ndarray, np.ndarray], None] | None = None) -> float:
         """The time of the most loaded link when every flow src -> dst of nbytes takes its route:
-        loads summed flow by flow (bincount adds in input order), then max(load / capacity)."""
-        r = self.routes(src, dst)
+        loads summed flow by flow (bincount adds in input order), then max(load / capacity).
+        ``check``: as in ``routes``."""
+        r = self.routes(src, dst, check)
         if not len(r.link):
             return 0.0
         loads = np.bincount(r.link, weights=np.asarray(nbytes, dtype=float)[r.flow], minlength=r.links)

@@ -443,9 +443,8 @@ class Topology:
                     loads[e] = loads.get(e, 0.0) + nbytes
             cap = self.capacity_Bps
             return max((load / cap(e) for e, load in loads.items()), default=0.0)
-        if isinstance(flows, FlowTable):
-            self._check_ends(flows.src, flows.dst)
-            return self._fabric.max_link_time_s(flows.src, flows.dst, flows.nbytes)
+        if isinstance(flows, FlowTable):   # the ranks checked once per pair list, with its routes
+            return self._fabric.max_link_time_s(flows.src, flows.dst, flows.nbytes, check=self._check_ends)
         table = np.array(flows, dtype=float)
         ends = table[:, :2].astype(np.int64)
         if (ends != table[:, :2]).any() or ends.min() < 0 or ends.max() >= len(self.devices):
@@ -464,8 +463,8 @@ class Topology:
         if isinstance(pairs, FlowTable) and self._fabric is not None:
             if not len(pairs):
                 return 0.0
-            self._check_ends(pairs.src, pairs.dst)
-            return float(self._fabric.path_latency_s(self._fabric.routes(pairs.src, pairs.dst).ids).max())
+            routes = self._fabric.routes(pairs.src, pairs.dst, check=self._check_ends)
+            return float(self._fabric.path_latency_s(routes.ids).max())
         pairs = [(a, b) for a, b, *_ in pairs]
         if not pairs:
             return 0.0

@@ -213,3 +213,18 @@ def test_partial_nvl72_racks(racks: int, trays: int, gpus: int):
         assert t.plane_of(0, per_rack) == "scaleout"
         assert t.shared_level([0, per_rack]) == "cluster"
         assert t.path_bw_Bps(0, per_rack) == pytest.approx(50e9)            # 400 Gb/s NIC
+
+
+def test_flows_off_the_cluster_are_refused_on_every_call():
+    """The ranks of a FlowTable are checked when its routes are first built; a bad table is never
+    kept, so every later call refuses it again (and a good one routes after it)."""
+    from simulator.hardware.fabric import FlowTable
+    t = load_topology("dgx-h100", {"nodes": 2})
+    bad = FlowTable([0, 3], [1, t.num_devices + 5], [1.0, 1.0])
+    for _ in range(2):
+        with pytest.raises(RlsimError, match=str(t.num_devices + 5)):
+            t.max_link_time_s(bad)
+        with pytest.raises(RlsimError, match=str(t.num_devices + 5)):
+            t.max_path_latency_s(bad)
+    good = FlowTable([0, 3], [1, 9], [1.0, 1.0])
+    assert t.max_link_time_s(good) > 0 and t.max_path_latency_s(good) > 0
