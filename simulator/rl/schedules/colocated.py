@@ -287,13 +287,15 @@ def split_time(ctx: Context, k: int, plans: list[GenPlan], pool: int) -> tuple[f
     if ctx.sched.overprovision > 0 or not live:
         return math.inf, 0
     joined = RoundArrays(live)
-    fin = joined.finish
-    times = np.sort(fin[(joined.seg >= joined.remaining) & (joined.drop_reason == "")])
+    by_finish = joined.finish[joined.by_finish]   # every sorted view below is a masked slice of it
+    complete = (joined.seg >= joined.remaining) & (joined.drop_reason == "")
+    times = by_finish[complete[joined.by_finish]]
     if len(times) < need:
         return math.inf, 0
     # completions at the split are committed at stop_s; the reward latency is added on top later
     t_need = float(times[need - 1]) + TIME_TOL_S
-    cand = np.unique(np.concatenate([[t_need], fin[fin > t_need] + TIME_TOL_S]))
+    # ascending from t_need: adding the tolerance keeps the order and keeps them above t_need
+    cand = _sorted_unique(np.concatenate([[t_need], by_finish[by_finish > t_need] + TIME_TOL_S]))
     max_tail = max(1, math.floor(ctx.sched.consolidate_share * (pool // ctx.costs.instance_devices)))
     tail = TailIndex(plans, joined)
     lo, hi, n_train = 0, len(cand), 0
@@ -308,10 +310,16 @@ def split_time(ctx: Context, k: int, plans: list[GenPlan], pool: int) -> tuple[f
     return (float(cand[lo]), n_train) if lo < len(cand) else (math.inf, 0)
 
 
+def _sorted_unique(ascending: np.ndarray) -> np.ndarray:
+    """np.unique of an array already in ascending order (no NaN): its runs of equal values once."""
+    return ascending[np.concatenate([[True], ascending[1:] != ascending[:-1]])]
+
+
 class RoundArrays:
     """The non-empty plans' per-sequence arrays joined end to end (plan order): segment and
-    remaining tokens, absolute finish times (each plan's t0 + finish), drop reasons, and the KV
-    tokens of each full context (prompt + response)."""
+    remaining tokens, absolute finish times (each plan's t0 + finish), drop reasons, the KV
+    tokens of each full context (prompt + response), and the order of the finish times (one sort
+    serves split_time's sorted views and the TailIndex: a sorted subset is a masked sorted slice)."""
 
     def __init__(self, live: list[GenPlan]) -> None:
         sizes = [len(p.seqs) for p in live]
@@ -321,6 +329,7 @@ class RoundArrays:
         self.drop_reason = np.concatenate([p.seqs.drop_reason for p in live])
         self.kv = (np.concatenate([p.seqs.prompt_len for p in live])
                    + np.concatenate([p.seqs.target_len for p in live])).astype(np.int64)
+        self.by_finish = np.argsort(self.finish)   # ties in any order: each view is of values
 
 
 class TailIndex:
@@ -338,9 +347,9 @@ class TailIndex:
         joined = joined or RoundArrays(live)
         always, fin, kv = joined.seg < joined.remaining, joined.finish, joined.kv
         self.n_always, self.kv_always = int(always.sum()), int(kv[always].sum())
-        order = np.argsort(fin[~always])   # ties in any order: the sums are of integers
-        self.finish = fin[~always][order]
-        self.kv_after = np.concatenate([np.cumsum(kv[~always][order][::-1])[::-1], [0]])   # suffix sums
+        order = joined.by_finish[~always[joined.by_finish]]   # ties in any order: the sums are of integers
+        self.finish = fin[order]
+        self.kv_after = np.concatenate([np.cumsum(kv[order][::-1])[::-1], [0]])   # suffix sums
 
     def running(self, t: float) -> tuple[int, int]:
         """(sequences, KV tokens of their full contexts) still running at ``t``."""

@@ -32,3 +32,20 @@ def test_tail_index_equals_one_pass(seed, sizes):
     times = np.concatenate([[-1.0, 0.0, 1e9], *(p.t0 + p.finish for p in plans), rng.random(5) * 103])
     for t in times.tolist():
         assert tail_instances(ctx, plans, t, index) == tail_instances(ctx, plans, t)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.lists(st.integers(1, 60), min_size=1, max_size=6))
+def test_split_times_views_of_one_sort_are_the_sorts_they_replace(seed, sizes):
+    """split_time reads its sorted completions and its candidate times off one argsort of the
+    finish times (RoundArrays.by_finish): the values np.sort and np.unique give."""
+    from simulator.rl.schedules.colocated import TIME_TOL_S, RoundArrays, _sorted_unique
+    rng = np.random.default_rng(seed)
+    plans = [_plan(rng, n, float(rng.integers(0, 3))) for n in sizes]
+    joined = RoundArrays(plans)
+    fin, by_finish = joined.finish, joined.finish[joined.by_finish]
+    complete = joined.seg >= joined.remaining
+    assert by_finish[complete[joined.by_finish]].tolist() == np.sort(fin[complete]).tolist()
+    for t_need in (float(by_finish[len(by_finish) // 2]) + TIME_TOL_S, -1.0, 1e9):
+        got = _sorted_unique(np.concatenate([[t_need], by_finish[by_finish > t_need] + TIME_TOL_S]))
+        assert got.tolist() == np.unique(np.concatenate([[t_need], fin[fin > t_need] + TIME_TOL_S])).tolist()
