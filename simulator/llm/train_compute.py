@@ -118,11 +118,11 @@ def _gemm_sums(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: Co
     n_g, n_m = rows.shape
     if not n_g:
         return np.zeros(n_m), np.zeros(n_m) if backward else None
+    if not backward:   # N and K one value per GEMM: numpy broadcasts them (the same floats, less work)
+        t = gemm_time_s(rows, plan.n_dim[:, None], plan.k_dim[:, None], rates, params)
+        return np.add.accumulate(plan.counts * t, axis=0)[-1], None
     n_col = np.broadcast_to(plan.n_dim[:, None], (n_g, n_m))
     k_col = np.broadcast_to(plan.k_dim[:, None], (n_g, n_m))
-    if not backward:
-        t = gemm_time_s(rows, n_col, k_col, rates, params)
-        return np.add.accumulate(plan.counts * t, axis=0)[-1], None
     t = gemm_time_s(np.concatenate([rows, rows, k_col]), np.concatenate([n_col, k_col, n_col]),
                     np.concatenate([k_col, n_col, rows]), rates, params)
     fwd = np.add.accumulate(plan.counts * t[:n_g], axis=0)[-1]

@@ -216,15 +216,15 @@ class _Comm:
         self.model = model
         self._signature = getattr(model, "signature", None)
 
-    def group_key(self, group: Sequence[int]) -> tuple:
+    def group_key(self, group: Sequence[int], op: str = "all_gather") -> tuple:
         """Equal keys, equal costs of every collective the layers run on the group (they all sort
-        it): the CollectiveModel's group signature, else the ranks themselves; one device runs
-        none (``one``: 0 s)."""
+        it; ``op`` "p2p": of a transfer from group[0] to group[1]): the CollectiveModel's group
+        signature, else the ranks themselves; one device runs none (``one``: 0 s)."""
         if len(group) < 2:
             return ("one",)
         if self._signature is None:
             return ("ranks", tuple(group))
-        return self._signature("all_gather", group)
+        return self._signature(op, group)
 
     def one(self, op: str, group: Sequence[int], nbytes: float) -> float:
         if len(group) < 2 and op != "p2p" or nbytes <= 0:
@@ -585,16 +585,21 @@ def _p2p_times(model: Any, layout: TrainLayout, tokens: np.ndarray, groups: _Gro
         return np.zeros((0, tokens.size))
     act = tokens / layout.cp * int(model.hidden) * params.compute.activation_bytes
     out = np.zeros((n_v - 1, tokens.size))
+    gather = params.comm.pp_scatter_gather and layout.tp > 1
     per_stage: dict[int, np.ndarray] = {}
+    per_key: dict[tuple, np.ndarray] = {}   # boundaries whose groups see the same network share it
     for j in range(n_v - 1):
         s = j % layout.pp
         if s not in per_stage:
-            src, dst = groups.p2p[s]
-            if params.comm.pp_scatter_gather and layout.tp > 1:
-                t = comm.many("p2p", [src, dst], act / layout.tp) + \
-                    comm.many("all_gather", groups.tp[(s + 1) % layout.pp], act)
-            else:
-                t = comm.many("p2p", [src, dst], act)
+            pair, next_tp = list(groups.p2p[s]), groups.tp[(s + 1) % layout.pp]
+            key = (comm.group_key(pair, "p2p"), comm.group_key(next_tp) if gather else None)
+            t = per_key.get(key)
+            if t is None:
+                if gather:
+                    t = comm.many("p2p", pair, act / layout.tp) + comm.many("all_gather", next_tp, act)
+                else:
+                    t = comm.many("p2p", pair, act)
+                per_key[key] = t
             per_stage[s] = t
         out[j] = per_stage[s]
     return out

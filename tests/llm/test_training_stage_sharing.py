@@ -6,7 +6,14 @@ import pytest
 
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
-from simulator.llm.training import TrainLayout, forward_cost, train_step_cost, uniform_sequences
+from simulator.llm.training import (
+    CommParams,
+    TrainLayout,
+    TrainParams,
+    forward_cost,
+    train_step_cost,
+    uniform_sequences,
+)
 from simulator.network.collectives import CollectiveModel
 
 
@@ -30,13 +37,14 @@ def test_stages_sharing_signatures_cost_what_each_stage_costs_alone(layout):
     model = load_model("qwen3-30b-a3b")
     seqs = uniform_sequences(64, 1024)
     seqs[::3] = 700
-    kwargs = {"packing": "packed"}
     shared = CollectiveModel(topology)
-    for query in (train_step_cost, forward_cost):
-        got = query(model, layout, topology, None, seqs, collectives=shared, **kwargs)
-        alone = query(model, layout, topology, None, seqs, collectives=_NoSignatures(CollectiveModel(topology)),
-                      **kwargs)
-        assert got == alone
+    for params in (TrainParams(), TrainParams(comm=CommParams(pp_scatter_gather=False))):   # both p2p kinds
+        kwargs = {"packing": "packed", "params": params}
+        for query in (train_step_cost, forward_cost):
+            got = query(model, layout, topology, None, seqs, collectives=shared, **kwargs)
+            alone = query(model, layout, topology, None, seqs, collectives=_NoSignatures(CollectiveModel(topology)),
+                          **kwargs)
+            assert got == alone
 
 
 @pytest.mark.parametrize("layout", [
