@@ -141,7 +141,6 @@ class Fabric:
         self._lay_out_leaves()
         self._lay_out_links()
         self._routes: dict[bytes, _Routes] = {}
-        self._lists: tuple[list[int], ...] | None = None   # _device_lists
 
     # ---- construction ------------------------------------------------------------------------
     def _lay_out_devices(self) -> None:
@@ -254,7 +253,7 @@ class Fabric:
         tree inside one domain; else the scale-out leaf, or leaf-spine-leaf)."""
         u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
         if u.ndim == 1 and len(u) <= SMALL_ROUTES:
-            return self._few_route_ids(u.tolist(), v.tolist())
+            return self._few_route_ids(u, v)
         return self._route_ids_arrays(u, v)
 
     def _route_ids_arrays(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -279,38 +278,35 @@ class Fabric:
         out[u == v] = -1
         return out
 
-    def _few_route_ids(self, u: list[int], v: list[int]) -> np.ndarray:
+    def _few_route_ids(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """route_ids pair by pair on Python ints: the same ids as the array operations, which cost
-        ~60 us a call whatever the count (a collective's phases ask a few pairs each)."""
-        kind, node, domain, leaf, local, _ = self._device_lists()
+        ~60 us a call whatever the count (a collective's phases ask a few pairs each). Reads only
+        the ends' attributes (an attribute list of every device cost ~2 ms at 24k devices)."""
+        n = len(u)
+        ends = np.concatenate([u, v])
+        kind, node, domain, leaf, local = (a[ends].tolist() for a in (self.kind, self.node, self.domain, self.leaf,
+                                                                      self.local))
         out = []
-        for a, b in zip(u, v, strict=True):
+        for i, (a, b) in enumerate(zip(u.tolist(), v.tolist(), strict=True)):
+            j = n + i   # b's attributes
             if a == b:
                 out.append((-1, -1, -1, -1))
                 continue
-            kind_a, node_a, node_b = kind[a], node[a], node[b]
+            kind_a, node_a, node_b = kind[i], node[i], node[j]
             if kind_a == _MESH and node_a == node_b and self.mesh_width:   # a direct full-mesh link
-                out.append((self.mesh_base + a * self.mesh_width + local[b], -1, -1, -1))
+                out.append((self.mesh_base + a * self.mesh_width + local[j], -1, -1, -1))
                 continue
-            tree = domain[a] == domain[b] and kind_a != _MESH
+            tree = domain[i] == domain[j] and kind_a != _MESH
             base = 0 if tree else self.out_base
             up, down = base + 2 * a, base + 2 * b + 1
             if tree or self.scaleout is None:   # L1 -> L2 -> L1
                 four = kind_a == _TWO_TIER and node_a != node_b
                 mid_up, mid_down = self.l12_base + 2 * node_a, self.l12_base + 2 * node_b + 1
             else:                               # leaf -> spine -> leaf
-                four = leaf[a] != leaf[b]
-                mid_up, mid_down = self.ls_base + 2 * leaf[a], self.ls_base + 2 * leaf[b] + 1
+                four = leaf[i] != leaf[j]
+                mid_up, mid_down = self.ls_base + 2 * leaf[i], self.ls_base + 2 * leaf[j] + 1
             out.append((up, mid_up, mid_down, down) if four else (up, down, -1, -1))
-        return np.array(out, dtype=np.int64).reshape(len(out), MAX_HOPS)
-
-    def _device_lists(self) -> tuple[list[int], ...]:
-        """kind, node, domain, leaf, local position and group of every device as Python lists (made
-        once, for the paths of a few ranks)."""
-        if self._lists is None:
-            self._lists = tuple(a.tolist() for a in (self.kind, self.node, self.domain, self.leaf, self.local,
-                                                     self.group))
-        return self._lists
+        return np.array(out, dtype=np.int64).reshape(n, MAX_HOPS)
 
     def path_latency_s(self, ids: np.ndarray) -> np.ndarray:
         """Per route: its links' latencies summed hop by hop (the padding adds 0.0)."""
@@ -407,13 +403,13 @@ class Fabric:
     def _few_signature(self, ranks: np.ndarray) -> tuple | None:
         """``signature`` of a few ranks of one group and domain on Python ints (the same tuple, at a
         fraction of the array operations' fixed cost); None for ranks across groups or domains."""
-        _, node, domain, _, local, group = self._device_lists()
-        r = ranks.tolist()
-        if len(r) == 0 or any(group[i] != group[r[0]] or domain[i] != domain[r[0]] for i in r):
+        group, domain = self.group[ranks].tolist(), self.domain[ranks].tolist()
+        if not group or group.count(group[0]) != len(group) or domain.count(domain[0]) != len(domain):
             return None
+        r = ranks.tolist()
         order = b"" if all(a < b for a, b in zip(r[:-1], r[1:], strict=True)) else _rank_order(ranks)
-        labels = [_first_appearance_list([node[i] for i in r]), _first_appearance_list([local[i] for i in r])]
-        return ("domain", group[r[0]], np.array(labels, dtype=np.int64).tobytes(), order)
+        labels = [_first_appearance_list(self.node[ranks].tolist()), _first_appearance_list(self.local[ranks].tolist())]
+        return ("domain", group[0], np.array(labels, dtype=np.int64).tobytes(), order)
 
     # ---- the networkx graph (inspection, paths off the devices) --------------------------------
     def build_graph(self) -> tuple[nx.DiGraph, dict[str, dict[str, str]]]:
