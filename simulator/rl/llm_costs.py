@@ -45,7 +45,7 @@ from ..llm.inference import (
     instance_device,
     run_all_into,
 )
-from ..llm.memory import memory_per_device
+from ..llm.memory import MemoryBreakdown, memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, forward_cost, train_step_cost
 from ..network.collectives import CollectiveModel
@@ -155,6 +155,7 @@ class LlmCosts:
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
         self._flops_lines: dict[Any, tuple[float, float]] = {}   # model -> train FLOPs per token at 0, slope
         self._layouts: dict[int, TrainLayout] = {}
+        self._memory: dict[tuple[int, float], MemoryBreakdown] = {}   # _resident_memory, this run's layouts
         self._ranks: dict[int, list[int]] = {}             # canonical placement: positions in a pool
         # every trained actor batch with its device count (a re-plan judges the demanding ones); kept
         # in runs with schedule.failures only (nothing else reads them: a long run held them all)
@@ -262,6 +263,7 @@ class LlmCosts:
         self.train_group_devices = self.train_template.model_parallel
         self.train_pool_unit = self.train_template.pool_unit
         self._layouts.clear()
+        self._memory.clear()
         self._ranks.clear()
         self._ref.clear()
         for pool in self._pools.values():   # placements follow the layout
@@ -586,12 +588,20 @@ class LlmCosts:
         return self.topology.device_spec(int(ranks[0])).scaleup_bw_Bps if ranks else self.device.scaleup_bw_Bps
 
     def _train_weight_bytes(self, pool: _Pool) -> float:
-        return memory_per_device(self.model, self.layout(len(pool.ranks)), 1.0, pool.hbm_bytes).weights_bytes
+        return self._resident_memory(pool).weights_bytes
 
     def _optimizer_grad_bytes(self, pool: _Pool) -> float:
-        lay = self.layout(len(pool.ranks))
-        mem = memory_per_device(self.model, lay, 1.0, pool.hbm_bytes)
+        mem = self._resident_memory(pool)
         return mem.optimizer_bytes + mem.gradients_bytes
+
+    def _resident_memory(self, pool: _Pool) -> MemoryBreakdown:
+        """memory_per_device of the training layout on the pool (a token each, its states and
+        weights), kept per (devices, smallest HBM) for this run's layouts: every phase switch asks."""
+        key = (len(pool.ranks), pool.hbm_bytes)
+        hit = self._memory.get(key)
+        if hit is None:
+            hit = self._memory[key] = memory_per_device(self.model, self.layout(key[0]), 1.0, pool.hbm_bytes)
+        return hit
 
     def switch(self, to_phase, ranks) -> SwitchCost:
         """Every device moves its own bytes over its own host link and HBM: the phase change ends

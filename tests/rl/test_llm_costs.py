@@ -140,3 +140,22 @@ def test_forward_micro_batch_packs_that_many_rows_into_a_forward_micro_batch(mon
     assert c.micro_batched(lens, 384)[0].micro_batch == 8
     costs("schedule.pack_tokens=8192", "workload.train_layout.micro_batch=1")._forward("actor", lens, 384)
     assert seen[-1].micro_batch == 8
+
+
+def test_switch_bytes_follow_a_replanned_training_layout():
+    """The training state a phase switch moves is the layout's (memory_per_device, kept per pool
+    size for the run's layouts): after set_train_layout it is the new layout's."""
+    from simulator.llm.memory import memory_per_device
+    c = costs()
+    ranks = range(c.n_devices)
+    pool = c.pool(ranks)
+
+    def expected() -> float:
+        mem = memory_per_device(c.model, c.layout(c.n_devices), 1.0, pool.hbm_bytes)
+        return mem.optimizer_bytes + mem.gradients_bytes
+
+    before = c.switch("rollout", ranks).bytes_moved["optimizer_offload"]
+    assert before == expected()
+    c.set_train_layout({**c.train_layout_map, "pp": c.train_template.pp // 2})
+    after = c.switch("rollout", ranks).bytes_moved["optimizer_offload"]
+    assert after == expected() and after != before
