@@ -213,11 +213,12 @@ class StepCost:
 
     def weight_read_many_s(self, tokens: np.ndarray) -> np.ndarray:
         """weight_read_s over an integer array, bit-identical (the same operations; the MoE share
-        of experts touched by the scalar power, as weight_read_s)."""
+        of experts touched by the scalar power, as weight_read_s, once per distinct count)."""
         if not self.route_p:
             return np.full(len(tokens), (self.dense_bytes_dev + self.expert_bytes_dev * 0.0) / self.bw)
         keep = 1.0 - self.route_p
-        touched = np.array([1.0 - keep ** x for x in tokens.tolist()])
+        distinct = _distinct(tokens)   # the scalar power once per distinct count (a run repeats them)
+        touched = np.array([1.0 - keep ** x for x in distinct.tolist()])[np.searchsorted(distinct, tokens)]
         return (self.dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
 
     def comm_many_s(self, tokens: np.ndarray) -> np.ndarray:

@@ -63,6 +63,16 @@ def test_per_n_rows_and_comm_equal_the_scalar_forms(which, n):
     assert fresh.weight_read_many_s(arr).tolist() == [cost.weight_read_s(x) for x in n]
 
 
+@settings(max_examples=25, deadline=None)
+@given(which=st.integers(0, len(COSTS) - 1), n=st.lists(st.integers(1, 40), min_size=0, max_size=60))
+def test_weights_read_of_repeated_counts_equal_the_scalar_form(which, n):
+    """weight_read_many_s takes the power once per distinct count: a run's counts repeat (here
+    always), unsorted, and an empty array gives an empty one."""
+    cost = COSTS[which]
+    got = cost.weight_read_many_s(np.array(n, np.int64))
+    assert got.dtype == np.float64 and got.tolist() == [cost.weight_read_s(x) for x in n]
+
+
 def test_the_cases_reach_every_collective_kind():
     kinds = {(c.layout.tp > 1, c.layout.ep > 1, c.collectives is not None) for c in COSTS}
     assert {(True, False, True), (True, False, False), (False, True, True), (False, True, False)} <= kinds
