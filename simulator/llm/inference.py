@@ -870,6 +870,8 @@ class RolloutEngine:
             if finishes is not None:
                 return _walk_of_finishes(steps, finished, admitted, finishes, total - w, waiting_arr, base,
                                          start_records)
+        if take and take == total:   # every job admitted at once, some due at once: no heap
+            return _all_admitted_walk(S, due_arr, base, keys, waiting_arr, start_records)
         if first_keys is not None:
             keys += first_keys.tolist()
         heapq.heapify(keys)
@@ -1369,6 +1371,21 @@ def _slots_of(fin: np.ndarray, waiting: np.ndarray, base: int,
         mine = fin > base
         fin_slots[~mine] = start_slots[np.searchsorted(start_orders, fin[~mine])]
     return fin_slots, [e[1:] for e in live]
+
+
+def _all_admitted_walk(step: int, due: np.ndarray, base: int, keys: list[int], waiting: np.ndarray,
+                       live: list[tuple[int, int, int, int]]) -> _Walk:
+    """_walk_steps' walk when the first event admits every waiting job and some are due at once
+    (their prefill's token is their last): those finish at that prefill's end, in job order, and
+    the others with the ones running (``keys``) in key order after it: the heap walk's one
+    admission and its drain, without the heap."""
+    bits = _ORDER_BITS
+    orders = np.arange(base + 1, base + 1 + len(due))
+    now = due == 0
+    instant = orders[now].tolist()
+    later = ((step + due[~now]) << bits) | orders[~now]
+    rest = np.concatenate((np.array(keys, np.int64), later))
+    return _walk_of([step], [len(instant)], [len(due)], instant, list(range(len(instant))), rest, waiting, base, live)
 
 
 def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_orders: list[int],
