@@ -1526,20 +1526,22 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
     else:
         pre[has] = cost.prefill_many_s(tokens[has], pairs[has], ev.admitted[has])
     dec = series_times_s(cost, ev.n, ev.K, ev.k)
-    # per engine the running sum t0, dec_0, pre_0, dec_1, ... (a row each, padded: cumsum runs along rows)
-    local = np.arange(total) - ev.starts[ev.seg]
-    width = 2 * int(ev.counts.max()) + 1
-    chain = np.zeros((len(engines), width))
-    chain[:, 0] = [t.t0 for t in traces]
-    chain[ev.seg, 2 * local + 1], chain[ev.seg, 2 * local + 2] = dec, pre
-    clock = np.cumsum(chain, axis=1)
-    time, end = clock[ev.seg, 2 * local + 1], clock[ev.seg, 2 * local + 2]
-    busy = np.zeros((len(engines), width))
-    busy[:, 0] = [e.busy_s for e in engines]
-    busy[ev.seg, 2 * local + 1] = np.where(ev.n > 0, time - clock[ev.seg, 2 * local], 0.0)
-    busy[ev.seg, 2 * local + 2] = pre
+    # per engine the running sum t0, dec_0, pre_0, dec_1, ... (a row each, padded: cumsum runs along
+    # rows), flat: event i of engine e (its j-th) decodes at e * width + 2 j + 1, prefills one after
+    rows, width = len(engines), 2 * int(ev.counts.max()) + 1
+    before = 2 * np.arange(total) + np.repeat(np.arange(rows) * width - 2 * ev.starts, ev.counts)
+    decode_at, prefill_at = before + 1, before + 2
+    chain = np.zeros(rows * width)
+    chain[::width] = [t.t0 for t in traces]
+    chain[decode_at], chain[prefill_at] = dec, pre
+    clock = np.cumsum(chain.reshape(rows, width), axis=1).reshape(-1)
+    time, end = clock[decode_at], clock[prefill_at]
+    busy = np.zeros(rows * width)
+    busy[::width] = [e.busy_s for e in engines]
+    busy[decode_at] = np.where(ev.n > 0, time - clock[before], 0.0)
+    busy[prefill_at] = pre
     last = ev.starts + ev.counts - 1
-    busy_end = np.cumsum(busy, axis=1)[np.arange(len(engines)), 2 * ev.counts]
+    busy_end = np.cumsum(busy.reshape(rows, width), axis=1)[np.arange(rows), 2 * ev.counts]
     made = np.add.reduceat(ev.k * ev.n, ev.starts) + np.add.reduceat(ev.admitted, ev.starts)
     out_time = time[fin_event]
     if any(w.instant is not None for w in walks):   # finished by their prefill: at its end
