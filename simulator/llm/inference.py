@@ -1443,19 +1443,19 @@ def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTra
     return traces
 
 
-def _exclusive_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Per segment (the runs of ``counts`` entries beginning at ``starts``), the sum of the integer
-    ``values`` before each entry: exact, so equal to each segment's own cumulative sum."""
+def _exclusive_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray, initial: np.ndarray) -> np.ndarray:
+    """Per segment (the runs of ``counts`` entries beginning at ``starts``), its ``initial`` value
+    plus the sum of the integer ``values`` before each entry: exact, so equal to each segment's own
+    cumulative sum."""
     before = np.cumsum(values) - values
-    return before - np.repeat(before[starts], counts)
+    return before - np.repeat(before[starts] - initial, counts)
 
 
 class _Events(NamedTuple):
-    """The events of several fast runs (on one step cost), end to end: per event its engine
-    (``seg``), step count, steps decoded before it (k), running count (n), KV tokens (K), the KV
-    change it makes, sequences finished and admitted; per engine its first event and count."""
+    """The events of several fast runs (on one step cost), end to end: per event its step count,
+    steps decoded before it (k), running count (n), KV tokens (K), the KV change it makes,
+    sequences finished and admitted; per engine its first event and count."""
 
-    seg: np.ndarray
     steps: np.ndarray
     k: np.ndarray
     n: np.ndarray
@@ -1474,7 +1474,6 @@ def _events_of(engines: list[RolloutEngine], walks: list[_Walk], p: np.ndarray, 
     counts_list = [len(w.steps) for w in walks]
     counts = np.array(counts_list, np.int64)
     starts = np.cumsum(counts) - counts
-    seg = np.repeat(np.arange(len(walks)), counts)
     if len(walks) == 1:
         steps, finished, admitted = walks[0].steps, walks[0].finished, walks[0].admitted
     else:
@@ -1488,10 +1487,10 @@ def _events_of(engines: list[RolloutEngine], walks: list[_Walk], p: np.ndarray, 
     events = np.arange(total)
     job_event, fin_event = np.repeat(events, admitted), np.repeat(events, finished)
     released = _sums_by(p[fin_slots] + r[fin_slots], fin_event, total).astype(np.int64)
-    n = np.array([e._n for e in engines], np.int64)[seg] + _exclusive_sums(admitted - finished, starts, counts)
+    n = _exclusive_sums(admitted - finished, starts, counts, np.array([e._n for e in engines], np.int64))
     change = k * n - released + _sums_by(ctx + 1, job_event, total).astype(np.int64)
-    K = np.array([e._K for e in engines], np.int64)[seg] + _exclusive_sums(change, starts, counts)
-    return _Events(seg, steps, k, n, K, change, finished, admitted, starts, counts), job_event, fin_event
+    K = _exclusive_sums(change, starts, counts, np.array([e._K for e in engines], np.int64))
+    return _Events(steps, k, n, K, change, finished, admitted, starts, counts), job_event, fin_event
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -1570,7 +1569,8 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
         trace.S, trace.S_end, trace.K_end = ev.steps[a:b], step_ends[e], K_ends[e]
         trace.n_after, trace.K_after = n_after[a:b], K_after[a:b]
         trace.walk, trace.job_event, trace.g = walk, job_event[job_at[e]:job_at[e + 1]] - a, gs[e]
-        trace.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])
+        trace.slots = walk.waiting if not walk.start_running else \
+            np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])
 
 
 def _prefill_work(cost: StepCost, group: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
