@@ -598,7 +598,7 @@ class RolloutEngine:
             raise ValueError(f"add times must not decrease: {now} < {self._last_add}")
         if len(ids) == 0:
             return
-        bad = (p < 1) | (r < 1) | (g < 0) | (g >= r)
+        bad = (p < 1) | (r < 1) if generated is None else (p < 1) | (r < 1) | (g < 0) | (g >= r)   # (g: zeros)
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"bad sequence {ids[i]}: prompt {p[i]}, response {r[i]}, generated {g[i]}")
@@ -622,12 +622,12 @@ class RolloutEngine:
         # Records fixed once added (_id, _p, _r, _arrival, _group) are rebound, never mutated:
         # copies share them (copy-on-write); the others are mutated in place and copied by copy().
         self._id = self._id + ids if first else ids
-        self._p = self._p + p.tolist()
-        self._r = self._r + r.tolist()
+        self._p = self._p + p.tolist() if first else p.tolist()
+        self._r = self._r + r.tolist() if first else r.tolist()
         self._arrival = self._arrival + [float(now)] * len(ids)
         self._group = self._group + (list(range(-1 - first, -1 - first - len(ids), -1)) if group_ids is None
                                      else _int_list(group_ids))
-        self._g.extend(g.tolist())
+        self._g.extend([0] * len(ids) if generated is None else g.tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
         self._epoch.extend([0] * len(ids))
