@@ -140,3 +140,19 @@ def test_forward_micro_batch_packs_that_many_rows_into_a_forward_micro_batch(mon
     assert c.micro_batched(lens, 384)[0].micro_batch == 8
     costs("schedule.pack_tokens=8192", "workload.train_layout.micro_batch=1")._forward("actor", lens, 384)
     assert seen[-1].micro_batch == 8
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint16, float])
+def test_rollout_flops_of_integer_lengths_equal_the_float_sum(dtype):
+    """_rollout_inputs sums integer lengths as integers: the float sum it stands for is exact, so
+    the FLOPs are the float path's, bit for bit (and float lengths take that path)."""
+    c = costs()
+    rng = np.random.default_rng(5)
+    for n in (1, 7, 688, 5000):
+        p, r = rng.integers(1, 30_000, n).astype(dtype), rng.integers(1, 30_000, n).astype(dtype)
+        tokens = np.asarray(p, float) + np.asarray(r, float)
+        total = np.sum(tokens)
+        want = float(total * c.model.forward_flops_per_token(float(total / n) / 2))
+        flops, prompts, responses = c._rollout_inputs(p, r)
+        assert flops == want and prompts.dtype == responses.dtype == np.int64
+    assert c._rollout_inputs(np.zeros(0, np.int64), np.zeros(0, np.int64))[0] == 0.0
