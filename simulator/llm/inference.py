@@ -312,6 +312,8 @@ class StepCost:
     # -- whole steps ------------------------------------------------------------------------------
     def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
         per_n = self._lines_cache.get(n)
+        if per_n is None and n < len(self._per_n_table) and not math.isnan(self._per_n_table[n, 0]):
+            per_n = self._lines_cache[n] = tuple(self._per_n_table[n].tolist())   # per_n_rows filled it: the same
         if per_n is None:
             added, floor = self.overhead_s(n, n)
             per_n = (n * (self.lin_s_per_token + self.decode_ssm_s_per_token),
