@@ -328,13 +328,12 @@ class StepCost:
         table = self._per_n_table
         if len(table) <= top:
             table = self._per_n_table = np.vstack([table, np.full((top + 1 - len(table), 6), np.nan)])
-        rows = table[n]
-        missing = np.isnan(rows[:, 0])
-        if missing.any():
-            new = _distinct(n[missing])
+        asked = np.zeros(top + 1, bool)
+        asked[n] = True
+        new = np.flatnonzero(asked & np.isnan(table[:top + 1, 0]))   # the counts asked first now, in order
+        if len(new):
             table[new] = self._per_n_many(new)
-            rows = table[n]
-        return rows
+        return table[n]
 
     def _per_n_many(self, n: np.ndarray) -> np.ndarray:
         """_per_n's rows for an array of distinct running counts, bit-identical (the same
