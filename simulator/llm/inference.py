@@ -1609,20 +1609,21 @@ class _RunTrace:
     # -- an interrupt at `now`, from the arrays ------------------------------------------------------
     def _slot_arrays(self) -> dict[str, np.ndarray]:
         """Per slot of the run (running at its start, then waiting): the event that admitted it (-1:
-        running at the start) and finished it, its tokens while waiting, at admission (after the
-        prefill's token) and the step count then."""
+        running at the start) and finished it, its tokens while waiting, and its tokens at
+        admission (after the prefill's token) less the step count then ("made": its tokens at a
+        later step count are that count plus this, integers)."""
         if self._slots is None:
             walk, start = self.walk, self.walk.start_running
             finished_at = np.zeros(len(self._ids), np.int64)
             finished_at[walk.fin_slots] = self.fin_event
             g_wait = self.g[walk.waiting]
-            self._slots = {
-                "admitted": np.concatenate([np.full(len(start), -1, np.int64), self.job_event]),
-                "finished": finished_at[self.slots],
-                "g_wait": np.concatenate([np.array([g for _, g, _ in start], np.int64), g_wait]),
-                "g_run": np.concatenate([np.array([g for _, g, _ in start], np.int64), g_wait + 1]),
-                "s_adm": np.concatenate([np.array([s for _, _, s in start], np.int64), self.S[self.job_event]]),
-            }
+            admitted, made = self.job_event, g_wait + 1 - self.S[self.job_event]
+            if start:   # the running ones first
+                g_start = np.array([g for _, g, _ in start], np.int64)
+                admitted = np.concatenate([np.full(len(start), -1, np.int64), admitted])
+                g_wait = np.concatenate([g_start, g_wait])
+                made = np.concatenate([g_start - np.array([s for _, _, s in start], np.int64), made])
+            self._slots = {"admitted": admitted, "finished": finished_at[self.slots], "g_wait": g_wait, "made": made}
         return self._slots
 
     def progress(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -1638,12 +1639,13 @@ class _RunTrace:
         waiting = a["admitted"] > i
         if t_b > now:   # inside the event's prefill: the ones it would finish are still partial
             waiting |= (a["admitted"] == i) & (a["finished"] == i)
-        made = a["g_run"] + S_b - a["s_adm"]
         if n_b and t_b <= now:
             cost = self.cost
-            made = made + _steps_within(cost.decode_lines(n_b, K_b), cost.decode_floor_s(n_b), now - t_b)
+            made = a["made"] + (S_b + _steps_within(cost.decode_lines(n_b, K_b), cost.decode_floor_s(n_b), now - t_b))
         elif t_b > now:   # inside the event's prefill: it yields nothing
-            made = np.where(a["admitted"] == i, a["g_wait"], made)
+            made = np.where(a["admitted"] == i, a["g_wait"], a["made"] + S_b)
+        else:
+            made = a["made"] + S_b
         keep = np.flatnonzero(running | waiting)
         return self.slots[keep], np.where(running, made, a["g_wait"])[keep]
 
