@@ -36,7 +36,8 @@ class Generation:
             segs.append((seg, remaining))
             if len(seqs):
                 # a prompt's samples share its prefill (prefix caching) unless they resume with their own tokens
-                groups = np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
+                groups = seqs.group if not seqs.done_len.any() else \
+                    np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
                 requests.append((seqs.prompt_len + seqs.done_len, seg, where, groups))
                 wanted.append(len(segs) - 1)
         many = getattr(self.costs, "rollout_many", None)
@@ -239,8 +240,10 @@ class Generation:
         slots = self.ctx.totals.rollout
         cap = max(1, int(self.costs.instance_max_seqs))
         n = len(finish)
-        edges = np.concatenate([[0.0], np.sort(finish), [end]])
-        duration = np.diff(edges)                              # interval j: after j finishes
+        edges = np.empty(n + 2)                                # 0, the finishes in order, end
+        edges[0], edges[1:-1], edges[-1] = 0.0, finish, end
+        edges[1:-1].sort()
+        duration = edges[1:] - edges[:-1]                      # interval j: after j finishes
         running = np.minimum(np.arange(n, -1, -1), cap)        # min(n - j, cap): non-increasing in j
         slots["instance_s"] += end
         slots["slot_s"] += float(np.dot(duration, running)) / cap
