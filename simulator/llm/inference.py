@@ -1680,7 +1680,7 @@ class ResumableRun:
         self.engine = engine
         self.every = max(1, int(every))
         self._keys: list[float] = []                # latest event time processed before each copy
-        self._copies: list[RolloutEngine] = []
+        self._copies: list[RolloutEngine | _UntouchedStart] = []   # (copy() of each: the state then)
         self._trace: _RunTrace | None = None
 
     def run(self) -> list[Finished]:
@@ -1690,7 +1690,7 @@ class ResumableRun:
         """run(), writing each finished sequence's time at finish_s[seq_id]."""
         engine = self.engine
         if engine._fast_ok():
-            self._keys, self._copies = [-math.inf], [engine.copy()]
+            self._keys, self._copies = [-math.inf], [_start_of_array_run(engine)]
             _scatter(engine._take_outbox(), finish_s)
             self._trace = engine._fast_run(outbox=False)
             self._trace.scatter(finish_s)
@@ -1708,11 +1708,12 @@ class ResumableRun:
 
     def _run(self) -> list[tuple[float, int, int]]:
         engine = self.engine
-        self._keys, self._copies = [-math.inf], [engine.copy()]
         self._trace = None
         if engine._fast_ok():   # one array run; its trace answers interrupts (no copies but the start)
+            self._keys, self._copies = [-math.inf], [_start_of_array_run(engine)]
             self._trace = engine._fast_run()
             return engine._drain(math.inf)
+        self._keys, self._copies = [-math.inf], [engine.copy()]
         every = self.every
         while True:   # engine.run(), a copy after every `every` events
             done, t = engine._run_events(math.inf, True, every)
@@ -1733,6 +1734,36 @@ class ResumableRun:
         return self._copies[max(0, i)].copy().interrupt(now)
 
 
+class _UntouchedStart:
+    """The state of an _untouched() engine (every slot waits, in slot order: none admitted, so no
+    heap, stack or outbox) before its array run, as ResumableRun keeps it, without the copy of
+    its per-slot lists: the run leaves the entries of _g, _sadm and _epoch as they were and
+    rebinds _state and _heap, and every slot ends done, so a later use of the engine (an add only
+    appends slots; the event loop changes only running or waiting ones) never changes them
+    either. ``copy()`` is the engine as engine.copy() then gave it."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self._attrs = dict(engine.__dict__)   # scalars, and the lists as they are now
+        self._slots = len(engine._id)
+
+    def copy(self) -> RolloutEngine:
+        new = object.__new__(RolloutEngine)
+        new.__dict__.update(self._attrs)
+        slots, attrs = self._slots, self._attrs
+        new._g, new._sadm, new._state, new._epoch = (attrs[name][:slots] for name in ("_g", "_sadm", "_state", "_epoch"))
+        new._heap, new._stack = [], []
+        new._waiting, new._outbox = deque(range(slots)), deque()
+        return new
+
+
+def _start_of_array_run(engine: RolloutEngine) -> RolloutEngine | _UntouchedStart:
+    """ResumableRun's copy of an engine about to take its array run (_fast_ok()): an _UntouchedStart
+    when the engine is untouched, else engine.copy()."""
+    if engine._untouched() and not (engine._heap or engine._stack or engine._outbox):
+        return _UntouchedStart(engine)
+    return engine.copy()
+
+
 def run_all_into(runs: Sequence[RolloutEngine | ResumableRun], finishes: Sequence[np.ndarray]) -> None:
     """``run.run_into(finish)`` of each run (an engine, or a ResumableRun: its trace then answers
     interrupts): the array runs of all of them go through one fast_runs (their events timed in one
@@ -1745,7 +1776,7 @@ def run_all_into(runs: Sequence[RolloutEngine | ResumableRun], finishes: Sequenc
             run.run_into(finish)
             continue
         if isinstance(run, ResumableRun):
-            run._keys, run._copies = [-math.inf], [engine.copy()]
+            run._keys, run._copies = [-math.inf], [_start_of_array_run(engine)]
         _scatter(engine._take_outbox(), finish)
         fast.append((run, engine, finish))
     traces = fast_runs([engine for _, engine, _ in fast], outbox=False)
