@@ -213,11 +213,12 @@ class StepCost:
 
     def weight_read_many_s(self, tokens: np.ndarray) -> np.ndarray:
         """weight_read_s over an integer array, bit-identical (the same operations; the MoE share
-        of experts touched by the scalar power, as weight_read_s)."""
+        of experts touched by the scalar power, as weight_read_s, once per distinct count)."""
         if not self.route_p:
             return np.full(len(tokens), (self.dense_bytes_dev + self.expert_bytes_dev * 0.0) / self.bw)
         keep = 1.0 - self.route_p
-        touched = np.array([1.0 - keep ** x for x in tokens.tolist()])
+        distinct = _distinct(tokens)   # the scalar power once per distinct count (a run repeats them)
+        touched = np.array([1.0 - keep ** x for x in distinct.tolist()])[np.searchsorted(distinct, tokens)]
         return (self.dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
 
     def comm_many_s(self, tokens: np.ndarray) -> np.ndarray:
@@ -311,6 +312,8 @@ class StepCost:
     # -- whole steps ------------------------------------------------------------------------------
     def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
         per_n = self._lines_cache.get(n)
+        if per_n is None and n < len(self._per_n_table) and not math.isnan(self._per_n_table[n, 0]):
+            per_n = self._lines_cache[n] = tuple(self._per_n_table[n].tolist())   # per_n_rows filled it: the same
         if per_n is None:
             added, floor = self.overhead_s(n, n)
             per_n = (n * (self.lin_s_per_token + self.decode_ssm_s_per_token),
@@ -325,13 +328,12 @@ class StepCost:
         table = self._per_n_table
         if len(table) <= top:
             table = self._per_n_table = np.vstack([table, np.full((top + 1 - len(table), 6), np.nan)])
-        rows = table[n]
-        missing = np.isnan(rows[:, 0])
-        if missing.any():
-            new = _distinct(n[missing])
+        asked = np.zeros(top + 1, bool)
+        asked[n] = True
+        new = np.flatnonzero(asked & np.isnan(table[:top + 1, 0]))   # the counts asked first now, in order
+        if len(new):
             table[new] = self._per_n_many(new)
-            rows = table[n]
-        return rows
+        return table[n]
 
     def _per_n_many(self, n: np.ndarray) -> np.ndarray:
         """_per_n's rows for an array of distinct running counts, bit-identical (the same
@@ -597,7 +599,7 @@ class RolloutEngine:
             raise ValueError(f"add times must not decrease: {now} < {self._last_add}")
         if len(ids) == 0:
             return
-        bad = (p < 1) | (r < 1) | (g < 0) | (g >= r)
+        bad = (p < 1) | (r < 1) if generated is None else (p < 1) | (r < 1) | (g < 0) | (g >= r)   # (g: zeros)
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"bad sequence {ids[i]}: prompt {p[i]}, response {r[i]}, generated {g[i]}")
@@ -621,12 +623,12 @@ class RolloutEngine:
         # Records fixed once added (_id, _p, _r, _arrival, _group) are rebound, never mutated:
         # copies share them (copy-on-write); the others are mutated in place and copied by copy().
         self._id = self._id + ids if first else ids
-        self._p = self._p + p.tolist()
-        self._r = self._r + r.tolist()
+        self._p = self._p + p.tolist() if first else p.tolist()
+        self._r = self._r + r.tolist() if first else r.tolist()
         self._arrival = self._arrival + [float(now)] * len(ids)
         self._group = self._group + (list(range(-1 - first, -1 - first - len(ids), -1)) if group_ids is None
                                      else _int_list(group_ids))
-        self._g.extend(g.tolist())
+        self._g.extend([0] * len(ids) if generated is None else g.tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
         self._epoch.extend([0] * len(ids))
@@ -869,6 +871,8 @@ class RolloutEngine:
             if finishes is not None:
                 return _walk_of_finishes(steps, finished, admitted, finishes, total - w, waiting_arr, base,
                                          start_records)
+        if take and take == total:   # every job admitted at once, some due at once: no heap
+            return _all_admitted_walk(S, due_arr, base, keys, waiting_arr, start_records)
         if first_keys is not None:
             keys += first_keys.tolist()
         heapq.heapify(keys)
@@ -1370,6 +1374,21 @@ def _slots_of(fin: np.ndarray, waiting: np.ndarray, base: int,
     return fin_slots, [e[1:] for e in live]
 
 
+def _all_admitted_walk(step: int, due: np.ndarray, base: int, keys: list[int], waiting: np.ndarray,
+                       live: list[tuple[int, int, int, int]]) -> _Walk:
+    """_walk_steps' walk when the first event admits every waiting job and some are due at once
+    (their prefill's token is their last): those finish at that prefill's end, in job order, and
+    the others with the ones running (``keys``) in key order after it: the heap walk's one
+    admission and its drain, without the heap."""
+    bits = _ORDER_BITS
+    orders = np.arange(base + 1, base + 1 + len(due))
+    now = due == 0
+    instant = orders[now].tolist()
+    later = ((step + due[~now]) << bits) | orders[~now]
+    rest = np.concatenate((np.array(keys, np.int64), later))
+    return _walk_of([step], [len(instant)], [len(due)], instant, list(range(len(instant))), rest, waiting, base, live)
+
+
 def _walk_of(steps: list[int], finished: list[int], admitted: list[int], fin_orders: list[int],
              instant_at: list[int], keys: np.ndarray, waiting: np.ndarray, base: int,
              live: list[tuple[int, int, int, int]]) -> _Walk:
@@ -1425,19 +1444,19 @@ def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTra
     return traces
 
 
-def _exclusive_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Per segment (the runs of ``counts`` entries beginning at ``starts``), the sum of the integer
-    ``values`` before each entry: exact, so equal to each segment's own cumulative sum."""
+def _exclusive_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray, initial: np.ndarray) -> np.ndarray:
+    """Per segment (the runs of ``counts`` entries beginning at ``starts``), its ``initial`` value
+    plus the sum of the integer ``values`` before each entry: exact, so equal to each segment's own
+    cumulative sum."""
     before = np.cumsum(values) - values
-    return before - np.repeat(before[starts], counts)
+    return before - np.repeat(before[starts] - initial, counts)
 
 
 class _Events(NamedTuple):
-    """The events of several fast runs (on one step cost), end to end: per event its engine
-    (``seg``), step count, steps decoded before it (k), running count (n), KV tokens (K), the KV
-    change it makes, sequences finished and admitted; per engine its first event and count."""
+    """The events of several fast runs (on one step cost), end to end: per event its step count,
+    steps decoded before it (k), running count (n), KV tokens (K), the KV change it makes,
+    sequences finished and admitted; per engine its first event and count."""
 
-    seg: np.ndarray
     steps: np.ndarray
     k: np.ndarray
     n: np.ndarray
@@ -1456,7 +1475,6 @@ def _events_of(engines: list[RolloutEngine], walks: list[_Walk], p: np.ndarray, 
     counts_list = [len(w.steps) for w in walks]
     counts = np.array(counts_list, np.int64)
     starts = np.cumsum(counts) - counts
-    seg = np.repeat(np.arange(len(walks)), counts)
     if len(walks) == 1:
         steps, finished, admitted = walks[0].steps, walks[0].finished, walks[0].admitted
     else:
@@ -1470,10 +1488,10 @@ def _events_of(engines: list[RolloutEngine], walks: list[_Walk], p: np.ndarray, 
     events = np.arange(total)
     job_event, fin_event = np.repeat(events, admitted), np.repeat(events, finished)
     released = _sums_by(p[fin_slots] + r[fin_slots], fin_event, total).astype(np.int64)
-    n = np.array([e._n for e in engines], np.int64)[seg] + _exclusive_sums(admitted - finished, starts, counts)
+    n = _exclusive_sums(admitted - finished, starts, counts, np.array([e._n for e in engines], np.int64))
     change = k * n - released + _sums_by(ctx + 1, job_event, total).astype(np.int64)
-    K = np.array([e._K for e in engines], np.int64)[seg] + _exclusive_sums(change, starts, counts)
-    return _Events(seg, steps, k, n, K, change, finished, admitted, starts, counts), job_event, fin_event
+    K = _exclusive_sums(change, starts, counts, np.array([e._K for e in engines], np.int64))
+    return _Events(steps, k, n, K, change, finished, admitted, starts, counts), job_event, fin_event
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -1508,20 +1526,22 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
     else:
         pre[has] = cost.prefill_many_s(tokens[has], pairs[has], ev.admitted[has])
     dec = series_times_s(cost, ev.n, ev.K, ev.k)
-    # per engine the running sum t0, dec_0, pre_0, dec_1, ... (a row each, padded: cumsum runs along rows)
-    local = np.arange(total) - ev.starts[ev.seg]
-    width = 2 * int(ev.counts.max()) + 1
-    chain = np.zeros((len(engines), width))
-    chain[:, 0] = [t.t0 for t in traces]
-    chain[ev.seg, 2 * local + 1], chain[ev.seg, 2 * local + 2] = dec, pre
-    clock = np.cumsum(chain, axis=1)
-    time, end = clock[ev.seg, 2 * local + 1], clock[ev.seg, 2 * local + 2]
-    busy = np.zeros((len(engines), width))
-    busy[:, 0] = [e.busy_s for e in engines]
-    busy[ev.seg, 2 * local + 1] = np.where(ev.n > 0, time - clock[ev.seg, 2 * local], 0.0)
-    busy[ev.seg, 2 * local + 2] = pre
+    # per engine the running sum t0, dec_0, pre_0, dec_1, ... (a row each, padded: cumsum runs along
+    # rows), flat: event i of engine e (its j-th) decodes at e * width + 2 j + 1, prefills one after
+    rows, width = len(engines), 2 * int(ev.counts.max()) + 1
+    before = 2 * np.arange(total) + np.repeat(np.arange(rows) * width - 2 * ev.starts, ev.counts)
+    decode_at, prefill_at = before + 1, before + 2
+    chain = np.zeros(rows * width)
+    chain[::width] = [t.t0 for t in traces]
+    chain[decode_at], chain[prefill_at] = dec, pre
+    clock = np.cumsum(chain.reshape(rows, width), axis=1).reshape(-1)
+    time, end = clock[decode_at], clock[prefill_at]
+    busy = np.zeros(rows * width)
+    busy[::width] = [e.busy_s for e in engines]
+    busy[decode_at] = np.where(ev.n > 0, time - clock[before], 0.0)
+    busy[prefill_at] = pre
     last = ev.starts + ev.counts - 1
-    busy_end = np.cumsum(busy, axis=1)[np.arange(len(engines)), 2 * ev.counts]
+    busy_end = np.cumsum(busy.reshape(rows, width), axis=1)[np.arange(rows), 2 * ev.counts]
     made = np.add.reduceat(ev.k * ev.n, ev.starts) + np.add.reduceat(ev.admitted, ev.starts)
     out_time = time[fin_event]
     if any(w.instant is not None for w in walks):   # finished by their prefill: at its end
@@ -1550,7 +1570,8 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
         trace.S, trace.S_end, trace.K_end = ev.steps[a:b], step_ends[e], K_ends[e]
         trace.n_after, trace.K_after = n_after[a:b], K_after[a:b]
         trace.walk, trace.job_event, trace.g = walk, job_event[job_at[e]:job_at[e + 1]] - a, gs[e]
-        trace.slots = np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])
+        trace.slots = walk.waiting if not walk.start_running else \
+            np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])
 
 
 def _prefill_work(cost: StepCost, group: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
@@ -1588,20 +1609,21 @@ class _RunTrace:
     # -- an interrupt at `now`, from the arrays ------------------------------------------------------
     def _slot_arrays(self) -> dict[str, np.ndarray]:
         """Per slot of the run (running at its start, then waiting): the event that admitted it (-1:
-        running at the start) and finished it, its tokens while waiting, at admission (after the
-        prefill's token) and the step count then."""
+        running at the start) and finished it, its tokens while waiting, and its tokens at
+        admission (after the prefill's token) less the step count then ("made": its tokens at a
+        later step count are that count plus this, integers)."""
         if self._slots is None:
             walk, start = self.walk, self.walk.start_running
             finished_at = np.zeros(len(self._ids), np.int64)
             finished_at[walk.fin_slots] = self.fin_event
             g_wait = self.g[walk.waiting]
-            self._slots = {
-                "admitted": np.concatenate([np.full(len(start), -1, np.int64), self.job_event]),
-                "finished": finished_at[self.slots],
-                "g_wait": np.concatenate([np.array([g for _, g, _ in start], np.int64), g_wait]),
-                "g_run": np.concatenate([np.array([g for _, g, _ in start], np.int64), g_wait + 1]),
-                "s_adm": np.concatenate([np.array([s for _, _, s in start], np.int64), self.S[self.job_event]]),
-            }
+            admitted, made = self.job_event, g_wait + 1 - self.S[self.job_event]
+            if start:   # the running ones first
+                g_start = np.array([g for _, g, _ in start], np.int64)
+                admitted = np.concatenate([np.full(len(start), -1, np.int64), admitted])
+                g_wait = np.concatenate([g_start, g_wait])
+                made = np.concatenate([g_start - np.array([s for _, _, s in start], np.int64), made])
+            self._slots = {"admitted": admitted, "finished": finished_at[self.slots], "g_wait": g_wait, "made": made}
         return self._slots
 
     def progress(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -1617,12 +1639,13 @@ class _RunTrace:
         waiting = a["admitted"] > i
         if t_b > now:   # inside the event's prefill: the ones it would finish are still partial
             waiting |= (a["admitted"] == i) & (a["finished"] == i)
-        made = a["g_run"] + S_b - a["s_adm"]
         if n_b and t_b <= now:
             cost = self.cost
-            made = made + _steps_within(cost.decode_lines(n_b, K_b), cost.decode_floor_s(n_b), now - t_b)
+            made = a["made"] + (S_b + _steps_within(cost.decode_lines(n_b, K_b), cost.decode_floor_s(n_b), now - t_b))
         elif t_b > now:   # inside the event's prefill: it yields nothing
-            made = np.where(a["admitted"] == i, a["g_wait"], made)
+            made = np.where(a["admitted"] == i, a["g_wait"], a["made"] + S_b)
+        else:
+            made = a["made"] + S_b
         keep = np.flatnonzero(running | waiting)
         return self.slots[keep], np.where(running, made, a["g_wait"])[keep]
 
@@ -1657,7 +1680,7 @@ class ResumableRun:
         self.engine = engine
         self.every = max(1, int(every))
         self._keys: list[float] = []                # latest event time processed before each copy
-        self._copies: list[RolloutEngine] = []
+        self._copies: list[RolloutEngine | _UntouchedStart] = []   # (copy() of each: the state then)
         self._trace: _RunTrace | None = None
 
     def run(self) -> list[Finished]:
@@ -1667,7 +1690,7 @@ class ResumableRun:
         """run(), writing each finished sequence's time at finish_s[seq_id]."""
         engine = self.engine
         if engine._fast_ok():
-            self._keys, self._copies = [-math.inf], [engine.copy()]
+            self._keys, self._copies = [-math.inf], [_start_of_array_run(engine)]
             _scatter(engine._take_outbox(), finish_s)
             self._trace = engine._fast_run(outbox=False)
             self._trace.scatter(finish_s)
@@ -1685,11 +1708,12 @@ class ResumableRun:
 
     def _run(self) -> list[tuple[float, int, int]]:
         engine = self.engine
-        self._keys, self._copies = [-math.inf], [engine.copy()]
         self._trace = None
         if engine._fast_ok():   # one array run; its trace answers interrupts (no copies but the start)
+            self._keys, self._copies = [-math.inf], [_start_of_array_run(engine)]
             self._trace = engine._fast_run()
             return engine._drain(math.inf)
+        self._keys, self._copies = [-math.inf], [engine.copy()]
         every = self.every
         while True:   # engine.run(), a copy after every `every` events
             done, t = engine._run_events(math.inf, True, every)
@@ -1710,6 +1734,36 @@ class ResumableRun:
         return self._copies[max(0, i)].copy().interrupt(now)
 
 
+class _UntouchedStart:
+    """The state of an _untouched() engine (every slot waits, in slot order: none admitted, so no
+    heap, stack or outbox) before its array run, as ResumableRun keeps it, without the copy of
+    its per-slot lists: the run leaves the entries of _g, _sadm and _epoch as they were and
+    rebinds _state and _heap, and every slot ends done, so a later use of the engine (an add only
+    appends slots; the event loop changes only running or waiting ones) never changes them
+    either. ``copy()`` is the engine as engine.copy() then gave it."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self._attrs = dict(engine.__dict__)   # scalars, and the lists as they are now
+        self._slots = len(engine._id)
+
+    def copy(self) -> RolloutEngine:
+        new = object.__new__(RolloutEngine)
+        new.__dict__.update(self._attrs)
+        slots, attrs = self._slots, self._attrs
+        new._g, new._sadm, new._state, new._epoch = (attrs[name][:slots] for name in ("_g", "_sadm", "_state", "_epoch"))
+        new._heap, new._stack = [], []
+        new._waiting, new._outbox = deque(range(slots)), deque()
+        return new
+
+
+def _start_of_array_run(engine: RolloutEngine) -> RolloutEngine | _UntouchedStart:
+    """ResumableRun's copy of an engine about to take its array run (_fast_ok()): an _UntouchedStart
+    when the engine is untouched, else engine.copy()."""
+    if engine._untouched() and not (engine._heap or engine._stack or engine._outbox):
+        return _UntouchedStart(engine)
+    return engine.copy()
+
+
 def run_all_into(runs: Sequence[RolloutEngine | ResumableRun], finishes: Sequence[np.ndarray]) -> None:
     """``run.run_into(finish)`` of each run (an engine, or a ResumableRun: its trace then answers
     interrupts): the array runs of all of them go through one fast_runs (their events timed in one
@@ -1722,7 +1776,7 @@ def run_all_into(runs: Sequence[RolloutEngine | ResumableRun], finishes: Sequenc
             run.run_into(finish)
             continue
         if isinstance(run, ResumableRun):
-            run._keys, run._copies = [-math.inf], [engine.copy()]
+            run._keys, run._copies = [-math.inf], [_start_of_array_run(engine)]
         _scatter(engine._take_outbox(), finish)
         fast.append((run, engine, finish))
     traces = fast_runs([engine for _, engine, _ in fast], outbox=False)

@@ -93,7 +93,7 @@ class DistQueue:
             return
         arrive = np.concatenate([a for a, _ in self._pending])
         service = np.concatenate([s for _, s in self._pending])
-        order = np.argsort(arrive, kind="stable")
+        order = _stable_order(arrive)
         arrive, service = arrive[order], service[order]
         n = int(np.searchsorted(arrive, until, side="right"))
         self._pending = [(arrive[n:], service[n:])] if n < len(arrive) else []
@@ -118,3 +118,17 @@ class DistQueue:
         self._fold(float(self.env.now) if until is None else until)
         return {"bytes_written": self.bytes_written, "bytes_read": self.bytes_read,
                 "reads": float(self.reads), "busy_s": self.busy_s}
+
+
+def _stable_order(values: np.ndarray) -> np.ndarray:
+    """np.argsort(values, kind="stable") of finite floats, faster: none when already in order, else
+    numpy's default sort (several times the stable one's speed) and its ties (equal values) put
+    back in index order by one sort of (tie group, index) keys, all distinct."""
+    if not len(values) or (values[1:] >= values[:-1]).all():
+        return np.arange(len(values))
+    order = np.argsort(values)
+    ranked = values[order]
+    keys = order.copy()
+    keys[1:] += np.cumsum(ranked[1:] != ranked[:-1]) * len(values)   # group g: keys g * n + index
+    keys.sort()
+    return keys % len(values)

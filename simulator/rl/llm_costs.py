@@ -317,10 +317,18 @@ class LlmCosts:
 
     def _rollout_inputs(self, prompt_lens, response_lens) -> tuple[float, np.ndarray, np.ndarray]:
         """(generation FLOPs, prompts, responses as integers) of one rollout request."""
-        tokens = np.asarray(prompt_lens, float) + np.asarray(response_lens, float)
-        total = np.sum(tokens)   # np.mean(tokens) is this sum / len: one reduction serves both
-        flops = float(total * self.model.forward_flops_per_token(float(total / len(tokens)) / 2)) \
-            if len(tokens) else 0.0
+        prompts, responses = np.asarray(prompt_lens), np.asarray(response_lens)
+        whole = int(prompts.sum()) + int(responses.sum()) \
+            if prompts.dtype.kind in "iu" and responses.dtype.kind in "iu" else None
+        if whole is not None and 0 <= whole < 2**53:
+            # lengths are integers: the float sum (below) is exact, every partial sum an integer
+            # below 2^53, so it is this one, without the float copies
+            total = float(whole)
+        else:
+            total = np.sum(np.asarray(prompt_lens, float) + np.asarray(response_lens, float))
+        # np.mean(tokens) is this sum / len: one reduction serves both
+        flops = float(total * self.model.forward_flops_per_token(float(total / len(prompts)) / 2)) \
+            if len(prompts) else 0.0
         return flops, np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
 
     def rollout_server(self, ranks) -> RolloutEngine:

@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.hardware.devices import get_device
+from simulator.llm import inference
 from simulator.llm.architecture import load_model
-from simulator.llm.inference import ResumableRun, RolloutEngine, RolloutLayout
+from simulator.llm.inference import ResumableRun, RolloutEngine, RolloutLayout, run_all_into
 
 MODEL = load_model("qwen2.5-7b")
 DEVICE = get_device("h100")
@@ -40,3 +41,43 @@ def test_restored_interrupt_equals_fresh_engine(seed, n, every, frac):
     assert restored.partial == expect.partial
     restored_done = {s for s, t in finished if t <= stop}
     assert restored_done == {s for s, _ in done} | {s for s, _ in expect.finished}
+
+
+def _state_of(engine: RolloutEngine) -> dict:
+    return {name: list(value) if isinstance(value, (list, type(engine._waiting))) else value
+            for name, value in engine.__dict__.items() if name not in ("_arrays", "_added", "_slot_of", "cost")}
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 40), many=st.booleans(), frac=st.floats(0.0, 1.2))
+def test_the_start_of_an_untouched_array_run_is_the_engine_copy_then(seed, n, many, frac):
+    """ResumableRun keeps an untouched engine's start before its array run without copying its
+    slot lists (inference._UntouchedStart): restored, it is the engine as engine.copy() gave it
+    then, even after the engine ran, took more sequences and ran again; interrupts restored from
+    it (times before the run's first event among them) equal a fresh engine's."""
+    rng = np.random.default_rng(seed)
+    p, r = rng.integers(1, 600, n), rng.integers(2, 3000, n)
+    engine = RolloutEngine(MODEL, DEVICE, RolloutLayout(tp=1, max_num_seqs=64))
+    engine.add_many(range(n), p, r, 0.0, group_ids=np.arange(n) // 3)
+    assert engine._untouched() and engine._fast_ok(1)
+    want = _state_of(engine.copy())
+    run = ResumableRun(engine, every=3)
+    old = inference.FAST_RUN_MIN_SEQUENCES
+    inference.FAST_RUN_MIN_SEQUENCES = 1
+    try:
+        if many:
+            run_all_into([run], [np.full(n, np.nan)])
+        else:
+            run.run_into(np.full(n, np.nan))
+        assert isinstance(run._copies[0], inference._UntouchedStart) and run._trace is not None
+        assert _state_of(run._copies[0].copy()) == want
+        engine.add_many([n, n + 1], [30, 40], [50, 60], engine.t, [3, 0])   # the engine goes on
+        engine.run()
+        assert _state_of(run._copies[0].copy()) == want
+    finally:
+        inference.FAST_RUN_MIN_SEQUENCES = old
+    first = float(run._trace.time[0])
+    for now in (0.0, first / 2, first, frac * first * 3):
+        again = RolloutEngine(MODEL, DEVICE, RolloutLayout(tp=1, max_num_seqs=64))
+        again.add_many(range(n), p, r, 0.0, group_ids=np.arange(n) // 3)
+        assert run.interrupt_at(now).partial == again.interrupt(now).partial

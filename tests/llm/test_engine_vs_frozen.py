@@ -164,12 +164,13 @@ def test_the_cases_reach_the_fast_path_and_the_event_loop() -> None:
         assert math.isfinite(engine.t)
 
 
-@pytest.mark.parametrize("max_num_seqs", [1, 3, 8])
+@pytest.mark.parametrize("max_num_seqs", [1, 3, 8, 16])
 def test_sequences_done_with_their_prefill_take_the_fast_path(max_num_seqs: int) -> None:
     """A sequence whose prefill yields its last token (a resumed one with one token left) finishes
     at the prefill's end and frees its slot for an admission at the same step: the array run
     takes it (it fell back to the event loop and its engine copies before), equal to the frozen
-    engine in every figure and at interrupts anywhere, inside those prefills too."""
+    engine in every figure and at interrupts anywhere, inside those prefills too. With 16 slots
+    the first event admits all 12 (inference._all_admitted_walk: no heap)."""
     layout = RolloutLayout(tp=1, max_num_seqs=max_num_seqs)
     batch = [(40 + 3 * i, r, r - 1 if i % 3 == 0 else 0, -1 - i) for i, r in enumerate([1, 60, 2, 90, 1, 1, 30, 5, 1, 44, 7, 1])]
     case = Case("qwen2.5-7b", layout, InferenceParams(), [(0.0, batch)])

@@ -54,13 +54,25 @@ def test_prefill_many_equals_prefill_one_by_one(which, tokens, data):
 @given(which=st.integers(0, len(COSTS) - 1), n=st.lists(st.integers(1, 2048), min_size=1, max_size=30))
 def test_per_n_rows_and_comm_equal_the_scalar_forms(which, n):
     cost = COSTS[which]
-    fresh = StepCost(cost.model, cost.device, cost.layout, cost.params, cost.collectives, cost.ranks)
+    fresh, scalar = (StepCost(cost.model, cost.device, cost.layout, cost.params, cost.collectives, cost.ranks)
+                     for _ in range(2))
     arr = np.array(n, np.int64)
     rows = fresh.per_n_rows(arr)   # filled by the array form (a fresh object: nothing cached)
-    assert rows.tolist() == [list(cost._per_n(x)) for x in n]
+    assert rows.tolist() == [list(scalar._per_n(x)) for x in n]   # (scalar: no table filled, the scalar form)
+    assert [fresh._per_n(x) for x in n] == [scalar._per_n(x) for x in n]   # read from the table where filled
     assert fresh.comm_many_s(arr).tolist() == [cost.comm_s(x) for x in n]
     assert fresh.comm_many_s(np.zeros(1, np.int64)).tolist() == [cost.comm_s(0)]
     assert fresh.weight_read_many_s(arr).tolist() == [cost.weight_read_s(x) for x in n]
+
+
+@settings(max_examples=25, deadline=None)
+@given(which=st.integers(0, len(COSTS) - 1), n=st.lists(st.integers(1, 40), min_size=0, max_size=60))
+def test_weights_read_of_repeated_counts_equal_the_scalar_form(which, n):
+    """weight_read_many_s takes the power once per distinct count: a run's counts repeat (here
+    always), unsorted, and an empty array gives an empty one."""
+    cost = COSTS[which]
+    got = cost.weight_read_many_s(np.array(n, np.int64))
+    assert got.dtype == np.float64 and got.tolist() == [cost.weight_read_s(x) for x in n]
 
 
 def test_the_cases_reach_every_collective_kind():

@@ -2,8 +2,10 @@
 import numpy as np
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simulator.rl.distqueue import DistQueue, fetch_load, payload_bytes
+from simulator.rl.distqueue import DistQueue, _stable_order, fetch_load, payload_bytes
 from simulator.scenario import DistQueueParams
 
 
@@ -81,3 +83,14 @@ def test_fifo_fold_matches_a_sequential_server():
     for a, b in zip(arrive, nbytes, strict=True):
         free = max(free, a) + b / 1e9
     assert q._free_at == pytest.approx(free, rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 0.5, 1.0, 1.5, 2.0, 3.25]) | st.floats(0, 10), max_size=60),
+       st.booleans())
+def test_stable_order_is_the_stable_argsort(values, ordered):
+    """The fold's arrival order (_stable_order): numpy's stable argsort, ties (many) in index order."""
+    arr = np.array(sorted(values) if ordered else values, float)
+    got = _stable_order(arr)
+    assert got.dtype == np.argsort(arr, kind="stable").dtype
+    assert got.tolist() == np.argsort(arr, kind="stable").tolist()

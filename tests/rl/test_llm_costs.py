@@ -159,3 +159,19 @@ def test_switch_bytes_follow_a_replanned_training_layout():
     c.set_train_layout({**c.train_layout_map, "pp": c.train_template.pp // 2})
     after = c.switch("rollout", ranks).bytes_moved["optimizer_offload"]
     assert after == expected() and after != before
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint16, float])
+def test_rollout_flops_of_integer_lengths_equal_the_float_sum(dtype):
+    """_rollout_inputs sums integer lengths as integers: the float sum it stands for is exact, so
+    the FLOPs are the float path's, bit for bit (and float lengths take that path)."""
+    c = costs()
+    rng = np.random.default_rng(5)
+    for n in (1, 7, 688, 5000):
+        p, r = rng.integers(1, 30_000, n).astype(dtype), rng.integers(1, 30_000, n).astype(dtype)
+        tokens = np.asarray(p, float) + np.asarray(r, float)
+        total = np.sum(tokens)
+        want = float(total * c.model.forward_flops_per_token(float(total / n) / 2))
+        flops, prompts, responses = c._rollout_inputs(p, r)
+        assert flops == want and prompts.dtype == responses.dtype == np.int64
+    assert c._rollout_inputs(np.zeros(0, np.int64), np.zeros(0, np.int64))[0] == 0.0

@@ -36,7 +36,8 @@ class Generation:
             segs.append((seg, remaining))
             if len(seqs):
                 # a prompt's samples share its prefill (prefix caching) unless they resume with their own tokens
-                groups = np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
+                groups = seqs.group if not seqs.done_len.any() else \
+                    np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
                 requests.append((seqs.prompt_len + seqs.done_len, seg, where, groups))
                 wanted.append(len(segs) - 1)
         many = getattr(self.costs, "rollout_many", None)
@@ -217,15 +218,16 @@ class Generation:
         if aborted is not None:
             reason[aborted] = "overprovision"
         finish = t0s + np.minimum(finish, ends)
-        resumed = seqs.done_len[rows] > 0
+        prompt_len, response_len, done_len = seqs.prompt_len[rows], seqs.target_len[rows], seqs.done_len[rows]
+        resumed = done_len > 0
         ready = finish + reward_s
         instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _ in stored]
-        ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=seqs.prompt_len[rows],
-                      response_len=seqs.target_len[rows], generated_tokens=seqs.done_len[rows] + gen_tokens,
+        ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=prompt_len,
+                      response_len=response_len, generated_tokens=done_len + gen_tokens,
                       version=versions, first_version=np.where(resumed, seqs.first_version[rows], versions),
                       start=t0s, finish=finish, ready=ready, dropped=reason != "", drop_reason=reason,
                       instance=np.repeat(instances, counts))
-        lens = seqs.prompt_len[rows] + seqs.target_len[rows]
+        lens = prompt_len + response_len
         bounds = np.cumsum([0] + counts).tolist()
         ctx.queue.write_many([(payload_bytes_each(lens[a:b], self.sched.distqueue, pad_len=ctx.pad_len), ready[a:b])
                               for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
@@ -239,8 +241,10 @@ class Generation:
         slots = self.ctx.totals.rollout
         cap = max(1, int(self.costs.instance_max_seqs))
         n = len(finish)
-        edges = np.concatenate([[0.0], np.sort(finish), [end]])
-        duration = np.diff(edges)                              # interval j: after j finishes
+        edges = np.empty(n + 2)                                # 0, the finishes in order, end
+        edges[0], edges[1:-1], edges[-1] = 0.0, finish, end
+        edges[1:-1].sort()
+        duration = edges[1:] - edges[:-1]                      # interval j: after j finishes
         running = np.minimum(np.arange(n, -1, -1), cap)        # min(n - j, cap): non-increasing in j
         slots["instance_s"] += end
         slots["slot_s"] += float(np.dot(duration, running)) / cap
