@@ -53,8 +53,10 @@ def _alive(procs) -> list:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killing_the_main_sweep_process_leaves_no_worker(tmp_path, sig):
     out = tmp_path / "sweep"
-    proc = _rlsim("sweep", "--grid", "seed=1,2,3,4,5,6,7,8,9,10", "--iterations", "2", "--jobs", "2",
-                  "--out", str(out))
+    # enough work (60 points of 8 steps, several seconds at any speed) to be still running when the
+    # signal comes 0.5 s after the workers start: a sweep that ended first would test nothing
+    seeds = ",".join(str(seed) for seed in range(1, 61))
+    proc = _rlsim("sweep", "--grid", f"seed={seeds}", "--iterations", "8", "--jobs", "2", "--out", str(out))
     main = psutil.Process(proc.pid)
     deadline = time.monotonic() + 60
     workers: list = []
