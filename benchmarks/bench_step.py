@@ -64,7 +64,9 @@ print("done")
 
 def _instructions(tree: Path, iterations: int) -> int:
     """Instructions (cachegrind's I refs) of a fresh interpreter: the warm-up, then ``iterations`` steps."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    # One BLAS thread: OpenBLAS workers spin under valgrind and made counts of one tree vary by 40%.
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1",
+           "OMP_NUM_THREADS": "1"}
     done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                            sys.executable, "-c", INSTRUCTIONS_CHILD, str(iterations)],
                           env=env, capture_output=True, text=True, cwd=tree)
