@@ -504,9 +504,8 @@ def _compact(ids: np.ndarray) -> tuple[np.ndarray, int]:
     (the loads sum each link's flows in flow order whatever its number): first appearance for a few
     ids (a dict), sorted order (numpy.unique) for many."""
     if len(ids) <= 4 * SMALL_ROUTES:
-        numbers: dict[int, int] = {}
-        link = [numbers.setdefault(i, len(numbers)) for i in ids.tolist()]
-        return np.array(link, dtype=np.int64), len(numbers)
+        link = _first_appearance_list(ids.tolist())
+        return np.array(link, dtype=np.int64), max(link, default=-1) + 1
     distinct, link = np.unique(ids, return_inverse=True)
     return link.reshape(-1), len(distinct)
 
