@@ -1,8 +1,9 @@
 """Issue 12, V6 (NeMo RL v0.5): the steady step of every row with each NeMo RL mechanism switched off
 (main), alone, and all on: schedule.refit full-tensors by its bytes alone (+refit) and with its
 per-tensor CPU time (+tensors: full-tensors with schedule.refit_tensor_overhead_s),
-switch.offload_weights + engine_sleep (the colocated rows), schedule.async_engine (the 1-step-off
-rows), schedule.reference_swap_copies (the reference state dict swapped in from host memory),
+switch.offload_weights + engine_sleep by their bytes (+offload: the colocated rows, with the
+switches' fixed time as before, 2 x kv_realloc_s a step), vLLM sleep mode with its measured time
+(+sleepwake: engine_sleep with switch.sleep_wake_s), schedule.async_engine (the 1-step-off rows), schedule.reference_swap_copies (the reference state dict swapped in from host memory),
 schedule.forward_micro_batch (logprob_batch_size) and the MoE token shuffle of the trainer (train_params.compute.moe_permute_traffic_bytes_per_hidden).
 Prints the table of docs/validation.md.
 
@@ -14,9 +15,10 @@ import statistics
 from typing import Any
 
 from simulator.api import simulate
+from simulator.scenario import SwitchParams
 from simulator.validation import nemo_rl
 
-MECHANISMS = ("refit", "tensors", "offload", "async", "refswap", "logprob", "moeshuffle")
+MECHANISMS = ("refit", "tensors", "offload", "sleepwake", "async", "refswap", "logprob", "moeshuffle")
 CONFIGS: dict[str, set[str]] = {"main": set(), **{f"+{m}": {m} for m in MECHANISMS}, "all": set(MECHANISMS)}
 
 
@@ -28,8 +30,17 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
         sched.pop("refit", None)
     if "tensors" not in on:
         sched["refit_tensor_overhead_s"] = 0.0
-    if "offload" not in on:
-        sched.pop("switch", None)
+    switch = sched.get("switch")
+    if switch is not None:     # the colocated rows
+        if "offload" not in on:
+            del switch["offload_weights"]
+        if "sleepwake" not in on:
+            if "offload" in on:     # the engine's bytes, the fixed time of two switches as before
+                switch["sleep_wake_s"] = 2 * SwitchParams().kv_realloc_s
+            else:
+                del switch["engine_sleep"]
+        if not switch:
+            sched.pop("switch")
     if "async" not in on:
         sched.pop("async_engine", None)
     if "refswap" not in on:

@@ -157,9 +157,6 @@ class SwitchParams(_Strict):
     offload_optimizer: bool = True
     # Fraction of the host-link peak reached by large pinned copies (PCIe/UB DMA ~80-90%; assumption).
     host_link_efficiency: float = Field(0.85, gt=0, le=1)
-    # Releasing and re-allocating the KV cache pool (vLLM sleep/wake level 1 re-creates the pool and
-    # CUDA graphs: hundreds of ms to seconds; hardware.md "colocated switch costs"). Assumption: 1 s.
-    kv_realloc_s: float = Field(1.0, ge=0)
     # Bucketed parameters: no redundant weight copy when EP changes between phases (RL Fusion).
     # Without buckets a full extra copy of the inference shard is staged (memory and copy time).
     bucketed: bool = True
@@ -173,11 +170,35 @@ class SwitchParams(_Strict):
     # wake_up): after generation the engine's weight shard goes to host memory (the KV cache is
     # freed) and is copied back before the next refit overwrites it. Off: it stays in HBM.
     engine_sleep: bool = False
+    # Releasing and re-allocating the KV cache pool without sleep mode (an engine that keeps its
+    # weights and frees its pool: hundreds of ms to seconds; hardware.md "colocated switch costs").
+    # Assumption: 1 s. With engine_sleep, sleep_wake_s below applies instead.
+    kv_realloc_s: float = Field(1.0, ge=0)
+    # vLLM sleep mode's own time per RL step with `engine_sleep` (sleep after generation + wake_up
+    # before the next), beyond the bytes the host link is charged for: measured 11.3 s per step in a
+    # colocated RL loop, the same at 16 and at 256 samples per rollout (66.9% and 12.2% of the step:
+    # a fixed cost; hardware.md "Colocated switch costs seen in the wild", vllm-project/vime issue
+    # 442). Half is charged on each switch in place of kv_realloc_s: sleep frees the KV pool, wake_up
+    # re-creates it. The source names no model size: if its weight copies are inside the 11.3 s, the
+    # host-link bytes count them twice (under ~1 s a step for a model of up to ~8B at PCIe 5 rates).
+    sleep_wake_s: float = Field(11.3, ge=0)
 
-    @field_validator("kv_realloc_s", "overhead_s", mode="before")
+    @field_validator("kv_realloc_s", "overhead_s", "sleep_wake_s", mode="before")
     @classmethod
     def _seconds(cls, v: Any) -> Any:
         return parse_seconds(v) if isinstance(v, str) else v
+
+    @field_validator("kv_realloc_s", "sleep_wake_s", mode="after")
+    @classmethod
+    def _fixed_cost_applies(cls, value: float, info: ValidationInfo) -> float:
+        """kv_realloc_s is the switch's KV cost without sleep mode, sleep_wake_s with it: setting the
+        one that does not apply would be silently ignored (validators run on given values only)."""
+        sleeps = bool((info.data or {}).get("engine_sleep", False))
+        if (info.field_name == "kv_realloc_s") == sleeps:
+            needs = "false" if sleeps else "true"
+            raise ValueError(f"applies only with schedule.switch.engine_sleep: {needs} (sleep_wake_s replaces "
+                             f"kv_realloc_s when the engine sleeps); remove it or set engine_sleep: {needs}")
+        return value
 
 
 class DistQueueParams(_Strict):

@@ -39,7 +39,8 @@ class FitParameter:
 # Bounds: efficiencies are fractions of a peak, (0, 1] (params.py / hardware/devices.py validate the
 # same range; 0.05 keeps the simulator away from a zero rate). Overheads are >= 0; their upper bounds
 # are 50x the documented defaults' order of magnitude (formulas.md: step overhead "a few ms";
-# scenario.SwitchParams: ~1 s), room for a slow framework without letting the fit run off.
+# scenario.SwitchParams: ~1 s a switch; sleep_wake_s ~10 s a step), room for a slow framework
+# without letting the fit run off.
 EFFICIENCY_FLOOR = 0.05
 FIT_PARAMETERS: dict[str, FitParameter] = {p.key: p for p in (
     FitParameter("workload.inference.step_overhead_s", 0.0, 0.1, 1e-3,
@@ -58,7 +59,9 @@ FIT_PARAMETERS: dict[str, FitParameter] = {p.key: p for p in (
     FitParameter("schedule.switch.overhead_s", 0.0, 60.0, 1.0,
                  "colocated switch: fixed framework cost per switch (process groups, allocator, barrier)"),
     FitParameter("schedule.switch.kv_realloc_s", 0.0, 60.0, 1.0,
-                 "colocated switch: KV cache release and re-allocation per switch"),
+                 "colocated switch: KV cache release and re-allocation per switch (engine awake)"),
+    FitParameter("schedule.switch.sleep_wake_s", 0.0, 120.0, 10.0,
+                 "colocated switch: vLLM sleep + wake_up per step (schedule.switch.engine_sleep)"),
 )}
 # What `rlsim calibrate --from-log` fits unless told: one engine constant for generation, one rate
 # for the rollout's memory-bound decode and one for the trainer's compute.

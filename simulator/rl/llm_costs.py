@@ -3,9 +3,10 @@ costs, memory) and hardware/ (device, links). Everything the schedules ask goes 
 
 Switch costs are bytes moved over named links:
 - to rollout: optimizer states + gradients of the training shard offloaded to host over the
-  host link (``offload_optimizer``), the KV pool re-allocated (``kv_realloc_s``), plus a fixed
-  framework ``overhead_s``; without ``bucketed`` parameters a redundant copy of the inference
-  shard is staged through HBM (time and memory);
+  host link (``offload_optimizer``), the KV pool re-allocated (``kv_realloc_s``; with vLLM sleep
+  mode, ``engine_sleep``, half of its measured ``sleep_wake_s`` instead), plus a fixed framework
+  ``overhead_s``; without ``bucketed`` parameters a redundant copy of the inference shard is staged
+  through HBM (time and memory);
 - to training: the KV pool released, optimizer states + gradients loaded back over the host link.
 The weight reshard from the training to the inference layout is the weight sync of colocated
 placements: each device receives its inference shard over its scale-up link.
@@ -617,7 +618,8 @@ class LlmCosts:
         pool = self.pool(ranks)
         p = self.switch_params
         moved: dict[str, float] = {}
-        t = p.kv_realloc_s + p.overhead_s
+        # vLLM sleep mode releases and re-creates the KV pool itself (its measured time, half a switch)
+        t = (p.sleep_wake_s / 2 if p.engine_sleep else p.kv_realloc_s) + p.overhead_s
         to_rollout = to_phase == "rollout"
         host: dict[str, float] = {}      # bytes over the host link (one direction each)
         if p.offload_optimizer:
