@@ -50,7 +50,7 @@ DEFAULTS: dict[str, Any] = {
     f"{A}.rollout.gpu_memory_utilization": 0.5, f"{A}.rollout.max_num_seqs": 1024, f"{A}.rollout.dtype": "bfloat16",
     f"{A}.model.enable_gradient_checkpointing": True, f"{A}.model.use_remove_padding": False,
     f"{A}.actor.use_dynamic_bsz": False, f"{A}.actor.ppo_max_token_len_per_gpu": 16384,
-    "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8,
+    "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8, f"{A}.rollout.free_cache_engine": True,
 }
 
 # verl rollout / actor keys -> the rlsim field they set (only when the config gives them: rlsim's own
@@ -143,7 +143,8 @@ RULES: dict[str, Rule] = {
                                            "workload.response_length", neutral=False),
     **{f"{A}.rollout.{k}": mapped(f"workload.inference.{target}", "the engine knob of the same meaning")
        for k, target in ENGINE_KEYS.items()},
-    f"{A}.rollout.free_cache_engine": unsupported("rlsim always releases the KV cache between phases", neutral=True),
+    f"{A}.rollout.free_cache_engine": mapped("schedule.switch.engine_sleep", "colocated: verl's sharding manager puts "
+                                             "vLLM to sleep (level 1) after generation and wakes it for the weight sync"),
     **{f"{A}.rollout.{k}": unsupported("the old_log_prob forward uses the trainer's micro-batching in rlsim")
        for k in ("log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu",
                  "log_prob_micro_batch_size")},
@@ -359,8 +360,12 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     s: dict[str, Any] = {"kind": KIND_OF_RECIPE[recipe]}
     if recipe != "colocated":
         s["rollout_devices"] = _rollout_gpus(v)
+        decided[f"{A}.rollout.free_cache_engine"] = ("ignored", "split pools: the rollout engine never gives way "
+                                                   "to training, so it never sleeps")
     else:
         decided.update({k: ("ignored", "colocated: one pool (trainer.*)") for k in ("rollout.nnodes", "rollout.n_gpus_per_node")})
+        if v(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
+            s["switch"] = {"engine_sleep": True}
     if recipe == "fully-async":
         decided[f"{A}.rollout.mode"] = ("ignored", "the fully_async Rollouter serves requests asynchronously: "
                                         "that is the verl-fully-async kind")
