@@ -3,8 +3,10 @@
 per-tensor CPU time (+tensors: full-tensors with schedule.refit_tensor_overhead_s),
 switch.offload_weights + engine_sleep by their bytes (+offload: the colocated rows, with the
 switches' fixed time as before, 2 x kv_realloc_s a step), vLLM sleep mode with its measured time
-(+sleepwake: engine_sleep with switch.sleep_wake_s), schedule.async_engine (the 1-step-off rows), schedule.reference_swap_copies (the reference state dict swapped in from host memory),
-schedule.forward_micro_batch (logprob_batch_size) and the MoE token shuffle of the trainer (train_params.compute.moe_permute_traffic_bytes_per_hidden).
+(+sleepwake: engine_sleep with switch.sleep_wake_s), schedule.async_engine (the 1-step-off rows),
+schedule.reference_swap_copies (the reference state dict swapped in from host memory),
+schedule.forward_micro_batch (logprob_batch_size) and the MoE token shuffle of the trainer
+(train_params.compute.moe_permute_traffic_bytes_per_hidden).
 Prints the table of docs/validation.md.
 
     PYTHONPATH=. python benchmarks/v6_mechanisms.py
