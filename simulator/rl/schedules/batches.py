@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import RlsimError
 from ...scenario import Scenario
 from ..costs import Ranks
 
@@ -173,8 +174,21 @@ class RoundDraws:
         n = self.workload.samples_per_prompt
         prompt = np.asarray(self.prompt_sampler(rng, n_prompts, 1, round_), int).reshape(n_prompts, 1)
         resp = np.asarray(self.response_sampler(rng, n_prompts, n, round_), int).reshape(n_prompts, n)
+        resp = self._within_model_len(prompt, resp)
         group = np.repeat(np.arange(group0, group0 + n_prompts), n)
         return group, np.repeat(prompt[:, 0], n), resp.reshape(-1)
+
+    def _within_model_len(self, prompt: np.ndarray, resp: np.ndarray) -> np.ndarray:
+        """The engine stops a response at max_model_len - prompt tokens (vLLM max_model_len; NeMo RL:
+        T-max): cut here, so generation, training and every count see the same sample."""
+        limit = self.workload.inference.max_model_len
+        if limit is None:
+            return resp
+        if int(prompt.max()) >= limit:
+            raise RlsimError(f"a {int(prompt.max())}-token prompt leaves no room under max_model_len {limit}",
+                             field="workload.inference.max_model_len",
+                             fix="raise max_model_len above workload.prompt_length.max, or lower that max")
+        return np.minimum(resp, limit - prompt)
 
     def _draw_new(self, round_: int, rng: np.random.Generator) -> SeqBatch:
         prompts, n = self.workload.prompts_per_step, self.workload.samples_per_prompt

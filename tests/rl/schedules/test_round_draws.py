@@ -39,3 +39,22 @@ def test_any_order_of_asking_gives_the_first_draws(asks, seed, dapo):
     asked.draw(12)
     # the run's generator is where an in-order draw of 13 rounds leaves it
     assert asked.rng.random() == reference.rng.random()
+
+
+def test_a_response_stops_where_max_model_len_leaves_no_room():
+    # the engine cuts a response at max_model_len - prompt (vLLM; NeMo RL: T-max): the drawn sample
+    # is cut the same, so training and every count see the tokens the engine generated
+    free, capped = _draws(3), _draws(3, {"inference": {"max_model_len": 3000}})
+    a, b = free.draw(0), capped.draw(0)
+    assert np.array_equal(a.prompt_len, b.prompt_len)
+    assert np.array_equal(b.target_len, np.minimum(a.target_len, 3000 - a.prompt_len))
+    assert (a.target_len + a.prompt_len > 3000).any() and (b.target_len + b.prompt_len <= 3000).all()
+
+
+def test_a_prompt_at_max_model_len_is_refused():
+    import pytest
+
+    from simulator.errors import RlsimError
+    with pytest.raises(RlsimError) as e:
+        _draws(3, {"inference": {"max_model_len": 50}}).draw(0)
+    assert e.value.field == "workload.inference.max_model_len"
