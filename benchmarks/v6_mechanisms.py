@@ -5,8 +5,9 @@ switch.offload_weights + engine_sleep by their bytes (+offload: the colocated ro
 switches' fixed time as before, 2 x kv_realloc_s a step), vLLM sleep mode with its measured time
 (+sleepwake: engine_sleep with switch.sleep_wake_s), schedule.async_engine (the 1-step-off rows),
 schedule.reference_swap_copies (the reference state dict swapped in from host memory),
-schedule.forward_micro_batch (logprob_batch_size) and the MoE token shuffle of the trainer
-(train_params.compute.moe_permute_traffic_bytes_per_hidden).
+schedule.forward_micro_batch (logprob_batch_size), the MoE token shuffle of the trainer
+(train_params.compute.moe_permute_traffic_bytes_per_hidden) and one pipeline p2p shape (+pppad:
+train_params.comm.pp_variable_seq_lengths false, the rows with pp > 1).
 Prints the table of docs/validation.md.
 
     PYTHONPATH=. python benchmarks/v6_mechanisms.py
@@ -20,7 +21,7 @@ from simulator.api import simulate
 from simulator.scenario import SwitchParams
 from simulator.validation import nemo_rl
 
-MECHANISMS = ("refit", "tensors", "offload", "sleepwake", "async", "refswap", "logprob", "moeshuffle")
+MECHANISMS = ("refit", "tensors", "offload", "sleepwake", "async", "refswap", "logprob", "moeshuffle", "pppad")
 CONFIGS: dict[str, set[str]] = {"main": set(), **{f"+{m}": {m} for m in MECHANISMS}, "all": set(MECHANISMS)}
 
 
@@ -49,9 +50,11 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
         sched.pop("reference_swap_copies", None)
     if "logprob" not in on:
         sched.pop("forward_micro_batch", None)
+    train_params = sc["workload"].setdefault("train_params", {})
     if "moeshuffle" not in on:
-        compute = sc["workload"].setdefault("train_params", {}).setdefault("compute", {})
-        compute["moe_permute_traffic_bytes_per_hidden"] = 0.0
+        train_params.setdefault("compute", {})["moe_permute_traffic_bytes_per_hidden"] = 0.0
+    if "pppad" not in on:
+        train_params.pop("comm", None)
     return sc
 
 

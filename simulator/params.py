@@ -160,6 +160,13 @@ class CommParams(StrictModel):
     # occupies the sender as well as delaying the receiver. Megatron-Core overlaps the sends
     # (--overlap-p2p-comm): False, the receiver-only delay.
     pp_blocking_send: bool = False
+    # Megatron-Core config.variable_seq_lengths: the pipeline exchanges each micro-batch's shape
+    # before its p2p sends, so every micro-batch keeps its own length (verl sets it for its Megatron
+    # backend; rlsim's behaviour before this field). False: one p2p shape for every micro-batch of a
+    # step (Megatron-Core's default), so with pp > 1 a framework pads each micro-batch to the
+    # longest of the batch (NeMo RL v0.5 megatron_policy_worker pad_full_seq_to); the padding costs
+    # GEMMs, norms and logits, not packed attention (llm/training.py `_one_pipeline_shape`).
+    pp_variable_seq_lengths: bool = True
     # ZeRO-3 / FSDP: the per-layer parameter all-gather (forward, and again in backward) and the
     # per-layer gradient reduce-scatter, each hidden under compute by its own fraction. None: the
     # dp_overlap_fraction (the behaviour before these fields). verl FSDP prefetches the next layer's

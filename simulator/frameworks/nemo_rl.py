@@ -219,8 +219,15 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["rollout_layout"] = _rollout_layout(v)
     if v.given(f"{_V}.enforce_eager"):
         w["inference"] = {"enforce_eager": bool(v(f"{_V}.enforce_eager"))}
+    train_params: dict[str, Any] = {}
     if v.given(f"{_M}.optimizer.optimizer_cpu_offload"):
-        w["train_params"] = {"offload": {"optimizer": bool(v(f"{_M}.optimizer.optimizer_cpu_offload"))}}
+        train_params["offload"] = {"optimizer": bool(v(f"{_M}.optimizer.optimizer_cpu_offload"))}
+    if v(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
+        # the Megatron worker pads every micro-batch to the batch's longest (pad_full_seq_to): one
+        # pipeline p2p shape
+        train_params["comm"] = {"pp_variable_seq_lengths": False}
+    if train_params:
+        w["train_params"] = train_params
     w["reference"] = True
     w["dtype"] = _dtype(v, "policy.precision")
     return w

@@ -299,15 +299,35 @@ def _sequences(sequences: Any, source: str | None) -> np.ndarray:
     return seqs.astype(np.int64)
 
 
-def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
-                   budget: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str, budget: int | None = None,
+                   params: TrainParams | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per DP replica: (tokens, sum of squared lengths) per micro-batch, before CP.
 
     Megatron's sampler: micro-batch step k takes the next b x dp sequences, replica r the r-th
     slice of b. Padded: a micro-batch costs b x its longest sequence; packed: its token sum, with
-    attention per sequence. With a token `budget`: `_token_budget_micro_batches`."""
-    if budget is not None:
-        return _token_budget_micro_batches(seqs, layout.dp or 1, budget, packing)
+    attention per sequence. With a token `budget`: `_token_budget_micro_batches`. A pipeline with
+    one p2p shape (comm.pp_variable_seq_lengths false): `_one_pipeline_shape`."""
+    replicas = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing) if budget is not None
+                else _sampler_micro_batches(seqs, layout, packing))
+    if layout.pp > 1 and params is not None and not params.comm.pp_variable_seq_lengths:
+        return [_one_pipeline_shape(tokens, sq, packing) for tokens, sq in replicas]
+    return replicas
+
+
+def _one_pipeline_shape(tokens: np.ndarray, sq: np.ndarray, packing: str) -> tuple[np.ndarray, np.ndarray]:
+    """A replica's micro-batches padded to its longest: Megatron-Core's pipeline sends tensors of one
+    shape (seq_length) unless config.variable_seq_lengths, so a framework pads every micro-batch to
+    the batch's longest (NeMo RL v0.5 megatron_policy_worker: pad_full_seq_to when
+    pipeline_model_parallel_size > 1). The padding runs through every GEMM, norm and the logits;
+    packed (THD) attention skips it (padded cu_seqlens offsets), padded (SBHD) attention does not."""
+    longest = float(tokens.max())
+    if packing == "packed":
+        return np.full_like(tokens, longest), sq
+    return np.full_like(tokens, longest), np.full_like(sq, float(sq.max()))
+
+
+def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`_micro_batches` without a token budget: b sequences a micro-batch in the sampler's order."""
     b, dp = layout.micro_batch, layout.dp or 1
     idx = np.arange(seqs.size)
     step = idx // (b * dp)
@@ -737,7 +757,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     rates = _rates(slowest_device(kinds, params.compute.dtype), params)
     comm = _Comm(collectives)
     groups = _groups(layout, tuple(ranks))
-    replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch)
+    replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch, params)
     # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
@@ -980,7 +1000,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
     comm = _Comm(collectives)
     groups = _groups(layout, tuple(ranks))
     budget = layout.logprob_max_tokens_per_micro_batch or layout.max_tokens_per_micro_batch
-    replicas = _micro_batches(seqs, layout, packing, budget)
+    replicas = _micro_batches(seqs, layout, packing, budget, params)
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params, forward_only=True)

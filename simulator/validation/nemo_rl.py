@@ -169,6 +169,8 @@ def scenario(row: Row) -> dict[str, Any]:
         "train_layout": train_layout, "rollout_layout": rollout_layout, "reference": True, "dtype": "bf16",
         # vLLM: CUDA graphs or eager as the recipe; NeMo caps prompt + response at T-max per sample
         "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max}}
+    if row.pp > 1:   # NeMo RL's Megatron worker pads micro-batches to the batch's longest (pad_full_seq_to)
+        workload["train_params"] = {"comm": {"pp_variable_seq_lengths": False}}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
     # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)

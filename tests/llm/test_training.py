@@ -238,3 +238,39 @@ def test_megatron_2021_preset_pins_the_2021_software():
     assert MEGATRON_2021.search_limits() == {"recompute": ["full"], "zero": [0], "cp": [1]}
     with pytest.raises(ValueError):
         MEGATRON_2021.layout(cp=2)
+
+
+def test_one_pipeline_shape_pads_each_replicas_micro_batches_to_its_longest():
+    from simulator.llm.training import _micro_batches
+    fixed = TrainParams(comm=CommParams(pp_variable_seq_lengths=False))
+    lens = np.array([4000, 1000, 3000, 2000, 500, 2500, 100, 1500])
+    layout = TrainLayout(pp=2, dp=2, micro_batch=1)
+    # Megatron's sampler: step k gives replica r sample 2k + r
+    (t0, q0), (t1, q1) = _micro_batches(lens, layout, "packed", None, fixed)
+    assert t0.tolist() == [4000.0] * 4 and t1.tolist() == [2500.0] * 4
+    assert q0.tolist() == [4000.0**2, 3000.0**2, 500.0**2, 100.0**2]   # packed attention skips the padding
+    (_, q0_padded), _ = _micro_batches(lens, layout, "padded", None, fixed)
+    assert q0_padded.tolist() == [4000.0**2] * 4                           # padded attention does not
+    # one stage, or variable p2p shapes: the micro-batches keep their lengths
+    variable = _micro_batches(lens, layout, "packed")
+    assert variable[0][0].tolist() == [4000.0, 3000.0, 500.0, 100.0]
+    one_stage = _micro_batches(lens, TrainLayout(pp=1, dp=2, micro_batch=1), "packed", None, fixed)
+    assert one_stage[0][0].tolist() == variable[0][0].tolist()
+
+
+@pytest.mark.parametrize("cost", [train_step_cost, forward_cost])
+def test_one_pipeline_shape_costs_between_the_ragged_batch_and_all_at_the_longest(cost):
+    fixed = TrainParams(comm=CommParams(pp_variable_seq_lengths=False))
+    layout = TrainLayout(tp=2, pp=2, micro_batch=1, recompute="full", zero=0)
+    ragged = np.random.default_rng(1).integers(256, 4096, size=16)
+    ranks = list(range(8))
+    variable = cost(GPT, layout, TOPO, ranks, ragged, packing="packed")
+    padded = cost(GPT, layout, TOPO, ranks, ragged, packing="packed", params=fixed)
+    longest = cost(GPT, layout, TOPO, ranks, np.full(16, ragged.max()), packing="packed")
+    time = (lambda c: c.step_time_s) if cost is train_step_cost else (lambda c: c.time_s)
+    assert time(variable) < time(padded) < time(longest)
+    if cost is train_step_cost:   # model FLOPs count the real tokens only
+        assert padded.model_flops == variable.model_flops
+    even = uniform_sequences(16, 2048)
+    assert time(cost(GPT, layout, TOPO, ranks, even, packing="packed", params=fixed)) == \
+        time(cost(GPT, layout, TOPO, ranks, even, packing="packed"))
