@@ -113,7 +113,7 @@ def iterations_frame(rec: RunRecord) -> pd.DataFrame:
     if columns is None or not isinstance(columns.get("end"), np.ndarray) or columns["end"].dtype != np.float64:
         frame = pd.DataFrame(rec.iterations)
         if len(frame):
-            prev_end = frame["end"].shift(1, fill_value=0.0)
+            prev_end = frame["end"].astype(float).shift(1, fill_value=0.0)   # int ends: float, as before
             frame["step_time_s"] = frame["end"] - prev_end
         return frame
     end = columns["end"]

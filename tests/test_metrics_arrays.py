@@ -118,7 +118,7 @@ def test_grouped_sums_are_pandas_groupby_sums(pairs, sort):
 def _pandas_iterations_frame(records: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(records)
     if len(frame):
-        frame["step_time_s"] = frame["end"] - frame["end"].shift(1, fill_value=0.0)
+        frame["step_time_s"] = frame["end"] - frame["end"].astype(float).shift(1, fill_value=0.0)
     return frame
 
 
