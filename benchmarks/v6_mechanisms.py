@@ -5,7 +5,8 @@ switch.offload_weights + engine_sleep by their bytes (+offload: the colocated ro
 switches' fixed time as before, 2 x kv_realloc_s a step), vLLM sleep mode with its measured time
 (+sleepwake: engine_sleep with switch.sleep_wake_s), schedule.async_engine (the 1-step-off rows),
 schedule.reference_swap_copies (the reference state dict swapped in from host memory),
-schedule.forward_micro_batch (logprob_batch_size), the MoE token shuffle of the trainer
+the log-prob passes' own token budget (+logprob: train_layout.logprob_max_tokens_per_micro_batch =
+logprob_batch_size x T-max; off: the training budget), the MoE token shuffle of the trainer
 (train_params.compute.moe_permute_traffic_bytes_per_hidden) and one pipeline p2p shape (+pppad:
 train_params.comm.pp_variable_seq_lengths false, the rows with pp > 1).
 Prints the table of docs/validation.md.
@@ -49,7 +50,7 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
     if "refswap" not in on:
         sched.pop("reference_swap_copies", None)
     if "logprob" not in on:
-        sched.pop("forward_micro_batch", None)
+        sc["workload"]["train_layout"].pop("logprob_max_tokens_per_micro_batch")
     train_params = sc["workload"].setdefault("train_params", {})
     if "moeshuffle" not in on:
         train_params.setdefault("compute", {})["moe_permute_traffic_bytes_per_hidden"] = 0.0

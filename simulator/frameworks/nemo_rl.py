@@ -78,11 +78,13 @@ RULES: dict[str, Rule] = {
     "policy.tokenizer.*": ignored("tokenizer choice: no effect on step time"),
     "policy.train_global_batch_size": mapped("workload.mini_batch_prompts", "sequences per optimizer step / "
                                              "num_generations_per_prompt"),
-    "policy.train_micro_batch_size": mapped("workload.train_layout.micro_batch", "or x T-max = pack_tokens when packing"),
-    "policy.logprob_batch_size": mapped("schedule.forward_micro_batch", "packed rows (or samples) per log-prob "
-                                        "micro-batch"),
+    "policy.train_micro_batch_size": mapped("workload.train_layout.micro_batch", "with packing x T-max = "
+                                            "train_layout.max_tokens_per_micro_batch"),
+    "policy.logprob_batch_size": mapped("schedule.forward_micro_batch", "samples per log-prob micro-batch; with "
+                                        "packing x T-max = train_layout.logprob_max_tokens_per_micro_batch"),
     "policy.generation_batch_size": ignored("only used by the Hugging Face generation backend"),
-    "policy.max_total_sequence_length": mapped("workload.response_length.max", "T-max caps prompt + response"),
+    "policy.max_total_sequence_length": mapped("workload.response_length.max", "T-max caps prompt + response "
+                                               "(workload.inference.max_model_len unless vllm_cfg gives it)"),
     "policy.precision": mapped("workload.dtype"),
     "policy.max_grad_norm": ignored(_LOSS),
     "policy.optimizer.*": ignored(_LR),
@@ -90,9 +92,11 @@ RULES: dict[str, Rule] = {
     "policy.scheduler.*": ignored(_LR),
     "policy.make_sequence_length_divisible_by": ignored("padding granularity of a few tokens: negligible"),
     "policy.logprob_chunk_size": ignored("memory chunking of the log-prob computation: negligible time"),
-    "policy.sequence_packing.enabled": mapped("schedule.distqueue.packed", "packed rows of train_mb_tokens"),
-    "policy.sequence_packing.train_mb_tokens": mapped("schedule.pack_tokens"),
-    "policy.sequence_packing.*": ignored("packing details: rlsim packs token-balanced rows"),
+    "policy.sequence_packing.enabled": mapped("schedule.distqueue.packed", "micro-batches of at most train_mb_tokens"),
+    "policy.sequence_packing.train_mb_tokens": mapped("workload.train_layout.max_tokens_per_micro_batch"),
+    "policy.sequence_packing.logprob_mb_tokens": mapped("workload.train_layout.logprob_max_tokens_per_micro_batch"),
+    "policy.sequence_packing.*": ignored("packing details (algorithm, rounding): rlsim fills the micro-batches "
+                                         "longest first within the token budget"),
     "policy.dynamic_batching.enabled": unsupported("dynamic batching without packing is not modelled", neutral=False),
     "policy.dynamic_batching.*": ignored("used only with dynamic_batching.enabled"),
     "policy.dtensor_cfg.enabled": mapped("workload.train_layout", "DTensor: tp / cp from dtensor_cfg, zero 3"),
@@ -138,7 +142,7 @@ RULES: dict[str, Rule] = {
     f"{_V}.enforce_eager": mapped("workload.inference.enforce_eager", "eager launches instead of CUDA graphs"),
     f"{_V}.async_engine": unsupported("on-policy: the async engine's per-request overheads are not modelled "
                                       "(async GRPO maps it to schedule.async_engine)", neutral=False),
-    f"{_V}.max_model_len": ignored("= T-max (policy.max_total_sequence_length, mapped there)"),
+    f"{_V}.max_model_len": mapped("workload.inference.max_model_len", "prompt + response stop there (recipes: T-max)"),
     f"{_V}.kv_cache_dtype": unsupported("kv dtype other than the weights' is not mapped", neutral="auto"),
     f"{_V}.*": unsupported("vLLM option not modelled"),
     "data.max_input_seq_length": mapped("workload.prompt_length.max"),
@@ -217,8 +221,10 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
     w["train_layout"] = _train_layout(v)
     w["rollout_layout"] = _rollout_layout(v)
+    # vLLM's max_model_len (the recipes set T-max): prompt + response stop there
+    w["inference"] = {"max_model_len": positive_int(v(f"{_V}.max_model_len") or tmax, f"{_V}.max_model_len", src)}
     if v.given(f"{_V}.enforce_eager"):
-        w["inference"] = {"enforce_eager": bool(v(f"{_V}.enforce_eager"))}
+        w["inference"]["enforce_eager"] = bool(v(f"{_V}.enforce_eager"))
     train_params: dict[str, Any] = {}
     if v.given(f"{_M}.optimizer.optimizer_cpu_offload"):
         train_params["offload"] = {"optimizer": bool(v(f"{_M}.optimizer.optimizer_cpu_offload"))}
@@ -231,6 +237,26 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["reference"] = True
     w["dtype"] = _dtype(v, "policy.precision")
     return w
+
+
+def _packing_budgets(v: Values, layout: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """Sequence packing: micro-batches of at most train_mb_tokens (log-prob passes: logprob_mb_tokens),
+    filled by first-fit decreasing: the token-budget micro-batches of train_layout."""
+    src, tmax = v.result.source, int(v("policy.max_total_sequence_length"))
+    tokens = v("policy.sequence_packing.train_mb_tokens")
+    if tokens is None:   # grpo_math_1B.yaml: ${mul:${policy.max_total_sequence_length}, ${policy.train_micro_batch_size}}
+        tokens = tmax * int(v("policy.train_micro_batch_size"))
+    layout["max_tokens_per_micro_batch"] = positive_int(tokens, "policy.sequence_packing.train_mb_tokens", src)
+    decided["policy.train_micro_batch_size"] = ("mapped", "x T-max = workload.train_layout.max_tokens_per_micro_batch "
+                                                "(train_mb_tokens)")
+    lp_tokens = v("policy.sequence_packing.logprob_mb_tokens")
+    if lp_tokens is None and v.given("policy.logprob_batch_size"):   # T-max x logprob_batch_size (grpo_math_1B.yaml)
+        lp_tokens = tmax * positive_int(v("policy.logprob_batch_size"), "policy.logprob_batch_size", src)
+        decided["policy.logprob_batch_size"] = ("mapped", "x T-max = workload.train_layout."
+                                                "logprob_max_tokens_per_micro_batch (logprob_mb_tokens)")
+    if lp_tokens is not None:
+        layout["logprob_max_tokens_per_micro_batch"] = positive_int(lp_tokens, "policy.sequence_packing."
+                                                                     "logprob_mb_tokens", src)
 
 
 def _dtype(v: Values, key: str) -> str:
@@ -304,19 +330,9 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
     packing = bool(v("policy.sequence_packing.enabled"))
     s["distqueue"] = {"packed": packing}
     if packing:
-        tokens = v("policy.sequence_packing.train_mb_tokens")
-        if tokens is None:   # grpo_math_1B.yaml: ${mul:${policy.max_total_sequence_length}, ${policy.train_micro_batch_size}}
-            tokens = int(v("policy.max_total_sequence_length")) * int(v("policy.train_micro_batch_size"))
-        s["pack_tokens"] = positive_int(tokens, "policy.sequence_packing.train_mb_tokens", src)
-        decided["policy.train_micro_batch_size"] = ("mapped", "schedule.pack_tokens: packed rows of "
-                                                    "T-max x train_micro_batch_size tokens")
-    if v.given("policy.logprob_batch_size"):
-        rows = positive_int(v("policy.logprob_batch_size"), "policy.logprob_batch_size", src)
-        if packing:   # logprob_mb_tokens = T-max x logprob_batch_size (grpo_math_1B.yaml): rows of pack_tokens
-            lp_tokens = v("policy.sequence_packing.logprob_mb_tokens") or int(v("policy.max_total_sequence_length")) * rows
-            rows = max(1, round(positive_int(lp_tokens, "policy.sequence_packing.logprob_mb_tokens", src)
-                                / s["pack_tokens"]))
-        s["forward_micro_batch"] = rows
+        _packing_budgets(v, w["train_layout"], decided)
+    elif v.given("policy.logprob_batch_size"):
+        s["forward_micro_batch"] = positive_int(v("policy.logprob_batch_size"), "policy.logprob_batch_size", src)
     if not v("grpo.use_dynamic_sampling"):
         decided["grpo.batch_multiplier"] = ("ignored", "used only with use_dynamic_sampling")
     return s

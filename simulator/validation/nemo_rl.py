@@ -157,6 +157,10 @@ def scenario(row: Row) -> dict[str, Any]:
     """The row as an rlsim scenario mapping (the facts today's schema can express; see unexpressed())."""
     train_layout = {"tp": row.tp, "pp": row.pp, "vpp": 1, "ep": row.ep, "cp": row.cp, "zero": 1,
                     "recompute": "full" if row.ac else "none", "micro_batch": 1, "sequence_parallel": row.sp}
+    # sequence packing: micro-batches of at most train_mb_tokens = T-max tokens, log-prob micro-batches of
+    # logprob_mb_tokens = logprob_batch_size x T-max (grpo_math_1B.yaml), packed by first-fit decreasing
+    train_layout["max_tokens_per_micro_batch"] = row.t_max
+    train_layout["logprob_max_tokens_per_micro_batch"] = row.t_max * row.logprob_batch_size
     if row.ep > 1:      # MoE parallel folding, expert tensor parallel size 1 (published-results.md V6 notes)
         train_layout["etp"] = 1
     if row.stages:
@@ -175,10 +179,9 @@ def scenario(row: Row) -> dict[str, Any]:
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
     # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)
     # colocated: the Megatron weights and the vLLM engine's (sleep mode) also go to host between phases
-    # the log-prob forwards pack logprob_batch_size rows; the reference state dict swapped in from host
-    # memory around the reference pass (NeMo RL Megatron worker use_reference_model: 3 copies)
-    trainer = {"pack_tokens": row.t_max, "forward_micro_batch": row.logprob_batch_size,
-               "reference_swap_copies": NEMO_REFERENCE_SWAP_COPIES}
+    # the reference state dict swapped in from host memory around the reference pass (NeMo RL Megatron
+    # worker use_reference_model: 3 copies)
+    trainer = {"reference_swap_copies": NEMO_REFERENCE_SWAP_COPIES}
     schedule: dict[str, Any] = {"kind": "colocated", **trainer, "refit": "full-tensors",
                                 "switch": {"offload_weights": True, "engine_sleep": True}}
     if row.off_policy:
