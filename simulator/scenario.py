@@ -138,6 +138,11 @@ class WorkloadConfig(_Strict):
         mb = self.mini_batch_prompts or self.prompts_per_step
         if self.prompts_per_step % mb:
             raise ValueError(f"mini_batch_prompts={mb} must divide prompts_per_step={self.prompts_per_step}")
+        limit, prompt_max = self.inference.max_model_len, self.prompt_length.get("max")
+        if limit is not None and isinstance(prompt_max, (int, float)) and prompt_max >= limit:
+            raise ValueError(f"prompt_length.max={prompt_max} leaves no room for a response under "
+                             f"inference.max_model_len={limit} (the engine refuses such a prompt): lower "
+                             "prompt_length.max below max_model_len or raise max_model_len")
         if self.reference is None:
             object.__setattr__(self, "reference", self.algorithm != "dapo")
         return self

@@ -217,7 +217,9 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     tmax = positive_int(v("policy.max_total_sequence_length"), "policy.max_total_sequence_length", src)
     prompt_max = v("data.max_input_seq_length") or tmax
     new_tokens = v(f"{_G}.max_new_tokens") or tmax
-    w["prompt_length"] = capped_length("prompt_length", min(prompt_max, tmax), "data.max_input_seq_length", src, v.result.notes)
+    # a prompt of T-max leaves vLLM's max_model_len (T-max) no room: the longest prompt is one less
+    w["prompt_length"] = capped_length("prompt_length", min(prompt_max, tmax - 1), "data.max_input_seq_length", src,
+                                       v.result.notes)
     w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
     w["train_layout"] = _train_layout(v)
     w["rollout_layout"] = _rollout_layout(v)

@@ -56,5 +56,17 @@ def test_a_prompt_at_max_model_len_is_refused():
 
     from simulator.errors import RlsimError
     with pytest.raises(RlsimError) as e:
-        _draws(3, {"inference": {"max_model_len": 50}}).draw(0)
+        # a law without a max (the load-time check needs one): the draw refuses the long prompt
+        _draws(3, {"inference": {"max_model_len": 50},
+                   "prompt_length": {"dist": "lognormal", "median": 512, "sigma": 0.5}}).draw(0)
     assert e.value.field == "workload.inference.max_model_len"
+
+
+def test_a_prompt_cap_at_or_above_max_model_len_is_refused_at_load():
+    import pytest
+
+    from simulator.errors import RlsimError
+    with pytest.raises(RlsimError) as e:
+        scenario("colocated", workload={"prompt_length": {"dist": "lognormal", "median": 100, "sigma": 0.5,
+                                                          "max": 4096}, "inference": {"max_model_len": 4096}})
+    assert "prompt_length.max=4096" in str(e.value) and "max_model_len" in str(e.value)
