@@ -4,10 +4,12 @@ Each row is rebuilt from its recipe facts (examples/configs/recipes/llm/performa
 v0.5.0, read in ../shared/reference/nemo-v05/): model preset, GPUs, prompts x generations, the
 optimizer mini-batch (train batch), T-max, vLLM TP / memory utilization / max_num_seqs, Megatron
 TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, sequence packing
-(one packed row = T-max tokens), the distributed optimizer (ZeRO 1) and the default training stack.
-NeMo RL's own mechanisms, the same in every row: the full-tensor refit (schedule.refit), the colocated
-weight offload and vLLM sleep (schedule.switch.offload_weights / engine_sleep) and, on split pools,
-the recipe's async engine (schedule.async_engine).
+(micro-batches of at most T-max tokens, log-prob passes logprob_batch_size x T-max), the
+distributed optimizer (ZeRO 1) and the default training stack. NeMo RL's own mechanisms, the same
+in every row: the full-tensor refit (schedule.refit), the colocated weight offload and vLLM sleep
+(schedule.switch.offload_weights / engine_sleep), one pipeline shape where pp > 1
+(train_params.comm.pp_variable_seq_lengths) and, on split pools, the recipe's async engine
+(schedule.async_engine).
 
 ASSUMED LENGTH LAW (only the mean response G-avg is published), one rule for every row:
 - prompt: lognormal sigma 0.5 whose mean is PROMPT_MEAN = 127 tokens for every row: the median over
@@ -16,6 +18,9 @@ ASSUMED LENGTH LAW (only the mean response G-avg is published), one rule for eve
 - response: lognormal sigma 0.8 capped at C = T-max - 127 with the cut-off mass AT the cap (NeMo
   stops a sample at T-max - prompt); its median M solves E[min(X, C)] = G-avg, so the sampled mean
   response is the published G-avg. With a 4K cap and G-avg 3.2K about half the responses hit the cap.
+  vLLM's max_model_len = T-max then cuts each response at T-max - its own prompt (rl/schedules/
+  batches.py): a prompt longer than 127 takes its excess off a capped response, 0.05-0.9% of the
+  mean response by row (DAPO, whose cap leaves the least room, the most).
 Predictions are steady-state (summary steady_step_time_s: the iterations after the first).
 Nothing is fitted; a miss is reported as is, with the phase breakdown (summary stage_time_s) in
 the case's detail so that it points at a mechanism.
