@@ -66,8 +66,10 @@ def gpt_config(layers: int, hidden: int, heads: int) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=16)
-def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int):
-    """The TrainStepCost of one V7 row under the assumptions above."""
+def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int,
+                device: tuple[tuple[str, Any], ...] = ()):
+    """The TrainStepCost of one V7 row under the assumptions above. ``device``: (field, value) pairs
+    over the catalog H100 (a what-if, e.g. a measured plateau: benchmarks/device_what_if.py)."""
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..llm.train_presets import PRESETS
@@ -75,7 +77,10 @@ def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: in
 
     stack = PRESETS[STACK]
     model = load_model(gpt_config(layers, hidden, heads))
-    topology = load_topology({"preset": "dgx-h100", "nodes": gpus // 8})
+    topology_map: dict[str, Any] = {"preset": "dgx-h100", "nodes": gpus // 8}
+    if device:
+        topology_map["device"] = {"base": "h100", **dict(device)}
+    topology = load_topology(topology_map)
     layout = stack.layout(tp=tp, pp=pp, vpp=interleave_chunks(layers, pp), dp=gpus // (tp * pp),
                           micro_batch=MICRO_BATCH, recompute=RECOMPUTE)
     return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=stack.params)

@@ -103,3 +103,14 @@ def test_v7_pipelined_rows_run_the_interleaved_schedule_the_strong_scaling_needs
     large = megatron_core.predict_row(96, 12288, 96, 8, 6, 4608, 1152)
     m = 1152 // large.layout.dp
     assert m == 12 and large.bubble_fraction < (6 - 1) / (m + 6 - 1)
+
+
+def test_a_v7_row_with_the_catalog_h100_restated_is_the_catalog_row_and_a_lower_plateau_is_slower():
+    from simulator.hardware.devices import get_device
+    from simulator.validation import megatron_core
+    row = megatron_core.ROWS[0][1:8]
+    catalog = megatron_core.predict_row(*row)
+    same = megatron_core.predict_row(*row, device=(("gemm_efficiency", get_device("h100").gemm_efficiency),))
+    lower = megatron_core.predict_row(*row, device=(("gemm_efficiency", 0.6),))
+    assert same.step_time_s == catalog.step_time_s
+    assert lower.step_time_s > catalog.step_time_s and lower.model_flops == catalog.model_flops
