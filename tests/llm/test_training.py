@@ -274,3 +274,19 @@ def test_one_pipeline_shape_costs_between_the_ragged_batch_and_all_at_the_longes
     even = uniform_sequences(16, 2048)
     assert time(cost(GPT, layout, TOPO, ranks, even, packing="packed", params=fixed)) == \
         time(cost(GPT, layout, TOPO, ranks, even, packing="packed"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(64, 2048), min_size=4, max_size=24), pp=st.sampled_from([2, 4]),
+       packing=st.sampled_from(["packed", "padded"]))
+def test_one_pipeline_shape_never_beats_variable_lengths_nor_exceeds_all_at_the_longest(lengths, pp, packing):
+    # a pipeline's makespan is monotone in its ops' durations: padding only lengthens ops, and every
+    # micro-batch at the longest sequence is at least the padded batch (attention included)
+    fixed = TrainParams(comm=CommParams(pp_variable_seq_lengths=False))
+    layout = TrainLayout(tp=1, pp=pp, micro_batch=1, recompute="none", zero=0)
+    seqs = np.array(lengths)
+    variable = train_step_cost(GPT, layout, TOPO, None, seqs, packing=packing).step_time_s
+    padded = train_step_cost(GPT, layout, TOPO, None, seqs, packing=packing, params=fixed).step_time_s
+    longest = train_step_cost(GPT, layout, TOPO, None, np.full(len(seqs), seqs.max()), packing=packing,
+                              params=fixed).step_time_s
+    assert variable <= padded * (1 + 1e-12) and padded <= longest * (1 + 1e-12)
