@@ -69,7 +69,8 @@ def _grouped_sums(keys: list[str], values: list[float]) -> dict[str, float]:
     without building a Series, a factorization and a grouper for a few dozen rows. pandas has two
     kernels: rows already in key order (and no NaN) are summed per run by ``np.add.reduceat``; any
     other order by its group_sum loop (Kahan-compensated in row order, NaN skipped, the compensation
-    reset where inf - inf makes it NaN). Both are followed here (tested against pandas)."""
+    reset where it is not finite: inf - inf makes it NaN, an overflow inf; pandas 3.1 keeps an
+    overflowed sum at inf). Both are followed here (tested against pandas)."""
     order = sorted(set(keys))
     rank = {key: i for i, key in enumerate(order)}
     codes = [rank[key] for key in keys]
@@ -85,7 +86,7 @@ def _grouped_sums(keys: list[str], values: list[float]) -> dict[str, float]:
         y = value - compensation[code]
         t = sums[code] + y
         c = t - sums[code] - y
-        compensation[code] = 0.0 if c != c else c
+        compensation[code] = c if math.isfinite(c) else 0.0   # inf - inf (NaN) or an overflow (inf)
         sums[code] = t
     return dict(zip(order, sums, strict=True))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simulator import metrics
@@ -98,6 +98,8 @@ def test_sample_figures_equal_the_pandas_sums(rows, T):
 
 
 @settings(max_examples=80, deadline=None)
+# an overflow to inf in the Kahan loop (rows out of key order): pandas 3.1 keeps the sum at inf
+@example(pairs=[("b", 0.0), ("a", 8.988465674311579e+307), ("a", 8.98846567431158e+307), ("a", 0.0)], sort=False)
 @given(pairs=st.lists(st.tuples(st.sampled_from(["b", "a", "other", "long_tail"]),
                                 st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                                           st.sampled_from([1e16, -1e16, 1.0, 1e-3]))), max_size=80),
