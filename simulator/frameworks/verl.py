@@ -94,8 +94,11 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.ppo_mini_batch_size": mapped("workload.mini_batch_prompts", "prompts per optimizer step"),
     f"{A}.actor.ppo_micro_batch_size_per_gpu": mapped("workload.train_layout.micro_batch"),
     f"{A}.actor.ppo_micro_batch_size": unsupported("deprecated global micro-batch: give ppo_micro_batch_size_per_gpu"),
-    f"{A}.actor.use_dynamic_bsz": mapped("schedule.micro_batching", "true: balanced (token budget), false: sequence"),
-    f"{A}.actor.ppo_max_token_len_per_gpu": mapped("schedule.pack_tokens", "token budget of a micro-batch"),
+    f"{A}.actor.use_dynamic_bsz": mapped("workload.train_layout.max_tokens_per_micro_batch", "true: micro-batches "
+                                         "within ppo_max_token_len_per_gpu tokens; false: schedule.micro_batching "
+                                         "sequence"),
+    f"{A}.actor.ppo_max_token_len_per_gpu": mapped("workload.train_layout.max_tokens_per_micro_batch",
+                                                   "token budget of a micro-batch (use_dynamic_bsz)"),
     f"{A}.actor.ppo_epochs": mapped("workload.ppo_epochs"),
     f"{A}.actor.use_kl_loss": mapped("workload.reference", "a KL term needs the reference forward"),
     f"{A}.actor.ulysses_sequence_parallel_size": unsupported("Ulysses sequence parallelism is not modelled", neutral=1),
@@ -145,9 +148,16 @@ RULES: dict[str, Rule] = {
        for k, target in ENGINE_KEYS.items()},
     f"{A}.rollout.free_cache_engine": mapped("schedule.switch.engine_sleep", "colocated: verl's sharding manager puts "
                                              "vLLM to sleep (level 1) after generation and wakes it for the weight sync"),
-    **{f"{A}.rollout.{k}": unsupported("the old_log_prob forward uses the trainer's micro-batching in rlsim")
-       for k in ("log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu",
-                 "log_prob_micro_batch_size")},
+    f"{A}.rollout.log_prob_use_dynamic_bsz": mapped("workload.train_layout.logprob_max_tokens_per_micro_batch",
+                                                   "true: log-prob micro-batches within log_prob_max_token_len_per_gpu "
+                                                   "tokens (verl's default: the actor's use_dynamic_bsz)"),
+    f"{A}.rollout.log_prob_max_token_len_per_gpu": mapped("workload.train_layout.logprob_max_tokens_per_micro_batch",
+                                                         "token budget of a log-prob micro-batch (verl's default: "
+                                                         "ppo_max_token_len_per_gpu)"),
+    f"{A}.rollout.log_prob_micro_batch_size_per_gpu": mapped("schedule.forward_micro_batch", "samples per log-prob "
+                                                             "micro-batch without dynamic batch size"),
+    f"{A}.rollout.log_prob_micro_batch_size": unsupported("deprecated global micro-batch: give "
+                                                          "log_prob_micro_batch_size_per_gpu"),
     **{f"{A}.rollout.{k}": ignored("engine start-up / logging options: no effect on step time")
        for k in ("load_format", "layered_summon", "disable_log_stats", "update_weights_bucket_megabytes")},
     f"{A}.rollout.engine_kwargs.*": unsupported("engine-specific options are not modelled"),
@@ -374,15 +384,38 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 s[key] = v(f"async_training.{key}")
             else:
                 v.result.notes.append(f"async_training.{key} not given: rlsim's default (VerlFullyAsyncSchedule)")
-    dynamic = bool(v(f"{A}.actor.use_dynamic_bsz"))
-    s["micro_batching"] = "balanced" if dynamic else "sequence"
-    if dynamic:
-        s["pack_tokens"] = positive_int(v(f"{A}.actor.ppo_max_token_len_per_gpu"),
-                                        f"{A}.actor.ppo_max_token_len_per_gpu", v.result.source)
-    else:
-        decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
+    _micro_batching(v, s, w["train_layout"], decided)
     s["distqueue"] = {"packed": bool(v(f"{A}.model.use_remove_padding"))}
     return s
+
+
+def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """use_dynamic_bsz: micro-batches within a token budget (verl rearrange_micro_batches: the fewest
+    that hold the budget, balanced by length), the log-prob passes within their own; else
+    ppo_micro_batch_size_per_gpu samples in order (log_prob_micro_batch_size_per_gpu for the log-probs)."""
+    src, r = v.result.source, f"{A}.rollout"
+    if not v(f"{A}.actor.use_dynamic_bsz"):
+        s["micro_batching"] = "sequence"
+        decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
+        if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
+            s["forward_micro_batch"] = positive_int(v(f"{r}.log_prob_micro_batch_size_per_gpu"),
+                                                    f"{r}.log_prob_micro_batch_size_per_gpu", src)
+        return
+    s["micro_batching"] = "balanced"
+    layout["max_tokens_per_micro_batch"] = positive_int(v(f"{A}.actor.ppo_max_token_len_per_gpu"),
+                                                        f"{A}.actor.ppo_max_token_len_per_gpu", src)
+    if v.given(f"{A}.actor.ppo_micro_batch_size_per_gpu"):
+        decided[f"{A}.actor.ppo_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the token budget sets "
+                                                              "the micro-batches")
+    if v.given(f"{r}.log_prob_use_dynamic_bsz") and not v(f"{r}.log_prob_use_dynamic_bsz"):
+        decided[f"{r}.log_prob_use_dynamic_bsz"] = ("unsupported", "sample-count log-prob micro-batches beside a "
+                                                    "training token budget: rlsim's log-prob passes take the budget")
+    elif v.given(f"{r}.log_prob_max_token_len_per_gpu"):
+        layout["logprob_max_tokens_per_micro_batch"] = positive_int(v(f"{r}.log_prob_max_token_len_per_gpu"),
+                                                                    f"{r}.log_prob_max_token_len_per_gpu", src)
+    if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
+        decided[f"{r}.log_prob_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the log-prob passes "
+                                                             "take a token budget")
 
 
 def _rollout_gpus(v: Values) -> int:

@@ -250,3 +250,20 @@ def test_nemo_rl_megatron_expert_tp_and_uneven_stages_are_mapped(capsys, tmp_pat
     layout = workload.train_layout
     assert {k: layout[k] for k in ("pp", "pp_first_stage_layers", "pp_last_stage_layers", "etp")} == \
         {"pp": 2, "pp_first_stage_layers": 15, "pp_last_stage_layers": 17, "etp": 1}
+
+
+def test_verl_dynamic_batch_size_is_a_token_budget_whatever_the_micro_batch_size(capsys, tmp_path):
+    """use_dynamic_bsz: the micro-batches hold ppo_max_token_len_per_gpu tokens (verl ignores
+    ppo_micro_batch_size_per_gpu then); the log-prob passes their own budget when given."""
+    a = _imported_workload(capsys, tmp_path, "--from-verl", "verl-one-step-off-qwen2.5-7b.yaml")
+    b = _imported_workload(capsys, tmp_path, "--from-verl", "verl-one-step-off-qwen2.5-7b.yaml",
+                           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                           "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=24576")
+    assert a.train_layout["max_tokens_per_micro_batch"] == b.train_layout["max_tokens_per_micro_batch"] == 12288
+    assert b.train_layout["logprob_max_tokens_per_micro_batch"] == 24576
+    assert "logprob_max_tokens_per_micro_batch" not in a.train_layout   # verl's default: the training budget
+    # without dynamic batch size the log-prob passes take log_prob_micro_batch_size_per_gpu samples
+    code, printed, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                             "--print-scenario")
+    assert code == 0, err
+    assert yaml.safe_load(printed)["schedule"]["forward_micro_batch"] == 16
