@@ -10,6 +10,7 @@ docs/cost-models-training.md.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -355,20 +356,39 @@ def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str) 
     return out
 
 
+def _balanced_dp_split(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
+    """The batch over the dp ranks: equal counts (the first n mod dp ranks one more), near-equal
+    token sums, whatever the input order (verl trainer.balance_batch, on by default: the batch is
+    reordered so every DP rank gets a balanced share of tokens, get_seqlen_balanced_partitions with
+    equal_size; rlsim: longest first onto the least-loaded rank with room, ties to the lower rank).
+    Each rank's lengths longest first."""
+    n = seqs.size
+    room = [n // dp + (1 if r < n % dp else 0) for r in range(dp)]
+    heap = [(0.0, r) for r in range(dp) if room[r] > 0]
+    members: list[list[float]] = [[] for _ in range(dp)]
+    for x in np.sort(seqs)[::-1].tolist():
+        load, r = heapq.heappop(heap)
+        members[r].append(x)
+        if len(members[r]) < room[r]:
+            heapq.heappush(heap, (load + x, r))
+    return [np.asarray(m) for m in members]
+
+
 def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int,
                                 packing: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Dynamic token-budget micro-batches (verl use_dynamic_bsz: the batch is split into dp equal
-    chunks, each chunk into the fewest micro-batches whose token sums stay within `budget`,
-    balanced by sequence length, verl/utils/seqlen_balancing.py rearrange_micro_batches; NeMo RL
-    sequence packing with train_mb_tokens). Longest-first onto the least-loaded micro-batch; one
-    more micro-batch while any exceeds the budget. Padded: each micro-batch pads to its longest."""
+    """Dynamic token-budget micro-batches (verl use_dynamic_bsz: the batch is split into dp chunks of
+    equal counts and near-equal tokens (`_balanced_dp_split`), each chunk into the fewest
+    micro-batches whose token sums stay within `budget`, balanced by sequence length,
+    verl/utils/seqlen_balancing.py rearrange_micro_batches; NeMo RL sequence packing with
+    train_mb_tokens). Longest-first onto the least-loaded micro-batch; one more micro-batch while any
+    exceeds the budget. Padded: each micro-batch pads to its longest."""
     if int(seqs.max()) > budget:
         raise RlsimError(f"a {int(seqs.max())}-token sequence exceeds the micro-batch token budget {budget}",
                          field="workload.train_layout.max_tokens_per_micro_batch",
                          fix="raise max_tokens_per_micro_batch (verl: ppo_max_token_len_per_gpu >= the longest "
                              "prompt + response)")
     out = []
-    for chunk in np.array_split(seqs.astype(float), dp):
+    for chunk in _balanced_dp_split(seqs.astype(float), dp):
         if chunk.size == 0:
             continue
         order = np.sort(chunk)[::-1]

@@ -290,3 +290,20 @@ def test_one_pipeline_shape_never_beats_variable_lengths_nor_exceeds_all_at_the_
     longest = train_step_cost(GPT, layout, TOPO, None, np.full(len(seqs), seqs.max()), packing=packing,
                               params=fixed).step_time_s
     assert variable <= padded * (1 + 1e-12) and padded <= longest * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 8192), min_size=1, max_size=200), dp=st.integers(1, 16),
+       seed=st.integers(0, 2**16))
+def test_the_dp_split_of_a_token_budget_is_balanced_whatever_the_order(lengths, dp, seed):
+    # verl balance_batch: equal counts, near-equal tokens; every sequence on exactly one rank
+    from simulator.llm.training import _balanced_dp_split
+    seqs = np.array(lengths, float)
+    parts = _balanced_dp_split(seqs, dp)
+    shuffled = _balanced_dp_split(np.random.default_rng(seed).permutation(seqs), dp)
+    assert [p.tolist() for p in parts] == [p.tolist() for p in shuffled]
+    assert sorted(np.concatenate(parts).tolist()) == sorted(lengths)
+    sizes = [p.size for p in parts]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == len(lengths)
+    loads = [float(p.sum()) for p in parts if p.size]
+    assert max(loads) <= seqs.sum() / len(loads) + seqs.max()      # greedy's bound: the mean + one sequence
