@@ -36,9 +36,7 @@ def v6(device: dict[str, Any]) -> dict[nemo_rl.Row, float]:
 def v7(device: dict[str, Any]) -> tuple[list[float], float]:
     pairs = tuple(sorted(device.items()))
     tflops = [megatron_core.predict_row(*row[1:8], device=pairs).tflops_per_device for row in megatron_core.ROWS]
-    small = megatron_core.predict_row(96, 12288, 96, 8, 6, 96, 1152, device=pairs).tflops_per_device
-    large = megatron_core.predict_row(96, 12288, 96, 8, 6, 4608, 1152, device=pairs).tflops_per_device
-    return tflops, large / small
+    return tflops, float(megatron_core.strong_scaling(pairs))
 
 
 def report(name: str, device: dict[str, Any]) -> None:

@@ -97,11 +97,11 @@ def median_error() -> Prediction:
                       "signed errors: " + ", ".join(f"{r[0]} {e:+.1%}" for r, e in zip(ROWS, errors, strict=True)))
 
 
-def strong_scaling() -> Prediction:
+def strong_scaling(device: tuple[tuple[str, Any], ...] = ()) -> Prediction:
     """MFU of the 177B row (TP8 PP6, batch 1152) at 4,608 GPUs (DP 96) over its MFU at 96 GPUs
-    (DP 2); published 42% / 47%."""
-    small = predict_row(96, 12288, 96, 8, 6, 96, 1152).tflops_per_device
-    large = predict_row(96, 12288, 96, 8, 6, 4608, 1152).tflops_per_device
+    (DP 2); published 42% / 47%. ``device``: as predict_row's."""
+    small = predict_row(96, 12288, 96, 8, 6, 96, 1152, device).tflops_per_device
+    large = predict_row(96, 12288, 96, 8, 6, 4608, 1152, device).tflops_per_device
     return Prediction(large / small, f"TFLOP/s per GPU {small:.0f} at 96 GPUs, {large:.0f} at 4,608")
 
 
