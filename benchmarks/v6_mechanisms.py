@@ -7,8 +7,10 @@ switches' fixed time as before, 2 x kv_realloc_s a step), vLLM sleep mode with i
 schedule.reference_swap_copies (the reference state dict swapped in from host memory),
 the log-prob passes' own token budget (+logprob: train_layout.logprob_max_tokens_per_micro_batch =
 logprob_batch_size x T-max; off: the training budget), the MoE token shuffle of the trainer
-(train_params.compute.moe_permute_traffic_bytes_per_hidden) and one pipeline p2p shape (+pppad:
-train_params.comm.pp_variable_seq_lengths false, the rows with pp > 1).
+(train_params.compute.moe_permute_traffic_bytes_per_hidden), one pipeline p2p shape (+pppad:
+train_params.comm.pp_variable_seq_lengths false, the rows with pp > 1) and the named vLLM engine
+(+engine: workload.engine vllm-v1 / vllm-v1-async; off: rlsim's engine defaults with the rows'
+former hand-set caps, max_num_seqs 1024 sync / 128 async).
 Prints the table of docs/validation.md.
 
     PYTHONPATH=. python benchmarks/v6_mechanisms.py
@@ -22,7 +24,8 @@ from simulator.api import simulate
 from simulator.scenario import SwitchParams
 from simulator.validation import nemo_rl
 
-MECHANISMS = ("refit", "tensors", "offload", "sleepwake", "async", "refswap", "logprob", "moeshuffle", "pppad")
+MECHANISMS = ("refit", "tensors", "offload", "sleepwake", "async", "refswap", "logprob", "moeshuffle", "pppad",
+              "engine")
 CONFIGS: dict[str, set[str]] = {"main": set(), **{f"+{m}": {m} for m in MECHANISMS}, "all": set(MECHANISMS)}
 
 
@@ -56,6 +59,9 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
         train_params.setdefault("compute", {})["moe_permute_traffic_bytes_per_hidden"] = 0.0
     if "pppad" not in on:
         train_params.pop("comm", None)
+    if "engine" not in on:
+        engine = sc["workload"].pop("engine")
+        sc["workload"]["rollout_layout"]["max_num_seqs"] = 128 if engine == "vllm-v1-async" else 1024
     return sc
 
 

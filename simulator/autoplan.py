@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engine_software import resolved
 from .errors import RlsimError
 from .llm.architecture import ModelSpec, load_model
 from .network.collectives import parse_group
@@ -39,6 +40,19 @@ class AutoPlan:
     layouts: dict[str, dict[str, Any]] = field(default_factory=dict)   # 'train' / 'rollout' -> layout map
     planning_cost_s: float = 0.0
     detail: dict[str, Any] = field(default_factory=dict)               # summary['auto_layout']
+
+
+def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any, planner_keys: set[str]) -> tuple[Any, Any]:
+    """(rollout search space, inference constants) under a named engine (workload.engine) on the
+    ranks' smallest device: its running-sequence cap searched unless planner.rollout gives one, its
+    per-device values for the inference fields the workload leaves unset. No engine: as given."""
+    if not workload.engine:
+        return space, workload.inference
+    hbm = min(topology.device_spec(r).hbm_bytes for r in ranks)
+    inference, layout = resolved(workload.engine, workload.inference, {}, hbm)
+    if "max_num_seqs" in layout and "max_num_seqs" not in planner_keys:
+        space = space.model_copy(update={"max_num_seqs": [layout["max_num_seqs"]]})
+    return space, inference
 
 
 def _lengths(sc: Scenario) -> tuple[int, int, int]:
@@ -98,12 +112,12 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
         p_med, r_med, _ = _lengths(sc)
         user = set((sc.planner.get("rollout") or {}).keys())
         update: dict[str, Any] = {k: v for k, v in (("prompt_len", p_med), ("response_len", r_med)) if k not in user}
-        space = settings.rollout.model_copy(update=update)
+        space, inference = engine_rollout(w, topology, roll_ranks, settings.rollout.model_copy(update=update), user)
         engine_share = colocated_engine_share(sc, topology, model, out.layouts.get("train", w.train_layout),
                                               train_ranks, space.gpu_memory_utilization)
         space = space.model_copy(update={"gpu_memory_utilization": engine_share})
         plan = plan_rollout(model, topology, ranks=roll_ranks, space=space, params=settings.params, top=1,
-                            evaluator=RolloutEvaluator(model, topology, space, params=w.inference))
+                            evaluator=RolloutEvaluator(model, topology, space, params=inference))
         lay = {**{k: v for k, v in plan.best.layout.items() if k != "instances"},
                "gpu_memory_utilization": engine_share}
         out.layouts["rollout"] = lay
@@ -184,8 +198,8 @@ class PlannerReplanner:
         fixed = {k: [int(lay[k])] for k in ("tp", "ep", "max_num_seqs") if k in lay}
         p_med, r_med, _ = _lengths(self.sc)
         space = self.settings.rollout.model_copy(update={"prompt_len": p_med, "response_len": r_med, **fixed})
+        space, inference = engine_rollout(self.sc.workload, self.topology, alive, space, set(fixed))
         plan = plan_rollout(self.model, self.topology, ranks=alive, space=space, params=self.settings.params, top=1,
-                            evaluator=RolloutEvaluator(self.model, self.topology, space,
-                                                       params=self.sc.workload.inference))
+                            evaluator=RolloutEvaluator(self.model, self.topology, space, params=inference))
         return ReplanOutcome(list(alive), None, plan.planning_cost_s)
 

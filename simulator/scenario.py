@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic_core import PydanticKnownError
 
 from . import presets
+from .engine_software import ENGINE_SOFTWARE, device_dependent_fields, given_under_engine
 from .errors import RlsimError, validation_error
 from .overrides import apply_overrides, parse_assignment
 from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
@@ -94,6 +95,10 @@ class WorkloadConfig(_Strict):
     # Trainer constants (compute, comm, memory, check_memory). Given keys override the stack's values;
     # once validated this holds the stack's values with the overrides applied (what the run uses).
     train_params: TrainParams = Field(default_factory=TrainParams)
+    # A named rollout-engine version (simulator/engine_software.py ENGINE_SOFTWARE: vllm-v1, ...): its
+    # defaults under the given inference / rollout_layout keys (_apply_engine; the values vLLM picks by
+    # the GPU's memory are resolved by the cost layers on the rollout devices). None: rlsim's own.
+    engine: str | None = None
     inference: InferenceParams = Field(default_factory=InferenceParams)   # rollout-engine constants
     rollout_layout: dict[str, Any] | Literal["auto"] = "auto"
     # KL reference model forward. Default (None): on for grpo / ppo, off for dapo (DAPO, arXiv
@@ -111,6 +116,14 @@ class WorkloadConfig(_Strict):
             raise ValueError(f"unknown training software {v!r}; use one of: {', '.join(TRAIN_SOFTWARE)}")
         return v
 
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str | None) -> str | None:
+        if v is not None and v not in ENGINE_SOFTWARE:
+            raise ValueError(f"unknown engine {v!r}; use one of: {', '.join(ENGINE_SOFTWARE)} (or leave it unset "
+                             "for rlsim's own defaults)")
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _apply_software(cls, data: Any) -> Any:
@@ -126,7 +139,7 @@ class WorkloadConfig(_Strict):
         layout = data.get("train_layout")
         if isinstance(layout, Mapping):
             data["train_layout"] = {**{k: v for k, v in stack.layout_fields().items()}, **layout}
-        return data
+        return _apply_engine(data)
 
     @model_validator(mode="after")
     def _check(self) -> "WorkloadConfig":
@@ -807,6 +820,10 @@ class Scenario(_Strict):
             del data["limits"]            # the defaults: snapshots and fingerprints stay as they were
         if self.output == OutputConfig():
             del data["output"]            # likewise
+        if self.workload.engine:   # the fields the engine resolves per device stay unset in the snapshot
+            inference = self.workload.inference
+            for key in device_dependent_fields(self.workload.engine) - inference.model_fields_set:
+                del data["workload"]["inference"][key]
         data["schedule"] = self.schedule.model_dump(mode="json", exclude_unset=True)
         data["schedule"]["kind"] = self.schedule.kind
         return data
@@ -815,6 +832,27 @@ class Scenario(_Strict):
         data = self.to_dict()
         data["schedule"] = {**data["schedule"], **fields}
         return _validate(data, self.source)
+
+
+def _apply_engine(data: dict[str, Any]) -> dict[str, Any]:
+    """workload.engine's device-independent defaults under the given inference and rollout_layout
+    keys; the ones vLLM picks by the GPU's memory stay unset here and are resolved by the cost layers
+    (engine_software.resolved). An unknown engine is left to the field's validation to report."""
+    name, given = data.get("engine"), _given_fields(data.get("inference"))
+    if not isinstance(name, str) or name not in ENGINE_SOFTWARE or given is None:
+        return data
+    data["inference"], data["rollout_layout"] = given_under_engine(name, given, data.get("rollout_layout", "auto"))
+    return data
+
+
+def _given_fields(inference: Any) -> dict[str, Any] | None:
+    """The inference keys a workload gives (a mapping, or the set fields of an InferenceParams);
+    None for anything else (its validation reports it)."""
+    if inference is None:
+        return {}
+    if isinstance(inference, InferenceParams):
+        return inference.model_dump(exclude_unset=True)
+    return dict(inference) if isinstance(inference, Mapping) else None
 
 
 def register_schedule_config(config: type[ScheduleConfig]) -> type[ScheduleConfig]:

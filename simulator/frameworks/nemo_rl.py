@@ -140,8 +140,8 @@ RULES: dict[str, Rule] = {
     f"{_V}.precision": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
     f"{_V}.pipeline_parallel_size": unsupported("pipeline-parallel inference is not modelled", neutral=1),
     f"{_V}.enforce_eager": mapped("workload.inference.enforce_eager", "eager launches instead of CUDA graphs"),
-    f"{_V}.async_engine": unsupported("on-policy: the async engine's per-request overheads are not modelled "
-                                      "(async GRPO maps it to schedule.async_engine)", neutral=False),
+    f"{_V}.async_engine": mapped("workload.engine", "vllm-v1-async (AsyncLLM: 128 running sequences, 2048-token "
+                                 "steps) or vllm-v1 (the LLM class); its per-request overheads are not modelled"),
     f"{_V}.max_model_len": mapped("workload.inference.max_model_len", "prompt + response stop there (recipes: T-max)"),
     f"{_V}.kv_cache_dtype": unsupported("kv dtype other than the weights' is not mapped", neutral="auto"),
     f"{_V}.*": unsupported("vLLM option not modelled"),
@@ -223,6 +223,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
     w["train_layout"] = _train_layout(v)
     w["rollout_layout"] = _rollout_layout(v)
+    # NeMo RL v0.5 drives vLLM V1: through the LLM class, or AsyncLLM with async_engine
+    w["engine"] = "vllm-v1-async" if v(f"{_V}.async_engine") else "vllm-v1"
     # vLLM's max_model_len (the recipes set T-max): prompt + response stop there
     w["inference"] = {"max_model_len": positive_int(v(f"{_V}.max_model_len") or tmax, f"{_V}.max_model_len", src)}
     if v.given(f"{_V}.enforce_eager"):
@@ -301,12 +303,8 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
     layout = {"tp": int(v(f"{_V}.tensor_parallel_size")), "ep": int(v(f"{_V}.expert_parallel_size")),
               "gpu_memory_utilization": float(v(f"{_V}.gpu_memory_utilization")),
               "weight_dtype": dtype, "kv_dtype": dtype}
-    if v.given(f"{_V}.max_num_seqs"):
+    if v.given(f"{_V}.max_num_seqs"):   # otherwise the engine's own (workload.engine)
         layout["max_num_seqs"] = int(v(f"{_V}.max_num_seqs"))
-    else:
-        v.result.notes.append(f"{_V}.max_num_seqs not set: rlsim's default kept (vLLM's own default depends on "
-                              "the engine: about 1024 sync, 128 async on >= 70 GiB GPUs, V6); set "
-                              "workload.rollout_layout.max_num_seqs")
     return layout
 
 
@@ -328,7 +326,8 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
         s["max_trajectory_age_steps"] = int(v("grpo.async_grpo.max_trajectory_age_steps"))
         s["in_flight_weight_updates"] = bool(v("grpo.async_grpo.in_flight_weight_updates"))
         s["async_engine"] = bool(v(f"{_V}.async_engine"))
-        decided[f"{_V}.async_engine"] = ("mapped", "schedule.async_engine: rounds the age bound admits share the engine")
+        decided[f"{_V}.async_engine"] = ("mapped", "schedule.async_engine: rounds the age bound admits share the engine; "
+                                               "workload.engine vllm-v1-async")
     packing = bool(v("policy.sequence_packing.enabled"))
     s["distqueue"] = {"packed": packing}
     if packing:

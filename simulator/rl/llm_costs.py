@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engine_software import resolved
 from ..errors import RlsimError
 from ..hardware.devices import DeviceSpec, distinct_devices
 from ..llm.architecture import ModelSpec, load_model
@@ -118,6 +119,9 @@ class LlmCosts:
             hbm_bytes=min(k.hbm_bytes for k in self.cluster_devices),
             devices_per_domain=len(topology.ranks_of_domain(0)),
             n_devices=self.n_devices, train_layout=w.train_layout, rollout_layout=w.rollout_layout)
+        # a named engine's values for what the workload leaves unset, on the smallest device (vLLM picks
+        # some defaults by the GPU's memory)
+        inference, roll_map = resolved(w.engine, w.inference, roll_map, min(k.hbm_bytes for k in self.cluster_devices))
         if auto_layouts:
             if w.train_layout == "auto" and auto_layouts.get("train"):
                 train_map = dict(auto_layouts["train"])
@@ -127,7 +131,7 @@ class LlmCosts:
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
         self.rollout_layout = RolloutLayout.from_mapping({**roll_map, "instances": 1}, source=src,
                                                          field_name="workload.rollout_layout")
-        self.inference_params: InferenceParams = w.inference
+        self.inference_params: InferenceParams = inference
         self.train_params: TrainParams = w.train_params
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep

@@ -2,7 +2,9 @@
 
 Each row is rebuilt from its recipe facts (examples/configs/recipes/llm/performance/*.yaml at tag
 v0.5.0, read in ../shared/reference/nemo-v05/): model preset, GPUs, prompts x generations, the
-optimizer mini-batch (train batch), T-max, vLLM TP / memory utilization / max_num_seqs, Megatron
+optimizer mini-batch (train batch), T-max, vLLM TP / memory utilization, the vLLM engine the recipe
+drives (`workload.engine`: vllm-v1 for the LLM class, vllm-v1-async for async_engine: their
+running-sequence caps and step token budgets, simulator/engine_software.py), Megatron
 TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, sequence packing
 (micro-batches of at most T-max tokens, log-prob passes logprob_batch_size x T-max), the
 distributed optimizer (ZeRO 1) and the default training stack. NeMo RL's own mechanisms, the same
@@ -170,12 +172,14 @@ def scenario(row: Row) -> dict[str, Any]:
         train_layout["etp"] = 1
     if row.stages:
         train_layout["pp_first_stage_layers"], train_layout["pp_last_stage_layers"] = row.stages
-    rollout_layout = {"tp": row.gen_tp, "ep": 1, "max_num_seqs": 128 if row.async_engine else 1024,
-                      "gpu_memory_utilization": row.gen_mem}
+    rollout_layout = {"tp": row.gen_tp, "ep": 1, "gpu_memory_utilization": row.gen_mem}
     workload: dict[str, Any] = {
         "model": row.model, "algorithm": row.algo, "prompts_per_step": row.prompts, "samples_per_prompt": row.gens,
         "mini_batch_prompts": row.train_batch // row.gens, "ppo_epochs": 1, **length_law(row),
         "train_layout": train_layout, "rollout_layout": rollout_layout, "reference": True, "dtype": "bf16",
+        # vLLM V1 as the recipe drives it: the LLM class (sync) or AsyncLLM (async_engine), whose
+        # running-sequence caps and step token budgets differ (max_num_seqs is not set by the recipes)
+        "engine": "vllm-v1-async" if row.async_engine else "vllm-v1",
         # vLLM: CUDA graphs or eager as the recipe; NeMo caps prompt + response at T-max per sample
         "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max}}
     if row.pp > 1:   # NeMo RL's Megatron worker pads micro-batches to the batch's longest (pad_full_seq_to)

@@ -1,0 +1,131 @@
+"""Named rollout engines (workload.engine, simulator/engine_software.py): an engine's defaults under the
+workload's own keys, resolved by the GPU's memory as vLLM resolves them, honoured by run and plan."""
+import json
+
+import numpy as np
+import pytest
+
+from simulator.api import simulate
+from simulator.cli import main
+from simulator.engine_software import ENGINE_SOFTWARE, VLLM_LARGE_GPU_BYTES, engine_values, resolved
+from simulator.errors import RlsimError
+from simulator.hardware.devices import get_device
+from simulator.llm.architecture import load_model
+from simulator.llm.inference import RolloutLayout, simulate_rollout
+from simulator.params import InferenceParams
+from simulator.scenario import load_scenario
+
+
+def _scenario(engine=None, topology=None, inference=None, rollout_layout=None, **extra):
+    workload = {"model": "llama3.1-8b", "prompts_per_step": 8, "samples_per_prompt": 4,
+                "rollout_layout": {"tp": 1} if rollout_layout is None else rollout_layout}
+    if engine:
+        workload["engine"] = engine
+    if inference is not None:
+        workload["inference"] = inference
+    return {"topology": topology or {"preset": "dgx-h100", "nodes": 1}, "workload": {**workload, **extra},
+            "iterations": 1}
+
+
+def test_vllm_v1_defaults_follow_the_gpu_memory():
+    big, big_layout = engine_values("vllm-v1", VLLM_LARGE_GPU_BYTES, None)
+    small, small_layout = engine_values("vllm-v1", VLLM_LARGE_GPU_BYTES - 1, None)
+    assert (big["max_num_batched_tokens"], big_layout["max_num_seqs"]) == (16384, 1024)
+    assert (small["max_num_batched_tokens"], small_layout["max_num_seqs"]) == (8192, 256)
+    assert big["chunked_prefill"] and small["chunked_prefill"]
+
+
+@pytest.mark.parametrize("topology, device, tokens, seqs", [({"preset": "dgx-h100", "nodes": 1}, "h100", 16384, 1024),
+                                                            ({"preset": "ascend-910b", "nodes": 1}, "ascend-910b2",
+                                                             8192, 256)])
+def test_the_engine_resolves_on_the_rollout_devices(topology, device, tokens, seqs):
+    workload = load_scenario(_scenario("vllm-v1", topology, rollout_layout={"tp": 8})).workload
+    assert workload.inference.max_num_batched_tokens is None        # left to the device
+    inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout,
+                                 get_device(device).hbm_bytes)
+    assert (inference.max_num_batched_tokens, layout["max_num_seqs"]) == (tokens, seqs)
+    run = simulate(_scenario("vllm-v1", topology, rollout_layout={"tp": 8}, train_layout={"tp": 8, "pp": 1}))
+    assert run.summary["layouts"]["rollout"]["max_num_seqs"] == seqs
+
+
+def test_given_keys_win_over_the_engine():
+    workload = load_scenario(_scenario("vllm-v1", inference={"max_num_batched_tokens": 4096, "chunked_prefill": False},
+                                       rollout_layout={"tp": 1, "max_num_seqs": 64})).workload
+    inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout, VLLM_LARGE_GPU_BYTES)
+    assert (inference.max_num_batched_tokens, inference.chunked_prefill, layout["max_num_seqs"]) == (4096, False, 64)
+
+
+def test_inference_params_instance_keeps_its_given_fields_only():
+    workload = load_scenario(_scenario("vllm-v1-async", inference=InferenceParams(enforce_eager=True))).workload
+    assert workload.inference.enforce_eager is True
+    assert workload.inference.max_num_batched_tokens == 2048   # not the unset field's None
+
+
+def test_no_engine_keeps_rlsim_defaults():
+    sc = load_scenario(_scenario())
+    assert sc.workload.engine is None
+    assert sc.workload.inference == InferenceParams()
+    assert "max_num_seqs" not in sc.workload.rollout_layout
+
+
+def test_vllm_v0_prefill_budget_is_the_sequence_cap_or_2048():
+    assert engine_values("vllm-v0", VLLM_LARGE_GPU_BYTES, 4096)[0]["max_num_batched_tokens"] == 4096
+    assert engine_values("vllm-v0", VLLM_LARGE_GPU_BYTES, 1024)[0]["max_num_batched_tokens"] == 2048
+    assert "max_num_batched_tokens" not in engine_values("vllm-v0", VLLM_LARGE_GPU_BYTES, None)[0]
+    sc = load_scenario(_scenario("vllm-v0", inference={"max_model_len": 4096}))
+    assert (sc.workload.inference.max_num_batched_tokens, sc.workload.inference.enable_prefix_caching) == (4096, False)
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_SOFTWARE))
+def test_snapshot_reloads_to_the_same_engine_values(name):
+    sc = load_scenario(_scenario(name, inference={"max_model_len": 4096}))
+    again = load_scenario(sc.to_dict())
+    for workload in (sc.workload, again.workload):   # the device-dependent fields still left to the device
+        assert resolved(workload.engine, workload.inference, workload.rollout_layout, VLLM_LARGE_GPU_BYTES) == \
+            resolved(sc.workload.engine, sc.workload.inference, sc.workload.rollout_layout, VLLM_LARGE_GPU_BYTES)
+    assert again.workload.rollout_layout == sc.workload.rollout_layout
+
+
+def test_unknown_engine_is_refused_with_the_field_and_the_names():
+    with pytest.raises(RlsimError) as err:
+        load_scenario(_scenario("vllm-0.99"))
+    assert "workload.engine" in str(err.value) and "vllm-v1" in str(err.value)
+
+
+def test_cli_unknown_engine_exits_2(capsys):
+    assert main(["plan", "--stage", "rollout", "--set", "workload.engine=sglang"]) == 2
+    err = capsys.readouterr().err
+    assert "workload.engine" in err and "Traceback" not in err
+
+
+def test_run_with_auto_rollout_layout_uses_the_engine_sequence_cap():
+    base = _scenario("vllm-v1-async", rollout_layout="auto")
+    assert simulate(base).summary["layouts"]["rollout"]["max_num_seqs"] == 128
+    assert simulate({**base, "planner": {"rollout": {"max_num_seqs": [64]}}}
+                    ).summary["layouts"]["rollout"]["max_num_seqs"] == 64
+
+
+def test_plan_rollout_searches_the_engine_sequence_cap(capsys):
+    args = ["plan", "--stage", "rollout", "--topology", "dgx-h100", "--model", "qwen2.5-7b", "--top", "3", "--json"]
+    assert main([*args, "--set", "workload.engine=vllm-v1-async"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["layout"]["max_num_seqs"] for r in rows} == {128}
+
+
+def _makespan(engine: str, sequences: int) -> float:
+    # one step budget for both engines, so only the running-sequence cap differs
+    workload = load_scenario(_scenario(engine, inference={"max_num_batched_tokens": 16384})).workload
+    h100 = get_device("h100")
+    inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout, h100.hbm_bytes)
+    result = simulate_rollout(load_model("llama3.1-8b"), h100, RolloutLayout(**layout),
+                              np.full(sequences, 64), np.full(sequences, 512), params=inference)
+    assert result.preemptions == 0
+    return result.makespan_s
+
+
+def test_engine_sequence_cap_bounds_the_running_batch():
+    """Equal sequences with ample KV: vllm-v1-async (128 running) runs 256 of them as two waves of
+    128, each a copy of vllm-v1 running 128, while vllm-v1 (1024 running) runs all 256 at once."""
+    wave = _makespan("vllm-v1", 128)
+    assert _makespan("vllm-v1-async", 256) == pytest.approx(2 * wave, rel=1e-9)
+    assert _makespan("vllm-v1", 256) < 1.9 * wave
