@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-HELP = "list built-in presets (topologies, models, workloads)"
+HELP = "list built-in presets (topologies, models, workloads, training stacks, rollout engines)"
 EXAMPLES = """examples:
   rlsim presets
   rlsim presets --json
@@ -59,9 +59,19 @@ def _framework_configs() -> list[str]:
         return []
 
 
+def _stacks() -> dict[str, dict[str, str]]:
+    """The named training stacks and rollout engines (workload.train_software / workload.engine) with
+    their sources."""
+    from ..engine_software import ENGINE_SOFTWARE
+    from ..params import TRAIN_SOFTWARE
+
+    return {"train_software": {name: stack.source for name, stack in TRAIN_SOFTWARE.items()},
+            "engines": {name: engine.source for name, engine in ENGINE_SOFTWARE.items()}}
+
+
 def collect() -> dict[str, Any]:
     return {"topologies": _topologies(), "models": _models(), "workloads": _workloads(),
-            "framework_configs": _framework_configs()}
+            "framework_configs": _framework_configs(), **_stacks()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,4 +92,9 @@ def run(args: argparse.Namespace) -> int:
     print("framework configs (examples for rlsim run --from-verl / --from-nemo-rl):")
     for path in doc["framework_configs"]:
         print(f"  {path}")
+    for key, title in (("train_software", "training stacks (--set workload.train_software=NAME)"),
+                       ("engines", "rollout engines (--set workload.engine=NAME)")):
+        print(f"{title}:")
+        for name, source in doc[key].items():
+            print(f"  {name:<22} {source}")
     return 0

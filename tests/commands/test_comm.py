@@ -28,6 +28,17 @@ def test_presets_text(capsys):
     assert "cloudmatrix384" in capsys.readouterr().out
 
 
+def test_presets_list_the_named_stacks_and_engines_with_sources(capsys):
+    from simulator.engine_software import ENGINE_SOFTWARE
+    from simulator.params import TRAIN_SOFTWARE
+
+    doc = _json(capsys, "presets")
+    assert set(doc["train_software"]) == set(TRAIN_SOFTWARE) and set(doc["engines"]) == set(ENGINE_SOFTWARE)
+    assert all(doc["engines"].values()) and all(doc["train_software"].values())
+    assert main(["presets"]) == 0
+    assert "workload.engine=NAME" in capsys.readouterr().out
+
+
 def test_comm_json_contract(capsys):
     doc = _json(capsys, "comm", "--topology", "dgx-h100", "--op", "all_reduce", "--bytes", "1GiB",
                 "--group", "node:0")
