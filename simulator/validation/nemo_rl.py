@@ -289,7 +289,9 @@ def aggregate(stat: str) -> Prediction:
 def cases():
     for row in ROWS:
         missing = unexpressed(row)
-        note = "; ".join([f"{row.algo} {row.policy}, schedule {scenario(row)['schedule']['kind']}", length_note(row)]
+        built = scenario(row)
+        note = "; ".join([f"{row.algo} {row.policy}, schedule {built['schedule']['kind']}, engine "
+                          f"{built['workload']['engine']}", length_note(row)]
                          + (["not expressible today: " + ", ".join(missing)] if missing else []))
         yield Case(f"{row.name} step", "step s", row.step_s, lambda r=row: predict(r, "step_s"),
                    tolerance=TARGET_MAX, source=SOURCE, note=note)
