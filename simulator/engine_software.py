@@ -40,11 +40,9 @@ class EngineSoftware:
     small_gpu: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     large_gpu_bytes: float = VLLM_LARGE_GPU_BYTES
 
-    def values(self, hbm_bytes: float) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(inference fields, rollout-layout fields) on a device of `hbm_bytes` of HBM."""
-        overlay = self.large_gpu if hbm_bytes >= self.large_gpu_bytes else self.small_gpu
-        return ({**self.inference, **overlay.get("inference", {})},
-                {**self.rollout, **overlay.get("rollout", {})})
+    def overlay(self, hbm_bytes: float) -> Mapping[str, Mapping[str, Any]]:
+        """The per-GPU values on a device of `hbm_bytes` of HBM: {"inference"|"rollout": {...}}."""
+        return self.large_gpu if hbm_bytes >= self.large_gpu_bytes else self.small_gpu
 
 
 # vLLM V1 engine (the default engine from vLLM 0.8), driven through the offline `LLM` class, as verl's
@@ -98,14 +96,21 @@ def engine_software(name: str, field_name: str = "workload.engine", source: str 
                              "rlsim's own defaults)") from None
 
 
+def _independent(engine: EngineSoftware, max_model_len: Any) -> dict[str, Any]:
+    """The engine's inference values that do not depend on the device; V0's blocking prefill budget
+    follows the sequence cap (without one: one step per admission)."""
+    values = dict(engine.inference)
+    if engine is VLLM_V0 and isinstance(max_model_len, int):
+        values["max_num_batched_tokens"] = max(max_model_len, V0_MIN_BATCHED_TOKENS)
+    return values
+
+
 def engine_values(name: str, hbm_bytes: float, max_model_len: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(inference fields, rollout-layout fields) of engine `name` on a device of `hbm_bytes`; V0's
-    blocking prefill budget follows the sequence cap (None without one: one step per admission)."""
+    """(inference fields, rollout-layout fields) of engine `name` on a device of `hbm_bytes`."""
     engine = engine_software(name)
-    inference, rollout = engine.values(hbm_bytes)
-    if engine is VLLM_V0 and max_model_len is not None:
-        inference["max_num_batched_tokens"] = max(int(max_model_len), V0_MIN_BATCHED_TOKENS)
-    return inference, rollout
+    overlay = engine.overlay(hbm_bytes)
+    return ({**_independent(engine, max_model_len), **overlay.get("inference", {})},
+            {**engine.rollout, **overlay.get("rollout", {})})
 
 
 def device_dependent_fields(name: str) -> set[str]:
@@ -119,10 +124,7 @@ def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: 
     """The workload's given inference keys and rollout layout over engine `name`'s values that do not
     depend on the device (the config layer merges these when a scenario loads)."""
     engine = engine_software(name)
-    merged = {**engine.inference, **inference}
-    limit = inference.get("max_model_len")
-    if engine is VLLM_V0 and isinstance(limit, int) and "max_num_batched_tokens" not in inference:
-        merged["max_num_batched_tokens"] = max(limit, V0_MIN_BATCHED_TOKENS)
+    merged = {**_independent(engine, inference.get("max_model_len")), **inference}
     layout = {**engine.rollout, **rollout_layout} if isinstance(rollout_layout, Mapping) else rollout_layout
     return merged, layout
 
