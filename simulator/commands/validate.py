@@ -9,6 +9,13 @@ EXAMPLES = """examples:
   rlsim validate
   rlsim validate --json
   rlsim validate --case megatron
+  rlsim validate --case V7 --set topology.device.gemm_efficiency=0.6
+  rlsim validate --case V6 --set workload.inference.hbm_efficiency=0.7
+
+--set KEY=VALUE predicts the selected cases with a change, to test a hypothesis against the
+published figures: V6 takes any scenario key (applied to each row's scenario), V1 and V7 take
+topology.device.* (over the row's catalog device) and workload.train_params.* (over the case's
+stack); a selected case that does not take a key is an error (exit 2): narrow --case.
 
 Each case prints predicted, published and the signed error (predicted / published - 1); a case is
 green when |error| <= its tolerance. Cases live in simulator/validation/ (see docs/validation.md).
@@ -26,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case", default=None, metavar="TEXT", help="run only cases whose name contains TEXT")
     parser.add_argument("--strict", action="store_true",
                         help=f"exit {STRICT_MISS_EXIT} when any case misses its tolerance or cannot run (default: exit 0)")
-    add_common(parser, overrides=False)
+    add_common(parser, set_help="predict the selected cases with a change (repeatable), e.g. --set "
+                                "topology.device.gemm_efficiency=0.6 (V1, V6, V7 take keys; see below)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from ..validation import run_cases
     from .common import Progress, print_json
     with Progress("case") as progress:
-        results = run_cases(args.case, progress=progress)
+        results = run_cases(args.case, progress=progress, overrides=tuple(args.overrides))
     if not results:
         raise RlsimError(f"no validation case matches {args.case!r}", field="--case",
                          fix="run `rlsim validate` to list the cases")

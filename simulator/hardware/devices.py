@@ -58,9 +58,11 @@ class DeviceSpec:
         for name in ("gemm_efficiency", "hbm_efficiency"):
             value = getattr(self, name)
             if not 0 < value <= 1:
-                raise RlsimError(f"{name} of device {self.name!r} must be in (0, 1], got {value}", field=name)
+                raise RlsimError(f"{name} of device {self.name!r} must be in (0, 1], got {value}", field=name,
+                                 fix=f"give {name} as a share of the peak, e.g. 0.75")
         if self.launch_overhead_s < 0:
-            raise RlsimError(f"launch_overhead_s of device {self.name!r} must be >= 0", field="launch_overhead_s")
+            raise RlsimError(f"launch_overhead_s of device {self.name!r} must be >= 0", field="launch_overhead_s",
+                             fix="give a time of at least 0, e.g. 5us")
 
     def __hash__(self) -> int:  # peak_flops is a dict, so hash a frozen view of every field
         return hash((self.name, tuple(sorted(self.peak_flops.items())), self.hbm_bytes, self.hbm_bw_Bps,

@@ -512,10 +512,11 @@ def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | 
     if isinstance(spec, Mapping) and "preset" in spec:
         inner = dict(spec)
         base, source = resolve("topologies", inner.pop("preset"))
-        mapping = _merge(_without_replaced_size(base, inner), inner)
+        mapping = _merge(_without_replaced_size(base, inner), _device_over_base(base, inner))
     else:
         mapping, source = resolve("topologies", dict(spec) if isinstance(spec, Mapping) else spec)
-    mapping = _merge(_without_replaced_size(mapping, overrides or {}), dict(overrides or {}))
+    given = dict(overrides or {})
+    mapping = _merge(_without_replaced_size(mapping, given), _device_over_base(mapping, given))
     mapping.pop("preset", None)
     name = str(mapping.get("name") or (spec if isinstance(spec, str) else "custom"))
     description = str(mapping.get("description", ""))
@@ -549,6 +550,16 @@ def _without_replaced_size(base: dict[str, Any], given: Mapping[str, Any]) -> di
     if not any(given.get(k) is not None for k in _COUNT_KEYS):
         return base
     return {k: v for k, v in base.items() if k not in _COUNT_KEYS}
+
+
+def _device_over_base(base: Mapping[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """`given` with a device mapping that names no device (`{gemm_efficiency: 0.6}`, as `--set
+    topology.device.gemm_efficiency=0.6` gives) over the base's catalog device: it overrides that
+    device's fields instead of describing a new device from scratch."""
+    device, under = given.get("device"), base.get("device")
+    if isinstance(device, Mapping) and isinstance(under, str) and not {"name", "base"} & set(device):
+        return {**given, "device": {"base": under, **device}}
+    return given
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,11 @@ A case module is any module of this package that registers a provider:
     def cases():
         yield Case("V9 my-case", "tokens/s", published=123.0, predict=lambda: ..., source="arXiv ...")
 
+A provider registered with `@register(overrides=True)` is called with the `--set KEY=VALUE` items of
+`rlsim validate` (a tuple, possibly empty) and predicts with them; its cases name the key prefixes
+they take (`Case.overridable`). A selected case that does not take a given key is an error, not a
+silent no-op (run_cases).
+
 `all_cases()` imports every module of the package (so a new file is picked up without editing
 this one) and collects the cases in module-name order, then registration order.
 """
@@ -21,7 +26,7 @@ from typing import Any
 
 from ..errors import RlsimError
 
-Provider = Callable[[], Iterable["Case"]]
+Provider = Callable[..., Iterable["Case"]]
 _PROVIDERS: list[tuple[str, Provider]] = []
 
 
@@ -51,6 +56,18 @@ class Case:
     # "near": green when |error| <= tolerance; "below" / "above": a published inequality (e.g. "sync
     # scales below 0.9"), green when predicted < published (resp. >=), tolerance unused.
     expect: str = "near"
+    # key prefixes of `rlsim validate --set` this case predicts with (e.g. "topology.device."); none:
+    # the case takes no override
+    overridable: tuple[str, ...] = ()
+
+    def takes(self, key: str) -> bool:
+        return key_taken(self.overridable, key)
+
+
+def key_taken(prefixes: tuple[str, ...], key: str) -> bool:
+    """Whether a --set key falls under one of `prefixes`: "a.b." takes the keys below a.b; "a" takes
+    a itself and the keys below it."""
+    return any(key.startswith(p) if p.endswith(".") else (key == p or key.startswith(p + ".")) for p in prefixes)
 
 
 @dataclass(frozen=True)
@@ -98,10 +115,18 @@ class CaseResult:
         return out
 
 
-def register(provider: Provider) -> Provider:
-    """Decorator: add a provider of cases (a function returning or yielding Case objects)."""
-    _PROVIDERS.append((provider.__module__, provider))
-    return provider
+def register(provider: Provider | None = None, *, overrides: bool = False) -> Any:
+    """Decorator: add a provider of cases (a function returning or yielding Case objects);
+    `@register(overrides=True)`: one called with the --set items (module docstring)."""
+    def add(func: Provider) -> Provider:
+        _PROVIDERS.append((func.__module__, func))
+        if overrides:
+            _TAKES_OVERRIDES.add(id(func))
+        return func
+    return add if provider is None else add(provider)
+
+
+_TAKES_OVERRIDES: set[int] = set()
 
 
 def _load_modules() -> None:
@@ -110,7 +135,8 @@ def _load_modules() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
-def all_cases() -> list[Case]:
+def all_cases(overrides: tuple[str, ...] = ()) -> list[Case]:
+    """Every registered case; providers that take overrides predict with `overrides` (KEY=VALUE)."""
     _load_modules()
     seen: set[int] = set()
     out: list[Case] = []
@@ -118,7 +144,7 @@ def all_cases() -> list[Case]:
         if id(provider) in seen:
             continue
         seen.add(id(provider))
-        out.extend(provider())
+        out.extend(provider(tuple(overrides)) if id(provider) in _TAKES_OVERRIDES else provider())
     # Published-results order (V1, V3, V4, ...), registration order within one.
     return sorted(out, key=lambda c: _case_key(c.case))
 
@@ -142,10 +168,23 @@ def run_case(case: Case) -> CaseResult:
                       case.note, expect=case.expect, detail=getattr(raw, "detail", ""))
 
 
-def run_cases(select: str | None = None, progress: Callable[[int, int], None] | None = None) -> list[CaseResult]:
-    """Run every registered case (or those whose name contains `select`); ``progress(done, total)``
-    is called after each (the terminal bar of `rlsim validate`)."""
-    cases = [c for c in all_cases() if select is None or select.lower() in c.case.lower()]
+def run_cases(select: str | None = None, progress: Callable[[int, int], None] | None = None,
+              overrides: tuple[str, ...] = ()) -> list[CaseResult]:
+    """Run every registered case (or those whose name contains `select`), predicting with the
+    `overrides` (KEY=VALUE items); ``progress(done, total)`` is called after each (the terminal bar
+    of `rlsim validate`). RlsimError when a selected case does not take a key."""
+    from ..overrides import parse_assignment
+
+    every = all_cases(overrides)
+    cases = [c for c in every if select is None or select.lower() in c.case.lower()]
+    for item in overrides:
+        key = parse_assignment(item)[0]
+        refusing = [c.case for c in cases if not c.takes(key)]
+        if refusing:
+            takers = sorted({p for c in every for p in c.overridable})
+            raise RlsimError(f"{len(refusing)} selected case(s) do not take --set {key}, e.g. {refusing[0]!r}",
+                             field=key, fix="select cases that take it with --case (keys the cases take: "
+                                            f"{', '.join(takers) or 'none'})")
     results = []
     for case in cases:
         results.append(run_case(case))
@@ -154,4 +193,4 @@ def run_cases(select: str | None = None, progress: Callable[[int, int], None] | 
     return results
 
 
-__all__ = ["Case", "CaseResult", "Prediction", "all_cases", "register", "run_case", "run_cases"]
+__all__ = ["Case", "CaseResult", "Prediction", "all_cases", "key_taken", "register", "run_case", "run_cases"]

@@ -56,18 +56,55 @@ def step_breakdown(cost: Any) -> Prediction:
                       f"{cost.pipeline.micro_batches} micro-batches, MFU {cost.mfu:.1%}")
 
 
+# `rlsim validate --set` keys the training cases (V1, V7) predict with: the device's fields (over the
+# catalog device of the row's topology) and the trainer constants (over the case's stack)
+TRAIN_OVERRIDES = ("topology.device.", "workload.train_params.")
+
+
+def training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str) -> tuple[dict[str, Any], Any]:
+    """(topology device mapping or {}, TrainParams) of the --set items under TRAIN_OVERRIDES: the
+    device fields over `base_device`, the trainer constants over the stack's (validated: a bad key
+    or value raises RlsimError naming it)."""
+    from ..overrides import section
+    from ..params import stack_params
+
+    device = section(overrides, "topology.device")
+    train = section(overrides, "workload.train_params")
+    params = stack_params(stack, train) if train else stack.params
+    return ({"base": base_device, **device} if device else {}), params
+
+
+def check_training_overrides(overrides: tuple[str, ...], stack: Any, preset: str, base_device: str) -> None:
+    """Raise RlsimError now (bad input: `rlsim validate` exits 2) for a bad device or trainer key,
+    naming it as given (topology.device.KEY), not as the preset file's field."""
+    from ..errors import RlsimError
+    from ..hardware.topology import load_topology
+
+    device, _ = training_overrides(overrides, stack, base_device)
+    if not device:
+        return
+    try:
+        load_topology({"preset": preset, "nodes": 1, "device": device})
+    except RlsimError as exc:
+        text = str(exc.args[0])
+        text = text.split(f"field '{exc.field}': ", 1)[-1].split(" (fix: ", 1)[0]
+        field = f"topology.{exc.field}" if exc.field and exc.field.startswith("device") else exc.field
+        raise RlsimError(text, source="rlsim validate --set", field=field, fix=exc.fix) from None
+
+
 @lru_cache(maxsize=16)
-def predict_row(model_name: str, tp: int, pp: int, gpus: int, batch: int):
-    """The TrainStepCost of one Table 1 row under the assumptions above."""
+def predict_row(model_name: str, tp: int, pp: int, gpus: int, batch: int, overrides: tuple[str, ...] = ()):
+    """The TrainStepCost of one Table 1 row under the assumptions above (and `rlsim validate --set`
+    items under TRAIN_OVERRIDES)."""
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..llm.training import train_step_cost, uniform_sequences
 
+    device, params = training_overrides(overrides, MEGATRON_2021, "a100-80gb")
     model = load_model(model_name)
-    topology = load_topology({"preset": "dgx-a100", "nodes": gpus // 8})
+    topology = load_topology({"preset": "dgx-a100", "nodes": gpus // 8, **({"device": device} if device else {})})
     layout = published_layout(model_name, tp, pp, gpus)
-    return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN),
-                           params=MEGATRON_2021.params)
+    return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=params)
 
 
 def published_layout(model_name: str, tp: int, pp: int, gpus: int):
@@ -79,12 +116,13 @@ def published_layout(model_name: str, tp: int, pp: int, gpus: int):
                                 micro_batch=MICRO_BATCH)
 
 
-@register
-def cases():
+@register(overrides=True)
+def cases(overrides: tuple[str, ...] = ()):
+    check_training_overrides(overrides, MEGATRON_2021, "dgx-a100", "a100-80gb")
     for name, tp, pp, gpus, batch, published in ROWS:
         yield Case(
             case=f"V1 megatron {name} tp{tp} pp{pp} {gpus}gpu", metric="TFLOP/s per GPU", published=published,
-            predict=lambda n=name, t=tp, p=pp, g=gpus, b=batch: step_breakdown(predict_row(n, t, p, g, b)),
-            tolerance=0.15, source=SOURCE,
+            predict=lambda n=name, t=tp, p=pp, g=gpus, b=batch: step_breakdown(predict_row(n, t, p, g, b, overrides)),
+            tolerance=0.15, source=SOURCE, overridable=TRAIN_OVERRIDES,
             note="dgx-a100, seq 2048, MEGATRON_2021 (full recompute, no flash/SP/ZeRO, blocking p2p), "
                  "micro-batch 1, interleaved when pp > 1")

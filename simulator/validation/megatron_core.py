@@ -31,7 +31,13 @@ from functools import lru_cache
 from typing import Any
 
 from . import Case, Prediction, register
-from .megatron import interleave_chunks, step_breakdown
+from .megatron import (
+    TRAIN_OVERRIDES,
+    check_training_overrides,
+    interleave_chunks,
+    step_breakdown,
+    training_overrides,
+)
 
 SOURCE = "NVIDIA/Megatron-LM README (Megatron-Core r0.8.0, H100 BF16 model table; published-results.md V7)"
 SEQ_LEN = 4096
@@ -67,54 +73,61 @@ def gpt_config(layers: int, hidden: int, heads: int) -> dict[str, Any]:
 
 @lru_cache(maxsize=16)
 def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int,
-                device: tuple[tuple[str, Any], ...] = ()):
+                device: tuple[tuple[str, Any], ...] = (), overrides: tuple[str, ...] = ()):
     """The TrainStepCost of one V7 row under the assumptions above. ``device``: (field, value) pairs
-    over the catalog H100 (a what-if, e.g. a measured plateau: benchmarks/device_what_if.py)."""
+    over the catalog H100 (a what-if, e.g. a measured plateau: benchmarks/device_what_if.py);
+    ``overrides``: `rlsim validate --set` items under megatron.TRAIN_OVERRIDES (on top)."""
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..llm.train_presets import PRESETS
     from ..llm.training import train_step_cost, uniform_sequences
 
     stack = PRESETS[STACK]
+    given, params = training_overrides(overrides, stack, "h100")
     model = load_model(gpt_config(layers, hidden, heads))
     topology_map: dict[str, Any] = {"preset": "dgx-h100", "nodes": gpus // 8}
-    if device:
-        topology_map["device"] = {"base": "h100", **dict(device)}
+    if device or given:
+        topology_map["device"] = {"base": "h100", **dict(device), **given}
     topology = load_topology(topology_map)
     layout = stack.layout(tp=tp, pp=pp, vpp=interleave_chunks(layers, pp), dp=gpus // (tp * pp),
                           micro_batch=MICRO_BATCH, recompute=RECOMPUTE)
-    return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=stack.params)
+    return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=params)
 
 
-def tflops(row: tuple) -> Prediction:
+def tflops(row: tuple, overrides: tuple[str, ...] = ()) -> Prediction:
     _label, heads, hidden, layers, tp, pp, gpus, batch, _pub = row
-    return step_breakdown(predict_row(heads, hidden, layers, tp, pp, gpus, batch))
+    return step_breakdown(predict_row(heads, hidden, layers, tp, pp, gpus, batch, overrides=overrides))
 
 
-def median_error() -> Prediction:
-    errors = [tflops(r) / r[-1] - 1 for r in ROWS]
+def median_error(overrides: tuple[str, ...] = ()) -> Prediction:
+    errors = [tflops(r, overrides) / r[-1] - 1 for r in ROWS]
     return Prediction(statistics.median(abs(e) for e in errors),
                       "signed errors: " + ", ".join(f"{r[0]} {e:+.1%}" for r, e in zip(ROWS, errors, strict=True)))
 
 
-def strong_scaling(device: tuple[tuple[str, Any], ...] = ()) -> Prediction:
+def strong_scaling(device: tuple[tuple[str, Any], ...] = (), overrides: tuple[str, ...] = ()) -> Prediction:
     """MFU of the 177B row (TP8 PP6, batch 1152) at 4,608 GPUs (DP 96) over its MFU at 96 GPUs
-    (DP 2); published 42% / 47%. ``device``: as predict_row's."""
-    small = predict_row(96, 12288, 96, 8, 6, 96, 1152, device).tflops_per_device
-    large = predict_row(96, 12288, 96, 8, 6, 4608, 1152, device).tflops_per_device
+    (DP 2); published 42% / 47%. ``device``, ``overrides``: as predict_row's."""
+    small = predict_row(96, 12288, 96, 8, 6, 96, 1152, device, overrides).tflops_per_device
+    large = predict_row(96, 12288, 96, 8, 6, 4608, 1152, device, overrides).tflops_per_device
     return Prediction(large / small, f"TFLOP/s per GPU {small:.0f} at 96 GPUs, {large:.0f} at 4,608")
 
 
-@register
-def cases():
+@register(overrides=True)
+def cases(overrides: tuple[str, ...] = ()):
+    from ..llm.train_presets import PRESETS
+
+    check_training_overrides(overrides, PRESETS[STACK], "dgx-h100", "h100")
     for row in ROWS:
         label, heads, hidden, layers, tp, pp, gpus, batch, published = row
         yield Case(f"V7 megatron-core {label} tp{tp} pp{pp} {gpus}gpu", "TFLOP/s per GPU", published,
-                   lambda r=row: tflops(r), tolerance=TARGET_MEDIAN, source=SOURCE,
+                   lambda r=row: tflops(r, overrides), tolerance=TARGET_MEDIAN, source=SOURCE,
+                   overridable=TRAIN_OVERRIDES,
                    note=f"dgx-h100, seq {SEQ_LEN}, vocab {VOCAB}, {STACK} (the README's overlap flags), "
                         f"recompute {RECOMPUTE}, micro-batch {MICRO_BATCH}, vpp {interleave_chunks(layers, pp)}, "
                         f"batch {batch}")
-    yield Case("V7 megatron-core median |error|", "|error|", TARGET_MEDIAN, median_error, expect="below",
-               source=SOURCE, note="acceptance target (issue 12)")
-    yield Case("V7 megatron-core strong scaling 177b 96->4608 gpu", "MFU ratio", 42 / 47, strong_scaling,
-               tolerance=0.1, source=SOURCE, note="batch 1152 fixed, TP8 PP6, DP 2 -> 96; published MFU 47% -> 42%")
+    yield Case("V7 megatron-core median |error|", "|error|", TARGET_MEDIAN, lambda: median_error(overrides),
+               expect="below", source=SOURCE, note="acceptance target (issue 12)", overridable=TRAIN_OVERRIDES)
+    yield Case("V7 megatron-core strong scaling 177b 96->4608 gpu", "MFU ratio", 42 / 47,
+               lambda: strong_scaling(overrides=overrides), tolerance=0.1, source=SOURCE,
+               note="batch 1152 fixed, TP8 PP6, DP 2 -> 96; published MFU 47% -> 42%", overridable=TRAIN_OVERRIDES)

@@ -59,7 +59,8 @@ class _Result:
                                                ([True, False], False, 0)])
 def test_validate_strict_exits_3_when_a_case_misses(monkeypatch, capsys, oks, strict, code):
     import simulator.validation as validation
-    monkeypatch.setattr(validation, "run_cases", lambda case=None, progress=None: [_Result(f"c{i}", ok) for i, ok in enumerate(oks)])
+    monkeypatch.setattr(validation, "run_cases",
+                        lambda case=None, progress=None, overrides=(): [_Result(f"c{i}", ok) for i, ok in enumerate(oks)])
     args = ["validate", "--json"] + (["--strict"] if strict else [])
     assert main(args) == code
     captured = capsys.readouterr()

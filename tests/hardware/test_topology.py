@@ -228,3 +228,18 @@ def test_flows_off_the_cluster_are_refused_on_every_call():
             t.max_path_latency_s(bad)
     good = FlowTable([0, 3], [1, 9], [1.0, 1.0])
     assert t.max_link_time_s(good) > 0 and t.max_path_latency_s(good) > 0
+
+
+def test_device_fields_given_without_a_name_override_the_presets_device():
+    """`--set topology.device.gemm_efficiency=0.6` on a preset: the preset's catalog device with that
+    field changed, not a custom device missing its other fields."""
+    from simulator.hardware.devices import get_device
+
+    h100 = get_device("h100")
+    for topo in (load_topology({"preset": "dgx-h100", "nodes": 1, "device": {"gemm_efficiency": 0.6}}),
+                 load_topology("dgx-h100", {"nodes": 1, "device": {"gemm_efficiency": 0.6}})):
+        spec = topo.device_spec(0)
+        assert spec.name == "h100" and spec.gemm_efficiency == 0.6
+        assert (spec.hbm_bytes, spec.hbm_bw_Bps, spec.peak_flops) == (h100.hbm_bytes, h100.hbm_bw_Bps, h100.peak_flops)
+    named = load_topology({"preset": "dgx-h100", "nodes": 1, "device": {"base": "h200", "gemm_efficiency": 0.6}})
+    assert named.device_spec(0).hbm_bytes == get_device("h200").hbm_bytes

@@ -1,0 +1,87 @@
+"""`rlsim validate --set`: the selected cases predicted with a change; keys a selected case does not
+take, and bad keys or values, are refused (exit 2)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.api import simulate
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.overrides import apply_overrides
+from simulator.validation import Case, key_taken, megatron, megatron_core, nemo_rl, register, run_cases
+
+PLATEAU = "topology.device.gemm_efficiency=0.6"
+
+
+def _predicted(capsys, *argv) -> dict[str, float]:
+    assert main(["validate", "--json", *argv]) == 0
+    return {c["case"]: c["predicted"] for c in json.loads(capsys.readouterr().out)}
+
+
+def test_key_prefixes():
+    assert key_taken(("topology.device.",), "topology.device.gemm_efficiency")
+    assert not key_taken(("topology.device.",), "topology.device")       # the whole device: not a field
+    assert key_taken(("workload",), "workload") and key_taken(("workload",), "workload.engine")
+    assert not key_taken(("workload",), "workloads.x")
+
+
+def test_v7_with_a_device_field_is_the_what_if_of_that_device(capsys):
+    row = megatron_core.ROWS[0]
+    changed = _predicted(capsys, "--case", "V7", "--set", PLATEAU)
+    name = f"V7 megatron-core {row[0]} tp{row[4]} pp{row[5]} {row[6]}gpu"
+    what_if = megatron_core.predict_row(*row[1:8], device=(("gemm_efficiency", 0.6),)).tflops_per_device
+    assert changed[name] == pytest.approx(what_if, rel=1e-12)
+    catalog = _predicted(capsys, "--case", "V7")          # nothing left over from the run before
+    assert catalog[name] == pytest.approx(megatron_core.predict_row(*row[1:8]).tflops_per_device, rel=1e-12)
+    assert changed[name] < 0.9 * catalog[name]
+    median = "V7 megatron-core median |error|"
+    assert changed[median] == pytest.approx(float(megatron_core.median_error(("topology.device.gemm_efficiency=0.6",))))
+    assert changed[median] != pytest.approx(catalog[median])
+
+
+def test_v1_takes_trainer_constants_over_its_stack(capsys):
+    name, tp, pp, gpus, batch, _ = megatron.ROWS[4]          # a pipelined row: the DP sync after the flush
+    case = f"V1 megatron {name} tp{tp} pp{pp} {gpus}gpu"
+    key = "workload.train_params.comm.dp_overlap_fraction=0.9"
+    changed = _predicted(capsys, "--case", case, "--set", key)[case]
+    assert changed == pytest.approx(megatron.predict_row(name, tp, pp, gpus, batch, (key,)).tflops_per_device)
+    assert changed > megatron.predict_row(name, tp, pp, gpus, batch).tflops_per_device
+
+
+def test_v6_row_is_its_scenario_with_the_items_applied(capsys):
+    row = next(r for r in nemo_rl.ROWS if r.key == "llama3.1-8b" and r.off_policy)
+    key = "workload.inference.hbm_efficiency=0.6"
+    got = _predicted(capsys, "--case", f"{row.name} step", "--set", key)[f"{row.name} step"]
+    expected = simulate(apply_overrides(nemo_rl.scenario(row), [key])).summary["steady_step_time_s"]
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert got > nemo_rl.simulate_row(row)["step_s"]
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--case", "V7", "--set", "schedule.refit=full-tensors"], "schedule.refit"),      # not a V7 key
+    (["--case", "V4", "--set", PLATEAU], "topology.device.gemm_efficiency"),           # V4 takes none
+    (["--case", "V7", "--set", "topology.device.gemm_eff=0.6"], "topology.device.gemm_eff"),
+    (["--case", "V7", "--set", "topology.device.gemm_efficiency=2"], "topology.device.gemm_efficiency"),
+    (["--case", "V7", "--set", "workload.train_params.compute.nope=1"], "workload.train_params.compute.nope"),
+    (["--case", "V6 nemo-rl llama", "--set", "workload.inference.nope=1"], "workload.inference.nope"),
+])
+def test_refused_keys_exit_2_naming_the_key(capsys, argv, field):
+    assert main(["validate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "fix" in err and "Traceback" not in err
+
+
+def test_a_provider_without_overrides_is_refused_not_ignored():
+    @register
+    def plain():
+        yield Case("V98 plain", "x", 1.0, lambda: 1.0)
+
+    from simulator import validation
+    try:
+        assert run_cases("V98", overrides=())[0].ok
+        with pytest.raises(RlsimError, match="do not take --set topology.nodes"):
+            run_cases("V98", overrides=("topology.nodes=2",))
+    finally:
+        validation._PROVIDERS[:] = [p for p in validation._PROVIDERS if p[1] is not plain]
