@@ -10,6 +10,8 @@ simulator/validation/megatron_core.py); nothing else changes. Prints each row's 
 error, and the aggregates the acceptance of issue 12 names (V6 median / max / ordering, V7
 median and strong scaling), beside the catalog's. A what-if, not a default: docs/validation.md V7
 says when such a value may become the catalog's (a measurement, not a fit to these tables).
+`rlsim validate --case V6 --set topology.device.FIELD=VALUE` (and `--case V7`) gives the same
+figures case by case; this script prints the two devices side by side.
 """
 from __future__ import annotations
 
