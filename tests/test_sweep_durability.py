@@ -34,7 +34,8 @@ class Counter:
 # --------------------------------------------------------------------------- the pool dies with the parent
 
 def _rlsim(*args: str, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # PYTHONFAULTHANDLER: a SIGABRT makes the process print every thread's stack (see _exited)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, "-m", "simulator", *args], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
@@ -48,6 +49,19 @@ def _alive(procs) -> list:
         except psutil.NoSuchProcess:
             continue
     return out
+
+
+def _exited(proc: subprocess.Popen, sig: int, timeout_s: float = 30.0) -> str:
+    """The stopped sweep's stderr once it has exited; if it is still running after `timeout_s`, it is
+    aborted and the test fails with every thread's stack as faulthandler prints them (so a rare
+    hang in CI says where it waits)."""
+    try:
+        return proc.communicate(timeout=timeout_s)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        err = proc.communicate(timeout=15)[1]
+        pytest.fail(f"the sweep had not exited {timeout_s:.0f} s after {signal.Signals(sig).name}; "
+                    f"its threads when aborted:\n{err[-6000:]}")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
@@ -71,7 +85,7 @@ def test_killing_the_main_sweep_process_leaves_no_worker(tmp_path, sig):
     while _alive(workers) and time.monotonic() - stopped < 5:
         time.sleep(0.05)
     assert not _alive(workers), f"workers outlived the sweep: {_alive(workers)}"
-    _, err = proc.communicate(timeout=30)
+    err = _exited(proc, sig)
     assert proc.returncode != 0
     if sig == signal.SIGTERM:
         assert proc.returncode == 128 + signal.SIGTERM

@@ -15,7 +15,8 @@ EXAMPLES = """examples:
 --set KEY=VALUE predicts the selected cases with a change, to test a hypothesis against the
 published figures: V6 takes any scenario key (applied to each row's scenario), V1 and V7 take
 topology.device.* (over the row's catalog device) and workload.train_params.* (over the case's
-stack); a selected case that does not take a key is an error (exit 2): narrow --case.
+stack), V3 and V5 topology.device.* and workload.inference.*; a selected case that does not take
+a key is an error (exit 2): narrow --case.
 
 Each case prints predicted, published and the signed error (predicted / published - 1); a case is
 green when |error| <= its tolerance. Cases live in simulator/validation/ (see docs/validation.md).
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help=f"exit {STRICT_MISS_EXIT} when any case misses its tolerance or cannot run (default: exit 0)")
     add_common(parser, set_help="predict the selected cases with a change (repeatable), e.g. --set "
-                                "topology.device.gemm_efficiency=0.6 (V1, V6, V7 take keys; see below)")
+                                "topology.device.gemm_efficiency=0.6 (V1, V3, V5, V6, V7 take keys; see below)")
 
 
 def run(args: argparse.Namespace) -> int:

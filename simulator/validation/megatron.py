@@ -74,22 +74,14 @@ def training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str)
     return ({"base": base_device, **device} if device else {}), params
 
 
-def check_training_overrides(overrides: tuple[str, ...], stack: Any, preset: str, base_device: str) -> None:
+def check_training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str) -> None:
     """Raise RlsimError now (bad input: `rlsim validate` exits 2) for a bad device or trainer key,
-    naming it as given (topology.device.KEY), not as the preset file's field."""
-    from ..errors import RlsimError
-    from ..hardware.topology import load_topology
+    naming it as given (topology.device.KEY, workload.train_params.KEY)."""
+    from ..hardware.devices import device_from_mapping
 
     device, _ = training_overrides(overrides, stack, base_device)
-    if not device:
-        return
-    try:
-        load_topology({"preset": preset, "nodes": 1, "device": device})
-    except RlsimError as exc:
-        text = str(exc.args[0])
-        text = text.split(f"field '{exc.field}': ", 1)[-1].split(" (fix: ", 1)[0]
-        field = f"topology.{exc.field}" if exc.field and exc.field.startswith("device") else exc.field
-        raise RlsimError(text, source="rlsim validate --set", field=field, fix=exc.fix) from None
+    if device:
+        device_from_mapping(device, source="rlsim validate --set", field_name="topology.device")
 
 
 @lru_cache(maxsize=16)
@@ -118,7 +110,7 @@ def published_layout(model_name: str, tp: int, pp: int, gpus: int):
 
 @register(overrides=True)
 def cases(overrides: tuple[str, ...] = ()):
-    check_training_overrides(overrides, MEGATRON_2021, "dgx-a100", "a100-80gb")
+    check_training_overrides(overrides, MEGATRON_2021, "a100-80gb")
     for name, tp, pp, gpus, batch, published in ROWS:
         yield Case(
             case=f"V1 megatron {name} tp{tp} pp{pp} {gpus}gpu", metric="TFLOP/s per GPU", published=published,

@@ -117,7 +117,7 @@ def strong_scaling(device: tuple[tuple[str, Any], ...] = (), overrides: tuple[st
 def cases(overrides: tuple[str, ...] = ()):
     from ..llm.train_presets import PRESETS
 
-    check_training_overrides(overrides, PRESETS[STACK], "dgx-h100", "h100")
+    check_training_overrides(overrides, PRESETS[STACK], "h100")
     for row in ROWS:
         label, heads, hidden, layers, tp, pp, gpus, batch, published = row
         yield Case(f"V7 megatron-core {label} tp{tp} pp{pp} {gpus}gpu", "TFLOP/s per GPU", published,

@@ -59,13 +59,28 @@ def test_v6_row_is_its_scenario_with_the_items_applied(capsys):
     assert got > nemo_rl.simulate_row(row)["step_s"]
 
 
+def test_v5_takes_engine_constants_and_device_fields(capsys):
+    from simulator.validation import decode
+
+    name = "V5 vLLM llama3.1-8b A100-40GB batch 1"
+    catalog = _predicted(capsys, "--case", name)[name]
+    faster = _predicted(capsys, "--case", name, "--set", "workload.inference.hbm_efficiency=0.9")[name]
+    assert faster == pytest.approx(decode._llama_decode(1, ("workload.inference.hbm_efficiency=0.9",)))
+    assert faster > catalog
+    slower = _predicted(capsys, "--case", name, "--set", "topology.device.hbm_bw_Bps=1TB/s")[name]
+    assert slower < catalog
+
+
 @pytest.mark.parametrize("argv, field", [
     (["--case", "V7", "--set", "schedule.refit=full-tensors"], "schedule.refit"),      # not a V7 key
     (["--case", "V4", "--set", PLATEAU], "topology.device.gemm_efficiency"),           # V4 takes none
+    (["--case", "V2 one", "--set", PLATEAU], "topology.device.gemm_efficiency"),       # nor V2
     (["--case", "V7", "--set", "topology.device.gemm_eff=0.6"], "topology.device.gemm_eff"),
     (["--case", "V7", "--set", "topology.device.gemm_efficiency=2"], "topology.device.gemm_efficiency"),
     (["--case", "V7", "--set", "workload.train_params.compute.nope=1"], "workload.train_params.compute.nope"),
     (["--case", "V6 nemo-rl llama", "--set", "workload.inference.nope=1"], "workload.inference.nope"),
+    (["--case", "V5", "--set", "workload.inference.nope=1"], "workload.inference.nope"),
+    (["--case", "V5", "--set", "workload.train_params.compute.flash_attention=false"], "workload.train_params"),
 ])
 def test_refused_keys_exit_2_naming_the_key(capsys, argv, field):
     assert main(["validate", *argv]) == 2
