@@ -311,16 +311,16 @@ def cases(overrides: tuple[str, ...] = ()):
                           f"{built['workload'].get('engine')}", length_note(row)]
                          + (["not expressible today: " + ", ".join(missing)] if missing else [])
                          + ([f"--set {', '.join(mine)}"] if mine else []))
-        for metric, label, published in (("step_s", "step s", row.step_s), ("tok_s_gpu", "tokens/s/GPU", row.tok_s_gpu)):
-            yield Case(f"{row.name} {'step' if metric == 'step_s' else 'tokens/s/GPU'}", label, published,
-                       lambda r=row, m=metric: predict(r, m, mine), tolerance=TARGET_MAX, source=SOURCE, note=note,
-                       overridable=SCENARIO_OVERRIDES)
+        for key, suffix, label, published in (("step_s", "step", "step s", row.step_s),
+                                              ("tok_s_gpu", "tokens/s/GPU", "tokens/s/GPU", row.tok_s_gpu)):
+            yield Case(f"{row.name} {suffix}", label, published, lambda r=row, m=key: predict(r, m, mine),
+                       tolerance=TARGET_MAX, source=SOURCE, note=note, overridable=SCENARIO_OVERRIDES)
     agg = "acceptance target (issue 12), over the rows that ran"
-    for name, metric, published, stat, expect, note in (
+    for name, metric, published, stat, expect, what in (
             ("rows runnable", "fraction of rows", 1.0, "runnable", "above", "every row must run (none refused)"),
             ("median |step error|", "|error|", TARGET_MEDIAN, "median", "below", agg),
             ("max |step error|", "|error|", TARGET_MAX, "max", "below", agg),
             ("on-policy vs 1-step-off ordering", "pairs right (fraction)", 1.0, "ordering", "above",
              "published: the 1-step-off step is shorter in every pair")):
         yield Case(f"V6 nemo-rl {name}", metric, published, lambda st=stat: aggregate(st, mine), expect=expect,
-                   source=SOURCE, note=note, overridable=SCENARIO_OVERRIDES)
+                   source=SOURCE, note=what, overridable=SCENARIO_OVERRIDES)
