@@ -119,14 +119,10 @@ def register(provider: Provider | None = None, *, overrides: bool = False) -> An
     """Decorator: add a provider of cases (a function returning or yielding Case objects);
     `@register(overrides=True)`: one called with the --set items (module docstring)."""
     def add(func: Provider) -> Provider:
+        func.takes_overrides = overrides   # type: ignore[attr-defined]  # read by all_cases
         _PROVIDERS.append((func.__module__, func))
-        if overrides:
-            _TAKES_OVERRIDES.add(id(func))
         return func
     return add if provider is None else add(provider)
-
-
-_TAKES_OVERRIDES: set[int] = set()
 
 
 def _load_modules() -> None:
@@ -144,7 +140,7 @@ def all_cases(overrides: tuple[str, ...] = ()) -> list[Case]:
         if id(provider) in seen:
             continue
         seen.add(id(provider))
-        out.extend(provider(tuple(overrides)) if id(provider) in _TAKES_OVERRIDES else provider())
+        out.extend(provider(tuple(overrides)) if getattr(provider, "takes_overrides", False) else provider())
     # Published-results order (V1, V3, V4, ...), registration order within one.
     return sorted(out, key=lambda c: _case_key(c.case))
 
