@@ -50,9 +50,12 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         if r.failure:
             print(f"rlsim: warning: case {r.case!r} could not run: {r.failure}", file=sys.stderr)
-    if args.json:
-        print_json([r.as_dict() for r in results])
+    given = list(args.overrides)
+    if args.json:   # each case says what it was predicted with, so a saved document explains itself
+        print_json([{**r.as_dict(), **({"overrides": given} if given else {})} for r in results])
     else:
+        if given:
+            print("predicted with --set " + " --set ".join(given))
         print(format_table(results))
     missed = [r.case for r in results if not r.ok]
     if args.strict and missed:

@@ -59,6 +59,16 @@ def test_v6_row_is_its_scenario_with_the_items_applied(capsys):
     assert got > nemo_rl.simulate_row(row)["step_s"]
 
 
+def test_the_output_says_what_the_cases_were_predicted_with(capsys):
+    name = "V5 vLLM llama3.1-8b A100-40GB batch 1"
+    assert main(["validate", "--case", name, "--set", PLATEAU]) == 0
+    assert capsys.readouterr().out.startswith(f"predicted with --set {PLATEAU}\n")
+    assert main(["validate", "--json", "--case", name, "--set", PLATEAU]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["overrides"] == [PLATEAU]
+    assert main(["validate", "--json", "--case", name]) == 0
+    assert "overrides" not in json.loads(capsys.readouterr().out)[0]
+
+
 def test_v5_takes_engine_constants_and_device_fields(capsys):
     from simulator.validation import decode
 
