@@ -532,26 +532,86 @@ class LocalExecutor(_NothingHeld):
         pending: dict[Future, Point] = {}
         clean = False
         try:
-            for point in points:
-                pending[pool.submit(_evaluate_safely, evaluate, point.values)] = point
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                broken = False
-                for future in sorted(done, key=lambda f: pending[f].index):
-                    point = pending.pop(future)
-                    try:
-                        summary, error = future.result()
-                    except BrokenProcessPool:
-                        broken = True  # hand over every point that did finish before stopping
-                        continue
-                    yield point, summary, error
-                if broken:
-                    raise SweepAborted("a worker process died")
+            with _SignalsDeferred() as deferred:
+                for point in points:
+                    pending[pool.submit(_evaluate_safely, evaluate, point.values)] = point
+                yield from self._drain(pending, deferred)
             clean = True
         finally:
             if not clean:  # Ctrl-C, SIGTERM or a dead worker: do not wait for running points
                 _stop_workers(list((getattr(pool, "_processes", None) or {}).values()))
             pool.shutdown(wait=clean, cancel_futures=True)
+
+    @staticmethod
+    def _drain(pending: dict[Future, Point], deferred: _SignalsDeferred):
+        """Yield the points as they finish; a Ctrl-C or SIGTERM that came meanwhile is raised here,
+        between two waits (see _SignalsDeferred)."""
+        while pending:
+            done, _ = wait(pending, timeout=SIGNAL_POLL_S, return_when=FIRST_COMPLETED)
+            deferred.raise_pending()
+            broken = False
+            for future in sorted(done, key=lambda f: pending[f].index):
+                point = pending.pop(future)
+                try:
+                    summary, error = future.result()
+                except BrokenProcessPool:
+                    broken = True  # hand over every point that did finish before stopping
+                    continue
+                yield point, summary, error
+            if broken:
+                raise SweepAborted("a worker process died")
+
+
+# How often the local pool's main loop looks for a deferred Ctrl-C / SIGTERM while no point finishes.
+SIGNAL_POLL_S = 0.2
+
+
+class _SignalsDeferred:
+    """Within, SIGINT and SIGTERM are recorded instead of raising wherever the main thread happens to
+    be; `raise_pending` then runs the handler that was in place (KeyboardInterrupt, the CLI's
+    Terminated) at a point of the caller's choosing. Why: concurrent.futures.wait takes every pending
+    future's lock in turn, and an exception raised by a signal handler between two of those
+    acquisitions leaves some locks held; the pool's manager thread then blocks on them forever, so the
+    stopped sweep never exits (the rare hang of tests/test_sweep_durability.py's SIGTERM case).
+    Outside the main thread (an embedding program) nothing is changed."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+        self._pending: list[tuple[int, Any]] = []
+
+    def __enter__(self) -> _SignalsDeferred:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._record)
+        return self
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self._pending.append((signum, frame))
+
+    def raise_pending(self) -> None:
+        """Run the previous handler of the first signal recorded (it raises, or the default action
+        ends the process); nothing when none came."""
+        if not self._pending:
+            return
+        signum, frame = self._pending.pop(0)
+        handler = self._previous.get(signum)
+        self._restore()
+        if callable(handler):
+            handler(signum, frame)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(signum)
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:   # a signal that came after the last look is not dropped
+            self.raise_pending()
+        self._restore()
 
 
 def _stop_workers(processes: Sequence[Any], grace_s: float = 2.0) -> None:

@@ -238,3 +238,37 @@ def test_nothing_finished_is_lost_after_sigterm_and_a_rerun_completes(tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     assert len(json.loads(rerun.stdout)) == 6
     assert saved <= ResultsStore(results).done_ids()
+
+
+# --------------------------------------------------------------------------- signals in the pool loop
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise _Stop(signum)
+
+
+def test_signals_in_the_pool_loop_are_raised_where_the_loop_looks():
+    """A SIGTERM during the local pool's wait is recorded, not raised mid-lock; raise_pending runs the
+    handler that was in place, which is back afterwards; one that comes after the last look is raised
+    when the block ends, not dropped."""
+    from simulator.sweep import _SignalsDeferred
+
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        with _SignalsDeferred() as deferred:
+            signal.raise_signal(signal.SIGTERM)          # would raise _Stop right here without the block
+            reached = True                               # still running: nothing raised yet
+            with pytest.raises(_Stop):
+                deferred.raise_pending()
+        assert reached and signal.getsignal(signal.SIGTERM) is _raise_stop
+        with pytest.raises(_Stop):
+            with _SignalsDeferred():
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGTERM) is _raise_stop
+        with _SignalsDeferred() as deferred:
+            deferred.raise_pending()                     # none came: nothing happens
+    finally:
+        signal.signal(signal.SIGTERM, previous)
