@@ -21,18 +21,13 @@ from typing import Any
 
 import yaml
 
-from simulator.api import simulate
 from simulator.validation import megatron_core, nemo_rl
 
 
 def v6(device: dict[str, Any]) -> dict[nemo_rl.Row, float]:
-    steps = {}
-    for row in nemo_rl.ROWS:
-        scenario = nemo_rl.scenario(row)
-        if device:
-            scenario["topology"]["device"] = {"base": "h100", **device}
-        steps[row] = float(simulate(scenario).summary["steady_step_time_s"])
-    return steps
+    """Each row's steady step with the device fields as `rlsim validate --set topology.device.*` gives them."""
+    items = tuple(f"topology.device.{field}={value}" for field, value in device.items())
+    return {row: float(nemo_rl.simulate_row(row, items)["step_s"]) for row in nemo_rl.ROWS}
 
 
 def v7(device: dict[str, Any]) -> tuple[list[float], float]:

@@ -113,15 +113,16 @@ class LlmCosts:
         self.collectives = CollectiveModel(topology)   # owns the collective and training-step caches
         self.cluster_devices = distinct_devices(topology, range(self.n_devices))
         # the pools are cut from the layouts: the simple auto rule sizes on the smallest HBM
+        smallest_hbm = min(k.hbm_bytes for k in self.cluster_devices)
         train_map, roll_map = resolve_auto_layouts(
             weight_bytes=self.model.weight_bytes(), params_total=float(self.model.params_total),
             is_moe=bool(self.model.is_moe), num_experts=int(self.model.num_experts or 0),
-            hbm_bytes=min(k.hbm_bytes for k in self.cluster_devices),
+            hbm_bytes=smallest_hbm,
             devices_per_domain=len(topology.ranks_of_domain(0)),
             n_devices=self.n_devices, train_layout=w.train_layout, rollout_layout=w.rollout_layout)
         # a named engine's values for what the workload leaves unset, on the smallest device (vLLM picks
         # some defaults by the GPU's memory)
-        inference, roll_map = resolved(w.engine, w.inference, roll_map, min(k.hbm_bytes for k in self.cluster_devices))
+        inference, roll_map = resolved(w.engine, w.inference, roll_map, smallest_hbm)
         if auto_layouts:
             if w.train_layout == "auto" and auto_layouts.get("train"):
                 train_map = dict(auto_layouts["train"])

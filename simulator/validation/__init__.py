@@ -70,6 +70,24 @@ def key_taken(prefixes: tuple[str, ...], key: str) -> bool:
     return any(key.startswith(p) if p.endswith(".") else (key == p or key.startswith(p + ".")) for p in prefixes)
 
 
+def items_taken(prefixes: tuple[str, ...], overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """The --set items whose key falls under `prefixes` (what a provider predicts with)."""
+    from ..overrides import parse_assignment
+
+    return tuple(item for item in overrides if key_taken(prefixes, parse_assignment(item)[0]))
+
+
+def overridden_device(name: str, overrides: tuple[str, ...]) -> Any:
+    """The catalog device `name` with the `--set topology.device.*` items (a bad field or value is
+    RlsimError naming its full key)."""
+    from ..hardware.devices import device_from_mapping
+    from ..overrides import section
+
+    given = section(overrides, "topology.device")
+    return device_from_mapping({"base": name, **given} if given else name, source="rlsim validate --set",
+                               field_name="topology.device")
+
+
 @dataclass(frozen=True)
 class CaseResult:
     case: str
@@ -189,4 +207,5 @@ def run_cases(select: str | None = None, progress: Callable[[int, int], None] | 
     return results
 
 
-__all__ = ["Case", "CaseResult", "Prediction", "all_cases", "key_taken", "register", "run_case", "run_cases"]
+__all__ = ["Case", "CaseResult", "Prediction", "all_cases", "items_taken", "key_taken", "overridden_device", "register",
+           "run_case", "run_cases"]

@@ -7,21 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import Case, register
+from . import Case, items_taken, overridden_device, register
 
 V3 = "arXiv 2506.12708 CloudMatrix384 DeepSeek-R1 INT8 (published-results.md V3)"
 V5 = "vLLM single-sequence decode, Llama-3.1-8B on A100-40GB (published-results.md V5)"
 DECODE_OVERRIDES = ("topology.device.", "workload.inference.")
 WHERE = "rlsim validate --set"
-
-
-def _device(name: str, overrides: tuple[str, ...]) -> Any:
-    """The catalog device with the topology.device.* items (a bad field names its full key)."""
-    from ..hardware.devices import device_from_mapping
-    from ..overrides import section
-
-    given = section(overrides, "topology.device")
-    return device_from_mapping({"base": name, **given} if given else name, source=WHERE, field_name="topology.device")
 
 
 def _params(overrides: tuple[str, ...]) -> Any:
@@ -37,7 +28,7 @@ def _r1_decode(per_npu: bool, overrides: tuple[str, ...] = ()) -> float:
     from ..llm.architecture import load_model
     from ..llm.inference import decode_step_time_s, decode_tokens_per_s, split_device
 
-    die = split_device(_device("ascend-910c", overrides), 2)
+    die = split_device(overridden_device("ascend-910c", overrides), 2)
     model = load_model("deepseek-r1")
     params = _params(overrides)
     # One rank per 910C die, EP over 256 dies (one routed expert each), 48 sequences per die =
@@ -52,7 +43,7 @@ def _r1_prefill(overrides: tuple[str, ...] = ()) -> float:
     from ..llm.architecture import load_model
     from ..llm.inference import prefill_tokens_per_s, split_device
 
-    die = split_device(_device("ascend-910c", overrides), 2)
+    die = split_device(overridden_device("ascend-910c", overrides), 2)
     model = load_model("deepseek-r1")
     # Assumed prefill setup: EP 32 over 32 dies, one 4K prompt per die, INT8 weights.
     return 2 * prefill_tokens_per_s(model, die, 32, 4096, ep=32, weight_dtype="int8", per_device=True,
@@ -63,18 +54,15 @@ def _llama_decode(batch: int, overrides: tuple[str, ...] = ()) -> float:
     from ..llm.architecture import load_model
     from ..llm.inference import decode_tokens_per_s
 
-    return decode_tokens_per_s(load_model("llama3.1-8b"), _device("a100-40gb", overrides), batch, 512,
+    return decode_tokens_per_s(load_model("llama3.1-8b"), overridden_device("a100-40gb", overrides), batch, 512,
                                params=_params(overrides))
 
 
 @register(overrides=True)
 def cases(overrides: tuple[str, ...] = ()):
-    from ..overrides import parse_assignment
-    from . import key_taken
-
-    mine = tuple(item for item in overrides if key_taken(DECODE_OVERRIDES, parse_assignment(item)[0]))
+    mine = items_taken(DECODE_OVERRIDES, overrides)
     if mine:   # a bad key or value is bad input (exit 2), not a case that cannot run
-        _device("a100-40gb", mine)
+        overridden_device("a100-40gb", mine)
         _params(mine)
     kw: dict[str, Any] = {"overridable": DECODE_OVERRIDES}
     yield Case("V3 cloudmatrix R1 decode per NPU", "tokens/s per NPU", 1943.0, lambda: _r1_decode(True, mine),

@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..llm.train_presets import MEGATRON_2021
-from . import Case, Prediction, register
+from . import Case, Prediction, overridden_device, register
 
 SOURCE = "arXiv 2104.04473 Table 1 (published-results.md V1)"
 SEQ_LEN = 2048
@@ -77,11 +77,8 @@ def training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str)
 def check_training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str) -> None:
     """Raise RlsimError now (bad input: `rlsim validate` exits 2) for a bad device or trainer key,
     naming it as given (topology.device.KEY, workload.train_params.KEY)."""
-    from ..hardware.devices import device_from_mapping
-
-    device, _ = training_overrides(overrides, stack, base_device)
-    if device:
-        device_from_mapping(device, source="rlsim validate --set", field_name="topology.device")
+    training_overrides(overrides, stack, base_device)
+    overridden_device(base_device, overrides)
 
 
 @lru_cache(maxsize=16)

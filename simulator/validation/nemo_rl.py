@@ -35,7 +35,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from . import Case, Prediction, key_taken, register
+from . import Case, Prediction, items_taken, register
 
 SOURCE = "NeMo RL v0.5 performance-summary.md, v0.5 H100 BF16 table (published-results.md V6)"
 PROMPT_SIGMA = 0.5
@@ -298,10 +298,9 @@ def aggregate(stat: str, overrides: tuple[str, ...] = ()) -> Prediction:
 
 @register(overrides=True)
 def cases(overrides: tuple[str, ...] = ()):
-    from ..overrides import parse_assignment
     from ..scenario import load_scenario
 
-    mine = tuple(item for item in overrides if key_taken(SCENARIO_OVERRIDES, parse_assignment(item)[0]))
+    mine = items_taken(SCENARIO_OVERRIDES, overrides)
     if mine:   # a bad key or value is bad input (exit 2), not a row that cannot run
         load_scenario(row_scenario(ROWS[0], mine))
     for row in ROWS:
