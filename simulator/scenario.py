@@ -59,6 +59,12 @@ class DynamicSampling(_Strict):
     # Share of groups whose n samples do not all get the same reward. DAPO paper (arXiv 2503.14476)
     # reports the share of all-correct/all-wrong groups growing during training; 0.5 is a mid-run guess.
     keep_fraction: float = Field(0.5, gt=0, le=1)
+    # Generation batches a step may take before the framework gives up: a step whose first
+    # max_gen_batches batches leave fewer than prompts_per_step groups with a signal stops the run
+    # (verl recipe/dapo: algorithm.filter_groups.max_num_gen_batches, 0 = no cap, raises "Generated
+    # too many"; NeMo RL grpo.dynamic_sampling_max_gen_batches raises "reached the maximum allowed
+    # number of batches"; frameworks.md "regenerate up to max_num_gen_batches"). None: no cap.
+    max_gen_batches: int | None = Field(None, ge=1)
 
 
 class RewardSpec(_Strict):

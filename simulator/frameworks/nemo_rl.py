@@ -62,7 +62,7 @@ RULES: dict[str, Rule] = {
         "re-prefill after an in-flight update is not modelled", neutral=False),
     "grpo.use_dynamic_sampling": mapped("workload.dynamic_sampling"),
     "grpo.batch_multiplier": mapped("workload.dynamic_sampling.gen_prompts", "num_prompts_per_step x multiplier"),
-    "grpo.dynamic_sampling_max_gen_batches": unsupported("rlsim regenerates until the batch is full (no cap)"),
+    "grpo.dynamic_sampling_max_gen_batches": mapped("workload.dynamic_sampling.max_gen_batches"),
     "grpo.max_rollout_turns": unsupported("multi-turn rollouts are not modelled", neutral=1),
     **{f"grpo.{k}": ignored("run length: rlsim simulates `iterations` steps (--iterations N)")
        for k in ("max_num_epochs", "max_num_steps")},
@@ -214,6 +214,9 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     if v("grpo.use_dynamic_sampling"):
         w["algorithm"] = "dapo"
         w["dynamic_sampling"] = {"gen_prompts": prompts * int(v("grpo.batch_multiplier"))}
+        if v("grpo.dynamic_sampling_max_gen_batches") is not None:
+            w["dynamic_sampling"]["max_gen_batches"] = positive_int(
+                v("grpo.dynamic_sampling_max_gen_batches"), "grpo.dynamic_sampling_max_gen_batches", src)
     tmax = positive_int(v("policy.max_total_sequence_length"), "policy.max_total_sequence_length", src)
     prompt_max = v("data.max_input_seq_length") or tmax
     new_tokens = v(f"{_G}.max_new_tokens") or tmax
@@ -336,4 +339,5 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
         s["forward_micro_batch"] = positive_int(v("policy.logprob_batch_size"), "policy.logprob_batch_size", src)
     if not v("grpo.use_dynamic_sampling"):
         decided["grpo.batch_multiplier"] = ("ignored", "used only with use_dynamic_sampling")
+        decided["grpo.dynamic_sampling_max_gen_batches"] = ("ignored", "used only with use_dynamic_sampling")
     return s

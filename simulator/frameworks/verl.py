@@ -186,8 +186,8 @@ RULES: dict[str, Rule] = {
        for k in ("gamma", "lam", "norm_adv_by_std_in_grpo", "kl_penalty", "kl_ctrl.*")},
     "algorithm.filter_groups.enable": mapped("workload.dynamic_sampling", "DAPO dynamic sampling"),
     "algorithm.filter_groups.metric": ignored("which reward decides 'no signal': keep_fraction is the rlsim knob"),
-    "algorithm.filter_groups.max_num_gen_batches": unsupported(
-        "rlsim regenerates until the batch is full (no cap on rounds)", neutral=0),
+    "algorithm.filter_groups.max_num_gen_batches": mapped("workload.dynamic_sampling.max_gen_batches",
+                                                          "0 or less: no cap"),
     "algorithm.use_pf_ppo": unsupported("preference-feedback PPO re-sampling is not modelled", neutral=False),
     "algorithm.pf_ppo.*": ignored("used only with use_pf_ppo"),
     # trainer and pools
@@ -258,6 +258,22 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     return result
 
 
+def _dynamic_sampling(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """DAPO dynamic sampling (algorithm.filter_groups): the prompts of a generation batch and the cap
+    on batches per step (recipe/dapo's trainer raises past it; 0 or less, its default: no cap)."""
+    cap_key = "algorithm.filter_groups.max_num_gen_batches"
+    if not v("algorithm.filter_groups.enable"):
+        decided[cap_key] = ("ignored", "used only with algorithm.filter_groups.enable")
+        return
+    src = v.result.source
+    gen = v("data.gen_batch_size")
+    sampling = {"gen_prompts": positive_int(gen, "data.gen_batch_size", src)} if gen else {}
+    cap = v(cap_key)
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+        sampling["max_gen_batches"] = positive_int(cap, cap_key, src)
+    w["dynamic_sampling"] = sampling
+
+
 def _law(law: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in law.items()) + "}"
 
@@ -284,9 +300,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["samples_per_prompt"] = positive_int(v(f"{A}.rollout.n"), f"{A}.rollout.n", src)
     w["mini_batch_prompts"] = mini
     w["ppo_epochs"] = positive_int(v(f"{A}.actor.ppo_epochs"), f"{A}.actor.ppo_epochs", src)
-    if v("algorithm.filter_groups.enable"):
-        gen = v("data.gen_batch_size")
-        w["dynamic_sampling"] = {"gen_prompts": positive_int(gen, "data.gen_batch_size", src)} if gen else {}
+    _dynamic_sampling(v, w, decided)
     w["prompt_length"] = capped_length("prompt_length", v("data.max_prompt_length"), "data.max_prompt_length", src, v.result.notes)
     w["response_length"] = capped_length("response_length", v("data.max_response_length"),
                                          "data.max_response_length", src, v.result.notes)

@@ -47,6 +47,8 @@ TARGET_MEDIAN, TARGET_MAX = 0.15, 0.30
 # NeMo RL v0.5 megatron_policy_worker use_reference_model: the model's state dict copied to host memory,
 # the reference state dict (kept on the host) loaded into the model, the model's loaded back after
 NEMO_REFERENCE_SWAP_COPIES = 3
+# The DAPO recipe's grpo.dynamic_sampling_max_gen_batches (dapo-deepseek-v3-64n8g.yaml at v0.5.0)
+DAPO_MAX_GEN_BATCHES = 10
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,7 @@ def scenario(row: Row) -> dict[str, Any]:
     if row.pp > 1:   # NeMo RL's Megatron worker pads micro-batches to the batch's longest (pad_full_seq_to)
         workload["train_params"] = {"comm": {"pp_variable_seq_lengths": False}}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
-        workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts}
+        workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts, "max_gen_batches": DAPO_MAX_GEN_BATCHES}
     # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)
     # colocated: the Megatron weights and the vLLM engine's (sleep mode) also go to host between phases
     # the reference state dict swapped in from host memory around the reference pass (NeMo RL Megatron

@@ -188,6 +188,30 @@ def test_verl_kl_and_estimators():
     assert dapo.scenario["workload"]["dynamic_sampling"] == {"gen_prompts": 768}
 
 
+def test_the_cap_on_generation_batches_is_mapped_where_it_applies():
+    # verl: max_num_gen_batches > 0 caps the sub-rounds (0 or less: no cap); without filter_groups it is ignored
+    cfg, on = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", "+algorithm.filter_groups.enable=true"
+    capped = import_config("verl", cfg, [on, "+algorithm.filter_groups.max_num_gen_batches=10"])
+    assert capped.scenario["workload"]["dynamic_sampling"] == {"max_gen_batches": 10}
+    assert "algorithm.filter_groups.max_num_gen_batches" in capped.mapped
+    free = import_config("verl", cfg, [on, "+algorithm.filter_groups.max_num_gen_batches=0"])
+    assert free.scenario["workload"]["dynamic_sampling"] == {}
+    off = import_config("verl", cfg, ["+algorithm.filter_groups.max_num_gen_batches=10"])
+    assert "dynamic_sampling" not in off.scenario["workload"]
+    assert "algorithm.filter_groups.max_num_gen_batches" in off.ignored
+    with pytest.raises(RlsimError, match="max_num_gen_batches"):
+        import_config("verl", cfg, [on, "+algorithm.filter_groups.max_num_gen_batches=2.5"])
+    # NeMo RL: grpo.dynamic_sampling_max_gen_batches with use_dynamic_sampling (the V6 DAPO recipe's 10)
+    nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
+    dapo = import_config("nemo-rl", nemo, ["grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=3",
+                                           "grpo.dynamic_sampling_max_gen_batches=10"])
+    w = dapo.scenario["workload"]
+    assert w["dynamic_sampling"]["max_gen_batches"] == 10
+    assert load_scenario(dapo.scenario).workload.dynamic_sampling.max_gen_batches == 10
+    plain = import_config("nemo-rl", nemo, ["grpo.dynamic_sampling_max_gen_batches=10"])
+    assert "grpo.dynamic_sampling_max_gen_batches" in plain.ignored
+
+
 def test_nemo_defaults_chain_and_batch_checks(tmp_path):
     base = yaml.safe_load((EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml").read_text())
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))

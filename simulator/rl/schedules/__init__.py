@@ -68,5 +68,15 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     if progress is not None:
         ctx.iterations = IterationLog(progress, scenario.iterations)
     check_supported(ctx, policy.supports_failures(sched))
-    makespan = policy.runner(ctx)
+    try:
+        makespan = policy.runner(ctx)
+    except RlsimError as exc:
+        # simpy re-raises a copy of a process's exception (its message only): raise the original,
+        # whose field and fix the planner's and the CLI's reports use
+        original = exc
+        while isinstance(original.__cause__, RlsimError) and str(original.__cause__) == str(exc):
+            original = original.__cause__
+        if original is exc:
+            raise
+        raise original from None
     return ctx.record(makespan)

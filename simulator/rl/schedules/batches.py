@@ -116,6 +116,7 @@ class RoundDraws:
     def __init__(self, scenario: Scenario, rng: np.random.Generator, prompt_sampler: Sampler,
                  response_sampler: Sampler):
         self.workload, self.schedule, self.rng = scenario.workload, scenario.schedule, rng
+        self.source = scenario.source
         self.prompt_sampler, self.response_sampler = prompt_sampler, response_sampler
         self._draws: dict[int, SeqBatch] = {}      # held rounds, least recently asked first
         self._states: list[dict] = []              # generator state before round q's first draw
@@ -169,6 +170,16 @@ class RoundDraws:
             return batch.deal(n_instances)
         return batch.split_by(prompt_index(batch.group) % n_instances, n_instances)
 
+    def _gave_up(self, round_: int, kept: int, gen: int) -> None:
+        """The framework stops the run: the step's generation batches are spent, its batch not full."""
+        sampling, prompts = self.workload.dynamic_sampling, self.workload.prompts_per_step
+        raise RlsimError(
+            f"step {round_}: after {sampling.max_gen_batches} generation batches of {gen} prompts only {kept} of "
+            f"the {prompts} groups needed carried a reward signal (keep_fraction {sampling.keep_fraction:g}); "
+            "verl and NeMo RL stop the run here", source=self.source,
+            field="workload.dynamic_sampling.max_gen_batches",
+            fix="raise max_gen_batches or remove it (no cap), or raise gen_prompts / keep_fraction")
+
     def _sample_groups(self, rng: np.random.Generator, round_: int, n_prompts: int,
                        group0: int) -> tuple[np.ndarray, ...]:
         n = self.workload.samples_per_prompt
@@ -203,6 +214,8 @@ class RoundDraws:
             gen = sampling.gen_prompts or math.ceil(prompts / sampling.keep_fraction)
             kept = 0
             while kept < prompts:
+                if sampling.max_gen_batches is not None and len(parts) == sampling.max_gen_batches:
+                    self._gave_up(round_, kept, gen)
                 part = self._sample_groups(rng, round_, gen, group0 + sum(len(x[0]) // n for x in parts))
                 signal = rng.random(gen) < sampling.keep_fraction
                 reason = np.where(signal, "", "no_signal").astype(object)

@@ -106,3 +106,22 @@ def test_dynamic_sampling_sub_rounds_run_one_after_another_in_closed_form():
     assert s["stage_time_s"]["generate"] == pytest.approx(2 * one_sub_round)
     starts = sorted(set(sm["start"].round(9)))
     assert starts == pytest.approx([0.0, one_sub_round])
+
+
+@pytest.mark.parametrize("kind", ["colocated", "disaggregated"])
+def test_a_step_that_spends_its_generation_batches_stops_the_run(kind):
+    # keep_fraction 1 and gen_prompts 3 for a batch of 8: exactly ceil(8 / 3) = 3 sub-rounds a step;
+    # a cap of 3 runs as without one, a cap of 2 stops at step 0 as verl / NeMo RL raise there
+    from simulator.errors import RlsimError
+
+    def sampling(cap):
+        sub = {"gen_prompts": 3, "keep_fraction": 1.0, **({"max_gen_batches": cap} if cap else {})}
+        return scenario(kind, iterations=2, prompts=8, n=2, workload={"algorithm": "dapo", "dynamic_sampling": sub})
+
+    uncapped, capped = run(sampling(None))[3], run(sampling(3))[3]
+    assert capped == uncapped
+    with pytest.raises(RlsimError) as err:
+        run(sampling(2))
+    assert err.value.field == "workload.dynamic_sampling.max_gen_batches"   # the original, not simpy's copy
+    assert err.value.fix.startswith("raise max_gen_batches")
+    assert "step 0: after 2 generation batches of 3 prompts only 6 of the 8 groups" in str(err.value)
