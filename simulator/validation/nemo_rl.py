@@ -143,13 +143,15 @@ def response_median(mean: float, cap: float, sigma: float = RESPONSE_SIGMA) -> f
     return math.exp((lo + hi) / 2)
 
 
-def length_law(row: Row) -> dict[str, dict[str, Any]]:
-    """prompt_length / response_length mappings of the row under the assumed law."""
-    cap = row.t_max - round(PROMPT_MEAN)
-    prompt = {"dist": "lognormal", "median": round(PROMPT_MEAN / math.exp(PROMPT_SIGMA ** 2 / 2), 1),
+def length_law(row: Row, prompt_mean: float = PROMPT_MEAN,
+               response_sigma: float = RESPONSE_SIGMA) -> dict[str, dict[str, Any]]:
+    """prompt_length / response_length mappings of the row under the assumed law (other values of its
+    two assumptions: what-ifs, benchmarks/v6_unknowns.py); the mean response stays the published G-avg."""
+    cap = row.t_max - round(prompt_mean)
+    prompt = {"dist": "lognormal", "median": round(prompt_mean / math.exp(PROMPT_SIGMA ** 2 / 2), 1),
               "sigma": PROMPT_SIGMA, "max": min(PROMPT_CAP, row.max_prompt)}
-    response = {"dist": "lognormal", "median": round(response_median(row.g_avg, cap), 1),
-                "sigma": RESPONSE_SIGMA, "max": cap}
+    response = {"dist": "lognormal", "median": round(response_median(row.g_avg, cap, response_sigma), 1),
+                "sigma": response_sigma, "max": cap}
     return {"prompt_length": prompt, "response_length": response}
 
 

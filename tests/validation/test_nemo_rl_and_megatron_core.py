@@ -24,14 +24,17 @@ def test_v6_has_one_row_per_table_row_and_pairs():
 
 
 @pytest.mark.parametrize("row", nemo_rl.ROWS, ids=lambda r: r.name)
-def test_v6_length_law_matches_g_avg_under_the_cap(row):
-    law = nemo_rl.length_law(row)
+@pytest.mark.parametrize(("prompt_mean", "sigma"), [(nemo_rl.PROMPT_MEAN, nemo_rl.RESPONSE_SIGMA), (102.0, 0.5),
+                                                    (251.0, 1.1)])
+def test_v6_length_law_matches_g_avg_under_the_cap(row, prompt_mean, sigma):
+    # the V6 law, and the other readings benchmarks/v6_unknowns.py runs: the mean response stays G-avg
+    law = nemo_rl.length_law(row, prompt_mean=prompt_mean, response_sigma=sigma)
     r = law["response_length"]
-    assert r["max"] == row.t_max - round(nemo_rl.PROMPT_MEAN) and r["sigma"] == nemo_rl.RESPONSE_SIGMA
+    assert r["max"] == row.t_max - round(prompt_mean) and r["sigma"] == sigma
     mean = nemo_rl.capped_lognormal_mean(r["median"], r["sigma"], r["max"])
     assert mean == pytest.approx(row.g_avg, rel=1e-3)
     p = law["prompt_length"]
-    assert p["median"] * math.exp(p["sigma"] ** 2 / 2) == pytest.approx(nemo_rl.PROMPT_MEAN, rel=1e-3)
+    assert p["median"] * math.exp(p["sigma"] ** 2 / 2) == pytest.approx(prompt_mean, rel=1e-3)
 
 
 def test_v6_prompt_mean_is_the_median_of_the_tables_arithmetic():
