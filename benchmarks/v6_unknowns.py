@@ -16,7 +16,7 @@ A published step outside the range is a miss no choice of the unknowns explains:
 rate) rlsim does not have. Prints the table of docs/validation.md ("What the unknown inputs can
 explain"); --json for the per-row figures.
 
-    PYTHONPATH=. python benchmarks/v6_unknowns.py            # ~3 min on 2 cores
+    PYTHONPATH=. python benchmarks/v6_unknowns.py            # ~70 s on 2 cores
 """
 from __future__ import annotations
 

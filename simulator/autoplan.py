@@ -16,9 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .engine_software import resolved
 from .errors import RlsimError
 from .llm.architecture import ModelSpec, load_model
+from .llm.lengths import LengthDistribution
 from .network.collectives import parse_group
 from .params import TRAIN_SOFTWARE
 from .planner import (
@@ -31,8 +34,10 @@ from .planner import (
 )
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
+from .rl.packing import heaviest_micro_batch, micro_batch_order
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
+from .units import capacity_text
 
 
 @dataclass
@@ -76,6 +81,57 @@ def train_batch(sc: Scenario) -> tuple[int, int]:
     return max(1, math.ceil(samples * (p_med + r_med) / row)), row
 
 
+# Optimizer steps of sample lengths drawn for the planner's memory check of a training layout (the
+# heaviest token-balanced micro-batch over them): a layout must fit the run's own micro-batches,
+# which exceed a typical packed row. More steps: a heavier tail judged, milliseconds each.
+MEMORY_CHECK_STEPS = 8
+# spawn key of the planner's own generator for those lengths (the run's stream is untouched)
+MEMORY_CHECK_STREAM = 1
+
+
+def memory_check_batches(sc: Scenario) -> list[np.ndarray]:
+    """Sample lengths (prompt + response, cut at max_model_len) of min(iterations, MEMORY_CHECK_STEPS)
+    optimizer steps, drawn from the workload's length laws with a generator of their own."""
+    w = sc.workload
+    prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
+    response = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
+    rng = np.random.default_rng(np.random.SeedSequence(sc.seed, spawn_key=(MEMORY_CHECK_STREAM,)))
+    prompts, n = w.mini_batch_prompts or w.prompts_per_step, w.samples_per_prompt
+    limit = w.inference.max_model_len
+    batches = []
+    for step in range(min(sc.iterations, MEMORY_CHECK_STEPS)):
+        p = np.asarray(prompt.sample(rng, prompts, 1, step), np.int64).reshape(prompts, 1)
+        r = np.asarray(response.sample(rng, prompts, n, step), np.int64).reshape(prompts, n)
+        if limit is not None:
+            r = np.minimum(r, np.maximum(limit - p, 0))
+        batches.append((p + r).reshape(-1))
+    return batches
+
+
+def heaviest_micro_batch_of(sc: Scenario, row: int) -> Callable[[int, int], tuple[int, float, int]] | None:
+    """TrainingEvaluator's ``heaviest`` for a run that token-balances packed micro-batches (as
+    LlmCosts: schedule.micro_batching balanced on packed data); None otherwise (the planner's rows
+    of ``row`` tokens, the longest a sample can be, bound the run's micro-batches)."""
+    sched = sc.schedule
+    if not (sched.micro_batching == "balanced" and sched.distqueue.packed):
+        return None
+    batches = memory_check_batches(sc)
+    memo: dict[tuple[int, int], tuple[int, float, int]] = {}
+
+    def heaviest(rows: int, dp: int) -> tuple[int, float, int]:
+        hit = memo.get((rows, dp))
+        if hit is None:
+            worst = (rows, 0.0, 1)
+            for lens in batches:
+                b, ordered = micro_batch_order(lens, float(row), rows, dp, True)
+                tokens = heaviest_micro_batch(ordered, b)
+                if tokens > worst[1]:
+                    worst = (b, tokens, -(-len(lens) // (b * dp)))
+            hit = memo[(rows, dp)] = worst
+        return hit
+    return heaviest
+
+
 def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     """(rollout ranks, training ranks) of the pools before whole-unit rounding (rl/pools.py)."""
     sched = sc.schedule
@@ -102,7 +158,9 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
         space = settings.space if "exact_batch" in user else settings.space.model_copy(update={"exact_batch": False})
         plan = plan_training(model, topology, batch, row, ranks=train_ranks,
                              space=space.for_software(TRAIN_SOFTWARE[w.train_software]), params=settings.params,
-                             evaluator=TrainingEvaluator.for_workload(model, topology, batch, row, w), top=1)
+                             evaluator=TrainingEvaluator.for_workload(model, topology, batch, row, w,
+                                                                      heaviest=heaviest_micro_batch_of(sc, row)),
+                             top=1)
         lay = {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}
         out.layouts["train"] = lay
         out.planning_cost_s += plan.planning_cost_s
@@ -150,7 +208,7 @@ def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_
     free = math.floor((hbm - resident) / hbm * 100) / 100
     if free <= 0:
         raise RlsimError(f"the resident training state ({resident / 1e9:.1f} GB per device with the training layout "
-                         f"{mapping}) leaves no memory for a rollout engine on {hbm / 1e9:.0f} GB",
+                         f"{mapping}) leaves no memory for a rollout engine on {capacity_text(hbm)}",
                          source=sc.source, field="workload.train_layout",
                          fix="use more devices per training replica (tp / pp), keep schedule.switch.offload_optimizer "
                              "and bucketed on, or place the schedule on split pools")

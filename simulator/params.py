@@ -126,7 +126,7 @@ class MemoryParams(StrictModel):
     # Logits of the last stage for the loss, kept in fp32 (Megatron vocab-parallel cross entropy).
     logits_bytes_per_elem: float = 4.0
     # Share of HBM a training job can use: CUDA context, NCCL buffers and allocator fragmentation
-    # take the rest (assumption: ~8% of 80 GB, i.e. ~6 GB; overridable).
+    # take the rest (assumption: ~8% of an H100's 80 GiB, i.e. ~7 GB; overridable).
     hbm_usable_fraction: float = 0.92
 
 

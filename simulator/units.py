@@ -78,3 +78,9 @@ def parse_flops(value: object, field: str = "flops", source: str | None = None) 
     return _scaled(value, field, source, _FLOP_PREFIX,
                    lambda unit: unit.lower().removesuffix("/s").removesuffix("flops").removesuffix("ops"),
                    "compute", "use TFLOPS, PFLOPS or a plain number of FLOP/s")
+
+
+def capacity_text(nbytes: float) -> str:
+    """A device's memory capacity for messages: SI GB as every other figure, and the binary GiB its
+    datasheet names (an H100's 80 GiB is 85.9 GB)."""
+    return f"{nbytes / 1e9:.1f} GB ({nbytes / 2 ** 30:.4g} GiB)"

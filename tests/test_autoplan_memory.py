@@ -54,3 +54,32 @@ def test_a_refusal_names_the_value_the_user_did_not_set():
     text = str(info.value)
     assert "does not set gpu_memory_utilization" in text and "default 0.9" in text
     assert info.value.field == "workload.rollout_layout"
+
+
+def test_the_planner_judges_memory_on_the_runs_heaviest_micro_batch():
+    # the run token-balances its packed micro-batches; their heaviest exceeds a typical row, and the
+    # planner's memory check takes that micro-batch, formed as the run forms it (LlmCosts)
+    import numpy as np
+
+    from simulator.autoplan import _lengths, heaviest_micro_batch_of, memory_check_batches
+    from simulator.llm.train_layout import TrainLayout
+    from simulator.rl.llm_costs import LlmCosts
+
+    sc = _scenario()
+    row = _lengths(sc)[2]
+    heaviest = heaviest_micro_batch_of(sc, row)
+    batches = memory_check_batches(sc)
+    assert len(batches) == min(sc.iterations, 8) and batches[0].size == sc.workload.samples_per_prompt * (
+        sc.workload.mini_batch_prompts or sc.workload.prompts_per_step)
+    costs = LlmCosts(sc, load_topology(sc.topology))
+    rows, dp = 1, 8
+    b, tokens, per_replica = heaviest(rows, dp)
+    run_view = costs._micro_batched_as(TrainLayout(dp=dp, micro_batch=rows), batches[0])
+    assert b == run_view[0].micro_batch
+    assert tokens >= max(float(np.add.reduceat(run_view[1], np.arange(0, batches[0].size, b)).max()), rows * row * 0.9)
+    assert tokens > rows * row                       # the heaviest is above a typical row here
+    assert per_replica == -(-batches[0].size // (b * dp))
+    assert heaviest(rows, dp) is heaviest(rows, dp)  # judged once per (rows, dp)
+    unbalanced = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                               schedule={"kind": "colocated", "micro_batching": "sequence"}, iterations=1)
+    assert heaviest_micro_batch_of(unbalanced, row) is None   # rows of the longest sample bound the run's

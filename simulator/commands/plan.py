@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario
     (`scn`: a replica's scenario, issue 13; else loaded from the arguments)."""
-    from ..autoplan import train_batch
+    from ..autoplan import heaviest_micro_batch_of, train_batch
     from ..llm.lengths import MAX_TOKENS
     from ..scenario import LIMITS_FIX, load_scenario
 
@@ -82,8 +82,12 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     if seq is not None and seq > MAX_TOKENS:
         raise RlsimError(f"{seq:,} tokens is not a sequence length", field="--seq-len",
                          fix=f"give at most {MAX_TOKENS:.0e} tokens")
+    # the batch is the scenario's optimizer step: memory judged on the run's heaviest micro-batch,
+    # as `rlsim run`'s planner judges it (autoplan.heaviest_micro_batch_of)
+    from_step = workload is not None and not args.global_batch and not args.seq_len
     return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
-            "max_devices": scn.limits.max_devices}
+            "max_devices": scn.limits.max_devices,
+            "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,7 +160,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     settings = planner_settings(section(args.overrides, "planner"))
     w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
-        evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w)
+        evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
+                                                   heaviest=inp["heaviest"])
         evaluator = _counted(evaluator, progress)
         kwargs = {"space": plan_space(settings.space, w.train_software, section(args.overrides, "planner")),
                   "params": settings.params, "evaluator": evaluator}

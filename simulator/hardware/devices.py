@@ -1,8 +1,8 @@
 """Accelerator specifications: a frozen DeviceSpec per catalog entry, overridable from YAML.
 
 Every figure cites its source; "hardware.md" is /work/shared/reference/hardware.md (public datasheet
-and paper values collected for this project). Peak figures are dense (no sparsity). GB = 1e9 bytes;
-bandwidths are per direction.
+and paper values collected for this project). Peak figures are dense (no sparsity). Bandwidths are
+per direction, GB/s = 1e9 bytes/s. Memory capacities are binary (GiB = 2^30 bytes): see GIB.
 """
 from __future__ import annotations
 
@@ -82,7 +82,13 @@ class DeviceSpec:
 
 
 T = 1e12  # TFLOP/s, TB/s
-G = 1e9  # GB, GB/s
+G = 1e9  # GB/s
+# Memory capacities: a datasheet's "80 GB" of HBM is 80 x 2^30 bytes (JEDEC JESD100B.01: the prefix G
+# for semiconductor storage capacity is 2^30; HBM dies are binary, e.g. H100's five 16 GiB HBM3
+# stacks). The driver reports within 0.5% of it: nvidia-smi totals 81,920 MiB on an A100 80GB,
+# 81,559 MiB on an H100 80GB, 143,771 MiB on an H200 141GB. vLLM's gpu_memory_utilization and the
+# memory-fit checks apply to this total; hardware.md's table writes capacities in its GB = 1e9.
+GIB = float(2 ** 30)
 
 _CATALOG: dict[str, DeviceSpec] = {
     spec.name: spec for spec in [
@@ -91,7 +97,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             # hardware.md / CloudMatrix384 paper arXiv 2506.12708: 752 TFLOPS BF16 (376 per die);
             # INT8 ~1,504 TOPS derived as 2x BF16.
             peak_flops={"bf16": 752 * T, "fp16": 752 * T, "int8": 1504 * T},
-            hbm_bytes=128 * G, hbm_bw_Bps=3.2 * T,  # hardware.md: 128 GB (64 per die), 3.2 TB/s
+            hbm_bytes=128 * GIB, hbm_bw_Bps=3.2 * T,  # hardware.md: 128 GB (64 per die), 3.2 TB/s
             scaleup_bw_Bps=392 * G,  # arXiv 2506.12708: UB 392 GB/s unidirectional per NPU
             # hardware.md: host via Kunpeng CPUs over UB, ~160 GB/s per CPU; 4 CPUs per 8 NPUs -> 80 per NPU.
             host_link_bw_Bps=80 * G,
@@ -102,7 +108,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             name="ascend-910b2", description="Huawei Ascend 910B2",
             # hardware.md: 353.8 TFLOPS FP16 (BF16 assumed equal: same cube unit), INT8 ~708 TOPS.
             peak_flops={"bf16": 353.8 * T, "fp16": 353.8 * T, "int8": 708 * T},
-            hbm_bytes=64 * G, hbm_bw_Bps=1.6 * T,  # hardware.md: 64 GB, 1.6 TB/s
+            hbm_bytes=64 * GIB, hbm_bw_Bps=1.6 * T,  # hardware.md: 64 GB, 1.6 TB/s
             scaleup_bw_Bps=196 * G,  # hardware.md: HCCS ~196 GB/s per NPU in an 8-NPU server
             host_link_bw_Bps=32 * G,  # hardware.md says "PCIe"; PCIe 4.0 x16 ~32 GB/s per direction assumed
             power_w=400,  # Atlas 800T A2 datasheet: 910B module ~400 W
@@ -110,7 +116,7 @@ _CATALOG: dict[str, DeviceSpec] = {
         DeviceSpec(
             name="ascend-910b3", description="Huawei Ascend 910B3",
             peak_flops={"bf16": 294.9 * T, "fp16": 294.9 * T},  # hardware.md: 294.9 TFLOPS FP16
-            hbm_bytes=64 * G, hbm_bw_Bps=1.6 * T,  # hardware.md: as 910B2
+            hbm_bytes=64 * GIB, hbm_bw_Bps=1.6 * T,  # hardware.md: as 910B2
             scaleup_bw_Bps=196 * G,  # hardware.md: as 910B2
             host_link_bw_Bps=32 * G,  # as 910B2 (PCIe 4.0 x16 assumed)
             power_w=400,  # as 910B2
@@ -119,7 +125,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             name="a100-40gb", description="NVIDIA A100 SXM 40GB",
             # NVIDIA A100 datasheet: 312 TFLOPS BF16/FP16, 624 TOPS INT8, 19.5 TFLOPS FP32.
             peak_flops={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T},
-            hbm_bytes=40 * G, hbm_bw_Bps=1.555 * T,  # A100 datasheet: 40 GB HBM2, 1.555 TB/s
+            hbm_bytes=40 * GIB, hbm_bw_Bps=1.555 * T,  # A100 datasheet: 40 GB HBM2, 1.555 TB/s
             scaleup_bw_Bps=300 * G,  # NVLink3 600 GB/s both directions (hardware.md)
             host_link_bw_Bps=32 * G,  # PCIe4 x16, 32 GB/s per direction (hardware.md)
             power_w=400,  # A100 SXM datasheet TDP
@@ -127,7 +133,7 @@ _CATALOG: dict[str, DeviceSpec] = {
         DeviceSpec(
             name="a100-80gb", description="NVIDIA A100 SXM 80GB",
             peak_flops={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T},  # datasheet
-            hbm_bytes=80 * G, hbm_bw_Bps=2.039 * T,  # hardware.md: 80 GB, 2.039 TB/s
+            hbm_bytes=80 * GIB, hbm_bw_Bps=2.039 * T,  # hardware.md: 80 GB, 2.039 TB/s
             scaleup_bw_Bps=300 * G,  # NVLink3 (hardware.md)
             host_link_bw_Bps=32 * G,  # PCIe4 (hardware.md)
             power_w=400,  # A100 SXM datasheet TDP
@@ -136,7 +142,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             name="h100", description="NVIDIA H100 SXM 80GB",
             # hardware.md / H100 datasheet: 989 TFLOPS BF16 dense, 1,979 FP8/INT8, 67 FP32.
             peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
-            hbm_bytes=80 * G, hbm_bw_Bps=3.35 * T,  # hardware.md
+            hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 x16 (hardware.md)
             power_w=700,  # H100 SXM datasheet TDP
@@ -144,7 +150,7 @@ _CATALOG: dict[str, DeviceSpec] = {
         DeviceSpec(
             name="h800", description="NVIDIA H800 SXM 80GB (export variant, reduced NVLink)",
             peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
-            hbm_bytes=80 * G, hbm_bw_Bps=3.35 * T,  # hardware.md
+            hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=200 * G,  # hardware.md: NVLink 400 GB/s both directions
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
             power_w=700,  # same board as H100 SXM
@@ -152,7 +158,7 @@ _CATALOG: dict[str, DeviceSpec] = {
         DeviceSpec(
             name="h20", description="NVIDIA H20 96GB",
             peak_flops={"bf16": 148 * T, "fp16": 148 * T, "fp8": 296 * T, "int8": 296 * T},  # hardware.md
-            hbm_bytes=96 * G, hbm_bw_Bps=4.0 * T,  # hardware.md
+            hbm_bytes=96 * GIB, hbm_bw_Bps=4.0 * T,  # hardware.md
             scaleup_bw_Bps=450 * G,  # hardware.md: NVLink 900 GB/s both
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
             power_w=400,  # H20 product brief TDP
@@ -160,7 +166,7 @@ _CATALOG: dict[str, DeviceSpec] = {
         DeviceSpec(
             name="h200", description="NVIDIA H200 SXM 141GB",
             peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
-            hbm_bytes=141 * G, hbm_bw_Bps=4.8 * T,  # hardware.md
+            hbm_bytes=141 * GIB, hbm_bw_Bps=4.8 * T,  # hardware.md
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
             power_w=700,  # H200 SXM datasheet TDP
@@ -168,7 +174,7 @@ _CATALOG: dict[str, DeviceSpec] = {
         DeviceSpec(
             name="b200", description="NVIDIA B200 (HGX)",
             peak_flops={"bf16": 2250 * T, "fp16": 2250 * T, "fp8": 4500 * T, "int8": 4500 * T},  # hardware.md
-            hbm_bytes=180 * G, hbm_bw_Bps=8 * T,  # hardware.md: 180 GB (192 in some specs), 8 TB/s
+            hbm_bytes=180 * GIB, hbm_bw_Bps=8 * T,  # hardware.md: 180 GB (192 in some specs), 8 TB/s
             scaleup_bw_Bps=900 * G,  # NVLink5 1.8 TB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # hardware.md: PCIe5/6, sources differ; PCIe5 x16 taken
             power_w=1000,  # HGX B200 datasheet: 1,000 W per GPU
@@ -176,7 +182,7 @@ _CATALOG: dict[str, DeviceSpec] = {
         DeviceSpec(
             name="gb200", description="NVIDIA GB200 (Blackwell GPU in an NVL72 rack)",
             peak_flops={"bf16": 2500 * T, "fp16": 2500 * T, "fp8": 5000 * T, "int8": 5000 * T},  # hardware.md
-            hbm_bytes=186 * G, hbm_bw_Bps=8 * T,  # hardware.md
+            hbm_bytes=186 * GIB, hbm_bw_Bps=8 * T,  # hardware.md
             scaleup_bw_Bps=900 * G,  # NVLink5 1.8 TB/s both (hardware.md)
             # NVLink-C2C 900 GB/s both directions per Grace, shared by its 2 GPUs -> 225 GB/s per GPU per direction.
             host_link_bw_Bps=225 * G,
@@ -187,7 +193,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             # Placeholders of a typical 2-socket server, to be replaced by calibration: ~2 TFLOPS FP32/BF16
             # with AVX-512, 256 GB DRAM at ~200 GB/s; "scale-up" is the socket-to-socket link (~64 GB/s).
             peak_flops={"bf16": 2 * T, "fp32": 2 * T},
-            hbm_bytes=256 * G, hbm_bw_Bps=200 * G,
+            hbm_bytes=256 * GIB, hbm_bw_Bps=200 * G,
             scaleup_bw_Bps=64 * G, host_link_bw_Bps=200 * G,
             gemm_efficiency=0.5, hbm_efficiency=0.6,  # placeholders until calibrated
             launch_overhead_s=1e-6,  # placeholder: a function call, no device launch

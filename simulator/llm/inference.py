@@ -35,6 +35,7 @@ from ..hardware.devices import distinct_devices
 from ..network.collectives import line_time_s
 from ..params import InferenceParams
 from ..strict_model import StrictModel
+from ..units import capacity_text
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
 
 _COMPUTE_DTYPE = {"int8": "int8", "fp8": "fp8", "fp16": "fp16"}  # W8A8 / FP8 GEMMs; others run in bf16
@@ -144,7 +145,7 @@ class StepCost:
         if self.kv_free_bytes_dev <= max(self.kv_bytes_per_token_dev, 0.0) or self.kv_free_bytes_dev <= 0:
             raise RlsimError(
                 f"{model.name} does not fit for inference on {device.name} with tp={tp}, ep={ep}: "
-                f"{device.hbm_bytes / 1e9:.1f} GB x {layout.gpu_memory_utilization} = {hbm / 1e9:.1f} GB per device, "
+                f"{capacity_text(device.hbm_bytes)} x {layout.gpu_memory_utilization} = {hbm / 1e9:.1f} GB per device, "
                 f"weights {self.weight_bytes_dev / 1e9:.1f} GB ({layout.weight_dtype}), workspace "
                 f"{params.workspace_bytes / 1e9:.1f} GB, leaving no room for the KV cache",
                 field="rollout_layout", fix=_FIT_FIX)

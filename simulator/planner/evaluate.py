@@ -2,7 +2,8 @@
 (llm/inference.py) for rollout layouts. Both raise RlsimError for layouts that do not fit."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,14 @@ class TrainingEvaluator:
 
     def __init__(self, model: Any, topology: Any, global_batch: int, seq_len: int, *,
                  params: TrainParams | None = None, collectives: Any = None,
-                 sequence_parallel: bool | None = None) -> None:
+                 sequence_parallel: bool | None = None,
+                 heaviest: Callable[[int, int], tuple[int, float, int]] | None = None) -> None:
+        """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
+        heaviest micro-batch the run will form with ``rows`` packed rows on ``dp`` replicas; memory is
+        then judged on it as the run judges it (autoplan: the run's token-balanced micro-batches of
+        drawn lengths exceed a typical row). None: on rows of ``seq_len`` tokens."""
         self.model, self.topology = model, topology
+        self.heaviest = heaviest
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()
@@ -59,9 +66,12 @@ class TrainingEvaluator:
             # The same memory check train_step_cost makes first (equal sequences: the longest is
             # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
             hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
-            mem = memory_per_device(self.model, layout, float(self.seq_len), hbm, params=self.params.memory,
-                                    flash_attention=self.params.compute.flash_attention,
-                                    micro_batches=-(-self.global_batch // (c.dp * c.micro_batch)))
+            mem_layout, seq, micro_batches = layout, float(self.seq_len), -(-self.global_batch // (c.dp * c.micro_batch))
+            if self.heaviest is not None:
+                samples, tokens, micro_batches = self.heaviest(c.micro_batch, c.dp)
+                mem_layout, seq = dataclasses.replace(layout, micro_batch=samples), tokens / samples
+            mem = memory_per_device(self.model, mem_layout, seq, hbm, params=self.params.memory,
+                                    flash_attention=self.params.compute.flash_attention, micro_batches=micro_batches)
             check_fits(mem, what=f"{self.model.name} with {c}", source="planner")
         return train_step_cost(self.model, layout, self.topology, list(ranks), self.sequences,
                                params=self.params, collectives=self.collectives, source="planner")

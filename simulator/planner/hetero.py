@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field
 from ..errors import RlsimError
 from ..params import TrainParams
 from ..strict_model import StrictModel
+from ..units import capacity_text
 from .placement import groups, lay_out, locality_sorted
 
 
@@ -197,7 +198,7 @@ class HeteroStepModel:
             need = params * p.state_bytes_per_param + layers[st] * act_layer * (pp - st)
             hbm = min(self.topology.device_spec(r).hbm_bytes for d in range(dp) for r in tp_groups[d + dp * st])
             if need > hbm:
-                raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {hbm / 1e9:.1f} GB",
+                raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(hbm)}",
                                  field="planner.layers", fix="use more pipeline stages or tensor parallelism")
 
 

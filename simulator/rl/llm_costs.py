@@ -52,8 +52,9 @@ from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, forward_cost, train_step_cost
 from ..network.collectives import CollectiveModel
 from ..scenario import Scenario
+from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
-from .packing import balanced_order, replica_contiguous_ranks, samples_per_micro_batch
+from .packing import heaviest_micro_batch, micro_batch_order, replica_contiguous_ranks
 from .pools import resolve_auto_layouts
 
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
@@ -464,9 +465,7 @@ class LlmCosts:
     def _heaviest_micro_batch_tokens(self, n_devices: int, lens: np.ndarray) -> float:
         """Tokens of the largest micro-batch of ``lens`` as trained on ``n_devices``."""
         lay, ordered = self.micro_batched(lens, n_devices)
-        b = max(1, int(lay.micro_batch))
-        sums = np.add.reduceat(ordered, np.arange(0, len(ordered), b))
-        return float(sums.max())
+        return heaviest_micro_batch(ordered, lay.micro_batch)
 
     def micro_batched(self, seq_lens, n_devices: int) -> tuple[TrainLayout, np.ndarray]:
         """The layout and sample order the training cost model sees: token-balanced micro-batches
@@ -502,11 +501,8 @@ class LlmCosts:
 
     def _micro_batched_as(self, lay: TrainLayout, seq_lens, rows: int | None = None) -> tuple[TrainLayout, np.ndarray]:
         """``rows``: packed rows per micro-batch (samples when not balanced; default: the layout's micro_batch)."""
-        lens = np.asarray(seq_lens, np.int64)
-        if not self.balanced or not len(lens):
-            return (lay if rows is None else dataclasses.replace(lay, micro_batch=rows)), lens
-        b = samples_per_micro_batch(lens, self.pack_tokens, rows or lay.micro_batch, lay.dp or 1)
-        return dataclasses.replace(lay, micro_batch=b), lens[balanced_order(lens, b)]
+        b, ordered = micro_batch_order(seq_lens, self.pack_tokens, rows or lay.micro_batch, lay.dp or 1, self.balanced)
+        return (lay if b == lay.micro_batch else dataclasses.replace(lay, micro_batch=b)), ordered
 
     def _as_pool(self, where: _Pool | int) -> _Pool:
         """A pool, or a device count (ranks 0..n-1, as callers of the sized API had it)."""
@@ -672,7 +668,7 @@ class LlmCosts:
                 field, fix = self._engine_share_fix(device.hbm_bytes, resident)
                 raise RlsimError(
                     f"the rollout phase needs {total / 1e9:.1f} GB per device (engine {engine / 1e9:.1f} GB + "
-                    f"resident training state {resident / 1e9:.1f} GB) on {device.hbm_bytes / 1e9:.0f} GB",
+                    f"resident training state {resident / 1e9:.1f} GB) on {capacity_text(device.hbm_bytes)}",
                     source=self.source, field=field, fix=fix)
             totals.append(total)
         return max(totals)

@@ -28,6 +28,26 @@ def samples_per_micro_batch(lens: np.ndarray, pack_tokens: float, rows: int, dp:
     return max(1, min(b, math.ceil(n / max(1, dp))))
 
 
+def micro_batch_order(lens: np.ndarray, pack_tokens: float, rows: int, dp: int,
+                      balanced: bool) -> tuple[int, np.ndarray]:
+    """(samples per micro-batch, the samples in micro-batch order) of a mini-batch as the training
+    cost model takes it: consecutive groups of that many samples are its micro-batches. Balanced
+    (schedule.micro_batching: balanced on packed data): about ``rows`` packed rows of
+    ``pack_tokens`` tokens a micro-batch, token-balanced (``balanced_order``); else ``rows``
+    samples a micro-batch in arrival order."""
+    lens = np.asarray(lens, np.int64)
+    if not balanced or not len(lens):
+        return rows, lens
+    b = samples_per_micro_batch(lens, pack_tokens, rows, dp)
+    return b, lens[balanced_order(lens, b)]
+
+
+def heaviest_micro_batch(ordered: np.ndarray, b: int) -> float:
+    """Tokens of the largest of the consecutive groups of ``b`` samples (micro_batch_order's)."""
+    b = max(1, int(b))
+    return float(np.add.reduceat(ordered, np.arange(0, len(ordered), b)).max()) if len(ordered) else 0.0
+
+
 # Rounds of at least this many samples go through the array pass (``_array_rounds``); a shorter
 # round hands the rest to the heap. Speed only (both give the same permutation): an array round
 # costs about as much as ~100 heap steps.

@@ -21,7 +21,12 @@ def test_default_inputs_are_what_run_trains():
     assert inp["model"] == "pangu-ultra-moe"
     assert (inp["global_batch"], inp["seq_len"]) == (256, 20480)
     # an explicit --model keeps the old default topology
-    assert plan._inputs(_args("--model", "qwen2.5-7b", "--global-batch", "8", "--seq-len", "512"))["topology"] == "dgx-h100"
+    shaped = plan._inputs(_args("--model", "qwen2.5-7b", "--global-batch", "8", "--seq-len", "512"))
+    assert shaped["topology"] == "dgx-h100"
+    # memory judged on the run's heaviest micro-batch when the batch is the scenario's step (as `run`
+    # plans it), on the given rows of equal length otherwise
+    samples, tokens, _ = inp["heaviest"](1, 16)
+    assert samples >= 1 and tokens > 0 and shaped["heaviest"] is None
 
 
 def test_uneven_pipeline_stages_searched_for_megatron_core():

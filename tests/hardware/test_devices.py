@@ -19,11 +19,18 @@ def test_catalog_has_every_device_named_in_the_issue():
 
 def test_datasheet_figures():
     a100 = get_device("a100-40gb")
-    assert a100.hbm_bytes == 40e9 and a100.hbm_bw_Bps == pytest.approx(1.555e12)
+    assert a100.hbm_bytes == 40 * 2**30 and a100.hbm_bw_Bps == pytest.approx(1.555e12)
     assert get_device("h100").peak("bf16") == pytest.approx(989e12)
     assert get_device("h100").peak("fp8") == pytest.approx(1979e12)
     assert get_device("ascend-910c").scaleup_bw_Bps == pytest.approx(392e9)
     assert get_device("h800").scaleup_bw_Bps == pytest.approx(200e9)  # 400 GB/s both directions
+
+
+@pytest.mark.parametrize(("name", "driver_mib"), [("a100-80gb", 81_920), ("h100", 81_559), ("h200", 143_771)])
+def test_memory_capacities_are_binary_as_the_driver_reports(name, driver_mib):
+    # a datasheet's "80 GB" of HBM is 80 GiB (JEDEC); nvidia-smi's totals lie within 0.5% of it
+    assert get_device(name).hbm_bytes == pytest.approx(driver_mib * 2**20, rel=5e-3)
+    assert get_device(name).hbm_bytes % 2**30 == 0
 
 
 def test_names_are_case_insensitive():
