@@ -174,7 +174,8 @@ class RoundDraws:
         """The framework stops the run: the step's generation batches are spent, its batch not full."""
         sampling, prompts = self.workload.dynamic_sampling, self.workload.prompts_per_step
         raise RlsimError(
-            f"step {round_}: after {sampling.max_gen_batches} generation batches of {gen} prompts only {kept} of "
+            f"step {round_}: after {sampling.max_gen_batches} generation batch{'es' if sampling.max_gen_batches > 1 else ''} "
+            f"of {gen} prompts only {kept} of "
             f"the {prompts} groups needed carried a reward signal (keep_fraction {sampling.keep_fraction:g}); "
             "verl and NeMo RL stop the run here", source=self.source,
             field="workload.dynamic_sampling.max_gen_batches",
