@@ -1,0 +1,81 @@
+"""Issue 12, V6 (NeMo RL v0.5): which of rlsim's own constants could close a row's miss?
+
+benchmarks/v6_unknowns.py shows that the inputs the runs did not publish cannot reach most V6
+steps. This script asks the same question of rlsim's modelling constants. It takes each constant
+that is an assumption, a single measurement or a published range. It sets the constant to the low
+and the high end of a plausible range, one at a time, and reruns every row:
+- a hardware.md range: the H100 GEMM plateau 0.70-0.80, HBM streaming 0.75-0.85;
+- a single measurement or an assumed value, at half and at twice its default: the engine's step
+  overhead (formulas.md "a few ms"), its workspace, the refit's per-tensor CPU time (one verl
+  measurement), vLLM sleep mode's 11.3 s (one measurement), the switches' fixed overhead and the
+  host-link efficiency of the offload copies (up to 1.0; pinned at 0.85 now, pageable copies are
+  slower);
+- the per-sequence CPU time, up to the whole ~45 us a sequence of NIM's inter-token-latency slope.
+For each row the table gives the published gap (published - predicted step) and each constant's
+swing: the step at the low end minus the V6 step, and at the high end minus the V6 step. A
+constant "could close" a row when its swing, in the gap's direction, covers at least the gap.
+Prints the table of docs/validation.md ("What rlsim's own constants can explain").
+
+    PYTHONPATH=. python benchmarks/v6_assumptions.py          # ~1 min on 2 cores
+"""
+from __future__ import annotations
+
+import time
+
+from simulator.api import simulate
+from simulator.errors import RlsimError
+from simulator.scenario import SwitchParams
+from simulator.validation import nemo_rl
+
+SLEEP = SwitchParams().sleep_wake_s
+# (label, --set key, low, high)
+CONSTANTS: tuple[tuple[str, str, float, float], ...] = (
+    ("gemm", "topology.device.gemm_efficiency", 0.70, 0.80),
+    ("hbm", "topology.device.hbm_efficiency", 0.75, 0.85),
+    ("step_ovh", "workload.inference.step_overhead_s", 0.85e-3, 3.4e-3),
+    ("per_seq", "workload.inference.cpu_per_seq_s", 0.5e-5, 4.5e-5),
+    ("workspace", "workload.inference.workspace_bytes", 1e9, 4e9),
+    ("tensor", "schedule.refit_tensor_overhead_s", 0.42e-3, 1.68e-3),
+    ("sleepwake", "schedule.switch.sleep_wake_s", SLEEP / 2, SLEEP * 2),
+    ("sw_ovh", "schedule.switch.overhead_s", 0.25, 1.0),
+    ("host_eff", "schedule.switch.host_link_efficiency", 0.425, 1.0),
+)
+
+
+def step(row: nemo_rl.Row, items: tuple[str, ...] = ()) -> float | None:
+    """The row's steady step with the --set ``items``; None where a constant does not apply to it."""
+    try:
+        return float(simulate(nemo_rl.row_scenario(row, items)).summary["steady_step_time_s"])
+    except RlsimError as exc:
+        if "applies only" in str(exc) or "schedule.switch" in str(exc):
+            return None
+        raise
+
+
+def _swing(value: float | None, base: float) -> str:
+    return "-" if value is None else f"{value - base:+.1f}"
+
+
+def main() -> None:
+    start, runs = time.perf_counter(), 0
+    print("| row | gap s | " + " | ".join(label for label, *_ in CONSTANTS) + " | could close |")
+    print("|---|---|" + "---|" * len(CONSTANTS) + "---|")
+    for row in nemo_rl.ROWS:
+        base = step(row)
+        gap = row.step_s - base
+        cells, closers = [], []
+        for label, key, low, high in CONSTANTS:
+            lo, hi = step(row, (f"{key}={low!r}",)), step(row, (f"{key}={high!r}",))
+            runs += 2
+            cells.append(f"{_swing(lo, base)} / {_swing(hi, base)}")
+            reach = [v - base for v in (lo, hi) if v is not None]
+            if reach and (max(reach) >= gap if gap > 0 else min(reach) <= gap):
+                closers.append(label)
+        print(f"| {row.name.removeprefix('V6 nemo-rl ')} | {gap:+.1f} | " + " | ".join(cells)
+              + f" | {', '.join(closers) or 'none'} |")
+    print(f"\nswing = step at the low end - V6 step / at the high end - V6 step (s); {runs} runs in "
+          f"{time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
