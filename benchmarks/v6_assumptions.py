@@ -10,7 +10,8 @@ and the high end of a plausible range, one at a time, and reruns every row:
   measurement), vLLM sleep mode's 11.3 s (one measurement), the switches' fixed overhead and the
   host-link efficiency of the offload copies (up to 1.0; pinned at 0.85 now, pageable copies are
   slower);
-- the per-sequence CPU time, up to the whole ~45 us a sequence of NIM's inter-token-latency slope.
+- the per-sequence CPU time, up to the whole ~45 us a sequence of NIM's inter-token-latency slope;
+- the rule reward's CPU time per sample (an assumption, "tens of ms"), at half and at twice 0.05 s.
 For each row the table gives the published gap (published - predicted step) and each constant's
 swing: the step at the low end minus the V6 step, and at the high end minus the V6 step. A
 constant "could close" a row when its swing, in the gap's direction, covers at least the gap.
@@ -39,6 +40,7 @@ CONSTANTS: tuple[tuple[str, str, float, float], ...] = (
     ("sleepwake", "schedule.switch.sleep_wake_s", SLEEP / 2, SLEEP * 2),
     ("sw_ovh", "schedule.switch.overhead_s", 0.25, 1.0),
     ("host_eff", "schedule.switch.host_link_efficiency", 0.425, 1.0),
+    ("reward", "workload.reward.cpu_s_per_sample", 0.025, 0.1),
 )
 
 

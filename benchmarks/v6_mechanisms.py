@@ -10,7 +10,9 @@ logprob_batch_size x T-max; off: the training budget), the MoE token shuffle of 
 (train_params.compute.moe_permute_traffic_bytes_per_hidden), one pipeline p2p shape (+pppad:
 train_params.comm.pp_variable_seq_lengths false, the rows with pp > 1) and the named vLLM engine
 (+engine: workload.engine vllm-v1 / vllm-v1-async; off: rlsim's engine defaults with the rows'
-former hand-set caps, max_num_seqs 1024 sync / 128 async).
+former hand-set caps, max_num_seqs 1024 sync / 128 async) and the recipe's shared rule-reward pool
+(+rewardpool: workload.reward.workers, NeMo RL's env.<name>.num_workers; off: one worker per device
+of the instance).
 Prints the table of docs/validation.md.
 
     PYTHONPATH=. python benchmarks/v6_mechanisms.py
@@ -25,7 +27,7 @@ from simulator.scenario import SwitchParams
 from simulator.validation import nemo_rl
 
 MECHANISMS = ("refit", "tensors", "offload", "sleepwake", "async", "refswap", "logprob", "moeshuffle", "pppad",
-              "engine")
+              "engine", "rewardpool")
 CONFIGS: dict[str, set[str]] = {"main": set(), **{f"+{m}": {m} for m in MECHANISMS}, "all": set(MECHANISMS)}
 
 
@@ -62,6 +64,8 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
     if "engine" not in on:
         engine = sc["workload"].pop("engine")
         sc["workload"]["rollout_layout"]["max_num_seqs"] = 128 if engine == "vllm-v1-async" else 1024
+    if "rewardpool" not in on:
+        sc["workload"].pop("reward")
     return sc
 
 

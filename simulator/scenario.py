@@ -76,6 +76,18 @@ class RewardSpec(_Strict):
     # Host CPU workers for rule rewards; default = 1 per device (CloudMatrix384: 192 Kunpeng CPUs
     # of many cores each for 384 NPUs, hardware.md), overridable.
     workers_per_device: float = Field(1.0, gt=0)
+    # A fixed pool of rule-reward workers shared by the whole job, in place of workers_per_device:
+    # NeMo RL's environment actors (env.<name>.num_workers: 8 in grpo_math_1B.yaml, 64 in the DAPO
+    # recipes), which verify a whole batch once its generation is done. None: workers_per_device.
+    workers: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_worker_rule(self) -> "RewardSpec":
+        if self.workers is not None and "workers_per_device" in self.model_fields_set:
+            raise ValueError("give workers (a pool shared by the job) or workers_per_device, not both")
+        if self.kind == "model" and self.workers is not None:
+            raise ValueError("workers applies to rule rewards (kind: rule); a reward model runs on the devices")
+        return self
 
 
 class WorkloadConfig(_Strict):

@@ -99,3 +99,12 @@ def test_each_preset_file_is_read_once_per_load(monkeypatch, workload):
     monkeypatch.setattr(presets, "read_text", lambda path, **kw: read.append(str(path)) or real(path, **kw))
     load_scenario(workload=workload)
     assert len(read) == 1 and read[0].endswith("grpo-qwen2.5-7b.yaml")
+
+
+def test_a_shared_reward_pool_is_one_rule_of_two():
+    pooled = load_scenario(workload={**BARE, "reward": {"workers": 8}}).workload.reward
+    assert (pooled.workers, pooled.workers_per_device) == (8, 1.0)
+    with pytest.raises(RlsimError, match="workers_per_device, not both"):
+        load_scenario(workload={**BARE, "reward": {"workers": 8, "workers_per_device": 2}})
+    with pytest.raises(RlsimError, match="applies to rule rewards"):
+        load_scenario(workload={**BARE, "reward": {"kind": "model", "workers": 8}})

@@ -8,7 +8,8 @@ Schedule: ``grpo.async_grpo.enabled: true`` -> kind nemo-rl-async; else
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,8 @@ RULES: dict[str, Rule] = {
     f"{_V}.*": unsupported("vLLM option not modelled"),
     "data.max_input_seq_length": mapped("workload.prompt_length.max"),
     "data.*": ignored("data loading and prompt formatting on the host: no modelled cost"),
-    "env.*": unsupported("reward workers: rlsim models workload.reward.workers_per_device rule workers per device"),
+    "env.*": unsupported("environment option not modelled (env.<name>.num_workers: the reward pool, "
+                         "workload.reward.workers)"),
     "logger.*": ignored(_LOG),
     "checkpointing.*": ignored("checkpoint files: rlsim step times exclude checkpointing"),
     "cluster.num_nodes": mapped("topology.nodes", "the whole job"),
@@ -177,6 +179,7 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     workload = _workload(v, "workload.model" in user_sets, decided)
+    _reward_pool(flat, workload, decided, source)
     sched = _schedule(v, kind, workload, decided)
     gpus = (positive_int(v("cluster.num_nodes"), "cluster.num_nodes", source)
             * positive_int(v("cluster.gpus_per_node"), "cluster.gpus_per_node", source))
@@ -189,6 +192,24 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
                         "min(max_new_tokens, T-max); NeMo caps prompt + response at T-max per sample "
                         "(set --set workload.response_length.max / .median to refine)")
     return result
+
+
+def _reward_pool(flat: Mapping[str, Any], w: dict[str, Any], decided: dict[str, tuple[Status, str]],
+                 src: str) -> None:
+    """The rule-reward workers: NeMo RL's environment actors (env.<name>.num_workers) verify each
+    generated batch, one pool shared by the job. Several environments of different sizes are not
+    mapped (the recipe's data decides which serves it); the user gives workload.reward.workers."""
+    pools = {key: value for key, value in flat.items() if re.fullmatch(r"env\.[^.]+\.num_workers", key)}
+    if not pools:
+        return
+    sizes = {positive_int(value, key, src) for key, value in pools.items()}
+    if len(sizes) > 1:
+        for key in pools:
+            decided[key] = ("unsupported", "environments of different sizes: give --set workload.reward.workers=N")
+        return
+    w["reward"] = {"workers": sizes.pop()}
+    for key in pools:
+        decided[key] = ("mapped", "workload.reward.workers: rule-reward workers shared by the job")
 
 
 def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:

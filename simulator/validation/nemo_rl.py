@@ -49,6 +49,10 @@ TARGET_MEDIAN, TARGET_MAX = 0.15, 0.30
 NEMO_REFERENCE_SWAP_COPIES = 3
 # The DAPO recipe's grpo.dynamic_sampling_max_gen_batches (dapo-deepseek-v3-64n8g.yaml at v0.5.0)
 DAPO_MAX_GEN_BATCHES = 10
+# Rule-reward workers shared by the job (workload.reward.workers): the environment's Ray actors,
+# env.math.num_workers 8 in grpo_math_1B.yaml (the GRPO rows), env.dapo.num_workers 64 in the DAPO
+# recipe (../shared/reference/nemo-v05/). The time per sample stays rlsim's assumed 0.05 s.
+REWARD_WORKERS = {"grpo": 8, "dapo": 64}
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,8 @@ def scenario(row: Row) -> dict[str, Any]:
         # running-sequence caps and step token budgets differ (max_num_seqs is not set by the recipes)
         "engine": "vllm-v1-async" if row.async_engine else "vllm-v1",
         # vLLM: CUDA graphs or eager as the recipe; NeMo caps prompt + response at T-max per sample
-        "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max}}
+        "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max},
+        "reward": {"workers": REWARD_WORKERS[row.algo]}}
     if row.pp > 1:   # NeMo RL's Megatron worker pads micro-batches to the batch's longest (pad_full_seq_to)
         workload["train_params"] = {"comm": {"pp_variable_seq_lengths": False}}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
@@ -234,19 +239,23 @@ def simulate_row(row: Row, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
         summary = simulate(row_scenario(row, overrides)).summary
     except RlsimError as exc:
         return {"refused": f"{type(exc).__name__}: {exc}"}
+    stages = {k: float(v) for k, v in summary["stage_time_s"].items()}
+    if "verl_timing_s" in summary:   # colocated: the step's wait for its rule rewards after the round
+        stages["reward_wait"] = float(summary["verl_timing_s"]["reward"])
     return {"step_s": float(summary["steady_step_time_s"]),
-            "tok_s_gpu": float(summary["steady_tokens_per_s_per_device"]),
-            "stages": {k: float(v) for k, v in summary["stage_time_s"].items()}}
+            "tok_s_gpu": float(summary["steady_tokens_per_s_per_device"]), "stages": stages}
 
 
-PHASES = {"generate": ("generate",), "forwards": ("old_logprob", "reference"), "train": ("train_actor",),
-          "sync": ("weight_sync",), "switch": ("switch_to_rollout", "switch_to_train")}
+PHASES = {"generate": ("generate",), "reward": ("reward_wait",), "forwards": ("old_logprob", "reference"),
+          "train": ("train_actor",), "sync": ("weight_sync",), "switch": ("switch_to_rollout", "switch_to_train")}
 
 
 def phase_line(stages: dict[str, float]) -> str:
-    """generate / forwards / train / sync / switch seconds per step (stage_time_s, summed over devices'
-    stages as the summary reports them; split-pool phases overlap, so they need not add to the step)."""
-    parts = [f"{name} {sum(stages.get(k, 0.0) for k in keys):.1f}" for name, keys in PHASES.items()]
+    """generate / reward / forwards / train / sync / switch seconds per step (stage_time_s, summed
+    over devices' stages as the summary reports them; reward: the colocated step's wait for its rule
+    rewards; split-pool phases overlap, so they need not add to the step)."""
+    parts = [f"{name} {sum(stages.get(k, 0.0) for k in keys):.1f}" for name, keys in PHASES.items()
+             if name != "reward" or "reward_wait" in stages]   # split pools overlap it: no wait to show
     return "phases s/step: " + ", ".join(parts)
 
 

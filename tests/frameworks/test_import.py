@@ -212,6 +212,18 @@ def test_the_cap_on_generation_batches_is_mapped_where_it_applies():
     assert "grpo.dynamic_sampling_max_gen_batches" in plain.ignored
 
 
+def test_nemo_rl_environment_workers_are_the_jobs_reward_pool():
+    nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"   # env.math.num_workers: 8
+    r = import_config("nemo-rl", nemo)
+    assert r.scenario["workload"]["reward"] == {"workers": 8} and "env.math.num_workers" in r.mapped
+    assert load_scenario(r.scenario).workload.reward.workers == 8
+    same = import_config("nemo-rl", nemo, ["env.math.num_workers=64", "+env.dapo.num_workers=64"])
+    assert same.scenario["workload"]["reward"] == {"workers": 64}
+    mixed = import_config("nemo-rl", nemo, ["+env.dapo.num_workers=64"])
+    assert "reward" not in mixed.scenario["workload"]
+    assert {"env.math.num_workers", "env.dapo.num_workers"} <= set(mixed.unsupported)
+
+
 def test_nemo_defaults_chain_and_batch_checks(tmp_path):
     base = yaml.safe_load((EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml").read_text())
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))

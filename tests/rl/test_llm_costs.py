@@ -175,3 +175,11 @@ def test_rollout_flops_of_integer_lengths_equal_the_float_sum(dtype):
         flops, prompts, responses = c._rollout_inputs(p, r)
         assert flops == want and prompts.dtype == responses.dtype == np.int64
     assert c._rollout_inputs(np.zeros(0, np.int64), np.zeros(0, np.int64))[0] == 0.0
+
+
+def test_rule_rewards_on_the_instances_workers_or_the_jobs_pool():
+    # 0.05 s a sample: 64 samples on a 2-device instance's 2 workers, or on a pool of 8 wherever they ran
+    own = costs()
+    assert own.reward_cpu_s(64, [0, 1]) == pytest.approx(0.05 * 64 / 2)
+    pool = costs("workload.reward.workers=8")
+    assert pool.reward_cpu_s(64, [0, 1]) == pool.reward_cpu_s(64, list(range(16))) == pytest.approx(0.05 * 64 / 8)

@@ -74,6 +74,7 @@ class Context:
         self.env, self.timeline = self.sim.env, self.sim.timeline
         self.alg: Algorithm = build_algorithm(self.workload)
         self.rule_reward = any(stage.kind == REWARD_CPU for stage in self.alg.stages)
+        self.shared_reward = scenario.workload.reward.workers is not None
         self.draws = RoundDraws(scenario, self.sim.rng, prompt_sampler, response_sampler)
         # keep_samples=False (no output shows the per-sample table): rows fold as soon as the online
         # critical path has walked them; with schedule.failures every row stays (a roll-back rewrites them)

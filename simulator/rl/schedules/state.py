@@ -39,6 +39,7 @@ class RunState(Protocol):
     totals: RunTotals
     iterations: list[dict]
     rule_reward: bool
+    shared_reward: bool            # rule rewards on the job's shared pool (workload.reward.workers)
     pad_len: float | None
     batch_samples: int
     staleness: float

@@ -125,3 +125,21 @@ def test_a_step_that_spends_its_generation_batches_stops_the_run(kind):
     assert err.value.field == "workload.dynamic_sampling.max_gen_batches"   # the original, not simpy's copy
     assert err.value.fix.startswith("raise max_gen_batches")
     assert "step 0: after 2 generation batches of 3 prompts only 6 of the 8 groups" in str(err.value)
+
+
+def test_a_shared_reward_pool_verifies_every_sample_stored_together(monkeypatch):
+    # reward.workers: the job's pool verifies the samples of every plan stored together (a synchronous
+    # round: all instances), so each waits for all of them; without it, its own instance's
+    seen: list[int] = []
+
+    def pooled(self, n_samples, ranks):
+        seen.append(n_samples)
+        return 0.01 * n_samples / 4
+
+    monkeypatch.setattr(FakeCosts, "reward_cpu_s", pooled)
+    for reward, per_call in (({"workers": 4}, 32), ({}, 8)):
+        seen.clear()
+        sc = scenario("colocated", iterations=1, prompts=8, n=4, workload={"reward": reward})
+        sm = run(sc, FakeCosts(instance_devices=2, train_group_devices=2), devices=8)[2]
+        assert set(seen) == {per_call}
+        assert (sm["ready"] - sm["finish"]).to_numpy() == pytest.approx(0.01 * per_call / 4)
