@@ -10,7 +10,8 @@ TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, se
 distributed optimizer (ZeRO 1) and the default training stack. NeMo RL's own mechanisms, the same
 in every row: the full-tensor refit (schedule.refit), the colocated weight offload and vLLM sleep
 (schedule.switch.offload_weights / engine_sleep), one pipeline shape where pp > 1
-(train_params.comm.pp_variable_seq_lengths) and, on split pools, the recipe's async engine
+(train_params.comm.pp_variable_seq_lengths), the recipe's shared rule-reward workers
+(workload.reward.workers: env.<name>.num_workers) and, on split pools, the recipe's async engine
 (schedule.async_engine).
 
 ASSUMED LENGTH LAW (only the mean response G-avg is published), one rule for every row:
