@@ -35,6 +35,7 @@ from .planner import (
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
 from .rl.packing import heaviest_micro_batch, micro_batch_order
+from .rl.schedules.batches import draw_lengths
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
 from .units import capacity_text
@@ -97,13 +98,9 @@ def memory_check_batches(sc: Scenario) -> list[np.ndarray]:
     response = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     rng = np.random.default_rng(np.random.SeedSequence(sc.seed, spawn_key=(MEMORY_CHECK_STREAM,)))
     prompts, n = w.mini_batch_prompts or w.prompts_per_step, w.samples_per_prompt
-    limit = w.inference.max_model_len
     batches = []
-    for step in range(min(sc.iterations, MEMORY_CHECK_STEPS)):
-        p = np.asarray(prompt.sample(rng, prompts, 1, step), np.int64).reshape(prompts, 1)
-        r = np.asarray(response.sample(rng, prompts, n, step), np.int64).reshape(prompts, n)
-        if limit is not None:
-            r = np.minimum(r, np.maximum(limit - p, 0))
+    for step in range(min(sc.iterations, MEMORY_CHECK_STEPS)):   # as the run draws (RoundDraws)
+        p, r = draw_lengths(rng, prompt.sample, response.sample, prompts, n, step, w.inference.max_model_len)
         batches.append((p + r).reshape(-1))
     return batches
 

@@ -84,7 +84,7 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
                          fix=f"give at most {MAX_TOKENS:.0e} tokens")
     # the batch is the scenario's optimizer step: memory judged on the run's heaviest micro-batch,
     # as `rlsim run`'s planner judges it (autoplan.heaviest_micro_batch_of)
-    from_step = workload is not None and not args.global_batch and not args.seq_len
+    from_step = args.stage == "train" and workload is not None and not args.global_batch and not args.seq_len
     return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
             "max_devices": scn.limits.max_devices,
             "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None}

@@ -101,6 +101,22 @@ class GenPlan:
         return float(self.finish.max()) if len(self.finish) else 0.0
 
 
+def draw_lengths(rng: np.random.Generator, prompt_sampler: Sampler, response_sampler: Sampler, n_prompts: int,
+                 n: int, step: int, max_model_len: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """One draw: prompt lengths (n_prompts, 1) and response lengths (n_prompts, n). The engine stops a
+    response at max_model_len - prompt tokens (vLLM max_model_len; NeMo RL: T-max): cut here, so
+    generation, training and every count see the same sample."""
+    prompt = np.asarray(prompt_sampler(rng, n_prompts, 1, step), int).reshape(n_prompts, 1)
+    resp = np.asarray(response_sampler(rng, n_prompts, n, step), int).reshape(n_prompts, n)
+    if max_model_len is None:
+        return prompt, resp
+    if int(prompt.max()) >= max_model_len:
+        raise RlsimError(f"a {int(prompt.max())}-token prompt leaves no room under max_model_len {max_model_len}",
+                         field="workload.inference.max_model_len",
+                         fix="raise max_model_len above workload.prompt_length.max, or lower that max")
+    return prompt, np.minimum(resp, max_model_len - prompt)
+
+
 # Rounds whose drawn sequences RoundDraws holds (the most recently asked); an older round asked
 # again is drawn anew from the generator state saved before its first draw (the same numbers).
 # Memory, not a model: a round of the default scenario is ~0.5 MiB, and a run of N rounds held
@@ -184,23 +200,10 @@ class RoundDraws:
     def _sample_groups(self, rng: np.random.Generator, round_: int, n_prompts: int,
                        group0: int) -> tuple[np.ndarray, ...]:
         n = self.workload.samples_per_prompt
-        prompt = np.asarray(self.prompt_sampler(rng, n_prompts, 1, round_), int).reshape(n_prompts, 1)
-        resp = np.asarray(self.response_sampler(rng, n_prompts, n, round_), int).reshape(n_prompts, n)
-        resp = self._within_model_len(prompt, resp)
+        prompt, resp = draw_lengths(rng, self.prompt_sampler, self.response_sampler, n_prompts, n, round_,
+                                    self.workload.inference.max_model_len)
         group = np.repeat(np.arange(group0, group0 + n_prompts), n)
         return group, np.repeat(prompt[:, 0], n), resp.reshape(-1)
-
-    def _within_model_len(self, prompt: np.ndarray, resp: np.ndarray) -> np.ndarray:
-        """The engine stops a response at max_model_len - prompt tokens (vLLM max_model_len; NeMo RL:
-        T-max): cut here, so generation, training and every count see the same sample."""
-        limit = self.workload.inference.max_model_len
-        if limit is None:
-            return resp
-        if int(prompt.max()) >= limit:
-            raise RlsimError(f"a {int(prompt.max())}-token prompt leaves no room under max_model_len {limit}",
-                             field="workload.inference.max_model_len",
-                             fix="raise max_model_len above workload.prompt_length.max, or lower that max")
-        return np.minimum(resp, limit - prompt)
 
     def _draw_new(self, round_: int, rng: np.random.Generator) -> SeqBatch:
         prompts, n = self.workload.prompts_per_step, self.workload.samples_per_prompt

@@ -214,7 +214,8 @@ class Generation:
         versions = np.repeat([plan.version for plan, _, _ in stored], counts)
         # each plan's samples are verified once it is done: on its own instance's workers, or with the
         # samples of every plan stored with it on the job's shared pool (reward.workers)
-        reward_s = np.repeat([self.costs.reward_cpu_s(sum(counts) if ctx.shared_reward else k, plan.ranks)
+        stored_together = sum(counts)
+        reward_s = np.repeat([self.costs.reward_cpu_s(stored_together if ctx.shared_reward else k, plan.ranks)
                               if ctx.rule_reward else 0.0 for plan, k, _ in stored], counts)
         reason = seqs.drop_reason[rows]
         if aborted is not None:
