@@ -269,7 +269,8 @@ def _dynamic_sampling(v: Values, w: dict[str, Any], decided: dict[str, tuple[Sta
     gen = v("data.gen_batch_size")
     sampling = {"gen_prompts": positive_int(gen, "data.gen_batch_size", src)} if gen else {}
     cap = v(cap_key)
-    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+    no_cap = cap is None or (isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap <= 0)
+    if not no_cap:   # anything else must be a whole number of batches (a bad value is refused)
         sampling["max_gen_batches"] = positive_int(cap, cap_key, src)
     w["dynamic_sampling"] = sampling
 

@@ -199,8 +199,9 @@ def test_the_cap_on_generation_batches_is_mapped_where_it_applies():
     off = import_config("verl", cfg, ["+algorithm.filter_groups.max_num_gen_batches=10"])
     assert "dynamic_sampling" not in off.scenario["workload"]
     assert "algorithm.filter_groups.max_num_gen_batches" in off.ignored
-    with pytest.raises(RlsimError, match="max_num_gen_batches"):
-        import_config("verl", cfg, [on, "+algorithm.filter_groups.max_num_gen_batches=2.5"])
+    for bad in ("2.5", "many"):   # refused, not taken as no cap
+        with pytest.raises(RlsimError, match="max_num_gen_batches"):
+            import_config("verl", cfg, [on, f"+algorithm.filter_groups.max_num_gen_batches={bad}"])
     # NeMo RL: grpo.dynamic_sampling_max_gen_batches with use_dynamic_sampling (the V6 DAPO recipe's 10)
     nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
     dapo = import_config("nemo-rl", nemo, ["grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=3",
