@@ -80,11 +80,19 @@ class RewardSpec(_Strict):
     # NeMo RL's environment actors (env.<name>.num_workers: 8 in grpo_math_1B.yaml, 64 in the DAPO
     # recipes), which verify a whole batch once its generation is done. None: workers_per_device.
     workers: int | None = Field(None, ge=1)
+    # What the shared pool is handed: "batch", the samples stored together once the last is done (NeMo
+    # RL's synchronous rollout: the LLM class generates the batch, then one environment step scores
+    # it); "sample", each sample when it finishes (NeMo RL with async_engine: run_async_multi_turn_rollout
+    # scores each sample in its own task as it completes, so verification overlaps generation).
+    # None: "batch". Given only with workers.
+    handover: Literal["batch", "sample"] | None = None
 
     @model_validator(mode="after")
     def _one_worker_rule(self) -> "RewardSpec":
         if self.workers is not None and "workers_per_device" in self.model_fields_set:
             raise ValueError("give workers (a pool shared by the job) or workers_per_device, not both")
+        if self.handover is not None and self.workers is None:
+            raise ValueError("handover applies to the shared pool: give workers: N with it, or remove handover")
         if self.kind == "model" and self.workers is not None:
             raise ValueError("workers applies to rule rewards (kind: rule); a reward model runs on the devices")
         return self
@@ -838,6 +846,11 @@ class Scenario(_Strict):
             del data["limits"]            # the defaults: snapshots and fingerprints stay as they were
         if self.output == OutputConfig():
             del data["output"]            # likewise
+        reward = data["workload"]["reward"]
+        if self.workload.reward.handover is None:
+            del reward["handover"]                # likewise
+        if self.workload.reward.workers is not None:
+            del reward["workers_per_device"]      # the other rule: refused beside workers on a reload
         if self.workload.engine:   # the fields the engine resolves per device stay unset in the snapshot
             inference = self.workload.inference
             for key in device_dependent_fields(self.workload.engine) - inference.model_fields_set:

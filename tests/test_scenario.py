@@ -108,3 +108,10 @@ def test_a_shared_reward_pool_is_one_rule_of_two():
         load_scenario(workload={**BARE, "reward": {"workers": 8, "workers_per_device": 2}})
     with pytest.raises(RlsimError, match="applies to rule rewards"):
         load_scenario(workload={**BARE, "reward": {"kind": "model", "workers": 8}})
+    # what the pool is handed: the pool's knob, refused without it; a snapshot leaves it out unless given
+    scored = load_scenario(workload={**BARE, "reward": {"workers": 8, "handover": "sample"}})
+    assert scored.workload.reward.handover == "sample"
+    assert load_scenario(scored.to_dict()).workload.reward.handover == "sample"   # a snapshot reloads
+    assert "handover" not in load_scenario(workload={**BARE, "reward": {"workers": 8}}).to_dict()["workload"]["reward"]
+    with pytest.raises(RlsimError, match="workload.reward.*handover applies to the shared pool"):
+        load_scenario(workload={**BARE, "reward": {"handover": "sample"}})

@@ -207,9 +207,13 @@ def _reward_pool(flat: Mapping[str, Any], w: dict[str, Any], decided: dict[str, 
         for key in pools:
             decided[key] = ("unsupported", "environments of different sizes: give --set workload.reward.workers=N")
         return
-    w["reward"] = {"workers": sizes.pop()}
+    # with async_engine, run_async_multi_turn_rollout scores each sample as it finishes; else the
+    # LLM class's batch is scored once generated
+    async_engine = bool(flat.get("policy.generation.vllm_cfg.async_engine", DEFAULTS["policy.generation.vllm_cfg.async_engine"]))
+    w["reward"] = {"workers": sizes.pop(), "handover": "sample" if async_engine else "batch"}
     for key in pools:
-        decided[key] = ("mapped", "workload.reward.workers: rule-reward workers shared by the job")
+        decided[key] = ("mapped", "workload.reward.workers: rule-reward workers shared by the job (handover: each "
+                                  "sample as it finishes with vllm_cfg.async_engine, else the generated batch)")
 
 
 def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:

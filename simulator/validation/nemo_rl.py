@@ -191,7 +191,8 @@ def scenario(row: Row) -> dict[str, Any]:
         "engine": "vllm-v1-async" if row.async_engine else "vllm-v1",
         # vLLM: CUDA graphs or eager as the recipe; NeMo caps prompt + response at T-max per sample
         "inference": {"enforce_eager": not row.graphs, "max_model_len": row.t_max},
-        "reward": {"workers": REWARD_WORKERS[row.algo]}}
+        # the async engine's rollout scores each sample as it finishes; the LLM class's, the batch
+        "reward": {"workers": REWARD_WORKERS[row.algo], "handover": "sample" if row.async_engine else "batch"}}
     if row.pp > 1:   # NeMo RL's Megatron worker pads micro-batches to the batch's longest (pad_full_seq_to)
         workload["train_params"] = {"comm": {"pp_variable_seq_lengths": False}}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round

@@ -216,10 +216,13 @@ def test_the_cap_on_generation_batches_is_mapped_where_it_applies():
 def test_nemo_rl_environment_workers_are_the_jobs_reward_pool():
     nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"   # env.math.num_workers: 8
     r = import_config("nemo-rl", nemo)
-    assert r.scenario["workload"]["reward"] == {"workers": 8} and "env.math.num_workers" in r.mapped
+    assert r.scenario["workload"]["reward"] == {"workers": 8, "handover": "batch"} and "env.math.num_workers" in r.mapped
     assert load_scenario(r.scenario).workload.reward.workers == 8
     same = import_config("nemo-rl", nemo, ["env.math.num_workers=64", "+env.dapo.num_workers=64"])
-    assert same.scenario["workload"]["reward"] == {"workers": 64}
+    assert same.scenario["workload"]["reward"] == {"workers": 64, "handover": "batch"}
+    # the async engine's rollout scores each sample as it finishes
+    scored = import_config("nemo-rl", nemo, ["policy.generation.vllm_cfg.async_engine=true"])
+    assert scored.scenario["workload"]["reward"] == {"workers": 8, "handover": "sample"}
     mixed = import_config("nemo-rl", nemo, ["+env.dapo.num_workers=64"])
     assert "reward" not in mixed.scenario["workload"]
     assert {"env.math.num_workers", "env.dapo.num_workers"} <= set(mixed.unsupported)

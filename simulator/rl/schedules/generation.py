@@ -212,18 +212,13 @@ class Generation:
         ends = np.repeat([end for _, _, end in stored], counts)
         t0s = np.repeat([plan.t0 for plan, _, _ in stored], counts)
         versions = np.repeat([plan.version for plan, _, _ in stored], counts)
-        # each plan's samples are verified once it is done: on its own instance's workers, or with the
-        # samples of every plan stored with it on the job's shared pool (reward.workers)
-        stored_together = sum(counts)
-        reward_s = np.repeat([self.costs.reward_cpu_s(stored_together if ctx.shared_reward else k, plan.ranks)
-                              if ctx.rule_reward else 0.0 for plan, k, _ in stored], counts)
         reason = seqs.drop_reason[rows]
         if aborted is not None:
             reason[aborted] = "overprovision"
         finish = t0s + np.minimum(finish, ends)
         prompt_len, response_len, done_len = seqs.prompt_len[rows], seqs.target_len[rows], seqs.done_len[rows]
         resumed = done_len > 0
-        ready = finish + reward_s
+        ready = self._rewarded(finish, stored, counts)
         instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _ in stored]
         ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=prompt_len,
                       response_len=response_len, generated_tokens=done_len + gen_tokens,
@@ -234,6 +229,25 @@ class Generation:
         bounds = np.cumsum([0] + counts).tolist()
         ctx.queue.write_many([(payload_bytes_each(lens[a:b], self.sched.distqueue, pad_len=ctx.pad_len), ready[a:b])
                               for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+
+    def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int]) -> np.ndarray:
+        """When each stored row's rule reward is ready. On its own instance's workers (workers_per_device)
+        each plan's samples are verified from their finish; on the job's shared pool (reward.workers) the
+        samples stored together (a synchronous round: every instance's) go over as one batch when the
+        last of them is done, or each when it finishes (reward.handover: sample), and wait for what
+        the pool is busy with (reward_pool.RewardPool)."""
+        ctx = self.ctx
+        if not ctx.rule_reward:
+            return finish.copy()
+        if not ctx.shared_reward:
+            return finish + np.repeat([self.costs.reward_cpu_s(k, plan.ranks) for plan, k, _ in stored], counts)
+        ranks = stored[0][0].ranks
+        if ctx.workload.reward.handover != "sample":
+            return np.full(len(finish), pool_reward_done(ctx, float(finish.max()), int(sum(counts)), ranks))
+        done = np.empty(len(finish))
+        for row in np.argsort(finish, kind="stable"):       # each as it finishes, first come first served
+            done[row] = pool_reward_done(ctx, float(finish[row]), 1, ranks)
+        return done
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:
         """Occupied batch slots of one instance over [0, end]: FIFO admission keeps
@@ -252,6 +266,14 @@ class Generation:
         slots["instance_s"] += end
         slots["slot_s"] += float(np.dot(duration, running)) / cap
         slots["low_batch_s"] += float(duration[_first_below(n, cap, self.sched.low_batch_share * cap):].sum())
+
+
+def pool_reward_done(ctx: RunState, handed_over: float, n_samples: int, ranks: Ranks) -> float:
+    """When ``n_samples`` handed over together to the job's shared reward pool are verified: their
+    time on an idle pool (Costs.reward_cpu_s), of which they occupy min(1, n / workers) of the pool."""
+    idle_s = ctx.costs.reward_cpu_s(n_samples, ranks)
+    share = min(1.0, n_samples / ctx.workload.reward.workers)
+    return ctx.totals.reward_pool.serve(handed_over, idle_s * share, least_s=idle_s)
 
 
 def _first_below(n: int, cap: int, threshold: float) -> int:

@@ -12,6 +12,7 @@ from ..algorithms import Algorithm
 from ..costs import Costs
 from ..distqueue import DistQueue
 from ..samples import SampleStore
+from .reward_pool import RewardPool
 
 
 @dataclass
@@ -25,6 +26,8 @@ class RunTotals:
     switch_bytes: dict[str, float] = field(default_factory=dict)
     # rollout slot accounting (metrics: occupancy and the low-batch tail)
     rollout: dict[str, float] = field(default_factory=lambda: {"instance_s": 0.0, "slot_s": 0.0, "low_batch_s": 0.0})
+    # the job's shared rule-reward workers (workload.reward.workers): what they are busy with
+    reward_pool: RewardPool = field(default_factory=RewardPool)
 
 
 

@@ -32,6 +32,7 @@ from ..distqueue import payload_bytes_each
 from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
+from .generation import pool_reward_done
 from .registry import SchedulePolicy, register
 
 NO_OLD_LOG_PROB = frozenset({"old_logprob"})   # fully async trains on the rollout's log-probs
@@ -200,7 +201,16 @@ class Rollouter:
         """All n trajectories are done: into the sample store and DistQueue; into the message queue
         unless dropped (DAPO no_signal / surplus)."""
         ctx, seqs = self.ctx, group.seqs
-        reward_s = ctx.costs.reward_cpu_s(len(seqs), self.ctx.pools["rollout"].ranks) if ctx.rule_reward else 0.0
+        ranks = self.ctx.pools["rollout"].ranks
+        if ctx.rule_reward and ctx.shared_reward:       # the job's pool, busy with the other groups too
+            if ctx.workload.reward.handover == "sample":    # each sample handed over as it finished
+                done = [pool_reward_done(ctx, float(group.finish_s[i]), 1, ranks)
+                        for i in np.argsort(group.finish_s, kind="stable")]
+                reward_s = max(done) - t
+            else:
+                reward_s = pool_reward_done(ctx, t, len(seqs), ranks) - t
+        else:
+            reward_s = ctx.costs.reward_cpu_s(len(seqs), ranks) if ctx.rule_reward else 0.0
         span = len(group.versions)
         if span > 1:
             self.partial_count += len(seqs)

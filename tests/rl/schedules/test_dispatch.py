@@ -127,19 +127,64 @@ def test_a_step_that_spends_its_generation_batches_stops_the_run(kind):
     assert "step 0: after 2 generation batches of 3 prompts only 6 of the 8 groups" in str(err.value)
 
 
-def test_a_shared_reward_pool_verifies_every_sample_stored_together(monkeypatch):
-    # reward.workers: the job's pool verifies the samples of every plan stored together (a synchronous
-    # round: all instances), so each waits for all of them; without it, its own instance's
-    seen: list[int] = []
-
+def _pooled_reward(monkeypatch, seen: list[int]) -> None:
+    """FakeCosts' rule reward on 4 workers at 0.01 s a sample (its idle-pool time), counting calls."""
     def pooled(self, n_samples, ranks):
         seen.append(n_samples)
-        return 0.01 * n_samples / 4
+        return 0.01 * max(1.0, n_samples / 4)
 
     monkeypatch.setattr(FakeCosts, "reward_cpu_s", pooled)
+
+
+def test_a_shared_reward_pool_verifies_every_sample_stored_together(monkeypatch):
+    # reward.workers: the job's pool verifies the samples of every plan stored together (a synchronous
+    # round: all instances) as one batch once the last is done; without it, each instance's own
+    # samples from their finish on their own workers
+    seen: list[int] = []
+    _pooled_reward(monkeypatch, seen)
     for reward, per_call in (({"workers": 4}, 32), ({}, 8)):
         seen.clear()
         sc = scenario("colocated", iterations=1, prompts=8, n=4, workload={"reward": reward})
         sm = run(sc, FakeCosts(instance_devices=2, train_group_devices=2), devices=8)[2]
         assert set(seen) == {per_call}
-        assert (sm["ready"] - sm["finish"]).to_numpy() == pytest.approx(0.01 * per_call / 4)
+        if reward:
+            assert sm["ready"].to_numpy() == pytest.approx(sm["finish"].max() + 0.01 * 32 / 4)
+        else:
+            assert (sm["ready"] - sm["finish"]).to_numpy() == pytest.approx(0.01 * 8 / 4)
+
+
+def test_split_pool_instances_queue_on_the_shared_reward_pool(monkeypatch):
+    # 4 instances finish their 8 equal samples together: on a pool of 4 workers each batch takes
+    # 8 x 0.01 / 4 = 0.02 s of the whole pool, so they are done 0.02, 0.04, 0.06, 0.08 s after the
+    # finish (first come, first served); each instance's own workers would have them all at 0.02 s
+    seen: list[int] = []
+    _pooled_reward(monkeypatch, seen)
+    costs = FakeCosts(instance_devices=1, train_group_devices=1, decode_s_per_token=1e-3)
+    sc = scenario("disaggregated", iterations=1, prompts=8, n=4, workload={"reward": {"workers": 4}},
+                  rollout_devices=4)
+    sm = run(sc, costs, devices=8, prompt=const(10), resp=const(100))[2]
+    waits = sorted(set((sm["ready"] - sm["finish"]).round(9).tolist()))
+    assert waits == pytest.approx([0.02, 0.04, 0.06, 0.08])
+    assert set(seen) == {8}
+
+
+def test_samples_handed_over_as_they_finish_overlap_the_pool_with_generation(monkeypatch):
+    # reward.handover sample: each sample goes to the pool when it finishes (a quarter of 4 workers
+    # for 0.01 s); with finishes 0.01 s or more apart nobody waits, so every sample is ready 0.01 s
+    # after its finish - not all at the batch's last finish + 32 x 0.01 / 4 as handover batch has it
+    seen: list[int] = []
+    _pooled_reward(monkeypatch, seen)
+
+    def spread(rng, n_prompts, n, step):       # every sample its own length, 10 tokens (0.01 s) apart
+        return 100 + 10 * np.arange(n_prompts * n).reshape(n_prompts, n)
+
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, decode_s_per_token=1e-3)
+    for handover in ("sample", "batch"):
+        sc = scenario("colocated", iterations=1, prompts=8, n=4,
+                      workload={"reward": {"workers": 4, "handover": handover}})
+        sm = run(sc, costs, devices=8, prompt=const(10), resp=spread)[2]
+        wait = (sm["ready"] - sm["finish"]).to_numpy()
+        if handover == "sample":
+            assert wait == pytest.approx(0.01)
+        else:
+            assert sm["ready"].to_numpy() == pytest.approx(sm["finish"].max() + 0.01 * 32 / 4)

@@ -1,0 +1,68 @@
+"""The job's shared pool of rule-reward workers (workload.reward.workers) as one fluid server.
+
+NeMo RL verifies a batch on its environment's Ray actors by splitting it evenly over all of them
+(the math environment's `chunk_list_to_workers`), and each actor serves its calls one after another.
+So a batch of k samples on N workers occupies the whole pool for k x time per sample / N (a batch
+smaller than the pool takes one sample's time on k of the workers: k / N of the pool), and batches
+handed over while the pool is busy wait for it. Batches are scheduled as the run commits them, which is not always the order they
+are handed over (a split-pool instance commits a plan when it starts, and a later plan can finish
+first): a batch fills the pool's idle time from its hand-over on, around the batches already
+scheduled, split over gaps if it must be (a fluid pool). With batches handed over in time order
+this is first come, first served; in any order the pool never does more than its capacity.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RewardPool:
+    """The pool's busy intervals, sorted and disjoint: ``starts[i]`` to ``ends[i]``. All are kept: a
+    plan committed late (at a weight update) hands over samples that finished before the present."""
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+
+    def serve(self, at_s: float, work_s: float, least_s: float = 0.0) -> float:
+        """When a batch handed over at ``at_s`` is done: it needs ``work_s`` seconds of the whole pool
+        (over the pool's idle stretches from ``at_s`` on) and no less than ``least_s`` (one sample's
+        time: a batch smaller than the pool leaves workers free, not faster)."""
+        if work_s <= 0:
+            return at_s + least_s
+        first = bisect.bisect_right(self.ends, at_s)     # the first interval still busy after at_s
+        t, left, used, j = at_s, work_s, [], first
+        while True:
+            gap_end = self.starts[j] if j < len(self.starts) else math.inf
+            if gap_end > t:
+                if t + left <= gap_end:
+                    used.append((t, t + left))
+                    break
+                used.append((t, gap_end))
+                left -= gap_end - t
+            t = max(t, self.ends[j])
+            j += 1
+        done = used[-1][1]
+        # re-join the intervals the batch ran between (and a neighbour it may touch); a remainder
+        # below the float resolution of its start leaves no interval
+        lo, hi = max(first - 1, 0), min(j + 1, len(self.starts))
+        region = _merged(sorted([*zip(self.starts[lo:hi], self.ends[lo:hi], strict=True),
+                                 *(span for span in used if span[1] > span[0])]))
+        self.starts[lo:hi] = [start for start, _ in region]
+        self.ends[lo:hi] = [end for _, end in region]
+        return max(done, at_s + least_s)
+
+    def busy_s(self) -> float:
+        """Seconds of pool time scheduled."""
+        return sum(self.ends) - sum(self.starts)
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted intervals with the touching or overlapping ones joined."""
+    out: list[tuple[float, float]] = []
+    for start, end in intervals:
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out

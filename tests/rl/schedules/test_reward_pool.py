@@ -1,0 +1,59 @@
+"""The job's shared rule-reward pool as a fluid server (rl/schedules/reward_pool.py)."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.rl.schedules.reward_pool import RewardPool
+
+
+def busy_within(pool: RewardPool, lo: float, hi: float) -> float:
+    return sum(max(0.0, min(end, hi) - max(start, lo)) for start, end in zip(pool.starts, pool.ends, strict=True))
+
+
+def test_batches_in_order_are_first_come_first_served():
+    pool = RewardPool()
+    arrivals = [(0.0, 3.0), (1.0, 2.0), (10.0, 1.0), (10.5, 4.0)]
+    done, previous = [], 0.0
+    for at, work in arrivals:
+        done.append(pool.serve(at, work))
+        assert done[-1] == pytest.approx(max(at, previous) + work)       # closed form of FCFS
+        previous = done[-1]
+    assert done == pytest.approx([3.0, 5.0, 11.0, 15.0])
+    assert (pool.starts, pool.ends) == ([0.0, 10.0], [5.0, 15.0])
+
+
+def test_a_batch_handed_over_earlier_but_committed_later_fills_the_idle_time():
+    pool = RewardPool()
+    assert pool.serve(10.0, 5.0) == 15.0          # committed first, handed over at 10
+    assert pool.serve(0.0, 12.0) == 17.0          # 10 s before it, the last 2 s after it
+    assert pool.busy_s() == pytest.approx(17.0)
+    assert (pool.starts, pool.ends) == ([0.0], [17.0])
+
+
+def test_a_batch_smaller_than_the_pool_takes_a_sample_s_time_on_part_of_it():
+    pool = RewardPool()
+    assert pool.serve(0.0, 0.25, least_s=1.0) == 1.0    # a quarter of the pool for 1 s
+    assert pool.serve(0.0, 0.25, least_s=1.0) == 1.0    # the next quarter, alongside
+    assert pool.busy_s() == pytest.approx(0.5)
+
+
+batches = st.lists(st.tuples(st.floats(0, 100), st.floats(0, 20), st.floats(0, 5)), min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches)
+def test_the_pool_never_does_more_than_its_capacity_and_never_idles_on_a_waiting_batch(items):
+    pool = RewardPool()
+    for at, work, least in items:
+        before = RewardPool(list(pool.starts), list(pool.ends))
+        done = pool.serve(at, work, least_s=least)
+        assert done >= at + least - 1e-9 and done >= at + work - 1e-9
+        if work > 0:
+            filled = done if done > at + least else None
+            if filled is not None:
+                # the batch ran on every idle moment from its hand-over to its end
+                assert filled - at == pytest.approx(work + busy_within(before, at, filled), abs=1e-6)
+        starts, ends = pool.starts, pool.ends
+        assert all(s < e for s, e in zip(starts, ends, strict=True))
+        assert all(e < s for e, s in zip(ends, starts[1:], strict=False))      # disjoint, not touching
+    assert pool.busy_s() == pytest.approx(sum(work for _, work, _ in items), abs=1e-6)
