@@ -51,7 +51,17 @@ DEFAULTS: dict[str, Any] = {
     f"{A}.model.enable_gradient_checkpointing": True, f"{A}.model.use_remove_padding": False,
     f"{A}.actor.use_dynamic_bsz": False, f"{A}.actor.ppo_max_token_len_per_gpu": 16384,
     "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8, f"{A}.rollout.free_cache_engine": True,
+    f"{A}.rollout.name": "vllm",
+    # verl hands these two to vLLM explicitly (its vLLM rollout reads max_num_batched_tokens with 8192
+    # as the default and refuses chunked prefill with a budget below max_model_len), so they hold
+    # over the engine's own defaults whether the config gives them or not
+    f"{A}.rollout.max_num_batched_tokens": 8192, f"{A}.rollout.enable_chunked_prefill": True,
 }
+# The keys verl always hands to vLLM (their verl default when the config leaves them out).
+ENGINE_KEYS_ALWAYS = ("max_num_batched_tokens", "enable_chunked_prefill")
+# verl's vLLM rollout drives vLLM V1 (vLLM >= 0.8) through the offline LLM class: the vllm-v1 engine
+# (engine_software.py), under the knobs verl passes (max_num_seqs, the two above, enforce_eager when given).
+VLLM_ENGINE = "vllm-v1"
 
 # verl rollout / actor keys -> the rlsim field they set (only when the config gives them: rlsim's own
 # defaults stand otherwise, see docs/guides/frameworks.md).
@@ -129,7 +139,8 @@ RULES: dict[str, Rule] = {
     # reference and rollout
     f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
     f"{A}.ref.fsdp_config.param_offload": unsupported("offload to host is not modelled", neutral=False),
-    f"{A}.rollout.name": unsupported("rlsim's rollout engine is modelled on vLLM", neutral="vllm"),
+    f"{A}.rollout.name": mapped("workload.engine", f"vllm: {VLLM_ENGINE} (vLLM V1 through the LLM class, "
+                                "under the knobs verl passes)"),
     f"{A}.rollout.mode": unsupported("the agent-loop server mode is not modelled", neutral="sync"),
     f"{A}.rollout.n": mapped("workload.samples_per_prompt"),
     f"{A}.rollout.tensor_model_parallel_size": mapped("workload.rollout_layout.tp"),
@@ -307,7 +318,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                          "data.max_response_length", src, v.result.notes)
     w["train_layout"] = _train_layout(v)
     w["rollout_layout"] = _rollout_layout(v)
-    _engine_and_offload(v, w)
+    _engine_and_offload(v, w, decided)
     w["reference"] = bool(v(f"{A}.actor.use_kl_loss") or v("algorithm.use_kl_in_reward"))
     _reward_and_critic(v, w)
     return w
@@ -358,9 +369,22 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
             "max_num_seqs": int(v(f"{r}.max_num_seqs")), "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
 
 
-def _engine_and_offload(v: Values, w: dict[str, Any]) -> None:
+def _engine_name(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """workload.engine from rollout.name: vLLM is the engine rlsim models; another (sglang) is listed as
+    unsupported and keeps rlsim's vLLM-based costs."""
+    name = v(f"{A}.rollout.name")
+    if name == "vllm":
+        w["engine"] = VLLM_ENGINE
+    else:
+        decided[f"{A}.rollout.name"] = ("unsupported", f"{name!r}: rlsim's rollout engine is modelled on vLLM "
+                                        f"(priced as rlsim's own engine defaults)")
+
+
+def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """The engine knobs and per-phase offload the config gives, onto workload.inference / train_params."""
-    engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items() if v.given(f"{A}.rollout.{key}")}
+    _engine_name(v, w, decided)
+    engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items()
+              if v.given(f"{A}.rollout.{key}") or key in ENGINE_KEYS_ALWAYS}
     if engine:
         w["inference"] = engine
     section = f"{A}.actor.megatron" if str(v(f"{A}.actor.strategy")) == "megatron" else f"{A}.actor.fsdp_config"

@@ -105,6 +105,24 @@ def test_engine_knobs_offload_and_expert_tp_map_onto_the_modelled_fields(capsys,
     assert workload.inference.enable_prefix_caching          # not given: rlsim's default stands
 
 
+def test_verl_rollout_name_is_the_named_engine_under_the_knobs_verl_passes(capsys, tmp_path):
+    # rollout.name vllm (verl's default): vLLM V1 through the LLM class, with the step budget and
+    # chunked prefill verl always hands it (8192 tokens by default, not the LLM class's 16384 on an H100)
+    plain = _imported_workload(capsys, tmp_path, "--from-verl", "verl-grpo-qwen2.5-7b.yaml")
+    assert plain.engine == "vllm-v1"
+    assert (plain.inference.max_num_batched_tokens, plain.inference.chunked_prefill) == (8192, True)
+    assert plain.inference.cuda_graph_max_batch == 512 and not plain.inference.async_scheduling
+    given = _imported_workload(capsys, tmp_path, "--from-verl", "verl-grpo-qwen2.5-7b.yaml",
+                               "actor_rollout_ref.rollout.max_num_batched_tokens=16384")
+    assert given.inference.max_num_batched_tokens == 16384
+    # another engine is listed as unsupported and keeps rlsim's own engine defaults
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    other = import_config("verl", cfg, ["actor_rollout_ref.rollout.name=sglang"])
+    assert "engine" not in other.scenario["workload"]
+    assert "sglang" in other.unsupported["actor_rollout_ref.rollout.name"]
+    assert import_config("verl", cfg).mapped["actor_rollout_ref.rollout.name"].startswith("workload.engine")
+
+
 def test_nemo_rl_eager_engine_and_optimizer_offload_are_mapped(capsys, tmp_path):
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
                                   "policy.generation.vllm_cfg.enforce_eager=true",
