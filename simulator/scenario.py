@@ -304,6 +304,8 @@ STALE_KNOBS = frozenset({"staleness", "partial_rollout", "length_budget"})
 # Why a knob is limited to some kinds, said in the refusal (the rest: the kinds' placements differ).
 KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1)" for k in STALE_KNOBS},
                 "stream_threshold": "only StaleSync waits for a share of the batch",
+                "reward_during_forwards": "only the synchronous colocated step (verl's hybrid engine) waits for "
+                                          "its whole batch's rewards before training",
                 "failures": "failures are modelled on colocated placements and synchronous split pools",
                 "recovery": "failures are modelled on colocated placements and synchronous split pools"}
 FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py check_supported
@@ -315,7 +317,7 @@ NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_upda
 AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
-                                   {"placement", "stream_threshold", "consolidate_share"})
+                                   {"placement", "stream_threshold", "consolidate_share", "reward_during_forwards"})
 
 
 class ScheduleConfig(_Strict):
@@ -402,6 +404,12 @@ class ScheduleConfig(_Strict):
     # model, then the model's loaded back: 3 copies). 0: the reference weights stay resident (verl's
     # separate reference worker). Each copy is the shard over the host link (switch.host_link_efficiency).
     reference_swap_copies: int = Field(0, ge=0)
+    # The rule rewards are scored while the forward passes run (old log-prob, reference, critic) and
+    # gathered before the update: verl's reward_model.launch_reward_fn_async ("custom reward function
+    # executed async on CPU, during log_prob": its trainer launches the reward as a Ray task after
+    # generation and waits for it at the advantage). False: the step waits for them before switching
+    # to training. Colocated kind only; not with dynamic sampling (its filter needs the rewards first).
+    reward_during_forwards: bool = False
     # Speed: evaluate the full training / forward cost model once per (stage, pool size, batch size)
     # and scale later batches by their model FLOPs (linear + attention terms). False = every call exact.
     reuse_stage_costs: bool = True
@@ -512,7 +520,7 @@ def _made_on_first_use(make: Callable[[], type[ScheduleConfig]]) -> Callable[[],
 def _colocated() -> type[ScheduleConfig]:
     class ColocatedSchedule(ScheduleConfig):
         """Synchronous RL on one pool: every stage time-shares the devices (RL Fusion / hybrid engine)."""
-        ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS
+        ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS | {"reward_during_forwards"}
         kind: Literal["colocated"] = "colocated"
     return ColocatedSchedule
 
@@ -964,6 +972,11 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
         if where != source:
             error = validation_error(exc, source=where, skip=skip, fix=fix)
         raise error from None
+    if scenario.schedule.reward_during_forwards and scenario.workload.dynamic_sampling is not None:
+        raise RlsimError("reward_during_forwards cannot apply with dynamic sampling: its filter needs each "
+                         "generation batch's rewards before the next batch and before training",
+                         source=source, field="schedule.reward_during_forwards",
+                         fix="remove schedule.reward_during_forwards (or workload.dynamic_sampling)")
     if scenario.iterations > scenario.limits.max_iterations:
         raise RlsimError(f"{_count(scenario.iterations)} iterations is past limits.max_iterations="
                          f"{scenario.limits.max_iterations}", source=source, field="iterations",

@@ -187,7 +187,8 @@ RULES: dict[str, Rule] = {
     "reward_model.model.path": mapped("workload.reward.model"),
     "reward_model.*": unsupported("the reward model runs with rlsim's forward layout"),
     "reward_model.reward_manager": ignored("which rule function scores: its CPU time is workload.reward.cpu_s_per_sample"),
-    "reward_model.launch_reward_fn_async": unsupported("asynchronous reward computation is not modelled", neutral=False),
+    "reward_model.launch_reward_fn_async": mapped("schedule.reward_during_forwards", "colocated: the rule reward "
+                                                  "runs during the log-prob passes and is gathered before the update"),
     "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
     # algorithm
     "algorithm.adv_estimator": mapped("workload.algorithm", "gae: ppo (with a critic); grpo and critic-free "
@@ -405,6 +406,24 @@ def _reward_and_critic(v: Values, w: dict[str, Any]) -> None:
         w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
 
 
+def _reward_overlap(v: Values, recipe: str, w: dict[str, Any], s: dict[str, Any],
+                    decided: dict[str, tuple[Status, str]]) -> None:
+    """reward_model.launch_reward_fn_async: main_ppo launches the rule reward as a Ray task after
+    generation and gathers it at the advantage, so it overlaps the log-prob passes."""
+    key = "reward_model.launch_reward_fn_async"
+    if not v.given(key):
+        return
+    if recipe != "colocated":
+        decided[key] = ("unsupported" if v(key) else "ignored",
+                        "split pools score each instance's samples as they finish (in the previous generation's wait)")
+    elif "dynamic_sampling" in w:
+        decided[key] = ("ignored", "dynamic sampling scores each generation batch before its filter and training")
+    elif w["reward"]["kind"] != "rule":
+        decided[key] = ("ignored", "a reward model scores on the devices (the async task is the rule reward's)")
+    elif v(key):
+        s["reward_during_forwards"] = True
+
+
 def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     s: dict[str, Any] = {"kind": KIND_OF_RECIPE[recipe]}
     if recipe != "colocated":
@@ -415,6 +434,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
         decided.update({k: ("ignored", "colocated: one pool (trainer.*)") for k in ("rollout.nnodes", "rollout.n_gpus_per_node")})
         if v(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
             s["switch"] = {"engine_sleep": True}
+    _reward_overlap(v, recipe, w, s, decided)
     if recipe == "fully-async":
         decided[f"{A}.rollout.mode"] = ("ignored", "the fully_async Rollouter serves requests asynchronously: "
                                         "that is the verl-fully-async kind")

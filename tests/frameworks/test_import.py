@@ -123,6 +123,21 @@ def test_verl_rollout_name_is_the_named_engine_under_the_knobs_verl_passes(capsy
     assert import_config("verl", cfg).mapped["actor_rollout_ref.rollout.name"].startswith("workload.engine")
 
 
+def test_verl_async_reward_function_overlaps_the_log_prob_passes():
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    key = "+reward_model.launch_reward_fn_async"
+    on = import_config("verl", cfg, [f"{key}=true"])
+    assert on.scenario["schedule"]["reward_during_forwards"] is True
+    assert load_scenario(on.scenario).schedule.reward_during_forwards
+    assert "reward_during_forwards" not in import_config("verl", cfg, [f"{key}=false"]).scenario["schedule"]
+    # dynamic sampling scores before its filter; split pools score as instances finish
+    dapo = import_config("verl", cfg, [f"{key}=true", "+algorithm.filter_groups.enable=true"])
+    assert "reward_during_forwards" not in dapo.scenario["schedule"]
+    assert "reward_model.launch_reward_fn_async" in dapo.ignored
+    split = import_config("verl", EXAMPLES / "verl-one-step-off-qwen2.5-7b.yaml", [f"{key}=true"])
+    assert "reward_model.launch_reward_fn_async" in split.unsupported
+
+
 def test_nemo_rl_eager_engine_and_optimizer_offload_are_mapped(capsys, tmp_path):
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
                                   "policy.generation.vllm_cfg.enforce_eager=true",

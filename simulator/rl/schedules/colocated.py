@@ -186,15 +186,18 @@ class ColocatedRun:
         t_ready, ids = ctx.trainer.ready_time(k, True)
         if math.isinf(t_ready):
             raise AssertionError("colocated round produced fewer samples than the batch")
-        clock.idle("dependency", t_ready, k, label="reward")
+        # reward_during_forwards: switch once generation is done, the rewards gathered before the update
+        rewards_at = t_ready if ctx.sched.reward_during_forwards else None
+        t_go = float(ctx.store.at("finish", ids).max()) if rewards_at is not None else t_ready
+        clock.idle("dependency", t_go, k, label="reward")
         if wait_ready:
-            yield env.timeout(max(0.0, t_ready - env.now))
+            yield env.timeout(max(0.0, t_go - env.now))
         ctx.trainer.drop_stale(k)
         self._switch(clock, "train", k)
         yield env.timeout(clock.cursor - env.now)
         if aux:
             aux.idle("dependency", env.now, k)
-        yield from ctx.trainer.run(k, ids, clock, aux)
+        yield from ctx.trainer.run(k, ids, clock, aux, rewards_at=rewards_at)
         sync_s = ctx.costs.weight_sync_s(clock.ranks, sync_to)
         clock.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
         ctx.add_stage_time("weight_sync", sync_s)

@@ -227,7 +227,9 @@ class Generation:
                       instance=np.repeat(instances, counts))
         lens = prompt_len + response_len
         bounds = np.cumsum([0] + counts).tolist()
-        ctx.queue.write_many([(payload_bytes_each(lens[a:b], self.sched.distqueue, pad_len=ctx.pad_len), ready[a:b])
+        # rewards scored during the forwards: the samples go to the trainer as generated, not as scored
+        written = finish if self.sched.reward_during_forwards else ready
+        ctx.queue.write_many([(payload_bytes_each(lens[a:b], self.sched.distqueue, pad_len=ctx.pad_len), written[a:b])
                               for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
     def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int]) -> np.ndarray:

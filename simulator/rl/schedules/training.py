@@ -68,11 +68,12 @@ class TrainStep:
 
     # ---- the step -----------------------------------------------------------------------------
     def run(self, k: int, ids: np.ndarray, main: Clock, aux: Clock | None = None, *,
-            mini_batches: int | None = None, skip: frozenset[str] = frozenset()):
+            mini_batches: int | None = None, skip: frozenset[str] = frozenset(), rewards_at: float | None = None):
         """Consume ``ids`` at iteration k on ``main`` (forward stages on ``aux`` when given, in
         parallel with the actor's own forwards). ``mini_batches``: optimizer steps per epoch (default
         the workload's); ``skip``: stage names not run (e.g. old_logprob when the rollout's own
-        log-probs are used). A simpy process body: yield from it."""
+        log-probs are used); ``rewards_at``: when the batch's rewards are in, if they are scored
+        during the forwards (the update waits for them). A simpy process body: yield from it."""
         ctx = self.ctx
         env, store = ctx.env, ctx.store
         ids = np.sort(ids)   # mini-batches in generation order, not finish order (no length bias)
@@ -89,6 +90,11 @@ class TrainStep:
         main.busy("fetch", env.now, k, label="distqueue", cause="data")
         ctx.add_stage_time("fetch", env.now - t_start)
         t_forward = self._forwards(k, lens, main, aux, env.now, skip)
+        if rewards_at is not None and rewards_at > t_forward:
+            main.idle("dependency", rewards_at, k, label="reward")
+            if aux is not None:
+                aux.idle("dependency", rewards_at, k, label="reward")
+            t_forward = rewards_at
         t_end = self._optimizer_steps(k, lens, main, aux, t_forward, mini_batches or self.workload.mini_batches)
         yield env.timeout(t_end - env.now)
         ctx.iterations.append({

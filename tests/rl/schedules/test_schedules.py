@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator import metrics
+from simulator.errors import RlsimError
 from simulator.rl.algorithms import build_algorithm
 from simulator.rl.costs import StageCost
 from simulator.rl.fake_costs import FakeCosts
@@ -57,6 +58,36 @@ def test_colocated_step_is_generate_plus_train_plus_sync():
     fetch = 2 * tokens * sc.schedule.distqueue.bytes_per_token / sc.schedule.distqueue.bw_Bps
     assert s["step_time_s"] == pytest.approx(gen + fetch + fwd + train + 0.7, rel=1e-9)
     assert s["bubble_fraction"] == pytest.approx((0.7 + fetch) / (gen + fetch + fwd + train + 0.7), rel=1e-9)
+
+
+@pytest.mark.parametrize("reward_s", [0.05, 2.0])
+def test_rewards_scored_during_the_forwards_hide_under_them(reward_s):
+    # schedule.reward_during_forwards (verl launch_reward_fn_async): the step switches to training when
+    # generation is done and the update waits for the rewards, so the reward costs max(0, r - fetch -
+    # forwards) instead of r; closed form on equal lengths, as the step test above
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.0, reward_s_per_sample=reward_s,
+                  decode_s_per_token=1e-3, train_device_s_per_token=1e-3, forward_device_s_per_token=2e-4)
+    tokens = 64 * 600
+    gen, fwd, train = 500 * 1e-3, 2 * tokens * 2e-4 / 8, tokens * 1e-3 / 8
+    steps = {}
+    for overlap in (False, True):
+        sc = scenario("colocated", iterations=3, workload={"reference": True}, reward_during_forwards=overlap)
+        rec, tl, sm, s = run(sc, c, devices=8, prompt=const(100), resp=const(500))
+        fetch = 2 * tokens * sc.schedule.distqueue.bytes_per_token / sc.schedule.distqueue.bw_Bps
+        steps[overlap] = s["step_time_s"]
+        hidden = fetch + fwd if overlap else 0.0
+        assert s["step_time_s"] == pytest.approx(gen + reward_s + fetch + fwd + train + 0.7
+                                                 - min(reward_s, hidden), rel=1e-9)
+        assert s["verl_timing_s"]["reward"] == pytest.approx(max(0.0, reward_s - hidden), rel=1e-6, abs=1e-9)
+    assert steps[True] < steps[False]
+
+
+def test_rewards_during_the_forwards_is_a_colocated_knob_without_dynamic_sampling():
+    with pytest.raises(RlsimError, match="reward_during_forwards"):
+        scenario("stalesync", reward_during_forwards=True)
+    with pytest.raises(RlsimError, match="cannot apply with dynamic sampling"):
+        scenario("colocated", reward_during_forwards=True,
+                 workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 16}})
 
 
 def test_disaggregated_with_instant_trainer_equals_rollout_time():
