@@ -60,6 +60,9 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
     t.add_row("trained samples / step", _trained(s))
     t.add_row("staleness max / mean", f"{s['staleness']['max']:.0f} / {s['staleness']['mean']:.2f}")
     t.add_row("peak memory per device", f"{s['peak_memory_bytes'] / 1e9:.1f} GB")
+    if "reward_pool" in s:
+        pool = s["reward_pool"]
+        t.add_row(f"reward pool busy ({pool['workers']} workers)", f"{pool['utilization']:.1%}")
     for cause, frac in s["bubbles_by_cause"].items():
         if frac > 0:
             t.add_row(f"  bubble: {cause}", f"{frac:.1%}")

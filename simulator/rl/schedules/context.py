@@ -158,6 +158,10 @@ class Context:
         if len(pending):
             self.store.drop(pending, "unused")
         totals = self.totals
+        if self.rule_reward and self.shared_reward:   # is the job's reward pool a bottleneck?
+            busy = totals.reward_pool.busy_s(0.0, makespan)
+            self.extra["reward_pool"] = {"workers": self.workload.reward.workers, "busy_s": busy,
+                                         "utilization": busy / makespan if makespan > 0 else 0.0}
         return RunRecord(self.scenario, self.n_devices, self.pools, self.timeline, self.store, self.iterations,
                          makespan, totals.flops, totals.gen_flops, totals.stage_time_s, totals.peak_memory_bytes,
                          self.queue.stats(makespan), totals.switch_bytes, self.costs.peak_flops,

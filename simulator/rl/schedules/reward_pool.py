@@ -52,9 +52,9 @@ class RewardPool:
         self.ends[lo:hi] = [end for _, end in region]
         return max(done, at_s + least_s)
 
-    def busy_s(self) -> float:
-        """Seconds of pool time scheduled."""
-        return sum(self.ends) - sum(self.starts)
+    def busy_s(self, lo: float = -math.inf, hi: float = math.inf) -> float:
+        """Seconds of whole-pool time scheduled between ``lo`` and ``hi`` (all of it by default)."""
+        return sum(max(0.0, min(end, hi) - max(start, lo)) for start, end in zip(self.starts, self.ends, strict=True))
 
 
 def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -162,10 +162,13 @@ def test_split_pool_instances_queue_on_the_shared_reward_pool(monkeypatch):
     costs = FakeCosts(instance_devices=1, train_group_devices=1, decode_s_per_token=1e-3)
     sc = scenario("disaggregated", iterations=1, prompts=8, n=4, workload={"reward": {"workers": 4}},
                   rollout_devices=4)
-    sm = run(sc, costs, devices=8, prompt=const(10), resp=const(100))[2]
+    _, _, sm, summary = run(sc, costs, devices=8, prompt=const(10), resp=const(100))
     waits = sorted(set((sm["ready"] - sm["finish"]).round(9).tolist()))
     assert waits == pytest.approx([0.02, 0.04, 0.06, 0.08])
     assert set(seen) == {8}
+    pool = summary["reward_pool"]            # the pool's own figures: 4 batches x 0.02 s of all of it
+    assert pool["workers"] == 4 and pool["busy_s"] == pytest.approx(0.08)
+    assert pool["utilization"] == pytest.approx(0.08 / summary["makespan_s"])
 
 
 def test_samples_handed_over_as_they_finish_overlap_the_pool_with_generation(monkeypatch):

@@ -6,10 +6,6 @@ from hypothesis import strategies as st
 from simulator.rl.schedules.reward_pool import RewardPool
 
 
-def busy_within(pool: RewardPool, lo: float, hi: float) -> float:
-    return sum(max(0.0, min(end, hi) - max(start, lo)) for start, end in zip(pool.starts, pool.ends, strict=True))
-
-
 def test_batches_in_order_are_first_come_first_served():
     pool = RewardPool()
     arrivals = [(0.0, 3.0), (1.0, 2.0), (10.0, 1.0), (10.5, 4.0)]
@@ -35,6 +31,7 @@ def test_a_batch_smaller_than_the_pool_takes_a_sample_s_time_on_part_of_it():
     assert pool.serve(0.0, 0.25, least_s=1.0) == 1.0    # a quarter of the pool for 1 s
     assert pool.serve(0.0, 0.25, least_s=1.0) == 1.0    # the next quarter, alongside
     assert pool.busy_s() == pytest.approx(0.5)
+    assert pool.busy_s(0.2, 0.4) == pytest.approx(0.2) and pool.busy_s(1.0, 2.0) == 0.0
 
 
 batches = st.lists(st.tuples(st.floats(0, 100), st.floats(0, 20), st.floats(0, 5)), min_size=1, max_size=30)
@@ -52,7 +49,7 @@ def test_the_pool_never_does_more_than_its_capacity_and_never_idles_on_a_waiting
             filled = done if done > at + least else None
             if filled is not None:
                 # the batch ran on every idle moment from its hand-over to its end
-                assert filled - at == pytest.approx(work + busy_within(before, at, filled), abs=1e-6)
+                assert filled - at == pytest.approx(work + before.busy_s(at, filled), abs=1e-6)
         starts, ends = pool.starts, pool.ends
         assert all(s < e for s, e in zip(starts, ends, strict=True))
         assert all(e < s for e, s in zip(ends, starts[1:], strict=False))      # disjoint, not touching
