@@ -186,7 +186,9 @@ RULES: dict[str, Rule] = {
     "reward_model.enable": mapped("workload.reward.kind", "true: a reward-model forward, false: rule reward"),
     "reward_model.model.path": mapped("workload.reward.model"),
     "reward_model.*": unsupported("the reward model runs with rlsim's forward layout"),
-    "reward_model.reward_manager": ignored("which rule function scores: its CPU time is workload.reward.cpu_s_per_sample"),
+    "reward_model.reward_manager": ignored("which rule function scores: its CPU time is workload.reward.cpu_s_per_sample, "
+                                           "its concurrency workload.reward.workers (verl's naive and dapo managers "
+                                           "loop over the batch in one process: workers 1)"),
     "reward_model.launch_reward_fn_async": mapped("schedule.reward_during_forwards", "colocated: the rule reward "
                                                   "runs during the log-prob passes and is gathered before the update"),
     "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
