@@ -209,7 +209,8 @@ def _reward_pool(flat: Mapping[str, Any], w: dict[str, Any], decided: dict[str, 
         return
     # with async_engine, run_async_multi_turn_rollout scores each sample as it finishes; else the
     # LLM class's batch is scored once generated
-    async_engine = bool(flat.get("policy.generation.vllm_cfg.async_engine", DEFAULTS["policy.generation.vllm_cfg.async_engine"]))
+    key = "policy.generation.vllm_cfg.async_engine"
+    async_engine = bool(flat.get(key, DEFAULTS[key]))
     w["reward"] = {"workers": sizes.pop(), "handover": "sample" if async_engine else "batch"}
     for key in pools:
         decided[key] = ("mapped", "workload.reward.workers: rule-reward workers shared by the job (handover: each "

@@ -4,11 +4,12 @@ NeMo RL verifies a batch on its environment's Ray actors by splitting it evenly 
 (the math environment's `chunk_list_to_workers`), and each actor serves its calls one after another.
 So a batch of k samples on N workers occupies the whole pool for k x time per sample / N (a batch
 smaller than the pool takes one sample's time on k of the workers: k / N of the pool), and batches
-handed over while the pool is busy wait for it. Batches are scheduled as the run commits them, which is not always the order they
-are handed over (a split-pool instance commits a plan when it starts, and a later plan can finish
-first): a batch fills the pool's idle time from its hand-over on, around the batches already
-scheduled, split over gaps if it must be (a fluid pool). With batches handed over in time order
-this is first come, first served; in any order the pool never does more than its capacity.
+handed over while the pool is busy wait for it. Batches are scheduled as the run commits them,
+which is not always the order they are handed over (a split-pool instance commits a plan when it
+starts, and a later plan can finish first): a batch fills the pool's idle time from its hand-over
+on, around the batches already scheduled, split over gaps if it must be (a fluid pool). With
+batches handed over in time order this is first come, first served; in any order the pool never
+does more than its capacity.
 """
 from __future__ import annotations
 
