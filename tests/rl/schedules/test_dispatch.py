@@ -191,3 +191,36 @@ def test_samples_handed_over_as_they_finish_overlap_the_pool_with_generation(mon
             assert wait == pytest.approx(0.01)
         else:
             assert sm["ready"].to_numpy() == pytest.approx(sm["finish"].max() + 0.01 * 32 / 4)
+
+
+
+class PooledCosts(FakeCosts):
+    """FakeCosts whose rule reward is 0.01 s a sample on ``pool_workers`` workers (idle-pool time)."""
+    pool_workers: int = 4
+
+    def reward_cpu_s(self, n_samples, ranks):
+        return 0.01 * max(1.0, n_samples / self.pool_workers)
+
+
+@settings(max_examples=16, deadline=None)
+@given(kind=st.sampled_from(["colocated", "disaggregated", "one-step-off", "stalesync"]),
+       handover=st.sampled_from(["batch", "sample"]), workers=st.integers(1, 6), seed=st.integers(0, 3))
+def test_the_shared_pool_conserves_its_work_and_never_hurries_a_sample(kind, handover, workers, seed):
+    # whatever the schedule and hand-over: each sample is ready at least one sample's time after it
+    # finished, the pool is never busier than the work handed to it (k samples x 0.01 s / workers),
+    # and every drawn sample is stored once
+    costs = PooledCosts(instance_devices=1, train_group_devices=1)
+    costs.pool_workers = workers
+    split = {} if kind in ("colocated", "stalesync") else {"rollout_devices": 4}
+    sc = scenario(kind, iterations=3, prompts=8, n=4, seed=seed,
+                  workload={"reward": {"workers": workers, "handover": handover}}, **split)
+    _, _, sm, summary = run(sc, costs, devices=8, prompt=const(10), resp=_spread_lengths(seed))
+    assert ((sm["ready"] - sm["finish"]) >= 0.01 - 1e-9).all()
+    assert summary["reward_pool"]["busy_s"] <= len(sm) * 0.01 / workers + 1e-9
+    assert sm.groupby(["round", "group"]).size().max() <= 4      # no prompt's sample stored twice
+
+
+def _spread_lengths(seed: int):
+    def sample(rng, n_prompts, n, step):
+        return 20 + (np.arange(n_prompts * n).reshape(n_prompts, n) * (7 + seed)) % 90
+    return sample
