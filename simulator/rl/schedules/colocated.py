@@ -59,7 +59,7 @@ class ColocatedRun:
         self._switch(self.actor, "rollout", k)
         if self.aux:
             self.aux.idle("dependency", self.actor.cursor, k)
-        yield env.timeout(self.actor.cursor - env.now)
+        yield env.timeout(max(0.0, self.actor.cursor - env.now))
         t0 = env.now
         ranks = self.actor.ranks
         if not self.split_allowed and len(ctx.draws.sub_rounds(k)) > 1:
@@ -194,7 +194,7 @@ class ColocatedRun:
             yield env.timeout(max(0.0, t_go - env.now))
         ctx.trainer.drop_stale(k)
         self._switch(clock, "train", k)
-        yield env.timeout(clock.cursor - env.now)
+        yield env.timeout(max(0.0, clock.cursor - env.now))   # the cursor may trail now by a rounding
         if aux:
             aux.idle("dependency", env.now, k)
         yield from ctx.trainer.run(k, ids, clock, aux, rewards_at=rewards_at)
@@ -270,7 +270,7 @@ class ColocatedRun:
                              "replan_s": out.planning_cost_s, "restart_s": ctx.sched.recovery.restart_s,
                              "devices_after": self.n_actor,
                              "train_layout_after": ctx.costs.train_layout_of(self.actor.ranks)})
-        yield env.timeout(self.actor.cursor - env.now)
+        yield env.timeout(max(0.0, self.actor.cursor - env.now))
 
 
 def run(ctx: Context) -> float:
