@@ -248,6 +248,8 @@ class PlannerReplanner:
         restarted, not resharded); the planner re-judges it on the survivors (plan_rollout with that
         layout only), which is the planning cost counted."""
         alive = survivors_after(self.topology, pool_ranks, failed, self.recovery.drop_whole_node)
+        if not alive:   # nothing to plan: the runner says the pool is gone (split_failures.py)
+            return ReplanOutcome([], None, 0.0)
         lay = self.sc.workload.rollout_layout
         lay = lay if isinstance(lay, dict) else {}
         fixed = {k: [int(lay[k])] for k in ("tp", "ep", "max_num_seqs") if k in lay}

@@ -101,7 +101,10 @@ class SplitPoolFailures:
         if n_inst == 0:
             raise RlsimError(f"no whole rollout instance ({d} devices) fits on the {len(out.survivors)} rollout "
                              f"devices left after the failure of {spec}", source=ctx.scenario.source,
-                             field="schedule.failures", fix="fail fewer devices or give the rollout pool more")
+                             field="schedule.failures",
+                             fix="fail fewer devices or give the rollout pool more"
+                                 + (" (schedule.recovery.drop_whole_node: true takes a failed device's whole node out)"
+                                    if ctx.sched.recovery.drop_whole_node else ""))
         use = out.survivors[: n_inst * d]
         fl.mark_out(ctx, "rollout", [r for r in run.roll if r not in use], failed, t_f)
         run.roll, run.n_inst = list(use), n_inst

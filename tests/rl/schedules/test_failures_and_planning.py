@@ -236,6 +236,16 @@ def _check_invariants(r):
     assert s["bubbles_by_cause"]["failure"] > 0
 
 
+def test_a_failure_that_takes_the_whole_rollout_pool_says_so():
+    # 4 nodes split 16 / 16: nodes 0 and 1 are the rollout pool; losing both leaves no instance, and
+    # the error names the failure and why whole nodes went (not the planner's "0 devices" search)
+    with pytest.raises(RlsimError) as err:
+        _dis(60, "nodes:0-1")
+    assert err.value.field == "schedule.failures"
+    assert "no whole rollout instance" in str(err.value) and "nodes:0-1" in str(err.value)
+    assert "drop_whole_node" in err.value.fix
+
+
 def test_disaggregated_rollout_failure_loses_the_round_in_flight(dis_base):
     """Pools 16/16 (rollout ranks 0-15): node 1 fails while round 1 is generating; the round is lost
     back to its start (the end of iteration 0) on the rollout pool only, then re-planned on 8 devices."""
