@@ -16,6 +16,7 @@ step, and then the rounds generated since with the lost weights are lost too on 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -28,6 +29,23 @@ from .context import Context
 from .registry import SchedulePolicy, register
 from .split_failures import SplitPoolFailures
 from .staleness import TIME_TOL_S, VersionGate
+
+
+@dataclass
+class SubRoundBarrier:
+    """The instances' meeting after one DAPO generation batch: when the last generated it and when
+    the last of its rewards came in; ``event`` fires once every instance has arrived."""
+    event: simpy.Event
+    arrived: int = 0
+    generated_s: float = 0.0
+    scored_s: float = 0.0
+
+    def arrive(self, generated_s: float, scored_s: float, instances: int) -> None:
+        self.arrived += 1
+        self.generated_s = max(self.generated_s, generated_s)
+        self.scored_s = max(self.scored_s, scored_s, generated_s)
+        if self.arrived >= instances and not self.event.triggered:
+            self.event.succeed()
 
 
 class RolloutInstance:
@@ -72,17 +90,49 @@ class RolloutInstance:
                 yield env.timeout(run.sync_s)
             if newer:
                 self.version = gate.version
-            n_inst = run.n_inst
-            seqs = SeqBatch.concat(self.carry, ctx.draws.share(r, self.index, n_inst))
-            t0 = env.now
-            end, self.carry, _ = ctx.gen.generate(seqs, t0, self.version, clock.ranks)
-            clock.busy("generate", end, r, label=f"round {r}")
-            ctx.add_stage_time("generate", (end - t0) / n_inst)
+            parts = ctx.draws.sub_rounds(r) if ctx.workload.dynamic_sampling is not None else []
+            if len(parts) > 1:
+                end = yield from self._sub_rounds(r, parts)
+            else:
+                n_inst = run.n_inst
+                seqs = SeqBatch.concat(self.carry, ctx.draws.share(r, self.index, n_inst))
+                t0 = env.now
+                end, self.carry, _ = ctx.gen.generate(seqs, t0, self.version, clock.ranks)
+                clock.busy("generate", end, r, label=f"round {r}")
+                ctx.add_stage_time("generate", (end - t0) / n_inst)
             ctx.round_end[r] = max(ctx.round_end.get(r, 0.0), end)
             run.planned[r] = run.planned.get(r, 0) + 1
             gate.data()
             self.round += 1
-            yield env.timeout(end - env.now)
+            yield env.timeout(max(0.0, end - env.now))
+
+    def _sub_rounds(self, r: int, parts: list[SeqBatch]):
+        """DAPO dynamic sampling: this instance's share of each generation batch of round r, one batch
+        after another; the next starts once every instance has generated the batch and its rewards
+        are in (the filter needs the whole batch scored: frameworks.md "regenerate ... if fewer than
+        the train batch survive"; colocated's _dynamic_sampling_step likewise). Returns the busy end."""
+        run, ctx, env, clock = self.run_, self.run_.ctx, self.run_.env, self.clock
+        start, carried = env.now, []
+        for j, part in enumerate(parts):
+            seqs = ctx.draws.deal_all(part, run.n_inst)[self.index]
+            if j == 0:
+                seqs = SeqBatch.concat(self.carry, seqs)
+            first_row = ctx.store.n
+            end, carry, _ = ctx.gen.generate(seqs, start, self.version, clock.ranks)
+            carried.append(carry)
+            clock.busy("generate", end, r, label=f"round {r}")
+            ctx.add_stage_time("generate", (end - start) / run.n_inst)
+            if j == len(parts) - 1:
+                break
+            ready = ctx.store.at("ready", np.arange(first_row, ctx.store.n))
+            barrier = run.sub_round_barrier(r, j)
+            barrier.arrive(end, float(ready.max()) if len(ready) else end, run.n_inst)
+            yield barrier.event
+            clock.idle("long_tail", barrier.generated_s, r)
+            clock.idle("dependency", barrier.scored_s, r, label="reward")
+            start = max(barrier.scored_s, env.now)
+        self.carry = SeqBatch.merge(carried)
+        return end
 
     def _wait_gate(self):
         gate = self.run_.gate
@@ -165,6 +215,7 @@ class SplitPoolRun:
         self.d = ctx.costs.instance_devices
         self.gate = VersionGate(self.env, ctx.staleness)
         self.planned: dict[int, int] = {}            # round -> instances that generated their share
+        self.barriers: dict[tuple[int, int], SubRoundBarrier] = {}   # (round, generation batch) -> meeting
         self.n_inst = rollout.count // self.d
         self.roll, self.train = list(rollout.ranks)[: self.n_inst * self.d], list(train.ranks)
         self.instances: list[simpy.Process] = []
@@ -182,7 +233,16 @@ class SplitPoolRun:
         dst = self.roll if dst is None else dst
         return self.ctx.costs.weight_sync_s(src, dst) / max(1.0, self.ctx.sched.weight_sync_efficiency)
 
+    def sub_round_barrier(self, round_: int, sub_round: int) -> SubRoundBarrier:
+        """Where the instances meet after generation batch ``sub_round`` of round ``round_``."""
+        key = (round_, sub_round)
+        if key not in self.barriers:
+            self.barriers[key] = SubRoundBarrier(self.env.event())
+        return self.barriers[key]
+
     def spawn_instances(self, round_: int, version: int, t: float | None, resume_s: float = 0.0) -> None:
+        # instances that start (again) at round_ meet afresh from it on (a failure's lost round included)
+        self.barriers = {key: b for key, b in self.barriers.items() if key[0] < round_}
         self.instances, self.instance_clocks = [], []
         self.gate.waiting.clear()
         for i in range(self.n_inst):

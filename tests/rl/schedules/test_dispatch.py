@@ -108,6 +108,25 @@ def test_dynamic_sampling_sub_rounds_run_one_after_another_in_closed_form():
     assert starts == pytest.approx([0.0, one_sub_round])
 
 
+@pytest.mark.parametrize(("kind", "reward_s"), [("disaggregated", 0.0), ("disaggregated", 0.3), ("one-step-off", 0.3)])
+def test_split_pool_sub_rounds_wait_for_every_instance_and_its_rewards(kind, reward_s):
+    # the same two sub-rounds on a rollout pool of 2 one-slot instances: the second starts on both
+    # when the slower instance's first is generated and scored - one sub-round + the reward later -
+    # where a split pool generated both at once before (the first round's starts were all 0)
+    n, length, d = 4, 500, 1e-3
+    costs = FakeCosts(instance_devices=1, train_group_devices=1, instance_max_seqs=1, decode_s_per_token=d,
+                      sync_s=0.0, switch_s=0.0, reward_s_per_sample=reward_s)
+    sc = scenario(kind, iterations=1, prompts=8, n=n, rollout_devices=2,
+                  workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 1.0}})
+    rec, tl, sm, s = run(sc, costs, devices=4, prompt=const(10), resp=const(length))
+    one_sub_round = 2 * n * length * d
+    first = sm[sm["round"] == 0]
+    assert sorted(set(first["start"].round(9))) == pytest.approx([0.0, one_sub_round + reward_s])
+    assert first["finish"].max() == pytest.approx(2 * one_sub_round + reward_s)
+    waits = tl[(tl["state"] == "idle") & (tl["label"] == "reward") & (tl["iteration"] == 0) & (tl["pool"] == "rollout")]
+    assert float((waits["end"] - waits["start"]).sum()) == pytest.approx(2 * reward_s)     # per instance
+
+
 @pytest.mark.parametrize("kind", ["colocated", "disaggregated"])
 def test_a_step_that_spends_its_generation_batches_stops_the_run(kind):
     # keep_fraction 1 and gen_prompts 3 for a batch of 8: exactly ceil(8 / 3) = 3 sub-rounds a step;
