@@ -128,6 +128,7 @@ class RolloutInstance:
             barrier = run.sub_round_barrier(r, j)
             barrier.arrive(end, float(ready.max()) if len(ready) else end, run.n_inst)
             yield barrier.event
+            run.barriers.pop((r, j), None)        # every instance has arrived and holds it
             clock.idle("long_tail", barrier.generated_s, r)
             clock.idle("dependency", barrier.scored_s, r, label="reward")
             start = max(barrier.scored_s, env.now)
