@@ -137,6 +137,8 @@ class RoundDraws:
         self._draws: dict[int, SeqBatch] = {}      # held rounds, least recently asked first
         self._states: list[dict] = []              # generator state before round q's first draw
         self._shares: dict[tuple[int, int], list[SeqBatch]] = {}   # (held round, instances): its shares
+        # (held round, instances): each dynamic-sampling sub-round's shares, in generation order
+        self._sub_shares: dict[tuple[int, int], list[list[SeqBatch]]] = {}
 
     def draw(self, round_: int) -> SeqBatch:
         for q in range(len(self._states), round_ + 1):
@@ -155,8 +157,9 @@ class RoundDraws:
         self._draws[round_] = batch
         while len(self._draws) > KEEP_ROUNDS:
             del self._draws[next(iter(self._draws))]
-        for key in [key for key in self._shares if key[0] not in self._draws]:
-            del self._shares[key]
+        for held in (self._shares, self._sub_shares):
+            for key in [key for key in held if key[0] not in self._draws]:
+                del held[key]
 
     def sub_rounds(self, round_: int) -> list[SeqBatch]:
         """The round's dynamic-sampling sub-rounds in generation order (one part without dynamic
@@ -179,6 +182,16 @@ class RoundDraws:
         if shares is None:
             shares = self._shares[round_, n_instances] = self.deal_all(batch, n_instances)
         return shares[instance]
+
+    def sub_round_shares(self, round_: int, n_instances: int) -> list[list[SeqBatch]]:
+        """Every instance's share of each sub-round of a round (sub_rounds, each dealt as share deals a
+        round), dealt once per round and instance count: ``[sub-round][instance]``."""
+        self.draw(round_)             # held now, with the shares dealt from it
+        shares = self._sub_shares.get((round_, n_instances))
+        if shares is None:
+            shares = self._sub_shares[round_, n_instances] = [self.deal_all(part, n_instances)
+                                                              for part in self.sub_rounds(round_)]
+        return shares
 
     def deal_all(self, batch: SeqBatch, n_instances: int) -> list[SeqBatch]:
         """Every instance's part of ``batch`` under the dispatch policy (see share), in instance order."""

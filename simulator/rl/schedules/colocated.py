@@ -97,9 +97,8 @@ class ColocatedRun:
         sub-round pays its own long tail; then training on every device."""
         ctx, ranks = self.ctx, self.actor.ranks
         start, ends = t0, np.full(self.n_inst, t0)
-        for j, part in enumerate(ctx.draws.sub_rounds(k)):
+        for j, batches in enumerate(ctx.draws.sub_round_shares(k, self.n_inst)):
             first_row = ctx.store.n
-            batches = ctx.draws.deal_all(part, self.n_inst)
             if j == 0:
                 batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, batches, strict=True)]
             results = ctx.gen.commit_many(ctx.gen.plan_many(batches, start, self.version, self._instances(ranks)))

@@ -90,9 +90,9 @@ class RolloutInstance:
                 yield env.timeout(run.sync_s)
             if newer:
                 self.version = gate.version
-            parts = ctx.draws.sub_rounds(r) if ctx.workload.dynamic_sampling is not None else []
-            if len(parts) > 1:
-                end = yield from self._sub_rounds(r, parts)
+            shares = ctx.draws.sub_round_shares(r, run.n_inst) if ctx.workload.dynamic_sampling is not None else []
+            if len(shares) > 1:
+                end = yield from self._sub_rounds(r, [share[self.index] for share in shares])
             else:
                 n_inst = run.n_inst
                 seqs = SeqBatch.concat(self.carry, ctx.draws.share(r, self.index, n_inst))
@@ -107,14 +107,13 @@ class RolloutInstance:
             yield env.timeout(max(0.0, end - env.now))
 
     def _sub_rounds(self, r: int, parts: list[SeqBatch]):
-        """DAPO dynamic sampling: this instance's share of each generation batch of round r, one batch
-        after another; the next starts once every instance has generated the batch and its rewards
+        """DAPO dynamic sampling: this instance's share of each generation batch of round r (``parts``),
+        one batch after another; the next starts once every instance has generated the batch and its rewards
         are in (the filter needs the whole batch scored: frameworks.md "regenerate ... if fewer than
         the train batch survive"; colocated's _dynamic_sampling_step likewise). Returns the busy end."""
         run, ctx, env, clock = self.run_, self.run_.ctx, self.run_.env, self.clock
         start, carried = env.now, []
-        for j, part in enumerate(parts):
-            seqs = ctx.draws.deal_all(part, run.n_inst)[self.index]
+        for j, seqs in enumerate(parts):
             if j == 0:
                 seqs = SeqBatch.concat(self.carry, seqs)
             first_row = ctx.store.n

@@ -246,10 +246,7 @@ class Generation:
         ranks = stored[0][0].ranks
         if ctx.workload.reward.handover != "sample":
             return np.full(len(finish), pool_reward_done(ctx, float(finish.max()), int(sum(counts)), ranks))
-        done = np.empty(len(finish))
-        for row in np.argsort(finish, kind="stable"):       # each as it finishes, first come first served
-            done[row] = pool_reward_done(ctx, float(finish[row]), 1, ranks)
-        return done
+        return pool_rewards_each(ctx, finish, ranks)
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:
         """Occupied batch slots of one instance over [0, end]: FIFO admission keeps
@@ -276,6 +273,15 @@ def pool_reward_done(ctx: RunState, handed_over: float, n_samples: int, ranks: R
     idle_s = ctx.costs.reward_cpu_s(n_samples, ranks)
     share = min(1.0, n_samples / ctx.workload.reward.workers)
     return ctx.totals.reward_pool.serve(handed_over, idle_s * share, least_s=idle_s)
+
+
+def pool_rewards_each(ctx: RunState, finish: np.ndarray, ranks: Ranks) -> np.ndarray:
+    """When each sample handed over alone as it finishes (reward.handover: sample) is verified on the
+    shared pool, served in finish order (first come, first served)."""
+    done = np.empty(len(finish))
+    for row in np.argsort(finish, kind="stable"):
+        done[row] = pool_reward_done(ctx, float(finish[row]), 1, ranks)
+    return done
 
 
 def _first_below(n: int, cap: int, threshold: float) -> int:

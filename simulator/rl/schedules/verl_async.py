@@ -32,7 +32,7 @@ from ..distqueue import payload_bytes_each
 from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
-from .generation import pool_reward_done
+from .generation import pool_reward_done, pool_rewards_each
 from .registry import SchedulePolicy, register
 
 NO_OLD_LOG_PROB = frozenset({"old_logprob"})   # fully async trains on the rollout's log-probs
@@ -204,9 +204,7 @@ class Rollouter:
         ranks = self.ctx.pools["rollout"].ranks
         if ctx.rule_reward and ctx.shared_reward:       # the job's pool, busy with the other groups too
             if ctx.workload.reward.handover == "sample":    # each sample handed over as it finished
-                done = [pool_reward_done(ctx, float(group.finish_s[i]), 1, ranks)
-                        for i in np.argsort(group.finish_s, kind="stable")]
-                reward_s = max(done) - t
+                reward_s = float(pool_rewards_each(ctx, np.asarray(group.finish_s, float), ranks).max()) - t
             else:
                 reward_s = pool_reward_done(ctx, t, len(seqs), ranks) - t
         else:
