@@ -20,6 +20,7 @@ import numpy as np
 
 from .engine_software import resolved
 from .errors import RlsimError
+from .hardware.devices import distinct_devices
 from .llm.architecture import ModelSpec, load_model
 from .llm.lengths import LengthDistribution
 from .network.collectives import parse_group
@@ -50,12 +51,11 @@ class AutoPlan:
 
 def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any, planner_keys: set[str]) -> tuple[Any, Any]:
     """(rollout search space, inference constants) under a named engine (workload.engine) on the
-    ranks' smallest device: its running-sequence cap searched unless planner.rollout gives one, its
+    ranks' devices (vLLM's small set if any takes it): its running-sequence cap searched unless planner.rollout gives one, its
     per-device values for the inference fields the workload leaves unset. No engine: as given."""
     if not workload.engine:
         return space, workload.inference
-    hbm = min(topology.device_spec(r).hbm_bytes for r in ranks)
-    inference, layout = resolved(workload.engine, workload.inference, {}, hbm)
+    inference, layout = resolved(workload.engine, workload.inference, {}, distinct_devices(topology, ranks))
     if "max_num_seqs" in layout and "max_num_seqs" not in planner_keys:
         space = space.model_copy(update={"max_num_seqs": [layout["max_num_seqs"]]})
     return space, inference

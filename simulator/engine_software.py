@@ -3,73 +3,125 @@
 A scenario that names an engine gets that engine's defaults for the fields it fixes, under the
 user's own `workload.inference` and `workload.rollout_layout` keys (a given key always wins), as
 `workload.train_software` does for the trainer. The values that do not depend on the device are
-merged when the scenario loads (`given_under_engine`); the ones vLLM picks by the GPU's memory are
-resolved by the cost layers, which know the devices (`resolved`): a field the workload leaves unset
-is taken from the engine on the rollout devices' smallest HBM. Without a name rlsim keeps its own
+merged when the scenario loads (`given_under_engine`); the ones vLLM picks by the GPU (its memory, and
+from vLLM 0.9 whether it is an A100) are resolved by the cost layers, which know the devices
+(`resolved`): a field the workload leaves unset takes the engine's small set if any rollout device
+takes it. Without a name rlsim keeps its own
 defaults (simulator/params.py InferenceParams, RolloutLayout): an engine that prefills everything
 admitted in one step, 256 running sequences, prefix caching, CUDA graphs up to 512 sequences
 (docs/cost-models-inference.md, "Named engines").
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import RlsimError
 from .params import InferenceParams
 
 GIB = 2**30
-# vLLM's line between its two default sets (vllm/engine/arg_utils.py EngineArgs, V1 defaults:
-# "device_memory >= 70 * GiB_bytes": the 80 GB H100 and larger, Ascend 910C above it; 64 GB
-# Ascend 910B below).
+# vLLM's line between its two default sets (vllm/engine/arg_utils.py EngineArgs._set_default_args_v1,
+# read in the 0.8.5 and 0.9.2 - 0.11.0 wheels: "device_memory >= 70 * GiB_bytes": the 80 GB H100 and
+# larger, Ascend 910C above it; 64 GB Ascend 910B below).
 VLLM_LARGE_GPU_BYTES = 70 * GIB
+# From vLLM 0.9 the larger set also needs `"a100" not in device_name` ("Setting large
+# max_num_batched_tokens for A100 reduces throughput, see PR #17885"): an A100 80GB takes the small set.
+VLLM_SMALL_SET_DEVICE_NAMES = ("a100",)
+
+
+@dataclass(frozen=True)
+class GpuTier:
+    """Per-GPU values an engine picks on devices of at least `min_hbm_bytes` of HBM whose name and
+    description hold none of `excluded_names` (lower case): {"inference"|"rollout": {...}}."""
+
+    min_hbm_bytes: float
+    values: Mapping[str, Mapping[str, Any]]
+    excluded_names: tuple[str, ...] = ()
+
+    def admits(self, device: Any) -> bool:
+        label = f"{device.name} {getattr(device, 'description', '')}".lower()
+        return device.hbm_bytes >= self.min_hbm_bytes and not any(n in label for n in self.excluded_names)
 
 
 @dataclass(frozen=True)
 class EngineSoftware:
     """An engine version: `inference` (InferenceParams fields) and `rollout` (RolloutLayout fields)
-    it fixes, with `large_gpu` / `small_gpu` overlays for devices at or above / below
-    `large_gpu_bytes` of HBM."""
+    it fixes, and `tiers` of per-GPU values in ascending order: the last tier every rollout device
+    reaches applies (the values that fit every device)."""
 
     name: str
     inference: Mapping[str, Any]
     rollout: Mapping[str, Any]
     source: str
-    large_gpu: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)   # {"inference"|"rollout": {...}}
-    small_gpu: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    large_gpu_bytes: float = VLLM_LARGE_GPU_BYTES
+    tiers: tuple[GpuTier, ...] = ()
 
-    def overlay(self, hbm_bytes: float) -> Mapping[str, Mapping[str, Any]]:
-        """The per-GPU values on a device of `hbm_bytes` of HBM: {"inference"|"rollout": {...}}."""
-        return self.large_gpu if hbm_bytes >= self.large_gpu_bytes else self.small_gpu
+    def overlay(self, devices: Sequence[Any]) -> Mapping[str, Mapping[str, Any]]:
+        """The per-GPU values on `devices` (DeviceSpecs): {"inference"|"rollout": {...}}."""
+        chosen: Mapping[str, Mapping[str, Any]] = {}
+        for tier in self.tiers:
+            if all(tier.admits(d) for d in devices):
+                chosen = tier.values
+        return chosen
 
 
-# vLLM V1 engine (the default engine from vLLM 0.8), driven through the offline `LLM` class, as verl's
-# and NeMo RL's synchronous rollout workers drive it: chunked prefill always on; a token budget per
-# step and a running-sequence cap chosen by the GPU's memory (EngineArgs V1 defaults, LLM class:
-# 16384 tokens / 1024 sequences at >= 70 GiB, 8192 / 256 below); prefix caching on; CUDA graphs
-# captured up to 512 sequences; no async scheduling (the --async-scheduling flag is off by default).
+def _vllm_tiers(small_names: tuple[str, ...]) -> tuple[GpuTier, ...]:
+    """vLLM V1's two per-GPU sets (LLM class): 8192 tokens / 256 sequences, 16384 / 1024 at >= 70 GiB."""
+    return (GpuTier(0, {"inference": {"max_num_batched_tokens": 8192}, "rollout": {"max_num_seqs": 256}}),
+            GpuTier(VLLM_LARGE_GPU_BYTES, {"inference": {"max_num_batched_tokens": 16384},
+                                           "rollout": {"max_num_seqs": 1024}}, small_names))
+
+
+# vLLM V1 engine from vLLM 0.9 (read in the 0.9.2, 0.10.0 - 0.10.2 and 0.11.0 wheels), driven through
+# the offline `LLM` class, as verl's and NeMo RL's synchronous rollout workers drive it: chunked prefill
+# always on; a token budget per step and a running-sequence cap chosen by the GPU (EngineArgs
+# _set_default_args_v1, usage context LLM_CLASS: 16384 tokens / 1024 sequences at >= 70 GiB unless the
+# device is an A100, 8192 / 256 otherwise); prefix caching on; CUDA graphs captured up to
+# min(2 x max_num_seqs, 512) sequences (config/scheduler.py `cuda_graph_sizes`); no async scheduling
+# (--async-scheduling is off by default).
 VLLM_V1 = EngineSoftware(
     name="vllm-v1",
     inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 512,
                "async_scheduling": False},
     rollout={},
-    large_gpu={"inference": {"max_num_batched_tokens": 16384}, "rollout": {"max_num_seqs": 1024}},
-    small_gpu={"inference": {"max_num_batched_tokens": 8192}, "rollout": {"max_num_seqs": 256}},
-    source="vllm/engine/arg_utils.py EngineArgs V1 defaults (usage context LLM class); "
-           "published-results.md V6 ('1024 for the synchronous engine')")
+    tiers=_vllm_tiers(VLLM_SMALL_SET_DEVICE_NAMES),
+    source="vllm 0.9-0.11 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 (usage context LLM_CLASS), "
+           "vllm/config/scheduler.py; published-results.md V6 ('1024 for the synchronous engine')")
 
-# vLLM V1 through its async engine (AsyncLLM from AsyncEngineArgs, NeMo RL `async_engine: true`): the
-# usage context is not the LLM class, so neither per-GPU default set applies and the scheduler's own
-# defaults stand: 128 running sequences, a 2048-token step budget with chunked prefill.
+# vLLM V1 through its async engine from vLLM 0.9 (AsyncLLM from AsyncEngineArgs, NeMo RL `async_engine:
+# true`): its usage context (ENGINE_CONTEXT) is in neither per-GPU table, so the scheduler's own
+# defaults stand (SchedulerConfig.__post_init__): 128 running sequences, a 2048-token step budget
+# (DEFAULT_MAX_NUM_BATCHED_TOKENS) with chunked prefill, CUDA graphs up to min(2 x 128, 512) = 256.
 VLLM_V1_ASYNC = EngineSoftware(
     name="vllm-v1-async",
-    inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 512,
+    inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 256,
                "async_scheduling": False, "max_num_batched_tokens": 2048},
     rollout={"max_num_seqs": 128},
-    source="vllm/config SchedulerConfig defaults (max_num_seqs 128, max_num_batched_tokens 2048 with "
-           "chunked prefill); published-results.md V6 ('128 for the async one')")
+    source="vllm 0.9-0.11 vllm/config/scheduler.py SchedulerConfig.__post_init__ (max_num_seqs 128, "
+           "max_num_batched_tokens 2048 with chunked prefill, cuda_graph_sizes); published-results.md V6 "
+           "('128 for the async one')")
+
+# vLLM 0.8.x's V1 engine (verl 0.5 pins vllm <= 0.8.5): one running-sequence default for every usage
+# context (1024 at >= 70 GiB, 256 below; no A100 exception), the LLM class's token budget as above;
+# CUDA graphs for batch sizes up to 512 (config.py: [1, 2, 4] + range(8, 513, 8)).
+VLLM_08 = EngineSoftware(
+    name="vllm-0.8",
+    inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 512,
+               "async_scheduling": False},
+    rollout={},
+    tiers=_vllm_tiers(()),
+    source="vllm 0.8.5 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1, vllm/config.py "
+           "(V1 cudagraph capture sizes)")
+
+# vLLM 0.8.x's AsyncLLM: the same running-sequence default as its LLM class (not keyed by usage context
+# then), the scheduler's 2048-token budget (the per-context token table has no ENGINE_CONTEXT entry).
+VLLM_08_ASYNC = EngineSoftware(
+    name="vllm-0.8-async",
+    inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 512,
+               "async_scheduling": False, "max_num_batched_tokens": 2048},
+    rollout={},
+    tiers=(GpuTier(0, {"rollout": {"max_num_seqs": 256}}), GpuTier(VLLM_LARGE_GPU_BYTES, {"rollout": {"max_num_seqs": 1024}})),
+    source="vllm 0.8.5 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1, vllm/config.py SchedulerConfig")
 
 # vLLM V0 engine (vLLM <= 0.7 and its opt-out VLLM_USE_V1=0 later): 256 running sequences; no chunked
 # prefill at max_model_len <= 32K (RL recipes set it), so admitted prompts prefill in blocking steps
@@ -83,7 +135,43 @@ VLLM_V0 = EngineSoftware(
     source="vllm 0.6-0.7 EngineArgs / SchedulerConfig defaults, worker/model_runner.py _BATCH_SIZES_TO_CAPTURE")
 V0_MIN_BATCHED_TOKENS = 2048   # SchedulerConfig without chunked prefill: max(max_model_len, 2048)
 
-ENGINE_SOFTWARE: dict[str, EngineSoftware] = {e.name: e for e in (VLLM_V1, VLLM_V1_ASYNC, VLLM_V0)}
+MIB = 2**20
+# SGLang 0.4.6.post5 (verl 0.5's `sglang` extra pins it), as verl's SGLang rollout starts it
+# (verl/workers/rollout/sglang_rollout/sglang_rollout.py: tp_size, mem_fraction_static = rollout.
+# gpu_memory_utilization, attention backends; every other ServerArgs field at its default), read in
+# its wheel (sglang/srt/server_args.py, managers/, model_executor/):
+# - new requests prefill in their own steps (enable_mixed_chunk off: no decode rides along) of at most
+#   chunked_prefill_size tokens (8192; 2048 on GPUs under 25,000 MiB), a longer prompt in chunks:
+#   rlsim's blocking prefill steps (chunked_prefill false) under that budget;
+# - the radix cache shares a prompt's prefill among its samples (prefix caching); the overlap scheduler
+#   prepares step i+1 on the CPU while the GPU runs step i (async_scheduling);
+# - CUDA graphs captured for up to 160 running requests (cuda_graph_runner.py capture list), 256 on GPUs
+#   above 96 GiB;
+# - running requests: min(KV pool // 2, request pool), the request pool min(max(KV pool / context_len x
+#   512, 2048), 4096) (tp_worker.py, model_runner.py init_memory_pool): rlsim takes the pool's floor,
+#   2048 (RL engines hold more sequences than that only with a KV pool above 4 context lengths, and
+#   then the KV pool, not the cap, bounds the running batch);
+# - mem_fraction_static of the GPU holds the weights and the KV pool only (activations and CUDA graphs
+#   live in the rest: model_runner.py profile_max_num_token): no workspace inside it.
+# Not modelled: SGLang's admission reserves min(max_new_tokens - generated, 4096) x new_token_ratio for
+# every running request (0.7, decaying to 0.098 over 600 decode steps) and retracts requests when a
+# decode step runs out of KV (schedule_policy.py PrefillAdder, scheduler.py update_running_batch):
+# rlsim admits while the KV cache holds the step and preempts the newest, as vLLM.
+SGLANG = EngineSoftware(
+    name="sglang",
+    inference={"chunked_prefill": False, "enable_prefix_caching": True, "async_scheduling": True,
+               "workspace_bytes": 0.0},
+    rollout={"max_num_seqs": 2048},
+    tiers=(GpuTier(0, {"inference": {"max_num_batched_tokens": 2048, "cuda_graph_max_batch": 160}}),
+           GpuTier(25_000 * MIB, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 160}}),
+           GpuTier(96 * GIB + 1, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 256}})),
+    source="sglang 0.4.6.post5 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
+           "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
+           "managers/tp_worker.py max_running_requests, model_executor/model_runner.py; verl 0.5 "
+           "verl/workers/rollout/sglang_rollout/sglang_rollout.py")
+
+ENGINE_SOFTWARE: dict[str, EngineSoftware] = {e.name: e for e in (VLLM_V1, VLLM_V1_ASYNC, VLLM_08, VLLM_08_ASYNC,
+                                                                  VLLM_V0, SGLANG)}
 
 
 def engine_software(name: str, field_name: str = "workload.engine", source: str | None = None) -> EngineSoftware:
@@ -105,10 +193,10 @@ def _independent(engine: EngineSoftware, max_model_len: Any) -> dict[str, Any]:
     return values
 
 
-def engine_values(name: str, hbm_bytes: float, max_model_len: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(inference fields, rollout-layout fields) of engine `name` on a device of `hbm_bytes`."""
+def engine_values(name: str, devices: Sequence[Any], max_model_len: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(inference fields, rollout-layout fields) of engine `name` on `devices` (DeviceSpecs)."""
     engine = engine_software(name)
-    overlay = engine.overlay(hbm_bytes)
+    overlay = engine.overlay(devices)
     return ({**_independent(engine, max_model_len), **overlay.get("inference", {})},
             {**engine.rollout, **overlay.get("rollout", {})})
 
@@ -116,7 +204,7 @@ def engine_values(name: str, hbm_bytes: float, max_model_len: int | None) -> tup
 def device_dependent_fields(name: str) -> set[str]:
     """The inference fields engine `name` sets by the device's memory (resolved by the cost layers)."""
     engine = engine_software(name)
-    return {key for overlay in (engine.large_gpu, engine.small_gpu) for key in overlay.get("inference", {})}
+    return {key for tier in engine.tiers for key in tier.values.get("inference", {})}
 
 
 def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: Any
@@ -130,13 +218,13 @@ def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: 
 
 
 def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[str, Any],
-             hbm_bytes: float) -> tuple[InferenceParams, dict[str, Any]]:
-    """The inference constants and rollout-layout fields an engine runs with on a device of
-    `hbm_bytes`: its device-dependent values for the fields the workload left unset (an
+             devices: Sequence[Any]) -> tuple[InferenceParams, dict[str, Any]]:
+    """The inference constants and rollout-layout fields an engine runs with on `devices` (the
+    rollout's DeviceSpecs): its device-dependent values for the fields the workload left unset (an
     InferenceParams' unset fields; the layout mapping's missing keys). No engine: as given."""
     if not name:
         return inference, rollout_layout
-    overlay_inference, overlay_rollout = engine_values(name, hbm_bytes, inference.max_model_len)
+    overlay_inference, overlay_rollout = engine_values(name, devices, inference.max_model_len)
     update = {k: v for k, v in overlay_inference.items() if k not in inference.model_fields_set}
     return (inference.model_copy(update=update) if update else inference,
             {**overlay_rollout, **rollout_layout})

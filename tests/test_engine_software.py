@@ -1,5 +1,6 @@
 """Named rollout engines (workload.engine, simulator/engine_software.py): an engine's defaults under the
 workload's own keys, resolved by the GPU's memory as vLLM resolves them, honoured by run and plan."""
+import dataclasses
 import json
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 from simulator.api import simulate
 from simulator.cli import main
-from simulator.engine_software import ENGINE_SOFTWARE, VLLM_LARGE_GPU_BYTES, engine_values, resolved
+from simulator.engine_software import ENGINE_SOFTWARE, engine_values, resolved
 from simulator.errors import RlsimError
 from simulator.hardware.devices import get_device
 from simulator.llm.architecture import load_model
@@ -27,12 +28,43 @@ def _scenario(engine=None, topology=None, inference=None, rollout_layout=None, *
             "iterations": 1}
 
 
+H100 = get_device("h100")
+
+
+def _sized(hbm_bytes: float, name: str = "gpu"):
+    return dataclasses.replace(H100, hbm_bytes=hbm_bytes, name=name, description=name)
+
+
 def test_vllm_v1_defaults_follow_the_gpu_memory():
-    big, big_layout = engine_values("vllm-v1", VLLM_LARGE_GPU_BYTES, None)
-    small, small_layout = engine_values("vllm-v1", VLLM_LARGE_GPU_BYTES - 1, None)
+    line = 70 * 2**30   # vLLM's "device_memory >= 70 * GiB_bytes"
+    big, big_layout = engine_values("vllm-v1", [_sized(line)], None)
+    small, small_layout = engine_values("vllm-v1", [_sized(line - 1)], None)
     assert (big["max_num_batched_tokens"], big_layout["max_num_seqs"]) == (16384, 1024)
     assert (small["max_num_batched_tokens"], small_layout["max_num_seqs"]) == (8192, 256)
     assert big["chunked_prefill"] and small["chunked_prefill"]
+    # one device under the line sets the values for all (they must fit every rollout device)
+    assert engine_values("vllm-v1", [_sized(line), _sized(line - 1)], None)[1]["max_num_seqs"] == 256
+
+
+@pytest.mark.parametrize("engine, seqs", [("vllm-v1", 256), ("vllm-0.8", 1024)])
+def test_an_a100_80gb_takes_vllm_small_set_from_0_9(engine, seqs):
+    """vLLM >= 0.9 gives an A100 the small set at any memory ('"a100" not in device_name'); 0.8.x
+    looks at the memory only."""
+    a100 = get_device("a100-80gb")
+    assert a100.hbm_bytes >= 70 * 2**30
+    inference, layout = engine_values(engine, [a100], None)
+    assert layout["max_num_seqs"] == seqs
+    assert inference["max_num_batched_tokens"] == (8192 if seqs == 256 else 16384)
+
+
+def test_async_engine_defaults_by_vllm_version():
+    """AsyncLLM: 128 running sequences from vLLM 0.9 (the scheduler's default), 0.8.x's one table
+    for every usage context (1024 on an H100); both the scheduler's 2048-token budget."""
+    new, new_layout = engine_values("vllm-v1-async", [H100], None)
+    old, old_layout = engine_values("vllm-0.8-async", [H100], None)
+    assert (new_layout["max_num_seqs"], old_layout["max_num_seqs"]) == (128, 1024)
+    assert new["max_num_batched_tokens"] == old["max_num_batched_tokens"] == 2048
+    assert new["cuda_graph_max_batch"] == 2 * 128   # min(2 x max_num_seqs, 512)
 
 
 @pytest.mark.parametrize("topology, device, tokens, seqs", [({"preset": "dgx-h100", "nodes": 1}, "h100", 16384, 1024),
@@ -42,7 +74,7 @@ def test_the_engine_resolves_on_the_rollout_devices(topology, device, tokens, se
     workload = load_scenario(_scenario("vllm-v1", topology, rollout_layout={"tp": 8})).workload
     assert workload.inference.max_num_batched_tokens is None        # left to the device
     inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout,
-                                 get_device(device).hbm_bytes)
+                                 [get_device(device)])
     assert (inference.max_num_batched_tokens, layout["max_num_seqs"]) == (tokens, seqs)
     run = simulate(_scenario("vllm-v1", topology, rollout_layout={"tp": 8}, train_layout={"tp": 8, "pp": 1}))
     assert run.summary["layouts"]["rollout"]["max_num_seqs"] == seqs
@@ -51,7 +83,7 @@ def test_the_engine_resolves_on_the_rollout_devices(topology, device, tokens, se
 def test_given_keys_win_over_the_engine():
     workload = load_scenario(_scenario("vllm-v1", inference={"max_num_batched_tokens": 4096, "chunked_prefill": False},
                                        rollout_layout={"tp": 1, "max_num_seqs": 64})).workload
-    inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout, VLLM_LARGE_GPU_BYTES)
+    inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout, [H100])
     assert (inference.max_num_batched_tokens, inference.chunked_prefill, layout["max_num_seqs"]) == (4096, False, 64)
 
 
@@ -69,9 +101,9 @@ def test_no_engine_keeps_rlsim_defaults():
 
 
 def test_vllm_v0_prefill_budget_is_the_sequence_cap_or_2048():
-    assert engine_values("vllm-v0", VLLM_LARGE_GPU_BYTES, 4096)[0]["max_num_batched_tokens"] == 4096
-    assert engine_values("vllm-v0", VLLM_LARGE_GPU_BYTES, 1024)[0]["max_num_batched_tokens"] == 2048
-    assert "max_num_batched_tokens" not in engine_values("vllm-v0", VLLM_LARGE_GPU_BYTES, None)[0]
+    assert engine_values("vllm-v0", [H100], 4096)[0]["max_num_batched_tokens"] == 4096
+    assert engine_values("vllm-v0", [H100], 1024)[0]["max_num_batched_tokens"] == 2048
+    assert "max_num_batched_tokens" not in engine_values("vllm-v0", [H100], None)[0]
     sc = load_scenario(_scenario("vllm-v0", inference={"max_model_len": 4096}))
     assert (sc.workload.inference.max_num_batched_tokens, sc.workload.inference.enable_prefix_caching) == (4096, False)
 
@@ -81,8 +113,8 @@ def test_snapshot_reloads_to_the_same_engine_values(name):
     sc = load_scenario(_scenario(name, inference={"max_model_len": 4096}))
     again = load_scenario(sc.to_dict())
     for workload in (sc.workload, again.workload):   # the device-dependent fields still left to the device
-        assert resolved(workload.engine, workload.inference, workload.rollout_layout, VLLM_LARGE_GPU_BYTES) == \
-            resolved(sc.workload.engine, sc.workload.inference, sc.workload.rollout_layout, VLLM_LARGE_GPU_BYTES)
+        assert resolved(workload.engine, workload.inference, workload.rollout_layout, [H100]) == \
+            resolved(sc.workload.engine, sc.workload.inference, sc.workload.rollout_layout, [H100])
     assert again.workload.rollout_layout == sc.workload.rollout_layout
 
 
@@ -93,7 +125,7 @@ def test_unknown_engine_is_refused_with_the_field_and_the_names():
 
 
 def test_cli_unknown_engine_exits_2(capsys):
-    assert main(["plan", "--stage", "rollout", "--set", "workload.engine=sglang"]) == 2
+    assert main(["plan", "--stage", "rollout", "--set", "workload.engine=tensorrt-llm"]) == 2
     err = capsys.readouterr().err
     assert "workload.engine" in err and "Traceback" not in err
 
@@ -116,7 +148,7 @@ def _makespan(engine: str, sequences: int) -> float:
     # one step budget for both engines, so only the running-sequence cap differs
     workload = load_scenario(_scenario(engine, inference={"max_num_batched_tokens": 16384})).workload
     h100 = get_device("h100")
-    inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout, h100.hbm_bytes)
+    inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout, [h100])
     result = simulate_rollout(load_model("llama3.1-8b"), h100, RolloutLayout(**layout),
                               np.full(sequences, 64), np.full(sequences, 512), params=inference)
     assert result.preemptions == 0
@@ -129,3 +161,32 @@ def test_engine_sequence_cap_bounds_the_running_batch():
     wave = _makespan("vllm-v1", 128)
     assert _makespan("vllm-v1-async", 256) == pytest.approx(2 * wave, rel=1e-9)
     assert _makespan("vllm-v1", 256) < 1.9 * wave
+
+
+@pytest.mark.parametrize("hbm_mib, tokens, graphs", [(24_000, 2048, 160), (25_000, 8192, 160),
+                                                      (96 * 1024, 8192, 160), (96 * 1024 + 1, 8192, 256)])
+def test_sglang_defaults_follow_its_memory_lines(hbm_mib, tokens, graphs):
+    """SGLang 0.4.6 ServerArgs: chunked_prefill_size 2048 under 25,000 MiB, else 8192; CUDA graphs up
+    to 160 requests, 256 above 96 GiB; 2048 running requests (the request pool's floor); prefill in
+    blocking steps (no mixed chunk), radix cache, overlap scheduler, no workspace inside the static
+    memory fraction."""
+    inference, layout = engine_values("sglang", [_sized(hbm_mib * 2**20)], None)
+    assert (inference["max_num_batched_tokens"], inference["cuda_graph_max_batch"]) == (tokens, graphs)
+    assert layout["max_num_seqs"] == 2048
+    assert not inference["chunked_prefill"] and inference["enable_prefix_caching"] and inference["async_scheduling"]
+    assert inference["workspace_bytes"] == 0
+
+
+def test_sglang_static_fraction_holds_weights_and_kv_only():
+    """The KV pool of an sglang engine is the vLLM one's plus the workspace vLLM keeps inside its
+    gpu_memory_utilization (the same fraction of the same GPU)."""
+    from simulator.llm.inference import StepCost
+
+    model = load_model("llama3.1-8b")
+    kv = {}
+    for engine in ("vllm-v1", "sglang"):
+        workload = load_scenario(_scenario(engine)).workload
+        inference, layout = resolved(workload.engine, workload.inference, workload.rollout_layout, [H100])
+        cost = StepCost(model, H100, RolloutLayout(**{**layout, "gpu_memory_utilization": 0.5}), inference)
+        kv[engine] = cost.kv_free_bytes_dev
+    assert kv["sglang"] - kv["vllm-v1"] == pytest.approx(InferenceParams().workspace_bytes)

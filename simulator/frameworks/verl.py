@@ -40,7 +40,8 @@ KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "ful
 
 A = "actor_rollout_ref"
 # verl's own defaults for the keys rlsim maps, used when a YAML leaves them out (verl
-# verl/trainer/config/ppo_trainer.yaml, v0.4-v0.5; check them against your verl version).
+# verl/trainer/config/ppo_trainer.yaml, v0.4-v0.5; read again in the 0.4.1, 0.5.0, 0.6.0, 0.6.1 and 0.7.0
+# wheels: the same in all, except rollout.name (no default from 0.6) and enforce_eager, below).
 DEFAULTS_SOURCE = "verl/trainer/config/ppo_trainer.yaml"
 DEFAULTS: dict[str, Any] = {
     "data.train_batch_size": 1024, "data.max_prompt_length": 512, "data.max_response_length": 512,
@@ -62,9 +63,19 @@ ENGINE_KEYS_ALWAYS = ("max_num_batched_tokens", "enable_chunked_prefill")
 # verl's vLLM rollout drives vLLM V1 (vLLM >= 0.8) through the offline LLM class: the vllm-v1 engine
 # (engine_software.py), under the knobs verl passes (max_num_seqs, the two above, enforce_eager when given).
 VLLM_ENGINE = "vllm-v1"
+# verl's SGLang rollout starts an SGLang Engine with tp_size and mem_fraction_static only (verl 0.5
+# verl/workers/rollout/sglang_rollout/sglang_rollout.py): SGLang's own defaults (the sglang engine) stand,
+# and the vLLM knobs below (max_num_seqs and ENGINE_KEYS) never reach it.
+SGLANG_ENGINE = "sglang"
+_NOT_PASSED_TO_SGLANG = "verl's SGLang rollout does not hand it to SGLang (its own default stands: workload.engine sglang)"
 
 # verl rollout / actor keys -> the rlsim field they set (only when the config gives them: rlsim's own
 # defaults stand otherwise, see docs/guides/frameworks.md).
+# verl hands vLLM `enforce_eager` always, and its default changed: true (eager, no CUDA graphs) in verl
+# 0.4-0.5, false from 0.6 (the wheels' ppo_trainer.yaml). Not given, rlsim keeps CUDA graphs (0.6+) and
+# says so in the import notes.
+ENFORCE_EAGER_NOTE = (f"{A}.rollout.enforce_eager not given: verl 0.4-0.5 default true (eager: no CUDA graphs), "
+                      "0.6+ false; rlsim takes false (CUDA graphs): give it to match your verl version")
 ENGINE_KEYS = {"enforce_eager": "enforce_eager", "max_num_batched_tokens": "max_num_batched_tokens",
                "enable_chunked_prefill": "chunked_prefill", "enable_prefix_caching": "enable_prefix_caching"}
 OFFLOAD_KEYS = {"param_offload": "params", "grad_offload": "grads", "optimizer_offload": "optimizer"}
@@ -140,7 +151,7 @@ RULES: dict[str, Rule] = {
     f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
     f"{A}.ref.fsdp_config.param_offload": unsupported("offload to host is not modelled", neutral=False),
     f"{A}.rollout.name": mapped("workload.engine", f"vllm: {VLLM_ENGINE} (vLLM V1 through the LLM class, "
-                                "under the knobs verl passes)"),
+                                f"under the knobs verl passes); sglang: {SGLANG_ENGINE} (SGLang's defaults)"),
     f"{A}.rollout.mode": unsupported("the agent-loop server mode is not modelled", neutral="sync"),
     f"{A}.rollout.n": mapped("workload.samples_per_prompt"),
     f"{A}.rollout.tensor_model_parallel_size": mapped("workload.rollout_layout.tp"),
@@ -320,7 +331,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["response_length"] = capped_length("response_length", v("data.max_response_length"),
                                          "data.max_response_length", src, v.result.notes)
     w["train_layout"] = _train_layout(v)
-    w["rollout_layout"] = _rollout_layout(v)
+    w["rollout_layout"] = _rollout_layout(v, decided)
     _engine_and_offload(v, w, decided)
     w["reference"] = bool(v(f"{A}.actor.use_kl_loss") or v("algorithm.use_kl_in_reward"))
     _reward_and_critic(v, w)
@@ -361,33 +372,45 @@ def _train_layout(v: Values) -> dict[str, Any]:
     return {"tp": 1, "pp": 1, "zero": 3, **layout}
 
 
-def _rollout_layout(v: Values) -> dict[str, Any]:
+def _rollout_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     r = f"{A}.rollout"
     dtype = str(v(f"{r}.dtype"))
     if dtype not in DTYPES:
         raise RlsimError(f"unknown dtype {dtype!r}", source=v.result.source, field=f"{r}.dtype",
                          fix=f"use one of: {', '.join(DTYPES)}")
-    return {"tp": int(v(f"{r}.tensor_model_parallel_size")), "ep": 1,
-            "gpu_memory_utilization": float(v(f"{r}.gpu_memory_utilization")),
-            "max_num_seqs": int(v(f"{r}.max_num_seqs")), "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
+    layout = {"tp": int(v(f"{r}.tensor_model_parallel_size")), "ep": 1,
+              "gpu_memory_utilization": float(v(f"{r}.gpu_memory_utilization")),
+              "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
+    if v(f"{r}.name") == "sglang":
+        decided[f"{r}.max_num_seqs"] = ("ignored", _NOT_PASSED_TO_SGLANG)
+    else:
+        layout["max_num_seqs"] = int(v(f"{r}.max_num_seqs"))
+    return layout
 
 
 def _engine_name(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
-    """workload.engine from rollout.name: vLLM is the engine rlsim models; another (sglang) is listed as
-    unsupported and keeps rlsim's vLLM-based costs."""
+    """workload.engine from rollout.name: vLLM and SGLang are named engines; another is listed as
+    unsupported and keeps rlsim's own engine defaults."""
     name = v(f"{A}.rollout.name")
-    if name == "vllm":
-        w["engine"] = VLLM_ENGINE
+    if name in ("vllm", "sglang"):
+        w["engine"] = VLLM_ENGINE if name == "vllm" else SGLANG_ENGINE
     else:
-        decided[f"{A}.rollout.name"] = ("unsupported", f"{name!r}: rlsim's rollout engine is modelled on vLLM "
+        decided[f"{A}.rollout.name"] = ("unsupported", f"{name!r}: rlsim names the vLLM and SGLang engines "
                                         f"(priced as rlsim's own engine defaults)")
 
 
 def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """The engine knobs and per-phase offload the config gives, onto workload.inference / train_params."""
     _engine_name(v, w, decided)
-    engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items()
-              if v.given(f"{A}.rollout.{key}") or key in ENGINE_KEYS_ALWAYS}
+    if w.get("engine") == SGLANG_ENGINE:
+        decided.update({f"{A}.rollout.{key}": ("ignored", _NOT_PASSED_TO_SGLANG)
+                        for key in ENGINE_KEYS if v.given(f"{A}.rollout.{key}")})
+        engine = {}
+    else:
+        engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items()
+                  if v.given(f"{A}.rollout.{key}") or key in ENGINE_KEYS_ALWAYS}
+        if w.get("engine") == VLLM_ENGINE and not v.given(f"{A}.rollout.enforce_eager"):
+            v.result.notes.append(ENFORCE_EAGER_NOTE)
     if engine:
         w["inference"] = engine
     section = f"{A}.actor.megatron" if str(v(f"{A}.actor.strategy")) == "megatron" else f"{A}.actor.fsdp_config"
@@ -434,7 +457,12 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                                                    "to training, so it never sleeps")
     else:
         decided.update({k: ("ignored", "colocated: one pool (trainer.*)") for k in ("rollout.nnodes", "rollout.n_gpus_per_node")})
-        if v(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
+        if v(f"{A}.rollout.free_cache_engine") and w.get("engine") == SGLANG_ENGINE:
+            decided[f"{A}.rollout.free_cache_engine"] = (
+                "mapped", "sglang: SGLang releases and re-maps its memory (torch_memory_saver) without copying the "
+                "weights to the host: rlsim's switch re-allocating the KV pool (schedule.switch.kv_realloc_s), "
+                "not vLLM's sleep mode")
+        elif v(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
             s["switch"] = {"engine_sleep": True}
     _reward_overlap(v, recipe, w, s, decided)
     if recipe == "fully-async":

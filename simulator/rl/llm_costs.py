@@ -121,9 +121,9 @@ class LlmCosts:
             hbm_bytes=smallest_hbm,
             devices_per_domain=len(topology.ranks_of_domain(0)),
             n_devices=self.n_devices, train_layout=w.train_layout, rollout_layout=w.rollout_layout)
-        # a named engine's values for what the workload leaves unset, on the smallest device (vLLM picks
-        # some defaults by the GPU's memory)
-        inference, roll_map = resolved(w.engine, w.inference, roll_map, smallest_hbm)
+        # a named engine's values for what the workload leaves unset, on the cluster's devices (vLLM
+        # picks some defaults by the GPU)
+        inference, roll_map = resolved(w.engine, w.inference, roll_map, self.cluster_devices)
         if auto_layouts:
             if w.train_layout == "auto" and auto_layouts.get("train"):
                 train_map = dict(auto_layouts["train"])

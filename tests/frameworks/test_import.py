@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator.api import simulate
 from simulator.cli import main
 from simulator.errors import RlsimError
 from simulator.frameworks import import_config, nemo_rl, verl
@@ -117,10 +118,39 @@ def test_verl_rollout_name_is_the_named_engine_under_the_knobs_verl_passes(capsy
     assert given.inference.max_num_batched_tokens == 16384
     # another engine is listed as unsupported and keeps rlsim's own engine defaults
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
-    other = import_config("verl", cfg, ["actor_rollout_ref.rollout.name=sglang"])
+    other = import_config("verl", cfg, ["actor_rollout_ref.rollout.name=hf"])
     assert "engine" not in other.scenario["workload"]
-    assert "sglang" in other.unsupported["actor_rollout_ref.rollout.name"]
+    assert "hf" in other.unsupported["actor_rollout_ref.rollout.name"]
     assert import_config("verl", cfg).mapped["actor_rollout_ref.rollout.name"].startswith("workload.engine")
+
+
+def test_verl_enforce_eager_default_changed_with_the_version_so_the_import_says_which_it_took():
+    """verl 0.4-0.5 default enforce_eager true, 0.6+ false (their ppo_trainer.yaml): not given, rlsim
+    keeps CUDA graphs and says so; given, it is the engine knob and no note is left."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    assert verl.ENFORCE_EAGER_NOTE in import_config("verl", cfg).notes
+    given = import_config("verl", cfg, ["actor_rollout_ref.rollout.enforce_eager=true"])
+    assert verl.ENFORCE_EAGER_NOTE not in given.notes
+    assert given.scenario["workload"]["inference"]["enforce_eager"] is True
+
+
+def test_verl_sglang_rollout_runs_sglang_defaults_without_the_vllm_knobs():
+    """verl's SGLang rollout passes tp and mem_fraction_static only: SGLang's defaults stand (2048
+    running requests, blocking prefill steps of 8192 tokens, overlap scheduling), rollout.max_num_seqs
+    and the vLLM knobs never reach it, and free_cache_engine releases memory without vLLM's sleep mode."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    result = import_config("verl", cfg, ["actor_rollout_ref.rollout.name=sglang",
+                                         "actor_rollout_ref.rollout.enforce_eager=true",
+                                         "actor_rollout_ref.rollout.free_cache_engine=true"])
+    workload, schedule = result.scenario["workload"], result.scenario["schedule"]
+    assert workload["engine"] == "sglang"
+    assert "max_num_seqs" not in workload["rollout_layout"] and "inference" not in workload
+    for key in ("max_num_seqs", "enforce_eager"):
+        assert "SGLang" in result.ignored[f"actor_rollout_ref.rollout.{key}"]
+    assert "engine_sleep" not in schedule.get("switch", {})
+    assert "torch_memory_saver" in result.mapped["actor_rollout_ref.rollout.free_cache_engine"]
+    run = simulate(result.scenario, iterations=1)
+    assert run.summary["layouts"]["rollout"]["max_num_seqs"] == 2048
 
 
 def test_verl_async_reward_function_overlaps_the_log_prob_passes():
