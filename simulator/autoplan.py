@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine_software import resolved
+from .engine_software import resolved, with_request_cap
 from .errors import RlsimError
 from .hardware.devices import distinct_devices
 from .llm.architecture import ModelSpec, load_model
@@ -51,11 +51,13 @@ class AutoPlan:
 
 def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any, planner_keys: set[str]) -> tuple[Any, Any]:
     """(rollout search space, inference constants) under a named engine (workload.engine) on the
-    ranks' devices (vLLM's small set if any takes it): its running-sequence cap searched unless planner.rollout gives one, its
-    per-device values for the inference fields the workload leaves unset. No engine: as given."""
+    ranks' devices (vLLM's small set if any takes it): its running-sequence cap searched unless
+    planner.rollout gives one, its per-device values for the inference fields the workload leaves
+    unset. No engine: as given. A reserving engine's requests carry the run's generation cap."""
     if not workload.engine:
-        return space, workload.inference
+        return space, with_request_cap(workload.inference, workload.response_length)
     inference, layout = resolved(workload.engine, workload.inference, {}, distinct_devices(topology, ranks))
+    inference = with_request_cap(inference, workload.response_length)
     if "max_num_seqs" in layout and "max_num_seqs" not in planner_keys:
         space = space.model_copy(update={"max_num_seqs": [layout["max_num_seqs"]]})
     return space, inference

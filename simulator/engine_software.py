@@ -153,14 +153,16 @@ MIB = 2**20
 #   then the KV pool, not the cap, bounds the running batch);
 # - mem_fraction_static of the GPU holds the weights and the KV pool only (activations and CUDA graphs
 #   live in the rest: model_runner.py profile_max_num_token): no workspace inside it.
-# Not modelled: SGLang's admission reserves min(max_new_tokens - generated, 4096) x new_token_ratio for
-# every running request (0.7, decaying to 0.098 over 600 decode steps) and retracts requests when a
-# decode step runs out of KV (schedule_policy.py PrefillAdder, scheduler.py update_running_batch):
-# rlsim admits while the KV cache holds the step and preempts the newest, as vLLM.
+# - admission by reservation (admission: reserve, params.py): a request enters only if its context +
+#   min(max_new_tokens, 4096) fits beside min(max_new_tokens - generated, 4096) x the new-token ratio
+#   of every running one (0.7, decaying to 0.098 over 600 decode steps); after a refusal none is tried
+#   until a request finishes; a decode step out of KV retracts the requests with the fewest generated
+#   tokens to the back of the queue (schedule_policy.py PrefillAdder, scheduler.py
+#   update_running_batch, schedule_batch.py retract_decode).
 SGLANG = EngineSoftware(
     name="sglang",
     inference={"chunked_prefill": False, "enable_prefix_caching": True, "async_scheduling": True,
-               "workspace_bytes": 0.0},
+               "workspace_bytes": 0.0, "admission": "reserve"},
     rollout={"max_num_seqs": 2048},
     tiers=(GpuTier(0, {"inference": {"max_num_batched_tokens": 2048, "cuda_graph_max_batch": 160}}),
            GpuTier(25_000 * MIB, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 160}}),
@@ -228,3 +230,13 @@ def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[
     update = {k: v for k, v in overlay_inference.items() if k not in inference.model_fields_set}
     return (inference.model_copy(update=update) if update else inference,
             {**overlay_rollout, **rollout_layout})
+
+
+def with_request_cap(inference: InferenceParams, response_length: Mapping[str, Any]) -> InferenceParams:
+    """A reserving engine's (admission: reserve) requests carry the run's generation cap as their
+    max_new_tokens, as frameworks pass it (verl: data.max_response_length), unless the workload gives
+    one: the response law's max. Other engines, or a law without a max: as given."""
+    cap = response_length.get("max")
+    if inference.admission != "reserve" or inference.max_new_tokens is not None or not cap:
+        return inference
+    return inference.model_copy(update={"max_new_tokens": int(cap)})

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from .errors import RlsimError, validation_error
 from .strict_model import StrictModel
@@ -241,6 +241,10 @@ class TrainParams(StrictModel):
                                    fix="see docs/cost-models-training.md for the fields and their types") from None
 
 
+RESERVE_KEYS = frozenset({"max_new_tokens", "reserve_init_ratio", "reserve_min_ratio_factor", "reserve_decay_steps",
+                          "reserve_clip_tokens", "retract_headroom_steps"})
+
+
 class InferenceParams(StrictModel):
     """Modelling constants of the rollout engine (`workload.inference.<field>`)."""
 
@@ -291,6 +295,43 @@ class InferenceParams(StrictModel):
     # vLLM max_model_len: prompt + response of a sequence stop there (NeMo RL sets it to
     # max_total_sequence_length: response <= T-max - prompt). None: the response lengths as given.
     max_model_len: int | None = Field(None, ge=2)
+    # -- admission of waiting sequences (docs/cost-models-inference.md, "Admission") ------------------
+    # kv: admit while the KV cache holds the sequence and one more step of every running one, preempt
+    # the newest when a step does not fit, to the head of the queue (vLLM). reserve: SGLang's
+    # scheduler (sglang 0.4.6 managers/schedule_policy.py PrefillAdder, scheduler.py): a request is
+    # admitted only if its context + min(max_new_tokens, reserve_clip_tokens) fits beside what the
+    # running ones may still need, min(max_new_tokens - generated, reserve_clip_tokens) x the
+    # new-token ratio each; once one does not fit none is tried until a request finishes; the ratio
+    # starts at reserve_init_ratio when the engine is idle and falls by (init - init x
+    # reserve_min_ratio_factor) / reserve_decay_steps per decode step; a decode step that does not fit
+    # retracts the requests with the fewest generated tokens to the back of the queue until
+    # retract_headroom_steps steps of the rest fit, and sets the ratio to (generated +
+    # retract_headroom_steps x running) / (running x max_new_tokens), at most 1.
+    admission: Literal["kv", "reserve"] = "kv"
+    # reserve: each request's generation cap (SGLang's sampling max_new_tokens: verl passes
+    # data.max_response_length). None: the workload's response_length max when the run has one, else
+    # reserve_clip_tokens.
+    max_new_tokens: int | None = Field(None, ge=1)
+    # sglang 0.4.6 global_config.py (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
+    # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, retract_decode_steps) and schedule_policy.py
+    # (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
+    reserve_init_ratio: float = Field(0.7, gt=0, le=1)
+    reserve_min_ratio_factor: float = Field(0.14, ge=0, le=1)
+    reserve_decay_steps: float = Field(600.0, gt=0)
+    reserve_clip_tokens: int = Field(4096, ge=1)
+    retract_headroom_steps: int = Field(20, ge=1)
+
+    @model_validator(mode="after")
+    def _reserve_keys_need_reserve(self) -> "InferenceParams":
+        """The reservation constants apply to admission: reserve only (set away from their defaults
+        with kv they would be silently ignored; at their defaults, as a whole dump gives them, they
+        change nothing)."""
+        fields = type(self).model_fields
+        given = sorted(key for key in RESERVE_KEYS & self.model_fields_set if getattr(self, key) != fields[key].default)
+        if given and self.admission != "reserve":
+            raise ValueError(f"{', '.join(given)} apply to admission: reserve (SGLang's scheduler); remove them "
+                             "or set admission: reserve")
+        return self
     # -- dispatch of a round's requests to the rollout instances (read by rl/schedules/batches.py) --
     # per-prompt: a prompt's n samples go to one instance, whole prompts dealt round-robin in round
     # order. The frameworks' way: one vLLM request with SamplingParams(n) per prompt; verl hands each

@@ -32,7 +32,7 @@ from . import presets
 from .engine_software import ENGINE_SOFTWARE, device_dependent_fields, given_under_engine
 from .errors import RlsimError, validation_error
 from .overrides import apply_overrides, parse_assignment
-from .params import DEFAULT_TRAIN_SOFTWARE, TRAIN_SOFTWARE, InferenceParams, TrainParams
+from .params import DEFAULT_TRAIN_SOFTWARE, RESERVE_KEYS, TRAIN_SOFTWARE, InferenceParams, TrainParams
 from .strict_model import StrictModel
 from .units import parse_bandwidth, parse_seconds
 
@@ -406,8 +406,9 @@ class ScheduleConfig(_Strict):
     reference_swap_copies: int = Field(0, ge=0)
     # The rule rewards are scored while the forward passes run (old log-prob, reference, critic) and
     # gathered before the update: verl's reward_model.launch_reward_fn_async ("custom reward function
-    # executed async on CPU, during log_prob": its trainer launches the reward as a Ray task after
-    # generation and waits for it at the advantage). False: the step waits for them before switching
+    # executed async on CPU, during log_prob": verl 0.5 verl/trainer/ppo/ray_trainer.py fit() launches
+    # compute_reward_async.remote after generation, before old_log_prob / ref / values, and ray.get()s
+    # it in the "adv" block, before the critic and actor updates). False: the step waits for them before switching
     # to training. Colocated kind only; not with dynamic sampling (its filter needs the rewards first).
     reward_during_forwards: bool = False
     # Speed: evaluate the full training / forward cost model once per (stage, pool size, batch size)
@@ -859,6 +860,9 @@ class Scenario(_Strict):
             del reward["handover"]                # likewise
         if self.workload.reward.workers is not None:
             del reward["workers_per_device"]      # the other rule: refused beside workers on a reload
+        if self.workload.inference.admission == "kv":   # vLLM's admission: snapshots stay as they were, and
+            for key in ("admission", *RESERVE_KEYS):      # the reservation keys would be refused on a reload
+                del data["workload"]["inference"][key]
         if self.workload.engine:   # the fields the engine resolves per device stay unset in the snapshot
             inference = self.workload.inference
             for key in device_dependent_fields(self.workload.engine) - inference.model_fields_set:

@@ -566,6 +566,13 @@ class RolloutEngine:
         self.busy_s = 0.0
         self.preemptions = 0
         self.generated_tokens = 0
+        # SGLang-style admission (params.admission "reserve"): the new-token ratio as (decode step,
+        # ratio then), whether an admission found no room since the last finish, each request's cap
+        params = self.cost.params
+        self._reserve = params.admission == "reserve"
+        self._ratio_from = (0, params.reserve_init_ratio)
+        self._full = False
+        self._max_new = params.max_new_tokens or params.reserve_clip_tokens
 
     # ---- public -------------------------------------------------------------------------------
     @property
@@ -621,6 +628,8 @@ class RolloutEngine:
         first = len(self._id)
         self._process_until(now, inclusive=False)
         self._last_add = now
+        if self._reserve and not self._n and not self._waiting:   # idle: SGLang re-inits its ratio
+            self._ratio_from = (self._S, self.cost.params.reserve_init_ratio)
         # Records fixed once added (_id, _p, _r, _arrival, _group) are rebound, never mutated:
         # copies share them (copy-on-write); the others are mutated in place and copied by copy().
         self._id = self._id + ids if first else ids
@@ -733,6 +742,7 @@ class RolloutEngine:
         self._phase_steps = 0
         self._event = None
         self._lines = None
+        self._full = False
         partial.sort(key=lambda s: s.seq_id)
         return InterruptResult(finished, partial)
 
@@ -804,7 +814,7 @@ class RolloutEngine:
         admission held back), prefill is one blocking step per admission (no token budget, no
         chunked prefill) and no prefill is half done."""
         params = self.cost.params
-        if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps:
+        if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps or self._reserve:
             return False
         least = FAST_RUN_MIN_SEQUENCES if min_sequences is None else min_sequences
         if not self._waiting and not self._n or len(self._waiting) + self._n < least:
@@ -930,11 +940,75 @@ class RolloutEngine:
         """Whole decode steps completed `elapsed` seconds after the boundary."""
         return _steps_within(self._segment(), self.cost.decode_floor_s(self._n), elapsed)
 
-    def _room_for_head(self) -> bool:
-        if not self._waiting or self._n >= self.max_running:
-            return False
+    def _head_arrival_steps(self) -> int | None:
+        """Decode steps from the boundary until the head of the queue arrives, if it can be admitted
+        then (room for it and one more step; with admission reserve, room beside the running
+        requests' reservations at that step too); None otherwise."""
+        if not self._waiting or self._n >= self.max_running or self._full:
+            return None
         slot = self._waiting[0]
-        return self._K + self._p[slot] + self._g[slot] + 1 + self._n + 1 <= self.capacity
+        ctx = self._p[slot] + self._g[slot]
+        if self._K + ctx + 1 + self._n + 1 > self.capacity:
+            return None
+        arrival = self._arrival[slot]
+        ahead = 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1
+        if self._reserve and self._n and (ctx + self._reserve_need()
+                                          >= self.capacity - self._K - self._n * ahead - self._reserved(ahead)):
+            return None
+        return ahead
+
+    # ---- SGLang-style admission (params.admission "reserve") --------------------------------------
+    def _ratio(self, ahead: int = 0) -> float:
+        """SGLang's new-token ratio ``ahead`` decode steps after the boundary: from its last setting,
+        down by (init - floor) / reserve_decay_steps a step to the floor init x reserve_min_ratio_factor."""
+        params = self.cost.params
+        floor = min(params.reserve_init_ratio * params.reserve_min_ratio_factor, 1.0)
+        decay = (params.reserve_init_ratio - floor) / params.reserve_decay_steps
+        step0, ratio0 = self._ratio_from
+        return max(ratio0 - decay * (self._S + ahead - step0), floor)
+
+    def _reserve_need(self) -> int:
+        """Tokens a request reserves beyond its context when admitted: min(max_new_tokens, clip)."""
+        return min(self._max_new, self.cost.params.reserve_clip_tokens)
+
+    def _live_running(self) -> list[int]:
+        """The running slots (live heap entries)."""
+        state, epochs = self._state, self._epoch
+        return [e[2] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
+
+    def _reserved(self, ahead: int = 0) -> float:
+        """What the running requests may still need by SGLang's estimate ``ahead`` decode steps after
+        the boundary: the ratio x the sum of min(max_new_tokens - generated, clip)
+        (schedule_policy.py PrefillAdder.rem_total_tokens)."""
+        g, sadm, step, cap_new = self._g, self._sadm, self._S + ahead, self._max_new
+        clip = self.cost.params.reserve_clip_tokens
+        left = sum(min(max(cap_new - g[slot] - step + sadm[slot], 0), clip) for slot in self._live_running())
+        return self._ratio(ahead) * left
+
+    def _retract(self) -> None:
+        """SGLang's retraction when a decode step does not fit: the requests with the fewest generated
+        tokens (the longest prompt first among equals) go to the back of the queue, one at least,
+        until retract_headroom_steps steps of the rest fit; the ratio becomes (generated +
+        headroom x running) / (running x max_new_tokens), at most 1 (schedule_batch.py retract_decode)."""
+        headroom, step = self.cost.params.retract_headroom_steps, self._S
+        g, sadm, p, state, epochs = self._g, self._sadm, self._p, self._state, self._epoch
+        order = sorted(self._live_running(), key=lambda slot: (g[slot] + step - sadm[slot], -p[slot]))
+        first = True
+        while self._n > 1 and (first or self.capacity - self._K < headroom * self._n):
+            first = False
+            slot = order.pop(0)
+            made = g[slot] + step - sadm[slot]
+            state[slot] = _WAITING
+            g[slot] = made
+            epochs[slot] += 1
+            self._n -= 1
+            self._K -= p[slot] + made
+            self._waiting.append(slot)
+            self.preemptions += 1
+        generated = sum(g[slot] + step - sadm[slot] for slot in order)
+        ratio = (generated + headroom * self._n) / (self._n * self._max_new) if self._n else 1.0
+        self._ratio_from = (step, min(1.0, ratio))
+        self._full = False
 
     def _next_event(self) -> tuple[float, int]:
         """(time, decode steps until it) of the next admission, finish or preemption."""
@@ -947,9 +1021,9 @@ class RolloutEngine:
                 heapq.heappop(self._heap)
             k = self._heap[0][0] - self._S
             k = min(k, max(0, (self.capacity - self._K) // self._n))  # steps the KV cache holds
-            if self._room_for_head():
-                arrival = self._arrival[self._waiting[0]]
-                k = min(k, 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1)
+            ahead = self._head_arrival_steps()
+            if ahead is not None:
+                k = min(k, ahead)
             event = (self.t + self._duration(k), k)
         self._event = event
         return event
@@ -1011,9 +1085,10 @@ class RolloutEngine:
                         else:
                             lines = (per_n[0] + attn * K, per_n[3], per_n[1] + kvs * K, per_n[4], per_n[2])
                         self._lines = lines
-                    if waiting and self._room_for_head():
-                        arrival = self._arrival[waiting[0]]
-                        k = min(k, 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1)
+                    if waiting:
+                        ahead = self._head_arrival_steps()
+                        if ahead is not None and ahead < k:
+                            k = ahead
                     # series_time_s(lines, k), inlined with _series (same operations, same order)
                     if k <= 0:
                         event = (self.t + 0.0, k)
@@ -1061,6 +1136,8 @@ class RolloutEngine:
                     n -= 1
                     K -= p_of[slot] + r_of[slot]
                     outbox.append((time, id_of[slot], slot))
+            if n < self._n:   # a request finished: SGLang tries its waiting queue again
+                self._full = False
             self._n, self._K = n, K
             if n and K + n > cap:
                 self._preempt()
@@ -1074,6 +1151,9 @@ class RolloutEngine:
 
     def _preempt(self) -> None:
         """Preempt the newest until the next step fits (recompute: it re-prefills what it has)."""
+        if self._reserve:
+            self._retract()
+            return
         state, epochs, step = self._state, self._epoch, self._S
         while self._n and self._K + self._n > self.capacity:
             slot, epoch = self._stack.pop()
@@ -1097,11 +1177,21 @@ class RolloutEngine:
         group, seen = self._group, set()
         admitted: list[tuple[int, int]] = []
         pieces: list[tuple[int, float]] = []   # (tokens computed, attention pairs) per admitted
+        if self._full:
+            return
+        reserve = self._reserve
+        room = cap - kv - self._reserved() if reserve else 0.0   # SGLang's rem_total_tokens
+        need = self._reserve_need() if reserve else 0
         while waiting and n < max_n:
             slot = waiting[0]
             ctx = p[slot] + g_of[slot]
             if kv + ctx + n + 2 > cap or arrival[slot] > now:  # room for it and one more step
                 break
+            if reserve:
+                if ctx + need >= room and n:   # (an empty engine takes its first request whatever it reserves)
+                    self._full = True
+                    break
+                room -= ctx + need
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
             if share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached

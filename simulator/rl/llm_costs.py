@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine_software import resolved
+from ..engine_software import resolved, with_request_cap
 from ..errors import RlsimError
 from ..hardware.devices import DeviceSpec, distinct_devices
 from ..llm.architecture import ModelSpec, load_model
@@ -124,6 +124,7 @@ class LlmCosts:
         # a named engine's values for what the workload leaves unset, on the cluster's devices (vLLM
         # picks some defaults by the GPU)
         inference, roll_map = resolved(w.engine, w.inference, roll_map, self.cluster_devices)
+        inference = with_request_cap(inference, w.response_length)
         if auto_layouts:
             if w.train_layout == "auto" and auto_layouts.get("train"):
                 train_map = dict(auto_layouts["train"])

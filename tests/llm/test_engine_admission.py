@@ -1,0 +1,103 @@
+"""SGLang's admission (workload.inference.admission: reserve; sglang 0.4.6 schedule_policy.py,
+scheduler.py): what each request reserves, the full flag, the decaying new-token ratio, retraction."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.hardware.devices import get_device
+from simulator.llm.architecture import load_model
+from simulator.llm.inference import InferenceParams, RolloutEngine, RolloutLayout
+from simulator.scenario import load_scenario
+
+H100 = get_device("h100")
+QWEN = load_model("qwen2.5-7b")
+NO_CLIP = 2**40   # reserve_clip_tokens above any length: the reservation is max_new_tokens itself
+
+
+def _engine(**params) -> RolloutEngine:
+    return RolloutEngine(QWEN, H100, RolloutLayout(max_num_seqs=4096), InferenceParams(**params))
+
+
+def _finish_groups(engine: RolloutEngine) -> list[int]:
+    """How many sequences finish at each distinct finish time, in time order."""
+    times = np.array([f.time_s for f in engine.run()])
+    return np.unique(times, return_counts=True)[1].tolist()
+
+
+def test_reservation_admits_as_many_as_their_caps_fit():
+    """Equal requests of prompt p and cap M on an empty engine of C KV tokens: the k-th is admitted
+    while k (p + M) < C (the first always), then none until those finish: groups of a = ceil(C /
+    (p + M)) - 1. vLLM's admission (kv) takes them all (each holds only its context while it runs)."""
+    probe = _engine(admission="reserve", max_new_tokens=1000, reserve_clip_tokens=NO_CLIP)
+    capacity, prompt = probe.capacity, 100
+    cap_new = capacity // 7 - prompt + 5   # about 7 fit by their caps
+    reserve = _engine(admission="reserve", max_new_tokens=cap_new, reserve_clip_tokens=NO_CLIP)
+    count = 20
+    reserve.add_many(range(count), [prompt] * count, [50] * count, 0.0)
+    per_group = -(-capacity // (prompt + cap_new)) - 1
+    groups = _finish_groups(reserve)
+    assert groups[:-1] == [per_group] * (len(groups) - 1) and sum(groups) == count
+    assert groups[-1] == count - per_group * (len(groups) - 1)
+    vllm = _engine()
+    vllm.add_many(range(count), [prompt] * count, [50] * count, 0.0)
+    assert _finish_groups(vllm) == [count]
+
+
+def _late_arrival_finishes_first(arrival_steps: int) -> bool:
+    """A (prompt 10, a response of 0.6 C tokens = its cap) runs; B (10 tokens) arrives after A has
+    made about ``arrival_steps`` decode steps. Whether B finishes before A."""
+    params = dict(admission="reserve", reserve_clip_tokens=NO_CLIP)
+    capacity = _engine(max_new_tokens=1, **params).capacity
+    long = int(0.6 * capacity)
+    engine = _engine(max_new_tokens=long, **params)
+    step = engine.cost.decode_step_s(1, long)   # a step of A at its longest: an upper bound
+    engine.add(0, 10, long, 0.0)
+    engine.add(1, 10, 10, 1e-9 + arrival_steps * step)
+    done = {f.seq_id: f.time_s for f in engine.run()}
+    return done[1] < done[0]
+
+
+def test_the_ratio_decays_so_a_request_refused_at_first_fits_later():
+    """B needs 10 + 0.6 C beside A's reservation ratio x (0.6 C - generated): at ratio 0.7 (A just
+    admitted) it does not fit, and the engine tries again only when A finishes; after 600 decode
+    steps the ratio is at its floor 0.7 x 0.14 and B is admitted on arrival."""
+    assert not _late_arrival_finishes_first(0)
+    assert _late_arrival_finishes_first(1000)
+
+
+def test_retraction_sends_the_fewest_generated_to_the_back_and_every_request_finishes():
+    """An optimistic ratio admits more than the KV cache holds: decode steps that do not fit retract
+    requests (to the back of the queue) until 20 steps of the rest fit; every request finishes once,
+    with all its tokens."""
+    capacity = _engine().capacity
+    count, prompt = 16, 100
+    response = capacity // 8   # all 16 at once need twice the cache
+    engine = _engine(admission="reserve", max_new_tokens=response, reserve_init_ratio=0.01,
+                     reserve_min_ratio_factor=0.0)
+    engine.add_many(range(count), [prompt] * count, [response] * count, 0.0)
+    finished = engine.run()
+    assert sorted(f.seq_id for f in finished) == list(range(count))
+    assert engine.preemptions > 0
+    assert engine.generated_tokens >= count * response
+
+
+def test_reserve_keys_need_reserve_admission():
+    with pytest.raises(RlsimError) as err:
+        load_scenario({"workload": {"model": "qwen2.5-7b", "prompts_per_step": 8, "samples_per_prompt": 4,
+                                    "inference": {"reserve_init_ratio": 0.5}}})
+    assert "workload.inference" in str(err.value) and "admission: reserve" in str(err.value)
+
+
+def test_the_sglang_engine_reserves_with_the_runs_response_cap():
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts
+
+    sc = load_scenario({"topology": {"preset": "dgx-h100", "nodes": 1},
+                        "workload": {"model": "qwen2.5-7b", "engine": "sglang", "rollout_layout": {"tp": 2},
+                                     "prompts_per_step": 8, "samples_per_prompt": 4,
+                                     "response_length": {"dist": "lognormal", "median": 500, "sigma": 0.5,
+                                                         "max": 1536}}})
+    costs = LlmCosts(sc, load_topology(sc.topology))
+    assert costs.inference_params.admission == "reserve" and costs.inference_params.max_new_tokens == 1536
