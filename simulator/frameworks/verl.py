@@ -71,11 +71,14 @@ _NOT_PASSED_TO_SGLANG = "verl's SGLang rollout does not hand it to SGLang (its o
 
 # verl rollout / actor keys -> the rlsim field they set (only when the config gives them: rlsim's own
 # defaults stand otherwise, see docs/guides/frameworks.md).
-# verl hands vLLM `enforce_eager` always, and its default changed: true (eager, no CUDA graphs) in verl
-# 0.4-0.5, false from 0.6 (the wheels' ppo_trainer.yaml). Not given, rlsim keeps CUDA graphs (0.6+) and
-# says so in the import notes.
-ENFORCE_EAGER_NOTE = (f"{A}.rollout.enforce_eager not given: verl 0.4-0.5 default true (eager: no CUDA graphs), "
-                      "0.6+ false; rlsim takes false (CUDA graphs): give it to match your verl version")
+# The importer reads a config as verl 0.6+ runs it (read in the 0.4.1 - 0.7.0 wheels): its vLLM rollout
+# hands vLLM rollout.max_num_seqs and enforce_eager, whose default is false. verl 0.4-0.5 defaulted
+# enforce_eager to true (eager: no CUDA graphs) and passed no max_num_seqs (vllm_rollout_spmd.py: vLLM's
+# own default stands, 1024 on GPUs of >= 70 GiB). The import notes say so when it matters.
+ENFORCE_EAGER_NOTE = (f"{A}.rollout.enforce_eager not given: verl 0.6+ default false (CUDA graphs), which rlsim "
+                      "takes; verl 0.4-0.5 defaulted to true (eager): give it to match your verl version")
+MAX_NUM_SEQS_NOTE = (f"{A}.rollout.max_num_seqs: verl 0.6+ hands it to vLLM, as rlsim reads it; verl 0.4-0.5 did not "
+                     "(vLLM's own default ran: 1024 sequences on GPUs of >= 70 GiB, 256 below)")
 ENGINE_KEYS = {"enforce_eager": "enforce_eager", "max_num_batched_tokens": "max_num_batched_tokens",
                "enable_chunked_prefill": "chunked_prefill", "enable_prefix_caching": "enable_prefix_caching"}
 OFFLOAD_KEYS = {"param_offload": "params", "grad_offload": "grads", "optimizer_offload": "optimizer"}
@@ -152,7 +155,9 @@ RULES: dict[str, Rule] = {
     f"{A}.ref.fsdp_config.param_offload": unsupported("offload to host is not modelled", neutral=False),
     f"{A}.rollout.name": mapped("workload.engine", f"vllm: {VLLM_ENGINE} (vLLM V1 through the LLM class, "
                                 f"under the knobs verl passes); sglang: {SGLANG_ENGINE} (SGLang's defaults)"),
-    f"{A}.rollout.mode": unsupported("the agent-loop server mode is not modelled", neutral="sync"),
+    f"{A}.rollout.mode": mapped("workload.inference.dispatch", "async (verl's agent loop, the default from 0.7): "
+                                "per-sample, each sample its own request to the next server (AsyncLLMServerManager, "
+                                "least requests so far); sync: per-prompt"),
     f"{A}.rollout.n": mapped("workload.samples_per_prompt"),
     f"{A}.rollout.tensor_model_parallel_size": mapped("workload.rollout_layout.tp"),
     f"{A}.rollout.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
@@ -333,6 +338,10 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["train_layout"] = _train_layout(v)
     w["rollout_layout"] = _rollout_layout(v, decided)
     _engine_and_offload(v, w, decided)
+    if recipe != "fully-async" and v(f"{A}.rollout.mode") == "async":
+        # verl's agent loop (verl/experimental/agent_loop): the batch repeated n times, each sample its
+        # own request to the server with the fewest requests so far: a prompt's samples spread over them
+        w.setdefault("inference", {})["dispatch"] = "per-sample"
     w["reference"] = bool(v(f"{A}.actor.use_kl_loss") or v("algorithm.use_kl_in_reward"))
     _reward_and_critic(v, w)
     return w
@@ -411,6 +420,8 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
                   if v.given(f"{A}.rollout.{key}") or key in ENGINE_KEYS_ALWAYS}
         if w.get("engine") == VLLM_ENGINE and not v.given(f"{A}.rollout.enforce_eager"):
             v.result.notes.append(ENFORCE_EAGER_NOTE)
+        if w.get("engine") == VLLM_ENGINE:
+            v.result.notes.append(MAX_NUM_SEQS_NOTE)
     if engine:
         w["inference"] = engine
     section = f"{A}.actor.megatron" if str(v(f"{A}.actor.strategy")) == "megatron" else f"{A}.actor.fsdp_config"

@@ -124,11 +124,25 @@ def test_verl_rollout_name_is_the_named_engine_under_the_knobs_verl_passes(capsy
     assert import_config("verl", cfg).mapped["actor_rollout_ref.rollout.name"].startswith("workload.engine")
 
 
+def test_verl_agent_loop_mode_deals_each_sample_as_its_own_request():
+    """rollout.mode async (verl's agent loop, default from 0.7): the batch is repeated n times and each
+    sample goes to the server with the fewest requests so far, so a prompt's samples spread over the
+    engines (per-sample dispatch); sync keeps a prompt's samples on one engine (per-prompt)."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    agent = import_config("verl", cfg, ["actor_rollout_ref.rollout.mode=async"])
+    assert agent.scenario["workload"]["inference"]["dispatch"] == "per-sample"
+    assert agent.mapped["actor_rollout_ref.rollout.mode"].startswith("workload.inference.dispatch")
+    assert "dispatch" not in import_config("verl", cfg).scenario["workload"]["inference"]
+    fully = import_config("verl", EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml", ["actor_rollout_ref.rollout.mode=async"])
+    assert "dispatch" not in fully.scenario["workload"].get("inference", {})   # its Rollouter keeps prompts whole
+
+
 def test_verl_enforce_eager_default_changed_with_the_version_so_the_import_says_which_it_took():
     """verl 0.4-0.5 default enforce_eager true, 0.6+ false (their ppo_trainer.yaml): not given, rlsim
     keeps CUDA graphs and says so; given, it is the engine knob and no note is left."""
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
     assert verl.ENFORCE_EAGER_NOTE in import_config("verl", cfg).notes
+    assert verl.MAX_NUM_SEQS_NOTE in import_config("verl", cfg).notes
     given = import_config("verl", cfg, ["actor_rollout_ref.rollout.enforce_eager=true"])
     assert verl.ENFORCE_EAGER_NOTE not in given.notes
     assert given.scenario["workload"]["inference"]["enforce_eager"] is True
