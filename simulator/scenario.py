@@ -226,22 +226,29 @@ class SwitchParams(_Strict):
     # re-creates it. The source names no model size: if its weight copies are inside the 11.3 s, the
     # host-link bytes count them twice (under ~1 s a step for a model of up to ~8B at PCIe 5 rates).
     sleep_wake_s: float = Field(11.3, ge=0)
+    # vLLM's sleep level with `engine_sleep` (vllm/v1/worker/gpu_worker.py sleep, device_allocator/
+    # cumem.py, read in the 0.11.0 wheel): 1 copies the weights to pinned host memory and back (the
+    # host-link bytes above); 2 discards them (only buffers are kept), as a refit overwrites them next:
+    # no weight bytes. verl 0.6+ sleeps at level 2 with vLLM >= 0.8.5 (verl/third_party/vllm
+    # VLLM_SLEEP_LEVEL; level 1 with layered_summon), verl 0.4-0.5 at level 1. Default 1.
+    engine_sleep_level: Literal[1, 2] = 1
 
     @field_validator("kv_realloc_s", "overhead_s", "sleep_wake_s", mode="before")
     @classmethod
     def _seconds(cls, v: Any) -> Any:
         return parse_seconds(v) if isinstance(v, str) else v
 
-    @field_validator("kv_realloc_s", "sleep_wake_s", mode="after")
+    @field_validator("kv_realloc_s", "sleep_wake_s", "engine_sleep_level", mode="after")
     @classmethod
     def _fixed_cost_applies(cls, value: float, info: ValidationInfo) -> float:
-        """kv_realloc_s is the switch's KV cost without sleep mode, sleep_wake_s with it: setting the
-        one that does not apply would be silently ignored (validators run on given values only)."""
+        """kv_realloc_s is the switch's KV cost without sleep mode, sleep_wake_s and the sleep level
+        with it: setting the one that does not apply would be silently ignored (validators run on
+        given values only)."""
         sleeps = bool((info.data or {}).get("engine_sleep", False))
         if (info.field_name == "kv_realloc_s") == sleeps:
             needs = "false" if sleeps else "true"
-            raise ValueError(f"applies only with schedule.switch.engine_sleep: {needs} (sleep_wake_s replaces "
-                             f"kv_realloc_s when the engine sleeps); remove it or set engine_sleep: {needs}")
+            raise ValueError(f"applies only with schedule.switch.engine_sleep: {needs} (kv_realloc_s without sleep "
+                             f"mode; sleep_wake_s and engine_sleep_level with it); remove it or set engine_sleep: {needs}")
         return value
 
 

@@ -174,7 +174,9 @@ RULES: dict[str, Rule] = {
     **{f"{A}.rollout.{k}": mapped(f"workload.inference.{target}", "the engine knob of the same meaning")
        for k, target in ENGINE_KEYS.items()},
     f"{A}.rollout.free_cache_engine": mapped("schedule.switch.engine_sleep", "colocated: verl's sharding manager puts "
-                                             "vLLM to sleep (level 1) after generation and wakes it for the weight sync"),
+                                             "vLLM to sleep after generation and wakes it for the weight sync: level 2 "
+                                             "(weights discarded; verl 0.6+ with vLLM >= 0.8.5), level 1 with "
+                                             "layered_summon (verl 0.4-0.5: level 1)"),
     f"{A}.rollout.log_prob_use_dynamic_bsz": mapped("workload.train_layout.logprob_max_tokens_per_micro_batch",
                                                    "true: log-prob micro-batches within log_prob_max_token_len_per_gpu "
                                                    "tokens (verl's default: the actor's use_dynamic_bsz)"),
@@ -186,7 +188,9 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.log_prob_micro_batch_size": unsupported("deprecated global micro-batch: give "
                                                           "log_prob_micro_batch_size_per_gpu"),
     **{f"{A}.rollout.{k}": ignored("engine start-up / logging options: no effect on step time")
-       for k in ("load_format", "layered_summon", "disable_log_stats", "update_weights_bucket_megabytes")},
+       for k in ("load_format", "disable_log_stats", "update_weights_bucket_megabytes")},
+    f"{A}.rollout.layered_summon": mapped("schedule.switch.engine_sleep_level", "colocated with free_cache_engine: "
+                                          "true keeps vLLM's sleep at level 1 (weights to host and back)"),
     f"{A}.rollout.engine_kwargs.*": unsupported("engine-specific options are not modelled"),
     f"{A}.rollout.val_kwargs.*": ignored(_VAL),
     f"{A}.rollout.multi_turn.*": unsupported("multi-turn / tool rollouts are not modelled"),
@@ -474,7 +478,10 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 "weights to the host: rlsim's switch re-allocating the KV pool (schedule.switch.kv_realloc_s), "
                 "not vLLM's sleep mode")
         elif v(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
-            s["switch"] = {"engine_sleep": True}
+            # verl 0.6+ with vLLM >= 0.8.5: sleep level 2 (the weights discarded, a refit overwrites them);
+            # level 1 with layered_summon (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)
+            s["switch"] = {"engine_sleep": True,
+                           "engine_sleep_level": 1 if v(f"{A}.rollout.layered_summon") else 2}
     _reward_overlap(v, recipe, w, s, decided)
     if recipe == "fully-async":
         decided[f"{A}.rollout.mode"] = ("ignored", "the fully_async Rollouter serves requests asynchronously: "

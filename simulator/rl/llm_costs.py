@@ -4,7 +4,8 @@ costs, memory) and hardware/ (device, links). Everything the schedules ask goes 
 Switch costs are bytes moved over named links:
 - to rollout: optimizer states + gradients of the training shard offloaded to host over the
   host link (``offload_optimizer``), the KV pool re-allocated (``kv_realloc_s``; with vLLM sleep
-  mode, ``engine_sleep``, half of its measured ``sleep_wake_s`` instead), plus a fixed framework
+  mode, ``engine_sleep``, half of its measured ``sleep_wake_s`` instead; at sleep level 1 the engine's
+  weight shard to host and back), plus a fixed framework
   ``overhead_s``; without ``bucketed`` parameters a redundant copy of the inference shard is staged
   through HBM (time and memory);
 - to training: the KV pool released, optimizer states + gradients loaded back over the host link.
@@ -630,7 +631,7 @@ class LlmCosts:
             host["optimizer_offload" if to_rollout else "optimizer_onload"] = self._optimizer_grad_bytes(pool)
         if p.offload_weights:
             host["weight_offload" if to_rollout else "weight_onload"] = self._train_weight_bytes(pool)
-        if p.engine_sleep:
+        if p.engine_sleep and p.engine_sleep_level == 1:   # level 2 discards the weights: no copy
             host["engine_wake" if to_rollout else "engine_sleep"] = self._inference_shard_bytes()
         moved.update(host)
         copy = to_rollout and not p.bucketed

@@ -124,6 +124,18 @@ def test_verl_rollout_name_is_the_named_engine_under_the_knobs_verl_passes(capsy
     assert import_config("verl", cfg).mapped["actor_rollout_ref.rollout.name"].startswith("workload.engine")
 
 
+def test_verl_free_cache_engine_sleeps_at_level_2_unless_layered_summon():
+    """verl 0.6+ puts vLLM (>= 0.8.5) to sleep at level 2, discarding the weights a refit overwrites;
+    layered_summon keeps level 1 (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    switch = import_config("verl", cfg, ["actor_rollout_ref.rollout.free_cache_engine=true"]).scenario["schedule"]["switch"]
+    assert switch == {"engine_sleep": True, "engine_sleep_level": 2}
+    layered = import_config("verl", cfg, ["actor_rollout_ref.rollout.free_cache_engine=true",
+                                          "actor_rollout_ref.rollout.layered_summon=true"])
+    assert layered.scenario["schedule"]["switch"]["engine_sleep_level"] == 1
+    assert layered.mapped["actor_rollout_ref.rollout.layered_summon"].startswith("schedule.switch.engine_sleep_level")
+
+
 def test_verl_agent_loop_mode_deals_each_sample_as_its_own_request():
     """rollout.mode async (verl's agent loop, default from 0.7): the batch is repeated n times and each
     sample goes to the server with the fewest requests so far, so a prompt's samples spread over the

@@ -116,10 +116,26 @@ def test_engine_sleep_pays_its_measured_sleep_and_wake_once_a_step_whatever_the_
         assert both.switch("rollout", pool).bytes_moved == bytes_only.switch("rollout", pool).bytes_moved
 
 
-@pytest.mark.parametrize(("sleep", "key"), [(True, "kv_realloc_s"), (False, "sleep_wake_s")])
-def test_the_switch_fixed_cost_that_does_not_apply_is_refused(sleep, key):
+def test_sleep_level_2_discards_the_engine_weights_instead_of_copying_them():
+    """vLLM sleep level 2 keeps no copy of the weights (a refit overwrites them): the engine's shard
+    crosses the host link at level 1 only; the measured fixed time is the same."""
+    r = row("qwen3-32b", "on-policy")
+    pool = range(32)
+    one = costs(r, switch={"engine_sleep": True})
+    two = costs(r, switch={"engine_sleep": True, "engine_sleep_level": 2})
+    shard = one._inference_shard_bytes()
+    host_Bps = one.device.host_link_bw_Bps * one.switch_params.host_link_efficiency
+    for phase in ("rollout", "train"):
+        assert one.switch(phase, pool).time_s - two.switch(phase, pool).time_s == pytest.approx(shard / host_Bps,
+                                                                                               rel=1e-9)
+        assert not {"engine_sleep", "engine_wake"} & set(two.switch(phase, pool).bytes_moved)
+
+
+@pytest.mark.parametrize(("sleep", "key", "value"), [(True, "kv_realloc_s", 2.0), (False, "sleep_wake_s", 2.0),
+                                                     (False, "engine_sleep_level", 2)])
+def test_the_switch_fixed_cost_that_does_not_apply_is_refused(sleep, key, value):
     mapping = nemo_rl.scenario(row("llama3.1-8b", "on-policy"))
-    mapping["schedule"]["switch"] = {"engine_sleep": sleep, key: 2.0}
+    mapping["schedule"]["switch"] = {"engine_sleep": sleep, key: value}
     with pytest.raises(RlsimError) as e:
         load_scenario(mapping)
     assert e.value.field == f"schedule.switch.{key}"
