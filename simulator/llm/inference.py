@@ -573,6 +573,9 @@ class RolloutEngine:
         self._ratio_from = (0, params.reserve_init_ratio)
         self._full = False
         self._max_new = params.max_new_tokens or params.reserve_clip_tokens
+        # reserve: each running request's cap step max_new - generated + admission step (its reservation
+        # left at step S is that minus S), sorted; None with vLLM's admission
+        self._caps: list[int] | None = [] if self._reserve else None
 
     # ---- public -------------------------------------------------------------------------------
     @property
@@ -743,6 +746,8 @@ class RolloutEngine:
         self._event = None
         self._lines = None
         self._full = False
+        if self._caps is not None:
+            self._caps.clear()
         partial.sort(key=lambda s: s.seq_id)
         return InterruptResult(finished, partial)
 
@@ -754,6 +759,8 @@ class RolloutEngine:
         new.__dict__.update(self.__dict__)
         for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack"):
             setattr(new, name, getattr(self, name).copy())
+        if self._caps is not None:
+            new._caps = self._caps.copy()
         new._waiting = deque(self._waiting)
         new._outbox = deque(self._outbox)
         return new
@@ -980,9 +987,9 @@ class RolloutEngine:
         """What the running requests may still need by SGLang's estimate ``ahead`` decode steps after
         the boundary: the ratio x the sum of min(max_new_tokens - generated, clip)
         (schedule_policy.py PrefillAdder.rem_total_tokens)."""
-        g, sadm, step, cap_new = self._g, self._sadm, self._S + ahead, self._max_new
-        clip = self.cost.params.reserve_clip_tokens
-        left = sum(min(max(cap_new - g[slot] - step + sadm[slot], 0), clip) for slot in self._live_running())
+        caps, step, clip = self._caps, self._S + ahead, self.cost.params.reserve_clip_tokens
+        lo, hi = bisect.bisect_left(caps, step), bisect.bisect_left(caps, step + clip)
+        left = sum(caps[lo:hi]) - (hi - lo) * step + (len(caps) - hi) * clip   # min(max(cap - step, 0), clip) each
         return self._ratio(ahead) * left
 
     def _retract(self) -> None:
@@ -998,6 +1005,8 @@ class RolloutEngine:
             first = False
             slot = order.pop(0)
             made = g[slot] + step - sadm[slot]
+            caps = self._caps
+            del caps[bisect.bisect_left(caps, self._max_new - g[slot] + sadm[slot])]
             state[slot] = _WAITING
             g[slot] = made
             epochs[slot] += 1
@@ -1058,6 +1067,7 @@ class RolloutEngine:
         outbox, waiting = self._outbox, self._waiting
         cap = self.capacity
         pop = heapq.heappop
+        caps, cap_new = self._caps, self._max_new
         count, last = 0, -math.inf
         while count != max_events:
             event = self._event
@@ -1136,6 +1146,8 @@ class RolloutEngine:
                     n -= 1
                     K -= p_of[slot] + r_of[slot]
                     outbox.append((time, id_of[slot], slot))
+                    if caps is not None:   # admission reserve: its reservation goes
+                        del caps[bisect.bisect_left(caps, cap_new - self._g[slot] + self._sadm[slot])]
             if n < self._n:   # a request finished: SGLang tries its waiting queue again
                 self._full = False
             self._n, self._K = n, K
@@ -1258,6 +1270,8 @@ class RolloutEngine:
             order += 1
             entries.append((step + r[slot] - g - 1, order, slot, epochs[slot]))
             stack.append((slot, epochs[slot]))
+            if self._caps is not None:   # admission reserve: the step its reservation would reach 0
+                bisect.insort(self._caps, self._max_new - g - 1 + step)
         # A large batch: one heapify instead of a push each (keys are unique (order), so pops come
         # out the same); a few into a large heap: pushes (a heapify would cost the whole heap).
         if len(entries) * 4 >= len(heap):

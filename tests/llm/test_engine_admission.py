@@ -121,3 +121,26 @@ def test_every_sequence_finishes_exactly_once_under_reservation(lengths, instanc
                            responses, params=params, arrival_s=arrivals)
     assert np.all(np.isfinite(res.finish_s)) and np.all(res.instance >= 0)
     assert res.generated_tokens == responses.sum()
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.tuples(st.integers(1, 200), st.integers(1, 300)), min_size=2, max_size=30),
+       kv=st.sampled_from([600, 2000, 100000]), stops=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=6),
+       cap_new=st.integers(50, 400))
+def test_the_kept_reservations_equal_the_running_requests_own(lengths, kv, stops, cap_new):
+    """The sorted reservation steps the engine keeps (added at admission, dropped at finish and
+    retraction) give, at any step, what summing min(max(max_new - generated, 0), clip) over the
+    running requests gives."""
+    params = InferenceParams(admission="reserve", max_new_tokens=cap_new, reserve_clip_tokens=150)
+    hbm = (QWEN.weight_bytes(2) + params.workspace_bytes + kv * QWEN.kv_bytes_per_token(2)) / 0.9
+    engine = RolloutEngine(QWEN, H100.replace(hbm_bytes=hbm), RolloutLayout(max_num_seqs=8), params)
+    prompts = [min(p, kv // 4) for p, _ in lengths]
+    responses = [min(r, kv // 4) for _, r in lengths]
+    engine.add_many(range(len(lengths)), prompts, responses, 0.0)
+    for stop in sorted(stops):
+        engine.advance_to(stop)
+        for ahead in (0, 7):
+            step = engine._S + ahead
+            direct = sum(min(max(cap_new - engine._g[s] - step + engine._sadm[s], 0), 150)
+                         for s in engine._live_running())
+            assert engine._reserved(ahead) == pytest.approx(engine._ratio(ahead) * direct, rel=0, abs=1e-9)
