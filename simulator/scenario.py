@@ -313,6 +313,8 @@ KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1
                 "stream_threshold": "only StaleSync waits for a share of the batch",
                 "reward_during_forwards": "only the synchronous colocated step (verl's hybrid engine) waits for "
                                           "its whole batch's rewards before training",
+                "between_gen_batches": "only the synchronous colocated step generates a step's batches one after "
+                                       "another on the devices that train",
                 "failures": "failures are modelled on colocated placements and synchronous split pools",
                 "recovery": "failures are modelled on colocated placements and synchronous split pools"}
 FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py check_supported
@@ -324,7 +326,8 @@ NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_upda
 AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
-                                   {"placement", "stream_threshold", "consolidate_share", "reward_during_forwards"})
+                                   {"placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
+                                    "between_gen_batches"})
 
 
 class ScheduleConfig(_Strict):
@@ -418,6 +421,14 @@ class ScheduleConfig(_Strict):
     # it in the "adv" block, before the critic and actor updates). False: the step waits for them before switching
     # to training. Colocated kind only; not with dynamic sampling (its filter needs the rewards first).
     reward_during_forwards: bool = False
+    # What the engine does between the generation batches of a dynamic-sampling step (colocated kind):
+    # "stay" awake (rlsim's engine kept up); "sleep" after each batch and wake before the next, the
+    # engine's half of a switch pair each (NeMo RL: finish_generation after each rollout and
+    # prepare_for_generation before the next, cited from memory); "reshard": also the weights re-synced
+    # into it before each batch (verl: every generate_sequences call enters the rollout sharding manager,
+    # which gathers the FSDP state dict, loads it into vLLM and wakes it, and sleeps it on exit: verl 0.5
+    # fsdp_workers.py generate_sequences, sharding_manager/fsdp_vllm.py).
+    between_gen_batches: Literal["stay", "sleep", "reshard"] = "stay"
     # Speed: evaluate the full training / forward cost model once per (stage, pool size, batch size)
     # and scale later batches by their model FLOPs (linear + attention terms). False = every call exact.
     reuse_stage_costs: bool = True
@@ -528,7 +539,8 @@ def _made_on_first_use(make: Callable[[], type[ScheduleConfig]]) -> Callable[[],
 def _colocated() -> type[ScheduleConfig]:
     class ColocatedSchedule(ScheduleConfig):
         """Synchronous RL on one pool: every stage time-shares the devices (RL Fusion / hybrid engine)."""
-        ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS | {"reward_during_forwards"}
+        ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS | {"reward_during_forwards",
+                                                                               "between_gen_batches"}
         kind: Literal["colocated"] = "colocated"
     return ColocatedSchedule
 
@@ -988,6 +1000,10 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          "generation batch's rewards before the next batch and before training",
                          source=source, field="schedule.reward_during_forwards",
                          fix="remove schedule.reward_during_forwards (or workload.dynamic_sampling)")
+    if "between_gen_batches" in scenario.schedule.model_fields_set and scenario.workload.dynamic_sampling is None:
+        raise RlsimError("between_gen_batches applies to dynamic sampling, whose step generates several batches",
+                         source=source, field="schedule.between_gen_batches",
+                         fix="remove schedule.between_gen_batches (or give workload.dynamic_sampling)")
     if scenario.iterations > scenario.limits.max_iterations:
         raise RlsimError(f"{_count(scenario.iterations)} iterations is past limits.max_iterations="
                          f"{scenario.limits.max_iterations}", source=source, field="iterations",

@@ -351,6 +351,10 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
     s["reference_swap_copies"] = 3
     if kind == "colocated":
         s["switch"] = {"offload_weights": True, "engine_sleep": True}
+        if "dynamic_sampling" in w:
+            # grpo_train runs each generation batch inside prepare_for_generation / finish_generation
+            # (cited from memory of the public code): vLLM sleeps after a batch and wakes for the next
+            s["between_gen_batches"] = "sleep"
     if kind == "nemo-rl-async":
         s["max_trajectory_age_steps"] = int(v("grpo.async_grpo.max_trajectory_age_steps"))
         s["in_flight_weight_updates"] = bool(v("grpo.async_grpo.in_flight_weight_updates"))

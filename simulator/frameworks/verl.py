@@ -472,6 +472,11 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                                                    "to training, so it never sleeps")
     else:
         decided.update({k: ("ignored", "colocated: one pool (trainer.*)") for k in ("rollout.nnodes", "rollout.n_gpus_per_node")})
+        if "dynamic_sampling" in w:
+            # every generate_sequences call switches the hybrid engine to rollout mode and back (the
+            # state dict loaded into the engine, woken; put to sleep after: verl 0.5 fsdp_workers.py with
+            # sharding_manager/fsdp_vllm.py, 0.6 rollout_mode / trainer_mode), one per generation batch
+            s["between_gen_batches"] = "reshard"
         if v(f"{A}.rollout.free_cache_engine") and w.get("engine") == SGLANG_ENGINE:
             decided[f"{A}.rollout.free_cache_engine"] = (
                 "mapped", "sglang: SGLang releases and re-maps its memory (torch_memory_saver) without copying the "

@@ -94,6 +94,9 @@ class FakeCosts:
     def switch(self, to_phase, ranks):
         return SwitchCost(self.switch_s, {})
 
+    def engine_cycle(self, ranks):
+        return SwitchCost(2 * self.switch_s, {})
+
     def inference_memory_bytes(self, ranks):
         return self.memory_bytes
 

@@ -645,6 +645,19 @@ class LlmCosts:
             times.append(t_k)
         return SwitchCost(max(times), moved)
 
+    def engine_cycle(self, ranks) -> SwitchCost:
+        """The engine put to sleep after a generation batch and woken before the next, the training
+        side untouched: the engine's fixed part of both switches (half of sleep_wake_s each with
+        engine_sleep, else kv_realloc_s each) and, at sleep level 1, its weight shard to host and back."""
+        pool, p = self.pool(ranks), self.switch_params
+        fixed = p.sleep_wake_s if p.engine_sleep else 2 * p.kv_realloc_s
+        host = {}
+        if p.engine_sleep and p.engine_sleep_level == 1:
+            host = {"engine_sleep": self._inference_shard_bytes(), "engine_wake": self._inference_shard_bytes()}
+        times = [fixed + sum(host.values()) / (device.host_link_bw_Bps * p.host_link_efficiency)
+                 for device in pool.kinds]
+        return SwitchCost(max(times), host)
+
     def inference_memory_bytes(self, ranks) -> float:
         """Rollout phase per device (the largest over the pool's device kinds): the engine's share of
         HBM, plus what training leaves resident."""

@@ -204,6 +204,8 @@ def scenario(row: Row) -> dict[str, Any]:
     trainer = {"reference_swap_copies": NEMO_REFERENCE_SWAP_COPIES}
     schedule: dict[str, Any] = {"kind": "colocated", **trainer, "refit": "full-tensors",
                                 "switch": {"offload_weights": True, "engine_sleep": True}}
+    if row.algo == "dapo":   # vLLM sleeps after each generation batch and wakes for the next (as the importer)
+        schedule["between_gen_batches"] = "sleep"
     if row.off_policy:
         schedule = {"kind": "nemo-rl-async", "rollout_devices": row.gen_gpus, **trainer,
                     "max_trajectory_age_steps": 1, "in_flight_weight_updates": True, "refit": "full-tensors",

@@ -136,6 +136,21 @@ def test_verl_free_cache_engine_sleeps_at_level_2_unless_layered_summon():
     assert layered.mapped["actor_rollout_ref.rollout.layered_summon"].startswith("schedule.switch.engine_sleep_level")
 
 
+def test_dapo_generation_batches_pay_what_each_framework_does_between_them():
+    """verl's DAPO on the hybrid engine: every generation batch is a generate_sequences call, which
+    re-syncs the weights into the woken engine and puts it to sleep after (reshard); NeMo RL: vLLM
+    sleeps after each batch and wakes for the next (sleep)."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    dapo = import_config("verl", cfg, ["+algorithm.filter_groups.enable=true"])
+    assert "dynamic_sampling" in dapo.scenario["workload"]
+    assert dapo.scenario["schedule"]["between_gen_batches"] == "reshard"
+    assert "between_gen_batches" not in import_config("verl", cfg).scenario["schedule"]
+    nemo = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml", ["grpo.use_dynamic_sampling=true"])
+    assert nemo.scenario["schedule"]["between_gen_batches"] == "sleep"
+    load_scenario(dapo.scenario)
+    load_scenario(nemo.scenario)
+
+
 def test_verl_agent_loop_mode_deals_each_sample_as_its_own_request():
     """rollout.mode async (verl's agent loop, default from 0.7): the batch is repeated n times and each
     sample goes to the server with the fewest requests so far, so a prompt's samples spread over the

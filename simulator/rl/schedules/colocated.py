@@ -94,22 +94,47 @@ class ColocatedRun:
         """DAPO dynamic sampling on a synchronous step: each sub-round of gen_prompts is generated,
         scored and filtered before the next starts (frameworks.md: regenerate "if fewer than the train
         batch survive"; verl's DAPO trainer and NeMo RL loop over generation batches), so every
-        sub-round pays its own long tail; then training on every device."""
+        sub-round pays its own long tail; between two, the engine stays up or sleeps and wakes, re-synced
+        or not (schedule.between_gen_batches); then training on every device."""
         ctx, ranks = self.ctx, self.actor.ranks
-        start, ends = t0, np.full(self.n_inst, t0)
+        cycles = ctx.sched.between_gen_batches != "stay"
+        start, ends, cycle_s = t0, np.full(self.n_inst, t0), 0.0
         for j, batches in enumerate(ctx.draws.sub_round_shares(k, self.n_inst)):
             first_row = ctx.store.n
             if j == 0:
                 batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, batches, strict=True)]
+            elif cycles:
+                self.actor.idle("dependency", start, k, label="reward")   # the filter waits for the rewards
+                cycle_s += self._between_gen_batches(k)
+                start = self.actor.cursor
             results = ctx.gen.commit_many(ctx.gen.plan_many(batches, start, self.version, self._instances(ranks)))
             self.carries = [r[1] for r in results]
             ends = np.array([r[0] for r in results])
+            if cycles:
+                self._record_round(self.actor, ends, start, float(ends.max()), k)
             # the filter needs the whole sub-round scored: the next starts once its rewards are in
             ready = ctx.store.at("ready", np.arange(first_row, ctx.store.n))
             start = max(float(ends.max()), float(ready.max()) if len(ready) else 0.0)
-        ctx.add_stage_time("generate", float(ends.max()) - t0)
-        self._record_round(self.actor, ends, t0, float(ends.max()), k)
+        ctx.add_stage_time("generate", float(ends.max()) - t0 - cycle_s)
+        if not cycles:   # the engine stays up: one record of the step's generation
+            self._record_round(self.actor, ends, t0, float(ends.max()), k)
         yield from self._train_and_sync(k, self.actor, self.actor.ranks)
+
+    def _between_gen_batches(self, k: int) -> float:
+        """The engine put to sleep after a generation batch and woken before the next (``sleep``), with
+        the weights re-synced into it too (``reshard``): recorded on the actor clock; its seconds."""
+        ctx, clock = self.ctx, self.actor
+        cost = ctx.costs.engine_cycle(clock.ranks)
+        clock.busy("switch", clock.cursor + cost.time_s, k, label="between generation batches", cause="switch")
+        ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
+        ctx.add_stage_time("switch_between_batches", cost.time_s)
+        spent = cost.time_s
+        if ctx.sched.between_gen_batches == "reshard":
+            sync_s = ctx.costs.weight_sync_s(clock.ranks, clock.ranks)
+            clock.busy("sync", clock.cursor + sync_s, k, label="reshard before a generation batch", cause="weight_sync")
+            ctx.add_stage_time("weight_sync", sync_s)
+            spent += sync_s
+        return spent
 
     def _segments_until_batch(self, k: int, t: float) -> float:
         """Partial rollout: while the round's length budget has left fewer than a batch of eligible

@@ -108,6 +108,37 @@ def test_dynamic_sampling_sub_rounds_run_one_after_another_in_closed_form():
     assert starts == pytest.approx([0.0, one_sub_round])
 
 
+@pytest.mark.parametrize(("between", "extra"), [("stay", 0.0), ("sleep", 2 * 0.25), ("reshard", 2 * 0.25 + 0.4)])
+def test_the_engine_sleeps_and_is_resharded_between_generation_batches(between, extra):
+    """Two sub-rounds on one colocated pool: with `sleep` the second starts after the engine's sleep and
+    wake (FakeCosts: two switches), with `reshard` also after a weight sync; the generate stage and the
+    timeline keep them apart (stage switch_between_batches, a switch and a sync interval)."""
+    n, length, d, switch_s, sync_s = 4, 500, 1e-3, 0.25, 0.4
+    costs = FakeCosts(instance_devices=1, train_group_devices=1, instance_max_seqs=1, decode_s_per_token=d,
+                      sync_s=sync_s, switch_s=switch_s)
+    sc = scenario("colocated", iterations=1, prompts=8, n=n, between_gen_batches=between,
+                  workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 1.0}})
+    rec, tl, sm, s = run(sc, costs, devices=2, prompt=const(10), resp=const(length))
+    one_sub_round = 2 * n * length * d
+    # (the step's own switch to rollout first)
+    assert sorted(set(sm["start"].round(9))) == pytest.approx([switch_s, switch_s + one_sub_round + extra])
+    assert s["stage_time_s"]["generate"] == pytest.approx(2 * one_sub_round)
+    assert s["stage_time_s"].get("switch_between_batches", 0.0) == pytest.approx(2 * switch_s if extra else 0.0)
+    labels = set(tl["label"])
+    assert ("between generation batches" in labels) == (between != "stay")
+    assert ("reshard before a generation batch" in labels) == (between == "reshard")
+
+
+def test_between_gen_batches_needs_dynamic_sampling_and_the_colocated_kind():
+    with pytest.raises(RlsimError) as err:
+        scenario("colocated", between_gen_batches="sleep")
+    assert err.value.field == "schedule.between_gen_batches"
+    with pytest.raises(RlsimError) as err:
+        scenario("disaggregated", between_gen_batches="sleep",
+                 workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4}})
+    assert "between_gen_batches" in str(err.value)
+
+
 @pytest.mark.parametrize(("kind", "reward_s"), [("disaggregated", 0.0), ("disaggregated", 0.3), ("one-step-off", 0.3)])
 def test_split_pool_sub_rounds_wait_for_every_instance_and_its_rewards(kind, reward_s):
     # the same two sub-rounds on a rollout pool of 2 one-slot instances: the second starts on both
