@@ -3,13 +3,12 @@
 A scenario that names an engine gets that engine's defaults for the fields it fixes, under the
 user's own `workload.inference` and `workload.rollout_layout` keys (a given key always wins), as
 `workload.train_software` does for the trainer. The values that do not depend on the device are
-merged when the scenario loads (`given_under_engine`); the ones vLLM picks by the GPU (its memory, and
-from vLLM 0.9 whether it is an A100) are resolved by the cost layers, which know the devices
-(`resolved`): a field the workload leaves unset takes the engine's small set if any rollout device
-takes it. Without a name rlsim keeps its own
-defaults (simulator/params.py InferenceParams, RolloutLayout): an engine that prefills everything
-admitted in one step, 256 running sequences, prefix caching, CUDA graphs up to 512 sequences
-(docs/cost-models-inference.md, "Named engines").
+merged when the scenario loads (`given_under_engine`); the ones an engine picks by the GPU (vLLM: its
+memory, and from 0.9 whether it is an A100; SGLang: its memory) are resolved by the cost layers, which
+know the devices (`resolved`): a field the workload leaves unset takes the values every rollout device
+takes. Without a name rlsim keeps its own defaults (simulator/params.py InferenceParams,
+RolloutLayout): an engine that prefills everything admitted in one step, 256 running sequences,
+prefix caching, CUDA graphs up to 512 sequences (docs/cost-models-inference.md, "Named engines").
 """
 from __future__ import annotations
 

@@ -69,16 +69,17 @@ VLLM_ENGINE = "vllm-v1"
 SGLANG_ENGINE = "sglang"
 _NOT_PASSED_TO_SGLANG = "verl's SGLang rollout does not hand it to SGLang (its own default stands: workload.engine sglang)"
 
-# verl rollout / actor keys -> the rlsim field they set (only when the config gives them: rlsim's own
-# defaults stand otherwise, see docs/guides/frameworks.md).
 # The importer reads a config as verl 0.6+ runs it (read in the 0.4.1 - 0.7.0 wheels): its vLLM rollout
 # hands vLLM rollout.max_num_seqs and enforce_eager, whose default is false. verl 0.4-0.5 defaulted
 # enforce_eager to true (eager: no CUDA graphs) and passed no max_num_seqs (vllm_rollout_spmd.py: vLLM's
-# own default stands, 1024 on GPUs of >= 70 GiB). The import notes say so when it matters.
+# own default stands, 1024 on GPUs of >= 70 GiB). The import notes say so.
 ENFORCE_EAGER_NOTE = (f"{A}.rollout.enforce_eager not given: verl 0.6+ default false (CUDA graphs), which rlsim "
                       "takes; verl 0.4-0.5 defaulted to true (eager): give it to match your verl version")
 MAX_NUM_SEQS_NOTE = (f"{A}.rollout.max_num_seqs: verl 0.6+ hands it to vLLM, as rlsim reads it; verl 0.4-0.5 did not "
                      "(vLLM's own default ran: 1024 sequences on GPUs of >= 70 GiB, 256 below)")
+
+# verl rollout / actor keys -> the rlsim field they set (only when the config gives them: rlsim's own
+# defaults stand otherwise, see docs/guides/frameworks.md).
 ENGINE_KEYS = {"enforce_eager": "enforce_eager", "max_num_batched_tokens": "max_num_batched_tokens",
                "enable_chunked_prefill": "chunked_prefill", "enable_prefix_caching": "enable_prefix_caching"}
 OFFLOAD_KEYS = {"param_offload": "params", "grad_offload": "grads", "optimizer_offload": "optimizer"}
@@ -422,10 +423,10 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
     else:
         engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items()
                   if v.given(f"{A}.rollout.{key}") or key in ENGINE_KEYS_ALWAYS}
-        if w.get("engine") == VLLM_ENGINE and not v.given(f"{A}.rollout.enforce_eager"):
-            v.result.notes.append(ENFORCE_EAGER_NOTE)
-        if w.get("engine") == VLLM_ENGINE:
+        if w.get("engine") == VLLM_ENGINE:   # what verl 0.4-0.5 did differently
             v.result.notes.append(MAX_NUM_SEQS_NOTE)
+            if not v.given(f"{A}.rollout.enforce_eager"):
+                v.result.notes.append(ENFORCE_EAGER_NOTE)
     if engine:
         w["inference"] = engine
     section = f"{A}.actor.megatron" if str(v(f"{A}.actor.strategy")) == "megatron" else f"{A}.actor.fsdp_config"

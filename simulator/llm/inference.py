@@ -951,7 +951,7 @@ class RolloutEngine:
         """Decode steps from the boundary until the head of the queue arrives, if it can be admitted
         then (room for it and one more step; with admission reserve, room beside the running
         requests' reservations at that step too); None otherwise."""
-        if not self._waiting or self._n >= self.max_running or self._full:
+        if not self._waiting or self._n >= self.max_running or self._full and self._n:
             return None
         slot = self._waiting[0]
         ctx = self._p[slot] + self._g[slot]
@@ -1189,7 +1189,7 @@ class RolloutEngine:
         group, seen = self._group, set()
         admitted: list[tuple[int, int]] = []
         pieces: list[tuple[int, float]] = []   # (tokens computed, attention pairs) per admitted
-        if self._full:
+        if self._full and n0:   # (an idle engine always tries: nothing runs that could free room)
             return
         reserve = self._reserve
         room = cap - kv - self._reserved() if reserve else 0.0   # SGLang's rem_total_tokens
@@ -1266,6 +1266,7 @@ class RolloutEngine:
                 n -= 1
                 kv -= p[slot] + r[slot]
                 self._outbox.append((end, self._id[slot], slot))
+                self._full = False   # a request finished (admission reserve tries its queue again)
                 continue
             order += 1
             entries.append((step + r[slot] - g - 1, order, slot, epochs[slot]))

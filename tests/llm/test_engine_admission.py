@@ -144,3 +144,14 @@ def test_the_kept_reservations_equal_the_running_requests_own(lengths, kv, stops
             direct = sum(min(max(cap_new - engine._g[s] - step + engine._sadm[s], 0), 150)
                          for s in engine._live_running())
             assert engine._reserved(ahead) == pytest.approx(engine._ratio(ahead) * direct, rel=0, abs=1e-9)
+
+
+def test_a_request_done_at_its_prefill_frees_the_queue():
+    """A request whose whole response is its prefill's token finishes as it is admitted: the queue
+    refused beside it is tried again (found by the hypothesis test above: the engine used to wait
+    for a finish that had already happened, with nothing running)."""
+    params = InferenceParams(admission="reserve", max_new_tokens=258, reserve_init_ratio=0.01)
+    hbm = (QWEN.weight_bytes(2) + params.workspace_bytes + 800 * QWEN.kv_bytes_per_token(2)) / 0.9
+    engine = RolloutEngine(QWEN, H100.replace(hbm_bytes=hbm), RolloutLayout(max_num_seqs=3), params)
+    engine.add_many(range(4), [258, 159, 192, 141], [170, 258, 1, 3], 0.0)
+    assert sorted(f.seq_id for f in engine.run()) == [0, 1, 2, 3]
