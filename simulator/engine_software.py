@@ -71,6 +71,13 @@ def _vllm_tiers(small_names: tuple[str, ...]) -> tuple[GpuTier, ...]:
                                            "rollout": {"max_num_seqs": 1024}}, small_names))
 
 
+def _v1_inference(graphs_up_to: int, **extra: Any) -> dict[str, Any]:
+    """vLLM V1's engine-wide values: chunked prefill and prefix caching on, no async scheduling
+    (--async-scheduling is off by default), CUDA graphs up to ``graphs_up_to`` sequences."""
+    return {"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": graphs_up_to,
+            "async_scheduling": False, **extra}
+
+
 # vLLM V1 engine from vLLM 0.9 (read in the 0.9.2, 0.10.0 - 0.10.2 and 0.11.0 wheels), driven through
 # the offline `LLM` class, as verl's and NeMo RL's synchronous rollout workers drive it: chunked prefill
 # always on; a token budget per step and a running-sequence cap chosen by the GPU (EngineArgs
@@ -80,8 +87,7 @@ def _vllm_tiers(small_names: tuple[str, ...]) -> tuple[GpuTier, ...]:
 # (--async-scheduling is off by default).
 VLLM_V1 = EngineSoftware(
     name="vllm-v1",
-    inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 512,
-               "async_scheduling": False},
+    inference=_v1_inference(512),
     rollout={},
     tiers=_vllm_tiers(VLLM_SMALL_SET_DEVICE_NAMES),
     source="vllm 0.9-0.11 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 (usage context LLM_CLASS), "
@@ -93,8 +99,7 @@ VLLM_V1 = EngineSoftware(
 # (DEFAULT_MAX_NUM_BATCHED_TOKENS) with chunked prefill, CUDA graphs up to min(2 x 128, 512) = 256.
 VLLM_V1_ASYNC = EngineSoftware(
     name="vllm-v1-async",
-    inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 256,
-               "async_scheduling": False, "max_num_batched_tokens": 2048},
+    inference=_v1_inference(256, max_num_batched_tokens=2048),
     rollout={"max_num_seqs": 128},
     source="vllm 0.9-0.11 vllm/config/scheduler.py SchedulerConfig.__post_init__ (max_num_seqs 128, "
            "max_num_batched_tokens 2048 with chunked prefill, cuda_graph_sizes); published-results.md V6 "
@@ -105,8 +110,7 @@ VLLM_V1_ASYNC = EngineSoftware(
 # CUDA graphs for batch sizes up to 512 (config.py: [1, 2, 4] + range(8, 513, 8)).
 VLLM_08 = EngineSoftware(
     name="vllm-0.8",
-    inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 512,
-               "async_scheduling": False},
+    inference=_v1_inference(512),
     rollout={},
     tiers=_vllm_tiers(()),
     source="vllm 0.8.5 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1, vllm/config.py "
@@ -116,8 +120,7 @@ VLLM_08 = EngineSoftware(
 # then), the scheduler's 2048-token budget (the per-context token table has no ENGINE_CONTEXT entry).
 VLLM_08_ASYNC = EngineSoftware(
     name="vllm-0.8-async",
-    inference={"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": 512,
-               "async_scheduling": False, "max_num_batched_tokens": 2048},
+    inference=_v1_inference(512, max_num_batched_tokens=2048),
     rollout={},
     tiers=(GpuTier(0, {"rollout": {"max_num_seqs": 256}}), GpuTier(VLLM_LARGE_GPU_BYTES, {"rollout": {"max_num_seqs": 1024}})),
     source="vllm 0.8.5 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1, vllm/config.py SchedulerConfig")
