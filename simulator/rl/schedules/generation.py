@@ -243,10 +243,7 @@ class Generation:
             return finish.copy()
         if not ctx.shared_reward:
             return finish + np.repeat([self.costs.reward_cpu_s(k, plan.ranks) for plan, k, _ in stored], counts)
-        ranks = stored[0][0].ranks
-        if ctx.workload.reward.handover != "sample":
-            return np.full(len(finish), pool_reward_done(ctx, float(finish.max()), int(sum(counts)), ranks))
-        return pool_rewards_each(ctx, finish, ranks)
+        return pool_rewards(ctx, finish, stored[0][0].ranks)
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:
         """Occupied batch slots of one instance over [0, end]: FIFO admission keeps
@@ -273,6 +270,14 @@ def pool_reward_done(ctx: RunState, handed_over: float, n_samples: int, ranks: R
     idle_s = ctx.costs.reward_cpu_s(n_samples, ranks)
     share = min(1.0, n_samples / ctx.workload.reward.workers)
     return ctx.totals.reward_pool.serve(handed_over, idle_s * share, least_s=idle_s)
+
+
+def pool_rewards(ctx: RunState, finish: np.ndarray, ranks: Ranks) -> np.ndarray:
+    """When each of samples finished at ``finish`` is verified on the job's shared pool: handed over
+    together once the last is done (reward.handover: batch), or each as it finishes (sample)."""
+    if ctx.workload.reward.handover != "sample":
+        return np.full(len(finish), pool_reward_done(ctx, float(finish.max()), len(finish), ranks))
+    return pool_rewards_each(ctx, finish, ranks)
 
 
 def pool_rewards_each(ctx: RunState, finish: np.ndarray, ranks: Ranks) -> np.ndarray:

@@ -32,7 +32,7 @@ from ..distqueue import payload_bytes_each
 from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
-from .generation import pool_reward_done, pool_rewards_each
+from .generation import pool_rewards
 from .registry import SchedulePolicy, register
 
 NO_OLD_LOG_PROB = frozenset({"old_logprob"})   # fully async trains on the rollout's log-probs
@@ -203,10 +203,7 @@ class Rollouter:
         ctx, seqs = self.ctx, group.seqs
         ranks = self.ctx.pools["rollout"].ranks
         if ctx.rule_reward and ctx.shared_reward:       # the job's pool, busy with the other groups too
-            if ctx.workload.reward.handover == "sample":    # each sample handed over as it finished
-                reward_s = float(pool_rewards_each(ctx, np.asarray(group.finish_s, float), ranks).max()) - t
-            else:
-                reward_s = pool_reward_done(ctx, t, len(seqs), ranks) - t
+            reward_s = float(pool_rewards(ctx, np.asarray(group.finish_s, float), ranks).max()) - t
         else:
             reward_s = ctx.costs.reward_cpu_s(len(seqs), ranks) if ctx.rule_reward else 0.0
         span = len(group.versions)
