@@ -32,15 +32,18 @@ VLLM_SMALL_SET_DEVICE_NAMES = ("a100",)
 @dataclass(frozen=True)
 class GpuTier:
     """Per-GPU values an engine picks on devices of at least `min_hbm_bytes` of HBM whose name and
-    description hold none of `excluded_names` (lower case): {"inference"|"rollout": {...}}."""
+    description hold none of `excluded_names` (lower case), for instances of at least `min_tp`
+    tensor-parallel ranks (SGLang 0.5.6 captures more CUDA graphs from TP 4): {"inference"|"rollout": {...}}."""
 
     min_hbm_bytes: float
     values: Mapping[str, Mapping[str, Any]]
     excluded_names: tuple[str, ...] = ()
+    min_tp: int = 1
 
-    def admits(self, device: Any) -> bool:
+    def admits(self, device: Any, tp: int = 1) -> bool:
         label = f"{device.name} {getattr(device, 'description', '')}".lower()
-        return device.hbm_bytes >= self.min_hbm_bytes and not any(n in label for n in self.excluded_names)
+        return (device.hbm_bytes >= self.min_hbm_bytes and tp >= self.min_tp
+                and not any(n in label for n in self.excluded_names))
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,19 @@ class EngineSoftware:
     source: str
     tiers: tuple[GpuTier, ...] = ()
 
-    def overlay(self, devices: Sequence[Any]) -> Mapping[str, Mapping[str, Any]]:
-        """The per-GPU values on `devices` (DeviceSpecs): {"inference"|"rollout": {...}}."""
+    def overlay(self, devices: Sequence[Any], tp: int = 1) -> Mapping[str, Mapping[str, Any]]:
+        """The per-GPU values on `devices` (DeviceSpecs) for instances of `tp` ranks:
+        {"inference"|"rollout": {...}}."""
         chosen: Mapping[str, Mapping[str, Any]] = {}
         for tier in self.tiers:
-            if all(tier.admits(d) for d in devices):
+            if all(tier.admits(d, tp) for d in devices):
                 chosen = tier.values
         return chosen
+
+    @property
+    def tp_dependent(self) -> bool:
+        """Whether a value depends on the instance's TP size (a planner resolves it per candidate)."""
+        return any(tier.min_tp > 1 for tier in self.tiers)
 
 
 def _vllm_tiers(small_names: tuple[str, ...]) -> tuple[GpuTier, ...]:
@@ -161,11 +170,13 @@ MIB = 2**20
 #   until a request finishes; a decode step out of KV retracts the requests with the fewest generated
 #   tokens to the back of the queue (schedule_policy.py PrefillAdder, scheduler.py
 #   update_running_batch, schedule_batch.py retract_decode).
+SGLANG_INFERENCE = {"chunked_prefill": False, "enable_prefix_caching": True, "async_scheduling": True,
+                    "workspace_bytes": 0.0, "admission": "reserve"}
+SGLANG_RUNNING_REQUESTS = 2048   # the request pool's floor (max_running_requests unset)
 SGLANG = EngineSoftware(
     name="sglang",
-    inference={"chunked_prefill": False, "enable_prefix_caching": True, "async_scheduling": True,
-               "workspace_bytes": 0.0, "admission": "reserve"},
-    rollout={"max_num_seqs": 2048},
+    inference=SGLANG_INFERENCE,
+    rollout={"max_num_seqs": SGLANG_RUNNING_REQUESTS},
     tiers=(GpuTier(0, {"inference": {"max_num_batched_tokens": 2048, "cuda_graph_max_batch": 160}}),
            GpuTier(25_000 * MIB, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 160}}),
            GpuTier(96 * GIB + 1, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 256}})),
@@ -174,8 +185,49 @@ SGLANG = EngineSoftware(
            "managers/tp_worker.py max_running_requests, model_executor/model_runner.py; verl 0.5 "
            "verl/workers/rollout/sglang_rollout/sglang_rollout.py")
 
+
+def _sglang_tier(min_hbm_bytes: float, tokens: int, graphs: int, min_tp: int = 1) -> GpuTier:
+    """An SGLang memory line: its prefill chunk (chunked_prefill_size) and CUDA-graph cap."""
+    return GpuTier(min_hbm_bytes, {"inference": {"max_num_batched_tokens": tokens, "cuda_graph_max_batch": graphs}},
+                   min_tp=min_tp)
+
+
+# SGLang 0.5.2 (verl 0.6.0's `sglang` extra pins it), read in its wheel: the scheduler as in 0.4.6 above
+# (blocking prefill without mixed chunk, radix cache, overlap scheduler, request pool, reservation
+# admission with the same constants in sglang/global_config.py and schedule_policy.py); the memory lines
+# moved (server_args.py __post_init__, cuda_graph_runner.py get_batch_sizes_to_capture):
+# chunked_prefill_size 2048 under 35 GiB, 8192 under 160 GiB, 16384 above; CUDA graphs up to 160
+# requests, 256 above 90 GiB, 512 above 160,000 MiB; under 35 GiB cuda_graph_max_bs 8 (80 from TP 4).
+SGLANG_052 = EngineSoftware(
+    name="sglang-0.5.2",
+    inference=SGLANG_INFERENCE,
+    rollout={"max_num_seqs": SGLANG_RUNNING_REQUESTS},
+    tiers=(_sglang_tier(0, 2048, 8), _sglang_tier(0, 2048, 80, min_tp=4), _sglang_tier(35 * GIB, 8192, 160),
+           _sglang_tier(90 * GIB + 1, 8192, 256), _sglang_tier(160_000 * MIB + 1, 8192, 512),
+           _sglang_tier(160 * GIB, 16384, 512)),
+    source="sglang 0.5.2 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
+           "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
+           "model_executor/model_runner.py init_memory_pool; verl 0.6.0 setup (sglang==0.5.2)")
+
+# SGLang 0.5.6 (verl 0.7.0 pins it), read in its wheel: the same scheduler and admission constants
+# (sglang/srt/environ.py); the memory lines by GPU memory and TP size (server_args.py
+# _handle_gpu_memory_settings, _generate_cuda_graph_batch_sizes): chunked_prefill_size 2048 under 35 GiB,
+# 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; cuda_graph_max_bs 8 under 20 GiB, then 24 / 80,
+# 32 / 160 under 60 GiB, 256 / 512 under 160 GiB (TP < 4 / TP >= 4), 512 above. SGLang's NPU lines
+# (Ascend under 64 GiB) are not modelled: rlsim's Ascend devices take the GPU lines.
+SGLANG_056 = EngineSoftware(
+    name="sglang-0.5.6",
+    inference=SGLANG_INFERENCE,
+    rollout={"max_num_seqs": SGLANG_RUNNING_REQUESTS},
+    tiers=(_sglang_tier(0, 2048, 8), _sglang_tier(20 * GIB, 2048, 24), _sglang_tier(20 * GIB, 2048, 80, min_tp=4),
+           _sglang_tier(35 * GIB, 4096, 32), _sglang_tier(35 * GIB, 4096, 160, min_tp=4),
+           _sglang_tier(60 * GIB, 8192, 256), _sglang_tier(60 * GIB, 8192, 512, min_tp=4),
+           _sglang_tier(160 * GIB, 16384, 512)),
+    source="sglang 0.5.6 sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings, "
+           "_generate_cuda_graph_batch_sizes, environ.py; verl 0.7.0 setup (sglang==0.5.6)")
+
 ENGINE_SOFTWARE: dict[str, EngineSoftware] = {e.name: e for e in (VLLM_V1, VLLM_V1_ASYNC, VLLM_08, VLLM_08_ASYNC,
-                                                                  VLLM_V0, SGLANG)}
+                                                                  VLLM_V0, SGLANG, SGLANG_052, SGLANG_056)}
 
 
 def engine_software(name: str, field_name: str = "workload.engine", source: str | None = None) -> EngineSoftware:
@@ -197,10 +249,12 @@ def _independent(engine: EngineSoftware, max_model_len: Any) -> dict[str, Any]:
     return values
 
 
-def engine_values(name: str, devices: Sequence[Any], max_model_len: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(inference fields, rollout-layout fields) of engine `name` on `devices` (DeviceSpecs)."""
+def engine_values(name: str, devices: Sequence[Any], max_model_len: int | None,
+                  tp: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(inference fields, rollout-layout fields) of engine `name` on `devices` (DeviceSpecs) for
+    instances of `tp` tensor-parallel ranks."""
     engine = engine_software(name)
-    overlay = engine.overlay(devices)
+    overlay = engine.overlay(devices, tp)
     return ({**_independent(engine, max_model_len), **overlay.get("inference", {})},
             {**engine.rollout, **overlay.get("rollout", {})})
 
@@ -224,11 +278,14 @@ def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: 
 def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[str, Any],
              devices: Sequence[Any]) -> tuple[InferenceParams, dict[str, Any]]:
     """The inference constants and rollout-layout fields an engine runs with on `devices` (the
-    rollout's DeviceSpecs): its device-dependent values for the fields the workload left unset (an
-    InferenceParams' unset fields; the layout mapping's missing keys). No engine: as given."""
+    rollout's DeviceSpecs) at the layout's TP size (1 when it gives none): its device-dependent values
+    for the fields the workload left unset (an InferenceParams' unset fields; the layout mapping's
+    missing keys). No engine: as given."""
     if not name:
         return inference, rollout_layout
-    overlay_inference, overlay_rollout = engine_values(name, devices, inference.max_model_len)
+    tp = rollout_layout.get("tp", 1)
+    overlay_inference, overlay_rollout = engine_values(name, devices, inference.max_model_len,
+                                                       tp if isinstance(tp, int) else 1)
     update = {k: v for k, v in overlay_inference.items() if k not in inference.model_fields_set}
     return (inference.model_copy(update=update) if update else inference,
             {**overlay_rollout, **rollout_layout})

@@ -190,3 +190,47 @@ def test_sglang_static_fraction_holds_weights_and_kv_only():
         cost = StepCost(model, H100, RolloutLayout(**{**layout, "gpu_memory_utilization": 0.5}), inference)
         kv[engine] = cost.kv_free_bytes_dev
     assert kv["sglang"] - kv["vllm-v1"] == pytest.approx(InferenceParams().workspace_bytes)
+
+
+@pytest.mark.parametrize("hbm_mib, tokens, graphs", [(34 * 1024, 2048, 8), (35 * 1024, 8192, 160),
+                                                      (90 * 1024 + 1, 8192, 256), (160_000 + 1, 8192, 512),
+                                                      (160 * 1024, 16384, 512)])
+def test_sglang_052_memory_lines(hbm_mib, tokens, graphs):
+    """SGLang 0.5.2 (verl 0.6.0): chunked_prefill_size 2048 under 35 GiB, 8192 under 160 GiB, 16384
+    above; CUDA graphs up to 160 requests, 256 above 90 GiB, 512 above 160,000 MiB (8 under 35 GiB);
+    the 0.4.6 scheduler otherwise."""
+    inference, layout = engine_values("sglang-0.5.2", [_sized(hbm_mib * 2**20)], None)
+    assert (inference["max_num_batched_tokens"], inference["cuda_graph_max_batch"]) == (tokens, graphs)
+    assert layout["max_num_seqs"] == 2048 and inference["admission"] == "reserve"
+
+
+@pytest.mark.parametrize("hbm_gib, tp, tokens, graphs", [(40, 2, 4096, 32), (40, 4, 4096, 160), (80, 1, 8192, 256),
+                                                          (80, 2, 8192, 256), (80, 4, 8192, 512), (141, 8, 8192, 512),
+                                                          (180, 1, 16384, 512)])
+def test_sglang_056_lines_follow_memory_and_tp(hbm_gib, tp, tokens, graphs):
+    """SGLang 0.5.6 (verl 0.7.0) picks its CUDA-graph cap by GPU memory and TP size: on an 80 GiB GPU
+    256 requests below TP 4 and 512 from it; 4096-token prefill chunks under 60 GiB."""
+    inference, _ = engine_values("sglang-0.5.6", [_sized(hbm_gib * 2**30)], None, tp=tp)
+    assert (inference["max_num_batched_tokens"], inference["cuda_graph_max_batch"]) == (tokens, graphs)
+
+
+def test_tp_dependent_engine_resolves_at_the_runs_layout_and_per_planner_candidate():
+    """A run resolves SGLang 0.5.6 at its rollout layout's TP size; the planner's rollout evaluator
+    at each candidate's (autoplan.engine_rollout's per-TP constants), under a user's own key."""
+    from simulator.autoplan import engine_rollout
+    from simulator.hardware.topology import load_topology
+    from simulator.planner.base import RolloutSpace
+    from simulator.rl.llm_costs import LlmCosts
+
+    for tp, graphs in ((2, 256), (4, 512)):
+        sc = load_scenario(_scenario("sglang-0.5.6", rollout_layout={"tp": tp}))
+        assert LlmCosts(sc, load_topology(sc.topology)).inference_params.cuda_graph_max_batch == graphs
+    sc = load_scenario(_scenario("sglang-0.5.6"))
+    topology = load_topology(sc.topology)
+    _space, inference, at_tp = engine_rollout(sc.workload, topology, range(8), RolloutSpace(), set())
+    assert inference.cuda_graph_max_batch == 256
+    assert (at_tp(2).cuda_graph_max_batch, at_tp(4).cuda_graph_max_batch) == (256, 512)
+    given = load_scenario(_scenario("sglang-0.5.6", inference={"cuda_graph_max_batch": 64})).workload
+    assert engine_rollout(given, topology, range(8), RolloutSpace(), set())[2](4).cuda_graph_max_batch == 64
+    assert engine_rollout(load_scenario(_scenario("sglang")).workload, topology, range(8),
+                          RolloutSpace(), set())[2] is None   # SGLang 0.4.6: by memory only

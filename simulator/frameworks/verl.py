@@ -63,11 +63,21 @@ ENGINE_KEYS_ALWAYS = ("max_num_batched_tokens", "enable_chunked_prefill")
 # verl's vLLM rollout drives vLLM V1 (vLLM >= 0.8) through the offline LLM class: the vllm-v1 engine
 # (engine_software.py), under the knobs verl passes (max_num_seqs, the two above, enforce_eager when given).
 VLLM_ENGINE = "vllm-v1"
-# verl's SGLang rollout starts an SGLang Engine with tp_size and mem_fraction_static only (verl 0.5
-# verl/workers/rollout/sglang_rollout/sglang_rollout.py): SGLang's own defaults (the sglang engine) stand,
-# and the vLLM knobs below (max_num_seqs and ENGINE_KEYS) never reach it.
-SGLANG_ENGINE = "sglang"
-_NOT_PASSED_TO_SGLANG = "verl's SGLang rollout does not hand it to SGLang (its own default stands: workload.engine sglang)"
+# verl's SGLang rollout as verl 0.7.0 runs it (the latest release read; its `sglang` extra pins SGLang
+# 0.5.6): an SGLang server (verl/workers/rollout/sglang_rollout/async_sglang_server.py) given tp_size,
+# mem_fraction_static = gpu_memory_utilization, max_running_requests = max_num_seqs and
+# disable_cuda_graph = enforce_eager; SGLang's own defaults stand for the rest, so the other vLLM knobs
+# (ENGINE_KEYS) never reach it. verl 0.6 passes max_num_seqs too (its SPMD engine, sglang_rollout.py, not
+# enforce_eager) with SGLang 0.5.2 (0.6.0) or 0.5.5 (0.6.1); verl 0.5 passed neither, with SGLang
+# 0.4.6.post5. The import notes say so.
+SGLANG_ENGINE = "sglang-0.5.6"
+SGLANG_KEYS = ("enforce_eager",)   # of ENGINE_KEYS, the ones verl hands SGLang
+_NOT_PASSED_TO_SGLANG = (f"verl's SGLang rollout does not hand it to SGLang (its own default stands: workload.engine "
+                         f"{SGLANG_ENGINE})")
+SGLANG_VERSION_NOTE = (f"{A}.rollout.name sglang: read as verl 0.7.0 runs it ({SGLANG_ENGINE}; max_num_seqs and "
+                       "enforce_eager passed); verl 0.6.0 pins SGLang 0.5.2 (--set workload.engine=sglang-0.5.2; "
+                       "its rollout.mode sync engine does not pass enforce_eager); verl 0.5 pinned 0.4.6.post5 "
+                       "(sglang) and passed neither max_num_seqs nor enforce_eager")
 
 # The importer reads a config as verl 0.6+ runs it (read in the 0.4.1 - 0.7.0 wheels): its vLLM rollout
 # hands vLLM rollout.max_num_seqs and enforce_eager, whose default is false. verl 0.4-0.5 defaulted
@@ -395,10 +405,7 @@ def _rollout_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[s
     layout = {"tp": int(v(f"{r}.tensor_model_parallel_size")), "ep": 1,
               "gpu_memory_utilization": float(v(f"{r}.gpu_memory_utilization")),
               "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
-    if v(f"{r}.name") == "sglang":
-        decided[f"{r}.max_num_seqs"] = ("ignored", _NOT_PASSED_TO_SGLANG)
-    else:
-        layout["max_num_seqs"] = int(v(f"{r}.max_num_seqs"))
+    layout["max_num_seqs"] = int(v(f"{r}.max_num_seqs"))   # vLLM's max_num_seqs, SGLang's max_running_requests
     return layout
 
 
@@ -418,8 +425,9 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
     _engine_name(v, w, decided)
     if w.get("engine") == SGLANG_ENGINE:
         decided.update({f"{A}.rollout.{key}": ("ignored", _NOT_PASSED_TO_SGLANG)
-                        for key in ENGINE_KEYS if v.given(f"{A}.rollout.{key}")})
-        engine = {}
+                        for key in ENGINE_KEYS if key not in SGLANG_KEYS and v.given(f"{A}.rollout.{key}")})
+        engine = {ENGINE_KEYS[key]: v(f"{A}.rollout.{key}") for key in SGLANG_KEYS if v.given(f"{A}.rollout.{key}")}
+        v.result.notes.append(SGLANG_VERSION_NOTE)
     else:
         engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items()
                   if v.given(f"{A}.rollout.{key}") or key in ENGINE_KEYS_ALWAYS}
@@ -479,10 +487,13 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
             # sharding_manager/fsdp_vllm.py, 0.6 rollout_mode / trainer_mode), one per generation batch
             s["between_gen_batches"] = "reshard"
         if v(f"{A}.rollout.free_cache_engine") and w.get("engine") == SGLANG_ENGINE:
+            # the hybrid engine (trainer and rollout in one process) starts SGLang without
+            # enable_weights_cpu_backup (verl 0.7 async_sglang_server.py: only RolloutMode.COLOCATED,
+            # a separate judge process, backs its weights up)
             decided[f"{A}.rollout.free_cache_engine"] = (
                 "mapped", "sglang: SGLang releases and re-maps its memory (torch_memory_saver) without copying the "
-                "weights to the host: rlsim's switch re-allocating the KV pool (schedule.switch.kv_realloc_s), "
-                "not vLLM's sleep mode")
+                "weights to the host (verl's hybrid engine sets no enable_weights_cpu_backup): rlsim's switch "
+                "re-allocating the KV pool (schedule.switch.kv_realloc_s), not vLLM's sleep mode")
         elif v(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
             # verl 0.6+ with vLLM >= 0.8.5: sleep level 2 (the weights discarded, a refit overwrites them);
             # level 1 with layered_summon (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)

@@ -86,9 +86,12 @@ class RolloutEvaluator:
     """The rollout engine generating `space.sequences` equal-length responses on the layout."""
 
     def __init__(self, model: Any, topology: Any, space: RolloutSpace, *, params: Any = None,
-                 collectives: Any = None) -> None:
+                 collectives: Any = None, params_for_tp: Callable[[int], Any] | None = None) -> None:
+        """``params_for_tp``: the inference constants of a candidate's TP size, for an engine whose
+        defaults depend on it (autoplan.engine_rollout); None: ``params`` for every candidate."""
         self.model, self.topology, self.space = model, topology, space
         self.params = params
+        self.params_for_tp = params_for_tp
         if collectives is None:
             from ..network.collectives import CollectiveModel
             collectives = CollectiveModel(topology)
@@ -96,13 +99,14 @@ class RolloutEvaluator:
 
     def __call__(self, lay: dict[str, Any], ranks: Sequence[int]) -> Evaluation:
         s, m = self.space, self.model
+        params = self.params if self.params_for_tp is None else self.params_for_tp(int(lay["tp"]))
         layout = RolloutLayout(tp=lay["tp"], ep=lay["ep"], instances=lay["instances"],
                                max_num_seqs=lay["max_num_seqs"], gpu_memory_utilization=s.gpu_memory_utilization)
         device = instance_device(self.topology, ranks[: layout.devices_per_instance])
-        step = StepCost(m, device, layout, self.params, self.collectives, list(ranks[: layout.devices_per_instance]))
+        step = StepCost(m, device, layout, params, self.collectives, list(ranks[: layout.devices_per_instance]))
         prompts = np.full(s.sequences, s.prompt_len, dtype=np.int64)
         responses = np.full(s.sequences, s.response_len, dtype=np.int64)
-        res = simulate_rollout(m, device, layout, prompts, responses, params=self.params,
+        res = simulate_rollout(m, device, layout, prompts, responses, params=params,
                                collectives=self.collectives, ranks=list(ranks))
         n_dev = layout.devices
         flops = (m.forward_flops_per_token(s.prompt_len / 2) * s.prompt_len

@@ -122,15 +122,15 @@ class LlmCosts:
             hbm_bytes=smallest_hbm,
             devices_per_domain=len(topology.ranks_of_domain(0)),
             n_devices=self.n_devices, train_layout=w.train_layout, rollout_layout=w.rollout_layout)
-        # a named engine's values for what the workload leaves unset, on the cluster's devices (vLLM
-        # picks some defaults by the GPU)
-        inference, roll_map = resolved(w.engine, w.inference, roll_map, self.cluster_devices)
-        inference = with_request_cap(inference, w.response_length)
         if auto_layouts:
             if w.train_layout == "auto" and auto_layouts.get("train"):
                 train_map = dict(auto_layouts["train"])
             if w.rollout_layout == "auto" and auto_layouts.get("rollout"):
                 roll_map = dict(auto_layouts["rollout"])
+        # a named engine's values for what the workload leaves unset, on the cluster's devices and at
+        # the layout's TP size (vLLM picks some defaults by the GPU, SGLang 0.5.6 by the GPU and TP)
+        inference, roll_map = resolved(w.engine, w.inference, roll_map, self.cluster_devices)
+        inference = with_request_cap(inference, w.response_length)
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
         self.rollout_layout = RolloutLayout.from_mapping({**roll_map, "instances": 1}, source=src,

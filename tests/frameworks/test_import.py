@@ -175,23 +175,26 @@ def test_verl_enforce_eager_default_changed_with_the_version_so_the_import_says_
     assert given.scenario["workload"]["inference"]["enforce_eager"] is True
 
 
-def test_verl_sglang_rollout_runs_sglang_defaults_without_the_vllm_knobs():
-    """verl's SGLang rollout passes tp and mem_fraction_static only: SGLang's defaults stand (2048
-    running requests, blocking prefill steps of 8192 tokens, overlap scheduling), rollout.max_num_seqs
-    and the vLLM knobs never reach it, and free_cache_engine releases memory without vLLM's sleep mode."""
+def test_verl_sglang_rollout_runs_sglang_056_under_the_knobs_verl_passes():
+    """verl 0.7's SGLang server takes tp, mem_fraction_static, max_running_requests = max_num_seqs and
+    disable_cuda_graph = enforce_eager; SGLang 0.5.6's defaults stand for the rest (blocking prefill
+    steps of 8192 tokens, overlap scheduling, its CUDA-graph cap by TP), the other vLLM knobs never
+    reach it, and free_cache_engine releases memory without vLLM's sleep mode or a weights backup."""
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
     result = import_config("verl", cfg, ["actor_rollout_ref.rollout.name=sglang",
                                          "actor_rollout_ref.rollout.enforce_eager=true",
+                                         "actor_rollout_ref.rollout.max_num_batched_tokens=4096",
                                          "actor_rollout_ref.rollout.free_cache_engine=true"])
     workload, schedule = result.scenario["workload"], result.scenario["schedule"]
-    assert workload["engine"] == "sglang"
-    assert "max_num_seqs" not in workload["rollout_layout"] and "inference" not in workload
-    for key in ("max_num_seqs", "enforce_eager"):
-        assert "SGLang" in result.ignored[f"actor_rollout_ref.rollout.{key}"]
+    assert workload["engine"] == verl.SGLANG_ENGINE == "sglang-0.5.6"
+    assert workload["rollout_layout"]["max_num_seqs"] == 256        # the example's rollout.max_num_seqs
+    assert workload["inference"] == {"enforce_eager": True}
+    assert "SGLang" in result.ignored["actor_rollout_ref.rollout.max_num_batched_tokens"]
+    assert verl.SGLANG_VERSION_NOTE in result.notes
     assert "engine_sleep" not in schedule.get("switch", {})
     assert "torch_memory_saver" in result.mapped["actor_rollout_ref.rollout.free_cache_engine"]
     run = simulate(result.scenario, iterations=1)
-    assert run.summary["layouts"]["rollout"]["max_num_seqs"] == 2048
+    assert run.summary["layouts"]["rollout"]["max_num_seqs"] == 256
 
 
 def test_verl_async_reward_function_overlaps_the_log_prob_passes():
