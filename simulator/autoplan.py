@@ -51,13 +51,14 @@ class AutoPlan:
 
 
 def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any,
-                   planner_keys: set[str]) -> tuple[Any, Any, Callable[[int], Any] | None]:
-    """(rollout search space, inference constants, per-TP constants or None) under a named engine
-    (workload.engine) on the ranks' devices (vLLM's small set if any takes it): its running-sequence
-    cap searched unless planner.rollout gives one, its per-device values for the inference fields the
-    workload leaves unset. An engine whose values depend on the TP size (SGLang 0.5.6's CUDA-graph cap)
-    gives the constants of each candidate TP as the third item. No engine: as given. A reserving
-    engine's requests carry the run's generation cap."""
+                   planner_keys: set[str]) -> tuple[Any, Any, Callable[[int, int], Any] | None]:
+    """(rollout search space, inference constants, per-candidate constants or None) under a named
+    engine (workload.engine) on the ranks' devices (vLLM's small set if any takes it): its
+    running-sequence cap searched unless planner.rollout gives one, its per-device values for the
+    inference fields the workload leaves unset. An engine whose values depend on the layout (SGLang
+    0.5.6's CUDA-graph cap by TP size, vLLM V1's by the running-sequence cap) gives the constants of a
+    candidate (tp, max_num_seqs) as the third item. No engine: as given. A reserving engine's requests
+    carry the run's generation cap."""
     if not workload.engine:
         return space, with_request_cap(workload.inference, workload.response_length), None
     devices = distinct_devices(topology, ranks)
@@ -65,14 +66,14 @@ def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any,
     inference = with_request_cap(inference, workload.response_length)
     if "max_num_seqs" in layout and "max_num_seqs" not in planner_keys:
         space = space.model_copy(update={"max_num_seqs": [layout["max_num_seqs"]]})
-    if not engine_software(workload.engine).tp_dependent:
+    if not engine_software(workload.engine).layout_dependent:
         return space, inference, None
 
     @cache
-    def at_tp(tp: int) -> Any:
-        params, _ = resolved(workload.engine, workload.inference, {"tp": tp}, devices)
+    def at_layout(tp: int, max_num_seqs: int) -> Any:
+        params, _ = resolved(workload.engine, workload.inference, {"tp": tp, "max_num_seqs": max_num_seqs}, devices)
         return with_request_cap(params, workload.response_length)
-    return space, inference, at_tp
+    return space, inference, at_layout
 
 
 def _lengths(sc: Scenario) -> tuple[int, int, int]:
@@ -181,12 +182,12 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
         p_med, r_med, _ = _lengths(sc)
         user = set((sc.planner.get("rollout") or {}).keys())
         update: dict[str, Any] = {k: v for k, v in (("prompt_len", p_med), ("response_len", r_med)) if k not in user}
-        space, inference, at_tp = engine_rollout(w, topology, roll_ranks, settings.rollout.model_copy(update=update), user)
+        space, inference, at_layout = engine_rollout(w, topology, roll_ranks, settings.rollout.model_copy(update=update), user)
         engine_share = colocated_engine_share(sc, topology, model, out.layouts.get("train", w.train_layout),
                                               train_ranks, space.gpu_memory_utilization)
         space = space.model_copy(update={"gpu_memory_utilization": engine_share})
         plan = plan_rollout(model, topology, ranks=roll_ranks, space=space, params=settings.params, top=1,
-                            evaluator=RolloutEvaluator(model, topology, space, params=inference, params_for_tp=at_tp))
+                            evaluator=RolloutEvaluator(model, topology, space, params=inference, params_for_layout=at_layout))
         lay = {**{k: v for k, v in plan.best.layout.items() if k != "instances"},
                "gpu_memory_utilization": engine_share}
         out.layouts["rollout"] = lay
@@ -269,9 +270,9 @@ class PlannerReplanner:
         fixed = {k: [int(lay[k])] for k in ("tp", "ep", "max_num_seqs") if k in lay}
         p_med, r_med, _ = _lengths(self.sc)
         space = self.settings.rollout.model_copy(update={"prompt_len": p_med, "response_len": r_med, **fixed})
-        space, inference, at_tp = engine_rollout(self.sc.workload, self.topology, alive, space, set(fixed))
+        space, inference, at_layout = engine_rollout(self.sc.workload, self.topology, alive, space, set(fixed))
         plan = plan_rollout(self.model, self.topology, ranks=alive, space=space, params=self.settings.params, top=1,
                             evaluator=RolloutEvaluator(self.model, self.topology, space, params=inference,
-                                                       params_for_tp=at_tp))
+                                                       params_for_layout=at_layout))
         return ReplanOutcome(list(alive), None, plan.planning_cost_s)
 

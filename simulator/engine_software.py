@@ -12,7 +12,7 @@ prefix caching, CUDA graphs up to 512 sequences (docs/cost-models-inference.md, 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,9 @@ class EngineSoftware:
     rollout: Mapping[str, Any]
     source: str
     tiers: tuple[GpuTier, ...] = ()
+    # The largest CUDA-graph batch from the running-sequence cap and the step's token budget (None for
+    # no budget), for an engine whose capture list follows them (vLLM V1); None: a fixed value.
+    graph_cap: Callable[[int, int | None], int] | None = None
 
     def overlay(self, devices: Sequence[Any], tp: int = 1) -> Mapping[str, Mapping[str, Any]]:
         """The per-GPU values on `devices` (DeviceSpecs) for instances of `tp` ranks:
@@ -68,9 +71,10 @@ class EngineSoftware:
         return chosen
 
     @property
-    def tp_dependent(self) -> bool:
-        """Whether a value depends on the instance's TP size (a planner resolves it per candidate)."""
-        return any(tier.min_tp > 1 for tier in self.tiers)
+    def layout_dependent(self) -> bool:
+        """Whether a value depends on the instance's layout, its TP size or running-sequence cap (a
+        planner resolves it per candidate)."""
+        return self.graph_cap is not None or any(tier.min_tp > 1 for tier in self.tiers)
 
 
 def _vllm_tiers(small_names: tuple[str, ...]) -> tuple[GpuTier, ...]:
@@ -80,11 +84,33 @@ def _vllm_tiers(small_names: tuple[str, ...]) -> tuple[GpuTier, ...]:
                                            "rollout": {"max_num_seqs": 1024}}, small_names))
 
 
-def _v1_inference(graphs_up_to: int, **extra: Any) -> dict[str, Any]:
+def _v1_inference(**extra: Any) -> dict[str, Any]:
     """vLLM V1's engine-wide values: chunked prefill and prefix caching on, no async scheduling
-    (--async-scheduling is off by default), CUDA graphs up to ``graphs_up_to`` sequences."""
-    return {"chunked_prefill": True, "enable_prefix_caching": True, "cuda_graph_max_batch": graphs_up_to,
-            "async_scheduling": False, **extra}
+    (--async-scheduling is off by default); its CUDA-graph cap follows the layout (graph_cap)."""
+    return {"chunked_prefill": True, "enable_prefix_caching": True, "async_scheduling": False, **extra}
+
+
+def _largest_capture(bound: int, budget: int | None) -> int:
+    """The largest of vLLM V1's capture sizes [1, 2, 4] + multiples of 8 up to ``bound`` that fits
+    the step's token budget (a graph runs a decode step of that many tokens); 0: none."""
+    sizes = [x for x in (1, 2, 4, *range(8, bound + 1, 8)) if x <= bound and (budget is None or x <= budget)]
+    return max(sizes, default=0)
+
+
+# vLLM 0.9-0.11 (config/scheduler.py: cuda_graph_sizes defaults to [min(max_num_seqs x 2, 512)];
+# config/__init__.py _set_cudagraph_sizes: [1, 2, 4] + range(8, that + 1, 8), the sizes above
+# max_num_batched_tokens dropped).
+VLLM_GRAPH_SIZE_LIMIT = 512
+
+
+def _vllm_v1_graph_cap(max_num_seqs: int, budget: int | None) -> int:
+    return _largest_capture(min(2 * max_num_seqs, VLLM_GRAPH_SIZE_LIMIT), budget)
+
+
+def _vllm_08_graph_cap(_max_num_seqs: int, budget: int | None) -> int:
+    """vLLM 0.8.x V1 (config.py: [1, 2, 4] + range(8, 513, 8), the sizes above max_num_batched_tokens
+    dropped): the running-sequence cap does not bound it."""
+    return _largest_capture(VLLM_GRAPH_SIZE_LIMIT, budget)
 
 
 # vLLM V1 engine from vLLM 0.9 (read in the 0.9.2, 0.10.0 - 0.10.2 and 0.11.0 wheels), driven through
@@ -92,13 +118,14 @@ def _v1_inference(graphs_up_to: int, **extra: Any) -> dict[str, Any]:
 # always on; a token budget per step and a running-sequence cap chosen by the GPU (EngineArgs
 # _set_default_args_v1, usage context LLM_CLASS: 16384 tokens / 1024 sequences at >= 70 GiB unless the
 # device is an A100, 8192 / 256 otherwise); prefix caching on; CUDA graphs captured up to
-# min(2 x max_num_seqs, 512) sequences (config/scheduler.py `cuda_graph_sizes`); no async scheduling
-# (--async-scheduling is off by default).
+# min(2 x max_num_seqs, 512) sequences within the token budget (config/scheduler.py `cuda_graph_sizes`:
+# 512 at the default caps); no async scheduling (--async-scheduling is off by default).
 VLLM_V1 = EngineSoftware(
     name="vllm-v1",
-    inference=_v1_inference(512),
+    inference=_v1_inference(),
     rollout={},
     tiers=_vllm_tiers(VLLM_SMALL_SET_DEVICE_NAMES),
+    graph_cap=_vllm_v1_graph_cap,
     source="vllm 0.9-0.11 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 (usage context LLM_CLASS), "
            "vllm/config/scheduler.py; published-results.md V6 ('1024 for the synchronous engine')")
 
@@ -108,20 +135,22 @@ VLLM_V1 = EngineSoftware(
 # (DEFAULT_MAX_NUM_BATCHED_TOKENS) with chunked prefill, CUDA graphs up to min(2 x 128, 512) = 256.
 VLLM_V1_ASYNC = EngineSoftware(
     name="vllm-v1-async",
-    inference=_v1_inference(256, max_num_batched_tokens=2048),
+    inference=_v1_inference(max_num_batched_tokens=2048),
     rollout={"max_num_seqs": 128},
+    graph_cap=_vllm_v1_graph_cap,
     source="vllm 0.9-0.11 vllm/config/scheduler.py SchedulerConfig.__post_init__ (max_num_seqs 128, "
            "max_num_batched_tokens 2048 with chunked prefill, cuda_graph_sizes); published-results.md V6 "
            "('128 for the async one')")
 
 # vLLM 0.8.x's V1 engine (verl 0.5 pins vllm <= 0.8.5): one running-sequence default for every usage
 # context (1024 at >= 70 GiB, 256 below; no A100 exception), the LLM class's token budget as above;
-# CUDA graphs for batch sizes up to 512 (config.py: [1, 2, 4] + range(8, 513, 8)).
+# CUDA graphs for batch sizes up to 512 within the token budget (config.py: [1, 2, 4] + range(8, 513, 8)).
 VLLM_08 = EngineSoftware(
     name="vllm-0.8",
-    inference=_v1_inference(512),
+    inference=_v1_inference(),
     rollout={},
     tiers=_vllm_tiers(()),
+    graph_cap=_vllm_08_graph_cap,
     source="vllm 0.8.5 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1, vllm/config.py "
            "(V1 cudagraph capture sizes)")
 
@@ -129,8 +158,9 @@ VLLM_08 = EngineSoftware(
 # then), the scheduler's 2048-token budget (the per-context token table has no ENGINE_CONTEXT entry).
 VLLM_08_ASYNC = EngineSoftware(
     name="vllm-0.8-async",
-    inference=_v1_inference(512, max_num_batched_tokens=2048),
+    inference=_v1_inference(max_num_batched_tokens=2048),
     rollout={},
+    graph_cap=_vllm_08_graph_cap,
     tiers=(GpuTier(0, {"rollout": {"max_num_seqs": 256}}), GpuTier(VLLM_LARGE_GPU_BYTES, {"rollout": {"max_num_seqs": 1024}})),
     source="vllm 0.8.5 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1, vllm/config.py SchedulerConfig")
 
@@ -255,14 +285,20 @@ def engine_values(name: str, devices: Sequence[Any], max_model_len: int | None,
     instances of `tp` tensor-parallel ranks."""
     engine = engine_software(name)
     overlay = engine.overlay(devices, tp)
-    return ({**_independent(engine, max_model_len), **overlay.get("inference", {})},
-            {**engine.rollout, **overlay.get("rollout", {})})
+    inference = {**_independent(engine, max_model_len), **overlay.get("inference", {})}
+    rollout = {**engine.rollout, **overlay.get("rollout", {})}
+    if engine.graph_cap is not None:   # at the engine's own running-sequence cap
+        inference["cuda_graph_max_batch"] = engine.graph_cap(int(rollout["max_num_seqs"]),
+                                                             inference.get("max_num_batched_tokens"))
+    return inference, rollout
 
 
 def device_dependent_fields(name: str) -> set[str]:
-    """The inference fields engine `name` sets by the device's memory (resolved by the cost layers)."""
+    """The inference fields engine `name` sets by the device or the rollout layout (resolved by the
+    cost layers, where both are known)."""
     engine = engine_software(name)
-    return {key for tier in engine.tiers for key in tier.values.get("inference", {})}
+    fields = {key for tier in engine.tiers for key in tier.values.get("inference", {})}
+    return fields | {"cuda_graph_max_batch"} if engine.graph_cap is not None else fields
 
 
 def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: Any
@@ -278,17 +314,23 @@ def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: 
 def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[str, Any],
              devices: Sequence[Any]) -> tuple[InferenceParams, dict[str, Any]]:
     """The inference constants and rollout-layout fields an engine runs with on `devices` (the
-    rollout's DeviceSpecs) at the layout's TP size (1 when it gives none): its device-dependent values
-    for the fields the workload left unset (an InferenceParams' unset fields; the layout mapping's
-    missing keys). No engine: as given."""
+    rollout's DeviceSpecs) at the layout's TP size (1 when it gives none) and running-sequence cap:
+    its device- and layout-dependent values for the fields the workload left unset (an
+    InferenceParams' unset fields; the layout mapping's missing keys). No engine: as given."""
     if not name:
         return inference, rollout_layout
     tp = rollout_layout.get("tp", 1)
     overlay_inference, overlay_rollout = engine_values(name, devices, inference.max_model_len,
                                                        tp if isinstance(tp, int) else 1)
     update = {k: v for k, v in overlay_inference.items() if k not in inference.model_fields_set}
-    return (inference.model_copy(update=update) if update else inference,
-            {**overlay_rollout, **rollout_layout})
+    layout = {**overlay_rollout, **rollout_layout}
+    engine = engine_software(name)
+    seqs = layout.get("max_num_seqs")
+    if engine.graph_cap is not None and "cuda_graph_max_batch" in update and isinstance(seqs, int):
+        # the capture list follows the running-sequence cap and the token budget that run
+        update["cuda_graph_max_batch"] = engine.graph_cap(seqs, update.get("max_num_batched_tokens",
+                                                                           inference.max_num_batched_tokens))
+    return inference.model_copy(update=update) if update else inference, layout
 
 
 def with_request_cap(inference: InferenceParams, response_length: Mapping[str, Any]) -> InferenceParams:

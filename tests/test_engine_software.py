@@ -214,7 +214,7 @@ def test_sglang_056_lines_follow_memory_and_tp(hbm_gib, tp, tokens, graphs):
     assert (inference["max_num_batched_tokens"], inference["cuda_graph_max_batch"]) == (tokens, graphs)
 
 
-def test_tp_dependent_engine_resolves_at_the_runs_layout_and_per_planner_candidate():
+def test_layout_dependent_engine_resolves_at_the_runs_layout_and_per_planner_candidate():
     """A run resolves SGLang 0.5.6 at its rollout layout's TP size; the planner's rollout evaluator
     at each candidate's (autoplan.engine_rollout's per-TP constants), under a user's own key."""
     from simulator.autoplan import engine_rollout
@@ -227,10 +227,42 @@ def test_tp_dependent_engine_resolves_at_the_runs_layout_and_per_planner_candida
         assert LlmCosts(sc, load_topology(sc.topology)).inference_params.cuda_graph_max_batch == graphs
     sc = load_scenario(_scenario("sglang-0.5.6"))
     topology = load_topology(sc.topology)
-    _space, inference, at_tp = engine_rollout(sc.workload, topology, range(8), RolloutSpace(), set())
+    _space, inference, at_layout = engine_rollout(sc.workload, topology, range(8), RolloutSpace(), set())
     assert inference.cuda_graph_max_batch == 256
-    assert (at_tp(2).cuda_graph_max_batch, at_tp(4).cuda_graph_max_batch) == (256, 512)
+    assert (at_layout(2, 2048).cuda_graph_max_batch, at_layout(4, 2048).cuda_graph_max_batch) == (256, 512)
     given = load_scenario(_scenario("sglang-0.5.6", inference={"cuda_graph_max_batch": 64})).workload
-    assert engine_rollout(given, topology, range(8), RolloutSpace(), set())[2](4).cuda_graph_max_batch == 64
+    assert engine_rollout(given, topology, range(8), RolloutSpace(), set())[2](4, 2048).cuda_graph_max_batch == 64
     assert engine_rollout(load_scenario(_scenario("sglang")).workload, topology, range(8),
                           RolloutSpace(), set())[2] is None   # SGLang 0.4.6: by memory only
+
+
+def _graph_cap(engine, rollout_layout, inference=None):
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts
+
+    sc = load_scenario(_scenario(engine, rollout_layout=rollout_layout, inference=inference))
+    return LlmCosts(sc, load_topology(sc.topology)).inference_params.cuda_graph_max_batch
+
+
+@pytest.mark.parametrize("engine, layout, inference, graphs", [
+    ("vllm-v1", {"tp": 1}, None, 512),                                   # 1024 running on an H100
+    ("vllm-v1", {"tp": 1, "max_num_seqs": 64}, None, 128),               # min(2 x 64, 512)
+    ("vllm-v1", {"tp": 1, "max_num_seqs": 100}, None, 200),              # a multiple of 8
+    ("vllm-v1", {"tp": 1, "max_num_seqs": 64}, {"max_num_batched_tokens": 100}, 96),   # within the budget
+    ("vllm-v1-async", {"tp": 1}, None, 256),                             # 128 running
+    ("vllm-v1-async", {"tp": 1, "max_num_seqs": 400}, None, 512),
+    ("vllm-0.8", {"tp": 1, "max_num_seqs": 64}, None, 512),              # 0.8: not bound by the cap
+    ("vllm-0.8-async", {"tp": 1}, None, 512),                            # its 2048-token budget
+    ("vllm-v1", {"tp": 1, "max_num_seqs": 64}, {"cuda_graph_max_batch": 32}, 32),      # given: wins
+])
+def test_vllm_graph_cap_follows_the_running_cap_and_budget(engine, layout, inference, graphs):
+    """vLLM 0.9-0.11 capture CUDA graphs for [1, 2, 4] + multiples of 8 up to min(2 x max_num_seqs,
+    512), those within max_num_batched_tokens (config/scheduler.py, config/__init__.py); vLLM 0.8 up
+    to 512 within the budget. The run resolves them at its own caps."""
+    assert _graph_cap(engine, layout, inference) == graphs
+
+
+def test_graph_cap_stays_unset_in_the_snapshot_and_resolves_on_reload():
+    sc = load_scenario(_scenario("vllm-v1", rollout_layout={"tp": 1, "max_num_seqs": 64}))
+    assert "cuda_graph_max_batch" not in sc.to_dict()["workload"]["inference"]
+    assert load_scenario(sc.to_dict()).workload.inference == sc.workload.inference

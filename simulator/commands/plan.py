@@ -174,11 +174,11 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
         from ..autoplan import engine_rollout
 
         given = set((section(args.overrides, "planner").get("rollout") or {}).keys())
-        space, inference, at_tp = engine_rollout(w, topology, range(topology.num_devices), settings.rollout, given)
+        space, inference, at_layout = engine_rollout(w, topology, range(topology.num_devices), settings.rollout, given)
         plan = plan_rollout(model, topology, space=space, params=settings.params, top=args.top,
                             target_tokens_per_s=args.target_tokens_per_s,
                             evaluator=_counted(RolloutEvaluator(model, topology, space, params=inference,
-                                                                params_for_tp=at_tp), progress))
+                                                                params_for_layout=at_layout), progress))
     return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
 
 

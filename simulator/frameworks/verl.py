@@ -184,6 +184,9 @@ RULES: dict[str, Rule] = {
                                            "workload.response_length", neutral=False),
     **{f"{A}.rollout.{k}": mapped(f"workload.inference.{target}", "the engine knob of the same meaning")
        for k, target in ENGINE_KEYS.items()},
+    f"{A}.rollout.cudagraph_capture_sizes": mapped("workload.inference.cuda_graph_max_batch",
+                                                   "the largest size (vLLM pads a step to the next captured size and "
+                                                   "runs eager above the largest); vLLM only"),
     f"{A}.rollout.free_cache_engine": mapped("schedule.switch.engine_sleep", "colocated: verl's sharding manager puts "
                                              "vLLM to sleep after generation and wakes it for the weight sync: level 2 "
                                              "(weights discarded; verl 0.6+ with vLLM >= 0.8.5), level 1 with "
@@ -420,17 +423,37 @@ def _engine_name(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, 
                                         f"(priced as rlsim's own engine defaults)")
 
 
+def _capture_sizes(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """rollout.cudagraph_capture_sizes (verl 0.6+: the CUDA-graph batch sizes vLLM captures, a list;
+    verl's sync rollout hands it as CompilationConfig cudagraph_capture_sizes, its server as
+    cuda_graph_sizes): vLLM pads a step to the next captured size and runs eager above the largest,
+    so the largest is rlsim's cuda_graph_max_batch. Unset (null) or with enforce_eager: vLLM's own."""
+    key = f"{A}.rollout.cudagraph_capture_sizes"
+    sizes = v(key) if v.given(key) else None
+    if not sizes:
+        return {}
+    if not isinstance(sizes, list | tuple) or not all(isinstance(x, int) and x > 0 for x in sizes):
+        raise RlsimError(f"expected a list of positive batch sizes, got {sizes!r}", source=v.result.source,
+                         field=key, fix="give a list such as [1, 2, 4, 8, 16, 32], or null for vLLM's own")
+    if v(f"{A}.rollout.enforce_eager"):
+        decided[key] = ("ignored", "enforce_eager: no CUDA graphs are captured")
+        return {}
+    return {"cuda_graph_max_batch": max(sizes)}
+
+
 def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """The engine knobs and per-phase offload the config gives, onto workload.inference / train_params."""
     _engine_name(v, w, decided)
     if w.get("engine") == SGLANG_ENGINE:
         decided.update({f"{A}.rollout.{key}": ("ignored", _NOT_PASSED_TO_SGLANG)
-                        for key in ENGINE_KEYS if key not in SGLANG_KEYS and v.given(f"{A}.rollout.{key}")})
+                        for key in (*ENGINE_KEYS, "cudagraph_capture_sizes")
+                        if key not in SGLANG_KEYS and v.given(f"{A}.rollout.{key}")})
         engine = {ENGINE_KEYS[key]: v(f"{A}.rollout.{key}") for key in SGLANG_KEYS if v.given(f"{A}.rollout.{key}")}
         v.result.notes.append(SGLANG_VERSION_NOTE)
     else:
         engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items()
                   if v.given(f"{A}.rollout.{key}") or key in ENGINE_KEYS_ALWAYS}
+        engine.update(_capture_sizes(v, decided))
         if w.get("engine") == VLLM_ENGINE:   # what verl 0.4-0.5 did differently
             v.result.notes.append(MAX_NUM_SEQS_NOTE)
             if not v.given(f"{A}.rollout.enforce_eager"):

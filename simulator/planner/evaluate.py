@@ -86,12 +86,13 @@ class RolloutEvaluator:
     """The rollout engine generating `space.sequences` equal-length responses on the layout."""
 
     def __init__(self, model: Any, topology: Any, space: RolloutSpace, *, params: Any = None,
-                 collectives: Any = None, params_for_tp: Callable[[int], Any] | None = None) -> None:
-        """``params_for_tp``: the inference constants of a candidate's TP size, for an engine whose
-        defaults depend on it (autoplan.engine_rollout); None: ``params`` for every candidate."""
+                 collectives: Any = None, params_for_layout: Callable[[int, int], Any] | None = None) -> None:
+        """``params_for_layout``: the inference constants of a candidate's (tp, max_num_seqs), for an
+        engine whose defaults depend on them (autoplan.engine_rollout); None: ``params`` for every
+        candidate."""
         self.model, self.topology, self.space = model, topology, space
         self.params = params
-        self.params_for_tp = params_for_tp
+        self.params_for_layout = params_for_layout
         if collectives is None:
             from ..network.collectives import CollectiveModel
             collectives = CollectiveModel(topology)
@@ -99,7 +100,8 @@ class RolloutEvaluator:
 
     def __call__(self, lay: dict[str, Any], ranks: Sequence[int]) -> Evaluation:
         s, m = self.space, self.model
-        params = self.params if self.params_for_tp is None else self.params_for_tp(int(lay["tp"]))
+        params = (self.params if self.params_for_layout is None
+                  else self.params_for_layout(int(lay["tp"]), int(lay["max_num_seqs"])))
         layout = RolloutLayout(tp=lay["tp"], ep=lay["ep"], instances=lay["instances"],
                                max_num_seqs=lay["max_num_seqs"], gpu_memory_utilization=s.gpu_memory_utilization)
         device = instance_device(self.topology, ranks[: layout.devices_per_instance])

@@ -414,3 +414,19 @@ def test_verl_dynamic_batch_size_is_a_token_budget_whatever_the_micro_batch_size
                              "--print-scenario")
     assert code == 0, err
     assert yaml.safe_load(printed)["schedule"]["forward_micro_batch"] == 16
+
+
+def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
+    """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
+    largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    key = "actor_rollout_ref.rollout.cudagraph_capture_sizes"
+    result = import_config("verl", cfg, [f"{key}=[1,2,4,8,16,32]"])
+    assert result.scenario["workload"]["inference"]["cuda_graph_max_batch"] == 32
+    assert key in result.mapped
+    eager = import_config("verl", cfg, [f"{key}=[1,2,4]", "actor_rollout_ref.rollout.enforce_eager=true"])
+    assert "cuda_graph_max_batch" not in eager.scenario["workload"]["inference"] and "enforce_eager" in eager.ignored[key]
+    sglang = import_config("verl", cfg, [f"{key}=[1,2,4]", "actor_rollout_ref.rollout.name=sglang"])
+    assert "SGLang" in sglang.ignored[key]
+    with pytest.raises(RlsimError, match="cudagraph_capture_sizes"):
+        import_config("verl", cfg, [f"{key}=7"])
