@@ -308,13 +308,14 @@ class InferenceParams(StrictModel):
     # retract_headroom_steps steps of the rest fit, and sets the ratio to (generated +
     # retract_headroom_steps x running) / (running x max_new_tokens), at most 1.
     admission: Literal["kv", "reserve"] = "kv"
-    # reserve: each request's generation cap (SGLang's sampling max_new_tokens: verl passes
-    # data.max_response_length). None: the workload's response_length max when the run has one, else
-    # reserve_clip_tokens.
+    # reserve: each request's generation cap (SGLang's sampling max_new_tokens: verl 0.5-0.6 pass
+    # data.max_response_length; verl 0.7's server passes max_response_length + max_prompt_length - the
+    # prompt's length, more for a short prompt, which the 4096-token clip hides for caps beyond it).
+    # None: the workload's response_length max when the run has one, else reserve_clip_tokens.
     max_new_tokens: int | None = Field(None, ge=1)
     # sglang 0.4.6 global_config.py (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
     # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, retract_decode_steps) and schedule_policy.py
-    # (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
+    # (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION); the same in 0.5.2 and in 0.5.6 (srt/environ.py).
     reserve_init_ratio: float = Field(0.7, gt=0, le=1)
     reserve_min_ratio_factor: float = Field(0.14, ge=0, le=1)
     reserve_decay_steps: float = Field(600.0, gt=0)
