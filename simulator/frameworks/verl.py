@@ -85,6 +85,8 @@ SGLANG_VERSION_NOTE = (f"{A}.rollout.name sglang: read as verl 0.7.0 runs it ({S
 # own default stands, 1024 on GPUs of >= 70 GiB). The import notes say so.
 ENFORCE_EAGER_NOTE = (f"{A}.rollout.enforce_eager not given: verl 0.6+ default false (CUDA graphs), which rlsim "
                       "takes; verl 0.4-0.5 defaulted to true (eager): give it to match your verl version")
+MODE_NOTE = (f"{A}.rollout.mode not given: verl 0.6's default sync (per-prompt dispatch), which rlsim takes; verl 0.7 "
+             "defaults to async (its agent loop: per-sample dispatch): give rollout.mode=async to match verl 0.7")
 MAX_NUM_SEQS_NOTE = (f"{A}.rollout.max_num_seqs: verl 0.6+ hands it to vLLM, as rlsim reads it; verl 0.4-0.5 did not "
                      "(vLLM's own default ran: 1024 sequences on GPUs of >= 70 GiB, 256 below)")
 
@@ -360,6 +362,8 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         # verl's agent loop (verl/experimental/agent_loop): the batch repeated n times, each sample its
         # own request to the server with the fewest requests so far: a prompt's samples spread over them
         w.setdefault("inference", {})["dispatch"] = "per-sample"
+    elif recipe != "fully-async" and not v.given(f"{A}.rollout.mode"):
+        v.result.notes.append(MODE_NOTE)   # rollout.yaml: mode sync in verl 0.6.x, async from 0.7.0
     w["reference"] = bool(v(f"{A}.actor.use_kl_loss") or v("algorithm.use_kl_in_reward"))
     _reward_and_critic(v, w)
     return w

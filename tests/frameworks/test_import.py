@@ -430,3 +430,12 @@ def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     assert "SGLang" in sglang.ignored[key]
     with pytest.raises(RlsimError, match="cudagraph_capture_sizes"):
         import_config("verl", cfg, [f"{key}=7"])
+
+
+def test_verl_rollout_mode_default_is_noted():
+    """verl's rollout.mode default moved from sync (0.6) to async (0.7): an import that does not give
+    it takes sync and says how to match verl 0.7."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    assert verl.MODE_NOTE in import_config("verl", cfg).notes
+    given = import_config("verl", cfg, ["actor_rollout_ref.rollout.mode=async"])
+    assert verl.MODE_NOTE not in given.notes and given.scenario["workload"]["inference"]["dispatch"] == "per-sample"
