@@ -128,7 +128,8 @@ class LlmCosts:
             if w.rollout_layout == "auto" and auto_layouts.get("rollout"):
                 roll_map = dict(auto_layouts["rollout"])
         # a named engine's values for what the workload leaves unset, on the cluster's devices and at
-        # the layout's TP size (vLLM picks some defaults by the GPU, SGLang 0.5.6 by the GPU and TP)
+        # the layout's TP size and running cap (vLLM picks some defaults by the GPU and its CUDA-graph
+        # cap by max_num_seqs; SGLang by the GPU, from 0.5.6 by the TP size too)
         inference, roll_map = resolved(w.engine, w.inference, roll_map, self.cluster_devices)
         inference = with_request_cap(inference, w.response_length)
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
