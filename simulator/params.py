@@ -152,6 +152,17 @@ class CommParams(StrictModel):
     # max((1 - f) t, t - that backward). dp_overlap_fraction 0: after the flush, whole.
     # "step": (1 - f) t with no bound (the behaviour before this field).
     dp_overlap_window: Literal["last-micro-batch", "step"] = "last-micro-batch"
+    # Megatron-Core's gradient buckets (megatron/core/distributed/distributed_data_parallel.py, read in
+    # the megatron-core 0.8.0 wheel): with --overlap-grad-reduce a bucket holds max(40,000,000,
+    # 1,000,000 x DP) parameters; a chunk's buckets reduce one after another as their gradients are
+    # ready in the last micro-batch's backward (param_and_grad_buffer.py register_grad_ready), and with
+    # --overlap-param-gather its updated weights are gathered bucket by bucket ahead of the forward
+    # (optimizer/distrib_optimizer.py: the first bucket after the optimizer step, the next in each
+    # forward pre-hook), so one bucket of a chunk stays exposed: the share that can hide is
+    # dp_overlap_fraction x (1 - bucket / the chunk's parameters), none when they fit one bucket.
+    # None: dp_overlap_fraction alone (the behaviour before this field).
+    dp_bucket_min_params: float | None = Field(None, gt=0)
+    dp_bucket_params_per_rank: float = Field(1e6, ge=0)
     # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
     pp_scatter_gather: bool = True
     # Blocking pipeline sends: Megatron-LM 2021 (megatron/p2p_communication.py) issues
@@ -196,6 +207,25 @@ class CommParams(StrictModel):
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
     optimizer_traffic_bytes_per_param: float = 30.0
+
+    @model_validator(mode="after")
+    def _bucket_rank_share_needs_buckets(self) -> "CommParams":
+        """dp_bucket_params_per_rank sizes Megatron-Core's buckets only with dp_bucket_min_params set
+        (away from its default without it, it would be silently ignored)."""
+        if (self.dp_bucket_min_params is None and "dp_bucket_params_per_rank" in self.model_fields_set
+                and self.dp_bucket_params_per_rank != type(self).model_fields["dp_bucket_params_per_rank"].default):
+            raise ValueError("dp_bucket_params_per_rank applies only with dp_bucket_min_params set: set both, "
+                             "or remove dp_bucket_params_per_rank")
+        return self
+
+    def dp_hidden_share(self, chunk_params: float, dp: int) -> float:
+        """The share of a model chunk's data-parallel sync that can hide under compute: the
+        dp_overlap_fraction, times 1 - bucket / the chunk's parameters with Megatron-Core's buckets
+        (dp_bucket_min_params; none within one bucket)."""
+        if self.dp_bucket_min_params is None:
+            return self.dp_overlap_fraction
+        bucket = max(self.dp_bucket_min_params, self.dp_bucket_params_per_rank * dp)
+        return self.dp_overlap_fraction * max(0.0, 1.0 - bucket / chunk_params) if chunk_params > 0 else 0.0
 
 
 class OffloadParams(StrictModel):
@@ -448,14 +478,16 @@ MEGATRON_2022 = TrainSoftware(
 
 # Megatron-Core with the overlap flags its performance runs use (NVIDIA/Megatron-LM README, the
 # r0.8.0 H100 table, V7: "fine-grained DP/TP/PP overlap"): --overlap-grad-reduce and
-# --overlap-param-gather (the DP reduce-scatter / all-gather bucketed under backward / forward:
-# all but the last bucket hide, assumed 0.9), --tp-comm-overlap (TE userbuffers split each TP
+# --overlap-param-gather (the DP reduce-scatter / all-gather bucketed under backward / forward: all
+# but one bucket of a chunk hide, Megatron-Core's bucket size: dp_bucket_min_params), --tp-comm-overlap (TE userbuffers split each TP
 # all-gather / reduce-scatter into chunks pipelined with the GEMM: assumed 0.8 hidden),
 # --overlap-p2p-comm (non-blocking sends, as megatron-core), the SP backward re-gather async
 # under the data-gradient GEMM (assumed 0.8 hidden, like the TP overlap).
+MCORE_DDP_BUCKET_MIN_PARAMS = 40_000_000   # megatron-core 0.8.0 distributed_data_parallel.py
 MEGATRON_CORE_OVERLAP = TrainSoftware(
     name="megatron-core-overlap",
-    params=TrainParams(comm=CommParams(tp_overlap_fraction=0.8, dp_overlap_fraction=0.9,
+    params=TrainParams(comm=CommParams(tp_overlap_fraction=0.8, dp_overlap_fraction=1.0,
+                                       dp_bucket_min_params=MCORE_DDP_BUCKET_MIN_PARAMS,
                                        sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.8)),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
     source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron/core/distributed, "

@@ -926,9 +926,10 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
     None: the sync hides by dp_overlap_fraction alone."""
     c = params.comm
     gb, wb = c.grad_reduce_bytes_per_param, params.memory.weight_bytes_per_param
-    f = c.dp_overlap_fraction
     dp_list, opt_list, tail = [], [], []
     for s, (dense, expert) in enumerate(_stage_params(model, layout)):
+        # one bucket of each chunk stays exposed; Megatron-Core 0.8 sizes buckets by the DP size (not x CP)
+        f = c.dp_hidden_share((dense + expert) / layout.vpp, len(groups.dp[s]) // max(layout.cp, 1))
         grads = weights = 0.0   # the gradient reduction (backward) and the weight gather (forward)
         if layout.zero < 3:
             for n, g in ((dense, groups.dp[s]), (expert, groups.edp[s])):

@@ -173,7 +173,10 @@ class HeteroStepModel:
         if dp > 1:
             grad_bytes = self.model.params_total * p.bytes_per_elem / (tp * pp)
             dp_group = groups(ranks, "dp", tp, 1, dp, pp)[0]
-            sync_s = (1 - self.dp_overlap_fraction) * self.collectives.cost("all_reduce", dp_group, grad_bytes).time_s
+            hidden = self.dp_overlap_fraction
+            if self.params.dp_overlap_fraction is None:   # the stack's, with its buckets if it has them
+                hidden = self.train_params.comm.dp_hidden_share(self.model.params_total / (tp * pp), dp)
+            sync_s = (1 - hidden) * self.collectives.cost("all_reduce", dp_group, grad_bytes).time_s
         step = max(replica_s) + sync_s
         peak_sum = sum(self.topology.device_spec(r).peak(p.dtype) for r in ranks)
         tokens = global_microbatches * self.mb * self.seq_len

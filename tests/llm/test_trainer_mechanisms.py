@@ -205,3 +205,34 @@ def test_interleaved_chunks_reduce_one_after_another_from_their_last_backward() 
         assert _grad_sync_exposed(t, frac, one, 1.0) == pytest.approx(max((1 - frac) * t, t - 1.0))
         assert _weight_gather_exposed(t, frac, one) == pytest.approx(max((1 - frac) * t, t - 1.0))
     assert _grad_sync_exposed(0.0, 0.5, chunks, 3.0) == 0.0 == _weight_gather_exposed(0.0, 0.5, chunks)
+
+
+def test_megatron_core_buckets_leave_one_bucket_of_a_chunk_exposed() -> None:
+    """dp_bucket_min_params (Megatron-Core 0.8: buckets of max(40M, 1M x DP) parameters): the share
+    that hides is f x (1 - bucket / the chunk's parameters), nothing when the chunk fits one bucket;
+    the step's exposed sync is the window's closed form at that share; the per-rank size needs the
+    minimum."""
+    comm = CommParams(dp_overlap_fraction=1.0, dp_bucket_min_params=40e6)
+    assert comm.dp_hidden_share(400e6, 8) == pytest.approx(0.9)          # 40M of 400M
+    assert comm.dp_hidden_share(400e6, 80) == pytest.approx(0.8)         # 80M buckets at DP 80
+    assert comm.dp_hidden_share(30e6, 8) == 0.0                          # one bucket
+    assert CommParams(dp_overlap_fraction=0.5, dp_bucket_min_params=40e6).dp_hidden_share(400e6, 8) == pytest.approx(0.45)
+    assert CommParams(dp_overlap_fraction=0.7).dp_hidden_share(400e6, 8) == 0.7   # no buckets: the fraction
+    with pytest.raises(ValueError, match="dp_bucket_min_params"):
+        CommParams(dp_bucket_params_per_rank=2e6)
+    topo = load_topology({"preset": "dgx-h100", "nodes": 2})
+    net = CollectiveModel(topo)
+    lay = TrainLayout(tp=4, dp=4, zero=1).resolve(16)
+    seqs = uniform_sequences(16, 512)
+    n = sum(_stage_params(QWEN, lay)[0])
+    share = 1.0 - 40e6 / n
+    bucketed = train_step_cost(QWEN, lay, topo, None, seqs, collectives=net,
+                               params=_params(dp_overlap_fraction=1.0, dp_bucket_min_params=40e6))
+    plain = train_step_cost(QWEN, lay, topo, None, seqs, collectives=net, params=_params(dp_overlap_fraction=share))
+    assert bucketed.comm_exposed_s["dp"] == pytest.approx(plain.comm_exposed_s["dp"])
+    whole = train_step_cost(QWEN, lay, topo, None, seqs, collectives=net,
+                            params=_params(dp_overlap_fraction=1.0, dp_bucket_min_params=2 * n))
+    none = train_step_cost(QWEN, lay, topo, None, seqs, collectives=net, params=_params(dp_overlap_fraction=0.0))
+    assert whole.comm_exposed_s["dp"] == pytest.approx(none.comm_exposed_s["dp"])
+    overlap = train_software("megatron-core-overlap").params.comm
+    assert (overlap.dp_overlap_fraction, overlap.dp_bucket_min_params) == (1.0, 40e6)
