@@ -490,8 +490,8 @@ MEGATRON_CORE_OVERLAP = TrainSoftware(
                                        dp_bucket_min_params=MCORE_DDP_BUCKET_MIN_PARAMS,
                                        sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.8)),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
-    source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron/core/distributed, "
-           "transformer_engine userbuffers")
+    source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron-core 0.8.0 megatron/core/distributed "
+           "(bucket size, overlap), optimizer/distrib_optimizer.py; transformer_engine userbuffers")
 
 DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,
