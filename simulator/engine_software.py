@@ -86,8 +86,10 @@ def _vllm_tiers(small_names: tuple[str, ...]) -> tuple[GpuTier, ...]:
 
 def _v1_inference(**extra: Any) -> dict[str, Any]:
     """vLLM V1's engine-wide values: chunked prefill and prefix caching on, no async scheduling
-    (--async-scheduling is off by default); its CUDA-graph cap follows the layout (graph_cap)."""
-    return {"chunked_prefill": True, "enable_prefix_caching": True, "async_scheduling": False, **extra}
+    (--async-scheduling is off by default), its custom all-reduce on (disable_custom_all_reduce is
+    off by default); its CUDA-graph cap follows the layout (graph_cap)."""
+    return {"chunked_prefill": True, "enable_prefix_caching": True, "async_scheduling": False,
+            "custom_all_reduce": True, **extra}
 
 
 def _largest_capture(bound: int, budget: int | None) -> int:
@@ -171,7 +173,7 @@ VLLM_08_ASYNC = EngineSoftware(
 VLLM_V0 = EngineSoftware(
     name="vllm-v0",
     inference={"chunked_prefill": False, "enable_prefix_caching": False, "cuda_graph_max_batch": 256,
-               "async_scheduling": False},
+               "async_scheduling": False, "custom_all_reduce": True},
     rollout={"max_num_seqs": 256},
     source="vllm 0.6-0.7 EngineArgs / SchedulerConfig defaults, worker/model_runner.py _BATCH_SIZES_TO_CAPTURE")
 V0_MIN_BATCHED_TOKENS = 2048   # SchedulerConfig without chunked prefill: max(max_model_len, 2048)
@@ -201,7 +203,7 @@ MIB = 2**20
 #   tokens to the back of the queue (schedule_policy.py PrefillAdder, scheduler.py
 #   update_running_batch, schedule_batch.py retract_decode).
 SGLANG_INFERENCE = {"chunked_prefill": False, "enable_prefix_caching": True, "async_scheduling": True,
-                    "workspace_bytes": 0.0, "admission": "reserve"}
+                    "workspace_bytes": 0.0, "admission": "reserve", "custom_all_reduce": True}
 SGLANG_RUNNING_REQUESTS = 2048   # the request pool's floor (max_running_requests unset)
 SGLANG = EngineSoftware(
     name="sglang",

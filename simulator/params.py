@@ -389,6 +389,26 @@ class InferenceParams(StrictModel):
     # small all-reduces on 8 NVLink GPUs take ~10 us over 14 ring steps.
     fallback_step_latency_s: float = Field(1e-6, ge=0)
     fallback_collective_efficiency: float = Field(0.8, gt=0, le=1)
+    # The engine's own TP all-reduce (vLLM and SGLang custom_all_reduce.py, on unless
+    # disable_custom_all_reduce; read in the vllm 0.8.5 / 0.11.0 and sglang 0.4.6 - 0.5.6 wheels): a
+    # TP group of 2, 4, 6 or 8 GPUs of one node reduces buffers under custom_all_reduce_max_bytes
+    # (8 MiB in all of them) with a kernel over peer memory, one barrier per shot instead of NCCL's
+    # protocol steps: one shot (every rank reads each peer's whole buffer) or two (reduce-scatter,
+    # then all-gather); rlsim prices the cheaper on the node's links (network/collectives.py
+    # custom_all_reduce_lines). Other groups and sizes: NCCL. verl turns it off for vLLM
+    # (disable_custom_all_reduce=True in every rollout it starts). Off: NCCL for every all-reduce
+    # (rlsim's own default, its behaviour before this field).
+    custom_all_reduce: bool = False
+    custom_all_reduce_max_bytes: float = Field(8 * 2**20, gt=0)
+
+    @model_validator(mode="after")
+    def _custom_size_needs_custom(self) -> "InferenceParams":
+        default = type(self).model_fields["custom_all_reduce_max_bytes"].default
+        if (not self.custom_all_reduce and "custom_all_reduce_max_bytes" in self.model_fields_set
+                and self.custom_all_reduce_max_bytes != default):
+            raise ValueError("custom_all_reduce_max_bytes applies only with custom_all_reduce: true; remove it "
+                             "or set custom_all_reduce: true")
+        return self
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str = "<inference>",

@@ -266,3 +266,11 @@ def test_graph_cap_stays_unset_in_the_snapshot_and_resolves_on_reload():
     sc = load_scenario(_scenario("vllm-v1", rollout_layout={"tp": 1, "max_num_seqs": 64}))
     assert "cuda_graph_max_batch" not in sc.to_dict()["workload"]["inference"]
     assert load_scenario(sc.to_dict()).workload.inference == sc.workload.inference
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_SOFTWARE))
+def test_named_engines_use_their_custom_all_reduce(engine):
+    """vLLM and SGLang start with their own TP all-reduce (disable_custom_all_reduce is off by
+    default in both); rlsim's own defaults keep NCCL."""
+    assert engine_values(engine, [H100], None)[0]["custom_all_reduce"] is True
+    assert InferenceParams().custom_all_reduce is False

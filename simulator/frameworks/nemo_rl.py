@@ -51,6 +51,11 @@ _LR = "optimizer hyper-parameters: no effect on step time"
 _VAL = "validation runs between steps: rlsim step times exclude validation"
 _G = "policy.generation"
 _V = f"{_G}.vllm_cfg"
+# NeMo RL's code is not on the package registry: its vLLM workers are taken to keep vLLM's own default
+# (custom all-reduce on), where verl turns it off.
+CUSTOM_ALL_REDUCE_NOTE = ("vLLM's custom all-reduce: taken at vLLM's default (on: intra-node TP all-reduces below "
+                          "8 MiB through peer memory); NeMo RL's worker code was not read: --set "
+                          "workload.inference.custom_all_reduce=false if your version disables it")
 _M = "policy.megatron_cfg"
 
 RULES: dict[str, Rule] = {
@@ -254,6 +259,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["rollout_layout"] = _rollout_layout(v)
     # NeMo RL v0.5 drives vLLM V1: through the LLM class, or AsyncLLM with async_engine
     w["engine"] = "vllm-v1-async" if v(f"{_V}.async_engine") else "vllm-v1"
+    if w["rollout_layout"].get("tp", 1) > 1:
+        v.result.notes.append(CUSTOM_ALL_REDUCE_NOTE)
     # vLLM's max_model_len (the recipes set T-max): prompt + response stop there
     w["inference"] = {"max_model_len": positive_int(v(f"{_V}.max_model_len") or tmax, f"{_V}.max_model_len", src)}
     if v.given(f"{_V}.enforce_eager"):

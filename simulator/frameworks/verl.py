@@ -458,6 +458,9 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
         engine = {target: v(f"{A}.rollout.{key}") for key, target in ENGINE_KEYS.items()
                   if v.given(f"{A}.rollout.{key}") or key in ENGINE_KEYS_ALWAYS}
         engine.update(_capture_sizes(v, decided))
+        # verl starts every vLLM rollout with disable_custom_all_reduce=True (vllm_rollout_spmd.py,
+        # vllm_async_server.py, 0.5 - 0.7): its TP all-reduces go through NCCL
+        engine["custom_all_reduce"] = False
         if w.get("engine") == VLLM_ENGINE:   # what verl 0.4-0.5 did differently
             v.result.notes.append(MAX_NUM_SEQS_NOTE)
             if not v.given(f"{A}.rollout.enforce_eager"):

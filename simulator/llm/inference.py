@@ -238,8 +238,33 @@ class StepCost:
             total = total + m.num_moe_layers * (dispatch + combine)
         return total
 
+    def _custom_lines(self, op: str, ranks: Sequence[int] | None) -> tuple[tuple[float, float], ...]:
+        """The engine's own all-reduce on ``ranks`` (params.custom_all_reduce) when it applies to
+        ``op`` and the group, else empty (NCCL)."""
+        if (op != "all_reduce" or not self.params.custom_all_reduce or ranks is None or self.collectives is None
+                or not hasattr(self.collectives, "custom_all_reduce_lines")):
+            return ()
+        key = ("custom_all_reduce", len(ranks))
+        lines = self._coll_lines.get(key)
+        if lines is None:
+            lines = self._coll_lines[key] = self.collectives.custom_all_reduce_lines(tuple(ranks))
+        return lines
+
     def _collective_many(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: np.ndarray) -> np.ndarray:
         """_collective over an array of sizes (each > 0), element for element."""
+        custom = self._custom_lines(op, ranks)
+        if custom:
+            fast = custom[0][0] + custom[0][1] * nbytes
+            for fixed, slope in custom[1:]:
+                fast = np.minimum(fast, fixed + slope * nbytes)
+            small = nbytes < self.params.custom_all_reduce_max_bytes
+            if small.all():
+                return np.where(nbytes == 0, 0.0, fast)
+            return np.where(small, np.where(nbytes == 0, 0.0, fast), self._nccl_many(op, n, ranks, nbytes))
+        return self._nccl_many(op, n, ranks, nbytes)
+
+    def _nccl_many(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: np.ndarray) -> np.ndarray:
+        """The collective library's time over an array of sizes (each > 0), element for element."""
         if self.collectives is not None and ranks is not None:
             if not hasattr(self.collectives, "lines"):
                 return np.array([self._collective(op, n, ranks, x) for x in nbytes.tolist()])
@@ -264,6 +289,9 @@ class StepCost:
         return lines
 
     def _collective(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: float) -> float:
+        custom = self._custom_lines(op, ranks)
+        if custom and nbytes < self.params.custom_all_reduce_max_bytes:
+            return line_time_s(custom, nbytes)
         if self.collectives is not None and ranks is not None:
             if hasattr(self.collectives, "lines"):   # a CollectiveModel: one plan per algorithm, any size
                 return line_time_s(self._lines_of(op, ranks), nbytes)

@@ -27,6 +27,9 @@ Flow = tuple[int, int, float]  # (src rank, dst rank, bytes)
 # The size CollectiveModel.line_time_s plans each algorithm at: any positive size gives the same line
 # (phase bytes are proportional to the buffer); 1 MiB keeps the rounding of bytes / bandwidth small.
 LINE_REFERENCE_BYTES = float(2 ** 20)
+# The TP sizes vLLM's and SGLang's custom all-reduce run on (CustomAllreduce._SUPPORTED_WORLD_SIZES in
+# vllm 0.8.5 / 0.11.0 and sglang 0.4.6 - 0.5.6 custom_all_reduce.py).
+CUSTOM_ALL_REDUCE_GROUP_SIZES = (2, 4, 6, 8)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -433,6 +436,28 @@ class CollectiveModel:
             if self._fully_linked(group):  # a full mesh: every pair has its own link
                 out["direct"] = lambda: self._direct(op, group, nbytes)
         return out
+
+    def custom_all_reduce_lines(self, ranks: Sequence[int]) -> tuple[tuple[float, float], ...]:
+        """(launch + latencies, seconds per byte) of a rollout engine's own all-reduce on ``ranks``
+        (vLLM / SGLang custom_all_reduce.py: 2, 4, 6 or 8 GPUs of one node, through peer memory):
+        one shot (every rank reads each peer's whole buffer after one barrier) and two shots (a
+        reduce-scatter and an all-gather through peer memory, a barrier each). Empty when the group
+        does not qualify (the engine falls back to NCCL)."""
+        group = sorted(set(ranks))
+        n = len(group)
+        if n not in CUSTOM_ALL_REDUCE_GROUP_SIZES or len({self.topology.node_of(r) for r in group}) > 1:
+            return ()
+        key = ("custom_all_reduce", self.topology.group_signature(tuple(group)))
+        hit = self._lines.get(key)
+        if hit is None:
+            src, dst = np.repeat(group, n), np.tile(group, n)
+            pair = src != dst
+            barrier = self._step_latency_s(FlowTable.uniform(src[pair], dst[pair], 0.0))
+            launch, ref = self._launch_s(group), LINE_REFERENCE_BYTES
+            one_shot = self.topology.max_link_time_s(FlowTable.uniform(src[pair], dst[pair], ref))
+            two_shot = 2 * self.topology.max_link_time_s(FlowTable.uniform(src[pair], dst[pair], ref / n))
+            hit = self._lines[key] = ((launch + barrier, one_shot / ref), (launch + 2 * barrier, two_shot / ref))
+        return hit
 
     def _fully_linked(self, group: list[int]) -> bool:
         return len(group) <= self.params.direct_max_devices and self.topology.fully_linked(group)

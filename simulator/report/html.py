@@ -167,14 +167,22 @@ def _group_column(frame: pd.DataFrame, keys: Sequence[str]) -> str | None:
         return None
     if len(keys) == 1:
         return keys[0]
-    frame["_group"] = frame[list(keys)].astype(str).agg(", ".join, axis=1)
+    frame["_group"] = _grid_labels(frame, keys)
     return "_group"
+
+
+def _grid_labels(frame: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
+    """One "a, b" label per grid point; a null grid value reads "null" (pandas' str conversion keeps
+    a missing value missing, which the join cannot take)."""
+    def text(value: Any) -> str:
+        return "null" if value is None or (isinstance(value, float) and value != value) else str(value)
+    return frame[list(keys)].apply(lambda column: column.map(text)).agg(", ".join, axis=1)
 
 
 def _metric_figure(frame: pd.DataFrame, keys: Sequence[str]):
     fig = plots.Figure(figsize=(8, 4.2), layout="constrained")
     ax = fig.add_subplot()
-    labels = frame[list(keys)].astype(str).agg(", ".join, axis=1)
+    labels = _grid_labels(frame, keys)
     ax.bar(range(len(frame)), frame["tokens_per_s"].to_numpy(float), color=plots.STATE_COLORS["generate"])
     ax.set_xticks(range(len(frame)), list(labels), rotation=30, ha="right", fontsize=8)
     ax.set_xlabel(", ".join(keys))

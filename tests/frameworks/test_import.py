@@ -188,7 +188,7 @@ def test_verl_sglang_rollout_runs_sglang_056_under_the_knobs_verl_passes():
     workload, schedule = result.scenario["workload"], result.scenario["schedule"]
     assert workload["engine"] == verl.SGLANG_ENGINE == "sglang-0.5.6"
     assert workload["rollout_layout"]["max_num_seqs"] == 256        # the example's rollout.max_num_seqs
-    assert workload["inference"] == {"enforce_eager": True}
+    assert workload["inference"] == {"enforce_eager": True}   # SGLang's custom all-reduce stays on
     assert "SGLang" in result.ignored["actor_rollout_ref.rollout.max_num_batched_tokens"]
     assert verl.SGLANG_VERSION_NOTE in result.notes
     assert "engine_sleep" not in schedule.get("switch", {})
@@ -439,3 +439,19 @@ def test_verl_rollout_mode_default_is_noted():
     assert verl.MODE_NOTE in import_config("verl", cfg).notes
     given = import_config("verl", cfg, ["actor_rollout_ref.rollout.mode=async"])
     assert verl.MODE_NOTE not in given.notes and given.scenario["workload"]["inference"]["dispatch"] == "per-sample"
+
+
+def test_verl_turns_vllms_custom_all_reduce_off():
+    """verl starts every vLLM rollout with disable_custom_all_reduce=True: NCCL for the TP all-reduces."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    assert import_config("verl", cfg).scenario["workload"]["inference"]["custom_all_reduce"] is False
+    run = simulate(import_config("verl", cfg).scenario, iterations=1)
+    assert run.summary["steady_step_time_s"] > 0
+
+
+def test_nemo_rl_tp_rollout_notes_the_custom_all_reduce_default():
+    cfg = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
+    assert nemo_rl.CUSTOM_ALL_REDUCE_NOTE not in import_config("nemo-rl", cfg).notes   # TP 1: no all-reduce
+    tp2 = import_config("nemo-rl", cfg, ["policy.generation.vllm_cfg.tensor_parallel_size=2"])
+    assert nemo_rl.CUSTOM_ALL_REDUCE_NOTE in tp2.notes
+    assert "custom_all_reduce" not in tp2.scenario["workload"]["inference"]   # the engine's own (on)

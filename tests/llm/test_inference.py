@@ -238,6 +238,32 @@ def test_collective_model_is_used_when_ranks_are_given():
     assert t - base == pytest.approx(2 * QWEN.num_layers * 1e-3 - fallback, rel=1e-9)
 
 
+def test_custom_all_reduce_prices_small_tp_all_reduces_and_falls_back_to_nccl():
+    """custom_all_reduce: a decode step's TP all-reduces (2 per layer, n x hidden x 2 bytes) cost the
+    engine's own kernel (CollectiveModel.custom_all_reduce_lines) under custom_all_reduce_max_bytes and
+    NCCL's cheapest algorithm from it on; off, NCCL at every size; the size key needs the switch."""
+    from simulator.hardware.topology import load_topology
+    from simulator.network.collectives import CollectiveModel, line_time_s
+
+    net = CollectiveModel(load_topology("dgx-h100", {"nodes": 1}))
+    ranks = [0, 1, 2, 3]
+    params = InferenceParams(custom_all_reduce=True)
+    custom = StepCost(QWEN, H100, RolloutLayout(tp=4), params, net, ranks)
+    nccl = StepCost(QWEN, H100, RolloutLayout(tp=4), InferenceParams(), net, ranks)
+    per = 2 * QWEN.num_layers
+    for n in (1, 64, 512):
+        nbytes = n * QWEN.hidden * 2
+        assert custom.comm_s(n) == pytest.approx(per * line_time_s(net.custom_all_reduce_lines(ranks), nbytes))
+        assert nccl.comm_s(n) == pytest.approx(per * net.line_time_s("all_reduce", ranks, nbytes))
+        assert custom.comm_s(n) < nccl.comm_s(n)
+    big = 8 * 2**20 // (QWEN.hidden * 2) + 1   # tokens whose all-reduce reaches 8 MiB
+    assert custom.comm_s(big) == pytest.approx(nccl.comm_s(big))
+    assert StepCost(QWEN, H100, RolloutLayout(tp=4), params).comm_s(64) == pytest.approx(
+        StepCost(QWEN, H100, RolloutLayout(tp=4)).comm_s(64))   # no network model: the fallback formula
+    with pytest.raises(ValueError, match="custom_all_reduce"):
+        InferenceParams(custom_all_reduce_max_bytes=2**20)
+
+
 # ---- bad input ---------------------------------------------------------------------------------------
 def test_tp_must_divide_the_query_heads():
     with pytest.raises(RlsimError, match="does not divide the 28 attention heads") as err:

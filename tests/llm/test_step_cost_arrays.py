@@ -2,7 +2,7 @@
 prices a whole run's prefills and running-set sizes at once (prefill_many_s, per_n_rows), and must
 give exactly what the event loop's scalar calls give (prefill_s, _per_n, comm_s, weight_read_s):
 dense, MoE with expert parallelism and hybrid Mamba models, the fallback collectives and the
-network's CollectiveModel, graphs, eager launches and async scheduling."""
+network's CollectiveModel, the engine's custom all-reduce, graphs, eager launches and async scheduling."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +23,9 @@ LAYOUTS = {"qwen2.5-7b": [(1, 1), (2, 1), (4, 1)], "qwen3-30b-a3b": [(1, 1), (2,
 COLLECTIVES = CollectiveModel(load_topology("dgx-h100", {"nodes": 1}))
 PARAMS = [InferenceParams(), InferenceParams(enforce_eager=True, step_overhead_s=2e-3),
           InferenceParams(async_scheduling=True, cpu_per_seq_s=1e-5),
-          InferenceParams(async_scheduling=True, enforce_eager=True)]
+          InferenceParams(async_scheduling=True, enforce_eager=True),
+          # the engine's own all-reduce up to 1 MiB (NCCL above: both branches within one array)
+          InferenceParams(custom_all_reduce=True, custom_all_reduce_max_bytes=2**20)]
 
 
 def _costs():

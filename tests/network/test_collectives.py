@@ -182,3 +182,25 @@ def test_direct_algorithm_is_offered_only_up_to_direct_max_devices():
     assert CollectiveModel(load_topology("ascend-910b")).cost("all_reduce", ranks, 2.0**30).algorithm == "direct"
     capped = load_topology({"preset": "ascend-910b", "collectives": {"direct_max_devices": 4}})
     assert CollectiveModel(capped).cost("all_reduce", ranks, 2.0**30).algorithm != "direct"
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_custom_all_reduce_is_the_cheaper_of_one_and_two_shots(n):
+    """A rollout engine's own all-reduce (vLLM / SGLang custom_all_reduce.py) on n GPUs of one node:
+    one shot = launch + one barrier (hop latency + step overhead) + (n - 1) S / B, two shots = launch +
+    two barriers + 2 (n - 1) / n S / B, B the GPU's NVLink port (every peer's bytes cross it). Below
+    NCCL's time on the same group; no lines across nodes or for a group size the kernel refuses."""
+    from simulator.network.collectives import line_time_s
+
+    ranks = list(range(n))
+    e = H100.path(0, 1)
+    bw = min(H100.capacity_Bps(x) for x in e)
+    step = sum(H100.edge(x)["latency_s"] for x in e) + MODEL.params.step_overhead_s
+    launch = H100.device_spec(0).launch_overhead_s
+    lines = MODEL.custom_all_reduce_lines(ranks)
+    for nbytes in (64 * 1024, 2**20, 8 * 2**20):
+        one = launch + step + (n - 1) * nbytes / bw
+        two = launch + 2 * step + 2 * (n - 1) / n * nbytes / bw
+        assert line_time_s(lines, nbytes) == pytest.approx(min(one, two))
+        assert line_time_s(lines, nbytes) < MODEL.line_time_s("all_reduce", ranks, nbytes)
+    assert MODEL.custom_all_reduce_lines([0, 8]) == () == MODEL.custom_all_reduce_lines([0, 1, 2])

@@ -130,6 +130,16 @@ def test_sweep_report_picks_figures_by_what_the_grid_varies(tmp_path):
     assert "does not fit" in text and "Capacity" in text
 
 
+def test_sweep_report_labels_a_null_grid_value(tmp_path):
+    """A grid of a key at null (e.g. --grid workload.inference.max_new_tokens=null,512) writes its
+    report: the label reads "null" (pandas keeps a missing value missing through str conversion)."""
+    objects = [{"grid": {"workload.inference.max_new_tokens": v}, "devices": 8, "tokens_per_s": 1e3 + i,
+                "step_time_s": 10.0} for i, v in enumerate((None, 512))]
+    report_html.write_sweep_report(objects, ["workload.inference.max_new_tokens"], tmp_path)
+    frame = pd.DataFrame([{"k": None}, {"k": 512.0}])
+    assert list(report_html._grid_labels(frame, ["k"])) == ["null", "512.0"]
+
+
 # --------------------------------------------------------------------------- the Chrome trace (report/trace.py)
 
 def _small_real_run():
