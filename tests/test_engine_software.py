@@ -274,3 +274,17 @@ def test_named_engines_use_their_custom_all_reduce(engine):
     default in both); rlsim's own defaults keep NCCL."""
     assert engine_values(engine, [H100], None)[0]["custom_all_reduce"] is True
     assert InferenceParams().custom_all_reduce is False
+
+
+def test_engine_resolves_at_the_planners_auto_layout():
+    """With rollout_layout auto, the engine's layout-dependent values follow the layout the planner
+    chose (LlmCosts resolves after taking it): vLLM's graph cap from its running cap, SGLang 0.5.6's
+    from its TP size."""
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts
+
+    for engine, chosen, graphs in (("vllm-v1-async", {"tp": 1, "ep": 1, "max_num_seqs": 64}, 128),
+                                   ("sglang-0.5.6", {"tp": 4, "ep": 1, "max_num_seqs": 2048}, 512)):
+        sc = load_scenario(_scenario(engine, rollout_layout="auto"))
+        costs = LlmCosts(sc, load_topology(sc.topology), auto_layouts={"rollout": chosen})
+        assert costs.inference_params.cuda_graph_max_batch == graphs
