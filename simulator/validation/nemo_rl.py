@@ -4,7 +4,8 @@ Each row is rebuilt from its recipe facts (examples/configs/recipes/llm/performa
 v0.5.0, read in ../shared/reference/nemo-v05/): model preset, GPUs, prompts x generations, the
 optimizer mini-batch (train batch), T-max, vLLM TP / memory utilization, the vLLM engine the recipe
 drives (`workload.engine`: vllm-v1 for the LLM class, vllm-v1-async for async_engine: their
-running-sequence caps and step token budgets, simulator/engine_software.py), Megatron
+running-sequence caps and step token budgets, and vLLM's own custom all-reduce on one node, as
+vLLM defaults it: NeMo RL's worker code is not readable here; simulator/engine_software.py), Megatron
 TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, sequence packing
 (micro-batches of at most T-max tokens, log-prob passes logprob_batch_size x T-max), the
 distributed optimizer (ZeRO 1) and the default training stack. NeMo RL's own mechanisms, the same
