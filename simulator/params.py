@@ -163,6 +163,18 @@ class CommParams(StrictModel):
     # None: dp_overlap_fraction alone (the behaviour before this field).
     dp_bucket_min_params: float | None = Field(None, gt=0)
     dp_bucket_params_per_rank: float = Field(1e6, ge=0)
+    # Transformer Engine userbuffers (Megatron --tp-comm-overlap; read in the transformer-engine-cu12
+    # 1.9.0 wheel, pytorch/module/base.py initialize_ub defaults): with sequence parallelism each TP
+    # block (column GEMM -> row GEMM) overlaps its collectives with one GEMM each. Forward: the input
+    # all-gather by ring exchange with the column GEMM (tp - 1 chunk transfers, each beside a GEMM
+    # chunk), the output reduce-scatter pipelined with the row GEMM in tp_userbuffer_pipeline_splits
+    # splits (the last split's exposed); backward: the output-gradient all-gather by ring exchange with
+    # the row GEMM's data gradient, the input re-gather in bulk beside the column GEMM's data gradient,
+    # the data-gradient reduce-scatter in bulk beside its weight gradient (exposed: what outlasts the
+    # GEMM). It replaces tp_overlap_fraction and the SP backward re-gather on dense attention + MLP
+    # layers; other layers (MoE, MLA, hybrid blocks) keep them. Off: tp_overlap_fraction alone.
+    tp_userbuffers: bool = False
+    tp_userbuffer_pipeline_splits: int = Field(4, ge=1)   # TE 1.9: num_splits 4 for "pipeline"
     # Scatter/gather of pipeline sends across the TP ranks (arXiv 2104.04473 sec. 4.1).
     pp_scatter_gather: bool = True
     # Blocking pipeline sends: Megatron-LM 2021 (megatron/p2p_communication.py) issues
@@ -499,15 +511,16 @@ MEGATRON_2022 = TrainSoftware(
 # Megatron-Core with the overlap flags its performance runs use (NVIDIA/Megatron-LM README, the
 # r0.8.0 H100 table, V7: "fine-grained DP/TP/PP overlap"): --overlap-grad-reduce and
 # --overlap-param-gather (the DP reduce-scatter / all-gather bucketed under backward / forward: all
-# but one bucket of a chunk hide, Megatron-Core's bucket size: dp_bucket_min_params), --tp-comm-overlap (TE userbuffers split each TP
-# all-gather / reduce-scatter into chunks pipelined with the GEMM: assumed 0.8 hidden),
-# --overlap-p2p-comm (non-blocking sends, as megatron-core), the SP backward re-gather async
-# under the data-gradient GEMM (assumed 0.8 hidden, like the TP overlap).
+# but one bucket of a chunk hide, Megatron-Core's bucket size: dp_bucket_min_params),
+# --tp-comm-overlap (TE userbuffers: each TP collective beside one GEMM by TE's default method,
+# tp_userbuffers; layers it does not cover keep 0.8 hidden, assumed), --overlap-p2p-comm
+# (non-blocking sends, as megatron-core), the SP backward re-gather async under the data-gradient
+# GEMM (on those layers: assumed 0.8 hidden, like the TP overlap).
 MCORE_DDP_BUCKET_MIN_PARAMS = 40_000_000   # megatron-core 0.8.0 distributed_data_parallel.py
 MEGATRON_CORE_OVERLAP = TrainSoftware(
     name="megatron-core-overlap",
     params=TrainParams(comm=CommParams(tp_overlap_fraction=0.8, dp_overlap_fraction=1.0,
-                                       dp_bucket_min_params=MCORE_DDP_BUCKET_MIN_PARAMS,
+                                       dp_bucket_min_params=MCORE_DDP_BUCKET_MIN_PARAMS, tp_userbuffers=True,
                                        sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.8)),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
     source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron-core 0.8.0 megatron/core/distributed "

@@ -15,8 +15,8 @@ from ..params import ComputeParams
 from .architecture import SSD_CHUNK_TOKENS
 from .layer_costs import LayerShape
 
-__all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "attention_time_s", "gemm_time_s", "layer_times", "logits_times",
-           "shape_efficiency"]
+__all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "attention_time_s", "gemm_time_s", "gemm_times", "layer_times",
+           "logits_times", "shape_efficiency"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,40 @@ def _gemm_plan(layer: LayerShape, tp: int, ep: int, etp: int | None = None) -> _
                      counts=np.array(count, dtype=float).reshape(-1, 1))
 
 
+def _rooflines(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: ComputeParams) -> np.ndarray:
+    """(3 G, micro-batches): each GEMM's forward, then data-gradient, then weight-gradient time."""
+    n_g, n_m = rows.shape
+    n_col = np.broadcast_to(plan.n_dim[:, None], (n_g, n_m))
+    k_col = np.broadcast_to(plan.k_dim[:, None], (n_g, n_m))
+    return gemm_time_s(np.concatenate([rows, rows, k_col]), np.concatenate([n_col, k_col, n_col]),
+                       np.concatenate([k_col, n_col, rows]), rates, params)
+
+
+def _expert_rows(plan: _GemmPlan, layer: LayerShape, tokens: np.ndarray, tp: int, ep: int, etp: int) -> np.ndarray:
+    """(G, micro-batches) rows of each GEMM: the tokens, or the routed expert-rows of an expert GEMM
+    (every device holds E / ep experts; balanced routing gives each tokens x ep x k / E tokens, the
+    device's total tokens x k expert-rows, x etp / tp under MoE parallel folding)."""
+    rows = np.empty((len(plan.count), tokens.size))
+    rows[:] = tokens
+    if plan.expert.any():
+        rows[plan.expert] = tokens * ep * layer.experts_per_token / layer.num_experts * (etp / tp)
+    return rows
+
+
+def gemm_times(layer: LayerShape, tokens: np.ndarray, *, tp: int, ep: int, rates: DeviceRates,
+               params: ComputeParams, etp: int | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per GEMM of the layer, by name: its (forward, data-gradient, weight-gradient) time per
+    micro-batch on one device, the rooflines ``layer_times`` sums (for collectives overlapped with
+    one GEMM: trainer TE userbuffers)."""
+    tokens = np.asarray(tokens, dtype=float)
+    etp = tp if etp is None else etp
+    plan = _gemm_plan(layer, tp, ep, etp)
+    t = _rooflines(plan, _expert_rows(plan, layer, tokens, tp, ep, etp), rates, params)
+    n_g = len(plan.count)
+    return {g.name: (plan.count[i] * t[i], plan.count[i] * t[n_g + i], plan.count[i] * t[2 * n_g + i])
+            for i, g in enumerate(layer.gemms)}
+
+
 def _gemm_sums(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: ComputeParams,
                backward: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """(forward, backward or None) GEMM time of a layer per micro-batch: every GEMM's roofline in
@@ -121,10 +155,7 @@ def _gemm_sums(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: Co
     if not backward:   # N and K one value per GEMM: numpy broadcasts them (the same floats, less work)
         t = gemm_time_s(rows, plan.n_dim[:, None], plan.k_dim[:, None], rates, params)
         return np.add.accumulate(plan.counts * t, axis=0)[-1], None
-    n_col = np.broadcast_to(plan.n_dim[:, None], (n_g, n_m))
-    k_col = np.broadcast_to(plan.k_dim[:, None], (n_g, n_m))
-    t = gemm_time_s(np.concatenate([rows, rows, k_col]), np.concatenate([n_col, k_col, n_col]),
-                    np.concatenate([k_col, n_col, rows]), rates, params)
+    t = _rooflines(plan, rows, rates, params)
     fwd = np.add.accumulate(plan.counts * t[:n_g], axis=0)[-1]
     bwd = np.add.accumulate(plan.counts * (t[n_g:2 * n_g] + t[2 * n_g:]), axis=0)[-1]
     return fwd, bwd
@@ -142,14 +173,8 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     etp = tp if etp is None else etp
     plan = _gemm_plan(layer, tp, ep, etp)
     k = layer.experts_per_token
-    n_g, n_m = len(plan.count), tokens.size
-    # Expert GEMMs: every device holds E / ep experts; balanced routing gives each expert
-    # tokens x ep x k / E tokens; the device's total is tokens x k expert-rows.
-    rows = np.empty((n_g, n_m))
-    rows[:] = tokens
-    if plan.expert.any():
-        rows[plan.expert] = tokens * ep * k / layer.num_experts * (etp / tp)
-    fwd, bwd = _gemm_sums(plan, rows, rates, params, backward)
+    n_m = tokens.size
+    fwd, bwd = _gemm_sums(plan, _expert_rows(plan, layer, tokens, tp, ep, etp), rates, params, backward)
     # Attention core: Q.K^T and A.V over each sequence's own keys; sequences of token-weighted mean
     # length sq_sum / tokens set the shape ramp.
     heads = layer.attn_heads / tp

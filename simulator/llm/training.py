@@ -34,7 +34,7 @@ from .pipeline import (
     simulate_pipeline,
     simulate_pipelines,
 )
-from .train_compute import ComputeParams, DeviceRates, LayerTimes, layer_times, logits_times
+from .train_compute import ComputeParams, DeviceRates, LayerTimes, gemm_times, layer_times, logits_times
 from .train_layout import DEFAULT_ORDER, RECOMPUTE_MODES, TrainLayout
 
 __all__ = ["CommParams", "ComputeParams", "ForwardCost", "MemoryBreakdown", "MemoryParams", "RECOMPUTE_MODES",
@@ -421,14 +421,62 @@ class _LayerCost:
     bwd_comm: dict[str, np.ndarray]
 
 
+def _tp_blocks(layer: LayerShape) -> list[tuple[str, str]] | None:
+    """(column GEMM, row GEMM) of each TP block of a dense attention + MLP layer (qkv -> o, up ->
+    down), the blocks TE userbuffers overlap; None for other layers (MoE, MLA, hybrid blocks)."""
+    names = [g.name for g in layer.gemms]
+    if layer.moe or layer.ssm_flops_per_token or any(g.expert for g in layer.gemms):
+        return None
+    ups = [n for n in names if n.endswith("_up")]
+    blocks = [("qkv", "o")] + [(up, up[:-3] + "_down") for up in ups]
+    if len(blocks) != layer.tp_reductions or not all(c in names and r in names for c, r in blocks):
+        return None
+    return blocks
+
+
+def _ring_exchange_s(comm_s: np.ndarray, gemm_s: np.ndarray, tp: int) -> np.ndarray:
+    """Exposed time of an all-gather by ring exchange beside a GEMM: tp - 1 chunk transfers, each
+    beside one of the GEMM's tp chunks."""
+    return (tp - 1) * np.maximum(0.0, comm_s / (tp - 1) - gemm_s / tp)
+
+
+def _pipelined_s(comm_s: np.ndarray, gemm_s: np.ndarray, splits: int) -> np.ndarray:
+    """Exposed time of a reduce-scatter pipelined with its GEMM in ``splits``: the last split's, and
+    what each earlier one outlasts the next GEMM split."""
+    return comm_s / splits + (splits - 1) * np.maximum(0.0, (comm_s - gemm_s) / splits)
+
+
+def _userbuffer_tp(blocks: list[tuple[str, str]], gemms: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                   gather: np.ndarray, scatter: np.ndarray, tp: int,
+                   splits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) exposed TP time of a layer under TE userbuffers (CommParams.tp_userbuffers)."""
+    fwd = np.zeros_like(gather)
+    bwd = np.zeros_like(gather)
+    for col, row in blocks:
+        col_f, col_d, col_w = gemms[col]
+        row_f, row_d, _ = gemms[row]
+        fwd = fwd + _ring_exchange_s(gather, col_f, tp) + _pipelined_s(scatter, row_f, splits)
+        bwd = (bwd + _ring_exchange_s(gather, row_d, tp) + np.maximum(0.0, gather - col_d)
+               + np.maximum(0.0, scatter - col_w))
+    return fwd, bwd
+
+
 def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainLayout, tokens_local: np.ndarray,
-                groups: _Groups, stage: int, comm: _Comm, params: TrainParams) -> _LayerCost:
+                groups: _Groups, stage: int, comm: _Comm, params: TrainParams,
+                gemms: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> _LayerCost:
+    """``gemms``: the layer's per-GEMM times (train_compute.gemm_times) when TE userbuffers apply."""
     cp_, a = params.comm, params.compute.activation_bytes
     h = int(model.hidden)
     act = tokens_local * h * a
     fwd: dict[str, np.ndarray] = {}
     bwd: dict[str, np.ndarray] = {}
-    if layout.tp > 1:  # 2 all-reduces (or all-gather + reduce-scatter with SP) forward, 2 backward
+    blocks = _tp_blocks(layer) if gemms is not None and layout.tp > 1 and layout.sp else None
+    if blocks:   # TE userbuffers: each collective beside one GEMM (CommParams.tp_userbuffers)
+        g = groups.tp[stage]
+        fwd["tp"], bwd["tp"] = _userbuffer_tp(blocks, gemms, comm.many("all_gather", g, act),
+                                              comm.many("reduce_scatter", g, act), layout.tp,
+                                              cp_.tp_userbuffer_pipeline_splits)
+    elif layout.tp > 1:  # 2 all-reduces (or all-gather + reduce-scatter with SP) forward, 2 backward
         g = groups.tp[stage]
         one = (comm.many("all_gather", g, act) + comm.many("reduce_scatter", g, act)) if layout.sp \
             else comm.many("all_reduce", g, act)
@@ -565,7 +613,11 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                     t = times[u] = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local,
                                                sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
                                                params=params.compute, etp=layout.expert_tp, backward=not forward_only)
-                lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params)
+                gemms = None
+                if params.comm.tp_userbuffers and layout.sp and layout.tp > 1 and _tp_blocks(lay):
+                    gemms = gemm_times(lay, tokens_local, tp=layout.tp, ep=layout.ep, rates=rates,
+                                       params=params.compute, etp=layout.expert_tp)
+                lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params, gemms)
                 a1, a2 = _layer_addends(lc, layout.recompute, n_rows, n_m)
                 add = adds[(u, stage)] = same_comm[fingerprint] = (a1, a2, [np.zeros((n_rows, n_m))])
             a1, a2, partial = add

@@ -236,3 +236,49 @@ def test_megatron_core_buckets_leave_one_bucket_of_a_chunk_exposed() -> None:
     assert whole.comm_exposed_s["dp"] == pytest.approx(none.comm_exposed_s["dp"])
     overlap = train_software("megatron-core-overlap").params.comm
     assert (overlap.dp_overlap_fraction, overlap.dp_bucket_min_params) == (1.0, 40e6)
+
+
+def test_userbuffer_overlap_closed_forms() -> None:
+    """TE userbuffers, per collective C beside its GEMM G: ring exchange (tp - 1 chunk transfers)
+    exposes (tp - 1) max(0, C / (tp - 1) - G / tp); the 4-split pipeline C / 4 + 3 max(0, (C - G) / 4);
+    bulk max(0, C - G)."""
+    from simulator.llm.training import _pipelined_s, _ring_exchange_s, _userbuffer_tp
+
+    small, big, gemm = np.array([1.0]), np.array([100.0]), np.array([40.0])
+    assert _ring_exchange_s(small, gemm, 8)[0] == 0.0
+    assert _ring_exchange_s(big, gemm, 8)[0] == pytest.approx(100 - 40 * 7 / 8)
+    assert _pipelined_s(small, gemm, 4)[0] == pytest.approx(0.25)
+    assert _pipelined_s(big, gemm, 4)[0] == pytest.approx(25 + 3 * 15)
+    gemms = {"qkv": (gemm, gemm, gemm), "o": (gemm, gemm, gemm)}
+    fwd, bwd = _userbuffer_tp([("qkv", "o")], gemms, small, small, 8, 4)
+    assert (fwd[0], bwd[0]) == (pytest.approx(0.25), 0.0)   # compute-bound: only the last RS split
+
+
+def test_userbuffers_price_each_collective_beside_its_gemm_and_leave_moe_layers() -> None:
+    """A dense TP4 + SP layer under tp_userbuffers: the step's exposed TP time is micro-batches x
+    layers x the closed forms over the layer's own GEMM times and collectives (re-gather included);
+    an MoE model's layers keep the fraction path (the flag changes nothing there)."""
+    from simulator.llm.train_compute import DeviceRates, gemm_times
+    from simulator.llm.training import _tp_blocks, _userbuffer_tp
+
+    lay = TrainLayout(tp=4, dp=2, recompute="none", micro_batch=1)
+    on = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=_params(tp_userbuffers=True))
+    model = CollectiveModel(TOPO)
+    act = np.array([1024 * QWEN.hidden * 2.0])
+    gather = np.array([model.cost("all_gather", [0, 1, 2, 3], act[0]).time_s])
+    scatter = np.array([model.cost("reduce_scatter", [0, 1, 2, 3], act[0]).time_s])
+    spec, compute = TOPO.device_spec(0), TrainParams().compute
+    rates = DeviceRates(spec.peak("bf16"), spec.gemm_efficiency, spec.hbm_bw_Bps * spec.hbm_efficiency,
+                        spec.launch_overhead_s)
+    layer = layer_shapes(QWEN)[0]
+    gemms = gemm_times(layer, np.array([1024.0]), tp=4, ep=1, rates=rates, params=compute)
+    fwd, bwd = _userbuffer_tp(_tp_blocks(layer), gemms, gather, scatter, 4, 4)
+    assert on.comm_exposed_s["tp"] == pytest.approx(32 // 2 * QWEN.num_layers * (fwd[0] + bwd[0]), rel=1e-6)
+    off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
+    assert on.comm_exposed_s["tp"] < off.comm_exposed_s["tp"]
+    moe = load_model("qwen3-30b-a3b")
+    assert _tp_blocks(layer_shapes(moe)[-1]) is None
+    moe_lay = TrainLayout(tp=2, ep=4, dp=4, recompute="full", micro_batch=1)
+    a = train_step_cost(moe, moe_lay, TOPO, sequences=SEQS, packing="packed", params=_params(tp_userbuffers=True))
+    b = train_step_cost(moe, moe_lay, TOPO, sequences=SEQS, packing="packed")
+    assert a.step_time_s == b.step_time_s
