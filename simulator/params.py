@@ -524,7 +524,8 @@ MEGATRON_CORE_OVERLAP = TrainSoftware(
                                        sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.8)),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
     source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron-core 0.8.0 megatron/core/distributed "
-           "(bucket size, overlap), optimizer/distrib_optimizer.py; transformer_engine userbuffers")
+           "(bucket size, overlap), optimizer/distrib_optimizer.py; transformer-engine 1.9.0 "
+           "pytorch/module/base.py initialize_ub (userbuffer methods)")
 
 DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,
