@@ -257,10 +257,9 @@ class StepCost:
             fast = custom[0][0] + custom[0][1] * nbytes
             for fixed, slope in custom[1:]:
                 fast = np.minimum(fast, fixed + slope * nbytes)
+            fast = np.where(nbytes == 0, 0.0, fast)   # line_time_s: nothing to move costs nothing
             small = nbytes < self.params.custom_all_reduce_max_bytes
-            if small.all():
-                return np.where(nbytes == 0, 0.0, fast)
-            return np.where(small, np.where(nbytes == 0, 0.0, fast), self._nccl_many(op, n, ranks, nbytes))
+            return fast if small.all() else np.where(small, fast, self._nccl_many(op, n, ranks, nbytes))
         return self._nccl_many(op, n, ranks, nbytes)
 
     def _nccl_many(self, op: str, n: int, ranks: Sequence[int] | None, nbytes: np.ndarray) -> np.ndarray:

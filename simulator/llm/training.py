@@ -463,16 +463,18 @@ def _userbuffer_tp(blocks: list[tuple[str, str]], gemms: dict[str, tuple[np.ndar
 
 def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainLayout, tokens_local: np.ndarray,
                 groups: _Groups, stage: int, comm: _Comm, params: TrainParams,
-                gemms: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> _LayerCost:
-    """``gemms``: the layer's per-GEMM times (train_compute.gemm_times) when TE userbuffers apply."""
+                userbuffers: tuple[list[tuple[str, str]], dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]
+                | None = None) -> _LayerCost:
+    """``userbuffers``: the layer's TP blocks (_tp_blocks) and per-GEMM times (train_compute.gemm_times)
+    when TE userbuffers apply (TP > 1 with SP, CommParams.tp_userbuffers)."""
     cp_, a = params.comm, params.compute.activation_bytes
     h = int(model.hidden)
     act = tokens_local * h * a
     fwd: dict[str, np.ndarray] = {}
     bwd: dict[str, np.ndarray] = {}
-    blocks = _tp_blocks(layer) if gemms is not None and layout.tp > 1 and layout.sp else None
-    if blocks:   # TE userbuffers: each collective beside one GEMM (CommParams.tp_userbuffers)
+    if userbuffers is not None:   # TE userbuffers: each collective beside one GEMM (CommParams.tp_userbuffers)
         g = groups.tp[stage]
+        blocks, gemms = userbuffers
         fwd["tp"], bwd["tp"] = _userbuffer_tp(blocks, gemms, comm.many("all_gather", g, act),
                                               comm.many("reduce_scatter", g, act), layout.tp,
                                               cp_.tp_userbuffer_pipeline_splits)
@@ -613,11 +615,11 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                     t = times[u] = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local,
                                                sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
                                                params=params.compute, etp=layout.expert_tp, backward=not forward_only)
-                gemms = None
-                if params.comm.tp_userbuffers and layout.sp and layout.tp > 1 and _tp_blocks(lay):
-                    gemms = gemm_times(lay, tokens_local, tp=layout.tp, ep=layout.ep, rates=rates,
-                                       params=params.compute, etp=layout.expert_tp)
-                lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params, gemms)
+                blocks = _tp_blocks(lay) if params.comm.tp_userbuffers and layout.sp and layout.tp > 1 else None
+                userbuffers = None if not blocks else (blocks, gemm_times(
+                    lay, tokens_local, tp=layout.tp, ep=layout.ep, rates=rates, params=params.compute,
+                    etp=layout.expert_tp))
+                lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params, userbuffers)
                 a1, a2 = _layer_addends(lc, layout.recompute, n_rows, n_m)
                 add = adds[(u, stage)] = same_comm[fingerprint] = (a1, a2, [np.zeros((n_rows, n_m))])
             a1, a2, partial = add
