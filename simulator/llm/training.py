@@ -825,30 +825,11 @@ def _memoized(kind: str, compute: Any, model: Any, layout: TrainLayout, topology
     return hit
 
 
-def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
-                     packing: str, params: TrainParams, collectives: Any, source: str | None) -> TrainStepCost:
-    kinds = pool_devices(topology, ranks)
-    rates = _rates(slowest_device(kinds, params.compute.dtype), params)
-    comm = _Comm(collectives)
-    groups = _groups(layout, tuple(ranks))
-    replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch, params)
-    # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
-    longest_tokens = max(float(t.max()) for t, _ in replicas)
-    m_max = max(t.size for t, _ in replicas)
-    mem_layout = layout if layout.max_tokens_per_micro_batch is None else _single_micro_batch(layout)
-    memory = memory_per_device(model, mem_layout, longest_tokens / mem_layout.micro_batch,
-                               min(k.hbm_bytes for k in kinds),
-                               params=params.memory, flash_attention=params.compute.flash_attention,
-                               micro_batches=m_max)
-    if params.check_memory:
-        check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source)
-    # All replicas' micro-batches in one vectorized pass.
-    tokens = np.concatenate([t for t, _ in replicas])
-    sq = np.concatenate([q for _, q in replicas])
-    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
-    p2p = _p2p_times(model, layout, tokens, groups, comm, params)
-    # Simulate each replica's pipeline; the slowest sets the step (they meet at the gradient sync).
-    # Replicas with identical op times share one simulation (uniform batches: all of them).
+def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,
+                     params: TrainParams) -> tuple[float, PipelineResult, slice, PipelineResult | None]:
+    """(makespan, pipeline, micro-batch slice, the same pipeline without p2p or None) of the slowest
+    replica, the first in replica order among equals. Replicas with identical op times share one
+    simulation (uniform batches: all of them); those with the same micro-batch count run side by side."""
     distinct: dict[bytes, slice] = {}
     offset = 0
     for t, _ in replicas:
@@ -890,6 +871,33 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
             worst = (res.makespan_s, res, sl)
     assert worst is not None
     makespan, pipe, sl = worst
+    return makespan, pipe, sl, bare
+
+
+def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
+                     packing: str, params: TrainParams, collectives: Any, source: str | None) -> TrainStepCost:
+    kinds = pool_devices(topology, ranks)
+    rates = _rates(slowest_device(kinds, params.compute.dtype), params)
+    comm = _Comm(collectives)
+    groups = _groups(layout, tuple(ranks))
+    replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch, params)
+    # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
+    longest_tokens = max(float(t.max()) for t, _ in replicas)
+    m_max = max(t.size for t, _ in replicas)
+    mem_layout = layout if layout.max_tokens_per_micro_batch is None else _single_micro_batch(layout)
+    memory = memory_per_device(model, mem_layout, longest_tokens / mem_layout.micro_batch,
+                               min(k.hbm_bytes for k in kinds),
+                               params=params.memory, flash_attention=params.compute.flash_attention,
+                               micro_batches=m_max)
+    if params.check_memory:
+        check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source)
+    # All replicas' micro-batches in one vectorized pass.
+    tokens = np.concatenate([t for t, _ in replicas])
+    sq = np.concatenate([q for _, q in replicas])
+    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
+    p2p = _p2p_times(model, layout, tokens, groups, comm, params)
+    # Simulate each replica's pipeline; the slowest sets the step (they meet at the gradient sync).
+    makespan, pipe, sl, bare = _slowest_replica(arrays, p2p, replicas, layout, params)
     pp_exposed = 0.0
     if p2p.size and float(p2p[:, sl].max()) > 0:
         if bare is None:
