@@ -1,6 +1,8 @@
 """The one exception type for errors a user can cause (bad input, impossible layout)."""
 from __future__ import annotations
 
+import difflib
+import typing
 from typing import Any
 
 
@@ -50,13 +52,50 @@ def _shown(value: Any) -> str:
 _MISSING = object()
 
 
+def _model_classes(annotation: Any) -> list[type]:
+    """The pydantic models a field's annotation can hold (through Optional, unions, lists, dict
+    values and Annotated)."""
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in typing.get_args(annotation) for model in _model_classes(arg)]
+
+
+def _fields_beside(model: Any, loc: tuple[Any, ...]) -> set[str]:
+    """The field names a key at ``loc`` may take: the fields of the models reached from ``model``
+    along loc's parent parts. A part no candidate declares (a union's tag, a list index, a dict key,
+    a validator's name) keeps the candidates; a field that holds no model ends the walk. A field
+    validated by a registry instead of its annotation (Scenario.schedule) names its registry in the
+    class's ``field_models``."""
+    current = [model]
+    for part in loc[:-1]:
+        declared = [(cls, name, field) for cls in current for name, field in cls.model_fields.items()
+                    if part in (name, field.alias)]
+        if declared:
+            current = [inner for cls, name, field in declared
+                       for inner in (_model_classes(field.annotation)
+                                     or list(getattr(cls, "field_models", {}).get(name, {}).values()))]
+    return {name for cls in current for name in cls.model_fields}
+
+
+def _did_you_mean(err: dict[str, Any], model: Any) -> str:
+    """' (did you mean 'x'?)' for an unknown key one typo away from a field its model declares."""
+    loc = tuple(err.get("loc", ()))
+    if model is None or err.get("type") != "extra_forbidden" or not loc:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), sorted(_fields_beside(model, loc)), n=1, cutoff=0.75)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
 def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
                      fix: str = "see docs/scenario-reference.md for the fields and allowed values",
-                     skip: frozenset[str] = frozenset()) -> RlsimError:
+                     skip: frozenset[str] = frozenset(), model: Any = None) -> RlsimError:
     """One RlsimError listing EVERY error of a pydantic ValidationError, each as
     `prefix.dotted.field: message (got value)`, with the dotted path that `--set` accepts.
 
-    ``skip`` names loc parts that are not fields (e.g. the tags of a discriminated union)."""
+    ``skip`` names loc parts that are not fields (e.g. the tags of a discriminated union); ``model``,
+    the pydantic class validated, lets an unknown key name the declared field it is a typo of."""
     by_field: dict[str, list[str]] = {}   # a union's branches fail on the same field: one line each field
     shown: dict[str, str] = {}
     for err in exc.errors():
@@ -64,7 +103,8 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
         if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):   # the tag field itself
             loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
         where = _dotted(prefix, loc, skip) or prefix or "input"
-        by_field.setdefault(where, []).append(str(err.get("msg", "invalid")).removeprefix("Value error, "))
+        by_field.setdefault(where, []).append(str(err.get("msg", "invalid")).removeprefix("Value error, ")
+                                              + _did_you_mean(err, model))
         shown.setdefault(where, _shown(err.get("input", _MISSING)))
     items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
     if len(items) == 1:

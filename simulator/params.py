@@ -279,7 +279,7 @@ class TrainParams(StrictModel):
         try:
             return cls.model_validate(dict(mapping or {}))
         except ValidationError as exc:
-            raise validation_error(exc, source=source, prefix=field_name,
+            raise validation_error(exc, source=source, prefix=field_name, model=cls,
                                    fix="see docs/cost-models-training.md for the fields and their types") from None
 
 
@@ -428,7 +428,7 @@ class InferenceParams(StrictModel):
         try:
             return cls.model_validate(dict(mapping or {}))
         except ValidationError as exc:
-            raise validation_error(exc, source=source, prefix=field_name,
+            raise validation_error(exc, source=source, prefix=field_name, model=cls,
                                    fix="see docs/cost-models-inference.md for the fields") from None
 
 

@@ -827,7 +827,7 @@ def load_limits(mapping: Mapping[str, Any], source: str) -> Limits:
     try:
         return Limits.model_validate(mapping)
     except ValidationError as exc:
-        raise validation_error(exc, source=source, prefix="limits") from None
+        raise validation_error(exc, source=source, prefix="limits", model=Limits) from None
 
 
 LIMITS_FIX = "raise it with --set limits.{name}=N (or limits: {{{name}: N}} in the scenario)"
@@ -848,6 +848,8 @@ class Scenario(_Strict):
     limits: Limits = Field(default_factory=Limits)
     output: OutputConfig = Field(default_factory=OutputConfig)
     source: str = "<defaults>"
+    # the registry `schedule` is validated by, for errors.validation_error's field suggestions
+    field_models: ClassVar[dict[str, Mapping[str, type]]] = {"schedule": SCHEDULE_CLASSES}
 
     @field_validator("schedule", mode="before")
     @classmethod
@@ -990,10 +992,10 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
     except ValidationError as exc:
         fix = "see docs/scenario-reference.md for the allowed values"
         skip = frozenset(SCHEDULE_CLASSES)
-        error = validation_error(exc, source=source, skip=skip, fix=fix)
+        error = validation_error(exc, source=source, skip=skip, fix=fix, model=Scenario)
         where = _error_source(error.fields, source, workload_file, set_keys)
         if where != source:
-            error = validation_error(exc, source=where, skip=skip, fix=fix)
+            error = validation_error(exc, source=where, skip=skip, fix=fix, model=Scenario)
         raise error from None
     if scenario.schedule.reward_during_forwards and scenario.workload.dynamic_sampling is not None:
         raise RlsimError("reward_during_forwards cannot apply with dynamic sampling: its filter needs each "

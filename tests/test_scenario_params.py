@@ -108,6 +108,36 @@ def test_unknown_set_key_exits_2_in_run_and_compare(capsys, command, key):
     assert key.split("=")[0].split(".")[-1] in err and "fix" in err
 
 
+@pytest.mark.parametrize("key, meant", [
+    ("workload.train_params.comm.tp_userbufers=true", "tp_userbuffers"),     # a nested params model
+    ("workload.inference.custom_allreduce=false", "custom_all_reduce"),
+    ("schedule.stalenes=2", "staleness"),                                     # the schedule registry
+    ("schedule.switch.sleep_wake=3", "sleep_wake_s"),                         # inside a schedule class
+    ("limits.max_iteration=3", "max_iterations"),
+])
+def test_a_mistyped_key_names_the_field_it_is_close_to(key, meant):
+    with pytest.raises(RlsimError, match=f"did you mean '{meant}'") as exc:
+        load_scenario(workload="grpo-qwen2.5-7b", overrides=[key])
+    assert exc.value.field == key.split("=")[0]
+
+
+def test_a_key_close_to_no_field_gets_no_suggestion():
+    with pytest.raises(RlsimError) as exc:
+        load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.totally_unrelated=1"])
+    assert "did you mean" not in str(exc.value)
+
+
+def test_a_mistyped_planner_key_names_the_field_it_is_close_to(capsys):
+    assert main([*PLAN, "--set", "planner.space.tpp=1"]) == 2
+    assert "did you mean 'tp'" in capsys.readouterr().err
+
+
+def test_a_mistyped_rollout_layout_key_names_the_field_it_is_close_to(capsys):
+    """The rollout layout is validated when the run builds its engines, not by load_scenario."""
+    assert main(["run", *RUN, "--set", "workload.rollout_layout.max_num_seq=64"]) == 2
+    assert "did you mean 'max_num_seqs'" in capsys.readouterr().err
+
+
 def test_unknown_software_names_the_stacks():
     with pytest.raises(RlsimError, match="megatron-2021") as exc:
         load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.train_software=megatron-1999"])

@@ -70,7 +70,7 @@ class RolloutLayout(StrictModel):
         try:
             layout = cls(**dict(mapping))
         except ValidationError as exc:
-            raise validation_error(exc, source=source, prefix=field_name,
+            raise validation_error(exc, source=source, prefix=field_name, model=cls,
                                    fix="see docs/cost-models-inference.md for the fields") from None
         except TypeError:
             raise RlsimError(f"expected a mapping, got {mapping!r}", source=source, field=field_name) from None

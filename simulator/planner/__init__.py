@@ -58,7 +58,7 @@ def planner_settings(mapping: Mapping[str, Any] | None = None, source: str = "--
     try:
         return PlannerSettings.model_validate({**sections, "params": data})
     except ValidationError as exc:
-        raise validation_error(exc, source=source, prefix="planner", skip=frozenset({"params"}),
+        raise validation_error(exc, source=source, prefix="planner", skip=frozenset({"params"}), model=PlannerSettings,
                                fix="see `rlsim plan --help` for the planner keys") from None
 
 
