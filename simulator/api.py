@@ -119,7 +119,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     device_kinds: list[str] = []
     if costs is None:
         from .rl.llm_costs import LlmCosts
-        topology = load_topology(sc.topology, max_devices=sc.limits.max_devices)
+        topology = load_topology(sc.topology, max_devices=sc.limits.max_devices, spec_source=sc.source)
         estimate = check_work(sc, topology.num_devices)
         if progress is not None:
             progress.estimate(estimate)

@@ -14,6 +14,7 @@ class RlsimError(ValueError):
 
     def __init__(self, message: str, *, source: str | None = None, field: str | None = None,
                  fix: str | None = None) -> None:
+        self.message = message
         self.source = source
         self.field = field
         self.fix = fix

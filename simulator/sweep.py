@@ -907,7 +907,8 @@ class BaseScenario:
 
         try:
             scenario = load_scenario(self.spec, **self.keywords(values))
-            topology = load_topology(scenario.topology, max_devices=scenario.limits.max_devices)
+            topology = load_topology(scenario.topology, max_devices=scenario.limits.max_devices,
+                                     spec_source=scenario.source)
         except RlsimError:
             return 0
         return work_estimate(scenario, topology.num_devices).units

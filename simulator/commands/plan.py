@@ -85,7 +85,8 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     # the batch is the scenario's optimizer step: memory judged on the run's heaviest micro-batch,
     # as `rlsim run`'s planner judges it (autoplan.heaviest_micro_batch_of)
     from_step = args.stage == "train" and workload is not None and not args.global_batch and not args.seq_len
-    return {"topology": topo_spec, "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
+    return {"topology": topo_spec, "topology_source": scn.source if topo_spec is scn.topology else None,
+            "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
             "max_devices": scn.limits.max_devices,
             "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None}
 
@@ -155,7 +156,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
 
     inp = _inputs(args, scn)
     topo_over = section(args.overrides, "topology")
-    topology = load_topology(inp["topology"], topo_over or None, max_devices=inp["max_devices"])
+    topology = load_topology(inp["topology"], topo_over or None, max_devices=inp["max_devices"],
+                             spec_source=inp["topology_source"])
     model = load_model(inp["model"])
     settings = planner_settings(section(args.overrides, "planner"))
     w = inp["workload"]   # its train_software, train_params and inference constants

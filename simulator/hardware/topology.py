@@ -501,30 +501,53 @@ def _contiguous_runs(labels: list[int]) -> dict[int, Sequence[int]]:
 # Loading
 # =========================================================================================
 def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | None = None, *,
-                  max_devices: int | None = None) -> Topology:
+                  max_devices: int | None = None, spec_source: str | None = None) -> Topology:
     """A preset name, a YAML path or a mapping (`{preset: dgx-h100, nodes: 16}`) -> Topology.
 
     `overrides` are preset parameters merged over the file (as `--set topology.nodes=16` gives);
     more devices than `max_devices` (default: the scenario's limits.max_devices) are refused before
-    the graph is built."""
+    the graph is built. An error in a key the caller wrote (the overrides, or a mapping spec's keys
+    besides its preset) names it as `topology.<field>` where it was written: "--set" for the
+    overrides, `spec_source` (e.g. the scenario's file) for the mapping; an error in the preset's own
+    file names that file."""
     if isinstance(spec, Topology):
         return spec
-    if isinstance(spec, Mapping) and "preset" in spec:
-        inner = dict(spec)
-        base, source = resolve("topologies", inner.pop("preset"))
-        mapping = _merge(_without_replaced_size(base, inner), _device_over_base(base, inner))
-    else:
-        mapping, source = resolve("topologies", dict(spec) if isinstance(spec, Mapping) else spec)
+    written = dict(spec) if isinstance(spec, Mapping) else {}
+    written.pop("preset", None)
     given = dict(overrides or {})
-    mapping = _merge(_without_replaced_size(mapping, given), _device_over_base(mapping, given))
-    mapping.pop("preset", None)
-    name = str(mapping.get("name") or (spec if isinstance(spec, str) else "custom"))
-    description = str(mapping.get("description", ""))
-    with _cyclic_gc_paused():
-        if "graph" in mapping:
-            return _build_explicit(name, description, mapping, source)
-        return _build_hierarchical(name, description, mapping, source,
-                                   Limits().max_devices if max_devices is None else max_devices)
+    try:
+        if isinstance(spec, Mapping) and "preset" in spec:
+            base, source = resolve("topologies", spec["preset"])
+            mapping = _merge(_without_replaced_size(base, written), _device_over_base(base, written))
+        else:
+            mapping, source = resolve("topologies", dict(spec) if isinstance(spec, Mapping) else spec)
+        mapping = _merge(_without_replaced_size(mapping, given), _device_over_base(mapping, given))
+        mapping.pop("preset", None)
+        name = str(mapping.get("name") or (spec if isinstance(spec, str) else "custom"))
+        description = str(mapping.get("description", ""))
+        with _cyclic_gc_paused():
+            if "graph" in mapping:
+                return _build_explicit(name, description, mapping, source)
+            return _build_hierarchical(name, description, mapping, source,
+                                       Limits().max_devices if max_devices is None else max_devices)
+    except RlsimError as exc:
+        raise _as_written(exc, ((given, "--set"), (written, spec_source))) from None
+
+
+def _as_written(exc: RlsimError, layers: Iterable[tuple[Mapping[str, Any], str | None]]) -> RlsimError:
+    """``exc`` re-named where its field was written: the first layer (keys, label) holding the
+    field's dotted path, as `topology.<field>` in that label; else ``exc`` as it is."""
+    parts = exc.field.split(".") if exc.field else []
+    for keys, label in layers:
+        node: Any = keys
+        for part in parts:
+            node = node.get(part, _ABSENT) if isinstance(node, Mapping) else _ABSENT
+        if parts and label and node is not _ABSENT:
+            return RlsimError(exc.message, source=label, field=f"topology.{exc.field}", fix=exc.fix)
+    return exc
+
+
+_ABSENT = object()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,35 @@
+"""An error in a topology key is named where the key was written: `--set` overrides and a scenario's
+topology mapping as `topology.<field>` in their own label, the preset's own file as itself."""
+import pytest
+
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+
+
+def test_an_override_is_named_as_set():
+    with pytest.raises(RlsimError) as exc:
+        load_topology("dgx-h100", {"device": {"gemm_eficiency": 0.5}})
+    assert exc.value.source == "--set" and exc.value.field == "topology.device.gemm_eficiency"
+
+
+def test_a_mapping_key_is_named_in_the_callers_file():
+    with pytest.raises(RlsimError) as exc:
+        load_topology({"preset": "dgx-h100", "nodez": 2}, spec_source="my.yaml")
+    assert exc.value.source == "my.yaml" and exc.value.field == "topology.nodez"
+
+
+def test_a_key_of_the_users_own_topology_file_is_named_in_that_file(tmp_path):
+    path = tmp_path / "topo.yaml"
+    path.write_text("name: x\ndevices_per_node: 8\nnodez: 2\ndevice: h100\n")
+    with pytest.raises(RlsimError) as exc:
+        load_topology(str(path), spec_source="scenario.yaml")
+    assert exc.value.source == str(path) and exc.value.field == "nodez"
+
+
+def test_the_cli_names_the_scenario_file(tmp_path, capsys):
+    path = tmp_path / "scn.yaml"
+    path.write_text("topology: {preset: dgx-h100, device: {gemm_eficiency: 0.5}}\nworkload: grpo-qwen2.5-7b\n")
+    assert main(["run", str(path), "--iterations", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: field 'topology.device.gemm_eficiency'" in err and "topologies/" not in err
