@@ -45,12 +45,15 @@ def interleave_chunks(num_layers: int, pp: int) -> int:
     return next((v for v in range(2, per_stage + 1) if per_stage % v == 0), 1)
 
 
-def step_breakdown(cost: Any) -> Prediction:
+def step_breakdown(cost: Any, counted: str = "hardware") -> Prediction:
     """TFLOP/s per device with the step's parts (llm.training.TrainStepCost), so a miss points at
     its mechanism: the flush (busiest device's compute + bubble + exposed TP / CP / EP / PP), then the
-    exposed gradient sync and the optimizer."""
+    exposed gradient sync and the optimizer. ``counted``: the FLOPs the published figure counts,
+    "hardware" (the recomputed forward too: the 2021 paper's Table 1) or "model" (Megatron-Core's
+    num_floating_point_operations: none recomputed)."""
     exposed = ", ".join(f"{kind} {s:.3f}" for kind, s in cost.comm_exposed_s.items() if s > 0) or "none"
-    return Prediction(float(cost.tflops_per_device),
+    flops = {"hardware": cost.hardware_flops, "model": cost.model_flops}[counted]
+    return Prediction(float(flops / (cost.step_time_s * cost.devices) / 1e12),
                       f"step {cost.step_time_s:.3f} s: flush {cost.pipeline_s:.3f} (compute {cost.compute_s:.3f}, "
                       f"bubble {cost.bubble_s:.3f}), exposed comm {exposed}, optimizer {cost.optimizer_s:.4f}; "
                       f"{cost.pipeline.micro_batches} micro-batches, MFU {cost.mfu:.1%}")

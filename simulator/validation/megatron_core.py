@@ -96,7 +96,7 @@ def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: in
 
 def tflops(row: tuple, overrides: tuple[str, ...] = ()) -> Prediction:
     _label, heads, hidden, layers, tp, pp, gpus, batch, _pub = row
-    return step_breakdown(predict_row(heads, hidden, layers, tp, pp, gpus, batch, overrides=overrides))
+    return step_breakdown(predict_row(heads, hidden, layers, tp, pp, gpus, batch, overrides=overrides), counted="model")
 
 
 def median_error(overrides: tuple[str, ...] = ()) -> Prediction:
