@@ -16,6 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from ..errors import RlsimError
 from ..llm.train_presets import MEGATRON_2021
 from . import Case, Prediction, overridden_device, register
 
@@ -60,8 +61,54 @@ def step_breakdown(cost: Any, counted: str = "hardware") -> Prediction:
 
 
 # `rlsim validate --set` keys the training cases (V1, V7) predict with: the device's fields (over the
-# catalog device of the row's topology) and the trainer constants (over the case's stack)
-TRAIN_OVERRIDES = ("topology.device.", "workload.train_params.")
+# catalog device of the row's topology), the trainer constants (over the case's stack) and the recipe
+# settings a published table leaves open (over each row's layout: RECIPE_KEYS)
+TRAIN_OVERRIDES = ("topology.device.", "workload.train_params.", "workload.train_layout.")
+# The layout keys a row takes from --set: a row fixes its TP, PP and DP (its GPUs), not the rest of
+# the recipe: the micro-batch, the recompute and the model chunks per pipeline rank (PP > 1 rows).
+RECIPE_KEYS = ("micro_batch", "recompute", "vpp")
+WHERE = "rlsim validate --set"
+
+
+def recipe_overrides(overrides: tuple[str, ...]) -> dict[str, Any]:
+    """The `--set workload.train_layout.*` items, checked as TrainLayout checks them; a layout key a
+    row fixes (tp, pp, dp, ...) or an unknown one is an error."""
+    import dataclasses
+
+    from ..llm.train_layout import TrainLayout
+    from ..overrides import section
+
+    given = section(overrides, "workload.train_layout")
+    for key in given:
+        if key not in RECIPE_KEYS:
+            what = ("each row fixes its own" if key in {f.name for f in dataclasses.fields(TrainLayout)}
+                    else "unknown train_layout key")
+            raise RlsimError(f"{what} {key!r}", source=WHERE, field=f"workload.train_layout.{key}",
+                             fix=f"give one of {', '.join(RECIPE_KEYS)} (the published rows fix tp, pp and dp)")
+    try:
+        TrainLayout(**given)
+    except RlsimError as exc:
+        raise RlsimError(exc.message, source=WHERE, field=f"workload.{exc.field}", fix=exc.fix) from None
+    return given
+
+
+def row_layout(stack: Any, recipe: dict[str, Any], *, tp: int, pp: int, dp: int, layers: int, batch: int,
+               **assumed: Any) -> Any:
+    """A published row's layout: its TP, PP and DP, the case's `assumed` recipe (micro_batch,
+    recompute) and V1's chunk rule (interleave_chunks), each of these replaced by `recipe`
+    (recipe_overrides). A recipe the row cannot run is an RlsimError naming the key."""
+    fields = {**assumed, **{k: v for k, v in recipe.items() if k != "vpp"}}
+    vpp = recipe.get("vpp", interleave_chunks(layers, pp)) if pp > 1 else 1
+    if (layers // pp) % vpp:
+        raise RlsimError(f"vpp {vpp} does not divide the {layers // pp} layers of a stage (PP {pp})", source=WHERE,
+                         field="workload.train_layout.vpp", fix="give a divisor of every selected row's stage "
+                         "layers, or narrow --case")
+    per_replica, micro = batch // dp, fields.get("micro_batch", 1)
+    if per_replica % micro:
+        raise RlsimError(f"micro_batch {micro} does not divide the {per_replica} sequences of a DP replica",
+                         source=WHERE, field="workload.train_layout.micro_batch",
+                         fix="give a divisor of every selected row's batch / DP, or narrow --case")
+    return stack.layout(tp=tp, pp=pp, vpp=vpp, dp=dp, **fields)
 
 
 def training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str) -> tuple[dict[str, Any], Any]:
@@ -78,10 +125,11 @@ def training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str)
 
 
 def check_training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str) -> None:
-    """Raise RlsimError now (bad input: `rlsim validate` exits 2) for a bad device or trainer key,
-    naming it as given (topology.device.KEY, workload.train_params.KEY)."""
+    """Raise RlsimError now (bad input: `rlsim validate` exits 2) for a bad device, trainer or recipe
+    key, naming it as given (topology.device.KEY, workload.train_params.KEY, workload.train_layout.KEY)."""
     training_overrides(overrides, stack, base_device)
     overridden_device(base_device, overrides)
+    recipe_overrides(overrides)
 
 
 @lru_cache(maxsize=16)
@@ -95,17 +143,22 @@ def predict_row(model_name: str, tp: int, pp: int, gpus: int, batch: int, overri
     device, params = training_overrides(overrides, MEGATRON_2021, "a100-80gb")
     model = load_model(model_name)
     topology = load_topology({"preset": "dgx-a100", "nodes": gpus // 8, **({"device": device} if device else {})})
-    layout = published_layout(model_name, tp, pp, gpus)
+    layout = published_layout(model_name, tp, pp, gpus, batch, recipe_overrides(overrides))
     return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=params)
 
 
-def published_layout(model_name: str, tp: int, pp: int, gpus: int):
-    """The Table 1 row's layout under the assumptions above (MEGATRON_2021 settings)."""
+def published_layout(model_name: str, tp: int, pp: int, gpus: int, batch: int, recipe: dict[str, Any]):
+    """The Table 1 row's layout under the assumptions above (MEGATRON_2021 settings), with `recipe`
+    (recipe_overrides) over them."""
     from ..llm.architecture import load_model
 
-    model = load_model(model_name)
-    return MEGATRON_2021.layout(tp=tp, pp=pp, vpp=interleave_chunks(model.num_layers, pp), dp=gpus // (tp * pp),
-                                micro_batch=MICRO_BATCH)
+    return row_layout(MEGATRON_2021, recipe, tp=tp, pp=pp, dp=gpus // (tp * pp),
+                      layers=load_model(model_name).num_layers, batch=batch, micro_batch=MICRO_BATCH)
+
+
+def recipe_note(recipe: dict[str, Any]) -> str:
+    """The recipe keys --set gave, for a case's note ('' without any)."""
+    return "; --set " + ", ".join(f"{k} {v}" for k, v in recipe.items()) if recipe else ""
 
 
 @register(overrides=True)
@@ -117,4 +170,4 @@ def cases(overrides: tuple[str, ...] = ()):
             predict=lambda n=name, t=tp, p=pp, g=gpus, b=batch: step_breakdown(predict_row(n, t, p, g, b, overrides)),
             tolerance=0.15, source=SOURCE, overridable=TRAIN_OVERRIDES,
             note="dgx-a100, seq 2048, MEGATRON_2021 (full recompute, no flash/SP/ZeRO, blocking p2p), "
-                 "micro-batch 1, interleaved when pp > 1")
+                 "micro-batch 1, interleaved when pp > 1" + recipe_note(recipe_overrides(overrides)))

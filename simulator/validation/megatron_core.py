@@ -35,6 +35,9 @@ from .megatron import (
     TRAIN_OVERRIDES,
     check_training_overrides,
     interleave_chunks,
+    recipe_note,
+    recipe_overrides,
+    row_layout,
     step_breakdown,
     training_overrides,
 )
@@ -89,8 +92,8 @@ def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: in
     if device or given:
         topology_map["device"] = {"base": "h100", **dict(device), **given}
     topology = load_topology(topology_map)
-    layout = stack.layout(tp=tp, pp=pp, vpp=interleave_chunks(layers, pp), dp=gpus // (tp * pp),
-                          micro_batch=MICRO_BATCH, recompute=RECOMPUTE)
+    layout = row_layout(stack, recipe_overrides(overrides), tp=tp, pp=pp, dp=gpus // (tp * pp), layers=layers,
+                        batch=batch, micro_batch=MICRO_BATCH, recompute=RECOMPUTE)
     return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=params)
 
 
@@ -125,7 +128,7 @@ def cases(overrides: tuple[str, ...] = ()):
                    overridable=TRAIN_OVERRIDES,
                    note=f"dgx-h100, seq {SEQ_LEN}, vocab {VOCAB}, {STACK} (the README's overlap flags), "
                         f"recompute {RECOMPUTE}, micro-batch {MICRO_BATCH}, vpp {interleave_chunks(layers, pp)}, "
-                        f"batch {batch}")
+                        f"batch {batch}" + recipe_note(recipe_overrides(overrides)))
     yield Case("V7 megatron-core median |error|", "|error|", TARGET_MEDIAN, lambda: median_error(overrides),
                expect="below", source=SOURCE, note="acceptance target (issue 12)", overridable=TRAIN_OVERRIDES)
     yield Case("V7 megatron-core strong scaling 177b 96->4608 gpu", "MFU ratio", 42 / 47,

@@ -50,6 +50,49 @@ def test_v1_takes_trainer_constants_over_its_stack(capsys):
     assert changed > megatron.predict_row(name, tp, pp, gpus, batch).tflops_per_device
 
 
+def test_v7_takes_the_recipe_the_readme_leaves_open(capsys):
+    """`workload.train_layout.recompute / micro_batch / vpp` replace the case's assumed recipe on
+    every row; the figure stays Megatron-Core's model-FLOPs rate."""
+    row = megatron_core.ROWS[0]
+    name = f"V7 megatron-core {row[0]} tp{row[4]} pp{row[5]} {row[6]}gpu"
+    full = ("workload.train_layout.recompute=full",)
+    cost = megatron_core.predict_row(*row[1:8], overrides=full)
+    assert cost.layout.recompute == "full" and cost.hardware_flops > cost.model_flops
+    got = _predicted(capsys, "--case", name, "--set", full[0])[name]
+    assert got == pytest.approx(cost.mfu * 989.0) and got < megatron_core.predict_row(*row[1:8]).tflops_per_device
+    two = megatron_core.predict_row(*row[1:8], overrides=("workload.train_layout.micro_batch=2",))
+    assert two.layout.micro_batch == 2 and two.pipeline.micro_batches == 2
+    piped = megatron_core.ROWS[6]                            # 177B: 16 layers a stage
+    assert megatron_core.predict_row(*piped[1:8], overrides=("workload.train_layout.vpp=4",)).layout.vpp == 4
+
+
+def test_a_recipe_a_row_cannot_run_names_the_key():
+    row = megatron_core.ROWS[5]                              # 119B: 23 layers a stage
+    with pytest.raises(RlsimError, match="vpp 2 does not divide the 23 layers") as exc:
+        megatron_core.predict_row(*row[1:8], overrides=("workload.train_layout.vpp=2",))
+    assert exc.value.field == "workload.train_layout.vpp"
+    with pytest.raises(RlsimError, match="micro_batch 3 does not divide the 4 sequences") as exc:
+        megatron_core.predict_row(*megatron_core.ROWS[0][1:8], overrides=("workload.train_layout.micro_batch=3",))
+    assert exc.value.field == "workload.train_layout.micro_batch"
+
+
+@pytest.mark.parametrize("key, says", [("workload.train_layout.tp=2", "each row fixes its own 'tp'"),
+                                       ("workload.train_layout.recompute=partial", "recompute must be one of"),
+                                       ("workload.train_layout.micro_batch=0", "micro_batch must be a positive"),
+                                       ("workload.train_layout.vpps=2", "unknown train_layout key")])
+def test_a_bad_recipe_key_exits_2_naming_it(capsys, key, says):
+    assert main(["validate", "--case", "V1", "--set", key]) == 2
+    err = capsys.readouterr().err
+    assert says in err and key.split("=")[0] in err
+
+
+def test_v1_takes_the_recipe_too():
+    name, tp, pp, gpus, batch, _ = megatron.ROWS[0]
+    selective = megatron.predict_row(name, tp, pp, gpus, batch, ("workload.train_layout.recompute=selective",))
+    assert selective.layout.recompute == "selective"
+    assert selective.step_time_s < megatron.predict_row(name, tp, pp, gpus, batch).step_time_s
+
+
 def test_v6_row_is_its_scenario_with_the_items_applied(capsys):
     row = next(r for r in nemo_rl.ROWS if r.key == "llama3.1-8b" and r.off_policy)
     key = "workload.inference.hbm_efficiency=0.6"
