@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -80,8 +81,8 @@ def _fields_beside(model: Any, loc: tuple[Any, ...]) -> set[str]:
     return {name for cls in current for name in cls.model_fields}
 
 
-def _did_you_mean(err: dict[str, Any], model: Any) -> str:
-    """' (did you mean 'x'?)' for an unknown key one typo away from a field its model declares."""
+def did_you_mean(err: Mapping[str, Any], model: Any) -> str:
+    """"; did you mean 'x'?" for an unknown key one typo away from a field its model declares ('' else)."""
     loc = tuple(err.get("loc", ()))
     if model is None or err.get("type") != "extra_forbidden" or not loc:
         return ""
@@ -105,7 +106,7 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
             loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
         where = _dotted(prefix, loc, skip) or prefix or "input"
         by_field.setdefault(where, []).append(str(err.get("msg", "invalid")).removeprefix("Value error, ")
-                                              + _did_you_mean(err, model))
+                                              + did_you_mean(err, model))
         shown.setdefault(where, _shown(err.get("input", _MISSING)))
     items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
     if len(items) == 1:

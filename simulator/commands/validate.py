@@ -15,10 +15,11 @@ EXAMPLES = """examples:
 
 --set KEY=VALUE predicts the selected cases with a change, to test a hypothesis against the
 published figures: V6 takes any scenario key (applied to each row's scenario), V1 and V7 take
-topology.device.* (over the row's catalog device), workload.train_params.* (over the case's
-stack) and the recipe a published row leaves open, workload.train_layout.micro_batch / recompute /
-vpp (over each row's layout: a row fixes its tp, pp and dp), V3 and V5 topology.device.* and
-workload.inference.*; a selected case that does not take a key is an error (exit 2): narrow --case.
+topology.device.* (over the row's catalog device), topology.device_profile (a profile `rlsim
+calibrate` measured on that device), workload.train_params.* (over the case's stack) and the
+recipe a published row leaves open, workload.train_layout.micro_batch / recompute / vpp (over each
+row's layout: a row fixes its tp, pp and dp), V3 and V5 topology.device.* and workload.inference.*;
+a selected case that does not take a key is an error (exit 2): narrow --case.
 
 Each case prints predicted, published and the signed error (predicted / published - 1); a case is
 green when |error| <= its tolerance. Cases live in simulator/validation/ (see docs/validation.md).

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import RlsimError
+from ..errors import RlsimError, did_you_mean
 from ..presets import read_yaml
 from ..strict_model import StrictModel
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
@@ -156,7 +156,7 @@ def profile_from_mapping(mapping: Mapping[str, Any], source: str = "<profile map
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or None
         cause = err.get("ctx", {}).get("error")
-        message = str(cause) if isinstance(cause, RlsimError) else err["msg"]
+        message = str(cause) if isinstance(cause, RlsimError) else err["msg"] + did_you_mean(err, DeviceProfile)
         raise RlsimError(message, source=source, field=where,
                          fix="correct the value or re-run `rlsim calibrate`; see docs/calibration.md") from None
 

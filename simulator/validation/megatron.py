@@ -61,9 +61,10 @@ def step_breakdown(cost: Any, counted: str = "hardware") -> Prediction:
 
 
 # `rlsim validate --set` keys the training cases (V1, V7) predict with: the device's fields (over the
-# catalog device of the row's topology), the trainer constants (over the case's stack) and the recipe
-# settings a published table leaves open (over each row's layout: RECIPE_KEYS)
-TRAIN_OVERRIDES = ("topology.device.", "workload.train_params.", "workload.train_layout.")
+# catalog device of the row's topology) or a profile measured on that device (`rlsim calibrate --out`),
+# the trainer constants (over the case's stack) and the recipe settings a published table leaves open
+# (over each row's layout: RECIPE_KEYS)
+TRAIN_OVERRIDES = ("topology.device.", "topology.device_profile", "workload.train_params.", "workload.train_layout.")
 # The layout keys a row takes from --set: a row fixes its TP, PP and DP (its GPUs), not the rest of
 # the recipe: the micro-batch, the recompute and the model chunks per pipeline rank (PP > 1 rows).
 RECIPE_KEYS = ("micro_batch", "recompute", "vpp")
@@ -125,24 +126,51 @@ def training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str)
 
 
 def check_training_overrides(overrides: tuple[str, ...], stack: Any, base_device: str) -> None:
-    """Raise RlsimError now (bad input: `rlsim validate` exits 2) for a bad device, trainer or recipe
-    key, naming it as given (topology.device.KEY, workload.train_params.KEY, workload.train_layout.KEY)."""
+    """Raise RlsimError now (bad input: `rlsim validate` exits 2) for a bad device, profile, trainer or
+    recipe key, naming it as given (topology.device.KEY, topology.device_profile,
+    workload.train_params.KEY, workload.train_layout.KEY)."""
+    from ..hardware.profiles import load_profile, resolve_profile_path
+
     training_overrides(overrides, stack, base_device)
     overridden_device(base_device, overrides)
+    profile = device_profile(overrides)
+    if profile is not None:   # a missing or malformed file; one of another device fails that device's rows
+        load_profile(resolve_profile_path(profile, source=WHERE, field="topology.device_profile"))
     recipe_overrides(overrides)
+
+
+def device_profile(overrides: tuple[str, ...]) -> Any:
+    """The `--set topology.device_profile=PATH` value (None without it)."""
+    from ..overrides import section
+
+    return section(overrides, "topology").get("device_profile")
+
+
+def row_topology(preset: str, nodes: int, device: dict[str, Any], overrides: tuple[str, ...]) -> Any:
+    """A row's topology: `preset` at `nodes` nodes, its device with the `device` mapping (the --set
+    device fields over the catalog device) and, given, the profile of --set topology.device_profile
+    applied over it (as a topology's `device_profile:` is)."""
+    from ..hardware.topology import load_topology
+
+    spec: dict[str, Any] = {"preset": preset, "nodes": nodes}
+    if device:
+        spec["device"] = device
+    profile = device_profile(overrides)
+    if profile is not None:
+        spec["device_profile"] = profile
+    return load_topology(spec, spec_source=WHERE)
 
 
 @lru_cache(maxsize=16)
 def predict_row(model_name: str, tp: int, pp: int, gpus: int, batch: int, overrides: tuple[str, ...] = ()):
     """The TrainStepCost of one Table 1 row under the assumptions above (and `rlsim validate --set`
     items under TRAIN_OVERRIDES)."""
-    from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..llm.training import train_step_cost, uniform_sequences
 
     device, params = training_overrides(overrides, MEGATRON_2021, "a100-80gb")
     model = load_model(model_name)
-    topology = load_topology({"preset": "dgx-a100", "nodes": gpus // 8, **({"device": device} if device else {})})
+    topology = row_topology("dgx-a100", gpus // 8, device, overrides)
     layout = published_layout(model_name, tp, pp, gpus, batch, recipe_overrides(overrides))
     return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=params)
 

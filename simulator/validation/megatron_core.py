@@ -38,6 +38,7 @@ from .megatron import (
     recipe_note,
     recipe_overrides,
     row_layout,
+    row_topology,
     step_breakdown,
     training_overrides,
 )
@@ -80,7 +81,6 @@ def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: in
     """The TrainStepCost of one V7 row under the assumptions above. ``device``: (field, value) pairs
     over the catalog H100 (a what-if, e.g. a measured plateau: benchmarks/device_what_if.py);
     ``overrides``: `rlsim validate --set` items under megatron.TRAIN_OVERRIDES (on top)."""
-    from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..llm.train_presets import PRESETS
     from ..llm.training import train_step_cost, uniform_sequences
@@ -88,10 +88,8 @@ def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: in
     stack = PRESETS[STACK]
     given, params = training_overrides(overrides, stack, "h100")
     model = load_model(gpt_config(layers, hidden, heads))
-    topology_map: dict[str, Any] = {"preset": "dgx-h100", "nodes": gpus // 8}
-    if device or given:
-        topology_map["device"] = {"base": "h100", **dict(device), **given}
-    topology = load_topology(topology_map)
+    topology = row_topology("dgx-h100", gpus // 8, {"base": "h100", **dict(device), **given} if device or given else {},
+                            overrides)
     layout = row_layout(stack, recipe_overrides(overrides), tp=tp, pp=pp, dp=gpus // (tp * pp), layers=layers,
                         batch=batch, micro_batch=MICRO_BATCH, recompute=RECOMPUTE)
     return train_step_cost(model, layout, topology, None, uniform_sequences(batch, SEQ_LEN), params=params)

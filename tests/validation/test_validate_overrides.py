@@ -93,6 +93,29 @@ def test_v1_takes_the_recipe_too():
     assert selective.step_time_s < megatron.predict_row(name, tp, pp, gpus, batch).step_time_s
 
 
+def test_v7_with_a_measured_profile_is_the_what_if_of_its_fields(tmp_path, capsys):
+    """`--set topology.device_profile=PATH` (a profile `rlsim calibrate` writes) applies over each
+    row's device, as a topology's device_profile does: a profile setting the plateau only is the
+    plateau's what-if."""
+    profile = tmp_path / "h100.yaml"
+    profile.write_text("device: h100\ngemm_efficiency: 0.6\n")
+    measured = _predicted(capsys, "--case", "V7", "--set", f"topology.device_profile={profile}")
+    assert measured == _predicted(capsys, "--case", "V7", "--set", PLATEAU)
+
+
+def test_a_profile_of_another_device_fails_that_devices_rows_and_a_bad_one_exits_2(tmp_path, capsys):
+    profile = tmp_path / "h100.yaml"
+    profile.write_text("device: h100\ngemm_efficiency: 0.6\n")
+    name, tp, pp, gpus, batch, _ = megatron.ROWS[0]
+    with pytest.raises(RlsimError, match="measured on device 'h100', but the topology's device is 'a100-80gb'"):
+        megatron.predict_row(name, tp, pp, gpus, batch, (f"topology.device_profile={profile}",))
+    assert main(["validate", "--case", "V7", "--set", f"topology.device_profile={tmp_path / 'none.yaml'}"]) == 2
+    assert "device profile not found" in capsys.readouterr().err
+    profile.write_text("device: h100\ngemm_eficiency: 0.6\n")
+    assert main(["validate", "--case", "V7", "--set", f"topology.device_profile={profile}"]) == 2
+    assert "did you mean 'gemm_efficiency'" in capsys.readouterr().err
+
+
 def test_v6_row_is_its_scenario_with_the_items_applied(capsys):
     row = next(r for r in nemo_rl.ROWS if r.key == "llama3.1-8b" and r.off_policy)
     key = "workload.inference.hbm_efficiency=0.6"
