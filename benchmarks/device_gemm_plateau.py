@@ -2,8 +2,14 @@
 make the H100 plateau a sourced default (docs/validation.md V7: the tables ask for ~0.6, the catalog
 keeps hardware.md's 0.75). A prepared device check: one run, a few minutes, prints figures.
 
-    python benchmarks/device_gemm_plateau.py --device cuda [--json] [--sustain-s 20]
+    python benchmarks/device_gemm_plateau.py --device cuda [--json] [--sustain-s 20] [--out h100.yaml]
     python benchmarks/device_gemm_plateau.py --device cpu --smoke     # the script itself, on a CPU
+
+With `--out PATH` it also writes a device profile of the `--catalog` device whose gemm_efficiency is
+the FLOP-weighted plateau over every shape (one plateau, as rlsim's device has one), for
+`rlsim validate --case V7 --set topology.device_profile=PATH` (and `--case V6`). An H200 has the
+H100's SMs, clocks and power limit: measured there with `--catalog h100`, the profile says so in
+`measured_on`.
 
 What it does: bf16 `matmul` (fp32 on a CPU) at every per-GPU GEMM of the V7 Megatron-Core rows (the
 layer's forward, data-gradient and weight-gradient GEMMs and the LM head of one 4096-token
@@ -120,6 +126,7 @@ def main() -> None:
     parser.add_argument("--min-s", type=float, default=0.2, help="seconds each shape is timed for")
     parser.add_argument("--smoke", action="store_true", help="a few small shapes (the script on a CPU)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", help="also write a device profile YAML of --catalog with the plateau")
     args = parser.parse_args()
     import torch
 
@@ -147,10 +154,14 @@ def main() -> None:
         rows.setdefault(r["row"], []).append(r)
     summary = {row: sum(r["implied_plateau"] * r["m"] * r["n"] * r["k"] for r in rs)
                / sum(r["m"] * r["n"] * r["k"] for r in rs) for row, rs in rows.items()}
+    weight = sum(r["m"] * r["n"] * r["k"] for r in results)
     doc = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "dtype": dtype_name,
            "catalog": args.catalog, "peak_tflops": peak / 1e12, "sustain_s": args.sustain_s,
            "sm_clock_mhz_before_after": [clock_before, _clock_mhz()], "shapes": results,
-           "flop_weighted_plateau_by_row": summary}
+           "flop_weighted_plateau_by_row": summary,
+           "flop_weighted_plateau": sum(r["implied_plateau"] * r["m"] * r["n"] * r["k"] for r in results) / weight}
+    if args.out:
+        _write_profile(args.out, doc, torch.__version__)
     if args.json:
         print(json.dumps(doc, indent=1))
         return
@@ -162,6 +173,19 @@ def main() -> None:
     print("FLOP-weighted plateau per row (topology.device.gemm_efficiency; catalog 0.75):")
     for row, value in summary.items():
         print(f"  {row:<18} {value:.3f}")
+
+
+def _write_profile(path: str, doc: dict, torch_version: str) -> None:
+    """A device profile of the catalog device with the overall plateau (at most 1) as gemm_efficiency."""
+    from simulator.hardware.profiles import DeviceProfile, save_profile
+
+    plateau = doc["flop_weighted_plateau"]
+    save_profile(DeviceProfile(
+        device=doc["catalog"], gemm_efficiency=min(1.0, plateau),
+        measured_on={"framework": f"torch {torch_version}", "device": doc["device"], "dtype": doc["dtype"],
+                     "sustain_s": doc["sustain_s"], "sm_clock_mhz_before_after": doc["sm_clock_mhz_before_after"]},
+        notes=[f"benchmarks/device_gemm_plateau.py: FLOP-weighted plateau {plateau:.4f} over "
+               f"{len(doc['shapes'])} GEMM shapes of the V7 rows and the V6 Qwen3-32B trainer"]), path)
 
 
 if __name__ == "__main__":

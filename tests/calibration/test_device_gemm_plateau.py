@@ -12,10 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_smoke_run_reports_every_shape_and_the_flop_weighted_plateau():
+def test_the_smoke_run_reports_every_shape_and_the_flop_weighted_plateau(tmp_path):
     pytest.importorskip("torch")
+    from simulator.hardware.profiles import load_profile
+
+    profile = tmp_path / "cpu.yaml"
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device_gemm_plateau.py"), "--device", "cpu",
-                          "--smoke", "--catalog", "cpu", "--sustain-s", "0", "--min-s", "0.005", "--json"],
+                          "--smoke", "--catalog", "cpu", "--sustain-s", "0", "--min-s", "0.005", "--json",
+                          "--out", str(profile)],
                          capture_output=True, text=True, check=True, cwd=ROOT, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     doc = json.loads(out.stdout)
@@ -25,6 +29,10 @@ def test_the_smoke_run_reports_every_shape_and_the_flop_weighted_plateau():
     mean = sum(s["implied_plateau"] * w for s, w in zip(shapes, weight, strict=True)) / sum(weight)
     assert doc["flop_weighted_plateau_by_row"]["smoke"] == pytest.approx(mean, rel=1e-12)
     assert all(s["implied_plateau"] >= s["share_of_peak"] > 0 for s in shapes)
+    overall = sum(s["implied_plateau"] * w for s, w in zip(shapes, weight, strict=True)) / sum(weight)
+    assert doc["flop_weighted_plateau"] == pytest.approx(overall, rel=1e-12)
+    written = load_profile(profile)      # what `rlsim validate --set topology.device_profile=PATH` reads
+    assert written.device == "cpu" and written.gemm_efficiency == pytest.approx(min(1.0, overall), rel=1e-12)
 
 
 def test_the_gpu_grid_holds_every_v7_row_and_the_v6_trainer():
