@@ -11,7 +11,7 @@ Setup assumptions (the table gives heads, hidden, layers, TP, PP, GPUs and batch
   flags on the megatron-core defaults). What the README does not state is Megatron-LM's argument
   default: no activation recomputation (--recompute-granularity unset), micro-batch 1.
 - The interleaved pipeline schedule on every PP > 1 row, with V1's chunk rule (the fewest chunks
-  v >= 2 dividing a stage's layers, `megatron.interleave_chunks`). The README gives no v, but two
+  v >= 2 dividing a stage's layers, `training_rows.interleave_chunks`). The README gives no v, but two
   statements need interleaving: (1) it overlaps "pipeline-parallel communication" with compute,
   and Megatron-Core overlaps p2p only in the interleaved schedule (--overlap-p2p-communication;
   the non-interleaved schedule raises "Non-interleaved pipeline parallelism does not support
@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any
 
 from . import Case, Prediction, register
-from .megatron import (
+from .training_rows import (
     TRAIN_OVERRIDES,
     check_training_overrides,
     interleave_chunks,
@@ -80,7 +80,7 @@ def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: in
                 device: tuple[tuple[str, Any], ...] = (), overrides: tuple[str, ...] = ()):
     """The TrainStepCost of one V7 row under the assumptions above. ``device``: (field, value) pairs
     over the catalog H100 (a what-if, e.g. a measured plateau: benchmarks/device_what_if.py);
-    ``overrides``: `rlsim validate --set` items under megatron.TRAIN_OVERRIDES (on top)."""
+    ``overrides``: `rlsim validate --set` items under training_rows.TRAIN_OVERRIDES (on top)."""
     from ..llm.architecture import load_model
     from ..llm.train_presets import PRESETS
     from ..llm.training import train_step_cost, uniform_sequences

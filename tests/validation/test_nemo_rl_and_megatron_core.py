@@ -98,7 +98,7 @@ def test_v7_pipelined_rows_run_the_interleaved_schedule_the_strong_scaling_needs
     """The README overlaps pipeline communication (Megatron-Core does so only interleaved) and keeps
     0.89 of its MFU at 12 micro-batches over 6 stages, above plain 1F1B's m / (m + p - 1) = 12 / 17:
     the case runs V1's chunk rule, and its 4,608-GPU bubble stays under the 1F1B fraction."""
-    from simulator.validation.megatron import interleave_chunks
+    from simulator.validation.training_rows import interleave_chunks
 
     for label, heads, hidden, layers, tp, pp, gpus, batch, _ in megatron_core.ROWS[4:6]:
         cost = megatron_core.predict_row(heads, hidden, layers, tp, pp, gpus, batch)
@@ -122,7 +122,7 @@ def test_a_v7_row_with_the_catalog_h100_restated_is_the_catalog_row_and_a_lower_
 def test_v7_counts_model_flops_and_v1_the_recomputed_forward_too(monkeypatch):
     """Megatron-Core's figure leaves the recompute out (its MFU column is TFLOP/s / 989); the 2021
     paper's Table 1 counts it. Under full recompute the V7 figure is the model FLOPs' rate."""
-    from simulator.validation.megatron import step_breakdown
+    from simulator.validation.training_rows import step_breakdown
 
     monkeypatch.setattr(megatron_core, "RECOMPUTE", "full")
     megatron_core.predict_row.cache_clear()

@@ -9,7 +9,8 @@ from simulator import validation
 from simulator.cli import main
 from simulator.errors import RlsimError
 from simulator.validation import Case, all_cases, register, run_case
-from simulator.validation.megatron import ROWS, interleave_chunks, predict_row
+from simulator.validation.megatron import ROWS, predict_row
+from simulator.validation.training_rows import interleave_chunks
 
 
 def test_megatron_table1_all_ten_rows_within_15_percent_with_one_a100_efficiency():
