@@ -16,7 +16,7 @@ from speed_reference import reference_ms
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
 from simulator.llm.training import TrainLayout, TrainParams, forward_cost, train_step_cost, uniform_sequences
-from simulator.validation.megatron import ROWS, predict_row
+from simulator.validation.megatron import ROWS, _predict_row, predict_row
 
 
 def _time(fn, repeat: int) -> float:
@@ -69,7 +69,7 @@ def main() -> None:
         print(f"{'  forward_cost of the same':<62} {np.median(fwd) * 1e3:8.2f} {min(fwd) * 1e3:8.2f}")
     print("\nMegatron Table 1 rows (first query each, collectives cold):")
     for name, tp, pp, gpus, batch, _ in ROWS:
-        predict_row.cache_clear()
+        _predict_row.cache_clear()
         t0 = time.perf_counter()
         r = predict_row(name, tp, pp, gpus, batch)
         print(f"  {name:<12} pp={pp:<3} m={r.pipeline.micro_batches:<4} vpp={r.layout.vpp}  "

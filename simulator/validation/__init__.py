@@ -77,6 +77,34 @@ def items_taken(prefixes: tuple[str, ...], overrides: tuple[str, ...]) -> tuple[
     return tuple(item for item in overrides if key_taken(prefixes, parse_assignment(item)[0]))
 
 
+def files_named(overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """The content digest of every file a --set value names (a device profile, a workload YAML): a
+    cache keyed by the items keys on these too, so a file edited between two calls in one process (a
+    notebook re-measuring a profile) is read again, not answered from the cache."""
+    import hashlib
+    from pathlib import Path
+
+    from ..overrides import parse_assignment
+
+    def strings(value: Any) -> Iterable[str]:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for inner in value.values():
+                yield from strings(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                yield from strings(inner)
+
+    digests = []
+    for item in overrides:
+        for text in strings(parse_assignment(item)[1]):
+            path = Path(text).expanduser()
+            if text and path.is_file():
+                digests.append(hashlib.sha256(path.read_bytes()).hexdigest())
+    return tuple(digests)
+
+
 def overridden_device(name: str, overrides: tuple[str, ...]) -> Any:
     """The catalog device `name` with the `--set topology.device.*` items (a bad field or value is
     RlsimError naming its full key)."""

@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..llm.train_presets import MEGATRON_2021
-from . import Case, register
+from . import Case, files_named, register
 from .training_rows import (
     TRAIN_OVERRIDES,
     check_training_overrides,
@@ -47,10 +47,15 @@ ROWS: tuple[tuple[str, int, int, int, int, float], ...] = (
 )
 
 
-@lru_cache(maxsize=16)
 def predict_row(model_name: str, tp: int, pp: int, gpus: int, batch: int, overrides: tuple[str, ...] = ()):
     """The TrainStepCost of one Table 1 row under the assumptions above (and `rlsim validate --set`
     items under TRAIN_OVERRIDES)."""
+    return _predict_row(model_name, tp, pp, gpus, batch, overrides, files_named(overrides))
+
+
+@lru_cache(maxsize=16)
+def _predict_row(model_name: str, tp: int, pp: int, gpus: int, batch: int, overrides: tuple[str, ...],
+                 _files: tuple[str, ...]):
     from ..llm.architecture import load_model
     from ..llm.training import train_step_cost, uniform_sequences
 

@@ -30,7 +30,7 @@ import statistics
 from functools import lru_cache
 from typing import Any
 
-from . import Case, Prediction, register
+from . import Case, Prediction, files_named, register
 from .training_rows import (
     TRAIN_OVERRIDES,
     check_training_overrides,
@@ -75,12 +75,17 @@ def gpt_config(layers: int, hidden: int, heads: int) -> dict[str, Any]:
             "attention_bias": True, "mlp_bias": True}
 
 
-@lru_cache(maxsize=16)
 def predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int,
                 device: tuple[tuple[str, Any], ...] = (), overrides: tuple[str, ...] = ()):
     """The TrainStepCost of one V7 row under the assumptions above. ``device``: (field, value) pairs
     over the catalog H100 (a what-if, e.g. a measured plateau: benchmarks/device_what_if.py);
     ``overrides``: `rlsim validate --set` items under training_rows.TRAIN_OVERRIDES (on top)."""
+    return _predict_row(heads, hidden, layers, tp, pp, gpus, batch, device, overrides, files_named(overrides))
+
+
+@lru_cache(maxsize=16)
+def _predict_row(heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int,
+                 device: tuple[tuple[str, Any], ...], overrides: tuple[str, ...], _files: tuple[str, ...]):
     from ..llm.architecture import load_model
     from ..llm.train_presets import PRESETS
     from ..llm.training import train_step_cost, uniform_sequences

@@ -37,7 +37,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from . import Case, Prediction, items_taken, register
+from . import Case, Prediction, files_named, items_taken, register
 
 SOURCE = "NeMo RL v0.5 performance-summary.md, v0.5 H100 BF16 table (published-results.md V6)"
 PROMPT_SIGMA = 0.5
@@ -234,9 +234,13 @@ def row_scenario(row: Row, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     return apply_overrides(scenario(row), overrides) if overrides else scenario(row)
 
 
-@functools.cache
 def simulate_row(row: Row, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     """The steady step, tokens/s/GPU and phase breakdown; or {'refused': reason} (RlsimError)."""
+    return _simulate_row(row, overrides, files_named(overrides))
+
+
+@functools.cache
+def _simulate_row(row: Row, overrides: tuple[str, ...], _files: tuple[str, ...]) -> dict[str, Any]:
     from ..api import simulate
     from ..errors import RlsimError
 

@@ -119,19 +119,15 @@ def test_a_v7_row_with_the_catalog_h100_restated_is_the_catalog_row_and_a_lower_
     assert lower.step_time_s > catalog.step_time_s and lower.model_flops == catalog.model_flops
 
 
-def test_v7_counts_model_flops_and_v1_the_recomputed_forward_too(monkeypatch):
+def test_v7_counts_model_flops_and_v1_the_recomputed_forward_too():
     """Megatron-Core's figure leaves the recompute out (its MFU column is TFLOP/s / 989); the 2021
     paper's Table 1 counts it. Under full recompute the V7 figure is the model FLOPs' rate."""
     from simulator.validation.training_rows import step_breakdown
 
-    monkeypatch.setattr(megatron_core, "RECOMPUTE", "full")
-    megatron_core.predict_row.cache_clear()
-    try:
-        row = megatron_core.ROWS[0]
-        cost = megatron_core.predict_row(*row[1:8])
-        assert cost.hardware_flops > cost.model_flops
-        figure = float(megatron_core.tflops(row))
-        assert figure == pytest.approx(cost.mfu * 989.0)   # the H100's dense BF16 peak, TFLOP/s
-        assert figure < float(step_breakdown(cost)) == pytest.approx(cost.tflops_per_device)
-    finally:
-        megatron_core.predict_row.cache_clear()
+    full = ("workload.train_layout.recompute=full",)
+    row = megatron_core.ROWS[0]
+    cost = megatron_core.predict_row(*row[1:8], overrides=full)
+    assert cost.hardware_flops > cost.model_flops
+    figure = float(megatron_core.tflops(row, full))
+    assert figure == pytest.approx(cost.mfu * 989.0)   # the H100's dense BF16 peak, TFLOP/s
+    assert figure < float(step_breakdown(cost)) == pytest.approx(cost.tflops_per_device)

@@ -176,3 +176,21 @@ def test_a_provider_without_overrides_is_refused_not_ignored():
             run_cases("V98", overrides=("topology.nodes=2",))
     finally:
         validation._PROVIDERS[:] = [p for p in validation._PROVIDERS if p[1] is not plain]
+
+
+def test_a_profile_edited_in_the_process_is_read_again(tmp_path, capsys):
+    """The rows' caches key on the content of the files the items name, not their paths: a notebook
+    that re-measures a profile between two calls gets the new figures."""
+    profile = tmp_path / "h100.yaml"
+    item = f"topology.device_profile={profile}"
+    name = "V7 megatron-core 1.7b tp1 pp1 48gpu"
+    profile.write_text("device: h100\ngemm_efficiency: 0.6\n")
+    first = _predicted(capsys, "--case", name, "--set", item)[name]
+    profile.write_text("device: h100\ngemm_efficiency: 0.5\n")
+    second = _predicted(capsys, "--case", name, "--set", item)[name]
+    assert second < first
+    assert second == _predicted(capsys, "--case", name, "--set", "topology.device.gemm_efficiency=0.5")[name]
+    row = next(r for r in nemo_rl.ROWS if r.key == "llama3.1-8b" and r.off_policy)
+    slow = nemo_rl.simulate_row(row, (item,))["step_s"]
+    profile.write_text("device: h100\ngemm_efficiency: 0.6\n")
+    assert nemo_rl.simulate_row(row, (item,))["step_s"] < slow
