@@ -7,7 +7,7 @@ keeps hardware.md's 0.75). A prepared device check: one run, a few minutes, prin
 
 With `--out PATH` it also writes a device profile of the `--catalog` device whose gemm_efficiency is
 the FLOP-weighted plateau over every shape (one plateau, as rlsim's device has one), for
-`rlsim validate --case V7 --set topology.device_profile=PATH` (and `--case V6`). An H200 has the
+`rlsim validate --case V6 --case V7 --set topology.device_profile=PATH`. An H200 has the
 H100's SMs, clocks and power limit: measured there with `--catalog h100`, the profile says so in
 `measured_on`.
 

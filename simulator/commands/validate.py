@@ -11,6 +11,7 @@ EXAMPLES = """examples:
   rlsim validate --case megatron
   rlsim validate --case V7 --set topology.device.gemm_efficiency=0.6
   rlsim validate --case V7 --set workload.train_layout.recompute=full
+  rlsim validate --case V6 --case V7 --set topology.device.gemm_efficiency=0.54
   rlsim validate --case V6 --set workload.inference.hbm_efficiency=0.7
 
 --set KEY=VALUE predicts the selected cases with a change, to test a hypothesis against the
@@ -34,7 +35,8 @@ STRICT_MISS_EXIT = 3
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .common import add_common
 
-    parser.add_argument("--case", default=None, metavar="TEXT", help="run only cases whose name contains TEXT")
+    parser.add_argument("--case", action="append", default=None, metavar="TEXT",
+                        help="run only cases whose name contains TEXT (repeatable: any of them)")
     parser.add_argument("--strict", action="store_true",
                         help=f"exit {STRICT_MISS_EXIT} when any case misses its tolerance or cannot run (default: exit 0)")
     add_common(parser, set_help="predict the selected cases with a change (repeatable), e.g. --set "
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     with Progress("case") as progress:
         results = run_cases(args.case, progress=progress, overrides=tuple(args.overrides))
     if not results:
-        raise RlsimError(f"no validation case matches {args.case!r}", field="--case",
+        raise RlsimError(f"no validation case matches {' or '.join(map(repr, args.case or []))}", field="--case",
                          fix="run `rlsim validate` to list the cases")
     for r in results:
         if r.failure:

@@ -210,15 +210,16 @@ def run_case(case: Case) -> CaseResult:
                       case.note, expect=case.expect, detail=getattr(raw, "detail", ""))
 
 
-def run_cases(select: str | None = None, progress: Callable[[int, int], None] | None = None,
+def run_cases(select: str | Iterable[str] | None = None, progress: Callable[[int, int], None] | None = None,
               overrides: tuple[str, ...] = ()) -> list[CaseResult]:
-    """Run every registered case (or those whose name contains `select`), predicting with the
-    `overrides` (KEY=VALUE items); ``progress(done, total)`` is called after each (the terminal bar
-    of `rlsim validate`). RlsimError when a selected case does not take a key."""
+    """Run every registered case (or those whose name contains `select`, or any of several texts),
+    predicting with the `overrides` (KEY=VALUE items); ``progress(done, total)`` is called after
+    each (the terminal bar of `rlsim validate`). RlsimError when a selected case does not take a key."""
     from ..overrides import parse_assignment
 
     every = all_cases(overrides)
-    cases = [c for c in every if select is None or select.lower() in c.case.lower()]
+    texts = None if select is None else [select] if isinstance(select, str) else list(select)
+    cases = [c for c in every if not texts or any(t.lower() in c.case.lower() for t in texts)]
     for item in overrides:
         key = parse_assignment(item)[0]
         refusing = [c.case for c in cases if not c.takes(key)]

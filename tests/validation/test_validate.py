@@ -71,3 +71,12 @@ def test_one_sided_cases_are_green_only_on_their_side():
     above = [run_case(Case("x", "m", 0.8, lambda v=v: v, expect="above")) for v in (0.81, 0.79)]
     assert [r.ok for r in below] == [True, False] and [r.ok for r in above] == [True, False]
     assert below[1].criterion == "must be < 0.9" and below[1].as_dict()["expect"] == "below"
+
+
+def test_case_is_repeatable_and_selects_any_of_its_texts(capsys):
+    assert main(["validate", "--json", "--case", "V4 nccl 8x H100", "--case", "V4 nccl 8x A100"]) == 0
+    names = [c["case"] for c in json.loads(capsys.readouterr().out)]
+    assert names == ["V4 nccl 8x H100 all_reduce 1GiB", "V4 nccl 8x A100 all_reduce 1GiB"]
+    assert [r.case for r in validation.run_cases(["V4 nccl 8x A100"])] == names[1:]
+    assert main(["validate", "--case", "nothing", "--case", "nada"]) == 2
+    assert "'nothing' or 'nada'" in capsys.readouterr().err
