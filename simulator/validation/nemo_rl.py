@@ -273,7 +273,7 @@ def predict(row: Row, metric: str, overrides: tuple[str, ...] = ()) -> Predictio
 
     out = simulate_row(row, overrides)
     if "refused" in out:
-        raise RlsimError(f"not runnable today: {out['refused']}")
+        raise RlsimError(f"the row cannot run{' with the --set items' if overrides else ''}: {out['refused']}")
     detail = f"step {out['step_s']:.1f} s; {phase_line(out['stages'])}; {length_note(row)}"
     return Prediction(out[metric], detail)
 
