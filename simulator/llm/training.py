@@ -825,6 +825,15 @@ def _memoized(kind: str, compute: Any, model: Any, layout: TrainLayout, topology
     return hit
 
 
+def _pool_setup(layout: TrainLayout, topology: Any, ranks: list[int], params: TrainParams,
+                collectives: Any) -> tuple[Any, DeviceRates, _Comm, _Groups]:
+    """What a training or forward pass on ``ranks`` starts from: the pool's device kinds, the rates of
+    its slowest device, the collectives and the layout's groups on those ranks."""
+    kinds = pool_devices(topology, ranks)
+    return kinds, _rates(slowest_device(kinds, params.compute.dtype), params), _Comm(collectives), \
+        _groups(layout, tuple(ranks))
+
+
 def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,
                      params: TrainParams) -> tuple[float, PipelineResult, slice, PipelineResult | None]:
     """(makespan, pipeline, micro-batch slice, the same pipeline without p2p or None) of the slowest
@@ -876,10 +885,7 @@ def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layo
 
 def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
                      packing: str, params: TrainParams, collectives: Any, source: str | None) -> TrainStepCost:
-    kinds = pool_devices(topology, ranks)
-    rates = _rates(slowest_device(kinds, params.compute.dtype), params)
-    comm = _Comm(collectives)
-    groups = _groups(layout, tuple(ranks))
+    kinds, rates, comm, groups = _pool_setup(layout, topology, ranks, params, collectives)
     replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch, params)
     # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
     longest_tokens = max(float(t.max()) for t, _ in replicas)
@@ -1078,10 +1084,7 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
 
 def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
                   packing: str, params: TrainParams, collectives: Any, source: str | None) -> ForwardCost:
-    kinds = pool_devices(topology, ranks)
-    rates = _rates(slowest_device(kinds, params.compute.dtype), params)
-    comm = _Comm(collectives)
-    groups = _groups(layout, tuple(ranks))
+    kinds, rates, comm, groups = _pool_setup(layout, topology, ranks, params, collectives)
     budget = layout.logprob_max_tokens_per_micro_batch or layout.max_tokens_per_micro_batch
     replicas = _micro_batches(seqs, layout, packing, budget, params)
     tokens = np.concatenate([t for t, _ in replicas])
