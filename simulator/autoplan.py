@@ -216,7 +216,7 @@ def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_
     # the engine's weight shard is not known before the rollout plan: a second copy (switch not
     # bucketed) is counted at its largest, one instance per device
     shard = model.weight_bytes(2.0)
-    resident = resident_training_bytes(model, lay, sc.schedule.switch, hbm, shard)
+    resident = resident_training_bytes(model, lay, sc.schedule.switch, hbm, shard, sc.workload.train_params)
     free = math.floor((hbm - resident) / hbm * 100) / 100
     if free <= 0:
         raise RlsimError(f"the resident training state ({resident / 1e9:.1f} GB per device with the training layout "

@@ -84,12 +84,20 @@ class _Pool:
         self.placed: dict[int, list[int]] = {}
 
 
+def training_state_bytes(model: Any, lay: TrainLayout, hbm_bytes: float, params: TrainParams) -> MemoryBreakdown:
+    """The training layout's weights, gradients and optimizer state per device (a token each: the
+    states, not the activations), at the workload's bytes per parameter."""
+    return memory_per_device(model, lay, 1.0, hbm_bytes, params=params.memory,
+                             flash_attention=params.compute.flash_attention)
+
+
 def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes: float,
-                            inference_shard_bytes: float) -> float:
+                            inference_shard_bytes: float, params: TrainParams) -> float:
     """What training leaves on a device through the rollout phase of a colocated placement: its
     weights unless `schedule.switch.offload_weights`, the optimizer state and gradients unless
-    `schedule.switch.offload_optimizer`, and a second copy of the inference shard unless the switch is `bucketed`."""
-    mem = memory_per_device(model, lay, 1.0, hbm_bytes)
+    `schedule.switch.offload_optimizer`, and a second copy of the inference shard unless the switch is `bucketed`.
+    Bytes per parameter from the workload's `train_params.memory` (the stack's, with the user's overrides)."""
+    mem = training_state_bytes(model, lay, hbm_bytes, params)
     resident = 0.0 if switch.offload_weights else mem.weights_bytes
     if not switch.offload_optimizer:
         resident += mem.optimizer_bytes + mem.gradients_bytes
@@ -615,7 +623,8 @@ class LlmCosts:
         key = (len(pool.ranks), pool.hbm_bytes)
         hit = self._memory.get(key)
         if hit is None:
-            hit = self._memory[key] = memory_per_device(self.model, self.layout(key[0]), 1.0, pool.hbm_bytes)
+            hit = self._memory[key] = training_state_bytes(self.model, self.layout(key[0]), pool.hbm_bytes,
+                                                           self.train_params)
         return hit
 
     def switch(self, to_phase, ranks) -> SwitchCost:
@@ -677,7 +686,7 @@ class LlmCosts:
             ranks = self._last_train_ranks
             kinds = self.pool(ranks).kinds if ranks is not None else self.cluster_devices
         resident = resident_training_bytes(self.model, lay, self.switch_params, min(k.hbm_bytes for k in kinds),
-                                           self._inference_shard_bytes())
+                                           self._inference_shard_bytes(), self.train_params)
         totals = []
         for device in kinds:
             engine = device.hbm_bytes * self.rollout_layout.gpu_memory_utilization

@@ -103,6 +103,36 @@ def test_colocated_weight_offload_and_engine_sleep_move_their_bytes_over_the_hos
     assert off.rollout_phase_bytes(lay) - on.rollout_phase_bytes(lay) == pytest.approx(weights, rel=1e-12)
 
 
+def test_the_switch_moves_the_training_state_at_the_workloads_bytes_per_parameter():
+    """The host-link bytes of a switch and the rollout phase's resident training state follow
+    workload.train_params.memory (an 8-bit optimizer, fp32 gradients), not rlsim's defaults."""
+    r = row("qwen3-32b", "on-policy")
+    pool = range(32)
+
+    def with_memory(**memory) -> LlmCosts:
+        mapping = nemo_rl.scenario(r)
+        mapping["schedule"]["switch"] = {"offload_optimizer": True, "offload_weights": False}
+        mapping["workload"]["train_params"] = {"memory": memory}
+        sc = load_scenario(mapping)
+        return LlmCosts(sc, load_topology(sc.topology))
+
+    base = with_memory()
+    small = with_memory(optimizer_bytes_per_param=4.0, grad_bytes_per_param=4.0)
+    states = base._resident_memory(base.pool(pool))
+    # ZeRO 1: the optimizer state is sharded, the gradients are not; each scales with its bytes
+    expected = states.optimizer_bytes * 4.0 / 12.0 + states.gradients_bytes * 4.0 / 2.0
+    assert small.switch("rollout", pool).bytes_moved["optimizer_offload"] == pytest.approx(expected, rel=1e-12)
+    host_Bps = base.device.host_link_bw_Bps * base.switch_params.host_link_efficiency
+    moved = expected - (states.optimizer_bytes + states.gradients_bytes)
+    assert small.switch("train", pool).time_s - base.switch("train", pool).time_s == pytest.approx(
+        moved / host_Bps, rel=1e-9)
+    # the weights stay resident through the rollout phase at the workload's bytes per parameter
+    kept = with_memory(weight_bytes_per_param=4.0)
+    lay = base.layout(32)
+    assert kept.rollout_phase_bytes(lay) - base.rollout_phase_bytes(lay) == pytest.approx(states.weights_bytes,
+                                                                                         rel=1e-12)
+
+
 def test_engine_sleep_pays_its_measured_sleep_and_wake_once_a_step_whatever_the_model():
     # the 11.3 s of a colocated loop's vLLM sleep + wake_up (hardware.md), half on each switch, beyond
     # the bytes: on two models of 8B and 32B the fixed part of a step's two switches is the same
