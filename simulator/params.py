@@ -112,9 +112,16 @@ class MemoryParams(StrictModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Mixed-precision Adam, 16 bytes per parameter before sharding (ZeRO arXiv 1910.02054 sec. 3.1).
+    # Mixed-precision Adam: bf16 weights, fp32 master weights + momentum + variance (ZeRO arXiv
+    # 1910.02054 sec. 3.1) and the gradient buffer in the dtype of the data-parallel reduction:
+    # Megatron-Core's DDP allocates it fp32 under grad_reduce_in_fp32 (megatron-core 0.16
+    # distributed_data_parallel.py: grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype),
+    # which Megatron-LM forces for bf16 and Megatron-Bridge's bf16_mixed sets (megatron-bridge 0.3.1
+    # training/mixed_precision.py); verl's FSDP keeps fp32 gradients of its fp32 master parameters. So
+    # 18 bytes per parameter before sharding, as CommParams.grad_reduce_bytes_per_param reduces them;
+    # the 2021 / 2022 stacks keep the ZeRO paper's bf16 gradients (16 bytes) with their 2-byte reduction.
     weight_bytes_per_param: float = 2.0      # bf16 weights
-    grad_bytes_per_param: float = 2.0        # bf16 gradients
+    grad_bytes_per_param: float = 4.0        # fp32 gradient buffer (main_grad)
     optimizer_bytes_per_param: float = 12.0  # fp32 master weights + momentum + variance
     # Korthikanti Table 2 counts 2-byte activations and 1-byte dropout masks; the per-token element
     # counts below are derived from the layer's shapes in the same way (see activation_bytes_per_token).
@@ -476,7 +483,8 @@ MEGATRON_2021 = TrainSoftware(
     name="megatron-2021",
     params=TrainParams(compute=ComputeParams(flash_attention=False),
                        comm=CommParams(tp_overlap_fraction=0.0, dp_overlap_fraction=0.0, pp_blocking_send=True,
-                                       grad_reduce_bytes_per_param=2.0)),
+                                       grad_reduce_bytes_per_param=2.0),
+                       memory=MemoryParams(grad_bytes_per_param=2.0)),
     recompute=("full",), zero=(0,), sequence_parallel=False, context_parallel=False,
     source="arXiv 2104.04473; NVIDIA/Megatron-LM 2021 (megatron/p2p_communication.py, schedules.py)")
 
@@ -504,7 +512,8 @@ MEGATRON_2022 = TrainSoftware(
     params=TrainParams(compute=ComputeParams(flash_attention=False),
                        comm=CommParams(tp_overlap_fraction=0.0, dp_overlap_fraction=0.0, pp_blocking_send=True,
                                        sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.5,
-                                       grad_reduce_bytes_per_param=2.0)),
+                                       grad_reduce_bytes_per_param=2.0),
+                       memory=MemoryParams(grad_bytes_per_param=2.0)),
     recompute=("selective", "full", "none"), zero=(0,), sequence_parallel=None, context_parallel=False,
     source="arXiv 2205.05198; NVIDIA/Megatron-LM 2022 (megatron/mpu/layers.py, p2p_communication.py)")
 

@@ -199,6 +199,15 @@ class SwitchParams(_Strict):
     """Colocated train<->inference switch. Costs come from bytes moved; these are the constants."""
     # Optimizer states and gradients go to host memory during rollout (seeds.md, RL Fusion).
     offload_optimizer: bool = True
+    # The gradient buffer is freed at the switch to rollout and re-allocated zero-filled at the switch
+    # back, instead of crossing the host link: after the optimizer step it holds nothing the next step
+    # reads. Megatron-Core's RL offload does this (megatron-core 0.16 param_and_grad_buffer.py
+    # _ParamAndGradBuffer.offload_to_cpu(move_grads=True): grad_data.storage().resize_(0);
+    # reload_from_cpu: resize_ and zero_()), which NeMo RL's colocated Megatron worker calls (cited
+    # from memory of its public code). The zero fill is one write of the buffer at the HBM rate.
+    # Off: the gradients go to host and back with the optimizer state (or stay resident without
+    # offload_optimizer).
+    free_gradients: bool = False
     # Fraction of the host-link peak reached by large pinned copies (PCIe/UB DMA ~80-90%; assumption).
     host_link_efficiency: float = Field(0.85, gt=0, le=1)
     # Bucketed parameters: no redundant weight copy when EP changes between phases (RL Fusion).

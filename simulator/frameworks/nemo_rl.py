@@ -352,12 +352,15 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
         s["rollout_devices"] = (positive_int(v.flat.get(f"{res}.num_nodes") or 1, f"{res}.num_nodes", src)
                                 * positive_int(v.flat.get(f"{res}.gpus_per_node"), f"{res}.gpus_per_node", src))
     # NeMo RL's refit rebuilds every parameter as a full tensor on every rank (docs/validation.md V6);
-    # colocated, the policy's weights go to host and vLLM sleeps between phases
+    # colocated, the policy's weights go to host, a Megatron policy's gradient buffer is freed
+    # (Megatron-Core's RL offload) and vLLM sleeps between phases
     s["refit"] = "full-tensors"
     # the reference pass swaps the reference state dict in from host memory (use_reference_model)
     s["reference_swap_copies"] = 3
     if kind == "colocated":
         s["switch"] = {"offload_weights": True, "engine_sleep": True}
+        if v(f"{_M}.enabled"):   # the Megatron worker's offload frees the gradient buffer (DTensor: copied)
+            s["switch"]["free_gradients"] = True
         if "dynamic_sampling" in w:
             # grpo_train runs each generation batch inside prepare_for_generation / finish_generation
             # (cited from memory of the public code): vLLM sleeps after a batch and wakes for the next

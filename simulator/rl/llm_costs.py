@@ -100,7 +100,9 @@ def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes
     mem = training_state_bytes(model, lay, hbm_bytes, params)
     resident = 0.0 if switch.offload_weights else mem.weights_bytes
     if not switch.offload_optimizer:
-        resident += mem.optimizer_bytes + mem.gradients_bytes
+        resident += mem.optimizer_bytes
+    if not (switch.offload_optimizer or switch.free_gradients):
+        resident += mem.gradients_bytes
     if not switch.bucketed:
         resident += inference_shard_bytes
     return resident
@@ -614,8 +616,9 @@ class LlmCosts:
         return self._resident_memory(pool).weights_bytes
 
     def _optimizer_grad_bytes(self, pool: _Pool) -> float:
+        """What `offload_optimizer` moves: the optimizer state, and the gradients unless they are freed."""
         mem = self._resident_memory(pool)
-        return mem.optimizer_bytes + mem.gradients_bytes
+        return mem.optimizer_bytes + (0.0 if self.switch_params.free_gradients else mem.gradients_bytes)
 
     def _resident_memory(self, pool: _Pool) -> MemoryBreakdown:
         """memory_per_device of the training layout on the pool (a token each, its states and
@@ -647,12 +650,11 @@ class LlmCosts:
         copy = to_rollout and not p.bucketed
         if copy:
             moved["redundant_weight_copy"] = self._inference_shard_bytes()
-        times = []
-        for device in pool.kinds:
-            t_k = t + sum(host.values()) / (device.host_link_bw_Bps * p.host_link_efficiency)
-            if copy:
-                t_k += moved["redundant_weight_copy"] / (device.hbm_bw_Bps * device.hbm_efficiency)
-            times.append(t_k)
+        if p.free_gradients and not to_rollout:   # the freed gradient buffer comes back zero-filled
+            moved["gradient_zero_fill"] = self._resident_memory(pool).gradients_bytes
+        on_device = moved.get("redundant_weight_copy", 0.0) + moved.get("gradient_zero_fill", 0.0)
+        times = [t + sum(host.values()) / (device.host_link_bw_Bps * p.host_link_efficiency)
+                 + on_device / (device.hbm_bw_Bps * device.hbm_efficiency) for device in pool.kinds]
         return SwitchCost(max(times), moved)
 
     def engine_cycle(self, ranks) -> SwitchCost:

@@ -10,7 +10,7 @@ TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, se
 (micro-batches of at most T-max tokens, log-prob passes logprob_batch_size x T-max), the
 distributed optimizer (ZeRO 1) and the default training stack. NeMo RL's own mechanisms, the same
 in every row: the full-tensor refit (schedule.refit), the colocated weight offload and vLLM sleep
-(schedule.switch.offload_weights / engine_sleep), one pipeline shape where pp > 1
+(schedule.switch.offload_weights / engine_sleep / free_gradients), one pipeline shape where pp > 1
 (train_params.comm.pp_variable_seq_lengths), the recipe's shared rule-reward workers
 (workload.reward.workers: env.<name>.num_workers) and, on split pools, the recipe's async engine
 (schedule.async_engine).
@@ -199,12 +199,13 @@ def scenario(row: Row) -> dict[str, Any]:
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts, "max_gen_batches": DAPO_MAX_GEN_BATCHES}
     # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)
-    # colocated: the Megatron weights and the vLLM engine's (sleep mode) also go to host between phases
+    # colocated: the Megatron weights and the vLLM engine's (sleep mode) also go to host between phases,
+    # the gradient buffer is freed (Megatron-Core's RL offload)
     # the reference state dict swapped in from host memory around the reference pass (NeMo RL Megatron
     # worker use_reference_model: 3 copies)
     trainer = {"reference_swap_copies": NEMO_REFERENCE_SWAP_COPIES}
     schedule: dict[str, Any] = {"kind": "colocated", **trainer, "refit": "full-tensors",
-                                "switch": {"offload_weights": True, "engine_sleep": True}}
+                                "switch": {"offload_weights": True, "engine_sleep": True, "free_gradients": True}}
     if row.algo == "dapo":   # vLLM sleeps after each generation batch and wakes for the next (as the importer)
         schedule["between_gen_batches"] = "sleep"
     if row.off_policy:

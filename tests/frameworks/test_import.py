@@ -455,3 +455,11 @@ def test_nemo_rl_tp_rollout_notes_the_custom_all_reduce_default():
     tp2 = import_config("nemo-rl", cfg, ["policy.generation.vllm_cfg.tensor_parallel_size=2"])
     assert nemo_rl.CUSTOM_ALL_REDUCE_NOTE in tp2.notes
     assert "custom_all_reduce" not in tp2.scenario["workload"]["inference"]   # the engine's own (on)
+
+
+def test_nemo_rl_colocated_megatron_frees_its_gradients_dtensor_copies_them():
+    nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
+    megatron = import_config("nemo-rl", nemo)
+    assert megatron.scenario["schedule"]["switch"]["free_gradients"] is True
+    dtensor = import_config("nemo-rl", nemo, ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"])
+    assert "free_gradients" not in dtensor.scenario["schedule"]["switch"]

@@ -1,4 +1,4 @@
-"""Training memory: 16 B/param mixed-precision Adam, ZeRO sharding, Korthikanti activations, fit check."""
+"""Training memory: 18 B/param mixed-precision Adam (fp32 gradient buffer), ZeRO sharding, Korthikanti activations, fit check."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +10,7 @@ from simulator.llm.architecture import load_model
 from simulator.llm.layer_costs import layer_shapes
 from simulator.llm.memory import MemoryParams, activation_bytes_per_token, check_fits, memory_per_device
 from simulator.llm.train_layout import TrainLayout
+from simulator.params import CommParams, train_software
 
 GPT = load_model("gpt-1.7b")          # 24 layers, h 2304, 24 heads, tied embeddings
 BIG = 1e15                            # capacity that always fits
@@ -20,14 +21,22 @@ def _states(layout: TrainLayout, model=GPT):
     return b.weights_bytes, b.gradients_bytes, b.optimizer_bytes
 
 
-def test_mixed_precision_adam_is_16_bytes_per_parameter_before_sharding():
+def test_mixed_precision_adam_with_an_fp32_gradient_buffer_is_18_bytes_per_parameter_before_sharding():
     w, g, o = _states(TrainLayout(dp=1, zero=0))
     params = w / 2
     # GPT presets tie the embedding; with pp = 1 one copy is held (the model's full count minus positions).
     assert params == pytest.approx(GPT.params_total, rel=0.01)
-    assert (w + g + o) / params == pytest.approx(16.0)
-    assert MemoryParams().weight_bytes_per_param + MemoryParams().grad_bytes_per_param \
-        + MemoryParams().optimizer_bytes_per_param == 16.0
+    assert (w + g + o) / params == pytest.approx(18.0)
+    # the gradient buffer holds what the data-parallel reduction moves (Megatron-Core grad_reduce_in_fp32)
+    assert MemoryParams().grad_bytes_per_param == CommParams().grad_reduce_bytes_per_param == 4.0
+
+
+@pytest.mark.parametrize("stack", ["megatron-2021", "megatron-2022"])
+def test_the_2021_and_2022_stacks_keep_the_zero_papers_16_bytes_with_their_bf16_reduction(stack):
+    params = train_software(stack).params
+    memory = params.memory
+    assert memory.weight_bytes_per_param + memory.grad_bytes_per_param + memory.optimizer_bytes_per_param == 16.0
+    assert memory.grad_bytes_per_param == params.comm.grad_reduce_bytes_per_param == 2.0
 
 
 @settings(max_examples=20, deadline=None)

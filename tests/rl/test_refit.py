@@ -3,6 +3,7 @@ import pytest
 
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
+from simulator.params import MemoryParams
 from simulator.rl.llm_costs import LlmCosts
 from simulator.scenario import load_scenario
 from simulator.validation import nemo_rl
@@ -117,20 +118,48 @@ def test_the_switch_moves_the_training_state_at_the_workloads_bytes_per_paramete
         return LlmCosts(sc, load_topology(sc.topology))
 
     base = with_memory()
-    small = with_memory(optimizer_bytes_per_param=4.0, grad_bytes_per_param=4.0)
+    small = with_memory(optimizer_bytes_per_param=4.0, grad_bytes_per_param=2.0)
     states = base._resident_memory(base.pool(pool))
     # ZeRO 1: the optimizer state is sharded, the gradients are not; each scales with its bytes
-    expected = states.optimizer_bytes * 4.0 / 12.0 + states.gradients_bytes * 4.0 / 2.0
+    defaults = MemoryParams()
+    expected = (states.optimizer_bytes * 4.0 / defaults.optimizer_bytes_per_param
+                + states.gradients_bytes * 2.0 / defaults.grad_bytes_per_param)
     assert small.switch("rollout", pool).bytes_moved["optimizer_offload"] == pytest.approx(expected, rel=1e-12)
     host_Bps = base.device.host_link_bw_Bps * base.switch_params.host_link_efficiency
     moved = expected - (states.optimizer_bytes + states.gradients_bytes)
     assert small.switch("train", pool).time_s - base.switch("train", pool).time_s == pytest.approx(
         moved / host_Bps, rel=1e-9)
     # the weights stay resident through the rollout phase at the workload's bytes per parameter
-    kept = with_memory(weight_bytes_per_param=4.0)
+    kept = with_memory(weight_bytes_per_param=2 * defaults.weight_bytes_per_param)
     lay = base.layout(32)
     assert kept.rollout_phase_bytes(lay) - base.rollout_phase_bytes(lay) == pytest.approx(states.weights_bytes,
                                                                                          rel=1e-12)
+
+
+def test_freed_gradients_skip_the_host_link_and_come_back_as_one_zero_fill():
+    """schedule.switch.free_gradients (Megatron-Core's RL offload): the gradient buffer does not cross
+    the host link either way; the switch back to training writes it once at the HBM rate; it is not
+    resident through the rollout phase even when the optimizer state stays."""
+    r = row("qwen3-32b", "on-policy")
+    pool = range(32)
+    copied = costs(r, switch={"offload_weights": True, "engine_sleep": True})
+    freed = costs(r, switch={"offload_weights": True, "engine_sleep": True, "free_gradients": True})
+    grads = copied._resident_memory(copied.pool(pool)).gradients_bytes
+    assert grads > 0
+    host_Bps = copied.device.host_link_bw_Bps * copied.switch_params.host_link_efficiency
+    hbm_Bps = copied.device.hbm_bw_Bps * copied.device.hbm_efficiency
+    to_rollout = copied.switch("rollout", pool).time_s - freed.switch("rollout", pool).time_s
+    assert to_rollout == pytest.approx(grads / host_Bps, rel=1e-9)
+    to_train = copied.switch("train", pool).time_s - freed.switch("train", pool).time_s
+    assert to_train == pytest.approx(grads / host_Bps - grads / hbm_Bps, rel=1e-9)
+    assert freed.switch("train", pool).bytes_moved["gradient_zero_fill"] == grads
+    assert (copied.switch("rollout", pool).bytes_moved["optimizer_offload"]
+            - freed.switch("rollout", pool).bytes_moved["optimizer_offload"]) == pytest.approx(grads, rel=1e-12)
+    # without the optimizer offload the state stays resident, the freed gradients do not
+    kept = costs(r, switch={"offload_optimizer": False})
+    kept_freed = costs(r, switch={"offload_optimizer": False, "free_gradients": True})
+    lay = kept.layout(32)
+    assert kept.rollout_phase_bytes(lay) - kept_freed.rollout_phase_bytes(lay) == pytest.approx(grads, rel=1e-12)
 
 
 def test_engine_sleep_pays_its_measured_sleep_and_wake_once_a_step_whatever_the_model():
