@@ -59,14 +59,16 @@ class HeteroParams(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dtype: str = "bf16"      # the peak that utilization is measured against
-    bytes_per_elem: int = 2  # bf16 activations and gradients
+    bytes_per_elem: int = 2  # bf16 activations (the pipeline sends)
     # Share of the DP gradient all-reduce hidden under backward. None: the training cost model's
     # (train_params.comm.dp_overlap_fraction, default params.DP_OVERLAP_FRACTION), one default for both.
     dp_overlap_fraction: float | None = Field(None, ge=0, le=1)
-    # Memory check per stage (formulas.md): mixed-precision Adam keeps 16 bytes per parameter
-    # (no ZeRO in this model); full recompute keeps ~2 s b h bytes per layer per in-flight micro-batch
-    # (arXiv 2205.05198), without it s b h (34 + 5 H s / h) / tp (TP + SP).
-    state_bytes_per_param: float = 16.0
+    # Memory check per stage (formulas.md): mixed-precision Adam's weights, gradients and optimizer
+    # state per parameter (no ZeRO in this model); full recompute keeps ~2 s b h bytes per layer per
+    # in-flight micro-batch (arXiv 2205.05198), without it s b h (34 + 5 H s / h) / tp (TP + SP).
+    # None: the training stack's train_params.memory (18 with Megatron-Core's fp32 gradient buffer,
+    # 16 with the 2021 / 2022 stacks), the bytes the training model holds.
+    state_bytes_per_param: float | None = Field(None, gt=0)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,10 @@ class HeteroStepModel:
         self.train_params = (train_params or TrainParams()).model_copy(update={"check_memory": False})
         overlap = self.params.dp_overlap_fraction
         self.dp_overlap_fraction = self.train_params.comm.dp_overlap_fraction if overlap is None else overlap
+        memory = self.train_params.memory
+        self.state_bytes_per_param = (self.params.state_bytes_per_param if self.params.state_bytes_per_param
+                                      is not None else memory.weight_bytes_per_param
+                                      + memory.grad_bytes_per_param + memory.optimizer_bytes_per_param)
         self.speed_factor = dict(speed_factor or {})
         self.recompute = recompute
         if collectives is None:
@@ -171,7 +177,8 @@ class HeteroStepModel:
         replica_s = [fill[d] + microbatches[d] * per_mb[d] for d in range(dp)]
         sync_s = 0.0
         if dp > 1:
-            grad_bytes = self.model.params_total * p.bytes_per_elem / (tp * pp)
+            # the gradients in the dtype the stack reduces them (comm.grad_reduce_bytes_per_param)
+            grad_bytes = self.model.params_total * self.train_params.comm.grad_reduce_bytes_per_param / (tp * pp)
             dp_group = groups(ranks, "dp", tp, 1, dp, pp)[0]
             hidden = self.dp_overlap_fraction
             if self.params.dp_overlap_fraction is None:   # the stack's, with its buckets if it has them
@@ -187,7 +194,7 @@ class HeteroStepModel:
 
     def _check_memory(self, tp_groups: list[list[int]], tp: int, pp: int, dp: int,
                       layers: Sequence[int]) -> None:
-        p, m = self.params, self.model
+        m = self.model
         per_layer_params = (m.params_total - m.params_embedding) / m.num_layers
         s, b, h = self.seq_len, self.mb, m.hidden
         if self.recompute == "full":
@@ -198,7 +205,7 @@ class HeteroStepModel:
             params = layers[st] * per_layer_params / tp
             if st in (0, pp - 1):
                 params += m.params_embedding / tp
-            need = params * p.state_bytes_per_param + layers[st] * act_layer * (pp - st)
+            need = params * self.state_bytes_per_param + layers[st] * act_layer * (pp - st)
             hbm = min(self.topology.device_spec(r).hbm_bytes for d in range(dp) for r in tp_groups[d + dp * st])
             if need > hbm:
                 raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(hbm)}",
