@@ -1,8 +1,8 @@
 """Issue 12, V6 (NeMo RL v0.5): the steady step of every row with each NeMo RL mechanism switched off
 (main), alone, and all on: schedule.refit full-tensors by its bytes alone (+refit) and with its
 per-tensor CPU time (+tensors: full-tensors with schedule.refit_tensor_overhead_s),
-switch.offload_weights + engine_sleep by their bytes (+offload: the colocated rows, with the
-switches' fixed time as before, 2 x kv_realloc_s a step), vLLM sleep mode with its measured time
+switch.offload_weights + engine_sleep by their bytes and free_gradients (+offload: the colocated
+rows, with the switches' fixed time as before, 2 x kv_realloc_s a step), vLLM sleep mode with its measured time
 (+sleepwake: engine_sleep with switch.sleep_wake_s), schedule.async_engine (the 1-step-off rows),
 schedule.reference_swap_copies (the reference state dict swapped in from host memory),
 the log-prob passes' own token budget (+logprob: train_layout.logprob_max_tokens_per_micro_batch =
@@ -43,6 +43,7 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
     if switch is not None:     # the colocated rows
         if "offload" not in on:
             del switch["offload_weights"]
+            del switch["free_gradients"]
         if "sleepwake" not in on:
             if "offload" in on:     # the engine's bytes, the fixed time of two switches as before
                 switch["sleep_wake_s"] = 2 * SwitchParams().kv_realloc_s
