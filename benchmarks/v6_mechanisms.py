@@ -4,7 +4,9 @@ per-tensor CPU time (+tensors: full-tensors with schedule.refit_tensor_overhead_
 switch.offload_weights + engine_sleep by their bytes and free_gradients (+offload: the colocated
 rows, with the switches' fixed time as before, 2 x kv_realloc_s a step), vLLM sleep mode with its measured time
 (+sleepwake: engine_sleep with switch.sleep_wake_s), schedule.async_engine (the 1-step-off rows),
-schedule.reference_swap_copies (the reference state dict swapped in from host memory),
+schedule.reference_swap_copies (the reference state dict swapped in from host memory), the
+optimizer offload and the reference swap through pageable host memory (+pageable:
+switch.optimizer_pageable and schedule.host_copies.reference_swap; off: pinned copies),
 the log-prob passes' own token budget (+logprob: train_layout.logprob_max_tokens_per_micro_batch =
 logprob_batch_size x T-max; off: the training budget), the MoE token shuffle of the trainer
 (train_params.compute.moe_permute_traffic_bytes_per_hidden), one pipeline p2p shape (+pppad:
@@ -26,8 +28,8 @@ from simulator.api import simulate
 from simulator.scenario import SwitchParams
 from simulator.validation import nemo_rl
 
-MECHANISMS = ("refit", "tensors", "offload", "sleepwake", "async", "refswap", "logprob", "moeshuffle", "pppad",
-              "engine", "rewardpool")
+MECHANISMS = ("refit", "tensors", "offload", "sleepwake", "async", "refswap", "pageable", "logprob", "moeshuffle",
+              "pppad", "engine", "rewardpool")
 CONFIGS: dict[str, set[str]] = {"main": set(), **{f"+{m}": {m} for m in MECHANISMS}, "all": set(MECHANISMS)}
 
 
@@ -40,6 +42,10 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
     if "tensors" not in on:
         sched["refit_tensor_overhead_s"] = 0.0
     switch = sched.get("switch")
+    if "pageable" not in on:   # pinned host copies at the host link's rate
+        sched.pop("host_copies", None)
+        if switch is not None:
+            del switch["optimizer_pageable"]
     if switch is not None:     # the colocated rows
         if "offload" not in on:
             del switch["offload_weights"]
@@ -53,8 +59,9 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
             sched.pop("switch")
     if "async" not in on:
         sched.pop("async_engine", None)
-    if "refswap" not in on:
+    if "refswap" not in on:    # no swap: nothing to copy through pageable memory either
         sched.pop("reference_swap_copies", None)
+        sched.pop("host_copies", None)
     if "logprob" not in on:
         sc["workload"]["train_layout"].pop("logprob_max_tokens_per_micro_batch")
     train_params = sc["workload"].setdefault("train_params", {})

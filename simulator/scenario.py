@@ -208,6 +208,13 @@ class SwitchParams(_Strict):
     # Off: the gradients go to host and back with the optimizer state (or stay resident without
     # offload_optimizer).
     free_gradients: bool = False
+    # The optimizer-state offload and onload go through pageable host memory, at
+    # schedule.host_copies.offload_Bps / onload_Bps where slower than the host link: Megatron-Core's RL
+    # offload moves the optimizer's fp32 main parameters and states with .cpu() / .cuda()
+    # (megatron-core 0.16 optimizer/optimizer.py MegatronOptimizer.offload_to_cpu / restore_from_cpu,
+    # "Function used for RL training"); NeMo RL's worker moves them with .to("cpu") (cited from
+    # memory of its public code). Off: pinned copies at the host link's rate.
+    optimizer_pageable: bool = False
     # Fraction of the host-link peak reached by large pinned copies (PCIe/UB DMA ~80-90%; assumption).
     host_link_efficiency: float = Field(0.85, gt=0, le=1)
     # Bucketed parameters: no redundant weight copy when EP changes between phases (RL Fusion).
@@ -247,6 +254,15 @@ class SwitchParams(_Strict):
     def _seconds(cls, v: Any) -> Any:
         return parse_seconds(v) if isinstance(v, str) else v
 
+    @field_validator("optimizer_pageable", mode="after")
+    @classmethod
+    def _optimizer_copies_exist(cls, value: bool, info: ValidationInfo) -> bool:
+        """Pageable optimizer copies need the optimizer offload (else nothing is copied)."""
+        if value and not (info.data or {}).get("offload_optimizer", True):
+            raise ValueError("applies only with schedule.switch.offload_optimizer: true (the optimizer state then "
+                             "crosses the host link); remove it or set offload_optimizer: true")
+        return value
+
     @field_validator("kv_realloc_s", "sleep_wake_s", "engine_sleep_level", mode="after")
     @classmethod
     def _fixed_cost_applies(cls, value: float, info: ValidationInfo) -> float:
@@ -282,6 +298,33 @@ class DistQueueParams(_Strict):
         return parse_bandwidth(v) if isinstance(v, str) else v
 
 
+class HostCopies(_Strict):
+    """Copies between the devices and pageable host memory (schedule.host_copies; the switch's
+    optimizer copies: schedule.switch.optimizer_pageable). `tensor.cpu()` / `.to("cpu")` without
+    pin_memory lands in pageable memory: the CUDA driver stages each piece through a pinned buffer
+    and copies it on the CPU, so such a copy runs at the slower of the host link and that CPU copy
+    (docs/schedules.md "Pageable host copies")."""
+    # The reference pass's state-dict swaps (schedule.reference_swap_copies) go through pageable
+    # memory: NeMo RL's use_reference_model copies the model's state dict out with
+    # .to("cpu", copy=True) and loads the host-kept reference's in (cited from memory): the first
+    # copy out to the host, the others in.
+    reference_swap: bool = False
+    # Device -> pageable host: the CPU side fills freshly allocated pages (PyTorch's CPU allocator maps
+    # every large tensor afresh), a page fault per 4 KiB. Measured: 2.8 GB/s with torch on one thread
+    # of the project's 2-core CI VM (benchmarks/host_pageable_copy.py, 2026-12-03: 2.74-2.79 GB/s);
+    # a VM's page faults cost more than a bare host's, so a GPU node's own run of the script is the
+    # figure to use.
+    offload_Bps: float = Field(parse_bandwidth("2.8GB/s"), gt=0)
+    # Pageable host -> device: a plain memcpy out of written pages into the staging buffer. Measured
+    # the same way: 7.0 GB/s (7.03-7.11 GB/s).
+    onload_Bps: float = Field(parse_bandwidth("7GB/s"), gt=0)
+
+    @field_validator("offload_Bps", "onload_Bps", mode="before")
+    @classmethod
+    def _bw(cls, v: Any) -> Any:
+        return parse_bandwidth(v) if isinstance(v, str) else v
+
+
 class FailureEvent(_Strict):
     """A device failure at ``at_s`` simulated seconds (schedule.failures); ``fail`` names the
     devices like `rlsim comm --group`: node:I, nodes:I-J, domain:I, devices:I-J or a rank list."""
@@ -310,7 +353,7 @@ class RecoveryConfig(_Strict):
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
 COMMON_KNOBS = frozenset({"kind", "overprovision", "tail_consolidation", "low_batch_share", "distqueue",
                           "weight_sync_efficiency", "refit", "refit_overlap", "refit_tensor_overhead_s", "micro_batching", "pack_tokens", "reuse_stage_costs",
-                          "forward_micro_batch", "reference_swap_copies"})
+                          "forward_micro_batch", "reference_swap_copies", "host_copies"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
 # a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
 COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
@@ -423,6 +466,8 @@ class ScheduleConfig(_Strict):
     # model, then the model's loaded back: 3 copies). 0: the reference weights stay resident (verl's
     # separate reference worker). Each copy is the shard over the host link (switch.host_link_efficiency).
     reference_swap_copies: int = Field(0, ge=0)
+    # Which host copies go through pageable memory, and its rates (HostCopies; after the fields it checks).
+    host_copies: HostCopies = Field(default_factory=HostCopies)
     # The rule rewards are scored while the forward passes run (old log-prob, reference, critic) and
     # gathered before the update: verl's reward_model.launch_reward_fn_async ("custom reward function
     # executed async on CPU, during log_prob": verl 0.5 verl/trainer/ppo/ray_trainer.py fit() launches
@@ -502,6 +547,22 @@ class ScheduleConfig(_Strict):
         why = f": {KNOB_REASONS[name]}" if name in KNOB_REASONS else ""
         raise ValueError(f"does not apply to kind: {kind}{why}; it applies to kind: {' / '.join(kinds) or 'none'} "
                          f"(remove it or change schedule.kind)")
+
+    @field_validator("host_copies", mode="after")
+    @classmethod
+    def _host_copies_apply(cls, value: HostCopies, info: ValidationInfo) -> HostCopies:
+        """A pageable reference swap needs its copies; the rates need a pageable copy (the reference
+        swap's, or the switch's optimizer copies), else they would be silently ignored."""
+        data = info.data or {}
+        if value.reference_swap and not data.get("reference_swap_copies"):
+            raise ValueError("reference_swap: applies only with schedule.reference_swap_copies >= 1; remove it or "
+                             "set reference_swap_copies")
+        switch = data.get("switch")
+        rates = sorted(k for k in ("offload_Bps", "onload_Bps") if k in value.model_fields_set)
+        if rates and not (value.reference_swap or (switch is not None and switch.optimizer_pageable)):
+            raise ValueError(f"{', '.join(rates)}: apply only with host_copies.reference_swap or "
+                             "switch.optimizer_pageable true; remove them or set one of those")
+        return value
 
     @property
     def _kind_class(self) -> type["ScheduleConfig"]:

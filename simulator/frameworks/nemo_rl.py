@@ -355,10 +355,12 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
     # colocated, the policy's weights go to host, a Megatron policy's gradient buffer is freed
     # (Megatron-Core's RL offload) and vLLM sleeps between phases
     s["refit"] = "full-tensors"
-    # the reference pass swaps the reference state dict in from host memory (use_reference_model)
+    # the reference pass swaps the reference state dict in from host memory (use_reference_model),
+    # through pageable memory like the colocated optimizer offload (.to("cpu"), cited from memory)
     s["reference_swap_copies"] = 3
+    s["host_copies"] = {"reference_swap": True}
     if kind == "colocated":
-        s["switch"] = {"offload_weights": True, "engine_sleep": True}
+        s["switch"] = {"offload_weights": True, "engine_sleep": True, "optimizer_pageable": True}
         if v(f"{_M}.enabled"):   # the Megatron worker's offload frees the gradient buffer (DTensor: copied)
             s["switch"]["free_gradients"] = True
         if "dynamic_sampling" in w:

@@ -446,10 +446,18 @@ class LlmCosts:
 
     def reference_swap_s(self, pool: _Pool) -> float:
         """schedule.reference_swap_copies: copies of the training weight shard between HBM and host
-        memory around a reference pass, each over the device's host link (the slowest kind's)."""
-        nbytes = self.scenario.schedule.reference_swap_copies * self._train_weight_bytes(pool)
+        memory around a reference pass, each over the device's host link (the slowest kind's); with
+        schedule.host_copies.reference_swap through pageable memory: the first out to the host at
+        the slower of the link and host_copies.offload_Bps, the others in at onload_Bps."""
+        copies = self.scenario.schedule.reference_swap_copies
+        shard = self._train_weight_bytes(pool)
+        nbytes = copies * shard
         eff = self.switch_params.host_link_efficiency
-        return max(nbytes / (k.host_link_bw_Bps * eff) for k in pool.kinds)
+        pageable = self.scenario.schedule.host_copies
+        if not (pageable.reference_swap and copies):
+            return max(nbytes / (k.host_link_bw_Bps * eff) for k in pool.kinds)
+        return max(shard / min(k.host_link_bw_Bps * eff, pageable.offload_Bps)
+                   + (copies - 1) * shard / min(k.host_link_bw_Bps * eff, pageable.onload_Bps) for k in pool.kinds)
 
     def train(self, role, seq_lens, ranks) -> StageCost:
         pool = self.pool(ranks)
@@ -640,8 +648,13 @@ class LlmCosts:
         t = (p.sleep_wake_s / 2 if p.engine_sleep else p.kv_realloc_s) + p.overhead_s
         to_rollout = to_phase == "rollout"
         host: dict[str, float] = {}      # bytes over the host link (one direction each)
+        pageable: dict[str, float] = {}  # those of them through pageable memory, at its rate
         if p.offload_optimizer:
-            host["optimizer_offload" if to_rollout else "optimizer_onload"] = self._optimizer_grad_bytes(pool)
+            key = "optimizer_offload" if to_rollout else "optimizer_onload"
+            host[key] = self._optimizer_grad_bytes(pool)
+            if p.optimizer_pageable:
+                copies = self.scenario.schedule.host_copies
+                pageable[key] = copies.offload_Bps if to_rollout else copies.onload_Bps
         if p.offload_weights:
             host["weight_offload" if to_rollout else "weight_onload"] = self._train_weight_bytes(pool)
         if p.engine_sleep and p.engine_sleep_level == 1:   # level 2 discards the weights: no copy
@@ -653,8 +666,12 @@ class LlmCosts:
         if p.free_gradients and not to_rollout:   # the freed gradient buffer comes back zero-filled
             moved["gradient_zero_fill"] = self._resident_memory(pool).gradients_bytes
         on_device = moved.get("redundant_weight_copy", 0.0) + moved.get("gradient_zero_fill", 0.0)
-        times = [t + sum(host.values()) / (device.host_link_bw_Bps * p.host_link_efficiency)
-                 + on_device / (device.hbm_bw_Bps * device.hbm_efficiency) for device in pool.kinds]
+        pinned = sum(v for k, v in host.items() if k not in pageable)
+        times = []
+        for device in pool.kinds:
+            link = device.host_link_bw_Bps * p.host_link_efficiency
+            host_s = pinned / link + sum(host[k] / min(link, rate) for k, rate in pageable.items())
+            times.append(t + host_s + on_device / (device.hbm_bw_Bps * device.hbm_efficiency))
         return SwitchCost(max(times), moved)
 
     def engine_cycle(self, ranks) -> SwitchCost:

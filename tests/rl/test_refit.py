@@ -113,6 +113,7 @@ def test_the_switch_moves_the_training_state_at_the_workloads_bytes_per_paramete
     def with_memory(**memory) -> LlmCosts:
         mapping = nemo_rl.scenario(r)
         mapping["schedule"]["switch"] = {"offload_optimizer": True, "offload_weights": False}
+        mapping["schedule"]["host_copies"] = {}      # pinned copies: the host link's rate
         mapping["workload"]["train_params"] = {"memory": memory}
         sc = load_scenario(mapping)
         return LlmCosts(sc, load_topology(sc.topology))
@@ -142,8 +143,8 @@ def test_freed_gradients_skip_the_host_link_and_come_back_as_one_zero_fill():
     resident through the rollout phase even when the optimizer state stays."""
     r = row("qwen3-32b", "on-policy")
     pool = range(32)
-    copied = costs(r, switch={"offload_weights": True, "engine_sleep": True})
-    freed = costs(r, switch={"offload_weights": True, "engine_sleep": True, "free_gradients": True})
+    copied = costs(r, switch={"offload_weights": True, "engine_sleep": True}, host_copies={})
+    freed = costs(r, switch={"offload_weights": True, "engine_sleep": True, "free_gradients": True}, host_copies={})
     grads = copied._resident_memory(copied.pool(pool)).gradients_bytes
     assert grads > 0
     host_Bps = copied.device.host_link_bw_Bps * copied.switch_params.host_link_efficiency
@@ -156,10 +157,66 @@ def test_freed_gradients_skip_the_host_link_and_come_back_as_one_zero_fill():
     assert (copied.switch("rollout", pool).bytes_moved["optimizer_offload"]
             - freed.switch("rollout", pool).bytes_moved["optimizer_offload"]) == pytest.approx(grads, rel=1e-12)
     # without the optimizer offload the state stays resident, the freed gradients do not
-    kept = costs(r, switch={"offload_optimizer": False})
-    kept_freed = costs(r, switch={"offload_optimizer": False, "free_gradients": True})
+    kept = costs(r, switch={"offload_optimizer": False}, host_copies={})
+    kept_freed = costs(r, switch={"offload_optimizer": False, "free_gradients": True}, host_copies={})
     lay = kept.layout(32)
     assert kept.rollout_phase_bytes(lay) - kept_freed.rollout_phase_bytes(lay) == pytest.approx(grads, rel=1e-12)
+
+
+def test_pageable_optimizer_copies_run_at_the_slower_of_the_link_and_the_hosts_copy():
+    """schedule.switch.optimizer_pageable: the optimizer state leaves at host_copies.offload_Bps
+    (fresh pageable pages) and comes back at onload_Bps, each bounded by the host link; the other
+    host bytes keep the pinned rate."""
+    r = row("qwen3-32b", "on-policy")
+    pool = range(32)
+    switch = {"offload_weights": True, "engine_sleep": True, "free_gradients": True}
+    pinned = costs(r, switch=switch, host_copies={})
+    rates = {"offload_Bps": "2 GB/s", "onload_Bps": "5 GB/s"}
+    paged = costs(r, switch={**switch, "optimizer_pageable": True}, host_copies=rates)
+    optimizer = pinned.switch("rollout", pool).bytes_moved["optimizer_offload"]
+    link = pinned.device.host_link_bw_Bps * pinned.switch_params.host_link_efficiency
+    for phase, rate in (("rollout", 2e9), ("train", 5e9)):
+        extra = paged.switch(phase, pool).time_s - pinned.switch(phase, pool).time_s
+        assert extra == pytest.approx(optimizer / rate - optimizer / link, rel=1e-9)
+        assert paged.switch(phase, pool).bytes_moved == pinned.switch(phase, pool).bytes_moved
+    # a rate above the link: the link bounds the copy
+    fast = costs(r, switch={**switch, "optimizer_pageable": True}, host_copies={"offload_Bps": "1 TB/s",
+                                                                              "onload_Bps": "1 TB/s"})
+    assert fast.switch("train", pool).time_s == pytest.approx(pinned.switch("train", pool).time_s, rel=1e-12)
+
+
+def test_a_pageable_reference_swap_copies_out_once_and_in_the_other_times():
+    r = row("qwen3-32b", "1-step-off")
+    pinned = costs(r, host_copies={})
+    paged = costs(r, host_copies={"reference_swap": True, "offload_Bps": "2 GB/s", "onload_Bps": "5 GB/s"})
+    pool = paged.pool(range(32, 64))
+    shard = pinned._train_weight_bytes(pool)
+    link = pinned.device.host_link_bw_Bps * pinned.switch_params.host_link_efficiency
+    assert pinned.reference_swap_s(pool) == pytest.approx(3 * shard / link, rel=1e-12)
+    assert paged.reference_swap_s(pool) == pytest.approx(shard / 2e9 + 2 * shard / 5e9, rel=1e-12)
+
+
+@pytest.mark.parametrize(("schedule", "field", "message"), [
+    ({"switch": {"offload_optimizer": False, "optimizer_pageable": True}, "host_copies": {}},
+     "schedule.switch.optimizer_pageable", "offload_optimizer: true"),
+    ({"host_copies": {"reference_swap": True}, "reference_swap_copies": 0}, "schedule.host_copies",
+     "reference_swap_copies >= 1"),
+    ({"host_copies": {"onload_Bps": "5 GB/s"}, "switch": {}}, "schedule.host_copies", "onload_Bps: apply only with"),
+])
+def test_a_pageable_copy_that_does_not_happen_is_refused(schedule, field, message):
+    with pytest.raises(RlsimError, match=message) as info:
+        costs(row("qwen3-32b", "on-policy"), **schedule)
+    assert info.value.field == field
+
+
+def test_a_compared_split_kind_drops_the_switch_and_keeps_the_pageable_reference_swap():
+    """rlsim compare re-kinds a colocated NeMo RL scenario: the switch's pageable optimizer copies go
+    with the switch, the reference swap's stay (both placements swap the reference)."""
+    sc = load_scenario(nemo_rl.scenario(row("qwen3-32b", "on-policy")))
+    fields = sc.schedule.applicable_fields("one-step-off")
+    assert "switch" not in fields and fields["host_copies"] == {"reference_swap": True}
+    assert load_scenario({**nemo_rl.scenario(row("qwen3-32b", "on-policy")), "schedule": fields}).schedule.kind \
+        == "one-step-off"
 
 
 def test_engine_sleep_pays_its_measured_sleep_and_wake_once_a_step_whatever_the_model():
