@@ -8,8 +8,8 @@ and the high end of a plausible range, one at a time, and reruns every row:
 - a single measurement or an assumed value, at half and at twice its default: the engine's step
   overhead (formulas.md "a few ms"), its workspace, the refit's per-tensor CPU time (one verl
   measurement), vLLM sleep mode's 11.3 s (one measurement), the switches' fixed overhead and the
-  host-link efficiency of the offload copies (up to 1.0; pinned at 0.85 now, pageable copies are
-  slower);
+  host-link efficiency of the pinned copies (up to 1.0), the pageable copies' two host rates
+  (one measurement on the CI VM each: benchmarks/host_pageable_copy.py);
 - the per-sequence CPU time, up to the whole ~45 us a sequence of NIM's inter-token-latency slope;
 - the rule reward's CPU time per sample (an assumption, "tens of ms"), at half and at twice 0.05 s.
 For each row the table gives the published gap (published - predicted step) and each constant's
@@ -39,6 +39,8 @@ CONSTANTS: tuple[tuple[str, str, float, float], ...] = (
     ("sleepwake", "schedule.switch.sleep_wake_s", SLEEP / 2, SLEEP * 2),
     ("sw_ovh", "schedule.switch.overhead_s", 0.25, 1.0),
     ("host_eff", "schedule.switch.host_link_efficiency", 0.425, 1.0),
+    ("page_out", "schedule.host_copies.offload_Bps", 1.4e9, 5.6e9),
+    ("page_in", "schedule.host_copies.onload_Bps", 3.5e9, 14e9),
     ("reward", "workload.reward.cpu_s_per_sample", 0.025, 0.1),
 )
 
