@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import RlsimError, validation_error
 from .strict_model import StrictModel
+from .units import parse_bandwidth
 
 # Share of the data-parallel gradient sync hidden under the backward pass: the one default of the
 # training cost model (CommParams) and the heterogeneous step model (planner/hetero.py). 0: the
@@ -247,6 +248,17 @@ class CommParams(StrictModel):
         return self.dp_overlap_fraction * max(0.0, 1.0 - bucket / chunk_params) if chunk_params > 0 else 0.0
 
 
+# Host rates of a copy through pageable memory (tensor.cpu() / .to("cpu") without pin_memory: the CUDA
+# driver stages it through a pinned buffer and copies it on the CPU, one thread). Device -> host fills
+# freshly allocated pages, a page fault per 4 KiB; host -> device is a memcpy out of written pages.
+# Measured with torch on one thread of the project's 2-core CI VM (benchmarks/host_pageable_copy.py,
+# 2026-12-03: 2.74-2.79 and 7.03-7.11 GB/s). A VM's page faults cost more than a bare host's: a GPU
+# node's own run of the script is the figure to use. Defaults of schedule.host_copies and
+# train_params.offload.
+PAGEABLE_OFFLOAD_BPS = 2.8e9
+PAGEABLE_ONLOAD_BPS = 7.0e9
+
+
 class OffloadParams(StrictModel):
     """Per-phase offload of the training state to host memory (`train_params.offload.<field>`):
     verl `actor.fsdp_config.param_offload / optimizer_offload`, NeMo RL `optimizer_cpu_offload`.
@@ -263,10 +275,36 @@ class OffloadParams(StrictModel):
     # Achieved share of the device's host link (pinned-memory copies reach ~80-90% of PCIe;
     # assumption, as schedule.switch.host_link_efficiency).
     host_link_efficiency: float = Field(0.8, gt=0, le=1)
+    # The offloaded state goes through pageable host memory: each copy at the slower of the link and
+    # the host's pageable rate, out at pageable_offload_Bps, back in at pageable_onload_Bps. verl 0.6.0
+    # moves its optimizer state with .to("cpu") / .to(device) (utils/fsdp_utils.py
+    # offload_fsdp_optimizer / load_fsdp_optimizer, utils/megatron_utils.py offload_megatron_optimizer)
+    # and FSDP parameters with flat_param_to(cpu) (read in its wheel). Off: pinned copies.
+    pageable: bool = False
+    pageable_offload_Bps: float = Field(PAGEABLE_OFFLOAD_BPS, gt=0)
+    pageable_onload_Bps: float = Field(PAGEABLE_ONLOAD_BPS, gt=0)
 
     @property
     def any(self) -> bool:
         return self.params or self.grads or self.optimizer
+
+    @field_validator("pageable_offload_Bps", "pageable_onload_Bps", mode="before")
+    @classmethod
+    def _bw(cls, v: Any) -> Any:
+        return parse_bandwidth(v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _pageable_needs_an_offload(self) -> "OffloadParams":
+        """pageable and its rates act on an offloaded state only (else they would be silently ignored);
+        rates at their defaults, as a whole dump gives them, change nothing and pass."""
+        fields = type(self).model_fields
+        rates = sorted(k for k in ("pageable_offload_Bps", "pageable_onload_Bps")
+                       if k in self.model_fields_set and getattr(self, k) != fields[k].default)
+        if self.pageable and not self.any:
+            raise ValueError("pageable applies to an offloaded state: set params, grads or optimizer, or remove it")
+        if rates and not self.pageable:
+            raise ValueError(f"{', '.join(rates)} apply only with pageable: true; remove them or set pageable")
+        return self
 
 
 class TrainParams(StrictModel):

@@ -32,7 +32,15 @@ from . import presets
 from .engine_software import ENGINE_SOFTWARE, device_dependent_fields, given_under_engine
 from .errors import RlsimError, validation_error
 from .overrides import apply_overrides, parse_assignment
-from .params import DEFAULT_TRAIN_SOFTWARE, RESERVE_KEYS, TRAIN_SOFTWARE, InferenceParams, TrainParams
+from .params import (
+    DEFAULT_TRAIN_SOFTWARE,
+    PAGEABLE_OFFLOAD_BPS,
+    PAGEABLE_ONLOAD_BPS,
+    RESERVE_KEYS,
+    TRAIN_SOFTWARE,
+    InferenceParams,
+    TrainParams,
+)
 from .strict_model import StrictModel
 from .units import parse_bandwidth, parse_seconds
 
@@ -314,10 +322,10 @@ class HostCopies(_Strict):
     # of the project's 2-core CI VM (benchmarks/host_pageable_copy.py, 2026-12-03: 2.74-2.79 GB/s);
     # a VM's page faults cost more than a bare host's, so a GPU node's own run of the script is the
     # figure to use.
-    offload_Bps: float = Field(parse_bandwidth("2.8GB/s"), gt=0)
+    offload_Bps: float = Field(PAGEABLE_OFFLOAD_BPS, gt=0)
     # Pageable host -> device: a plain memcpy out of written pages into the staging buffer. Measured
-    # the same way: 7.0 GB/s (7.03-7.11 GB/s).
-    onload_Bps: float = Field(parse_bandwidth("7GB/s"), gt=0)
+    # the same way: 7.0 GB/s (7.03-7.11 GB/s). Both: params.PAGEABLE_*_BPS, as train_params.offload's.
+    onload_Bps: float = Field(PAGEABLE_ONLOAD_BPS, gt=0)
 
     @field_validator("offload_Bps", "onload_Bps", mode="before")
     @classmethod

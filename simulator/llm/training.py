@@ -941,8 +941,9 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
 def offload_time_s(memory: MemoryBreakdown, kinds: Sequence[Any], params: TrainParams,
                    forward_only: bool = False) -> float:
     """Per-phase offload (train_params.offload): what is offloaded is reloaded before the phase and
-    offloaded after it, 2 x its bytes over the slowest host link of the pool. A forward-only pass
-    moves the weights only."""
+    offloaded after it, 2 x its bytes over the slowest host link of the pool (with `pageable`, each
+    way at the slower of the link and the host's pageable rate). A forward-only pass moves the
+    weights only."""
     o = params.offload
     nbytes = memory.weights_bytes if o.params else 0.0
     if not forward_only:
@@ -950,6 +951,8 @@ def offload_time_s(memory: MemoryBreakdown, kinds: Sequence[Any], params: TrainP
     if nbytes <= 0:
         return 0.0
     bw = min(k.host_link_bw_Bps for k in kinds) * o.host_link_efficiency
+    if o.pageable:   # through pageable memory: out and back in at the host's rates where slower
+        return nbytes / min(bw, o.pageable_offload_Bps) + nbytes / min(bw, o.pageable_onload_Bps)
     return 2.0 * nbytes / bw
 
 

@@ -103,6 +103,7 @@ def test_engine_knobs_offload_and_expert_tp_map_onto_the_modelled_fields(capsys,
     assert workload.inference.enforce_eager and workload.inference.chunked_prefill
     assert workload.inference.max_num_batched_tokens == 8192
     assert workload.train_params.offload.optimizer and not workload.train_params.offload.params
+    assert workload.train_params.offload.pageable             # verl moves it with .to("cpu")
     assert workload.inference.enable_prefix_caching          # not given: rlsim's default stands
 
 

@@ -133,6 +133,26 @@ def test_offload_is_twice_the_state_over_the_host_link() -> None:
     assert fwd.time_s == pytest.approx(fwd0.time_s + 2 * off.memory.weights_bytes / link)
 
 
+def test_a_pageable_offload_goes_out_and_in_at_the_hosts_rates_where_slower_than_the_link() -> None:
+    """train_params.offload.pageable (verl's .to("cpu")): out at pageable_offload_Bps, back in at
+    pageable_onload_Bps, each bounded by the host link; pageable needs an offloaded state."""
+    lay = TrainLayout(dp=8, zero=1)
+    p = TrainParams(offload=OffloadParams(optimizer=True, pageable=True, pageable_offload_Bps="2 GB/s",
+                                          pageable_onload_Bps="5 GB/s"))
+    off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=p)
+    state = off.memory.optimizer_bytes
+    assert off.offload_s == pytest.approx(state / 2e9 + state / 5e9)
+    fast = TrainParams(offload=OffloadParams(optimizer=True, pageable=True, pageable_offload_Bps="1 TB/s",
+                                             pageable_onload_Bps="1 TB/s"))
+    link = TOPO.device_spec(0).host_link_bw_Bps * 0.8
+    assert train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
+                           params=fast).offload_s == pytest.approx(2 * state / link)
+    with pytest.raises(ValueError, match="pageable applies to an offloaded state"):
+        OffloadParams(pageable=True)
+    with pytest.raises(ValueError, match="apply only with pageable"):
+        OffloadParams(optimizer=True, pageable_onload_Bps="5 GB/s")
+
+
 def test_named_stacks() -> None:
     assert {"megatron-core", "megatron-core-overlap", "megatron-2022", "megatron-2021"} <= set(TRAIN_SOFTWARE)
     s22 = train_software("megatron-2022")
