@@ -95,6 +95,7 @@ MAX_NUM_SEQS_NOTE = (f"{A}.rollout.max_num_seqs: verl 0.6+ hands it to vLLM, as 
 ENGINE_KEYS = {"enforce_eager": "enforce_eager", "max_num_batched_tokens": "max_num_batched_tokens",
                "enable_chunked_prefill": "chunked_prefill", "enable_prefix_caching": "enable_prefix_caching"}
 OFFLOAD_KEYS = {"param_offload": "params", "grad_offload": "grads", "optimizer_offload": "optimizer"}
+MEGATRON_OFFLOAD_KEYS = ("param_offload", "optimizer_offload")   # grad_offload has no effect in verl
 # verl 0.6.0 moves the offloaded state with .to("cpu") / flat_param_to(cpu): pageable host memory
 OFFLOAD_NOTE = "per-phase offload to host, through pageable memory (offload.pageable)"
 
@@ -157,8 +158,11 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.megatron.sequence_parallel": mapped("workload.train_layout.sequence_parallel"),
     f"{A}.actor.megatron.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
     f"{A}.actor.megatron.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding"),
-    **{f"{A}.actor.megatron.{k}": mapped(f"workload.train_params.offload.{target}", OFFLOAD_NOTE)
-       for k, target in OFFLOAD_KEYS.items()},
+    **{f"{A}.actor.megatron.{k}": mapped(f"workload.train_params.offload.{OFFLOAD_KEYS[k]}", OFFLOAD_NOTE)
+       for k in MEGATRON_OFFLOAD_KEYS},
+    f"{A}.actor.megatron.grad_offload": ignored(
+        "verl 0.5-0.7 read it and never use it (workers/megatron_workers.py _is_offload_grad); the Megatron "
+        "offload frees the gradient buffers with the parameters (utils/megatron_utils.py: storage().resize_(0))"),
     f"{A}.actor.megatron.seed": ignored("random seed: no effect on step time"),
     f"{A}.actor.fsdp_config.*": unsupported(_FSDP),
     **{f"{A}.actor.fsdp_config.{k}": mapped(f"workload.train_params.offload.{OFFLOAD_KEYS[k]}", OFFLOAD_NOTE)
@@ -468,9 +472,10 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
                 v.result.notes.append(ENFORCE_EAGER_NOTE)
     if engine:
         w["inference"] = engine
-    section = f"{A}.actor.megatron" if str(v(f"{A}.actor.strategy")) == "megatron" else f"{A}.actor.fsdp_config"
-    offload = {target: bool(v(f"{section}.{key}")) for key, target in OFFLOAD_KEYS.items()
-               if v.given(f"{section}.{key}")}
+    megatron = str(v(f"{A}.actor.strategy")) == "megatron"
+    section = f"{A}.actor.megatron" if megatron else f"{A}.actor.fsdp_config"
+    keys = MEGATRON_OFFLOAD_KEYS if megatron else ("param_offload", "optimizer_offload")
+    offload = {OFFLOAD_KEYS[key]: bool(v(f"{section}.{key}")) for key in keys if v.given(f"{section}.{key}")}
     if any(offload.values()):   # verl moves the offloaded state with .to("cpu"): pageable host memory
         offload["pageable"] = True
     if offload:

@@ -464,3 +464,17 @@ def test_nemo_rl_colocated_megatron_frees_its_gradients_dtensor_copies_them():
     assert megatron.scenario["schedule"]["switch"]["free_gradients"] is True
     dtensor = import_config("nemo-rl", nemo, ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"])
     assert "free_gradients" not in dtensor.scenario["schedule"]["switch"]
+
+
+def test_verl_megatron_grad_offload_is_ignored_as_verl_ignores_it():
+    """verl 0.5-0.7 read actor.megatron.grad_offload and never use it; its Megatron offload frees the
+    gradients with the parameters. The offloaded state goes through pageable memory (.to("cpu"))."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    r = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron",
+                                    "actor_rollout_ref.actor.megatron.grad_offload=true",
+                                    "actor_rollout_ref.actor.megatron.param_offload=true"])
+    assert r.scenario["workload"]["train_params"] == {"offload": {"params": True, "pageable": True}}
+    assert "never use it" in r.ignored["actor_rollout_ref.actor.megatron.grad_offload"]
+    alone = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron",
+                                        "actor_rollout_ref.actor.megatron.grad_offload=true"])
+    assert "train_params" not in alone.scenario["workload"]
