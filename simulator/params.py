@@ -297,9 +297,7 @@ class OffloadParams(StrictModel):
     def _pageable_needs_an_offload(self) -> "OffloadParams":
         """pageable and its rates act on an offloaded state only (else they would be silently ignored);
         rates at their defaults, as a whole dump gives them, change nothing and pass."""
-        fields = type(self).model_fields
-        rates = sorted(k for k in ("pageable_offload_Bps", "pageable_onload_Bps")
-                       if k in self.model_fields_set and getattr(self, k) != fields[k].default)
+        rates = self.set_off_default(("pageable_offload_Bps", "pageable_onload_Bps"))
         if self.pageable and not self.any:
             raise ValueError("pageable applies to an offloaded state: set params, grads or optimizer, or remove it")
         if rates and not self.pageable:
@@ -414,8 +412,7 @@ class InferenceParams(StrictModel):
         """The reservation constants apply to admission: reserve only (set away from their defaults
         with kv they would be silently ignored; at their defaults, as a whole dump gives them, they
         change nothing)."""
-        fields = type(self).model_fields
-        given = sorted(key for key in RESERVE_KEYS & self.model_fields_set if getattr(self, key) != fields[key].default)
+        given = self.set_off_default(RESERVE_KEYS)
         if given and self.admission != "reserve":
             raise ValueError(f"{', '.join(given)} apply to admission: reserve (SGLang's scheduler); remove them "
                              "or set admission: reserve")

@@ -566,9 +566,7 @@ class ScheduleConfig(_Strict):
             raise ValueError("reference_swap: applies only with schedule.reference_swap_copies >= 1; remove it or "
                              "set reference_swap_copies")
         switch = data.get("switch")
-        defaults = HostCopies.model_fields   # a whole dump gives them at their defaults: no effect, no error
-        rates = sorted(k for k in ("offload_Bps", "onload_Bps")
-                       if k in value.model_fields_set and getattr(value, k) != defaults[k].default)
+        rates = value.set_off_default(("offload_Bps", "onload_Bps"))
         if rates and not (value.reference_swap or (switch is not None and switch.optimizer_pageable)):
             raise ValueError(f"{', '.join(rates)}: apply only with host_copies.reference_swap or "
                              "switch.optimizer_pageable true; remove them or set one of those")

@@ -53,3 +53,9 @@ class StrictModel(BaseModel):
         wrong = [k for k, v in data.items()
                  if isinstance(v, bool) and k in fields and not takes_bool(fields[k].annotation)]
         return {**data, **{k: _BoolGiven(data[k]) for k in wrong}} if wrong else data
+
+    def set_off_default(self, keys: typing.Iterable[str]) -> list[str]:
+        """Of ``keys``, those given and away from their defaults, sorted: the ones a rule that makes
+        them inapplicable must refuse (at their defaults, as a whole dump gives them, they change nothing)."""
+        fields = type(self).model_fields
+        return sorted(k for k in keys if k in self.model_fields_set and getattr(self, k) != fields[k].default)

@@ -96,6 +96,7 @@ ENGINE_KEYS = {"enforce_eager": "enforce_eager", "max_num_batched_tokens": "max_
                "enable_chunked_prefill": "chunked_prefill", "enable_prefix_caching": "enable_prefix_caching"}
 OFFLOAD_KEYS = {"param_offload": "params", "grad_offload": "grads", "optimizer_offload": "optimizer"}
 MEGATRON_OFFLOAD_KEYS = ("param_offload", "optimizer_offload")   # grad_offload has no effect in verl
+FSDP_OFFLOAD_KEYS = ("param_offload", "optimizer_offload")       # the fsdp_config offload keys mapped
 # verl 0.6.0 moves the offloaded state with .to("cpu") / flat_param_to(cpu): pageable host memory
 OFFLOAD_NOTE = "per-phase offload to host, through pageable memory (offload.pageable)"
 
@@ -166,7 +167,7 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.megatron.seed": ignored("random seed: no effect on step time"),
     f"{A}.actor.fsdp_config.*": unsupported(_FSDP),
     **{f"{A}.actor.fsdp_config.{k}": mapped(f"workload.train_params.offload.{OFFLOAD_KEYS[k]}", OFFLOAD_NOTE)
-       for k in ("param_offload", "optimizer_offload")},
+       for k in FSDP_OFFLOAD_KEYS},
     f"{A}.actor.fsdp_config.fsdp_size": unsupported(_FSDP + " (-1: shard over all ranks)", neutral=-1),
     # reference and rollout
     f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
@@ -474,7 +475,7 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
         w["inference"] = engine
     megatron = str(v(f"{A}.actor.strategy")) == "megatron"
     section = f"{A}.actor.megatron" if megatron else f"{A}.actor.fsdp_config"
-    keys = MEGATRON_OFFLOAD_KEYS if megatron else ("param_offload", "optimizer_offload")
+    keys = MEGATRON_OFFLOAD_KEYS if megatron else FSDP_OFFLOAD_KEYS
     offload = {OFFLOAD_KEYS[key]: bool(v(f"{section}.{key}")) for key in keys if v.given(f"{section}.{key}")}
     if any(offload.values()):   # verl moves the offloaded state with .to("cpu"): pageable host memory
         offload["pageable"] = True

@@ -653,8 +653,8 @@ class LlmCosts:
             key = "optimizer_offload" if to_rollout else "optimizer_onload"
             host[key] = self._optimizer_grad_bytes(pool)
             if p.optimizer_pageable:
-                copies = self.scenario.schedule.host_copies
-                pageable[key] = copies.offload_Bps if to_rollout else copies.onload_Bps
+                rates = self.scenario.schedule.host_copies
+                pageable[key] = rates.offload_Bps if to_rollout else rates.onload_Bps
         if p.offload_weights:
             host["weight_offload" if to_rollout else "weight_onload"] = self._train_weight_bytes(pool)
         if p.engine_sleep and p.engine_sleep_level == 1:   # level 2 discards the weights: no copy
