@@ -152,13 +152,14 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     # arrays): a third of the summary's time went to reading them back through pandas
     summary = metrics.summary(rec, timeline, None)
     if hasattr(costs, "effective_layouts"):
+        train_pool = rec.pools.get("train") or rec.pools["actor"]
+        rollout_pool = rec.pools.get("rollout") or rec.pools["actor"]
         if rec.failures and rec.failures[-1].get("train_layout_after"):
             # the layout the run ended on (each failure entry keeps the layout it re-planned to)
             summary["layouts"] = {"train": dict(rec.failures[-1]["train_layout_after"]),
-                                  "rollout": costs.rollout_layout.model_dump()}
+                                  "rollout": costs.rollout_layout_used(rollout_pool.count)}
         else:
-            train_pool = rec.pools.get("train") or rec.pools["actor"]
-            summary["layouts"] = costs.effective_layouts(train_pool.count)
+            summary["layouts"] = costs.effective_layouts(train_pool.count, rollout_pool.count)
     if plan is not None and plan.detail:
         summary["auto_layout"] = plan.detail
     # the chain of intervals that set each step's length (rl/critical_path.py), from the record

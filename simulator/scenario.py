@@ -158,6 +158,18 @@ class WorkloadConfig(_Strict):
                              "for rlsim's own defaults)")
         return v
 
+    @field_validator("rollout_layout")
+    @classmethod
+    def _no_instance_count(cls, v: dict[str, Any] | str) -> dict[str, Any] | str:
+        # RolloutLayout has the field for standalone rollouts (simulate_rollout); in a run the pool
+        # sets it, so a given value would be overwritten without a word
+        if isinstance(v, dict) and "instances" in v:
+            raise ValueError("instances does not apply to a run: the rollout devices (the pool: all "
+                             "devices colocated, schedule.rollout_devices split) hold devices / (tp x ep) "
+                             "instances; remove the key (the summary's layouts.rollout.instances reports "
+                             "them)")
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _apply_software(cls, data: Any) -> Any:

@@ -170,3 +170,22 @@ def test_the_summary_read_from_the_store_is_the_summary_of_the_samples_frame():
                                schedule=schedule, iterations=2)
         from_frame = metrics.summary(r.record, r.timeline, r.samples)
         assert {k: r.summary[k] for k in from_frame} == from_frame
+
+
+def test_the_summary_counts_the_rollout_instances_its_pool_holds(result):
+    # one dgx-h100 node colocated: its 8 devices hold 8 / (tp x ep) instances (the field's own default, 1,
+    # is for standalone rollouts and was reported as is)
+    rollout = result.summary["layouts"]["rollout"]
+    assert rollout["instances"] == 8 // (rollout["tp"] * rollout["ep"])
+    split = simulator.simulate(schedule="disaggregated", **{**SMALL, "iterations": 1})
+    pools = split.summary["pools"]
+    rollout = split.summary["layouts"]["rollout"]
+    assert rollout["instances"] == pools["rollout"] // (rollout["tp"] * rollout["ep"]) >= 1
+
+
+def test_a_rollout_instance_count_in_a_run_is_an_error():
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError, match=r"workload.rollout_layout.*instances does not apply"):
+        simulator.simulate(schedule="colocated", **{**SMALL, "overrides": SMALL["overrides"] + [
+            "workload.rollout_layout.instances=4"]})

@@ -295,8 +295,15 @@ class LlmCosts:
         granules of TrainLayout.pool_unit."""
         return (n_max // self.train_pool_unit) * self.train_pool_unit
 
-    def effective_layouts(self, n_train: int) -> dict[str, Any]:
-        return {"train": self.layout(n_train).as_dict(), "rollout": self.rollout_layout.model_dump()}
+    def effective_layouts(self, n_train: int, n_rollout: int) -> dict[str, Any]:
+        """The layouts a run used: the training one at its pool's DP, the rollout one with the instances
+        its pool's `n_rollout` devices hold."""
+        return {"train": self.layout(n_train).as_dict(), "rollout": self.rollout_layout_used(n_rollout)}
+
+    def rollout_layout_used(self, n_rollout: int) -> dict[str, Any]:
+        """The rollout layout with the instances `n_rollout` devices hold (the pool sets them, not
+        workload.rollout_layout, which refuses the key)."""
+        return {**self.rollout_layout.model_dump(), "instances": n_rollout // self.instance_devices}
 
     def _packing(self) -> str:
         return "packed" if self.scenario.schedule.distqueue.packed else "padded"
