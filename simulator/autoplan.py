@@ -154,12 +154,31 @@ def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     return list(range(want)), list(range(want, n_devices))
 
 
+def _check_planner_keys_apply(sc: Scenario) -> None:
+    """A run reads `planner:` for the layouts left auto and for failure re-plans (space, rollout and
+    the top-level params); a section it never reads is refused, not dropped."""
+    for section, reason in (("hetero", "no run uses the heterogeneous step model (plan_hetero, "
+                                       "replan_on_slowdown in Python)"),
+                            ("recovery", "a run's failures take schedule.recovery")):
+        if section in sc.planner:
+            raise RlsimError(f"planner.{section} does not apply to a run: {reason}", source=sc.source,
+                             field=f"planner.{section}", fix=f"remove planner.{section}"
+                             + (" and set schedule.recovery" if section == "recovery" else ""))
+    w = sc.workload
+    if w.train_layout != "auto" and w.rollout_layout != "auto" and not sc.schedule.failures:
+        key = sorted(sc.planner)[0]
+        raise RlsimError("the planner does not run: both layouts are given and no failure re-plans them",
+                         source=sc.source, field=f"planner.{key}",
+                         fix="remove the planner section, or set workload.train_layout / rollout_layout: auto")
+
+
 def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
     """The planner's layouts for the sides left ``auto``, with the workload's trainer and engine
     constants and training stack. The planner settings are checked even when nothing is auto."""
     w = sc.workload
     out = AutoPlan()
     settings = planner_settings(sc.planner, source=sc.source)
+    _check_planner_keys_apply(sc)
     if w.train_layout != "auto" and w.rollout_layout != "auto":
         return out
     model: ModelSpec = load_model(w.model)

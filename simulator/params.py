@@ -46,40 +46,40 @@ class ComputeParams(StrictModel):
     # sm_80 / sm_90) of fixed work per dimension; they move a 2048-token Megatron GEMM by ~1-2%
     # while a 16-row GEMM runs at half plateau (NVIDIA "Matrix Multiplication Background" guide:
     # small-batch GEMMs far below peak). `rlsim calibrate` fits both per device.
-    gemm_ramp_dim: float = 16.0
-    gemm_ramp_k: float = 16.0
+    gemm_ramp_dim: float = Field(16.0, ge=0)
+    gemm_ramp_k: float = Field(16.0, ge=0)
     # Fixed time per GEMM / attention kernel (launch, dispatch). None: the device's
     # DeviceSpec.launch_overhead_s (catalog; a calibrated profile's fitted per-GEMM overhead).
-    gemm_launch_s: float | None = None
+    gemm_launch_s: float | None = Field(None, ge=0)
     # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (arXiv 2307.08691, fig. 4)
     # against ~80% for large GEMMs: ~0.85 of the GEMM plateau.
     flash_attention: bool = True
-    flash_efficiency_ratio: float = 0.85
+    flash_efficiency_ratio: float = Field(0.85, gt=0, le=1)
     # The backward kernel runs below the forward one: 63% of A100 peak against 73% forward in the
     # same FlashAttention-2 measurements (arXiv 2307.08691 fig. 4-5; it recomputes the scores and
     # accumulates dQ with atomics), i.e. 0.85 x 63 / 73 = 0.73 of the GEMM plateau. None: the
     # forward's ratio (the behaviour before this field).
     flash_backward_efficiency_ratio: float | None = Field(0.73, gt=0, le=1)
     # Causal flash kernels skip the masked half of the score matrix (arXiv 2307.08691 sec. 3.1).
-    flash_causal_fraction: float = 0.5
+    flash_causal_fraction: float = Field(0.5, gt=0, le=1)
     # Flash backward recomputes the scores: 2.5x the forward FLOPs (arXiv 2307.08691 sec. 3.1:
     # 5 matmuls backward vs 2 forward).
-    flash_backward_factor: float = 2.5
+    flash_backward_factor: float = Field(2.5, gt=0)
     # Materialized attention (no flash; Megatron-LM 2021 CoreAttention): bytes moved per score
     # element. Forward: baddbmm writes 2, fused scale-mask-softmax reads 2 + writes 2, dropout reads
     # 2 + writes 2 + mask 1, the A.V bmm reads 2 -> 13. Backward: the A.V grad bmm writes 2, dropout
     # backward reads 2 + mask 1 + writes 2, softmax backward reads 2 + 2 and writes 2, the Q.K grad
     # bmms read 2 -> 15.
-    score_traffic_fwd_bytes: float = 13.0
-    score_traffic_bwd_bytes: float = 15.0
+    score_traffic_fwd_bytes: float = Field(13.0, ge=0)
+    score_traffic_bwd_bytes: float = Field(15.0, ge=0)
     # Elementwise traffic per token per layer, forward (bytes per hidden unit, 2-byte activations):
     # 2 LayerNorms read 2 + write 2 each -> 8; 2 bias-dropout-residual-adds read 2 + 2, write 2 and
     # a 1-byte mask each -> 14; activation function per FFN unit: GELU read 2 + write 2 -> 4, SwiGLU
     # reads 2 x 2 and writes 2 -> 6.
-    norm_traffic_bytes_per_hidden: float = 8.0
-    residual_traffic_bytes_per_hidden: float = 14.0
-    act_traffic_bytes_per_ffn: float = 4.0
-    gated_act_traffic_bytes_per_ffn: float = 6.0
+    norm_traffic_bytes_per_hidden: float = Field(8.0, ge=0)
+    residual_traffic_bytes_per_hidden: float = Field(14.0, ge=0)
+    act_traffic_bytes_per_ffn: float = Field(4.0, ge=0)
+    gated_act_traffic_bytes_per_ffn: float = Field(6.0, ge=0)
     # MoE token shuffling around the experts, bytes per hidden unit per routed token copy (each
     # token's top-k copies), forward, as Megatron-Core's all-to-all token dispatcher moves them
     # (megatron/core/transformer/moe/token_dispatcher.py with moe_utils.py, unfused): `permute`
@@ -92,9 +92,9 @@ class ComputeParams(StrictModel):
     moe_permute_traffic_bytes_per_hidden: float = Field(16.0, ge=0)
     # Backward of an elementwise op reads its saved input and the incoming gradient and writes the
     # outgoing one: ~2x the forward traffic.
-    backward_traffic_factor: float = 2.0
+    backward_traffic_factor: float = Field(2.0, ge=0)
     # Backward matmuls: data gradient + weight gradient, each the forward's size (2x forward FLOPs).
-    backward_flops_factor: float = 2.0
+    backward_flops_factor: float = Field(2.0, gt=0)
     # Vocab-parallel cross entropy on the last stage, bytes per logit, as Megatron's unfused kernel
     # sequence runs it (megatron/core/tensor_parallel/cross_entropy.py, the default path:
     # --cross-entropy-loss-fusion off; Megatron-LM 2021 mpu/cross_entropy.py on output.float() is
@@ -105,7 +105,7 @@ class ComputeParams(StrictModel):
     # touches one logit per token) and cast back to bf16 for the GEMMs (read 4, write 2): 14.
     # Together 52 (was 16: one fp32 write, one softmax read + write, one gradient write).
     loss_traffic_bytes_per_logit: float = Field(52.0, ge=0)
-    activation_bytes: float = 2.0
+    activation_bytes: float = Field(2.0, gt=0)
 
 
 class MemoryParams(StrictModel):
@@ -121,21 +121,21 @@ class MemoryParams(StrictModel):
     # training/mixed_precision.py); verl's FSDP keeps fp32 gradients of its fp32 master parameters. So
     # 18 bytes per parameter before sharding, as CommParams.grad_reduce_bytes_per_param reduces them;
     # the 2021 / 2022 stacks keep the ZeRO paper's bf16 gradients (16 bytes) with their 2-byte reduction.
-    weight_bytes_per_param: float = 2.0      # bf16 weights
-    grad_bytes_per_param: float = 4.0        # fp32 gradient buffer (main_grad)
-    optimizer_bytes_per_param: float = 12.0  # fp32 master weights + momentum + variance
+    weight_bytes_per_param: float = Field(2.0, gt=0)      # bf16 weights
+    grad_bytes_per_param: float = Field(4.0, ge=0)        # fp32 gradient buffer (main_grad)
+    optimizer_bytes_per_param: float = Field(12.0, ge=0)  # fp32 master weights + momentum + variance
     # Korthikanti Table 2 counts 2-byte activations and 1-byte dropout masks; the per-token element
     # counts below are derived from the layer's shapes in the same way (see activation_bytes_per_token).
-    activation_bytes: float = 2.0
-    mask_bytes: float = 1.0
+    activation_bytes: float = Field(2.0, gt=0)
+    mask_bytes: float = Field(1.0, ge=0)
     # Attention-score storage without flash attention: 5 a s b bytes per token (QK^T 2, softmax 2,
     # dropout mask 1; arXiv 2205.05198 eq. 1). Flash attention keeps none of it.
-    score_bytes_per_elem: float = 5.0
+    score_bytes_per_elem: float = Field(5.0, ge=0)
     # Logits of the last stage for the loss, kept in fp32 (Megatron vocab-parallel cross entropy).
-    logits_bytes_per_elem: float = 4.0
+    logits_bytes_per_elem: float = Field(4.0, ge=0)
     # Share of HBM a training job can use: CUDA context, NCCL buffers and allocator fragmentation
     # take the rest (assumption: ~8% of an H100's 80 GiB, i.e. ~7 GB; overridable).
-    hbm_usable_fraction: float = 0.92
+    hbm_usable_fraction: float = Field(0.92, gt=0, le=1)
 
 
 class CommParams(StrictModel):
@@ -226,7 +226,7 @@ class CommParams(StrictModel):
     grad_reduce_bytes_per_param: float = Field(4.0, gt=0)
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
-    optimizer_traffic_bytes_per_param: float = 30.0
+    optimizer_traffic_bytes_per_param: float = Field(30.0, ge=0)
 
     @model_validator(mode="after")
     def _bucket_rank_share_needs_buckets(self) -> "CommParams":

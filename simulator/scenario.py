@@ -371,7 +371,7 @@ class RecoveryConfig(_Strict):
 
 
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
-COMMON_KNOBS = frozenset({"kind", "overprovision", "tail_consolidation", "low_batch_share", "distqueue",
+COMMON_KNOBS = frozenset({"kind", "overprovision", "low_batch_share", "distqueue",
                           "weight_sync_efficiency", "refit", "refit_overlap", "refit_tensor_overhead_s", "micro_batching", "pack_tokens", "reuse_stage_costs",
                           "forward_micro_batch", "reference_swap_copies", "host_copies"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
@@ -431,7 +431,6 @@ class ScheduleConfig(_Strict):
     partial_rollout: bool = False
     length_budget: int | None = Field(None, gt=0)     # tokens per rollout segment (partial rollout)
     overprovision: float = Field(0.0, ge=0, le=4)      # generate (1+x) x batch, drop the slowest
-    tail_consolidation: bool = False
     # Colocated StaleSync: the tail consolidates once it fits on at most this share of the rollout
     # instances (the rest switch to training). Policy choice, not a published value: 0.5 gives the
     # trainers at least half the pool, so a whole batch trains in about twice its full-pool time.
@@ -1060,10 +1059,27 @@ def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
         if "preset" in spec:
             preset = spec.pop("preset")
             base, label = _resolve_workload(preset)
-            return deep_merge(base, spec), label if isinstance(preset, (str, Path)) else None
+            return deep_merge(_without_replaced_laws(base, spec), spec), label if isinstance(preset, (str, Path)) else None
         return spec, None
     raise RlsimError(f"workload must be a preset name, a path or a mapping, got {type(spec).__name__}",
                      field="workload")
+
+
+def _without_replaced_laws(base: dict[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` (a preset's workload) less the keys of a length law that the `dist` laid over it makes
+    inapplicable (a preset's median and sigma under `dist: empirical`, its file under lognormal): the
+    law refuses keys that do not apply, and these the user did not give. Cap, floor, correlation and
+    drift carry over."""
+    from .llm.lengths import LAW_KEYS  # llm/ imports this module (through hardware/)
+
+    out = dict(base)
+    for key in ("prompt_length", "response_length"):
+        given, under = spec.get(key), base.get(key)
+        if isinstance(given, Mapping) and isinstance(under, Mapping) and "dist" in given:
+            foreign = LAW_KEYS.get(str(under.get("dist", "lognormal")).lower(), ())
+            if str(given["dist"]).lower() != str(under.get("dist", "lognormal")).lower():
+                out[key] = {k: v for k, v in under.items() if k not in foreign}
+    return out
 
 
 def _normalise_topology(spec: Any) -> dict[str, Any]:

@@ -189,3 +189,16 @@ def test_a_rollout_instance_count_in_a_run_is_an_error():
     with pytest.raises(RlsimError, match=r"workload.rollout_layout.*instances does not apply"):
         simulator.simulate(schedule="colocated", **{**SMALL, "overrides": SMALL["overrides"] + [
             "workload.rollout_layout.instances=4"]})
+
+
+def test_a_given_dp_must_be_what_the_training_pool_holds():
+    # it was dropped before the layout saw it: dp=3 on a pool of 8 replicas ran as dp 8
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError, match="dp=3 but the training pool") as err:
+        simulator.simulate(schedule="colocated", **{**SMALL, "overrides": SMALL["overrides"] + [
+            "workload.train_layout.dp=3"]})
+    assert err.value.field == "workload.train_layout.dp"
+    held = simulator.simulate(schedule="colocated", **{**SMALL, "iterations": 1, "overrides": SMALL["overrides"] + [
+        "workload.train_layout.dp=4"]})
+    assert held.summary["layouts"]["train"]["dp"] == 4

@@ -83,3 +83,21 @@ def test_the_planner_judges_memory_on_the_runs_heaviest_micro_batch():
     unbalanced = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
                                schedule={"kind": "colocated", "micro_batching": "sequence"}, iterations=1)
     assert heaviest_micro_batch_of(unbalanced, row) is None   # rows of the longest sample bound the run's
+
+
+@pytest.mark.parametrize("key,field", [("planner.recovery.restart_s=999", "planner.recovery"),
+                                       ("planner.hetero.dtype=fp16", "planner.hetero")])
+def test_a_planner_section_no_run_reads_is_an_error(key, field):
+    # a run's failures take schedule.recovery; nothing in a run uses the heterogeneous step model
+    sc = load_scenario(overrides=[key])
+    with pytest.raises(RlsimError) as err:
+        auto_layouts(sc, load_topology(sc.topology))
+    assert err.value.field == field
+
+
+def test_planner_keys_with_both_layouts_given_and_no_failure_are_an_error():
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, overrides=[
+        "workload.train_layout.tp=2", "workload.rollout_layout.tp=1", "planner.eval_cost_s=1"])
+    with pytest.raises(RlsimError, match="the planner does not run") as err:
+        auto_layouts(sc, load_topology(sc.topology))
+    assert err.value.field == "planner.eval_cost_s"

@@ -115,3 +115,29 @@ def test_a_shared_reward_pool_is_one_rule_of_two():
     assert "handover" not in load_scenario(workload={**BARE, "reward": {"workers": 8}}).to_dict()["workload"]["reward"]
     with pytest.raises(RlsimError, match="workload.reward.*handover applies to the shared pool"):
         load_scenario(workload={**BARE, "reward": {"handover": "sample"}})
+
+
+def test_tail_consolidation_is_not_a_knob():
+    # it was accepted by every kind and read by nothing (StaleSync's consolidation is consolidate_share)
+    with pytest.raises(RlsimError) as err:
+        load_scenario(overrides=["schedule.tail_consolidation=true"])
+    assert err.value.field == "schedule.tail_consolidation"
+
+
+def test_switching_a_presets_length_law_drops_the_keys_the_new_law_does_not_read(tmp_path):
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("length\n100\n300\n")
+    sc = load_scenario(workload="grpo-qwen2.5-7b", overrides=[
+        "workload.response_length.dist=empirical", f"workload.response_length.file={lengths}"])
+    law = sc.workload.response_length
+    assert law["dist"] == "empirical" and "median" not in law and "sigma" not in law
+    assert law["max"] == load_scenario(workload="grpo-qwen2.5-7b").workload.response_length["max"]   # the cap stays
+
+
+@pytest.mark.parametrize("key", ["compute.gemm_ramp_dim=-16", "compute.flash_efficiency_ratio=0",
+                                 "compute.activation_bytes=-2", "memory.weight_bytes_per_param=-2",
+                                 "memory.hbm_usable_fraction=1.84", "comm.optimizer_traffic_bytes_per_param=-30"])
+def test_trainer_constants_outside_their_range_are_errors(key):
+    with pytest.raises(RlsimError) as err:
+        load_scenario(overrides=[f"workload.train_params.{key}"])
+    assert err.value.field == f"workload.train_params.{key.split('=')[0]}"

@@ -670,6 +670,21 @@ _TOP_KEYS = {"name", "description", "sources", "collectives", "device", "devices
              "racks", "nodes_per_domain", "scaleup", "scaleout", "host", "groups",
              "device_profile"}  # device_profile: a calibrated profile YAML (hardware/profiles.py)
 _GROUP_KEYS = _TOP_KEYS - {"name", "description", "sources", "collectives", "groups", "scaleout"} | {"nic_bw"}
+# the fields of the link sections (_group_plan, _build_hierarchical read these and no others)
+_SCALEUP_KEYS = {"kind", "bw", "latency", "efficiency", "oversubscription"}
+_SCALEOUT_KEYS = {"nic_bw", "nodes_per_leaf", "oversubscription", "latency", "efficiency"}
+_HOST_KEYS = {"bw", "latency", "efficiency"}
+
+
+def _section(reader: _Reader, key: str, allowed: set[str]) -> dict[str, Any]:
+    """A link section of a file or group (`scaleup`, `host`): {} when absent; a value that is not
+    a mapping, or an unknown field in it, is an error naming its dotted field."""
+    value = reader.m.get(key)
+    if value is None:
+        return {}
+    section = _Reader(value, reader.source, reader.where(key))
+    section.check_keys(allowed)
+    return dict(value)
 _COUNT_KEYS = ("nodes", "domains", "supernodes", "racks")
 
 
@@ -694,6 +709,8 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
                         max_devices: int) -> Topology:
     top = _Reader(mapping, source)
     top.check_keys(_TOP_KEYS)
+    if mapping.get("collectives") is not None:   # its fields: network/collectives.py CollectiveParams
+        _Reader(mapping["collectives"], source, "collectives")
     groups_raw = mapping.get("groups")
     if groups_raw is None:
         groups = [("main", top)]
@@ -705,6 +722,8 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
             g.check_keys(_GROUP_KEYS)
 
     out_r = top.sub("scaleout")
+    if out_r is not None:
+        out_r.check_keys(_SCALEOUT_KEYS)
     nodes_per_leaf = out_r.count("nodes_per_leaf", DEFAULT_NODES_PER_LEAF) if out_r else DEFAULT_NODES_PER_LEAF
     plans: list[GroupPlan] = []
     num_devices = num_domains = 0
@@ -765,8 +784,8 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
         raise RlsimError(f"{devices_before + num_nodes * per_node:,} devices is past limits.max_devices="
                          f"{max_devices:,}", source=source, field=g.where(given[0]),
                          fix=LIMITS_FIX.format(name="max_devices"))
-    up_r = _Reader(_merge(top.m.get("scaleup") or {}, g.m.get("scaleup") or {}), source,
-                   g.where("scaleup") if "scaleup" in g.m else "scaleup")
+    up_r = _Reader(_merge(_section(top, "scaleup", _SCALEUP_KEYS), _section(g, "scaleup", _SCALEUP_KEYS)),
+                   source, g.where("scaleup") if "scaleup" in g.m else "scaleup")
     up_kind = up_r.m.get("kind", "switch")
     if up_kind not in ("switch", "two-tier", "mesh"):
         raise RlsimError(f"unknown scale-up kind {up_kind!r}", source=source, field=up_r.where("kind"),
@@ -776,7 +795,8 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
                          field=g.where("nodes_per_domain"), fix="set nodes_per_domain: 1")
     up = up_r.link("bw", spec.scaleup_bw_Bps, DEFAULT_SCALEUP_LATENCY_S, DEFAULT_SCALEUP_EFFICIENCY)
     uplink_bw = per_node * up.bw_Bps / up_r.number("oversubscription", 1.0, minimum=1.0)
-    host_r = _Reader(_merge(top.m.get("host") or {}, g.m.get("host") or {}), source, "host")
+    host_r = _Reader(_merge(_section(top, "host", _HOST_KEYS), _section(g, "host", _HOST_KEYS)), source,
+                     g.where("host") if "host" in g.m else "host")
     host = host_r.link("bw", spec.host_link_bw_Bps, DEFAULT_HOST_LATENCY_S, DEFAULT_HOST_EFFICIENCY)
     nic = None
     if out_r is not None:

@@ -27,6 +27,8 @@ from ..errors import RlsimError
 from ..presets import read_text
 
 _KEYS = {"dist", "median", "sigma", "max", "min", "group_correlation", "drift_per_step", "file", "column"}
+# The keys only one law reads (the rest apply to both): a key of another law is refused
+LAW_KEYS = {"lognormal": ("median", "sigma"), "empirical": ("file", "column")}
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
@@ -96,6 +98,15 @@ class LengthDistribution:
             raise RlsimError(f"unknown key(s) {unknown}", source=source, field=f"{field}.{unknown[0]}",
                              fix=f"use {', '.join(sorted(_KEYS))}")
         dist = str(mapping.get("dist", "lognormal")).lower()
+        # keys of the other law are refused, not dropped: an empirical law has its file's shape, a
+        # lognormal one reads no file
+        foreign = [k for law, keys in LAW_KEYS.items() if law != dist for k in keys]
+        for key in foreign:
+            if key in mapping:
+                raise RlsimError(f"{key} does not apply to dist: {dist}", source=source, field=f"{field}.{key}",
+                                 fix=f"remove {key}" + (" (the file sets the shape; drift_per_step and max still "
+                                                       "apply)" if dist == "empirical" else
+                                                       ", or set dist: empirical to read lengths from a file"))
         kwargs: dict[str, Any] = {"dist": dist, "source": source, "where": field}
         for key, kind in (("median", float), ("sigma", float), ("max", int), ("min", int),
                           ("group_correlation", float), ("drift_per_step", float)):
@@ -108,9 +119,7 @@ class LengthDistribution:
             path = Path(str(mapping["file"]))
             if not path.is_absolute() and source and Path(source).parent.is_dir() and not path.exists():
                 path = Path(source).parent / path
-            kwargs["values"] = tuple(sorted(read_lengths(path, mapping.get("column"))))
-            kwargs.pop("median", None)
-            kwargs.pop("sigma", None)
+            kwargs["values"] = tuple(sorted(read_lengths(path, mapping.get("column"), field=f"{field}.column")))
         return cls(**kwargs)
 
     # ---- sampling ---------------------------------------------------------------------------
@@ -162,9 +171,10 @@ def _number(value: Any, kind: type, source: str, field: str) -> Any:
     return number
 
 
-def read_lengths(path: str | Path, column: str | None = None) -> list[int]:
+def read_lengths(path: str | Path, column: str | None = None, field: str = "column") -> list[int]:
     """Lengths from a JSON list (or {"lengths": [...]}) or a CSV (column `column`, else `length`,
-    `response_length`, or the only column)."""
+    `response_length`, or the only column of a file that names no column asked for). `field`: the
+    key that gave `column`, named when that column is missing."""
     path = Path(path)
     src = str(path)
     text = read_text(path, what="length file", fix="check the path (relative paths are read next to the scenario file)")
@@ -172,6 +182,9 @@ def read_lengths(path: str | Path, column: str | None = None) -> list[int]:
         data = _read_json(text, src)
         if isinstance(data, dict):
             data = data.get(column or "lengths")
+        elif column:
+            raise RlsimError(f"column {column!r} asked for, but the file is a plain JSON list", source=src,
+                             field=field, fix="remove column, or write {\"COLUMN\": [...]}")
         raw = data if isinstance(data, list) else None
         if raw is None:
             raise RlsimError("expected a JSON list of lengths or {\"lengths\": [...]}", source=src)
@@ -187,11 +200,15 @@ def read_lengths(path: str | Path, column: str | None = None) -> list[int]:
             hits = [header.index(n) for n in names if n in header]
             if hits:
                 col = hits[0]
-            elif len(header) == 1:
+            elif len(header) == 1 and not column:
                 col = 0
             else:
-                raise RlsimError(f"no length column in {header}", source=src, field="column",
-                                 fix="name the column `length` or set column: NAME")
+                raise RlsimError(f"no column {column!r} in {header}" if column else f"no length column in {header}",
+                                 source=src, field=field,
+                                 fix=f"use one of {header}" if column else "name the column `length` or set column: NAME")
+        elif column:
+            raise RlsimError(f"column {column!r} asked for, but the file has no header row", source=src, field=field,
+                             fix="add a header row naming the column, or remove column")
         raw = [r[col] if col < len(r) else "" for r in rows[1 if has_header else 0:] if r and any(c.strip() for c in r)]
     out = []
     for i, value in enumerate(raw):

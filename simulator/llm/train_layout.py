@@ -73,16 +73,21 @@ class TrainLayout:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise RlsimError(f"{name} must be a positive integer or unset, got {value!r}",
                                  field=f"train_layout.{name}", fix=f"set train_layout.{name} to 1 or more, or drop it")
-        if self.dp is not None and (not isinstance(self.dp, int) or self.dp < 1):
+        if self.dp is not None and (not isinstance(self.dp, int) or isinstance(self.dp, bool) or self.dp < 1):
             raise RlsimError(f"dp must be a positive integer or auto, got {self.dp!r}", field="train_layout.dp",
                              fix="set train_layout.dp to auto or a positive integer")
-        if self.zero not in (0, 1, 2, 3):
+        for name in ("sequence_parallel", "ulysses_sp"):   # true / false (sequence_parallel: or unset)
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "sequence_parallel" and value is None):
+                raise RlsimError(f"{name} must be true or false, got {value!r}", field=f"train_layout.{name}",
+                                 fix=f"set train_layout.{name} to true or false")
+        if isinstance(self.zero, bool) or not isinstance(self.zero, int) or self.zero not in (0, 1, 2, 3):
             raise RlsimError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}", field="train_layout.zero",
                              fix="set train_layout.zero to 0 (none), 1 (optimizer), 2 (+grads) or 3 (+weights)")
         if self.recompute not in RECOMPUTE_MODES:
             raise RlsimError(f"recompute must be one of {RECOMPUTE_MODES}, got {self.recompute!r}",
                              field="train_layout.recompute", fix="use none, selective or full")
-        if sorted(self.order) != sorted(DEFAULT_ORDER):
+        if not isinstance(self.order, tuple) or sorted(self.order) != sorted(DEFAULT_ORDER):
             raise RlsimError(f"order must be a permutation of {DEFAULT_ORDER}, got {self.order!r}",
                              field="train_layout.order", fix="e.g. [tp, cp, dp, pp] (innermost first)")
 
@@ -201,7 +206,7 @@ class TrainLayout:
                                  fix=f"use {', '.join(sorted(known))}")
             if key == "dp" and (value is None or str(value).lower() == "auto"):
                 value = None
-            elif key == "order":
+            elif key == "order" and isinstance(value, (list, tuple)):
                 value = tuple(str(v) for v in value)
             elif key == "recompute":
                 value = "none" if value in (False, None) else str(value).lower()
@@ -209,8 +214,6 @@ class TrainLayout:
                          "logprob_max_tokens_per_micro_batch") and \
                     (value is None or str(value).lower() in ("auto", "none")):
                 value = None
-            elif key == "sequence_parallel":
-                value = None if value is None else bool(value)
             data[key] = value
         try:
             return cls(**data)

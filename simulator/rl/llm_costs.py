@@ -144,6 +144,9 @@ class LlmCosts:
         inference = with_request_cap(inference, w.response_length)
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
+        # a dp the user gave (validated here): the pool sets dp, which run_schedule checks against it
+        given = w.train_layout if isinstance(w.train_layout, dict) else {}
+        self.given_train_dp = TrainLayout.from_mapping({"dp": given["dp"]}, source=src).dp if "dp" in given else None
         self.rollout_layout = RolloutLayout.from_mapping({**roll_map, "instances": 1}, source=src,
                                                          field_name="workload.rollout_layout")
         self.inference_params: InferenceParams = inference

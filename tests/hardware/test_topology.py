@@ -243,3 +243,17 @@ def test_device_fields_given_without_a_name_override_the_presets_device():
         assert (spec.hbm_bytes, spec.hbm_bw_Bps, spec.peak_flops) == (h100.hbm_bytes, h100.hbm_bw_Bps, h100.peak_flops)
     named = load_topology({"preset": "dgx-h100", "nodes": 1, "device": {"base": "h200", "gemm_efficiency": 0.6}})
     assert named.device_spec(0).hbm_bytes == get_device("h200").hbm_bytes
+
+
+@pytest.mark.parametrize("section,fields", [("scaleup", {"bandwidth": "10GB/s"}), ("host", {"bandwidth": "1GB/s"}),
+                                            ("scaleout", {"nic_bandwidth": "1Gb/s"}), ("scaleup", 5), ("host", 5),
+                                            ("collectives", 5)])
+def test_a_link_section_refuses_a_field_it_does_not_read(section, fields):
+    # unknown fields under scaleup / scaleout / host were read past (a typo kept the default), and a
+    # section that is not a mapping raised AttributeError
+    mapping = {"device": "h100", "nodes": 2, "scaleout": {"nic_bw": "400Gb/s"}}
+    mapping[section] = fields if not isinstance(fields, dict) else {**mapping.get(section, {}), **fields}
+    with pytest.raises(RlsimError) as err:
+        load_topology(mapping)
+    key = f".{next(iter(fields))}" if isinstance(fields, dict) else ""
+    assert err.value.field == f"{section}{key}"

@@ -110,3 +110,30 @@ def test_samples_are_integers_within_bounds(median, sigma, cap, rho, seed):
     d = LengthDistribution(median=median, sigma=sigma, max=cap, group_correlation=rho)
     x = d.sample(np.random.default_rng(seed), 16, 8)
     assert x.dtype == np.int64 and x.min() >= 1 and x.max() <= cap
+
+
+@pytest.mark.parametrize("mapping,key", [({"dist": "empirical", "file": "x.csv", "median": 100}, "median"),
+                                         ({"dist": "empirical", "file": "x.csv", "sigma": 1.0}, "sigma"),
+                                         ({"median": 100, "sigma": 1.0, "file": "x.csv"}, "file"),
+                                         ({"median": 100, "sigma": 1.0, "column": "len"}, "column")])
+def test_a_key_of_the_other_law_is_an_error(mapping, key):
+    # they were dropped (median / sigma of an empirical law) or never read (a lognormal's file)
+    with pytest.raises(RlsimError) as err:
+        LengthDistribution.from_mapping(mapping, "w.yaml", "workload.response_length")
+    assert err.value.field == f"workload.response_length.{key}"
+
+
+def test_a_column_the_file_lacks_is_an_error(tmp_path):
+    one = tmp_path / "one.csv"
+    one.write_text("length\n100\n200\n")
+    bare = tmp_path / "bare.csv"
+    bare.write_text("100\n200\n")
+    plain = tmp_path / "plain.json"
+    plain.write_text("[100, 200]")
+    for path in (one, bare, plain):   # a one-column file stood in for any column asked for
+        with pytest.raises(RlsimError) as err:
+            LengthDistribution.from_mapping({"dist": "empirical", "file": str(path), "column": "tokens"}, "w.yaml",
+                                             "workload.response_length")
+        assert err.value.field == "workload.response_length.column"
+    law = LengthDistribution.from_mapping({"dist": "empirical", "file": str(one), "column": "length"}, "w.yaml")
+    assert law.values == (100, 200)

@@ -307,3 +307,13 @@ def test_the_dp_split_of_a_token_budget_is_balanced_whatever_the_order(lengths, 
     assert max(sizes) - min(sizes) <= 1 and sum(sizes) == len(lengths)
     loads = [float(p.sum()) for p in parts if p.size]
     assert max(loads) <= seqs.sum() / len(loads) + seqs.max()      # greedy's bound: the mean + one sequence
+
+
+@pytest.mark.parametrize("key,value", [("order", 5), ("order", True), ("order", None), ("ulysses_sp", {"a": 1}),
+                                       ("ulysses_sp", [1]), ("ulysses_sp", "abc"), ("sequence_parallel", "abc"),
+                                       ("sequence_parallel", 5), ("zero", True), ("zero", 1.0), ("dp", True)])
+def test_a_layout_value_of_the_wrong_type_is_an_error_naming_its_key(key, value):
+    # they raised TypeError (order, ulysses_sp) or were coerced (bool(value), True == 1)
+    with pytest.raises(RlsimError) as err:
+        TrainLayout.from_mapping({"tp": 2, key: value}, "w.yaml")
+    assert err.value.field == f"workload.train_layout.{key}"

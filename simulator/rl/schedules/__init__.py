@@ -25,7 +25,7 @@ from ...des import Simulation
 from ...errors import RlsimError
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
-from ..pools import build_pools
+from ..pools import Pool, build_pools
 from . import registry  # the built-in kinds' modules load on first use (registry.get)
 from .batches import Sampler
 from .context import Context, IterationLog, RunRecord
@@ -51,6 +51,22 @@ def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
     check_segments(scenario)
 
 
+def _check_given_dp(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:
+    """A workload.train_layout.dp the user gave must be the one the training pool holds (the pool
+    sets dp: one given otherwise would be dropped without a word)."""
+    given = getattr(costs, "given_train_dp", None)
+    if given is None:
+        return
+    pool = pools.get("train") or pools["actor"]
+    held = pool.count // costs.train_group_devices
+    if held != given:
+        raise RlsimError(f"dp={given} but the training pool of {pool.count} devices holds {held} replicas of "
+                         f"tp x cp x pp = {costs.train_group_devices}", source=scenario.source,
+                         field="workload.train_layout.dp",
+                         fix=f"set dp: auto (or {held}), or size the pool (schedule.rollout_devices / "
+                             "rollout_fraction, topology) to dp replicas")
+
+
 def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sampler: Sampler,
                  response_sampler: Sampler, *, start_s: float = 0.0, replanner: Replanner | None = None,
                  progress: Callable[[int, int], None] | None = None, keep_samples: bool = True) -> RunRecord:
@@ -62,6 +78,7 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     policy = registry.get(sched.kind, scenario.source)
     _check_partial_rollout(scenario, policy)
     pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_pool_unit, scenario.source)
+    _check_given_dp(scenario, costs, pools)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed),
                   keep_samples=keep_samples)
     ctx.start_s, ctx.replanner = float(start_s), replanner
