@@ -181,7 +181,7 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
     _check_planner_keys_apply(sc)
     if w.train_layout != "auto" and w.rollout_layout != "auto":
         return out
-    model: ModelSpec = load_model(w.model)
+    model: ModelSpec = load_model(w.model, field="workload.model", source=sc.source)
     roll_ranks, train_ranks = planning_ranks(sc, topology.num_devices)
     if w.train_layout == "auto":    # first: a colocated engine is sized beside its resident state
         batch, row = train_batch(sc)
@@ -251,7 +251,7 @@ class PlannerReplanner:
 
     def __init__(self, sc: Scenario, topology: Any):
         self.sc, self.topology = sc, topology
-        self.model = load_model(sc.workload.model)
+        self.model = load_model(sc.workload.model, field="workload.model", source=sc.source)
         self.settings = planner_settings(sc.planner, source=sc.source)
         rec = sc.schedule.recovery
         self.recovery = RecoveryParams(drop_whole_node=rec.drop_whole_node, restart_s=rec.restart_s,

@@ -69,13 +69,14 @@ class DeviceSpec:
                      self.scaleup_bw_Bps, self.host_link_bw_Bps, self.gemm_efficiency, self.hbm_efficiency,
                      self.launch_overhead_s, self.price_per_hour, self.power_w))
 
-    def peak(self, dtype: str = "bf16") -> float:
-        """Dense peak FLOP/s for a dtype; RlsimError if the device has no figure for it."""
+    def peak(self, dtype: str = "bf16", *, field: str = "dtype") -> float:
+        """Dense peak FLOP/s for a dtype; RlsimError if the device has no figure for it, naming
+        ``field`` (the caller's dotted key the dtype came from, e.g. ``workload.dtype``)."""
         try:
             return self.peak_flops[dtype]
         except KeyError:
             raise RlsimError(f"device {self.name!r} has no peak figure for dtype {dtype!r}",
-                             field="dtype", fix=f"use one of {sorted(self.peak_flops)}") from None
+                             field=field, fix=f"use one of {sorted(self.peak_flops)}") from None
 
     def replace(self, **fields: Any) -> DeviceSpec:
         return dataclasses.replace(self, **fields)

@@ -504,19 +504,22 @@ def _hybrid_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
             "mamba_conv_kernel": _int(cfg, source, "conv_kernel", "mamba_d_conv", default=4)}
 
 
-def load_model(spec: str | Path | Mapping[str, Any]) -> ModelSpec:
+def load_model(spec: str | Path | Mapping[str, Any], *, field: str = "model",
+               source: str | None = None) -> ModelSpec:
     """A preset name ('qwen2.5-7b'), a path to a config.json, or a mapping.
 
     A mapping is a config.json-style dict; with `preset: NAME` its other keys override that preset
-    (e.g. `{preset: qwen2.5-7b, num_hidden_layers: 4}`)."""
+    (e.g. `{preset: qwen2.5-7b, num_hidden_layers: 4}`). `field`: the caller's dotted key the spec
+    came from (`workload.model`, `workload.critic_model`, ...), named by an unknown or unreadable one;
+    `source`: the file that key is in, named by an unknown name (a config.json's errors name its path)."""
     if isinstance(spec, Mapping):
         cfg = dict(spec)
-        source = "<model mapping>"
+        where = "<model mapping>"
         base = cfg.pop("preset", None)
         name = str(cfg.pop("name", base or "custom"))
         if base is not None:
-            cfg = {**_preset_config(str(base), source), **cfg}
-        return spec_from_config(cfg, name, source)
+            cfg = {**_preset_config(str(base), where, f"{field}.preset"), **cfg}
+        return spec_from_config(cfg, name, where)
     text = str(spec).strip()
     key = text.lower()
     if key in PRESETS:
@@ -528,20 +531,20 @@ def load_model(spec: str | Path | Mapping[str, Any]) -> ModelSpec:
         try:
             cfg = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
         except OSError as exc:
-            raise RlsimError(f"cannot read model config: {exc.strerror}", source=str(path), field="model",
+            raise RlsimError(f"cannot read model config: {exc.strerror}", source=str(path), field=field,
                              fix="give a preset name or the path of a Hugging Face config.json") from None
         except UnicodeDecodeError as exc:
-            raise RlsimError(f"not UTF-8 text (byte {exc.start})", source=str(path), field="model",
+            raise RlsimError(f"not UTF-8 text (byte {exc.start})", source=str(path), field=field,
                              fix="save the config.json as UTF-8") from None
         except json.JSONDecodeError as exc:
             raise RlsimError(f"not valid JSON: {exc}", source=str(path)) from None
         except (ValueError, RecursionError) as exc:
-            raise RlsimError(f"a value cannot be read: {exc}", source=str(path), field="model",
+            raise RlsimError(f"a value cannot be read: {exc}", source=str(path), field=field,
                              fix="give finite numbers of a sensible size") from None
         if not isinstance(cfg, dict):
             raise RlsimError("expected a JSON object", source=str(path))
         return spec_from_config(cfg, path.parent.name or path.stem, str(path))
-    return _raise_unknown(text)
+    return _raise_unknown(text, source, field)
 
 
 def _no_constant(name: str) -> Any:
@@ -549,13 +552,13 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number a model config can use")
 
 
-def _preset_config(name: str, source: str) -> dict[str, Any]:
+def _preset_config(name: str, source: str, field: str = "model") -> dict[str, Any]:
     cfg = PRESETS.get(name.strip().lower())
     if cfg is None:
-        _raise_unknown(name, source)
+        _raise_unknown(name, source, field)
     return dict(cfg)
 
 
-def _raise_unknown(name: str, source: str | None = None) -> Any:
-    raise RlsimError(f"unknown model {name!r}", source=source, field="model",
+def _raise_unknown(name: str, source: str | None = None, field: str = "model") -> Any:
+    raise RlsimError(f"unknown model {name!r}", source=source, field=field,
                      fix=f"use one of: {', '.join(model_names())}, or a path to a config.json")

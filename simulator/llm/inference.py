@@ -106,21 +106,25 @@ UNBOUNDED_KV_TOKENS = 2**62
 
 # ---- the cost of one step -------------------------------------------------------------------------
 class StepCost:
-    """Per-device cost of prefill and decode steps of one instance layout (pure, no state)."""
+    """Per-device cost of prefill and decode steps of one instance layout (pure, no state).
+
+    ``layout_field``: the dotted key of the layout its errors name (``workload.rollout_layout`` in
+    a scenario run; ``rollout_layout`` standalone)."""
 
     def __init__(self, model: ModelSpec, device: Any, layout: RolloutLayout,
                  params: InferenceParams | None = None, collectives: Any = None,
-                 ranks: Sequence[int] | None = None) -> None:
+                 ranks: Sequence[int] | None = None, *, layout_field: str = "rollout_layout") -> None:
         self.model, self.device, self.layout = model, device, layout
+        self.layout_field = layout_field
         self.params = params = params or InferenceParams()
         tp, ep = layout.tp, layout.ep
-        _check_layout(model, layout)
+        _check_layout(model, layout, layout_field)
         self.collectives = collectives
         self.ranks = list(ranks) if ranks is not None else None
         if self.ranks is not None and len(self.ranks) != layout.devices_per_instance:
             raise ValueError(f"an instance needs {layout.devices_per_instance} ranks, got {len(self.ranks)}")
-        wbytes = dtype_bytes(layout.weight_dtype, "rollout_layout.weight_dtype")
-        kvbytes = dtype_bytes(layout.kv_dtype, "rollout_layout.kv_dtype")
+        wbytes = dtype_bytes(layout.weight_dtype, f"{layout_field}.weight_dtype")
+        kvbytes = dtype_bytes(layout.kv_dtype, f"{layout_field}.kv_dtype")
         self.devices = tp * ep
         # Weights per device: non-expert part / tp; routed experts / (tp ep).
         self.expert_bytes_dev = model.params_routed_experts * wbytes / (tp * ep)
@@ -148,7 +152,7 @@ class StepCost:
                 f"{capacity_text(device.hbm_bytes)} x {layout.gpu_memory_utilization} = {hbm / 1e9:.1f} GB per device, "
                 f"weights {self.weight_bytes_dev / 1e9:.1f} GB ({layout.weight_dtype}), workspace "
                 f"{params.workspace_bytes / 1e9:.1f} GB, leaving no room for the KV cache",
-                field="rollout_layout", fix=_FIT_FIX)
+                field=layout_field, fix=_FIT_FIX)
         # A model without attention layers (pure state-space) caches nothing per token.
         self.kv_capacity_replica = (int(self.kv_free_bytes_dev // self.kv_bytes_per_token_dev)
                                     if self.kv_bytes_per_token_dev > 0 else UNBOUNDED_KV_TOKENS)
@@ -162,7 +166,7 @@ class StepCost:
             linear_rate = device.peak(cdtype) * gemm_eff
         except RlsimError:
             raise RlsimError(f"device {device.name} has no {cdtype} peak for weight_dtype {layout.weight_dtype}",
-                             field="rollout_layout.weight_dtype",
+                             field=f"{layout_field}.weight_dtype",
                              fix=f"use bf16, or a device with {cdtype} support") from None
         bf16_rate = device.peak("bf16")
         # FLOPs per device: everything splits over tp * ep under an even spread of sequences.
@@ -419,25 +423,26 @@ class StepCost:
         return max(floor, max(compute, memory) + added + self.comm_s(tokens))
 
 
-def _check_layout(model: ModelSpec, layout: RolloutLayout) -> None:
+def _check_layout(model: ModelSpec, layout: RolloutLayout, layout_field: str = "rollout_layout") -> None:
+    """RlsimError, naming ``layout_field``'s keys, when the layout does not divide the model."""
     tp, ep = layout.tp, layout.ep
     if model.num_heads % tp:
         raise RlsimError(f"tp={tp} does not divide the {model.num_heads} attention heads of {model.name}",
-                         field="rollout_layout.tp",
+                         field=f"{layout_field}.tp",
                          fix=f"use a tp dividing {model.num_heads}, e.g. {_divisors(model.num_heads)}")
     if not model.is_mla and tp > model.num_kv_heads and tp % model.num_kv_heads:
         raise RlsimError(f"tp={tp} cannot replicate the {model.num_kv_heads} KV heads of {model.name} evenly",
-                         field="rollout_layout.tp", fix=f"use a multiple of {model.num_kv_heads}")
+                         field=f"{layout_field}.tp", fix=f"use a multiple of {model.num_kv_heads}")
     if ep > 1 and not model.is_moe:
-        raise RlsimError(f"ep={ep} needs an MoE model; {model.name} is dense", field="rollout_layout.ep",
+        raise RlsimError(f"ep={ep} needs an MoE model; {model.name} is dense", field=f"{layout_field}.ep",
                          fix="set ep: 1")
     if ep > 1 and model.num_experts % ep:
         raise RlsimError(f"ep={ep} does not divide the {model.num_experts} experts of {model.name}",
-                         field="rollout_layout.ep",
+                         field=f"{layout_field}.ep",
                          fix=f"use an ep dividing {model.num_experts}, e.g. {_divisors(model.num_experts)}")
     for name in ("weight_dtype", "kv_dtype"):
         if getattr(layout, name) not in DTYPE_BYTES:
-            dtype_bytes(getattr(layout, name), f"rollout_layout.{name}")
+            dtype_bytes(getattr(layout, name), f"{layout_field}.{name}")
 
 
 def _divisors(n: int) -> list[int]:
@@ -646,7 +651,7 @@ class RolloutEngine:
             i = int(np.argmax(too_long))
             raise RlsimError(
                 f"a sequence of {p[i]} + {r[i]} tokens does not fit the KV cache of one replica "
-                f"({self.replica_capacity} tokens)", field="rollout_layout",
+                f"({self.replica_capacity} tokens)", field=getattr(self.cost, "layout_field", "rollout_layout"),
                 fix="raise tp or gpu_memory_utilization, use a smaller kv_dtype, or lower the maximum length")
         if not isinstance(seq_ids, range) and len(set(ids)) != len(ids):
             raise ValueError("duplicate sequence ids in one add")
@@ -1952,14 +1957,15 @@ class RolloutResult:
 def simulate_rollout(model: ModelSpec, device: Any, layout: RolloutLayout, prompt_lens: Any,
                      response_lens: Any, *, params: InferenceParams | None = None,
                      policy: str = "round_robin", arrival_s: Any = None, collectives: Any = None,
-                     ranks: Sequence[int] | None = None) -> RolloutResult:
+                     ranks: Sequence[int] | None = None, layout_field: str = "rollout_layout") -> RolloutResult:
     """Generate a batch on `layout.instances` instances.
 
     Lengths are 1-D (one entry per sequence, dispatched one by one) or 2-D (prompts x samples:
     the samples of a prompt go to one instance together, as vLLM's n-sampling). `arrival_s`
     (per dispatch unit, default 0) staggers arrivals. `policy`: round_robin | least_loaded (fewest
     sequences held at arrival). `ranks`: global ranks of all instances' devices (instance i gets
-    ranks[i*D:(i+1)*D]) for the CollectiveModel."""
+    ranks[i*D:(i+1)*D]) for the CollectiveModel. `layout_field`: the dotted key of `layout` its
+    errors name (as StepCost's)."""
     prompts = np.asarray(prompt_lens, dtype=np.int64)
     responses = np.asarray(response_lens, dtype=np.int64)
     if prompts.shape != responses.shape or prompts.ndim not in (1, 2):
@@ -1977,12 +1983,13 @@ def simulate_rollout(model: ModelSpec, device: Any, layout: RolloutLayout, promp
     if ranks is not None and len(ranks) < per * layout.instances:
         raise ValueError(f"{layout.instances} instances need {per * layout.instances} ranks, got {len(ranks)}")
     shared = StepCost(model, device, layout, params, collectives,
-                      list(ranks[:per]) if ranks is not None else None)
+                      list(ranks[:per]) if ranks is not None else None, layout_field=layout_field)
     engines = []
     for i in range(layout.instances):
         cost = shared
         if ranks is not None and i:
-            cost = StepCost(model, device, layout, params, collectives, list(ranks[i * per:(i + 1) * per]))
+            cost = StepCost(model, device, layout, params, collectives, list(ranks[i * per:(i + 1) * per]),
+                            layout_field=layout_field)
         engines.append(RolloutEngine(model, device, layout, params, cost=cost))
     n_seq = units * per_unit
     finish = np.full(n_seq, np.nan)

@@ -194,10 +194,12 @@ def _in_flight_activations(act_per_chunk: list[float], pp: int, vpp: int, m: int
     return max(0.0, float(live.max())) if live.size else 0.0
 
 
-def check_fits(breakdown: MemoryBreakdown, *, what: str, source: str | None = None) -> None:
-    """RlsimError with the breakdown when the layout does not fit in device memory."""
+def check_fits(breakdown: MemoryBreakdown, *, what: str, source: str | None = None,
+               field: str = "train_layout") -> None:
+    """RlsimError with the breakdown when the layout does not fit in device memory; it names
+    ``field``, the dotted key of the layout (``workload.train_layout`` in a scenario)."""
     if not breakdown.fits:
         raise RlsimError(f"{what} does not fit in device memory: {breakdown.describe()}", source=source,
-                         field="train_layout",
+                         field=field,
                          fix="raise tp/pp, use zero: 1-3, recompute: full, a smaller micro_batch, or devices "
                              "with more HBM")

@@ -456,10 +456,12 @@ def _periodic_ends(fw: np.ndarray, bw: np.ndarray, xfer: np.ndarray, pp: int, vp
 
 
 def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Sequence[np.ndarray | float], *,
-                       pp: int, vpp: int = 1) -> list[PipelineResult]:
+                       pp: int, vpp: int = 1, layout_field: str | None = None) -> list[PipelineResult]:
     """`simulate_pipeline` for several systems in one pass: one per entry of `p2p_s` (e.g. with and
     without transfers). forward_s / backward_s: (pp * vpp, m) shared by all systems, or
-    (len(p2p_s), pp * vpp, m), one per system (e.g. the data-parallel replicas of a ragged batch)."""
+    (len(p2p_s), pp * vpp, m), one per system (e.g. the data-parallel replicas of a ragged batch).
+    `layout_field`: the dotted key of the layout the errors name their fields under (e.g.
+    ``workload.train_layout`` gives ``workload.train_layout.vpp``); None names the bare field."""
     fw = np.asarray(forward_s, dtype=float)
     bw = np.asarray(backward_s, dtype=float)
     n_virtual = pp * vpp
@@ -471,11 +473,12 @@ def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Seq
                          f"got {np.shape(forward_s)} / {np.shape(backward_s)}")
     m = fw.shape[2]
     if m < 1:
-        raise RlsimError("a pipeline needs at least one micro-batch", field="micro_batch",
+        raise RlsimError("a pipeline needs at least one micro-batch", field=_under(layout_field, "micro_batch"),
                          fix="give the step at least one sequence per data-parallel rank")
     if vpp > 1 and m % pp:
         raise RlsimError(f"the interleaved schedule needs micro-batches ({m}) to be a multiple of pp ({pp})",
-                         field="vpp", fix="change the batch, the micro-batch size or pp, or set vpp: 1")
+                         field=_under(layout_field, "vpp"),
+                         fix="change the batch, the micro-batch size or pp, or set vpp: 1")
     n_x = (n_virtual - 1) * m
     xfer = np.zeros((k, n_x + 1))  # last column: index -1, no transfer
     for r, p in enumerate(p2p_s):
@@ -496,14 +499,19 @@ def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Seq
     return out
 
 
+def _under(prefix: str | None, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
 def simulate_pipeline(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: np.ndarray | float = 0.0, *,
-                      pp: int, vpp: int = 1) -> PipelineResult:
+                      pp: int, vpp: int = 1, layout_field: str | None = None) -> PipelineResult:
     """Simulate one flush of a 1F1B (vpp = 1) or interleaved 1F1B (vpp > 1) pipeline.
 
     forward_s, backward_s: shape (pp * vpp, m) — time of virtual stage j (chunk j // pp on rank
     j % pp) for micro-batch i. p2p_s: a scalar, or shape (pp * vpp - 1, m) — transfer time across
-    the boundary after virtual stage j (activations forward, gradients backward)."""
-    return simulate_pipelines(forward_s, backward_s, [p2p_s], pp=pp, vpp=vpp)[0]
+    the boundary after virtual stage j (activations forward, gradients backward). `layout_field`:
+    as `simulate_pipelines`."""
+    return simulate_pipelines(forward_s, backward_s, [p2p_s], pp=pp, vpp=vpp, layout_field=layout_field)[0]
 
 
 def forward_only_makespans(forward_s: np.ndarray, p2p_s: np.ndarray | float = 0.0) -> np.ndarray:

@@ -128,12 +128,12 @@ class TrainLayout:
         if self.dp is None:
             if n_devices % self.model_parallel:
                 raise RlsimError(f"{n_devices} devices are not a multiple of tp x cp x pp = {self.model_parallel}",
-                                 source=source, field="train_layout",
+                                 source=source, field="workload.train_layout",
                                  fix="change tp, cp or pp, or the number of training devices")
             return dataclasses.replace(self, dp=n_devices // self.model_parallel)
         if self.devices != n_devices:
             raise RlsimError(f"tp x cp x dp x pp = {self.devices} but {n_devices} devices were given",
-                             source=source, field="train_layout.dp", fix="set dp: auto or match the device count")
+                             source=source, field="workload.train_layout.dp", fix="set dp: auto or match the device count")
         return self
 
     def check_model(self, model: Any, source: str | None = None) -> None:
@@ -141,24 +141,24 @@ class TrainLayout:
         heads = int(model.num_heads)
         if heads % self.tp:
             raise RlsimError(f"tp={self.tp} does not divide the {heads} attention heads of {model.name}",
-                             source=source, field="train_layout.tp",
+                             source=source, field="workload.train_layout.tp",
                              fix=f"use a tp that divides {heads}, e.g. {_divisors_upto(heads, 16)}")
         if self.ulysses_sp and self.cp > 1 and heads % (self.tp * self.cp):
             raise RlsimError(f"Ulysses tp x cp = {self.tp * self.cp} does not divide the {heads} attention heads of "
-                             f"{model.name}", source=source, field="train_layout.cp",
+                             f"{model.name}", source=source, field="workload.train_layout.cp",
                              fix="use a cp with tp x cp dividing the heads, or ulysses_sp: false (ring attention)")
         experts = int(getattr(model, "num_experts", 0) or 0)
         if self.ep > 1 and not experts:
             raise RlsimError(f"ep={self.ep} but {model.name} is a dense model", source=source,
-                             field="train_layout.ep", fix="set ep: 1")
+                             field="workload.train_layout.ep", fix="set ep: 1")
         if experts and experts % self.ep:
             raise RlsimError(f"ep={self.ep} does not divide the {experts} experts of {model.name}",
-                             source=source, field="train_layout.ep",
+                             source=source, field="workload.train_layout.ep",
                              fix=f"use an ep that divides {experts}, e.g. {_divisors_upto(experts, 64)}")
         self.check_folding(source)
         if self.pp * self.vpp > int(model.num_layers):
             raise RlsimError(f"pp x vpp = {self.pp * self.vpp} exceeds the {model.num_layers} layers of "
-                             f"{model.name}", source=source, field="train_layout.pp", fix="lower pp or vpp")
+                             f"{model.name}", source=source, field="workload.train_layout.pp", fix="lower pp or vpp")
 
     def check_folding(self, source: str | None = None, field: str = "workload.train_layout.ep") -> None:
         """MoE parallel folding: etp x ep must divide the tp x cp x dp ranks of a pipeline stage."""

@@ -42,6 +42,12 @@ __all__ = ["CommParams", "ComputeParams", "ForwardCost", "MemoryBreakdown", "Mem
            "uniform_sequences"]
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+# The scenario keys the errors of this module name (the paths `--set` takes).
+TRAIN_LAYOUT_FIELD = "workload.train_layout"
+COMPUTE_DTYPE_FIELD = "workload.train_params.compute.dtype"
+# verl's key for each token budget of train_layout (named in the fix of a budget too small)
+_VERL_BUDGET_KEYS = {"max_tokens_per_micro_batch": "ppo_max_token_len_per_gpu",
+                     "logprob_max_tokens_per_micro_batch": "log_prob_max_token_len_per_gpu"}
 
 
 def uniform_sequences(num_sequences: int, seq_len: int) -> np.ndarray:
@@ -277,14 +283,16 @@ STEP_MEMO_MAX_ENTRIES = 256
 pool_devices = distinct_devices  # the distinct DeviceSpecs of a pool's ranks (hardware/devices.py)
 
 
-def slowest_device(kinds: Sequence[Any], dtype: str) -> Any:
+def slowest_device(kinds: Sequence[Any], dtype: str, *, dtype_field: str = "dtype") -> Any:
     """The device a pool of mixed kinds is costed on: the lowest sustained GEMM rate
     (peak(dtype) x gemm_efficiency), ties to the lowest HBM bandwidth. Replicas meet at every
     gradient sync and pipeline stages wait for each other, so the slowest device sets the step
-    (a bound: planner/hetero.py costs mixed pipelines stage by stage)."""
+    (a bound: planner/hetero.py costs mixed pipelines stage by stage). `dtype_field`: the key of
+    `dtype` an unknown dtype's error names."""
     if len(kinds) == 1:
         return kinds[0]
-    return min(kinds, key=lambda s: (s.peak(dtype) * s.gemm_efficiency, s.hbm_bw_Bps * s.hbm_efficiency))
+    return min(kinds, key=lambda s: (s.peak(dtype, field=dtype_field) * s.gemm_efficiency,
+                                     s.hbm_bw_Bps * s.hbm_efficiency))
 
 
 # ---- micro-batches ------------------------------------------------------------------------------------
@@ -301,15 +309,17 @@ def _sequences(sequences: Any, source: str | None) -> np.ndarray:
 
 
 def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str, budget: int | None = None,
-                   params: TrainParams | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+                   params: TrainParams | None = None, budget_key: str = "max_tokens_per_micro_batch",
+                   source: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per DP replica: (tokens, sum of squared lengths) per micro-batch, before CP.
 
     Megatron's sampler: micro-batch step k takes the next b x dp sequences, replica r the r-th
     slice of b. Padded: a micro-batch costs b x its longest sequence; packed: its token sum, with
     attention per sequence. With a token `budget`: `_token_budget_micro_batches`. A pipeline with
-    one p2p shape (comm.pp_variable_seq_lengths false): `_one_pipeline_shape`."""
-    replicas = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing) if budget is not None
-                else _sampler_micro_batches(seqs, layout, packing))
+    one p2p shape (comm.pp_variable_seq_lengths false): `_one_pipeline_shape`. `budget_key`: the
+    train_layout key `budget` comes from (named when a sequence exceeds it)."""
+    replicas = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing, budget_key, source)
+                if budget is not None else _sampler_micro_batches(seqs, layout, packing))
     if layout.pp > 1 and params is not None and not params.comm.pp_variable_seq_lengths:
         return [_one_pipeline_shape(tokens, sq, packing) for tokens, sq in replicas]
     return replicas
@@ -374,19 +384,21 @@ def _balanced_dp_split(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
     return [np.asarray(m) for m in members]
 
 
-def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int,
-                                packing: str) -> list[tuple[np.ndarray, np.ndarray]]:
+def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing: str,
+                                budget_key: str = "max_tokens_per_micro_batch",
+                                source: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Dynamic token-budget micro-batches (verl use_dynamic_bsz: the batch is split into dp chunks of
     equal counts and near-equal tokens (`_balanced_dp_split`), each chunk into the fewest
     micro-batches whose token sums stay within `budget`, balanced by sequence length,
     verl/utils/seqlen_balancing.py rearrange_micro_batches; NeMo RL sequence packing with
     train_mb_tokens). Longest-first onto the least-loaded micro-batch; one more micro-batch while any
-    exceeds the budget. Padded: each micro-batch pads to its longest."""
+    exceeds the budget (`budget_key`, the train_layout key it comes from). Padded: each micro-batch
+    pads to its longest."""
     if int(seqs.max()) > budget:
         raise RlsimError(f"a {int(seqs.max())}-token sequence exceeds the micro-batch token budget {budget}",
-                         field="workload.train_layout.max_tokens_per_micro_batch",
-                         fix="raise max_tokens_per_micro_batch (verl: ppo_max_token_len_per_gpu >= the longest "
-                             "prompt + response)")
+                         source=source, field=f"{TRAIN_LAYOUT_FIELD}.{budget_key}",
+                         fix=f"raise {budget_key} (verl: {_VERL_BUDGET_KEYS.get(budget_key, budget_key)} >= the "
+                             "longest prompt + response)")
     out = []
     for chunk in _balanced_dp_split(seqs.astype(float), dp):
         if chunk.size == 0:
@@ -746,7 +758,8 @@ def _stage_params_cached(model: Any, layout: TrainLayout) -> tuple[tuple[float, 
 
 def _rates(spec: Any, params: TrainParams) -> DeviceRates:
     launch = params.compute.gemm_launch_s
-    return DeviceRates(peak_flops=spec.peak(params.compute.dtype), gemm_efficiency=spec.gemm_efficiency,
+    return DeviceRates(peak_flops=spec.peak(params.compute.dtype, field=COMPUTE_DTYPE_FIELD),
+                       gemm_efficiency=spec.gemm_efficiency,
                        hbm_Bps=spec.hbm_bw_Bps * spec.hbm_efficiency,
                        launch_s=spec.launch_overhead_s if launch is None else launch)
 
@@ -830,7 +843,8 @@ def _pool_setup(layout: TrainLayout, topology: Any, ranks: list[int], params: Tr
     """What a training or forward pass on ``ranks`` starts from: the pool's device kinds, the rates of
     its slowest device, the collectives and the layout's groups on those ranks."""
     kinds = pool_devices(topology, ranks)
-    return kinds, _rates(slowest_device(kinds, params.compute.dtype), params), _Comm(collectives), \
+    slowest = slowest_device(kinds, params.compute.dtype, dtype_field=COMPUTE_DTYPE_FIELD)
+    return kinds, _rates(slowest, params), _Comm(collectives), \
         _groups(layout, tuple(ranks))
 
 
@@ -854,7 +868,7 @@ def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layo
     if len(slices) == 1 and with_p2p and not blocking:  # with and without transfers in one pass
         sl = slices[0]
         results[0], bare = simulate_pipelines(arrays.fwd[:, sl], arrays.bwd[:, sl], [p2p[:, sl], 0.0],
-                                              pp=layout.pp, vpp=layout.vpp)
+                                              pp=layout.pp, vpp=layout.vpp, layout_field=TRAIN_LAYOUT_FIELD)
     else:
         # Replicas with the same micro-batch count are simulated side by side in one pass.
         by_size: dict[int, list[int]] = {}
@@ -871,7 +885,8 @@ def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layo
                 bs.append(b)
                 ps.append(p)
             for i, res in zip(members, simulate_pipelines(np.stack(fs), np.stack(bs), ps, pp=layout.pp,
-                                                          vpp=layout.vpp), strict=True):
+                                                          vpp=layout.vpp, layout_field=TRAIN_LAYOUT_FIELD),
+                              strict=True):
                 results[i] = res
     worst: tuple[float, PipelineResult, slice] | None = None
     for i, sl in enumerate(slices):  # first slowest in replica order
@@ -886,7 +901,7 @@ def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layo
 def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
                      packing: str, params: TrainParams, collectives: Any, source: str | None) -> TrainStepCost:
     kinds, rates, comm, groups = _pool_setup(layout, topology, ranks, params, collectives)
-    replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch, params)
+    replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch, params, source=source)
     # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
@@ -896,7 +911,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
                                params=params.memory, flash_attention=params.compute.flash_attention,
                                micro_batches=m_max)
     if params.check_memory:
-        check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source)
+        check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source,
+                   field=TRAIN_LAYOUT_FIELD)
     # All replicas' micro-batches in one vectorized pass.
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
@@ -907,7 +923,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     pp_exposed = 0.0
     if p2p.size and float(p2p[:, sl].max()) > 0:
         if bare is None:
-            bare = simulate_pipeline(arrays.fwd[:, sl], arrays.bwd[:, sl], 0.0, pp=layout.pp, vpp=layout.vpp)
+            bare = simulate_pipeline(arrays.fwd[:, sl], arrays.bwd[:, sl], 0.0, pp=layout.pp, vpp=layout.vpp,
+                                     layout_field=TRAIN_LAYOUT_FIELD)
         pp_exposed = max(0.0, makespan - bare.makespan_s)
     # Gradient sync after each stage's last backward, then the optimizer.
     windows = _chunk_windows(pipe, arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
@@ -1088,8 +1105,9 @@ def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence
 def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
                   packing: str, params: TrainParams, collectives: Any, source: str | None) -> ForwardCost:
     kinds, rates, comm, groups = _pool_setup(layout, topology, ranks, params, collectives)
-    budget = layout.logprob_max_tokens_per_micro_batch or layout.max_tokens_per_micro_batch
-    replicas = _micro_batches(seqs, layout, packing, budget, params)
+    budget_key = ("logprob_max_tokens_per_micro_batch" if layout.logprob_max_tokens_per_micro_batch
+                  else "max_tokens_per_micro_batch")
+    replicas = _micro_batches(seqs, layout, packing, getattr(layout, budget_key), params, budget_key, source)
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params, forward_only=True)

@@ -116,10 +116,12 @@ class LlmCosts:
         self.scenario, self.topology = scenario, topology
         w, src = scenario.workload, scenario.source
         self.source = src
-        self.model: ModelSpec = load_model(w.model)
+        self.model: ModelSpec = load_model(w.model, field="workload.model", source=src)
         self.models = {"actor": self.model, "reference": self.model,
-                       "reward": load_model(w.reward.model) if w.reward.model else self.model,
-                       "critic": load_model(w.critic_model) if w.critic_model else self.model}
+                       "reward": (load_model(w.reward.model, field="workload.reward.model", source=src)
+                                  if w.reward.model else self.model),
+                       "critic": (load_model(w.critic_model, field="workload.critic_model", source=src)
+                                  if w.critic_model else self.model)}
         self.device = topology.device_spec(0)   # rank 0's device (kept for callers; costs use the pools')
         self.n_devices = topology.num_devices
         self.collectives = CollectiveModel(topology)   # owns the collective and training-step caches
@@ -208,16 +210,18 @@ class LlmCosts:
         """Peak per device in the workload's dtype; of several kinds, the mean over the cluster's
         devices (x devices = the cluster's peak, the MFU denominator)."""
         if len(self.cluster_devices) == 1:
-            return self.cluster_devices[0].peak(dtype)
+            return self.cluster_devices[0].peak(dtype, field="workload.dtype")
         spec = self.topology.device_spec
-        return math.fsum(spec(r).peak(dtype) for r in range(self.n_devices)) / self.n_devices
+        return math.fsum(spec(r).peak(dtype, field="workload.dtype")
+                         for r in range(self.n_devices)) / self.n_devices
 
     def _kv_tokens_on(self, device: DeviceSpec) -> float:
         """KV-cache tokens one instance holds on ``device`` (RlsimError when the model does not fit)."""
         hit = self._kv_tokens.get(device)
         if hit is None:
             hit = self._kv_tokens[device] = float(
-                StepCost(self.model, device, self.rollout_layout, self.inference_params).kv_capacity_tokens)
+                StepCost(self.model, device, self.rollout_layout, self.inference_params,
+                         layout_field="workload.rollout_layout").kv_capacity_tokens)
         return hit
 
     def _cluster_kv_tokens(self) -> float:
@@ -246,7 +250,8 @@ class LlmCosts:
         if hit is None:
             hit = self._step_costs[pool.key] = StepCost(
                 self.model, instance_device(self.topology, pool.ranks), self.rollout_layout,
-                self.inference_params, collectives=self.collectives, ranks=list(pool.ranks))
+                self.inference_params, collectives=self.collectives, ranks=list(pool.ranks),
+                layout_field="workload.rollout_layout")
         return hit
 
     # ---- helpers ---------------------------------------------------------------------------------

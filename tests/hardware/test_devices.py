@@ -73,3 +73,12 @@ def test_bad_values_name_file_and_field():
     assert "cluster.yaml" in str(err.value) and "device.hbm_bytes" in str(err.value)
     with pytest.raises(RlsimError, match="unknown device field"):
         device_from_mapping({"name": "h100", "hbm": 1}, source="cluster.yaml")
+
+
+def test_missing_peak_names_the_callers_key():
+    with pytest.raises(RlsimError, match="no peak figure for dtype 'fp8'") as err:
+        get_device("ascend-910b3").peak("fp8")
+    assert err.value.field == "dtype"
+    with pytest.raises(RlsimError) as err:
+        get_device("ascend-910b3").peak("fp8", field="workload.dtype")
+    assert err.value.field == "workload.dtype" and "bf16" in err.value.fix

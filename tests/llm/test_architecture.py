@@ -145,6 +145,20 @@ def test_unknown_model_names_the_presets():
     with pytest.raises(RlsimError, match="unknown model") as err:
         load_model("qwen9-1b")
     assert "qwen2.5-7b" in err.value.fix
+    assert err.value.field == "model"
+
+
+@pytest.mark.parametrize("key", ["workload.model", "workload.critic_model", "workload.reward.model"])
+def test_unknown_model_names_the_callers_key(key, tmp_path):
+    with pytest.raises(RlsimError, match="unknown model") as err:
+        load_model("bogus-model", field=key, source="w.yaml")
+    assert err.value.field == key and err.value.source == "w.yaml"
+    with pytest.raises(RlsimError, match="unknown model") as err:
+        load_model({"preset": "bogus-model"}, field=key)
+    assert err.value.field == f"{key}.preset"
+    with pytest.raises(RlsimError, match="cannot read") as err:
+        load_model(str(tmp_path / "missing" / "config.json"), field=key)
+    assert err.value.field == key
 
 
 def test_bad_config_json_names_file_and_field(tmp_path):

@@ -271,6 +271,33 @@ def test_tp_must_divide_the_query_heads():
     assert err.value.field == "rollout_layout.tp"
 
 
+@pytest.mark.parametrize("layout, match, key", [
+    (RolloutLayout(tp=8), "attention heads", "tp"),
+    (RolloutLayout(ep=2), "needs an MoE model", "ep"),
+    (RolloutLayout(weight_dtype="fp8"), "no fp8 peak", "weight_dtype"),   # A100: no FP8 GEMMs
+    (RolloutLayout(gpu_memory_utilization=0.01), "does not fit for inference", None),
+])
+def test_step_cost_errors_name_keys_under_the_layout_field(layout, match, key):
+    with pytest.raises(RlsimError, match=match) as err:
+        StepCost(QWEN, A100, layout)
+    assert err.value.field == ("rollout_layout" if key is None else f"rollout_layout.{key}")
+    with pytest.raises(RlsimError, match=match) as err:
+        StepCost(QWEN, A100, layout, layout_field="workload.rollout_layout")
+    assert err.value.field == ("workload.rollout_layout" if key is None else f"workload.rollout_layout.{key}")
+
+
+def test_rollout_errors_name_the_layout_field_given():
+    with pytest.raises(RlsimError, match="does not divide") as err:
+        simulate_rollout(QWEN, H100, RolloutLayout(tp=8), [16], [16], layout_field="workload.rollout_layout")
+    assert err.value.field == "workload.rollout_layout.tp"
+    engine = RolloutEngine(QWEN, _tiny_kv_device(1000), RolloutLayout(),
+                           cost=StepCost(QWEN, _tiny_kv_device(1000), RolloutLayout(),
+                                         layout_field="workload.rollout_layout"))
+    with pytest.raises(RlsimError, match="does not fit the KV cache") as err:
+        engine.add(0, 600, 600, 0.0)
+    assert err.value.field == "workload.rollout_layout"
+
+
 def test_kv_heads_replicate_when_tp_exceeds_them():
     engine = RolloutEngine(LLAMA, H100, RolloutLayout(tp=16))  # 8 KV heads, 32 query heads
     assert engine.cost.kv_bytes_per_token_dev == LLAMA.kv_bytes_per_token(2) / 8

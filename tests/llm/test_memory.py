@@ -92,6 +92,10 @@ def test_layout_that_does_not_fit_names_the_breakdown():
     with pytest.raises(RlsimError, match=r"weights .* GB \+ gradients .* optimizer .* activations") as exc:
         check_fits(b, what="llama3.1-70b", source="scenario.yaml")
     assert "scenario.yaml" in str(exc.value) and "fix:" in str(exc.value)
+    assert exc.value.field == "train_layout"                    # standalone: the bare layout key
+    with pytest.raises(RlsimError) as exc:
+        check_fits(b, what="llama3.1-70b", source="scenario.yaml", field="workload.train_layout")
+    assert exc.value.field == "workload.train_layout"
 
 
 def test_moe_expert_states_shard_by_ep():

@@ -272,3 +272,12 @@ def test_forward_spans_of_ragged_replicas_equal_one_by_one(stages: int, sizes: l
     alone = [(forward_only_makespan(arrays.fwd[:, a:b], p2p[:, a:b] if p2p.size else 0.0), slice(a, b))
              for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     assert _forward_spans(arrays, p2p, sizes, params) == alone
+
+
+def test_errors_name_the_layout_key_given() -> None:
+    with pytest.raises(RlsimError, match="multiple of pp") as err:
+        simulate_pipeline(np.ones((8, 5)), np.ones((8, 5)), pp=4, vpp=2)
+    assert err.value.field == "vpp"
+    with pytest.raises(RlsimError, match="multiple of pp") as err:
+        simulate_pipeline(np.ones((8, 5)), np.ones((8, 5)), pp=4, vpp=2, layout_field="workload.train_layout")
+    assert err.value.field == "workload.train_layout.vpp"

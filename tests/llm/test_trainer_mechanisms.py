@@ -11,6 +11,7 @@ from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
 from simulator.llm.layer_costs import layer_shapes
+from simulator.llm.train_compute import ComputeParams
 from simulator.llm.training import (
     TrainLayout,
     TrainParams,
@@ -302,3 +303,41 @@ def test_userbuffers_price_each_collective_beside_its_gemm_and_leave_moe_layers(
     a = train_step_cost(moe, moe_lay, TOPO, sequences=SEQS, packing="packed", params=_params(tp_userbuffers=True))
     b = train_step_cost(moe, moe_lay, TOPO, sequences=SEQS, packing="packed")
     assert a.step_time_s == b.step_time_s
+
+
+# ---- errors name the scenario key the user set (the path `--set` takes) ------------------------------
+def test_a_sequence_over_the_logprob_budget_names_the_logprob_key() -> None:
+    seqs = uniform_sequences(16, 2048)
+    lay = TrainLayout(dp=8, max_tokens_per_micro_batch=4096, logprob_max_tokens_per_micro_batch=1024)
+    with pytest.raises(RlsimError) as exc:
+        forward_cost(QWEN, lay, TOPO, sequences=seqs, packing="packed")
+    assert exc.value.field == "workload.train_layout.logprob_max_tokens_per_micro_batch"
+    assert "raise logprob_max_tokens_per_micro_batch" in exc.value.fix
+    assert "log_prob_max_token_len_per_gpu" in exc.value.fix
+    # without a log-prob budget the forward pass uses the training one, and names it
+    with pytest.raises(RlsimError) as exc:
+        forward_cost(QWEN, TrainLayout(dp=8, max_tokens_per_micro_batch=1024), TOPO, sequences=seqs,
+                     packing="packed")
+    assert exc.value.field == "workload.train_layout.max_tokens_per_micro_batch"
+    assert "ppo_max_token_len_per_gpu" in exc.value.fix
+
+
+def test_interleaved_micro_batch_error_names_the_vpp_key() -> None:
+    # 12 sequences over dp 4: 3 micro-batches a replica, not a multiple of pp 2
+    with pytest.raises(RlsimError, match="multiple of pp") as exc:
+        train_step_cost(QWEN, TrainLayout(pp=2, vpp=2, dp=4), TOPO, sequences=uniform_sequences(12, 1024))
+    assert exc.value.field == "workload.train_layout.vpp"
+
+
+def test_unknown_compute_dtype_names_the_train_params_key() -> None:
+    params = TrainParams(compute=ComputeParams(dtype="fp4"))
+    with pytest.raises(RlsimError, match="no peak figure") as exc:
+        train_step_cost(QWEN, TrainLayout(dp=8), TOPO, sequences=SEQS, params=params)
+    assert exc.value.field == "workload.train_params.compute.dtype"
+
+
+def test_a_layout_out_of_memory_names_the_train_layout_key() -> None:
+    with pytest.raises(RlsimError, match="does not fit in device memory") as exc:
+        train_step_cost(load_model("llama3.1-70b"), TrainLayout(dp=8, zero=0), TOPO, sequences=SEQS,
+                        source="w.yaml")
+    assert exc.value.field == "workload.train_layout" and exc.value.source == "w.yaml"

@@ -142,19 +142,36 @@ def _restore(ctx: Context, snap: Snapshot, t_fail: float) -> float:
 
 def resolve_events(ctx: Context, ranks: list[int], where: str) -> list[tuple[float, str, set[int]]]:
     """The scenario's failure events in time order, as (time, spec, failed ranks); an event that hits
-    none of ``ranks`` (described by ``where`` in the error) is a user error."""
+    none of ``ranks`` (described by ``where`` in the error), or whose spec the re-planner cannot
+    read, is a user error naming the entry (``schedule.failures.I.fail``, I its index as written)."""
     out = []
-    for i, ev in enumerate(sorted(ctx.sched.failures, key=lambda e: e.at_s)):
+    for i, ev in sorted(enumerate(ctx.sched.failures), key=lambda e: e[1].at_s):
         if ctx.replanner is None:
             raise RlsimError("schedule.failures needs a re-planner", source=ctx.scenario.source,
                              field="schedule.failures", fix="run through simulator.simulate / rlsim run")
-        failed = set(ctx.replanner.ranks_of(ev.fail))
+        try:
+            failed = set(ctx.replanner.ranks_of(ev.fail))
+        except RlsimError as exc:   # the group parser names its own key (`rlsim comm --group`)
+            raise RlsimError(exc.message, source=ctx.scenario.source, field=f"schedule.failures.{i}.fail",
+                             fix=exc.fix) from None
         if not failed & set(ranks):
             raise RlsimError(f"failure {ev.fail!r} hits no device of {where}",
                              source=ctx.scenario.source, field=f"schedule.failures.{i}.fail",
                              fix="name devices the run uses, e.g. node:0")
         out.append((float(ev.at_s), ev.fail, failed))
     return out
+
+
+def failure_field(ctx: Context, spec: str) -> str:
+    """The dotted key of the schedule.failures entry failing ``spec`` now (``schedule.failures.I.fail``,
+    I its index as written): of several entries with that spec, the one whose at_s is nearest the
+    current time (a failure is handled at its at_s)."""
+    entries = [(i, ev) for i, ev in enumerate(ctx.sched.failures) if ev.fail == spec]
+    if not entries:
+        return "schedule.failures"
+    now = float(ctx.env.now)
+    i, _ = min(entries, key=lambda e: (abs(float(e[1].at_s) - now), e[0]))
+    return f"schedule.failures.{i}.fail"
 
 
 def roll_back_pools(ctx: Context, snap: Snapshot, t_fail: float, pools: set[str]) -> float:
@@ -203,8 +220,16 @@ def replan_training(ctx: Context, pool_ranks: list[int], failed: set[int], usabl
     """The one failure re-plan of a training pool: ask the re-planner for survivors and a layout the
     costs accept, adopt the layout, keep the largest usable prefix of the survivors (``usable``:
     device count -> devices the pool can use). RlsimError when nothing usable is left."""
-    out = ctx.replanner.on_failure(list(pool_ranks), sorted(failed & set(pool_ranks)),
-                                   ctx.costs.train_layout_of(pool_ranks), accept=ctx.costs.accept_train_layout)
+    try:
+        out = ctx.replanner.on_failure(list(pool_ranks), sorted(failed & set(pool_ranks)),
+                                       ctx.costs.train_layout_of(pool_ranks), accept=ctx.costs.accept_train_layout)
+    except RlsimError as exc:
+        # the planner's replan_on_failure names the failed devices as its argument 'failed'; here they
+        # are the failure entry's spec
+        if exc.field != "failed":
+            raise
+        raise RlsimError(exc.message, source=ctx.scenario.source, field=failure_field(ctx, spec),
+                         fix=exc.fix) from None
     if out.train_layout:
         ctx.costs.set_train_layout(out.train_layout)
     use = out.survivors[: usable(len(out.survivors))]

@@ -183,6 +183,24 @@ def test_failure_outside_the_pool_is_an_error():
                            overrides=["schedule.failures=[{at_s: 10, fail: 'node:9'}]"])
 
 
+@pytest.mark.parametrize("spec, why", [("bogus", "not a comma list"), ("node:99", "node 99 does not exist")])
+def test_a_bad_failure_spec_names_its_entry(spec, why):
+    """The group parser's own key is `rlsim comm --group`; from a scenario the error names the entry
+    as written (index 1: the entries are not in time order)."""
+    with pytest.raises(RlsimError, match=why) as err:
+        simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="colocated", iterations=2,
+                           overrides=[f"schedule.failures=[{{at_s: 300, fail: 'node:1'}}, {{at_s: 10, fail: '{spec}'}}]"])
+    assert err.value.field == "schedule.failures.1.fail" and "--group" not in str(err.value)
+    assert "node:I" in err.value.fix
+
+
+def test_a_failure_leaving_no_layout_names_its_entry():
+    with pytest.raises(RlsimError, match="no layout fits on the 0 surviving devices") as err:
+        simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="colocated", iterations=2,
+                           overrides=["schedule.failures=[{at_s: 5000, fail: 'node:1'}, {at_s: 10, fail: all}]"])
+    assert err.value.field == "schedule.failures.1.fail" and err.value.source
+
+
 # ---- re-plan neighbourhood: TP / CP / EP kept, recompute free (docs/planner.md) ------------------------
 def test_replan_keeps_tp_cp_ep_and_frees_recompute_when_faster():
     """The failure scenario's re-plan moves recompute full -> none: allowed (no process group, no
