@@ -11,11 +11,11 @@ docs/cost-models-inference.md.
 # annotation back into an object while the models build at import (start-up, benchmarks/bench_startup.py);
 # a forward reference is quoted instead.
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .errors import RlsimError, validation_error
 from .strict_model import StrictModel
@@ -28,6 +28,88 @@ from .units import parse_bandwidth
 # megatron/core/distributed/distributed_data_parallel_config.py). With --overlap-grad-reduce or
 # FSDP prefetch most of it hides: set ~0.8-0.9 (workload.train_params.comm.dp_overlap_fraction).
 DP_OVERLAP_FRACTION = 0.0
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A switch of the same section that a train_params knob applies under: the switch fields
+    (`keys`), whether their values leave the knob applicable (`applies`), the setting that does
+    (`needs`, as the refusal names it, and `fix`, how to get it) and what the knob acts on there (`why`)."""
+
+    keys: tuple[str, ...]
+    applies: Callable[[Mapping[str, Any]], bool]
+    needs: str
+    why: str
+    fix: str = ""    # default: "set <needs>"
+
+
+_FLASH = Gate(("flash_attention",), lambda v: bool(v["flash_attention"]), "compute.flash_attention: true",
+              "a constant of the flash kernel; materialized attention uses backward_flops_factor and "
+              "score_traffic_*_bytes")
+_MATERIALIZED = Gate(("flash_attention",), lambda v: not v["flash_attention"], "compute.flash_attention: false",
+                     "the score traffic of materialized attention; flash attention keeps no scores")
+_DP_OVERLAP = Gate(("dp_overlap_fraction",), lambda v: v["dp_overlap_fraction"] > 0, "comm.dp_overlap_fraction > 0",
+                   "it bounds the share of the gradient sync hidden under backward, none at 0")
+# Knobs a switch of their own section makes inapplicable (section -> knob -> gate): given away from
+# their defaults with the switch off they would be silently ignored (the models' `_gated_knob_applies`
+# refuse them). flash_efficiency_ratio is not here: it also rates the Mamba-2 scans with flash off
+# (llm/train_compute.py). Gates that depend on the layout (ZeRO 3, cp > 1) are not checked.
+GATED_KNOBS: dict[str, dict[str, Gate]] = {
+    "compute": {**dict.fromkeys(("flash_backward_efficiency_ratio", "flash_causal_fraction", "flash_backward_factor"),
+                                _FLASH),
+                **dict.fromkeys(("score_traffic_fwd_bytes", "score_traffic_bwd_bytes"), _MATERIALIZED)},
+    "comm": {
+        "tp_userbuffer_pipeline_splits": Gate(("tp_userbuffers",), lambda v: bool(v["tp_userbuffers"]),
+                                              "comm.tp_userbuffers: true", "the splits of TE userbuffers' pipelined "
+                                              "reduce-scatter"),
+        "sp_backward_allgather_overlap_fraction": Gate(
+            ("sp_backward_allgather",), lambda v: bool(v["sp_backward_allgather"]), "comm.sp_backward_allgather: true",
+            "the hidden share of that backward re-gather"),
+        "dp_overlap_window": _DP_OVERLAP,
+        "dp_bucket_min_params": _DP_OVERLAP},
+    "offload": {"host_link_efficiency": Gate(("params", "grads", "optimizer"),
+                                             lambda v: bool(v["params"] or v["grads"] or v["optimizer"]),
+                                             "an offload (offload.params, grads or optimizer: true)",
+                                             "the rate of the offload copies", "turn one of them on")},
+}
+
+
+def _gated_knob_applies(section: str, model: type[StrictModel], value: Any, info: ValidationInfo) -> Any:
+    """A gated knob (GATED_KNOBS) given away from its default with its switch off is refused, at its
+    own dotted field; at its default (as a whole dump or a stack gives it) it passes. A switch that
+    failed its own validation is reported there, not here."""
+    name, data = info.field_name or "", info.data or {}
+    gate = GATED_KNOBS[section][name]
+    if value == model.model_fields[name].default or not all(k in data for k in gate.keys) or gate.applies(data):
+        return value
+    raise ValueError(f"applies only with {gate.needs} ({gate.why}); remove {section}.{name}, or "
+                     f"{gate.fix or 'set ' + gate.needs}")
+
+
+def without_inapplicable_stack_values(merged: dict[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``merged`` (a stack's train_params dump with the user's keys ``given`` laid over it) with each
+    gated knob the user did not give set back to its default where its switch, as merged, is off: a
+    stack's value that the user's switch made inapplicable (megatron-core-overlap's dp_bucket_min_params
+    under dp_overlap_fraction: 0) acts on nothing and is not the user's to remove. Copies."""
+    out = dict(merged)
+    models: dict[str, type[StrictModel]] = {"compute": ComputeParams, "comm": CommParams, "offload": OffloadParams}
+    for section, gates in GATED_KNOBS.items():
+        values, user = out.get(section), given.get(section)
+        if not isinstance(values, Mapping):
+            continue
+        user = user if isinstance(user, Mapping) else {}
+        values = dict(values)
+        for knob, gate in gates.items():
+            if knob in user or knob not in values or not all(k in values for k in gate.keys):
+                continue
+            try:
+                if gate.applies(values):
+                    continue
+            except TypeError:   # a switch of the wrong type: its own validation reports it
+                continue
+            values[knob] = models[section].model_fields[knob].default
+        out[section] = values
+    return out
 
 
 class ComputeParams(StrictModel):
@@ -93,7 +175,11 @@ class ComputeParams(StrictModel):
     # Backward of an elementwise op reads its saved input and the incoming gradient and writes the
     # outgoing one: ~2x the forward traffic.
     backward_traffic_factor: float = Field(2.0, ge=0)
-    # Backward matmuls: data gradient + weight gradient, each the forward's size (2x forward FLOPs).
+    # Backward of the attention core when its scores are materialized (flash_attention: false; the
+    # flash kernel's is flash_backward_factor) and of the Mamba-2 SSD scans: the gradients of both
+    # operands of each of their matmuls, each the forward's size (2x forward FLOPs). The linear layers'
+    # GEMMs are priced one by one instead (forward, data gradient, weight gradient: train_compute.py
+    # _gemm_sums), not with this factor.
     backward_flops_factor: float = Field(2.0, gt=0)
     # Vocab-parallel cross entropy on the last stage, bytes per logit, as Megatron's unfused kernel
     # sequence runs it (megatron/core/tensor_parallel/cross_entropy.py, the default path:
@@ -106,6 +192,12 @@ class ComputeParams(StrictModel):
     # Together 52 (was 16: one fp32 write, one softmax read + write, one gradient write).
     loss_traffic_bytes_per_logit: float = Field(52.0, ge=0)
     activation_bytes: float = Field(2.0, gt=0)
+
+    @field_validator(*GATED_KNOBS["compute"], mode="after")
+    @classmethod
+    def _attention_path_applies(cls, value: Any, info: ValidationInfo) -> Any:
+        """The flash kernel's constants apply with flash attention, the score traffic without it."""
+        return _gated_knob_applies("compute", cls, value, info)
 
 
 class MemoryParams(StrictModel):
@@ -228,6 +320,13 @@ class CommParams(StrictModel):
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
     optimizer_traffic_bytes_per_param: float = Field(30.0, ge=0)
 
+    @field_validator(*GATED_KNOBS["comm"], mode="after")
+    @classmethod
+    def _switch_applies(cls, value: Any, info: ValidationInfo) -> Any:
+        """The userbuffer splits need tp_userbuffers, the SP re-gather's overlap sp_backward_allgather, the
+        overlap window and Megatron-Core's buckets a dp_overlap_fraction above 0 (dp_hidden_share)."""
+        return _gated_knob_applies("comm", cls, value, info)
+
     @model_validator(mode="after")
     def _bucket_rank_share_needs_buckets(self) -> "CommParams":
         """dp_bucket_params_per_rank sizes Megatron-Core's buckets only with dp_bucket_min_params set
@@ -292,6 +391,12 @@ class OffloadParams(StrictModel):
     @classmethod
     def _bw(cls, v: Any) -> Any:
         return parse_bandwidth(v) if isinstance(v, str) else v
+
+    @field_validator("host_link_efficiency", mode="after")
+    @classmethod
+    def _link_needs_an_offload(cls, value: float, info: ValidationInfo) -> float:
+        """host_link_efficiency rates the offload copies only (as pageable's rates, below)."""
+        return _gated_knob_applies("offload", cls, value, info)
 
     @model_validator(mode="after")
     def _pageable_needs_an_offload(self) -> "OffloadParams":
@@ -588,11 +693,14 @@ def train_software(name: str, field: str = "workload.train_software", source: st
 def stack_params(software: TrainSoftware, overrides: Mapping[str, Any] | None, source: str | None = None,
                  field_name: str = "workload.train_params") -> TrainParams:
     """The stack's TrainParams with `overrides` (a nested mapping: compute / comm / memory / offload / check_memory)
-    applied on top, validated."""
+    applied on top, validated (the stack's values of knobs the overrides' switches made inapplicable
+    set back to their defaults: without_inapplicable_stack_values)."""
     base = software.params.model_dump()
-    for key, value in dict(overrides or {}).items():
+    given = dict(overrides or {})
+    for key, value in given.items():
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
             base[key] = {**base[key], **value}
         else:
             base[key] = value
-    return TrainParams.from_mapping(base, source=source, field_name=field_name)
+    return TrainParams.from_mapping(without_inapplicable_stack_values(base, given), source=source,
+                                   field_name=field_name)

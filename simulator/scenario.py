@@ -40,6 +40,7 @@ from .params import (
     TRAIN_SOFTWARE,
     InferenceParams,
     TrainParams,
+    without_inapplicable_stack_values,
 )
 from .strict_model import StrictModel
 from .units import parse_bandwidth, parse_seconds
@@ -94,6 +95,26 @@ class RewardSpec(_Strict):
     # scores each sample in its own task as it completes, so verification overlaps generation).
     # None: "batch". Given only with workers.
     handover: Literal["batch", "sample"] | None = None
+
+    @field_validator("model", mode="after")
+    @classmethod
+    def _model_needs_a_model_reward(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """The reward-model preset is read for kind: model only (a rule reward runs on the host CPUs)."""
+        if value is not None and (info.data or {}).get("kind") == "rule":
+            raise ValueError("applies to a reward model: kind: rule scores on the host CPUs (cpu_s_per_sample); "
+                             "remove reward.model, or set reward.kind: model")
+        return value
+
+    @field_validator("cpu_s_per_sample", "workers_per_device", mode="after")
+    @classmethod
+    def _rule_constants_need_a_rule_reward(cls, value: float, info: ValidationInfo) -> float:
+        """The rule verifier's CPU time and workers apply to kind: rule only (a reward model is a
+        forward pass on the devices); at their defaults, as a whole dump gives them, they pass."""
+        name = info.field_name or ""
+        if (info.data or {}).get("kind") == "model" and value != cls.model_fields[name].default:
+            raise ValueError(f"applies to rule rewards: kind: model scores with a forward pass on the devices; "
+                             f"remove reward.{name}, or set reward.kind: rule")
+        return value
 
     @model_validator(mode="after")
     def _one_worker_rule(self) -> "RewardSpec":
@@ -150,6 +171,16 @@ class WorkloadConfig(_Strict):
             raise ValueError(f"unknown training software {v!r}; use one of: {', '.join(TRAIN_SOFTWARE)}")
         return v
 
+    @field_validator("critic_model", mode="after")
+    @classmethod
+    def _critic_needs_ppo(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Only PPO has a critic (rl/algorithms.py: its value and training stages)."""
+        algorithm = (info.data or {}).get("algorithm")
+        if value is not None and algorithm is not None and algorithm != "ppo":
+            raise ValueError(f"applies to algorithm: ppo only ({algorithm} has no critic); remove critic_model, "
+                             "or set algorithm: ppo")
+        return value
+
     @field_validator("engine")
     @classmethod
     def _known_engine(cls, v: str | None) -> str | None:
@@ -181,7 +212,8 @@ class WorkloadConfig(_Strict):
         data = dict(data)
         user = data.get("train_params")
         if user is None or isinstance(user, Mapping):
-            data["train_params"] = deep_merge(stack.params.model_dump(), user or {})
+            data["train_params"] = without_inapplicable_stack_values(deep_merge(stack.params.model_dump(), user or {}),
+                                                                      user or {})
         layout = data.get("train_layout")
         if isinstance(layout, Mapping):
             data["train_layout"] = {**{k: v for k, v in stack.layout_fields().items()}, **layout}
@@ -566,6 +598,39 @@ class ScheduleConfig(_Strict):
         why = f": {KNOB_REASONS[name]}" if name in KNOB_REASONS else ""
         raise ValueError(f"does not apply to kind: {kind}{why}; it applies to kind: {' / '.join(kinds) or 'none'} "
                          f"(remove it or change schedule.kind)")
+
+    @field_validator("aux_fraction", mode="after")
+    @classmethod
+    def _aux_needs_an_aux_pool(cls, value: float, info: ValidationInfo) -> float:
+        """aux_fraction sizes the aux pool of fuse: actor (rl/pools.py); fuse: full has none."""
+        fuse = (info.data or {}).get("fuse")
+        if fuse == "full" and value != cls.model_fields["aux_fraction"].default:
+            raise ValueError("applies to fuse: actor (the share of devices of its aux pool for the reference, reward "
+                             "and critic); fuse: full runs them on the actor's devices: remove schedule.aux_fraction, "
+                             "or set schedule.fuse: actor")
+        return value
+
+    @field_validator("length_budget", mode="after")
+    @classmethod
+    def _budget_needs_partial_rollout(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """length_budget cuts partial rollouts into segments; without them it is read nowhere (the
+        reverse, partial_rollout without a budget, is refused when the run starts: rl/schedules)."""
+        if value is not None and not (info.data or {}).get("partial_rollout", True):
+            raise ValueError("applies only with schedule.partial_rollout: true (the tokens of one partial-rollout "
+                             "segment); remove schedule.length_budget, or set schedule.partial_rollout: true")
+        return value
+
+    @field_validator("distqueue", mode="after")
+    @classmethod
+    def _padding_applies(cls, value: DistQueueParams) -> DistQueueParams:
+        """pad_to sets the width of padded payloads: with packed payloads (real tokens only) it would
+        be silently ignored. Checked here, not in DistQueueParams, which also prices padded payloads
+        of a packed queue on request (rl/distqueue.py payload_bytes(packed=False))."""
+        if value.set_off_default(("pad_to",)) and value.packed:
+            raise ValueError("pad_to: applies to padded payloads (distqueue.packed: false); packed payloads carry "
+                             "real tokens only: remove schedule.distqueue.pad_to, or set schedule.distqueue.packed: "
+                             "false")
+        return value
 
     @field_validator("host_copies", mode="after")
     @classmethod
@@ -1065,18 +1130,22 @@ def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
                      field="workload")
 
 
+# The keys of a length law (workload.prompt_length / response_length) only one `dist` reads; the
+# rest (max, min, group_correlation, drift_per_step) apply to both. llm/lengths.py refuses a key of
+# the other law.
+LAW_ONLY_KEYS = {"lognormal": ("median", "sigma"), "empirical": ("file", "column")}
+
+
 def _without_replaced_laws(base: dict[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
     """`base` (a preset's workload) less the keys of a length law that the `dist` laid over it makes
     inapplicable (a preset's median and sigma under `dist: empirical`, its file under lognormal): the
     law refuses keys that do not apply, and these the user did not give. Cap, floor, correlation and
     drift carry over."""
-    from .llm.lengths import LAW_KEYS  # llm/ imports this module (through hardware/)
-
     out = dict(base)
     for key in ("prompt_length", "response_length"):
         given, under = spec.get(key), base.get(key)
         if isinstance(given, Mapping) and isinstance(under, Mapping) and "dist" in given:
-            foreign = LAW_KEYS.get(str(under.get("dist", "lognormal")).lower(), ())
+            foreign = LAW_ONLY_KEYS.get(str(under.get("dist", "lognormal")).lower(), ())
             if str(given["dist"]).lower() != str(under.get("dist", "lognormal")).lower():
                 out[key] = {k: v for k, v in under.items() if k not in foreign}
     return out
@@ -1108,6 +1177,11 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          "generation batch's rewards before the next batch and before training",
                          source=source, field="schedule.reward_during_forwards",
                          fix="remove schedule.reward_during_forwards (or workload.dynamic_sampling)")
+    if scenario.schedule.set_off_default(("reference_swap_copies",)) and not scenario.workload.reference:
+        dapo = " (dapo's default)" if scenario.workload.algorithm == "dapo" else ""
+        raise RlsimError(f"reference_swap_copies applies to the reference pass, which this workload does not run: "
+                         f"workload.reference is false{dapo}", source=source, field="schedule.reference_swap_copies",
+                         fix="remove schedule.reference_swap_copies, or set workload.reference: true")
     if "between_gen_batches" in scenario.schedule.model_fields_set and scenario.workload.dynamic_sampling is None:
         raise RlsimError("between_gen_batches applies to dynamic sampling, whose step generates several batches",
                          source=source, field="schedule.between_gen_batches",

@@ -141,3 +141,51 @@ def test_trainer_constants_outside_their_range_are_errors(key):
     with pytest.raises(RlsimError) as err:
         load_scenario(overrides=[f"workload.train_params.{key}"])
     assert err.value.field == f"workload.train_params.{key.split('=')[0]}"
+
+
+# --- keys the workload's other settings make inapplicable: refused naming the field and the fix ---
+
+@pytest.mark.parametrize("reward, field, says", [
+    ({"model": "llama3.1-70b"}, "workload.reward.model", "remove reward.model, or set reward.kind: model"),
+    ({"kind": "model", "cpu_s_per_sample": 0.5}, "workload.reward.cpu_s_per_sample",
+     "remove reward.cpu_s_per_sample, or set reward.kind: rule"),
+    ({"kind": "model", "workers_per_device": 4}, "workload.reward.workers_per_device",
+     "remove reward.workers_per_device, or set reward.kind: rule"),
+])
+def test_a_reward_key_of_the_other_kind_is_refused(reward, field, says):
+    """RewardSpec: the reward model is read for kind: model only, the rule verifier's constants for
+    kind: rule only (rl/algorithms.py: a rule reward is a host stage, a model reward a forward)."""
+    with pytest.raises(RlsimError) as err:
+        load_scenario(workload={**BARE, "reward": reward})
+    assert err.value.field == field and says in str(err.value)
+
+
+def test_reward_keys_at_their_defaults_pass_under_either_kind():
+    # the presets give cpu_s_per_sample: 0.05 (the default): switching them to a reward model loads
+    model = load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.reward.kind=model"])
+    assert model.workload.reward.kind == "model" and load_scenario(model.to_dict()).workload.reward == model.workload.reward
+    assert load_scenario(workload={**BARE, "reward": {"kind": "rule", "model": None}}).workload.reward.model is None
+    ppo = load_scenario(workload="ppo-llama3.1-70b").workload.reward
+    assert (ppo.kind, ppo.model) == ("model", "llama3.1-70b")
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "dapo"])
+def test_a_critic_model_without_ppo_is_refused(algorithm):
+    with pytest.raises(RlsimError) as err:
+        load_scenario(workload={**BARE, "algorithm": algorithm, "critic_model": "qwen2.5-7b"})
+    assert err.value.field == "workload.critic_model"
+    assert f"{algorithm} has no critic" in str(err.value) and "or set algorithm: ppo" in str(err.value)
+    assert load_scenario(workload={**BARE, "algorithm": "ppo", "critic_model": "qwen2.5-7b"}).workload.critic_model
+
+
+@pytest.mark.parametrize("workload, says", [({**BARE, "reference": False}, "workload.reference is false"),
+                                            ({**BARE, "algorithm": "dapo"}, "dapo's default")])
+def test_reference_swap_copies_without_a_reference_pass_are_refused(workload, says):
+    with pytest.raises(RlsimError) as err:
+        load_scenario(workload=workload, schedule={"kind": "colocated", "reference_swap_copies": 3})
+    assert err.value.field == "schedule.reference_swap_copies" and says in str(err.value)
+    assert "set workload.reference: true" in err.value.fix
+    # at the default (0) it passes; with the reference kept (dapo + reference: true, NeMo RL's V6 rows) it applies
+    load_scenario(workload=workload, schedule={"kind": "colocated", "reference_swap_copies": 0})
+    kept = load_scenario(workload={**workload, "reference": True}, schedule={"kind": "colocated", "reference_swap_copies": 3})
+    assert kept.schedule.reference_swap_copies == 3 and load_scenario(kept.to_dict()).schedule == kept.schedule

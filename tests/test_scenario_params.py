@@ -169,7 +169,8 @@ def test_llm_layer_errors_carry_the_workload_prefix_and_file(tmp_path):
 def test_issue12_v7_trainer_mechanisms_reach_the_scenario_and_switch_off():
     """The V7 mechanisms are train_params fields: --set reaches them, the old behaviour is one value
     away (window "step", backward ratio null, 16 B loss, 2 B gradients), bad values name the path."""
-    sets = ["workload.train_params.comm.dp_overlap_window=step", "workload.train_params.comm.grad_reduce_bytes_per_param=2",
+    sets = ["workload.train_params.comm.dp_overlap_fraction=0.8",   # the window bounds a hidden share: needs one
+            "workload.train_params.comm.dp_overlap_window=step", "workload.train_params.comm.grad_reduce_bytes_per_param=2",
             "workload.train_params.compute.flash_backward_efficiency_ratio=null",
             "workload.train_params.compute.loss_traffic_bytes_per_logit=16"]
     p = load_scenario(workload="grpo-qwen2.5-7b", overrides=sets).workload.train_params

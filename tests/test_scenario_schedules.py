@@ -170,3 +170,39 @@ def test_mutable_defaults_are_not_shared_between_scenarios():
     a, b = load_scenario(), load_scenario()
     assert a.planner == b.planner == {} and a.planner is not b.planner
     assert a.schedule.failures == b.schedule.failures == [] and a.schedule.failures is not b.schedule.failures
+
+
+# --- knobs a sibling knob of the schedule makes inapplicable ---
+
+@pytest.mark.parametrize("schedule, field, says", [
+    ({"kind": "colocated", "aux_fraction": 0.25}, "schedule.aux_fraction", "or set schedule.fuse: actor"),
+    ({"kind": "stalesync", "fuse": "full", "aux_fraction": 0.25}, "schedule.aux_fraction", "applies to fuse: actor"),
+    ({"kind": "one-step-off", "length_budget": 512}, "schedule.length_budget",
+     "or set schedule.partial_rollout: true"),
+    ({"kind": "async", "partial_rollout": False, "length_budget": 512}, "schedule.length_budget",
+     "applies only with schedule.partial_rollout: true"),
+    ({"kind": "colocated", "distqueue": {"pad_to": "batch_max"}}, "schedule.distqueue",
+     "remove schedule.distqueue.pad_to, or set schedule.distqueue.packed: false"),
+])
+def test_a_knob_its_sibling_makes_inapplicable_is_refused(schedule, field, says):
+    with pytest.raises(RlsimError) as err:
+        load_scenario(workload="grpo-qwen2.5-7b", schedule=schedule)
+    assert err.value.field == field and says in str(err.value)
+
+
+@pytest.mark.parametrize("schedule", [
+    {"kind": "colocated", "fuse": "actor", "aux_fraction": 0.25},
+    {"kind": "colocated", "aux_fraction": 0.125},                 # the default: changes nothing
+    {"kind": "async", "partial_rollout": True, "length_budget": 512},
+    {"kind": "colocated", "distqueue": {"packed": False, "pad_to": "batch_max"}},
+    {"kind": "colocated", "distqueue": {"packed": True, "pad_to": "config_max"}},
+])
+def test_the_knobs_load_where_they_apply_and_round_trip(schedule):
+    sc = load_scenario(workload="grpo-qwen2.5-7b", schedule=schedule)
+    assert load_scenario(sc.to_dict()).schedule == sc.schedule
+
+
+def test_a_knob_its_sibling_makes_inapplicable_exits_2_on_the_cli(capsys):
+    assert main(["run", *RUN, "--schedule", "colocated", "--set", "schedule.aux_fraction=0.3", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "schedule.aux_fraction" in err and "fuse: actor" in err and "Traceback" not in err

@@ -25,10 +25,9 @@ import numpy as np
 
 from ..errors import RlsimError
 from ..presets import read_text
+from ..scenario import LAW_ONLY_KEYS
 
 _KEYS = {"dist", "median", "sigma", "max", "min", "group_correlation", "drift_per_step", "file", "column"}
-# The keys only one law reads (the rest apply to both): a key of another law is refused
-LAW_KEYS = {"lognormal": ("median", "sigma"), "empirical": ("file", "column")}
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
@@ -100,7 +99,7 @@ class LengthDistribution:
         dist = str(mapping.get("dist", "lognormal")).lower()
         # keys of the other law are refused, not dropped: an empirical law has its file's shape, a
         # lognormal one reads no file
-        foreign = [k for law, keys in LAW_KEYS.items() if law != dist for k in keys]
+        foreign = [k for law, keys in LAW_ONLY_KEYS.items() if law != dist for k in keys]
         for key in foreign:
             if key in mapping:
                 raise RlsimError(f"{key} does not apply to dist: {dist}", source=source, field=f"{field}.{key}",
