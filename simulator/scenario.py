@@ -596,6 +596,11 @@ class ScheduleConfig(_Strict):
         kinds = cls.kinds_accepting(name)
         kind = (info.data or {}).get("kind", "this kind")
         why = f": {KNOB_REASONS[name]}" if name in KNOB_REASONS else ""
+        placement = (info.data or {}).get("placement") or "colocated"   # stalesync's default
+        if kind in kinds:   # this kind takes it on its other placement
+            other = [p for p in ("colocated", "disaggregated") if p != placement and name in cls.accepts(p)]
+            raise ValueError(f"does not apply to kind: {kind} with placement: {placement}{why}; it applies with "
+                             f"placement: {' / '.join(other)} (remove it or change schedule.placement)")
         raise ValueError(f"does not apply to kind: {kind}{why}; it applies to kind: {' / '.join(kinds) or 'none'} "
                          f"(remove it or change schedule.kind)")
 

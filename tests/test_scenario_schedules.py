@@ -66,8 +66,11 @@ def test_stalesync_knobs_follow_its_placement():
     with pytest.raises(RlsimError, match="schedule.fuse"):
         load_scenario(workload="grpo-qwen2.5-7b", schedule={"kind": "stalesync", "placement": "disaggregated",
                                                             "fuse": "actor"})
-    with pytest.raises(RlsimError, match="schedule.rollout_fraction"):
+    with pytest.raises(RlsimError, match="schedule.rollout_fraction") as exc:
         load_scenario(workload="grpo-qwen2.5-7b", schedule={"kind": "stalesync", "rollout_fraction": 0.25})
+    # the kind takes it on its other placement: the message says which (it said "does not apply to
+    # kind: stalesync; it applies to kind: stalesync")
+    assert "with placement: colocated; it applies with placement: disaggregated" in str(exc.value)
 
 
 def test_inapplicable_knob_exits_2_on_the_cli(capsys):
