@@ -674,6 +674,7 @@ _GROUP_KEYS = _TOP_KEYS - {"name", "description", "sources", "collectives", "gro
 _SCALEUP_KEYS = {"kind", "bw", "latency", "efficiency", "oversubscription"}
 _SCALEOUT_KEYS = {"nic_bw", "nodes_per_leaf", "oversubscription", "latency", "efficiency"}
 _HOST_KEYS = {"bw", "latency", "efficiency"}
+_COUNT_KEYS = ("nodes", "domains", "supernodes", "racks")
 
 
 def _section(reader: _Reader, key: str, allowed: set[str]) -> dict[str, Any]:
@@ -685,7 +686,6 @@ def _section(reader: _Reader, key: str, allowed: set[str]) -> dict[str, Any]:
     section = _Reader(value, reader.source, reader.where(key))
     section.check_keys(allowed)
     return dict(value)
-_COUNT_KEYS = ("nodes", "domains", "supernodes", "racks")
 
 
 def _device_spec(raw: Any, source: str, field: str, profile: Any = None) -> DeviceSpec:
