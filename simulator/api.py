@@ -171,6 +171,13 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
             f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
             f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
             "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
+    end = float(summary.get("makespan_s", 0.0))
+    late = [f"schedule.failures.{i} (at_s {ev.at_s:g})" for i, ev in enumerate(sc.schedule.failures)
+            if ev.at_s >= end]
+    if late:   # a failure the run never reached: said, not dropped (the end is known only now)
+        summary.setdefault("warnings", []).append(
+            f"{', '.join(late)} came at or after the run's end ({end:g} s): no failure happened there; "
+            "give an earlier at_s or more iterations")
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds)
 
 

@@ -202,3 +202,12 @@ def test_a_given_dp_must_be_what_the_training_pool_holds():
     held = simulator.simulate(schedule="colocated", **{**SMALL, "iterations": 1, "overrides": SMALL["overrides"] + [
         "workload.train_layout.dp=4"]})
     assert held.summary["layouts"]["train"]["dp"] == 4
+
+
+def test_a_failure_after_the_runs_end_is_said():
+    # it was accepted and never happened, without a word (the run's end is known only after it)
+    run = simulator.simulate(schedule="colocated", **{**SMALL, "iterations": 1, "overrides": SMALL["overrides"] + [
+        "schedule.failures=[{at_s: 1e9, fail: 'devices:0-1'}]"]})
+    assert not run.summary.get("failures")
+    assert any("schedule.failures.0 (at_s 1e+09) came at or after the run's end" in w
+               for w in run.summary["warnings"])
