@@ -145,6 +145,7 @@ def resolve_events(ctx: Context, ranks: list[int], where: str) -> list[tuple[flo
     none of ``ranks`` (described by ``where`` in the error), or whose spec the re-planner cannot
     read, is a user error naming the entry (``schedule.failures.I.fail``, I its index as written)."""
     out = []
+    down: set[int] = set()   # the ranks earlier entries took out
     for i, ev in sorted(enumerate(ctx.sched.failures), key=lambda e: e[1].at_s):
         if ctx.replanner is None:
             raise RlsimError("schedule.failures needs a re-planner", source=ctx.scenario.source,
@@ -158,6 +159,11 @@ def resolve_events(ctx: Context, ranks: list[int], where: str) -> list[tuple[flo
             raise RlsimError(f"failure {ev.fail!r} hits no device of {where}",
                              source=ctx.scenario.source, field=f"schedule.failures.{i}.fail",
                              fix="name devices the run uses, e.g. node:0")
+        if failed <= down:   # a failed device does not fail again (it would cost a second restart)
+            raise RlsimError(f"failure {ev.fail!r} hits only devices an earlier entry already took out",
+                             source=ctx.scenario.source, field=f"schedule.failures.{i}.fail",
+                             fix="remove the entry, or name devices still running")
+        down |= failed
         out.append((float(ev.at_s), ev.fail, failed))
     return out
 

@@ -197,8 +197,9 @@ def test_a_bad_failure_spec_names_its_entry(spec, why):
 def test_a_failure_leaving_no_layout_names_its_entry():
     with pytest.raises(RlsimError, match="no layout fits on the 0 surviving devices") as err:
         simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="colocated", iterations=2,
-                           overrides=["schedule.failures=[{at_s: 5000, fail: 'node:1'}, {at_s: 10, fail: all}]"])
-    assert err.value.field == "schedule.failures.1.fail" and err.value.source
+                           overrides=["schedule.failures=[{at_s: 10, fail: all}, {at_s: 5, fail: 'node:1'}]"])
+    # the entry as written (0), not its place in time order (second)
+    assert err.value.field == "schedule.failures.0.fail" and err.value.source
 
 
 # ---- re-plan neighbourhood: TP / CP / EP kept, recompute free (docs/planner.md) ------------------------
@@ -341,3 +342,14 @@ def test_seed_scenario_failure_replans_to_a_layout_the_colocated_pool_can_run(sc
     assert weights + 0.7 * 128e9 <= 128e9      # the rollout phase fits beside the resident weights
     assert np.allclose(per_device_time(r.timeline, s["devices"]), s["makespan_s"])
     assert s["layouts"]["train"] == f["train_layout_after"]
+
+
+def test_a_failure_of_devices_already_down_is_an_error():
+    # the second entry was handled as a second failure (a second restart and re-plan of dead devices)
+    import simulator
+
+    with pytest.raises(RlsimError, match="already took out") as err:
+        simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2}, iterations=2,
+                           schedule="colocated", overrides=[
+                               "schedule.failures=[{at_s: 60, fail: 'node:1'}, {at_s: 90, fail: 'devices:8-9'}]"])
+    assert err.value.field == "schedule.failures.1.fail"
