@@ -142,7 +142,9 @@ RULES: dict[str, Rule] = {
                                                    "token budget of a micro-batch (use_dynamic_bsz)"),
     f"{A}.actor.ppo_epochs": mapped("workload.ppo_epochs"),
     f"{A}.actor.use_kl_loss": mapped("workload.reference", "a KL term needs the reference forward"),
-    f"{A}.actor.ulysses_sequence_parallel_size": unsupported("Ulysses sequence parallelism is not modelled", neutral=1),
+    f"{A}.actor.ulysses_sequence_parallel_size": mapped("workload.train_layout.cp", "fsdp / fsdp2: the sequence "
+                                                        "split over cp ranks by Ulysses all-to-alls (ulysses_sp: "
+                                                        "true); the megatron backend splits by context_parallel_size"),
     f"{A}.actor.use_torch_compile": unsupported("torch.compile's kernel speed-up is not modelled "
                                                 "(train_params.compute.* is the knob)"),
     f"{A}.actor.optim.*": ignored(_LR),
@@ -399,6 +401,12 @@ def _train_layout(v: Values) -> dict[str, Any]:
         if v.given(f"{m}.sequence_parallel"):
             layout["sequence_parallel"] = bool(v(f"{m}.sequence_parallel"))
         layout["zero"] = 0 if v(f"{m}.use_distributed_optimizer") is False else 1
+        ulysses = v(f"{A}.actor.ulysses_sequence_parallel_size")
+        if ulysses and int(ulysses) > 1:
+            raise RlsimError(f"ulysses_sequence_parallel_size {ulysses} with the megatron backend: it splits the "
+                             "sequence by context_parallel_size", source=v.result.source,
+                             field=f"{A}.actor.ulysses_sequence_parallel_size",
+                             fix=f"set it to 1 and give {m}.context_parallel_size")
         if v(f"{m}.expert_tensor_parallel_size"):
             layout["etp"] = int(v(f"{m}.expert_tensor_parallel_size"))
         return layout
@@ -406,6 +414,9 @@ def _train_layout(v: Values) -> dict[str, Any]:
         raise RlsimError(f"unknown actor strategy {strategy!r}", source=v.result.source, field=f"{A}.actor.strategy",
                          fix="use fsdp, fsdp2 or megatron")
     v.result.notes.append(f"{A}.actor.strategy {strategy}: " + _FSDP)
+    ulysses = v(f"{A}.actor.ulysses_sequence_parallel_size")
+    if ulysses and int(ulysses) > 1:   # verl's FSDP workers: a (dp, sp) device mesh, sp = this size
+        layout.update(cp=int(ulysses), ulysses_sp=True)
     return {"tp": 1, "pp": 1, "zero": 3, **layout}
 
 

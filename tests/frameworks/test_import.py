@@ -478,3 +478,16 @@ def test_verl_megatron_grad_offload_is_ignored_as_verl_ignores_it():
     alone = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron",
                                         "actor_rollout_ref.actor.megatron.grad_offload=true"])
     assert "train_params" not in alone.scenario["workload"]
+
+
+def test_verl_ulysses_maps_onto_cp_with_ulysses_all_to_alls(capsys, tmp_path):
+    # it was refused as "not modelled" while the trainer models Ulysses (train_layout.ulysses_sp, cp)
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", "verl-grpo-qwen2.5-7b.yaml",
+                                  "actor_rollout_ref.actor.strategy=fsdp",
+                                  "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
+    assert workload.train_layout["cp"] == 2 and workload.train_layout["ulysses_sp"] is True
+    assert workload.train_layout["zero"] == 3
+    code, _, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                       "actor_rollout_ref.actor.strategy=megatron",
+                       "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "--print-scenario")
+    assert code == 2 and "actor_rollout_ref.actor.ulysses_sequence_parallel_size" in err
