@@ -149,7 +149,8 @@ RULES: dict[str, Rule] = {
     f"{_V}.async_engine": mapped("workload.engine", "vllm-v1-async (AsyncLLM: 128 running sequences, 2048-token "
                                  "steps) or vllm-v1 (the LLM class); its per-request overheads are not modelled"),
     f"{_V}.max_model_len": mapped("workload.inference.max_model_len", "prompt + response stop there (recipes: T-max)"),
-    f"{_V}.kv_cache_dtype": unsupported("kv dtype other than the weights' is not mapped", neutral="auto"),
+    f"{_V}.kv_cache_dtype": mapped("workload.rollout_layout.kv_dtype", "vLLM's kv_cache_dtype: auto = the weights' "
+                                                                      "dtype, fp8 / fp8_e4m3 / fp8_e5m2 = fp8"),
     f"{_V}.*": unsupported("vLLM option not modelled"),
     "data.max_input_seq_length": mapped("workload.prompt_length.max"),
     "data.*": ignored("data loading and prompt formatting on the host: no modelled cost"),
@@ -339,6 +340,12 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
     layout = {"tp": int(v(f"{_V}.tensor_parallel_size")), "ep": int(v(f"{_V}.expert_parallel_size")),
               "gpu_memory_utilization": float(v(f"{_V}.gpu_memory_utilization")),
               "weight_dtype": dtype, "kv_dtype": dtype}
+    kv = str(v(f"{_V}.kv_cache_dtype") or "auto").lower()
+    if kv.startswith("fp8"):     # vLLM: fp8 (= fp8_e4m3 on CUDA), fp8_e4m3, fp8_e5m2: one byte a value
+        layout["kv_dtype"] = "fp8"
+    elif kv != "auto":
+        raise RlsimError(f"vLLM kv_cache_dtype {kv!r} is not one rlsim prices", source=v.result.source,
+                         field=f"{_V}.kv_cache_dtype", fix="use auto (the weights' dtype) or fp8")
     if v.given(f"{_V}.max_num_seqs"):   # otherwise the engine's own (workload.engine)
         layout["max_num_seqs"] = int(v(f"{_V}.max_num_seqs"))
     return layout

@@ -491,3 +491,15 @@ def test_verl_ulysses_maps_onto_cp_with_ulysses_all_to_alls(capsys, tmp_path):
                        "actor_rollout_ref.actor.strategy=megatron",
                        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "--print-scenario")
     assert code == 2 and "actor_rollout_ref.actor.ulysses_sequence_parallel_size" in err
+
+
+def test_nemo_rl_fp8_kv_cache_maps_onto_the_kv_dtype(capsys, tmp_path):
+    # it was refused ("not mapped") though the engine prices an fp8 KV cache (rollout_layout.kv_dtype)
+    workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
+                                  "policy.generation.vllm_cfg.kv_cache_dtype=fp8_e4m3")
+    assert workload.rollout_layout["kv_dtype"] == "fp8" and workload.rollout_layout["weight_dtype"] == "bf16"
+    auto = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml")
+    assert auto.rollout_layout["kv_dtype"] == "bf16"
+    code, _, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"),
+                       "policy.generation.vllm_cfg.kv_cache_dtype=int4", "--print-scenario")
+    assert code == 2 and "kv_cache_dtype" in err
