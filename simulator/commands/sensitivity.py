@@ -33,13 +33,19 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import RlsimError
     from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
     from ..uncertainty.sensitivity import DEFAULT_SAMPLES, parse_vary, sensitivity
-    from .common import print_json
-    from .run import scenario_keywords
+    from .common import framework_import, print_framework_listing, print_json
+    from .run import print_scenario, scenario_keywords
     if args.samples is not None and args.samples < 0:
         raise RlsimError(f"--samples must be >= 0, got {args.samples}", field="--samples", fix="e.g. --samples 8")
-    kw = scenario_keywords(args)
+    imported = framework_import(args)   # --from-verl / --from-nemo-rl: the base scenario (they were dropped)
+    if imported is not None and args.print_scenario:
+        return print_scenario(imported, args)
+    kw = scenario_keywords(args, imported)
     if args.schedule:
         kw["schedule"] = args.schedule
+    if imported is not None:
+        print_framework_listing(imported)
+        args.scenario = imported.scenario
     frame = sensitivity(args.scenario, parse_vary(args.vary) or None, seeds=args.seeds, metric=args.metric,
                         samples=DEFAULT_SAMPLES if args.samples is None else args.samples, jobs=args.jobs, **kw)
     if args.out:

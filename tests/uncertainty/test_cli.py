@@ -68,3 +68,17 @@ def test_sweep_seeds_rows_carry_medians_and_intervals(capsys):
     assert [row["seeds"] for row in rows] == [2, 2]
     assert all(row["ci95"]["tokens_per_s"][0] <= row["tokens_per_s"] <= row["ci95"]["tokens_per_s"][1]
                for row in rows)
+
+
+def test_sensitivity_takes_a_framework_config_as_its_base(capsys):
+    # --from-verl was accepted and dropped: the seed scenario was analysed instead
+    vary = ["--iterations", "1", "--samples", "0", "--vary", "topology.device.gemm_efficiency=0.5..0.8", "--json"]
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "workloads" / "frameworks" / "verl-grpo-qwen2.5-7b.yaml"
+    code, imported, _ = main_output(capsys, "sensitivity", "--from-verl", str(config), *vary)
+    assert code == 0
+    code, seed, _ = main_output(capsys, "sensitivity", *vary)
+    assert code == 0 and json.loads(imported)[0]["figure_low"] != json.loads(seed)[0]["figure_low"]
+    code, _, err = main_output(capsys, "sensitivity", "--from-verl", "/nonexistent.yaml", *vary)
+    assert code == 2 and "/nonexistent.yaml" in err
