@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .common import add_common
 
     parser.add_argument("--case", action="append", default=None, metavar="TEXT",
-                        help="run only cases whose name contains TEXT (repeatable: any of them)")
+                        help="run only cases whose name contains TEXT, or of the family TEXT names (V3: the "
+                             "V3 cases, not V6's deepseek-v3 rows); repeatable: any of them")
     parser.add_argument("--strict", action="store_true",
                         help=f"exit {STRICT_MISS_EXIT} when any case misses its tolerance or cannot run (default: exit 0)")
     add_common(parser, set_help="predict the selected cases with a change (repeatable), e.g. --set "

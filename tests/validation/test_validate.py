@@ -80,3 +80,12 @@ def test_case_is_repeatable_and_selects_any_of_its_texts(capsys):
     assert [r.case for r in validation.run_cases(["V4 nccl 8x A100"])] == names[1:]
     assert main(["validate", "--case", "nothing", "--case", "nada"]) == 2
     assert "'nothing' or 'nada'" in capsys.readouterr().err
+
+
+def test_a_family_id_selects_that_family_only():
+    # "V3" matched V6's deepseek-v3 rows by substring
+    from simulator.validation import _selects
+
+    assert _selects("V3", "V3 cloudmatrix R1 decode per NPU") and _selects("v3", "V3 cloudmatrix R1 decode per NPU")
+    assert not _selects("V3", "V6 nemo-rl deepseek-v3 on-policy 256gpu step")
+    assert _selects("deepseek-v3", "V6 nemo-rl deepseek-v3 on-policy 256gpu step")
