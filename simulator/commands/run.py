@@ -89,9 +89,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_scenario(imported: object, args: argparse.Namespace) -> int:
-    """--print-scenario: validate the imported scenario (with --set, --iterations, --seed) and print it."""
-
+    """--print-scenario: validate the imported scenario (with --set, --iterations, --seed) and print it.
+    The flags of the command it would have run are refused (they were dropped: --json still printed
+    YAML)."""
+    from ..errors import RlsimError
     from ..scenario import load_scenario
+    unused = {"json": False, "out": None, "seeds": None, "jobs": 1, "vary": [], "samples": None}
+    for name, default in unused.items():
+        if getattr(args, name, default) != default:
+            flag = f"--{name}"
+            raise RlsimError(f"{flag} does not apply with --print-scenario (it prints the scenario as YAML and "
+                             "exits)", field=flag, fix=f"drop {flag}, or drop --print-scenario to run")
     load_scenario(imported.scenario, **scenario_keywords(args, imported))
     extra = [f"iterations={args.iterations}"] * (args.iterations is not None) + [f"seed={args.seed}"] * (args.seed is not None)
     sys.stdout.write(imported.scenario_yaml([*args.overrides, *extra]))
