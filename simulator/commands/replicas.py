@@ -98,11 +98,23 @@ def write_replicas(out: Path, doc: dict[str, Any], summaries: list[dict[str, Any
     pd.DataFrame(rows).to_csv(out / "replicas.csv", index=False)
 
 
+def sweep_seeds(args: argparse.Namespace, base: Any) -> int:
+    """A sweep point's replicas: --seeds N, else the base scenario's `replicas:` (a file's key or
+    --set replicas=N; it was read past), else 1."""
+    if getattr(args, "seeds", None):
+        return int(args.seeds)
+    from ..scenario import scenario_data
+    data, _ = scenario_data(base.spec, topology=base.topology, workload=base.workload, schedule=base.schedule,
+                            overrides=base.overrides, iterations=base.iterations, seed=base.seed)
+    replicas = data.get("replicas", 1)
+    return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1 else 1
+
+
 def sweep_replicated(args: argparse.Namespace, base: Any, evaluate: Any, fingerprint: str) -> tuple[Any, str]:
     """With --seeds N every sweep point is N replicas (its row: medians, ci95, seeds); the results
     file's fingerprint includes N, so a resumed sweep never mixes single-seed and replica rows."""
-    seeds = getattr(args, "seeds", None)
-    if not seeds:
+    seeds = sweep_seeds(args, base)
+    if seeds == 1:
         return evaluate, fingerprint
     from ..uncertainty.replicas import replicate_point
     digest = hashlib.sha256(f"{fingerprint}|seeds={seeds}".encode()).hexdigest()[:16]

@@ -84,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
     )
 
     grid = parse_grid(args.grid)
-    _check_grid_size(grid, args.max_points, getattr(args, "seeds", None) or 1)
+    if "replicas" in grid:   # a point's replicas are the sweep's (--seeds), not a grid value
+        raise RlsimError("replicas is not a grid key: every point runs the same replicas", field="--grid",
+                         fix="give --seeds N (or replicas: N in the scenario) for every point")
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if jobs < 1:
         raise RlsimError(f"--jobs must be at least 1, got {jobs}", field="--jobs", fix="give --jobs 1 or more")
@@ -93,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     base = BaseScenario(spec=args.scenario, topology=args.topology, workload=args.workload,
                         schedule=args.schedule, overrides=tuple(args.overrides),
                         iterations=args.iterations, seed=args.seed)
+    from .replicas import sweep_replicated, sweep_seeds
+    _check_grid_size(grid, args.max_points, sweep_seeds(args, base))
     fingerprint = base.fingerprint()
     executor = make_executor(args.executor, jobs, args.scheduler)
     store = None
@@ -104,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
     if args.target_tokens_per_s is not None or args.target_step_time_s is not None:
         target = Target(args.target_tokens_per_s, args.target_step_time_s)
     evaluate = functools.partial(simulate_point, base)
-    from .replicas import sweep_replicated
     evaluate, fingerprint = sweep_replicated(args, base, evaluate, fingerprint)
 
     points = make_points(grid, fingerprint, base.base_dirs())

@@ -70,6 +70,16 @@ def test_sweep_seeds_rows_carry_medians_and_intervals(capsys):
                for row in rows)
 
 
+def test_sweep_takes_the_scenarios_replicas_and_refuses_them_as_a_grid_key(capsys):
+    # replicas: (here --set replicas=2) was read past by sweep; the docs give it as --seeds' default
+    code, out, err = main_output(capsys, "sweep", *SMALL, "--grid", "workload.prompts_per_step=8,16",
+                                 "--set", "replicas=2", "--jobs", "1", "--json")
+    assert code == 0, err
+    assert [row["seeds"] for row in json.loads(out)] == [2, 2]
+    code, _, err = main_output(capsys, "sweep", *SMALL, "--grid", "replicas=1,2", "--jobs", "1")
+    assert code == 2 and "field '--grid'" in err
+
+
 def test_sensitivity_takes_a_framework_config_as_its_base(capsys):
     # --from-verl was accepted and dropped: the seed scenario was analysed instead
     vary = ["--iterations", "1", "--samples", "0", "--vary", "topology.device.gemm_efficiency=0.5..0.8", "--json"]
