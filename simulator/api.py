@@ -211,6 +211,11 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
         base = scenario
         return {kind: load_scenario({**base.to_dict(), "schedule": base.schedule.applicable_fields(kind)})
                 .model_copy(update={"source": base.source}) for kind in kinds}
+    overrides = [parse_assignment(o)[0] for o in keywords.get("overrides") or ()]
+    if "schedule.kind" in overrides:   # the compared kinds replace it
+        raise RlsimError("a comparison runs each of its kinds: --set schedule.kind would be replaced",
+                         field="schedule.kind", fix="name the kinds with --schedules (rlsim compare) or the "
+                                                    "kinds argument")
     data, source = scenario_data(scenario, **keywords)
     per_kind, unused = compared_schedules(data.get("schedule") or {}, kinds)
     if unused:

@@ -75,3 +75,15 @@ def test_a_set_knob_the_base_kind_takes_but_no_compared_kind_takes_is_an_error()
         compared_scenarios(None, ["colocated", "disaggregated"], keywords)
     assert caught.value.field == "schedule.staleness" and "stalesync" in str(caught.value)
     assert compared_scenarios(None, ["colocated", "stalesync"], keywords)["stalesync"].schedule.staleness == 2
+
+
+def test_a_schedule_kind_given_to_a_comparison_is_an_error():
+    # --set schedule.kind=X was replaced by the compared kinds without a word
+    import pytest
+
+    from simulator.api import compare
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError) as err:
+        compare(None, ["colocated", "stalesync"], iterations=1, overrides=["schedule.kind=async"])
+    assert err.value.field == "schedule.kind"
