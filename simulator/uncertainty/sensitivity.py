@@ -74,8 +74,12 @@ def _preset_value(topology: Mapping[str, Any], key: str) -> Any:
 
 def base_value(plan: ReplicaPlan, key: str) -> float:
     """The value a key has in the scenario (the validated workload, the topology preset, the device)."""
-    for getter in (_from_data, _from_validated, _from_topology):
-        value = getter(plan, key)
+    getters = (_from_data, _from_validated) + (() if key.startswith("topology.device.") else (_from_topology,))
+    for getter in getters:   # a device's fields are rates and sizes: never whole-number keys
+        try:
+            value = getter(plan, key)
+        except RlsimError:   # a topology it cannot read (costs given in place of it): a number
+            return False
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     raise RlsimError(f"no base value found for {key!r} to vary around", source=plan.source, field=key,
@@ -122,10 +126,26 @@ def default_ranges(plan: ReplicaPlan) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _is_integer_key(plan: ReplicaPlan, key: str) -> bool:
+    """A key whose scenario value is a whole number (topology.nodes, prompts_per_step, a length
+    median): varied over whole numbers (its field refuses 1.0), the listed medians whatever their base."""
+    if key in INTEGER_KEYS:
+        return True
+    getters = (_from_data, _from_validated) + (() if key.startswith("topology.device.") else (_from_topology,))
+    for getter in getters:   # a device's fields are rates and sizes: never whole-number keys
+        try:
+            value = getter(plan, key)
+        except RlsimError:   # a topology it cannot read (costs given in place of it): a number
+            return False
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return isinstance(value, int)
+    return False
+
+
 def _with(plan: ReplicaPlan, values: Mapping[str, float]) -> ReplicaPlan:
     data = copy.deepcopy(plan.data)
     for key, value in values.items():
-        set_key(data, key, int(round(value)) if key in INTEGER_KEYS else float(value))
+        set_key(data, key, int(round(value)) if _is_integer_key(plan, key) else float(value))
     return dataclasses.replace(plan, data=data)
 
 

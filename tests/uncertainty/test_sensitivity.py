@@ -48,3 +48,13 @@ def test_bad_vary_is_a_user_error(item):
     with pytest.raises(RlsimError) as info:
         parse_vary([item])
     assert info.value.field == "--vary" and "LOW..HIGH" in info.value.fix
+
+
+def test_a_whole_number_key_is_varied_over_whole_numbers():
+    # topology.nodes was set to 1.0 and refused ("expected a whole number"): integer keys were a fixed list
+    frame = sensitivity(None, {"topology.nodes": (1, 2)}, workload="grpo-qwen2.5-7b",
+                        topology={"preset": "dgx-h100"}, iterations=1, samples=0,
+                        overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=2",
+                                   "workload.mini_batch_prompts=4"])
+    row = frame.iloc[0]
+    assert row["key"] == "topology.nodes" and row["figure_low"] != row["figure_high"]
