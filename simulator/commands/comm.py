@@ -48,7 +48,12 @@ def run(args: argparse.Namespace) -> int:
     if nbytes < 0:
         raise RlsimError(f"must be >= 0, got {args.nbytes!r}", field="--bytes")
     ranks = parse_group(topology, args.group)
-    cost = CollectiveModel(topology).cost(args.op, ranks, nbytes, args.algorithm)
+    try:
+        cost = CollectiveModel(topology).cost(args.op, ranks, nbytes, args.algorithm)
+    except RlsimError as exc:   # the collective model names its arguments; here they are flags
+        if exc.field in ("bytes", "group", "algorithm"):
+            raise RlsimError(exc.message, source=exc.source, field=f"--{exc.field}", fix=exc.fix) from None
+        raise
     if args.json:
         print_json(cost.to_dict())
         return 0

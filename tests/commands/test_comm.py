@@ -89,3 +89,12 @@ def test_out_naming_a_file_is_refused_before_any_work(tmp_path, capsys):
     afile.write_text("")
     assert main(["run", "--out", str(afile)]) == 2
     assert "is a file; give a folder" in capsys.readouterr().err
+
+
+def test_an_algorithm_that_does_not_apply_names_the_flag(capsys):
+    # the collective model's argument name ('algorithm') was printed for the --algorithm flag
+    from simulator.cli import main
+
+    code = main(["comm", "--topology", "dgx-h100", "--op", "all_reduce", "--bytes", "1MiB", "--group", "node:0",
+                 "--algorithm", "direct"])
+    assert code == 2 and "field '--algorithm'" in capsys.readouterr().err
