@@ -284,7 +284,10 @@ def test_sigint_half_way_keeps_every_finished_point(tmp_path):
 @pytest.mark.parametrize("args", [["--grid", "nokey"], ["--grid", "a=1", "--jobs", "0"],
                                   ["--grid", "a=1", "--executor", "nope"], ["--grid", "a=1", "--scheduler", "tcp://x:1"],
                                   ["--grid", "a=1", "--price", "h100=abc"], ["--grid", "a=1", "--target-tokens-per-s", "-5"],
-                                  ["--grid", "a=1", "--format", "txt"], []])
+                                  ["--grid", "a=1", "--format", "txt"], [],
+                                  # a device name in capitals, and one device priced twice (the last won)
+                                  ["--grid", "a=1", "--price", "H100=3"],
+                                  ["--grid", "a=1", "--price", "h100=3", "--price", "h100=4"]])
 def test_sweep_cli_bad_input_exits_2_without_traceback(args, capsys):
     from simulator.cli import main
     try:

@@ -280,6 +280,14 @@ def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
                              fix=f"write --price {raw} (every device) or --price DEVICE={raw}, DEVICE one "
                                  f"of: {', '.join(device_names())}")
         if sep:
+            name = name.strip()
+            from ..hardware.devices import device_names
+            catalog = device_names()
+            if name not in catalog and name.lower() in catalog:   # catalog names are lower case
+                raise RlsimError(f"--price {item!r}: no device {name!r}", field="--price",
+                                 fix=f"write --price {name.lower()}={raw}")
+            if name in mapping:   # the last one won without a word
+                raise RlsimError(f"--price gives {name!r} twice", field="--price", fix="give each device one price")
             mapping[name] = value
         else:
             single = value
