@@ -512,16 +512,17 @@ class InferenceParams(StrictModel):
     reserve_clip_tokens: int = Field(4096, ge=1)
     retract_headroom_steps: int = Field(20, ge=1)
 
-    @model_validator(mode="after")
-    def _reserve_keys_need_reserve(self) -> "InferenceParams":
+    @field_validator(*RESERVE_KEYS, mode="after")
+    @classmethod
+    def _reserve_keys_need_reserve(cls, value: Any, info: ValidationInfo) -> Any:
         """The reservation constants apply to admission: reserve only (set away from their defaults
         with kv they would be silently ignored; at their defaults, as a whole dump gives them, they
-        change nothing)."""
-        given = self.set_off_default(RESERVE_KEYS)
-        if given and self.admission != "reserve":
-            raise ValueError(f"{', '.join(given)} apply to admission: reserve (SGLang's scheduler); remove them "
-                             "or set admission: reserve")
-        return self
+        change nothing). A field validator, so the error names the key."""
+        name = info.field_name or ""
+        if value != cls.model_fields[name].default and (info.data or {}).get("admission", "reserve") != "reserve":
+            raise ValueError(f"applies to admission: reserve (SGLang's scheduler); remove {name} or set "
+                             "admission: reserve")
+        return value
     # -- dispatch of a round's requests to the rollout instances (read by rl/schedules/batches.py) --
     # per-prompt: a prompt's n samples go to one instance, whole prompts dealt round-robin in round
     # order. The frameworks' way: one vLLM request with SamplingParams(n) per prompt; verl hands each
@@ -560,14 +561,14 @@ class InferenceParams(StrictModel):
     custom_all_reduce: bool = False
     custom_all_reduce_max_bytes: float = Field(8 * 2**20, gt=0)
 
-    @model_validator(mode="after")
-    def _custom_size_needs_custom(self) -> "InferenceParams":
-        default = type(self).model_fields["custom_all_reduce_max_bytes"].default
-        if (not self.custom_all_reduce and "custom_all_reduce_max_bytes" in self.model_fields_set
-                and self.custom_all_reduce_max_bytes != default):
-            raise ValueError("custom_all_reduce_max_bytes applies only with custom_all_reduce: true; remove it "
-                             "or set custom_all_reduce: true")
-        return self
+    @field_validator("custom_all_reduce_max_bytes", mode="after")
+    @classmethod
+    def _custom_size_needs_custom(cls, value: float, info: ValidationInfo) -> float:
+        default = cls.model_fields["custom_all_reduce_max_bytes"].default
+        if value != default and not (info.data or {}).get("custom_all_reduce", True):
+            raise ValueError("applies only with custom_all_reduce: true; remove custom_all_reduce_max_bytes or set "
+                             "custom_all_reduce: true")
+        return value
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str = "<inference>",

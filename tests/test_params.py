@@ -105,3 +105,11 @@ def test_a_knob_the_user_gives_beside_its_switch_off_is_refused_even_over_a_stac
             "workload.train_software=megatron-core-overlap", f"{P}.comm.dp_overlap_fraction=0",
             f"{P}.comm.dp_bucket_min_params=80000000"])
     assert err.value.field == f"{P}.comm.dp_bucket_min_params"
+
+
+@pytest.mark.parametrize("key", ["custom_all_reduce_max_bytes=1000", "reserve_init_ratio=0.5"])
+def test_a_gated_engine_constant_is_refused_at_its_own_key(key):
+    # the error named the section (workload.inference), not the key
+    with pytest.raises(RlsimError) as err:
+        load_scenario(overrides=[f"workload.inference.{key}"])
+    assert err.value.field == f"workload.inference.{key.split('=')[0]}"
