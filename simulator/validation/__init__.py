@@ -178,8 +178,10 @@ def _load_modules() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
-def all_cases(overrides: tuple[str, ...] = ()) -> list[Case]:
-    """Every registered case; providers that take overrides predict with `overrides` (KEY=VALUE)."""
+def all_cases(overrides: tuple[str, ...] = (), selected: Callable[[str], bool] | None = None) -> list[Case]:
+    """Every registered case; providers that take overrides predict with `overrides` (KEY=VALUE).
+    With `selected` (a case-name test), a provider none of whose cases it selects gets no overrides:
+    it neither predicts with them nor checks them (V6 refused a V5 key by its own rule)."""
     _load_modules()
     seen: set[int] = set()
     out: list[Case] = []
@@ -187,7 +189,13 @@ def all_cases(overrides: tuple[str, ...] = ()) -> list[Case]:
         if id(provider) in seen:
             continue
         seen.add(id(provider))
-        out.extend(provider(tuple(overrides)) if getattr(provider, "takes_overrides", False) else provider())
+        takes = getattr(provider, "takes_overrides", False)
+        if takes and overrides and selected is not None:
+            plain = list(provider(()))
+            if not any(selected(case.case) for case in plain):
+                out.extend(plain)
+                continue
+        out.extend(provider(tuple(overrides)) if takes else provider())
     # Published-results order (V1, V3, V4, ...), registration order within one.
     return sorted(out, key=lambda c: _case_key(c.case))
 
@@ -226,9 +234,13 @@ def run_cases(select: str | Iterable[str] | None = None, progress: Callable[[int
     each (the terminal bar of `rlsim validate`). RlsimError when a selected case does not take a key."""
     from ..overrides import parse_assignment
 
-    every = all_cases(overrides)
     texts = None if select is None else [select] if isinstance(select, str) else list(select)
-    cases = [c for c in every if not texts or any(_selects(t, c.case) for t in texts)]
+
+    def chosen(name: str) -> bool:
+        return not texts or any(_selects(t, name) for t in texts)
+
+    every = all_cases(overrides, chosen)
+    cases = [c for c in every if chosen(c.case)]
     for item in overrides:
         key = parse_assignment(item)[0]
         refusing = [c.case for c in cases if not c.takes(key)]

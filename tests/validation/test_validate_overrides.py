@@ -194,3 +194,12 @@ def test_a_profile_edited_in_the_process_is_read_again(tmp_path, capsys):
     slow = nemo_rl.simulate_row(row, (item,))["step_s"]
     profile.write_text("device: h100\ngemm_efficiency: 0.6\n")
     assert nemo_rl.simulate_row(row, (item,))["step_s"] < slow
+
+
+def test_an_unselected_family_neither_checks_nor_refuses_a_key():
+    # V6 refused a V5 key by its own prompt-length rule, and V1/V7 a V6 layout key
+    from simulator.validation import run_cases
+
+    assert [r.case for r in run_cases("V5", overrides=("workload.inference.max_model_len=64",))][0].startswith("V5")
+    rows = run_cases("V6 nemo-rl llama3.1-8b on-policy 16gpu step", overrides=("workload.train_layout.tp=2",))
+    assert len(rows) == 1 and rows[0].case.startswith("V6")
