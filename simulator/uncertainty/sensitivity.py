@@ -74,12 +74,8 @@ def _preset_value(topology: Mapping[str, Any], key: str) -> Any:
 
 def base_value(plan: ReplicaPlan, key: str) -> float:
     """The value a key has in the scenario (the validated workload, the topology preset, the device)."""
-    getters = (_from_data, _from_validated) + (() if key.startswith("topology.device.") else (_from_topology,))
-    for getter in getters:   # a device's fields are rates and sizes: never whole-number keys
-        try:
-            value = getter(plan, key)
-        except RlsimError:   # a topology it cannot read (costs given in place of it): a number
-            return False
+    for getter in (_from_data, _from_validated, _from_topology):
+        value = getter(plan, key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     raise RlsimError(f"no base value found for {key!r} to vary around", source=plan.source, field=key,
