@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RlsimError
-from .runlogs import RunLog, stages_from_summary
+from .runlogs import RunLog, no_steps_left, stages_from_summary
 
 
 @dataclass(frozen=True)
@@ -166,8 +166,7 @@ def _measured(run: LoggedRun, skip_steps: int) -> dict[str, np.ndarray]:
     """Per compared stage, the logged steps' positive times after the warm-up."""
     rows = run.log.frame.iloc[skip_steps:]
     if rows.empty:
-        raise RlsimError(f"no steps left after skipping {skip_steps}", source=run.log.source, field="skip_steps",
-                         fix="skip fewer warm-up steps")
+        raise no_steps_left(run.log, skip_steps)
     out = {}
     for stage in run.log.timings:
         values = rows[stage].to_numpy(dtype=float)
@@ -176,6 +175,20 @@ def _measured(run: LoggedRun, skip_steps: int) -> dict[str, np.ndarray]:
     if not out:
         raise RlsimError("no positive phase time to fit", source=run.log.source, fix="check the log's timings")
     return out
+
+
+def _drop_unpredicted(run: LoggedRun, measured: dict[str, np.ndarray], predicted: Mapping[str, float]) -> list[str]:
+    """Leave out of `measured` (in place) the logged stages the scenario does not simulate (no
+    prediction, or 0 s: e.g. a critic's stages in a GRPO scenario), which a fit could only compare
+    with 0; returns their names (a note of the fit). No stage left is an error."""
+    dropped = [stage for stage in measured if predicted.get(stage, 0.0) <= 0]
+    if dropped and len(dropped) == len(measured):
+        raise RlsimError(f"the scenario simulates none of the logged stages ({', '.join(dropped)})",
+                         source=run.label, field="--scenario",
+                         fix="give the --scenario the logged run ran (its schedule, critic, stages)")
+    for stage in dropped:
+        del measured[stage]
+    return dropped
 
 
 def residuals(predicted: Mapping[str, float], measured: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -258,6 +271,7 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
         return np.concatenate([residuals(p, m) for p, m in zip(predictions(z), measured, strict=True)])
 
     before = predictions(start / scale)
+    left_out = [_drop_unpredicted(r, m, b) for r, m, b in zip(runs, measured, before, strict=True)]
     r0 = np.concatenate([residuals(p, m) for p, m in zip(before, measured, strict=True)])
     result = least_squares(all_residuals, start / scale, bounds=(lower / scale, upper / scale),
                            diff_step=diff_step, max_nfev=max_evaluations, method="trf",
@@ -271,9 +285,13 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
                  at_bound=[p.key for p, a in zip(params, result.active_mask, strict=True) if a != 0],
                  evaluations=int(result.nfev), rms_before=_rms(r0), rms_after=_rms(result.fun),
                  items=overlay_items(loaded[0], values))
-    for run, m, b, a in zip(runs, measured, before, after, strict=True):
+    for run, m, b, a, dropped in zip(runs, measured, before, after, left_out, strict=True):
         fit.stages[run.label] = {s: {"measured_s": float(np.mean(v)), "before_s": b.get(s, 0.0),
                                      "after_s": a.get(s, 0.0)} for s, v in m.items()}
+        if dropped:
+            fit.notes.append(f"{run.label}: logged stage(s) left out of the fit, the scenario has no such stage "
+                             f"(predicted 0 s): {', '.join(dropped)} (check that the scenario describes the "
+                             "logged run, e.g. its critic)")
         if run.log.ignored:
             fit.notes.append(f"{run.label}: ignored metric names (not timings rlsim reads): "
                              + ", ".join(run.log.ignored))

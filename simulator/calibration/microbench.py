@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import RlsimError
 from ..strict_model import StrictModel
@@ -15,6 +15,15 @@ from .interface import Backend, DecodeShape
 
 Progress = Callable[[str], None]
 BYTES_PER_ELEM = {"fp32": 4, "bf16": 2, "fp16": 2}
+Dtype = Literal["fp32", "bf16", "fp16"]           # the keys of BYTES_PER_ELEM
+CollectiveOp = Literal["all_reduce", "all_gather", "broadcast"]   # interface.COLLECTIVE_OPS
+# Upper bounds of the grid: a GEMM dimension (65536: a 65536^2 fp32 operand is 16 GiB), a buffer
+# (16 GiB, far above any last-level cache) and the local processes of a collective.
+MAX_GEMM_DIM = 2**16
+MAX_BUFFER_BYTES = 2**34
+MAX_COLLECTIVE_WORLD = 64
+GemmDim = Annotated[int, Field(ge=1, le=MAX_GEMM_DIM)]
+BufferBytes = Annotated[int, Field(ge=1, le=MAX_BUFFER_BYTES)]
 
 
 class MicrobenchConfig(StrictModel):
@@ -24,39 +33,50 @@ class MicrobenchConfig(StrictModel):
 
     # GEMM shapes [m, n, k]: squares for the compute rate; skinny ones (m = tokens of a decode batch or
     # a short sequence, 1..512 rows) and a short reduction (k = 64: a weight gradient over few tokens)
-    # pin the shape ramp; transformer-like rectangles for the rest.
-    gemm_shapes: list[tuple[int, int, int]] = Field(default_factory=lambda: [
+    # pin the shape ramp; transformer-like rectangles for the rest. Each dimension 1..MAX_GEMM_DIM.
+    gemm_shapes: list[tuple[GemmDim, GemmDim, GemmDim]] = Field(min_length=1, default_factory=lambda: [
         (32, 32, 32), (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (768, 768, 768),
         (1, 1024, 256), (8, 1024, 256), (16, 1024, 256), (32, 1024, 256), (64, 1024, 256),
         (128, 1024, 256), (512, 1024, 256), (64, 256, 1024), (1024, 256, 64), (1024, 256, 1024)])
-    dtypes: list[str] | None = None  # None: every dtype the backend offers
+    # None: every dtype the backend offers; a list names at least one of BYTES_PER_ELEM's dtypes.
+    dtypes: list[Dtype] | None = Field(default=None, min_length=1)
     # A dtype's grid stops before the first shape whose call would exceed this at the best rate
-    # seen so far (keeps a CPU calibration quick when a dtype has no fast path).
-    max_gemm_call_s: float = 0.02
+    # seen so far (keeps a CPU calibration quick when a dtype has no fast path). Finite and > 0.
+    max_gemm_call_s: float = Field(default=0.02, gt=0, allow_inf_nan=False)
     # Operand bytes each GEMM shape cycles through, so operands come from memory as a model's
     # weights do: 4x the 32 MiB last-level cache of the CI machine (lscpu), above a GPU's L2.
-    gemm_cold_bytes: int = 128 * 2**20
+    gemm_cold_bytes: int = Field(default=128 * 2**20, ge=0, le=MAX_BUFFER_BYTES)
     # Copies: the largest must exceed the last-level cache (32 MiB on the CI machine) to see DRAM.
-    copy_sizes_bytes: list[int] = Field(default_factory=lambda: [2**20, 2**23, 2**26, 2**28])
-    host_copy_sizes_bytes: list[int] = Field(default_factory=lambda: [2**20, 2**23, 2**26])
+    copy_sizes_bytes: list[BufferBytes] = Field(min_length=1, default_factory=lambda: [2**20, 2**23, 2**26, 2**28])
+    host_copy_sizes_bytes: list[BufferBytes] = Field(min_length=1, default_factory=lambda: [2**20, 2**23, 2**26])
     # Decode-like steps: a small Llama-like layer stack at several batches, depths and context lengths.
-    decode_hidden: int = 256
-    decode_ffn_hidden: int = 704     # ~8/3 x hidden: Llama's SwiGLU sizing
-    decode_num_heads: int = 4
-    decode_vocab: int = 4096
-    decode_layers: list[int] = Field(default_factory=lambda: [1, 2, 4])
-    decode_batches: list[int] = Field(default_factory=lambda: [1, 8, 32])
-    decode_kv_lens: list[int] = Field(default_factory=lambda: [64, 256])
-    decode_dtype: str = "fp32"
+    decode_hidden: int = Field(default=256, ge=1, le=MAX_GEMM_DIM)
+    decode_ffn_hidden: int = Field(default=704, ge=1, le=MAX_GEMM_DIM)     # ~8/3 x hidden: Llama's SwiGLU sizing
+    decode_num_heads: int = Field(default=4, ge=1, le=MAX_GEMM_DIM)
+    decode_vocab: int = Field(default=4096, ge=1, le=2**20)
+    decode_layers: list[Annotated[int, Field(ge=1, le=1024)]] = Field(min_length=1, default_factory=lambda: [1, 2, 4])
+    decode_batches: list[Annotated[int, Field(ge=1, le=MAX_GEMM_DIM)]] = Field(min_length=1,
+                                                                              default_factory=lambda: [1, 8, 32])
+    decode_kv_lens: list[Annotated[int, Field(ge=1, le=2**20)]] = Field(min_length=1,
+                                                                       default_factory=lambda: [64, 256])
+    decode_dtype: Dtype = "fp32"
     # Collectives over local processes (gloo on CPU); sizes follow nccl-tests (full buffer bytes).
     collectives: bool = True
-    collective_ops: list[str] = Field(default_factory=lambda: ["all_reduce"])
-    collective_world_size: int = 2
-    collective_sizes_bytes: list[int] = Field(default_factory=lambda: [2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24])
+    collective_ops: list[CollectiveOp] = Field(min_length=1, default_factory=lambda: ["all_reduce"])
+    collective_world_size: int = Field(default=2, ge=2, le=MAX_COLLECTIVE_WORLD)
+    collective_sizes_bytes: list[BufferBytes] = Field(
+        min_length=1, default_factory=lambda: [2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24])
     # Rounds over all sizes (best round kept): gloo over loopback on a busy 2-core machine needs many
     # to catch both peers scheduled (5 rounds left 46% fit errors, 25 about 15%).
-    collective_samples: int = 25
-    collective_launches: int = 3  # fresh process groups per op; each size keeps its fastest (noise adds time)
+    collective_samples: int = Field(default=25, ge=1, le=10_000)
+    collective_launches: int = Field(default=3, ge=1, le=100)  # fresh process groups per op; each size keeps its fastest
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> MicrobenchConfig:
+        if self.decode_hidden % self.decode_num_heads:
+            raise ValueError(f"decode_hidden={self.decode_hidden} is not divisible by "
+                             f"decode_num_heads={self.decode_num_heads}")
+        return self
 
     @classmethod
     def from_mapping(cls, mapping: dict[str, Any] | None, source: str = "<microbench>") -> MicrobenchConfig:
@@ -65,8 +85,10 @@ class MicrobenchConfig(StrictModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
-            raise RlsimError(err["msg"], source=source, field=f"microbench.{where}",
-                             fix="see docs/calibration.md for the micro-benchmark keys") from None
+            field_name = f"microbench.{where}" if where else "microbench.decode_num_heads"
+            got = f" (got {err['input']!r})" if not isinstance(err.get("input"), (dict, list)) else ""
+            raise RlsimError(err["msg"].removeprefix("Value error, ") + got, source=source, field=field_name,
+                             fix="see docs/calibration.md for the micro-benchmark keys and their ranges") from None
 
     def decode_shapes(self) -> list[DecodeShape]:
         return [DecodeShape(batch=b, hidden=self.decode_hidden, ffn_hidden=self.decode_ffn_hidden,

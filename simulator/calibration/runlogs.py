@@ -16,6 +16,7 @@ the known timing names is an error.
 """
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,9 +102,18 @@ class RunLog:
     def stage_means(self, skip_steps: int = 0) -> dict[str, float]:
         rows = self.frame.iloc[skip_steps:]
         if rows.empty:
-            raise RlsimError(f"no steps left after skipping {skip_steps}", source=self.source, field="skip_steps",
-                             fix="skip fewer warm-up steps")
+            raise no_steps_left(self, skip_steps)
         return {s: float(rows[s].mean()) for s in self.stages}
+
+
+def no_steps_left(log: RunLog, skip_steps: int) -> RlsimError:
+    """The error of a log with no step left after the --skip-steps warm-up steps."""
+    if log.frame.empty:
+        return RlsimError("the log has no steps (no row with a stage timing)", source=log.source,
+                          fix="give a log with per-step timings")
+    return RlsimError(f"no steps left after skipping {skip_steps} (the log has {len(log.frame)})",
+                      source=log.source, field="--skip-steps",
+                      fix=f"give --skip-steps {len(log.frame) - 1} or fewer")
 
 
 def _json_object(text: str, source: str, where: str) -> dict[str, Any]:
@@ -134,6 +144,8 @@ def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFr
     """A wandb panel export ("RUN - KEY" columns, with __MIN / __MAX aggregates) as one run's columns."""
     runs = sorted({c.split(WANDB_RUN_SEPARATOR, 1)[0] for c in raw.columns if WANDB_RUN_SEPARATOR in c})
     if not runs:
+        if run is not None:
+            raise _not_wandb(source, run)
         return raw
     if run is None and len(runs) > 1:
         raise RlsimError(f"the wandb export holds {len(runs)} runs: {', '.join(runs)}", source=source,
@@ -152,6 +164,28 @@ def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFr
     return raw[list(keep)].rename(columns=keep)
 
 
+def _not_wandb(source: str, run: str) -> RlsimError:
+    return RlsimError(f"--log-run {run!r} applies to a wandb CSV export (\"RUN - KEY\" columns); this log "
+                      "is not one", source=source, field="--log-run",
+                      fix="drop --log-run (the log holds one run)")
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """A CSV log; a row with more or fewer fields than the header is refused (pandas would shift it
+    into the index or fill NaN)."""
+    import pandas as pd
+
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = csv.reader(handle)
+        header = next(rows, None)
+        if header is not None:
+            for line, row in enumerate(rows, start=2):
+                if row and len(row) != len(header):
+                    raise RlsimError(f"line {line} has {len(row)} fields, the header {len(header)}",
+                                     source=str(path), fix="write one value per column on every row")
+    return pd.read_csv(path, index_col=False)
+
+
 def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
     """Read a JSONL (.jsonl / .log), JSON (.json: lines or one array) or CSV (.csv, a wandb export
     too; `run` picks one run of a multi-run export) log of per-step metrics."""
@@ -162,10 +196,12 @@ def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
         raise RlsimError("run log not found", source=str(path), fix="check the path")
     if path.suffix.lower() == ".csv":
         try:
-            raw = _wandb_columns(pd.read_csv(path), str(path), run)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raw = _wandb_columns(_read_csv(path), str(path), run)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, csv.Error) as exc:
             raise RlsimError(f"cannot read CSV: {exc}", source=str(path)) from None
     elif path.suffix.lower() in (".jsonl", ".json", ".log"):
+        if run is not None:
+            raise _not_wandb(str(path), run)
         try:
             raw = pd.DataFrame(_records_jsonl(path))
         except UnicodeDecodeError as exc:
@@ -180,8 +216,14 @@ def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
 def _numbers(raw: pd.DataFrame, key: str, source: str) -> pd.Series:
     import pandas as pd
 
-    values = pd.to_numeric(raw[key], errors="coerce")
-    bad = values.isna() & raw[key].notna()
+    column = raw[key]
+    flags = column.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+    if flags.any():   # JSON true / false: not a number of seconds (pandas would read 1 / 0)
+        row = int(np.flatnonzero(flags)[0])
+        raise RlsimError(f"step row {row + 1}: {str(bool(column.iloc[row])).lower()} is not a number", source=source,
+                         field=key, fix="write plain numbers (seconds, tokens/s, tokens)")
+    values = pd.to_numeric(column, errors="coerce")
+    bad = values.isna() & column.notna()
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise RlsimError(f"step row {row + 1}: {raw[key].iloc[row]!r} is not a number", source=source,
@@ -203,19 +245,39 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
     timing_keys = [*present, *([step_time] if step_time else [])]
     raw = raw[raw[timing_keys].notna().any(axis=1)].reset_index(drop=True)  # rows of other metrics only
     frame = pd.DataFrame(index=raw.index)
-    frame["step"] = raw[step_key].astype(int) if step_key else np.arange(1, len(raw) + 1)
+    frame["step"] = _steps(raw, step_key, source) if step_key else np.arange(1, len(raw) + 1)
     for key in [*timing_keys, *(k for k in OTHER_KEYS if k in raw.columns)]:
         values = _numbers(raw, key, source)
         name = STAGE_KEYS.get(key) or OTHER_KEYS.get(key) or "step_s"
         if key in timing_keys and (values.isna().any() or (values < 0).any()):
             raise RlsimError("stage times must be present and >= 0 on every step", source=source, field=key,
                              fix="drop the incomplete steps from the log")
+        infinite = ~np.isfinite(values.to_numpy(dtype=float)) & values.notna().to_numpy()
+        if infinite.any():
+            row = int(np.flatnonzero(infinite)[0])
+            raise RlsimError(f"step row {row + 1}: {values.iloc[row]} is not a finite number", source=source,
+                             field=key, fix="write finite numbers (seconds, tokens/s, tokens); drop the broken steps")
         values = values.to_numpy(dtype=float)
         frame[name] = frame[name] + values if name in frame.columns else values  # two keys of one stage add
     frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
     known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS}
     ignored = sorted(str(c) for c in raw.columns if c not in known)
     return RunLog(frame=frame, source=source, ignored=ignored)
+
+
+def _steps(raw: pd.DataFrame, key: str, source: str) -> np.ndarray:
+    """The step column as whole numbers; a missing, non-numeric or fractional step is refused."""
+    values = _numbers(raw, key, source).to_numpy(dtype=float)
+    bad = ~np.isfinite(values) | (values != np.round(values))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        shown = raw[key].iloc[row]
+        shown = shown.item() if isinstance(shown, np.generic) else shown
+        what = "has no step number" if shown is None or (isinstance(shown, float) and np.isnan(shown)) \
+            else f"step {shown!r} is not a whole number"
+        raise RlsimError(f"step row {row + 1} {what}", source=source, field=key,
+                         fix=f"give every row a whole-number {key!r} (or drop the column: rows are then numbered 1, 2, ...)")
+    return values.astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -251,8 +313,7 @@ def fit_stage_scales(log: RunLog, predicted: Mapping[str, float | Sequence[float
     number per stage (every step alike) or one per logged step."""
     rows = log.frame.iloc[skip_steps:]
     if rows.empty:
-        raise RlsimError(f"no steps left after skipping {skip_steps}", source=log.source, field="skip_steps",
-                         fix="skip fewer warm-up steps")
+        raise no_steps_left(log, skip_steps)
     factors: dict[str, float] = {}
     spread: dict[str, float] = {}
     for stage, pred in predicted.items():

@@ -52,6 +52,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 "key of every logged run's scenario")
     from .calibrate_log import add_log_arguments
     add_log_arguments(parser)
+    # No defaults here: run() tells a flag the user gave from one left out (a flag of the other
+    # mode is refused, not ignored), then fills in the defaults (_MODE_DEFAULTS).
+    parser.set_defaults(**{dest: None for dest in _MODE_DEFAULTS})
+
+
+def _mode_defaults() -> dict[str, Any]:
+    from ..calibration.backend import DEFAULT_THREADS
+    from ..calibration.logfit import DEFAULT_FIT_KEYS, MAX_EVALUATIONS, SKIP_STEPS
+    return {"backend": "torch", "threads": DEFAULT_THREADS, "fit": ",".join(DEFAULT_FIT_KEYS),
+            "skip_steps": SKIP_STEPS, "max_evaluations": MAX_EVALUATIONS}
+
+
+# The flags of one mode (dest, flag): refused in the other. --device and --replay are refused with
+# --from-log by calibrate_log.run_from_log.
+_MODE_DEFAULTS = ("backend", "threads", "fit", "skip_steps", "max_evaluations")
+DEVICE_FLAGS = (("backend", "--backend"), ("threads", "--threads"))
+LOG_FLAGS = (("scenario", "--scenario"), ("fit", "--fit"), ("skip_steps", "--skip-steps"),
+             ("max_evaluations", "--max-evaluations"), ("log_run", "--log-run"), ("predict", "--predict"),
+             ("predict_scenario", "--predict-scenario"))
+
+
+def _refuse_other_mode(args: argparse.Namespace) -> None:
+    if args.from_log:
+        flags, mode, other = DEVICE_FLAGS, "--device", "--from-log"
+        fix = "drop {flag} (it sets up the micro-benchmarks); calibrate a device in a separate run: " \
+              "rlsim calibrate --device cpu {flag} ..."
+    else:
+        flags, mode, other = LOG_FLAGS, "--from-log", "--device"
+        fix = "drop {flag}, or fit a logged run: rlsim calibrate --from-log LOG --scenario S {flag} ..."
+    for dest, flag in flags:
+        if getattr(args, dest, None) not in (None, []):
+            raise RlsimError(f"{flag} applies to {mode}, not {other}", field=flag,
+                             fix=fix.format(flag=flag).replace("--scenario S --scenario ...", "--scenario S"))
+    for dest, value in _mode_defaults().items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, value)
+
+
+def _check_predict(args: argparse.Namespace) -> None:
+    """--predict items and the --predict-scenario read before the fit, so a bad one writes nothing."""
+    if not (args.predict or args.predict_scenario):
+        return
+    from ..scenario import load_scenario
+
+    for item in args.predict:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            raise RlsimError(f"cannot read --predict {item!r}", field="--predict",
+                             fix="write KEY=VALUE, e.g. --predict topology.nodes=4")
+    target = args.predict_scenario or (args.scenario[0] if args.scenario else None)
+    if target is None:
+        return  # run_from_log says that --scenario is missing
+    load_scenario(target, overrides=list(args.overrides))  # a bad --predict-scenario / --set: its own error
+    try:
+        load_scenario(target, overrides=[*args.overrides, *args.predict])
+    except RlsimError as exc:
+        raise RlsimError(f"--predict: {exc.message}", source=exc.source, field=exc.field or "--predict",
+                         fix=exc.fix or "check the --predict KEY=VALUE items") from None
 
 
 def cli_out_file(text: str) -> str:
@@ -89,11 +147,24 @@ def _say(quiet: bool):
 def run(args: argparse.Namespace) -> int:
     if args.from_log:
         from .calibrate_log import run_from_log
+        _refuse_other_mode(args)
+        _check_predict(args)
         return run_from_log(args)
     if args.device is None:
         raise RlsimError("nothing to calibrate", field="--device",
                          fix="give --device cpu|cuda|npu (micro-benchmarks) or --from-log LOG --scenario S")
+    _refuse_other_mode(args)
     return _run_device(args)
+
+
+def max_threads() -> int:
+    """The most --threads: the CPUs this process may run on (more only oversubscribes them, and a
+    huge count crashes torch's thread pool)."""
+    import os
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _run_device(args: argparse.Namespace) -> int:
@@ -104,9 +175,16 @@ def _run_device(args: argparse.Namespace) -> int:
     from ..hardware.profiles import save_profile
     from .common import print_json
 
-    if args.threads < 1:
-        raise RlsimError(f"must be >= 1, got {args.threads}", field="--threads")
+    limit = max_threads()
+    if not 1 <= args.threads <= limit:
+        raise RlsimError(f"must be 1..{limit} (the CPUs this process may use), got {args.threads}",
+                         field="--threads", fix=f"give --threads between 1 and {limit}")
     bench_map, replay_map = _split_overrides(args.overrides)
+    if replay_map and not args.replay:
+        key = next(s.partition("=")[0].strip() for s in args.overrides
+                   if s.partition("=")[0].strip().startswith("replay."))
+        raise RlsimError("replay.* settings apply to --replay", field=key,
+                         fix=f"add --replay, or drop --set {key}=...")
     bench = MicrobenchConfig.from_mapping(bench_map, source="--set microbench.*")
     replay_config = replay_config_from_mapping(replay_map, threads=args.threads) if args.replay else None
     if args.replay and args.device != "cpu":
