@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import RlsimError
 from .common import positive_int, print_json
 
 # the figures the human output shows with their intervals
@@ -24,8 +25,13 @@ def add_replica_arguments(parser: argparse.ArgumentParser, *, jobs: bool = True)
 
 
 def _plan(args: argparse.Namespace, keywords: dict[str, Any]) -> Any:
+    """The replica plan; --jobs with a plain single run (nothing to run in parallel) is refused."""
     from ..uncertainty import plan_replicas
-    return plan_replicas(args.scenario, seeds=getattr(args, "seeds", None), **keywords)
+    plan = plan_replicas(args.scenario, seeds=getattr(args, "seeds", None), **keywords)
+    if not plan.varies and getattr(args, "jobs", 1) != 1:   # it was read past
+        raise RlsimError(f"--jobs {args.jobs} runs replicas in parallel, and this is one run", field="--jobs",
+                         fix="add --seeds N (or replicas: N, or a distribution value), or drop --jobs")
+    return plan
 
 
 def run_replicated(args: argparse.Namespace, keywords: dict[str, Any]) -> int | None:

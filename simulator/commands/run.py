@@ -38,7 +38,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_replica_arguments(parser)   # --seeds N, --jobs (issue 13)
 
 
+def refuse_twice_given(args: argparse.Namespace) -> None:
+    """A value given both as an option (--iterations, --seed, --schedule, --topology) and by a --set
+    item of the same key: the --set won without a word. (A sweep's grid value over its base option
+    is what a grid is for: `rlsim sweep` does not come here.)"""
+    from ..errors import RlsimError
+    from ..overrides import parse_assignment
+    keys = {parse_assignment(o)[0] for o in args.overrides}
+    same = {"iterations": ("iterations",), "seed": ("seed",), "schedule": ("schedule", "schedule.kind"),
+            "topology": ("topology", "topology.preset")}
+    for name, clashes in same.items():
+        clash = sorted(k for k in clashes if k in keys)
+        if getattr(args, name, None) is not None and clash:
+            raise RlsimError(f"{name} is given twice: as --{name} and as --set {clash[0]}", field=clash[0],
+                             fix=f"give one of them (--{name}, or --set {clash[0]}=...)")
+
+
 def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict:
+    refuse_twice_given(args)
     kw = {"overrides": args.overrides, "iterations": args.iterations, "seed": args.seed}
     if imported is not None:   # the framework config gave topology, workload and schedule
         return kw

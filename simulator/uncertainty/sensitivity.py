@@ -46,6 +46,8 @@ def parse_vary(items: Sequence[str]) -> dict[str, tuple[float, float]]:
         if not key.strip() or not sep or not all(math.isfinite(v) for v in pair) or pair[0] > pair[1]:
             raise RlsimError(f"cannot read --vary {item!r}", field="--vary",
                              fix="write KEY=LOW..HIGH with LOW <= HIGH, e.g. workload.response_length.median=600..1100")
+        if key.strip() in out:   # the last range won without a word
+            raise RlsimError(f"--vary gives {key.strip()} twice", field="--vary", fix="give each key one range")
         out[key.strip()] = pair
     return out
 

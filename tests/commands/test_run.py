@@ -58,3 +58,18 @@ def test_print_scenario_refuses_the_flags_of_the_run_it_replaces(capsys, flag):
     config = Path(__file__).resolve().parents[2] / "workloads" / "frameworks" / "verl-grpo-qwen2.5-7b.yaml"
     assert main(["run", "--from-verl", str(config), "--print-scenario", *flag]) == 2
     assert f"field '{flag[0]}'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["run", "--iterations", "1", "--set", "iterations=2"], "iterations"),          # the --set won
+    (["run", "--iterations", "1", "--schedule", "colocated", "--set", "schedule.kind=stalesync"], "schedule.kind"),
+    (["run", "--iterations", "1", "--jobs", "2"], "--jobs"),                           # one run: nothing in parallel
+    (["compare", "--iterations", "1", "--jobs", "2"], "--jobs"),
+    (["sensitivity", "--iterations", "1", "--samples", "0", "--vary", "workload.response_length.sigma=0.5..1",
+      "--vary", "workload.response_length.sigma=0.6..1"], "--vary"),                   # the last range won
+])
+def test_options_that_were_read_past_are_errors(capsys, argv, field):
+    from simulator.cli import main
+
+    assert main(argv) == 2
+    assert f"field '{field}'" in capsys.readouterr().err
