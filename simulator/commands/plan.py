@@ -18,8 +18,9 @@ EXAMPLES = """examples:
   rlsim plan --topology dgx-h100 --model qwen2.5-7b --stage rollout --json
   rlsim plan scenario.yaml --target-tokens-per-s 50000
   rlsim plan --topology dgx-h100 --set topology.nodes=16 --model gpt-18.4b --set planner.space.tp=[16]   # force TP16
-trainer / engine constants: --set workload.train_params.compute.flash_attention=false,
-  workload.train_software=megatron-2021, workload.inference.step_overhead_s=0.004 (unknown keys: exit 2)
+trainer constants (--stage train): --set workload.train_params.compute.flash_attention=false,
+  workload.train_software=megatron-2021; engine constants (--stage rollout): --set
+  workload.inference.step_overhead_s=0.004 (unknown keys, or keys of the other stage: exit 2)
 planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch|sequence_parallel (lists),
   space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs|gpu_memory_utilization."""
 
@@ -48,6 +49,7 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     from ..llm.lengths import MAX_TOKENS
     from ..scenario import LIMITS_FIX, load_scenario
 
+    _refuse_other_stage(args)
     rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
     # The scenario (given, else the default one) is always loaded: every --set key is checked there
     # (an unknown one is an error), and its workload's train_software, train_params and inference
@@ -89,6 +91,27 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
             "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
             "max_devices": scn.limits.max_devices,
             "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None}
+
+
+# What only one stage reads: the training planner the batch, the sequence length, the search space and
+# the trainer's constants; the rollout planner its space and the engine's constants
+_STAGE_ONLY = {"train": ("planner.space.", "workload.train_params.", "workload.train_software"),
+               "rollout": ("planner.rollout.", "workload.inference.", "workload.engine")}
+
+
+def _refuse_other_stage(args: argparse.Namespace) -> None:
+    """A flag or --set key of the stage not planned was read past: an error naming it."""
+    if args.stage == "rollout":
+        for flag, value in (("--global-batch", args.global_batch), ("--seq-len", args.seq_len)):
+            if value is not None:
+                raise RlsimError(f"{flag} applies to --stage train", field=flag,
+                                 fix=f"drop {flag}, or plan the trainer with --stage train")
+    other = "rollout" if args.stage == "train" else "train"
+    for item in args.overrides:
+        key = parse_assignment(item)[0]
+        if key.startswith(_STAGE_ONLY[other]):
+            raise RlsimError(f"{key} applies to --stage {other}; this plans the {args.stage} stage", field=key,
+                             fix=f"drop --set {key}, or give --stage {other}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
+
 from simulator.cli import main
 from simulator.commands import plan
 
@@ -58,3 +60,17 @@ def test_a_model_without_a_shape_takes_the_default_step_and_says_so(capsys):
     assert "--seq-len 20480" in note and "--global-batch" not in note.split("taken")[0].replace("--seq-len", "")
     assert plan.shape_note(_args("--model", "llama3.1-8b", "--global-batch", "64", "--seq-len", "512")) is None
     assert plan.shape_note(_args()) is None   # the default scenario's own model: its shape, as before
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--stage", "rollout", "--global-batch", "8"], "--global-batch"),
+    (["--stage", "rollout", "--set", "planner.space.tp=[4]"], "planner.space.tp"),
+    (["--set", "workload.inference.step_overhead_s=0.004"], "workload.inference.step_overhead_s"),
+    (["--set", "planner.rollout.tp=[2]"], "planner.rollout.tp"),
+])
+def test_a_key_of_the_stage_not_planned_is_an_error(capsys, argv, field):
+    # it was read past: the plan did not change
+    from simulator.cli import main
+
+    assert main(["plan", *argv]) == 2
+    assert f"field '{field}'" in capsys.readouterr().err
