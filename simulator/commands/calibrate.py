@@ -80,11 +80,10 @@ def _refuse_other_mode(args: argparse.Namespace) -> None:
               "rlsim calibrate --device cpu {flag} ..."
     else:
         flags, mode, other = LOG_FLAGS, "--from-log", "--device"
-        fix = "drop {flag}, or fit a logged run: rlsim calibrate --from-log LOG --scenario S {flag} ..."
+        fix = "drop {flag}, or give it to a fit of a logged run: rlsim calibrate --from-log LOG --scenario S ..."
     for dest, flag in flags:
         if getattr(args, dest, None) not in (None, []):
-            raise RlsimError(f"{flag} applies to {mode}, not {other}", field=flag,
-                             fix=fix.format(flag=flag).replace("--scenario S --scenario ...", "--scenario S"))
+            raise RlsimError(f"{flag} applies to {mode}, not {other}", field=flag, fix=fix.format(flag=flag))
     for dest, value in _mode_defaults().items():
         if getattr(args, dest, None) is None:
             setattr(args, dest, value)

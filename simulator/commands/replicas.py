@@ -116,10 +116,9 @@ def sweep_seeds(args: argparse.Namespace, base: Any) -> int:
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1 else 1
 
 
-def sweep_replicated(args: argparse.Namespace, base: Any, evaluate: Any, fingerprint: str) -> tuple[Any, str]:
+def sweep_replicated(base: Any, seeds: int, evaluate: Any, fingerprint: str) -> tuple[Any, str]:
     """With --seeds N every sweep point is N replicas (its row: medians, ci95, seeds); the results
     file's fingerprint includes N, so a resumed sweep never mixes single-seed and replica rows."""
-    seeds = sweep_seeds(args, base)
     if seeds == 1:
         return evaluate, fingerprint
     from ..uncertainty.replicas import replicate_point

@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
                         schedule=args.schedule, overrides=tuple(args.overrides),
                         iterations=args.iterations, seed=args.seed)
     from .replicas import sweep_replicated, sweep_seeds
-    _check_grid_size(grid, args.max_points, sweep_seeds(args, base))
+    seeds = sweep_seeds(args, base)   # --seeds, else the scenario's replicas: (read once)
+    _check_grid_size(grid, args.max_points, seeds)
     fingerprint = base.fingerprint()
     executor = make_executor(args.executor, jobs, args.scheduler)
     store = None
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.target_tokens_per_s is not None or args.target_step_time_s is not None:
         target = Target(args.target_tokens_per_s, args.target_step_time_s)
     evaluate = functools.partial(simulate_point, base)
-    evaluate, fingerprint = sweep_replicated(args, base, evaluate, fingerprint)
+    evaluate, fingerprint = sweep_replicated(base, seeds, evaluate, fingerprint)
 
     points = make_points(grid, fingerprint, base.base_dirs())
     # one executor for the whole command: a Dask cluster starts once, not once per capacity batch

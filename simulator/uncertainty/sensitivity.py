@@ -74,12 +74,21 @@ def _preset_value(topology: Mapping[str, Any], key: str) -> Any:
         return None
 
 
-def base_value(plan: ReplicaPlan, key: str) -> float:
-    """The value a key has in the scenario (the validated workload, the topology preset, the device)."""
-    for getter in (_from_data, _from_validated, _from_topology):
+def _scenario_number(plan: ReplicaPlan, key: str, getters: tuple[Any, ...] | None = None) -> int | float | None:
+    """The first number a key has in the scenario (the file, the validated workload, the topology
+    preset, the device), as it is there; None when none of them gives one."""
+    for getter in getters or (_from_data, _from_validated, _from_topology):
         value = getter(plan, key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return value
+    return None
+
+
+def base_value(plan: ReplicaPlan, key: str) -> float:
+    """The value a key has in the scenario (the validated workload, the topology preset, the device)."""
+    value = _scenario_number(plan, key)
+    if value is not None:
+        return float(value)
     raise RlsimError(f"no base value found for {key!r} to vary around", source=plan.source, field=key,
                      fix=f"give the range: --vary {key}=LOW..HIGH")
 
@@ -124,26 +133,28 @@ def default_ranges(plan: ReplicaPlan) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _is_integer_key(plan: ReplicaPlan, key: str) -> bool:
-    """A key whose scenario value is a whole number (topology.nodes, prompts_per_step, a length
-    median): varied over whole numbers (its field refuses 1.0), the listed medians whatever their base."""
-    if key in INTEGER_KEYS:
-        return True
-    getters = (_from_data, _from_validated) + (() if key.startswith("topology.device.") else (_from_topology,))
-    for getter in getters:   # a device's fields are rates and sizes: never whole-number keys
+def _whole_number_keys(plan: ReplicaPlan, keys: Sequence[str]) -> frozenset[str]:
+    """The keys whose scenario value is a whole number (topology.nodes, prompts_per_step) or that are
+    listed as such (the length medians): varied over whole numbers (their fields refuse 1.0). Read
+    once per key, not per varied run."""
+    out = set(INTEGER_KEYS) & set(keys)
+    for key in set(keys) - out:
+        # a device's fields are rates and sizes; a topology it cannot read (costs given in its place)
+        # leaves the key a number
+        getters = (_from_data, _from_validated) + (() if key.startswith("topology.device.") else (_from_topology,))
         try:
-            value = getter(plan, key)
-        except RlsimError:   # a topology it cannot read (costs given in place of it): a number
-            return False
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return isinstance(value, int)
-    return False
+            value = _scenario_number(plan, key, getters)
+        except RlsimError:
+            value = None
+        if isinstance(value, int):
+            out.add(key)
+    return frozenset(out)
 
 
-def _with(plan: ReplicaPlan, values: Mapping[str, float]) -> ReplicaPlan:
+def _with(plan: ReplicaPlan, values: Mapping[str, float], whole: frozenset[str]) -> ReplicaPlan:
     data = copy.deepcopy(plan.data)
     for key, value in values.items():
-        set_key(data, key, int(round(value)) if _is_integer_key(plan, key) else float(value))
+        set_key(data, key, int(round(value)) if key in whole else float(value))
     return dataclasses.replace(plan, data=data)
 
 
@@ -167,7 +178,8 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     ranges = parse_vary(vary) if isinstance(vary, Sequence) and not isinstance(vary, str) else vary
     ranges = dict(ranges) if ranges else default_ranges(plan)
     keys = list(ranges)
-    plans = [plan] + [_with(plan, {k: ranges[k][side]}) for k in keys for side in (0, 1)]
+    whole = _whole_number_keys(plan, keys)
+    plans = [plan] + [_with(plan, {k: ranges[k][side]}, whole) for k in keys for side in (0, 1)]
     runs = run_many(plans, jobs=jobs, costs=costs)
     figures = [_figure(r, metric) for r in runs]
     rows = []
@@ -177,7 +189,7 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
                      "figure_high": f_high, "swing": abs(f_high - f_low)})
     frame = pd.DataFrame(rows, columns=COLUMNS[:6])
     frame["rank"] = frame["swing"].rank(ascending=False, method="first").astype(int)
-    first, total = sobol_indices(plan, ranges, metric, samples, jobs, costs)
+    first, total = sobol_indices(plan, ranges, metric, samples, jobs, costs, whole)
     frame["sobol_first"], frame["sobol_total"] = first, total
     frame = frame.sort_values("rank", kind="stable").reset_index(drop=True)
     frame.attrs.update({"metric": metric, "base": figures[0], "seeds": plan.n, "samples": samples or 0})
@@ -196,9 +208,11 @@ def _centred(plan: ReplicaPlan) -> ReplicaPlan:
 
 
 def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], metric: str,
-                  samples: int | None, jobs: int, costs: Any) -> tuple[list[float | None], list[float | None]]:
+                  samples: int | None, jobs: int, costs: Any,
+                  whole: frozenset[str] = frozenset()) -> tuple[list[float | None], list[float | None]]:
     """First-order and total Sobol indices (SALib, Saltelli sampling without second order, seeded);
-    None for every key when SALib is missing or samples is 0."""
+    None for every key when SALib is missing or samples is 0. `whole`: the keys varied over whole
+    numbers."""
     keys = list(ranges)
     none: list[float | None] = [None] * len(keys)
     try:
@@ -213,7 +227,7 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
     check_runs(plan.data, plan.source, int(samples) * (len(ranges) + 2) * plan.n,
                f"the Sobol design of {int(samples):,} samples", "--samples")
     points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
-    plans = [_with(plan, dict(zip(keys, row, strict=True))) for row in points]
+    plans = [_with(plan, dict(zip(keys, row, strict=True)), whole) for row in points]
     y = np.array([_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
     if np.ptp(y) == 0:
         return [0.0] * len(keys), [0.0] * len(keys)
