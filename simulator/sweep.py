@@ -292,6 +292,33 @@ class ResultsStore:
             return set()
         return set(frame[ID_COLUMN].astype(str))
 
+    def sibling(self) -> ResultsStore:
+        """The results file of the other format in the same folder (results.csv <-> results.parquet)."""
+        other = ".parquet" if self.format == "csv" else ".csv"
+        return ResultsStore(self.path.with_suffix(other))
+
+    def carry_over(self, points: Sequence[Point]) -> int:
+        """Copy the rows of `points` that the folder's results file of the other format holds and this
+        one lacks (a sweep run again with the other --format), each rebuilt from its summary JSON so
+        the columns take this format's types: no finished point is computed again. The other file is
+        left as it is. Returns the number of rows copied."""
+        sibling = self.sibling()
+        if not sibling.path.exists():
+            return 0
+        wanted = {p.id: p for p in points if p.id not in self.done_ids()}
+        frame = sibling.read() if wanted else pd.DataFrame()
+        if frame.empty or ID_COLUMN not in frame:
+            return 0
+        rows = [_rebuilt_row(wanted[str(r[ID_COLUMN])], r) for r in
+                frame.drop_duplicates(ID_COLUMN, keep="last").to_dict("records") if str(r[ID_COLUMN]) in wanted]
+        if self.format == "csv":
+            for row in rows:
+                self.append(row)
+        elif rows:
+            self._write_parquet(pd.DataFrame(self._cached_rows() + rows))
+            self._rows = None
+        return len(rows)
+
     # writing -----------------------------------------------------------------
     def append(self, row: Mapping[str, Any]) -> None:
         if self.format == "csv":
@@ -361,6 +388,14 @@ class ResultsStore:
             raise RlsimError("writing Parquet needs pyarrow", source=str(self.path),
                              fix="pip install pyarrow, or use --format csv") from None
         _fsync_replace(tmp, self.path)
+
+
+def _rebuilt_row(point: Point, stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A row read back from a results file (CSV cells are text) made again from its summary JSON."""
+    text = stored.get(JSON_COLUMN)
+    summary = json.loads(text) if isinstance(text, str) and text else {}
+    error = stored.get(ERROR_COLUMN)
+    return make_row(point, summary or None, error if isinstance(error, str) else "")
 
 
 def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
@@ -797,6 +832,9 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
     after the finished points are on disk.
     """
     executor = executor or SerialExecutor()
+    if store and (copied := store.carry_over(points)):
+        warn(f"{copied} finished point(s) copied from {store.sibling().path.name} into {store.path.name} "
+             f"(the sweep ran before with the other --format); they are not computed again")
     done = store.done_ids() if store else set()
     todo = dispatch_order([p for p in points if p.id not in done], cost)
     new_rows: list[dict[str, Any]] = []

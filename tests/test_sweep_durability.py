@@ -272,3 +272,28 @@ def test_signals_in_the_pool_loop_are_raised_where_the_loop_looks():
             deferred.raise_pending()                     # none came: nothing happens
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class ByNodes(Counter):
+    """A point function whose summary depends on the point's values only (not on the call order)."""
+
+    def __call__(self, values: dict) -> dict:
+        self.seen.append(dict(values))
+        return {"devices": 8 * values["topology.nodes"], "step_time_s": 2.0, "tokens_per_s": 10.5, "iterations": 3}
+
+
+@pytest.mark.parametrize(("first", "second"), [("csv", "parquet"), ("parquet", "csv")])
+def test_a_sweep_run_again_with_the_other_format_computes_nothing_again(tmp_path, capsys, first, second):
+    pytest.importorskip("pyarrow")
+    points = make_points({"topology.nodes": [1, 2, 3]}, "b")
+    before = run_sweep(points[:2], ByNodes(), store=ResultsStore(tmp_path / f"results.{first}"))
+    again = ByNodes()
+    after = run_sweep(points, again, store=ResultsStore(tmp_path / f"results.{second}"))
+    assert again.seen == [{"topology.nodes": 3}]    # only the point the first run lacked
+    assert f"2 finished point(s) copied from results.{first}" in capsys.readouterr().err
+    assert after.run_objects()[:2] == before.run_objects()
+    assert ResultsStore(tmp_path / f"results.{first}").done_ids() == {p.id for p in points[:2]}   # left as it was
+    (tmp_path / "fresh").mkdir()
+    fresh = run_sweep(points, ByNodes(), store=ResultsStore(tmp_path / "fresh" / f"results.{second}"))
+    assert after.rows.to_dict("records") == fresh.rows.to_dict("records")   # the same rows, typed alike
+    assert list(after.rows.dtypes) == list(fresh.rows.dtypes)

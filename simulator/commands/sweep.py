@@ -31,7 +31,8 @@ EXAMPLES = """examples:
   rlsim sweep --grid schedule.staleness=0,1,2 --executor dask --scheduler tcp://10.0.0.5:8786 --out s
 
 Re-running the same command with the same --out computes only the points not yet in the results file
-(results.csv or results.parquet), so an interrupted sweep resumes where it stopped.
+(results.csv or results.parquet), so an interrupted sweep resumes where it stopped; run again with
+the other --format, it copies the finished points from the other file instead of computing them.
 With --target-*, a single --grid key is searched by bisection (smallest value that meets the target);
 several keys are swept in full and the cheapest configuration that meets the target is selected
 (per 1M trained tokens: a schedule that trains part of a batch per step is not cheaper for it).
