@@ -56,15 +56,17 @@ def run_replicated(args: argparse.Namespace, keywords: dict[str, Any]) -> int | 
 
 def compare_replicated(args: argparse.Namespace, kinds: list[str], keywords: dict[str, Any]) -> int | None:
     """`rlsim compare` over replicas (paired seeds); None when one seed and no distribution apply."""
-    from ..uncertainty import compare_replicas
+    from ..uncertainty.compare import compare_replica_runs
     plan = _plan(args, keywords)
     if not plan.varies:
         return None
-    docs = compare_replicas(args.scenario, kinds, seeds=plan.n, jobs=args.jobs, **keywords)
+    docs, runs = compare_replica_runs(args.scenario, kinds, seeds=plan.n, jobs=args.jobs, **keywords)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "comparison.json").write_text(json.dumps(docs, indent=2, default=float) + "\n")
+        for doc, summaries in zip(docs, runs, strict=True):   # each schedule as `rlsim run --seeds` writes it
+            write_replicas(out / doc["schedule"], doc, summaries)
     if args.json:
         print_json(docs)
     else:

@@ -19,6 +19,14 @@ def compare_replicas(spec: Any = None, schedules: Iterable[str] | str = ("coloca
     """One replica summary per schedule (as replicate's), every replica of every schedule on the same
     seeds and parameter draws; each schedule after the first carries `vs_baseline` (ratio of
     `metric` per seed, its median and 95% interval, and a verdict sentence)."""
+    return compare_replica_runs(spec, schedules, seeds=seeds, jobs=jobs, costs=costs, metric=metric, **keywords)[0]
+
+
+def compare_replica_runs(spec: Any = None, schedules: Iterable[str] | str = ("colocated", "disaggregated", "stalesync"),
+                         *, seeds: int | None = None, jobs: int = 1, costs: Any = None,
+                         metric: str = DEFAULT_METRIC, **keywords: Any) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """compare_replicas' summaries and, per schedule, the run summary of each replica (what
+    `rlsim compare --seeds N --out DIR` writes as each schedule's replicas.csv)."""
     from ..api import schedule_list
     kinds = schedule_list(schedules)
     base = plan_replicas(spec, seeds=seeds, **keywords)
@@ -30,7 +38,7 @@ def compare_replicas(spec: Any = None, schedules: Iterable[str] | str = ("coloca
     docs = [summarize(plan, summaries) for plan, summaries in zip(plans, runs, strict=True)]
     for kind, doc, summaries in zip(kinds[1:], docs[1:], runs[1:], strict=True):
         doc["vs_baseline"] = paired_ratio(kind, kinds[0], summaries, runs[0], metric)
-    return docs
+    return docs, runs
 
 
 def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],

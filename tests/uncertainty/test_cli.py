@@ -38,6 +38,20 @@ def test_one_seed_keeps_the_plain_run_output(capsys):
     assert plain[0] == 0 and plain[1] == one[1] and "ci95" not in plain[1]
 
 
+def test_compare_seeds_out_writes_each_schedules_replicas_as_run_does(tmp_path, capsys):
+    import pandas as pd
+    code, out, _ = main_output(capsys, "compare", *SMALL, "--schedule", "colocated,disaggregated", "--seeds", "2",
+                               "--json", "--out", str(tmp_path))
+    assert code == 0
+    docs = json.loads(out)
+    assert json.loads((tmp_path / "comparison.json").read_text()) == docs
+    for doc in docs:
+        folder = tmp_path / doc["schedule"]
+        assert json.loads((folder / "summary.json").read_text()) == doc
+        replicas = pd.read_csv(folder / "replicas.csv")
+        assert list(replicas["seed"]) == [0, 1] and replicas["step_time_s"].median() == doc["step_time_s"]
+
+
 def test_bad_distribution_exits_2_naming_the_key(capsys):
     code, _, err = main_output(capsys, "run", *SMALL, "--set", "workload.response_length.sigma={dist: normal, mean: 1}")
     assert code == 2 and "workload.response_length.sigma.sd" in err
