@@ -20,7 +20,8 @@ EXAMPLES = """examples:
   rlsim plan --topology dgx-h100 --set topology.nodes=16 --model gpt-18.4b --set planner.space.tp=[16]   # force TP16
 trainer constants (--stage train): --set workload.train_params.compute.flash_attention=false,
   workload.train_software=megatron-2021; engine constants (--stage rollout): --set
-  workload.inference.step_overhead_s=0.004 (unknown keys, or keys of the other stage: exit 2)
+  workload.inference.step_overhead_s=0.004 (unknown keys, keys of the other stage, or iterations /
+  schedule.* / seed without a distribution value, which only a simulated run reads: exit 2)
 planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch|sequence_parallel (lists),
   space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs|gpu_memory_utilization."""
 
@@ -99,8 +100,19 @@ _STAGE_ONLY = {"train": ("planner.space.", "workload.train_params.", "workload.t
                "rollout": ("planner.rollout.", "workload.inference.", "workload.engine")}
 
 
+# What only a simulated run reads: the planner prices one step of each layout analytically.
+_RUN_ONLY = ("iterations", "schedule")
+
+
 def _refuse_other_stage(args: argparse.Namespace) -> None:
-    """A flag or --set key of the stage not planned was read past: an error naming it."""
+    """A flag or --set key of the stage not planned, or one only a run reads, was read past: an
+    error naming it."""
+    for item in args.overrides:
+        key = parse_assignment(item)[0]
+        if key.split(".")[0] in _RUN_ONLY:
+            raise RlsimError(f"{key} is read by a simulated run (rlsim run / compare / sweep); plan prices each "
+                             "layout's step analytically and does not read it", field=key,
+                             fix=f"drop --set {key}, or simulate the chosen layout with rlsim run")
     if args.stage == "rollout":
         for flag, value in (("--global-batch", args.global_batch), ("--seq-len", args.seq_len)):
             if value is not None:

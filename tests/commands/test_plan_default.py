@@ -74,3 +74,25 @@ def test_a_key_of_the_stage_not_planned_is_an_error(capsys, argv, field):
 
     assert main(["plan", *argv]) == 2
     assert f"field '{field}'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--set", "iterations=3"], "iterations"),
+    (["--set", "schedule.kind=disaggregated"], "schedule.kind"),
+    (["--stage", "rollout", "--set", "schedule.staleness=2"], "schedule.staleness"),
+    (["--set", "seed=5"], "seed"),   # no distribution value: nothing for the seed to draw
+])
+def test_a_key_only_a_simulated_run_reads_is_an_error(capsys, argv, field):
+    # the plan prices layouts analytically: the same rows came back with or without these
+    from simulator.cli import main
+
+    assert main(["plan", "--model", "llama3.1-8b", "--global-batch", "64", "--seq-len", "512", *argv]) == 2
+    assert f"field '{field}'" in capsys.readouterr().err
+
+
+def test_seed_is_taken_when_it_picks_distribution_draws(capsys):
+    from simulator.cli import main
+
+    argv = ["plan", "--model", "llama3.1-8b", "--global-batch", "64", "--json", "--seeds", "2",
+            "--set", "workload.response_length.max={dist: uniform, low: 256, high: 512}"]
+    assert main([*argv, "--set", "seed=5"]) == 0
