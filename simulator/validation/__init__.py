@@ -219,6 +219,16 @@ def run_case(case: Case) -> CaseResult:
                       case.note, expect=case.expect, detail=getattr(raw, "detail", ""))
 
 
+def _takers_fix(key: str, every: list[Case], refusing: list[str]) -> str:
+    """Where a refused --set key goes: the families whose cases take it, else the keys the refusing
+    cases take."""
+    families = sorted({c.case.split(" ", 1)[0] for c in every if c.takes(key)}, key=lambda f: (len(f), f))
+    if families:
+        return f"select cases that take it with --case (taken by {', '.join(families)})"
+    taken = sorted({p for c in every if c.case in refusing for p in c.overridable})
+    return f"no case takes it; the refusing cases take: {', '.join(taken) or 'no --set keys'}"
+
+
 def _selects(text: str, case: str) -> bool:
     """A family id (V3) selects that family's cases, by the name's first word (a substring match took
     the deepseek-v3 rows of V6 with V3); any other text, the cases whose name contains it."""
@@ -245,10 +255,8 @@ def run_cases(select: str | Iterable[str] | None = None, progress: Callable[[int
         key = parse_assignment(item)[0]
         refusing = [c.case for c in cases if not c.takes(key)]
         if refusing:
-            takers = sorted({p for c in every for p in c.overridable})
             raise RlsimError(f"{len(refusing)} selected case(s) do not take --set {key}, e.g. {refusing[0]!r}",
-                             field=key, fix="select cases that take it with --case (keys the cases take: "
-                                            f"{', '.join(takers) or 'none'})")
+                             field=key, fix=_takers_fix(key, every, refusing))
     results = []
     for case in cases:
         results.append(run_case(case))

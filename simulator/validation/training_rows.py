@@ -70,6 +70,10 @@ def row_layout(stack: Any, recipe: dict[str, Any], *, tp: int, pp: int, dp: int,
     recompute) and V1's chunk rule (interleave_chunks), each of these replaced by `recipe`
     (recipe_overrides). A recipe the row cannot run is an RlsimError naming the key."""
     fields = {**assumed, **{k: v for k, v in recipe.items() if k != "vpp"}}
+    if pp == 1 and recipe.get("vpp", 1) != 1:   # Megatron interleaves model chunks over pipeline stages only
+        raise RlsimError(f"vpp {recipe['vpp']} interleaves pipeline stages, and this row runs no pipeline (PP 1)",
+                         source=WHERE, field="workload.train_layout.vpp",
+                         fix="give vpp 1, or narrow --case to the rows with PP > 1")
     vpp = recipe.get("vpp", interleave_chunks(layers, pp)) if pp > 1 else 1
     if (layers // pp) % vpp:
         raise RlsimError(f"vpp {vpp} does not divide the {layers // pp} layers of a stage (PP {pp})", source=WHERE,

@@ -74,6 +74,10 @@ def test_a_recipe_a_row_cannot_run_names_the_key():
     with pytest.raises(RlsimError, match="micro_batch 3 does not divide the 4 sequences") as exc:
         megatron_core.predict_row(*megatron_core.ROWS[0][1:8], overrides=("workload.train_layout.micro_batch=3",))
     assert exc.value.field == "workload.train_layout.micro_batch"
+    with pytest.raises(RlsimError, match="vpp 2 interleaves pipeline stages, and this row runs no pipeline") as exc:
+        megatron_core.predict_row(*megatron_core.ROWS[0][1:8], overrides=("workload.train_layout.vpp=2",))   # PP 1
+    assert exc.value.field == "workload.train_layout.vpp"
+    assert megatron_core.predict_row(*megatron_core.ROWS[0][1:8], overrides=("workload.train_layout.vpp=1",)).layout.vpp == 1
 
 
 @pytest.mark.parametrize("key, says", [("workload.train_layout.tp=2", "each row fixes its own 'tp'"),
@@ -197,9 +201,9 @@ def test_a_profile_edited_in_the_process_is_read_again(tmp_path, capsys):
 
 
 def test_an_unselected_family_neither_checks_nor_refuses_a_key():
-    # V6 refused a V5 key by its own prompt-length rule, and V1/V7 a V6 layout key
+    # V1 / V7 refused a V6 layout key (and V6 a V5 engine key, workload.inference.max_model_len, by its
+    # own prompt-length rule, before V5 refused that key as one of the engine loop's)
     from simulator.validation import run_cases
 
-    assert [r.case for r in run_cases("V5", overrides=("workload.inference.max_model_len=64",))][0].startswith("V5")
     rows = run_cases("V6 nemo-rl llama3.1-8b on-policy 16gpu step", overrides=("workload.train_layout.tp=2",))
     assert len(rows) == 1 and rows[0].case.startswith("V6")
