@@ -435,6 +435,10 @@ RESERVE_KEYS = frozenset({"max_new_tokens", "reserve_init_ratio", "reserve_min_r
                           "reserve_clip_tokens", "retract_headroom_steps"})
 
 
+# InferenceParams' constants of the collective formula used without a network model (no run takes it).
+FALLBACK_COLLECTIVE_KEYS = ("fallback_step_latency_s", "fallback_collective_efficiency")
+
+
 class InferenceParams(StrictModel):
     """Modelling constants of the rollout engine (`workload.inference.<field>`)."""
 
@@ -546,7 +550,8 @@ class InferenceParams(StrictModel):
     # Used only when no CollectiveModel is given: time = launch + steps(op, n) x step latency +
     # busbw factor x bytes / (scale-up link x eff), the nccl-tests convention (ring all-reduce
     # 2(n-1) steps, all-to-all n-1). hardware.md: CloudMatrix node-to-node latency < 1 us; NCCL
-    # small all-reduces on 8 NVLink GPUs take ~10 us over 14 ring steps.
+    # small all-reduces on 8 NVLink GPUs take ~10 us over 14 ring steps. A scenario's run always has
+    # one, so a scenario refuses them (FALLBACK_COLLECTIVE_KEYS); the standalone predictors read them.
     fallback_step_latency_s: float = Field(1e-6, ge=0)
     fallback_collective_efficiency: float = Field(0.8, gt=0, le=1)
     # The engine's own TP all-reduce (vLLM and SGLang custom_all_reduce.py, on unless

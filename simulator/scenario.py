@@ -34,6 +34,7 @@ from .errors import RlsimError, validation_error
 from .overrides import apply_overrides, parse_assignment
 from .params import (
     DEFAULT_TRAIN_SOFTWARE,
+    FALLBACK_COLLECTIVE_KEYS,
     PAGEABLE_OFFLOAD_BPS,
     PAGEABLE_ONLOAD_BPS,
     RESERVE_KEYS,
@@ -401,20 +402,36 @@ class RecoveryConfig(_Strict):
     # reload + re-initialise: "restart within minutes" (MegaScale, arXiv 2402.15627); 120 s assumed
     restart_s: float = Field(120.0, ge=0)
 
+    @field_validator("checkpoint_every_steps", mode="after")
+    @classmethod
+    def _cadence_needs_checkpoints(cls, value: int, info: ValidationInfo) -> int:
+        """The cadence says where a failure rolls back to under lose_to: checkpoint only (with 'step'
+        the runners never read it: rl/schedules/colocated.py, split_failures.py)."""
+        if value != cls.model_fields["checkpoint_every_steps"].default and (info.data or {}).get("lose_to") == "step":
+            raise ValueError("applies only with recovery.lose_to: checkpoint (lose_to: step rolls back to the start "
+                             "of the step in flight); remove schedule.recovery.checkpoint_every_steps, or set "
+                             "schedule.recovery.lose_to: checkpoint")
+        return value
+
 
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
 COMMON_KNOBS = frozenset({"kind", "overprovision", "low_batch_share", "distqueue",
-                          "weight_sync_efficiency", "refit", "refit_overlap", "refit_tensor_overhead_s", "micro_batching", "pack_tokens", "reuse_stage_costs",
-                          "forward_micro_batch", "reference_swap_copies", "host_copies"})
+                          "weight_sync_efficiency", "refit", "refit_tensor_overhead_s", "micro_batching", "pack_tokens",
+                          "reuse_stage_costs", "forward_micro_batch", "reference_swap_copies", "host_copies"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
 # a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
 COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
-SPLIT_KNOBS = frozenset({"rollout_fraction", "rollout_devices", "tail_threshold"})
+# refit_overlap: the full-tensor refit between two sets of devices (split pools; also StaleSync's,
+# whose trainers re-sync the whole colocated pool after its tail consolidation: rl/llm_costs.py weight_sync_s).
+SPLIT_KNOBS = frozenset({"rollout_fraction", "rollout_devices", "tail_threshold", "refit_overlap"})
 # Rollout may run ahead of training (staleness >= 1): bounded staleness and interruptible rollouts.
 STALE_KNOBS = frozenset({"staleness", "partial_rollout", "length_budget"})
 # Why a knob is limited to some kinds, said in the refusal (the rest: the kinds' placements differ).
 KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1)" for k in STALE_KNOBS},
                 "stream_threshold": "only StaleSync waits for a share of the batch",
+                "refit_overlap": "it overlaps the full-tensor refit's broadcast with its gather, a refit from the "
+                                 "trainers to other devices (split pools, StaleSync's tail consolidation); the "
+                                 "colocated kind reshards on the devices that trained",
                 "reward_during_forwards": "only the synchronous colocated step (verl's hybrid engine) waits for "
                                           "its whole batch's rewards before training",
                 "between_gen_batches": "only the synchronous colocated step generates a step's batches one after "
@@ -487,7 +504,9 @@ class ScheduleConfig(_Strict):
     refit: Literal["reshard", "full-tensors"] = "reshard"
     # full-tensors on split pools: the broadcast of one bucket overlaps the gather of the next (NeMo
     # RL streams buckets, packed_broadcast_producer; the two use separate NCCL communicators): the
-    # refit lasts max(gather, broadcast); False: gather + broadcast (one stream). Assumption.
+    # refit lasts max(gather, broadcast); False: gather + broadcast (one stream). Assumption. Also
+    # read by colocated StaleSync's refit after a tail consolidation (trainers -> the whole pool);
+    # given with reshard or where no refit leaves the trainers' devices it is refused (_read_past_refit).
     refit_overlap: bool = True
     # full-tensors: CPU time per named tensor of the model's Hugging Face state dict on every training
     # rank (Megatron-Bridge's export builds each tensor in its own conversion task, issuing its TP / EP
@@ -730,7 +749,7 @@ def _stalesync() -> type[ScheduleConfig]:
     class StaleSyncSchedule(ScheduleConfig):
         """Quasi-asynchronous within a staleness bound, training starts at a threshold share of the batch;
         on the colocated placement (default) or on split pools (``placement: disaggregated``)."""
-        ACCEPTS: ClassVar[frozenset[str]] = STALE_KNOBS | {"placement", "stream_threshold"}
+        ACCEPTS: ClassVar[frozenset[str]] = STALE_KNOBS | {"placement", "stream_threshold", "refit_overlap"}
         RUNS_AHEAD: ClassVar[bool] = True
         DEFAULT_THRESHOLD: ClassVar[float | None] = 0.5
         kind: Literal["stalesync"] = "stalesync"
@@ -1191,11 +1210,96 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
         raise RlsimError("between_gen_batches applies to dynamic sampling, whose step generates several batches",
                          source=source, field="schedule.between_gen_batches",
                          fix="remove schedule.between_gen_batches (or give workload.dynamic_sampling)")
+    _refuse_inapplicable_training_key(scenario, source, workload_file, set_keys)
+    for field, why, fix in _read_past_keys(scenario):
+        raise RlsimError(why, source=source, field=field, fix=fix)
     if scenario.iterations > scenario.limits.max_iterations:
         raise RlsimError(f"{_count(scenario.iterations)} iterations is past limits.max_iterations="
                          f"{scenario.limits.max_iterations}", source=source, field="iterations",
                          fix=LIMITS_FIX.format(name="max_iterations"))
     return scenario
+
+
+def _refuse_inapplicable_training_key(scenario: Scenario, source: str, workload_file: str | None,
+                                      set_keys: Iterable[str]) -> None:
+    """A train_layout, train_params.comm or forward_micro_batch key given that the training layout
+    makes inapplicable (llm/train_layout.py inapplicable_given_key) is an error naming it."""
+    from .llm.train_layout import inapplicable_given_key  # the cost layers' package: a run imports it anyway
+    w, schedule = scenario.workload, scenario.schedule
+    found = inapplicable_given_key(w.train_layout, w.train_params.comm, TRAIN_SOFTWARE[w.train_software].params.comm,
+                                   schedule.forward_micro_batch, bool(schedule.failures))
+    if found is not None:
+        field, message, fix = found
+        raise RlsimError(message, source=_error_source([field], source, workload_file, set_keys), field=field,
+                         fix=fix)
+
+
+ReadPast = list[tuple[str, str, str]]   # (full dotted field, why it is read past, the fix)
+
+
+def _read_past_keys(scenario: Scenario) -> ReadPast:
+    """Keys given away from their defaults that this scenario never reads, so they change no
+    prediction (an error, not a silent drop). Presets, engines and importers give none of them."""
+    sched = scenario.schedule
+    return (_read_past_fallback(scenario.workload.inference) + _read_past_refit(sched) + _read_past_recovery(sched)
+            + _read_past_switch(sched))
+
+
+def _read_past_fallback(inference: InferenceParams) -> ReadPast:
+    """A run prices every rollout collective with the network model on the instance's own ranks
+    (rl/llm_costs.py; layout: auto's planner too): the fallback formula serves only the standalone
+    predictors called without a topology (decode_step_time_s; rlsim validate V3 / V5)."""
+    return [(f"workload.inference.{key}", f"{key} is not read by a run: every rollout collective is priced by the "
+             "network model on the instance's ranks (the fallback formula serves the standalone predictors without "
+             "a topology, e.g. rlsim validate V3 / V5)",
+             f"remove workload.inference.{key} (the topology's links and latencies set the collectives' times)")
+            for key in inference.set_off_default(FALLBACK_COLLECTIVE_KEYS)]
+
+
+def _read_past_refit(sched: ScheduleConfig) -> ReadPast:
+    """The full-tensor refit's constants under refit: reshard; its overlap where every refit stays on
+    the devices that trained (colocated StaleSync whose tail never consolidates: rl/llm_costs.py
+    weight_sync_s reads refit_overlap only from one set of devices to another)."""
+    out: ReadPast = []
+    full = sched.refit == "full-tensors"
+    for key in sched.set_off_default(("refit_overlap", "refit_tensor_overhead_s")):
+        if not full:
+            what = "the overlap of its broadcast with its gather" if key == "refit_overlap" else \
+                "the CPU time of building each full tensor"
+            out.append((f"schedule.{key}", f"{key} applies to refit: full-tensors ({what}); refit: reshard sends "
+                        "each device its shard, without either", f"remove schedule.{key}, or set schedule.refit: "
+                        "full-tensors"))
+        elif key == "refit_overlap" and sched.effective_placement == "colocated" and not (
+                sched.effective_staleness >= 1 and sched.effective_threshold < 1):
+            out.append(("schedule.refit_overlap", "refit_overlap applies to a refit from the trainers to other "
+                        "devices, which StaleSync on the colocated placement runs after a tail consolidation only: "
+                        f"at staleness {sched.effective_staleness:g} and stream_threshold "
+                        f"{sched.effective_threshold:g} the tail never consolidates",
+                        "remove schedule.refit_overlap, or set schedule.staleness >= 1 and stream_threshold < 1"))
+    return out
+
+
+def _read_past_recovery(sched: ScheduleConfig) -> ReadPast:
+    """schedule.recovery prices the failures of schedule.failures: without any it is never read."""
+    if sched.failures:
+        return []
+    return [(f"schedule.recovery.{key}", f"recovery.{key} sets what a failure costs, and this run has no "
+             "schedule.failures", "remove schedule.recovery, or give schedule.failures")
+            for key in sched.recovery.set_off_default(RecoveryConfig.model_fields)]
+
+
+def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
+    """switch.host_link_efficiency rates the copies over the host link (rl/llm_costs.py switch,
+    engine_cycle, reference_swap_s): with none of them it is never read."""
+    switch = sched.switch
+    copies = (switch.offload_optimizer or switch.offload_weights or (switch.engine_sleep and switch.engine_sleep_level == 1)
+              or sched.reference_swap_copies)
+    if copies or not switch.set_off_default(("host_link_efficiency",)):
+        return []
+    return [("schedule.switch.host_link_efficiency", "switch.host_link_efficiency rates the copies over the host "
+             "link, and this run makes none: switch.offload_optimizer and offload_weights are false, the engine does "
+             "not sleep at level 1 and reference_swap_copies is 0",
+             "remove schedule.switch.host_link_efficiency, or turn one of those copies on")]
 
 
 def _error_source(fields: list[str], source: str, workload_file: str | None, set_keys: Iterable[str]) -> str:
