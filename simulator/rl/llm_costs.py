@@ -254,6 +254,15 @@ class LlmCosts:
                 layout_field="workload.rollout_layout")
         return hit
 
+    def custom_all_reduce_runs(self, ranks: Sequence[int]) -> bool:
+        """Whether the engine's own TP all-reduce (inference.custom_all_reduce) can run on an instance
+        of ``ranks``: its TP group (the instance's first tp ranks, as StepCost reduces on) is one the
+        kernel takes (CollectiveModel.custom_all_reduce_lines: 2, 4, 6 or 8 devices of one node)."""
+        d, tp = self.instance_devices, self.rollout_layout.tp
+        if tp < 2:
+            return False
+        return any(self.collectives.custom_all_reduce_lines(ranks[i:i + tp]) for i in range(0, len(ranks) - d + 1, d))
+
     # ---- helpers ---------------------------------------------------------------------------------
     def layout(self, n_devices: int) -> TrainLayout:
         """The training layout on a pool of ``n_devices``. Experts fold over the TP x CP x DP ranks of

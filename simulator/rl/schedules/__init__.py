@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...des import Simulation
+from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
@@ -67,6 +68,36 @@ def _check_given_dp(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) ->
                              "rollout_fraction, topology) to dp replicas")
 
 
+def _given_custom_all_reduce(scenario: Scenario) -> list[str]:
+    """The engine all-reduce keys the user gave: custom_all_reduce on where the named engine does not
+    turn it on, custom_all_reduce_max_bytes away from its default. Off is never refused: it is what
+    runs where the kernel cannot (the verl importer sets it for every vLLM rollout)."""
+    w = scenario.workload
+    engine_on = bool(w.engine) and ENGINE_SOFTWARE[w.engine].inference.get("custom_all_reduce") is True
+    keys = ["custom_all_reduce"] if w.inference.custom_all_reduce and not engine_on else []
+    return keys + w.inference.set_off_default(("custom_all_reduce_max_bytes",))
+
+
+def _check_custom_all_reduce(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:
+    """workload.inference.custom_all_reduce given where no rollout instance's TP group can run the
+    engine's kernel (tp 1, a size it does not take, a group across nodes) changes no prediction.
+    Under rollout_layout: auto it applies: the planner weighs it when it picks the TP size."""
+    runs = getattr(costs, "custom_all_reduce_runs", None)
+    given = _given_custom_all_reduce(scenario)
+    if runs is None or not given or scenario.workload.rollout_layout == "auto":
+        return
+    pool = pools.get("rollout") or pools["actor"]
+    if runs(pool.ranks):
+        return
+    tp = costs.rollout_layout.tp
+    why = ("an instance of tp 1 has no TP all-reduce" if tp == 1 else
+           f"no TP group of {tp} devices of the rollout pool is one it takes (2, 4, 6 or 8 devices of one node)")
+    raise RlsimError(f"{given[0]} applies to the engine's own TP all-reduce, and {why}", source=scenario.source,
+                     field=f"workload.inference.{given[0]}",
+                     fix=f"remove workload.inference.{given[0]}, or give workload.rollout_layout.tp 2, 4, 6 or 8 "
+                         "within one node")
+
+
 def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sampler: Sampler,
                  response_sampler: Sampler, *, start_s: float = 0.0, replanner: Replanner | None = None,
                  progress: Callable[[int, int], None] | None = None, keep_samples: bool = True) -> RunRecord:
@@ -79,6 +110,7 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     _check_partial_rollout(scenario, policy)
     pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_pool_unit, scenario.source)
     _check_given_dp(scenario, costs, pools)
+    _check_custom_all_reduce(scenario, costs, pools)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed),
                   keep_samples=keep_samples)
     ctx.start_s, ctx.replanner = float(start_s), replanner
