@@ -754,6 +754,16 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
                     fabric=fabric)
 
 
+def _check_link_given_once(dev_raw: Any, dev_field: str, section: _Reader, device_key: str) -> None:
+    """A device mapping's link rate (scaleup_bw_Bps / host_link_bw_Bps) is only the default of the
+    link section's `bw`: given beside that `bw` it would be read past, so it is an error."""
+    if isinstance(dev_raw, Mapping) and device_key in dev_raw and "bw" in section.m:
+        raise RlsimError(f"{device_key} is the default of {section.where('bw')}, which this topology sets "
+                         f"({section.m['bw']}): the device's value would be read past", source=section.source,
+                         field=f"{dev_field}.{device_key}",
+                         fix=f"set the topology's {section.where('bw')} instead (--set topology.{section.where('bw')}=...)")
+
+
 def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, devices_before: int,
                 max_devices: int) -> GroupPlan:
     """One group's (or the whole file's) devices, counts and links, checked."""
@@ -793,10 +803,12 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     if up_kind == "mesh" and per_domain != 1:
         raise RlsimError("a full-mesh scale-up spans one server", source=source,
                          field=g.where("nodes_per_domain"), fix="set nodes_per_domain: 1")
+    _check_link_given_once(dev_raw, dev_field, up_r, "scaleup_bw_Bps")
     up = up_r.link("bw", spec.scaleup_bw_Bps, DEFAULT_SCALEUP_LATENCY_S, DEFAULT_SCALEUP_EFFICIENCY)
     uplink_bw = per_node * up.bw_Bps / up_r.number("oversubscription", 1.0, minimum=1.0)
     host_r = _Reader(_merge(_section(top, "host", _HOST_KEYS), _section(g, "host", _HOST_KEYS)), source,
                      g.where("host") if "host" in g.m else "host")
+    _check_link_given_once(dev_raw, dev_field, host_r, "host_link_bw_Bps")
     host = host_r.link("bw", spec.host_link_bw_Bps, DEFAULT_HOST_LATENCY_S, DEFAULT_HOST_EFFICIENCY)
     nic = None
     if out_r is not None:

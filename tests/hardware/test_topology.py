@@ -257,3 +257,16 @@ def test_a_link_section_refuses_a_field_it_does_not_read(section, fields):
         load_topology(mapping)
     key = f".{next(iter(fields))}" if isinstance(fields, dict) else ""
     assert err.value.field == f"{section}{key}"
+
+
+@pytest.mark.parametrize("device_key, section", [("scaleup_bw_Bps", "scaleup"), ("host_link_bw_Bps", "host")])
+def test_a_device_link_rate_beside_the_sections_bw_is_refused(device_key, section):
+    # the section's bw sets the link: the device's rate (its default) was read past
+    with pytest.raises(RlsimError, match=f"{device_key} is the default of {section}.bw") as exc:
+        load_topology("dgx-h100", {"device": {device_key: "10GB/s"}, section: {"bw": "100GB/s"}})
+    assert exc.value.field == f"topology.device.{device_key}" and f"topology.{section}.bw" in exc.value.fix
+
+
+def test_a_device_link_rate_is_the_link_when_the_section_gives_no_bw():
+    slow = load_topology("dgx-h100", {"device": {"host_link_bw_Bps": "8GB/s"}})   # dgx-h100's host: no bw
+    assert slow.path_bw_Bps(0, "host0") == pytest.approx(8e9)   # the host link itself
