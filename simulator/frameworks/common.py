@@ -258,6 +258,37 @@ def model_for(value: Any, field_name: str, source: str) -> tuple[str, str]:
                      fix=f"--set workload.model=PRESET (one of: {', '.join(sorted(names))}) or a path to its config.json")
 
 
+def without_inapplicable_layout_keys(layout: dict[str, Any], model: str | None, config_keys: Mapping[str, str],
+                                     decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """An imported train_layout less the keys its layout or model makes inapplicable, which a
+    scenario refuses (llm/train_layout.py): a config's sequence_parallel true at tp 1 (no TP group to
+    split over) and its expert_tensor_parallel_size on a dense model (NeMo RL's recipes give 1 for
+    every model). ``config_keys``: the config key each came from (layout key -> config key), marked
+    ignored. ``model``: the workload.model mapped (None: given by --set, unread here; the model is
+    then taken as dense at ep 1)."""
+    out = dict(layout)
+    if out.get("sequence_parallel") and out.get("tp", 1) == 1 and "sequence_parallel" in config_keys:
+        del out["sequence_parallel"]
+        decided[config_keys["sequence_parallel"]] = ("ignored", "tensor parallel size 1: no TP group for sequence "
+                                                     "parallelism to split over")
+    if "etp" in out and "etp" in config_keys and not _has_experts(model, out.get("ep", 1)):
+        del out["etp"]
+        decided[config_keys["etp"]] = ("ignored", "a dense model: no expert layers to split")
+    return out
+
+
+def _has_experts(model: str | None, ep: int) -> bool:
+    """Whether the mapped model has experts; a model not read here (or unreadable: its own error comes
+    later), by its expert parallelism."""
+    from ..llm.architecture import load_model
+    if model is None:
+        return ep > 1
+    try:
+        return bool(load_model(model).is_moe)
+    except RlsimError:
+        return ep > 1
+
+
 def _name_candidates(name: str) -> list[str]:
     out = [name]
     stripped = name

@@ -29,6 +29,7 @@ from .common import (
     read_config,
     size_topology,
     unsupported,
+    without_inapplicable_layout_keys,
 )
 
 # NeMo RL's defaults for the keys rlsim maps when a recipe (and its base) leaves them out
@@ -256,7 +257,9 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["prompt_length"] = capped_length("prompt_length", min(prompt_max, tmax - 1), "data.max_input_seq_length", src,
                                        v.result.notes)
     w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
-    w["train_layout"] = _train_layout(v)
+    keys = ({"sequence_parallel": f"{_M}.sequence_parallel", "etp": f"{_M}.expert_tensor_parallel_size"}
+            if v(f"{_M}.enabled") else {"sequence_parallel": "policy.dtensor_cfg.sequence_parallel"})
+    w["train_layout"] = without_inapplicable_layout_keys(_train_layout(v), w.get("model"), keys, decided)
     w["rollout_layout"] = _rollout_layout(v)
     # NeMo RL v0.5 drives vLLM V1: through the LLM class, or AsyncLLM with async_engine
     w["engine"] = "vllm-v1-async" if v(f"{_V}.async_engine") else "vllm-v1"

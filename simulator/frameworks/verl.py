@@ -33,6 +33,7 @@ from .common import (
     read_config,
     size_topology,
     unsupported,
+    without_inapplicable_layout_keys,
 )
 
 RECIPES = ("colocated", "one-step-off", "fully-async")
@@ -363,7 +364,10 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["prompt_length"] = capped_length("prompt_length", v("data.max_prompt_length"), "data.max_prompt_length", src, v.result.notes)
     w["response_length"] = capped_length("response_length", v("data.max_response_length"),
                                          "data.max_response_length", src, v.result.notes)
-    w["train_layout"] = _train_layout(v)
+    m = f"{A}.actor.megatron"
+    w["train_layout"] = without_inapplicable_layout_keys(
+        _train_layout(v), w.get("model"), {"sequence_parallel": f"{m}.sequence_parallel",
+                                           "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     w["rollout_layout"] = _rollout_layout(v, decided)
     _engine_and_offload(v, w, decided)
     if recipe != "fully-async" and v(f"{A}.rollout.mode") == "async":
@@ -576,6 +580,7 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
                                                     f"{r}.log_prob_micro_batch_size_per_gpu", src)
         return
     s["micro_batching"] = "balanced"
+    layout.pop("micro_batch", None)   # the token budget cuts the micro-batches: a scenario refuses micro_batch beside it
     layout["max_tokens_per_micro_batch"] = positive_int(v(f"{A}.actor.ppo_max_token_len_per_gpu"),
                                                         f"{A}.actor.ppo_max_token_len_per_gpu", src)
     if v.given(f"{A}.actor.ppo_micro_batch_size_per_gpu"):

@@ -390,14 +390,37 @@ def test_the_guide_lists_every_table_entry(module):
 
 def test_nemo_rl_megatron_expert_tp_and_uneven_stages_are_mapped(capsys, tmp_path):
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
+                                  "policy.model_name=Qwen/Qwen3-30B-A3B",
                                   "policy.megatron_cfg.enabled=true",
                                   "policy.megatron_cfg.pipeline_model_parallel_size=2",
-                                  "policy.megatron_cfg.num_layers_in_first_pipeline_stage=15",
-                                  "policy.megatron_cfg.num_layers_in_last_pipeline_stage=17",
+                                  "policy.megatron_cfg.num_layers_in_first_pipeline_stage=23",
+                                  "policy.megatron_cfg.num_layers_in_last_pipeline_stage=25",
                                   "policy.megatron_cfg.expert_tensor_parallel_size=1")
     layout = workload.train_layout
     assert {k: layout[k] for k in ("pp", "pp_first_stage_layers", "pp_last_stage_layers", "etp")} == \
-        {"pp": 2, "pp_first_stage_layers": 15, "pp_last_stage_layers": 17, "etp": 1}
+        {"pp": 2, "pp_first_stage_layers": 23, "pp_last_stage_layers": 25, "etp": 1}
+
+
+@pytest.mark.parametrize("framework, config, prefix", [
+    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.megatron_cfg"),
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", "actor_rollout_ref.actor.megatron")])
+def test_expert_tp_on_a_dense_model_and_sequence_parallel_at_tp_1_are_ignored(capsys, tmp_path, framework, config,
+                                                                              prefix):
+    """NeMo RL's recipes give expert_tensor_parallel_size 1 for every model and sequence_parallel may
+    be on at tp 1: neither acts there, and a scenario refuses both (etp on a dense model,
+    sequence_parallel true at tp 1), so the import leaves them out, listed as ignored."""
+    backend = ["policy.megatron_cfg.enabled=true"] if framework == "nemo-rl" else ["actor_rollout_ref.actor.strategy=megatron"]
+    keys = [f"{prefix}.expert_tensor_parallel_size", f"{prefix}.sequence_parallel"]
+    argv = [FLAG[framework], str(EXAMPLES / config), *backend, f"{prefix}.tensor_model_parallel_size=1",
+            f"{keys[0]}=1", f"{keys[1]}=true"]
+    code, printed, err = cli(capsys, "run", *argv, "--print-scenario")
+    assert code == 0, err
+    layout = yaml.safe_load(printed)["workload"]["train_layout"]
+    assert "etp" not in layout and "sequence_parallel" not in layout
+    code, out, err = cli(capsys, "run", *argv, "--json", "--iterations", "1")
+    assert code == 0, err
+    ignored = json.loads(out)["framework_import"]["ignored"]
+    assert "dense model" in ignored[keys[0]] and "tensor parallel size 1" in ignored[keys[1]]
 
 
 def test_verl_dynamic_batch_size_is_a_token_budget_whatever_the_micro_batch_size(capsys, tmp_path):
@@ -408,6 +431,7 @@ def test_verl_dynamic_batch_size_is_a_token_budget_whatever_the_micro_batch_size
                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
                            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=24576")
     assert a.train_layout["max_tokens_per_micro_batch"] == b.train_layout["max_tokens_per_micro_batch"] == 12288
+    assert "micro_batch" not in b.train_layout   # not read beside the budget: a scenario refuses it there
     assert b.train_layout["logprob_max_tokens_per_micro_batch"] == 24576
     assert "logprob_max_tokens_per_micro_batch" not in a.train_layout   # verl's default: the training budget
     # without dynamic batch size the log-prob passes take log_prob_micro_batch_size_per_gpu samples
