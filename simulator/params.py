@@ -53,7 +53,8 @@ _DP_OVERLAP = Gate(("dp_overlap_fraction",), lambda v: v["dp_overlap_fraction"] 
 # Knobs a switch of their own section makes inapplicable (section -> knob -> gate): given away from
 # their defaults with the switch off they would be silently ignored (the models' `_gated_knob_applies`
 # refuse them). flash_efficiency_ratio is not here: it also rates the Mamba-2 scans with flash off
-# (llm/train_compute.py). Gates that depend on the layout (ZeRO 3, cp > 1) are not checked.
+# (llm/train_compute.py). Gates that depend on the layout (ZeRO 3, cp > 1, Ulysses) are
+# llm/train_layout.py LAYOUT_GATED_COMM, checked where a scenario gives the layout.
 GATED_KNOBS: dict[str, dict[str, Gate]] = {
     "compute": {**dict.fromkeys(("flash_backward_efficiency_ratio", "flash_causal_fraction", "flash_backward_factor"),
                                 _FLASH),
