@@ -30,6 +30,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
 
 
+# What a collective's cost reads of a device (network/collectives.py): its kernel launch and the
+# link rates a topology section without `bw` takes from it; `name` / `base` pick the device. Its
+# compute, memory, power and price are not read here.
+_DEVICE_FIELDS_READ = frozenset({"name", "base", "launch_overhead_s", "scaleup_bw_Bps", "host_link_bw_Bps"})
+_LIMITS_READ = frozenset({"max_devices"})
+
+
+def _refuse_unread(overrides: list[str]) -> None:
+    """A device field or limit the collective's cost does not read was read past: an error naming it."""
+    from ..overrides import parse_assignment
+
+    for item in overrides:
+        key, value = parse_assignment(item)
+        parts = key.split(".")
+        if parts[0] == "limits" and len(parts) > 1 and parts[1] not in _LIMITS_READ:
+            raise RlsimError("bounds a simulated run; comm reads only limits.max_devices", field=key,
+                             fix=f"drop --set {key}")
+        if "device" not in parts[:-1] and not (parts[-1] == "device" and isinstance(value, dict)):
+            continue
+        at = parts.index("device")
+        given = parts[at + 1:at + 2] or list(value)
+        for name in given:
+            if name not in _DEVICE_FIELDS_READ:
+                field = ".".join(parts[:at + 1] + [name])
+                raise RlsimError("not read by a collective's cost, which reads the device's launch_overhead_s "
+                                 "and link rates", field=field,
+                                 fix="drop it (the device's compute, memory and price matter to rlsim run)")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..hardware.topology import load_topology
     from ..network.collectives import CollectiveModel, parse_group
@@ -41,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if stray:
         raise RlsimError(f"comm takes only topology.* and limits.* overrides, got {stray[0]!r}", field="--set",
                          fix="e.g. --set topology.nodes=2")
+    _refuse_unread(args.overrides)
     from ..scenario import load_limits
     limits = load_limits(section(args.overrides, "limits"), "--set")
     topology = load_topology(args.topology, section(args.overrides, "topology"), max_devices=limits.max_devices)

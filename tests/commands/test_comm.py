@@ -98,3 +98,25 @@ def test_an_algorithm_that_does_not_apply_names_the_flag(capsys):
     code = main(["comm", "--topology", "dgx-h100", "--op", "all_reduce", "--bytes", "1MiB", "--group", "node:0",
                  "--algorithm", "direct"])
     assert code == 2 and "field '--algorithm'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("item, field", [
+    ("topology.device.gemm_efficiency=0.5", "topology.device.gemm_efficiency"),
+    ("topology.device={base: h100, hbm_bw_Bps: 1TB/s}", "topology.device.hbm_bw_Bps"),
+    ("topology.device.peak_flops.bf16=1e14", "topology.device.peak_flops"),
+    ("limits.max_global_batch=4", "limits.max_global_batch"),
+])
+def test_a_key_the_collective_does_not_read_is_refused(capsys, item, field):
+    # the busbw came back unchanged: they were read past
+    argv = ["comm", "--topology", "dgx-h100", "--op", "all_reduce", "--bytes", "1MiB", "--group", "node:0"]
+    assert main([*argv, "--set", item]) == 2
+    assert f"field '{field}'" in capsys.readouterr().err
+
+
+def test_the_device_fields_a_collective_reads_move_it(capsys):
+    argv = ["comm", "--topology", "dgx-h100", "--op", "all_reduce", "--bytes", "1KiB", "--group", "node:0", "--json"]
+    times = []
+    for extra in ([], ["--set", "topology.device.launch_overhead_s=1e-3", "--set", "limits.max_devices=64"]):
+        assert main([*argv, *extra]) == 0
+        times.append(json.loads(capsys.readouterr().out)["time_s"])
+    assert times[1] > times[0]
