@@ -45,7 +45,7 @@ def _refuse_unread(overrides: list[str]) -> None:
         key, value = parse_assignment(item)
         parts = key.split(".")
         if parts[0] == "limits" and len(parts) > 1 and parts[1] not in _LIMITS_READ:
-            raise RlsimError("bounds a simulated run; comm reads only limits.max_devices", field=key,
+            raise RlsimError("bounds a simulated run; comm reads only limits.max_devices", source="--set", field=key,
                              fix=f"drop --set {key}")
         if "device" not in parts[:-1] and not (parts[-1] == "device" and isinstance(value, dict)):
             continue
@@ -55,7 +55,7 @@ def _refuse_unread(overrides: list[str]) -> None:
             if name not in _DEVICE_FIELDS_READ:
                 field = ".".join(parts[:at + 1] + [name])
                 raise RlsimError("not read by a collective's cost, which reads the device's launch_overhead_s "
-                                 "and link rates", field=field,
+                                 "and link rates", source="--set", field=field,
                                  fix="drop it (the device's compute, memory and price matter to rlsim run)")
 
 

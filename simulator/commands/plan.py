@@ -111,7 +111,7 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
         key = parse_assignment(item)[0]
         if key.split(".")[0] in _RUN_ONLY:
             raise RlsimError(f"{key} is read by a simulated run (rlsim run / compare / sweep); plan prices each "
-                             "layout's step analytically and does not read it", field=key,
+                             "layout's step analytically and does not read it", source="--set", field=key,
                              fix=f"drop --set {key}, or simulate the chosen layout with rlsim run")
     if args.stage == "rollout":
         for flag, value in (("--global-batch", args.global_batch), ("--seq-len", args.seq_len)):
@@ -122,8 +122,8 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
     for item in args.overrides:
         key = parse_assignment(item)[0]
         if key.startswith(_STAGE_ONLY[other]):
-            raise RlsimError(f"{key} applies to --stage {other}; this plans the {args.stage} stage", field=key,
-                             fix=f"drop --set {key}, or give --stage {other}")
+            raise RlsimError(f"{key} applies to --stage {other}; this plans the {args.stage} stage", source="--set",
+                             field=key, fix=f"drop --set {key}, or give --stage {other}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -139,7 +139,7 @@ def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
     plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=rest)
     if not plan.distributions and any(parse_assignment(o)[0] == "seed" for o in rest):
         raise RlsimError("seed picks the replicas' draws of distribution values, and this plan has none "
-                         "(the planner itself has no randomness)", field="seed",
+                         "(the planner itself has no randomness)", source="--set", field="seed",
                          fix="drop --set seed, or give a workload key as a distribution (docs/guides/uncertainty.md)")
     if not plan.varies:
         return None
