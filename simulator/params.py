@@ -12,7 +12,7 @@ docs/cost-models-inference.md.
 # a forward reference is quoted instead.
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -54,7 +54,7 @@ _DP_OVERLAP = Gate(("dp_overlap_fraction",), lambda v: v["dp_overlap_fraction"] 
 # their defaults with the switch off they would be silently ignored (the models' `_gated_knob_applies`
 # refuse them). flash_efficiency_ratio is not here: it also rates the Mamba-2 scans with flash off
 # (llm/train_compute.py). Gates that depend on the layout (ZeRO 3, cp > 1, Ulysses) are
-# llm/train_layout.py LAYOUT_GATED_COMM, checked where a scenario gives the layout.
+# LAYOUT_GATED_COMM, checked where a scenario gives the layout (below).
 GATED_KNOBS: dict[str, dict[str, Gate]] = {
     "compute": {**dict.fromkeys(("flash_backward_efficiency_ratio", "flash_causal_fraction", "flash_backward_factor"),
                                 _FLASH),
@@ -695,6 +695,134 @@ def train_software(name: str, field: str = "workload.train_software", source: st
     except KeyError:
         raise RlsimError(f"unknown training software {name!r}", source=source, field=field,
                          fix=f"use one of: {', '.join(TRAIN_SOFTWARE)}") from None
+
+
+@dataclass(frozen=True)
+class LayoutGate:
+    """The part of the training layout a train_params.comm knob acts on: whether a layout has it
+    (`applies`, on anything with tp / cp / zero / ulysses_sp: llm's TrainLayout, a TrainLayoutKeys),
+    the setting that gives it (`needs`, as the refusal names it), what the knob acts on there (`why`)
+    and how to get it (`fix`)."""
+
+    applies: Callable[[Any], bool]
+    needs: str
+    why: str
+    fix: str
+
+
+_FSDP_GATE = LayoutGate(lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
+                        "the per-layer parameter all-gathers and gradient reduce-scatters of FSDP / ZeRO-3",
+                        "set workload.train_layout.zero: 3")
+# train_params.comm knobs that only one part of the training layout reads (llm/training.py
+# _layer_cost): the layout's counterpart of GATED_KNOBS, whose gates are switches of the knob's own
+# section. A knob given off its stack's value where the given layout lacks that part is refused
+# (inapplicable_given_key); a layout the planner picks (train_layout: auto) may have it.
+LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
+    "fsdp_gather_overlap_fraction": _FSDP_GATE,
+    "fsdp_reduce_overlap_fraction": _FSDP_GATE,
+    "cp_overlap_fraction": LayoutGate(lambda lay: lay.cp > 1 and not lay.ulysses_sp,
+                                      "ring-attention context parallelism (train_layout.cp > 1, ulysses_sp false)",
+                                      "its KV all-gathers and reduce-scatters",
+                                      "set workload.train_layout.cp above 1 without ulysses_sp"),
+    "ulysses_overlap_fraction": LayoutGate(lambda lay: lay.cp > 1 and lay.ulysses_sp,
+                                           "Ulysses sequence parallelism (train_layout.cp > 1, ulysses_sp true)",
+                                           "its all-to-alls around attention",
+                                           "set workload.train_layout.cp above 1 and ulysses_sp: true"),
+}
+
+InapplicableKey = tuple[str, str, str]   # (dotted field, what is wrong, fix)
+
+
+@dataclass(frozen=True)
+class TrainLayoutKeys:
+    """The train_layout keys the applicability checks read, with llm's TrainLayout defaults (the config
+    layer does not build the layout itself: the cost layers do, and report its errors)."""
+
+    tp: int = 1
+    cp: int = 1
+    zero: int = 1
+    micro_batch: int = 1
+    ulysses_sp: bool = False
+    sequence_parallel: bool | None = None
+    max_tokens_per_micro_batch: int | None = None
+    logprob_max_tokens_per_micro_batch: int | None = None
+
+    @classmethod
+    def of(cls, layout: Mapping[str, Any]) -> "TrainLayoutKeys | None":
+        """The keys of a given layout; None when one is not of its type (the layout's own error)."""
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            name = field.name
+            value = layout.get(name, field.default)
+            if name.endswith("max_tokens_per_micro_batch") and (value is None or str(value).lower() in ("auto", "none")):
+                value = None
+            kind = bool if name in ("ulysses_sp", "sequence_parallel") else int
+            if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+                return None
+            values[name] = value
+        return cls(**values)
+
+
+def inapplicable_given_key(layout: Mapping[str, Any] | str, comm: "CommParams", stack_comm: "CommParams",
+                           forward_micro_batch: int | None, replans: bool) -> InapplicableKey | None:
+    """The first key of a scenario's training side that the user gave and its layout makes
+    inapplicable (it cannot change any prediction), or None. `layout`: workload.train_layout (a
+    stack's recompute / zero / sequence_parallel under the user's keys: the stacks never set
+    sequence_parallel true, ulysses_sp, micro_batch or the token budgets); `comm` / `stack_comm`: the
+    run's CommParams and its stack's (a knob off the stack's value is the user's);
+    `forward_micro_batch`: schedule.forward_micro_batch; `replans`: schedule.failures re-plan the
+    layout (the planner's search reads micro_batch). etp on a dense model needs the model:
+    llm/train_layout.py TrainLayout.check_model refuses it."""
+    if not isinstance(layout, Mapping):
+        return None   # auto: the planner picks the layout, under which these may apply
+    lay = TrainLayoutKeys.of(layout)
+    if lay is None:
+        return None
+    return (_inapplicable_layout_key(lay, replans)
+            or _inapplicable_comm_knob(lay, comm, stack_comm)
+            or _inapplicable_forward_micro_batch(lay, forward_micro_batch))
+
+
+def _inapplicable_layout_key(lay: TrainLayoutKeys, replans: bool) -> InapplicableKey | None:
+    field = "workload.train_layout"
+    if lay.ulysses_sp and lay.cp == 1:
+        return (f"{field}.ulysses_sp", "ulysses_sp: true applies with context parallelism (cp > 1): Ulysses "
+                "splits the sequence over the cp ranks, and cp is 1",
+                f"remove {field}.ulysses_sp, or set {field}.cp above 1")
+    if lay.sequence_parallel and lay.tp == 1:
+        return (f"{field}.sequence_parallel", "sequence_parallel: true applies with tensor parallelism (tp > 1): "
+                "it splits the norms' and dropouts' activations over the TP group, and tp is 1",
+                f"remove {field}.sequence_parallel, or set {field}.tp above 1")
+    if lay.max_tokens_per_micro_batch is not None and lay.micro_batch != 1 and not replans:
+        return (f"{field}.micro_batch", f"micro_batch={lay.micro_batch} is not read with a token budget: "
+                f"max_tokens_per_micro_batch={lay.max_tokens_per_micro_batch} packs each replica's sequences "
+                "into the fewest micro-batches of at most that many tokens",
+                f"remove {field}.micro_batch, or {field}.max_tokens_per_micro_batch for micro-batches of "
+                "micro_batch sequences")
+    return None
+
+
+def _inapplicable_comm_knob(lay: TrainLayoutKeys, comm: Any, stack_comm: Any) -> InapplicableKey | None:
+    for knob, gate in LAYOUT_GATED_COMM.items():
+        if getattr(comm, knob) != getattr(stack_comm, knob) and not gate.applies(lay):
+            field = f"workload.train_params.comm.{knob}"
+            return (field, f"applies only with {gate.needs} ({gate.why}); this layout has tp {lay.tp}, cp "
+                    f"{lay.cp}{', ulysses_sp' if lay.ulysses_sp else ''}, zero {lay.zero}",
+                    f"remove {field}, or {gate.fix}")
+    return None
+
+
+def _inapplicable_forward_micro_batch(lay: TrainLayoutKeys, forward_micro_batch: int | None) -> InapplicableKey | None:
+    budget_key = ("logprob_max_tokens_per_micro_batch" if lay.logprob_max_tokens_per_micro_batch is not None
+                  else "max_tokens_per_micro_batch" if lay.max_tokens_per_micro_batch is not None else None)
+    if forward_micro_batch is None or budget_key is None:
+        return None
+    return ("schedule.forward_micro_batch", f"forward_micro_batch={forward_micro_batch} is not read with a token "
+            f"budget: workload.train_layout.{budget_key}={getattr(lay, budget_key)} packs the forward-only passes "
+            "(log-probs, reference) into micro-batches of at most that many tokens",
+            "remove schedule.forward_micro_batch, or the token budgets (workload.train_layout."
+            "logprob_max_tokens_per_micro_batch and max_tokens_per_micro_batch) for forward micro-batches of "
+            "forward_micro_batch rows")
 
 
 def stack_params(software: TrainSoftware, overrides: Mapping[str, Any] | None, source: str | None = None,

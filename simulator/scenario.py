@@ -41,6 +41,7 @@ from .params import (
     TRAIN_SOFTWARE,
     InferenceParams,
     TrainParams,
+    inapplicable_given_key,
     without_inapplicable_stack_values,
 )
 from .strict_model import StrictModel
@@ -1223,8 +1224,7 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
 def _refuse_inapplicable_training_key(scenario: Scenario, source: str, workload_file: str | None,
                                       set_keys: Iterable[str]) -> None:
     """A train_layout, train_params.comm or forward_micro_batch key given that the training layout
-    makes inapplicable (llm/train_layout.py inapplicable_given_key) is an error naming it."""
-    from .llm.train_layout import inapplicable_given_key  # the cost layers' package: a run imports it anyway
+    makes inapplicable (params.py inapplicable_given_key) is an error naming it."""
     w, schedule = scenario.workload, scenario.schedule
     found = inapplicable_given_key(w.train_layout, w.train_params.comm, TRAIN_SOFTWARE[w.train_software].params.comm,
                                    schedule.forward_micro_batch, bool(schedule.failures))

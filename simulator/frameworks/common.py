@@ -261,10 +261,10 @@ def model_for(value: Any, field_name: str, source: str) -> tuple[str, str]:
 def without_inapplicable_layout_keys(layout: dict[str, Any], model: str | None, config_keys: Mapping[str, str],
                                      decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     """An imported train_layout less the keys its layout or model makes inapplicable, which a
-    scenario refuses (llm/train_layout.py): a config's sequence_parallel true at tp 1 (no TP group to
-    split over) and its expert_tensor_parallel_size on a dense model (NeMo RL's recipes give 1 for
-    every model). ``config_keys``: the config key each came from (layout key -> config key), marked
-    ignored. ``model``: the workload.model mapped (None: given by --set, unread here; the model is
+    scenario refuses (params.py inapplicable_given_key, TrainLayout.check_model): a config's
+    sequence_parallel true at tp 1 (no TP group to split over) and its expert_tensor_parallel_size on
+    a dense model (NeMo RL's recipes give 1 for dense models too). ``config_keys``: the config key
+    each came from (layout key -> config key), marked ignored. ``model``: the workload.model mapped (None: given by --set, unread here; the model is
     then taken as dense at ep 1)."""
     out = dict(layout)
     if out.get("sequence_parallel") and out.get("tp", 1) == 1 and "sequence_parallel" in config_keys:

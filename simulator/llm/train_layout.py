@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,104 +226,6 @@ class TrainLayout:
             field = exc.field.replace("train_layout", field_name, 1) if exc.field else field_name
             raise RlsimError(str(exc).split(": ", 1)[-1].split(" (fix:")[0], source=source, field=field,
                              fix=exc.fix) from None
-
-
-@dataclass(frozen=True)
-class LayoutGate:
-    """The part of the training layout a train_params.comm knob acts on: whether a layout has it
-    (`applies`), the setting that gives it (`needs`, as the refusal names it), what the knob acts on
-    there (`why`) and how to get it (`fix`)."""
-
-    applies: Callable[[TrainLayout], bool]
-    needs: str
-    why: str
-    fix: str
-
-
-_FSDP_GATE = LayoutGate(lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
-                        "the per-layer parameter all-gathers and gradient reduce-scatters of FSDP / ZeRO-3",
-                        "set workload.train_layout.zero: 3")
-# train_params.comm knobs that only one part of the training layout reads (llm/training.py
-# _layer_cost): the layout's counterpart of params.GATED_KNOBS, whose gates are switches of the
-# knob's own section. A knob given off its stack's value where the layout lacks that part is refused
-# (inapplicable_given_key); a layout the planner picks (train_layout: auto) may have it.
-LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
-    "fsdp_gather_overlap_fraction": _FSDP_GATE,
-    "fsdp_reduce_overlap_fraction": _FSDP_GATE,
-    "cp_overlap_fraction": LayoutGate(lambda lay: lay.cp > 1 and not lay.ulysses_sp,
-                                      "ring-attention context parallelism (train_layout.cp > 1, ulysses_sp false)",
-                                      "its KV all-gathers and reduce-scatters",
-                                      "set workload.train_layout.cp above 1 without ulysses_sp"),
-    "ulysses_overlap_fraction": LayoutGate(lambda lay: lay.cp > 1 and lay.ulysses_sp,
-                                           "Ulysses sequence parallelism (train_layout.cp > 1, ulysses_sp true)",
-                                           "its all-to-alls around attention",
-                                           "set workload.train_layout.cp above 1 and ulysses_sp: true"),
-}
-
-InapplicableKey = tuple[str, str, str]   # (dotted field, what is wrong, fix)
-
-
-def inapplicable_given_key(layout_map: Mapping[str, Any] | str, comm: Any, stack_comm: Any,
-                           forward_micro_batch: int | None, replans: bool) -> InapplicableKey | None:
-    """The first key of a scenario's training side that the user gave and its layout makes
-    inapplicable (it cannot change any prediction), or None. `layout_map`: workload.train_layout (a
-    stack's recompute / zero / sequence_parallel under the user's keys: the stacks never set
-    sequence_parallel true, ulysses_sp, micro_batch or the token budgets); `comm` / `stack_comm`: the
-    run's CommParams and its stack's (a knob off the stack's value is the user's);
-    `forward_micro_batch`: schedule.forward_micro_batch; `replans`: schedule.failures re-plan the
-    layout (the planner's search reads micro_batch). A layout that does not build is left to the
-    cost layers' errors."""
-    if not isinstance(layout_map, Mapping):
-        return None   # auto: the planner picks the layout, under which these may apply
-    try:
-        lay = TrainLayout.from_mapping(layout_map)
-    except RlsimError:
-        return None
-    return (_inapplicable_layout_key(lay, replans)
-            or _inapplicable_comm_knob(lay, comm, stack_comm)
-            or _inapplicable_forward_micro_batch(lay, forward_micro_batch))
-
-
-def _inapplicable_layout_key(lay: TrainLayout, replans: bool) -> InapplicableKey | None:
-    field = "workload.train_layout"
-    if lay.ulysses_sp and lay.cp == 1:
-        return (f"{field}.ulysses_sp", "ulysses_sp: true applies with context parallelism (cp > 1): Ulysses "
-                "splits the sequence over the cp ranks, and cp is 1",
-                f"remove {field}.ulysses_sp, or set {field}.cp above 1")
-    if lay.sequence_parallel and lay.tp == 1:
-        return (f"{field}.sequence_parallel", "sequence_parallel: true applies with tensor parallelism (tp > 1): "
-                "it splits the norms' and dropouts' activations over the TP group, and tp is 1",
-                f"remove {field}.sequence_parallel, or set {field}.tp above 1")
-    if lay.max_tokens_per_micro_batch is not None and lay.micro_batch != 1 and not replans:
-        return (f"{field}.micro_batch", f"micro_batch={lay.micro_batch} is not read with a token budget: "
-                f"max_tokens_per_micro_batch={lay.max_tokens_per_micro_batch} packs each replica's sequences "
-                "into the fewest micro-batches of at most that many tokens",
-                f"remove {field}.micro_batch, or {field}.max_tokens_per_micro_batch for micro-batches of "
-                "micro_batch sequences")
-    return None
-
-
-def _inapplicable_comm_knob(lay: TrainLayout, comm: Any, stack_comm: Any) -> InapplicableKey | None:
-    for knob, gate in LAYOUT_GATED_COMM.items():
-        if getattr(comm, knob) != getattr(stack_comm, knob) and not gate.applies(lay):
-            field = f"workload.train_params.comm.{knob}"
-            return (field, f"applies only with {gate.needs} ({gate.why}); this layout has tp {lay.tp}, cp "
-                    f"{lay.cp}{', ulysses_sp' if lay.ulysses_sp else ''}, zero {lay.zero}",
-                    f"remove {field}, or {gate.fix}")
-    return None
-
-
-def _inapplicable_forward_micro_batch(lay: TrainLayout, forward_micro_batch: int | None) -> InapplicableKey | None:
-    budget_key = ("logprob_max_tokens_per_micro_batch" if lay.logprob_max_tokens_per_micro_batch is not None
-                  else "max_tokens_per_micro_batch" if lay.max_tokens_per_micro_batch is not None else None)
-    if forward_micro_batch is None or budget_key is None:
-        return None
-    return ("schedule.forward_micro_batch", f"forward_micro_batch={forward_micro_batch} is not read with a token "
-            f"budget: workload.train_layout.{budget_key}={getattr(lay, budget_key)} packs the forward-only passes "
-            "(log-probs, reference) into micro-batches of at most that many tokens",
-            "remove schedule.forward_micro_batch, or the token budgets (workload.train_layout."
-            "logprob_max_tokens_per_micro_batch and max_tokens_per_micro_batch) for forward micro-batches of "
-            "forward_micro_batch rows")
 
 
 def _divisors_upto(n: int, cap: int) -> str:

@@ -1,5 +1,5 @@
 """Training keys the layout or the model makes inapplicable are refused where the user gives them
-(llm/train_layout.py inapplicable_given_key, TrainLayout.check_model); they were read past with the
+(params.py inapplicable_given_key, llm/train_layout.py TrainLayout.check_model); they were read past with the
 same prediction."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from simulator.cli import main
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm import load_model
-from simulator.llm.train_layout import LAYOUT_GATED_COMM, TrainLayout
+from simulator.llm.train_layout import TrainLayout
 from simulator.llm.training import train_step_cost, uniform_sequences
 from simulator.network.collectives import CollectiveModel
-from simulator.params import CommParams, TrainParams
+from simulator.params import LAYOUT_GATED_COMM, CommParams, TrainParams
 from simulator.scenario import load_scenario
 
 # the audit's base: a dense model, train layout tp 2, cp 1, zero 1
