@@ -1248,10 +1248,10 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
 def _read_past_fallback(inference: InferenceParams) -> ReadPast:
     """A run prices every rollout collective with the network model on the instance's own ranks
     (rl/llm_costs.py; layout: auto's planner too): the fallback formula serves only the standalone
-    predictors called without a topology (decode_step_time_s; rlsim validate V3 / V5)."""
+    predictors called without a topology (decode_step_time_s; rlsim validate V3)."""
     return [(f"workload.inference.{key}", f"{key} is not read by a run: every rollout collective is priced by the "
              "network model on the instance's ranks (the fallback formula serves the standalone predictors without "
-             "a topology, e.g. rlsim validate V3 / V5)",
+             "a topology, e.g. rlsim validate V3)",
              f"remove workload.inference.{key} (the topology's links and latencies set the collectives' times)")
             for key in inference.set_off_default(FALLBACK_COLLECTIVE_KEYS)]
 
