@@ -700,17 +700,18 @@ def train_software(name: str, field: str = "workload.train_software", source: st
 @dataclass(frozen=True)
 class LayoutGate:
     """The part of the training layout a train_params.comm knob acts on: whether a layout has it
-    (`applies`, on anything with tp / cp / zero / ulysses_sp: llm's TrainLayout, a TrainLayoutKeys),
-    the setting that gives it (`needs`, as the refusal names it), what the knob acts on there (`why`)
-    and how to get it (`fix`)."""
+    (`applies(layout, comm)`, on anything with tp / pp / cp / ep / zero / ulysses_sp / sp: llm's
+    TrainLayout, a TrainLayoutKeys; `comm` the run's CommParams, for the knobs TE userbuffers take
+    over), the setting that gives it (`needs`, as the refusal names it), what the knob acts on there
+    (`why`) and how to get it (`fix`)."""
 
-    applies: Callable[[Any], bool]
+    applies: Callable[[Any, Any], bool]
     needs: str
     why: str
     fix: str
 
 
-_FSDP_GATE = LayoutGate(lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
+_FSDP_GATE = LayoutGate(lambda lay, comm: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
                         "the per-layer parameter all-gathers and gradient reduce-scatters of FSDP / ZeRO-3",
                         "set workload.train_layout.zero: 3")
 # train_params.comm knobs that only one part of the training layout reads (llm/training.py
@@ -720,14 +721,35 @@ _FSDP_GATE = LayoutGate(lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3
 LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
     "fsdp_gather_overlap_fraction": _FSDP_GATE,
     "fsdp_reduce_overlap_fraction": _FSDP_GATE,
-    "cp_overlap_fraction": LayoutGate(lambda lay: lay.cp > 1 and not lay.ulysses_sp,
+    "cp_overlap_fraction": LayoutGate(lambda lay, comm: lay.cp > 1 and not lay.ulysses_sp,
                                       "ring-attention context parallelism (train_layout.cp > 1, ulysses_sp false)",
                                       "its KV all-gathers and reduce-scatters",
                                       "set workload.train_layout.cp above 1 without ulysses_sp"),
-    "ulysses_overlap_fraction": LayoutGate(lambda lay: lay.cp > 1 and lay.ulysses_sp,
+    "ulysses_overlap_fraction": LayoutGate(lambda lay, comm: lay.cp > 1 and lay.ulysses_sp,
                                            "Ulysses sequence parallelism (train_layout.cp > 1, ulysses_sp true)",
                                            "its all-to-alls around attention",
                                            "set workload.train_layout.cp above 1 and ulysses_sp: true"),
+    # TP collectives. TE userbuffers replace the flat overlap share and the backward re-gather on a
+    # dense model's layers only (MoE, MLA and hybrid layers keep them), which the gate cannot see:
+    # those two stay admitted under userbuffers.
+    "tp_overlap_fraction": LayoutGate(lambda lay, comm: lay.tp > 1, "tensor parallelism (train_layout.tp > 1)",
+                                      "the share of its per-layer all-reduces (or all-gathers and "
+                                      "reduce-scatters) hidden", "set workload.train_layout.tp above 1"),
+    "tp_userbuffers": LayoutGate(lambda lay, comm: lay.sp, "sequence parallelism (train_layout.tp > 1, "
+                                 "sequence_parallel not false)", "the TP all-gathers and reduce-scatters "
+                                 "it overlaps with their GEMMs", "set workload.train_layout.tp above 1"),
+    "sp_backward_allgather": LayoutGate(lambda lay, comm: lay.sp, "sequence parallelism (train_layout.tp > 1, "
+                                        "sequence_parallel not false)", "the re-gather of the QKV / FC1 inputs "
+                                        "for the weight gradients", "set workload.train_layout.tp above 1"),
+    "ep_overlap_fraction": LayoutGate(lambda lay, comm: lay.ep > 1, "expert parallelism (train_layout.ep > 1)",
+                                      "the share of its all-to-alls hidden", "set workload.train_layout.ep above 1"),
+    # pipeline sends (llm/training.py _p2p_times, pipeline.py): only between stages
+    **dict.fromkeys(("pp_blocking_send", "pp_variable_seq_lengths"), LayoutGate(
+        lambda lay, comm: lay.pp > 1, "pipeline parallelism (train_layout.pp > 1)", "the sends between stages",
+        "set workload.train_layout.pp above 1")),
+    "pp_scatter_gather": LayoutGate(lambda lay, comm: lay.pp > 1 and lay.tp > 1, "pipeline and tensor "
+                                    "parallelism (train_layout.pp > 1 and tp > 1)", "the split of each send "
+                                    "over the TP ranks", "set workload.train_layout.pp and tp above 1"),
 }
 
 InapplicableKey = tuple[str, str, str]   # (dotted field, what is wrong, fix)
@@ -739,7 +761,9 @@ class TrainLayoutKeys:
     layer does not build the layout itself: the cost layers do, and report its errors)."""
 
     tp: int = 1
+    pp: int = 1
     cp: int = 1
+    ep: int = 1
     zero: int = 1
     micro_batch: int = 1
     ulysses_sp: bool = False
@@ -762,6 +786,11 @@ class TrainLayoutKeys:
             values[name] = value
         return cls(**values)
 
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism as TrainLayout resolves it: with TP unless turned off."""
+        return self.tp > 1 and self.sequence_parallel is not False
+
 
 def inapplicable_given_key(layout: Mapping[str, Any] | str, comm: "CommParams", stack_comm: "CommParams",
                            forward_micro_batch: int | None, replans: bool) -> InapplicableKey | None:
@@ -779,7 +808,7 @@ def inapplicable_given_key(layout: Mapping[str, Any] | str, comm: "CommParams", 
     if lay is None:
         return None
     return (_inapplicable_layout_key(lay, replans)
-            or _inapplicable_comm_knob(lay, comm, stack_comm)
+            or (None if replans else _inapplicable_comm_knob(lay, comm, stack_comm))   # a re-plan may change the layout
             or _inapplicable_forward_micro_batch(lay, forward_micro_batch))
 
 
@@ -804,11 +833,11 @@ def _inapplicable_layout_key(lay: TrainLayoutKeys, replans: bool) -> Inapplicabl
 
 def _inapplicable_comm_knob(lay: TrainLayoutKeys, comm: Any, stack_comm: Any) -> InapplicableKey | None:
     for knob, gate in LAYOUT_GATED_COMM.items():
-        if getattr(comm, knob) != getattr(stack_comm, knob) and not gate.applies(lay):
+        if getattr(comm, knob) != getattr(stack_comm, knob) and not gate.applies(lay, comm):
             field = f"workload.train_params.comm.{knob}"
-            return (field, f"applies only with {gate.needs} ({gate.why}); this layout has tp {lay.tp}, cp "
-                    f"{lay.cp}{', ulysses_sp' if lay.ulysses_sp else ''}, zero {lay.zero}",
-                    f"remove {field}, or {gate.fix}")
+            return (field, f"applies only with {gate.needs} ({gate.why}); this layout has tp {lay.tp}, pp {lay.pp}, "
+                    f"cp {lay.cp}{', ulysses_sp' if lay.ulysses_sp else ''}, ep {lay.ep}, zero {lay.zero}"
+                    f"{', sequence parallelism' if lay.sp else ''}", f"remove {field}, or {gate.fix}")
     return None
 
 

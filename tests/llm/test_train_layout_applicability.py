@@ -3,6 +3,7 @@
 same prediction."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from simulator.cli import main
@@ -10,7 +11,7 @@ from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm import load_model
 from simulator.llm.train_layout import TrainLayout
-from simulator.llm.training import train_step_cost, uniform_sequences
+from simulator.llm.training import train_step_cost
 from simulator.network.collectives import CollectiveModel
 from simulator.params import LAYOUT_GATED_COMM, CommParams, TrainParams
 from simulator.scenario import load_scenario
@@ -36,6 +37,13 @@ def load(*overrides: str):
      f"{COMM}.cp_overlap_fraction"),
     ([f"{COMM}.ulysses_overlap_fraction=0.5"], f"{COMM}.ulysses_overlap_fraction"),
     ([f"{LAYOUT}.cp=2", f"{COMM}.ulysses_overlap_fraction=0.5"], f"{COMM}.ulysses_overlap_fraction"),
+    ([f"{LAYOUT}.tp=1", f"{COMM}.tp_overlap_fraction=0.5"], f"{COMM}.tp_overlap_fraction"),
+    ([f"{LAYOUT}.tp=1", f"{COMM}.tp_userbuffers=true"], f"{COMM}.tp_userbuffers"),
+    ([f"{LAYOUT}.sequence_parallel=false", f"{COMM}.sp_backward_allgather=true"], f"{COMM}.sp_backward_allgather"),
+    ([f"{COMM}.ep_overlap_fraction=0.5"], f"{COMM}.ep_overlap_fraction"),   # a dense model: ep 1
+    ([f"{COMM}.pp_blocking_send=true"], f"{COMM}.pp_blocking_send"),         # pp 1
+    ([f"{COMM}.pp_variable_seq_lengths=false"], f"{COMM}.pp_variable_seq_lengths"),
+    ([f"{LAYOUT}.tp=1", f"{LAYOUT}.pp=2", f"{COMM}.pp_scatter_gather=false"], f"{COMM}.pp_scatter_gather"),
     ([BUDGET, f"{LAYOUT}.micro_batch=4"], f"{LAYOUT}.micro_batch"),
     ([BUDGET, "schedule.forward_micro_batch=4"], "schedule.forward_micro_batch"),
     ([LOGPROB_BUDGET, "schedule.forward_micro_batch=4"], "schedule.forward_micro_batch"),
@@ -57,6 +65,12 @@ def test_a_key_the_layout_makes_inapplicable_is_refused_at_its_field(overrides, 
     [LOGPROB_BUDGET, f"{LAYOUT}.micro_batch=4"],                 # training micro-batches still take it
     [BUDGET, f"{LAYOUT}.micro_batch=1"],                         # the preset's own micro_batch: 1
     ["schedule.forward_micro_batch=4"],
+    [f"{COMM}.tp_overlap_fraction=0.5", f"{COMM}.sp_backward_allgather=true"],   # tp 2 with SP
+    [f"{LAYOUT}.pp=2", f"{COMM}.pp_blocking_send=true", f"{COMM}.pp_scatter_gather=false",
+     f"{COMM}.pp_variable_seq_lengths=false"],
+    ["workload.train_software=megatron-core-overlap", f"{LAYOUT}.tp=1"],   # the stack's userbuffers: not the user's
+    # a re-plan after a failure may choose another layout, under which the knob applies
+    [f"{COMM}.pp_blocking_send=true", "schedule.failures=[{at_s: 100, fail: 'devices:0-1'}]"],
     # a re-plan after a failure searches micro-batch sizes from the running one
     [BUDGET, f"{LAYOUT}.micro_batch=4", "schedule.failures=[{at_s: 100, fail: 'devices:0-1'}]"],
     # a stack's own layout settings are not the user's: megatron-2021 turns sequence parallelism off
@@ -66,21 +80,46 @@ def test_the_same_keys_where_they_apply_load(overrides):
     load(*overrides)
 
 
+def _flipped(value):
+    return (not value) if isinstance(value, bool) else 0.9 if value != 0.9 else 0.1
+
+
+def _read_past_by_design(knob: str, comm: CommParams, model) -> bool:
+    """TE userbuffers act on a dense model's attention + MLP layers only, in place of the flat TP
+    overlap share and the backward re-gather: the gates, blind to the model, admit these."""
+    if knob == "tp_userbuffers":
+        return model.is_moe
+    return knob in ("tp_overlap_fraction", "sp_backward_allgather") and comm.tp_userbuffers and not model.is_moe
+
+
+# (model, layouts) on one 8-GPU node: each gate's part of the layout present and absent
+GATE_LAYOUTS = (
+    ("qwen2.5-7b", [TrainLayout(tp=2, zero=1), TrainLayout(tp=2, zero=3), TrainLayout(tp=2, cp=2),
+                    TrainLayout(tp=2, cp=2, ulysses_sp=True), TrainLayout(tp=1),
+                    TrainLayout(tp=2, sequence_parallel=False), TrainLayout(tp=2, pp=2), TrainLayout(tp=1, pp=2)]),
+    ("qwen3-30b-a3b", [TrainLayout(tp=1, ep=1), TrainLayout(tp=1, ep=2), TrainLayout(tp=2, ep=2)]),
+)
+
+
 @pytest.mark.parametrize("knob", sorted(LAYOUT_GATED_COMM))
 def test_a_gated_comm_knob_moves_the_step_only_on_the_layouts_its_gate_admits(knob):
-    """The gate is neither too wide (the knob moves nothing where it is refused) nor too narrow (it
-    moves the step on each layout the gate admits)."""
+    """The gate is never too narrow (the knob moves nothing where it is refused) and not too wide (it
+    moves the step on each layout the gate admits, but where TE userbuffers take the knob's place:
+    _read_past_by_design), with userbuffers off and on."""
     topo = load_topology({"preset": "dgx-h100", "nodes": 1})
     net = CollectiveModel(topo)
-    seqs = uniform_sequences(16, 2048)
-    layouts = [TrainLayout(tp=2, zero=1), TrainLayout(tp=2, zero=3), TrainLayout(tp=2, cp=2),
-               TrainLayout(tp=2, cp=2, ulysses_sp=True)]
-    value = 0.9 if getattr(CommParams(), knob) != 0.9 else 0.1
-    for lay in (lay.resolve(8) for lay in layouts):
-        base, moved = (train_step_cost(load_model("qwen2.5-7b"), lay, topo, None, seqs, params=params,
-                                       collectives=net).step_time_s
-                       for params in (TrainParams(), TrainParams(comm=CommParams(**{knob: value}))))
-        assert (moved != base) == LAYOUT_GATED_COMM[knob].applies(lay), lay
+    seqs = np.array([512] * 8 + [4096] * 8)   # every replica gets both: pp_variable_seq_lengths acts on the send shapes
+    for name, layouts in GATE_LAYOUTS:
+        model = load_model(name)
+        for comm in (CommParams(), CommParams(tp_userbuffers=True)):
+            moved_comm = comm.model_copy(update={knob: _flipped(getattr(comm, knob))})
+            for lay in (lay.resolve(8) for lay in layouts):
+                base, moved = (train_step_cost(model, lay, topo, None, seqs, collectives=net,
+                                               params=TrainParams(comm=c, check_memory=False)).step_time_s
+                               for c in (comm, moved_comm))
+                admitted = LAYOUT_GATED_COMM[knob].applies(lay, comm)
+                assert admitted if moved != base else not admitted or _read_past_by_design(knob, comm, model), \
+                    (name, lay, comm)
 
 
 def test_expert_tp_on_a_dense_model_is_refused_and_equal_to_tp_on_an_moe_model_is_not():
