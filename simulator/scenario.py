@@ -605,7 +605,7 @@ class ScheduleConfig(_Strict):
         cls = SCHEDULE_CLASSES[kind]
         keep = cls.accepts(self.placement) if kind == self.kind else cls.accepts()
         data = self.model_dump(mode="json", exclude_unset=True)
-        return {**{k: v for k, v in data.items() if k in keep}, "kind": kind}
+        return {**{k: v for k, v in data.items() if k in keep}, **_reference_swap_switch(data, keep), "kind": kind}
 
     @field_validator(*sorted(PER_KIND_KNOBS), mode="before")
     @classmethod
@@ -613,6 +613,8 @@ class ScheduleConfig(_Strict):
         name = info.field_name
         if name is None or name in cls.accepts((info.data or {}).get("placement")):
             return value
+        if name == "switch" and isinstance(value, Mapping) and set(value) <= {"host_link_efficiency"}:
+            return value   # the reference swaps' host copies read it on any placement (_read_past_switch)
         kinds = cls.kinds_accepting(name)
         kind = (info.data or {}).get("kind", "this kind")
         why = f": {KNOB_REASONS[name]}" if name in KNOB_REASONS else ""
@@ -1292,10 +1294,15 @@ def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
     """switch.host_link_efficiency rates the copies over the host link (rl/llm_costs.py switch,
     engine_cycle, reference_swap_s): with none of them it is never read."""
     switch = sched.switch
-    copies = (switch.offload_optimizer or switch.offload_weights or (switch.engine_sleep and switch.engine_sleep_level == 1)
-              or sched.reference_swap_copies)
+    colocated = sched.effective_placement == "colocated"   # only a colocated placement switches phases
+    copies = (colocated and (switch.offload_optimizer or switch.offload_weights
+                             or (switch.engine_sleep and switch.engine_sleep_level == 1))) or sched.reference_swap_copies
     if copies or not switch.set_off_default(("host_link_efficiency",)):
         return []
+    if not colocated:
+        return [("schedule.switch.host_link_efficiency", "on split pools switch.host_link_efficiency rates only the "
+                 "reference pass's host copies (schedule.reference_swap_copies), and this run makes none",
+                 "remove schedule.switch.host_link_efficiency, or set schedule.reference_swap_copies")]
     return [("schedule.switch.host_link_efficiency", "switch.host_link_efficiency rates the copies over the host "
              "link, and this run makes none: switch.offload_optimizer and offload_weights are false, the engine does "
              "not sleep at level 1 and reference_swap_copies is 0",
@@ -1337,8 +1344,19 @@ def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str]) -> tuple[
     accepted = {kind: SCHEDULE_CLASSES[kind].accepts(placement if kind == given_kind else None) for kind in kinds}
     taken = set().union(*accepted.values()) | {"kind", "placement"}
     unused = [key for key in given if key not in taken]
-    per_kind = {kind: {**{k: v for k, v in given.items() if k in keep}, "kind": kind} for kind, keep in accepted.items()}
+    per_kind = {kind: {**{k: v for k, v in given.items() if k in keep}, **_reference_swap_switch(given, keep),
+                       "kind": kind} for kind, keep in accepted.items()}
     return per_kind, unused
+
+
+def _reference_swap_switch(given: Mapping[str, Any], keep: Iterable[str]) -> dict[str, Any]:
+    """For a kind that takes no `switch` (split pools): the given switch.host_link_efficiency when
+    the reference swaps read it (schedule.reference_swap_copies), as that kind's switch section."""
+    switch = given.get("switch")
+    if "switch" in keep or not given.get("reference_swap_copies") or not isinstance(switch, Mapping) \
+            or "host_link_efficiency" not in switch:
+        return {}
+    return {"switch": {"host_link_efficiency": switch["host_link_efficiency"]}}
 
 
 # The keys that size a cluster, one of which a topology gives (hardware/topology.py _COUNT_KEYS).

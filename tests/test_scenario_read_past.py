@@ -1,6 +1,8 @@
 """Keys the scenario never reads (scenario._read_past_keys, RecoveryConfig): given away from their
 defaults they would change no prediction, so they are refused naming the full dotted field and the
 fix; where they are read they load, and at their defaults (a whole dump) they pass."""
+import json
+
 import pytest
 
 from simulator.cli import main
@@ -35,6 +37,9 @@ def load(schedule=None, inference=None):
      "the tail never consolidates"),
     ({"kind": "stalesync", **FULL, "stream_threshold": 1, "refit_overlap": False}, None, "schedule.refit_overlap",
      "stream_threshold < 1"),
+    # split pools switch no phase: the efficiency rates only the reference swaps' host copies there
+    ({"kind": "disaggregated", "switch": {"host_link_efficiency": 0.5}}, None, "schedule.switch.host_link_efficiency",
+     "or set schedule.reference_swap_copies"),
     # what a failure costs, with no failure
     ({"kind": "colocated", "recovery": {"restart_s": 10}}, None, "schedule.recovery.restart_s",
      "or give schedule.failures"),
@@ -69,6 +74,7 @@ def test_a_key_the_scenario_never_reads_is_refused(schedule, inference, field, s
     {"kind": "colocated", "switch": {"offload_optimizer": False, "engine_sleep": True, "host_link_efficiency": 0.5}},
     {"kind": "colocated", "reference_swap_copies": 3,
      "switch": {"offload_optimizer": False, "host_link_efficiency": 0.5}},
+    {"kind": "one-step-off", "reference_swap_copies": 3, "switch": {"host_link_efficiency": 0.5}},
 ])
 def test_the_keys_load_where_they_are_read_and_round_trip(schedule):
     sc = load(schedule)
@@ -95,3 +101,18 @@ def test_a_read_past_key_exits_2_on_the_cli(capsys):
     assert main(["run", "--json", "--iterations", "1", "--set", "schedule.recovery.restart_s=10"]) == 2
     err = capsys.readouterr().err
     assert "schedule.recovery.restart_s" in err and "Traceback" not in err
+
+
+def test_split_pools_take_the_host_link_efficiency_of_their_reference_swaps(capsys):
+    # it was refused with the whole switch section there, though the swaps read it
+    argv = ["compare", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+            "--set", "topology.nodes=2", "--set", "workload.prompts_per_step=16", "--set",
+            "workload.samples_per_prompt=4", "--set", "workload.mini_batch_prompts=16",
+            "--schedules", "colocated,disaggregated", "--set", "schedule.reference_swap_copies=3", "--json"]
+    steps = []
+    for extra in ([], ["--set", "schedule.switch.host_link_efficiency=0.2"]):
+        assert main([*argv, *extra]) == 0
+        steps.append([doc["step_time_s"] for doc in json.loads(capsys.readouterr().out)])
+    assert all(slow > fast for fast, slow in zip(*steps, strict=True))   # both kinds read it
+    with pytest.raises(RlsimError, match="does not apply to kind: disaggregated"):   # the rest of switch still not
+        load({"kind": "disaggregated", "reference_swap_copies": 3, "switch": {"offload_weights": True}})
