@@ -53,7 +53,7 @@ _DP_OVERLAP = Gate(("dp_overlap_fraction",), lambda v: v["dp_overlap_fraction"] 
 # Knobs a switch of their own section makes inapplicable (section -> knob -> gate): given away from
 # their defaults with the switch off they would be silently ignored (the models' `_gated_knob_applies`
 # refuse them). flash_efficiency_ratio is not here: it also rates the Mamba-2 scans with flash off
-# (llm/train_compute.py). Gates that depend on the layout (ZeRO 3, cp > 1, Ulysses) are
+# (llm/train_compute.py), so its check needs the models (flash_ratio_read_past, below). Gates that depend on the layout (ZeRO 3, cp > 1, Ulysses) are
 # LAYOUT_GATED_COMM, checked where a scenario gives the layout (below).
 GATED_KNOBS: dict[str, dict[str, Gate]] = {
     "compute": {**dict.fromkeys(("flash_backward_efficiency_ratio", "flash_causal_fraction", "flash_backward_factor"),
@@ -839,6 +839,19 @@ def _inapplicable_comm_knob(lay: TrainLayoutKeys, comm: Any, stack_comm: Any) ->
                     f"cp {lay.cp}{', ulysses_sp' if lay.ulysses_sp else ''}, ep {lay.ep}, zero {lay.zero}"
                     f"{', sequence parallelism' if lay.sp else ''}", f"remove {field}, or {gate.fix}")
     return None
+
+
+def flash_ratio_read_past(compute: "ComputeParams", stack_compute: "ComputeParams",
+                          has_mamba: bool) -> InapplicableKey | None:
+    """compute.flash_efficiency_ratio given (off its stack's value) where nothing reads it: it rates
+    the flash attention kernels and the Mamba-2 scans (llm/train_compute.py), so with
+    flash_attention false and no model with Mamba layers it changes no prediction."""
+    if compute.flash_attention or has_mamba or compute.flash_efficiency_ratio == stack_compute.flash_efficiency_ratio:
+        return None
+    field = "workload.train_params.compute.flash_efficiency_ratio"
+    return (field, "applies with flash attention (compute.flash_attention: true) or to a model with Mamba layers "
+            "(the scans it rates); this run has flash attention off and no Mamba layer",
+            f"remove {field}, or set workload.train_params.compute.flash_attention: true")
 
 
 def _inapplicable_forward_micro_batch(lay: TrainLayoutKeys, forward_micro_batch: int | None) -> InapplicableKey | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RlsimError
+from ..params import flash_ratio_read_past
 from . import Prediction, overridden_device
 
 
@@ -106,7 +107,11 @@ def check_training_overrides(overrides: tuple[str, ...], stack: Any, base_device
     workload.train_params.KEY, workload.train_layout.KEY)."""
     from ..hardware.profiles import load_profile, resolve_profile_path
 
-    training_overrides(overrides, stack, base_device)
+    _, params = training_overrides(overrides, stack, base_device)
+    found = flash_ratio_read_past(params.compute, stack.params.compute, has_mamba=False)   # GPT rows
+    if found is not None:
+        field, message, fix = found
+        raise RlsimError(message, source=WHERE, field=field, fix=fix)
     overridden_device(base_device, overrides)
     profile = device_profile(overrides)
     if profile is not None:   # a missing or malformed file; one of another device fails that device's rows

@@ -83,7 +83,10 @@ def test_a_recipe_a_row_cannot_run_names_the_key():
 @pytest.mark.parametrize("key, says", [("workload.train_layout.tp=2", "each row fixes its own 'tp'"),
                                        ("workload.train_layout.recompute=partial", "recompute must be one of"),
                                        ("workload.train_layout.micro_batch=0", "micro_batch must be a positive"),
-                                       ("workload.train_layout.vpps=2", "unknown train_layout key")])
+                                       ("workload.train_layout.vpps=2", "unknown train_layout key"),
+                                       # the 2021 stack runs no flash attention and the GPT rows no Mamba layer
+                                       ("workload.train_params.compute.flash_efficiency_ratio=0.5",
+                                        "this run has flash attention off")])
 def test_a_bad_recipe_key_exits_2_naming_it(capsys, key, says):
     assert main(["validate", "--case", "V1", "--set", key]) == 2
     err = capsys.readouterr().err

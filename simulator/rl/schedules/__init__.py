@@ -24,6 +24,7 @@ from collections.abc import Callable
 from ...des import Simulation
 from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
+from ...params import TRAIN_SOFTWARE, flash_ratio_read_past
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
 from ..pools import Pool, build_pools
@@ -98,6 +99,20 @@ def _check_custom_all_reduce(scenario: Scenario, costs: Costs, pools: dict[str, 
                          "within one node")
 
 
+def _check_flash_ratio(scenario: Scenario, costs: Costs) -> None:
+    """train_params.compute.flash_efficiency_ratio given where no model's training reads it (params.py
+    flash_ratio_read_past): the Mamba layers are known once the models are loaded."""
+    models = getattr(costs, "models", None)
+    if models is None:
+        return
+    w = scenario.workload
+    found = flash_ratio_read_past(w.train_params.compute, TRAIN_SOFTWARE[w.train_software].params.compute,
+                                  any(m.num_mamba_layers for m in models.values()))
+    if found is not None:
+        field, message, fix = found
+        raise RlsimError(message, source=scenario.source, field=field, fix=fix)
+
+
 def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sampler: Sampler,
                  response_sampler: Sampler, *, start_s: float = 0.0, replanner: Replanner | None = None,
                  progress: Callable[[int, int], None] | None = None, keep_samples: bool = True) -> RunRecord:
@@ -111,6 +126,7 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_pool_unit, scenario.source)
     _check_given_dp(scenario, costs, pools)
     _check_custom_all_reduce(scenario, costs, pools)
+    _check_flash_ratio(scenario, costs)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed),
                   keep_samples=keep_samples)
     ctx.start_s, ctx.replanner = float(start_s), replanner
