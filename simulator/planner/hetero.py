@@ -64,11 +64,23 @@ class HeteroParams(StrictModel):
     # (train_params.comm.dp_overlap_fraction, default params.DP_OVERLAP_FRACTION), one default for both.
     dp_overlap_fraction: float | None = Field(None, ge=0, le=1)
     # Memory check per stage (formulas.md): mixed-precision Adam's weights, gradients and optimizer
-    # state per parameter (no ZeRO in this model); full recompute keeps ~2 s b h bytes per layer per
-    # in-flight micro-batch (arXiv 2205.05198), without it s b h (34 + 5 H s / h) / tp (TP + SP).
-    # None: the training stack's train_params.memory (18 with Megatron-Core's fp32 gradient buffer,
-    # 16 with the 2021 / 2022 stacks), the bytes the training model holds.
+    # state per parameter; full recompute keeps ~2 s b h bytes per layer per in-flight micro-batch
+    # (arXiv 2205.05198), without it s b h (34 + 5 H s / h) / tp (TP + SP). None: the training
+    # stack's train_params.memory (18 with Megatron-Core's fp32 gradient buffer, 16 with the 2021 /
+    # 2022 stacks), the bytes the training model holds, with ZeRO-1 / 2 sharding the optimizer state /
+    # and the gradients over DP as the training model does (llm/memory.py). A value here is the
+    # unsharded total: it applies at ZeRO 0 only.
     state_bytes_per_param: float | None = Field(None, gt=0)
+
+
+def _check_zero(zero: int, params: HeteroParams) -> None:
+    if zero not in (0, 1, 2):
+        raise RlsimError(f"zero={zero}: the heterogeneous step model takes ZeRO 0-2", field="zero",
+                         fix="use zero 0, 1 or 2 (ZeRO-3's per-layer gathers are not in this model)")
+    if zero and params.state_bytes_per_param is not None:
+        raise RlsimError("planner.hetero.state_bytes_per_param is the unsharded total, and ZeRO shards part of it",
+                         field="planner.hetero.state_bytes_per_param",
+                         fix="give the stack's train_params.memory bytes instead, or zero 0")
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class HeteroResult:
     tp: int
     pp: int
     dp: int
+    zero: int
     layers_per_stage: tuple[int, ...]
     microbatches_per_replica: tuple[int, ...]
     stage_time_s: tuple[tuple[float, ...], ...]  # per replica, per stage: fwd+bwd of one micro-batch
@@ -98,9 +111,10 @@ class HeteroStepModel:
         overlap = self.params.dp_overlap_fraction
         self.dp_overlap_fraction = self.train_params.comm.dp_overlap_fraction if overlap is None else overlap
         memory = self.train_params.memory
-        self.state_bytes_per_param = (self.params.state_bytes_per_param if self.params.state_bytes_per_param
-                                      is not None else memory.weight_bytes_per_param
-                                      + memory.grad_bytes_per_param + memory.optimizer_bytes_per_param)
+        # (weights, gradients, optimizer state) bytes per parameter: the last two shard over DP with ZeRO
+        self.state_bytes = ((self.params.state_bytes_per_param, 0.0, 0.0) if self.params.state_bytes_per_param
+                            is not None else (memory.weight_bytes_per_param, memory.grad_bytes_per_param,
+                                              memory.optimizer_bytes_per_param))
         self.speed_factor = dict(speed_factor or {})
         self.recompute = recompute
         if collectives is None:
@@ -109,6 +123,11 @@ class HeteroStepModel:
         self.collectives = collectives
         self._units: dict[tuple, tuple[float, float]] = {}  # by TP group signature: see _stage_unit
         self.model_flops_per_token = float(model.train_flops_per_token(self.seq_len))
+
+    @property
+    def state_bytes_per_param(self) -> float:
+        """Weights, gradients and optimizer state per parameter, unsharded (ZeRO 0)."""
+        return sum(self.state_bytes)
 
     def _stage_unit(self, tp_group: Sequence[int]) -> tuple[float, float]:
         """(seconds per layer, seconds of embedding + LM head) of one micro-batch's forward and
@@ -139,12 +158,16 @@ class HeteroStepModel:
 
     def evaluate(self, ranks: Sequence[int], tp: int, pp: int, dp: int, global_microbatches: int, *,
                  layers: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
-                 balanced: bool = True) -> HeteroResult:
+                 balanced: bool = True, zero: int = 0) -> HeteroResult:
         """Step time of the canonical rank list `ranks` (tp fastest, then dp, pp slowest; cp = 1).
 
         With balanced=True, layers and micro-batches not given are split by speed; otherwise evenly.
+        `zero` 0-2: ZeRO-1 / 2 shard the optimizer state / and the gradients over DP and swap the
+        gradient all-reduce for a reduce-scatter and a weight all-gather (ZeRO-3's per-layer gathers
+        are not in this model).
         """
         p, L = self.params, int(self.model.num_layers)
+        _check_zero(zero, self.params)
         tp_groups = groups(ranks, "tp", tp, 1, dp, pp)  # index = dp_i + dp * pp_i
         units = [[self._stage_unit(tp_groups[d + dp * s]) for s in range(pp)] for d in range(dp)]
         unit = [[u for u, _ in row] for row in units]
@@ -175,26 +198,40 @@ class HeteroStepModel:
             microbatches = balance(global_microbatches, per_mb, fill) if balanced else uniform(
                 global_microbatches, dp)
         replica_s = [fill[d] + microbatches[d] * per_mb[d] for d in range(dp)]
-        sync_s = 0.0
-        if dp > 1:
-            # the gradients in the dtype the stack reduces them (comm.grad_reduce_bytes_per_param)
-            grad_bytes = self.model.params_total * self.train_params.comm.grad_reduce_bytes_per_param / (tp * pp)
-            dp_group = groups(ranks, "dp", tp, 1, dp, pp)[0]
-            hidden = self.dp_overlap_fraction
-            if self.params.dp_overlap_fraction is None:   # the stack's, with its buckets if it has them
-                hidden = self.train_params.comm.dp_hidden_share(self.model.params_total / (tp * pp), dp)
-            sync_s = (1 - hidden) * self.collectives.cost("all_reduce", dp_group, grad_bytes).time_s
-        step = max(replica_s) + sync_s
+        step = max(replica_s) + self._sync_s(ranks, tp, pp, dp, zero)
         peak_sum = sum(self.topology.device_spec(r).peak(p.dtype) for r in ranks)
         tokens = global_microbatches * self.mb * self.seq_len
         util = self.model_flops_per_token * tokens / (step * peak_sum)
-        self._check_memory(tp_groups, tp, pp, dp, layers)
-        return HeteroResult(tp, pp, dp, tuple(layers), tuple(microbatches), tuple(stage), step, util,
+        self._check_memory(tp_groups, tp, pp, dp, layers, zero)
+        return HeteroResult(tp, pp, dp, zero, tuple(layers), tuple(microbatches), tuple(stage), step, util,
                             tuple(ranks))
 
+    def _sync_s(self, ranks: Sequence[int], tp: int, pp: int, dp: int, zero: int) -> float:
+        """The exposed gradient sync of one DP group: an all-reduce of the gradients in the dtype the
+        stack reduces them (comm.grad_reduce_bytes_per_param), or with ZeRO-1 / 2 their reduce-scatter
+        and the updated weights' all-gather (as llm/training.py prices them)."""
+        if dp < 2:
+            return 0.0
+        shard_params = self.model.params_total / (tp * pp)
+        comm = self.train_params.comm
+        dp_group = groups(ranks, "dp", tp, 1, dp, pp)[0]
+        hidden = self.dp_overlap_fraction
+        if self.params.dp_overlap_fraction is None:   # the stack's, with its buckets if it has them
+            hidden = comm.dp_hidden_share(shard_params, dp)
+        grads = shard_params * comm.grad_reduce_bytes_per_param
+        if zero == 0:
+            sync = self.collectives.cost("all_reduce", dp_group, grads).time_s
+        else:
+            weights = shard_params * self.train_params.memory.weight_bytes_per_param
+            sync = (self.collectives.cost("reduce_scatter", dp_group, grads).time_s
+                    + self.collectives.cost("all_gather", dp_group, weights).time_s)
+        return (1 - hidden) * sync
+
     def _check_memory(self, tp_groups: list[list[int]], tp: int, pp: int, dp: int,
-                      layers: Sequence[int]) -> None:
+                      layers: Sequence[int], zero: int = 0) -> None:
         m = self.model
+        weight_b, grad_b, optim_b = self.state_bytes
+        state_bytes_per_param = (weight_b + grad_b / (dp if zero >= 2 else 1) + optim_b / (dp if zero >= 1 else 1))
         per_layer_params = (m.params_total - m.params_embedding) / m.num_layers
         s, b, h = self.seq_len, self.mb, m.hidden
         if self.recompute == "full":
@@ -205,7 +242,7 @@ class HeteroStepModel:
             params = layers[st] * per_layer_params / tp
             if st in (0, pp - 1):
                 params += m.params_embedding / tp
-            need = params * self.state_bytes_per_param + layers[st] * act_layer * (pp - st)
+            need = params * state_bytes_per_param + layers[st] * act_layer * (pp - st)
             hbm = min(self.topology.device_spec(r).hbm_bytes for d in range(dp) for r in tp_groups[d + dp * st])
             if need > hbm:
                 raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(hbm)}",
@@ -224,7 +261,7 @@ class HeteroPlan:
 
     def to_json(self) -> dict[str, Any]:
         def one(r: HeteroResult) -> dict[str, Any]:
-            return {"layout": {"tp": r.tp, "pp": r.pp, "dp": r.dp, "micro_batch": self.micro_batch},
+            return {"layout": {"tp": r.tp, "pp": r.pp, "dp": r.dp, "zero": r.zero, "micro_batch": self.micro_batch},
                     "step_time_s": r.step_time_s, "utilization": r.utilization,
                     "layers_per_stage": list(r.layers_per_stage),
                     "microbatches_per_replica": list(r.microbatches_per_replica)}
@@ -236,13 +273,16 @@ def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                 pp_values: Sequence[int] | None = None, micro_batch: int = 1,
                 params: HeteroParams | None = None, speed_factor: Mapping[int, float] | None = None,
                 recompute: str = "full", collectives: Any = None,
-                train_params: TrainParams | None = None) -> HeteroPlan:
-    """Best (tp, pp, dp) with speed-proportional layer and batch splits, and its uniform baseline.
+                train_params: TrainParams | None = None, zero_values: Sequence[int] = (0,)) -> HeteroPlan:
+    """Best (tp, pp, dp, zero) with speed-proportional layer and batch splits, and its uniform baseline.
 
     Devices are laid out locality-first (TP inside a node, a pipeline over consecutive nodes, DP
-    outermost), so stages and replicas are as homogeneous as the cluster allows.
+    outermost), so stages and replicas are as homogeneous as the cluster allows. `zero_values`:
+    the ZeRO stages tried (0-2; HeteroStepModel.evaluate).
     """
     ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
+    for zero in zero_values:   # bad input, not a layout that does not fit: raise here, not per layout
+        _check_zero(zero, params or HeteroParams())
     stm = HeteroStepModel(model, topology, seq_len, micro_batch, params=params, collectives=collectives,
                           speed_factor=speed_factor, recompute=recompute, train_params=train_params)
     slots = locality_sorted(topology, ranks)
@@ -261,9 +301,9 @@ def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                 continue
             m_total = global_batch // micro_batch
             laid = lay_out(slots, ("tp", "cp", "pp", "dp"), tp, 1, dp, pp)
-            for balanced in (True, False):
+            for zero, balanced in ((z, b) for z in zero_values for b in (True, False)):
                 try:
-                    res = stm.evaluate(laid, tp, pp, dp, m_total, balanced=balanced)
+                    res = stm.evaluate(laid, tp, pp, dp, m_total, balanced=balanced, zero=zero)
                 except RlsimError:
                     continue
                 if balanced and (best is None or res.step_time_s < best.step_time_s):

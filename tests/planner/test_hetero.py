@@ -120,8 +120,8 @@ def test_failure_mid_run_continues_on_survivors_with_lost_time_in_the_timeline()
     assert again.timeline.equals(tl)
 
 
-@pytest.mark.parametrize("tp,pp", [(2, 1), (8, 1), (2, 2), (4, 4)])
-def test_hetero_step_model_on_a_homogeneous_cluster_matches_the_training_model(tp, pp):
+@pytest.mark.parametrize("tp,pp,zero", [(2, 1, 0), (8, 1, 0), (2, 2, 0), (4, 4, 0), (2, 1, 1), (2, 2, 2)])
+def test_hetero_step_model_on_a_homogeneous_cluster_matches_the_training_model(tp, pp, zero):
     """The planner's mixed-device step model takes its stage times from the training cost model, so
     on one device kind it agrees with train_step_cost (DP overlap and the closed-form 1F1B differ)."""
     from simulator.llm.training import TrainLayout, train_step_cost, uniform_sequences
@@ -130,10 +130,31 @@ def test_hetero_step_model_on_a_homogeneous_cluster_matches_the_training_model(t
     topo = load_topology({"preset": "dgx-h100", "nodes": 4})
     dp, micro_batches = 32 // (tp * pp), 256
     hetero = HeteroStepModel(model, topo, 2048, 1).evaluate(list(range(32)), tp, pp, dp, micro_batches,
-                                                            balanced=False)
-    full = train_step_cost(model, TrainLayout(tp=tp, pp=pp, zero=0, recompute="full", micro_batch=1), topo,
+                                                            balanced=False, zero=zero)
+    full = train_step_cost(model, TrainLayout(tp=tp, pp=pp, zero=zero, recompute="full", micro_batch=1), topo,
                            None, uniform_sequences(micro_batches, 2048))
     assert hetero.step_time_s == pytest.approx(full.step_time_s, rel=0.04)
+
+
+def test_zero_shards_the_optimizer_state_and_prices_the_sync_as_the_training_model():
+    """ZeRO-1 fits a layout whose optimizer state does not fit unsharded; its sync is the gradients'
+    reduce-scatter and the weights' all-gather, its memory the stack's bytes with the state over DP."""
+    model = load_model("gpt-7.5b")
+    topo = load_topology({"preset": "dgx-h100", "nodes": 2})
+    stm = HeteroStepModel(model, topo, 2048, 1, params=HeteroParams(dp_overlap_fraction=0.0))
+    ranks = list(range(16))
+    with pytest.raises(RlsimError, match="stage 0 needs"):   # 18 B x 7.5e9 = 134 GB of states
+        stm.evaluate(ranks, 1, 1, 16, 64, zero=0)
+    one = stm.evaluate(ranks, 1, 1, 16, 64, zero=1)          # (2 + 4 + 12 / 16) B x 7.5e9 = 50 GB: fits
+    shard, dp_group = model.params_total, ranks
+    sync = (stm.collectives.cost("reduce_scatter", dp_group, shard * 4.0).time_s
+            + stm.collectives.cost("all_gather", dp_group, shard * 2.0).time_s)
+    fill = sum(one.stage_time_s[0]) - max(one.stage_time_s[0])
+    assert one.step_time_s == pytest.approx(fill + one.microbatches_per_replica[0] * max(one.stage_time_s[0]) + sync)
+    with pytest.raises(RlsimError, match="ZeRO 0-2"):
+        plan_hetero(model, topo, 64, 2048, zero_values=(3,))
+    with pytest.raises(RlsimError, match="unsharded total"):
+        plan_hetero(model, topo, 64, 2048, zero_values=(1,), params=HeteroParams(state_bytes_per_param=10.0))
 
 
 def test_the_hetero_memory_check_holds_the_stacks_bytes_per_parameter():
