@@ -18,6 +18,7 @@ EXAMPLES = """examples:
   rlsim plan --topology dgx-h100 --model qwen2.5-7b --stage rollout --json
   rlsim plan scenario.yaml --target-tokens-per-s 50000
   rlsim plan --topology dgx-h100 --set topology.nodes=16 --model gpt-18.4b --set planner.space.tp=[16]   # force TP16
+  rlsim plan --topology hetero-a100-h100 --model llama3.1-8b --global-batch 256 --seq-len 4096 --balance
 trainer constants (--stage train): --set workload.train_params.compute.flash_attention=false,
   workload.train_software=megatron-2021; engine constants (--stage rollout): --set
   workload.inference.step_overhead_s=0.004 (unknown keys, keys of the other stage, or iterations /
@@ -38,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-tokens-per-s", type=common.positive_number,
                         help="find the fewest nodes reaching this throughput (tokens trained or generated per s)")
     parser.add_argument("--top", type=int, default=5, help="candidates to print (default 5)")
+    parser.add_argument("--balance", action="store_true",
+                        help="on a topology of several device kinds (--stage train): also split the layers over "
+                             "pipeline stages and the micro-batches over DP replicas in proportion to each "
+                             "device's speed (planner/hetero.py), with the best row's recompute, micro-batch and "
+                             "ZeRO (up to 2), against the same model's even split")
     common.add_common(parser)
     from .replicas import add_replica_arguments
     add_replica_arguments(parser, jobs=False)   # --seeds N: medians over replicas' distribution draws (issue 13)
@@ -128,6 +134,7 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .replicas import plan_replicated
+    _check_balance_flags(args)
     code = plan_replicated(args, lambda scn: plan_rows(args, scn)[0])   # --seeds N (issue 13)
     if code is not None:
         return code
@@ -136,10 +143,13 @@ def run(args: argparse.Namespace) -> int:
     note = shape_note(args)
     if note:
         print(note, file=sys.stderr)
+    balanced = balanced_plan(args, model, topology, rows[0]["layout"]) if args.balance else None
     if args.json:
-        common.print_json(rows)
+        common.print_json(rows if balanced is None else {"candidates": rows, "balance": balanced})
         return 0
     _print_table(args.stage, model, topology, plan, rows)
+    if balanced is not None:
+        _print_balance(balanced)
     if args.target_tokens_per_s:  # the answer in one line (no candidate reaching it is an error above)
         print(f"answer: {rows[0]['devices']} devices reach {args.target_tokens_per_s:,.0f} tokens/s "
               f"({rows[0]['tokens_per_s']:,.0f} tokens/s with the layout ranked #1)")
@@ -229,6 +239,62 @@ def plan_space(space: Any, software: str, planner_keys: dict[str, Any]) -> Any:
     if "uneven_pp" not in (planner_keys.get("space") or {}) and software != MEGATRON_2021.name:
         space = space.model_copy(update={"uneven_pp": True})
     return space.for_software(TRAIN_SOFTWARE[software])
+
+
+def _check_balance_flags(args: argparse.Namespace) -> None:
+    """--balance plans the train stage of one run; planner.hetero.* is its step model's: without it
+    they were read past."""
+    if not args.balance:
+        for item in args.overrides:
+            key = parse_assignment(item)[0]
+            if key.startswith("planner.hetero"):
+                raise RlsimError(f"{key} sets the heterogeneous step model, which only --balance runs", source="--set",
+                                 field=key, fix="add --balance (on a topology of several device kinds), or drop it")
+        return
+    for flag, given in (("--stage rollout", args.stage != "train"), ("--target-tokens-per-s", args.target_tokens_per_s)):
+        if given:
+            raise RlsimError(f"--balance splits one trainer's layers and micro-batches, not with {flag}",
+                             field="--balance", fix=f"drop --balance or {flag}")
+
+
+def balanced_plan(args: argparse.Namespace, model: Any, topology: Any, best: dict[str, Any]) -> dict[str, Any]:
+    """The speed-proportional split (planner.plan_hetero) of a topology of several device kinds, with
+    the best even-split row's recompute, micro-batch and ZeRO (at most 2: the step model has no
+    ZeRO-3); its TP and PP from the planner space. The JSON document of `plan --balance`."""
+    from ..planner import plan_hetero, planner_settings
+
+    kinds = topology.device_kinds()
+    if len(kinds) < 2:
+        raise RlsimError(f"--balance splits work over device kinds, and {topology.name} has one ({kinds[0]})",
+                         field="--balance", fix="drop --balance, or give a topology of several kinds "
+                                                "(e.g. hetero-a100-h100)")
+    if model.is_moe:
+        raise RlsimError(f"{model.name} has experts, and the heterogeneous step model splits dense layers (no EP)",
+                         field="--balance", fix="drop --balance for an MoE model")
+    inp = _inputs(args)
+    settings = planner_settings(section(args.overrides, "planner"))
+    space = plan_space(settings.space, inp["workload"].train_software, section(args.overrides, "planner"))
+    result = plan_hetero(model, topology, inp["global_batch"], inp["seq_len"], tp_values=space.tp,
+                         pp_values=space.pp, micro_batch=best["micro_batch"], recompute=best["recompute"],
+                         zero_values=(min(best["zero"], 2),), params=settings.hetero,
+                         train_params=inp["workload"].train_params)
+    counts = {k: sum(1 for r in range(topology.num_devices) if topology.device_spec(r).name == k) for k in kinds}
+    return {"devices": counts, **result.to_json(),
+            "taken_from_best_row": {k: best[k] for k in ("recompute", "micro_batch", "zero")}}
+
+
+def _print_balance(doc: dict[str, Any]) -> None:
+    devices = ", ".join(f"{n} x {k}" for k, n in doc["devices"].items())
+    print(f"\n--balance ({devices}): the rows above split layers and micro-batches evenly, paced by the slowest "
+          f"device; split in proportion to each device's speed (the heterogeneous step model, recompute "
+          f"{doc['taken_from_best_row']['recompute']}, micro-batch {doc['taken_from_best_row']['micro_batch']}):")
+    for name in ("balanced", "uniform"):
+        part = doc[name]
+        lay = part["layout"]
+        print(f"  {name + ':':10} tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} zero {lay['zero']}, layers per stage "
+              f"{part['layers_per_stage']}, micro-batches per replica {part['microbatches_per_replica']}: step "
+              f"{part['step_time_s']:.3f} s, utilization {part['utilization']:.3f}")
+    print(f"  speedup of the balanced split over the even one: {doc['speedup']:.2f}x")
 
 
 def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[dict[str, Any]]) -> None:

@@ -143,6 +143,10 @@ def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
                          fix="drop --set seed, or give a workload key as a distribution (docs/guides/uncertainty.md)")
     if not plan.varies:
         return None
+    if getattr(args, "balance", False):
+        raise RlsimError("--balance splits one run's layers and micro-batches, and this plan has replicas (--seeds, "
+                         "replicas: or a distribution value)", field="--balance",
+                         fix="drop --balance, or give the plan fixed values")
     runs = [rows_of(plan.scenario(i)) for i in range(plan.n)]
     rows = []
     for row in runs[0]:
