@@ -800,6 +800,10 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     if up_kind not in ("switch", "two-tier", "mesh"):
         raise RlsimError(f"unknown scale-up kind {up_kind!r}", source=source, field=up_r.where("kind"),
                          fix="use switch, two-tier or mesh")
+    if up_kind != "two-tier" and up_r.m.get("oversubscription", 1) != 1:   # only a two-tier domain has uplinks
+        raise RlsimError(f"oversubscription applies to a two-tier scale-up (its L1 -> L2 uplinks); a {up_kind} "
+                         "has none, so it would be read past", source=source, field=up_r.where("oversubscription"),
+                         fix="remove it, or set scaleup.kind: two-tier")
     if up_kind == "mesh" and per_domain != 1:
         raise RlsimError("a full-mesh scale-up spans one server", source=source,
                          field=g.where("nodes_per_domain"), fix="set nodes_per_domain: 1")

@@ -30,7 +30,9 @@ def _group(draw: st.DrawFn, scaleout: bool, in_groups: bool = False, wide: bool 
     domains = st.integers(3, 6) if wide else st.integers(1, 3) if scaleout else st.just(1)
     group = {"device": draw(st.sampled_from(DEVICES)), "devices_per_node": draw(st.integers(2 if wide else 1, 4)),
              "nodes_per_domain": per_domain, "domains": draw(domains),
-             "scaleup": {"kind": kind, "oversubscription": draw(st.sampled_from([1.0, 2.0]))}}
+             "scaleup": {"kind": kind}}
+    if kind == "two-tier":   # the only scale-up with uplinks to oversubscribe
+        group["scaleup"]["oversubscription"] = draw(st.sampled_from([1.0, 2.0]))
     if in_groups and scaleout and draw(st.booleans()):
         group["nic_bw"] = draw(st.sampled_from(["200Gb/s", "400Gb/s"]))
     return group

@@ -270,3 +270,12 @@ def test_a_device_link_rate_beside_the_sections_bw_is_refused(device_key, sectio
 def test_a_device_link_rate_is_the_link_when_the_section_gives_no_bw():
     slow = load_topology("dgx-h100", {"device": {"host_link_bw_Bps": "8GB/s"}})   # dgx-h100's host: no bw
     assert slow.path_bw_Bps(0, "host0") == pytest.approx(8e9)   # the host link itself
+
+
+def test_scaleup_oversubscription_applies_to_a_two_tier_domain_only():
+    with pytest.raises(RlsimError, match="applies to a two-tier scale-up") as exc:   # dgx-h100: an NVSwitch
+        load_topology("dgx-h100", {"scaleup": {"oversubscription": 2}})
+    assert exc.value.field == "topology.scaleup.oversubscription"
+    load_topology("dgx-h100", {"scaleup": {"oversubscription": 1}})                  # the no-op value passes
+    two_tier = load_topology("cloudmatrix384", {"scaleup": {"oversubscription": 2}})
+    assert two_tier.num_devices == 384
