@@ -207,6 +207,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     settings = planner_settings(section(args.overrides, "planner"))
     w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
+        _check_flash_ratio(w, model)
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
                                                    heaviest=inp["heaviest"])
         evaluator = _counted(evaluator, progress)
@@ -227,6 +228,18 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                             evaluator=_counted(RolloutEvaluator(model, topology, space, params=inference,
                                                                 params_for_layout=at_layout), progress))
     return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
+
+
+def _check_flash_ratio(workload: Any, model: Any) -> None:
+    """compute.flash_efficiency_ratio given where the planned model's training never reads it
+    (params.flash_ratio_read_past), as a run refuses it."""
+    from ..params import TRAIN_SOFTWARE, flash_ratio_read_past
+
+    found = flash_ratio_read_past(workload.train_params.compute,
+                                  TRAIN_SOFTWARE[workload.train_software].params.compute, bool(model.num_mamba_layers))
+    if found is not None:
+        field, message, fix = found
+        raise RlsimError(message, source="--set", field=field, fix=fix)
 
 
 def plan_space(space: Any, software: str, planner_keys: dict[str, Any]) -> Any:

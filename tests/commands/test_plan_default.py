@@ -81,8 +81,11 @@ def test_a_key_of_the_stage_not_planned_is_an_error(capsys, argv, field):
     (["--set", "schedule.kind=disaggregated"], "schedule.kind"),
     (["--stage", "rollout", "--set", "schedule.staleness=2"], "schedule.staleness"),
     (["--set", "seed=5"], "seed"),   # no distribution value: nothing for the seed to draw
+    (["--set", "workload.train_params.compute.flash_attention=false",   # no flash kernel, no Mamba scan
+      "--set", "workload.train_params.compute.flash_efficiency_ratio=0.5"],
+     "workload.train_params.compute.flash_efficiency_ratio"),
 ])
-def test_a_key_only_a_simulated_run_reads_is_an_error(capsys, argv, field):
+def test_a_key_the_plan_does_not_read_is_an_error(capsys, argv, field):
     # the plan prices layouts analytically: the same rows came back with or without these
     from simulator.cli import main
 
