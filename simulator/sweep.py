@@ -305,7 +305,8 @@ class ResultsStore:
         sibling = self.sibling()
         if not sibling.path.exists():
             return 0
-        wanted = {p.id: p for p in points if p.id not in self.done_ids()}
+        done = self.done_ids()
+        wanted = {p.id: p for p in points if p.id not in done}
         frame = sibling.read() if wanted else pd.DataFrame()
         if frame.empty or ID_COLUMN not in frame:
             return 0
