@@ -1244,7 +1244,7 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
     prediction (an error, not a silent drop). Presets, engines and importers give none of them."""
     sched = scenario.schedule
     return (_read_past_fallback(scenario.workload.inference) + _read_past_refit(sched) + _read_past_recovery(sched)
-            + _read_past_switch(sched))
+            + _read_past_switch(sched) + _read_past_micro_batching(scenario))
 
 
 def _read_past_fallback(inference: InferenceParams) -> ReadPast:
@@ -1288,6 +1288,25 @@ def _read_past_recovery(sched: ScheduleConfig) -> ReadPast:
     return [(f"schedule.recovery.{key}", f"recovery.{key} sets what a failure costs, and this run has no "
              "schedule.failures", "remove schedule.recovery, or give schedule.failures")
             for key in sched.recovery.set_off_default(RecoveryConfig.model_fields)]
+
+
+def _read_past_micro_batching(scenario: Scenario) -> ReadPast:
+    """schedule.micro_batching orders packed samples into training micro-batches (rl/llm_costs.py
+    micro_batched): padded samples (distqueue.packed: false) and a training token budget
+    (train_layout.max_tokens_per_micro_batch, which cuts by tokens in any order) never read it. A
+    failure re-plan searches micro-batch sizes from it: accepted there."""
+    sched, layout = scenario.schedule, scenario.workload.train_layout
+    if not sched.set_off_default(("micro_batching",)) or sched.failures:
+        return []
+    budget = layout.get("max_tokens_per_micro_batch") if isinstance(layout, Mapping) else None
+    if sched.distqueue.packed and (budget is None or str(budget).lower() in ("auto", "none")):
+        return []
+    why = ("the samples are padded (schedule.distqueue.packed: false): each micro-batch holds micro_batch of them "
+           "in order" if not sched.distqueue.packed else f"workload.train_layout.max_tokens_per_micro_batch={budget} "
+           "cuts the micro-batches by tokens")
+    return [("schedule.micro_batching", f"micro_batching: {sched.micro_batching} orders packed samples into "
+             f"micro-batches, and {why}", "remove schedule.micro_batching, or pack the samples "
+             "(schedule.distqueue.packed: true) without a training token budget")]
 
 
 def _read_past_switch(sched: ScheduleConfig) -> ReadPast:

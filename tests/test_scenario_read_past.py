@@ -116,3 +116,24 @@ def test_split_pools_take_the_host_link_efficiency_of_their_reference_swaps(caps
     assert all(slow > fast for fast, slow in zip(*steps, strict=True))   # both kinds read it
     with pytest.raises(RlsimError, match="does not apply to kind: disaggregated"):   # the rest of switch still not
         load({"kind": "disaggregated", "reference_swap_copies": 3, "switch": {"offload_weights": True}})
+
+
+@pytest.mark.parametrize("schedule, layout, says", [
+    ({"micro_batching": "sequence", "distqueue": {"packed": False}}, None, "the samples are padded"),
+    ({"micro_batching": "sequence"}, {"max_tokens_per_micro_batch": 20000}, "cuts the micro-batches by tokens"),
+])
+def test_micro_batching_where_nothing_orders_packed_samples_is_refused(schedule, layout, says):
+    # the step came back the same: padded samples and a token budget ignore the order
+    workload = {"preset": "grpo-qwen2.5-7b", **({"train_layout": layout} if layout else {})}
+    with pytest.raises(RlsimError, match=says) as exc:
+        load_scenario(workload=workload, schedule={"kind": "colocated", **schedule},
+                      topology={"preset": "dgx-h100", "nodes": 4})
+    assert exc.value.field == "schedule.micro_batching"
+
+
+@pytest.mark.parametrize("schedule", [
+    {"kind": "colocated", "micro_batching": "sequence"},                         # packed: it orders them
+    {"kind": "colocated", "micro_batching": "sequence", "distqueue": {"packed": False}, "failures": FAIL},
+])
+def test_micro_batching_loads_where_it_is_read(schedule):
+    load(schedule)

@@ -573,7 +573,8 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     ppo_micro_batch_size_per_gpu samples in order (log_prob_micro_batch_size_per_gpu for the log-probs)."""
     src, r = v.result.source, f"{A}.rollout"
     if not v(f"{A}.actor.use_dynamic_bsz"):
-        s["micro_batching"] = "sequence"
+        if v(f"{A}.model.use_remove_padding"):   # padded samples: no packed order for a scenario to take
+            s["micro_batching"] = "sequence"
         decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
         if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
             s["forward_micro_batch"] = positive_int(v(f"{r}.log_prob_micro_batch_size_per_gpu"),

@@ -441,6 +441,16 @@ def test_verl_dynamic_batch_size_is_a_token_budget_whatever_the_micro_batch_size
     assert yaml.safe_load(printed)["schedule"]["forward_micro_batch"] == 16
 
 
+def test_verl_padded_samples_get_no_micro_batch_order():
+    """use_remove_padding false: padded samples, which schedule.micro_batching does not order (a
+    scenario refuses it there); with packing the fixed micro-batches keep generation order."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    padded = import_config("verl", cfg, ["actor_rollout_ref.model.use_remove_padding=false"]).scenario
+    assert "micro_batching" not in padded["schedule"] and padded["schedule"]["distqueue"] == {"packed": False}
+    load_scenario(padded)
+    assert import_config("verl", cfg, []).scenario["schedule"]["micro_batching"] == "sequence"
+
+
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
     largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
