@@ -1,0 +1,29 @@
+"""Engine constants the rollout's models or layout leave nothing to act on
+(rl/schedules/__init__._structurally_read_past) are refused when given; where they act they move the
+prediction."""
+import pytest
+
+from simulator.api import simulate
+from simulator.errors import RlsimError
+
+SMALL = ["workload.prompts_per_step=16", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=16"]
+DGX = {"preset": "dgx-h100", "nodes": 2}
+
+
+def step(*items: str, workload: str = "grpo-qwen2.5-7b") -> float:
+    return simulate(workload=workload, topology=DGX, schedule="colocated", iterations=1,
+                    overrides=[*SMALL, *items]).summary["step_time_s"]
+
+
+@pytest.mark.parametrize("item", ["workload.inference.absorb_mla=false", "workload.inference.launches_per_moe_layer=50",
+                                  "workload.inference.dispatch_bytes=1", "workload.inference.activation_bytes=1"])
+def test_on_a_dense_model_of_tp_1_engines_they_are_refused(item):
+    # qwen2.5-7b: no MLA, no experts; its engines are tp 1, ep 1: no collective for the bytes to size
+    with pytest.raises(RlsimError) as exc:
+        step(item)
+    assert exc.value.field == item.split("=")[0] and "this run has none" in str(exc.value)
+
+
+def test_where_the_engine_has_collectives_the_bytes_move_the_step():
+    tp2 = "workload.rollout_layout={tp: 2, ep: 1, gpu_memory_utilization: 0.6, max_num_seqs: 256}"
+    assert step(tp2, "workload.inference.activation_bytes=8") > step(tp2)
