@@ -1,4 +1,4 @@
-"""workload.inference.custom_all_reduce (rl/schedules/__init__._check_custom_all_reduce): given where no
+"""workload.inference.custom_all_reduce (rl/schedules/input_checks._check_custom_all_reduce): given where no
 rollout instance's TP group can run the engine's kernel (tp 1, a size it does not take, a group across
 nodes) it changes no prediction and is refused, naming the key; where a group can, or where an engine
 or importer sets it, it runs."""

@@ -1,5 +1,5 @@
 """Engine constants the rollout's models or layout leave nothing to act on
-(rl/schedules/__init__._structurally_read_past) are refused when given; where they act they move the
+(rl/schedules/input_checks._structurally_read_past) are refused when given; where they act they move the
 prediction."""
 import pytest
 

@@ -1,0 +1,129 @@
+"""What a run's input must hold that the scenario alone cannot tell: checks run when a run starts,
+once the schedule's policy, the models and the pools are known. Each refuses input that would be
+read past or that the policy cannot run, naming the key (RlsimError)."""
+from __future__ import annotations
+
+from ...engine_software import ENGINE_SOFTWARE
+from ...errors import RlsimError
+from ...params import TRAIN_SOFTWARE, flash_ratio_read_past
+from ...scenario import Scenario, check_segments
+from ..costs import Costs
+from ..pools import Pool
+from . import registry
+from .registry import SchedulePolicy
+
+
+def check_before_pools(scenario: Scenario, policy: SchedulePolicy) -> None:
+    """What the policy decides alone (before the pools are built)."""
+    _check_partial_rollout(scenario, policy)
+
+
+def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:
+    """What needs the pools, the layouts and the models."""
+    _check_given_dp(scenario, costs, pools)
+    _check_custom_all_reduce(scenario, costs, pools)
+    _check_flash_ratio(scenario, costs)
+    _check_engine_constants(scenario, costs)
+
+
+def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
+    sched = scenario.schedule
+    if not sched.partial_rollout or not policy.partial_rollout_segments:
+        return
+    if not policy.supports_partial_rollout or sched.effective_staleness < 1:
+        able = [k for k in registry.kinds() if registry.get(k).supports_partial_rollout]
+        raise RlsimError("partial rollouts resume with newer weights, which needs staleness >= 1",
+                         source=scenario.source, field="schedule.partial_rollout",
+                         fix=f"set schedule.staleness: 1 on one of {', '.join(able)}")
+    if not sched.length_budget:
+        raise RlsimError("partial_rollout needs a per-segment length budget", source=scenario.source,
+                         field="schedule.length_budget", fix="set schedule.length_budget, e.g. 4096")
+    check_segments(scenario)
+
+
+def _check_given_dp(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:
+    """A workload.train_layout.dp the user gave must be the one the training pool holds (the pool
+    sets dp: one given otherwise would be dropped without a word)."""
+    given = getattr(costs, "given_train_dp", None)
+    if given is None:
+        return
+    pool = pools.get("train") or pools["actor"]
+    held = pool.count // costs.train_group_devices
+    if held != given:
+        raise RlsimError(f"dp={given} but the training pool of {pool.count} devices holds {held} replicas of "
+                         f"tp x cp x pp = {costs.train_group_devices}", source=scenario.source,
+                         field="workload.train_layout.dp",
+                         fix=f"set dp: auto (or {held}), or size the pool (schedule.rollout_devices / "
+                             "rollout_fraction, topology) to dp replicas")
+
+
+def _given_custom_all_reduce(scenario: Scenario) -> list[str]:
+    """The engine all-reduce keys the user gave: custom_all_reduce on where the named engine does not
+    turn it on, custom_all_reduce_max_bytes away from its default. Off is never refused: it is what
+    runs where the kernel cannot (the verl importer sets it for every vLLM rollout)."""
+    w = scenario.workload
+    engine_on = bool(w.engine) and ENGINE_SOFTWARE[w.engine].inference.get("custom_all_reduce") is True
+    keys = ["custom_all_reduce"] if w.inference.custom_all_reduce and not engine_on else []
+    return keys + w.inference.set_off_default(("custom_all_reduce_max_bytes",))
+
+
+def _check_custom_all_reduce(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:
+    """workload.inference.custom_all_reduce given where no rollout instance's TP group can run the
+    engine's kernel (tp 1, a size it does not take, a group across nodes) changes no prediction.
+    Under rollout_layout: auto it applies: the planner weighs it when it picks the TP size."""
+    runs = getattr(costs, "custom_all_reduce_runs", None)
+    given = _given_custom_all_reduce(scenario)
+    if runs is None or not given or scenario.workload.rollout_layout == "auto":
+        return
+    pool = pools.get("rollout") or pools["actor"]
+    if runs(pool.ranks):
+        return
+    tp = costs.rollout_layout.tp
+    why = ("an instance of tp 1 has no TP all-reduce" if tp == 1 else
+           f"no TP group of {tp} devices of the rollout pool is one it takes (2, 4, 6 or 8 devices of one node)")
+    raise RlsimError(f"{given[0]} applies to the engine's own TP all-reduce, and {why}", source=scenario.source,
+                     field=f"workload.inference.{given[0]}",
+                     fix=f"remove workload.inference.{given[0]}, or give workload.rollout_layout.tp 2, 4, 6 or 8 "
+                         "within one node")
+
+
+def _check_flash_ratio(scenario: Scenario, costs: Costs) -> None:
+    """train_params.compute.flash_efficiency_ratio given where no model's training reads it (params.py
+    flash_ratio_read_past): the Mamba layers are known once the models are loaded."""
+    models = getattr(costs, "models", None)
+    if models is None:
+        return
+    w = scenario.workload
+    found = flash_ratio_read_past(w.train_params.compute, TRAIN_SOFTWARE[w.train_software].params.compute,
+                                  any(m.num_mamba_layers for m in models.values()))
+    if found is not None:
+        field, message, fix = found
+        raise RlsimError(message, source=scenario.source, field=field, fix=fix)
+
+
+def _structurally_read_past(scenario: Scenario, costs: Costs) -> list[tuple[str, str, str]]:
+    """Engine constants the rollout's models or given layout leave nothing to act on
+    (llm/inference.py StepCost): MLA absorption without an MLA model, the MoE launches without
+    experts, the EP dispatch payload without expert parallelism, the activation bytes with neither TP
+    nor EP collectives. (key, why, fix) of each given away from its default; a named engine sets none."""
+    models = getattr(costs, "models", None)
+    layout = getattr(costs, "rollout_layout", None)
+    if models is None or layout is None:
+        return []
+    inference, auto = scenario.workload.inference, scenario.workload.rollout_layout == "auto"
+    mla, moe = any(m.is_mla for m in models.values()), any(m.is_moe for m in models.values())
+    ep = moe and layout.ep > 1
+    gates = {"absorb_mla": (mla, "an MLA model (DeepSeek-style latent attention)", "a model with MLA"),
+             "launches_per_moe_layer": (moe, "a model with experts", "an MoE model"),
+             "dispatch_bytes": (ep or auto, "expert parallelism in the engine (rollout_layout.ep > 1)",
+                                "workload.rollout_layout.ep above 1 on an MoE model"),
+             "activation_bytes": (layout.tp > 1 or ep or auto, "TP or EP collectives in the engine "
+                                  "(rollout_layout.tp or ep > 1)", "workload.rollout_layout.tp above 1")}
+    return [(f"workload.inference.{key}", f"{key} applies with {needs}, and this run has none", f"remove "
+             f"workload.inference.{key}, or give {fix}") for key, (applies, needs, fix) in gates.items()
+            if not applies and inference.set_off_default((key,))]
+
+
+def _check_engine_constants(scenario: Scenario, costs: Costs) -> None:
+    for field, why, fix in _structurally_read_past(scenario, costs):
+        raise RlsimError(why, source=scenario.source, field=field, fix=fix)
