@@ -854,6 +854,26 @@ def flash_ratio_read_past(compute: "ComputeParams", stack_compute: "ComputeParam
             f"remove {field}, or set workload.train_params.compute.flash_attention: true")
 
 
+def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: bool,
+                               engine_tp: int | None, engine_ep: int | None) -> list[InapplicableKey]:
+    """Engine constants the rollout's models or layout leave nothing to act on (llm/inference.py
+    StepCost): MLA absorption without an MLA model, the MoE launches without experts, the EP dispatch
+    payload without expert parallelism, the activation bytes with neither TP nor EP collectives.
+    (field, why, fix) of each given away from its default (no named engine sets them). `engine_tp` /
+    `engine_ep` None: the layout is planned, so the layout-gated two may apply."""
+    planned = engine_tp is None or engine_ep is None
+    ep = moe and not planned and engine_ep > 1
+    gates = {"absorb_mla": (mla, "an MLA model (DeepSeek-style latent attention)", "a model with MLA"),
+             "launches_per_moe_layer": (moe, "a model with experts", "an MoE model"),
+             "dispatch_bytes": (planned or ep, "expert parallelism in the engine (rollout_layout.ep > 1)",
+                                "workload.rollout_layout.ep above 1 on an MoE model"),
+             "activation_bytes": (planned or ep or engine_tp > 1, "TP or EP collectives in the engine "
+                                  "(rollout_layout.tp or ep > 1)", "workload.rollout_layout.tp above 1")}
+    return [(f"workload.inference.{key}", f"{key} applies with {needs}, and there is none here",
+             f"remove workload.inference.{key}, or give {fix}") for key, (applies, needs, fix) in gates.items()
+            if not applies and inference.set_off_default((key,))]
+
+
 def _inapplicable_forward_micro_batch(lay: TrainLayoutKeys, forward_micro_batch: int | None) -> InapplicableKey | None:
     budget_key = ("logprob_max_tokens_per_micro_batch" if lay.logprob_max_tokens_per_micro_batch is not None
                   else "max_tokens_per_micro_batch" if lay.max_tokens_per_micro_batch is not None else None)

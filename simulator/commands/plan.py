@@ -220,6 +220,10 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
             plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, **kwargs)
     else:
         from ..autoplan import engine_rollout
+        from ..params import engine_constants_read_past
+
+        _refuse_found(engine_constants_read_past(w.inference, mla=model.is_mla, moe=model.is_moe, engine_tp=None,
+                                                 engine_ep=None))
 
         given = set((section(args.overrides, "planner").get("rollout") or {}).keys())
         space, inference, at_layout = engine_rollout(w, topology, range(topology.num_devices), settings.rollout, given)
@@ -237,8 +241,12 @@ def _check_flash_ratio(workload: Any, model: Any) -> None:
 
     found = flash_ratio_read_past(workload.train_params.compute,
                                   TRAIN_SOFTWARE[workload.train_software].params.compute, bool(model.num_mamba_layers))
-    if found is not None:
-        field, message, fix = found
+    _refuse_found([found] if found else [])
+
+
+def _refuse_found(found: list[tuple[str, str, str]]) -> None:
+    """The first of (field, why, fix) read-past findings as the command line's error."""
+    for field, message, fix in found:
         raise RlsimError(message, source="--set", field=field, fix=fix)
 
 

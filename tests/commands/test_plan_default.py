@@ -99,3 +99,11 @@ def test_seed_is_taken_when_it_picks_distribution_draws(capsys):
     argv = ["plan", "--model", "llama3.1-8b", "--global-batch", "64", "--json", "--seeds", "2",
             "--set", "workload.response_length.max={dist: uniform, low: 256, high: 512}"]
     assert main([*argv, "--set", "seed=5"]) == 0
+
+
+def test_an_engine_constant_the_planned_model_leaves_nothing_to_act_on_is_an_error(capsys):
+    from simulator.cli import main
+
+    argv = ["plan", "--stage", "rollout", "--model", "qwen2.5-7b", "--set", "workload.inference.absorb_mla=false"]
+    assert main(argv) == 2   # a dense model: no MLA to absorb
+    assert "field 'workload.inference.absorb_mla'" in capsys.readouterr().err

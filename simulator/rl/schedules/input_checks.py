@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
-from ...params import TRAIN_SOFTWARE, flash_ratio_read_past
+from ...params import TRAIN_SOFTWARE, engine_constants_read_past, flash_ratio_read_past
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
 from ..pools import Pool
@@ -101,29 +101,16 @@ def _check_flash_ratio(scenario: Scenario, costs: Costs) -> None:
         raise RlsimError(message, source=scenario.source, field=field, fix=fix)
 
 
-def _structurally_read_past(scenario: Scenario, costs: Costs) -> list[tuple[str, str, str]]:
+def _check_engine_constants(scenario: Scenario, costs: Costs) -> None:
     """Engine constants the rollout's models or given layout leave nothing to act on
-    (llm/inference.py StepCost): MLA absorption without an MLA model, the MoE launches without
-    experts, the EP dispatch payload without expert parallelism, the activation bytes with neither TP
-    nor EP collectives. (key, why, fix) of each given away from its default; a named engine sets none."""
+    (params.engine_constants_read_past)."""
     models = getattr(costs, "models", None)
     layout = getattr(costs, "rollout_layout", None)
     if models is None or layout is None:
-        return []
-    inference, auto = scenario.workload.inference, scenario.workload.rollout_layout == "auto"
-    mla, moe = any(m.is_mla for m in models.values()), any(m.is_moe for m in models.values())
-    ep = moe and layout.ep > 1
-    gates = {"absorb_mla": (mla, "an MLA model (DeepSeek-style latent attention)", "a model with MLA"),
-             "launches_per_moe_layer": (moe, "a model with experts", "an MoE model"),
-             "dispatch_bytes": (ep or auto, "expert parallelism in the engine (rollout_layout.ep > 1)",
-                                "workload.rollout_layout.ep above 1 on an MoE model"),
-             "activation_bytes": (layout.tp > 1 or ep or auto, "TP or EP collectives in the engine "
-                                  "(rollout_layout.tp or ep > 1)", "workload.rollout_layout.tp above 1")}
-    return [(f"workload.inference.{key}", f"{key} applies with {needs}, and this run has none", f"remove "
-             f"workload.inference.{key}, or give {fix}") for key, (applies, needs, fix) in gates.items()
-            if not applies and inference.set_off_default((key,))]
-
-
-def _check_engine_constants(scenario: Scenario, costs: Costs) -> None:
-    for field, why, fix in _structurally_read_past(scenario, costs):
+        return
+    auto = scenario.workload.rollout_layout == "auto"
+    found = engine_constants_read_past(scenario.workload.inference, mla=any(m.is_mla for m in models.values()),
+                                       moe=any(m.is_moe for m in models.values()),
+                                       engine_tp=None if auto else layout.tp, engine_ep=None if auto else layout.ep)
+    for field, why, fix in found:
         raise RlsimError(why, source=scenario.source, field=field, fix=fix)

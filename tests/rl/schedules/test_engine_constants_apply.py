@@ -1,5 +1,5 @@
 """Engine constants the rollout's models or layout leave nothing to act on
-(rl/schedules/input_checks._structurally_read_past) are refused when given; where they act they move the
+(params.engine_constants_read_past, checked when a run starts and by rlsim plan) are refused when given; where they act they move the
 prediction."""
 import pytest
 
@@ -21,7 +21,7 @@ def test_on_a_dense_model_of_tp_1_engines_they_are_refused(item):
     # qwen2.5-7b: no MLA, no experts; its engines are tp 1, ep 1: no collective for the bytes to size
     with pytest.raises(RlsimError) as exc:
         step(item)
-    assert exc.value.field == item.split("=")[0] and "this run has none" in str(exc.value)
+    assert exc.value.field == item.split("=")[0] and "there is none here" in str(exc.value)
 
 
 def test_where_the_engine_has_collectives_the_bytes_move_the_step():
