@@ -53,8 +53,9 @@ _DP_OVERLAP = Gate(("dp_overlap_fraction",), lambda v: v["dp_overlap_fraction"] 
 # Knobs a switch of their own section makes inapplicable (section -> knob -> gate): given away from
 # their defaults with the switch off they would be silently ignored (the models' `_gated_knob_applies`
 # refuse them). flash_efficiency_ratio is not here: it also rates the Mamba-2 scans with flash off
-# (llm/train_compute.py), so its check needs the models (flash_ratio_read_past, below). Gates that depend on the layout (ZeRO 3, cp > 1, Ulysses) are
-# LAYOUT_GATED_COMM, checked where a scenario gives the layout (below).
+# (llm/train_compute.py), so its check needs the models (flash_ratio_read_past, below). Gates that
+# depend on the layout (ZeRO 3, cp > 1, TP, EP, PP) are LAYOUT_GATED_COMM, checked where a scenario
+# gives the layout (below).
 GATED_KNOBS: dict[str, dict[str, Gate]] = {
     "compute": {**dict.fromkeys(("flash_backward_efficiency_ratio", "flash_causal_fraction", "flash_backward_factor"),
                                 _FLASH),
@@ -700,18 +701,17 @@ def train_software(name: str, field: str = "workload.train_software", source: st
 @dataclass(frozen=True)
 class LayoutGate:
     """The part of the training layout a train_params.comm knob acts on: whether a layout has it
-    (`applies(layout, comm)`, on anything with tp / pp / cp / ep / zero / ulysses_sp / sp: llm's
-    TrainLayout, a TrainLayoutKeys; `comm` the run's CommParams, for the knobs TE userbuffers take
-    over), the setting that gives it (`needs`, as the refusal names it), what the knob acts on there
-    (`why`) and how to get it (`fix`)."""
+    (`applies`, on anything with tp / pp / cp / ep / zero / ulysses_sp / sp: llm's TrainLayout, a
+    TrainLayoutKeys), the setting that gives it (`needs`, as the refusal names it), what the knob
+    acts on there (`why`) and how to get it (`fix`)."""
 
-    applies: Callable[[Any, Any], bool]
+    applies: Callable[[Any], bool]
     needs: str
     why: str
     fix: str
 
 
-_FSDP_GATE = LayoutGate(lambda lay, comm: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
+_FSDP_GATE = LayoutGate(lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
                         "the per-layer parameter all-gathers and gradient reduce-scatters of FSDP / ZeRO-3",
                         "set workload.train_layout.zero: 3")
 # train_params.comm knobs that only one part of the training layout reads (llm/training.py
@@ -721,33 +721,33 @@ _FSDP_GATE = LayoutGate(lambda lay, comm: lay.zero >= 3, "ZeRO-3 (train_layout.z
 LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
     "fsdp_gather_overlap_fraction": _FSDP_GATE,
     "fsdp_reduce_overlap_fraction": _FSDP_GATE,
-    "cp_overlap_fraction": LayoutGate(lambda lay, comm: lay.cp > 1 and not lay.ulysses_sp,
+    "cp_overlap_fraction": LayoutGate(lambda lay: lay.cp > 1 and not lay.ulysses_sp,
                                       "ring-attention context parallelism (train_layout.cp > 1, ulysses_sp false)",
                                       "its KV all-gathers and reduce-scatters",
                                       "set workload.train_layout.cp above 1 without ulysses_sp"),
-    "ulysses_overlap_fraction": LayoutGate(lambda lay, comm: lay.cp > 1 and lay.ulysses_sp,
+    "ulysses_overlap_fraction": LayoutGate(lambda lay: lay.cp > 1 and lay.ulysses_sp,
                                            "Ulysses sequence parallelism (train_layout.cp > 1, ulysses_sp true)",
                                            "its all-to-alls around attention",
                                            "set workload.train_layout.cp above 1 and ulysses_sp: true"),
     # TP collectives. TE userbuffers replace the flat overlap share and the backward re-gather on a
     # dense model's layers only (MoE, MLA and hybrid layers keep them), which the gate cannot see:
     # those two stay admitted under userbuffers.
-    "tp_overlap_fraction": LayoutGate(lambda lay, comm: lay.tp > 1, "tensor parallelism (train_layout.tp > 1)",
+    "tp_overlap_fraction": LayoutGate(lambda lay: lay.tp > 1, "tensor parallelism (train_layout.tp > 1)",
                                       "the share of its per-layer all-reduces (or all-gathers and "
                                       "reduce-scatters) hidden", "set workload.train_layout.tp above 1"),
-    "tp_userbuffers": LayoutGate(lambda lay, comm: lay.sp, "sequence parallelism (train_layout.tp > 1, "
+    "tp_userbuffers": LayoutGate(lambda lay: lay.sp, "sequence parallelism (train_layout.tp > 1, "
                                  "sequence_parallel not false)", "the TP all-gathers and reduce-scatters "
                                  "it overlaps with their GEMMs", "set workload.train_layout.tp above 1"),
-    "sp_backward_allgather": LayoutGate(lambda lay, comm: lay.sp, "sequence parallelism (train_layout.tp > 1, "
+    "sp_backward_allgather": LayoutGate(lambda lay: lay.sp, "sequence parallelism (train_layout.tp > 1, "
                                         "sequence_parallel not false)", "the re-gather of the QKV / FC1 inputs "
                                         "for the weight gradients", "set workload.train_layout.tp above 1"),
-    "ep_overlap_fraction": LayoutGate(lambda lay, comm: lay.ep > 1, "expert parallelism (train_layout.ep > 1)",
+    "ep_overlap_fraction": LayoutGate(lambda lay: lay.ep > 1, "expert parallelism (train_layout.ep > 1)",
                                       "the share of its all-to-alls hidden", "set workload.train_layout.ep above 1"),
     # pipeline sends (llm/training.py _p2p_times, pipeline.py): only between stages
     **dict.fromkeys(("pp_blocking_send", "pp_variable_seq_lengths"), LayoutGate(
-        lambda lay, comm: lay.pp > 1, "pipeline parallelism (train_layout.pp > 1)", "the sends between stages",
+        lambda lay: lay.pp > 1, "pipeline parallelism (train_layout.pp > 1)", "the sends between stages",
         "set workload.train_layout.pp above 1")),
-    "pp_scatter_gather": LayoutGate(lambda lay, comm: lay.pp > 1 and lay.tp > 1, "pipeline and tensor "
+    "pp_scatter_gather": LayoutGate(lambda lay: lay.pp > 1 and lay.tp > 1, "pipeline and tensor "
                                     "parallelism (train_layout.pp > 1 and tp > 1)", "the split of each send "
                                     "over the TP ranks", "set workload.train_layout.pp and tp above 1"),
 }
@@ -833,12 +833,25 @@ def _inapplicable_layout_key(lay: TrainLayoutKeys, replans: bool) -> Inapplicabl
 
 def _inapplicable_comm_knob(lay: TrainLayoutKeys, comm: Any, stack_comm: Any) -> InapplicableKey | None:
     for knob, gate in LAYOUT_GATED_COMM.items():
-        if getattr(comm, knob) != getattr(stack_comm, knob) and not gate.applies(lay, comm):
+        if getattr(comm, knob) != getattr(stack_comm, knob) and not gate.applies(lay):
             field = f"workload.train_params.comm.{knob}"
             return (field, f"applies only with {gate.needs} ({gate.why}); this layout has tp {lay.tp}, pp {lay.pp}, "
                     f"cp {lay.cp}{', ulysses_sp' if lay.ulysses_sp else ''}, ep {lay.ep}, zero {lay.zero}"
                     f"{', sequence parallelism' if lay.sp else ''}", f"remove {field}, or {gate.fix}")
     return None
+
+
+def _inapplicable_forward_micro_batch(lay: TrainLayoutKeys, forward_micro_batch: int | None) -> InapplicableKey | None:
+    budget_key = ("logprob_max_tokens_per_micro_batch" if lay.logprob_max_tokens_per_micro_batch is not None
+                  else "max_tokens_per_micro_batch" if lay.max_tokens_per_micro_batch is not None else None)
+    if forward_micro_batch is None or budget_key is None:
+        return None
+    return ("schedule.forward_micro_batch", f"forward_micro_batch={forward_micro_batch} is not read with a token "
+            f"budget: workload.train_layout.{budget_key}={getattr(lay, budget_key)} packs the forward-only passes "
+            "(log-probs, reference) into micro-batches of at most that many tokens",
+            "remove schedule.forward_micro_batch, or the token budgets (workload.train_layout."
+            "logprob_max_tokens_per_micro_batch and max_tokens_per_micro_batch) for forward micro-batches of "
+            "forward_micro_batch rows")
 
 
 def flash_ratio_read_past(compute: "ComputeParams", stack_compute: "ComputeParams",
@@ -872,19 +885,6 @@ def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: 
     return [(f"workload.inference.{key}", f"{key} applies with {needs}, and there is none here",
              f"remove workload.inference.{key}, or give {fix}") for key, (applies, needs, fix) in gates.items()
             if not applies and inference.set_off_default((key,))]
-
-
-def _inapplicable_forward_micro_batch(lay: TrainLayoutKeys, forward_micro_batch: int | None) -> InapplicableKey | None:
-    budget_key = ("logprob_max_tokens_per_micro_batch" if lay.logprob_max_tokens_per_micro_batch is not None
-                  else "max_tokens_per_micro_batch" if lay.max_tokens_per_micro_batch is not None else None)
-    if forward_micro_batch is None or budget_key is None:
-        return None
-    return ("schedule.forward_micro_batch", f"forward_micro_batch={forward_micro_batch} is not read with a token "
-            f"budget: workload.train_layout.{budget_key}={getattr(lay, budget_key)} packs the forward-only passes "
-            "(log-probs, reference) into micro-batches of at most that many tokens",
-            "remove schedule.forward_micro_batch, or the token budgets (workload.train_layout."
-            "logprob_max_tokens_per_micro_batch and max_tokens_per_micro_batch) for forward micro-batches of "
-            "forward_micro_batch rows")
 
 
 def stack_params(software: TrainSoftware, overrides: Mapping[str, Any] | None, source: str | None = None,
