@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .errors import RlsimError
+from .errors import RlsimError, raised_from
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
 from .overrides import parse_assignment
@@ -113,6 +113,11 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     same, figure for figure (`rlsim run` does this unless --out writes the table). With
     schedule.failures every row is kept either way (a roll-back rewrites recorded rows)."""
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
+    with raised_from(sc.source):   # a model's check names the field; the scenario names the file
+        return _simulate(sc, costs, progress, keep_samples)
+
+
+def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> SimulationResult:
     w = sc.workload
     plan = None
     replanner = None

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import difflib
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -30,6 +31,25 @@ class RlsimError(ValueError):
         if fix:
             text += f" (fix: {fix})"
         super().__init__(text)
+
+    def with_source(self, source: str) -> RlsimError:
+        """The same error, naming ``source`` (the file or input it came from)."""
+        out = RlsimError(self.message, source=source, field=self.field, fix=self.fix)
+        out.fields = list(self.fields)
+        return out
+
+
+@contextmanager
+def raised_from(source: str | None) -> Iterator[None]:
+    """An RlsimError raised inside that names no file gets ``source``: a check that runs deep in a
+    model (a layout that does not fit, a head count a TP size does not divide) knows the field, and
+    the caller knows which scenario it was reading."""
+    try:
+        yield
+    except RlsimError as exc:
+        if exc.source or not source:
+            raise
+        raise exc.with_source(source) from None
 
 
 # pydantic's loc parts naming a union branch or a validator, not a field ("function-after[...]",

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator.api import simulate
 from simulator.cli import main
 from simulator.errors import RlsimError
 from simulator.llm.architecture import load_model
@@ -58,6 +59,17 @@ def test_a_set_value_keeps_the_scenario_as_its_source(bad_workload):
 def test_cli_names_the_workload_file(bad_workload, capsys):
     assert main(["run", "--workload", str(bad_workload), "--iterations", "1"]) == 2
     assert str(bad_workload) in capsys.readouterr().err
+
+
+def test_an_error_found_while_running_names_the_scenario_file(tmp_path):
+    # the vpp check runs in the training cost model, which knows the field but not the file
+    path = tmp_path / "mine.yaml"
+    path.write_text("workload:\n  preset: grpo-qwen2.5-7b\n  train_layout: {tp: 1, pp: 6, vpp: 2}\n"
+                    "topology: {preset: dgx-h100, nodes: 2}\n")
+    with pytest.raises(RlsimError) as info:
+        simulate(str(path), iterations=1)
+    assert info.value.source == str(path) and info.value.field == "workload.train_layout.vpp"
+    assert str(info.value).startswith(f"{path}: field 'workload.train_layout.vpp'")
 
 
 def _config(tmp_path, **cfg):
