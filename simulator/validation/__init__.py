@@ -60,9 +60,12 @@ class Case:
     # key prefixes of `rlsim validate --set` this case predicts with (e.g. "topology.device."); none:
     # the case takes no override
     overridable: tuple[str, ...] = ()
+    # keys under `overridable` that the case's own input refuses whatever their value (V6: the
+    # scenario's fallback collective constants, which a run never reads): not taken either
+    refused: tuple[str, ...] = ()
 
     def takes(self, key: str) -> bool:
-        return key_taken(self.overridable, key)
+        return key_taken(self.overridable, key) and not key_taken(self.refused, key)
 
 
 def key_taken(prefixes: tuple[str, ...], key: str) -> bool:
@@ -71,11 +74,14 @@ def key_taken(prefixes: tuple[str, ...], key: str) -> bool:
     return any(key.startswith(p) if p.endswith(".") else (key == p or key.startswith(p + ".")) for p in prefixes)
 
 
-def items_taken(prefixes: tuple[str, ...], overrides: tuple[str, ...]) -> tuple[str, ...]:
-    """The --set items whose key falls under `prefixes` (what a provider predicts with)."""
+def items_taken(prefixes: tuple[str, ...], overrides: tuple[str, ...],
+                refused: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The --set items whose key falls under `prefixes` and not under `refused` (what a provider
+    predicts with; a refused one is reported as not taken, as Case.takes says)."""
     from ..overrides import parse_assignment
 
-    return tuple(item for item in overrides if key_taken(prefixes, parse_assignment(item)[0]))
+    return tuple(item for item in overrides
+                 if key_taken(prefixes, key := parse_assignment(item)[0]) and not key_taken(refused, key))
 
 
 def files_named(overrides: tuple[str, ...]) -> tuple[str, ...]:

@@ -38,6 +38,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from ..params import FALLBACK_COLLECTIVE_KEYS
 from . import Case, Prediction, files_named, items_taken, register
 
 SOURCE = "NeMo RL v0.5 performance-summary.md, v0.5 H100 BF16 table (published-results.md V6)"
@@ -229,6 +230,8 @@ def unexpressed(row: Row) -> list[str]:
 
 # `rlsim validate --set` keys the V6 rows are simulated with (applied to each row's scenario)
 SCENARIO_OVERRIDES = ("topology", "workload", "schedule", "iterations", "seed")
+# what a scenario refuses at any value (the rows would fail on it): the standalone predictors' constants
+SCENARIO_REFUSED = tuple(f"workload.inference.{key}" for key in FALLBACK_COLLECTIVE_KEYS)
 
 
 def row_scenario(row: Row, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -326,7 +329,7 @@ def aggregate(stat: str, overrides: tuple[str, ...] = ()) -> Prediction:
 def cases(overrides: tuple[str, ...] = ()):
     from ..scenario import load_scenario
 
-    mine = items_taken(SCENARIO_OVERRIDES, overrides)
+    mine = items_taken(SCENARIO_OVERRIDES, overrides, SCENARIO_REFUSED)
     if mine:   # a bad key or value is bad input (exit 2), not a row that cannot run
         load_scenario(row_scenario(ROWS[0], mine))
     for row in ROWS:
@@ -339,7 +342,7 @@ def cases(overrides: tuple[str, ...] = ()):
         for key, suffix, label, published in (("step_s", "step", "step s", row.step_s),
                                               ("tok_s_gpu", "tokens/s/GPU", "tokens/s/GPU", row.tok_s_gpu)):
             yield Case(f"{row.name} {suffix}", label, published, lambda r=row, m=key: predict(r, m, mine),
-                       tolerance=TARGET_MAX, source=SOURCE, note=note, overridable=SCENARIO_OVERRIDES)
+                       tolerance=TARGET_MAX, source=SOURCE, note=note, overridable=SCENARIO_OVERRIDES, refused=SCENARIO_REFUSED)
     agg = "acceptance target (issue 12), over the rows that ran"
     for name, metric, published, stat, expect, what in (
             ("rows runnable", "fraction of rows", 1.0, "runnable", "above", "every row must run (none refused)"),
@@ -348,4 +351,4 @@ def cases(overrides: tuple[str, ...] = ()):
             ("on-policy vs 1-step-off ordering", "pairs right (fraction)", 1.0, "ordering", "above",
              "published: the 1-step-off step is shorter in every pair")):
         yield Case(f"V6 nemo-rl {name}", metric, published, lambda st=stat: aggregate(st, mine), expect=expect,
-                   source=SOURCE, note=what, overridable=SCENARIO_OVERRIDES)
+                   source=SOURCE, note=what, overridable=SCENARIO_OVERRIDES, refused=SCENARIO_REFUSED)

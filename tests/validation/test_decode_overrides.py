@@ -45,6 +45,21 @@ def test_an_engine_loop_key_is_refused_naming_it(capsys, argv, field):
     assert f"field '{field}'" in err and "taken by V" in err and "V6" in err   # where the key goes instead
 
 
+@pytest.mark.parametrize("key", ["fallback_step_latency_s", "fallback_collective_efficiency"])
+def test_a_fallback_constant_is_taken_by_the_decode_cases_only(capsys, key):
+    # V6's scenarios refuse these at any value (a run prices collectives on its links): the hint
+    # names V3 (V5 runs one GPU: no collective), and V6 refuses them up front instead of failing every row
+    from simulator.cli import main
+
+    field = f"workload.inference.{key}"
+    assert main(["validate", "--case", "V1", "--set", f"{field}=0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "taken by V3)" in err and "V6" not in err
+    assert main(["validate", "--case", "V6", "--set", f"{field}=0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "do not take" in err and "V6 nemo-rl" in err
+
+
 def test_a_step_key_still_moves_the_cases(capsys):
     from simulator.cli import main
 
