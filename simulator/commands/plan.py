@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--balance", action="store_true",
                         help="on a topology of several device kinds (--stage train): also split the layers over "
                              "pipeline stages and the micro-batches over DP replicas in proportion to each "
-                             "device's speed (planner/hetero.py), with the best row's recompute, micro-batch and "
-                             "ZeRO (up to 2), against the same model's even split")
+                             "device's speed (planner/hetero.py), searching the planner space's TP, PP, micro-batch, "
+                             "recompute and ZeRO (up to 2), against the same model's best even split")
     common.add_common(parser)
     from .replicas import add_replica_arguments
     add_replica_arguments(parser, jobs=False)   # --seeds N: medians over replicas' distribution draws (issue 13)
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     note = shape_note(args)
     if note:
         print(note, file=sys.stderr)
-    balanced = balanced_plan(args, model, topology, rows[0]["layout"]) if args.balance else None
+    balanced = balanced_plan(args, model, topology) if args.balance else None
     if args.json:
         common.print_json(rows if balanced is None else {"candidates": rows, "balance": balanced})
         return 0
@@ -278,10 +278,10 @@ def _check_balance_flags(args: argparse.Namespace) -> None:
                              field="--balance", fix=f"drop --balance or {flag}")
 
 
-def balanced_plan(args: argparse.Namespace, model: Any, topology: Any, best: dict[str, Any]) -> dict[str, Any]:
-    """The speed-proportional split (planner.plan_hetero) of a topology of several device kinds, with
-    the best even-split row's recompute, micro-batch and ZeRO (at most 2: the step model has no
-    ZeRO-3); its TP and PP from the planner space. The JSON document of `plan --balance`."""
+def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[str, Any]:
+    """The speed-proportional split (planner.plan_hetero) of a topology of several device kinds over
+    the planner space's TP, PP, micro-batch, recompute and ZeRO values (at most 2: the step model
+    has no ZeRO-3). The JSON document of `plan --balance`."""
     from ..planner import plan_hetero, planner_settings
 
     kinds = topology.device_kinds()
@@ -295,26 +295,30 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any, best: dic
     inp = _inputs(args)
     settings = planner_settings(section(args.overrides, "planner"))
     space = plan_space(settings.space, inp["workload"].train_software, section(args.overrides, "planner"))
+    zeros = [z for z in space.zero if z <= 2]
+    if not zeros:
+        raise RlsimError(f"the heterogeneous step model takes ZeRO 0-2, and planner.space.zero is {space.zero}",
+                         field="planner.space.zero", fix="add 0, 1 or 2 to planner.space.zero, or drop --balance")
     result = plan_hetero(model, topology, inp["global_batch"], inp["seq_len"], tp_values=space.tp,
-                         pp_values=space.pp, micro_batch=best["micro_batch"], recompute=best["recompute"],
-                         zero_values=(min(best["zero"], 2),), params=settings.hetero,
+                         pp_values=space.pp, micro_batch_values=space.micro_batch,
+                         recompute_values=space.recompute, zero_values=zeros, params=settings.hetero,
                          train_params=inp["workload"].train_params)
     counts = {k: sum(1 for r in range(topology.num_devices) if topology.device_spec(r).name == k) for k in kinds}
-    return {"devices": counts, **result.to_json(),
-            "taken_from_best_row": {k: best[k] for k in ("recompute", "micro_batch", "zero")}}
+    return {"devices": counts, **result.to_json()}
 
 
 def _print_balance(doc: dict[str, Any]) -> None:
     devices = ", ".join(f"{n} x {k}" for k, n in doc["devices"].items())
     print(f"\n--balance ({devices}): the rows above split layers and micro-batches evenly, paced by the slowest "
-          f"device; split in proportion to each device's speed (the heterogeneous step model, recompute "
-          f"{doc['taken_from_best_row']['recompute']}, micro-batch {doc['taken_from_best_row']['micro_batch']}):")
+          "device; split in proportion to each device's speed (the heterogeneous step model, over the planner "
+          "space's TP, PP, micro-batch, recompute and ZeRO 0-2):")
     for name in ("balanced", "uniform"):
         part = doc[name]
         lay = part["layout"]
-        print(f"  {name + ':':10} tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} zero {lay['zero']}, layers per stage "
-              f"{part['layers_per_stage']}, micro-batches per replica {part['microbatches_per_replica']}: step "
-              f"{part['step_time_s']:.3f} s, utilization {part['utilization']:.3f}")
+        print(f"  {name + ':':10} tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} zero {lay['zero']}, recompute "
+              f"{lay['recompute']}, micro-batch {lay['micro_batch']}, layers per stage {part['layers_per_stage']}, "
+              f"micro-batches per replica {part['microbatches_per_replica']}: step {part['step_time_s']:.3f} s, "
+              f"utilization {part['utilization']:.3f}")
     print(f"  speedup of the balanced split over the even one: {doc['speedup']:.2f}x")
 
 

@@ -64,8 +64,8 @@ class HeteroParams(StrictModel):
     # (train_params.comm.dp_overlap_fraction, default params.DP_OVERLAP_FRACTION), one default for both.
     dp_overlap_fraction: float | None = Field(None, ge=0, le=1)
     # Memory check per stage (formulas.md): mixed-precision Adam's weights, gradients and optimizer
-    # state per parameter; full recompute keeps ~2 s b h bytes per layer per in-flight micro-batch
-    # (arXiv 2205.05198), without it s b h (34 + 5 H s / h) / tp (TP + SP). None: the training
+    # state per parameter, and the activations the training memory model stores per layer (arXiv
+    # 2205.05198 as llm/memory.py generalizes it: flash attention, recompute mode). None: the training
     # stack's train_params.memory (18 with Megatron-Core's fp32 gradient buffer, 16 with the 2021 /
     # 2022 stacks), the bytes the training model holds, with ZeRO-1 / 2 sharding the optimizer state /
     # and the gradients over DP as the training model does (llm/memory.py). A value here is the
@@ -95,6 +95,8 @@ class HeteroResult:
     step_time_s: float
     utilization: float  # model FLOPs / (step time x sum of device peaks)
     placement: tuple[int, ...]
+    micro_batch: int = 1
+    recompute: str = "full"
 
 
 class HeteroStepModel:
@@ -204,7 +206,7 @@ class HeteroStepModel:
         util = self.model_flops_per_token * tokens / (step * peak_sum)
         self._check_memory(tp_groups, tp, pp, dp, layers, zero)
         return HeteroResult(tp, pp, dp, zero, tuple(layers), tuple(microbatches), tuple(stage), step, util,
-                            tuple(ranks))
+                            tuple(ranks), self.mb, self.recompute)
 
     def _sync_s(self, ranks: Sequence[int], tp: int, pp: int, dp: int, zero: int) -> float:
         """The exposed gradient sync of one DP group: an all-reduce of the gradients in the dtype the
@@ -227,31 +229,55 @@ class HeteroStepModel:
                     + self.collectives.cost("all_gather", dp_group, weights).time_s)
         return (1 - hidden) * sync
 
-    def _check_memory(self, tp_groups: list[list[int]], tp: int, pp: int, dp: int,
-                      layers: Sequence[int], zero: int = 0) -> None:
-        m = self.model
+    def stage_memory_bytes(self, tp: int, pp: int, dp: int, layers: Sequence[int], zero: int = 0) -> list[float]:
+        """Per pipeline stage (holding ``layers[s]`` consecutive layers), the bytes on one device, as
+        the training memory model counts them (llm/memory.py): weights, gradients and optimizer state
+        (ZeRO 1 / 2 shard the last two over DP), the input embedding on the first stage and the head
+        on the last, the activations each layer stores (activation_bytes_per_token: the stack's flash
+        attention, the recompute mode, sequence parallel with TP > 1 as _stage_unit's layout) for the
+        p - s micro-batches 1F1B holds in flight, one layer rebuilt whole under full recompute, the
+        fp32 logits on the last stage."""
+        from ..llm.layer_costs import embedding_params, layer_shapes
+        from ..llm.memory import activation_bytes_per_token
+
+        m, memory = self.model, self.train_params.memory
         weight_b, grad_b, optim_b = self.state_bytes
         state_bytes_per_param = (weight_b + grad_b / (dp if zero >= 2 else 1) + optim_b / (dp if zero >= 1 else 1))
-        per_layer_params = (m.params_total - m.params_embedding) / m.num_layers
-        s, b, h = self.seq_len, self.mb, m.hidden
-        if self.recompute == "full":
-            act_layer = 2.0 * s * b * h
-        else:
-            act_layer = s * b * h * (34 + 5 * m.num_heads * s / h) / tp
-        for st in range(pp):
-            params = layers[st] * per_layer_params / tp
-            if st in (0, pp - 1):
-                params += m.params_embedding / tp
-            need = params * state_bytes_per_param + layers[st] * act_layer * (pp - st)
+        shapes, (emb, head) = layer_shapes(m), embedding_params(m)
+        tokens, flash = self.mb * self.seq_len, self.train_params.compute.flash_attention
+
+        def stored(layer: Any, recompute: str) -> float:
+            return tokens * activation_bytes_per_token(
+                layer, int(m.hidden), int(m.ffn_hidden), bool(getattr(m, "gated_ffn", True)), tp=tp, sp=tp > 1,
+                recompute=recompute, flash=flash, context_len=self.seq_len, params=memory)
+        out, first = [], 0
+        for st, count in enumerate(layers):
+            stage = shapes[first:first + count]
+            first += count
+            params = sum(lay.params for lay in stage) / tp   # no EP in this model: experts split by TP alone
+            params += emb / tp if st == 0 else 0.0
+            params += head / tp if st == pp - 1 and (pp > 1 or not m.tied_embeddings) else 0.0
+            acts = (pp - st) * sum(stored(lay, self.recompute) for lay in stage)
+            if self.recompute == "full" and stage:
+                acts += stored(stage[0], "none")
+            logits = tokens * float(m.vocab) / tp * memory.logits_bytes_per_elem if st == pp - 1 else 0.0
+            out.append(params * state_bytes_per_param + acts + logits)
+        return out
+
+    def _check_memory(self, tp_groups: list[list[int]], tp: int, pp: int, dp: int,
+                      layers: Sequence[int], zero: int = 0) -> None:
+        """Each stage's bytes (stage_memory_bytes) against its smallest device's usable HBM."""
+        usable = self.train_params.memory.hbm_usable_fraction
+        for st, need in enumerate(self.stage_memory_bytes(tp, pp, dp, layers, zero)):
             hbm = min(self.topology.device_spec(r).hbm_bytes for d in range(dp) for r in tp_groups[d + dp * st])
-            if need > hbm:
-                raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(hbm)}",
-                                 field="planner.layers", fix="use more pipeline stages or tensor parallelism")
+            if need > hbm * usable:
+                raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(hbm * usable)} "
+                                 "usable", field="planner.layers", fix="use more pipeline stages or tensor parallelism")
 
 
 @dataclass(frozen=True)
 class HeteroPlan:
-    micro_batch: int
+    micro_batch: int        # the balanced layout's (each result carries its own)
     uniform: HeteroResult   # the manual baseline: even layers and batch, best such layout
     balanced: HeteroResult  # speed-proportional layers and batch, best such layout
 
@@ -261,7 +287,8 @@ class HeteroPlan:
 
     def to_json(self) -> dict[str, Any]:
         def one(r: HeteroResult) -> dict[str, Any]:
-            return {"layout": {"tp": r.tp, "pp": r.pp, "dp": r.dp, "zero": r.zero, "micro_batch": self.micro_batch},
+            return {"layout": {"tp": r.tp, "pp": r.pp, "dp": r.dp, "zero": r.zero, "recompute": r.recompute,
+                               "micro_batch": r.micro_batch},
                     "step_time_s": r.step_time_s, "utilization": r.utilization,
                     "layers_per_stage": list(r.layers_per_stage),
                     "microbatches_per_replica": list(r.microbatches_per_replica)}
@@ -273,23 +300,48 @@ def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                 pp_values: Sequence[int] | None = None, micro_batch: int = 1,
                 params: HeteroParams | None = None, speed_factor: Mapping[int, float] | None = None,
                 recompute: str = "full", collectives: Any = None,
-                train_params: TrainParams | None = None, zero_values: Sequence[int] = (0,)) -> HeteroPlan:
-    """Best (tp, pp, dp, zero) with speed-proportional layer and batch splits, and its uniform baseline.
+                train_params: TrainParams | None = None, zero_values: Sequence[int] = (0,),
+                micro_batch_values: Sequence[int] | None = None,
+                recompute_values: Sequence[str] | None = None) -> HeteroPlan:
+    """Best (tp, pp, dp, zero, micro-batch, recompute) with speed-proportional layer and batch
+    splits, and its uniform baseline (the best even split over the same space).
 
     Devices are laid out locality-first (TP inside a node, a pipeline over consecutive nodes, DP
     outermost), so stages and replicas are as homogeneous as the cluster allows. `zero_values`:
-    the ZeRO stages tried (0-2; HeteroStepModel.evaluate).
+    the ZeRO stages tried (0-2; HeteroStepModel.evaluate); `micro_batch_values` /
+    `recompute_values`: those tried (None: `micro_batch` / `recompute` alone).
     """
     ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
     for zero in zero_values:   # bad input, not a layout that does not fit: raise here, not per layout
         _check_zero(zero, params or HeteroParams())
-    stm = HeteroStepModel(model, topology, seq_len, micro_batch, params=params, collectives=collectives,
-                          speed_factor=speed_factor, recompute=recompute, train_params=train_params)
-    slots = locality_sorted(topology, ranks)
-    n, L = len(ranks), int(model.num_layers)
-    pp_values = list(pp_values) if pp_values is not None else [p for p in (1, 2, 4, 8, 16) if p <= L]
-    best: HeteroResult | None = None
-    best_uniform: HeteroResult | None = None
+    best: dict[bool, HeteroResult] = {}   # balanced? -> the fastest such result
+    for mb in (micro_batch,) if micro_batch_values is None else tuple(micro_batch_values):
+        for mode in (recompute,) if recompute_values is None else tuple(recompute_values):
+            stm = HeteroStepModel(model, topology, seq_len, mb, params=params, collectives=collectives,
+                                  speed_factor=speed_factor, recompute=mode, train_params=train_params)
+            for res in _hetero_layouts(stm, ranks, global_batch, tp_values, pp_values, zero_values):
+                if res.balanced_split not in best or res.result.step_time_s < best[res.balanced_split].step_time_s:
+                    best[res.balanced_split] = res.result
+    if len(best) < 2:
+        raise RlsimError(f"no heterogeneous layout of {len(ranks)} devices divides the model and batch",
+                         field="planner", fix="check the device count and global batch")
+    return HeteroPlan(best[True].micro_batch, best[False], best[True])
+
+
+@dataclass(frozen=True)
+class _Tried:
+    balanced_split: bool
+    result: HeteroResult
+
+
+def _hetero_layouts(stm: HeteroStepModel, ranks: list[int], global_batch: int, tp_values: Sequence[int],
+                    pp_values: Sequence[int] | None, zero_values: Sequence[int]) -> Any:
+    """Every (tp, pp, zero) layout of ``ranks`` that fits, split by speed and evenly, under one
+    micro-batch size and recompute mode (the step model's)."""
+    model, micro_batch = stm.model, stm.mb
+    slots = locality_sorted(stm.topology, ranks)
+    n, num_layers = len(ranks), int(model.num_layers)
+    pp_values = list(pp_values) if pp_values is not None else [p for p in (1, 2, 4, 8, 16) if p <= num_layers]
     for tp in tp_values:
         if model.num_heads % tp:
             continue
@@ -299,18 +351,10 @@ def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
             dp = n // (tp * pp)
             if global_batch % micro_batch or global_batch // micro_batch < dp:
                 continue
-            m_total = global_batch // micro_batch
             laid = lay_out(slots, ("tp", "cp", "pp", "dp"), tp, 1, dp, pp)
             for zero, balanced in ((z, b) for z in zero_values for b in (True, False)):
                 try:
-                    res = stm.evaluate(laid, tp, pp, dp, m_total, balanced=balanced, zero=zero)
+                    yield _Tried(balanced, stm.evaluate(laid, tp, pp, dp, global_batch // micro_batch,
+                                                        balanced=balanced, zero=zero))
                 except RlsimError:
                     continue
-                if balanced and (best is None or res.step_time_s < best.step_time_s):
-                    best = res
-                if not balanced and (best_uniform is None or res.step_time_s < best_uniform.step_time_s):
-                    best_uniform = res
-    if best is None or best_uniform is None:
-        raise RlsimError(f"no heterogeneous layout of {n} devices divides the model and batch",
-                         field="planner", fix="check the device count and global batch")
-    return HeteroPlan(micro_batch, best_uniform, best)

@@ -19,15 +19,39 @@ def test_balance_splits_work_by_device_speed_beside_the_even_candidates(capsys):
     plain = _json(capsys, *HETERO)
     doc = _json(capsys, *HETERO, "--balance")
     assert doc["candidates"] == plain   # the even-split rows are unchanged
-    bal, best = doc["balance"], plain[0]["layout"]
+    bal = doc["balance"]
     assert doc["balance"]["devices"] == {"a100-80gb": 8, "h100": 8}
-    assert bal["taken_from_best_row"] == {"recompute": best["recompute"], "micro_batch": best["micro_batch"],
-                                          "zero": min(best["zero"], 2)}
     balanced, uniform = bal["balanced"], bal["uniform"]
     assert balanced["step_time_s"] < uniform["step_time_s"]
     assert bal["speedup"] == pytest.approx(uniform["step_time_s"] / balanced["step_time_s"])
     split = balanced["microbatches_per_replica"]
-    assert sum(split) == 256 // best["micro_batch"] and len(set(split)) > 1   # the faster replicas take more
+    assert sum(split) == 256 // balanced["layout"]["micro_batch"] and len(set(split)) > 1   # faster replicas: more
+
+
+def test_balance_searches_the_micro_batch_recompute_and_zero_of_the_space(capsys):
+    from simulator.hardware.topology import load_topology
+    from simulator.llm.architecture import load_model
+    from simulator.planner import plan_hetero
+
+    bal = _json(capsys, *HETERO, "--balance")["balance"]["balanced"]
+    lay = bal["layout"]
+    assert lay["recompute"] in ("none", "selective", "full") and lay["micro_batch"] in (1, 2, 4, 8)
+    assert lay["zero"] in (0, 1, 2)
+    # the search is at least as good as any one setting of the three (here the former rule's: full
+    # recompute, micro-batch 1, ZeRO 1), and the JSON reports the setting it took
+    model, topology = load_model("llama3.1-8b"), load_topology("hetero-a100-h100")
+    one = plan_hetero(model, topology, 256, 4096, tp_values=[1, 2, 4, 8], micro_batch=1, recompute="full",
+                      zero_values=(1,)).balanced
+    assert bal["step_time_s"] <= one.step_time_s
+    narrowed = _json(capsys, *HETERO, "--balance", "--set", "planner.space.recompute=[full]",
+                     "--set", "planner.space.micro_batch=[1]", "--set", "planner.space.zero=[1]")["balance"]
+    assert narrowed["balanced"]["layout"] | {"tp": 0, "pp": 0, "dp": 0} == {
+        "tp": 0, "pp": 0, "dp": 0, "zero": 1, "recompute": "full", "micro_batch": 1}
+
+
+def test_balance_needs_a_zero_stage_its_step_model_takes(capsys):
+    assert main([*HETERO, "--balance", "--set", "planner.space.zero=[3]"]) == 2
+    assert "field 'planner.space.zero'" in capsys.readouterr().err
 
 
 def test_the_hetero_step_models_keys_are_read_with_balance(capsys):

@@ -7,6 +7,7 @@ from simulator.des import INTERVAL_COLUMNS
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
+from simulator.llm.train_layout import TrainLayout
 from simulator.planner.hetero import HeteroParams, HeteroStepModel, plan_hetero
 from simulator.planner.placement import lay_out, locality_sorted
 from simulator.planner.replan import (
@@ -171,3 +172,21 @@ def test_the_hetero_memory_check_holds_the_stacks_bytes_per_parameter():
     # a 7.5B model on one H100 without TP or PP: 18 B x 7.5e9 = 135 GB of states do not fit 80 GiB
     with pytest.raises(RlsimError, match="stage 0 needs"):
         HeteroStepModel(model, topo, 2048).evaluate([0], 1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("tp, pp, zero, recompute, micro_batch", [
+    (1, 1, 0, "full", 1), (2, 2, 1, "selective", 2), (4, 4, 2, "none", 1), (1, 2, 1, "none", 4), (8, 1, 2, "full", 2)])
+def test_the_hetero_memory_check_counts_what_the_training_memory_model_counts(tp, pp, zero, recompute, micro_batch):
+    # an even split of a homogeneous cluster: each stage's bytes are the training model's (llm/memory.py)
+    from simulator.llm.memory import memory_per_device
+
+    model, topo = load_model("llama3.1-8b"), load_topology({"preset": "dgx-h100", "nodes": 2})
+    dp = 16 // (tp * pp)
+    stm = HeteroStepModel(model, topo, 4096, micro_batch, recompute=recompute)
+    layers = [model.num_layers // pp] * pp
+    mine = stm.stage_memory_bytes(tp, pp, dp, layers, zero)
+    theirs = memory_per_device(model, TrainLayout(tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute,
+                                                  micro_batch=micro_batch), 4096, 80e9,
+                               params=stm.train_params.memory, micro_batches=4 * pp)
+    assert max(mine) == pytest.approx(theirs.total_bytes, rel=1e-9)
+    assert mine.index(max(mine)) == theirs.stage
