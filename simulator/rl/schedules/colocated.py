@@ -62,12 +62,16 @@ class ColocatedRun:
         yield env.timeout(max(0.0, self.actor.cursor - env.now))
         t0 = env.now
         ranks = self.actor.ranks
-        if not self.split_allowed and len(ctx.draws.sub_rounds(k)) > 1:
+        sub_rounds = len(ctx.draws.sub_rounds(k))
+        if not self.split_allowed and sub_rounds > 1:
             yield from self._dynamic_sampling_step(k, t0)
         else:
-            plans = ctx.gen.plan_many([SeqBatch.concat(carry, ctx.draws.share(k, i, self.n_inst))
-                                       for i, carry in enumerate(self.carries)], t0, self.version,
-                                      self._instances(ranks))
+            if sub_rounds > 1:   # StaleSync: the leading generation batches run whole; the last may be cut
+                t0, batches = self._leading_sub_rounds(k, t0)
+            else:
+                batches = [SeqBatch.concat(carry, ctx.draws.share(k, i, self.n_inst))
+                           for i, carry in enumerate(self.carries)]
+            plans = ctx.gen.plan_many(batches, t0, self.version, self._instances(ranks))
             gen_end = t0 + max(p.end_s for p in plans)
             t_split, n_train = split_time(ctx, k, plans, self.n_actor) if self.split_allowed else (math.inf, 0)
             if t_split < gen_end - TIME_TOL_S:
@@ -96,14 +100,47 @@ class ColocatedRun:
         batch survive"; verl's DAPO trainer and NeMo RL loop over generation batches), so every
         sub-round pays its own long tail; between two, the engine stays up or sleeps and wakes, re-synced
         or not (schedule.between_gen_batches); then training on every device."""
+        ends, cycle_s, _ = self._generate_sub_rounds(k, t0, self.ctx.draws.sub_round_shares(k, self.n_inst))
+        if self.ctx.sched.between_gen_batches == "stay":   # the engine stays up: one record of the step
+            self._record_round(self.actor, ends, t0, float(ends.max()), k)
+        end = self._segments_until_batch(k, float(ends.max()))   # a partial rollout's kept groups finish
+        self.ctx.add_stage_time("generate", end - t0 - cycle_s)
+        yield from self._train_and_sync(k, self.actor, self.actor.ranks)
+
+    def _leading_sub_rounds(self, k: int, t0: float) -> tuple[float, list[SeqBatch]]:
+        """StaleSync with dynamic sampling: every generation batch but the last runs whole, as on a
+        synchronous step (the filter needs each one scored before it knows that another is needed);
+        the last one, whose kept groups complete the batch, is the round StaleSync may cut. Returns
+        when the last batch starts (its predecessor generated and scored, the engine cycled if
+        between_gen_batches says so) and its per-instance shares."""
+        ctx = self.ctx
+        shares = ctx.draws.sub_round_shares(k, self.n_inst)
+        ends, cycle_s, scored = self._generate_sub_rounds(k, t0, shares[:-1])
+        lead_end = float(ends.max())
+        ctx.add_stage_time("generate", lead_end - t0 - cycle_s)
+        stay = ctx.sched.between_gen_batches == "stay"
+        if stay:
+            self._record_round(self.actor, ends, t0, lead_end, k)
+        self.actor.idle("dependency", scored, k, label="reward")   # the filter waits for the rewards
+        if not stay:
+            self._between_gen_batches(k)
+        return self.actor.cursor, [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, shares[-1],
+                                                                                        strict=True)]
+
+    def _generate_sub_rounds(self, k: int, t0: float,
+                             shares: list[list[SeqBatch]]) -> tuple[np.ndarray, float, float]:
+        """Generate the sub-rounds ``shares`` (each a share per instance) one after another from t0,
+        each once the one before is generated and scored, the engine cycled between two unless it
+        stays up (each sub-round then recorded on its own). Returns the last one's per-instance ends,
+        the seconds spent cycling and when the last one is scored (a next one could start)."""
         ctx, ranks = self.ctx, self.actor.ranks
         cycles = ctx.sched.between_gen_batches != "stay"
         start, ends, cycle_s = t0, np.full(self.n_inst, t0), 0.0
-        for j, batches in enumerate(ctx.draws.sub_round_shares(k, self.n_inst)):
+        for j, shares_j in enumerate(shares):
             first_row = ctx.store.n
-            if j == 0:
-                batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, batches, strict=True)]
-            elif cycles:
+            # a partial rollout's carried sequences resume at the engine's next generation call
+            batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, shares_j, strict=True)]
+            if j and cycles:
                 self.actor.idle("dependency", start, k, label="reward")   # the filter waits for the rewards
                 cycle_s += self._between_gen_batches(k)
                 start = self.actor.cursor
@@ -115,10 +152,7 @@ class ColocatedRun:
             # the filter needs the whole sub-round scored: the next starts once its rewards are in
             ready = ctx.store.at("ready", np.arange(first_row, ctx.store.n))
             start = max(float(ends.max()), float(ready.max()) if len(ready) else 0.0)
-        ctx.add_stage_time("generate", float(ends.max()) - t0 - cycle_s)
-        if not cycles:   # the engine stays up: one record of the step's generation
-            self._record_round(self.actor, ends, t0, float(ends.max()), k)
-        yield from self._train_and_sync(k, self.actor, self.actor.ranks)
+        return ends, cycle_s, start
 
     def _between_gen_batches(self, k: int) -> float:
         """The engine put to sleep after a generation batch and woken before the next (``sleep``), with
@@ -308,11 +342,15 @@ def split_time(ctx: Context, k: int, plans: list[GenPlan], pool: int) -> tuple[f
     instances and free at least one whole training group. Before (b) the instances are still needed
     (a KV- and batch-bound rollout keeps them full until the queue drains); (b)'s share keeps the
     trainers a large enough pool that training a whole batch on them does not outlast the tail by
-    far. (inf, 0) when there is no such time."""
-    need = max(ceil_count(ctx.threshold * ctx.batch_samples), ctx.trainer.min_batch - ctx.trainer.eligible_leftover(k))
+    far. Samples of round k already generated (dynamic sampling's earlier generation batches: the
+    plans are the last one's) count toward both. (inf, 0) when there is no such time."""
+    trainer = ctx.trainer
+    own = ceil_count(ctx.threshold * ctx.batch_samples) - trainer.eligible_leftover(k, of_round=True)
+    need = max(own, trainer.min_batch - trainer.eligible_leftover(k))
     live = [p for p in plans if len(p.seqs)]
     if ctx.sched.overprovision > 0 or not live:
         return math.inf, 0
+    need = max(need, 1)   # the earliest candidate is the first completion
     joined = RoundArrays(live)
     by_finish = joined.finish[joined.by_finish]   # every sorted view below is a masked slice of it
     complete = (joined.seg >= joined.remaining) & (joined.drop_reason == "")

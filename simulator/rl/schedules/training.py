@@ -60,11 +60,17 @@ class TrainStep:
         if len(stale):
             store.drop(stale, "stale")
 
-    def eligible_leftover(self, k: int) -> int:
-        """Pending samples that step k may still consume."""
+    def eligible_leftover(self, k: int, *, of_round: bool = False) -> int:
+        """Pending samples that step k may still consume; ``of_round``: only those of round k or later
+        (the step's own share f counts them: a round's earlier generation batches, dynamic sampling)."""
         store = self.ctx.store
         pending = store.pending()
-        return int(np.sum(store.at(self.age_column, pending) >= min_version(k, self.staleness))) if len(pending) else 0
+        if not len(pending):
+            return 0
+        eligible = store.at(self.age_column, pending) >= min_version(k, self.staleness)
+        if of_round:
+            eligible &= store.at("round", pending) >= k
+        return int(np.sum(eligible))
 
     # ---- the step -----------------------------------------------------------------------------
     def run(self, k: int, ids: np.ndarray, main: Clock, aux: Clock | None = None, *,

@@ -108,6 +108,30 @@ def test_dynamic_sampling_sub_rounds_run_one_after_another_in_closed_form():
     assert starts == pytest.approx([0.0, one_sub_round])
 
 
+def test_stalesync_runs_the_leading_generation_batches_whole_and_cuts_the_last_one():
+    # colocated StaleSync with two sub-rounds of 4 prompts x 4 on 4 one-device instances: the first
+    # prompt of each sub-round answers 2,000 tokens, the others 100. The first sub-round runs whole
+    # (the filter needs it scored before it knows a second is needed), so the second starts when its
+    # long prompt ends, 2,000 d in; StaleSync cuts only the second one's tail (where it generated both
+    # at once before, and cut them together)
+    n, d = 4, 1e-3
+    costs = FakeCosts(instance_devices=1, train_group_devices=1, instance_max_seqs=64, decode_s_per_token=d,
+                      sync_s=0.0, switch_s=0.0)
+    sc = scenario("stalesync", iterations=1, prompts=8, n=n, staleness=1, stream_threshold=0.5,
+                  workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 1.0}})
+
+    def lengths(rng, n_prompts, n_samples, step):
+        return np.array([[2000 if p % 4 == 0 else 100] * n_samples for p in range(n_prompts)])
+    rec, tl, sm, s = run(sc, costs, devices=4, prompt=const(10), resp=lengths)
+    first = 2000 * d
+    lead = sm["start"] < first / 2
+    assert lead.sum() == 4 * n and (sm.loc[~lead, "start"] >= first - 1e-9).all()    # one batch, then the other
+    assert sm.loc[lead, "finish"].max() == pytest.approx(first)                        # the first one not cut
+    tails = tl[tl["label"] == "tail"]
+    assert len(tails) and tails["start"].min() > first                                 # the second one's
+    assert s["stage_time_s"]["tail_generate"] > 0
+
+
 @pytest.mark.parametrize(("between", "extra"), [("stay", 0.0), ("sleep", 2 * 0.25), ("reshard", 2 * 0.25 + 0.4)])
 def test_the_engine_sleeps_and_is_resharded_between_generation_batches(between, extra):
     """Two sub-rounds on one colocated pool: with `sleep` the second starts after the engine's sleep and
