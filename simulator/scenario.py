@@ -1204,6 +1204,12 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          "generation batch's rewards before the next batch and before training",
                          source=source, field="schedule.reward_during_forwards",
                          fix="remove schedule.reward_during_forwards (or workload.dynamic_sampling)")
+    if scenario.schedule.overprovision > 0 and scenario.workload.dynamic_sampling is not None:
+        raise RlsimError("overprovision cannot apply with dynamic sampling: it aborts the slowest sequences of a "
+                         "round, and the filter keeps whole groups (dynamic sampling's extra prompts are its own "
+                         "over-generation)", source=source, field="schedule.overprovision",
+                         fix="remove schedule.overprovision (dynamic_sampling.gen_prompts sets how many prompts a "
+                             "generation batch draws), or workload.dynamic_sampling")
     if scenario.schedule.set_off_default(("reference_swap_copies",)) and not scenario.workload.reference:
         dapo = " (dapo's default)" if scenario.workload.algorithm == "dapo" else ""
         raise RlsimError(f"reference_swap_copies applies to the reference pass, which this workload does not run: "

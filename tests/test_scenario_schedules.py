@@ -39,7 +39,7 @@ def test_every_preset_loads_under_every_kind_with_shared_attributes(workload, ki
     for name in SHARED:
         getattr(sc.schedule, name)
     assert load_scenario(sc).schedule == sc.schedule
-    assert sc.with_schedule(overprovision=0.1).schedule.overprovision == 0.1
+    assert sc.with_schedule(weight_sync_efficiency=0.5).schedule.weight_sync_efficiency == 0.5
 
 
 @pytest.mark.parametrize("kind, knob, value, accepted_by", [

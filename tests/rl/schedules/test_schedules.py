@@ -90,6 +90,16 @@ def test_rewards_during_the_forwards_is_a_colocated_knob_without_dynamic_samplin
                  workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 16}})
 
 
+@pytest.mark.parametrize("kind", ["colocated", "disaggregated", "stalesync"])
+def test_overprovision_is_refused_beside_dynamic_sampling(kind):
+    # its abort cut whole groups' samples, and the colocated round then came up short of the batch
+    # (an AssertionError); the filter's own extra prompts are dynamic sampling's over-generation
+    with pytest.raises(RlsimError) as err:
+        scenario(kind, overprovision=0.5, workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 16}})
+    assert err.value.field == "schedule.overprovision" and "dynamic sampling" in str(err.value)
+    scenario(kind, overprovision=0.5)   # alone it runs
+
+
 def test_disaggregated_with_instant_trainer_equals_rollout_time():
     c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.0, switch_s=0.0,
                   train_device_s_per_token=0.0, forward_device_s_per_token=0.0, instance_max_seqs=4)
