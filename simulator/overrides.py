@@ -30,17 +30,22 @@ def parse_assignment(item: str) -> tuple[str, Any]:
 
 def set_dotted(mapping: dict[str, Any], key: str, value: Any) -> None:
     """Set mapping['a']['b'] for key 'a.b', making intermediate mappings; a string at an
-    intermediate level is a preset name and becomes {'preset': name}."""
+    intermediate level is a preset name and becomes {'preset': name} ('auto', a planned layout, is
+    an error: it has no keys to set)."""
     parts = key.split(".")
     node = mapping
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
         if child is None:
             child = {}
+        elif child == "auto":   # a layout the planner chooses: no keys of its own to set
+            where = ".".join(parts[:i + 1])
+            raise RlsimError(f"cannot set {key!r}: {where!r} is 'auto' (the planner chooses it), not a mapping",
+                             source="--set", field=key, fix=f"drop {where}=auto to give the layout's keys, or drop --set {key}")
         elif isinstance(child, str):
             child = {"preset": child}
         elif not isinstance(child, dict):
-            raise RlsimError(f"cannot set {key!r}: {'.'.join(parts[:i + 1])!r} is not a mapping",
+            raise RlsimError(f"cannot set {key!r}: {'.'.join(parts[:i + 1])!r} is not a mapping", source="--set",
                              field=key, fix="set the parent key instead")
         node[part] = child
         node = child

@@ -52,6 +52,16 @@ def test_set_dotted_refuses_to_walk_through_a_scalar() -> None:
     assert data == {"iterations": 3}
 
 
+def test_a_key_under_a_planned_layout_is_refused_naming_it() -> None:
+    # 'auto' is no preset: it became {'preset': 'auto'}, refused as an unknown layout key 'preset'
+    with pytest.raises(RlsimError) as err:
+        apply_overrides({}, ["workload.train_layout=auto", "workload.train_layout.pp=2"])
+    assert err.value.field == "workload.train_layout.pp" and err.value.source == "--set"
+    assert "'workload.train_layout' is 'auto'" in err.value.message
+    assert apply_overrides({}, ["workload.train_layout.pp=2", "workload.train_layout=auto"]) == {
+        "workload": {"train_layout": "auto"}}   # the later whole value wins, as any later write does
+
+
 def test_apply_overrides_copies_and_applies_in_order() -> None:
     base = {"topology": {"preset": "dgx-h100", "nodes": 1}, "seed": 0}
     before = copy.deepcopy(base)
