@@ -52,6 +52,44 @@ def test_random_set_overrides_on_run(workdir, pairs, kind):
     check(argv)
 
 
+# Valid settings that act on the schedules' deeper paths (dynamic sampling, partial rollouts, stream
+# thresholds, over-provisioning, failures, split pools, token budgets, engines): random junk rarely
+# passes validation far enough to reach them, and combinations of them raised AssertionErrors before
+# (colocated StaleSync at stream_threshold 1 with a partial rollout and dynamic sampling; over-
+# provisioning with dynamic sampling). A combination runs or is refused (exit 0 or 2), never a traceback.
+KNOB_SETTINGS = [
+    ["schedule.partial_rollout=true", "schedule.length_budget=48"],
+    ["workload.algorithm=dapo", "workload.dynamic_sampling.gen_prompts=2", "workload.dynamic_sampling.keep_fraction=0.5"],
+    ["schedule.stream_threshold=1"], ["schedule.stream_threshold=0.25"], ["schedule.staleness=2"],
+    ["schedule.between_gen_batches=sleep"], ["schedule.reward_during_forwards=true"], ["schedule.overprovision=0.5"],
+    ["workload.reference=false"], ["workload.ppo_epochs=2"], ["workload.mini_batch_prompts=2"],
+    ["schedule.failures=[{at_s: 5, fail: 'device:3'}]"], ["schedule.rollout_fraction=0.25"],
+    ["workload.train_layout.max_tokens_per_micro_batch=512"], ["schedule.micro_batching=sequence"],
+    ["schedule.refit=reshard"], ["workload.reward.kind=model"], ["workload.reward.workers=1"],
+    ["workload.inference.enforce_eager=true"], ["workload.rollout_layout.max_num_seqs=1"],
+    ["workload.engine=sglang"], ["workload.train_software=megatron-2022"], ["workload.train_layout.zero=3"],
+    ["workload.train_layout.pp=2"], ["workload.train_layout.cp=2"], ["schedule.fuse=actor"],
+    ["schedule.placement=colocated"], ["schedule.interruptible=true"], ["workload.train_layout=auto"],
+    ["workload.response_length.sigma=1.5"], ["schedule.distqueue.packed=false"], ["topology.nodes=2"],
+]
+
+
+@fuzz_settings(30)
+@given(chosen=st.lists(st.sampled_from(range(len(KNOB_SETTINGS))), min_size=1, max_size=5, unique=True),
+       kind=st.sampled_from(SCHEDULE_KINDS))
+def test_valid_knob_combinations_run_or_are_refused(workdir, chosen, kind):
+    from simulator.scenario import SCHEDULE_CLASSES
+
+    takes = SCHEDULE_CLASSES[kind].accepts(None)   # a knob the kind refuses would stop most runs at the door
+    argv = ["run", str(workdir / "tiny.yaml"), "--schedule", kind, "--iterations", "3", "--json"]
+    for index in chosen:
+        for item in KNOB_SETTINGS[index]:
+            key = item.split("=", 1)[0]
+            if not key.startswith("schedule.") or key.split(".")[1] in takes:
+                argv += ["--set", item]
+    check(argv)
+
+
 @fuzz_settings(10)
 @given(limit=st.sampled_from(["max_iterations", "max_devices", "max_work", "max_segments_per_sample"]),
        value=scalars)
