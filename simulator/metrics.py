@@ -78,7 +78,9 @@ def _grouped_sums(keys: list[str], values: list[float]) -> dict[str, float]:
         if not codes:
             return {}
         starts = [0] + [i for i in range(1, len(codes)) if codes[i] != codes[i - 1]]
-        return dict(zip(order, np.add.reduceat(np.array(values, float), starts).tolist(), strict=True))
+        with np.errstate(over="ignore"):   # an overflowed sum is inf, as pandas keeps it (no warning)
+            sums_in_order = np.add.reduceat(np.array(values, float), starts)
+        return dict(zip(order, sums_in_order.tolist(), strict=True))
     sums, compensation = [0.0] * len(order), [0.0] * len(order)
     for code, value in zip(codes, values, strict=True):
         if value != value:      # NaN: skipped, as pandas skips a missing value
