@@ -11,7 +11,7 @@ docs/cost-models-inference.md.
 # annotation back into an object while the models build at import (start-up, benchmarks/bench_startup.py);
 # a forward reference is quoted instead.
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
@@ -865,6 +865,57 @@ def flash_ratio_read_past(compute: "ComputeParams", stack_compute: "ComputeParam
     return (field, "applies with flash attention (compute.flash_attention: true) or to a model with Mamba layers "
             "(the scans it rates); this run has flash attention off and no Mamba layer",
             f"remove {field}, or set workload.train_params.compute.flash_attention: true")
+
+
+@dataclass(frozen=True)
+class TrainedShapes:
+    """What the trained and forwarded models' layers hold, as far as the training constants care
+    (llm/train_compute.py layer_times): Mamba-2 mixers, dense FFNs of a gated (SwiGLU) or plain (GELU)
+    activation, routed experts."""
+
+    mamba: bool
+    gated_ffn: bool
+    plain_ffn: bool
+    experts: bool
+
+    @classmethod
+    def of(cls, models: Iterable[Any]) -> "TrainedShapes":
+        models = list(models)
+        dense = [m for m in models if m.num_dense_layers]
+        return cls(mamba=any(m.num_mamba_layers for m in models),
+                   gated_ffn=any(getattr(m, "gated_ffn", True) for m in dense),
+                   plain_ffn=any(not getattr(m, "gated_ffn", True) for m in dense),
+                   experts=any(m.num_moe_layers for m in models))
+
+
+def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes: TrainedShapes) -> list[InapplicableKey]:
+    """Training constants given (off the stack's value) that the models' layers leave nothing to act
+    on (llm/train_compute.py, llm/memory.py): the flash ratio and the materialized-attention backward
+    factor (flash_ratio_read_past; the factor also prices the Mamba-2 scans' backward), a dense FFN's
+    activation traffic of the kind no model has (SwiGLU reads gated_act_traffic_bytes_per_ffn, GELU
+    act_traffic_bytes_per_ffn; routed experts are gated), the MoE token shuffle without experts, the
+    stored score bytes with flash attention (no score matrix is kept)."""
+    compute, flash = train.compute, train.compute.flash_attention
+    found = flash_ratio_read_past(compute, stack.compute, shapes.mamba)
+    out = [found] if found else []
+    gates = {"compute.backward_flops_factor": (not flash or shapes.mamba, "materialized attention (flash_attention: "
+                                               "false) or a model with Mamba layers", "flash_attention: false"),
+             "compute.act_traffic_bytes_per_ffn": (shapes.plain_ffn, "a dense FFN with a plain (GELU) activation",
+                                                   "a model with a GELU FFN"),
+             "compute.gated_act_traffic_bytes_per_ffn": (shapes.gated_ffn or shapes.experts, "a gated (SwiGLU) FFN "
+                                                         "or routed experts", "a model with a SwiGLU FFN or experts"),
+             "compute.moe_permute_traffic_bytes_per_hidden": (shapes.experts, "a model with routed experts",
+                                                              "an MoE model"),
+             "memory.score_bytes_per_elem": (not flash, "materialized attention (flash_attention: false)",
+                                             "flash_attention: false")}
+    for key, (applies, needs, fix) in gates.items():
+        section, name = key.split(".")
+        given, stacks = getattr(getattr(train, section), name), getattr(getattr(stack, section), name)
+        if not applies and given != stacks:
+            field = f"workload.train_params.{key}"
+            out.append((field, f"{name} applies with {needs}, and this run has none",
+                        f"remove {field}, or give {fix}"))
+    return out
 
 
 def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: bool,

@@ -207,7 +207,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     settings = planner_settings(section(args.overrides, "planner"))
     w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
-        _check_flash_ratio(w, model)
+        _check_train_constants(w, model)
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
                                                    heaviest=inp["heaviest"])
         evaluator = _counted(evaluator, progress)
@@ -234,14 +234,13 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
 
 
-def _check_flash_ratio(workload: Any, model: Any) -> None:
-    """compute.flash_efficiency_ratio given where the planned model's training never reads it
-    (params.flash_ratio_read_past), as a run refuses it."""
-    from ..params import TRAIN_SOFTWARE, flash_ratio_read_past
+def _check_train_constants(workload: Any, model: Any) -> None:
+    """Training constants given where the planned model's layers never read them
+    (params.train_constants_read_past), as a run refuses them."""
+    from ..params import TRAIN_SOFTWARE, TrainedShapes, train_constants_read_past
 
-    found = flash_ratio_read_past(workload.train_params.compute,
-                                  TRAIN_SOFTWARE[workload.train_software].params.compute, bool(model.num_mamba_layers))
-    _refuse_found([found] if found else [])
+    _refuse_found(train_constants_read_past(workload.train_params, TRAIN_SOFTWARE[workload.train_software].params,
+                                            TrainedShapes.of([model])))
 
 
 def _refuse_found(found: list[tuple[str, str, str]]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RlsimError
-from ..params import flash_ratio_read_past
+from ..params import TrainedShapes, train_constants_read_past
 from . import Prediction, overridden_device
 
 
@@ -108,9 +108,8 @@ def check_training_overrides(overrides: tuple[str, ...], stack: Any, base_device
     from ..hardware.profiles import load_profile, resolve_profile_path
 
     _, params = training_overrides(overrides, stack, base_device)
-    found = flash_ratio_read_past(params.compute, stack.params.compute, has_mamba=False)   # GPT rows
-    if found is not None:
-        field, message, fix = found
+    gpt = TrainedShapes(mamba=False, gated_ffn=False, plain_ffn=True, experts=False)   # the rows' GELU GPTs
+    for field, message, fix in train_constants_read_past(params, stack.params, gpt):
         raise RlsimError(message, source=WHERE, field=field, fix=fix)
     overridden_device(base_device, overrides)
     profile = device_profile(overrides)

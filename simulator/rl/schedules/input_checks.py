@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
-from ...params import TRAIN_SOFTWARE, engine_constants_read_past, flash_ratio_read_past
+from ...params import TRAIN_SOFTWARE, TrainedShapes, engine_constants_read_past, train_constants_read_past
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
 from ..pools import Pool
@@ -22,7 +22,7 @@ def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -
     """What needs the pools, the layouts and the models."""
     _check_given_dp(scenario, costs, pools)
     _check_custom_all_reduce(scenario, costs, pools)
-    _check_flash_ratio(scenario, costs)
+    _check_train_constants(scenario, costs)
     _check_engine_constants(scenario, costs)
 
 
@@ -87,17 +87,16 @@ def _check_custom_all_reduce(scenario: Scenario, costs: Costs, pools: dict[str, 
                          "within one node")
 
 
-def _check_flash_ratio(scenario: Scenario, costs: Costs) -> None:
-    """train_params.compute.flash_efficiency_ratio given where no model's training reads it (params.py
-    flash_ratio_read_past): the Mamba layers are known once the models are loaded."""
+def _check_train_constants(scenario: Scenario, costs: Costs) -> None:
+    """Training constants given where no model's layers read them (params.train_constants_read_past:
+    the flash ratio without flash or Mamba, a GELU FFN's traffic on SwiGLU models, the MoE shuffle
+    without experts, ...): the layers are known once the models are loaded."""
     models = getattr(costs, "models", None)
     if models is None:
         return
     w = scenario.workload
-    found = flash_ratio_read_past(w.train_params.compute, TRAIN_SOFTWARE[w.train_software].params.compute,
-                                  any(m.num_mamba_layers for m in models.values()))
-    if found is not None:
-        field, message, fix = found
+    for field, message, fix in train_constants_read_past(w.train_params, TRAIN_SOFTWARE[w.train_software].params,
+                                                         TrainedShapes.of(models.values())):
         raise RlsimError(message, source=scenario.source, field=field, fix=fix)
 
 
