@@ -599,6 +599,11 @@ class ScheduleConfig(_Strict):
         """The kinds that take ``knob`` (on some placement)."""
         return [k for k, c in SCHEDULE_CLASSES.items() if knob in c.accepts("colocated") | c.accepts("disaggregated")]
 
+    def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
+        """(field, why, fix) of knobs this kind accepts but, with the others given, reads nowhere: a
+        kind's own rule (none by default; _read_past_keys raises the first)."""
+        return []
+
     def applicable_fields(self, kind: str) -> dict[str, Any]:
         """The knobs set on this schedule that ``kind`` also takes (compare: the same scenario under
         another kind), as a mapping for load_scenario."""
@@ -785,6 +790,24 @@ def _verl_fully_async() -> type[ScheduleConfig]:
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
         kind: Literal["verl-fully-async"] = "verl-fully-async"
+
+        def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
+            """verl cancels in-flight requests at a sync only when the Rollouter may start more than a
+            version consumes (rl/schedules/verl_async.py: partial_rollout and staleness_threshold > 0):
+            at 0 nothing is in flight at a sync. Its Rollouter sends each prompt's n requests to the
+            server with the fewest prompts, its own dispatch: workload.inference.dispatch is not read."""
+            out = []
+            if self.partial_rollout and self.staleness_threshold == 0:
+                out.append(("schedule.partial_rollout", "partial_rollout acts only with staleness_threshold > 0: at "
+                            "0 the Rollouter starts no more than a version consumes, so nothing is in flight at a "
+                            "sync to cancel", "set schedule.staleness_threshold above 0, or remove "
+                            "schedule.partial_rollout"))
+            if workload.inference.set_off_default(("dispatch",)):
+                out.append(("workload.inference.dispatch", "verl's Rollouter sends each prompt's n requests to the "
+                            "rollout server with the fewest prompts (kind verl-fully-async's own dispatch), so "
+                            "workload.inference.dispatch is not read", "remove workload.inference.dispatch, or run "
+                            "another kind"))
+            return out
     return VerlFullyAsyncSchedule
 
 
@@ -1250,7 +1273,7 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
     prediction (an error, not a silent drop). Presets, engines and importers give none of them."""
     sched = scenario.schedule
     return (_read_past_fallback(scenario.workload.inference) + _read_past_refit(sched) + _read_past_recovery(sched)
-            + _read_past_switch(sched) + _read_past_micro_batching(scenario))
+            + _read_past_switch(sched) + _read_past_micro_batching(scenario) + sched.read_past(scenario.workload))
 
 
 def _read_past_fallback(inference: InferenceParams) -> ReadPast:

@@ -562,6 +562,11 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 s[key] = v(f"async_training.{key}")
             else:
                 v.result.notes.append(f"async_training.{key} not given: rlsim's default (VerlFullyAsyncSchedule)")
+        if s.get("partial_rollout") and not s.get("staleness_threshold"):   # verl reads it past there too
+            del s["partial_rollout"]
+            decided["async_training.partial_rollout"] = (
+                "ignored", "with staleness_threshold 0 the Rollouter starts no more than a version consumes, so a "
+                "sync finds no request in flight to cancel")
     _micro_batching(v, s, w["train_layout"], decided)
     s["distqueue"] = {"packed": bool(v(f"{A}.model.use_remove_padding"))}
     return s

@@ -273,6 +273,16 @@ def test_topology_is_sized_from_the_pools_unless_set(capsys):
         import_config("verl", cfg, ["trainer.n_gpus_per_node=4"])
 
 
+def test_a_fully_async_partial_rollout_at_a_zero_threshold_is_listed_ignored():
+    # verl cancels nothing at a sync there (and rlsim refuses the pair): the import leaves it out
+    cfg = EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml"
+    r = import_config("verl", cfg, ["async_training.staleness_threshold=0"])
+    assert "partial_rollout" not in r.scenario["schedule"]
+    assert "staleness_threshold 0" in r.ignored["async_training.partial_rollout"]
+    load_scenario(r.scenario)
+    assert import_config("verl", cfg).scenario["schedule"]["partial_rollout"] is True   # at 0.5 it is read
+
+
 def test_schedule_is_inferred_from_the_keys_or_given():
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
     assert import_config("verl", cfg).scenario["schedule"]["kind"] == "colocated"

@@ -71,7 +71,7 @@ CASE = st.fixed_dictionaries({
 @given(CASE)
 def test_quota_queue_and_samples_hold(case):
     sc = scenario(iterations=3, staleness_threshold=case["s"], trigger_parameter_sync_step=case["trigger"],
-                  require_batches=case["require"], partial_rollout=case["partial"],
+                  require_batches=case["require"], partial_rollout=case["partial"] and case["s"] > 0,   # read past at 0
                   max_inflight_prompts_per_server=case["cap"])
     sc = sc.model_copy(update={"seed": case["seed"]})
     costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, instance_max_seqs=case["slots"])
@@ -146,7 +146,7 @@ def test_on_a_long_tail_fully_async_beats_colocated_and_gains_with_scale():
     gain = {}
     for nodes in (4, 16):
         sync = _long_tail("colocated", nodes)["steady_tokens_per_s"]
-        rates = [_long_tail("verl-fully-async", nodes, staleness_threshold=s, partial_rollout="true")
+        rates = [_long_tail("verl-fully-async", nodes, staleness_threshold=s, partial_rollout=str(s > 0).lower())
                  for s in (0.0, 0.5, 1.0)]
         steady = [r["steady_tokens_per_s"] for r in rates]
         assert steady == sorted(steady)                       # a larger threshold never lowers throughput
@@ -154,6 +154,22 @@ def test_on_a_long_tail_fully_async_beats_colocated_and_gains_with_scale():
         gain[nodes] = steady[1] / sync
         assert gain[nodes] > 1.0
     assert gain[16] > gain[4]
+
+
+def test_partial_rollout_at_a_zero_threshold_and_a_dispatch_are_refused():
+    # verl cancels nothing at a sync when the Rollouter starts no more than a version consumes, and
+    # sends a prompt's requests to the least-loaded server itself: both keys would be read past
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError) as err:
+        scenario(partial_rollout=True)
+    assert err.value.field == "schedule.partial_rollout" and "staleness_threshold > 0" in err.value.message
+    scenario(partial_rollout=True, staleness_threshold=0.5)
+    with pytest.raises(RlsimError) as err:
+        load_scenario({"topology": "fake", "workload": {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 4,
+                                                        "mini_batch_prompts": 4, "inference": {"dispatch": "per-sample"}},
+                       "schedule": {"kind": "verl-fully-async"}})
+    assert err.value.field == "workload.inference.dispatch"
 
 
 @pytest.mark.parametrize("mode", MODES[1:], ids=["s0.5", "s0.5-partial"])
