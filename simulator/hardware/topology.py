@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -814,6 +815,10 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
                      g.where("host") if "host" in g.m else "host")
     _check_link_given_once(dev_raw, dev_field, host_r, "host_link_bw_Bps")
     host = host_r.link("bw", spec.host_link_bw_Bps, DEFAULT_HOST_LATENCY_S, DEFAULT_HOST_EFFICIENCY)
+    if (up.bw_Bps, host.bw_Bps) != (spec.scaleup_bw_Bps, spec.host_link_bw_Bps):
+        # the device's link rates are those of its links here: what reads them off the device (host
+        # copies, a one-device ring) takes the topology's scaleup.bw / host.bw, as the graph does
+        spec = dataclasses.replace(spec, scaleup_bw_Bps=up.bw_Bps, host_link_bw_Bps=host.bw_Bps)
     nic = None
     if out_r is not None:
         out_defaults = out_r.m

@@ -3,6 +3,7 @@ import pytest
 import yaml
 
 from simulator.errors import RlsimError
+from simulator.hardware.devices import get_device
 from simulator.hardware.topology import load_topology
 from simulator.presets import preset_names
 
@@ -270,6 +271,25 @@ def test_a_device_link_rate_beside_the_sections_bw_is_refused(device_key, sectio
 def test_a_device_link_rate_is_the_link_when_the_section_gives_no_bw():
     slow = load_topology("dgx-h100", {"device": {"host_link_bw_Bps": "8GB/s"}})   # dgx-h100's host: no bw
     assert slow.path_bw_Bps(0, "host0") == pytest.approx(8e9)   # the host link itself
+
+
+@pytest.mark.parametrize("section, field, rate", [("host", "host_link_bw_Bps", 16e9), ("scaleup", "scaleup_bw_Bps", 2e11)])
+def test_the_sections_bw_is_the_devices_link_rate(section, field, rate):
+    # what reads the rate off the device (the host copies of a colocated switch, a one-device ring)
+    # takes the topology's link: a host.bw given was read past by every run before
+    topo = load_topology("dgx-h100", {section: {"bw": f"{rate / 1e9:g}GB/s"}})
+    assert getattr(topo.device_spec(0), field) == pytest.approx(rate)
+    assert getattr(load_topology("dgx-h100").device_spec(0), field) == getattr(get_device("h100"), field)
+
+
+def test_a_host_bw_moves_a_colocated_step():
+    from simulator.api import simulate
+
+    def step(*items):
+        return simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2}, schedule="colocated",
+                        iterations=1, overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=4",
+                                                 "workload.mini_batch_prompts=8", *items]).summary["step_time_s"]
+    assert step("topology.host.bw=8GB/s") > step()
 
 
 def test_scaleup_oversubscription_applies_to_a_two_tier_domain_only():
