@@ -165,11 +165,19 @@ def _check_planner_keys_apply(sc: Scenario) -> None:
                              field=f"planner.{section}", fix=f"remove planner.{section}"
                              + (" and set schedule.recovery" if section == "recovery" else ""))
     w = sc.workload
-    if w.train_layout != "auto" and w.rollout_layout != "auto" and not sc.schedule.failures:
+    if sc.schedule.failures:   # a failure re-plans with any of the sections
+        return
+    if w.train_layout != "auto" and w.rollout_layout != "auto":
         key = sorted(sc.planner)[0]
         raise RlsimError("the planner does not run: both layouts are given and no failure re-plans them",
                          source=sc.source, field=f"planner.{key}",
                          fix="remove the planner section, or set workload.train_layout / rollout_layout: auto")
+    # each side's section is read only when that side is planned
+    for section, side in (("space", "train_layout"), ("rollout", "rollout_layout")):
+        if section in sc.planner and getattr(w, side) != "auto":
+            raise RlsimError(f"planner.{section} plans workload.{side}, which this scenario gives (only the other "
+                             "side is planned, and no failure re-plans)", source=sc.source, field=f"planner.{section}",
+                             fix=f"remove planner.{section}, or set workload.{side}: auto")
 
 
 def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:

@@ -101,3 +101,19 @@ def test_planner_keys_with_both_layouts_given_and_no_failure_are_an_error():
     with pytest.raises(RlsimError, match="the planner does not run") as err:
         auto_layouts(sc, load_topology(sc.topology))
     assert err.value.field == "planner.eval_cost_s"
+
+
+@pytest.mark.parametrize("auto, key, field", [
+    ("workload.train_layout=auto", "planner.rollout.tp=[2]", "planner.rollout"),   # the engine is given
+    ("workload.rollout_layout=auto", "planner.space.tp=[2]", "planner.space"),      # the trainer is given
+])
+def test_a_planner_section_for_the_given_side_is_an_error(auto, key, field):
+    # each side's section is read only when that side is planned: it was read past
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                       overrides=[auto, key])
+    with pytest.raises(RlsimError) as err:
+        auto_layouts(sc, load_topology(sc.topology))
+    assert err.value.field == field and "auto" in err.value.fix
+    other = {"planner.rollout": "planner.space.tp=[2]", "planner.space": "planner.rollout.tp=[1]"}[field]
+    auto_layouts(load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                               overrides=[auto, other]), load_topology(sc.topology))   # the planned side's: read
