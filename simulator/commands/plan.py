@@ -108,6 +108,8 @@ _STAGE_ONLY = {"train": ("planner.space.", "workload.train_params.", "workload.t
 
 # What only a simulated run reads: the planner prices one step of each layout analytically.
 _RUN_ONLY = ("iterations", "schedule")
+# The layouts plan searches (a given one is not its input), with the planner section that narrows each
+_SEARCHED = {"train_layout": "space", "rollout_layout": "rollout"}
 
 
 def _refuse_other_stage(args: argparse.Namespace) -> None:
@@ -119,6 +121,14 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
             raise RlsimError(f"{key} is read by a simulated run (rlsim run / compare / sweep); plan prices each "
                              "layout's step analytically and does not read it", source="--set", field=key,
                              fix=f"drop --set {key}, or simulate the chosen layout with rlsim run")
+        side = next((s for s in _SEARCHED if key == f"workload.{s}" or key.startswith(f"workload.{s}.")), None)
+        if side is not None:   # the planner searches the layouts: a given one is not an input to it
+            from ..planner import RolloutSpace, SearchSpace
+            name = key.split(".")[2] if key.count(".") >= 2 else ""
+            fields = (SearchSpace if side == "train_layout" else RolloutSpace).model_fields
+            narrow = f"planner.{_SEARCHED[side]}.{name}=..." if name in fields else f"planner.{_SEARCHED[side]}.*"
+            raise RlsimError(f"{key} is a layout, which plan searches rather than reads", source="--set", field=key,
+                             fix=f"narrow the search instead (--set {narrow}), or run the layout with rlsim run")
     if args.stage == "rollout":
         for flag, value in (("--global-batch", args.global_batch), ("--seq-len", args.seq_len)):
             if value is not None:

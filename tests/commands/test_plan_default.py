@@ -107,3 +107,18 @@ def test_an_engine_constant_the_planned_model_leaves_nothing_to_act_on_is_an_err
     argv = ["plan", "--stage", "rollout", "--model", "qwen2.5-7b", "--set", "workload.inference.absorb_mla=false"]
     assert main(argv) == 2   # a dense model: no MLA to absorb
     assert "field 'workload.inference.absorb_mla'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stage, key, narrow", [
+    ("train", "workload.train_layout.tp=2", "planner.space.tp="),
+    ("train", "workload.train_layout.max_tokens_per_micro_batch=4096", "planner.space.*"),
+    ("rollout", "workload.rollout_layout.max_num_seqs=64", "planner.rollout.max_num_seqs="),
+    ("rollout", "workload.rollout_layout=auto", "planner.rollout.*"),
+])
+def test_a_given_layout_is_refused_with_the_planner_key_that_narrows_it(capsys, stage, key, narrow):
+    # plan searches the layouts: a --set layout key changed no candidate (read past)
+    from simulator.cli import main
+
+    assert main(["plan", "--model", "llama3.1-8b", "--topology", "dgx-h100", "--stage", stage, "--set", key]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{key.split('=')[0]}'" in err and narrow in err
