@@ -11,7 +11,7 @@ docs/cost-models-inference.md.
 # annotation back into an object while the models build at import (start-up, benchmarks/bench_startup.py);
 # a forward reference is quoted instead.
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
@@ -871,21 +871,13 @@ def flash_ratio_read_past(compute: "ComputeParams", stack_compute: "ComputeParam
 class TrainedShapes:
     """What the trained and forwarded models' layers hold, as far as the training constants care
     (llm/train_compute.py layer_times): Mamba-2 mixers, dense FFNs of a gated (SwiGLU) or plain (GELU)
-    activation, routed experts."""
+    activation, routed experts, TE userbuffer blocks (llm/training.py trained_shapes builds it)."""
 
     mamba: bool
     gated_ffn: bool
     plain_ffn: bool
     experts: bool
-
-    @classmethod
-    def of(cls, models: Iterable[Any]) -> "TrainedShapes":
-        models = list(models)
-        dense = [m for m in models if m.num_dense_layers]
-        return cls(mamba=any(m.num_mamba_layers for m in models),
-                   gated_ffn=any(getattr(m, "gated_ffn", True) for m in dense),
-                   plain_ffn=any(not getattr(m, "gated_ffn", True) for m in dense),
-                   experts=any(m.num_moe_layers for m in models))
+    userbuffer_blocks: bool = True   # a dense attention + MLP layer (llm/training.py has_userbuffer_blocks)
 
 
 def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes: TrainedShapes) -> list[InapplicableKey]:
@@ -894,7 +886,8 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
     factor (flash_ratio_read_past; the factor also prices the Mamba-2 scans' backward), a dense FFN's
     activation traffic of the kind no model has (SwiGLU reads gated_act_traffic_bytes_per_ffn, GELU
     act_traffic_bytes_per_ffn; routed experts are gated), the MoE token shuffle without experts, the
-    stored score bytes with flash attention (no score matrix is kept)."""
+    stored score bytes with flash attention (no score matrix is kept), TE userbuffers without a dense
+    attention + MLP layer (MoE, MLA and hybrid layers keep tp_overlap_fraction)."""
     compute, flash = train.compute, train.compute.flash_attention
     found = flash_ratio_read_past(compute, stack.compute, shapes.mamba)
     out = [found] if found else []
@@ -907,7 +900,10 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
              "compute.moe_permute_traffic_bytes_per_hidden": (shapes.experts, "a model with routed experts",
                                                               "an MoE model"),
              "memory.score_bytes_per_elem": (not flash, "materialized attention (flash_attention: false)",
-                                             "flash_attention: false")}
+                                             "flash_attention: false"),
+             "comm.tp_userbuffers": (shapes.userbuffer_blocks, "a dense attention + MLP layer (TE userbuffers "
+                                     "overlap its TP blocks; MoE, MLA and hybrid layers keep tp_overlap_fraction)",
+                                     "a dense model")}
     for key, (applies, needs, fix) in gates.items():
         section, name = key.split(".")
         given, stacks = getattr(getattr(train, section), name), getattr(getattr(stack, section), name)

@@ -247,10 +247,11 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
 def _check_train_constants(workload: Any, model: Any) -> None:
     """Training constants given where the planned model's layers never read them
     (params.train_constants_read_past), as a run refuses them."""
-    from ..params import TRAIN_SOFTWARE, TrainedShapes, train_constants_read_past
+    from ..llm.training import trained_shapes
+    from ..params import TRAIN_SOFTWARE, train_constants_read_past
 
     _refuse_found(train_constants_read_past(workload.train_params, TRAIN_SOFTWARE[workload.train_software].params,
-                                            TrainedShapes.of([model])))
+                                            trained_shapes([model])))
 
 
 def _refuse_found(found: list[tuple[str, str, str]]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, Literal
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import RlsimError
 from ..hardware.devices import distinct_devices
-from ..params import CommParams, TrainParams
+from ..params import CommParams, TrainedShapes, TrainParams
 from .layer_costs import LayerShape, embedding_params, layer_shapes
 from .memory import MemoryBreakdown, MemoryParams, check_fits, layout_stage_layers, memory_per_device
 from .pipeline import (
@@ -444,6 +444,24 @@ def _tp_blocks(layer: LayerShape) -> list[tuple[str, str]] | None:
     if len(blocks) != layer.tp_reductions or not all(c in names and r in names for c, r in blocks):
         return None
     return blocks
+
+
+def has_userbuffer_blocks(model: Any) -> bool:
+    """Whether any layer of ``model`` is a dense attention + MLP layer whose TP blocks TE userbuffers
+    overlap (_tp_blocks): none in an all-MoE, MLA or hybrid model, where comm.tp_userbuffers acts on
+    nothing."""
+    return any(_tp_blocks(layer) is not None for layer in layer_shapes(model))
+
+
+def trained_shapes(models: Iterable[Any]) -> TrainedShapes:
+    """What the layers of ``models`` hold, as params.train_constants_read_past asks it."""
+    models = list(models)
+    dense = [m for m in models if m.num_dense_layers]
+    return TrainedShapes(mamba=any(m.num_mamba_layers for m in models),
+                         gated_ffn=any(getattr(m, "gated_ffn", True) for m in dense),
+                         plain_ffn=any(not getattr(m, "gated_ffn", True) for m in dense),
+                         experts=any(m.num_moe_layers for m in models),
+                         userbuffer_blocks=any(has_userbuffer_blocks(m) for m in models))
 
 
 def _ring_exchange_s(comm_s: np.ndarray, gemm_s: np.ndarray, tp: int) -> np.ndarray:

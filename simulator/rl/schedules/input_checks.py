@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
-from ...params import TRAIN_SOFTWARE, TrainedShapes, engine_constants_read_past, train_constants_read_past
+from ...llm.training import trained_shapes
+from ...params import TRAIN_SOFTWARE, engine_constants_read_past, train_constants_read_past
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
 from ..pools import Pool
@@ -96,7 +97,7 @@ def _check_train_constants(scenario: Scenario, costs: Costs) -> None:
         return
     w = scenario.workload
     for field, message, fix in train_constants_read_past(w.train_params, TRAIN_SOFTWARE[w.train_software].params,
-                                                         TrainedShapes.of(models.values())):
+                                                         trained_shapes(models.values())):
         raise RlsimError(message, source=scenario.source, field=field, fix=fix)
 
 

@@ -44,4 +44,9 @@ def test_where_a_layer_reads_it_it_moves_the_step(items, model):
 def test_the_moe_shuffle_moves_an_moe_step_and_the_score_bytes_are_taken_without_flash():
     moe = dict(workload="grpo-qwen3-30b-a3b", nodes=4)
     assert step(COMPUTE + "moe_permute_traffic_bytes_per_hidden=160", **moe) > step(**moe)
+    with pytest.raises(RlsimError) as exc:   # every layer is MoE: TE userbuffers overlap no TP block
+        step("workload.train_params.comm.tp_userbuffers=true", **moe)
+    assert exc.value.field == "workload.train_params.comm.tp_userbuffers" and "dense attention" in exc.value.message
+    dense_tp = "workload.train_layout.tp=2"
+    assert step(dense_tp, "workload.train_params.comm.tp_userbuffers=true") != step(dense_tp)   # read on dense
     step(FLASH_OFF, "workload.train_params.memory.score_bytes_per_elem=10")   # read by the memory check: taken
