@@ -18,6 +18,7 @@ from .errors import RlsimError, raised_from
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
 from .overrides import parse_assignment
+from .rl.pools import split_warning
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
 from .scenario import (
@@ -176,6 +177,9 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
             f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
             f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
             "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
+    moved = split_warning(sc.schedule, n_devices, rec.pools["rollout"].count) if "rollout" in rec.pools else None
+    if moved:   # the split the user asked is not the one that ran: said, not only shown in `pools`
+        summary.setdefault("warnings", []).append(moved)
     end = float(summary.get("makespan_s", 0.0))
     late = [f"schedule.failures.{i} (at_s {ev.at_s:g})" for i, ev in enumerate(sc.schedule.failures)
             if ev.at_s >= end]

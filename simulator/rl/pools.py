@@ -29,6 +29,28 @@ def _round_down(n: int, unit: int) -> int:
     return (n // unit) * unit
 
 
+def requested_rollout_devices(schedule: ScheduleConfig, n_devices: int) -> int:
+    """The rollout devices a split placement asks for: rollout_devices, else rollout_fraction of them
+    (build_pools then rounds to whole training replicas and rollout instances)."""
+    return schedule.rollout_devices or round(n_devices * schedule.rollout_fraction)
+
+
+def split_warning(schedule: ScheduleConfig, n_devices: int, rollout: int) -> str | None:
+    """A line saying that whole replicas and instances moved the asked split (None when they did not,
+    or on a colocated placement)."""
+    if schedule.effective_placement == "colocated":
+        return None
+    want = requested_rollout_devices(schedule, n_devices)
+    if rollout == want:
+        return None
+    default = "" if "rollout_fraction" in schedule.model_fields_set else "the default "
+    asked = (f"schedule.rollout_devices={schedule.rollout_devices}" if schedule.rollout_devices
+             else f"{default}schedule.rollout_fraction={schedule.rollout_fraction:g}")
+    return (f"{asked} asks {want} of {n_devices} devices to generate; whole training replicas and rollout "
+            f"instances give the rollout pool {rollout} (fraction {rollout / n_devices:.3g}); give a split on "
+            "their granules to run the one asked")
+
+
 def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
                 train_group_devices: int, source: str = "<scenario>") -> dict[str, Pool]:
     """colocated: {actor} (fuse=full) or {actor, aux} (fuse=actor); otherwise {rollout, train}.
@@ -51,7 +73,7 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
                              field="schedule.aux_fraction", fix="lower aux_fraction or use fuse: full")
         return {"actor": Pool("actor", 0, actor), "aux": Pool("aux", actor, aux)}
     field_name = "schedule.rollout_devices" if schedule.rollout_devices else "schedule.rollout_fraction"
-    want = schedule.rollout_devices or round(n_devices * schedule.rollout_fraction)
+    want = requested_rollout_devices(schedule, n_devices)
     if schedule.rollout_devices and want > n_devices - train_group_devices:
         raise RlsimError(f"rollout_devices={want} leaves no training replica ({train_group_devices} devices) "
                          f"on {n_devices} devices", source=source, field=field_name,

@@ -139,3 +139,17 @@ def test_areal_on_the_default_scenario_rounds_the_trainer_to_a_pool_that_folds()
 
     result = simulator.simulate(schedule="areal", iterations=1)
     assert {name: pool.count for name, pool in result.record.pools.items()} == {"rollout": 192, "train": 192}
+
+
+def test_a_split_the_granules_move_is_said_in_the_summary():
+    # 64 devices, training replicas of 32 (qwen3-30b-a3b's tp4 x ep8): rollout_fraction 0.9 asked 58
+    # rollout devices and silently got 32; the run says so, and an exact split says nothing
+    from simulator.api import simulate
+
+    def warnings(fraction):
+        return simulate(workload="grpo-qwen3-30b-a3b", topology={"preset": "dgx-h100", "nodes": 8},
+                        schedule={"kind": "one-step-off", "rollout_fraction": fraction}, iterations=1,
+                        keep_samples=False).summary.get("warnings", [])
+    moved = [w for w in warnings(0.9) if "asks 58 of 64" in w]
+    assert len(moved) == 1 and "rollout pool 32 (fraction 0.5)" in moved[0]
+    assert not any("asks" in w for w in warnings(0.5))
