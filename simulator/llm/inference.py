@@ -435,7 +435,7 @@ def _check_layout(model: ModelSpec, layout: RolloutLayout, layout_field: str = "
                          field=f"{layout_field}.tp", fix=f"use a multiple of {model.num_kv_heads}")
     if ep > 1 and not model.is_moe:
         raise RlsimError(f"ep={ep} needs an MoE model; {model.name} is dense", field=f"{layout_field}.ep",
-                         fix="set ep: 1")
+                         fix=f"set ep: 1 (--set {layout_field}.ep=1 over a preset that gives it)")
     if ep > 1 and model.num_experts % ep:
         raise RlsimError(f"ep={ep} does not divide the {model.num_experts} experts of {model.name}",
                          field=f"{layout_field}.ep",

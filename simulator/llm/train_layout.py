@@ -151,11 +151,13 @@ class TrainLayout:
         experts = int(getattr(model, "num_experts", 0) or 0)
         if self.ep > 1 and not experts:
             raise RlsimError(f"ep={self.ep} but {model.name} is a dense model", source=source,
-                             field="workload.train_layout.ep", fix="set ep: 1")
+                             field="workload.train_layout.ep",
+                             fix="set ep: 1 (--set workload.train_layout.ep=1 over a preset that gives it)")
         if self.etp is not None and not experts:
             raise RlsimError(f"etp={self.etp} but {model.name} is a dense model (etp is the tensor-parallel size of "
                              "the expert layers; tp splits a dense model's)", source=source,
-                             field="workload.train_layout.etp", fix="remove etp")
+                             field="workload.train_layout.etp",
+                             fix="remove etp (--set workload.train_layout.etp=null over a preset that gives it)")
         if experts and experts % self.ep:
             raise RlsimError(f"ep={self.ep} does not divide the {experts} experts of {model.name}",
                              source=source, field="workload.train_layout.ep",
