@@ -177,7 +177,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
             f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
             f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
             "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
-    moved = split_warning(sc.schedule, n_devices, rec.pools["rollout"].count) if "rollout" in rec.pools else None
+    moved = split_warning(sc.schedule, n_devices, rec.pools)
     if moved:   # the split the user asked is not the one that ran: said, not only shown in `pools`
         summary.setdefault("warnings", []).append(moved)
     end = float(summary.get("makespan_s", 0.0))

@@ -1227,6 +1227,11 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          "generation batch's rewards before the next batch and before training",
                          source=source, field="schedule.reward_during_forwards",
                          fix="remove schedule.reward_during_forwards (or workload.dynamic_sampling)")
+    if scenario.schedule.reward_during_forwards and scenario.workload.reward.kind != "rule":
+        raise RlsimError("reward_during_forwards overlaps the rule reward's host CPU scoring with the forward passes; "
+                         "a reward model scores with a forward pass on the devices, so there is nothing to overlap",
+                         source=source, field="schedule.reward_during_forwards",
+                         fix="remove schedule.reward_during_forwards (or set workload.reward.kind: rule)")
     if scenario.schedule.overprovision > 0 and scenario.workload.dynamic_sampling is not None:
         raise RlsimError("overprovision cannot apply with dynamic sampling: it aborts the slowest sequences of a "
                          "round, and the filter keeps whole groups (dynamic sampling's extra prompts are its own "

@@ -35,20 +35,25 @@ def requested_rollout_devices(schedule: ScheduleConfig, n_devices: int) -> int:
     return schedule.rollout_devices or round(n_devices * schedule.rollout_fraction)
 
 
-def split_warning(schedule: ScheduleConfig, n_devices: int, rollout: int) -> str | None:
-    """A line saying that whole replicas and instances moved the asked split (None when they did not,
-    or on a colocated placement)."""
-    if schedule.effective_placement == "colocated":
+def split_warning(schedule: ScheduleConfig, n_devices: int, pools: dict[str, Pool]) -> str | None:
+    """A line saying that whole replicas and instances moved the asked split of the devices (the
+    rollout share of split pools, the aux share of fuse: actor), or None when they did not."""
+    if "rollout" in pools:
+        want, got, pool = requested_rollout_devices(schedule, n_devices), pools["rollout"].count, "rollout"
+        knob = "rollout_devices" if schedule.rollout_devices else "rollout_fraction"
+        value = schedule.rollout_devices or schedule.rollout_fraction
+        what = "to generate"
+    elif "aux" in pools:
+        want, got, pool = max(1, round(n_devices * schedule.aux_fraction)), pools["aux"].count, "aux"
+        knob, value, what = "aux_fraction", schedule.aux_fraction, "for the reference, reward and critic"
+    else:
         return None
-    want = requested_rollout_devices(schedule, n_devices)
-    if rollout == want:
+    if got == want:
         return None
-    default = "" if "rollout_fraction" in schedule.model_fields_set else "the default "
-    asked = (f"schedule.rollout_devices={schedule.rollout_devices}" if schedule.rollout_devices
-             else f"{default}schedule.rollout_fraction={schedule.rollout_fraction:g}")
-    return (f"{asked} asks {want} of {n_devices} devices to generate; whole training replicas and rollout "
-            f"instances give the rollout pool {rollout} (fraction {rollout / n_devices:.3g}); give a split on "
-            "their granules to run the one asked")
+    default = "" if knob in schedule.model_fields_set else "the default "
+    return (f"{default}schedule.{knob}={value:g} asks {want} of {n_devices} devices {what}; whole training "
+            f"replicas and rollout instances give the {pool} pool {got} (fraction {got / n_devices:.3g}); give a "
+            "split on their granules to run the one asked")
 
 
 def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,

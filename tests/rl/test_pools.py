@@ -153,3 +153,18 @@ def test_a_split_the_granules_move_is_said_in_the_summary():
     moved = [w for w in warnings(0.9) if "asks 58 of 64" in w]
     assert len(moved) == 1 and "rollout pool 32 (fraction 0.5)" in moved[0]
     assert not any("asks" in w for w in warnings(0.5))
+
+
+def test_an_aux_share_the_granules_move_is_said_too():
+    # fuse: actor on 16 devices with 2-device training replicas: aux_fraction 1/16 asks 1 aux device,
+    # and the actor's whole replicas leave it 2
+    from simulator.api import simulate
+
+    def warnings(fraction):
+        return simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2},
+                        schedule={"kind": "colocated", "fuse": "actor", "aux_fraction": fraction}, iterations=1,
+                        overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=4",
+                                   "workload.mini_batch_prompts=8", "workload.train_layout.tp=2"],
+                        keep_samples=False).summary.get("warnings", [])
+    assert any("aux_fraction=0.0625 asks 1 of 16" in w and "aux pool 2" in w for w in warnings(0.0625))
+    assert not any("asks" in w for w in warnings(0.125))

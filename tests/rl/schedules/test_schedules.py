@@ -88,6 +88,9 @@ def test_rewards_during_the_forwards_is_a_colocated_knob_without_dynamic_samplin
     with pytest.raises(RlsimError, match="cannot apply with dynamic sampling"):
         scenario("colocated", reward_during_forwards=True,
                  workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 16}})
+    with pytest.raises(RlsimError, match="a reward model scores with a forward pass") as err:   # read past there
+        scenario("colocated", reward_during_forwards=True, workload={"reward": {"kind": "model"}})
+    assert err.value.field == "schedule.reward_during_forwards"
 
 
 @pytest.mark.parametrize("kind", ["colocated", "disaggregated", "stalesync"])
