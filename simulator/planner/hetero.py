@@ -246,10 +246,15 @@ class HeteroStepModel:
         shapes, (emb, head) = layer_shapes(m), embedding_params(m)
         tokens, flash = self.mb * self.seq_len, self.train_params.compute.flash_attention
 
+        known: dict[tuple[int, str], float] = {}   # layers of one shape share one object (as llm/memory.py)
+
         def stored(layer: Any, recompute: str) -> float:
-            return tokens * activation_bytes_per_token(
-                layer, int(m.hidden), int(m.ffn_hidden), bool(getattr(m, "gated_ffn", True)), tp=tp, sp=tp > 1,
-                recompute=recompute, flash=flash, context_len=self.seq_len, params=memory)
+            key = (id(layer), recompute)
+            if key not in known:
+                known[key] = tokens * activation_bytes_per_token(
+                    layer, int(m.hidden), int(m.ffn_hidden), bool(getattr(m, "gated_ffn", True)), tp=tp, sp=tp > 1,
+                    recompute=recompute, flash=flash, context_len=self.seq_len, params=memory)
+            return known[key]
         out, first = [], 0
         for st, count in enumerate(layers):
             stage = shapes[first:first + count]
