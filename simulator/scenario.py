@@ -269,8 +269,11 @@ class SwitchParams(_Strict):
     # "Function used for RL training"); NeMo RL's worker moves them with .to("cpu") (cited from
     # memory of its public code). Off: pinned copies at the host link's rate.
     optimizer_pageable: bool = False
-    # Fraction of the host-link peak reached by large pinned copies (PCIe/UB DMA ~80-90%; assumption).
-    host_link_efficiency: float = Field(0.85, gt=0, le=1)
+    # Fraction of the host-link peak reached by the copies to and from host memory. None: the
+    # topology's host link efficiency (its `host.efficiency`, topology.DEFAULT_HOST_EFFICIENCY 0.85:
+    # PCIe payload after TLP headers; a preset's own, e.g. 0.90 for NVLink-C2C), the link the
+    # copies run on; a value here overrides it for these copies.
+    host_link_efficiency: float | None = Field(None, gt=0, le=1)
     # Bucketed parameters: no redundant weight copy when EP changes between phases (RL Fusion).
     # Without buckets a full extra copy of the inference shard is staged (memory and copy time).
     bucketed: bool = True

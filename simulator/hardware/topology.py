@@ -51,6 +51,11 @@ DEFAULT_SCALEOUT_EFFICIENCY = 0.94
 DEFAULT_SCALEOUT_LATENCY_S = 1.0e-6  # per hop; NIC + switch, ~2 us GPU-to-GPU across one leaf
 DEFAULT_HOST_EFFICIENCY = 0.85  # PCIe payload efficiency after TLP headers (PCI-SIG, ~85% for 256 B payloads)
 DEFAULT_HOST_LATENCY_S = 1.0e-6  # one PCIe round of DMA setup
+# A graph link that leaves latency / efficiency out takes its plane's defaults, as the
+# hierarchical form's sections do.
+_PLANE_DEFAULTS = {"scaleup": (DEFAULT_SCALEUP_LATENCY_S, DEFAULT_SCALEUP_EFFICIENCY),
+                   "scaleout": (DEFAULT_SCALEOUT_LATENCY_S, DEFAULT_SCALEOUT_EFFICIENCY),
+                   "host": (DEFAULT_HOST_LATENCY_S, DEFAULT_HOST_EFFICIENCY)}
 DEFAULT_NODES_PER_LEAF = 32  # a 64-port NDR leaf (Quantum-2 QM9700): 32 ports down, 32 up, non-blocking
 # Routing weight, not a physical figure: a path costs its latency plus the time to move 1 GB, so
 # wider links win over fewer hops.
@@ -167,6 +172,28 @@ class Topology:
                 if len(kinds) == self._kinds_total:
                     break
         return kinds
+
+    def host_links(self, ranks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(bandwidth per direction, protocol efficiency) of each device's own link to its host
+        memory (PCIe, UB, NVLink-C2C), in the order of `ranks`: the topology's `host:` section, or
+        in an explicit graph the device's link to a node of kind host (the fastest of several). A
+        graph device without one: its catalog host link at DEFAULT_HOST_EFFICIENCY. The link the
+        copies to and from host memory run on."""
+        ranks = [self._check_rank(r) for r in ranks]
+        if self._fabric is not None:
+            ids = self._fabric.host_base + 2 * np.asarray(ranks, dtype=np.int64)
+            return self._fabric.bw[ids].astype(float), self._fabric.efficiency[ids].astype(float)
+        links = [self._graph_host_link(r) for r in ranks]
+        return np.array([bw for bw, _ in links], dtype=float), np.array([eff for _, eff in links], dtype=float)
+
+    def _graph_host_link(self, rank: int) -> tuple[float, float]:
+        graph, device = self.graph, self.devices[rank]
+        links = [(d["bw_Bps"] * d["efficiency"], d["bw_Bps"], d["efficiency"])
+                 for _, peer, d in graph.out_edges(device, data=True) if graph.nodes[peer].get("kind") == "host"]
+        if not links:
+            return self._specs[rank].host_link_bw_Bps, DEFAULT_HOST_EFFICIENCY
+        _, bw, efficiency = max(links)
+        return float(bw), float(efficiency)
 
     def node_of(self, rank: int) -> int:
         return self._node_of[self._check_rank(rank)]
@@ -883,9 +910,9 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
         if plane not in PLANES:
             raise RlsimError(f"unknown plane {plane!r}", source=source, field=r.where("plane"),
                              fix=f"use one of {', '.join(PLANES)}")
-        attrs = {"bw_Bps": r.positive("bw", parse_bandwidth, 0.0),
-                 "latency_s": r.latency("latency", DEFAULT_SCALEOUT_LATENCY_S),
-                 "efficiency": r.fraction("efficiency", DEFAULT_SCALEOUT_EFFICIENCY), "plane": plane}
+        latency, efficiency = _PLANE_DEFAULTS[plane]
+        attrs = {"bw_Bps": r.positive("bw", parse_bandwidth, 0.0), "latency_s": r.latency("latency", latency),
+                 "efficiency": r.fraction("efficiency", efficiency), "plane": plane}
         g.add_edge(a, z, **attrs)
         if r.m.get("duplex", True):
             g.add_edge(z, a, **dict(attrs))

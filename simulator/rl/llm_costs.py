@@ -82,6 +82,7 @@ class _Pool:
         self.key: int = interned.setdefault(value, len(interned))
         self.hbm_bytes: float = min(k.hbm_bytes for k in self.kinds)
         self.placed: dict[int, list[int]] = {}
+        self.host_rates: list[tuple[DeviceSpec, float]] | None = None   # LlmCosts._host_rates
 
 
 def training_state_bytes(model: Any, lay: TrainLayout, hbm_bytes: float, params: TrainParams) -> MemoryBreakdown:
@@ -476,12 +477,28 @@ class LlmCosts:
         copies = self.scenario.schedule.reference_swap_copies
         shard = self._train_weight_bytes(pool)
         nbytes = copies * shard
-        eff = self.switch_params.host_link_efficiency
         pageable = self.scenario.schedule.host_copies
+        rates = [rate for _, rate in self._host_rates(pool)]
         if not (pageable.reference_swap and copies):
-            return max(nbytes / (k.host_link_bw_Bps * eff) for k in pool.kinds)
-        return max(shard / min(k.host_link_bw_Bps * eff, pageable.offload_Bps)
-                   + (copies - 1) * shard / min(k.host_link_bw_Bps * eff, pageable.onload_Bps) for k in pool.kinds)
+            return max(nbytes / rate for rate in rates)
+        return max(shard / min(rate, pageable.offload_Bps) + (copies - 1) * shard / min(rate, pageable.onload_Bps)
+                   for rate in rates)
+
+    def _host_rates(self, pool: _Pool) -> list[tuple[DeviceSpec, float]]:
+        """(device kind, rate of its copies to and from host memory) for each kind of the pool: the
+        slowest host link of its ranks of that kind (Topology.host_links) at that link's
+        efficiency, or at schedule.switch.host_link_efficiency where given."""
+        if pool.host_rates is None:
+            bw, efficiency = self.topology.host_links(pool.ranks)
+            given = self.switch_params.host_link_efficiency
+            rates = bw * (efficiency if given is None else given)
+            if len(pool.kinds) == 1:
+                pool.host_rates = [(pool.kinds[0], float(rates.min()))]
+            else:
+                spec = self.topology.device_spec
+                pool.host_rates = [(kind, float(min(rate for r, rate in zip(pool.ranks, rates.tolist(), strict=True)
+                                                    if spec(r) is kind))) for kind in pool.kinds]
+        return pool.host_rates
 
     def train(self, role, seq_lens, ranks) -> StageCost:
         pool = self.pool(ranks)
@@ -692,8 +709,7 @@ class LlmCosts:
         on_device = moved.get("redundant_weight_copy", 0.0) + moved.get("gradient_zero_fill", 0.0)
         pinned = sum(v for k, v in host.items() if k not in pageable)
         times = []
-        for device in pool.kinds:
-            link = device.host_link_bw_Bps * p.host_link_efficiency
+        for device, link in self._host_rates(pool):
             host_s = pinned / link + sum(host[k] / min(link, rate) for k, rate in pageable.items())
             times.append(t + host_s + on_device / (device.hbm_bw_Bps * device.hbm_efficiency))
         return SwitchCost(max(times), moved)
@@ -707,8 +723,7 @@ class LlmCosts:
         host = {}
         if p.engine_sleep and p.engine_sleep_level == 1:
             host = {"engine_sleep": self._inference_shard_bytes(), "engine_wake": self._inference_shard_bytes()}
-        times = [fixed + sum(host.values()) / (device.host_link_bw_Bps * p.host_link_efficiency)
-                 for device in pool.kinds]
+        times = [fixed + sum(host.values()) / link for _, link in self._host_rates(pool)]
         return SwitchCost(max(times), host)
 
     def inference_memory_bytes(self, ranks) -> float:

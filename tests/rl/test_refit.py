@@ -13,6 +13,12 @@ def row(key: str, policy: str) -> nemo_rl.Row:
     return next(r for r in nemo_rl.ROWS if r.key == key and r.policy == policy)
 
 
+def host_Bps_of(c: LlmCosts) -> float:
+    """The rate of the copies to and from host memory: the topology's host link at its efficiency."""
+    bw, efficiency = c.topology.host_links([0])
+    return float(bw[0] * efficiency[0])
+
+
 def costs(r: nemo_rl.Row, **schedule) -> LlmCosts:
     mapping = nemo_rl.scenario(r)
     mapping["schedule"].update(schedule)
@@ -92,7 +98,7 @@ def test_colocated_weight_offload_and_engine_sleep_move_their_bytes_over_the_hos
     off = costs(r, switch={"offload_weights": False, "engine_sleep": False})
     pool = range(32)
     weights, shard = on._train_weight_bytes(on.pool(pool)), on._inference_shard_bytes()
-    host_Bps = on.device.host_link_bw_Bps * on.switch_params.host_link_efficiency
+    host_Bps = host_Bps_of(on)
     # bytes over the host link, and half of vLLM's measured sleep + wake in place of the KV re-allocation
     fixed = on.switch_params.sleep_wake_s / 2 - off.switch_params.kv_realloc_s
     for phase in ("rollout", "train"):
@@ -127,7 +133,7 @@ def test_the_switch_moves_the_training_state_at_the_workloads_bytes_per_paramete
     expected = (states.optimizer_bytes * 4.0 / defaults.optimizer_bytes_per_param
                 + states.gradients_bytes * 2.0 / defaults.grad_bytes_per_param)
     assert small.switch("rollout", pool).bytes_moved["optimizer_offload"] == pytest.approx(expected, rel=1e-12)
-    host_Bps = base.device.host_link_bw_Bps * base.switch_params.host_link_efficiency
+    host_Bps = host_Bps_of(base)
     moved = expected - (states.optimizer_bytes + states.gradients_bytes)
     assert small.switch("train", pool).time_s - base.switch("train", pool).time_s == pytest.approx(
         moved / host_Bps, rel=1e-9)
@@ -148,7 +154,7 @@ def test_freed_gradients_skip_the_host_link_and_come_back_as_one_zero_fill():
     freed = costs(r, switch={"offload_weights": True, "engine_sleep": True, "free_gradients": True}, host_copies={})
     grads = copied._resident_memory(copied.pool(pool)).gradients_bytes
     assert grads > 0
-    host_Bps = copied.device.host_link_bw_Bps * copied.switch_params.host_link_efficiency
+    host_Bps = host_Bps_of(copied)
     hbm_Bps = copied.device.hbm_bw_Bps * copied.device.hbm_efficiency
     to_rollout = copied.switch("rollout", pool).time_s - freed.switch("rollout", pool).time_s
     assert to_rollout == pytest.approx(grads / host_Bps, rel=1e-9)
@@ -175,7 +181,7 @@ def test_pageable_optimizer_copies_run_at_the_slower_of_the_link_and_the_hosts_c
     rates = {"offload_Bps": "2 GB/s", "onload_Bps": "5 GB/s"}
     paged = costs(r, switch={**switch, "optimizer_pageable": True}, host_copies=rates)
     optimizer = pinned.switch("rollout", pool).bytes_moved["optimizer_offload"]
-    link = pinned.device.host_link_bw_Bps * pinned.switch_params.host_link_efficiency
+    link = host_Bps_of(pinned)
     for phase, rate in (("rollout", 2e9), ("train", 5e9)):
         extra = paged.switch(phase, pool).time_s - pinned.switch(phase, pool).time_s
         assert extra == pytest.approx(optimizer / rate - optimizer / link, rel=1e-9)
@@ -192,7 +198,7 @@ def test_a_pageable_reference_swap_copies_out_once_and_in_the_other_times():
     paged = costs(r, host_copies={"reference_swap": True, "offload_Bps": "2 GB/s", "onload_Bps": "5 GB/s"})
     pool = paged.pool(range(32, 64))
     shard = pinned._train_weight_bytes(pool)
-    link = pinned.device.host_link_bw_Bps * pinned.switch_params.host_link_efficiency
+    link = host_Bps_of(pinned)
     assert pinned.reference_swap_s(pool) == pytest.approx(3 * shard / link, rel=1e-12)
     assert paged.reference_swap_s(pool) == pytest.approx(shard / 2e9 + 2 * shard / 5e9, rel=1e-12)
 
@@ -241,7 +247,7 @@ def test_sleep_level_2_discards_the_engine_weights_instead_of_copying_them():
     one = costs(r, switch={"engine_sleep": True})
     two = costs(r, switch={"engine_sleep": True, "engine_sleep_level": 2})
     shard = one._inference_shard_bytes()
-    host_Bps = one.device.host_link_bw_Bps * one.switch_params.host_link_efficiency
+    host_Bps = host_Bps_of(one)
     for phase in ("rollout", "train"):
         assert one.switch(phase, pool).time_s - two.switch(phase, pool).time_s == pytest.approx(shard / host_Bps,
                                                                                                rel=1e-9)
