@@ -373,9 +373,10 @@ class OffloadParams(StrictModel):
     params: bool = False
     grads: bool = False
     optimizer: bool = False
-    # Achieved share of the device's host link (pinned-memory copies reach ~80-90% of PCIe;
-    # assumption, as schedule.switch.host_link_efficiency).
-    host_link_efficiency: float = Field(0.8, gt=0, le=1)
+    # Achieved share of the device's host link. None: the topology's host link efficiency (its
+    # `host.efficiency`, as schedule.switch.host_link_efficiency: the same link); a value here
+    # overrides it for the offload copies (was a separate 0.8 before).
+    host_link_efficiency: float | None = Field(None, gt=0, le=1)
     # The offloaded state goes through pageable host memory: each copy at the slower of the link and
     # the host's pageable rate, out at pageable_offload_Bps, back in at pageable_onload_Bps. verl 0.6.0
     # moves its optimizer state with .to("cpu") / .to(device) (utils/fsdp_utils.py

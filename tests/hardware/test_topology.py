@@ -299,3 +299,27 @@ def test_scaleup_oversubscription_applies_to_a_two_tier_domain_only():
     load_topology("dgx-h100", {"scaleup": {"oversubscription": 1}})                  # the no-op value passes
     two_tier = load_topology("cloudmatrix384", {"scaleup": {"oversubscription": 2}})
     assert two_tier.num_devices == 384
+
+
+def test_host_links_are_the_host_sections_link_per_device():
+    # the device's own link to host memory: the section's bw (the device's rate) at its efficiency
+    dgx = load_topology({"preset": "dgx-h100", "nodes": 2})
+    bw, eff = dgx.host_links([0, 15])
+    assert bw.tolist() == [dgx.device_spec(0).host_link_bw_Bps] * 2 and eff.tolist() == [0.85, 0.85]
+    assert load_topology({"preset": "gb200-nvl72"}).host_links([71])[1].tolist() == [0.90]   # NVLink-C2C
+    slow = load_topology({"preset": "dgx-h100", "host": {"efficiency": 0.5, "bw": "10GB/s"}})
+    assert [x.tolist() for x in slow.host_links([3])] == [[10e9], [0.5]]
+
+
+def test_an_explicit_graph_device_copies_over_its_link_to_a_host_node(tmp_path):
+    import copy
+    data = copy.deepcopy(EXPLICIT)
+    data["graph"]["nodes"].append({"id": "cpu", "kind": "host", "node": 0})
+    data["graph"]["links"].append({"a": "a", "b": "cpu", "bw": "20GB/s", "plane": "host"})
+    t = load_topology(_write(tmp_path, data))
+    bw, eff = t.host_links([0, 2])
+    # a's link to its host node, at the host plane's default efficiency; c has none: its catalog link
+    assert bw.tolist() == [20e9, t.device_spec(2).host_link_bw_Bps] and eff.tolist() == [0.85, 0.85]
+    # a graph link that leaves latency / efficiency out takes its plane's defaults
+    assert t.graph.edges["a", "sw"]["efficiency"] == 0.80 and t.graph.edges["a", "cpu"]["latency_s"] == 1e-6
+    assert t.graph.edges["c", "sw"]["efficiency"] == 0.9   # given

@@ -123,9 +123,12 @@ def test_offload_is_twice_the_state_over_the_host_link() -> None:
     base = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
     p = TrainParams(offload=OffloadParams(optimizer=True, grads=True))
     off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=p)
-    link = TOPO.device_spec(0).host_link_bw_Bps * 0.8
+    link = TOPO.device_spec(0).host_link_bw_Bps * 0.85    # the topology's host link (host.efficiency)
     want = 2 * (off.memory.optimizer_bytes + off.memory.gradients_bytes) / link
     assert off.offload_s == pytest.approx(want)
+    given = TrainParams(offload=OffloadParams(optimizer=True, grads=True, host_link_efficiency=0.5))
+    assert train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
+                           params=given).offload_s == pytest.approx(want * 0.85 / 0.5)
     assert off.step_time_s == pytest.approx(base.step_time_s + want)
     assert any(iv.state == "offload" for iv in off.timeline)
     fwd = forward_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
@@ -145,7 +148,7 @@ def test_a_pageable_offload_goes_out_and_in_at_the_hosts_rates_where_slower_than
     assert off.offload_s == pytest.approx(state / 2e9 + state / 5e9)
     fast = TrainParams(offload=OffloadParams(optimizer=True, pageable=True, pageable_offload_Bps="1 TB/s",
                                              pageable_onload_Bps="1 TB/s"))
-    link = TOPO.device_spec(0).host_link_bw_Bps * 0.8
+    link = TOPO.device_spec(0).host_link_bw_Bps * 0.85
     assert train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
                            params=fast).offload_s == pytest.approx(2 * state / link)
     with pytest.raises(ValueError, match="pageable applies to an offloaded state"):

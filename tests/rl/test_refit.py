@@ -263,3 +263,21 @@ def test_the_switch_fixed_cost_that_does_not_apply_is_refused(sleep, key, value)
         load_scenario(mapping)
     assert e.value.field == f"schedule.switch.{key}"
     assert f"applies only with schedule.switch.engine_sleep: {str(not sleep).lower()}" in str(e.value)
+
+
+def test_host_copies_run_at_the_topologys_host_efficiency_unless_the_switch_gives_one():
+    r = row("qwen3-32b", "on-policy")
+    switch = {"offload_weights": True, "engine_sleep": True, "optimizer_pageable": False}   # all pinned
+    base = costs(r, switch=switch)
+    mapping = nemo_rl.scenario(r)
+    mapping["schedule"]["switch"] = switch   # as costs() gives it
+    mapping["topology"]["host"] = {"efficiency": 0.5}
+    sc = load_scenario(mapping)
+    slow = LlmCosts(sc, load_topology(sc.topology))
+    given = costs(r, switch={**switch, "host_link_efficiency": 0.5})
+    pool = range(32)
+    moved = sum(v for k, v in base.switch("train", pool).bytes_moved.items() if k != "gradient_zero_fill")
+    link = base.device.host_link_bw_Bps
+    extra = moved / (link * 0.5) - moved / (link * 0.85)
+    assert slow.switch("train", pool).time_s - base.switch("train", pool).time_s == pytest.approx(extra, rel=1e-9)
+    assert given.switch("train", pool).time_s == pytest.approx(slow.switch("train", pool).time_s, rel=1e-12)
