@@ -11,7 +11,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -20,6 +20,9 @@ from ..llm.train_layout import expert_fold
 from ..strict_model import StrictModel
 from .base import Evaluation, PlannerParams, TrainChoice
 from .placement import Placement, aware_placements, naive_placement
+
+Size = Annotated[int, Field(gt=0)]            # a parallel degree or a micro-batch: 1 or more
+ZeroStage = Annotated[int, Field(ge=0, le=3)]
 
 Recompute = Literal["none", "selective", "full"]
 _RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation (fastest, most memory) first
@@ -37,21 +40,21 @@ class SearchSpace(StrictModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
-    pp: list[int] | None = None  # None: every divisor of the layer count up to max_pp (every pp with uneven_pp)
+    tp: list[Size] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
+    pp: list[Size] | None = None  # None: every divisor of the layer count up to max_pp (every pp with uneven_pp)
     # PP need not divide the layers: stages hold floor/ceil shares (what llm/training.py models and
     # MCore supports with uneven first/last stages); interleaving (VPP > 1) still needs an exact split.
     # Off by default (Megatron-LM 2021 needs an exact split); a re-plan turns it on when the running
     # layout is already uneven.
     uneven_pp: bool = False
-    max_pp: int = 64  # deepest pipeline in Megatron's Table 1 (1008B row)
-    vpp: list[int] = Field(default_factory=lambda: [1, 2, 4])
-    cp: list[int] = Field(default_factory=lambda: [1, 2])
-    ep: list[int] | None = None  # None: 1 for dense models, powers of two dividing the experts for MoE
-    max_ep: int = 64
-    zero: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
+    max_pp: Size = 64  # deepest pipeline in Megatron's Table 1 (1008B row)
+    vpp: list[Size] = Field(default_factory=lambda: [1, 2, 4])
+    cp: list[Size] = Field(default_factory=lambda: [1, 2])
+    ep: list[Size] | None = None  # None: 1 for dense models, powers of two dividing the experts for MoE
+    max_ep: Size = 64
+    zero: list[ZeroStage] = Field(default_factory=lambda: [0, 1, 2, 3])
     recompute: list[Recompute] = Field(default_factory=lambda: ["none", "selective", "full"])
-    micro_batch: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    micro_batch: list[Size] = Field(default_factory=lambda: [1, 2, 4, 8])
     # Sequence parallelism (arXiv 2205.05198) tried on and off; None: not searched, the stack's rule
     # (workload.train_software: on with TP for megatron-core, off for megatron-2021).
     sequence_parallel: list[bool] | None = None

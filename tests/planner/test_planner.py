@@ -228,3 +228,12 @@ def test_first_placement_is_the_one_run_trains_on(tp, cp, ep, dp, pp):
     assert len({p.ranks for p in options}) == len(options)   # distinct candidates only
     for placement in options:   # every candidate is a permutation with whole groups
         assert sorted(placement.ranks) == list(ranks)
+
+
+@pytest.mark.parametrize("field, value", [("tp", [0]), ("tp", [-2]), ("pp", [0]), ("vpp", [0]), ("cp", [-1]),
+                                          ("ep", [0]), ("micro_batch", [0]), ("zero", [4]), ("zero", [-1]),
+                                          ("max_pp", 0), ("max_ep", -4)])
+def test_a_search_space_refuses_a_degree_below_one_or_an_unknown_zero_stage(field, value):
+    # found by fuzzing `rlsim plan --set planner.space.*`: a 0 degree divided by zero in the search
+    with pytest.raises(ValueError, match=field):
+        SearchSpace(**{field: value})
