@@ -96,7 +96,7 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     from_step = args.stage == "train" and workload is not None and not args.global_batch and not args.seq_len
     return {"topology": topo_spec, "topology_source": scn.source if topo_spec is scn.topology else None,
             "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
-            "max_devices": scn.limits.max_devices,
+            "max_devices": scn.limits.max_devices, "max_global_batch": scn.limits.max_global_batch,
             "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None}
 
 
@@ -235,6 +235,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
         _refuse_found(engine_constants_read_past(w.inference, mla=model.is_mla, moe=model.is_moe, engine_tp=None,
                                                  engine_ep=None))
 
+        _check_rollout_batch(settings.rollout, inp["max_global_batch"])
         given = set((section(args.overrides, "planner").get("rollout") or {}).keys())
         space, inference, at_layout = engine_rollout(w, topology, range(topology.num_devices), settings.rollout, given)
         plan = plan_rollout(model, topology, space=space, params=settings.params, top=args.top,
@@ -242,6 +243,22 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                             evaluator=_counted(RolloutEvaluator(model, topology, space, params=inference,
                                                                 params_for_layout=at_layout), progress))
     return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
+
+
+def _check_rollout_batch(space: Any, max_batch: int) -> None:
+    """The rollout planner's judging batch within the limits a training batch has: its sequences
+    (a 10M-sequence batch ran past minutes) and one sequence's length."""
+    from ..llm.lengths import MAX_TOKENS
+    from ..scenario import LIMITS_FIX
+
+    if space.sequences > max_batch:
+        raise RlsimError(f"{space.sequences:,} sequences is past limits.max_global_batch={max_batch:,}",
+                         source="--set", field="planner.rollout.sequences",
+                         fix=LIMITS_FIX.format(name="max_global_batch"))
+    if space.prompt_len + space.response_len > MAX_TOKENS:
+        raise RlsimError(f"{space.prompt_len + space.response_len:,} tokens is not a sequence length",
+                         source="--set", field="planner.rollout.response_len",
+                         fix=f"give prompt_len + response_len of at most {MAX_TOKENS:.0e} tokens")
 
 
 def _check_train_constants(workload: Any, model: Any) -> None:

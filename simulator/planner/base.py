@@ -4,11 +4,13 @@ evaluators (evaluate.py) both import them from here, so neither imports the othe
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field
 
 from ..strict_model import StrictModel
+
+Size = Annotated[int, Field(gt=0)]   # a parallel degree, a running-sequence cap or a micro-batch: 1 or more
 
 
 @dataclass(frozen=True, order=True)
@@ -72,10 +74,10 @@ class RolloutSpace(StrictModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
-    ep: list[int] | None = None  # None: 1 for dense; powers of two dividing the experts for MoE
-    max_ep: int = 64
-    max_num_seqs: list[int] = Field(default_factory=lambda: [256])  # vLLM's default max_num_seqs
+    tp: list[Size] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
+    ep: list[Size] | None = None  # None: 1 for dense; powers of two dividing the experts for MoE
+    max_ep: Size = 64
+    max_num_seqs: list[Size] = Field(default_factory=lambda: [256])  # vLLM's default max_num_seqs
     # the engine's share of HBM (vLLM's gpu_memory_utilization, default 0.9); `layout: auto` on a
     # colocated placement lowers it to what the resident training state leaves (autoplan.py)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)

@@ -18,10 +18,9 @@ from pydantic import ConfigDict, Field
 from ..errors import RlsimError
 from ..llm.train_layout import expert_fold
 from ..strict_model import StrictModel
-from .base import Evaluation, PlannerParams, TrainChoice
+from .base import Evaluation, PlannerParams, Size, TrainChoice
 from .placement import Placement, aware_placements, naive_placement
 
-Size = Annotated[int, Field(gt=0)]            # a parallel degree or a micro-batch: 1 or more
 ZeroStage = Annotated[int, Field(ge=0, le=3)]
 
 Recompute = Literal["none", "selective", "full"]

@@ -122,3 +122,17 @@ def test_a_given_layout_is_refused_with_the_planner_key_that_narrows_it(capsys, 
     assert main(["plan", "--model", "llama3.1-8b", "--topology", "dgx-h100", "--stage", stage, "--set", key]) == 2
     err = capsys.readouterr().err
     assert f"field '{key.split('=')[0]}'" in err and narrow in err
+
+
+@pytest.mark.parametrize("value, field", [
+    ("planner.rollout.max_num_seqs=[0]", "planner.rollout.max_num_seqs.0"),
+    ("planner.rollout.tp=[-1]", "planner.rollout.tp.0"),
+    ("planner.rollout.ep=[0]", "planner.rollout.ep.0"),
+    ("planner.rollout.sequences=10000000", "planner.rollout.sequences"),      # ran for minutes, then OOM
+    ("planner.rollout.response_len=100000000000", "planner.rollout.response_len"),
+])
+def test_a_rollout_space_outside_its_bounds_is_an_error(capsys, value, field):
+    # found by fuzzing: tracebacks (a 0 degree divided by zero) or a plan that never ended
+    assert main(["plan", "--topology", "dgx-h100", "--model", "llama3.1-8b", "--stage", "rollout",
+                 "--set", value]) == 2
+    assert f"field '{field}'" in capsys.readouterr().err
