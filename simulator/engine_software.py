@@ -322,8 +322,10 @@ def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[
     if not name:
         return inference, rollout_layout
     tp = rollout_layout.get("tp", 1)
-    overlay_inference, overlay_rollout = engine_values(name, devices, inference.max_model_len,
-                                                       tp if isinstance(tp, int) else 1)
+    # a TP size the layout will refuse (RolloutLayout: tp >= 1) takes no tier of its own here: the
+    # layout's check names it, where a tier missing for it would be a KeyError
+    valid_tp = isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1
+    overlay_inference, overlay_rollout = engine_values(name, devices, inference.max_model_len, tp if valid_tp else 1)
     update = {k: v for k, v in overlay_inference.items() if k not in inference.model_fields_set}
     layout = {**overlay_rollout, **rollout_layout}
     engine = engine_software(name)

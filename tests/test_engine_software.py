@@ -288,3 +288,12 @@ def test_engine_resolves_at_the_planners_auto_layout():
         sc = load_scenario(_scenario(engine, rollout_layout="auto"))
         costs = LlmCosts(sc, load_topology(sc.topology), auto_layouts={"rollout": chosen})
         assert costs.inference_params.cuda_graph_max_batch == graphs
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_SOFTWARE))
+def test_a_tp_the_layout_refuses_is_its_error_under_every_engine(engine, capsys):
+    # vllm-v1 / vllm-0.8 took no tier at tp 0 and failed on a KeyError (found by fuzzing)
+    argv = ["run", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--set", f"workload.engine={engine}",
+            "--set", "workload.rollout_layout.tp=0", "--set", "iterations=2"]
+    assert main(argv) == 2
+    assert "field 'workload.rollout_layout.tp'" in capsys.readouterr().err

@@ -325,13 +325,32 @@ def aggregate(stat: str, overrides: tuple[str, ...] = ()) -> Prediction:
     return Prediction(value, tail)
 
 
+def check_layout_fields(scenario: Any) -> None:
+    """The layouts' own keys and bounds, which a run checks only when it builds its pools (a bad
+    `--set workload.rollout_layout.tp=0` would refuse every row one by one): RlsimError naming the
+    key. What fits one row and not another (a TP size, a device count) stays the row's to refuse."""
+    from ..llm.inference import RolloutLayout
+    from ..llm.train_layout import TrainLayout
+
+    w = scenario.workload
+    if isinstance(w.train_layout, dict):
+        TrainLayout.from_mapping(w.train_layout, source=scenario.source)
+    if isinstance(w.rollout_layout, dict):
+        RolloutLayout.from_mapping({**w.rollout_layout, "instances": 1}, source=scenario.source,
+                                   field_name="workload.rollout_layout")
+
+
 @register(overrides=True)
 def cases(overrides: tuple[str, ...] = ()):
+    from ..errors import RlsimError
     from ..scenario import load_scenario
 
     mine = items_taken(SCENARIO_OVERRIDES, overrides, SCENARIO_REFUSED)
     if mine:   # a bad key or value is bad input (exit 2), not a row that cannot run
-        load_scenario(row_scenario(ROWS[0], mine))
+        try:
+            check_layout_fields(load_scenario(row_scenario(ROWS[0], mine)))
+        except RlsimError as exc:   # the items came from the command line, not from a file
+            raise RlsimError(exc.message, source="rlsim validate --set", field=exc.field, fix=exc.fix) from None
     for row in ROWS:
         missing = unexpressed(row)
         built = row_scenario(row, mine)

@@ -164,6 +164,11 @@ def test_v5_takes_engine_constants_and_device_fields(capsys):
     (["--case", "V6 nemo-rl llama", "--set", "workload.inference.nope=1"], "workload.inference.nope"),
     (["--case", "V5", "--set", "workload.inference.nope=1"], "workload.inference.nope"),
     (["--case", "V5", "--set", "workload.train_params.compute.flash_attention=false"], "workload.train_params"),
+    # the layouts' own keys and bounds: every row would refuse them one by one (exit 0) before
+    (["--case", "V6 nemo-rl llama", "--set", "workload.rollout_layout.tp=0"], "workload.rollout_layout.tp"),
+    (["--case", "V6 nemo-rl llama", "--set", "workload.rollout_layout.tpx=2"], "workload.rollout_layout.tpx"),
+    (["--case", "V6 nemo-rl llama", "--set", "workload.train_layout.tp=0"], "workload.train_layout.tp"),
+    (["--case", "V6 nemo-rl llama", "--set", "workload.train_layout.tpx=1"], "workload.train_layout.tpx"),
 ])
 def test_refused_keys_exit_2_naming_the_key(capsys, argv, field):
     assert main(["validate", *argv]) == 2
