@@ -349,10 +349,29 @@ def capped_length(field_name: str, cap: Any, cap_key: str, source: str,
 
 
 def positive_int(value: Any, key: str, source: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or int(value) != value or value < 1):
         raise RlsimError(f"expected a whole number >= 1, got {value!r}", source=source, field=key,
                          fix=f"pass {key}=N")
     return int(value)
+
+
+def fraction(value: Any, key: str, source: str) -> float:
+    """A number in (0, 1] (a memory share)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise RlsimError(f"expected a number in (0, 1], got {value!r}", source=source, field=key,
+                         fix=f"pass {key}=0.9 (for example)")
+    return float(value)
+
+
+def flag(value: Any, key: str, source: str) -> bool:
+    """A true / false switch; null (or absent) reads as false, as the frameworks' own `if cfg[key]`."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RlsimError(f"expected true or false, got {value!r}", source=source, field=key,
+                         fix=f"pass {key}=true or {key}=false")
+    return value
 
 
 # framework dtype names -> rlsim's (llm/architecture.py DTYPE_BYTES)
@@ -385,6 +404,17 @@ class Values:
 
     def given(self, key: str) -> bool:
         return key in self.flat
+
+    def whole(self, key: str, absent: int | None = None) -> int | None:
+        """The key's value as a whole number >= 1; ``absent`` where the config gives none (null)."""
+        value = self(key)
+        return absent if value is None else positive_int(value, key, self.result.source)
+
+    def fraction(self, key: str) -> float:
+        return fraction(self(key), key, self.result.source)
+
+    def flag(self, key: str) -> bool:
+        return flag(self(key), key, self.result.source)
 
     def section(self, prefix: str) -> bool:
         return any(k.startswith(prefix + ".") for k in self.flat)

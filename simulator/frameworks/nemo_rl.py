@@ -22,6 +22,7 @@ from .common import (
     Values,
     capped_length,
     classify,
+    flag,
     ignored,
     mapped,
     model_for,
@@ -165,9 +166,9 @@ RULES: dict[str, Rule] = {
 
 
 def schedule_of(v: Values) -> tuple[str, str]:
-    if v("grpo.async_grpo.enabled"):
+    if v.flag("grpo.async_grpo.enabled"):
         return "nemo-rl-async", "nemo-rl-async (grpo.async_grpo.enabled: true)"
-    if v("policy.generation.colocated.enabled") is False:
+    if not v.flag("policy.generation.colocated.enabled"):
         return "disaggregated", "disaggregated (on-policy GRPO, generation.colocated.enabled: false)"
     return "colocated", "colocated (on-policy GRPO, generation colocated)"
 
@@ -217,7 +218,7 @@ def _reward_pool(flat: Mapping[str, Any], w: dict[str, Any], decided: dict[str, 
     # with async_engine, run_async_multi_turn_rollout scores each sample as it finishes; else the
     # LLM class's batch is scored once generated
     key = "policy.generation.vllm_cfg.async_engine"
-    async_engine = bool(flat.get(key, DEFAULTS[key]))
+    async_engine = flag(flat.get(key, DEFAULTS[key]), key, src)
     w["reward"] = {"workers": sizes.pop(), "handover": "sample" if async_engine else "batch"}
     for key in pools:
         decided[key] = ("mapped", "workload.reward.workers: rule-reward workers shared by the job (handover: each "
@@ -244,35 +245,35 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
                              fix="rlsim optimizer steps take whole groups: use a multiple of num_generations_per_prompt")
         w["mini_batch_prompts"] = min(prompts, gbs // gens)
     w["ppo_epochs"] = 1
-    if v("grpo.use_dynamic_sampling"):
+    if v.flag("grpo.use_dynamic_sampling"):
         w["algorithm"] = "dapo"
-        w["dynamic_sampling"] = {"gen_prompts": prompts * int(v("grpo.batch_multiplier"))}
-        if v("grpo.dynamic_sampling_max_gen_batches") is not None:
-            w["dynamic_sampling"]["max_gen_batches"] = positive_int(
-                v("grpo.dynamic_sampling_max_gen_batches"), "grpo.dynamic_sampling_max_gen_batches", src)
+        w["dynamic_sampling"] = {"gen_prompts": prompts * v.whole("grpo.batch_multiplier", 1)}
+        rounds = v.whole("grpo.dynamic_sampling_max_gen_batches")
+        if rounds is not None:
+            w["dynamic_sampling"]["max_gen_batches"] = rounds
     tmax = positive_int(v("policy.max_total_sequence_length"), "policy.max_total_sequence_length", src)
-    prompt_max = v("data.max_input_seq_length") or tmax
-    new_tokens = v(f"{_G}.max_new_tokens") or tmax
+    prompt_max = v.whole("data.max_input_seq_length", tmax)
+    new_tokens = v.whole(f"{_G}.max_new_tokens", tmax)
     # a prompt of T-max leaves vLLM's max_model_len (T-max) no room: the longest prompt is one less
     w["prompt_length"] = capped_length("prompt_length", min(prompt_max, tmax - 1), "data.max_input_seq_length", src,
                                        v.result.notes)
     w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
     keys = ({"sequence_parallel": f"{_M}.sequence_parallel", "etp": f"{_M}.expert_tensor_parallel_size"}
-            if v(f"{_M}.enabled") else {"sequence_parallel": "policy.dtensor_cfg.sequence_parallel"})
+            if v.flag(f"{_M}.enabled") else {"sequence_parallel": "policy.dtensor_cfg.sequence_parallel"})
     w["train_layout"] = without_inapplicable_layout_keys(_train_layout(v), w.get("model"), keys, decided)
     w["rollout_layout"] = _rollout_layout(v)
     # NeMo RL v0.5 drives vLLM V1: through the LLM class, or AsyncLLM with async_engine
-    w["engine"] = "vllm-v1-async" if v(f"{_V}.async_engine") else "vllm-v1"
+    w["engine"] = "vllm-v1-async" if v.flag(f"{_V}.async_engine") else "vllm-v1"
     if w["rollout_layout"].get("tp", 1) > 1:
         v.result.notes.append(CUSTOM_ALL_REDUCE_NOTE)
     # vLLM's max_model_len (the recipes set T-max): prompt + response stop there
-    w["inference"] = {"max_model_len": positive_int(v(f"{_V}.max_model_len") or tmax, f"{_V}.max_model_len", src)}
+    w["inference"] = {"max_model_len": v.whole(f"{_V}.max_model_len", tmax)}
     if v.given(f"{_V}.enforce_eager"):
-        w["inference"]["enforce_eager"] = bool(v(f"{_V}.enforce_eager"))
+        w["inference"]["enforce_eager"] = v.flag(f"{_V}.enforce_eager")
     train_params: dict[str, Any] = {}
     if v.given(f"{_M}.optimizer.optimizer_cpu_offload"):
-        train_params["offload"] = {"optimizer": bool(v(f"{_M}.optimizer.optimizer_cpu_offload"))}
-    if v(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
+        train_params["offload"] = {"optimizer": v.flag(f"{_M}.optimizer.optimizer_cpu_offload")}
+    if v.flag(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
         # the Megatron worker pads every micro-batch to the batch's longest (pad_full_seq_to): one
         # pipeline p2p shape
         train_params["comm"] = {"pp_variable_seq_lengths": False}
@@ -286,10 +287,10 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
 def _packing_budgets(v: Values, layout: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """Sequence packing: micro-batches of at most train_mb_tokens (log-prob passes: logprob_mb_tokens),
     filled by first-fit decreasing: the token-budget micro-batches of train_layout."""
-    src, tmax = v.result.source, int(v("policy.max_total_sequence_length"))
+    src, tmax = v.result.source, v.whole("policy.max_total_sequence_length")
     tokens = v("policy.sequence_packing.train_mb_tokens")
     if tokens is None:   # grpo_math_1B.yaml: ${mul:${policy.max_total_sequence_length}, ${policy.train_micro_batch_size}}
-        tokens = tmax * int(v("policy.train_micro_batch_size"))
+        tokens = tmax * v.whole("policy.train_micro_batch_size", 1)
     layout["max_tokens_per_micro_batch"] = positive_int(tokens, "policy.sequence_packing.train_mb_tokens", src)
     decided["policy.train_micro_batch_size"] = ("mapped", "x T-max = workload.train_layout.max_tokens_per_micro_batch "
                                                 "(train_mb_tokens)")
@@ -312,36 +313,39 @@ def _dtype(v: Values, key: str) -> str:
 
 
 def _train_layout(v: Values) -> dict[str, Any]:
-    packing = bool(v("policy.sequence_packing.enabled"))
-    micro = 1 if packing else int(v("policy.train_micro_batch_size"))
-    if v(f"{_M}.enabled"):
+    packing = v.flag("policy.sequence_packing.enabled")
+    micro = 1 if packing else v.whole("policy.train_micro_batch_size", 1)
+    if v.flag(f"{_M}.enabled"):
         layout: dict[str, Any] = {"micro_batch": micro}
         for key, rl in (("tensor_model_parallel_size", "tp"), ("pipeline_model_parallel_size", "pp"),
                         ("virtual_pipeline_model_parallel_size", "vpp"), ("expert_model_parallel_size", "ep"),
                         ("context_parallel_size", "cp")):
-            value = v(f"{_M}.{key}")
-            layout[rl] = int(value) if value else 1
+            layout[rl] = v.whole(f"{_M}.{key}", 1)
         if v.given(f"{_M}.sequence_parallel"):
-            layout["sequence_parallel"] = bool(v(f"{_M}.sequence_parallel"))
-        layout["recompute"] = "full" if v(f"{_M}.activation_checkpointing") else "none"
-        layout["zero"] = 0 if v(f"{_M}.optimizer.use_distributed_optimizer") is False else 1
+            layout["sequence_parallel"] = v.flag(f"{_M}.sequence_parallel")
+        layout["recompute"] = "full" if v.flag(f"{_M}.activation_checkpointing") else "none"
+        # the distributed optimizer unless the recipe turns it off (null: Megatron's default, on)
+        distributed = f"{_M}.optimizer.use_distributed_optimizer"
+        layout["zero"] = 1 if v(distributed) is None or v.flag(distributed) else 0
         for key, rl in (("expert_tensor_parallel_size", "etp"), ("num_layers_in_first_pipeline_stage",
                         "pp_first_stage_layers"), ("num_layers_in_last_pipeline_stage", "pp_last_stage_layers")):
-            if v(f"{_M}.{key}"):
-                layout[rl] = int(v(f"{_M}.{key}"))
+            if v.whole(f"{_M}.{key}") is not None:
+                layout[rl] = v.whole(f"{_M}.{key}")
         return layout
     d = "policy.dtensor_cfg"
     v.result.notes.append("DTensor training: priced as ZeRO-3 with tp / cp from dtensor_cfg (FSDP2 costs: issue 12)")
-    return {"tp": int(v(f"{d}.tensor_parallel_size") or 1), "cp": int(v(f"{d}.context_parallel_size") or 1),
+    return {"tp": v.whole(f"{d}.tensor_parallel_size", 1), "cp": v.whole(f"{d}.context_parallel_size", 1),
             "pp": 1, "zero": 3, "micro_batch": micro,
-            "recompute": "full" if v(f"{d}.activation_checkpointing") else "none",
-            **({"sequence_parallel": bool(v(f"{d}.sequence_parallel"))} if v.given(f"{d}.sequence_parallel") else {})}
+            "recompute": "full" if v.flag(f"{d}.activation_checkpointing") else "none",
+            **({"sequence_parallel": v.flag(f"{d}.sequence_parallel")} if v.given(f"{d}.sequence_parallel") else {})}
 
 
 def _rollout_layout(v: Values) -> dict[str, Any]:
     dtype = _dtype(v, f"{_V}.precision") if v.given(f"{_V}.precision") else _dtype(v, "policy.precision")
-    layout = {"tp": int(v(f"{_V}.tensor_parallel_size")), "ep": int(v(f"{_V}.expert_parallel_size")),
-              "gpu_memory_utilization": float(v(f"{_V}.gpu_memory_utilization")),
+    src = v.result.source
+    layout = {"tp": positive_int(v(f"{_V}.tensor_parallel_size"), f"{_V}.tensor_parallel_size", src),
+              "ep": positive_int(v(f"{_V}.expert_parallel_size"), f"{_V}.expert_parallel_size", src),
+              "gpu_memory_utilization": v.fraction(f"{_V}.gpu_memory_utilization"),
               "weight_dtype": dtype, "kv_dtype": dtype}
     kv = str(v(f"{_V}.kv_cache_dtype") or "auto").lower()
     if kv.startswith("fp8"):     # vLLM: fp8 (= fp8_e4m3 on CUDA), fp8_e4m3, fp8_e5m2: one byte a value
@@ -350,7 +354,7 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
         raise RlsimError(f"vLLM kv_cache_dtype {kv!r} is not one rlsim prices", source=v.result.source,
                          field=f"{_V}.kv_cache_dtype", fix="use auto (the weights' dtype) or fp8")
     if v.given(f"{_V}.max_num_seqs"):   # otherwise the engine's own (workload.engine)
-        layout["max_num_seqs"] = int(v(f"{_V}.max_num_seqs"))
+        layout["max_num_seqs"] = positive_int(v(f"{_V}.max_num_seqs"), f"{_V}.max_num_seqs", src)
     return layout
 
 
@@ -371,25 +375,26 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
     s["host_copies"] = {"reference_swap": True}
     if kind == "colocated":
         s["switch"] = {"offload_weights": True, "engine_sleep": True, "optimizer_pageable": True}
-        if v(f"{_M}.enabled"):   # the Megatron worker's offload frees the gradient buffer (DTensor: copied)
+        if v.flag(f"{_M}.enabled"):   # the Megatron worker's offload frees the gradient buffer (DTensor: copied)
             s["switch"]["free_gradients"] = True
         if "dynamic_sampling" in w:
             # grpo_train runs each generation batch inside prepare_for_generation / finish_generation
             # (cited from memory of the public code): vLLM sleeps after a batch and wakes for the next
             s["between_gen_batches"] = "sleep"
     if kind == "nemo-rl-async":
-        s["max_trajectory_age_steps"] = int(v("grpo.async_grpo.max_trajectory_age_steps"))
-        s["in_flight_weight_updates"] = bool(v("grpo.async_grpo.in_flight_weight_updates"))
-        s["async_engine"] = bool(v(f"{_V}.async_engine"))
+        age = "grpo.async_grpo.max_trajectory_age_steps"
+        s["max_trajectory_age_steps"] = positive_int(v(age), age, src)
+        s["in_flight_weight_updates"] = v.flag("grpo.async_grpo.in_flight_weight_updates")
+        s["async_engine"] = v.flag(f"{_V}.async_engine")
         decided[f"{_V}.async_engine"] = ("mapped", "schedule.async_engine: rounds the age bound admits share the engine; "
                                                "workload.engine vllm-v1-async")
-    packing = bool(v("policy.sequence_packing.enabled"))
+    packing = v.flag("policy.sequence_packing.enabled")
     s["distqueue"] = {"packed": packing}
     if packing:
         _packing_budgets(v, w["train_layout"], decided)
     elif v.given("policy.logprob_batch_size"):
         s["forward_micro_batch"] = positive_int(v("policy.logprob_batch_size"), "policy.logprob_batch_size", src)
-    if not v("grpo.use_dynamic_sampling"):
+    if not v.flag("grpo.use_dynamic_sampling"):
         decided["grpo.batch_multiplier"] = ("ignored", "used only with use_dynamic_sampling")
         decided["grpo.dynamic_sampling_max_gen_batches"] = ("ignored", "used only with use_dynamic_sampling")
     return s

@@ -321,7 +321,7 @@ def _dynamic_sampling(v: Values, w: dict[str, Any], decided: dict[str, tuple[Sta
     """DAPO dynamic sampling (algorithm.filter_groups): the prompts of a generation batch and the cap
     on batches per step (recipe/dapo's trainer raises past it; 0 or less, its default: no cap)."""
     cap_key = "algorithm.filter_groups.max_num_gen_batches"
-    if not v("algorithm.filter_groups.enable"):
+    if not v.flag("algorithm.filter_groups.enable"):
         decided[cap_key] = ("ignored", "used only with algorithm.filter_groups.enable")
         return
     src = v.result.source
@@ -349,8 +349,8 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["algorithm"] = _algorithm(v)
     mini = positive_int(v(f"{A}.actor.ppo_mini_batch_size"), f"{A}.actor.ppo_mini_batch_size", src)
     if recipe == "fully-async":
-        require = int(v("async_training.require_batches") or 1)
-        trigger = int(v("async_training.trigger_parameter_sync_step") or 1)
+        require = v.whole("async_training.require_batches", 1)
+        trigger = v.whole("async_training.trigger_parameter_sync_step", 1)
         w["prompts_per_step"] = require * trigger * mini
         decided["data.train_batch_size"] = ("ignored", "fully_async: one step = one parameter version = "
                                             "trigger_parameter_sync_step x require_batches x ppo_mini_batch_size prompts")
@@ -376,7 +376,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         w.setdefault("inference", {})["dispatch"] = "per-sample"
     elif recipe != "fully-async" and not v.given(f"{A}.rollout.mode"):
         v.result.notes.append(MODE_NOTE)   # rollout.yaml: mode sync in verl 0.6.x, async from 0.7.0
-    w["reference"] = bool(v(f"{A}.actor.use_kl_loss") or v("algorithm.use_kl_in_reward"))
+    w["reference"] = v.flag(f"{A}.actor.use_kl_loss") or v.flag("algorithm.use_kl_in_reward")
     _reward_and_critic(v, w)
     return w
 
@@ -392,35 +392,35 @@ def _algorithm(v: Values) -> str:
 
 def _train_layout(v: Values) -> dict[str, Any]:
     strategy = str(v(f"{A}.actor.strategy"))
-    micro = v(f"{A}.actor.ppo_micro_batch_size_per_gpu")
-    layout: dict[str, Any] = {"recompute": "full" if v(f"{A}.model.enable_gradient_checkpointing") else "none",
-                              "micro_batch": int(micro) if micro else 1}
+    layout: dict[str, Any] = {"recompute": "full" if v.flag(f"{A}.model.enable_gradient_checkpointing") else "none",
+                              "micro_batch": v.whole(f"{A}.actor.ppo_micro_batch_size_per_gpu", 1)}
     if strategy == "megatron":
         m = f"{A}.actor.megatron"
         for key, rl in (("tensor_model_parallel_size", "tp"), ("pipeline_model_parallel_size", "pp"),
                         ("virtual_pipeline_model_parallel_size", "vpp"), ("expert_model_parallel_size", "ep"),
                         ("context_parallel_size", "cp")):
-            value = v(f"{m}.{key}")
-            layout[rl] = int(value) if value else 1
+            layout[rl] = v.whole(f"{m}.{key}", 1)
         if v.given(f"{m}.sequence_parallel"):
-            layout["sequence_parallel"] = bool(v(f"{m}.sequence_parallel"))
-        layout["zero"] = 0 if v(f"{m}.use_distributed_optimizer") is False else 1
-        ulysses = v(f"{A}.actor.ulysses_sequence_parallel_size")
-        if ulysses and int(ulysses) > 1:
+            layout["sequence_parallel"] = v.flag(f"{m}.sequence_parallel")
+        # the distributed optimizer unless the config turns it off (null: Megatron's default, on)
+        distributed = f"{m}.use_distributed_optimizer"
+        layout["zero"] = 1 if v(distributed) is None or v.flag(distributed) else 0
+        ulysses = v.whole(f"{A}.actor.ulysses_sequence_parallel_size", 1)
+        if ulysses > 1:
             raise RlsimError(f"ulysses_sequence_parallel_size {ulysses} with the megatron backend: it splits the "
                              "sequence by context_parallel_size", source=v.result.source,
                              field=f"{A}.actor.ulysses_sequence_parallel_size",
                              fix=f"set it to 1 and give {m}.context_parallel_size")
-        if v(f"{m}.expert_tensor_parallel_size"):
-            layout["etp"] = int(v(f"{m}.expert_tensor_parallel_size"))
+        if v.whole(f"{m}.expert_tensor_parallel_size") is not None:
+            layout["etp"] = v.whole(f"{m}.expert_tensor_parallel_size")
         return layout
     if strategy not in ("fsdp", "fsdp2"):
         raise RlsimError(f"unknown actor strategy {strategy!r}", source=v.result.source, field=f"{A}.actor.strategy",
                          fix="use fsdp, fsdp2 or megatron")
     v.result.notes.append(f"{A}.actor.strategy {strategy}: " + _FSDP)
-    ulysses = v(f"{A}.actor.ulysses_sequence_parallel_size")
-    if ulysses and int(ulysses) > 1:   # verl's FSDP workers: a (dp, sp) device mesh, sp = this size
-        layout.update(cp=int(ulysses), ulysses_sp=True)
+    ulysses = v.whole(f"{A}.actor.ulysses_sequence_parallel_size", 1)
+    if ulysses > 1:   # verl's FSDP workers: a (dp, sp) device mesh, sp = this size
+        layout.update(cp=ulysses, ulysses_sp=True)
     return {"tp": 1, "pp": 1, "zero": 3, **layout}
 
 
@@ -430,10 +430,11 @@ def _rollout_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[s
     if dtype not in DTYPES:
         raise RlsimError(f"unknown dtype {dtype!r}", source=v.result.source, field=f"{r}.dtype",
                          fix=f"use one of: {', '.join(DTYPES)}")
-    layout = {"tp": int(v(f"{r}.tensor_model_parallel_size")), "ep": 1,
-              "gpu_memory_utilization": float(v(f"{r}.gpu_memory_utilization")),
+    src = v.result.source
+    layout = {"tp": positive_int(v(f"{r}.tensor_model_parallel_size"), f"{r}.tensor_model_parallel_size", src), "ep": 1,
+              "gpu_memory_utilization": v.fraction(f"{r}.gpu_memory_utilization"),
               "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
-    layout["max_num_seqs"] = int(v(f"{r}.max_num_seqs"))   # vLLM's max_num_seqs, SGLang's max_running_requests
+    layout["max_num_seqs"] = positive_int(v(f"{r}.max_num_seqs"), f"{r}.max_num_seqs", src)   # vLLM's max_num_seqs, SGLang's max_running_requests
     return layout
 
 
@@ -460,7 +461,7 @@ def _capture_sizes(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[st
     if not isinstance(sizes, list | tuple) or not all(isinstance(x, int) and x > 0 for x in sizes):
         raise RlsimError(f"expected a list of positive batch sizes, got {sizes!r}", source=v.result.source,
                          field=key, fix="give a list such as [1, 2, 4, 8, 16, 32], or null for vLLM's own")
-    if v(f"{A}.rollout.enforce_eager"):
+    if v.flag(f"{A}.rollout.enforce_eager"):
         decided[key] = ("ignored", "enforce_eager: no CUDA graphs are captured")
         return {}
     return {"cuda_graph_max_batch": max(sizes)}
@@ -491,7 +492,7 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
     megatron = str(v(f"{A}.actor.strategy")) == "megatron"
     section = f"{A}.actor.megatron" if megatron else f"{A}.actor.fsdp_config"
     keys = MEGATRON_OFFLOAD_KEYS if megatron else FSDP_OFFLOAD_KEYS
-    offload = {OFFLOAD_KEYS[key]: bool(v(f"{section}.{key}")) for key in keys if v.given(f"{section}.{key}")}
+    offload = {OFFLOAD_KEYS[key]: v.flag(f"{section}.{key}") for key in keys if v.given(f"{section}.{key}")}
     if any(offload.values()):   # verl moves the offloaded state with .to("cpu"): pageable host memory
         offload["pageable"] = True
     if offload:
@@ -499,7 +500,7 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
 
 
 def _reward_and_critic(v: Values, w: dict[str, Any]) -> None:
-    if v("reward_model.enable"):
+    if v.flag("reward_model.enable"):
         path = v("reward_model.model.path")
         w["reward"] = {"kind": "model", **({"model": model_for(path, "reward_model.model.path", v.result.source)[0]}
                                            if path else {})}
@@ -517,13 +518,13 @@ def _reward_overlap(v: Values, recipe: str, w: dict[str, Any], s: dict[str, Any]
     if not v.given(key):
         return
     if recipe != "colocated":
-        decided[key] = ("unsupported" if v(key) else "ignored",
+        decided[key] = ("unsupported" if v.flag(key) else "ignored",
                         "split pools score each instance's samples as they finish (in the previous generation's wait)")
     elif "dynamic_sampling" in w:
         decided[key] = ("ignored", "dynamic sampling scores each generation batch before its filter and training")
     elif w["reward"]["kind"] != "rule":
         decided[key] = ("ignored", "a reward model scores on the devices (the async task is the rule reward's)")
-    elif v(key):
+    elif v.flag(key):
         s["reward_during_forwards"] = True
 
 
@@ -540,7 +541,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
             # state dict loaded into the engine, woken; put to sleep after: verl 0.5 fsdp_workers.py with
             # sharding_manager/fsdp_vllm.py, 0.6 rollout_mode / trainer_mode), one per generation batch
             s["between_gen_batches"] = "reshard"
-        if v(f"{A}.rollout.free_cache_engine") and w.get("engine") == SGLANG_ENGINE:
+        if v.flag(f"{A}.rollout.free_cache_engine") and w.get("engine") == SGLANG_ENGINE:
             # the hybrid engine (trainer and rollout in one process) starts SGLang without
             # enable_weights_cpu_backup (verl 0.7 async_sglang_server.py: only RolloutMode.COLOCATED,
             # a separate judge process, backs its weights up)
@@ -548,11 +549,11 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 "mapped", "sglang: SGLang releases and re-maps its memory (torch_memory_saver) without copying the "
                 "weights to the host (verl's hybrid engine sets no enable_weights_cpu_backup): rlsim's switch "
                 "re-allocating the KV pool (schedule.switch.kv_realloc_s), not vLLM's sleep mode")
-        elif v(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
+        elif v.flag(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
             # verl 0.6+ with vLLM >= 0.8.5: sleep level 2 (the weights discarded, a refit overwrites them);
             # level 1 with layered_summon (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)
             s["switch"] = {"engine_sleep": True,
-                           "engine_sleep_level": 1 if v(f"{A}.rollout.layered_summon") else 2}
+                           "engine_sleep_level": 1 if v.flag(f"{A}.rollout.layered_summon") else 2}
     _reward_overlap(v, recipe, w, s, decided)
     if recipe == "fully-async":
         decided[f"{A}.rollout.mode"] = ("ignored", "the fully_async Rollouter serves requests asynchronously: "
@@ -568,7 +569,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 "ignored", "with staleness_threshold 0 the Rollouter starts no more than a version consumes, so a "
                 "sync finds no request in flight to cancel")
     _micro_batching(v, s, w["train_layout"], decided)
-    s["distqueue"] = {"packed": bool(v(f"{A}.model.use_remove_padding"))}
+    s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
     return s
 
 
@@ -577,8 +578,8 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     that hold the budget, balanced by length), the log-prob passes within their own; else
     ppo_micro_batch_size_per_gpu samples in order (log_prob_micro_batch_size_per_gpu for the log-probs)."""
     src, r = v.result.source, f"{A}.rollout"
-    if not v(f"{A}.actor.use_dynamic_bsz"):
-        if v(f"{A}.model.use_remove_padding"):   # padded samples: no packed order for a scenario to take
+    if not v.flag(f"{A}.actor.use_dynamic_bsz"):
+        if v.flag(f"{A}.model.use_remove_padding"):   # padded samples: no packed order for a scenario to take
             s["micro_batching"] = "sequence"
         decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
         if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
@@ -592,7 +593,7 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     if v.given(f"{A}.actor.ppo_micro_batch_size_per_gpu"):
         decided[f"{A}.actor.ppo_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the token budget sets "
                                                               "the micro-batches")
-    if v.given(f"{r}.log_prob_use_dynamic_bsz") and not v(f"{r}.log_prob_use_dynamic_bsz"):
+    if v.given(f"{r}.log_prob_use_dynamic_bsz") and not v.flag(f"{r}.log_prob_use_dynamic_bsz"):
         decided[f"{r}.log_prob_use_dynamic_bsz"] = ("unsupported", "sample-count log-prob micro-batches beside a "
                                                     "training token budget: rlsim's log-prob passes take the budget")
     elif v.given(f"{r}.log_prob_max_token_len_per_gpu"):

@@ -547,3 +547,33 @@ def test_nemo_rl_fp8_kv_cache_maps_onto_the_kv_dtype(capsys, tmp_path):
     code, _, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"),
                        "policy.generation.vllm_cfg.kv_cache_dtype=int4", "--print-scenario")
     assert code == 2 and "kv_cache_dtype" in err
+
+
+_NEMO, _VERL = "nemo-rl-grpo-llama3.1-8b.yaml", "verl-grpo-qwen2.5-7b.yaml"
+
+
+@pytest.mark.parametrize("flag, config, item, field", [
+    # values of the wrong type went into int() / float() / min(): tracebacks (found by fuzzing)
+    ("--from-verl", _VERL, "actor_rollout_ref.rollout.gpu_memory_utilization=null",
+     "actor_rollout_ref.rollout.gpu_memory_utilization"),
+    ("--from-verl", _VERL, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=abc",
+     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
+    ("--from-verl", _VERL, "++async_training.trigger_parameter_sync_step=[1,2]",
+     "async_training.trigger_parameter_sync_step"),
+    ("--from-verl", _VERL, "trainer.n_gpus_per_node=.nan", "trainer.n_gpus_per_node"),
+    ("--from-verl", _VERL, "actor_rollout_ref.actor.use_kl_loss=perhaps", "actor_rollout_ref.actor.use_kl_loss"),
+    ("--from-nemo-rl", _NEMO, "policy.megatron_cfg.context_parallel_size=1e400",
+     "policy.megatron_cfg.context_parallel_size"),
+    ("--from-nemo-rl", _NEMO, "data.max_input_seq_length=abc", "data.max_input_seq_length"),
+    ("--from-nemo-rl", _NEMO, "policy.generation.vllm_cfg.tensor_parallel_size=null",
+     "policy.generation.vllm_cfg.tensor_parallel_size"),
+    ("--from-nemo-rl", _NEMO, "policy.generation.vllm_cfg.gpu_memory_utilization=1.5",
+     "policy.generation.vllm_cfg.gpu_memory_utilization"),
+    ("--from-nemo-rl", _NEMO, "policy.sequence_packing.enabled=maybe", "policy.sequence_packing.enabled"),
+    ("--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b-async-1off.yaml", "grpo.async_grpo.max_trajectory_age_steps=null",
+     "grpo.async_grpo.max_trajectory_age_steps"),
+])
+def test_a_config_value_of_the_wrong_type_is_an_error_naming_its_key(capsys, flag, config, item, field):
+    assert main(["run", flag, str(EXAMPLES / config), item, "--set", "iterations=2"]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{field}'" in err and "Traceback" not in err
