@@ -162,18 +162,26 @@ def simulate_timings(scenario: Any, overrides: Sequence[str] = ()) -> dict[str, 
     return predicted_timings(simulate(load_scenario(scenario, overrides=list(overrides))).summary)
 
 
+# A logged phase time below a microsecond is not a phase the run timed (the frameworks' timers read
+# time.perf_counter / time.time around whole phases); fitted relative errors against it would
+# overflow (predicted / 1e-300). Such times are left out as 0 s ones are.
+MIN_TIMED_S = 1e-6
+
+
 def _measured(run: LoggedRun, skip_steps: int) -> dict[str, np.ndarray]:
-    """Per compared stage, the logged steps' positive times after the warm-up."""
+    """Per compared stage, the logged steps' times of at least MIN_TIMED_S after the warm-up."""
     rows = run.log.frame.iloc[skip_steps:]
     if rows.empty:
         raise no_steps_left(run.log, skip_steps)
     out = {}
     for stage in run.log.timings:
         values = rows[stage].to_numpy(dtype=float)
-        if (values > 0).any():
-            out[stage] = values[values > 0]
+        timed = values >= MIN_TIMED_S
+        if timed.any():
+            out[stage] = values[timed]
     if not out:
-        raise RlsimError("no positive phase time to fit", source=run.log.source, fix="check the log's timings")
+        raise RlsimError(f"no phase time of at least {MIN_TIMED_S:g} s to fit", source=run.log.source,
+                         fix="check the log's timings (seconds per phase and step)")
     return out
 
 
@@ -331,5 +339,6 @@ def overlay_yaml(fit: LogFit, header: Sequence[str] = ()) -> str:
 
 def write_overlay(fit: LogFit, path: str | Path, header: Sequence[str] = ()) -> Path:
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)   # as save_profile: --out was checked creatable up front
     path.write_text(overlay_yaml(fit, header), encoding="utf-8")
     return path

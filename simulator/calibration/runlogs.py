@@ -53,7 +53,8 @@ NEMO_STAGE_NAMES: dict[str, str] = {
     "reward_calculation": "reward",
     "exposed_generation": "wait_prev_gen",
 }
-NEMO_PREFIXES = ("timing/train/", "timing/")
+# under the prefixes NeMo RL's loggers write them with, or bare (its Timer's own dict of timings)
+NEMO_PREFIXES = ("timing/train/", "timing/", "")
 NEMO_STAGE_KEYS: dict[str, str] = {f"{prefix}{name}": stage for name, stage in NEMO_STAGE_NAMES.items()
                                    for prefix in NEMO_PREFIXES}
 STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS}
@@ -68,6 +69,11 @@ OTHER_KEYS: dict[str, str] = {
     "response_length/clip_ratio": "response_clip_ratio",
     "prompt_length/mean": "prompt_length_mean",
 }
+# Bounds of what a log can hold: a phase of one RL step longer than 1e7 s (116 days) is not one (the
+# means and sums of such values overflow), and a step number past 2^53 is not a whole number a
+# float keeps exactly (nor one an int64 column holds once above 2^63).
+MAX_LOGGED_S = 1e7
+MAX_STEP_NUMBER = 2.0 ** 53
 STEP_KEYS = ("step", "training/global_step", "global_step", "Step", "_step")
 # Bookkeeping columns of a wandb history export: neither metrics nor unknown names.
 BOOKKEEPING_KEYS = frozenset({"_runtime", "_timestamp", "_wandb", "Wall time", "Relative Time (Process)"})
@@ -116,9 +122,21 @@ def no_steps_left(log: RunLog, skip_steps: int) -> RlsimError:
                       fix=f"give --skip-steps {len(log.frame) - 1} or fewer")
 
 
+def _loads(text: str) -> Any:
+    """json.loads with the parser's own limits as JSONDecodeError: a number of more than 4,300 digits
+    (ValueError) or an array nested past the recursion limit (RecursionError)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        raise json.JSONDecodeError(what, text, 0) from None
+
+
 def _json_object(text: str, source: str, where: str) -> dict[str, Any]:
     try:
-        record = json.loads(text)
+        record = _loads(text)
     except json.JSONDecodeError as exc:
         raise RlsimError(f"{where} is not JSON: {exc.msg}", source=source,
                          fix="write one JSON object per line") from None
@@ -131,7 +149,7 @@ def _records_jsonl(path: Path) -> list[dict[str, Any]]:
     text = path.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):     # one JSON array of records (wandb run.history() as JSON)
         try:
-            records = json.loads(text)
+            records = _loads(text)
         except json.JSONDecodeError as exc:
             raise RlsimError(f"not a JSON array of records: {exc.msg}", source=str(path),
                              fix="write one JSON object per line, or one array of objects") from None
@@ -252,6 +270,10 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
         if key in timing_keys and (values.isna().any() or (values < 0).any()):
             raise RlsimError("stage times must be present and >= 0 on every step", source=source, field=key,
                              fix="drop the incomplete steps from the log")
+        if key in timing_keys and (values > MAX_LOGGED_S).any():
+            row = int(np.flatnonzero((values > MAX_LOGGED_S).to_numpy())[0])
+            raise RlsimError(f"step row {row + 1}: {values.iloc[row]:g} s is past {MAX_LOGGED_S:g} s, not a phase of "
+                             "one step", source=source, field=key, fix="write seconds per phase and step")
         infinite = ~np.isfinite(values.to_numpy(dtype=float)) & values.notna().to_numpy()
         if infinite.any():
             row = int(np.flatnonzero(infinite)[0])
@@ -268,13 +290,17 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
 def _steps(raw: pd.DataFrame, key: str, source: str) -> np.ndarray:
     """The step column as whole numbers; a missing, non-numeric or fractional step is refused."""
     values = _numbers(raw, key, source).to_numpy(dtype=float)
-    bad = ~np.isfinite(values) | (values != np.round(values))
+    bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > MAX_STEP_NUMBER)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         shown = raw[key].iloc[row]
         shown = shown.item() if isinstance(shown, np.generic) else shown
-        what = "has no step number" if shown is None or (isinstance(shown, float) and np.isnan(shown)) \
-            else f"step {shown!r} is not a whole number"
+        if shown is None or (isinstance(shown, float) and np.isnan(shown)):
+            what = "has no step number"
+        elif np.isfinite(values[row]) and abs(values[row]) > MAX_STEP_NUMBER:
+            what = f"step {shown!r} is past 2^53, not a step count"
+        else:
+            what = f"step {shown!r} is not a whole number"
         raise RlsimError(f"step row {row + 1} {what}", source=source, field=key,
                          fix=f"give every row a whole-number {key!r} (or drop the column: rows are then numbered 1, 2, ...)")
     return values.astype(np.int64)

@@ -118,3 +118,21 @@ def test_bad_fit_requests_are_clear(tmp_path: Path) -> None:
     assert main(["calibrate", "--from-log", str(log), "--scenario", "a.yaml", "--scenario", "b.yaml",
                  "--scenario", "c.yaml"]) == 2
     assert main(["calibrate", "--from-log", str(log), "--scenario", "a.yaml", "--device", "cpu"]) == 2
+
+
+def test_phase_times_below_a_microsecond_are_not_fitted_and_out_may_go_to_a_new_folder(tmp_path: Path,
+                                                                                         capsys) -> None:
+    # found by fuzzing: 1e-300 s phases overflowed the fit (scipy ValueError), a missing --out folder
+    # failed after the whole fit (FileNotFoundError)
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    tiny = tmp_path / "tiny.jsonl"
+    tiny.write_text("".join(json.dumps({"step": s, "timing_s/step": 1e-300}) + "\n" for s in (1, 2, 3)))
+    assert main(["calibrate", "--from-log", str(tiny), "--scenario", str(scenario), "--max-evaluations", "2"]) == 2
+    assert "no phase time of at least 1e-06 s" in capsys.readouterr().err
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "timing_s/step": 30.0}) + "\n" for s in (1, 2, 3)))
+    out = tmp_path / "new" / "folder" / "fit.yaml"
+    assert main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--max-evaluations", "2",
+                 "--out", str(out)]) == 0
+    assert out.is_file()

@@ -165,3 +165,24 @@ def test_timings_log_round_trips_through_the_reader(tmp_path: Path, flavour: str
     with pytest.raises(RlsimError, match="logs no stage"):
         timings_log(np.random.default_rng(0), {"logprobs" if flavour == "verl" else "old_log_prob": 1.0},
                     steps=1, flavour=flavour)
+
+
+def test_nemo_rl_bare_timer_names_are_read_as_the_guide_says(tmp_path: Path) -> None:
+    path = tmp_path / "bare.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "generation": 2.0, "total_step_time": 4.0}) + "\n" for s in (1, 2)))
+    log = read_run_log(path)
+    assert log.stages == ["generate"] and log.timings == ["generate", "step_s"]
+
+
+@pytest.mark.parametrize("text, match", [
+    # found by fuzzing: the parser's own limits escaped as tracebacks, overflowing values went through
+    ('{"step": 1, "timing_s/step": ' + "9" * 5000 + "}\n", "line 1 is not JSON"),
+    ("[" * 10000 + "]" * 10000, "nested too deeply"),
+    ('{"step": 1, "timing_s/step": 1e308}\n', "past 1e\\+07 s"),
+    ('{"step": 1e300, "timing_s/step": 10}\n', "past 2\\^53"),
+])
+def test_a_log_past_what_a_run_writes_is_refused(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_text(text)
+    with pytest.raises(RlsimError, match=match):
+        read_run_log(path)
