@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from .errors import RlsimError
-from .presets import check_expansion
+from .presets import check_expansion, yaml_value
 
 
 def parse_assignment(item: str) -> tuple[str, Any]:
@@ -18,7 +18,7 @@ def parse_assignment(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise RlsimError(f"cannot read --set {item!r}", field="--set", fix="write KEY=VALUE, e.g. topology.nodes=16")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml_value(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     except (RecursionError, ValueError):   # nesting too deep; an integer of more than 4,300 digits

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib.resources
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,22 @@ def read_text(path: str | Path, *, what: str = "file", fix: str = "check the pat
 
 # libyaml's safe loader where PyYAML was built with it: the same documents, ~7x faster to parse
 # (the presets were 14% of a seed step).
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader with YAML 1.2's exponent floats: PyYAML (YAML 1.1) reads `9e-1`, `1e9` or
+    `1.5e3` (no point, or no exponent sign) as strings, which a number field then refused as "not a number" while
+    pydantic's fields took them. The subclass keeps PyYAML's own loaders unchanged."""
+
+
+_SafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
+_SAFE_LOADER = _SafeLoader
+
+
+def yaml_value(text: str) -> Any:
+    """One YAML scalar or flow value (a `--set` item's value, a framework override's) with the
+    loader of the files."""
+    return yaml.load(text, Loader=_SAFE_LOADER)
 
 
 def load_yaml_text(text: str, *, source: str, field: str | None = None) -> Any:

@@ -22,6 +22,12 @@ from simulator.overrides import apply_overrides, parse_assignment, section, set_
     ("workload.name=", ("workload.name", "")),
     ("a={b: 1}", ("a", {"b": 1})),
     ("a=[unclosed", ("a", "[unclosed")),    # not YAML: kept as the raw text
+    # YAML 1.2 exponent floats, which PyYAML's YAML 1.1 reads as strings (found by fuzzing topology keys)
+    ("topology.host.efficiency=9e-1", ("topology.host.efficiency", 0.9)),
+    ("a=1.5e3", ("a", 1500.0)),
+    ("a=-2E+2", ("a", -200.0)),
+    ("a=1e", ("a", "1e")),
+    ("a=400Gb/s", ("a", "400Gb/s")),
 ])
 def test_parse_assignment(item: str, expected: tuple[str, object]) -> None:
     assert parse_assignment(item) == expected

@@ -648,10 +648,11 @@ class _Reader:
         if value is None:
             raise RlsimError("missing required field", source=self.source, field=self.where(key),
                              fix="give a whole number")
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())   # 2e0 is 2
+        if isinstance(value, bool) or not whole or value < minimum:
             raise RlsimError(f"expected a whole number >= {minimum}, got {value!r}", source=self.source,
                              field=self.where(key))
-        return value
+        return int(value)
 
     def positive(self, key: str, parser, default: float) -> float:
         raw = self.m.get(key)

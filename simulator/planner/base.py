@@ -61,12 +61,12 @@ class PlannerParams(StrictModel):
     # Megatron eq. 3: 72 -> 96), so the skipped variants cannot be faster.
     dominance_prune: bool = True
     # Candidates re-evaluated under every aware placement and the naive one after the first pass.
-    refine_top: int = 8
+    refine_top: int = Field(8, ge=0)
     # Modelled planning cost, counted in simulated time (wall clock would break determinism):
     # seconds per evaluated candidate and a fixed part. Defaults from benchmarks/bench_planner.py
     # on the 2-core CI machine (about 1-3 ms per train_step_cost query; rounded up).
-    eval_cost_s: float = 5e-3  # llm/training.py's target of <= 5 ms per train_step_cost query
-    fixed_cost_s: float = 0.0  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
+    eval_cost_s: float = Field(5e-3, ge=0)  # llm/training.py's target of <= 5 ms per train_step_cost query
+    fixed_cost_s: float = Field(0.0, ge=0)  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
 
 
 class RolloutSpace(StrictModel):

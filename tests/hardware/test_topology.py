@@ -323,3 +323,15 @@ def test_an_explicit_graph_device_copies_over_its_link_to_a_host_node(tmp_path):
     # a graph link that leaves latency / efficiency out takes its plane's defaults
     assert t.graph.edges["a", "sw"]["efficiency"] == 0.80 and t.graph.edges["a", "cpu"]["latency_s"] == 1e-6
     assert t.graph.edges["c", "sw"]["efficiency"] == 0.9   # given
+
+
+def test_exponent_numbers_are_numbers_in_topology_fields():
+    # `9e-1` and `2e0` were refused as "not a number" (PyYAML reads them as strings; pydantic's
+    # fields took them): found by fuzzing
+    from simulator.overrides import apply_overrides
+
+    given = apply_overrides({"preset": "dgx-h100"}, ["host.efficiency=9e-1", "nodes=2e0"])
+    t = load_topology(given)
+    assert t.num_nodes == 2 and t.host_links([0])[1].tolist() == [0.9]
+    with pytest.raises(RlsimError, match="whole number"):
+        load_topology(apply_overrides({"preset": "dgx-h100"}, ["nodes=1.5"]))

@@ -237,3 +237,12 @@ def test_a_search_space_refuses_a_degree_below_one_or_an_unknown_zero_stage(fiel
     # found by fuzzing `rlsim plan --set planner.space.*`: a 0 degree divided by zero in the search
     with pytest.raises(ValueError, match=field):
         SearchSpace(**{field: value})
+
+
+@pytest.mark.parametrize("field, value", [("eval_cost_s", -1.0), ("fixed_cost_s", -0.5), ("refine_top", -1)])
+def test_planner_constants_refuse_negative_values(field, value):
+    # a negative eval_cost_s printed "planning cost -203.00 s (modelled)" (found by fuzzing)
+    from simulator.planner.base import PlannerParams
+
+    with pytest.raises(ValueError, match=field):
+        PlannerParams(**{field: value})
