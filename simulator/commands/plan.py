@@ -308,7 +308,7 @@ def _check_balance_flags(args: argparse.Namespace) -> None:
 def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[str, Any]:
     """The speed-proportional split (planner.plan_hetero) of a topology of several device kinds over
     the planner space's TP, PP, micro-batch, recompute and ZeRO values (at most 2: the step model
-    has no ZeRO-3). The JSON document of `plan --balance`."""
+    has no ZeRO-3), at CP 1 and VPP 1 (which the space must hold). The JSON document of `plan --balance`."""
     from ..planner import plan_hetero, planner_settings
 
     kinds = topology.device_kinds()
@@ -326,6 +326,11 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
     if not zeros:
         raise RlsimError(f"the heterogeneous step model takes ZeRO 0-2, and planner.space.zero is {space.zero}",
                          field="planner.space.zero", fix="add 0, 1 or 2 to planner.space.zero, or drop --balance")
+    for key in ("cp", "vpp"):   # the balanced split runs neither: a space without 1 would be read past there
+        if 1 not in getattr(space, key):
+            raise RlsimError(f"the heterogeneous step model runs {key} 1 (no context parallelism, no interleaved "
+                             f"chunks), and planner.space.{key} is {getattr(space, key)}", field=f"planner.space.{key}",
+                             fix=f"add 1 to planner.space.{key} (the even rows keep the others), or drop --balance")
     result = plan_hetero(model, topology, inp["global_batch"], inp["seq_len"], tp_values=space.tp,
                          pp_values=space.pp, micro_batch_values=space.micro_batch,
                          recompute_values=space.recompute, zero_values=zeros, params=settings.hetero,

@@ -54,6 +54,15 @@ def test_balance_needs_a_zero_stage_its_step_model_takes(capsys):
     assert "field 'planner.space.zero'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("key", ["cp", "vpp"])
+def test_balance_needs_cp_and_vpp_1_which_its_step_model_runs(capsys, key):
+    # the balanced split ran cp 1 / vpp 1 whatever the space said (found by fuzzing)
+    assert main([*HETERO, "--balance", "--set", f"planner.space.{key}=[2]"]) == 2
+    assert f"field 'planner.space.{key}'" in capsys.readouterr().err
+    assert main([*HETERO, "--balance", "--set", f"planner.space.{key}=[1, 2]", "--json"]) == 0
+    capsys.readouterr()
+
+
 def test_the_hetero_step_models_keys_are_read_with_balance(capsys):
     base = _json(capsys, *HETERO, "--balance")["balance"]["balanced"]["step_time_s"]
     hidden = _json(capsys, *HETERO, "--balance", "--set", "planner.hetero.dp_overlap_fraction=1")
