@@ -20,7 +20,7 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a verl / NeMo RL per-step log (JSONL, JSON, CSV, wandb CSV export); repeatable, "
                              "each with its --scenario")
     parser.add_argument("--scenario", action="append", default=[], metavar="S",
-                        help="the scenario YAML (or preset) of each --from-log run, in order (one for all is fine)")
+                        help="the scenario YAML of each --from-log run, in order (one for all is fine)")
     parser.add_argument("--fit", default=",".join(DEFAULT_FIT_KEYS), metavar="KEY[,KEY...]",
                         help=f"parameters to fit (default {','.join(DEFAULT_FIT_KEYS)}; see docs/calibration.md)")
     parser.add_argument("--skip-steps", type=int, default=SKIP_STEPS, metavar="N",

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         _print_table(objects, list(grid), sweep, store, answer, target)
     if objects and all(o.get("error") for o in objects):
         # Nothing was simulated: bad input for every point. The rows are printed and saved above.
-        print(f"rlsim: every point of the sweep failed; the first: {objects[0]['error']}. "
+        print(f"rlsim: error: every point of the sweep failed; the first: {objects[0]['error']}. "
               "Fix the grid or the base scenario (each row's error says which field).", file=sys.stderr)
         return 2
     return 0
