@@ -151,6 +151,16 @@ def _whole_number_keys(plan: ReplicaPlan, keys: Sequence[str]) -> frozenset[str]
     return frozenset(out)
 
 
+def _check_whole_ends(ranges: Mapping[str, tuple[float, float]], whole: frozenset[str]) -> None:
+    """A given range of a whole-number key ends on whole numbers: its runs round the values (a
+    1.5..2.5 range of topology.nodes ran 2 nodes at both ends and showed no swing)."""
+    for key in sorted(whole & set(ranges)):
+        low, high = ranges[key]
+        if not (float(low).is_integer() and float(high).is_integer()):
+            raise RlsimError(f"{key} takes whole numbers, and the range {low:g}..{high:g} ends between them",
+                             field="--vary", fix=f"give whole ends, e.g. --vary {key}={math.floor(low)}..{math.ceil(high)}")
+
+
 def _with(plan: ReplicaPlan, values: Mapping[str, float], whole: frozenset[str]) -> ReplicaPlan:
     data = copy.deepcopy(plan.data)
     for key, value in values.items():
@@ -176,9 +186,12 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     plan = plan_replicas(spec, seeds=seeds, **keywords)
     plan = _centred(plan)
     ranges = parse_vary(vary) if isinstance(vary, Sequence) and not isinstance(vary, str) else vary
+    given = bool(ranges)
     ranges = dict(ranges) if ranges else default_ranges(plan)
     keys = list(ranges)
     whole = _whole_number_keys(plan, keys)
+    if given:
+        _check_whole_ends(ranges, whole)
     plans = [plan] + [_with(plan, {k: ranges[k][side]}, whole) for k in keys for side in (0, 1)]
     runs = run_many(plans, jobs=jobs, costs=costs)
     figures = [_figure(r, metric) for r in runs]

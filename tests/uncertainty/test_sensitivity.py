@@ -58,3 +58,10 @@ def test_a_whole_number_key_is_varied_over_whole_numbers():
                                    "workload.mini_batch_prompts=4"])
     row = frame.iloc[0]
     assert row["key"] == "topology.nodes" and row["figure_low"] != row["figure_high"]
+
+
+def test_a_whole_number_keys_range_ends_on_whole_numbers(toy, costs):
+    # 1.5..2.5 of topology.nodes ran 2 nodes at both ends: no swing, without a word (found by fuzzing)
+    with pytest.raises(RlsimError, match="ends between them") as info:
+        sensitivity(toy, {"workload.prompts_per_step": (7.5, 8.5)}, samples=0, costs=costs)
+    assert info.value.field == "--vary" and "workload.prompts_per_step=7..9" in info.value.fix
