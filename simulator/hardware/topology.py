@@ -564,15 +564,23 @@ def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | 
 
 def _as_written(exc: RlsimError, layers: Iterable[tuple[Mapping[str, Any], str | None]]) -> RlsimError:
     """``exc`` re-named where its field was written: the first layer (keys, label) holding the
-    field's dotted path, as `topology.<field>` in that label; else ``exc`` as it is."""
+    field's dotted path, as `topology.<field>` in that label; a field missing everywhere, in the first
+    layer that wrote its parent (`--set topology.groups.x.nodes=1` made group x, which has no
+    device); else ``exc`` as it is."""
     parts = exc.field.split(".") if exc.field else []
-    for keys, label in layers:
-        node: Any = keys
-        for part in parts:
-            node = node.get(part, _ABSENT) if isinstance(node, Mapping) else _ABSENT
-        if parts and label and node is not _ABSENT:
-            return RlsimError(exc.message, source=label, field=f"topology.{exc.field}", fix=exc.fix)
+    layers = list(layers)
+    for depth in (len(parts), len(parts) - 1):
+        for keys, label in layers:
+            if depth >= 1 and label and _holds(keys, parts[:depth]):
+                return RlsimError(exc.message, source=label, field=f"topology.{exc.field}", fix=exc.fix)
     return exc
+
+
+def _holds(keys: Mapping[str, Any], path: Sequence[str]) -> bool:
+    node: Any = keys
+    for part in path:
+        node = node.get(part, _ABSENT) if isinstance(node, Mapping) else _ABSENT
+    return node is not _ABSENT
 
 
 _ABSENT = object()
@@ -607,10 +615,24 @@ def _device_over_base(base: Mapping[str, Any], given: dict[str, Any]) -> dict[st
     """`given` with a device mapping that names no device (`{gemm_efficiency: 0.6}`, as `--set
     topology.device.gemm_efficiency=0.6` gives) over the base's catalog device: it overrides that
     device's fields instead of describing a new device from scratch."""
+    out = dict(given)
     device, under = given.get("device"), base.get("device")
-    if isinstance(device, Mapping) and isinstance(under, str) and not {"name", "base"} & set(device):
-        return {**given, "device": {"base": under, **device}}
-    return given
+    if _unnamed(device) and isinstance(under, str):
+        out["device"] = {"base": under, **device}
+    groups, base_groups = given.get("groups"), base.get("groups")
+    if isinstance(groups, Mapping) and isinstance(base_groups, Mapping):   # a group's device likewise
+        out["groups"] = dict(groups)
+        for name, group in groups.items():
+            base_group = base_groups.get(name)
+            under = base_group.get("device") if isinstance(base_group, Mapping) else None
+            if isinstance(group, Mapping) and _unnamed(group.get("device")) and isinstance(under, str):
+                out["groups"][name] = {**group, "device": {"base": under, **group["device"]}}
+    return out
+
+
+def _unnamed(device: Any) -> bool:
+    """A device mapping that names no device (fields to lay over the one it replaces)."""
+    return isinstance(device, Mapping) and not {"name", "base"} & set(device)
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -801,7 +823,7 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     def get(key: str) -> Any:
         return g.m.get(key, top.m.get(key))
 
-    dev_field = g.where("device") if "device" in g.m else "device"
+    dev_field = g.where("device") if "device" in g.m or g is not top else "device"
     dev_raw = get("device")
     if dev_raw is None:
         raise RlsimError("missing required field", source=source, field=dev_field,

@@ -335,3 +335,15 @@ def test_exponent_numbers_are_numbers_in_topology_fields():
     assert t.num_nodes == 2 and t.host_links([0])[1].tolist() == [0.9]
     with pytest.raises(RlsimError, match="whole number"):
         load_topology(apply_overrides({"preset": "dgx-h100"}, ["nodes=1.5"]))
+
+
+def test_a_groups_device_fields_lay_over_its_catalog_device_and_a_new_group_needs_one():
+    # `--set topology.groups.h100.device.gemm_efficiency=0.5` was refused as a custom device without a
+    # name; a group made by --set without a device blamed the preset file's field 'device' (fuzzing)
+    t = load_topology({"preset": "hetero-a100-h100"}, {"groups": {"h100": {"device": {"gemm_efficiency": 0.5}}}})
+    by_name = {t.device_spec(r).name: t.device_spec(r) for r in range(t.num_devices)}
+    assert by_name["h100"].gemm_efficiency == 0.5 and by_name["a100-80gb"].gemm_efficiency == 0.75
+    assert by_name["h100"].peak_flops == get_device("h100").peak_flops
+    with pytest.raises(RlsimError) as info:
+        load_topology({"preset": "hetero-a100-h100"}, {"groups": {"x": {"nodes": 1}}})
+    assert info.value.field == "topology.groups.x.device" and info.value.source == "--set"
