@@ -1378,6 +1378,12 @@ def _error_source(fields: list[str], source: str, workload_file: str | None, set
     return f"{source} (workload from {workload_file})" if any(from_file) else source
 
 
+# Keys only a topology file has at its top level: a scenario given one is a topology file passed
+# where a scenario goes (`rlsim run topologies/dgx-h100.yaml`)
+_TOPOLOGY_FILE_KEYS = frozenset({"devices_per_node", "scaleup", "scaleout", "host", "nodes_per_domain", "domains",
+                                 "supernodes", "racks", "graph", "groups", "collectives", "device_profile"})
+
+
 def _check_top_level(data: Mapping[str, Any], source: str) -> None:
     """An unknown top-level key (a YAML typo, a --set without its section) names the section it belongs to."""
     known = set(Scenario.model_fields) - {"source"}
@@ -1386,6 +1392,9 @@ def _check_top_level(data: Mapping[str, Any], source: str) -> None:
             home = [s for s, model in (("workload", WorkloadConfig), ("schedule", ScheduleConfig))
                     if key in model.model_fields]
             fix = f"write {home[0]}.{key}" if home else f"use one of: {', '.join(sorted(known))}"
+            if _TOPOLOGY_FILE_KEYS & set(data):
+                fix = ("this is a topology file, not a scenario: give it as --topology FILE (or "
+                       "topology: {preset: FILE} in a scenario)")
             raise RlsimError(f"unknown scenario key {key!r}", source=source, field=key, fix=fix)
 
 

@@ -189,3 +189,13 @@ def test_reference_swap_copies_without_a_reference_pass_are_refused(workload, sa
     load_scenario(workload=workload, schedule={"kind": "colocated", "reference_swap_copies": 0})
     kept = load_scenario(workload={**workload, "reference": True}, schedule={"kind": "colocated", "reference_swap_copies": 3})
     assert kept.schedule.reference_swap_copies == 3 and load_scenario(kept.to_dict()).schedule == kept.schedule
+
+
+def test_an_unknown_top_level_key_names_its_section_or_the_file_it_belongs_to():
+    with pytest.raises(RlsimError) as info:
+        load_scenario({"prompts_per_step": 8})
+    assert info.value.field == "prompts_per_step" and info.value.fix == "write workload.prompts_per_step"
+    # a topology file where a scenario goes: "write workload.name" sent the user the wrong way (fuzzing)
+    with pytest.raises(RlsimError) as info:
+        load_scenario(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "topologies" / "dgx-h100.yaml"))
+    assert "give it as --topology FILE" in info.value.fix
