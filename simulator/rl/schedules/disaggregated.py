@@ -231,7 +231,7 @@ class SplitPoolRun:
     def sync_time(self, src=None, dst=None) -> float:
         src = self.train if src is None else src
         dst = self.roll if dst is None else dst
-        return self.ctx.costs.weight_sync_s(src, dst) / max(1.0, self.ctx.sched.weight_sync_efficiency)
+        return self.ctx.costs.weight_sync_s(src, dst)   # weight_sync_efficiency is applied there
 
     def sub_round_barrier(self, round_: int, sub_round: int) -> SubRoundBarrier:
         """Where the instances meet after generation batch ``sub_round`` of round ``round_``."""
