@@ -177,20 +177,27 @@ def read_results_csv(path: Path, *, required: Sequence[str], text_columns: Seque
 
 
 def _records(text: str) -> list[tuple[int, list[str], str]]:
-    """(first line number, fields, problem) per CSV record; a quoting error ends the reading."""
+    """(first line number, fields, problem) per CSV record; a quoting error ends the reading. A field
+    may be as long as the file (a long run's summary_json and critical path: ~2.4 KB an iteration,
+    past the csv module's 131,072-character default at ~55 iterations, which lost every row)."""
     reader = csv.reader(io.StringIO(text), strict=True)
     out: list[tuple[int, list[str], str]] = []
-    while True:
-        line = reader.line_num + 1
-        try:
-            fields = next(reader)
-        except StopIteration:
-            return out
-        except csv.Error as exc:
-            out.append((line, [], f"unreadable CSV: {exc}"))
-            return out
-        if fields:
-            out.append((line, fields, ""))
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, len(text) + 1))   # the module's limit is global: restored below
+    try:
+        while True:
+            line = reader.line_num + 1
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return out
+            except csv.Error as exc:
+                out.append((line, [], f"unreadable CSV: {exc}"))
+                return out
+            if fields:
+                out.append((line, fields, ""))
+    finally:
+        csv.field_size_limit(limit)
 
 
 def _row_problem(header: Sequence[str], fields: Sequence[str]) -> str:

@@ -297,3 +297,19 @@ def test_a_sweep_run_again_with_the_other_format_computes_nothing_again(tmp_path
     fresh = run_sweep(points, ByNodes(), store=ResultsStore(tmp_path / "fresh" / f"results.{second}"))
     assert after.rows.to_dict("records") == fresh.rows.to_dict("records")   # the same rows, typed alike
     assert list(after.rows.dtypes) == list(fresh.rows.dtypes)
+
+
+def test_a_results_cell_longer_than_the_csv_modules_default_limit_reads_back(tmp_path):
+    # a 60-iteration run's summary_json / critical path (~2.4 KB an iteration) passed the csv module's
+    # 131,072-character field limit: the sweep could not read its own file and lost every row (fuzzing)
+    import csv
+
+    from simulator.sweep_files import read_results_csv
+
+    path = tmp_path / "results.csv"
+    big = json.dumps({"steps": ["x" * 1000] * 300})
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows([["point_id", "summary_json"], ["a" * 16, big]])
+    limit = csv.field_size_limit()
+    header, rows, tail = read_results_csv(path, required=("point_id",), text_columns=("point_id", "summary_json"))
+    assert tail is None and rows[0]["summary_json"] == big and csv.field_size_limit() == limit
