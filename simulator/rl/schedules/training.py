@@ -127,9 +127,11 @@ class TrainStep:
 
     def _optimizer_steps(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float,
                          n_mini_batches: int) -> float:
-        """ppo_epochs x mini-batches, each one optimizer step, per trained role."""
+        """ppo_epochs x mini-batches, each one optimizer step, per trained role. A StaleSync step that
+        starts on fewer samples than its mini-batches (a small stream_threshold) trains one per sample:
+        no optimizer step on an empty mini-batch."""
         totals = self.ctx.totals
-        mini_batches = np.array_split(np.arange(len(lens)), n_mini_batches)
+        mini_batches = np.array_split(np.arange(len(lens)), max(1, min(n_mini_batches, len(lens))))
         ends = {"main": t0, "aux": t0}
         for stage in self.ctx.alg.of_kind(TRAIN):
             side = "aux" if (aux is not None and stage.role != "actor") else "main"

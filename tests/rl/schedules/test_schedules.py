@@ -125,6 +125,22 @@ def test_stalesync_colocated_splits_and_consumes_the_tail_next_step():
     assert tl["label"].eq("tail").any()
 
 
+@pytest.mark.parametrize("placement", ["colocated", "disaggregated"])
+def test_a_stalesync_step_on_fewer_samples_than_mini_batches_trains_one_per_sample(placement):
+    # stream_threshold 0.01 of 64 samples starts a step on 1 ready sample, below the 8 mini-batches:
+    # an empty mini-batch reached the training cost ("sequences must be a non-empty list"; fuzzing)
+    class NoEmptyTrain(FakeCosts):
+        def train(self, role, seq_lens, ranks):
+            assert len(seq_lens), "an optimizer step on an empty mini-batch"
+            return super().train(role, seq_lens, ranks)
+
+    c = NoEmptyTrain(instance_devices=2, train_group_devices=2, sync_s=0.2, switch_s=0.1, instance_max_seqs=64)
+    sc = scenario("stalesync", iterations=4, prompts=8, workload={"mini_batch_prompts": 1}, stream_threshold=0.01,
+                  placement=placement)
+    summary = run(sc, c, devices=16)[3]
+    assert summary["samples"]["consumed"] > 0
+
+
 def test_dapo_drops_groups_without_signal_and_fills_the_batch():
     sc = scenario("colocated", iterations=3, workload={"algorithm": "dapo", "reference": False,
                                                        "dynamic_sampling": {"keep_fraction": 0.5}})
