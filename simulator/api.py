@@ -120,6 +120,9 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
 
 def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> SimulationResult:
     w = sc.workload
+    # the length laws first: the planner and the costs read their caps (a bad one is its own error)
+    prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
+    resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     plan = None
     replanner = None
     device_kinds: list[str] = []
@@ -141,8 +144,6 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
         if sc.schedule.failures:
             from .rl.schedules import SameLayoutReplanner
             replanner = SameLayoutReplanner(int(getattr(costs, "devices_per_node", 0) or 0))
-    prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
-    resp = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp),
                        start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress,
                        keep_samples=keep_samples)

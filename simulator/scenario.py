@@ -1164,6 +1164,34 @@ def workload_name(spec: str | Path) -> str:
     return path.name
 
 
+def _check_law_numbers(workload: Any, source: str, workload_file: str | None, set_keys: Iterable[str]) -> None:
+    """A length law's numbers are numbers when the scenario loads (llm/lengths.py checks their
+    ranges): the planner and the costs read its caps before a run builds the law (`max: 1k` was a
+    traceback)."""
+    if not isinstance(workload, Mapping):
+        return
+    for law in ("prompt_length", "response_length"):
+        mapping = workload.get(law)
+        for key in LAW_NUMBER_KEYS if isinstance(mapping, Mapping) else ():
+            value = mapping.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                field = f"workload.{law}.{key}"
+                raise RlsimError(f"expected a finite number, got {value!r}", field=field,
+                                 source=_error_source([field], source, workload_file, set_keys),
+                                 fix=f"give {field} as a number of tokens" if key in ("median", "max", "min")
+                                 else f"give {field} as a number")
+
+
+def _leaf_paths(mapping: Mapping[str, Any], prefix: str) -> tuple[str, ...]:
+    """The dotted paths of a nested mapping's leaves (a mapping's own path when it is empty)."""
+    out: list[str] = []
+    for key, value in mapping.items():
+        path = f"{prefix}.{key}"
+        out.extend(_leaf_paths(value, path) if isinstance(value, Mapping) and value else (path,))
+    return tuple(out)
+
+
 def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
     """The workload section as a mapping (a preset read, a `preset:` key merged under the keys beside
     it) and the file (or built-in preset file) it comes from: None for a plain mapping. Each preset
@@ -1187,6 +1215,8 @@ def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
 # rest (max, min, group_correlation, drift_per_step) apply to both. llm/lengths.py refuses a key of
 # the other law.
 LAW_ONLY_KEYS = {"lognormal": ("median", "sigma"), "empirical": ("file", "column")}
+# The numeric keys of a length law (llm/lengths.py LengthDistribution.from_mapping reads them)
+LAW_NUMBER_KEYS = ("median", "sigma", "max", "min", "group_correlation", "drift_per_step")
 
 
 def _without_replaced_laws(base: dict[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -1215,6 +1245,7 @@ def _normalise_topology(spec: Any) -> dict[str, Any]:
 def _validate(data: dict[str, Any], source: str) -> Scenario:
     data = dict(data)
     workload_file, set_keys = data.pop(_WORKLOAD_SOURCE, (None, ()))
+    _check_law_numbers(data.get("workload"), source, workload_file, set_keys)
     try:
         scenario = Scenario.model_validate({**data, "source": source})
     except ValidationError as exc:
@@ -1371,8 +1402,10 @@ def _error_source(fields: list[str], source: str, workload_file: str | None, set
     if not workload_file or not fields:
         return source
     given = tuple(set_keys)
-    from_file = [f.split(".")[0] == "workload" and not any(f == k or f.startswith(k + ".") for k in given)
-                 for f in fields]
+    # a field is the scenario's where it or a key under it was given there (a law's `max` given, the
+    # law's error at workload.response_length)
+    from_file = [f.split(".")[0] == "workload"
+                 and not any(f == k or f.startswith(k + ".") or k.startswith(f + ".") for k in given) for f in fields]
     if all(from_file):
         return workload_file
     return f"{source} (workload from {workload_file})" if any(from_file) else source
@@ -1518,10 +1551,13 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         raise RlsimError("no workload given", source=source, field="workload",
                          fix=f"name a preset ({', '.join(presets.preset_names('workloads'))}) or a mapping")
     data["topology"] = _normalise_topology(data["topology"])
+    # the keys written beside a `preset:` belong to this scenario (its file or --set), not the preset's
+    beside = _leaf_paths({k: v for k, v in data["workload"].items() if k != "preset"}, "workload") \
+        if isinstance(data["workload"], Mapping) else ()
     data["workload"], workload_source = _resolve_workload(data["workload"])
     if workload_source:
         set_keys = tuple(str(item).split("=", 1)[0].strip() for item in overrides)
-        data[_WORKLOAD_SOURCE] = (workload_source, set_keys)
+        data[_WORKLOAD_SOURCE] = (workload_source, (*set_keys, *beside))
     if isinstance(data.get("schedule"), str):
         data["schedule"] = {"kind": data["schedule"]}
     return data, source

@@ -199,3 +199,23 @@ def test_an_unknown_top_level_key_names_its_section_or_the_file_it_belongs_to():
     with pytest.raises(RlsimError) as info:
         load_scenario(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "topologies" / "dgx-h100.yaml"))
     assert "give it as --topology FILE" in info.value.fix
+
+
+def test_a_workload_key_written_beside_a_preset_is_blamed_on_its_file(tmp_path):
+    # the preset file was named for the user's own `ppo_epochs: 0` (found by fuzzing)
+    path = tmp_path / "mine.yaml"
+    path.write_text("workload: {preset: grpo-qwen2.5-7b, ppo_epochs: 0}\n")
+    with pytest.raises(RlsimError) as info:
+        load_scenario(str(path))
+    assert info.value.source == str(path) and info.value.field == "workload.ppo_epochs"
+    with pytest.raises(RlsimError) as info:
+        load_scenario(str(path), overrides=["workload.ppo_epochs=1", "workload.response_length.max=1k"])
+    assert info.value.source == str(path) and info.value.field == "workload.response_length.max"
+
+
+@pytest.mark.parametrize("value", ["1k", "[1]", "{a: 1}", ".nan", "true"])
+def test_a_length_laws_number_that_is_not_one_is_refused_when_the_scenario_loads(value):
+    # the planner and the costs read the law's caps before the run built the law: tracebacks (fuzzing)
+    with pytest.raises(RlsimError, match="expected a finite number") as info:
+        load_scenario({"workload": "grpo-qwen2.5-7b"}, overrides=[f"workload.response_length.max={value}"])
+    assert info.value.field == "workload.response_length.max"
