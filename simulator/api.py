@@ -265,6 +265,11 @@ def schedule_list(schedules: Iterable[str] | str) -> list[str]:
     if not kinds:
         raise RlsimError("no schedule to compare", field="schedules",
                          fix=f"give one or more kinds, e.g. {list(DEFAULT_COMPARE)}")
+    unknown = [k for k in kinds if k not in SCHEDULE_CLASSES]
+    if unknown:
+        joined = " (one kind per item: a list, not a comma-joined string)" if "," in unknown[0] else ""
+        raise RlsimError(f"unknown schedule kind {unknown[0]!r}{joined}", field="schedules",
+                         fix=f"use one of: {', '.join(SCHEDULE_CLASSES)}")
     repeated = sorted({k for k in kinds if kinds.count(k) > 1})
     if repeated:
         raise RlsimError(f"schedule(s) {', '.join(repeated)} given more than once (each kind is one column)",

@@ -1516,12 +1516,28 @@ def _refuse_distributions(data: Mapping[str, Any], source: str) -> None:
                                             "simulator.uncertainty.replicate(...)")
 
 
+def _override_items(overrides: Any) -> list[str]:
+    """`--set` items as a list of 'KEY=VALUE' strings (a lone string is one item, not its letters)."""
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    try:
+        items = list(overrides or ())
+    except TypeError:
+        raise RlsimError(f"overrides must be a list of 'KEY=VALUE' strings, got {type(overrides).__name__}",
+                         field="overrides", fix="e.g. overrides=['iterations=2']") from None
+    bad = [item for item in items if not isinstance(item, str)]
+    if bad:
+        raise RlsimError(f"overrides must be 'KEY=VALUE' strings, got {bad[0]!r}", field="overrides",
+                         fix="e.g. overrides=['iterations=2']")
+    return items
+
+
 def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
                   topology: Any = None, workload: Any = None, schedule: Any = None,
                   overrides: Iterable[str] = (), iterations: int | None = None,
                   seed: int | None = None) -> tuple[dict[str, Any], str]:
     """load_scenario's merged mapping (presets resolved, overrides applied) and source, not validated."""
-    overrides = list(overrides)
+    overrides = _override_items(overrides)
     if isinstance(spec, Scenario):
         data, source = spec.to_dict(), spec.source
     elif spec is None:
@@ -1529,8 +1545,11 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     elif isinstance(spec, Mapping):
         data, source = deep_merge({k: v for k, v in DEFAULT_SCENARIO.items() if k in ("iterations", "seed")},
                                    spec), "<scenario mapping>"
-    else:
+    elif isinstance(spec, (str, Path)):
         data, source = presets.read_yaml(spec), str(spec)
+    else:
+        raise RlsimError(f"a scenario is a YAML path, a mapping or a Scenario, got {type(spec).__name__}",
+                         field="scenario", fix="e.g. simulate('my-run.yaml') or simulate({'workload': ...})")
     if topology is not None:
         data["topology"] = topology
     if workload is not None:

@@ -211,3 +211,26 @@ def test_a_failure_after_the_runs_end_is_said():
     assert not run.summary.get("failures")
     assert any("schedule.failures.0 (at_s 1e+09) came at or after the run's end" in w
                for w in run.summary["warnings"])
+
+
+@pytest.mark.parametrize("call, field", [
+    # wrong arguments raised KeyError / TypeError / AttributeError from deep inside (found by fuzzing)
+    (lambda: simulator.compare(None, ["x"]), "schedules"),
+    (lambda: simulator.compare(None, "colocated,async"), "schedules"),
+    (lambda: simulator.simulate(5), "scenario"),
+    (lambda: simulator.simulate([]), "scenario"),
+    (lambda: simulator.simulate(None, overrides=[5]), "overrides"),
+    (lambda: simulator.simulate(None, overrides=5), "overrides"),
+])
+def test_wrong_api_arguments_are_rlsim_errors_naming_the_argument(call, field):
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError) as info:
+        call()
+    assert info.value.field == field
+
+
+def test_one_override_string_is_one_item_not_its_letters():
+    from simulator.scenario import load_scenario
+
+    assert load_scenario(None, overrides="iterations=3").iterations == 3

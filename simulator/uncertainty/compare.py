@@ -43,8 +43,12 @@ def compare_replica_runs(spec: Any = None, schedules: Iterable[str] | str = ("co
 
 def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
                  baseline_runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
-    """The per-seed ratio metric(kind) / metric(baseline): median, 95% interval, verdict."""
-    ratios = [float(a[metric]) / float(b[metric]) for a, b in zip(runs, baseline_runs, strict=True) if float(b[metric]) != 0]
+    """The per-seed ratio metric(kind) / metric(baseline): median, 95% interval, verdict (an
+    RlsimError naming --metric when it is not a numeric figure of the summaries)."""
+    from .sensitivity import metric_figure
+
+    pairs = [(metric_figure([a], metric), metric_figure([b], metric)) for a, b in zip(runs, baseline_runs, strict=True)]
+    ratios = [a / b for a, b in pairs if b != 0]
     mid, low, high = median_ci(ratios) if ratios else (float("nan"),) * 3
     return {"baseline": baseline, "metric": metric, "ratio": mid, "ci95": [low, high],
             "verdict": verdict(kind, baseline, low, high, len(ratios), metric)}

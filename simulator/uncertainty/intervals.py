@@ -29,8 +29,22 @@ def median_ci_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
 
 
 def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(median, low, high) of the values."""
-    x = np.sort(np.asarray(values, dtype=float))
+    """(median, low, high) of the values (one or more numbers; 0 < level < 1)."""
+    from ..errors import RlsimError
+
+    if not 0 < level < 1:
+        raise RlsimError(f"level must lie in (0, 1), got {level!r}", field="level", fix="e.g. level=0.95")
+    try:
+        if values is None:
+            raise TypeError
+        x = np.sort(np.asarray(values, dtype=float).ravel())
+        if np.isnan(x).any():
+            raise ValueError
+    except (TypeError, ValueError):
+        raise RlsimError(f"values must be numbers, got {values!r}"[:200], field="values",
+                         fix="give a list of numbers, e.g. the per-seed figures") from None
+    if not len(x):
+        raise RlsimError("no values: a median needs one or more", field="values", fix="give a list of numbers")
     low, high = median_ci_ranks(len(x), level)
     return float(np.median(x)), float(x[low - 1]), float(x[high - 1])
 

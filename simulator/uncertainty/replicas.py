@@ -98,6 +98,8 @@ def check_runs(data: Mapping[str, Any], source: str, runs: int, what: str, field
 def run_many(plans: Sequence[ReplicaPlan], *, jobs: int = 1, costs: Any = None) -> list[list[dict[str, Any]]]:
     """The summary of each replica of each plan, in order (the same bytes for any `jobs`); one pool
     for all of them when jobs > 1 (a FakeCosts-style `costs` object runs in this process)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise RlsimError(f"jobs must be a whole number >= 1, got {jobs!r}", field="--jobs", fix="e.g. --jobs 2")
     if plans:
         check_runs(plans[0].data, plans[0].source, sum(p.n for p in plans), "this design", "limits.max_runs")
     for plan in plans:

@@ -52,6 +52,31 @@ def parse_vary(items: Sequence[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
+def given_ranges(vary: Any) -> dict[str, tuple[float, float]] | None:
+    """`vary` as sensitivity takes it (a mapping key -> (low, high), 'KEY=LOW..HIGH' items, one such
+    string, or None for the default set) as checked ranges: two finite numbers, LOW <= HIGH."""
+    if vary is None:
+        return None
+    if isinstance(vary, str):
+        return parse_vary([vary])
+    if not isinstance(vary, Mapping):
+        if isinstance(vary, Sequence) and all(isinstance(item, str) for item in vary):
+            return parse_vary(vary)
+        raise RlsimError(f"vary must map keys to (low, high) or list 'KEY=LOW..HIGH' items, got {vary!r}"[:200],
+                         field="--vary", fix="e.g. {'workload.response_length.median': (600, 1100)}")
+    out: dict[str, tuple[float, float]] = {}
+    for key, pair in vary.items():
+        try:
+            low, high = (float(x) for x in pair)
+        except (TypeError, ValueError):
+            low = high = math.nan
+        if not isinstance(key, str) or not (math.isfinite(low) and math.isfinite(high)) or low > high:
+            raise RlsimError(f"cannot read the range {pair!r} of {key!r}", field="--vary",
+                             fix="give (LOW, HIGH): two finite numbers with LOW <= HIGH")
+        out[key] = (low, high)
+    return out
+
+
 def set_key(data: dict[str, Any], key: str, value: Any) -> None:
     """Set a dotted key of a scenario mapping; `topology.device.X` keeps the topology's device (by name)."""
     if key.startswith("topology.device."):
@@ -168,7 +193,9 @@ def _with(plan: ReplicaPlan, values: Mapping[str, float], whole: frozenset[str])
     return dataclasses.replace(plan, data=data)
 
 
-def _figure(summaries: Sequence[Mapping[str, Any]], metric: str) -> float:
+def metric_figure(summaries: Sequence[Mapping[str, Any]], metric: str) -> float:
+    """The median of `metric` (a dotted key of the run summary) over the summaries; an RlsimError
+    naming --metric when it is not a numeric figure there."""
     try:
         return float(np.median([float(get_dotted(s, metric)) for s in summaries]))
     except (KeyError, TypeError, ValueError):
@@ -183,9 +210,12 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     """One row per varied key (COLUMNS), ranked by swing; `frame.attrs` holds the base figure,
     the metric and the seeds. `vary` maps key -> (low, high) or is a list of 'KEY=LOW..HIGH';
     None takes the default set. `samples` (0 or None: skip) is the Sobol base sample count."""
+    ranges = given_ranges(vary)
+    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 0):
+        raise RlsimError(f"samples must be a whole number >= 0 (0: no Sobol indices), got {samples!r}",
+                         field="--samples", fix="e.g. --samples 64")
     plan = plan_replicas(spec, seeds=seeds, **keywords)
     plan = _centred(plan)
-    ranges = parse_vary(vary) if isinstance(vary, Sequence) and not isinstance(vary, str) else vary
     given = bool(ranges)
     ranges = dict(ranges) if ranges else default_ranges(plan)
     keys = list(ranges)
@@ -194,7 +224,7 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
         _check_whole_ends(ranges, whole)
     plans = [plan] + [_with(plan, {k: ranges[k][side]}, whole) for k in keys for side in (0, 1)]
     runs = run_many(plans, jobs=jobs, costs=costs)
-    figures = [_figure(r, metric) for r in runs]
+    figures = [metric_figure(r, metric) for r in runs]
     rows = []
     for i, key in enumerate(keys):
         f_low, f_high = figures[1 + 2 * i], figures[2 + 2 * i]
@@ -241,7 +271,7 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
                f"the Sobol design of {int(samples):,} samples", "--samples")
     points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
     plans = [_with(plan, dict(zip(keys, row, strict=True)), whole) for row in points]
-    y = np.array([_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
+    y = np.array([metric_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
     if np.ptp(y) == 0:
         return [0.0] * len(keys), [0.0] * len(keys)
     result = sobol_analyze.analyze(problem, y, calc_second_order=False, num_resamples=100, seed=plan.seeds[0])

@@ -45,3 +45,12 @@ def test_aggregate_keeps_constants_and_types_and_flattens_dotted():
     assert doc["bubbles_by_cause"]["long_tail"] == pytest.approx(0.2)
     assert ci["bubbles_by_cause.long_tail"] == pytest.approx([0.1, 0.3])
     assert "flag" not in ci and "schedule" not in ci
+
+
+@pytest.mark.parametrize("values, level", [([], 0.95), (None, 0.95), (["a", "b"], 0.95), ([1.0, math.nan], 0.95),
+                                           ([1.0, 2.0], 2.0), ([1.0, 2.0], 0.0)])
+def test_median_ci_refuses_what_is_not_numbers_or_a_level(values, level):
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError):
+        median_ci(values, level)

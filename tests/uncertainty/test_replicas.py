@@ -87,3 +87,14 @@ def test_verdict_words():
     assert "by 37.6-38.4%" in verdict("a", "b", 0.616, 0.624, 8, "steady_tokens_per_s")
     assert "beats" in verdict("a", "b", 0.8, 0.9, 8, "steady_step_time_s")   # lower is better
     assert "noise" in verdict("a", "b", 0.95, 1.05, 8, "steady_tokens_per_s")
+
+
+def test_compare_replicas_names_a_metric_that_is_not_a_figure_and_jobs_are_checked(toy, costs):
+    from simulator.uncertainty import compare_replicas, replicate
+
+    with pytest.raises(RlsimError) as info:
+        compare_replicas(toy, ["colocated", "disaggregated"], seeds=2, costs=costs, metric="schedule")
+    assert info.value.field == "--metric"
+    with pytest.raises(RlsimError) as info:
+        replicate(toy, seeds=2, jobs="a", costs=costs)
+    assert info.value.field == "--jobs"

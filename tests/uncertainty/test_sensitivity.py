@@ -65,3 +65,21 @@ def test_a_whole_number_keys_range_ends_on_whole_numbers(toy, costs):
     with pytest.raises(RlsimError, match="ends between them") as info:
         sensitivity(toy, {"workload.prompts_per_step": (7.5, 8.5)}, samples=0, costs=costs)
     assert info.value.field == "--vary" and "workload.prompts_per_step=7..9" in info.value.fix
+
+
+@pytest.mark.parametrize("vary, samples", [({"workload.response_length.sigma": (0.5,)}, 0),
+                                           ({"workload.response_length.sigma": (float("nan"), 1.0)}, 0),
+                                           ({"workload.response_length.sigma": (1.0, 0.5)}, 0),   # LOW > HIGH
+                                           (5, 0),
+                                           ({"workload.response_length.sigma": (0.5, 1.0)}, -1),
+                                           ({"workload.response_length.sigma": (0.5, 1.0)}, "a")])
+def test_the_apis_vary_and_samples_are_checked_as_the_cli_checks_them(toy, costs, vary, samples):
+    # ValueError / TypeError from deep inside, and LOW > HIGH ran (found by fuzzing)
+    with pytest.raises(RlsimError) as info:
+        sensitivity(toy, vary, samples=samples, costs=costs)
+    assert info.value.field in ("--vary", "--samples")
+
+
+def test_the_api_takes_one_vary_string(toy, costs):
+    frame = sensitivity(toy, "workload.response_length.sigma=0.5..1.0", samples=0, costs=costs)
+    assert list(frame["key"]) == ["workload.response_length.sigma"]
