@@ -114,6 +114,10 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     same, figure for figure (`rlsim run` does this unless --out writes the table). With
     schedule.failures every row is kept either way (a roll-back rewrites recorded rows)."""
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
+    if sc.replicas > 1:   # one run would read it past (a distribution value is refused likewise)
+        raise RlsimError(f"replicas: {sc.replicas} asks for {sc.replicas} runs over seeds, and simulate runs one",
+                         source=sc.source, field="replicas",
+                         fix="run them with simulator.uncertainty.replicate (rlsim run runs them), or drop replicas")
     with raised_from(sc.source):   # a model's check names the field; the scenario names the file
         return _simulate(sc, costs, progress, keep_samples)
 

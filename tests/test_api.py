@@ -234,3 +234,12 @@ def test_one_override_string_is_one_item_not_its_letters():
     from simulator.scenario import load_scenario
 
     assert load_scenario(None, overrides="iterations=3").iterations == 3
+
+
+def test_simulate_refuses_replicas_it_would_not_run():
+    # simulate({..., replicas: 3}) ran one replica without a word (found by fuzzing)
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError) as info:
+        simulator.simulate(None, overrides=["replicas=3"])
+    assert info.value.field == "replicas" and "replicate" in info.value.fix
