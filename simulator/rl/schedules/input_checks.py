@@ -40,6 +40,12 @@ def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
         raise RlsimError("partial_rollout needs a per-segment length budget", source=scenario.source,
                          field="schedule.length_budget", fix="set schedule.length_budget, e.g. 4096")
     check_segments(scenario)
+    longest = scenario.workload.response_length.get("max")
+    if isinstance(longest, (int, float)) and sched.length_budget >= longest:   # one segment each: read past
+        raise RlsimError(f"length_budget {sched.length_budget} is at or above the longest response ({longest:g} "
+                         "tokens): no response is cut, so partial_rollout changes nothing", source=scenario.source,
+                         field="schedule.length_budget",
+                         fix=f"give a length_budget below {longest:g}, or drop schedule.partial_rollout")
 
 
 def _check_given_dp(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:

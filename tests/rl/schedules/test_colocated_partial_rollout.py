@@ -28,9 +28,13 @@ def test_a_small_budget_trains_at_least_the_threshold_share(budget, threshold, l
     assert result.summary["step_time_s"] > 0
 
 
-def test_a_budget_past_the_longest_response_is_no_partial_rollout():
-    """length_budget >= response max never cuts a sequence: the run is the one without partial rollout."""
-    whole = _run("stalesync", staleness=1)
-    budgeted = _run("stalesync", staleness=1, partial_rollout=True, length_budget=512)
-    assert budgeted.summary["step_time_s"] == whole.summary["step_time_s"]
-    assert budgeted.iterations["samples"].tolist() == whole.iterations["samples"].tolist()
+@pytest.mark.parametrize("budget", [512, 100_000])
+def test_a_budget_at_or_past_the_longest_response_is_refused(budget):
+    """length_budget >= response max never cuts a sequence: the run was byte for byte the one without
+    partial rollout, the knob read past; it is refused, naming the budget."""
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError) as info:
+        _run("stalesync", staleness=1, partial_rollout=True, length_budget=budget)
+    assert info.value.field == "schedule.length_budget" and "below 512" in info.value.fix
+    assert _run("stalesync", staleness=1, partial_rollout=True, length_budget=511).summary["step_time_s"] > 0
