@@ -54,11 +54,16 @@ class TrainStep:
                                self.batch) + store.base
 
     def drop_stale(self, k: int) -> None:
+        """Drop the pending samples too old for step k. On a synchronous schedule (staleness 0) with
+        over-provisioning these are the round's surplus: the per-instance cut keeps at least the batch
+        (ceil), and what finished beyond it was over-generated, not aged (`surplus`, as dynamic
+        sampling's groups beyond the batch; `overprovision` names the aborted ones)."""
         store = self.ctx.store
         stale = store.pending()
         stale = stale[store.at(self.age_column, stale) < min_version(k, self.staleness)]
         if len(stale):
-            store.drop(stale, "stale")
+            surplus = self.staleness == 0 and self.sched.overprovision > 0
+            store.drop(stale, "surplus" if surplus else "stale")
 
     def eligible_leftover(self, k: int, *, of_round: bool = False) -> int:
         """Pending samples that step k may still consume; ``of_round``: only those of round k or later
