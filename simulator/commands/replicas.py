@@ -49,7 +49,7 @@ def run_replicated(args: argparse.Namespace, keywords: dict[str, Any]) -> int | 
         print_json(doc)
     else:
         from ..report.console import print_summary
-        print_summary(doc, out_dir=args.out)
+        print_summary(doc, out_dir=args.out, wrote="summary.json: medians and intervals; replicas.csv: one row a replica")
         print_intervals(doc)
     return 0
 

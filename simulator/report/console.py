@@ -41,7 +41,10 @@ def _trained(s: dict[str, Any]) -> str:
     return f"{samples['trained_per_step']:,.0f} of {samples['batch']:,}"
 
 
-def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
+RUN_FILES = "scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev"
+
+
+def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RUN_FILES) -> None:
     console = Console()
     t = Table(title=f"{s['workload']} - {s['schedule']} on {s['devices']} devices", show_header=False)
     t.add_column("metric")
@@ -74,7 +77,7 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None) -> None:
     for note in summary_notes(s):
         console.print(f"note: {note}", markup=False)
     if out_dir:
-        console.print(f"wrote {out_dir}/ (scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev)")
+        console.print(f"wrote {out_dir}/ ({wrote})")
 
 
 def print_comparison(rows: list[dict[str, Any]]) -> None:

@@ -106,3 +106,16 @@ def test_sensitivity_takes_a_framework_config_as_its_base(capsys):
     assert code == 0 and json.loads(imported)[0]["figure_low"] != json.loads(seed)[0]["figure_low"]
     code, _, err = main_output(capsys, "sensitivity", "--from-verl", "/nonexistent.yaml", *vary)
     assert code == 2 and "/nonexistent.yaml" in err
+
+
+def test_run_seeds_out_says_the_files_it_writes(tmp_path, capsys):
+    # it printed the single run's list (scenario.yaml, CSVs, trace.json) over a folder of two files (fuzzing)
+    from simulator.cli import main
+
+    out = tmp_path / "rep"
+    assert main(["run", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--set", "workload.prompts_per_step=8",
+                 "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=8", "--iterations", "1",
+                 "--seeds", "2", "--out", str(out)]) == 0
+    said = capsys.readouterr().out.replace("\n", " ")
+    assert sorted(p.name for p in out.iterdir()) == ["replicas.csv", "summary.json"]
+    assert "replicas.csv" in said and "trace.json" not in said
