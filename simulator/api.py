@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,7 +214,8 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
     kinds = schedule_list(schedules)
     results: dict[str, SimulationResult] = {}
     for kind, sc in compared_scenarios(scenario, kinds, keywords).items():
-        results[kind] = simulate(sc, costs=costs, keep_samples=keep_samples)
+        with _naming_kind(kind, kinds):
+            results[kind] = simulate(sc, costs=costs, keep_samples=keep_samples)
     return ComparisonResult(comparison_table([r.summary for r in results.values()]), results)
 
 
@@ -235,7 +237,24 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
     if unused:
         validate_scenario(data, source)   # raises: the knob's error names it and the kinds that take it
         _refuse_knobs_none_takes(unused, kinds, keywords.get("overrides") or ())
-    return {kind: validate_scenario({**data, "schedule": per_kind[kind]}, source) for kind in kinds}
+    out = {}
+    for kind in kinds:
+        with _naming_kind(kind, kinds):
+            out[kind] = validate_scenario({**data, "schedule": per_kind[kind]}, source)
+    return out
+
+
+@contextmanager
+def _naming_kind(kind: str, kinds: list[str]) -> Iterator[None]:
+    """An RlsimError of one of several compared kinds says which kind refused it."""
+    try:
+        yield
+    except RlsimError as exc:
+        if len(kinds) < 2 or exc.message.startswith("under kind "):
+            raise
+        out = RlsimError(f"under kind {kind}: {exc.message}", source=exc.source, field=exc.field, fix=exc.fix)
+        out.fields = list(exc.fields)
+        raise out from None
 
 
 def _refuse_knobs_none_takes(unused: list[str], kinds: list[str], overrides: Iterable[str]) -> None:

@@ -87,3 +87,19 @@ def test_a_schedule_kind_given_to_a_comparison_is_an_error():
     with pytest.raises(RlsimError) as err:
         compare(None, ["colocated", "stalesync"], iterations=1, overrides=["schedule.kind=async"])
     assert err.value.field == "schedule.kind"
+
+
+def test_a_compared_kinds_refusal_and_notes_name_the_kind(capsys):
+    # which of the compared kinds refused a knob, and whose default a note was about, went unsaid (fuzzing)
+    from simulator.cli import main
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError, match="under kind verl-fully-async"):
+        simulator.compare(None, ["colocated", "verl-fully-async"], overrides=["schedule.partial_rollout=true"],
+                          iterations=1)
+    argv = ["compare", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--set", "workload.prompts_per_step=8",
+            "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=8", "--set",
+            "schedule.staleness=2", "--schedules", "async,areal", "--iterations", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "note (areal): staleness bound 4" in out.replace("\n", " ")

@@ -108,5 +108,11 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("pools", *[", ".join(f"{k} {v}" for k, v in r["pools"].items()) for r in rows])
     t.add_row("trained samples / step", *[_trained(r) for r in rows])
     console.print(t)
-    for note in dict.fromkeys(n for r in rows for n in summary_notes(r)):
-        console.print(f"note: {note}", markup=False)
+    # a note is one kind's (its own default or knob), unless every kind gave it
+    notes: dict[str, list[str]] = {}
+    for r in rows:
+        for note in summary_notes(r):
+            notes.setdefault(note, []).append(r["schedule"])
+    for note, kinds in notes.items():
+        whose = "" if len(kinds) == len(rows) else f" ({', '.join(dict.fromkeys(kinds))})"
+        console.print(f"note{whose}: {note}", markup=False)
