@@ -18,7 +18,7 @@ import yaml
 from .errors import RlsimError, raised_from
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
-from .overrides import parse_assignment
+from .overrides import parse_assignment, string_items
 from .rl.pools import split_warning
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
@@ -274,17 +274,8 @@ def _refuse_knobs_none_takes(unused: list[str], kinds: list[str], overrides: Ite
 def schedule_list(schedules: Iterable[str] | str) -> list[str]:
     """'colocated' -> ['colocated'] (a string is one schedule, not its letters); an empty list, a
     repeated kind or a non-string is an RlsimError."""
-    if isinstance(schedules, str):
-        schedules = [schedules]
-    try:
-        kinds = list(schedules)
-    except TypeError:
-        raise RlsimError(f"schedules must be a schedule kind or a list of them, got {type(schedules).__name__}",
-                         field="schedules", fix="e.g. compare(None, ['colocated', 'stalesync'])") from None
-    bad = [k for k in kinds if not isinstance(k, str)]
-    if bad:
-        raise RlsimError(f"schedules must be names, got {bad[0]!r}", field="schedules",
-                         fix="e.g. compare(None, ['colocated', 'stalesync'])")
+    kinds = string_items(schedules, field="schedules", what="schedule kinds",
+                         example="compare(None, ['colocated', 'stalesync'])")
     if not kinds:
         raise RlsimError("no schedule to compare", field="schedules",
                          fix=f"give one or more kinds, e.g. {list(DEFAULT_COMPARE)}")

@@ -11,6 +11,23 @@ from .errors import RlsimError
 from .presets import check_expansion, yaml_value
 
 
+def string_items(value: Any, *, field: str, what: str, example: str) -> list[str]:
+    """An API argument that takes one string or a list of them, as a list (a lone string is one item,
+    not its letters); anything else, or an item that is not a string, is an RlsimError naming
+    ``field`` (``what``: the items, for the message; ``example``: a call that works)."""
+    if isinstance(value, str):
+        value = [value]
+    try:
+        items = list(value if value is not None else ())
+    except TypeError:
+        raise RlsimError(f"{field} must be {what} or a list of them, got {type(value).__name__}", field=field,
+                         fix=f"e.g. {example}") from None
+    bad = [item for item in items if not isinstance(item, str)]
+    if bad:
+        raise RlsimError(f"{field} must be {what}, got {bad[0]!r}", field=field, fix=f"e.g. {example}")
+    return items
+
+
 def parse_assignment(item: str) -> tuple[str, Any]:
     """'topology.nodes=16' -> ('topology.nodes', 16)."""
     key, sep, raw = item.partition("=")

@@ -31,7 +31,7 @@ from pydantic_core import PydanticKnownError
 from . import presets
 from .engine_software import ENGINE_SOFTWARE, device_dependent_fields, given_under_engine
 from .errors import RlsimError, validation_error
-from .overrides import apply_overrides, parse_assignment
+from .overrides import apply_overrides, parse_assignment, string_items
 from .params import (
     DEFAULT_TRAIN_SOFTWARE,
     FALLBACK_COLLECTIVE_KEYS,
@@ -1518,18 +1518,7 @@ def _refuse_distributions(data: Mapping[str, Any], source: str) -> None:
 
 def _override_items(overrides: Any) -> list[str]:
     """`--set` items as a list of 'KEY=VALUE' strings (a lone string is one item, not its letters)."""
-    if isinstance(overrides, str):
-        overrides = [overrides]
-    try:
-        items = list(overrides or ())
-    except TypeError:
-        raise RlsimError(f"overrides must be a list of 'KEY=VALUE' strings, got {type(overrides).__name__}",
-                         field="overrides", fix="e.g. overrides=['iterations=2']") from None
-    bad = [item for item in items if not isinstance(item, str)]
-    if bad:
-        raise RlsimError(f"overrides must be 'KEY=VALUE' strings, got {bad[0]!r}", field="overrides",
-                         fix="e.g. overrides=['iterations=2']")
-    return items
+    return string_items(overrides, field="overrides", what="'KEY=VALUE' strings", example="overrides=['iterations=2']")
 
 
 def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,

@@ -29,7 +29,7 @@ def test_a_tuple_and_a_generator_are_lists_of_schedules():
 
 @pytest.mark.parametrize("schedules, words", [([], "no schedule"), ((), "no schedule"),
                                                (["colocated", "colocated"], "more than once"),
-                                               (["colocated", 3], "must be names"), (7, "schedule kind")])
+                                               (["colocated", 3], "must be schedule kinds"), (7, "schedule kinds")])
 def test_bad_schedule_lists_are_user_errors(schedules, words):
     with pytest.raises(RlsimError, match=words) as info:
         simulator.compare(None, schedules, costs=fake(), **SMALL)
