@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import RlsimError
     from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
-    from ..uncertainty.sensitivity import DEFAULT_SAMPLES, parse_vary, sensitivity
+    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, parse_vary, sensitivity
     from .common import framework_import, print_framework_listing, print_json
     from .run import print_scenario, scenario_keywords
     if args.samples is not None and args.samples < 0:

@@ -1,4 +1,4 @@
-"""The tornado chart of a sensitivity table (simulator.uncertainty.sensitivity) and its report page."""
+"""The tornado chart of a sensitivity table (simulator.uncertainty.sensitivity_runs) and its report page."""
 from __future__ import annotations
 
 import html

@@ -14,7 +14,7 @@ from typing import Any
 
 _HOME = {"compare_replicas": "compare", "Distribution": "distributions", "median_ci": "intervals",
          "ReplicaPlan": "replicas", "plan_replicas": "replicas", "replicate": "replicas",
-         "sensitivity": "sensitivity"}
+         "sensitivity": "sensitivity_runs"}
 
 __all__ = sorted(_HOME, key=str.lower)
 
@@ -22,6 +22,6 @@ __all__ = sorted(_HOME, key=str.lower)
 def __getattr__(name: str) -> Any:
     if name in _HOME:
         value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-        globals()[name] = value  # importing .sensitivity set the module under the function's name
+        globals()[name] = value  # found once; no module here shares a function's name (sensitivity_runs)
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..scenario import compared_schedules
-from .intervals import median_ci
+from .intervals import median_ci, metric_figure
 from .replicas import plan_replicas, run_many, summarize
 
 DEFAULT_METRIC = "steady_tokens_per_s"
@@ -45,8 +45,6 @@ def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
                  baseline_runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
     """The per-seed ratio metric(kind) / metric(baseline): median, 95% interval, verdict (an
     RlsimError naming --metric when it is not a numeric figure of the summaries)."""
-    from .sensitivity import metric_figure
-
     pairs = [(metric_figure([a], metric), metric_figure([b], metric)) for a, b in zip(runs, baseline_runs, strict=True)]
     ratios = [a / b for a, b in pairs if b != 0]
     mid, low, high = median_ci(ratios) if ratios else (float("nan"),) * 3

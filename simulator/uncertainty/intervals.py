@@ -13,6 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import RlsimError
+from .distributions import get_dotted
+
 
 def median_ci_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
     """1-based ranks (l, u) of the order-statistic CI of the median of n values."""
@@ -30,8 +33,6 @@ def median_ci_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
 
 def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     """(median, low, high) of the values (one or more numbers; 0 < level < 1)."""
-    from ..errors import RlsimError
-
     if not 0 < level < 1:
         raise RlsimError(f"level must lie in (0, 1), got {level!r}", field="level", fix="e.g. level=0.95")
     try:
@@ -47,6 +48,17 @@ def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, floa
         raise RlsimError("no values: a median needs one or more", field="values", fix="give a list of numbers")
     low, high = median_ci_ranks(len(x), level)
     return float(np.median(x)), float(x[low - 1]), float(x[high - 1])
+
+
+def metric_figure(summaries: Sequence[Mapping[str, Any]], metric: str) -> float:
+    """The median of `metric` (a dotted key of the run summary) over the summaries; an RlsimError
+    naming --metric when it is not a numeric figure there (sensitivity and compare_replicas)."""
+    try:
+        return float(np.median([float(get_dotted(s, metric)) for s in summaries]))
+    except (KeyError, TypeError, ValueError):
+        raise RlsimError(f"no numeric figure {metric!r} in the run summary", field="--metric",
+                         fix="use a key of `rlsim run --json`, e.g. steady_tokens_per_s or bubbles_by_cause.long_tail"
+                         ) from None
 
 
 def is_number(value: Any) -> bool:

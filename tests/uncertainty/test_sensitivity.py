@@ -6,7 +6,7 @@ import pytest
 from simulator.errors import RlsimError
 from simulator.report.tornado import sensitivity_records, write_sensitivity_report
 from simulator.uncertainty import sensitivity
-from simulator.uncertainty.sensitivity import COLUMNS, parse_vary
+from simulator.uncertainty.sensitivity_runs import COLUMNS, parse_vary
 
 # With sigma 0 every response has the median length: the colocated step time is linear in it
 # (decode + train time per token), and FakeCosts never reads the topology's link efficiencies.
@@ -83,3 +83,15 @@ def test_the_apis_vary_and_samples_are_checked_as_the_cli_checks_them(toy, costs
 def test_the_api_takes_one_vary_string(toy, costs):
     frame = sensitivity(toy, "workload.response_length.sigma=0.5..1.0", samples=0, costs=costs)
     assert list(frame["key"]) == ["workload.response_length.sigma"]
+
+
+def test_the_packages_sensitivity_is_the_function_whatever_was_imported_first():
+    # importing the module of the same name (compare_replicas did, for its metric check) set the
+    # package's `sensitivity` to the module: `uncertainty.sensitivity(...)` raised "'module' object is
+    # not callable" (a doc example, docs/guides/uncertainty.md)
+    import subprocess
+    import sys
+
+    code = ("import simulator.uncertainty.compare, simulator.uncertainty.sensitivity_runs\n"
+            "from simulator import uncertainty\nassert callable(uncertainty.sensitivity)")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -15,6 +15,7 @@ from .. import presets
 from ..errors import RlsimError
 from ..overrides import set_dotted
 from .distributions import get_dotted, put_dotted
+from .intervals import metric_figure
 from .replicas import ReplicaPlan, check_runs, plan_replicas, run_many
 
 DEFAULT_METRIC = "steady_tokens_per_s"
@@ -191,17 +192,6 @@ def _with(plan: ReplicaPlan, values: Mapping[str, float], whole: frozenset[str])
     for key, value in values.items():
         set_key(data, key, int(round(value)) if key in whole else float(value))
     return dataclasses.replace(plan, data=data)
-
-
-def metric_figure(summaries: Sequence[Mapping[str, Any]], metric: str) -> float:
-    """The median of `metric` (a dotted key of the run summary) over the summaries; an RlsimError
-    naming --metric when it is not a numeric figure there."""
-    try:
-        return float(np.median([float(get_dotted(s, metric)) for s in summaries]))
-    except (KeyError, TypeError, ValueError):
-        raise RlsimError(f"no numeric figure {metric!r} in the run summary", field="--metric",
-                         fix="use a key of `rlsim run --json`, e.g. steady_tokens_per_s or bubbles_by_cause.long_tail"
-                         ) from None
 
 
 def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequence[str] | None = None, *,
