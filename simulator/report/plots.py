@@ -30,17 +30,20 @@ STATE_COLORS: dict[str, str] = {
 }
 CAUSE_COLORS: dict[str, str] = {
     "long_tail": "#e377c2", "dependency": "#ffbf00", "pipeline_bubble": "#17becf",
-    "switch": "#7f7f7f", "weight_sync": "#2ca02c", "staleness": "#bcbd22", "": "#d9d9d9",
+    "switch": "#7f7f7f", "weight_sync": "#2ca02c", "staleness": "#bcbd22", "data": "#9edae5",
+    "placement": "#c7c7c7", "": "#d9d9d9",
 }
 IDLE_STATE = "idle"
 _THOUSANDS = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}")
 _FALLBACK = matplotlib.colormaps["tab20"].colors
 
 
-def _color(table: Mapping[str, str], name: str, known: Sequence[str]) -> Any:
-    if name in table:
-        return table[name]
-    return _FALLBACK[sorted(known).index(name) % len(_FALLBACK)]
+def _color(table: Mapping[str, str], key: str, category: str, known: Sequence[str]) -> Any:
+    """The table's colour of ``key``, else a fixed colour by the category's place among ``known``
+    (the category names: "idle: placement", "train", ...)."""
+    if key in table:
+        return table[key]
+    return _FALLBACK[sorted(known).index(category) % len(_FALLBACK)]
 
 
 def _category(state: str, cause: str) -> str:
@@ -50,8 +53,8 @@ def _category(state: str, cause: str) -> str:
 def _category_color(category: str, categories: Sequence[str]) -> Any:
     if category.startswith("idle: "):
         cause = category[len("idle: "):]
-        return _color(CAUSE_COLORS, "" if cause == "other" else cause, list(categories))
-    return _color(STATE_COLORS, category, list(categories))
+        return _color(CAUSE_COLORS, "" if cause == "other" else cause, category, list(categories))
+    return _color(STATE_COLORS, category, category, list(categories))
 
 
 # --------------------------------------------------------------------------- timeline

@@ -180,3 +180,11 @@ def test_trace_is_valid_chrome_trace_one_track_per_pool(tmp_path):
 
 def test_interval_columns_are_what_plots_read():
     assert set(INTERVAL_COLUMNS) >= {"pool", "device", "state", "cause", "start", "end"}
+
+
+@pytest.mark.parametrize("cause", ["placement", "data", "a-cause-with-no-colour"])
+def test_every_idle_cause_has_a_colour(cause):
+    # devices a layout leaves unused idle with cause "placement", which had no colour: the report's
+    # fallback looked the cause up among the category names and raised ValueError (found by fuzzing)
+    categories = ["train", f"idle: {cause}", "idle: long_tail"]
+    assert plots._category_color(f"idle: {cause}", categories) is not None
