@@ -136,6 +136,7 @@ class CapacityAnswer:
     value: Any | None                  # the smallest candidate that meets the target; None if none does
     summary: dict[str, Any] | None     # its run summary (with cost fields)
     probes: list[Probe] = field(default_factory=list)  # every evaluated candidate, in candidate order
+    candidates: list[Any] = field(default_factory=list)  # every candidate value, sorted
 
     def _sized(self) -> list[Probe]:
         return [p for p in self.probes if p.summary and p.summary.get("tokens_per_s") and p.summary.get("devices")]
@@ -171,7 +172,24 @@ class CapacityAnswer:
                          f"worse; check every value with --search scan")
         if self.plateau:
             notes.append(self.plateau)
+        skipped = self._skipped_below_an_error()
+        if skipped:
+            notes.append(skipped)
         return notes
+
+    def _skipped_below_an_error(self) -> str | None:
+        """Bisection takes a candidate that raised an error as too small (it does not fit) and runs
+        none below it: right for a size, not for a key whose errors are not at one end (a tp that does
+        not divide the heads between two that run)."""
+        probed = [p.value for p in self.probes]
+        errored = [p for p in self.probes if p.error]
+        below = [v for v in self.candidates if errored and v < errored[-1].value and v not in probed]
+        if not below:
+            return None
+        return (f"{self.key}={errored[-1].value} raised an error ({errored[-1].error}); bisection took it as too "
+                f"small and ran none of the {len(below)} smaller value(s) ({', '.join(map(str, below[:5]))}"
+                f"{', ...' if len(below) > 5 else ''}): if errors are not only at the small end, check every "
+                "value with --search scan")
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "target": {"tokens_per_s": self.target.tokens_per_s,
@@ -235,7 +253,7 @@ def find_smallest(key: str, candidates: Sequence[Any], target: Target, evaluate_
         s.update(cost_fields(s, price_per_device_hour(s, prices)))
         summary = s
     return CapacityAnswer(key, target, values[best] if best is not None else None, summary,
-                          [results[i] for i in sorted(results)])
+                          [results[i] for i in sorted(results)], values)
 
 
 def _or_inf(value: float | None) -> float:

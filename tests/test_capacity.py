@@ -134,3 +134,17 @@ def test_throughput_falling_with_the_size_is_named():
     dips = find_smallest("n", [1, 2, 3], Target(tokens_per_s=1e9), _sizes(lambda n: {1: 100.0, 2: 120.0, 3: 90.0}[n]),
                          strategy="scan")
     assert any("--search scan" in note and "falls" in note for note in dips.notes)
+
+
+def test_bisection_says_when_an_error_above_the_small_end_hid_smaller_values():
+    # a tp that does not divide the heads (3) between two that run: bisection took it as too small and
+    # never ran tp 1 or 2, answering 4 without a word (found by fuzzing)
+    def evaluate_batch(batch):
+        return [(None, "tp does not divide the heads") if b["tp"] == 3 else
+                ({"devices": 8, "step_time_s": 1.0, "tokens_per_s": 100.0}, "") for b in batch]
+
+    answer = find_smallest("tp", [1, 2, 3, 4], Target(tokens_per_s=10), evaluate_batch, strategy="bisect")
+    assert answer.value == 4
+    assert any("--search scan" in note and "(1, 2)" in note for note in answer.notes)
+    scan = find_smallest("tp", [1, 2, 3, 4], Target(tokens_per_s=10), evaluate_batch, strategy="scan")
+    assert scan.value == 1 and not any("--search scan" in note for note in scan.notes)

@@ -143,8 +143,13 @@ def run(args: argparse.Namespace) -> int:
         _print_table(objects, list(grid), sweep, store, answer, target)
     if objects and all(o.get("error") for o in objects):
         # Nothing was simulated: bad input for every point. The rows are printed and saved above.
+        ran = ""
+        probed, values = len((answer or {}).get("evaluated") or []), len(grid.get((answer or {}).get("key"), []))
+        if probed and probed < values:   # the capacity bisection stopped early
+            ran = (f" The capacity search ran {probed} of the {values} values (bisection takes an error as too "
+                   "small); --search scan runs every value.")
         print(f"rlsim: error: every point of the sweep failed; the first: {objects[0]['error']}. "
-              "Fix the grid or the base scenario (each row's error says which field).", file=sys.stderr)
+              f"Fix the grid or the base scenario (each row's error says which field).{ran}", file=sys.stderr)
         return 2
     return 0
 
