@@ -1,6 +1,7 @@
 """Unit parsing at the YAML boundary. Inside the simulator everything is SI (s, B, FLOP, B/s)."""
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import RlsimError
@@ -25,12 +26,21 @@ def _split(value: object, field: str, source: str | None) -> tuple[float, str]:
     if isinstance(value, bool):
         raise RlsimError(f"expected a quantity, got {value!r}", source=source, field=field)
     if isinstance(value, (int, float)):
-        return float(value), ""
+        return _finite(float(value), value, field, source), ""
     m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/]*)", str(value).strip())
     if not m:
         raise RlsimError(f"cannot read {value!r} as a quantity", source=source, field=field,
                          fix="write a number with an optional unit, e.g. '400Gb/s', '80GB', '2us'")
-    return float(m.group(1)), m.group(2)
+    return _finite(float(m.group(1)), value, field, source), m.group(2)
+
+
+def _finite(number: float, value: object, field: str, source: str | None) -> float:
+    """A quantity is a finite number (.inf or .nan in a link or a device ran into division by zero
+    and NaN figures); a scaled one too (1e308 TB/s overflows)."""
+    if not math.isfinite(number):
+        raise RlsimError(f"expected a finite quantity, got {value!r}", source=source, field=field,
+                         fix="write a number with an optional unit, e.g. '400Gb/s', '80GB', '2us'")
+    return number
 
 
 def _scaled(value: object, field: str, source: str | None, table: dict[str, float], key: str,
@@ -40,7 +50,7 @@ def _scaled(value: object, field: str, source: str | None, table: dict[str, floa
     factor = table.get(key(unit))
     if factor is None:
         raise RlsimError(f"unknown {what} unit {unit!r} in {value!r}", source=source, field=field, fix=fix)
-    return number * factor
+    return _finite(number * factor, value, field, source)
 
 
 def parse_bytes(value: object, field: str = "size", source: str | None = None) -> float:
@@ -50,6 +60,10 @@ def parse_bytes(value: object, field: str = "size", source: str | None = None) -
 
 def parse_bandwidth(value: object, field: str = "bandwidth", source: str | None = None) -> float:
     """'392GB/s' -> bytes/s; '400Gb/s' or '400Gbps' -> bits/8; a bare number is bytes/s."""
+    return _finite(_bandwidth(value, field, source), value, field, source)
+
+
+def _bandwidth(value: object, field: str, source: str | None) -> float:
     number, unit = _split(value, field, source)
     if unit == "":
         return number

@@ -112,3 +112,13 @@ def test_junk_is_refused(junk: str) -> None:
         with pytest.raises(RlsimError):
             fn(f"12{junk}")
     assert math.isfinite(parse_bytes("12"))
+
+
+@pytest.mark.parametrize("parse, value", [(parse_bandwidth, float("inf")), (parse_bandwidth, float("nan")),
+                                          (parse_seconds, float("nan")), (parse_flops, "1e400"),
+                                          (parse_bytes, "1e308TB"), (parse_bandwidth, "1e308TB/s")])
+def test_a_quantity_is_finite(parse, value):
+    # .inf / .nan in a topology's links, a device or the collectives ran into division by zero and NaN
+    # figures (found by fuzzing)
+    with pytest.raises(RlsimError, match="finite"):
+        parse(value, "field")

@@ -20,6 +20,7 @@ import contextlib
 import copy
 import dataclasses
 import gc
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -700,7 +701,8 @@ class _Reader:
 
     def number(self, key: str, default: float, minimum: float = 0.0) -> float:
         value = self.m.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < minimum:
             raise RlsimError(f"must be a number >= {minimum}, got {value!r}", source=self.source,
                              field=self.where(key))
         return float(value)

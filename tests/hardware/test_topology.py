@@ -347,3 +347,24 @@ def test_a_groups_device_fields_lay_over_its_catalog_device_and_a_new_group_need
     with pytest.raises(RlsimError) as info:
         load_topology({"preset": "hetero-a100-h100"}, {"groups": {"x": {"nodes": 1}}})
     assert info.value.field == "topology.groups.x.device" and info.value.source == "--set"
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"nodes": 2, "scaleout": {"nic_bw": "400Gb/s", "oversubscription": float("inf")}}, "scaleout.oversubscription"),
+    ({"scaleup": {"bw": float("inf")}}, "scaleup.bw"),
+    ({"device": {"name": "x", "base": "h100", "launch_overhead_s": float("nan")}}, "device.launch_overhead_s"),
+])
+def test_a_topology_number_is_finite(changes, field):
+    # .inf ran into ZeroDivisionError, NaN into a traceback or NaN figures (found by fuzzing)
+    with pytest.raises(RlsimError) as info:
+        load_topology({"name": "t", "device": "h100", "devices_per_node": 2, "nodes": 1, **changes})
+    assert info.value.field == field
+
+
+
+def test_a_collectives_time_is_finite():
+    from simulator.network.collectives import CollectiveParams
+
+    with pytest.raises(RlsimError) as info:
+        CollectiveParams.from_mapping({"launch_overhead_s": float("nan")}, "t.yaml")
+    assert info.value.field == "collectives.launch_overhead_s"
