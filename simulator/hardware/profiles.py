@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
@@ -72,7 +72,7 @@ class DeviceProfile(StrictModel):
     measured_on: dict[str, Any] = Field(default_factory=dict)  # framework, model, threads ...
     peak_source: str = "catalog"           # where peak_flops comes from (CPU: the best GEMM rate seen)
     # DeviceSpec fields.
-    peak_flops: dict[str, float] | None = None
+    peak_flops: dict[str, Annotated[float, Field(gt=0)]] | None = None
     gemm_efficiency: float | None = Field(default=None, gt=0, le=1)
     hbm_bytes: float | None = Field(default=None, gt=0)
     hbm_bw_Bps: float | None = Field(default=None, gt=0)
@@ -156,8 +156,9 @@ def profile_from_mapping(mapping: Mapping[str, Any], source: str = "<profile map
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or None
         cause = err.get("ctx", {}).get("error")
-        message = str(cause) if isinstance(cause, RlsimError) else err["msg"] + did_you_mean(err, DeviceProfile)
-        raise RlsimError(message, source=source, field=where,
+        if isinstance(cause, RlsimError):   # a unit parser's own message and fix, at the profile's field
+            raise RlsimError(cause.message, source=source, field=where, fix=cause.fix) from None
+        raise RlsimError(err["msg"] + did_you_mean(err, DeviceProfile), source=source, field=where,
                          fix="correct the value or re-run `rlsim calibrate`; see docs/calibration.md") from None
 
 

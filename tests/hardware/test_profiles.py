@@ -174,3 +174,22 @@ def test_scenario_override_reaches_the_topology(tmp_path: Path) -> None:
     scenario = load_scenario(None, topology="dgx-h100", overrides=[f"topology.device_profile={path}"])
     topo = load_topology(scenario.to_dict()["topology"])
     assert topo.device_spec(0).hbm_bw_Bps == 2.5e12
+
+
+@pytest.mark.parametrize("fields, field, says", [
+    ({"peak_flops": {"bf16": 0}}, "peak_flops.bf16", "greater than 0"),   # named the scenario, no fix
+    ({"hbm_bw_Bps": "fast"}, "hbm_bw_Bps", "cannot read 'fast'"),          # two fields and two fixes
+])
+def test_a_bad_profile_value_names_the_profile_file_and_its_field_once(tmp_path, fields, field, says):
+    import yaml
+
+    from simulator.errors import RlsimError
+    from simulator.hardware.profiles import load_profile
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"device": "h100", **fields}))
+    with pytest.raises(RlsimError) as info:
+        load_profile(path)
+    err = info.value
+    assert err.source == str(path) and err.field == field and says in err.message
+    assert str(err).count("fix:") == 1 and str(err).count("field '") == 1
