@@ -385,7 +385,7 @@ class Topology:
         try:
             nodes = nx.dijkstra_path(self._cost_graph, u, v)
         except nx.NetworkXNoPath:
-            raise RlsimError(f"no path from {u!r} to {v!r}", source=self.source, field="links",
+            raise RlsimError(f"no path from {u!r} to {v!r}", source=self.source, field="graph.links",
                              fix="connect the two parts of the graph") from None
         return list(zip(nodes[:-1], nodes[1:], strict=False))
 
@@ -904,6 +904,8 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
         if kind not in ("device", "switch", "host", "nic"):
             raise RlsimError(f"unknown node kind {kind!r}", source=source, field=r.where("kind"),
                              fix="use device, switch, host or nic")
+        if kind != "device":   # a device's keys on another kind would be read past
+            r.check_keys({"id", "kind", "node"})
         if node_id in g:
             raise RlsimError(f"duplicate node id {node_id!r}", source=source, field=r.where("id"))
         attrs: dict[str, Any] = {"kind": kind}
@@ -938,9 +940,15 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
         latency, efficiency = _PLANE_DEFAULTS[plane]
         attrs = {"bw_Bps": r.positive("bw", parse_bandwidth, 0.0), "latency_s": r.latency("latency", latency),
                  "efficiency": r.fraction("efficiency", efficiency), "plane": plane}
-        g.add_edge(a, z, **attrs)
-        if r.m.get("duplex", True):
-            g.add_edge(z, a, **dict(attrs))
+        duplex = r.m.get("duplex", True)
+        if not isinstance(duplex, bool):
+            raise RlsimError(f"expected true or false, got {duplex!r}", source=source, field=r.where("duplex"),
+                             fix="write duplex: true (both directions, the default) or false")
+        for u, v in ((a, z), (z, a)) if duplex else ((a, z),):
+            if g.has_edge(u, v):   # a second link would replace the first without a word
+                raise RlsimError(f"a link from {u!r} to {v!r} is given twice", source=source, field=r.where("a"),
+                                 fix="give each link once (one bandwidth per direction)")
+            g.add_edge(u, v, **dict(attrs))
     if not nx.is_weakly_connected(g):
         parts = sorted(nx.weakly_connected_components(g), key=lambda c: -len(c))
         stray = sorted(parts[1])[:3]

@@ -368,3 +368,21 @@ def test_a_collectives_time_is_finite():
     with pytest.raises(RlsimError) as info:
         CollectiveParams.from_mapping({"launch_overhead_s": float("nan")}, "t.yaml")
     assert info.value.field == "collectives.launch_overhead_s"
+
+
+@pytest.mark.parametrize("mutate, field", [
+    # read past before (found by fuzzing): a second link replaced the first, "no" counted as duplex,
+    # a switch's device and domain were ignored
+    (lambda d: d["graph"]["links"].append({"a": "a", "b": "sw", "bw": "1Gb/s"}), "graph.links[3].a"),
+    (lambda d: d["graph"]["links"][0].update(duplex="no"), "graph.links[0].duplex"),
+    (lambda d: d["graph"]["nodes"][3].update(device="h100"), "graph.nodes[3].device"),
+    (lambda d: d["graph"]["nodes"][3].update(domain=1), "graph.nodes[3].domain"),
+])
+def test_an_explicit_graph_refuses_what_it_would_read_past(tmp_path, mutate, field):
+    import copy
+    data = copy.deepcopy(EXPLICIT)
+    data["graph"]["nodes"][3]["kind"] = "switch"
+    mutate(data)
+    with pytest.raises(RlsimError) as info:
+        load_topology(_write(tmp_path, data))
+    assert info.value.field == field
