@@ -872,6 +872,10 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
         # copies, a one-device ring) takes the topology's scaleup.bw / host.bw, as the graph does
         spec = dataclasses.replace(spec, scaleup_bw_Bps=up.bw_Bps, host_link_bw_Bps=host.bw_Bps)
     nic = None
+    if out_r is None and "nic_bw" in g.m:   # one domain, no scale-out plane: the NIC carries nothing
+        raise RlsimError("nic_bw applies to the scale-out plane, and this topology has none (one domain)",
+                         source=source, field=g.where("nic_bw"),
+                         fix="remove nic_bw, or give a scaleout: section (several domains)")
     if out_r is not None:
         out_defaults = out_r.m
         nic_reader = _Reader({**out_defaults, "nic_bw": g.m.get("nic_bw", out_defaults.get("nic_bw"))}, source,

@@ -386,3 +386,11 @@ def test_an_explicit_graph_refuses_what_it_would_read_past(tmp_path, mutate, fie
     with pytest.raises(RlsimError) as info:
         load_topology(_write(tmp_path, data))
     assert info.value.field == field
+
+
+def test_a_groups_nic_bw_without_a_scale_out_plane_is_refused():
+    # one domain: the NIC carries nothing, and the value was read past (found by fuzzing)
+    with pytest.raises(RlsimError) as info:
+        load_topology({"name": "one", "devices_per_node": 2, "nodes": 1,
+                       "groups": {"a": {"device": "h100", "nodes": 1, "nic_bw": "200Gb/s"}}})
+    assert info.value.field == "groups.a.nic_bw"
