@@ -7,6 +7,7 @@ per direction, GB/s = 1e9 bytes/s. Memory capacities are binary (GiB = 2^30 byte
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -251,7 +252,11 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
     if not isinstance(value, Mapping):
         raise RlsimError(f"expected a device name or mapping, got {value!r}", source=source, field=field_name)
     data = dict(value)
-    base_name = data.pop("base", None) or data.get("name")
+    base = data.pop("base", None)
+    if base is not None and str(base).lower() not in _CATALOG:   # a name may be new; a base is the catalog's
+        raise RlsimError(f"unknown base device {base!r}", source=source, field=f"{field_name}.base",
+                         fix=f"use a catalog device: {', '.join(device_names())}")
+    base_name = base or data.get("name")
     known = {f.name for f in dataclasses.fields(DeviceSpec)}
     fields: dict[str, Any] = {}
     for key, raw in data.items():
@@ -274,6 +279,8 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
                 fields[key] = float(raw)
             except (TypeError, ValueError):
                 raise RlsimError(f"expected a number, got {raw!r}", source=source, field=where) from None
+            if isinstance(raw, bool) or not math.isfinite(fields[key]) or fields[key] < 0:   # a price, a power
+                raise RlsimError(f"expected a finite number >= 0, got {raw!r}", source=source, field=where)
     try:
         if base_name is not None and str(base_name).lower() in _CATALOG:
             base = get_device(str(base_name))

@@ -394,3 +394,16 @@ def test_a_groups_nic_bw_without_a_scale_out_plane_is_refused():
         load_topology({"name": "one", "devices_per_node": 2, "nodes": 1,
                        "groups": {"a": {"device": "h100", "nodes": 1, "nic_bw": "200Gb/s"}}})
     assert info.value.field == "groups.a.nic_bw"
+
+
+@pytest.mark.parametrize("device, field", [
+    ({"base": "nosuch", "name": "y"}, "device.base"),        # said "custom device needs fields [...]"
+    ({"base": "h100", "price_per_hour": -3}, "device.price_per_hour"),
+    ({"base": "h100", "power_w": float("nan")}, "device.power_w"),
+])
+def test_a_device_mappings_base_is_a_catalog_device_and_its_numbers_are_sane(device, field):
+    from simulator.hardware.devices import device_from_mapping
+
+    with pytest.raises(RlsimError) as info:
+        device_from_mapping(device, "t.yaml")
+    assert info.value.field == field
