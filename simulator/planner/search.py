@@ -307,7 +307,8 @@ def plan_to_target(model: Any, topology: Any, global_batch: int, seq_len: int, t
         got = "no layout fits" if best_full is None else f"best {best_full.best.tokens_per_s:.0f} tokens/s"
         raise RlsimError(f"{topology.name} with {len(nodes)} nodes cannot reach {target_tokens_per_s:.0f} "
                          f"tokens/s ({got})", field="--target-tokens-per-s",
-                         fix="lower the target or add nodes (--set topology.nodes=N)")
+                         fix="lower the target, or give a larger topology: --set topology.nodes=N (a topology of "
+                             "groups: topology.groups.NAME.nodes=N; an explicit graph: more device nodes)")
     cost += best_full.planning_cost_s
     lo, hi, found = 1, len(nodes), best_full
     while lo < hi:
