@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import RlsimError
     from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
-    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, parse_vary, sensitivity
+    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, parse_vary, sensitivity, sobol_outside
     from .common import framework_import, print_framework_listing, print_json
     from .run import print_scenario, scenario_keywords
     if args.samples is not None and args.samples < 0:
@@ -56,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.metric} at base: {frame.attrs['base']:,.6g} (median over {frame.attrs['seeds']} seed(s))")
     print(frame.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
     print(conclusion(frame))
+    noisy = sobol_outside(frame)
+    if noisy:
+        print(f"note: Sobol indices outside [0, 1] or first above total ({noisy}): estimates from "
+              f"{frame.attrs['samples']} base samples are noise at this size; raise --samples")
     if args.out:
         print(f"tornado chart and report.html in {args.out}")
     return 0

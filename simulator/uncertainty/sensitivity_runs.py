@@ -240,6 +240,24 @@ def _centred(plan: ReplicaPlan) -> ReplicaPlan:
     return dataclasses.replace(plan, data=data, distributions=[], draws=[])
 
 
+# Slack of a Sobol index estimate beyond its range before it is called noise (the estimators are
+# unbiased but unbounded: a few base samples give indices past 1 or a first-order above the total).
+SOBOL_SLACK = 0.05
+
+
+def sobol_outside(frame: pd.DataFrame) -> str:
+    """The keys whose Sobol estimates leave [0, 1] or have first-order above total by more than
+    SOBOL_SLACK, as 'key first / total' items; '' when none (or no indices were computed)."""
+    out = []
+    for _, row in frame.iterrows():
+        first, total = row.get("sobol_first"), row.get("sobol_total")
+        if first is None or total is None or pd.isna(first) or pd.isna(total):
+            continue
+        if min(first, total) < -SOBOL_SLACK or max(first, total) > 1 + SOBOL_SLACK or first > total + SOBOL_SLACK:
+            out.append(f"{row['key']} {first:.2f} / {total:.2f}")
+    return ", ".join(out)
+
+
 def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], metric: str,
                   samples: int | None, jobs: int, costs: Any,
                   whole: frozenset[str] = frozenset()) -> tuple[list[float | None], list[float | None]]:
