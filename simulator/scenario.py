@@ -1516,17 +1516,13 @@ def _refuse_distributions(data: Mapping[str, Any], source: str) -> None:
                                             "simulator.uncertainty.replicate(...)")
 
 
-def _override_items(overrides: Any) -> list[str]:
-    """`--set` items as a list of 'KEY=VALUE' strings (a lone string is one item, not its letters)."""
-    return string_items(overrides, field="overrides", what="'KEY=VALUE' strings", example="overrides=['iterations=2']")
-
-
 def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
                   topology: Any = None, workload: Any = None, schedule: Any = None,
                   overrides: Iterable[str] = (), iterations: int | None = None,
                   seed: int | None = None) -> tuple[dict[str, Any], str]:
     """load_scenario's merged mapping (presets resolved, overrides applied) and source, not validated."""
-    overrides = _override_items(overrides)
+    overrides = string_items(overrides, field="overrides", what="'KEY=VALUE' strings",
+                             example="overrides=['iterations=2']")   # a lone string is one item
     if isinstance(spec, Scenario):
         data, source = spec.to_dict(), spec.source
     elif spec is None:

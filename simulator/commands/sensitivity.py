@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import RlsimError
     from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
-    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, parse_vary, sensitivity, sobol_outside
+    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, sensitivity, sobol_outside
     from .common import framework_import, print_framework_listing, print_json
     from .run import print_scenario, scenario_keywords
     if args.samples is not None and args.samples < 0:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if imported is not None:
         print_framework_listing(imported)
         args.scenario = imported.scenario
-    frame = sensitivity(args.scenario, parse_vary(args.vary) or None, seeds=args.seeds, metric=args.metric,
+    frame = sensitivity(args.scenario, args.vary or None, seeds=args.seeds, metric=args.metric,
                         samples=DEFAULT_SAMPLES if args.samples is None else args.samples, jobs=args.jobs, **kw)
     if args.out:
         write_sensitivity_report(frame, args.out)

@@ -405,6 +405,10 @@ class Values:
     def given(self, key: str) -> bool:
         return key in self.flat
 
+    def count(self, key: str) -> int:
+        """The key's value as a whole number >= 1 (null or absent without a framework default: an error)."""
+        return positive_int(self(key), key, self.result.source)
+
     def whole(self, key: str, absent: int | None = None) -> int | None:
         """The key's value as a whole number >= 1; ``absent`` where the config gives none (null)."""
         value = self(key)

@@ -189,8 +189,8 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
     workload = _workload(v, "workload.model" in user_sets, decided)
     _reward_pool(flat, workload, decided, source)
     sched = _schedule(v, kind, workload, decided)
-    gpus = (positive_int(v("cluster.num_nodes"), "cluster.num_nodes", source)
-            * positive_int(v("cluster.gpus_per_node"), "cluster.gpus_per_node", source))
+    gpus = (v.count("cluster.num_nodes")
+            * v.count("cluster.gpus_per_node"))
     topo, note = size_topology(topology, gpus, "cluster.num_nodes x gpus_per_node", source,
                                any(k.startswith("topology.") for k in user_sets))
     result.notes.append(note)
@@ -233,8 +233,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     else:
         w["model"], how = model_for(v("policy.model_name"), "policy.model_name", src)
         v.result.notes.append(f"policy.model_name {v('policy.model_name')!r} -> {how}")
-    prompts = positive_int(v("grpo.num_prompts_per_step"), "grpo.num_prompts_per_step", src)
-    gens = positive_int(v("grpo.num_generations_per_prompt"), "grpo.num_generations_per_prompt", src)
+    prompts = v.count("grpo.num_prompts_per_step")
+    gens = v.count("grpo.num_generations_per_prompt")
     w.update(algorithm="grpo", prompts_per_step=prompts, samples_per_prompt=gens)
     gbs = v("policy.train_global_batch_size")
     if gbs is not None:
@@ -251,7 +251,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
         rounds = v.whole("grpo.dynamic_sampling_max_gen_batches")
         if rounds is not None:
             w["dynamic_sampling"]["max_gen_batches"] = rounds
-    tmax = positive_int(v("policy.max_total_sequence_length"), "policy.max_total_sequence_length", src)
+    tmax = v.count("policy.max_total_sequence_length")
     prompt_max = v.whole("data.max_input_seq_length", tmax)
     new_tokens = v.whole(f"{_G}.max_new_tokens", tmax)
     # a prompt of T-max leaves vLLM's max_model_len (T-max) no room: the longest prompt is one less
@@ -296,7 +296,7 @@ def _packing_budgets(v: Values, layout: dict[str, Any], decided: dict[str, tuple
                                                 "(train_mb_tokens)")
     lp_tokens = v("policy.sequence_packing.logprob_mb_tokens")
     if lp_tokens is None and v.given("policy.logprob_batch_size"):   # T-max x logprob_batch_size (grpo_math_1B.yaml)
-        lp_tokens = tmax * positive_int(v("policy.logprob_batch_size"), "policy.logprob_batch_size", src)
+        lp_tokens = tmax * v.count("policy.logprob_batch_size")
         decided["policy.logprob_batch_size"] = ("mapped", "x T-max = workload.train_layout."
                                                 "logprob_max_tokens_per_micro_batch (logprob_mb_tokens)")
     if lp_tokens is not None:
@@ -329,8 +329,8 @@ def _train_layout(v: Values) -> dict[str, Any]:
         layout["zero"] = 1 if v(distributed) is None or v.flag(distributed) else 0
         for key, rl in (("expert_tensor_parallel_size", "etp"), ("num_layers_in_first_pipeline_stage",
                         "pp_first_stage_layers"), ("num_layers_in_last_pipeline_stage", "pp_last_stage_layers")):
-            if v.whole(f"{_M}.{key}") is not None:
-                layout[rl] = v.whole(f"{_M}.{key}")
+            if (value := v.whole(f"{_M}.{key}")) is not None:
+                layout[rl] = value
         return layout
     d = "policy.dtensor_cfg"
     v.result.notes.append("DTensor training: priced as ZeRO-3 with tp / cp from dtensor_cfg (FSDP2 costs: issue 12)")
@@ -342,9 +342,8 @@ def _train_layout(v: Values) -> dict[str, Any]:
 
 def _rollout_layout(v: Values) -> dict[str, Any]:
     dtype = _dtype(v, f"{_V}.precision") if v.given(f"{_V}.precision") else _dtype(v, "policy.precision")
-    src = v.result.source
-    layout = {"tp": positive_int(v(f"{_V}.tensor_parallel_size"), f"{_V}.tensor_parallel_size", src),
-              "ep": positive_int(v(f"{_V}.expert_parallel_size"), f"{_V}.expert_parallel_size", src),
+    layout = {"tp": v.count(f"{_V}.tensor_parallel_size"),
+              "ep": v.count(f"{_V}.expert_parallel_size"),
               "gpu_memory_utilization": v.fraction(f"{_V}.gpu_memory_utilization"),
               "weight_dtype": dtype, "kv_dtype": dtype}
     kv = str(v(f"{_V}.kv_cache_dtype") or "auto").lower()
@@ -354,7 +353,7 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
         raise RlsimError(f"vLLM kv_cache_dtype {kv!r} is not one rlsim prices", source=v.result.source,
                          field=f"{_V}.kv_cache_dtype", fix="use auto (the weights' dtype) or fp8")
     if v.given(f"{_V}.max_num_seqs"):   # otherwise the engine's own (workload.engine)
-        layout["max_num_seqs"] = positive_int(v(f"{_V}.max_num_seqs"), f"{_V}.max_num_seqs", src)
+        layout["max_num_seqs"] = v.count(f"{_V}.max_num_seqs")
     return layout
 
 
@@ -383,7 +382,7 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
             s["between_gen_batches"] = "sleep"
     if kind == "nemo-rl-async":
         age = "grpo.async_grpo.max_trajectory_age_steps"
-        s["max_trajectory_age_steps"] = positive_int(v(age), age, src)
+        s["max_trajectory_age_steps"] = v.count(age)
         s["in_flight_weight_updates"] = v.flag("grpo.async_grpo.in_flight_weight_updates")
         s["async_engine"] = v.flag(f"{_V}.async_engine")
         decided[f"{_V}.async_engine"] = ("mapped", "schedule.async_engine: rounds the age bound admits share the engine; "
@@ -393,7 +392,7 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
     if packing:
         _packing_budgets(v, w["train_layout"], decided)
     elif v.given("policy.logprob_batch_size"):
-        s["forward_micro_batch"] = positive_int(v("policy.logprob_batch_size"), "policy.logprob_batch_size", src)
+        s["forward_micro_batch"] = v.count("policy.logprob_batch_size")
     if not v.flag("grpo.use_dynamic_sampling"):
         decided["grpo.batch_multiplier"] = ("ignored", "used only with use_dynamic_sampling")
         decided["grpo.dynamic_sampling_max_gen_batches"] = ("ignored", "used only with use_dynamic_sampling")

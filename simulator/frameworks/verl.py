@@ -347,7 +347,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         w["model"], how = model_for(v(f"{A}.model.path"), f"{A}.model.path", src)
         v.result.notes.append(f"{A}.model.path {v(f'{A}.model.path')!r} -> {how}")
     w["algorithm"] = _algorithm(v)
-    mini = positive_int(v(f"{A}.actor.ppo_mini_batch_size"), f"{A}.actor.ppo_mini_batch_size", src)
+    mini = v.count(f"{A}.actor.ppo_mini_batch_size")
     if recipe == "fully-async":
         require = v.whole("async_training.require_batches", 1)
         trigger = v.whole("async_training.trigger_parameter_sync_step", 1)
@@ -356,10 +356,10 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                             "trigger_parameter_sync_step x require_batches x ppo_mini_batch_size prompts")
         decided["data.gen_batch_size"] = ("ignored", "fully_async: the Rollouter's feed size, no effect on the quota")
     else:
-        w["prompts_per_step"] = positive_int(v("data.train_batch_size"), "data.train_batch_size", src)
-    w["samples_per_prompt"] = positive_int(v(f"{A}.rollout.n"), f"{A}.rollout.n", src)
+        w["prompts_per_step"] = v.count("data.train_batch_size")
+    w["samples_per_prompt"] = v.count(f"{A}.rollout.n")
     w["mini_batch_prompts"] = mini
-    w["ppo_epochs"] = positive_int(v(f"{A}.actor.ppo_epochs"), f"{A}.actor.ppo_epochs", src)
+    w["ppo_epochs"] = v.count(f"{A}.actor.ppo_epochs")
     _dynamic_sampling(v, w, decided)
     w["prompt_length"] = capped_length("prompt_length", v("data.max_prompt_length"), "data.max_prompt_length", src, v.result.notes)
     w["response_length"] = capped_length("response_length", v("data.max_response_length"),
@@ -411,8 +411,8 @@ def _train_layout(v: Values) -> dict[str, Any]:
                              "sequence by context_parallel_size", source=v.result.source,
                              field=f"{A}.actor.ulysses_sequence_parallel_size",
                              fix=f"set it to 1 and give {m}.context_parallel_size")
-        if v.whole(f"{m}.expert_tensor_parallel_size") is not None:
-            layout["etp"] = v.whole(f"{m}.expert_tensor_parallel_size")
+        if (etp := v.whole(f"{m}.expert_tensor_parallel_size")) is not None:
+            layout["etp"] = etp
         return layout
     if strategy not in ("fsdp", "fsdp2"):
         raise RlsimError(f"unknown actor strategy {strategy!r}", source=v.result.source, field=f"{A}.actor.strategy",
@@ -430,11 +430,10 @@ def _rollout_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[s
     if dtype not in DTYPES:
         raise RlsimError(f"unknown dtype {dtype!r}", source=v.result.source, field=f"{r}.dtype",
                          fix=f"use one of: {', '.join(DTYPES)}")
-    src = v.result.source
-    layout = {"tp": positive_int(v(f"{r}.tensor_model_parallel_size"), f"{r}.tensor_model_parallel_size", src), "ep": 1,
+    layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": 1,
               "gpu_memory_utilization": v.fraction(f"{r}.gpu_memory_utilization"),
               "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
-    layout["max_num_seqs"] = positive_int(v(f"{r}.max_num_seqs"), f"{r}.max_num_seqs", src)   # vLLM's max_num_seqs, SGLang's max_running_requests
+    layout["max_num_seqs"] = v.count(f"{r}.max_num_seqs")   # vLLM's max_num_seqs, SGLang's max_running_requests
     return layout
 
 
@@ -577,19 +576,17 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     """use_dynamic_bsz: micro-batches within a token budget (verl rearrange_micro_batches: the fewest
     that hold the budget, balanced by length), the log-prob passes within their own; else
     ppo_micro_batch_size_per_gpu samples in order (log_prob_micro_batch_size_per_gpu for the log-probs)."""
-    src, r = v.result.source, f"{A}.rollout"
+    r = f"{A}.rollout"
     if not v.flag(f"{A}.actor.use_dynamic_bsz"):
         if v.flag(f"{A}.model.use_remove_padding"):   # padded samples: no packed order for a scenario to take
             s["micro_batching"] = "sequence"
         decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
         if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
-            s["forward_micro_batch"] = positive_int(v(f"{r}.log_prob_micro_batch_size_per_gpu"),
-                                                    f"{r}.log_prob_micro_batch_size_per_gpu", src)
+            s["forward_micro_batch"] = v.count(f"{r}.log_prob_micro_batch_size_per_gpu")
         return
     s["micro_batching"] = "balanced"
     layout.pop("micro_batch", None)   # the token budget cuts the micro-batches: a scenario refuses micro_batch beside it
-    layout["max_tokens_per_micro_batch"] = positive_int(v(f"{A}.actor.ppo_max_token_len_per_gpu"),
-                                                        f"{A}.actor.ppo_max_token_len_per_gpu", src)
+    layout["max_tokens_per_micro_batch"] = v.count(f"{A}.actor.ppo_max_token_len_per_gpu")
     if v.given(f"{A}.actor.ppo_micro_batch_size_per_gpu"):
         decided[f"{A}.actor.ppo_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the token budget sets "
                                                               "the micro-batches")
@@ -597,8 +594,7 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
         decided[f"{r}.log_prob_use_dynamic_bsz"] = ("unsupported", "sample-count log-prob micro-batches beside a "
                                                     "training token budget: rlsim's log-prob passes take the budget")
     elif v.given(f"{r}.log_prob_max_token_len_per_gpu"):
-        layout["logprob_max_tokens_per_micro_batch"] = positive_int(v(f"{r}.log_prob_max_token_len_per_gpu"),
-                                                                    f"{r}.log_prob_max_token_len_per_gpu", src)
+        layout["logprob_max_tokens_per_micro_batch"] = v.count(f"{r}.log_prob_max_token_len_per_gpu")
     if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
         decided[f"{r}.log_prob_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the log-prob passes "
                                                              "take a token budget")
@@ -615,8 +611,8 @@ def _rollout_gpus(v: Values) -> int:
 
 def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, user_sizes: bool) -> dict[str, Any]:
     src = v.result.source
-    train = (positive_int(v("trainer.nnodes"), "trainer.nnodes", src)
-             * positive_int(v("trainer.n_gpus_per_node"), "trainer.n_gpus_per_node", src))
+    train = (v.count("trainer.nnodes")
+             * v.count("trainer.n_gpus_per_node"))
     where = "trainer.nnodes x n_gpus_per_node"
     if recipe != "colocated":
         where = f"{train} training ({where}) + {sched['rollout_devices']} rollout (rollout.nnodes x n_gpus_per_node)"

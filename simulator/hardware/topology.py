@@ -187,6 +187,12 @@ class Topology:
         links = [self._graph_host_link(r) for r in ranks]
         return np.array([bw for bw, _ in links], dtype=float), np.array([eff for _, eff in links], dtype=float)
 
+    def host_copy_Bps(self, ranks: Sequence[int], efficiency: float | None = None) -> np.ndarray:
+        """The rate of copies to and from host memory on each rank's host link (host_links):
+        bandwidth x the link's efficiency, or x ``efficiency`` where given (a knob of the copies)."""
+        bw, link_efficiency = self.host_links(ranks)
+        return bw * (link_efficiency if efficiency is None else efficiency)
+
     def _graph_host_link(self, rank: int) -> tuple[float, float]:
         graph, device = self.graph, self.devices[rank]
         links = [(d["bw_Bps"] * d["efficiency"], d["bw_Bps"], d["efficiency"])

@@ -947,8 +947,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     # Gradient sync after each stage's last backward, then the optimizer.
     windows = _chunk_windows(pipe, arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
     dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows)
-    offload_s = (offload_time_s(memory, host_copy_Bps(topology, ranks, params.offload.host_link_efficiency), params)
-                 if params.offload.any else 0.0)
+    offload_s = offload_time_s(memory, _offload_Bps(topology, ranks, params), params) if params.offload.any else 0.0
     step = max([makespan] + [end + dp + opt for end, dp, opt in tail]) + offload_s
     dp_exposed = max([0.0] + [end + dp - makespan for end, dp, _ in tail])
     # Busiest stage: its compute and in-op comm.
@@ -974,18 +973,11 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
         stage_tail_s=tuple(tail), offload_s=offload_s)
 
 
-def host_copy_Bps(topology: Any, ranks: Sequence[int], efficiency: float | None) -> float:
-    """The rate of copies to and from host memory on the slowest of the ranks' host links
-    (Topology.host_links): bandwidth x the link's efficiency, or x `efficiency` where given."""
-    bw, link_efficiency = topology.host_links(ranks)
-    return float((bw * (link_efficiency if efficiency is None else efficiency)).min())
-
-
 def offload_time_s(memory: MemoryBreakdown, host_Bps: float, params: TrainParams,
                    forward_only: bool = False) -> float:
     """Per-phase offload (train_params.offload): what is offloaded is reloaded before the phase and
     offloaded after it, 2 x its bytes over the slowest host link of the pool at `host_Bps`
-    (host_copy_Bps; with `pageable`, each way at the slower of the link and the host's pageable
+    (_offload_Bps; with `pageable`, each way at the slower of the link and the host's pageable
     rate). A forward-only pass moves the weights only."""
     o = params.offload
     nbytes = memory.weights_bytes if o.params else 0.0
@@ -993,10 +985,14 @@ def offload_time_s(memory: MemoryBreakdown, host_Bps: float, params: TrainParams
         nbytes += (memory.gradients_bytes if o.grads else 0.0) + (memory.optimizer_bytes if o.optimizer else 0.0)
     if nbytes <= 0:
         return 0.0
-    bw = host_Bps
     if o.pageable:   # through pageable memory: out and back in at the host's rates where slower
-        return nbytes / min(bw, o.pageable_offload_Bps) + nbytes / min(bw, o.pageable_onload_Bps)
-    return 2.0 * nbytes / bw
+        return nbytes / min(host_Bps, o.pageable_offload_Bps) + nbytes / min(host_Bps, o.pageable_onload_Bps)
+    return 2.0 * nbytes / host_Bps
+
+
+def _offload_Bps(topology: Any, ranks: Sequence[int], params: TrainParams) -> float:
+    """The slowest host link of the ranks, at train_params.offload.host_link_efficiency where given."""
+    return float(topology.host_copy_Bps(ranks, params.offload.host_link_efficiency).min())
 
 
 def _per_sequence_flops(per_token: Any, lengths: np.ndarray) -> float:
@@ -1156,8 +1152,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
         mem = memory_per_device(model, _single_micro_batch(layout), float(seqs.max()),
                                 min(k.hbm_bytes for k in kinds), params=params.memory,
                                 flash_attention=params.compute.flash_attention)
-        worst_t += offload_time_s(mem, host_copy_Bps(topology, ranks, params.offload.host_link_efficiency), params,
-                                  forward_only=True)
+        worst_t += offload_time_s(mem, _offload_Bps(topology, ranks, params), params, forward_only=True)
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
     return result
 

@@ -486,12 +486,10 @@ class LlmCosts:
 
     def _host_rates(self, pool: _Pool) -> list[tuple[DeviceSpec, float]]:
         """(device kind, rate of its copies to and from host memory) for each kind of the pool: the
-        slowest host link of its ranks of that kind (Topology.host_links) at that link's
+        slowest host link of its ranks of that kind (Topology.host_copy_Bps) at that link's
         efficiency, or at schedule.switch.host_link_efficiency where given."""
         if pool.host_rates is None:
-            bw, efficiency = self.topology.host_links(pool.ranks)
-            given = self.switch_params.host_link_efficiency
-            rates = bw * (efficiency if given is None else given)
+            rates = self.topology.host_copy_Bps(pool.ranks, self.switch_params.host_link_efficiency)
             if len(pool.kinds) == 1:
                 pool.host_rates = [(pool.kinds[0], float(rates.min()))]
             else:
