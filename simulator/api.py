@@ -114,6 +114,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     critical path has walked their steps, so memory stays flat over iterations; the summary is the
     same, figure for figure (`rlsim run` does this unless --out writes the table). With
     schedule.failures every row is kept either way (a roll-back rewrites recorded rows)."""
+    _check_hooks(costs, progress)
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     if sc.replicas > 1:   # one run would read it past (a distribution value is refused likewise)
         raise RlsimError(f"replicas: {sc.replicas} asks for {sc.replicas} runs over seeds, and simulate runs one",
@@ -121,6 +122,24 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
                          fix="run them with simulator.uncertainty.replicate (rlsim run runs them), or drop replicas")
     with raised_from(sc.source):   # a model's check names the field; the scenario names the file
         return _simulate(sc, costs, progress, keep_samples)
+
+
+def _check_hooks(costs: Any, progress: Any) -> None:
+    """simulate's ``costs`` and ``progress`` arguments have what the run calls on them (an error
+    naming the argument and the missing members, not an AttributeError mid-run)."""
+    if costs is not None:
+        from .rl.costs import Costs
+
+        wanted = [*Costs.__annotations__, *(name for name in vars(Costs) if not name.startswith("_"))]
+        missing = [name for name in dict.fromkeys(wanted) if not hasattr(costs, name)]
+        if missing:
+            raise RlsimError(f"costs: a {type(costs).__name__} lacks {', '.join(missing)} of the cost protocol",
+                             field="costs", fix="pass an object with every member of simulator.rl.costs.Costs "
+                                                "(e.g. simulator.rl.fake_costs.FakeCosts()), or leave costs out")
+    if progress is not None and not (callable(progress) and callable(getattr(progress, "estimate", None))):
+        raise RlsimError(f"progress: a {type(progress).__name__} is not a progress hook",
+                         field="progress", fix="pass an object with estimate(WorkEstimate) and __call__(done, total), "
+                                               "or leave progress out")
 
 
 def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> SimulationResult:

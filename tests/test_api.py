@@ -221,6 +221,11 @@ def test_a_failure_after_the_runs_end_is_said():
     (lambda: simulator.simulate([]), "scenario"),
     (lambda: simulator.simulate(None, overrides=[5]), "overrides"),
     (lambda: simulator.simulate(None, overrides=5), "overrides"),
+    # the hooks: an AttributeError mid-run before
+    (lambda: simulator.simulate(None, costs="fake"), "costs"),
+    (lambda: simulator.simulate(None, costs=object()), "costs"),
+    (lambda: simulator.simulate(None, progress=5), "progress"),
+    (lambda: simulator.simulate(None, progress=lambda done, total: None), "progress"),
 ])
 def test_wrong_api_arguments_are_rlsim_errors_naming_the_argument(call, field):
     from simulator.errors import RlsimError
@@ -243,3 +248,13 @@ def test_simulate_refuses_replicas_it_would_not_run():
     with pytest.raises(RlsimError) as info:
         simulator.simulate(None, overrides=["replicas=3"])
     assert info.value.field == "replicas" and "replicate" in info.value.fix
+
+
+def test_the_cost_hook_error_names_the_missing_members():
+    from simulator.errors import RlsimError
+
+    fake = FakeCosts()
+    members = {name: getattr(fake, name) for name in dir(fake) if not name.startswith("_") and name != "switch"}
+    with pytest.raises(RlsimError) as info:
+        simulator.simulate(None, costs=type("NoSwitch", (), members)(), iterations=1)
+    assert "lacks switch of the cost protocol" in str(info.value)

@@ -300,6 +300,7 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
             fit.notes.append(f"{run.label}: logged stage(s) left out of the fit, the scenario has no such stage "
                              f"(predicted 0 s): {', '.join(dropped)} (check that the scenario describes the "
                              "logged run, e.g. its critic)")
+        fit.notes.extend(f"{run.label}: {note}" for note in run.log.notes)
         if run.log.ignored:
             fit.notes.append(f"{run.label}: ignored metric names (not timings rlsim reads): "
                              + ", ".join(run.log.ignored))

@@ -12,7 +12,7 @@ A JSONL file has one JSON object per line, a .json file may also hold one array 
 (`run.history()` records), a CSV has the keys as column names; a wandb panel export ("Step",
 "RUN - KEY", "RUN - KEY__MIN", "RUN - KEY__MAX") is read as the CSV of one run.
 Metric names outside these tables are ignored and listed (`RunLog.ignored`); a log with none of
-the known timing names is an error.
+the known timing names is an error. Records sharing a step number are one step (`_one_record_per_step`).
 """
 from __future__ import annotations
 
@@ -95,6 +95,7 @@ class RunLog:
     frame: pd.DataFrame
     source: str
     ignored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # how the log's records became steps (re-logged steps)
 
     @property
     def stages(self) -> list[str]:
@@ -262,6 +263,9 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
     step_key = next((k for k in STEP_KEYS if k in raw.columns), None)
     timing_keys = [*present, *([step_time] if step_time else [])]
     raw = raw[raw[timing_keys].notna().any(axis=1)].reset_index(drop=True)  # rows of other metrics only
+    notes: list[str] = []
+    if step_key:
+        raw, notes = _one_record_per_step(raw, _steps(raw, step_key, source), step_key, timing_keys)
     frame = pd.DataFrame(index=raw.index)
     frame["step"] = _steps(raw, step_key, source) if step_key else np.arange(1, len(raw) + 1)
     for key in [*timing_keys, *(k for k in OTHER_KEYS if k in raw.columns)]:
@@ -284,7 +288,40 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
     frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
     known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS}
     ignored = sorted(str(c) for c in raw.columns if c not in known)
-    return RunLog(frame=frame, source=source, ignored=ignored)
+    return RunLog(frame=frame, source=source, ignored=ignored, notes=notes)
+
+
+def _one_record_per_step(raw: pd.DataFrame, steps: np.ndarray, step_key: str,
+                         timing_keys: Sequence[str]) -> tuple[pd.DataFrame, list[str]]:
+    """One record per step number. Records of one step that log different timings are one step's
+    metrics written in several calls: merged. A record that logs a timing its step already has is
+    the step run again (a run resumed from an earlier checkpoint logs those steps anew): it starts
+    the step over, so the later run's record is kept, and the note says which steps."""
+    import pandas as pd
+
+    if len(np.unique(steps)) == len(steps):
+        return raw, []
+    merged: dict[int, dict[str, Any]] = {}
+    relogged: list[int] = []
+    for step, record in zip(steps.tolist(), raw.to_dict("records"), strict=True):
+        present = {key: value for key, value in record.items() if not _missing(value)}
+        kept = merged.get(step)
+        if kept is not None and any(key in kept for key in timing_keys if key in present):
+            relogged.append(step)
+            kept = None
+        merged[step] = present if kept is None else {**kept, **present}
+    notes = []
+    if relogged:
+        shown = ", ".join(str(step) for step in sorted(set(relogged))[:10])
+        more = len(set(relogged)) - 10
+        notes.append(f"step(s) {shown}{f' and {more} more' if more > 0 else ''} logged twice (a resumed run "
+                     f"logs them again): the later record of each kept")
+    frame = pd.DataFrame(list(merged.values()), columns=raw.columns)
+    return frame.astype({step_key: raw[step_key].dtype}, errors="ignore"), notes
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
 
 
 def _steps(raw: pd.DataFrame, key: str, source: str) -> np.ndarray:

@@ -186,3 +186,29 @@ def test_a_log_past_what_a_run_writes_is_refused(tmp_path: Path, text: str, matc
     path.write_text(text)
     with pytest.raises(RlsimError, match=match):
         read_run_log(path)
+
+
+def _write_records(tmp_path: Path, records: list[dict]) -> Path:
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(json.dumps(record) for record in records))
+    return path
+
+
+def test_a_resumed_run_keeps_the_later_record_of_a_relogged_step_and_says_so(tmp_path: Path) -> None:
+    # steps 4-5 ran twice (resumed from a step-3 checkpoint): before, both records were read as steps
+    first = [{"step": s, "timing_s/gen": 10.0, "timing_s/update_actor": 5.0} for s in range(1, 6)]
+    resumed = [{"step": s, "timing_s/gen": 20.0, "timing_s/update_actor": 6.0} for s in range(4, 8)]
+    log = read_run_log(_write_records(tmp_path, first + resumed))
+    assert list(log.frame["step"]) == [1, 2, 3, 4, 5, 6, 7]
+    assert list(log.frame["generate"]) == [10.0] * 3 + [20.0] * 4
+    assert log.notes == ["step(s) 4, 5 logged twice (a resumed run logs them again): the later record of each kept"]
+
+
+def test_records_of_one_step_with_different_timings_are_merged(tmp_path: Path) -> None:
+    # a logger that writes one step's metrics in two calls (generation, then training)
+    records = [{"step": 1, "timing/train/generation": 30.0}, {"step": 1, "timing/train/policy_training": 9.0},
+               {"step": 2, "timing/train/generation": 31.0, "timing/train/policy_training": 8.0}]
+    log = read_run_log(_write_records(tmp_path, records))
+    assert list(log.frame["step"]) == [1, 2]
+    assert list(log.frame["generate"]) == [30.0, 31.0] and list(log.frame["update_actor"]) == [9.0, 8.0]
+    assert log.notes == []
