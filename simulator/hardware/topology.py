@@ -750,18 +750,23 @@ def _section(reader: _Reader, key: str, allowed: set[str]) -> dict[str, Any]:
 def _device_spec(raw: Any, source: str, field: str, profile: Any = None) -> DeviceSpec:
     """A device entry, with a calibrated profile applied when the entry (`device: {name: cpu,
     profile: PATH}`, an explicit node's `profile:`) or the topology (`device_profile:`) names one."""
+    return _profiled_device(raw, source, field, profile)[0]
+
+
+def _profiled_device(raw: Any, source: str, field: str, profile: Any = None) -> tuple[DeviceSpec, DeviceSpec, str]:
+    """(the device with its profile applied, the device without it, the profile's dotted field)."""
     profile_field = "device_profile"
     if isinstance(raw, Mapping) and "profile" in raw:
         raw = dict(raw)
         profile, profile_field = raw.pop("profile"), f"{field}.profile"
     spec = device_from_mapping(raw, source, field)
     if profile is None:
-        return spec
+        return spec, spec, profile_field
     from pathlib import Path
 
     from .profiles import device_with_profile
     base = Path(source).parent if source and Path(source).exists() else None
-    return device_with_profile(spec, profile, base_dir=base, source=source, field=profile_field)
+    return device_with_profile(spec, profile, base_dir=base, source=source, field=profile_field), spec, profile_field
 
 
 def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], source: str,
@@ -813,14 +818,26 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
                     fabric=fabric)
 
 
-def _check_link_given_once(dev_raw: Any, dev_field: str, section: _Reader, device_key: str) -> None:
-    """A device mapping's link rate (scaleup_bw_Bps / host_link_bw_Bps) is only the default of the
-    link section's `bw`: given beside that `bw` it would be read past, so it is an error."""
-    if isinstance(dev_raw, Mapping) and device_key in dev_raw and "bw" in section.m:
-        raise RlsimError(f"{device_key} is the default of {section.where('bw')}, which this topology sets "
+def _check_link_given_once(dev_raw: Any, dev_field: str, section: _Reader, device_key: str,
+                           profiled: tuple[DeviceSpec, DeviceSpec, str]) -> None:
+    """A device mapping's link rate (scaleup_bw_Bps / host_link_bw_Bps), or a device profile's
+    measured one, is only the default of the link section's `bw`: given beside that `bw` it would
+    be read past, so it is an error. ``profiled``: _profiled_device's triple."""
+    if section.m.get("bw") is None:
+        return
+    bw = section.where("bw")
+    if isinstance(dev_raw, Mapping) and device_key in dev_raw:
+        raise RlsimError(f"{device_key} is the default of {bw}, which this topology sets "
                          f"({section.m['bw']}): the device's value would be read past", source=section.source,
                          field=f"{dev_field}.{device_key}",
-                         fix=f"set the topology's {section.where('bw')} instead (--set topology.{section.where('bw')}=...)")
+                         fix=f"set the topology's {bw} instead (--set topology.{bw}=...)")
+    spec, plain, profile_field = profiled
+    if getattr(spec, device_key) != getattr(plain, device_key):
+        raise RlsimError(f"the device profile's measured {device_key} ({getattr(spec, device_key):.4g} B/s) is the "
+                         f"default of {bw}, which this topology sets ({section.m['bw']}): one of the two would be "
+                         "read past", source=section.source, field=profile_field,
+                         fix=f"to use the measured rate, unset the topology's (--set topology.{bw}=null); to keep the "
+                             f"topology's, drop {device_key} from the profile")
 
 
 def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, devices_before: int,
@@ -836,7 +853,8 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     if dev_raw is None:
         raise RlsimError("missing required field", source=source, field=dev_field,
                          fix="name a device, e.g. device: h100")
-    spec = _device_spec(dev_raw, source, dev_field, get("device_profile"))
+    profiled = _profiled_device(dev_raw, source, dev_field, get("device_profile"))
+    spec = profiled[0]
     per_node = g.count("devices_per_node", top.m.get("devices_per_node", 8))
     per_domain = g.count("nodes_per_domain", top.m.get("nodes_per_domain", 1))
     given = [k for k in _COUNT_KEYS if g.m.get(k) is not None]
@@ -866,12 +884,12 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     if up_kind == "mesh" and per_domain != 1:
         raise RlsimError("a full-mesh scale-up spans one server", source=source,
                          field=g.where("nodes_per_domain"), fix="set nodes_per_domain: 1")
-    _check_link_given_once(dev_raw, dev_field, up_r, "scaleup_bw_Bps")
+    _check_link_given_once(dev_raw, dev_field, up_r, "scaleup_bw_Bps", profiled)
     up = up_r.link("bw", spec.scaleup_bw_Bps, DEFAULT_SCALEUP_LATENCY_S, DEFAULT_SCALEUP_EFFICIENCY)
     uplink_bw = per_node * up.bw_Bps / up_r.number("oversubscription", 1.0, minimum=1.0)
     host_r = _Reader(_merge(_section(top, "host", _HOST_KEYS), _section(g, "host", _HOST_KEYS)), source,
                      g.where("host") if "host" in g.m else "host")
-    _check_link_given_once(dev_raw, dev_field, host_r, "host_link_bw_Bps")
+    _check_link_given_once(dev_raw, dev_field, host_r, "host_link_bw_Bps", profiled)
     host = host_r.link("bw", spec.host_link_bw_Bps, DEFAULT_HOST_LATENCY_S, DEFAULT_HOST_EFFICIENCY)
     if (up.bw_Bps, host.bw_Bps) != (spec.scaleup_bw_Bps, spec.host_link_bw_Bps):
         # the device's link rates are those of its links here: what reads them off the device (host

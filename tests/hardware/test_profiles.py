@@ -170,10 +170,24 @@ def test_profile_of_another_device_is_refused(tmp_path: Path) -> None:
 def test_scenario_override_reaches_the_topology(tmp_path: Path) -> None:
     from simulator.scenario import load_scenario
 
-    path = save_profile(_profile(device="h100", hbm_bw_Bps=2.5e12), tmp_path / "h100.yaml")
+    path = save_profile(_profile(device="h100", hbm_bw_Bps=2.5e12, scaleup_bw_Bps=None, host_link_bw_Bps=None),
+                        tmp_path / "h100.yaml")
     scenario = load_scenario(None, topology="dgx-h100", overrides=[f"topology.device_profile={path}"])
     topo = load_topology(scenario.to_dict()["topology"])
     assert topo.device_spec(0).hbm_bw_Bps == 2.5e12
+
+
+@pytest.mark.parametrize("key, section", [("scaleup_bw_Bps", "scaleup"), ("host_link_bw_Bps", "host")])
+def test_a_profiles_link_rate_beside_the_topologys_bw_is_refused_unless_that_is_unset(tmp_path, key, section):
+    # the measured rate was read past without a word under a preset's scaleup.bw / host.bw
+    from simulator.errors import RlsimError
+
+    path = save_profile(DeviceProfile(device="h100", **{key: 3e11}), tmp_path / "h100.yaml")
+    with pytest.raises(RlsimError) as info:   # dgx-h100 sets scaleup.bw, not host.bw
+        load_topology({"preset": "dgx-h100", "nodes": 1, "device_profile": str(path), "host": {"bw": "64GB/s"}})
+    assert info.value.field == "device_profile" and f"topology.{section}.bw=null" in info.value.fix
+    topo = load_topology({"preset": "dgx-h100", "nodes": 1, "device_profile": str(path), section: {"bw": None}})
+    assert getattr(topo.device_spec(0), key) == 3e11
 
 
 @pytest.mark.parametrize("fields, field, says", [
