@@ -753,9 +753,9 @@ def _device_spec(raw: Any, source: str, field: str, profile: Any = None) -> Devi
     return _profiled_device(raw, source, field, profile)[0]
 
 
-def _profiled_device(raw: Any, source: str, field: str, profile: Any = None) -> tuple[DeviceSpec, DeviceSpec, str]:
+def _profiled_device(raw: Any, source: str, field: str, profile: Any = None,
+                     profile_field: str = "device_profile") -> tuple[DeviceSpec, DeviceSpec, str]:
     """(the device with its profile applied, the device without it, the profile's dotted field)."""
-    profile_field = "device_profile"
     if isinstance(raw, Mapping) and "profile" in raw:
         raw = dict(raw)
         profile, profile_field = raw.pop("profile"), f"{field}.profile"
@@ -840,6 +840,26 @@ def _check_link_given_once(dev_raw: Any, dev_field: str, section: _Reader, devic
                              f"topology's, drop {device_key} from the profile")
 
 
+def _device_and_profile(g: _Reader, top: _Reader, dev_raw: Any, dev_field: str) -> tuple[Any, Any]:
+    """(device entry, profile path or None) of one group: the profile of the more specific level wins
+    (a group's own `device_profile` over a `profile:` in the file's shared device entry, a group's
+    own device entry's `profile:` over the file's `device_profile`); both at one level is an error,
+    as one of them would be read past."""
+    entry_has = isinstance(dev_raw, Mapping) and "profile" in dev_raw
+    entry_level = g if "device" in g.m else top
+    profile_level = g if "device_profile" in g.m else top if "device_profile" in top.m else None
+    if not entry_has or profile_level is None:
+        return dev_raw, (g.m.get("device_profile", top.m.get("device_profile")))
+    if entry_level is profile_level:
+        raise RlsimError("a device profile is given twice: the device entry's profile and device_profile beside it; "
+                         "one would be read past", source=top.source, field=f"{dev_field}.profile",
+                         fix=f"keep one of {dev_field}.profile and {profile_level.where('device_profile')} (from the "
+                             f"command line, --set topology.{dev_field}.profile=PATH replaces the entry's)")
+    if profile_level is g:   # the group's own device_profile over the shared entry's profile
+        return {k: v for k, v in dev_raw.items() if k != "profile"}, g.m["device_profile"]
+    return dev_raw, None     # the group's own entry's profile over the file's device_profile
+
+
 def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, devices_before: int,
                 max_devices: int) -> GroupPlan:
     """One group's (or the whole file's) devices, counts and links, checked."""
@@ -853,7 +873,9 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     if dev_raw is None:
         raise RlsimError("missing required field", source=source, field=dev_field,
                          fix="name a device, e.g. device: h100")
-    profiled = _profiled_device(dev_raw, source, dev_field, get("device_profile"))
+    entry, profile = _device_and_profile(g, top, dev_raw, dev_field)
+    profiled = _profiled_device(entry, source, dev_field, profile,
+                                g.where("device_profile") if "device_profile" in g.m else "device_profile")
     spec = profiled[0]
     per_node = g.count("devices_per_node", top.m.get("devices_per_node", 8))
     per_domain = g.count("nodes_per_domain", top.m.get("nodes_per_domain", 1))

@@ -131,6 +131,39 @@ def test_topology_device_entry_profile_and_override(tmp_path: Path) -> None:
     assert topo.device_spec(1).launch_overhead_s == pytest.approx(1.2e-5)
 
 
+def _two_groups(top: dict, g1: dict) -> dict:
+    return {"name": "two", "devices_per_node": 2, "scaleout": {"nic_bw": "100Gb/s"}, **top,
+            "groups": {"g1": {"nodes": 1, **g1}, "g2": {"nodes": 1}}}
+
+
+@pytest.mark.parametrize("top, g1, ranks_a", [
+    # a group's own device_profile over a profile in the file's shared device entry (before: the entry's won)
+    ({"device": {"name": "cpu", "profile": "A"}}, {"device_profile": "B"}, [2, 3]),
+    # a group's own device entry's profile over the file's device_profile
+    ({"device": "cpu", "device_profile": "B"}, {"device": {"name": "cpu", "profile": "A"}}, [0, 1]),
+])
+def test_the_more_specific_profile_wins(tmp_path: Path, top, g1, ranks_a) -> None:
+    paths = {name: str(save_profile(_profile(hbm_bw_Bps=bw), tmp_path / f"{name}.yaml"))
+             for name, bw in (("A", 1e10), ("B", 2e10))}
+    swap = (lambda v: ({**v, "profile": paths[v["profile"]]} if isinstance(v, dict) and "profile" in v
+                       else paths.get(v, v) if isinstance(v, str) else v))
+    topo = load_topology(_two_groups({k: swap(v) for k, v in top.items()}, {k: swap(v) for k, v in g1.items()}))
+    assert [r for r in range(4) if topo.device_spec(r).hbm_bw_Bps == 1e10] == ranks_a
+
+
+@pytest.mark.parametrize("mapping, field", [
+    (lambda a, b: _cpu_topology(device={"name": "cpu", "profile": a}, device_profile=b), "device.profile"),
+    (lambda a, b: _two_groups({"device": "cpu"}, {"device": {"name": "cpu", "profile": a}, "device_profile": b}),
+     "groups.g1.device.profile"),
+])
+def test_two_profiles_at_one_level_are_refused(tmp_path: Path, mapping, field) -> None:
+    # before, the entry's profile won and device_profile was read past without a word
+    a, b = (str(save_profile(_profile(), tmp_path / f"{name}.yaml")) for name in "ab")
+    with pytest.raises(RlsimError) as info:
+        load_topology(mapping(a, b))
+    assert info.value.field == field and "given twice" in str(info.value)
+
+
 def test_topology_profile_path_relative_to_topology_file(tmp_path: Path) -> None:
     save_profile(_profile(), tmp_path / "cpu.yaml")
     topo_file = tmp_path / "topo.yaml"
