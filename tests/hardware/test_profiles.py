@@ -145,8 +145,11 @@ def _two_groups(top: dict, g1: dict) -> dict:
 def test_the_more_specific_profile_wins(tmp_path: Path, top, g1, ranks_a) -> None:
     paths = {name: str(save_profile(_profile(hbm_bw_Bps=bw), tmp_path / f"{name}.yaml"))
              for name, bw in (("A", 1e10), ("B", 2e10))}
-    swap = (lambda v: ({**v, "profile": paths[v["profile"]]} if isinstance(v, dict) and "profile" in v
-                       else paths.get(v, v) if isinstance(v, str) else v))
+    def swap(value):   # the names A / B as the profile paths
+        if isinstance(value, dict) and "profile" in value:
+            return {**value, "profile": paths[value["profile"]]}
+        return paths.get(value, value) if isinstance(value, str) else value
+
     topo = load_topology(_two_groups({k: swap(v) for k, v in top.items()}, {k: swap(v) for k, v in g1.items()}))
     assert [r for r in range(4) if topo.device_spec(r).hbm_bw_Bps == 1e10] == ranks_a
 
