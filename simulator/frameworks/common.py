@@ -171,17 +171,26 @@ def _unresolved(value: Any) -> bool:
 def read_config(path: str | Path, overrides: Iterable[str], *, what: str) -> dict[str, Any]:
     """One framework YAML (a NeMo RL ``defaults:`` chain merged under it), flattened, overrides and
     interpolations applied."""
-    data = _with_defaults(Path(path), what, depth=0)
+    data = _with_defaults(Path(path), what, chain=())
     return resolve_interpolations(apply_hydra_overrides(flatten(data), overrides, str(path)))
 
 
-def _with_defaults(path: Path, what: str, depth: int) -> dict[str, Any]:
+MAX_DEFAULTS_DEPTH = 8   # base files under base files: NeMo RL's recipes chain two or three
+
+
+def _with_defaults(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """The file with the files its ``defaults:`` names merged under it (depth first, in order);
+    ``chain``: the files that led here (a file that names one of them again is a cycle)."""
     data = read_yaml(path, what=what, fix=f"give the path of a {what}")
     bases = data.pop("defaults", None)
-    if bases is None or depth > 8:
+    if bases is None:
         return data
+    if not isinstance(bases, (str, list)):
+        raise RlsimError(f"defaults must be a file path or a list of them, got {bases!r}", source=str(path),
+                         field="defaults", fix="list base files as paths relative to this file")
     merged: dict[str, Any] = {}
-    for base in [bases] if isinstance(bases, str) else list(bases):
+    here = (*chain, path.resolve())
+    for base in [bases] if isinstance(bases, str) else bases:
         if not isinstance(base, str):
             raise RlsimError(f"defaults entry {base!r} is not a file path (Hydra config groups are not read)",
                              source=str(path), field="defaults", fix="list base files as paths relative to this file")
@@ -189,10 +198,14 @@ def _with_defaults(path: Path, what: str, depth: int) -> dict[str, Any]:
         if not base_path.is_file():
             raise RlsimError(f"base config {base!r} not found (looked for {base_path})", source=str(path),
                              field="defaults", fix="put the base file there, or copy its keys into this file")
-        merged = deep_merge(merged, _with_defaults(base_path, what, depth + 1))
+        if base_path in here:
+            raise RlsimError(f"defaults entry {base!r} is a cycle: {' -> '.join(p.name for p in (*here, base_path))}",
+                             source=str(path), field="defaults", fix="remove the entry that leads back")
+        if len(here) > MAX_DEFAULTS_DEPTH:
+            raise RlsimError(f"defaults nest deeper than {MAX_DEFAULTS_DEPTH} files", source=str(path),
+                             field="defaults", fix="merge some base files into one")
+        merged = deep_merge(merged, _with_defaults(base_path, what, here))
     return deep_merge(merged, data)
-
-
 
 
 # ---- classifying ----------------------------------------------------------------------------------

@@ -362,6 +362,21 @@ def test_nemo_defaults_chain_and_batch_checks(tmp_path):
         import_config("nemo-rl", tmp_path / "recipe.yaml", ["policy.train_global_batch_size=500"])
 
 
+@pytest.mark.parametrize("files, says", [
+    ({"r.yaml": "defaults: 5\n"}, "defaults must be a file path or a list"),     # a TypeError traceback before
+    ({"r.yaml": "defaults: true\n"}, "defaults must be a file path or a list"),
+    ({"r.yaml": "defaults: r.yaml\n"}, "is a cycle: r.yaml -> r.yaml"),           # cycles ran to a depth cap,
+    ({"r.yaml": "defaults: [b.yaml]\n", "b.yaml": "defaults: r.yaml\n"}, "cycle"),  # then dropped the rest
+])
+@pytest.mark.parametrize("framework", ["verl", "nemo-rl"])
+def test_a_bad_defaults_entry_is_an_error_naming_it(tmp_path, files, says, framework):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(RlsimError, match=says) as info:
+        import_config(framework, tmp_path / "r.yaml")
+    assert info.value.field == "defaults"
+
+
 def test_nemo_split_pools_on_policy_is_disaggregated():
     r = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b-async-1off.yaml", ["grpo.async_grpo.enabled=false"])
     assert r.scenario["schedule"]["kind"] == "disaggregated" and r.scenario["schedule"]["rollout_devices"] == 8
