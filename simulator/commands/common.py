@@ -47,6 +47,8 @@ def positive_number(text: str) -> float:
 def out_dir(text: str) -> str:
     """argparse `type=` of an output folder: refuse, before any simulation runs, an existing file,
     a path under a file, and a folder that cannot be created or written."""
+    if not text.strip():   # Path("") is the working folder: the outputs would land among its files
+        raise argparse.ArgumentTypeError("an empty path; give a folder (new or existing), e.g. results")
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a file; give a folder (new or existing)")
@@ -57,6 +59,8 @@ def out_dir(text: str) -> str:
 def out_file(text: str) -> str:
     """argparse `type=` of an output file: refuse a folder, a path under a file, and a place that
     cannot be written, before any measurement runs."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a file name, e.g. profile.yaml")
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name, e.g. {text.rstrip('/')}/profile.yaml")
@@ -79,6 +83,15 @@ def _check_writable(path: Path, text: str, what: str) -> None:
     if not os.access(probe, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: no permission in {str(probe)!r}; "
                                          f"give another {what}")
+    # os.access says yes to root, and nothing of read-only or special filesystems (/sys, /proc): a
+    # file made and removed there is the test
+    import tempfile
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {exc.strerror or exc} in {str(probe)!r}; "
+                                         f"give another {what}") from None
 
 
 def print_json(document: Any) -> None:

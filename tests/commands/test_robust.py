@@ -123,3 +123,24 @@ def test_out_in_a_read_only_folder_is_refused(tmp_path, capsys):
         assert "no permission" in capsys.readouterr().err
     finally:
         locked.chmod(0o700)
+
+
+def test_out_where_no_file_can_be_made_is_refused_even_for_root(tmp_path, monkeypatch, capsys):
+    # os.access says yes to root and knows nothing of read-only or special filesystems (/sys,
+    # /proc): a PermissionError traceback after the run before; here a filesystem that refuses files
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    assert main(["run", "--iterations", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "Read-only file system" in err and "--out" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["run"], ["calibrate", "--device", "cpu"]])
+def test_an_empty_out_is_refused(command, capsys):
+    # --out "" wrote the outputs into the working folder
+    assert main([*command, "--out", ""]) == 2
+    assert "an empty path" in capsys.readouterr().err
