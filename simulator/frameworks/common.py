@@ -271,6 +271,15 @@ def model_for(value: Any, field_name: str, source: str) -> tuple[str, str]:
                      fix=f"--set workload.model=PRESET (one of: {', '.join(sorted(names))}) or a path to its config.json")
 
 
+def inactive_section(flat: Mapping[str, Any], prefix: str, reason: str,
+                     decided: dict[str, tuple[Status, str]]) -> None:
+    """The keys under ``prefix`` (a training backend the config does not run) listed as ignored with
+    ``reason``, not as mapped: they have no effect on what is simulated."""
+    for key in flat:
+        if key.startswith(prefix + ".") and key not in decided:
+            decided[key] = ("ignored", reason)
+
+
 def without_inapplicable_layout_keys(layout: dict[str, Any], model: str | None, config_keys: Mapping[str, str],
                                      decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     """An imported train_layout less the keys its layout or model makes inapplicable, which a

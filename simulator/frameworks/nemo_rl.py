@@ -24,6 +24,7 @@ from .common import (
     classify,
     flag,
     ignored,
+    inactive_section,
     mapped,
     model_for,
     positive_int,
@@ -59,6 +60,7 @@ CUSTOM_ALL_REDUCE_NOTE = ("vLLM's custom all-reduce: taken at vLLM's default (on
                           "8 MiB through peer memory); NeMo RL's worker code was not read: --set "
                           "workload.inference.custom_all_reduce=false if your version disables it")
 _M = "policy.megatron_cfg"
+_D = "policy.dtensor_cfg"
 
 RULES: dict[str, Rule] = {
     "grpo.num_prompts_per_step": mapped("workload.prompts_per_step"),
@@ -186,6 +188,7 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
     kind, result.schedule_rule = schedule_of(v)
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
+    _training_backend(v, flat, decided)
     workload = _workload(v, "workload.model" in user_sets, decided)
     _reward_pool(flat, workload, decided, source)
     sched = _schedule(v, kind, workload, decided)
@@ -200,6 +203,19 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
                         "min(max_new_tokens, T-max); NeMo caps prompt + response at T-max per sample "
                         "(set --set workload.response_length.max / .median to refine)")
     return result
+
+
+def _training_backend(v: Values, flat: Mapping[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """NeMo RL trains with Megatron (megatron_cfg.enabled) or DTensor, not both (its Policy refuses
+    the two together); the other backend's keys are listed as ignored."""
+    megatron, dtensor = v.flag(f"{_M}.enabled"), v.flag(f"{_D}.enabled")
+    if megatron and dtensor:
+        raise RlsimError("both training backends are enabled", source=v.result.source, field=f"{_D}.enabled",
+                         fix=f"enable one: {_M}.enabled=true with {_D}.enabled=false, or the reverse")
+    active, inactive = (_M, _D) if megatron else (_D, _M)
+    inactive_section(flat, inactive, f"{active} trains ({_M}.enabled {str(megatron).lower()}): this backend's "
+                     "settings do not apply", decided)
+    decided.pop(f"{inactive}.enabled", None)   # the switch itself is read
 
 
 def _reward_pool(flat: Mapping[str, Any], w: dict[str, Any], decided: dict[str, tuple[Status, str]],

@@ -27,6 +27,7 @@ from .common import (
     capped_length,
     classify,
     ignored,
+    inactive_section,
     mapped,
     model_for,
     positive_int,
@@ -86,6 +87,7 @@ SGLANG_VERSION_NOTE = (f"{A}.rollout.name sglang: read as verl 0.7.0 runs it ({S
 # own default stands, 1024 on GPUs of >= 70 GiB). The import notes say so.
 ENFORCE_EAGER_NOTE = (f"{A}.rollout.enforce_eager not given: verl 0.6+ default false (CUDA graphs), which rlsim "
                       "takes; verl 0.4-0.5 defaulted to true (eager): give it to match your verl version")
+ROLLOUT_MODES = ("sync", "async")   # verl 0.6 / 0.7 rollout.yaml `mode`
 MODE_NOTE = (f"{A}.rollout.mode not given: verl 0.6's default sync (per-prompt dispatch), which rlsim takes; verl 0.7 "
              "defaults to async (its agent loop: per-sample dispatch): give rollout.mode=async to match verl 0.7")
 MAX_NUM_SEQS_NOTE = (f"{A}.rollout.max_num_seqs: verl 0.6+ hands it to vLLM, as rlsim reads it; verl 0.4-0.5 did not "
@@ -288,7 +290,7 @@ def recipe_of(values: Values, explicit: str | None) -> tuple[str, str]:
         return explicit, f"{KIND_OF_RECIPE[explicit]} (--framework-schedule {explicit})"
     if values.section("async_training"):
         return "fully-async", "verl-fully-async (async_training.* keys: the fully_async_policy recipe)"
-    if values.flat.get(f"{A}.hybrid_engine") is False or values.section("rollout"):
+    if (values.given(f"{A}.hybrid_engine") and not values.flag(f"{A}.hybrid_engine")) or values.section("rollout"):
         return "one-step-off", "one-step-off (hybrid_engine false / a rollout.* pool: the one_step_off_policy recipe)"
     return "colocated", "colocated (main_ppo's hybrid engine: no async_training, no rollout pool)"
 
@@ -305,6 +307,9 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     workload = _workload(values, recipe, "workload.model" in user_sets, decided)
+    strategy = str(values(f"{A}.actor.strategy"))
+    inactive_section(flat, f"{A}.actor.fsdp_config" if strategy == "megatron" else f"{A}.actor.megatron",
+                     f"{A}.actor.strategy is {strategy}: this backend's settings do not apply", decided)
     sched = _schedule(values, recipe, workload, decided)
     result.scenario["topology"] = _topology(values, recipe, sched, topology,
                                             any(k.startswith("topology.") for k in user_sets))
@@ -370,7 +375,11 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     w["rollout_layout"] = _rollout_layout(v, decided)
     _engine_and_offload(v, w, decided)
-    if recipe != "fully-async" and v(f"{A}.rollout.mode") == "async":
+    mode = v(f"{A}.rollout.mode")
+    if mode is not None and mode not in ROLLOUT_MODES:   # verl's own check: sync or async only
+        raise RlsimError(f"unknown rollout mode {mode!r}", source=src, field=f"{A}.rollout.mode",
+                         fix=f"pass {A}.rollout.mode=sync or {A}.rollout.mode=async")
+    if recipe != "fully-async" and mode == "async":
         # verl's agent loop (verl/experimental/agent_loop): the batch repeated n times, each sample its
         # own request to the server with the fewest requests so far: a prompt's samples spread over them
         w.setdefault("inference", {})["dispatch"] = "per-sample"

@@ -592,3 +592,35 @@ def test_a_config_value_of_the_wrong_type_is_an_error_naming_its_key(capsys, fla
     assert main(["run", flag, str(EXAMPLES / config), item, "--set", "iterations=2"]) == 2
     err = capsys.readouterr().err
     assert f"field '{field}'" in err and "Traceback" not in err
+
+
+def test_the_backend_that_does_not_train_is_listed_ignored_not_mapped():
+    # its keys were listed as mapped (e.g. to workload.train_layout.tp) though they changed nothing
+    r = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
+                      ["+actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"])
+    key = "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"
+    assert key in r.ignored and "strategy is fsdp" in r.ignored[key] and key not in r.mapped
+    assert r.scenario["workload"]["train_layout"]["tp"] == 1
+    nemo = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml",
+                         ["+policy.dtensor_cfg.tensor_parallel_size=4"])
+    assert "policy.dtensor_cfg.tensor_parallel_size" in nemo.ignored
+    assert "policy.dtensor_cfg.enabled" not in nemo.ignored   # the switch itself is read
+    dtensor = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml",
+                            ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"])
+    assert "policy.megatron_cfg.tensor_model_parallel_size" in dtensor.ignored
+
+
+@pytest.mark.parametrize("framework, config, overrides, field", [
+    # NeMo RL's Policy refuses both backends; rlsim ran Megatron without a word
+    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", ["policy.dtensor_cfg.enabled=true"], "policy.dtensor_cfg.enabled"),
+    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", ["policy.dtensor_cfg.enabled='true'"], "policy.dtensor_cfg.enabled"),
+    # a string 'false' read as colocated (only the boolean false split the pools), listed as mapped
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", ["+actor_rollout_ref.hybrid_engine='false'"], "actor_rollout_ref.hybrid_engine"),
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", ["+actor_rollout_ref.hybrid_engine=0"], "actor_rollout_ref.hybrid_engine"),
+    # any mode but async was read as sync
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", ["+actor_rollout_ref.rollout.mode=ASYNC"], "actor_rollout_ref.rollout.mode"),
+])
+def test_switches_with_values_the_framework_refuses_are_errors(framework, config, overrides, field):
+    with pytest.raises(RlsimError) as info:
+        import_config(framework, EXAMPLES / config, overrides)
+    assert info.value.field == field
