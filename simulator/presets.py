@@ -82,6 +82,35 @@ class _SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
     pydantic's fields took them. The subclass keeps PyYAML's own loaders unchanged."""
 
 
+def _construct_mapping_once(loader: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    """A mapping whose keys are given once: PyYAML keeps the last of a repeated key and drops the
+    first without a word (a second `data:` block replaced the whole first one). Keys a `<<` merge
+    brings in may be overridden, as YAML means them."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping", node.start_mark,
+                f"key {key!r} is given twice (first at line {seen[key] + 1}): the first would be dropped",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return yaml.constructor.SafeConstructor.construct_mapping(loader, node, deep=deep)
+
+
+def _mapping_value(loader: Any, node: yaml.MappingNode) -> Any:
+    """SafeConstructor.construct_yaml_map (a generator: the mapping first, filled after, for
+    recursive structures) with the repeated-key check."""
+    data: dict[Any, Any] = {}
+    yield data
+    data.update(_construct_mapping_once(loader, node))
+
+
+_SafeLoader.add_constructor("tag:yaml.org,2002:map", _mapping_value)
+
+
 _SafeLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+.0123456789"))

@@ -45,3 +45,24 @@ def test_kept_parses_are_bounded(tmp_path, monkeypatch):
         path.write_text(f"a: {i}\n")
         assert presets.read_yaml(path) == {"a": i}
     assert len(presets._parsed) <= presets._PARSED_MAX_ENTRIES
+
+
+@pytest.mark.parametrize("text, key, line", [
+    ("data:\n  batch: 16\n  max_len: 512\ndata:\n  batch: 32\n", "data", 1),   # the first block was dropped
+    ("iterations: 1\niterations: 2\n", "iterations", 1),
+    ("schedule:\n  kind: colocated\n  kind: stalesync\n", "kind", 2),
+])
+def test_a_key_given_twice_is_an_error_naming_its_lines(text, key, line):
+    from simulator.errors import RlsimError
+    from simulator.presets import load_yaml_text
+
+    with pytest.raises(RlsimError) as info:
+        load_yaml_text(text, source="s.yaml")
+    assert f"key '{key}' is given twice (first at line {line})" in str(info.value)
+
+
+def test_a_merge_key_may_be_overridden():
+    from simulator.presets import load_yaml_text
+
+    text = "base: &b {tp: 1, pp: 2}\nlayout:\n  <<: *b\n  tp: 4\n"
+    assert load_yaml_text(text, source="s.yaml")["layout"] == {"tp": 4, "pp": 2}
