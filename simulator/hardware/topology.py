@@ -626,6 +626,12 @@ def _device_over_base(base: Mapping[str, Any], given: dict[str, Any]) -> dict[st
     device, under = given.get("device"), base.get("device")
     if _unnamed(device) and isinstance(under, str):
         out["device"] = {"base": under, **device}
+    elif _unnamed(device) and under is None and isinstance(base.get("groups"), Mapping):
+        # groups that each name their device: the fields lay over every group's (a shared device
+        # would be read past by every such group), a group's own given fields over them
+        out.pop("device")
+        out["groups"] = _groups_with_device_fields(base["groups"], given.get("groups"), device)
+        return out
     groups, base_groups = given.get("groups"), base.get("groups")
     if isinstance(groups, Mapping) and isinstance(base_groups, Mapping):   # a group's device likewise
         out["groups"] = dict(groups)
@@ -634,6 +640,28 @@ def _device_over_base(base: Mapping[str, Any], given: dict[str, Any]) -> dict[st
             under = base_group.get("device") if isinstance(base_group, Mapping) else None
             if isinstance(group, Mapping) and _unnamed(group.get("device")) and isinstance(under, str):
                 out["groups"][name] = {**group, "device": {"base": under, **group["device"]}}
+    return out
+
+
+def _groups_with_device_fields(base_groups: Mapping[str, Any], given_groups: Any,
+                               fields: Mapping[str, Any]) -> dict[str, Any]:
+    """`given_groups` with `fields` (an unnamed device mapping given for the whole topology) laid
+    over each base group's device: its catalog name as the base, or its own mapping; the group's
+    own given device fields over them."""
+    given_groups = given_groups if isinstance(given_groups, Mapping) else {}
+    out = dict(given_groups)
+    for name, base_group in base_groups.items():
+        entry = given_groups.get(name)
+        entry = dict(entry) if isinstance(entry, Mapping) else {}
+        own = entry.get("device")
+        under = base_group.get("device") if isinstance(base_group, Mapping) else None
+        if isinstance(own, str) or (isinstance(own, Mapping) and not _unnamed(own)):
+            continue   # the group names its device anew: nothing to lay over
+        if isinstance(under, str):
+            under = {"base": under}
+        if not isinstance(under, Mapping):
+            continue
+        out[name] = {**entry, "device": {**under, **fields, **(own or {})}}
     return out
 
 

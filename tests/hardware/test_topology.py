@@ -246,6 +246,19 @@ def test_device_fields_given_without_a_name_override_the_presets_device():
     assert named.device_spec(0).hbm_bytes == get_device("h200").hbm_bytes
 
 
+def test_device_fields_given_without_a_name_reach_every_group_that_names_its_device():
+    # on hetero-a100-h100 (each group names its device) they were read past: the run was
+    # byte-identical and `rlsim sensitivity` reported a swing of 0 for the GEMM efficiency
+    topo = load_topology("hetero-a100-h100", {"device": {"gemm_efficiency": 0.1}})
+    assert {topo.device_spec(r).name for r in range(topo.num_devices)} == {"a100-80gb", "h100"}
+    assert {topo.device_spec(r).gemm_efficiency for r in range(topo.num_devices)} == {0.1}
+    # a group's own fields over the whole topology's
+    both = load_topology("hetero-a100-h100", {"device": {"gemm_efficiency": 0.1},
+                                              "groups": {"h100": {"device": {"gemm_efficiency": 0.5}}}})
+    assert {(both.device_spec(r).name, both.device_spec(r).gemm_efficiency)
+            for r in range(both.num_devices)} == {("a100-80gb", 0.1), ("h100", 0.5)}
+
+
 @pytest.mark.parametrize("section,fields", [("scaleup", {"bandwidth": "10GB/s"}), ("host", {"bandwidth": "1GB/s"}),
                                             ("scaleout", {"nic_bandwidth": "1Gb/s"}), ("scaleup", 5), ("host", 5),
                                             ("collectives", 5)])
