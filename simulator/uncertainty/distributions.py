@@ -56,7 +56,11 @@ class Distribution:
                 raise RlsimError(f"must be a finite number, got {value!r}", source=source, field=f"{key}.{name}",
                                  fix=f"write e.g. {EXAMPLES[law]}")
             params[name] = float(value)
-        dist = cls(key, law, params, bool(spec.get("integer", False)))
+        integer = spec.get("integer", False)
+        if not isinstance(integer, bool):   # a string "no" read as true
+            raise RlsimError(f"must be true or false, got {integer!r}", source=source, field=f"{key}.integer",
+                             fix="write integer: true (draws rounded to whole numbers) or leave it out")
+        dist = cls(key, law, params, integer)
         dist._check(source)
         return dist
 
@@ -99,7 +103,10 @@ class Distribution:
             lo, hi = p["mean"] - 1.96 * p["sd"], p["mean"] + 1.96 * p["sd"]
         else:
             lo, hi = p["median"] * math.exp(-1.96 * p["sigma"]), p["median"] * math.exp(1.96 * p["sigma"])
-        return max(lo, p.get("min", -math.inf)), min(hi, p.get("max", math.inf))
+        # draws are clipped to [min, max]: so is the range (both ends; a clip past the 95% range
+        # leaves the value every draw takes, not an inverted range)
+        floor, ceiling = p.get("min", -math.inf), p.get("max", math.inf)
+        return min(max(lo, floor), ceiling), max(min(hi, ceiling), floor)
 
 
 def find_distributions(data: Mapping[str, Any], source: str) -> list[Distribution]:

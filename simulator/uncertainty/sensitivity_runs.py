@@ -53,9 +53,24 @@ def parse_vary(items: Sequence[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
+# Keys a varied run does not read: the seeds come from --seeds (a swing of 0 and Sobol indices of
+# 0 before, for a key that does move the figure)
+NOT_VARIED = {"seed": "the seeds are --seeds N (the figure is their median)",
+              "replicas": "the replicas are --seeds N"}
+
+
 def given_ranges(vary: Any) -> dict[str, tuple[float, float]] | None:
     """`vary` as sensitivity takes it (a mapping key -> (low, high), 'KEY=LOW..HIGH' items, one such
     string, or None for the default set) as checked ranges: two finite numbers, LOW <= HIGH."""
+    ranges = _read_ranges(vary)
+    for key in ranges or ():
+        if key in NOT_VARIED:
+            raise RlsimError(f"{key} cannot be varied: {NOT_VARIED[key]}", field="--vary",
+                             fix=f"drop --vary {key}=...; give --seeds N for N seeds")
+    return ranges
+
+
+def _read_ranges(vary: Any) -> dict[str, tuple[float, float]] | None:
     if vary is None:
         return None
     if isinstance(vary, str):
@@ -145,8 +160,9 @@ def _from_topology(plan: ReplicaPlan, key: str) -> Any:
     return _preset_value(plan.data.get("topology", {}), rest)
 
 
-def default_ranges(plan: ReplicaPlan) -> dict[str, tuple[float, float]]:
-    """DEFAULT_VARY's factors around each base value, plus every distribution's 95% range."""
+def default_ranges(plan: ReplicaPlan, distributions: Sequence[Any] | None = None) -> dict[str, tuple[float, float]]:
+    """DEFAULT_VARY's factors around each base value, plus every distribution's 95% range
+    (``distributions``: those of the plan before centring; None: the plan's)."""
     out: dict[str, tuple[float, float]] = {}
     for key, (f_low, f_high) in DEFAULT_VARY.items():
         value = base_value(plan, key)
@@ -154,7 +170,7 @@ def default_ranges(plan: ReplicaPlan) -> dict[str, tuple[float, float]]:
         if key.endswith("efficiency"):
             high = min(1.0, high)
         out[key] = (value * f_low, high)
-    for dist in plan.distributions:
+    for dist in plan.distributions if distributions is None else distributions:
         out[dist.key] = dist.bounds()
     return out
 
@@ -205,9 +221,11 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
         raise RlsimError(f"samples must be a whole number >= 0 (0: no Sobol indices), got {samples!r}",
                          field="--samples", fix="e.g. --samples 64")
     plan = plan_replicas(spec, seeds=seeds, **keywords)
+    distributions = plan.distributions
     plan = _centred(plan)
     given = bool(ranges)
-    ranges = dict(ranges) if ranges else default_ranges(plan)
+    # the default set adds the scenario's own distributions (read before centring cleared them)
+    ranges = dict(ranges) if ranges else default_ranges(plan, distributions)
     keys = list(ranges)
     whole = _whole_number_keys(plan, keys)
     if given:

@@ -98,3 +98,26 @@ def test_compare_replicas_names_a_metric_that_is_not_a_figure_and_jobs_are_check
     with pytest.raises(RlsimError) as info:
         replicate(toy, seeds=2, jobs="a", costs=costs)
     assert info.value.field == "--jobs"
+
+
+@pytest.mark.parametrize("spec, bounds", [
+    # a clip past the 95% range: every draw is the clip, so is the range (it came out inverted)
+    ({"dist": "normal", "mean": 1.0, "sd": 0.05, "min": 1.3, "max": 1.5}, (1.3, 1.3)),
+    ({"dist": "lognormal", "median": 100.0, "sigma": 0.1, "max": 50.0}, (50.0, 50.0)),
+    ({"dist": "normal", "mean": 1.0, "sd": 0.1, "min": 0.9}, (0.9, 1.0 + 1.96 * 0.1)),
+])
+def test_a_distributions_range_lies_inside_its_clip(spec, bounds):
+    from simulator.uncertainty.distributions import Distribution
+
+    assert Distribution.from_mapping("k", spec, "s.yaml").bounds() == pytest.approx(bounds)
+
+
+@pytest.mark.parametrize("flag", ["no", "false", 1])
+def test_integer_is_a_true_false_switch(flag):
+    # a string "no" rounded every draw
+    from simulator.errors import RlsimError
+    from simulator.uncertainty.distributions import Distribution
+
+    with pytest.raises(RlsimError) as info:
+        Distribution.from_mapping("k", {"dist": "uniform", "low": 0.8, "high": 1.2, "integer": flag}, "s.yaml")
+    assert info.value.field == "k.integer"

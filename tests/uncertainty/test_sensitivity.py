@@ -106,3 +106,25 @@ def test_sobol_estimates_out_of_their_range_are_named_as_noise():
     frame = pd.DataFrame({"key": ["a", "b", "c"], "sobol_first": [1.9, 0.4, None], "sobol_total": [1.59, 0.5, None]})
     assert sobol_outside(frame) == "a 1.90 / 1.59"
     assert sobol_outside(frame.iloc[1:]) == ""
+
+
+def test_the_default_set_adds_the_scenarios_own_distributions(toy):
+    # the centring cleared them before the default set read them: a drawn key was never varied
+    from simulator.uncertainty.replicas import plan_replicas
+    from simulator.uncertainty.sensitivity_runs import _centred, default_ranges
+
+    toy["workload"]["response_length"]["sigma"] = {"dist": "uniform", "low": 0.5, "high": 1.0}
+    toy["topology"] = {"preset": "dgx-h100", "nodes": 1}   # the default set reads its base values
+    plan = plan_replicas(toy)
+    dists = plan.distributions
+    assert [d.key for d in dists] == ["workload.response_length.sigma"]
+    ranges = default_ranges(_centred(plan), dists)
+    assert ranges["workload.response_length.sigma"] == (0.5, 1.0)
+
+
+@pytest.mark.parametrize("key", ["seed", "replicas"])
+def test_seeds_cannot_be_varied(toy, costs, key):
+    # ran with a swing of 0: the runs take their seeds from --seeds
+    with pytest.raises(RlsimError) as info:
+        sensitivity(toy, {key: (0, 5)}, samples=0, costs=costs)
+    assert info.value.field == "--vary" and "--seeds" in info.value.fix
