@@ -56,7 +56,10 @@ def refuse_twice_given(args: argparse.Namespace) -> None:
 
 def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict:
     refuse_twice_given(args)
-    kw = {"overrides": args.overrides, "iterations": args.iterations, "seed": args.seed}
+    overrides = list(args.overrides)
+    if getattr(args, "seeds", None) == 1:   # --seeds wins over the scenario's replicas: (one plain run)
+        overrides.append("replicas=1")
+    kw = {"overrides": overrides, "iterations": args.iterations, "seed": args.seed}
     if imported is not None:   # the framework config gave topology, workload and schedule
         return kw
     if args.topology:

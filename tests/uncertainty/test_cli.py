@@ -36,6 +36,10 @@ def test_one_seed_keeps_the_plain_run_output(capsys):
     plain = main_output(capsys, "run", *SMALL, "--json")
     one = main_output(capsys, "run", *SMALL, "--json", "--seeds", "1")
     assert plain[0] == 0 and plain[1] == one[1] and "ci95" not in plain[1]
+    # --seeds 1 wins over the scenario's replicas: (the plain run refused replicas 3 before)
+    over = main_output(capsys, "run", *SMALL, "--json", "--set", "replicas=3", "--seeds", "1")
+    assert over[0] == 0, over[2]
+    assert over[1] == plain[1]
 
 
 def test_compare_seeds_out_writes_each_schedules_replicas_as_run_does(tmp_path, capsys):
