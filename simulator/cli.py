@@ -142,6 +142,12 @@ def _main(argv: list[str] | None) -> int:
     except RlsimError as exc:
         print(f"rlsim: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise   # main's: the reader went away, not an error
+    except OSError as exc:   # writing an output the filesystem refuses (a folder where a file goes, a full disk)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"rlsim: error: {where}{exc.strerror or exc} (fix: free the path or give another --out)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("rlsim: interrupted", file=sys.stderr)
         return 130

@@ -144,3 +144,11 @@ def test_an_empty_out_is_refused(command, capsys):
     # --out "" wrote the outputs into the working folder
     assert main([*command, "--out", ""]) == 2
     assert "an empty path" in capsys.readouterr().err
+
+
+def test_an_output_the_filesystem_refuses_is_an_error_not_a_traceback(tmp_path, capsys):
+    # a folder where summary.json goes: IsADirectoryError after the run before
+    (tmp_path / "od" / "summary.json").mkdir(parents=True)
+    assert main(["run", "--iterations", "1", "--out", str(tmp_path / "od")]) == 2
+    err = capsys.readouterr().err
+    assert "summary.json: Is a directory" in err and "Traceback" not in err
