@@ -89,7 +89,20 @@ def aggregate(summaries: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], d
         mid, low, high = median_ci([float(v) for v in values])
         medians[name] = mid
         ci95[name] = [low, high]
-    return _replace_leaves(summaries[0], medians), ci95
+    doc = _replace_leaves(summaries[0], medians)
+    kept = _first_replicas_own(summaries, set(medians))
+    if kept:   # lists and texts are no medians: said, so a reader does not take them for ones
+        doc["from_replica_0"] = kept
+    return doc, ci95
+
+
+def _first_replicas_own(summaries: Sequence[Mapping[str, Any]], medians: set[str]) -> list[str]:
+    """Dotted names of the figures that differ between replicas and have no median (lists such as
+    critical_path.steps, texts such as the bottleneck): the document keeps the first replica's."""
+    from ..sweep import flatten
+    flat = [flatten(s) for s in summaries]
+    return sorted(name for name, first in flat[0].items()
+                  if name not in medians and any(other.get(name) != first for other in flat[1:]))
 
 
 def _replace_leaves(summary: Mapping[str, Any], values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

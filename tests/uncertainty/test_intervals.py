@@ -54,3 +54,15 @@ def test_median_ci_refuses_what_is_not_numbers_or_a_level(values, level):
 
     with pytest.raises(RlsimError):
         median_ci(values, level)
+
+
+def test_aggregate_names_what_it_keeps_from_the_first_replica():
+    # critical_path.steps (a list) and texts are no medians: they were replica 0's without a word,
+    # beside a median makespan they do not add up to
+    runs = [{"makespan_s": 10.0, "bottleneck": "train", "critical_path": {"steps": [[0, 10.0]], "step_time_s": 10.0}},
+            {"makespan_s": 12.0, "bottleneck": "generate", "critical_path": {"steps": [[0, 12.0]], "step_time_s": 12.0}}]
+    doc, _ = aggregate(runs)
+    assert doc["makespan_s"] == 11.0 and doc["critical_path"]["step_time_s"] == 11.0
+    assert doc["from_replica_0"] == ["bottleneck", "critical_path.steps"]
+    same, _ = aggregate([runs[0], runs[0]])
+    assert "from_replica_0" not in same
