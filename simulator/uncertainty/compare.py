@@ -47,9 +47,15 @@ def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
     RlsimError naming --metric when it is not a numeric figure of the summaries)."""
     pairs = [(metric_figure([a], metric), metric_figure([b], metric)) for a, b in zip(runs, baseline_runs, strict=True)]
     ratios = [a / b for a, b in pairs if b != 0]
-    mid, low, high = median_ci(ratios) if ratios else (float("nan"),) * 3
-    return {"baseline": baseline, "metric": metric, "ratio": mid, "ci95": [low, high],
-            "verdict": verdict(kind, baseline, low, high, len(ratios), metric)}
+    zero = len(pairs) - len(ratios)
+    if not ratios:   # no ratio to take: said (a NaN ratio and verdict, not JSON, before)
+        return {"baseline": baseline, "metric": metric, "ratio": None, "ci95": None,
+                "verdict": f"{kind} vs {baseline}: no ratio, {baseline}'s {metric} is 0 on every seed"}
+    mid, low, high = median_ci(ratios)
+    text = verdict(kind, baseline, low, high, len(ratios), metric)
+    if zero:
+        text += f"; {zero} seed{'s' if zero != 1 else ''} left out, where {baseline}'s {metric} is 0"
+    return {"baseline": baseline, "metric": metric, "ratio": mid, "ci95": [low, high], "verdict": text}
 
 
 def verdict(kind: str, baseline: str, low: float, high: float, n: int, metric: str) -> str:

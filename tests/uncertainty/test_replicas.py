@@ -121,3 +121,16 @@ def test_integer_is_a_true_false_switch(flag):
     with pytest.raises(RlsimError) as info:
         Distribution.from_mapping("k", {"dist": "uniform", "low": 0.8, "high": 1.2, "integer": flag}, "s.yaml")
     assert info.value.field == "k.integer"
+
+
+def test_a_baseline_figure_of_zero_gives_no_ratio_not_nan():
+    # a NaN ratio, NaN interval and '+nan%' verdict (not JSON) before
+    from simulator.uncertainty.compare import paired_ratio
+
+    zero = [{"bubble_s": 0.0}, {"bubble_s": 0.0}]
+    some = [{"bubble_s": 1.0}, {"bubble_s": 2.0}]
+    doc = paired_ratio("b", "a", some, zero, "bubble_s")
+    assert doc["ratio"] is None and doc["ci95"] is None and "is 0 on every seed" in doc["verdict"]
+    json.dumps(doc, allow_nan=False)
+    partly = paired_ratio("b", "a", some, [{"bubble_s": 0.0}, {"bubble_s": 1.0}], "bubble_s")
+    assert partly["ratio"] == 2.0 and "1 seed left out" in partly["verdict"]
