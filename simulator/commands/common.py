@@ -155,8 +155,17 @@ def framework_import(args: argparse.Namespace) -> Any:
     from ..frameworks import import_config
     from ..overrides import parse_assignment
     user_sets = [parse_assignment(item)[0] for item in args.overrides]
-    return import_config(framework, items[0], items[1:], topology=args.topology,
-                         schedule=args.framework_schedule, user_sets=user_sets)
+    imported = import_config(framework, items[0], items[1:], topology=args.topology,
+                             schedule=args.framework_schedule, user_sets=user_sets)
+    imported.user_keys = tuple(user_sets)
+    return imported
+
+
+def config_named(imported: Any) -> Any:
+    """The context in which an imported scenario's errors name the framework config and its keys
+    (FrameworkImport.naming_config); nothing without an import."""
+    from contextlib import nullcontext
+    return imported.naming_config() if imported is not None else nullcontext()
 
 
 def print_framework_listing(imported: Any) -> None:

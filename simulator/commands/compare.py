@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .run import add_scenario_arguments, scenario_keywords
 
@@ -29,13 +30,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .common import config_named, framework_import
+    imported = framework_import(args)
+    with config_named(imported):
+        return _compare(args, imported)
+
+
+def _compare(args: argparse.Namespace, imported: Any) -> int:
     from ..api import compare, schedule_list
     from ..errors import RlsimError
     from ..report.console import print_comparison
     from ..scenario import SCHEDULE_CLASSES
-    from .common import framework_import, print_framework_listing, print_json
+    from .common import print_framework_listing, print_json
     from .run import print_scenario
-    imported = framework_import(args)
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
     kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 HELP = "simulate one RL post-training scenario (timeline, bubbles, throughput)"
 # loaded during the CLI's start-up (cli._start_up); run() needs them first
@@ -70,9 +71,15 @@ def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..api import simulate
-    from .common import framework_import, print_framework_listing, print_json
+    from .common import config_named, framework_import
     imported = framework_import(args)
+    with config_named(imported):
+        return _run(args, imported)
+
+
+def _run(args: argparse.Namespace, imported: Any) -> int:
+    from ..api import simulate
+    from .common import print_framework_listing, print_json
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
     kw = scenario_keywords(args, imported)

@@ -3,6 +3,7 @@ Sobol indices with SALib)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 HELP = "rank the inputs that move a figure most (tornado chart, Sobol indices)"
 EXAMPLES = """examples:
@@ -31,13 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import RlsimError
-    from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
-    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, sensitivity, sobol_outside
-    from .common import framework_import, print_framework_listing, print_json
-    from .run import print_scenario, scenario_keywords
+    from .common import config_named, framework_import
     if args.samples is not None and args.samples < 0:
         raise RlsimError(f"--samples must be >= 0, got {args.samples}", field="--samples", fix="e.g. --samples 8")
     imported = framework_import(args)   # --from-verl / --from-nemo-rl: the base scenario (they were dropped)
+    with config_named(imported):
+        return _sensitivity(args, imported)
+
+
+def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
+    from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
+    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, sensitivity, sobol_outside
+    from .common import print_framework_listing, print_json
+    from .run import print_scenario, scenario_keywords
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
     kw = scenario_keywords(args, imported)

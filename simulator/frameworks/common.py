@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -65,6 +66,44 @@ class FrameworkImport:
     unsupported: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    targets: dict[str, str] = field(default_factory=dict)   # mapped config key -> the scenario key it sets
+    user_keys: tuple[str, ...] = ()   # scenario keys the user's --set gives (their errors are theirs)
+
+    @contextmanager
+    def naming_config(self) -> Iterator[None]:
+        """An error of the imported scenario (no file of its own: its fields are rlsim's) names the
+        config file and the config keys that set the field, the scenario field kept in the text."""
+        try:
+            yield
+        except RlsimError as exc:
+            if (exc.source and not str(exc.source).startswith("<")) or self._set_by_user(exc):
+                raise
+            keys = self.config_keys_for(exc)
+            if not keys:
+                raise exc.with_source(self.source) from None
+            where = f" (rlsim's {exc.field})" if exc.field else ""
+            raise RlsimError(f"{exc.message}{where}", source=self.source, field=", ".join(keys),
+                             fix=f"change {keys[0]} (KEY=VALUE after the config path)"
+                                 + (f"; {exc.fix}" if exc.fix else "")) from None
+
+    def _set_by_user(self, exc: RlsimError) -> bool:
+        names = exc.fields or ([exc.field] if exc.field else [])
+        return any(name == key or name.startswith(key + ".") or key.startswith(name + ".")
+                   for name in names for key in self.user_keys)
+
+    def config_keys_for(self, exc: RlsimError) -> list[str]:
+        """The config keys mapped to the error's field(s): those that set it exactly; else those that
+        set a key under it that the message names (a check across fields names the section); else
+        those that set the nearest section above it."""
+        out: list[str] = []
+        for name in exc.fields or ([exc.field] if exc.field else []):
+            exact = [key for key, target in self.targets.items() if target == name]
+            named = [key for key, target in self.targets.items()
+                     if target.startswith(name + ".") and target.rsplit(".", 1)[-1] in exc.message]
+            above = [target for target in self.targets.values() if name.startswith(target + ".")]
+            nearest = max(above, key=len, default=None)
+            out += exact or named or [key for key, target in self.targets.items() if target == nearest]
+        return list(dict.fromkeys(out))
 
     def report(self) -> dict[str, Any]:
         """The `framework_import` object of `run --json`."""
@@ -236,6 +275,8 @@ def classify(result: FrameworkImport, flat: Mapping[str, Any], rules: Mapping[st
                 result.unknown[key] = "not in rlsim's table of this framework's keys; check its effect on time"
                 continue
             status, reason = rule.status, (f"{rule.target}: {rule.reason}" if rule.target else rule.reason)
+            if rule.status == "mapped" and rule.target:
+                result.targets[key] = rule.target
             if rule.status == "mapped" and not rule.reason:
                 reason = str(rule.target)
             if rule.status == "unsupported" and rule.neutral is not _NO_NEUTRAL and value == rule.neutral:

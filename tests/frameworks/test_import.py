@@ -624,3 +624,24 @@ def test_switches_with_values_the_framework_refuses_are_errors(framework, config
     with pytest.raises(RlsimError) as info:
         import_config(framework, EXAMPLES / config, overrides)
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("framework, config, override, field", [
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", "actor_rollout_ref.rollout.tensor_model_parallel_size=3",
+     "actor_rollout_ref.rollout.tensor_model_parallel_size"),
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", "data.train_batch_size=16",   # a check across two fields
+     "actor_rollout_ref.actor.ppo_mini_batch_size, data.train_batch_size"),
+    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.megatron_cfg.tensor_model_parallel_size=3",
+     "policy.megatron_cfg.tensor_model_parallel_size"),
+])
+def test_an_imported_scenarios_error_names_the_config_and_its_key(capsys, framework, config, override, field):
+    # they named '<scenario mapping>' and rlsim's field, which the user never wrote
+    code, _, err = cli(capsys, "run", FLAG[framework], str(EXAMPLES / config), override, "--iterations", "1")
+    assert code == 2
+    assert f"{config}: field '{field}'" in err and "rlsim's workload" in err and "after the config path" in err
+
+
+def test_an_error_of_the_users_own_set_keeps_the_scenario_key(capsys):
+    code, _, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                       "--set", "workload.rollout_layout.tp=3", "--iterations", "1")
+    assert code == 2 and "field 'workload.rollout_layout.tp'" in err
