@@ -55,6 +55,14 @@ class SweepAborted(RuntimeError):
 
 # --------------------------------------------------------------------------- grid
 
+def _value_identity(value: Any) -> str:
+    """What makes two grid values the same setting: numbers by value (1 and 1.0 ran the same point
+    twice), anything else by its JSON text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(float(value))
+    return json.dumps(value, sort_keys=True)
+
+
 def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
     """['schedule.kind=colocated,stalesync', 'topology.supernodes=1,2'] -> ordered {key: [values]}.
 
@@ -72,7 +80,7 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
                              fix="write KEY=V1,V2,... with no empty entries")
         if key in grid:
             raise RlsimError(f"--grid names {key!r} twice", field=key, fix="give each key once with all its values")
-        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+        if len({_value_identity(v) for v in values}) != len(values):
             raise RlsimError(f"--grid {item!r} repeats a value", field=key, fix="list each value once")
         grid[key] = values
     return grid

@@ -75,7 +75,8 @@ def test_parse_grid_reads_yaml_scalars_and_lists():
                     "workload.train_layout": [[1, 2], {"tp": 4}], "x.flag": [True, False]}
 
 
-@pytest.mark.parametrize("item", ["nokey", "=1,2", "a.b=", "a.b=1,,2", "a.b=1,1"])
+@pytest.mark.parametrize("item", ["nokey", "=1,2", "a.b=", "a.b=1,,2", "a.b=1,1",
+                                  "a.b=1,1.0"])   # one number in two forms: the same point twice
 def test_parse_grid_rejects_bad_items(item):
     with pytest.raises(RlsimError) as exc:
         parse_grid([item])
@@ -287,7 +288,10 @@ def test_sigint_half_way_keeps_every_finished_point(tmp_path):
                                   ["--grid", "a=1", "--format", "txt"], [],
                                   # a device name in capitals, and one device priced twice (the last won)
                                   ["--grid", "a=1", "--price", "H100=3"],
-                                  ["--grid", "a=1", "--price", "h100=3", "--price", "h100=4"]])
+                                  ["--grid", "a=1", "--price", "h100=3", "--price", "h100=4"],
+                                  # an option and a --set of one key (the --set won without a word)
+                                  ["--grid", "seed=0", "--iterations", "3", "--set", "iterations=1"],
+                                  ["--grid", "seed=0", "--schedule", "colocated", "--set", "schedule.kind=stalesync"]])
 def test_sweep_cli_bad_input_exits_2_without_traceback(args, capsys):
     from simulator.cli import main
     try:

@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         raise RlsimError(f"--jobs must be at least 1, got {jobs}", field="--jobs", fix="give --jobs 1 or more")
     if args.iterations is not None and args.iterations < 1:
         raise RlsimError("--iterations must be at least 1", field="--iterations", fix="give --iterations 1 or more")
+    from .run import refuse_twice_given
+    refuse_twice_given(args)   # an option and a --set of one key (a grid over an option is what a grid is for)
     base = BaseScenario(spec=args.scenario, topology=args.topology, workload=args.workload,
                         schedule=args.schedule, overrides=tuple(args.overrides),
                         iterations=args.iterations, seed=args.seed)
