@@ -315,7 +315,12 @@ class ResultsStore:
             return 0
         done = self.done_ids()
         wanted = {p.id: p for p in points if p.id not in done}
-        frame = sibling.read() if wanted else pd.DataFrame()
+        try:
+            frame = sibling.read() if wanted else pd.DataFrame()
+        except RlsimError as exc:   # a damaged file of the other format: not this sweep's (it blocked it)
+            warn(f"{sibling.path.name} beside {self.path.name} cannot be read ({exc.message}): left out, "
+                 "its points (if any) are computed again")
+            return 0
         if frame.empty or ID_COLUMN not in frame:
             return 0
         rows = [_rebuilt_row(wanted[str(r[ID_COLUMN])], r) for r in

@@ -299,6 +299,16 @@ def test_a_sweep_run_again_with_the_other_format_computes_nothing_again(tmp_path
     assert list(after.rows.dtypes) == list(fresh.rows.dtypes)
 
 
+def test_a_damaged_results_file_of_the_other_format_is_left_out_with_a_warning(tmp_path, capsys):
+    # garbage in results.parquet beside a CSV sweep stopped it ("Parquet magic bytes not found")
+    (tmp_path / "results.parquet").write_text("garbage")
+    points = make_points({"topology.nodes": [1, 2]}, "b")
+    seen = ByNodes()
+    run_sweep(points, seen, store=ResultsStore(tmp_path / "results.csv"))
+    assert len(seen.seen) == 2
+    assert "results.parquet beside results.csv cannot be read" in capsys.readouterr().err
+
+
 def test_a_results_cell_longer_than_the_csv_modules_default_limit_reads_back(tmp_path):
     # a 60-iteration run's summary_json / critical path (~2.4 KB an iteration) passed the csv module's
     # 131,072-character field limit: the sweep could not read its own file and lost every row (fuzzing)
