@@ -881,8 +881,44 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
         frame = frame.assign(_order=frame[ID_COLUMN].astype(str).map(order)).sort_values("_order")
         frame = frame.drop(columns="_order").reset_index(drop=True)
         frame[INDEX_COLUMN] = range(len(frame))
+        frame = _grid_cells_of_points(frame, points, store.path.name if store else "")
     grid_dict = {k: list(v) for k, v in (grid or _grid_from_points(points)).items()}
     return SweepResult(grid_dict, list(points), frame, len(new_rows), store.path if store else None)
+
+
+def _grid_cells_of_points(frame: pd.DataFrame, points: Sequence[Point], file_name: str) -> pd.DataFrame:
+    """A row's id hashes its point's values, so a grid cell edited by hand in the results file (seed
+    2 -> 7) showed another point's label on this point's figures: such cells take the point's
+    value, and the edit is said."""
+    by_id = {p.id: p.values for p in points}
+    ids = frame[ID_COLUMN].astype(str).tolist()
+    for key in dict.fromkeys(k for p in points for k in p.values):
+        column = GRID_PREFIX + key
+        if column not in frame:
+            continue
+        cells = [json.dumps(v) if isinstance(v := by_id[i].get(key), (list, dict)) else v for i in ids]
+        edited = [row for row, (cell, was) in enumerate(zip(cells, frame[column].tolist(), strict=True))
+                  if not _same_cell(cell, was)]
+        if edited:
+            warn(f"{file_name}: {len(edited)} row(s) hold a {column} that is not their point's (edited by hand?): "
+                 f"the point's value is shown, e.g. {cells[edited[0]]!r} where the file says "
+                 f"{frame[column].iloc[edited[0]]!r}")
+            frame[column] = frame[column].astype(object)
+            for row in edited:
+                frame.iat[row, frame.columns.get_loc(column)] = cells[row]
+    return frame
+
+
+def _same_cell(value: Any, cell: Any) -> bool:
+    """A point's grid value and the cell read back for it (CSV gives 1.0 for 1, NaN for None)."""
+    if value is None:
+        return cell is None or (isinstance(cell, float) and math.isnan(cell))
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not isinstance(cell, (bool, str)):
+        try:
+            return float(value) == float(cell)
+        except (TypeError, ValueError):
+            return False
+    return value == cell or str(value) == str(cell)
 
 
 def dispatch_order(points: Sequence[Point], cost: PointCost | None) -> list[Point]:

@@ -309,6 +309,27 @@ def test_a_damaged_results_file_of_the_other_format_is_left_out_with_a_warning(t
     assert "results.parquet beside results.csv cannot be read" in capsys.readouterr().err
 
 
+def test_a_grid_cell_edited_by_hand_shows_its_points_value_and_is_said(tmp_path, capsys):
+    # the row's id names topology.nodes=2; a hand edit to 7 labelled its figures as the 7-node point's
+    import csv
+
+    points = make_points({"topology.nodes": [1, 2]}, "b")
+    path = tmp_path / "results.csv"
+    run_sweep(points, ByNodes(), store=ResultsStore(path))
+    rows = list(csv.DictReader(path.open()))
+    for row in rows:
+        if row["grid.topology.nodes"] == "2":
+            row["grid.topology.nodes"] = "7"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    capsys.readouterr()
+    again = run_sweep(points, ByNodes(), store=ResultsStore(path))
+    assert [obj["grid"]["topology.nodes"] for obj in again.run_objects()] == [1, 2]
+    assert "1 row(s) hold a grid.topology.nodes that is not their point's" in capsys.readouterr().err
+
+
 def test_a_results_cell_longer_than_the_csv_modules_default_limit_reads_back(tmp_path):
     # a 60-iteration run's summary_json / critical path (~2.4 KB an iteration) passed the csv module's
     # 131,072-character field limit: the sweep could not read its own file and lost every row (fuzzing)
