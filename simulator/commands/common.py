@@ -5,10 +5,13 @@ Commands import these from here, never from `simulator.cli` (nothing imports the
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +162,33 @@ def framework_import(args: argparse.Namespace) -> Any:
                              schedule=args.framework_schedule, user_sets=user_sets)
     imported.user_keys = tuple(user_sets)
     return imported
+
+
+STALE_SCAN_MAX_FILES = 10_000   # an --out folder past this many files is not scanned for stale outputs
+
+
+@contextmanager
+def stale_outputs_said(out: str | None) -> Iterator[None]:
+    """A reused --out folder keeps the files an earlier run wrote that this one does not (another
+    schedule's report, a --seeds run's files beside a plain run's): after the command, the files
+    there before and untouched since are named on stderr, so none passes for this run's."""
+    folder = Path(out) if out else None
+    files = list(itertools.islice(folder.rglob("*"), STALE_SCAN_MAX_FILES + 1)) if folder and folder.is_dir() else []
+    if len(files) > STALE_SCAN_MAX_FILES:
+        files = []
+    before = {path: _stamp(path) for path in files if path.is_file()}
+    yield
+    stale = sorted(str(path.relative_to(folder)) for path, stamp in before.items()
+                   if path.is_file() and _stamp(path) == stamp)
+    if stale:
+        shown = ", ".join(stale[:8]) + (f" and {len(stale) - 8} more" if len(stale) > 8 else "")
+        print(f"rlsim: warning: {out} holds {len(stale)} file(s) of an earlier run that this one did not write: "
+              f"{shown} (they do not describe this run: remove them, or give a fresh --out)", file=sys.stderr)
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    info = path.stat()
+    return info.st_mtime_ns, info.st_size, info.st_ino
 
 
 def config_named(imported: Any) -> Any:

@@ -24,15 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedules", default="colocated,disaggregated,stalesync",
                         help="comma-separated schedule kinds (default: colocated,disaggregated,stalesync)")
     # --- report hook (issue 5) ---
-    parser.add_argument("--out", type=out_dir, help="write each schedule's data (a folder per schedule), plots and report.html here")
+    parser.add_argument("--out", type=out_dir, help="write each schedule's data (a folder per schedule), plots and report.html here "
+                             "(with --seeds: comparison.json and each schedule's summary.json / replicas.csv)")
     from .replicas import add_replica_arguments
     add_replica_arguments(parser)   # --seeds N, --jobs (issue 13)
 
 
 def run(args: argparse.Namespace) -> int:
-    from .common import config_named, framework_import
+    from .common import config_named, framework_import, stale_outputs_said
     imported = framework_import(args)
-    with config_named(imported):
+    with config_named(imported), stale_outputs_said(args.out):
         return _compare(args, imported)
 
 

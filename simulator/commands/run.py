@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .common import out_dir
     add_scenario_arguments(parser)
     parser.add_argument("--schedule", help="colocated | disaggregated | one-step-off | stalesync | async")
-    parser.add_argument("--out", type=out_dir, help="write scenario.yaml, summary.json, CSVs and trace.json here")
+    parser.add_argument("--out", type=out_dir, help="write scenario.yaml, summary.json, CSVs, trace.json, plots and report.html here "
+                             "(with --seeds: summary.json and replicas.csv)")
     from .replicas import add_replica_arguments
     add_replica_arguments(parser)   # --seeds N, --jobs (issue 13)
 
@@ -71,9 +72,9 @@ def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict
 
 
 def run(args: argparse.Namespace) -> int:
-    from .common import config_named, framework_import
+    from .common import config_named, framework_import, stale_outputs_said
     imported = framework_import(args)
-    with config_named(imported):
+    with config_named(imported), stale_outputs_said(args.out):
         return _run(args, imported)
 
 

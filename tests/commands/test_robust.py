@@ -152,3 +152,15 @@ def test_an_output_the_filesystem_refuses_is_an_error_not_a_traceback(tmp_path, 
     assert main(["run", "--iterations", "1", "--out", str(tmp_path / "od")]) == 2
     err = capsys.readouterr().err
     assert "summary.json: Is a directory" in err and "Traceback" not in err
+
+
+def test_a_reused_out_folder_names_the_files_this_run_did_not_write(tmp_path, capsys):
+    # a --seeds run's summary.json beside the earlier plain run's report, CSVs and trace, without a word
+    out = str(tmp_path / "mx")
+    assert main(["run", "--iterations", "1", "--out", out]) == 0
+    capsys.readouterr()
+    assert main(["run", "--iterations", "1", "--out", out]) == 0        # the same files again: nothing said
+    assert "earlier run" not in capsys.readouterr().err
+    assert main(["run", "--iterations", "1", "--seeds", "2", "--out", out]) == 0
+    err = capsys.readouterr().err
+    assert "file(s) of an earlier run that this one did not write" in err and "report.html" in err
