@@ -3,6 +3,7 @@ Sobol indices with SALib)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 HELP = "rank the inputs that move a figure most (tornado chart, Sobol indices)"
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
-    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, sensitivity, sobol_outside
+    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, sensitivity, sobol_outside, sobol_sample_note
     from .common import print_framework_listing, print_json
     from .run import print_scenario, scenario_keywords
     if imported is not None and args.print_scenario:
@@ -57,8 +58,11 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
                         samples=DEFAULT_SAMPLES if args.samples is None else args.samples, jobs=args.jobs, **kw)
     if args.out:
         write_sensitivity_report(frame, args.out)
+    note = sobol_sample_note(frame.attrs.get("samples"))
     if args.json:
         print_json(sensitivity_records(frame))
+        if note:
+            print(f"note: {note}", file=sys.stderr)
         return 0
     print(f"{args.metric} at base: {frame.attrs['base']:,.6g} (median over {frame.attrs['seeds']} seed(s))")
     print(frame.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
@@ -67,6 +71,8 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     if noisy:
         print(f"note: Sobol indices outside [0, 1] or first above total ({noisy}): estimates from "
               f"{frame.attrs['samples']} base samples are noise at this size; raise --samples")
+    if note:
+        print(f"note: {note}")
     if args.out:
         print(f"tornado chart and report.html in {args.out}")
     return 0

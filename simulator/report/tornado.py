@@ -71,6 +71,8 @@ def conclusion(frame: pd.DataFrame) -> str:
         return "nothing varied"
     top = frame.sort_values("rank").iloc[0]
     metric = frame.attrs.get("metric", "the figure")
+    if not top["swing"]:
+        return f"no varied key moves {metric} over its range (every swing is 0)"
     base = frame.attrs.get("base")
     share = f" ({top['swing'] / abs(base):.0%} of the base {base:,.0f})" if base else ""
     return (f"{top['key']} moves {metric} most: {top['figure_low']:,.4g} at {top['low']:.4g} vs "

@@ -55,7 +55,7 @@ def metric_figure(summaries: Sequence[Mapping[str, Any]], metric: str) -> float:
     naming --metric when it is not a numeric figure there (sensitivity and compare_replicas)."""
     try:
         return float(np.median([float(get_dotted(s, metric)) for s in summaries]))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):   # AttributeError: a metric that is no text
         raise RlsimError(f"no numeric figure {metric!r} in the run summary", field="--metric",
                          fix="use a key of `rlsim run --json`, e.g. steady_tokens_per_s or bubbles_by_cause.long_tail"
                          ) from None

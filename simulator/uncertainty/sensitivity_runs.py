@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -230,9 +231,11 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     whole = _whole_number_keys(plan, keys)
     if given:
         _check_whole_ends(ranges, whole)
-    plans = [plan] + [_with(plan, {k: ranges[k][side]}, whole) for k in keys for side in (0, 1)]
-    runs = run_many(plans, jobs=jobs, costs=costs)
-    figures = [metric_figure(r, metric) for r in runs]
+    check_runs(plan.data, plan.source, (1 + 2 * len(keys)) * plan.n, "this design", "limits.max_runs")
+    # the base first: a metric that is no figure of the summary is said before the other runs
+    base_figure = metric_figure(run_many([plan], jobs=jobs, costs=costs)[0], metric)
+    plans = [_with(plan, {k: ranges[k][side]}, whole) for k in keys for side in (0, 1)]
+    figures = [base_figure] + [metric_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)]
     rows = []
     for i, key in enumerate(keys):
         f_low, f_high = figures[1 + 2 * i], figures[2 + 2 * i]
@@ -261,6 +264,15 @@ def _centred(plan: ReplicaPlan) -> ReplicaPlan:
 # Slack of a Sobol index estimate beyond its range before it is called noise (the estimators are
 # unbiased but unbounded: a few base samples give indices past 1 or a first-order above the total).
 SOBOL_SLACK = 0.05
+
+
+def sobol_sample_note(samples: int | None) -> str:
+    """'' or the note that a Sobol design of `samples` base samples, not a power of 2, loses the
+    sequence's balance (SALib's own UserWarning, said once in rlsim's words)."""
+    if not samples or samples & (samples - 1) == 0:
+        return ""
+    return (f"--samples {samples} is not a power of 2: the Sobol sequence is balanced only at powers of 2 "
+            f"(give {1 << (samples - 1).bit_length()} or {1 << (samples.bit_length() - 1)})")
 
 
 def sobol_outside(frame: pd.DataFrame) -> str:
@@ -295,11 +307,16 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
     problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
     check_runs(plan.data, plan.source, int(samples) * (len(ranges) + 2) * plan.n,
                f"the Sobol design of {int(samples):,} samples", "--samples")
-    points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
+    with warnings.catch_warnings():   # not a power of 2: said once in rlsim's words (sobol_sample_note)
+        warnings.filterwarnings("ignore", message=".*balance properties of Sobol")
+        points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
     plans = [_with(plan, dict(zip(keys, row, strict=True)), whole) for row in points]
     y = np.array([metric_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
     if np.ptp(y) == 0:
         return [0.0] * len(keys), [0.0] * len(keys)
     result = sobol_analyze.analyze(problem, y, calc_second_order=False, num_resamples=100, seed=plan.seeds[0])
-    return [float(v) for v in result["S1"]], [float(v) for v in result["ST"]]
+    # a key held at one value explains nothing: 0, not the estimators' rounding noise (-1e-14)
+    fixed = [high <= low for low, high in ranges.values()]
+    return ([0.0 if held else float(v) for held, v in zip(fixed, result["S1"], strict=True)],
+            [0.0 if held else float(v) for held, v in zip(fixed, result["ST"], strict=True)])
 

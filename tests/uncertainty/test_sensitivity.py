@@ -128,3 +128,33 @@ def test_seeds_cannot_be_varied(toy, costs, key):
     with pytest.raises(RlsimError) as info:
         sensitivity(toy, {key: (0, 5)}, samples=0, costs=costs)
     assert info.value.field == "--vary" and "--seeds" in info.value.fix
+
+
+def test_a_key_held_at_one_value_has_sobol_indices_of_exactly_zero(toy, costs):
+    # the estimators gave -1e-14 for it, not the 0 the docs state
+    frame = sensitivity(toy, {"workload.response_length.sigma": (0.5, 1.0), "topology.scaleout.efficiency": (0.9, 0.9)},
+                        samples=4, costs=costs)
+    held = frame[frame["key"] == "topology.scaleout.efficiency"].iloc[0]
+    assert held["sobol_first"] == 0.0 and held["sobol_total"] == 0.0
+
+
+@pytest.mark.parametrize("metric", [None, 5, "no.such.figure"])
+def test_a_metric_that_is_no_figure_is_said_naming_it(toy, costs, metric):
+    # None raised AttributeError; a wrong name was said only after every one-at-a-time run
+    with pytest.raises(RlsimError) as info:
+        sensitivity(toy, {"workload.response_length.sigma": (0.5, 1.0)}, metric=metric, samples=0, costs=costs)
+    assert info.value.field == "--metric"
+
+
+def test_the_conclusion_says_when_nothing_moves_and_samples_off_a_power_of_two():
+    import pandas as pd
+
+    from simulator.report.tornado import conclusion
+    from simulator.uncertainty.sensitivity_runs import sobol_sample_note
+
+    flat = pd.DataFrame([{"key": "k", "low": 0.0, "high": 1.0, "figure_low": 5.0, "figure_high": 5.0,
+                          "swing": 0.0, "rank": 1}])
+    flat.attrs.update(metric="m", base=5.0)
+    assert conclusion(flat) == "no varied key moves m over its range (every swing is 0)"
+    assert sobol_sample_note(8) == "" and sobol_sample_note(0) == ""
+    assert "give 8 or 4" in sobol_sample_note(6)
