@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,24 @@ class ReplicaPlan:
         return data
 
     def scenario(self, index: int) -> Scenario:
-        return validate_scenario(self.replica_data(index), self.source)
+        with self.draws_named(index):
+            return validate_scenario(self.replica_data(index), self.source)
+
+    @contextmanager
+    def draws_named(self, index: int) -> Iterator[None]:
+        """A drawn value the scenario or its run refuses is said as a draw (its replica, seed and
+        law), with the bound that keeps the draws valid."""
+        try:
+            yield
+        except RlsimError as exc:
+            drawn = [d for d in self.distributions
+                     if exc.field and (exc.field == d.key or exc.field.startswith(d.key + "."))]
+            if not drawn or not self.draws:
+                raise
+            raise RlsimError(f"{exc.message} (the value drawn for replica {index}, seed {self.seeds[index]}, from its "
+                             f"{drawn[0].law} distribution)", source=exc.source, field=exc.field,
+                             fix="bound the draws to values the key takes with min: / max: on the distribution"
+                                 + (f"; {exc.fix}" if exc.fix else "")) from None
 
 
 def _with_values(data: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,8 +97,9 @@ def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any
 
 def _replica_summary(plans: Sequence[ReplicaPlan], costs: Any, values: Mapping[str, Any]) -> dict[str, Any]:
     from ..api import simulate
-    plan = plans[int(values["plan"])]
-    return dict(simulate(plan.scenario(int(values["replica"])), costs=costs, keep_samples=False).summary)
+    plan, index = plans[int(values["plan"])], int(values["replica"])
+    with plan.draws_named(index):
+        return dict(simulate(plan.scenario(index), costs=costs, keep_samples=False).summary)
 
 
 def check_runs(data: Mapping[str, Any], source: str, runs: int, what: str, field: str) -> None:
@@ -115,8 +134,9 @@ def run_many(plans: Sequence[ReplicaPlan], *, jobs: int = 1, costs: Any = None) 
         points = [Point(k, {"plan": j, "replica": i}, f"{j}-{i}") for k, (j, i) in enumerate(keys)]
         for point, summary, error in LocalExecutor(jobs=jobs).map_unordered(evaluate, points):
             j, i = keys[point.index]
-            if error or summary is None:
-                raise RlsimError(f"replica {i} (seed {plans[j].seeds[i]}): {error}", source=plans[j].source)
+            if error or summary is None:   # the worker's text names the source already: once is enough
+                text = str(error).removeprefix(f"{plans[j].source}: ")
+                raise RlsimError(f"replica {i} (seed {plans[j].seeds[i]}): {text}", source=plans[j].source)
             out[(j, i)] = summary
     return [[out[(j, i)] for i in range(plan.n)] for j, plan in enumerate(plans)]
 

@@ -134,3 +134,12 @@ def test_a_baseline_figure_of_zero_gives_no_ratio_not_nan():
     json.dumps(doc, allow_nan=False)
     partly = paired_ratio("b", "a", some, [{"bubble_s": 0.0}, {"bubble_s": 1.0}], "bubble_s")
     assert partly["ratio"] == 2.0 and "1 seed left out" in partly["verdict"]
+
+
+def test_a_drawn_value_the_run_refuses_is_said_as_a_draw(toy, costs):
+    # "sigma must be >= 0, got -1.228" with no fix and no word that it was drawn
+    toy["workload"]["response_length"]["sigma"] = {"dist": "normal", "mean": 0.2, "sd": 1.0}
+    with pytest.raises(RlsimError) as info:
+        replicate(toy, seeds=8, costs=costs)
+    assert info.value.field == "workload.response_length.sigma"
+    assert "the value drawn for replica" in info.value.message and "min: / max:" in info.value.fix
