@@ -271,8 +271,10 @@ def classify(result: FrameworkImport, flat: Mapping[str, Any], rules: Mapping[st
             status, reason = decided[key]
         else:
             rule = rule_for(key, rules)
-            if rule is None:
-                result.unknown[key] = "not in rlsim's table of this framework's keys; check its effect on time"
+            close = _close_key(key, rules) if key not in rules else ""
+            if rule is None or close:   # a typo of a known key, not the section's catch-all
+                result.unknown[key] = ("not in rlsim's table of this framework's keys; check its effect on time"
+                                       + (f"; did you mean {close!r}?" if close else ""))
                 continue
             status, reason = rule.status, (f"{rule.target}: {rule.reason}" if rule.target else rule.reason)
             if rule.status == "mapped" and rule.target:
@@ -282,6 +284,19 @@ def classify(result: FrameworkImport, flat: Mapping[str, Any], rules: Mapping[st
             if rule.status == "unsupported" and rule.neutral is not _NO_NEUTRAL and value == rule.neutral:
                 status, reason = "ignored", f"{value!r} is what rlsim models ({rule.reason})"
         getattr(result, status)[key] = reason
+
+
+def _close_key(key: str, rules: Mapping[str, Rule]) -> str:
+    """A key of the table one typo away from ``key`` in its section (tensor_model_paralel_size ->
+    tensor_model_parallel_size); '' when none."""
+    import difflib
+    section, _, name = key.rpartition(".")
+    # a typo keeps the length within 2 characters (a longer or shorter sibling such as
+    # log_prob_micro_batch_size / log_prob_micro_batch_size_per_gpu is another key)
+    names = [known.rpartition(".")[2] for known in rules if known.rpartition(".")[0] == section
+             and not known.endswith("*") and abs(len(known.rpartition(".")[2]) - len(name)) <= 2]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.85)
+    return f"{section}.{close[0]}" if close else ""
 
 
 # ---- models ---------------------------------------------------------------------------------------
