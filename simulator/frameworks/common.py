@@ -426,11 +426,17 @@ def capped_length(field_name: str, cap: Any, cap_key: str, source: str,
     return law
 
 
+MAX_CONFIG_COUNT = 2 ** 53   # past it a float is no exact whole number (1e30 read as 1000000000000000019884624838656)
+
+
 def positive_int(value: Any, key: str, source: str) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
             or int(value) != value or value < 1):
         raise RlsimError(f"expected a whole number >= 1, got {value!r}", source=source, field=key,
                          fix=f"pass {key}=N")
+    if value > MAX_CONFIG_COUNT:
+        raise RlsimError(f"{value!r} is past 2^53, not a count a run has", source=source, field=key,
+                         fix=f"pass {key}=N with a realistic N")
     return int(value)
 
 

@@ -657,3 +657,10 @@ def test_a_typo_of_a_known_key_is_unknown_with_the_key_it_is_close_to():
                       ["actor_rollout_ref.actor.strategy=megatron",
                        "+actor_rollout_ref.actor.megatron.tensor_model_paralel_size=2"])
     assert "actor_rollout_ref.actor.megatron.tensor_model_paralel_size" in v.unknown
+
+
+def test_a_count_past_two_to_the_53_is_refused_by_the_importer():
+    # 1e30 passed as 1000000000000000019884624838656 and failed later on a work limit
+    with pytest.raises(RlsimError) as info:
+        import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["data.train_batch_size=1e30"])
+    assert info.value.field == "data.train_batch_size" and "2^53" in info.value.message
