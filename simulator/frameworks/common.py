@@ -158,7 +158,11 @@ def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: st
             key = text[1:].partition("=")[0]
             out = {k: v for k, v in out.items() if k != key and not k.startswith(key + ".")}
             continue
-        key, value = parse_assignment(text.lstrip("+")) if "=" in text else ("", None)
+        try:
+            key, value = parse_assignment(text.lstrip("+")) if "=" in text else ("", None)
+        except RlsimError:   # its text speaks of --set: these are the config's overrides
+            raise RlsimError(f"cannot read the override {item!r}", source=source,
+                             fix="write key=value with a dotted key, e.g. data.train_batch_size=512") from None
         if not key or any(not part for part in key.split(".")):
             raise RlsimError(f"cannot read the override {item!r}", source=source,
                              fix="write key=value with a dotted key, e.g. data.train_batch_size=512")

@@ -664,3 +664,10 @@ def test_a_count_past_two_to_the_53_is_refused_by_the_importer():
     with pytest.raises(RlsimError) as info:
         import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["data.train_batch_size=1e30"])
     assert info.value.field == "data.train_batch_size" and "2^53" in info.value.message
+
+
+def test_a_bad_framework_override_is_named_as_one_not_as_a_set_item():
+    # "field '--set': cannot read --set '=5'" for a verl override
+    with pytest.raises(RlsimError) as info:
+        import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["=5"])
+    assert "cannot read the override '=5'" in str(info.value) and "--set" not in str(info.value)
