@@ -1496,15 +1496,19 @@ LENGTH_LAW_KEYS = frozenset({"workload.prompt_length", "workload.response_length
 
 
 def distribution_keys(data: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys whose value is a parameter distribution (a mapping with `dist`, not a length law)."""
+    """Dotted keys whose value is a parameter distribution (a mapping with `dist`, not a length law);
+    list items by their index (schedule.failures.0.at_s)."""
     out: list[str] = []
-    for key, value in data.items():
+    items = data.items() if isinstance(data, Mapping) else enumerate(data)
+    for key, value in items:
         dotted = f"{prefix}{key}"
         if isinstance(value, Mapping):
             if "dist" in value and dotted not in LENGTH_LAW_KEYS:
                 out.append(dotted)
             else:
                 out.extend(distribution_keys(value, dotted + "."))
+        elif isinstance(value, list):
+            out.extend(distribution_keys(value, dotted + "."))
     return out
 
 

@@ -115,18 +115,19 @@ def find_distributions(data: Mapping[str, Any], source: str) -> list[Distributio
 
 
 def get_dotted(data: Mapping[str, Any], key: str) -> Any:
+    """The value at a dotted key; a list item by its index (schedule.failures.0.at_s)."""
     node: Any = data
     for part in key.split("."):
-        node = node[part]
+        node = node[int(part)] if isinstance(node, list) else node[part]
     return node
 
 
 def put_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
-    node = data
+    node: Any = data
     for part in parts[:-1]:
-        node = node[part]
-    node[parts[-1]] = value
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[int(parts[-1]) if isinstance(node, list) else parts[-1]] = value
 
 
 def draw(data: Mapping[str, Any], dists: list[Distribution], rng: np.random.Generator

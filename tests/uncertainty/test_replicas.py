@@ -143,3 +143,14 @@ def test_a_drawn_value_the_run_refuses_is_said_as_a_draw(toy, costs):
         replicate(toy, seeds=8, costs=costs)
     assert info.value.field == "workload.response_length.sigma"
     assert "the value drawn for replica" in info.value.message and "min: / max:" in info.value.fix
+
+
+def test_a_distribution_inside_a_list_item_is_drawn(toy):
+    # "schedule.failures.0.at_s: Input should be a valid number": list items were not walked
+    toy["schedule"] = {"kind": "colocated",
+                       "failures": [{"at_s": {"dist": "uniform", "low": 100, "high": 3000}, "fail": "node:1"}]}
+    plan = plan_replicas(toy, seeds=3)
+    assert [d.key for d in plan.distributions] == ["schedule.failures.0.at_s"]
+    drawn = [plan.replica_data(i)["schedule"]["failures"][0]["at_s"] for i in range(3)]
+    assert all(100 <= v <= 3000 for v in drawn) and len(set(drawn)) == 3
+    assert toy["schedule"]["failures"][0]["at_s"]["dist"] == "uniform"   # the caller's mapping untouched
