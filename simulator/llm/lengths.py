@@ -27,6 +27,9 @@ from ..errors import RlsimError
 from ..presets import read_text
 from ..scenario import LAW_ONLY_KEYS
 
+# A lognormal sigma past this spreads p99 / median beyond e^23 (1e10): no length law, and exp(sigma z)
+# of a draw overflows far above it (sigma 1e308 leaked numpy's overflow warning)
+MAX_LOG_SIGMA = 10.0
 _KEYS = {"dist", "median", "sigma", "max", "min", "group_correlation", "drift_per_step", "file", "column"}
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -62,7 +65,12 @@ class LengthDistribution:
             if not self.median > 0:
                 raise RlsimError(f"median must be > 0, got {self.median}", source=src, field=self._field("median"))
             if not self.sigma >= 0:
-                raise RlsimError(f"sigma must be >= 0, got {self.sigma}", source=src, field=self._field("sigma"))
+                raise RlsimError(f"sigma must be >= 0, got {self.sigma}", source=src, field=self._field("sigma"),
+                                 fix="give the spread of log-length, e.g. sigma: 1.0 (p99 ~10x the median)")
+            if self.sigma > MAX_LOG_SIGMA:   # exp(sigma z) overflows, and no length law spreads so far
+                raise RlsimError(f"sigma {self.sigma:g} spreads lengths past any cap (p99 is e^(2.33 sigma) x the median)",
+                                 source=src, field=self._field("sigma"),
+                                 fix=f"give at most {MAX_LOG_SIGMA:g} (1.0 gives p99 ~10x the median)")
         elif not self.values:
             raise RlsimError("an empirical distribution needs lengths", source=src, field=self._field("file"),
                              fix="give a CSV or JSON file of lengths")

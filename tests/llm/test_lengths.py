@@ -137,3 +137,14 @@ def test_a_column_the_file_lacks_is_an_error(tmp_path):
         assert err.value.field == "workload.response_length.column"
     law = LengthDistribution.from_mapping({"dist": "empirical", "file": str(one), "column": "length"}, "w.yaml")
     assert law.values == (100, 200)
+
+
+@pytest.mark.parametrize("sigma", [10.5, 1e308])
+def test_a_sigma_past_any_length_spread_is_refused(sigma):
+    # 1e308 leaked numpy's overflow RuntimeWarning and drew lengths from inf
+    from simulator.errors import RlsimError
+    from simulator.llm.lengths import LengthDistribution
+
+    with pytest.raises(RlsimError) as info:
+        LengthDistribution.from_mapping({"dist": "lognormal", "median": 1000, "sigma": sigma, "max": 8000})
+    assert info.value.field.endswith("sigma") and "at most 10" in info.value.fix
