@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RlsimError
-from ..scenario import distribution_keys
+from ..scenario import LENGTH_LAW_KEYS, distribution_keys
 
 # law -> (required parameters, optional parameters)
 LAWS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -111,7 +111,13 @@ class Distribution:
 
 def find_distributions(data: Mapping[str, Any], source: str) -> list[Distribution]:
     """Every distribution value of a scenario mapping, sorted by dotted key (the draw order)."""
-    return [Distribution.from_mapping(key, get_dotted(data, key), source) for key in sorted(distribution_keys(data))]
+    keys = sorted(distribution_keys(data))
+    for key in keys:
+        if key.rpartition(".")[0] in LENGTH_LAW_KEYS and key.endswith(".dist"):   # drawn, then refused as a law name
+            raise RlsimError("a length law's dist is its name (lognormal or empirical), not a number to draw",
+                             source=source, field=key, fix=f"draw its numbers instead, e.g. {key[:-5]}.median="
+                                                           "{dist: uniform, low: 600, high: 1100}")
+    return [Distribution.from_mapping(key, get_dotted(data, key), source) for key in keys]
 
 
 def get_dotted(data: Mapping[str, Any], key: str) -> Any:

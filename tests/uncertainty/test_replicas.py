@@ -154,3 +154,11 @@ def test_a_distribution_inside_a_list_item_is_drawn(toy):
     drawn = [plan.replica_data(i)["schedule"]["failures"][0]["at_s"] for i in range(3)]
     assert all(100 <= v <= 3000 for v in drawn) and len(set(drawn)) == 3
     assert toy["schedule"]["failures"][0]["at_s"]["dist"] == "uniform"   # the caller's mapping untouched
+
+
+def test_a_distribution_for_a_length_laws_name_is_refused(toy):
+    # drawn first, then refused as "unknown length distribution '1071.46'"
+    toy["workload"]["response_length"]["dist"] = {"dist": "uniform", "low": 1, "high": 2}
+    with pytest.raises(RlsimError) as info:
+        plan_replicas(toy, seeds=2)
+    assert info.value.field == "workload.response_length.dist" and ".median=" in info.value.fix
