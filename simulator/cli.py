@@ -144,9 +144,10 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except BrokenPipeError:
         raise   # main's: the reader went away, not an error
-    except OSError as exc:   # writing an output the filesystem refuses (a folder where a file goes, a full disk)
+    except OSError as exc:   # a file the filesystem refuses (an output where a folder is, a full disk)
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"rlsim: error: {where}{exc.strerror or exc} (fix: free the path or give another --out)", file=sys.stderr)
+        print(f"rlsim: error: {where}{exc.strerror or exc} (fix: check that path; for an output, give --out "
+              "another folder)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("rlsim: interrupted", file=sys.stderr)
