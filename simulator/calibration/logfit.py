@@ -130,9 +130,12 @@ def _schema_default(scenario: Any, key: str) -> float:
 
 
 def overlay_items(scenario: Any, values: Mapping[str, float]) -> list[str]:
-    """`--set` items giving `values` (a device field also names the device it overrides)."""
+    """`--set` items giving `values` (a device field also names the device it overrides, where the
+    topology has one kind: on groups of several kinds the fields lay over every group's device)."""
+    from ..hardware.topology import load_topology
     items: list[str] = []
-    if any(k.startswith("topology.device.") for k in values):
+    if any(k.startswith("topology.device.") for k in values) and \
+            len(load_topology(scenario.topology).device_kinds()) == 1:
         items.append(f"topology.device.name={_device(scenario).name}")
     items += [f"{k}={float(v):.6g}" for k, v in values.items()]
     return items
@@ -251,6 +254,21 @@ def _uncertainty(jac: np.ndarray, res: np.ndarray, scale: np.ndarray) -> np.ndar
     return sigma
 
 
+def _check_one_device(runs: Sequence[LoggedRun], loaded: Sequence[Any], params: Sequence[Any]) -> None:
+    """One fitted device field for runs on different devices would be one value for two devices
+    (and the overlay named the first run's device, turning the others into it): refused."""
+    if not any(p.key.startswith("topology.device.") for p in params):
+        return
+    from ..hardware.topology import load_topology
+    kinds = [tuple(load_topology(sc.topology).device_kinds()) for sc in loaded]
+    if len(set(kinds)) > 1:
+        shown = "; ".join(f"{run.label}: {', '.join(k)}" for run, k in zip(runs, kinds, strict=True))
+        raise RlsimError(f"the logged runs ran on different devices ({shown}): one fitted topology.device.* value "
+                         "cannot stand for them", field="--fit",
+                         fix="fit each device's runs in their own rlsim calibrate --from-log, or fit only "
+                             "workload.* / schedule.* keys across them")
+
+
 def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, *, skip_steps: int = SKIP_STEPS,
              max_evaluations: int = MAX_EVALUATIONS, diff_step: float = DIFF_STEP) -> LogFit:
     """Fit `keys` to every run's logged phases (one value per key for all runs)."""
@@ -262,6 +280,7 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
         raise RlsimError("no logged run to fit", field="--from-log", fix="give at least one LOG with its --scenario")
     params = fit_parameters(list(keys))
     loaded = [load_scenario(r.scenario, overrides=list(r.overrides)) for r in runs]
+    _check_one_device(runs, loaded, params)
     measured = [_measured(r, skip_steps) for r in runs]
     lower, upper = (np.array([getattr(p, a) for p in params]) for a in ("lower", "upper"))
     start = np.clip([current_value(loaded[0], p.key) for p in params], lower, upper)

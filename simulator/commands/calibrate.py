@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _mode_defaults() -> dict[str, Any]:
     from ..calibration.backend import DEFAULT_THREADS
     from ..calibration.logfit import DEFAULT_FIT_KEYS, MAX_EVALUATIONS, SKIP_STEPS
-    return {"backend": "torch", "threads": DEFAULT_THREADS, "fit": ",".join(DEFAULT_FIT_KEYS),
+    return {"backend": "torch", "threads": DEFAULT_THREADS, "fit": [",".join(DEFAULT_FIT_KEYS)],
             "skip_steps": SKIP_STEPS, "max_evaluations": MAX_EVALUATIONS}
 
 

@@ -21,8 +21,9 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
                              "each with its --scenario")
     parser.add_argument("--scenario", action="append", default=[], metavar="S",
                         help="the scenario YAML of each --from-log run, in order (one for all is fine)")
-    parser.add_argument("--fit", default=",".join(DEFAULT_FIT_KEYS), metavar="KEY[,KEY...]",
-                        help=f"parameters to fit (default {','.join(DEFAULT_FIT_KEYS)}; see docs/calibration.md)")
+    parser.add_argument("--fit", action="append", default=None, metavar="KEY[,KEY...]",
+                        help=f"parameters to fit, repeatable (default {','.join(DEFAULT_FIT_KEYS)}; "
+                             "see docs/calibration.md)")
     parser.add_argument("--skip-steps", type=int, default=SKIP_STEPS, metavar="N",
                         help=f"warm-up steps of each log left out (default {SKIP_STEPS})")
     parser.add_argument("--max-evaluations", type=positive_int, default=MAX_EVALUATIONS, metavar="N",
@@ -49,8 +50,37 @@ def _runs(args: argparse.Namespace) -> list[Any]:
                          fix="give one --scenario per --from-log, in order, or one for all")
     if args.skip_steps < 0:
         raise RlsimError(f"must be >= 0, got {args.skip_steps}", field="--skip-steps")
+    pairs = [(str(Path(log).resolve()), str(scenario)) for log, scenario in zip(logs, scenarios, strict=True)]
+    twice = next((log for (log, _), pair in zip(zip(logs, scenarios, strict=True), pairs, strict=True)
+                  if pairs.count(pair) > 1), None)
+    if twice is not None:   # counted twice, every sigma shrank by sqrt(2)
+        raise RlsimError(f"{twice} is given twice with the same scenario", field="--from-log",
+                         fix="give each logged run once")
     return [LoggedRun(read_run_log(log, run=args.log_run), scenario, tuple(args.overrides), name=log)
             for log, scenario in zip(logs, scenarios, strict=True)]
+
+
+def _listed(items: list[str], flag: str) -> list[str]:
+    """The keys of repeatable, comma-separated KEY[,KEY...] items; a key given twice is an error."""
+    keys = [key.strip() for item in items for key in item.split(",") if key.strip()]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise RlsimError(f"{flag} names {', '.join(twice)} twice", field=flag, fix="name each key once")
+    return keys
+
+
+def _check_predictions(items: list[str], fitted: list[str]) -> None:
+    """--predict items: each key once, none of them a fitted key (the fit's value replaced it in the
+    'fitted' column under the item's label)."""
+    from ..overrides import parse_assignment
+    keys = [parse_assignment(item)[0] for item in items]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:   # the last won, labelled with both
+        raise RlsimError(f"--predict gives {', '.join(twice)} twice", field="--predict", fix="give each key once")
+    clash = [key for key in keys if key in fitted]
+    if clash:
+        raise RlsimError(f"--predict sets {clash[0]}, which --fit fits: the fitted value would replace it",
+                         field="--predict", fix=f"drop --predict {clash[0]}=..., or leave it out of --fit")
 
 
 def run_from_log(args: argparse.Namespace) -> int:
@@ -65,7 +95,8 @@ def run_from_log(args: argparse.Namespace) -> int:
     except argparse.ArgumentTypeError as exc:
         raise RlsimError(str(exc), field="--out", fix="give --out a writable OVERLAY.yaml path") from None
     runs = _runs(args)
-    keys = [k.strip() for k in args.fit.split(",") if k.strip()]
+    keys = _listed(args.fit, "--fit")
+    _check_predictions(args.predict, keys)
     fit = fit_runs(runs, keys, skip_steps=args.skip_steps, max_evaluations=args.max_evaluations)
     header = ["rlsim calibrate --from-log " + " ".join(args.from_log),
               "use: rlsim run S " + " ".join(f"--set {item}" for item in fit.items)]

@@ -835,6 +835,12 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
         if stray:
             raise RlsimError("with groups, counts belong to each group", source=source, field=stray[0],
                              fix=f"set groups.NAME.{stray[0]} instead")
+        if top.m.get("device") is not None and all("device" in g.m for _, g in groups):
+            raise RlsimError(f"every group names its own device, so the topology's device ({top.m['device']!r}) "
+                             "would be read past", source=source, field="device",
+                             fix="set groups.NAME.device for the group it is meant for, or give device fields "
+                                 "without a name (--set topology.device.gemm_efficiency=...): they lay over "
+                                 "every group's device")
     if num_domains > 1 and out_r is None:
         raise RlsimError(f"{num_domains} scale-up domains but no scale-out network joins them (disconnected graph)",
                          source=source, field="scaleout", fix="add scaleout: {nic_bw: 400Gb/s} or use one domain")

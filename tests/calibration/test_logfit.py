@@ -136,3 +136,50 @@ def test_phase_times_below_a_microsecond_are_not_fitted_and_out_may_go_to_a_new_
     assert main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--max-evaluations", "2",
                  "--out", str(out)]) == 0
     assert out.is_file()
+
+
+def test_a_hetero_scenarios_overlay_names_no_device_and_reaches_every_group() -> None:
+    # topology.device.name=a100-80gb (the first device) beside a groups topology was read past:
+    # the overlay undid its own fit and the fit came out 0.75 +- inf
+    hetero = {**SCENARIO, "topology": "hetero-a100-h100"}
+    from simulator.scenario import load_scenario
+
+    items = logfit.overlay_items(load_scenario(hetero), {"topology.device.gemm_efficiency": 0.4})
+    assert items == ["topology.device.gemm_efficiency=0.4"]
+    slow = logfit.simulate_timings(hetero, items)["update_actor"]
+    assert slow > 1.2 * logfit.simulate_timings(hetero)["update_actor"]
+
+
+def test_runs_on_different_devices_do_not_share_a_fitted_device_field() -> None:
+    # the overlay named the first run's device, turning the others into it
+    h100 = _logged_run(stages=("generate", "step_s"))
+    a100 = logfit.LoggedRun(h100.log, {**SCENARIO, "topology": {"preset": "dgx-a100", "nodes": 1}}, name="a100")
+    with pytest.raises(RlsimError) as info:
+        logfit.fit_runs([h100, a100], ["topology.device.gemm_efficiency"], max_evaluations=2)
+    assert info.value.field == "--fit" and "different devices" in info.value.message
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--fit", "topology.device.gemm_efficiency", "--fit", "topology.device.gemm_efficiency"], "--fit"),
+    (["--fit", "topology.device.gemm_efficiency", "--predict", "topology.device.gemm_efficiency=0.5"], "--predict"),
+    (["--predict", "topology.nodes=2", "--predict", "topology.nodes=4"], "--predict"),   # the last won
+])
+def test_calibrate_from_log_refuses_keys_given_twice_or_fitted_and_predicted(tmp_path, capsys, extra, field) -> None:
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps({"step": s, "timing_s/gen": 10.0, "timing_s/step": 20.0}) for s in range(4)))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    assert main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), *extra,
+                 "--out", str(tmp_path / "o.yaml")]) == 2
+    assert f"field '{field}'" in capsys.readouterr().err
+
+
+def test_the_same_log_twice_is_refused(tmp_path, capsys) -> None:
+    # counted twice: every sigma shrank by sqrt(2)
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps({"step": s, "timing_s/gen": 10.0}) for s in range(4)))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    assert main(["calibrate", "--from-log", str(log), "--from-log", str(log), "--scenario", str(scenario),
+                 "--out", str(tmp_path / "o.yaml")]) == 2
+    assert "given twice" in capsys.readouterr().err

@@ -259,6 +259,14 @@ def test_device_fields_given_without_a_name_reach_every_group_that_names_its_dev
             for r in range(both.num_devices)} == {("a100-80gb", 0.1), ("h100", 0.5)}
 
 
+@pytest.mark.parametrize("device", ["b200", {"name": "a100-80gb", "gemm_efficiency": 0.3}])
+def test_a_named_device_beside_groups_that_each_name_theirs_is_refused(device):
+    # --set topology.device.name=... on hetero-a100-h100 was read past: the run unchanged
+    with pytest.raises(RlsimError) as info:
+        load_topology("hetero-a100-h100", {"device": device})
+    assert info.value.field.endswith("device") and "read past" in info.value.message
+
+
 @pytest.mark.parametrize("section,fields", [("scaleup", {"bandwidth": "10GB/s"}), ("host", {"bandwidth": "1GB/s"}),
                                             ("scaleout", {"nic_bandwidth": "1Gb/s"}), ("scaleup", 5), ("host", 5),
                                             ("collectives", 5)])
