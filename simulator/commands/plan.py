@@ -107,17 +107,41 @@ _STAGE_ONLY = {"train": ("planner.space.", "workload.train_params.", "workload.t
 
 
 # What only a simulated run reads: the planner prices one step of each layout analytically.
-_RUN_ONLY = ("iterations", "schedule")
+_RUN_ONLY = ("iterations", "schedule", "workload.reward")
+# The workload's batch and its length laws: the batch shape of the training plan unless a flag gives it
+# (--global-batch, --seq-len); the rollout plan prices planner.rollout's fixed batch instead
+_BATCH_KEYS = ("workload.prompts_per_step", "workload.samples_per_prompt", "workload.mini_batch_prompts")
+_LENGTH_KEYS = ("workload.prompt_length", "workload.response_length")
 # The layouts plan searches (a given one is not its input), with the planner section that narrows each
 _SEARCHED = {"train_layout": "space", "rollout_layout": "rollout"}
+
+
+def _shape_read_past(args: argparse.Namespace) -> dict[str, str]:
+    """The workload keys the plan does not read, by prefix, with why: the batch under
+    --global-batch, the length laws under both flags (alone, --seq-len leaves the medians read for
+    packing), all of them in the rollout plan."""
+    if args.stage == "rollout":
+        why = "the rollout plan prices planner.rollout's batch (sequences, prompt_len, response_len)"
+        return {key: why for key in (*_BATCH_KEYS, *_LENGTH_KEYS)}
+    out = {key: "--global-batch gives the training batch" for key in _BATCH_KEYS} if args.global_batch else {}
+    if args.global_batch and args.seq_len:
+        out.update({key: "--global-batch and --seq-len give the batch shape" for key in _LENGTH_KEYS})
+    return out
 
 
 def _refuse_other_stage(args: argparse.Namespace) -> None:
     """A flag or --set key of the stage not planned, or one only a run reads, was read past: an
     error naming it."""
+    shape = _shape_read_past(args)
     for item in args.overrides:
         key = parse_assignment(item)[0]
-        if key.split(".")[0] in _RUN_ONLY:
+        why = next((text for prefix, text in shape.items() if key == prefix or key.startswith(prefix + ".")), None)
+        if why is not None:
+            raise RlsimError(f"{key} is read past: {why}", source="--set", field=key,
+                             fix=f"drop --set {key}" + (", or drop the flag that gives the shape"
+                                                        if args.stage == "train" else
+                                                        " and give planner.rollout.sequences / prompt_len / response_len"))
+        if any(key == prefix or key.startswith(prefix + ".") for prefix in _RUN_ONLY):
             raise RlsimError(f"{key} is read by a simulated run (rlsim run / compare / sweep); plan prices each "
                              "layout's step analytically and does not read it", source="--set", field=key,
                              fix=f"drop --set {key}, or simulate the chosen layout with rlsim run")

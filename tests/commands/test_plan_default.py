@@ -84,6 +84,10 @@ def test_a_key_of_the_stage_not_planned_is_an_error(capsys, argv, field):
     (["--set", "workload.train_params.compute.flash_attention=false",   # no flash kernel, no Mamba scan
       "--set", "workload.train_params.compute.flash_efficiency_ratio=0.5"],
      "workload.train_params.compute.flash_efficiency_ratio"),
+    # the batch shape the flags give, and the rewards no plan prices (the same rows came back)
+    (["--set", "workload.prompts_per_step=1024"], "workload.prompts_per_step"),
+    (["--set", "workload.response_length.max=100"], "workload.response_length.max"),
+    (["--set", "workload.reward.cpu_s_per_sample=5"], "workload.reward.cpu_s_per_sample"),
 ])
 def test_a_key_the_plan_does_not_read_is_an_error(capsys, argv, field):
     # the plan prices layouts analytically: the same rows came back with or without these
@@ -99,6 +103,14 @@ def test_seed_is_taken_when_it_picks_distribution_draws(capsys):
     argv = ["plan", "--model", "llama3.1-8b", "--global-batch", "64", "--json", "--seeds", "2",
             "--set", "workload.response_length.max={dist: uniform, low: 256, high: 512}"]
     assert main([*argv, "--set", "seed=5"]) == 0
+
+
+def test_the_rollout_plan_refuses_the_workloads_lengths_it_does_not_read(capsys):
+    from simulator.cli import main
+
+    argv = ["plan", "--stage", "rollout", "--model", "qwen2.5-7b", "--set", "workload.prompt_length.max=8"]
+    assert main(argv) == 2
+    assert "planner.rollout" in capsys.readouterr().err
 
 
 def test_an_engine_constant_the_planned_model_leaves_nothing_to_act_on_is_an_error(capsys):
