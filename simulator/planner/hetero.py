@@ -358,6 +358,8 @@ def _hetero_layouts(stm: HeteroStepModel, ranks: list[int], global_batch: int, t
                 continue
             laid = lay_out(slots, ("tp", "cp", "pp", "dp"), tp, 1, dp, pp)
             for zero, balanced in ((z, b) for z in zero_values for b in (True, False)):
+                if zero and dp == 1:   # nothing to shard over: the even-split search prunes it (zero_without_dp)
+                    continue
                 try:
                     yield _Tried(balanced, stm.evaluate(laid, tp, pp, dp, global_batch // micro_batch,
                                                         balanced=balanced, zero=zero))

@@ -190,3 +190,11 @@ def test_the_hetero_memory_check_counts_what_the_training_memory_model_counts(tp
                                params=stm.train_params.memory, micro_batches=4 * pp)
     assert max(mine) == pytest.approx(theirs.total_bytes, rel=1e-9)
     assert mine.index(max(mine)) == theirs.stage
+
+
+def test_no_zero_stage_is_reported_where_dp_is_1():
+    # the even split came back as tp 2, pp 8, dp 1, zero 2: nothing to shard over (the main search
+    # prunes it as zero_without_dp)
+    plan = plan_hetero(load_model("llama3.1-8b"), _hetero(1, 1), 64, 2048, zero_values=(2,), pp_values=(8,))
+    for result in (plan.uniform, plan.balanced):
+        assert result.dp > 1 or result.zero == 0
