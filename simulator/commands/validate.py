@@ -46,8 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import RlsimError
+    from ..overrides import parse_assignment
     from ..validation import run_cases
     from .common import Progress, print_json
+    for item in args.overrides:   # the scenario's refusal pointed at --seeds, which validate does not have
+        key, value = parse_assignment(item)
+        if isinstance(value, dict) and "dist" in value and not key.endswith(("_length", "_length.dist")):
+            raise RlsimError("a distribution value: validate predicts each published figure once, with numbers",
+                             field=key, fix=f"give {key} a number; draw it over seeds with rlsim run --seeds N")
+    if any(not text.strip() for text in args.case or []):   # matched every case: all 62 ran
+        raise RlsimError("an empty --case text", field="--case",
+                         fix="give a text of the cases' names, e.g. --case V6 or --case megatron")
     with Progress("case") as progress:
         results = run_cases(args.case, progress=progress, overrides=tuple(args.overrides))
     if not results:

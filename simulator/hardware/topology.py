@@ -834,7 +834,8 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
         stray = [k for k in _COUNT_KEYS if top.m.get(k) is not None]
         if stray:
             raise RlsimError("with groups, counts belong to each group", source=source, field=stray[0],
-                             fix=f"set groups.NAME.{stray[0]} instead")
+                             fix=f"set groups.NAME.{stray[0]} instead (--set topology.groups.NAME.{stray[0]}=N; "
+                                 f"groups here: {', '.join(name for name, _ in groups)})")
         if top.m.get("device") is not None and all("device" in g.m for _, g in groups):
             raise RlsimError(f"every group names its own device, so the topology's device ({top.m['device']!r}) "
                              "would be read past", source=source, field="device",

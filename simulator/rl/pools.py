@@ -80,10 +80,12 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
     field_name = "schedule.rollout_devices" if schedule.rollout_devices else "schedule.rollout_fraction"
     want = requested_rollout_devices(schedule, n_devices)
     if schedule.rollout_devices and want > n_devices - train_group_devices:
+        room = n_devices - train_group_devices
         raise RlsimError(f"rollout_devices={want} leaves no training replica ({train_group_devices} devices) "
                          f"on {n_devices} devices", source=source, field=field_name,
-                         fix=f"give at most {n_devices - train_group_devices} (the rest train), or use "
-                             "rollout_fraction")
+                         fix=f"give at most {room} (the rest train), or use rollout_fraction" if room > 0 else
+                         f"{n_devices} devices hold no rollout pool beside a training replica of "
+                         f"{train_group_devices}: give more devices or a smaller train_layout")
     # the trainer gets whole replicas nearest to its share; the rollout whole instances of the rest
     train = max(train_group_devices, int(round((n_devices - want) / train_group_devices)) * train_group_devices)
     rollout = _round_down(n_devices - train, instance_devices)

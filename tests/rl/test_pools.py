@@ -168,3 +168,14 @@ def test_an_aux_share_the_granules_move_is_said_too():
                         keep_samples=False).summary.get("warnings", [])
     assert any("aux_fraction=0.0625 asks 1 of 16" in w and "aux pool 2" in w for w in warnings(0.0625))
     assert not any("asks" in w for w in warnings(0.125))
+
+
+def test_a_rollout_pool_with_no_room_says_so_rather_than_a_negative_count():
+    # "fix: give at most -8 (the rest train)" on a topology smaller than one training replica
+    from simulator.rl.pools import build_pools
+    from simulator.scenario import load_scenario
+
+    sc = load_scenario(None, overrides=["schedule.kind=disaggregated", "schedule.rollout_devices=8"])
+    with pytest.raises(RlsimError) as info:
+        build_pools(sc.schedule, 8, instance_devices=1, train_group_devices=16)
+    assert "at most -" not in info.value.fix and "give more devices" in info.value.fix

@@ -215,3 +215,15 @@ def test_an_unselected_family_neither_checks_nor_refuses_a_key():
 
     rows = run_cases("V6 nemo-rl llama3.1-8b on-policy 16gpu step", overrides=("workload.train_layout.tp=2",))
     assert len(rows) == 1 and rows[0].case.startswith("V6")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--case", " "], "an empty --case text"),   # matched every case: all 62 ran
+    # the scenario's refusal pointed at --seeds, which validate does not have
+    (["--case", "V6", "--set", "workload.inference.hbm_efficiency={dist: uniform, low: 0.5, high: 0.9}"],
+     "validate predicts each published figure once"),
+])
+def test_validate_refuses_an_empty_case_and_a_distribution_value(capsys, argv, says):
+    assert main(["validate", *argv]) == 2
+    assert says in capsys.readouterr().err
+
