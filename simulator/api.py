@@ -52,6 +52,7 @@ class SimulationResult:
     # The device kinds of the run's topology (a sweep prices a point per device-hour from them);
     # empty when the costs were given (no topology was built).
     device_kinds: list[str] = field(default_factory=list)
+    device_counts: dict[str, int] = field(default_factory=dict)   # devices of each kind (the same source)
 
     def device_timeline(self) -> pd.DataFrame:
         """One row per device and interval (des.INTERVAL_COLUMNS); large at scale."""
@@ -150,6 +151,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
     plan = None
     replanner = None
     device_kinds: list[str] = []
+    device_counts: dict[str, int] = {}
     if costs is None:
         from .rl.llm_costs import LlmCosts
         topology = load_topology(sc.topology, max_devices=sc.limits.max_devices, spec_source=sc.source)
@@ -159,7 +161,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
         plan = _auto_plan(sc, topology)            # layout: auto -> the planner, cost in simulated time
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts if plan else None)
         n_devices = topology.num_devices
-        device_kinds = topology.device_kinds()
+        device_kinds, device_counts = topology.device_kinds(), topology.device_counts()
         if sc.schedule.failures:
             from .autoplan import PlannerReplanner
             replanner = PlannerReplanner(sc, topology)
@@ -212,7 +214,8 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
         summary.setdefault("warnings", []).append(
             f"{', '.join(late)} came at or after the run's end ({end:g} s): no failure happened there; "
             "give an earlier at_s or more iterations")
-    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds)
+    return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds,
+                            device_counts)
 
 
 @dataclass

@@ -72,8 +72,11 @@ def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[st
     if missing:
         raise RlsimError(f"no price for device {missing[0]!r}", field="prices",
                          fix=f"add a price for {missing[0]} (known: {', '.join(sorted(prices)) or 'none'})")
-    # A mixed cluster: the average over kinds weighted by count is not in the summary; price the
-    # run at its most expensive kind rather than under-report the cost.
+    # A mixed cluster: each kind's price weighed by its count (a sweep point's device_counts); where
+    # the summary has no counts, the most expensive kind rather than an under-reported cost.
+    counts = summary.get("device_counts")
+    if isinstance(counts, Mapping) and counts and set(counts) == set(kinds):
+        return sum(float(prices[k]) * n for k, n in counts.items()) / sum(counts.values())
     return max(float(prices[k]) for k in kinds)
 
 

@@ -1016,4 +1016,6 @@ def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, A
     # The device kinds let a capacity question price the run per device-hour (capacity.py); the run
     # read them off the topology it built (building it again cost a point up to a second at 24k devices).
     summary.setdefault("device_kinds", result.device_kinds)
+    if len(result.device_counts) > 1:   # a mixed cluster: its cost weighs each kind's price by its count
+        summary.setdefault("device_counts", result.device_counts)
     return summary

@@ -30,6 +30,23 @@ def test_price_lookup_by_device_kind():
         price_per_device_hour({}, {"h100": 2.5})
 
 
+def test_a_mixed_cluster_is_priced_by_its_counts():
+    # 8 A100 at 5 and 16 H100 at 2: 72 an hour (it was priced at 5 a device: 120)
+    prices = {"h100": 2.0, "a100-80gb": 5.0}
+    mixed = {"device_kinds": ["a100-80gb", "h100"], "device_counts": {"a100-80gb": 8, "h100": 16}, "devices": 24,
+             "step_time_s": 1.0}
+    assert cost_fields(mixed, price_per_device_hour(mixed, prices))["cost_per_hour"] == pytest.approx(72.0)
+    unknown_counts = {"device_kinds": ["a100-80gb", "h100"]}   # no counts: the dearest kind, not less
+    assert price_per_device_hour(unknown_counts, prices) == 5.0
+
+
+def test_a_sweep_point_of_a_mixed_cluster_carries_its_device_counts():
+    from simulator.sweep import BaseScenario, simulate_point
+
+    summary = simulate_point(BaseScenario(topology="hetero-a100-h100", workload="grpo-qwen2.5-7b", iterations=1), {})
+    assert summary["device_counts"] == {"a100-80gb": 8, "h100": 8}
+
+
 def test_target_validation_and_meaning():
     with pytest.raises(RlsimError):
         Target()

@@ -263,6 +263,13 @@ class Topology:
     def device_kinds(self) -> list[str]:
         return sorted({s.name for s in self._specs})
 
+    def device_counts(self) -> dict[str, int]:
+        """Devices of each kind, by catalog name (a mixed cluster's cost weighs each kind's price)."""
+        counts: dict[str, int] = {}
+        for spec in self._specs:
+            counts[spec.name] = counts.get(spec.name, 0) + 1
+        return dict(sorted(counts.items()))
+
     # ---- placement helpers -----------------------------------------------------------------
     def place(self, count: int, start: int = 0) -> list[int]:
         """`count` consecutive ranks from `start` (ranks fill a node, then a domain, in order)."""
