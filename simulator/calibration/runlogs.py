@@ -127,12 +127,23 @@ def _loads(text: str) -> Any:
     """json.loads with the parser's own limits as JSONDecodeError: a number of more than 4,300 digits
     (ValueError) or an array nested past the recursion limit (RecursionError)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_object_once)
     except json.JSONDecodeError:
         raise
     except (ValueError, RecursionError) as exc:
         what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
         raise json.JSONDecodeError(what, text, 0) from None
+
+
+def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are given once (json keeps the last of a repeated key without a word:
+    one of two timings of a phase dropped)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} is given twice")
+        out[key] = value
+    return out
 
 
 def _json_object(text: str, source: str, where: str) -> dict[str, Any]:
@@ -197,6 +208,10 @@ def _read_csv(path: Path) -> pd.DataFrame:
     with path.open(encoding="utf-8", newline="") as handle:
         rows = csv.reader(handle)
         header = next(rows, None)
+        twice = sorted({name for name in header or () if header.count(name) > 1})
+        if twice:   # pandas renames the second 'x.1', and one of two timings of a phase was read
+            raise RlsimError(f"the header names {', '.join(map(repr, twice))} twice", source=str(path),
+                             fix="give each column once")
         if header is not None:
             for line, row in enumerate(rows, start=2):
                 if row and len(row) != len(header):

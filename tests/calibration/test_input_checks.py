@@ -183,3 +183,14 @@ def _frame(columns: dict[str, float]):
     import pandas as pd
     return pd.DataFrame([{"step": s, **{k: v * (1.0 + 0.001 * s) for k, v in columns.items()}}
                          for s in range(1, 5)]).astype({"step": np.int64})
+
+
+@pytest.mark.parametrize("name, text", [
+    ("log.jsonl", '{"step": 1, "timing_s/gen": 1.0, "timing_s/gen": 2.0}\n'),   # json kept the last
+    ("log.csv", "step,timing_s/gen,timing_s/gen\n1,1.0,2.0\n"),                   # pandas renamed one x.1
+])
+def test_a_timing_given_twice_in_one_record_is_refused(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(RlsimError, match="twice"):
+        read_run_log(path)
