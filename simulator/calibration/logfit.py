@@ -297,7 +297,15 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
     def all_residuals(z: np.ndarray) -> np.ndarray:
         return np.concatenate([residuals(p, m) for p, m in zip(predictions(z), measured, strict=True)])
 
-    before = predictions(start / scale)
+    try:
+        before = predictions(start / scale)
+    except RlsimError as exc:   # a fitted key the scenario refuses (read past): --fit named it, not the file
+        fitted = next((p.key for p in params if exc.field and (exc.field == p.key or exc.field.startswith(p.key))),
+                      None)
+        if fitted is None:
+            raise
+        raise RlsimError(f"{fitted} cannot be fitted on this scenario: {exc.message}", field="--fit",
+                         fix=f"leave {fitted} out of --fit" + (f" ({exc.fix})" if exc.fix else "")) from None
     left_out = [_drop_unpredicted(r, m, b) for r, m, b in zip(runs, measured, before, strict=True)]
     r0 = np.concatenate([residuals(p, m) for p, m in zip(before, measured, strict=True)])
     result = least_squares(all_residuals, start / scale, bounds=(lower / scale, upper / scale),

@@ -183,3 +183,11 @@ def test_the_same_log_twice_is_refused(tmp_path, capsys) -> None:
     assert main(["calibrate", "--from-log", str(log), "--from-log", str(log), "--scenario", str(scenario),
                  "--out", str(tmp_path / "o.yaml")]) == 2
     assert "given twice" in capsys.readouterr().err
+
+
+def test_a_fitted_key_the_scenario_reads_past_is_blamed_on_fit() -> None:
+    # it named the scenario file and a key the user never wrote there ('remove it (got 11.3)')
+    run = _logged_run(stages=("generate", "step_s"))
+    with pytest.raises(RlsimError) as info:
+        logfit.fit_runs([run], ["schedule.switch.sleep_wake_s"], max_evaluations=2)
+    assert info.value.field == "--fit" and "cannot be fitted on this scenario" in info.value.message
