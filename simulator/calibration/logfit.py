@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RlsimError
-from .runlogs import RunLog, no_steps_left, stages_from_summary
+from .runlogs import OTHER_KEYS, RunLog, no_steps_left, stages_from_summary
 
 
 @dataclass(frozen=True)
@@ -328,6 +328,10 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
                              f"(predicted 0 s): {', '.join(dropped)} (check that the scenario describes the "
                              "logged run, e.g. its critic)")
         fit.notes.extend(f"{run.label}: {note}" for note in run.log.notes)
+        read = [key for key, column in OTHER_KEYS.items() if column in run.log.frame.columns]
+        if read:   # read off the log, not fitted: said, as the ignored names are
+            fit.notes.append(f"{run.label}: read, not fitted (the fit compares phase times): {', '.join(read)}; "
+                             "compare them with the fitted run's summary")
         if run.log.ignored:
             fit.notes.append(f"{run.label}: ignored metric names (not timings rlsim reads): "
                              + ", ".join(run.log.ignored))

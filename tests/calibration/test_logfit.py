@@ -191,3 +191,11 @@ def test_a_fitted_key_the_scenario_reads_past_is_blamed_on_fit() -> None:
     with pytest.raises(RlsimError) as info:
         logfit.fit_runs([run], ["schedule.switch.sleep_wake_s"], max_evaluations=2)
     assert info.value.field == "--fit" and "cannot be fitted on this scenario" in info.value.message
+
+
+def test_figures_read_off_the_log_but_not_fitted_are_named() -> None:
+    # perf/throughput was read and left out of the fit without a word (unknown names get a note)
+    run = _logged_run(stages=("generate", "step_s"))
+    run.log.frame["throughput_tokens_per_s_per_device"] = 1000.0
+    fit = logfit.fit_runs([run], ["workload.inference.step_overhead_s"], max_evaluations=2)
+    assert any("read, not fitted" in note and "perf/throughput" in note for note in fit.notes)
