@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -694,6 +695,25 @@ DASK_DEFAULT_START_METHOD = "spawn"   # distributed.yaml's `distributed.worker.m
 LOCAL_CLUSTER_DASK_CONFIG: dict[str, Any] = {"distributed.worker.profile.enabled": False}
 
 
+@contextmanager
+def _workers_started_deaf() -> Iterator[None]:
+    """Worker processes started inside ignore SIGINT and take SIGTERM's default, as the local pool's
+    do (_pool_worker_init): a terminal's Ctrl-C reaches the whole process group, and each Dask worker
+    printed its KeyboardInterrupt (or the sweep's Terminated, inherited by a forked worker) while the
+    sweep itself stopped cleanly. The parent ignores SIGINT for the cluster's start only (an ignored
+    signal stays ignored across fork and exec); outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler)
+                for signum, handler in ((signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_DFL))}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 @dataclass
 class DaskExecutor:
     """Dask distributed: a running scheduler at `address`, or a LocalCluster of `jobs` workers.
@@ -767,7 +787,7 @@ class DaskExecutor:
                 _preload(self.preload)   # inherited by a forked worker; shared by a thread worker
             if self.processes:
                 options["preload"] = list(self.preload)   # each worker imports them before it says it is ready
-        with dask.config.set({**LOCAL_CLUSTER_DASK_CONFIG, key: method}):
+        with dask.config.set({**LOCAL_CLUSTER_DASK_CONFIG, key: method}), _workers_started_deaf():
             return LocalCluster(**options)
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,3 +134,28 @@ def test_the_local_cluster_does_not_sample_its_workers_stacks():
         client = executor.start()
         sampling = client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
     assert list(sampling.values()) == [False]
+
+
+def _report_signals(queue) -> None:
+    import signal
+    queue.put((signal.getsignal(signal.SIGINT) == signal.SIG_IGN, signal.getsignal(signal.SIGTERM) == signal.SIG_DFL))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_worker_processes_started_for_a_dask_cluster_ignore_ctrl_c(method):
+    # a terminal's Ctrl-C reaches the whole process group: each Dask worker printed its
+    # KeyboardInterrupt (or the sweep's inherited Terminated) while the sweep stopped cleanly
+    import multiprocessing
+    import signal
+
+    from simulator.sweep import _workers_started_deaf
+
+    before = signal.getsignal(signal.SIGINT)
+    context = multiprocessing.get_context(method)
+    queue = context.Queue()
+    with _workers_started_deaf():
+        child = context.Process(target=_report_signals, args=(queue,))
+        child.start()
+    assert queue.get(timeout=60) == (True, True)
+    child.join(timeout=60)
+    assert signal.getsignal(signal.SIGINT) is before   # the parent's handler back after the start
