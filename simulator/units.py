@@ -54,7 +54,12 @@ def _scaled(value: object, field: str, source: str | None, table: dict[str, floa
 
 
 def parse_bytes(value: object, field: str = "size", source: str | None = None) -> float:
-    """'80GB' -> 8e10, '1GiB' -> 2**30; a bare number is bytes."""
+    """'80GB' -> 8e10, '1GiB' -> 2**30; a bare number is bytes. An upper-case prefix with a lower-case
+    b ('1Gb') is bits by the networking convention the bandwidths follow ('400Gb/s'): refused, not
+    read as bytes (8x the size)."""
+    if isinstance(value, str) and re.fullmatch(r"\s*[-+0-9.eE]+\s*[KMGTP]i?b\s*", value):
+        raise RlsimError(f"{value!r} is in bits (a lower-case b after an upper-case prefix, as in 400Gb/s); a size "
+                         "is in bytes", source=source, field=field, fix="write B for bytes, e.g. 1GB or 1GiB")
     return _scaled(value, field, source, _SIZE, str.lower, "size", "use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB")
 
 

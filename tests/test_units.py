@@ -47,6 +47,7 @@ def test_parse_flops(text: object, expected: float) -> None:
     (parse_bytes, "80 parsecs"), (parse_bytes, "GB"), (parse_bytes, True), (parse_bandwidth, "400GB"),
     (parse_bandwidth, "400 furlongs/s"), (parse_seconds, "2 fortnights"), (parse_seconds, "2MS"),
     (parse_flops, "10 TB"), (parse_bytes, "1..2GB"),
+    (parse_bytes, "1Gb"), (parse_bytes, "8 Mb"), (parse_bytes, "2Kib"),   # bits (as 400Gb/s), read as bytes before
 ])
 def test_bad_quantities_raise_rlsim_error_with_field(fn, text: object) -> None:
     with pytest.raises(RlsimError) as info:

@@ -74,16 +74,24 @@ def run(args: argparse.Namespace) -> int:
     from ..scenario import load_limits
     limits = load_limits(section(args.overrides, "limits"), "--set")
     topology = load_topology(args.topology, section(args.overrides, "topology"), max_devices=limits.max_devices)
-    nbytes = parse_bytes(args.nbytes, "--bytes")
-    if nbytes < 0:
-        raise RlsimError(f"must be >= 0, got {args.nbytes!r}", field="--bytes")
+    nbytes = parse_bytes(args.nbytes, "--bytes") + 0.0   # + 0.0: -0 is 0
+    if nbytes < 0 or nbytes != int(nbytes):   # a buffer holds whole bytes (1e-3 B was priced)
+        raise RlsimError(f"must be a whole number of bytes >= 0, got {args.nbytes!r}", field="--bytes",
+                         fix="e.g. --bytes 1GiB or --bytes 1048576")
     ranks = parse_group(topology, args.group)
+    if args.op == "p2p" and len(ranks) == 2 and ranks[0] == ranks[1]:   # priced as a 0 s local copy
+        raise RlsimError("a device appears twice in the group: p2p sends between two devices", field="--group",
+                         fix="e.g. --group 0,8")
     try:
         cost = CollectiveModel(topology).cost(args.op, ranks, nbytes, args.algorithm)
     except RlsimError as exc:   # the collective model names its arguments; here they are flags
         if exc.field in ("bytes", "group", "algorithm"):
             raise RlsimError(exc.message, source=exc.source, field=f"--{exc.field}", fix=exc.fix) from None
         raise
+    if args.algorithm and cost.algorithm == "local":   # nothing moves: the forced algorithm was read past
+        raise RlsimError(f"no algorithm runs here ({'no bytes' if nbytes == 0 else 'one device'}), so "
+                         f"--algorithm {args.algorithm} does not apply", field="--algorithm",
+                         fix="drop --algorithm, or give a group of several devices and bytes > 0")
     if args.json:
         print_json(cost.to_dict())
         return 0

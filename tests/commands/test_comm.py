@@ -67,6 +67,12 @@ def test_comm_text(capsys):
     ["--group", "all", "--bytes", "lots"],
     ["--group", "all", "--set", "topology.nodes=-1"],
     ["--group", "all", "--set", "workload.x=1"],
+    # found by fuzzing: each was priced
+    ["--group", "0,0", "--op", "p2p"],                                  # a 0 s 'local' copy
+    ["--group", "all", "--bytes", "0", "--algorithm", "hierarchical"],   # the algorithm read past
+    ["--group", "3", "--algorithm", "ring"],
+    ["--group", "all", "--bytes", "1e-3"],                              # a thousandth of a byte
+    ["--group", "all", "--bytes", "1Gb"],                               # gigabits read as gigabytes
 ])
 def test_comm_bad_input_exits_2_without_traceback(capsys, argv):
     base = {"--topology": "dgx-h100", "--op": "all_reduce", "--bytes": "1024"}
