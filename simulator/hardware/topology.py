@@ -765,7 +765,7 @@ _TOP_KEYS = {"name", "description", "sources", "collectives", "device", "devices
              "device_profile"}  # device_profile: a calibrated profile YAML (hardware/profiles.py)
 _GROUP_KEYS = _TOP_KEYS - {"name", "description", "sources", "collectives", "groups", "scaleout"} | {"nic_bw"}
 # the fields of the link sections (_group_plan, _build_hierarchical read these and no others)
-_SCALEUP_KEYS = {"kind", "bw", "latency", "efficiency", "oversubscription"}
+_SCALEUP_KEYS = {"kind", "bw", "latency", "efficiency", "oversubscription", "max_devices"}
 _SCALEOUT_KEYS = {"nic_bw", "nodes_per_leaf", "oversubscription", "latency", "efficiency"}
 _HOST_KEYS = {"bw", "latency", "efficiency"}
 _COUNT_KEYS = ("nodes", "domains", "supernodes", "racks")
@@ -937,6 +937,13 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
                          fix=LIMITS_FIX.format(name="max_devices"))
     up_r = _Reader(_merge(_section(top, "scaleup", _SCALEUP_KEYS), _section(g, "scaleup", _SCALEUP_KEYS)),
                    source, g.where("scaleup") if "scaleup" in g.m else "scaleup")
+    if up_r.m.get("max_devices") is not None:   # the domain's physical size (an NVL72 rack: 72 GPUs)
+        largest = up_r.count("max_devices")
+        if per_node * per_domain > largest:
+            raise RlsimError(f"{per_domain} nodes of {per_node} devices is {per_node * per_domain} devices in one "
+                             f"scale-up domain, past its {largest}", source=source, field=g.where("nodes_per_domain"),
+                             fix=f"give at most {largest // per_node} nodes per domain (scaleup.max_devices "
+                                 f"{largest}), and more domains for more devices")
     up_kind = up_r.m.get("kind", "switch")
     if up_kind not in ("switch", "two-tier", "mesh"):
         raise RlsimError(f"unknown scale-up kind {up_kind!r}", source=source, field=up_r.where("kind"),

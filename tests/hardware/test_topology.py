@@ -428,3 +428,11 @@ def test_a_device_mappings_base_is_a_catalog_device_and_its_numbers_are_sane(dev
     with pytest.raises(RlsimError) as info:
         device_from_mapping(device, "t.yaml")
     assert info.value.field == field
+
+
+def test_a_scale_up_domain_past_its_physical_size_is_refused():
+    # gb200-nvl72-partial took nodes_per_domain 19: 76 GPUs in a 72-GPU rack
+    with pytest.raises(RlsimError) as info:
+        load_topology("gb200-nvl72-partial", {"nodes_per_domain": 19})
+    assert info.value.field.endswith("nodes_per_domain") and "at most 18" in info.value.fix
+    assert load_topology("gb200-nvl72-partial", {"nodes_per_domain": 18}).num_devices == 2 * 72
