@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +116,10 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     same, figure for figure (`rlsim run` does this unless --out writes the table). With
     schedule.failures every row is kept either way (a roll-back rewrites recorded rows)."""
     _check_hooks(costs, progress)
+    _check_keywords(keywords, "simulate")
+    if not isinstance(keep_samples, bool):   # "no" kept the samples
+        raise RlsimError(f"keep_samples must be True or False, got {keep_samples!r}", field="keep_samples",
+                         fix="keep_samples=False drops the per-sample table")
     sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
     if sc.replicas > 1:   # one run would read it past (a distribution value is refused likewise)
         raise RlsimError(f"replicas: {sc.replicas} asks for {sc.replicas} runs over seeds, and simulate runs one",
@@ -123,6 +127,22 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
                          fix="run them with simulator.uncertainty.replicate (rlsim run runs them), or drop replicas")
     with raised_from(sc.source):   # a model's check names the field; the scenario names the file
         return _simulate(sc, costs, progress, keep_samples)
+
+
+SCENARIO_KEYWORDS = ("topology", "workload", "schedule", "overrides", "iterations", "seed")   # load_scenario's
+
+
+def _check_keywords(keywords: Mapping[str, Any], function: str) -> None:
+    """Keyword arguments are load_scenario's: another (a typo such as iteratons=2) raised a TypeError
+    naming an internal function."""
+    import difflib
+    for name in keywords:
+        if name not in SCENARIO_KEYWORDS:
+            close = difflib.get_close_matches(name, SCENARIO_KEYWORDS, n=1)
+            raise RlsimError(f"{function}() takes no argument {name!r}" + (f"; did you mean {close[0]!r}?" if close
+                                                                            else ""),
+                             field=name, fix=f"give the scenario's keys as {', '.join(SCENARIO_KEYWORDS)}, or as "
+                                             "overrides=['KEY=VALUE']")
 
 
 def _check_hooks(costs: Any, progress: Any) -> None:
@@ -234,6 +254,12 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
     `schedules` is one kind ("stalesync") or several, each once; none is an error. ``keep_samples``:
     as in `simulate` (False: no per-sample tables, the same summaries, memory flat over iterations)."""
     kinds = schedule_list(schedules)
+    _check_keywords(keywords, "compare")
+    given = keywords.get("schedule")
+    if isinstance(given, str) or (isinstance(given, Mapping) and "kind" in given):   # replaced by each kind
+        raise RlsimError("a comparison runs each of its kinds: schedule= names one, which they would replace",
+                         field="schedule", fix="name the kinds in the schedules argument; give other schedule "
+                                                "knobs as overrides=['schedule.KEY=VALUE']")
     results: dict[str, SimulationResult] = {}
     for kind, sc in compared_scenarios(scenario, kinds, keywords).items():
         with _naming_kind(kind, kinds):
@@ -296,6 +322,9 @@ def _refuse_knobs_none_takes(unused: list[str], kinds: list[str], overrides: Ite
 def schedule_list(schedules: Iterable[str] | str) -> list[str]:
     """'colocated' -> ['colocated'] (a string is one schedule, not its letters); an empty list, a
     repeated kind or a non-string is an RlsimError."""
+    if isinstance(schedules, (set, frozenset)):   # the first kind is the baseline: a set's order is the hash seed's
+        raise RlsimError("schedules is an unordered set: the first kind is the baseline of the comparison",
+                         field="schedules", fix="give a list, e.g. ['colocated', 'stalesync']")
     kinds = string_items(schedules, field="schedules", what="schedule kinds",
                          example="compare(None, ['colocated', 'stalesync'])")
     if not kinds:

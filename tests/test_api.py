@@ -221,6 +221,13 @@ def test_a_failure_after_the_runs_end_is_said():
     (lambda: simulator.simulate([]), "scenario"),
     (lambda: simulator.simulate(None, overrides=[5]), "overrides"),
     (lambda: simulator.simulate(None, overrides=5), "overrides"),
+    # a typo of a keyword: a TypeError naming load_scenario / scenario_data before
+    (lambda: simulator.simulate(None, iteratons=2), "iteratons"),
+    (lambda: simulator.compare(None, ["colocated"], iteratons=2), "iteratons"),
+    (lambda: simulator.simulate(None, keep_samples="no"), "keep_samples"),   # kept the samples
+    # a set's order is the hash seed's: the baseline row changed between processes
+    (lambda: simulator.compare(None, {"colocated", "stalesync"}), "schedules"),
+    (lambda: simulator.compare(None, ["colocated"], schedule="async"), "schedule"),   # dropped without a word
     # the hooks: an AttributeError mid-run before
     (lambda: simulator.simulate(None, costs="fake"), "costs"),
     (lambda: simulator.simulate(None, costs=object()), "costs"),
