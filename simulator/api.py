@@ -67,6 +67,9 @@ class SimulationResult:
         from .report.trace import chrome_trace
 
         out = Path(out_dir)
+        if out.exists() and not out.is_dir():   # a FileExistsError from mkdir before
+            raise RlsimError(f"{out} is a file; write() takes a folder", field="out_dir",
+                             fix="give a folder (new or existing)")
         out.mkdir(parents=True, exist_ok=True)
         files = {
             "scenario.yaml": yaml.safe_dump(self.scenario.to_dict(), sort_keys=False),

@@ -94,6 +94,10 @@ def _device_kinds(summary: Mapping[str, Any]) -> list[str]:
 
 def cost_fields(summary: Mapping[str, Any], price: float | None = None) -> dict[str, float | None]:
     """Device-hours per 1,000 steps, and with a price the cost per step and per hour."""
+    if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float))
+                              or not math.isfinite(price) or price < 0):   # negative and NaN costs came out
+        raise RlsimError(f"a price per device-hour must be a finite number >= 0, got {price!r}", field="price",
+                         fix="e.g. 2.5")
     devices = float(summary["devices"])
     step_s = float(summary["step_time_s"])
     tokens_per_s = float(summary.get("tokens_per_s") or 0.0)

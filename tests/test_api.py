@@ -265,3 +265,14 @@ def test_the_cost_hook_error_names_the_missing_members():
     with pytest.raises(RlsimError) as info:
         simulator.simulate(None, costs=type("NoSwitch", (), members)(), iterations=1)
     assert "lacks switch of the cost protocol" in str(info.value)
+
+
+def test_write_to_a_file_path_is_an_error_naming_it(result, tmp_path):
+    # a FileExistsError from mkdir before
+    from simulator.errors import RlsimError
+
+    a_file = tmp_path / "x"
+    a_file.write_text("")
+    with pytest.raises(RlsimError) as info:
+        result.write(a_file)
+    assert info.value.field == "out_dir"

@@ -165,3 +165,10 @@ def test_bisection_says_when_an_error_above_the_small_end_hid_smaller_values():
     assert any("--search scan" in note and "(1, 2)" in note for note in answer.notes)
     scan = find_smallest("tp", [1, 2, 3, 4], Target(tokens_per_s=10), evaluate_batch, strategy="scan")
     assert scan.value == 1 and not any("--search scan" in note for note in scan.notes)
+
+
+@pytest.mark.parametrize("price", [-1.0, float("nan"), True])
+def test_a_price_that_is_no_price_is_refused(price):
+    # negative and NaN costs came out
+    with pytest.raises(RlsimError):
+        cost_fields({"devices": 8, "step_time_s": 1.0}, price)

@@ -20,6 +20,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from ..errors import RlsimError
+
 # Fixed colours so the same state looks the same in every figure and report.
 STATE_COLORS: dict[str, str] = {
     "generate": "#4c72b0", "rollout": "#4c72b0", "prefill": "#64b5cd", "decode": "#4c72b0",
@@ -195,6 +197,9 @@ def scaling_efficiency(devices: Sequence[float], tokens_per_s: Sequence[float]) 
     """Throughput per device relative to the smallest configuration: (T_n / n) / (T_1 / n_1)."""
     d = np.asarray(devices, dtype=float)
     t = np.asarray(tokens_per_s, dtype=float)
+    if d.shape != t.shape or d.ndim != 1 or not d.size:   # numpy broadcast [1, 2] against [1]: a wrong answer
+        raise RlsimError(f"devices and tokens_per_s must be two lists of one length, got {d.size} and {t.size}",
+                         field="devices", fix="give one tokens/s figure per device count")
     base = int(np.argmin(d))
     return (t / d) / (t[base] / d[base])
 
@@ -268,6 +273,7 @@ def response_length_figure(samples: pd.DataFrame, *, column: str | None = None, 
                            title: str | None = None) -> Figure:
     """Histogram of generated response lengths (log-scaled counts show the long tail), with the
     median and the 99th percentile marked."""
+    samples = samples if samples is not None else pd.DataFrame()   # simulate(keep_samples=False) keeps none
     column = column or next((c for c in RESPONSE_LENGTH_COLUMNS if c in samples), None)
     fig = Figure(figsize=(7.5, 4.0), layout="constrained")
     ax = fig.add_subplot()
