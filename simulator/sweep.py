@@ -69,8 +69,10 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
 
     Each value is read as a YAML scalar (as `--set` does): '2' -> 2, '0.5' -> 0.5, 'true' -> True.
     """
+    from .overrides import string_items
     grid: dict[str, list[Any]] = {}
-    for item in items:
+    for item in string_items(items, field="--grid", what="KEY=V1,V2 items",   # one string is one item, not letters
+                             example="parse_grid(['topology.nodes=1,2'])"):
         key, raw = _split_grid_item(item)
         values = [_yaml_scalar(v, key) for v in _split_values(raw)]
         if any(isinstance(v, float) and not math.isfinite(v) for v in values):
@@ -120,6 +122,10 @@ def _yaml_scalar(raw: str, key: str) -> Any:
 
 def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """The Cartesian product, first key slowest, in the order given."""
+    for key, values in grid.items():   # a string's letters were taken as its values ('12' -> '1', '2')
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise RlsimError(f"the values of {key!r} must be a list, got {values!r}", field=str(key),
+                             fix=f"e.g. {{{key!r}: [1, 2]}}")
     keys = list(grid)
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
 
@@ -566,6 +572,10 @@ class LocalExecutor(_NothingHeld):
 
     jobs: int = 2
     preload: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:   # 0 ran one
+            raise RlsimError(f"jobs must be a whole number >= 1, got {self.jobs!r}", field="--jobs", fix="e.g. 2")
 
     def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
         if not points:

@@ -395,3 +395,14 @@ def test_a_sweep_with_nothing_left_to_compute_starts_no_dask_cluster(monkeypatch
     monkeypatch.setattr(distributed, "Client", unreachable)
     assert list(DaskExecutor(address="tcp://127.0.0.1:9").map_unordered(lambda p: {}, [])) == []
     assert list(DaskExecutor(jobs=2).map_unordered(lambda p: {}, [])) == []
+
+
+def test_grid_helpers_refuse_what_they_would_split_into_letters():
+    # parse_grid("a=1,2") read "cannot read --grid 'a'"; expand_grid({"a": "12"}) ran '1' and '2'
+    from simulator.sweep import LocalExecutor
+
+    assert parse_grid("topology.nodes=1,2") == {"topology.nodes": [1, 2]}
+    with pytest.raises(RlsimError):
+        expand_grid({"a": "12"})
+    with pytest.raises(RlsimError):
+        LocalExecutor(0)   # ran as one job
