@@ -123,7 +123,7 @@ def _yaml_scalar(raw: str, key: str) -> Any:
 def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """The Cartesian product, first key slowest, in the order given."""
     for key, values in grid.items():   # a string's letters were taken as its values ('12' -> '1', '2')
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):   # a numpy array is fine
             raise RlsimError(f"the values of {key!r} must be a list, got {values!r}", field=str(key),
                              fix=f"e.g. {{{key!r}: [1, 2]}}")
     keys = list(grid)
