@@ -61,10 +61,23 @@ def _category_color(category: str, categories: Sequence[str]) -> Any:
 
 # --------------------------------------------------------------------------- timeline
 
+def _columns(frame: Any, columns: Sequence[str], what: str, example: str) -> pd.DataFrame:
+    """``frame`` as a DataFrame holding ``columns``; else an RlsimError naming what is missing (a
+    KeyError or AttributeError from deep inside a figure before)."""
+    if not isinstance(frame, pd.DataFrame):
+        raise RlsimError(f"{what} must be a pandas DataFrame, got {type(frame).__name__}", field=what,
+                         fix=f"pass e.g. {example}")
+    missing = [c for c in columns if c not in frame]
+    if missing:
+        raise RlsimError(f"{what} has no column {', '.join(map(repr, missing))}", field=what, fix=f"pass e.g. {example}")
+    return frame
+
+
 def _with_ranks(timeline: pd.DataFrame) -> pd.DataFrame:
     """Group records carry rank_start / rank_count (rl/timeline.py); per-device rows are groups of one."""
-    if "rank_start" in timeline and "rank_count" in timeline:
-        return timeline
+    if isinstance(timeline, pd.DataFrame) and "rank_start" in timeline and "rank_count" in timeline:
+        return _columns(timeline, ("pool", "state", "start", "end"), "timeline", "result.timeline")
+    _columns(timeline, ("device", "pool", "state", "start", "end"), "timeline", "result.timeline")
     return timeline.assign(rank_start=timeline["device"].astype(int), rank_count=1)
 
 
@@ -91,6 +104,9 @@ def gantt_figure(timeline: pd.DataFrame, *, max_lanes_per_pool: int = 6, title: 
     evenly chosen per pool, first and last kept); busy states in solid colours, idle intervals
     hatched and coloured by their cause. Accepts group records or per-device rows. With
     `sample_note`, the title says when only a sample of the device groups is drawn."""
+    if isinstance(max_lanes_per_pool, bool) or not isinstance(max_lanes_per_pool, int) or max_lanes_per_pool < 1:
+        raise RlsimError(f"max_lanes_per_pool must be a whole number >= 1, got {max_lanes_per_pool!r}",
+                         field="max_lanes_per_pool", fix="e.g. 6")
     frame = _with_ranks(timeline)
     lanes = _lanes(frame, max_lanes_per_pool) if not frame.empty else []
     if sample_note and lanes:
@@ -167,6 +183,10 @@ def state_bars_figure(results: Mapping[str, Any], *, title: str | None = None) -
 
     `results` maps a name to a SimulationResult-like object (`.timeline`, `.summary` with
     `devices` and `iterations`)."""
+    if not isinstance(results, Mapping) or not all(hasattr(r, "timeline") and hasattr(r, "summary")
+                                                   for r in results.values()):
+        raise RlsimError("results must map names to simulation results", field="results",
+                         fix="pass e.g. comparison.results, or {'run': simulate(...)}")
     per_run = {name: time_by_state(r.timeline, int(r.summary["devices"]), int(r.summary["iterations"]))
                for name, r in results.items()}
     table = pd.DataFrame(per_run).fillna(0.0)
@@ -206,6 +226,7 @@ def scaling_efficiency(devices: Sequence[float], tokens_per_s: Sequence[float]) 
 
 def scaling_figure(rows: pd.DataFrame, *, group: str | None = None, title: str | None = None) -> Figure:
     """Tokens/s against devices (left) and scaling efficiency (right), with the linear ideal."""
+    _columns(rows, ("devices", "tokens_per_s"), "rows", "sweep.rows (devices, tokens_per_s)")
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     ax, ax_eff = fig.subplots(1, 2)
     groups = [(None, rows)] if group is None or group not in rows else list(rows.groupby(group, sort=True))
@@ -239,6 +260,7 @@ def scaling_figure(rows: pd.DataFrame, *, group: str | None = None, title: str |
 def staleness_figure(rows: pd.DataFrame, *, x: str = "staleness_bound", group: str | None = "schedule",
                      title: str | None = None) -> Figure:
     """Tokens/s (left axis) and measured mean staleness (right axis) against the staleness bound."""
+    _columns(rows, (x, "tokens_per_s"), "rows", f"sweep.rows ({x}, tokens_per_s)")
     fig = Figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.add_subplot()
     ax2 = ax.twinx()
