@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import RlsimError
 from ..metrics import summary_notes
 from . import critical_path, plots, summary
 
@@ -37,7 +38,13 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
     """Figures and report.html for a SimulationResult (`.summary`, `.timeline`, `.samples`) or a
     ComparisonResult (`.results`: name -> SimulationResult; each result's own files are written into
     a sub-folder named after it). Returns the report path."""
+    if not (hasattr(result, "results") or (hasattr(result, "summary") and hasattr(result, "timeline"))):
+        raise RlsimError(f"write_report takes a simulation or comparison result, got {type(result).__name__}",
+                         field="result", fix="pass simulate(...) or compare(...), not its .results mapping")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():   # a FileExistsError from mkdir before
+        raise RlsimError(f"{out} is a file; write_report takes a folder", field="out_dir",
+                         fix="give a folder (new or existing)")
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Any] = dict(result.results) if hasattr(result, "results") else \
         {str(result.summary.get("schedule", "run")): result}

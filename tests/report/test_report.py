@@ -188,3 +188,14 @@ def test_every_idle_cause_has_a_colour(cause):
     # fallback looked the cause up among the category names and raised ValueError (found by fuzzing)
     categories = ["train", f"idle: {cause}", "idle: long_tail"]
     assert plots._category_color(f"idle: {cause}", categories) is not None
+
+
+@pytest.mark.parametrize("result", [None, {"colocated": 1}])
+def test_write_report_of_no_result_says_what_it_takes(result, tmp_path):
+    # an AttributeError before (compare(...).results passed in place of the comparison)
+    from simulator.errors import RlsimError
+    from simulator.report.html import write_report
+
+    with pytest.raises(RlsimError) as info:
+        write_report(result, tmp_path)
+    assert info.value.field == "result"
