@@ -68,6 +68,7 @@ class FrameworkImport:
     notes: list[str] = field(default_factory=list)
     targets: dict[str, str] = field(default_factory=dict)   # mapped config key -> the scenario key it sets
     user_keys: tuple[str, ...] = ()   # scenario keys the user's --set gives (their errors are theirs)
+    rules: Mapping[str, Rule] = field(default_factory=dict, repr=False)   # the framework's key table
 
     @contextmanager
     def naming_config(self) -> Iterator[None]:
@@ -76,6 +77,12 @@ class FrameworkImport:
         try:
             yield
         except RlsimError as exc:
+            framework_key = self._framework_key_set(exc)
+            if framework_key:   # a config key given to --set, which takes the scenario's
+                raise RlsimError(f"--set {framework_key}: a {self.framework} key, and --set takes rlsim's scenario keys",
+                                 source=self.source, field=framework_key,
+                                 fix=f"pass {framework_key}=VALUE after the config path (as the framework's own "
+                                     "override), not with --set") from None
             if (exc.source and not str(exc.source).startswith("<")) or self._set_by_user(exc):
                 raise
             keys = self.config_keys_for(exc)
@@ -85,6 +92,17 @@ class FrameworkImport:
             raise RlsimError(f"{exc.message}{where}", source=self.source, field=", ".join(keys),
                              fix=f"change {keys[0]} (KEY=VALUE after the config path)"
                                  + (f"; {exc.fix}" if exc.fix else "")) from None
+
+    def _framework_key_set(self, exc: RlsimError) -> str | None:
+        """The user's --set key the error is about when it is a key of the framework's table rather
+        than a scenario key (data.train_batch_size: 'unknown scenario key data' before)."""
+        names = exc.fields or ([exc.field] if exc.field else [])
+        for key in self.user_keys:
+            if key.split(".")[0] in ("topology", "workload", "schedule"):
+                continue
+            if rule_for(key, self.rules) is not None and any(key == n or key.startswith(n + ".") for n in names):
+                return key
+        return None
 
     def _set_by_user(self, exc: RlsimError) -> bool:
         names = exc.fields or ([exc.field] if exc.field else [])

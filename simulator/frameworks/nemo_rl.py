@@ -183,7 +183,7 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
                          fix="set grpo.async_grpo.enabled=true/false in the recipe or as an override")
     source = str(path)
     flat = read_config(path, overrides, what="NeMo RL recipe")
-    result = FrameworkImport("nemo-rl", source, {})
+    result = FrameworkImport("nemo-rl", source, {}, rules=RULES)
     v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
     kind, result.schedule_rule = schedule_of(v)
     user_sets = set(user_sets)

@@ -301,7 +301,7 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     keys that follow (a model or topology size given there is not needed from the config)."""
     source = str(path)
     flat = read_config(path, overrides, what="verl config")
-    result = FrameworkImport("verl", source, {})
+    result = FrameworkImport("verl", source, {}, rules=RULES)
     values = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
     recipe, result.schedule_rule = recipe_of(values, schedule)
     user_sets = set(user_sets)

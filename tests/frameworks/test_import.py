@@ -671,3 +671,13 @@ def test_a_bad_framework_override_is_named_as_one_not_as_a_set_item():
     with pytest.raises(RlsimError) as info:
         import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["=5"])
     assert "cannot read the override '=5'" in str(info.value) and "--set" not in str(info.value)
+
+
+@pytest.mark.parametrize("framework, config, key", [
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", "data.train_batch_size"),
+    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "grpo.num_prompts_per_step"),
+])
+def test_a_framework_key_given_to_set_says_to_pass_it_after_the_config(capsys, framework, config, key):
+    # "unknown scenario key 'data'" with a list of scenario keys as the fix
+    code, _, err = cli(capsys, "run", FLAG[framework], str(EXAMPLES / config), "--set", f"{key}=8")
+    assert code == 2 and f"field '{key}'" in err and "after the config path" in err
