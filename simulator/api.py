@@ -184,7 +184,8 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
         plan = _auto_plan(sc, topology)            # layout: auto -> the planner, cost in simulated time
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts if plan else None)
         n_devices = topology.num_devices
-        device_kinds, device_counts = topology.device_kinds(), topology.device_counts()
+        device_counts = topology.device_counts()
+        device_kinds = list(device_counts)
         if sc.schedule.failures:
             from .autoplan import PlannerReplanner
             replanner = PlannerReplanner(sc, topology)

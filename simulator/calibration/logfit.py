@@ -13,7 +13,7 @@ J the finite-difference Jacobian at the solution (so step-to-step spread in the 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,16 +129,21 @@ def _schema_default(scenario: Any, key: str) -> float:
     raise RlsimError(f"{key!r} has no value in this scenario", field=key)
 
 
-def overlay_items(scenario: Any, values: Mapping[str, float]) -> list[str]:
-    """`--set` items giving `values` (a device field also names the device it overrides, where the
-    topology has one kind: on groups of several kinds the fields lay over every group's device)."""
+def device_name_items(scenario: Any, keys: Iterable[str]) -> list[str]:
+    """The item naming the device that fitted device fields override, where the topology has one kind
+    (on groups of several kinds the fields lay over every group's device); [] without device fields."""
+    if not any(k.startswith("topology.device.") for k in keys):
+        return []
     from ..hardware.topology import load_topology
-    items: list[str] = []
-    if any(k.startswith("topology.device.") for k in values) and \
-            len(load_topology(scenario.topology).device_kinds()) == 1:
-        items.append(f"topology.device.name={_device(scenario).name}")
-    items += [f"{k}={float(v):.6g}" for k, v in values.items()]
-    return items
+    kinds = load_topology(scenario.topology).device_kinds()
+    return [f"topology.device.name={kinds[0]}"] if len(kinds) == 1 else []
+
+
+def overlay_items(scenario: Any, values: Mapping[str, float], named: Sequence[str] | None = None) -> list[str]:
+    """`--set` items giving `values`, after `named` (device_name_items of the scenario: computed here
+    when None; a fit passes it once for all its evaluations, not a topology load per evaluation)."""
+    head = device_name_items(scenario, values) if named is None else list(named)
+    return head + [f"{k}={float(v):.6g}" for k, v in values.items()]
 
 
 def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
@@ -289,10 +294,12 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
     def values_of(z: np.ndarray) -> dict[str, float]:
         return {p.key: float(v) for p, v in zip(params, np.clip(z * scale, lower, upper), strict=True)}
 
+    named = [device_name_items(sc, keys) for sc in loaded]
+
     def predictions(z: np.ndarray) -> list[dict[str, float]]:
         vals = values_of(z)
-        return [simulate_timings(r.scenario, [*r.overrides, *overlay_items(sc, vals)])
-                for r, sc in zip(runs, loaded, strict=True)]
+        return [simulate_timings(r.scenario, [*r.overrides, *overlay_items(sc, vals, n)])
+                for r, sc, n in zip(runs, loaded, named, strict=True)]
 
     def all_residuals(z: np.ndarray) -> np.ndarray:
         return np.concatenate([residuals(p, m) for p, m in zip(predictions(z), measured, strict=True)])
@@ -319,7 +326,7 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
                  start={p.key: float(v) for p, v in zip(params, start, strict=True)},
                  at_bound=[p.key for p, a in zip(params, result.active_mask, strict=True) if a != 0],
                  evaluations=int(result.nfev), rms_before=_rms(r0), rms_after=_rms(result.fun),
-                 items=overlay_items(loaded[0], values))
+                 items=overlay_items(loaded[0], values, named[0]))
     for run, m, b, a, dropped in zip(runs, measured, before, after, left_out, strict=True):
         fit.stages[run.label] = {s: {"measured_s": float(np.mean(v)), "before_s": b.get(s, 0.0),
                                      "after_s": a.get(s, 0.0)} for s, v in m.items()}

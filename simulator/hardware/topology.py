@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import gc
 import math
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -261,14 +262,11 @@ class Topology:
         return hit
 
     def device_kinds(self) -> list[str]:
-        return sorted({s.name for s in self._specs})
+        return list(self.device_counts())
 
     def device_counts(self) -> dict[str, int]:
-        """Devices of each kind, by catalog name (a mixed cluster's cost weighs each kind's price)."""
-        counts: dict[str, int] = {}
-        for spec in self._specs:
-            counts[spec.name] = counts.get(spec.name, 0) + 1
-        return dict(sorted(counts.items()))
+        """Devices of each kind, by catalog name in order (a mixed cluster's cost weighs each kind's price)."""
+        return dict(sorted(Counter(spec.name for spec in self._specs).items()))
 
     # ---- placement helpers -----------------------------------------------------------------
     def place(self, count: int, start: int = 0) -> list[int]:
@@ -891,7 +889,7 @@ def _device_and_profile(g: _Reader, top: _Reader, dev_raw: Any, dev_field: str) 
     entry_level = g if "device" in g.m else top
     profile_level = g if "device_profile" in g.m else top if "device_profile" in top.m else None
     if not entry_has or profile_level is None:
-        return dev_raw, (g.m.get("device_profile", top.m.get("device_profile")))
+        return dev_raw, g.m.get("device_profile", top.m.get("device_profile"))
     if entry_level is profile_level:
         raise RlsimError("a device profile is given twice: the device entry's profile and device_profile beside it; "
                          "one would be read past", source=top.source, field=f"{dev_field}.profile",

@@ -170,8 +170,8 @@ def replicate_point(base: Any, seeds: int, values: Mapping[str, Any]) -> dict[st
     plan = plan_replicas(base.spec, seeds=seeds, **base.keywords(values))
     summaries = run_replicas(plan)
     doc = summarize(plan, summaries)
-    topology = load_topology(plan.scenario(0).topology)
-    doc.setdefault("device_kinds", topology.device_kinds())
-    if len(topology.device_kinds()) > 1:   # as simulate_point: a mixed cluster's cost weighs its kinds
-        doc.setdefault("device_counts", topology.device_counts())
+    counts = load_topology(plan.scenario(0).topology).device_counts()
+    doc.setdefault("device_kinds", list(counts))
+    if len(counts) > 1:   # as simulate_point: a mixed cluster's cost weighs its kinds
+        doc.setdefault("device_counts", counts)
     return doc
