@@ -219,3 +219,32 @@ def test_a_length_laws_number_that_is_not_one_is_refused_when_the_scenario_loads
     with pytest.raises(RlsimError, match="expected a finite number") as info:
         load_scenario({"workload": "grpo-qwen2.5-7b"}, overrides=[f"workload.response_length.max={value}"])
     assert info.value.field == "workload.response_length.max"
+
+
+def test_the_reference_knob_table_says_which_kinds_take_each_knob():
+    """docs/scenario-reference.md's knob x kind table against each kind's accepts(): a knob marked
+    for a kind that refuses it, or a kind missing from the table, is a wrong reference."""
+    from pathlib import Path
+
+    from simulator.scenario import BUILTIN_SCHEDULE_KINDS, SCHEDULE_CLASSES
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "scenario-reference.md").read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("| knob | colocated |")]
+    assert len(lines) == 1
+    start = text.splitlines().index(lines[0])
+    table = []
+    for line in text.splitlines()[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip("|").split("|")])
+    header, rows = table[0], table[2:]
+    columns = {"stalesync (colocated placement)": ("stalesync", None),
+               "stalesync (`placement: disaggregated`)": ("stalesync", "disaggregated")}
+    kinds = [columns.get(title, (title, None)) for title in header[1:]]
+    assert {kind for kind, _ in kinds} == set(BUILTIN_SCHEDULE_KINDS)
+    for knobs, *marks in rows:
+        for knob in (k.strip().split(".")[0] for k in knobs.split(",")):
+            for (kind, placement), mark in zip(kinds, marks, strict=True):
+                cls = SCHEDULE_CLASSES[kind]
+                taken = cls.accepts(placement) if kind == "stalesync" else cls.accepts()
+                assert (knob in taken) == (mark == "yes"), (knob, kind, placement, mark)

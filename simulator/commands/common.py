@@ -15,6 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# The built-in schedule kinds (scenario.BUILTIN_SCHEDULE_KINDS, spelled out so that building the parser
+# does not import the scenario schema; tests/commands/test_run.py checks the two agree).
+SCHEDULE_KINDS_HELP = ("colocated | disaggregated | one-step-off | stalesync | async | verl-fully-async | "
+                       "nemo-rl-async | areal")
+
 
 def add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True, overrides: bool = True,
                set_help: str = "override a scenario key (repeatable), e.g. --set topology.nodes=16") -> None:

@@ -24,7 +24,8 @@ trainer constants (--stage train): --set workload.train_params.compute.flash_att
   workload.inference.step_overhead_s=0.004 (unknown keys, keys of the other stage, or iterations /
   schedule.* / seed without a distribution value, which only a simulated run reads: exit 2)
 planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch|sequence_parallel (lists),
-  space.max_pp, refine_top, dominance_prune, eval_cost_s, fixed_cost_s; rollout: rollout.tp|ep|max_num_seqs|gpu_memory_utilization."""
+  space.max_pp|max_ep|uneven_pp|exact_batch, refine_top, dominance_prune, eval_cost_s, fixed_cost_s;
+  rollout.tp|ep|max_num_seqs (lists), rollout.max_ep|gpu_memory_utilization|sequences|prompt_len|response_len."""
 
 _DEFAULT_TOPOLOGY = "dgx-h100"
 

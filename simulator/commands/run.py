@@ -31,9 +31,9 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .common import out_dir
+    from .common import SCHEDULE_KINDS_HELP, out_dir
     add_scenario_arguments(parser)
-    parser.add_argument("--schedule", help="colocated | disaggregated | one-step-off | stalesync | async")
+    parser.add_argument("--schedule", help=SCHEDULE_KINDS_HELP)
     parser.add_argument("--out", type=out_dir, help="write scenario.yaml, summary.json, CSVs, trace.json, plots and report.html here "
                              "(with --seeds: summary.json and replicas.csv)")
     from .replicas import add_replica_arguments

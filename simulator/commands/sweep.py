@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", nargs="?", help="scenario YAML (default: built-in defaults)")
     parser.add_argument("--topology", help="topology preset name or YAML path")
     parser.add_argument("--workload", help="workload preset name or YAML path")
-    parser.add_argument("--schedule", help="schedule kind (colocated, disaggregated, one-step-off, stalesync, async)")
+    parser.add_argument("--schedule", help=f"schedule kind: {common.SCHEDULE_KINDS_HELP}")
     parser.add_argument("--iterations", type=int, help="RL iterations per point")
     parser.add_argument("--seed", type=int, help="random seed")
     parser.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",

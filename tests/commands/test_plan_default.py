@@ -148,3 +148,20 @@ def test_a_rollout_space_outside_its_bounds_is_an_error(capsys, value, field):
     assert main(["plan", "--topology", "dgx-h100", "--model", "llama3.1-8b", "--stage", "rollout",
                  "--set", value]) == 2
     assert f"field '{field}'" in capsys.readouterr().err
+
+
+def test_the_help_names_every_planner_key():
+    """`rlsim plan --help` lists the planner.* keys a --set may give: every field of the search
+    space, the rollout space and the planner's own constants (it named 4 of the 8 rollout fields)."""
+    import re
+
+    from simulator.planner import SearchSpace
+    from simulator.planner.base import PlannerParams, RolloutSpace
+
+    text = plan.EXAMPLES[plan.EXAMPLES.index("planner keys"):]
+    named: set[str] = set()
+    for prefix, names in re.findall(r"\b(space\.|rollout\.)?([a-z_]+(?:\|[a-z_]+)*)", text):
+        named |= {prefix + name for name in names.split("|")}
+    expected = ({f"space.{f}" for f in SearchSpace.model_fields} | {f"rollout.{f}" for f in RolloutSpace.model_fields}
+                | set(PlannerParams.model_fields))
+    assert expected <= named, sorted(expected - named)

@@ -73,3 +73,12 @@ def test_options_that_were_read_past_are_errors(capsys, argv, field):
 
     assert main(argv) == 2
     assert f"field '{field}'" in capsys.readouterr().err
+
+
+def test_schedule_help_names_every_built_in_kind():
+    """`rlsim run --schedule` / `rlsim sweep --schedule` list the kinds the schema has (the help named
+    five of the eight)."""
+    from simulator.commands.common import SCHEDULE_KINDS_HELP
+    from simulator.scenario import BUILTIN_SCHEDULE_KINDS
+
+    assert SCHEDULE_KINDS_HELP.split(" | ") == list(BUILTIN_SCHEDULE_KINDS)
