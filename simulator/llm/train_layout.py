@@ -144,6 +144,15 @@ class TrainLayout:
             raise RlsimError(f"tp={self.tp} does not divide the {heads} attention heads of {model.name}",
                              source=source, field="workload.train_layout.tp",
                              fix=f"use a tp that divides {heads}, e.g. {_divisors_upto(heads, 16)}")
+        # Megatron-Core splits the key-value groups over TP (attention.py: num_query_groups_per_partition =
+        # divide(num_query_groups, tp), which asserts divisibility): a TP above the KV heads does not run.
+        # MLA models have no groups (every head keeps its own latent projection).
+        kv_heads = int(getattr(model, "num_kv_heads", heads) or heads)
+        if not getattr(model, "is_mla", False) and kv_heads % self.tp:
+            raise RlsimError(f"tp={self.tp} does not divide the {kv_heads} key-value heads of {model.name} "
+                             "(Megatron-Core splits the query groups over TP)", source=source,
+                             field="workload.train_layout.tp",
+                             fix=f"use a tp that divides {kv_heads}, e.g. {_divisors_upto(kv_heads, 16)}")
         if self.ulysses_sp and self.cp > 1 and heads % (self.tp * self.cp):
             raise RlsimError(f"Ulysses tp x cp = {self.tp * self.cp} does not divide the {heads} attention heads of "
                              f"{model.name}", source=source, field="workload.train_layout.cp",

@@ -129,6 +129,16 @@ def test_expert_tp_on_a_dense_model_is_refused_and_equal_to_tp_on_an_moe_model_i
     TrainLayout(tp=4, ep=8, etp=4, dp=96).check_model(load_model("qwen3-30b-a3b"))
 
 
+def test_a_tp_that_does_not_divide_the_key_value_heads_is_refused():
+    """Megatron-Core splits the query groups over TP: qwen3-30b-a3b's 4 KV heads take TP 4, not 8
+    (it ran with half a KV head per rank); an MLA model has no groups, so TP 8 of DeepSeek-V3 stays."""
+    TrainLayout(tp=4, ep=8, etp=1, dp=8).check_model(load_model("qwen3-30b-a3b"))
+    with pytest.raises(RlsimError, match="does not divide the 4 key-value heads") as exc:
+        TrainLayout(tp=8, ep=8, etp=1, dp=4).check_model(load_model("qwen3-30b-a3b"))
+    assert exc.value.field == f"{LAYOUT}.tp" and "1, 2, 4" in str(exc.value)
+    TrainLayout(tp=8, ep=8, etp=1, dp=8).check_model(load_model("deepseek-v3"))
+
+
 def test_the_cli_exits_2_naming_the_key(capsys):
     argv = ["run", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--set", "topology.nodes=4",
             "--schedule", "colocated", "--json", "--iterations", "2"]
