@@ -288,7 +288,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "bubbles_by_cause": by_cause,
         "stage_time_s": {k: v / its for k, v in sorted(rec.stage_time_s.items())},
         "mfu": (rec.flops + gen_flops) / (peak * T) if T > 0 else 0.0,
-        "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.effective_staleness},
+        "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.staleness_bound},
         "peak_memory_bytes": rec.peak_memory_bytes,
         "roofline_tokens_per_s": roofline,
         "samples": sample_counts(fig, its, sc.workload),
@@ -338,7 +338,8 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
     rows folded into counts (output.keep_sample_rows: the table and the critical path cover fewer)."""
     notes = []
     samples, stale = summary.get("samples") or {}, summary.get("staleness") or {}
-    name = f"{summary.get('schedule')} (staleness {stale.get('bound', 0):g})"
+    bound, seen = stale.get("bound", 0.0), stale.get("max", 0.0)
+    name = f"{summary.get('schedule')} (staleness {'unbounded' if bound is None else f'{bound:g}'})"
     if samples.get("stale_fraction", 0.0) >= STALE_NOTE_SHARE:
         notes.append(f"{name} drops {samples['stale_fraction']:.0%} of its generated samples as stale and trains "
                      f"{samples['trained_per_step']:,.0f} samples per step of a {samples['batch']:,}-sample batch: "
@@ -349,8 +350,7 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
         notes.append(f"output.keep_sample_rows: the per-sample table (samples.csv, the report's length and "
                      f"staleness figures) holds the last {samples['rows_kept']:,} of {samples['generated']:,} "
                      f"samples and the critical path covers {walked}; every other figure counts all samples")
-    bound, seen = stale.get("bound", 0.0), stale.get("max", 0.0)
-    if math.isfinite(bound) and bound >= 2 and seen < bound:
+    if bound is not None and math.isfinite(bound) and bound >= 2 and seen < bound:
         colocated = summary.get("schedule") == "stalesync" and summary.get("placement") == "colocated"
         why = (": colocated StaleSync generates on the training devices between steps, so a sample is at "
                "most one version old" if colocated else "")

@@ -700,6 +700,12 @@ class ScheduleConfig(_Strict):
         return kind.DEFAULT_STALENESS if self.staleness is None else float(self.staleness)
 
     @property
+    def staleness_bound(self) -> float | None:
+        """The bound the summary reports on the versions a trained sample may lag (summary
+        staleness.bound); None where the kind counts staleness without bounding it."""
+        return self.effective_staleness
+
+    @property
     def effective_threshold(self) -> float:
         """Share of a batch that must come from the current round before training starts on it
         (StaleSync only; other policies start on any B eligible samples)."""
@@ -794,6 +800,12 @@ def _verl_fully_async() -> type[ScheduleConfig]:
         RUNS_AHEAD: ClassVar[bool] = True
         kind: Literal["verl-fully-async"] = "verl-fully-async"
 
+        @property
+        def staleness_bound(self) -> float | None:
+            """None: verl limits the prompts started per version (staleness_threshold, a quota), not the
+            age of a trained sample, which it counts only (docs/schedules.md)."""
+            return None
+
         def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
             """verl cancels in-flight requests at a sync only when the Rollouter may start more than a
             version consumes (rl/schedules/verl_async.py: partial_rollout and staleness_threshold > 0):
@@ -805,6 +817,11 @@ def _verl_fully_async() -> type[ScheduleConfig]:
                             "0 the Rollouter starts no more than a version consumes, so nothing is in flight at a "
                             "sync to cancel", "set schedule.staleness_threshold above 0, or remove "
                             "schedule.partial_rollout"))
+            if self.overprovision > 0:
+                out.append(("schedule.overprovision", "verl's Rollouter generates the prompts its quota admits and "
+                            "aborts none (kind verl-fully-async: staleness_threshold sets how many run ahead), so "
+                            "schedule.overprovision is not read", "remove schedule.overprovision, or raise "
+                            "schedule.staleness_threshold"))
             if workload.inference.set_off_default(("dispatch",)):
                 out.append(("workload.inference.dispatch", "verl's Rollouter sends each prompt's n requests to the "
                             "rollout server with the fewest prompts (kind verl-fully-async's own dispatch), so "

@@ -157,6 +157,11 @@ class Generation:
         rows = (plan, ids, aborted, gen_tokens, end) if len(ids) else None
         return (plan.t0 + end, carry, float(gen_tokens.sum())), rows
 
+    def plan_end_s(self, plan: GenPlan) -> float:
+        """Seconds from the plan's t0 to where its commit ends it uncut: its last finish, or with
+        over-provisioning the finish of the last sequence it keeps (the aborted ones free the engine)."""
+        return self._overprovision_cut(plan)[0] if len(plan.seqs) else 0.0
+
     def _overprovision_cut(self, plan: GenPlan) -> tuple[float, np.ndarray | None]:
         """Over-provisioning keeps the fastest 1/(1+x) of the instance's sequences and aborts the rest
         (the aborted mask; None when it aborts none)."""

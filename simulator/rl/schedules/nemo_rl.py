@@ -53,7 +53,7 @@ class NemoInstance(SegmentedInstance):
         """The weight update at time t: a plan in flight pauses for the load and continues (in-flight
         updates; without them no plan is in flight here), an idle instance loads the weights."""
         clock = self.clock
-        if self.plan is not None and t >= self.plan.t0 + self.plan.end_s - TIME_TOL_S:
+        if self.plan is not None and t >= self.plan.t0 + self.run_.ctx.gen.plan_end_s(self.plan) - TIME_TOL_S:
             self.commit()                                  # it finishes at this very instant
         if self.plan is not None:
             plan = self.plan

@@ -91,7 +91,7 @@ class SegmentedInstance(RolloutInstance):
     def _until_plan_ends(self):
         env = self.run_.env
         while self.plan is not None:
-            wake, end = self.wake, self.plan.t0 + self.plan.end_s
+            wake, end = self.wake, self.plan.t0 + self.run_.ctx.gen.plan_end_s(self.plan)
             yield env.any_of([env.timeout(max(0.0, end - env.now)), wake, *self._cut_events()])
             if self.plan is not None and env.now >= end - TIME_TOL_S:
                 self.commit()

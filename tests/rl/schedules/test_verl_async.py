@@ -182,3 +182,19 @@ def test_trainer_waits_for_the_reward_of_the_samples_it_consumes(mode):
     for iteration, consumed in sm[sm.consumed_iteration >= 0].groupby("consumed_iteration"):
         # one update per version: its fetch starts once every sample it takes is rewarded
         assert work[work.iteration == iteration].start.min() >= consumed.ready.max() - 1e-9
+
+
+def test_the_summary_says_the_staleness_is_counted_not_bounded():
+    """verl bounds the prompts started per version, not a sample's age: the summary reports no bound
+    (it reported 1.0 beside a max of 3)."""
+    s = run(scenario(iterations=5, staleness_threshold=2.0, partial_rollout=True))[3]
+    assert s["staleness"]["bound"] is None and s["staleness"]["max"] >= 1
+    assert all("never binds" not in note for note in metrics.summary_notes(s))
+
+
+def test_overprovision_is_refused_it_aborts_nothing_here():
+    from simulator.errors import RlsimError
+
+    with pytest.raises(RlsimError, match="overprovision is not read") as exc:
+        scenario(overprovision=0.5)
+    assert exc.value.field == "schedule.overprovision"
