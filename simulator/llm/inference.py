@@ -1806,13 +1806,19 @@ class _RunTrace:
         return InterruptResult(finished, partial)
 
 
+# Engine copies a ResumableRun keeps at most: each holds the engine's whole state (its waiting queue
+# too), so a long run with a deep queue (AReaL admitting every round a large staleness bound opens)
+# kept thousands of them (gigabytes); past this many, every other copy goes and the spacing doubles.
+MAX_RESUME_COPIES = 64
+
+
 class ResumableRun:
-    """Run an engine to completion, keeping a copy of its state every ``every`` events, so that its
-    state at an earlier time (an interrupt at a time decided after the full run, e.g. a tail
-    consolidation point) is restored from the nearest copy and advanced a few events, instead of
-    re-running the engine from the start. Results equal a fresh engine's: the same events are
-    processed in the same order (an engine's event sequence does not depend on how advance_to
-    chunks it)."""
+    """Run an engine to completion, keeping a copy of its state every ``every`` events (at most
+    MAX_RESUME_COPIES copies, the spacing doubled as they thin out), so that its state at an earlier
+    time (an interrupt at a time decided after the full run, e.g. a tail consolidation point) is
+    restored from the nearest copy and advanced a few events, instead of re-running the engine from
+    the start. Results equal a fresh engine's: the same events are processed in the same order (an
+    engine's event sequence does not depend on how advance_to chunks it)."""
 
     def __init__(self, engine: RolloutEngine, every: int = 32) -> None:
         self.engine = engine
@@ -1859,6 +1865,9 @@ class ResumableRun:
                 return engine._drain(math.inf)
             self._keys.append(t)
             self._copies.append(engine.copy())
+            if len(self._copies) > MAX_RESUME_COPIES:   # thin out: every other copy, twice the spacing
+                self._keys, self._copies = self._keys[::2], self._copies[::2]
+                every *= 2
 
     def interrupt_at(self, now: float) -> InterruptResult:
         """``interrupt(now)`` of an engine that ran from the start to ``now`` (call after ``run``).

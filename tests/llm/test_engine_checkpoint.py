@@ -81,3 +81,25 @@ def test_the_start_of_an_untouched_array_run_is_the_engine_copy_then(seed, n, ma
         again = RolloutEngine(MODEL, DEVICE, RolloutLayout(tp=1, max_num_seqs=64))
         again.add_many(range(n), p, r, 0.0, group_ids=np.arange(n) // 3)
         assert run.interrupt_at(now).partial == again.interrupt(now).partial
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), frac=st.floats(0.0, 1.2))
+def test_thinned_copies_keep_restored_interrupts_exact(seed, frac):
+    """Past MAX_RESUME_COPIES the copies thin out (every other one, the spacing doubled): memory stays
+    bounded (an AReaL run with a deep queue kept thousands of copies, gigabytes) and an interrupt
+    restored from a farther copy still equals a fresh engine's."""
+    import pytest
+
+    rng = np.random.default_rng(seed)
+    p, r = rng.integers(1, 600, 40), rng.integers(2, 3000, 40)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "MAX_RESUME_COPIES", 3)
+        run = ResumableRun(_engine(p, r), every=1)
+        finished = run.run()
+        assert len(run._copies) <= 3 and run._keys == sorted(run._keys)
+    assert finished == _engine(p, r).run()
+    stop = frac * max(t for _, t in finished)
+    fresh = _engine(p, r)
+    fresh.advance_to(stop)
+    assert run.interrupt_at(stop).partial == fresh.interrupt(stop).partial
