@@ -286,9 +286,10 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
                                                     "kinds argument")
     data, source = scenario_data(scenario, **keywords)
     per_kind, unused = compared_schedules(data.get("schedule") or {}, kinds)
-    if unused:
-        validate_scenario(data, source)   # raises: the knob's error names it and the kinds that take it
+    if unused:   # a knob given here that no compared kind takes is named as such first (the scenario's
+        # own kind may be none of the compared ones, so its error would send the user to schedule.kind)
         _refuse_knobs_none_takes(unused, kinds, keywords.get("overrides") or ())
+        validate_scenario(data, source)   # raises: the knob's error names it and the kinds that take it
     out = {}
     for kind in kinds:
         with _naming_kind(kind, kinds):
@@ -315,9 +316,11 @@ def _refuse_knobs_none_takes(unused: list[str], kinds: list[str], overrides: Ite
     scenario's own file sets for its own kind is kept out of the kinds that do not take it.)"""
     keys = [parse_assignment(o)[0] for o in overrides]
     given = {key.removeprefix("schedule.") for key in keys if key.startswith("schedule.")}
-    dropped = sorted(set(unused) & given)
+    takers_of = {knob: [k for k in SCHEDULE_CLASSES if knob in SCHEDULE_CLASSES[k].accepts(None)]
+                 for knob in set(unused) & given}
+    dropped = sorted(knob for knob, takers in takers_of.items() if takers)   # unknown keys: the schema's error
     if dropped:
-        takers = [k for k in SCHEDULE_CLASSES if dropped[0] in SCHEDULE_CLASSES[k].accepts(None)]
+        takers = takers_of[dropped[0]]
         raise RlsimError(f"schedule.{dropped[0]} applies to none of the compared kinds ({', '.join(kinds)})",
                          field=f"schedule.{dropped[0]}",
                          fix=f"compare a kind that takes it ({', '.join(takers) or 'none'}) or drop the --set")

@@ -198,6 +198,9 @@ def resolve(kind: str, spec: str | Path | dict[str, Any]) -> tuple[dict[str, Any
     if isinstance(spec, dict):
         return dict(spec), f"<{_singular(kind)} mapping>"
     text = str(spec)
+    if not text.strip():   # Path("") is the current folder: "cannot read file: Is a directory"
+        raise RlsimError(f"empty {_singular(kind)} name", field=_singular(kind),
+                         fix=f"give a preset name ({', '.join(preset_names(kind))}) or a path to a YAML file")
     candidate = Path(text)
     if candidate.suffix in (".yaml", ".yml", ".json") or candidate.exists():
         if not candidate.exists():

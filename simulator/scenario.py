@@ -626,6 +626,8 @@ class ScheduleConfig(_Strict):
         kinds = cls.kinds_accepting(name)
         kind = (info.data or {}).get("kind", "this kind")
         why = f": {KNOB_REASONS[name]}" if name in KNOB_REASONS else ""
+        if name in STALE_KNOBS and cls.RUNS_AHEAD:   # a framework's kind: it runs ahead, by its own rules
+            why = f": {kind} runs ahead under its own knobs ({', '.join(sorted(cls.ACCEPTS - SPLIT_KNOBS))})"
         placement = (info.data or {}).get("placement") or "colocated"   # stalesync's default
         if kind in kinds:   # this kind takes it on its other placement
             other = [p for p in ("colocated", "disaggregated") if p != placement and name in cls.accepts(p)]

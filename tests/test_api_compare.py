@@ -103,3 +103,19 @@ def test_a_compared_kinds_refusal_and_notes_name_the_kind(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "note (areal): staleness bound 4" in out.replace("\n", " ")
+
+
+def test_a_knob_of_a_kind_neither_compared_nor_the_scenarios_own_names_its_kinds():
+    """`--set schedule.max_head_offpolicyness=1` comparing colocated and disaggregated on the StaleSync
+    default: the error named stalesync (not compared) and sent the user to schedule.kind, which
+    compare refuses; it names the compared kinds and the one that takes the knob (areal)."""
+    from simulator.api import compared_scenarios
+    keywords = {**SMALL, "schedule": "stalesync",
+                "overrides": [*SMALL["overrides"], "schedule.max_head_offpolicyness=1"]}
+    with pytest.raises(RlsimError, match="none of the compared kinds") as caught:
+        compared_scenarios(None, ["colocated", "disaggregated"], keywords)
+    assert caught.value.field == "schedule.max_head_offpolicyness" and "areal" in caught.value.fix
+    with pytest.raises(RlsimError, match="Extra inputs are not permitted") as unknown:   # the schema's error
+        compared_scenarios(None, ["colocated", "disaggregated"],
+                           {**SMALL, "overrides": [*SMALL["overrides"], "schedule.bogus=1"]})
+    assert "compared kinds" not in str(unknown.value)

@@ -64,9 +64,9 @@ def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict
     kw = {"overrides": overrides, "iterations": args.iterations, "seed": args.seed}
     if imported is not None:   # the framework config gave topology, workload and schedule
         return kw
-    if args.topology:
+    if args.topology is not None:
         kw["topology"] = args.topology
-    if args.workload:
+    if args.workload is not None:
         kw["workload"] = args.workload
     return kw
 
@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace, imported: Any) -> int:
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
     kw = scenario_keywords(args, imported)
-    if args.schedule:
+    if args.schedule is not None:
         kw["schedule"] = args.schedule
     if imported is not None:
         print_framework_listing(imported)

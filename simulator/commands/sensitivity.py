@@ -49,7 +49,7 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
     kw = scenario_keywords(args, imported)
-    if args.schedule:
+    if args.schedule is not None:
         kw["schedule"] = args.schedule
     if imported is not None:
         print_framework_listing(imported)

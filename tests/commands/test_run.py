@@ -82,3 +82,23 @@ def test_schedule_help_names_every_built_in_kind():
     from simulator.scenario import BUILTIN_SCHEDULE_KINDS
 
     assert SCHEDULE_KINDS_HELP.split(" | ") == list(BUILTIN_SCHEDULE_KINDS)
+
+
+@pytest.mark.parametrize("option, field", [("--schedule", "schedule.kind"), ("--topology", "topology"),
+                                           ("--workload", "workload")])
+def test_an_empty_name_is_an_error_not_the_default(option, field, capsys):
+    """`--schedule ""` ran the seed scenario's StaleSync; `--topology ""` read the current folder."""
+    from simulator.cli import main
+
+    assert main(["run", option, "", "--iterations", "1"]) == 2
+    assert f"field '{field}'" in capsys.readouterr().err
+
+
+def test_a_frameworks_kind_refuses_the_generic_staleness_knobs_naming_its_own():
+    from simulator.errors import RlsimError
+    from simulator.scenario import load_scenario
+
+    with pytest.raises(RlsimError, match="areal runs ahead under its own knobs .*max_head_offpolicyness"):
+        load_scenario(schedule={"kind": "areal", "staleness": 2})
+    with pytest.raises(RlsimError, match=r"needs rollout to run ahead of training \(staleness >= 1\)"):
+        load_scenario(schedule={"kind": "colocated", "staleness": 2})
