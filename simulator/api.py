@@ -231,6 +231,12 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
     moved = split_warning(sc.schedule, n_devices, rec.pools)
     if moved:   # the split the user asked is not the one that ran: said, not only shown in `pools`
         summary.setdefault("warnings", []).append(moved)
+    step_prompts = sc.schedule.step_prompts(sc.workload)
+    if step_prompts != sc.workload.prompts_per_step:   # a kind whose step is set by its own knobs
+        summary.setdefault("warnings", []).append(
+            f"kind {sc.schedule.kind} trains {step_prompts:,} prompts a step (trigger_parameter_sync_step x "
+            f"require_batches x mini_batch_prompts), not workload.prompts_per_step {sc.workload.prompts_per_step:,}, "
+            f"which it does not read: set prompts_per_step to {step_prompts:,}, or those knobs to your batch")
     end = float(summary.get("makespan_s", 0.0))
     late = [f"schedule.failures.{i} (at_s {ev.at_s:g})" for i, ev in enumerate(sc.schedule.failures)
             if ev.at_s >= end]

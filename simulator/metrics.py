@@ -291,7 +291,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.staleness_bound},
         "peak_memory_bytes": rec.peak_memory_bytes,
         "roofline_tokens_per_s": roofline,
-        "samples": sample_counts(fig, its, sc.workload),
+        "samples": sample_counts(fig, its, sc.workload, sc.schedule.step_prompts(sc.workload)),
         "distqueue": {k: float(v) for k, v in rec.queue.items()},
         "rollout": rollout_utilization(rec),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
@@ -308,9 +308,9 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
     return out
 
 
-def sample_counts(fig: Mapping[str, Any], iterations: int, workload: Any) -> dict[str, Any]:
+def sample_counts(fig: Mapping[str, Any], iterations: int, workload: Any, step_prompts: int) -> dict[str, Any]:
     """Generated, consumed and dropped samples (``fig``: sample_figures); `trained_per_step` against
-    `batch` (prompts_per_step x samples_per_prompt), and `stale_fraction`, the generated samples
+    `batch` (the schedule's prompts per step, ScheduleConfig.step_prompts, x samples_per_prompt), and `stale_fraction`, the generated samples
     thrown away as too old: StaleSync with staleness 0 trains about half a batch per step and drops
     ~40% as stale, so its step time and device-hours per step are not comparable with a schedule
     that trains whole batches. `rows_kept`: only under output.keep_sample_rows, the per-sample
@@ -318,7 +318,7 @@ def sample_counts(fig: Mapping[str, Any], iterations: int, workload: Any) -> dic
     dropped = {str(k): int(v) for k, v in sorted(fig["dropped"].items())}
     generated, consumed = int(fig["generated"]), int(fig["consumed"])
     out = {"generated": generated, "consumed": consumed, "dropped": dropped,
-           "batch": int(workload.prompts_per_step * workload.samples_per_prompt),
+           "batch": int(step_prompts * workload.samples_per_prompt),
            "trained_per_step": consumed / max(1, iterations),
            "stale_fraction": dropped.get("stale", 0) / generated if generated else 0.0}
     if "rows_kept" in fig:

@@ -701,6 +701,10 @@ class ScheduleConfig(_Strict):
             return 0.0
         return kind.DEFAULT_STALENESS if self.staleness is None else float(self.staleness)
 
+    def step_prompts(self, workload: "WorkloadConfig") -> int:
+        """Prompts one step trains (the summary's samples.batch / samples_per_prompt)."""
+        return workload.prompts_per_step
+
     @property
     def staleness_bound(self) -> float | None:
         """The bound the summary reports on the versions a trained sample may lag (summary
@@ -801,6 +805,12 @@ def _verl_fully_async() -> type[ScheduleConfig]:
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
         kind: Literal["verl-fully-async"] = "verl-fully-async"
+
+        def step_prompts(self, workload: "WorkloadConfig") -> int:
+            """A step is a parameter version: trigger_parameter_sync_step local updates of
+            require_batches mini-batches (rl/schedules/verl_async.py); prompts_per_step is not read."""
+            mini = workload.mini_batch_prompts or workload.prompts_per_step
+            return self.trigger_parameter_sync_step * self.require_batches * mini
 
         @property
         def staleness_bound(self) -> float | None:

@@ -198,3 +198,20 @@ def test_overprovision_is_refused_it_aborts_nothing_here():
     with pytest.raises(RlsimError, match="overprovision is not read") as exc:
         scenario(overprovision=0.5)
     assert exc.value.field == "schedule.overprovision"
+
+
+def test_a_step_is_a_parameter_version_and_a_prompts_per_step_it_does_not_read_is_said():
+    """The batch the summary reports is what a version trains (trigger x require x mini prompts x n);
+    a workload.prompts_per_step that differs is said in the warnings (it was read past, and the
+    console showed 'trained samples / step 2,048 of 8,192')."""
+    small = {"workload": {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 4,
+                          "mini_batch_prompts": 4}, "topology": "fake", "iterations": 2}
+    result = simulator.simulate({**small, "schedule": {"kind": "verl-fully-async"}}, costs=FakeCosts(
+        instance_devices=2, train_group_devices=2, sync_s=0.5, instance_max_seqs=8))
+    samples = result.summary["samples"]
+    assert samples["batch"] == 4 * 4 and samples["trained_per_step"] == 16
+    assert any("not workload.prompts_per_step 8" in w for w in result.summary["warnings"])
+    result = simulator.simulate({**small, "schedule": {"kind": "verl-fully-async", "trigger_parameter_sync_step": 2}},
+                                costs=FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5,
+                                                instance_max_seqs=8))
+    assert result.summary["samples"]["batch"] == 32 and not result.summary.get("warnings")
