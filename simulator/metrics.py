@@ -162,11 +162,15 @@ def steady_state(rec: RunRecord) -> tuple[float, float]:
     return span / (len(its) - 1), (tokens / span if span > 0 else 0.0)
 
 
-def rollout_utilization(rec: RunRecord) -> dict[str, float]:
+def rollout_utilization(rec: RunRecord, generated_tokens: float = 0.0) -> dict[str, float | None]:
     """Batch-slot occupancy of the rollout instances while they generate, and the share of their
-    generating time spent at low batch (fewer than schedule.low_batch_share of slots in use)."""
+    generating time spent at low batch (fewer than schedule.low_batch_share of slots in use). None
+    for both where the run generated without accounting its slots (kind verl-fully-async, whose
+    servers run their engines request by request): not measured, rather than 0."""
     r = rec.rollout or {}
     inst = float(r.get("instance_s", 0.0))
+    if inst <= 0 and generated_tokens > 0:
+        return {"occupancy": None, "low_batch_fraction": None, "generate_instance_s": 0.0}
     return {"occupancy": float(r.get("slot_s", 0.0)) / inst if inst > 0 else 0.0,
             "low_batch_fraction": float(r.get("low_batch_s", 0.0)) / inst if inst > 0 else 0.0,
             "generate_instance_s": inst}
@@ -293,7 +297,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "roofline_tokens_per_s": roofline,
         "samples": sample_counts(fig, its, sc.workload, sc.schedule.step_prompts(sc.workload)),
         "distqueue": {k: float(v) for k, v in rec.queue.items()},
-        "rollout": rollout_utilization(rec),
+        "rollout": rollout_utilization(rec, gen_tokens),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
     }
     verl = verl_timing(rec, timeline)

@@ -822,7 +822,9 @@ def _verl_fully_async() -> type[ScheduleConfig]:
             """verl cancels in-flight requests at a sync only when the Rollouter may start more than a
             version consumes (rl/schedules/verl_async.py: partial_rollout and staleness_threshold > 0):
             at 0 nothing is in flight at a sync. Its Rollouter sends each prompt's n requests to the
-            server with the fewest prompts, its own dispatch: workload.inference.dispatch is not read."""
+            server with the fewest prompts, its own dispatch: workload.inference.dispatch is not read. Its
+            Rollouter aborts nothing (overprovision) and its servers' slots are not accounted
+            (low_batch_share)."""
             out = []
             if self.partial_rollout and self.staleness_threshold == 0:
                 out.append(("schedule.partial_rollout", "partial_rollout acts only with staleness_threshold > 0: at "
@@ -834,6 +836,10 @@ def _verl_fully_async() -> type[ScheduleConfig]:
                             "aborts none (kind verl-fully-async: staleness_threshold sets how many run ahead), so "
                             "schedule.overprovision is not read", "remove schedule.overprovision, or raise "
                             "schedule.staleness_threshold"))
+            if "low_batch_share" in self.model_fields_set:
+                out.append(("schedule.low_batch_share", "kind verl-fully-async does not account its servers' batch "
+                            "slots (summary rollout.occupancy is null), so schedule.low_batch_share is not read",
+                            "remove schedule.low_batch_share"))
             if workload.inference.set_off_default(("dispatch",)):
                 out.append(("workload.inference.dispatch", "verl's Rollouter sends each prompt's n requests to the "
                             "rollout server with the fewest prompts (kind verl-fully-async's own dispatch), so "

@@ -25,6 +25,11 @@ def _on_broken_pipe(self: Console) -> None:
 Console.on_broken_pipe = _on_broken_pipe  # type: ignore[method-assign]
 
 
+def _share(value: float | None) -> str:
+    """A fraction as a percentage; 'not measured' for None (metrics.rollout_utilization)."""
+    return "not measured" if value is None else f"{value:.1%}"
+
+
 def _fmt(v: float, unit: str = "") -> str:
     """Plain decimals, never scientific notation: 123,456 / 1,234.5 / 12.3 / 0.123."""
     if abs(v) >= 1e4:
@@ -58,8 +63,8 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
         t.add_row(label, _fmt(s[key], unit))
     t.add_row("MFU", f"{s['mfu']:.1%}")
     t.add_row("bubble fraction", f"{s['bubble_fraction']:.1%}")
-    t.add_row("rollout slot occupancy", f"{s['rollout']['occupancy']:.1%}")
-    t.add_row("rollout time at low batch", f"{s['rollout']['low_batch_fraction']:.1%}")
+    t.add_row("rollout slot occupancy", _share(s['rollout']['occupancy']))
+    t.add_row("rollout time at low batch", _share(s['rollout']['low_batch_fraction']))
     t.add_row("trained samples / step", _trained(s))
     t.add_row("staleness max / mean", f"{s['staleness']['max']:.0f} / {s['staleness']['mean']:.2f}")
     t.add_row("peak memory per device", f"{s['peak_memory_bytes'] / 1e9:.1f} GB")
@@ -101,8 +106,8 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("bubble fraction", *[f"{r['bubble_fraction']:.1%}" for r in rows])
     for cause in ("long_tail", "dependency", "switch", "weight_sync", "pipeline_bubble"):
         t.add_row(f"  {cause}", *[f"{r['bubbles_by_cause'].get(cause, 0.0):.1%}" for r in rows])
-    t.add_row("rollout slot occupancy", *[f"{r['rollout']['occupancy']:.1%}" for r in rows])
-    t.add_row("rollout at low batch", *[f"{r['rollout']['low_batch_fraction']:.1%}" for r in rows])
+    t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
+    t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])
     t.add_row("MFU", *[f"{r['mfu']:.1%}" for r in rows])
     t.add_row("staleness max", *[f"{r['staleness']['max']:.0f}" for r in rows])
     t.add_row("pools", *[", ".join(f"{k} {v}" for k, v in r["pools"].items()) for r in rows])

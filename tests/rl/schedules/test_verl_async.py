@@ -215,3 +215,14 @@ def test_a_step_is_a_parameter_version_and_a_prompts_per_step_it_does_not_read_i
                                 costs=FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5,
                                                 instance_max_seqs=8))
     assert result.summary["samples"]["batch"] == 32 and not result.summary.get("warnings")
+
+
+def test_rollout_occupancy_is_not_measured_here_and_low_batch_share_is_refused():
+    """The servers run their engines request by request, with no slot accounting: the summary said
+    0% occupancy beside a generate stage of 86 s, and low_batch_share changed nothing."""
+    from simulator.errors import RlsimError
+
+    s = run(scenario())[3]
+    assert s["rollout"]["occupancy"] is None and s["rollout"]["low_batch_fraction"] is None
+    with pytest.raises(RlsimError, match="low_batch_share is not read"):
+        scenario(low_batch_share=0.9)
