@@ -100,6 +100,6 @@ def parse_flops(value: object, field: str = "flops", source: str | None = None) 
 
 
 def capacity_text(nbytes: float) -> str:
-    """A device's memory capacity for messages: SI GB as every other figure, and the binary GiB its
-    datasheet names (an H100's 80 GiB is 85.9 GB)."""
+    """A device's memory capacity for messages: SI GB as every other figure, and the binary GiB the
+    catalog stores (a datasheet's "80 GB" H100 holds 80 GiB as its driver reports it: 85.9 GB)."""
     return f"{nbytes / 1e9:.1f} GB ({nbytes / 2 ** 30:.4g} GiB)"

@@ -1,7 +1,7 @@
 """Accelerator specifications: a frozen DeviceSpec per catalog entry, overridable from YAML.
 
-Every figure cites its source; "hardware.md" is /work/shared/reference/hardware.md (public datasheet
-and paper values collected for this project). Peak figures are dense (no sparsity). Bandwidths are
+Every figure cites its source; "hardware.md" is docs/reference/hardware.md (public datasheet and
+paper values collected for this project). Peak figures are dense (no sparsity). Bandwidths are
 per direction, GB/s = 1e9 bytes/s. Memory capacities are binary (GiB = 2^30 bytes): see GIB.
 """
 from __future__ import annotations
@@ -98,12 +98,12 @@ _CATALOG: dict[str, DeviceSpec] = {
             name="ascend-910c", description="Huawei Ascend 910C (2 dies per package)",
             # hardware.md / CloudMatrix384 paper arXiv 2506.12708: 752 TFLOPS BF16 (376 per die);
             # INT8 ~1,504 TOPS derived as 2x BF16.
-            peak_flops={"bf16": 752 * T, "fp16": 752 * T, "int8": 1504 * T},
+            peak_flops={"bf16": 752 * T, "fp16": 752 * T, "int8": 1504 * T},  # fp16 = bf16: assumed
             hbm_bytes=128 * GIB, hbm_bw_Bps=3.2 * T,  # hardware.md: 128 GB (64 per die), 3.2 TB/s
-            scaleup_bw_Bps=392 * G,  # arXiv 2506.12708: UB 392 GB/s unidirectional per NPU
+            scaleup_bw_Bps=392 * G,  # arXiv 2506.12708: UB 392 GB/s unidirectional per NPU (hardware.md: some sources 196)
             # hardware.md: host via Kunpeng CPUs over UB, ~160 GB/s per CPU; 4 CPUs per 8 NPUs -> 80 per NPU.
             host_link_bw_Bps=80 * G,
-            gemm_efficiency=0.80,  # arXiv 2506.12708: INT8 GEMM reaches 77-83% of peak on 910C
+            gemm_efficiency=0.80,  # arXiv 2506.12708: INT8 GEMM reaches 77-83% of peak on 910C (taken for BF16 too)
             hbm_efficiency=0.84,  # arXiv 2506.12708: decode MLA kernels reach ~84% of HBM bandwidth
         ),
         DeviceSpec(
@@ -186,7 +186,8 @@ _CATALOG: dict[str, DeviceSpec] = {
             peak_flops={"bf16": 2500 * T, "fp16": 2500 * T, "fp8": 5000 * T, "int8": 5000 * T},  # hardware.md
             hbm_bytes=186 * GIB, hbm_bw_Bps=8 * T,  # hardware.md
             scaleup_bw_Bps=900 * G,  # NVLink5 1.8 TB/s both (hardware.md)
-            # NVLink-C2C 900 GB/s both directions per Grace, shared by its 2 GPUs -> 225 GB/s per GPU per direction.
+            # NVLink-C2C 900 GB/s both directions per Grace, shared by its 2 GPUs -> 225 GB/s per GPU per direction
+            # (NVIDIA's GB200 NVL72 figure for the Grace link; hardware.md names the link without a rate: assumed).
             host_link_bw_Bps=225 * G,
             power_w=1200,  # GB200 NVL72 spec: ~1.2 kW per Blackwell GPU
         ),
