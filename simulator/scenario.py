@@ -706,6 +706,13 @@ class ScheduleConfig(_Strict):
         return workload.prompts_per_step
 
     @property
+    def rounds_ahead(self) -> int:
+        """Rounds the run may generate past its last iteration (work_estimate): its age bound where
+        generation is admitted up to it regardless of the trainer (AReaL, NeMo RL async); 0 where a
+        trainer's step gates the next round."""
+        return 0
+
+    @property
     def staleness_bound(self) -> float | None:
         """The bound the summary reports on the versions a trained sample may lag (summary
         staleness.bound); None where the kind counts staleness without bounding it."""
@@ -866,6 +873,10 @@ def _nemo_rl_async() -> type[ScheduleConfig]:
             return float(self.max_trajectory_age_steps)
 
         @property
+        def rounds_ahead(self) -> int:
+            return self.max_trajectory_age_steps
+
+        @property
         def cuts_generation(self) -> bool:
             """Generation is cut at a weight update (rl/llm_costs.py keeps engine copies for it)."""
             return self.in_flight_weight_updates
@@ -889,6 +900,10 @@ def _areal() -> type[ScheduleConfig]:
         @property
         def effective_staleness(self) -> float:
             return float(self.max_head_offpolicyness)
+
+        @property
+        def rounds_ahead(self) -> int:
+            return self.max_head_offpolicyness
 
         @property
         def cuts_generation(self) -> bool:
@@ -1013,14 +1028,17 @@ class WorkEstimate:
     iterations: int
     samples: int          # sample segments per iteration
     devices: int
+    ahead: int = 0        # rounds generated past the last iteration (ScheduleConfig.rounds_ahead)
 
     @property
     def seconds(self) -> float:
         return self.units * WORK_S_PER_UNIT
 
     def describe(self) -> str:
-        return (f"about {self.units:,} work units ({self.iterations:,} iterations x ({self.samples:,} sample "
-                f"segments + {DEVICE_UNITS} x {self.devices:,} devices)), roughly {self.seconds:,.0f} s here")
+        rounds = f"{self.iterations:,} iterations" + (f" + {self.ahead:,} rounds ahead" if self.ahead else "")
+        return (f"about {self.units:,} work units (({rounds}) x {self.samples:,} sample segments + "
+                f"{self.iterations:,} iterations x {DEVICE_UNITS} x {self.devices:,} devices), roughly "
+                f"{self.seconds:,.0f} s here")
 
 
 def work_estimate(scenario: "Scenario", n_devices: int) -> WorkEstimate:
@@ -1033,8 +1051,9 @@ def work_estimate(scenario: "Scenario", n_devices: int) -> WorkEstimate:
     if sched.partial_rollout and sched.length_budget and isinstance(longest, (int, float)):
         samples *= math.ceil(longest / sched.length_budget)
     per_step = math.ceil(samples)
-    return WorkEstimate(scenario.iterations * (per_step + DEVICE_UNITS * n_devices), scenario.iterations,
-                        per_step, n_devices)
+    ahead = sched.rounds_ahead
+    units = (scenario.iterations + ahead) * per_step + scenario.iterations * DEVICE_UNITS * n_devices
+    return WorkEstimate(units, scenario.iterations, per_step, n_devices, ahead)
 
 
 def check_segments(scenario: "Scenario") -> None:

@@ -59,7 +59,13 @@ def test_work_estimate_closed_form():
                                   "schedule.overprovision=0.5"])
     est = work_estimate(sc, 16)
     # 512 x 16 samples x 1.5 overprovision x ceil(8192 / 4096) segments, plus 10 units per device, per iteration
-    assert est.units == 3 * (512 * 16 * 3 // 2 * 2 + 10 * 16)
+    assert est.units == 3 * (512 * 16 * 3 // 2 * 2 + 10 * 16) and est.ahead == 0
+    # AReaL admits every round its bound opens: 64 rounds past the last iteration (it ran out of memory
+    # at 2 iterations while the estimate counted 2 rounds)
+    areal = load_scenario(None, workload="grpo-qwen2.5-7b", iterations=2,
+                          overrides=["schedule.kind=areal", "schedule.max_head_offpolicyness=64"])
+    est = work_estimate(areal, 16)
+    assert est.units == (2 + 64) * 512 * 16 + 2 * 10 * 16 and "2 iterations + 64 rounds ahead" in est.describe()
     assert est.seconds == pytest.approx(est.units * 1e-4)
 
 
