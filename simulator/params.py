@@ -193,6 +193,9 @@ class ComputeParams(StrictModel):
     # touches one logit per token) and cast back to bf16 for the GEMMs (read 4, write 2): 14.
     # Together 52 (was 16: one fp32 write, one softmax read + write, one gradient write).
     loss_traffic_bytes_per_logit: float = Field(52.0, ge=0)
+    # The forward's share of it: 38 of the 52 bytes above (the backward's 14), so a forward-only pass
+    # (old log-probs, reference) pays 38 / 52 of the loss traffic. 0.5 was the split before this field.
+    loss_forward_share: float = Field(38.0 / 52.0, ge=0, le=1)
     activation_bytes: float = Field(2.0, gt=0)
 
     @field_validator(*GATED_KNOBS["compute"], mode="after")
@@ -748,9 +751,11 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
     **dict.fromkeys(("pp_blocking_send", "pp_variable_seq_lengths"), LayoutGate(
         lambda lay: lay.pp > 1, "pipeline parallelism (train_layout.pp > 1)", "the sends between stages",
         "set workload.train_layout.pp above 1")),
-    "pp_scatter_gather": LayoutGate(lambda lay: lay.pp > 1 and lay.tp > 1, "pipeline and tensor "
-                                    "parallelism (train_layout.pp > 1 and tp > 1)", "the split of each send "
-                                    "over the TP ranks", "set workload.train_layout.pp and tp above 1"),
+    "pp_scatter_gather": LayoutGate(lambda lay: lay.pp > 1 and lay.tp > 1 and not lay.sp, "pipeline and tensor "
+                                    "parallelism without sequence parallelism (train_layout.pp > 1, tp > 1, "
+                                    "sequence_parallel: false)", "the split of each replicated send over the TP "
+                                    "ranks (with sequence parallelism each rank sends its own slice)",
+                                    "set workload.train_layout.pp and tp above 1 and sequence_parallel: false"),
 }
 
 InapplicableKey = tuple[str, str, str]   # (dotted field, what is wrong, fix)

@@ -237,4 +237,5 @@ def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates:
     gemm = t[0]
     grad = t[1] + t[2]
     loss = tokens * vocab / tp * params.loss_traffic_bytes_per_logit / rates.hbm_Bps
-    return gemm + loss / 2, grad + loss / 2
+    share = params.loss_forward_share
+    return gemm + loss * share, grad + loss * (1.0 - share)

@@ -518,12 +518,15 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
                 1 - cp_.sp_backward_allgather_overlap_fraction)
     if layout.cp > 1 and layout.ulysses_sp:
         fwd["cp"], bwd["cp"] = _ulysses_comm(layer, layout, tokens_local, groups.cp[stage], comm, params)
-    elif layout.cp > 1:  # KV all-gather forward, dKV reduce-scatter backward (full gathered size)
+    elif layout.cp > 1:  # ring attention: KV around the ring forward; KV again and dKV backward
+        # (Transformer Engine's AttnFuncWithCPAndKVP2P backward re-circulates the KV blocks and passes
+        # the dKV blocks the other way: an all-gather and a reduce-scatter of the full gathered size)
         kv_elems = layer.kv_heads * (layer.qk_head_dim + layer.v_head_dim) / layout.tp
         kv = tokens_local * layout.cp * kv_elems * a
         g = groups.cp[stage]
         fwd["cp"] = comm.many("all_gather", g, kv) * (1 - cp_.cp_overlap_fraction)
-        bwd["cp"] = comm.many("reduce_scatter", g, kv) * (1 - cp_.cp_overlap_fraction)
+        bwd["cp"] = (comm.many("all_gather", g, kv) + comm.many("reduce_scatter", g, kv)) * (
+            1 - cp_.cp_overlap_fraction)
     if layer.moe and layout.ep > 1:  # dispatch + combine, forward and backward
         sent = tokens_local / (layout.tp if layout.sp else 1) * layer.experts_per_token * h * a
         t = 2.0 * comm.many("all_to_all", groups.ep[stage], sent) * (1 - cp_.ep_overlap_fraction)
@@ -709,7 +712,12 @@ def _p2p_times(model: Any, layout: TrainLayout, tokens: np.ndarray, groups: _Gro
         return np.zeros((0, tokens.size))
     act = tokens / layout.cp * int(model.hidden) * params.compute.activation_bytes
     out = np.zeros((n_v - 1, tokens.size))
-    gather = params.comm.pp_scatter_gather and layout.tp > 1
+    # With sequence parallelism each TP rank already holds its s / tp slice of the activation: it sends
+    # that slice and its peer of the next stage takes it as it is (no gather). Without SP, Megatron's
+    # scatter / gather (arXiv 2104.04473 sec. 4.1) sends 1 / tp of the replicated activation and
+    # all-gathers it on the next stage's NVLink.
+    sliced = layout.sp and layout.tp > 1
+    gather = params.comm.pp_scatter_gather and layout.tp > 1 and not sliced
     per_stage: dict[int, np.ndarray] = {}
     per_key: dict[tuple, np.ndarray] = {}   # boundaries whose groups see the same network share it
     for j in range(n_v - 1):
@@ -722,7 +730,7 @@ def _p2p_times(model: Any, layout: TrainLayout, tokens: np.ndarray, groups: _Gro
                 if gather:
                     t = comm.many("p2p", pair, act / layout.tp) + comm.many("all_gather", next_tp, act)
                 else:
-                    t = comm.many("p2p", pair, act)
+                    t = comm.many("p2p", pair, act / layout.tp if sliced else act)
                 per_key[key] = t
             per_stage[s] = t
         out[j] = per_stage[s]
@@ -772,6 +780,18 @@ def _stage_params_cached(model: Any, layout: TrainLayout) -> tuple[tuple[float, 
             dense += head / tp
         out.append((dense, expert))
     return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _stage_outer_params(model: Any, layout: TrainLayout) -> tuple[float, ...]:
+    """Per pipeline stage, the parameters one device holds outside the transformer layers: the input
+    embedding on stage 0 and the output head on the last (once when pp = 1 and tied), / tp. ZeRO-3
+    gathers and reduces them apart from the per-layer collectives (FSDP's root unit)."""
+    emb, head = embedding_params(model)
+    pp = layout.pp
+    return tuple((emb / layout.tp if s == 0 else 0.0)
+                 + (head / layout.tp if s == pp - 1 and (pp > 1 or not model.tied_embeddings) else 0.0)
+                 for s in range(pp))
 
 
 def _rates(spec: Any, params: TrainParams) -> DeviceRates:
@@ -1041,7 +1061,12 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         # one bucket of each chunk stays exposed; Megatron-Core 0.8 sizes buckets by the DP size (not x CP)
         f = c.dp_hidden_share((dense + expert) / layout.vpp, len(groups.dp[s]) // max(layout.cp, 1))
         grads = weights = 0.0   # the gradient reduction (backward) and the weight gather (forward)
-        if layout.zero < 3:
+        if layout.zero >= 3:   # the per-layer gathers leave out the embedding / output head: synced here
+            rest = _stage_outer_params(model, _shape_layout(layout))[s]
+            if rest > 0 and len(groups.dp[s]) >= 2:
+                grads += comm.one("reduce_scatter", groups.dp[s], rest * gb)
+                weights += comm.one("all_gather", groups.dp[s], rest * wb)
+        else:
             for n, g in ((dense, groups.dp[s]), (expert, groups.edp[s])):
                 if n <= 0 or len(g) < 2:
                     continue

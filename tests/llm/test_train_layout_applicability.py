@@ -44,6 +44,8 @@ def load(*overrides: str):
     ([f"{COMM}.pp_blocking_send=true"], f"{COMM}.pp_blocking_send"),         # pp 1
     ([f"{COMM}.pp_variable_seq_lengths=false"], f"{COMM}.pp_variable_seq_lengths"),
     ([f"{LAYOUT}.tp=1", f"{LAYOUT}.pp=2", f"{COMM}.pp_scatter_gather=false"], f"{COMM}.pp_scatter_gather"),
+    # with sequence parallelism each TP rank sends its own slice: nothing to scatter and gather
+    ([f"{LAYOUT}.pp=2", f"{COMM}.pp_scatter_gather=false"], f"{COMM}.pp_scatter_gather"),
     ([BUDGET, f"{LAYOUT}.micro_batch=4"], f"{LAYOUT}.micro_batch"),
     ([BUDGET, "schedule.forward_micro_batch=4"], "schedule.forward_micro_batch"),
     ([LOGPROB_BUDGET, "schedule.forward_micro_batch=4"], "schedule.forward_micro_batch"),
@@ -66,8 +68,8 @@ def test_a_key_the_layout_makes_inapplicable_is_refused_at_its_field(overrides, 
     [BUDGET, f"{LAYOUT}.micro_batch=1"],                         # the preset's own micro_batch: 1
     ["schedule.forward_micro_batch=4"],
     [f"{COMM}.tp_overlap_fraction=0.5", f"{COMM}.sp_backward_allgather=true"],   # tp 2 with SP
-    [f"{LAYOUT}.pp=2", f"{COMM}.pp_blocking_send=true", f"{COMM}.pp_scatter_gather=false",
-     f"{COMM}.pp_variable_seq_lengths=false"],
+    [f"{LAYOUT}.pp=2", f"{LAYOUT}.sequence_parallel=false", f"{COMM}.pp_blocking_send=true",
+     f"{COMM}.pp_scatter_gather=false", f"{COMM}.pp_variable_seq_lengths=false"],
     ["workload.train_software=megatron-core-overlap", f"{LAYOUT}.tp=1"],   # the stack's userbuffers: not the user's
     # a re-plan after a failure may choose another layout, under which the knob applies
     [f"{COMM}.pp_blocking_send=true", "schedule.failures=[{at_s: 100, fail: 'devices:0-1'}]"],
@@ -96,7 +98,8 @@ def _read_past_by_design(knob: str, comm: CommParams, model) -> bool:
 GATE_LAYOUTS = (
     ("qwen2.5-7b", [TrainLayout(tp=2, zero=1), TrainLayout(tp=2, zero=3), TrainLayout(tp=2, cp=2),
                     TrainLayout(tp=2, cp=2, ulysses_sp=True), TrainLayout(tp=1),
-                    TrainLayout(tp=2, sequence_parallel=False), TrainLayout(tp=2, pp=2), TrainLayout(tp=1, pp=2)]),
+                    TrainLayout(tp=2, sequence_parallel=False), TrainLayout(tp=2, pp=2),
+                    TrainLayout(tp=2, pp=2, sequence_parallel=False), TrainLayout(tp=1, pp=2)]),
     ("qwen3-30b-a3b", [TrainLayout(tp=1, ep=1), TrainLayout(tp=1, ep=2), TrainLayout(tp=2, ep=2)]),
 )
 
