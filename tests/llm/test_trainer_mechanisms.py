@@ -353,3 +353,45 @@ def test_a_layout_out_of_memory_names_the_train_layout_key() -> None:
         train_step_cost(load_model("llama3.1-70b"), TrainLayout(dp=8, zero=0), TOPO, sequences=SEQS,
                         source="w.yaml")
     assert exc.value.field == "workload.train_layout" and exc.value.source == "w.yaml"
+
+
+def test_ring_cp_backward_moves_kv_again_and_dkv() -> None:
+    """Ring attention: the forward all-gathers K,V; the backward circulates K,V again and the dK,dV
+    the other way (all_gather + reduce_scatter of the full gathered size), each x (1 - overlap)."""
+    from simulator.llm.training import _layer_cost
+
+    lay = TrainLayout(tp=1, cp=4, dp=2).resolve(8)
+    net = CollectiveModel(TOPO)
+    groups = _groups(lay, tuple(range(8)))
+    layer = layer_shapes(QWEN)[0]
+    tokens = np.array([1024.0])
+    from simulator.llm.train_compute import layer_times
+    from simulator.llm.training import _rates
+    times = layer_times(layer, QWEN.hidden, QWEN.ffn_hidden, True, tokens, tokens ** 2, tp=1, sp=False, ep=1,
+                        rates=_rates(TOPO.device_spec(0), TrainParams()), params=ComputeParams())
+    cost = _layer_cost(layer, times, QWEN, lay, tokens, groups, 0, _Comm(net), TrainParams())
+    kv = float(tokens[0]) * 4 * layer.kv_heads * (layer.qk_head_dim + layer.v_head_dim) * 2.0
+    ranks, hidden = list(groups.cp[0]), 1 - CommParams().cp_overlap_fraction
+    gather, scatter = net.cost("all_gather", ranks, kv).time_s, net.cost("reduce_scatter", ranks, kv).time_s
+    assert cost.fwd_comm["cp"][0] == pytest.approx(gather * hidden)
+    assert cost.bwd_comm["cp"][0] == pytest.approx((gather + scatter) * hidden)
+
+
+def test_a_pipeline_send_under_sequence_parallelism_is_the_ranks_own_slice() -> None:
+    """With SP each TP rank sends its s / tp slice and its peer uses it as it is: p2p(A / tp), no
+    all-gather; without SP, Megatron's scatter / gather: p2p(A / tp) + all_gather(A)."""
+    from simulator.llm.training import _p2p_times
+
+    net = CollectiveModel(load_topology({"preset": "dgx-h100", "nodes": 2}))
+    tokens = np.array([4096.0])
+    act = 4096.0 * QWEN.hidden * 2.0
+    out = {}
+    for sp in (True, False):
+        lay = TrainLayout(tp=4, pp=2, sequence_parallel=sp).resolve(16)
+        groups = _groups(lay, tuple(range(16)))
+        out[sp] = float(_p2p_times(QWEN, lay, tokens, groups, _Comm(net), TrainParams())[0, 0])
+        pair = list(groups.p2p[0])
+        slice_s = net.cost("p2p", pair, act / 4).time_s
+        want = slice_s if sp else slice_s + net.cost("all_gather", list(groups.tp[1]), act).time_s
+        assert out[sp] == pytest.approx(want)
+    assert out[True] < out[False]
