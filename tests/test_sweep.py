@@ -406,3 +406,21 @@ def test_grid_helpers_refuse_what_they_would_split_into_letters():
         expand_grid({"a": "12"})
     with pytest.raises(RlsimError):
         LocalExecutor(0)   # ran as one job
+
+
+def test_a_reused_out_names_an_earlier_commands_files_but_not_its_own_results(tmp_path, capsys):
+    """`sweep --out` into a folder of a run (or an older capacity search) left their files beside the
+    sweep's without a word; its own results file, which it resumes from, is not named."""
+    from simulator.cli import main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "capacity.json").write_text("{}\n")
+    args = ["sweep", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--grid", "seed=1",
+            "--iterations", "1", "--jobs", "1", "--out", str(out)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "capacity.json" in err and "earlier run" in err
+    (out / "capacity.json").unlink()
+    assert main(args) == 0   # resumed: every point from results.csv, which stays untouched
+    assert "earlier run" not in capsys.readouterr().err

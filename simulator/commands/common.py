@@ -173,10 +173,12 @@ STALE_SCAN_MAX_FILES = 10_000   # an --out folder past this many files is not sc
 
 
 @contextmanager
-def stale_outputs_said(out: str | None) -> Iterator[None]:
+def stale_outputs_said(out: str | Path | None, own_prefixes: tuple[str, ...] = ()) -> Iterator[None]:
     """A reused --out folder keeps the files an earlier run wrote that this one does not (another
     schedule's report, a --seeds run's files beside a plain run's): after the command, the files
-    there before and untouched since are named on stderr, so none passes for this run's."""
+    there before and untouched since are named on stderr, so none passes for this run's. Files whose
+    names start with one of ``own_prefixes`` are the command's own store, read and kept on purpose (a
+    sweep's results file, which it resumes from)."""
     folder = Path(out) if out else None
     files = list(itertools.islice(folder.rglob("*"), STALE_SCAN_MAX_FILES + 1)) if folder and folder.is_dir() else []
     if len(files) > STALE_SCAN_MAX_FILES:
@@ -184,7 +186,7 @@ def stale_outputs_said(out: str | None) -> Iterator[None]:
     before = {path: _stamp(path) for path in files if path.is_file()}
     yield
     stale = sorted(str(path.relative_to(folder)) for path, stamp in before.items()
-                   if path.is_file() and _stamp(path) == stamp)
+                   if path.is_file() and _stamp(path) == stamp and not path.name.startswith(own_prefixes))
     if stale:
         shown = ", ".join(stale[:8]) + (f" and {len(stale) - 8} more" if len(stale) > 8 else "")
         print(f"rlsim: warning: {out} holds {len(stale)} file(s) of an earlier run that this one did not write: "

@@ -72,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # a reused --out: the files of an earlier command there (a run's report, an old capacity.json) are
+    # said; the results file is the sweep's own store, which it resumes from
+    with common.stale_outputs_said(args.out, own_prefixes=("results.",)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..capacity import Target
     from ..sweep import (
         BaseScenario,

@@ -46,7 +46,7 @@ def _trained(s: dict[str, Any]) -> str:
     return f"{samples['trained_per_step']:,.0f} of {samples['batch']:,}"
 
 
-RUN_FILES = "scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev"
+RUN_FILES = "scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev, plots, report.html"
 
 
 def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RUN_FILES) -> None:

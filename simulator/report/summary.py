@@ -6,8 +6,6 @@ import html
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# Schedules that train on samples from older weights, where a staleness figure means something.
-STALE_SCHEDULES = ("stalesync", "async", "one-step-off")
 CAUSE_WORDS = {"long_tail": "long tail", "dependency": "waiting on the other stage", "switch": "role switch",
                "weight_sync": "weight sync", "pipeline_bubble": "pipeline bubble", "placement": "placement",
                "data": "data loading"}
@@ -25,6 +23,18 @@ def _get(summary: Mapping[str, Any], key: str) -> Any:
 def _tokens(summary: Mapping[str, Any]) -> float | None:
     value = _get(summary, "steady_tokens_per_s")
     return value if isinstance(value, (int, float)) else _get(summary, "tokens_per_s")
+
+
+def _tokens_per_device(summary: Mapping[str, Any]) -> float | None:
+    value = _get(summary, "steady_tokens_per_s_per_device")
+    return value if isinstance(value, (int, float)) else _get(summary, "tokens_per_s_per_device")
+
+
+def _trains_on_older_weights(summary: Mapping[str, Any]) -> bool:
+    """Whether a staleness figure means something: a bound above 0, or none (counted, not bounded:
+    verl-fully-async); a synchronous schedule's bound is 0."""
+    stale = _get(summary, "staleness")
+    return isinstance(stale, Mapping) and "bound" in stale and (stale["bound"] is None or stale["bound"] > 0)
 
 
 def _step(summary: Mapping[str, Any]) -> float | None:
@@ -92,7 +102,7 @@ KEY_ROWS: list[Row] = [
     ("devices", lambda s: _number(_get(s, "devices"))),
     ("step time, steady state", lambda s: f"{_number(_step(s))} s"),
     ("tokens/s, steady state", lambda s: _number(_tokens(s))),
-    ("tokens/s per device", lambda s: _number(_get(s, "tokens_per_s_per_device"))),
+    ("tokens/s per device, steady state", lambda s: _number(_tokens_per_device(s))),
     ("bubbles (idle device time)", lambda s: _pct(_get(s, "bubble_fraction"))),
     ("biggest bubble cause", lambda s: (lambda t: f"{CAUSE_WORDS.get(t[0], t[0])} {t[1]:.1%}" if t else "-")(
         biggest_bubble(s))),
@@ -101,7 +111,7 @@ KEY_ROWS: list[Row] = [
     ("rollout slot occupancy", lambda s: _pct(_get(s, "rollout.occupancy"))),
     ("staleness max / mean (batches)", lambda s: (
         f"{_get(s, 'staleness.max'):.0f} / {_get(s, 'staleness.mean'):.2f}"
-        if s.get("schedule") in STALE_SCHEDULES and isinstance(_get(s, "staleness.mean"), (int, float))
+        if _trains_on_older_weights(s) and isinstance(_get(s, "staleness.mean"), (int, float))
         else "does not apply")),
 ]
 

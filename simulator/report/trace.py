@@ -34,7 +34,7 @@ def chrome_trace(timeline: pd.DataFrame, summary: dict[str, Any] | None = None) 
         name = row.state if row.state != "idle" else f"idle:{row.cause}"
         track = (row.pool, int(row.rank_start), int(row.rank_count))
         event = {"ph": "X", "name": name, "cat": row.state, "pid": pid_of[row.pool], "tid": tid_of[track],
-                 "ts": round(row.start * 1e6, 3), "dur": round((row.end - row.start) * 1e6, 3),
+                 "ts": round(row.start * 1e6, 3), "dur": _rounded_span_us(row.start, row.end),
                  "args": {"iteration": int(row.iteration), "label": row.label, "devices": int(row.rank_count)}}
         on_path = _overlap(critical.get(track), row.start, row.end)
         if on_path > 0:
@@ -59,6 +59,13 @@ def _critical_spans(summary: Mapping[str, Any]) -> dict[tuple, tuple[list[float]
         pieces.sort()
         out[track] = ([a for a, _ in pieces], [b for _, b in pieces])
     return out
+
+
+def _rounded_span_us(start: float, end: float) -> float:
+    """The duration between the rounded start and the rounded end (microseconds, 3 decimals), so that
+    an event ends where the next one on its track starts (rounding the two apart overlapped them by
+    1 ns)."""
+    return round(round(end * 1e6, 3) - round(start * 1e6, 3), 3)
 
 
 def _overlap(spans: tuple[list[float], list[float]] | None, start: float, end: float) -> float:

@@ -102,3 +102,25 @@ def test_a_frameworks_kind_refuses_the_generic_staleness_knobs_naming_its_own():
         load_scenario(schedule={"kind": "areal", "staleness": 2})
     with pytest.raises(RlsimError, match=r"needs rollout to run ahead of training \(staleness >= 1\)"):
         load_scenario(schedule={"kind": "colocated", "staleness": 2})
+
+
+def test_the_snapshot_reloads_from_any_folder(tmp_path, monkeypatch, capsys):
+    """scenario.yaml keeps a relative length file (or topology file) as an absolute path: reloaded from
+    another folder, it read that folder's file or failed ('cannot read length file')."""
+    from simulator.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "lens.csv").write_text("len\n" + "\n".join(str(100 + 37 * i % 3000) for i in range(200)) + "\n")
+    (src / "scen.yaml").write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload:\n  preset: grpo-qwen2.5-7b\n"
+                                   "  response_length: {dist: empirical, file: lens.csv, max: 8192}\n"
+                                   "schedule: {kind: colocated}\niterations: 1\n")
+    monkeypatch.chdir(src)
+    assert main(["run", "scen.yaml", "--out", str(tmp_path / "out"), "--json"]) == 0
+    first = capsys.readouterr().out
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "lens.csv").write_text("len\n5\n6\n")   # a different file of the same name there
+    monkeypatch.chdir(other)
+    assert main(["run", str(tmp_path / "out" / "scenario.yaml"), "--json"]) == 0
+    assert capsys.readouterr().out == first

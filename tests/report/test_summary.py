@@ -16,7 +16,9 @@ def summary(schedule: str, tokens: float, bubbles: float, **extra) -> dict:
     return {"schedule": schedule, "devices": 32, "steady_tokens_per_s": tokens, "tokens_per_s": tokens * 0.9,
             "steady_step_time_s": 41.25, "step_time_s": 45.0, "bubble_fraction": bubbles, "mfu": 0.2583,
             "peak_memory_bytes": 55.6e9, "bubbles_by_cause": {"long_tail": bubbles * 0.7, "switch": bubbles * 0.3},
-            "rollout": {"occupancy": 0.346}, "staleness": {"max": 1, "mean": 0.4}, **extra}
+            "rollout": {"occupancy": 0.346},
+            "staleness": {"max": 1, "mean": 0.4, "bound": 0.0 if schedule in ("colocated", "disaggregated") else 1.0},
+            **extra}
 
 
 def test_comparison_conclusion_names_the_winner_ratio_and_bubbles():
@@ -34,6 +36,20 @@ def test_key_table_is_in_human_units_and_staleness_only_where_it_applies():
     for text in ("41.2 s", "25.8%", "55.6 GB", "34.6%", "1.19x", "does not apply", "1 / 0.40"):
         assert text in table, text
     assert not re.search(r"\de[+-]\d", table)
+
+
+def test_staleness_shows_for_every_kind_that_trains_on_older_weights():
+    """By the summary's bound, not a list of kinds: areal and nemo-rl-async (bound > 0) and
+    verl-fully-async (counted, bound null) show it; the report said "does not apply" for them."""
+    for kind, bound in (("areal", 4.0), ("nemo-rl-async", 1.0), ("verl-fully-async", None)):
+        table = key_table({kind: summary(kind, 1000.0, 0.05, staleness={"max": 2, "mean": 1.0, "bound": bound})})
+        assert "2 / 1.00" in table and "does not apply" not in table, kind
+
+
+def test_tokens_per_device_is_the_steady_figure_beside_the_steady_rows():
+    table = key_table({"one-step-off": summary("one-step-off", 1000.0, 0.05, tokens_per_s_per_device=26.0,
+                                               steady_tokens_per_s_per_device=32.5)})
+    assert "32.5" in table and "tokens/s per device, steady state" in table
 
 
 def test_report_leads_with_the_conclusion_and_collapses_the_full_table(tmp_path):

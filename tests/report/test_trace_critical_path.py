@@ -34,3 +34,18 @@ def test_marked_intervals_hold_exactly_the_path_time():
     assert math.isclose(sum(e["args"]["critical_path_s"] for e in marked), path_s, rel_tol=1e-9)
     # without a critical path in the summary nothing is marked
     assert not any("critical_path_s" in e["args"] for e in chrome_trace(timeline, {})["traceEvents"] if e["ph"] == "X")
+
+
+def test_events_on_a_track_end_where_the_next_starts_after_rounding():
+    """ts and dur were rounded apart (to the nanosecond), so an event could end 1 ns past the next
+    one's start on its track; dur is now the rounded end less the rounded start."""
+    from simulator.des import Timeline
+    from simulator.report.trace import chrome_trace
+
+    rec = Timeline()
+    bounds = [0.0, 0.1234567894, 0.2469135786, 1.0000000006, 1.3333333337]
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        rec.add("actor", 0, 1, "generate", start, end, iteration=0)
+    events = [e for e in chrome_trace(rec.to_frame())["traceEvents"] if e["ph"] == "X"]
+    for this, following in zip(events[:-1], events[1:], strict=True):
+        assert round(this["ts"] + this["dur"], 3) == following["ts"]
