@@ -94,6 +94,10 @@ def activation_bytes_per_token(layer: LayerShape, hidden: int, ffn: int, gated: 
     # A hybrid block (one norm, one mixer: tp_reductions 1) keeps half a transformer layer's inputs
     # and masks; a Mamba-2 mixer its in_proj output and its scan output (mixer_units).
     replicated *= layer.tp_reductions / 2.0
+    if layer.moe:   # the k routed copies of each token in expert order: the expert FC1's input, kept for
+        # its weight gradient (Megatron-Core's token dispatcher permutes them; split by TP with SP, as
+        # the dispatch is)
+        replicated += a * hidden * layer.experts_per_token
     sharded = attn + mlp + a * layer.mixer_units
     if not flash and recompute == "none":
         sharded += params.score_bytes_per_elem * layer.attn_heads * context_len

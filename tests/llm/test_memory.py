@@ -1,6 +1,8 @@
 """Training memory: 18 B/param mixed-precision Adam (fp32 gradient buffer), ZeRO sharding, Korthikanti activations, fit check."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,6 +74,28 @@ def test_activations_follow_korthikanti_table_2():
     assert per_token(tp=t, sp=True, recompute="selective", flash=False) == pytest.approx(34 * h / t)
     assert per_token(tp=t, sp=True, recompute="full", flash=False) == pytest.approx(2 * h / t)
     assert per_token(tp=1, sp=False, recompute="none", flash=True) == pytest.approx(34 * h)
+
+
+def test_an_moe_layer_keeps_each_tokens_k_routed_copies():
+    """The expert FC1's input, k copies of each token in expert order, is kept for its weight
+    gradient (Megatron-Core's token dispatcher): k x 2h bytes per token on an MoE layer, split by TP
+    with SP as the dispatch is; none with full recompute (the layer input alone)."""
+    model = load_model("qwen3-30b-a3b")
+    lay = layer_shapes(model)[0]
+    assert lay.moe and lay.experts_per_token == 8
+    p = MemoryParams()
+
+    def per_token(**kw):
+        return activation_bytes_per_token(lay, model.hidden, model.ffn_hidden, True, context_len=4096, params=p,
+                                          flash=True, **kw)
+
+    without = dataclasses.replace(lay, experts_per_token=0)
+    base = activation_bytes_per_token(without, model.hidden, model.ffn_hidden, True, context_len=4096, params=p,
+                                      flash=True, tp=1, sp=False, recompute="none")
+    copies = 8 * 2 * model.hidden
+    up = sum(g.n_out for g in lay.gemms if g.name.endswith("_up") and g.expert)
+    assert per_token(tp=1, sp=False, recompute="none") == pytest.approx(base + copies + 8 * up * 2 * 1.5)
+    assert per_token(tp=4, sp=True, recompute="full") == pytest.approx(2 * model.hidden / 4)
 
 
 def test_1f1b_first_stage_holds_p_micro_batches_and_interleaving_adds_1_plus_p_minus_1_over_pv():
