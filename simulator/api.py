@@ -272,9 +272,9 @@ def _with_absolute_paths(data: Any, source: str | None) -> Any:
             return [fixed(key, v) for v in value]
         if key in _FILE_KEYS and isinstance(value, str) and value.strip() and not Path(value).is_absolute() \
                 and not (key == "model" and value.strip().lower() in MODEL_PRESETS):   # a name before a path
-            for base in dirs:
+            for base in dirs:   # a folder only for a model (its config.json's): a preset name stays a name
                 candidate = base / Path(value).expanduser()
-                if candidate.exists():
+                if candidate.is_file() or (key == "model" and candidate.is_dir()):
                     return str(candidate.resolve())
         return value
 

@@ -202,7 +202,8 @@ def resolve(kind: str, spec: str | Path | dict[str, Any]) -> tuple[dict[str, Any
         raise RlsimError(f"empty {_singular(kind)} name", field=_singular(kind),
                          fix=f"give a preset name ({', '.join(preset_names(kind))}) or a path to a YAML file")
     candidate = Path(text)
-    if candidate.suffix in (".yaml", ".yml", ".json") or candidate.exists():
+    # a file of that name, not a folder (an --out folder named after a preset is not the preset)
+    if candidate.suffix in (".yaml", ".yml", ".json") or candidate.is_file():
         if not candidate.exists():
             raise RlsimError("file not found", source=text, fix="check the path")
         return read_yaml(candidate), str(candidate)

@@ -124,3 +124,16 @@ def test_the_snapshot_reloads_from_any_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(other)
     assert main(["run", str(tmp_path / "out" / "scenario.yaml"), "--json"]) == 0
     assert capsys.readouterr().out == first
+
+
+def test_a_folder_named_after_a_preset_is_not_the_preset(tmp_path, monkeypatch, capsys):
+    """`rlsim run --topology dgx-h100 --out dgx-h100`, then a reload from that folder's parent: the
+    folder was read as the topology file ('cannot read file: Is a directory')."""
+    from simulator.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--topology", "dgx-h100", "--workload", "grpo-qwen2.5-7b", "--iterations", "1", "--json"]
+    assert main([*args, "--out", "dgx-h100"]) == 0
+    first = capsys.readouterr().out
+    assert main(["run", "dgx-h100/scenario.yaml", "--json"]) == 0
+    assert capsys.readouterr().out == first
