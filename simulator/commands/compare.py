@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from .run import add_scenario_arguments, scenario_keywords
@@ -71,6 +72,9 @@ def _compare(args: argparse.Namespace, imported: Any) -> int:
         # --- report hook (issue 5): per-schedule data, plots (PNG + SVG) and report.html into --out ---
         from ..report.html import write_report
         write_report(result, args.out)
+    for kind, run in result.results.items():   # said as `rlsim run` says them
+        for warning in run.summary.get("warnings", []):
+            print(f"rlsim: warning: {kind}: {warning}", file=sys.stderr)
     if args.json:
         print_json(result.rows())
     else:

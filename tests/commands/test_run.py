@@ -137,3 +137,15 @@ def test_a_folder_named_after_a_preset_is_not_the_preset(tmp_path, monkeypatch, 
     first = capsys.readouterr().out
     assert main(["run", "dgx-h100/scenario.yaml", "--json"]) == 0
     assert capsys.readouterr().out == first
+
+
+def test_compare_says_each_kinds_warnings(capsys):
+    """`rlsim run` prints a summary's warnings; `rlsim compare` printed none (a split that moved, idle
+    devices, a verl-fully-async batch that is not prompts_per_step)."""
+    from simulator.cli import main
+
+    assert main(["compare", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--set", "topology.nodes=2",
+                 "--iterations", "1", "--schedules", "colocated,verl-fully-async", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "rlsim: warning: verl-fully-async: kind verl-fully-async trains 128 prompts a step" in err
+    assert "warning: colocated" not in err
