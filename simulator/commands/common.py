@@ -10,7 +10,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,12 @@ def _check_writable(path: Path, text: str, what: str) -> None:
     except OSError as exc:
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {exc.strerror or exc} in {str(probe)!r}; "
                                          f"give another {what}") from None
+
+
+def print_warnings(summary: Mapping[str, Any], prefix: str = "") -> None:
+    """A run summary's warnings on stderr (`prefix`: which of several runs, e.g. 'stalesync: ')."""
+    for warning in summary.get("warnings", []):
+        print(f"rlsim: warning: {prefix}{warning}", file=sys.stderr)
 
 
 def print_json(document: Any) -> None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from .run import add_scenario_arguments, scenario_keywords
@@ -43,7 +42,7 @@ def _compare(args: argparse.Namespace, imported: Any) -> int:
     from ..errors import RlsimError
     from ..report.console import print_comparison
     from ..scenario import SCHEDULE_CLASSES
-    from .common import print_framework_listing, print_json
+    from .common import print_framework_listing, print_json, print_warnings
     from .run import print_scenario
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
@@ -73,8 +72,7 @@ def _compare(args: argparse.Namespace, imported: Any) -> int:
         from ..report.html import write_report
         write_report(result, args.out)
     for kind, run in result.results.items():   # said as `rlsim run` says them
-        for warning in run.summary.get("warnings", []):
-            print(f"rlsim: warning: {kind}: {warning}", file=sys.stderr)
+        print_warnings(run.summary, prefix=f"{kind}: ")
     if args.json:
         print_json(result.rows())
     else:

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, imported: Any) -> int:
     from ..api import simulate
-    from .common import print_framework_listing, print_json
+    from .common import print_framework_listing, print_json, print_warnings
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
     kw = scenario_keywords(args, imported)
@@ -103,8 +103,7 @@ def _run(args: argparse.Namespace, imported: Any) -> int:
         # --- report hook (issue 5): plots (PNG + SVG) and report.html beside the data files ---
         from ..report.html import write_report
         write_report(result, args.out)
-    for warning in result.summary.get("warnings", []):
-        print(f"rlsim: warning: {warning}", file=sys.stderr)
+    print_warnings(result.summary)
     if args.json:
         print_json(result.summary)
         from ..metrics import summary_notes

@@ -716,7 +716,7 @@ def _p2p_times(model: Any, layout: TrainLayout, tokens: np.ndarray, groups: _Gro
     # that slice and its peer of the next stage takes it as it is (no gather). Without SP, Megatron's
     # scatter / gather (arXiv 2104.04473 sec. 4.1) sends 1 / tp of the replicated activation and
     # all-gathers it on the next stage's NVLink.
-    sliced = layout.sp and layout.tp > 1
+    sliced = layout.sp   # (sequence parallelism needs tp > 1)
     gather = params.comm.pp_scatter_gather and layout.tp > 1 and not sliced
     per_stage: dict[int, np.ndarray] = {}
     per_key: dict[tuple, np.ndarray] = {}   # boundaries whose groups see the same network share it
@@ -765,7 +765,7 @@ def _stage_params_cached(model: Any, layout: TrainLayout) -> tuple[tuple[float, 
     pp, vpp, tp, ep, etp = layout.pp, layout.vpp, layout.tp, layout.ep, layout.expert_tp
     shapes = layer_shapes(model)
     chunks = layout_stage_layers(int(model.num_layers), layout)
-    emb, head = embedding_params(model)
+    outer = _stage_outer_params(model, layout)
     out = []
     for s in range(pp):
         dense = expert = 0.0
@@ -774,23 +774,20 @@ def _stage_params_cached(model: Any, layout: TrainLayout) -> tuple[tuple[float, 
                 dense += shapes[i].dense_params / tp
                 if shapes[i].moe:
                     expert += shapes[i].expert_params / (ep * etp)
-        if s == 0:
-            dense += emb / tp
-        if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
-            dense += head / tp
-        out.append((dense, expert))
+        emb, head = outer[s]   # added one after the other, as the stage sums always were
+        out.append((dense + emb + head, expert))
     return tuple(out)
 
 
 @lru_cache(maxsize=256)
-def _stage_outer_params(model: Any, layout: TrainLayout) -> tuple[float, ...]:
-    """Per pipeline stage, the parameters one device holds outside the transformer layers: the input
-    embedding on stage 0 and the output head on the last (once when pp = 1 and tied), / tp. ZeRO-3
-    gathers and reduces them apart from the per-layer collectives (FSDP's root unit)."""
+def _stage_outer_params(model: Any, layout: TrainLayout) -> tuple[tuple[float, float], ...]:
+    """Per pipeline stage, the parameters one device holds outside the transformer layers, as (input
+    embedding, output head) / tp: the embedding on stage 0, the head on the last (once when pp = 1 and
+    tied). ZeRO-3 gathers and reduces them apart from the per-layer collectives (FSDP's root unit)."""
     emb, head = embedding_params(model)
     pp = layout.pp
-    return tuple((emb / layout.tp if s == 0 else 0.0)
-                 + (head / layout.tp if s == pp - 1 and (pp > 1 or not model.tied_embeddings) else 0.0)
+    return tuple((emb / layout.tp if s == 0 else 0.0,
+                  head / layout.tp if s == pp - 1 and (pp > 1 or not model.tied_embeddings) else 0.0)
                  for s in range(pp))
 
 
@@ -1062,7 +1059,7 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         f = c.dp_hidden_share((dense + expert) / layout.vpp, len(groups.dp[s]) // max(layout.cp, 1))
         grads = weights = 0.0   # the gradient reduction (backward) and the weight gather (forward)
         if layout.zero >= 3:   # the per-layer gathers leave out the embedding / output head: synced here
-            rest = _stage_outer_params(model, _shape_layout(layout))[s]
+            rest = sum(_stage_outer_params(model, _shape_layout(layout))[s])
             if rest > 0 and len(groups.dp[s]) >= 2:
                 grads += comm.one("reduce_scatter", groups.dp[s], rest * gb)
                 weights += comm.one("all_gather", groups.dp[s], rest * wb)

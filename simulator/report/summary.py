@@ -20,14 +20,14 @@ def _get(summary: Mapping[str, Any], key: str) -> Any:
     return value
 
 
+def _steady(summary: Mapping[str, Any], key: str) -> float | None:
+    """The steady-state figure (summary `steady_<key>`), else the whole run's (`<key>`)."""
+    value = _get(summary, f"steady_{key}")
+    return value if isinstance(value, (int, float)) else _get(summary, key)
+
+
 def _tokens(summary: Mapping[str, Any]) -> float | None:
-    value = _get(summary, "steady_tokens_per_s")
-    return value if isinstance(value, (int, float)) else _get(summary, "tokens_per_s")
-
-
-def _tokens_per_device(summary: Mapping[str, Any]) -> float | None:
-    value = _get(summary, "steady_tokens_per_s_per_device")
-    return value if isinstance(value, (int, float)) else _get(summary, "tokens_per_s_per_device")
+    return _steady(summary, "tokens_per_s")
 
 
 def _trains_on_older_weights(summary: Mapping[str, Any]) -> bool:
@@ -38,8 +38,7 @@ def _trains_on_older_weights(summary: Mapping[str, Any]) -> bool:
 
 
 def _step(summary: Mapping[str, Any]) -> float | None:
-    value = _get(summary, "steady_step_time_s")
-    return value if isinstance(value, (int, float)) else _get(summary, "step_time_s")
+    return _steady(summary, "step_time_s")
 
 
 def biggest_bubble(summary: Mapping[str, Any]) -> tuple[str, float] | None:
@@ -102,7 +101,7 @@ KEY_ROWS: list[Row] = [
     ("devices", lambda s: _number(_get(s, "devices"))),
     ("step time, steady state", lambda s: f"{_number(_step(s))} s"),
     ("tokens/s, steady state", lambda s: _number(_tokens(s))),
-    ("tokens/s per device, steady state", lambda s: _number(_tokens_per_device(s))),
+    ("tokens/s per device, steady state", lambda s: _number(_steady(s, "tokens_per_s_per_device"))),
     ("bubbles (idle device time)", lambda s: _pct(_get(s, "bubble_fraction"))),
     ("biggest bubble cause", lambda s: (lambda t: f"{CAUSE_WORDS.get(t[0], t[0])} {t[1]:.1%}" if t else "-")(
         biggest_bubble(s))),
