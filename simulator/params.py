@@ -233,6 +233,20 @@ class MemoryParams(StrictModel):
     # Share of HBM a training job can use: CUDA context, NCCL buffers and allocator fragmentation
     # take the rest (assumption: ~8% of an H100's 80 GiB, i.e. ~7 GB; overridable).
     hbm_usable_fraction: float = Field(0.92, gt=0, le=1)
+    # ZeRO-3 / FSDP hold whole parameters beside their shards while a layer computes. With prefetch
+    # the next layer's are gathered too: torch FSDP's BackwardPrefetch.BACKWARD_PRE "at the peak holds
+    # the current set of parameters, next set of parameters, and current set of gradients" (torch
+    # 2.13 distributed/fsdp/api.py; the FSDP constructor's default, which verl keeps). Layers gathered
+    # ahead of the computing one; the computing layer's unsharded gradient is counted in the weights'
+    # dtype (autograd's; the reduction dtype's copy inside the reduce-scatter is not counted).
+    zero3_prefetch_layers: int = Field(1, ge=0)
+    # The root unit (embedding, final norm, output head: FSDP wraps each decoder layer, the rest is
+    # the root's) is not resharded after forward: torch FSDP _runtime_utils._post_forward "Do not
+    # free the root's parameters in the post-forward for FULL_SHARD" (FSDP2 _fsdp_state.py: "For the
+    # root, do not reshard after forward"), so its parameters stay whole through forward and
+    # backward, and its unsharded gradients from the head's backward to the end. False: gathered
+    # and freed like a layer (counted in neither).
+    zero3_outer_gathered: bool = True
 
 
 class CommParams(StrictModel):
@@ -704,7 +718,7 @@ def train_software(name: str, field: str = "workload.train_software", source: st
 
 @dataclass(frozen=True)
 class LayoutGate:
-    """The part of the training layout a train_params.comm knob acts on: whether a layout has it
+    """The part of the training layout a train_params.comm or .memory knob acts on: whether a layout has it
     (`applies`, on anything with tp / pp / cp / ep / zero / ulysses_sp / sp: llm's TrainLayout, a
     TrainLayoutKeys), the setting that gives it (`needs`, as the refusal names it), what the knob
     acts on there (`why`) and how to get it (`fix`)."""
@@ -757,6 +771,11 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
                                     "ranks (with sequence parallelism each rank sends its own slice)",
                                     "set workload.train_layout.pp and tp above 1 and sequence_parallel: false"),
 }
+# train_params.memory knobs that only ZeRO-3 reads (llm/memory.py, the gathered working set): the
+# same rule as LAYOUT_GATED_COMM.
+LAYOUT_GATED_MEMORY: dict[str, LayoutGate] = dict.fromkeys(("zero3_prefetch_layers", "zero3_outer_gathered"), LayoutGate(
+    lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
+    "the whole parameters and gradients FSDP / ZeRO-3 hold beside their shards", "set workload.train_layout.zero: 3"))
 
 InapplicableKey = tuple[str, str, str]   # (dotted field, what is wrong, fix)
 
@@ -798,13 +817,14 @@ class TrainLayoutKeys:
         return self.tp > 1 and self.sequence_parallel is not False
 
 
-def inapplicable_given_key(layout: Mapping[str, Any] | str, comm: "CommParams", stack_comm: "CommParams",
+def inapplicable_given_key(layout: Mapping[str, Any] | str, train_params: "TrainParams", stack_params: "TrainParams",
                            forward_micro_batch: int | None, replans: bool) -> InapplicableKey | None:
     """The first key of a scenario's training side that the user gave and its layout makes
     inapplicable (it cannot change any prediction), or None. `layout`: workload.train_layout (a
     stack's recompute / zero / sequence_parallel under the user's keys: the stacks never set
-    sequence_parallel true, ulysses_sp, micro_batch or the token budgets); `comm` / `stack_comm`: the
-    run's CommParams and its stack's (a knob off the stack's value is the user's);
+    sequence_parallel true, ulysses_sp, micro_batch or the token budgets); `train_params` /
+    `stack_params`: the run's TrainParams and its stack's (a comm or memory knob off the stack's
+    value is the user's);
     `forward_micro_batch`: schedule.forward_micro_batch; `replans`: schedule.failures re-plan the
     layout (the planner's search reads micro_batch). etp on a dense model needs the model:
     llm/train_layout.py TrainLayout.check_model refuses it."""
@@ -814,7 +834,7 @@ def inapplicable_given_key(layout: Mapping[str, Any] | str, comm: "CommParams", 
     if lay is None:
         return None
     return (_inapplicable_layout_key(lay, replans)
-            or (None if replans else _inapplicable_comm_knob(lay, comm, stack_comm))   # a re-plan may change the layout
+            or (None if replans else _inapplicable_gated_knob(lay, train_params, stack_params))   # a re-plan may change the layout
             or _inapplicable_forward_micro_batch(lay, forward_micro_batch))
 
 
@@ -837,10 +857,13 @@ def _inapplicable_layout_key(lay: TrainLayoutKeys, replans: bool) -> Inapplicabl
     return None
 
 
-def _inapplicable_comm_knob(lay: TrainLayoutKeys, comm: Any, stack_comm: Any) -> InapplicableKey | None:
-    for knob, gate in LAYOUT_GATED_COMM.items():
-        if getattr(comm, knob) != getattr(stack_comm, knob) and not gate.applies(lay):
-            field = f"workload.train_params.comm.{knob}"
+def _inapplicable_gated_knob(lay: TrainLayoutKeys, train_params: Any, stack_params: Any) -> InapplicableKey | None:
+    gated = [("comm", knob, gate) for knob, gate in LAYOUT_GATED_COMM.items()]
+    gated += [("memory", knob, gate) for knob, gate in LAYOUT_GATED_MEMORY.items()]
+    for section, knob, gate in gated:
+        given, stack = getattr(train_params, section), getattr(stack_params, section)
+        if getattr(given, knob) != getattr(stack, knob) and not gate.applies(lay):
+            field = f"workload.train_params.{section}.{knob}"
             return (field, f"applies only with {gate.needs} ({gate.why}); this layout has tp {lay.tp}, pp {lay.pp}, "
                     f"cp {lay.cp}{', ulysses_sp' if lay.ulysses_sp else ''}, ep {lay.ep}, zero {lay.zero}"
                     f"{', sequence parallelism' if lay.sp else ''}", f"remove {field}, or {gate.fix}")

@@ -1347,10 +1347,10 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
 
 def _refuse_inapplicable_training_key(scenario: Scenario, source: str, workload_file: str | None,
                                       set_keys: Iterable[str]) -> None:
-    """A train_layout, train_params.comm or forward_micro_batch key given that the training layout
+    """A train_layout, train_params.comm / .memory or forward_micro_batch key given that the training layout
     makes inapplicable (params.py inapplicable_given_key) is an error naming it."""
     w, schedule = scenario.workload, scenario.schedule
-    found = inapplicable_given_key(w.train_layout, w.train_params.comm, TRAIN_SOFTWARE[w.train_software].params.comm,
+    found = inapplicable_given_key(w.train_layout, w.train_params, TRAIN_SOFTWARE[w.train_software].params,
                                    schedule.forward_micro_batch, bool(schedule.failures))
     if found is not None:
         field, message, fix = found

@@ -27,11 +27,14 @@ class MemoryBreakdown:
     activations_bytes: float
     logits_bytes: float
     capacity_bytes: float   # usable HBM (hbm_bytes x hbm_usable_fraction)
+    # ZeRO-3: whole parameters and gradients held beside the shards while layers compute
+    # (zero3_working_set_bytes); transient, so not resident between phases. 0 below ZeRO-3.
+    gathered_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.logits_bytes)
+                + self.logits_bytes + self.gathered_bytes)
 
     @property
     def fits(self) -> bool:
@@ -40,14 +43,17 @@ class MemoryBreakdown:
     def as_dict(self) -> dict[str, float]:
         return {"stage": self.stage, "weights_bytes": self.weights_bytes, "gradients_bytes": self.gradients_bytes,
                 "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
-                "logits_bytes": self.logits_bytes, "total_bytes": self.total_bytes,
+                "logits_bytes": self.logits_bytes, "gathered_bytes": self.gathered_bytes,
+                "total_bytes": self.total_bytes,
                 "capacity_bytes": self.capacity_bytes}
 
     def describe(self) -> str:
         gb = 1e9
         return (f"weights {self.weights_bytes / gb:.1f} GB + gradients {self.gradients_bytes / gb:.1f} GB + "
                 f"optimizer {self.optimizer_bytes / gb:.1f} GB + activations {self.activations_bytes / gb:.1f} GB"
-                f" + logits {self.logits_bytes / gb:.1f} GB = {self.total_bytes / gb:.1f} GB on pipeline stage "
+                f" + logits {self.logits_bytes / gb:.1f} GB"
+                + (f" + ZeRO-3 gathered {self.gathered_bytes / gb:.1f} GB" if self.gathered_bytes else "")
+                + f" = {self.total_bytes / gb:.1f} GB on pipeline stage "
                 f"{self.stage}, usable {self.capacity_bytes / gb:.1f} GB")
 
 
@@ -139,7 +145,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     # (dense params, expert params or None, activation bytes per token).
     per_shape: dict[int, tuple[float, float | None, float]] = {}
     for s in range(pp):
-        dense = expert = 0.0
+        dense = expert = largest_layer = 0.0
         act_per_chunk = []
         for c in range(vpp):
             layers = chunks[c * pp + s]
@@ -152,14 +158,19 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
                                                  activation_bytes_per_token(
                         lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=layout.sp,
                         recompute=layout.recompute, flash=flash_attention, context_len=seq_len / cp, params=params))
-                dense += info[0] / tp
-                expert += info[1] / (layout.ep * layout.expert_tp) if info[1] is not None else 0.0
+                layer_dense = info[0] / tp
+                layer_expert = info[1] / (layout.ep * layout.expert_tp) if info[1] is not None else 0.0
+                dense += layer_dense
+                expert += layer_expert
+                largest_layer = max(largest_layer, layer_dense + layer_expert)
                 per_chunk += info[2]
             act_per_chunk.append(per_chunk * tokens)
+        outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
         if s == 0:
-            dense += emb / tp
+            outer += emb / tp
         if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
-            dense += head / tp
+            outer += head / tp
+        dense += outer
         # ZeRO shards dense states over dp x cp, expert states over the expert-DP group
         # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding).
         full = dense + expert
@@ -175,12 +186,24 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
                                                         flash=flash_attention, context_len=seq_len / cp,
                                                         params=params)
         logits = tokens * float(model.vocab) / tp * params.logits_bytes_per_elem if s == pp - 1 else 0.0
+        gathered = zero3_working_set_bytes(largest_layer, outer, params) if layout.zero >= 3 else 0.0
         cand = MemoryBreakdown(s, weights, grads, optim, acts, logits,
-                               capacity_hbm_bytes * params.hbm_usable_fraction)
+                               capacity_hbm_bytes * params.hbm_usable_fraction, gathered)
         if best is None or cand.total_bytes > best.total_bytes:
             best = cand
     assert best is not None
     return best
+
+
+def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, params: MemoryParams) -> float:
+    """Whole parameters and gradients ZeRO-3 / FSDP hold beside the shards on one device at the
+    backward's peak (MemoryParams.zero3_*): the computing layer's parameters and gradient, the
+    zero3_prefetch_layers gathered ahead (each taken at the stage's largest layer, per device after
+    TP / EP), and with zero3_outer_gathered the root unit's embedding / head parameters and
+    gradients; all in the weights' dtype."""
+    layers = (2 + params.zero3_prefetch_layers) * largest_layer_params
+    root = 2 * outer_params if params.zero3_outer_gathered else 0.0
+    return params.weight_bytes_per_param * (layers + root)
 
 
 def _in_flight_activations(act_per_chunk: list[float], pp: int, vpp: int, m: int, stage: int) -> float:

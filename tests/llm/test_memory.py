@@ -128,3 +128,47 @@ def test_moe_expert_states_shard_by_ep():
     w8, *_ = _states(TrainLayout(dp=8, ep=8, zero=0), moe)
     experts = moe.params_routed_experts
     assert w1 - w8 == pytest.approx(2 * experts * (1 - 1 / 8), rel=1e-6)
+
+
+def _gathered(layout: TrainLayout, model=GPT, **memory):
+    return memory_per_device(model, layout, 2048, BIG, params=MemoryParams(**memory)).gathered_bytes
+
+
+def test_zero3_holds_the_computing_and_prefetched_layers_and_the_root_unit_whole():
+    """torch FSDP BACKWARD_PRE: the current and next layer's parameters and the current layer's
+    gradient, plus the root unit (embedding; tied at pp 1: one copy) kept whole with its gradient."""
+    layer = layer_shapes(GPT)[0].dense_params
+    emb = GPT.vocab * GPT.hidden
+    assert _gathered(TrainLayout(dp=8, zero=3)) == pytest.approx(2.0 * (3 * layer + 2 * emb))
+    assert _gathered(TrainLayout(dp=8, zero=3), zero3_prefetch_layers=0) == pytest.approx(2.0 * (2 * layer + 2 * emb))
+    assert _gathered(TrainLayout(dp=8, zero=3), zero3_outer_gathered=False) == pytest.approx(2.0 * 3 * layer)
+    # TP splits what a device gathers; the working set does not shrink with DP
+    assert _gathered(TrainLayout(tp=2, dp=4, zero=3)) == pytest.approx(_gathered(TrainLayout(dp=8, zero=3)) / 2)
+    assert _gathered(TrainLayout(dp=64, zero=3)) == _gathered(TrainLayout(dp=8, zero=3))
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_below_zero3_nothing_is_gathered(zero):
+    b = memory_per_device(GPT, TrainLayout(dp=8, zero=zero), 2048, BIG)
+    assert b.gathered_bytes == 0.0
+    assert b.total_bytes == pytest.approx(b.weights_bytes + b.gradients_bytes + b.optimizer_bytes
+                                          + b.activations_bytes + b.logits_bytes)
+
+
+def test_the_gathered_working_set_counts_toward_the_fit_and_is_named():
+    b = memory_per_device(GPT, TrainLayout(dp=8, zero=3), 2048, BIG)
+    assert b.total_bytes == pytest.approx(b.weights_bytes + b.gradients_bytes + b.optimizer_bytes
+                                          + b.activations_bytes + b.logits_bytes + b.gathered_bytes)
+    assert "ZeRO-3 gathered" in b.describe() and b.as_dict()["gathered_bytes"] == b.gathered_bytes
+    tight = memory_per_device(GPT, TrainLayout(dp=8, zero=3), 2048,
+                              (b.total_bytes - b.gathered_bytes / 2) / MemoryParams().hbm_usable_fraction)
+    with pytest.raises(RlsimError, match="ZeRO-3 gathered"):
+        check_fits(tight, what="gpt")
+
+
+def test_moe_zero3_gathers_a_layers_expert_share_after_ep():
+    moe = load_model("qwen3-30b-a3b")
+    lay = next(s for s in layer_shapes(moe) if s.moe)
+    per_device = lay.dense_params + lay.expert_params / 8
+    got = _gathered(TrainLayout(dp=8, ep=8, zero=3), moe, zero3_outer_gathered=False)
+    assert got == pytest.approx(2.0 * 3 * per_device)

@@ -13,12 +13,12 @@ from simulator.llm import load_model
 from simulator.llm.train_layout import TrainLayout
 from simulator.llm.training import train_step_cost
 from simulator.network.collectives import CollectiveModel
-from simulator.params import LAYOUT_GATED_COMM, CommParams, TrainParams
+from simulator.params import LAYOUT_GATED_COMM, LAYOUT_GATED_MEMORY, CommParams, MemoryParams, TrainParams
 from simulator.scenario import load_scenario
 
 # the audit's base: a dense model, train layout tp 2, cp 1, zero 1
 BASE = ["topology.preset=dgx-h100", "topology.nodes=4"]
-LAYOUT, COMM = "workload.train_layout", "workload.train_params.comm"
+LAYOUT, COMM, MEMORY = "workload.train_layout", "workload.train_params.comm", "workload.train_params.memory"
 BUDGET = f"{LAYOUT}.max_tokens_per_micro_batch=20000"
 LOGPROB_BUDGET = f"{LAYOUT}.logprob_max_tokens_per_micro_batch=20000"
 
@@ -46,6 +46,8 @@ def load(*overrides: str):
     ([f"{LAYOUT}.tp=1", f"{LAYOUT}.pp=2", f"{COMM}.pp_scatter_gather=false"], f"{COMM}.pp_scatter_gather"),
     # with sequence parallelism each TP rank sends its own slice: nothing to scatter and gather
     ([f"{LAYOUT}.pp=2", f"{COMM}.pp_scatter_gather=false"], f"{COMM}.pp_scatter_gather"),
+    ([f"{MEMORY}.zero3_prefetch_layers=2"], f"{MEMORY}.zero3_prefetch_layers"),   # zero 1
+    ([f"{MEMORY}.zero3_outer_gathered=false"], f"{MEMORY}.zero3_outer_gathered"),
     ([BUDGET, f"{LAYOUT}.micro_batch=4"], f"{LAYOUT}.micro_batch"),
     ([BUDGET, "schedule.forward_micro_batch=4"], "schedule.forward_micro_batch"),
     ([LOGPROB_BUDGET, "schedule.forward_micro_batch=4"], "schedule.forward_micro_batch"),
@@ -61,6 +63,7 @@ def test_a_key_the_layout_makes_inapplicable_is_refused_at_its_field(overrides, 
     [f"{LAYOUT}.cp=2", f"{COMM}.cp_overlap_fraction=0.1"],
     [f"{LAYOUT}.cp=2", f"{LAYOUT}.ulysses_sp=true", f"{COMM}.ulysses_overlap_fraction=0.5"],
     [f"{LAYOUT}.zero=3", f"{COMM}.fsdp_gather_overlap_fraction=0.9", f"{COMM}.fsdp_reduce_overlap_fraction=0.9"],
+    [f"{LAYOUT}.zero=3", f"{MEMORY}.zero3_prefetch_layers=0", f"{MEMORY}.zero3_outer_gathered=false"],
     [f"{LAYOUT}.sequence_parallel=true"],                       # tp 2
     [f"{LAYOUT}.tp=1", f"{LAYOUT}.sequence_parallel=false"],
     [f"{COMM}.cp_overlap_fraction=0.5"],                         # the stack's value: changes nothing
@@ -151,3 +154,16 @@ def test_the_cli_exits_2_naming_the_key(capsys):
     assert main([*argv, "--set", f"{COMM}.fsdp_gather_overlap_fraction=0.9"]) == 2
     err = capsys.readouterr().err
     assert f"'{COMM}.fsdp_gather_overlap_fraction'" in err and "zero: 3" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("knob", sorted(LAYOUT_GATED_MEMORY))
+def test_a_gated_memory_knob_moves_the_memory_only_on_the_layouts_its_gate_admits(knob):
+    from simulator.llm.memory import memory_per_device
+
+    model = load_model("qwen2.5-7b")
+    for zero in (0, 1, 2, 3):
+        lay = TrainLayout(tp=2, zero=zero).resolve(8)
+        base = MemoryParams()
+        moved = base.model_copy(update={knob: 2 if knob == "zero3_prefetch_layers" else False})
+        totals = [memory_per_device(model, lay, 4096, 1e15, params=p).total_bytes for p in (base, moved)]
+        assert (totals[0] != totals[1]) == LAYOUT_GATED_MEMORY[knob].applies(lay), (zero, knob)
