@@ -102,8 +102,10 @@ def activation_bytes_per_token(layer: LayerShape, hidden: int, ffn: int, gated: 
     replicated *= layer.tp_reductions / 2.0
     if layer.moe:   # the k routed copies of each token in expert order: the expert FC1's input, kept for
         # its weight gradient (Megatron-Core's token dispatcher permutes them; split by TP with SP, as
-        # the dispatch is)
-        replicated += a * hidden * layer.experts_per_token
+        # the dispatch is); and the k expert outputs back in token order, kept by the product with the
+        # routing probabilities for the probabilities' gradient (megatron-core 0.8.0 moe_utils.unpermute:
+        # unpermuted_tokens * probs.unsqueeze(-1), then the sum over k)
+        replicated += 2 * a * hidden * layer.experts_per_token
     sharded = attn + mlp + a * layer.mixer_units
     if not flash and recompute == "none":
         sharded += params.score_bytes_per_elem * layer.attn_heads * context_len

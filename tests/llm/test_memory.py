@@ -76,10 +76,12 @@ def test_activations_follow_korthikanti_table_2():
     assert per_token(tp=1, sp=False, recompute="none", flash=True) == pytest.approx(34 * h)
 
 
-def test_an_moe_layer_keeps_each_tokens_k_routed_copies():
+def test_an_moe_layer_keeps_each_tokens_k_routed_copies_in_and_out():
     """The expert FC1's input, k copies of each token in expert order, is kept for its weight
-    gradient (Megatron-Core's token dispatcher): k x 2h bytes per token on an MoE layer, split by TP
-    with SP as the dispatch is; none with full recompute (the layer input alone)."""
+    gradient (Megatron-Core's token dispatcher), and the k expert outputs back in token order for
+    the routing probabilities' gradient (moe_utils.unpermute's product with probs): 2 x k x 2h bytes
+    per token on an MoE layer, split by TP with SP as the dispatch is; none with full recompute (the
+    layer input alone)."""
     model = load_model("qwen3-30b-a3b")
     lay = layer_shapes(model)[0]
     assert lay.moe and lay.experts_per_token == 8
@@ -92,7 +94,7 @@ def test_an_moe_layer_keeps_each_tokens_k_routed_copies():
     without = dataclasses.replace(lay, experts_per_token=0)
     base = activation_bytes_per_token(without, model.hidden, model.ffn_hidden, True, context_len=4096, params=p,
                                       flash=True, tp=1, sp=False, recompute="none")
-    copies = 8 * 2 * model.hidden
+    copies = 2 * 8 * 2 * model.hidden
     up = sum(g.n_out for g in lay.gemms if g.name.endswith("_up") and g.expert)
     assert per_token(tp=1, sp=False, recompute="none") == pytest.approx(base + copies + 8 * up * 2 * 1.5)
     assert per_token(tp=4, sp=True, recompute="full") == pytest.approx(2 * model.hidden / 4)
