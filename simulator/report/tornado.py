@@ -38,13 +38,19 @@ def tornado_figure(frame: pd.DataFrame, *, base: float | None = None, metric: st
     return fig
 
 
+# what each record repeats of the design (frame.attrs), so a row read alone says what it measured
+RECORD_ATTRS = ("metric", "base", "seeds", "samples")
+
+
 def sensitivity_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """The `rlsim sensitivity --json` list: one object per key, NaN Sobol indices as null."""
+    """The `rlsim sensitivity --json` list (and sensitivity.json): one object per key, NaN Sobol
+    indices as null, each with the metric, its figure at base, the seeds and the Sobol samples."""
+    design = {k: frame.attrs[k] for k in RECORD_ATTRS if k in frame.attrs}
     records = []
     for row in frame.to_dict(orient="records"):
         out = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
         out["rank"] = int(out["rank"])
-        records.append(out)
+        records.append({**out, **design})
     return records
 
 

@@ -70,7 +70,11 @@ def test_sensitivity_json_list_and_out(tmp_path, capsys):
     assert [row["rank"] for row in rows] == [1, 2]
     assert {row["key"] for row in rows} == {"workload.response_length.sigma", "topology.device.hbm_efficiency"}
     assert all(row["swing"] >= 0 and row["sobol_first"] is None for row in rows)
+    # each row says what it measured: the metric, its figure at base, the seeds and Sobol samples
+    assert {(row["metric"], row["seeds"], row["samples"]) for row in rows} == {("steady_tokens_per_s", 1, 0)}
+    assert len({row["base"] for row in rows}) == 1 and rows[0]["base"] > 0
     assert (tmp_path / "tornado.svg").exists() and (tmp_path / "report.html").exists()
+    assert json.loads((tmp_path / "sensitivity.json").read_text()) == rows
 
 
 def test_sensitivity_bad_vary_exits_2(capsys):
