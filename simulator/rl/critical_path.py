@@ -8,7 +8,8 @@ intervals (des.Timeline), from the step's end on the rank that trained it, one r
   pipeline bubble (it is part of its optimizer step) is on the path; the walk goes on from its start;
 - a wait (any other idle interval) ended at some time t because something it waited for happened
   then. If t is the ready time of the step's batch (the latest ``ready`` of the samples step k
-  consumed), the path is that sample's reward latency (``reward``, finish -> ready) and its
+  consumed; of the samples ready then, the one that finished last: a batch handed over together is
+  verified from its last finish), the path is that sample's reward latency (``reward``, finish -> ready) and its
   sequence's generation on the rollout instance that produced it (the sample store's ``instance``),
   and the walk goes on on that instance. Otherwise the path goes to the busy interval of another
   rank that ended at t (a weight sync that opened the gate, the consolidated tail the trainers
@@ -190,7 +191,11 @@ class _Samples:
             return -1, math.nan, math.inf
         ready = self.flat["ready"][ids]
         latest = ready.max()
-        binding = int(ids[np.flatnonzero(ready == latest)[0]])
+        # Of the samples ready last, the one that finished last: a batch handed over together
+        # (reward.handover: batch) is verified from its last finish, so the wait before that is
+        # the other sequences' generation, not reward latency.
+        tied = ids[np.flatnonzero(ready == latest)]
+        binding = int(tied[np.argmax(self.flat["finish"][tied])])
         at = min(len(ids) - 1, math.ceil(self.tail_threshold * len(ids)) - 1)
         q = np.partition(self.flat["finish"][ids], at)[at]     # the at-th smallest: np.sort(...)[at]
         return binding, float(latest), float(q)

@@ -226,3 +226,25 @@ def test_steps_grouped_once_read_as_a_scan_per_step(consumed, data, tail):
             assert got[2] == q and got == scan.batch(k)
         else:
             assert got[0] == -1
+
+
+def test_a_batch_handed_over_to_the_shared_reward_pool_waits_on_its_last_sequence_not_on_reward():
+    """reward.handover batch: the batch is verified from its last finish, so the path's reward is
+    that verification (ready - the last finish) and the time before it is the last sequence's
+    generation; before, the first sample of the batch bound it and its whole wait read as reward."""
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, reward_s_per_sample=3.0, instance_max_seqs=8)
+    sc = load_scenario({"topology": "fake", "workload": {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 8,
+                                                         "reward": {"workers": 4, "handover": "batch"}},
+                        "schedule": {"kind": "colocated", "distqueue": {"bw_Bps": 1e30}}, "iterations": 3, "seed": 1})
+    rec, timeline, paths, summary = paths_of(sc, c, devices=8)
+    flat = rec.samples.flat()
+    for k, step in enumerate(summary["steps"]):
+        batch = np.flatnonzero(flat["consumed_iteration"] == k)
+        last_finish, ready = flat["finish"][batch].max(), flat["ready"][batch].max()
+        assert ready - last_finish == pytest.approx(3.0)                # the pool verifies the batch at once
+        assert step["s_by_cause"]["reward"] == pytest.approx(ready - last_finish, rel=1e-9)
+        reward_at = [i for i, e in enumerate(step["chain"]) if e["phase"] == "reward"]
+        assert len(reward_at) == 1 and step["chain"][reward_at[0] - 1]["phase"] == "generate"
+        assert step["chain"][reward_at[0] - 1]["end_s"] == pytest.approx(last_finish, rel=1e-12)
+    _check_sums(rec, summary)
+    _check_tiles(rec, timeline, paths)
