@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,9 +166,13 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: str) -> dict[str, Any]:
+def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: str,
+                          known: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """Hydra command-line overrides: ``key=value``, ``+key=value`` (add), ``++key=value`` (add or
-    set), ``~key`` (delete). Values are YAML scalars/lists as Hydra reads simple values."""
+    set), ``~key`` (delete). Values are YAML scalars/lists as Hydra reads simple values. ``known``:
+    the framework's keys beyond the file's (its defaults); with it, a plain ``key=value`` of a key
+    neither the file nor ``known`` has is an error, as Hydra's struct config refuses it ("Could not
+    override ... To append to your config use +key=value")."""
     out = dict(flat)
     for item in items:
         text = item.strip()
@@ -184,12 +188,28 @@ def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: st
         if not key or any(not part for part in key.split(".")):
             raise RlsimError(f"cannot read the override {item!r}", source=source,
                              fix="write key=value with a dotted key, e.g. data.train_batch_size=512")
+        if known is not None and not text.startswith("+") and not _in_config(key, out) and not known(key):
+            raise RlsimError(f"the override {item!r} names a key the config does not have", source=source,
+                             field=key, fix=_override_fix(key, out, text))
         out = {k: v for k, v in out.items() if not k.startswith(key + ".")}
         if isinstance(value, Mapping) and value:
             out.update(flatten(value, key))
         else:
             out[key] = value
     return out
+
+
+def _in_config(key: str, flat: Mapping[str, Any]) -> bool:
+    """A leaf of the flattened config, or a section above some of its leaves."""
+    return key in flat or any(k.startswith(key + ".") for k in flat)
+
+
+def _override_fix(key: str, flat: Mapping[str, Any], text: str) -> str:
+    import difflib
+    section = key.rpartition(".")[0]
+    siblings = [k for k in flat if k.rpartition(".")[0] == section]
+    close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.85)
+    return (f"did you mean {close[0]}? " if close else "") + f"to add the key as Hydra does, write +{text}"
 
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
@@ -229,11 +249,12 @@ def _unresolved(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
-def read_config(path: str | Path, overrides: Iterable[str], *, what: str) -> dict[str, Any]:
+def read_config(path: str | Path, overrides: Iterable[str], *, what: str,
+                known: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """One framework YAML (a NeMo RL ``defaults:`` chain merged under it), flattened, overrides and
-    interpolations applied."""
+    interpolations applied (``known``: as apply_hydra_overrides)."""
     data = _with_defaults(Path(path), what, chain=())
-    return resolve_interpolations(apply_hydra_overrides(flatten(data), overrides, str(path)))
+    return resolve_interpolations(apply_hydra_overrides(flatten(data), overrides, str(path), known))
 
 
 MAX_DEFAULTS_DEPTH = 8   # base files under base files: NeMo RL's recipes chain two or three
@@ -280,6 +301,12 @@ def rule_for(key: str, rules: Mapping[str, Rule]) -> Rule | None:
         if wildcard in rules:
             return rules[wildcard]
     return None
+
+
+def in_table(key: str, rules: Mapping[str, Rule]) -> bool:
+    """Whether the table covers ``key``: its exact entry, or a section's catch-all unless the key is
+    one typo away from a listed key (then it is a typo, not the section's)."""
+    return key in rules or (rule_for(key, rules) is not None and not _close_key(key, rules))
 
 
 def classify(result: FrameworkImport, flat: Mapping[str, Any], rules: Mapping[str, Rule],

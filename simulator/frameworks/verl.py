@@ -27,6 +27,7 @@ from .common import (
     capped_length,
     classify,
     ignored,
+    in_table,
     inactive_section,
     mapped,
     model_for,
@@ -102,6 +103,10 @@ MEGATRON_OFFLOAD_KEYS = ("param_offload", "optimizer_offload")   # grad_offload 
 FSDP_OFFLOAD_KEYS = ("param_offload", "optimizer_offload")       # the fsdp_config offload keys mapped
 # verl 0.6.0 moves the offloaded state with .to("cpu") / flat_param_to(cpu): pageable host memory
 OFFLOAD_NOTE = "per-phase offload to host, through pageable memory (offload.pageable)"
+VERL_SWITCH_NOTE = ("colocated switch: the optimizer state stays on the devices through the rollout unless "
+                    "actor.fsdp_config / megatron optimizer_offload moves it (schedule.switch.offload_optimizer: "
+                    "false; the gradients are freed, free_gradients: true), so it counts against the engine's "
+                    "gpu_memory_utilization")
 
 _LOG = "logging / bookkeeping of the driver: no effect on step time"
 _CKPT = "checkpoint files: rlsim step times exclude checkpointing"
@@ -295,12 +300,20 @@ def recipe_of(values: Values, explicit: str | None) -> tuple[str, str]:
     return "colocated", "colocated (main_ppo's hybrid engine: no async_training, no rollout pool)"
 
 
+def _verl_key(key: str) -> bool:
+    """A key of verl's own config as rlsim knows it: its defaults, its table (a section's catch-all
+    too, unless the key is one typo away from a listed one)."""
+    return key in DEFAULTS or in_table(key, RULES)
+
+
 def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
                 schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
     """A verl YAML plus Hydra overrides -> FrameworkImport. ``user_sets`` are the rlsim ``--set``
     keys that follow (a model or topology size given there is not needed from the config)."""
     source = str(path)
-    flat = read_config(path, overrides, what="verl config")
+    # verl's entry points compose the config with Hydra (struct mode): a plain override of a key
+    # the config lacks is refused there; rlsim's table and defaults stand for verl's full config
+    flat = read_config(path, overrides, what="verl config", known=_verl_key)
     result = FrameworkImport("verl", source, {}, rules=RULES)
     values = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
     recipe, result.schedule_rule = recipe_of(values, schedule)
@@ -544,6 +557,14 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                                                    "to training, so it never sleeps")
     else:
         decided.update({k: ("ignored", "colocated: one pool (trainer.*)") for k in ("rollout.nnodes", "rollout.n_gpus_per_node")})
+        # The hybrid engine's switch to rollout leaves the optimizer where the trainer keeps it: verl
+        # moves it to the host only under optimizer_offload, after each update (fsdp_workers.py /
+        # megatron_workers.py: offload_fsdp_optimizer / offload_megatron_optimizer under
+        # _is_offload_optimizer; cited from memory of its public code), which is the per-phase offload
+        # (train_params.offload.optimizer) mapped above. optimizer.zero_grad() frees the gradients
+        # (set_to_none) before the rollout.
+        s["switch"] = {"offload_optimizer": False, "free_gradients": True}
+        v.result.notes.append(VERL_SWITCH_NOTE)
         if "dynamic_sampling" in w:
             # every generate_sequences call switches the hybrid engine to rollout mode and back (the
             # state dict loaded into the engine, woken; put to sleep after: verl 0.5 fsdp_workers.py with
@@ -560,8 +581,8 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
         elif v.flag(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
             # verl 0.6+ with vLLM >= 0.8.5: sleep level 2 (the weights discarded, a refit overwrites them);
             # level 1 with layered_summon (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)
-            s["switch"] = {"engine_sleep": True,
-                           "engine_sleep_level": 1 if v.flag(f"{A}.rollout.layered_summon") else 2}
+            s["switch"].update({"engine_sleep": True,
+                                "engine_sleep_level": 1 if v.flag(f"{A}.rollout.layered_summon") else 2})
     _reward_overlap(v, recipe, w, s, decided)
     if recipe == "fully-async":
         decided[f"{A}.rollout.mode"] = ("ignored", "the fully_async Rollouter serves requests asynchronously: "

@@ -130,11 +130,32 @@ def test_verl_free_cache_engine_sleeps_at_level_2_unless_layered_summon():
     layered_summon keeps level 1 (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)."""
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
     switch = import_config("verl", cfg, ["actor_rollout_ref.rollout.free_cache_engine=true"]).scenario["schedule"]["switch"]
-    assert switch == {"engine_sleep": True, "engine_sleep_level": 2}
+    assert {k: switch[k] for k in ("engine_sleep", "engine_sleep_level")} == {"engine_sleep": True, "engine_sleep_level": 2}
     layered = import_config("verl", cfg, ["actor_rollout_ref.rollout.free_cache_engine=true",
                                           "actor_rollout_ref.rollout.layered_summon=true"])
     assert layered.scenario["schedule"]["switch"]["engine_sleep_level"] == 1
     assert layered.mapped["actor_rollout_ref.rollout.layered_summon"].startswith("schedule.switch.engine_sleep_level")
+
+
+@pytest.mark.parametrize("offload", ["false", "true"])
+def test_verl_colocated_keeps_the_optimizer_on_the_devices_unless_optimizer_offload(offload):
+    """verl's hybrid engine moves the optimizer to the host only under optimizer_offload (the
+    per-phase offload); the colocated switch never does (it was offloaded by rlsim's default, so a
+    config that runs out of memory in verl fitted, and with optimizer_offload it moved twice)."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    result = import_config("verl", cfg, [f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={offload}"])
+    schedule, workload = result.scenario["schedule"], result.scenario["workload"]
+    assert schedule["switch"]["offload_optimizer"] is False and schedule["switch"]["free_gradients"] is True
+    assert workload.get("train_params", {}).get("offload", {}).get("optimizer", False) is (offload == "true")
+    assert any("optimizer state stays on the devices" in note for note in result.notes)
+
+
+def test_verl_colocated_resident_optimizer_counts_against_the_engine_memory(capsys):
+    """At gpu_memory_utilization 0.8 a 7B FSDP trainer's resident state no longer fits beside the
+    engine on 8 H100s: exit 2 naming the verl key (verl would run out of memory)."""
+    code, _, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                       "actor_rollout_ref.rollout.gpu_memory_utilization=0.9", "--iterations", "1")
+    assert code == 2 and "resident training state" in err and "gpu_memory_utilization" in err
 
 
 def test_dapo_generation_batches_pay_what_each_framework_does_between_them():
@@ -681,3 +702,17 @@ def test_a_framework_key_given_to_set_says_to_pass_it_after_the_config(capsys, f
     # "unknown scenario key 'data'" with a list of scenario keys as the fix
     code, _, err = cli(capsys, "run", FLAG[framework], str(EXAMPLES / config), "--set", f"{key}=8")
     assert code == 2 and f"field '{key}'" in err and "after the config path" in err
+
+
+def test_a_verl_override_of_a_key_the_config_lacks_is_refused_as_hydra_does(capsys):
+    """verl composes its config with Hydra (struct mode): data.train_batch_siz=512 is refused there
+    ("To append to your config use +..."); rlsim listed it as unknown and ran on (exit 0)."""
+    cfg = str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
+    code, _, err = cli(capsys, "run", "--from-verl", cfg, "data.train_batch_siz=512", "--iterations", "1")
+    assert code == 2 and "field 'data.train_batch_siz'" in err and "did you mean data.train_batch_size" in err
+    assert "+data.train_batch_siz=512" in err and "Traceback" not in err
+    # added with +, as Hydra takes it: listed as unknown; a verl key the file leaves out is verl's own
+    assert import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["+data.train_batch_siz=512"]).unknown
+    for item in ("actor_rollout_ref.rollout.enforce_eager=true", "trainer.logger=[console]",
+                 "actor_rollout_ref.actor.optim.lr=1e-6"):
+        import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", [item])
