@@ -272,7 +272,8 @@ class PlannerReplanner:
                    accept: Callable[[dict[str, Any]], None] | None = None) -> ReplanOutcome:
         batch, row = train_batch(self.sc)
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
-                                                        "micro_batch")}) if current else None
+                                                        "micro_batch")},
+                             etp=current.get("etp") if self.model.is_moe else None) if current else None
         base = TrainingEvaluator.for_workload(self.model, self.topology, batch, row, self.sc.workload)
         evaluator = base
         if accept is not None:

@@ -23,7 +23,7 @@ trainer constants (--stage train): --set workload.train_params.compute.flash_att
   workload.train_software=megatron-2021; engine constants (--stage rollout): --set
   workload.inference.step_overhead_s=0.004 (unknown keys, keys of the other stage, or iterations /
   schedule.* / seed without a distribution value, which only a simulated run reads: exit 2)
-planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|zero|recompute|micro_batch|sequence_parallel (lists),
+planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|etp|zero|recompute|micro_batch|sequence_parallel (lists),
   space.max_pp|max_ep|uneven_pp|exact_batch, refine_top, dominance_prune, eval_cost_s, fixed_cost_s;
   rollout.tp|ep|max_num_seqs (lists), rollout.max_ep|gpu_memory_utilization|sequences|prompt_len|response_len."""
 
@@ -387,6 +387,8 @@ def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[di
     table = Table(title=title)
     keys = (["tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute", "micro_batch"] if stage == "train"
             else ["tp", "ep", "instances", "max_num_seqs"])
+    if stage == "train" and any("etp" in r["layout"] for r in rows):   # an MoE model: its expert TP
+        keys.insert(keys.index("ep") + 1, "etp")
     for k in ["#", *keys, "step s", "TFLOP/s/dev", "MFU", "mem GB", "comm", "tokens/s", "naive s", "TP level"]:
         table.add_column(k, justify="right")
     for i, r in enumerate(rows, 1):

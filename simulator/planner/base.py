@@ -28,12 +28,16 @@ class TrainChoice:
     micro_batch: int
     # None: the software stack's rule (on with TP for Megatron-Core); a bool when the space searches it
     sequence_parallel: bool | None = None
+    # Expert tensor-parallel size of an MoE layout (TrainLayout.etp); None on a dense model
+    etp: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The layout keys; sequence_parallel only when the search chose it (None is not a layout choice)."""
+        """The layout keys; sequence_parallel only when the search chose it (None is not a layout
+        choice), etp only on an MoE model (so that `rlsim run` given the layout trains the same one)."""
         out = asdict(self)
-        if out["sequence_parallel"] is None:
-            del out["sequence_parallel"]
+        for key in ("sequence_parallel", "etp"):
+            if out[key] is None:
+                del out[key]
         return out
 
     @property

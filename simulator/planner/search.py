@@ -57,6 +57,10 @@ class SearchSpace(StrictModel):
     # Sequence parallelism (arXiv 2205.05198) tried on and off; None: not searched, the stack's rule
     # (workload.train_software: on with TP for megatron-core, off for megatron-2021).
     sequence_parallel: list[bool] | None = None
+    # Expert tensor-parallel sizes tried on MoE models (MoE parallel folding: experts over TP x CP x DP
+    # with their own TP size, so EP x etp divides TP x CP x DP); None: etp = tp, Megatron-Core's default
+    # (expert_tensor_parallel_size unset). Dense models have no expert layers: not searched there.
+    etp: list[Size] | None = None
     # DP x micro_batch must divide the global batch. A re-plan relaxes it: the last micro-batch
     # round is then partial and replicas get uneven counts (llm/training.py's sampler handles it).
     exact_batch: bool = True
@@ -108,6 +112,7 @@ def neighbourhood(current: TrainChoice, model: Any) -> SearchSpace:
     rebuild); let PP (and so DP), VPP (or none: an uneven batch breaks interleaving), recompute,
     ZeRO 1-2 and the micro-batch move. Tens of candidates instead of thousands."""
     return SearchSpace(tp=[current.tp], pp=None, vpp=sorted({current.vpp, 1}), cp=[current.cp], ep=[current.ep],
+                       etp=None if current.etp is None else [current.etp],
                        zero=sorted({current.zero, 1, 2}), recompute=["none", "selective", "full"],
                        micro_batch=sorted({current.micro_batch, 1}), exact_batch=False,
                        uneven_pp=int(model.num_layers) % current.pp != 0)
@@ -133,7 +138,7 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
     heads or is a multiple of them (KV heads replicated); PP*VPP divides the layers (unless
     `uneven_pp` and VPP = 1); VPP > 1 needs
     PP > 1 and the micro-batch count divisible by PP; 2*CP divides the sequence (load-balanced
-    causal split); EP divides the experts and DP x CP; DP*micro_batch divides the global batch;
+    causal split); EP divides the experts and EP x etp divides TP x DP x CP (etp = tp unless the space gives etp); DP*micro_batch divides the global batch;
     ZeRO > 0 needs DP > 1 (otherwise it equals ZeRO 0).
     """
     space = space or SearchSpace()
@@ -154,9 +159,12 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
         ep_values = [1]
     out: list[TrainChoice] = []
     sp_values: list[bool | None] = list(space.sequence_parallel) if space.sequence_parallel else [None]
-    for tp, pp, vpp, cp, ep, zero, rc, mb, sp in itertools.product(
+    # None: tp on an MoE model (Megatron-Core's default, reported with the layout), none on a dense one
+    etp_values: list[int | None] = list(space.etp) if space.etp and experts > 1 else [None]
+    for tp, pp, vpp, cp, ep, zero, rc, mb, sp, etp_given in itertools.product(
             space.tp, pp_values, space.vpp, space.cp, ep_values, space.zero, space.recompute,
-            space.micro_batch, sp_values):
+            space.micro_batch, sp_values, etp_values):
+        etp = (tp if etp_given is None else etp_given) if experts > 1 else None
         if heads % tp or (kv_heads % tp and tp % kv_heads):
             pruned["tp_heads"] += 1
             continue
@@ -170,7 +178,7 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
         if seq_len % (2 * cp) and cp > 1:
             pruned["cp_seq"] += 1
             continue
-        if ep > 1 and (experts % ep or (dp * cp) % ep):
+        if ep > 1 and (experts % ep or (tp * dp * cp) % (ep * (etp or tp))):
             pruned["ep"] += 1
             continue
         if (global_batch % (dp * mb) if space.exact_batch else global_batch < dp * mb):
@@ -186,20 +194,20 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
         if sp and tp == 1:
             pruned["sp_without_tp"] += 1
             continue
-        out.append(TrainChoice(tp, pp, vpp, dp, ep, cp, zero, rc, mb, sp))
+        out.append(TrainChoice(tp, pp, vpp, dp, ep, cp, zero, rc, mb, sp, etp))
     return out, pruned
 
 
 def _structure(choice: TrainChoice) -> tuple:
     """Everything but recompute: the group inside which recompute dominance applies."""
     return (choice.tp, choice.pp, choice.vpp, choice.dp, choice.ep, choice.cp, choice.zero, choice.micro_batch,
-            choice.sequence_parallel)
+            choice.sequence_parallel, choice.etp)
 
 
 def _placements(topology: Any, ranks: Sequence[int], c: TrainChoice) -> list[Placement]:
     """The aware placements of a choice, the one `rlsim run` trains on first (its experts folded
     over expert_fold replicas: the expert all-to-all among consecutive ranks)."""
-    fold = expert_fold(c.tp, c.cp, c.ep) if c.ep > 1 else 1
+    fold = expert_fold(c.tp, c.cp, c.ep, c.etp) if c.ep > 1 else 1
     return aware_placements(topology, ranks, c.tp, c.cp, c.dp, c.pp, fold)
 
 

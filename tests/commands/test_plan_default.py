@@ -165,3 +165,16 @@ def test_the_help_names_every_planner_key():
     expected = ({f"space.{f}" for f in SearchSpace.model_fields} | {f"rollout.{f}" for f in RolloutSpace.model_fields}
                 | set(PlannerParams.model_fields))
     assert expected <= named, sorted(expected - named)
+
+
+def test_an_moe_plan_names_its_expert_tp_and_searches_the_given_ones(capsys):
+    """The layout of an MoE plan carries etp (the table has a column for it), so that `rlsim run`
+    given the layout trains that one; planner.space.etp searches others."""
+    argv = ["plan", "--topology", "dgx-h100", "--model", "qwen3-30b-a3b", "--global-batch", "64", "--seq-len",
+            "2048", "--set", "planner.space.tp=[2]", "--set", "planner.space.micro_batch=[1]", "--top", "3"]
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert all(row["layout"]["etp"] == 2 for row in rows)
+    assert main([*argv, "--json", "--set", "planner.space.etp=[1]"]) == 0
+    assert all(row["layout"]["etp"] == 1 for row in json.loads(capsys.readouterr().out))
+    assert main(argv) == 0 and " etp " in capsys.readouterr().out

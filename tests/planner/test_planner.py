@@ -126,6 +126,20 @@ def test_moe_enumerates_expert_parallel_dividing_experts_and_dp():
     assert all(64 % c.ep == 0 and (c.dp * c.cp) % c.ep == 0 for c in choices)
 
 
+def test_moe_layouts_carry_their_expert_tp_and_fold_experts_when_the_space_gives_etp():
+    """etp = tp (Megatron-Core's default) is part of every MoE layout the plan reports, so `rlsim run`
+    given the layout trains that one (a preset's etp: 1 merged under it had changed the memory);
+    planner.space.etp searches others, with EP x etp dividing TP x DP x CP (EP may exceed DP)."""
+    model = FakeModel(num_experts=64)
+    default, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1]))
+    assert all(c.etp == c.tp and c.as_dict()["etp"] == c.tp for c in default)
+    folded, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1], etp=[1]))
+    assert all(c.etp == 1 and (c.tp * c.dp * c.cp) % c.ep == 0 for c in folded)
+    assert any(c.ep > c.dp * c.cp for c in folded)
+    dense, _ = enumerate_train_choices(FakeModel(), 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1], etp=[1]))
+    assert all(c.etp is None and "etp" not in c.as_dict() for c in dense)
+
+
 def _fake_evaluator(topo: FakeTopology, hbm_limit: float = 1e9):
     """Step time: compute / devices + a TP penalty that is 10x worse across nodes; memory by layout."""
 
