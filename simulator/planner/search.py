@@ -145,6 +145,9 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
     pruned: Counter = Counter()
     heads, kv_heads, layers = int(model.num_heads), int(model.num_kv_heads), int(model.num_layers)
     experts = int(getattr(model, "num_experts", 0) or 0)
+    if space.etp is not None and experts <= 1:   # nothing to split: it would be read past
+        raise RlsimError(f"planner.space.etp applies to models with experts; {getattr(model, 'name', 'the model')} "
+                         "has none", field="planner.space.etp", fix="remove planner.space.etp")
     if space.pp is not None:
         pp_values = space.pp
     elif space.uneven_pp:

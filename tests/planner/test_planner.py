@@ -136,8 +136,11 @@ def test_moe_layouts_carry_their_expert_tp_and_fold_experts_when_the_space_gives
     folded, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1], etp=[1]))
     assert all(c.etp == 1 and (c.tp * c.dp * c.cp) % c.ep == 0 for c in folded)
     assert any(c.ep > c.dp * c.cp for c in folded)
-    dense, _ = enumerate_train_choices(FakeModel(), 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1], etp=[1]))
+    dense, _ = enumerate_train_choices(FakeModel(), 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1]))
     assert all(c.etp is None and "etp" not in c.as_dict() for c in dense)
+    with pytest.raises(RlsimError, match="experts") as exc:   # a dense model: it would be read past
+        enumerate_train_choices(FakeModel(), 64, 128, 4096, SearchSpace(etp=[1]))
+    assert exc.value.field == "planner.space.etp"
 
 
 def _fake_evaluator(topo: FakeTopology, hbm_limit: float = 1e9):
