@@ -224,11 +224,24 @@ def _in_flight_activations(act_per_chunk: list[float], pp: int, vpp: int, m: int
 
 
 def check_fits(breakdown: MemoryBreakdown, *, what: str, source: str | None = None,
-               field: str = "train_layout") -> None:
+               field: str = "train_layout", layout: TrainLayout | None = None) -> None:
     """RlsimError with the breakdown when the layout does not fit in device memory; it names
-    ``field``, the dotted key of the layout (``workload.train_layout`` in a scenario)."""
+    ``field``, the dotted key of the layout (``workload.train_layout`` in a scenario), and with
+    ``layout`` only the fixes that layout can still take."""
     if not breakdown.fits:
         raise RlsimError(f"{what} does not fit in device memory: {breakdown.describe()}", source=source,
-                         field=field,
-                         fix="raise tp/pp, use zero: 1-3, recompute: full, a smaller micro_batch, or devices "
-                             "with more HBM")
+                         field=field, fix=fit_fix(layout))
+
+
+def fit_fix(layout: TrainLayout | None) -> str:
+    """What shrinks a training layout's memory, less what it already has (None: all of it)."""
+    steps = ["raise tp / pp"]
+    if layout is None or layout.zero < 3:
+        steps.append("a higher ZeRO stage (zero: 1-3)" if layout is None else f"zero: {layout.zero + 1}-3")
+    if layout is None or layout.recompute != "full":
+        steps.append("recompute: full")
+    if layout is None or layout.max_tokens_per_micro_batch is not None:
+        steps.append("a smaller max_tokens_per_micro_batch")
+    if layout is None or layout.micro_batch > 1:
+        steps.append("a smaller micro_batch")
+    return ", ".join(steps) + ", or devices with more HBM"

@@ -946,7 +946,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
                                params=params.memory, flash_attention=params.compute.flash_attention,
                                micro_batches=m_max)
     if params.check_memory:
-        check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source,
+        check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source, layout=layout,
                    field=TRAIN_LAYOUT_FIELD)
     # All replicas' micro-batches in one vectorized pass.
     tokens = np.concatenate([t for t, _ in replicas])

@@ -72,7 +72,7 @@ class TrainingEvaluator:
                 mem_layout, seq = dataclasses.replace(layout, micro_batch=samples), tokens / samples
             mem = memory_per_device(self.model, mem_layout, seq, hbm, params=self.params.memory,
                                     flash_attention=self.params.compute.flash_attention, micro_batches=micro_batches)
-            check_fits(mem, what=f"{self.model.name} with {c}", source="planner")
+            check_fits(mem, what=f"{self.model.name} with {c}", source="planner", layout=layout)
         return train_step_cost(self.model, layout, self.topology, list(ranks), self.sequences,
                                params=self.params, collectives=self.collectives, source="planner")
 

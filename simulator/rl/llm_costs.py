@@ -761,7 +761,11 @@ class LlmCosts:
         default they did not set, or the planner's (layout: auto)."""
         fits = max(0.0, (hbm_bytes - resident) / hbm_bytes)
         share = self.rollout_layout.gpu_memory_utilization
-        others = "keep schedule.switch.offload_optimizer and bucketed on, or use more devices per replica"
+        others = self._resident_fix()
+        if hbm_bytes - resident < self._inference_shard_bytes():   # no share holds even the engine's weights
+            return ("workload.train_layout", f"the resident training state leaves {fits:.2f} of HBM, less than the "
+                    f"engine's weight shard ({self._inference_shard_bytes() / 1e9:.1f} GB): no "
+                    f"gpu_memory_utilization fits; {others}")
         given = self.scenario.workload.rollout_layout
         if given == "auto":
             return ("workload.rollout_layout", f"the planned engine takes {share:g} of HBM; give "
@@ -772,6 +776,19 @@ class LlmCosts:
                     f"<= {fits:.2f}, or {others}")
         return ("workload.rollout_layout.gpu_memory_utilization",
                 f"lower gpu_memory_utilization ({share:g}) to <= {fits:.2f}, or {others}")
+
+    def _resident_fix(self) -> str:
+        """What shrinks the training state resident through the rollout, as this run has it."""
+        switch, offload = self.switch_params, self.train_params.offload
+        steps = []
+        if not (switch.offload_optimizer or offload.optimizer):
+            steps.append("offload the optimizer state (schedule.switch.offload_optimizer: true, or the per-phase "
+                         "workload.train_params.offload.optimizer)")
+        if not (switch.offload_weights or offload.params):
+            steps.append("offload the training weights (schedule.switch.offload_weights: true)")
+        if not switch.bucketed:
+            steps.append("bucket the weights (schedule.switch.bucketed: true)")
+        return "or ".join(f"{step}, " for step in steps) + "or use more devices per training replica (tp / pp)"
 
     def train_flops_per_token(self, seq_len) -> float:
         return float(self.model.train_flops_per_token(seq_len))

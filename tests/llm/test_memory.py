@@ -174,3 +174,16 @@ def test_moe_zero3_gathers_a_layers_expert_share_after_ep():
     per_device = lay.dense_params + lay.expert_params / 8
     got = _gathered(TrainLayout(dp=8, ep=8, zero=3), moe, zero3_outer_gathered=False)
     assert got == pytest.approx(2.0 * 3 * per_device)
+
+
+def test_the_out_of_memory_fix_names_only_what_the_layout_can_still_take():
+    """A layout at ZeRO 1 with full recompute and one sequence a micro-batch is not told to use
+    'zero: 1-3, recompute: full, a smaller micro_batch' (found by a new-user trial)."""
+    lay = TrainLayout(dp=8, zero=1, recompute="full", micro_batch=1)
+    b = memory_per_device(GPT, lay, 2048, 1e6)
+    with pytest.raises(RlsimError) as exc:
+        check_fits(b, what="gpt", layout=lay)
+    assert exc.value.fix == "raise tp / pp, zero: 2-3, or devices with more HBM"
+    with pytest.raises(RlsimError) as exc:
+        check_fits(b, what="gpt")
+    assert "recompute: full" in exc.value.fix and "a smaller micro_batch" in exc.value.fix

@@ -281,3 +281,23 @@ def test_host_copies_run_at_the_topologys_host_efficiency_unless_the_switch_give
     extra = moved / (link * 0.5) - moved / (link * 0.85)
     assert slow.switch("train", pool).time_s - base.switch("train", pool).time_s == pytest.approx(extra, rel=1e-9)
     assert given.switch("train", pool).time_s == pytest.approx(slow.switch("train", pool).time_s, rel=1e-12)
+
+
+def _rollout_error(**workload) -> RlsimError:
+    sc = load_scenario(workload="ppo-llama3.1-70b", topology="dgx-h100", schedule="colocated",
+                       overrides=[f"workload.{k}={v}" for k, v in workload.items()])
+    c = LlmCosts(sc, load_topology(sc.topology))
+    with pytest.raises(RlsimError) as exc:
+        c.rollout_phase_bytes(c.layout(8))
+    return exc.value
+
+
+def test_a_rollout_phase_that_cannot_fit_names_fixes_that_apply():
+    """The fix names only what this run can still change: no share below the engine's own weights
+    ('lower gpu_memory_utilization to <= 0.00' before), no switch setting that is already on."""
+    whole = _rollout_error(train_layout="{tp: 1, pp: 1, zero: 1}")
+    assert whole.field == "workload.train_layout" and "no gpu_memory_utilization fits" in whole.fix
+    assert "<= 0.00" not in whole.fix and "offload_optimizer" not in whole.fix   # the seed switch offloads it
+    assert "offload_weights: true" in whole.fix and "more devices" in whole.fix
+    share = _rollout_error(**{"train_layout": "{tp: 8, pp: 1, zero: 1}", "rollout_layout.gpu_memory_utilization": 0.95})
+    assert share.field == "workload.rollout_layout.gpu_memory_utilization" and "to <= 0." in share.fix
