@@ -289,17 +289,22 @@ class CollectiveModel:
 
     # ---- rings -----------------------------------------------------------------------------
     def _rings(self, group: list[int]) -> list[list[int]]:
-        """Channels: one ring inside a domain; across domains with equal members, one ring per
-        rotation so each channel leaves every domain through a different device (and NIC)."""
+        """Channels: one ring inside a domain; across domains, one ring per rotation so each channel
+        leaves every domain through a different device (and NIC): as many channels as the smallest
+        domain has members (a domain of 4 beside one of 8 lends 4 NICs; before, unequal domains got
+        one ring, one NIC)."""
         by_domain = self.topology.group_by_domain(group)
         sizes = {len(v) for v in by_domain.values()}
-        if len(by_domain) == 1 or len(sizes) != 1 or min(sizes) == 1:
+        if len(by_domain) == 1 or min(sizes) == 1:
             return [group]
-        k = sizes.pop()
-        members = np.array(list(by_domain.values()))   # domains x k
-        channels = min(k, self.params.max_channels)
-        rotations = (np.arange(channels)[:, None] + np.arange(k)) % k   # ring c: member (c + i) % k
-        return members[:, rotations].transpose(1, 0, 2).reshape(channels, -1).tolist()
+        if len(sizes) == 1:
+            k = sizes.pop()
+            members = np.array(list(by_domain.values()))   # domains x k
+            channels = min(k, self.params.max_channels)
+            rotations = (np.arange(channels)[:, None] + np.arange(k)) % k   # ring c: member (c + i) % k
+            return members[:, rotations].transpose(1, 0, 2).reshape(channels, -1).tolist()
+        channels = min(min(sizes), self.params.max_channels)
+        return [[m[(c + i) % len(m)] for m in by_domain.values() for i in range(len(m))] for c in range(channels)]
 
     @staticmethod
     def _ring_flows(rings: list[list[int]], bytes_per_ring_edge: float) -> FlowTable:

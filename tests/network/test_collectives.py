@@ -204,3 +204,17 @@ def test_custom_all_reduce_is_the_cheaper_of_one_and_two_shots(n):
         assert line_time_s(lines, nbytes) == pytest.approx(min(one, two))
         assert line_time_s(lines, nbytes) < MODEL.line_time_s("all_reduce", ranks, nbytes)
     assert MODEL.custom_all_reduce_lines([0, 8]) == () == MODEL.custom_all_reduce_lines([0, 1, 2])
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_a_group_split_unevenly_over_nodes_rings_through_as_many_nics_as_its_smallest_node(op):
+    """8 + 4 GPUs over two nodes: 4 channels, each leaving each node through its own NIC, so the
+    ring's bandwidth is the 4 + 4 group's (before: one ring, one NIC, ~1/4 of it; a sweep of
+    rollout_devices 8, 12, 16 was not monotonic). Each channel is a ring over every member once."""
+    model = CollectiveModel(H100)
+    uneven, even = list(range(12)), [0, 1, 2, 3, 8, 9, 10, 11]
+    rings = model._rings(uneven)
+    assert len(rings) == 4 and all(sorted(ring) == uneven for ring in rings)
+    assert len({ring[-1] for ring in rings}) == 4 and len({ring[7] for ring in rings}) == 4   # distinct exits
+    bus = {name: model.cost(op, g, GiB, algorithm="ring").busbw_Bps for name, g in (("uneven", uneven), ("even", even))}
+    assert bus["uneven"] == pytest.approx(bus["even"], rel=0.02)
