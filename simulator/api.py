@@ -328,12 +328,22 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
     if unused:   # a knob given here that no compared kind takes is named as such first (the scenario's
         # own kind may be none of the compared ones, so its error would send the user to schedule.kind)
         _refuse_knobs_none_takes(unused, kinds, keywords.get("overrides") or ())
-        validate_scenario(data, source)   # raises: the knob's error names it and the kinds that take it
+        # raises: the knob's error names it and the kinds that take it. The knobs that only compared
+        # kinds take are theirs (checked per kind below): a colocated import compared as
+        # disaggregated with --set schedule.rollout_fraction was refused "for kind colocated"
+        validate_scenario({**data, "schedule": _own_and_unused(data.get("schedule") or {}, unused)}, source)
     out = {}
     for kind in kinds:
         with _naming_kind(kind, kinds):
             out[kind] = validate_scenario({**data, "schedule": per_kind[kind]}, source)
     return out
+
+
+def _own_and_unused(schedule: Mapping[str, Any], unused: list[str]) -> dict[str, Any]:
+    """The scenario's schedule less the knobs its own kind does not take but a compared kind does."""
+    own = SCHEDULE_CLASSES[schedule.get("kind", "colocated")].accepts(schedule.get("placement")) \
+        if schedule.get("kind", "colocated") in SCHEDULE_CLASSES else frozenset(schedule)
+    return {k: v for k, v in schedule.items() if k in own or k in unused or k in ("kind", "placement")}
 
 
 @contextmanager

@@ -77,6 +77,20 @@ def test_a_set_knob_the_base_kind_takes_but_no_compared_kind_takes_is_an_error()
     assert compared_scenarios(None, ["colocated", "stalesync"], keywords)["stalesync"].schedule.staleness == 2
 
 
+def test_a_split_knob_goes_to_the_compared_split_kind_beside_the_base_kinds_own_knobs():
+    """A colocated scenario with a knob only its kind takes (switch), compared as disaggregated with
+    --set schedule.rollout_fraction: the fraction is the compared kind's, not an error 'for kind
+    colocated' (a NeMo RL import was refused so; found by a new-user trial)."""
+    from simulator.api import compared_scenarios
+    keywords = {**SMALL, "schedule": {"kind": "colocated", "switch": {"engine_sleep": True}},
+                "overrides": [*SMALL["overrides"], "schedule.rollout_fraction=0.25"]}
+    scenarios = compared_scenarios(None, ["disaggregated"], keywords)
+    assert scenarios["disaggregated"].schedule.rollout_fraction == 0.25
+    keywords["overrides"] = [*keywords["overrides"], "schedule.bogus=1"]
+    with pytest.raises(RlsimError, match="schedule.bogus"):   # a key no kind takes is still refused
+        compared_scenarios(None, ["disaggregated"], keywords)
+
+
 def test_a_schedule_kind_given_to_a_comparison_is_an_error():
     # --set schedule.kind=X was replaced by the compared kinds without a word
     import pytest
