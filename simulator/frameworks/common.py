@@ -453,6 +453,9 @@ def size_topology(spec: str | None, gpus: int, where: str, source: str,
         raise RlsimError(f"the config's {gpus} GPUs ({where}) are not whole {name} nodes of {per_node} devices",
                          source=source, field="topology.nodes",
                          fix=f"--set topology.nodes=N (e.g. {nodes}), or a topology whose nodes hold the config's GPUs")
+    if user_sizes:   # the run's size is the --set one: the config's would mislead as the run's
+        return ({"preset": name, "nodes": nodes},
+                f"topology {name} sized by --set (the config's {gpus} GPUs ({where}) would be {nodes} nodes){assumed}")
     return {"preset": name, "nodes": nodes}, f"topology {name} x {nodes} nodes = {gpus} GPUs ({where}){assumed}"
 
 

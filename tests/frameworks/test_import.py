@@ -716,3 +716,12 @@ def test_a_verl_override_of_a_key_the_config_lacks_is_refused_as_hydra_does(caps
     for item in ("actor_rollout_ref.rollout.enforce_eager=true", "trainer.logger=[console]",
                  "actor_rollout_ref.actor.optim.lr=1e-6"):
         import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", [item])
+
+
+def test_the_topology_note_says_a_set_size_replaces_the_configs(capsys):
+    """--set topology.nodes=2 runs 16 GPUs: the note no longer reports the config's 8 as the run's."""
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                         "--set", "topology.nodes=2", "--iterations", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["devices"] == 16
+    assert "sized by --set (the config's 8 GPUs" in err and "x 1 nodes = 8 GPUs" not in err
