@@ -440,6 +440,7 @@ KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1
                                           "its whole batch's rewards before training",
                 "between_gen_batches": "only the synchronous colocated step generates a step's batches one after "
                                        "another on the devices that train",
+                "round_batches": "only one-step-off trains step k on round k (verl's one_step_off_policy)",
                 "failures": "failures are modelled on colocated placements and synchronous split pools",
                 "recovery": "failures are modelled on colocated placements and synchronous split pools"}
 FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py check_supported
@@ -452,7 +453,7 @@ AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
                                    {"placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
-                                    "between_gen_batches"})
+                                    "between_gen_batches", "round_batches"})
 
 
 class ScheduleConfig(_Strict):
@@ -484,6 +485,11 @@ class ScheduleConfig(_Strict):
     partial_rollout: bool = False
     length_budget: int | None = Field(None, gt=0)     # tokens per rollout segment (partial rollout)
     overprovision: float = Field(0.0, ge=0, le=4)      # generate (1+x) x batch, drop the slowest
+    # one-step-off: step k trains the whole of round k, the batch generated beside step k - 1 (verl
+    # one_step_off_policy: the trainer takes the generate_sequences result of the previous iteration,
+    # whole, so no GRPO group is split and nothing ages out). False: the first batch of eligible samples,
+    # oldest first, across rounds (streaming; a round's stragglers may join a later step).
+    round_batches: bool = False
     # Colocated StaleSync: the tail consolidates once it fits on at most this share of the rollout
     # instances (the rest switch to training). Policy choice, not a published value: 0.5 gives the
     # trainers at least half the pool, so a whole batch trains in about twice its full-pool time.
@@ -767,10 +773,20 @@ def _disaggregated() -> type[ScheduleConfig]:
 def _one_step_off() -> type[ScheduleConfig]:
     class OneStepOffSchedule(ScheduleConfig):
         """Split pools; rollout of step k+1 overlaps training of step k (staleness 1 by default)."""
-        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS | {"round_batches"}
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
         kind: Literal["one-step-off"] = "one-step-off"
+
+        @model_validator(mode="after")
+        def _whole_rounds_lose_nothing(self) -> "ScheduleConfig":
+            """round_batches trains each round whole: a cut or dropped sample would leave it short."""
+            if self.round_batches:
+                for key, on in (("partial_rollout", self.partial_rollout), ("overprovision", self.overprovision > 0)):
+                    if on:
+                        raise ValueError(f"round_batches trains each round whole, which {key} cuts; remove "
+                                         f"schedule.{key} or schedule.round_batches")
+            return self
     return OneStepOffSchedule
 
 

@@ -553,6 +553,11 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     s: dict[str, Any] = {"kind": KIND_OF_RECIPE[recipe]}
     if recipe != "colocated":
         s["rollout_devices"] = _rollout_gpus(v)
+        if recipe == "one-step-off" and "dynamic_sampling" not in w:
+            # fit_one_step_off: the trainer takes the previous iteration's generate_sequences result
+            # whole (no group split across steps, nothing ages out); verl recipe/one_step_off_policy,
+            # cited from memory of its public code
+            s["round_batches"] = True
         decided[f"{A}.rollout.free_cache_engine"] = ("ignored", "split pools: the rollout engine never gives way "
                                                    "to training, so it never sleeps")
     else:

@@ -27,6 +27,8 @@ class TrainStep:
         # every rlsim kind) or "first_version" (its oldest token: AReaL's head off-policyness, NeMo RL's
         # rule where a trajectory can take new weights mid-generation). The runner sets it.
         self.age_column = "version"
+        # one-step-off schedule.round_batches: step k trains round k whole (verl one_step_off_policy)
+        self.round_batches = bool(getattr(self.sched, "round_batches", False))
 
     # ---- which samples ------------------------------------------------------------------------
     def ready_time(self, k: int, known_complete: bool) -> tuple[float, np.ndarray]:
@@ -38,6 +40,8 @@ class TrainStep:
         if not len(pending):
             return math.inf, pending
         eligible = pending[flat[self.age_column][pending] >= min_version(k, self.staleness)]
+        if self.round_batches:
+            return self._round_ready(k, eligible, known_complete)
         if len(eligible) < self.min_batch:
             return math.inf, eligible[:0] + store.base
         ready = flat["ready"][eligible]
@@ -52,6 +56,17 @@ class TrainStep:
         available = eligible[ready <= t]
         return t, oldest_first(available, flat[self.age_column][available], flat["ready"][available],
                                self.batch) + store.base
+
+    def _round_ready(self, k: int, eligible: np.ndarray, known_complete: bool) -> tuple[float, np.ndarray]:
+        """round_batches: once every instance has planned its share of round k, the step takes that
+        round's samples (the batch of them, oldest first) when the last of them is ready."""
+        store = self.ctx.store
+        flat = store.flat()
+        rows = eligible[flat["round"][eligible] == k]
+        if not known_complete or not len(rows):
+            return math.inf, rows[:0] + store.base
+        rows = oldest_first(rows, flat[self.age_column][rows], flat["ready"][rows], self.batch)
+        return float(flat["ready"][rows].max()), rows + store.base
 
     def drop_stale(self, k: int) -> None:
         """Drop the pending samples too old for step k. On a synchronous schedule (staleness 0) with

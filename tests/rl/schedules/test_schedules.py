@@ -350,3 +350,26 @@ def test_stalesync_moves_freed_devices_to_training_while_the_tail_consolidates()
     assert train["rank_count"].min() >= (1 - sc.schedule.consolidate_share) * 16
     overlap = [(a.start < b.end and b.start < a.end) for a in train.itertuples() for b in tail.itertuples()]
     assert any(overlap)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), rollout_fraction=st.sampled_from([0.25, 0.5, 0.75]))
+def test_one_step_off_round_batches_trains_each_round_whole_on_its_step(seed, rollout_fraction):
+    """schedule.round_batches (verl one_step_off_policy): step k trains exactly round k's samples:
+    no prompt group split across steps, nothing aged out, staleness at most 1; without it a round's
+    stragglers may join a later step (the streaming default)."""
+    sc = scenario("one-step-off", iterations=4, seed=seed, rollout_fraction=rollout_fraction, round_batches=True)
+    rec, _, sm, s = run(sc)
+    consumed = sm[sm["consumed_iteration"] >= 0]
+    assert (consumed["round"] == consumed["consumed_iteration"]).all()
+    assert consumed.groupby("consumed_iteration").size().eq(64).all()
+    assert consumed.groupby(["round", "group"])["consumed_iteration"].nunique().eq(1).all()
+    assert "stale" not in s["samples"]["dropped"] and s["staleness"]["max"] <= 1
+
+
+def test_round_batches_is_one_step_offs_and_refuses_what_would_cut_a_round():
+    with pytest.raises(RlsimError, match="round_batches"):
+        scenario("async", round_batches=True)
+    for knob in ({"partial_rollout": True, "length_budget": 256}, {"overprovision": 0.5}):
+        with pytest.raises(RlsimError, match="round_batches trains each round whole"):
+            scenario("one-step-off", round_batches=True, **knob)
