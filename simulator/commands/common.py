@@ -102,6 +102,30 @@ def _check_writable(path: Path, text: str, what: str) -> None:
                                          f"give another {what}") from None
 
 
+def say_replaced_topology(args: Any) -> None:
+    """--topology T beside a scenario file whose topology is sized (nodes: 4): T replaces the file's
+    whole topology, size included; said on stderr, since the run is then T's default size."""
+    from ..errors import RlsimError
+    from ..overrides import parse_assignment
+    from ..presets import read_yaml
+    from ..scenario import TOPOLOGY_SIZE_KEYS
+    scenario = getattr(args, "scenario", None)
+    if getattr(args, "topology", None) is None or not isinstance(scenario, str):
+        return
+    try:
+        given = read_yaml(scenario).get("topology")
+    except RlsimError:   # the scenario's own load reports a bad file
+        return
+    sized = {k: v for k, v in given.items() if k in TOPOLOGY_SIZE_KEYS} if isinstance(given, Mapping) else {}
+    set_keys = {parse_assignment(o)[0] for o in getattr(args, "overrides", ()) or ()}
+    kept = sorted(k for k in sized if f"topology.{k}" not in set_keys)
+    if kept:
+        sizes = ", ".join(f"{k}: {sized[k]}" for k in kept)
+        print(f"rlsim: note: --topology {args.topology} replaces {scenario}'s topology with its {sizes}: the run "
+              f"takes {args.topology}'s own size; add --set topology.{kept[0]}={sized[kept[0]]} to keep it",
+              file=sys.stderr)
+
+
 def print_warnings(summary: Mapping[str, Any], prefix: str = "") -> None:
     """A run summary's warnings on stderr (`prefix`: which of several runs, e.g. 'stalesync: ')."""
     for warning in summary.get("warnings", []):

@@ -42,7 +42,7 @@ def _compare(args: argparse.Namespace, imported: Any) -> int:
     from ..errors import RlsimError
     from ..report.console import print_comparison
     from ..scenario import SCHEDULE_CLASSES
-    from .common import print_framework_listing, print_json, print_warnings
+    from .common import print_framework_listing, print_json, print_warnings, say_replaced_topology
     from .run import print_scenario
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
@@ -59,6 +59,7 @@ def _compare(args: argparse.Namespace, imported: Any) -> int:
         print_framework_listing(imported)
         args.scenario = imported.scenario
     from .replicas import compare_replicated
+    say_replaced_topology(args)
     code = compare_replicated(args, kinds, scenario_keywords(args, imported))   # --seeds N (issue 13)
     if code is not None:
         return code

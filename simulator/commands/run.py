@@ -80,10 +80,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, imported: Any) -> int:
     from ..api import simulate
-    from .common import print_framework_listing, print_json, print_warnings
+    from .common import print_framework_listing, print_json, print_warnings, say_replaced_topology
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
     kw = scenario_keywords(args, imported)
+    say_replaced_topology(args)
     if args.schedule is not None:
         kw["schedule"] = args.schedule
     if imported is not None:

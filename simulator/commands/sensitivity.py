@@ -44,11 +44,12 @@ def run(args: argparse.Namespace) -> int:
 def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
     from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, sensitivity, sobol_outside, sobol_sample_note
-    from .common import print_framework_listing, print_json
+    from .common import print_framework_listing, print_json, say_replaced_topology
     from .run import print_scenario, scenario_keywords
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
     kw = scenario_keywords(args, imported)
+    say_replaced_topology(args)
     if args.schedule is not None:
         kw["schedule"] = args.schedule
     if imported is not None:

@@ -327,7 +327,8 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
 
     console = Console(width=max(120, Console().width))
     table = Table(show_lines=False)
-    metrics = [("step_time_s", "step (s)", "{:,.1f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
+    # whole-run figures (the sweep ranks on them), labelled so beside run / compare's steady state
+    metrics = [("step_time_s", "step, run (s)", "{:,.1f}"), ("tokens_per_s", "tokens/s, run", "{:,.0f}"),
                ("bubble_fraction", "bubbles", "{:.1%}"), ("devices", "devices", "{:d}"),
                ("device_hours_per_1m_tokens", "dev-h/1M tok", "{:,.1f}"), ("cost_per_1m_tokens", "$/1M tok", "{:,.2f}")]
     if all(o.get("cost_per_1m_tokens") is None for o in objects):

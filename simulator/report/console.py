@@ -101,7 +101,7 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row(f"vs {rows[0]['schedule']}, steady", *[f"{r['steady_tokens_per_s'] / base:.2f}x" for r in rows])
     t.add_row("step time, whole run (s)", *[_fmt(r["step_time_s"]) for r in rows])
     t.add_row("tokens/s, whole run", *[_fmt(r["tokens_per_s"]) for r in rows])
-    t.add_row("tokens/s per device", *[_fmt(r["tokens_per_s_per_device"]) for r in rows])
+    t.add_row("tokens/s per device, whole run", *[_fmt(r["tokens_per_s_per_device"]) for r in rows])
     t.add_row("generated tokens/s", *[_fmt(r["generated_tokens_per_s"]) for r in rows])
     t.add_row("bubble fraction", *[f"{r['bubble_fraction']:.1%}" for r in rows])
     for cause in ("long_tail", "dependency", "switch", "weight_sync", "pipeline_bubble"):
@@ -109,6 +109,8 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
     t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])
     t.add_row("MFU", *[f"{r['mfu']:.1%}" for r in rows])
+    # the deciding constraint of a pool split: the highest of the run's phases per device
+    t.add_row("peak memory (GB)", *[f"{r['peak_memory_bytes'] / 1e9:.1f}" for r in rows])
     t.add_row("staleness max", *[f"{r['staleness']['max']:.0f}" for r in rows])
     t.add_row("pools", *[", ".join(f"{k} {v}" for k, v in r["pools"].items()) for r in rows])
     t.add_row("trained samples / step", *[_trained(r) for r in rows])

@@ -149,3 +149,17 @@ def test_compare_says_each_kinds_warnings(capsys):
     err = capsys.readouterr().err
     assert "rlsim: warning: verl-fully-async: kind verl-fully-async trains 128 prompts a step" in err
     assert "warning: colocated" not in err
+
+
+def test_a_topology_flag_beside_a_sized_scenario_says_it_replaces_the_size(tmp_path, capsys):
+    """--topology replaces the file's whole topology, its nodes included: said on stderr, with the
+    --set that keeps the size (found by a new-user trial: a 4-node file ran on one node silently)."""
+    from simulator.cli import main
+    path = tmp_path / "sized.yaml"
+    path.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: grpo-qwen2.5-7b\n")
+    assert main(["run", str(path), "--topology", "dgx-h200", "--iterations", "1", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "replaces" in err and "nodes: 2" in err and "--set topology.nodes=2" in err
+    assert main(["run", str(path), "--topology", "dgx-h200", "--set", "topology.nodes=2", "--iterations", "1",
+                 "--json"]) == 0
+    assert "replaces" not in capsys.readouterr().err
