@@ -581,14 +581,30 @@ class LlmCosts:
         pool = self._as_pool(where)
         n_devices = len(pool.ranks)
         lay, lens = self.micro_batched(seq_lens, n_devices)
-        c = train_step_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
-                            packing=self._packing(), params=self.train_params, collectives=self.collectives,
-                            source=self.source)
+        try:
+            c = train_step_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
+                                packing=self._packing(), params=self.train_params, collectives=self.collectives,
+                                source=self.source)
+        except RlsimError as exc:
+            raise self._in_the_layouts_terms(exc, lay, self.layout(n_devices)) from None
         chain = c.critical_stages()
         parts = [(f"stage {st}", sec) for st, sec in enumerate(chain["ops_s_by_stage"])]
         parts += [(part, chain[f"{part}_s"]) for part in ("p2p", "dp_sync", "optimizer", "offload")]
         return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_s,
                          peak_memory_bytes=c.memory.total_bytes, path_stage=chain["stage"], path_s=tuple(parts))
+
+    def _in_the_layouts_terms(self, exc: RlsimError, packed: TrainLayout, given: TrainLayout) -> RlsimError:
+        """A training error that names the packed micro-batch (micro_batch = the sequences packed
+        into one: schedule.micro_batching balanced) says what that is in the layout's own terms."""
+        if packed.micro_batch == given.micro_batch or "micro_batch=" not in exc.message:
+            return exc
+        out = RlsimError(f"{exc.message} (micro_batch={packed.micro_batch}: the sequences packed into one micro-batch "
+                         f"of workload.train_layout.micro_batch={given.micro_batch} row(s) of {self.pack_tokens:,.0f} "
+                         "tokens, schedule.micro_batching: balanced)", source=exc.source, field=exc.field,
+                         fix=exc.fix.replace("a smaller micro_batch", "shorter packed rows (schedule.pack_tokens)")
+                         if exc.fix and given.micro_batch == 1 else exc.fix)
+        out.fields = list(exc.fields)
+        return out
 
     def reward_cpu_s(self, n_samples, ranks) -> float:
         """Rule rewards of ``n_samples`` samples: on the workers of ``ranks`` (workers_per_device),

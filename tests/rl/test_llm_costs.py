@@ -183,3 +183,21 @@ def test_rule_rewards_on_the_instances_workers_or_the_jobs_pool():
     assert own.reward_cpu_s(64, [0, 1]) == pytest.approx(0.05 * 64 / 2)
     pool = costs("workload.reward.workers=8")
     assert pool.reward_cpu_s(64, [0, 1]) == pool.reward_cpu_s(64, list(range(16))) == pytest.approx(0.05 * 64 / 8)
+
+
+def test_a_packed_micro_batch_that_does_not_fit_is_told_in_the_layouts_terms():
+    """The run trains micro-batches of sequences packed into the layout's rows (micro_batching
+    balanced): its out-of-memory error said 'micro_batch=5' where the user gave 1, and suggested a
+    smaller micro_batch; it now says what the 5 is and points at the packed rows."""
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="colocated",
+                       overrides=["workload.train_layout={tp: 1, pp: 1, zero: 1, recompute: none, micro_batch: 1}",
+                                  "schedule.micro_batching=balanced", "schedule.distqueue.packed=true",
+                                  "schedule.pack_tokens=65536"])
+    c = LlmCosts(sc, load_topology(sc.topology))
+    lens = np.full(256, 1500)
+    packed, _ = c.micro_batched(lens, 8)
+    assert packed.micro_batch > 1
+    with pytest.raises(RlsimError) as exc:
+        c._train("actor", lens, 8)
+    assert f"micro_batch={packed.micro_batch}: the sequences packed into one micro-batch" in exc.value.message
+    assert "schedule.pack_tokens" in exc.value.fix and "a smaller micro_batch" not in exc.value.fix
