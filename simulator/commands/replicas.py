@@ -80,10 +80,11 @@ def compare_replicated(args: argparse.Namespace, kinds: list[str], keywords: dic
 
 
 def print_intervals(doc: dict[str, Any], title: str = "") -> None:
+    from ..uncertainty.intervals import interval_label
     n = doc["seeds"]
     parts = [f"{name} {_num(doc[name])} [{_num(doc['ci95'][name][0])}, {_num(doc['ci95'][name][1])}]"
              for name in SHOWN if name in doc.get("ci95", {})]
-    print(f"{title}median and 95% interval over {n} seed{'s' if n != 1 else ''}: " + "; ".join(parts))
+    print(f"{title}median and {interval_label(n)} over {n} seed{'s' if n != 1 else ''}: " + "; ".join(parts))
     for key, values in doc.get("replicas", {}).get("sampled", {}).items():
         print(f"  sampled {key}: " + ", ".join(_num(v) for v in values))
 

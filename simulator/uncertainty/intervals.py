@@ -31,6 +31,21 @@ def median_ci_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
     return low, n + 1 - low
 
 
+def ci_coverage(n: int, level: float = 0.95) -> float:
+    """The exact coverage of median_ci's interval over n values: P(l <= B <= u - 1), B ~ Binomial(n,
+    1/2); at least ``level`` from n = 6 (95%), 1 - 2^(1-n) below (the [min, max] of 3 values: 75%)."""
+    low, high = median_ci_ranks(n, level)
+    return float(sum(math.comb(n, k) for k in range(low, high)) / 2.0 ** n)
+
+
+def interval_label(n: int, level: float = 0.95) -> str:
+    """'95% interval', or what the interval of fewer values covers: '75% interval ([min, max] of 3)'."""
+    coverage = ci_coverage(n, level)
+    if coverage >= level:
+        return f"{level:.0%} interval"
+    return f"{coverage:.0%} interval ([min, max] of {n})"
+
+
 def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     """(median, low, high) of the values (one or more numbers; 0 < level < 1)."""
     if not 0 < level < 1:

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import RlsimError
 from ..scenario import LIMITS_FIX, Scenario, load_limits, scenario_data, validate_scenario
 from .distributions import Distribution, draw, find_distributions, put_dotted
-from .intervals import aggregate
+from .intervals import aggregate, ci_coverage
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,7 @@ def summarize(plan: ReplicaPlan, summaries: Sequence[Mapping[str, Any]]) -> dict
     doc, ci95 = aggregate(summaries)
     doc["seeds"] = plan.n
     doc["ci95"] = ci95
+    doc["ci_coverage"] = ci_coverage(plan.n)   # below 6 seeds the [min, max] covers less than 95%
     doc["replicas"] = {"seed": list(plan.seeds),
                        "sampled": {d.key: [draw_[d.key] for draw_ in plan.draws] for d in plan.distributions}}
     return doc

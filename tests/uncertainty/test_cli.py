@@ -127,3 +127,14 @@ def test_run_seeds_out_says_the_files_it_writes(tmp_path, capsys):
     said = capsys.readouterr().out.replace("\n", " ")
     assert sorted(p.name for p in out.iterdir()) == ["replicas.csv", "summary.json"]
     assert "replicas.csv" in said and "trace.json" not in said
+
+
+def test_a_few_seeds_say_their_intervals_coverage(capsys):
+    """--seeds 3: the text, the verdict and the JSON say the [min, max] covers 75%, not 95%."""
+    code, out, err = main_output(capsys, "compare", *SMALL, "--schedules", "colocated,async", "--seeds", "3")
+    assert code == 0, err
+    assert "75% interval ([min, max] of 3) over 3 seeds" in out and "95% CI" not in out
+    assert "75% interval over 3 seeds: the [min, max]" in out
+    code, out, err = main_output(capsys, "compare", *SMALL, "--schedules", "colocated,async", "--seeds", "3", "--json")
+    docs = json.loads(out)
+    assert docs[0]["ci_coverage"] == 0.75 and docs[1]["vs_baseline"]["ci_coverage"] == 0.75

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from simulator.uncertainty.intervals import aggregate, median_ci, median_ci_ranks
+from simulator.uncertainty.intervals import aggregate, ci_coverage, interval_label, median_ci, median_ci_ranks
 
 
 @pytest.mark.parametrize("n, ranks", [(3, (1, 3)), (5, (1, 5)), (6, (1, 6)), (8, (1, 8)), (10, (2, 9)),
@@ -23,6 +23,19 @@ def test_coverage_is_at_least_95_percent_from_6_values(n):
     # and the next narrower interval would not be
     tail2 = sum(math.comb(n, k) for k in range(low + 1)) / 2 ** n
     assert 1 - 2 * tail2 < 0.95
+
+
+@pytest.mark.parametrize("n, coverage, label", [(2, 0.5, "50% interval ([min, max] of 2)"),
+                                                (3, 0.75, "75% interval ([min, max] of 3)"),
+                                                (5, 0.9375, "94% interval ([min, max] of 5)"),
+                                                (6, 1 - 2 / 64, "95% interval"), (32, None, "95% interval")])
+def test_an_interval_says_what_it_covers(n, coverage, label):
+    """Below 6 values the interval is [min, max], covering 1 - 2^(1-n): labelled so, where the
+    text, the verdict and the JSON said 95% (found by a new-user trial)."""
+    low, high = median_ci_ranks(n)
+    exact = sum(math.comb(n, k) for k in range(low, high)) / 2 ** n
+    assert ci_coverage(n) == pytest.approx(exact if coverage is None else coverage)
+    assert interval_label(n) == label
 
 
 def test_width_narrows_about_one_over_sqrt_n():
