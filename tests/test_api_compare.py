@@ -133,3 +133,14 @@ def test_a_knob_of_a_kind_neither_compared_nor_the_scenarios_own_names_its_kinds
         compared_scenarios(None, ["colocated", "disaggregated"],
                            {**SMALL, "overrides": [*SMALL["overrides"], "schedule.bogus=1"]})
     assert "compared kinds" not in str(unknown.value)
+
+
+def test_the_compare_command_says_which_columns_run_without_a_set_knob(capsys):
+    """--set schedule.staleness=3 over async, areal and nemo-rl-async: only async takes it; the
+    other columns ran without it and nothing said so (found by a new-user trial)."""
+    from simulator.cli import main
+    argv = ["compare", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+            "--set", "workload.prompts_per_step=32", "--set", "workload.mini_batch_prompts=32",
+            "--schedules", "async,areal", "--set", "schedule.staleness=3", "--json"]
+    assert main(argv) == 0
+    assert "schedule.staleness applies to async; areal runs without it" in capsys.readouterr().err
