@@ -340,9 +340,12 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
 
 
 def _own_and_unused(schedule: Mapping[str, Any], unused: list[str]) -> dict[str, Any]:
-    """The scenario's schedule less the knobs its own kind does not take but a compared kind does."""
-    own = SCHEDULE_CLASSES[schedule.get("kind", "colocated")].accepts(schedule.get("placement")) \
-        if schedule.get("kind", "colocated") in SCHEDULE_CLASSES else frozenset(schedule)
+    """The scenario's schedule less the knobs its own kind does not take but a compared kind does
+    (an unknown kind: as given, for the schema to refuse)."""
+    kind = schedule.get("kind", "colocated")
+    if kind not in SCHEDULE_CLASSES:
+        return dict(schedule)
+    own = SCHEDULE_CLASSES[kind].accepts(schedule.get("placement"))
     return {k: v for k, v in schedule.items() if k in own or k in unused or k in ("kind", "placement")}
 
 
@@ -359,14 +362,34 @@ def _naming_kind(kind: str, kinds: list[str]) -> Iterator[None]:
         raise out from None
 
 
+def _set_schedule_keys(overrides: Iterable[str]) -> set[str]:
+    """The keys under schedule given as `--set schedule.KEY=...` (dotted below it: switch.engine_sleep)."""
+    keys = [parse_assignment(o)[0] for o in overrides or ()]
+    return {key.removeprefix("schedule.") for key in keys if key.startswith("schedule.")}
+
+
+def _takers(knob: str, kinds: Iterable[str]) -> list[str]:
+    """The kinds of ``kinds`` that take ``knob`` (on their default placement)."""
+    return [k for k in kinds if knob in SCHEDULE_CLASSES[k].accepts(None)]
+
+
+def knobs_kept_out(overrides: Iterable[str], kinds: list[str]) -> list[tuple[str, list[str], list[str]]]:
+    """(knob, the compared kinds that take it, those that run without it) for each `--set schedule`
+    knob only some of ``kinds`` take (compared_scenarios gives it to those; `rlsim compare` says so)."""
+    out = []
+    for knob in sorted({key.split(".")[0] for key in _set_schedule_keys(overrides)}):
+        takers = _takers(knob, kinds)
+        others = [k for k in kinds if k not in takers]
+        if takers and others:
+            out.append((knob, takers, others))
+    return out
+
+
 def _refuse_knobs_none_takes(unused: list[str], kinds: list[str], overrides: Iterable[str]) -> None:
     """A schedule knob given on this command (`--set schedule.KEY=...`) that none of the compared
     kinds takes would change nothing in the comparison: an error, not a silent drop. (A knob the
     scenario's own file sets for its own kind is kept out of the kinds that do not take it.)"""
-    keys = [parse_assignment(o)[0] for o in overrides]
-    given = {key.removeprefix("schedule.") for key in keys if key.startswith("schedule.")}
-    takers_of = {knob: [k for k in SCHEDULE_CLASSES if knob in SCHEDULE_CLASSES[k].accepts(None)]
-                 for knob in set(unused) & given}
+    takers_of = {knob: _takers(knob, SCHEDULE_CLASSES) for knob in set(unused) & _set_schedule_keys(overrides)}
     dropped = sorted(knob for knob, takers in takers_of.items() if takers)   # unknown keys: the schema's error
     if dropped:
         takers = takers_of[dropped[0]]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from .run import add_scenario_arguments, scenario_keywords
@@ -82,18 +83,11 @@ def _compare(args: argparse.Namespace, imported: Any) -> int:
     return 0
 
 
+
 def _say_knobs_kept_out(overrides: list[str], kinds: list[str]) -> None:
     """A --set schedule knob that only some compared kinds take goes to those; the others' columns
     run without it, said on stderr (a knob none of them takes is an error, api.compared_scenarios)."""
-    import sys
-
-    from ..overrides import parse_assignment
-    from ..scenario import SCHEDULE_CLASSES
-    keys = [parse_assignment(o)[0] for o in overrides or ()]
-    knobs = sorted({key.split(".")[1] for key in keys if key.startswith("schedule.")})
-    for knob in knobs:
-        takers = [k for k in kinds if knob in SCHEDULE_CLASSES[k].accepts(None)]
-        others = [k for k in kinds if k not in takers]
-        if takers and others:
-            print(f"rlsim: note: schedule.{knob} applies to {', '.join(takers)}; {', '.join(others)} "
-                  f"run{'s' if len(others) == 1 else ''} without it", file=sys.stderr)
+    from ..api import knobs_kept_out
+    for knob, takers, others in knobs_kept_out(overrides, kinds):
+        print(f"rlsim: note: schedule.{knob} applies to {', '.join(takers)}; {', '.join(others)} "
+              f"run{'s' if len(others) == 1 else ''} without it", file=sys.stderr)

@@ -319,12 +319,12 @@ def classify(result: FrameworkImport, flat: Mapping[str, Any], rules: Mapping[st
         if key in decided:
             status, reason = decided[key]
         else:
-            rule = rule_for(key, rules)
-            close = _close_key(key, rules) if key not in rules else ""
-            if rule is None or close:   # a typo of a known key, not the section's catch-all
+            if not in_table(key, rules):   # a typo of a known key is not the section's catch-all's
+                close = _close_key(key, rules)
                 result.unknown[key] = ("not in rlsim's table of this framework's keys; check its effect on time"
                                        + (f"; did you mean {close!r}?" if close else ""))
                 continue
+            rule = rule_for(key, rules)
             status, reason = rule.status, (f"{rule.target}: {rule.reason}" if rule.target else rule.reason)
             if rule.status == "mapped" and rule.target:
                 result.targets[key] = rule.target

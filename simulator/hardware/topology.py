@@ -712,9 +712,9 @@ class _Reader:
                              fix="give a whole number")
         whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())   # 2e0 is 2
         if isinstance(value, bool) or not whole or value < minimum:
+            near = max(minimum, int(value)) if isinstance(value, (int, float)) and math.isfinite(value) else minimum
             raise RlsimError(f"expected a whole number >= {minimum}, got {value!r}", source=self.source,
-                             field=self.where(key), fix=f"give a whole number >= {minimum}, e.g. {key}: "
-                                                        f"{max(minimum, int(value)) if isinstance(value, (int, float)) and math.isfinite(value) else minimum}")
+                             field=self.where(key), fix=f"give a whole number >= {minimum}, e.g. {key}: {near}")
         return int(value)
 
     def positive(self, key: str, parser, default: float) -> float:

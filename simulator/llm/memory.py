@@ -233,6 +233,10 @@ def check_fits(breakdown: MemoryBreakdown, *, what: str, source: str | None = No
                          field=field, fix=fit_fix(layout))
 
 
+# fit_fix's step for a layout of several sequences a micro-batch (rl/llm_costs.py rewords it for packed rows)
+SMALLER_MICRO_BATCH = "a smaller micro_batch"
+
+
 def fit_fix(layout: TrainLayout | None) -> str:
     """What shrinks a training layout's memory, less what it already has (None: all of it)."""
     steps = ["raise tp / pp"]
@@ -243,5 +247,5 @@ def fit_fix(layout: TrainLayout | None) -> str:
     if layout is None or layout.max_tokens_per_micro_batch is not None:
         steps.append("a smaller max_tokens_per_micro_batch")
     if layout is None or layout.micro_batch > 1:
-        steps.append("a smaller micro_batch")
+        steps.append(SMALLER_MICRO_BATCH)
     return ", ".join(steps) + ", or devices with more HBM"

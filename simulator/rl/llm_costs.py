@@ -48,7 +48,7 @@ from ..llm.inference import (
     instance_device,
     run_all_into,
 )
-from ..llm.memory import MemoryBreakdown, memory_per_device
+from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, forward_cost, train_step_cost
 from ..network.collectives import CollectiveModel
@@ -601,7 +601,7 @@ class LlmCosts:
         out = RlsimError(f"{exc.message} (micro_batch={packed.micro_batch}: the sequences packed into one micro-batch "
                          f"of workload.train_layout.micro_batch={given.micro_batch} row(s) of {self.pack_tokens:,.0f} "
                          "tokens, schedule.micro_batching: balanced)", source=exc.source, field=exc.field,
-                         fix=exc.fix.replace("a smaller micro_batch", "shorter packed rows (schedule.pack_tokens)")
+                         fix=exc.fix.replace(SMALLER_MICRO_BATCH, "shorter packed rows (schedule.pack_tokens)")
                          if exc.fix and given.micro_batch == 1 else exc.fix)
         out.fields = list(exc.fields)
         return out

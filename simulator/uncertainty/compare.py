@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..scenario import compared_schedules
-from .intervals import ci_coverage, interval_label, median_ci, metric_figure
+from .intervals import ci_coverage, median_ci, metric_figure
 from .replicas import plan_replicas, run_many, summarize
 
 DEFAULT_METRIC = "steady_tokens_per_s"
@@ -63,9 +63,9 @@ def verdict(kind: str, baseline: str, low: float, high: float, n: int, metric: s
     """'stalesync beats colocated by 12-17% (steady_tokens_per_s, 95% CI over 32 seeds)'."""
     lower_is_better = metric.endswith(("time_s", "makespan_s")) or "bubble" in metric
     gain_low, gain_high = (1 / high - 1, 1 / low - 1) if lower_is_better else (low - 1, high - 1)
-    label = interval_label(n)
-    where = (f"({metric}, 95% CI over {n} seeds)" if label.startswith("95%")
-             else f"({metric}, {label.split(' (')[0]} over {n} seed{'s' if n != 1 else ''}: the [min, max]; "
+    coverage = ci_coverage(n)
+    where = (f"({metric}, 95% CI over {n} seeds)" if coverage >= 0.95
+             else f"({metric}, {coverage:.0%} interval over {n} seed{'s' if n != 1 else ''}: the [min, max]; "
                   "6 or more seeds give 95%)")
     if gain_low > 0:
         return f"{kind} beats {baseline} by {_span(gain_low, gain_high)}% {where}"

@@ -28,7 +28,7 @@ class TrainStep:
         # rule where a trajectory can take new weights mid-generation). The runner sets it.
         self.age_column = "version"
         # one-step-off schedule.round_batches: step k trains round k whole (verl one_step_off_policy)
-        self.round_batches = bool(getattr(self.sched, "round_batches", False))
+        self.round_batches = self.sched.round_batches
 
     # ---- which samples ------------------------------------------------------------------------
     def ready_time(self, k: int, known_complete: bool) -> tuple[float, np.ndarray]:
