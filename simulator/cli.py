@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from .errors import RlsimError
+from .errors import RlsimError, blamed_on_set
 
 # Subcommand modules, in the order `rlsim --help` lists them. Each module defines
 # HELP (one line), EXAMPLES (text), add_arguments(parser) and run(args) -> int; optionally
@@ -140,7 +140,7 @@ def _main(argv: list[str] | None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, inside the handling below, not at exit
         return code
     except RlsimError as exc:
-        print(f"rlsim: error: {exc}", file=sys.stderr)
+        print(f"rlsim: error: {blamed_on_set(exc, getattr(args, 'overrides', None) or [])}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         raise   # main's: the reader went away, not an error

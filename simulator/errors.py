@@ -52,6 +52,31 @@ def raised_from(source: str | None) -> Iterator[None]:
         raise exc.with_source(source) from None
 
 
+def set_item_for(fields: list[str], items: list[str]) -> str | None:
+    """The ``--set KEY=VALUE`` item that gave the fields at fault (None: a file gave one of them): a
+    field is the item's where it is the item's key, lies under it (the key set a whole section) or
+    above it (the key added an unknown sub-key)."""
+    keys = [(str(item).split("=", 1)[0].strip(), str(item)) for item in items]
+    found = []
+    for name in fields:
+        hit = [item for key, item in keys
+               if name == key or name.startswith(key + ".") or key.startswith(name + ".")]
+        if not hit:
+            return None
+        found.append(hit[-1])   # the last item given wins, as it does when applied
+    return found[0] if fields and len(set(found)) == 1 else None
+
+
+def blamed_on_set(exc: RlsimError, items: list[str]) -> RlsimError:
+    """``exc`` naming the ``--set`` item that gave its field, over the file it was applied to: a value a
+    command line gave is not the scenario file's to fix."""
+    item = set_item_for(exc.fields, items)
+    if item is None:
+        return exc
+    over = exc.source if exc.source and "--set" not in exc.source else None   # not a --set already
+    return exc.with_source(f"--set {item}" + (f" (over {over})" if over else ""))
+
+
 # pydantic's loc parts naming a union branch or a validator, not a field ("function-after[...]",
 # "literal['colocated']", a tagged-union tag such as "colocated"): dropped from dotted paths.
 _LOC_NOISE = ("function-", "literal[", "union[", "tagged-union[", "json-or-python[", "lax-or-strict[")

@@ -1031,6 +1031,21 @@ class BaseScenario:
             return 0
         return work_estimate(scenario, topology.num_devices).units
 
+    def value_error(self, values: Mapping[str, Any], key: str) -> RlsimError | None:
+        """The error of the point ``values`` where it is ``key``'s value's own (its type, its range, a
+        name that does not exist): the scenario and topology loaded, nothing simulated. None when it
+        loads, or fails on another field (a layout that does not fit: the point's row says so)."""
+        from .errors import set_item_for
+        from .hardware.topology import load_topology
+        from .scenario import load_scenario
+
+        try:
+            scenario = load_scenario(self.spec, **self.keywords(values))
+            load_topology(scenario.topology, max_devices=scenario.limits.max_devices, spec_source=scenario.source)
+        except RlsimError as exc:
+            return exc if set_item_for(exc.fields, [key]) else None
+        return None
+
     def keywords(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         overrides = [*self.overrides, *grid_overrides(values or {})]
         return {"topology": self.topology, "workload": self.workload, "schedule": self.schedule,

@@ -367,12 +367,24 @@ def test_real_capacity_search_on_the_command_line(tmp_path):
 
 def test_sweep_cli_all_points_failed_exits_2_and_keeps_the_rows(tmp_path, capsys):
     from simulator.cli import main
-    rc = main(["sweep", "--grid", "schedule.kind=bogus,nonsense", "--iterations", "1", "--jobs", "1",
+    # values that load (a whole TP size) but cannot run (it divides no head count of the model)
+    rc = main(["sweep", "--grid", "workload.train_layout.tp=3,5", "--iterations", "1", "--jobs", "1",
                "--executor", "local", "--out", str(tmp_path)])
     out, err = capsys.readouterr()
-    assert rc == 2 and "every point of the sweep failed" in err and "schedule.kind" in err
+    assert rc == 2 and "every point of the sweep failed" in err and "workload.train_layout.tp" in err
     assert "Traceback" not in err
     assert len((tmp_path / "results.csv").read_text().strip().splitlines()) == 3  # header + both rows
+
+
+@pytest.mark.parametrize("grid, field", [("schedule.kind=colocated,bogus", "schedule.kind"),
+                                         ("topology.supernodes=1,4k", "topology.supernodes"),
+                                         ("workload=grpo-qwen2.5-7b,no-such-preset", "workload")])
+def test_a_value_that_cannot_be_read_is_refused_before_anything_runs(tmp_path, capsys, grid, field):
+    from simulator.cli import main
+    rc = main(["sweep", "--grid", grid, "--iterations", "1", "--jobs", "1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--grid: field '{field}': the value" in err and "cannot be read" in err
+    assert "Traceback" not in err and not (tmp_path / "results.csv").exists()
 
 
 def test_an_address_that_answers_in_another_protocol_is_a_user_error(monkeypatch):
@@ -424,3 +436,15 @@ def test_a_reused_out_names_an_earlier_commands_files_but_not_its_own_results(tm
     (out / "capacity.json").unlink()
     assert main(args) == 0   # resumed: every point from results.csv, which stays untouched
     assert "earlier run" not in capsys.readouterr().err
+
+
+def test_a_value_that_loads_in_some_point_is_kept_for_its_rows():
+    """nodes: 8 alone over CloudMatrix384 (whole supernodes of 48 nodes) does not load, but it does
+    with topology.preset=dgx-h100: the grid runs, the CloudMatrix points are error rows."""
+    from simulator.commands.sweep import _refuse_unreadable_values
+    from simulator.errors import RlsimError
+    from simulator.sweep import BaseScenario
+    base = BaseScenario(workload="grpo-qwen2.5-7b")
+    _refuse_unreadable_values(base, {"topology.preset": ["dgx-h100", "cloudmatrix384"], "topology.nodes": [8]})
+    with pytest.raises(RlsimError, match="the value 1.5 cannot be read"):
+        _refuse_unreadable_values(base, {"topology.preset": ["dgx-h100", "dgx-a100"], "topology.nodes": [8, 1.5]})

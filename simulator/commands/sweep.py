@@ -108,6 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     from .replicas import sweep_replicated, sweep_seeds
     seeds = sweep_seeds(args, base)   # --seeds, else the scenario's replicas: (read once)
     _check_grid_size(grid, args.max_points, seeds)
+    _refuse_unreadable_values(base, grid)
     fingerprint = base.fingerprint()
     executor = make_executor(args.executor, jobs, args.scheduler)
     store = None
@@ -273,6 +274,24 @@ def _check_grid_size(grid: dict[str, list[Any]], limit: int, seeds: int) -> None
         runs = f" x {seeds} seeds = {points * seeds:,} simulations" if seeds > 1 else ""
         raise RlsimError(f"the grid has {points:,} points ({sizes}){runs}, past --max-points {limit:,}",
                          field="--grid", fix="give fewer values or seeds, or raise --max-points N")
+
+
+def _refuse_unreadable_values(base: Any, grid: dict[str, list[Any]]) -> None:
+    """A grid value the scenario cannot take in any of its points (a typo such as 4k for a count, a
+    preset that does not exist) is bad input, refused before anything runs. A value that loads in some
+    point (a CloudMatrix size crossed with a topology.preset of GPU nodes) or loads but cannot run (a
+    layout that does not fit) stays a row whose error says why."""
+    from ..sweep import expand_grid
+    for key, values in grid.items():
+        for value in values:
+            error = base.value_error({key: value}, key)   # over the base alone: one load, mostly enough
+            if error is None:
+                continue
+            points = [point for point in expand_grid(grid) if point[key] == value]
+            if all(base.value_error(point, key) is not None for point in points):
+                raise RlsimError(f"the value {value!r} cannot be read: {error.message}", source="--grid",
+                                 field=key, fix=f"{error.fix + '; or ' if error.fix else ''}drop {value!r} "
+                                                f"from --grid {key}=...")
 
 
 def _parse_prices(items: list[str]) -> float | dict[str, float] | None:

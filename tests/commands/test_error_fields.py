@@ -34,3 +34,29 @@ def test_comm_group_keeps_naming_the_option(capsys):
     code = main(["comm", "--topology", "dgx-h100", "--op", "all_reduce", "--bytes", "1MiB", "--group", "bogus"])
     err = capsys.readouterr().err
     assert code == 2 and "field '--group'" in err
+
+
+def test_a_value_given_by_set_is_blamed_on_the_set_item_not_the_file(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("topology: dgx-h100\nworkload: grpo-qwen2.5-7b\niterations: 1\n")
+    code = main(["run", str(scenario), "--set", "topology.nodes=-1"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: --set topology.nodes=-1 (over {scenario}): field 'topology.nodes'" in err
+
+
+def test_a_value_the_file_gave_still_names_the_file(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: -1}\nworkload: grpo-qwen2.5-7b\niterations: 1\n")
+    code = main(["run", str(scenario), "--set", "workload.train_layout.tp=2"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: {scenario}: field 'topology.nodes'" in err and "--set" not in err.split("field")[0]
+
+
+def test_set_item_for_matches_the_key_its_section_and_its_sub_keys():
+    from simulator.errors import set_item_for
+    items = ["topology.nodes=2", "workload.train_layout={tp: 3}", "workload.batch.prompts=3"]
+    assert set_item_for(["topology.nodes"], items) == "topology.nodes=2"
+    assert set_item_for(["workload.train_layout.tp"], items) == "workload.train_layout={tp: 3}"
+    assert set_item_for(["workload.batch"], items) == "workload.batch.prompts=3"
+    assert set_item_for(["topology.nodes", "workload.model"], items) is None   # the file gave one
+    assert set_item_for([], items) is None
