@@ -16,6 +16,7 @@ import pandas as pd
 from .rl.samples import RetiredSamples
 from .rl.schedules.context import RunRecord
 from .rl.timeline import BUSY_STATES
+from .scenario import has_framework_timers
 
 # Non-busy states count as bubbles; their cause when the state itself names it.
 STATE_CAUSE = {"switch": "switch", "sync": "weight_sync", "fetch": "data", "plan": "planning",
@@ -193,7 +194,7 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     the same cards, one after the other) and one_step_off_policy (kind one-step-off); None otherwise."""
     sched, its = rec.scenario.schedule, rec.iterations
     hybrid = sched.kind == "colocated" and sched.fuse == "full"
-    if not (hybrid or sched.kind == "one-step-off") or rec.failures or not its:
+    if not has_framework_timers(sched) or rec.failures or not its:
         return None
     n = len(its)
     per_step = {k: v / n for k, v in rec.stage_time_s.items()}
@@ -208,6 +209,28 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
         out["wait_prev_gen"] = float(np.mean([it["start"] - ends[i] for i, it in enumerate(its)]))
     out["step"] = (ends[-1] - ends[0]) / n
     out["other"] = out["step"] - sum(v for k, v in out.items() if k != "step")
+    return out
+
+
+# verl phase -> NeMo RL timer (algorithms/grpo.py, logged as timing/train/<name>; the names
+# calibration.runlogs reads back): the policy's and the reference's log-prob passes share one timer.
+NEMO_RL_TIMERS = {"gen": "generation", "reward": "reward_calculation", "old_log_prob": "policy_and_reference_logprobs",
+                  "ref": "policy_and_reference_logprobs", "update_actor": "policy_training",
+                  "wait_prev_gen": "exposed_generation", "values": "critic_values", "update_critic": "critic_training"}
+
+
+def nemo_rl_timing(verl: Mapping[str, float], stage_time_s: Mapping[str, float]) -> dict[str, float]:
+    """verl_timing's phases under NeMo RL's timer names, seconds per step: the weight sync (stage
+    weight_sync, a refit) is its own timer there, taken out of verl's `other`; `total_step_time` is
+    the step. The named timers + other = total_step_time, as verl's do."""
+    out: dict[str, float] = {}
+    for phase, seconds in verl.items():
+        if phase in NEMO_RL_TIMERS:
+            name = NEMO_RL_TIMERS[phase]
+            out[name] = out.get(name, 0.0) + seconds
+    out["weight_sync"] = float(stage_time_s.get("weight_sync", 0.0))
+    out["total_step_time"] = verl["step"]
+    out["other"] = out["total_step_time"] - sum(v for k, v in out.items() if k != "total_step_time")
     return out
 
 
@@ -303,6 +326,8 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
     verl = verl_timing(rec, timeline)
     if verl is not None:      # verl's timing_s/<name> phases, seconds per step
         out["verl_timing_s"] = verl
+        if sc.output.timers == "nemo-rl":
+            out["nemo_rl_timing_s"] = nemo_rl_timing(verl, out["stage_time_s"])
     if rec.planning_s > 0:    # layout: auto (state plan at the start of the timeline)
         out["planning_s"] = rec.planning_s
     if rec.failures:          # schedule.failures (rl/schedules/failures.py)

@@ -1029,6 +1029,11 @@ class OutputConfig(_Strict):
     # schedule.failures: critical_path.steps_walked). `rlsim run` without --out keeps no table at all
     # (api.simulate keep_samples=False).
     keep_sample_rows: int | None = Field(None, ge=0)
+    # Whose timer names the summary adds beside rlsim's stages where a step is run as verl's hybrid
+    # engine or one_step_off_policy runs it (colocated fuse: full, one-step-off): verl's `timing_s/...`
+    # (verl_timing_s, always there) and, with nemo-rl, NeMo RL's `timing/train/...` too
+    # (nemo_rl_timing_s; the console shows those). rlsim run --from-nemo-rl sets nemo-rl.
+    timers: Literal["verl", "nemo-rl"] = "verl"
 
 
 # Wall seconds per work unit on this project's 2-core VM: grpo-qwen2.5-7b, 1 iteration of 8,192 samples
@@ -1382,7 +1387,24 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
     prediction (an error, not a silent drop). Presets, engines and importers give none of them."""
     sched = scenario.schedule
     return (_read_past_fallback(scenario.workload.inference) + _read_past_refit(sched) + _read_past_recovery(sched)
-            + _read_past_switch(sched) + _read_past_micro_batching(scenario) + sched.read_past(scenario.workload))
+            + _read_past_switch(sched) + _read_past_micro_batching(scenario) + sched.read_past(scenario.workload)
+            + _read_past_timers(scenario))
+
+
+def has_framework_timers(sched: ScheduleConfig) -> bool:
+    """Whether the summary carries framework timer names (metrics.verl_timing): a step run as verl's
+    hybrid engine (colocated, fuse: full) or one_step_off_policy runs it."""
+    return sched.kind == "one-step-off" or (sched.kind == "colocated" and sched.fuse == "full")
+
+
+def _read_past_timers(scenario: Scenario) -> ReadPast:
+    if scenario.output.timers == "verl" or has_framework_timers(scenario.schedule):
+        return []
+    sched = scenario.schedule
+    run_as = f"kind {sched.kind}" + (f" with fuse: {sched.fuse}" if sched.kind == "colocated" else "")
+    return [("output.timers", f"timers: {scenario.output.timers} names the phases of a colocated (fuse: full) or "
+             f"one-step-off step; {run_as} has only rlsim's stages (stage_time_s)",
+             "remove output.timers (set by rlsim run --from-nemo-rl: --set output.timers=verl)")]
 
 
 def _read_past_fallback(inference: InferenceParams) -> ReadPast:

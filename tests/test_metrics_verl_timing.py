@@ -55,3 +55,44 @@ def test_on_a_real_workload_the_named_phases_cover_the_step():
     assert v["gen"] == stages["generate"] and v["update_actor"] == stages["train_actor"]
     assert v["other"] == pytest.approx(stages["switch_to_rollout"] + stages["switch_to_train"] + stages["fetch"]
                                        + stages["weight_sync"], rel=1e-9)
+
+
+def _with_nemo_timers(kind, **workload):
+    from simulator.scenario import load_scenario
+    base = scenario(kind, iterations=3, workload=workload or None)
+    return load_scenario(base, overrides=["output.timers=nemo-rl"])
+
+
+@pytest.mark.parametrize("kind", ["colocated", "one-step-off"])
+def test_nemo_rl_timers_are_verls_phases_under_nemo_names(kind):
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.1, reward_s_per_sample=0.3)
+    s = run(_with_nemo_timers(kind, reference=True), c)[3]
+    v, nemo = s["verl_timing_s"], s["nemo_rl_timing_s"]
+    assert nemo["policy_and_reference_logprobs"] == pytest.approx(v["old_log_prob"] + v["ref"])
+    assert nemo["policy_training"] == v["update_actor"] and nemo["reward_calculation"] == v["reward"]
+    assert nemo["weight_sync"] == pytest.approx(s["stage_time_s"]["weight_sync"]) and nemo["weight_sync"] > 0
+    assert nemo["other"] == pytest.approx(v["other"] - nemo["weight_sync"])   # the refit has its own timer
+    assert ("generation" in nemo) == (kind == "colocated") and ("exposed_generation" in nemo) == (kind != "colocated")
+    assert sum(x for k, x in nemo.items() if k != "total_step_time") == pytest.approx(nemo["total_step_time"])
+    assert nemo["total_step_time"] == v["step"]
+
+
+def test_verl_timers_by_default_and_nemo_timers_refused_where_no_step_has_them():
+    from simulator.errors import RlsimError
+    assert "nemo_rl_timing_s" not in run(scenario("colocated", iterations=2))[3]
+    with pytest.raises(RlsimError, match="kind stalesync has only rlsim's stages") as caught:
+        _with_nemo_timers("stalesync")
+    assert caught.value.field == "output.timers"
+    with pytest.raises(RlsimError, match="kind colocated with fuse: actor"):
+        from simulator.scenario import load_scenario
+        load_scenario(scenario("colocated", fuse="actor"), overrides=["output.timers=nemo-rl"])
+
+
+def test_the_nemo_rl_import_names_its_timers_nemo_rls(capsys):
+    from pathlib import Path
+
+    from simulator.cli import main
+    recipe = Path(__file__).resolve().parents[1] / "workloads" / "frameworks" / "nemo-rl-grpo-llama3.1-8b.yaml"
+    assert main(["run", "--from-nemo-rl", str(recipe),
+                 "--set", "iterations=1", "--print-scenario"]) == 0
+    assert "output: {timers: nemo-rl}" in capsys.readouterr().out

@@ -198,6 +198,8 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
                                any(k.startswith("topology.") for k in user_sets))
     result.notes.append(note)
     result.scenario = {"topology": topo, "workload": workload, "schedule": sched}
+    if kind in ("colocated", "one-step-off"):   # the phase timings under NeMo RL's timer names (output.timers)
+        result.scenario["output"] = {"timers": "nemo-rl"}
     classify(result, flat, RULES, decided)
     result.notes.append("response-length law: not in a recipe; rlsim's default law capped at "
                         "min(max_new_tokens, T-max); NeMo caps prompt + response at T-max per sample "

@@ -76,8 +76,12 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
             t.add_row(f"  bubble: {cause}", f"{frac:.1%}")
     for stage, sec in s["stage_time_s"].items():
         t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
-    for phase, sec in (s.get("verl_timing_s") or {}).items():
-        t.add_row(f"  verl timing_s/{phase}", _fmt(sec, " s"))
+    if "nemo_rl_timing_s" in s:   # output.timers: nemo-rl (an imported NeMo RL recipe)
+        timers = [(f"  nemo-rl timing/train/{name}", sec) for name, sec in s["nemo_rl_timing_s"].items()]
+    else:
+        timers = [(f"  verl timing_s/{phase}", sec) for phase, sec in (s.get("verl_timing_s") or {}).items()]
+    for label, sec in timers:
+        t.add_row(label, _fmt(sec, " s"))
     console.print(t)
     for note in summary_notes(s):
         console.print(f"note: {note}", markup=False)
