@@ -293,7 +293,9 @@ class VerlFullyAsyncRun:
         busy = sum(server.busy_s for server in self.rollouter.servers) / max(1, len(self.rollouter.servers))
         ctx.add_stage_time("generate", busy)
         ctx.extra["verl"] = self._report()
-        ctx.extra["verl_timing_s"] = dict(ctx.extra["verl"]["timing_s"])   # as the other verl kinds report
+        timing = dict(ctx.extra["verl"]["timing_s"])   # as the other verl kinds report: the named phases + other
+        timing["other"] = timing["step"] - sum(seconds for name, seconds in timing.items() if name != "step")
+        ctx.extra["verl_timing_s"] = timing
         return makespan
 
     def _trainer(self):

@@ -51,6 +51,9 @@ def test_each_mode_runs_and_reports_verl_quantities(mode):
     assert s["iterations"] == 4 and len(verl["per_version"]) == 4
     assert set(verl["timing_s"]) >= {"step", "gen", "update_actor", "ref"}
     assert 0 <= verl["idle_ratio"] < 1
+    phases = s["verl_timing_s"]   # verl's named phases + other make the step, as the other verl kinds' do
+    assert phases["other"] >= -1e-9
+    assert sum(x for k, x in phases.items() if k != "step") == pytest.approx(phases["step"], rel=1e-12)
     per_version = sc.schedule.trigger_parameter_sync_step * sc.schedule.require_batches * 4
     assert s["samples"]["consumed"] == 4 * per_version * 4          # versions x prompts x n
     assert "old_logprob" not in s["stage_time_s"]                 # the rollout's own log-probs
