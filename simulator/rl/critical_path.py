@@ -273,9 +273,11 @@ class OnlinePaths:
         low = min(recorded) if recorded else -math.inf
         first = len(self.paths)
         ends, w0 = [], self.w0
-        for it in iterations[first:len(iterations) - 1]:    # the last one's end may still be set
+        for i, it in enumerate(iterations[first:len(iterations) - 1], start=first):   # the last one's end may still be set
             w1 = float(it.get("end", it.get("train_end", w0)))
-            if w1 > low:
+            # a step logged in parts (verl-fully-async's local updates, merged into one at its sync)
+            # is final only once the next step's record follows it
+            if w1 > low or int(iterations[i + 1]["iteration"]) == int(it["iteration"]):
                 break
             ends.append((int(it["iteration"]), w0, w1))
             w0 = w1

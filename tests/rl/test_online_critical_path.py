@@ -46,6 +46,7 @@ COSTS = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, switch_
 KINDS = [("colocated", {}), ("colocated", {"fuse": "actor"}), ("stalesync", {}),
          ("stalesync", {"placement": "disaggregated"}), ("disaggregated", {}), ("one-step-off", {}),
          ("async", {"staleness": 2}), ("verl-fully-async", {"staleness_threshold": 0.5, "partial_rollout": True}),
+         ("verl-fully-async", {"trigger_parameter_sync_step": 4, "staleness_threshold": 0.5}),   # a step in parts
          ("areal", {}), ("nemo-rl-async", {})]
 
 
