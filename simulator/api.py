@@ -223,6 +223,8 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
     # the chain of intervals that set each step's length (rl/critical_path.py), from the record
     from .rl import critical_path  # pandas: after the run (see the TYPE_CHECKING note above)
     summary["critical_path"] = critical_path.of_run(rec, timeline)
+    # what a reader of the figures must know (the console prints them as notes; --json and the API carry them)
+    summary["notes"] = metrics.summary_notes(summary)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble
         summary["warnings"] = [

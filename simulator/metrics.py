@@ -385,7 +385,15 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
                "most one version old" if colocated else "")
         notes.append(f"staleness bound {bound:g} never binds: the samples trained were at most {seen:g} "
                      f"version(s) old{why}; a bound above {seen:g} gives the same run")
+    if summary.get("iterations") == 1 and summary.get("schedule") not in ON_POLICY_KINDS:
+        notes.append(f"one iteration: {summary.get('schedule')} runs ahead of its trainer, so its first step is a "
+                     "warm-up (a pipeline filling, a partial batch) and the steady figures are that step's; run 2 "
+                     "or more iterations (--iterations) for a steady state")
     return notes
+
+
+# kinds whose every step runs the same way from the first (no pipeline to fill): one iteration is a steady step
+ON_POLICY_KINDS = ("colocated", "disaggregated")
 
 
 def scaling_efficiency(devices: Sequence[int], tokens_per_s: Sequence[float]) -> pd.DataFrame:

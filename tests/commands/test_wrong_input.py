@@ -96,7 +96,8 @@ def test_a_parquet_sweep_of_mixed_grid_values_is_written_and_resumed(tmp_path, c
     pytest.importorskip("pyarrow")
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\niterations: 1\n")
-    argv = ["sweep", str(tiny), "--grid", "iterations=0,true", "--jobs", "1", "--out", str(tmp_path / "o"),
+    # an int and a string in one column; both read as a scenario, neither runs (the layout refuses them)
+    argv = ["sweep", str(tiny), "--grid", "workload.train_layout.tp=3,x", "--jobs", "1", "--out", str(tmp_path / "o"),
             "--format", "parquet", "--json"]
     for _ in range(2):   # the second run reads the file back
         code = main(argv)
