@@ -251,36 +251,12 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
                             device_counts)
 
 
-# Scenario keys whose string values may name a file or folder (a topology or workload YAML, a length
-# file, a device profile, a model's config.json or its folder).
-_FILE_KEYS = frozenset({"preset", "file", "profile", "device_profile", "model"})
-
-
 def _with_absolute_paths(data: Any, source: str | None) -> Any:
-    """The snapshot with every relative path under _FILE_KEYS that names an existing file or folder
-    (from the working folder, else the scenario file's folder, as the loaders look) made absolute, so
-    `rlsim run OUT/scenario.yaml` reads the same files from any folder (it read OUT-relative, or the
-    caller's folder's, files before)."""
-    from .llm.model_presets import PRESETS as MODEL_PRESETS
-
-    dirs = [Path.cwd()]
-    if source and Path(source).is_file():
-        dirs.append(Path(source).resolve().parent)
-
-    def fixed(key: Any, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {k: fixed(k, v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [fixed(key, v) for v in value]
-        if key in _FILE_KEYS and isinstance(value, str) and value.strip() and not Path(value).is_absolute() \
-                and not (key == "model" and value.strip().lower() in MODEL_PRESETS):   # a name before a path
-            for base in dirs:   # a folder only for a model (its config.json's): a preset name stays a name
-                candidate = base / Path(value).expanduser()
-                if candidate.is_file() or (key == "model" and candidate.is_dir()):
-                    return str(candidate.resolve())
-        return value
-
-    return fixed(None, data)
+    """The snapshot with every relative path that names an existing file or folder (from the working
+    folder, else the scenario file's folder) made absolute, so `rlsim run OUT/scenario.yaml` reads the
+    same files from any folder (it read OUT-relative, or the caller's folder's, files before)."""
+    from .paths import folder_of, with_paths_from
+    return with_paths_from(data, [Path.cwd(), *folder_of(source)])
 
 
 @dataclass

@@ -44,6 +44,7 @@ from .params import (
     inapplicable_given_key,
     without_inapplicable_stack_values,
 )
+from .paths import folder_of, with_paths_from
 from .strict_model import StrictModel
 from .units import parse_bandwidth, parse_seconds
 
@@ -1273,6 +1274,7 @@ def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
     file is read once."""
     if isinstance(spec, (str, Path)):
         mapping, label = presets.resolve("workloads", spec)
+        mapping = with_paths_from(mapping, folder_of(label))   # a file's model: path is read next to it
         mapping.setdefault("name", workload_name(spec))
         return mapping, label
     if isinstance(spec, Mapping):
@@ -1626,8 +1628,8 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     elif isinstance(spec, Mapping):
         data, source = deep_merge({k: v for k, v in DEFAULT_SCENARIO.items() if k in ("iterations", "seed")},
                                    spec), "<scenario mapping>"
-    elif isinstance(spec, (str, Path)):
-        data, source = presets.read_yaml(spec), str(spec)
+    elif isinstance(spec, (str, Path)):   # its relative paths read next to it (simulator/paths.py)
+        data, source = with_paths_from(presets.read_yaml(spec), folder_of(spec)), str(spec)
     else:
         raise RlsimError(f"a scenario is a YAML path, a mapping or a Scenario, got {type(spec).__name__}",
                          field="scenario", fix="e.g. simulate('my-run.yaml') or simulate({'workload': ...})")

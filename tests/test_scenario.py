@@ -248,3 +248,28 @@ def test_the_reference_knob_table_says_which_kinds_take_each_knob():
                 cls = SCHEDULE_CLASSES[kind]
                 taken = cls.accepts(placement) if kind == "stalesync" else cls.accepts()
                 assert (knob in taken) == (mark == "yes"), (knob, kind, placement, mark)
+
+
+def test_relative_paths_are_read_next_to_the_file_that_names_them(tmp_path, monkeypatch):
+    """A scenario's topology / workload files and a workload's model config are read from its own
+    folder, not the working folder (where another topo.yaml was taken without a word)."""
+    import json
+
+    from simulator.scenario import load_scenario
+    here = tmp_path / "exp"
+    (here / "m").mkdir(parents=True)
+    (here / "topo.yaml").write_text("preset: dgx-h100\nnodes: 2\n")
+    config = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 4,
+              "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "hidden_act": "silu"}
+    (here / "m" / "config.json").write_text(json.dumps(config))
+    (here / "wl.yaml").write_text("model: m\nprompts_per_step: 8\nsamples_per_prompt: 4\n")
+    (here / "sc.yaml").write_text("topology: topo.yaml\nworkload: wl.yaml\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "topo.yaml").write_text("preset: dgx-h100\nnodes: 1\n")
+    monkeypatch.chdir(elsewhere)
+    sc = load_scenario(here / "sc.yaml")
+    assert sc.topology["preset"] == str((here / "topo.yaml").resolve())
+    assert sc.workload.model == str((here / "m").resolve())
+    # a path given on the command line stays the working folder's
+    assert load_scenario(here / "sc.yaml", overrides=["topology=topo.yaml"]).topology["preset"] == "topo.yaml"
