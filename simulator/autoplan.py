@@ -180,6 +180,27 @@ def _check_planner_keys_apply(sc: Scenario) -> None:
                              fix=f"remove planner.{section}, or set workload.{side}: auto")
 
 
+def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, packed_step: bool) -> Any:
+    """The training search space of `layout: auto` and of `rlsim plan` (one rule, so plan ranks what a
+    run would take), narrowed to the stack. Unless planner.space gives them: uneven pipeline stages
+    (floor / ceil layer shares, MCore's num_layers_in_first/last_pipeline_stage, what
+    llm/training.py models) are searched for stacks other than megatron-2021 (with an exact split
+    only, a 61-layer model such as pangu-ultra-moe or deepseek-v3 pipelines only as PP 1 or 61); and
+    when the batch is the run's optimizer step packed into rows (``packed_step``: a row count such as
+    285 that no power-of-two DP divides) DP x micro-batch need not divide it (exact_batch: false: the
+    last micro-batch round is partial, as the run's sampler has it), where an exact split would
+    leave DP 1."""
+    from .params import MEGATRON_2021
+
+    given = set((planner_keys.get("space") or {}).keys())
+    update: dict[str, Any] = {}
+    if "uneven_pp" not in given and software != MEGATRON_2021.name:
+        update["uneven_pp"] = True
+    if "exact_batch" not in given and packed_step:
+        update["exact_batch"] = False
+    return space.model_copy(update=update).for_software(TRAIN_SOFTWARE[software])
+
+
 def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
     """The planner's layouts for the sides left ``auto``, with the workload's trainer and engine
     constants and training stack. The planner settings are checked even when nothing is auto."""
@@ -193,10 +214,8 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
     roll_ranks, train_ranks = planning_ranks(sc, topology.num_devices)
     if w.train_layout == "auto":    # first: a colocated engine is sized beside its resident state
         batch, row = train_batch(sc)
-        user = set((sc.planner.get("space") or {}).keys())
-        space = settings.space if "exact_batch" in user else settings.space.model_copy(update={"exact_batch": False})
-        plan = plan_training(model, topology, batch, row, ranks=train_ranks,
-                             space=space.for_software(TRAIN_SOFTWARE[w.train_software]), params=settings.params,
+        space = train_space(settings.space, w.train_software, sc.planner, packed_step=True)
+        plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
                              evaluator=TrainingEvaluator.for_workload(model, topology, batch, row, w,
                                                                       heaviest=heaviest_micro_batch_of(sc, row)),
                              top=1)

@@ -229,6 +229,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
               ) -> tuple[list[dict[str, Any]], Any, Any, Any]:
     """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given;
     ``progress(done, None)`` hears of each layout evaluated."""
+    from ..autoplan import train_space
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
@@ -246,7 +247,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
                                                    heaviest=inp["heaviest"])
         evaluator = _counted(evaluator, progress)
-        kwargs = {"space": plan_space(settings.space, w.train_software, section(args.overrides, "planner")),
+        kwargs = {"space": train_space(settings.space, w.train_software, section(args.overrides, "planner"),
+                                       packed_step=inp["heaviest"] is not None),
                   "params": settings.params, "evaluator": evaluator}
         if args.target_tokens_per_s:
             plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
@@ -302,18 +304,6 @@ def _refuse_found(found: list[tuple[str, str, str]]) -> None:
         raise RlsimError(message, source="--set", field=field, fix=fix)
 
 
-def plan_space(space: Any, software: str, planner_keys: dict[str, Any]) -> Any:
-    """The search space narrowed to the stack; uneven pipeline stages (floor / ceil layer shares,
-    MCore's num_layers_in_first/last_pipeline_stage, what llm/training.py models) are searched for
-    stacks other than megatron-2021 unless planner.space.uneven_pp is given: with an exact split
-    only, a 61-layer model (pangu-ultra-moe, deepseek-v3) can pipeline only as PP 1 or 61."""
-    from ..params import MEGATRON_2021, TRAIN_SOFTWARE
-
-    if "uneven_pp" not in (planner_keys.get("space") or {}) and software != MEGATRON_2021.name:
-        space = space.model_copy(update={"uneven_pp": True})
-    return space.for_software(TRAIN_SOFTWARE[software])
-
-
 def _check_balance_flags(args: argparse.Namespace) -> None:
     """--balance plans the train stage of one run; planner.hetero.* is its step model's: without it
     they were read past."""
@@ -334,6 +324,7 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
     """The speed-proportional split (planner.plan_hetero) of a topology of several device kinds over
     the planner space's TP, PP, micro-batch, recompute and ZeRO values (at most 2: the step model
     has no ZeRO-3), at CP 1 and VPP 1 (which the space must hold). The JSON document of `plan --balance`."""
+    from ..autoplan import train_space
     from ..planner import plan_hetero, planner_settings
 
     kinds = topology.device_kinds()
@@ -346,7 +337,8 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
                          field="--balance", fix="drop --balance for an MoE model")
     inp = _inputs(args)
     settings = planner_settings(section(args.overrides, "planner"))
-    space = plan_space(settings.space, inp["workload"].train_software, section(args.overrides, "planner"))
+    space = train_space(settings.space, inp["workload"].train_software, section(args.overrides, "planner"),
+                        packed_step=inp["heaviest"] is not None)
     zeros = [z for z in space.zero if z <= 2]
     if not zeros:
         raise RlsimError(f"the heterogeneous step model takes ZeRO 0-2, and planner.space.zero is {space.zero}",

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from simulator.autoplan import train_space
 from simulator.cli import main
 from simulator.commands import plan
 
@@ -34,9 +35,26 @@ def test_default_inputs_are_what_run_trains():
 def test_uneven_pipeline_stages_searched_for_megatron_core():
     from simulator.planner import SearchSpace
 
-    assert plan.plan_space(SearchSpace(), "megatron-core", {}).uneven_pp
-    assert not plan.plan_space(SearchSpace(), "megatron-2021", {}).uneven_pp
-    assert not plan.plan_space(SearchSpace(), "megatron-core", {"space": {"uneven_pp": False}}).uneven_pp
+    assert train_space(SearchSpace(), "megatron-core", {}, packed_step=False).uneven_pp
+    assert not train_space(SearchSpace(), "megatron-2021", {}, packed_step=False).uneven_pp
+    assert not train_space(SearchSpace(), "megatron-core", {"space": {"uneven_pp": False}}, packed_step=False).uneven_pp
+
+
+def test_plan_on_a_scenario_ranks_first_what_layout_auto_runs(tmp_path, capsys):
+    """One search space for both: plan kept DP x micro-batch dividing the packed row count (285, which
+    no DP above 1 divides) where layout: auto relaxes it, and ranked TP4 PP4 CP2 DP1 first where a
+    run took TP1 DP32 (found by a new-user trial)."""
+    from simulator.autoplan import auto_layouts
+    from simulator.hardware.topology import load_topology
+    from simulator.scenario import load_scenario
+
+    scenario = tmp_path / "q7.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 4}\nworkload: grpo-qwen2.5-7b\nschedule: colocated\n")
+    assert main(["plan", str(scenario), "--json", "--top", "1", "--set", "planner.space.micro_batch=[1]"]) == 0
+    best = json.loads(capsys.readouterr().out)[0]["layout"]
+    sc = load_scenario(scenario, overrides=["workload.train_layout=auto", "planner.space.micro_batch=[1]"])
+    auto = auto_layouts(sc, load_topology(sc.topology)).layouts["train"]
+    assert best["dp"] > 1 and {k: v for k, v in best.items() if k != "dp"} == auto
 
 
 def test_plan_default_scenario_returns_candidates(capsys):
