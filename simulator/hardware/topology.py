@@ -221,6 +221,14 @@ class Topology:
                              fix=f"topology {self.name!r} has domains 0..{self.num_domains - 1}")
         return list(self._domain_ranks[i])
 
+    @property
+    def replicas_alike(self) -> bool:
+        """Whether every group of ranks laid out alike sees the same network: a hierarchical cluster
+        of one device group (every node, domain and rail alike). False for an explicit graph (a
+        link may differ anywhere) or several groups (device kinds, link rates): a layout's
+        collectives are then priced on its slowest group of each kind, not its first."""
+        return self._fabric is not None and len(self._fabric.groups) == 1
+
     def group_signature(self, ranks: Iterable[int]) -> tuple:
         """A cache key equal for groups that see the same network (the same paths, link
         capacities and latencies, shared links alike), position by position.

@@ -879,8 +879,44 @@ def _pool_setup(layout: TrainLayout, topology: Any, ranks: list[int], params: Tr
     its slowest device, the collectives and the layout's groups on those ranks."""
     kinds = pool_devices(topology, ranks)
     slowest = slowest_device(kinds, params.compute.dtype, dtype_field=COMPUTE_DTYPE_FIELD)
-    return kinds, _rates(slowest, params), _Comm(collectives), \
-        _groups(layout, tuple(ranks))
+    comm, groups = _Comm(collectives), _groups(layout, tuple(ranks))
+    if not getattr(topology, "replicas_alike", True):
+        groups = _slowest_groups(layout, tuple(ranks), groups, comm)
+    return kinds, _rates(slowest, params), comm, groups
+
+
+# The size a candidate group's collective is timed at to find the slowest (a large message: the
+# links' rates, not their latencies, set the order, as they do for the layers' activations and the
+# gradients). Only the order of the candidates is read from it.
+PROBE_BYTES = 64 * 2**20
+
+
+def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups, comm: _Comm) -> _Groups:
+    """``first`` (each stage's groups in its first replica, TP rank, CP rank) with each group replaced
+    by the slowest of its kind in that stage, timed at PROBE_BYTES (the first among equals): a slow
+    link on another replica sets the step (it waits for every replica), where the first replica's
+    group priced every one. p2p: the slowest (stage s -> s + 1) pair over the stage's positions."""
+    r = np.asarray(ranks, dtype=np.int64)[_positions(layout)]   # [s, d, c, t]
+
+    def slowest(op: str, candidates: Iterable[list[int]]) -> list[int]:
+        pool = {tuple(g): g for g in candidates}
+        return max(pool.values(), key=lambda g: comm.one(op, g, PROBE_BYTES)) if len(pool) > 1 else next(iter(pool.values()))
+
+    tp, cp, ep, dpg, edp, p2p = [], [], [], [], [], []
+    for s in range(layout.pp):
+        folded = r[s].reshape(-1).reshape(layout.expert_dp, layout.ep, layout.expert_tp)   # as _groups folds
+        ep.append(slowest("all_to_all", (folded[d, :, t].tolist() for d in range(folded.shape[0])
+                                         for t in range(folded.shape[2]))))
+        edp.append(slowest("reduce_scatter", (folded[:, e, t].tolist() for e in range(folded.shape[1])
+                                              for t in range(folded.shape[2]))))
+        tp.append(slowest("all_reduce", (r[s, d, c, :].tolist() for d in range(r.shape[1]) for c in range(r.shape[2]))))
+        cp.append(slowest("all_gather", (r[s, d, :, t].tolist() for d in range(r.shape[1]) for t in range(r.shape[3]))))
+        dpg.append(slowest("reduce_scatter", (r[s, :, :, t].ravel().tolist() for t in range(r.shape[3]))))
+        nxt = (s + 1) % layout.pp
+        pairs = [[int(r[s, d, c, t]), int(r[nxt, d, c, t])] for d in range(r.shape[1]) for c in range(r.shape[2])
+                 for t in range(r.shape[3])]
+        p2p.append(tuple(slowest("p2p", pairs)) if layout.pp > 1 else first.p2p[s])
+    return _Groups(tp, cp, ep, dpg, edp, p2p)
 
 
 def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,

@@ -317,3 +317,29 @@ def test_a_layout_value_of_the_wrong_type_is_an_error_naming_its_key(key, value)
     with pytest.raises(RlsimError) as err:
         TrainLayout.from_mapping({"tp": 2, key: value}, "w.yaml")
     assert err.value.field == f"workload.train_layout.{key}"
+
+
+def _four_gpu_graph(slow: int | None) -> dict:
+    """Four H100s on one switch, `slow`'s switch link at 45 GB/s (the others 450 GB/s)."""
+    nodes = [{"id": f"g{i}", "device": "h100", "node": 0, "domain": 0} for i in range(4)]
+    nodes += [{"id": "sw0", "kind": "switch"}, {"id": "host0", "kind": "host", "node": 0}]
+    links = [{"a": f"g{i}", "b": "sw0", "bw": "45GB/s" if i == slow else "450GB/s", "plane": "scaleup"}
+             for i in range(4)]
+    links += [{"a": f"g{i}", "b": "host0", "bw": "64GB/s", "plane": "host"} for i in range(4)]
+    return {"name": "four", "graph": {"nodes": nodes, "links": links}}
+
+
+def test_a_slow_link_on_any_replica_sets_the_step_not_only_on_the_first():
+    """TP 2 x DP 2 on an explicit graph: a slow link on rank 3 (the second TP group) costs what one on
+    rank 0 does (the step waits for every replica); the first replica's groups priced every one."""
+    model, layout = load_model("qwen2.5-7b"), TrainLayout(tp=2, pp=1, zero=1, recompute="full", micro_batch=1)
+    seqs = np.full(8, 2048)
+
+    def step(slow):
+        topology = load_topology(_four_gpu_graph(slow))
+        assert not topology.replicas_alike
+        return train_step_cost(model, layout, topology, range(4), seqs).step_time_s
+
+    fast, slow_first, slow_last = step(None), step(0), step(3)
+    assert slow_first > fast * 1.05
+    assert slow_last == pytest.approx(slow_first, rel=1e-9)
