@@ -42,19 +42,32 @@ class Target:
     def met_by(self, summary: Mapping[str, Any] | None) -> bool:
         if not summary:
             return False
-        if self.tokens_per_s is not None and not summary.get("tokens_per_s", 0.0) >= self.tokens_per_s:
+        if self.tokens_per_s is not None and not steady_tokens_per_s(summary) >= self.tokens_per_s:
             return False
-        if self.step_time_s is not None and not summary.get("step_time_s", math.inf) <= self.step_time_s:
+        if self.step_time_s is not None and not steady_step_time_s(summary) <= self.step_time_s:
             return False
         return True
 
     def describe(self) -> str:
         parts = []
         if self.tokens_per_s is not None:
-            parts.append(f">= {self.tokens_per_s:,.0f} tokens/s")
+            parts.append(f">= {self.tokens_per_s:,.0f} tokens/s (steady)")
         if self.step_time_s is not None:
-            parts.append(f"<= {self.step_time_s:,.1f} s per step")
+            parts.append(f"<= {self.step_time_s:,.1f} s per step (steady)")
         return " and ".join(parts)
+
+
+# A capacity question is about the run's steady state: the warm-up step (StaleSync's partial batch,
+# a pipeline filling) is paid once, so whole-run figures made the answer depend on --iterations
+# (8 nodes at 2 iterations, 4 at 8 for one StaleSync target). A summary without the steady figures
+# (a hand-made one) is read at its whole-run figures.
+def steady_tokens_per_s(summary: Mapping[str, Any]) -> float:
+    return float(summary.get("steady_tokens_per_s", summary.get("tokens_per_s")) or 0.0)
+
+
+def steady_step_time_s(summary: Mapping[str, Any]) -> float:
+    value = summary.get("steady_step_time_s", summary.get("step_time_s"))
+    return math.inf if value is None else float(value)
 
 
 def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[str, float] | None) -> float | None:
@@ -93,14 +106,15 @@ def _device_kinds(summary: Mapping[str, Any]) -> list[str]:
 
 
 def cost_fields(summary: Mapping[str, Any], price: float | None = None) -> dict[str, float | None]:
-    """Device-hours per 1,000 steps, and with a price the cost per step and per hour."""
+    """Device-hours per 1,000 steps, and with a price the cost per step and per hour, at the steady
+    figures."""
     if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float))
                               or not math.isfinite(price) or price < 0):   # negative and NaN costs came out
         raise RlsimError(f"a price per device-hour must be a finite number >= 0, got {price!r}", field="price",
                          fix="e.g. 2.5")
     devices = float(summary["devices"])
-    step_s = float(summary["step_time_s"])
-    tokens_per_s = float(summary.get("tokens_per_s") or 0.0)
+    step_s = steady_step_time_s(summary)
+    tokens_per_s = steady_tokens_per_s(summary)
     per_million = devices * TOKENS_PER_REPORT / tokens_per_s / SECONDS_PER_HOUR if tokens_per_s > 0 else None
     out: dict[str, float | None] = {
         "device_hours_per_1000_steps": devices * step_s * STEPS_PER_REPORT / SECONDS_PER_HOUR,
@@ -146,7 +160,7 @@ class CapacityAnswer:
     candidates: list[Any] = field(default_factory=list)  # every candidate value, sorted
 
     def _sized(self) -> list[Probe]:
-        return [p for p in self.probes if p.summary and p.summary.get("tokens_per_s") and p.summary.get("devices")]
+        return [p for p in self.probes if p.summary and steady_tokens_per_s(p.summary) and p.summary.get("devices")]
 
     @property
     def plateau(self) -> str | None:
@@ -156,11 +170,12 @@ class CapacityAnswer:
         if self.value is not None or len(ok) < 2:
             return None
         first, last = ok[0].summary, ok[-1].summary
-        gain, growth = last["tokens_per_s"] / first["tokens_per_s"], last["devices"] / first["devices"]
+        rate_first, rate_last = steady_tokens_per_s(first), steady_tokens_per_s(last)
+        gain, growth = rate_last / rate_first, last["devices"] / first["devices"]
         if growth <= 1 or (gain - 1) >= PLATEAU_SCALING_EFFICIENCY * (growth - 1):
             return None
-        return (f"throughput barely grows with {self.key}: {first['tokens_per_s']:,.0f} tokens/s at "
-                f"{ok[0].value}, {last['tokens_per_s']:,.0f} at {ok[-1].value} ({gain:.2f}x for {growth:.2f}x "
+        return (f"throughput barely grows with {self.key}: {rate_first:,.0f} tokens/s at "
+                f"{ok[0].value}, {rate_last:,.0f} at {ok[-1].value} ({gain:.2f}x for {growth:.2f}x "
                 f"the devices); the batch, not the cluster, bounds the step, so a larger grid will not reach "
                 f"{self.target.describe()}: grow the batch with the size (workload.prompts_per_step) or change "
                 f"the schedule")
@@ -171,11 +186,11 @@ class CapacityAnswer:
         size (bisection assumes more is never worse) or stops growing with it (the plateau)."""
         ok, notes = self._sized(), []
         worse = [(a, b) for a, b in zip(ok, ok[1:], strict=False)
-                 if b.summary["tokens_per_s"] < (1 - MONOTONE_TOLERANCE) * a.summary["tokens_per_s"]]
+                 if steady_tokens_per_s(b.summary) < (1 - MONOTONE_TOLERANCE) * steady_tokens_per_s(a.summary)]
         if worse:
             a, b = worse[0]
-            notes.append(f"throughput falls from {self.key}={a.value} ({a.summary['tokens_per_s']:,.0f} tokens/s) to "
-                         f"{b.value} ({b.summary['tokens_per_s']:,.0f}): bisection assumes a larger size is never "
+            notes.append(f"throughput falls from {self.key}={a.value} ({steady_tokens_per_s(a.summary):,.0f} tokens/s) "
+                         f"to {b.value} ({steady_tokens_per_s(b.summary):,.0f}): bisection assumes a larger size is never "
                          f"worse; check every value with --search scan")
         if self.plateau:
             notes.append(self.plateau)
@@ -206,6 +221,8 @@ class CapacityAnswer:
                 "evaluated": [{"value": p.value, "meets_target": p.meets, "error": p.error,
                                "tokens_per_s": (p.summary or {}).get("tokens_per_s"),
                                "step_time_s": (p.summary or {}).get("step_time_s"),
+                               "steady_tokens_per_s": (p.summary or {}).get("steady_tokens_per_s"),
+                               "steady_step_time_s": (p.summary or {}).get("steady_step_time_s"),
                                "devices": (p.summary or {}).get("devices")} for p in self.probes]}
 
 
@@ -283,9 +300,9 @@ def cheapest(rows: Sequence[Mapping[str, Any]], target: Target,
         enriched = dict(row)
         enriched.update(cost_fields(row, price_per_device_hour(row, prices)))
         if prices is not None:
-            key = (_or_inf(enriched["cost_per_1m_tokens"]), row["devices"], -row.get("tokens_per_s", 0.0))
+            key = (_or_inf(enriched["cost_per_1m_tokens"]), row["devices"], -steady_tokens_per_s(row))
         else:
-            key = (row["devices"], -row.get("tokens_per_s", 0.0))
+            key = (row["devices"], -steady_tokens_per_s(row))
         if best is None or key < best:
             best, chosen = key, enriched
     return chosen

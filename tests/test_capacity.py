@@ -172,3 +172,36 @@ def test_a_price_that_is_no_price_is_refused(price):
     # negative and NaN costs came out
     with pytest.raises(RlsimError):
         cost_fields({"devices": 8, "step_time_s": 1.0}, price)
+
+
+def test_the_target_and_the_costs_read_the_steady_state():
+    """A StaleSync run's first step trains part of a batch: whole-run figures made the answer depend on
+    --iterations (found by a new-user trial); a summary without steady figures is read whole."""
+    run = {"devices": 8, "tokens_per_s": 60_000.0, "step_time_s": 300.0,
+           "steady_tokens_per_s": 80_000.0, "steady_step_time_s": 250.0}
+    assert Target(tokens_per_s=70_000).met_by(run) and Target(step_time_s=260).met_by(run)
+    assert not Target(tokens_per_s=70_000).met_by({"tokens_per_s": 60_000.0, "devices": 8})
+    costs = cost_fields(run, 2.0)
+    assert costs["cost_per_step"] == pytest.approx(8 * 2.0 * 250.0 / 3600)
+    assert costs["device_hours_per_1m_tokens"] == pytest.approx(8 * 1e6 / 80_000 / 3600)
+
+
+def test_the_capacity_answer_does_not_depend_on_the_worker_count():
+    """Throughput that dips with the size (2 meets, 3 does not, 4 does): the probes of a round were
+    spread by --jobs, so --jobs 2 answered a larger size than --jobs 1 (found by a new-user trial)."""
+    from simulator.commands.sweep import _capacity_search
+    from simulator.sweep import SerialExecutor
+
+    rates = {1: 10.0, 2: 20.0, 3: 15.0, 4: 30.0, 6: 40.0, 8: 50.0}
+
+    def evaluate(values):
+        n = values["n"]
+        return {"devices": n, "steady_tokens_per_s": rates[n], "tokens_per_s": rates[n], "step_time_s": 1.0,
+                "steady_step_time_s": 1.0}
+
+    def answer(jobs):
+        objects, found = _capacity_search({"n": list(rates)}, Target(tokens_per_s=18.0), evaluate, None,
+                                          SerialExecutor(), "base", None, "bisect", jobs, None, [])
+        return found["value"], [o["grid"]["n"] for o in objects]
+
+    assert answer(1) == answer(2) == answer(6)

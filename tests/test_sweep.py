@@ -360,7 +360,7 @@ def test_real_capacity_search_on_the_command_line(tmp_path):
     rows = json.loads(r.stdout)
     selected = [row for row in rows if row["selected"]]
     assert [row["grid"]["topology.nodes"] for row in selected] == [1]  # any size meets a huge step time
-    assert selected[0]["cost_per_step"] == pytest.approx(8 * 2.0 * selected[0]["step_time_s"] / 3600)
+    assert selected[0]["cost_per_step"] == pytest.approx(8 * 2.0 * selected[0]["steady_step_time_s"] / 3600)
     assert len(rows) <= 3  # bisection did not evaluate every candidate
     assert json.loads((tmp_path / "capacity.json").read_text())["value"] == 1
 

@@ -225,7 +225,11 @@ def _capacity_search(grid, target, evaluate, store, executor, fingerprint, price
             out.append((summary if not obj.get("error") else None, obj.get("error", "")))
         return out
 
-    answer = find_smallest(key, values, target, evaluate_batch, strategy=strategy, width=jobs, prices=prices)
+    # a fixed number of probes per round, not the worker count: where throughput is not monotone in
+    # the size, which candidates a round probes decides the answer (--jobs 2 answered 4 supernodes where
+    # --jobs 1 and 6 answered 2), and the answer must not depend on the machine
+    answer = find_smallest(key, values, target, evaluate_batch, strategy=strategy, width=CAPACITY_PROBES_PER_ROUND,
+                           prices=prices)
     objects = []
     for probe in answer.probes:
         obj = _enrich(seen[json.dumps(probe.value)], prices)
@@ -260,6 +264,10 @@ def _enrich(obj: dict[str, Any], prices) -> dict[str, Any]:
     out.update(cost_fields(obj, price_per_device_hour(obj, prices)))
     return out
 
+
+# Candidates a capacity bisection probes per round (in parallel over the workers): about log_3(n)
+# rounds; the same candidates whatever --jobs is.
+CAPACITY_PROBES_PER_ROUND = 2
 
 # Points one sweep may hold: the grid is a product, so a few long value lists reach millions of points
 # (each a full simulation of ~0.1-10 s). 10,000 points is a day of 1 s points on 8 workers at most.
@@ -346,10 +354,11 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
 
     console = Console(width=max(120, Console().width))
     table = Table(show_lines=False)
-    # whole-run figures (the sweep ranks on them), labelled so beside run / compare's steady state
-    metrics = [("step_time_s", "step, run (s)", "{:,.1f}"), ("tokens_per_s", "tokens/s, run", "{:,.0f}"),
+    # steady-state figures (after the warm-up step), as run / compare lead with and the capacity
+    # target and the cost columns read; the whole-run ones are in the results file
+    metrics = [("steady_step_time_s", "step, steady (s)", "{:,.1f}"), ("steady_tokens_per_s", "tokens/s, steady", "{:,.0f}"),
                ("bubble_fraction", "bubbles", "{:.1%}"), ("devices", "devices", "{:d}"),
-               ("device_hours_per_1m_tokens", "dev-h/1M tok", "{:,.1f}"), ("cost_per_1m_tokens", "$/1M tok", "{:,.2f}")]
+               ("device_hours_per_1m_tokens", "dev-h/1M tok", _three_figures), ("cost_per_1m_tokens", "$/1M tok", _three_figures)]
     if all(o.get("cost_per_1m_tokens") is None for o in objects):
         metrics = [m for m in metrics if m[0] != "cost_per_1m_tokens"]
     for key in grid_keys:
@@ -382,7 +391,10 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     if answer is not None and target is not None:
         notes = answer.get("notes") or []
         if answer.get("found"):
-            console.print(f"capacity: {answer['value']} meets {target.describe()}")
+            value = answer["value"]   # the cheapest point's grid values, or the bisected key's value
+            shown = ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) \
+                else f"{answer['key']}={value}"
+            console.print(f"capacity: {shown} meets {target.describe()}")
         elif answer.get("plateau"):
             console.print(f"capacity: no candidate meets {target.describe()}")
         else:
@@ -405,11 +417,18 @@ def _row_notes(objects, grid_keys) -> list[str]:
     return [f"[{'; '.join(rows)}] {note}" for note, rows in by_note.items()]
 
 
-def _fmt(value: Any, fmt: str) -> str:
+def _fmt(value: Any, fmt: Any) -> str:
     if value is None:
         return "-"
     try:
-        return fmt.format(value)
+        return fmt(value) if callable(fmt) else fmt.format(value)
     except (ValueError, TypeError):
         return str(value)
+
+
+def _three_figures(value: float) -> str:
+    """Three significant figures, without an exponent: a per-token cost of 0.091 against 0.187
+    device-hours read 0.1 and 0.2 at one decimal."""
+    digits = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 0
+    return f"{value:,.{digits}f}"
 

@@ -23,6 +23,10 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int
 
 # Activations that come with a gate projection (SwiGLU / GeGLU: three FFN matrices, not two).
 _GATED_ACTS = ("silu", "swiglu", "swish", "geglu")
+# Activations of a plain two-matrix MLP (Hugging Face ACT2FN names; relu2: Nemotron-H's squared ReLU).
+_PLAIN_ACTS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate", "quick_gelu",
+               "relu", "relu2", "relu6", "leaky_relu", "tanh", "sigmoid", "mish", "linear")
+_ACT_KEYS = ("mlp_hidden_act", "hidden_act", "activation_function")
 
 # Hybrid Mamba / attention models (Nemotron-H, arXiv 2504.03624; HF `hybrid_override_pattern`): one
 # character per block, each block one norm + one mixer with a residual.
@@ -448,7 +452,12 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
     if not shared and cfg.get("shared_expert_intermediate_size") and moe_ffn:  # qwen2_moe style
         shared = round(_int(cfg, source, "shared_expert_intermediate_size") / moe_ffn)
     # Nemotron-H names its FFN activation mlp_hidden_act (relu2: squared ReLU, two matrices).
-    act = str(_first(cfg, "mlp_hidden_act", "hidden_act", "activation_function", default="silu")).lower()
+    act = str(_first(cfg, *_ACT_KEYS, default="silu")).lower()
+    if act not in _GATED_ACTS + _PLAIN_ACTS:   # an unknown name ran as a two-matrix MLP without a word
+        key = next(k for k in _ACT_KEYS if cfg.get(k) is not None)
+        raise RlsimError(f"unknown activation {act!r}: rlsim prices a gated FFN (three matrices) for "
+                         f"{', '.join(_GATED_ACTS)} and a two-matrix MLP for {', '.join(_PLAIN_ACTS)}",
+                         source=source, field=key, fix="give one of those names (the model's config.json)")
     gpt_style = model_type in ("gpt", "gpt2")
     positions = 0
     if gpt_style or cfg.get("position_embedding_type") == "absolute":
