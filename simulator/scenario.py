@@ -1319,9 +1319,24 @@ def _normalise_topology(spec: Any) -> dict[str, Any]:
     raise RlsimError("topology must be a preset name, a path or a mapping", field="topology")
 
 
+def _check_workload_base(workload: Any, source: str, workload_file: str | None) -> None:
+    """A workload mapping with neither a preset (or file) under it nor the keys every workload needs:
+    most often a few keys written to lay over a preset that was left out (three 'Field required'
+    errors said what was missing, not how to get it)."""
+    if workload_file is not None or not isinstance(workload, Mapping):
+        return
+    missing = [name for name, spec in WorkloadConfig.model_fields.items() if spec.is_required() and name not in workload]
+    if missing:
+        raise RlsimError(f"the workload gives no {', '.join(missing)} and names no preset to take them from",
+                         source=source, field=f"workload.{missing[0]}",
+                         fix=f"add workload.preset: NAME ({', '.join(presets.preset_names('workloads'))}, or a "
+                             f"workload YAML) under the keys, or give {', '.join(missing)}")
+
+
 def _validate(data: dict[str, Any], source: str) -> Scenario:
     data = dict(data)
     workload_file, set_keys = data.pop(_WORKLOAD_SOURCE, (None, ()))
+    _check_workload_base(data.get("workload"), source, workload_file)
     _check_law_numbers(data.get("workload"), source, workload_file, set_keys)
     try:
         scenario = Scenario.model_validate({**data, "source": source})

@@ -273,3 +273,12 @@ def test_relative_paths_are_read_next_to_the_file_that_names_them(tmp_path, monk
     assert sc.workload.model == str((here / "m").resolve())
     # a path given on the command line stays the working folder's
     assert load_scenario(here / "sc.yaml", overrides=["topology=topo.yaml"]).topology["preset"] == "topo.yaml"
+
+
+def test_a_workload_mapping_without_a_preset_or_its_required_keys_says_to_name_a_preset():
+    from simulator.errors import RlsimError
+    from simulator.scenario import load_scenario
+    with pytest.raises(RlsimError, match="names no preset to take them from") as caught:
+        load_scenario({"workload": {"response_length": {"dist": "lognormal", "median": 800, "sigma": 1.0}}})
+    assert caught.value.field == "workload.model" and "workload.preset: NAME" in caught.value.fix
+    assert load_scenario({"workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 256}}).workload.prompts_per_step == 256
