@@ -704,6 +704,16 @@ def test_a_framework_key_given_to_set_says_to_pass_it_after_the_config(capsys, f
     assert code == 2 and f"field '{key}'" in err and "after the config path" in err
 
 
+def test_a_nemo_rl_override_of_a_key_the_config_lacks_is_refused_as_hydra_does(capsys):
+    """NeMo RL applies overrides with Hydra's parser: grpo.num_prompts_per_stp=32 ran on (exit 0,
+    listed as unknown) with the batch unchanged (found by a new-user trial)."""
+    cfg = str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml")
+    code, _, err = cli(capsys, "run", "--from-nemo-rl", cfg, "grpo.num_prompts_per_stp=32", "--iterations", "1")
+    assert code == 2 and "field 'grpo.num_prompts_per_stp'" in err and "did you mean grpo.num_prompts_per_step" in err
+    assert import_config("nemo-rl", cfg, ["+grpo.num_prompts_per_stp=32"]).unknown
+    import_config("nemo-rl", cfg, ["grpo.num_prompts_per_step=32"])   # a key of NeMo RL's table
+
+
 def test_a_verl_override_of_a_key_the_config_lacks_is_refused_as_hydra_does(capsys):
     """verl composes its config with Hydra (struct mode): data.train_batch_siz=512 is refused there
     ("To append to your config use +..."); rlsim listed it as unknown and ran on (exit 0)."""
