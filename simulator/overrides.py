@@ -45,10 +45,15 @@ def parse_assignment(item: str) -> tuple[str, Any]:
     return key, value
 
 
+# What a string given for a section stands for when keys are set under it: `--set schedule=stalesync`
+# then `--set schedule.staleness=1` is {kind: stalesync, staleness: 1}, as in a scenario file.
+STRING_STANDS_FOR = {"schedule": "kind"}
+
+
 def set_dotted(mapping: dict[str, Any], key: str, value: Any) -> None:
     """Set mapping['a']['b'] for key 'a.b', making intermediate mappings; a string at an
-    intermediate level is a preset name and becomes {'preset': name} ('auto', a planned layout, is
-    an error: it has no keys to set)."""
+    intermediate level is a preset name and becomes {'preset': name} (a schedule's string its kind:
+    STRING_STANDS_FOR; 'auto', a planned layout, is an error: it has no keys to set)."""
     parts = key.split(".")
     node = mapping
     for i, part in enumerate(parts[:-1]):
@@ -59,8 +64,8 @@ def set_dotted(mapping: dict[str, Any], key: str, value: Any) -> None:
             where = ".".join(parts[:i + 1])
             raise RlsimError(f"cannot set {key!r}: {where!r} is 'auto' (the planner chooses it), not a mapping",
                              source="--set", field=key, fix=f"drop {where}=auto to give the layout's keys, or drop --set {key}")
-        elif isinstance(child, str):
-            child = {"preset": child}
+        elif isinstance(child, str):   # `schedule: stalesync` names a kind, the other sections a preset
+            child = {STRING_STANDS_FOR.get(".".join(parts[:i + 1]), "preset"): child}
         elif not isinstance(child, dict):
             raise RlsimError(f"cannot set {key!r}: {'.'.join(parts[:i + 1])!r} is not a mapping", source="--set",
                              field=key, fix="set the parent key instead")

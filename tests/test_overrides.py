@@ -123,3 +123,13 @@ def test_overrides_keep_unrelated_keys(path: list[str], value: object, others: d
     base = {"Z-" + k: v for k, v in others.items()}  # disjoint from the written keys
     out = apply_overrides(base, [f"{'.'.join(path)}={_render(value)}"])
     assert {k: v for k, v in out.items() if k.startswith("Z-")} == base
+
+
+def test_keys_set_under_a_schedule_given_as_a_string_join_its_kind():
+    """--set schedule=stalesync --set schedule.staleness=1 made {preset: stalesync, staleness: 1}
+    (found by a new-user trial); a scenario file's `schedule: stalesync` is the kind."""
+    from simulator.overrides import apply_overrides
+    out = apply_overrides({}, ["schedule=stalesync", "schedule.staleness=1", "workload=grpo-qwen2.5-7b",
+                               "workload.prompts_per_step=64"])
+    assert out["schedule"] == {"kind": "stalesync", "staleness": 1}
+    assert out["workload"] == {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 64}
