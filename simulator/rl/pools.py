@@ -86,10 +86,14 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
                          fix=f"give at most {room} (the rest train), or use rollout_fraction" if room > 0 else
                          f"{n_devices} devices hold no rollout pool beside a training replica of "
                          f"{train_group_devices}: give more devices or a smaller train_layout")
-    # the trainer gets whole replicas nearest to its share; the rollout whole instances of the rest
-    train = max(train_group_devices, int(round((n_devices - want) / train_group_devices)) * train_group_devices)
+    # the trainer gets whole replicas nearest to its share, leaving room for one rollout instance at
+    # least (a share that rounds to none, 0.05 of 16 devices, is rounded to the nearest split that
+    # runs, and the run's warning says so); the rollout whole instances of the rest
+    most = _round_down(n_devices - instance_devices, train_group_devices)
+    nearest = int(round((n_devices - want) / train_group_devices)) * train_group_devices
+    train = min(max(train_group_devices, nearest), most)
     rollout = _round_down(n_devices - train, instance_devices)
-    if rollout <= 0 or train > n_devices:
+    if most < train_group_devices or rollout <= 0:
         raise RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices} "
                          f"and one rollout instance of {instance_devices}", source=source, field=field_name,
                          fix="use more devices or smaller layouts")
