@@ -45,6 +45,7 @@ PointCost = Callable[[Mapping[str, Any]], float]   # a point's values -> its est
 # Columns every results row carries besides the flattened summary and the grid values.
 ID_COLUMN = "point_id"
 INDEX_COLUMN = "point_index"
+BASE_COLUMN = "base_fingerprint"   # the base scenario's fingerprint: rows of several sweeps in one file tell apart
 ERROR_COLUMN = "error"
 JSON_COLUMN = "summary_json"
 GRID_PREFIX = "grid."
@@ -151,6 +152,7 @@ class Point:
     index: int
     values: dict[str, Any]
     id: str
+    base: str = ""   # the base scenario's fingerprint (BASE_COLUMN)
 
 
 def make_points(grid: Mapping[str, Sequence[Any]], base_fingerprint: str = "",
@@ -175,8 +177,8 @@ def points_from_values(values: Iterable[Mapping[str, Any]], base_fingerprint: st
             out.update(cache[key])
         return out
 
-    return [Point(i, dict(v), point_id(v, base_fingerprint, files_of(v) if base_dirs is not None else None))
-            for i, v in enumerate(values)]
+    return [Point(i, dict(v), point_id(v, base_fingerprint, files_of(v) if base_dirs is not None else None),
+                  base_fingerprint) for i, v in enumerate(values)]
 
 
 # --------------------------------------------------------------------------- rows
@@ -206,6 +208,8 @@ def _json_default(value: Any) -> Any:
 def make_row(point: Point, summary: Mapping[str, Any] | None, error: str = "") -> dict[str, Any]:
     """One results row: id, index, grid values, flattened summary, error text, and the exact summary JSON."""
     row: dict[str, Any] = {ID_COLUMN: point.id, INDEX_COLUMN: point.index}
+    if point.base:
+        row[BASE_COLUMN] = point.base
     for key, value in point.values.items():
         row[GRID_PREFIX + key] = json.dumps(value) if isinstance(value, (list, dict)) else value
     row.update(flatten(summary or {}))
@@ -437,7 +441,7 @@ def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
 def _canonical_columns(columns: Iterable[str]) -> list[str]:
     """Column order that does not depend on which row arrived first."""
     columns = list(columns)
-    head = [c for c in (ID_COLUMN, INDEX_COLUMN) if c in columns]
+    head = [c for c in (ID_COLUMN, INDEX_COLUMN, BASE_COLUMN) if c in columns]
     tail = [c for c in (ERROR_COLUMN, JSON_COLUMN) if c in columns]
     grid = sorted(c for c in columns if c.startswith(GRID_PREFIX))
     rest = sorted(c for c in columns if c not in head + tail + grid)
@@ -867,8 +871,11 @@ class SweepResult:
 
 def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: ResultsStore | None = None,
               executor: Executor | None = None, progress: Callable[[int, int], None] | None = None,
-              grid: Mapping[str, Sequence[Any]] | None = None, cost: PointCost | None = None) -> SweepResult:
+              grid: Mapping[str, Sequence[Any]] | None = None, cost: PointCost | None = None,
+              siblings: Iterable[str] = ()) -> SweepResult:
     """Evaluate every point not already in `store`; each finished point is saved as it finishes.
+    `siblings`: ids of the same command's other points (a capacity search runs its candidates in
+    batches), not said as other sweeps' rows in the store.
 
     `cost(values)` estimates a point's cost: the points are handed to the executor costliest first
     (:func:`dispatch_order`); the results do not depend on the order. `progress(done, total)` is
@@ -906,7 +913,14 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
         frame = pd.DataFrame(new_rows)
     ids = [p.id for p in points]
     if not frame.empty:
-        frame = frame[frame[ID_COLUMN].astype(str).isin(ids)].drop_duplicates(ID_COLUMN, keep="last")
+        mine = frame[ID_COLUMN].astype(str).isin(ids)
+        foreign = frame.loc[~mine, ID_COLUMN].astype(str)
+        others = int(foreign[~foreign.isin(set(siblings))].nunique())
+        if store and others:   # kept (a rerun of their command resumes from them), and said
+            warn(f"{store.path.name} also holds {others} point(s) of other sweeps (another base scenario, grid or "
+                 f"input files; the {BASE_COLUMN} column tells them apart): this sweep's {len(ids)} are the ones "
+                 "shown; give a fresh --out to keep one sweep per file")
+        frame = frame[mine].drop_duplicates(ID_COLUMN, keep="last")
         order = {pid: i for i, pid in enumerate(ids)}
         frame = frame.assign(_order=frame[ID_COLUMN].astype(str).map(order)).sort_values("_order")
         frame = frame.drop(columns="_order").reset_index(drop=True)

@@ -448,3 +448,16 @@ def test_a_value_that_loads_in_some_point_is_kept_for_its_rows():
     _refuse_unreadable_values(base, {"topology.preset": ["dgx-h100", "cloudmatrix384"], "topology.nodes": [8]})
     with pytest.raises(RlsimError, match="the value 1.5 cannot be read"):
         _refuse_unreadable_values(base, {"topology.preset": ["dgx-h100", "dgx-a100"], "topology.nodes": [8, 1.5]})
+
+
+def test_a_results_file_shared_by_two_sweeps_says_so_and_tells_their_rows_apart(tmp_path):
+    """A second base scenario (--seed 5) into the same --out: the file held 4 rows for a 2-point sweep,
+    with nothing to tell them apart and nothing said (found by a new-user trial)."""
+    args = [*SMALL_ARGS, "--grid", "topology.nodes=1,2", "--jobs", "1", "--out", str(tmp_path)]
+    assert _rlsim("sweep", *args).returncode == 0
+    second = _rlsim("sweep", *args, "--seed", "5")
+    assert second.returncode == 0 and "also holds 2 point(s) of other sweeps" in second.stderr
+    frame = pd.read_csv(tmp_path / "results.csv")
+    assert len(frame) == 4 and frame["base_fingerprint"].nunique() == 2
+    again = _rlsim("sweep", *args, "--seed", "5")   # a rerun resumes its own rows and says the others
+    assert "2 from the results file" in again.stdout

@@ -214,10 +214,12 @@ def _capacity_search(grid, target, evaluate, store, executor, fingerprint, price
 
     (key, values), = grid.items()
     seen: dict[str, dict[str, Any]] = {}
+    candidates = [p.id for p in make_points(grid, fingerprint, base_dirs)]   # this search's, in any batch
 
     def evaluate_batch(batch: list[dict[str, Any]]) -> list[tuple[dict | None, str]]:
         points = make_points({key: [b[key] for b in batch]}, fingerprint, base_dirs)
-        result = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid={key: values})
+        result = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid={key: values},
+                           siblings=candidates)
         out = []
         for obj in result.run_objects():
             seen[json.dumps(obj["grid"][key])] = obj
