@@ -129,8 +129,25 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
         raise RlsimError(f"replicas: {sc.replicas} asks for {sc.replicas} runs over seeds, and simulate runs one",
                          source=sc.source, field="replicas",
                          fix="run them with simulator.uncertainty.replicate (rlsim run runs them), or drop replicas")
-    with raised_from(sc.source):   # a model's check names the field; the scenario names the file
+    with _blamed_on_its_file(sc.source):   # a model's check names the field; the scenario the file
         return _simulate(sc, costs, progress, keep_samples)
+
+
+@contextmanager
+def _blamed_on_its_file(source: str) -> Iterator[None]:
+    """raised_from(source), but an error on a key the scenario's workload file gave names that file
+    (scenario.error_source), also when the model named the scenario."""
+    from .scenario import error_source
+    try:
+        with raised_from(source):
+            yield
+    except RlsimError as exc:
+        if exc.source != source:
+            raise
+        where = error_source(exc.fields, source)
+        if where == source:
+            raise
+        raise exc.with_source(where) from None
 
 
 SCENARIO_KEYWORDS = ("topology", "workload", "schedule", "overrides", "iterations", "seed")   # load_scenario's

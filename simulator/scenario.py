@@ -1505,6 +1505,29 @@ def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
              "remove schedule.switch.host_link_efficiency, or turn one of those copies on")]
 
 
+def error_source(fields: list[str], source: str) -> str:
+    """Where the fields at fault of a scenario read from ``source`` were written, for an error a model
+    raises after the scenario loaded (a TP size that does not divide the heads, a length law's
+    sigma): a workload file's own key names that file (it named the scenario file). The scenario file
+    is read again, on this error path only."""
+    path = Path(source)
+    if not fields or not path.is_file():
+        return source
+    try:
+        workload = presets.read_yaml(path).get("workload")
+    except RlsimError:
+        return source
+    named = workload.get("preset") if isinstance(workload, Mapping) else workload
+    if not isinstance(named, (str, Path)):
+        return source
+    found = with_paths_from({"workload": str(named)}, folder_of(path))["workload"]
+    if not Path(found).is_file() and not Path(str(named)).is_file():
+        return source   # a built-in preset: a key the user left to it is not theirs to fix there
+    beside = _leaf_paths({k: v for k, v in workload.items() if k != "preset"}, "workload") \
+        if isinstance(workload, Mapping) else ()
+    return _error_source(fields, source, found if Path(found).is_file() else str(named), beside)
+
+
 def _error_source(fields: list[str], source: str, workload_file: str | None, set_keys: Iterable[str]) -> str:
     """Where the fields at fault were written: the workload file when they all lie in a workload read
     from a file (and no --set gave them), else the scenario's source."""

@@ -60,3 +60,20 @@ def test_set_item_for_matches_the_key_its_section_and_its_sub_keys():
     assert set_item_for(["workload.batch"], items) == "workload.batch.prompts=3"
     assert set_item_for(["topology.nodes", "workload.model"], items) is None   # the file gave one
     assert set_item_for([], items) is None
+
+
+def test_a_bad_key_of_the_workload_file_names_that_file_not_the_scenario(tmp_path, capsys):
+    """The model's checks (a TP size, a length law's sigma) named the scenario file for a key its
+    workload file gave (found by a new-user trial); a key the scenario gives beside the preset stays
+    the scenario's."""
+    workload = tmp_path / "wl.yaml"
+    workload.write_text("model: qwen2.5-7b\nprompts_per_step: 64\nsamples_per_prompt: 8\n"
+                        "train_layout: {tp: 3, pp: 1, zero: 1, recompute: full, micro_batch: 1}\n")
+    scenario = tmp_path / "sc.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: wl.yaml\niterations: 1\n")
+    assert main(["run", str(scenario)]) == 2
+    assert f"error: {workload.resolve()}: field 'workload.train_layout" in capsys.readouterr().err
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\niterations: 1\n"
+                        "workload: {preset: wl.yaml, train_layout: {tp: 5, pp: 1}}\n")
+    assert main(["run", str(scenario)]) == 2
+    assert f"error: {scenario}: field 'workload.train_layout" in capsys.readouterr().err
