@@ -693,6 +693,18 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# A link rate or latency given as a bare number is read in SI base units (bytes/s, seconds); one
+# past these bounds is a unit left out (nic_bw: 400 meant 400 Gb/s and ran at 400 B/s: a step of
+# 7.3 million s), refused rather than simulated. No network link is slower than 1 MB/s or has a
+# latency above 10 ms.
+MIN_BARE_LINK_BPS = 1e6
+MAX_BARE_LINK_LATENCY_S = 1e-2
+
+
+def _bare(raw: Any) -> bool:
+    return isinstance(raw, (int, float)) and not isinstance(raw, bool)
+
+
 class _Reader:
     """Field access on a YAML mapping that names the file and the dotted field on error."""
 
@@ -731,6 +743,10 @@ class _Reader:
         if not value > 0:
             raise RlsimError(f"must be > 0, got {raw!r}", source=self.source, field=self.where(key),
                              fix="give a positive quantity, e.g. '400Gb/s'")
+        if parser is parse_bandwidth and _bare(raw) and value < MIN_BARE_LINK_BPS:
+            raise RlsimError(f"{raw!r} reads as {raw} bytes/s (a bare number is bytes/s): no link is that slow",
+                             source=self.source, field=self.where(key),
+                             fix=f"give the unit, e.g. '{raw}Gb/s' or '{raw}GB/s'")
         return value
 
     def latency(self, key: str, default: float) -> float:
@@ -738,6 +754,9 @@ class _Reader:
         value = default if raw is None else parse_seconds(raw, self.where(key), self.source)
         if value < 0:
             raise RlsimError(f"must be >= 0, got {raw!r}", source=self.source, field=self.where(key))
+        if _bare(raw) and value > MAX_BARE_LINK_LATENCY_S:
+            raise RlsimError(f"{raw!r} reads as {raw} s (a bare number is seconds): no link is that slow",
+                             source=self.source, field=self.where(key), fix=f"give the unit, e.g. '{raw}us'")
         return value
 
     def fraction(self, key: str, default: float) -> float:

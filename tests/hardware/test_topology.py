@@ -436,3 +436,14 @@ def test_a_scale_up_domain_past_its_physical_size_is_refused():
         load_topology("gb200-nvl72-partial", {"nodes_per_domain": 19})
     assert info.value.field.endswith("nodes_per_domain") and "at most 18" in info.value.fix
     assert load_topology("gb200-nvl72-partial", {"nodes_per_domain": 18}).num_devices == 2 * 72
+
+
+@pytest.mark.parametrize("override, field", [({"scaleout": {"nic_bw": 400}}, "scaleout.nic_bw"),
+                                             ({"scaleup": {"latency": 0.5}}, "scaleup.latency")])
+def test_a_bare_link_rate_or_latency_past_any_link_is_a_unit_left_out(override, field):
+    """nic_bw: 400 ran at 400 B/s (a step of 7.3 million s) and latency: 0.5 at half a second, without
+    a word (found by a new-user trial); a bare number in range still reads as SI."""
+    with pytest.raises(RlsimError, match="a bare number is") as caught:
+        load_topology({"preset": "dgx-h100", **override})
+    assert caught.value.field == field
+    assert load_topology({"preset": "dgx-h100", "scaleout": {"nic_bw": 5e10}}).num_devices == 8
