@@ -461,3 +461,11 @@ def test_a_results_file_shared_by_two_sweeps_says_so_and_tells_their_rows_apart(
     assert len(frame) == 4 and frame["base_fingerprint"].nunique() == 2
     again = _rlsim("sweep", *args, "--seed", "5")   # a rerun resumes its own rows and says the others
     assert "2 from the results file" in again.stdout
+
+
+@pytest.mark.parametrize("extra", [[], ["--grid", "schedule.staleness=0,1", "--target-tokens-per-s", "1"]])
+def test_search_where_no_capacity_search_reads_it_is_an_error(capsys, extra):
+    from simulator.cli import main
+    rc = main(["sweep", "--grid", "topology.supernodes=1,2", "--search", "scan", *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and "field '--search'" in err and "Traceback" not in err

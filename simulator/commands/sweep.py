@@ -64,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_MAX_POINTS:,})")
     parser.add_argument("--price", action="append", default=[], metavar="[DEVICE=]USD",
                         help="price per device-hour, one number or per device kind (repeatable)")
-    parser.add_argument("--search", choices=["bisect", "scan"], default="bisect",
-                        help="capacity search over one key: bisect (assumes more is never worse) or scan")
+    parser.add_argument("--search", choices=["bisect", "scan"], default=None,
+                        help="capacity search over one key (with --target-*): bisect (the default; assumes more "
+                             "is never worse) or scan")
     common.add_common(parser)
     from .replicas import add_replica_arguments
     add_replica_arguments(parser, jobs=False)   # --seeds N: each point a median over N replicas (issue 13)
@@ -119,6 +120,14 @@ def _run(args: argparse.Namespace) -> int:
     target = None
     if args.target_tokens_per_s is not None or args.target_step_time_s is not None:
         target = Target(args.target_tokens_per_s, args.target_step_time_s)
+        if args.search is not None and len(grid) > 1:   # several keys: swept in full, the cheapest picked
+            raise RlsimError(f"--search {args.search} walks one --grid key; with {len(grid)} keys every point runs "
+                             "and the cheapest that meets the target is picked", field="--search",
+                             fix="drop --search, or search one key")
+    elif args.search is not None:   # it was read past: a sweep without a target runs every point
+        raise RlsimError(f"--search {args.search} chooses how a capacity search (--target-tokens-per-s or "
+                         "--target-step-time-s) walks one --grid key; this sweep has no target and runs every point",
+                         field="--search", fix="add a --target-*, or drop --search")
     evaluate = functools.partial(simulate_point, base)
     evaluate, fingerprint = sweep_replicated(base, seeds, evaluate, fingerprint)
 
@@ -128,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             if target is not None and len(grid) == 1 and _orderable(next(iter(grid.values()))):
                 objects, answer = _capacity_search(grid, target, evaluate, store, executor, fingerprint,
-                                                   prices, args.search, jobs, progress, base.base_dirs())
+                                                   prices, args.search or "bisect", jobs, progress, base.base_dirs())
                 sweep = None
             else:
                 sweep = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid=grid,
