@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import RlsimError
 from .common import FrameworkImport
 
 FRAMEWORKS = ("verl", "nemo-rl")
@@ -19,7 +20,7 @@ def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (
     if framework == "nemo-rl":
         from .nemo_rl import import_nemo_rl
         return import_nemo_rl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
-    raise ValueError(f"unknown framework {framework!r}; use one of {FRAMEWORKS}")
+    raise RlsimError(f"unknown framework {framework!r}", field="framework", fix=f"use one of {', '.join(FRAMEWORKS)}")
 
 
 __all__ = ["FRAMEWORKS", "FrameworkImport", "import_config"]
