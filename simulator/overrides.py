@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,7 +32,7 @@ def string_items(value: Any, *, field: str, what: str, example: str) -> list[str
 def parse_assignment(item: str) -> tuple[str, Any]:
     """'topology.nodes=16' -> ('topology.nodes', 16)."""
     key, sep, raw = item.partition("=")
-    key = key.strip()
+    key = _INDEX.sub(r".\1", key.strip())   # a list item as errors name it: failures[0].at_s is failures.0.at_s
     if not sep or not key:
         raise RlsimError(f"cannot read --set {item!r}", field="--set", fix="write KEY=VALUE, e.g. topology.nodes=16")
     try:
@@ -55,8 +56,14 @@ def set_dotted(mapping: dict[str, Any], key: str, value: Any) -> None:
     intermediate level is a preset name and becomes {'preset': name} (a schedule's string its kind:
     STRING_STANDS_FOR; 'auto', a planned layout, is an error: it has no keys to set)."""
     parts = key.split(".")
-    node = mapping
+    node: Any = mapping
     for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):   # a list given before (schedule.failures): its items by position
+            node = node[_position(node, parts, i, key)]
+            if not isinstance(node, (dict, list)):
+                raise RlsimError(f"cannot set {key!r}: {'.'.join(parts[:i + 1])!r} is not a mapping", source="--set",
+                                 field=key, fix="set the item itself")
+            continue
         child = node.get(part)
         if child is None:
             child = {}
@@ -66,12 +73,31 @@ def set_dotted(mapping: dict[str, Any], key: str, value: Any) -> None:
                              source="--set", field=key, fix=f"drop {where}=auto to give the layout's keys, or drop --set {key}")
         elif isinstance(child, str):   # `schedule: stalesync` names a kind, the other sections a preset
             child = {STRING_STANDS_FOR.get(".".join(parts[:i + 1]), "preset"): child}
-        elif not isinstance(child, dict):
+        elif not isinstance(child, (dict, list)):
             raise RlsimError(f"cannot set {key!r}: {'.'.join(parts[:i + 1])!r} is not a mapping", source="--set",
                              field=key, fix="set the parent key instead")
         node[part] = child
         node = child
-    node[parts[-1]] = value
+    if isinstance(node, list):
+        node[_position(node, parts, len(parts) - 1, key)] = value
+    else:
+        node[parts[-1]] = value
+
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def _position(items: list, parts: list[str], i: int, key: str) -> int:
+    """The list position ``parts[i]`` names (a whole number below the list's length)."""
+    where = ".".join(parts[:i])
+    if not parts[i].isdigit():
+        raise RlsimError(f"cannot set {key!r}: {where!r} is a list", source="--set", field=key,
+                         fix=f"name an item by its position ({where}.0.KEY), or set the whole list ({where}=[...])")
+    position = int(parts[i])
+    if position >= len(items):
+        raise RlsimError(f"cannot set {key!r}: {where!r} has {len(items)} item(s), none at position {position}",
+                         source="--set", field=key, fix=f"set the whole list ({where}=[...]) to add items")
+    return position
 
 
 def apply_overrides(mapping: dict[str, Any], items: Iterable[str]) -> dict[str, Any]:

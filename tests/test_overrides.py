@@ -133,3 +133,18 @@ def test_keys_set_under_a_schedule_given_as_a_string_join_its_kind():
                                "workload.prompts_per_step=64"])
     assert out["schedule"] == {"kind": "stalesync", "staleness": 1}
     assert out["workload"] == {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 64}
+
+
+def test_a_list_item_is_set_by_its_position_as_errors_name_it():
+    """schedule.failures.0.at_s (and failures[0].at_s, as the topology's errors write list items) sets
+    the item a scenario gave; it was refused as an unknown key (found by a new-user trial)."""
+    from simulator.errors import RlsimError
+    from simulator.overrides import apply_overrides
+    base = {"schedule": {"failures": [{"at_s": 10, "fail": "node:0"}, {"at_s": 50, "fail": "node:1"}]}}
+    out = apply_overrides(base, ["schedule.failures.0.at_s=20", "schedule.failures[1].fail=node:2"])
+    assert out["schedule"]["failures"] == [{"at_s": 20, "fail": "node:0"}, {"at_s": 50, "fail": "node:2"}]
+    assert base["schedule"]["failures"][0]["at_s"] == 10   # a copy
+    with pytest.raises(RlsimError, match="has 2 item"):
+        apply_overrides(base, ["schedule.failures.2.at_s=5"])
+    with pytest.raises(RlsimError, match="is a list"):
+        apply_overrides(base, ["schedule.failures.at_s=5"])
