@@ -239,6 +239,21 @@ _PARSERS = {
 }
 
 
+# A device figure given as a bare number is read in SI base units (bytes, bytes/s, FLOP/s); one below
+# these floors is a unit left out (hbm_bytes: 80 read as 80 bytes: "engine share 0.0 GB" named the
+# rollout layout, not the device), refused with the unit to add. The floors sit far below any device,
+# a CPU that `rlsim calibrate` measures included (tens of GFLOP/s, GB/s of memory bandwidth).
+_BARE_FLOORS = {"hbm_bytes": (1e8, "GB"), "hbm_bw_Bps": (1e7, "TB/s"), "scaleup_bw_Bps": (1e6, "GB/s"),
+                "host_link_bw_Bps": (1e6, "GB/s"), "peak_flops": (1e6, "T")}
+
+
+def _check_bare(key: str, raw: Any, value: float, where: str, source: str | None) -> None:
+    floor = _BARE_FLOORS.get(key)
+    if floor and isinstance(raw, (int, float)) and not isinstance(raw, bool) and value < floor[0]:
+        raise RlsimError(f"{raw!r} reads as {raw} in SI base units (a bare number): no device is that small",
+                         source=source, field=where, fix=f"give the unit, e.g. '{raw}{floor[1]}'")
+
+
 def device_from_mapping(value: str | Mapping[str, Any], source: str | None = None,
                         field_name: str = "device") -> DeviceSpec:
     """A catalog name, or a mapping `{name: h100, gemm_efficiency: 0.7, hbm_bw_Bps: 3TB/s, ...}`.
@@ -264,13 +279,16 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
         where = f"{field_name}.{key}"
         if key not in known:
             raise RlsimError(f"unknown device field {key!r}", source=source, field=where,
-                             fix=f"use one of: {', '.join(sorted(known))}")
+                             fix=f"use one of: {', '.join(sorted(known | {'base'}))}")
         if key == "peak_flops":
             if not isinstance(raw, Mapping):
                 raise RlsimError("peak_flops must be a mapping dtype -> FLOP/s", source=source, field=where)
             fields[key] = {str(k): parse_flops(v, f"{where}.{k}", source) for k, v in raw.items()}
+            for dtype, flops in raw.items():
+                _check_bare(key, flops, fields[key][str(dtype)], f"{where}.{dtype}", source)
         elif key in _PARSERS:
             fields[key] = _PARSERS[key](raw, where, source)
+            _check_bare(key, raw, fields[key], where, source)
         elif key in ("name", "description"):
             fields[key] = str(raw)
         elif raw is None:

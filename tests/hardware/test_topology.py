@@ -447,3 +447,14 @@ def test_a_bare_link_rate_or_latency_past_any_link_is_a_unit_left_out(override, 
         load_topology({"preset": "dgx-h100", **override})
     assert caught.value.field == field
     assert load_topology({"preset": "dgx-h100", "scaleout": {"nic_bw": 5e10}}).num_devices == 8
+
+
+@pytest.mark.parametrize("device, field", [({"base": "h100", "hbm_bytes": 80}, "device.hbm_bytes"),
+                                           ({"base": "h100", "peak_flops": {"bf16": 989}}, "device.peak_flops.bf16")])
+def test_a_bare_device_figure_below_any_device_is_a_unit_left_out(device, field):
+    """hbm_bytes: 80 ran as 80 bytes and the error blamed the rollout layout's engine share (found by
+    a new-user trial)."""
+    with pytest.raises(RlsimError, match="a bare number") as caught:
+        load_topology({"preset": "dgx-h100", "device": device})
+    assert caught.value.field.endswith(field)
+    assert load_topology({"preset": "dgx-h100", "device": {"base": "h100", "hbm_bytes": 8e10}}).num_devices == 8
