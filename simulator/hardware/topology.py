@@ -939,6 +939,13 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     dev_field = g.where("device") if "device" in g.m or g is not top else "device"
     dev_raw = get("device")
     if dev_raw is None:
+        import difflib
+        others = [str(k) for k in (top.m.get("groups") or {}) if str(k) != gname]
+        close = difflib.get_close_matches(gname, others, n=1)
+        if close and g is not top:   # a size given to a group name one typo away: a new group without a device
+            raise RlsimError(f"group {gname!r} is not a group of this topology (it has {', '.join(others)}) and "
+                             "names no device", source=source, field=g.where("device"),
+                             fix=f"did you mean groups.{close[0]}? (a new group needs its own device: ...)")
         raise RlsimError("missing required field", source=source, field=dev_field,
                          fix="name a device, e.g. device: h100")
     entry, profile = _device_and_profile(g, top, dev_raw, dev_field)
@@ -1058,6 +1065,9 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
                 raise RlsimError(f"unknown node {end!r}", source=source, field=r.where(key),
                                  fix="declare it under graph.nodes")
         r.require("bw", "give the per-direction bandwidth, e.g. bw: 400Gb/s")
+        if a == z:   # its duplex pair would be itself: said as "given twice" before
+            raise RlsimError(f"a link from {a!r} to itself", source=source, field=r.where("b"),
+                             fix="give the node at the other end of the link")
         plane = r.m.get("plane", "scaleout")
         if plane not in PLANES:
             raise RlsimError(f"unknown plane {plane!r}", source=source, field=r.where("plane"),

@@ -6,12 +6,13 @@ Public entry points (docs/planner.md): `plan_training`, `plan_rollout`, `plan_to
 """
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from ..errors import validation_error
+from ..errors import RlsimError, validation_error
 from ..strict_model import StrictModel
 from .hetero import HeteroParams, HeteroPlan, HeteroStepModel, balance, plan_hetero
 from .placement import Placement, aware_placements, forced_placement, groups, naive_placement
@@ -50,11 +51,21 @@ class PlannerSettings(StrictModel):
     params: PlannerParams = Field(default_factory=PlannerParams)
 
 
+PLANNER_SECTIONS = ("space", "rollout", "hetero", "recovery")
+
+
 def planner_settings(mapping: Mapping[str, Any] | None = None, source: str = "--set planner") -> PlannerSettings:
     """Settings from a mapping; keys that are not sections go to PlannerParams. Errors list every
     bad key as `planner.<section>.<field>`."""
     data = dict(mapping or {})
-    sections = {k: data.pop(k) for k in ("space", "rollout", "hetero", "recovery") if k in data}
+    sections = {k: data.pop(k) for k in PLANNER_SECTIONS if k in data}
+    for key in data:   # a section name mistyped went to the params, whose fields did not name it
+        if key not in PlannerParams.model_fields:
+            close = difflib.get_close_matches(str(key), [*PLANNER_SECTIONS, *PlannerParams.model_fields], n=1,
+                                              cutoff=0.75)
+            if close:
+                raise RlsimError(f"unknown planner key {key!r}; did you mean {close[0]!r}?", source=source,
+                                 field=f"planner.{key}", fix=f"write planner.{close[0]}")
     try:
         return PlannerSettings.model_validate({**sections, "params": data})
     except ValidationError as exc:

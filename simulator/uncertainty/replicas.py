@@ -61,10 +61,24 @@ class ReplicaPlan:
                      if exc.field and (exc.field == d.key or exc.field.startswith(d.key + "."))]
             if not drawn or not self.draws:
                 raise
+            value = self.draws[index].get(drawn[0].key) if index < len(self.draws) else None
             raise RlsimError(f"{exc.message} (the value drawn for replica {index}, seed {self.seeds[index]}, from its "
                              f"{drawn[0].law} distribution)", source=exc.source, field=exc.field,
-                             fix="bound the draws to values the key takes with min: / max: on the distribution"
-                                 + (f"; {exc.fix}" if exc.fix else "")) from None
+                             fix=_draw_fix(exc, value)) from None
+
+
+def _draw_fix(exc: RlsimError, value: Any) -> str:
+    """How to keep the draws valid: whole numbers for a whole-number key, numbers only for a numeric
+    key, else bounds."""
+    # pydantic's messages for a fractional number given to an int field and for a value outside a
+    # Literal's names
+    if exc.message.startswith("Input should be a valid integer") and isinstance(value, float):
+        fix = "add integer: true to the distribution (the key takes whole numbers)"
+    elif isinstance(value, (int, float)) and exc.message.startswith("Input should be '"):
+        fix = "a distribution is for a numeric key; this key takes a name: give one value per run (--grid for several)"
+    else:
+        fix = "bound the draws to values the key takes with min: / max: on the distribution"
+    return fix + (f"; {exc.fix}" if exc.fix else "")
 
 
 def _with_values(data: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:

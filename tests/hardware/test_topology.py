@@ -458,3 +458,16 @@ def test_a_bare_device_figure_below_any_device_is_a_unit_left_out(device, field)
         load_topology({"preset": "dgx-h100", "device": device})
     assert caught.value.field.endswith(field)
     assert load_topology({"preset": "dgx-h100", "device": {"base": "h100", "hbm_bytes": 8e10}}).num_devices == 8
+
+
+def test_a_self_loop_and_a_mistyped_group_name_say_what_they_are():
+    """A link {a: g0, b: g0} was said as "given twice"; a size given to groups.a10 (on a100 / h100
+    groups) asked for a device (found by a new-user trial)."""
+    graph = {"name": "loop", "graph": {"nodes": [{"id": "g0", "device": "h100", "node": 0, "domain": 0},
+                                                 {"id": "h0", "kind": "host", "node": 0}],
+                                       "links": [{"a": "g0", "b": "g0", "bw": "450GB/s", "plane": "scaleup"},
+                                                 {"a": "g0", "b": "h0", "bw": "64GB/s", "plane": "host"}]}}
+    with pytest.raises(RlsimError, match="to itself"):
+        load_topology(graph)
+    with pytest.raises(RlsimError, match="did you mean groups.a100"):
+        load_topology("hetero-a100-h100", {"groups": {"a10": {"nodes": 2}}})

@@ -263,3 +263,11 @@ def test_planner_constants_refuse_negative_values(field, value):
 
     with pytest.raises(ValueError, match=field):
         PlannerParams(**{field: value})
+
+
+def test_a_mistyped_planner_section_names_the_section():
+    """planner.spce went to the params and was said as an extra input with no hint (a new-user trial)."""
+    from simulator.planner import planner_settings
+    with pytest.raises(RlsimError, match="did you mean 'space'") as caught:
+        planner_settings({"spce": {"tp": [1]}})
+    assert caught.value.field == "planner.spce"

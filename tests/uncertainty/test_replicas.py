@@ -145,6 +145,19 @@ def test_a_drawn_value_the_run_refuses_is_said_as_a_draw(toy, costs):
     assert "the value drawn for replica" in info.value.message and "min: / max:" in info.value.fix
 
 
+def test_a_drawn_value_a_whole_number_or_a_name_key_refuses_says_the_fix_it_needs(toy, costs):
+    """A fractional draw for prompts_per_step was told to bound its draws with min / max (integer: true
+    is the fix); a draw for a name key, too (found by a new-user trial)."""
+    whole = {**toy, "workload": {**toy["workload"], "prompts_per_step": {"dist": "uniform", "low": 4, "high": 8}}}
+    with pytest.raises(RlsimError) as info:
+        replicate(whole, seeds=2, costs=costs)
+    assert info.value.fix.startswith("add integer: true")
+    named = {**toy, "workload": {**toy["workload"], "algorithm": {"dist": "uniform", "low": 1, "high": 2}}}
+    with pytest.raises(RlsimError) as info:
+        replicate(named, seeds=2, costs=costs)
+    assert info.value.fix.startswith("a distribution is for a numeric key")
+
+
 def test_a_distribution_inside_a_list_item_is_drawn(toy):
     # "schedule.failures.0.at_s: Input should be a valid number": list items were not walked
     toy["schedule"] = {"kind": "colocated",
