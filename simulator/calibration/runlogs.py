@@ -17,6 +17,7 @@ the known timing names is an error. Records sharing a step number are one step (
 from __future__ import annotations
 
 import csv
+import math
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -165,9 +166,21 @@ def _records_jsonl(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             raise RlsimError(f"not a JSON array of records: {exc.msg}", source=str(path),
                              fix="write one JSON object per line, or one array of objects") from None
-        return [_json_object(json.dumps(r), str(path), f"record {i}") for i, r in enumerate(records, start=1)]
-    return [_json_object(line, str(path), f"line {number}")
+        return [_no_nan(_json_object(json.dumps(r), str(path), f"record {i}"), str(path), f"record {i}")
+                for i, r in enumerate(records, start=1)]
+    return [_no_nan(_json_object(line, str(path), f"line {number}"), str(path), f"line {number}")
             for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def _no_nan(record: dict[str, Any], source: str, where: str) -> dict[str, Any]:
+    """A timing logged as NaN is a broken step, refused: in a frame it reads as a metric the record
+    did not log, and the step was left out of the fit without a word."""
+    for key, value in record.items():
+        if isinstance(value, float) and math.isnan(value) and (key in STAGE_KEYS or key in STEP_TIME_KEYS
+                                                               or key in OTHER_KEYS):
+            raise RlsimError(f"{where}: {key} is NaN", source=source, field=key,
+                             fix="drop the steps whose timings the run did not log")
+    return record
 
 
 def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFrame:
@@ -217,7 +230,9 @@ def _read_csv(path: Path) -> pd.DataFrame:
                 if row and len(row) != len(header):
                     raise RlsimError(f"line {line} has {len(row)} fields, the header {len(header)}",
                                      source=str(path), fix="write one value per column on every row")
-    return pd.read_csv(path, index_col=False)
+    # an empty cell is a metric the row did not log (a wandb export); a written "nan" is a broken value,
+    # read as text so that it is refused (_numbers) rather than taken for an empty cell
+    return pd.read_csv(path, index_col=False, keep_default_na=False, na_values=[""])
 
 
 def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
@@ -342,13 +357,15 @@ def _missing(value: Any) -> bool:
 def _steps(raw: pd.DataFrame, key: str, source: str) -> np.ndarray:
     """The step column as whole numbers; a missing, non-numeric or fractional step is refused."""
     values = _numbers(raw, key, source).to_numpy(dtype=float)
-    bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > MAX_STEP_NUMBER)
+    bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > MAX_STEP_NUMBER) | (values < 0)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         shown = raw[key].iloc[row]
         shown = shown.item() if isinstance(shown, np.generic) else shown
         if shown is None or (isinstance(shown, float) and np.isnan(shown)):
             what = "has no step number"
+        elif np.isfinite(values[row]) and values[row] < 0 and abs(values[row]) <= MAX_STEP_NUMBER:
+            what = f"step {shown!r} is negative, not a step count"
         elif np.isfinite(values[row]) and abs(values[row]) > MAX_STEP_NUMBER:
             what = f"step {shown!r} is past 2^53, not a step count"
         else:

@@ -212,3 +212,20 @@ def test_records_of_one_step_with_different_timings_are_merged(tmp_path: Path) -
     assert list(log.frame["step"]) == [1, 2]
     assert list(log.frame["generate"]) == [30.0, 31.0] and list(log.frame["update_actor"]) == [9.0, 8.0]
     assert log.notes == []
+
+
+@pytest.mark.parametrize("name, text, field", [
+    ("nan.jsonl", '{"step": 1, "timing_s/gen": 10}\n{"step": 2, "timing_s/gen": NaN}\n', "timing_s/gen"),
+    ("nan.csv", "step,timing_s/gen\n1,10\n2,nan\n", "timing_s/gen"),
+    ("negative.csv", "step,timing_s/gen\n-1,10\n2,11\n", "step")])
+def test_a_nan_timing_or_a_negative_step_is_refused_not_dropped(tmp_path, name, text, field):
+    """A NaN phase read as a metric the record did not log, and the step left the fit without a word;
+    a negative step was taken as one (found by a new-user trial). An empty CSV cell stays 'not logged'."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(RlsimError) as caught:
+        read_run_log(path)
+    assert caught.value.field == field
+    blank = tmp_path / "blank.csv"
+    blank.write_text("step,timing_s/gen,perf/throughput\n1,10,\n2,11,500\n")
+    assert list(read_run_log(blank).frame["generate"]) == [10.0, 11.0]
