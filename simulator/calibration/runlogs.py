@@ -17,8 +17,8 @@ the known timing names is an error. Records sharing a step number are one step (
 from __future__ import annotations
 
 import csv
-import math
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
