@@ -238,6 +238,10 @@ RULES: dict[str, Rule] = {
     "reward_model.enable": mapped("workload.reward.kind", "true: a reward-model forward, false: rule reward"),
     "reward_model.model.path": mapped("workload.reward.model"),
     "reward_model.*": unsupported("the reward model runs with rlsim's forward layout"),
+    "reward_model.overlong_buffer.*": ignored("DAPO's overlong length penalty: arithmetic on each score in the rule "
+                                              "reward manager, inside workload.reward.cpu_s_per_sample"),
+    "reward_model.reward_kwargs.*": ignored("arguments of the rule function: its CPU time is "
+                                            "workload.reward.cpu_s_per_sample"),
     "reward_model.reward_manager": ignored("which rule function scores: its CPU time is workload.reward.cpu_s_per_sample, "
                                            "its concurrency workload.reward.workers (verl's naive and dapo managers "
                                            "loop over the batch in one process: workers 1)"),
