@@ -317,6 +317,9 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "mfu": (rec.flops + gen_flops) / (peak * T) if T > 0 else 0.0,
         "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.staleness_bound},
         "peak_memory_bytes": rec.peak_memory_bytes,
+        # by phase: train is what `rlsim plan` reports for a layout (training and forwards), rollout the
+        # engine's reservation (+ the training state a colocated placement leaves resident)
+        "peak_memory_by_phase": {phase: float(v) for phase, v in sorted(rec.phase_peak_bytes.items())},
         "roofline_tokens_per_s": roofline,
         "samples": sample_counts(fig, its, sc.workload, sc.schedule.step_prompts(sc.workload)),
         "distqueue": {k: float(v) for k, v in rec.queue.items()},

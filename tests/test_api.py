@@ -276,3 +276,20 @@ def test_write_to_a_file_path_is_an_error_naming_it(result, tmp_path):
     with pytest.raises(RlsimError) as info:
         result.write(a_file)
     assert info.value.field == "out_dir"
+
+
+@pytest.mark.parametrize("kind", ["colocated", "disaggregated"])
+def test_peak_memory_is_said_by_phase_as_plan_reports_the_train_phase(kind):
+    """The run's one peak mixed the engine's reservation into what plan reports for a layout (the
+    training phase); the phases are said apart. A split placement's rollout devices hold the engine
+    alone: HBM x gpu_memory_utilization."""
+    from simulator.hardware.devices import get_device
+    summary = simulator.simulate(None, workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule=kind,
+                                 iterations=1).summary
+    phases = summary["peak_memory_by_phase"]
+    assert set(phases) == {"train", "rollout"} and summary["peak_memory_bytes"] == max(phases.values())
+    engine = get_device("h100").hbm_bytes * 0.6   # the preset's gpu_memory_utilization
+    if kind == "disaggregated":
+        assert phases["rollout"] == pytest.approx(engine)
+    else:   # the training state left resident through generation comes on top
+        assert phases["rollout"] > engine

@@ -67,7 +67,9 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
     t.add_row("rollout time at low batch", _share(s['rollout']['low_batch_fraction']))
     t.add_row("trained samples / step", _trained(s))
     t.add_row("staleness max / mean", f"{s['staleness']['max']:.0f} / {s['staleness']['mean']:.2f}")
-    t.add_row("peak memory per device", f"{s['peak_memory_bytes'] / 1e9:.1f} GB")
+    phases = s.get("peak_memory_by_phase") or {}
+    by_phase = ", ".join(f"{phase} {v / 1e9:.1f}" for phase, v in phases.items())
+    t.add_row("peak memory per device", f"{s['peak_memory_bytes'] / 1e9:.1f} GB" + (f" ({by_phase})" if by_phase else ""))
     if "reward_pool" in s:
         pool = s["reward_pool"]
         t.add_row(f"reward pool busy ({pool['workers']} workers)", f"{pool['utilization']:.1%}")

@@ -742,8 +742,11 @@ class LlmCosts:
 
     def inference_memory_bytes(self, ranks) -> float:
         """Rollout phase per device (the largest over the pool's device kinds): the engine's share of
-        HBM, plus what training leaves resident."""
+        HBM, plus, on a colocated placement, what training leaves resident (a split placement's
+        rollout devices hold the engine alone)."""
         pool = self.pool(ranks)
+        if self.scenario.schedule.effective_placement != "colocated":
+            return max(k.hbm_bytes for k in pool.kinds) * self.rollout_layout.gpu_memory_utilization
         return self.rollout_phase_bytes(self.layout(len(pool.ranks)), pool.kinds)
 
     def train_layout_of(self, ranks) -> dict[str, Any]:

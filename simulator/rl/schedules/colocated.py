@@ -45,7 +45,7 @@ class ColocatedRun:
         self.carries = [SeqBatch.empty() for _ in range(self.n_inst)]
         self.version = 0
         self.split_allowed = ctx.staleness >= 1 and ctx.threshold < 1
-        ctx.note_memory(ctx.costs.inference_memory_bytes(actor.ranks))
+        ctx.note_memory(ctx.costs.inference_memory_bytes(actor.ranks), "rollout")
         self.alive = list(actor.ranks)
         self.events = fl.resolve_events(ctx, self.alive, f"the actor pool (ranks {self.alive[0]}-{self.alive[-1]})")
 
@@ -321,7 +321,7 @@ class ColocatedRun:
                        cause="failure")
             clock.busy("restart", clock.cursor + ctx.sched.recovery.restart_s, target.iteration, label="restart",
                        cause="failure")
-        ctx.note_memory(ctx.costs.inference_memory_bytes(self.actor.ranks))
+        ctx.note_memory(ctx.costs.inference_memory_bytes(self.actor.ranks), "rollout")
         self.carries = fl.redistribute(self.carries, self.n_inst)
         ctx.failures.append({"at_s": t_f, "fail": spec, "failed_ranks": sorted(failed & set(range(ctx.n_devices))),
                              "iteration": target.iteration, "lost_s": lost_s,

@@ -51,6 +51,7 @@ class RunRecord:
     # per optimizer step: (pool, rank_start, rank_count, label, start, end, last stage, ((part, s), ...)),
     # StageCost.path_s: the trainer's own critical chain (critical_path.with_trainer_parts)
     trainer_paths: list = field(default_factory=list)
+    phase_peak_bytes: dict[str, float] = field(default_factory=dict)   # RunTotals.phase_peak_bytes
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,10 @@ class Context:
         for key, per_device in moved.items():
             self.totals.switch_bytes[key] = self.totals.switch_bytes.get(key, 0.0) + per_device * n_devices
 
-    def note_memory(self, peak_bytes: float) -> None:
+    def note_memory(self, peak_bytes: float, phase: str) -> None:
+        """A device's bytes in ``phase`` (train or rollout): the run's peak and the phase's."""
         self.totals.peak_memory_bytes = max(self.totals.peak_memory_bytes, peak_bytes)
+        self.totals.phase_peak_bytes[phase] = max(self.totals.phase_peak_bytes.get(phase, 0.0), peak_bytes)
 
     def fold_samples(self) -> None:
         """Fold the per-sample rows no output needs any more into counts (output.keep_sample_rows,
@@ -158,6 +161,8 @@ class Context:
         if len(pending):
             self.store.drop(pending, "unused")
         totals = self.totals
+        if "rollout" in self.pools:   # split pools: the rollout devices hold the engine's reservation
+            self.note_memory(self.costs.inference_memory_bytes(self.pools["rollout"].ranks), "rollout")
         if self.rule_reward and self.shared_reward:   # is the job's reward pool a bottleneck?
             busy = totals.reward_pool.busy_s(0.0, makespan)
             self.extra["reward_pool"] = {"workers": self.workload.reward.workers, "busy_s": busy,
@@ -166,7 +171,8 @@ class Context:
                          makespan, totals.flops, totals.gen_flops, totals.stage_time_s, totals.peak_memory_bytes,
                          self.queue.stats(makespan), totals.switch_bytes, self.costs.peak_flops,
                          self.costs.train_flops_per_token(self._mean_len()), dict(totals.rollout),
-                         self.start_s, list(self.failures), dict(self.extra), self.online, self.trainer_paths)
+                         self.start_s, list(self.failures), dict(self.extra), self.online, self.trainer_paths,
+                         dict(totals.phase_peak_bytes))
 
     def _mean_len(self) -> float:
         flat, retired = self.store.flat(), self.store.retired

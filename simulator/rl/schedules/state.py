@@ -22,6 +22,9 @@ class RunTotals:
     gen_flops: float = 0.0
     generated_tokens: float = 0.0
     peak_memory_bytes: float = 0.0
+    # the peak per device by phase: train (training and forward passes) and rollout (the engine's
+    # reservation, with the training state a colocated placement leaves resident)
+    phase_peak_bytes: dict[str, float] = field(default_factory=dict)
     stage_time_s: dict[str, float] = field(default_factory=dict)
     switch_bytes: dict[str, float] = field(default_factory=dict)
     # rollout slot accounting (metrics: occupancy and the low-batch tail)

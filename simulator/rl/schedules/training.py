@@ -139,7 +139,7 @@ class TrainStep:
             clock = aux if side == "aux" else main
             cost = self.costs.forward(stage.role, lens, clock.ranks)
             totals.flops += cost.flops
-            totals.peak_memory_bytes = max(totals.peak_memory_bytes, cost.peak_memory_bytes)
+            self.ctx.note_memory(cost.peak_memory_bytes, "train")
             ends[side] += cost.time_s
             clock.busy("forward", ends[side], k, label=stage.name)
             self.ctx.add_stage_time(stage.name, cost.time_s)
@@ -161,7 +161,7 @@ class TrainStep:
                 for part in mini_batches:
                     cost = self.costs.train(stage.role, lens[part], clock.ranks)
                     totals.flops += cost.flops
-                    totals.peak_memory_bytes = max(totals.peak_memory_bytes, cost.peak_memory_bytes)
+                    self.ctx.note_memory(cost.peak_memory_bytes, "train")
                     t_op = ends[side] + t_stage
                     if cost.path_s:   # which pipeline stage set it (the critical path's train elements)
                         for track in getattr(clock, "clocks", (clock,)):   # a MultiClock records on each range
