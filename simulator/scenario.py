@@ -1662,7 +1662,11 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     if isinstance(spec, Scenario):
         data, source = spec.to_dict(), spec.source
     elif spec is None:
-        data, source = copy.deepcopy(DEFAULT_SCENARIO), "<default scenario>"
+        # named with what replaced its sections (an error row of `sweep --workload X` said only
+        # "<default scenario>", as if X had not been given)
+        given = "".join(f", {name} {value}" for name, value in (("topology", topology), ("workload", workload),
+                                                                 ("schedule", schedule)) if isinstance(value, (str, Path)))
+        data, source = copy.deepcopy(DEFAULT_SCENARIO), f"<default scenario{given}>"
     elif isinstance(spec, Mapping):
         data, source = deep_merge({k: v for k, v in DEFAULT_SCENARIO.items() if k in ("iterations", "seed")},
                                    spec), "<scenario mapping>"

@@ -38,7 +38,7 @@ def test_an_error_in_a_workload_file_names_the_file(bad_workload):
     with pytest.raises(RlsimError) as info:
         load_scenario(workload=str(bad_workload))
     assert info.value.source == str(bad_workload) and info.value.field == "workload.prompts_per_step"
-    assert "<default scenario>" not in str(info.value)
+    assert "<default scenario" not in str(info.value)
 
 
 def test_an_error_in_a_workload_file_under_a_preset_key_names_the_file(bad_workload):
@@ -50,10 +50,10 @@ def test_an_error_in_a_workload_file_under_a_preset_key_names_the_file(bad_workl
 def test_a_set_value_keeps_the_scenario_as_its_source(bad_workload):
     with pytest.raises(RlsimError) as info:
         load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.prompts_per_step=-2"])
-    assert info.value.source == "<default scenario>"
+    assert info.value.source == "<default scenario, workload grpo-qwen2.5-7b>"
     with pytest.raises(RlsimError) as both:   # one error from the file, one from --set: both named
         load_scenario(workload=str(bad_workload), overrides=["workload.samples_per_prompt=-2"])
-    assert str(bad_workload) in str(both.value) and "<default scenario>" in str(both.value)
+    assert str(bad_workload) in str(both.value) and f"<default scenario, workload {bad_workload}>" in str(both.value)
 
 
 def test_cli_names_the_workload_file(bad_workload, capsys):
