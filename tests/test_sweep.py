@@ -469,3 +469,13 @@ def test_search_where_no_capacity_search_reads_it_is_an_error(capsys, extra):
     rc = main(["sweep", "--grid", "topology.supernodes=1,2", "--search", "scan", *extra])
     err = capsys.readouterr().err
     assert rc == 2 and "field '--search'" in err and "Traceback" not in err
+
+
+def test_the_critical_paths_segments_stay_in_the_summary_json_not_a_flat_column():
+    """critical_path.steps grew with the iterations into one JSON cell of the results file (2.4 KB a
+    step); summary_json keeps it whole."""
+    from simulator.sweep import Point, make_row
+    summary = {"step_time_s": 1.0, "critical_path": {"step_time_s": 1.0, "steps": [{"iteration": 0}]}}
+    row = make_row(Point(0, {"n": 1}, "id"), summary)
+    assert "critical_path.steps" not in row and row["critical_path.step_time_s"] == 1.0
+    assert json.loads(row["summary_json"])["critical_path"]["steps"] == [{"iteration": 0}]
