@@ -94,6 +94,11 @@ def test_capacity_report_states_target_and_baseline(tmp_path):
     text = report_html.write_sweep_report(objects, ["topology.nodes"], tmp_path, capacity=capacity).read_text()
     assert "meets at least 1,500 tokens/s" in text
     assert "Baseline (smallest configuration evaluated): {&quot;topology.nodes&quot;: 1}, 8 devices, 1,000 tokens/s" in text
+    # the steady state where the run has one (the console and the capacity pick read it)
+    steady = [{**o, "steady_tokens_per_s": 2 * o["tokens_per_s"]} for o in objects]
+    text = report_html.write_sweep_report(steady, ["topology.nodes"], tmp_path, capacity=capacity).read_text()
+    assert "8 devices, 2,000 tokens/s (steady)" in text
+    assert text.index("steady_tokens_per_s") < text.index("<th>tokens_per_s")
 
 
 def test_console_numbers_have_no_scientific_notation():
