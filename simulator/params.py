@@ -72,7 +72,11 @@ GATED_KNOBS: dict[str, dict[str, Gate]] = {
     "offload": {"host_link_efficiency": Gate(("params", "grads", "optimizer"),
                                              lambda v: bool(v["params"] or v["grads"] or v["optimizer"]),
                                              "an offload (offload.params, grads or optimizer: true)",
-                                             "the rate of the offload copies", "turn one of them on")},
+                                             "the rate of the offload copies", "turn one of them on"),
+                "scope": Gate(("params", "grads", "optimizer"),
+                              lambda v: bool(v["params"] or v["grads"] or v["optimizer"]),
+                              "an offload (offload.params, grads or optimizer: true)",
+                              "when the offload copies are paid", "turn one of them on")},
 }
 
 
@@ -390,6 +394,13 @@ class OffloadParams(StrictModel):
     params: bool = False
     grads: bool = False
     optimizer: bool = False
+    # When the round trip is paid. "update": once per training phase, reloaded before its first
+    # optimizer step and offloaded after its last (verl's fsdp / megatron workers: update_actor loads
+    # the parameters and the optimizer once, runs every mini-batch in update_policy, offloads once,
+    # workers/fsdp_workers.py). "optimizer_step": around every optimizer step (Megatron-Core's
+    # optimizer_cpu_offload, NeMo RL's: the optimizer state lives on the host and each step moves
+    # through it; priced as the state's round trip per step).
+    scope: Literal["update", "optimizer_step"] = "update"
     # Achieved share of the device's host link. None: the topology's host link efficiency (its
     # `host.efficiency`, as schedule.switch.host_link_efficiency: the same link); a value here
     # overrides it for the offload copies (was a separate 0.8 before).
@@ -412,10 +423,10 @@ class OffloadParams(StrictModel):
     def _bw(cls, v: Any) -> Any:
         return parse_bandwidth(v) if isinstance(v, str) else v
 
-    @field_validator("host_link_efficiency", mode="after")
+    @field_validator("host_link_efficiency", "scope", mode="after")
     @classmethod
-    def _link_needs_an_offload(cls, value: float, info: ValidationInfo) -> float:
-        """host_link_efficiency rates the offload copies only (as pageable's rates, below)."""
+    def _link_needs_an_offload(cls, value: Any, info: ValidationInfo) -> Any:
+        """host_link_efficiency rates the offload copies, scope times them: no offload, nothing to read."""
         return _gated_knob_applies("offload", cls, value, info)
 
     @model_validator(mode="after")

@@ -127,7 +127,9 @@ RULES: dict[str, Rule] = {
     f"{_M}.activation_checkpointing": mapped("workload.train_layout.recompute", "true: full, false: none"),
     f"{_M}.optimizer.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
     f"{_M}.optimizer.optimizer_cpu_offload": mapped("workload.train_params.offload.optimizer",
-                                                    "per-phase optimizer offload to host"),
+                                                    "optimizer state on the host, moved around every optimizer "
+                                                    "step (offload.scope: optimizer_step: Megatron-Core's "
+                                                    "optimizer_cpu_offload; its host-side Adam step not priced)"),
     f"{_M}.optimizer.*": ignored(_LR),
     f"{_M}.scheduler.*": ignored(_LR),
     f"{_M}.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding"),
@@ -297,8 +299,10 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     if v.given(f"{_V}.enforce_eager"):
         w["inference"]["enforce_eager"] = v.flag(f"{_V}.enforce_eager")
     train_params: dict[str, Any] = {}
-    if v.given(f"{_M}.optimizer.optimizer_cpu_offload"):
-        train_params["offload"] = {"optimizer": v.flag(f"{_M}.optimizer.optimizer_cpu_offload")}
+    if v.flag(f"{_M}.optimizer.optimizer_cpu_offload"):
+        train_params["offload"] = {"optimizer": True, "scope": "optimizer_step"}
+    elif v.given(f"{_M}.optimizer.optimizer_cpu_offload"):
+        train_params["offload"] = {"optimizer": False}
     if v.flag(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
         # the Megatron worker pads every micro-batch to the batch's longest (pad_full_seq_to): one
         # pipeline p2p shape

@@ -1000,7 +1000,10 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     # Gradient sync after each stage's last backward, then the optimizer.
     windows = _chunk_windows(pipe, arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
     dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows)
-    offload_s = offload_time_s(memory, _offload_Bps(topology, ranks, params), params) if params.offload.any else 0.0
+    # per optimizer step only under offload.scope optimizer_step; "update" is paid once per training
+    # phase by its caller (rl/llm_costs.py update_offload_s)
+    offload_s = offload_time_s(memory, offload_Bps(topology, ranks, params), params) \
+        if params.offload.any and params.offload.scope == "optimizer_step" else 0.0
     step = max([makespan] + [end + dp + opt for end, dp, opt in tail]) + offload_s
     dp_exposed = max([0.0] + [end + dp - makespan for end, dp, _ in tail])
     # Busiest stage: its compute and in-op comm.
@@ -1030,7 +1033,7 @@ def offload_time_s(memory: MemoryBreakdown, host_Bps: float, params: TrainParams
                    forward_only: bool = False) -> float:
     """Per-phase offload (train_params.offload): what is offloaded is reloaded before the phase and
     offloaded after it, 2 x its bytes over the slowest host link of the pool at `host_Bps`
-    (_offload_Bps; with `pageable`, each way at the slower of the link and the host's pageable
+    (offload_Bps; with `pageable`, each way at the slower of the link and the host's pageable
     rate). A forward-only pass moves the weights only."""
     o = params.offload
     nbytes = memory.weights_bytes if o.params else 0.0
@@ -1043,7 +1046,7 @@ def offload_time_s(memory: MemoryBreakdown, host_Bps: float, params: TrainParams
     return 2.0 * nbytes / host_Bps
 
 
-def _offload_Bps(topology: Any, ranks: Sequence[int], params: TrainParams) -> float:
+def offload_Bps(topology: Any, ranks: Sequence[int], params: TrainParams) -> float:
     """The slowest host link of the ranks, at train_params.offload.host_link_efficiency where given."""
     return float(topology.host_copy_Bps(ranks, params.offload.host_link_efficiency).min())
 
@@ -1210,7 +1213,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
         mem = memory_per_device(model, _single_micro_batch(layout), float(seqs.max()),
                                 min(k.hbm_bytes for k in kinds), params=params.memory,
                                 flash_attention=params.compute.flash_attention)
-        worst_t += offload_time_s(mem, _offload_Bps(topology, ranks, params), params, forward_only=True)
+        worst_t += offload_time_s(mem, offload_Bps(topology, ranks, params), params, forward_only=True)
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
     return result
 

@@ -58,6 +58,7 @@ class FakeCosts:
     peak_flops: float = 1e15
     flops_per_token: float = 1e11              # training FLOP per token (forward = a third)
     memory_bytes: float = 1e9
+    update_offload_seconds: float = 0.0   # a training phase's offload round trip (train_params.offload)
     instance_kv_tokens: float = math.inf
 
     def rollout(self, prompt_lens, response_lens, ranks, groups=None):
@@ -99,6 +100,9 @@ class FakeCosts:
 
     def inference_memory_bytes(self, ranks):
         return self.memory_bytes
+
+    def update_offload_s(self, role, ranks):
+        return self.update_offload_seconds
 
     def train_flops_per_token(self, seq_len):
         return self.flops_per_token

@@ -50,7 +50,7 @@ from ..llm.inference import (
 )
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
 from ..llm.train_layout import TrainLayout
-from ..llm.training import TrainParams, forward_cost, train_step_cost
+from ..llm.training import TrainParams, forward_cost, offload_Bps, offload_time_s, train_step_cost
 from ..network.collectives import CollectiveModel
 from ..scenario import Scenario
 from ..units import capacity_text
@@ -95,14 +95,16 @@ def training_state_bytes(model: Any, lay: TrainLayout, hbm_bytes: float, params:
 def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes: float,
                             inference_shard_bytes: float, params: TrainParams) -> float:
     """What training leaves on a device through the rollout phase of a colocated placement: its
-    weights unless `schedule.switch.offload_weights`, the optimizer state and gradients unless
-    `schedule.switch.offload_optimizer`, and a second copy of the inference shard unless the switch is `bucketed`.
+    weights unless `schedule.switch.offload_weights` (or the per-phase `train_params.offload.params`),
+    the optimizer state and gradients unless `schedule.switch.offload_optimizer` (or the per-phase
+    offload of each), and a second copy of the inference shard unless the switch is `bucketed`.
     Bytes per parameter from the workload's `train_params.memory` (the stack's, with the user's overrides)."""
     mem = training_state_bytes(model, lay, hbm_bytes, params)
-    resident = 0.0 if switch.offload_weights else mem.weights_bytes
-    if not switch.offload_optimizer:
+    offload = params.offload   # the per-phase offload leaves on the host what it moved there after training
+    resident = 0.0 if (switch.offload_weights or offload.params) else mem.weights_bytes
+    if not (switch.offload_optimizer or offload.optimizer):
         resident += mem.optimizer_bytes
-    if not (switch.offload_optimizer or switch.free_gradients):
+    if not (switch.offload_optimizer or switch.free_gradients or offload.grads):
         resident += mem.gradients_bytes
     if not switch.bucketed:
         resident += inference_shard_bytes
@@ -807,7 +809,21 @@ class LlmCosts:
             steps.append("offload the training weights (schedule.switch.offload_weights: true)")
         if not switch.bucketed:
             steps.append("bucket the weights (schedule.switch.bucketed: true)")
-        return "or ".join(f"{step}, " for step in steps) + "or use more devices per training replica (tp / pp)"
+        more = "use more devices per training replica (tp / pp)"
+        return "".join(f"{step}, or " for step in steps) + more   # none left: more devices alone
+
+    def update_offload_s(self, role, ranks) -> float:
+        """The per-phase offload's round trip (train_params.offload, scope update): what it offloads
+        reloaded before the phase's first optimizer step and offloaded after its last, once per
+        training phase (train_step_cost charges scope optimizer_step itself)."""
+        offload = self.train_params.offload
+        if not offload.any or offload.scope != "update":
+            return 0.0
+        pool = self.pool(ranks)
+        lay = self.layout(len(pool.ranks))
+        memory = training_state_bytes(self.models[role], lay, min(k.hbm_bytes for k in pool.kinds), self.train_params)
+        return offload_time_s(memory, offload_Bps(self.topology, self._placed(pool, len(pool.ranks)), self.train_params),
+                              self.train_params)
 
     def train_flops_per_token(self, seq_len) -> float:
         return float(self.model.train_flops_per_token(seq_len))

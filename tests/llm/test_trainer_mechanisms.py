@@ -129,12 +129,17 @@ def test_logprob_budget_is_its_own() -> None:
 def test_offload_is_twice_the_state_over_the_host_link() -> None:
     lay = TrainLayout(dp=8, zero=1)
     base = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
-    p = TrainParams(offload=OffloadParams(optimizer=True, grads=True))
+    # per optimizer step (scope optimizer_step: Megatron's optimizer_cpu_offload); scope update is paid
+    # once per training phase by the RL trainer (tests/rl/test_llm_costs_offload.py)
+    p = TrainParams(offload=OffloadParams(optimizer=True, grads=True, scope="optimizer_step"))
+    assert train_step_cost(QWEN, TrainLayout(dp=8, zero=1), TOPO, sequences=SEQS, packing="packed",
+                           params=TrainParams(offload=OffloadParams(optimizer=True))).offload_s == 0.0
     off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=p)
     link = TOPO.device_spec(0).host_link_bw_Bps * 0.85    # the topology's host link (host.efficiency)
     want = 2 * (off.memory.optimizer_bytes + off.memory.gradients_bytes) / link
     assert off.offload_s == pytest.approx(want)
-    given = TrainParams(offload=OffloadParams(optimizer=True, grads=True, host_link_efficiency=0.5))
+    given = TrainParams(offload=OffloadParams(optimizer=True, grads=True, host_link_efficiency=0.5,
+                                              scope="optimizer_step"))
     assert train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
                            params=given).offload_s == pytest.approx(want * 0.85 / 0.5)
     assert off.step_time_s == pytest.approx(base.step_time_s + want)
@@ -150,11 +155,12 @@ def test_a_pageable_offload_goes_out_and_in_at_the_hosts_rates_where_slower_than
     pageable_onload_Bps, each bounded by the host link; pageable needs an offloaded state."""
     lay = TrainLayout(dp=8, zero=1)
     p = TrainParams(offload=OffloadParams(optimizer=True, pageable=True, pageable_offload_Bps="2 GB/s",
-                                          pageable_onload_Bps="5 GB/s"))
+                                          pageable_onload_Bps="5 GB/s", scope="optimizer_step"))
     off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=p)
     state = off.memory.optimizer_bytes
     assert off.offload_s == pytest.approx(state / 2e9 + state / 5e9)
-    fast = TrainParams(offload=OffloadParams(optimizer=True, pageable=True, pageable_offload_Bps="1 TB/s",
+    fast = TrainParams(offload=OffloadParams(optimizer=True, pageable=True, scope="optimizer_step",
+                                             pageable_offload_Bps="1 TB/s",
                                              pageable_onload_Bps="1 TB/s"))
     link = TOPO.device_spec(0).host_link_bw_Bps * 0.85
     assert train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",

@@ -3,6 +3,7 @@ through DistQueue, run the forward stages (old log-prob, reference, reward, crit
 optimizer steps (PPO epochs x mini-batches)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -157,19 +158,24 @@ class TrainStep:
             side = "aux" if (aux is not None and stage.role != "actor") else "main"
             clock = aux if side == "aux" else main
             t_stage = 0.0
-            for _ in range(self.workload.ppo_epochs):
-                for part in mini_batches:
-                    cost = self.costs.train(stage.role, lens[part], clock.ranks)
-                    totals.flops += cost.flops
-                    self.ctx.note_memory(cost.peak_memory_bytes, "train")
-                    t_op = ends[side] + t_stage
-                    if cost.path_s:   # which pipeline stage set it (the critical path's train elements)
-                        for track in getattr(clock, "clocks", (clock,)):   # a MultiClock records on each range
-                            self.ctx.trainer_paths.append((track.pool, track.rank_start, track.rank_count, stage.name,
-                                                           t_op, t_op + cost.time_s, cost.path_stage, cost.path_s))
-                    clock.busy("train", t_op + cost.time_s - cost.bubble_s, k, label=stage.name)
-                    clock.idle("pipeline_bubble", t_op + cost.time_s, k, label=stage.name)
-                    t_stage += cost.time_s
+            steps = self.workload.ppo_epochs * len(mini_batches)
+            offload = self.costs.update_offload_s(stage.role, clock.ranks)
+            for step in range(steps):
+                part = mini_batches[step % len(mini_batches)]
+                cost = self.costs.train(stage.role, lens[part], clock.ranks)
+                if step == steps - 1 and offload > 0:   # the phase's reload + offload, once: with its last step
+                    cost = dataclasses.replace(cost, time_s=cost.time_s + offload,
+                                               path_s=(*cost.path_s, ("offload", offload)) if cost.path_s else ())
+                totals.flops += cost.flops
+                self.ctx.note_memory(cost.peak_memory_bytes, "train")
+                t_op = ends[side] + t_stage
+                if cost.path_s:   # which pipeline stage set it (the critical path's train elements)
+                    for track in getattr(clock, "clocks", (clock,)):   # a MultiClock records on each range
+                        self.ctx.trainer_paths.append((track.pool, track.rank_start, track.rank_count, stage.name,
+                                                       t_op, t_op + cost.time_s, cost.path_stage, cost.path_s))
+                clock.busy("train", t_op + cost.time_s - cost.bubble_s, k, label=stage.name)
+                clock.idle("pipeline_bubble", t_op + cost.time_s, k, label=stage.name)
+                t_stage += cost.time_s
             ends[side] += t_stage
             self.ctx.add_stage_time(stage.name, t_stage)
         return self._meet(k, main, aux, max(ends.values()))
