@@ -564,6 +564,15 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
             s["round_batches"] = True
         decided[f"{A}.rollout.free_cache_engine"] = ("ignored", "split pools: the rollout engine never gives way "
                                                    "to training, so it never sleeps")
+        # verl's split-pool recipes sync the trainer's weights to the rollout tensor by tensor (each
+        # full parameter gathered on the trainer, then broadcast): hardware.md's verl measurement,
+        # Qwen3-30B-A3B 16 <-> 16 on H20 in 15.8 s, "dominated by producing parameters in the trainer",
+        # is what refit: full-tensors (with refit_tensor_overhead_s) prices; reshard would send each
+        # rollout device its shard alone (0.38 s there)
+        s["refit"] = "full-tensors"
+        v.result.notes.append("split pools: the weight sync is verl's tensor-by-tensor one (schedule.refit: "
+                              "full-tensors, as hardware.md's verl measurement); --set schedule.refit=reshard for a "
+                              "sharded sync")
     else:
         decided.update({k: ("ignored", "colocated: one pool (trainer.*)") for k in ("rollout.nnodes", "rollout.n_gpus_per_node")})
         # The hybrid engine's switch to rollout leaves the optimizer where the trainer keeps it: verl
