@@ -26,6 +26,11 @@ COMMANDS = ["presets", "comm", "validate", "run", "compare", "sweep", "plan", "c
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own exits with 2 already; keep its text short
         self.print_usage(sys.stderr)
+        if message.startswith("unrecognized arguments:") and "=" in message and \
+                any(flag in getattr(self, "argv_given", sys.argv) for flag in ("--from-verl", "--from-nemo-rl")):
+            # framework overrides placed after another option: argparse has no slot for them there
+            message += (" (fix: give the config's key=value overrides right after its path: "
+                        "--from-verl CONFIG key=value ... --topology ...)")
         self.exit(2, f"rlsim: error: {message}\n")
 
 
@@ -127,6 +132,7 @@ def _preload(names: tuple[str, ...], first: bool) -> None:
 def _main(argv: list[str] | None) -> int:
     with _start_up() as first:
         parser = build_parser(only=_command_named(argv))
+        parser.argv_given = list(sys.argv[1:] if argv is None else argv)   # for its error's hint
         try:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help (0) or a usage error (2): return the code, for callers of main()

@@ -185,11 +185,19 @@ def framework_import(args: argparse.Namespace) -> Any:
                                  fix="add --from-verl CONFIG.yaml or --from-nemo-rl RECIPE.yaml")
         return None
     framework, items = chosen[0]
+    stray = args.scenario
+    if stray and "=" in str(stray) and not Path(str(stray)).exists():   # an override after another option
+        raise RlsimError(f"{stray!r} came after another option, where it reads as a scenario file",
+                         field=f"--from-{framework}",
+                         fix=f"give the config's overrides right after its path: --from-{framework} CONFIG {stray} "
+                             "... --topology ...")
     for what, given in (("a scenario file", args.scenario), ("--workload", args.workload),
                         ("--schedule", getattr(args, "schedule", None))):
         if given:
             raise RlsimError(f"{what} cannot be combined with --from-{framework} (the config gives the scenario)",
-                             field=f"--from-{framework}", fix="drop it; change imported keys with --set KEY=VALUE")
+                             field=f"--from-{framework}",
+                             fix=f"drop it; change the config's keys right after its path (--from-{framework} CONFIG "
+                                 "key=value ...), rlsim's scenario keys with --set KEY=VALUE")
     from ..frameworks import import_config
     from ..overrides import parse_assignment
     user_sets = [parse_assignment(item)[0] for item in args.overrides]

@@ -735,3 +735,12 @@ def test_the_topology_note_says_a_set_size_replaces_the_configs(capsys):
     assert code == 0, err
     assert json.loads(out)["devices"] == 16
     assert "sized by --set (the config's 8 GPUs" in err and "x 1 nodes = 8 GPUs" not in err
+
+
+@pytest.mark.parametrize("extra", [["data.train_batch_size=128"], ["data.train_batch_size=128", "actor_rollout_ref.rollout.n=4"]])
+def test_overrides_after_another_option_say_where_they_go(capsys, extra):
+    """One override after --topology read as a scenario file ('cannot be combined', fix: --set, which
+    refuses a verl key); two gave argparse's bare 'unrecognized arguments' (found by a new-user trial)."""
+    cfg = str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
+    code, _, err = cli(capsys, "run", "--from-verl", cfg, "--topology", "dgx-h200", *extra)
+    assert code == 2 and "right after its path" in err and "Traceback" not in err
