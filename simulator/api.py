@@ -231,8 +231,9 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
         rollout_pool = rec.pools.get("rollout") or rec.pools["actor"]
         if rec.failures and rec.failures[-1].get("train_layout_after"):
             # the layout the run ended on (each failure entry keeps the layout it re-planned to)
-            summary["layouts"] = {"train": dict(rec.failures[-1]["train_layout_after"]),
-                                  "rollout": costs.rollout_layout_used(rollout_pool.count)}
+            rollout = costs.rollout_layout_used(rollout_pool.count)
+            rollout["instances"] = rec.failures[-1].get("rollout_instances_after", rollout["instances"])
+            summary["layouts"] = {"train": dict(rec.failures[-1]["train_layout_after"]), "rollout": rollout}
         else:
             summary["layouts"] = costs.effective_layouts(train_pool.count, rollout_pool.count)
     if plan is not None and plan.detail:

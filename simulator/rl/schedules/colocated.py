@@ -326,7 +326,7 @@ class ColocatedRun:
         ctx.failures.append({"at_s": t_f, "fail": spec, "failed_ranks": sorted(failed & set(range(ctx.n_devices))),
                              "iteration": target.iteration, "lost_s": lost_s,
                              "replan_s": out.planning_cost_s, "restart_s": ctx.sched.recovery.restart_s,
-                             "devices_after": self.n_actor,
+                             "devices_after": self.n_actor, "rollout_instances_after": self.n_inst,
                              "train_layout_after": ctx.costs.train_layout_of(self.actor.ranks)})
         yield env.timeout(max(0.0, self.actor.cursor - env.now))
 

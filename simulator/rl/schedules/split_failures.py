@@ -67,6 +67,7 @@ class SplitPoolFailures:
                 lost, cost = self._fail_rollout(spec, failed, t_f)
                 entry.update(lost_s=lost, replan_s=cost)
             entry["devices_after"] = len(run.train) + len(run.roll)
+            entry["rollout_instances_after"] = len(run.roll) // ctx.costs.instance_devices
             entry["train_layout_after"] = ctx.costs.train_layout_of(run.train)
             ctx.failures.append(entry)
 

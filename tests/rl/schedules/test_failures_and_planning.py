@@ -93,6 +93,10 @@ def test_lost_time_is_the_step_in_flight(base, failed):
     assert np.allclose(restart.end - restart.start, 120.0)
     # after the failure the survivors (24 devices) run the remaining steps
     assert f["devices_after"] == 24
+    # the summary's rollout layout is the one the run ended on (it said the instances before the failure)
+    generating = tl[(tl.start >= f["at_s"] + f["replan_s"] + 120.0) & (tl.state == "generate")]
+    assert failed.summary["layouts"]["rollout"]["instances"] == f["rollout_instances_after"] \
+        == len(set(generating.rank_start)) < failed.summary["pools"]["actor"] // (f["devices_after"] // f["rollout_instances_after"])
     later = tl[(tl.start >= 150.0) & (tl.state.isin(["generate", "train"]))]
     assert not any(a < 16 and a + n > 8 for a, n in zip(later.rank_start, later.rank_count, strict=True))
 
