@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import json
 import math
 from collections.abc import Mapping
@@ -82,7 +83,8 @@ class LengthDistribution:
                 raise RlsimError(f"{name} {value:.3g} is not a token count", source=src, field=self._field(name),
                                  fix=f"give at most {MAX_TOKENS:.0e} tokens")
         if self.max is not None and self.max < self.min:
-            raise RlsimError(f"max ({self.max}) is below min ({self.min})", source=src, field=self._field("max"))
+            raise RlsimError(f"max ({self.max}) is below min ({self.min})", source=src, field=self._field("max"),
+                             fix="give max >= min (the cap and the floor of the lengths)")
         if not 0.0 <= self.group_correlation < 1.0:
             raise RlsimError(f"group_correlation must be in [0, 1), got {self.group_correlation}",
                              source=src, field=self._field("group_correlation"))
@@ -102,7 +104,9 @@ class LengthDistribution:
                              fix="write e.g. {dist: lognormal, median: 2048, sigma: 1.0, max: 16384}")
         unknown = sorted(set(mapping) - _KEYS)
         if unknown:
-            raise RlsimError(f"unknown key(s) {unknown}", source=source, field=f"{field}.{unknown[0]}",
+            close = difflib.get_close_matches(str(unknown[0]), sorted(_KEYS), n=1, cutoff=0.75)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise RlsimError(f"unknown key(s) {unknown}{hint}", source=source, field=f"{field}.{unknown[0]}",
                              fix=f"use {', '.join(sorted(_KEYS))}")
         dist = str(mapping.get("dist", "lognormal")).lower()
         # keys of the other law are refused, not dropped: an empirical law has its file's shape, a

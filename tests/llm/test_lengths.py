@@ -148,3 +148,15 @@ def test_a_sigma_past_any_length_spread_is_refused(sigma):
     with pytest.raises(RlsimError) as info:
         LengthDistribution.from_mapping({"dist": "lognormal", "median": 1000, "sigma": sigma, "max": 8000})
     assert info.value.field.endswith("sigma") and "at most 10" in info.value.fix
+
+
+def test_a_law_key_one_typo_away_names_the_key_and_min_above_max_says_the_fix():
+    from simulator.errors import RlsimError
+    from simulator.llm.lengths import LengthDistribution
+    with pytest.raises(RlsimError, match="did you mean 'group_correlation'"):
+        LengthDistribution.from_mapping({"dist": "lognormal", "median": 100, "sigma": 1, "group_corelation": 0.5},
+                                        "s.yaml", "workload.response_length")
+    with pytest.raises(RlsimError) as caught:
+        LengthDistribution.from_mapping({"dist": "lognormal", "median": 100, "sigma": 1, "max": 10, "min": 20},
+                                        "s.yaml", "workload.response_length")
+    assert caught.value.fix
