@@ -146,7 +146,11 @@ def _main(argv: list[str] | None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, inside the handling below, not at exit
         return code
     except RlsimError as exc:
-        print(f"rlsim: error: {blamed_on_set(exc, getattr(args, 'overrides', None) or [])}", file=sys.stderr)
+        exc = blamed_on_set(exc, getattr(args, "overrides", None) or [])
+        predicted = getattr(args, "predict", None)   # calibrate --predict KEY=VALUE: as --set, for the predicted run
+        if predicted and isinstance(predicted, list):
+            exc = blamed_on_set(exc, [str(item) for item in predicted], "--predict")
+        print(f"rlsim: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         raise   # main's: the reader went away, not an error

@@ -67,14 +67,14 @@ def set_item_for(fields: list[str], items: list[str]) -> str | None:
     return found[0] if fields and len(set(found)) == 1 else None
 
 
-def blamed_on_set(exc: RlsimError, items: list[str]) -> RlsimError:
-    """``exc`` naming the ``--set`` item that gave its field, over the file it was applied to: a value a
-    command line gave is not the scenario file's to fix."""
+def blamed_on_set(exc: RlsimError, items: list[str], flag: str = "--set") -> RlsimError:
+    """``exc`` naming the ``flag`` item (``--set``, calibrate's ``--predict``) that gave its field, over
+    the file it was applied to: a value a command line gave is not the scenario file's to fix."""
     item = set_item_for(exc.fields, items)
     if item is None:
         return exc
-    over = exc.source if exc.source and "--set" not in exc.source else None   # not a --set already
-    return exc.with_source(f"--set {item}" + (f" (over {over})" if over else ""))
+    over = exc.source if exc.source and flag not in exc.source else None   # not a --set already
+    return exc.with_source(f"{flag} {item}" + (f" (over {over})" if over else ""))
 
 
 # pydantic's loc parts naming a union branch or a validator, not a field ("function-after[...]",

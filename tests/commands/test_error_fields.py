@@ -77,3 +77,16 @@ def test_a_bad_key_of_the_workload_file_names_that_file_not_the_scenario(tmp_pat
                         "workload: {preset: wl.yaml, train_layout: {tp: 5, pp: 1}}\n")
     assert main(["run", str(scenario)]) == 2
     assert f"error: {scenario}: field 'workload.train_layout" in capsys.readouterr().err
+
+
+def test_a_bad_predict_item_is_blamed_on_it_not_the_scenario(tmp_path, capsys):
+    """calibrate --predict topology.nodez=2 said 'run8.yaml: field topology.nodez' (found by a
+    new-user trial); it names the --predict item over the file, as --set does."""
+    scenario = tmp_path / "run8.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\nschedule: colocated\n"
+                        "iterations: 1\n")
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "timing_s/step": 80}\n{"step": 2, "timing_s/step": 81}\n')
+    code = main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--predict", "topology.nodez=2"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: --predict topology.nodez=2 (over {scenario}): field 'topology.nodez'" in err
