@@ -443,6 +443,9 @@ def size_topology(spec: str | None, gpus: int, where: str, source: str,
     preset, _ = resolve("topologies", name)
     per_node = preset.get("devices_per_node")
     assumed = "" if spec else f" ({DEFAULT_TOPOLOGY} assumed: the hardware is not in the config; pick yours with --topology)"
+    domain_key = next((k for k in DOMAIN_SIZE_KEYS if k in preset), None)
+    if "nodes" not in preset and domain_key and not user_sizes:   # sized in racks / supernodes of whole domains
+        return _domains_for(name, preset, domain_key, gpus, where, source, assumed)
     if "nodes" not in preset or not isinstance(per_node, int) or per_node < 1:
         if user_sizes:
             return {"preset": name}, f"topology {name} sized by --set"
@@ -457,6 +460,26 @@ def size_topology(spec: str | None, gpus: int, where: str, source: str,
         return ({"preset": name, "nodes": nodes},
                 f"topology {name} sized by --set (the config's {gpus} GPUs ({where}) would be {nodes} nodes){assumed}")
     return {"preset": name, "nodes": nodes}, f"topology {name} x {nodes} nodes = {gpus} GPUs ({where}){assumed}"
+
+
+# A preset sized in whole NVLink / UB domains rather than nodes (gb200-nvl72: racks; cloudmatrix384:
+# supernodes): devices_per_node x nodes_per_domain devices each.
+DOMAIN_SIZE_KEYS = ("racks", "supernodes", "domains")
+
+
+def _domains_for(name: str, preset: Mapping[str, Any], key: str, gpus: int, where: str, source: str,
+                 assumed: str) -> tuple[dict[str, Any], str]:
+    per_domain = preset.get("devices_per_node", 0) * preset.get("nodes_per_domain", 0)
+    if not isinstance(per_domain, int) or per_domain < 1:
+        raise RlsimError(f"topology {name!r} is not sized in nodes; cannot hold the config's {gpus} GPUs ({where})",
+                         source=source, field="topology", fix=f"size it with --set topology.{key}=N")
+    count = math.ceil(gpus / per_domain)
+    if count * per_domain != gpus:
+        raise RlsimError(f"the config's {gpus} GPUs ({where}) are not whole {key} of {name} ({per_domain} devices "
+                         "each)", source=source, field=f"topology.{key}",
+                         fix=f"--set topology.{key}={count} (its {count * per_domain} devices), or a topology whose "
+                             "size holds the config's GPUs")
+    return {"preset": name, key: count}, f"topology {name} x {count} {key} = {gpus} GPUs ({where}){assumed}"
 
 
 def default_length(field_name: str) -> dict[str, Any]:

@@ -744,3 +744,14 @@ def test_overrides_after_another_option_say_where_they_go(capsys, extra):
     cfg = str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
     code, _, err = cli(capsys, "run", "--from-verl", cfg, "--topology", "dgx-h200", *extra)
     assert code == 2 and "right after its path" in err and "Traceback" not in err
+
+
+def test_a_config_is_sized_in_the_racks_of_a_rack_topology():
+    """72 GPUs on gb200-nvl72 (sized in racks) were refused as 'not sized in nodes' (fix: topology.PARAM):
+    found by a new-user trial. 40 GPUs are not whole racks: the error names topology.racks."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    imported = import_config("verl", cfg, ["trainer.n_gpus_per_node=4", "trainer.nnodes=18"], topology="gb200-nvl72")
+    assert imported.scenario["topology"] == {"preset": "gb200-nvl72", "racks": 1}
+    with pytest.raises(RlsimError) as caught:
+        import_config("verl", cfg, ["trainer.n_gpus_per_node=4", "trainer.nnodes=10"], topology="gb200-nvl72")
+    assert caught.value.field == "topology.racks"
