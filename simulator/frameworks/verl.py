@@ -13,7 +13,7 @@ engine (kind colocated).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -626,6 +626,7 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     ppo_micro_batch_size_per_gpu samples in order (log_prob_micro_batch_size_per_gpu for the log-probs)."""
     r = f"{A}.rollout"
     if not v.flag(f"{A}.actor.use_dynamic_bsz"):
+        _check_micro_divides_mini(v, layout)
         if v.flag(f"{A}.model.use_remove_padding"):   # padded samples: no packed order for a scenario to take
             s["micro_batching"] = "sequence"
         decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
@@ -646,6 +647,29 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
         decided[f"{r}.log_prob_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the log-prob passes "
                                                              "take a token budget")
+
+
+def _check_micro_divides_mini(v: Values, layout: Mapping[str, Any]) -> None:
+    """verl's workers split the mini-batch (ppo_mini_batch_size x rollout.n samples) over the
+    data-parallel ranks and assert that the micro-batch divides each rank's share (fsdp_workers.py /
+    megatron_workers.py: ppo_mini_batch_size % ppo_micro_batch_size_per_gpu == 0; cited from memory
+    of its public code): a config verl refuses is refused here too."""
+    key = f"{A}.actor.ppo_micro_batch_size_per_gpu"
+    if not v.given(key):
+        return
+    samples = v.count(f"{A}.actor.ppo_mini_batch_size") * v.count(f"{A}.rollout.n")
+    devices = v.count("trainer.nnodes") * v.count("trainer.n_gpus_per_node")
+    model_parallel = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
+    dp = devices // model_parallel if model_parallel and devices % model_parallel == 0 else 0
+    micro = layout.get("micro_batch", 1)
+    if dp and (samples % dp or (samples // dp) % micro):
+        share = samples / dp
+        fit = [d for d in range(1, int(share) + 1) if share == int(share) and int(share) % d == 0]
+        raise RlsimError(f"ppo_micro_batch_size_per_gpu {micro} does not divide the {share:g} samples of a "
+                         f"mini-batch per data-parallel rank (ppo_mini_batch_size x rollout.n = {samples} over {dp}): "
+                         "verl's workers assert it", source=v.result.source, field=key,
+                         fix=f"give a divisor of it (e.g. {', '.join(map(str, fit[-3:]))})" if fit
+                         else "give a ppo_mini_batch_size x rollout.n that the data-parallel ranks divide")
 
 
 def _rollout_gpus(v: Values) -> int:

@@ -750,8 +750,20 @@ def test_a_config_is_sized_in_the_racks_of_a_rack_topology():
     """72 GPUs on gb200-nvl72 (sized in racks) were refused as 'not sized in nodes' (fix: topology.PARAM):
     found by a new-user trial. 40 GPUs are not whole racks: the error names topology.racks."""
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
-    imported = import_config("verl", cfg, ["trainer.n_gpus_per_node=4", "trainer.nnodes=18"], topology="gb200-nvl72")
+    imported = import_config("verl", cfg, ["trainer.n_gpus_per_node=4", "trainer.nnodes=18", "data.train_batch_size=576",
+                                           "actor_rollout_ref.actor.ppo_mini_batch_size=72"], topology="gb200-nvl72")
     assert imported.scenario["topology"] == {"preset": "gb200-nvl72", "racks": 1}
     with pytest.raises(RlsimError) as caught:
-        import_config("verl", cfg, ["trainer.n_gpus_per_node=4", "trainer.nnodes=10"], topology="gb200-nvl72")
+        import_config("verl", cfg, ["trainer.n_gpus_per_node=4", "trainer.nnodes=10", "data.train_batch_size=640",
+                                    "actor_rollout_ref.actor.ppo_mini_batch_size=80"], topology="gb200-nvl72")
     assert caught.value.field == "topology.racks"
+
+
+def test_a_micro_batch_verl_would_refuse_is_refused():
+    """ppo_micro_batch_size_per_gpu 3 against 64 samples a data-parallel rank ran (found by a new-user
+    trial); verl's workers assert that it divides the rank's share of the mini-batch."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    with pytest.raises(RlsimError, match="does not divide the 64 samples") as caught:
+        import_config("verl", cfg, ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"])
+    assert caught.value.field == "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+    import_config("verl", cfg, ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"])
