@@ -386,8 +386,14 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
         colocated = summary.get("schedule") == "stalesync" and summary.get("placement") == "colocated"
         why = (": colocated StaleSync generates on the training devices between steps, so a sample is at "
                "most one version old" if colocated else "")
-        notes.append(f"staleness bound {bound:g} never binds: the samples trained were at most {seen:g} "
-                     f"version(s) old{why}; a bound above {seen:g} gives the same run")
+        iterations = summary.get("iterations") or 0
+        if not colocated and iterations <= bound + 1:   # too short a run to reach the bound: say that, not "never"
+            notes.append(f"staleness bound {bound:g} not reached in {iterations} iteration(s): the samples trained were "
+                         f"at most {seen:g} version(s) old; the run ends before the trainer can lag {bound:g} versions, "
+                         f"so run more than {bound + 1:g} iterations for a steady state at this bound")
+        else:
+            notes.append(f"staleness bound {bound:g} never binds: the samples trained were at most {seen:g} "
+                         f"version(s) old{why}; a bound above {seen:g} gives the same run")
     if summary.get("iterations") == 1 and summary.get("schedule") not in ON_POLICY_KINDS:
         notes.append(f"one iteration: {summary.get('schedule')} runs ahead of its trainer, so its first step is a "
                      "warm-up (a pipeline filling, a partial batch) and the steady figures are that step's; run 2 "

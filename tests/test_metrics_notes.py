@@ -51,6 +51,11 @@ def test_notes_on_synthetic_summaries():
     loose = {**base, "staleness": {"bound": 3.0, "max": 1.0}}
     assert "bound 3 never binds" in summary_notes(loose)[0]
     assert summary_notes({**base, "staleness": {"bound": float("inf"), "max": 5.0}}) == []
+    # a split-pool run too short to lag its bound says so, not that the bound never binds
+    short = {**base, "placement": "disaggregated", "iterations": 3, "staleness": {"bound": 8.0, "max": 2.0}}
+    assert "bound 8 not reached in 3 iteration(s)" in summary_notes(short)[0]
+    long = {**short, "iterations": 20}
+    assert "bound 8 never binds" in summary_notes(long)[0]
 
 
 def test_cheapest_ranks_by_trained_tokens_not_by_step():
