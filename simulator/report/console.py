@@ -61,11 +61,11 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
                              ("generated_tokens_per_s", "generated tokens/s", ""),
                              ("samples_per_s", "samples/s", "")):
         t.add_row(label, _fmt(s[key], unit))
-    t.add_row("MFU", f"{s['mfu']:.1%}")
+    t.add_row("MFU (whole run)", f"{s['mfu']:.1%}")
     t.add_row("bubble fraction", f"{s['bubble_fraction']:.1%}")
     t.add_row("rollout slot occupancy", _share(s['rollout']['occupancy']))
     t.add_row("rollout time at low batch", _share(s['rollout']['low_batch_fraction']))
-    t.add_row("trained samples / step", _trained(s))
+    t.add_row("trained samples / step (whole run)", _trained(s))
     t.add_row("staleness max / mean", f"{s['staleness']['max']:.0f} / {s['staleness']['mean']:.2f}")
     phases = s.get("peak_memory_by_phase") or {}
     by_phase = ", ".join(f"{phase} {v / 1e9:.1f}" for phase, v in phases.items())
@@ -114,12 +114,12 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
         t.add_row(f"  {cause}", *[f"{r['bubbles_by_cause'].get(cause, 0.0):.1%}" for r in rows])
     t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
     t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])
-    t.add_row("MFU", *[f"{r['mfu']:.1%}" for r in rows])
+    t.add_row("MFU (whole run)", *[f"{r['mfu']:.1%}" for r in rows])
     # the deciding constraint of a pool split: the highest of the run's phases per device
     t.add_row("peak memory (GB)", *[f"{r['peak_memory_bytes'] / 1e9:.1f}" for r in rows])
     t.add_row("staleness max", *[f"{r['staleness']['max']:.0f}" for r in rows])
     t.add_row("pools", *[", ".join(f"{k} {v}" for k, v in r["pools"].items()) for r in rows])
-    t.add_row("trained samples / step", *[_trained(r) for r in rows])
+    t.add_row("trained samples / step (whole run)", *[_trained(r) for r in rows])
     console.print(t)
     # a note is one kind's (its own default or knob), unless every kind gave it
     notes: dict[str, list[str]] = {}

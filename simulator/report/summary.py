@@ -105,7 +105,7 @@ KEY_ROWS: list[Row] = [
     ("bubbles (idle device time)", lambda s: _pct(_get(s, "bubble_fraction"))),
     ("biggest bubble cause", lambda s: (lambda t: f"{CAUSE_WORDS.get(t[0], t[0])} {t[1]:.1%}" if t else "-")(
         biggest_bubble(s))),
-    ("MFU", lambda s: _pct(_get(s, "mfu"))),
+    ("MFU (whole run)", lambda s: _pct(_get(s, "mfu"))),
     ("peak memory per device", lambda s: _gb(_get(s, "peak_memory_bytes"))),
     ("rollout slot occupancy", lambda s: _pct(_get(s, "rollout.occupancy"))),
     ("staleness max / mean (batches)", lambda s: (
