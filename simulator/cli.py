@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
                 any(flag in getattr(self, "argv_given", sys.argv) for flag in ("--from-verl", "--from-nemo-rl")):
             # framework overrides placed after another option: argparse has no slot for them there
             message += (" (fix: give the config's key=value overrides right after its path: "
-                        "--from-verl CONFIG key=value ... --topology ...)")
+                        "--from-verl / --from-nemo-rl CONFIG key=value ... --topology ...)")
         self.exit(2, f"rlsim: error: {message}\n")
 
 

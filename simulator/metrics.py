@@ -216,7 +216,9 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
 # calibration.runlogs reads back): the policy's and the reference's log-prob passes share one timer.
 NEMO_RL_TIMERS = {"gen": "generation", "reward": "reward_calculation", "old_log_prob": "policy_and_reference_logprobs",
                   "ref": "policy_and_reference_logprobs", "update_actor": "policy_training",
-                  "wait_prev_gen": "exposed_generation", "values": "critic_values", "update_critic": "critic_training"}
+                  "wait_prev_gen": "exposed_generation",
+                  # NeMo RL trains no critic: a PPO run's critic phases keep verl's names
+                  "values": "values", "update_critic": "update_critic"}
 
 
 def nemo_rl_timing(verl: Mapping[str, float], stage_time_s: Mapping[str, float]) -> dict[str, float]:
