@@ -117,6 +117,16 @@ class TrainLayout:
         tp 8, etp 8, ep 4 that is DP a multiple of 4."""
         return self.model_parallel * expert_fold(self.tp, self.cp, self.ep, self.etp)
 
+    def pool_unit_text(self) -> str:
+        """What makes the pool unit, for an error that cannot fit one: the replica, and the replicas
+        the experts' fold needs (a training replica 'of 32' for TP 4 said nothing of EP 8 x etp 4)."""
+        fold = expert_fold(self.tp, self.cp, self.ep, self.etp)
+        replica = f"tp {self.tp} x cp {self.cp} x pp {self.pp} = {self.model_parallel}"
+        if fold == 1:
+            return replica
+        return (f"{replica}, x {fold} replicas so that ep {self.ep} x etp {self.expert_tp} divides a stage's tp x cp x "
+                f"dp ranks (MoE parallel folding; etp is tp unless expert_tensor_parallel_size / etp is given)")
+
     @property
     def devices(self) -> int:
         if self.dp is None:

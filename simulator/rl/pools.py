@@ -57,18 +57,21 @@ def split_warning(schedule: ScheduleConfig, n_devices: int, pools: dict[str, Poo
 
 
 def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
-                train_group_devices: int, source: str = "<scenario>") -> dict[str, Pool]:
+                train_group_devices: int, source: str = "<scenario>", unit_text: str = "") -> dict[str, Pool]:
     """colocated: {actor} (fuse=full) or {actor, aux} (fuse=actor); otherwise {rollout, train}.
     ``train_group_devices``: the training pool's granule (TrainLayout.pool_unit: whole replicas that
-    also fold the experts), so a split that the fraction would put between granules rounds to one."""
+    also fold the experts), so a split that the fraction would put between granules rounds to one;
+    ``unit_text`` what makes it (TrainLayout.pool_unit_text), said when none fits."""
+    why = f" ({unit_text})" if unit_text else ""
     unit = math.lcm(instance_devices, train_group_devices)
     if schedule.effective_placement == "colocated":
         if schedule.fuse == "full":
             count = _round_down(n_devices, unit)
             if count == 0:
-                raise RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices} "
-                                 f"and one rollout instance of {instance_devices}", source=source,
-                                 field="workload.train_layout", fix="use fewer TP x PP or more devices")
+                raise RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices}"
+                                 f"{why} and one rollout instance of {instance_devices}", source=source,
+                                 field="workload.train_layout",
+                                 fix="use fewer TP x PP (with experts: a smaller ep or etp) or more devices")
             return {"actor": Pool("actor", 0, count)}
         aux = max(1, round(n_devices * schedule.aux_fraction))
         actor = _round_down(n_devices - aux, unit)
@@ -94,9 +97,9 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
     train = min(max(train_group_devices, nearest), most)
     rollout = _round_down(n_devices - train, instance_devices)
     if most < train_group_devices or rollout <= 0:
-        raise RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices} "
-                         f"and one rollout instance of {instance_devices}", source=source, field=field_name,
-                         fix="use more devices or smaller layouts")
+        raise RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices}"
+                         f"{why} and one rollout instance of {instance_devices}", source=source, field=field_name,
+                         fix="use more devices or smaller layouts (with experts: a smaller ep or etp)")
     return {"rollout": Pool("rollout", 0, rollout), "train": Pool("train", rollout, train)}
 
 

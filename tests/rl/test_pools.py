@@ -182,3 +182,13 @@ def test_a_rollout_pool_with_no_room_says_so_rather_than_a_negative_count():
     with pytest.raises(RlsimError) as info:
         build_pools(sc.schedule, 8, instance_devices=1, train_group_devices=16)
     assert "at most -" not in info.value.fix and "give more devices" in info.value.fix
+
+
+def test_a_pool_unit_too_large_says_what_makes_it():
+    """'16 devices cannot hold one training replica of 32' for TP 4 said nothing of EP 8 x etp 4 (found
+    by a new-user trial): the layout's text names the fold."""
+    lay = TrainLayout(tp=4, ep=8)
+    assert lay.pool_unit == 32 and "ep 8 x etp 4" in lay.pool_unit_text()
+    with pytest.raises(RlsimError, match="ep 8 x etp 4"):
+        build_pools(_Schedule("colocated"), 16, 4, lay.pool_unit, unit_text=lay.pool_unit_text())
+    assert TrainLayout(tp=4).pool_unit_text() == "tp 4 x cp 1 x pp 1 = 4"

@@ -47,7 +47,9 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     sched = scenario.schedule
     policy = registry.get(sched.kind, scenario.source)
     check_before_pools(scenario, policy)
-    pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_pool_unit, scenario.source)
+    template = getattr(costs, "train_template", None)   # LlmCosts': what makes its pool unit
+    pools = build_pools(sched, n_devices, costs.instance_devices, costs.train_pool_unit, scenario.source,
+                        template.pool_unit_text() if template is not None else "")
     check_with_pools(scenario, costs, pools)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed),
                   keep_samples=keep_samples)
