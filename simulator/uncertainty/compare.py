@@ -62,11 +62,18 @@ def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
 def verdict(kind: str, baseline: str, low: float, high: float, n: int, metric: str) -> str:
     """'stalesync beats colocated by 12-17% (steady_tokens_per_s, 95% CI over 32 seeds)'."""
     lower_is_better = metric.endswith(("time_s", "makespan_s")) or "bubble" in metric
-    gain_low, gain_high = (1 / high - 1, 1 / low - 1) if lower_is_better else (low - 1, high - 1)
     coverage = ci_coverage(n)
     where = (f"({metric}, 95% CI over {n} seeds)" if coverage >= 0.95
              else f"({metric}, {coverage:.0%} interval over {n} seed{'s' if n != 1 else ''}: the [min, max]; "
                   "6 or more seeds give 95%)")
+    if lower_is_better:   # the metric's own change, as its ratio interval has it (not a rate's 1 - 1 / ratio)
+        if high < 1:
+            return f"{kind} beats {baseline}: its {metric} is {_span(1 - high, 1 - low)}% lower {where}"
+        if low > 1:
+            return f"{kind} trails {baseline}: its {metric} is {_span(low - 1, high - 1)}% higher {where}"
+        return (f"{kind} vs {baseline}: {metric} {(low - 1) * 100:+.1f}% to {(high - 1) * 100:+.1f}%, "
+                f"not larger than the noise {where}")
+    gain_low, gain_high = low - 1, high - 1
     if gain_low > 0:
         return f"{kind} beats {baseline} by {_span(gain_low, gain_high)}% {where}"
     if gain_high < 0:

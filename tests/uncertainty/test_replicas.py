@@ -86,6 +86,11 @@ def test_verdict_words():
     assert "trails" in verdict("a", "b", 0.8, 0.9, 8, "steady_tokens_per_s")
     assert "by 37.6-38.4%" in verdict("a", "b", 0.616, 0.624, 8, "steady_tokens_per_s")
     assert "beats" in verdict("a", "b", 0.8, 0.9, 8, "steady_step_time_s")   # lower is better
+    # the metric's own change, as its ratio interval says: a step 74-80% longer, not "trails by 42-44%"
+    # (1 - 1 / ratio, a figure the document showed nowhere: a new-user trial)
+    assert verdict("a", "b", 1.74, 1.80, 8, "steady_step_time_s") == \
+        "a trails b: its steady_step_time_s is 74-80% higher (steady_step_time_s, 95% CI over 8 seeds)"
+    assert "is 15-25% lower" in verdict("a", "b", 0.75, 0.85, 8, "bubble_fraction")
     assert "noise" in verdict("a", "b", 0.95, 1.05, 8, "steady_tokens_per_s")
 
 
