@@ -147,9 +147,11 @@ def _main(argv: list[str] | None) -> int:
         return code
     except RlsimError as exc:
         exc = blamed_on_set(exc, getattr(args, "overrides", None) or [])
-        predicted = getattr(args, "predict", None)   # calibrate --predict KEY=VALUE: as --set, for the predicted run
-        if predicted and isinstance(predicted, list):
-            exc = blamed_on_set(exc, [str(item) for item in predicted], "--predict")
+        # calibrate --predict KEY=VALUE (the predicted run) and sensitivity --vary KEY=LOW..HIGH, as --set
+        for flag, dest in (("--predict", "predict"), ("--vary", "vary")):
+            items = getattr(args, dest, None)
+            if items and isinstance(items, list):
+                exc = blamed_on_set(exc, [str(item) for item in items], flag)
         print(f"rlsim: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -84,7 +84,11 @@ def print_intervals(doc: dict[str, Any], title: str = "") -> None:
     n = doc["seeds"]
     parts = [f"{name} {_num(doc[name])} [{_num(doc['ci95'][name][0])}, {_num(doc['ci95'][name][1])}]"
              for name in SHOWN if name in doc.get("ci95", {})]
-    print(f"{title}median and {interval_label(n)} over {n} seed{'s' if n != 1 else ''}: " + "; ".join(parts))
+    if n == 1:   # one draw of the distribution values: its figures, no interval to give
+        parts = [f"{name} {_num(doc[name])}" for name in SHOWN if name in doc.get("ci95", {})]
+        print(f"{title}one seed (one draw of the distribution values; --seeds N for an interval): " + "; ".join(parts))
+    else:
+        print(f"{title}median and {interval_label(n)} over {n} seeds: " + "; ".join(parts))
     for key, values in doc.get("replicas", {}).get("sampled", {}).items():
         print(f"  sampled {key}: " + ", ".join(_num(v) for v in values))
 
@@ -135,7 +139,7 @@ def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
     list its layout. None when one replica and no distribution apply."""
     from ..overrides import parse_assignment
     from ..uncertainty import plan_replicas
-    from ..uncertainty.intervals import aggregate
+    from ..uncertainty.intervals import aggregate, ci_coverage, interval_label
     rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
     plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=rest)
     if not plan.distributions and any(parse_assignment(o)[0] == "seed" for o in rest):
@@ -154,15 +158,19 @@ def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
         key = json.dumps(row.get("layout"), sort_keys=True)
         same = [r for rows_i in runs for r in rows_i if json.dumps(r.get("layout"), sort_keys=True) == key]
         doc, ci95 = aggregate(same)
-        rows.append({**doc, "seeds": len(same), "ci95": ci95})
+        # what each row's interval covers: it is over the replicas that list the layout, not all of them
+        rows.append({**doc, "seeds": len(same), "ci95": ci95, "ci_coverage": ci_coverage(len(same))})
     if args.json:
         print_json(rows)
         return 0
-    print(f"{args.stage} layouts, medians and 95% intervals over {plan.n} replicas:")
+    print(f"{args.stage} layouts, medians and intervals over {plan.n} replica{'s' if plan.n != 1 else ''} "
+          "(each over the replicas that list the layout):")
     for i, row in enumerate(rows, 1):
         ci = row["ci95"]
+        spread = (f"{interval_label(row['seeds'])} in {row['seeds']} replicas" if row["seeds"] > 1
+                  else "one replica: no interval")
         print(f"#{i} {row.get('layout')}: step {_num(row['step_time_s'])} s {_pair(ci, 'step_time_s')}, "
-              f"tokens/s {_num(row['tokens_per_s'])} {_pair(ci, 'tokens_per_s')} (in {row['seeds']} replicas)")
+              f"tokens/s {_num(row['tokens_per_s'])} {_pair(ci, 'tokens_per_s')} ({spread})")
     return 0
 
 

@@ -6,7 +6,7 @@ import html
 from collections.abc import Callable, Mapping
 from typing import Any
 
-CAUSE_WORDS = {"long_tail": "long tail", "dependency": "waiting on inputs (samples, rewards)", "switch": "role switch",
+CAUSE_WORDS = {"long_tail": "long tail", "dependency": "waiting on a dependency (samples, weights or rewards)", "switch": "role switch",
                "weight_sync": "weight sync", "pipeline_bubble": "pipeline bubble", "placement": "placement",
                "data": "data loading"}
 

@@ -138,3 +138,20 @@ def test_a_few_seeds_say_their_intervals_coverage(capsys):
     code, out, err = main_output(capsys, "compare", *SMALL, "--schedules", "colocated,async", "--seeds", "3", "--json")
     docs = json.loads(out)
     assert docs[0]["ci_coverage"] == 0.75 and docs[1]["vs_baseline"]["ci_coverage"] == 0.75
+
+
+def test_plan_intervals_say_their_coverage_and_one_draw_says_it_has_none(tmp_path, capsys):
+    """plan --seeds labelled every row '95%' (one replica too) and its JSON had no ci_coverage; a plain
+    run of distribution values printed a '0% interval' of one seed (found by a new-user trial)."""
+    scenario = tmp_path / "d.yaml"
+    scenario.write_text("workload: {preset: grpo-qwen2.5-7b, response_length: {dist: lognormal, "
+                        "median: {dist: uniform, low: 600, high: 1100, integer: true}, sigma: 1.0}}\n"
+                        "topology: {preset: dgx-h100, nodes: 1}\niterations: 1\n")
+    code, out, err = main_output(capsys, "plan", str(scenario), "--seeds", "3", "--top", "1", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert all("ci_coverage" in row and (row["seeds"] > 1 or row["ci_coverage"] < 0.95) for row in rows)
+    code, out, err = main_output(capsys, "run", str(scenario), "--set", "workload.prompts_per_step=8",
+                                 "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=4")
+    assert code == 0, err
+    assert "one seed (one draw of the distribution values" in out and "0% interval" not in out
