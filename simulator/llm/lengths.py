@@ -130,6 +130,10 @@ class LengthDistribution:
             path = Path(str(mapping["file"]))
             if not path.is_absolute() and source and Path(source).parent.is_dir() and not path.exists():
                 path = Path(source).parent / path
+            if not path.exists():   # named with the key that gave it, in the file that gave the key
+                raise RlsimError(f"length file not found: {mapping['file']}", source=source, field=f"{field}.file",
+                                 fix="check the path (relative paths are read next to the file that names them, "
+                                     "else from the working folder)")
             kwargs["values"] = tuple(sorted(read_lengths(path, mapping.get("column"), field=f"{field}.column")))
         return cls(**kwargs)
 

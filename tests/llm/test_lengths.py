@@ -95,8 +95,10 @@ def test_bad_input_names_file_and_field(mapping, field):
 
 
 def test_missing_or_bad_empirical_file(tmp_path):
-    with pytest.raises(RlsimError, match="cannot read"):
+    # a missing file is named with its key (it said only "none.csv: cannot read length file")
+    with pytest.raises(RlsimError, match="length file not found") as caught:
         LengthDistribution.from_mapping({"dist": "empirical", "file": str(tmp_path / "none.csv")})
+    assert caught.value.field.endswith(".file")
     bad = tmp_path / "bad.csv"
     bad.write_text("length\n12\n-3\n")
     with pytest.raises(RlsimError, match="not a positive length"):
