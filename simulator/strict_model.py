@@ -41,6 +41,31 @@ class _BoolGiven:
         return f"{str(self.value).lower()}, a bool: write a number"
 
 
+def number_only(annotation: Any) -> bool:
+    """Whether a field of this type holds only a number (int or float, optionally None): a quoted
+    '64' there is text, not the number (lax mode read prompts_per_step: '64' as 64)."""
+    if annotation in (int, float):
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return number_only(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return bool(args) and all(number_only(arg) for arg in args)
+    return False
+
+
+class _TextGiven:
+    """A quoted number given where a number belongs: pydantic's own error names the full dotted
+    field, and its repr says what was written."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{self.value!r}, text: write the number without quotes"
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -52,7 +77,14 @@ class StrictModel(BaseModel):
         fields = cls.model_fields
         wrong = [k for k, v in data.items()
                  if isinstance(v, bool) and k in fields and not takes_bool(fields[k].annotation)]
-        return {**data, **{k: _BoolGiven(data[k]) for k in wrong}} if wrong else data
+        # text where only a number goes, unless a validator of the field reads text first (units: '25GB/s')
+        parsed = {name for d in cls.__pydantic_decorators__.field_validators.values() if d.info.mode == "before"
+                  for name in d.info.fields}
+        quoted = [k for k, v in data.items() if isinstance(v, str) and k in fields and k not in parsed
+                  and number_only(fields[k].annotation)]
+        if not (wrong or quoted):
+            return data
+        return {**data, **{k: _BoolGiven(data[k]) for k in wrong}, **{k: _TextGiven(data[k]) for k in quoted}}
 
     def set_off_default(self, keys: typing.Iterable[str]) -> list[str]:
         """Of ``keys``, those given and away from their defaults, sorted: the ones a rule that makes

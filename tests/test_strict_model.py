@@ -95,3 +95,16 @@ def test_staleness_inf_was_an_overflow_and_is_now_refused(capsys):
     code = main(["run", *TINY, "--schedule", "stalesync", "--set", "schedule.staleness=.inf", "--json"])
     err = capsys.readouterr().err
     assert code == 2 and "schedule.staleness" in err and "finite" in err
+
+
+def test_a_quoted_number_is_text_not_the_number_unless_the_field_reads_units():
+    """prompts_per_step: '64' ran as 64 (lax mode; found by a new-user trial); a field whose validator
+    reads text (a bandwidth '25GB/s') still takes it."""
+    from simulator.errors import RlsimError
+    from simulator.scenario import load_scenario
+    with pytest.raises(RlsimError, match="text: write the number without quotes") as caught:
+        load_scenario({"workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": "64"}})
+    assert caught.value.field == "workload.prompts_per_step"
+    sc = load_scenario({"workload": "grpo-qwen2.5-7b", "schedule": {"kind": "colocated",
+                                                                     "distqueue": {"bw_Bps": "25GB/s"}}})
+    assert sc.schedule.distqueue.bw_Bps == 25e9
