@@ -90,3 +90,9 @@ def test_a_bad_predict_item_is_blamed_on_it_not_the_scenario(tmp_path, capsys):
     code = main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--predict", "topology.nodez=2"])
     err = capsys.readouterr().err
     assert code == 2 and f"error: --predict topology.nodez=2 (over {scenario}): field 'topology.nodez'" in err
+
+
+def test_a_schedule_kind_one_typo_away_names_the_kind(capsys):
+    code = main(["run", *TINY, "--set", "schedule.kind=colocatd"])
+    err = capsys.readouterr().err
+    assert code == 2 and "did you mean 'colocated'" in err and "field 'schedule.kind'" in err
