@@ -24,7 +24,10 @@ def section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         parts.append(f"<h2>{html.escape(title)}</h2><p class='note'>Mean step {crit['step_time_s']:,.4g} s; "
                      f"bottleneck {html.escape(crit['bottleneck'])}. Free delta = seconds per step the cause "
                      "holds on the path (the saving were it free: exact on a serial schedule, an upper bound "
-                     "where work overlaps).</p><table><tr><th>cause</th><th>share of path</th>"
+                     "where work overlaps). A cause's share of the path is not its bubble share above: the path "
+                     "counts the time the step waits on it (long_tail: the last sequences of a round being "
+                     "generated), the bubbles count devices idle (long_tail: devices left without a "
+                     "sequence).</p><table><tr><th>cause</th><th>share of path</th>"
                      f"<th>free delta (s / step)</th></tr>{rows}</table>" + _last_chain(crit["steps"][-1]))
     return "".join(parts)
 
