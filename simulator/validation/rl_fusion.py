@@ -101,7 +101,7 @@ def cases():
     yield Case("V2 one supernode", "tokens/s", 35_000.0, lambda: _tps("stalesync"), tolerance=0.3, source=SRC,
                note="seed scenario, stalesync, steady state; prompt + response tokens trained per second")
     yield Case("V2 scaling 1->4 supernodes", "scaling efficiency", 0.91, lambda: scaling("stalesync"),
-               tolerance=0.1, source=SRC, note="weak scaling (prompts x supernodes), stalesync, steady state")
+               tolerance=0.1, source=SRC, note="weak scaling (prompts and mini-batch prompts x supernodes), stalesync, steady state")
     yield Case("V2 scaling 1->4 supernodes, stalesync keeps >= 0.9", "scaling efficiency", 0.9,
                lambda: scaling("stalesync"), expect="above", source=SRC,
                note="published: 'cluster scaling efficiency above 90%' with StaleSync")
