@@ -4,7 +4,9 @@ pydantic's lax mode does not apply by itself (issue 14, classes 2 and 5):
 
 - every float is finite: ``.inf`` / ``.nan`` pass a ``ge=0`` bound but crash or mislead later
   (an infinite staleness overflowed an integer conversion in the runner);
-- ``true`` / ``false`` are not numbers: lax mode reads ``iterations: true`` as 1.
+- ``true`` / ``false`` are not numbers: lax mode reads ``iterations: true`` as 1;
+- a quoted number is text where only a number goes: lax mode reads ``prompts_per_step: '64'`` as 64
+  (a field whose validator reads text first, a bandwidth '25GB/s', still takes it).
 """
 from __future__ import annotations
 
