@@ -117,3 +117,24 @@ def test_a_planner_section_for_the_given_side_is_an_error(auto, key, field):
     other = {"planner.rollout": "planner.space.tp=[2]", "planner.space": "planner.rollout.tp=[1]"}[field]
     auto_layouts(load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
                                overrides=[auto, other]), load_topology(sc.topology))   # the planned side's: read
+
+
+def test_a_planned_layout_a_heavier_step_runs_out_of_says_why_and_the_fix():
+    """Colocated StaleSync trains its consolidated tail (long samples together), heavier than the drawn
+    batches the planner judged memory on (a documentation audit hit it on grpo-qwen2.5-7b over 4 DGX
+    H100 nodes): the memory error of a planned layout says so and how to narrow the plan; a given
+    layout's error is left as it is."""
+    from simulator.errors import RlsimError
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts
+    from simulator.scenario import load_scenario
+
+    def costs(layout):
+        sc = load_scenario(None, workload="grpo-qwen2.5-7b", topology="dgx-h100",
+                           overrides=["topology.nodes=1", f"workload.train_layout={layout}"])
+        return LlmCosts(sc, load_topology(sc.topology), auto_layouts={"train": {"tp": 1, "zero": 2}})
+    oom = RlsimError("qwen2.5-7b with tp=1 ... does not fit in device memory: ...", field="workload.train_layout")
+    noted = costs("auto")._planned_layout_note(oom)
+    assert "layout: auto planned memory on drawn batches" in noted.message
+    assert "planner.space.recompute=[full]" in noted.fix and noted.field == "workload.train_layout"
+    assert costs("{tp: 1, zero: 2}")._planned_layout_note(oom) is oom

@@ -588,7 +588,7 @@ class LlmCosts:
                                 packing=self._packing(), params=self.train_params, collectives=self.collectives,
                                 source=self.source)
         except RlsimError as exc:
-            raise self._in_the_layouts_terms(exc, lay, self.layout(n_devices)) from None
+            raise self._planned_layout_note(self._in_the_layouts_terms(exc, lay, self.layout(n_devices))) from None
         chain = c.critical_stages()
         parts = [(f"stage {st}", sec) for st, sec in enumerate(chain["ops_s_by_stage"])]
         parts += [(part, chain[f"{part}_s"]) for part in ("p2p", "dp_sync", "optimizer", "offload")]
@@ -605,6 +605,19 @@ class LlmCosts:
                          "tokens, schedule.micro_batching: balanced)", source=exc.source, field=exc.field,
                          fix=exc.fix.replace(SMALLER_MICRO_BATCH, "shorter packed rows (schedule.pack_tokens)")
                          if exc.fix and given.micro_batch == 1 else exc.fix)
+        out.fields = list(exc.fields)
+        return out
+
+    def _planned_layout_note(self, exc: RlsimError) -> RlsimError:
+        """A memory error on a layout the planner chose (layout: auto) says why the plan did not see it:
+        it judged memory on drawn batches of independent lengths, and the run trained a heavier one
+        (colocated StaleSync trains its consolidated tail: long samples together)."""
+        if self.scenario.workload.train_layout != "auto" or "does not fit in device memory" not in exc.message:
+            return exc
+        out = RlsimError(exc.message + "; layout: auto planned memory on drawn batches of independent lengths, and "
+                         "this step trained a heavier one", source=exc.source, field=exc.field,
+                         fix="narrow the plan (--set planner.space.recompute=[full], or planner.space.micro_batch) "
+                             "or give workload.train_layout")
         out.fields = list(exc.fields)
         return out
 
