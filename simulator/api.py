@@ -129,12 +129,12 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
         raise RlsimError(f"replicas: {sc.replicas} asks for {sc.replicas} runs over seeds, and simulate runs one",
                          source=sc.source, field="replicas",
                          fix="run them with simulator.uncertainty.replicate (rlsim run runs them), or drop replicas")
-    with _blamed_on_its_file(sc.source):   # a model's check names the field; the scenario the file
+    with _blamed_on_its_file(sc.source, sc.workload.name):   # a model's check names the field; the scenario the file
         return _simulate(sc, costs, progress, keep_samples)
 
 
 @contextmanager
-def _blamed_on_its_file(source: str) -> Iterator[None]:
+def _blamed_on_its_file(source: str, workload_name: str) -> Iterator[None]:
     """raised_from(source), but an error on a key the scenario's workload file gave names that file
     (scenario.error_source), also when the model named the scenario."""
     from .scenario import error_source
@@ -144,7 +144,7 @@ def _blamed_on_its_file(source: str) -> Iterator[None]:
     except RlsimError as exc:
         if exc.source != source:
             raise
-        where = error_source(exc.fields, source)
+        where = error_source(exc.fields, source, workload_name)
         if where == source:
             raise
         raise exc.with_source(where) from None

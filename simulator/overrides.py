@@ -101,11 +101,19 @@ def _position(items: list, parts: list[str], i: int, key: str) -> int:
 
 
 def apply_overrides(mapping: dict[str, Any], items: Iterable[str]) -> dict[str, Any]:
-    """A deep copy of mapping with every KEY=VALUE applied in order."""
+    """A deep copy of mapping with every KEY=VALUE applied in order. An item that replaces a section
+    an earlier item set a key under is an error: it would drop that key without a word
+    (`--set schedule.staleness=4 --set schedule=async` ran at async's default staleness)."""
     out = copy.deepcopy(mapping)
+    given: list[tuple[str, str]] = []
     for item in items:
         key, value = parse_assignment(item)
+        dropped = [earlier for name, earlier in given if name.startswith(key + ".")]
+        if dropped:
+            raise RlsimError(f"--set {item} replaces {key}, dropping --set {dropped[0]} given before it",
+                             source="--set", field=key, fix=f"give --set {item} first, then the keys under {key}")
         set_dotted(out, key, value)
+        given.append((key, str(item)))
     return out
 
 

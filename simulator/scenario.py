@@ -1505,11 +1505,12 @@ def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
              "remove schedule.switch.host_link_efficiency, or turn one of those copies on")]
 
 
-def error_source(fields: list[str], source: str) -> str:
+def error_source(fields: list[str], source: str, workload_name: str | None = None) -> str:
     """Where the fields at fault of a scenario read from ``source`` were written, for an error a model
     raises after the scenario loaded (a TP size that does not divide the heads, a length law's
     sigma): a workload file's own key names that file (it named the scenario file). The scenario file
-    is read again, on this error path only."""
+    is read again, on this error path only. ``workload_name``: the loaded workload's name; a file's
+    workload of another name was replaced (--workload, --set workload=...) and is not blamed."""
     path = Path(source)
     if not fields or not path.is_file():
         return source
@@ -1523,6 +1524,8 @@ def error_source(fields: list[str], source: str) -> str:
     found = with_paths_from({"workload": str(named)}, folder_of(path))["workload"]
     if not Path(found).is_file() and not Path(str(named)).is_file():
         return source   # a built-in preset: a key the user left to it is not theirs to fix there
+    if workload_name is not None and _resolve_workload(found)[0].get("name") != workload_name:
+        return source   # the run's workload replaced the file's
     beside = _leaf_paths({k: v for k, v in workload.items() if k != "preset"}, "workload") \
         if isinstance(workload, Mapping) else ()
     return _error_source(fields, source, found if Path(found).is_file() else str(named), beside)

@@ -1067,7 +1067,12 @@ class BaseScenario:
         return None
 
     def keywords(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        overrides = [*self.overrides, *grid_overrides(values or {})]
+        # a grid value of a whole section (schedule=async) goes before the --set keys under it, which
+        # then apply to each grid value (after them it would replace the section they set)
+        grid = grid_overrides(values or {})
+        base_keys = [str(item).split("=", 1)[0].strip() for item in self.overrides]
+        first = [g for g in grid if any(k.startswith(g.split("=", 1)[0].strip() + ".") for k in base_keys)]
+        overrides = [*first, *self.overrides, *(g for g in grid if g not in first)]
         return {"topology": self.topology, "workload": self.workload, "schedule": self.schedule,
                 "overrides": overrides, "iterations": self.iterations, "seed": self.seed}
 

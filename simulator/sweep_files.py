@@ -85,6 +85,8 @@ def _candidates(text: str, dirs: Sequence[Path]) -> list[Path]:
         try:
             if path.is_file():
                 out.append(path)
+            elif path.is_dir() and (path / "config.json").is_file():   # a model named by its folder
+                out.append(path / "config.json")
         except (OSError, ValueError):
             continue
     out.extend(_preset_files(text))

@@ -64,8 +64,12 @@ def test_a_key_under_a_planned_layout_is_refused_naming_it() -> None:
         apply_overrides({}, ["workload.train_layout=auto", "workload.train_layout.pp=2"])
     assert err.value.field == "workload.train_layout.pp" and err.value.source == "--set"
     assert "'workload.train_layout' is 'auto'" in err.value.message
-    assert apply_overrides({}, ["workload.train_layout.pp=2", "workload.train_layout=auto"]) == {
-        "workload": {"train_layout": "auto"}}   # the later whole value wins, as any later write does
+    # a later whole value that would drop an earlier key under it is an error, not a silent drop
+    # (--set schedule.staleness=4 --set schedule=async ran at async's default staleness)
+    with pytest.raises(RlsimError, match="dropping --set workload.train_layout.pp=2") as err:
+        apply_overrides({}, ["workload.train_layout.pp=2", "workload.train_layout=auto"])
+    assert err.value.field == "workload.train_layout"
+    assert apply_overrides({}, ["seed=1", "seed=2"]) == {"seed": 2}   # the same key again: the later wins
 
 
 def test_apply_overrides_copies_and_applies_in_order() -> None:

@@ -479,3 +479,15 @@ def test_the_critical_paths_segments_stay_in_the_summary_json_not_a_flat_column(
     row = make_row(Point(0, {"n": 1}, "id"), summary)
     assert "critical_path.steps" not in row and row["critical_path.step_time_s"] == 1.0
     assert json.loads(row["summary_json"])["critical_path"]["steps"] == [{"iteration": 0}]
+
+
+def test_a_grid_over_a_whole_section_keeps_the_set_keys_under_it():
+    """--grid schedule=async --set schedule.staleness=2 ran async at its default staleness (the grid
+    value came after the --set and replaced the section; found by a regression hunt)."""
+    from simulator.scenario import load_scenario
+    from simulator.sweep import BaseScenario
+    base = BaseScenario(workload="grpo-qwen2.5-7b", overrides=("schedule.staleness=2", "topology.nodes=1"),
+                        topology="dgx-h100")
+    keywords = base.keywords({"schedule": "async"})
+    assert keywords["overrides"][0].startswith("schedule=")
+    assert load_scenario(None, **keywords).schedule.staleness == 2

@@ -344,3 +344,16 @@ def test_a_results_cell_longer_than_the_csv_modules_default_limit_reads_back(tmp
     limit = csv.field_size_limit()
     header, rows, tail = read_results_csv(path, required=("point_id",), text_columns=("point_id", "summary_json"))
     assert tail is None and rows[0]["summary_json"] == big and csv.field_size_limit() == limit
+
+
+def test_a_model_named_by_its_folder_is_followed_to_its_config(tmp_path, monkeypatch):
+    """model: m (a folder holding config.json): an edit of m/config.json left a sweep reusing stale
+    figures (found by a new-user trial); the folder stands for its config.json."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"hidden_size": 1}')
+    (tmp_path / "w.yaml").write_text("model: m\n")
+    before = referenced_files(["w.yaml"])
+    assert any(name.endswith("config.json") for name in before)
+    (tmp_path / "m" / "config.json").write_text('{"hidden_size": 2}')
+    assert referenced_files(["w.yaml"]) != before

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario
     (`scn`: a replica's scenario, issue 13; else loaded from the arguments)."""
-    from ..autoplan import heaviest_micro_batch_of, train_batch
+    from ..autoplan import heaviest_micro_batch_of, planning_ranks, train_batch
     from ..llm.lengths import MAX_TOKENS
     from ..scenario import LIMITS_FIX, load_scenario
 
@@ -98,7 +98,9 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     return {"topology": topo_spec, "topology_source": scn.source if topo_spec is scn.topology else None,
             "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
             "max_devices": scn.limits.max_devices, "max_global_batch": scn.limits.max_global_batch,
-            "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None}
+            "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None,
+            # the devices the run trains on (a split placement's training pool), as layout: auto plans
+            "train_ranks": (lambda n: planning_ranks(scn, n)[1]) if from_step else None}
 
 
 # What only one stage reads: the training planner the batch, the sequence length, the search space and
@@ -254,7 +256,9 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
             plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
                                   top=args.top, **kwargs)
         else:
-            plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, **kwargs)
+            ranks = inp["train_ranks"](topology.num_devices) if inp["train_ranks"] else None
+            plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, ranks=ranks,
+                                 **kwargs)
     else:
         from ..autoplan import engine_rollout
         from ..params import engine_constants_read_past

@@ -662,14 +662,13 @@ def _check_micro_divides_mini(v: Values, layout: Mapping[str, Any]) -> None:
     model_parallel = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
     dp = devices // model_parallel if model_parallel and devices % model_parallel == 0 else 0
     micro = layout.get("micro_batch", 1)
-    if dp and (samples % dp or (samples // dp) % micro):
-        share = samples / dp
-        fit = [d for d in range(1, int(share) + 1) if share == int(share) and int(share) % d == 0]
-        raise RlsimError(f"ppo_micro_batch_size_per_gpu {micro} does not divide the {share:g} samples of a "
-                         f"mini-batch per data-parallel rank (ppo_mini_batch_size x rollout.n = {samples} over {dp}): "
+    share = samples // dp if dp else 0   # verl floors it: ppo_mini_batch_size //= the data-parallel size
+    if share and share % micro:
+        fit = [d for d in range(1, share + 1) if share % d == 0]
+        raise RlsimError(f"ppo_micro_batch_size_per_gpu {micro} does not divide the {share} samples of a "
+                         f"mini-batch per data-parallel rank (ppo_mini_batch_size x rollout.n = {samples} // {dp}): "
                          "verl's workers assert it", source=v.result.source, field=key,
-                         fix=f"give a divisor of it (e.g. {', '.join(map(str, fit[-3:]))})" if fit
-                         else "give a ppo_mini_batch_size x rollout.n that the data-parallel ranks divide")
+                         fix=f"give a divisor of {share} (e.g. {', '.join(map(str, fit[-3:]))})")
 
 
 def _rollout_gpus(v: Values) -> int:

@@ -249,7 +249,7 @@ _BARE_FLOORS = {"hbm_bytes": (1e8, "GB"), "hbm_bw_Bps": (1e7, "TB/s"), "scaleup_
 
 def _check_bare(key: str, raw: Any, value: float, where: str, source: str | None) -> None:
     floor = _BARE_FLOORS.get(key)
-    if floor and isinstance(raw, (int, float)) and not isinstance(raw, bool) and value < floor[0]:
+    if floor and isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0 < value < floor[0]:   # 0: its own error
         raise RlsimError(f"{raw!r} reads as {raw} in SI base units (a bare number): no device is that small",
                          source=source, field=where, fix=f"give the unit, e.g. '{raw}{floor[1]}'")
 

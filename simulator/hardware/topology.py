@@ -695,10 +695,10 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 # A link rate or latency given as a bare number is read in SI base units (bytes/s, seconds); one
 # past these bounds is a unit left out (nic_bw: 400 meant 400 Gb/s and ran at 400 B/s: a step of
-# 7.3 million s), refused rather than simulated. No network link is slower than 1 MB/s or has a
-# latency above 10 ms.
+# 7.3 million s), refused rather than simulated. No network link is slower than 1 MB/s, and none
+# has a latency of 100 ms (a cross-site link: tens of ms; latency: 0.5 meant 0.5 us).
 MIN_BARE_LINK_BPS = 1e6
-MAX_BARE_LINK_LATENCY_S = 1e-2
+MAX_BARE_LINK_LATENCY_S = 0.1
 
 
 def _bare(raw: Any) -> bool:
@@ -743,7 +743,7 @@ class _Reader:
         if not value > 0:
             raise RlsimError(f"must be > 0, got {raw!r}", source=self.source, field=self.where(key),
                              fix="give a positive quantity, e.g. '400Gb/s'")
-        if parser is parse_bandwidth and _bare(raw) and value < MIN_BARE_LINK_BPS:
+        if parser is parse_bandwidth and _bare(raw) and 0 < value < MIN_BARE_LINK_BPS:
             raise RlsimError(f"{raw!r} reads as {raw} bytes/s (a bare number is bytes/s): no link is that slow",
                              source=self.source, field=self.where(key),
                              fix=f"give the unit, e.g. '{raw}Gb/s' or '{raw}GB/s'")

@@ -96,3 +96,17 @@ def test_a_schedule_kind_one_typo_away_names_the_kind(capsys):
     code = main(["run", *TINY, "--set", "schedule.kind=colocatd"])
     err = capsys.readouterr().err
     assert code == 2 and "did you mean 'colocated'" in err and "field 'schedule.kind'" in err
+
+
+def test_a_workload_the_command_line_replaced_is_not_blamed(tmp_path, capsys):
+    """--workload bad.yaml over a scenario naming good.yaml: the error named good.yaml, which the run
+    does not use (found by a regression hunt)."""
+    good = tmp_path / "good.yaml"
+    good.write_text("model: qwen2.5-7b\nprompts_per_step: 64\nsamples_per_prompt: 8\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: qwen2.5-7b\nprompts_per_step: 64\nsamples_per_prompt: 8\n"
+                   "train_layout: {tp: 5, pp: 1}\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: good.yaml\niterations: 1\n")
+    assert main(["run", str(scenario), "--workload", str(bad)]) == 2
+    assert "good.yaml" not in capsys.readouterr().err

@@ -196,3 +196,20 @@ def test_an_moe_plan_names_its_expert_tp_and_searches_the_given_ones(capsys):
     assert main([*argv, "--json", "--set", "planner.space.etp=[1]"]) == 0
     assert all(row["layout"]["etp"] == 1 for row in json.loads(capsys.readouterr().out))
     assert main(argv) == 0 and " etp " in capsys.readouterr().out
+
+
+def test_plan_on_a_split_placement_plans_the_training_pool_as_layout_auto_does(tmp_path, capsys):
+    """disaggregated with 8 of 16 devices generating: plan ranked layouts on all 16 where a run plans
+    its 8-device training pool (found by a regression hunt)."""
+    from simulator.autoplan import auto_layouts
+    from simulator.hardware.topology import load_topology
+    from simulator.scenario import load_scenario
+
+    scenario = tmp_path / "pc.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: {preset: grpo-qwen2.5-7b, train_layout: auto}\n"
+                        "schedule: {kind: disaggregated, rollout_devices: 8}\n")
+    assert main(["plan", str(scenario), "--json", "--top", "1", "--set", "planner.space.micro_batch=[1]"]) == 0
+    best = json.loads(capsys.readouterr().out)[0]
+    sc = load_scenario(scenario, overrides=["planner.space.micro_batch=[1]"])
+    auto = auto_layouts(sc, load_topology(sc.topology)).layouts["train"]
+    assert best["devices"] == 8 and {k: v for k, v in best["layout"].items() if k != "dp"} == auto
