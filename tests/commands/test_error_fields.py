@@ -87,7 +87,8 @@ def test_a_bad_predict_item_is_blamed_on_it_not_the_scenario(tmp_path, capsys):
                         "iterations: 1\n")
     log = tmp_path / "log.jsonl"
     log.write_text('{"step": 1, "timing_s/step": 80}\n{"step": 2, "timing_s/step": 81}\n')
-    code = main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--predict", "topology.nodez=2"])
+    code = main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--predict", "topology.nodez=2",
+                 "--out", str(tmp_path / "fit.yaml")])   # not the working folder's rlsim-calibration.yaml
     err = capsys.readouterr().err
     assert code == 2 and f"error: --predict topology.nodez=2 (over {scenario}): field 'topology.nodez'" in err
 
