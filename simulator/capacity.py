@@ -61,12 +61,18 @@ class Target:
 # a pipeline filling) is paid once, so whole-run figures made the answer depend on --iterations
 # (8 nodes at 2 iterations, 4 at 8 for one StaleSync target). A summary without the steady figures
 # (a hand-made one) is read at its whole-run figures.
+def steady_figure(summary: Mapping[str, Any], key: str) -> Any:
+    """The summary's steady-state figure ``steady_<key>``, else its whole-run ``<key>`` (None if neither)."""
+    value = summary.get(f"steady_{key}")
+    return value if isinstance(value, (int, float)) else summary.get(key)
+
+
 def steady_tokens_per_s(summary: Mapping[str, Any]) -> float:
-    return float(summary.get("steady_tokens_per_s", summary.get("tokens_per_s")) or 0.0)
+    return float(steady_figure(summary, "tokens_per_s") or 0.0)
 
 
 def steady_step_time_s(summary: Mapping[str, Any]) -> float:
-    value = summary.get("steady_step_time_s", summary.get("step_time_s"))
+    value = steady_figure(summary, "step_time_s")
     return math.inf if value is None else float(value)
 
 

@@ -10,6 +10,7 @@ pydantic's lax mode does not apply by itself (issue 14, classes 2 and 5):
 """
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -57,6 +58,15 @@ def number_only(annotation: Any) -> bool:
     return False
 
 
+@functools.cache
+def _number_fields(cls: type[BaseModel]) -> frozenset[str]:
+    """The fields of a model class that take only a number and no validator of which reads text
+    first: one walk of its declarations per class, not one per validation."""
+    parsed = {name for d in cls.__pydantic_decorators__.field_validators.values() if d.info.mode == "before"
+              for name in d.info.fields}
+    return frozenset(k for k, f in cls.model_fields.items() if k not in parsed and number_only(f.annotation))
+
+
 class _TextGiven:
     """A quoted number given where a number belongs: pydantic's own error names the full dotted
     field, and its repr says what was written."""
@@ -80,10 +90,7 @@ class StrictModel(BaseModel):
         wrong = [k for k, v in data.items()
                  if isinstance(v, bool) and k in fields and not takes_bool(fields[k].annotation)]
         # text where only a number goes, unless a validator of the field reads text first (units: '25GB/s')
-        parsed = {name for d in cls.__pydantic_decorators__.field_validators.values() if d.info.mode == "before"
-                  for name in d.info.fields}
-        quoted = [k for k, v in data.items() if isinstance(v, str) and k in fields and k not in parsed
-                  and number_only(fields[k].annotation)]
+        quoted = [k for k, v in data.items() if isinstance(v, str) and k in _number_fields(cls)]
         if not (wrong or quoted):
             return data
         return {**data, **{k: _BoolGiven(data[k]) for k in wrong}, **{k: _TextGiven(data[k]) for k in quoted}}

@@ -301,12 +301,14 @@ def _refuse_unreadable_values(base: Any, grid: dict[str, list[Any]]) -> None:
     point (a CloudMatrix size crossed with a topology.preset of GPU nodes) or loads but cannot run (a
     layout that does not fit) stays a row whose error says why."""
     from ..sweep import expand_grid
+    every = None   # the grid's points, expanded only when a value fails over the base alone
     for key, values in grid.items():
         for value in values:
             error = base.value_error({key: value}, key)   # over the base alone: one load, mostly enough
             if error is None:
                 continue
-            points = [point for point in expand_grid(grid) if point[key] == value]
+            every = every if every is not None else expand_grid(grid)
+            points = [point for point in every if point[key] == value]
             if all(base.value_error(point, key) is not None for point in points):
                 raise RlsimError(f"the value {value!r} cannot be read: {error.message}", source="--grid",
                                  field=key, fix=f"{error.fix + '; or ' if error.fix else ''}drop {value!r} "

@@ -6,6 +6,8 @@ import html
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..capacity import steady_figure
+
 CAUSE_WORDS = {"long_tail": "long tail", "dependency": "waiting on a dependency (samples, weights or rewards)", "switch": "role switch",
                "weight_sync": "weight sync", "pipeline_bubble": "pipeline bubble", "placement": "placement",
                "data": "data loading"}
@@ -20,14 +22,8 @@ def _get(summary: Mapping[str, Any], key: str) -> Any:
     return value
 
 
-def _steady(summary: Mapping[str, Any], key: str) -> float | None:
-    """The steady-state figure (summary `steady_<key>`), else the whole run's (`<key>`)."""
-    value = _get(summary, f"steady_{key}")
-    return value if isinstance(value, (int, float)) else _get(summary, key)
-
-
 def _tokens(summary: Mapping[str, Any]) -> float | None:
-    return _steady(summary, "tokens_per_s")
+    return steady_figure(summary, "tokens_per_s")
 
 
 def _trains_on_older_weights(summary: Mapping[str, Any]) -> bool:
@@ -38,7 +34,7 @@ def _trains_on_older_weights(summary: Mapping[str, Any]) -> bool:
 
 
 def _step(summary: Mapping[str, Any]) -> float | None:
-    return _steady(summary, "step_time_s")
+    return steady_figure(summary, "step_time_s")
 
 
 def biggest_bubble(summary: Mapping[str, Any]) -> tuple[str, float] | None:
@@ -101,7 +97,7 @@ KEY_ROWS: list[Row] = [
     ("devices", lambda s: _number(_get(s, "devices"))),
     ("step time, steady state", lambda s: f"{_number(_step(s))} s"),
     ("tokens/s, steady state", lambda s: _number(_tokens(s))),
-    ("tokens/s per device, steady state", lambda s: _number(_steady(s, "tokens_per_s_per_device"))),
+    ("tokens/s per device, steady state", lambda s: _number(steady_figure(s, "tokens_per_s_per_device"))),
     ("bubbles (idle device time)", lambda s: _pct(_get(s, "bubble_fraction"))),
     ("biggest bubble cause", lambda s: (lambda t: f"{CAUSE_WORDS.get(t[0], t[0])} {t[1]:.1%}" if t else "-")(
         biggest_bubble(s))),
