@@ -1010,10 +1010,11 @@ class BaseScenario:
     seed: int | None = None
 
     def fingerprint(self) -> str:
-        """Hash of everything that decides a point's result except its grid values: the options and
-        the contents (not the paths) of the scenario file and of every file it, --workload,
-        --topology and --set name, transitively (model config.json, device profiles, length files),
-        so an edit to any of them recomputes the points."""
+        """Hash of everything that decides a point's result except its grid values: the options, the
+        contents (not the paths) of the scenario file and of every file it, --workload, --topology
+        and --set name, transitively (model config.json, device profiles, length files), and the
+        simulator's own code and presets, so an edit to any of them recomputes the points (an
+        error row too: the same code and input give the same error, other code may not)."""
         text = ""
         if self.spec:
             try:
@@ -1021,10 +1022,11 @@ class BaseScenario:
             except OSError as exc:
                 raise RlsimError(f"cannot read file: {exc.strerror}", source=self.spec, fix="check the path") \
                     from None
-        from .version import __version__
+        from .version import __version__, code_fingerprint
         payload = {"spec_text": text, "topology": self.topology, "workload": self.workload,
                    "schedule": self.schedule, "overrides": list(self.overrides),
-                   "iterations": self.iterations, "seed": self.seed, "version": __version__}
+                   "iterations": self.iterations, "seed": self.seed, "version": __version__,
+                   "code": code_fingerprint()}
         files = referenced_files([self.spec, self.topology, self.workload, *self.overrides], self.base_dirs())
         if files:
             payload["files"] = files
