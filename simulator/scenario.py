@@ -45,7 +45,7 @@ from .params import (
     without_inapplicable_stack_values,
 )
 from .paths import folder_of, with_paths_from
-from .strict_model import StrictModel
+from .strict_model import StrictModel, passes_value_on
 from .units import parse_bandwidth, parse_seconds
 
 # The built-in kinds; SCHEDULE_CLASSES (below) also holds kinds added by register_schedule_config.
@@ -624,6 +624,7 @@ class ScheduleConfig(_Strict):
 
     @field_validator(*sorted(PER_KIND_KNOBS), mode="before")
     @classmethod
+    @passes_value_on
     def _applies(cls, value: Any, info: ValidationInfo) -> Any:
         name = info.field_name
         if name is None or name in cls.accepts((info.data or {}).get("placement")):

@@ -58,11 +58,22 @@ def number_only(annotation: Any) -> bool:
     return False
 
 
+_PASSES_VALUE_ON = "__rlsim_passes_value_on__"
+
+
+def passes_value_on(validator: Any) -> Any:
+    """Mark a "before" field validator that checks its value and hands it on as given (an
+    applicability gate), so its fields stay under the quoted-number rule: it reads no text."""
+    setattr(validator, _PASSES_VALUE_ON, True)
+    return validator
+
+
 @functools.cache
 def _number_fields(cls: type[BaseModel]) -> frozenset[str]:
     """The fields of a model class that take only a number and no validator of which reads text
     first: one walk of its declarations per class, not one per validation."""
-    parsed = {name for d in cls.__pydantic_decorators__.field_validators.values() if d.info.mode == "before"
+    parsed = {name for d in cls.__pydantic_decorators__.field_validators.values()
+              if d.info.mode == "before" and not getattr(getattr(d.func, "__func__", d.func), _PASSES_VALUE_ON, False)
               for name in d.info.fields}
     return frozenset(k for k, f in cls.model_fields.items() if k not in parsed and number_only(f.annotation))
 

@@ -108,3 +108,42 @@ def test_a_quoted_number_is_text_not_the_number_unless_the_field_reads_units():
     sc = load_scenario({"workload": "grpo-qwen2.5-7b", "schedule": {"kind": "colocated",
                                                                      "distqueue": {"bw_Bps": "25GB/s"}}})
     assert sc.schedule.distqueue.bw_Bps == 25e9
+
+
+def test_a_quoted_number_is_text_for_a_schedule_knob_whose_validator_only_gates_it():
+    """schedule.staleness: '1' ran as 1: the applicability gate is a "before" validator, and the rule
+    skipped every field such a validator reads, though the gate reads no text."""
+    from simulator.errors import RlsimError
+    from simulator.scenario import load_scenario
+    with pytest.raises(RlsimError, match="text: write the number without quotes") as caught:
+        load_scenario({"workload": "grpo-qwen2.5-7b", "schedule": {"kind": "stalesync", "staleness": "1"}})
+    assert caught.value.field == "schedule.staleness"
+    assert load_scenario({"workload": "grpo-qwen2.5-7b",
+                          "schedule": {"kind": "stalesync", "staleness": 1}}).schedule.staleness == 1
+
+
+def test_a_validator_marked_as_passing_its_value_on_keeps_the_quoted_number_rule():
+    from pydantic import field_validator
+
+    from simulator.strict_model import passes_value_on
+
+    class Gated(StrictModel):
+        n: int = 0
+
+        @field_validator("n", mode="before")
+        @classmethod
+        @passes_value_on
+        def _gate(cls, value):
+            return value
+
+    class Parsing(StrictModel):
+        n: int = 0
+
+        @field_validator("n", mode="before")
+        @classmethod
+        def _parse(cls, value):
+            return int(value.rstrip("x")) if isinstance(value, str) else value
+
+    with pytest.raises(ValueError, match="without quotes"):
+        Gated(n="3")
+    assert Parsing(n="3x").n == 3
