@@ -293,6 +293,9 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
             fields[key] = str(raw)
         elif raw is None:
             fields[key] = None
+        elif isinstance(raw, str):   # float() would read '0.6'; a quoted number is text, as in the scenario
+            raise RlsimError(f"expected a number, got {raw!r} (text)", source=source, field=where,
+                             fix="write the number without quotes")
         else:
             try:
                 fields[key] = float(raw)

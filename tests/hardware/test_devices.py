@@ -82,3 +82,12 @@ def test_missing_peak_names_the_callers_key():
     with pytest.raises(RlsimError) as err:
         get_device("ascend-910b3").peak("fp8", field="workload.dtype")
     assert err.value.field == "workload.dtype" and "bf16" in err.value.fix
+
+
+def test_a_quoted_number_in_a_device_mapping_is_text_not_the_number():
+    """gemm_efficiency: '0.6' ran as 0.6 (float() reads text): refused as the scenario's fields are."""
+    with pytest.raises(RlsimError, match="text") as caught:
+        device_from_mapping({"base": "h100", "gemm_efficiency": "0.6"}, source="t.yaml", field_name="topology.device")
+    assert caught.value.field == "topology.device.gemm_efficiency" and "without quotes" in caught.value.fix
+    assert device_from_mapping({"base": "h100", "gemm_efficiency": 0.6}).gemm_efficiency == 0.6
+    assert device_from_mapping({"base": "h100", "hbm_bw_Bps": "3TB/s"}).hbm_bw_Bps == 3e12   # units stay text
