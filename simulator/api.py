@@ -96,14 +96,21 @@ def _sampler(dist: LengthDistribution):
     return sample
 
 
-def _auto_plan(sc: Scenario, topology: Any) -> Any:
+def _auto_plan(sc: Scenario, topology: Any, trained: Sequence[Any] = ()) -> Any:
     """autoplan.auto_layouts (an AutoPlan), or None when no layout is ``auto`` and no ``planner:``
     settings are given (the defaults are valid): then the planner is not even imported."""
     w = sc.workload
     if w.train_layout != "auto" and w.rollout_layout != "auto" and not sc.planner:
         return None
     from .autoplan import auto_layouts
-    return auto_layouts(sc, topology)
+    return auto_layouts(sc, topology, trained)
+
+
+# Plans `layout: auto` may make for one run: a run whose trained batch is heavier than the drawn
+# batches the planner judged memory on (colocated StaleSync trains its consolidated tail, long
+# samples together) plans again with that batch, and runs again; each plan judges every batch
+# that broke an earlier one, so the layout that ran fits every batch the run trained.
+AUTO_LAYOUT_PLANS = 4
 
 
 def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None,
@@ -194,27 +201,21 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
     device_kinds: list[str] = []
     device_counts: dict[str, int] = {}
     if costs is None:
-        from .rl.llm_costs import LlmCosts
         topology = load_topology(sc.topology, max_devices=sc.limits.max_devices, spec_source=sc.source)
         estimate = check_work(sc, topology.num_devices)
         if progress is not None:
             progress.estimate(estimate)
-        plan = _auto_plan(sc, topology)            # layout: auto -> the planner, cost in simulated time
-        costs = LlmCosts(sc, topology, auto_layouts=plan.layouts if plan else None)
         n_devices = topology.num_devices
         device_counts = topology.device_counts()
         device_kinds = list(device_counts)
-        if sc.schedule.failures:
-            from .autoplan import PlannerReplanner
-            replanner = PlannerReplanner(sc, topology)
+        rec, costs, plan = _run_planned(sc, topology, prompt, resp, progress, keep_samples)
     else:
         n_devices = int(getattr(costs, "n_devices", 0)) or 8
         if sc.schedule.failures:
             from .rl.schedules import SameLayoutReplanner
             replanner = SameLayoutReplanner(int(getattr(costs, "devices_per_node", 0) or 0))
-    rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp),
-                       start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress,
-                       keep_samples=keep_samples)
+        rec = run_schedule(sc, costs, n_devices, _sampler(prompt), _sampler(resp), replanner=replanner,
+                           progress=progress, keep_samples=keep_samples)
     from . import metrics
 
     timeline = rec.timeline.to_frame()
@@ -267,6 +268,37 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
             "give an earlier at_s or more iterations")
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds,
                             device_counts)
+
+
+def _run_planned(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: LengthDistribution, progress: Any,
+                 keep_samples: bool) -> tuple[Any, Any, Any]:
+    """(record, costs, plan) of a run on the scenario's own cost models, its `layout: auto` sides
+    planned (the planning cost in simulated time) and planned again while a trained batch does not
+    fit the training layout planned (AUTO_LAYOUT_PLANS)."""
+    from .rl.llm_costs import HeavierBatchThanPlanned, LlmCosts
+    trained: list[Any] = []
+    tried: list[dict[str, Any]] = []
+    while True:
+        plan = _auto_plan(sc, topology, trained)            # layout: auto -> the planner
+        costs = LlmCosts(sc, topology, auto_layouts=plan.layouts if plan else None)
+        replanner = None
+        if sc.schedule.failures:
+            from .autoplan import PlannerReplanner
+            replanner = PlannerReplanner(sc, topology)
+        try:
+            rec = run_schedule(sc, costs, topology.num_devices, _sampler(prompt), _sampler(resp),
+                               start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress,
+                               keep_samples=keep_samples)
+        except HeavierBatchThanPlanned as exc:
+            layout = plan.layouts["train"] if plan else {}
+            if len(tried) + 1 >= AUTO_LAYOUT_PLANS or any(t["layout"] == layout for t in tried):
+                raise
+            tried.append({"layout": dict(layout), "did_not_fit": exc.memory_message})
+            trained.append(exc.batch)
+            continue
+        if tried:   # said in the summary (auto_layout.replanned) and its notes
+            plan.detail["replanned"] = tried
+        return rec, costs, plan
 
 
 def _with_absolute_paths(data: Any, source: str | None) -> Any:

@@ -12,7 +12,7 @@ in simulated seconds, never wall time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -120,14 +120,16 @@ def memory_check_batches(sc: Scenario) -> list[np.ndarray]:
     return batches
 
 
-def heaviest_micro_batch_of(sc: Scenario, row: int) -> Callable[[int, int], tuple[int, float, int]] | None:
+def heaviest_micro_batch_of(sc: Scenario, row: int, trained: Sequence[np.ndarray] = ()
+                            ) -> Callable[[int, int], tuple[int, float, int]] | None:
     """TrainingEvaluator's ``heaviest`` for a run that token-balances packed micro-batches (as
     LlmCosts: schedule.micro_batching balanced on packed data); None otherwise (the planner's rows
-    of ``row`` tokens, the longest a sample can be, bound the run's micro-batches)."""
+    of ``row`` tokens, the longest a sample can be, bound the run's micro-batches). ``trained``:
+    batches an earlier run of the scenario trained, judged beside the drawn ones."""
     sched = sc.schedule
     if not (sched.micro_batching == "balanced" and sched.distqueue.packed):
         return None
-    batches = memory_check_batches(sc)
+    batches = memory_check_batches(sc) + list(trained)
     memo: dict[tuple[int, int], tuple[int, float, int]] = {}
 
     def heaviest(rows: int, dp: int) -> tuple[int, float, int]:
@@ -201,9 +203,10 @@ def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, p
     return space.model_copy(update=update).for_software(TRAIN_SOFTWARE[software])
 
 
-def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
+def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()) -> AutoPlan:
     """The planner's layouts for the sides left ``auto``, with the workload's trainer and engine
-    constants and training stack. The planner settings are checked even when nothing is auto."""
+    constants and training stack. The planner settings are checked even when nothing is auto.
+    ``trained``: batches a run on an earlier plan trained that did not fit it (memory judged on them too)."""
     w = sc.workload
     out = AutoPlan()
     settings = planner_settings(sc.planner, source=sc.source)
@@ -217,7 +220,7 @@ def auto_layouts(sc: Scenario, topology: Any) -> AutoPlan:
         space = train_space(settings.space, w.train_software, sc.planner, packed_step=True)
         plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
                              evaluator=TrainingEvaluator.for_workload(model, topology, batch, row, w,
-                                                                      heaviest=heaviest_micro_batch_of(sc, row)),
+                                                                      heaviest=heaviest_micro_batch_of(sc, row, trained)),
                              top=1)
         lay = {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}
         out.layouts["train"] = lay

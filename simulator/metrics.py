@@ -368,8 +368,9 @@ STALE_NOTE_SHARE = 0.05
 def summary_notes(summary: Mapping[str, Any]) -> list[str]:
     """What a reader of the figures must know: a schedule that trains partial batches and drops
     samples as stale (its step time is not comparable; tokens/s counts trained tokens and is), and a
-    staleness bound above what the run ever reached (raising it changes nothing here), and per-sample
-    rows folded into counts (output.keep_sample_rows: the table and the critical path cover fewer)."""
+    staleness bound above what the run ever reached (raising it changes nothing here), per-sample
+    rows folded into counts (output.keep_sample_rows: the table and the critical path cover fewer),
+    and a `layout: auto` planned again (a trained batch did not fit its first plan)."""
     notes = []
     samples, stale = summary.get("samples") or {}, summary.get("staleness") or {}
     bound, seen = stale.get("bound", 0.0), stale.get("max", 0.0)
@@ -396,11 +397,23 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
         else:
             notes.append(f"staleness bound {bound:g} never binds: the samples trained were at most {seen:g} "
                          f"version(s) old{why}; a bound above {seen:g} gives the same run")
+    replanned = (summary.get("auto_layout") or {}).get("replanned") or []
+    if replanned:   # the layout that ran is not the planner's first answer: say why
+        first = replanned[0]["layout"]
+        notes.append(f"layout: auto planned {len(replanned) + 1} times: a batch this run trained (long samples "
+                     f"together) did not fit the first plan's training layout ({_layout_text(first)}), which the "
+                     "planner judged on drawn batches; the layout that ran fits every batch it trained "
+                     "(auto_layout.replanned)")
     if summary.get("iterations") == 1 and summary.get("schedule") not in ON_POLICY_KINDS:
         notes.append(f"one iteration: {summary.get('schedule')} runs ahead of its trainer, so its first step is a "
                      "warm-up (a pipeline filling, a partial batch) and the steady figures are that step's; run 2 "
                      "or more iterations (--iterations) for a steady state")
     return notes
+
+
+def _layout_text(layout: Mapping[str, Any]) -> str:
+    """'tp 1, pp 1, cp 1, zero 2, recompute none, micro_batch 1' (the keys a layout gives, vpp/ep at 1 left out)."""
+    return ", ".join(f"{k} {v}" for k, v in layout.items() if not (k in ("vpp", "ep") and v == 1))
 
 
 # kinds whose every step runs the same way from the first (no pipeline to fill): one iteration is a steady step

@@ -134,7 +134,41 @@ def test_a_planned_layout_a_heavier_step_runs_out_of_says_why_and_the_fix():
                            overrides=["topology.nodes=1", f"workload.train_layout={layout}"])
         return LlmCosts(sc, load_topology(sc.topology), auto_layouts={"train": {"tp": 1, "zero": 2}})
     oom = RlsimError("qwen2.5-7b with tp=1 ... does not fit in device memory: ...", field="workload.train_layout")
-    noted = costs("auto")._planned_layout_note(oom)
+    noted = costs("auto")._planned_layout_note(oom, [3000, 2000])
     assert "layout: auto planned memory on drawn batches" in noted.message
     assert "planner.space.recompute=[full]" in noted.fix and noted.field == "workload.train_layout"
-    assert costs("{tp: 1, zero: 2}")._planned_layout_note(oom) is oom
+    assert noted.batch.tolist() == [3000, 2000]
+    assert costs("{tp: 1, zero: 2}")._planned_layout_note(oom, [3000]) is oom
+    # SimPy hands a process's failure on as type(exc)(*exc.args): the copy keeps the batch and the text
+    copy = type(noted)(*noted.args)
+    assert copy.batch.tolist() == [3000, 2000] and str(copy) == str(noted) and copy.field == noted.field
+
+
+# the documentation audit's case: the first plan (TP1 DP16 ZeRO-2, 4 packed sequences a micro-batch)
+# runs out of memory on StaleSync's consolidated tail at 88.5 GB of 79 GB
+HEAVY_TAIL_RUN = dict(workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="stalesync", iterations=4,
+                      overrides=["topology.nodes=4", "workload.train_layout=auto"])
+
+
+def test_a_planned_layout_a_trained_batch_does_not_fit_is_planned_again_with_that_batch():
+    from simulator.api import simulate
+    summary = simulate(**HEAVY_TAIL_RUN, keep_samples=False).summary
+    (first,) = summary["auto_layout"]["replanned"]
+    assert "does not fit in device memory" in first["did_not_fit"]
+    ran = summary["auto_layout"]["train"]["layout"]
+    assert ran != first["layout"] and summary["layouts"]["train"]["cp"] == ran["cp"]
+    assert any("layout: auto planned 2 times" in note for note in summary["notes"])
+    assert summary["peak_memory_bytes"] <= 80e9
+
+
+def test_a_plan_that_repeats_a_layout_that_did_not_fit_is_an_error(monkeypatch):
+    """The planner judges the failing batch beside the drawn ones: were it to answer the same layout
+    again, the run stops with the memory error rather than loop."""
+    from simulator import api, autoplan
+    from simulator.api import simulate
+    from simulator.rl.llm_costs import HeavierBatchThanPlanned
+    first_plan = autoplan.auto_layouts
+    monkeypatch.setattr(autoplan, "auto_layouts", lambda sc, topology, trained=(): first_plan(sc, topology))
+    with pytest.raises(HeavierBatchThanPlanned, match="this step trained a heavier one"):
+        simulate(**HEAVY_TAIL_RUN, keep_samples=False)
+    assert api.AUTO_LAYOUT_PLANS >= 2

@@ -63,6 +63,25 @@ from .pools import resolve_auto_layouts
 ENGINE_CHECKPOINT_EVERY_EVENTS = 32
 
 
+
+class HeavierBatchThanPlanned(RlsimError):
+    """The training layout that `layout: auto` planned ran out of memory on a batch the run trained:
+    heavier than the drawn batches the planner judged. ``batch``: that batch's sequence lengths."""
+
+    def __init__(self, exc: RlsimError, batch: np.ndarray) -> None:
+        super().__init__(exc.message + "; layout: auto planned memory on drawn batches of independent lengths, and "
+                         "this step trained a heavier one", source=exc.source, field=exc.field,
+                         fix="narrow the plan (--set planner.space.recompute=[full], or planner.space.micro_batch) "
+                             "or give workload.train_layout")
+        self.fields = list(exc.fields)
+        self.memory_message = exc.message
+        self.batch = batch
+        self.text = super().__str__()
+        self.args = (exc, batch)   # SimPy hands a process's failure on as type(exc)(*exc.args)
+
+    def __str__(self) -> str:
+        return self.text
+
 class _Pool:
     """A set of ranks as the cost models see it. ``key`` is equal for pools that see the same
     devices, paths and link capacities (the topology's group signature and the device kinds), so
@@ -588,7 +607,8 @@ class LlmCosts:
                                 packing=self._packing(), params=self.train_params, collectives=self.collectives,
                                 source=self.source)
         except RlsimError as exc:
-            raise self._planned_layout_note(self._in_the_layouts_terms(exc, lay, self.layout(n_devices))) from None
+            raise self._planned_layout_note(self._in_the_layouts_terms(exc, lay, self.layout(n_devices)),
+                                            seq_lens) from None
         chain = c.critical_stages()
         parts = [(f"stage {st}", sec) for st, sec in enumerate(chain["ops_s_by_stage"])]
         parts += [(part, chain[f"{part}_s"]) for part in ("p2p", "dp_sync", "optimizer", "offload")]
@@ -608,18 +628,14 @@ class LlmCosts:
         out.fields = list(exc.fields)
         return out
 
-    def _planned_layout_note(self, exc: RlsimError) -> RlsimError:
+    def _planned_layout_note(self, exc: RlsimError, seq_lens: Any) -> RlsimError:
         """A memory error on a layout the planner chose (layout: auto) says why the plan did not see it:
         it judged memory on drawn batches of independent lengths, and the run trained a heavier one
-        (colocated StaleSync trains its consolidated tail: long samples together)."""
+        (colocated StaleSync trains its consolidated tail: long samples together). It carries that
+        batch, so the run can plan again with it (api._simulate)."""
         if self.scenario.workload.train_layout != "auto" or "does not fit in device memory" not in exc.message:
             return exc
-        out = RlsimError(exc.message + "; layout: auto planned memory on drawn batches of independent lengths, and "
-                         "this step trained a heavier one", source=exc.source, field=exc.field,
-                         fix="narrow the plan (--set planner.space.recompute=[full], or planner.space.micro_batch) "
-                             "or give workload.train_layout")
-        out.fields = list(exc.fields)
-        return out
+        return HeavierBatchThanPlanned(exc, np.asarray(seq_lens, np.int64))
 
     def reward_cpu_s(self, n_samples, ranks) -> float:
         """Rule rewards of ``n_samples`` samples: on the workers of ``ranks`` (workers_per_device),
