@@ -40,6 +40,12 @@ class ArealInstance(SegmentedInstance):
     def _cut_events(self) -> list:
         return [self.run_.gate.version_changed] if self.run_.ctx.sched.interruptible else []
 
+    def _streams(self) -> bool:
+        """Each trajectory leaves its rollout worker as it finishes. Streamed when interruptible: a
+        round opens only at a new version, where the plan is cut and planned again with it; without
+        interrupts an open round waits for the plan's end, so the trainer waits for that end too."""
+        return self.run_.ctx.sched.interruptible and super()._streams()
+
     def _should_cut(self) -> bool:
         return self.run_.ctx.sched.interruptible and self.run_.gate.version > self.version
 
@@ -55,7 +61,7 @@ class ArealRun(SplitPoolRun):
         """Nothing waits for the rollout side to drain here."""
 
     def spawn_instances(self, round_: int, version: int, t: float | None, resume_s: float = 0.0) -> None:
-        self.instances, self.instance_clocks = [], []
+        self.instances, self.instance_clocks, self.streaming = [], [], []
         for i in range(self.n_inst):
             clock = clock_over(self.ctx.timeline, "rollout", self.roll[i * self.d:(i + 1) * self.d], t)
             self.ctx.clocks.extend(clock_parts(clock))

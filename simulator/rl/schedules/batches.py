@@ -95,6 +95,10 @@ class GenPlan:
     version: int
     ranks: Ranks             # the instance's devices
     progress_at: Callable[[float], np.ndarray] | None = None
+    # seconds from t0 through which its finished sequences are in the store already (an engine that
+    # streams each out as it finishes: Generation.store_finished_by); the commit stores the rest
+    stored_through: float = -math.inf
+    streamed: bool = False   # its engine hands each sequence out as it finishes (scored one at a time)
 
     @property
     def end_s(self) -> float:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
@@ -174,6 +175,8 @@ class Trainer:
     def _wait_for_batch(self, k: int):
         run, ctx, env, gate = self.run_, self.run_.ctx, self.run_.env, self.run_.gate
         while True:
+            for instance in run.streaming:        # what streaming engines finished so far is in the store
+                instance.store_finished(env.now)
             t, ids = ctx.trainer.ready_time(k, run.planned.get(k, 0) >= run.n_inst)
             if t <= env.now + TIME_TOL_S:
                 return ids
@@ -183,7 +186,23 @@ class Trainer:
             events = [gate.data_ready]
             if not math.isinf(t):
                 events.append(env.timeout(t - env.now))
+            if (streamed := self._enough_streamed_s(k)) is not None:
+                events.append(env.timeout(max(0.0, streamed - env.now)))
             yield env.any_of(events)
+
+    def _enough_streamed_s(self, k: int) -> float | None:
+        """The earliest time the store can hold step k's batch from what streaming engines' running
+        plans will finish (their sequences counted as eligible: an early look is checked again), or
+        None when none streams or the store holds enough already."""
+        run, ctx = self.run_, self.run_.ctx
+        if not run.streaming:
+            return None
+        need = ctx.trainer.min_batch - ctx.trainer.eligible_leftover(k)
+        finishes = np.concatenate([instance.unstored_finishes() for instance in run.streaming])
+        if need <= 0 or not len(finishes):
+            return None
+        at = float(np.partition(finishes, min(need, len(finishes)) - 1)[min(need, len(finishes)) - 1])
+        return max(at, run.env.now + 2 * TIME_TOL_S)   # later than now: what finished by now is stored
 
     def _train(self, k: int, ids: np.ndarray):
         run, ctx, env = self.run_, self.run_.ctx, self.run_.env
@@ -220,6 +239,7 @@ class SplitPoolRun:
         self.roll, self.train = list(rollout.ranks)[: self.n_inst * self.d], list(train.ranks)
         self.instances: list[simpy.Process] = []
         self.instance_clocks: list[Clock] = []
+        self.streaming: list[Any] = []              # instances whose engine hands each sequence out as it ends
         self.trainer_proc: simpy.Process | None = None
         self.step, self.phase = 0, "A"              # phase A: waiting for the batch, B: training
         self.trainer_clock: Clock = GroupClock(ctx.timeline, "train", train.start, train.count)

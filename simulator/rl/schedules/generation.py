@@ -9,6 +9,7 @@ import numpy as np
 from ..costs import Ranks
 from ..distqueue import payload_bytes_each
 from .batches import GenPlan, SeqBatch
+from .staleness import TIME_TOL_S
 from .state import RunState
 
 # Group ids of sequences that share no prefix (resumed ones): below every real group id.
@@ -55,6 +56,19 @@ class Generation:
             plans.append(GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0,
                                  version, where, out.progress_at))
         return plans
+
+    def store_finished_by(self, plan: GenPlan, upto_s: float) -> None:
+        """Store the plan's sequences that finished by ``plan.t0 + upto_s`` and are not stored yet,
+        while the plan runs on: an engine that hands each trajectory out as it finishes (AReaL's
+        rollout workers, NeMo RL's async engine), so the trainer can take them before the plan ends.
+        Its commit stores the rest; the plan's tokens and FLOPs are counted there, once."""
+        upto_s += TIME_TOL_S   # a finish at this very instant (t0 + finish rounds either way) is in
+        if upto_s <= plan.stored_through:
+            return
+        ids = np.flatnonzero((plan.seg >= plan.remaining) & (plan.finish <= upto_s) & (plan.finish > plan.stored_through))
+        if len(ids):
+            self._store_rows(plan.seqs, ids, None, plan.seg[ids].astype(float), plan.finish[ids], [(plan, len(ids), upto_s)])
+        plan.stored_through = upto_s
 
     def generate(self, seqs: SeqBatch, t0: float, version: int, ranks: Ranks) -> tuple[float, SeqBatch, float]:
         """Plan and commit in one go; returns (busy end, carried sequences, generated tokens)."""
@@ -113,7 +127,8 @@ class Generation:
         if cut is not None:
             finished &= ~cut
         seqs = SeqBatch.merge([plan.seqs for plan in plans])
-        rows, keep = np.flatnonzero(finished), np.flatnonzero(~finished)
+        stored_already = np.concatenate([plan.finish <= plan.stored_through for plan in plans])
+        rows, keep = np.flatnonzero(finished & ~stored_already), np.flatnonzero(~finished)
         carried = seqs.take(keep)
         versions = np.repeat(np.array([plan.version for plan in plans], carried.first_version.dtype), np.diff(bounds))
         carried.first_version = np.where(carried.done_len > 0, carried.first_version, versions[keep])
@@ -148,7 +163,7 @@ class Generation:
             finished = (finished & ~cut) | aborted if aborted is not None else finished & ~cut
         if aborted is None:
             aborted = np.zeros(len(seqs), bool)
-        ids = np.flatnonzero(finished)
+        ids = np.flatnonzero(finished & ~(plan.finish <= plan.stored_through))   # stored as they finished: not again
         keep = np.flatnonzero(~finished)
         carry = seqs.take(keep)
         carry.first_version = np.where(carry.done_len > 0, carry.first_version, plan.version)
@@ -239,7 +254,8 @@ class Generation:
 
     def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int]) -> np.ndarray:
         """When each stored row's rule reward is ready. On its own instance's workers (workers_per_device)
-        each plan's samples are verified from their finish; on the job's shared pool (reward.workers) the
+        each plan's samples are verified from their finish (a streamed plan's one at a time, as each comes
+        out of the engine, not as a batch); on the job's shared pool (reward.workers) the
         samples stored together (a synchronous round: every instance's) go over as one batch when the
         last of them is done, or each when it finishes (reward.handover: sample), and wait for what
         the pool is busy with (reward_pool.RewardPool)."""
@@ -247,7 +263,8 @@ class Generation:
         if not ctx.rule_reward:
             return finish.copy()
         if not ctx.shared_reward:
-            return finish + np.repeat([self.costs.reward_cpu_s(k, plan.ranks) for plan, k, _ in stored], counts)
+            return finish + np.repeat([self.costs.reward_cpu_s(1 if plan.streamed else k, plan.ranks)
+                                       for plan, k, _ in stored], counts)
         return pool_rewards(ctx, finish, stored[0][0].ranks)
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:

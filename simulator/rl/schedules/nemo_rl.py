@@ -49,6 +49,14 @@ class NemoInstance(SegmentedInstance):
     def _may_start(self) -> bool:
         return not self.run_.paused
 
+    def _streams(self) -> bool:
+        """Not modelled: AsyncLLM hands each request's output out as it finishes, but it also admits
+        a round's prompts the moment the age bound opens it, and a plan here takes a new round only
+        when it ends (its KV-kept continuation at an update admits none). Streamed alone, the trainer
+        takes a batch early and then waits for a round that could not start: the V6 Llama 1-step-off
+        step went 60 -> 101 s (published 64.8). Both wait for a resumable engine run that admits."""
+        return False
+
     def take_update(self, t: float, version: int, sync_s: float, k: int) -> None:
         """The weight update at time t: a plan in flight pauses for the load and continues (in-flight
         updates; without them no plan is in flight here), an idle instance loads the weights."""
@@ -104,7 +112,7 @@ class NemoRun(SplitPoolRun):
             event.succeed()
 
     def spawn_instances(self, round_: int, version: int, t: float | None, resume_s: float = 0.0) -> None:
-        self.instances, self.instance_clocks, self.nemo_instances = [], [], []
+        self.instances, self.instance_clocks, self.nemo_instances, self.streaming = [], [], [], []
         for i in range(self.n_inst):
             clock = clock_over(self.ctx.timeline, "rollout", self.roll[i * self.d:(i + 1) * self.d], t)
             self.ctx.clocks.extend(clock_parts(clock))

@@ -33,7 +33,7 @@ def continuation(plan: GenPlan, carry: SeqBatch, stop_rel: float, t0: float, ver
             return np.maximum(base(s + stop_rel)[keep] - gen, 0.0)
     return GenPlan(carry, plan.seg[keep] - gen.astype(int), plan.remaining[keep] - gen.astype(int),
                    plan.finish[keep] - stop_rel, np.maximum(plan.start[keep] - stop_rel, 0.0), 0.0, t0, version,
-                   plan.ranks, progress)
+                   plan.ranks, progress, streamed=plan.streamed)
 
 
 def check_cuttable(ctx, cuts: bool, knob: str) -> None:
@@ -52,6 +52,28 @@ class SegmentedInstance(RolloutInstance):
         self.plan: GenPlan | None = None
         self.plan_round = round_
         self.wake = run.env.event()
+        if self._streams():
+            run.streaming.append(self)
+
+    def _streams(self) -> bool:
+        """Whether the engine hands each trajectory out as it finishes (the trainer may take it while
+        the plan runs), rather than the plan's batch at its end. Not when a shared reward pool takes a
+        batch at a time (reward.handover: batch): that batch is the plan's."""
+        ctx = self.run_.ctx
+        return not (ctx.shared_reward and ctx.workload.reward.handover == "batch")
+
+    def store_finished(self, now: float) -> None:
+        """Put what the running plan finished by ``now`` in the store (streaming engines)."""
+        if self.plan is not None:
+            self.run_.ctx.gen.store_finished_by(self.plan, now - self.plan.t0)
+
+    def unstored_finishes(self) -> np.ndarray:
+        """When the running plan's sequences not in the store yet will finish (absolute seconds)."""
+        plan = self.plan
+        if plan is None:
+            return np.zeros(0)
+        left = (plan.seg >= plan.remaining) & (plan.finish > plan.stored_through)
+        return plan.t0 + plan.finish[left]
 
     def _admit(self) -> SeqBatch:
         """The new sequences of the next plan (advances ``self.round``)."""
@@ -82,6 +104,7 @@ class SegmentedInstance(RolloutInstance):
             seqs = SeqBatch.concat(self.carry, self._admit())
             self.carry = SeqBatch.empty()
             self.plan = ctx.gen.plan(seqs, env.now, self.version, clock.ranks)
+            self.plan.streamed = self in run.streaming
             run.generating.add(self.index)
             yield from self._until_plan_ends()
             run.generating.discard(self.index)

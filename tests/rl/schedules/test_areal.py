@@ -58,3 +58,26 @@ def test_runs_on_a_real_workload():
         check_accounting(r.samples, 2)
         assert r.summary["samples"]["consumed"] == 3 * 32
         assert np.isfinite(r.summary["steady_tokens_per_s"])
+
+
+def test_a_trainer_takes_interruptible_trajectories_as_they_finish_not_at_their_plans_end():
+    """Each trajectory leaves its rollout worker as it finishes: step 0 starts when the batch's last
+    eligible trajectory is ready (its reward scored on its own), not when the instance's plan of
+    every open round ends (found by a fuzzing trial: 9.0 s against 3.6 s). Without interrupts an
+    open round waits for the plan's end, and so does the trainer."""
+    small = ["workload.prompts_per_step=8", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=8",
+             "workload.response_length.max=2048", "workload.response_length.median=256"]
+    for interruptible in (True, False):
+        r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=2,
+                               schedule={"kind": "areal", "max_head_offpolicyness": 1, "interruptible": interruptible},
+                               overrides=small)
+        s, batch = r.samples, 32
+        check_accounting(s, 1)
+        batch_ready = float(np.sort(s["ready"])[batch - 1])    # every sample is eligible for step 0
+        start = float(r.iterations["start"][0])
+        consumed = s[s["consumed_iteration"] == 0]
+        if interruptible:
+            assert start == pytest.approx(batch_ready, abs=1e-6)
+            assert (consumed["ready"] - consumed["finish"]).max() == pytest.approx(0.05)   # one sample, one worker
+        else:
+            assert start > batch_ready + 1.0
