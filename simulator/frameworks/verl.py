@@ -625,17 +625,19 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     that hold the budget, balanced by length), the log-prob passes within their own; else
     ppo_micro_batch_size_per_gpu samples in order (log_prob_micro_batch_size_per_gpu for the log-probs)."""
     r = f"{A}.rollout"
+    # verl's dp_actor takes (log_prob_)max_token_len_per_gpu x ulysses_sequence_parallel_size tokens a
+    # micro-batch, which the sp ranks split: the budget is each GPU's share (recalled from its public code)
+    per_gpu = layout.get("cp", 1) if layout.get("ulysses_sp") else 1
     if not v.flag(f"{A}.actor.use_dynamic_bsz"):
         _check_micro_divides_mini(v, layout)
         if v.flag(f"{A}.model.use_remove_padding"):   # padded samples: no packed order for a scenario to take
             s["micro_batching"] = "sequence"
         decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
-        if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
-            s["forward_micro_batch"] = v.count(f"{r}.log_prob_micro_batch_size_per_gpu")
+        _log_prob_micro_batches(v, s, layout, decided, per_gpu)
         return
     s["micro_batching"] = "balanced"
     layout.pop("micro_batch", None)   # the token budget cuts the micro-batches: a scenario refuses micro_batch beside it
-    layout["max_tokens_per_micro_batch"] = v.count(f"{A}.actor.ppo_max_token_len_per_gpu")
+    layout["max_tokens_per_micro_batch"] = v.count(f"{A}.actor.ppo_max_token_len_per_gpu") * per_gpu
     if v.given(f"{A}.actor.ppo_micro_batch_size_per_gpu"):
         decided[f"{A}.actor.ppo_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the token budget sets "
                                                               "the micro-batches")
@@ -643,10 +645,32 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
         decided[f"{r}.log_prob_use_dynamic_bsz"] = ("unsupported", "sample-count log-prob micro-batches beside a "
                                                     "training token budget: rlsim's log-prob passes take the budget")
     elif v.given(f"{r}.log_prob_max_token_len_per_gpu"):
-        layout["logprob_max_tokens_per_micro_batch"] = v.count(f"{r}.log_prob_max_token_len_per_gpu")
+        layout["logprob_max_tokens_per_micro_batch"] = v.count(f"{r}.log_prob_max_token_len_per_gpu") * per_gpu
+    elif per_gpu > 1:   # verl's default budget is the actor's, per GPU: scaled as it is
+        layout["logprob_max_tokens_per_micro_batch"] = layout["max_tokens_per_micro_batch"]
     if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
         decided[f"{r}.log_prob_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the log-prob passes "
                                                              "take a token budget")
+
+
+def _log_prob_micro_batches(v: Values, s: dict[str, Any], layout: dict[str, Any],
+                            decided: dict[str, tuple[Status, str]], per_gpu: int) -> None:
+    """The log-prob passes' micro-batches beside sample-count training ones: a token budget when
+    rollout.log_prob_use_dynamic_bsz is true (verl reads it on its own; its budget defaults to the
+    actor's ppo_max_token_len_per_gpu), else log_prob_micro_batch_size_per_gpu samples."""
+    r = f"{A}.rollout"
+    if v.flag(f"{r}.log_prob_use_dynamic_bsz"):
+        budget = (f"{r}.log_prob_max_token_len_per_gpu" if v.given(f"{r}.log_prob_max_token_len_per_gpu")
+                  else f"{A}.actor.ppo_max_token_len_per_gpu")
+        layout["logprob_max_tokens_per_micro_batch"] = v.count(budget) * per_gpu
+        if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
+            decided[f"{r}.log_prob_micro_batch_size_per_gpu"] = ("ignored", "log_prob_use_dynamic_bsz: the log-prob "
+                                                                 "passes take a token budget")
+        return
+    if v.given(f"{r}.log_prob_max_token_len_per_gpu"):
+        decided[f"{r}.log_prob_max_token_len_per_gpu"] = ("ignored", "used only with log_prob_use_dynamic_bsz: true")
+    if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
+        s["forward_micro_batch"] = v.count(f"{r}.log_prob_micro_batch_size_per_gpu")
 
 
 def _check_micro_divides_mini(v: Values, layout: Mapping[str, Any]) -> None:

@@ -487,6 +487,32 @@ def test_verl_dynamic_batch_size_is_a_token_budget_whatever_the_micro_batch_size
     assert yaml.safe_load(printed)["schedule"]["forward_micro_batch"] == 16
 
 
+def test_verl_log_prob_token_budget_is_read_beside_sample_count_training_micro_batches(capsys, tmp_path):
+    """rollout.log_prob_use_dynamic_bsz is verl's own switch for the log-prob passes: with
+    actor.use_dynamic_bsz false the import listed it (and its budget) as mapped and dropped both."""
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", "verl-grpo-qwen2.5-7b.yaml",
+                                  "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+                                  "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048")
+    assert workload.train_layout["logprob_max_tokens_per_micro_batch"] == 2048
+    assert workload.train_layout["micro_batch"] == 4   # training keeps its sample-count micro-batches
+    default = _imported_workload(capsys, tmp_path, "--from-verl", "verl-grpo-qwen2.5-7b.yaml",
+                                 "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true")
+    assert default.train_layout["logprob_max_tokens_per_micro_batch"] == 16384   # verl: the actor's budget
+    r = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
+                      ["actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048"])
+    assert "log_prob_use_dynamic_bsz" in r.ignored["actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"]
+
+
+def test_verl_token_budgets_are_per_gpu_under_ulysses(capsys, tmp_path):
+    """verl's actor packs max_token_len_per_gpu x ulysses_sequence_parallel_size tokens a micro-batch,
+    which the sp ranks split: rlsim's budget is a micro-batch's, so it is scaled by the sp size."""
+    plain = _imported_workload(capsys, tmp_path, "--from-verl", "verl-one-step-off-qwen2.5-7b.yaml")
+    sp = _imported_workload(capsys, tmp_path, "--from-verl", "verl-one-step-off-qwen2.5-7b.yaml",
+                            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
+    assert sp.train_layout["max_tokens_per_micro_batch"] == 2 * plain.train_layout["max_tokens_per_micro_batch"]
+    assert sp.train_layout["logprob_max_tokens_per_micro_batch"] == sp.train_layout["max_tokens_per_micro_batch"]
+
+
 def test_verl_padded_samples_get_no_micro_batch_order():
     """use_remove_padding false: padded samples, which schedule.micro_batching does not order (a
     scenario refuses it there); with packing the fixed micro-batches keep generation order."""
