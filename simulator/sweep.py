@@ -994,6 +994,16 @@ def _grid_from_points(points: Sequence[Point]) -> dict[str, list[Any]]:
 
 # --------------------------------------------------------------------------- the real point function
 
+def _order_free(overrides: Sequence[str]) -> list[str]:
+    """The --set items as the fingerprint hashes them: sorted when no key repeats or lies under
+    another (their order then changes nothing, and reordering them kept no finished point), in the
+    given order otherwise (a later item wins, a section then one of its keys)."""
+    keys = [str(item).split("=", 1)[0].strip() for item in overrides]
+    nested = any(a == b or b.startswith(a + ".") or b.startswith(a + "[")
+                 for i, a in enumerate(keys) for j, b in enumerate(keys) if i != j)
+    return list(overrides) if nested else sorted(overrides)
+
+
 @dataclass(frozen=True)
 class BaseScenario:
     """What a sweep varies around: a scenario file (or None for the defaults) plus CLI options.
@@ -1024,7 +1034,7 @@ class BaseScenario:
                     from None
         from .version import __version__, code_fingerprint
         payload = {"spec_text": text, "topology": self.topology, "workload": self.workload,
-                   "schedule": self.schedule, "overrides": list(self.overrides),
+                   "schedule": self.schedule, "overrides": _order_free(self.overrides),
                    "iterations": self.iterations, "seed": self.seed, "version": __version__,
                    "code": code_fingerprint()}
         files = referenced_files([self.spec, self.topology, self.workload, *self.overrides], self.base_dirs())

@@ -38,3 +38,15 @@ def test_a_sweep_base_fingerprint_changes_with_the_code(monkeypatch):
     first = base.fingerprint()
     monkeypatch.setattr(version, "code_fingerprint", lambda: "other-code")
     assert base.fingerprint() != first
+
+
+def test_a_sweep_base_fingerprint_does_not_depend_on_the_order_of_independent_set_items():
+    """Reordering two --set items recomputed every point (a determinism trial); a key repeated, or a
+    section and a key under it, keep their order: there it decides the scenario."""
+    def fingerprint(*items):
+        return BaseScenario(overrides=items, iterations=1).fingerprint()
+    a, b = "workload.response_length.sigma=0.9", "topology.scaleup.efficiency=0.7"
+    assert fingerprint(a, b) == fingerprint(b, a)
+    assert fingerprint("topology.nodes=2", "topology.nodes=4") != fingerprint("topology.nodes=4", "topology.nodes=2")
+    section, key = "topology.scaleup={efficiency: 0.7}", "topology.scaleup.efficiency=0.8"
+    assert fingerprint(section, key) != fingerprint(key, section)

@@ -294,7 +294,8 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
     """First-order and total Sobol indices (SALib, Saltelli sampling without second order, seeded);
     None for every key when SALib is missing or samples is 0. `whole`: the keys varied over whole
     numbers."""
-    keys = list(ranges)
+    given = list(ranges)
+    keys = sorted(given)   # the design's columns in one order whatever the --vary order (Saltelli's points follow it)
     none: list[float | None] = [None] * len(keys)
     try:
         from SALib.analyze import sobol as sobol_analyze
@@ -303,20 +304,23 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
         return none, list(none)
     if not samples or samples < 1:
         return none, list(none)
-    bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in ranges.values()]
+    bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in (ranges[key] for key in keys)]
     problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
     check_runs(plan.data, plan.source, int(samples) * (len(ranges) + 2) * plan.n,
                f"the Sobol design of {int(samples):,} samples", "--samples")
     with warnings.catch_warnings():   # not a power of 2: said once in rlsim's words (sobol_sample_note)
         warnings.filterwarnings("ignore", message=".*balance properties of Sobol")
         points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
-    plans = [_with(plan, dict(zip(keys, row, strict=True)), whole) for row in points]
+    plans = [_with(plan, {key: value[key] for key in given}, whole)
+             for value in (dict(zip(keys, row, strict=True)) for row in points)]
     y = np.array([metric_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
     if np.ptp(y) == 0:
         return [0.0] * len(keys), [0.0] * len(keys)
     result = sobol_analyze.analyze(problem, y, calc_second_order=False, num_resamples=100, seed=plan.seeds[0])
     # a key held at one value explains nothing: 0, not the estimators' rounding noise (-1e-14)
-    fixed = [high <= low for low, high in ranges.values()]
-    return ([0.0 if held else float(v) for held, v in zip(fixed, result["S1"], strict=True)],
-            [0.0 if held else float(v) for held, v in zip(fixed, result["ST"], strict=True)])
+    first = dict(zip(keys, result["S1"], strict=True))
+    total = dict(zip(keys, result["ST"], strict=True))
+    fixed = {key: high <= low for key, (low, high) in ranges.items()}
+    return ([0.0 if fixed[key] else float(first[key]) for key in given],
+            [0.0 if fixed[key] else float(total[key]) for key in given])
 
