@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from .atomic import replace_durably
 from .errors import RlsimError
 from .overrides import parse_assignment
 from .sweep_files import BrokenTail, quarantine_tail, read_results_csv, referenced_files, warn
@@ -352,6 +353,7 @@ class ResultsStore:
 
     # writing -----------------------------------------------------------------
     def append(self, row: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)   # the API's store in a new folder: no point lost
         if self.format == "csv":
             self._append_csv(row)
         else:
@@ -359,18 +361,22 @@ class ResultsStore:
             rows.append(dict(row))
             self._write_parquet(pd.DataFrame(rows))
 
-    def finalize(self) -> None:
+    def finalize(self, index_of: Mapping[str, int] | None = None) -> None:
         """Rewrite the file sorted by point id (atomic), so a finished sweep's bytes do not depend on
-        which worker finished first."""
+        which worker finished first. ``index_of``: this sweep's point ids -> their place in its grid,
+        written over the index a row was saved with (an extended or reordered grid moves them)."""
         frame = self.read()
         if frame.empty:
             return
         frame = frame.drop_duplicates(ID_COLUMN, keep="last").sort_values(ID_COLUMN, kind="stable")
+        if index_of:
+            ids = frame[ID_COLUMN].astype(str)
+            frame[INDEX_COLUMN] = [index_of.get(pid, old) for pid, old in zip(ids, frame[INDEX_COLUMN], strict=True)]
         frame = frame[_canonical_columns(frame.columns)].reset_index(drop=True)
         if self.format == "csv":
             tmp = self.path.with_name(self.path.name + ".tmp")
             frame.to_csv(tmp, index=False, lineterminator="\n")
-            _fsync_replace(tmp, self.path)
+            replace_durably(tmp, self.path)
         else:
             self._write_parquet(frame)
         self._rows = None
@@ -384,7 +390,7 @@ class ResultsStore:
             frame = pd.concat([self.read(), pd.DataFrame([dict(row)], dtype=object)], ignore_index=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
             frame.to_csv(tmp, index=False, lineterminator="\n")
-            _fsync_replace(tmp, self.path)
+            replace_durably(tmp, self.path)
             return
         columns = header if header is not None else list(row)
         buffer = io.StringIO()
@@ -418,7 +424,7 @@ class ResultsStore:
         except ImportError:
             raise RlsimError("writing Parquet needs pyarrow", source=str(self.path),
                              fix="pip install pyarrow, or use --format csv") from None
-        _fsync_replace(tmp, self.path)
+        replace_durably(tmp, self.path)
 
 
 def _rebuilt_row(point: Point, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -476,12 +482,6 @@ def _truncate_partial_line(path: Path) -> None:
     if data and not data.endswith(b"\n"):
         with open(path, "r+b") as fh:
             fh.truncate(data.rfind(b"\n") + 1)
-
-
-def _fsync_replace(tmp: Path, dest: Path) -> None:
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, dest)
 
 
 # --------------------------------------------------------------------------- executors
@@ -913,7 +913,7 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
         if close:
             close()  # shut the executor down now, not when the generator is collected
     if store:
-        store.finalize()
+        store.finalize({p.id: p.index for p in points})
         frame = store.read()
     else:
         frame = pd.DataFrame(new_rows)

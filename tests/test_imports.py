@@ -25,7 +25,7 @@ PACKAGE = "simulator"
 
 # DESIGN.md's layer table, lowest first. A module's layer comes from the longest matching prefix.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("config", ["errors", "units", "scenario", "presets", "overrides", "paths", "builtin", "version", "params",
+    ("config", ["atomic", "errors", "units", "scenario", "presets", "overrides", "paths", "builtin", "version", "params",
                 "engine_software", "strict_model"]),
     ("des", ["des"]),
     ("hardware", ["hardware"]),

@@ -153,6 +153,18 @@ def test_user_error_points_are_rows_not_crashes(tmp_path):
     assert again.seen == []  # the same input would give the same error
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_an_extended_grid_rewrites_the_reused_rows_point_index(tmp_path, suffix):
+    """Reused rows kept the index they were saved with: seed=0,1 then seed=0,5,1 left two rows at
+    index 1, and the file differed from a fresh seed=0,5,1 sweep's (a determinism trial)."""
+    grown = ResultsStore(tmp_path / f"grown{suffix}")
+    run_sweep(make_points({"topology.nodes": [1, 2]}, ""), fake_point, store=grown)
+    run_sweep(make_points({"topology.nodes": [1, 5, 2]}, ""), fake_point, store=grown)
+    fresh = ResultsStore(tmp_path / f"fresh{suffix}")
+    run_sweep(make_points({"topology.nodes": [1, 5, 2]}, ""), fake_point, store=fresh)
+    assert grown.path.read_bytes() == fresh.path.read_bytes()
+
+
 def test_csv_tolerates_a_half_written_last_line(tmp_path):
     store = ResultsStore(tmp_path / "results.csv")
     run_sweep(make_points({"topology.nodes": [1, 2]}, ""), fake_point, store=store)

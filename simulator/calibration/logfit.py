@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import write_text_atomic
 from ..errors import RlsimError
 from .runlogs import OTHER_KEYS, RunLog, no_steps_left, stages_from_summary
 
@@ -379,5 +380,4 @@ def overlay_yaml(fit: LogFit, header: Sequence[str] = ()) -> str:
 def write_overlay(fit: LogFit, path: str | Path, header: Sequence[str] = ()) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)   # as save_profile: --out was checked creatable up front
-    path.write_text(overlay_yaml(fit, header), encoding="utf-8")
-    return path
+    return write_text_atomic(path, overlay_yaml(fit, header))

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from ..atomic import write_text_atomic
 from ..errors import RlsimError, did_you_mean
 from ..presets import read_yaml
 from ..strict_model import StrictModel
@@ -174,8 +175,7 @@ def save_profile(profile: DeviceProfile, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# rlsim device profile, written by `rlsim calibrate`. SI units: FLOP/s, bytes, B/s, s.\n"
-    path.write_text(header + yaml.safe_dump(profile.to_mapping(), sort_keys=False))
-    return path
+    return write_text_atomic(path, header + yaml.safe_dump(profile.to_mapping(), sort_keys=False))
 
 
 def apply_profile(spec: Any, profile: DeviceProfile) -> Any:
