@@ -1009,7 +1009,7 @@ class Limits(_Strict):
     # (length_budget 32) take ~30 s per async step here, a budget of 1 token would take hours.
     max_segments_per_sample: int = Field(256, ge=1)
     # Work of the whole run, in units of one sample segment or one device per iteration (work_estimate):
-    # 5e7 units is ~1.4 h at WORK_S_PER_UNIT and holds a full 5,000-step DAPO run of 8,192 samples a step.
+    # 5e7 units is ~2 min at WORK_S_PER_UNIT and holds a full 5,000-step DAPO run of 8,192 samples a step.
     max_work: int = Field(50_000_000, ge=1)
     # `rlsim plan`: sequences of one training step (--global-batch); the planner's cost grows with it
     # (a million sequences ran past 2 min here). DAPO's step is 8,192 (512 x 16); 65,536 is 8x that.
@@ -1038,10 +1038,11 @@ class OutputConfig(_Strict):
     timers: Literal["verl", "nemo-rl"] = "verl"
 
 
-# Wall seconds per work unit on this project's 2-core VM: grpo-qwen2.5-7b, 1 iteration of 8,192 samples
-# on 64-16,384 devices took 4.6-25.8 s (~1e-3 s per device, ~3e-4 s per sample of that preset's lengths;
-# a 65,536-sample step of short samples took 4.3 s, ~7e-5 s per sample). A rough rate for the estimate only.
-WORK_S_PER_UNIT = 1e-4
+# Wall seconds per work unit on this project's 2-core VM, re-measured 2026-12-04 (stage-cost reuse and the
+# array engine runs made runs ~100x faster than the first 1e-4): the seed scenario, 60 StaleSync
+# iterations, 721,920 units in 1.1 s; grpo-qwen2.5-7b async with partial rollouts on 4 DGX H100 nodes,
+# 3.9M units in 3.7 s (~1e-6 s a unit); 2e-6 leaves room for slower paths. A rough rate for the estimate only.
+WORK_S_PER_UNIT = 2e-6
 DEVICE_UNITS = 10      # a device costs about ten sample segments per iteration (the figures above)
 
 

@@ -6,7 +6,7 @@ import yaml
 from simulator.cli import main
 from simulator.errors import RlsimError
 from simulator.presets import MAX_EXPANDED_NODES, load_yaml_text
-from simulator.scenario import Limits, load_scenario, work_estimate
+from simulator.scenario import WORK_S_PER_UNIT, Limits, load_scenario, work_estimate
 
 TINY = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100"]
 
@@ -66,7 +66,7 @@ def test_work_estimate_closed_form():
                           overrides=["schedule.kind=areal", "schedule.max_head_offpolicyness=64"])
     est = work_estimate(areal, 16)
     assert est.units == (2 + 64) * 512 * 16 + 2 * 10 * 16 and "2 iterations + 64 rounds ahead" in est.describe()
-    assert est.seconds == pytest.approx(est.units * 1e-4)
+    assert est.seconds == pytest.approx(est.units * WORK_S_PER_UNIT)
 
 
 def test_max_work_refuses_a_run_before_it_starts(capsys):
