@@ -222,6 +222,17 @@ class WorkloadConfig(_Strict):
             data["train_layout"] = {**{k: v for k, v in stack.layout_fields().items()}, **layout}
         return _apply_engine(data)
 
+    @field_validator("mini_batch_prompts", mode="after")
+    @classmethod
+    def _mini_batch_divides_the_step(cls, value: int | None, info: ValidationInfo) -> int | None:
+        step = (info.data or {}).get("prompts_per_step")
+        if value is not None and isinstance(step, int) and step % value:
+            divisors = [d for d in range(1, step + 1) if step % d == 0 and d <= value][-3:][::-1]
+            raise ValueError(f"mini_batch_prompts={value} must divide prompts_per_step={step} (an optimizer step "
+                             f"takes that many prompts of the step's): give a divisor of {step}, e.g. "
+                             f"{', '.join(map(str, divisors))}, or leave it unset (one optimizer step a step)")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> "WorkloadConfig":
         if isinstance(self.train_layout, dict) and self.train_layout.get("cp", 1) not in (1, None):
@@ -229,9 +240,6 @@ class WorkloadConfig(_Strict):
             if not stack.context_parallel:
                 raise ValueError(f"train_layout.cp={self.train_layout['cp']}: {stack.name} has no context "
                                  "parallelism (set cp: 1 or another train_software)")
-        mb = self.mini_batch_prompts or self.prompts_per_step
-        if self.prompts_per_step % mb:
-            raise ValueError(f"mini_batch_prompts={mb} must divide prompts_per_step={self.prompts_per_step}")
         limit, prompt_max = self.inference.max_model_len, self.prompt_length.get("max")
         if limit is not None and isinstance(prompt_max, (int, float)) and prompt_max >= limit:
             raise ValueError(f"prompt_length.max={prompt_max} leaves no room for a response under "

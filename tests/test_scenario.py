@@ -282,3 +282,11 @@ def test_a_workload_mapping_without_a_preset_or_its_required_keys_says_to_name_a
         load_scenario({"workload": {"response_length": {"dist": "lognormal", "median": 800, "sigma": 1.0}}})
     assert caught.value.field == "workload.model" and "workload.preset: NAME" in caught.value.fix
     assert load_scenario({"workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 256}}).workload.prompts_per_step == 256
+
+
+def test_a_mini_batch_that_does_not_divide_the_step_names_its_field_and_a_divisor():
+    """The error named field 'workload' and the generic fix (an idle-time trial)."""
+    with pytest.raises(RlsimError) as caught:
+        load_scenario(None, workload="grpo-qwen2.5-7b", overrides=["workload.prompts_per_step=64"])
+    assert caught.value.field == "workload.mini_batch_prompts"
+    assert "divisor of 64, e.g. 64, 32, 16" in caught.value.message
