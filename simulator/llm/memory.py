@@ -136,37 +136,20 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
                        flash_attention: bool, micro_batches: int | None) -> MemoryBreakdown:
     tp, pp, vpp, cp = layout.tp, layout.pp, layout.vpp, layout.cp
     dp = layout.dp or 1
-    shapes = layer_shapes(model)
     chunks = layout_stage_layers(int(model.num_layers), layout)
     emb, head = embedding_params(model)
     tokens = layout.micro_batch * seq_len / cp
     m = micro_batches if micro_batches is not None else pp * vpp
-    gated = bool(getattr(model, "gated_ffn", True))
     best: MemoryBreakdown | None = None
-    # Per shape object (layers of one shape hold and store the same: compute once):
-    # (dense params, expert params or None, activation bytes per token).
-    per_shape: dict[int, tuple[float, float | None, float]] = {}
+    key = (model, chunks, pp, vpp, tp, layout.ep, layout.expert_tp, layout.sp, layout.recompute,
+           bool(flash_attention), seq_len / cp, params)
+    try:
+        sums = _stage_sums(*key)
+    except TypeError:  # an unhashable model stand-in
+        sums = _stage_sums.__wrapped__(*key)
     for s in range(pp):
-        dense = expert = largest_layer = 0.0
-        act_per_chunk = []
-        for c in range(vpp):
-            layers = chunks[c * pp + s]
-            per_chunk = 0.0
-            for i in layers:
-                lay = shapes[i]
-                info = per_shape.get(id(lay))
-                if info is None:
-                    info = per_shape[id(lay)] = (lay.dense_params, lay.expert_params if lay.moe else None,
-                                                 activation_bytes_per_token(
-                        lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=layout.sp,
-                        recompute=layout.recompute, flash=flash_attention, context_len=seq_len / cp, params=params))
-                layer_dense = info[0] / tp
-                layer_expert = info[1] / (layout.ep * layout.expert_tp) if info[1] is not None else 0.0
-                dense += layer_dense
-                expert += layer_expert
-                largest_layer = max(largest_layer, layer_dense + layer_expert)
-                per_chunk += info[2]
-            act_per_chunk.append(per_chunk * tokens)
+        dense, expert, largest_layer, per_chunks, rebuilt = sums[s]
+        act_per_chunk = [per_chunk * tokens for per_chunk in per_chunks]
         outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
         if s == 0:
             outer += emb / tp
@@ -180,13 +163,9 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         weights = params.weight_bytes_per_param * (shard if layout.zero >= 3 else full)
         grads = params.grad_bytes_per_param * (shard if layout.zero >= 2 else full)
         optim = params.optimizer_bytes_per_param * (shard if layout.zero >= 1 else full)
-        acts = _in_flight_activations(act_per_chunk, pp, vpp, m, s)
+        acts = _in_flight_cached(tuple(act_per_chunk), pp, vpp, m, s)
         if layout.recompute == "full":  # one layer's full activations are rebuilt during its backward
-            lay = shapes[chunks[s][0]] if chunks[s] else shapes[0]
-            acts += tokens * activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated,
-                                                        tp=tp, sp=layout.sp, recompute="none",
-                                                        flash=flash_attention, context_len=seq_len / cp,
-                                                        params=params)
+            acts += tokens * rebuilt
         logits = tokens * float(model.vocab) / tp * params.logits_bytes_per_elem if s == pp - 1 else 0.0
         gathered = zero3_working_set_bytes(largest_layer, outer, params) if layout.zero >= 3 else 0.0
         cand = MemoryBreakdown(s, weights, grads, optim, acts, logits,
@@ -195,6 +174,52 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
             best = cand
     assert best is not None
     return best
+
+
+@lru_cache(maxsize=4096)
+def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, tp: int, ep: int, etp: int, sp: bool,
+                recompute: str, flash: bool, context_len: float, params: MemoryParams
+                ) -> tuple[tuple[float, float, float, tuple[float, ...], float], ...]:
+    """Per pipeline stage: (dense params, expert params, largest layer's params, activation bytes per
+    token of each chunk) -- the per-layer sums of _memory_per_device, in the same order (the same
+    floats), independent of dp, ZeRO, the micro-batch and the token count, which the candidates of a
+    search vary."""
+    shapes = layer_shapes(model)
+    gated = bool(getattr(model, "gated_ffn", True))
+    per_shape: dict[int, tuple[float, float | None, float]] = {}
+    out = []
+    for s in range(pp):
+        dense = expert = largest_layer = 0.0
+        per_chunks = []
+        for c in range(vpp):
+            per_chunk = 0.0
+            for i in chunks[c * pp + s]:
+                lay = shapes[i]
+                info = per_shape.get(id(lay))
+                if info is None:
+                    info = per_shape[id(lay)] = (lay.dense_params, lay.expert_params if lay.moe else None,
+                                                 activation_bytes_per_token(
+                        lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=sp,
+                        recompute=recompute, flash=flash, context_len=context_len, params=params))
+                layer_dense = info[0] / tp
+                layer_expert = info[1] / (ep * etp) if info[1] is not None else 0.0
+                dense += layer_dense
+                expert += layer_expert
+                largest_layer = max(largest_layer, layer_dense + layer_expert)
+                per_chunk += info[2]
+            per_chunks.append(per_chunk)
+        rebuilt = 0.0
+        if recompute == "full":   # the first layer's full activations, rebuilt during its backward
+            lay = shapes[chunks[s][0]] if chunks[s] else shapes[0]
+            rebuilt = activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=sp,
+                                                 recompute="none", flash=flash, context_len=context_len, params=params)
+        out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt))
+    return tuple(out)
+
+
+@lru_cache(maxsize=16384)
+def _in_flight_cached(act_per_chunk: tuple[float, ...], pp: int, vpp: int, m: int, stage: int) -> float:
+    return _in_flight_activations(list(act_per_chunk), pp, vpp, m, stage)
 
 
 def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, params: MemoryParams) -> float:

@@ -245,11 +245,15 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     evaluated = 0
     cands: list[TrainCandidate] = []
     tokens = global_batch * seq_len
+    first_placement: dict[tuple, Placement] = {}   # by what _placements reads of a choice
     for c in choices:
         if params.dominance_prune and _structure(c) in fitted:
             pruned["recompute_dominated"] += 1
             continue
-        placement = _placements(topology, ranks, c)[0]
+        pkey = (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp)
+        placement = first_placement.get(pkey)
+        if placement is None:
+            placement = first_placement[pkey] = _placements(topology, ranks, c)[0]
         evaluated += 1
         try:
             ev = evaluator(c, placement.ranks)
