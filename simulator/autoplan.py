@@ -146,6 +146,20 @@ def heaviest_micro_batch_of(sc: Scenario, row: int, trained: Sequence[np.ndarray
     return heaviest
 
 
+def consolidated_train_devices(sc: Scenario, pool: int) -> int | None:
+    """The fewest devices colocated StaleSync may train on (rl/schedules/colocated.split_time): the
+    pool beside its largest consolidated tail, consolidate_share of the rollout instances; None for
+    a schedule that trains on its whole pool. A rollout layout left auto is taken at one device an
+    instance, the largest tail (the floor of a share of the instances holds the most devices so)."""
+    sched = sc.schedule
+    if not (sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1):
+        return None
+    rollout = sc.workload.rollout_layout
+    instance = rollout.get("tp", 1) * rollout.get("ep", 1) if isinstance(rollout, Mapping) else 1
+    tail = max(1, math.floor(sched.consolidate_share * (pool // instance)))
+    return pool - tail * instance
+
+
 def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     """(rollout ranks, training ranks) of the pools before whole-unit rounding (rl/pools.py)."""
     sched = sc.schedule
@@ -218,10 +232,11 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
     if w.train_layout == "auto":    # first: a colocated engine is sized beside its resident state
         batch, row = train_batch(sc)
         space = train_space(settings.space, w.train_software, sc.planner, packed_step=True)
+        evaluator = TrainingEvaluator.for_workload(model, topology, batch, row, w,
+                                                   heaviest=heaviest_micro_batch_of(sc, row, trained),
+                                                   also_trains_on=consolidated_train_devices(sc, len(train_ranks)))
         plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
-                             evaluator=TrainingEvaluator.for_workload(model, topology, batch, row, w,
-                                                                      heaviest=heaviest_micro_batch_of(sc, row, trained)),
-                             top=1)
+                             evaluator=evaluator, top=1)
         lay = {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}
         out.layouts["train"] = lay
         out.planning_cost_s += plan.planning_cost_s

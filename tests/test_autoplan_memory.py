@@ -172,3 +172,31 @@ def test_a_plan_that_repeats_a_layout_that_did_not_fit_is_an_error(monkeypatch):
     with pytest.raises(HeavierBatchThanPlanned, match="this step trained a heavier one"):
         simulate(**HEAVY_TAIL_RUN, keep_samples=False)
     assert api.AUTO_LAYOUT_PLANS >= 2
+
+
+def test_colocated_stalesync_layouts_are_judged_on_the_pool_beside_its_largest_tail():
+    """The default scenario with train_layout: auto planned TP8 CP2 DP24 ZeRO-2 (105 GB) and ran out
+    of memory at 161 GB: StaleSync trained beside its consolidated tail on 128 devices, DP 8, where
+    ZeRO shards the optimizer state over a third of the ranks (a profiling trial's side note)."""
+    from simulator.autoplan import consolidated_train_devices
+    from simulator.errors import RlsimError
+    from simulator.hardware.topology import load_topology
+    from simulator.llm.architecture import load_model
+    from simulator.planner.base import TrainChoice
+    from simulator.planner.evaluate import TrainingEvaluator
+    from simulator.scenario import load_scenario
+
+    sc = load_scenario(None)
+    rollout = sc.workload.rollout_layout
+    instance = rollout["tp"] * rollout.get("ep", 1)
+    tail = int(0.5 * (384 // instance))
+    assert consolidated_train_devices(sc, 384) == 384 - tail * instance
+    assert consolidated_train_devices(load_scenario(None, schedule="colocated"), 384) is None
+    topology, model = load_topology(sc.topology), load_model(sc.workload.model)
+    choice = TrainChoice(tp=8, pp=1, vpp=1, dp=24, ep=16, cp=2, zero=2, recompute="none", micro_batch=1, etp=8)
+
+    def evaluator(also):
+        return TrainingEvaluator.for_workload(model, topology, 256, 20480, sc.workload, also_trains_on=also)
+    evaluator(None).cost(choice, list(range(384)))   # fits on the whole pool
+    with pytest.raises(RlsimError, match="on the 128 devices it also trains on"):
+        evaluator(128).cost(choice, list(range(384)))

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario
     (`scn`: a replica's scenario, issue 13; else loaded from the arguments)."""
-    from ..autoplan import heaviest_micro_batch_of, planning_ranks, train_batch
+    from ..autoplan import consolidated_train_devices, heaviest_micro_batch_of, planning_ranks, train_batch
     from ..llm.lengths import MAX_TOKENS
     from ..scenario import LIMITS_FIX, load_scenario
 
@@ -100,7 +100,9 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
             "max_devices": scn.limits.max_devices, "max_global_batch": scn.limits.max_global_batch,
             "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None,
             # the devices the run trains on (a split placement's training pool), as layout: auto plans
-            "train_ranks": (lambda n: planning_ranks(scn, n)[1]) if from_step else None}
+            "train_ranks": (lambda n: planning_ranks(scn, n)[1]) if from_step else None,
+            # and the fewest it may also train on (colocated StaleSync beside its consolidated tail)
+            "also_trains_on": (lambda n: consolidated_train_devices(scn, n)) if from_step else None}
 
 
 # What only one stage reads: the training planner the batch, the sequence length, the search space and
@@ -246,8 +248,11 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
         _check_train_constants(w, model)
+        ranks = inp["train_ranks"](topology.num_devices) if inp["train_ranks"] else None
+        also = inp["also_trains_on"](len(ranks) if ranks is not None else topology.num_devices) \
+            if inp["also_trains_on"] and not args.target_tokens_per_s else None
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
-                                                   heaviest=inp["heaviest"])
+                                                   heaviest=inp["heaviest"], also_trains_on=also)
         evaluator = _counted(evaluator, progress)
         kwargs = {"space": train_space(settings.space, w.train_software, section(args.overrides, "planner"),
                                        packed_step=inp["heaviest"] is not None),
@@ -256,7 +261,6 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
             plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
                                   top=args.top, **kwargs)
         else:
-            ranks = inp["train_ranks"](topology.num_devices) if inp["train_ranks"] else None
             plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, ranks=ranks,
                                  **kwargs)
     else:

@@ -22,13 +22,18 @@ class TrainingEvaluator:
     def __init__(self, model: Any, topology: Any, global_batch: int, seq_len: int, *,
                  params: TrainParams | None = None, collectives: Any = None,
                  sequence_parallel: bool | None = None,
-                 heaviest: Callable[[int, int], tuple[int, float, int]] | None = None) -> None:
+                 heaviest: Callable[[int, int], tuple[int, float, int]] | None = None,
+                 also_trains_on: int | None = None) -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
         heaviest micro-batch the run will form with ``rows`` packed rows on ``dp`` replicas; memory is
         then judged on it as the run judges it (autoplan: the run's token-balanced micro-batches of
-        drawn lengths exceed a typical row). None: on rows of ``seq_len`` tokens."""
+        drawn lengths exceed a typical row). None: on rows of ``seq_len`` tokens. ``also_trains_on``:
+        devices a run may also train on, fewer than the candidate's (colocated StaleSync trains beside
+        its consolidated tail): memory is judged at the DP whole pool units of them give too (ZeRO
+        shards the state over fewer ranks)."""
         self.model, self.topology = model, topology
         self.heaviest = heaviest
+        self.also_trains_on = also_trains_on
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()
@@ -66,15 +71,30 @@ class TrainingEvaluator:
             # The same memory check train_step_cost makes first (equal sequences: the longest is
             # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
             hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
-            mem_layout, seq, micro_batches = layout, float(self.seq_len), -(-self.global_batch // (c.dp * c.micro_batch))
-            if self.heaviest is not None:
-                samples, tokens, micro_batches = self.heaviest(c.micro_batch, c.dp)
-                mem_layout, seq = dataclasses.replace(layout, micro_batch=samples), tokens / samples
-            mem = memory_per_device(self.model, mem_layout, seq, hbm, params=self.params.memory,
-                                    flash_attention=self.params.compute.flash_attention, micro_batches=micro_batches)
-            check_fits(mem, what=f"{self.model.name} with {c}", source="planner", layout=layout)
+            for dp in self._memory_dps(layout, c.dp):
+                self._check_memory(c, dataclasses.replace(layout, dp=dp), hbm)
         return train_step_cost(self.model, layout, self.topology, list(ranks), self.sequences,
                                params=self.params, collectives=self.collectives, source="planner")
+
+    def _memory_dps(self, layout: TrainLayout, dp: int) -> list[int]:
+        """The candidate's DP, and the smaller one whole pool units of ``also_trains_on`` devices give."""
+        if self.also_trains_on is None:
+            return [dp]
+        unit = layout.pool_unit
+        smaller = (self.also_trains_on // unit) * unit // layout.model_parallel
+        return [dp, smaller] if 0 < smaller < dp else [dp]
+
+    def _check_memory(self, c: TrainChoice, layout: TrainLayout, hbm: float) -> None:
+        dp = int(layout.dp or 1)
+        mem_layout, seq, micro_batches = layout, float(self.seq_len), -(-self.global_batch // (dp * c.micro_batch))
+        if self.heaviest is not None:
+            samples, tokens, micro_batches = self.heaviest(c.micro_batch, dp)
+            mem_layout, seq = dataclasses.replace(layout, micro_batch=samples), tokens / samples
+        mem = memory_per_device(self.model, mem_layout, seq, hbm, params=self.params.memory,
+                                flash_attention=self.params.compute.flash_attention, micro_batches=micro_batches)
+        what = f"{self.model.name} with {c}" + (f" on the {dp * layout.model_parallel} devices it also trains on"
+                                               if dp != c.dp else "")
+        check_fits(mem, what=what, source="planner", layout=layout)
 
     def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
         r = self.cost(c, ranks)
