@@ -18,6 +18,7 @@ from ..samples import SampleStore
 from ..timeline import GroupClock, Timeline
 from .batches import RoundDraws, Sampler
 from .generation import Generation
+from .staleness import TIME_TOL_S
 from .state import RunTotals
 from .training import TrainStep
 
@@ -108,8 +109,12 @@ class Context:
         self.extra: dict = {}        # a schedule's own figures, added to the summary under their keys
         self.trainer_paths: list = []   # RunRecord.trainer_paths
 
-    def add_stage_time(self, name: str, dt: float) -> None:
+    def add_stage_time(self, name: str, dt: float, span: tuple[float, float] | None = None) -> None:
+        """``dt`` more of stage ``name``; ``span``: the (start, end) it covers, uniformly, when it may
+        run past the run's end (what lies past the end is taken out in ``record``)."""
         self.totals.stage_time_s[name] = self.totals.stage_time_s.get(name, 0.0) + dt
+        if span is not None and span[1] > span[0]:
+            self.totals.stage_spans.append((name, span[0], span[1], dt / (span[1] - span[0])))
 
     def add_switch_bytes(self, moved: dict[str, float], n_devices: int) -> None:
         for key, per_device in moved.items():
@@ -159,8 +164,14 @@ class Context:
             self.timeline.add("unused", used, self.n_devices - used, "idle", 0.0, makespan, cause="placement")
         pending = self.store.pending()    # samples never consumed by the end of the run: dropped explicitly
         if len(pending):
-            self.store.drop(pending, "unused")
+            late = self.store.at("finish", pending) > makespan + TIME_TOL_S   # still generating at the end
+            self.store.drop(pending[~late], "unused")
+            self.store.drop(pending[late], "unfinished")
         totals = self.totals
+        for name, start, end, weight in totals.stage_spans:   # generation planned past the run's end
+            if end > makespan:
+                totals.stage_time_s[name] -= (end - max(start, makespan)) * weight
+        totals.stage_spans.clear()
         if "rollout" in self.pools:   # split pools: the rollout devices hold the engine's reservation
             self.note_memory(self.costs.inference_memory_bytes(self.pools["rollout"].ranks), "rollout")
         if self.rule_reward and self.shared_reward:   # is the job's reward pool a bottleneck?

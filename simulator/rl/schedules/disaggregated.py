@@ -100,7 +100,7 @@ class RolloutInstance:
                 t0 = env.now
                 end, self.carry, _ = ctx.gen.generate(seqs, t0, self.version, clock.ranks)
                 clock.busy("generate", end, r, label=f"round {r}")
-                ctx.add_stage_time("generate", (end - t0) / n_inst)
+                ctx.add_stage_time("generate", (end - t0) / n_inst, span=(t0, end))
             ctx.round_end[r] = max(ctx.round_end.get(r, 0.0), end)
             run.planned[r] = run.planned.get(r, 0) + 1
             gate.data()
@@ -121,7 +121,7 @@ class RolloutInstance:
             end, carry, _ = ctx.gen.generate(seqs, start, self.version, clock.ranks)
             carried.append(carry)
             clock.busy("generate", end, r, label=f"round {r}")
-            ctx.add_stage_time("generate", (end - start) / run.n_inst)
+            ctx.add_stage_time("generate", (end - start) / run.n_inst, span=(start, end))
             if j == len(parts) - 1:
                 break
             ready = ctx.store.at("ready", np.arange(first_row, ctx.store.n))

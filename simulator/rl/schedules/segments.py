@@ -133,7 +133,7 @@ class SegmentedInstance(RolloutInstance):
         stop = None if stop_at is None else stop_at - plan.t0
         end, carry, _ = ctx.gen.commit(plan, stop_s=stop)
         self.clock.busy("generate", end, r, label=f"round {r}")
-        ctx.add_stage_time("generate", (end - plan.t0) / self.run_.n_inst)
+        ctx.add_stage_time("generate", (end - plan.t0) / self.run_.n_inst, span=(plan.t0, end))
         for q in range(r, self.round):
             ctx.round_end[q] = max(ctx.round_end.get(q, 0.0), end)
         self.plan, self.carry = None, carry

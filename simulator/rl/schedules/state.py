@@ -26,6 +26,9 @@ class RunTotals:
     # reservation, with the training state a colocated placement leaves resident)
     phase_peak_bytes: dict[str, float] = field(default_factory=dict)
     stage_time_s: dict[str, float] = field(default_factory=dict)
+    # (stage, start, end, weight) of stage time that may run past the run's end (a split pool's
+    # generation runs ahead): the part past it is taken out when the run is recorded
+    stage_spans: list[tuple[str, float, float, float]] = field(default_factory=list)
     switch_bytes: dict[str, float] = field(default_factory=dict)
     # rollout slot accounting (metrics: occupancy and the low-batch tail)
     rollout: dict[str, float] = field(default_factory=lambda: {"instance_s": 0.0, "slot_s": 0.0, "low_batch_s": 0.0})
@@ -51,4 +54,4 @@ class RunState(Protocol):
     staleness: float
     threshold: float
 
-    def add_stage_time(self, name: str, dt: float) -> None: ...
+    def add_stage_time(self, name: str, dt: float, span: tuple[float, float] | None = None) -> None: ...

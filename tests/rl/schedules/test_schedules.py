@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import simulator
 from simulator import metrics
 from simulator.errors import RlsimError
 from simulator.rl.algorithms import build_algorithm
@@ -373,3 +374,20 @@ def test_round_batches_is_one_step_offs_and_refuses_what_would_cut_a_round():
     for knob in ({"partial_rollout": True, "length_budget": 256}, {"overprovision": 0.5}):
         with pytest.raises(RlsimError, match="round_batches trains each round whole"):
             scenario("one-step-off", round_batches=True, **knob)
+
+
+@pytest.mark.parametrize("kind", ["one-step-off", "disaggregated"])
+def test_split_pool_generation_time_stops_at_the_run_end(kind):
+    """stage_time_s.generate counted a round still running at the end in full (663.6 s a step against
+    the timeline's 602.8 on the seed one-step-off run, an idle-time trial): it is the timeline's
+    generation per instance, and samples that had not finished are dropped as unfinished."""
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule=kind,
+                           iterations=3, overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16",
+                                                    "workload.samples_per_prompt=4"])
+    t, rollout = r.timeline, r.summary["pools"]["rollout"]
+    gen = t[(t["pool"] == "rollout") & (t["state"] == "generate")]
+    per_device = float(((gen["end"] - gen["start"]) * gen["rank_count"]).sum()) / rollout
+    assert r.summary["stage_time_s"]["generate"] * 3 == pytest.approx(per_device, rel=1e-9)
+    late = r.samples[r.samples["finish"] > r.summary["makespan_s"]]
+    assert (late["drop_reason"] == "unfinished").all()
+    assert r.summary["samples"]["dropped"].get("unfinished", 0) == len(late)
