@@ -122,8 +122,7 @@ def write_sweep_report(objects: Sequence[Mapping[str, Any]], grid_keys: Sequence
     out.mkdir(parents=True, exist_ok=True)
     frame = sweep_frame(objects, grid_keys)
     ok = frame[frame["error"].fillna("") == ""] if "error" in frame else frame
-    if "steady_tokens_per_s" in ok:   # the figures plot the steady state, as the console and the capacity pick read
-        ok = ok.assign(tokens_per_s=ok["steady_tokens_per_s"])
+    ok = plots.steady_rows(ok)   # the figures plot the steady state, as the console and the capacity pick read
     figures: list[tuple[str, str]] = []
     others = list(grid_keys)
     if not ok.empty and "devices" in ok and ok["devices"].nunique() > 1 and "tokens_per_s" in ok:

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..errors import RlsimError
+from ..rl.timeline import BUSY_STATES
 
 # Fixed colours so the same state looks the same in every figure and report.
 STATE_COLORS: dict[str, str] = {
@@ -50,6 +51,12 @@ def _color(table: Mapping[str, str], key: str, category: str, known: Sequence[st
 
 def _category(state: str, cause: str) -> str:
     return f"idle: {cause or 'other'}" if state == IDLE_STATE else state
+
+
+def _is_bubble(category: str) -> bool:
+    """Drawn hatched: idle time, and the states the summary counts as bubbles too (switch, sync,
+    fetch, plan, failures: metrics.STATE_CAUSE), busy only with work that is not the step's."""
+    return category.startswith("idle") or category not in BUSY_STATES
 
 
 def _category_color(category: str, categories: Sequence[str]) -> Any:
@@ -132,14 +139,14 @@ def gantt_figure(timeline: pd.DataFrame, *, max_lanes_per_pool: int = 6, title: 
             category = _category(state, cause)
             color = _category_color(category, categories)
             spans = list(zip(group["start"], group["end"] - group["start"], strict=True))
-            idle = state == IDLE_STATE
+            idle = _is_bubble(category)
             ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=color, edgecolor="white" if idle else "none",
                            hatch="///" if idle else None, linewidth=0)
             used[category] = (color, idle)
     ax.set_yticks(range(len(lanes)), [_lane_label(*lane) for lane in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (s)")
-    ax.set_title(title or "Timeline by pool (hatched = idle, coloured by cause)")
+    ax.set_title(title or "Timeline by pool (hatched = bubble: idle by cause, switch, sync, fetch)")
     if time_window_s is not None:
         ax.set_xlim(*time_window_s)
     handles = [Patch(facecolor=c, hatch="///" if idle else None, edgecolor="white", label=name)
@@ -190,21 +197,21 @@ def state_bars_figure(results: Mapping[str, Any], *, title: str | None = None) -
     per_run = {name: time_by_state(r.timeline, int(r.summary["devices"]), int(r.summary["iterations"]))
                for name, r in results.items()}
     table = pd.DataFrame(per_run).fillna(0.0)
-    busy = sorted(c for c in table.index if not c.startswith("idle"))
-    idle = sorted(c for c in table.index if c.startswith("idle"))
+    busy = sorted(c for c in table.index if not _is_bubble(c))
+    idle = sorted(c for c in table.index if _is_bubble(c))
     table = table.loc[busy + idle]
     fig = Figure(figsize=(max(5.5, 1.6 * len(per_run) + 3.5), 4.5), layout="constrained")
     ax = fig.add_subplot()
     bottom = np.zeros(len(table.columns))
     x = np.arange(len(table.columns))
     for category, values in table.iterrows():
-        is_idle = category.startswith("idle")
+        is_idle = _is_bubble(category)
         ax.bar(x, values.to_numpy(), bottom=bottom, color=_category_color(category, list(table.index)),
                hatch="///" if is_idle else None, edgecolor="white", linewidth=0.5, label=category)
         bottom += values.to_numpy()
     ax.set_xticks(x, list(table.columns))
     ax.set_ylabel("seconds per device per iteration")
-    ax.set_title(title or "Where device time goes, by schedule (hatched = idle)")
+    ax.set_title(title or "Where device time goes, by schedule (hatched = bubble)")
     handles, labels = ax.get_legend_handles_labels()  # top of the stack first, as the eye reads it
     ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
@@ -224,9 +231,21 @@ def scaling_efficiency(devices: Sequence[float], tokens_per_s: Sequence[float]) 
     return (t / d) / (t[base] / d[base])
 
 
+def steady_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose tokens/s is the steady state where they carry it (a sweep's run objects,
+    capacity.steady_figure's rule): the whole run's counts the warm-up step, which the tables beside
+    a figure leave out (a notebook's figure showed efficiency 0.35 against its table's 0.38)."""
+    if "steady_tokens_per_s" not in rows:
+        return rows
+    steady = pd.to_numeric(rows["steady_tokens_per_s"], errors="coerce")
+    return rows.assign(tokens_per_s=steady.fillna(pd.to_numeric(rows["tokens_per_s"], errors="coerce")))
+
+
 def scaling_figure(rows: pd.DataFrame, *, group: str | None = None, title: str | None = None) -> Figure:
-    """Tokens/s against devices (left) and scaling efficiency (right), with the linear ideal."""
+    """Tokens/s against devices (left) and scaling efficiency (right), with the linear ideal; the
+    steady-state tokens/s where the rows carry it."""
     _columns(rows, ("devices", "tokens_per_s"), "rows", "sweep.rows (devices, tokens_per_s)")
+    rows = steady_rows(rows)
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     ax, ax_eff = fig.subplots(1, 2)
     groups = [(None, rows)] if group is None or group not in rows else list(rows.groupby(group, sort=True))
@@ -259,8 +278,10 @@ def scaling_figure(rows: pd.DataFrame, *, group: str | None = None, title: str |
 
 def staleness_figure(rows: pd.DataFrame, *, x: str = "staleness_bound", group: str | None = "schedule",
                      title: str | None = None) -> Figure:
-    """Tokens/s (left axis) and measured mean staleness (right axis) against the staleness bound."""
+    """Tokens/s (left axis; the steady state where the rows carry it) and measured mean staleness
+    (right axis) against the staleness bound."""
     _columns(rows, (x, "tokens_per_s"), "rows", f"sweep.rows ({x}, tokens_per_s)")
+    rows = steady_rows(rows)
     fig = Figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.add_subplot()
     ax2 = ax.twinx()

@@ -46,3 +46,34 @@ def test_gantt_needs_at_least_one_lane_per_pool():
     with pytest.raises(RlsimError) as info:   # a numpy ValueError before
         gantt_figure(pd.DataFrame(columns=INTERVAL_COLUMNS), max_lanes_per_pool=-1)
     assert info.value.field == "max_lanes_per_pool"
+
+
+def test_switch_sync_and_fetch_are_drawn_as_bubbles_as_the_summary_counts_them():
+    """The summary counts a role switch as a bubble (43% of a hand-built case), but the figures drew
+    it solid with only idle time hatched (an idle-time trial)."""
+    import pandas as pd
+
+    from simulator.report.plots import _is_bubble, gantt_figure
+    assert _is_bubble("idle: long_tail") and _is_bubble("switch") and _is_bubble("sync") and _is_bubble("fetch")
+    assert not any(_is_bubble(state) for state in ("generate", "forward", "train"))
+    frame = pd.DataFrame({"pool": ["actor"] * 3, "rank_start": [0] * 3, "rank_count": [8] * 3,
+                          "state": ["generate", "switch", "train"], "cause": ["", "", ""],
+                          "start": [0.0, 1.0, 2.0], "end": [1.0, 2.0, 3.0]})
+    fig = gantt_figure(frame)
+    hatched = {text.get_text() for text, handle in zip(fig.axes[0].get_legend().get_texts(),
+                                                        fig.axes[0].get_legend().legend_handles, strict=True)
+               if handle.get_hatch()}
+    assert hatched == {"switch"}
+
+
+def test_the_scaling_figure_plots_the_steady_state_where_the_rows_carry_it():
+    """The capacity notebook's figure plotted whole-run tokens/s (efficiency 0.35) beside a table of
+    steady ones (0.38): an idle-time trial."""
+    import pandas as pd
+
+    from simulator.report.plots import scaling_figure
+    rows = pd.DataFrame({"devices": [384, 768], "tokens_per_s": [40e3, 50e3], "steady_tokens_per_s": [60e3, 90e3]})
+    ax_eff = scaling_figure(rows).axes[1]
+    assert list(ax_eff.lines[0].get_ydata()) == pytest.approx([1.0, 0.75])
+    whole = scaling_figure(rows.drop(columns="steady_tokens_per_s")).axes[1]
+    assert list(whole.lines[0].get_ydata()) == pytest.approx([1.0, 0.625])
