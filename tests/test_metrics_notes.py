@@ -68,3 +68,20 @@ def test_cheapest_ranks_by_trained_tokens_not_by_step():
     fields = cost_fields(whole, 2.0)
     assert fields["device_hours_per_1m_tokens"] == pytest.approx(64 * 1e6 / 56_000 / 3600)
     assert fields["cost_per_1m_tokens"] == pytest.approx(2.0 * fields["device_hours_per_1m_tokens"])
+
+
+def test_steady_bubbles_are_those_of_the_steady_window_beside_the_steady_step():
+    """Bubbles were whole-run figures printed beside steady-state ones: a NeMo RL 1-step-off import
+    read 'bubbles 25%' where its steady steps idle 3% (an idle-time trial)."""
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="one-step-off", iterations=3,
+                           overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16"])
+    its, t = r.iterations, r.timeline
+    low, high = float(its["end"].iloc[0]), float(its["end"].iloc[-1])
+    start, end = t["start"].clip(lower=low), t["end"].clip(upper=high)
+    seconds = ((end - start).clip(lower=0) * t["rank_count"])
+    idle = ~t["state"].isin(["generate", "forward", "train"])
+    expected = float(seconds[idle].sum() / seconds.sum())
+    assert r.summary["steady_bubble_fraction"] == pytest.approx(expected, rel=1e-12)
+    assert sum(r.summary["steady_bubbles_by_cause"].values()) == pytest.approx(expected, rel=1e-9)
+    assert r.summary["steady_bubble_fraction"] < r.summary["bubble_fraction"]   # the pipeline's fill left out

@@ -62,7 +62,8 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
                              ("samples_per_s", "samples/s", "")):
         t.add_row(label, _fmt(s[key], unit))
     t.add_row("MFU (whole run)", f"{s['mfu']:.1%}")
-    t.add_row("bubble fraction", f"{s['bubble_fraction']:.1%}")
+    t.add_row("bubble fraction (steady state)", f"{s['steady_bubble_fraction']:.1%}")
+    t.add_row("bubble fraction (whole run)", f"{s['bubble_fraction']:.1%}")
     t.add_row("rollout slot occupancy", _share(s['rollout']['occupancy']))
     t.add_row("rollout time at low batch", _share(s['rollout']['low_batch_fraction']))
     t.add_row("trained samples / step (whole run)", _trained(s))
@@ -75,7 +76,7 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
         t.add_row(f"reward pool busy ({pool['workers']} workers)", f"{pool['utilization']:.1%}")
     for cause, frac in s["bubbles_by_cause"].items():
         if frac > 0:
-            t.add_row(f"  bubble: {cause}", f"{frac:.1%}")
+            t.add_row(f"  bubble: {cause} (whole run)", f"{frac:.1%}")
     for stage, sec in s["stage_time_s"].items():
         t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
     if "nemo_rl_timing_s" in s:   # output.timers: nemo-rl (an imported NeMo RL recipe)
@@ -109,9 +110,10 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("tokens/s, whole run", *[_fmt(r["tokens_per_s"]) for r in rows])
     t.add_row("tokens/s per device, whole run", *[_fmt(r["tokens_per_s_per_device"]) for r in rows])
     t.add_row("generated tokens/s", *[_fmt(r["generated_tokens_per_s"]) for r in rows])
-    t.add_row("bubble fraction", *[f"{r['bubble_fraction']:.1%}" for r in rows])
+    t.add_row("bubble fraction, steady", *[f"{r['steady_bubble_fraction']:.1%}" for r in rows])
+    t.add_row("bubble fraction, whole run", *[f"{r['bubble_fraction']:.1%}" for r in rows])
     for cause in ("long_tail", "dependency", "switch", "weight_sync", "pipeline_bubble"):
-        t.add_row(f"  {cause}", *[f"{r['bubbles_by_cause'].get(cause, 0.0):.1%}" for r in rows])
+        t.add_row(f"  {cause}, whole run", *[f"{r['bubbles_by_cause'].get(cause, 0.0):.1%}" for r in rows])
     t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
     t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])
     t.add_row("MFU (whole run)", *[f"{r['mfu']:.1%}" for r in rows])

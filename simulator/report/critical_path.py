@@ -21,7 +21,7 @@ def section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         rows = "".join(f"<tr><td>{html.escape(c)}</td><td>{crit['share'][c]:.1%}</td>"
                        f"<td>{crit['free_delta_s'][c]:,.4g}</td></tr>" for c in causes)
         title = f"Critical path: {name}" if len(summaries) > 1 else "Critical path"
-        parts.append(f"<h2>{html.escape(title)}</h2><p class='note'>Mean step {crit['step_time_s']:,.4g} s; "
+        parts.append(f"<h2>{html.escape(title)}</h2><p class='note'>Mean step {crit['step_time_s']:,.4g} s (whole run, warm-up step included); "
                      f"bottleneck {html.escape(crit['bottleneck'])}. Free delta = seconds per step the cause "
                      "holds on the path (the saving were it free: exact on a serial schedule, an upper bound "
                      "where work overlaps). A cause's share of the path is not its bubble share above: the path "

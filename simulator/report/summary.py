@@ -37,8 +37,13 @@ def _step(summary: Mapping[str, Any]) -> float | None:
     return steady_figure(summary, "step_time_s")
 
 
+def _bubble(summary: Mapping[str, Any]) -> Any:
+    """The steady-state bubble fraction, beside the steady step and tokens/s (whole run if absent)."""
+    return steady_figure(summary, "bubble_fraction")
+
+
 def biggest_bubble(summary: Mapping[str, Any]) -> tuple[str, float] | None:
-    causes = _get(summary, "bubbles_by_cause") or {}
+    causes = _get(summary, "steady_bubbles_by_cause") or _get(summary, "bubbles_by_cause") or {}
     numeric = {k: float(v) for k, v in causes.items() if isinstance(v, (int, float)) and v > 0}
     if not numeric:
         return None
@@ -53,8 +58,9 @@ def conclusion(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     if len(names) == 1:
         s = summaries[names[0]]
         parts = [f"{_number(_tokens(s))} tokens/s", f"step {_number(_step(s))} s"]
-        if isinstance(_get(s, "bubble_fraction"), (int, float)):
-            parts.append(f"bubbles {_get(s, 'bubble_fraction'):.0%} of device time")
+        if isinstance(_bubble(s), (int, float)):
+            steady = " in steady state" if _get(s, "steady_bubble_fraction") is not None else ""
+            parts.append(f"bubbles {_bubble(s):.0%} of device time{steady}")
         top = biggest_bubble(s)
         if top:
             parts[-1] += f" (most: {CAUSE_WORDS.get(top[0], top[0])}, {top[1]:.0%})"
@@ -68,7 +74,7 @@ def conclusion(summaries: Mapping[str, Mapping[str, Any]]) -> str:
                                           default=base)
     ratio = _tokens(summaries[best]) / max(_tokens(summaries[other]), 1e-12)
     text = f"{best} {ratio:.2f}x {other} (tokens/s, steady state)"
-    bubbles = [_get(summaries[n], "bubble_fraction") for n in (best, other)]
+    bubbles = [_bubble(summaries[n]) for n in (best, other)]
     if all(isinstance(b, (int, float)) for b in bubbles):
         text += f", bubbles {bubbles[0]:.0%} vs {bubbles[1]:.0%}"
     return text
@@ -98,8 +104,8 @@ KEY_ROWS: list[Row] = [
     ("step time, steady state", lambda s: f"{_number(_step(s))} s"),
     ("tokens/s, steady state", lambda s: _number(_tokens(s))),
     ("tokens/s per device, steady state", lambda s: _number(steady_figure(s, "tokens_per_s_per_device"))),
-    ("bubbles (idle device time)", lambda s: _pct(_get(s, "bubble_fraction"))),
-    ("biggest bubble cause", lambda s: (lambda t: f"{CAUSE_WORDS.get(t[0], t[0])} {t[1]:.1%}" if t else "-")(
+    ("bubbles (idle device time), steady state", lambda s: _pct(_bubble(s))),
+    ("biggest bubble cause, steady state", lambda s: (lambda t: f"{CAUSE_WORDS.get(t[0], t[0])} {t[1]:.1%}" if t else "-")(
         biggest_bubble(s))),
     ("MFU (whole run)", lambda s: _pct(_get(s, "mfu"))),
     ("peak memory per device", lambda s: _gb(_get(s, "peak_memory_bytes"))),
