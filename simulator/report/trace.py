@@ -3,7 +3,8 @@
 Event format (Trace Event Format): complete events ``ph: "X"`` with ``ts`` and ``dur`` in
 microseconds, ``pid``/``tid`` integers named by ``ph: "M"`` metadata events. An interval on a
 step's critical path (the summary's ``critical_path``, rl/critical_path.py) gets the category
-``critical_path`` beside its state and ``args.critical_path_s`` (its seconds on the path): in
+``critical_path`` beside its state and ``args.critical_path_s`` (its seconds on the path; a reward
+latency on the idle row that waits for it): in
 Perfetto, filter on the category to see the chain.
 """
 from __future__ import annotations
@@ -30,13 +31,14 @@ def chrome_trace(timeline: pd.DataFrame, summary: dict[str, Any] | None = None) 
         name = f"devices {start}" if count == 1 else f"devices {start}-{start + count - 1}"
         events.append({"ph": "M", "name": "thread_name", "pid": pid_of[pool], "tid": tid, "args": {"name": name}})
     critical = _critical_spans(summary or {})
-    for row in timeline.itertuples(index=False):
+    reward_marks = _reward_rows(timeline, summary or {})
+    for index, row in enumerate(timeline.itertuples(index=False)):
         name = row.state if row.state != "idle" else f"idle:{row.cause}"
         track = (row.pool, int(row.rank_start), int(row.rank_count))
         event = {"ph": "X", "name": name, "cat": row.state, "pid": pid_of[row.pool], "tid": tid_of[track],
                  "ts": round(row.start * 1e6, 3), "dur": _rounded_span_us(row.start, row.end),
                  "args": {"iteration": int(row.iteration), "label": row.label, "devices": int(row.rank_count)}}
-        on_path = _overlap(critical.get(track), row.start, row.end)
+        on_path = _overlap(critical.get(track), row.start, row.end) + reward_marks.get(index, 0.0)
         if on_path > 0:
             event["cat"] = f"{row.state},critical_path"
             event["args"]["critical_path_s"] = on_path
@@ -59,6 +61,29 @@ def _critical_spans(summary: Mapping[str, Any]) -> dict[tuple, tuple[list[float]
         pieces.sort()
         out[track] = ([a for a, _ in pieces], [b for _, b in pieces])
     return out
+
+
+def _reward_rows(timeline: pd.DataFrame, summary: Mapping[str, Any]) -> dict[int, float]:
+    """Row position -> seconds of a path's reward latency it shows. The latency has no interval of
+    its own on the sample's track: the wait for it does, as an idle row (a colocated pool's 'reward'
+    dependency, the trainer waiting on split pools). One row a piece, the one labelled reward first,
+    then one of the sample's pool, so the path's seconds are counted once."""
+    rewards = [(element["pool"], element["start_s"], element["end_s"])
+               for step in (summary.get("critical_path") or {}).get("steps", [])
+               for element in step["chain"] if element["phase"] == "reward"]
+    if not rewards or timeline.empty:
+        return {}
+    idle = timeline.reset_index(drop=True)
+    idle = idle[idle["state"] == "idle"]
+    marks: dict[int, float] = {}
+    for pool, start, end in rewards:
+        rows = idle[(idle["start"] < end) & (idle["end"] > start)]
+        if rows.empty:
+            continue
+        best = min(rows.itertuples(), key=lambda r: (r.label != "reward", r.pool != pool,
+                                                     -min(end, r.end) + max(start, r.start), r.pool, r.rank_start))
+        marks[best.Index] = marks.get(best.Index, 0.0) + min(end, best.end) - max(start, best.start)
+    return marks
 
 
 def _rounded_span_us(start: float, end: float) -> float:
