@@ -348,7 +348,11 @@ def _dynamic_sampling(v: Values, w: dict[str, Any], decided: dict[str, tuple[Sta
         return
     src = v.result.source
     gen = v("data.gen_batch_size")
-    sampling = {"gen_prompts": positive_int(gen, "data.gen_batch_size", src)} if gen else {}
+    if not gen:   # verl's ppo_trainer.yaml: gen_batch_size: ${data.train_batch_size} (recalled, not read here)
+        gen = v.count("data.train_batch_size")
+        v.result.notes.append(f"data.gen_batch_size not given: verl's default, data.train_batch_size ({gen} prompts "
+                              "a generation batch); rlsim's own default would be prompts_per_step / keep_fraction")
+    sampling = {"gen_prompts": positive_int(gen, "data.gen_batch_size", src)}
     cap = v(cap_key)
     no_cap = cap is None or (isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap <= 0)
     if not no_cap:   # anything else must be a whole number of batches (a bad value is refused)

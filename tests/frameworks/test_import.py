@@ -331,10 +331,13 @@ def test_the_cap_on_generation_batches_is_mapped_where_it_applies():
     # verl: max_num_gen_batches > 0 caps the sub-rounds (0 or less: no cap); without filter_groups it is ignored
     cfg, on = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", "+algorithm.filter_groups.enable=true"
     capped = import_config("verl", cfg, [on, "+algorithm.filter_groups.max_num_gen_batches=10"])
-    assert capped.scenario["workload"]["dynamic_sampling"] == {"max_gen_batches": 10}
+    # a generation batch of data.train_batch_size prompts: verl's default for data.gen_batch_size, said
+    # (rlsim's own default, prompts_per_step / keep_fraction, ran silently before: 512 against verl's 256)
+    assert capped.scenario["workload"]["dynamic_sampling"] == {"gen_prompts": 256, "max_gen_batches": 10}
+    assert any("data.gen_batch_size not given" in note for note in capped.notes)
     assert "algorithm.filter_groups.max_num_gen_batches" in capped.mapped
     free = import_config("verl", cfg, [on, "+algorithm.filter_groups.max_num_gen_batches=0"])
-    assert free.scenario["workload"]["dynamic_sampling"] == {}
+    assert free.scenario["workload"]["dynamic_sampling"] == {"gen_prompts": 256}
     off = import_config("verl", cfg, ["+algorithm.filter_groups.max_num_gen_batches=10"])
     assert "dynamic_sampling" not in off.scenario["workload"]
     assert "algorithm.filter_groups.max_num_gen_batches" in off.ignored

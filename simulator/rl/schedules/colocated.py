@@ -132,7 +132,8 @@ class ColocatedRun:
         """Generate the sub-rounds ``shares`` (each a share per instance) one after another from t0,
         each once the one before is generated and scored, the engine cycled between two unless it
         stays up (each sub-round then recorded on its own). Returns the last one's per-instance ends,
-        the seconds spent cycling and when the last one is scored (a next one could start)."""
+        the seconds spent between sub-rounds (the rewards' wait and the engine's cycle: not generation)
+        and when the last one is scored (a next one could start)."""
         ctx, ranks = self.ctx, self.actor.ranks
         cycles = ctx.sched.between_gen_batches != "stay"
         start, ends, cycle_s = t0, np.full(self.n_inst, t0), 0.0
@@ -141,8 +142,9 @@ class ColocatedRun:
             # a partial rollout's carried sequences resume at the engine's next generation call
             batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, shares_j, strict=True)]
             if j and cycles:
+                waited = max(0.0, start - self.actor.cursor)
                 self.actor.idle("dependency", start, k, label="reward")   # the filter waits for the rewards
-                cycle_s += self._between_gen_batches(k)
+                cycle_s += waited + self._between_gen_batches(k)   # neither is generation (verl: timing_s/reward)
                 start = self.actor.cursor
             results = ctx.gen.commit_many(ctx.gen.plan_many(batches, start, self.version, self._instances(ranks)))
             self.carries = [r[1] for r in results]
