@@ -587,6 +587,11 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
         # (set_to_none) before the rollout.
         s["switch"] = {"offload_optimizer": False, "free_gradients": True}
         v.result.notes.append(VERL_SWITCH_NOTE)
+        # The hybrid engine loads the trainer's weights into the engine tensor by tensor too, each a
+        # full tensor (FSDP: the sharding manager's load_weights of param.full_tensor() per name;
+        # Megatron: its per-tensor generator gathers over TP / PP / EP; cited from memory of verl's
+        # public code): refit full-tensors, as the split pools' sync above (reshard sent shards)
+        s["refit"] = "full-tensors"
         if "dynamic_sampling" in w:
             # every generate_sequences call switches the hybrid engine to rollout mode and back (the
             # state dict loaded into the engine, woken; put to sleep after: verl 0.5 fsdp_workers.py with
