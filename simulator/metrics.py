@@ -163,19 +163,35 @@ def steady_state(rec: RunRecord) -> tuple[float, float]:
     return span / (len(its) - 1), (tokens / span if span > 0 else 0.0)
 
 
-def steady_bubbles(rec: RunRecord, timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
-    """bubbles() over the steady-state window of steady_state(): from the end of the first iteration
-    to the end of the last (the whole run with one iteration), so that they sit beside the steady
-    step and tokens/s (a pipeline's warm-up idles most devices: 25% whole run, 3% steady on a NeMo
-    RL 1-step-off import)."""
+def steady_window(rec: RunRecord, timeline: pd.DataFrame) -> pd.DataFrame:
+    """The timeline clipped to steady_state()'s window: from the end of the first iteration to the
+    end of the last (the whole run with one iteration)."""
     its = rec.iterations
     if len(its) < 2 or timeline.empty:
-        return bubbles(timeline)
+        return timeline
     low, high = float(its[0]["end"]), float(its[-1]["end"])
     start = np.maximum(timeline["start"].to_numpy(), low)
     end = np.minimum(timeline["end"].to_numpy(), high)
     inside = end > start
-    return bubbles(timeline.loc[inside].assign(start=start[inside], end=end[inside]))
+    return timeline.loc[inside].assign(start=start[inside], end=end[inside])
+
+
+def steady_bubbles(rec: RunRecord, timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
+    """bubbles() over the steady-state window, so that they sit beside the steady step and tokens/s
+    (a pipeline's warm-up idles most devices: 25% whole run, 3% steady on a NeMo RL 1-step-off import)."""
+    return bubbles(steady_window(rec, timeline))
+
+
+def busy_by_pool(window: pd.DataFrame) -> dict[str, float]:
+    """Each pool's busy share (generate, forward, train) of its device-seconds in ``window``."""
+    seconds = device_seconds(window).to_numpy()
+    busy = window["state"].isin(BUSY_STATES).to_numpy()
+    out = {}
+    for pool in sorted(window["pool"].unique(), key=str):
+        mine = (window["pool"] == pool).to_numpy()
+        total = float(seconds[mine].sum())
+        out[str(pool)] = float(seconds[mine & busy].sum()) / total if total > 0 else 0.0
+    return out
 
 
 def rollout_utilization(rec: RunRecord, generated_tokens: float = 0.0) -> dict[str, float | None]:
@@ -306,7 +322,8 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
     n_consumed, trained_tokens, gen_tokens, all_gen = fig["consumed"], fig["trained_tokens"], fig["gen_tokens"], fig["all_gen"]
     gen_flops = rec.gen_flops * (gen_tokens / all_gen if all_gen > 0 else 0.0)
     bubble_fraction, by_cause = bubbles(timeline)
-    steady_bubble, steady_causes = steady_bubbles(rec, timeline)
+    window = steady_window(rec, timeline)
+    steady_bubble, steady_causes = bubbles(window)
     its = max(1, len(rec.iterations))
     steady_step, steady_tps = steady_state(rec)
     peak = rec.peak_flops * rec.n_devices
@@ -333,6 +350,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "bubbles_by_cause": by_cause,
         "steady_bubble_fraction": steady_bubble,
         "steady_bubbles_by_cause": steady_causes,
+        "steady_busy_by_pool": busy_by_pool(window),
         "stage_time_s": {k: v / its for k, v in sorted(rec.stage_time_s.items())},
         "mfu": (rec.flops + gen_flops) / (peak * T) if T > 0 else 0.0,
         "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.staleness_bound},
@@ -415,6 +433,9 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
         else:
             notes.append(f"staleness bound {bound:g} never binds: the samples trained were at most {seen:g} "
                          f"version(s) old{why}; a bound above {seen:g} gives the same run")
+    bound = _bound_elsewhere(summary)
+    if bound:
+        notes.append(bound)
     replanned = (summary.get("auto_layout") or {}).get("replanned") or []
     if replanned:   # the layout that ran is not the planner's first answer: say why
         first = replanned[0]["layout"]
@@ -427,6 +448,35 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
                      "warm-up (a pipeline filling, a partial batch) and the steady figures are that step's; run 2 "
                      "or more iterations (--iterations) for a steady state")
     return notes
+
+
+# A split-pool run's other pool is "the bound" when it is busy at least this share of the steady
+# state and this much more than the pool of the critical path's bottleneck (a reading rule for the
+# note below, not a modelling constant).
+BOUND_BUSY_SHARE = 0.95
+BOUND_BUSY_MARGIN = 0.10
+ROLLOUT_SIDE = ("generate", "long_tail", "reward")
+TRAIN_SIDE = ("train", "forward", "pipeline_bubble")
+
+
+def _bound_elsewhere(summary: Mapping[str, Any]) -> str:
+    """On split pools the per-step critical path starts at the step's start, so a trainer that
+    never waits has all its work on the path even when generation, busy the whole time on the other
+    pool, sets the pace (an idle-time trial: 'bottleneck train', and 2.2 s less training a step
+    saved nothing). Said when the other pool is the one busy throughout."""
+    busy = summary.get("steady_busy_by_pool") or {}
+    bottleneck = (summary.get("critical_path") or {}).get("bottleneck", "")
+    side = "rollout" if bottleneck in ROLLOUT_SIDE else "train" if bottleneck in TRAIN_SIDE else ""
+    other = {"rollout": "train", "train": "rollout"}.get(side, "")
+    if not (side in busy and other in busy):
+        return ""
+    if busy[other] < BOUND_BUSY_SHARE or busy[other] - busy[side] < BOUND_BUSY_MARGIN:
+        return ""
+    delta = (summary.get("critical_path") or {}).get("free_delta_s", {}).get(bottleneck, 0.0)
+    return (f"the critical path's bottleneck is {bottleneck} (free delta {delta:,.1f} s a step: an upper bound, the "
+            f"pools overlap), but the {other} pool is busy {busy[other]:.0%} of the steady state against "
+            f"{busy[side]:.0%} for the {side} pool: the {other} side sets the pace, and shortening {bottleneck} "
+            "alone gains little (steady_busy_by_pool)")
 
 
 def _layout_text(layout: Mapping[str, Any]) -> str:

@@ -85,3 +85,16 @@ def test_steady_bubbles_are_those_of_the_steady_window_beside_the_steady_step():
     assert r.summary["steady_bubble_fraction"] == pytest.approx(expected, rel=1e-12)
     assert sum(r.summary["steady_bubbles_by_cause"].values()) == pytest.approx(expected, rel=1e-9)
     assert r.summary["steady_bubble_fraction"] < r.summary["bubble_fraction"]   # the pipeline's fill left out
+
+
+def test_a_split_pool_critical_path_that_names_the_side_that_waits_is_qualified():
+    """The seed one-step-off run: 'bottleneck train' (199 s free delta a step), while its rollout pool
+    is busy throughout and its trainer 61%: generation sets the pace (an idle-time trial)."""
+    r = simulator.simulate(schedule="one-step-off", iterations=3, keep_samples=False)
+    busy = r.summary["steady_busy_by_pool"]
+    assert busy["rollout"] > 0.95 > busy["train"] + 0.1
+    assert r.summary["critical_path"]["bottleneck"] == "train"
+    assert any("the rollout side sets the pace" in note for note in r.summary["notes"])
+    # where the path's side is the busy one, nothing is said
+    fine = {"steady_busy_by_pool": {"rollout": 0.99, "train": 0.31}, "critical_path": {"bottleneck": "generate"}}
+    assert not any("sets the pace" in note for note in summary_notes(fine))
