@@ -211,7 +211,11 @@ class Trainer:
         ready = np.sort(ctx.store.at("ready", ids))
         t_tail = ready[min(len(ready) - 1, math.ceil(ctx.sched.tail_threshold * len(ready)) - 1)]
         clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
-        clock.idle("long_tail", env.now, k)
+        # the tail's generation, then the last samples' rule rewards (a wait on the verifier, as a
+        # colocated pool's is, not generation: it was long_tail to the end)
+        generated = float(ctx.store.at("finish", ids).max()) if len(ids) else env.now
+        clock.idle("long_tail", min(max(generated, clock.cursor), env.now), k)
+        clock.idle("dependency", env.now, k, label="reward")
         yield from ctx.trainer.run(k, ids, clock)
         yield from self._publish(k)
 

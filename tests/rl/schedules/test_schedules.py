@@ -391,3 +391,22 @@ def test_split_pool_generation_time_stops_at_the_run_end(kind):
     late = r.samples[r.samples["finish"] > r.summary["makespan_s"]]
     assert (late["drop_reason"] == "unfinished").all()
     assert r.summary["samples"]["dropped"].get("unfinished", 0) == len(late)
+
+
+def test_a_split_pool_trainer_waiting_for_rule_rewards_says_so():
+    """The trainer's wait from the batch's last finish to its last reward was labelled long_tail (an
+    idle-time trial: 12.8 s of verification as the long tail); a colocated pool labels it reward."""
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="disaggregated", iterations=2,
+                           overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16",
+                                      "workload.reward.cpu_s_per_sample=0.5"])
+    t, s = r.timeline, r.samples
+    idle = t[(t["pool"] == "train") & (t["state"] == "idle")]
+    waits = idle[idle["label"] == "reward"]
+    assert (waits["cause"] == "dependency").all() and len(waits) == 2
+    for k, wait in waits.groupby("iteration"):
+        batch = s[s["consumed_iteration"] == k]
+        assert float(wait["end"].max()) == pytest.approx(batch["ready"].max())       # to the last reward
+        assert float(wait["start"].min()) >= batch["finish"].max() - 1e-9            # after the last finish
+        tail = idle[(idle["iteration"] == k) & (idle["cause"] == "long_tail")]
+        assert (tail["end"] <= batch["finish"].max() + 1e-9).all()                   # the tail is generation
