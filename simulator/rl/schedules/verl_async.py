@@ -342,9 +342,13 @@ class VerlFullyAsyncRun:
         clock.idle("long_tail", env.now, k, label="wait for in-flight requests")
         t_end = env.now + self.sync_s
         clock.busy("sync", t_end, k, label="weight_sync", cause="weight_sync")
+        # a server idle before the sync waited for the others' tail while any still generated, and
+        # then, none generating, on the trainer (the quota spent: the Rollouter pauses until the sync)
+        generating_until = max((c.cursor for c in rollouter.clocks), default=env.now)
         for server_clock in rollouter.clocks:
             if server_clock.cursor <= env.now:
-                server_clock.idle("long_tail", env.now, k)
+                server_clock.idle("long_tail", min(generating_until, env.now), k)
+                server_clock.idle("dependency", env.now, k, label="quota spent: waits for the sync")
                 server_clock.busy("sync", t_end, k, label="weight_sync", cause="weight_sync")
         self.ctx.add_stage_time("weight_sync", self.sync_s)
         yield env.timeout(self.sync_s)

@@ -229,3 +229,18 @@ def test_rollout_occupancy_is_not_measured_here_and_low_batch_share_is_refused()
     assert s["rollout"]["occupancy"] is None and s["rollout"]["low_batch_fraction"] is None
     with pytest.raises(RlsimError, match="low_batch_share is not read"):
         scenario(low_batch_share=0.9)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["streaming-s0-trigger2", "s0.5", "s0.5-partial"])
+def test_a_server_idle_with_no_server_generating_waits_on_the_trainer_not_a_long_tail(mode):
+    """Servers idle until the sync were all labelled long_tail, also once no server was generating
+    (the quota spent, the Rollouter paused for the trainer): 71% of a verl import's rollout long_tail
+    (an idle-time trial). The long tail is the wait while another server still generates."""
+    tl = run(scenario(**mode))[1]
+    rollout = tl[tl["pool"] == "rollout"]
+    generating = rollout[rollout["state"] == "generate"]
+    for row in rollout[(rollout["state"] == "idle") & (rollout["cause"] == "long_tail")].itertuples():
+        mid = (row.start + row.end) / 2
+        others = generating[(generating["rank_start"] != row.rank_start) & (generating["start"] <= mid)
+                            & (generating["end"] >= mid)]
+        assert len(others), f"long_tail at {row.start:.2f}-{row.end:.2f} s with no server generating"
