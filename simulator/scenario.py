@@ -314,11 +314,24 @@ class SwitchParams(_Strict):
     # no weight bytes. verl 0.6+ sleeps at level 2 with vLLM >= 0.8.5 (verl/third_party/vllm
     # VLLM_SLEEP_LEVEL; level 1 with layered_summon), verl 0.4-0.5 at level 1. Default 1.
     engine_sleep_level: Literal[1, 2] = 1
+    # The engine keeps its weights and KV pool in HBM through training (verl rollout.free_cache_engine:
+    # false: the hybrid engine neither sleeps nor frees its cache): no release and re-allocation
+    # (kv_realloc_s) and no sleep, but training runs beside the engine's gpu_memory_utilization share
+    # of HBM, which its memory check takes off the usable HBM (train_params.memory.hbm_usable_fraction).
+    engine_resident: bool = False
 
     @field_validator("kv_realloc_s", "overhead_s", "sleep_wake_s", mode="before")
     @classmethod
     def _seconds(cls, v: Any) -> Any:
         return parse_seconds(v) if isinstance(v, str) else v
+
+    @field_validator("engine_resident", mode="after")
+    @classmethod
+    def _resident_engine_does_not_sleep(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and (info.data or {}).get("engine_sleep"):
+            raise ValueError("an engine that stays resident does not sleep: set schedule.switch.engine_sleep: false, "
+                             "or engine_resident: false")
+        return value
 
     @field_validator("optimizer_pageable", mode="after")
     @classmethod
@@ -1501,6 +1514,9 @@ def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
     engine_cycle, reference_swap_s): with none of them it is never read."""
     switch = sched.switch
     colocated = sched.effective_placement == "colocated"   # only a colocated placement switches phases
+    engine = _read_past_engine_switch(switch, colocated)
+    if engine:
+        return engine
     copies = (colocated and (switch.offload_optimizer or switch.offload_weights
                              or (switch.engine_sleep and switch.engine_sleep_level == 1))) or sched.reference_swap_copies
     if copies or not switch.set_off_default(("host_link_efficiency",)):
@@ -1513,6 +1529,19 @@ def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
              "link, and this run makes none: switch.offload_optimizer and offload_weights are false, the engine does "
              "not sleep at level 1 and reference_swap_copies is 0",
              "remove schedule.switch.host_link_efficiency, or turn one of those copies on")]
+
+
+def _read_past_engine_switch(switch: SwitchParams, colocated: bool) -> ReadPast:
+    """engine_resident acts on a colocated placement's phase switch only; kv_realloc_s prices the KV
+    pool's release and re-allocation, which a resident engine does not pay (a sleeping one's is
+    refused by SwitchParams itself)."""
+    if switch.engine_resident and not colocated:
+        return [("schedule.switch.engine_resident", "on split pools the rollout engine never gives way to training: "
+                 "it is resident anyway", "remove schedule.switch.engine_resident")]
+    if switch.engine_resident and switch.set_off_default(("kv_realloc_s",)):
+        return [("schedule.switch.kv_realloc_s", "kv_realloc_s prices releasing and re-allocating the KV pool, and "
+                 "this engine stays resident (engine_resident): nothing is released", "remove schedule.switch.kv_realloc_s")]
+    return []
 
 
 def error_source(fields: list[str], source: str, workload_name: str | None = None) -> str:

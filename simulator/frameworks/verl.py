@@ -208,7 +208,8 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.free_cache_engine": mapped("schedule.switch.engine_sleep", "colocated: verl's sharding manager puts "
                                              "vLLM to sleep after generation and wakes it for the weight sync: level 2 "
                                              "(weights discarded; verl 0.6+ with vLLM >= 0.8.5), level 1 with "
-                                             "layered_summon (verl 0.4-0.5: level 1)"),
+                                             "layered_summon (verl 0.4-0.5: level 1); false: the engine stays "
+                                             "resident through training (schedule.switch.engine_resident)"),
     f"{A}.rollout.log_prob_use_dynamic_bsz": mapped("workload.train_layout.logprob_max_tokens_per_micro_batch",
                                                    "true: log-prob micro-batches within log_prob_max_token_len_per_gpu "
                                                    "tokens (verl's default: the actor's use_dynamic_bsz)"),
@@ -605,11 +606,13 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 "mapped", "sglang: SGLang releases and re-maps its memory (torch_memory_saver) without copying the "
                 "weights to the host (verl's hybrid engine sets no enable_weights_cpu_backup): rlsim's switch "
                 "re-allocating the KV pool (schedule.switch.kv_realloc_s), not vLLM's sleep mode")
-        elif v.flag(f"{A}.rollout.free_cache_engine"):   # false: rlsim's switch without sleep mode (kv_realloc_s)
+        elif v.flag(f"{A}.rollout.free_cache_engine"):
             # verl 0.6+ with vLLM >= 0.8.5: sleep level 2 (the weights discarded, a refit overwrites them);
             # level 1 with layered_summon (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)
             s["switch"].update({"engine_sleep": True,
                                 "engine_sleep_level": 1 if v.flag(f"{A}.rollout.layered_summon") else 2})
+        else:   # false: the engine neither sleeps nor frees its cache; training runs beside its share of HBM
+            s["switch"]["engine_resident"] = True
     _reward_overlap(v, recipe, w, s, decided)
     if recipe == "fully-async":
         decided[f"{A}.rollout.mode"] = ("ignored", "the fully_async Rollouter serves requests asynchronously: "

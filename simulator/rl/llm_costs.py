@@ -64,6 +64,24 @@ ENGINE_CHECKPOINT_EVERY_EVENTS = 32
 
 
 
+def training_params_beside_engine(scenario: Any, share: float) -> TrainParams:
+    """The workload's trainer constants, with the usable HBM less the engine's ``share`` (its
+    gpu_memory_utilization) when a colocated engine stays resident through training
+    (schedule.switch.engine_resident: verl free_cache_engine false): its weights and KV pool hold
+    that share of HBM beside the training state."""
+    params = scenario.workload.train_params
+    if not (scenario.schedule.switch.engine_resident and scenario.schedule.effective_placement == "colocated"):
+        return params
+    usable = params.memory.hbm_usable_fraction - share
+    if usable <= 0:
+        raise RlsimError(f"the resident engine takes {share:g} of HBM and training may use "
+                         f"{params.memory.hbm_usable_fraction:g}: nothing is left to train beside it",
+                         source=scenario.source, field="schedule.switch.engine_resident",
+                         fix="lower workload.rollout_layout.gpu_memory_utilization, or let the engine give its memory "
+                             "back between phases (engine_resident: false)")
+    return params.model_copy(update={"memory": params.memory.model_copy(update={"hbm_usable_fraction": usable})})
+
+
 class HeavierBatchThanPlanned(RlsimError):
     """The training layout that `layout: auto` planned ran out of memory on a batch the run trained:
     heavier than the drawn batches the planner judged. ``batch``: that batch's sequence lengths."""
@@ -174,7 +192,7 @@ class LlmCosts:
         self.rollout_layout = RolloutLayout.from_mapping({**roll_map, "instances": 1}, source=src,
                                                          field_name="workload.rollout_layout")
         self.inference_params: InferenceParams = inference
-        self.train_params: TrainParams = w.train_params
+        self.train_params: TrainParams = training_params_beside_engine(scenario, self.rollout_layout.gpu_memory_utilization)
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
         self._pools: dict[Any, _Pool] = {}                 # by the ranks as given (a range hashes in O(1))
@@ -607,15 +625,34 @@ class LlmCosts:
                                 packing=self._packing(), params=self.train_params, collectives=self.collectives,
                                 source=self.source)
         except RlsimError as exc:
-            raise self._planned_layout_note(self._in_the_layouts_terms(exc, lay, self.layout(n_devices)),
-                                            seq_lens) from None
+            raise self._planned_layout_note(self._beside_the_engine(self._in_the_layouts_terms(
+                exc, lay, self.layout(n_devices))), seq_lens) from None
         chain = c.critical_stages()
         parts = [(f"stage {st}", sec) for st, sec in enumerate(chain["ops_s_by_stage"])]
         parts += [(part, chain[f"{part}_s"]) for part in ("p2p", "dp_sync", "optimizer", "offload")]
         # the timeline's one record of the group carries its devices' mean idle inside the flush (the
         # busiest stage's idle alone under-counted the lighter stages': 13% against 26% on TP2 PP4)
         return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_fraction * c.pipeline_s,
-                         peak_memory_bytes=c.memory.total_bytes, path_stage=chain["stage"], path_s=tuple(parts))
+                         peak_memory_bytes=c.memory.total_bytes + self._resident_engine_bytes(pool),
+                         path_stage=chain["stage"], path_s=tuple(parts))
+
+    def _resident_engine_bytes(self, pool: _Pool) -> float:
+        """What an engine that stays resident through training holds per device (0 otherwise)."""
+        if not self.switch_params.engine_resident or self.scenario.schedule.effective_placement != "colocated":
+            return 0.0
+        return max(k.hbm_bytes for k in pool.kinds) * self.rollout_layout.gpu_memory_utilization
+
+    def _beside_the_engine(self, exc: RlsimError) -> RlsimError:
+        """A training memory error beside a resident engine says that the engine holds its share."""
+        if self.train_params is self.scenario.workload.train_params or "does not fit in device memory" not in exc.message:
+            return exc
+        share = self.rollout_layout.gpu_memory_utilization
+        out = RlsimError(f"{exc.message} (the engine stays resident with {share:g} of HBM beside training: "
+                         "schedule.switch.engine_resident, verl rollout.free_cache_engine false)", source=exc.source,
+                         field=exc.field, fix=f"lower workload.rollout_layout.gpu_memory_utilization below {share:g}, "
+                                              f"let the engine free its memory between phases, or {exc.fix}")
+        out.fields = list(exc.fields)
+        return out
 
     def _in_the_layouts_terms(self, exc: RlsimError, packed: TrainLayout, given: TrainLayout) -> RlsimError:
         """A training error that names the packed micro-batch (micro_batch = the sequences packed
@@ -732,8 +769,9 @@ class LlmCosts:
         pool = self.pool(ranks)
         p = self.switch_params
         moved: dict[str, float] = {}
-        # vLLM sleep mode releases and re-creates the KV pool itself (its measured time, half a switch)
-        t = (p.sleep_wake_s / 2 if p.engine_sleep else p.kv_realloc_s) + p.overhead_s
+        # vLLM sleep mode releases and re-creates the KV pool itself (its measured time, half a switch);
+        # a resident engine releases nothing
+        t = (0.0 if p.engine_resident else p.sleep_wake_s / 2 if p.engine_sleep else p.kv_realloc_s) + p.overhead_s
         to_rollout = to_phase == "rollout"
         host: dict[str, float] = {}      # bytes over the host link (one direction each)
         pageable: dict[str, float] = {}  # those of them through pageable memory, at its rate
@@ -766,7 +804,7 @@ class LlmCosts:
         side untouched: the engine's fixed part of both switches (half of sleep_wake_s each with
         engine_sleep, else kv_realloc_s each) and, at sleep level 1, its weight shard to host and back."""
         pool, p = self.pool(ranks), self.switch_params
-        fixed = p.sleep_wake_s if p.engine_sleep else 2 * p.kv_realloc_s
+        fixed = 0.0 if p.engine_resident else p.sleep_wake_s if p.engine_sleep else 2 * p.kv_realloc_s
         host = {}
         if p.engine_sleep and p.engine_sleep_level == 1:
             host = {"engine_sleep": self._inference_shard_bytes(), "engine_wake": self._inference_shard_bytes()}
