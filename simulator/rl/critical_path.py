@@ -14,7 +14,9 @@ intervals (des.Timeline), from the step's end on the rank that trained it, one r
   and the walk goes on on that instance. Otherwise the path goes to the busy interval of another
   rank that ended at t (a weight sync that opened the gate, the consolidated tail the trainers
   waited for, the aux pool's forward), preferring sync > train > forward > fetch > switch >
-  generate, then the lowest rank. A wait nothing explains stays on the path with its own cause.
+  generate, then the lowest rank; else, if a sample the step consumed became ready at t (a step of
+  several local updates waits for each update's batch), that sample's reward latency and
+  generation, as for the batch. A wait nothing explains stays on the path with its own cause.
 
 The walk stops at the step's start, so the segments tile [start, end] exactly: their lengths sum to
 the step time. Generation on the path after the step's batch reached ``schedule.tail_threshold`` of
@@ -200,6 +202,16 @@ class _Samples:
         q = np.partition(self.flat["finish"][ids], at)[at]     # the at-th smallest: np.sort(...)[at]
         return binding, float(latest), float(q)
 
+    def ready_at(self, k: int, t: float) -> int:
+        """The sample step k consumed that became ready at ``t`` (of several, the one that finished
+        last); -1: none. A step of several local updates (verl-fully-async: require_batches x
+        trigger) waits for each update's batch: the step's latest ready time names only the last."""
+        ids = self.consumed_by(k)
+        if not len(ids):
+            return -1
+        hit = ids[np.abs(self.flat["ready"][ids] - t) <= _tol(t)]
+        return int(hit[np.argmax(self.flat["finish"][hit])]) if len(hit) else -1
+
     def held_whole(self, k: int, samples: int, start: float, retired_max_finish: float) -> bool:
         """Whether the held rows hold all that step k's walk reads: the ``samples`` it consumed, and
         every sample finished within it (none retired finished after its ``start``)."""
@@ -371,6 +383,12 @@ def step_path(rows: _Rows, samples: _Samples, k: int, w0: float, w1: float) -> S
             if j >= 0:
                 rank, jumped_at = int(rows.rank_start[j]), t
                 continue
+            ready_then = samples.ready_at(k, t)   # a sample of the step ready then (a local update's batch)
+            if ready_then >= 0:
+                moved = _data_chain(rows, samples, ready_then, k, w0, t, out)
+                if moved is not None:
+                    t, rank = moved
+                    continue
         out.append(rows.segment(i, max(start, w0), t))
         t = start
     if t > w0 + _tol(w0):      # the walk's bound ran out (not expected): say so rather than stretch a segment
