@@ -105,6 +105,8 @@ class SegmentedInstance(RolloutInstance):
             self.carry = SeqBatch.empty()
             self.plan = ctx.gen.plan(seqs, env.now, self.version, clock.ranks)
             self.plan.streamed = self in run.streaming
+            if self.plan.streamed:   # a trainer waiting with no plan running can now time its wake
+                gate.data()
             run.generating.add(self.index)
             yield from self._until_plan_ends()
             run.generating.discard(self.index)

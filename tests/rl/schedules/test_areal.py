@@ -81,3 +81,15 @@ def test_a_trainer_takes_interruptible_trajectories_as_they_finish_not_at_their_
             assert (consumed["ready"] - consumed["finish"]).max() == pytest.approx(0.05)   # one sample, one worker
         else:
             assert start > batch_ready + 1.0
+
+
+def test_a_trainer_waiting_between_plans_wakes_when_its_batch_is_ready():
+    """At a weight update every interruptible instance loads the weights before it plans again, so a
+    trainer that started waiting then saw no running plan to time its wake by, and slept until a
+    plan ended: the seed's step 1 started at 2,268 s with its batch ready at 732 s (a regression
+    trial). Each step starts when the previous one ended or its batch was ready, the later."""
+    r = simulator.simulate(schedule="areal", iterations=3, keep_samples=True)
+    its, s = r.iterations, r.samples
+    for k in range(1, len(its)):
+        ready = float(s[s["consumed_iteration"] == k]["ready"].max())
+        assert its["start"][k] <= max(its["end"][k - 1], ready) + 1e-6
