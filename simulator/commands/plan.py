@@ -53,7 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario
     (`scn`: a replica's scenario, issue 13; else loaded from the arguments)."""
-    from ..autoplan import consolidated_train_devices, heaviest_micro_batch_of, planning_ranks, train_batch
+    from ..autoplan import (
+        consolidated_train_devices,
+        heaviest_micro_batch_of,
+        planning_ranks,
+        step_sequences_of,
+        train_batch,
+    )
     from ..llm.lengths import MAX_TOKENS
     from ..scenario import LIMITS_FIX, load_scenario
 
@@ -99,6 +105,8 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
             "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
             "max_devices": scn.limits.max_devices, "max_global_batch": scn.limits.max_global_batch,
             "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None,
+            # and times it on an optimizer step of drawn lengths in the run's micro-batches
+            "step_sequences": step_sequences_of(scn, row_len) if from_step else None,
             # the devices the run trains on (a split placement's training pool), as layout: auto plans
             "train_ranks": (lambda n: planning_ranks(scn, n)[1]) if from_step else None,
             # and the fewest it may also train on (colocated StaleSync beside its consolidated tail)
@@ -190,8 +198,10 @@ def run(args: argparse.Namespace) -> int:
     if balanced is not None:
         _print_balance(balanced)
     if args.target_tokens_per_s:  # the answer in one line (no candidate reaching it is an error above)
-        print(f"answer: {rows[0]['devices']} devices reach {args.target_tokens_per_s:,.0f} tokens/s "
-              f"({rows[0]['tokens_per_s']:,.0f} tokens/s with the layout ranked #1)")
+        what = "training tokens/s" if args.stage == "train" else "generated tokens/s"
+        print(f"answer: {rows[0]['devices']} devices reach {args.target_tokens_per_s:,.0f} {what} "
+              f"({rows[0]['tokens_per_s']:,.0f} with the layout ranked #1): the {args.stage} stage alone; "
+              "for the whole RL step use rlsim sweep --target-tokens-per-s")
     return 0
 
 
@@ -252,7 +262,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
         also = inp["also_trains_on"](len(ranks) if ranks is not None else topology.num_devices) \
             if inp["also_trains_on"] and not args.target_tokens_per_s else None
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
-                                                   heaviest=inp["heaviest"], also_trains_on=also)
+                                                   heaviest=inp["heaviest"], also_trains_on=also,
+                                                   step_sequences=inp["step_sequences"], packing="packed")
         evaluator = _counted(evaluator, progress)
         kwargs = {"space": train_space(settings.space, w.train_software, section(args.overrides, "planner"),
                                        packed_step=inp["heaviest"] is not None),

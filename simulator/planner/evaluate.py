@@ -23,17 +23,24 @@ class TrainingEvaluator:
                  params: TrainParams | None = None, collectives: Any = None,
                  sequence_parallel: bool | None = None,
                  heaviest: Callable[[int, int], tuple[int, float, int]] | None = None,
-                 also_trains_on: int | None = None) -> None:
+                 also_trains_on: int | None = None,
+                 step_sequences: Callable[[int, int], tuple[int, np.ndarray]] | None = None,
+                 packing: str = "none") -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
         heaviest micro-batch the run will form with ``rows`` packed rows on ``dp`` replicas; memory is
         then judged on it as the run judges it (autoplan: the run's token-balanced micro-batches of
         drawn lengths exceed a typical row). None: on rows of ``seq_len`` tokens. ``also_trains_on``:
         devices a run may also train on, fewer than the candidate's (colocated StaleSync trains beside
         its consolidated tail): memory is judged at the DP whole pool units of them give too (ZeRO
-        shards the state over fewer ranks)."""
+        shards the state over fewer ranks). ``step_sequences(rows, dp)``: (samples per micro-batch,
+        the samples in micro-batch order) of an optimizer step of drawn lengths as the run forms its
+        micro-batches (``packing`` as the run's: "packed" prices attention per sample): the step is
+        timed on them, not on rows of ``seq_len`` (a packed row of many samples priced as one long
+        sequence overstates attention; rows at the median length understate the tokens)."""
         self.model, self.topology = model, topology
         self.heaviest = heaviest
         self.also_trains_on = also_trains_on
+        self.step_sequences, self.packing = step_sequences, packing
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()
@@ -73,6 +80,11 @@ class TrainingEvaluator:
             hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
             for dp in self._memory_dps(layout, c.dp):
                 self._check_memory(c, dataclasses.replace(layout, dp=dp), hbm)
+        if self.step_sequences is not None:
+            samples, ordered = self.step_sequences(c.micro_batch, c.dp)
+            return train_step_cost(self.model, dataclasses.replace(layout, micro_batch=samples), self.topology,
+                                   list(ranks), ordered, packing=self.packing, params=self.params,
+                                   collectives=self.collectives, source="planner")
         return train_step_cost(self.model, layout, self.topology, list(ranks), self.sequences,
                                params=self.params, collectives=self.collectives, source="planner")
 

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
+import numpy as np
 import pytest
 
-from simulator.autoplan import train_space
+from simulator.autoplan import memory_check_batches, train_space
 from simulator.cli import main
 from simulator.commands import plan
+from simulator.scenario import load_scenario
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -22,7 +25,13 @@ def test_default_inputs_are_what_run_trains():
     # the scenario's topology (not one dgx-h100 node), one optimizer step packed as in `rlsim run`
     assert inp["topology"] == {"preset": "cloudmatrix384", "supernodes": 1}
     assert inp["model"] == "pangu-ultra-moe"
-    assert (inp["global_batch"], inp["seq_len"]) == (256, 20480)
+    # 2,048 samples at the drawn lengths' mean (3,720 tokens: the lognormal law's mean, not its
+    # median 2,048 + 256, which priced a long-tailed step short) in rows of 20,480
+    drawn = np.concatenate(memory_check_batches(load_scenario(None)))
+    assert inp["seq_len"] == 20480 and inp["global_batch"] == math.ceil(2048 * drawn.mean() / 20480) == 372
+    # the step is timed on samples of those lengths in the run's micro-batches
+    samples, ordered = inp["step_sequences"](1, 8)
+    assert len(ordered) == 2048 and samples >= 1 and ordered.mean() == pytest.approx(drawn.mean(), rel=0.01)
     # an explicit --model keeps the old default topology
     shaped = plan._inputs(_args("--model", "qwen2.5-7b", "--global-batch", "8", "--seq-len", "512"))
     assert shaped["topology"] == "dgx-h100"
@@ -72,7 +81,7 @@ def test_a_model_without_a_shape_takes_the_default_step_and_says_so(capsys):
     """`rlsim plan --model M` with no scenario and no --global-batch / --seq-len (the `rlsim --help`
     example) plans the default scenario's optimizer step and names where the shape came from."""
     inp = plan._inputs(_args("--model", "llama3.1-8b"))
-    assert (inp["global_batch"], inp["seq_len"]) == (256, 20480)
+    assert (inp["global_batch"], inp["seq_len"]) == (372, 20480)   # the default step (above)
     assert plan._inputs(_args("--model", "llama3.1-8b", "--seq-len", "512"))["seq_len"] == 512
     note = plan.shape_note(_args("--model", "llama3.1-8b", "--global-batch", "64"))
     assert "--seq-len 20480" in note and "--global-batch" not in note.split("taken")[0].replace("--seq-len", "")
@@ -118,8 +127,9 @@ def test_a_key_the_plan_does_not_read_is_an_error(capsys, argv, field):
 def test_seed_is_taken_when_it_picks_distribution_draws(capsys):
     from simulator.cli import main
 
+    # a drawn median (a drawn `max` is refused as `run --seeds` refuses it: not a whole number)
     argv = ["plan", "--model", "llama3.1-8b", "--global-batch", "64", "--json", "--seeds", "2",
-            "--set", "workload.response_length.max={dist: uniform, low: 256, high: 512}"]
+            "--set", "workload.response_length.median={dist: uniform, low: 256, high: 512}"]
     assert main([*argv, "--set", "seed=5"]) == 0
 
 
