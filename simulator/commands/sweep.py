@@ -370,7 +370,7 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     # steady-state figures (after the warm-up step), as run / compare lead with and the capacity
     # target and the cost columns read; the whole-run ones are in the results file
     metrics = [("steady_step_time_s", "step, steady (s)", "{:,.1f}"), ("steady_tokens_per_s", "tokens/s, steady", "{:,.0f}"),
-               ("bubble_fraction", "bubbles", "{:.1%}"), ("devices", "devices", "{:d}"),
+               ("steady_bubble_fraction", "bubbles, steady", "{:.1%}"), ("devices", "devices", "{:d}"),
                ("device_hours_per_1m_tokens", "dev-h/1M tok", _three_figures), ("cost_per_1m_tokens", "$/1M tok", _three_figures)]
     if all(o.get("cost_per_1m_tokens") is None for o in objects):
         metrics = [m for m in metrics if m[0] != "cost_per_1m_tokens"]

@@ -205,7 +205,7 @@ def _metric_figure(frame: pd.DataFrame, keys: Sequence[str]):
 
 # steady-state figures first (the capacity pick and the cost columns read them), whole-run ones after
 _SWEEP_COLUMNS = ["devices", "steady_step_time_s", "steady_tokens_per_s", "steady_tokens_per_s_per_device",
-                  "step_time_s", "tokens_per_s", "bubble_fraction", "mfu", "staleness.mean",
+                  "steady_bubble_fraction", "step_time_s", "tokens_per_s", "bubble_fraction", "mfu", "staleness.mean",
                   "device_hours_per_1m_tokens", "cost_per_1m_tokens", "meets_target", "error"]
 
 
