@@ -24,9 +24,14 @@ def tornado_figure(frame: pd.DataFrame, *, base: float | None = None, metric: st
     ax = fig.add_subplot(1, 1, 1)
     centre = float(base) if base is not None else float(rows[["figure_low", "figure_high"]].mean().mean())
     for y, row in enumerate(rows.itertuples(index=False)):
-        for value, color, label in ((row.figure_low, "#4c72b0", row.low), (row.figure_high, "#dd8452", row.high)):
-            ax.barh(y, value - centre, left=centre, color=color, height=0.6)
-            ax.text(value, y, f" {label:.4g} ", va="center", fontsize=8,
+        # both ends on one side of the base (an optimum inside the range): half-height bars, low above
+        # high, so that neither hides the other
+        same_side = (row.figure_low - centre) * (row.figure_high - centre) > 0
+        for value, color, label, shift in ((row.figure_low, "#4c72b0", row.low, -0.15),
+                                           (row.figure_high, "#dd8452", row.high, 0.15)):
+            at = y + (shift if same_side else 0.0)
+            ax.barh(at, value - centre, left=centre, color=color, height=0.3 if same_side else 0.6)
+            ax.text(value, at, f" {label:.4g} ", va="center", fontsize=8,
                     ha="left" if value > centre or (value == centre and label == row.high) else "right")
     ax.axvline(centre, color="#222", linewidth=1)
     ax.set_yticks(range(len(rows)), [str(k) for k in rows["key"]], fontsize=9)

@@ -239,8 +239,10 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     rows = []
     for i, key in enumerate(keys):
         f_low, f_high = figures[1 + 2 * i], figures[2 + 2 * i]
+        # the figure's range over low, base and high: |high - low| when the base lies between them,
+        # and not 0 where both ends move the figure the same way (a knob with an optimum inside)
         rows.append({"key": key, "low": ranges[key][0], "high": ranges[key][1], "figure_low": f_low,
-                     "figure_high": f_high, "swing": abs(f_high - f_low)})
+                     "figure_high": f_high, "swing": max(f_low, f_high, figures[0]) - min(f_low, f_high, figures[0])})
     frame = pd.DataFrame(rows, columns=COLUMNS[:6])
     frame["rank"] = frame["swing"].rank(ascending=False, method="first").astype(int)
     first, total = sobol_indices(plan, ranges, metric, samples, jobs, costs, whole)

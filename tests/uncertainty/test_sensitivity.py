@@ -169,3 +169,13 @@ def test_sobol_indices_do_not_depend_on_the_order_of_the_varied_keys(toy, costs)
     for key in ranges:
         assert ahead.loc[key, "sobol_first"] == behind.loc[key, "sobol_first"]
         assert ahead.loc[key, "sobol_total"] == behind.loc[key, "sobol_total"]
+
+
+def test_a_knob_with_an_optimum_inside_its_range_swings_by_its_larger_drop(toy, costs, monkeypatch):
+    """rollout_fraction 0.375 and 0.625 both lowered tokens/s by 14-21% and its swing, |high - low|,
+    said 7% (a capacity trial): the swing is the figure's range over low, base and high."""
+    from simulator.uncertainty import sensitivity_runs as runs
+    figures = iter([100.0, 80.0, 90.0])   # base, low, high: both ends below the base
+    monkeypatch.setattr(runs, "metric_figure", lambda result, metric: next(figures))
+    frame = sensitivity(toy, {"workload.response_length.sigma": (0.5, 1.0)}, samples=0, costs=costs)
+    assert frame["swing"].iloc[0] == pytest.approx(20.0)
