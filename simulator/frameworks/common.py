@@ -110,16 +110,22 @@ class FrameworkImport:
                    for name in names for key in self.user_keys)
 
     def config_keys_for(self, exc: RlsimError) -> list[str]:
-        """The config keys mapped to the error's field(s): those that set it exactly, with those that
-        set a sibling the message quotes as `name=value` (a check across two fields names one); else
+        """The config keys mapped to the error's field(s): those that set a key under it the message
+        quotes as `key=value`, then those that set it exactly, with those that set a sibling the message
+        quotes as `name=value` (a check across two fields names one); else
         those that set a key under it that the message names (a check across fields names the
         section); else those that set the nearest section above it."""
         out: list[str] = []
         for name in exc.fields or ([exc.field] if exc.field else []):
             parent = name.rpartition(".")[0]
+            # the keys that set a value the message quotes as `key=value` under the field come first
+            # (a layout's memory error: micro_batch=4 is ppo_micro_batch_size_per_gpu's, not strategy's)
+            quoted = [key for key, target in self.targets.items()
+                      if target.startswith(name + ".") and f"{target.rsplit('.', 1)[-1]}=" in exc.message]
             exact = [key for key, target in self.targets.items() if target == name]
             exact += [key for key, target in self.targets.items() if exact and target != name
                       and target.rpartition(".")[0] == parent and f"{target.rpartition('.')[2]}=" in exc.message]
+            exact = quoted + [key for key in exact if key not in quoted] if exact else exact
             named = [key for key, target in self.targets.items()
                      if target.startswith(name + ".") and target.rsplit(".", 1)[-1] in exc.message]
             above = [target for target in self.targets.values() if name.startswith(target + ".")]

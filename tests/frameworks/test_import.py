@@ -796,3 +796,16 @@ def test_a_micro_batch_verl_would_refuse_is_refused():
         import_config("verl", cfg, ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"])
     assert caught.value.field == "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
     import_config("verl", cfg, ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"])
+
+
+def test_a_memory_error_of_an_imported_layout_names_the_keys_of_the_values_it_quotes_first(capsys):
+    """An FSDP layout's out-of-memory error named actor.strategy (which sets the layout) and fixes
+    verl's FSDP has no key for, where micro_batch=4 was ppo_micro_batch_size_per_gpu's (a trial)."""
+    code = main(["run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                 "actor_rollout_ref.rollout.free_cache_engine=false", "--iterations", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "does not fit in device memory" in err
+    named = err.split("field '")[1].split("'")[0].split(", ")
+    assert named[0] == "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+    assert "actor_rollout_ref.actor.strategy" in named
+    assert "change actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in err
