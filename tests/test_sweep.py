@@ -503,3 +503,14 @@ def test_a_grid_over_a_whole_section_keeps_the_set_keys_under_it():
     keywords = base.keywords({"schedule": "async"})
     assert keywords["overrides"][0].startswith("schedule=")
     assert load_scenario(None, **keywords).schedule.staleness == 2
+
+
+def test_a_seeded_points_console_cells_carry_its_interval(tmp_path, capsys):
+    """A --seeds capacity search decided on the median with no interval shown: 54,161 'no' where its
+    interval [52,755, 55,242] crossed the 55,000 target (a capacity trial)."""
+    from simulator.cli import main
+    assert main(["sweep", "--grid", "topology.supernodes=1", "--seeds", "2", "--iterations", "2", "--jobs", "1",
+                 "--executor", "local", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.strip("│ ").startswith("1 "))
+    assert row.count("[") == 2   # the steady step and tokens/s, each with its [low, high]

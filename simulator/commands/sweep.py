@@ -362,6 +362,15 @@ def _write_outputs(out: Path, objects, grid_keys, answer, target) -> None:
     write_sweep_report(objects, grid_keys, out, capacity=answer)
 
 
+def _interval(obj: dict, key: str, spec: Any) -> str:
+    """' [low, high]': a --seeds point's 95% interval of the steady tokens/s and step, beside its
+    median (a capacity answer decides on the median: an interval across the target is said so)."""
+    span = (obj.get("ci95") or {}).get(key) if key in ("steady_tokens_per_s", "steady_step_time_s") else None
+    if not isinstance(span, (list, tuple)) or len(span) != 2:
+        return ""
+    return f" [{_fmt(span[0], spec)}, {_fmt(span[1], spec)}]"
+
+
 def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     from ..report.console import Console, Table
 
@@ -386,7 +395,7 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     for obj in objects:
         cells = [json.dumps(obj["grid"][k]) if not isinstance(obj["grid"][k], str) else obj["grid"][k]
                  for k in grid_keys]
-        cells += [_fmt(obj.get(k), f) for k, _, f in metrics]
+        cells += [_fmt(obj.get(k), f) + _interval(obj, k, f) for k, _, f in metrics]
         if target is not None:
             cells.append("[bold green]selected[/bold green]" if obj.get("selected") else
                          "yes" if obj.get("meets_target") else "no")
