@@ -88,8 +88,9 @@ def _lengths(sc: Scenario) -> tuple[int, int, int]:
 def train_batch(sc: Scenario) -> tuple[int, int]:
     """(global batch in rows, row length) the training planner judges layouts on: one optimizer
     step's samples packed into rows of the run's pack width (prompt max + response max unless
-    schedule.pack_tokens), the sample length taken at the mean of the lengths the memory check
-    draws (memory_check_batches: the laws' caps applied). The medians priced a long-tailed law's
+    schedule.pack_tokens), the sample length taken at the mean of MEMORY_CHECK_STEPS steps of the
+    memory check's draws (memory_check_batches: the laws' caps applied; as many steps whatever the
+    run's iterations, so the plan does not change with them). The medians priced a long-tailed law's
     step 27-40% short of the run's (a capacity trial: lognormal sigma 1, mean 1.6x the median)."""
     w = sc.workload
     _, _, row = _lengths(sc)
@@ -108,16 +109,17 @@ MEMORY_CHECK_STEPS = 8
 MEMORY_CHECK_STREAM = 1
 
 
-def memory_check_batches(sc: Scenario) -> list[np.ndarray]:
-    """Sample lengths (prompt + response, cut at max_model_len) of min(iterations, MEMORY_CHECK_STEPS)
-    optimizer steps, drawn from the workload's length laws with a generator of their own."""
+def memory_check_batches(sc: Scenario, steps: int = MEMORY_CHECK_STEPS) -> list[np.ndarray]:
+    """Sample lengths (prompt + response, cut at max_model_len) of ``steps`` optimizer steps, drawn
+    from the workload's length laws with a generator of their own, whatever the run's iterations
+    (a plan that changed with them picked other layouts for a 1- and a 10-iteration run)."""
     w = sc.workload
     prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
     response = LengthDistribution.from_mapping(w.response_length, sc.source, "workload.response_length")
     rng = np.random.default_rng(np.random.SeedSequence(sc.seed, spawn_key=(MEMORY_CHECK_STREAM,)))
     prompts, n = w.mini_batch_prompts or w.prompts_per_step, w.samples_per_prompt
     batches = []
-    for step in range(min(sc.iterations, MEMORY_CHECK_STEPS)):   # as the run draws (RoundDraws)
+    for step in range(steps):   # as the run draws (RoundDraws)
         p, r = draw_lengths(rng, prompt.sample, response.sample, prompts, n, step, w.inference.max_model_len)
         batches.append((p + r).reshape(-1))
     return batches

@@ -69,7 +69,7 @@ def test_the_planner_judges_memory_on_the_runs_heaviest_micro_batch():
     row = _lengths(sc)[2]
     heaviest = heaviest_micro_batch_of(sc, row)
     batches = memory_check_batches(sc)
-    assert len(batches) == min(sc.iterations, 8) and batches[0].size == sc.workload.samples_per_prompt * (
+    assert len(batches) == 8 and batches[0].size == sc.workload.samples_per_prompt * (
         sc.workload.mini_batch_prompts or sc.workload.prompts_per_step)
     costs = LlmCosts(sc, load_topology(sc.topology))
     rows, dp = 1, 8

@@ -25,10 +25,10 @@ def test_default_inputs_are_what_run_trains():
     # the scenario's topology (not one dgx-h100 node), one optimizer step packed as in `rlsim run`
     assert inp["topology"] == {"preset": "cloudmatrix384", "supernodes": 1}
     assert inp["model"] == "pangu-ultra-moe"
-    # 2,048 samples at the drawn lengths' mean (3,720 tokens: the lognormal law's mean, not its
+    # 2,048 samples at the drawn lengths' mean (3,813 tokens: the lognormal law's mean, not its
     # median 2,048 + 256, which priced a long-tailed step short) in rows of 20,480
     drawn = np.concatenate(memory_check_batches(load_scenario(None)))
-    assert inp["seq_len"] == 20480 and inp["global_batch"] == math.ceil(2048 * drawn.mean() / 20480) == 372
+    assert inp["seq_len"] == 20480 and inp["global_batch"] == math.ceil(2048 * drawn.mean() / 20480) == 382
     # the step is timed on samples of those lengths in the run's micro-batches
     samples, ordered = inp["step_sequences"](1, 8)
     assert len(ordered) == 2048 and samples >= 1 and ordered.mean() == pytest.approx(drawn.mean(), rel=0.01)
@@ -81,7 +81,7 @@ def test_a_model_without_a_shape_takes_the_default_step_and_says_so(capsys):
     """`rlsim plan --model M` with no scenario and no --global-batch / --seq-len (the `rlsim --help`
     example) plans the default scenario's optimizer step and names where the shape came from."""
     inp = plan._inputs(_args("--model", "llama3.1-8b"))
-    assert (inp["global_batch"], inp["seq_len"]) == (372, 20480)   # the default step (above)
+    assert (inp["global_batch"], inp["seq_len"]) == (382, 20480)   # the default step (above)
     assert plan._inputs(_args("--model", "llama3.1-8b", "--seq-len", "512"))["seq_len"] == 512
     note = plan.shape_note(_args("--model", "llama3.1-8b", "--global-batch", "64"))
     assert "--seq-len 20480" in note and "--global-batch" not in note.split("taken")[0].replace("--seq-len", "")
