@@ -23,6 +23,7 @@ from .engine_software import engine_software, resolved, with_request_cap
 from .errors import RlsimError
 from .hardware.devices import distinct_devices
 from .llm.architecture import ModelSpec, load_model
+from .llm.inference import RolloutLayout
 from .llm.lengths import LengthDistribution
 from .network.collectives import parse_group
 from .params import TRAIN_SOFTWARE
@@ -151,19 +152,24 @@ def heaviest_micro_batch_of(sc: Scenario, row: int, trained: Sequence[np.ndarray
     return heaviest
 
 
-def step_sequences_of(sc: Scenario, row: int) -> Callable[[int, int], tuple[int, np.ndarray]] | None:
-    """TrainingEvaluator's ``step_sequences`` on packed data: an optimizer step of the lengths the
-    memory check draws (memory_check_batches), in the micro-batch order the run forms (rl/packing.py
-    micro_batch_order, as LlmCosts does), for a candidate's (rows, dp); None on padded data (every
-    sample is a row of ``row`` tokens there, what the planner's rows are). The step has the pooled
-    draws' length distribution (every n-th of their sorted lengths, n steps drawn): one draw of
-    correlated groups is a noisy step (32B GRPO: 2.14M tokens against a 1.85M mean)."""
+def step_sequences_of(sc: Scenario, row: int) -> Callable[[int, int], tuple[int, np.ndarray]]:
+    """TrainingEvaluator's ``step_sequences``: an optimizer step of the lengths the memory check
+    draws (memory_check_batches), in the micro-batch order the run forms (rl/packing.py
+    micro_batch_order, as LlmCosts does), for a candidate's (rows, dp); ``step_packing`` says how the
+    cost model reads them. Token-balanced micro-batches (schedule.micro_batching: balanced on packed
+    data) take a step with the pooled draws' length distribution (every n-th of their n steps'
+    sorted lengths: one draw of correlated groups is a noisy step, 32B GRPO 2.14M tokens against a
+    1.85M mean), which they re-balance anyway; micro-batches in arrival order (sequence, or padded
+    data: each padded to its longest, as the run pads it) take the drawn step of median tokens, in
+    its order (sorted lengths split the replicas' tokens evenly: 16% short)."""
     sched = sc.schedule
-    if not sched.distqueue.packed:
-        return None
     drawn = memory_check_batches(sc)
-    lens = np.sort(np.concatenate(drawn))[len(drawn) // 2::len(drawn)]
-    balanced = sched.micro_batching == "balanced"
+    balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
+    if balanced:
+        lens = np.sort(np.concatenate(drawn))[len(drawn) // 2::len(drawn)]
+    else:
+        sums = [float(batch.sum()) for batch in drawn]
+        lens = drawn[int(np.argsort(sums, kind="stable")[(len(drawn) - 1) // 2])]
     memo: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
 
     def step_sequences(rows: int, dp: int) -> tuple[int, np.ndarray]:
@@ -172,6 +178,24 @@ def step_sequences_of(sc: Scenario, row: int) -> Callable[[int, int], tuple[int,
             hit = memo[(rows, dp)] = micro_batch_order(lens, float(row), rows, dp, balanced)
         return hit
     return step_sequences
+
+
+def params_beside_engine(sc: Scenario, rollout_settings: Any) -> Any:
+    """The trainer constants a layout is judged with: the usable HBM less a resident engine's share
+    (schedule.switch.engine_resident, as LlmCosts judges the run), the given rollout layout's
+    gpu_memory_utilization, or for a planned one the share the planner is asked for (planner.rollout)."""
+    from .rl.llm_costs import training_params_beside_engine
+    rollout = sc.workload.rollout_layout
+    if isinstance(rollout, Mapping):
+        share = rollout.get("gpu_memory_utilization", RolloutLayout.model_fields["gpu_memory_utilization"].default)
+    else:
+        share = rollout_settings.gpu_memory_utilization
+    return training_params_beside_engine(sc, float(share))
+
+
+def step_packing(sc: Scenario) -> str:
+    """How the run's training cost reads a micro-batch's samples (LlmCosts._packing)."""
+    return "packed" if sc.schedule.distqueue.packed else "padded"
 
 
 def consolidated_train_devices(sc: Scenario, pool: int) -> int | None:
@@ -261,9 +285,10 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
         batch, row = train_batch(sc)
         space = train_space(settings.space, w.train_software, sc.planner, packed_step=True)
         evaluator = TrainingEvaluator.for_workload(model, topology, batch, row, w,
+                                                   params=params_beside_engine(sc, settings.rollout),
                                                    heaviest=heaviest_micro_batch_of(sc, row, trained),
                                                    also_trains_on=consolidated_train_devices(sc, len(train_ranks)),
-                                                   step_sequences=step_sequences_of(sc, row), packing="packed")
+                                                   step_sequences=step_sequences_of(sc, row), packing=step_packing(sc))
         plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
                              evaluator=evaluator, top=1)
         lay = {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}

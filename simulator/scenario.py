@@ -1517,6 +1517,10 @@ def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
     engine = _read_past_engine_switch(switch, colocated)
     if engine:
         return engine
+    if switch.engine_resident and sched.between_gen_batches == "sleep" and sched.set_off_default(("between_gen_batches",)):
+        return [("schedule.between_gen_batches", "between_gen_batches: sleep puts the engine to sleep between "
+                 "generation batches, and this engine stays resident (switch.engine_resident)",
+                 "give stay (or reshard: the weights synced into the awake engine), or engine_resident: false")]
     copies = (colocated and (switch.offload_optimizer or switch.offload_weights
                              or (switch.engine_sleep and switch.engine_sleep_level == 1))) or sched.reference_swap_copies
     if copies or not switch.set_off_default(("host_link_efficiency",)):

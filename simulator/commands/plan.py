@@ -56,11 +56,14 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     from ..autoplan import (
         consolidated_train_devices,
         heaviest_micro_batch_of,
+        params_beside_engine,
         planning_ranks,
+        step_packing,
         step_sequences_of,
         train_batch,
     )
     from ..llm.lengths import MAX_TOKENS
+    from ..planner import planner_settings
     from ..scenario import LIMITS_FIX, load_scenario
 
     _refuse_other_stage(args)
@@ -107,6 +110,9 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
             "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None,
             # and times it on an optimizer step of drawn lengths in the run's micro-batches
             "step_sequences": step_sequences_of(scn, row_len) if from_step else None,
+            "step_packing": step_packing(scn) if from_step else None,
+            # the usable HBM beside a resident engine (schedule.switch.engine_resident), as the run judges it
+            "params": params_beside_engine(scn, planner_settings(section(args.overrides, "planner")).rollout),
             # the devices the run trains on (a split placement's training pool), as layout: auto plans
             "train_ranks": (lambda n: planning_ranks(scn, n)[1]) if from_step else None,
             # and the fewest it may also train on (colocated StaleSync beside its consolidated tail)
@@ -121,6 +127,13 @@ _STAGE_ONLY = {"train": ("planner.space.", "workload.train_params.", "workload.t
 
 # What only a simulated run reads: the planner prices one step of each layout analytically.
 _RUN_ONLY = ("iterations", "schedule", "workload.reward")
+# The schedule keys the training plan does read when the batch is the scenario's step: the pools it
+# trains on, how the run forms and pads its micro-batches, the devices colocated StaleSync also
+# trains on, the switch's resident state and a resident engine's share of HBM
+_PLAN_READS = ("schedule.kind", "schedule.placement", "schedule.rollout_fraction", "schedule.rollout_devices",
+               "schedule.fuse", "schedule.aux_fraction", "schedule.distqueue.packed", "schedule.micro_batching",
+               "schedule.pack_tokens", "schedule.staleness", "schedule.stream_threshold", "schedule.consolidate_share",
+               "schedule.switch")
 # The workload's batch and its length laws: the batch shape of the training plan unless a flag gives it
 # (--global-batch, --seq-len); the rollout plan prices planner.rollout's fixed batch instead
 _BATCH_KEYS = ("workload.prompts_per_step", "workload.samples_per_prompt", "workload.mini_batch_prompts")
@@ -154,7 +167,9 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
                              fix=f"drop --set {key}" + (", or drop the flag that gives the shape"
                                                         if args.stage == "train" else
                                                         " and give planner.rollout.sequences / prompt_len / response_len"))
-        if any(key == prefix or key.startswith(prefix + ".") for prefix in _RUN_ONLY):
+        step = args.stage == "train" and not (args.global_batch or args.seq_len) and (args.scenario or not args.model)
+        read = step and any(key == p or key.startswith(p + ".") for p in _PLAN_READS)   # the scenario's step
+        if not read and any(key == prefix or key.startswith(prefix + ".") for prefix in _RUN_ONLY):
             raise RlsimError(f"{key} is read by a simulated run (rlsim run / compare / sweep); plan prices each "
                              "layout's step analytically and does not read it", source="--set", field=key,
                              fix=f"drop --set {key}, or simulate the chosen layout with rlsim run")
@@ -262,11 +277,12 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
         also = inp["also_trains_on"](len(ranks) if ranks is not None else topology.num_devices) \
             if inp["also_trains_on"] and not args.target_tokens_per_s else None
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
-                                                   heaviest=inp["heaviest"], also_trains_on=also,
-                                                   step_sequences=inp["step_sequences"], packing="packed")
+                                                   params=inp["params"], heaviest=inp["heaviest"], also_trains_on=also,
+                                                   step_sequences=inp["step_sequences"],
+                                                   packing=inp["step_packing"] or "none")
         evaluator = _counted(evaluator, progress)
         kwargs = {"space": train_space(settings.space, w.train_software, section(args.overrides, "planner"),
-                                       packed_step=inp["heaviest"] is not None),
+                                       packed_step=inp["step_sequences"] is not None),
                   "params": settings.params, "evaluator": evaluator}
         if args.target_tokens_per_s:
             plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
@@ -357,7 +373,7 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
     inp = _inputs(args)
     settings = planner_settings(section(args.overrides, "planner"))
     space = train_space(settings.space, inp["workload"].train_software, section(args.overrides, "planner"),
-                        packed_step=inp["heaviest"] is not None)
+                        packed_step=inp["step_sequences"] is not None)
     zeros = [z for z in space.zero if z <= 2]
     if not zeros:
         raise RlsimError(f"the heterogeneous step model takes ZeRO 0-2, and planner.space.zero is {space.zero}",

@@ -363,7 +363,7 @@ def _write_outputs(out: Path, objects, grid_keys, answer, target) -> None:
 
 
 def _interval(obj: dict, key: str, spec: Any) -> str:
-    """' [low, high]': a --seeds point's 95% interval of the steady tokens/s and step, beside its
+    """' [low, high]': a --seeds point's ci95 of the steady tokens/s and step, beside its
     median (a capacity answer decides on the median: an interval across the target is said so)."""
     span = (obj.get("ci95") or {}).get(key) if key in ("steady_tokens_per_s", "steady_step_time_s") else None
     if not isinstance(span, (list, tuple)) or len(span) != 2:
@@ -385,8 +385,10 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
         metrics = [m for m in metrics if m[0] != "cost_per_1m_tokens"]
     for key in grid_keys:
         table.add_column(key, no_wrap=True)
-    for _, title, _ in metrics:
-        table.add_column(title, justify="right")
+    seeded = any((obj.get("ci95") or {}).get("steady_tokens_per_s") for obj in objects)
+    for key, title, _ in metrics:   # a --seeds point's cells carry its ci95 (results.csv, docs/guides/uncertainty.md)
+        ranged = seeded and key in ("steady_step_time_s", "steady_tokens_per_s")
+        table.add_column(title + (" [ci95]" if ranged else ""), justify="right")
     if target is not None:
         table.add_column("meets target")
     errors = any(obj.get("error") for obj in objects)

@@ -62,9 +62,11 @@ class TrainingEvaluator:
     def for_workload(cls, model: Any, topology: Any, global_batch: int, seq_len: int, workload: Any,
                      **kwargs: Any) -> TrainingEvaluator:
         """An evaluator with a workload's trainer constants (workload.train_params: its stack's values
-        under the overrides) and its stack's sequence-parallel rule (workload.train_software)."""
+        under the overrides; ``params`` in ``kwargs`` replaces them, e.g. the usable HBM beside a
+        resident engine) and its stack's sequence-parallel rule (workload.train_software)."""
         software = TRAIN_SOFTWARE[workload.train_software]
-        return cls(model, topology, global_batch, seq_len, params=workload.train_params,
+        params = kwargs.pop("params", None) or workload.train_params
+        return cls(model, topology, global_batch, seq_len, params=params,
                    sequence_parallel=software.sequence_parallel, **kwargs)
 
     def layout(self, c: TrainChoice) -> TrainLayout:

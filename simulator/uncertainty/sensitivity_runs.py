@@ -194,6 +194,19 @@ def _whole_number_keys(plan: ReplicaPlan, keys: Sequence[str]) -> frozenset[str]
     return frozenset(out)
 
 
+def _base_within(plan: ReplicaPlan, key: str, span: tuple[float, float]) -> bool:
+    """Whether the key's value in the (centred) base scenario lies within its varied range (not
+    known: taken as within, the range was made around it)."""
+    getters = (_from_data, _from_validated) + (() if key.startswith("topology.device.") else (_from_topology,))
+    try:
+        value = _scenario_number(plan, key, getters)
+    except RlsimError:
+        return True
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return True
+    return min(span) - 1e-12 <= float(value) <= max(span) + 1e-12
+
+
 def _check_whole_ends(ranges: Mapping[str, tuple[float, float]], whole: frozenset[str]) -> None:
     """A given range of a whole-number key ends on whole numbers: its runs round the values (a
     1.5..2.5 range of topology.nodes ran 2 nodes at both ends and showed no swing)."""
@@ -239,10 +252,14 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     rows = []
     for i, key in enumerate(keys):
         f_low, f_high = figures[1 + 2 * i], figures[2 + 2 * i]
-        # the figure's range over low, base and high: |high - low| when the base lies between them,
-        # and not 0 where both ends move the figure the same way (a knob with an optimum inside)
+        # the figure's range over low, base and high where the key's base value lies in its range
+        # (|high - low| when the base figure lies between them, not 0 where both ends move the figure
+        # the same way: a knob with an optimum inside); |high - low| where the range leaves the base
+        # out (its jump from the base is not the key's swing over the range)
+        inner = _base_within(plan, key, ranges[key])
+        points = (f_low, f_high, figures[0]) if inner else (f_low, f_high)
         rows.append({"key": key, "low": ranges[key][0], "high": ranges[key][1], "figure_low": f_low,
-                     "figure_high": f_high, "swing": max(f_low, f_high, figures[0]) - min(f_low, f_high, figures[0])})
+                     "figure_high": f_high, "swing": max(points) - min(points)})
     frame = pd.DataFrame(rows, columns=COLUMNS[:6])
     frame["rank"] = frame["swing"].rank(ascending=False, method="first").astype(int)
     first, total = sobol_indices(plan, ranges, metric, samples, jobs, costs, whole)

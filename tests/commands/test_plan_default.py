@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+import simulator
 from simulator.autoplan import memory_check_batches, train_space
 from simulator.cli import main
 from simulator.commands import plan
@@ -223,3 +224,31 @@ def test_plan_on_a_split_placement_plans_the_training_pool_as_layout_auto_does(t
     sc = load_scenario(scenario, overrides=["planner.space.micro_batch=[1]"])
     auto = auto_layouts(sc, load_topology(sc.topology)).layouts["train"]
     assert best["devices"] == 8 and {k: v for k, v in best["layout"].items() if k != "dp"} == auto
+
+
+@pytest.mark.parametrize("schedule", ["{kind: colocated, distqueue: {packed: false}}",
+                                      "{kind: colocated, micro_batching: sequence}"])
+def test_the_plans_step_is_the_runs_on_padded_data_and_arrival_order_micro_batches(tmp_path, capsys, schedule):
+    """The plan priced every padded sample as a full row (92.5 s against the run's 20.3 s an
+    optimizer step) and timed arrival-order micro-batches on sorted lengths (16% short): a
+    regression trial. Both are now timed on a drawn step in the run's order and padding."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"topology: {{preset: dgx-h100, nodes: 2}}\nworkload: grpo-qwen2.5-7b\nschedule: {schedule}\n"
+                    "iterations: 2\n")
+    assert main(["plan", str(path), "--top", "1", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)[0]
+    layout = {k: v for k, v in best["layout"].items() if k not in ("dp", "vpp", "ep", "etp")}
+    run = simulator.simulate(str(path), overrides=[f"workload.train_layout={json.dumps(layout)}"], keep_samples=False)
+    per_step = run.summary["stage_time_s"]["train_actor"] / 4   # 4 optimizer steps a step
+    assert best["step_time_s"] == pytest.approx(per_step, rel=0.12)
+
+
+def test_the_schedule_keys_a_step_plan_reads_are_taken(tmp_path, capsys):
+    """plan refused --set schedule.micro_batching / distqueue.packed as 'read by a run only', though
+    it forms the scenario's step with them (a regression trial); with --global-batch they are not read."""
+    path = tmp_path / "s.yaml"
+    path.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\nschedule: colocated\n")
+    assert main(["plan", str(path), "--set", "schedule.micro_batching=sequence", "--top", "1", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--model", "llama3.1-8b", "--global-batch", "64", "--seq-len", "512",
+                 "--set", "schedule.micro_batching=sequence"]) == 2

@@ -60,3 +60,20 @@ def test_the_verl_import_maps_free_cache_engine_false_to_a_resident_engine():
     config = Path(__file__).resolve().parents[2] / "workloads" / "frameworks" / "verl-grpo-qwen2.5-7b.yaml"
     switch = import_config("verl", config, ["actor_rollout_ref.rollout.free_cache_engine=false"]).scenario["schedule"]["switch"]
     assert switch.get("engine_resident") is True and not switch.get("engine_sleep")
+
+
+def test_layout_auto_plans_beside_the_resident_engine():
+    """layout: auto judged memory on the whole usable HBM, picked a layout 9 GB past what the
+    resident engine leaves, and blamed the batch (a regression trial)."""
+    r = simulator.simulate(scenario("schedule.switch.engine_resident=true", "workload.train_layout=auto"),
+                           keep_samples=False)
+    assert "replanned" not in r.summary["auto_layout"]
+    from simulator.hardware.devices import get_device
+    assert r.summary["peak_memory_by_phase"]["train"] <= get_device("h100").hbm_bytes * 0.92
+
+
+def test_sleeping_between_generation_batches_is_refused_for_a_resident_engine():
+    with pytest.raises(RlsimError) as caught:
+        simulator.simulate(scenario("schedule.switch.engine_resident=true", "schedule.between_gen_batches=sleep",
+                                    "workload.dynamic_sampling={gen_prompts: 16}"), keep_samples=False)
+    assert caught.value.field == "schedule.between_gen_batches"

@@ -179,3 +179,14 @@ def test_a_knob_with_an_optimum_inside_its_range_swings_by_its_larger_drop(toy, 
     monkeypatch.setattr(runs, "metric_figure", lambda result, metric: next(figures))
     frame = sensitivity(toy, {"workload.response_length.sigma": (0.5, 1.0)}, samples=0, costs=costs)
     assert frame["swing"].iloc[0] == pytest.approx(20.0)
+
+
+def test_a_range_that_leaves_the_base_out_swings_over_the_range_alone(toy, costs, monkeypatch):
+    """A median varied over 6000..6100 around a base of 1024 swung 'by 3,458': the jump from the base
+    to the range, not the key's effect over it (a regression trial)."""
+    from simulator.uncertainty import sensitivity_runs as runs
+    figures = iter([100.0, 80.0, 79.0])   # base, low, high
+    monkeypatch.setattr(runs, "metric_figure", lambda result, metric: next(figures))
+    base = toy["workload"]["response_length"]["median"]
+    frame = sensitivity(toy, {"workload.response_length.median": (base * 4, base * 5)}, samples=0, costs=costs)
+    assert frame["swing"].iloc[0] == pytest.approx(1.0)
