@@ -364,7 +364,7 @@ def _write_outputs(out: Path, objects, grid_keys, answer, target) -> None:
 
 def _interval(obj: dict, key: str, spec: Any) -> str:
     """' [low, high]': a --seeds point's ci95 of the steady tokens/s and step, beside its
-    median (a capacity answer decides on the median: an interval across the target is said so)."""
+    median (a capacity answer decides on the median: the interval shows how near the target it is)."""
     span = (obj.get("ci95") or {}).get(key) if key in ("steady_tokens_per_s", "steady_step_time_s") else None
     if not isinstance(span, (list, tuple)) or len(span) != 2:
         return ""
