@@ -60,7 +60,8 @@ class Generation:
     def store_finished_by(self, plan: GenPlan, upto_s: float) -> None:
         """Store the plan's sequences that finished by ``plan.t0 + upto_s`` and are not stored yet,
         while the plan runs on: an engine that hands each trajectory out as it finishes (AReaL's
-        rollout workers, NeMo RL's async engine), so the trainer can take them before the plan ends.
+        rollout workers; segments.SegmentedInstance._streams), so the trainer can take them before
+        the plan ends.
         Its commit stores the rest; the plan's tokens and FLOPs are counted there, once."""
         upto_s += TIME_TOL_S   # a finish at this very instant (t0 + finish rounds either way) is in
         if upto_s <= plan.stored_through:
