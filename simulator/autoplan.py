@@ -12,7 +12,8 @@ in simulated seconds, never wall time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -96,8 +97,7 @@ def train_batch(sc: Scenario) -> tuple[int, int]:
     w = sc.workload
     _, _, row = _lengths(sc)
     samples = (w.mini_batch_prompts or w.prompts_per_step) * w.samples_per_prompt
-    if not sc.schedule.distqueue.packed:
-        return samples, row
+    # padded data too: the step's tokens, not rows of padding (plan's tokens/s was 5x the run's)
     mean_len = float(np.mean(np.concatenate(memory_check_batches(sc))))
     return max(1, math.ceil(samples * mean_len / row)), row
 
@@ -160,16 +160,16 @@ def step_sequences_of(sc: Scenario, row: int) -> Callable[[int, int], tuple[int,
     data) take a step with the pooled draws' length distribution (every n-th of their n steps'
     sorted lengths: one draw of correlated groups is a noisy step, 32B GRPO 2.14M tokens against a
     1.85M mean), which they re-balance anyway; micro-batches in arrival order (sequence, or padded
-    data: each padded to its longest, as the run pads it) take the drawn step of median tokens, in
-    its order (sorted lengths split the replicas' tokens evenly: 16% short)."""
+    data: each padded to its longest, as the run pads it) take the drawn step whose tokens are
+    nearest the draws' mean, in its order (sorted lengths split the replicas' tokens evenly: 16% short)."""
     sched = sc.schedule
     drawn = memory_check_batches(sc)
     balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
     if balanced:
         lens = np.sort(np.concatenate(drawn))[len(drawn) // 2::len(drawn)]
-    else:
-        sums = [float(batch.sum()) for batch in drawn]
-        lens = drawn[int(np.argsort(sums, kind="stable")[(len(drawn) - 1) // 2])]
+    else:   # the drawn step whose tokens are nearest the draws' mean (the median step under-weighted the heavy ones)
+        sums = np.array([float(batch.sum()) for batch in drawn])
+        lens = drawn[int(np.argmin(np.abs(sums - sums.mean())))]
     memo: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
 
     def step_sequences(rows: int, dp: int) -> tuple[int, np.ndarray]:
@@ -191,6 +191,24 @@ def params_beside_engine(sc: Scenario, rollout_settings: Any) -> Any:
     else:
         share = rollout_settings.gpu_memory_utilization
     return training_params_beside_engine(sc, float(share))
+
+
+@contextmanager
+def engine_named(sc: Scenario | None) -> Iterator[None]:
+    """A planner's "no training layout fits" beside a resident engine says that the engine holds its
+    share of HBM through training (it blamed the batch alone); None: nothing to say."""
+    try:
+        yield
+    except RlsimError as exc:
+        if sc is None or not (sc.schedule.switch.engine_resident and sc.schedule.effective_placement == "colocated"
+                and exc.message.startswith("no training layout")):
+            raise
+        out = RlsimError(f"{exc.message}, beside the engine that stays resident with its gpu_memory_utilization share "
+                         "of HBM (schedule.switch.engine_resident)", source=exc.source, field=exc.field,
+                         fix=f"lower the engine's gpu_memory_utilization, let it free its memory between phases "
+                             f"(engine_resident: false), or {exc.fix}")
+        out.fields = list(exc.fields)
+        raise out from None
 
 
 def step_packing(sc: Scenario) -> str:
@@ -289,8 +307,9 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
                                                    heaviest=heaviest_micro_batch_of(sc, row, trained),
                                                    also_trains_on=consolidated_train_devices(sc, len(train_ranks)),
                                                    step_sequences=step_sequences_of(sc, row), packing=step_packing(sc))
-        plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
-                             evaluator=evaluator, top=1)
+        with engine_named(sc):
+            plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
+                                 evaluator=evaluator, top=1)
         lay = {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}
         out.layouts["train"] = lay
         out.planning_cost_s += plan.planning_cost_s

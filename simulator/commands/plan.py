@@ -22,7 +22,9 @@ EXAMPLES = """examples:
 trainer constants (--stage train): --set workload.train_params.compute.flash_attention=false,
   workload.train_software=megatron-2021; engine constants (--stage rollout): --set
   workload.inference.step_overhead_s=0.004 (unknown keys, keys of the other stage, or iterations /
-  schedule.* / seed without a distribution value, which only a simulated run reads: exit 2)
+  schedule.* / seed without a distribution value, which only a simulated run reads: exit 2; a
+  scenario's training step reads the schedule's pools, micro-batching, packing, StaleSync tail and
+  switch.engine_resident, which --set may give then)
 planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|etp|zero|recompute|micro_batch|sequence_parallel (lists),
   space.max_pp|max_ep|uneven_pp|exact_batch, refine_top, dominance_prune, eval_cost_s, fixed_cost_s;
   rollout.tp|ep|max_num_seqs (lists), rollout.max_ep|gpu_memory_utilization|sequences|prompt_len|response_len."""
@@ -105,14 +107,15 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     # as `rlsim run`'s planner judges it (autoplan.heaviest_micro_batch_of)
     from_step = args.stage == "train" and workload is not None and not args.global_batch and not args.seq_len
     return {"topology": topo_spec, "topology_source": scn.source if topo_spec is scn.topology else None,
-            "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload,
+            "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload, "scenario": scn,
             "max_devices": scn.limits.max_devices, "max_global_batch": scn.limits.max_global_batch,
             "heaviest": heaviest_micro_batch_of(scn, row_len) if from_step else None,
             # and times it on an optimizer step of drawn lengths in the run's micro-batches
             "step_sequences": step_sequences_of(scn, row_len) if from_step else None,
             "step_packing": step_packing(scn) if from_step else None,
             # the usable HBM beside a resident engine (schedule.switch.engine_resident), as the run judges it
-            "params": params_beside_engine(scn, planner_settings(section(args.overrides, "planner")).rollout),
+            # (the scenario's planner.rollout share for a planned engine, as layout: auto takes it)
+            "params": params_beside_engine(scn, planner_settings(scn.planner).rollout) if from_step else None,
             # the devices the run trains on (a split placement's training pool), as layout: auto plans
             "train_ranks": (lambda n: planning_ranks(scn, n)[1]) if from_step else None,
             # and the fewest it may also train on (colocated StaleSync beside its consolidated tail)
@@ -133,7 +136,7 @@ _RUN_ONLY = ("iterations", "schedule", "workload.reward")
 _PLAN_READS = ("schedule.kind", "schedule.placement", "schedule.rollout_fraction", "schedule.rollout_devices",
                "schedule.fuse", "schedule.aux_fraction", "schedule.distqueue.packed", "schedule.micro_batching",
                "schedule.pack_tokens", "schedule.staleness", "schedule.stream_threshold", "schedule.consolidate_share",
-               "schedule.switch")
+               "schedule.switch.engine_resident")
 # The workload's batch and its length laws: the batch shape of the training plan unless a flag gives it
 # (--global-batch, --seq-len); the rollout plan prices planner.rollout's fixed batch instead
 _BATCH_KEYS = ("workload.prompts_per_step", "workload.samples_per_prompt", "workload.mini_batch_prompts")
@@ -258,7 +261,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
               ) -> tuple[list[dict[str, Any]], Any, Any, Any]:
     """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given;
     ``progress(done, None)`` hears of each layout evaluated."""
-    from ..autoplan import train_space
+    from ..autoplan import engine_named, train_space
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
@@ -284,12 +287,13 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
         kwargs = {"space": train_space(settings.space, w.train_software, section(args.overrides, "planner"),
                                        packed_step=inp["step_sequences"] is not None),
                   "params": settings.params, "evaluator": evaluator}
-        if args.target_tokens_per_s:
-            plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
-                                  top=args.top, **kwargs)
-        else:
-            plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, ranks=ranks,
-                                 **kwargs)
+        with engine_named(inp["scenario"] if inp["params"] is not None else None):
+            if args.target_tokens_per_s:
+                plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
+                                      top=args.top, **kwargs)
+            else:
+                plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, ranks=ranks,
+                                     **kwargs)
     else:
         from ..autoplan import engine_rollout
         from ..params import engine_constants_read_past

@@ -388,7 +388,7 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     seeded = any((obj.get("ci95") or {}).get("steady_tokens_per_s") for obj in objects)
     for key, title, _ in metrics:   # a --seeds point's cells carry its ci95 (results.csv, docs/guides/uncertainty.md)
         ranged = seeded and key in ("steady_step_time_s", "steady_tokens_per_s")
-        table.add_column(title + (" [ci95]" if ranged else ""), justify="right")
+        table.add_column(title + (" \\[ci95]" if ranged else ""), justify="right")   # \\[: not a rich tag
     if target is not None:
         table.add_column("meets target")
     errors = any(obj.get("error") for obj in objects)

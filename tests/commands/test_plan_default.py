@@ -252,3 +252,25 @@ def test_the_schedule_keys_a_step_plan_reads_are_taken(tmp_path, capsys):
     capsys.readouterr()
     assert main(["plan", "--model", "llama3.1-8b", "--global-batch", "64", "--seq-len", "512",
                  "--set", "schedule.micro_batching=sequence"]) == 2
+
+
+def test_a_padded_steps_tokens_are_its_samples_not_its_padding(tmp_path, capsys):
+    """On padded data the plan counted one full row of padding per sample as trained tokens: 529,869
+    tokens/s against 109,700 for the same step on packed data (a regression trial)."""
+    rates = {}
+    for packed, batching in (("true", "micro_batching: sequence, "), ("false", "")):
+        path = tmp_path / f"{packed}.yaml"
+        path.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\n"
+                        f"schedule: {{kind: colocated, {batching}distqueue: {{packed: {packed}}}}}\n")
+        assert main(["plan", str(path), "--top", "1", "--json"]) == 0
+        rates[packed] = json.loads(capsys.readouterr().out)[0]["tokens_per_s"]
+    assert rates["false"] == pytest.approx(rates["true"], rel=0.3)
+
+
+def test_plan_refuses_switch_keys_it_does_not_read_and_a_resident_engine_off_a_scenario_step(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\nschedule: colocated\n")
+    assert main(["plan", str(path), "--top", "1", "--set", "schedule.switch.overhead_s=3"]) == 2
+    assert "field 'schedule.switch.overhead_s'" in capsys.readouterr().err
+    assert main(["plan", str(path), "--top", "1", "--global-batch", "64", "--seq-len", "512",
+                 "--set", "schedule.switch.engine_resident=true"]) == 2

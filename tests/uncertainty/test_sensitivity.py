@@ -190,3 +190,14 @@ def test_a_range_that_leaves_the_base_out_swings_over_the_range_alone(toy, costs
     base = toy["workload"]["response_length"]["median"]
     frame = sensitivity(toy, {"workload.response_length.median": (base * 4, base * 5)}, samples=0, costs=costs)
     assert frame["swing"].iloc[0] == pytest.approx(1.0)
+
+
+def test_a_device_key_range_away_from_the_devices_value_swings_over_the_range_alone(toy, costs, monkeypatch):
+    """gemm_efficiency 0.30..0.35 around the catalog's value swung as 'base - low' (a trial): the
+    device's own value was not read, so the base was taken as inside the range."""
+    from simulator.uncertainty import sensitivity_runs as runs
+    figures = iter([100.0, 60.0, 62.0])
+    monkeypatch.setattr(runs, "metric_figure", lambda result, metric: next(figures))
+    toy["topology"] = {"preset": "dgx-h100", "nodes": 1}   # a catalog device (FakeCosts ignore it)
+    frame = sensitivity(toy, {"topology.device.gemm_efficiency": (0.05, 0.06)}, samples=0, costs=costs)
+    assert frame["swing"].iloc[0] == pytest.approx(2.0)
