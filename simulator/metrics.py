@@ -165,7 +165,9 @@ def steady_state(rec: RunRecord) -> tuple[float, float]:
 
 def steady_window(rec: RunRecord, timeline: pd.DataFrame) -> pd.DataFrame:
     """The timeline clipped to steady_state()'s window: from the end of the first iteration to the
-    end of the last (the whole run with one iteration)."""
+    end of the last (the whole run with one iteration). Its bubbles sit beside the steady step and
+    tokens/s (a pipeline's warm-up idles most devices: 25% whole run, 3% steady on a NeMo RL
+    1-step-off import)."""
     its = rec.iterations
     if len(its) < 2 or timeline.empty:
         return timeline
@@ -174,12 +176,6 @@ def steady_window(rec: RunRecord, timeline: pd.DataFrame) -> pd.DataFrame:
     end = np.minimum(timeline["end"].to_numpy(), high)
     inside = end > start
     return timeline.loc[inside].assign(start=start[inside], end=end[inside])
-
-
-def steady_bubbles(rec: RunRecord, timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
-    """bubbles() over the steady-state window, so that they sit beside the steady step and tokens/s
-    (a pipeline's warm-up idles most devices: 25% whole run, 3% steady on a NeMo RL 1-step-off import)."""
-    return bubbles(steady_window(rec, timeline))
 
 
 def busy_by_pool(window: pd.DataFrame) -> dict[str, float]:
