@@ -432,6 +432,9 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
     bound = _bound_elsewhere(summary)
     if bound:
         notes.append(bound)
+    tail = _tail_bound(summary)
+    if tail:
+        notes.append(tail)
     replanned = (summary.get("auto_layout") or {}).get("replanned") or []
     if replanned:   # the layout that ran is not the planner's first answer: say why
         first = replanned[0]["layout"]
@@ -473,6 +476,26 @@ def _bound_elsewhere(summary: Mapping[str, Any]) -> str:
             f"pools overlap), but the {other} pool is busy {busy[other]:.0%} of the steady state against "
             f"{busy[side]:.0%} for the {side} pool: the {other} side sets the pace, and shortening {bottleneck} "
             "alone gains little (steady_busy_by_pool)")
+
+
+# Colocated StaleSync whose trainers idle at least this share of the steady state waiting for the
+# consolidated tail (a reading rule for the note below, not a modelling constant)
+TAIL_NOTE_SHARE = 0.25
+
+
+def _tail_bound(summary: Mapping[str, Any]) -> str:
+    """Colocated StaleSync trains beside its consolidated tail; where the tail outlasts the training
+    by far, the trainers idle and the tail sets the step (a capacity trial: 3 CloudMatrix supernodes,
+    StaleSync 0.94x colocated with 40% of the steady state long_tail, unexplained)."""
+    stages = summary.get("stage_time_s") or {}
+    share = (summary.get("steady_bubbles_by_cause") or {}).get("long_tail", 0.0)
+    if summary.get("schedule") != "stalesync" or "tail_generate" not in stages or share < TAIL_NOTE_SHARE:
+        return ""
+    beside = sum(stages.get(k, 0.0) for k in ("old_logprob", "reference", "critic_values", "train_actor", "train_critic"))
+    return (f"the consolidated tail generates {stages['tail_generate']:,.1f} s a step against {beside:,.1f} s of "
+            f"training beside it, so the trainers idle {share:.0%} of the steady state (long_tail): the longest "
+            "responses set the step; partial rollouts (schedule.partial_rollout: true with a length_budget) cut them "
+            "into segments trained later (docs/schedules.md, StaleSync)")
 
 
 def _layout_text(layout: Mapping[str, Any]) -> str:

@@ -98,3 +98,15 @@ def test_a_split_pool_critical_path_that_names_the_side_that_waits_is_qualified(
     # where the path's side is the busy one, nothing is said
     fine = {"steady_busy_by_pool": {"rollout": 0.99, "train": 0.31}, "critical_path": {"bottleneck": "generate"}}
     assert not any("sets the pace" in note for note in summary_notes(fine))
+
+
+def test_a_consolidated_tail_that_outlasts_the_training_beside_it_is_said():
+    """3 CloudMatrix supernodes: colocated StaleSync's trainers idled 40% of the steady state waiting
+    for the tail, and it lost to colocated with nothing said (a capacity trial)."""
+    summary = {"schedule": "stalesync", "stage_time_s": {"tail_generate": 290.8, "train_actor": 51.6,
+                                                         "old_logprob": 13.3, "reference": 13.3},
+               "steady_bubbles_by_cause": {"long_tail": 0.404}}
+    (note,) = [n for n in summary_notes(summary) if "consolidated tail" in n]
+    assert "290.8 s" in note and "78.2 s" in note and "40%" in note and "partial_rollout" in note
+    quiet = {**summary, "steady_bubbles_by_cause": {"long_tail": 0.05}}
+    assert not any("consolidated tail" in n for n in summary_notes(quiet))
