@@ -384,7 +384,14 @@ class PlannerReplanner:
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
                                                         "micro_batch")},
                              etp=current.get("etp") if self.model.is_moe else None) if current else None
-        base = TrainingEvaluator.for_workload(self.model, self.topology, batch, row, self.sc.workload)
+        # judged and timed as layout: auto judges them (the run's micro-batches of drawn lengths, a
+        # resident engine's share, the devices colocated StaleSync also trains on)
+        base = TrainingEvaluator.for_workload(self.model, self.topology, batch, row, self.sc.workload,
+                                              params=params_beside_engine(self.sc, self.settings.rollout),
+                                              heaviest=heaviest_micro_batch_of(self.sc, row),
+                                              also_trains_on=consolidated_train_devices(self.sc, len(pool_ranks)),
+                                              step_sequences=step_sequences_of(self.sc, row),
+                                              packing=step_packing(self.sc))
         evaluator = base
         if accept is not None:
             def evaluator(c: TrainChoice, ranks: list[int]):
