@@ -385,9 +385,7 @@ def _naming_kind(kind: str, kinds: list[str]) -> Iterator[None]:
     except RlsimError as exc:
         if len(kinds) < 2 or exc.message.startswith("under kind "):
             raise
-        out = RlsimError(f"under kind {kind}: {exc.message}", source=exc.source, field=exc.field, fix=exc.fix)
-        out.fields = list(exc.fields)
-        raise out from None
+        raise exc.reworded(f"under kind {kind}: {exc.message}", exc.fix) from None
 
 
 def _set_schedule_keys(overrides: Iterable[str]) -> set[str]:

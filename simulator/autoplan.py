@@ -197,18 +197,16 @@ def params_beside_engine(sc: Scenario, rollout_settings: Any) -> Any:
 def engine_named(sc: Scenario | None) -> Iterator[None]:
     """A planner's "no training layout fits" beside a resident engine says that the engine holds its
     share of HBM through training (it blamed the batch alone); None: nothing to say."""
+    from .rl.llm_costs import engine_stays_resident
     try:
         yield
     except RlsimError as exc:
-        if sc is None or not (sc.schedule.switch.engine_resident and sc.schedule.effective_placement == "colocated"
-                and exc.message.startswith("no training layout")):
+        if sc is None or not (engine_stays_resident(sc) and exc.message.startswith("no training layout")):
             raise
-        out = RlsimError(f"{exc.message}, beside the engine that stays resident with its gpu_memory_utilization share "
-                         "of HBM (schedule.switch.engine_resident)", source=exc.source, field=exc.field,
-                         fix=f"lower the engine's gpu_memory_utilization, let it free its memory between phases "
-                             f"(engine_resident: false), or {exc.fix}")
-        out.fields = list(exc.fields)
-        raise out from None
+        raise exc.reworded(f"{exc.message}, beside the engine that stays resident with its gpu_memory_utilization "
+                           "share of HBM (schedule.switch.engine_resident)",
+                           f"lower the engine's gpu_memory_utilization, let it free its memory between phases "
+                           f"(engine_resident: false), or {exc.fix}") from None
 
 
 def step_packing(sc: Scenario) -> str:

@@ -34,7 +34,12 @@ class RlsimError(ValueError):
 
     def with_source(self, source: str) -> RlsimError:
         """The same error, naming ``source`` (the file or input it came from)."""
-        out = RlsimError(self.message, source=source, field=self.field, fix=self.fix)
+        return self.reworded(self.message, self.fix, source=source)
+
+    def reworded(self, message: str, fix: str | None, *, source: str | None = None) -> RlsimError:
+        """The same error (its source unless ``source`` is given, its field and fields) saying
+        ``message`` with ``fix``: a caller that knows more adds it."""
+        out = RlsimError(message, source=source or self.source, field=self.field, fix=fix)
         out.fields = list(self.fields)
         return out
 

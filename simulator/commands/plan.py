@@ -52,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_replica_arguments(parser, jobs=False)   # --seeds N: medians over replicas' distribution draws (issue 13)
 
 
+def plans_the_scenarios_step(args: argparse.Namespace) -> bool:
+    """Whether the training plan's batch is a scenario's optimizer step (given or the default one):
+    no --global-batch / --seq-len, and no --model without a scenario."""
+    return args.stage == "train" and not (args.global_batch or args.seq_len) and bool(args.scenario or not args.model)
+
+
 def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     """Topology, model, batch and sequence length from flags, falling back to the scenario
     (`scn`: a replica's scenario, issue 13; else loaded from the arguments)."""
@@ -105,7 +111,7 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
                          fix=f"give at most {MAX_TOKENS:.0e} tokens")
     # the batch is the scenario's optimizer step: memory judged on the run's heaviest micro-batch,
     # as `rlsim run`'s planner judges it (autoplan.heaviest_micro_batch_of)
-    from_step = args.stage == "train" and workload is not None and not args.global_batch and not args.seq_len
+    from_step = plans_the_scenarios_step(args)
     return {"topology": topo_spec, "topology_source": scn.source if topo_spec is scn.topology else None,
             "model": model, "global_batch": batch, "seq_len": seq, "workload": scn.workload, "scenario": scn,
             "max_devices": scn.limits.max_devices, "max_global_batch": scn.limits.max_global_batch,
@@ -170,8 +176,7 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
                              fix=f"drop --set {key}" + (", or drop the flag that gives the shape"
                                                         if args.stage == "train" else
                                                         " and give planner.rollout.sequences / prompt_len / response_len"))
-        step = args.stage == "train" and not (args.global_batch or args.seq_len) and (args.scenario or not args.model)
-        read = step and any(key == p or key.startswith(p + ".") for p in _PLAN_READS)   # the scenario's step
+        read = plans_the_scenarios_step(args) and any(key == p or key.startswith(p + ".") for p in _PLAN_READS)
         if not read and any(key == prefix or key.startswith(prefix + ".") for prefix in _RUN_ONLY):
             raise RlsimError(f"{key} is read by a simulated run (rlsim run / compare / sweep); plan prices each "
                              "layout's step analytically and does not read it", source="--set", field=key,

@@ -63,6 +63,10 @@ from .pools import resolve_auto_layouts
 ENGINE_CHECKPOINT_EVERY_EVENTS = 32
 
 
+def engine_stays_resident(scenario: Any) -> bool:
+    """Whether a colocated engine keeps its memory through training (schedule.switch.engine_resident)."""
+    return bool(scenario.schedule.switch.engine_resident) and scenario.schedule.effective_placement == "colocated"
+
 
 def training_params_beside_engine(scenario: Any, share: float) -> TrainParams:
     """The workload's trainer constants, with the usable HBM less the engine's ``share`` (its
@@ -70,7 +74,7 @@ def training_params_beside_engine(scenario: Any, share: float) -> TrainParams:
     (schedule.switch.engine_resident: verl free_cache_engine false): its weights and KV pool hold
     that share of HBM beside the training state."""
     params = scenario.workload.train_params
-    if not (scenario.schedule.switch.engine_resident and scenario.schedule.effective_placement == "colocated"):
+    if not engine_stays_resident(scenario):
         return params
     usable = params.memory.hbm_usable_fraction - share
     if usable <= 0:
@@ -99,6 +103,7 @@ class HeavierBatchThanPlanned(RlsimError):
 
     def __str__(self) -> str:
         return self.text
+
 
 class _Pool:
     """A set of ranks as the cost models see it. ``key`` is equal for pools that see the same
@@ -638,34 +643,30 @@ class LlmCosts:
 
     def _resident_engine_bytes(self, pool: _Pool) -> float:
         """What an engine that stays resident through training holds per device (0 otherwise)."""
-        if not self.switch_params.engine_resident or self.scenario.schedule.effective_placement != "colocated":
+        if not engine_stays_resident(self.scenario):
             return 0.0
         return max(k.hbm_bytes for k in pool.kinds) * self.rollout_layout.gpu_memory_utilization
 
     def _beside_the_engine(self, exc: RlsimError) -> RlsimError:
         """A training memory error beside a resident engine says that the engine holds its share."""
-        if self.train_params is self.scenario.workload.train_params or "does not fit in device memory" not in exc.message:
+        if not engine_stays_resident(self.scenario) or "does not fit in device memory" not in exc.message:
             return exc
         share = self.rollout_layout.gpu_memory_utilization
-        out = RlsimError(f"{exc.message} (the engine stays resident with {share:g} of HBM beside training: "
-                         "schedule.switch.engine_resident, verl rollout.free_cache_engine false)", source=exc.source,
-                         field=exc.field, fix=f"lower workload.rollout_layout.gpu_memory_utilization below {share:g}, "
-                                              f"let the engine free its memory between phases, or {exc.fix}")
-        out.fields = list(exc.fields)
-        return out
+        return exc.reworded(f"{exc.message} (the engine stays resident with {share:g} of HBM beside training: "
+                            "schedule.switch.engine_resident, verl rollout.free_cache_engine false)",
+                            f"lower workload.rollout_layout.gpu_memory_utilization below {share:g}, let the engine "
+                            f"free its memory between phases, or {exc.fix}")
 
     def _in_the_layouts_terms(self, exc: RlsimError, packed: TrainLayout, given: TrainLayout) -> RlsimError:
         """A training error that names the packed micro-batch (micro_batch = the sequences packed
         into one: schedule.micro_batching balanced) says what that is in the layout's own terms."""
         if packed.micro_batch == given.micro_batch or "micro_batch=" not in exc.message:
             return exc
-        out = RlsimError(f"{exc.message} (micro_batch={packed.micro_batch}: the sequences packed into one micro-batch "
-                         f"of workload.train_layout.micro_batch={given.micro_batch} row(s) of {self.pack_tokens:,.0f} "
-                         "tokens, schedule.micro_batching: balanced)", source=exc.source, field=exc.field,
-                         fix=exc.fix.replace(SMALLER_MICRO_BATCH, "shorter packed rows (schedule.pack_tokens)")
-                         if exc.fix and given.micro_batch == 1 else exc.fix)
-        out.fields = list(exc.fields)
-        return out
+        return exc.reworded(f"{exc.message} (micro_batch={packed.micro_batch}: the sequences packed into one "
+                            f"micro-batch of workload.train_layout.micro_batch={given.micro_batch} row(s) of "
+                            f"{self.pack_tokens:,.0f} tokens, schedule.micro_batching: balanced)",
+                            exc.fix.replace(SMALLER_MICRO_BATCH, "shorter packed rows (schedule.pack_tokens)")
+                            if exc.fix and given.micro_batch == 1 else exc.fix)
 
     def _planned_layout_note(self, exc: RlsimError, seq_lens: Any) -> RlsimError:
         """A memory error on a layout the planner chose (layout: auto) says why the plan did not see it:

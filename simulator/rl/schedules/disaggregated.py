@@ -201,8 +201,8 @@ class Trainer:
         finishes = np.concatenate([instance.unstored_finishes() for instance in run.streaming])
         if need <= 0 or not len(finishes):
             return None
-        at = float(np.partition(finishes, min(need, len(finishes)) - 1)[min(need, len(finishes)) - 1])
-        return max(at, run.env.now + 2 * TIME_TOL_S)   # later than now: what finished by now is stored
+        nth = min(need, len(finishes)) - 1
+        return max(float(np.partition(finishes, nth)[nth]), run.env.now + 2 * TIME_TOL_S)   # what finished is stored
 
     def _train(self, k: int, ids: np.ndarray):
         run, ctx, env = self.run_, self.run_.ctx, self.run_.env
