@@ -92,11 +92,13 @@ class RewardSpec(_Strict):
     # NeMo RL's environment actors (env.<name>.num_workers: 8 in grpo_math_1B.yaml, 64 in the DAPO
     # recipes), which verify a whole batch once its generation is done. None: workers_per_device.
     workers: int | None = Field(None, ge=1)
-    # What the shared pool is handed: "batch", the samples stored together once the last is done (NeMo
-    # RL's synchronous rollout: the LLM class generates the batch, then one environment step scores
-    # it); "sample", each sample when it finishes (NeMo RL with async_engine: run_async_multi_turn_rollout
-    # scores each sample in its own task as it completes, so verification overlaps generation).
-    # None: "batch". Given only with workers.
+    # What the workers are handed: "batch", the samples an engine returns together, once the last is
+    # done (NeMo RL's synchronous rollout: the LLM class generates the batch, then one environment step
+    # scores it; verl's driver scores the generated batch); "sample", each sample when it finishes (NeMo
+    # RL with async_engine: run_async_multi_turn_rollout scores each sample in its own task as it
+    # completes; AReaL's rollout workflow scores each trajectory as it ends), so verification overlaps
+    # generation. None: "sample" where the engine hands each trajectory out as it finishes (AReaL
+    # interruptible), else "batch" (handover_of).
     handover: Literal["batch", "sample"] | None = None
 
     @field_validator("model", mode="after")
@@ -123,11 +125,23 @@ class RewardSpec(_Strict):
     def _one_worker_rule(self) -> "RewardSpec":
         if self.workers is not None and "workers_per_device" in self.model_fields_set:
             raise ValueError("give workers (a pool shared by the job) or workers_per_device, not both")
-        if self.handover is not None and self.workers is None:
-            raise ValueError("handover applies to the shared pool: give workers: N with it, or remove handover")
         if self.kind == "model" and self.workers is not None:
             raise ValueError("workers applies to rule rewards (kind: rule); a reward model runs on the devices")
+        if self.kind == "model" and self.handover is not None:
+            raise ValueError("handover applies to rule rewards (kind: rule): a reward model scores in a forward "
+                             "pass on the devices; remove reward.handover, or set reward.kind: rule")
         return self
+
+    def workers_on(self, devices: int) -> float:
+        """The rule-reward workers that verify the samples of ``devices`` devices: the job's shared
+        pool (workers), or workers_per_device x devices, at least one."""
+        return float(self.workers) if self.workers is not None else max(1.0, self.workers_per_device * devices)
+
+    def handover_of(self, streamed: bool) -> str:
+        """What the workers are handed (handover), its default by whether the engine streams: an
+        engine that hands each trajectory out as it finishes has it scored then, one that returns a
+        batch has the batch scored."""
+        return self.handover or ("sample" if streamed else "batch")
 
 
 class WorkloadConfig(_Strict):

@@ -108,13 +108,17 @@ def test_a_shared_reward_pool_is_one_rule_of_two():
         load_scenario(workload={**BARE, "reward": {"workers": 8, "workers_per_device": 2}})
     with pytest.raises(RlsimError, match="applies to rule rewards"):
         load_scenario(workload={**BARE, "reward": {"kind": "model", "workers": 8}})
-    # what the pool is handed: the pool's knob, refused without it; a snapshot leaves it out unless given
+    # what the workers are handed; a snapshot leaves it out unless given
     scored = load_scenario(workload={**BARE, "reward": {"workers": 8, "handover": "sample"}})
     assert scored.workload.reward.handover == "sample"
     assert load_scenario(scored.to_dict()).workload.reward.handover == "sample"   # a snapshot reloads
     assert "handover" not in load_scenario(workload={**BARE, "reward": {"workers": 8}}).to_dict()["workload"]["reward"]
-    with pytest.raises(RlsimError, match="workload.reward.*handover applies to the shared pool"):
-        load_scenario(workload={**BARE, "reward": {"handover": "sample"}})
+    own = load_scenario(workload={**BARE, "reward": {"handover": "sample"}}).workload.reward   # each instance's own
+    assert (own.handover, own.handover_of(streamed=False)) == ("sample", "sample")
+    default = load_scenario(workload=BARE).workload.reward
+    assert (default.handover_of(streamed=True), default.handover_of(streamed=False)) == ("sample", "batch")
+    with pytest.raises(RlsimError, match="workload.reward.*handover applies to rule rewards"):
+        load_scenario(workload={**BARE, "reward": {"kind": "model", "handover": "sample"}})
 
 
 def test_tail_consolidation_is_not_a_knob():

@@ -680,9 +680,8 @@ class LlmCosts:
     def reward_cpu_s(self, n_samples, ranks) -> float:
         """Rule rewards of ``n_samples`` samples: on the workers of ``ranks`` (workers_per_device),
         or on the job's shared pool (reward.workers, where ``ranks`` does not matter)."""
-        r = self.scenario.workload.reward
-        workers = r.workers if r.workers is not None else max(1.0, r.workers_per_device * len(ranks))
-        return r.cpu_s_per_sample * max(1.0, n_samples / workers)
+        reward = self.scenario.workload.reward
+        return reward.cpu_s_per_sample * max(1.0, n_samples / reward.workers_on(len(ranks)))
 
     def _inference_shard_bytes(self) -> float:
         lay = self.rollout_layout

@@ -208,12 +208,14 @@ class Trainer:
         run, ctx, env = self.run_, self.run_.ctx, self.run_.env
         clock = run.trainer_clock
         ctx.trainer.drop_stale(k)
-        ready = np.sort(ctx.store.at("ready", ids))
-        t_tail = ready[min(len(ready) - 1, math.ceil(ctx.sched.tail_threshold * len(ready)) - 1)]
+        # the batch's generation to its tail_threshold quantile, the tail's, then the last samples'
+        # rule rewards (a wait on the verifier, as a colocated pool's is: not generation). Finish
+        # times, not ready ones: a batch scored together is ready all at once, after its tail
+        finish = np.sort(ctx.store.at("finish", ids))
+        t_tail = finish[min(len(finish) - 1, math.ceil(ctx.sched.tail_threshold * len(finish)) - 1)] \
+            if len(finish) else env.now
         clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
-        # the tail's generation, then the last samples' rule rewards (a wait on the verifier, as a
-        # colocated pool's is, not generation: it was long_tail to the end)
-        generated = float(ctx.store.at("finish", ids).max()) if len(ids) else env.now
+        generated = float(finish[-1]) if len(finish) else env.now
         clock.idle("long_tail", min(max(generated, clock.cursor), env.now), k)
         clock.idle("dependency", env.now, k, label="reward")
         yield from ctx.trainer.run(k, ids, clock)

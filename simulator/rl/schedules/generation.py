@@ -9,6 +9,7 @@ import numpy as np
 from ..costs import Ranks
 from ..distqueue import payload_bytes_each
 from .batches import GenPlan, SeqBatch
+from .rewards import rule_rewards_ready
 from .staleness import TIME_TOL_S
 from .state import RunState
 
@@ -254,19 +255,31 @@ class Generation:
                               for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
     def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int]) -> np.ndarray:
-        """When each stored row's rule reward is ready. On its own instance's workers (workers_per_device)
-        each plan's samples are verified from their finish (a streamed plan's one at a time, as each comes
-        out of the engine, not as a batch); on the job's shared pool (reward.workers) the
-        samples stored together (a synchronous round: every instance's) go over as one batch when the
-        last of them is done, or each when it finishes (reward.handover: sample), and wait for what
-        the pool is busy with (reward_pool.RewardPool)."""
+        """When each stored row's rule reward is ready (reward_pool.rule_rewards_ready) and the row
+        is in the trainer's reach. On the job's shared pool (reward.workers) the samples stored
+        together (a synchronous round: every instance's) are one hand-over; on the instances' own
+        workers (workers_per_device) each plan's samples are its instance's. A batch is handed over
+        where the engine returns it (a plan's end, or a cut); with reward.handover: sample each
+        sample at its finish, but a plan that does not stream still returns its samples together."""
         ctx = self.ctx
         if not ctx.rule_reward:
             return finish.copy()
-        if not ctx.shared_reward:
-            return finish + np.repeat([self.costs.reward_cpu_s(1 if plan.streamed else k, plan.ranks)
-                                       for plan, k, _ in stored], counts)
-        return pool_rewards(ctx, finish, stored[0][0].ranks)
+        reward = ctx.workload.reward
+        bounds = np.cumsum([0] + counts).tolist()
+        spans = list(zip(stored, bounds[:-1], bounds[1:], strict=True))
+        if ctx.shared_reward:
+            first = stored[0][0]
+            returned = max(plan.t0 + end for plan, _, end in stored)
+            ready = rule_rewards_ready(ctx, finish, first.ranks, reward.handover_of(first.streamed), returned)
+        else:
+            ready = np.empty(len(finish))
+            for (plan, _, end), lo, hi in spans:
+                ready[lo:hi] = rule_rewards_ready(ctx, finish[lo:hi], plan.ranks, reward.handover_of(plan.streamed),
+                                                  plan.t0 + end)
+        for (plan, _, end), lo, hi in spans:
+            if not plan.streamed:
+                np.maximum(ready[lo:hi], plan.t0 + end, out=ready[lo:hi])
+        return ready
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:
         """Occupied batch slots of one instance over [0, end]: FIFO admission keeps
@@ -285,31 +298,6 @@ class Generation:
         slots["instance_s"] += end
         slots["slot_s"] += float(np.dot(duration, running)) / cap
         slots["low_batch_s"] += float(duration[_first_below(n, cap, self.sched.low_batch_share * cap):].sum())
-
-
-def pool_reward_done(ctx: RunState, handed_over: float, n_samples: int, ranks: Ranks) -> float:
-    """When ``n_samples`` handed over together to the job's shared reward pool are verified: their
-    time on an idle pool (Costs.reward_cpu_s), of which they occupy min(1, n / workers) of the pool."""
-    idle_s = ctx.costs.reward_cpu_s(n_samples, ranks)
-    share = min(1.0, n_samples / ctx.workload.reward.workers)
-    return ctx.totals.reward_pool.serve(handed_over, idle_s * share, least_s=idle_s)
-
-
-def pool_rewards(ctx: RunState, finish: np.ndarray, ranks: Ranks) -> np.ndarray:
-    """When each of samples finished at ``finish`` is verified on the job's shared pool: handed over
-    together once the last is done (reward.handover: batch), or each as it finishes (sample)."""
-    if ctx.workload.reward.handover != "sample":
-        return np.full(len(finish), pool_reward_done(ctx, float(finish.max()), len(finish), ranks))
-    return pool_rewards_each(ctx, finish, ranks)
-
-
-def pool_rewards_each(ctx: RunState, finish: np.ndarray, ranks: Ranks) -> np.ndarray:
-    """When each sample handed over alone as it finishes (reward.handover: sample) is verified on the
-    shared pool, served in finish order (first come, first served)."""
-    done = np.empty(len(finish))
-    for row in np.argsort(finish, kind="stable"):
-        done[row] = pool_reward_done(ctx, float(finish[row]), 1, ranks)
-    return done
 
 
 def _first_below(n: int, cap: int, threshold: float) -> int:

@@ -1,4 +1,5 @@
-"""The job's shared pool of rule-reward workers (workload.reward.workers) as one fluid server.
+"""Rule-reward workers as one fluid server: the job's shared pool (workload.reward.workers), or
+each rollout instance's own (workers_per_device x its devices; rewards.py hands them their samples).
 
 NeMo RL verifies a batch on its environment's Ray actors by splitting it evenly over all of them
 (the math environment's `chunk_list_to_workers`), and each actor serves its calls one after another.
@@ -67,3 +68,4 @@ def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
         else:
             out.append((start, end))
     return out
+

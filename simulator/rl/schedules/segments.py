@@ -57,10 +57,9 @@ class SegmentedInstance(RolloutInstance):
 
     def _streams(self) -> bool:
         """Whether the engine hands each trajectory out as it finishes (the trainer may take it while
-        the plan runs), rather than the plan's batch at its end. Not when a shared reward pool takes a
+        the plan runs), rather than the plan's batch at its end. Not when the reward workers take a
         batch at a time (reward.handover: batch): that batch is the plan's."""
-        ctx = self.run_.ctx
-        return not (ctx.shared_reward and ctx.workload.reward.handover == "batch")
+        return self.run_.ctx.workload.reward.handover != "batch"
 
     def store_finished(self, now: float) -> None:
         """Put what the running plan finished by ``now`` in the store (streaming engines)."""

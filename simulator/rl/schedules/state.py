@@ -34,6 +34,8 @@ class RunTotals:
     rollout: dict[str, float] = field(default_factory=lambda: {"instance_s": 0.0, "slot_s": 0.0, "low_batch_s": 0.0})
     # the job's shared rule-reward workers (workload.reward.workers): what they are busy with
     reward_pool: RewardPool = field(default_factory=RewardPool)
+    # each instance's own rule-reward workers (workers_per_device), by the instance's rank range
+    instance_reward_pools: dict[tuple[int, ...], RewardPool] = field(default_factory=dict)
 
 
 

@@ -32,8 +32,8 @@ from ..distqueue import payload_bytes_each
 from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
-from .generation import pool_rewards
 from .registry import SchedulePolicy, register
+from .rewards import rule_rewards_ready
 
 NO_OLD_LOG_PROB = frozenset({"old_logprob"})   # fully async trains on the rollout's log-probs
 
@@ -202,10 +202,10 @@ class Rollouter:
         unless dropped (DAPO no_signal / surplus)."""
         ctx, seqs = self.ctx, group.seqs
         ranks = self.ctx.pools["rollout"].ranks
-        if ctx.rule_reward and ctx.shared_reward:       # the job's pool, busy with the other groups too
-            reward_s = float(pool_rewards(ctx, np.asarray(group.finish_s, float), ranks).max()) - t
-        else:
-            reward_s = ctx.costs.reward_cpu_s(len(seqs), ranks) if ctx.rule_reward else 0.0
+        reward_s = 0.0
+        if ctx.rule_reward:    # the group's n trajectories leave together (a batch) unless handed over each
+            handover = ctx.workload.reward.handover_of(streamed=False)
+            reward_s = float(rule_rewards_ready(ctx, np.asarray(group.finish_s, float), ranks, handover).max()) - t
         span = len(group.versions)
         if span > 1:
             self.partial_count += len(seqs)

@@ -213,7 +213,7 @@ def _pooled_reward(monkeypatch, seen: list[int]) -> None:
 def test_a_shared_reward_pool_verifies_every_sample_stored_together(monkeypatch):
     # reward.workers: the job's pool verifies the samples of every plan stored together (a synchronous
     # round: all instances) as one batch once the last is done; without it, each instance's own
-    # samples from their finish on their own workers
+    # samples as one batch from its plan's end on its own workers
     seen: list[int] = []
     _pooled_reward(monkeypatch, seen)
     for reward, per_call in (({"workers": 4}, 32), ({}, 8)):
@@ -224,7 +224,8 @@ def test_a_shared_reward_pool_verifies_every_sample_stored_together(monkeypatch)
         if reward:
             assert sm["ready"].to_numpy() == pytest.approx(sm["finish"].max() + 0.01 * 32 / 4)
         else:
-            assert (sm["ready"] - sm["finish"]).to_numpy() == pytest.approx(0.01 * 8 / 4)
+            for _, own in sm.groupby("instance"):
+                assert own["ready"].to_numpy() == pytest.approx(own["finish"].max() + 0.01 * 8 / 4)
 
 
 def test_split_pool_instances_queue_on_the_shared_reward_pool(monkeypatch):
@@ -247,8 +248,9 @@ def test_split_pool_instances_queue_on_the_shared_reward_pool(monkeypatch):
 
 def test_samples_handed_over_as_they_finish_overlap_the_pool_with_generation(monkeypatch):
     # reward.handover sample: each sample goes to the pool when it finishes (a quarter of 4 workers
-    # for 0.01 s); with finishes 0.01 s or more apart nobody waits, so every sample is ready 0.01 s
-    # after its finish - not all at the batch's last finish + 32 x 0.01 / 4 as handover batch has it
+    # for 0.01 s); with finishes 0.01 s or more apart nobody waits, so every sample is scored 0.01 s
+    # after its finish - not all at the batch's last finish + 32 x 0.01 / 4 as handover batch has it.
+    # A colocated engine returns its instance's samples together: ready from its plan's end on
     seen: list[int] = []
     _pooled_reward(monkeypatch, seen)
 
@@ -262,7 +264,10 @@ def test_samples_handed_over_as_they_finish_overlap_the_pool_with_generation(mon
         sm = run(sc, costs, devices=8, prompt=const(10), resp=spread)[2]
         wait = (sm["ready"] - sm["finish"]).to_numpy()
         if handover == "sample":
-            assert wait == pytest.approx(0.01)
+            returned = sm.groupby("instance")["finish"].transform("max").to_numpy()
+            assert sm["ready"].to_numpy() == pytest.approx(np.maximum(sm["finish"].to_numpy() + 0.01, returned))
+            assert sm["ready"].max() == pytest.approx(sm["finish"].max() + 0.01)   # the last: its own time
+            assert wait.min() == pytest.approx(0.01)
         else:
             assert sm["ready"].to_numpy() == pytest.approx(sm["finish"].max() + 0.01 * 32 / 4)
 
@@ -298,3 +303,36 @@ def _spread_lengths(seed: int):
     def sample(rng, n_prompts, n, step):
         return 20 + (np.arange(n_prompts * n).reshape(n_prompts, n) * (7 + seed)) % 90
     return sample
+
+
+@settings(max_examples=16, deadline=None)
+@given(kind=st.sampled_from(["colocated", "disaggregated", "one-step-off", "stalesync"]),
+       handover=st.sampled_from([None, "batch", "sample"]), seed=st.integers(0, 3))
+def test_each_instances_own_worker_verifies_what_it_is_handed_in_turn(kind, handover, seed):
+    # workers_per_device: 1 on one-device instances: one worker each. Handed a batch (the default
+    # for engines that return their plan together), an instance's k samples are ready k x 0.01 s or
+    # more after its last finish; handed each sample, they are scored first come first served, one
+    # at a time (scored_i = max(finish_i, scored_i-1) + 0.01), and ready then or when the plan
+    # returned them together (the same time for all of them), the later
+    costs = PooledCosts(instance_devices=1, train_group_devices=1)
+    costs.pool_workers = 1
+    split = {} if kind in ("colocated", "stalesync") else {"rollout_devices": 4}
+    reward = {"workers_per_device": 1} | ({"handover": handover} if handover else {})
+    sc = scenario(kind, iterations=3, prompts=8, n=4, seed=seed, workload={"reward": reward}, **split)
+    _, _, sm, _ = run(sc, costs, devices=8, prompt=const(10), resp=_spread_lengths(seed))
+    assert ((sm["ready"] - sm["finish"]) >= 0.01 - 1e-9).all()
+    assert sm.groupby(["round", "group"]).size().max() <= 4
+    for _, own in sm.groupby("instance"):
+        if handover == "sample":
+            scored, previous = [], 0.0
+            for finish in np.sort(own["finish"].to_numpy()):
+                previous = max(finish, previous) + 0.01
+                scored.append(previous)
+            own = own.sort_values("finish", kind="stable").assign(scored=scored)
+            assert (own["ready"] >= own["scored"] - 1e-9).all()
+            held = own[own["ready"] > own["scored"] + 1e-9]          # returned after they were scored
+            assert (held["ready"] == held.groupby("start")["ready"].transform("max")).all()
+        else:
+            for _, batch in own.groupby("start"):                    # one plan's samples: one batch
+                assert batch["ready"].nunique() == 1
+                assert batch["ready"].iloc[0] >= batch["finish"].max() + 0.01 * len(batch) - 1e-9
