@@ -371,13 +371,14 @@ class PlannerReplanner:
         self.settings = planner_settings(sc.planner, source=sc.source)
         rec = sc.schedule.recovery
         self.recovery = RecoveryParams(drop_whole_node=rec.drop_whole_node, restart_s=rec.restart_s,
-                                       checkpoint_every_steps=rec.checkpoint_every_steps)
+                                       checkpoint_every_steps=rec.checkpoint_every_steps, widen=rec.widen)
 
     def ranks_of(self, spec: str) -> list[int]:
         return parse_group(self.topology, spec)
 
     def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
-                   accept: Callable[[dict[str, Any]], None] | None = None) -> ReplanOutcome:
+                   accept: Callable[[dict[str, Any]], None] | None = None,
+                   usable: Callable[[int, dict[str, Any] | None], int] | None = None) -> ReplanOutcome:
         batch, row = train_batch(self.sc)
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
                                                         "micro_batch")},
@@ -395,9 +396,12 @@ class PlannerReplanner:
             def evaluator(c: TrainChoice, ranks: list[int]):
                 accept(c.as_dict())   # an RlsimError marks the layout infeasible, as a memory miss does
                 return base(c, ranks)
+        wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True)
         rp = replan_on_failure(self.model, self.topology, batch, row, failed=failed, ranks=pool_ranks,
                                params=self.settings.params, recovery=self.recovery, current=choice,
-                               evaluator=evaluator)
+                               evaluator=evaluator, wide_space=wide,
+                               devices_kept=None if usable is None or self.sc.schedule.effective_placement != "colocated"
+                               else lambda n, choice: usable(n, choice.as_dict()))
         lay = {k: v for k, v in rp.layout.items() if k != "dp"}
         return ReplanOutcome(list(rp.survivors), lay, rp.planning_cost_s)
 

@@ -231,10 +231,14 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     if hybrid and "actor" in rec.pools:   # the wait for the rule rewards, as a share of the actor's devices
         wait = timeline[(timeline["pool"] == "actor") & (timeline["state"] == "idle") & (timeline["label"] == "reward")]
         out["reward"] += float(device_seconds(wait).sum()) / rec.pools["actor"].count / n
+    # one-step-off: the step and the trainer's wait over the steady steps (1..N-1) where there are
+    # two or more, as the steady figures: its first step waits for a whole generation (the warm-up
+    # verl's logs skip). A hybrid step has no warm-up: its step beside the whole run's phase means
+    first = 1 if n >= 2 and not hybrid else 0
     if not hybrid:   # the trainer does not generate: its wait for the previous generation instead
         del out["gen"]
-        out["wait_prev_gen"] = float(np.mean([it["start"] - ends[i] for i, it in enumerate(its)]))
-    out["step"] = (ends[-1] - ends[0]) / n
+        out["wait_prev_gen"] = float(np.mean([its[k]["start"] - ends[k] for k in range(first, n)]))
+    out["step"] = (ends[-1] - ends[first]) / (n - first)
     out["other"] = out["step"] - sum(v for k, v in out.items() if k != "step")
     return out
 

@@ -97,8 +97,7 @@ class RewardSpec(_Strict):
     # scores it; verl's driver scores the generated batch); "sample", each sample when it finishes (NeMo
     # RL with async_engine: run_async_multi_turn_rollout scores each sample in its own task as it
     # completes; AReaL's rollout workflow scores each trajectory as it ends), so verification overlaps
-    # generation. None: "sample" where the engine hands each trajectory out as it finishes (AReaL
-    # interruptible), else "batch" (handover_of).
+    # generation. None: the schedule kind's (ScheduleConfig.REWARD_HANDOVER).
     handover: Literal["batch", "sample"] | None = None
 
     @field_validator("model", mode="after")
@@ -137,11 +136,9 @@ class RewardSpec(_Strict):
         pool (workers), or workers_per_device x devices, at least one."""
         return float(self.workers) if self.workers is not None else max(1.0, self.workers_per_device * devices)
 
-    def handover_of(self, streamed: bool) -> str:
-        """What the workers are handed (handover), its default by whether the engine streams: an
-        engine that hands each trajectory out as it finishes has it scored then, one that returns a
-        batch has the batch scored."""
-        return self.handover or ("sample" if streamed else "batch")
+    def handover_of(self, schedule: "ScheduleConfig") -> str:
+        """What the workers are handed: handover, or the schedule kind's default (REWARD_HANDOVER)."""
+        return self.handover or schedule.REWARD_HANDOVER
 
 
 class WorkloadConfig(_Strict):
@@ -441,6 +438,10 @@ class RecoveryConfig(_Strict):
     drop_whole_node: bool = True
     # reload + re-initialise: "restart within minutes" (MegaScale, arXiv 2402.15627); 120 s assumed
     restart_s: float = Field(120.0, ge=0)
+    # where the running layout's neighbourhood leaves survivors idle, also search the planner's
+    # whole space on them and keep the faster (planner RecoveryParams.widen: a checkpoint reloads
+    # under another TP / PP / EP); false: the neighbourhood alone
+    widen: bool = True
 
     @field_validator("checkpoint_every_steps", mode="after")
     @classmethod
@@ -509,6 +510,11 @@ class ScheduleConfig(_Strict):
     RUNS_AHEAD: ClassVar[bool] = False
     DEFAULT_STALENESS: ClassVar[float] = 1.0
     DEFAULT_THRESHOLD: ClassVar[float | None] = None
+    # What the kind's rollout hands its rule-reward workers by default (workload.reward.handover):
+    # "batch", what an engine call returns, scored together (verl's driver, NeMo RL's LLM class);
+    # "sample", each trajectory as it ends (a streaming rollout: StaleSync's samples into DistQueue,
+    # AReaL's rollout workflow)
+    REWARD_HANDOVER: ClassVar[str] = "batch"
 
     kind: str = "colocated"
     placement: Literal["colocated", "disaggregated"] | None = None  # stalesync only; default colocated
@@ -835,6 +841,7 @@ def _stalesync() -> type[ScheduleConfig]:
         ACCEPTS: ClassVar[frozenset[str]] = STALE_KNOBS | {"placement", "stream_threshold", "refit_overlap"}
         RUNS_AHEAD: ClassVar[bool] = True
         DEFAULT_THRESHOLD: ClassVar[float | None] = 0.5
+        REWARD_HANDOVER: ClassVar[str] = "sample"      # samples stream into DistQueue as they complete
         kind: Literal["stalesync"] = "stalesync"
 
         @classmethod
@@ -852,6 +859,7 @@ def _async() -> type[ScheduleConfig]:
         ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
+        REWARD_HANDOVER: ClassVar[str] = "sample"      # continuous generation: each sample as it ends
         kind: Literal["async"] = "async"
     return AsyncSchedule
 
@@ -946,6 +954,7 @@ def _areal() -> type[ScheduleConfig]:
         ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | AREAL_KNOBS
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
+        REWARD_HANDOVER: ClassVar[str] = "sample"      # the rollout workflow scores each trajectory as it ends
         kind: Literal["areal"] = "areal"
         # AReaL's typical split: 3/4 of the devices generate, 1/4 train (frameworks.md)
         rollout_fraction: float = Field(0.75, gt=0, lt=1)

@@ -144,11 +144,10 @@ def test_a_planned_layout_a_heavier_step_runs_out_of_says_why_and_the_fix():
     assert copy.batch.tolist() == [3000, 2000] and str(copy) == str(noted) and copy.field == noted.field
 
 
-# the documentation audit's case (at 256 prompts a step since the round's samples are ready together
-# and taken in prompt order: at 512 no step's batch is heavier than the drawn ones any more): the first
-# plan (TP1 ZeRO-2) runs out of memory on StaleSync's consolidated tail at 79.8 GB of 79.0 GB
+# the documentation audit's case: the first plan (TP1 DP16 ZeRO-2, 4 packed sequences a micro-batch)
+# runs out of memory on StaleSync's consolidated tail at 88.5 GB of 79 GB
 HEAVY_TAIL_RUN = dict(workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="stalesync", iterations=4,
-                      overrides=["topology.nodes=4", "workload.train_layout=auto", "workload.prompts_per_step=256"])
+                      overrides=["topology.nodes=4", "workload.train_layout=auto"])
 
 
 def test_a_planned_layout_a_trained_batch_does_not_fit_is_planned_again_with_that_batch():

@@ -1,4 +1,5 @@
 """verl's timing_s phase names next to rlsim's own (metrics.verl_timing): they add up to the step."""
+import numpy as np
 import pytest
 
 import simulator
@@ -31,12 +32,17 @@ def test_hybrid_engine_phases_in_closed_form():
                                            ("one-step-off", {"reference": True})])
 def test_phases_add_up_to_the_step(kind, workload):
     c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, switch_s=0.2, reward_s_per_sample=0.05)
-    s = run(scenario(kind, iterations=4, seed=3, workload=workload), c, resp=lognormal(400, 1.0, 4000))[3]
+    rec, _, _, s = run(scenario(kind, iterations=4, seed=3, workload=workload), c, resp=lognormal(400, 1.0, 4000))
     v = s["verl_timing_s"]
     assert sum(v.get(k, 0.0) for k in NAMED) + v["other"] == pytest.approx(v["step"], rel=1e-12)
     assert v["other"] >= -1e-9 and all(v[k] >= 0 for k in v)
     assert ("gen" in v) == (kind == "colocated") and ("wait_prev_gen" in v) == (kind == "one-step-off")
-    assert v["step"] == pytest.approx(s["step_time_s"], rel=1e-12)
+    # one-step-off's warm-up step waits for a whole first generation: the steady steps, as verl's logs
+    assert v["step"] == pytest.approx(s["steady_step_time_s" if kind == "one-step-off" else "step_time_s"], rel=1e-12)
+    if kind == "one-step-off":   # the trainer's wait over steps 1..3, not step 0's whole first generation
+        its = rec.iterations
+        assert v["wait_prev_gen"] == pytest.approx(np.mean([its[k]["start"] - its[k - 1]["end"] for k in (1, 2, 3)]))
+        assert its[0]["start"] > v["wait_prev_gen"]
 
 
 @pytest.mark.parametrize("kind,sched", [("async", {}), ("disaggregated", {}), ("colocated", {"fuse": "actor"}),

@@ -113,10 +113,12 @@ def test_a_shared_reward_pool_is_one_rule_of_two():
     assert scored.workload.reward.handover == "sample"
     assert load_scenario(scored.to_dict()).workload.reward.handover == "sample"   # a snapshot reloads
     assert "handover" not in load_scenario(workload={**BARE, "reward": {"workers": 8}}).to_dict()["workload"]["reward"]
-    own = load_scenario(workload={**BARE, "reward": {"handover": "sample"}}).workload.reward   # each instance's own
-    assert (own.handover, own.handover_of(streamed=False)) == ("sample", "sample")
-    default = load_scenario(workload=BARE).workload.reward
-    assert (default.handover_of(streamed=True), default.handover_of(streamed=False)) == ("sample", "batch")
+    own = load_scenario(workload={**BARE, "reward": {"handover": "sample"}})    # each instance's own workers
+    assert own.workload.reward.handover_of(own.schedule) == "sample"
+    for kind, handover in (("colocated", "batch"), ("one-step-off", "batch"), ("stalesync", "sample"),
+                           ("areal", "sample")):    # the kind's default: does its rollout stream samples?
+        default = load_scenario(workload=BARE, schedule=kind)
+        assert default.workload.reward.handover_of(default.schedule) == handover
     with pytest.raises(RlsimError, match="workload.reward.*handover applies to rule rewards"):
         load_scenario(workload={**BARE, "reward": {"kind": "model", "handover": "sample"}})
 

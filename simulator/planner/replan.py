@@ -8,7 +8,7 @@ the last checkpoint, the planner re-plans on the survivors, and the run continue
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,11 @@ class RecoveryParams(StrictModel):
     # MegaScale (arXiv 2402.15627); 120 s is an assumption, override per cluster.
     restart_s: float = 120.0
     checkpoint_every_steps: int = 10  # assumed checkpoint cadence
+    # When the running layout's neighbourhood leaves survivors idle (its TP x CP x EP groups do not
+    # tile them), search the planner's whole space on them too and keep the faster plan: a restart
+    # from a checkpoint may reshard to any layout (Megatron-Core's distributed checkpoints load
+    # under a different TP / PP / EP), at the cost of the wider search's planning time.
+    widen: bool = True
 
 
 @dataclass
@@ -73,21 +78,44 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
                       failed: Iterable[int], ranks: Sequence[int] | None = None,
                       space: SearchSpace | None = None, params: PlannerParams | None = None,
                       recovery: RecoveryParams | None = None, evaluator: Evaluator | None = None,
-                      current: TrainChoice | None = None) -> Replan:
+                      current: TrainChoice | None = None, wide_space: SearchSpace | None = None,
+                      devices_kept: Callable[[int, TrainChoice], int] | None = None) -> Replan:
     """The best layout on the surviving devices, and the planning cost (simulated seconds).
 
-    With the running layout `current` (and no `space`), only its neighbourhood is searched.
+    With the running layout `current` (and no `space`), its neighbourhood is searched first; where
+    that leaves survivors idle and `recovery.widen`, `wide_space` (default: the planner's whole
+    space) is searched on them too, and the faster plan is kept (both searches' cost counted). With
+    `devices_kept` (a colocated pool, whose devices also generate: the devices it runs on of n
+    survivors under a layout) the plan that keeps more is kept, the faster only among equals: devices left idle
+    leave generation too, which a training step time does not show.
 
     When no layout divides every survivor, whole nodes are left idle one at a time until one does.
     """
     recovery = recovery or RecoveryParams()
-    if space is None and current is not None:
-        space = neighbourhood(current, model)
     ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
     alive = survivors_after(topology, ranks, failed, recovery.drop_whole_node)
-    cost = 0.0
     params = params or PlannerParams()
-    use = list(alive)
+    search = dict(topology=topology, global_batch=global_batch, seq_len=seq_len, alive=alive, params=params,
+                  evaluator=evaluator)
+    near = _on_the_most_survivors(model, space=space or (neighbourhood(current, model) if current else None), **search)
+    if current is None or space is not None or not recovery.widen or (near[0] and len(near[0][0]) == len(alive)):
+        return _replan(near, ranks, alive)
+    wide = _on_the_most_survivors(model, space=wide_space, **search)
+    cost = near[1] + wide[1]
+    found = [found for found in (near[0], wide[0]) if found]
+    def rank(found: tuple[list[int], TrainPlan]) -> tuple[int, float]:
+        used, plan = found
+        kept = devices_kept(len(used), plan.best.choice) if devices_kept else 0
+        return (-kept, plan.best.evaluation.step_time_s)
+    return _replan((min(found, key=rank, default=None), cost), ranks, alive)    # near first on ties
+
+
+def _on_the_most_survivors(model: Any, topology: Any, global_batch: int, seq_len: int, alive: list[int],
+                           space: SearchSpace | None, params: PlannerParams, evaluator: Evaluator | None
+                           ) -> tuple[tuple[list[int], TrainPlan] | None, float]:
+    """((devices used, plan) on the most survivors a layout of ``space`` tiles, leaving whole nodes
+    idle from the last one at a time; None when none does, the search's planning cost)."""
+    cost, use = 0.0, list(alive)
     while use:
         try:
             plan = plan_training(model, topology, global_batch, seq_len, ranks=use, space=space,
@@ -97,10 +125,17 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
             last_node = topology.node_of(use[-1])
             use = [r for r in use if topology.node_of(r) != last_node]
             continue
-        cost += plan.planning_cost_s
-        return Replan(plan, use, sorted(set(ranks) - set(use)), cost)
-    raise RlsimError(f"no layout fits on the {len(alive)} surviving devices", field="failed",
-                     fix="add devices or lower the global batch")
+        return (use, plan), cost + plan.planning_cost_s
+    return None, cost
+
+
+def _replan(found: tuple[tuple[list[int], TrainPlan] | None, float], ranks: list[int], alive: list[int]) -> Replan:
+    (plan_on, cost) = found
+    if plan_on is None:
+        raise RlsimError(f"no layout fits on the {len(alive)} surviving devices", field="failed",
+                         fix="add devices or lower the global batch")
+    use, plan = plan_on
+    return Replan(plan, use, sorted(set(ranks) - set(use)), cost)
 
 
 def replan_on_slowdown(model: Any, topology: Any, global_batch: int, seq_len: int, *,

@@ -401,16 +401,18 @@ def step_path(rows: _Rows, samples: _Samples, k: int, w0: float, w1: float) -> S
 def _data_chain(rows: _Rows, samples: _Samples, binding: int, k: int, w0: float, t: float,
                 out: list[Segment]) -> tuple[float, int] | None:
     """The wait for the step's batch: the binding sample's reward latency onto the path; returns
-    where the walk goes on (its finish, on its instance), None when its instance is not recorded."""
+    where the walk goes on (where its engine handed it out: its finish, or the end of the batch
+    it was returned with, whose generation the walk then follows), None when its instance is not
+    recorded."""
     instance = int(samples.instance[binding])
-    finish = float(samples.flat["finish"][binding])
-    i = rows.at(instance, min(finish, t)) if instance >= 0 else -1
+    returned = float(samples.flat.get("returned", samples.flat["finish"])[binding])
+    i = rows.at(instance, min(returned, t)) if instance >= 0 else -1
     if i < 0:
         return None
-    if finish < t:
-        out.append(Segment(max(finish, w0), t, "reward", "reward", str(rows.pool[i]), int(rows.rank_start[i]),
+    if returned < t:
+        out.append(Segment(max(returned, w0), t, "reward", "reward", str(rows.pool[i]), int(rows.rank_start[i]),
                            int(rows.rank_count[i]), "reward latency", k, binding + samples.base))
-    return min(finish, t), instance
+    return min(returned, t), instance
 
 
 def _long_tail(segments: list[Segment], q_finish: float) -> list[Segment]:

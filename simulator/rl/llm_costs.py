@@ -589,19 +589,21 @@ class LlmCosts:
         self.rollout_phase_bytes(lay)
         for batch in self._demanding_batches():
             micro, lens = self._micro_batched_as(lay, batch)
-            train_step_cost(self.model, micro, self.topology, self._accept_ranks(micro.devices), lens,
+            train_step_cost(self.model, micro, self.topology, self._accept_ranks(micro), lens,
                             packing=self._packing(), params=self.train_params, collectives=self.collectives,
                             source=self.source)
 
-    def _accept_ranks(self, n: int) -> list[int]:
-        """Ranks a candidate layout of ``n`` devices is checked on: the canonical placement on the
-        pool the latest batch trained on (a re-plan keeps to its survivors, so these devices'
-        memory is the bound), else on the first ranks. The protocol's accept_train_layout names no
-        ranks; a schedule passing the survivors would make this exact."""
-        ranks = self._last_train_ranks
-        if ranks is None or len(ranks) < n:
-            return list(range(n))
-        return self._placed(self.pool(ranks[:n]), n)
+    def _accept_ranks(self, lay: TrainLayout) -> list[int]:
+        """Ranks a candidate layout is checked on: its canonical placement (replica_contiguous_ranks,
+        as the run places it) on the first devices of the pool the latest batch trained on (a re-plan
+        keeps to its survivors, so these devices' memory is the bound), else on the first ranks.
+        The candidate's own placement: the running layout's cannot place another shape (it refused
+        every candidate whose size is not a multiple of the running TP x CP x PP). The protocol's
+        accept_train_layout names no ranks; a schedule passing the survivors would make this exact."""
+        n, ranks = lay.devices, self._last_train_ranks
+        on = list(range(n)) if ranks is None or len(ranks) < n else list(ranks[:n])
+        order = replica_contiguous_ranks(lay.tp, lay.cp, lay.dp or 1, lay.pp, fold=lay.pool_unit // lay.model_parallel)
+        return [on[i] for i in order]
 
     def _micro_batched_as(self, lay: TrainLayout, seq_lens, rows: int | None = None) -> tuple[TrainLayout, np.ndarray]:
         """``rows``: packed rows per micro-batch (samples when not balanced; default: the layout's micro_batch)."""

@@ -198,3 +198,29 @@ def test_no_zero_stage_is_reported_where_dp_is_1():
     plan = plan_hetero(load_model("llama3.1-8b"), _hetero(1, 1), 64, 2048, zero_values=(2,), pp_values=(8,))
     for result in (plan.uniform, plan.balanced):
         assert result.dp > 1 or result.zero == 0
+
+
+def test_a_failure_the_running_layouts_neighbourhood_cannot_tile_widens_the_search():
+    """TP8 CP2 (16 devices a slice) on 48 GPUs loses a node: 40 survivors, which no layout keeping
+    TP8 CP2 tiles, so the neighbourhood leaves a node idle (32 devices). With recovery.widen the
+    planner's whole space is searched on the survivors too and the faster plan kept (40 devices
+    here, step time inverse in devices), both searches' cost counted; devices_kept (a colocated
+    pool generates there too) ranks a plan that keeps more devices first whatever its step."""
+    from simulator.planner.search import TrainChoice
+    topo = load_topology("dgx-h100", {"nodes": 6})
+    model = load_model("llama3.1-8b")
+    current = TrainChoice(8, 1, 1, 3, 1, 2, 1, "full", 1)
+    args = dict(failed=[13], current=current, evaluator=_linear_evaluator)
+    near = replan_on_failure(model, topo, 120, 4096, recovery=RecoveryParams(widen=False), **args)
+    assert len(near.survivors) == 32 and (near.layout["tp"], near.layout["cp"]) == (8, 2)
+    wide = replan_on_failure(model, topo, 120, 4096, **args)
+    assert len(wide.survivors) == 40 and wide.plan.best.choice.devices == 40
+    assert wide.plan.best.evaluation.step_time_s < near.plan.best.evaluation.step_time_s
+    assert wide.planning_cost_s > near.planning_cost_s
+
+    def slow_when_wide(c, ranks):    # the near layout faster: kept on a split pool, not on a colocated one
+        return _linear_evaluator(c, ranks) if (c.tp, c.cp) == (8, 2) else Evaluation(1e6, 1.0, 0.4, 1e9, 0.1)
+    args["evaluator"] = slow_when_wide
+    assert len(replan_on_failure(model, topo, 120, 4096, **args).survivors) == 32
+    kept = replan_on_failure(model, topo, 120, 4096, devices_kept=lambda n, choice: n, **args)
+    assert len(kept.survivors) == 40

@@ -248,3 +248,20 @@ def test_a_batch_handed_over_to_the_shared_reward_pool_waits_on_its_last_sequenc
         assert step["chain"][reward_at[0] - 1]["end_s"] == pytest.approx(last_finish, rel=1e-12)
     _check_sums(rec, summary)
     _check_tiles(rec, timeline, paths)
+
+
+def test_the_reward_latency_on_the_path_starts_where_the_engine_returned_the_sample():
+    """A non-interruptible AReaL plan returns its trajectories at its end: a sample scored as it
+    finished still waits for that end, which is the other sequences' generation, not reward
+    latency (a regression trial: 27.4 of 37.4 s labelled reward were the plan still generating)."""
+    import simulator
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="areal", iterations=4, seed=2,
+                           overrides=["schedule.interruptible=false", "workload.prompts_per_step=32",
+                                      "workload.samples_per_prompt=8", "workload.mini_batch_prompts=16",
+                                      "workload.reward.handover=sample", "workload.reward.cpu_s_per_sample=0.5"])
+    samples = r.samples
+    assert (samples["returned"] >= samples["finish"]).all() and (samples["ready"] >= samples["returned"]).all()
+    assert (samples["returned"] > samples["finish"] + 1.0).any()           # held to their plan's end
+    for step in r.summary["critical_path"]["steps"]:
+        consumed = samples[samples["consumed_iteration"] == step["iteration"]]
+        assert step["s_by_cause"].get("reward", 0.0) <= (consumed["ready"] - consumed["returned"]).max() + 1e-6

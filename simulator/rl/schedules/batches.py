@@ -98,7 +98,9 @@ class GenPlan:
     # seconds from t0 through which its finished sequences are in the store already (an engine that
     # streams each out as it finishes: Generation.store_finished_by); the commit stores the rest
     stored_through: float = -math.inf
-    streamed: bool = False   # its engine hands each sequence out as it finishes (scored one at a time)
+    streamed: bool = False   # its engine hands each sequence out as it finishes while it runs
+    # committed at its end (a cut instance that does not stream): its samples leave the engine together then
+    returns_together: bool = False
 
     @property
     def end_s(self) -> float:

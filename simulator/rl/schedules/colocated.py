@@ -14,10 +14,12 @@ tail samples join the next batch with staleness 1. Both groups meet again before
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import simpy
 
+from ...llm.train_layout import TrainLayout
 from ...scenario import ColocatedSchedule
 from ..timeline import Clock, GroupClock, MultiClock
 from . import failures as fl
@@ -299,9 +301,12 @@ class ColocatedRun:
             yield from self._fail(spec, failed, target)
             k = target.iteration
 
-    def _usable_devices(self, n: int) -> int:
-        """Whole training replicas that are also whole rollout instances (of the re-planned layout)."""
-        unit = math.lcm(self.d, self.ctx.costs.train_pool_unit)
+    def _usable_devices(self, n: int, layout: dict[str, Any] | None = None) -> int:
+        """Whole training replicas that are also whole rollout instances, of ``layout`` (a
+        candidate's mapping; None: the re-planned layout)."""
+        pool_unit = self.ctx.costs.train_pool_unit if layout is None else \
+            TrainLayout.from_mapping(dict(layout), source=self.ctx.scenario.source).pool_unit
+        unit = math.lcm(self.d, pool_unit)
         return (n // unit) * unit
 
     def _fail(self, spec: str, failed: set[int], target: fl.Snapshot):

@@ -215,7 +215,8 @@ class Trainer:
         t_tail = finish[min(len(finish) - 1, math.ceil(ctx.sched.tail_threshold * len(finish)) - 1)] \
             if len(finish) else env.now
         clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
-        generated = float(finish[-1]) if len(finish) else env.now
+        # to where the engine handed the last out (an engine that returns a batch: its end)
+        generated = float(ctx.store.at("returned", ids).max()) if len(finish) else env.now
         clock.idle("long_tail", min(max(generated, clock.cursor), env.now), k)
         clock.idle("dependency", env.now, k, label="reward")
         yield from ctx.trainer.run(k, ids, clock)

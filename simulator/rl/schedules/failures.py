@@ -35,9 +35,12 @@ class ReplanOutcome:
 class Replanner(Protocol):
     def ranks_of(self, spec: str) -> list[int]: ...
     # accept(layout): raises RlsimError for a training layout the pool cannot run (a colocated pool's
-    # rollout phase must fit beside the resident training state); the planner skips such layouts
+    # rollout phase must fit beside the resident training state); the planner skips such layouts.
+    # usable(n, layout): the devices the pool runs on of n survivors under a candidate training
+    # layout (whole rollout instances, folded experts)
     def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
-                   accept: Callable[[dict[str, Any]], None] | None = None) -> ReplanOutcome: ...
+                   accept: Callable[[dict[str, Any]], None] | None = None,
+                   usable: Callable[[int, dict[str, Any] | None], int] | None = None) -> ReplanOutcome: ...
     # split pools: the rollout pool keeps its instance layout (TP, EP); the answer's survivors and cost count
     def on_rollout_failure(self, pool_ranks: list[int], failed: list[int],
                            current: dict[str, Any]) -> ReplanOutcome: ...
@@ -60,7 +63,7 @@ class SameLayoutReplanner:
             return list(range(int(a), int(b or a) + 1))
         return [int(x) for x in text.split(",")]
 
-    def on_failure(self, pool_ranks, failed, current, accept=None) -> ReplanOutcome:
+    def on_failure(self, pool_ranks, failed, current, accept=None, usable=None) -> ReplanOutcome:
         bad = set(failed)
         if self.devices_per_node:
             nodes = {r // self.devices_per_node for r in failed}
@@ -228,7 +231,8 @@ def replan_training(ctx: Context, pool_ranks: list[int], failed: set[int], usabl
     device count -> devices the pool can use). RlsimError when nothing usable is left."""
     try:
         out = ctx.replanner.on_failure(list(pool_ranks), sorted(failed & set(pool_ranks)),
-                                       ctx.costs.train_layout_of(pool_ranks), accept=ctx.costs.accept_train_layout)
+                                       ctx.costs.train_layout_of(pool_ranks), accept=ctx.costs.accept_train_layout,
+                                       usable=usable)
     except RlsimError as exc:
         # the planner's replan_on_failure names the failed devices as its argument 'failed'; here they
         # are the failure entry's spec

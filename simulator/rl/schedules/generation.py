@@ -238,47 +238,44 @@ class Generation:
         if aborted is not None:
             reason[aborted] = "overprovision"
         finish = t0s + np.minimum(finish, ends)
+        # a plan committed at its end (returns_together) hands its samples out there, others each at its finish
+        together = np.repeat([plan.returns_together for plan, _, _ in stored], counts)
+        returned = np.where(together, t0s + ends, finish)
         prompt_len, response_len, done_len = seqs.prompt_len[rows], seqs.target_len[rows], seqs.done_len[rows]
         resumed = done_len > 0
-        ready = self._rewarded(finish, stored, counts)
+        ready = np.maximum(self._rewarded(finish, stored, counts), returned)
         instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _ in stored]
         ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=prompt_len,
                       response_len=response_len, generated_tokens=done_len + gen_tokens,
                       version=versions, first_version=np.where(resumed, seqs.first_version[rows], versions),
-                      start=t0s, finish=finish, ready=ready, dropped=reason != "", drop_reason=reason,
-                      instance=np.repeat(instances, counts))
+                      start=t0s, finish=finish, returned=returned, ready=ready, dropped=reason != "",
+                      drop_reason=reason, instance=np.repeat(instances, counts))
         lens = prompt_len + response_len
         bounds = np.cumsum([0] + counts).tolist()
         # rewards scored during the forwards: the samples go to the trainer as generated, not as scored
-        written = finish if self.sched.reward_during_forwards else ready
+        written = returned if self.sched.reward_during_forwards else ready
         ctx.queue.write_many([(payload_bytes_each(lens[a:b], self.sched.distqueue, pad_len=ctx.pad_len), written[a:b])
                               for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
     def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int]) -> np.ndarray:
-        """When each stored row's rule reward is ready (reward_pool.rule_rewards_ready) and the row
-        is in the trainer's reach. On the job's shared pool (reward.workers) the samples stored
-        together (a synchronous round: every instance's) are one hand-over; on the instances' own
-        workers (workers_per_device) each plan's samples are its instance's. A batch is handed over
-        where the engine returns it (a plan's end, or a cut); with reward.handover: sample each
-        sample at its finish, but a plan that does not stream still returns its samples together."""
+        """When each stored row's rule reward is ready (rewards.rule_rewards_ready). On the job's
+        shared pool (reward.workers) the samples stored together (a synchronous round: every
+        instance's) are one hand-over; on the instances' own workers (workers_per_device) each
+        plan's samples are its instance's. A batch is handed over where the engine returns it (a
+        plan's end, or a cut); with handover sample each sample at its finish (an engine that
+        returns them together holds them to its end: the caller's max with the return time)."""
         ctx = self.ctx
         if not ctx.rule_reward:
             return finish.copy()
-        reward = ctx.workload.reward
-        bounds = np.cumsum([0] + counts).tolist()
-        spans = list(zip(stored, bounds[:-1], bounds[1:], strict=True))
+        handover = ctx.workload.reward.handover_of(ctx.sched)
         if ctx.shared_reward:
-            first = stored[0][0]
             returned = max(plan.t0 + end for plan, _, end in stored)
-            ready = rule_rewards_ready(ctx, finish, first.ranks, reward.handover_of(first.streamed), returned)
+            ready = rule_rewards_ready(ctx, finish, stored[0][0].ranks, handover, returned)
         else:
             ready = np.empty(len(finish))
-            for (plan, _, end), lo, hi in spans:
-                ready[lo:hi] = rule_rewards_ready(ctx, finish[lo:hi], plan.ranks, reward.handover_of(plan.streamed),
-                                                  plan.t0 + end)
-        for (plan, _, end), lo, hi in spans:
-            if not plan.streamed:
-                np.maximum(ready[lo:hi], plan.t0 + end, out=ready[lo:hi])
+            bounds = np.cumsum([0] + counts).tolist()
+            for (plan, _, end), lo, hi in zip(stored, bounds[:-1], bounds[1:], strict=True):
+                ready[lo:hi] = rule_rewards_ready(ctx, finish[lo:hi], plan.ranks, handover, plan.t0 + end)
         return ready
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:

@@ -33,7 +33,7 @@ def continuation(plan: GenPlan, carry: SeqBatch, stop_rel: float, t0: float, ver
             return np.maximum(base(s + stop_rel)[keep] - gen, 0.0)
     return GenPlan(carry, plan.seg[keep] - gen.astype(int), plan.remaining[keep] - gen.astype(int),
                    plan.finish[keep] - stop_rel, np.maximum(plan.start[keep] - stop_rel, 0.0), 0.0, t0, version,
-                   plan.ranks, progress, streamed=plan.streamed)
+                   plan.ranks, progress, streamed=plan.streamed, returns_together=plan.returns_together)
 
 
 def check_cuttable(ctx, cuts: bool, knob: str) -> None:
@@ -59,7 +59,8 @@ class SegmentedInstance(RolloutInstance):
         """Whether the engine hands each trajectory out as it finishes (the trainer may take it while
         the plan runs), rather than the plan's batch at its end. Not when the reward workers take a
         batch at a time (reward.handover: batch): that batch is the plan's."""
-        return self.run_.ctx.workload.reward.handover != "batch"
+        ctx = self.run_.ctx
+        return ctx.workload.reward.handover_of(ctx.sched) != "batch"
 
     def store_finished(self, now: float) -> None:
         """Put what the running plan finished by ``now`` in the store (streaming engines)."""
@@ -104,6 +105,7 @@ class SegmentedInstance(RolloutInstance):
             self.carry = SeqBatch.empty()
             self.plan = ctx.gen.plan(seqs, env.now, self.version, clock.ranks)
             self.plan.streamed = self in run.streaming
+            self.plan.returns_together = not self.plan.streamed     # committed at its end or a cut
             if self.plan.streamed:   # a trainer waiting with no plan running can now time its wake
                 gate.data()
             run.generating.add(self.index)

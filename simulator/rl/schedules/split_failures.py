@@ -130,7 +130,7 @@ class SplitPoolFailures:
         if ckpt < k or run.phase == "B":
             target = ckpt
             lost = self._roll_back_training(ckpt, k, t_f)
-        out, use = fl.replan_training(ctx, run.train, failed, ctx.costs.train_devices_at_most,
+        out, use = fl.replan_training(ctx, run.train, failed, lambda n, layout=None: ctx.costs.train_devices_at_most(n),
                                       "whole training replica", spec)
         fl.mark_out(ctx, "train", [r for r in run.train if r not in use], failed, t_f)
         run.train = list(use)

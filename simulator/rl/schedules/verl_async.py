@@ -204,7 +204,7 @@ class Rollouter:
         ranks = self.ctx.pools["rollout"].ranks
         reward_s = 0.0
         if ctx.rule_reward:    # the group's n trajectories leave together (a batch) unless handed over each
-            handover = ctx.workload.reward.handover_of(streamed=False)
+            handover = ctx.workload.reward.handover_of(ctx.sched)
             reward_s = float(rule_rewards_ready(ctx, np.asarray(group.finish_s, float), ranks, handover).max()) - t
         span = len(group.versions)
         if span > 1:
@@ -213,7 +213,7 @@ class Rollouter:
         ids = ctx.store.add(round_=seqs.round, group=seqs.group, prompt_len=seqs.prompt_len,
                             response_len=seqs.target_len, generated_tokens=seqs.target_len, version=self.version,
                             first_version=np.full(len(seqs), group.first_version), start=group.started_s,
-                            finish=group.finish_s, ready=np.full(len(seqs), t + reward_s),
+                            finish=group.finish_s, returned=np.full(len(seqs), t), ready=np.full(len(seqs), t + reward_s),
                             dropped=seqs.drop_reason != "", drop_reason=seqs.drop_reason, instance=instance)
         lens = seqs.prompt_len + seqs.target_len
         ctx.queue.write(payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len),

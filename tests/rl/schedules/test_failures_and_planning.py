@@ -357,3 +357,18 @@ def test_a_failure_of_devices_already_down_is_an_error():
                            schedule="colocated", overrides=[
                                "schedule.failures=[{at_s: 60, fail: 'node:1'}, {at_s: 90, fail: 'devices:8-9'}]"])
     assert err.value.field == "schedule.failures.1.fail"
+
+
+def test_a_re_plan_after_a_trained_step_judges_candidates_of_another_pipeline_depth():
+    """TP2 PP3 on 3 DGX H100 nodes loses a node after a step trained: the 16 survivors take no
+    PP3 layout, and the costs' check placed every candidate with the running layout (16 devices
+    are not a multiple of tp x cp x pp = 6), refusing all: "no layout fits on the 16 surviving
+    devices". The neighbourhood alone (recovery.widen false) now finds TP2 on all 16."""
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 3},
+                           schedule="colocated", iterations=5,
+                           overrides=["workload.train_layout={tp: 2, pp: 3, zero: 1, recompute: full, micro_batch: 1}",
+                                      "workload.prompts_per_step=64", "workload.mini_batch_prompts=64",
+                                      "schedule.failures=[{at_s: 150, fail: 'node:1'}]", "schedule.recovery.widen=false"])
+    (f,) = r.summary["failures"]
+    assert r.iterations["end"][0] < 150 and f["devices_after"] == 16
+    assert f["train_layout_after"]["tp"] == 2 and f["train_layout_after"]["pp"] != 3
