@@ -65,6 +65,15 @@ def bubbles(timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
     return float(idle_s.sum()) / total, out
 
 
+def reward_wait_share(timeline: pd.DataFrame) -> float:
+    """The share of all device time spent idle waiting for rule rewards (idle rows labelled
+    reward, counted under the cause dependency in bubbles_by_cause)."""
+    ds = device_seconds(timeline)
+    total = float(ds.sum())
+    waits = (timeline["state"] == "idle") & (timeline["label"] == "reward")
+    return float(ds[waits].sum()) / total if total > 0 else 0.0
+
+
 def _grouped_sums(keys: list[str], values: list[float]) -> dict[str, float]:
     """Per key, the sum of its values, keys sorted: pandas' ``Series.groupby(keys).sum()`` to the bit
     without building a Series, a factorization and a grouper for a few dozen rows. pandas has two
@@ -348,6 +357,9 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "samples_per_s": n_consumed / T if T > 0 else 0.0,
         "bubble_fraction": bubble_fraction,
         "bubbles_by_cause": by_cause,
+        # of the idle device time, the waits for rule rewards (idle labelled reward, under the cause
+        # dependency): the critical path's "reward", the same seconds
+        "reward_wait_fraction": reward_wait_share(timeline),
         "steady_bubble_fraction": steady_bubble,
         "steady_bubbles_by_cause": steady_causes,
         "steady_busy_by_pool": busy_by_pool(window),

@@ -118,3 +118,17 @@ def test_dynamic_sampling_counts_the_filters_reward_wait_once():
     cheap, dear = timing(0.001), timing(0.5)
     assert dear["gen"] == pytest.approx(cheap["gen"], rel=1e-9)
     assert dear["reward"] > cheap["reward"] + 1.0 and dear["other"] >= 0
+
+
+def test_the_reward_wait_is_named_inside_the_dependency_bubble():
+    """The console showed a colocated step's wait for rule rewards as "bubble: dependency" while
+    the critical path called the same seconds "reward" (a user trial): the summary says which share
+    of the idle time was that wait (idle rows labelled reward), inside dependency."""
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.1, decode_s_per_token=1e-3,
+                  reward_s_per_sample=0.3)
+    rec, timeline, _, s = run(scenario("colocated", iterations=3), c, devices=8, prompt=const(100), resp=const(500))
+    waits = timeline[(timeline["state"] == "idle") & (timeline["label"] == "reward")]
+    total = float(((timeline["end"] - timeline["start"]) * timeline["rank_count"]).sum())
+    assert s["reward_wait_fraction"] == pytest.approx(
+        float(((waits["end"] - waits["start"]) * waits["rank_count"]).sum()) / total)
+    assert 0 < s["reward_wait_fraction"] <= s["bubbles_by_cause"]["dependency"] + 1e-12

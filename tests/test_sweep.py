@@ -514,3 +514,22 @@ def test_a_seeded_points_console_cells_carry_its_interval(tmp_path, capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.strip("│ ").startswith("1 "))
     assert row.count("[") == 2   # the steady step and tokens/s, each with its [low, high]
+
+
+def test_the_sweep_table_names_what_its_intervals_cover():
+    """2-3 seeds give a point's [min, max], which covers 50-75% of the median, not 95%: the header
+    said [ci95] whatever the seeds (a user trial); from 6 seeds it is the 95% interval."""
+    from simulator.commands.sweep import _interval_header
+    ranged = {"ci95": {"steady_tokens_per_s": [1.0, 2.0]}}
+    assert _interval_header([]) == ""
+    assert _interval_header([{**ranged, "seeds": 3}, {**ranged, "seeds": 8}]) == " \\[75%: min..max of 3]"
+    assert _interval_header([{**ranged, "seeds": 8}]) == " \\[ci95]"
+
+
+def test_a_sweep_over_sizes_with_a_fixed_rollout_pool_says_only_the_trainer_grows():
+    from simulator.commands.sweep import _fixed_pool_notes
+    rows = [{"devices": 8, "pools": {"rollout": 2, "train": 6}}, {"devices": 16, "pools": {"rollout": 2, "train": 14}}]
+    (note,) = _fixed_pool_notes(rows)
+    assert "rollout pool is 2 devices at every size (8..16 devices)" in note and "schedule.rollout_devices" in note
+    assert _fixed_pool_notes([rows[0], {"devices": 16, "pools": {"rollout": 4, "train": 12}}]) == []
+    assert _fixed_pool_notes([{"devices": 8, "pools": {"actor": 8}}, {"devices": 16, "pools": {"actor": 16}}]) == []

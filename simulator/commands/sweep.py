@@ -371,6 +371,18 @@ def _interval(obj: dict, key: str, spec: Any) -> str:
     return f" [{_fmt(span[0], spec)}, {_fmt(span[1], spec)}]"
 
 
+def _interval_header(seeded: list[dict]) -> str:
+    """' [ci95]', or what the intervals of the fewest seeds cover: below 6 seeds a point's interval is
+    the [min, max] of its values (' [75%: min..max of 3]'), which is no 95% interval."""
+    from ..uncertainty.intervals import ci_coverage
+    if not seeded:
+        return ""
+    fewest = min(int(obj.get("seeds") or 1) for obj in seeded)
+    coverage = ci_coverage(fewest)
+    text = "ci95" if coverage >= 0.95 else f"{coverage:.0%}: min..max of {fewest}"
+    return f" \\[{text}]"   # \\[: not a rich tag
+
+
 def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
     from ..report.console import Console, Table
 
@@ -385,10 +397,11 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
         metrics = [m for m in metrics if m[0] != "cost_per_1m_tokens"]
     for key in grid_keys:
         table.add_column(key, no_wrap=True)
-    seeded = any((obj.get("ci95") or {}).get("steady_tokens_per_s") for obj in objects)
+    seeded = [obj for obj in objects if (obj.get("ci95") or {}).get("steady_tokens_per_s")]
+    label = _interval_header(seeded)
     for key, title, _ in metrics:   # a --seeds point's cells carry its ci95 (results.csv, docs/guides/uncertainty.md)
-        ranged = seeded and key in ("steady_step_time_s", "steady_tokens_per_s")
-        table.add_column(title + (" \\[ci95]" if ranged else ""), justify="right")   # \\[: not a rich tag
+        ranged = bool(seeded) and key in ("steady_step_time_s", "steady_tokens_per_s")
+        table.add_column(title + (label if ranged else ""), justify="right")
     if target is not None:
         table.add_column("meets target")
     errors = any(obj.get("error") for obj in objects)
@@ -405,7 +418,7 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
             cells.append(f"[red]{obj.get('error', '')}[/red]")
         table.add_row(*cells)
     console.print(table)
-    for note in _row_notes(objects, grid_keys):
+    for note in [*_row_notes(objects, grid_keys), *_fixed_pool_notes(objects)]:
         console.print(f"note: {note}", markup=False)
     if sweep is not None:
         console.print(f"{len(sweep.points)} points, {sweep.computed} computed now, "
@@ -425,6 +438,21 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
             console.print(f"capacity: no candidate meets {target.describe()}; widen the grid")
         for note in notes:
             console.print(f"note: {note}", markup=False)
+
+
+def _fixed_pool_notes(objects) -> list[str]:
+    """A split-pool sweep over cluster sizes whose rollout pool keeps one size (schedule.rollout_devices
+    given, as an imported verl or NeMo RL scenario has it): only the trainer grows, so the schedule
+    looks as if it stops scaling (a user trial: one-step-off's bubbles 19% -> 68% from 1 to 4 nodes)."""
+    sized = [obj for obj in objects if not obj.get("error") and isinstance(obj.get("pools"), dict)
+             and "rollout" in obj["pools"] and "train" in obj["pools"]]
+    devices = {obj.get("devices") for obj in sized}
+    rollout = {obj["pools"]["rollout"] for obj in sized}
+    if len(devices) < 2 or len(rollout) != 1:
+        return []
+    return [f"the rollout pool is {rollout.pop()} devices at every size ({min(devices)}..{max(devices)} devices): only the "
+            "training pool grows (schedule.rollout_devices); to scale both, put schedule.rollout_devices in the grid "
+            "as pairs with the size, or give schedule.rollout_fraction instead"]
 
 
 def _row_notes(objects, grid_keys) -> list[str]:

@@ -68,6 +68,7 @@ class FrameworkImport:
     notes: list[str] = field(default_factory=list)
     targets: dict[str, str] = field(default_factory=dict)   # mapped config key -> the scenario key it sets
     user_keys: tuple[str, ...] = ()   # scenario keys the user's --set gives (their errors are theirs)
+    overridden: tuple[str, ...] = ()  # config keys the command-line overrides set (an error names them first)
     rules: Mapping[str, Rule] = field(default_factory=dict, repr=False)   # the framework's key table
 
     @contextmanager
@@ -114,7 +115,8 @@ class FrameworkImport:
         quotes as `key=value`, then those that set it exactly, with those that set a sibling the message
         quotes as `name=value` (a check across two fields names one); else
         those that set a key under it that the message names (a check across fields names the
-        section); else those that set the nearest section above it."""
+        section); else those that set the nearest section above it. A key the command-line overrides
+        set under the field comes first of all."""
         out: list[str] = []
         for name in exc.fields or ([exc.field] if exc.field else []):
             parent = name.rpartition(".")[0]
@@ -130,7 +132,11 @@ class FrameworkImport:
                      if target.startswith(name + ".") and target.rsplit(".", 1)[-1] in exc.message]
             above = [target for target in self.targets.values() if name.startswith(target + ".")]
             nearest = max(above, key=len, default=None)
-            out += exact or named or [key for key, target in self.targets.items() if target == nearest]
+            # a key the command line just changed under the field is the likeliest cause (tp 16 on 16
+            # devices named the strategy flag that maps the whole layout)
+            changed = [key for key in self.overridden if key in self.targets
+                       and (self.targets[key] == name or self.targets[key].startswith(name + "."))]
+            out += changed + (exact or named or [key for key, target in self.targets.items() if target == nearest])
         return list(dict.fromkeys(out))
 
     def report(self) -> dict[str, Any]:
@@ -591,3 +597,10 @@ class Values:
 
     def section(self, prefix: str) -> bool:
         return any(k.startswith(prefix + ".") for k in self.flat)
+
+
+def overridden_keys(items: Iterable[str]) -> tuple[str, ...]:
+    """The config keys of Hydra-style overrides (key=value, +key=value, ++key=value), in order."""
+    keys = [text.strip().lstrip("+").partition("=")[0].strip() for text in items
+            if "=" in text and not text.strip().startswith("~")]
+    return tuple(dict.fromkeys(key for key in keys if key))

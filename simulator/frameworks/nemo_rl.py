@@ -28,6 +28,7 @@ from .common import (
     inactive_section,
     mapped,
     model_for,
+    overridden_keys,
     positive_int,
     read_config,
     size_topology,
@@ -193,7 +194,7 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
     # NeMo RL applies command-line overrides with Hydra's override parser, which refuses a plain
     # override of a key the config lacks ("To append to your config use +key=value"), as verl's does
     flat = read_config(path, overrides, what="NeMo RL recipe", known=_nemo_key)
-    result = FrameworkImport("nemo-rl", source, {}, rules=RULES)
+    result = FrameworkImport("nemo-rl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
     v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
     kind, result.schedule_rule = schedule_of(v)
     user_sets = set(user_sets)
@@ -271,7 +272,14 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
             raise RlsimError(f"train_global_batch_size {gbs} is not whole prompt groups of {gens} generations",
                              source=src, field="policy.train_global_batch_size",
                              fix="rlsim optimizer steps take whole groups: use a multiple of num_generations_per_prompt")
-        w["mini_batch_prompts"] = min(prompts, gbs // gens)
+        w["mini_batch_prompts"] = mini = min(prompts, gbs // gens)
+        if prompts % mini:   # said in the recipe's unit, sequences (the workload's error counts prompts)
+            sequences = [d * gens for d in range(mini, 0, -1) if prompts % d == 0][:3]
+            raise RlsimError(f"train_global_batch_size {gbs} ({mini} prompt groups of {gens}) does not divide the "
+                             f"step's {prompts} x {gens} = {prompts * gens} sequences", source=src,
+                             field="policy.train_global_batch_size",
+                             fix=f"give a multiple of num_generations_per_prompt that divides {prompts * gens}, e.g. "
+                                 f"{', '.join(map(str, sequences))}, or change grpo.num_prompts_per_step")
     w["ppo_epochs"] = 1
     if v.flag("grpo.use_dynamic_sampling"):
         w["algorithm"] = "dapo"

@@ -31,6 +31,7 @@ from .common import (
     inactive_section,
     mapped,
     model_for,
+    overridden_keys,
     positive_int,
     read_config,
     size_topology,
@@ -50,7 +51,8 @@ DEFAULTS: dict[str, Any] = {
     "data.train_batch_size": 1024, "data.max_prompt_length": 512, "data.max_response_length": 512,
     f"{A}.rollout.n": 1, f"{A}.actor.ppo_mini_batch_size": 256, f"{A}.actor.ppo_epochs": 1,
     f"{A}.actor.strategy": "fsdp", f"{A}.actor.use_kl_loss": False, "algorithm.use_kl_in_reward": False,
-    "algorithm.adv_estimator": "gae", f"{A}.rollout.tensor_model_parallel_size": 2,
+    "algorithm.adv_estimator": "gae", f"{A}.rollout.tensor_model_parallel_size": 2, f"{A}.rollout.expert_parallel_size": 1,
+    f"{A}.rollout.data_parallel_size": 1, f"{A}.rollout.pipeline_model_parallel_size": 1,
     f"{A}.rollout.gpu_memory_utilization": 0.5, f"{A}.rollout.max_num_seqs": 1024, f"{A}.rollout.dtype": "bfloat16",
     f"{A}.model.enable_gradient_checkpointing": True, f"{A}.model.use_remove_padding": False,
     f"{A}.actor.use_dynamic_bsz": False, f"{A}.actor.ppo_max_token_len_per_gpu": 16384,
@@ -189,6 +191,12 @@ RULES: dict[str, Rule] = {
                                 "least requests so far); sync: per-prompt"),
     f"{A}.rollout.n": mapped("workload.samples_per_prompt"),
     f"{A}.rollout.tensor_model_parallel_size": mapped("workload.rollout_layout.tp"),
+    # verl 0.5+ rollout.yaml (MoE rollouts): the engine's expert parallelism, as NeMo RL's vllm_cfg's
+    f"{A}.rollout.expert_parallel_size": mapped("workload.rollout_layout.ep"),
+    f"{A}.rollout.data_parallel_size": unsupported("data parallelism inside one engine: rlsim's rollout instances are "
+                                                   "the data parallelism (each tp x ep devices)", neutral=1),
+    f"{A}.rollout.pipeline_model_parallel_size": unsupported("pipeline-parallel rollout engines are not modelled",
+                                                             neutral=1),
     f"{A}.rollout.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
     f"{A}.rollout.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),
     f"{A}.rollout.dtype": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
@@ -228,7 +236,9 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.val_kwargs.*": ignored(_VAL),
     f"{A}.rollout.multi_turn.*": unsupported("multi-turn / tool rollouts are not modelled"),
     f"{A}.rollout.multi_turn.enable": unsupported("multi-turn / tool rollouts are not modelled", neutral=False),
-    f"{A}.rollout.calculate_log_probs": ignored("the rollout's log-probs: verl-fully-async has no old_log_prob pass"),
+    f"{A}.rollout.calculate_log_probs": ignored("the engine returns its sampling log-probs with the tokens (no pass "
+                                                "of its own): main_ppo still runs its old_log_prob pass (mapped), "
+                                                "verl-fully-async trains on these instead"),
     f"{A}.rollout.agent.*": unsupported("agent-loop workers are not modelled"),
     # critic / reward
     "critic.model.path": mapped("workload.critic_model", "ppo (adv_estimator gae) only"),
@@ -319,7 +329,7 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     # verl's entry points compose the config with Hydra (struct mode): a plain override of a key
     # the config lacks is refused there; rlsim's table and defaults stand for verl's full config
     flat = read_config(path, overrides, what="verl config", known=_verl_key)
-    result = FrameworkImport("verl", source, {}, rules=RULES)
+    result = FrameworkImport("verl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
     values = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
     recipe, result.schedule_rule = recipe_of(values, schedule)
     user_sets = set(user_sets)
@@ -461,7 +471,7 @@ def _rollout_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[s
     if dtype not in DTYPES:
         raise RlsimError(f"unknown dtype {dtype!r}", source=v.result.source, field=f"{r}.dtype",
                          fix=f"use one of: {', '.join(DTYPES)}")
-    layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": 1,
+    layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": v.count(f"{r}.expert_parallel_size"),
               "gpu_memory_utilization": v.fraction(f"{r}.gpu_memory_utilization"),
               "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
     layout["max_num_seqs"] = v.count(f"{r}.max_num_seqs")   # vLLM's max_num_seqs, SGLang's max_running_requests

@@ -77,6 +77,8 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
     for cause, frac in s["bubbles_by_cause"].items():
         if frac > 0:
             t.add_row(f"  bubble: {cause} (whole run)", f"{frac:.1%}")
+            if cause == "dependency" and s.get("reward_wait_fraction", 0.0) > 0:   # the critical path's "reward"
+                t.add_row("    of which waiting for rule rewards", f"{s['reward_wait_fraction']:.1%}")
     for stage, sec in s["stage_time_s"].items():
         t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
     if "nemo_rl_timing_s" in s:   # output.timers: nemo-rl (an imported NeMo RL recipe)

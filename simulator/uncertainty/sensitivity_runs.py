@@ -21,12 +21,15 @@ from .replicas import ReplicaPlan, check_runs, plan_replicas, run_many
 
 DEFAULT_METRIC = "steady_tokens_per_s"
 DEFAULT_SAMPLES = 4
-# key -> (factor low, factor high) around the base value; efficiencies are capped at 1.
+# key -> (factor low, factor high) around the base value; efficiencies are capped at 1. The GEMM
+# efficiency reaches down to 0.72 x: Megatron-Core's published H100 rates (validation V7) are met at
+# 0.54 of peak against the 0.75 default (docs/validation.md, the capacity guide's advice), so a range
+# that stopped at 0.64 left out the value the evidence points to.
 DEFAULT_VARY: dict[str, tuple[float, float]] = {
     "workload.response_length.median": (0.75, 1.25),
     "workload.response_length.sigma": (0.75, 1.25),
     "workload.inference.step_overhead_s": (0.5, 2.0),
-    "topology.device.gemm_efficiency": (0.85, 1.15),
+    "topology.device.gemm_efficiency": (0.72, 1.15),
     "topology.device.hbm_efficiency": (0.85, 1.15),
     "topology.scaleup.efficiency": (0.85, 1.15),
     "topology.scaleout.efficiency": (0.85, 1.15),

@@ -809,3 +809,30 @@ def test_a_memory_error_of_an_imported_layout_names_the_keys_of_the_values_it_qu
     assert named[0] == "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
     assert "actor_rollout_ref.actor.strategy" in named
     assert "change actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in err
+
+
+def test_a_global_batch_that_does_not_divide_the_step_is_said_in_sequences():
+    """65 prompts a step against train_global_batch_size 512: the workload's error offered divisors
+    of 65 prompts (13, 5, 1) as the fix for a key that counts sequences, and 13 then failed again
+    (a user trial). The recipe's key gets its own units: multiples of num_generations_per_prompt."""
+    with pytest.raises(RlsimError) as err:
+        import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml", ["grpo.num_prompts_per_step=65"])
+    assert err.value.field == "policy.train_global_batch_size"
+    assert "65 x 32 = 2080 sequences" in err.value.message and "416, 160, 32" in err.value.fix
+    fixed = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml",
+                          ["grpo.num_prompts_per_step=65", "policy.train_global_batch_size=416"])
+    assert fixed.scenario["workload"]["mini_batch_prompts"] == 13
+
+
+@pytest.mark.parametrize("framework, config, override, named", [
+    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.megatron_cfg.tensor_model_parallel_size=16",
+     "policy.megatron_cfg.tensor_model_parallel_size"),
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=16",
+     "actor_rollout_ref.actor.ulysses_sequence_parallel_size")])
+def test_a_layout_error_names_the_parallel_size_the_command_line_changed(framework, config, override, named):
+    """A replica too large for the devices said "fix: change policy.dtensor_cfg.enabled" (the flag
+    that maps the whole layout) for a TP the user had just raised (a user trial)."""
+    imported = import_config(framework, EXAMPLES / config, [override])
+    with pytest.raises(RlsimError) as err, imported.naming_config():
+        simulate(imported.scenario, iterations=1)
+    assert err.value.field.startswith(named) and err.value.fix.startswith(f"change {named} ")
