@@ -124,6 +124,11 @@ class _Rows:
             self._by_rank[rank] = (idx, self.start[idx].tolist())
         return self._by_rank[rank]
 
+    def first_on(self, rank: int) -> int:
+        """The earliest recorded interval on ``rank``; -1: none."""
+        idx, _ = self._on_rank(rank)
+        return int(idx[0]) if len(idx) else -1
+
     def at(self, rank: int, t: float) -> int:
         """The interval on ``rank`` that runs up to ``t`` (starts before it, ends at or after it); -1: none."""
         idx, starts = self._on_rank(rank)
@@ -407,6 +412,11 @@ def _data_chain(rows: _Rows, samples: _Samples, binding: int, k: int, w0: float,
     instance = int(samples.instance[binding])
     returned = float(samples.flat.get("returned", samples.flat["finish"])[binding])
     i = rows.at(instance, min(returned, t)) if instance >= 0 else -1
+    if i < 0 and instance >= 0 and returned <= w0 + _tol(w0):
+        # returned before the step's window: the walk ends at w0 with the wait, and a step walked
+        # during the run no longer holds that generate interval (OnlinePaths._window), only the
+        # instance's later ones (its pool and ranks are theirs); it was an unexplained dependency
+        i = rows.first_on(instance)
     if i < 0:
         return None
     if returned < t:

@@ -265,3 +265,17 @@ def test_the_reward_latency_on_the_path_starts_where_the_engine_returned_the_sam
     for step in r.summary["critical_path"]["steps"]:
         consumed = samples[samples["consumed_iteration"] == step["iteration"]]
         assert step["s_by_cause"].get("reward", 0.0) <= (consumed["ready"] - consumed["returned"]).max() + 1e-6
+
+
+def test_a_step_walked_during_the_run_finds_a_reward_wait_whose_sample_returned_before_the_step():
+    """verl one-step-off: step 2's trainer waits for the previous round's rule rewards, its binding
+    sample returned before the step's window. The walk done during the run (no per-sample table)
+    no longer holds that generate interval and called the wait an unexplained dependency, while a
+    walk after the run (keep_samples) called it reward (a user trial): both say reward now."""
+    import simulator
+    from simulator.frameworks import import_config
+    imported = import_config("verl", "workloads/frameworks/verl-one-step-off-qwen2.5-7b.yaml", [])
+    online = simulator.simulate(imported.scenario, iterations=5, keep_samples=False).summary["critical_path"]["steps"]
+    after = simulator.simulate(imported.scenario, iterations=5, keep_samples=True).summary["critical_path"]["steps"]
+    assert [step["s_by_cause"] for step in online] == [step["s_by_cause"] for step in after]
+    assert online[2]["s_by_cause"].get("reward", 0.0) > 10 and "dependency" not in online[2]["s_by_cause"]
