@@ -208,6 +208,8 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
     topo, note = size_topology(topology, gpus, "cluster.num_nodes x gpus_per_node", source,
                                any(k.startswith("topology.") for k in user_sets))
     result.notes.append(note)
+    if not any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets):
+        _check_world_divides(v, gpus - sched.get("rollout_devices", 0), workload["train_layout"])
     result.scenario = {"topology": topo, "workload": workload, "schedule": sched}
     if kind in ("colocated", "one-step-off"):   # the phase timings under NeMo RL's timer names (output.timers)
         result.scenario["output"] = {"timers": "nemo-rl"}
@@ -216,6 +218,26 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
                         "min(max_new_tokens, T-max); NeMo caps prompt + response at T-max per sample "
                         "(set --set workload.response_length.max / .median to refine)")
     return result
+
+
+def _check_world_divides(v: Values, world: int, layout: Mapping[str, Any]) -> None:
+    """Megatron-Core's parallel state refuses a world size that tp x pp x cp does not divide ("world
+    size is not divisible by tensor parallel size times pipeline parallel size times context
+    parallel size", initialize_model_parallel; DTensor's device mesh likewise for tp x cp): NeMo RL
+    does not start, where rlsim would leave the rest idle (a user trial: PP 3 on 16 GPUs ran)."""
+    mp = int(layout.get("tp", 1)) * int(layout.get("pp", 1)) * int(layout.get("cp", 1))
+    if world <= 0 or world % mp == 0:
+        return
+    section = _M if v.flag(f"{_M}.enabled") else _D
+    keys = [f"{section}.{name}" for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                             "context_parallel_size", "tensor_parallel_size")
+            if f"{section}.{name}" in v.flat]
+    changed = [key for key in v.result.overridden if key in keys]
+    named = (changed or keys or [f"{section}.enabled"])[0]
+    raise RlsimError(f"the training world of {world} GPUs is not divisible by tp x pp x cp = {layout.get('tp', 1)} x "
+                     f"{layout.get('pp', 1)} x {layout.get('cp', 1)} = {mp}: NeMo RL's {section.split('.')[-1]} "
+                     "backend refuses it at start-up", source=v.result.source, field=named,
+                     fix=f"change {named} (or the cluster size) so that tp x pp x cp divides {world}")
 
 
 def _training_backend(v: Values, flat: Mapping[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

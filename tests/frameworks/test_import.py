@@ -681,8 +681,8 @@ def test_switches_with_values_the_framework_refuses_are_errors(framework, config
      "actor_rollout_ref.rollout.tensor_model_parallel_size"),
     ("verl", "verl-grpo-qwen2.5-7b.yaml", "data.train_batch_size=16",   # a check across two fields
      "actor_rollout_ref.actor.ppo_mini_batch_size, data.train_batch_size"),
-    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.megatron_cfg.tensor_model_parallel_size=3",
-     "policy.megatron_cfg.tensor_model_parallel_size"),
+    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.generation.vllm_cfg.tensor_parallel_size=3",
+     "policy.generation.vllm_cfg.tensor_parallel_size"),
 ])
 def test_an_imported_scenarios_error_names_the_config_and_its_key(capsys, framework, config, override, field):
     # they named '<scenario mapping>' and rlsim's field, which the user never wrote
@@ -827,12 +827,16 @@ def test_a_global_batch_that_does_not_divide_the_step_is_said_in_sequences():
 @pytest.mark.parametrize("framework, config, override, named", [
     ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.megatron_cfg.tensor_model_parallel_size=16",
      "policy.megatron_cfg.tensor_model_parallel_size"),
+    ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.megatron_cfg.pipeline_model_parallel_size=3",
+     "policy.megatron_cfg.pipeline_model_parallel_size"),
     ("verl", "verl-grpo-qwen2.5-7b.yaml", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=16",
      "actor_rollout_ref.actor.ulysses_sequence_parallel_size")])
 def test_a_layout_error_names_the_parallel_size_the_command_line_changed(framework, config, override, named):
     """A replica too large for the devices said "fix: change policy.dtensor_cfg.enabled" (the flag
-    that maps the whole layout) for a TP the user had just raised (a user trial)."""
-    imported = import_config(framework, EXAMPLES / config, [override])
-    with pytest.raises(RlsimError) as err, imported.naming_config():
-        simulate(imported.scenario, iterations=1)
+    that maps the whole layout) for a TP the user had just raised, and PP 3 on NeMo RL's 16 GPUs ran
+    with one idle where Megatron refuses the world size at start-up (a user trial)."""
+    with pytest.raises(RlsimError) as err:
+        imported = import_config(framework, EXAMPLES / config, [override])
+        with imported.naming_config():
+            simulate(imported.scenario, iterations=1)
     assert err.value.field.startswith(named) and err.value.fix.startswith(f"change {named} ")
