@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -604,3 +604,22 @@ def overridden_keys(items: Iterable[str]) -> tuple[str, ...]:
     keys = [text.strip().lstrip("+").partition("=")[0].strip() for text in items
             if "=" in text and not text.strip().startswith("~")]
     return tuple(dict.fromkeys(key for key in keys if key))
+
+
+def world_divides(v: Any, world: int, layout: Mapping[str, Any], keys: Sequence[str], backend: str,
+                  fallback: str) -> None:
+    """A training world that tp x pp x cp does not divide: the frameworks' backends refuse it at
+    start-up (Megatron-Core's initialize_model_parallel: "world size is not divisible by tensor
+    parallel size times pipeline parallel size times context parallel size"; a DTensor / FSDP
+    device mesh likewise), where rlsim alone would leave the rest idle (a user trial: PP 3 on 16
+    GPUs ran). Named by the first of ``keys`` the command line changed, else the first the config
+    has, else ``fallback``."""
+    mp = int(layout.get("tp", 1)) * int(layout.get("pp", 1)) * int(layout.get("cp", 1))
+    if world <= 0 or world % mp == 0:
+        return
+    changed = [key for key in v.result.overridden if key in keys]
+    named = (changed or [key for key in keys if key in v.flat] or [fallback])[0]
+    raise RlsimError(f"the training world of {world} GPUs is not divisible by tp x pp x cp = {layout.get('tp', 1)} x "
+                     f"{layout.get('pp', 1)} x {layout.get('cp', 1)} = {mp}: {backend} refuses it at start-up",
+                     source=v.result.source, field=named,
+                     fix=f"change {named} (or the cluster size) so that tp x pp x cp divides {world}")

@@ -34,6 +34,7 @@ from .common import (
     size_topology,
     unsupported,
     without_inapplicable_layout_keys,
+    world_divides,
 )
 
 # NeMo RL's defaults for the keys rlsim maps when a recipe (and its base) leaves them out
@@ -221,23 +222,11 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
 
 
 def _check_world_divides(v: Values, world: int, layout: Mapping[str, Any]) -> None:
-    """Megatron-Core's parallel state refuses a world size that tp x pp x cp does not divide ("world
-    size is not divisible by tensor parallel size times pipeline parallel size times context
-    parallel size", initialize_model_parallel; DTensor's device mesh likewise for tp x cp): NeMo RL
-    does not start, where rlsim would leave the rest idle (a user trial: PP 3 on 16 GPUs ran)."""
-    mp = int(layout.get("tp", 1)) * int(layout.get("pp", 1)) * int(layout.get("cp", 1))
-    if world <= 0 or world % mp == 0:
-        return
+    """NeMo RL's Megatron or DTensor policy on a world that tp x pp x cp does not divide does not start."""
     section = _M if v.flag(f"{_M}.enabled") else _D
     keys = [f"{section}.{name}" for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                             "context_parallel_size", "tensor_parallel_size")
-            if f"{section}.{name}" in v.flat]
-    changed = [key for key in v.result.overridden if key in keys]
-    named = (changed or keys or [f"{section}.enabled"])[0]
-    raise RlsimError(f"the training world of {world} GPUs is not divisible by tp x pp x cp = {layout.get('tp', 1)} x "
-                     f"{layout.get('pp', 1)} x {layout.get('cp', 1)} = {mp}: NeMo RL's {section.split('.')[-1]} "
-                     "backend refuses it at start-up", source=v.result.source, field=named,
-                     fix=f"change {named} (or the cluster size) so that tp x pp x cp divides {world}")
+                                             "context_parallel_size", "tensor_parallel_size")]
+    world_divides(v, world, layout, keys, f"NeMo RL's {section.split('.')[-1]} backend", f"{section}.enabled")
 
 
 def _training_backend(v: Values, flat: Mapping[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

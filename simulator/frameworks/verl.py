@@ -37,6 +37,7 @@ from .common import (
     size_topology,
     unsupported,
     without_inapplicable_layout_keys,
+    world_divides,
 )
 
 RECIPES = ("colocated", "one-step-off", "fully-async")
@@ -339,8 +340,14 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     inactive_section(flat, f"{A}.actor.fsdp_config" if strategy == "megatron" else f"{A}.actor.megatron",
                      f"{A}.actor.strategy is {strategy}: this backend's settings do not apply", decided)
     sched = _schedule(values, recipe, workload, decided)
-    result.scenario["topology"] = _topology(values, recipe, sched, topology,
-                                            any(k.startswith("topology.") for k in user_sets))
+    user_sizes = any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets)
+    result.scenario["topology"] = _topology(values, recipe, sched, topology, user_sizes)
+    if not user_sizes:   # the trainer's world: trainer.nnodes x n_gpus_per_node (its own pool when split)
+        m = f"{A}.actor.megatron"
+        world_divides(values, values.count("trainer.nnodes") * values.count("trainer.n_gpus_per_node"),
+                      workload["train_layout"], [f"{m}.tensor_model_parallel_size", f"{m}.pipeline_model_parallel_size",
+                                                 f"{m}.context_parallel_size", f"{A}.actor.ulysses_sequence_parallel_size"],
+                      f"verl's {strategy} worker", f"{A}.actor.strategy")
     result.scenario["workload"] = workload
     result.scenario["schedule"] = sched
     classify(result, flat, RULES, decided)

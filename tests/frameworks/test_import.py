@@ -830,13 +830,16 @@ def test_a_global_batch_that_does_not_divide_the_step_is_said_in_sequences():
     ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.megatron_cfg.pipeline_model_parallel_size=3",
      "policy.megatron_cfg.pipeline_model_parallel_size"),
     ("verl", "verl-grpo-qwen2.5-7b.yaml", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=16",
-     "actor_rollout_ref.actor.ulysses_sequence_parallel_size")])
+     "actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", "+actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=3",
+     "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size")])
 def test_a_layout_error_names_the_parallel_size_the_command_line_changed(framework, config, override, named):
     """A replica too large for the devices said "fix: change policy.dtensor_cfg.enabled" (the flag
     that maps the whole layout) for a TP the user had just raised, and PP 3 on NeMo RL's 16 GPUs ran
     with one idle where Megatron refuses the world size at start-up (a user trial)."""
+    strategy = ["actor_rollout_ref.actor.strategy=megatron"] if "megatron." in override else []
     with pytest.raises(RlsimError) as err:
-        imported = import_config(framework, EXAMPLES / config, [override])
+        imported = import_config(framework, EXAMPLES / config, [*strategy, override])
         with imported.naming_config():
             simulate(imported.scenario, iterations=1)
     assert err.value.field.startswith(named) and err.value.fix.startswith(f"change {named} ")
