@@ -233,22 +233,42 @@ def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     if not has_framework_timers(sched) or rec.failures or not its:
         return None
     n = len(its)
-    per_step = {k: v / n for k, v in rec.stage_time_s.items()}
+    # one-step-off: every figure over the steady steps (1..N-1) where there are two or more, as the
+    # steady figures: its first step waits for a whole generation (the warm-up verl's logs skip).
+    # A hybrid step has no warm-up: the whole run's
+    first = 1 if n >= 2 and not hybrid else 0
+    per_step = _steady_stage_s(rec, timeline, first) if first else {k: v / n for k, v in rec.stage_time_s.items()}
     out = {name: per_step.get(stage, 0.0) for stage, name in VERL_PHASES.items()
            if stage in per_step or name in ("gen", "reward", "old_log_prob", "ref", "update_actor")}
     ends = [0.0] + [float(it["end"]) for it in its]
     if hybrid and "actor" in rec.pools:   # the wait for the rule rewards, as a share of the actor's devices
         wait = timeline[(timeline["pool"] == "actor") & (timeline["state"] == "idle") & (timeline["label"] == "reward")]
         out["reward"] += float(device_seconds(wait).sum()) / rec.pools["actor"].count / n
-    # one-step-off: the step and the trainer's wait over the steady steps (1..N-1) where there are
-    # two or more, as the steady figures: its first step waits for a whole generation (the warm-up
-    # verl's logs skip). A hybrid step has no warm-up: its step beside the whole run's phase means
-    first = 1 if n >= 2 and not hybrid else 0
     if not hybrid:   # the trainer does not generate: its wait for the previous generation instead
         del out["gen"]
         out["wait_prev_gen"] = float(np.mean([its[k]["start"] - ends[k] for k in range(first, n)]))
     out["step"] = (ends[-1] - ends[first]) / (n - first)
     out["other"] = out["step"] - sum(v for k, v in out.items() if k != "step")
+    return out
+
+
+def _steady_stage_s(rec: RunRecord, timeline: pd.DataFrame, first: int) -> dict[str, float]:
+    """Each stage's seconds per step over steps ``first``..N-1: its whole-run total, times the share
+    of its recorded device time (timeline rows labelled with the stage) in those steps, over their
+    count. A stage no row carries keeps its whole-run mean. The trainer's phases differ by the
+    batch's tokens: whole-run means beside a steady step left `other` negative (a trial: -0.5 s)."""
+    n = len(rec.iterations)
+    steady_steps = {int(it["iteration"]) for it in rec.iterations[first:]}
+    seconds = device_seconds(timeline)
+    out: dict[str, float] = {}
+    for stage, total in rec.stage_time_s.items():
+        rows = timeline["label"] == stage
+        recorded = float(seconds[rows].sum())
+        if recorded <= 0:
+            out[stage] = total / n
+            continue
+        steady = float(seconds[rows & timeline["iteration"].isin(steady_steps)].sum())
+        out[stage] = total * steady / recorded / (n - first)
     return out
 
 

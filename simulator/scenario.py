@@ -97,7 +97,7 @@ class RewardSpec(_Strict):
     # scores it; verl's driver scores the generated batch); "sample", each sample when it finishes (NeMo
     # RL with async_engine: run_async_multi_turn_rollout scores each sample in its own task as it
     # completes; AReaL's rollout workflow scores each trajectory as it ends), so verification overlaps
-    # generation. None: the schedule kind's (ScheduleConfig.REWARD_HANDOVER).
+    # generation. None: the schedule's (ScheduleConfig.default_reward_handover).
     handover: Literal["batch", "sample"] | None = None
 
     @field_validator("model", mode="after")
@@ -137,8 +137,8 @@ class RewardSpec(_Strict):
         return float(self.workers) if self.workers is not None else max(1.0, self.workers_per_device * devices)
 
     def handover_of(self, schedule: "ScheduleConfig") -> str:
-        """What the workers are handed: handover, or the schedule kind's default (REWARD_HANDOVER)."""
-        return self.handover or schedule.REWARD_HANDOVER
+        """What the workers are handed: handover, or the schedule's default (default_reward_handover)."""
+        return self.handover or schedule.default_reward_handover
 
 
 class WorkloadConfig(_Strict):
@@ -733,6 +733,12 @@ class ScheduleConfig(_Strict):
             raise ValueError(f"{', '.join(rates)}: apply only with host_copies.reference_swap or "
                              "switch.optimizer_pageable true; remove them or set one of those")
         return value
+
+    @property
+    def default_reward_handover(self) -> str:
+        """The kind's REWARD_HANDOVER, or "sample" with vLLM's async engine (async_engine: NeMo RL's
+        run_async_multi_turn_rollout scores each sample in its own task as it completes)."""
+        return "sample" if self.async_engine else self.REWARD_HANDOVER
 
     @property
     def _kind_class(self) -> type["ScheduleConfig"]:

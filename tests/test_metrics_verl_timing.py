@@ -43,6 +43,9 @@ def test_phases_add_up_to_the_step(kind, workload):
         its = rec.iterations
         assert v["wait_prev_gen"] == pytest.approx(np.mean([its[k]["start"] - its[k - 1]["end"] for k in (1, 2, 3)]))
         assert its[0]["start"] > v["wait_prev_gen"]
+        timeline = rec.timeline.to_frame()    # the trainer's phases over the same steps (other stays glue)
+        trained = timeline[(timeline["label"] == "train_actor") & (timeline["iteration"] >= 1)]
+        assert v["update_actor"] == pytest.approx((trained["end"] - trained["start"]).sum() / 3)
 
 
 @pytest.mark.parametrize("kind,sched", [("async", {}), ("disaggregated", {}), ("colocated", {"fuse": "actor"}),

@@ -116,7 +116,8 @@ def test_a_shared_reward_pool_is_one_rule_of_two():
     own = load_scenario(workload={**BARE, "reward": {"handover": "sample"}})    # each instance's own workers
     assert own.workload.reward.handover_of(own.schedule) == "sample"
     for kind, handover in (("colocated", "batch"), ("one-step-off", "batch"), ("stalesync", "sample"),
-                           ("areal", "sample")):    # the kind's default: does its rollout stream samples?
+                           ("areal", "sample"), ("nemo-rl-async", "batch"),
+                           ({"kind": "nemo-rl-async", "async_engine": True}, "sample")):   # does the rollout stream?
         default = load_scenario(workload=BARE, schedule=kind)
         assert default.workload.reward.handover_of(default.schedule) == handover
     with pytest.raises(RlsimError, match="workload.reward.*handover applies to rule rewards"):

@@ -227,9 +227,9 @@ class LlmCosts:
         self._layouts: dict[int, TrainLayout] = {}
         self._memory: dict[tuple[int, float], MemoryBreakdown] = {}   # _resident_memory, this run's layouts
         self._ranks: dict[int, list[int]] = {}             # canonical placement: positions in a pool
-        # every trained actor batch with its device count (a re-plan judges the demanding ones); kept
-        # in runs with schedule.failures only (nothing else reads them: a long run held them all)
-        self._trained: list[tuple[int, np.ndarray]] = []
+        # every trained actor batch with its heaviest micro-batch's tokens as trained (under the layout
+        # of then: a later one cannot resolve an earlier pool's size), for a re-plan; failure runs only
+        self._trained: list[tuple[float, np.ndarray]] = []
         self._demanding: list[np.ndarray] = []
         self._demanding_for = 0            # len(_trained) when _demanding was picked
         self._last_train_ranks: tuple[int, ...] | None = None   # the pool it trained on
@@ -548,7 +548,7 @@ class LlmCosts:
             lens = np.asarray(seq_lens, np.int64)
             self._last_train_ranks = pool.ranks
             if len(lens) and self.scenario.schedule.failures:   # only a failure re-plan reads them
-                self._trained.append((len(pool.ranks), lens))
+                self._trained.append((self._heaviest_micro_batch_tokens(len(pool.ranks), lens), lens))
         return self._reused("train", role, seq_lens, pool, lambda: self._train(role, seq_lens, pool))
 
     def _demanding_batches(self) -> list[np.ndarray]:
@@ -558,7 +558,7 @@ class LlmCosts:
             return []
         if self._demanding_for != len(self._trained):
             longest = max(self._trained, key=lambda t: (int(t[1].max()), float(t[1].mean())))[1]
-            heaviest = max(self._trained, key=lambda t: self._heaviest_micro_batch_tokens(*t))[1]
+            heaviest = max(self._trained, key=lambda t: t[0])[1]
             picked: list[np.ndarray] = []
             for batch in (self._trained[-1][1], longest, heaviest):
                 if not any(batch is b for b in picked):

@@ -125,8 +125,8 @@ class SampleStore:
         """Add finished (or dropped) samples; returns their ids. ``instance``: the first global rank of
         the rollout instance that generated them (-1: unknown), the critical path's link from a
         training step back to the sequence it waited for (rl/critical_path.py). ``returned``: when
-        the engine handed each out (default: its finish; an engine that returns a batch, the batch's
-        end), so finish -> returned is generation (of the others) and returned -> ready reward.
+        the engine handed each out (default: its finish; an engine call that returns a batch, the
+        batch's end), so finish -> returned is generation (of the others) and returned -> ready reward.
         ``version``, ``start`` and ``instance``: one for all or one per sample (a round of instances in one add)."""
         k = len(finish)
         ids = np.arange(self.n, self.n + k)

@@ -40,6 +40,7 @@ class ColocatedRun:
         self.n_inst, self.n_actor = actor.count // self.d, actor.count
         self.actor: Clock = GroupClock(ctx.timeline, "actor", actor.start, actor.count)
         self.aux = GroupClock(ctx.timeline, "aux", aux_pool.start, aux_pool.count) if aux_pool else None
+        self.parts: tuple[int, list] | None = None    # StaleSync's trainers and tail group while apart
         ctx.clocks += [self.actor] + ([self.aux] if self.aux else [])
         ctx.start_clock(self.actor)
         if self.aux:
@@ -202,6 +203,7 @@ class ColocatedRun:
         self._record_round(self.actor, ends, t0, t_split, k)
         ctx.add_stage_time("generate", t_split - t0)
         trainers, tail_clock = self.actor.split([n_train, self.n_actor - n_train])
+        self.parts = (k, [trainers, tail_clock])     # recording apart until the barrier (a failure closes them)
         yield env.timeout(t_split - env.now)
         # tail: consolidated onto the tail group's instances, same weights, context re-prefilled
         tail_inst = tail_clock.rank_count // d
@@ -223,6 +225,7 @@ class ColocatedRun:
         tail_clock.idle("dependency", barrier, k)
         yield env.timeout(barrier - env.now)
         self.actor.cursor = barrier
+        self.parts = None
 
     def _instances(self, ranks) -> list:
         """The rank slices of the rollout instances on ``ranks`` (D devices each)."""
@@ -313,6 +316,12 @@ class ColocatedRun:
         """Roll back to ``target``, drop the failed devices, re-plan and restart on the survivors."""
         ctx, env = self.ctx, self.env
         t_f = env.now
+        if self.parts is not None:   # a group that waits (the tail for the trainers) records its wait at its end:
+            k, parts = self.parts    # up to the failure, so that roll_back makes it lost and no time goes unrecorded
+            for part in parts:
+                if part.cursor < t_f:
+                    part.idle("dependency", t_f, k)
+            self.parts = None
         lost_s = fl.roll_back(ctx, target, t_f)
         self.carries, self.version = target.extra
         out, use = fl.replan_training(ctx, self.alive, failed, self._usable_devices,

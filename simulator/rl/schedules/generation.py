@@ -238,8 +238,11 @@ class Generation:
         if aborted is not None:
             reason[aborted] = "overprovision"
         finish = t0s + np.minimum(finish, ends)
-        # a plan committed at its end (returns_together) hands its samples out there, others each at its finish
-        together = np.repeat([plan.returns_together for plan, _, _ in stored], counts)
+        # handed out together at the plan's end (or cut): a plan committed there (returns_together) or
+        # an engine call that returns a batch (the kind's hand-over, reward.handover: batch); a
+        # streaming rollout's each at its finish
+        batch = ctx.workload.reward.handover_of(ctx.sched) == "batch"
+        together = np.repeat([batch or plan.returns_together for plan, _, _ in stored], counts)
         returned = np.where(together, t0s + ends, finish)
         prompt_len, response_len, done_len = seqs.prompt_len[rows], seqs.target_len[rows], seqs.done_len[rows]
         resumed = done_len > 0

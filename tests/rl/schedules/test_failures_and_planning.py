@@ -372,3 +372,24 @@ def test_a_re_plan_after_a_trained_step_judges_candidates_of_another_pipeline_de
     (f,) = r.summary["failures"]
     assert r.iterations["end"][0] < 150 and f["devices_after"] == 16
     assert f["train_layout_after"]["tp"] == 2 and f["train_layout_after"]["pp"] != 3
+
+
+def test_a_second_failure_judges_candidates_on_the_batches_trained_before_the_first():
+    """The seed loses node 3 (re-planned to TP8 PP11 on 352 NPUs), then node 5: the re-plan's check
+    re-derived each earlier batch's heaviest micro-batch under the current layout on the pool it had
+    trained on (384 devices, not a multiple of PP11's 88), refusing every candidate ("no layout fits
+    on the 344 surviving devices"; a regression trial). It is measured when the batch trains now."""
+    r = simulator.simulate(overrides=["schedule.kind=colocated",
+                                      "schedule.failures=[{at_s: 600, fail: 'node:3'}, {at_s: 1800, fail: 'node:5'}]"],
+                           iterations=5)
+    first, second = r.summary["failures"]
+    assert first["devices_after"] == 352 and first["train_layout_after"]["pp"] == 11
+    assert 0 < second["devices_after"] < 352
+
+
+def test_a_failure_while_stalesyncs_tail_group_waits_for_the_trainers_leaves_no_hole():
+    """The tail group records its wait for the trainers when they finish; a failure in between
+    dropped it, so 192 devices had 21 s in no state (a regression trial): it is lost time now."""
+    r = simulator.simulate(overrides=["schedule.failures=[{at_s: 900, fail: 'node:3'}]"], iterations=4)
+    s = r.summary
+    assert np.allclose(per_device_time(r.timeline, s["devices"]), s["makespan_s"])
