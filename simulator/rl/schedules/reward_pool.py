@@ -18,6 +18,8 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass
 class RewardPool:
@@ -53,6 +55,30 @@ class RewardPool:
         self.starts[lo:hi] = [start for start, _ in region]
         self.ends[lo:hi] = [end for _, end in region]
         return max(done, at_s + least_s)
+
+    def serve_in_order(self, at_s: np.ndarray, work_s: float, least_s: float = 0.0) -> np.ndarray | None:
+        """serve(at, work_s, least_s) of each of ``at_s`` (sorted) in turn, as arrays: on a pool idle
+        from the first hand-over on, first come first served is done_i = max(at_i, done_i-1) + work,
+        so done_i = (i + 1) work + max over j <= i of (at_j - j work) (a running maximum). None
+        where that does not hold (the pool is busy after the first hand-over: serve one at a time).
+        A streaming rollout hands its samples over one at a time: a Python loop over 800k of them
+        took half of a 100-step run."""
+        if not len(at_s) or work_s <= 0 or (self.ends and self.ends[-1] > at_s[0]):
+            return None
+        i = np.arange(len(at_s))
+        done = (i + 1) * work_s + np.maximum.accumulate(at_s - i * work_s)
+        begins = done - work_s
+        gap = np.ones(len(at_s), bool)             # a busy stretch starts where the pool was idle before it
+        gap[1:] = begins[1:] > done[:-1] + 1e-9 * np.maximum(1.0, np.abs(done[:-1]))
+        firsts = np.flatnonzero(gap)
+        lasts = np.append(firsts[1:] - 1, len(at_s) - 1)
+        starts, ends = begins[firsts].tolist(), done[lasts].tolist()
+        if self.ends and starts[0] <= self.ends[-1]:   # touches the stretch before it
+            starts[0] = self.starts.pop()
+            self.ends.pop()
+        self.starts += starts
+        self.ends += ends
+        return np.maximum(done, at_s + least_s)
 
     def busy_s(self, lo: float = -math.inf, hi: float = math.inf) -> float:
         """Seconds of whole-pool time scheduled between ``lo`` and ``hi`` (all of it by default)."""

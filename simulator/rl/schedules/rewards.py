@@ -18,8 +18,14 @@ def rule_rewards_ready(ctx: RunState, finish: np.ndarray, ranks: Ranks, handover
     what the workers are busy with."""
     pool, workers = _workers_of(ctx, ranks)
     if handover == "sample":
+        order = np.argsort(finish, kind="stable")
+        idle_s = ctx.costs.reward_cpu_s(1, ranks)
+        in_order = pool.serve_in_order(finish[order], idle_s * min(1.0, 1 / workers), least_s=idle_s)
         done = np.empty(len(finish))
-        for row in np.argsort(finish, kind="stable"):
+        if in_order is not None:
+            done[order] = in_order
+            return done
+        for row in order:
             done[row] = _verified(ctx, pool, workers, float(finish[row]), 1, ranks)
         return done
     at = float(finish.max()) if handed_over is None else handed_over

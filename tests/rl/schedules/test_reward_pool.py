@@ -54,3 +54,21 @@ def test_the_pool_never_does_more_than_its_capacity_and_never_idles_on_a_waiting
         assert all(s < e for s, e in zip(starts, ends, strict=True))
         assert all(e < s for e, s in zip(ends, starts[1:], strict=False))      # disjoint, not touching
     assert pool.busy_s() == pytest.approx(sum(work for _, work, _ in items), abs=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(gaps=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=40), work=st.floats(0.01, 2.0),
+       least=st.floats(0.0, 4.0), before=st.floats(0.0, 5.0))
+def test_serving_in_order_as_arrays_is_serving_one_at_a_time(gaps, work, least, before):
+    """RewardPool.serve_in_order (a running maximum) gives what serve gives sample by sample, and
+    leaves the same busy time, on a pool idle from the first hand-over on."""
+    import numpy as np
+    at = np.cumsum(gaps) + before
+    one, many = RewardPool(), RewardPool()
+    one.serve(0.0, before), many.serve(0.0, before)         # a stretch that ends before the hand-overs
+    expected = [one.serve(float(t), work, least_s=least) for t in at]
+    got = many.serve_in_order(at, work, least_s=least)
+    assert got is not None and got == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    assert many.busy_s() == pytest.approx(one.busy_s(), rel=1e-9)
+    assert all(a < b for a, b in zip(many.ends[:-1], many.starts[1:], strict=True))   # disjoint, joined where they touch
+    assert many.serve_in_order(at[:1] - 1.0, work) is None     # busy after that hand-over: served one at a time
