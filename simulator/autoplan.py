@@ -388,7 +388,7 @@ class PlannerReplanner:
         base = TrainingEvaluator.for_workload(self.model, self.topology, batch, row, self.sc.workload,
                                               params=params_beside_engine(self.sc, self.settings.rollout),
                                               heaviest=heaviest_micro_batch_of(self.sc, row),
-                                              also_trains_on=consolidated_train_devices(self.sc, len(pool_ranks)),
+                                              also_trains_on=lambda n: consolidated_train_devices(self.sc, n),
                                               step_sequences=step_sequences_of(self.sc, row),
                                               packing=step_packing(self.sc))
         evaluator = base

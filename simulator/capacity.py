@@ -180,6 +180,11 @@ class CapacityAnswer:
         gain, growth = rate_last / rate_first, last["devices"] / first["devices"]
         if growth <= 1 or (gain - 1) >= PLATEAU_SCALING_EFFICIENCY * (growth - 1):
             return None
+        from .metrics import warm_up_only
+        if warm_up_only(first):   # one iteration of a schedule that runs ahead: its figures are the warm-up's
+            return (f"the figures are each run's one warm-up step ({first.get('schedule')} at one iteration: a "
+                    f"partial first batch), not a steady state, so neither the answer nor a plateau can be read "
+                    f"from them: run 2 or more iterations (--iterations)")
         return (f"throughput barely grows with {self.key}: {rate_first:,.0f} tokens/s at "
                 f"{ok[0].value}, {rate_last:,.0f} at {ok[-1].value} ({gain:.2f}x for {growth:.2f}x "
                 f"the devices); the batch, not the cluster, bounds the step, so a larger grid will not reach "

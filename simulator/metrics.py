@@ -378,7 +378,8 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "bubble_fraction": bubble_fraction,
         "bubbles_by_cause": by_cause,
         # of the idle device time, the waits for rule rewards (idle labelled reward, under the cause
-        # dependency): the critical path's "reward", the same seconds
+        # dependency): on a colocated run the critical path's "reward"; a split pool's trainer waits
+        # on its own devices only, and a kind that labels its wait otherwise (verl-fully-async: gen) has none
         "reward_wait_fraction": reward_wait_share(timeline),
         "steady_bubble_fraction": steady_bubble,
         "steady_bubbles_by_cause": steady_causes,
@@ -433,6 +434,12 @@ def sample_counts(fig: Mapping[str, Any], iterations: int, workload: Any, step_p
 STALE_NOTE_SHARE = 0.05
 
 
+def warm_up_only(summary: Mapping[str, Any]) -> bool:
+    """One iteration of a schedule that runs ahead of its trainer: the steady figures are its warm-up
+    step's (a pipeline filling, a partial batch)."""
+    return summary.get("iterations") == 1 and summary.get("schedule") not in ON_POLICY_KINDS
+
+
 def summary_notes(summary: Mapping[str, Any]) -> list[str]:
     """What a reader of the figures must know: a schedule that trains partial batches and drops
     samples as stale (its step time is not comparable; tokens/s counts trained tokens and is), and a
@@ -478,10 +485,17 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
                      f"together) did not fit the first plan's training layout ({_layout_text(first)}), which the "
                      "planner judged on drawn batches; the layout that ran fits every batch it trained "
                      "(auto_layout.replanned)")
-    if summary.get("iterations") == 1 and summary.get("schedule") not in ON_POLICY_KINDS:
+    if warm_up_only(summary):
         notes.append(f"one iteration: {summary.get('schedule')} runs ahead of its trainer, so its first step is a "
                      "warm-up (a pipeline filling, a partial batch) and the steady figures are that step's; run 2 "
                      "or more iterations (--iterations) for a steady state")
+    no_room = summary.get("stalesync_no_room")
+    if no_room:   # StaleSync that never split: a training group as large as the pool leaves no room beside the tail
+        notes.append(f"StaleSync ran {no_room['steps']} step(s) synchronous: the training layout trains in groups of "
+                     f"{no_room['train_group_devices']} devices, and none fits beside even one rollout instance's tail "
+                     f"on the {no_room['pool_devices']}-device pool, so the tail never consolidates (the figures are "
+                     "a synchronous colocated run's); give a layout whose tp x cp x pp (with its expert fold) leaves "
+                     "room, or compare against kind: colocated")
     return notes
 
 

@@ -200,3 +200,26 @@ def test_colocated_stalesync_layouts_are_judged_on_the_pool_beside_its_largest_t
     evaluator(None).cost(choice, list(range(384)))   # fits on the whole pool
     with pytest.raises(RlsimError, match="on the 128 devices it also trains on"):
         evaluator(128).cost(choice, list(range(384)))
+
+
+def test_colocated_stalesync_plans_a_layout_that_trains_beside_its_tail():
+    """layout: auto picked TP8 PP3 CP2 EP16 etp8, whose expert fold makes 384-device groups: none fit
+    beside the consolidated tail, so StaleSync ran synchronous with nothing said (57.8k against
+    colocated 57.8k tokens/s; a planner trial). A layout whose pool unit exceeds the devices beside
+    the largest tail is infeasible for it now, and the run consolidates."""
+    from simulator.api import simulate
+    from simulator.autoplan import consolidated_train_devices
+    from simulator.llm.train_layout import TrainLayout
+    from simulator.scenario import load_scenario
+    summary = simulate(overrides=["workload.train_layout=auto"], iterations=2, keep_samples=False).summary
+    layout = TrainLayout.from_mapping({**summary["auto_layout"]["train"]["layout"]})
+    assert layout.pool_unit <= consolidated_train_devices(load_scenario(), 384)
+    assert summary["stage_time_s"].get("tail_generate", 0.0) > 0 and "stalesync_no_room" not in summary
+
+
+def test_stalesync_that_never_consolidates_says_so():
+    from simulator.api import simulate
+    summary = simulate(overrides=["workload.train_layout={tp: 8, pp: 12, ep: 4, zero: 1, recompute: full, micro_batch: 1}"],
+                       iterations=2, keep_samples=False).summary
+    assert summary["stalesync_no_room"]["steps"] == 2
+    assert any(note.startswith("StaleSync ran 2 step(s) synchronous") for note in summary["notes"])

@@ -205,3 +205,18 @@ def test_the_capacity_answer_does_not_depend_on_the_worker_count():
         return found["value"], [o["grid"]["n"] for o in objects]
 
     assert answer(1) == answer(2) == answer(6)
+
+
+def test_a_one_iteration_warm_up_is_no_plateau():
+    """One iteration of StaleSync: every point's figure is its partial warm-up step, and the answer
+    blamed the batch ("the batch, not the cluster, bounds the step") for a target one supernode meets
+    at four iterations (a capacity trial). It says to run more iterations instead."""
+    def warm_up(batch):
+        return [({"tokens_per_s": 78.0 + 0.2 * b["n"], "step_time_s": 1.0, "devices": 8 * b["n"],
+                  "iterations": 1, "schedule": "stalesync"}, "") for b in batch]
+    answer = find_smallest("n", [1, 2, 4], Target(tokens_per_s=100.0), warm_up, strategy="scan")
+    assert answer.value is None and "warm-up step" in answer.plateau and "grow the batch" not in answer.plateau
+    synchronous = find_smallest("n", [1, 2, 4], Target(tokens_per_s=100.0),
+                                lambda batch: [({**s, "schedule": "colocated"}, e) for s, e in warm_up(batch)],
+                                strategy="scan")
+    assert "grow the batch" in synchronous.plateau      # an on-policy step has no warm-up

@@ -282,8 +282,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     if args.stage == "train":
         _check_train_constants(w, model)
         ranks = inp["train_ranks"](topology.num_devices) if inp["train_ranks"] else None
-        also = inp["also_trains_on"](len(ranks) if ranks is not None else topology.num_devices) \
-            if inp["also_trains_on"] and not args.target_tokens_per_s else None
+        also = inp["also_trains_on"]   # of the candidate's devices: --target searches device counts too
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
                                                    params=inp["params"], heaviest=inp["heaviest"], also_trains_on=also,
                                                    step_sequences=inp["step_sequences"],

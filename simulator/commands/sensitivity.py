@@ -60,6 +60,10 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     if args.out:
         write_sensitivity_report(frame, args.out)
     note = sobol_sample_note(frame.attrs.get("samples"))
+    if frame.attrs.get("warm_up_only"):   # the ranking would be the warm-up step's (a partial batch)
+        note = ((note + "; ") if note else "") + (
+            "one iteration of a schedule that runs ahead of its trainer: every figure is its warm-up step's (a "
+            "partial first batch), so the ranking is the warm-up's; run 2 or more iterations (--iterations)")
     if args.json:
         print_json(sensitivity_records(frame))
         if note:

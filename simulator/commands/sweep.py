@@ -451,8 +451,9 @@ def _fixed_pool_notes(objects) -> list[str]:
     if len(devices) < 2 or len(rollout) != 1:
         return []
     return [f"the rollout pool is {rollout.pop()} devices at every size ({min(devices)}..{max(devices)} devices): only the "
-            "training pool grows (schedule.rollout_devices); to scale both, put schedule.rollout_devices in the grid "
-            "as pairs with the size, or give schedule.rollout_fraction instead"]
+            "training pool grows (schedule.rollout_devices); to scale both, give schedule.rollout_fraction "
+            "instead, or sweep (size, rollout_devices) pairs from Python (sweep.points_from_values: --grid takes "
+            "every combination)"]
 
 
 def _row_notes(objects, grid_keys) -> list[str]:

@@ -135,7 +135,8 @@ class FrameworkImport:
             # a key the command line just changed under the field is the likeliest cause (tp 16 on 16
             # devices named the strategy flag that maps the whole layout)
             changed = [key for key in self.overridden if key in self.targets
-                       and (self.targets[key] == name or self.targets[key].startswith(name + "."))]
+                       and (self.targets[key] == name or (self.targets[key].startswith(name + ".")
+                                                          and _names(exc.message, self.targets[key].rsplit(".", 1)[-1])))]
             out += changed + (exact or named or [key for key, target in self.targets.items() if target == nearest])
         return list(dict.fromkeys(out))
 
@@ -597,6 +598,12 @@ class Values:
 
     def section(self, prefix: str) -> bool:
         return any(k.startswith(prefix + ".") for k in self.flat)
+
+
+def _names(message: str, leaf: str) -> bool:
+    """Whether an error message names a layout field (``tp 16``, ``tp=16``): a parallel size the
+    command line changed is the error's likeliest cause only when the message is about it."""
+    return re.search(rf"\b{re.escape(leaf)}[ =]\d", message) is not None
 
 
 def overridden_keys(items: Iterable[str]) -> tuple[str, ...]:

@@ -192,10 +192,13 @@ RULES: dict[str, Rule] = {
                                 "least requests so far); sync: per-prompt"),
     f"{A}.rollout.n": mapped("workload.samples_per_prompt"),
     f"{A}.rollout.tensor_model_parallel_size": mapped("workload.rollout_layout.tp"),
-    # verl 0.5+ rollout.yaml (MoE rollouts): the engine's expert parallelism, as NeMo RL's vllm_cfg's
-    f"{A}.rollout.expert_parallel_size": mapped("workload.rollout_layout.ep"),
-    f"{A}.rollout.data_parallel_size": unsupported("data parallelism inside one engine: rlsim's rollout instances are "
-                                                   "the data parallelism (each tp x ep devices)", neutral=1),
+    # verl 0.5+ rollout.yaml (MoE rollouts, cited from memory of RolloutConfig: expert_parallel_size
+    # must be tensor_model_parallel_size x data_parallel_size): one engine of tp x dp GPUs, attention
+    # data-parallel dp ways, experts over all of them - rlsim's rollout_layout.ep is that dp
+    f"{A}.rollout.expert_parallel_size": mapped("workload.rollout_layout.ep", "vLLM's EP over the engine's tp x "
+                                                "data_parallel_size GPUs: rlsim's ep is the data_parallel_size"),
+    f"{A}.rollout.data_parallel_size": mapped("workload.rollout_layout.ep", "with expert_parallel_size = tp x dp: "
+                                              "attention data-parallel inside one engine (rlsim's ep)"),
     f"{A}.rollout.pipeline_model_parallel_size": unsupported("pipeline-parallel rollout engines are not modelled",
                                                              neutral=1),
     f"{A}.rollout.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
@@ -343,11 +346,11 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     user_sizes = any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets)
     result.scenario["topology"] = _topology(values, recipe, sched, topology, user_sizes)
     if not user_sizes:   # the trainer's world: trainer.nnodes x n_gpus_per_node (its own pool when split)
-        m = f"{A}.actor.megatron"
+        m = f"{A}.actor.megatron"    # the active backend's parallel sizes only
+        keys = ([f"{m}.tensor_model_parallel_size", f"{m}.pipeline_model_parallel_size", f"{m}.context_parallel_size"]
+                if strategy == "megatron" else [f"{A}.actor.ulysses_sequence_parallel_size"])
         world_divides(values, values.count("trainer.nnodes") * values.count("trainer.n_gpus_per_node"),
-                      workload["train_layout"], [f"{m}.tensor_model_parallel_size", f"{m}.pipeline_model_parallel_size",
-                                                 f"{m}.context_parallel_size", f"{A}.actor.ulysses_sequence_parallel_size"],
-                      f"verl's {strategy} worker", f"{A}.actor.strategy")
+                      workload["train_layout"], keys, f"verl's {strategy} worker", f"{A}.actor.strategy")
     result.scenario["workload"] = workload
     result.scenario["schedule"] = sched
     classify(result, flat, RULES, decided)
@@ -478,11 +481,29 @@ def _rollout_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[s
     if dtype not in DTYPES:
         raise RlsimError(f"unknown dtype {dtype!r}", source=v.result.source, field=f"{r}.dtype",
                          fix=f"use one of: {', '.join(DTYPES)}")
-    layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": v.count(f"{r}.expert_parallel_size"),
+    layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": _engine_data_parallel(v),
               "gpu_memory_utilization": v.fraction(f"{r}.gpu_memory_utilization"),
               "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
     layout["max_num_seqs"] = v.count(f"{r}.max_num_seqs")   # vLLM's max_num_seqs, SGLang's max_running_requests
     return layout
+
+
+def _engine_data_parallel(v: Values) -> int:
+    """rlsim's rollout ep (attention data-parallel inside one engine whose experts span tp x ep GPUs)
+    from verl's rollout expert_parallel_size and data_parallel_size: verl refuses an EP other than
+    tp x dp, and a dp without EP is more engines (rlsim's instances), not one."""
+    r, src = f"{A}.rollout", v.result.source
+    tp, ep, dp = v.count(f"{r}.tensor_model_parallel_size"), v.count(f"{r}.expert_parallel_size"), \
+        v.count(f"{r}.data_parallel_size")
+    if ep > 1 and ep != tp * dp:
+        raise RlsimError(f"expert_parallel_size {ep} is not tensor_model_parallel_size x data_parallel_size = "
+                         f"{tp} x {dp}, which verl's rollout config requires", source=src,
+                         field=f"{r}.expert_parallel_size", fix=f"give {tp * dp}, or change data_parallel_size")
+    if ep == 1 and dp > 1:
+        raise RlsimError(f"data_parallel_size {dp} without expert parallelism: rlsim models data parallelism as "
+                         "more rollout engines (instances), one per tp GPUs", source=src,
+                         field=f"{r}.data_parallel_size", fix="set it to 1 (the engines are the data parallelism)")
+    return dp
 
 
 def _engine_name(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import RlsimError
 from ..llm.inference import RolloutLayout, StepCost, instance_device, simulate_rollout
 from ..llm.memory import check_fits, memory_per_device
 from ..llm.train_layout import TrainLayout
@@ -23,7 +24,7 @@ class TrainingEvaluator:
                  params: TrainParams | None = None, collectives: Any = None,
                  sequence_parallel: bool | None = None,
                  heaviest: Callable[[int, int], tuple[int, float, int]] | None = None,
-                 also_trains_on: int | None = None,
+                 also_trains_on: int | Callable[[int], int | None] | None = None,
                  step_sequences: Callable[[int, int], tuple[int, np.ndarray]] | None = None,
                  packing: str = "none") -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
@@ -31,8 +32,10 @@ class TrainingEvaluator:
         then judged on it as the run judges it (autoplan: the run's token-balanced micro-batches of
         drawn lengths exceed a typical row). None: on rows of ``seq_len`` tokens. ``also_trains_on``:
         devices a run may also train on, fewer than the candidate's (colocated StaleSync trains beside
-        its consolidated tail): memory is judged at the DP whole pool units of them give too (ZeRO
-        shards the state over fewer ranks). ``step_sequences(rows, dp)``: (samples per micro-batch,
+        its consolidated tail), or a function of the candidate's device count giving them: memory is
+        judged at the DP whole pool units of them give too (ZeRO shards the state over fewer ranks),
+        and a layout whose pool unit (tp x cp x pp with its expert fold) is larger than they are is
+        infeasible (StaleSync would never consolidate: a synchronous run). ``step_sequences(rows, dp)``: (samples per micro-batch,
         the samples in micro-batch order) of an optimizer step of drawn lengths as the run forms its
         micro-batches (``packing`` as the run's: "packed" prices attention per sample): the step is
         timed on them, not on rows of ``seq_len`` (a packed row of many samples priced as one long
@@ -76,11 +79,18 @@ class TrainingEvaluator:
 
     def cost(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
         layout = self.layout(c)
+        also = self.also_trains_on(len(ranks)) if callable(self.also_trains_on) else self.also_trains_on
+        if also is not None and also < layout.pool_unit:
+            raise RlsimError(f"{self.model.name} with {c} trains in groups of {layout.pool_unit} devices "
+                             f"({layout.pool_unit_text()}), more than the {also} it trains on beside colocated "
+                             "StaleSync's consolidated tail: the tail would never consolidate", source="planner",
+                             field="schedule.consolidate_share",
+                             fix="a smaller tp x cp x pp (or expert fold), or a smaller schedule.consolidate_share")
         if self.params.check_memory:
             # The same memory check train_step_cost makes first (equal sequences: the longest is
             # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
             hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
-            for dp in self._memory_dps(layout, c.dp):
+            for dp in self._memory_dps(layout, c.dp, also):
                 self._check_memory(c, dataclasses.replace(layout, dp=dp), hbm)
         if self.step_sequences is not None:
             samples, ordered = self.step_sequences(c.micro_batch, c.dp)
@@ -90,12 +100,12 @@ class TrainingEvaluator:
         return train_step_cost(self.model, layout, self.topology, list(ranks), self.sequences,
                                params=self.params, collectives=self.collectives, source="planner")
 
-    def _memory_dps(self, layout: TrainLayout, dp: int) -> list[int]:
-        """The candidate's DP, and the smaller one whole pool units of ``also_trains_on`` devices give."""
-        if self.also_trains_on is None:
+    def _memory_dps(self, layout: TrainLayout, dp: int, also: int | None) -> list[int]:
+        """The candidate's DP, and the smaller one whole pool units of ``also`` devices give."""
+        if also is None:
             return [dp]
         unit = layout.pool_unit
-        smaller = (self.also_trains_on // unit) * unit // layout.model_parallel
+        smaller = (also // unit) * unit // layout.model_parallel
         return [dp, smaller] if 0 < smaller < dp else [dp]
 
     def _check_memory(self, c: TrainChoice, layout: TrainLayout, hbm: float) -> None:

@@ -473,10 +473,25 @@ def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = Non
            "share": {c: (v / length if length > 0 else 0.0) for c, v in totals.items()},
            "free_delta_s": {c: v / n for c, v in totals.items()},
            "bottleneck": max(CAUSES, key=lambda c: (totals[c], -CAUSES.index(c))) if length > 0 else ""}
+    if len(paths) >= 2 and total_steps in (None, len(paths)):
+        out["steady"] = _over(paths[1:])   # the steady figures' window: the first step is a warm-up
     if total_steps is not None and total_steps != len(paths):   # output.keep_sample_rows: said, not only shown
         out["steps_walked"] = (f"{len(paths)} of {total_steps} steps: those whose per-sample rows output.keep_sample_rows "
                                "kept (the rows of the others were folded into counts)")
     return out
+
+
+def _over(paths: list[StepPath]) -> dict:
+    """Mean step, each cause's share of the path and free delta over ``paths`` (steps 1..N-1: the
+    window of the steady step and tokens/s, where a report's headline is; the whole run's mix a
+    pipelined schedule's warm-up step into them, 361.8 s of long tail in the seed's step 0)."""
+    totals = {c: 0.0 for c in CAUSES}
+    for path in paths:
+        for cause, seconds in path.seconds_by_cause().items():
+            totals[cause] = totals.get(cause, 0.0) + seconds
+    length, n = sum(totals.values()), len(paths)
+    return {"step_time_s": length / n, "share": {c: (v / length if length > 0 else 0.0) for c, v in totals.items()},
+            "free_delta_s": {c: v / n for c, v in totals.items()}}
 
 
 def of_run(record, timeline: pd.DataFrame) -> dict:

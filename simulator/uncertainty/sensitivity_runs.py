@@ -23,7 +23,7 @@ DEFAULT_METRIC = "steady_tokens_per_s"
 DEFAULT_SAMPLES = 4
 # key -> (factor low, factor high) around the base value; efficiencies are capped at 1. The GEMM
 # efficiency reaches down to 0.72 x: Megatron-Core's published H100 rates (validation V7) are met at
-# 0.54 of peak against the 0.75 default (docs/validation.md, the capacity guide's advice), so a range
+# 0.54 of peak against the H100's 0.75 (docs/validation.md, the capacity guide's advice), so a range
 # that stopped at 0.64 left out the value the evidence points to.
 DEFAULT_VARY: dict[str, tuple[float, float]] = {
     "workload.response_length.median": (0.75, 1.25),
@@ -248,7 +248,8 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
         _check_whole_ends(ranges, whole)
     check_runs(plan.data, plan.source, (1 + 2 * len(keys)) * plan.n, "this design", "limits.max_runs")
     # the base first: a metric that is no figure of the summary is said before the other runs
-    base_figure = metric_figure(run_many([plan], jobs=jobs, costs=costs)[0], metric)
+    base = run_many([plan], jobs=jobs, costs=costs)[0]
+    base_figure = metric_figure(base, metric)
     plans = [_with(plan, {k: ranges[k][side]}, whole) for k in keys for side in (0, 1)]
     figures = [base_figure] + [metric_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)]
     rows = []
@@ -267,7 +268,9 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     first, total = sobol_indices(plan, ranges, metric, samples, jobs, costs, whole)
     frame["sobol_first"], frame["sobol_total"] = first, total
     frame = frame.sort_values("rank", kind="stable").reset_index(drop=True)
-    frame.attrs.update({"metric": metric, "base": figures[0], "seeds": plan.n, "samples": samples or 0})
+    from ..metrics import warm_up_only
+    frame.attrs.update({"metric": metric, "base": figures[0], "seeds": plan.n, "samples": samples or 0,
+                        "warm_up_only": any(warm_up_only(summary) for summary in base)})
     return frame
 
 

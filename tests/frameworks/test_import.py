@@ -843,3 +843,33 @@ def test_a_layout_error_names_the_parallel_size_the_command_line_changed(framewo
         with imported.naming_config():
             simulate(imported.scenario, iterations=1)
     assert err.value.field.startswith(named) and err.value.fix.startswith(f"change {named} ")
+
+
+def test_verls_rollout_expert_parallelism_is_one_engine_of_tp_x_dp_gpus():
+    """verl's rollout expert_parallel_size is vLLM's EP over tp x data_parallel_size GPUs (verl
+    requires that product): tp 4, ep 4 is one 4-GPU engine, which rlsim's ep (attention replicas,
+    tp x ep GPUs an instance) had made 16 GPUs (a regression trial)."""
+    rollout = "actor_rollout_ref.rollout"
+    plain = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
+                          [f"{rollout}.tensor_model_parallel_size=4", f"{rollout}.expert_parallel_size=4"])
+    assert (plain.scenario["workload"]["rollout_layout"]["tp"], plain.scenario["workload"]["rollout_layout"]["ep"]) == (4, 1)
+    wide = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", [
+        f"{rollout}.tensor_model_parallel_size=2", f"{rollout}.expert_parallel_size=4", f"{rollout}.data_parallel_size=2"])
+    assert wide.scenario["workload"]["rollout_layout"]["ep"] == 2
+    for bad, field in ((["expert_parallel_size=3"], "expert_parallel_size"), (["data_parallel_size=2"], "data_parallel_size")):
+        with pytest.raises(RlsimError) as err:
+            import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", [f"{rollout}.{item}" for item in bad])
+        assert err.value.field == f"{rollout}.{field}"
+
+
+def test_a_changed_key_the_error_is_not_about_is_not_named_first():
+    """Weights that do not fit the engine's share named the overridden max_num_seqs first (it maps
+    under the same layout; a regression trial): a changed key leads only when the message names it."""
+    rollout = "actor_rollout_ref.rollout"
+    with pytest.raises(RlsimError) as err:
+        imported = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", [
+            "actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B", f"{rollout}.max_num_seqs=512",
+            f"{rollout}.gpu_memory_utilization=0.3"])
+        with imported.naming_config():
+            simulate(imported.scenario, iterations=1)
+    assert not err.value.field.startswith(f"{rollout}.max_num_seqs")

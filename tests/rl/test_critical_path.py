@@ -279,3 +279,16 @@ def test_a_step_walked_during_the_run_finds_a_reward_wait_whose_sample_returned_
     after = simulator.simulate(imported.scenario, iterations=5, keep_samples=True).summary["critical_path"]["steps"]
     assert [step["s_by_cause"] for step in online] == [step["s_by_cause"] for step in after]
     assert online[2]["s_by_cause"].get("reward", 0.0) > 10 and "dependency" not in online[2]["s_by_cause"]
+
+
+def test_the_steady_path_is_the_headlines_window():
+    """The report's critical path was whole-run (its long tail 132.8 s a step, 361.8 s of it in the
+    warm-up step 0) beside a steady headline (a capacity trial): the summary also gives the steady
+    steps' mean, shares and deltas, whose step is the steady step time."""
+    import simulator
+    summary = simulator.simulate(iterations=4, keep_samples=False).summary
+    steady = summary["critical_path"]["steady"]
+    assert steady["step_time_s"] == pytest.approx(summary["steady_step_time_s"], rel=1e-9)
+    assert sum(steady["share"].values()) == pytest.approx(1.0)
+    assert sum(steady["free_delta_s"].values()) == pytest.approx(steady["step_time_s"])
+    assert steady["free_delta_s"]["long_tail"] < summary["critical_path"]["free_delta_s"]["long_tail"]

@@ -80,11 +80,23 @@ class ColocatedRun:
             if t_split < gen_end - TIME_TOL_S:
                 yield from self._stalesync_step(k, plans, t_split, n_train)
             else:
+                self._note_no_room_beside_the_tail()
                 yield from self._sync_step(k, plans, t0)
         if self.aux:
             self.aux.idle("dependency", env.now, k)
         self.version = k + 1
         ctx.iterations[-1]["end"] = env.now
+
+    def _note_no_room_beside_the_tail(self) -> None:
+        """A StaleSync step that ran synchronous because no whole training group fits beside even
+        the smallest tail (one instance): said in the summary (stalesync_no_room: a layout whose pool
+        unit spans the pool made StaleSync a synchronous schedule with nothing said; a user trial)."""
+        ctx = self.ctx
+        if not self.split_allowed or _train_devices_beside(ctx, 1, self.n_actor) > 0:
+            return
+        said = ctx.extra.setdefault("stalesync_no_room", {"steps": 0, "pool_devices": self.n_actor,
+                                                          "train_group_devices": int(ctx.costs.train_pool_unit)})
+        said["steps"] += 1
 
     def _sync_step(self, k: int, plans: list[GenPlan], t0: float):
         """The whole round on every instance, then training on every device."""

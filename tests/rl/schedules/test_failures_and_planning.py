@@ -341,7 +341,15 @@ def test_seed_scenario_failure_replans_to_a_layout_the_colocated_pool_can_run(sc
     s = r.summary
     (f,) = s["failures"]
     after = TrainLayout.from_mapping(f["train_layout_after"])
-    assert after.tp == 8 and after.ep == 4 and after.devices == f["devices_after"] <= 376
+    assert after.devices == f["devices_after"] <= 376
+    if schedule == "colocated":
+        assert after.tp == 8 and after.ep == 4
+    else:   # StaleSync still trains beside its tail: no TP8 layout of the neighbourhood fits there (a capacity
+        # trial: TP8 PP11 groups of 352 ran the rest synchronous, ~620 s steps against ~500 s now)
+        from simulator.autoplan import consolidated_train_devices
+        from simulator.scenario import load_scenario
+        assert after.pool_unit <= consolidated_train_devices(load_scenario(), f["devices_after"])
+        assert "stalesync_no_room" not in s
     weights = memory_per_device(load_model("pangu-ultra-moe"), after, 1.0, 128e9).weights_bytes
     assert weights + 0.7 * 128e9 <= 128e9      # the rollout phase fits beside the resident weights
     assert np.allclose(per_device_time(r.timeline, s["devices"]), s["makespan_s"])
