@@ -298,7 +298,39 @@ def _run_planned(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: 
             continue
         if tried:   # said in the summary (auto_layout.replanned) and its notes
             plan.detail["replanned"] = tried
+        if plan is not None and plan.consolidating_train:
+            return _faster_of_two(sc, topology, prompt, resp, progress, keep_samples, (rec, costs, plan), replanner)
         return rec, costs, plan
+
+
+def _faster_of_two(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: LengthDistribution, progress: Any,
+                   keep_samples: bool, first: tuple[Any, Any, Any], replanner: Any) -> tuple[Any, Any, Any]:
+    """Colocated StaleSync under `layout: auto` whose fastest training layout leaves no room beside
+    the tail (it runs synchronous) against the fastest that does (it consolidates, training on
+    fewer devices): both run, the one with the higher steady tokens/s is kept and both are said in
+    auto_layout.train.compared. The planner ranks training alone: it took 384-device groups on the
+    default scenario (57.8k tokens/s, synchronous; 70.9k consolidating), and a consolidating layout
+    can also lose (dapo-qwen2.5-32b on 2 DGX H100 nodes: 14.2k s against 11.9k s a step)."""
+    from . import metrics  # pandas: after the run (see the TYPE_CHECKING note)
+    from .rl.llm_costs import HeavierBatchThanPlanned, LlmCosts
+    rec, costs, plan = first
+    layouts = {**plan.layouts, "train": plan.consolidating_train}
+    other_costs = LlmCosts(sc, topology, auto_layouts=layouts)
+    try:
+        other = run_schedule(sc, other_costs, topology.num_devices, _sampler(prompt), _sampler(resp),
+                             start_s=plan.planning_cost_s, replanner=replanner, progress=progress,
+                             keep_samples=keep_samples)
+    except HeavierBatchThanPlanned:
+        return first
+    rates = [metrics.steady_state(rec)[1], metrics.steady_state(other)[1]]
+    plan.detail["train"]["compared"] = [
+        {"layout": dict(plan.layouts["train"]), "consolidates": False, "steady_tokens_per_s": rates[0]},
+        {"layout": dict(plan.consolidating_train), "consolidates": True, "steady_tokens_per_s": rates[1]}]
+    if rates[1] <= rates[0]:
+        return first
+    plan.layouts = layouts
+    plan.detail["train"]["layout"] = dict(plan.consolidating_train)
+    return other, other_costs, plan
 
 
 def _with_absolute_paths(data: Any, source: str | None) -> Any:

@@ -26,6 +26,7 @@ from .hardware.devices import distinct_devices
 from .llm.architecture import ModelSpec, load_model
 from .llm.inference import RolloutLayout
 from .llm.lengths import LengthDistribution
+from .llm.train_layout import TrainLayout
 from .network.collectives import parse_group
 from .params import TRAIN_SOFTWARE
 from .planner import (
@@ -50,6 +51,9 @@ class AutoPlan:
     layouts: dict[str, dict[str, Any]] = field(default_factory=dict)   # 'train' / 'rollout' -> layout map
     planning_cost_s: float = 0.0
     detail: dict[str, Any] = field(default_factory=dict)               # summary['auto_layout']
+    # colocated StaleSync: the fastest training layout that leaves room beside its tail, where the
+    # fastest does not (the run tries both: planning ranks training alone, which consolidation changes)
+    consolidating_train: dict[str, Any] | None = None
 
 
 def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any,
@@ -228,6 +232,17 @@ def consolidated_train_devices(sc: Scenario, pool: int) -> int | None:
     return pool - tail * instance
 
 
+def room_beside_tail(sc: Scenario) -> Callable[[int], int] | None:
+    """The devices colocated StaleSync keeps for training beside its smallest tail (one rollout
+    instance; rl/schedules/colocated._train_devices_beside) on a pool of n: a training group larger
+    than that never lets the tail consolidate. None for a schedule that trains on its whole pool."""
+    if consolidated_train_devices(sc, 1 << 20) is None:
+        return None
+    rollout = sc.workload.rollout_layout
+    instance = rollout.get("tp", 1) * rollout.get("ep", 1) if isinstance(rollout, Mapping) else 1
+    return lambda n: n - instance
+
+
 def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     """(rollout ranks, training ranks) of the pools before whole-unit rounding (rl/pools.py)."""
     sched = sc.schedule
@@ -285,6 +300,25 @@ def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, p
     return space.model_copy(update=update).for_software(TRAIN_SOFTWARE[software])
 
 
+def _consolidating(sc: Scenario, model: Any, topology: Any, shape: tuple[int, int], ranks: list[int], space: Any,
+                   params: Any, evaluator: Any, fastest: dict[str, Any]) -> tuple[dict[str, Any] | None, float]:
+    """(the fastest layout that leaves colocated StaleSync room beside its tail, planning cost), where
+    ``fastest`` does not; (None, 0) where it does, the schedule trains on its whole pool, or none does."""
+    room = room_beside_tail(sc)
+    pool_unit = TrainLayout.from_mapping(dict(fastest), source=sc.source).pool_unit
+    if room is None or pool_unit <= room(len(ranks)):
+        return None, 0.0
+    evaluator.room_beside_tail = room
+    try:
+        plan = plan_training(model, topology, *shape, ranks=ranks, space=space, params=params, evaluator=evaluator,
+                             top=1)
+    except RlsimError:
+        return None, params.eval_cost_s
+    finally:
+        evaluator.room_beside_tail = None
+    return {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}, plan.planning_cost_s
+
+
 def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()) -> AutoPlan:
     """The planner's layouts for the sides left ``auto``, with the workload's trainer and engine
     constants and training stack. The planner settings are checked even when nothing is auto.
@@ -311,6 +345,9 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
         lay = {k: v for k, v in plan.best.choice.as_dict().items() if k != "dp"}
         out.layouts["train"] = lay
         out.planning_cost_s += plan.planning_cost_s
+        out.consolidating_train, cost = _consolidating(sc, model, topology, (batch, row), train_ranks, space,
+                                                       settings.params, evaluator, lay)
+        out.planning_cost_s += cost
         out.detail["train"] = {"layout": lay, "evaluated": plan.evaluated, "planning_cost_s": plan.planning_cost_s,
                                "devices": len(train_ranks), "global_batch_rows": batch, "seq_len": row}
     if w.rollout_layout == "auto":
@@ -397,11 +434,20 @@ class PlannerReplanner:
                 accept(c.as_dict())   # an RlsimError marks the layout infeasible, as a memory miss does
                 return base(c, ranks)
         wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True)
-        rp = replan_on_failure(self.model, self.topology, batch, row, failed=failed, ranks=pool_ranks,
-                               params=self.settings.params, recovery=self.recovery, current=choice,
-                               evaluator=evaluator, wide_space=wide,
-                               devices_kept=None if usable is None or self.sc.schedule.effective_placement != "colocated"
-                               else lambda n, choice: usable(n, choice.as_dict()))
+        kept = None if usable is None or self.sc.schedule.effective_placement != "colocated" \
+            else lambda n, choice: usable(n, choice.as_dict())
+        args = dict(failed=failed, ranks=pool_ranks, params=self.settings.params, recovery=self.recovery,
+                    current=choice, wide_space=wide, devices_kept=kept)
+        # colocated StaleSync keeps training beside its tail where a layout allows it (a TP8 PP11 group of
+        # all 352 survivors ran the rest synchronous: ~620 s steps against ~500 s); else any layout
+        base.room_beside_tail = room_beside_tail(self.sc)
+        try:
+            rp = replan_on_failure(self.model, self.topology, batch, row, evaluator=evaluator, **args)
+        except RlsimError:
+            if base.room_beside_tail is None:
+                raise
+            base.room_beside_tail = None
+            rp = replan_on_failure(self.model, self.topology, batch, row, evaluator=evaluator, **args)
         lay = {k: v for k, v in rp.layout.items() if k != "dp"}
         return ReplanOutcome(list(rp.survivors), lay, rp.planning_cost_s)
 

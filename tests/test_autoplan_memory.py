@@ -202,19 +202,27 @@ def test_colocated_stalesync_layouts_are_judged_on_the_pool_beside_its_largest_t
         evaluator(128).cost(choice, list(range(384)))
 
 
-def test_colocated_stalesync_plans_a_layout_that_trains_beside_its_tail():
+def test_colocated_stalesync_under_auto_runs_the_faster_of_consolidating_and_not():
     """layout: auto picked TP8 PP3 CP2 EP16 etp8, whose expert fold makes 384-device groups: none fit
-    beside the consolidated tail, so StaleSync ran synchronous with nothing said (57.8k against
-    colocated 57.8k tokens/s; a planner trial). A layout whose pool unit exceeds the devices beside
-    the largest tail is infeasible for it now, and the run consolidates."""
+    beside the consolidated tail, so StaleSync ran synchronous with nothing said (a capacity trial).
+    The fastest layout that leaves room is planned too, both run, the faster kept: here the one that
+    consolidates. Where none leaves room (qwen3-30b-a3b on one DGX H100) the run is as before, said
+    in a note (a regression trial: requiring room made that plan empty)."""
     from simulator.api import simulate
-    from simulator.autoplan import consolidated_train_devices
+    from simulator.autoplan import room_beside_tail
     from simulator.llm.train_layout import TrainLayout
     from simulator.scenario import load_scenario
-    summary = simulate(overrides=["workload.train_layout=auto"], iterations=2, keep_samples=False).summary
-    layout = TrainLayout.from_mapping({**summary["auto_layout"]["train"]["layout"]})
-    assert layout.pool_unit <= consolidated_train_devices(load_scenario(), 384)
+    summary = simulate(overrides=["workload.train_layout=auto"], iterations=3, keep_samples=False).summary
+    train = summary["auto_layout"]["train"]
+    synchronous, consolidating = train["compared"]
+    assert not synchronous["consolidates"] and consolidating["consolidates"]
+    assert consolidating["steady_tokens_per_s"] > synchronous["steady_tokens_per_s"]
+    assert train["layout"] == consolidating["layout"] and summary["steady_tokens_per_s"] == consolidating["steady_tokens_per_s"]
+    assert TrainLayout.from_mapping(dict(train["layout"])).pool_unit <= room_beside_tail(load_scenario())(384)
     assert summary["stage_time_s"].get("tail_generate", 0.0) > 0 and "stalesync_no_room" not in summary
+    small = simulate(workload="grpo-qwen3-30b-a3b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="stalesync",
+                     overrides=["workload.train_layout=auto"], iterations=2, keep_samples=False).summary
+    assert "compared" not in small["auto_layout"]["train"] and small["stalesync_no_room"]["steps"] == 2
 
 
 def test_stalesync_that_never_consolidates_says_so():

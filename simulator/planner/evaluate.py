@@ -25,6 +25,7 @@ class TrainingEvaluator:
                  sequence_parallel: bool | None = None,
                  heaviest: Callable[[int, int], tuple[int, float, int]] | None = None,
                  also_trains_on: int | Callable[[int], int | None] | None = None,
+                 room_beside_tail: Callable[[int], int | None] | None = None,
                  step_sequences: Callable[[int, int], tuple[int, np.ndarray]] | None = None,
                  packing: str = "none") -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
@@ -33,9 +34,10 @@ class TrainingEvaluator:
         drawn lengths exceed a typical row). None: on rows of ``seq_len`` tokens. ``also_trains_on``:
         devices a run may also train on, fewer than the candidate's (colocated StaleSync trains beside
         its consolidated tail), or a function of the candidate's device count giving them: memory is
-        judged at the DP whole pool units of them give too (ZeRO shards the state over fewer ranks),
-        and a layout whose pool unit (tp x cp x pp with its expert fold) is larger than they are is
-        infeasible (StaleSync would never consolidate: a synchronous run). ``step_sequences(rows, dp)``: (samples per micro-batch,
+        judged at the DP whole pool units of them give too (ZeRO shards the state over fewer ranks).
+        ``room_beside_tail(n)``: the devices a candidate of n devices keeps for training beside the
+        smallest consolidated tail (one rollout instance); a layout whose pool unit (tp x cp x pp with
+        its expert fold) is larger is infeasible: colocated StaleSync would never consolidate. ``step_sequences(rows, dp)``: (samples per micro-batch,
         the samples in micro-batch order) of an optimizer step of drawn lengths as the run forms its
         micro-batches (``packing`` as the run's: "packed" prices attention per sample): the step is
         timed on them, not on rows of ``seq_len`` (a packed row of many samples priced as one long
@@ -43,6 +45,7 @@ class TrainingEvaluator:
         self.model, self.topology = model, topology
         self.heaviest = heaviest
         self.also_trains_on = also_trains_on
+        self.room_beside_tail = room_beside_tail
         self.step_sequences, self.packing = step_sequences, packing
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
@@ -80,12 +83,13 @@ class TrainingEvaluator:
     def cost(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
         layout = self.layout(c)
         also = self.also_trains_on(len(ranks)) if callable(self.also_trains_on) else self.also_trains_on
-        if also is not None and also < layout.pool_unit:
+        room = self.room_beside_tail(len(ranks)) if self.room_beside_tail else None
+        if room is not None and room < layout.pool_unit:
             raise RlsimError(f"{self.model.name} with {c} trains in groups of {layout.pool_unit} devices "
-                             f"({layout.pool_unit_text()}), more than the {also} it trains on beside colocated "
-                             "StaleSync's consolidated tail: the tail would never consolidate", source="planner",
-                             field="schedule.consolidate_share",
-                             fix="a smaller tp x cp x pp (or expert fold), or a smaller schedule.consolidate_share")
+                             f"({layout.pool_unit_text()}), more than the {room} beside one rollout instance of "
+                             "colocated StaleSync's tail: the tail would never consolidate", source="planner",
+                             field="schedule.kind",
+                             fix="a smaller tp x cp x pp (or expert fold); or kind: colocated")
         if self.params.check_memory:
             # The same memory check train_step_cost makes first (equal sequences: the longest is
             # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
