@@ -489,6 +489,16 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
         notes.append(f"one iteration: {summary.get('schedule')} runs ahead of its trainer, so its first step is a "
                      "warm-up (a pipeline filling, a partial batch) and the steady figures are that step's; run 2 "
                      "or more iterations (--iterations) for a steady state")
+    compared = ((summary.get("auto_layout") or {}).get("train") or {}).get("compared")
+    if compared:   # layout: auto ran two layouts (colocated StaleSync): which, and why this one
+        kept = max(compared, key=lambda c: c["steady_tokens_per_s"])
+        other = compared[1] if kept is compared[0] else compared[0]
+        notes.append(f"layout: auto ran two training layouts and kept the faster: {_layout_text(kept['layout'])} "
+                     f"({'consolidating' if kept['consolidates'] else 'synchronous'}, "
+                     f"{kept['steady_tokens_per_s']:,.0f} tokens/s steady) against {_layout_text(other['layout'])} "
+                     f"({'consolidating' if other['consolidates'] else 'synchronous'}, "
+                     f"{other['steady_tokens_per_s']:,.0f}): the planner ranks training alone, and the fastest "
+                     "layout left StaleSync's tail no room (auto_layout.train.compared)")
     no_room = summary.get("stalesync_no_room")
     if no_room:   # StaleSync that never split: a training group as large as the pool leaves no room beside the tail
         notes.append(f"StaleSync ran {no_room['steps']} step(s) synchronous: the training layout trains in groups of "

@@ -220,6 +220,8 @@ def test_colocated_stalesync_under_auto_runs_the_faster_of_consolidating_and_not
     assert train["layout"] == consolidating["layout"] and summary["steady_tokens_per_s"] == consolidating["steady_tokens_per_s"]
     assert TrainLayout.from_mapping(dict(train["layout"])).pool_unit <= room_beside_tail(load_scenario())(384)
     assert summary["stage_time_s"].get("tail_generate", 0.0) > 0 and "stalesync_no_room" not in summary
+    assert any(note.startswith("layout: auto ran two training layouts and kept the faster") and "consolidating" in note
+               for note in summary["notes"])
     small = simulate(workload="grpo-qwen3-30b-a3b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="stalesync",
                      overrides=["workload.train_layout=auto"], iterations=2, keep_samples=False).summary
     assert "compared" not in small["auto_layout"]["train"] and small["stalesync_no_room"]["steps"] == 2
