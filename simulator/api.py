@@ -309,7 +309,7 @@ def _faster_of_two(sc: Scenario, topology: Any, prompt: LengthDistribution, resp
     the tail (it runs synchronous) against the fastest that does (it consolidates, training on
     fewer devices): both run, the one with the higher steady tokens/s is kept and both are said in
     auto_layout.train.compared. The planner ranks training alone: it took 384-device groups on the
-    default scenario (57.8k tokens/s, synchronous; 70.9k consolidating), and a consolidating layout
+    default scenario (58.1k tokens/s, synchronous; 70.9k consolidating), and a consolidating layout
     can also lose (dapo-qwen2.5-32b on 2 DGX H100 nodes: 14.2k s against 11.9k s a step)."""
     from . import metrics  # pandas: after the run (see the TYPE_CHECKING note)
     from .rl.llm_costs import HeavierBatchThanPlanned, LlmCosts

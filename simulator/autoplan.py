@@ -223,12 +223,10 @@ def consolidated_train_devices(sc: Scenario, pool: int) -> int | None:
     pool beside its largest consolidated tail, consolidate_share of the rollout instances; None for
     a schedule that trains on its whole pool. A rollout layout left auto is taken at one device an
     instance, the largest tail (the floor of a share of the instances holds the most devices so)."""
-    sched = sc.schedule
-    if not (sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1):
+    instance = _tail_instance_devices(sc)
+    if instance is None:
         return None
-    rollout = sc.workload.rollout_layout
-    instance = rollout.get("tp", 1) * rollout.get("ep", 1) if isinstance(rollout, Mapping) else 1
-    tail = max(1, math.floor(sched.consolidate_share * (pool // instance)))
+    tail = max(1, math.floor(sc.schedule.consolidate_share * (pool // instance)))
     return pool - tail * instance
 
 
@@ -236,11 +234,18 @@ def room_beside_tail(sc: Scenario) -> Callable[[int], int] | None:
     """The devices colocated StaleSync keeps for training beside its smallest tail (one rollout
     instance; rl/schedules/colocated._train_devices_beside) on a pool of n: a training group larger
     than that never lets the tail consolidate. None for a schedule that trains on its whole pool."""
-    if consolidated_train_devices(sc, 1 << 20) is None:
+    instance = _tail_instance_devices(sc)
+    return None if instance is None else (lambda n: n - instance)
+
+
+def _tail_instance_devices(sc: Scenario) -> int | None:
+    """The devices of one rollout instance of colocated StaleSync's tail (a rollout layout left auto:
+    one); None for a schedule that trains on its whole pool."""
+    sched = sc.schedule
+    if not (sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1):
         return None
     rollout = sc.workload.rollout_layout
-    instance = rollout.get("tp", 1) * rollout.get("ep", 1) if isinstance(rollout, Mapping) else 1
-    return lambda n: n - instance
+    return rollout.get("tp", 1) * rollout.get("ep", 1) if isinstance(rollout, Mapping) else 1
 
 
 def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:

@@ -282,9 +282,10 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     if args.stage == "train":
         _check_train_constants(w, model)
         ranks = inp["train_ranks"](topology.num_devices) if inp["train_ranks"] else None
-        also = inp["also_trains_on"]   # of the candidate's devices: --target searches device counts too
+        # also_trains_on: a function of the candidate's devices (--target searches device counts too)
         evaluator = TrainingEvaluator.for_workload(model, topology, inp["global_batch"], inp["seq_len"], w,
-                                                   params=inp["params"], heaviest=inp["heaviest"], also_trains_on=also,
+                                                   params=inp["params"], heaviest=inp["heaviest"],
+                                                   also_trains_on=inp["also_trains_on"],
                                                    step_sequences=inp["step_sequences"],
                                                    packing=inp["step_packing"] or "none")
         evaluator = _counted(evaluator, progress)

@@ -456,40 +456,35 @@ def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = Non
     ``base``: the first held sample id; ``total_steps``: the run's steps when ``paths`` are fewer
     (output.keep_sample_rows), said in ``steps_walked``; ``sequences``: (prompt_len, response_len) of
     the sequences on paths walked during the run (OnlinePaths.sequences: their rows may be gone)."""
-    totals = {c: 0.0 for c in CAUSES}
-    steps = []
+    steps, by_step = [], []
     for path in paths:
         by_cause = path.seconds_by_cause()
-        for cause, s in by_cause.items():
-            totals[cause] = totals.get(cause, 0.0) + s
+        by_step.append(by_cause)
         steps.append({"iteration": path.iteration, "start_s": path.start, "end_s": path.end,
                       "length_s": path.end - path.start,
                       "s_by_cause": {c: by_cause[c] for c in CAUSES if c in by_cause},
                       "chain": chain(path, samples, base, sequences)})
-    n = max(1, len(paths))
-    length = sum(totals.values())
-    out = {"method": METHOD, "steps": steps,
-           "step_time_s": length / n,
-           "share": {c: (v / length if length > 0 else 0.0) for c, v in totals.items()},
-           "free_delta_s": {c: v / n for c, v in totals.items()},
-           "bottleneck": max(CAUSES, key=lambda c: (totals[c], -CAUSES.index(c))) if length > 0 else ""}
+    whole = _over(by_step)
+    deltas = whole["free_delta_s"]
+    out = {"method": METHOD, "steps": steps, **whole,
+           "bottleneck": max(CAUSES, key=lambda c: (deltas[c], -CAUSES.index(c))) if whole["step_time_s"] > 0 else ""}
     if len(paths) >= 2 and total_steps in (None, len(paths)):
-        out["steady"] = _over(paths[1:])   # the steady figures' window: the first step is a warm-up
+        out["steady"] = _over(by_step[1:])   # the steady figures' window: the first step is a warm-up
     if total_steps is not None and total_steps != len(paths):   # output.keep_sample_rows: said, not only shown
         out["steps_walked"] = (f"{len(paths)} of {total_steps} steps: those whose per-sample rows output.keep_sample_rows "
                                "kept (the rows of the others were folded into counts)")
     return out
 
 
-def _over(paths: list[StepPath]) -> dict:
-    """Mean step, each cause's share of the path and free delta over ``paths`` (steps 1..N-1: the
-    window of the steady step and tokens/s, where a report's headline is; the whole run's mix a
-    pipelined schedule's warm-up step into them, 361.8 s of long tail in the seed's step 0)."""
+def _over(by_step: list[dict[str, float]]) -> dict:
+    """Mean step, each cause's share of the path and free delta over steps' seconds by cause (all,
+    or steps 1..N-1: the window of the steady step and tokens/s, where a report's headline is; the
+    whole run's mix a pipelined schedule's warm-up step in, 361.8 s of long tail in the seed's step 0)."""
     totals = {c: 0.0 for c in CAUSES}
-    for path in paths:
-        for cause, seconds in path.seconds_by_cause().items():
+    for by_cause in by_step:
+        for cause, seconds in by_cause.items():
             totals[cause] = totals.get(cause, 0.0) + seconds
-    length, n = sum(totals.values()), len(paths)
+    length, n = sum(totals.values()), max(1, len(by_step))
     return {"step_time_s": length / n, "share": {c: (v / length if length > 0 else 0.0) for c, v in totals.items()},
             "free_delta_s": {c: v / n for c, v in totals.items()}}
 
