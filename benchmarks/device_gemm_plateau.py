@@ -82,6 +82,16 @@ def _clock_mhz() -> float | None:
     return float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
 
 
+def _power_w() -> float | None:
+    """The board's power draw (W) through NVML, None without pynvml."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    pynvml.nvmlInit()
+    return pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(0)) / 1000.0
+
+
 class Timer:
     def __init__(self, torch, device: str, dtype) -> None:
         self.torch, self.device, self.dtype = torch, device, dtype
@@ -90,8 +100,10 @@ class Timer:
     def operands(self, s: Shape) -> tuple:
         if s not in self.cache:
             t = self.torch
-            self.cache[s] = (t.full((s.m, s.k), 0.5, dtype=self.dtype, device=self.device),
-                             t.full((s.k, s.n), 0.5, dtype=self.dtype, device=self.device),
+            # Random operands: a tensor core's power, hence the clock a power limit allows, follows
+            # its bits' switching (an H200's 8192^3 product ran 13% faster on zeros than on random data).
+            self.cache[s] = (t.randn((s.m, s.k), dtype=self.dtype, device=self.device),
+                             t.randn((s.k, s.n), dtype=self.dtype, device=self.device),
                              t.empty((s.m, s.n), dtype=self.dtype, device=self.device))
         return self.cache[s]
 
@@ -137,10 +149,11 @@ def main() -> None:
     timer = Timer(torch, args.device, dtype)
     shapes = all_shapes(args.smoke)
     clock_before = _clock_mhz()
-    deadline = time.perf_counter() + args.sustain_s
+    deadline, loaded = time.perf_counter() + args.sustain_s, (None, None)
     while time.perf_counter() < deadline:   # hold the load: power-capped clocks, warm caches
         for s in shapes:
             timer.run(s, 1)
+        loaded = (_clock_mhz(), _power_w())   # read while the last round's kernels still run
         timer.sync()
     results = []
     for s in shapes:
@@ -157,7 +170,8 @@ def main() -> None:
     weight = sum(r["m"] * r["n"] * r["k"] for r in results)
     doc = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "dtype": dtype_name,
            "catalog": args.catalog, "peak_tflops": peak / 1e12, "sustain_s": args.sustain_s,
-           "sm_clock_mhz_before_after": [clock_before, _clock_mhz()], "shapes": results,
+           "sm_clock_mhz_before_after": [clock_before, _clock_mhz()],
+           "under_load_sm_clock_mhz_power_w": list(loaded), "shapes": results,
            "flop_weighted_plateau_by_row": summary,
            "flop_weighted_plateau": sum(r["implied_plateau"] * r["m"] * r["n"] * r["k"] for r in results) / weight}
     if args.out:
@@ -166,7 +180,8 @@ def main() -> None:
         print(json.dumps(doc, indent=1))
         return
     print(f"{doc['device']} {dtype_name}, peak {peak / 1e12:.0f} TFLOP/s ({args.catalog}), "
-          f"after {args.sustain_s:g} s of load; SM clock MHz before/after: {doc['sm_clock_mhz_before_after']}")
+          f"after {args.sustain_s:g} s of load; SM clock MHz before/after: {doc['sm_clock_mhz_before_after']}; "
+          f"under load (MHz, W): {doc['under_load_sm_clock_mhz_power_w']}")
     for r in results:
         print(f"  {r['row']:<18} {r['gemm']:<14} {r['m']:>6} x {r['n']:>6} x {r['k']:>6}  "
               f"{r['tflops']:8.1f} TFLOP/s  {r['share_of_peak']:6.1%} of peak  plateau {r['implied_plateau']:.3f}")
@@ -183,7 +198,8 @@ def _write_profile(path: str, doc: dict, torch_version: str) -> None:
     save_profile(DeviceProfile(
         device=doc["catalog"], gemm_efficiency=min(1.0, plateau),
         measured_on={"framework": f"torch {torch_version}", "device": doc["device"], "dtype": doc["dtype"],
-                     "sustain_s": doc["sustain_s"], "sm_clock_mhz_before_after": doc["sm_clock_mhz_before_after"]},
+                     "sustain_s": doc["sustain_s"], "sm_clock_mhz_before_after": doc["sm_clock_mhz_before_after"],
+                     "under_load_sm_clock_mhz_power_w": doc["under_load_sm_clock_mhz_power_w"]},
         notes=[f"benchmarks/device_gemm_plateau.py: FLOP-weighted plateau {plateau:.4f} over "
                f"{len(doc['shapes'])} GEMM shapes of the V7 rows and the V6 Qwen3-32B trainer"]), path)
 

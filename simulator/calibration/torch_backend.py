@@ -97,6 +97,7 @@ class TorchBackend(Backend):
         self.timing = timing
         self._sync = _synchronizer(torch, device)
         self._gen = torch.Generator().manual_seed(0)
+        self._device_gen = None   # made at the first GPU draw (a CUDA generator needs the device)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _dtype(self, name: str):
@@ -106,6 +107,10 @@ class TorchBackend(Backend):
         return getattr(self.torch, _DTYPE_NAMES[name])
 
     def _rand(self, *shape: int, dtype: str = "fp32"):
+        if self.device == "cuda":   # drawn on the GPU: gigabytes of operands in milliseconds
+            if self._device_gen is None:
+                self._device_gen = self.torch.Generator(device=self.device).manual_seed(0)
+            return self.torch.randn(*shape, generator=self._device_gen, dtype=self._dtype(dtype), device=self.device)
         t = self.torch.randn(*shape, generator=self._gen, dtype=self.torch.float32)
         return t.to(device=self.device, dtype=self._dtype(dtype))
 
@@ -141,9 +146,15 @@ class TorchBackend(Backend):
         # overstates small GEMMs (measured on the CI CPU: 80x768x256 at 74 GFLOP/s hot, 47 cold).
         per_set = BYTES[dtype] * (m * k + k * n + m * n)
         sets = int(min(MAX_OPERAND_SETS, max(1, cold_bytes // per_set + 1)))
-        # Constant operands: BLAS time does not depend on the values, and randn of 128 MiB is slow.
-        a = self.torch.full((sets, m, k), 0.5, dtype=self._dtype(dtype), device=self.device)
-        b = self.torch.full((sets, k, n), 0.5, dtype=self._dtype(dtype), device=self.device)
+        # On a CPU constant operands (BLAS time does not depend on the values; randn of 128 MiB is
+        # slow). On a GPU random ones: tensor-core power, hence the clock a power limit allows,
+        # follows the operands' bits (an H200's 8192^3 bf16 product: 894 TFLOP/s on zeros, 788 on
+        # random data; docs/reference/hardware.md).
+        if self.device == "cuda":
+            a, b = self._rand(sets, m, k, dtype=dtype), self._rand(sets, k, n, dtype=dtype)
+        else:
+            a = self.torch.full((sets, m, k), 0.5, dtype=self._dtype(dtype), device=self.device)
+            b = self.torch.full((sets, k, n), 0.5, dtype=self._dtype(dtype), device=self.device)
         out = self.torch.empty(sets, m, n, dtype=a.dtype, device=self.device)
         turn = [0]
 

@@ -16,7 +16,11 @@ from ..errors import RlsimError
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 # Achievable fractions shared by most devices (hardware.md, "Achievable fractions seen in practice").
-DEFAULT_GEMM_EFFICIENCY = 0.75  # large BF16 GEMMs reach ~70-80% of peak on H100/A100
+# Large BF16 GEMMs reach ~70-80% of peak on H100/A100. Measured on a lent H200 (the H100's SMs,
+# clocks and 700 W limit; benchmarks/measured/h200-2026-12-04): 0.68 of peak for the V7 / V6 trainer
+# GEMMs back to back at the power limit (1455 MHz, 693 W), 0.80 for the GEMMs inside a whole
+# forward + backward (the V7 1.7B model), whose memory-bound kernels let the clock recover.
+DEFAULT_GEMM_EFFICIENCY = 0.75
 DEFAULT_HBM_EFFICIENCY = 0.80  # HBM streaming in decode reaches ~75-85% of peak bandwidth
 # CUDA kernel launch costs a few microseconds (NVIDIA CUDA best-practices guide, "~5 us");
 # no public figure for Ascend, so the same value is assumed there until calibrated.
@@ -169,6 +173,11 @@ _CATALOG: dict[str, DeviceSpec] = {
             name="h200", description="NVIDIA H200 SXM 141GB",
             peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
             hbm_bytes=141 * GIB, hbm_bw_Bps=4.8 * T,  # hardware.md
+            # Measured (benchmarks/measured/h200-2026-12-04, device_decode_graphs.py): a Llama-3.1-8B
+            # decode step's kernels stream its weights and KV cache at 3.1-3.2 TB/s at batch 1-256,
+            # 0.65-0.67 of the 4.8 TB/s datasheet (a plain copy: 4.24 TB/s, 0.88). The same SMs as the
+            # H100 feed a faster memory, so the catalog's 0.80 (an H100 / A100 figure) overstated it.
+            hbm_efficiency=0.65,
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
             power_w=700,  # H200 SXM datasheet TDP

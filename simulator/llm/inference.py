@@ -130,6 +130,11 @@ class StepCost:
         self.expert_bytes_dev = model.params_routed_experts * wbytes / (tp * ep)
         self.dense_bytes_dev = (model.params_total - model.params_routed_experts) * wbytes / tp
         self.weight_bytes_dev = self.dense_bytes_dev + self.expert_bytes_dev
+        # What a step streams: not the input lookup tables (a step gathers one row a token; an LM head
+        # tied to the token table reads it whole), measured: a Llama-3.1-8B decode step on an H200
+        # streams 15.1 GB, not the 16.1 GB of all its weights (benchmarks/device_decode_graphs.py).
+        lookup_only = model.params_embedding - (model.vocab * model.hidden if model.tied_embeddings else 0)
+        self.streamed_dense_bytes_dev = self.dense_bytes_dev - lookup_only * wbytes / tp
         self.route_p = model.experts_per_token / model.num_experts if model.is_moe else 0.0
         # KV per token on the devices of one replica: heads split over tp (replicated when tp exceeds
         # the KV heads, as vLLM); the MLA latent is not split by heads, so every TP rank keeps it all.
@@ -195,7 +200,7 @@ class StepCost:
         """Weights streamed in a step of `tokens` tokens; only the experts some token picked are read
         (expected share of one device's experts touched: 1 - (1 - k/E)^tokens)."""
         touched = 1.0 - (1.0 - self.route_p) ** tokens if self.route_p else 0.0
-        return (self.dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
+        return (self.streamed_dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
 
     def comm_s(self, tokens: float) -> float:
         """TP all-reduces (2 per layer) and EP dispatch + combine (per MoE layer) for one step."""
@@ -220,11 +225,11 @@ class StepCost:
         """weight_read_s over an integer array, bit-identical (the same operations; the MoE share
         of experts touched by the scalar power, as weight_read_s, once per distinct count)."""
         if not self.route_p:
-            return np.full(len(tokens), (self.dense_bytes_dev + self.expert_bytes_dev * 0.0) / self.bw)
+            return np.full(len(tokens), (self.streamed_dense_bytes_dev + self.expert_bytes_dev * 0.0) / self.bw)
         keep = 1.0 - self.route_p
         distinct = _distinct(tokens)   # the scalar power once per distinct count (a run repeats them)
         touched = np.array([1.0 - keep ** x for x in distinct.tolist()])[np.searchsorted(distinct, tokens)]
-        return (self.dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
+        return (self.streamed_dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
 
     def comm_many_s(self, tokens: np.ndarray) -> np.ndarray:
         """comm_s over an integer array, bit-identical: the same operations on each element."""

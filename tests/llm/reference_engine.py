@@ -123,6 +123,8 @@ class StepCost:
         self.expert_bytes_dev = model.params_routed_experts * wbytes / (tp * ep)
         self.dense_bytes_dev = (model.params_total - model.params_routed_experts) * wbytes / tp
         self.weight_bytes_dev = self.dense_bytes_dev + self.expert_bytes_dev
+        lookup_only = model.params_embedding - (model.vocab * model.hidden if model.tied_embeddings else 0)
+        self.streamed_dense_bytes_dev = self.dense_bytes_dev - lookup_only * wbytes / tp   # the engine's cost model
         self.route_p = model.experts_per_token / model.num_experts if model.is_moe else 0.0
         # KV per token on the devices of one replica: heads split over tp (replicated when tp exceeds
         # the KV heads, as vLLM); the MLA latent is not split by heads, so every TP rank keeps it all.
@@ -174,7 +176,7 @@ class StepCost:
         """Weights streamed in a step of `tokens` tokens; only the experts some token picked are read
         (expected share of one device's experts touched: 1 - (1 - k/E)^tokens)."""
         touched = 1.0 - (1.0 - self.route_p) ** tokens if self.route_p else 0.0
-        return (self.dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
+        return (self.streamed_dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
 
     def comm_s(self, tokens: float) -> float:
         """TP all-reduces (2 per layer) and EP dispatch + combine (per MoE layer) for one step."""

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The project's prepared check on one lent GPU (about four minutes): every figure rlsim wants from a
+# real device, in one run, written to OUTDIR.
+#
+#   bash benchmarks/device_check.sh OUTDIR
+#
+# 1. benchmarks/device_gemm_plateau.py: the sustained bf16 GEMM rate at the V7 / V6 trainers' shapes
+#    after 30 s of load (gemm_plateau.json) and the H100 device profile of that plateau
+#    (h100_plateau.yaml: an H200 has the H100's SMs, clocks and power limit; `measured_on` says so).
+# 2. benchmarks/device_decode_graphs.py: a Llama-3.1-8B-shaped decode step, eager against a replayed
+#    CUDA graph, beside rlsim's engine step (decode_graphs.json).
+# 3. `rlsim calibrate --backend torch --device cuda` on a GPU-sized grid (no collectives: one GPU):
+#    the device profile of the GPU itself (gpu_calibrated.yaml, calibrate.json).
+# 4. benchmarks/device_train_step.py: the V7 1.7B row's model, forward and backward of one
+#    micro-batch, its GPU time by kernel kind (train_step.json).
+# Each step has its own time limit, so one that fails or hangs leaves the others' files.
+set -u
+out=${1:?usage: bash benchmarks/device_check.sh OUTDIR}
+mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+log="$out/stderr.log"
+
+{ nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,clocks.sm,memory.total --format=csv
+  lscpu | grep -E 'Model name|^CPU\(s\)|MHz'; } | tee "$out/machine.txt"
+
+timeout 240 python3 benchmarks/device_gemm_plateau.py --device cuda --catalog h100 --sustain-s 30 --json \
+    --out "$out/h100_plateau.yaml" > "$out/gemm_plateau.json" 2>> "$log"
+echo "gemm plateau: exit $?"
+
+timeout 150 python3 benchmarks/device_decode_graphs.py --device cuda --json > "$out/decode_graphs.json" 2>> "$log"
+echo "decode graphs: exit $?"
+
+timeout 150 python3 benchmarks/device_train_step.py --device cuda --row 1.7b --json > "$out/train_step.json" 2>> "$log"
+echo "train step: exit $?"
+
+timeout 200 python3 -m simulator calibrate --backend torch --device cuda --out "$out/gpu_calibrated.yaml" --json \
+    --set microbench.collectives=false --set 'microbench.dtypes=[bf16]' \
+    --set 'microbench.gemm_shapes=[[1024,1024,1024],[2048,2048,2048],[4096,4096,4096],[8192,8192,8192],[1,4096,4096],[8,4096,4096],[32,4096,4096],[128,4096,4096],[512,4096,4096],[4096,4096,64],[4096,4096,256],[4096,14336,4096],[4096,4096,14336],[16,14336,4096],[256,14336,4096]]' \
+    --set microbench.gemm_cold_bytes=536870912 \
+    --set 'microbench.copy_sizes_bytes=[1048576,16777216,268435456,1073741824]' \
+    --set 'microbench.host_copy_sizes_bytes=[1048576,16777216,134217728]' \
+    --set microbench.decode_hidden=4096 --set microbench.decode_ffn_hidden=14336 \
+    --set microbench.decode_num_heads=32 --set microbench.decode_vocab=32768 \
+    --set 'microbench.decode_layers=[1,2,4]' --set 'microbench.decode_batches=[1,16,64]' \
+    --set 'microbench.decode_kv_lens=[256,1024]' --set microbench.decode_dtype=bf16 \
+    > "$out/calibrate.json" 2>> "$log"
+echo "calibrate: exit $?"
+tail -c 3000 "$log"

@@ -1,0 +1,83 @@
+"""The prepared GPU checks beside device_gemm_plateau.py (benchmarks/device_check.sh runs them on a lent
+GPU): each runs on a CPU (--smoke), and the models they time are the ones rlsim predicts."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def _bench(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def _run(script: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--device", "cpu", "--smoke", "--json",
+                          *args], capture_output=True, text=True, check=True, cwd=ROOT, timeout=120, env=ENV)
+    return json.loads(out.stdout)
+
+
+def test_the_decode_model_is_rlsims_llama_and_streams_its_weights_and_cache():
+    from simulator.llm.architecture import load_model
+
+    bench = _bench("device_decode_graphs")
+    dims = bench.LLAMA_8B
+    assert dims.params == load_model("llama3.1-8b").params_total == 8_030_261_248
+    # A step reads every weight but the embedding table and the final norm, plus 2 x layers x KV heads
+    # x head_dim values per cached position.
+    weights = dims.params - dims.vocab * dims.hidden - dims.hidden
+    assert dims.bytes_read(3, 100, 2) == 2 * (weights + 2 * 32 * 3 * 8 * 100 * 128)
+
+
+def test_the_decode_smoke_run_times_eager_steps_and_prices_them_with_rlsim():
+    pytest.importorskip("torch")
+    doc = _run("device_decode_graphs.py", "--batches", "1,2", "--repeats", "2", "--kv-len", "16")
+    rows = doc["rows"]
+    assert [r["batch"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["eager_s"] > 0 and row["kernels"] > 0 and row["graph_s"] is None   # no graphs on a CPU
+        assert row["bytes_over_copy_bw_s"] == pytest.approx(row["bytes"] / doc["copy_bw_Bps"])
+        assert row["rlsim"]["graph_gpu_s"] > row["rlsim"]["roofline_s"] > 0
+    smoke = _bench("device_decode_graphs").SMOKE
+    assert rows[1]["bytes"] == smoke.bytes_read(2, 16, 4)          # fp32 on a CPU
+
+
+def test_the_train_step_counts_megatron_cores_model_flops():
+    from simulator.validation.megatron_core import predict_row
+
+    bench = _bench("device_train_step")
+    per_sequence = predict_row(16, 2048, 24, 1, 1, 48, 192).model_flops / 192
+    # rlsim's count is the formula's within 0.04% (it also counts the biases' and norms' FLOPs).
+    assert bench.model_flops(24, 2048, 4096, 131_072) == pytest.approx(per_sequence, rel=4e-4)
+    assert bench.model_flops(24, 2048, 4096, 131_072) == 72 * 4096 * 24 * 2048**2 * (1 + 4096 / 12288 + 131_072 / 589_824)
+
+
+@pytest.mark.parametrize("kernel, kind", [
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", "gemm"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128", "attention"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", "attention"),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>", "other"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>", "other"),
+    ("triton_poi_fused__scaled_dot_product_cudnn_attention_add_native_layer_norm_0", "other"),
+])
+def test_kernels_are_sorted_by_kind(kernel, kind):
+    assert _bench("device_train_step").kind_of(kernel) == kind
+
+
+def test_the_train_smoke_run_splits_the_micro_batch(tmp_path):
+    pytest.importorskip("torch")
+    doc = _run("device_train_step.py", "--sustain-s", "0", "--repeats", "1")
+    assert doc["row"] == "1.7b" and doc["dims"]["layers"] == 2
+    assert doc["micro_batch_s"] > 0 and doc["tflops"] == pytest.approx(doc["model_flops"] / doc["micro_batch_s"] / 1e12)
+    assert set(doc["kernel_s_by_kind"]) == {"gemm", "attention", "other"}
+    assert sum(doc["top_kernels_s"].values()) <= sum(doc["kernel_s_by_kind"].values()) + 1e-12
