@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's prepared check on one lent GPU (about four minutes): every figure rlsim wants from a
+# The project's prepared check on one lent GPU (about five minutes): every figure rlsim wants from a
 # real device, in one run, written to OUTDIR.
 #
 #   bash benchmarks/device_check.sh OUTDIR
@@ -12,7 +12,8 @@
 # 3. `rlsim calibrate --backend torch --device cuda` on a GPU-sized grid (no collectives: one GPU):
 #    the device profile of the GPU itself (gpu_calibrated.yaml, calibrate.json).
 # 4. benchmarks/device_train_step.py: the V7 1.7B row's model, forward and backward of one
-#    micro-batch, its GPU time by kernel kind (train_step.json).
+#    micro-batch, its GPU time by kernel kind, in plain torch and with its layers compiled
+#    (train_step.json, train_step_compiled.json).
 # Each step has its own time limit, so one that fails or hangs leaves the others' files.
 set -u
 out=${1:?usage: bash benchmarks/device_check.sh OUTDIR}
@@ -21,7 +22,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="$out/stderr.log"
 
 { nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,clocks.sm,memory.total --format=csv
-  lscpu | grep -E 'Model name|^CPU\(s\)|MHz'; } | tee "$out/machine.txt"
+  lscpu | grep -E 'Model name|^CPU\(s\)|MHz'; }    # to stdout: the device tool returns at most 8 files
 
 timeout 240 python3 benchmarks/device_gemm_plateau.py --device cuda --catalog h100 --sustain-s 30 --json \
     --out "$out/h100_plateau.yaml" > "$out/gemm_plateau.json" 2>> "$log"
@@ -32,6 +33,9 @@ echo "decode graphs: exit $?"
 
 timeout 150 python3 benchmarks/device_train_step.py --device cuda --row 1.7b --json > "$out/train_step.json" 2>> "$log"
 echo "train step: exit $?"
+timeout 150 python3 benchmarks/device_train_step.py --device cuda --row 1.7b --compile --sustain-s 20 --json \
+    > "$out/train_step_compiled.json" 2>> "$log"
+echo "train step, compiled: exit $?"
 
 timeout 200 python3 -m simulator calibrate --backend torch --device cuda --out "$out/gpu_calibrated.yaml" --json \
     --set microbench.collectives=false --set 'microbench.dtypes=[bf16]' \

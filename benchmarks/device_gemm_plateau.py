@@ -1,6 +1,6 @@
-"""The sustained GEMM rate of a GPU at the shapes of the V7 / V6 trainers: the measurement that would
-make the H100 plateau a sourced default (docs/validation.md V7: the tables ask for ~0.6, the catalog
-keeps hardware.md's 0.75). A prepared device check: one run, a few minutes, prints figures.
+"""The sustained GEMM rate of a GPU at the shapes of the V7 / V6 trainers: the measurement behind the
+Hopper SXM catalog plateau (0.685, run on an H200 on 2026-12-04: benchmarks/measured/h200-2026-12-04;
+docs/validation.md V7). A prepared device check: one run, a few minutes, prints figures.
 
     python benchmarks/device_gemm_plateau.py --device cuda [--json] [--sustain-s 20] [--out h100.yaml]
     python benchmarks/device_gemm_plateau.py --device cpu --smoke     # the script itself, on a CPU
@@ -185,7 +185,8 @@ def main() -> None:
     for r in results:
         print(f"  {r['row']:<18} {r['gemm']:<14} {r['m']:>6} x {r['n']:>6} x {r['k']:>6}  "
               f"{r['tflops']:8.1f} TFLOP/s  {r['share_of_peak']:6.1%} of peak  plateau {r['implied_plateau']:.3f}")
-    print("FLOP-weighted plateau per row (topology.device.gemm_efficiency; catalog 0.75):")
+    print(f"FLOP-weighted plateau per row (topology.device.gemm_efficiency; catalog "
+          f"{get_device(args.catalog).gemm_efficiency:g}):")
     for row, value in summary.items():
         print(f"  {row:<18} {value:.3f}")
 

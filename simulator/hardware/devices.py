@@ -16,11 +16,14 @@ from ..errors import RlsimError
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 # Achievable fractions shared by most devices (hardware.md, "Achievable fractions seen in practice").
-# Large BF16 GEMMs reach ~70-80% of peak on H100/A100. Measured on a lent H200 (the H100's SMs,
-# clocks and 700 W limit; benchmarks/measured/h200-2026-12-04): 0.68 of peak for the V7 / V6 trainer
-# GEMMs back to back at the power limit (1455 MHz, 693 W), 0.80 for the GEMMs inside a whole
-# forward + backward (the V7 1.7B model), whose memory-bound kernels let the clock recover.
-DEFAULT_GEMM_EFFICIENCY = 0.75
+DEFAULT_GEMM_EFFICIENCY = 0.75  # large BF16 GEMMs reach ~70-80% of peak on H100/A100
+# The 700 W Hopper SXM parts (H100, H800, H200: one processor, one power limit) run a training job's
+# GEMMs power-limited. Measured on a lent H200 (benchmarks/measured/h200-2026-12-04): the V7 / V6
+# trainer GEMMs back to back, random operands, after 30 s and 120 s of load: 0.686 / 0.685 of peak at
+# 1455-1500 MHz and 690-693 W; the V7 1.7B, 7.1B and 16B models' GEMMs in a fused (torch.compile)
+# forward + backward on that GPU: 0.69-0.73. Only an unfused step, whose many memory-bound kernels let the clock recover, ran its
+# GEMMs at 0.80, as do bursts of a few ms (0.79-0.83). Trainers fuse: the sustained figure.
+HOPPER_SXM_GEMM_EFFICIENCY = 0.685
 DEFAULT_HBM_EFFICIENCY = 0.80  # HBM streaming in decode reaches ~75-85% of peak bandwidth
 # CUDA kernel launch costs a few microseconds (NVIDIA CUDA best-practices guide, "~5 us");
 # no public figure for Ascend, so the same value is assumed there until calibrated.
@@ -151,6 +154,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 x16 (hardware.md)
+            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY,
             power_w=700,  # H100 SXM datasheet TDP
         ),
         DeviceSpec(
@@ -159,6 +163,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=200 * G,  # hardware.md: NVLink 400 GB/s both directions
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
+            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY,
             power_w=700,  # same board as H100 SXM
         ),
         DeviceSpec(
@@ -180,6 +185,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             hbm_efficiency=0.65,
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
+            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY,
             power_w=700,  # H200 SXM datasheet TDP
         ),
         DeviceSpec(

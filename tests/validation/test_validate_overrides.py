@@ -12,7 +12,7 @@ from simulator.errors import RlsimError
 from simulator.overrides import apply_overrides
 from simulator.validation import Case, key_taken, megatron, megatron_core, nemo_rl, register, run_cases
 
-PLATEAU = "topology.device.gemm_efficiency=0.6"
+PLATEAU = "topology.device.gemm_efficiency=0.5"
 
 
 def _predicted(capsys, *argv) -> dict[str, float]:
@@ -31,13 +31,13 @@ def test_v7_with_a_device_field_is_the_what_if_of_that_device(capsys):
     row = megatron_core.ROWS[0]
     changed = _predicted(capsys, "--case", "V7", "--set", PLATEAU)
     name = f"V7 megatron-core {row[0]} tp{row[4]} pp{row[5]} {row[6]}gpu"
-    what_if = megatron_core.predict_row(*row[1:8], device=(("gemm_efficiency", 0.6),)).tflops_per_device
+    what_if = megatron_core.predict_row(*row[1:8], device=(("gemm_efficiency", 0.5),)).tflops_per_device
     assert changed[name] == pytest.approx(what_if, rel=1e-12)
     catalog = _predicted(capsys, "--case", "V7")          # nothing left over from the run before
     assert catalog[name] == pytest.approx(megatron_core.predict_row(*row[1:8]).tflops_per_device, rel=1e-12)
     assert changed[name] < 0.9 * catalog[name]
     median = "V7 megatron-core median |error|"
-    assert changed[median] == pytest.approx(float(megatron_core.median_error(("topology.device.gemm_efficiency=0.6",))))
+    assert changed[median] == pytest.approx(float(megatron_core.median_error((PLATEAU,))))
     assert changed[median] != pytest.approx(catalog[median])
 
 
@@ -105,7 +105,7 @@ def test_v7_with_a_measured_profile_is_the_what_if_of_its_fields(tmp_path, capsy
     row's device, as a topology's device_profile does: a profile setting the plateau only is the
     plateau's what-if."""
     profile = tmp_path / "h100.yaml"
-    profile.write_text("device: h100\ngemm_efficiency: 0.6\n")
+    profile.write_text("device: h100\ngemm_efficiency: 0.5\n")
     measured = _predicted(capsys, "--case", "V7", "--set", f"topology.device_profile={profile}")
     assert measured == _predicted(capsys, "--case", "V7", "--set", PLATEAU)
 
