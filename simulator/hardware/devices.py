@@ -21,8 +21,9 @@ DEFAULT_GEMM_EFFICIENCY = 0.75  # large BF16 GEMMs reach ~70-80% of peak on H100
 # GEMMs power-limited. Measured on a lent H200 (benchmarks/measured/h200-2026-12-04): the V7 / V6
 # trainer GEMMs back to back, random operands, after 30 s and 120 s of load: 0.686 / 0.685 of peak at
 # 1455-1500 MHz and 690-693 W; the V7 1.7B, 7.1B and 16B models' GEMMs in a fused (torch.compile)
-# forward + backward on that GPU: 0.69-0.73. Only an unfused step, whose many memory-bound kernels let the clock recover, ran its
-# GEMMs at 0.80, as do bursts of a few ms (0.79-0.83). Trainers fuse: the sustained figure.
+# forward + backward on that GPU: 0.69-0.73. Only an unfused step, whose many memory-bound kernels
+# let the clock recover, ran its GEMMs at 0.80, as bursts of a few ms do (0.79-0.83). Trainers fuse:
+# the sustained figure. (validation M1 checks one GPU's micro-batch against it.)
 HOPPER_SXM_GEMM_EFFICIENCY = 0.685
 DEFAULT_HBM_EFFICIENCY = 0.80  # HBM streaming in decode reaches ~75-85% of peak bandwidth
 # CUDA kernel launch costs a few microseconds (NVIDIA CUDA best-practices guide, "~5 us");

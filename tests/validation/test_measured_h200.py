@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from simulator.hardware.devices import HOPPER_SXM_GEMM_EFFICIENCY, get_device
-from simulator.validation.megatron_core import ROWS, predict_row
+from simulator.validation import measured
+from simulator.validation.megatron_core import ROWS
 
 MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "h200-2026-12-04"
 
@@ -23,31 +24,31 @@ def test_the_hopper_catalog_takes_the_sustained_plateau_measured():
     assert get_device("a100-80gb").gemm_efficiency == 0.75             # another processor keeps its own
 
 
-@pytest.mark.parametrize("row", ["1.7b", "7.1b", "16b"])
+def test_the_cases_carry_the_measured_figures():
+    for row, seconds in measured.TRAIN_STEPS:
+        doc = _load(f"train_step_{row}_compiled.json")
+        assert doc["compiled"] and doc["micro_batch_s"] == seconds
+        _, heads, hidden, layers, *_ = next(r for r in ROWS if r[0] == row)
+        assert doc["dims"] == {"layers": layers, "hidden": hidden, "heads": heads, "seq": 4096, "vocab": 131_072}
+    rows = _load("decode_graphs.json")["rows"]
+    assert tuple((r["batch"], r["graph_s"]) for r in rows) == measured.DECODE_STEPS
+    assert {r["kv_len"] for r in rows} == {measured.KV_LEN}
+
+
+@pytest.mark.parametrize("row", [r for r, _ in measured.TRAIN_STEPS])
 def test_a_fused_micro_batch_on_one_gpu_is_predicted_within_5_percent(row):
-    """The V7 models whole on one GPU (torch.compile'd layers: fused norms, GELU, biases, residuals),
-    forward and backward of one 4096-token micro-batch; rlsim's compute on the catalog H200 for the
-    same (one micro-batch a GPU; bf16 gradients, as the script keeps, so the 16B model fits)."""
-    measured = _load(f"train_step_{row}_compiled.json")
-    _, heads, hidden, layers, *_ = next(r for r in ROWS if r[0] == row)
-    assert measured["dims"] == {"layers": layers, "hidden": hidden, "heads": heads, "seq": 4096, "vocab": 131_072}
-    cost = predict_row(heads, hidden, layers, 1, 1, 8, 8, device=(("base", "h200"),),
-                       overrides=("workload.train_params.memory.grad_bytes_per_param=2",))
-    assert cost.compute_s == pytest.approx(measured["micro_batch_s"], rel=0.05)
+    """M1: rlsim's compute on the catalog H200 for one micro-batch a GPU (bf16 gradients, as the
+    script keeps, so the 16B model fits), against the compiled micro-batch measured."""
+    seconds = dict(measured.TRAIN_STEPS)[row]
+    assert measured._micro_batch_s(row, ()) == pytest.approx(seconds, rel=0.05)
+    # the device's fields reach it: a lower plateau, a longer micro-batch
+    assert measured._micro_batch_s(row, ("topology.device.gemm_efficiency=0.5",)) > 1.2 * seconds
 
 
 def test_a_graph_replayed_decode_step_is_predicted_within_8_percent():
-    """Llama-3.1-8B decode steps at batch 1-256 on the catalog H200 (its HBM efficiency is the batch-1
-    step's: the larger batches add KV reads and compute that did not set it)."""
-    import sys
-
-    sys.path.insert(0, str(MEASURED.parents[1]))
-    try:
-        import device_decode_graphs as bench
-    finally:
-        sys.path.remove(str(MEASURED.parents[1]))
-    rows = _load("decode_graphs.json")["rows"]
-    assert [r["batch"] for r in rows] == [1, 4, 16, 64, 256]
-    for row in rows:
-        predicted = bench._rlsim("h200", row["batch"], row["kv_len"])["graph_gpu_s"]
-        assert predicted == pytest.approx(row["graph_s"], rel=0.08), row["batch"]
+    """M2: the GPU part of rlsim's engine step on the catalog H200 (its HBM efficiency is the
+    batch-1 step's: the larger batches add KV reads and compute that did not set it)."""
+    for batch, seconds in measured.DECODE_STEPS:
+        assert measured._decode_step_s(batch, ()) == pytest.approx(seconds, rel=0.08), batch
+    # the engine's constants reach it, as V5's do
+    assert measured._decode_step_s(1, ("workload.inference.hbm_efficiency=0.8",)) < 0.9 * measured.DECODE_STEPS[0][1]

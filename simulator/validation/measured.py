@@ -1,0 +1,80 @@
+"""M1 / M2: what one lent H200 measured for this project (2026-12-04), against rlsim's one-GPU costs.
+
+Not published results: the project's own measurements, raw outputs and the commands that produced
+them in benchmarks/measured/h200-2026-12-04 (README there). M1: the V7 GPT models whole on the GPU,
+forward and backward of one 4096-token micro-batch with their layers compiled (fused norms, GELU,
+biases and residuals: benchmarks/device_train_step.py --compile), against the compute rlsim gives one
+micro-batch a GPU on the catalog H200. M2: a Llama-3.1-8B decode step at 1024 cached positions a
+sequence, replayed as a CUDA graph (benchmarks/device_decode_graphs.py), against the GPU part of
+rlsim's engine step (the scheduler's CPU time is not in the measured loop). The catalog's Hopper
+GEMM plateau and the H200's HBM efficiency come from the same machine's GEMM sweep and the batch-1
+decode step (hardware/devices.py); the other figures here did not set them.
+
+`rlsim validate --set` items: M1 the device's fields (`topology.device.*`) and the trainer
+constants (`workload.train_params.*`); M2 the device's fields and the engine step's constants (V5's
+keys: decode.DENSE_OVERRIDES)."""
+from __future__ import annotations
+
+from . import Case, items_taken, overridden_device, register
+from .decode import DENSE_OVERRIDES, _params
+
+SOURCE = "measured on one H200, torch 2.11 (benchmarks/measured/h200-2026-12-04)"
+TRAIN_OVERRIDES = ("topology.device.", "workload.train_params.")
+# The script keeps bf16 gradients and no optimizer state; Megatron's fp32 main gradients would not
+# let the 16B model fit one GPU, and they change no compute time.
+GRADIENTS = "workload.train_params.memory.grad_bytes_per_param=2"
+# (V7 row label, seconds per compiled micro-batch: train_step_<row>_compiled.json micro_batch_s)
+TRAIN_STEPS = (("1.7b", 0.0836540161000002), ("7.1b", 0.3058374233999984), ("16b", 0.6644286006000015))
+# (batch, seconds per graph-replayed decode step: decode_graphs.json rows' graph_s)
+DECODE_STEPS = ((1, 0.005128982450000308), (4, 0.005364473699999905), (16, 0.005727157500000146),
+                (64, 0.007457837699999459), (256, 0.015465226199999904))
+KV_LEN = 1024
+
+
+def _micro_batch_s(row: str, overrides: tuple[str, ...]) -> float:
+    """rlsim's compute of one micro-batch a GPU (DP 8, 8 sequences) with the row's model on the
+    catalog H200, the device fields given (`topology.device.*`) over it."""
+    from ..overrides import section
+    from .megatron_core import ROWS, predict_row
+
+    _, heads, hidden, layers, *_ = next(r for r in ROWS if r[0] == row)
+    fields = tuple(sorted(section(overrides, "topology.device").items()))
+    trainer = tuple(item for item in overrides if not item.startswith("topology.device."))
+    cost = predict_row(heads, hidden, layers, 1, 1, 8, 8, device=(("base", "h200"), *fields),
+                       overrides=(GRADIENTS, *trainer))
+    return float(cost.compute_s)
+
+
+def _decode_step_s(batch: int, overrides: tuple[str, ...]) -> float:
+    from ..llm.architecture import load_model
+    from ..llm.inference import RolloutLayout, StepCost
+
+    cost = StepCost(load_model("llama3.1-8b"), overridden_device("h200", overrides), RolloutLayout(),
+                    _params(overrides))
+    c0, _, m0, _, added = cost.decode_lines(batch, batch * KV_LEN)
+    scheduler = cost.params.step_overhead_s + cost.params.cpu_per_seq_s * batch
+    return max(c0, m0) + added - scheduler
+
+
+@register(overrides=True)
+def cases(overrides: tuple[str, ...] = ()):
+    train = items_taken(TRAIN_OVERRIDES, overrides)
+    decode = items_taken(DENSE_OVERRIDES, overrides)
+    if train:   # a bad key or value is bad input (exit 2), not a case that cannot run
+        from ..llm.train_presets import PRESETS
+        from .megatron_core import STACK
+        from .training_rows import check_training_overrides
+
+        check_training_overrides(train, PRESETS[STACK], "h200")
+    if decode:
+        overridden_device("h200", decode)
+        _params(decode)
+    for row, seconds in TRAIN_STEPS:
+        yield Case(f"M1 h200 {row} gpt micro-batch, compiled", "s per micro-batch", seconds,
+                   lambda row=row: _micro_batch_s(row, train), tolerance=0.10, source=SOURCE,
+                   note="the V7 model whole on one GPU (TP 1), 4096 tokens, forward + backward, no optimizer",
+                   overridable=TRAIN_OVERRIDES)
+    for batch, seconds in DECODE_STEPS:
+        yield Case(f"M2 h200 llama3.1-8b decode step batch {batch}", "s per step (graph)", seconds,
+                   lambda batch=batch: _decode_step_s(batch, decode), tolerance=0.10, source=SOURCE,
+                   note=f"{KV_LEN} cached positions a sequence, bf16, the step's GPU part", overridable=DENSE_OVERRIDES)
