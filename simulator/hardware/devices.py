@@ -25,6 +25,13 @@ DEFAULT_GEMM_EFFICIENCY = 0.75  # large BF16 GEMMs reach ~70-80% of peak on H100
 # let the clock recover, ran its GEMMs at 0.80, as bursts of a few ms do (0.79-0.83). Trainers fuse:
 # the sustained figure. (validation M1 checks one GPU's micro-batch against it.)
 HOPPER_SXM_GEMM_EFFICIENCY = 0.685
+# Flash-attention kernels against the trainer stacks' ratios to the GEMM plateau (ComputeParams
+# flash_efficiency_ratio 0.85 forward / flash_backward_efficiency_ratio 0.73: FlashAttention-2 on an
+# A100). Measured on the lent H200 (cuDNN's flash kernels through torch SDPA, head dim 128, 4096 causal
+# tokens, inside the V7 1.7B micro-batch): forward 0.61 / 0.54 and backward 0.50 / 0.52 of the GEMM
+# rate beside them (unfused / compiled step), i.e. 0.72, 0.63, 0.68, 0.71 of the A100 ratios: 0.69
+# (tests/validation/test_measured_h200.py recomputes it from the raw files).
+HOPPER_FLASH_EFFICIENCY_SCALE = 0.69
 DEFAULT_HBM_EFFICIENCY = 0.80  # HBM streaming in decode reaches ~75-85% of peak bandwidth
 # CUDA kernel launch costs a few microseconds (NVIDIA CUDA best-practices guide, "~5 us");
 # no public figure for Ascend, so the same value is assumed there until calibrated.
@@ -46,6 +53,9 @@ class DeviceSpec:
     gemm_efficiency: float = DEFAULT_GEMM_EFFICIENCY
     hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
     launch_overhead_s: float = DEFAULT_LAUNCH_OVERHEAD_S
+    # The device's flash-attention kernels against the trainer stack's flash ratios (which come from
+    # FlashAttention-2 on an A100): 1 there; a trainer's attention runs at ratio x this x the plateau.
+    flash_efficiency_scale: float = 1.0
     price_per_hour: float | None = None  # USD per device-hour; None when no public list price
     power_w: float | None = None  # board power (TDP), watts
     description: str = field(default="", compare=False)
@@ -64,7 +74,7 @@ class DeviceSpec:
             if not getattr(self, name) > 0:
                 raise RlsimError(f"{name} of device {self.name!r} must be > 0, got {getattr(self, name)}",
                                  field=name)
-        for name in ("gemm_efficiency", "hbm_efficiency"):
+        for name in ("gemm_efficiency", "hbm_efficiency", "flash_efficiency_scale"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise RlsimError(f"{name} of device {self.name!r} must be in (0, 1], got {value}", field=name,
@@ -76,7 +86,7 @@ class DeviceSpec:
     def __hash__(self) -> int:  # peak_flops is a dict, so hash a frozen view of every field
         return hash((self.name, tuple(sorted(self.peak_flops.items())), self.hbm_bytes, self.hbm_bw_Bps,
                      self.scaleup_bw_Bps, self.host_link_bw_Bps, self.gemm_efficiency, self.hbm_efficiency,
-                     self.launch_overhead_s, self.price_per_hour, self.power_w))
+                     self.launch_overhead_s, self.flash_efficiency_scale, self.price_per_hour, self.power_w))
 
     def peak(self, dtype: str = "bf16", *, field: str = "dtype") -> float:
         """Dense peak FLOP/s for a dtype; RlsimError if the device has no figure for it, naming
@@ -155,7 +165,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 x16 (hardware.md)
-            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY,
+            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY, flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
             power_w=700,  # H100 SXM datasheet TDP
         ),
         DeviceSpec(
@@ -164,7 +174,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=200 * G,  # hardware.md: NVLink 400 GB/s both directions
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
-            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY,
+            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY, flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
             power_w=700,  # same board as H100 SXM
         ),
         DeviceSpec(
@@ -186,7 +196,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             hbm_efficiency=0.65,
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
-            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY,
+            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY, flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
             power_w=700,  # H200 SXM datasheet TDP
         ),
         DeviceSpec(

@@ -25,6 +25,7 @@ class DeviceRates:
     gemm_efficiency: float
     hbm_Bps: float          # achievable: hbm_bw_Bps x hbm_efficiency
     launch_s: float = 0.0   # fixed time per GEMM kernel (ComputeParams.gemm_launch_s or the device's)
+    flash_scale: float = 1.0   # the device's flash kernels against the stack's ratios (DeviceSpec)
 
 
 def shape_efficiency(m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
@@ -212,12 +213,13 @@ def _attention_times(attn_flops: np.ndarray, seq_len: np.ndarray, sq_sum: np.nda
     (sq_sum x heads of them, their HBM traffic on top)."""
     if params.flash_attention:
         flops = attn_flops * params.flash_causal_fraction
-        attn_f = attention_time_s(flops, seq_len, rates, params, params.flash_efficiency_ratio)
+        attn_f = attention_time_s(flops, seq_len, rates, params, params.flash_efficiency_ratio * rates.flash_scale)
         if not backward:
             return attn_f, None
         ratio_b = params.flash_efficiency_ratio if params.flash_backward_efficiency_ratio is None \
             else params.flash_backward_efficiency_ratio
-        return attn_f, params.flash_backward_factor * attention_time_s(flops, seq_len, rates, params, ratio_b)
+        return attn_f, params.flash_backward_factor * attention_time_s(flops, seq_len, rates, params,
+                                                                        ratio_b * rates.flash_scale)
     score_elems = sq_sum * heads
     core = attention_time_s(attn_flops, seq_len, rates, params)
     attn_f = core + score_elems * params.score_traffic_fwd_bytes / rates.hbm_Bps

@@ -796,7 +796,8 @@ def _rates(spec: Any, params: TrainParams) -> DeviceRates:
     return DeviceRates(peak_flops=spec.peak(params.compute.dtype, field=COMPUTE_DTYPE_FIELD),
                        gemm_efficiency=spec.gemm_efficiency,
                        hbm_Bps=spec.hbm_bw_Bps * spec.hbm_efficiency,
-                       launch_s=spec.launch_overhead_s if launch is None else launch)
+                       launch_s=spec.launch_overhead_s if launch is None else launch,
+                       flash_scale=spec.flash_efficiency_scale)
 
 
 def _setup(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None, sequences: Any,

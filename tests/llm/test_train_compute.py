@@ -89,7 +89,7 @@ def test_replay_prediction_follows_the_fitted_ramps() -> None:
     assert slower["train"] / first["train"] > slower["reference"] / first["reference"]  # weight gradients
 
 
-def _attention_parts(params: ComputeParams) -> tuple[float, float]:
+def _attention_parts(params: ComputeParams, rates: DeviceRates = H100) -> tuple[float, float]:
     """(forward, backward) attention-core time of one layer: layer_times with and without the
     squared-length work (the GEMMs and the elementwise traffic cancel)."""
     from simulator.llm.architecture import ModelSpec
@@ -99,8 +99,8 @@ def _attention_parts(params: ComputeParams) -> tuple[float, float]:
                       head_dim=128, vocab=2048, tied_embeddings=False, gated_ffn=False, max_position_embeddings=4096)
     layer = layer_shapes(model)[0]
     tokens = np.array([4096.0])
-    with_attn = layer_times(layer, 1024, 4096, False, tokens, tokens**2, tp=1, sp=False, ep=1, rates=H100, params=params)
-    without = layer_times(layer, 1024, 4096, False, tokens, 0 * tokens, tp=1, sp=False, ep=1, rates=H100, params=params)
+    with_attn = layer_times(layer, 1024, 4096, False, tokens, tokens**2, tp=1, sp=False, ep=1, rates=rates, params=params)
+    without = layer_times(layer, 1024, 4096, False, tokens, 0 * tokens, tp=1, sp=False, ep=1, rates=rates, params=params)
     return float(with_attn.fwd_s[0] - without.fwd_s[0]), float(with_attn.bwd_s[0] - without.bwd_s[0])
 
 
@@ -115,6 +115,20 @@ def test_flash_backward_runs_at_its_own_efficiency_ratio(ratio_b: float) -> None
     same = ComputeParams(flash_backward_efficiency_ratio=None)   # switched off: the forward's ratio
     f0, b0 = _attention_parts(same)
     assert f0 == pytest.approx(fwd) and b0 == pytest.approx(same.flash_backward_factor * f0)
+
+
+@pytest.mark.parametrize("scale", [0.69, 0.5])
+def test_a_devices_flash_scale_rates_both_attention_passes(scale: float) -> None:
+    """DeviceSpec.flash_efficiency_scale multiplies both flash ratios: the compute part of each pass
+    (time less its launch) stands as 1 / scale against the same device at scale 1."""
+    import dataclasses
+
+    p = ComputeParams()
+    fwd, bwd = _attention_parts(p)
+    f_s, b_s = _attention_parts(p, dataclasses.replace(H100, flash_scale=scale))
+    launch = H100.launch_s
+    assert (f_s - launch) / (fwd - launch) == pytest.approx(1 / scale)
+    assert (b_s / p.flash_backward_factor - launch) / (bwd / p.flash_backward_factor - launch) == pytest.approx(1 / scale)
 
 
 def test_loss_traffic_is_bytes_per_logit_over_hbm() -> None:
