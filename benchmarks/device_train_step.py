@@ -17,7 +17,9 @@ The GPU is first held under the step for `--sustain-s` seconds (power-capped clo
 `--repeats` micro-batches are timed, then one is profiled: its kernels' GPU time by kind (GEMM,
 attention, the rest: norms, GELU, residuals, the loss's softmax, embedding, copies), beside the model
 FLOPs of the row's formula (Megatron-Core num_floating_point_operations, no recompute) over the
-micro-batch time. It asserts nothing.
+micro-batch time, and `flash_efficiency_scales`: the flash-attention kernels' rate over the GEMMs'
+in the same micro-batch, forward and backward, each over rlsim's stack ratio (the device's
+`flash_efficiency_scale`, settable in a device profile). It asserts nothing.
 """
 from __future__ import annotations
 
@@ -39,6 +41,24 @@ def kind_of(kernel: str) -> str:
         if any(fragment in name for fragment in fragments):
             return kind
     return "other"
+
+
+def flash_scales(kernel_s: dict[str, float], gemm_s: float, layers: int, hidden: int, seq: int,
+                 vocab: int) -> tuple[float, float]:
+    """(forward, backward) rate of the flash-attention kernels over the GEMMs' rate in the same
+    micro-batch, each over the stack's flash ratio (rlsim's ComputeParams: FlashAttention-2 on an
+    A100): the device's `flash_efficiency_scale` for each pass. Kernels by name: cuDNN's SDPA
+    forward ("fprop") and backward ("bprop", with its cudnn::fusion helpers)."""
+    from simulator.params import ComputeParams
+
+    compute = ComputeParams()
+    gemm_rate = (72.0 * seq * layers * hidden**2 + 6.0 * seq * hidden * vocab) / gemm_s
+    forward_flops = 2.0 * seq**2 * hidden * layers * compute.flash_causal_fraction * 2   # 4 s^2 h a layer, causal
+    fwd = sum(t for k, t in kernel_s.items() if "sdpa" in k and "fprop" in k)
+    bwd = sum(t for k, t in kernel_s.items() if ("sdpa" in k and "bprop" in k) or k.startswith("void cudnn::fusion"))
+    backward_ratio = compute.flash_backward_efficiency_ratio or compute.flash_efficiency_ratio
+    return (forward_flops / fwd / gemm_rate / compute.flash_efficiency_ratio,
+            compute.flash_backward_factor * forward_flops / bwd / gemm_rate / backward_ratio)
 
 
 def model_flops(layers: int, hidden: int, seq: int, vocab: int) -> float:
@@ -149,11 +169,16 @@ def main() -> None:
         by_kind[kind_of(event.name)] += elapsed
         names[event.name] = names.get(event.name, 0.0) + elapsed
     flops = model_flops(layers, hidden, seq, vocab)
+    top = dict(sorted(names.items(), key=lambda kv: -kv[1])[:25])
+    try:
+        scales = flash_scales(names, by_kind["gemm"], layers, hidden, seq, vocab)
+    except ZeroDivisionError:   # no cuDNN attention kernels (a CPU, another attention backend)
+        scales = None
     doc = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__,
            "row": label, "tp_of_row": tp, "published_tflops_per_gpu": published, "compiled": args.compile,
            "dims": {"layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "vocab": vocab},
            "micro_batch_s": seconds, "model_flops": flops, "tflops": flops / seconds / 1e12,
-           "kernel_s_by_kind": by_kind, "top_kernels_s": dict(sorted(names.items(), key=lambda kv: -kv[1])[:25])}
+           "kernel_s_by_kind": by_kind, "top_kernels_s": top, "flash_efficiency_scales": scales}
     if args.json:
         print(json.dumps(doc, indent=1))
         return

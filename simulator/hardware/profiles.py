@@ -23,7 +23,7 @@ from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 PROFILE_SCHEMA = 1
 # Profile field -> DeviceSpec field it replaces (same names on both sides).
 SPEC_FIELDS = ("peak_flops", "gemm_efficiency", "hbm_bytes", "hbm_bw_Bps", "hbm_efficiency",
-               "launch_overhead_s", "host_link_bw_Bps", "scaleup_bw_Bps")
+               "launch_overhead_s", "flash_efficiency_scale", "host_link_bw_Bps", "scaleup_bw_Bps")
 
 
 class CollectiveFit(StrictModel):
@@ -79,6 +79,9 @@ class DeviceProfile(StrictModel):
     hbm_bw_Bps: float | None = Field(default=None, gt=0)
     hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
     launch_overhead_s: float | None = Field(default=None, ge=0)
+    # The device's flash-attention kernels against a trainer stack's flash ratios (DeviceSpec;
+    # benchmarks/device_train_step.py measures it).
+    flash_efficiency_scale: float | None = Field(default=None, gt=0, le=1)
     # The training model's GEMM shape ramps (train_params.compute.gemm_ramp_dim / gemm_ramp_k: output
     # and reduction dimensions), fitted with the plateau.
     gemm_ramp_dim: float | None = Field(default=None, ge=0)

@@ -7,6 +7,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from simulator.errors import RlsimError
 from simulator.hardware.devices import get_device
@@ -101,6 +102,20 @@ def test_apply_profile_replaces_only_set_fields() -> None:
     assert spec.hbm_bw_Bps == 1.3e10
     assert spec.peak_flops["fp32"] == 8e10 and spec.peak_flops["bf16"] == cpu.peak_flops["bf16"]
     assert spec.gemm_efficiency == cpu.gemm_efficiency and spec.scaleup_bw_Bps == cpu.scaleup_bw_Bps
+
+
+def test_a_profile_sets_the_flash_scale_a_trainer_reads() -> None:
+    """flash_efficiency_scale (what benchmarks/device_train_step.py measures) replaces the catalog's
+    and reaches the trainer's rates; out of (0, 1] it is refused."""
+    from simulator.llm.training import _rates
+    from simulator.params import TrainParams
+
+    h100 = get_device("h100")
+    spec = apply_profile(h100, DeviceProfile(device="h100", flash_efficiency_scale=0.5))
+    assert spec.flash_efficiency_scale == 0.5 and spec.gemm_efficiency == h100.gemm_efficiency
+    assert _rates(spec, TrainParams()).flash_scale == 0.5
+    with pytest.raises(ValidationError):
+        DeviceProfile(device="h100", flash_efficiency_scale=1.5)
 
 
 def test_decode_overhead_grows_with_layers() -> None:

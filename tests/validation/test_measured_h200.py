@@ -2,6 +2,7 @@
 catalog's Hopper figures are those measurements, and rlsim's one-GPU costs reproduce the timed work
 that did not set them."""
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,22 +29,17 @@ def test_the_hopper_flash_scale_is_the_measured_attention_against_the_gemms_besi
     """cuDNN's flash kernels in the V7 1.7B micro-batch (unfused and compiled): each pass's rate over
     the GEMMs' in the same micro-batch, against the stack's A100 ratios (0.85 forward, 0.73
     backward); the catalog's scale is their mean."""
-    from simulator.params import ComputeParams
-
-    compute = ComputeParams()
-    seq, hidden, layers, vocab = 4096, 2048, 24, 131_072
-    gemm_flops = 72 * seq * layers * hidden**2 + 6 * seq * hidden * vocab
-    forward_flops = 2 * seq**2 * hidden * layers          # causal: half of 4 s^2 h a layer
+    sys.path.insert(0, str(MEASURED.parents[1]))
+    try:
+        from device_train_step import flash_scales
+    finally:
+        sys.path.remove(str(MEASURED.parents[1]))
     scales = []
     for name in ("train_step_1.7b.json", "train_step_1.7b_compiled.json"):
         doc = _load(name)
-        kernels = doc["top_kernels_s"]
-        fwd = sum(t for k, t in kernels.items() if "sdpa" in k and "fprop" in k)
-        bwd = sum(t for k, t in kernels.items() if ("sdpa" in k and "bprop" in k) or k.startswith("void cudnn::fusion"))
-        gemm_rate = gemm_flops / doc["kernel_s_by_kind"]["gemm"]
-        assert fwd + bwd == pytest.approx(doc["kernel_s_by_kind"]["attention"])
-        scales += [forward_flops / fwd / gemm_rate / compute.flash_efficiency_ratio,
-                   compute.flash_backward_factor * forward_flops / bwd / gemm_rate / compute.flash_backward_efficiency_ratio]
+        scales += flash_scales(doc["top_kernels_s"], doc["kernel_s_by_kind"]["gemm"], 24, 2048, 4096, 131_072)
+        assert doc["kernel_s_by_kind"]["attention"] == pytest.approx(sum(
+            t for k, t in doc["top_kernels_s"].items() if "sdpa" in k or k.startswith("void cudnn::fusion")))
     assert round(sum(scales) / len(scales), 2) == HOPPER_FLASH_EFFICIENCY_SCALE
     assert {get_device(name).flash_efficiency_scale for name in ("h100", "h800", "h200")} == {HOPPER_FLASH_EFFICIENCY_SCALE}
     assert get_device("a100-80gb").flash_efficiency_scale == 1.0
