@@ -7,8 +7,9 @@ biases and residuals: benchmarks/device_train_step.py --compile), against the co
 micro-batch a GPU on the catalog H200. M2: a Llama-3.1-8B decode step at 1024 cached positions a
 sequence, replayed as a CUDA graph (benchmarks/device_decode_graphs.py), against the GPU part of
 rlsim's engine step (the scheduler's CPU time is not in the measured loop). The catalog's Hopper
-GEMM plateau and the H200's HBM efficiency come from the same machine's GEMM sweep and the batch-1
-decode step (hardware/devices.py); the other figures here did not set them.
+GEMM plateau, its flash scale and the H200's HBM efficiency come from the same machine's GEMM sweep,
+the 1.7B micro-batches' attention kernels and the batch-1 decode step (hardware/devices.py): M1's
+totals and M2's other batches did not set them.
 
 `rlsim validate --set` items: M1 the device's fields (`topology.device.*`) and the trainer
 constants (`workload.train_params.*`); M2 the device's fields and the engine step's constants (V5's
