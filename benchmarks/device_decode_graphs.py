@@ -35,6 +35,7 @@ from simulator.hardware.devices import get_device
 from simulator.llm import RolloutLayout
 from simulator.llm.architecture import load_model
 from simulator.llm.inference import StepCost
+from simulator.validation.measured import graph_step_gpu_s
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class DecodeModel:
         return logits.argmax(dim=-1)
 
 
-def _sync(torch, device: str) -> None:
+def sync_device(torch, device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
 
@@ -121,27 +122,26 @@ def _sync(torch, device: str) -> None:
 def _time(torch, device: str, run, repeats: int) -> float:
     for _ in range(3):
         run()
-    _sync(torch, device)
+    sync_device(torch, device)
     start = time.perf_counter()
     for _ in range(repeats):
         run()
-    _sync(torch, device)
+    sync_device(torch, device)
     return (time.perf_counter() - start) / repeats
 
 
-def _kernels(torch, device: str, run) -> tuple[int, float]:
-    """Kernels one eager step launches and the sum of their GPU times (s); on a CPU, the operators."""
+def kernel_events(torch, device: str, run) -> list[tuple[str, float]]:
+    """(name, GPU seconds) of every kernel one call of `run` launches (torch.profiler); on a CPU, its
+    top-level operators."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
     with profile(activities=activities) as prof:
         run()
-        _sync(torch, device)
+        sync_device(torch, device)
     wanted = torch.autograd.DeviceType.CUDA if device == "cuda" else torch.autograd.DeviceType.CPU
-    events = [e for e in prof.events() if e.device_type == wanted]
-    if device != "cuda":   # top-level operators only
-        events = [e for e in events if e.cpu_parent is None]
-    return len(events), sum(e.time_range.elapsed_us() for e in events) * 1e-6
+    return [(e.name, e.time_range.elapsed_us() * 1e-6) for e in prof.events()
+            if e.device_type == wanted and (device == "cuda" or e.cpu_parent is None)]
 
 
 def _copy_bw(torch, device: str, dtype, nbytes: int) -> float:
@@ -155,10 +155,8 @@ def _copy_bw(torch, device: str, dtype, nbytes: int) -> float:
 def _rlsim(catalog: str, batch: int, kv_len: int) -> dict[str, float]:
     """rlsim's engine on the catalog device, defaults: GPU part of a graph step, eager launch floor."""
     cost = StepCost(load_model("llama3.1-8b"), get_device(catalog), RolloutLayout())
-    c0, _, m0, _, added = cost.decode_lines(batch, batch * kv_len)
-    params = cost.params
-    scheduler = params.step_overhead_s + params.cpu_per_seq_s * batch
-    return {"graph_gpu_s": max(c0, m0) + added - scheduler, "roofline_s": max(c0, m0),
+    c0, _, m0, _, _ = cost.decode_lines(batch, batch * kv_len)
+    return {"graph_gpu_s": graph_step_gpu_s(cost, batch, kv_len), "roofline_s": max(c0, m0),
             "eager_launch_floor_s": cost.eager_launch_s}
 
 
@@ -167,7 +165,8 @@ def measure(torch, dims: Dims, batch: int, kv_len: int, device: str, dtype, repe
     tokens = torch.randint(0, dims.vocab, (batch,), device=device)
     with torch.inference_mode():
         eager_s = _time(torch, device, lambda: model.step(tokens), repeats)
-        kernels, kernel_s = _kernels(torch, device, lambda: model.step(tokens))
+        events = kernel_events(torch, device, lambda: model.step(tokens))
+        kernels, kernel_s = len(events), sum(seconds for _, seconds in events)
         graph_s = None
         if device == "cuda":
             graph_s = _graph_step_s(torch, device, model, tokens, repeats)

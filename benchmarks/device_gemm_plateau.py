@@ -72,24 +72,16 @@ def all_shapes(smoke: bool) -> list[Shape]:
     return shapes
 
 
-def _clock_mhz() -> float | None:
+def _clock_and_power() -> tuple[float | None, float | None]:
+    """GPU 0's SM clock (MHz) and board power draw (W) through NVML; (None, None) without pynvml."""
     try:
         import pynvml
     except ImportError:
-        return None
+        return None, None
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    return float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
-
-
-def _power_w() -> float | None:
-    """The board's power draw (W) through NVML, None without pynvml."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    pynvml.nvmlInit()
-    return pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(0)) / 1000.0
+    return (float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
 
 
 class Timer:
@@ -148,12 +140,12 @@ def main() -> None:
     ramps = ComputeParams()
     timer = Timer(torch, args.device, dtype)
     shapes = all_shapes(args.smoke)
-    clock_before = _clock_mhz()
+    clock_before = _clock_and_power()[0]
     deadline, loaded = time.perf_counter() + args.sustain_s, (None, None)
     while time.perf_counter() < deadline:   # hold the load: power-capped clocks, warm caches
         for s in shapes:
             timer.run(s, 1)
-        loaded = (_clock_mhz(), _power_w())   # read while the last round's kernels still run
+        loaded = _clock_and_power()   # read while the last round's kernels still run
         timer.sync()
     results = []
     for s in shapes:
@@ -170,7 +162,7 @@ def main() -> None:
     weight = sum(r["m"] * r["n"] * r["k"] for r in results)
     doc = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "dtype": dtype_name,
            "catalog": args.catalog, "peak_tflops": peak / 1e12, "sustain_s": args.sustain_s,
-           "sm_clock_mhz_before_after": [clock_before, _clock_mhz()],
+           "sm_clock_mhz_before_after": [clock_before, _clock_and_power()[0]],
            "under_load_sm_clock_mhz_power_w": list(loaded), "shapes": results,
            "flop_weighted_plateau_by_row": summary,
            "flop_weighted_plateau": sum(r["implied_plateau"] * r["m"] * r["n"] * r["k"] for r in results) / weight}

@@ -27,6 +27,8 @@ import argparse
 import json
 import time
 
+from device_decode_graphs import kernel_events, sync_device
+
 from simulator.validation.megatron_core import ROWS, SEQ_LEN, VOCAB
 
 KINDS = (("attention", ("flash", "fmha", "attention", "attn", "sdpa", "cudnn")),
@@ -52,7 +54,7 @@ def flash_scales(kernel_s: dict[str, float], gemm_s: float, layers: int, hidden:
     from simulator.params import ComputeParams
 
     compute = ComputeParams()
-    gemm_rate = (72.0 * seq * layers * hidden**2 + 6.0 * seq * hidden * vocab) / gemm_s
+    gemm_rate = gemm_flops(layers, hidden, seq, vocab) / gemm_s
     forward_flops = 2.0 * seq**2 * hidden * layers * compute.flash_causal_fraction * 2   # 4 s^2 h a layer, causal
     fwd = sum(t for k, t in kernel_s.items() if "sdpa" in k and "fprop" in k)
     bwd = sum(t for k, t in kernel_s.items() if ("sdpa" in k and "bprop" in k) or k.startswith("void cudnn::fusion"))
@@ -61,8 +63,14 @@ def flash_scales(kernel_s: dict[str, float], gemm_s: float, layers: int, hidden:
             compute.flash_backward_factor * forward_flops / bwd / gemm_rate / backward_ratio)
 
 
+def gemm_flops(layers: int, hidden: int, seq: int, vocab: int) -> float:
+    """The linear layers' and the LM head's share of model_flops: 72 s l h^2 + 6 s h V."""
+    return 72.0 * seq * layers * hidden**2 + 6.0 * seq * hidden * vocab
+
+
 def model_flops(layers: int, hidden: int, seq: int, vocab: int) -> float:
-    """Megatron-Core's count for one sequence, no recompute: 72 s l h^2 (1 + s / 6h + V / 12lh)."""
+    """Megatron-Core's count for one sequence, no recompute: 72 s l h^2 (1 + s / 6h + V / 12lh), i.e.
+    gemm_flops and attention's 12 s^2 l h."""
     return 72.0 * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
 
 
@@ -124,7 +132,6 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     label, heads, hidden, layers, tp, _pp, _gpus, _batch, published = next(r for r in ROWS if r[0] == args.row)
     seq, vocab = SEQ_LEN, VOCAB
@@ -141,33 +148,21 @@ def main() -> None:
     def micro_batch() -> None:
         model(tokens, targets).backward()   # gradients accumulate, as over a step's micro-batches
 
-    def sync() -> None:
-        if args.device == "cuda":
-            torch.cuda.synchronize()
-
     deadline = time.perf_counter() + args.sustain_s
     micro_batch()
     while time.perf_counter() < deadline:
         micro_batch()
-    sync()
+    sync_device(torch, args.device)
     start = time.perf_counter()
     for _ in range(args.repeats):
         micro_batch()
-    sync()
+    sync_device(torch, args.device)
     seconds = (time.perf_counter() - start) / args.repeats
-    activity = ProfilerActivity.CUDA if args.device == "cuda" else ProfilerActivity.CPU
-    with profile(activities=[activity]) as prof:
-        micro_batch()
-        sync()
-    wanted = torch.autograd.DeviceType.CUDA if args.device == "cuda" else torch.autograd.DeviceType.CPU
     by_kind: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
     names: dict[str, float] = {}
-    for event in prof.events():
-        if event.device_type != wanted or (args.device != "cuda" and event.cpu_parent is not None):
-            continue
-        elapsed = event.time_range.elapsed_us() * 1e-6
-        by_kind[kind_of(event.name)] += elapsed
-        names[event.name] = names.get(event.name, 0.0) + elapsed
+    for name, elapsed in kernel_events(torch, args.device, micro_batch):
+        by_kind[kind_of(name)] += elapsed
+        names[name] = names.get(name, 0.0) + elapsed
     flops = model_flops(layers, hidden, seq, vocab)
     top = dict(sorted(names.items(), key=lambda kv: -kv[1])[:25])
     try:

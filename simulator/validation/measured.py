@@ -16,6 +16,8 @@ constants (`workload.train_params.*`); M2 the device's fields and the engine ste
 keys: decode.DENSE_OVERRIDES)."""
 from __future__ import annotations
 
+from typing import Any
+
 from . import Case, items_taken, overridden_device, register
 from .decode import DENSE_OVERRIDES, _params
 
@@ -46,15 +48,20 @@ def _micro_batch_s(row: str, overrides: tuple[str, ...]) -> float:
     return float(cost.compute_s)
 
 
+def graph_step_gpu_s(cost: Any, batch: int, kv_len: int) -> float:
+    """The GPU part of a decode step of `batch` sequences of `kv_len` cached positions (a StepCost):
+    the step less the engine scheduler's CPU time, which a replayed CUDA graph's loop does not have."""
+    c0, _, m0, _, added = cost.decode_lines(batch, batch * kv_len)
+    return max(c0, m0) + added - (cost.params.step_overhead_s + cost.params.cpu_per_seq_s * batch)
+
+
 def _decode_step_s(batch: int, overrides: tuple[str, ...]) -> float:
     from ..llm.architecture import load_model
     from ..llm.inference import RolloutLayout, StepCost
 
     cost = StepCost(load_model("llama3.1-8b"), overridden_device("h200", overrides), RolloutLayout(),
                     _params(overrides))
-    c0, _, m0, _, added = cost.decode_lines(batch, batch * KV_LEN)
-    scheduler = cost.params.step_overhead_s + cost.params.cpu_per_seq_s * batch
-    return max(c0, m0) + added - scheduler
+    return graph_step_gpu_s(cost, batch, KV_LEN)
 
 
 @register(overrides=True)

@@ -8,16 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench_scripts import load
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-
-
-def _bench(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 def _run(script: str, *args: str) -> dict:
@@ -29,7 +23,7 @@ def _run(script: str, *args: str) -> dict:
 def test_the_decode_model_is_rlsims_llama_and_streams_its_weights_and_cache():
     from simulator.llm.architecture import load_model
 
-    bench = _bench("device_decode_graphs")
+    bench = load("device_decode_graphs")
     dims = bench.LLAMA_8B
     assert dims.params == load_model("llama3.1-8b").params_total == 8_030_261_248
     # A step reads every weight but the embedding table and the final norm, plus 2 x layers x KV heads
@@ -47,14 +41,14 @@ def test_the_decode_smoke_run_times_eager_steps_and_prices_them_with_rlsim():
         assert row["eager_s"] > 0 and row["kernels"] > 0 and row["graph_s"] is None   # no graphs on a CPU
         assert row["bytes_over_copy_bw_s"] == pytest.approx(row["bytes"] / doc["copy_bw_Bps"])
         assert row["rlsim"]["graph_gpu_s"] > row["rlsim"]["roofline_s"] > 0
-    smoke = _bench("device_decode_graphs").SMOKE
+    smoke = load("device_decode_graphs").SMOKE
     assert rows[1]["bytes"] == smoke.bytes_read(2, 16, 4)          # fp32 on a CPU
 
 
 def test_the_train_step_counts_megatron_cores_model_flops():
     from simulator.validation.megatron_core import predict_row
 
-    bench = _bench("device_train_step")
+    bench = load("device_train_step")
     per_sequence = predict_row(16, 2048, 24, 1, 1, 48, 192).model_flops / 192
     # rlsim's count is the formula's within 0.04% (it also counts the biases' and norms' FLOPs).
     assert bench.model_flops(24, 2048, 4096, 131_072) == pytest.approx(per_sequence, rel=4e-4)
@@ -71,7 +65,7 @@ def test_the_train_step_counts_megatron_cores_model_flops():
     ("triton_poi_fused__scaled_dot_product_cudnn_attention_add_native_layer_norm_0", "other"),
 ])
 def test_kernels_are_sorted_by_kind(kernel, kind):
-    assert _bench("device_train_step").kind_of(kernel) == kind
+    assert load("device_train_step").kind_of(kernel) == kind
 
 
 def test_the_train_smoke_run_splits_the_micro_batch(tmp_path):

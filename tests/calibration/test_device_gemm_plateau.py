@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench_scripts import load
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -36,11 +38,7 @@ def test_the_smoke_run_reports_every_shape_and_the_flop_weighted_plateau(tmp_pat
 
 
 def test_the_gpu_grid_holds_every_v7_row_and_the_v6_trainer():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import device_gemm_plateau as bench
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    bench = load("device_gemm_plateau")
     rows = {s.row for s in bench.all_shapes(smoke=False)}
     assert len(rows) == 10 and "V6 qwen3-32b tp4" in rows
     fc1 = next(s for s in bench.all_shapes(smoke=False) if s.row == "V7 1.7b tp1" and s.name == "fc1 fwd")
