@@ -379,7 +379,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "bubbles_by_cause": by_cause,
         # of the idle device time, the waits for rule rewards (idle labelled reward, under the cause
         # dependency): on a colocated run the critical path's "reward"; a split pool's trainer waits
-        # on its own devices only, and a kind that labels its wait otherwise (verl-fully-async: gen) has none
+        # on its own devices only (verl-fully-async's: the batch generated, its rewards not yet)
         "reward_wait_fraction": reward_wait_share(timeline),
         "steady_bubble_fraction": steady_bubble,
         "steady_bubbles_by_cause": steady_causes,

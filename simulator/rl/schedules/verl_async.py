@@ -329,11 +329,14 @@ class VerlFullyAsyncRun:
         while len(rollouter.queue) < self.per_update:
             yield rollouter.data
         groups = [rollouter.queue.popleft() for _ in range(self.per_update)]
-        # A group enters the queue when its last trajectory ends; the trainer may use it once rewarded.
+        # A group enters the queue when its last trajectory ends; the trainer may use it once rewarded:
+        # the wait up to the batch's last generation is `gen`, the rest the rule rewards' (`reward`,
+        # as the other kinds label it; verl's timing_s/gen holds both, _report's gen_s).
+        clock.idle("dependency", self.env.now, k, label="gen")
         ready_s = max(group.ready_s for group in groups)
         if ready_s > self.env.now:
             yield self.env.timeout(ready_s - self.env.now)
-        clock.idle("dependency", self.env.now, k, label="gen")
+            clock.idle("dependency", self.env.now, k, label="reward")
         return groups
 
     def _sync(self, k: int):

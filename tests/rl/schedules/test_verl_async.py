@@ -257,3 +257,24 @@ def test_the_trainers_wait_for_each_local_updates_batch_is_explained_on_the_crit
     path = cp.of_run(rec, tl)
     assert path["share"].get("dependency", 0.0) < 1e-9     # 16% before
     assert path["share"]["generate"] + path["share"].get("long_tail", 0.0) > 0.25
+
+
+def test_the_trainers_wait_for_rule_rewards_is_labelled_reward():
+    """The trainer's wait for a batch was all `gen`, the rule rewards' share too (a carried item:
+    reward_wait_fraction said 0 on this kind). Now `gen` runs to the moment the batch's groups have
+    all finished generating, `reward` from there to the last one scored; verl's timing_s/gen still
+    holds both, as verl's trainer times its queue read."""
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, instance_max_seqs=8,
+                      reward_s_per_sample=0.4)
+    rec, tl, sm, s = run(scenario(staleness_threshold=0.0), costs, resp=const(300))
+    idle = tl[(tl["pool"] == "train") & (tl["state"] == "idle") & (tl["cause"] == "dependency")]
+    waits = idle[idle["label"] == "reward"]
+    assert len(waits) > 0 and s["reward_wait_fraction"] > 0
+    for k, wait in waits.groupby("iteration"):
+        batch = sm[sm["consumed_iteration"] == k]
+        assert float(wait["end"].max()) == pytest.approx(batch["ready"].max())           # to the last reward
+        assert float(wait["start"].min()) >= batch["finish"].max() - 1e-9                # after the last finish
+    gen_waits = idle[idle["label"] == "gen"]
+    per_version = [v["gen_s"] for v in s["verl"]["per_version"]]
+    spent = float((gen_waits["end"] - gen_waits["start"]).sum() + (waits["end"] - waits["start"]).sum())
+    assert spent == pytest.approx(sum(per_version), rel=1e-9)
