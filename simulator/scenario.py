@@ -11,6 +11,7 @@ Every modelling constant of the rl layer is a field of one of the models below, 
 # a forward reference is quoted instead.
 
 import copy
+import difflib
 import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
@@ -1378,7 +1379,9 @@ def _check_workload_base(workload: Any, source: str, workload_file: str | None) 
     if workload_file is not None or not isinstance(workload, Mapping):
         return
     missing = [name for name, spec in WorkloadConfig.model_fields.items() if spec.is_required() and name not in workload]
-    if missing:
+    misspelt = [key for key in workload if key not in WorkloadConfig.model_fields
+                and difflib.get_close_matches(str(key), missing, n=1, cutoff=0.75)]
+    if missing and not misspelt:   # a misspelt key: the field errors below name it and what it is one typo from
         raise RlsimError(f"the workload gives no {', '.join(missing)} and names no preset to take them from",
                          source=source, field=f"workload.{missing[0]}",
                          fix=f"add workload.preset: NAME ({', '.join(presets.preset_names('workloads'))}, or a "

@@ -291,6 +291,20 @@ def test_a_workload_mapping_without_a_preset_or_its_required_keys_says_to_name_a
     assert load_scenario({"workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 256}}).workload.prompts_per_step == 256
 
 
+def test_a_misspelt_required_key_is_named_as_the_typo_it_is():
+    """`samples_per_promt: 8` said the workload gave no samples_per_prompt and to name a preset (a user
+    trial): the typo was the cause. Now every field error is listed, the typo with what it is one
+    letter from."""
+    from simulator.errors import RlsimError
+    from simulator.scenario import load_scenario
+    workload = {"model": "llama3.1-8b", "prompts_per_step": 64, "samples_per_promt": 8}
+    with pytest.raises(RlsimError) as caught:
+        load_scenario({"topology": "dgx-h100", "workload": workload})
+    assert "workload.samples_per_promt" in caught.value.fields
+    assert "did you mean 'samples_per_prompt'?" in caught.value.message
+    assert "names no preset" not in caught.value.message
+
+
 def test_a_mini_batch_that_does_not_divide_the_step_names_its_field_and_a_divisor():
     """The error named field 'workload' and the generic fix (an idle-time trial)."""
     with pytest.raises(RlsimError) as caught:
