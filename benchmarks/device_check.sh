@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's prepared check on one lent GPU (about five minutes): every figure rlsim wants from a
+# The project's prepared check on one lent GPU (about eight minutes): every figure rlsim wants from a
 # real device, in one run, written to OUTDIR.
 #
 #   bash benchmarks/device_check.sh OUTDIR
@@ -14,12 +14,15 @@
 # 4. benchmarks/device_train_step.py: the V7 1.7B row's model, forward and backward of one
 #    micro-batch, its GPU time by kernel kind, in plain torch and with its layers compiled
 #    (train_step.json, train_step_compiled.json).
-# Each step has its own time limit, so one that fails or hangs leaves the others' files.
+# 5. benchmarks/device_fused_moe.py: vLLM's fused-MoE decode kernel at the V6 engines' expert slices,
+#    vLLM's default tiles and the best of a small search, against the copy rate (fused_moe.json).
+# Each step has its own time limit, so one that fails or hangs leaves the others' files. The device
+# tool returns at most 8 files: the log stays outside OUTDIR (its tail is printed).
 set -u
 out=${1:?usage: bash benchmarks/device_check.sh OUTDIR}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-log="$out/stderr.log"
+log="${TMPDIR:-/tmp}/device_check.$$.log"
 
 { nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,clocks.sm,memory.total --format=csv
   lscpu | grep -E 'Model name|^CPU\(s\)|MHz'; }    # to stdout: the device tool returns at most 8 files
@@ -36,6 +39,9 @@ echo "train step: exit $?"
 timeout 150 python3 benchmarks/device_train_step.py --device cuda --row 1.7b --compile --sustain-s 20 --json \
     > "$out/train_step_compiled.json" 2>> "$log"
 echo "train step, compiled: exit $?"
+
+timeout 300 python3 benchmarks/device_fused_moe.py --device cuda --search --json > "$out/fused_moe.json" 2>> "$log"
+echo "fused moe: exit $?"
 
 timeout 200 python3 -m simulator calibrate --backend torch --device cuda --out "$out/gpu_calibrated.yaml" --json \
     --set microbench.collectives=false --set 'microbench.dtypes=[bf16]' \

@@ -144,7 +144,7 @@ def kernel_events(torch, device: str, run) -> list[tuple[str, float]]:
             if e.device_type == wanted and (device == "cuda" or e.cpu_parent is None)]
 
 
-def _copy_bw(torch, device: str, dtype, nbytes: int) -> float:
+def copy_bw(torch, device: str, dtype, nbytes: int) -> float:
     """Device-to-device copy, bytes read + written per second (the streaming ceiling)."""
     src = torch.empty(nbytes // 2, device=device, dtype=dtype)
     dst = torch.empty_like(src)
@@ -207,21 +207,21 @@ def main() -> None:
 
     dims = SMOKE if args.smoke else LLAMA_8B
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    copy_bw = _copy_bw(torch, args.device, dtype, 2**31 if args.device == "cuda" else 2**26)
+    copy_rate = copy_bw(torch, args.device, dtype, 2**31 if args.device == "cuda" else 2**26)
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
         row = measure(torch, dims, batch, args.kv_len, args.device, dtype, args.repeats)
-        row["bytes_over_copy_bw_s"] = row["bytes"] / copy_bw
+        row["bytes_over_copy_bw_s"] = row["bytes"] / copy_rate
         row["rlsim"] = _rlsim(args.catalog, batch, args.kv_len)
         rows.append(row)
         if args.device == "cuda":
             torch.cuda.empty_cache()
     doc = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__,
-           "dims": asdict(dims), "copy_bw_Bps": copy_bw, "catalog": args.catalog, "rows": rows}
+           "dims": asdict(dims), "copy_bw_Bps": copy_rate, "catalog": args.catalog, "rows": rows}
     if args.json:
         print(json.dumps(doc, indent=1))
         return
-    print(f"{doc['device']}, torch {torch.__version__}, copy {copy_bw / 1e12:.2f} TB/s (read + write); "
+    print(f"{doc['device']}, torch {torch.__version__}, copy {copy_rate / 1e12:.2f} TB/s (read + write); "
           f"rlsim: catalog {args.catalog}, defaults")
     for r in rows:
         graph = f"{r['graph_s'] * 1e3:7.3f}" if isinstance(r["graph_s"], float) else "    n/a"

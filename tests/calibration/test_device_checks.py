@@ -75,3 +75,48 @@ def test_the_train_smoke_run_splits_the_micro_batch(tmp_path):
     assert doc["micro_batch_s"] > 0 and doc["tflops"] == pytest.approx(doc["model_flops"] / doc["micro_batch_s"] / 1e12)
     assert set(doc["kernel_s_by_kind"]) == {"gemm", "attention", "other"}
     assert sum(doc["top_kernels_s"].values()) <= sum(doc["kernel_s_by_kind"].values()) + 1e-12
+
+
+def test_the_fused_moe_slices_are_the_v6_engines_shares_of_rlsims_models():
+    bench = load("device_fused_moe")
+    deepseek = bench.slice_of("deepseek-v3", 32)
+    assert deepseek.w13_shape() == (256, 128, 7168) and deepseek.w2_shape() == (256, 7168, 64)
+    assert deepseek.bytes_per_expert() == (128 * 7168 * 2, 7168 * 64 * 2)    # bf16 gate + up, down
+    assert bench.slice_of("qwen3-235b-a22b", 8).ffn_slice == 192         # vLLM's tuned E=128 N=192 table
+    assert bench.default_config(64, 256)["BLOCK_SIZE_N"] == 32           # M <= E: vLLM's decode default
+    assert bench.default_config(512, 256)["BLOCK_SIZE_M"] == 64
+
+
+def test_the_fused_moe_routing_is_aligned_as_vllm_aligns_it():
+    """Every (token, k) pair once, in expert order, each expert's run padded to the block height with
+    the sentinel; one expert id per block; experts without a token have no block."""
+    torch = pytest.importorskip("torch")
+    bench = load("device_fused_moe")
+    topk_ids = torch.tensor([[3, 0], [3, 1], [0, 3], [5, 3], [3, 0]])
+    sorted_ids, expert_ids, padded = bench.align_block_size(torch, topk_ids, 4, 8)
+    valid = topk_ids.numel()
+    assert int(padded[0]) == sorted_ids.numel() == 4 + 4 + 8 + 4     # experts 0, 1, 3, 5: 3, 1, 5, 1 pairs
+    assert expert_ids.tolist() == [0, 1, 3, 3, 5]
+    flat = topk_ids.flatten()
+    for block, expert in enumerate(expert_ids.tolist()):
+        ids = [i for i in sorted_ids[4 * block:4 * block + 4].tolist() if i != valid]
+        assert all(int(flat[i]) == expert for i in ids) and ids == sorted(ids)
+    real = sorted(i for i in sorted_ids.tolist() if i != valid)
+    assert real == list(range(valid))
+
+
+def test_the_fused_moe_reference_is_the_gated_expert_mlp():
+    torch = pytest.importorskip("torch")
+    bench = load("device_fused_moe")
+    gen = torch.Generator().manual_seed(1)
+    hidden, w13, w2 = torch.randn(1, 6, generator=gen), torch.randn(3, 8, 6, generator=gen), torch.randn(3, 6, 4, generator=gen)
+    out = bench.reference_moe(torch, hidden, w13, w2, torch.tensor([[2, 0]]), torch.tensor([[0.75, 0.25]]))
+    expect = sum(weight * (w2[e] @ (torch.nn.functional.silu(w13[e, :4] @ hidden[0]) * (w13[e, 4:] @ hidden[0])))
+                 for e, weight in ((2, 0.75), (0, 0.25)))
+    assert torch.allclose(out[0], expect, atol=1e-5)
+
+
+def test_the_fused_moe_smoke_run():
+    pytest.importorskip("torch")
+    doc = _run("device_fused_moe.py")
+    assert doc["device"] == "cpu" and doc["padded"] == len(doc["sorted_ids"]) and doc["reference_norm"] > 0
