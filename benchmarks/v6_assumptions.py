@@ -50,7 +50,7 @@ def step(row: nemo_rl.Row, items: tuple[str, ...] = ()) -> float | None:
     switch constants on the 1-step-off rows, which never switch (split pools)."""
     if row.off_policy and any(item.startswith("schedule.switch.") for item in items):
         return None
-    return float(simulate(nemo_rl.row_scenario(row, items)).summary["steady_step_time_s"])
+    return nemo_rl.published_step_s(simulate(nemo_rl.row_scenario(row, items)))
 
 
 def _swing(value: float | None, base: float) -> str:

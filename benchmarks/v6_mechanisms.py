@@ -39,7 +39,7 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
     sched = sc["schedule"]
     if not on & {"refit", "tensors"}:
         sched.pop("refit", None)
-    if "tensors" not in on:
+    if "tensors" not in on and "refit" in on:   # full tensors by their bytes alone
         sched["refit_tensor_overhead_s"] = 0.0
     switch = sched.get("switch")
     if "pageable" not in on:   # pinned host copies at the host link's rate
@@ -65,7 +65,7 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
     if "logprob" not in on:
         sc["workload"]["train_layout"].pop("logprob_max_tokens_per_micro_batch")
     train_params = sc["workload"].setdefault("train_params", {})
-    if "moeshuffle" not in on:
+    if "moeshuffle" not in on and row.ep > 1:   # the MoE rows (a dense model refuses the key)
         train_params.setdefault("compute", {})["moe_permute_traffic_bytes_per_hidden"] = 0.0
     if "pppad" not in on:
         train_params.pop("comm", None)
@@ -78,7 +78,7 @@ def scenario_with(row: nemo_rl.Row, on: set[str]) -> dict[str, Any]:
 
 
 def main() -> None:
-    steps = {row: {name: simulate(scenario_with(row, on)).summary["steady_step_time_s"] for name, on in CONFIGS.items()}
+    steps = {row: {name: nemo_rl.published_step_s(simulate(scenario_with(row, on))) for name, on in CONFIGS.items()}
              for row in nemo_rl.ROWS}
     print("| row | published | " + " | ".join(CONFIGS) + " |")
     print("|---|---|" + "---|" * len(CONFIGS))

@@ -66,14 +66,14 @@ def row_range(row: nemo_rl.Row) -> dict[str, Any]:
     stopped = 0
     for point in grid(row):
         try:
-            steps.append((float(simulate(scenario_at(row, point)).summary["steady_step_time_s"]), point))
+            steps.append((nemo_rl.published_step_s(simulate(scenario_at(row, point))), point))
         except RlsimError as exc:
             if "max_gen_batches" not in str(exc):
                 raise
             stopped += 1          # the run would stop (DAPO's cap on generation batches)
     low, at_low = min(steps, key=lambda s: s[0])
     high, at_high = max(steps, key=lambda s: s[0])
-    base = float(simulate(nemo_rl.scenario(row)).summary["steady_step_time_s"])
+    base = nemo_rl.published_step_s(simulate(nemo_rl.scenario(row)))
     return {"row": row.name, "published": row.step_s, "base": base, "low": low, "high": high,
             "at_low": at_low, "at_high": at_high, "inside": low <= row.step_s <= high,
             "points": len(steps), "stopped": stopped}

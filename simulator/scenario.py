@@ -632,8 +632,9 @@ class ScheduleConfig(_Strict):
     # submits every prompt group of a batch on its own as soon as the age bound admits the batch): an
     # engine starting its next plan takes every round the bound admits at that moment, queued in
     # round order (continuous batching across rounds: one round's tail shares the engine with the
-    # next round's start). A round that opens mid-plan joins at the next plan (rl/schedules/nemo_rl.py:
-    # an under-estimate of the overlap). False: an engine generates one round per plan.
+    # next round's start); a round that opens while a plan runs joins the running engine then, and
+    # each trajectory leaves the engine as it finishes (rl/schedules/nemo_rl.py, Generation.admit).
+    # False: an engine generates one round per plan and returns its batch at the plan's end.
     async_engine: bool = False
     # AReaL: the oldest token of a trajectory may lag the trainer by at most this many versions;
     # interruptible generation continues in-flight sequences with new weights (frameworks.md).

@@ -739,10 +739,12 @@ class RolloutEngine:
             out.append(outbox.popleft())
         return out
 
-    def interrupt(self, now: float) -> InterruptResult:
+    def interrupt(self, now: float, keep_finished: bool = True) -> InterruptResult:
         """Stop at `now` (a weight sync): sequences finished by then, and every unfinished one with the
-        tokens it has generated so far (an interrupted step or prefill produces nothing)."""
-        finished = self.advance_to(now)
+        tokens it has generated so far (an interrupted step or prefill produces nothing).
+        ``keep_finished`` False: the finished ones are not listed (a caller asking progress only)."""
+        drained = self._drain(now)
+        finished = [Finished(seq_id, time) for time, seq_id, _ in drained] if keep_finished else []
         partial: list[PartialSequence] = []
         generated: dict[int, int] = {}
         if self._n and self.t <= now:
@@ -1852,7 +1854,7 @@ class ResumableRun:
         progress = self._trace.progress(now) if self._trace is not None else None
         if progress is not None:
             return self._trace._ids[progress[0]], progress[1]
-        partial = self.interrupt_at(now).partial
+        partial = self.interrupt_at(now, keep_finished=False).partial
         return (np.array([s.seq_id for s in partial], np.int64), np.array([s.generated for s in partial], np.int64))
 
     def _run(self) -> list[tuple[float, int, int]]:
@@ -1874,7 +1876,19 @@ class ResumableRun:
                 self._keys, self._copies = self._keys[::2], self._copies[::2]
                 every *= 2
 
-    def interrupt_at(self, now: float) -> InterruptResult:
+    def state_before(self, now: float) -> RolloutEngine:
+        """A copy of the engine at the latest state kept before ``now`` (call after ``run``): adding
+        sequences to it at ``now`` continues the same run as an engine fed from the start (an add
+        runs the events before its time first, and the events do not depend on how they are chunked)."""
+        i = bisect.bisect_left(self._keys, now) - 1
+        engine = self._copies[max(0, i)].copy()
+        # the finishes recorded by then are the run's already: a continued run need not carry them
+        key, outbox = self._keys[max(0, i)], engine._outbox
+        while outbox and outbox[0][0] <= key:
+            outbox.popleft()
+        return engine
+
+    def interrupt_at(self, now: float, keep_finished: bool = True) -> InterruptResult:
         """``interrupt(now)`` of an engine that ran from the start to ``now`` (call after ``run``).
         ``finished`` lists only the sequences finished after the restored copy's time; callers
         that need all finishes by ``now`` take them from ``run``'s output."""
@@ -1883,7 +1897,7 @@ class ResumableRun:
             if result is not None:
                 return result
         i = bisect.bisect_right(self._keys, now) - 1
-        return self._copies[max(0, i)].copy().interrupt(now)
+        return self._copies[max(0, i)].copy().interrupt(now, keep_finished)
 
 
 class _UntouchedStart:

@@ -24,9 +24,12 @@ class Partial(NamedTuple):
 
 
 
-def list_schedule(durations: np.ndarray, slots: int) -> np.ndarray:
-    """Finish times of jobs run FIFO on ``slots`` parallel slots (continuous batching, no interference)."""
+def list_schedule(durations: np.ndarray, slots: int, arrivals: np.ndarray | None = None) -> np.ndarray:
+    """Finish times of jobs run FIFO on ``slots`` parallel slots (continuous batching, no interference);
+    ``arrivals`` (non-decreasing in job order): when each job may start at the earliest (None: 0)."""
     n = len(durations)
+    if arrivals is not None:
+        return _list_schedule_arriving(np.asarray(durations, float), slots, np.asarray(arrivals, float))
     if n <= slots:
         return durations.astype(float).copy()
     finish = np.empty(n)
@@ -37,6 +40,20 @@ def list_schedule(durations: np.ndarray, slots: int) -> np.ndarray:
         start = heapq.heappop(heap)
         finish[i] = start + float(durations[i])
         heapq.heappush(heap, finish[i])
+    return finish
+
+
+def _list_schedule_arriving(durations: np.ndarray, slots: int, arrivals: np.ndarray) -> np.ndarray:
+    """list_schedule with release times: job i starts at max(its arrival, the earliest free slot)."""
+    if np.any(np.diff(arrivals) < 0):
+        raise ValueError("arrivals must not decrease in job order")
+    free = [0.0] * min(slots, len(durations))
+    heapq.heapify(free)
+    finish = np.empty(len(durations))
+    for i, (duration, arrival) in enumerate(zip(durations.tolist(), arrivals.tolist(), strict=True)):
+        start = max(heapq.heappop(free), arrival)
+        finish[i] = start + duration
+        heapq.heappush(free, finish[i])
     return finish
 
 
@@ -61,17 +78,20 @@ class FakeCosts:
     update_offload_seconds: float = 0.0   # a training phase's offload round trip (train_params.offload)
     instance_kv_tokens: float = math.inf
 
-    def rollout(self, prompt_lens, response_lens, ranks, groups=None):
+    def rollout(self, prompt_lens, response_lens, ranks, groups=None, arrivals=None):
         n_inst = max(1, len(ranks) // self.instance_devices)
         dur = self.prefill_s_per_token * np.asarray(prompt_lens, float) + \
             self.decode_s_per_token * np.asarray(response_lens, float)
+        if arrivals is not None and n_inst != 1:
+            raise ValueError("arrivals are for one instance's rollout")
         inst = np.arange(len(dur)) % n_inst
         finish = np.empty(len(dur))
         busy = np.zeros(n_inst)
         for i in range(n_inst):
             idx = np.flatnonzero(inst == i)
             if len(idx):
-                finish[idx] = list_schedule(dur[idx], self.instance_max_seqs)
+                finish[idx] = list_schedule(dur[idx], self.instance_max_seqs, None if arrivals is None
+                                            else np.asarray(arrivals, float)[idx])
                 busy[i] = finish[idx].max()
         tokens = float(np.sum(prompt_lens) + np.sum(response_lens))
         return RolloutOutcome(finish, inst, busy, flops=tokens * self.flops_per_token / 3, start_s=finish - dur)

@@ -153,6 +153,16 @@ def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes
     return resident
 
 
+def keeps_engine_copies(sched: Any) -> bool:
+    """Whether a run's engines keep copies of their state (ResumableRun): rounds cut mid-generation
+    (StaleSync tail consolidation, over-provisioning), kinds that cut generation at a weight update
+    (NeMo in-flight updates, AReaL interruptible) and an async engine that takes sequences mid-run
+    (NeMo RL's async_engine: Generation.admit)."""
+    return sched.overprovision > 0 or bool(getattr(sched, "cuts_generation", False)) or bool(
+        getattr(sched, "async_engine", False)) or (
+        sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1)
+
+
 class LlmCosts:
     def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None):
         """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
@@ -214,11 +224,7 @@ class LlmCosts:
         self.sync_eff = scenario.schedule.weight_sync_efficiency
         self.reuse = scenario.schedule.reuse_stage_costs
         sched = scenario.schedule
-        # rounds cut mid-generation (StaleSync tail consolidation, over-provisioning): keep engine copies
-        # and kinds that cut generation at a weight update (NeMo in-flight updates, AReaL interruptible)
-        self._interrupts = sched.overprovision > 0 or bool(getattr(sched, "cuts_generation", False)) or (
-            sched.effective_placement == "colocated" and sched.effective_staleness >= 1
-            and sched.effective_threshold < 1)
+        self._interrupts = keeps_engine_copies(sched)
         self.balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
@@ -371,14 +377,17 @@ class LlmCosts:
         return "packed" if self.scenario.schedule.distqueue.packed else "padded"
 
     # ---- the facade ------------------------------------------------------------------------------
-    def rollout(self, prompt_lens, response_lens, ranks, groups=None) -> RolloutOutcome:
+    def rollout(self, prompt_lens, response_lens, ranks, groups=None, arrivals=None) -> RolloutOutcome:
         """Generation on the instances of ``ranks`` (instance i on ranks[i D:(i + 1) D]), each on
-        its own devices and links; ``groups``: prefix-cache groups (inference.enable_prefix_caching)."""
+        its own devices and links; ``groups``: prefix-cache groups (inference.enable_prefix_caching);
+        ``arrivals`` (one instance): when each sequence joins the engine's queue (Costs.rollout)."""
         d = self.instance_devices
         inst = max(1, len(ranks) // d)
         flops, prompts, responses = self._rollout_inputs(prompt_lens, response_lens)
+        if arrivals is not None and inst != 1:
+            raise ValueError("arrivals are for one instance's rollout")
         if inst == 1 and len(prompts):
-            return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]), groups)
+            return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]), groups, arrivals)
         return self._rollout_many(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
                                                               for i in range(inst)], groups)
 
@@ -387,7 +396,8 @@ class LlmCosts:
         instance: the same outcomes, but the engines' array runs of one instance each go in one
         pass (inference.fast_runs: their events timed together, each run's floats unchanged)."""
         outcomes: list[RolloutOutcome | None] = []
-        started: list[tuple[int, Any, np.ndarray, np.ndarray, float]] = []   # (request, run, finish, responses, flops)
+        # (request, run, finish, prompts, responses, flops)
+        started: list[tuple[int, Any, np.ndarray, np.ndarray, np.ndarray, float]] = []
         d = self.instance_devices
         for prompt_lens, response_lens, ranks, groups in requests:
             flops, prompts, responses = self._rollout_inputs(prompt_lens, response_lens)
@@ -397,11 +407,11 @@ class LlmCosts:
             engine = self._engine(self.pool(ranks[:d]))
             engine.add_many(range(len(prompts)), prompts, responses, 0.0, group_ids=groups)
             run = ResumableRun(engine, every=ENGINE_CHECKPOINT_EVERY_EVENTS) if self._interrupts else engine
-            started.append((len(outcomes), run, np.full(len(prompts), np.nan), responses, flops))
+            started.append((len(outcomes), run, np.full(len(prompts), np.nan), prompts, responses, flops))
             outcomes.append(None)
         run_all_into([s[1] for s in started], [s[2] for s in started])
-        for i, run, finish, responses, flops in started:
-            outcomes[i] = self._outcome_of(run, finish, responses, flops)
+        for i, run, finish, prompts, responses, flops in started:
+            outcomes[i] = self._outcome_of(run, finish, prompts, responses, flops)
         return outcomes  # type: ignore[return-value]
 
     def _rollout_inputs(self, prompt_lens, response_lens) -> tuple[float, np.ndarray, np.ndarray]:
@@ -448,26 +458,36 @@ class LlmCosts:
         return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % n_inst, busy, flops=flops)
 
     def _rollout_one(self, prompts: np.ndarray, responses: np.ndarray, flops: float, pool: _Pool,
-                     groups: np.ndarray | None = None) -> RolloutOutcome:
+                     groups: np.ndarray | None = None, arrivals: np.ndarray | None = None) -> RolloutOutcome:
         """One instance (what the schedules ask): the same engine run as simulate_rollout, kept
         resumable so an interrupt later in the round (StaleSync tail consolidation) restores the
-        engine near that time instead of running it again from the start."""
+        engine near that time instead of running it again from the start. ``arrivals``: the
+        sequences join the queue at those times (each set arriving together added at once, in time
+        order); an interrupt is then asked at the last arrival or later (the resumable run starts there)."""
         n = len(prompts)
         engine = self._engine(pool)
-        engine.add_many(range(n), prompts, responses, 0.0, group_ids=groups)
+        if arrivals is None:
+            engine.add_many(range(n), prompts, responses, 0.0, group_ids=groups)
+        else:
+            times = np.asarray(arrivals, float)
+            for at in np.unique(times).tolist():
+                ids = np.flatnonzero(times == at)
+                engine.add_many(ids, prompts[ids], responses[ids], at, group_ids=None if groups is None else groups[ids])
         finish = np.full(n, np.nan)
         run = ResumableRun(engine, every=ENGINE_CHECKPOINT_EVERY_EVENTS) if self._interrupts else engine
         run.run_into(finish)
-        return self._outcome_of(run, finish, responses, flops)
+        # none is running before it arrives (queued: admitted at a step with room)
+        return self._outcome_of(run, finish, prompts, responses, flops,
+                                None if arrivals is None else np.asarray(arrivals, float).copy())
 
-    @staticmethod
-    def _outcome_of(run: RolloutEngine | ResumableRun, finish: np.ndarray, responses: np.ndarray,
-                    flops: float) -> RolloutOutcome:
-        """The outcome of one instance's finished run; a resumable run answers progress at a time."""
+    def _outcome_of(self, run: RolloutEngine | ResumableRun, finish: np.ndarray, prompts: np.ndarray,
+                    responses: np.ndarray, flops: float, arrivals: np.ndarray | None = None) -> RolloutOutcome:
+        """The outcome of one instance's finished run; a resumable run answers progress at a time and
+        takes more sequences later in the run (``extend``: from its state kept nearest before then)."""
         engine = run if isinstance(run, RolloutEngine) else run.engine
         busy = np.array([engine.busy_s])
         if run is engine:
-            return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops)
+            return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops, start_s=arrivals)
 
         def progress_at(stop_s: float) -> np.ndarray:
             out = np.where(finish <= stop_s, responses, 0).astype(float)
@@ -475,7 +495,23 @@ class LlmCosts:
             out[ids] = generated
             return out
 
-        return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops, progress_at=progress_at)
+        def extend(more_prompts: np.ndarray, more_responses: np.ndarray, groups: np.ndarray | None,
+                   at: float) -> RolloutOutcome:
+            more_prompts, more_responses = np.asarray(more_prompts, np.int64), np.asarray(more_responses, np.int64)
+            resumed = run.state_before(at)
+            n = len(finish)
+            resumed.add_many(np.arange(n, n + len(more_prompts)), more_prompts, more_responses, at, group_ids=groups)
+            every = np.concatenate([finish, np.full(len(more_prompts), np.nan)])
+            every[:n][finish > at] = np.nan     # what runs past `at` the continued run times again
+            again = ResumableRun(resumed, every=ENGINE_CHECKPOINT_EVERY_EVENTS)
+            again.run_into(every)
+            all_prompts, all_responses = np.concatenate([prompts, more_prompts]), np.concatenate([responses, more_responses])
+            starts = np.concatenate([np.zeros(n) if arrivals is None else arrivals, np.full(len(more_prompts), at)])
+            return self._outcome_of(again, every, all_prompts, all_responses,
+                                    self._rollout_inputs(all_prompts, all_responses)[0], starts)
+
+        return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops, start_s=arrivals,
+                              progress_at=progress_at, extend=extend)
 
     def _work(self, role: str, lens: np.ndarray) -> float:
         """sum over samples of train_flops_per_token(s) x s; per-token FLOPs are affine in s

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +17,16 @@ Sampler = Callable[[np.random.Generator, int, int, int], np.ndarray]
 
 # Group ids of round r start at r x this (a round never holds more prompts), so ids stay unique.
 GROUP_IDS_PER_ROUND = 1_000_000
+# Group ids of sequences that share no prefix (resumed ones): below every real group id.
+UNSHARED_GROUP = -(10**12)
+
+
+def prefix_groups(seqs: SeqBatch) -> np.ndarray:
+    """The engine's prefix-cache group of each sequence: a prompt's samples share its prefill unless
+    they resume with their own tokens (each its own group then)."""
+    if not seqs.done_len.any():
+        return seqs.group
+    return np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
 
 
 @dataclass
@@ -101,10 +112,42 @@ class GenPlan:
     streamed: bool = False   # its engine hands each sequence out as it finishes while it runs
     # committed at its end (a cut instance that does not stream): its samples leave the engine together then
     returns_together: bool = False
+    # The engine run this plan is a stretch of, where that is not the plan itself (a plan that took
+    # sequences while it ran, or the continuation of one cut at a weight load: Generation.admit,
+    # segments.continuation): the run's requests, this plan's rows among them and the run's engine
+    # seconds at this plan's t0. None: the plan's own sequences, all added at its t0.
+    root: RootRun | None = None
+    root_rows: np.ndarray | None = None
+    root_offset: float = 0.0
+    # the engine run's RolloutOutcome.extend (more sequences joining it later), None where not kept
+    extend: Callable[..., Any] | None = None
 
     @property
     def end_s(self) -> float:
         return float(self.finish.max()) if len(self.finish) else 0.0
+
+    def engine_run(self) -> tuple[RootRun, np.ndarray]:
+        """(the engine run this plan is a stretch of, this plan's rows in it)."""
+        if self.root is not None and self.root_rows is not None:
+            return self.root, self.root_rows
+        run = RootRun(self.seqs, self.seqs.prompt_len + self.seqs.done_len, self.seg, prefix_groups(self.seqs),
+                      np.zeros(len(self.seqs)), self.flops, self.extend)
+        return run, np.arange(len(self.seqs))
+
+
+@dataclass(frozen=True)
+class RootRun:
+    """One engine run as it was asked for: every sequence added to it, in add order, with what the
+    engine prefills at its admission (prompt + tokens it resumes with), the tokens it is to generate,
+    its prefix-cache group, the engine seconds at which it joined the queue, the run's FLOPs and,
+    where the costs keep it, how to add more sequences to the run (RolloutOutcome.extend)."""
+    seqs: SeqBatch
+    prompts: np.ndarray
+    segs: np.ndarray
+    groups: np.ndarray
+    arrivals: np.ndarray
+    flops: float
+    extend: Callable[..., Any] | None = None
 
 
 def draw_lengths(rng: np.random.Generator, prompt_sampler: Sampler, response_sampler: Sampler, n_prompts: int,

@@ -177,7 +177,7 @@ class Trainer:
         while True:
             for instance in run.streaming:        # what streaming engines finished so far is in the store
                 instance.store_finished(env.now)
-            t, ids = ctx.trainer.ready_time(k, run.planned.get(k, 0) >= run.n_inst)
+            t, ids = ctx.trainer.ready_time(k, run.round_known(k))
             if t <= env.now + TIME_TOL_S:
                 return ids
             if math.isinf(t) and gate.all_blocked(run.n_inst):
@@ -197,6 +197,9 @@ class Trainer:
         run, ctx = self.run_, self.run_.ctx
         if not run.streaming:
             return None
+        if ctx.trainer.round_batches:   # the step takes its round whole: when the round's last is out
+            last = np.concatenate([instance.unstored_finishes(k) for instance in run.streaming])
+            return max(float(last.max()), run.env.now + 2 * TIME_TOL_S) if len(last) else None
         need = ctx.trainer.min_batch - ctx.trainer.eligible_leftover(k)
         finishes = np.concatenate([instance.unstored_finishes() for instance in run.streaming])
         if need <= 0 or not len(finishes):
@@ -254,6 +257,11 @@ class SplitPoolRun:
         ctx.start_clock(self.trainer_clock)
         self.failures = SplitPoolFailures(self) if ctx.sched.failures else None
         self.sync_s = self.sync_time() if self.failures else self.sync_time(train.ranks, rollout.ranks)
+
+    def round_known(self, k: int) -> bool:
+        """Whether the store holds every sample of round k it will (each instance generated its share:
+        a plan here is committed as it is costed)."""
+        return self.planned.get(k, 0) >= self.n_inst
 
     def sync_time(self, src=None, dst=None) -> float:
         src = self.train if src is None else src

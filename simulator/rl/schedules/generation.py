@@ -8,13 +8,10 @@ import numpy as np
 
 from ..costs import Ranks
 from ..distqueue import payload_bytes_each
-from .batches import GenPlan, SeqBatch
+from .batches import GenPlan, RootRun, SeqBatch, prefix_groups
 from .rewards import rule_rewards_ready
 from .staleness import TIME_TOL_S
 from .state import RunState
-
-# Group ids of sequences that share no prefix (resumed ones): below every real group id.
-UNSHARED_GROUP = -(10**12)
 
 
 class Generation:
@@ -37,10 +34,7 @@ class Generation:
                 seg = np.minimum(remaining, self.sched.length_budget)
             segs.append((seg, remaining))
             if len(seqs):
-                # a prompt's samples share its prefill (prefix caching) unless they resume with their own tokens
-                groups = seqs.group if not seqs.done_len.any() else \
-                    np.where(seqs.done_len == 0, seqs.group, UNSHARED_GROUP - np.arange(len(seqs)))
-                requests.append((seqs.prompt_len + seqs.done_len, seg, where, groups))
+                requests.append((seqs.prompt_len + seqs.done_len, seg, where, prefix_groups(seqs)))
                 wanted.append(len(segs) - 1)
         many = getattr(self.costs, "rollout_many", None)
         outcomes = many(requests) if many is not None and len(requests) > 1 else \
@@ -55,8 +49,52 @@ class Generation:
                 continue
             start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
             plans.append(GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0,
-                                 version, where, out.progress_at))
+                                 version, where, out.progress_at, extend=out.extend))
         return plans
+
+    def admit(self, plan: GenPlan, new: SeqBatch, now: float) -> GenPlan:
+        """``plan`` with ``new`` sequences joining its engine's queue at ``now`` (continuous batching:
+        NeMo RL's async vLLM engine takes a round the moment the age bound opens it). The engine run
+        the plan is a stretch of goes on with them added at that engine time (from its state kept
+        before then, RolloutOutcome.extend; else run again from its start): what ran before is the
+        same run (an engine's events do not depend on a later add), so the plan's sequences keep
+        their KV and their history, and the new ones queue behind them. Nothing is committed."""
+        root, rows = plan.engine_run()
+        at = plan.root_offset + (now - plan.t0)
+        seg_new = new.target_len - new.done_len
+        grown_seqs = SeqBatch.concat(root.seqs, new)
+        prompts = np.concatenate([root.prompts, new.prompt_len + new.done_len])
+        segs = np.concatenate([root.segs, seg_new])
+        arrivals = np.concatenate([root.arrivals, np.full(len(new), at)])
+        groups = prefix_groups(grown_seqs)
+        if root.extend is not None:   # the run continued from its state kept before `at`
+            out = root.extend(prompts[len(root.seqs):], seg_new, groups[len(root.seqs):], at)
+        else:                         # the run again from its start, the new sequences arriving at `at`
+            out = self.costs.rollout(prompts, segs, plan.ranks, groups, arrivals=arrivals)
+        grown = RootRun(grown_seqs, prompts, segs, groups, arrivals, float(out.flops), out.extend)
+        rows = np.concatenate([rows, np.arange(len(root.seqs), len(grown_seqs))])
+        offset = plan.root_offset
+        # tokens each row had before this plan's t0 in the run (a continuation's cut), none for the new
+        before = np.concatenate([plan.seqs.done_len - root.seqs.done_len[rows[:len(plan.seqs)]],
+                                 np.zeros(len(new), dtype=plan.seqs.done_len.dtype)]).astype(float)
+        finish = np.asarray(out.finish_s, float)[rows] - offset
+        start_all = np.zeros(len(grown_seqs)) if out.start_s is None else np.asarray(out.start_s, float)
+        progress = None
+        if out.progress_at is not None:
+            base, admitted_s = out.progress_at, now - plan.t0
+
+            def progress(s: float) -> np.ndarray:
+                # a plan is cut (the one caller) at the present, never before its last admission, which
+                # the continued run starts from (the plan's own run before it is not kept)
+                if s < admitted_s - TIME_TOL_S:
+                    raise ValueError(f"progress at {s} s asked of a plan that took sequences at {admitted_s} s")
+                return np.maximum(base(s + offset)[rows] - before, 0.0)
+        return GenPlan(SeqBatch.concat(plan.seqs, new), np.concatenate([plan.seg, seg_new]),
+                       np.concatenate([plan.remaining, seg_new]), finish, np.maximum(start_all[rows] - offset, 0.0),
+                       plan.flops + (grown.flops - root.flops), plan.t0, plan.version, plan.ranks, progress,
+                       stored_through=plan.stored_through, streamed=plan.streamed,
+                       returns_together=plan.returns_together, root=grown, root_rows=rows, root_offset=offset,
+                       extend=out.extend)
 
     def store_finished_by(self, plan: GenPlan, upto_s: float) -> None:
         """Store the plan's sequences that finished by ``plan.t0 + upto_s`` and are not stored yet,

@@ -12,9 +12,21 @@
   meanwhile), and that wait is on the trainer's critical path. With it, the update happens as
   soon as the trainer is done: each instance's engine pauses between decode steps for the weight
   load and continues its sequences with their KV kept (no re-prefill) under the new version.
+- Step k trains the trajectories generated for it (round k), waiting until all of them are in:
+  NeMo RL's replay buffer tags each trajectory group with the step it was generated for and serves
+  a step only those, stalling until enough are ready ("Only select trajectories intended for the
+  current training step", nemo_rl/algorithms/async_utils.py ReplayBuffer.sample, v0.4-v0.5; cited
+  from memory of the public code, not readable here). A trajectory older than the bound is dropped.
+- ``async_engine`` (vLLM's AsyncLLM): a round joins the running engine the moment the age bound
+  opens it (its prompts queue behind the running sequences, whose KV stays: Generation.admit prices
+  the engine run again with them added then), and each trajectory leaves the engine as it finishes
+  (scored in its own task: reward handover "sample"). The synchronous engine takes rounds only
+  when a plan starts and returns a plan's batch at its end.
 NeMo RL's on-policy colocated GRPO is the ``colocated`` kind.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ...scenario import NemoAsyncSchedule
 from ..timeline import clock_over, clock_parts
@@ -31,14 +43,32 @@ class NemoInstance(SegmentedInstance):
 
     def _admit(self) -> SeqBatch:
         """This round's share; an async engine also takes every later round the age bound admits now
-        (they queue behind it in the engine: continuous batching across rounds). A round that opens
-        while the plan runs joins at the next plan: a running plan cannot take sequences without
-        re-planning its carried ones, which would re-prefill KV the real engine keeps."""
+        (they queue behind it in the engine: continuous batching across rounds)."""
+        shares = [self._take_round(), *self._open_rounds()]
+        return SeqBatch.merge(shares) if len(shares) > 1 else shares[0]
+
+    def _open_rounds(self) -> list[SeqBatch]:
+        """The shares of the rounds an async engine may take now (the age bound admits them)."""
         run = self.run_
-        shares = [self._take_round()]
+        shares = []
         while run.ctx.sched.async_engine and run.gate.open(self.round) and not run.gate.done:
             shares.append(self._take_round())
-        return SeqBatch.merge(shares) if len(shares) > 1 else shares[0]
+        return shares
+
+    def _cut_events(self) -> list:
+        """An async engine's plan wakes when the weights move (a round may open)."""
+        return [self.run_.gate.version_changed] if self.run_.ctx.sched.async_engine else []
+
+    def _mid_plan(self) -> None:
+        """A round that opens while the plan runs joins the engine's queue now, the running sequences
+        keeping their KV (AsyncLLM takes each request as the collector submits it): the engine run
+        priced again with them added (Generation.admit). Not while a refit drains the engines."""
+        if not self._may_start():
+            return
+        shares = self._open_rounds()
+        if shares:
+            new = SeqBatch.merge(shares) if len(shares) > 1 else shares[0]
+            self.plan = self.run_.ctx.gen.admit(self.plan, new, self.run_.env.now)
 
     def _take_round(self) -> SeqBatch:
         r = self.round
@@ -50,12 +80,10 @@ class NemoInstance(SegmentedInstance):
         return not self.run_.paused
 
     def _streams(self) -> bool:
-        """Not modelled: AsyncLLM hands each request's output out as it finishes, but it also admits
-        a round's prompts the moment the age bound opens it, and a plan here takes a new round only
-        when it ends (its KV-kept continuation at an update admits none). Streamed alone, the trainer
-        takes a batch early and then waits for a round that could not start: the V6 Llama 1-step-off
-        step went 60 -> 101 s (published 64.8). Both wait for a resumable engine run that admits."""
-        return False
+        """An async engine (AsyncLLM) hands each trajectory out as it finishes, scored in its own task
+        (reward handover "sample", the kind's default with async_engine); the synchronous LLM class
+        returns a plan's batch at its end."""
+        return self.run_.ctx.sched.async_engine and super()._streams()
 
     def take_update(self, t: float, version: int, sync_s: float, k: int) -> None:
         """The weight update at time t: a plan in flight pauses for the load and continues (in-flight
@@ -101,10 +129,22 @@ class NemoRun(SplitPoolRun):
         super().__init__(ctx)
         check_cuttable(ctx, ctx.sched.in_flight_weight_updates, "schedule.in_flight_weight_updates")
         ctx.trainer.age_column = "first_version"
+        ctx.trainer.round_batches = True   # step k trains round k (the module's doc)
         self.paused = False
         self.generating: set[int] = set()
         self.drained = self.env.event()
         self.nemo_instances: list[NemoInstance] = []
+
+    def round_known(self, k: int) -> bool:
+        """Every instance took its share of round k and no running plan still holds one of its
+        sequences unstored (a plan's samples reach the store as they finish, streamed, or at its end)."""
+        if not super().round_known(k):
+            return False
+        for inst in self.nemo_instances:
+            plan = inst.plan
+            if plan is not None and np.any((plan.seqs.round == k) & (plan.finish > plan.stored_through)):
+                return False
+        return True
 
     def note_idle(self) -> None:
         if not self.generating:

@@ -31,9 +31,11 @@ def continuation(plan: GenPlan, carry: SeqBatch, stop_rel: float, t0: float, ver
 
         def progress(s: float) -> np.ndarray:
             return np.maximum(base(s + stop_rel)[keep] - gen, 0.0)
+    root, rows = plan.engine_run()   # the run goes on: a later admission (Generation.admit) re-runs it
     return GenPlan(carry, plan.seg[keep] - gen.astype(int), plan.remaining[keep] - gen.astype(int),
                    plan.finish[keep] - stop_rel, np.maximum(plan.start[keep] - stop_rel, 0.0), 0.0, t0, version,
-                   plan.ranks, progress, streamed=plan.streamed, returns_together=plan.returns_together)
+                   plan.ranks, progress, streamed=plan.streamed, returns_together=plan.returns_together,
+                   root=root, root_rows=rows[keep], root_offset=plan.root_offset + stop_rel, extend=root.extend)
 
 
 def check_cuttable(ctx, cuts: bool, knob: str) -> None:
@@ -67,12 +69,15 @@ class SegmentedInstance(RolloutInstance):
         if self.plan is not None:
             self.run_.ctx.gen.store_finished_by(self.plan, now - self.plan.t0)
 
-    def unstored_finishes(self) -> np.ndarray:
-        """When the running plan's sequences not in the store yet will finish (absolute seconds)."""
+    def unstored_finishes(self, round_: int | None = None) -> np.ndarray:
+        """When the running plan's sequences not in the store yet will finish (absolute seconds);
+        ``round_``: those of that round only."""
         plan = self.plan
         if plan is None:
             return np.zeros(0)
         left = (plan.seg >= plan.remaining) & (plan.finish > plan.stored_through)
+        if round_ is not None:
+            left &= plan.seqs.round == round_
         return plan.t0 + plan.finish[left]
 
     def _admit(self) -> SeqBatch:
@@ -123,12 +128,18 @@ class SegmentedInstance(RolloutInstance):
                 self.commit()
             elif self.plan is not None and self._should_cut():
                 self.commit(stop_at=env.now)
+            elif self.plan is not None:
+                self._mid_plan()
 
     def _cut_events(self) -> list:
+        """Events that wake the running plan (a cut, or what _mid_plan acts on)."""
         return []
 
     def _should_cut(self) -> bool:
         return False
+
+    def _mid_plan(self) -> None:
+        """Woken while the plan runs on, uncut (an engine that admits sequences mid-plan acts here)."""
 
     def commit(self, stop_at: float | None = None) -> SeqBatch:
         """Commit the plan (to its end, or cut at ``stop_at``); the plan is done, its carry kept."""
