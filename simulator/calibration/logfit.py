@@ -86,6 +86,9 @@ class LoggedRun:
     scenario: Any
     overrides: tuple[str, ...] = ()
     name: str = ""
+    # the simulated steps a logged figure is compared with: the mean of the run's last this many step
+    # times (a published table's average of the last steps); None: the steady step (after the first)
+    last_steps: int | None = None
 
     @property
     def label(self) -> str:
@@ -164,11 +167,16 @@ def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def simulate_timings(scenario: Any, overrides: Sequence[str] = ()) -> dict[str, float]:
-    """The simulated phases of `scenario` with `overrides` (--set items), as the log names them."""
+def simulate_timings(scenario: Any, overrides: Sequence[str] = (), last_steps: int | None = None) -> dict[str, float]:
+    """The simulated phases of `scenario` with `overrides` (--set items), as the log names them;
+    ``last_steps``: `step_s` is the mean of the run's last that many step times (LoggedRun.last_steps)."""
     from ..api import simulate
     from ..scenario import load_scenario
-    return predicted_timings(simulate(load_scenario(scenario, overrides=list(overrides))).summary)
+    result = simulate(load_scenario(scenario, overrides=list(overrides)))
+    out = predicted_timings(result.summary)
+    if last_steps is not None:
+        out["step_s"] = float(result.iterations.tail(last_steps)["step_time_s"].mean())
+    return out
 
 
 # A logged phase time below a microsecond is not a phase the run timed (the frameworks' timers read
@@ -299,7 +307,7 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
 
     def predictions(z: np.ndarray) -> list[dict[str, float]]:
         vals = values_of(z)
-        return [simulate_timings(r.scenario, [*r.overrides, *overlay_items(sc, vals, n)])
+        return [simulate_timings(r.scenario, [*r.overrides, *overlay_items(sc, vals, n)], r.last_steps)
                 for r, sc, n in zip(runs, loaded, named, strict=True)]
 
     def all_residuals(z: np.ndarray) -> np.ndarray:

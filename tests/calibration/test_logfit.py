@@ -103,6 +103,9 @@ def test_v6_machinery_fit_one_step_off_predict_on_policy() -> None:
     assert abs(fit_row["fitted_error"]) <= abs(fit_row["default_error"]) + 1e-9   # the fit moved toward its row
     assert predict_row["published_s"] == on[0].step_s
     assert np.isfinite(predict_row["fitted_error"])
+    # the defaults' prediction is the V6 case's figure (the last 5 of 10 steps, as the table measured)
+    from simulator.validation.nemo_rl import simulate_row
+    assert predict_row["default_s"] == pytest.approx(simulate_row(on[0])["step_s"], rel=1e-12)
 
 
 def test_bad_fit_requests_are_clear(tmp_path: Path) -> None:
