@@ -183,3 +183,22 @@ def test_a_round_that_opens_while_the_engine_runs_joins_it(monkeypatch):
     rec, tl, sm, s = run(sc, gen_bound_costs(prefill_s_per_token=1e-5))
     assert seen
     check_accounting(sm, 2)
+
+
+@pytest.mark.parametrize("in_flight", [False, True])
+def test_on_a_real_workload_the_async_engine_admits_and_accounts_for_every_trajectory(monkeypatch, in_flight):
+    """LlmCosts end to end: rounds join running engines (continued runs), every trajectory is consumed
+    once or dropped as unused at the end, every step trains its own round. Without in-flight updates
+    a refit waits for the engines to drain, and no round opens while one runs: nothing to admit."""
+    import simulator
+    seen = count_admissions(monkeypatch)
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="nemo-rl-async", iterations=5,
+                           overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=8",
+                                      "workload.mini_batch_prompts=8", "workload.response_length.max=2048",
+                                      "schedule.max_trajectory_age_steps=2", "schedule.async_engine=true",
+                                      f"schedule.in_flight_weight_updates={str(in_flight).lower()}"])
+    check_accounting(r.samples, 2)
+    consumed = r.samples[r.samples["consumed_iteration"] >= 0]
+    assert (consumed["consumed_iteration"] == consumed["round"]).all()
+    assert r.summary["samples"]["consumed"] == 5 * 64 and bool(seen) == in_flight
