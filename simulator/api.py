@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import contextvars
+import copy
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -98,12 +100,35 @@ def _sampler(dist: LengthDistribution):
 
 def _auto_plan(sc: Scenario, topology: Any, trained: Sequence[Any] = ()) -> Any:
     """autoplan.auto_layouts (an AutoPlan), or None when no layout is ``auto`` and no ``planner:``
-    settings are given (the defaults are valid): then the planner is not even imported."""
+    settings are given (the defaults are valid): then the planner is not even imported. Inside
+    ``shared_plans()`` a plan of the same inputs made earlier in it is reused (a fresh copy)."""
     w = sc.workload
     if w.train_layout != "auto" and w.rollout_layout != "auto" and not sc.planner:
         return None
     from .autoplan import auto_layouts
-    return auto_layouts(sc, topology, trained)
+    kept = _SHARED_PLANS.get()
+    if kept is None or trained:
+        return auto_layouts(sc, topology, trained)
+    key = json.dumps(sc.to_dict(), sort_keys=True, default=str)
+    if key not in kept:
+        kept[key] = auto_layouts(sc, topology)
+    return copy.deepcopy(kept[key])   # a run writes into its plan (auto_layout.replanned, the faster of two)
+
+
+# The plans `shared_plans()` keeps while it is open (None: none kept, every run plans)
+_SHARED_PLANS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("shared_plans", default=None)
+
+
+@contextmanager
+def shared_plans() -> Iterator[None]:
+    """While open, runs whose `layout: auto` inputs are the same (the scenario's every key, its seed
+    or ``plan_seed`` included) share one plan, made once: the replicas of a scenario, which plan on
+    its first seed (uncertainty.replicas). Scoped, so a file edited between two calls is read again."""
+    token = _SHARED_PLANS.set({})
+    try:
+        yield
+    finally:
+        _SHARED_PLANS.reset(token)
 
 
 # Plans `layout: auto` may make for one run: a run whose trained batch is heavier than the drawn
@@ -114,7 +139,8 @@ AUTO_LAYOUT_PLANS = 4
 
 
 def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any = None,
-             progress: Any = None, keep_samples: bool = True, **keywords: Any) -> SimulationResult:
+             progress: Any = None, keep_samples: bool = True, plan_seed: int | None = None,
+             **keywords: Any) -> SimulationResult:
     """Run one scenario. ``keywords`` are load_scenario's (topology, workload, schedule, overrides,
     iterations, seed). ``costs`` replaces the cost models (tests: rl.fake_costs.FakeCosts). A run past
     limits.max_work is refused before it starts. ``progress``: an object with ``estimate(WorkEstimate)``
@@ -125,9 +151,16 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     holds). False: ``samples`` is None, and the rows fold into exact counts during the run once the
     critical path has walked their steps, so memory stays flat over iterations; the summary is the
     same, figure for figure (`rlsim run` does this unless --out writes the table). With
-    schedule.failures every row is kept either way (a roll-back rewrites recorded rows)."""
+    schedule.failures every row is kept either way (a roll-back rewrites recorded rows).
+
+    ``plan_seed``: the seed `layout: auto` plans with (the planner's memory check draws its batches
+    from it; default the scenario's): the replicas of a scenario plan on its first seed, so they
+    share one layout and differ by their runs."""
     _check_hooks(costs, progress)
     _check_keywords(keywords, "simulate")
+    if plan_seed is not None and (isinstance(plan_seed, bool) or not isinstance(plan_seed, int) or plan_seed < 0):
+        raise RlsimError(f"plan_seed must be a whole number >= 0 or None, got {plan_seed!r}", field="plan_seed",
+                         fix="e.g. plan_seed=0")
     if not isinstance(keep_samples, bool):   # "no" kept the samples
         raise RlsimError(f"keep_samples must be True or False, got {keep_samples!r}", field="keep_samples",
                          fix="keep_samples=False drops the per-sample table")
@@ -137,7 +170,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
                          source=sc.source, field="replicas",
                          fix="run them with simulator.uncertainty.replicate (rlsim run runs them), or drop replicas")
     with _blamed_on_its_file(sc.source, sc.workload.name):   # a model's check names the field; the scenario the file
-        return _simulate(sc, costs, progress, keep_samples)
+        return _simulate(sc, costs, progress, keep_samples, plan_seed)
 
 
 @contextmanager
@@ -191,7 +224,8 @@ def _check_hooks(costs: Any, progress: Any) -> None:
                                                "or leave progress out")
 
 
-def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> SimulationResult:
+def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
+              plan_seed: int | None = None) -> SimulationResult:
     w = sc.workload
     # the length laws first: the planner and the costs read their caps (a bad one is its own error)
     prompt = LengthDistribution.from_mapping(w.prompt_length, sc.source, "workload.prompt_length")
@@ -208,7 +242,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
         n_devices = topology.num_devices
         device_counts = topology.device_counts()
         device_kinds = list(device_counts)
-        rec, costs, plan = _run_planned(sc, topology, prompt, resp, progress, keep_samples)
+        rec, costs, plan = _run_planned(sc, topology, prompt, resp, progress, keep_samples, plan_seed)
     else:
         n_devices = int(getattr(costs, "n_devices", 0)) or 8
         if sc.schedule.failures:
@@ -271,7 +305,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool) -> Si
 
 
 def _run_planned(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: LengthDistribution, progress: Any,
-                 keep_samples: bool) -> tuple[Any, Any, Any]:
+                 keep_samples: bool, plan_seed: int | None = None) -> tuple[Any, Any, Any]:
     """(record, costs, plan) of a run on the scenario's own cost models, its `layout: auto` sides
     planned (the planning cost in simulated time) and planned again while a trained batch does not
     fit the training layout planned (AUTO_LAYOUT_PLANS)."""
@@ -279,7 +313,8 @@ def _run_planned(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: 
     trained: list[Any] = []
     tried: list[dict[str, Any]] = []
     while True:
-        plan = _auto_plan(sc, topology, trained)            # layout: auto -> the planner
+        planned = sc if plan_seed is None else sc.model_copy(update={"seed": plan_seed})
+        plan = _auto_plan(planned, topology, trained)       # layout: auto -> the planner
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts if plan else None)
         replanner = None
         if sc.schedule.failures:

@@ -110,10 +110,12 @@ def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any
 
 
 def _replica_summary(plans: Sequence[ReplicaPlan], costs: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+    """One replica's summary; `layout: auto` plans on the first seed (one layout for every replica:
+    they differ by their runs, as repeated runs of one configuration do)."""
     from ..api import simulate
     plan, index = plans[int(values["plan"])], int(values["replica"])
     with plan.draws_named(index):
-        return dict(simulate(plan.scenario(index), costs=costs, keep_samples=False).summary)
+        return dict(simulate(plan.scenario(index), costs=costs, keep_samples=False, plan_seed=plan.seeds[0]).summary)
 
 
 def check_runs(data: Mapping[str, Any], source: str, runs: int, what: str, field: str) -> None:
@@ -142,7 +144,9 @@ def run_many(plans: Sequence[ReplicaPlan], *, jobs: int = 1, costs: Any = None) 
     keys = [(j, i) for j, plan in enumerate(plans) for i in range(plan.n)]
     out: dict[tuple[int, int], dict[str, Any]] = {}
     if jobs <= 1 or len(keys) == 1 or costs is not None:
-        out = {(j, i): evaluate({"plan": j, "replica": i}) for j, i in keys}
+        from ..api import shared_plans
+        with shared_plans():   # the replicas' one plan made once
+            out = {(j, i): evaluate({"plan": j, "replica": i}) for j, i in keys}
     else:
         from ..sweep import LocalExecutor, Point
         points = [Point(k, {"plan": j, "replica": i}, f"{j}-{i}") for k, (j, i) in enumerate(keys)]

@@ -180,3 +180,33 @@ def test_a_distribution_for_a_length_laws_name_is_refused(toy):
     with pytest.raises(RlsimError) as info:
         plan_replicas(toy, seeds=2)
     assert info.value.field == "workload.response_length.dist" and ".median=" in info.value.fix
+
+
+AUTO = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated", iterations=2,
+            overrides=["workload.train_layout=auto", "workload.rollout_layout=auto", "workload.prompts_per_step=16",
+                       "workload.mini_batch_prompts=16"])
+
+
+def test_replicas_of_a_layout_auto_scenario_share_the_first_seeds_plan_made_once(monkeypatch):
+    """`compare --seeds N` with layout: auto planned in every replica (84 s for 8 runs in a capacity
+    trial), each on its own seed's draws: the replicas now run one configuration, the plan the first
+    seed makes, made once; each still pays the planning time in its run."""
+    import simulator
+    from simulator import autoplan
+    made = []
+    plan = autoplan.auto_layouts
+    monkeypatch.setattr(autoplan, "auto_layouts", lambda *a, **k: made.append(1) or plan(*a, **k))
+    doc = replicate(seeds=3, **AUTO)
+    assert len(made) == 1
+    first = simulator.simulate(**AUTO).summary                      # seed 0 alone: the same run
+    assert doc["replicas"]["seed"] == [0, 1, 2] and doc["auto_layout"] == first["auto_layout"]
+    third = simulator.simulate(**{**AUTO, "seed": 2}, plan_seed=0).summary
+    assert third["auto_layout"] == first["auto_layout"] and third["planning_s"] == first["planning_s"] > 0
+    assert len(made) == 3                                            # outside replicate: each run plans
+
+
+def test_a_bad_plan_seed_is_refused():
+    import simulator
+    with pytest.raises(RlsimError) as info:
+        simulator.simulate(**AUTO, plan_seed=-1)
+    assert info.value.field == "plan_seed"
