@@ -1,11 +1,13 @@
 """Speed of the schedule layer on the real cost models. Prints figures; asserts nothing.
 
     python benchmarks/bench_schedules.py            # all cases
-    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64
+    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40
 
 Targets (issue 4): one GRPO step with 16,384 sequences on cloudmatrix384 <= 0.5 s; a 100-step run
 <= 30 s; cloudmatrix384 with supernodes=64 (24,576 NPUs) one step <= 10 s; one verl fully-async
-step of 8,192 trajectories on 64:64 devices < 1 s (issue 11).
+step of 8,192 trajectories on 64:64 devices < 1 s (issue 11). nemo40 (no target): the engine runs
+an async engine continues at each admission (2.4 s on 2026-12-04 at a 4.5 ms reference; 1.0 s before
+the admission, 26 s when each admission re-ran the engine from its start).
 """
 from __future__ import annotations
 
@@ -30,7 +32,18 @@ CASES = {
                                "schedule.staleness_threshold=0.5", "schedule.partial_rollout=true"])),
     "supernodes64": ("one step, cloudmatrix384 x 64 supernodes = 24,576 NPUs (seed batch, colocated)",
                      dict(schedule="colocated", iterations=1, overrides=["topology.supernodes=64"])),
+    "nemo40": ("40 steps, V6 qwen3-30b-a3b 1-step-off (nemo-rl-async, async engine: rounds admitted mid-run)",
+               None),
 }
+
+
+def _kwargs(name: str) -> dict:
+    """The case's simulate keywords (nemo40: the V6 row's scenario, 40 steps)."""
+    if name != "nemo40":
+        return CASES[name][1]
+    from simulator.validation import nemo_rl
+    row = next(r for r in nemo_rl.ROWS if r.key == "qwen3-30b-a3b" and r.off_policy)
+    return {"scenario": {**nemo_rl.scenario(row), "iterations": 40}}
 
 
 def main(names: list[str]) -> None:
@@ -38,7 +51,7 @@ def main(names: list[str]) -> None:
     simulator.simulate(schedule="colocated", iterations=1,
                        overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16"])  # warm imports
     for name in names or list(CASES):
-        label, kw = CASES[name]
+        label, kw = CASES[name][0], _kwargs(name)
         dt, r = float("inf"), None
         for _ in range(REPEATS if name in ("step", "verl64") else 1):   # the short cases: best of a few
             t0 = time.perf_counter()
