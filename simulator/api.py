@@ -312,8 +312,8 @@ def _run_planned(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: 
     from .rl.llm_costs import HeavierBatchThanPlanned, LlmCosts
     trained: list[Any] = []
     tried: list[dict[str, Any]] = []
+    planned = sc if plan_seed is None else sc.model_copy(update={"seed": plan_seed})   # what the planner draws with
     while True:
-        planned = sc if plan_seed is None else sc.model_copy(update={"seed": plan_seed})
         plan = _auto_plan(planned, topology, trained)       # layout: auto -> the planner
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts if plan else None)
         replanner = None

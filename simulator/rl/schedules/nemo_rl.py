@@ -38,14 +38,18 @@ from .segments import SegmentedInstance, check_cuttable, continuation
 from .staleness import TIME_TOL_S
 
 
+def _joined(shares: list[SeqBatch]) -> SeqBatch:
+    """Rounds' shares as one batch, in round order (one share as it is)."""
+    return SeqBatch.merge(shares) if len(shares) > 1 else shares[0]
+
+
 class NemoInstance(SegmentedInstance):
     """One vLLM engine: generates one round's share per plan; waits while a refit drains."""
 
     def _admit(self) -> SeqBatch:
         """This round's share; an async engine also takes every later round the age bound admits now
         (they queue behind it in the engine: continuous batching across rounds)."""
-        shares = [self._take_round(), *self._open_rounds()]
-        return SeqBatch.merge(shares) if len(shares) > 1 else shares[0]
+        return _joined([self._take_round(), *self._open_rounds()])
 
     def _open_rounds(self) -> list[SeqBatch]:
         """The shares of the rounds an async engine may take now (the age bound admits them)."""
@@ -67,8 +71,7 @@ class NemoInstance(SegmentedInstance):
             return
         shares = self._open_rounds()
         if shares:
-            new = SeqBatch.merge(shares) if len(shares) > 1 else shares[0]
-            self.plan = self.run_.ctx.gen.admit(self.plan, new, self.run_.env.now)
+            self.plan = self.run_.ctx.gen.admit(self.plan, _joined(shares), self.run_.env.now)
 
     def _take_round(self) -> SeqBatch:
         r = self.round
