@@ -1,4 +1,4 @@
-"""The host side of a pageable copy between a GPU and host memory, measured on this host.
+"""A pageable copy between a GPU and host memory, measured on this host (its host side, or the copy).
 
 `tensor.cpu()` / `.to("cpu")` without `pin_memory` lands in pageable memory: the CUDA driver DMAs
 each piece into a pinned staging buffer and copies it on into the destination on the CPU, so a
@@ -11,10 +11,13 @@ written tensor (pageable host -> the staging buffer). Best of --repeats, --gib G
 two rates and the `--set` items that give them to rlsim (schedule.host_copies.offload_Bps /
 onload_Bps), with the machine-speed reference (benchmarks/speed_reference.py).
 
-    python benchmarks/host_pageable_copy.py [--gib 1] [--repeats 5]
+    python benchmarks/host_pageable_copy.py [--gib 1] [--repeats 5] [--device cuda]
 
-It measures the host it runs on: on a GPU node, its figures are that node's (the link side, a
-PCIe 5 x16 DMA at ~50 GB/s, is far above them and does not bound a pageable copy).
+With `--device cuda` (a GPU node) it first times the copies themselves, the driver's staging
+included: a GPU tensor's `.to("cpu")` into fresh pages, `copy_` into a written pageable tensor, back
+in from pageable memory, and both ways through pinned memory; the `--set` line then gives the GPU
+copies (rlsim's defaults are one such run: 1.2 and 6.9 GB/s on a lent H200 node, where the host
+side alone gave 1.9 and 5.5). Without it, the host side alone: a proxy on a machine with no GPU.
 """
 from __future__ import annotations
 
@@ -43,15 +46,51 @@ def best_rates(gib: float, repeats: int) -> tuple[float, float]:
     return max(fresh), max(written)
 
 
+def _timed_rate(nbytes: int, copy) -> float:
+    """Bytes/s of one device copy, host clock around it and a device sync after it."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    copy()
+    torch.cuda.synchronize()
+    return nbytes / (time.perf_counter() - start)
+
+
+def device_rates(gib: float, repeats: int) -> dict[str, float]:
+    """The copies themselves on a GPU node, best of ``repeats`` (bytes/s): a GPU tensor out with
+    `.to("cpu")` (fresh pageable pages, as Megatron-Core's and NeMo RL's offloads), into a written
+    pageable tensor, back in from pageable memory, and both ways through pinned memory (the link)."""
+    torch.set_num_threads(1)
+    gpu = torch.ones(int(gib * 2**30) // 4, dtype=torch.float32, device="cuda")
+    nbytes = gpu.numel() * gpu.element_size()
+    written = torch.empty(gpu.shape, dtype=gpu.dtype)
+    written.fill_(1.0)
+    pinned = torch.empty(gpu.shape, dtype=gpu.dtype, pin_memory=True)
+    copies = {
+        "offload_fresh_pageable": lambda: gpu.to("cpu"),
+        "offload_written_pageable": lambda: written.copy_(gpu),
+        "onload_pageable": lambda: gpu.copy_(written),
+        "offload_pinned": lambda: pinned.copy_(gpu),
+        "onload_pinned": lambda: gpu.copy_(pinned),
+    }
+    return {name: max(_timed_rate(nbytes, copy) for _ in range(repeats)) for name, copy in copies.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cuda: also time the GPU copies themselves (a GPU node)")
     args = parser.parse_args(argv)
+    device = device_rates(args.gib, args.repeats) if args.device == "cuda" else {}
+    for name, rate in device.items():
+        print(f"{name}: {rate / 1e9:.2f} GB/s")
     offload, onload = best_rates(args.gib, args.repeats)
     print(f"offload (into fresh pageable pages): {offload / 1e9:.2f} GB/s")
     print(f"onload (out of written pageable pages): {onload / 1e9:.2f} GB/s")
     print(f"machine-speed reference: {reference_ms():.2f} ms")
+    if device:   # the copies themselves, not the host-side proxy
+        offload, onload = device["offload_fresh_pageable"], device["onload_pageable"]
     print(f"--set schedule.host_copies.offload_Bps={offload:.3g} --set schedule.host_copies.onload_Bps={onload:.3g}")
 
 

@@ -370,15 +370,18 @@ class CommParams(StrictModel):
         return self.dp_overlap_fraction * max(0.0, 1.0 - bucket / chunk_params) if chunk_params > 0 else 0.0
 
 
-# Host rates of a copy through pageable memory (tensor.cpu() / .to("cpu") without pin_memory: the CUDA
+# Rates of a copy through pageable memory (tensor.cpu() / .to("cpu") without pin_memory: the CUDA
 # driver stages it through a pinned buffer and copies it on the CPU, one thread). Device -> host fills
-# freshly allocated pages, a page fault per 4 KiB; host -> device is a memcpy out of written pages.
-# Measured with torch on one thread of the project's 2-core CI VM (benchmarks/host_pageable_copy.py,
-# 2026-12-03: 2.74-2.79 and 7.03-7.11 GB/s). A VM's page faults cost more than a bare host's: a GPU
-# node's own run of the script is the figure to use. Defaults of schedule.host_copies and
-# train_params.offload.
-PAGEABLE_OFFLOAD_BPS = 2.8e9
-PAGEABLE_ONLOAD_BPS = 7.0e9
+# freshly allocated pages (PyTorch's CPU allocator maps every large tensor afresh, a page fault per
+# 4 KiB); host -> device copies out of written pages. Measured as the copies themselves, GPU tensor
+# to fresh pageable pages and back, on a lent H200 node (a Firecracker VM, 16 vCPUs;
+# `python benchmarks/host_pageable_copy.py --device cuda`, 2026-12-04, benchmarks/measured/
+# h200-2026-12-04b: 1.19-1.20 GB/s out, 6.79-6.96 GB/s in, at 1 and 4 GiB; pinned 55 GB/s both ways).
+# Before: the host side alone on the 2-core CI VM, 2.8 and 7.0 GB/s; the same host-side script on the
+# GPU node gives 1.85-1.94 and 5.2-5.7 GB/s. A bare host's page faults cost less than a VM's.
+# Defaults of schedule.host_copies and train_params.offload.
+PAGEABLE_OFFLOAD_BPS = 1.2e9
+PAGEABLE_ONLOAD_BPS = 6.9e9
 
 
 class OffloadParams(StrictModel):

@@ -400,14 +400,13 @@ class HostCopies(_Strict):
     # .to("cpu", copy=True) and loads the host-kept reference's in (cited from memory): the first
     # copy out to the host, the others in.
     reference_swap: bool = False
-    # Device -> pageable host: the CPU side fills freshly allocated pages (PyTorch's CPU allocator maps
-    # every large tensor afresh), a page fault per 4 KiB. Measured: 2.8 GB/s with torch on one thread
-    # of the project's 2-core CI VM (benchmarks/host_pageable_copy.py, 2026-12-03: 2.74-2.79 GB/s);
-    # a VM's page faults cost more than a bare host's, so a GPU node's own run of the script is the
-    # figure to use.
+    # Device -> pageable host: the driver stages the copy and the CPU fills freshly allocated pages
+    # (PyTorch's CPU allocator maps every large tensor afresh), a page fault per 4 KiB. Measured: 1.2
+    # GB/s, a GPU tensor's .to("cpu") on a lent H200 node (benchmarks/host_pageable_copy.py --device
+    # cuda, 2026-12-04: 1.19-1.20 GB/s; a VM, whose page faults cost more than a bare host's).
     offload_Bps: float = Field(PAGEABLE_OFFLOAD_BPS, gt=0)
-    # Pageable host -> device: a plain memcpy out of written pages into the staging buffer. Measured
-    # the same way: 7.0 GB/s (7.03-7.11 GB/s). Both: params.PAGEABLE_*_BPS, as train_params.offload's.
+    # Pageable host -> device: out of written pages through the staging buffer. Measured the same
+    # way: 6.9 GB/s (6.79-6.96 GB/s). Both: params.PAGEABLE_*_BPS, as train_params.offload's.
     onload_Bps: float = Field(PAGEABLE_ONLOAD_BPS, gt=0)
 
     @field_validator("offload_Bps", "onload_Bps", mode="before")

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from simulator.hardware.devices import HOPPER_FLASH_EFFICIENCY_SCALE, HOPPER_SXM_GEMM_EFFICIENCY, get_device
+from simulator.params import PAGEABLE_OFFLOAD_BPS, PAGEABLE_ONLOAD_BPS, OffloadParams
+from simulator.scenario import HostCopies
 from simulator.validation import measured
 from simulator.validation.megatron_core import ROWS
 from tests.bench_scripts import load
@@ -71,3 +73,58 @@ def test_a_graph_replayed_decode_step_is_predicted_within_8_percent():
         assert measured._decode_step_s(batch, ()) == pytest.approx(seconds, rel=0.08), batch
     # the engine's constants reach it, as V5's do
     assert measured._decode_step_s(1, ("workload.inference.hbm_efficiency=0.8",)) < 0.9 * measured.DECODE_STEPS[0][1]
+
+
+# The second lease (benchmarks/measured/h200-2026-12-04b, README there)
+MEASURED_B = MEASURED.with_name("h200-2026-12-04b")
+
+
+def _copies(name: str) -> dict[str, float]:
+    """The GB/s lines of host_pageable_copy.py --device cuda's output."""
+    lines = (line.split(": ") for line in (MEASURED_B / name).read_text().splitlines() if line.endswith(" GB/s"))
+    return {key: float(value.split()[0]) * 1e9 for key, value in lines}
+
+
+def test_the_pageable_defaults_are_the_copies_measured_on_a_gpu_node():
+    """A GPU tensor's .to("cpu") into fresh pageable pages and its copy back in, at 1 and 4 GiB: the
+    defaults are their means (the host side alone, the proxy before, ran faster out)."""
+    runs = [_copies(f"host_copies_{size}.txt") for size in ("1gib", "4gib")]
+    offload = sum(run["offload_fresh_pageable"] for run in runs) / len(runs)
+    onload = sum(run["onload_pageable"] for run in runs) / len(runs)
+    assert PAGEABLE_OFFLOAD_BPS == pytest.approx(round(offload, -8))
+    assert PAGEABLE_ONLOAD_BPS == pytest.approx(round(onload, -8))
+    assert all(run["offload (into fresh pageable pages)"] > 1.5 * run["offload_fresh_pageable"] for run in runs)
+    assert HostCopies().offload_Bps == PAGEABLE_OFFLOAD_BPS and HostCopies().onload_Bps == PAGEABLE_ONLOAD_BPS
+    assert OffloadParams().pageable_offload_Bps == PAGEABLE_OFFLOAD_BPS
+
+
+def _moe_rows() -> list[dict]:
+    doc = json.loads((MEASURED_B / "fused_moe.json").read_text())
+    assert all(row["kernel_vs_reference_rel_err"] < 0.01 for row in doc["rows"])   # the kernel computed the layer
+    return doc["rows"]
+
+
+def test_the_fused_moe_kernels_stream_an_engines_experts_about_as_rlsim_prices_them_up_to_tp32():
+    """vLLM's fused-MoE kernel with its default tiles (what an engine with no tuned table runs): per
+    layer, the experts' bytes at the catalog H200's decode rate are within 25% of the two kernels'
+    time for every V6 engine up to TP 32; the thin down projection of DAPO's TP 64 (32 deep a GPU)
+    runs at under a third of the copy rate, so rlsim is short there (docs/validation.md)."""
+    spec = get_device("h200")
+    rate = spec.hbm_bw_Bps * spec.hbm_efficiency
+    for row in _moe_rows():
+        measured_s = row["w13"]["default_s"] + row["w2"]["default_s"]
+        rlsim_s = (row["bytes"]["w13"] + row["bytes"]["w2"]) / rate
+        if row["slice"]["tp"] <= 32:
+            assert measured_s == pytest.approx(rlsim_s, rel=0.25), row["engine"]
+        else:
+            assert measured_s > 1.5 * rlsim_s and row["w2"]["default_of_copy"] < 1 / 3
+
+
+def test_the_down_projections_rate_falls_with_the_slices_depth():
+    """The down projection reduces over the expert's slice (moe_ffn_hidden / tp): the thinner it is,
+    the less work each loaded tile carries; the gate/up product, over the full hidden size, streams
+    near the copy rate whatever the slice."""
+    rows = sorted(_moe_rows(), key=lambda row: row["slice"]["expert_ffn"] // row["slice"]["tp"])
+    down = [row["w2"]["default_of_copy"] for row in rows]
+    assert down == sorted(down) and down[0] < 0.3 and down[-1] > 0.8
+    assert all(row["w13"]["default_of_copy"] > 0.8 for row in rows)
