@@ -57,16 +57,25 @@ def _timed_rate(nbytes: int, copy) -> float:
 
 def device_rates(gib: float, repeats: int) -> dict[str, float]:
     """The copies themselves on a GPU node, best of ``repeats`` (bytes/s): a GPU tensor out with
-    `.to("cpu")` (fresh pageable pages, as Megatron-Core's and NeMo RL's offloads), into a written
-    pageable tensor, back in from pageable memory, and both ways through pinned memory (the link)."""
+    `.to("cpu")` (fresh pageable pages, as Megatron-Core's and NeMo RL's offloads), the same with
+    non_blocking=True, into a written pageable tensor, back in from pageable memory, and both ways
+    through pinned memory (the link)."""
     torch.set_num_threads(1)
     gpu = torch.ones(int(gib * 2**30) // 4, dtype=torch.float32, device="cuda")
     nbytes = gpu.numel() * gpu.element_size()
     written = torch.empty(gpu.shape, dtype=gpu.dtype)
     written.fill_(1.0)
     pinned = torch.empty(gpu.shape, dtype=gpu.dtype, pin_memory=True)
+    out = gpu.to("cpu", non_blocking=True, copy=True)
+    torch.cuda.synchronize()
+    print(f"non_blocking .to('cpu') lands pinned: {out.is_pinned()}")
+    del out
     copies = {
         "offload_fresh_pageable": lambda: gpu.to("cpu"),
+        # torch pins the destination of a non-blocking device -> host .to() (its caching host
+        # allocator: after the first copy the block is reused); NeMo RL's Megatron worker is
+        # recalled to copy its state dict out this way (docs/validation.md)
+        "offload_non_blocking_to": lambda: gpu.to("cpu", non_blocking=True, copy=True),
         "offload_written_pageable": lambda: written.copy_(gpu),
         "onload_pageable": lambda: gpu.copy_(written),
         "offload_pinned": lambda: pinned.copy_(gpu),

@@ -8,8 +8,8 @@ and the high end of a plausible range, one at a time, and reruns every row:
 - a single measurement or an assumed value, at half and at twice its default: the engine's step
   overhead (formulas.md "a few ms"), its workspace, the refit's per-tensor CPU time (one verl
   measurement), vLLM sleep mode's 11.3 s (one measurement), the switches' fixed overhead and the
-  host-link efficiency of the pinned copies (up to 1.0), the pageable copies' two host rates
-  (one measurement on the CI VM each: benchmarks/host_pageable_copy.py);
+  host-link efficiency of the pinned copies (up to 1.0), the pageable copies' two rates (measured
+  on lent GPU nodes, 1.19-1.51 and 6.26-8.33 GB/s: benchmarks/host_pageable_copy.py --device cuda);
 - the per-sequence CPU time, up to the whole ~45 us a sequence of NIM's inter-token-latency slope;
 - the rule reward's CPU time per sample (an assumption, "tens of ms"), at half and at twice 0.05 s.
 For each row the table gives the published gap (published - predicted step) and each constant's
@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 
 from simulator.api import simulate
+from simulator.params import PAGEABLE_OFFLOAD_BPS, PAGEABLE_ONLOAD_BPS
 from simulator.scenario import SwitchParams
 from simulator.validation import nemo_rl
 
@@ -39,16 +40,17 @@ CONSTANTS: tuple[tuple[str, str, float, float], ...] = (
     ("sleepwake", "schedule.switch.sleep_wake_s", SLEEP / 2, SLEEP * 2),
     ("sw_ovh", "schedule.switch.overhead_s", 0.25, 1.0),
     ("host_eff", "schedule.switch.host_link_efficiency", 0.425, 1.0),
-    ("page_out", "schedule.host_copies.offload_Bps", 1.4e9, 5.6e9),
-    ("page_in", "schedule.host_copies.onload_Bps", 3.5e9, 14e9),
+    ("page_out", "schedule.host_copies.offload_Bps", PAGEABLE_OFFLOAD_BPS / 2, PAGEABLE_OFFLOAD_BPS * 2),
+    ("page_in", "schedule.host_copies.onload_Bps", PAGEABLE_ONLOAD_BPS / 2, PAGEABLE_ONLOAD_BPS * 2),
     ("reward", "workload.reward.cpu_s_per_sample", 0.025, 0.1),
 )
 
 
 def step(row: nemo_rl.Row, items: tuple[str, ...] = ()) -> float | None:
     """The row's steady step with the --set ``items``; None where one does not apply to it: the
-    switch constants on the 1-step-off rows, which never switch (split pools)."""
-    if row.off_policy and any(item.startswith("schedule.switch.") for item in items):
+    switch constants and the pageable rates (the switch's optimizer copies are the rows' only
+    pageable ones) on the 1-step-off rows, which never switch (split pools)."""
+    if row.off_policy and any(item.startswith(("schedule.switch.", "schedule.host_copies.")) for item in items):
         return None
     return nemo_rl.published_step_s(simulate(nemo_rl.row_scenario(row, items)))
 

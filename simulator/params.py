@@ -374,14 +374,15 @@ class CommParams(StrictModel):
 # driver stages it through a pinned buffer and copies it on the CPU, one thread). Device -> host fills
 # freshly allocated pages (PyTorch's CPU allocator maps every large tensor afresh, a page fault per
 # 4 KiB); host -> device copies out of written pages. Measured as the copies themselves, GPU tensor
-# to fresh pageable pages and back, on a lent H200 node (a Firecracker VM, 16 vCPUs;
+# to fresh pageable pages and back, on two lent H200 nodes (Firecracker VMs, 16 vCPUs;
 # `python benchmarks/host_pageable_copy.py --device cuda`, 2026-12-04, benchmarks/measured/
-# h200-2026-12-04b: 1.19-1.20 GB/s out, 6.79-6.96 GB/s in, at 1 and 4 GiB; pinned 55 GB/s both ways).
-# Before: the host side alone on the 2-core CI VM, 2.8 and 7.0 GB/s; the same host-side script on the
-# GPU node gives 1.85-1.94 and 5.2-5.7 GB/s. A bare host's page faults cost less than a VM's.
+# h200-2026-12-04b): the mean of four runs at 1 and 4 GiB, 1.19-1.51 GB/s out, 6.26-8.33 GB/s in
+# (pinned 55 GB/s both ways, and so a non-blocking .to("cpu"), which torch pins). Before: the host
+# side alone on the 2-core CI VM, 2.8 and 7.0 GB/s; the same host-side script on the GPU nodes gives
+# 1.7-1.9 and 5.1-5.7 GB/s. A bare host's page faults cost less than a VM's.
 # Defaults of schedule.host_copies and train_params.offload.
-PAGEABLE_OFFLOAD_BPS = 1.2e9
-PAGEABLE_ONLOAD_BPS = 6.9e9
+PAGEABLE_OFFLOAD_BPS = 1.3e9
+PAGEABLE_ONLOAD_BPS = 7.1e9
 
 
 class OffloadParams(StrictModel):

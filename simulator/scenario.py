@@ -396,17 +396,18 @@ class HostCopies(_Strict):
     and copies it on the CPU, so such a copy runs at the slower of the host link and that CPU copy
     (docs/schedules.md "Pageable host copies")."""
     # The reference pass's state-dict swaps (schedule.reference_swap_copies) go through pageable
-    # memory: NeMo RL's use_reference_model copies the model's state dict out with
-    # .to("cpu", copy=True) and loads the host-kept reference's in (cited from memory): the first
-    # copy out to the host, the others in.
+    # memory: the first copy out to the host, the others in. For a framework whose swap copies out
+    # with a blocking .to("cpu"); off (pinned) for NeMo RL's, whose use_reference_model is recalled
+    # to copy out with .to("cpu", non_blocking=True, copy=True), which torch pins (measured,
+    # docs/validation.md "Pageable copies on a GPU node").
     reference_swap: bool = False
     # Device -> pageable host: the driver stages the copy and the CPU fills freshly allocated pages
-    # (PyTorch's CPU allocator maps every large tensor afresh), a page fault per 4 KiB. Measured: 1.2
-    # GB/s, a GPU tensor's .to("cpu") on a lent H200 node (benchmarks/host_pageable_copy.py --device
-    # cuda, 2026-12-04: 1.19-1.20 GB/s; a VM, whose page faults cost more than a bare host's).
+    # (PyTorch's CPU allocator maps every large tensor afresh), a page fault per 4 KiB. Measured: 1.3
+    # GB/s, a GPU tensor's .to("cpu") on lent H200 nodes (benchmarks/host_pageable_copy.py --device
+    # cuda, 2026-12-04: 1.19-1.51 GB/s; VMs, whose page faults cost more than a bare host's).
     offload_Bps: float = Field(PAGEABLE_OFFLOAD_BPS, gt=0)
     # Pageable host -> device: out of written pages through the staging buffer. Measured the same
-    # way: 6.9 GB/s (6.79-6.96 GB/s). Both: params.PAGEABLE_*_BPS, as train_params.offload's.
+    # way: 7.1 GB/s (6.26-8.33 GB/s). Both: params.PAGEABLE_*_BPS, as train_params.offload's.
     onload_Bps: float = Field(PAGEABLE_ONLOAD_BPS, gt=0)
 
     @field_validator("offload_Bps", "onload_Bps", mode="before")

@@ -418,9 +418,9 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
     # (Megatron-Core's RL offload) and vLLM sleeps between phases
     s["refit"] = "full-tensors"
     # the reference pass swaps the reference state dict in from host memory (use_reference_model),
-    # through pageable memory like the colocated optimizer offload (.to("cpu"), cited from memory)
+    # through pinned memory: its copies are .to("cpu", non_blocking=True, copy=True) (cited from
+    # memory), whose destination torch pins
     s["reference_swap_copies"] = 3
-    s["host_copies"] = {"reference_swap": True}
     if kind == "colocated":
         s["switch"] = {"offload_weights": True, "engine_sleep": True, "optimizer_pageable": True}
         if v.flag(f"{_M}.enabled"):   # the Megatron worker's offload frees the gradient buffer (DTensor: copied)

@@ -10,8 +10,9 @@ TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, se
 (micro-batches of at most T-max tokens, log-prob passes logprob_batch_size x T-max), the
 distributed optimizer (ZeRO 1) and the default training stack. NeMo RL's own mechanisms, the same
 in every row: the full-tensor refit (schedule.refit), the colocated weight offload and vLLM sleep
-(schedule.switch.offload_weights / engine_sleep / free_gradients), the optimizer offload and the
-reference swap through pageable host memory (switch.optimizer_pageable, schedule.host_copies), one pipeline shape where pp > 1
+(schedule.switch.offload_weights / engine_sleep / free_gradients), the optimizer offload through
+pageable host memory (switch.optimizer_pageable), the reference swap through pinned memory
+(schedule.reference_swap_copies), one pipeline shape where pp > 1
 (train_params.comm.pp_variable_seq_lengths), the recipe's shared rule-reward workers
 (workload.reward.workers: env.<name>.num_workers) and, on split pools, the recipe's async engine
 (schedule.async_engine).
@@ -209,18 +210,18 @@ def scenario(row: Row) -> dict[str, Any]:
     # colocated: the Megatron weights and the vLLM engine's (sleep mode) also go to host between phases,
     # the gradient buffer is freed (Megatron-Core's RL offload)
     # the reference state dict swapped in from host memory around the reference pass (NeMo RL Megatron
-    # worker use_reference_model: 3 copies), through pageable memory as the optimizer state's offload
+    # worker use_reference_model: 3 copies), pinned: .to("cpu", non_blocking=True, copy=True), cited
+    # from memory, lands in pinned memory (torch pins a non-blocking device -> host copy; measured)
     trainer = {"reference_swap_copies": NEMO_REFERENCE_SWAP_COPIES}
     schedule: dict[str, Any] = {"kind": "colocated", **trainer, "refit": "full-tensors",
                                 "switch": {"offload_weights": True, "engine_sleep": True, "free_gradients": True,
-                                           "optimizer_pageable": True},
-                                "host_copies": {"reference_swap": True}}
+                                           "optimizer_pageable": True}}
     if row.algo == "dapo":   # vLLM sleeps after each generation batch and wakes for the next (as the importer)
         schedule["between_gen_batches"] = "sleep"
     if row.off_policy:
         schedule = {"kind": "nemo-rl-async", "rollout_devices": row.gen_gpus, **trainer,
                     "max_trajectory_age_steps": 1, "in_flight_weight_updates": True, "refit": "full-tensors",
-                    "async_engine": row.async_engine, "host_copies": {"reference_swap": True}}
+                    "async_engine": row.async_engine}
     return {"topology": {"preset": "dgx-h100", "nodes": row.gpus // 8}, "workload": workload,
             "schedule": schedule, "iterations": ITERATIONS, "seed": 0}
 

@@ -217,13 +217,13 @@ def test_a_pageable_copy_that_does_not_happen_is_refused(schedule, field, messag
 
 
 def test_a_compared_split_kind_drops_the_switch_and_keeps_the_pageable_reference_swap():
-    """rlsim compare re-kinds a colocated NeMo RL scenario: the switch's pageable optimizer copies go
-    with the switch, the reference swap's stay (both placements swap the reference)."""
-    sc = load_scenario(nemo_rl.scenario(row("qwen3-32b", "on-policy")))
-    fields = sc.schedule.applicable_fields("one-step-off")
+    """rlsim compare re-kinds a colocated scenario: the switch's pageable optimizer copies go with the
+    switch, a pageable reference swap stays (both placements swap the reference)."""
+    mapping = nemo_rl.scenario(row("qwen3-32b", "on-policy"))
+    mapping["schedule"]["host_copies"] = {"reference_swap": True}
+    fields = load_scenario(mapping).schedule.applicable_fields("one-step-off")
     assert "switch" not in fields and fields["host_copies"] == {"reference_swap": True}
-    assert load_scenario({**nemo_rl.scenario(row("qwen3-32b", "on-policy")), "schedule": fields}).schedule.kind \
-        == "one-step-off"
+    assert load_scenario({**mapping, "schedule": fields}).schedule.kind == "one-step-off"
 
 
 def test_engine_sleep_pays_its_measured_sleep_and_wake_once_a_step_whatever_the_model():
