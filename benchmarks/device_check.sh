@@ -16,6 +16,8 @@
 #    (train_step.json, train_step_compiled.json).
 # 5. benchmarks/device_fused_moe.py: vLLM's fused-MoE decode kernel at the V6 engines' expert slices,
 #    vLLM's default tiles and the best of a small search, against the copy rate (fused_moe.json).
+# 6. benchmarks/host_pageable_copy.py --device cuda: a GPU tensor's copies through pageable and pinned
+#    host memory (the defaults of schedule.host_copies / train_params.offload), to stdout.
 # Each step has its own time limit, so one that fails or hangs leaves the others' files. The device
 # tool returns at most 8 files: the log stays outside OUTDIR (its tail is printed).
 set -u
@@ -42,6 +44,9 @@ echo "train step, compiled: exit $?"
 
 timeout 300 python3 benchmarks/device_fused_moe.py --device cuda --search --json > "$out/fused_moe.json" 2>> "$log"
 echo "fused moe: exit $?"
+
+timeout 60 python3 benchmarks/host_pageable_copy.py --device cuda --gib 1 --repeats 3 2>> "$log"
+echo "host copies: exit $?"
 
 timeout 200 python3 -m simulator calibrate --backend torch --device cuda --out "$out/gpu_calibrated.yaml" --json \
     --set microbench.collectives=false --set 'microbench.dtypes=[bf16]' \

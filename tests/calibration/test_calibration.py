@@ -171,8 +171,9 @@ def test_quick_microbench_produces_a_valid_profile() -> None:
 # 30-40%, and the whole VM drifts by tens of percent for seconds at a time (a fresh-clone CI run saw
 # three measurements in a row miss by 20-24%). Noise mostly adds time, so after each measurement the
 # fit is judged on it and on each size's fastest time so far (as time_collectives keeps a size's
-# fastest launch); the first within 20% passes. Up to this many measurements.
-GLOO_MEASUREMENTS = 6
+# fastest launch); the first within 20% passes. Up to this many measurements (one CI run of seven
+# missed after six, its worst size at +24%: each more measurement only lowers the fastest times).
+GLOO_MEASUREMENTS = 10
 
 
 def _worst_fit_error(sizes: list[int], times: list[float]) -> tuple[float, list[str]]:

@@ -120,3 +120,14 @@ def test_the_fused_moe_smoke_run():
     pytest.importorskip("torch")
     doc = _run("device_fused_moe.py")
     assert doc["device"] == "cpu" and doc["padded"] == len(doc["sorted_ids"]) and doc["reference_norm"] > 0
+
+
+def test_the_host_copy_script_gives_its_rates_as_set_lines(capsys):
+    """benchmarks/host_pageable_copy.py on a CPU: the host side of a pageable copy, then the `--set`
+    items that give its two rates to rlsim (with --device cuda the GPU copies' rates, device_check.sh)."""
+    load("host_pageable_copy").main(["--gib", "0.01", "--repeats", "1"])
+    last = capsys.readouterr().out.splitlines()[-1]
+    items = dict(item.strip().split("=") for item in last.split("--set ")[1:])
+    assert last.startswith("--set ")
+    assert list(items) == ["schedule.host_copies.offload_Bps", "schedule.host_copies.onload_Bps"]
+    assert all(float(rate) > 1e8 for rate in items.values())
