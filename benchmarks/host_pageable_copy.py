@@ -16,8 +16,9 @@ onload_Bps), with the machine-speed reference (benchmarks/speed_reference.py).
 With `--device cuda` (a GPU node) it first times the copies themselves, the driver's staging
 included: a GPU tensor's `.to("cpu")` into fresh pages, `copy_` into a written pageable tensor, back
 in from pageable memory, and both ways through pinned memory; the `--set` line then gives the GPU
-copies (rlsim's defaults are one such run: 1.2 and 6.9 GB/s on a lent H200 node, where the host
-side alone gave 1.9 and 5.5). Without it, the host side alone: a proxy on a machine with no GPU.
+copies (rlsim's defaults are the mean of four such runs on two lent H200 nodes: 1.3 and 7.1 GB/s,
+where the host side alone gave 1.7-1.9 and 5.1-5.7). It also says whether a non-blocking
+`.to("cpu")` lands pinned. Without it, the host side alone: a proxy on a machine with no GPU.
 """
 from __future__ import annotations
 
