@@ -42,16 +42,22 @@ class _FrozenRun(frozen.ResumableRun):
         return np.array([s.seq_id for s in partial], np.int64), np.array([s.generated for s in partial], np.int64)
 
 
+def _one_by_one(runs, finishes) -> None:
+    """inference.run_all_into as the frozen engine ran it: each run to its end on its own."""
+    for run, finish in zip(runs, finishes, strict=True):
+        run.run_into(finish)
+
+
 @contextlib.contextmanager
 def frozen_engine():
     """The schedules' facade (rl/llm_costs.py) and simulate_rollout build the frozen engine."""
-    saved = llm_costs.RolloutEngine, llm_costs.ResumableRun, inference.RolloutEngine
-    llm_costs.RolloutEngine, llm_costs.ResumableRun = frozen.RolloutEngine, _FrozenRun
+    saved = llm_costs.RolloutEngine, llm_costs.ResumableRun, llm_costs.run_all_into, inference.RolloutEngine
+    llm_costs.RolloutEngine, llm_costs.ResumableRun, llm_costs.run_all_into = frozen.RolloutEngine, _FrozenRun, _one_by_one
     inference.RolloutEngine = frozen.RolloutEngine
     try:
         yield
     finally:
-        llm_costs.RolloutEngine, llm_costs.ResumableRun, inference.RolloutEngine = saved
+        llm_costs.RolloutEngine, llm_costs.ResumableRun, llm_costs.run_all_into, inference.RolloutEngine = saved
 
 
 def _rollout() -> object:

@@ -17,6 +17,7 @@ rate) rlsim does not have. Prints the table of docs/validation.md ("What the unk
 explain"); --json for the per-row figures.
 
     PYTHONPATH=. python benchmarks/v6_unknowns.py            # ~70 s on 2 cores
+    PYTHONPATH=. python benchmarks/v6_unknowns.py --row "llama3.1-8b on-policy"   # one row
 """
 from __future__ import annotations
 
@@ -87,9 +88,14 @@ def _point(point: dict[str, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--row", action="append", default=[], metavar="TEXT",
+                        help="only the rows whose case name holds TEXT (repeatable; default: all 11)")
     args = parser.parse_args()
     start = time.perf_counter()
-    results = [row_range(row) for row in nemo_rl.ROWS]
+    rows = [row for row in nemo_rl.ROWS if not args.row or any(text in row.name for text in args.row)]
+    if not rows:
+        parser.error(f"no V6 row's name holds {' or '.join(map(repr, args.row))}; e.g. 'llama3.1-8b on-policy'")
+    results = [row_range(row) for row in rows]
     if args.json:
         print(json.dumps(results, indent=1))
         return
