@@ -18,6 +18,8 @@
 #    vLLM's default tiles and the best of a small search, against the copy rate (fused_moe.json).
 # 6. benchmarks/host_pageable_copy.py --device cuda: a GPU tensor's copies through pageable and pinned
 #    host memory (the defaults of schedule.host_copies / train_params.offload), to stdout.
+# 7. benchmarks/device_moe_layer.py: a Qwen3-30B-A3B layer as one GPU of an EP 8 trainer runs it,
+#    grouped and per-expert GEMMs, beside rlsim's layer, to stdout.
 # Each step has its own time limit, so one that fails or hangs leaves the others' files. The device
 # tool returns at most 8 files: the log stays outside OUTDIR (its tail is printed).
 set -u
@@ -47,6 +49,9 @@ echo "fused moe: exit $?"
 
 timeout 60 python3 benchmarks/host_pageable_copy.py --device cuda --gib 1 --repeats 3 2>> "$log"
 echo "host copies: exit $?"
+
+timeout 120 python3 benchmarks/device_moe_layer.py --device cuda 2>> "$log"
+echo "moe layer: exit $?"
 
 timeout 200 python3 -m simulator calibrate --backend torch --device cuda --out "$out/gpu_calibrated.yaml" --json \
     --set microbench.collectives=false --set 'microbench.dtypes=[bf16]' \

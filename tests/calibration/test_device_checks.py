@@ -131,3 +131,28 @@ def test_the_host_copy_script_gives_its_rates_as_set_lines(capsys):
     assert last.startswith("--set ")
     assert list(items) == ["schedule.host_copies.offload_Bps", "schedule.host_copies.onload_Bps"]
     assert all(float(rate) > 1e8 for rate in items.values())
+
+
+def test_the_moe_layer_smoke_run_routes_every_copy_and_prices_the_layer():
+    pytest.importorskip("torch")
+    doc = _run("device_moe_layer.py")
+    run = doc["measured"][0]
+    assert doc["device"] == "cpu" and run["experts"] == "sequential" and run["layer_s"] > 0
+    assert doc["experts_local"] * (doc["seq"] * doc["dims"]["top_k"] // doc["experts_local"]) == doc["seq"] * 8
+    assert 0 < doc["rlsim"]["expert_gemm_s"] < doc["rlsim"]["gemm_s"] < doc["rlsim"]["layer_s"]
+
+
+def test_the_moe_layer_runs_each_block_of_rows_through_its_own_expert():
+    """The per-expert path on a CPU: block e of the sorted rows through expert e's gated MLP."""
+    torch = pytest.importorskip("torch")
+    bench = load("device_moe_layer")
+    dims = {"hidden": 16, "heads": 2, "kv": 1, "head_dim": 8, "ffn": 8, "experts": 8, "top_k": 2}
+    layer = bench.build(torch, dims, 4, False, "cpu", torch.float64)
+    rows = torch.randn(16, 16, dtype=torch.float64)
+    counts = torch.full((4,), 4, dtype=torch.int64)
+    out = layer.experts(rows, counts)
+    for expert in range(4):
+        part = rows[4 * expert:4 * expert + 4]
+        gate, up = (part @ layer.w13[expert].t()).chunk(2, dim=-1)
+        expected = (torch.nn.functional.silu(gate) * up) @ layer.w2[expert].t()
+        assert torch.allclose(out[4 * expert:4 * expert + 4], expected)

@@ -140,3 +140,14 @@ def test_the_down_projections_rate_falls_with_the_slices_depth():
     down = [row["w2"]["default_of_copy"] for row in rows]
     assert down == sorted(down) and down[0] < 0.3 and down[-1] > 0.8
     assert all(row["w13"]["default_of_copy"] > 0.8 for row in rows)
+
+
+def test_an_moe_trainer_layer_on_one_gpu_is_priced_within_15_percent():
+    """One Qwen3-30B-A3B layer as a GPU of an EP 8 trainer runs it (device_moe_layer.py, plain torch,
+    grouped expert GEMMs): rlsim's layer on the catalog H200 within 15%, and its GEMMs not faster than
+    the GEMM kernels measured, grouped or one per expert (docs/validation.md, V6)."""
+    doc = json.loads((MEASURED_B / "moe_layer.json").read_text())
+    runs = {run["experts"]: run for run in doc["measured"]}
+    rlsim = load("device_moe_layer").rlsim_layer("h200")
+    assert rlsim["layer_s"] == pytest.approx(runs["grouped"]["layer_s"], rel=0.15)
+    assert rlsim["gemm_s"] >= max(run["kernel_s_by_kind"]["gemm"] for run in runs.values())
