@@ -119,7 +119,8 @@ def sync_device(torch, device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _time(torch, device: str, run, repeats: int) -> float:
+def mean_call_s(torch, device: str, run, repeats: int) -> float:
+    """Seconds per call of `run`, after three warm-up calls, the device synced around the timed ones."""
     for _ in range(3):
         run()
     sync_device(torch, device)
@@ -148,7 +149,7 @@ def copy_bw(torch, device: str, dtype, nbytes: int) -> float:
     """Device-to-device copy, bytes read + written per second (the streaming ceiling)."""
     src = torch.empty(nbytes // 2, device=device, dtype=dtype)
     dst = torch.empty_like(src)
-    seconds = _time(torch, device, lambda: dst.copy_(src), 10)
+    seconds = mean_call_s(torch, device, lambda: dst.copy_(src), 10)
     return 2.0 * src.numel() * src.element_size() / seconds
 
 
@@ -164,7 +165,7 @@ def measure(torch, dims: Dims, batch: int, kv_len: int, device: str, dtype, repe
     model = DecodeModel(torch, dims, batch, kv_len, device, dtype)
     tokens = torch.randint(0, dims.vocab, (batch,), device=device)
     with torch.inference_mode():
-        eager_s = _time(torch, device, lambda: model.step(tokens), repeats)
+        eager_s = mean_call_s(torch, device, lambda: model.step(tokens), repeats)
         events = kernel_events(torch, device, lambda: model.step(tokens))
         kernels, kernel_s = len(events), sum(seconds for _, seconds in events)
         graph_s = None
@@ -188,7 +189,7 @@ def _graph_step_s(torch, device: str, model: DecodeModel, tokens, repeats: int) 
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             model.step(tokens)
-        return _time(torch, device, graph.replay, repeats)
+        return mean_call_s(torch, device, graph.replay, repeats)
     except RuntimeError as exc:
         return f"capture failed: {exc}"
 

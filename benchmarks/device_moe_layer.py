@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
-from device_decode_graphs import kernel_events, sync_device
+from device_decode_graphs import kernel_events, mean_call_s
 from device_train_step import kind_of
 
 from simulator.hardware.devices import get_device
@@ -119,14 +118,7 @@ def measure(torch, dims: dict[str, int], experts_local: int, grouped: bool, laye
     def step() -> None:
         stack(x).backward(grad)
 
-    for _ in range(3):
-        step()
-    sync_device(torch, device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        step()
-    sync_device(torch, device)
-    seconds = (time.perf_counter() - start) / repeats / layers
+    seconds = mean_call_s(torch, device, step, repeats) / layers
     by_kind: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
     names: dict[str, float] = {}
     for name, elapsed in kernel_events(torch, device, step):
