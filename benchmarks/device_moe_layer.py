@@ -35,7 +35,7 @@ from simulator.hardware.devices import get_device
 from simulator.llm.architecture import load_model
 from simulator.llm.layer_costs import layer_shapes
 from simulator.llm.train_compute import gemm_times, layer_times
-from simulator.llm.training import TrainParams, _rates
+from simulator.llm.training import TrainParams, rates_for
 
 MODEL, EP, SEQ = "qwen3-30b-a3b", 8, 4096
 
@@ -45,7 +45,7 @@ def rlsim_layer(catalog: str, model_name: str = MODEL, ep: int = EP, seq: int = 
     one `seq`-token sequence: the layer, and its GEMMs alone."""
     model, params = load_model(model_name), TrainParams()
     layer = next(shape for shape in layer_shapes(model) if shape.moe)
-    rates = _rates(get_device(catalog), params)
+    rates = rates_for(get_device(catalog), params)
     tokens, sq = np.array([float(seq)]), np.array([float(seq) ** 2])
     times = layer_times(layer, int(model.hidden), int(model.ffn_hidden), bool(model.gated_ffn), tokens, sq,
                         tp=1, sp=False, ep=ep, rates=rates, params=params.compute)

@@ -791,7 +791,9 @@ def _stage_outer_params(model: Any, layout: TrainLayout) -> tuple[tuple[float, f
                  for s in range(pp))
 
 
-def _rates(spec: Any, params: TrainParams) -> DeviceRates:
+def rates_for(spec: Any, params: TrainParams) -> DeviceRates:
+    """The compute rates a device of ``spec`` gives the trainer under ``params`` (its dtype's peak, the
+    GEMM plateau, achievable HBM, the GEMM launch, the flash scale)."""
     launch = params.compute.gemm_launch_s
     return DeviceRates(peak_flops=spec.peak(params.compute.dtype, field=COMPUTE_DTYPE_FIELD),
                        gemm_efficiency=spec.gemm_efficiency,
@@ -883,7 +885,7 @@ def _pool_setup(layout: TrainLayout, topology: Any, ranks: list[int], params: Tr
     comm, groups = _Comm(collectives), _groups(layout, tuple(ranks))
     if not getattr(topology, "replicas_alike", True):
         groups = _slowest_groups(layout, tuple(ranks), groups, comm)
-    return kinds, _rates(slowest, params), comm, groups
+    return kinds, rates_for(slowest, params), comm, groups
 
 
 # The size a candidate group's collective is timed at to find the slowest (a large message: the

@@ -107,13 +107,13 @@ def test_apply_profile_replaces_only_set_fields() -> None:
 def test_a_profile_sets_the_flash_scale_a_trainer_reads() -> None:
     """flash_efficiency_scale (what benchmarks/device_train_step.py measures) replaces the catalog's
     and reaches the trainer's rates; out of (0, 1] it is refused."""
-    from simulator.llm.training import _rates
+    from simulator.llm.training import rates_for
     from simulator.params import TrainParams
 
     h100 = get_device("h100")
     spec = apply_profile(h100, DeviceProfile(device="h100", flash_efficiency_scale=0.5))
     assert spec.flash_efficiency_scale == 0.5 and spec.gemm_efficiency == h100.gemm_efficiency
-    assert _rates(spec, TrainParams()).flash_scale == 0.5
+    assert rates_for(spec, TrainParams()).flash_scale == 0.5
     with pytest.raises(ValidationError):
         DeviceProfile(device="h100", flash_efficiency_scale=1.5)
 

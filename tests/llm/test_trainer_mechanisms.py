@@ -372,9 +372,9 @@ def test_ring_cp_backward_moves_kv_again_and_dkv() -> None:
     layer = layer_shapes(QWEN)[0]
     tokens = np.array([1024.0])
     from simulator.llm.train_compute import layer_times
-    from simulator.llm.training import _rates
+    from simulator.llm.training import rates_for
     times = layer_times(layer, QWEN.hidden, QWEN.ffn_hidden, True, tokens, tokens ** 2, tp=1, sp=False, ep=1,
-                        rates=_rates(TOPO.device_spec(0), TrainParams()), params=ComputeParams())
+                        rates=rates_for(TOPO.device_spec(0), TrainParams()), params=ComputeParams())
     cost = _layer_cost(layer, times, QWEN, lay, tokens, groups, 0, _Comm(net), TrainParams())
     kv = float(tokens[0]) * 4 * layer.kv_heads * (layer.qk_head_dim + layer.v_head_dim) * 2.0
     ranks, hidden = list(groups.cp[0]), 1 - CommParams().cp_overlap_fraction

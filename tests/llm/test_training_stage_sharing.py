@@ -67,7 +67,7 @@ def test_a_forward_only_pass_has_the_full_passes_forward_arrays(layout):
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
     args = (model, lay, tokens, sq, training._groups(lay, ranks), training._Comm(collectives),
-            training._rates(topology.device_spec(0), training.TrainParams()), training.TrainParams())
+            training.rates_for(topology.device_spec(0), training.TrainParams()), training.TrainParams())
     full = training._stage_arrays(*args)
     fwd = training._stage_arrays(*args, forward_only=True)
     assert fwd.fwd.tobytes() == full.fwd.tobytes() and fwd.fwd_comm.tobytes() == full.fwd_comm.tobytes()
