@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from simulator.api import simulate
-from simulator.params import PAGEABLE_OFFLOAD_BPS, PAGEABLE_ONLOAD_BPS
+from simulator.params import MATH_VERIFY_CAPPED_CPU_S_PER_SAMPLE, PAGEABLE_OFFLOAD_BPS, PAGEABLE_ONLOAD_BPS
 from simulator.scenario import SwitchParams
 from simulator.validation import nemo_rl
 
@@ -42,7 +42,8 @@ CONSTANTS: tuple[tuple[str, str, float, float], ...] = (
     ("host_eff", "schedule.switch.host_link_efficiency", 0.425, 1.0),
     ("page_out", "schedule.host_copies.offload_Bps", PAGEABLE_OFFLOAD_BPS / 2, PAGEABLE_OFFLOAD_BPS * 2),
     ("page_in", "schedule.host_copies.onload_Bps", PAGEABLE_ONLOAD_BPS / 2, PAGEABLE_ONLOAD_BPS * 2),
-    ("reward", "workload.reward.cpu_s_per_sample", 0.025, 0.1),
+    ("reward", "workload.reward.capped_cpu_s_per_sample", MATH_VERIFY_CAPPED_CPU_S_PER_SAMPLE / 2,
+     MATH_VERIFY_CAPPED_CPU_S_PER_SAMPLE * 2),
 )
 
 

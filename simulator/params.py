@@ -384,6 +384,27 @@ class CommParams(StrictModel):
 PAGEABLE_OFFLOAD_BPS = 1.3e9
 PAGEABLE_ONLOAD_BPS = 7.1e9
 
+# Host CPU time of one rule reward on one worker (workload.reward): a + b x response tokens for a
+# response that ends with its answer, and a' + b' x tokens for one the engine cut at its length cap
+# (no final answer: the extractor searches the whole text). Measured on the project's CPU VM (AMD
+# EPYC, one thread, machine-speed reference 3.7 ms) by `python benchmarks/reward_cost.py`
+# (2026-12-04, benchmarks/measured/cpu-vm-2026-12-04), fitted over responses of 250 - 8000 tokens.
+# MATH_VERIFY_*: Hugging Face Math-Verify 0.9.0 as NeMo RL's math environment calls it (math_metric,
+# LaTeX gold in \boxed{}, expression + LaTeX prediction targets: cited from memory of
+# nemo_rl/environments/math_environment.py), the default rule reward: 0.70 / 0.82 / 1.42 / 2.80 ms a
+# finished response, 6.3 / 5.5 / 7.2 / 12.1 ms a capped one. Before: an assumed 0.05 s a sample.
+MATH_VERIFY_CPU_S_PER_SAMPLE = 5.9e-4
+MATH_VERIFY_CPU_S_PER_TOKEN = 2.8e-7
+MATH_VERIFY_CAPPED_CPU_S_PER_SAMPLE = 5.2e-3
+MATH_VERIFY_CAPPED_CPU_S_PER_TOKEN = 8.2e-7
+# VERL_NAIVE_*: verl 0.6.0's NaiveRewardManager.__call__ per sample (index the DataProto batch, sum
+# its masks, decode prompt and response, default_compute_score: math_dapo, which reads the last 300
+# characters), 0.11 / 0.17 / 0.38 / 0.92 ms a response: mostly the tokenizer's decode.
+VERL_NAIVE_CPU_S_PER_SAMPLE = 7.2e-5
+VERL_NAIVE_CPU_S_PER_TOKEN = 1.05e-7
+VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE = 8.8e-5
+VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN = 1.03e-7
+
 
 class OffloadParams(StrictModel):
     """Per-phase offload of the training state to host memory (`train_params.offload.<field>`):

@@ -36,6 +36,10 @@ from .overrides import apply_overrides, parse_assignment, string_items
 from .params import (
     DEFAULT_TRAIN_SOFTWARE,
     FALLBACK_COLLECTIVE_KEYS,
+    MATH_VERIFY_CAPPED_CPU_S_PER_SAMPLE,
+    MATH_VERIFY_CAPPED_CPU_S_PER_TOKEN,
+    MATH_VERIFY_CPU_S_PER_SAMPLE,
+    MATH_VERIFY_CPU_S_PER_TOKEN,
     PAGEABLE_OFFLOAD_BPS,
     PAGEABLE_ONLOAD_BPS,
     RESERVE_KEYS,
@@ -80,12 +84,23 @@ class DynamicSampling(_Strict):
     max_gen_batches: int | None = Field(None, ge=1)
 
 
+# The rule verifier's CPU-time fields (rl/llm_costs.py LlmCosts.reward_cpu_s)
+RULE_COST_KEYS = ("cpu_s_per_sample", "cpu_s_per_token", "capped_cpu_s_per_sample", "capped_cpu_s_per_token")
+
+
 class RewardSpec(_Strict):
     kind: Literal["rule", "model"] = "rule"
     model: str | None = None                           # reward-model preset (kind: model); default = actor
-    # Rule-based verifier (math answer check / sandboxed unit tests) host CPU time per sample.
-    # Assumption: tens of ms for math checking (sympy-style); overridable per workload.
-    cpu_s_per_sample: float = Field(0.05, ge=0)
+    # Rule verifier's host CPU time per sample on one worker: cpu_s_per_sample + cpu_s_per_token x
+    # response tokens for a response that ends with its answer; capped_cpu_s_per_sample +
+    # capped_cpu_s_per_token x tokens for one the engine cut at its length cap (min of the response
+    # law's max and workload.inference.max_model_len - prompt), where the answer extractor searches the
+    # whole text. Defaults: Math-Verify as NeMo RL calls it, measured (params.MATH_VERIFY_*,
+    # benchmarks/reward_cost.py); verl's importer gives its reward manager's (params.VERL_NAIVE_*).
+    cpu_s_per_sample: float = Field(MATH_VERIFY_CPU_S_PER_SAMPLE, ge=0)
+    cpu_s_per_token: float = Field(MATH_VERIFY_CPU_S_PER_TOKEN, ge=0)
+    capped_cpu_s_per_sample: float = Field(MATH_VERIFY_CAPPED_CPU_S_PER_SAMPLE, ge=0)
+    capped_cpu_s_per_token: float = Field(MATH_VERIFY_CAPPED_CPU_S_PER_TOKEN, ge=0)
     # Host CPU workers for rule rewards; default = 1 per device (CloudMatrix384: 192 Kunpeng CPUs
     # of many cores each for 384 NPUs, hardware.md), overridable.
     workers_per_device: float = Field(1.0, gt=0)
@@ -110,7 +125,7 @@ class RewardSpec(_Strict):
                              "remove reward.model, or set reward.kind: model")
         return value
 
-    @field_validator("cpu_s_per_sample", "workers_per_device", mode="after")
+    @field_validator(*RULE_COST_KEYS, "workers_per_device", mode="after")
     @classmethod
     def _rule_constants_need_a_rule_reward(cls, value: float, info: ValidationInfo) -> float:
         """The rule verifier's CPU time and workers apply to kind: rule only (a reward model is a

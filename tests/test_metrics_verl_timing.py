@@ -20,7 +20,7 @@ def test_hybrid_engine_phases_in_closed_form():
     # the queue takes the writes during the reward wait, so the trainer's fetch is its read alone
     fetch = tokens * sc.schedule.distqueue.bytes_per_token / sc.schedule.distqueue.bw_Bps
     assert v["gen"] == pytest.approx(0.5)
-    assert v["reward"] == pytest.approx(0.3)                      # the wait for the rule rewards
+    assert v["reward"] == pytest.approx(0.3 * 16 / 2)             # each instance's 16 samples on its 2 workers
     assert v["old_log_prob"] == pytest.approx(tokens * 2e-4 / 8) and v["ref"] == pytest.approx(tokens * 2e-4 / 8)
     assert v["update_actor"] == pytest.approx(tokens * 1e-3 / 8)
     assert v["other"] == pytest.approx(2 * 0.1 + fetch + 0.7)    # switches, fetch, resharding

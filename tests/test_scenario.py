@@ -168,7 +168,7 @@ def test_a_reward_key_of_the_other_kind_is_refused(reward, field, says):
 
 
 def test_reward_keys_at_their_defaults_pass_under_either_kind():
-    # the presets give cpu_s_per_sample: 0.05 (the default): switching them to a reward model loads
+    # the presets give the rule reward at its defaults: switching them to a reward model loads
     model = load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.reward.kind=model"])
     assert model.workload.reward.kind == "model" and load_scenario(model.to_dict()).workload.reward == model.workload.reward
     assert load_scenario(workload={**BARE, "reward": {"kind": "rule", "model": None}}).workload.reward.model is None

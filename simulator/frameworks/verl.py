@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
+from ..params import (
+    VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
+    VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN,
+    VERL_NAIVE_CPU_S_PER_SAMPLE,
+    VERL_NAIVE_CPU_S_PER_TOKEN,
+)
 from .common import (
     DTYPES,
     FrameworkImport,
@@ -257,9 +263,10 @@ RULES: dict[str, Rule] = {
                                               "reward manager, inside workload.reward.cpu_s_per_sample"),
     "reward_model.reward_kwargs.*": ignored("arguments of the rule function: its CPU time is "
                                             "workload.reward.cpu_s_per_sample"),
-    "reward_model.reward_manager": ignored("which rule function scores: its CPU time is workload.reward.cpu_s_per_sample, "
-                                           "its concurrency workload.reward.workers (verl's naive and dapo managers "
-                                           "loop over the batch in one process: workers 1)"),
+    "reward_model.reward_manager": mapped("workload.reward.workers", "naive / dapo with the synchronous rollout: the driver "
+                                          "loops over the batch, one worker, at the naive manager's measured cost a "
+                                          "sample (params.VERL_NAIVE_*); other managers and the agent loop: that cost, "
+                                          "rlsim's workers"),
     "reward_model.launch_reward_fn_async": mapped("schedule.reward_during_forwards", "colocated: the rule reward "
                                                   "runs during the log-prob passes and is gathered before the update"),
     "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
@@ -428,7 +435,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     elif recipe != "fully-async" and not v.given(f"{A}.rollout.mode"):
         v.result.notes.append(MODE_NOTE)   # rollout.yaml: mode sync in verl 0.6.x, async from 0.7.0
     w["reference"] = v.flag(f"{A}.actor.use_kl_loss") or v.flag("algorithm.use_kl_in_reward")
-    _reward_and_critic(v, w)
+    _reward_and_critic(v, w, recipe, decided)
     return w
 
 
@@ -567,15 +574,35 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
         w["train_params"] = {"offload": offload}
 
 
-def _reward_and_critic(v: Values, w: dict[str, Any]) -> None:
+def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[str, tuple[Status, str]]) -> None:
     if v.flag("reward_model.enable"):
         path = v("reward_model.model.path")
         w["reward"] = {"kind": "model", **({"model": model_for(path, "reward_model.model.path", v.result.source)[0]}
                                            if path else {})}
     else:
-        w["reward"] = {"kind": "rule"}
+        w["reward"] = {"kind": "rule", **_verl_rule_reward(v, recipe, decided)}
     if w["algorithm"] == "ppo" and v("critic.model.path"):
         w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
+
+
+def _verl_rule_reward(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """The rule reward as verl scores it: its reward manager's measured cost a sample (the naive
+    manager with math_dapo, params.VERL_NAIVE_*), and with the synchronous rollout the trainer's
+    driver loops over the batch itself (ray_trainer.py compute_reward: one worker). The agent loop
+    (rollout.mode async, fully_async) scores each sample in its AgentLoopWorker's RewardManagerWorker
+    (verl/experimental/agent_loop): rlsim's workers_per_device stand for them."""
+    key = "reward_model.reward_manager"
+    manager = str(v(key) or "naive")
+    reward: dict[str, Any] = {"cpu_s_per_sample": VERL_NAIVE_CPU_S_PER_SAMPLE, "cpu_s_per_token": VERL_NAIVE_CPU_S_PER_TOKEN,
+                              "capped_cpu_s_per_sample": VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
+                              "capped_cpu_s_per_token": VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN}
+    driver = recipe != "fully-async" and str(v(f"{A}.rollout.mode") or "sync") == "sync"
+    if driver and manager in ("naive", "dapo"):
+        reward["workers"] = 1
+    elif v.given(key):
+        decided[key] = ("ignored", f"{manager}{'' if driver else ' in the agent loop'}: scored at the naive manager's "
+                                   "measured cost a sample on rlsim's workers (give yours: workload.reward.cpu_s_per_sample)")
+    return reward
 
 
 def _reward_overlap(v: Values, recipe: str, w: dict[str, Any], s: dict[str, Any],

@@ -106,8 +106,8 @@ class FakeCosts:
         return StageCost(tokens * self.train_device_s_per_token / len(ranks),
                          flops=tokens * self.flops_per_token, peak_memory_bytes=self.memory_bytes)
 
-    def reward_cpu_s(self, n_samples, ranks):
-        return self.reward_s_per_sample
+    def reward_cpu_s(self, prompt_lens, response_lens):
+        return np.full(len(response_lens), self.reward_s_per_sample)
 
     def weight_sync_s(self, src, dst):
         return self.sync_s

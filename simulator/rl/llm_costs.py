@@ -715,11 +715,18 @@ class LlmCosts:
             return exc
         return HeavierBatchThanPlanned(exc, np.asarray(seq_lens, np.int64))
 
-    def reward_cpu_s(self, n_samples, ranks) -> float:
-        """Rule rewards of ``n_samples`` samples: on the workers of ``ranks`` (workers_per_device),
-        or on the job's shared pool (reward.workers, where ``ranks`` does not matter)."""
-        reward = self.scenario.workload.reward
-        return reward.cpu_s_per_sample * max(1.0, n_samples / reward.workers_on(len(ranks)))
+    def reward_cpu_s(self, prompt_lens, response_lens) -> np.ndarray:
+        """Each sample's rule-reward time on one host worker (workload.reward cpu_s_* fields): a
+        response the engine cut at its cap (the response law's max, or max_model_len - prompt)
+        ends without an answer, and the extractor searches all of it."""
+        workload = self.scenario.workload
+        reward = workload.reward
+        response = np.asarray(response_lens, float)
+        cap = np.full(len(response), float(workload.response_length.get("max") or math.inf))
+        if workload.inference.max_model_len is not None:
+            cap = np.minimum(cap, workload.inference.max_model_len - np.asarray(prompt_lens, float))
+        return np.where(response >= cap, reward.capped_cpu_s_per_sample + reward.capped_cpu_s_per_token * response,
+                        reward.cpu_s_per_sample + reward.cpu_s_per_token * response)
 
     def _inference_shard_bytes(self) -> float:
         lay = self.rollout_layout

@@ -150,6 +150,23 @@ def test_verl_colocated_keeps_the_optimizer_on_the_devices_unless_optimizer_offl
     assert any("optimizer state stays on the devices" in note for note in result.notes)
 
 
+@pytest.mark.parametrize(("overrides", "one_worker"), [
+    ([], True), (["reward_model.reward_manager=dapo"], True), (["reward_model.reward_manager=prime"], False),
+    (["actor_rollout_ref.rollout.mode=async"], False)])
+def test_verl_rule_rewards_are_its_reward_managers_loop(overrides, one_worker):
+    """verl's driver scores the batch with the naive / dapo manager one sample after another (one
+    worker), at the manager's measured cost a sample; the agent loop's per-worker scorers and other
+    managers keep rlsim's workers, said in the import table."""
+    from simulator import params
+    result = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", overrides)
+    reward = result.scenario["workload"]["reward"]
+    assert (reward.get("workers") == 1) is one_worker
+    assert (reward["cpu_s_per_sample"], reward["capped_cpu_s_per_token"]) == (
+        params.VERL_NAIVE_CPU_S_PER_SAMPLE, params.VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN)
+    if overrides and not one_worker:
+        assert "reward_model.reward_manager" in result.ignored or "reward_model.reward_manager" not in overrides[0]
+
+
 def test_verl_colocated_resident_optimizer_counts_against_the_engine_memory(capsys):
     """At gpu_memory_utilization 0.8 a 7B FSDP trainer's resident state no longer fits beside the
     engine on 8 H100s: exit 2 naming the verl key (verl would run out of memory)."""

@@ -232,7 +232,8 @@ def test_a_batch_handed_over_to_the_shared_reward_pool_waits_on_its_last_sequenc
     """reward.handover batch: the batch is verified from its last finish, so the path's reward is
     that verification (ready - the last finish) and the time before it is the last sequence's
     generation; before, the first sample of the batch bound it and its whole wait read as reward."""
-    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, reward_s_per_sample=3.0, instance_max_seqs=8)
+    # 3 s a batch: its 64 samples on the pool's 4 workers
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, reward_s_per_sample=3.0 / 16, instance_max_seqs=8)
     sc = load_scenario({"topology": "fake", "workload": {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 8,
                                                          "reward": {"workers": 4, "handover": "batch"}},
                         "schedule": {"kind": "colocated", "distqueue": {"bw_Bps": 1e30}}, "iterations": 3, "seed": 1})
@@ -275,8 +276,12 @@ def test_a_step_walked_during_the_run_finds_a_reward_wait_whose_sample_returned_
     import simulator
     from simulator.frameworks import import_config
     imported = import_config("verl", "workloads/frameworks/verl-one-step-off-qwen2.5-7b.yaml", [])
-    online = simulator.simulate(imported.scenario, iterations=5, keep_samples=False).summary["critical_path"]["steps"]
-    after = simulator.simulate(imported.scenario, iterations=5, keep_samples=True).summary["critical_path"]["steps"]
+    # a scorer slow enough to bind (verl's takes < 1 ms), for responses ending with an answer or at the cap
+    slow = ["workload.reward.cpu_s_per_sample=0.05", "workload.reward.capped_cpu_s_per_sample=0.05"]
+    online = simulator.simulate(imported.scenario, iterations=5, keep_samples=False,
+                                overrides=slow).summary["critical_path"]["steps"]
+    after = simulator.simulate(imported.scenario, iterations=5, keep_samples=True,
+                               overrides=slow).summary["critical_path"]["steps"]
     assert [step["s_by_cause"] for step in online] == [step["s_by_cause"] for step in after]
     assert online[2]["s_by_cause"].get("reward", 0.0) > 5 and "dependency" not in online[2]["s_by_cause"]
 

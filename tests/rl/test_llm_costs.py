@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from simulator import params
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.rl.llm_costs import LlmCosts
@@ -183,12 +184,19 @@ def test_rollout_flops_of_integer_lengths_equal_the_float_sum(dtype):
     assert c._rollout_inputs(np.zeros(0, np.int64), np.zeros(0, np.int64))[0] == 0.0
 
 
-def test_rule_rewards_on_the_instances_workers_or_the_jobs_pool():
-    # 0.05 s a sample: 64 samples on a 2-device instance's 2 workers, or on a pool of 8 wherever they ran
-    own = costs()
-    assert own.reward_cpu_s(64, [0, 1]) == pytest.approx(0.05 * 64 / 2)
-    pool = costs("workload.reward.workers=8")
-    assert pool.reward_cpu_s(64, [0, 1]) == pool.reward_cpu_s(64, list(range(16))) == pytest.approx(0.05 * 64 / 8)
+def test_a_rule_reward_costs_its_fixed_part_and_its_tokens_more_for_a_capped_response():
+    """Each sample's verification on one worker: a + b x response tokens for a response that ends
+    with its answer, a' + b' x tokens for one cut at its cap (the response law's max, or
+    max_model_len - prompt, whichever is lower), where Math-Verify searches all of it."""
+    c = costs("workload.response_length.max=4000", "workload.inference.max_model_len=4500",
+              "workload.reward.cpu_s_per_sample=1e-3", "workload.reward.cpu_s_per_token=1e-6",
+              "workload.reward.capped_cpu_s_per_sample=5e-3", "workload.reward.capped_cpu_s_per_token=2e-6")
+    prompt = np.array([100, 100, 600, 600, 100])
+    response = np.array([1000, 4000, 3899, 3900, 3999])     # capped: at 4000 (law), at 4500 - 600 = 3900
+    want = [1e-3 + 1e-6 * 1000, 5e-3 + 2e-6 * 4000, 1e-3 + 1e-6 * 3899, 5e-3 + 2e-6 * 3900, 1e-3 + 1e-6 * 3999]
+    assert c.reward_cpu_s(prompt, response) == pytest.approx(want, rel=1e-12)
+    assert costs().reward_cpu_s(prompt[:1], response[:1]) == pytest.approx(
+        params.MATH_VERIFY_CPU_S_PER_SAMPLE + params.MATH_VERIFY_CPU_S_PER_TOKEN * 1000)
 
 
 def test_a_packed_micro_batch_that_does_not_fit_is_told_in_the_layouts_terms():

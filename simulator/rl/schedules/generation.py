@@ -284,7 +284,7 @@ class Generation:
         returned = np.where(together, t0s + ends, finish)
         prompt_len, response_len, done_len = seqs.prompt_len[rows], seqs.target_len[rows], seqs.done_len[rows]
         resumed = done_len > 0
-        ready = np.maximum(self._rewarded(finish, stored, counts), returned)
+        ready = np.maximum(self._rewarded(finish, stored, counts, prompt_len, response_len), returned)
         instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _ in stored]
         ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=prompt_len,
                       response_len=response_len, generated_tokens=done_len + gen_tokens,
@@ -298,7 +298,8 @@ class Generation:
         ctx.queue.write_many([(payload_bytes_each(lens[a:b], self.sched.distqueue, pad_len=ctx.pad_len), written[a:b])
                               for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
-    def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int]) -> np.ndarray:
+    def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int],
+                  prompt_len: np.ndarray, response_len: np.ndarray) -> np.ndarray:
         """When each stored row's rule reward is ready (rewards.rule_rewards_ready). On the job's
         shared pool (reward.workers) the samples stored together (a synchronous round: every
         instance's) are one hand-over; on the instances' own workers (workers_per_device) each
@@ -311,12 +312,13 @@ class Generation:
         handover = ctx.workload.reward.handover_of(ctx.sched)
         if ctx.shared_reward:
             returned = max(plan.t0 + end for plan, _, end in stored)
-            ready = rule_rewards_ready(ctx, finish, stored[0][0].ranks, handover, returned)
+            ready = rule_rewards_ready(ctx, finish, stored[0][0].ranks, handover, prompt_len, response_len, returned)
         else:
             ready = np.empty(len(finish))
             bounds = np.cumsum([0] + counts).tolist()
             for (plan, _, end), lo, hi in zip(stored, bounds[:-1], bounds[1:], strict=True):
-                ready[lo:hi] = rule_rewards_ready(ctx, finish[lo:hi], plan.ranks, handover, plan.t0 + end)
+                ready[lo:hi] = rule_rewards_ready(ctx, finish[lo:hi], plan.ranks, handover, prompt_len[lo:hi],
+                                                  response_len[lo:hi], plan.t0 + end)
         return ready
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:

@@ -56,18 +56,21 @@ class RewardPool:
         self.ends[lo:hi] = [end for _, end in region]
         return max(done, at_s + least_s)
 
-    def serve_in_order(self, at_s: np.ndarray, work_s: float, least_s: float = 0.0) -> np.ndarray | None:
-        """serve(at, work_s, least_s) of each of ``at_s`` (sorted) in turn, as arrays: on a pool idle
-        from the first hand-over on, first come first served is done_i = max(at_i, done_i-1) + work,
-        so done_i = (i + 1) work + max over j <= i of (at_j - j work) (a running maximum). None
-        where that does not hold (the pool is busy after the first hand-over: serve one at a time).
-        A streaming rollout hands its samples over one at a time: a Python loop over 800k of them
+    def serve_in_order(self, at_s: np.ndarray, work_s: float | np.ndarray,
+                       least_s: float | np.ndarray = 0.0) -> np.ndarray | None:
+        """serve(at_i, work_i, least_i) of each of ``at_s`` (sorted) in turn, as arrays (``work_s``
+        and ``least_s`` one value or one per hand-over): on a pool idle from the first hand-over on,
+        first come first served is done_i = max(at_i, done_i-1) + work_i, so with W_i the work
+        through i, done_i = W_i + max over j <= i of (at_j - W_j-1) (a running maximum). None where
+        that does not hold (the pool is busy after the first hand-over: serve one at a time). A
+        streaming rollout hands its samples over one at a time: a Python loop over 800k of them
         took half of a 100-step run."""
-        if not len(at_s) or work_s <= 0 or (self.ends and self.ends[-1] > at_s[0]):
+        work = np.broadcast_to(np.asarray(work_s, float), np.shape(at_s))
+        if not len(at_s) or (work <= 0).any() or (self.ends and self.ends[-1] > at_s[0]):
             return None
-        i = np.arange(len(at_s))
-        done = (i + 1) * work_s + np.maximum.accumulate(at_s - i * work_s)
-        begins = done - work_s
+        through = np.cumsum(work)
+        done = through + np.maximum.accumulate(at_s - (through - work))
+        begins = done - work
         gap = np.ones(len(at_s), bool)             # a busy stretch starts where the pool was idle before it
         gap[1:] = begins[1:] > done[:-1] + 1e-9 * np.maximum(1.0, np.abs(done[:-1]))
         firsts = np.flatnonzero(gap)

@@ -10,26 +10,27 @@ from .state import RunState
 
 
 def rule_rewards_ready(ctx: RunState, finish: np.ndarray, ranks: Ranks, handover: str,
+                       prompt_len: np.ndarray, response_len: np.ndarray,
                        handed_over: float | None = None) -> np.ndarray:
     """When each of the samples finished at ``finish`` (absolute seconds) on the instance at
     ``ranks`` is verified: on the job's shared pool (reward.workers) or that instance's own workers
     (workers_per_device), handed over together at ``handed_over`` (default: the last finish;
     handover "batch") or each as it finishes, first come first served ("sample"). Either waits for
-    what the workers are busy with."""
+    what the workers are busy with. Each sample takes Costs.reward_cpu_s of its lengths on a worker."""
     pool, workers = _workers_of(ctx, ranks)
+    each_s = np.asarray(ctx.costs.reward_cpu_s(prompt_len, response_len), float)
     if handover == "sample":
         order = np.argsort(finish, kind="stable")
-        idle_s = ctx.costs.reward_cpu_s(1, ranks)
-        in_order = pool.serve_in_order(finish[order], idle_s * min(1.0, 1 / workers), least_s=idle_s)
+        in_order = pool.serve_in_order(finish[order], each_s[order] * min(1.0, 1 / workers), least_s=each_s[order])
         done = np.empty(len(finish))
         if in_order is not None:
             done[order] = in_order
             return done
         for row in order:
-            done[row] = _verified(ctx, pool, workers, float(finish[row]), 1, ranks)
+            done[row] = _verified(pool, workers, float(finish[row]), each_s[row:row + 1])
         return done
     at = float(finish.max()) if handed_over is None else handed_over
-    return np.full(len(finish), _verified(ctx, pool, workers, at, len(finish), ranks))
+    return np.full(len(finish), _verified(pool, workers, at, each_s))
 
 
 def _workers_of(ctx: RunState, ranks: Ranks) -> tuple[RewardPool, float]:
@@ -42,10 +43,9 @@ def _workers_of(ctx: RunState, ranks: Ranks) -> tuple[RewardPool, float]:
     return ctx.totals.instance_reward_pools.setdefault(key, RewardPool()), reward.workers_on(len(ranks))
 
 
-def _verified(ctx: RunState, pool: RewardPool, workers: float, handed_over: float, n_samples: int,
-              ranks: Ranks) -> float:
-    """When ``n_samples`` handed over together at ``handed_over`` are verified: their time on idle
-    workers (Costs.reward_cpu_s), of which they occupy min(1, n / workers) of the pool."""
-    idle_s = ctx.costs.reward_cpu_s(n_samples, ranks)
-    share = min(1.0, n_samples / workers)
-    return pool.serve(handed_over, idle_s * share, least_s=idle_s)
+def _verified(pool: RewardPool, workers: float, handed_over: float, each_s: np.ndarray) -> float:
+    """When samples handed over together at ``handed_over``, each taking ``each_s`` on one worker,
+    are verified: the batch spread evenly over the pool needs sum / workers of the whole pool's time,
+    and no less than its longest sample (a batch smaller than the pool leaves workers free)."""
+    work_s = float(each_s.sum()) / workers
+    return pool.serve(handed_over, work_s, least_s=max(work_s, float(each_s.max(initial=0.0))))

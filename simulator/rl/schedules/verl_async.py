@@ -205,7 +205,8 @@ class Rollouter:
         reward_s = 0.0
         if ctx.rule_reward:    # the group's n trajectories leave together (a batch) unless handed over each
             handover = ctx.workload.reward.handover_of(ctx.sched)
-            reward_s = float(rule_rewards_ready(ctx, np.asarray(group.finish_s, float), ranks, handover).max()) - t
+            reward_s = float(rule_rewards_ready(ctx, np.asarray(group.finish_s, float), ranks, handover,
+                                                seqs.prompt_len, seqs.target_len).max()) - t
         span = len(group.versions)
         if span > 1:
             self.partial_count += len(seqs)

@@ -67,7 +67,10 @@ def test_a_trainer_takes_interruptible_trajectories_as_they_finish_not_at_their_
     every open round ends (found by a fuzzing trial: 9.0 s against 3.6 s). Without interrupts an
     open round waits for the plan's end, and so do the trajectories: they are ready from it."""
     small = ["workload.prompts_per_step=8", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=8",
-             "workload.response_length.max=2048", "workload.response_length.median=256"]
+             "workload.response_length.max=2048", "workload.response_length.median=256",
+             # 0.05 s a sample whatever its length
+             "workload.reward.cpu_s_per_sample=0.05", "workload.reward.capped_cpu_s_per_sample=0.05",
+             "workload.reward.cpu_s_per_token=0", "workload.reward.capped_cpu_s_per_token=0"]
     for interruptible in (True, False):
         r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=2,
                                schedule={"kind": "areal", "max_head_offpolicyness": 1, "interruptible": interruptible},

@@ -169,8 +169,9 @@ def test_split_pool_sub_rounds_wait_for_every_instance_and_its_rewards(kind, rew
     # when the slower instance's first is generated and scored - one sub-round + the reward later -
     # where a split pool generated both at once before (the first round's starts were all 0)
     n, length, d = 4, 500, 1e-3
+    # each instance's 8 samples of a sub-round on its one worker: reward_s for the batch
     costs = FakeCosts(instance_devices=1, train_group_devices=1, instance_max_seqs=1, decode_s_per_token=d,
-                      sync_s=0.0, switch_s=0.0, reward_s_per_sample=reward_s)
+                      sync_s=0.0, switch_s=0.0, reward_s_per_sample=reward_s / 8)
     sc = scenario(kind, iterations=1, prompts=8, n=n, rollout_devices=2,
                   workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 1.0}})
     rec, tl, sm, s = run(sc, costs, devices=4, prompt=const(10), resp=const(length))
@@ -202,10 +203,10 @@ def test_a_step_that_spends_its_generation_batches_stops_the_run(kind):
 
 
 def _pooled_reward(monkeypatch, seen: list[int]) -> None:
-    """FakeCosts' rule reward on 4 workers at 0.01 s a sample (its idle-pool time), counting calls."""
-    def pooled(self, n_samples, ranks):
-        seen.append(n_samples)
-        return 0.01 * max(1.0, n_samples / 4)
+    """FakeCosts' rule reward at 0.01 s a sample on one worker, counting the samples of each call."""
+    def pooled(self, prompt_lens, response_lens):
+        seen.append(len(response_lens))
+        return np.full(len(response_lens), 0.01)
 
     monkeypatch.setattr(FakeCosts, "reward_cpu_s", pooled)
 
@@ -213,7 +214,7 @@ def _pooled_reward(monkeypatch, seen: list[int]) -> None:
 def test_a_shared_reward_pool_verifies_every_sample_stored_together(monkeypatch):
     # reward.workers: the job's pool verifies the samples of every plan stored together (a synchronous
     # round: all instances) as one batch once the last is done; without it, each instance's own
-    # samples as one batch from its plan's end on its own workers
+    # samples as one batch from its plan's end on its own workers (one a device: 2 an instance)
     seen: list[int] = []
     _pooled_reward(monkeypatch, seen)
     for reward, per_call in (({"workers": 4}, 32), ({}, 8)):
@@ -225,7 +226,7 @@ def test_a_shared_reward_pool_verifies_every_sample_stored_together(monkeypatch)
             assert sm["ready"].to_numpy() == pytest.approx(sm["finish"].max() + 0.01 * 32 / 4)
         else:
             for _, own in sm.groupby("instance"):
-                assert own["ready"].to_numpy() == pytest.approx(own["finish"].max() + 0.01 * 8 / 4)
+                assert own["ready"].to_numpy() == pytest.approx(own["finish"].max() + 0.01 * 8 / 2)
 
 
 def test_split_pool_instances_queue_on_the_shared_reward_pool(monkeypatch):
@@ -270,11 +271,10 @@ def test_samples_handed_over_as_they_finish_overlap_the_pool_with_generation(mon
 
 
 class PooledCosts(FakeCosts):
-    """FakeCosts whose rule reward is 0.01 s a sample on ``pool_workers`` workers (idle-pool time)."""
-    pool_workers: int = 4
+    """FakeCosts whose rule reward is 0.01 s a sample on one worker (the scenario's pool has them)."""
 
-    def reward_cpu_s(self, n_samples, ranks):
-        return 0.01 * max(1.0, n_samples / self.pool_workers)
+    def reward_cpu_s(self, prompt_lens, response_lens):
+        return np.full(len(response_lens), 0.01)
 
 
 @settings(max_examples=16, deadline=None)
@@ -285,7 +285,6 @@ def test_the_shared_pool_conserves_its_work_and_never_hurries_a_sample(kind, han
     # finished, the pool is never busier than the work handed to it (k samples x 0.01 s / workers),
     # and every drawn sample is stored once
     costs = PooledCosts(instance_devices=1, train_group_devices=1)
-    costs.pool_workers = workers
     split = {} if kind in ("colocated", "stalesync") else {"rollout_devices": 4}
     sc = scenario(kind, iterations=3, prompts=8, n=4, seed=seed,
                   workload={"reward": {"workers": workers, "handover": handover}}, **split)
@@ -311,7 +310,6 @@ def test_each_instances_own_worker_verifies_what_it_is_handed_in_turn(kind, hand
     # at a time (scored_i = max(finish_i, scored_i-1) + 0.01), and ready then or when the plan
     # returned them together (the same time for all of them), the later
     costs = PooledCosts(instance_devices=1, train_group_devices=1)
-    costs.pool_workers = 1
     split = {} if kind in ("colocated", "stalesync") else {"rollout_devices": 4}
     reward = {"workers_per_device": 1} | ({"handover": handover} if handover else {})
     sc = scenario(kind, iterations=3, prompts=8, n=4, seed=seed, workload={"reward": reward}, **split)
@@ -332,3 +330,25 @@ def test_each_instances_own_worker_verifies_what_it_is_handed_in_turn(kind, hand
             for _, batch in own.groupby("start"):                    # one plan's samples: one batch
                 assert batch["ready"].nunique() == 1
                 assert batch["ready"].iloc[0] >= batch["finish"].max() + 0.01 * len(batch) - 1e-9
+
+
+class LengthPricedCosts(FakeCosts):
+    """FakeCosts whose rule reward takes 1 ms per 100 response tokens on one worker."""
+
+    def reward_cpu_s(self, prompt_lens, response_lens):
+        return np.asarray(response_lens, float) * 1e-5
+
+
+def test_a_batch_of_unequal_samples_takes_its_summed_time_over_the_pool_and_at_least_its_longest():
+    # the job's pool of 4 (handover batch): a round's samples, each priced by its length, are ready
+    # sum / 4 after the last finish; on a pool wider than the batch, its longest sample's time
+    def spread(rng, n_prompts, n, step):
+        return 100 + 10 * np.arange(n_prompts * n).reshape(n_prompts, n)
+
+    for workers in (4, 64):
+        sc = scenario("colocated", iterations=1, prompts=8, n=4, workload={"reward": {"workers": workers}})
+        sm = run(sc, LengthPricedCosts(instance_devices=2, train_group_devices=2, decode_s_per_token=1e-3),
+                 devices=8, prompt=const(10), resp=spread)[2]
+        each = sm["response_len"].to_numpy() * 1e-5
+        want = max(each.sum() / workers, each.max())
+        assert sm["ready"].to_numpy() == pytest.approx(sm["finish"].max() + want, rel=1e-9)

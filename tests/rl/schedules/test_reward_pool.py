@@ -72,3 +72,21 @@ def test_serving_in_order_as_arrays_is_serving_one_at_a_time(gaps, work, least, 
     assert many.busy_s() == pytest.approx(one.busy_s(), rel=1e-9)
     assert all(a < b for a, b in zip(many.ends[:-1], many.starts[1:], strict=True))   # disjoint, joined where they touch
     assert many.serve_in_order(at[:1] - 1.0, work) is None     # busy after that hand-over: served one at a time
+
+
+@settings(max_examples=60, deadline=None)
+@given(items=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.01, 2.0), st.floats(0.0, 4.0)), min_size=1,
+                      max_size=40), before=st.floats(0.0, 5.0))
+def test_serving_in_order_takes_each_hand_overs_own_work(items, before):
+    """serve_in_order with one work and least time per hand-over (rule rewards priced by each
+    sample's length): done_i = W_i + max over j <= i of (at_j - W_j-1) is serve's, one at a time."""
+    import numpy as np
+    gaps, work, least = (np.array(col) for col in zip(*items, strict=True))
+    at = np.cumsum(gaps) + before
+    one, many = RewardPool(), RewardPool()
+    one.serve(0.0, before), many.serve(0.0, before)
+    expected = [one.serve(float(t), float(w), least_s=float(x)) for t, w, x in zip(at, work, least, strict=True)]
+    got = many.serve_in_order(at, work, least_s=least)
+    assert got is not None and got == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    assert many.busy_s() == pytest.approx(one.busy_s(), rel=1e-9)
+    assert many.busy_s() == pytest.approx(before + float(work.sum()), rel=1e-9)    # the stretch before, then the work

@@ -65,8 +65,9 @@ def test_colocated_step_is_generate_plus_train_plus_sync():
 def test_rewards_scored_during_the_forwards_hide_under_them(reward_s):
     # schedule.reward_during_forwards (verl launch_reward_fn_async): the step switches to training when
     # generation is done and the update waits for the rewards, so the reward costs max(0, r - fetch -
-    # forwards) instead of r; closed form on equal lengths, as the step test above
-    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.0, reward_s_per_sample=reward_s,
+    # forwards) instead of r; closed form on equal lengths, as the step test above (r: each instance's
+    # 16 samples on its 2 workers)
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.0, reward_s_per_sample=reward_s / 8,
                   decode_s_per_token=1e-3, train_device_s_per_token=1e-3, forward_device_s_per_token=2e-4)
     tokens = 64 * 600
     gen, fwd, train = 500 * 1e-3, 2 * tokens * 2e-4 / 8, tokens * 1e-3 / 8
