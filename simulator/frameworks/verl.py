@@ -65,6 +65,8 @@ DEFAULTS: dict[str, Any] = {
     f"{A}.actor.use_dynamic_bsz": False, f"{A}.actor.ppo_max_token_len_per_gpu": 16384,
     "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8, f"{A}.rollout.free_cache_engine": True,
     f"{A}.rollout.name": "vllm",
+    # rollout.yaml (verl 0.6.0): agent.num_workers, the agent loop's workers (rollout.mode async)
+    f"{A}.rollout.agent.num_workers": 8,
     # verl hands these two to vLLM explicitly (its vLLM rollout reads max_num_batched_tokens with 8192
     # as the default and refuses chunked prefill with a budget below max_model_len), so they hold
     # over the engine's own defaults whether the config gives them or not
@@ -249,6 +251,8 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.calculate_log_probs": ignored("the engine returns its sampling log-probs with the tokens (no pass "
                                                 "of its own): main_ppo still runs its old_log_prob pass (mapped), "
                                                 "verl-fully-async trains on these instead"),
+    f"{A}.rollout.agent.num_workers": mapped("workload.reward.workers", "the agent loop (rollout.mode async, fully_async): "
+                                             "each worker scores its samples as they end, in its RewardManagerWorker"),
     f"{A}.rollout.agent.*": unsupported("agent-loop workers are not modelled"),
     # critic / reward
     "critic.model.path": mapped("workload.critic_model", "ppo (adv_estimator gae) only"),
@@ -265,8 +269,8 @@ RULES: dict[str, Rule] = {
                                             "workload.reward.cpu_s_per_sample"),
     "reward_model.reward_manager": mapped("workload.reward.workers", "naive / dapo with the synchronous rollout: the driver "
                                           "loops over the batch, one worker, at the naive manager's measured cost a "
-                                          "sample (params.VERL_NAIVE_*); other managers and the agent loop: that cost, "
-                                          "rlsim's workers"),
+                                          "sample (params.VERL_NAIVE_*); the agent loop: rollout.agent.num_workers, "
+                                          "at that cost; other managers: that cost"),
     "reward_model.launch_reward_fn_async": mapped("schedule.reward_during_forwards", "colocated: the rule reward "
                                                   "runs during the log-prob passes and is gathered before the update"),
     "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
@@ -589,19 +593,26 @@ def _verl_rule_reward(v: Values, recipe: str, decided: dict[str, tuple[Status, s
     """The rule reward as verl scores it: its reward manager's measured cost a sample (the naive
     manager with math_dapo, params.VERL_NAIVE_*), and with the synchronous rollout the trainer's
     driver loops over the batch itself (ray_trainer.py compute_reward: one worker). The agent loop
-    (rollout.mode async, fully_async) scores each sample in its AgentLoopWorker's RewardManagerWorker
-    (verl/experimental/agent_loop): rlsim's workers_per_device stand for them."""
+    (rollout.mode async, fully_async) scores each sample as it ends in its AgentLoopWorker's
+    RewardManagerWorker (verl/experimental/agent_loop/agent_loop.py), one Ray actor each: a pool of
+    rollout.agent.num_workers, handed each sample."""
     key = "reward_model.reward_manager"
     manager = str(v(key) or "naive")
     reward: dict[str, Any] = {"cpu_s_per_sample": VERL_NAIVE_CPU_S_PER_SAMPLE, "cpu_s_per_token": VERL_NAIVE_CPU_S_PER_TOKEN,
                               "capped_cpu_s_per_sample": VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
                               "capped_cpu_s_per_token": VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN}
+    agents = f"{A}.rollout.agent.num_workers"
     driver = recipe != "fully-async" and str(v(f"{A}.rollout.mode") or "sync") == "sync"
+    if not driver:
+        reward.update(workers=v.count(agents), handover="sample")
+    elif v.given(agents):
+        decided[agents] = ("ignored", "used by the agent loop only (rollout.mode async)")
     if driver and manager in ("naive", "dapo"):
         reward["workers"] = 1
     elif v.given(key):
-        decided[key] = ("ignored", f"{manager}{'' if driver else ' in the agent loop'}: scored at the naive manager's "
-                                   "measured cost a sample on rlsim's workers (give yours: workload.reward.cpu_s_per_sample)")
+        decided[key] = ("ignored", f"{manager}: scored at the naive manager's measured cost a sample on "
+                                   f"{'the agent loop' if not driver else 'rlsim'}'s workers (give yours: "
+                                   "workload.reward.cpu_s_per_sample)")
     return reward
 
 

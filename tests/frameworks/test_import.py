@@ -150,21 +150,25 @@ def test_verl_colocated_keeps_the_optimizer_on_the_devices_unless_optimizer_offl
     assert any("optimizer state stays on the devices" in note for note in result.notes)
 
 
-@pytest.mark.parametrize(("overrides", "one_worker"), [
-    ([], True), (["reward_model.reward_manager=dapo"], True), (["reward_model.reward_manager=prime"], False),
-    (["actor_rollout_ref.rollout.mode=async"], False)])
-def test_verl_rule_rewards_are_its_reward_managers_loop(overrides, one_worker):
+@pytest.mark.parametrize(("overrides", "workers", "handover"), [
+    ([], 1, None), (["reward_model.reward_manager=dapo"], 1, None), (["reward_model.reward_manager=prime"], None, None),
+    (["actor_rollout_ref.rollout.mode=async"], 8, "sample"),
+    (["actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.agent.num_workers=3"], 3, "sample")])
+def test_verl_rule_rewards_are_its_reward_managers_loop(overrides, workers, handover):
     """verl's driver scores the batch with the naive / dapo manager one sample after another (one
-    worker), at the manager's measured cost a sample; the agent loop's per-worker scorers and other
-    managers keep rlsim's workers, said in the import table."""
+    worker); the agent loop scores each sample as it ends on its rollout.agent.num_workers workers;
+    both at the manager's measured cost a sample. Another manager keeps rlsim's workers, said in the
+    import table."""
     from simulator import params
     result = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", overrides)
     reward = result.scenario["workload"]["reward"]
-    assert (reward.get("workers") == 1) is one_worker
+    assert (reward.get("workers"), reward.get("handover")) == (workers, handover)
     assert (reward["cpu_s_per_sample"], reward["capped_cpu_s_per_token"]) == (
         params.VERL_NAIVE_CPU_S_PER_SAMPLE, params.VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN)
-    if overrides and not one_worker:
-        assert "reward_model.reward_manager" in result.ignored or "reward_model.reward_manager" not in overrides[0]
+    if workers is None:
+        assert "reward_model.reward_manager" in result.ignored
+    if len(overrides) == 2:
+        assert result.mapped["actor_rollout_ref.rollout.agent.num_workers"].startswith("workload.reward.workers")
 
 
 def test_verl_colocated_resident_optimizer_counts_against_the_engine_memory(capsys):
