@@ -41,7 +41,8 @@ class FitParameter:
 # same range; 0.05 keeps the simulator away from a zero rate). Overheads are >= 0; their upper bounds
 # are 50x the documented defaults' order of magnitude (formulas.md: step overhead "a few ms";
 # scenario.SwitchParams: ~1 s a switch; sleep_wake_s ~10 s a step), room for a slow framework
-# without letting the fit run off.
+# without letting the fit run off; a rule reward's up to 10 s a sample (a sandboxed code test runs
+# for seconds, a Math-Verify check for milliseconds: params.MATH_VERIFY_*).
 EFFICIENCY_FLOOR = 0.05
 FIT_PARAMETERS: dict[str, FitParameter] = {p.key: p for p in (
     FitParameter("workload.inference.step_overhead_s", 0.0, 0.1, 1e-3,
@@ -63,6 +64,10 @@ FIT_PARAMETERS: dict[str, FitParameter] = {p.key: p for p in (
                  "colocated switch: KV cache release and re-allocation per switch (engine awake)"),
     FitParameter("schedule.switch.sleep_wake_s", 0.0, 120.0, 10.0,
                  "colocated switch: vLLM sleep + wake_up per step (schedule.switch.engine_sleep)"),
+    FitParameter("workload.reward.cpu_s_per_sample", 0.0, 10.0, 1e-3,
+                 "rule reward: host CPU time of a response that ends with its answer (its fixed part)"),
+    FitParameter("workload.reward.capped_cpu_s_per_sample", 0.0, 10.0, 1e-3,
+                 "rule reward: host CPU time of a response cut at its cap (its fixed part)"),
 )}
 # What `rlsim calibrate --from-log` fits unless told: one engine constant for generation, one rate
 # for the rollout's memory-bound decode and one for the trainer's compute.

@@ -202,3 +202,16 @@ def test_figures_read_off_the_log_but_not_fitted_are_named() -> None:
     run.log.frame["throughput_tokens_per_s_per_device"] = 1000.0
     fit = logfit.fit_runs([run], ["workload.inference.step_overhead_s"], max_evaluations=2)
     assert any("read, not fitted" in note and "perf/throughput" in note for note in fit.notes)
+
+
+def test_the_rule_rewards_cost_is_recovered_from_a_logs_reward_time() -> None:
+    """A verl log's timing_s/reward pins the scorer's CPU time a sample: a log written at 20 ms a
+    finished response (a slow, sympy-style scorer) is fitted back within 5%. Its finished and capped
+    parts together it cannot separate (one mix of the two in every step): the fit says so."""
+    key = "workload.reward.cpu_s_per_sample"
+    run = _logged_run(stages=("generate", "reward", "update_actor", "step_s"), true={key: 0.02})
+    fit = logfit.fit_runs([run], [key], max_evaluations=20)
+    assert fit.start[key] != pytest.approx(0.02, rel=0.2)
+    assert fit.values[key] == pytest.approx(0.02, rel=0.05) and 0 < fit.sigma[key] < 0.05 * 0.02
+    both = logfit.fit_runs([run], [key, "workload.reward.capped_cpu_s_per_sample"], max_evaluations=20)
+    assert all(both.sigma[k] > 0.2 * both.values[k] for k in both.values)      # not pinned: wide
