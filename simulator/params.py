@@ -48,6 +48,8 @@ _FLASH = Gate(("flash_attention",), lambda v: bool(v["flash_attention"]), "compu
               "score_traffic_*_bytes")
 _MATERIALIZED = Gate(("flash_attention",), lambda v: not v["flash_attention"], "compute.flash_attention: false",
                      "the score traffic of materialized attention; flash attention keeps no scores")
+_OPTIMIZER_OFFLOAD = Gate(("optimizer",), lambda v: bool(v["optimizer"]), "offload.optimizer: true",
+                          "the share of the optimizer state offloaded")
 _DP_OVERLAP = Gate(("dp_overlap_fraction",), lambda v: v["dp_overlap_fraction"] > 0, "comm.dp_overlap_fraction > 0",
                    "it bounds the share of the gradient sync hidden under backward, none at 0")
 # Knobs a switch of their own section makes inapplicable (section -> knob -> gate): given away from
@@ -76,7 +78,12 @@ GATED_KNOBS: dict[str, dict[str, Gate]] = {
                 "scope": Gate(("params", "grads", "optimizer"),
                               lambda v: bool(v["params"] or v["grads"] or v["optimizer"]),
                               "an offload (offload.params, grads or optimizer: true)",
-                              "when the offload copies are paid", "turn one of them on")},
+                              "when the offload copies are paid", "turn one of them on"),
+                "optimizer_fraction": _OPTIMIZER_OFFLOAD,
+                **dict.fromkeys(("host_adam_params_per_s", "host_step_bytes_per_param"), Gate(
+                    ("optimizer", "scope"), lambda v: bool(v["optimizer"]) and v["scope"] == "optimizer_step",
+                    "offload.optimizer: true with offload.scope: optimizer_step",
+                    "the host-side optimizer step of Megatron-Core's optimizer_cpu_offload", "set both"))},
 }
 
 
@@ -405,6 +412,20 @@ VERL_NAIVE_CPU_S_PER_TOKEN = 1.05e-7
 VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE = 8.8e-5
 VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN = 1.03e-7
 
+# Megatron-Core's optimizer_cpu_offload (HybridDeviceOptimizer, megatron-core 0.16.1
+# optimizer/cpu_offloading/hybrid_optimizer.py and optimizer/__init__.py, read in its wheel): the
+# offloaded share of the parameters (optimizer_offload_fraction) keeps fp32 copies and their AdamW
+# state in pinned host memory for good; each optimizer step copies their fp32 gradients to the host,
+# runs torch.optim.AdamW(fused=True) on the host, and copies the fp32 parameters back (on side
+# streams, the host step between the copies; overlap_cpu_optimizer_d2h_h2d off by default).
+# HOST_ADAM_PARAMS_PER_S: torch 2.13's fused CPU AdamW on one thread of the project's CPU VM (AMD
+# EPYC), fp32, 16M and 64M parameters: 2.01 and 1.92e9 a second (benchmarks/host_adam.py,
+# benchmarks/measured/cpu-vm-2026-12-04/host_adam.txt; 2.07 - 2.09e9 on a quieter run). One thread:
+# Ray starts an actor without num_cpus with OMP_NUM_THREADS=1 (cited from memory), as NeMo RL's
+# Megatron workers run; a rank given more threads steps faster (--set offload.host_adam_params_per_s).
+HOST_ADAM_PARAMS_PER_S = 2.0e9
+HYBRID_OPTIMIZER_COPY_BYTES_PER_PARAM = 8.0     # a fp32 gradient out + a fp32 parameter back
+
 
 class OffloadParams(StrictModel):
     """Per-phase offload of the training state to host memory (`train_params.offload.<field>`):
@@ -426,6 +447,14 @@ class OffloadParams(StrictModel):
     # optimizer_cpu_offload, NeMo RL's: the optimizer state lives on the host and each step moves
     # through it; priced as the state's round trip per step).
     scope: Literal["update", "optimizer_step"] = "update"
+    # Share of the optimizer state offloaded (Megatron-Core optimizer_offload_fraction; verl offloads
+    # it all: 1). With scope optimizer_step the offloaded share stays on the host (Megatron-Core's
+    # HybridDeviceOptimizer, above): the device holds none of it, and each optimizer step pays its
+    # gradients out and parameters back (host_step_bytes_per_param over the host link) and the host's
+    # AdamW over it (host_adam_params_per_s, one rank's). With scope update it is the share moved.
+    optimizer_fraction: float = Field(1.0, ge=0, le=1)
+    host_adam_params_per_s: float = Field(HOST_ADAM_PARAMS_PER_S, gt=0)
+    host_step_bytes_per_param: float = Field(HYBRID_OPTIMIZER_COPY_BYTES_PER_PARAM, ge=0)
     # Achieved share of the device's host link. None: the topology's host link efficiency (its
     # `host.efficiency`, as schedule.switch.host_link_efficiency: the same link); a value here
     # overrides it for the offload copies (was a separate 0.8 before).
@@ -448,10 +477,13 @@ class OffloadParams(StrictModel):
     def _bw(cls, v: Any) -> Any:
         return parse_bandwidth(v) if isinstance(v, str) else v
 
-    @field_validator("host_link_efficiency", "scope", mode="after")
+    @field_validator("host_link_efficiency", "scope", "optimizer_fraction", "host_adam_params_per_s",
+                     "host_step_bytes_per_param", mode="after")
     @classmethod
     def _link_needs_an_offload(cls, value: Any, info: ValidationInfo) -> Any:
-        """host_link_efficiency rates the offload copies, scope times them: no offload, nothing to read."""
+        """host_link_efficiency rates the offload copies, scope times them: no offload, nothing to read;
+        the optimizer's share and its host step read an optimizer offload (the latter of scope
+        optimizer_step)."""
         return _gated_knob_applies("offload", cls, value, info)
 
     @model_validator(mode="after")
@@ -461,6 +493,10 @@ class OffloadParams(StrictModel):
         rates = self.set_off_default(("pageable_offload_Bps", "pageable_onload_Bps"))
         if self.pageable and not self.any:
             raise ValueError("pageable applies to an offloaded state: set params, grads or optimizer, or remove it")
+        if self.pageable and not (self.params or self.grads) and self.scope == "optimizer_step":
+            raise ValueError("pageable applies to a copied state: Megatron-Core's cpu-offloaded optimizer (optimizer "
+                             "with scope optimizer_step) copies through pinned memory (pin_cpu_grads, pin_cpu_params); "
+                             "remove pageable, or offload params or grads too")
         if rates and not self.pageable:
             raise ValueError(f"{', '.join(rates)} apply only with pageable: true; remove them or set pageable")
         return self

@@ -54,6 +54,8 @@ DEFAULTS: dict[str, Any] = {
 _LOG = "logging: no effect on step time"
 _LOSS = "loss arithmetic on tensors the step already holds: no modelled cost"
 _LR = "optimizer hyper-parameters: no effect on step time"
+# megatron-core 0.16.1 optimizer/optimizer_config.py: optimizer_offload_fraction's default
+MCORE_OPTIMIZER_OFFLOAD_FRACTION = 0.0
 _VAL = "validation runs between steps: rlsim step times exclude validation"
 _G = "policy.generation"
 _V = f"{_G}.vllm_cfg"
@@ -129,9 +131,16 @@ RULES: dict[str, Rule] = {
     f"{_M}.activation_checkpointing": mapped("workload.train_layout.recompute", "true: full, false: none"),
     f"{_M}.optimizer.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
     f"{_M}.optimizer.optimizer_cpu_offload": mapped("workload.train_params.offload.optimizer",
-                                                    "optimizer state on the host, moved around every optimizer "
-                                                    "step (offload.scope: optimizer_step: Megatron-Core's "
-                                                    "optimizer_cpu_offload; its host-side Adam step not priced)"),
+                                                    "Megatron-Core's HybridDeviceOptimizer (offload.scope: "
+                                                    "optimizer_step): the offloaded share's state on the host, "
+                                                    "each step its gradients out, AdamW on the host, its "
+                                                    "parameters back"),
+    f"{_M}.optimizer.optimizer_offload_fraction": mapped("workload.train_params.offload.optimizer_fraction",
+                                                         "with optimizer_cpu_offload (Megatron-Core's default 0.0: "
+                                                         "nothing offloaded)"),
+    f"{_M}.optimizer.overlap_cpu_optimizer_d2h_h2d": unsupported("the host step's copies overlapped with it "
+                                                                 "(Megatron-Core's default off: in sequence)",
+                                                                 neutral=False),
     f"{_M}.optimizer.*": ignored(_LR),
     f"{_M}.scheduler.*": ignored(_LR),
     f"{_M}.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding"),
@@ -318,10 +327,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     if v.given(f"{_V}.enforce_eager"):
         w["inference"]["enforce_eager"] = v.flag(f"{_V}.enforce_eager")
     train_params: dict[str, Any] = {}
-    if v.flag(f"{_M}.optimizer.optimizer_cpu_offload"):
-        train_params["offload"] = {"optimizer": True, "scope": "optimizer_step"}
-    elif v.given(f"{_M}.optimizer.optimizer_cpu_offload"):
-        train_params["offload"] = {"optimizer": False}
+    _optimizer_offload(v, train_params)
     if v.flag(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
         # the Megatron worker pads every micro-batch to the batch's longest (pad_full_seq_to): one
         # pipeline p2p shape
@@ -331,6 +337,23 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["reference"] = True
     w["dtype"] = _dtype(v, "policy.precision")
     return w
+
+
+def _optimizer_offload(v: Values, train_params: dict[str, Any]) -> None:
+    """optimizer_cpu_offload: Megatron-Core's HybridDeviceOptimizer over optimizer_offload_fraction of
+    the optimizer (its default 0.0 offloads nothing: the state stays on the devices, said in a note)."""
+    key, share_key = f"{_M}.optimizer.optimizer_cpu_offload", f"{_M}.optimizer.optimizer_offload_fraction"
+    if not v.flag(key):
+        if v.given(key):
+            train_params["offload"] = {"optimizer": False}
+        return
+    share = float(v(share_key)) if v.given(share_key) else MCORE_OPTIMIZER_OFFLOAD_FRACTION
+    if share <= 0:
+        v.result.notes.append(f"{key} with {share_key} {share:g} (Megatron-Core's default 0.0): nothing is "
+                              "offloaded, the optimizer state stays on the devices")
+        train_params["offload"] = {"optimizer": False}
+        return
+    train_params["offload"] = {"optimizer": True, "scope": "optimizer_step", "optimizer_fraction": share}
 
 
 def _packing_budgets(v: Values, layout: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -980,10 +980,11 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
     mem_layout = layout if layout.max_tokens_per_micro_batch is None else _single_micro_batch(layout)
-    memory = memory_per_device(model, mem_layout, longest_tokens / mem_layout.micro_batch,
+    states = memory_per_device(model, mem_layout, longest_tokens / mem_layout.micro_batch,
                                min(k.hbm_bytes for k in kinds),
                                params=params.memory, flash_attention=params.compute.flash_attention,
                                micro_batches=m_max)
+    memory = device_resident(states, params)
     if params.check_memory:
         check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source, layout=layout,
                    field=TRAIN_LAYOUT_FIELD)
@@ -1005,7 +1006,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows)
     # per optimizer step only under offload.scope optimizer_step; "update" is paid once per training
     # phase by its caller (rl/llm_costs.py update_offload_s)
-    offload_s = offload_time_s(memory, offload_Bps(topology, ranks, params), params) \
+    offload_s = offload_time_s(states, offload_Bps(topology, ranks, params), params) \
         if params.offload.any and params.offload.scope == "optimizer_step" else 0.0
     step = max([makespan] + [end + dp + opt for end, dp, opt in tail]) + offload_s
     dp_exposed = max([0.0] + [end + dp - makespan for end, dp, _ in tail])
@@ -1040,13 +1041,45 @@ def offload_time_s(memory: MemoryBreakdown, host_Bps: float, params: TrainParams
     rate). A forward-only pass moves the weights only."""
     o = params.offload
     nbytes = memory.weights_bytes if o.params else 0.0
+    host_step_s = 0.0
     if not forward_only:
-        nbytes += (memory.gradients_bytes if o.grads else 0.0) + (memory.optimizer_bytes if o.optimizer else 0.0)
+        nbytes += memory.gradients_bytes if o.grads else 0.0
+        if o.optimizer and hybrid_optimizer(params):
+            host_step_s = hybrid_optimizer_step_s(memory, host_Bps, params)
+        elif o.optimizer:
+            nbytes += memory.optimizer_bytes * o.optimizer_fraction
     if nbytes <= 0:
-        return 0.0
+        return host_step_s
     if o.pageable:   # through pageable memory: out and back in at the host's rates where slower
-        return nbytes / min(host_Bps, o.pageable_offload_Bps) + nbytes / min(host_Bps, o.pageable_onload_Bps)
-    return 2.0 * nbytes / host_Bps
+        return host_step_s + nbytes / min(host_Bps, o.pageable_offload_Bps) + nbytes / min(host_Bps, o.pageable_onload_Bps)
+    return host_step_s + 2.0 * nbytes / host_Bps
+
+
+def hybrid_optimizer(params: TrainParams) -> bool:
+    """Megatron-Core's optimizer_cpu_offload (offload.optimizer with scope optimizer_step): the
+    offloaded share of the optimizer lives on the host and steps there (params.HOST_ADAM_PARAMS_PER_S)."""
+    return params.offload.optimizer and params.offload.scope == "optimizer_step"
+
+
+def hybrid_optimizer_step_s(memory: MemoryBreakdown, host_Bps: float, params: TrainParams) -> float:
+    """One optimizer step of Megatron-Core's HybridDeviceOptimizer on the offloaded share of the
+    device's optimizer parameters (memory.optimizer_bytes / optimizer_bytes_per_param of them): their
+    fp32 gradients to pinned host memory, the host's AdamW, their fp32 parameters back, one after
+    another (overlap_cpu_optimizer_d2h_h2d off, Megatron-Core's default)."""
+    o = params.offload
+    per_param = params.memory.optimizer_bytes_per_param
+    if per_param <= 0:
+        return 0.0
+    offloaded = memory.optimizer_bytes / per_param * o.optimizer_fraction
+    return offloaded * (o.host_step_bytes_per_param / host_Bps + 1.0 / o.host_adam_params_per_s)
+
+
+def device_resident(memory: MemoryBreakdown, params: TrainParams) -> MemoryBreakdown:
+    """What a training step holds on the device: under Megatron-Core's optimizer_cpu_offload the
+    offloaded share of the optimizer state never comes back (hybrid_optimizer)."""
+    if not hybrid_optimizer(params):
+        return memory
+    return dataclasses.replace(memory, optimizer_bytes=memory.optimizer_bytes * (1.0 - params.offload.optimizer_fraction))
 
 
 def offload_Bps(topology: Any, ranks: Sequence[int], params: TrainParams) -> float:

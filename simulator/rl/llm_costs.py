@@ -144,8 +144,8 @@ def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes
     mem = training_state_bytes(model, lay, hbm_bytes, params)
     offload = params.offload   # the per-phase offload leaves on the host what it moved there after training
     resident = 0.0 if (switch.offload_weights or offload.params) else mem.weights_bytes
-    if not (switch.offload_optimizer or offload.optimizer):
-        resident += mem.optimizer_bytes
+    if not switch.offload_optimizer:   # the per-phase offload moves its share (offload.optimizer_fraction)
+        resident += mem.optimizer_bytes * ((1.0 - offload.optimizer_fraction) if offload.optimizer else 1.0)
     if not (switch.offload_optimizer or switch.free_gradients or offload.grads):
         resident += mem.gradients_bytes
     if not switch.bucketed:

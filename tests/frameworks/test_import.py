@@ -258,8 +258,20 @@ def test_verl_async_reward_function_overlaps_the_log_prob_passes():
 def test_nemo_rl_eager_engine_and_optimizer_offload_are_mapped(capsys, tmp_path):
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
                                   "policy.generation.vllm_cfg.enforce_eager=true",
-                                  "policy.megatron_cfg.optimizer.optimizer_cpu_offload=true")
-    assert workload.inference.enforce_eager and workload.train_params.offload.optimizer
+                                  "policy.megatron_cfg.optimizer.optimizer_cpu_offload=true",
+                                  "policy.megatron_cfg.optimizer.optimizer_offload_fraction=0.75")
+    offload = workload.train_params.offload
+    assert workload.inference.enforce_eager and offload.optimizer and offload.scope == "optimizer_step"
+    assert offload.optimizer_fraction == 0.75
+
+
+def test_nemo_rl_cpu_offload_without_a_fraction_offloads_nothing_as_megatron_does():
+    """Megatron-Core's optimizer_offload_fraction defaults to 0.0: optimizer_cpu_offload alone keeps
+    the optimizer state on the devices (HybridDeviceOptimizer puts no parameter on the host); said."""
+    result = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml",
+                           ["policy.megatron_cfg.optimizer.optimizer_cpu_offload=true"])
+    assert result.scenario["workload"]["train_params"]["offload"] == {"optimizer": False}
+    assert any("nothing is offloaded" in note for note in result.notes)
 
 
 def test_hydra_override_forms():

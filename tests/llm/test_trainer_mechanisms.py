@@ -26,7 +26,14 @@ from simulator.llm.training import (
     uniform_sequences,
 )
 from simulator.network.collectives import CollectiveModel
-from simulator.params import TRAIN_SOFTWARE, CommParams, OffloadParams, stack_params, train_software
+from simulator.params import (
+    HOST_ADAM_PARAMS_PER_S,
+    TRAIN_SOFTWARE,
+    CommParams,
+    OffloadParams,
+    stack_params,
+    train_software,
+)
 
 TOPO = load_topology({"preset": "dgx-h100", "nodes": 1})
 QWEN = load_model("qwen2.5-7b")
@@ -129,19 +136,22 @@ def test_logprob_budget_is_its_own() -> None:
 def test_offload_is_twice_the_state_over_the_host_link() -> None:
     lay = TrainLayout(dp=8, zero=1)
     base = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
-    # per optimizer step (scope optimizer_step: Megatron's optimizer_cpu_offload); scope update is paid
-    # once per training phase by the RL trainer (tests/rl/test_llm_costs_offload.py)
+    # per optimizer step (scope optimizer_step); scope update is paid once per training phase by the
+    # RL trainer (tests/rl/test_llm_costs_offload.py). The gradients go out and back; the optimizer is
+    # Megatron-Core's HybridDeviceOptimizer (test_megatrons_cpu_offloaded_optimizer_steps_on_the_host)
     p = TrainParams(offload=OffloadParams(optimizer=True, grads=True, scope="optimizer_step"))
     assert train_step_cost(QWEN, TrainLayout(dp=8, zero=1), TOPO, sequences=SEQS, packing="packed",
                            params=TrainParams(offload=OffloadParams(optimizer=True))).offload_s == 0.0
     off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=p)
     link = TOPO.device_spec(0).host_link_bw_Bps * 0.85    # the topology's host link (host.efficiency)
-    want = 2 * (off.memory.optimizer_bytes + off.memory.gradients_bytes) / link
+    offloaded = base.memory.optimizer_bytes / 12          # fp32 master + 2 moments a parameter
+    host = offloaded / HOST_ADAM_PARAMS_PER_S
+    want = 2 * off.memory.gradients_bytes / link + offloaded * 8 / link + host
     assert off.offload_s == pytest.approx(want)
     given = TrainParams(offload=OffloadParams(optimizer=True, grads=True, host_link_efficiency=0.5,
                                               scope="optimizer_step"))
     assert train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
-                           params=given).offload_s == pytest.approx(want * 0.85 / 0.5)
+                           params=given).offload_s == pytest.approx((want - host) * 0.85 / 0.5 + host)
     assert off.step_time_s == pytest.approx(base.step_time_s + want)
     assert any(iv.state == "offload" for iv in off.timeline)
     fwd = forward_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
@@ -150,16 +160,39 @@ def test_offload_is_twice_the_state_over_the_host_link() -> None:
     assert fwd.time_s == pytest.approx(fwd0.time_s + 2 * off.memory.weights_bytes / link)
 
 
+def test_megatrons_cpu_offloaded_optimizer_steps_on_the_host() -> None:
+    """Megatron-Core's optimizer_cpu_offload (offload.optimizer, scope optimizer_step): the offloaded
+    share (optimizer_fraction) of the optimizer never comes back to the device; each optimizer step
+    moves its parameters' fp32 gradients out and fp32 parameters back (8 B a parameter over the host
+    link) and runs AdamW on the host at host_adam_params_per_s; the rest steps on the device."""
+    lay = TrainLayout(dp=8, zero=1)
+    base = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
+    link = TOPO.device_spec(0).host_link_bw_Bps * 0.85
+    params = base.memory.optimizer_bytes / 12
+    for share, rate in ((1.0, HOST_ADAM_PARAMS_PER_S), (0.25, 1e9)):
+        knobs = {} if rate == HOST_ADAM_PARAMS_PER_S else {"host_adam_params_per_s": rate}
+        p = TrainParams(offload=OffloadParams(optimizer=True, scope="optimizer_step", optimizer_fraction=share,
+                                              **knobs))
+        off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=p)
+        assert off.offload_s == pytest.approx(share * params * (8 / link + 1 / rate))
+        assert off.memory.optimizer_bytes == pytest.approx((1 - share) * base.memory.optimizer_bytes)
+        assert off.memory.weights_bytes == base.memory.weights_bytes
+    with pytest.raises(ValueError, match="applies only with offload.optimizer: true with offload.scope"):
+        OffloadParams(optimizer=True, host_adam_params_per_s=1e9)
+    with pytest.raises(ValueError, match="pinned"):
+        OffloadParams(optimizer=True, scope="optimizer_step", pageable=True)
+
+
 def test_a_pageable_offload_goes_out_and_in_at_the_hosts_rates_where_slower_than_the_link() -> None:
     """train_params.offload.pageable (verl's .to("cpu")): out at pageable_offload_Bps, back in at
     pageable_onload_Bps, each bounded by the host link; pageable needs an offloaded state."""
     lay = TrainLayout(dp=8, zero=1)
-    p = TrainParams(offload=OffloadParams(optimizer=True, pageable=True, pageable_offload_Bps="2 GB/s",
+    p = TrainParams(offload=OffloadParams(grads=True, pageable=True, pageable_offload_Bps="2 GB/s",
                                           pageable_onload_Bps="5 GB/s", scope="optimizer_step"))
     off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=p)
-    state = off.memory.optimizer_bytes
+    state = off.memory.gradients_bytes
     assert off.offload_s == pytest.approx(state / 2e9 + state / 5e9)
-    fast = TrainParams(offload=OffloadParams(optimizer=True, pageable=True, scope="optimizer_step",
+    fast = TrainParams(offload=OffloadParams(grads=True, pageable=True, scope="optimizer_step",
                                              pageable_offload_Bps="1 TB/s",
                                              pageable_onload_Bps="1 TB/s"))
     link = TOPO.device_spec(0).host_link_bw_Bps * 0.85

@@ -45,3 +45,22 @@ def test_a_phase_pays_its_offload_once_whatever_its_optimizer_steps(mini_batches
     plain = run(sc, FakeCosts(**base), resp=const(100))[3]
     paid = run(sc, FakeCosts(**base, update_offload_seconds=3.0), resp=const(100))[3]
     assert paid["stage_time_s"]["train_actor"] - plain["stage_time_s"]["train_actor"] == pytest.approx(3.0)
+
+
+def test_an_optimizer_offloaded_in_part_leaves_the_rest_resident_through_the_rollout():
+    """offload.optimizer_fraction: the share of the optimizer state the offload moves (Megatron-Core's
+    optimizer_offload_fraction); the rest stays on the devices through generation."""
+    from simulator.llm.training import hybrid_optimizer
+    from simulator.rl.llm_costs import resident_training_bytes
+    kept = "schedule.switch.offload_optimizer=false"     # the switch's own offload would move it all
+    part, sc = _costs(kept, "workload.train_params.offload.optimizer=true",
+                      "workload.train_params.offload.optimizer_fraction=0.25")
+    whole, _ = _costs(kept, "workload.train_params.offload.optimizer=true")
+    none, _ = _costs(kept)
+    state = training_state_bytes(part.models["actor"], part.layout(8), part.topology.device_spec(0).hbm_bytes,
+                                 sc.workload.train_params)
+    args = (part.models["actor"], part.layout(8), sc.schedule.switch, part.topology.device_spec(0).hbm_bytes, 0.0)
+    resident = [resident_training_bytes(*args, costs.scenario.workload.train_params) for costs in (none, part, whole)]
+    assert resident[0] - resident[1] == pytest.approx(0.25 * state.optimizer_bytes)
+    assert resident[0] - resident[2] == pytest.approx(state.optimizer_bytes)
+    assert not hybrid_optimizer(sc.workload.train_params)       # scope update: moved, not stepped on the host
