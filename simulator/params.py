@@ -443,9 +443,9 @@ class OffloadParams(StrictModel):
     # When the round trip is paid. "update": once per training phase, reloaded before its first
     # optimizer step and offloaded after its last (verl's fsdp / megatron workers: update_actor loads
     # the parameters and the optimizer once, runs every mini-batch in update_policy, offloads once,
-    # workers/fsdp_workers.py). "optimizer_step": around every optimizer step (Megatron-Core's
-    # optimizer_cpu_offload, NeMo RL's: the optimizer state lives on the host and each step moves
-    # through it; priced as the state's round trip per step).
+    # workers/fsdp_workers.py). "optimizer_step": at every optimizer step: an offloaded optimizer is
+    # Megatron-Core's optimizer_cpu_offload (NeMo RL's: its state lives on the host and steps there,
+    # below); offloaded parameters or gradients make their round trip.
     scope: Literal["update", "optimizer_step"] = "update"
     # Share of the optimizer state offloaded (Megatron-Core optimizer_offload_fraction; verl offloads
     # it all: 1). With scope optimizer_step the offloaded share stays on the host (Megatron-Core's
