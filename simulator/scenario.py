@@ -473,7 +473,8 @@ class RecoveryConfig(_Strict):
 
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
 COMMON_KNOBS = frozenset({"kind", "overprovision", "low_batch_share", "distqueue",
-                          "weight_sync_efficiency", "refit", "refit_tensor_overhead_s", "micro_batching", "pack_tokens",
+                          "weight_sync_efficiency", "refit", "refit_tensor_overhead_s", "refit_gather_bytes_per_param",
+                          "micro_batching", "pack_tokens",
                           "reuse_stage_costs", "forward_micro_batch", "reference_swap_copies", "host_copies"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
 # a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
@@ -584,6 +585,12 @@ class ScheduleConfig(_Strict):
     # "dominated by producing parameters in the trainer": 15.8 s / its 18,867 tensors = 0.84 ms.
     # 0: off. 'reshard' (bucketed) pays none.
     refit_tensor_overhead_s: float = Field(8.4e-4, ge=0)
+    # full-tensors: bytes a parameter the trainer gathers into each full tensor. None: the engine's
+    # weight dtype (Megatron's bf16 model weights, gathered over TP / PP / EP). verl's FSDP actor keeps
+    # its sharded parameters in fp32 (fsdp_workers.py: model_dtype fp32 for the actor by default) and
+    # gathers each with DTensor.full_tensor() over the whole FSDP group (rollout_mode; read in the verl
+    # 0.6.0 wheel): its importer gives 4.
+    refit_gather_bytes_per_param: float | None = Field(None, gt=0)
     # How a mini-batch is cut into training micro-batches when samples are packed (distqueue.packed):
     # 'balanced' = token-balanced micro-batches of about `pack_tokens` x micro_batch tokens (verl
     # use_dynamic_bsz + seqlen_balancing.get_seqlen_balanced_partitions; Megatron THD packing);
@@ -1512,10 +1519,12 @@ def _read_past_refit(sched: ScheduleConfig) -> ReadPast:
     weight_sync_s reads refit_overlap only from one set of devices to another)."""
     out: ReadPast = []
     full = sched.refit == "full-tensors"
-    for key in sched.set_off_default(("refit_overlap", "refit_tensor_overhead_s")):
+    whats = {"refit_overlap": "the overlap of its broadcast with its gather",
+             "refit_tensor_overhead_s": "the CPU time of building each full tensor",
+             "refit_gather_bytes_per_param": "the bytes a parameter its full tensors gather"}
+    for key in sched.set_off_default(tuple(whats)):
         if not full:
-            what = "the overlap of its broadcast with its gather" if key == "refit_overlap" else \
-                "the CPU time of building each full tensor"
+            what = whats[key]
             out.append((f"schedule.{key}", f"{key} applies to refit: full-tensors ({what}); refit: reshard sends "
                         "each device its shard, without either", f"remove schedule.{key}, or set schedule.refit: "
                         "full-tensors"))

@@ -190,6 +190,9 @@ RULES: dict[str, Rule] = {
     **{f"{A}.actor.fsdp_config.{k}": mapped(f"workload.train_params.offload.{OFFLOAD_KEYS[k]}", OFFLOAD_NOTE)
        for k in FSDP_OFFLOAD_KEYS},
     f"{A}.actor.fsdp_config.fsdp_size": unsupported(_FSDP + " (-1: shard over all ranks)", neutral=-1),
+    f"{A}.actor.fsdp_config.model_dtype": mapped("schedule.refit_gather_bytes_per_param",
+                                                 "the dtype of the actor's sharded parameters (verl's default fp32), "
+                                                 "each gathered whole over the FSDP group at every refit"),
     # reference and rollout
     f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
     f"{A}.ref.fsdp_config.param_offload": unsupported("offload to host is not modelled", neutral=False),
@@ -589,6 +592,24 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
         w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
 
 
+# bytes a parameter of torch dtypes verl's fsdp_config.model_dtype names
+MODEL_DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+
+
+def _fsdp_refit_dtype(v: Values, s: dict[str, Any]) -> None:
+    """The FSDP actor's refit gathers its sharded parameters (DTensor.full_tensor() per name,
+    fsdp_workers.py rollout_mode, verl 0.6.0) in their own dtype: fp32 unless fsdp_config.model_dtype
+    says otherwise (fsdp_workers.py: torch.float32 for the actor)."""
+    if str(v(f"{A}.actor.strategy")) not in ("fsdp", "fsdp2"):
+        return
+    key = f"{A}.actor.fsdp_config.model_dtype"
+    dtype = str(v(key) or "fp32").lower()
+    if dtype not in MODEL_DTYPE_BYTES:
+        raise RlsimError(f"unknown model_dtype {dtype!r}", source=v.result.source, field=key,
+                         fix=f"give one of {', '.join(sorted(MODEL_DTYPE_BYTES))}")
+    s["refit_gather_bytes_per_param"] = MODEL_DTYPE_BYTES[dtype]
+
+
 def _verl_rule_reward(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     """The rule reward as verl scores it: its reward manager's measured cost a sample (the naive
     manager with math_dapo, params.VERL_NAIVE_*), and with the synchronous rollout the trainer's
@@ -689,6 +710,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                                 "engine_sleep_level": 1 if v.flag(f"{A}.rollout.layered_summon") else 2})
         else:   # false: the engine neither sleeps nor frees its cache; training runs beside its share of HBM
             s["switch"]["engine_resident"] = True
+    _fsdp_refit_dtype(v, s)
     _reward_overlap(v, recipe, w, s, decided)
     if recipe == "fully-async":
         decided[f"{A}.rollout.mode"] = ("ignored", "the fully_async Rollouter serves requests asynchronously: "

@@ -764,14 +764,18 @@ class LlmCosts:
         """schedule.refit 'full-tensors': every training device receives every parameter it does not
         hold as a full tensor (the model's bytes x (1 - 1/share)), over the narrowest link of the
         ranks one model copy spans: its pipeline stages (strided over the whole pool, Megatron's
-        tp-cp-ep-dp-pp order) or, with pp 1, the max(tp x cp, etp x ep) consecutive ranks of a stage."""
+        tp-cp-ep-dp-pp order) or, with pp 1, the max(tp x cp, etp x ep) consecutive ranks of a stage;
+        under ZeRO-3 the whole pool, whose ranks each hold a shard (verl's FSDP actor gathers each
+        parameter over its FSDP group). At schedule.refit_gather_bytes_per_param a parameter, else
+        the engine's weight dtype."""
         lay = self.layout(len(src))
         stage_span = max(lay.tp * lay.cp, lay.expert_tp * lay.ep if self.model.is_moe else 1)
-        copy_span = stage_span * lay.pp
+        copy_span = len(src) if lay.zero >= 3 else stage_span * lay.pp
         if copy_span <= 1:
             return 0.0
-        ranks = list(src) if lay.pp > 1 else list(src)[:stage_span]
-        received = self.model.weight_bytes(self._weight_bytes_per_param()) * (1.0 - 1.0 / copy_span)
+        ranks = list(src) if lay.pp > 1 or lay.zero >= 3 else list(src)[:stage_span]
+        per_param = self.scenario.schedule.refit_gather_bytes_per_param or self._weight_bytes_per_param()
+        received = self.model.weight_bytes(per_param) * (1.0 - 1.0 / copy_span)
         return received / (self._ring_bw_Bps(ranks) * self.sync_eff)
 
     def refit_tensors_s(self) -> float:

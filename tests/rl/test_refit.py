@@ -84,6 +84,28 @@ def test_a_model_every_rank_holds_whole_gathers_nothing():
     assert c.refit_gather_s(range(8, 16)) == 0.0
 
 
+def test_a_zero3_actor_gathers_every_parameter_over_its_whole_pool_in_its_own_dtype():
+    """verl's FSDP actor (ZeRO-3 over the pool): each refit gathers every parameter whole over the
+    FSDP group, in the shards' fp32 (refit_gather_bytes_per_param 4): on two DGX-H100 nodes over the
+    InfiniBand NIC the ring's narrowest link carries all but 1/16 of the model's fp32 bytes."""
+    base = {"workload": "grpo-qwen2.5-7b", "topology": {"preset": "dgx-h100", "nodes": 2},
+            "schedule": {"kind": "colocated", "refit": "full-tensors", "refit_gather_bytes_per_param": 4,
+                         "refit_tensor_overhead_s": 0.0}}
+    sc = load_scenario(base, overrides=["workload.train_layout={tp: 1, pp: 1, zero: 3}"])
+    c = LlmCosts(sc, load_topology(sc.topology))
+    pool = list(range(16))
+    bw = c.topology.bottleneck_bw_Bps(pool)
+    assert bw == pytest.approx(50e9)
+    assert c.refit_gather_s(range(16)) == pytest.approx(c.model.params_total * 4 * (1 - 1 / 16) / (bw * 0.8), rel=1e-12)
+    engine = load_scenario({**base, "schedule": {**base["schedule"], "refit_gather_bytes_per_param": None}},
+                           overrides=["workload.train_layout={tp: 1, pp: 1, zero: 3}"])
+    assert LlmCosts(engine, load_topology(engine.topology)).refit_gather_s(range(16)) == pytest.approx(
+        c.refit_gather_s(range(16)) / 2, rel=1e-12)                # the engine's bf16 by default
+    with pytest.raises(RlsimError) as err:
+        load_scenario({**base, "schedule": {"kind": "colocated", "refit": "reshard", "refit_gather_bytes_per_param": 4}})
+    assert err.value.field == "schedule.refit_gather_bytes_per_param"
+
+
 def test_refit_is_a_closed_set():
     mapping = nemo_rl.scenario(row("llama3.1-8b", "on-policy"))
     mapping["schedule"]["refit"] = "broadcast"
