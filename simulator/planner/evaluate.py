@@ -12,7 +12,7 @@ from ..errors import RlsimError
 from ..llm.inference import RolloutLayout, StepCost, instance_device, simulate_rollout
 from ..llm.memory import check_fits, memory_per_device
 from ..llm.train_layout import TrainLayout
-from ..llm.training import TrainParams, pool_devices, train_step_cost, uniform_sequences
+from ..llm.training import TrainParams, device_resident, pool_devices, train_step_cost, uniform_sequences
 from ..params import TRAIN_SOFTWARE
 from .base import Evaluation, RolloutSpace, TrainChoice
 
@@ -118,8 +118,9 @@ class TrainingEvaluator:
         if self.heaviest is not None:
             samples, tokens, micro_batches = self.heaviest(c.micro_batch, dp)
             mem_layout, seq = dataclasses.replace(layout, micro_batch=samples), tokens / samples
-        mem = memory_per_device(self.model, mem_layout, seq, hbm, params=self.params.memory,
-                                flash_attention=self.params.compute.flash_attention, micro_batches=micro_batches)
+        mem = device_resident(memory_per_device(self.model, mem_layout, seq, hbm, params=self.params.memory,
+                                                flash_attention=self.params.compute.flash_attention,
+                                                micro_batches=micro_batches), self.params)
         what = f"{self.model.name} with {c}" + (f" on the {dp * layout.model_parallel} devices it also trains on"
                                                if dp != c.dp else "")
         check_fits(mem, what=what, source="planner", layout=layout)

@@ -106,3 +106,20 @@ def test_cli_plan_bad_input_exits_2(argv, capsys):
     assert cli.main(["plan", "--topology", "dgx-h100", *argv]) == 2
     err = capsys.readouterr().err
     assert "rlsim: error" in err and "Traceback" not in err
+
+
+def test_the_planner_holds_what_megatrons_cpu_offloaded_optimizer_leaves_on_the_device():
+    """The planner's memory check is the trainer's: under Megatron-Core's optimizer_cpu_offload
+    (offload.optimizer, scope optimizer_step) the offloaded optimizer state is not on the device, so
+    Llama-3.1-8B unsharded on 8 H100s (18 B a parameter: 144 GB) fits once its optimizer lives on the host."""
+    from simulator.errors import RlsimError
+    from simulator.llm.training import TrainParams
+    from simulator.params import OffloadParams
+
+    topo, model = load_topology("dgx-h100", {"nodes": 1}), load_model("llama3.1-8b")
+    c = TrainChoice(1, 1, 1, 8, 1, 1, 0, "full", 1)
+    with pytest.raises(RlsimError, match="does not fit|needs"):
+        TrainingEvaluator(model, topo, 64, 2048)(c, range(8))
+    hosted = TrainParams(offload=OffloadParams(optimizer=True, scope="optimizer_step"))
+    result = TrainingEvaluator(model, topo, 64, 2048, params=hosted)(c, range(8))
+    assert result.memory_per_device_bytes < 80e9
