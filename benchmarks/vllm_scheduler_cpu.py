@@ -10,6 +10,10 @@ scheduler on the host with `running` requests decoding (prefix caching and chunk
 LLM class's 16384-token budget), feeding it one sampled token per request and step as a model runner
 would, and fits seconds = a + b x running over the decode steps. The model runner's own CPU work
 (input preparation, CUDA-graph replay, the sampler's host copies) needs a GPU and is not in it.
+It then times the front-end's share, which runs in its own process beside the engine core: vLLM's
+OutputProcessor turning each step's outputs into RequestOutputs (incremental detokenization, the
+cumulative output the LLM and AsyncLLM classes default to) and handing each to its request's
+collector, per running request and step (a byte-level BPE trained here stands for the tokenizer).
 
 Needs vLLM's wheel without its dependencies (`pip install --no-deps vllm==0.11.0`) and the pure-Python
 packages its scheduler imports (the script names a missing one); its CUDA kernels are not loaded.
@@ -111,6 +115,50 @@ def time_decode(parts: dict[str, Any], rng: np.random.Generator, running: int, s
             "step_s": schedule_s + update_s + encode_s}
 
 
+def time_frontend(rng: np.random.Generator, running: int, steps: int, tokenizer: Any) -> float | None:
+    """Mean seconds per decode step of vLLM's OutputProcessor over ``running`` requests (cumulative
+    outputs, detokenized), each step's outputs taken by their collectors; None without vLLM."""
+    try:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+        from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest
+        from vllm.v1.engine.output_processor import OutputProcessor, RequestOutputCollector
+    except ImportError:
+        return None
+    processor, collectors = OutputProcessor(tokenizer, log_stats=False), []
+    vocab = tokenizer.vocab_size
+    for i in range(running):
+        params = SamplingParams(max_tokens=MAX_MODEL_LEN, output_kind=RequestOutputKind.CUMULATIVE, detokenize=True)
+        request = EngineCoreRequest(str(i), rng.integers(2, vocab, 128).tolist(), None, params, None, 1, 0.0, None,
+                                    None, None)
+        collectors.append(RequestOutputCollector(output_kind=RequestOutputKind.CUMULATIVE))
+        processor.add_request(request, None, None, 0, collectors[-1])
+    total, warm = 0.0, 5
+    for step in range(steps + warm):
+        outputs = [EngineCoreOutput(str(i), [int(t)]) for i, t in enumerate(rng.integers(2, vocab, running))]
+        start = time.perf_counter()
+        processor.process_outputs(outputs)
+        if step >= warm:
+            total += time.perf_counter() - start
+        for collector in collectors:
+            collector.get_nowait()
+    return total / steps
+
+
+def _tokenizer(rng: np.random.Generator) -> Any:
+    """A byte-level BPE trained on synthetic math prose (no model's vocabulary is reachable offline)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    words = "we have the then so let compute since therefore note that equation value sum product".split()
+    corpus = [" ".join(str(rng.choice(words)) if rng.random() > 0.1 else f"${rng.integers(2, 99)}x^2$"
+                       for _ in range(300)) for _ in range(200)]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=8000, special_tokens=["<pad>"], show_progress=False,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--running", type=int, nargs="+", default=list(RUNNING))
@@ -124,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rng = np.random.default_rng(0)
     rows = [time_decode(parts, rng, n, args.steps) for n in args.running]
+    tokenizer = _tokenizer(rng)
+    for row in rows:
+        row["frontend_s"] = time_frontend(rng, row["running"], args.steps, tokenizer)
     slope, intercept = (np.polyfit([r["running"] for r in rows], [r["step_s"] for r in rows], 1)
                         if len(rows) > 1 else (0.0, rows[0]["step_s"]))
     result = {"reference_ms": reference, "rows": rows, "fixed_s": float(intercept), "per_seq_s": float(slope)}
@@ -134,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"running {row['running']:5d}: schedule {1e3 * row['schedule_s']:.3f} ms, update_from_output "
               f"{1e3 * row['update_s']:.3f} ms, encode {1e3 * row['encode_s']:.3f} ms; "
-              f"{1e6 * row['step_s'] / row['running']:.1f} us a request")
+              f"{1e6 * row['step_s'] / row['running']:.1f} us a request; front-end "
+              f"{1e6 * row['frontend_s'] / row['running']:.1f} us a request")
     print(f"fit: {1e3 * max(0.0, intercept):.3f} ms a step + {1e6 * slope:.2f} us a running request "
           f"(rlsim: step_overhead_s and cpu_per_seq_s hold this and the model runner's CPU work)")
     return 0

@@ -546,7 +546,8 @@ class InferenceParams(StrictModel):
     # NIM's Llama-3.1-8B ITL rise (frameworks.md: 5.9 ms at 50 -> 12.7 ms at 200 concurrent, ~45
     # us per added sequence for KV reads, compute and CPU together), of which it is a fifth. Its
     # scheduler share, measured on the host (vLLM 0.11's V1 scheduler, benchmarks/vllm_scheduler_cpu.py,
-    # benchmarks/measured/cpu-vm-2026-12-04): 5.4-7.0 us; the model runner's share is not measured.
+    # benchmarks/measured/cpu-vm-2026-12-04): 5.9-6.5 us at 16-256 requests, 7.7-8.9 at 512-1024;
+    # the model runner's share is not measured.
     cpu_per_seq_s: float = Field(1e-5, ge=0)
     # Kernel launches. CUDA graphs (vLLM default) replay a step's launches in a fixed time
     # (frameworks.md: "a few hundred microseconds"), for steps of up to cuda_graph_max_batch
