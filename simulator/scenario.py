@@ -1526,7 +1526,7 @@ def _read_past_refit(sched: ScheduleConfig) -> ReadPast:
         if not full:
             what = whats[key]
             out.append((f"schedule.{key}", f"{key} applies to refit: full-tensors ({what}); refit: reshard sends "
-                        "each device its shard, without either", f"remove schedule.{key}, or set schedule.refit: "
+                        "each device its shard, without any of these", f"remove schedule.{key}, or set schedule.refit: "
                         "full-tensors"))
         elif key == "refit_overlap" and sched.effective_placement == "colocated" and not (
                 sched.effective_staleness >= 1 and sched.effective_threshold < 1):
