@@ -50,7 +50,14 @@ from ..llm.inference import (
 )
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
 from ..llm.train_layout import TrainLayout
-from ..llm.training import TrainParams, forward_cost, offload_Bps, offload_time_s, train_step_cost
+from ..llm.training import (
+    TrainParams,
+    device_resident,
+    forward_cost,
+    offload_Bps,
+    offload_time_s,
+    train_step_cost,
+)
 from ..network.collectives import CollectiveModel
 from ..scenario import Scenario
 from ..units import capacity_text
@@ -804,12 +811,15 @@ class LlmCosts:
 
     def _resident_memory(self, pool: _Pool) -> MemoryBreakdown:
         """memory_per_device of the training layout on the pool (a token each, its states and
-        weights), kept per (devices, smallest HBM) for this run's layouts: every phase switch asks."""
+        weights) as the devices hold it (Megatron's cpu-offloaded optimizer share stays on the host,
+        so a switch has none of it to move: device_resident), kept per (devices, smallest HBM) for
+        this run's layouts: every phase switch asks."""
         key = (len(pool.ranks), pool.hbm_bytes)
         hit = self._memory.get(key)
         if hit is None:
-            hit = self._memory[key] = training_state_bytes(self.model, self.layout(key[0]), pool.hbm_bytes,
-                                                           self.train_params)
+            hit = self._memory[key] = device_resident(
+                training_state_bytes(self.model, self.layout(key[0]), pool.hbm_bytes, self.train_params),
+                self.train_params)
         return hit
 
     def switch(self, to_phase, ranks) -> SwitchCost:

@@ -64,3 +64,20 @@ def test_an_optimizer_offloaded_in_part_leaves_the_rest_resident_through_the_rol
     assert resident[0] - resident[1] == pytest.approx(0.25 * state.optimizer_bytes)
     assert resident[0] - resident[2] == pytest.approx(state.optimizer_bytes)
     assert not hybrid_optimizer(sc.workload.train_params)       # scope update: moved, not stepped on the host
+
+
+def test_the_switch_does_not_move_the_share_megatrons_cpu_offloaded_optimizer_keeps_on_the_host():
+    """schedule.switch.offload_optimizer moves the optimizer state the devices hold: under Megatron-Core's
+    optimizer_cpu_offload (offload.optimizer, scope optimizer_step) the offloaded share lives on the
+    host already, so a switch moves (1 - optimizer_fraction) of it."""
+    moved = "schedule.switch.offload_optimizer=true"
+    plain, sc = _costs(moved)
+    hosted, _ = _costs(moved, "workload.train_params.offload.optimizer=true",
+                       "workload.train_params.offload.scope=optimizer_step",
+                       "workload.train_params.offload.optimizer_fraction=0.75")
+    state = training_state_bytes(plain.models["actor"], plain.layout(8), plain.topology.device_spec(0).hbm_bytes,
+                                 sc.workload.train_params)
+    ranks = range(8)
+    moved_plain = plain.switch("rollout", ranks).bytes_moved["optimizer_offload"]   # the optimizer and gradients
+    moved_hosted = hosted.switch("rollout", ranks).bytes_moved["optimizer_offload"]
+    assert moved_plain - moved_hosted == pytest.approx(0.75 * state.optimizer_bytes)
