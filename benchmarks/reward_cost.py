@@ -109,22 +109,27 @@ def _import_verl() -> tuple[type, type] | None:
     return DataProto, NaiveRewardManager
 
 
+def bpe_tokenizer(corpus: list[str]) -> Any:
+    """A byte-level BPE (8000 tokens at most) trained on ``corpus``, as a transformers tokenizer: no
+    model's vocabulary is reachable offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=8000, special_tokens=["<pad>"], show_progress=False,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>")
+
+
 def verl_naive_scorer(rng: np.random.Generator) -> Scorer | None:
     found = _import_verl()
     if found is None:
         return None
     data_proto, manager_class = found
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
     torch.set_num_threads(1)
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator([response_text(rng, 200) for _ in range(300)],
-                            trainers.BpeTrainer(vocab_size=8000, special_tokens=["<pad>"], show_progress=False,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>")
+    tokenizer = bpe_tokenizer([response_text(rng, 200) for _ in range(300)])
     manager = manager_class(tokenizer=tokenizer, num_examine=0)
 
     return Scorer(lambda responses, answers: _verl_batch(data_proto, tokenizer, rng, responses, answers),

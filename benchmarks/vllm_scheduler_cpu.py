@@ -31,6 +31,7 @@ import types
 from typing import Any
 
 import numpy as np
+from reward_cost import bpe_tokenizer
 from speed_reference import reference_ms
 
 RUNNING = (1, 16, 64, 128, 256, 512, 1024)
@@ -145,18 +146,11 @@ def time_frontend(rng: np.random.Generator, running: int, steps: int, tokenizer:
 
 
 def _tokenizer(rng: np.random.Generator) -> Any:
-    """A byte-level BPE trained on synthetic math prose (no model's vocabulary is reachable offline)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    """A byte-level BPE trained on synthetic math prose (reward_cost.bpe_tokenizer)."""
     words = "we have the then so let compute since therefore note that equation value sum product".split()
     corpus = [" ".join(str(rng.choice(words)) if rng.random() > 0.1 else f"${rng.integers(2, 99)}x^2$"
                        for _ in range(300)) for _ in range(200)]
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=8000, special_tokens=["<pad>"], show_progress=False,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>")
+    return bpe_tokenizer(corpus)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
+from ..llm.architecture import DTYPE_BYTES
 from ..params import (
     VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
     VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN,
@@ -592,8 +593,9 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
         w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
 
 
-# bytes a parameter of torch dtypes verl's fsdp_config.model_dtype names
-MODEL_DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+# the torch dtype names verl's fsdp_config.model_dtype takes, as rlsim's dtypes (their bytes:
+# llm.architecture.DTYPE_BYTES)
+MODEL_DTYPES = {"fp32": "fp32", "float32": "fp32", **{k: v for k, v in DTYPES.items() if v in ("bf16", "fp16")}}
 
 
 def _fsdp_refit_dtype(v: Values, s: dict[str, Any]) -> None:
@@ -604,10 +606,10 @@ def _fsdp_refit_dtype(v: Values, s: dict[str, Any]) -> None:
         return
     key = f"{A}.actor.fsdp_config.model_dtype"
     dtype = str(v(key) or "fp32").lower()
-    if dtype not in MODEL_DTYPE_BYTES:
+    if dtype not in MODEL_DTYPES:
         raise RlsimError(f"unknown model_dtype {dtype!r}", source=v.result.source, field=key,
-                         fix=f"give one of {', '.join(sorted(MODEL_DTYPE_BYTES))}")
-    s["refit_gather_bytes_per_param"] = MODEL_DTYPE_BYTES[dtype]
+                         fix=f"give one of {', '.join(sorted(MODEL_DTYPES))}")
+    s["refit_gather_bytes_per_param"] = DTYPE_BYTES[MODEL_DTYPES[dtype]]
 
 
 def _verl_rule_reward(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:

@@ -1044,7 +1044,7 @@ def offload_time_s(memory: MemoryBreakdown, host_Bps: float, params: TrainParams
     host_step_s = 0.0
     if not forward_only:
         nbytes += memory.gradients_bytes if o.grads else 0.0
-        if o.optimizer and hybrid_optimizer(params):
+        if hybrid_optimizer(params):
             host_step_s = hybrid_optimizer_step_s(memory, host_Bps, params)
         elif o.optimizer:
             nbytes += memory.optimizer_bytes * o.optimizer_fraction

@@ -48,4 +48,4 @@ def _verified(pool: RewardPool, workers: float, handed_over: float, each_s: np.n
     are verified: the batch spread evenly over the pool needs sum / workers of the whole pool's time,
     and no less than its longest sample (a batch smaller than the pool leaves workers free)."""
     work_s = float(each_s.sum()) / workers
-    return pool.serve(handed_over, work_s, least_s=max(work_s, float(each_s.max(initial=0.0))))
+    return pool.serve(handed_over, work_s, least_s=float(each_s.max(initial=0.0)))
