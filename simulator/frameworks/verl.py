@@ -190,7 +190,10 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.fsdp_config.*": unsupported(_FSDP),
     **{f"{A}.actor.fsdp_config.{k}": mapped(f"workload.train_params.offload.{OFFLOAD_KEYS[k]}", OFFLOAD_NOTE)
        for k in FSDP_OFFLOAD_KEYS},
-    f"{A}.actor.fsdp_config.fsdp_size": unsupported(_FSDP + " (-1: shard over all ranks)", neutral=-1),
+    f"{A}.actor.fsdp_config.fsdp_size": mapped("workload.train_layout.zero_shard_size", "fsdp / fsdp2: below the "
+                                               "trainer's world, HSDP (create_device_mesh: a (ddp, fsdp) mesh): "
+                                               "states sharded over fsdp_size consecutive ranks, replicated across; "
+                                               "-1 or the world or more: over all ranks"),
     f"{A}.actor.fsdp_config.model_dtype": mapped("schedule.refit_gather_bytes_per_param",
                                                  "the dtype of the actor's sharded parameters (verl's default fp32), "
                                                  "each gathered whole over the FSDP group at every refit"),
@@ -487,7 +490,28 @@ def _train_layout(v: Values) -> dict[str, Any]:
     ulysses = v.whole(f"{A}.actor.ulysses_sequence_parallel_size", 1)
     if ulysses > 1:   # verl's FSDP workers: a (dp, sp) device mesh, sp = this size
         layout.update(cp=ulysses, ulysses_sp=True)
+    if (shard := _fsdp_shard_size(v)) is not None:
+        layout["zero_shard_size"] = shard
     return {"tp": 1, "pp": 1, "zero": 3, **layout}
+
+
+def _fsdp_shard_size(v: Values) -> int | None:
+    """verl's create_device_mesh (workers/fsdp_workers.py, 0.6.0): fsdp_size < 0 or >= the world
+    shards over every rank; between, a (world / fsdp_size, fsdp_size) mesh runs HSDP (the actor's
+    fsdp_size sets the mesh of the actor, rollout and reference worker)."""
+    key = f"{A}.actor.fsdp_config.fsdp_size"
+    value = v(key)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
+        return None
+    size = positive_int(value, key, v.result.source)
+    world = v.count("trainer.nnodes") * v.count("trainer.n_gpus_per_node")
+    if size >= world:
+        return None
+    if world % size:
+        raise RlsimError(f"fsdp_size {size} does not divide the trainer's {world} GPUs (verl's (ddp, fsdp) device "
+                         "mesh needs world / fsdp_size whole)", source=v.result.source, field=key,
+                         fix="use a divisor of the world size, or -1 (shard over all ranks)")
+    return size
 
 
 def _rollout_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:

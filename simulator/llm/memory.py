@@ -135,7 +135,6 @@ def _memory_cached(model, layout: TrainLayout, seq_len: float, capacity_hbm_byte
 def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_bytes: float, params: MemoryParams,
                        flash_attention: bool, micro_batches: int | None) -> MemoryBreakdown:
     tp, pp, vpp, cp = layout.tp, layout.pp, layout.vpp, layout.cp
-    dp = layout.dp or 1
     chunks = layout_stage_layers(int(model.num_layers), layout)
     emb, head = embedding_params(model)
     tokens = layout.micro_batch * seq_len / cp
@@ -157,9 +156,9 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
             outer += head / tp
         dense += outer
         # ZeRO shards dense states over dp x cp, expert states over the expert-DP group
-        # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding).
+        # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding), or over a zero_shard_size part of each.
         full = dense + expert
-        shard = dense / (dp * cp) + expert / layout.expert_dp
+        shard = dense / layout.zero_shard + expert / layout.expert_zero_shard
         weights = params.weight_bytes_per_param * (shard if layout.zero >= 3 else full)
         grads = params.grad_bytes_per_param * (shard if layout.zero >= 2 else full)
         optim = params.optimizer_bytes_per_param * (shard if layout.zero >= 1 else full)

@@ -13,6 +13,9 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # Nesting of the `ranks` list, innermost first (Megatron-LM default, arXiv 2104.04473 sec. 3.3; the
 # planner's placement.DIMS). EP groups are the innermost `ep` members of the DP dimension.
 DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
+# The positive-integer fields that may be unset (None; "auto" / "none" in YAML).
+_OPTIONAL_COUNTS = ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
+                    "logprob_max_tokens_per_micro_batch", "zero_shard_size")
 
 
 def expert_fold(tp: int, cp: int, ep: int, etp: int | None = None) -> int:
@@ -38,6 +41,12 @@ class TrainLayout:
     are packed into the fewest micro-batches of at most that many tokens, balanced (`micro_batch`
     is then ignored); `logprob_max_tokens_per_micro_batch` (verl `log_prob_max_token_len_per_gpu`,
     NeMo RL `logprob_mb_tokens`) is the budget of forward-only passes (None: the training one).
+    `zero_shard_size`: the ranks of a stage's dp x cp group that one copy of the ZeRO-sharded state
+    spans (None: all of them). Smaller, the state is sharded within consecutive groups of that many
+    ranks and replicated across them: PyTorch HSDP (verl `fsdp_config.fsdp_size`), Megatron-Core's
+    partial distributed optimizer (`--num-distributed-optimizer-instances` = dp x cp / this size;
+    expert state over expert-DP / that many instances). Gradients reduce-scatter inside a shard
+    group, then all-reduce their shard across the groups.
 
     `dp=None` means "derive from the device count" (`resolve(n_devices)`). `vpp` is the number of
     model chunks per pipeline rank (interleaved 1F1B when > 1). `sequence_parallel=None` means on
@@ -60,6 +69,7 @@ class TrainLayout:
     ulysses_sp: bool = False
     max_tokens_per_micro_batch: int | None = None
     logprob_max_tokens_per_micro_batch: int | None = None
+    zero_shard_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "vpp", "ep", "cp", "micro_batch"):
@@ -67,8 +77,7 @@ class TrainLayout:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise RlsimError(f"{name} must be a positive integer, got {value!r}", field=f"train_layout.{name}",
                                  fix=f"set train_layout.{name} to 1 or more")
-        for name in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
-                     "logprob_max_tokens_per_micro_batch"):
+        for name in _OPTIONAL_COUNTS:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise RlsimError(f"{name} must be a positive integer or unset, got {value!r}",
@@ -84,6 +93,10 @@ class TrainLayout:
         if isinstance(self.zero, bool) or not isinstance(self.zero, int) or self.zero not in (0, 1, 2, 3):
             raise RlsimError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}", field="train_layout.zero",
                              fix="set train_layout.zero to 0 (none), 1 (optimizer), 2 (+grads) or 3 (+weights)")
+        if self.zero_shard_size is not None and self.zero == 0:
+            raise RlsimError(f"zero_shard_size {self.zero_shard_size} with zero: 0: nothing is sharded",
+                             field="train_layout.zero_shard_size",
+                             fix="drop zero_shard_size, or set train_layout.zero to 1, 2 or 3")
         if self.recompute not in RECOMPUTE_MODES:
             raise RlsimError(f"recompute must be one of {RECOMPUTE_MODES}, got {self.recompute!r}",
                              field="train_layout.recompute", fix="use none, selective or full")
@@ -104,6 +117,21 @@ class TrainLayout:
     def expert_dp(self) -> int:
         """Expert data-parallel size: tp x cp x dp / (etp x ep) (the folded expert layout)."""
         return max(1, self.tp * self.cp * (self.dp or 1) // (self.expert_tp * self.ep))
+
+    @property
+    def zero_shard(self) -> int:
+        """Ranks one copy of the ZeRO-sharded dense state spans: zero_shard_size, or all dp x cp."""
+        return self.zero_shard_size or (self.dp or 1) * self.cp
+
+    @property
+    def zero_replicas(self) -> int:
+        """Copies of the ZeRO-sharded state (HSDP's replicate dimension; 1: fully sharded)."""
+        return max(1, (self.dp or 1) * self.cp // self.zero_shard)
+
+    @property
+    def expert_zero_shard(self) -> int:
+        """Ranks one copy of the sharded expert state spans: the expert-DP group / zero_replicas."""
+        return max(1, self.expert_dp // self.zero_replicas)
 
     @property
     def model_parallel(self) -> int:
@@ -140,11 +168,32 @@ class TrainLayout:
                 raise RlsimError(f"{n_devices} devices are not a multiple of tp x cp x pp = {self.model_parallel}",
                                  source=source, field="workload.train_layout",
                                  fix="change tp, cp or pp, or the number of training devices")
-            return dataclasses.replace(self, dp=n_devices // self.model_parallel)
+            resolved = dataclasses.replace(self, dp=n_devices // self.model_parallel)
+            resolved.check_zero_shard(source)
+            return resolved
         if self.devices != n_devices:
             raise RlsimError(f"tp x cp x dp x pp = {self.devices} but {n_devices} devices were given",
                              source=source, field="workload.train_layout.dp", fix="set dp: auto or match the device count")
+        self.check_zero_shard(source)
         return self
+
+    def check_zero_shard(self, source: str | None = None) -> None:
+        """zero_shard_size must divide a stage's dp x cp ranks, and the copies it makes the expert-DP
+        group (Megatron-Core splits both data-parallel groups into the same number of instances)."""
+        size = self.zero_shard_size
+        if size is None or self.dp is None:
+            return
+        group = self.dp * self.cp
+        if group % size:
+            raise RlsimError(f"zero_shard_size {size} does not divide the dp x cp = {self.dp} x {self.cp} = {group} "
+                             "ranks of a pipeline stage", source=source, field="workload.train_layout.zero_shard_size",
+                             fix=f"use a divisor of {group} (e.g. {_divisors_upto(group, 64)}), or drop it "
+                                 "(shard over all of them)")
+        if self.expert_dp % (group // size):
+            raise RlsimError(f"zero_shard_size {size} makes {group // size} copies of the sharded state, which do "
+                             f"not divide the expert-DP group of {self.expert_dp} ranks", source=source,
+                             field="workload.train_layout.zero_shard_size",
+                             fix="use a zero_shard_size whose copies (dp x cp / it) divide the expert-DP size")
 
     def check_model(self, model: Any, source: str | None = None) -> None:
         """Divisibility: TP must divide the attention heads, EP the experts, EP must fit in DP x CP; ep
@@ -211,8 +260,7 @@ class TrainLayout:
     def _extra_dict(self) -> dict[str, Any]:
         """The folding / uneven-stage / Ulysses fields, when set (absent otherwise: unchanged JSON)."""
         out: dict[str, Any] = {}
-        for name in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
-                     "logprob_max_tokens_per_micro_batch"):
+        for name in _OPTIONAL_COUNTS:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.ulysses_sp:
@@ -236,8 +284,7 @@ class TrainLayout:
                 value = tuple(str(v) for v in value)
             elif key == "recompute":
                 value = "none" if value in (False, None) else str(value).lower()
-            elif key in ("etp", "pp_first_stage_layers", "pp_last_stage_layers", "max_tokens_per_micro_batch",
-                         "logprob_max_tokens_per_micro_batch") and \
+            elif key in _OPTIONAL_COUNTS and \
                     (value is None or str(value).lower() in ("auto", "none")):
                 value = None
             data[key] = value

@@ -181,6 +181,16 @@ class _Groups:
     dp: list[list[int]]          # dense-gradient group (dp x cp) per stage
     edp: list[list[int]]         # expert-gradient group (dp x cp / ep) per stage
     p2p: list[tuple[int, int]]   # stage s -> s + 1 representatives (first TP rank)
+    zero_shard: int = 0          # ranks of dp[s] / edp[s] one copy of the ZeRO state spans (0: all)
+    expert_zero_shard: int = 0
+
+    def sharded(self, stage: int, expert: bool = False) -> tuple[list[int], list[int]]:
+        """(shard group, copies group) of a stage's dense or expert DP group under ZeRO: the first
+        zero_shard consecutive ranks (HSDP's shard dimension is the inner one), and one rank of each
+        copy (its replicate dimension); the copies group is one rank when fully sharded."""
+        group = self.edp[stage] if expert else self.dp[stage]
+        size = (self.expert_zero_shard if expert else self.zero_shard) or len(group)
+        return group[:size], group[::size]
 
 
 def _positions(layout: TrainLayout) -> np.ndarray:
@@ -210,7 +220,19 @@ def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
         edp.append(folded[:, 0, 0].tolist())
     for s in range(layout.pp):
         p2p.append((int(r[s, 0, 0, 0]), int(r[(s + 1) % layout.pp, 0, 0, 0])))
-    return _Groups(tp, cp, ep, dpg, edp, p2p)
+    return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard)
+
+
+def _sharded_sync(comm: _Comm, groups: _Groups, stage: int, expert: bool, params_n: float, grad_bytes: float,
+                  weight_bytes: float) -> tuple[float, float]:
+    """ZeRO's sync of `params_n` parameters over a stage's (dense or expert) DP group: (gradients:
+    reduce-scatter inside the shard group, then an all-reduce of the shard across the copies;
+    weights: all-gather inside the shard group)."""
+    shard, copies = groups.sharded(stage, expert)
+    grads = comm.one("reduce_scatter", shard, params_n * grad_bytes)
+    if len(copies) > 1:
+        grads += comm.one("all_reduce", copies, params_n * grad_bytes / len(shard))
+    return grads, comm.one("all_gather", shard, params_n * weight_bytes)
 
 
 class _Comm:
@@ -549,12 +571,13 @@ def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, st
     g_frac = c.dp_overlap_fraction if c.fsdp_gather_overlap_fraction is None else c.fsdp_gather_overlap_fraction
     r_frac = c.dp_overlap_fraction if c.fsdp_reduce_overlap_fraction is None else c.fsdp_reduce_overlap_fraction
     gather = reduce = 0.0
-    parts = [(layer.dense_params / layout.tp, groups.dp[stage])]
+    parts = [(layer.dense_params / layout.tp, False)]
     if layer.moe:
-        parts.append((layer.expert_params / (layout.ep * layout.expert_tp), groups.edp[stage]))
-    for n, g in parts:
-        gather += comm.one("all_gather", g, n * wb)
-        reduce += comm.one("reduce_scatter", g, n * gb)
+        parts.append((layer.expert_params / (layout.ep * layout.expert_tp), True))
+    for n, expert in parts:
+        grads, weights = _sharded_sync(comm, groups, stage, expert, n, gb, wb)
+        gather += weights
+        reduce += grads
     return gather * (1 - g_frac), reduce * (1 - r_frac)
 
 
@@ -919,7 +942,7 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
         pairs = [[int(r[s, d, c, t]), int(r[nxt, d, c, t])] for d in range(r.shape[1]) for c in range(r.shape[2])
                  for t in range(r.shape[3])]
         p2p.append(tuple(slowest("p2p", pairs)) if layout.pp > 1 else first.p2p[s])
-    return _Groups(tp, cp, ep, dpg, edp, p2p)
+    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard)
 
 
 def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,
@@ -1136,24 +1159,24 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         if layout.zero >= 3:   # the per-layer gathers leave out the embedding / output head: synced here
             rest = sum(_stage_outer_params(model, _shape_layout(layout))[s])
             if rest > 0 and len(groups.dp[s]) >= 2:
-                grads += comm.one("reduce_scatter", groups.dp[s], rest * gb)
-                weights += comm.one("all_gather", groups.dp[s], rest * wb)
+                grads, weights = _sharded_sync(comm, groups, s, False, rest, gb, wb)
         else:
-            for n, g in ((dense, groups.dp[s]), (expert, groups.edp[s])):
+            for n, g, of_experts in ((dense, groups.dp[s], False), (expert, groups.edp[s], True)):
                 if n <= 0 or len(g) < 2:
                     continue
                 if layout.zero == 0:
                     grads += comm.one("all_reduce", g, n * gb)
                 else:  # reduce-scatter gradients, all-gather updated weights (ZeRO-1/2)
-                    grads += comm.one("reduce_scatter", g, n * gb)
-                    weights += comm.one("all_gather", g, n * wb)
+                    part_grads, part_weights = _sharded_sync(comm, groups, s, of_experts, n, gb, wb)
+                    grads += part_grads
+                    weights += part_weights
         end = pipe.stage_end_s(s)
         if chunks is None or f <= 0:
             dp = (grads + weights) * (1 - f)
         else:
             dp = _grad_sync_exposed(grads, f, chunks[s], end) + _weight_gather_exposed(weights, f, chunks[s])
-        shard = (layout.dp or 1) * layout.cp if layout.zero >= 1 else 1
-        eshard = layout.expert_dp if layout.zero >= 1 else 1
+        shard = layout.zero_shard if layout.zero >= 1 else 1
+        eshard = layout.expert_zero_shard if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
         dp_list.append(dp)
         opt_list.append(opt)

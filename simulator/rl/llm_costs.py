@@ -772,15 +772,20 @@ class LlmCosts:
         hold as a full tensor (the model's bytes x (1 - 1/share)), over the narrowest link of the
         ranks one model copy spans: its pipeline stages (strided over the whole pool, Megatron's
         tp-cp-ep-dp-pp order) or, with pp 1, the max(tp x cp, etp x ep) consecutive ranks of a stage;
-        under ZeRO-3 the whole pool, whose ranks each hold a shard (verl's FSDP actor gathers each
-        parameter over its FSDP group). At schedule.refit_gather_bytes_per_param a parameter, else
+        under ZeRO-3 the ranks of one copy of the sharded state (verl's FSDP actor gathers each
+        parameter over its FSDP group: the whole pool, or an fsdp_size shard group under HSDP,
+        train_layout.zero_shard_size). At schedule.refit_gather_bytes_per_param a parameter, else
         the engine's weight dtype."""
         lay = self.layout(len(src))
         stage_span = max(lay.tp * lay.cp, lay.expert_tp * lay.ep if self.model.is_moe else 1)
-        copy_span = len(src) if lay.zero >= 3 else stage_span * lay.pp
+        if lay.zero >= 3:
+            copy_span = lay.tp * lay.zero_shard * lay.pp
+            ranks = list(src) if lay.pp > 1 else list(src)[:copy_span]
+        else:
+            copy_span = stage_span * lay.pp
+            ranks = list(src) if lay.pp > 1 else list(src)[:stage_span]
         if copy_span <= 1:
             return 0.0
-        ranks = list(src) if lay.pp > 1 or lay.zero >= 3 else list(src)[:stage_span]
         per_param = self.scenario.schedule.refit_gather_bytes_per_param or self._weight_bytes_per_param()
         received = self.model.weight_bytes(per_param) * (1.0 - 1.0 / copy_span)
         return received / (self._ring_bw_Bps(ranks) * self.sync_eff)

@@ -635,6 +635,24 @@ def test_verl_ulysses_maps_onto_cp_with_ulysses_all_to_alls(capsys, tmp_path):
     assert code == 2 and "actor_rollout_ref.actor.ulysses_sequence_parallel_size" in err
 
 
+def test_verl_fsdp_size_below_the_world_is_hsdp(capsys, tmp_path):
+    """verl's create_device_mesh: fsdp_size between 1 and the world runs HSDP (a (ddp, fsdp) mesh):
+    train_layout.zero_shard_size; -1 or the world or more shards over all ranks."""
+    two_nodes = ("trainer.nnodes=2", "actor_rollout_ref.actor.fsdp_config.fsdp_size=8")
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, *two_nodes)
+    assert workload.train_layout["zero_shard_size"] == 8 and workload.train_layout["zero"] == 3
+    for whole in ("-1", "16", "32"):
+        workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, "trainer.nnodes=2",
+                                      f"actor_rollout_ref.actor.fsdp_config.fsdp_size={whole}")
+        assert "zero_shard_size" not in workload.train_layout
+    code, _, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), "trainer.nnodes=2",
+                       "actor_rollout_ref.actor.fsdp_config.fsdp_size=6", "--print-scenario")
+    assert code == 2 and "actor_rollout_ref.actor.fsdp_config.fsdp_size" in err and "Traceback" not in err
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), *two_nodes, "--json")
+    assert code == 0, err
+    assert json.loads(out)["layouts"]["train"]["zero_shard_size"] == 8
+
+
 def test_nemo_rl_fp8_kv_cache_maps_onto_the_kv_dtype(capsys, tmp_path):
     # it was refused ("not mapped") though the engine prices an fp8 KV cache (rollout_layout.kv_dtype)
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",

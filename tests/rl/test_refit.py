@@ -106,6 +106,18 @@ def test_a_zero3_actor_gathers_every_parameter_over_its_whole_pool_in_its_own_dt
     assert err.value.field == "schedule.refit_gather_bytes_per_param"
 
 
+def test_an_hsdp_actor_gathers_over_its_shard_group():
+    """verl's fsdp_size 8 on two nodes (HSDP: sharded inside a node, replicated across): each
+    parameter's full_tensor() gathers over the node's 8 GPUs (NVLink 450 GB/s), not the pool."""
+    sc = load_scenario({"workload": "grpo-qwen2.5-7b", "topology": {"preset": "dgx-h100", "nodes": 2},
+                        "schedule": {"kind": "colocated", "refit": "full-tensors", "refit_gather_bytes_per_param": 4,
+                                     "refit_tensor_overhead_s": 0.0}},
+                       overrides=["workload.train_layout={tp: 1, pp: 1, zero: 3, zero_shard_size: 8}"])
+    c = LlmCosts(sc, load_topology(sc.topology))
+    assert c.refit_gather_s(range(16)) == pytest.approx(
+        c.model.params_total * 4 * (1 - 1 / 8) / (450e9 * 0.8), rel=1e-12)
+
+
 def test_refit_is_a_closed_set():
     mapping = nemo_rl.scenario(row("llama3.1-8b", "on-policy"))
     mapping["schedule"]["refit"] = "broadcast"

@@ -1,0 +1,120 @@
+"""ZeRO state sharded inside groups of train_layout.zero_shard_size ranks and replicated across them
+(PyTorch HSDP / verl fsdp_size, Megatron-Core's partial distributed optimizer): the layout's
+checks, the memory it holds, the collectives it runs, the refit gather it spans."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model
+from simulator.llm.layer_costs import layer_shapes
+from simulator.llm.memory import memory_per_device
+from simulator.llm.train_layout import TrainLayout
+from simulator.llm.training import (
+    TrainParams,
+    _Comm,
+    _fsdp_layer_comm,
+    _groups,
+    _stage_params,
+    train_step_cost,
+    uniform_sequences,
+)
+from simulator.network.collectives import CollectiveModel
+from simulator.params import CommParams
+
+TWO_NODES = load_topology({"preset": "dgx-h100", "nodes": 2})
+QWEN = load_model("qwen2.5-7b")
+MOE = load_model("qwen3-30b-a3b")
+BIG = 1e15
+
+
+def test_the_shard_size_must_divide_the_dp_x_cp_ranks_and_its_copies_the_expert_dp_group():
+    with pytest.raises(RlsimError) as err:
+        TrainLayout(zero=0, zero_shard_size=8)
+    assert err.value.field == "train_layout.zero_shard_size" and "zero" in err.value.fix
+    with pytest.raises(RlsimError) as err:
+        TrainLayout(zero=3, zero_shard_size=0)
+    assert err.value.field == "train_layout.zero_shard_size"
+    with pytest.raises(RlsimError) as err:
+        TrainLayout(zero=3, cp=2, zero_shard_size=16).resolve(24)     # dp 12 x cp 2 = 24 ranks
+    assert err.value.field == "workload.train_layout.zero_shard_size" and "divisor of 24" in err.value.fix
+    # 4 copies of the state, and an expert-DP group of 16 / 8 = 2 ranks: not divisible
+    with pytest.raises(RlsimError) as err:
+        TrainLayout(ep=8, etp=1, zero=1, zero_shard_size=4).resolve(16)
+    assert err.value.field == "workload.train_layout.zero_shard_size" and "expert-DP" in str(err.value)
+    lay = TrainLayout(ep=8, etp=1, zero=1, zero_shard_size=8).resolve(32)
+    assert (lay.zero_shard, lay.zero_replicas, lay.expert_dp, lay.expert_zero_shard) == (8, 4, 4, 1)
+    assert lay.as_dict()["zero_shard_size"] == 8
+    assert "zero_shard_size" not in TrainLayout(dp=8).as_dict()
+    assert TrainLayout.from_mapping({"zero": 3, "zero_shard_size": "auto"}).zero_shard_size is None
+    full = TrainLayout(dp=16, cp=2, zero=3)
+    assert (full.zero_shard, full.zero_replicas, full.expert_zero_shard) == (32, 1, 32)
+
+
+@settings(max_examples=30, deadline=None)
+@given(zero=st.sampled_from([1, 2, 3]), copies=st.sampled_from([1, 2, 4, 8]), shard=st.sampled_from([1, 2, 4, 8]))
+def test_a_device_holds_the_states_of_a_fully_sharded_job_of_the_shard_size(zero, copies, shard):
+    """The states of dp = shard x copies with zero_shard_size = shard are those of dp = shard
+    fully sharded (the same 1 / shard of each sharded state); activations do not depend on it."""
+    hsdp = memory_per_device(QWEN, TrainLayout(dp=shard * copies, zero=zero, zero_shard_size=shard), 2048, BIG)
+    alone = memory_per_device(QWEN, TrainLayout(dp=shard, zero=zero), 2048, BIG)
+    for part in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "gathered_bytes"):
+        assert getattr(hsdp, part) == pytest.approx(getattr(alone, part), rel=1e-12)
+
+
+def test_moe_expert_states_shard_over_the_expert_dp_group_split_into_the_same_copies():
+    # dp 32, ep 8, etp 1: expert-DP 4; shard 8 -> 4 copies -> expert state whole on each of its 1 rank
+    # (as dp 8 alone: dense over 8, experts over an expert-DP group of 1)
+    sharded = memory_per_device(MOE, TrainLayout(dp=32, ep=8, etp=1, zero=1, zero_shard_size=8), 2048, BIG)
+    alone = memory_per_device(MOE, TrainLayout(dp=8, ep=8, etp=1, zero=1), 2048, BIG)
+    full = memory_per_device(MOE, TrainLayout(dp=32, ep=8, etp=1, zero=1), 2048, BIG)
+    assert sharded.optimizer_bytes == pytest.approx(alone.optimizer_bytes, rel=1e-12)
+    assert sharded.optimizer_bytes > full.optimizer_bytes
+    # dp 64, shard 32: 2 copies; expert-DP 8 split into 2 copies of 4
+    lay = TrainLayout(dp=64, ep=8, etp=1, zero=1, zero_shard_size=32)
+    assert lay.expert_zero_shard == 4
+    assert memory_per_device(MOE, lay, 2048, BIG).optimizer_bytes == pytest.approx(
+        memory_per_device(MOE, TrainLayout(dp=32, ep=8, etp=1, zero=1), 2048, BIG).optimizer_bytes, rel=1e-12)
+
+
+def test_fsdp_per_layer_comm_gathers_in_the_shard_group_and_all_reduces_the_shard_across_copies():
+    net = CollectiveModel(TWO_NODES)
+    layer = layer_shapes(QWEN)[0]
+    n, gb = layer.dense_params, CommParams().grad_reduce_bytes_per_param
+    params = TrainParams(comm=CommParams(fsdp_gather_overlap_fraction=0.0, fsdp_reduce_overlap_fraction=0.0))
+    lay = TrainLayout(dp=16, zero=3, zero_shard_size=8)
+    gather, reduce = _fsdp_layer_comm(layer, lay, _groups(lay, tuple(range(16))), 0, _Comm(net), params)
+    node = list(range(8))
+    assert gather == pytest.approx(net.cost("all_gather", node, n * 2.0).time_s, rel=1e-12)
+    assert reduce == pytest.approx(net.cost("reduce_scatter", node, n * gb).time_s
+                                   + net.cost("all_reduce", [0, 8], n * gb / 8).time_s, rel=1e-12)
+    # a shard group of the whole dp x cp group is the fully sharded job, to the bit
+    whole = TrainLayout(dp=16, zero=3, zero_shard_size=16)
+    flat = TrainLayout(dp=16, zero=3)
+    assert _fsdp_layer_comm(layer, whole, _groups(whole, tuple(range(16))), 0, _Comm(net), params) == \
+        _fsdp_layer_comm(layer, flat, _groups(flat, tuple(range(16))), 0, _Comm(net), params)
+
+
+def test_zero1_sync_and_optimizer_follow_the_shard_group():
+    """ZeRO-1 with no overlap: the exposed DP time is the shard group's reduce-scatter and weight
+    all-gather plus the copies' all-reduce of a shard; the optimizer updates 1 / shard of the model."""
+    net = CollectiveModel(TWO_NODES)
+    params = TrainParams(comm=CommParams(dp_overlap_fraction=0.0))
+    seqs = uniform_sequences(32, 1024)
+    lay = TrainLayout(dp=16, zero=1, recompute="full", zero_shard_size=8)
+    hsdp = train_step_cost(QWEN, lay, TWO_NODES, sequences=seqs, params=params)
+    flat = train_step_cost(QWEN, dataclasses.replace(lay, zero_shard_size=None), TWO_NODES, sequences=seqs,
+                           params=params)
+    (dense, _), = _stage_params(QWEN, lay)          # layers, embedding and head (no final norm)
+    n, gb = dense, CommParams().grad_reduce_bytes_per_param
+    node = list(range(8))
+    expected = (net.cost("reduce_scatter", node, n * gb).time_s + net.cost("all_reduce", [0, 8], n * gb / 8).time_s
+                + net.cost("all_gather", node, n * 2.0).time_s)
+    assert hsdp.comm_exposed_s["dp"] == pytest.approx(expected, rel=1e-9)
+    assert hsdp.optimizer_s == pytest.approx(2 * flat.optimizer_s, rel=1e-12)
+    assert hsdp.compute_s == pytest.approx(flat.compute_s, rel=1e-12)
