@@ -424,7 +424,8 @@ class PlannerReplanner:
         batch, row = train_batch(self.sc)
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
                                                         "micro_batch")},
-                             etp=current.get("etp") if self.model.is_moe else None) if current else None
+                             etp=current.get("etp") if self.model.is_moe else None,
+                             zero_shard_size=current.get("zero_shard_size")) if current else None
         # judged and timed as layout: auto judges them (the run's micro-batches of drawn lengths, a
         # resident engine's share, the devices colocated StaleSync also trains on)
         base = TrainingEvaluator.for_workload(self.model, self.topology, batch, row, self.sc.workload,

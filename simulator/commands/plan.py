@@ -25,7 +25,8 @@ trainer constants (--stage train): --set workload.train_params.compute.flash_att
   schedule.* / seed without a distribution value, which only a simulated run reads: exit 2; a
   scenario's training step reads the schedule's pools, micro-batching, packing, StaleSync tail and
   switch.engine_resident, which --set may give then)
-planner keys (--set planner.KEY=VALUE): space.tp|pp|vpp|cp|ep|etp|zero|recompute|micro_batch|sequence_parallel (lists),
+planner keys (the scenario's planner: section, then --set planner.KEY=VALUE):
+  space.tp|pp|vpp|cp|ep|etp|zero|zero_shard_size|recompute|micro_batch|sequence_parallel (lists),
   space.max_pp|max_ep|uneven_pp|exact_batch, refine_top, dominance_prune, eval_cost_s, fixed_cost_s;
   rollout.tp|ep|max_num_seqs (lists), rollout.max_ep|gpu_memory_utilization|sequences|prompt_len|response_len."""
 
@@ -262,6 +263,14 @@ def _counted(evaluator: Any, progress: Any) -> Any:
     return evaluator if progress is None else _Counted(evaluator, progress)
 
 
+def _planner_keys(args: argparse.Namespace, scn: Any) -> dict[str, Any]:
+    """The planner settings: the scenario's `planner:` section (what `layout: auto` plans with)
+    under the --set planner.* items."""
+    from ..scenario import deep_merge
+
+    return deep_merge(dict(scn.planner or {}), section(args.overrides, "planner"))
+
+
 def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
               ) -> tuple[list[dict[str, Any]], Any, Any, Any]:
     """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given;
@@ -277,7 +286,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     topology = load_topology(inp["topology"], topo_over or None, max_devices=inp["max_devices"],
                              spec_source=inp["topology_source"])
     model = load_model(inp["model"])
-    settings = planner_settings(section(args.overrides, "planner"))
+    planner_keys = _planner_keys(args, inp["scenario"])
+    settings = planner_settings(planner_keys, source=inp["scenario"].source or "--set planner")
     w = inp["workload"]   # its train_software, train_params and inference constants
     if args.stage == "train":
         _check_train_constants(w, model)
@@ -289,7 +299,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                                                    step_sequences=inp["step_sequences"],
                                                    packing=inp["step_packing"] or "none")
         evaluator = _counted(evaluator, progress)
-        kwargs = {"space": train_space(settings.space, w.train_software, section(args.overrides, "planner"),
+        kwargs = {"space": train_space(settings.space, w.train_software, planner_keys,
                                        packed_step=inp["step_sequences"] is not None),
                   "params": settings.params, "evaluator": evaluator}
         with engine_named(inp["scenario"] if inp["params"] is not None else None):
@@ -380,8 +390,9 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
         raise RlsimError(f"{model.name} has experts, and the heterogeneous step model splits dense layers (no EP)",
                          field="--balance", fix="drop --balance for an MoE model")
     inp = _inputs(args)
-    settings = planner_settings(section(args.overrides, "planner"))
-    space = train_space(settings.space, inp["workload"].train_software, section(args.overrides, "planner"),
+    planner_keys = _planner_keys(args, inp["scenario"])
+    settings = planner_settings(planner_keys, source=inp["scenario"].source or "--set planner")
+    space = train_space(settings.space, inp["workload"].train_software, planner_keys,
                         packed_step=inp["step_sequences"] is not None)
     zeros = [z for z in space.zero if z <= 2]
     if not zeros:
@@ -425,12 +436,14 @@ def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[di
             else ["tp", "ep", "instances", "max_num_seqs"])
     if stage == "train" and any("etp" in r["layout"] for r in rows):   # an MoE model: its expert TP
         keys.insert(keys.index("ep") + 1, "etp")
+    if stage == "train" and any("zero_shard_size" in r["layout"] for r in rows):   # HSDP candidates searched
+        keys.insert(keys.index("zero") + 1, "zero_shard_size")
     for k in ["#", *keys, "step s", "TFLOP/s/dev", "MFU", "mem GB", "comm", "tokens/s", "naive s", "TP level"]:
         table.add_column(k, justify="right")
     for i, r in enumerate(rows, 1):
         lay = r["layout"]
         naive = r.get("naive_step_time_s")
-        table.add_row(str(i), *[str(lay.get(k, "")) for k in keys], f"{r['step_time_s']:.3f}",
+        table.add_row(str(i), *[str(lay.get(k, "all" if k == "zero_shard_size" else "")) for k in keys], f"{r['step_time_s']:.3f}",
                       f"{r['tflops_per_device']:.1f}", f"{r['mfu']:.3f}", f"{r['memory_per_device_bytes'] / 1e9:.1f}",
                       f"{r['comm_fraction']:.2f}", f"{r['tokens_per_s']:.0f}",
                       "" if naive is None else f"{naive:.3f}", str(r.get("tp_level", "")))

@@ -30,12 +30,15 @@ class TrainChoice:
     sequence_parallel: bool | None = None
     # Expert tensor-parallel size of an MoE layout (TrainLayout.etp); None on a dense model
     etp: int | None = None
+    # ZeRO state sharded within groups of this many dp x cp ranks (TrainLayout.zero_shard_size; HSDP);
+    # None: over all of them
+    zero_shard_size: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The layout keys; sequence_parallel only when the search chose it (None is not a layout
         choice), etp only on an MoE model (so that `rlsim run` given the layout trains the same one)."""
         out = asdict(self)
-        for key in ("sequence_parallel", "etp"):
+        for key in ("sequence_parallel", "etp", "zero_shard_size"):
             if out[key] is None:
                 del out[key]
         return out

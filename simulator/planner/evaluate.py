@@ -78,7 +78,8 @@ class TrainingEvaluator:
     def layout(self, c: TrainChoice) -> TrainLayout:
         sp = self.sequence_parallel if c.sequence_parallel is None else c.sequence_parallel
         return TrainLayout(tp=c.tp, pp=c.pp, vpp=c.vpp, dp=c.dp, ep=c.ep, cp=c.cp, zero=c.zero,
-                           recompute=c.recompute, micro_batch=c.micro_batch, sequence_parallel=sp, etp=c.etp)
+                           recompute=c.recompute, micro_batch=c.micro_batch, sequence_parallel=sp, etp=c.etp,
+                           zero_shard_size=c.zero_shard_size)
 
     def cost(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
         layout = self.layout(c)

@@ -7,6 +7,7 @@ pass closed-form fakes.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -61,6 +62,9 @@ class SearchSpace(StrictModel):
     # with their own TP size, so EP x etp divides TP x CP x DP); None: etp = tp, Megatron-Core's default
     # (expert_tensor_parallel_size unset). Dense models have no expert layers: not searched there.
     etp: list[Size] | None = None
+    # ZeRO shard-group sizes tried beside sharding over all dp x cp ranks (HSDP, TrainLayout.zero_shard_size),
+    # e.g. [8]: one node of DGX; a size must divide dp x cp and its copies the expert-DP group. None: not searched.
+    zero_shard_size: list[Size] | None = None
     # DP x micro_batch must divide the global batch. A re-plan relaxes it: the last micro-batch
     # round is then partial and replicas get uneven counts (llm/training.py's sampler handles it).
     exact_batch: bool = True
@@ -115,6 +119,7 @@ def neighbourhood(current: TrainChoice, model: Any) -> SearchSpace:
                        etp=None if current.etp is None else [current.etp],
                        zero=sorted({current.zero, 1, 2}), recompute=["none", "selective", "full"],
                        micro_batch=sorted({current.micro_batch, 1}), exact_batch=False,
+                       zero_shard_size=None if current.zero_shard_size is None else [current.zero_shard_size],
                        uneven_pp=int(model.num_layers) % current.pp != 0)
 
 
@@ -139,7 +144,8 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
     `uneven_pp` and VPP = 1); VPP > 1 needs
     PP > 1 and the micro-batch count divisible by PP; 2*CP divides the sequence (load-balanced
     causal split); EP divides the experts and EP x etp divides TP x DP x CP (etp = tp unless the space gives etp); DP*micro_batch divides the global batch;
-    ZeRO > 0 needs DP > 1 (otherwise it equals ZeRO 0).
+    ZeRO > 0 needs DP > 1 (otherwise it equals ZeRO 0); each `zero_shard_size` below dp x cp that
+    divides it (and whose copies divide the expert-DP group) adds the layout sharded within such groups.
     """
     space = space or SearchSpace()
     pruned: Counter = Counter()
@@ -198,13 +204,31 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
             pruned["sp_without_tp"] += 1
             continue
         out.append(TrainChoice(tp, pp, vpp, dp, ep, cp, zero, rc, mb, sp, etp))
+        if zero > 0:
+            out.extend(_sharded_within_groups(out[-1], space.zero_shard_size or [], experts > 1, pruned))
     return out, pruned
+
+
+def _sharded_within_groups(choice: TrainChoice, sizes: Sequence[int], moe: bool, pruned: Counter) -> list[TrainChoice]:
+    """`choice` with its ZeRO state sharded within groups of each size (TrainLayout.check_zero_shard's
+    rule); a size of the whole dp x cp group or above is `choice` itself."""
+    group = choice.dp * choice.cp
+    expert_dp = choice.tp * group // ((choice.etp or choice.tp) * choice.ep) if moe else group
+    out = []
+    for size in sizes:
+        if size >= group:
+            continue
+        if group % size or expert_dp % (group // size):
+            pruned["zero_shard"] += 1
+            continue
+        out.append(dataclasses.replace(choice, zero_shard_size=size))
+    return out
 
 
 def _structure(choice: TrainChoice) -> tuple:
     """Everything but recompute: the group inside which recompute dominance applies."""
     return (choice.tp, choice.pp, choice.vpp, choice.dp, choice.ep, choice.cp, choice.zero, choice.micro_batch,
-            choice.sequence_parallel, choice.etp)
+            choice.sequence_parallel, choice.etp, choice.zero_shard_size or 0)
 
 
 def _placements(topology: Any, ranks: Sequence[int], c: TrainChoice) -> list[Placement]:

@@ -274,3 +274,22 @@ def test_plan_refuses_switch_keys_it_does_not_read_and_a_resident_engine_off_a_s
     assert "field 'schedule.switch.overhead_s'" in capsys.readouterr().err
     assert main(["plan", str(path), "--top", "1", "--global-batch", "64", "--seq-len", "512",
                  "--set", "schedule.switch.engine_resident=true"]) == 2
+
+
+def test_plan_takes_the_scenarios_planner_section_under_the_set_items(tmp_path, capsys):
+    """The scenario's planner: section (what layout: auto plans with) is the plan's; --set items lay
+    over it key by key. It was read past: only --set planner.* reached the search."""
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 4}\nworkload: {preset: grpo-qwen2.5-7b}\n"
+                        "planner: {space: {tp: [1, 2], cp: [1], vpp: [1], zero_shard_size: [8]}}\n")
+
+    def layouts(*argv: str) -> list[dict]:
+        assert main(["plan", str(scenario), "--json", "--top", "400", *argv]) == 0
+        return [row["layout"] for row in json.loads(capsys.readouterr().out)]
+
+    planned = layouts()
+    assert {lay["cp"] for lay in planned} == {1} and {lay["vpp"] for lay in planned} == {1}
+    assert {lay["tp"] for lay in planned} <= {1, 2}
+    assert any(lay.get("zero_shard_size") == 8 for lay in planned)
+    widened = layouts("--set", "planner.space.cp=[1,2]")
+    assert {lay["cp"] for lay in widened} == {1, 2} and {lay["vpp"] for lay in widened} == {1}

@@ -116,6 +116,9 @@ def test_uneven_pipeline_splits_only_when_asked_and_never_interleaved():
     from simulator.planner.search import TrainChoice, neighbourhood
     assert neighbourhood(TrainChoice(8, 6, 1, 8, 4, 1, 1, "full", 1), model).uneven_pp
     assert not neighbourhood(TrainChoice(8, 1, 1, 8, 4, 1, 1, "full", 1), model).uneven_pp
+    # and keeps a running HSDP layout's shard-group size beside full sharding
+    assert neighbourhood(TrainChoice(8, 1, 1, 8, 4, 1, 1, "full", 1, zero_shard_size=4), model).zero_shard_size == [4]
+    assert neighbourhood(TrainChoice(8, 1, 1, 8, 4, 1, 1, "full", 1), model).zero_shard_size is None
 
 
 def test_moe_enumerates_expert_parallel_dividing_experts_and_dp():
@@ -141,6 +144,25 @@ def test_moe_layouts_carry_their_expert_tp_and_fold_experts_when_the_space_gives
     with pytest.raises(RlsimError, match="experts") as exc:   # a dense model: it would be read past
         enumerate_train_choices(FakeModel(), 64, 128, 4096, SearchSpace(etp=[1]))
     assert exc.value.field == "planner.space.etp"
+
+
+def test_shard_group_sizes_add_hsdp_layouts_where_they_divide():
+    """planner.space.zero_shard_size: each ZeRO layout also sharded within groups of each size that
+    divides dp x cp below it (its copies dividing the expert-DP group); ZeRO 0 gets none."""
+    space = SearchSpace(tp=[1, 2], micro_batch=[1], zero=[0, 1], recompute=["none"], vpp=[1], cp=[1], pp=[1])
+    base, _ = enumerate_train_choices(FakeModel(), 32, 128, 4096, space)
+    sharded, pruned = enumerate_train_choices(FakeModel(), 32, 128, 4096,
+                                              space.model_copy(update={"zero_shard_size": [8, 12, 32]}))
+    extra = [c for c in sharded if c.zero_shard_size is not None]
+    assert {(c.tp, c.dp, c.zero, c.zero_shard_size) for c in extra} == {(1, 32, 1, 8), (2, 16, 1, 8)}
+    assert [c for c in sharded if c.zero_shard_size is None] == base
+    assert pruned["zero_shard"] == 2                      # 12 divides neither 32 nor 16; 32 is all of dp 32
+    assert extra[0].as_dict()["zero_shard_size"] == 8 and "zero_shard_size" not in base[0].as_dict()
+    # MoE: dp 32 (tp 1), ep 8 -> expert-DP 4; shard 4 makes 8 copies, which do not divide it
+    moe, pruned = enumerate_train_choices(FakeModel(num_experts=64), 32, 128, 4096,
+                                          SearchSpace(tp=[1], pp=[1], cp=[1], vpp=[1], ep=[8], micro_batch=[1],
+                                                      zero=[1], recompute=["none"], zero_shard_size=[4, 8]))
+    assert [c.zero_shard_size for c in moe] == [None, 8] and pruned["zero_shard"] == 1
 
 
 def _fake_evaluator(topo: FakeTopology, hbm_limit: float = 1e9):
