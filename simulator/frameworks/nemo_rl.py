@@ -119,8 +119,12 @@ RULES: dict[str, Rule] = {
     "policy.dtensor_cfg.context_parallel_size": mapped("workload.train_layout.cp"),
     "policy.dtensor_cfg.sequence_parallel": mapped("workload.train_layout.sequence_parallel"),
     "policy.dtensor_cfg.activation_checkpointing": mapped("workload.train_layout.recompute"),
-    "policy.dtensor_cfg.*": unsupported("DTensor / FSDP2 costs are not modelled (issue 12): priced as ZeRO-3"),
-    "policy.dtensor_cfg.cpu_offload": unsupported("offload to host is not modelled", neutral=False),
+    "policy.dtensor_cfg.*": unsupported("DTensor's other options (custom parallel plans, ...) are not modelled; its "
+                                        "FSDP2 sharding is priced as ZeRO-3 over the dp x cp ranks (per-layer "
+                                        "all-gathers and reduce-scatters, workload.train_params.comm.fsdp_*)"),
+    "policy.dtensor_cfg.cpu_offload": unsupported("FSDP2's CPUOffloadPolicy (parameters and gradients on the "
+                                                 "host, copied per layer and micro-batch; the optimizer step on the "
+                                                 "CPU) is not modelled", neutral=False),
     f"{_M}.enabled": mapped("workload.train_layout", "Megatron: its TP/PP/EP/CP"),
     f"{_M}.tensor_model_parallel_size": mapped("workload.train_layout.tp"),
     f"{_M}.pipeline_model_parallel_size": mapped("workload.train_layout.pp"),
@@ -405,7 +409,8 @@ def _train_layout(v: Values) -> dict[str, Any]:
                 layout[rl] = value
         return layout
     d = "policy.dtensor_cfg"
-    v.result.notes.append("DTensor training: priced as ZeRO-3 with tp / cp from dtensor_cfg (FSDP2 costs: issue 12)")
+    v.result.notes.append("DTensor training: FSDP2 priced as ZeRO-3 over the dp x cp ranks (per-layer parameter "
+                          "all-gathers and gradient reduce-scatters), tp / cp from dtensor_cfg")
     return {"tp": v.whole(f"{d}.tensor_parallel_size", 1), "cp": v.whole(f"{d}.context_parallel_size", 1),
             "pp": 1, "zero": 3, "micro_batch": micro,
             "recompute": "full" if v.flag(f"{d}.activation_checkpointing") else "none",
