@@ -502,7 +502,8 @@ FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py
 # verl fully_async_policy (../shared/reference/frameworks.md), NeMo RL async GRPO, AReaL.
 VERL_ASYNC_KNOBS = frozenset({"require_batches", "trigger_parameter_sync_step", "staleness_threshold",
                               "max_inflight_prompts_per_server", "partial_rollout"})
-NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates", "async_engine"})
+NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates", "async_engine",
+                              "recompute_kv_after_update"})
 AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
@@ -650,6 +651,11 @@ class ScheduleConfig(_Strict):
     # let the engine take new weights between decode steps instead of draining (frameworks.md).
     max_trajectory_age_steps: int = Field(1, ge=1, le=64)
     in_flight_weight_updates: bool = False
+    # NeMo RL grpo.async_grpo.recompute_kv_cache_after_weight_updates: after an in-flight update the
+    # engine recomputes the KV of the sequences it holds under the new weights, i.e. re-prefills each
+    # one's prompt and tokens so far (frameworks.md: "a sequence that resumes after a sync ...
+    # re-prefills its whole prefix"); false: the KV is kept.
+    recompute_kv_after_update: bool = False
     # NeMo RL async GRPO with vLLM's async engine (vllm_cfg.async_engine; its AsyncTrajectoryCollector
     # submits every prompt group of a batch on its own as soon as the age bound admits the batch): an
     # engine starting its next plan takes every round the bound admits at that moment, queued in
@@ -718,6 +724,16 @@ class ScheduleConfig(_Strict):
             raise ValueError("applies to fuse: actor (the share of devices of its aux pool for the reference, reward "
                              "and critic); fuse: full runs them on the actor's devices: remove schedule.aux_fraction, "
                              "or set schedule.fuse: actor")
+        return value
+
+    @field_validator("recompute_kv_after_update", mode="after")
+    @classmethod
+    def _recompute_needs_in_flight(cls, value: bool, info: ValidationInfo) -> bool:
+        """Only an in-flight update finds sequences mid-generation: without it the engines drain first."""
+        if value and not (info.data or {}).get("in_flight_weight_updates", False):
+            raise ValueError("applies only with schedule.in_flight_weight_updates: true (without them the engines "
+                             "drain before an update, holding no KV to recompute); remove it, or set "
+                             "in_flight_weight_updates: true")
         return value
 
     @field_validator("length_budget", mode="after")

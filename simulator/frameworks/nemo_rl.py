@@ -73,8 +73,9 @@ RULES: dict[str, Rule] = {
     "grpo.async_grpo.enabled": mapped("schedule.kind", "true: nemo-rl-async"),
     "grpo.async_grpo.max_trajectory_age_steps": mapped("schedule.max_trajectory_age_steps"),
     "grpo.async_grpo.in_flight_weight_updates": mapped("schedule.in_flight_weight_updates"),
-    "grpo.async_grpo.recompute_kv_cache_after_weight_updates": unsupported(
-        "re-prefill after an in-flight update is not modelled", neutral=False),
+    "grpo.async_grpo.recompute_kv_cache_after_weight_updates": mapped(
+        "schedule.recompute_kv_after_update", "with in-flight updates: the engines re-prefill every unfinished "
+        "sequence's prompt and tokens so far after each update"),
     "grpo.use_dynamic_sampling": mapped("workload.dynamic_sampling"),
     "grpo.batch_multiplier": mapped("workload.dynamic_sampling.gen_prompts", "num_prompts_per_step x multiplier"),
     "grpo.dynamic_sampling_max_gen_batches": mapped("workload.dynamic_sampling.max_gen_batches"),
@@ -457,10 +458,21 @@ def _schedule(v: Values, kind: str, w: dict[str, Any], decided: dict[str, tuple[
             # grpo_train runs each generation batch inside prepare_for_generation / finish_generation
             # (cited from memory of the public code): vLLM sleeps after a batch and wakes for the next
             s["between_gen_batches"] = "sleep"
+    if kind != "nemo-rl-async":
+        for key in ("max_trajectory_age_steps", "in_flight_weight_updates", "recompute_kv_cache_after_weight_updates"):
+            if v.given(f"grpo.async_grpo.{key}"):
+                decided[f"grpo.async_grpo.{key}"] = ("ignored", "used only by async GRPO (grpo.async_grpo.enabled: "
+                                                                "true); this recipe trains on-policy")
     if kind == "nemo-rl-async":
         age = "grpo.async_grpo.max_trajectory_age_steps"
         s["max_trajectory_age_steps"] = v.count(age)
         s["in_flight_weight_updates"] = v.flag("grpo.async_grpo.in_flight_weight_updates")
+        recompute = "grpo.async_grpo.recompute_kv_cache_after_weight_updates"
+        if v.flag(recompute) and s["in_flight_weight_updates"]:
+            s["recompute_kv_after_update"] = True
+        elif v.flag(recompute):
+            decided[recompute] = ("ignored", "used only with in_flight_weight_updates (an update without them waits "
+                                             "for the engines to drain: no KV is held to recompute)")
         s["async_engine"] = v.flag(f"{_V}.async_engine")
         decided[f"{_V}.async_engine"] = ("mapped", "schedule.async_engine: rounds the age bound admits share the engine; "
                                                "workload.engine vllm-v1-async")

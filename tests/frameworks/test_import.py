@@ -654,6 +654,25 @@ def test_verl_fsdp_size_below_the_world_is_hsdp(capsys, tmp_path):
     assert json.loads(out)["layouts"]["train"]["zero_shard_size"] == 8
 
 
+def test_nemo_rl_kv_recompute_after_in_flight_updates_is_mapped(capsys, tmp_path):
+    key = "grpo.async_grpo.recompute_kv_cache_after_weight_updates"
+    config = "nemo-rl-grpo-llama3.1-8b-async-1off.yaml"     # in-flight updates on
+    code, printed, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / config), f"{key}=true", "--print-scenario")
+    assert code == 0, err
+    path = tmp_path / "printed.yaml"
+    path.write_text(printed)
+    assert load_scenario(path).schedule.recompute_kv_after_update is True
+    code, out, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / config), f"{key}=true",
+                         "grpo.async_grpo.in_flight_weight_updates=false", "--iterations", "1", "--json")
+    assert code == 0, err
+    report = json.loads(out)["framework_import"]
+    assert "in_flight_weight_updates" in report["ignored"][key]
+    code, out, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"), f"{key}=true",
+                         "--iterations", "1", "--json")                 # on-policy: the async keys read nothing
+    assert code == 0, err
+    assert "on-policy" in json.loads(out)["framework_import"]["ignored"][key]
+
+
 def test_nemo_rl_fp8_kv_cache_maps_onto_the_kv_dtype(capsys, tmp_path):
     # it was refused ("not mapped") though the engine prices an fp8 KV cache (rollout_layout.kv_dtype)
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",

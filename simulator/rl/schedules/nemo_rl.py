@@ -11,7 +11,9 @@
   waits until every instance has drained its in-flight batch (no instance starts a new one
   meanwhile), and that wait is on the trainer's critical path. With it, the update happens as
   soon as the trainer is done: each instance's engine pauses between decode steps for the weight
-  load and continues its sequences with their KV kept (no re-prefill) under the new version.
+  load and continues its sequences with their KV kept (no re-prefill) under the new version; with
+  ``recompute_kv_after_update`` (NeMo RL's recompute_kv_cache_after_weight_updates) it re-prefills
+  each unfinished sequence's prompt and tokens so far after the load, a new engine run of them.
 - Step k trains the trajectories generated for it (round k), waiting until all of them are in:
   NeMo RL's replay buffer tags each trajectory group with the step it was generated for and serves
   a step only those, stalling until enough are ready ("Only select trajectories intended for the
@@ -97,7 +99,13 @@ class NemoInstance(SegmentedInstance):
         if self.plan is not None:
             plan = self.plan
             carry = self.commit(stop_at=t)
-            self.plan, self.carry = continuation(plan, carry, t - plan.t0, t + sync_s, version), SeqBatch.empty()
+            if self.run_.ctx.sched.recompute_kv_after_update:   # the carried prefixes re-prefilled
+                self.plan = self.run_.ctx.gen.plan(carry, t + sync_s, version, clock.ranks)
+                self.plan.streamed = plan.streamed
+                self.plan.returns_together = plan.returns_together
+            else:
+                self.plan = continuation(plan, carry, t - plan.t0, t + sync_s, version)
+            self.carry = SeqBatch.empty()
         else:
             clock.idle("dependency", t, k)
         clock.busy("sync", t + sync_s, k, label="weight_sync (in flight)" if self.plan else "weight_sync",

@@ -99,6 +99,26 @@ def test_in_flight_update_keeps_the_kv_no_re_prefill(monkeypatch):
     assert seen and sum(seen) == 0
 
 
+def test_recompute_kv_after_update_re_prefills_the_carried_prefixes(monkeypatch):
+    """NeMo RL's recompute_kv_cache_after_weight_updates: at an in-flight update every unfinished
+    sequence re-prefills its prompt and tokens so far (a new plan of the carry), so the re-prefilled
+    tokens are those the cut sequences had generated, and the run is never faster than keeping the KV."""
+    seen = count_reprefill(monkeypatch)
+    c = gen_bound_costs(prefill_s_per_token=1e-5)
+    kept = run(scenario("nemo-rl-async", iterations=4, in_flight_weight_updates=True), c)
+    assert sum(seen) == 0
+    recomputed = run(scenario("nemo-rl-async", iterations=4, in_flight_weight_updates=True,
+                              recompute_kv_after_update=True), c)
+    assert sum(seen) > 0                                           # prefixes with generated tokens re-prefilled
+    sm = recomputed[2]
+    assert (sm["first_version"] < sm["version"]).any()
+    check_accounting(sm, 1)
+    assert recomputed[3]["makespan_s"] >= kept[3]["makespan_s"] * (1 - 1e-9)
+    with pytest.raises(simulator.RlsimError) as err:               # without in-flight updates it reads nothing
+        scenario("nemo-rl-async", iterations=4, recompute_kv_after_update=True)
+    assert err.value.field == "schedule.recompute_kv_after_update"
+
+
 def test_continuation_is_the_same_engine_run_paused_for_the_weight_load():
     sc = scenario("nemo-rl-async", iterations=1)
     c = FakeCosts(instance_max_seqs=4)
