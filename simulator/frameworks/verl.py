@@ -756,6 +756,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 "ignored", "with staleness_threshold 0 the Rollouter starts no more than a version consumes, so a "
                 "sync finds no request in flight to cancel")
     _micro_batching(v, s, w["train_layout"], decided)
+    _reference_micro_batches(v, bool(w.get("reference")), decided)
     s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
     return s
 
@@ -811,6 +812,43 @@ def _log_prob_micro_batches(v: Values, s: dict[str, Any], layout: dict[str, Any]
         decided[f"{r}.log_prob_max_token_len_per_gpu"] = ("ignored", "used only with log_prob_use_dynamic_bsz: true")
     if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
         s["forward_micro_batch"] = v.count(f"{r}.log_prob_micro_batch_size_per_gpu")
+
+
+_REF_BATCHING = ("log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu")
+
+
+def _forward_batching(v: Values, role: str) -> tuple[bool, int | None]:
+    """(token budget or not, its tokens or the samples a micro-batch) of a log-prob pass as verl reads
+    `role`'s keys (rollout: the old log-probs; ref: the reference): log_prob_use_dynamic_bsz and
+    log_prob_max_token_len_per_gpu default to the actor's use_dynamic_bsz and ppo_max_token_len_per_gpu
+    (trainer/config/rollout/rollout.yaml and ref/ref.yaml, 0.6.0)."""
+    key = f"{A}.{role}.log_prob_use_dynamic_bsz"
+    dynamic = v.flag(key) if v.given(key) else v.flag(f"{A}.actor.use_dynamic_bsz")
+    if dynamic:
+        budget = f"{A}.{role}.log_prob_max_token_len_per_gpu"
+        return True, v.count(budget if v.given(budget) else f"{A}.actor.ppo_max_token_len_per_gpu")
+    return False, v.whole(f"{A}.{role}.log_prob_micro_batch_size_per_gpu")
+
+
+def _reference_micro_batches(v: Values, reference: bool, decided: dict[str, tuple[Status, str]]) -> None:
+    """The reference forward's micro-batching (ref.log_prob_*, its own keys in verl) is the old
+    log-prob pass's in rlsim (schedule.forward_micro_batch, train_layout.logprob_max_tokens_per_micro_batch):
+    mapped where the two read the same, unsupported where they differ; ignored without a reference."""
+    given = [f"{A}.ref.{k}" for k in _REF_BATCHING if v.given(f"{A}.ref.{k}")]
+    if not given:
+        return
+    if not reference:
+        why = "no reference forward (use_kl_loss and use_kl_in_reward are off)"
+        decided.update({key: ("ignored", why) for key in given})
+        return
+    if _forward_batching(v, "ref") == _forward_batching(v, "rollout"):
+        why = ("the reference forward takes the old log-prob pass's micro-batching (rollout.log_prob_*), which "
+               "these equal here")
+        decided.update({key: ("mapped", why) for key in given})
+    else:
+        why = ("differs from the old log-prob pass's (rollout.log_prob_*): rlsim's forward passes share one "
+               "micro-batching (schedule.forward_micro_batch, train_layout.logprob_max_tokens_per_micro_batch)")
+        decided.update({key: ("unsupported", why) for key in given})
 
 
 def _check_micro_divides_mini(v: Values, layout: Mapping[str, Any]) -> None:

@@ -33,13 +33,15 @@ def test_colocated_example_runs_to_the_same_json_as_its_hand_written_scenario(ca
     code, imported, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
                               "--iterations", "1", "--json")
     assert code == 0, err
-    assert "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu" in err   # the listing, on stderr
+    assert "actor_rollout_ref.ref.fsdp_config.param_offload" in err      # the listing, on stderr
     code, hand, err = cli(capsys, "run", str(DATA / "verl-grpo-qwen2.5-7b.scenario.yaml"), "--iterations", "1", "--json")
     assert code == 0, err
     doc = json.loads(imported)
     report = doc.pop("framework_import")
     assert json.dumps(doc, indent=2) + "\n" == hand                     # byte for byte, minus the import report
     assert report["framework"] == "verl" and report["source"].endswith("verl-grpo-qwen2.5-7b.yaml")
+    # the reference's micro-batch equals the old log-prob pass's, which rlsim's forward passes share
+    assert "equal" in report["mapped"]["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"]
     # verl forces the FSDP reference's CPU offload whatever the key says: ignored, with the reason
     assert "CPUOffload" in report["ignored"]["actor_rollout_ref.ref.fsdp_config.param_offload"]
     assert report["mapped"]["data.train_batch_size"] == "workload.prompts_per_step"
@@ -634,6 +636,22 @@ def test_verl_ulysses_maps_onto_cp_with_ulysses_all_to_alls(capsys, tmp_path):
                        "actor_rollout_ref.actor.strategy=megatron",
                        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "--print-scenario")
     assert code == 2 and "actor_rollout_ref.actor.ulysses_sequence_parallel_size" in err
+
+
+@pytest.mark.parametrize(("items", "status"), [
+    (("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",), "unsupported"),     # 16 for the old log-probs
+    (("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
+      "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=8192"), "mapped"),          # both default to the actor's
+    (("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096"),
+     "unsupported"),
+    (("actor_rollout_ref.actor.use_kl_loss=false",), "ignored"),                        # no reference forward
+])
+def test_verl_reference_micro_batching_is_the_old_log_prob_passes_where_equal(capsys, items, status):
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), *items, "--iterations", "1", "--json")
+    assert code == 0, err
+    report = json.loads(out)["framework_import"]
+    ref_keys = [k for k in report[status] if k.startswith("actor_rollout_ref.ref.log_prob")]
+    assert ref_keys, report
 
 
 def test_verl_fsdp_size_below_the_world_is_hsdp(capsys, tmp_path):
