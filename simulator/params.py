@@ -258,6 +258,24 @@ class MemoryParams(StrictModel):
     # backward, and its unsharded gradients from the head's backward to the end. False: gathered
     # and freed like a layer (counted in neither).
     zero3_outer_gathered: bool = True
+    # torch FSDP2 fully_shard(reshard_after_forward=...) (verl fsdp_config.reshard_after_forward, read
+    # only by its fsdp2 strategy): False keeps each layer's gathered parameters from its forward
+    # through its backward, so the backward gathers nothing (one all-gather per layer and micro-batch,
+    # not two: llm/training.py), and at the backward's peak every layer of the stage is whole on the
+    # device beside the computing layer's gradient (the working set above: zero3_prefetch_layers is
+    # then not read). True: FSDP's default, each layer resharded after its forward.
+    zero3_reshard_after_forward: bool = True
+
+    @field_validator("zero3_reshard_after_forward", mode="after")
+    @classmethod
+    def _prefetch_needs_resharding(cls, value: bool, info: ValidationInfo) -> bool:
+        """Layers gathered ahead exist only where each layer is resharded after its forward."""
+        prefetch = (info.data or {}).get("zero3_prefetch_layers")
+        if not value and prefetch is not None and prefetch != cls.model_fields["zero3_prefetch_layers"].default:
+            raise ValueError("false keeps every layer whole from its forward, so zero3_prefetch_layers (layers "
+                             "gathered ahead) is not read: remove zero3_prefetch_layers, or keep "
+                             "zero3_reshard_after_forward: true")
+        return value
 
 
 class CommParams(StrictModel):
@@ -848,7 +866,8 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
 }
 # train_params.memory knobs that only ZeRO-3 reads (llm/memory.py, the gathered working set): the
 # same rule as LAYOUT_GATED_COMM.
-LAYOUT_GATED_MEMORY: dict[str, LayoutGate] = dict.fromkeys(("zero3_prefetch_layers", "zero3_outer_gathered"), LayoutGate(
+LAYOUT_GATED_MEMORY: dict[str, LayoutGate] = dict.fromkeys(("zero3_prefetch_layers", "zero3_outer_gathered",
+                                                            "zero3_reshard_after_forward"), LayoutGate(
     lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
     "the whole parameters and gradients FSDP / ZeRO-3 hold beside their shards", "set workload.train_layout.zero: 3"))
 

@@ -194,6 +194,13 @@ RULES: dict[str, Rule] = {
                                                "trainer's world, HSDP (create_device_mesh: a (ddp, fsdp) mesh): "
                                                "states sharded over fsdp_size consecutive ranks, replicated across; "
                                                "-1 or the world or more: over all ranks"),
+    f"{A}.actor.fsdp_config.reshard_after_forward": mapped(
+        "workload.train_params.memory.zero3_reshard_after_forward", "fsdp2 (fully_shard's reshard_after_forward): false "
+        "keeps each layer whole from its forward through its backward, which then gathers nothing; the fsdp "
+        "strategy (FSDP1) does not read it"),
+    f"{A}.actor.fsdp_config.mixed_precision.reduce_dtype": mapped(
+        "workload.train_params.comm.grad_reduce_bytes_per_param", "the dtype FSDP reduces gradients in (verl's "
+        "default fp32: 4 bytes)"),
     f"{A}.actor.fsdp_config.model_dtype": mapped("schedule.refit_gather_bytes_per_param",
                                                  "the dtype of the actor's sharded parameters (verl's default fp32), "
                                                  "each gathered whole over the FSDP group at every refit"),
@@ -439,6 +446,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     w["rollout_layout"] = _rollout_layout(v, decided)
     _engine_and_offload(v, w, decided)
+    _fsdp_params(v, w, decided)
     mode = v(f"{A}.rollout.mode")
     if mode is not None and mode not in ROLLOUT_MODES:   # verl's own check: sync or async only
         raise RlsimError(f"unknown rollout mode {mode!r}", source=src, field=f"{A}.rollout.mode",
@@ -608,6 +616,29 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
         offload["pageable"] = True
     if offload:
         w["train_params"] = {"offload": offload}
+
+
+def _fsdp_params(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """The FSDP actor's reshard_after_forward (fsdp2's fully_shard kwarg; FSDP1 never reads it, verl
+    0.6.0 workers/fsdp_workers.py) and the dtype of its gradient reduction (MixedPrecision's
+    reduce_dtype, fp32 by default there), onto workload.train_params."""
+    strategy = str(v(f"{A}.actor.strategy"))
+    if strategy not in ("fsdp", "fsdp2"):
+        return
+    reshard = f"{A}.actor.fsdp_config.reshard_after_forward"
+    if v.given(reshard) and strategy == "fsdp":
+        decided[reshard] = ("ignored", "the fsdp strategy (FSDP1, FULL_SHARD / HYBRID_SHARD) does not read it; fsdp2 "
+                                       "does")
+    elif v.given(reshard) and not v.flag(reshard):
+        w.setdefault("train_params", {}).setdefault("memory", {})["zero3_reshard_after_forward"] = False
+    reduce = f"{A}.actor.fsdp_config.mixed_precision.reduce_dtype"
+    if v.given(reduce):
+        dtype = str(v(reduce)).lower()
+        if dtype not in MODEL_DTYPES:
+            raise RlsimError(f"unknown reduce_dtype {dtype!r}", source=v.result.source, field=reduce,
+                             fix=f"give one of {', '.join(sorted(MODEL_DTYPES))}")
+        w.setdefault("train_params", {}).setdefault("comm", {})["grad_reduce_bytes_per_param"] = \
+            DTYPE_BYTES[MODEL_DTYPES[dtype]]
 
 
 def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[str, tuple[Status, str]]) -> None:

@@ -166,7 +166,8 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         if layout.recompute == "full":  # one layer's full activations are rebuilt during its backward
             acts += tokens * rebuilt
         logits = tokens * float(model.vocab) / tp * params.logits_bytes_per_elem if s == pp - 1 else 0.0
-        gathered = zero3_working_set_bytes(largest_layer, outer, params) if layout.zero >= 3 else 0.0
+        gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
+            if layout.zero >= 3 else 0.0
         cand = MemoryBreakdown(s, weights, grads, optim, acts, logits,
                                capacity_hbm_bytes * params.hbm_usable_fraction, gathered)
         if best is None or cand.total_bytes > best.total_bytes:
@@ -221,13 +222,19 @@ def _in_flight_cached(act_per_chunk: tuple[float, ...], pp: int, vpp: int, m: in
     return _in_flight_activations(list(act_per_chunk), pp, vpp, m, stage)
 
 
-def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, params: MemoryParams) -> float:
+def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, params: MemoryParams,
+                            stage_layer_params: float = 0.0) -> float:
     """Whole parameters and gradients ZeRO-3 / FSDP hold beside the shards on one device at the
     backward's peak (MemoryParams.zero3_*): the computing layer's parameters and gradient, the
     zero3_prefetch_layers gathered ahead (each taken at the stage's largest layer, per device after
     TP / EP), and with zero3_outer_gathered the root unit's embedding / head parameters and
-    gradients; all in the weights' dtype."""
-    layers = (2 + params.zero3_prefetch_layers) * largest_layer_params
+    gradients; all in the weights' dtype. Without zero3_reshard_after_forward every layer of the
+    stage (`stage_layer_params`, per device after TP / EP) stays whole from its forward, beside the
+    computing layer's gradient."""
+    if params.zero3_reshard_after_forward:
+        layers = (2 + params.zero3_prefetch_layers) * largest_layer_params
+    else:
+        layers = max(stage_layer_params, largest_layer_params) + largest_layer_params
     root = 2 * outer_params if params.zero3_outer_gathered else 0.0
     return params.weight_bytes_per_param * (layers + root)
 

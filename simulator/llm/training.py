@@ -555,9 +555,10 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         fwd["ep"] = bwd["ep"] = t
     if layout.zero >= 3:
         gather, reduce = _fsdp_layer_comm(layer, layout, groups, stage, comm, params)
-        if gather > 0 or reduce > 0:
+        if gather > 0 or reduce > 0:   # the backward re-gathers a layer resharded after its forward
             fwd["dp"] = np.full_like(tokens_local, gather)
-            bwd["dp"] = np.full_like(tokens_local, gather + reduce)
+            again = gather if params.memory.zero3_reshard_after_forward else 0.0
+            bwd["dp"] = np.full_like(tokens_local, again + reduce)
     return _LayerCost(times.fwd_s, times.bwd_s, times.attn_fwd_s, fwd, bwd)
 
 

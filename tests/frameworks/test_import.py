@@ -654,6 +654,22 @@ def test_verl_reference_micro_batching_is_the_old_log_prob_passes_where_equal(ca
     assert ref_keys, report
 
 
+def test_verl_fsdp2_reshard_after_forward_and_the_reduce_dtype_are_mapped(capsys, tmp_path):
+    fsdp2 = ("actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false",
+             "+actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16")
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, *fsdp2)
+    assert workload.train_params.memory.zero3_reshard_after_forward is False
+    assert workload.train_params.comm.grad_reduce_bytes_per_param == 2
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), "actor_rollout_ref.actor.strategy=fsdp",
+                         "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false", "--iterations", "1", "--json")
+    assert code == 0, err                                # FSDP1 does not read it: ignored, and the default runs
+    doc = json.loads(out)
+    assert "FSDP1" in doc["framework_import"]["ignored"]["actor_rollout_ref.actor.fsdp_config.reshard_after_forward"]
+    code, _, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL),
+                       "+actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=int8", "--print-scenario")
+    assert code == 2 and "reduce_dtype" in err and "Traceback" not in err
+
+
 def test_verl_fsdp_size_below_the_world_is_hsdp(capsys, tmp_path):
     """verl's create_device_mesh: fsdp_size between 1 and the world runs HSDP (a (ddp, fsdp) mesh):
     train_layout.zero_shard_size; -1 or the world or more shards over all ranks."""

@@ -118,3 +118,29 @@ def test_zero1_sync_and_optimizer_follow_the_shard_group():
     assert hsdp.comm_exposed_s["dp"] == pytest.approx(expected, rel=1e-9)
     assert hsdp.optimizer_s == pytest.approx(2 * flat.optimizer_s, rel=1e-12)
     assert hsdp.compute_s == pytest.approx(flat.compute_s, rel=1e-12)
+
+
+def test_without_reshard_after_forward_the_backward_gathers_nothing_and_every_layer_stays_whole():
+    """FSDP2 reshard_after_forward=False (memory.zero3_reshard_after_forward): one all-gather per
+    layer and micro-batch (the forward's) instead of two, and at the backward's peak the stage's
+    every layer is whole beside the computing layer's gradient and the root unit."""
+    from simulator.llm.layer_costs import embedding_params
+    from simulator.params import MemoryParams
+
+    one_node = load_topology({"preset": "dgx-h100", "nodes": 1})
+    lay, seqs = TrainLayout(dp=8, zero=3, recompute="full"), uniform_sequences(32, 1024)
+    comm = CommParams(fsdp_gather_overlap_fraction=0.0, fsdp_reduce_overlap_fraction=1.0)
+    resharded = train_step_cost(QWEN, lay, one_node, sequences=seqs, params=TrainParams(comm=comm))
+    kept = train_step_cost(QWEN, lay, one_node, sequences=seqs,
+                           params=TrainParams(comm=comm, memory=MemoryParams(zero3_reshard_after_forward=False)))
+    net, ranks = CollectiveModel(one_node), list(range(8))
+    outer = sum(embedding_params(QWEN))      # the root unit, synced once after the flush
+    after_flush = (net.cost("reduce_scatter", ranks, outer * CommParams().grad_reduce_bytes_per_param).time_s
+                   + net.cost("all_gather", ranks, outer * 2.0).time_s)
+    assert resharded.comm_exposed_s["dp"] - after_flush == pytest.approx(
+        2 * (kept.comm_exposed_s["dp"] - after_flush), rel=1e-9)
+    assert kept.step_time_s < resharded.step_time_s
+    layer = layer_shapes(QWEN)[0].dense_params
+    whole = memory_per_device(QWEN, TrainLayout(dp=8, zero=3), 2048, BIG,
+                              params=MemoryParams(zero3_reshard_after_forward=False)).gathered_bytes
+    assert whole == pytest.approx(2.0 * ((QWEN.num_layers + 1) * layer + 2 * outer), rel=1e-12)
