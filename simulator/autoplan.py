@@ -25,6 +25,7 @@ from .errors import RlsimError
 from .hardware.devices import distinct_devices
 from .llm.architecture import ModelSpec, load_model
 from .llm.inference import RolloutLayout
+from .llm.layer_costs import with_lora
 from .llm.lengths import LengthDistribution
 from .llm.train_layout import TrainLayout
 from .network.collectives import parse_group
@@ -334,7 +335,7 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
     _check_planner_keys_apply(sc)
     if w.train_layout != "auto" and w.rollout_layout != "auto":
         return out
-    model: ModelSpec = load_model(w.model, field="workload.model", source=sc.source)
+    model: ModelSpec = with_lora(load_model(w.model, field="workload.model", source=sc.source), w.lora, sc.source)
     roll_ranks, train_ranks = planning_ranks(sc, topology.num_devices)
     if w.train_layout == "auto":    # first: a colocated engine is sized beside its resident state
         batch, row = train_batch(sc)
@@ -409,7 +410,8 @@ class PlannerReplanner:
 
     def __init__(self, sc: Scenario, topology: Any):
         self.sc, self.topology = sc, topology
-        self.model = load_model(sc.workload.model, field="workload.model", source=sc.source)
+        self.model = with_lora(load_model(sc.workload.model, field="workload.model", source=sc.source),
+                               sc.workload.lora, sc.source)
         self.settings = planner_settings(sc.planner, source=sc.source)
         rec = sc.schedule.recovery
         self.recovery = RecoveryParams(drop_whole_node=rec.drop_whole_node, restart_s=rec.restart_s,

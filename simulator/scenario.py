@@ -84,6 +84,21 @@ class DynamicSampling(_Strict):
     max_gen_batches: int | None = Field(None, ge=1)
 
 
+class LoraSpec(_Strict):
+    """LoRA training of the actor (arXiv 2106.09685; verl actor_rollout_ref.model.lora_rank /
+    target_modules): its base weights frozen (no weight gradient, gradient sync or optimizer state,
+    the embedding and head included), rank-`rank` adapters beside the `targets` matmuls trained
+    (llm/layer_costs.py). The reference forward runs the base model (verl's ref_in_actor: the actor
+    with its adapters disabled)."""
+    rank: int = Field(gt=0)
+    # The layer matmuls adapted, by llm/layer_costs.py's names (qkv, o, mlp_up, mlp_down, router,
+    # expert_up, expert_down, shared_up, shared_down, q_down, q_up, kv_down, kv_up, q, mamba_in,
+    # mamba_out: those the model has) or their Hugging Face modules (q_proj, k_proj, v_proj, o_proj,
+    # gate_proj, up_proj, down_proj, ...: PEFT's target_modules), or "all-linear" (every one: PEFT's
+    # all-linear, which leaves out the output head).
+    targets: list[str] | Literal["all-linear"] = "all-linear"
+
+
 # The rule verifier's CPU-time fields (rl/llm_costs.py LlmCosts.reward_cpu_s)
 RULE_COST_KEYS = ("cpu_s_per_sample", "cpu_s_per_token", "capped_cpu_s_per_sample", "capped_cpu_s_per_token")
 
@@ -192,6 +207,7 @@ class WorkloadConfig(_Strict):
     reference: bool | None = None
     reward: RewardSpec = Field(default_factory=RewardSpec)
     critic_model: str | None = None                     # PPO: default = the actor's architecture
+    lora: LoraSpec | None = None                        # LoRA training of the actor; None: full
     dtype: str = "bf16"
 
     @field_validator("train_software")

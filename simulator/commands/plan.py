@@ -278,6 +278,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     from ..autoplan import engine_named, train_space
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
+    from ..llm.layer_costs import with_lora
     from ..planner import plan_rollout, plan_to_target, plan_training, planner_settings
     from ..planner.evaluate import RolloutEvaluator, TrainingEvaluator
 
@@ -285,7 +286,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     topo_over = section(args.overrides, "topology")
     topology = load_topology(inp["topology"], topo_over or None, max_devices=inp["max_devices"],
                              spec_source=inp["topology_source"])
-    model = load_model(inp["model"])
+    # the model as the workload trains it (LoRA adapters beside its frozen base, workload.lora)
+    model = with_lora(load_model(inp["model"]), inp["workload"].lora, inp["scenario"].source)
     planner_keys = _planner_keys(args, inp["scenario"])
     settings = planner_settings(planner_keys, source=inp["scenario"].source or "--set planner")
     w = inp["workload"]   # its train_software, train_params and inference constants

@@ -146,7 +146,11 @@ RULES: dict[str, Rule] = {
     f"{A}.model.enable_gradient_checkpointing": mapped("workload.train_layout.recompute", "true: full, false: none"),
     f"{A}.model.use_remove_padding": mapped("schedule.distqueue.packed", "no padding in payloads and micro-batches"),
     f"{A}.model.enable_activation_offload": unsupported("activation offload to host is not modelled", neutral=False),
-    f"{A}.model.lora_rank": unsupported("LoRA training is not modelled (full fine-tuning)", neutral=0),
+    f"{A}.model.lora_rank": mapped("workload.lora.rank", "fsdp / fsdp2: LoRA adapters of that rank beside the frozen "
+                                   "base (0: full fine-tuning); the megatron workers do not read it"),
+    f"{A}.model.target_modules": mapped("workload.lora.targets", "PEFT's target_modules: all-linear or module names"),
+    f"{A}.model.lora_alpha": ignored("a scale on the adapters' output: no effect on step time"),
+    f"{A}.model.exclude_modules": unsupported("modules left out of the LoRA targets by name are not modelled"),
     f"{A}.model.use_fused_kernels": unsupported("fused log-prob kernels are not modelled", neutral=False),
     **{f"{A}.model.{k}": ignored("model loading options: no effect on step time") for k in (
         "external_lib", "override_config.*", "override_config", "trust_remote_code", "custom_chat_template",
@@ -447,6 +451,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["rollout_layout"] = _rollout_layout(v, decided)
     _engine_and_offload(v, w, decided)
     _fsdp_params(v, w, decided)
+    _lora(v, w, decided)
     mode = v(f"{A}.rollout.mode")
     if mode is not None and mode not in ROLLOUT_MODES:   # verl's own check: sync or async only
         raise RlsimError(f"unknown rollout mode {mode!r}", source=src, field=f"{A}.rollout.mode",
@@ -639,6 +644,31 @@ def _fsdp_params(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, 
                              fix=f"give one of {', '.join(sorted(MODEL_DTYPES))}")
         w.setdefault("train_params", {}).setdefault("comm", {})["grad_reduce_bytes_per_param"] = \
             DTYPE_BYTES[MODEL_DTYPES[dtype]]
+
+
+LORA_NOTE = ("LoRA: the engine serves the adapter (verl passes enable_lora to vLLM) and rlsim does not price its LoRA "
+             "kernels; each refit moves the whole model, as verl does with sleep level 2 (the base weights re-sent "
+             "beside the adapters), where level 1 (layered_summon) sends the adapters only")
+
+
+def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """verl's LoRA (fsdp_workers.py, 0.6.0: get_peft_model on the actor; its reference is the actor
+    with the adapters disabled): workload.lora."""
+    m = f"{A}.model"
+    rank = v(f"{m}.lora_rank")
+    rank = 0 if rank in (None, 0) else positive_int(rank, f"{m}.lora_rank", v.result.source)
+    others = [f"{m}.{k}" for k in ("target_modules", "lora_alpha", "exclude_modules") if v.given(f"{m}.{k}")]
+    if not rank:
+        decided.update({key: ("ignored", "used only with lora_rank > 0") for key in others})
+        return
+    if str(v(f"{A}.actor.strategy")) == "megatron":
+        decided.update({key: ("ignored", "verl's megatron workers do not read it: full fine-tuning")
+                        for key in (f"{m}.lora_rank", *others)})
+        return
+    targets = v(f"{m}.target_modules") or "all-linear"
+    w["lora"] = {"rank": rank, "targets": targets if targets == "all-linear" else
+                 ([str(targets)] if isinstance(targets, str) else [str(t) for t in targets])}
+    v.result.notes.append(LORA_NOTE)
 
 
 def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[str, tuple[Status, str]]) -> None:

@@ -89,6 +89,11 @@ class ModelSpec:
     ssm_state_size: int = 0
     mamba_n_groups: int = 1
     mamba_conv_kernel: int = 4
+    # LoRA training (arXiv 2106.09685; workload.lora): the base weights frozen, rank-`adapter_rank`
+    # adapters (A: K x r, B: r x N) beside the layer matmuls named in `adapter_targets` (layer_costs'
+    # GEMM names; empty: every layer matmul, PEFT's "all-linear"). 0: full fine-tuning.
+    adapter_rank: int = 0
+    adapter_targets: tuple[str, ...] = ()
     source: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -358,9 +363,26 @@ class ModelSpec:
 
     def train_flops_per_token(self, seq_len: float) -> float:
         """6 N + 12 L H d s (PaLM appendix B; formulas.md), without activation recomputation; the
-        Mamba scan 3x its forward (backward = 2x forward)."""
-        return (6.0 * self.params_compute + 3.0 * self.attention_flops_per_context_token() * seq_len
+        Mamba scan 3x its forward (backward = 2x forward). With LoRA adapters the frozen base takes
+        no weight gradient: 4 N + 6 N_adapter."""
+        matmuls = 6.0 * self.params_compute
+        if self.adapter_rank:
+            matmuls = 4.0 * self.params_compute + 6.0 * self.params_adapter_active
+        return (matmuls + 3.0 * self.attention_flops_per_context_token() * seq_len
                 + 3.0 * self.ssm_flops_per_token())
+
+    @cached_property
+    def params_adapter_active(self) -> float:
+        """LoRA adapter parameters a token passes through (routed experts' at top-k of them)."""
+        from .layer_costs import layer_shapes  # layer_costs reads this module's specs
+
+        total = 0.0
+        for shape in layer_shapes(self):
+            for gemm in shape.gemms:
+                if gemm.adapter:
+                    share = shape.experts_per_token if gemm.expert else 1
+                    total += gemm.params * share
+        return total
 
     # ---- bytes ---------------------------------------------------------------------------------
     def weight_bytes(self, bytes_per_param: float = 2) -> float:

@@ -7,9 +7,12 @@ SwiGLU), MoE experts (gated), shared experts and the router. Norms and biases ar
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+from ..errors import RlsimError
 
 
 def _get(model: Any, name: str, default: Any = 0) -> Any:
@@ -35,8 +38,13 @@ class Gemm:
     n_out: float           # output width N (for the activation bytes of the roofline)
     expert: bool = False   # an expert's weights: sharded by EP, fed tokens x top-k / experts
     # Megatron TP split: column-parallel ("n": QKV, MLP up) shards the output width; row-parallel
-    # ("k": attention output, MLP down) shards the input width (arXiv 2104.04473 sec. 2.3).
+    # ("k": attention output, MLP down) shards the input width (arXiv 2104.04473 sec. 2.3); "none":
+    # replicated on every TP rank (a LoRA adapter's unsplit half).
     split: str = "n"
+    # LoRA: a frozen base weight takes no weight gradient, no optimizer state and no gradient sync;
+    # `adapter` marks an adapter matmul (trainable).
+    trainable: bool = True
+    adapter: bool = False
 
     @property
     def k_in(self) -> float:
@@ -47,6 +55,8 @@ class Gemm:
         """(N, K) of this GEMM on one of `tp` tensor-parallel ranks."""
         if self.split == "k":
             return self.n_out, self.k_in / tp
+        if self.split == "none":
+            return self.n_out, self.k_in
         return self.n_out / tp, self.k_in
 
 
@@ -87,6 +97,15 @@ class LayerShape:
     @property
     def params(self) -> float:
         return self.dense_params + (self.expert_params if self.moe else 0.0)
+
+    @property
+    def trainable_dense_params(self) -> float:
+        """dense_params that train (all of them but LoRA's frozen base)."""
+        return sum(g.params for g in self.gemms if not g.expert and g.trainable)
+
+    @property
+    def trainable_expert_params(self) -> float:
+        return sum(g.params for g in self.gemms if g.expert and g.trainable) * max(self.num_experts, 1)
 
     def matmul_flops_per_token(self) -> float:
         """Forward matmul FLOPs per token: 2 x weights touched (routed experts: top-k of them)."""
@@ -152,12 +171,12 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
     attn, heads, kv, qk, vd = _attention_gemms(model)
     gated = is_gated_mlp(model)
     if getattr(model, "layer_pattern", ""):
-        return _hybrid_shapes(model, attn, heads, kv, qk, vd, gated)
+        return _with_adapters(model, _hybrid_shapes(model, attn, heads, kv, qk, vd, gated))
     experts = int(_get(model, "num_experts", 0))
     dense_mlp = _mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")
     dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd)
     if not experts:
-        return (dense,) * int(model.num_layers)
+        return _with_adapters(model, (dense,) * int(model.num_layers))
     f_moe = int(_get(model, "moe_ffn_hidden", 0)) or int(model.ffn_hidden)
     shared = int(_get(model, "num_shared_experts", 0))
     moe_gemms = list(attn) + [Gemm("router", h * experts, experts)]
@@ -166,7 +185,79 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
     moe_gemms += _mlp_gemms(h, f_moe, True, "expert", expert=True)
     moe = LayerShape(True, tuple(moe_gemms), heads, kv, qk, vd, experts, int(_get(model, "experts_per_token", 1)))
     first_dense = int(_get(model, "first_k_dense", 0))
-    return tuple(dense if i < first_dense else moe for i in range(int(model.num_layers)))
+    return _with_adapters(model, tuple(dense if i < first_dense else moe for i in range(int(model.num_layers))))
+
+
+# Hugging Face module names (PEFT target_modules, matched at any depth) -> the layer matmuls here:
+# q, k and v fused in qkv; gate and up in the up projections (dense MLP, routed and shared experts);
+# an MoE layer's router is its "gate" module; MLA's projections; a Mamba-2 mixer's in / out.
+HF_MODULE_GEMMS: dict[str, tuple[str, ...]] = {
+    "q_proj": ("qkv", "q"), "k_proj": ("qkv",), "v_proj": ("qkv",), "o_proj": ("o",),
+    "gate_proj": ("mlp_up", "expert_up", "shared_up"), "up_proj": ("mlp_up", "expert_up", "shared_up"),
+    "down_proj": ("mlp_down", "expert_down", "shared_down"), "gate": ("router",),
+    "q_a_proj": ("q_down",), "q_b_proj": ("q_up",), "kv_a_proj_with_mqa": ("kv_down",), "kv_b_proj": ("kv_up",),
+    "in_proj": ("mamba_in",), "out_proj": ("mamba_out",)}
+
+
+def with_lora(model: Any, lora: Any, source: str | None = None) -> Any:
+    """`model` as a workload trains it: with LoRA adapters (`lora`: workload.lora, rank and targets)
+    beside its frozen base, or whole (None). Targets name this module's matmuls or Hugging Face
+    modules (HF_MODULE_GEMMS: a fused matmul is adapted whole when any of its parts is named); one
+    the model has no matmul for is an error."""
+    if lora is None:
+        return model
+    names = adapter_gemm_names(model)
+    targets: dict[str, None] = {}
+    for target in ([] if lora.targets == "all-linear" else lora.targets):
+        found = [target] if target in names else [g for g in HF_MODULE_GEMMS.get(target, ()) if g in names]
+        if not found:
+            raise RlsimError(f"{getattr(model, 'name', 'the model')} has no layer matmul for LoRA target {target!r}",
+                             source=source, field="workload.lora.targets",
+                             fix=f"name some of {', '.join(names)} (or their Hugging Face modules), or all-linear")
+        targets.update(dict.fromkeys(found))
+    return dataclasses.replace(model, adapter_rank=int(lora.rank), adapter_targets=tuple(targets))
+
+
+def adapter_gemm_names(model: Any) -> tuple[str, ...]:
+    """The layer matmuls a LoRA target may name (workload.lora.targets), in first-seen order."""
+    names: dict[str, None] = {}
+    for shape in layer_shapes(dataclasses.replace(model, adapter_rank=0, adapter_targets=())):
+        names.update(dict.fromkeys(g.name for g in shape.gemms))
+    return tuple(names)
+
+
+def _with_adapters(model: Any, shapes: tuple[LayerShape, ...]) -> tuple[LayerShape, ...]:
+    """With model.adapter_rank: every base matmul frozen and a LoRA pair beside each targeted one
+    (A: K x r per sub-matrix, B: r x N). TP splits an adapter as its base: a column-parallel base
+    keeps A whole and splits B's output, a row-parallel one splits A's input and keeps B whole."""
+    rank = int(_get(model, "adapter_rank", 0))
+    if not rank:
+        return shapes
+    targets = set(_get(model, "adapter_targets", ()) or ())
+    done: dict[int, LayerShape] = {}
+    for shape in shapes:
+        if id(shape) in done:
+            continue
+        gemms = [dataclasses.replace(g, trainable=False) for g in shape.gemms]
+        for g in shape.gemms:
+            if targets and g.name not in targets:
+                continue
+            parts = _adapter_parts(g.name, is_gated_mlp(model))
+            a_split, b_split = ("k", "none") if g.split == "k" else ("none", "n")
+            gemms.append(Gemm(f"{g.name}.lora_a", g.k_in * rank * parts, rank * parts, g.expert, a_split, adapter=True))
+            gemms.append(Gemm(f"{g.name}.lora_b", rank * g.n_out, g.n_out, g.expert, b_split, adapter=True))
+        done[id(shape)] = dataclasses.replace(shape, gemms=tuple(gemms))
+    return tuple(done[id(shape)] for shape in shapes)
+
+
+def _adapter_parts(name: str, gated: bool) -> int:
+    """Sub-matrices of a fused GEMM, each with its own LoRA A (PEFT adapts q, k, v and gate, up one
+    by one): q, k, v in qkv; gate and up in a gated FFN's up projection (experts' always)."""
+    if name == "qkv":
+        return 3
+    if name.endswith("_up") and (gated or name != "mlp_up"):
+        return 2
+    return 1
 
 
 def embedding_params(model: Any) -> tuple[float, float]:

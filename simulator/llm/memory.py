@@ -147,7 +147,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     except TypeError:  # an unhashable model stand-in
         sums = _stage_sums.__wrapped__(*key)
     for s in range(pp):
-        dense, expert, largest_layer, per_chunks, rebuilt = sums[s]
+        dense, expert, largest_layer, per_chunks, rebuilt, trained_dense, trained_expert = sums[s]
         act_per_chunk = [per_chunk * tokens for per_chunk in per_chunks]
         outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
         if s == 0:
@@ -155,13 +155,18 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
             outer += head / tp
         dense += outer
+        if not getattr(model, "adapter_rank", 0):   # LoRA freezes the embedding and head
+            trained_dense += outer
         # ZeRO shards dense states over dp x cp, expert states over the expert-DP group
         # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding), or over a zero_shard_size part of each.
+        # Gradients and optimizer states are the trained parameters' (LoRA: its adapters only).
         full = dense + expert
         shard = dense / layout.zero_shard + expert / layout.expert_zero_shard
+        trained = trained_dense + trained_expert
+        trained_shard = trained_dense / layout.zero_shard + trained_expert / layout.expert_zero_shard
         weights = params.weight_bytes_per_param * (shard if layout.zero >= 3 else full)
-        grads = params.grad_bytes_per_param * (shard if layout.zero >= 2 else full)
-        optim = params.optimizer_bytes_per_param * (shard if layout.zero >= 1 else full)
+        grads = params.grad_bytes_per_param * (trained_shard if layout.zero >= 2 else trained)
+        optim = params.optimizer_bytes_per_param * (trained_shard if layout.zero >= 1 else trained)
         acts = _in_flight_cached(tuple(act_per_chunk), pp, vpp, m, s)
         if layout.recompute == "full":  # one layer's full activations are rebuilt during its backward
             acts += tokens * rebuilt
@@ -181,7 +186,8 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                 recompute: str, flash: bool, context_len: float, params: MemoryParams
                 ) -> tuple[tuple[float, float, float, tuple[float, ...], float], ...]:
     """Per pipeline stage: (dense params, expert params, largest layer's params, activation bytes per
-    token of each chunk) -- the per-layer sums of _memory_per_device, in the same order (the same
+    token of each chunk, rebuilt activations, the trained dense and expert params: LoRA's adapters;
+    all of them otherwise) -- the per-layer sums of _memory_per_device, in the same order (the same
     floats), independent of dp, ZeRO, the micro-batch and the token count, which the candidates of a
     search vary."""
     shapes = layer_shapes(model)
@@ -189,7 +195,7 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
     per_shape: dict[int, tuple[float, float | None, float]] = {}
     out = []
     for s in range(pp):
-        dense = expert = largest_layer = 0.0
+        dense = expert = largest_layer = trained_dense = trained_expert = 0.0
         per_chunks = []
         for c in range(vpp):
             per_chunk = 0.0
@@ -205,6 +211,8 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                 layer_expert = info[1] / (ep * etp) if info[1] is not None else 0.0
                 dense += layer_dense
                 expert += layer_expert
+                trained_dense += lay.trainable_dense_params / tp
+                trained_expert += lay.trainable_expert_params / (ep * etp) if lay.moe else 0.0
                 largest_layer = max(largest_layer, layer_dense + layer_expert)
                 per_chunk += info[2]
             per_chunks.append(per_chunk)
@@ -213,7 +221,7 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
             lay = shapes[chunks[s][0]] if chunks[s] else shapes[0]
             rebuilt = activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=sp,
                                                  recompute="none", flash=flash, context_len=context_len, params=params)
-        out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt))
+        out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt, trained_dense, trained_expert))
     return tuple(out)
 
 

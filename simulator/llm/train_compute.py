@@ -89,6 +89,8 @@ class _GemmPlan:
     count: tuple[float, ...]  # GEMMs of this shape on the device (E / ep experts, else 1)
     up_units: float      # MoE: FFN units of the up projections (top-k experts + shared)
     counts: np.ndarray   # (G, 1) ``count`` as a column
+    # (G, 1) the weight gradient's share: 0 for a frozen (LoRA base) weight, else 1; None: all train
+    wgrad: np.ndarray | None = None
 
 
 @lru_cache(maxsize=1024)
@@ -106,7 +108,9 @@ def _gemm_plan(layer: LayerShape, tp: int, ep: int, etp: int | None = None) -> _
                      count=count,
                      up_units=float(sum(g.n_out * (k if g.expert else 1) for g in layer.gemms
                                         if g.name.endswith("_up"))),
-                     counts=np.array(count, dtype=float).reshape(-1, 1))
+                     counts=np.array(count, dtype=float).reshape(-1, 1),
+                     wgrad=None if all(g.trainable for g in layer.gemms) else
+                     np.array([1.0 if g.trainable else 0.0 for g in layer.gemms]).reshape(-1, 1))
 
 
 def _rooflines(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: ComputeParams) -> np.ndarray:
@@ -139,7 +143,7 @@ def gemm_times(layer: LayerShape, tokens: np.ndarray, *, tp: int, ep: int, rates
     plan = _gemm_plan(layer, tp, ep, etp)
     t = _rooflines(plan, _expert_rows(plan, layer, tokens, tp, ep, etp), rates, params)
     n_g = len(plan.count)
-    return {g.name: (plan.count[i] * t[i], plan.count[i] * t[n_g + i], plan.count[i] * t[2 * n_g + i])
+    return {g.name: (plan.count[i] * t[i], plan.count[i] * t[n_g + i], plan.count[i] * t[2 * n_g + i] * g.trainable)
             for i, g in enumerate(layer.gemms)}
 
 
@@ -158,7 +162,8 @@ def _gemm_sums(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: Co
         return np.add.accumulate(plan.counts * t, axis=0)[-1], None
     t = _rooflines(plan, rows, rates, params)
     fwd = np.add.accumulate(plan.counts * t[:n_g], axis=0)[-1]
-    bwd = np.add.accumulate(plan.counts * (t[n_g:2 * n_g] + t[2 * n_g:]), axis=0)[-1]
+    wgrad = t[2 * n_g:] if plan.wgrad is None else t[2 * n_g:] * plan.wgrad   # a frozen weight takes none
+    bwd = np.add.accumulate(plan.counts * (t[n_g:2 * n_g] + wgrad), axis=0)[-1]
     return fwd, bwd
 
 
@@ -229,15 +234,16 @@ def _attention_times(attn_flops: np.ndarray, seq_len: np.ndarray, sq_sum: np.nda
 
 
 def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates: DeviceRates,
-                 params: ComputeParams) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) of the vocab-parallel output layer and the loss on the last stage."""
+                 params: ComputeParams, head_trains: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) of the vocab-parallel output layer and the loss on the last stage
+    (`head_trains` False: a frozen head, LoRA's, takes no weight gradient)."""
     tokens = np.asarray(tokens, dtype=float)
     v, h = np.full_like(tokens, vocab / tp), np.full_like(tokens, float(hidden))
     # Forward (tokens, V / tp, H), data gradient (tokens, H, V / tp), weight gradient (H, V / tp,
     # tokens) in one roofline call.
     t = gemm_time_s(np.stack([tokens, tokens, h]), np.stack([v, h, v]), np.stack([h, v, tokens]), rates, params)
     gemm = t[0]
-    grad = t[1] + t[2]
+    grad = t[1] + t[2] if head_trains else t[1]
     loss = tokens * vocab / tp * params.loss_traffic_bytes_per_logit / rates.hbm_Bps
     share = params.loss_forward_share
     return gemm + loss * share, grad + loss * (1.0 - share)

@@ -223,16 +223,16 @@ def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
     return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard)
 
 
-def _sharded_sync(comm: _Comm, groups: _Groups, stage: int, expert: bool, params_n: float, grad_bytes: float,
+def _sharded_sync(comm: _Comm, groups: _Groups, stage: int, expert: bool, grad_bytes: float,
                   weight_bytes: float) -> tuple[float, float]:
-    """ZeRO's sync of `params_n` parameters over a stage's (dense or expert) DP group: (gradients:
-    reduce-scatter inside the shard group, then an all-reduce of the shard across the copies;
-    weights: all-gather inside the shard group)."""
+    """ZeRO's sync over a stage's (dense or expert) DP group: (the gradients' `grad_bytes`: a
+    reduce-scatter inside the shard group, then an all-reduce of the shard across the copies; the
+    weights' `weight_bytes`: an all-gather inside the shard group)."""
     shard, copies = groups.sharded(stage, expert)
-    grads = comm.one("reduce_scatter", shard, params_n * grad_bytes)
+    grads = comm.one("reduce_scatter", shard, grad_bytes)
     if len(copies) > 1:
-        grads += comm.one("all_reduce", copies, params_n * grad_bytes / len(shard))
-    return grads, comm.one("all_gather", shard, params_n * weight_bytes)
+        grads += comm.one("all_reduce", copies, grad_bytes / len(shard))
+    return grads, comm.one("all_gather", shard, weight_bytes)
 
 
 class _Comm:
@@ -572,11 +572,12 @@ def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, st
     g_frac = c.dp_overlap_fraction if c.fsdp_gather_overlap_fraction is None else c.fsdp_gather_overlap_fraction
     r_frac = c.dp_overlap_fraction if c.fsdp_reduce_overlap_fraction is None else c.fsdp_reduce_overlap_fraction
     gather = reduce = 0.0
-    parts = [(layer.dense_params / layout.tp, False)]
+    parts = [(layer.dense_params / layout.tp, layer.trainable_dense_params / layout.tp, False)]
     if layer.moe:
-        parts.append((layer.expert_params / (layout.ep * layout.expert_tp), True))
-    for n, expert in parts:
-        grads, weights = _sharded_sync(comm, groups, stage, expert, n, gb, wb)
+        split = layout.ep * layout.expert_tp
+        parts.append((layer.expert_params / split, layer.trainable_expert_params / split, True))
+    for held, trained, expert in parts:   # LoRA: the whole layer gathered, its adapters' gradients reduced
+        grads, weights = _sharded_sync(comm, groups, stage, expert, trained * gb, held * wb)
         gather += weights
         reduce += grads
     return gather * (1 - g_frac), reduce * (1 - r_frac)
@@ -691,7 +692,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
             out[:, j] = state
     # Output layer and loss on the last virtual stage.
     lf, lb = logits_times(int(model.hidden), int(model.vocab), tokens_local, tp=layout.tp, rates=rates,
-                          params=params.compute)
+                          params=params.compute, head_trains=not getattr(model, "adapter_rank", 0))
     fwd = out[0]
     fwd[-1] += lf
     if forward_only:
@@ -780,7 +781,8 @@ def _with_blocking_forward_sends(fwd: np.ndarray, p2p: np.ndarray) -> np.ndarray
 
 
 def _stage_params(model: Any, layout: TrainLayout) -> list[tuple[float, float]]:
-    """(dense, expert) parameters held by one device of each pipeline stage."""
+    """(dense, expert) parameters one device of each pipeline stage trains: all it holds, or with
+    LoRA its adapters (the frozen base, embedding and head take no gradient, sync or optimizer)."""
     return list(_stage_params_cached(model, _shape_layout(layout)))
 
 
@@ -791,14 +793,15 @@ def _stage_params_cached(model: Any, layout: TrainLayout) -> tuple[tuple[float, 
     chunks = layout_stage_layers(int(model.num_layers), layout)
     outer = _stage_outer_params(model, layout)
     out = []
+    frozen_outer = bool(getattr(model, "adapter_rank", 0))   # LoRA freezes the embedding and head
     for s in range(pp):
         dense = expert = 0.0
         for c in range(vpp):
             for i in chunks[c * pp + s]:
-                dense += shapes[i].dense_params / tp
+                dense += shapes[i].trainable_dense_params / tp
                 if shapes[i].moe:
-                    expert += shapes[i].expert_params / (ep * etp)
-        emb, head = outer[s]   # added one after the other, as the stage sums always were
+                    expert += shapes[i].trainable_expert_params / (ep * etp)
+        emb, head = (0.0, 0.0) if frozen_outer else outer[s]   # added one after the other, as always
         out.append((dense + emb + head, expert))
     return tuple(out)
 
@@ -1160,7 +1163,8 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         if layout.zero >= 3:   # the per-layer gathers leave out the embedding / output head: synced here
             rest = sum(_stage_outer_params(model, _shape_layout(layout))[s])
             if rest > 0 and len(groups.dp[s]) >= 2:
-                grads, weights = _sharded_sync(comm, groups, s, False, rest, gb, wb)
+                frozen = bool(getattr(model, "adapter_rank", 0))   # LoRA: the root unit takes no gradient
+                grads, weights = _sharded_sync(comm, groups, s, False, 0.0 if frozen else rest * gb, rest * wb)
         else:
             for n, g, of_experts in ((dense, groups.dp[s], False), (expert, groups.edp[s], True)):
                 if n <= 0 or len(g) < 2:
@@ -1168,7 +1172,7 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
                 if layout.zero == 0:
                     grads += comm.one("all_reduce", g, n * gb)
                 else:  # reduce-scatter gradients, all-gather updated weights (ZeRO-1/2)
-                    part_grads, part_weights = _sharded_sync(comm, groups, s, of_experts, n, gb, wb)
+                    part_grads, part_weights = _sharded_sync(comm, groups, s, of_experts, n * gb, n * wb)
                     grads += part_grads
                     weights += part_weights
         end = pipe.stage_end_s(s)

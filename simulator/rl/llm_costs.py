@@ -48,6 +48,7 @@ from ..llm.inference import (
     instance_device,
     run_all_into,
 )
+from ..llm.layer_costs import with_lora
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import (
@@ -178,12 +179,14 @@ class LlmCosts:
         self.scenario, self.topology = scenario, topology
         w, src = scenario.workload, scenario.source
         self.source = src
-        self.model: ModelSpec = load_model(w.model, field="workload.model", source=src)
-        self.models = {"actor": self.model, "reference": self.model,
+        base = load_model(w.model, field="workload.model", source=src)
+        # the actor as it trains (LoRA adapters beside the frozen base); the reference is the base
+        self.model: ModelSpec = with_lora(base, w.lora, src)
+        self.models = {"actor": self.model, "reference": base,
                        "reward": (load_model(w.reward.model, field="workload.reward.model", source=src)
-                                  if w.reward.model else self.model),
+                                  if w.reward.model else base),
                        "critic": (load_model(w.critic_model, field="workload.critic_model", source=src)
-                                  if w.critic_model else self.model)}
+                                  if w.critic_model else base)}
         self.device = topology.device_spec(0)   # rank 0's device (kept for callers; costs use the pools')
         self.n_devices = topology.num_devices
         self.collectives = CollectiveModel(topology)   # owns the collective and training-step caches

@@ -670,6 +670,19 @@ def test_verl_fsdp2_reshard_after_forward_and_the_reduce_dtype_are_mapped(capsys
     assert code == 2 and "reduce_dtype" in err and "Traceback" not in err
 
 
+def test_verl_lora_maps_onto_workload_lora(capsys, tmp_path):
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, "actor_rollout_ref.model.lora_rank=32",
+                                  "+actor_rollout_ref.model.target_modules=[q_proj,v_proj]")
+    assert workload.lora.rank == 32 and workload.lora.targets == ["q_proj", "v_proj"]
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, "actor_rollout_ref.model.lora_rank=8")
+    assert workload.lora.targets == "all-linear"                         # verl's default target_modules
+    assert _imported_workload(capsys, tmp_path, "--from-verl", _VERL).lora is None
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), "actor_rollout_ref.actor.strategy=megatron",
+                         "actor_rollout_ref.model.lora_rank=8", "--iterations", "1", "--json")
+    assert code == 0, err                                  # verl's megatron workers do not read it
+    assert "megatron" in json.loads(out)["framework_import"]["ignored"]["actor_rollout_ref.model.lora_rank"]
+
+
 def test_verl_fsdp_size_below_the_world_is_hsdp(capsys, tmp_path):
     """verl's create_device_mesh: fsdp_size between 1 and the world runs HSDP (a (ddp, fsdp) mesh):
     train_layout.zero_shard_size; -1 or the world or more shards over all ranks."""
