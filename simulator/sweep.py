@@ -611,6 +611,13 @@ class LocalExecutor(_NothingHeld):
             if not clean:  # Ctrl-C, SIGTERM or a dead worker: do not wait for running points
                 _stop_workers(list((getattr(pool, "_processes", None) or {}).values()))
             pool.shutdown(wait=clean, cancel_futures=True)
+            if not clean:
+                # CPython's exit hook (concurrent/futures/process.py _python_exit, 3.11) wakes the pool's
+                # manager thread through a pipe that thread may be closing at that moment: a "Bad file
+                # descriptor" traceback at exit. Let the manager finish first (its workers are gone).
+                manager = getattr(pool, "_executor_manager_thread", None)
+                if manager is not None:
+                    manager.join(MANAGER_JOIN_S)
 
     @staticmethod
     def _drain(pending: dict[Future, Point], deferred: _SignalsDeferred):
@@ -634,6 +641,9 @@ class LocalExecutor(_NothingHeld):
 
 # How often the local pool's main loop looks for a deferred Ctrl-C / SIGTERM while no point finishes.
 SIGNAL_POLL_S = 0.2
+# The longest a stopped sweep waits for its pool's manager thread to end (it ends within a poll
+# once the workers are stopped).
+MANAGER_JOIN_S = 5.0
 
 
 class _SignalsDeferred:

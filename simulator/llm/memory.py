@@ -184,7 +184,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
 @lru_cache(maxsize=4096)
 def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, tp: int, ep: int, etp: int, sp: bool,
                 recompute: str, flash: bool, context_len: float, params: MemoryParams
-                ) -> tuple[tuple[float, float, float, tuple[float, ...], float], ...]:
+                ) -> tuple[tuple[float, float, float, tuple[float, ...], float, float, float], ...]:
     """Per pipeline stage: (dense params, expert params, largest layer's params, activation bytes per
     token of each chunk, rebuilt activations, the trained dense and expert params: LoRA's adapters;
     all of them otherwise) -- the per-layer sums of _memory_per_device, in the same order (the same
