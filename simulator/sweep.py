@@ -436,15 +436,17 @@ def _rebuilt_row(point: Point, stored: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
-    """Object columns that mix value types (a grid of `0,true`) or hold lists / mappings become their
-    JSON text, as the CSV file writes them: a Parquet column has one type."""
+    """Object columns that mix value types (a grid of `0,true`), hold lists / mappings or integers
+    past 64 bits (a grid value of 1e30 written as digits) become their JSON text, as the CSV file
+    writes them: a Parquet column has one type, its integers 64 bits."""
     out = frame.copy()
     for column in out.columns:
         if out[column].dtype != object:
             continue
         values = [v for v in out[column] if v is not None and not (isinstance(v, float) and math.isnan(v))]
         kinds = {type(v) for v in values}
-        if len(kinds) > 1 or kinds & {list, dict, tuple}:
+        huge = any(isinstance(v, int) and not -2**63 <= v < 2**63 for v in values)
+        if len(kinds) > 1 or kinds & {list, dict, tuple} or huge:
             out[column] = [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
                            for v in out[column]]
     return out
