@@ -71,10 +71,14 @@ GATED_KNOBS: dict[str, dict[str, Gate]] = {
             "the hidden share of that backward re-gather"),
         "dp_overlap_window": _DP_OVERLAP,
         "dp_bucket_min_params": _DP_OVERLAP},
-    "offload": {"host_link_efficiency": Gate(("params", "grads", "optimizer"),
-                                             lambda v: bool(v["params"] or v["grads"] or v["optimizer"]),
-                                             "an offload (offload.params, grads or optimizer: true)",
-                                             "the rate of the offload copies", "turn one of them on"),
+    "offload": {"host_link_efficiency": Gate(("params", "grads", "optimizer", "fsdp_cpu_offload"),
+                                             lambda v: bool(v["params"] or v["grads"] or v["optimizer"]
+                                                            or v["fsdp_cpu_offload"]),
+                                             "an offload (offload.params, grads, optimizer or fsdp_cpu_offload: "
+                                             "true)", "the rate of the offload copies", "turn one of them on"),
+                **dict.fromkeys(("host_param_bytes_per_param", "host_adam_loop_params_per_s"), Gate(
+                    ("fsdp_cpu_offload",), lambda v: bool(v["fsdp_cpu_offload"]), "offload.fsdp_cpu_offload: true",
+                    "FSDP's CPU offload (its host copies and host optimizer step)")),
                 "scope": Gate(("params", "grads", "optimizer"),
                               lambda v: bool(v["params"] or v["grads"] or v["optimizer"]),
                               "an offload (offload.params, grads or optimizer: true)",
@@ -443,6 +447,12 @@ VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN = 1.03e-7
 # Megatron workers run; a rank given more threads steps faster (--set offload.host_adam_params_per_s).
 HOST_ADAM_PARAMS_PER_S = 2.0e9
 HYBRID_OPTIMIZER_COPY_BYTES_PER_PARAM = 8.0     # a fp32 gradient out + a fp32 parameter back
+# torch.optim.AdamW on CPU tensors as FSDP's CPU offload steps it (verl builds AdamW without fused or
+# foreach, NeMo RL's DTensor configs set both false; foreach and fused are torch's defaults on CUDA
+# only): the for-loop implementation, 0.13e9 a second at 64M parameters on one thread of the
+# project's CPU VM (0.20e9 at 16M; benchmarks/host_adam.py, benchmarks/measured/cpu-vm-2026-12-04/
+# host_adam.txt), the larger tensors of a model's shard the slower.
+HOST_ADAM_LOOP_PARAMS_PER_S = 1.3e8
 
 
 class OffloadParams(StrictModel):
@@ -458,6 +468,17 @@ class OffloadParams(StrictModel):
     params: bool = False
     grads: bool = False
     optimizer: bool = False
+    # torch FSDP's CPU offload (FSDP2 CPUOffloadPolicy(pin_memory=True), FSDP1 CPUOffload(offload_params=
+    # True); verl fsdp2 `offload_policy`, NeMo RL `dtensor_cfg.cpu_offload`), ZeRO-3 only: the sharded
+    # parameters, their gradients and the optimizer state live in pinned host memory for good. Each
+    # all-gather first copies the layer's shard in (host_param_bytes_per_param: the shards' own dtype,
+    # fp32 in verl and NeMo RL), each reduced gradient shard is copied out (grad_reduce_bytes_per_param),
+    # every micro-batch, hidden as the gathers and reduce-scatters they ride with (llm/training.py
+    # fsdp_cpu_offload_s); the optimizer steps on the CPU (host_adam_loop_params_per_s). Not with the
+    # per-phase offload above (nothing is left on the device to move).
+    fsdp_cpu_offload: bool = False
+    host_param_bytes_per_param: float = Field(4.0, gt=0)
+    host_adam_loop_params_per_s: float = Field(HOST_ADAM_LOOP_PARAMS_PER_S, gt=0)
     # When the round trip is paid. "update": once per training phase, reloaded before its first
     # optimizer step and offloaded after its last (verl's fsdp / megatron workers: update_actor loads
     # the parameters and the optimizer once, runs every mini-batch in update_policy, offloads once,
@@ -496,7 +517,8 @@ class OffloadParams(StrictModel):
         return parse_bandwidth(v) if isinstance(v, str) else v
 
     @field_validator("host_link_efficiency", "scope", "optimizer_fraction", "host_adam_params_per_s",
-                     "host_step_bytes_per_param", mode="after")
+                     "host_step_bytes_per_param", "host_param_bytes_per_param", "host_adam_loop_params_per_s",
+                     mode="after")
     @classmethod
     def _link_needs_an_offload(cls, value: Any, info: ValidationInfo) -> Any:
         """host_link_efficiency rates the offload copies, scope times them: no offload, nothing to read;
@@ -509,6 +531,9 @@ class OffloadParams(StrictModel):
         """pageable and its rates act on an offloaded state only (else they would be silently ignored);
         rates at their defaults, as a whole dump gives them, change nothing and pass."""
         rates = self.set_off_default(("pageable_offload_Bps", "pageable_onload_Bps"))
+        if self.fsdp_cpu_offload and self.any:
+            raise ValueError("fsdp_cpu_offload keeps the sharded state on the host for good: the per-phase offload "
+                             "(params, grads, optimizer) has nothing left to move; set one or the other")
         if self.pageable and not self.any:
             raise ValueError("pageable applies to an offloaded state: set params, grads or optimizer, or remove it")
         if self.pageable and not (self.params or self.grads) and self.scope == "optimizer_step":

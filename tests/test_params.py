@@ -23,8 +23,10 @@ RUN = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations"
 
 # (key given, its switch off (nothing: the default), what the refusal says, a setting that makes it apply)
 REFUSED = [
-    ("offload.host_link_efficiency=0.5", [], "an offload (offload.params, grads or optimizer: true)",
+    ("offload.host_link_efficiency=0.5", [], "an offload (offload.params, grads, optimizer or fsdp_cpu_offload: true)",
      ["offload.optimizer=true"]),
+    ("offload.host_adam_loop_params_per_s=1e9", [], "offload.fsdp_cpu_offload: true", ["offload.fsdp_cpu_offload=true"]),
+    ("offload.host_param_bytes_per_param=2", [], "offload.fsdp_cpu_offload: true", ["offload.fsdp_cpu_offload=true"]),
     ("comm.tp_userbuffer_pipeline_splits=2", [], "comm.tp_userbuffers: true", ["comm.tp_userbuffers=true"]),
     ("comm.sp_backward_allgather_overlap_fraction=0.5", [], "comm.sp_backward_allgather: true",
      ["comm.sp_backward_allgather=true"]),

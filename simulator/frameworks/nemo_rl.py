@@ -123,9 +123,9 @@ RULES: dict[str, Rule] = {
     "policy.dtensor_cfg.*": unsupported("DTensor's other options (custom parallel plans, ...) are not modelled; its "
                                         "FSDP2 sharding is priced as ZeRO-3 over the dp x cp ranks (per-layer "
                                         "all-gathers and reduce-scatters, workload.train_params.comm.fsdp_*)"),
-    "policy.dtensor_cfg.cpu_offload": unsupported("FSDP2's CPUOffloadPolicy (parameters and gradients on the "
-                                                 "host, copied per layer and micro-batch; the optimizer step on the "
-                                                 "CPU) is not modelled", neutral=False),
+    "policy.dtensor_cfg.cpu_offload": mapped("workload.train_params.offload.fsdp_cpu_offload", "FSDP2's "
+                                             "CPUOffloadPolicy: the sharded state on the host, copied per layer and "
+                                             "micro-batch, the optimizer step on the CPU"),
     f"{_M}.enabled": mapped("workload.train_layout", "Megatron: its TP/PP/EP/CP"),
     f"{_M}.tensor_model_parallel_size": mapped("workload.train_layout.tp"),
     f"{_M}.pipeline_model_parallel_size": mapped("workload.train_layout.pp"),
@@ -333,6 +333,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
         w["inference"]["enforce_eager"] = v.flag(f"{_V}.enforce_eager")
     train_params: dict[str, Any] = {}
     _optimizer_offload(v, train_params)
+    if not v.flag(f"{_M}.enabled") and v.flag(f"{_D}.cpu_offload"):   # DTensor (FSDP2) with CPUOffloadPolicy
+        train_params["offload"] = {"fsdp_cpu_offload": True}
     if v.flag(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
         # the Megatron worker pads every micro-batch to the batch's longest (pad_full_seq_to): one
         # pipeline p2p shape

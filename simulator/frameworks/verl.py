@@ -202,6 +202,10 @@ RULES: dict[str, Rule] = {
         "workload.train_params.memory.zero3_reshard_after_forward", "fsdp2 (fully_shard's reshard_after_forward): false "
         "keeps each layer whole from its forward through its backward, which then gathers nothing; the fsdp "
         "strategy (FSDP1) does not read it"),
+    f"{A}.actor.fsdp_config.offload_policy": mapped(
+        "workload.train_params.offload.fsdp_cpu_offload", "fsdp2: FSDP2's CPUOffloadPolicy (the sharded state on "
+        "the host, copied per layer and micro-batch, the optimizer step on the CPU), in place of param_offload / "
+        "optimizer_offload, which verl then turns off; the fsdp strategy does not read it"),
     f"{A}.actor.fsdp_config.mixed_precision.reduce_dtype": mapped(
         "workload.train_params.comm.grad_reduce_bytes_per_param", "the dtype FSDP reduces gradients in (verl's "
         "default fp32: 4 bytes)"),
@@ -636,6 +640,7 @@ def _fsdp_params(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, 
                                        "does")
     elif v.given(reshard) and not v.flag(reshard):
         w.setdefault("train_params", {}).setdefault("memory", {})["zero3_reshard_after_forward"] = False
+    _offload_policy(v, w, strategy, decided)
     reduce = f"{A}.actor.fsdp_config.mixed_precision.reduce_dtype"
     if v.given(reduce):
         dtype = str(v(reduce)).lower()
@@ -649,6 +654,24 @@ def _fsdp_params(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, 
 LORA_NOTE = ("LoRA: the engine serves the adapter (verl passes enable_lora to vLLM) and rlsim does not price its LoRA "
              "kernels; each refit moves the whole model, as verl does with sleep level 2 (the base weights re-sent "
              "beside the adapters), where level 1 (layered_summon) sends the adapters only")
+
+
+def _offload_policy(v: Values, w: dict[str, Any], strategy: str, decided: dict[str, tuple[Status, str]]) -> None:
+    """verl 0.6.0 fsdp_workers.py: under fsdp2 `offload_policy` builds the actor with
+    CPUOffloadPolicy(pin_memory=True) and turns the per-phase param / optimizer offload off."""
+    key = f"{A}.actor.fsdp_config.offload_policy"
+    if not v.flag(key):
+        return
+    if strategy == "fsdp":
+        decided[key] = ("ignored", "the fsdp strategy (FSDP1) does not read it; fsdp2 does")
+        return
+    section = w.setdefault("train_params", {})
+    per_phase = section.pop("offload", {})
+    for name in FSDP_OFFLOAD_KEYS:
+        if per_phase.get(OFFLOAD_KEYS[name]):
+            decided[f"{A}.actor.fsdp_config.{name}"] = ("ignored", "offload_policy: verl turns the per-phase "
+                                                                  "offload off (the state is on the host for good)")
+    section["offload"] = {"fsdp_cpu_offload": True}
 
 
 def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -1035,6 +1035,10 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     # phase by its caller (rl/llm_costs.py update_offload_s)
     offload_s = offload_time_s(states, offload_Bps(topology, ranks, params), params) \
         if params.offload.any and params.offload.scope == "optimizer_step" else 0.0
+    if params.offload.fsdp_cpu_offload:   # the copies per micro-batch of the slowest replica, the host's step
+        copies, host_step = fsdp_cpu_offload_s(states, layout, sl.stop - sl.start, offload_Bps(topology, ranks, params),
+                                               params)
+        offload_s += copies + host_step
     step = max([makespan] + [end + dp + opt for end, dp, opt in tail]) + offload_s
     dp_exposed = max([0.0] + [end + dp - makespan for end, dp, _ in tail])
     # Busiest stage: its compute and in-op comm.
@@ -1103,10 +1107,39 @@ def hybrid_optimizer_step_s(memory: MemoryBreakdown, host_Bps: float, params: Tr
 
 def device_resident(memory: MemoryBreakdown, params: TrainParams) -> MemoryBreakdown:
     """What a training step holds on the device: under Megatron-Core's optimizer_cpu_offload the
-    offloaded share of the optimizer state never comes back (hybrid_optimizer)."""
+    offloaded share of the optimizer state never comes back (hybrid_optimizer); under FSDP's CPU
+    offload no sharded state is on the device, only the gathered working set."""
+    if params.offload.fsdp_cpu_offload:
+        return dataclasses.replace(memory, weights_bytes=0.0, gradients_bytes=0.0, optimizer_bytes=0.0)
     if not hybrid_optimizer(params):
         return memory
     return dataclasses.replace(memory, optimizer_bytes=memory.optimizer_bytes * (1.0 - params.offload.optimizer_fraction))
+
+
+def fsdp_cpu_offload_s(states: MemoryBreakdown, layout: TrainLayout, micro_batches: int, host_Bps: float,
+                       params: TrainParams, forward_only: bool = False) -> tuple[float, float]:
+    """(exposed host copies, host optimizer step) of FSDP's CPU offload (offload.fsdp_cpu_offload) on
+    one device: per micro-batch each all-gather's shard in at host_param_bytes_per_param (the forward's,
+    and the backward's unless zero3_reshard_after_forward is off) and each reduced gradient shard out,
+    hidden by the gathers' and reduce-scatters' fractions (they ride the same streams, per layer: the
+    sum over layers is the shard's); then AdamW on the CPU over the trained shard. `states`: the
+    ZeRO-3 memory breakdown before device_resident (its weights and gradients are the shards)."""
+    o, c, m = params.offload, params.comm, params.memory
+    if not o.fsdp_cpu_offload:
+        return 0.0, 0.0
+    if layout.zero < 3:
+        raise RlsimError("offload.fsdp_cpu_offload is FSDP's (ZeRO-3) CPU offload", field="workload.train_params.offload"
+                         ".fsdp_cpu_offload", fix="set workload.train_layout.zero: 3, or remove it")
+    held = states.weights_bytes / m.weight_bytes_per_param if m.weight_bytes_per_param else 0.0
+    trained = states.gradients_bytes / m.grad_bytes_per_param if m.grad_bytes_per_param else 0.0
+    g_frac = c.dp_overlap_fraction if c.fsdp_gather_overlap_fraction is None else c.fsdp_gather_overlap_fraction
+    r_frac = c.dp_overlap_fraction if c.fsdp_reduce_overlap_fraction is None else c.fsdp_reduce_overlap_fraction
+    gathers = 1 if forward_only or not m.zero3_reshard_after_forward else 2
+    copy_in = gathers * held * o.host_param_bytes_per_param / host_Bps * (1 - g_frac)
+    if forward_only:
+        return micro_batches * copy_in, 0.0
+    copy_out = trained * c.grad_reduce_bytes_per_param / host_Bps * (1 - r_frac)
+    return micro_batches * (copy_in + copy_out), trained / o.host_adam_loop_params_per_s
 
 
 def offload_Bps(topology: Any, ranks: Sequence[int], params: TrainParams) -> float:
@@ -1183,6 +1216,7 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         shard = layout.zero_shard if layout.zero >= 1 else 1
         eshard = layout.expert_zero_shard if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
+        opt = 0.0 if params.offload.fsdp_cpu_offload else opt   # FSDP's CPU offload steps on the host
         dp_list.append(dp)
         opt_list.append(opt)
         tail.append((end, dp, opt))
@@ -1273,11 +1307,13 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
         busy_compute = float(arrays.fwd[virt][:, worst_sl].sum()) - busy_comm
         if busy_compute > compute_s:
             compute_s, comm_s = busy_compute, busy_comm
-    if params.offload.params:
+    if params.offload.params or params.offload.fsdp_cpu_offload:
         mem = memory_per_device(model, _single_micro_batch(layout), float(seqs.max()),
                                 min(k.hbm_bytes for k in kinds), params=params.memory,
                                 flash_attention=params.compute.flash_attention)
-        worst_t += offload_time_s(mem, offload_Bps(topology, ranks, params), params, forward_only=True)
+        host_Bps = offload_Bps(topology, ranks, params)
+        worst_t += offload_time_s(mem, host_Bps, params, forward_only=True)
+        worst_t += fsdp_cpu_offload_s(mem, layout, worst_sl.stop - worst_sl.start, host_Bps, params, forward_only=True)[0]
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
     return result
 

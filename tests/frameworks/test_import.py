@@ -683,6 +683,20 @@ def test_verl_lora_maps_onto_workload_lora(capsys, tmp_path):
     assert "megatron" in json.loads(out)["framework_import"]["ignored"]["actor_rollout_ref.model.lora_rank"]
 
 
+def test_fsdp_cpu_offload_maps_from_verl_offload_policy_and_nemo_rl_dtensor_cpu_offload(capsys, tmp_path):
+    policy = "actor_rollout_ref.actor.fsdp_config.offload_policy=true"
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, "actor_rollout_ref.actor.strategy=fsdp2",
+                                  policy, "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
+    offload = workload.train_params.offload
+    assert offload.fsdp_cpu_offload and not offload.optimizer   # verl turns the per-phase offload off
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), policy, "--iterations", "1", "--json")
+    assert code == 0, err                                   # the fsdp strategy (FSDP1) does not read it
+    assert "FSDP1" in json.loads(out)["framework_import"]["ignored"]["actor_rollout_ref.actor.fsdp_config.offload_policy"]
+    workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", _NEMO, "policy.megatron_cfg.enabled=false",
+                                  "policy.dtensor_cfg.enabled=true", "policy.dtensor_cfg.cpu_offload=true")
+    assert workload.train_params.offload.fsdp_cpu_offload
+
+
 def test_verl_fsdp_size_below_the_world_is_hsdp(capsys, tmp_path):
     """verl's create_device_mesh: fsdp_size between 1 and the world runs HSDP (a (ddp, fsdp) mesh):
     train_layout.zero_shard_size; -1 or the world or more shards over all ranks."""

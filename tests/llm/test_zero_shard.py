@@ -144,3 +144,33 @@ def test_without_reshard_after_forward_the_backward_gathers_nothing_and_every_la
     whole = memory_per_device(QWEN, TrainLayout(dp=8, zero=3), 2048, BIG,
                               params=MemoryParams(zero3_reshard_after_forward=False)).gathered_bytes
     assert whole == pytest.approx(2.0 * ((QWEN.num_layers + 1) * layer + 2 * outer), rel=1e-12)
+
+
+def test_fsdp_cpu_offload_streams_the_shards_and_steps_on_the_host():
+    """offload.fsdp_cpu_offload (FSDP2 CPUOffloadPolicy): no sharded state on the device; per
+    micro-batch each layer's fp32 shard comes in before each of its two all-gathers and its reduced
+    gradient shard goes out, hidden as the gathers / reduce-scatters are; AdamW runs on the CPU."""
+    from simulator.llm.training import fsdp_cpu_offload_s, offload_Bps
+    from simulator.params import HOST_ADAM_LOOP_PARAMS_PER_S, OffloadParams
+
+    one_node = load_topology({"preset": "dgx-h100", "nodes": 1})
+    lay, seqs = TrainLayout(dp=8, zero=3, recompute="full", micro_batch=1), uniform_sequences(32, 1024)
+    comm = CommParams(fsdp_gather_overlap_fraction=0.5, fsdp_reduce_overlap_fraction=0.75)
+    on = TrainParams(comm=comm, offload=OffloadParams(fsdp_cpu_offload=True))
+    step = train_step_cost(QWEN, lay, one_node, sequences=seqs, params=on)
+    base = train_step_cost(QWEN, lay, one_node, sequences=seqs, params=TrainParams(comm=comm))
+    states = memory_per_device(QWEN, lay, 1024, BIG)
+    host = offload_Bps(one_node, list(range(8)), on)
+    held, trained = states.weights_bytes / 2.0, states.gradients_bytes / 4.0
+    micro_batches = 32 // 8
+    copies = micro_batches * (2 * held * 4.0 / host * 0.5 + trained * 4.0 / host * 0.25)
+    host_step = trained / HOST_ADAM_LOOP_PARAMS_PER_S
+    assert fsdp_cpu_offload_s(states, lay, micro_batches, host, on) == pytest.approx((copies, host_step), rel=1e-12)
+    assert step.offload_s == pytest.approx(copies + host_step, rel=1e-9)
+    assert step.optimizer_s == 0.0 and base.optimizer_s > 0
+    assert step.memory.weights_bytes == step.memory.gradients_bytes == step.memory.optimizer_bytes == 0.0
+    assert step.memory.gathered_bytes == base.memory.gathered_bytes
+    with pytest.raises(ValueError, match="per-phase"):
+        OffloadParams(fsdp_cpu_offload=True, optimizer=True)
+    with pytest.raises(ValueError, match="fsdp_cpu_offload"):
+        OffloadParams(host_adam_loop_params_per_s=1e9)
