@@ -457,7 +457,8 @@ HOST_ADAM_LOOP_PARAMS_PER_S = 1.3e8
 
 class OffloadParams(StrictModel):
     """Per-phase offload of the training state to host memory (`train_params.offload.<field>`):
-    verl `actor.fsdp_config.param_offload / optimizer_offload`, NeMo RL `optimizer_cpu_offload`.
+    verl `actor.fsdp_config.param_offload / optimizer_offload`, NeMo RL `optimizer_cpu_offload`; and
+    FSDP's CPU offload (`fsdp_cpu_offload`, below), where the sharded state never leaves the host.
     A training step reloads what is offloaded before it and offloads it after (each byte twice
     over the host link); a forward-only pass (log-probs, reference) reloads and offloads the weights.
     Off by default. Not the colocated switch's `schedule.switch.offload_optimizer` (which moves the
@@ -511,6 +512,16 @@ class OffloadParams(StrictModel):
     def any(self) -> bool:
         return self.params or self.grads or self.optimizer
 
+    @field_validator("fsdp_cpu_offload", mode="after")
+    @classmethod
+    def _cpu_offload_alone(cls, value: bool, info: ValidationInfo) -> bool:
+        """FSDP's CPU offload leaves nothing on the device for the per-phase offload to move."""
+        data = info.data or {}
+        if value and any(data.get(name) for name in ("params", "grads", "optimizer")):
+            raise ValueError("keeps the sharded state on the host for good: the per-phase offload (params, grads, "
+                             "optimizer) has nothing left to move; set one or the other")
+        return value
+
     @field_validator("pageable_offload_Bps", "pageable_onload_Bps", mode="before")
     @classmethod
     def _bw(cls, v: Any) -> Any:
@@ -531,9 +542,6 @@ class OffloadParams(StrictModel):
         """pageable and its rates act on an offloaded state only (else they would be silently ignored);
         rates at their defaults, as a whole dump gives them, change nothing and pass."""
         rates = self.set_off_default(("pageable_offload_Bps", "pageable_onload_Bps"))
-        if self.fsdp_cpu_offload and self.any:
-            raise ValueError("fsdp_cpu_offload keeps the sharded state on the host for good: the per-phase offload "
-                             "(params, grads, optimizer) has nothing left to move; set one or the other")
         if self.pageable and not self.any:
             raise ValueError("pageable applies to an offloaded state: set params, grads or optimizer, or remove it")
         if self.pageable and not (self.params or self.grads) and self.scope == "optimizer_step":
