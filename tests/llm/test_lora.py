@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
@@ -108,3 +110,16 @@ def test_the_reference_forward_runs_the_base_model():
     with pytest.raises(RlsimError) as err:
         load_scenario({"workload": "grpo-qwen2.5-7b"}, overrides=["workload.lora={rank: 0}"])
     assert err.value.field == "workload.lora.rank"
+
+
+@settings(max_examples=25, deadline=None)
+@given(rank=st.sampled_from([4, 16, 64]), zero=st.sampled_from([0, 1, 2, 3]), dp=st.sampled_from([1, 2, 8]),
+       targets=st.sampled_from(["all-linear", ["q_proj", "v_proj"], ["down_proj"]]))
+def test_lora_never_holds_more_state_than_full_fine_tuning(rank, zero, dp, targets):
+    """Adapters far smaller than the base: the frozen base's gradients and optimizer states it no
+    longer holds outweigh the adapters' weights and states, at any ZeRO stage and DP size."""
+    layout = TrainLayout(dp=dp, zero=zero if dp > 1 else 0)
+    full = memory_per_device(QWEN, layout, 2048, BIG)
+    adapted = memory_per_device(with_lora(QWEN, lora(rank, targets)), layout, 2048, BIG)
+    assert adapted.total_bytes < full.total_bytes
+    assert adapted.weights_bytes >= full.weights_bytes     # the base is all there, and the adapters

@@ -174,3 +174,12 @@ def test_fsdp_cpu_offload_streams_the_shards_and_steps_on_the_host():
         OffloadParams(fsdp_cpu_offload=True, optimizer=True)
     with pytest.raises(ValueError, match="fsdp_cpu_offload"):
         OffloadParams(host_adam_loop_params_per_s=1e9)
+
+
+@settings(max_examples=20, deadline=None)
+@given(zero=st.sampled_from([1, 2, 3]), dp=st.sampled_from([8, 16, 32]))
+def test_a_smaller_shard_group_holds_at_least_as_much_state(zero, dp):
+    sizes = [size for size in (1, 2, 4, 8, 16, 32) if dp % size == 0]
+    totals = [memory_per_device(QWEN, TrainLayout(dp=dp, zero=zero, zero_shard_size=size), 2048, BIG).total_bytes
+              for size in sizes]
+    assert all(a >= b for a, b in zip(totals, totals[1:], strict=False))
