@@ -798,7 +798,8 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
         # (train_params.offload.optimizer) mapped above. optimizer.zero_grad() frees the gradients
         # (set_to_none) before the rollout.
         s["switch"] = {"offload_optimizer": False, "free_gradients": True}
-        v.result.notes.append(VERL_SWITCH_NOTE)
+        if not ((w.get("train_params") or {}).get("offload") or {}).get("fsdp_cpu_offload"):
+            v.result.notes.append(VERL_SWITCH_NOTE)   # under offload_policy no state stays on the devices
         # The hybrid engine loads the trainer's weights into the engine tensor by tensor too, each a
         # full tensor (FSDP: the sharding manager's load_weights of param.full_tensor() per name;
         # Megatron: its per-tensor generator gathers over TP / PP / EP; cited from memory of verl's
