@@ -217,8 +217,8 @@ RULES: dict[str, Rule] = {
     f"{A}.ref.fsdp_config.param_offload": ignored(
         "verl 0.6.0 builds the FSDP reference with CPUOffload(offload_params=True) whatever this says "
         "(workers/fsdp_workers.py: 'We force reference policy to use CPUOffload'); rlsim holds no reference "
-        "weights on the device, and the per-layer host copies (a layer's shard over the host link, ~1 ms "
-        "against ~12 ms of forward at 7B) are not priced"),
+        "weights on the device, and the per-layer host copies (a layer's shard over the host link each "
+        "micro-batch, about a tenth of its forward at 7B by the link and GEMM rates: an estimate) are not priced"),
     f"{A}.rollout.name": mapped("workload.engine", f"vllm: {VLLM_ENGINE} (vLLM V1 through the LLM class, "
                                 f"under the knobs verl passes); sglang: {SGLANG_ENGINE} (SGLang's defaults)"),
     f"{A}.rollout.mode": mapped("workload.inference.dispatch", "async (verl's agent loop, the default from 0.7): "

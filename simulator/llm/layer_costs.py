@@ -234,6 +234,7 @@ def _with_adapters(model: Any, shapes: tuple[LayerShape, ...]) -> tuple[LayerSha
     if not rank:
         return shapes
     targets = set(_get(model, "adapter_targets", ()) or ())
+    gated = is_gated_mlp(model)
     done: dict[int, LayerShape] = {}
     for shape in shapes:
         if id(shape) in done:
@@ -242,7 +243,7 @@ def _with_adapters(model: Any, shapes: tuple[LayerShape, ...]) -> tuple[LayerSha
         for g in shape.gemms:
             if targets and g.name not in targets:
                 continue
-            parts = _adapter_parts(g.name, is_gated_mlp(model))
+            parts = _adapter_parts(g.name, gated)
             a_split, b_split = ("k", "none") if g.split == "k" else ("none", "n")
             gemms.append(Gemm(f"{g.name}.lora_a", g.k_in * rank * parts, rank * parts, g.expert, a_split, adapter=True))
             gemms.append(Gemm(f"{g.name}.lora_b", rank * g.n_out, g.n_out, g.expert, b_split, adapter=True))

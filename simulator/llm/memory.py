@@ -192,7 +192,7 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
     search vary."""
     shapes = layer_shapes(model)
     gated = bool(getattr(model, "gated_ffn", True))
-    per_shape: dict[int, tuple[float, float | None, float]] = {}
+    per_shape: dict[int, tuple[float, float | None, float, float, float]] = {}
     out = []
     for s in range(pp):
         dense = expert = largest_layer = trained_dense = trained_expert = 0.0
@@ -206,13 +206,14 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                     info = per_shape[id(lay)] = (lay.dense_params, lay.expert_params if lay.moe else None,
                                                  activation_bytes_per_token(
                         lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=sp,
-                        recompute=recompute, flash=flash, context_len=context_len, params=params))
+                        recompute=recompute, flash=flash, context_len=context_len, params=params),
+                        lay.trainable_dense_params, lay.trainable_expert_params if lay.moe else 0.0)
                 layer_dense = info[0] / tp
                 layer_expert = info[1] / (ep * etp) if info[1] is not None else 0.0
                 dense += layer_dense
                 expert += layer_expert
-                trained_dense += lay.trainable_dense_params / tp
-                trained_expert += lay.trainable_expert_params / (ep * etp) if lay.moe else 0.0
+                trained_dense += info[3] / tp
+                trained_expert += info[4] / (ep * etp)
                 largest_layer = max(largest_layer, layer_dense + layer_expert)
                 per_chunk += info[2]
             per_chunks.append(per_chunk)

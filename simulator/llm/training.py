@@ -569,8 +569,7 @@ def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, st
     expert weights over the expert-DP group; each hidden by its named fraction."""
     c = params.comm
     wb, gb = params.memory.weight_bytes_per_param, c.grad_reduce_bytes_per_param
-    g_frac = c.dp_overlap_fraction if c.fsdp_gather_overlap_fraction is None else c.fsdp_gather_overlap_fraction
-    r_frac = c.dp_overlap_fraction if c.fsdp_reduce_overlap_fraction is None else c.fsdp_reduce_overlap_fraction
+    g_frac, r_frac = _fsdp_hidden(c)
     gather = reduce = 0.0
     parts = [(layer.dense_params / layout.tp, layer.trainable_dense_params / layout.tp, False)]
     if layer.moe:
@@ -581,6 +580,14 @@ def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, st
         gather += weights
         reduce += grads
     return gather * (1 - g_frac), reduce * (1 - r_frac)
+
+
+def _fsdp_hidden(comm: Any) -> tuple[float, float]:
+    """The hidden shares of FSDP's per-layer gathers and reduce-scatters (comm.fsdp_*_overlap_fraction;
+    None: comm.dp_overlap_fraction), which what rides with them (FSDP's CPU offload copies) shares."""
+    gather = comm.dp_overlap_fraction if comm.fsdp_gather_overlap_fraction is None else comm.fsdp_gather_overlap_fraction
+    reduce = comm.dp_overlap_fraction if comm.fsdp_reduce_overlap_fraction is None else comm.fsdp_reduce_overlap_fraction
+    return gather, reduce
 
 
 def _ulysses_comm(layer: LayerShape, layout: TrainLayout, tokens_local: np.ndarray, group: Sequence[int],
@@ -1132,8 +1139,7 @@ def fsdp_cpu_offload_s(states: MemoryBreakdown, layout: TrainLayout, micro_batch
                          ".fsdp_cpu_offload", fix="set workload.train_layout.zero: 3, or remove it")
     held = states.weights_bytes / m.weight_bytes_per_param if m.weight_bytes_per_param else 0.0
     trained = states.gradients_bytes / m.grad_bytes_per_param if m.grad_bytes_per_param else 0.0
-    g_frac = c.dp_overlap_fraction if c.fsdp_gather_overlap_fraction is None else c.fsdp_gather_overlap_fraction
-    r_frac = c.dp_overlap_fraction if c.fsdp_reduce_overlap_fraction is None else c.fsdp_reduce_overlap_fraction
+    g_frac, r_frac = _fsdp_hidden(c)
     gathers = 1 if forward_only or not m.zero3_reshard_after_forward else 2
     copy_in = gathers * held * o.host_param_bytes_per_param / host_Bps * (1 - g_frac)
     if forward_only:
