@@ -377,6 +377,9 @@ MODEL_PREFIXES = (("meta-llama-", "llama"), ("llama-", "llama"))
 def model_for(value: Any, field_name: str, source: str) -> tuple[str, str]:
     """A model path as a config writes it -> (workload.model, how it was found)."""
     from ..llm.architecture import model_names
+    if value is None or not str(value).strip():
+        raise RlsimError("the config names no model", source=source, field=field_name,
+                         fix=f"pass {field_name}=HF_ID after the config path, or --set workload.model=PRESET")
     text = str(value).strip()
     path = Path(text).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
@@ -453,13 +456,22 @@ def _name_candidates(name: str) -> list[str]:
 
 # ---- topology -------------------------------------------------------------------------------------
 def size_topology(spec: str | None, gpus: int, where: str, source: str,
-                  user_sizes: bool) -> tuple[dict[str, Any], str]:
+                  user_sizes: bool, gpus_per_node: int | None = None) -> tuple[dict[str, Any], str]:
     """``{preset: T, nodes: N}`` holding ``gpus`` devices (named by ``where``, for messages), and a
-    note. ``user_sizes``: a ``--set topology.*`` override follows, so an unsizable preset is kept as is."""
+    note. ``user_sizes``: a ``--set topology.*`` override follows, so an unsizable preset is kept as is.
+    ``gpus_per_node``: the GPUs the config uses on each of its nodes; fewer than the preset's server
+    holds (verl's 1-GPU quickstart, NeMo RL's 1-GPU default, 4 GPUs on each of 2 nodes) runs on part
+    of each server (``devices_per_node``), its GPUs still on the server's scale-up links and NICs."""
     name = spec or DEFAULT_TOPOLOGY
     preset, _ = resolve("topologies", name)
     per_node = preset.get("devices_per_node")
     assumed = "" if spec else f" ({DEFAULT_TOPOLOGY} assumed: the hardware is not in the config; pick yours with --topology)"
+    if (gpus_per_node and not user_sizes and "nodes" in preset and isinstance(per_node, int)
+            and gpus_per_node < per_node and gpus % gpus_per_node == 0):
+        nodes = gpus // gpus_per_node
+        return ({"preset": name, "nodes": nodes, "devices_per_node": gpus_per_node},
+                f"topology {name} x {nodes} nodes, {gpus_per_node} of each node's {per_node} devices = {gpus} GPUs "
+                f"({where}; topology.devices_per_node {gpus_per_node}){assumed}")
     domain_key = next((k for k in DOMAIN_SIZE_KEYS if k in preset), None)
     if "nodes" not in preset and domain_key and not user_sizes:   # sized in racks / supernodes of whole domains
         return _domains_for(name, preset, domain_key, gpus, where, source, assumed)
@@ -472,7 +484,8 @@ def size_topology(spec: str | None, gpus: int, where: str, source: str,
     if nodes * per_node != gpus and not user_sizes:
         raise RlsimError(f"the config's {gpus} GPUs ({where}) are not whole {name} nodes of {per_node} devices",
                          source=source, field="topology.nodes",
-                         fix=f"--set topology.nodes=N (e.g. {nodes}), or a topology whose nodes hold the config's GPUs")
+                         fix=f"--set topology.nodes=N (e.g. {nodes}) [topology.devices_per_node=G], or a topology "
+                             "whose nodes hold the config's GPUs")
     if user_sizes:   # the run's size is the --set one: the config's would mislead as the run's
         return ({"preset": name, "nodes": nodes},
                 f"topology {name} sized by --set (the config's {gpus} GPUs ({where}) would be {nodes} nodes){assumed}")

@@ -218,10 +218,10 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
     workload = _workload(v, "workload.model" in user_sets, decided)
     _reward_pool(flat, workload, decided, source)
     sched = _schedule(v, kind, workload, decided)
-    gpus = (v.count("cluster.num_nodes")
-            * v.count("cluster.gpus_per_node"))
+    per_node = v.count("cluster.gpus_per_node")
+    gpus = v.count("cluster.num_nodes") * per_node
     topo, note = size_topology(topology, gpus, "cluster.num_nodes x gpus_per_node", source,
-                               any(k.startswith("topology.") for k in user_sets))
+                               any(k.startswith("topology.") for k in user_sets), per_node)
     result.notes.append(note)
     if not any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets):
         _check_world_divides(v, gpus - sched.get("rollout_devices", 0), workload["train_layout"])

@@ -969,12 +969,14 @@ def _rollout_gpus(v: Values) -> int:
 
 def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, user_sizes: bool) -> dict[str, Any]:
     src = v.result.source
-    train = (v.count("trainer.nnodes")
-             * v.count("trainer.n_gpus_per_node"))
+    per_node = v.count("trainer.n_gpus_per_node")
+    train = v.count("trainer.nnodes") * per_node
     where = "trainer.nnodes x n_gpus_per_node"
     if recipe != "colocated":
         where = f"{train} training ({where}) + {sched['rollout_devices']} rollout (rollout.nnodes x n_gpus_per_node)"
         train += sched["rollout_devices"]
-    topology, note = size_topology(spec, train, where, src, user_sizes)
+        if positive_int(v.flat.get("rollout.n_gpus_per_node", 8), "rollout.n_gpus_per_node", src) != per_node:
+            per_node = None   # pools of different node widths: sized in the preset's whole nodes
+    topology, note = size_topology(spec, train, where, src, user_sizes, per_node)
     v.result.notes.append(note)
     return topology

@@ -5,6 +5,10 @@ preset is exactly what the model's published config says (fields the loader read
 in the project reference for the mapping). Sources:
 - Qwen2.5 / Qwen3 / Llama-3.1 / DeepSeek-V3: the models' published config.json on Hugging Face
   (figures collected in reference/models.md).
+- The small models framework examples train (verl's quickstart Qwen2.5-0.5B, NeMo RL's default
+  Qwen2.5-1.5B in grpo_math_1B.yaml; Qwen2.5-0.5B / 1.5B / 3B / 14B, Qwen3-0.6B / 1.7B / 4B / 14B,
+  Llama-3.2-1B / 3B): their published config.json on Hugging Face (Qwen/<name>,
+  meta-llama/Llama-3.2-<n>B); the sizes tied_word_embeddings as published (all but the 14B ones).
 - Pangu Ultra MoE: arXiv 2505.04519 (61 layers, hidden 7680, MLA as DeepSeek-V3, 256 routed + 1
   shared expert, top-8, first 3 dense); vocab ~153K (models.md) — 153,376 as in Pangu Ultra.
 - Nemotron-H (hybrid Mamba-2 / attention): arXiv 2504.03624 Table 1 (layers, model dim, FFN dim,
@@ -35,6 +39,10 @@ _DEEPSEEK_V3 = {
     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
     "qk_rope_head_dim": 64, "v_head_dim": 128,
 }
+
+_QWEN2_TIED = {**_QWEN2, "tie_word_embeddings": True, "vocab_size": 151936}
+_QWEN3_TIED = {**_QWEN3, "tie_word_embeddings": True}
+_LLAMA32 = {**_LLAMA, "tie_word_embeddings": True}
 
 _QWEN25_7B = {**_QWEN2, "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
               "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064}
@@ -74,6 +82,22 @@ PRESETS: dict[str, dict[str, Any]] = {
                     "num_attention_heads": 40, "num_key_value_heads": 8, "vocab_size": 152064},
     "qwen2.5-72b": {**_QWEN2, "num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 29568,
                     "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 152064},
+    "qwen2.5-0.5b": {**_QWEN2_TIED, "num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864,
+                     "num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 64},
+    "qwen2.5-1.5b": {**_QWEN2_TIED, "num_hidden_layers": 28, "hidden_size": 1536, "intermediate_size": 8960,
+                     "num_attention_heads": 12, "num_key_value_heads": 2},
+    "qwen2.5-3b": {**_QWEN2_TIED, "num_hidden_layers": 36, "hidden_size": 2048, "intermediate_size": 11008,
+                   "num_attention_heads": 16, "num_key_value_heads": 2},
+    "qwen2.5-14b": {**_QWEN2, "num_hidden_layers": 48, "hidden_size": 5120, "intermediate_size": 13824,
+                    "num_attention_heads": 40, "num_key_value_heads": 8, "vocab_size": 152064},
+    "qwen3-0.6b": {**_QWEN3_TIED, "num_hidden_layers": 28, "hidden_size": 1024, "intermediate_size": 3072,
+                   "num_attention_heads": 16, "num_key_value_heads": 8},
+    "qwen3-1.7b": {**_QWEN3_TIED, "num_hidden_layers": 28, "hidden_size": 2048, "intermediate_size": 6144,
+                   "num_attention_heads": 16, "num_key_value_heads": 8},
+    "qwen3-4b": {**_QWEN3_TIED, "num_hidden_layers": 36, "hidden_size": 2560, "intermediate_size": 9728,
+                 "num_attention_heads": 32, "num_key_value_heads": 8},
+    "qwen3-14b": {**_QWEN3, "num_hidden_layers": 40, "hidden_size": 5120, "intermediate_size": 17408,
+                  "num_attention_heads": 40, "num_key_value_heads": 8},
     "qwen3-8b": {**_QWEN3, "num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288,
                  "num_attention_heads": 32, "num_key_value_heads": 8},
     "qwen3-32b": {**_QWEN3, "num_hidden_layers": 64, "hidden_size": 5120, "intermediate_size": 25600,
@@ -86,6 +110,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                         "num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8},
     "llama3.1-8b": {**_LLAMA, "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
                     "num_attention_heads": 32, "num_key_value_heads": 8},
+    "llama3.2-1b": {**_LLAMA32, "num_hidden_layers": 16, "hidden_size": 2048, "intermediate_size": 8192,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64},
+    "llama3.2-3b": {**_LLAMA32, "num_hidden_layers": 28, "hidden_size": 3072, "intermediate_size": 8192,
+                    "num_attention_heads": 24, "num_key_value_heads": 8},
     "llama3.1-70b": {**_LLAMA, "num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 28672,
                      "num_attention_heads": 64, "num_key_value_heads": 8},
     "llama3.1-405b": {**_LLAMA, "num_hidden_layers": 126, "hidden_size": 16384, "intermediate_size": 53248,
@@ -114,7 +142,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 # models.md; GPT rows: arXiv 2104.04473 Table 1 (rounded to 0.1B there).
 PUBLISHED_PARAMS_B: dict[str, tuple[float, float | None]] = {
     "qwen2.5-7b": (7.6, None), "qwen2.5-math-7b": (7.6, None), "qwen2.5-32b": (32.5, None),
-    "qwen2.5-72b": (72.7, None), "qwen3-8b": (8.2, None), "qwen3-32b": (32.8, None),
+    "qwen2.5-72b": (72.7, None), "qwen3-8b": (8.2, None),
+    # the model cards' "Number of Parameters" (Qwen3-0.6B: 0.6B, 0.44B without embeddings)
+    "qwen2.5-0.5b": (0.49, None), "qwen2.5-1.5b": (1.54, None), "qwen2.5-3b": (3.09, None),
+    "qwen2.5-14b": (14.7, None), "qwen3-0.6b": (0.6, None), "qwen3-1.7b": (1.7, None), "qwen3-4b": (4.0, None),
+    "qwen3-14b": (14.8, None), "llama3.2-1b": (1.23, None), "llama3.2-3b": (3.21, None), "qwen3-32b": (32.8, None),
     "qwen3-30b-a3b": (30.5, 3.3), "qwen3-235b-a22b": (235.0, 22.0), "llama3.1-8b": (8.0, None),
     "llama3.1-70b": (70.6, None), "llama3.1-405b": (405.0, None), "deepseek-v3": (671.0, 37.0),
     "deepseek-r1": (671.0, 37.0), "pangu-ultra-moe": (718.0, 39.0),

@@ -297,9 +297,19 @@ def test_interpolations_and_nemo_mul_resolve():
     ("Qwen/Qwen2.5-Math-7B", "qwen2.5-math-7b"), ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
     ("meta-llama/Llama-3.1-8B-Instruct", "llama3.1-8b"), ("meta-llama/Meta-Llama-3.1-70B-Instruct", "llama3.1-70b"),
     ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("unsloth/DeepSeek-V3-0324-BF16", "deepseek-v3"),
-    ("/data/models/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("~/models/Qwen2.5-32B/", "qwen2.5-32b")])
+    ("/data/models/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("~/models/Qwen2.5-32B/", "qwen2.5-32b"),
+    # the small models of the frameworks' own examples (verl's quickstart, NeMo RL's grpo_math_1B)
+    ("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b"), ("Qwen/Qwen2.5-1.5B", "qwen2.5-1.5b"),
+    ("Qwen/Qwen3-1.7B", "qwen3-1.7b"), ("meta-llama/Llama-3.2-1B-Instruct", "llama3.2-1b")])
 def test_model_paths_map_to_presets(given, preset):
     assert model_for(given, "actor_rollout_ref.model.path", "cfg")[0] == preset
+
+
+@pytest.mark.parametrize("given", [None, "", "  "])
+def test_a_config_without_a_model_says_so(given):
+    with pytest.raises(RlsimError, match="names no model") as err:
+        model_for(given, "policy.model_name", "cfg")
+    assert "policy.model_name=HF_ID" in err.value.fix
 
 
 def test_a_folder_with_a_config_json_is_used_as_is(tmp_path):
@@ -328,6 +338,30 @@ def test_topology_is_sized_from_the_pools_unless_set(capsys):
     assert yaml.safe_load(out)["topology"]["nodes"] == 4
     with pytest.raises(RlsimError, match="not whole"):
         import_config("verl", cfg, ["trainer.n_gpus_per_node=4"])
+
+
+def test_a_job_on_part_of_each_node_keeps_its_gpus_per_node(capsys):
+    """verl's 1-GPU quickstart and NeMo RL's 1-GPU default run on part of a server: the topology keeps
+    the config's GPUs per node (on the server's links), where it asked for whole 8-GPU nodes before;
+    4 GPUs on each of 2 nodes stay 2 nodes, their rings crossing the NICs."""
+    cfg = str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
+    one = ["trainer.n_gpus_per_node=1", "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",
+           "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
+    assert import_config("verl", cfg, one).scenario["topology"] == {"preset": "dgx-h100", "nodes": 1,
+                                                                     "devices_per_node": 1}
+    code, out, err = cli(capsys, "run", "--from-verl", cfg, *one, "--iterations", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["devices"] == 1
+    two = import_config("verl", cfg, ["trainer.nnodes=2", "trainer.n_gpus_per_node=4"])
+    assert two.scenario["topology"] == {"preset": "dgx-h100", "nodes": 2, "devices_per_node": 4}
+    assert any("4 of each node's 8 devices" in note for note in two.notes)
+    split = ["actor_rollout_ref.hybrid_engine=false", "+rollout.nnodes=1", "+rollout.n_gpus_per_node=4",
+             "trainer.n_gpus_per_node=4"]
+    assert import_config("verl", cfg, split).scenario["topology"] == {"preset": "dgx-h100", "nodes": 2,
+                                                                       "devices_per_node": 4}
+    nemo = import_config("nemo-rl", EXAMPLES / _NEMO, ["cluster.num_nodes=2", "cluster.gpus_per_node=2"])
+    assert nemo.scenario["topology"] == {"preset": "dgx-h100", "nodes": 2, "devices_per_node": 2}
+    load_scenario(nemo.scenario)
 
 
 def test_a_fully_async_partial_rollout_at_a_zero_threshold_is_listed_ignored():

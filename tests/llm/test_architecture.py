@@ -18,6 +18,9 @@ KV_PUBLISHED = {"qwen2.5-7b": 57344, "qwen2.5-32b": 262144, "qwen2.5-72b": 32768
                 "qwen3-32b": 262144, "qwen3-30b-a3b": 98304, "qwen3-235b-a22b": 192512,
                 "llama3.1-8b": 131072, "llama3.1-70b": 327680, "llama3.1-405b": 516096,
                 "deepseek-v3": 70272, "pangu-ultra-moe": 70272}
+# Tied input / output embeddings as the small models' config.json publish them (the 14B ones untied).
+TIED = {"qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "llama3.2-1b",
+        "llama3.2-3b"}
 
 
 def test_every_required_preset_exists():
@@ -65,6 +68,13 @@ def test_gpt_params_match_megatron_formula_and_table(name):
 @pytest.mark.parametrize("name", sorted(KV_PUBLISHED))
 def test_kv_bytes_per_token_match_models_md(name):
     assert load_model(name).kv_bytes_per_token(2) == KV_PUBLISHED[name]
+
+
+@pytest.mark.parametrize("name", sorted(TIED))
+def test_small_models_tie_their_embeddings(name):
+    """One vocab x hidden table, not two: the tied count is what lands within 2% of the model cards."""
+    m = load_model(name)
+    assert m.params_embedding == pytest.approx(m.vocab * m.hidden)
 
 
 def test_deepseek_r1_is_v3_architecture():
