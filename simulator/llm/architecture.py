@@ -94,6 +94,11 @@ class ModelSpec:
     # GEMM names; empty: every layer matmul, PEFT's "all-linear"). 0: full fine-tuning.
     adapter_rank: int = 0
     adapter_targets: tuple[str, ...] = ()
+    # A scalar output layer (hidden x 1) in place of the vocab LM head: a critic or a scalar reward
+    # model (verl builds both as Hugging Face AutoModelForTokenClassification with num_labels 1,
+    # its `score` layer; Megatron's critics a value head on the same trunk). No vocab logits, no
+    # vocab loss; a tied embedding stays an input table only.
+    value_head: bool = False
     source: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -269,8 +274,18 @@ class ModelSpec:
         return self.vocab * self.hidden + self.max_position_embeddings * self.hidden
 
     @cached_property
+    def head_outputs(self) -> int:
+        """Width of the output layer: the vocabulary, or 1 with a value head."""
+        return 1 if self.value_head else self.vocab
+
+    @cached_property
+    def tied_head(self) -> bool:
+        """Whether the output layer is the input embedding's table (a value head never is)."""
+        return self.tied_embeddings and not self.value_head
+
+    @cached_property
     def params_lm_head(self) -> int:
-        return 0 if self.tied_embeddings else self.vocab * self.hidden
+        return 0 if self.tied_head else self.head_outputs * self.hidden
 
     def _params(self, experts: int) -> int:
         moe = (experts + self.num_shared_experts) * self.expert_params + self.router_params
@@ -300,7 +315,7 @@ class ModelSpec:
         norms = self.num_layers * norm * (1 if self.is_hybrid else 2)
         body = (self.num_attention_layers * attention + self.num_mamba_layers * MAMBA_MIXER_TENSORS
                 + self.num_dense_layers * ffn + self.num_moe_layers * moe + norms)
-        return body + 1 + (self.max_position_embeddings > 0) + norm + (not self.tied_embeddings)
+        return body + 1 + (self.max_position_embeddings > 0) + norm + (not self.tied_head)
 
     @cached_property
     def params_total(self) -> int:
@@ -321,7 +336,7 @@ class ModelSpec:
     def params_compute(self) -> int:
         """Parameters in matrix products per token (N of formulas.md): active parameters less the
         embedding lookup, plus the LM head when it is tied to the embedding."""
-        head = self.vocab * self.hidden if self.tied_embeddings else 0
+        head = self.vocab * self.hidden if self.tied_head else 0
         return self.params_active - self.params_embedding + head
 
     # ---- FLOPs per token -----------------------------------------------------------------------
@@ -533,6 +548,11 @@ def _hybrid_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
             "ssm_state_size": _int(cfg, source, "ssm_state_size", "state_size", default=0),
             "mamba_n_groups": _int(cfg, source, "n_groups", "mamba_n_groups", default=1),
             "mamba_conv_kernel": _int(cfg, source, "conv_kernel", "mamba_d_conv", default=4)}
+
+
+def with_value_head(model: ModelSpec) -> ModelSpec:
+    """``model`` as a critic or a scalar reward model: its trunk under a hidden x 1 value head."""
+    return dataclasses.replace(model, value_head=True)
 
 
 def load_model(spec: str | Path | Mapping[str, Any], *, field: str = "model",

@@ -133,7 +133,7 @@ class StepCost:
         # What a step streams: not the input lookup tables (a step gathers one row a token; an LM head
         # tied to the token table reads it whole), measured: a Llama-3.1-8B decode step on an H200
         # streams 15.1 GB, not the 16.1 GB of all its weights (benchmarks/device_decode_graphs.py).
-        lookup_only = model.params_embedding - (model.vocab * model.hidden if model.tied_embeddings else 0)
+        lookup_only = model.params_embedding - (model.vocab * model.hidden if model.tied_head else 0)
         self.streamed_dense_bytes_dev = self.dense_bytes_dev - lookup_only * wbytes / tp
         self.route_p = model.experts_per_token / model.num_experts if model.is_moe else 0.0
         # KV per token on the devices of one replica: heads split over tp (replicated when tp exceeds

@@ -263,6 +263,6 @@ def _adapter_parts(name: str, gated: bool) -> int:
 
 def embedding_params(model: Any) -> tuple[float, float]:
     """(input embedding, output head) parameters; tied models still hold a head copy on the last
-    pipeline stage when pp > 1 (Megatron keeps and all-reduces both copies)."""
+    pipeline stage when pp > 1 (Megatron keeps and all-reduces both copies). A value head: hidden x 1."""
     e = float(model.vocab) * float(model.hidden)
-    return e, e
+    return e, float(model.head_outputs) * float(model.hidden)

@@ -152,7 +152,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
         if s == 0:
             outer += emb / tp
-        if s == pp - 1 and (pp > 1 or not model.tied_embeddings):
+        if s == pp - 1 and (pp > 1 or not model.tied_head):
             outer += head / tp
         dense += outer
         if not getattr(model, "adapter_rank", 0):   # LoRA freezes the embedding and head
@@ -170,7 +170,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         acts = _in_flight_cached(tuple(act_per_chunk), pp, vpp, m, s)
         if layout.recompute == "full":  # one layer's full activations are rebuilt during its backward
             acts += tokens * rebuilt
-        logits = tokens * float(model.vocab) / tp * params.logits_bytes_per_elem if s == pp - 1 else 0.0
+        logits = tokens * float(model.head_outputs) / tp * params.logits_bytes_per_elem if s == pp - 1 else 0.0
         gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
             if layout.zero >= 3 else 0.0
         cand = MemoryBreakdown(s, weights, grads, optim, acts, logits,

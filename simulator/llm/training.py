@@ -698,7 +698,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
         if state is not None:
             out[:, j] = state
     # Output layer and loss on the last virtual stage.
-    lf, lb = logits_times(int(model.hidden), int(model.vocab), tokens_local, tp=layout.tp, rates=rates,
+    lf, lb = logits_times(int(model.hidden), int(model.head_outputs), tokens_local, tp=layout.tp, rates=rates,
                           params=params.compute, head_trains=not getattr(model, "adapter_rank", 0))
     fwd = out[0]
     fwd[-1] += lf
@@ -821,7 +821,7 @@ def _stage_outer_params(model: Any, layout: TrainLayout) -> tuple[tuple[float, f
     emb, head = embedding_params(model)
     pp = layout.pp
     return tuple((emb / layout.tp if s == 0 else 0.0,
-                  head / layout.tp if s == pp - 1 and (pp > 1 or not model.tied_embeddings) else 0.0)
+                  head / layout.tp if s == pp - 1 and (pp > 1 or not model.tied_head) else 0.0)
                  for s in range(pp))
 
 

@@ -261,11 +261,11 @@ class HeteroStepModel:
             first += count
             params = sum(lay.params for lay in stage) / tp   # no EP in this model: experts split by TP alone
             params += emb / tp if st == 0 else 0.0
-            params += head / tp if st == pp - 1 and (pp > 1 or not m.tied_embeddings) else 0.0
+            params += head / tp if st == pp - 1 and (pp > 1 or not m.tied_head) else 0.0
             acts = (pp - st) * sum(stored(lay, self.recompute) for lay in stage)
             if self.recompute == "full" and stage:
                 acts += stored(stage[0], "none")
-            logits = tokens * float(m.vocab) / tp * memory.logits_bytes_per_elem if st == pp - 1 else 0.0
+            logits = tokens * float(m.head_outputs) / tp * memory.logits_bytes_per_elem if st == pp - 1 else 0.0
             out.append(params * state_bytes_per_param + acts + logits)
         return out
 

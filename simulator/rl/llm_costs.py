@@ -38,7 +38,7 @@ import numpy as np
 from ..engine_software import resolved, with_request_cap
 from ..errors import RlsimError
 from ..hardware.devices import DeviceSpec, distinct_devices
-from ..llm.architecture import ModelSpec, load_model
+from ..llm.architecture import ModelSpec, load_model, with_value_head
 from ..llm.inference import (
     InferenceParams,
     ResumableRun,
@@ -180,13 +180,14 @@ class LlmCosts:
         w, src = scenario.workload, scenario.source
         self.source = src
         base = load_model(w.model, field="workload.model", source=src)
-        # the actor as it trains (LoRA adapters beside the frozen base); the reference is the base
+        # the actor as it trains (LoRA adapters beside the frozen base); the reference is the base;
+        # the critic and a reward model score with a value head (hidden x 1), not the vocab LM head
         self.model: ModelSpec = with_lora(base, w.lora, src)
         self.models = {"actor": self.model, "reference": base,
-                       "reward": (load_model(w.reward.model, field="workload.reward.model", source=src)
-                                  if w.reward.model else base),
-                       "critic": (load_model(w.critic_model, field="workload.critic_model", source=src)
-                                  if w.critic_model else base)}
+                       "reward": with_value_head(load_model(w.reward.model, field="workload.reward.model", source=src)
+                                                 if w.reward.model else base),
+                       "critic": with_value_head(load_model(w.critic_model, field="workload.critic_model", source=src)
+                                                 if w.critic_model else base)}
         self.device = topology.device_spec(0)   # rank 0's device (kept for callers; costs use the pools')
         self.n_devices = topology.num_devices
         self.collectives = CollectiveModel(topology)   # owns the collective and training-step caches

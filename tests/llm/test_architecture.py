@@ -197,3 +197,19 @@ def test_params_grow_linearly_with_layers(layers, hidden_mult, kv, experts):
     assert two.params_total - one.params_total == three.params_total - two.params_total > 0
     assert one.params_active <= one.params_total
     assert one.kv_bytes_per_token(2) == 2 * layers * kv * 64 * 2
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-7b", "qwen2.5-0.5b", "gpt-1.7b"])
+def test_a_value_head_is_hidden_by_one_in_place_of_the_vocab_head(name):
+    """A critic / scalar reward model: the LM head (or the tied table's second use) becomes hidden x 1;
+    the input table stays; every layer and the KV cache as the base model's."""
+    from simulator.llm.architecture import with_value_head
+    base = load_model(name)
+    value = with_value_head(base)
+    head = 0 if base.tied_embeddings else base.vocab * base.hidden
+    assert value.params_total == base.params_total - head + base.hidden
+    assert value.params_compute == base.params_compute - base.vocab * base.hidden + base.hidden
+    assert value.train_flops_per_token(4096) == pytest.approx(
+        base.train_flops_per_token(4096) - 6.0 * (base.vocab - 1) * base.hidden)
+    assert value.kv_bytes_per_token(2) == base.kv_bytes_per_token(2)
+    assert value.hf_tensor_count == base.hf_tensor_count + base.tied_embeddings   # its own `score` weight

@@ -343,3 +343,29 @@ def test_a_slow_link_on_any_replica_sets_the_step_not_only_on_the_first():
     fast, slow_first, slow_last = step(None), step(0), step(3)
     assert slow_first > fast * 1.05
     assert slow_last == pytest.approx(slow_first, rel=1e-9)
+
+
+def test_a_value_head_saves_exactly_the_vocab_logits_and_their_loss():
+    """A critic / scalar reward model (with_value_head): the trunk's costs unchanged, the output
+    layer and loss at width 1 instead of the vocabulary (closed form: logits_times at each width)."""
+    from simulator.llm.architecture import with_value_head
+    from simulator.llm.train_compute import logits_times
+    from simulator.llm.training import rates_for
+
+    small = load_model("qwen2.5-0.5b")   # tied embeddings: the value head is its own table
+    layout, seqs, params = TrainLayout(recompute="none", zero=0), uniform_sequences(4, 1024), TrainParams()
+    rates = rates_for(TOPO.device_spec(0), params)
+    per_mb = {width: logits_times(small.hidden, width, np.array([1024.0]), tp=1, rates=rates, params=params.compute)
+              for width in (small.vocab, 1)}
+    saved_fwd = 4 * float(per_mb[small.vocab][0][0] - per_mb[1][0][0])
+    saved_bwd = 4 * float(per_mb[small.vocab][1][0] - per_mb[1][1][0])
+    critic = with_value_head(small)
+    lm = train_step_cost(small, layout, TOPO, [0], seqs, collectives=FreeNetwork(), params=params)
+    value = train_step_cost(critic, layout, TOPO, [0], seqs, collectives=FreeNetwork(), params=params)
+    assert lm.pipeline_s - value.pipeline_s == pytest.approx(saved_fwd + saved_bwd, rel=1e-9)
+    fwd_lm = forward_cost(small, layout, TOPO, [0], seqs, collectives=FreeNetwork(), params=params)
+    fwd_value = forward_cost(critic, layout, TOPO, [0], seqs, collectives=FreeNetwork(), params=params)
+    assert fwd_lm.time_s - fwd_value.time_s == pytest.approx(saved_fwd, rel=1e-9)
+    # the model FLOPs drop by the head's 6 x vocab x hidden a token; memory holds no vocab logits
+    assert lm.model_flops - value.model_flops == pytest.approx(6.0 * (small.vocab - 1) * small.hidden * 4096)
+    assert value.memory.logits_bytes == pytest.approx(lm.memory.logits_bytes / small.vocab)

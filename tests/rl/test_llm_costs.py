@@ -229,3 +229,18 @@ def test_the_pipeline_bubble_is_the_groups_mean_idle_not_the_busiest_stages():
     cost = LlmCosts(sc, load_topology(sc.topology))._train("actor", np.full(64, 2048), 8)
     m = 64 // 4   # DP 4 replicas of 2 stages on 8 devices
     assert cost.bubble_s / cost.time_s == pytest.approx(1 - (1 + 1 / 3) / 2 * 3 * m / (3 * m + 1), rel=0.1)
+
+
+def test_the_critic_and_a_reward_model_score_through_a_value_head_not_the_vocab():
+    """PPO's critic and a scalar reward model run the actor's trunk under a hidden x 1 head (verl:
+    AutoModelForTokenClassification, num_labels 1): their passes cost less than the reference's and the
+    critic's update less than the actor's, by the vocab output layer only."""
+    run = costs("workload.preset=ppo-llama3.1-70b", "topology.nodes=4", "topology.preset=dgx-h100")
+    lens = np.full(64, 1024)
+    ranks = list(range(32))
+    assert run.models["critic"].value_head and run.models["reward"].value_head
+    assert not run.models["actor"].value_head and not run.models["reference"].value_head
+    ref = run.forward("reference", lens, ranks).time_s
+    for role in ("critic", "reward"):
+        assert run.forward(role, lens, ranks).time_s < ref
+    assert run.train("critic", lens, ranks).time_s < run.train("actor", lens, ranks).time_s
