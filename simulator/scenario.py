@@ -99,6 +99,16 @@ class LoraSpec(_Strict):
     targets: list[str] | Literal["all-linear"] = "all-linear"
 
 
+class CriticOffloadSpec(_Strict):
+    """Where PPO's critic keeps its state between its own passes (verl
+    critic.model.fsdp_config.param_offload / optimizer_offload: CriticWorker loads its parameters
+    before compute_values and update_critic and its optimizer state before update_critic, and offloads
+    them after, verl 0.6.0 workers/fsdp_workers.py). What stays on the devices sits beside the actor's
+    training and, colocated, beside the rollout engine (rl/llm_costs.py critic_resident_bytes)."""
+    params: bool = False
+    optimizer: bool = False
+
+
 # The rule verifier's CPU-time fields (rl/llm_costs.py LlmCosts.reward_cpu_s)
 RULE_COST_KEYS = ("cpu_s_per_sample", "cpu_s_per_token", "capped_cpu_s_per_sample", "capped_cpu_s_per_token")
 
@@ -207,6 +217,8 @@ class WorkloadConfig(_Strict):
     reference: bool | None = None
     reward: RewardSpec = Field(default_factory=RewardSpec)
     critic_model: str | None = None                     # PPO: default = the actor's architecture
+    # PPO: the critic's per-phase offload; None: the actor's (train_params.offload)
+    critic_offload: CriticOffloadSpec | None = None
     lora: LoraSpec | None = None                        # LoRA training of the actor; None: full
     dtype: str = "bf16"
 
@@ -217,14 +229,14 @@ class WorkloadConfig(_Strict):
             raise ValueError(f"unknown training software {v!r}; use one of: {', '.join(TRAIN_SOFTWARE)}")
         return v
 
-    @field_validator("critic_model", mode="after")
+    @field_validator("critic_model", "critic_offload", mode="after")
     @classmethod
-    def _critic_needs_ppo(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _critic_needs_ppo(cls, value: Any, info: ValidationInfo) -> Any:
         """Only PPO has a critic (rl/algorithms.py: its value and training stages)."""
         algorithm = (info.data or {}).get("algorithm")
         if value is not None and algorithm is not None and algorithm != "ppo":
-            raise ValueError(f"applies to algorithm: ppo only ({algorithm} has no critic); remove critic_model, "
-                             "or set algorithm: ppo")
+            raise ValueError(f"applies to algorithm: ppo only ({algorithm} has no critic); remove "
+                             f"{info.field_name}, or set algorithm: ppo")
         return value
 
     @field_validator("engine")

@@ -72,6 +72,7 @@ DEFAULTS: dict[str, Any] = {
     # as the default and refuses chunked prefill with a budget below max_model_len), so they hold
     # over the engine's own defaults whether the config gives them or not
     f"{A}.rollout.max_num_batched_tokens": 8192, f"{A}.rollout.enable_chunked_prefill": True,
+    "critic.model.fsdp_config.param_offload": False, "critic.model.fsdp_config.optimizer_offload": False,
 }
 # The keys verl always hands to vLLM (their verl default when the config leaves them out).
 ENGINE_KEYS_ALWAYS = ("max_num_batched_tokens", "enable_chunked_prefill")
@@ -282,7 +283,12 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.agent.*": unsupported("agent-loop workers are not modelled"),
     # critic / reward
     "critic.model.path": mapped("workload.critic_model", "ppo (adv_estimator gae) only"),
-    "critic.*": unsupported("the critic trains with the actor's layout and micro-batching in rlsim"),
+    "critic.model.fsdp_config.param_offload": mapped("workload.critic_offload.params", "CriticWorker: the parameters "
+                                                     "in before compute_values and update_critic, out after"),
+    "critic.model.fsdp_config.optimizer_offload": mapped("workload.critic_offload.optimizer", "CriticWorker: the "
+                                                         "optimizer state in before update_critic, out after"),
+    "critic.*": unsupported("the critic trains with the actor's layout and micro-batching in rlsim (a key with an "
+                            "actor counterpart, CRITIC_AS_ACTOR, is mapped where it equals it)"),
     "critic.optim.*": ignored(_LR),
     "critic.checkpoint.*": ignored(_CKPT),
     "critic.cliprange_value": ignored(_LOSS),
@@ -701,8 +707,16 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
                                            if path else {})}
     else:
         w["reward"] = {"kind": "rule", **_verl_rule_reward(v, recipe, decided)}
-    if w["algorithm"] == "ppo" and v("critic.model.path"):
+    if w["algorithm"] != "ppo":   # verl builds no critic without GAE (need_critic)
+        inactive_section(v.flat, "critic", f"no critic: adv_estimator {v('algorithm.adv_estimator')!r} is "
+                                           "critic-free", decided)
+        return
+    if v("critic.model.path"):
         w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
+    _critic_as_actor(v, decided)
+    # verl's critic keeps its own offload flags (false by default), not the actor's
+    w["critic_offload"] = {"params": v.flag("critic.model.fsdp_config.param_offload"),
+                           "optimizer": v.flag("critic.model.fsdp_config.optimizer_offload")}
 
 
 # the torch dtype names verl's fsdp_config.model_dtype takes, as rlsim's dtypes (their bytes:
@@ -913,6 +927,46 @@ def _forward_batching(v: Values, role: str) -> tuple[bool, int | None]:
         budget = f"{A}.{role}.log_prob_max_token_len_per_gpu"
         return True, v.count(budget if v.given(budget) else f"{A}.actor.ppo_max_token_len_per_gpu")
     return False, v.whole(f"{A}.{role}.log_prob_micro_batch_size_per_gpu")
+
+
+# The critic's keys that rlsim takes from the actor's (its layout, micro-batching, epochs): the critic
+# key -> the actor's counterpart (the value pass's: the old log-prob pass's)
+CRITIC_AS_ACTOR = {
+    "critic.strategy": f"{A}.actor.strategy",
+    "critic.ppo_mini_batch_size": f"{A}.actor.ppo_mini_batch_size",
+    "critic.ppo_epochs": f"{A}.actor.ppo_epochs",
+    "critic.ppo_micro_batch_size_per_gpu": f"{A}.actor.ppo_micro_batch_size_per_gpu",
+    "critic.use_dynamic_bsz": f"{A}.actor.use_dynamic_bsz",
+    "critic.ppo_max_token_len_per_gpu": f"{A}.actor.ppo_max_token_len_per_gpu",
+    "critic.ulysses_sequence_parallel_size": f"{A}.actor.ulysses_sequence_parallel_size",
+    "critic.forward_micro_batch_size_per_gpu": f"{A}.rollout.log_prob_micro_batch_size_per_gpu",
+    "critic.forward_max_token_len_per_gpu": f"{A}.rollout.log_prob_max_token_len_per_gpu",
+    "critic.model.enable_gradient_checkpointing": f"{A}.model.enable_gradient_checkpointing",
+    "critic.model.use_remove_padding": f"{A}.model.use_remove_padding",
+}
+# verl 0.6.0 trainer/config/critic/critic.yaml: "Max tokens per GPU in one PPO batch (doubled for critic)"
+VERL_CRITIC_MAX_TOKEN_LEN = 32768
+
+
+def _critic_as_actor(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
+    """rlsim's critic trains with the actor's layout and micro-batching: each critic key given is mapped
+    where it reads as the actor's counterpart, unsupported where it differs; and a note where verl's
+    critic defaults to twice the actor's token budget under dynamic batching."""
+    for key, actor_key in CRITIC_AS_ACTOR.items():
+        if not v.given(key):
+            continue
+        if v(key) == v(actor_key):
+            decided[key] = ("mapped", f"the critic trains as the actor ({actor_key}), which it equals here")
+        else:
+            decided[key] = ("unsupported", f"differs from {actor_key}: rlsim's critic takes the actor's layout, "
+                                           "micro-batching and epochs")
+    budget = "critic.ppo_max_token_len_per_gpu"
+    if v.flag(f"{A}.actor.use_dynamic_bsz") and not v.given(budget):
+        actor = v(f"{A}.actor.ppo_max_token_len_per_gpu")
+        if actor != VERL_CRITIC_MAX_TOKEN_LEN:
+            v.result.notes.append(f"{budget} not given: verl's critic default {VERL_CRITIC_MAX_TOKEN_LEN} tokens (critic.yaml, "
+                                  f"'doubled for critic'), where rlsim's critic takes the actor's {actor}: pass "
+                                  f"{budget}={actor} to run what rlsim simulates")
 
 
 def _reference_micro_batches(v: Values, reference: bool, decided: dict[str, tuple[Status, str]]) -> None:

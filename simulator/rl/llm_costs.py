@@ -76,6 +76,18 @@ def engine_stays_resident(scenario: Any) -> bool:
     return bool(scenario.schedule.switch.engine_resident) and scenario.schedule.effective_placement == "colocated"
 
 
+def critic_train_params(params: TrainParams, offload: Any) -> TrainParams:
+    """The trainer constants PPO's critic runs with: the actor's, with its own per-phase offload
+    where workload.critic_offload gives one (its parameters and optimizer state; its gradients are
+    freed after each update, as the actor's: verl's zero_grad(set_to_none) at update_critic's end)."""
+    if offload is None:
+        return params
+    own = params.offload.model_copy(update={"params": offload.params, "optimizer": offload.optimizer,
+                                            "grads": False, "fsdp_cpu_offload": False, "scope": "update",
+                                            "optimizer_fraction": 1.0})
+    return params.model_copy(update={"offload": own})
+
+
 def training_params_beside_engine(scenario: Any, share: float) -> TrainParams:
     """The workload's trainer constants, with the usable HBM less the engine's ``share`` (its
     gpu_memory_utilization) when a colocated engine stays resident through training
@@ -161,6 +173,14 @@ def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes
     return resident
 
 
+def _kept(memory: MemoryBreakdown, offload: Any) -> float:
+    """Weights and optimizer state a per-phase offload leaves on the device between its passes
+    (``memory`` as device_resident gives it: Megatron's host-resident optimizer share already out)."""
+    kept = 0.0 if offload.params else memory.weights_bytes
+    moved = offload.optimizer and offload.scope == "update"
+    return kept + memory.optimizer_bytes * ((1.0 - offload.optimizer_fraction) if moved else 1.0)
+
+
 def keeps_engine_copies(sched: Any) -> bool:
     """Whether a run's engines keep copies of their state (ResumableRun): rounds cut mid-generation
     (StaleSync tail consolidation, over-provisioning), kinds that cut generation at a weight update
@@ -219,6 +239,7 @@ class LlmCosts:
                                                          field_name="workload.rollout_layout")
         self.inference_params: InferenceParams = inference
         self.train_params: TrainParams = training_params_beside_engine(scenario, self.rollout_layout.gpu_memory_utilization)
+        self.critic_params: TrainParams = critic_train_params(self.train_params, w.critic_offload)
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
         self._pools: dict[Any, _Pool] = {}                 # by the ranks as given (a range hashes in O(1))
@@ -666,7 +687,7 @@ class LlmCosts:
         n_devices = len(pool.ranks)
         lay, lens = self._micro_batched_as(self.layout(n_devices), seq_lens, self.scenario.schedule.forward_micro_batch)
         c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
-                         packing=self._packing(), params=self.train_params, collectives=self.collectives,
+                         packing=self._packing(), params=self.params_of(role), collectives=self.collectives,
                          source=self.source)
         return StageCost(c.time_s, flops=c.flops)
 
@@ -676,19 +697,60 @@ class LlmCosts:
         lay, lens = self.micro_batched(seq_lens, n_devices)
         try:
             c = train_step_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
-                                packing=self._packing(), params=self.train_params, collectives=self.collectives,
+                                packing=self._packing(), params=self.params_of(role), collectives=self.collectives,
                                 source=self.source)
         except RlsimError as exc:
             raise self._planned_layout_note(self._beside_the_engine(self._in_the_layouts_terms(
                 exc, lay, self.layout(n_devices))), seq_lens) from None
+        beside = self._beside_bytes(role, pool)
+        self._check_beside(role, c.memory, beside)
         chain = c.critical_stages()
         parts = [(f"stage {st}", sec) for st, sec in enumerate(chain["ops_s_by_stage"])]
         parts += [(part, chain[f"{part}_s"]) for part in ("p2p", "dp_sync", "optimizer", "offload")]
         # the timeline's one record of the group carries its devices' mean idle inside the flush (the
         # busiest stage's idle alone under-counted the lighter stages': 13% against 26% on TP2 PP4)
         return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_fraction * c.pipeline_s,
-                         peak_memory_bytes=c.memory.total_bytes + self._resident_engine_bytes(pool),
+                         peak_memory_bytes=c.memory.total_bytes + beside + self._resident_engine_bytes(pool),
                          path_stage=chain["stage"], path_s=tuple(parts))
+
+    def params_of(self, role: str) -> TrainParams:
+        """The trainer constants a role's passes run with (the critic's own offload: critic_train_params)."""
+        return self.critic_params if role == "critic" else self.train_params
+
+    def critic_resident_bytes(self, lay: TrainLayout, hbm_bytes: float) -> float:
+        """PPO's critic state on each trainer device outside the critic's own passes: its weights and
+        optimizer state less what its offload moves to the host (workload.critic_offload, else the
+        actor's per-phase offload); its gradients are freed after each update. 0 without a critic."""
+        if self.scenario.workload.algorithm != "ppo":
+            return 0.0
+        params = self.critic_params
+        mem = device_resident(training_state_bytes(self.models["critic"], lay, hbm_bytes, params), params)
+        return _kept(mem, params.offload)
+
+    def _actor_resident_bytes(self, pool: _Pool) -> float:
+        """The actor's weights and optimizer state beside the critic's passes, less its per-phase
+        offload (its gradients are freed after each update, as the critic's)."""
+        return _kept(self._resident_memory(pool), self.train_params.offload)
+
+    def _beside_bytes(self, role: str, pool: _Pool) -> float:
+        """What the other trained model of a PPO run holds on these devices while ``role`` trains."""
+        if role == "actor":
+            return self.critic_resident_bytes(self.layout(len(pool.ranks)), pool.hbm_bytes)
+        return self._actor_resident_bytes(pool) if role == "critic" else 0.0
+
+    def _check_beside(self, role: str, memory: MemoryBreakdown, beside: float) -> None:
+        """A PPO update that does not fit beside the other model's resident state is an error."""
+        if beside <= 0.0 or memory.total_bytes + beside <= memory.capacity_bytes:
+            return
+        other = "critic" if role == "actor" else "actor"
+        raise RlsimError(
+            f"the {role}'s update needs {(memory.total_bytes + beside) / 1e9:.1f} GB per device: its own "
+            f"{memory.total_bytes / 1e9:.1f} GB beside the {other}'s resident weights and optimizer state "
+            f"{beside / 1e9:.1f} GB, of {memory.capacity_bytes / 1e9:.1f} GB usable", source=self.source,
+            field="workload.critic_offload",
+            fix="offload the critic between its passes (workload.critic_offload: {params: true, optimizer: true}; "
+                "verl critic.model.fsdp_config.param_offload / optimizer_offload), offload the actor's state "
+                "(workload.train_params.offload), or use more devices per training replica (tp / pp)")
 
     def _resident_engine_bytes(self, pool: _Pool) -> float:
         """What an engine that stays resident through training holds per device (0 otherwise)."""
@@ -899,8 +961,9 @@ class LlmCosts:
         if kinds is None:
             ranks = self._last_train_ranks
             kinds = self.pool(ranks).kinds if ranks is not None else self.cluster_devices
-        resident = resident_training_bytes(self.model, lay, self.switch_params, min(k.hbm_bytes for k in kinds),
-                                           self._inference_shard_bytes(), self.train_params)
+        hbm = min(k.hbm_bytes for k in kinds)
+        resident = (resident_training_bytes(self.model, lay, self.switch_params, hbm, self._inference_shard_bytes(),
+                                            self.train_params) + self.critic_resident_bytes(lay, hbm))
         totals = []
         for device in kinds:
             engine = device.hbm_bytes * self.rollout_layout.gpu_memory_utilization
@@ -946,6 +1009,10 @@ class LlmCosts:
             steps.append("offload the training weights (schedule.switch.offload_weights: true)")
         if not switch.bucketed:
             steps.append("bucket the weights (schedule.switch.bucketed: true)")
+        critic = self.critic_params.offload
+        if self.scenario.workload.algorithm == "ppo" and not (critic.params and critic.optimizer):
+            steps.append("offload the critic between its passes (workload.critic_offload: {params: true, "
+                         "optimizer: true})")
         more = "use more devices per training replica (tp / pp)"
         return "".join(f"{step}, or " for step in steps) + more   # none left: more devices alone
 
@@ -953,14 +1020,14 @@ class LlmCosts:
         """The per-phase offload's round trip (train_params.offload, scope update): what it offloads
         reloaded before the phase's first optimizer step and offloaded after its last, once per
         training phase (train_step_cost charges scope optimizer_step itself)."""
-        offload = self.train_params.offload
+        params = self.params_of(role)
+        offload = params.offload
         if not offload.any or offload.scope != "update":
             return 0.0
         pool = self.pool(ranks)
         lay = self.layout(len(pool.ranks))
-        memory = training_state_bytes(self.models[role], lay, min(k.hbm_bytes for k in pool.kinds), self.train_params)
-        return offload_time_s(memory, offload_Bps(self.topology, self._placed(pool, len(pool.ranks)), self.train_params),
-                              self.train_params)
+        memory = training_state_bytes(self.models[role], lay, min(k.hbm_bytes for k in pool.kinds), params)
+        return offload_time_s(memory, offload_Bps(self.topology, self._placed(pool, len(pool.ranks)), params), params)
 
     def train_flops_per_token(self, seq_len) -> float:
         return float(self.model.train_flops_per_token(seq_len))

@@ -364,6 +364,31 @@ def test_a_job_on_part_of_each_node_keeps_its_gpus_per_node(capsys):
     load_scenario(nemo.scenario)
 
 
+def test_verl_critic_offload_is_its_own_and_a_critic_free_run_ignores_the_critic():
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    ppo = ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B"]
+    default = import_config("verl", cfg, ppo).scenario["workload"]
+    assert default["critic_offload"] == {"params": False, "optimizer": False}   # verl's defaults, not the actor's
+    moved = import_config("verl", cfg, [*ppo, "+critic.model.fsdp_config.param_offload=true",
+                                        "+critic.model.fsdp_config.optimizer_offload=true"])
+    assert moved.scenario["workload"]["critic_offload"] == {"params": True, "optimizer": True}
+    assert "critic.model.fsdp_config.param_offload" in moved.mapped
+    load_scenario(moved.scenario)
+    # the critic's batching keys read as the actor's are mapped (verl's quickstart: 4 and 4), others not
+    same = import_config("verl", cfg, [*ppo, "+critic.ppo_micro_batch_size_per_gpu=4",
+                                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "+critic.ppo_epochs=3",
+                                       "+critic.ppo_mini_batch_size=64"])
+    assert "critic.ppo_micro_batch_size_per_gpu" in same.mapped
+    assert "critic.ppo_epochs" in same.unsupported and "actor.ppo_epochs" in same.unsupported["critic.ppo_epochs"]
+    assert "critic.ppo_mini_batch_size" in same.mapped   # the example's actor takes 64 too
+    dynamic = import_config("verl", cfg, [*ppo, "actor_rollout_ref.actor.use_dynamic_bsz=true"])
+    assert any("doubled for critic" in note for note in dynamic.notes)
+    grpo = import_config("verl", cfg, ["+critic.model.fsdp_config.param_offload=true", "+critic.ppo_epochs=2"])
+    assert "critic_offload" not in grpo.scenario["workload"]
+    assert all("critic-free" in grpo.ignored[key] for key in ("critic.model.fsdp_config.param_offload",
+                                                              "critic.ppo_epochs"))
+
+
 def test_a_fully_async_partial_rollout_at_a_zero_threshold_is_listed_ignored():
     # verl cancels nothing at a sync there (and rlsim refuses the pair): the import leaves it out
     cfg = EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml"

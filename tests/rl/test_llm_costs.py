@@ -244,3 +244,73 @@ def test_the_critic_and_a_reward_model_score_through_a_value_head_not_the_vocab(
     for role in ("critic", "reward"):
         assert run.forward(role, lens, ranks).time_s < ref
     assert run.train("critic", lens, ranks).time_s < run.train("actor", lens, ranks).time_s
+
+
+def _ppo(*overrides):
+    return costs("workload.preset=ppo-llama3.1-70b", "topology.preset=dgx-h100", "topology.nodes=4",
+                 "workload.rollout_layout.gpu_memory_utilization=0.4", *overrides)
+
+
+_CRITIC_OFF = ("workload.critic_offload.params=true", "workload.critic_offload.optimizer=true")
+
+
+def test_the_critic_state_sits_beside_the_engine_and_the_actor_unless_offloaded():
+    """Colocated PPO (verl: actor, critic and engine on the same GPUs): the critic's weights and
+    optimizer state stay on the devices through the rollout and the actor's update unless
+    workload.critic_offload moves them; closed form: the difference is exactly those bytes."""
+    from simulator.rl.llm_costs import training_state_bytes
+
+    kept, moved = _ppo(), _ppo(*_CRITIC_OFF)
+    lay = kept.layout(32)
+    critic = training_state_bytes(kept.models["critic"], lay, kept.device.hbm_bytes, kept.critic_params)
+    assert kept.critic_resident_bytes(lay, kept.device.hbm_bytes) == pytest.approx(
+        critic.weights_bytes + critic.optimizer_bytes)
+    assert moved.critic_resident_bytes(lay, moved.device.hbm_bytes) == 0.0
+    assert kept.rollout_phase_bytes(lay) - moved.rollout_phase_bytes(lay) == pytest.approx(
+        critic.weights_bytes + critic.optimizer_bytes)
+    lens, ranks = np.full(64, 1024), list(range(32))
+    assert kept.train("actor", lens, ranks).peak_memory_bytes - moved.train("actor", lens, ranks).peak_memory_bytes \
+        == pytest.approx(critic.weights_bytes + critic.optimizer_bytes)
+    # the critic's update holds the actor's weights and optimizer state beside its own, unless the
+    # actor's per-phase offload moves them (the critic keeps its own offload: none)
+    actor = kept._resident_memory(kept.pool(ranks))
+    actor_out = _ppo("workload.train_params.offload.params=true", "workload.train_params.offload.optimizer=true",
+                     "workload.critic_offload.params=false")
+    assert kept.train("critic", lens, ranks).peak_memory_bytes - actor_out.train("critic", lens, ranks).peak_memory_bytes \
+        == pytest.approx(actor.weights_bytes + actor.optimizer_bytes)
+
+
+def test_an_offloaded_critic_pays_its_copies_and_the_actor_does_not():
+    """verl's CriticWorker: parameters in before compute_values and out after; parameters and
+    optimizer in before update_critic and out after (2 x bytes over the host link each)."""
+    from simulator.llm.training import offload_Bps
+    from simulator.rl.llm_costs import training_state_bytes
+
+    kept, moved = _ppo(), _ppo(*_CRITIC_OFF)
+    lens, ranks = np.full(64, 1024), list(range(32))
+    lay, pool = moved.layout(32), moved.pool(ranks)
+    critic = training_state_bytes(moved.models["critic"], lay, moved.device.hbm_bytes, moved.critic_params)
+    link = offload_Bps(moved.topology, moved._placed(pool, 32), moved.critic_params)
+    assert moved.update_offload_s("critic", ranks) == pytest.approx(
+        2 * (critic.weights_bytes + critic.optimizer_bytes) / link)
+    assert moved.update_offload_s("actor", ranks) == kept.update_offload_s("actor", ranks) == 0.0
+    values = moved.forward("critic", lens, ranks).time_s - kept.forward("critic", lens, ranks).time_s
+    assert values == pytest.approx(2 * critic.weights_bytes / link, rel=1e-6)
+    assert moved.forward("actor", lens, ranks).time_s == kept.forward("actor", lens, ranks).time_s
+
+
+def test_an_update_that_does_not_fit_beside_the_critic_names_its_offload():
+    base = ("workload.preset=ppo-llama3.1-70b", "workload.model=qwen2.5-3b", "workload.critic_model=qwen2.5-3b",
+            "workload.reward.model=qwen2.5-3b", "topology.preset=dgx-h100", "topology.nodes=1",
+            "workload.train_layout={tp: 1, pp: 1, zero: 0, recompute: full, micro_batch: 1}",
+            "workload.rollout_layout={tp: 1, gpu_memory_utilization: 0.3}")
+    lens, ranks = np.full(8, 1024), list(range(8))
+    with pytest.raises(RlsimError, match="beside the critic's resident") as err:
+        costs(*base).train("actor", lens, ranks)
+    assert err.value.field == "workload.critic_offload" and "critic_offload" in err.value.fix
+    costs(*base, *_CRITIC_OFF).train("actor", lens, ranks)   # the critic on the host: it fits
+
+
+def test_critic_offload_applies_to_ppo_only():
+    with pytest.raises(RlsimError, match="ppo only"):
+        load_scenario(overrides=["workload.critic_offload.params=true"])

@@ -333,5 +333,7 @@ def test_a_rollout_phase_that_cannot_fit_names_fixes_that_apply():
     assert whole.field == "workload.train_layout" and "no gpu_memory_utilization fits" in whole.fix
     assert "<= 0.00" not in whole.fix and "offload_optimizer" not in whole.fix   # the seed switch offloads it
     assert "offload_weights: true" in whole.fix and "more devices" in whole.fix
-    share = _rollout_error(**{"train_layout": "{tp: 8, pp: 1, zero: 1}", "rollout_layout.gpu_memory_utilization": 0.95})
+    assert "critic_offload" in whole.fix   # PPO's critic holds its state beside the engine too
+    share = _rollout_error(**{"train_layout": "{tp: 8, pp: 1, zero: 1}", "rollout_layout.gpu_memory_utilization": 0.95,
+                              "critic_offload": "{params: true, optimizer: true}"})
     assert share.field == "workload.rollout_layout.gpu_memory_utilization" and "to <= 0." in share.fix
