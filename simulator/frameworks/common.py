@@ -230,18 +230,22 @@ def _override_fix(key: str, flat: Mapping[str, Any], text: str) -> str:
 
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
+_SELECT = re.compile(r"\$\{oc\.select:\s*([A-Za-z0-9_.]+)\s*(?:,\s*([^{}]*?))?\s*\}")
 _MUL = re.compile(r"\$\{mul:\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*\}")
 
 
 def resolve_interpolations(flat: dict[str, Any]) -> dict[str, Any]:
-    """``${a.b}`` references to other keys, and NeMo RL's ``${mul:x, y}`` resolver (it registers
-    'mul' with OmegaConf), resolved; anything else (``${oc.env:...}``) is left as written."""
+    """``${a.b}`` references to other keys (``${.b}``: a sibling, ``${..b}`` a parent's sibling, as
+    OmegaConf reads them), OmegaConf's ``${oc.select:a.b,default}`` (the key's value, or the default
+    where the config has no such key: verl's generated configs use it throughout) and NeMo RL's
+    ``${mul:x, y}`` resolver (it registers 'mul' with OmegaConf), resolved; anything else
+    (``${oc.env:...}``) is left as written."""
     out = dict(flat)
     for _ in range(8):   # nested references resolve from the inside out
         changed = False
         for key, value in out.items():
             if isinstance(value, str) and "${" in value:
-                new = _resolve_one(value, out)
+                new = _resolve_one(value, out, key)
                 changed |= new != value
                 out[key] = new
         if not changed:
@@ -249,12 +253,33 @@ def resolve_interpolations(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _resolve_one(text: str, flat: Mapping[str, Any]) -> Any:
-    whole = _REF.fullmatch(text)
-    if whole and whole.group(1) in flat and not _unresolved(flat[whole.group(1)]):
-        return flat[whole.group(1)]
-    text = _REF.sub(lambda m: str(flat[m.group(1)]) if m.group(1) in flat and not _unresolved(flat[m.group(1)])
-                    else m.group(0), text)
+def _absolute(name: str, key: str) -> str:
+    """A reference as written at ``key`` (OmegaConf's relative ``.b`` / ``..b``) -> the flat key."""
+    dots = len(name) - len(name.lstrip("."))
+    if not dots:
+        return name
+    return ".".join(key.split(".")[:-dots] + [name[dots:]])
+
+
+def _select(match: re.Match, flat: Mapping[str, Any], key: str) -> Any:
+    """oc.select: the key's resolved value; its default (a YAML scalar) where the config lacks the key;
+    the text as written while the key is still unresolved (a later pass takes it)."""
+    name = _absolute(match.group(1), key)
+    if name not in flat:
+        return yaml.safe_load(match.group(2)) if match.group(2) is not None else None
+    return match.group(0) if _unresolved(flat[name]) else flat[name]
+
+
+def _resolve_one(text: str, flat: Mapping[str, Any], key: str = "") -> Any:
+    def value_of(m: re.Match) -> Any:
+        name = _absolute(m.group(1), key)
+        return flat[name] if name in flat and not _unresolved(flat[name]) else m.group(0)
+
+    for pattern, value in ((_SELECT, lambda m: _select(m, flat, key)), (_REF, value_of)):
+        whole = pattern.fullmatch(text)
+        if whole:
+            return value(whole)
+        text = pattern.sub(lambda m, value=value: str(value(m)), text)
     whole = _MUL.fullmatch(text)
     if whole:
         product = float(whole.group(1)) * float(whole.group(2))
@@ -335,21 +360,44 @@ def classify(result: FrameworkImport, flat: Mapping[str, Any], rules: Mapping[st
         value = flat[key]
         if key in decided:
             status, reason = decided[key]
+        elif not in_table(key, rules) and key.rpartition(".")[2] != "_target_":
+            close = _close_key(key, rules)   # a typo of a known key is not the section's catch-all's
+            result.unknown[key] = ("not in rlsim's table of this framework's keys; check its effect on time"
+                                   + (f"; did you mean {close!r}?" if close else ""))
+            continue
         else:
-            if not in_table(key, rules):   # a typo of a known key is not the section's catch-all's
-                close = _close_key(key, rules)
-                result.unknown[key] = ("not in rlsim's table of this framework's keys; check its effect on time"
-                                       + (f"; did you mean {close!r}?" if close else ""))
-                continue
+            status, reason = table_status(key, value, rules)
             rule = rule_for(key, rules)
-            status, reason = rule.status, (f"{rule.target}: {rule.reason}" if rule.target else rule.reason)
-            if rule.status == "mapped" and rule.target:
+            if status == "mapped" and rule is not None and rule.target:
                 result.targets[key] = rule.target
-            if rule.status == "mapped" and not rule.reason:
-                reason = str(rule.target)
-            if rule.status == "unsupported" and rule.neutral is not _NO_NEUTRAL and value == rule.neutral:
-                status, reason = "ignored", f"{value!r} is what rlsim models ({rule.reason})"
         getattr(result, status)[key] = reason
+
+
+def table_status(key: str, value: Any, rules: Mapping[str, Rule]) -> tuple[Status, str]:
+    """(status, reason) the table gives ``key`` at ``value`` (a key it covers): its rule's, an
+    unsupported key at its neutral value or unset (null, empty) ignored, a Hydra `_target_` ignored."""
+    if key.rpartition(".")[2] == "_target_":
+        return "ignored", HYDRA_TARGET
+    rule = rule_for(key, rules)
+    assert rule is not None, key
+    reason = f"{rule.target}: {rule.reason}" if rule.target else rule.reason
+    if rule.status == "mapped":
+        return "mapped", reason if rule.reason or not rule.target else str(rule.target)
+    if rule.status == "unsupported" and rule.neutral is not _NO_NEUTRAL and value == rule.neutral:
+        return "ignored", f"{value!r} is what rlsim models ({rule.reason})"
+    if rule.status == "unsupported" and rule.neutral is _NO_NEUTRAL and _unset(value):
+        return "ignored", f"unset ({value!r}): the option is not applied ({rule.reason})"
+    return rule.status, reason
+
+
+# Hydra's `_target_` entries name the class a section instantiates (verl's generated configs carry one
+# per section): bookkeeping, not a setting
+HYDRA_TARGET = "Hydra's instantiate target (a class path): no effect on step time"
+
+
+def _unset(value: Any) -> bool:
+    """A value that applies no option: null, or an empty mapping / list (verl's engine_kwargs: {})."""
+    return value is None or (isinstance(value, (Mapping, list)) and not value)
 
 
 def _close_key(key: str, rules: Mapping[str, Rule]) -> str:

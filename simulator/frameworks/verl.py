@@ -33,6 +33,7 @@ from .common import (
     Values,
     capped_length,
     classify,
+    flag,
     ignored,
     in_table,
     inactive_section,
@@ -41,7 +42,9 @@ from .common import (
     overridden_keys,
     positive_int,
     read_config,
+    rule_for,
     size_topology,
+    table_status,
     unsupported,
     without_inapplicable_layout_keys,
     world_divides,
@@ -126,6 +129,7 @@ _CKPT = "checkpoint files: rlsim step times exclude checkpointing"
 _VAL = "validation runs between steps: rlsim step times exclude validation"
 _LOSS = "loss arithmetic on tensors the step already holds: no modelled cost"
 _LR = "optimizer hyper-parameters (learning rate, schedule): no effect on step time"
+_PROFILE = "profiler / tracing settings: rlsim step times exclude profiling"
 _FSDP = ("rlsim prices FSDP as ZeRO-3 on tp 1: per-layer parameter all-gathers and gradient reduce-scatters "
          "with their overlap (workload.train_params.comm.fsdp_*); FSDP's other options are not modelled")
 _DATA = "data loading and prompt formatting on the host: no modelled cost"
@@ -140,7 +144,8 @@ RULES: dict[str, Rule] = {
         "train_files", "val_files", "prompt_key", "reward_fn_key", "tokenizer", "return_raw_input_ids",
         "return_raw_chat", "return_full_prompt", "shuffle", "filter_overlong_prompts", "truncation",
         "val_batch_size", "seed", "image_key", "dataloader_num_workers", "use_shm", "trust_remote_code",
-        "filter_overlong_prompts_workers", "custom_cls.*", "return_multi_modal_inputs", "sampler.*", "datagen.*")},
+        "filter_overlong_prompts_workers", "custom_cls.*", "return_multi_modal_inputs", "sampler.*", "datagen.*",
+        "apply_chat_template_kwargs", "apply_chat_template_kwargs.*", "validation_shuffle", "video_key")},
     # actor / model
     f"{A}.hybrid_engine": mapped("schedule.kind", "true: colocated hybrid engine; false: split pools"),
     f"{A}.model.path": mapped("workload.model", "Hugging Face id -> model preset, or the folder's config.json"),
@@ -155,7 +160,11 @@ RULES: dict[str, Rule] = {
     f"{A}.model.use_fused_kernels": unsupported("fused log-prob kernels are not modelled", neutral=False),
     **{f"{A}.model.{k}": ignored("model loading options: no effect on step time") for k in (
         "external_lib", "override_config.*", "override_config", "trust_remote_code", "custom_chat_template",
-        "use_shm", "tokenizer_path", "use_liger")},
+        "use_shm", "tokenizer_path", "use_liger", "hf_config_path")},
+    f"{A}.model.fused_kernel_options.*": unsupported("fused log-prob kernels are not modelled (read with "
+                                                     "use_fused_kernels only)"),
+    f"{A}.nccl_timeout": ignored("a collective's time-out: no effect on step time"),
+    f"{A}.actor.freeze_vision_tower": ignored("vision-language models only: rlsim's models have no vision tower"),
     f"{A}.actor.strategy": mapped("workload.train_layout", "megatron: its TP/PP/EP/CP; fsdp/fsdp2: tp 1, zero 3"),
     f"{A}.actor.ppo_mini_batch_size": mapped("workload.mini_batch_prompts", "prompts per optimizer step"),
     f"{A}.actor.ppo_micro_batch_size_per_gpu": mapped("workload.train_layout.micro_batch"),
@@ -193,6 +202,11 @@ RULES: dict[str, Rule] = {
         "offload frees the gradient buffers with the parameters (utils/megatron_utils.py: storage().resize_(0))"),
     f"{A}.actor.megatron.seed": ignored("random seed: no effect on step time"),
     f"{A}.actor.fsdp_config.*": unsupported(_FSDP),
+    # FSDP options at verl's defaults, which rlsim's FSDP model is: per-layer wrapping (min_num_params 0:
+    # verl's transformer-layer auto-wrap), no forward prefetch, flat parameters, a training engine
+    **{f"{A}.actor.fsdp_config.{k}": unsupported(_FSDP, neutral=value) for k, value in (
+        ("wrap_policy.min_num_params", 0), ("forward_prefetch", False), ("use_orig_params", False),
+        ("forward_only", False), ("entropy_checkpointing", False), ("entropy_from_logits_with_chunking", False))},
     **{f"{A}.actor.fsdp_config.{k}": mapped(f"workload.train_params.offload.{OFFLOAD_KEYS[k]}", OFFLOAD_NOTE)
        for k in FSDP_OFFLOAD_KEYS},
     f"{A}.actor.fsdp_config.fsdp_size": mapped("workload.train_layout.zero_shard_size", "fsdp / fsdp2: below the "
@@ -220,6 +234,12 @@ RULES: dict[str, Rule] = {
         "(workers/fsdp_workers.py: 'We force reference policy to use CPUOffload'); rlsim holds no reference "
         "weights on the device, and the per-layer host copies (a layer's shard over the host link each "
         "micro-batch, about a tenth of its forward at 7B by the link and GEMM rates: an estimate) are not priced"),
+    f"{A}.rollout.over_sample_rate": unsupported("aborting the last requests once (1 - rate) of them are done is "
+                                                 "not modelled", neutral=0),
+    f"{A}.rollout.multi_stage_wake_up": unsupported("SGLang's staged wake-up is not modelled", neutral=False),
+    f"{A}.rollout.skip_rollout": unsupported("rollouts loaded from a dump are not modelled", neutral=False),
+    f"{A}.rollout.skip_dump_dir": ignored("read with skip_rollout only"),
+    f"{A}.rollout.skip_tokenizer_init": ignored("the engine's start-up: token ids in and out either way"),
     f"{A}.rollout.name": mapped("workload.engine", f"vllm: {VLLM_ENGINE} (vLLM V1 through the LLM class, "
                                 f"under the knobs verl passes); sglang: {SGLANG_ENGINE} (SGLang's defaults)"),
     f"{A}.rollout.mode": mapped("workload.inference.dispatch", "async (verl's agent loop, the default from 0.7): "
@@ -290,6 +310,13 @@ RULES: dict[str, Rule] = {
     "critic.*": unsupported("the critic trains with the actor's layout and micro-batching in rlsim (a key with an "
                             "actor counterpart, CRITIC_AS_ACTOR, is mapped where it equals it)"),
     "critic.optim.*": ignored(_LR),
+    **{f"critic.{k}": ignored(_LOSS) for k in ("grad_clip", "loss_agg_mode", "shuffle")},
+    **{f"critic.model.{k}": ignored("model loading options: no effect on step time") for k in (
+        "external_lib", "override_config.*", "override_config", "trust_remote_code", "use_shm", "tokenizer_path")},
+    "critic.model.lora_rank": unsupported("LoRA on the critic is not modelled (it trains whole)", neutral=0),
+    "critic.model.lora_alpha": ignored("a scale on the adapters' output: no effect on step time"),
+    "critic.model.target_modules": ignored("read with critic.model.lora_rank > 0 only"),
+    "critic.rollout_n": ignored("verl's copy of actor_rollout_ref.rollout.n (mapped)"),
     "critic.checkpoint.*": ignored(_CKPT),
     "critic.cliprange_value": ignored(_LOSS),
     "reward_model.enable": mapped("workload.reward.kind", "true: a reward-model forward, false: rule reward"),
@@ -317,6 +344,11 @@ RULES: dict[str, Rule] = {
     "algorithm.filter_groups.max_num_gen_batches": mapped("workload.dynamic_sampling.max_gen_batches",
                                                           "0 or less: no cap"),
     "algorithm.use_pf_ppo": unsupported("preference-feedback PPO re-sampling is not modelled", neutral=False),
+    # rollout importance sampling (verl 0.6: weights from the rollout's own log-probs, which vLLM returns
+    # with each sample): arithmetic in the loss
+    "algorithm.rollout_is": ignored(_LOSS),
+    **{f"algorithm.rollout_is_{k}": ignored(_LOSS) for k in (
+        "level", "mode", "threshold", "threshold_lower", "veto_threshold")},
     "algorithm.pf_ppo.*": ignored("used only with use_pf_ppo"),
     # trainer and pools
     "trainer.nnodes": mapped("topology.nodes", "training pool nodes (the whole job when colocated)"),
@@ -333,6 +365,15 @@ RULES: dict[str, Rule] = {
     **{f"trainer.{k}": ignored("run length: rlsim simulates `iterations` steps (--iterations N)")
        for k in ("total_epochs", "total_training_steps")},
     "ray_init.*": ignored("Ray start-up options: no effect on step time"),
+    "ray_kwargs.*": ignored("Ray start-up options: no effect on step time"),
+    "trainer.use_legacy_worker_impl": ignored("which worker classes verl instantiates (auto: its fsdp / megatron "
+                                              "workers, whose costs rlsim models)"),
+    # profilers and tracing (verl 0.6 carries a section per worker): off unless enabled, and rlsim's
+    # step times exclude profiling
+    **{f"{section}.profiler.*": ignored(_PROFILE) for section in (
+        f"{A}.actor", f"{A}.ref", f"{A}.rollout", "critic", "reward_model")},
+    "global_profiler.*": ignored(_PROFILE),
+    f"{A}.rollout.trace.*": ignored(_PROFILE),
     "rollout.nnodes": mapped("schedule.rollout_devices", "rollout pool nodes"),
     "rollout.n_gpus_per_node": mapped("schedule.rollout_devices", "rollout pool GPUs per node"),
     **{f"rollout.{k}": ignored("run length / validation cadence of the Rollouter") for k in (
@@ -396,6 +437,8 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
                       workload["train_layout"], keys, f"verl's {strategy} worker", f"{A}.actor.strategy")
     result.scenario["workload"] = workload
     result.scenario["schedule"] = sched
+    _sections_not_run(values, recipe, decided)
+    _copies_of_the_actor(values, decided)
     classify(result, flat, RULES, decided)
     result.notes.append("response-length law: not in a verl config; rlsim's default law "
                         f"{_law(workload['response_length'])} capped at data.max_response_length "
@@ -475,6 +518,71 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["reference"] = v.flag(f"{A}.actor.use_kl_loss") or v.flag("algorithm.use_kl_in_reward")
     _reward_and_critic(v, w, recipe, decided)
     return w
+
+
+def _sections_not_run(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> None:
+    """Sections a config carries but verl does not run (a dumped or generated config has them all):
+    their keys that the table would list as unsupported are listed as ignored, with why."""
+    off = []
+    if not v.flag("reward_model.enable"):
+        off.append(("reward_model", "no reward model (reward_model.enable false)"))
+    if not v.flag(f"{A}.rollout.multi_turn.enable"):
+        off.append((f"{A}.rollout.multi_turn", "multi-turn rollouts off (rollout.multi_turn.enable false)"))
+    if not v.flag(f"{A}.model.use_fused_kernels"):
+        off.append((f"{A}.model.fused_kernel_options", "use_fused_kernels false"))
+    if recipe != "fully-async" and str(v(f"{A}.rollout.mode") or "sync") != "async":
+        off.append((f"{A}.rollout.agent", "the agent loop runs with rollout.mode async only"))
+    for key in v.flat:
+        if key in decided:
+            continue
+        rule = rule_for(key, RULES)
+        for section, why in off:
+            if key.startswith(section + ".") and rule is not None and rule.status == "unsupported":
+                decided[key] = ("ignored", why)
+
+
+# Sections whose keys repeat the actor's (verl's configs give the reference, the critic and the FSDP
+# engine their own copy of each option, by interpolation): (the copy's prefix, the actor's), the
+# longest first
+ACTOR_COPIES = (
+    (f"{A}.ref.fsdp_config.", f"{A}.actor.fsdp_config."),
+    ("critic.model.fsdp_config.", f"{A}.actor.fsdp_config."),
+    ("critic.model.", f"{A}.model."),
+    (f"{A}.actor.fsdp_config.", f"{A}.actor."),
+    (f"{A}.ref.", f"{A}.actor."),
+    ("critic.", f"{A}.actor."),
+    (f"{A}.actor.", f"{A}.model."),
+)
+_ABSENT = object()
+
+
+def _copies_of_the_actor(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
+    """A key the table covers only by a section's catch-all (or not at all) that repeats an actor key
+    the table lists, with the same value, takes that key's status: rlsim runs the reference and the
+    critic as the actor. Where the values differ the catch-all stands (the copy is not modelled)."""
+    for key, value in v.flat.items():
+        if key in decided or key in RULES:
+            continue
+        actor_key = _actor_original(key)
+        if actor_key is None:
+            continue
+        actor_value = v.flat.get(actor_key, DEFAULTS.get(actor_key, _ABSENT))
+        if actor_value is not _ABSENT and actor_value == value:
+            status, reason = table_status(actor_key, value, RULES)
+            decided[key] = (status, f"as {actor_key}, which it equals here ({reason})")
+
+
+def _actor_original(key: str) -> str | None:
+    """The actor key the table lists that ``key`` copies, through copies of copies (the reference's
+    fsdp_config.use_torch_compile -> the actor's fsdp_config's -> actor.use_torch_compile); None if none."""
+    for _ in range(len(ACTOR_COPIES)):
+        prefix, actor_prefix = next(((p, a) for p, a in ACTOR_COPIES if key.startswith(p)), ("", ""))
+        if not prefix:
+            return None
+        key = actor_prefix + key[len(prefix):]
+        if key in RULES:
+            return key
+    return None
 
 
 def _algorithm(v: Values) -> str:
@@ -944,18 +1052,26 @@ CRITIC_AS_ACTOR = {
     "critic.model.enable_gradient_checkpointing": f"{A}.model.enable_gradient_checkpointing",
     "critic.model.use_remove_padding": f"{A}.model.use_remove_padding",
 }
+CRITIC_TOKEN_BUDGET_KEYS = ("critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu")
+CRITIC_BATCH_SIZE_KEYS = ("critic.ppo_micro_batch_size_per_gpu", "critic.forward_micro_batch_size_per_gpu")
 # verl 0.6.0 trainer/config/critic/critic.yaml: "Max tokens per GPU in one PPO batch (doubled for critic)"
 VERL_CRITIC_MAX_TOKEN_LEN = 32768
 
 
 def _critic_as_actor(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
     """rlsim's critic trains with the actor's layout and micro-batching: each critic key given is mapped
-    where it reads as the actor's counterpart, unsupported where it differs; and a note where verl's
-    critic defaults to twice the actor's token budget under dynamic batching."""
+    where it reads as the actor's counterpart, unsupported where it differs (ignored where the critic's
+    batching mode does not read it); and a note where verl's critic defaults to twice the actor's token
+    budget under dynamic batching."""
+    dynamic = flag(v.flat.get("critic.use_dynamic_bsz", v(f"{A}.actor.use_dynamic_bsz")), "critic.use_dynamic_bsz",
+                   v.result.source)
+    unread = CRITIC_BATCH_SIZE_KEYS if dynamic else CRITIC_TOKEN_BUDGET_KEYS
     for key, actor_key in CRITIC_AS_ACTOR.items():
         if not v.given(key):
             continue
-        if v(key) == v(actor_key):
+        if key in unread:
+            decided[key] = ("ignored", f"critic.use_dynamic_bsz {str(dynamic).lower()}: not read")
+        elif v(key) == v(actor_key):
             decided[key] = ("mapped", f"the critic trains as the actor ({actor_key}), which it equals here")
         else:
             decided[key] = ("unsupported", f"differs from {actor_key}: rlsim's critic takes the actor's layout, "
