@@ -183,6 +183,18 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """flatten's inverse: {'a.b': 1} -> {'a': {'b': 1}}."""
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = out
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
 def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: str,
                           known: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """Hydra command-line overrides: ``key=value``, ``+key=value`` (add), ``++key=value`` (add or
@@ -230,7 +242,7 @@ def _override_fix(key: str, flat: Mapping[str, Any], text: str) -> str:
 
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
-_SELECT = re.compile(r"\$\{oc\.select:\s*([A-Za-z0-9_.]+)\s*(?:,\s*([^{}]*?))?\s*\}")
+_SELECT = re.compile(r"\$\{oc\.select:\s*([A-Za-z0-9_.]+)\s*(?:,\s*((?:[^{}]|\{\})*?))?\s*\}")
 _MUL = re.compile(r"\$\{mul:\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*\}")
 
 
@@ -243,11 +255,15 @@ def resolve_interpolations(flat: dict[str, Any]) -> dict[str, Any]:
     out = dict(flat)
     for _ in range(8):   # nested references resolve from the inside out
         changed = False
-        for key, value in out.items():
+        for key, value in list(out.items()):
             if isinstance(value, str) and "${" in value:
                 new = _resolve_one(value, out, key)
                 changed |= new != value
-                out[key] = new
+                if isinstance(new, Mapping) and new:   # a whole section selected: its keys under this one
+                    del out[key]
+                    out.update(flatten(new, key))
+                else:
+                    out[key] = new
         if not changed:
             break
     return out
@@ -265,6 +281,9 @@ def _select(match: re.Match, flat: Mapping[str, Any], key: str) -> Any:
     """oc.select: the key's resolved value; its default (a YAML scalar) where the config lacks the key;
     the text as written while the key is still unresolved (a later pass takes it)."""
     name = _absolute(match.group(1), key)
+    section = {k[len(name) + 1:]: v for k, v in flat.items() if k.startswith(name + ".")}
+    if name not in flat and section:   # a section (flattened): its keys, once they are resolved
+        return match.group(0) if any(_unresolved(v) for v in section.values()) else unflatten(section)
     if name not in flat:
         return yaml.safe_load(match.group(2)) if match.group(2) is not None else None
     return match.group(0) if _unresolved(flat[name]) else flat[name]

@@ -149,7 +149,8 @@ RULES: dict[str, Rule] = {
     # actor / model
     f"{A}.hybrid_engine": mapped("schedule.kind", "true: colocated hybrid engine; false: split pools"),
     f"{A}.model.path": mapped("workload.model", "Hugging Face id -> model preset, or the folder's config.json"),
-    f"{A}.model.enable_gradient_checkpointing": mapped("workload.train_layout.recompute", "true: full, false: none"),
+    f"{A}.model.enable_gradient_checkpointing": mapped("workload.train_layout.recompute", "fsdp / fsdp2: true full, "
+                                                       "false none (the megatron workers do not read it)"),
     f"{A}.model.use_remove_padding": mapped("schedule.distqueue.packed", "no padding in payloads and micro-batches"),
     f"{A}.model.enable_activation_offload": unsupported("activation offload to host is not modelled", neutral=False),
     f"{A}.model.lora_rank": mapped("workload.lora.rank", "fsdp / fsdp2: LoRA adapters of that rank beside the frozen "
@@ -201,6 +202,29 @@ RULES: dict[str, Rule] = {
         "verl 0.5-0.7 read it and never use it (workers/megatron_workers.py _is_offload_grad); the Megatron "
         "offload frees the gradient buffers with the parameters (utils/megatron_utils.py: storage().resize_(0))"),
     f"{A}.actor.megatron.seed": ignored("random seed: no effect on step time"),
+    f"{A}.actor.megatron.*": unsupported("Megatron option not modelled"),
+    **{f"{A}.actor.megatron.{k}": ignored("checkpoint / model loading: no effect on step time") for k in (
+        "use_dist_checkpointing", "dist_checkpointing_path", "use_mbridge")},
+    f"{A}.actor.megatron.forward_only": unsupported("a forward-only Megatron engine for training is not modelled",
+                                                    neutral=False),
+    f"{A}.actor.megatron.override_transformer_config.*": unsupported("a Megatron TransformerConfig override not "
+                                                                     "modelled"),
+    f"{A}.actor.megatron.override_transformer_config.recompute_granularity": mapped(
+        "workload.train_layout.recompute", "megatron: null none, full (recompute_method uniform), selective "
+        "(the attention core, recompute_modules [core_attn]); the hf model's enable_gradient_checkpointing is not "
+        "read by the megatron workers"),
+    **{f"{A}.actor.megatron.override_transformer_config.{k}": mapped(
+        "workload.train_layout.recompute", "read with recompute_granularity full: uniform is rlsim's full; block "
+        "(recompute_num_layers of each stage) is not modelled") for k in ("recompute_method", "recompute_num_layers")},
+    f"{A}.actor.megatron.override_transformer_config.recompute_modules": mapped(
+        "workload.train_layout.recompute", "read with recompute_granularity selective: [core_attn] is rlsim's "
+        "selective; other modules are not modelled"),
+    f"{A}.actor.megatron.override_transformer_config.attention_backend": unsupported(
+        "attention kernels other than flash are not modelled", neutral="flash"),
+    f"{A}.actor.load_weight": ignored("model loading options: no effect on step time"),
+    f"{A}.actor.data_loader_seed": ignored(_DATA),
+    f"{A}.rollout.layer_name_map.*": ignored("parameter names the refit maps: no effect on step time"),
+    "critic.nccl_timeout": ignored("a collective's time-out: no effect on step time"),
     f"{A}.actor.fsdp_config.*": unsupported(_FSDP),
     # FSDP options at verl's defaults, which rlsim's FSDP model is: per-layer wrapping (min_num_params 0:
     # verl's transformer-layer auto-wrap), no forward prefetch, flat parameters, a training engine
@@ -499,7 +523,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                          "data.max_response_length", src, v.result.notes)
     m = f"{A}.actor.megatron"
     w["train_layout"] = without_inapplicable_layout_keys(
-        _train_layout(v), w.get("model"), {"sequence_parallel": f"{m}.sequence_parallel",
+        _train_layout(v, decided), w.get("model"), {"sequence_parallel": f"{m}.sequence_parallel",
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     w["rollout_layout"] = _rollout_layout(v, decided)
     _engine_and_offload(v, w, decided)
@@ -546,6 +570,8 @@ def _sections_not_run(v: Values, recipe: str, decided: dict[str, tuple[Status, s
 # longest first
 ACTOR_COPIES = (
     (f"{A}.ref.fsdp_config.", f"{A}.actor.fsdp_config."),
+    (f"{A}.ref.megatron.", f"{A}.actor.megatron."),
+    ("critic.megatron.", f"{A}.actor.megatron."),
     ("critic.model.fsdp_config.", f"{A}.actor.fsdp_config."),
     ("critic.model.", f"{A}.model."),
     (f"{A}.actor.fsdp_config.", f"{A}.actor."),
@@ -594,12 +620,13 @@ def _algorithm(v: Values) -> str:
     return "grpo"
 
 
-def _train_layout(v: Values) -> dict[str, Any]:
+def _train_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     strategy = str(v(f"{A}.actor.strategy"))
     layout: dict[str, Any] = {"recompute": "full" if v.flag(f"{A}.model.enable_gradient_checkpointing") else "none",
                               "micro_batch": v.whole(f"{A}.actor.ppo_micro_batch_size_per_gpu", 1)}
     if strategy == "megatron":
         m = f"{A}.actor.megatron"
+        layout["recompute"] = _megatron_recompute(v, decided)
         for key, rl in (("tensor_model_parallel_size", "tp"), ("pipeline_model_parallel_size", "pp"),
                         ("virtual_pipeline_model_parallel_size", "vpp"), ("expert_model_parallel_size", "ep"),
                         ("context_parallel_size", "cp")):
@@ -628,6 +655,41 @@ def _train_layout(v: Values) -> dict[str, Any]:
     if (shard := _fsdp_shard_size(v)) is not None:
         layout["zero_shard_size"] = shard
     return {"tp": 1, "pp": 1, "zero": 3, **layout}
+
+
+# verl's megatron workers build the TransformerConfig from megatron.override_transformer_config (the
+# hf_model's enable_gradient_checkpointing is read by the FSDP workers only: verl 0.6.0 fsdp_workers.py;
+# megatron_workers.py reads neither it nor any other recompute switch)
+_TRANSFORMER = f"{A}.actor.megatron.override_transformer_config"
+MEGATRON_RECOMPUTE_KEYS = tuple(f"{_TRANSFORMER}.{k}" for k in (
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules"))
+
+
+def _megatron_recompute(v: Values, decided: dict[str, tuple[Status, str]]) -> str:
+    """rlsim's recompute from Megatron's TransformerConfig overrides: recompute_granularity null (the
+    default) none, full (every layer under recompute_method uniform; block, only recompute_num_layers
+    of each stage, is not modelled and taken as full), selective (the attention core: recompute_modules
+    [core_attn], Megatron's default; other modules are not modelled)."""
+    src = v.result.source
+    granularity, method, _layers, modules = (v.flat.get(k) for k in MEGATRON_RECOMPUTE_KEYS)
+    decided[f"{A}.model.enable_gradient_checkpointing"] = (
+        "ignored", f"verl's megatron workers do not read it: {_TRANSFORMER}.recompute_granularity sets recompute")
+    method_keys, modules_key = MEGATRON_RECOMPUTE_KEYS[1:3], MEGATRON_RECOMPUTE_KEYS[3]
+    if granularity not in (None, "full", "selective"):
+        raise RlsimError(f"unknown recompute_granularity {granularity!r}", source=src, field=MEGATRON_RECOMPUTE_KEYS[0],
+                         fix="use full, selective or null")
+    for key in method_keys:
+        if key in v.flat and granularity != "full":
+            decided[key] = ("ignored", f"read with recompute_granularity full only (here {granularity})")
+        elif key in v.flat and method == "block":
+            decided[key] = ("unsupported", "block recompute (only recompute_num_layers layers of each stage) is not "
+                                           "modelled: taken as full")
+    if modules_key in v.flat and granularity != "selective":
+        decided[modules_key] = ("ignored", f"read with recompute_granularity selective only (here {granularity})")
+    elif modules_key in v.flat and modules not in (None, ["core_attn"]):
+        decided[modules_key] = ("unsupported", f"recomputing {modules} is not modelled: rlsim's selective "
+                                               "recomputes the attention core (core_attn)")
+    return {None: "none", "full": "full", "selective": "selective"}[granularity]
 
 
 def _fsdp_shard_size(v: Values) -> int | None:

@@ -410,28 +410,44 @@ QUICKSTART = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", "critic
               "actor_rollout_ref.actor.ppo_mini_batch_size=64", "trainer.n_gpus_per_node=1"]
 
 
-def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys):
-    """verl 0.6.0's generated PPO config (every key of its defaults, as a dumped config has them):
-    no key unknown, and unsupported only what rlsim does not model at these values - torch.compile
-    (verl's default true, in each copy of the option) and the critic's value pass micro-batch (its
-    ppo_micro_batch_size_per_gpu, 4, against the old log-prob pass's 8). Profilers, Hydra targets,
-    sections verl does not run (reward model, multi-turn, the agent loop) and the reference's and
-    critic's copies of the actor's options at the actor's values are accounted for, not listed."""
-    imported = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml", QUICKSTART)
+_COMPILED = {f"actor_rollout_ref.{k}.use_torch_compile" for k in ("actor", "ref")}
+
+
+@pytest.mark.parametrize("name, unsupported", [
+    ("verl-0.6.0-generated-ppo-trainer.yaml", _COMPILED | {
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
+        "critic.model.fsdp_config.use_torch_compile", "critic.forward_micro_batch_size_per_gpu"}),
+    ("verl-0.6.0-generated-ppo-megatron-trainer.yaml", _COMPILED)])
+def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys, name, unsupported):
+    """verl 0.6.0's generated PPO configs (every key of its defaults, as a dumped config has them), FSDP
+    and megatron workers: no key unknown, and unsupported only what rlsim does not model at these
+    values - torch.compile (verl's default true, in each copy of the option) and, under FSDP, the
+    critic's value-pass micro-batch (its ppo_micro_batch_size_per_gpu, 4, against the old log-prob
+    pass's 8). Profilers, Hydra targets, sections verl does not run (reward model, multi-turn, the agent
+    loop) and the reference's and critic's copies of the actor's options at the actor's values are
+    accounted for, not listed."""
+    imported = import_config("verl", DATA / name, QUICKSTART)
     assert imported.unknown == {}
-    compiled = {f"actor_rollout_ref.{k}.use_torch_compile" for k in ("actor", "actor.fsdp_config", "ref",
-                                                                      "ref.fsdp_config")}
-    assert set(imported.unsupported) == compiled | {"critic.model.fsdp_config.use_torch_compile",
-                                                    "critic.forward_micro_batch_size_per_gpu"}
+    assert set(imported.unsupported) == unsupported
     assert imported.scenario["workload"]["algorithm"] == "ppo"
     assert imported.scenario["topology"]["devices_per_node"] == 1
-    assert "as actor_rollout_ref.actor.fsdp_config.forward_prefetch" in imported.ignored[
-        "actor_rollout_ref.ref.fsdp_config.forward_prefetch"]
-    code, out, err = cli(capsys, "run", "--from-verl", str(DATA / "verl-0.6.0-generated-ppo-trainer.yaml"),
-                         *QUICKSTART, "--iterations", "1", "--json")
+    code, out, err = cli(capsys, "run", "--from-verl", str(DATA / name), *QUICKSTART, "--iterations", "1", "--json")
     assert code == 0, err
     stages = json.loads(out)["stage_time_s"]
     assert 0 < stages["train_critic"] < stages["train_actor"]   # the value head: no 152k-vocab logits
+
+
+def test_copies_of_actor_options_take_the_actors_status_at_equal_values():
+    imported = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml", QUICKSTART)
+    assert "as actor_rollout_ref.actor.fsdp_config.forward_prefetch" in imported.ignored[
+        "actor_rollout_ref.ref.fsdp_config.forward_prefetch"]
+    differs = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml",
+                            [*QUICKSTART, "actor_rollout_ref.ref.fsdp_config.forward_prefetch=true"])
+    assert "reference forward" in differs.unsupported["actor_rollout_ref.ref.fsdp_config.forward_prefetch"]
+    megatron = import_config("verl", DATA / "verl-0.6.0-generated-ppo-megatron-trainer.yaml", QUICKSTART)
+    t = "megatron.override_transformer_config.recompute_granularity"   # selected as a whole section
+    assert "as actor_rollout_ref.actor." + t in megatron.ignored.get(f"actor_rollout_ref.ref.{t}", "") + \
+        megatron.mapped.get(f"actor_rollout_ref.ref.{t}", "")
 
 
 def test_a_fully_async_partial_rollout_at_a_zero_threshold_is_listed_ignored():
@@ -590,6 +606,36 @@ def test_nemo_rl_megatron_expert_tp_and_uneven_stages_are_mapped(capsys, tmp_pat
         {"pp": 2, "pp_first_stage_layers": 23, "pp_last_stage_layers": 25, "etp": 1}
 
 
+# verl's megatron workers recompute as Megatron's TransformerConfig overrides say (none by default)
+VERL_FULL_RECOMPUTE = "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full"
+
+
+def test_verl_megatron_recompute_comes_from_the_transformer_config_overrides():
+    """verl's megatron workers do not read the hf model's enable_gradient_checkpointing (its FSDP
+    workers do): recompute_granularity null (verl's default) is none, full full (uniform), selective
+    the attention core; block recompute and modules other than core_attn are not modelled."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    megatron = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"]
+    t = "actor_rollout_ref.actor.megatron.override_transformer_config"
+    plain = import_config("verl", cfg, megatron)
+    assert plain.scenario["workload"]["train_layout"]["recompute"] == "none"
+    assert "do not read it" in plain.ignored["actor_rollout_ref.model.enable_gradient_checkpointing"]
+    full = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=full", f"+{t}.recompute_method=uniform",
+                                       f"+{t}.recompute_num_layers=1", f"+{t}.recompute_modules=[core_attn]"])
+    assert full.scenario["workload"]["train_layout"]["recompute"] == "full"
+    assert f"{t}.recompute_method" in full.mapped and "selective only" in full.ignored[f"{t}.recompute_modules"]
+    block = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=full", f"+{t}.recompute_method=block"])
+    assert "block" in block.unsupported[f"{t}.recompute_method"]
+    selective = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=selective",
+                                            f"+{t}.recompute_modules=[core_attn,mlp]"])
+    assert selective.scenario["workload"]["train_layout"]["recompute"] == "selective"
+    assert "mlp" in selective.unsupported[f"{t}.recompute_modules"]
+    fsdp = import_config("verl", cfg, ["actor_rollout_ref.model.enable_gradient_checkpointing=false"])
+    assert fsdp.scenario["workload"]["train_layout"]["recompute"] == "none"   # the FSDP workers read it
+    with pytest.raises(RlsimError, match="recompute_granularity"):
+        import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=partial"])
+
+
 @pytest.mark.parametrize("framework, config, prefix", [
     ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.megatron_cfg"),
     ("verl", "verl-grpo-qwen2.5-7b.yaml", "actor_rollout_ref.actor.megatron")])
@@ -598,7 +644,8 @@ def test_expert_tp_on_a_dense_model_and_sequence_parallel_at_tp_1_are_ignored(ca
     """NeMo RL's recipes give expert_tensor_parallel_size 1 for every model and sequence_parallel may
     be on at tp 1: neither acts there, and a scenario refuses both (etp on a dense model,
     sequence_parallel true at tp 1), so the import leaves them out, listed as ignored."""
-    backend = ["policy.megatron_cfg.enabled=true"] if framework == "nemo-rl" else ["actor_rollout_ref.actor.strategy=megatron"]
+    backend = ["policy.megatron_cfg.enabled=true"] if framework == "nemo-rl" else [
+        "actor_rollout_ref.actor.strategy=megatron", f"+{VERL_FULL_RECOMPUTE}"]
     keys = [f"{prefix}.expert_tensor_parallel_size", f"{prefix}.sequence_parallel"]
     argv = [FLAG[framework], str(EXAMPLES / config), *backend, f"{prefix}.tensor_model_parallel_size=1",
             f"{keys[0]}=1", f"{keys[1]}=true"]
@@ -782,7 +829,7 @@ def test_verl_lora_maps_onto_workload_lora(capsys, tmp_path):
     assert workload.lora.targets == "all-linear"                         # verl's default target_modules
     assert _imported_workload(capsys, tmp_path, "--from-verl", _VERL).lora is None
     code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), "actor_rollout_ref.actor.strategy=megatron",
-                         "actor_rollout_ref.model.lora_rank=8", "--iterations", "1", "--json")
+                         f"+{VERL_FULL_RECOMPUTE}", "actor_rollout_ref.model.lora_rank=8", "--iterations", "1", "--json")
     assert code == 0, err                                  # verl's megatron workers do not read it
     assert "megatron" in json.loads(out)["framework_import"]["ignored"]["actor_rollout_ref.model.lora_rank"]
 
