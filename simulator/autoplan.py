@@ -198,6 +198,21 @@ def params_beside_engine(sc: Scenario, rollout_settings: Any) -> Any:
     return training_params_beside_engine(sc, float(share))
 
 
+def updates_beside(sc: Scenario | None, params: Any) -> list[tuple[Any, str, Callable[[Any, float], float]]]:
+    """TrainingEvaluator's ``beside`` for a PPO workload: the actor's update beside the critic's kept
+    weights and optimizer state, the critic's beside the actor's (as rl/llm_costs judges the run);
+    none for a critic-free one. ``params``: the actor's trainer constants as the evaluator has them."""
+    if sc is None or sc.workload.algorithm != "ppo":
+        return []
+    from .rl.llm_costs import critic_train_params, kept_state_bytes, ppo_models
+
+    actor, critic = ppo_models(sc)
+    actor_params = params or sc.workload.train_params
+    critic_params = critic_train_params(actor_params, sc.workload.critic_offload)
+    return [(actor, "critic", lambda lay, hbm: kept_state_bytes(critic, lay, hbm, critic_params)),
+            (critic, "actor", lambda lay, hbm: kept_state_bytes(actor, lay, hbm, actor_params))]
+
+
 @contextmanager
 def engine_named(sc: Scenario | None) -> Iterator[None]:
     """A planner's "no training layout fits" beside a resident engine says that the engine holds its
@@ -340,8 +355,9 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
     if w.train_layout == "auto":    # first: a colocated engine is sized beside its resident state
         batch, row = train_batch(sc)
         space = train_space(settings.space, w.train_software, sc.planner, packed_step=True)
-        evaluator = TrainingEvaluator.for_workload(model, topology, batch, row, w,
-                                                   params=params_beside_engine(sc, settings.rollout),
+        params = params_beside_engine(sc, settings.rollout)
+        evaluator = TrainingEvaluator.for_workload(model, topology, batch, row, w, params=params,
+                                                   beside=updates_beside(sc, params),
                                                    heaviest=heaviest_micro_batch_of(sc, row, trained),
                                                    also_trains_on=consolidated_train_devices(sc, len(train_ranks)),
                                                    step_sequences=step_sequences_of(sc, row), packing=step_packing(sc))
@@ -395,6 +411,9 @@ def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_
     # bucketed) is counted at its largest, one instance per device
     shard = model.weight_bytes(2.0)
     resident = resident_training_bytes(model, lay, sc.schedule.switch, hbm, shard, sc.workload.train_params)
+    beside = updates_beside(sc, sc.workload.train_params)
+    if beside:   # PPO: the critic's kept state sits beside the engine too
+        resident += beside[0][2](lay, hbm)
     free = math.floor((hbm - resident) / hbm * 100) / 100
     if free <= 0:
         raise RlsimError(f"the resident training state ({resident / 1e9:.1f} GB per device with the training layout "
@@ -430,8 +449,9 @@ class PlannerReplanner:
                              zero_shard_size=current.get("zero_shard_size")) if current else None
         # judged and timed as layout: auto judges them (the run's micro-batches of drawn lengths, a
         # resident engine's share, the devices colocated StaleSync also trains on)
+        params = params_beside_engine(self.sc, self.settings.rollout)
         base = TrainingEvaluator.for_workload(self.model, self.topology, batch, row, self.sc.workload,
-                                              params=params_beside_engine(self.sc, self.settings.rollout),
+                                              params=params, beside=updates_beside(self.sc, params),
                                               heaviest=heaviest_micro_batch_of(self.sc, row),
                                               also_trains_on=lambda n: consolidated_train_devices(self.sc, n),
                                               step_sequences=step_sequences_of(self.sc, row),

@@ -233,3 +233,43 @@ def test_stalesync_that_never_consolidates_says_so():
                        iterations=2, keep_samples=False).summary
     assert summary["stalesync_no_room"]["steps"] == 2
     assert any(note.startswith("StaleSync ran 2 step(s) synchronous") for note in summary["notes"])
+
+
+def _ppo(*overrides):
+    return load_scenario(workload="ppo-llama3.1-70b", topology={"preset": "dgx-h100", "nodes": 4},
+                         schedule="colocated", iterations=1, overrides=[*AUTO, *overrides])
+
+
+def test_ppo_plans_its_layouts_beside_the_critics_state():
+    """PPO's critic keeps its weights and optimizer state on the devices (workload.critic_offload): the
+    planner sizes the actor's layout with the critic's state beside its update (and the actor's beside
+    the critic's), and the engine share beside both, so the run accepts what it planned."""
+    import simulator
+
+    sc = _ppo()
+    topo = load_topology(sc.topology)
+    plan = auto_layouts(sc, topo)
+    summary = simulator.simulate(sc).summary
+    assert summary["peak_memory_bytes"] <= topo.device_spec(0).hbm_bytes
+    moved = _ppo("workload.critic_offload.params=true", "workload.critic_offload.optimizer=true")
+    model, ranks = load_model("llama3.1-70b"), list(range(32))
+    kept_share = colocated_engine_share(sc, topo, model, plan.layouts["train"], ranks, 0.9)
+    moved_share = colocated_engine_share(moved, topo, model, plan.layouts["train"], ranks, 0.9)
+    assert kept_share == plan.layouts["rollout"]["gpu_memory_utilization"] < moved_share
+
+
+def test_a_layout_that_fits_alone_is_refused_beside_the_other_models_state():
+    from simulator.llm.train_layout import TrainLayout
+    from simulator.planner.base import TrainChoice
+    from simulator.planner.evaluate import TrainingEvaluator
+
+    topo, model = load_topology({"preset": "dgx-h100", "nodes": 1}), load_model("qwen2.5-7b")
+    choice = TrainChoice(tp=1, pp=1, vpp=1, dp=8, ep=1, cp=1, zero=3, recompute="full", micro_batch=1)
+    alone = TrainingEvaluator(model, topo, 64, 2048)
+    alone(choice, list(range(8)))
+    held: list[TrainLayout] = []
+    beside = TrainingEvaluator(model, topo, 64, 2048,
+                               beside=[(model, "critic", lambda lay, hbm: held.append(lay) or 0.95 * hbm)])
+    with pytest.raises(RlsimError, match="beside the critic's resident weights"):
+        beside(choice, list(range(8)))
+    assert held and held[0].dp == 8   # judged under the candidate's layout

@@ -275,7 +275,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
               ) -> tuple[list[dict[str, Any]], Any, Any, Any]:
     """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given;
     ``progress(done, None)`` hears of each layout evaluated."""
-    from ..autoplan import engine_named, train_space
+    from ..autoplan import engine_named, train_space, updates_beside
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..llm.layer_costs import with_lora
@@ -299,7 +299,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                                                    params=inp["params"], heaviest=inp["heaviest"],
                                                    also_trains_on=inp["also_trains_on"],
                                                    step_sequences=inp["step_sequences"],
-                                                   packing=inp["step_packing"] or "none")
+                                                   packing=inp["step_packing"] or "none",
+                                                   beside=updates_beside(inp["scenario"], inp["params"]))
         evaluator = _counted(evaluator, progress)
         kwargs = {"space": train_space(settings.space, w.train_software, planner_keys,
                                        packed_step=inp["step_sequences"] is not None),

@@ -27,7 +27,8 @@ class TrainingEvaluator:
                  also_trains_on: int | Callable[[int], int | None] | None = None,
                  room_beside_tail: Callable[[int], int | None] | None = None,
                  step_sequences: Callable[[int, int], tuple[int, np.ndarray]] | None = None,
-                 packing: str = "none") -> None:
+                 packing: str = "none",
+                 beside: Sequence[tuple[Any, str, Callable[[TrainLayout, float], float]]] = ()) -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
         heaviest micro-batch the run will form with ``rows`` packed rows on ``dp`` replicas; memory is
         then judged on it as the run judges it (autoplan: the run's token-balanced micro-batches of
@@ -41,12 +42,16 @@ class TrainingEvaluator:
         the samples in micro-batch order) of an optimizer step of drawn lengths as the run forms its
         micro-batches (``packing`` as the run's: "packed" prices attention per sample): the step is
         timed on them, not on rows of ``seq_len`` (a packed row of many samples priced as one long
-        sequence overstates attention; rows at the median length understate the tokens)."""
+        sequence overstates attention; rows at the median length understate the tokens).
+        ``beside``: (model, what, bytes(layout, hbm)) per update that runs beside another model's
+        resident state (PPO: the actor's beside the critic's weights and optimizer state, the critic's
+        beside the actor's): memory is judged for each with that much less HBM."""
         self.model, self.topology = model, topology
         self.heaviest = heaviest
         self.also_trains_on = also_trains_on
         self.room_beside_tail = room_beside_tail
         self.step_sequences, self.packing = step_sequences, packing
+        self.beside = tuple(beside)
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()
@@ -114,16 +119,26 @@ class TrainingEvaluator:
         return [dp, smaller] if 0 < smaller < dp else [dp]
 
     def _check_memory(self, c: TrainChoice, layout: TrainLayout, hbm: float) -> None:
+        if not self.beside:
+            self._check_update(c, layout, hbm, self.model)
+        for model, what, held in self.beside:
+            self._check_update(c, layout, hbm, model, (what, held(layout, hbm)))
+
+    def _check_update(self, c: TrainChoice, layout: TrainLayout, hbm: float, model: Any,
+                      beside: tuple[str, float] | None = None) -> None:
         dp = int(layout.dp or 1)
         mem_layout, seq, micro_batches = layout, float(self.seq_len), -(-self.global_batch // (dp * c.micro_batch))
         if self.heaviest is not None:
             samples, tokens, micro_batches = self.heaviest(c.micro_batch, dp)
             mem_layout, seq = dataclasses.replace(layout, micro_batch=samples), tokens / samples
-        mem = device_resident(memory_per_device(self.model, mem_layout, seq, hbm, params=self.params.memory,
+        mem = device_resident(memory_per_device(model, mem_layout, seq, hbm, params=self.params.memory,
                                                 flash_attention=self.params.compute.flash_attention,
                                                 micro_batches=micro_batches), self.params)
-        what = f"{self.model.name} with {c}" + (f" on the {dp * layout.model_parallel} devices it also trains on"
-                                               if dp != c.dp else "")
+        what = f"{model.name} with {c}" + (f" on the {dp * layout.model_parallel} devices it also trains on"
+                                          if dp != c.dp else "")
+        if beside is not None:
+            what += f" beside the {beside[0]}'s resident weights and optimizer state ({beside[1] / 1e9:.1f} GB)"
+            mem = dataclasses.replace(mem, capacity_bytes=mem.capacity_bytes - beside[1])
         check_fits(mem, what=what, source="planner", layout=layout)
 
     def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:

@@ -173,6 +173,21 @@ def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes
     return resident
 
 
+def kept_state_bytes(model: Any, lay: TrainLayout, hbm_bytes: float, params: TrainParams) -> float:
+    """A trained model's weights and optimizer state on each device between its own passes, less its
+    per-phase offload: what PPO's critic holds beside the actor's update, and the actor beside the
+    critic's (their gradients are freed after each update)."""
+    return _kept(device_resident(training_state_bytes(model, lay, hbm_bytes, params), params), params.offload)
+
+
+def ppo_models(scenario: Any) -> tuple[ModelSpec, ModelSpec]:
+    """(actor as it trains, critic under its value head) of a PPO workload."""
+    w, src = scenario.workload, scenario.source
+    base = load_model(w.model, field="workload.model", source=src)
+    critic = load_model(w.critic_model, field="workload.critic_model", source=src) if w.critic_model else base
+    return with_lora(base, w.lora, src), with_value_head(critic)
+
+
 def _kept(memory: MemoryBreakdown, offload: Any) -> float:
     """Weights and optimizer state a per-phase offload leaves on the device between its passes
     (``memory`` as device_resident gives it: Megatron's host-resident optimizer share already out)."""
@@ -723,9 +738,7 @@ class LlmCosts:
         actor's per-phase offload); its gradients are freed after each update. 0 without a critic."""
         if self.scenario.workload.algorithm != "ppo":
             return 0.0
-        params = self.critic_params
-        mem = device_resident(training_state_bytes(self.models["critic"], lay, hbm_bytes, params), params)
-        return _kept(mem, params.offload)
+        return kept_state_bytes(self.models["critic"], lay, hbm_bytes, self.critic_params)
 
     def _actor_resident_bytes(self, pool: _Pool) -> float:
         """The actor's weights and optimizer state beside the critic's passes, less its per-phase
@@ -734,6 +747,8 @@ class LlmCosts:
 
     def _beside_bytes(self, role: str, pool: _Pool) -> float:
         """What the other trained model of a PPO run holds on these devices while ``role`` trains."""
+        if self.scenario.workload.algorithm != "ppo":
+            return 0.0
         if role == "actor":
             return self.critic_resident_bytes(self.layout(len(pool.ranks)), pool.hbm_bytes)
         return self._actor_resident_bytes(pool) if role == "critic" else 0.0
@@ -743,14 +758,20 @@ class LlmCosts:
         if beside <= 0.0 or memory.total_bytes + beside <= memory.capacity_bytes:
             return
         other = "critic" if role == "actor" else "actor"
+        critic = self.critic_params.offload
+        if role == "actor" and not (critic.params and critic.optimizer):
+            field, step = "workload.critic_offload", ("offload the critic between its passes (workload.critic_offload: "
+                                                      "{params: true, optimizer: true}; verl critic.model.fsdp_config."
+                                                      "param_offload / optimizer_offload)")
+        else:
+            field, step = "workload.train_params.offload", ("offload the actor's state between its passes "
+                                                            "(workload.train_params.offload: {params: true, "
+                                                            "optimizer: true})")
         raise RlsimError(
             f"the {role}'s update needs {(memory.total_bytes + beside) / 1e9:.1f} GB per device: its own "
             f"{memory.total_bytes / 1e9:.1f} GB beside the {other}'s resident weights and optimizer state "
             f"{beside / 1e9:.1f} GB, of {memory.capacity_bytes / 1e9:.1f} GB usable", source=self.source,
-            field="workload.critic_offload",
-            fix="offload the critic between its passes (workload.critic_offload: {params: true, optimizer: true}; "
-                "verl critic.model.fsdp_config.param_offload / optimizer_offload), offload the actor's state "
-                "(workload.train_params.offload), or use more devices per training replica (tp / pp)")
+            field=field, fix=f"{step}, or use more devices per training replica (tp / pp)")
 
     def _resident_engine_bytes(self, pool: _Pool) -> float:
         """What an engine that stays resident through training holds per device (0 otherwise)."""

@@ -309,6 +309,9 @@ def test_an_update_that_does_not_fit_beside_the_critic_names_its_offload():
         costs(*base).train("actor", lens, ranks)
     assert err.value.field == "workload.critic_offload" and "critic_offload" in err.value.fix
     costs(*base, *_CRITIC_OFF).train("actor", lens, ranks)   # the critic on the host: it fits
+    with pytest.raises(RlsimError, match="beside the actor's resident") as err:   # the critic's update does not
+        costs(*base, *_CRITIC_OFF).train("critic", lens, ranks)
+    assert err.value.field == "workload.train_params.offload"
 
 
 def test_critic_offload_applies_to_ppo_only():
