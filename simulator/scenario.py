@@ -140,6 +140,21 @@ class RewardSpec(_Strict):
     # completes; AReaL's rollout workflow scores each trajectory as it ends), so verification overlaps
     # generation. None: the schedule's (ScheduleConfig.default_reward_handover).
     handover: Literal["batch", "sample"] | None = None
+    # A reward model's sharded weights on the host for good, FSDP's CPU offload (verl's
+    # RewardModelWorker: CPUOffload(offload_params=True) / CPUOffloadPolicy always, the module cast to
+    # bf16 first: cpu_offload_bytes_per_param 2): each forward copies every layer's shard in.
+    cpu_offload: bool = False
+    cpu_offload_bytes_per_param: float = Field(2.0, gt=0)
+
+    @field_validator("cpu_offload", "cpu_offload_bytes_per_param", mode="after")
+    @classmethod
+    def _offload_needs_a_model_reward(cls, value: Any, info: ValidationInfo) -> Any:
+        """A reward model's CPU offload applies to kind: model (a rule reward holds no weights)."""
+        name = info.field_name or ""
+        if (info.data or {}).get("kind") == "rule" and value != cls.model_fields[name].default:
+            raise ValueError(f"applies to a reward model: kind: rule holds no weights; remove reward.{name}, or set "
+                             "reward.kind: model")
+        return value
 
     @field_validator("model", mode="after")
     @classmethod
@@ -215,6 +230,13 @@ class WorkloadConfig(_Strict):
     # 2503.14476, removes the KL term; verl's DAPO recipe has no reference model: frameworks.md);
     # `reference: true` keeps it for any algorithm (NeMo RL v0.5 runs it even at KL 0: V6).
     reference: bool | None = None
+    # The reference model's sharded weights live on the host for good, FSDP's CPU offload (verl builds
+    # its FSDP reference with CPUOffload(offload_params=True) / CPUOffloadPolicy whatever its config
+    # says, verl 0.6.0 workers/fsdp_workers.py): each forward copies every layer's shard in first, at
+    # reference_cpu_offload_bytes_per_param (verl's reference: fp32, its FSDPEngineConfig model_dtype),
+    # hidden as the gathers (llm/training.py fsdp_cpu_offload_s). ZeRO-3 layouts only.
+    reference_cpu_offload: bool = False
+    reference_cpu_offload_bytes_per_param: float = Field(4.0, gt=0)
     reward: RewardSpec = Field(default_factory=RewardSpec)
     critic_model: str | None = None                     # PPO: default = the actor's architecture
     # PPO: the critic's per-phase offload; None: the actor's (train_params.offload)
@@ -228,6 +250,14 @@ class WorkloadConfig(_Strict):
         if v not in TRAIN_SOFTWARE:
             raise ValueError(f"unknown training software {v!r}; use one of: {', '.join(TRAIN_SOFTWARE)}")
         return v
+
+    @field_validator("reference_cpu_offload_bytes_per_param", mode="after")
+    @classmethod
+    def _bytes_need_the_offload(cls, value: float, info: ValidationInfo) -> float:
+        """The host shards' bytes are read with reference_cpu_offload only."""
+        if not (info.data or {}).get("reference_cpu_offload") and value != cls.model_fields[info.field_name].default:
+            raise ValueError("applies with reference_cpu_offload: true; remove it, or set workload.reference_cpu_offload")
+        return value
 
     @field_validator("critic_model", "critic_offload", mode="after")
     @classmethod
@@ -1486,6 +1516,15 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          "over-generation)", source=source, field="schedule.overprovision",
                          fix="remove schedule.overprovision (dynamic_sampling.gen_prompts sets how many prompts a "
                              "generation batch draws), or workload.dynamic_sampling")
+    if scenario.workload.reference_cpu_offload and not scenario.workload.reference:
+        raise RlsimError("reference_cpu_offload applies to the reference pass, which this workload does not run",
+                         source=source, field="workload.reference_cpu_offload",
+                         fix="remove workload.reference_cpu_offload, or set workload.reference: true")
+    if scenario.workload.reference_cpu_offload and scenario.schedule.reference_swap_copies:
+        raise RlsimError("a reference whose shards live on the host (FSDP's CPU offload) has no weights on the "
+                         "devices to swap", source=source, field="schedule.reference_swap_copies",
+                         fix="give one of workload.reference_cpu_offload (verl) and schedule.reference_swap_copies "
+                             "(NeMo RL)")
     if scenario.schedule.set_off_default(("reference_swap_copies",)) and not scenario.workload.reference:
         dapo = " (dapo's default)" if scenario.workload.algorithm == "dapo" else ""
         raise RlsimError(f"reference_swap_copies applies to the reference pass, which this workload does not run: "

@@ -255,9 +255,11 @@ RULES: dict[str, Rule] = {
     f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
     f"{A}.ref.fsdp_config.param_offload": ignored(
         "verl 0.6.0 builds the FSDP reference with CPUOffload(offload_params=True) whatever this says "
-        "(workers/fsdp_workers.py: 'We force reference policy to use CPUOffload'); rlsim holds no reference "
-        "weights on the device, and the per-layer host copies (a layer's shard over the host link each "
-        "micro-batch, about a tenth of its forward at 7B by the link and GEMM rates: an estimate) are not priced"),
+        "(workers/fsdp_workers.py: 'We force reference policy to use CPUOffload'): the import sets "
+        "workload.reference_cpu_offload under fsdp / fsdp2 (each forward copies every layer's fp32 shard in)"),
+    f"{A}.ref.fsdp_config.model_dtype": mapped("workload.reference_cpu_offload_bytes_per_param",
+                                               "fsdp / fsdp2: the dtype of the reference's host shards (verl's default "
+                                               "fp32: 4 bytes), copied in at every forward"),
     f"{A}.rollout.over_sample_rate": unsupported("aborting the last requests once (1 - rate) of them are done is "
                                                  "not modelled", neutral=0),
     f"{A}.rollout.multi_stage_wake_up": unsupported("SGLang's staged wake-up is not modelled", neutral=False),
@@ -540,8 +542,20 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     elif recipe != "fully-async" and not v.given(f"{A}.rollout.mode"):
         v.result.notes.append(MODE_NOTE)   # rollout.yaml: mode sync in verl 0.6.x, async from 0.7.0
     w["reference"] = v.flag(f"{A}.actor.use_kl_loss") or v.flag("algorithm.use_kl_in_reward")
+    if w["reference"] and str(v(f"{A}.actor.strategy")) in ("fsdp", "fsdp2"):
+        w["reference_cpu_offload"] = True   # verl forces it on its FSDP reference (fsdp_workers.py)
+        w["reference_cpu_offload_bytes_per_param"] = _dtype_bytes(v, f"{A}.ref.fsdp_config.model_dtype")
+        v.result.notes.append(REFERENCE_OFFLOAD_NOTE)
     _reward_and_critic(v, w, recipe, decided)
     return w
+
+
+REFERENCE_OFFLOAD_NOTE = ("reference model: verl 0.6.0 builds its FSDP reference with CPU offload whatever "
+                          "ref.fsdp_config says (fsdp_workers.py 'We force reference policy to use CPUOffload'): "
+                          "workload.reference_cpu_offload: true, each reference forward copies every layer's fp32 "
+                          "shard from the host")
+REWARD_OFFLOAD_NOTE = ("reward model: verl 0.6.0's RewardModelWorker keeps its bf16 shards on the host (CPUOffload / "
+                       "CPUOffloadPolicy always): workload.reward.cpu_offload: true")
 
 
 def _sections_not_run(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> None:
@@ -875,6 +889,9 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
         path = v("reward_model.model.path")
         w["reward"] = {"kind": "model", **({"model": model_for(path, "reward_model.model.path", v.result.source)[0]}
                                            if path else {})}
+        if str(v.flat.get("reward_model.strategy", "fsdp")) in ("fsdp", "fsdp2"):
+            w["reward"]["cpu_offload"] = True
+            v.result.notes.append(REWARD_OFFLOAD_NOTE)
     else:
         w["reward"] = {"kind": "rule", **_verl_rule_reward(v, recipe, decided)}
     if w["algorithm"] != "ppo":   # verl builds no critic without GAE (need_critic)
@@ -900,12 +917,16 @@ def _fsdp_refit_dtype(v: Values, s: dict[str, Any]) -> None:
     says otherwise (fsdp_workers.py: torch.float32 for the actor)."""
     if str(v(f"{A}.actor.strategy")) not in ("fsdp", "fsdp2"):
         return
-    key = f"{A}.actor.fsdp_config.model_dtype"
-    dtype = str(v(key) or "fp32").lower()
+    s["refit_gather_bytes_per_param"] = _dtype_bytes(v, f"{A}.actor.fsdp_config.model_dtype")
+
+
+def _dtype_bytes(v: Values, key: str) -> float:
+    """Bytes a parameter of an fsdp_config.model_dtype (FSDPEngineConfig's default fp32)."""
+    dtype = str(v.flat.get(key) or "fp32").lower()
     if dtype not in MODEL_DTYPES:
         raise RlsimError(f"unknown model_dtype {dtype!r}", source=v.result.source, field=key,
                          fix=f"give one of {', '.join(sorted(MODEL_DTYPES))}")
-    s["refit_gather_bytes_per_param"] = DTYPE_BYTES[MODEL_DTYPES[dtype]]
+    return DTYPE_BYTES[MODEL_DTYPES[dtype]]
 
 
 def _verl_rule_reward(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:

@@ -76,6 +76,15 @@ def engine_stays_resident(scenario: Any) -> bool:
     return bool(scenario.schedule.switch.engine_resident) and scenario.schedule.effective_placement == "colocated"
 
 
+def host_resident_params(params: TrainParams, bytes_per_param: float) -> TrainParams:
+    """The trainer constants of a forward-only model whose sharded weights live on the host (FSDP's
+    CPU offload, offload.fsdp_cpu_offload: each forward copies every layer's shard in), at
+    ``bytes_per_param`` on the host."""
+    update = {"fsdp_cpu_offload": True, "params": False, "grads": False, "optimizer": False,
+              "host_param_bytes_per_param": bytes_per_param}
+    return params.model_copy(update={"offload": params.offload.model_copy(update=update)})
+
+
 def critic_train_params(params: TrainParams, offload: Any) -> TrainParams:
     """The trainer constants PPO's critic runs with: the actor's, with its own per-phase offload
     where workload.critic_offload gives one (its parameters and optimizer state; its gradients are
@@ -180,12 +189,32 @@ def kept_state_bytes(model: Any, lay: TrainLayout, hbm_bytes: float, params: Tra
     return _kept(device_resident(training_state_bytes(model, lay, hbm_bytes, params), params), params.offload)
 
 
-def ppo_models(scenario: Any) -> tuple[ModelSpec, ModelSpec]:
-    """(actor as it trains, critic under its value head) of a PPO workload."""
+def role_models(scenario: Any) -> dict[str, ModelSpec]:
+    """The model each role runs: the actor as it trains (LoRA adapters beside the frozen base), the
+    reference the base, the critic and a reward model under a value head (hidden x 1, not the vocab LM
+    head); the critic and reward model default to the actor's architecture."""
     w, src = scenario.workload, scenario.source
     base = load_model(w.model, field="workload.model", source=src)
+    reward = load_model(w.reward.model, field="workload.reward.model", source=src) if w.reward.model else base
     critic = load_model(w.critic_model, field="workload.critic_model", source=src) if w.critic_model else base
-    return with_lora(base, w.lora, src), with_value_head(critic)
+    return {"actor": with_lora(base, w.lora, src), "reference": base, "reward": with_value_head(reward),
+            "critic": with_value_head(critic)}
+
+
+def ppo_models(scenario: Any) -> tuple[ModelSpec, ModelSpec]:
+    """(actor as it trains, critic under its value head) of a PPO workload."""
+    models = role_models(scenario)
+    return models["actor"], models["critic"]
+
+
+def frozen_model_params(params: TrainParams, workload: Any) -> dict[str, TrainParams]:
+    """The trainer constants of the reference and a reward model: the actor's, or with their shards on
+    the host (workload.reference_cpu_offload, reward.cpu_offload: host_resident_params)."""
+    reference = (host_resident_params(params, workload.reference_cpu_offload_bytes_per_param)
+                 if workload.reference_cpu_offload else params)
+    reward = (host_resident_params(params, workload.reward.cpu_offload_bytes_per_param)
+              if workload.reward.cpu_offload else params)
+    return {"reference": reference, "reward": reward}
 
 
 def _kept(memory: MemoryBreakdown, offload: Any) -> float:
@@ -214,15 +243,8 @@ class LlmCosts:
         self.scenario, self.topology = scenario, topology
         w, src = scenario.workload, scenario.source
         self.source = src
-        base = load_model(w.model, field="workload.model", source=src)
-        # the actor as it trains (LoRA adapters beside the frozen base); the reference is the base;
-        # the critic and a reward model score with a value head (hidden x 1), not the vocab LM head
-        self.model: ModelSpec = with_lora(base, w.lora, src)
-        self.models = {"actor": self.model, "reference": base,
-                       "reward": with_value_head(load_model(w.reward.model, field="workload.reward.model", source=src)
-                                                 if w.reward.model else base),
-                       "critic": with_value_head(load_model(w.critic_model, field="workload.critic_model", source=src)
-                                                 if w.critic_model else base)}
+        self.models = role_models(scenario)
+        self.model: ModelSpec = self.models["actor"]
         self.device = topology.device_spec(0)   # rank 0's device (kept for callers; costs use the pools')
         self.n_devices = topology.num_devices
         self.collectives = CollectiveModel(topology)   # owns the collective and training-step caches
@@ -255,6 +277,7 @@ class LlmCosts:
         self.inference_params: InferenceParams = inference
         self.train_params: TrainParams = training_params_beside_engine(scenario, self.rollout_layout.gpu_memory_utilization)
         self.critic_params: TrainParams = critic_train_params(self.train_params, w.critic_offload)
+        self.frozen_params = frozen_model_params(self.train_params, w)
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
         self._pools: dict[Any, _Pool] = {}                 # by the ranks as given (a range hashes in O(1))
@@ -579,7 +602,8 @@ class LlmCosts:
         pools of one key (same devices and links)."""
         if not self.reuse:
             return exact()
-        key = (kind, self.models[role], pool.key, len(seq_lens))
+        # the role's trainer constants too: a host-resident reference costs what the actor's pass does not
+        key = (kind, self.models[role], id(self.params_of(role)), pool.key, len(seq_lens))
         work = self._work(role, seq_lens)
         if key not in self._ref:
             self._ref[key] = (work, exact())
@@ -701,6 +725,11 @@ class LlmCosts:
         pool = self._as_pool(where)
         n_devices = len(pool.ranks)
         lay, lens = self._micro_batched_as(self.layout(n_devices), seq_lens, self.scenario.schedule.forward_micro_batch)
+        if role in self.frozen_params and self.frozen_params[role] is not self.train_params and lay.zero < 3:
+            field = {"reference": "workload.reference_cpu_offload", "reward": "workload.reward.cpu_offload"}[role]
+            raise RlsimError(f"the {role} model's CPU offload is FSDP's, over a ZeRO-3 layout; the training layout "
+                             f"has zero {lay.zero}", source=self.source, field=field,
+                             fix=f"remove {field}, or train with workload.train_layout.zero: 3 (FSDP)")
         c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
                          packing=self._packing(), params=self.params_of(role), collectives=self.collectives,
                          source=self.source)
@@ -730,7 +759,9 @@ class LlmCosts:
 
     def params_of(self, role: str) -> TrainParams:
         """The trainer constants a role's passes run with (the critic's own offload: critic_train_params)."""
-        return self.critic_params if role == "critic" else self.train_params
+        if role == "critic":
+            return self.critic_params
+        return self.frozen_params.get(role, self.train_params)
 
     def critic_resident_bytes(self, lay: TrainLayout, hbm_bytes: float) -> float:
         """PPO's critic state on each trainer device outside the critic's own passes: its weights and

@@ -450,6 +450,24 @@ def test_copies_of_actor_options_take_the_actors_status_at_equal_values():
         megatron.mapped.get(f"actor_rollout_ref.ref.{t}", "")
 
 
+def test_verl_keeps_its_fsdp_reference_and_reward_model_on_the_host():
+    """verl 0.6.0 builds its FSDP reference (and reward model) with CPU offload whatever the config
+    says: the import sets reference_cpu_offload (at ref.fsdp_config.model_dtype's bytes) and
+    reward.cpu_offload; its megatron reference is not offloaded."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    fsdp = import_config("verl", cfg).scenario["workload"]
+    assert fsdp["reference_cpu_offload"] is True and fsdp["reference_cpu_offload_bytes_per_param"] == 4
+    bf16 = import_config("verl", cfg, ["+actor_rollout_ref.ref.fsdp_config.model_dtype=bf16"]).scenario["workload"]
+    assert bf16["reference_cpu_offload_bytes_per_param"] == 2
+    megatron = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron"]).scenario["workload"]
+    assert "reference_cpu_offload" not in megatron
+    no_kl = import_config("verl", cfg, ["actor_rollout_ref.actor.use_kl_loss=false"]).scenario["workload"]
+    assert "reference_cpu_offload" not in no_kl
+    rm = import_config("verl", cfg, ["reward_model.enable=true", "+reward_model.model.path=Qwen/Qwen2.5-7B"])
+    assert rm.scenario["workload"]["reward"]["cpu_offload"] is True
+    load_scenario(rm.scenario)
+
+
 def test_a_fully_async_partial_rollout_at_a_zero_threshold_is_listed_ignored():
     # verl cancels nothing at a sync there (and rlsim refuses the pair): the import leaves it out
     cfg = EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml"

@@ -317,3 +317,41 @@ def test_an_update_that_does_not_fit_beside_the_critic_names_its_offload():
 def test_critic_offload_applies_to_ppo_only():
     with pytest.raises(RlsimError, match="ppo only"):
         load_scenario(overrides=["workload.critic_offload.params=true"])
+
+
+def _fsdp(*overrides):
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated",
+                       overrides=["workload.train_layout={tp: 1, pp: 1, zero: 3, recompute: full, micro_batch: 4}",
+                                  *overrides])
+    return LlmCosts(sc, load_topology(sc.topology))
+
+
+def test_a_host_resident_reference_pays_its_shard_copies_and_the_actor_pass_does_not():
+    """workload.reference_cpu_offload (verl's FSDP reference: CPUOffload forced): every forward copies
+    each layer's shard in at host_param_bytes_per_param, hidden as the gathers; the old log-prob pass of
+    the same model (one cached cost before) is untouched, and the added time is linear in the bytes."""
+    lens, ranks = np.full(512, 1500), list(range(8))
+    plain, host = _fsdp(), _fsdp("workload.reference_cpu_offload=true")
+    fp16 = _fsdp("workload.reference_cpu_offload=true", "workload.reference_cpu_offload_bytes_per_param=2")
+    base = plain.forward("reference", lens, ranks).time_s
+    added = host.forward("reference", lens, ranks).time_s - base
+    assert added > 0.05 * base
+    assert fp16.forward("reference", lens, ranks).time_s - base == pytest.approx(added / 2, rel=1e-9)
+    assert host.forward("actor", lens, ranks).time_s == plain.forward("actor", lens, ranks).time_s
+    assert host.train("actor", lens, ranks).time_s == plain.train("actor", lens, ranks).time_s
+
+
+def test_a_host_resident_reference_needs_an_fsdp_layout_and_a_reference_pass():
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated",
+                       overrides=["workload.reference_cpu_offload=true"])   # the preset trains at zero 1
+    with pytest.raises(RlsimError, match="FSDP's") as err:
+        LlmCosts(sc, load_topology(sc.topology)).forward("reference", np.full(64, 1000), list(range(8)))
+    assert err.value.field == "workload.reference_cpu_offload"
+    with pytest.raises(RlsimError, match="does not run"):
+        load_scenario(overrides=["workload.reference=false", "workload.reference_cpu_offload=true"])
+    with pytest.raises(RlsimError, match="applies to a reward model"):
+        load_scenario(overrides=["workload.reward.cpu_offload=true"])
+    with pytest.raises(RlsimError, match="reference_cpu_offload: true"):
+        load_scenario(overrides=["workload.reference_cpu_offload_bytes_per_param=2"])
+    with pytest.raises(RlsimError, match="no weights on the devices to swap"):
+        load_scenario(overrides=["workload.reference_cpu_offload=true", "schedule.reference_swap_copies=3"])
