@@ -266,7 +266,9 @@ def test_a_layout_that_fits_alone_is_refused_beside_the_other_models_state():
     topo, model = load_topology({"preset": "dgx-h100", "nodes": 1}), load_model("qwen2.5-7b")
     choice = TrainChoice(tp=1, pp=1, vpp=1, dp=8, ep=1, cp=1, zero=3, recompute="full", micro_batch=1)
     alone = TrainingEvaluator(model, topo, 64, 2048)
-    alone(choice, list(range(8)))
+    own = alone(choice, list(range(8))).memory_per_device_bytes
+    small = TrainingEvaluator(model, topo, 64, 2048, beside=[(model, "critic", lambda lay, hbm: 1e9)])
+    assert small(choice, list(range(8))).memory_per_device_bytes == pytest.approx(own + 1e9)   # the update's peak
     held: list[TrainLayout] = []
     beside = TrainingEvaluator(model, topo, 64, 2048,
                                beside=[(model, "critic", lambda lay, hbm: held.append(lay) or 0.95 * hbm)])

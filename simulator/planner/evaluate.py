@@ -143,8 +143,12 @@ class TrainingEvaluator:
 
     def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
         r = self.cost(c, ranks)
+        memory = r.memory.total_bytes
+        if self.beside:   # the update's peak beside the other model's kept state (PPO: the critic's)
+            hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
+            memory += self.beside[0][2](self.layout(c), hbm)
         return Evaluation(step_time_s=r.step_time_s, tflops_per_device=r.tflops_per_device, mfu=r.mfu,
-                          memory_per_device_bytes=r.memory.total_bytes, comm_fraction=r.comm_fraction)
+                          memory_per_device_bytes=memory, comm_fraction=r.comm_fraction)
 
 
 class RolloutEvaluator:
