@@ -99,6 +99,26 @@ class LoraSpec(_Strict):
     targets: list[str] | Literal["all-linear"] = "all-linear"
 
 
+class CriticBatchingSpec(_Strict):
+    """PPO's critic micro-batching where it differs from the actor's (verl's critic has its own
+    ppo_micro_batch_size_per_gpu / ppo_max_token_len_per_gpu, default 32768: "doubled for critic", and
+    forward_* for its value pass). None: the actor's (its train_layout's micro-batching, and the old
+    log-prob pass's: schedule.forward_micro_batch, train_layout.logprob_max_tokens_per_micro_batch).
+    The mode stays the actor's: a token budget beside one, a sample count beside the other."""
+    micro_batch: int | None = Field(None, gt=0)
+    max_tokens_per_micro_batch: int | None = Field(None, gt=0)
+    forward_micro_batch: int | None = Field(None, gt=0)
+    forward_max_tokens_per_micro_batch: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> "CriticBatchingSpec":
+        for count, budget in (("micro_batch", "max_tokens_per_micro_batch"),
+                              ("forward_micro_batch", "forward_max_tokens_per_micro_batch")):
+            if getattr(self, count) is not None and getattr(self, budget) is not None:
+                raise ValueError(f"{count} and {budget} both given: a token budget sets the micro-batches; give one")
+        return self
+
+
 class CriticOffloadSpec(_Strict):
     """Where PPO's critic keeps its state between its own passes (verl
     critic.model.fsdp_config.param_offload / optimizer_offload: CriticWorker loads its parameters
@@ -241,6 +261,7 @@ class WorkloadConfig(_Strict):
     critic_model: str | None = None                     # PPO: default = the actor's architecture
     # PPO: the critic's per-phase offload; None: the actor's (train_params.offload)
     critic_offload: CriticOffloadSpec | None = None
+    critic_batching: CriticBatchingSpec | None = None   # PPO: None, the actor's micro-batching
     lora: LoraSpec | None = None                        # LoRA training of the actor; None: full
     dtype: str = "bf16"
 
@@ -259,7 +280,7 @@ class WorkloadConfig(_Strict):
             raise ValueError("applies with reference_cpu_offload: true; remove it, or set workload.reference_cpu_offload")
         return value
 
-    @field_validator("critic_model", "critic_offload", mode="after")
+    @field_validator("critic_model", "critic_offload", "critic_batching", mode="after")
     @classmethod
     def _critic_needs_ppo(cls, value: Any, info: ValidationInfo) -> Any:
         """Only PPO has a critic (rl/algorithms.py: its value and training stages)."""

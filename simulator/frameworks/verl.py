@@ -900,7 +900,7 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
         return
     if v("critic.model.path"):
         w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
-    _critic_as_actor(v, decided)
+    _critic_as_actor(v, w, decided)
     # verl's critic keeps its own offload flags (false by default), not the actor's
     w["critic_offload"] = {"params": v.flag("critic.model.fsdp_config.param_offload"),
                            "optimizer": v.flag("critic.model.fsdp_config.optimizer_offload")}
@@ -1135,37 +1135,65 @@ CRITIC_AS_ACTOR = {
     "critic.model.enable_gradient_checkpointing": f"{A}.model.enable_gradient_checkpointing",
     "critic.model.use_remove_padding": f"{A}.model.use_remove_padding",
 }
+# The critic's own micro-batching keys -> workload.critic_batching's fields
+CRITIC_BATCHING = {"critic.ppo_micro_batch_size_per_gpu": "micro_batch",
+                   "critic.ppo_max_token_len_per_gpu": "max_tokens_per_micro_batch",
+                   "critic.forward_micro_batch_size_per_gpu": "forward_micro_batch",
+                   "critic.forward_max_token_len_per_gpu": "forward_max_tokens_per_micro_batch"}
 CRITIC_TOKEN_BUDGET_KEYS = ("critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu")
 CRITIC_BATCH_SIZE_KEYS = ("critic.ppo_micro_batch_size_per_gpu", "critic.forward_micro_batch_size_per_gpu")
 # verl 0.6.0 trainer/config/critic/critic.yaml: "Max tokens per GPU in one PPO batch (doubled for critic)"
 VERL_CRITIC_MAX_TOKEN_LEN = 32768
 
 
-def _critic_as_actor(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
-    """rlsim's critic trains with the actor's layout and micro-batching: each critic key given is mapped
-    where it reads as the actor's counterpart, unsupported where it differs (ignored where the critic's
-    batching mode does not read it); and a note where verl's critic defaults to twice the actor's token
-    budget under dynamic batching."""
-    dynamic = flag(v.flat.get("critic.use_dynamic_bsz", v(f"{A}.actor.use_dynamic_bsz")), "critic.use_dynamic_bsz",
-                   v.result.source)
-    unread = CRITIC_BATCH_SIZE_KEYS if dynamic else CRITIC_TOKEN_BUDGET_KEYS
+def _critic_as_actor(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """rlsim's critic trains with the actor's layout and epochs: each such critic key given is mapped
+    where it reads as the actor's counterpart, unsupported where it differs. Its micro-batching is its
+    own (_critic_batching)."""
     for key, actor_key in CRITIC_AS_ACTOR.items():
-        if not v.given(key):
+        if not v.given(key) or key in CRITIC_BATCHING or key == "critic.use_dynamic_bsz":
             continue
-        if key in unread:
-            decided[key] = ("ignored", f"critic.use_dynamic_bsz {str(dynamic).lower()}: not read")
-        elif v(key) == v(actor_key):
+        if v(key) == v(actor_key):
             decided[key] = ("mapped", f"the critic trains as the actor ({actor_key}), which it equals here")
         else:
             decided[key] = ("unsupported", f"differs from {actor_key}: rlsim's critic takes the actor's layout, "
-                                           "micro-batching and epochs")
-    budget = "critic.ppo_max_token_len_per_gpu"
-    if v.flag(f"{A}.actor.use_dynamic_bsz") and not v.given(budget):
-        actor = v(f"{A}.actor.ppo_max_token_len_per_gpu")
-        if actor != VERL_CRITIC_MAX_TOKEN_LEN:
-            v.result.notes.append(f"{budget} not given: verl's critic default {VERL_CRITIC_MAX_TOKEN_LEN} tokens (critic.yaml, "
-                                  f"'doubled for critic'), where rlsim's critic takes the actor's {actor}: pass "
-                                  f"{budget}={actor} to run what rlsim simulates")
+                                           "micro-batching mode and epochs")
+    _critic_batching(v, w, decided)
+
+
+def _critic_batching(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """workload.critic_batching from verl's critic keys, with verl's critic defaults (critic.yaml /
+    dp_critic.yaml 0.6.0: ppo_max_token_len_per_gpu 32768, "doubled for critic"; the value pass's
+    budget and micro-batch default to the update's), in the actor's mode (a critic use_dynamic_bsz
+    that differs is unsupported: the actor's micro-batching then runs)."""
+    actor_dynamic = v.flag(f"{A}.actor.use_dynamic_bsz")
+    dynamic = flag(v.flat.get("critic.use_dynamic_bsz", actor_dynamic), "critic.use_dynamic_bsz", v.result.source)
+    given = [key for key in ("critic.use_dynamic_bsz", *CRITIC_BATCHING) if v.given(key)]
+    if dynamic != actor_dynamic:
+        decided.update({key: ("unsupported", "a critic use_dynamic_bsz unlike the actor's: rlsim's critic batches in "
+                                             "the actor's mode (the actor's micro-batching runs)") for key in given})
+        return
+    layout = w["train_layout"]
+    per_gpu = layout.get("cp", 1) if layout.get("ulysses_sp") else 1   # verl's budget x the Ulysses ranks
+    if dynamic:
+        budget = v.whole("critic.ppo_max_token_len_per_gpu") or VERL_CRITIC_MAX_TOKEN_LEN
+        forward = v.whole("critic.forward_max_token_len_per_gpu") or budget
+        batching = {"max_tokens_per_micro_batch": budget * per_gpu, "forward_max_tokens_per_micro_batch": forward * per_gpu}
+        unread = CRITIC_BATCH_SIZE_KEYS
+    else:
+        micro = v.whole("critic.ppo_micro_batch_size_per_gpu")
+        forward = v.whole("critic.forward_micro_batch_size_per_gpu") or micro
+        batching = {k: n for k, n in (("micro_batch", micro), ("forward_micro_batch", forward)) if n is not None}
+        unread = CRITIC_TOKEN_BUDGET_KEYS
+    for key in given:
+        if key in unread:
+            decided[key] = ("ignored", f"critic.use_dynamic_bsz {str(dynamic).lower()}: not read")
+        elif key in CRITIC_BATCHING:
+            decided[key] = ("mapped", f"workload.critic_batching.{CRITIC_BATCHING[key]}")
+        else:
+            decided[key] = ("mapped", "the critic batches in the actor's mode, which it equals here")
+    if batching:
+        w["critic_batching"] = batching
 
 
 def _reference_micro_batches(v: Values, reference: bool, decided: dict[str, tuple[Status, str]]) -> None:

@@ -189,6 +189,30 @@ def kept_state_bytes(model: Any, lay: TrainLayout, hbm_bytes: float, params: Tra
     return _kept(device_resident(training_state_bytes(model, lay, hbm_bytes, params), params), params.offload)
 
 
+def critic_layout(lay: TrainLayout, batching: Any, source: str | None) -> TrainLayout:
+    """The actor's layout with PPO's critic micro-batching (workload.critic_batching) over it, in the
+    actor's mode: a token budget where the actor's micro-batches take one, a sample count where not."""
+    if batching is None:
+        return lay
+    budget = lay.max_tokens_per_micro_batch is not None
+    forward_budget = budget or lay.logprob_max_tokens_per_micro_batch is not None
+    for given, wants_budget, actor in (("micro_batch", False, budget), ("max_tokens_per_micro_batch", True, budget),
+                                       ("forward_micro_batch", False, forward_budget),
+                                       ("forward_max_tokens_per_micro_batch", True, forward_budget)):
+        if getattr(batching, given) is not None and wants_budget != actor:
+            mode = "a token budget" if actor else "sample counts"
+            raise RlsimError(f"critic_batching.{given} beside the actor's micro-batches of {mode}: the critic batches "
+                             "in the actor's mode", source=source, field=f"workload.critic_batching.{given}",
+                             fix="give the critic's micro-batching in the actor's mode (micro_batch / forward_micro_batch "
+                                 "with sample counts, max_tokens_per_micro_batch / forward_max_tokens_per_micro_batch "
+                                 "with a token budget)")
+    update = {key: value for key, value in (("micro_batch", batching.micro_batch),
+                                            ("max_tokens_per_micro_batch", batching.max_tokens_per_micro_batch),
+                                            ("logprob_max_tokens_per_micro_batch",
+                                             batching.forward_max_tokens_per_micro_batch)) if value is not None}
+    return dataclasses.replace(lay, **update) if update else lay
+
+
 def role_models(scenario: Any) -> dict[str, ModelSpec]:
     """The model each role runs: the actor as it trains (LoRA adapters beside the frozen base), the
     reference the base, the critic and a reward model under a value head (hidden x 1, not the vocab LM
@@ -724,7 +748,7 @@ class LlmCosts:
     def _forward(self, role, seq_lens, where: _Pool | int) -> StageCost:
         pool = self._as_pool(where)
         n_devices = len(pool.ranks)
-        lay, lens = self._micro_batched_as(self.layout(n_devices), seq_lens, self.scenario.schedule.forward_micro_batch)
+        lay, lens = self._micro_batched_as(self.layout_for(role, n_devices), seq_lens, self._forward_rows(role))
         if role in self.frozen_params and self.frozen_params[role] is not self.train_params and lay.zero < 3:
             field = {"reference": "workload.reference_cpu_offload", "reward": "workload.reward.cpu_offload"}[role]
             raise RlsimError(f"the {role} model's CPU offload is FSDP's, over a ZeRO-3 layout; the training layout "
@@ -735,10 +759,22 @@ class LlmCosts:
                          source=self.source)
         return StageCost(c.time_s, flops=c.flops)
 
+    def layout_for(self, role: str, n_devices: int) -> TrainLayout:
+        """The layout a role's passes run under: the actor's, the critic's micro-batching over it."""
+        lay = self.layout(n_devices)
+        return critic_layout(lay, self.scenario.workload.critic_batching, self.source) if role == "critic" else lay
+
+    def _forward_rows(self, role: str) -> int | None:
+        """Samples a forward micro-batch (sample-count mode): the critic's value pass may take its own."""
+        batching = self.scenario.workload.critic_batching
+        if role == "critic" and batching is not None and batching.forward_micro_batch is not None:
+            return batching.forward_micro_batch
+        return self.scenario.schedule.forward_micro_batch
+
     def _train(self, role, seq_lens, where: _Pool | int) -> StageCost:
         pool = self._as_pool(where)
         n_devices = len(pool.ranks)
-        lay, lens = self.micro_batched(seq_lens, n_devices)
+        lay, lens = self._micro_batched_as(self.layout_for(role, n_devices), seq_lens)
         try:
             c = train_step_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
                                 packing=self._packing(), params=self.params_of(role), collectives=self.collectives,

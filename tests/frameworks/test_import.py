@@ -385,15 +385,19 @@ def test_verl_critic_offload_is_its_own_and_a_critic_free_run_ignores_the_critic
     assert moved.scenario["workload"]["critic_offload"] == {"params": True, "optimizer": True}
     assert "critic.model.fsdp_config.param_offload" in moved.mapped
     load_scenario(moved.scenario)
-    # the critic's batching keys read as the actor's are mapped (verl's quickstart: 4 and 4), others not
-    same = import_config("verl", cfg, [*ppo, "+critic.ppo_micro_batch_size_per_gpu=4",
-                                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "+critic.ppo_epochs=3",
+    # the critic's layout keys read as the actor's are mapped, others not; its micro-batching is its own
+    same = import_config("verl", cfg, [*ppo, "+critic.ppo_micro_batch_size_per_gpu=8", "+critic.ppo_epochs=3",
                                        "+critic.ppo_mini_batch_size=64"])
-    assert "critic.ppo_micro_batch_size_per_gpu" in same.mapped
     assert "critic.ppo_epochs" in same.unsupported and "actor.ppo_epochs" in same.unsupported["critic.ppo_epochs"]
     assert "critic.ppo_mini_batch_size" in same.mapped   # the example's actor takes 64 too
+    assert same.scenario["workload"]["critic_batching"] == {"micro_batch": 8, "forward_micro_batch": 8}
     dynamic = import_config("verl", cfg, [*ppo, "actor_rollout_ref.actor.use_dynamic_bsz=true"])
-    assert any("doubled for critic" in note for note in dynamic.notes)
+    assert dynamic.scenario["workload"]["critic_batching"] == {   # verl's critic default: "doubled for critic"
+        "max_tokens_per_micro_batch": 32768, "forward_max_tokens_per_micro_batch": 32768}
+    mixed = import_config("verl", cfg, [*ppo, "+critic.use_dynamic_bsz=true"])
+    assert "critic_batching" not in mixed.scenario["workload"] and "actor's mode" in mixed.unsupported[
+        "critic.use_dynamic_bsz"]
+    load_scenario(dynamic.scenario)
     grpo = import_config("verl", cfg, ["+critic.model.fsdp_config.param_offload=true", "+critic.ppo_epochs=2"])
     assert "critic_offload" not in grpo.scenario["workload"]
     assert all("critic-free" in grpo.ignored[key] for key in ("critic.model.fsdp_config.param_offload",
@@ -416,16 +420,15 @@ _COMPILED = {f"actor_rollout_ref.{k}.use_torch_compile" for k in ("actor", "ref"
 @pytest.mark.parametrize("name, unsupported", [
     ("verl-0.6.0-generated-ppo-trainer.yaml", _COMPILED | {
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
-        "critic.model.fsdp_config.use_torch_compile", "critic.forward_micro_batch_size_per_gpu"}),
+        "critic.model.fsdp_config.use_torch_compile"}),
     ("verl-0.6.0-generated-ppo-megatron-trainer.yaml", _COMPILED)])
 def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys, name, unsupported):
     """verl 0.6.0's generated PPO configs (every key of its defaults, as a dumped config has them), FSDP
     and megatron workers: no key unknown, and unsupported only what rlsim does not model at these
-    values - torch.compile (verl's default true, in each copy of the option) and, under FSDP, the
-    critic's value-pass micro-batch (its ppo_micro_batch_size_per_gpu, 4, against the old log-prob
-    pass's 8). Profilers, Hydra targets, sections verl does not run (reward model, multi-turn, the agent
-    loop) and the reference's and critic's copies of the actor's options at the actor's values are
-    accounted for, not listed."""
+    values - torch.compile (verl's default true, in each copy of the option). Profilers, Hydra targets,
+    sections verl does not run (reward model, multi-turn, the agent loop) and the reference's and
+    critic's copies of the actor's options at the actor's values are accounted for, not listed; the
+    critic's own micro-batching is mapped (workload.critic_batching)."""
     imported = import_config("verl", DATA / name, QUICKSTART)
     assert imported.unknown == {}
     assert set(imported.unsupported) == unsupported

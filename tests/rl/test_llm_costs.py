@@ -355,3 +355,26 @@ def test_a_host_resident_reference_needs_an_fsdp_layout_and_a_reference_pass():
         load_scenario(overrides=["workload.reference_cpu_offload_bytes_per_param=2"])
     with pytest.raises(RlsimError, match="no weights on the devices to swap"):
         load_scenario(overrides=["workload.reference_cpu_offload=true", "schedule.reference_swap_copies=3"])
+
+
+def test_the_critic_micro_batches_as_its_own_batching_says_in_the_actors_mode():
+    """workload.critic_batching: the critic's update and value pass take their own micro-batches (verl's
+    critic keys), the actor's passes keep theirs; a count beside the actor's token budget is an error."""
+    from simulator.rl.llm_costs import critic_layout
+
+    lens, ranks = np.full(64, 1024), list(range(32))
+    plain, own = _ppo(), _ppo("workload.critic_batching.micro_batch=4", "workload.critic_batching.forward_micro_batch=8")
+    lay = own.layout(32)
+    assert own.layout_for("critic", 32).micro_batch == 4 and own.layout_for("actor", 32) is lay
+    assert own.train("critic", lens, ranks).time_s != plain.train("critic", lens, ranks).time_s
+    assert own.train("actor", lens, ranks).time_s == plain.train("actor", lens, ranks).time_s
+    assert own.forward("critic", lens, ranks).time_s != plain.forward("critic", lens, ranks).time_s
+    assert own.forward("actor", lens, ranks).time_s == plain.forward("actor", lens, ranks).time_s
+    budget = own.scenario.workload.critic_batching.model_copy(update={"micro_batch": None,
+                                                                      "max_tokens_per_micro_batch": 8192})
+    with pytest.raises(RlsimError, match="actor's mode") as err:
+        critic_layout(lay, budget, "cfg")
+    assert err.value.field == "workload.critic_batching.max_tokens_per_micro_batch"
+    with pytest.raises(RlsimError, match="both given"):
+        load_scenario(workload="ppo-llama3.1-70b", overrides=["workload.critic_batching.micro_batch=2",
+                                                              "workload.critic_batching.max_tokens_per_micro_batch=8192"])
