@@ -198,19 +198,22 @@ def params_beside_engine(sc: Scenario, rollout_settings: Any) -> Any:
     return training_params_beside_engine(sc, float(share))
 
 
-def updates_beside(sc: Scenario | None, params: Any) -> list[tuple[Any, str, Callable[[Any, float], float]]]:
+def updates_beside(sc: Scenario | None, params: Any) -> list[tuple[Any, str, Callable[..., Any], Callable[..., Any]]]:
     """TrainingEvaluator's ``beside`` for a PPO workload: the actor's update beside the critic's kept
-    weights and optimizer state, the critic's beside the actor's (as rl/llm_costs judges the run);
-    none for a critic-free one. ``params``: the actor's trainer constants as the evaluator has them."""
+    weights and optimizer state, the critic's (under its own micro-batching, workload.critic_batching)
+    beside the actor's, as rl/llm_costs judges the run; none for a critic-free one. ``params``: the
+    actor's trainer constants as the evaluator has them."""
     if sc is None or sc.workload.algorithm != "ppo":
         return []
-    from .rl.llm_costs import critic_train_params, kept_state_bytes, ppo_models
+    from .rl.llm_costs import critic_layout, critic_train_params, kept_state_bytes, ppo_models
 
     actor, critic = ppo_models(sc)
     actor_params = params or sc.workload.train_params
     critic_params = critic_train_params(actor_params, sc.workload.critic_offload)
-    return [(actor, "critic", lambda lay, hbm: kept_state_bytes(critic, lay, hbm, critic_params)),
-            (critic, "actor", lambda lay, hbm: kept_state_bytes(actor, lay, hbm, actor_params))]
+    batching = sc.workload.critic_batching
+    return [(actor, "critic", lambda lay, hbm: kept_state_bytes(critic, lay, hbm, critic_params), lambda lay: lay),
+            (critic, "actor", lambda lay, hbm: kept_state_bytes(actor, lay, hbm, actor_params),
+             lambda lay: critic_layout(lay, batching, sc.source))]
 
 
 @contextmanager

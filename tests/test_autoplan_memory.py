@@ -267,11 +267,17 @@ def test_a_layout_that_fits_alone_is_refused_beside_the_other_models_state():
     choice = TrainChoice(tp=1, pp=1, vpp=1, dp=8, ep=1, cp=1, zero=3, recompute="full", micro_batch=1)
     alone = TrainingEvaluator(model, topo, 64, 2048)
     own = alone(choice, list(range(8))).memory_per_device_bytes
-    small = TrainingEvaluator(model, topo, 64, 2048, beside=[(model, "critic", lambda lay, hbm: 1e9)])
+    small = TrainingEvaluator(model, topo, 64, 2048, beside=[(model, "critic", lambda lay, hbm: 1e9, lambda lay: lay)])
     assert small(choice, list(range(8))).memory_per_device_bytes == pytest.approx(own + 1e9)   # the update's peak
     held: list[TrainLayout] = []
     beside = TrainingEvaluator(model, topo, 64, 2048,
-                               beside=[(model, "critic", lambda lay, hbm: held.append(lay) or 0.95 * hbm)])
+                               beside=[(model, "critic", lambda lay, hbm: held.append(lay) or 0.95 * hbm, lambda lay: lay)])
     with pytest.raises(RlsimError, match="beside the critic's resident weights"):
         beside(choice, list(range(8)))
     assert held and held[0].dp == 8   # judged under the candidate's layout
+    import dataclasses
+    own = TrainingEvaluator(model, topo, 64, 2048, beside=[(model, "critic", lambda lay, hbm: 0.0, lambda lay: lay),
+                                                           (model, "actor", lambda lay, hbm: 0.0,
+                                                            lambda lay: dataclasses.replace(lay, micro_batch=64))])
+    with pytest.raises(RlsimError, match="beside the actor's"):   # the critic's own micro-batches of 64 rows
+        own(choice, list(range(8)))

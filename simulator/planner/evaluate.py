@@ -28,7 +28,8 @@ class TrainingEvaluator:
                  room_beside_tail: Callable[[int], int | None] | None = None,
                  step_sequences: Callable[[int, int], tuple[int, np.ndarray]] | None = None,
                  packing: str = "none",
-                 beside: Sequence[tuple[Any, str, Callable[[TrainLayout, float], float]]] = ()) -> None:
+                 beside: Sequence[tuple[Any, str, Callable[[TrainLayout, float], float],
+                                        Callable[[TrainLayout], TrainLayout]]] = ()) -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
         heaviest micro-batch the run will form with ``rows`` packed rows on ``dp`` replicas; memory is
         then judged on it as the run judges it (autoplan: the run's token-balanced micro-batches of
@@ -43,9 +44,10 @@ class TrainingEvaluator:
         micro-batches (``packing`` as the run's: "packed" prices attention per sample): the step is
         timed on them, not on rows of ``seq_len`` (a packed row of many samples priced as one long
         sequence overstates attention; rows at the median length understate the tokens).
-        ``beside``: (model, what, bytes(layout, hbm)) per update that runs beside another model's
-        resident state (PPO: the actor's beside the critic's weights and optimizer state, the critic's
-        beside the actor's): memory is judged for each with that much less HBM."""
+        ``beside``: (model, what, bytes(layout, hbm), own(layout)) per update that runs beside another
+        model's resident state (PPO: the actor's beside the critic's weights and optimizer state, the
+        critic's beside the actor's), ``own`` the layout that update runs under (the critic's
+        micro-batching): memory is judged for each with that much less HBM."""
         self.model, self.topology = model, topology
         self.heaviest = heaviest
         self.also_trains_on = also_trains_on
@@ -121,15 +123,15 @@ class TrainingEvaluator:
     def _check_memory(self, c: TrainChoice, layout: TrainLayout, hbm: float) -> None:
         if not self.beside:
             self._check_update(c, layout, hbm, self.model)
-        for model, what, held in self.beside:
-            self._check_update(c, layout, hbm, model, (what, held(layout, hbm)))
+        for model, what, held, own in self.beside:
+            self._check_update(c, own(layout), hbm, model, (what, held(layout, hbm)))
 
     def _check_update(self, c: TrainChoice, layout: TrainLayout, hbm: float, model: Any,
                       beside: tuple[str, float] | None = None) -> None:
-        dp = int(layout.dp or 1)
-        mem_layout, seq, micro_batches = layout, float(self.seq_len), -(-self.global_batch // (dp * c.micro_batch))
+        dp, rows = int(layout.dp or 1), layout.micro_batch   # the candidate's, or the update's own
+        mem_layout, seq, micro_batches = layout, float(self.seq_len), -(-self.global_batch // (dp * rows))
         if self.heaviest is not None:
-            samples, tokens, micro_batches = self.heaviest(c.micro_batch, dp)
+            samples, tokens, micro_batches = self.heaviest(rows, dp)
             mem_layout, seq = dataclasses.replace(layout, micro_batch=samples), tokens / samples
         mem = device_resident(memory_per_device(model, mem_layout, seq, hbm, params=self.params.memory,
                                                 flash_attention=self.params.compute.flash_attention,
