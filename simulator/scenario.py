@@ -553,6 +553,7 @@ class RecoveryConfig(_Strict):
 # Knobs every schedule kind honours (the rest are per kind: ScheduleConfig.ACCEPTS, docs/scenario-reference.md).
 COMMON_KNOBS = frozenset({"kind", "overprovision", "low_batch_share", "distqueue",
                           "weight_sync_efficiency", "refit", "refit_tensor_overhead_s", "refit_gather_bytes_per_param",
+                          "lora_refit",
                           "micro_batching", "pack_tokens",
                           "reuse_stage_costs", "forward_micro_batch", "reference_swap_copies", "host_copies"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
@@ -657,6 +658,12 @@ class ScheduleConfig(_Strict):
     # read by colocated StaleSync's refit after a tail consolidation (trainers -> the whole pool);
     # given with reshard or where no refit leaves the trainers' devices it is refused (_read_past_refit).
     refit_overlap: bool = True
+    # With workload.lora: what a refit sends once the engine holds the frozen base (after the first).
+    # 'adapters': the adapters alone (verl: after base_sync_done, rollout_mode collects the LoRA
+    # parameters only and the engine loads them as an adapter, fsdp_workers.py 0.6.0), wherever the
+    # engine keeps its weights; an engine that discards them at sleep level 2 gets the base again each
+    # time (verl does so: base and adapters), so the whole model goes then. 'full': the whole model.
+    lora_refit: Literal["adapters", "full"] = "adapters"
     # full-tensors: CPU time per named tensor of the model's Hugging Face state dict on every training
     # rank (Megatron-Bridge's export builds each tensor in its own conversion task, issuing its TP / EP
     # gathers, before it is packed for the engine). The gathers run on the GPU while the CPU goes on,
@@ -1541,6 +1548,10 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
         raise RlsimError("reference_cpu_offload applies to the reference pass, which this workload does not run",
                          source=source, field="workload.reference_cpu_offload",
                          fix="remove workload.reference_cpu_offload, or set workload.reference: true")
+    if "lora_refit" in scenario.schedule.model_fields_set and scenario.workload.lora is None:
+        raise RlsimError("lora_refit applies to LoRA training (workload.lora): a full fine-tune sends its whole "
+                         "model", source=source, field="schedule.lora_refit",
+                         fix="remove schedule.lora_refit, or give workload.lora")
     if scenario.workload.reference_cpu_offload and scenario.schedule.reference_swap_copies:
         raise RlsimError("a reference whose shards live on the host (FSDP's CPU offload) has no weights on the "
                          "devices to swap", source=source, field="schedule.reference_swap_copies",

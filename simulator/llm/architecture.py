@@ -387,6 +387,26 @@ class ModelSpec:
                 + 3.0 * self.ssm_flops_per_token())
 
     @cached_property
+    def params_adapter_total(self) -> float:
+        """LoRA adapter parameters of the whole model (every expert's): what an adapter refit sends."""
+        from .layer_costs import layer_shapes  # layer_costs reads this module's specs
+
+        if not self.adapter_rank:
+            return 0.0
+        return sum(shape.trainable_dense_params + shape.trainable_expert_params for shape in layer_shapes(self))
+
+    @cached_property
+    def adapter_tensor_count(self) -> int:
+        """Named adapter tensors, PEFT's lora_A and lora_B per adapted module (a fused matmul's A
+        covers its sub-matrices: q, k, v; gate, up), every expert's: an adapter refit's tensors."""
+        from .layer_costs import layer_shapes
+
+        if not self.adapter_rank:
+            return 0
+        return sum(2 * round(g.n_out / self.adapter_rank) * (max(shape.num_experts, 1) if g.expert else 1)
+                   for shape in layer_shapes(self) for g in shape.gemms if g.adapter and g.name.endswith(".lora_a"))
+
+    @cached_property
     def params_adapter_active(self) -> float:
         """LoRA adapter parameters a token passes through (routed experts' at top-k of them)."""
         from .layer_costs import layer_shapes  # layer_costs reads this module's specs

@@ -896,11 +896,25 @@ class LlmCosts:
     def _weight_bytes_per_param(self) -> float:
         return {"int8": 1.0, "fp8": 1.0}.get(self.rollout_layout.weight_dtype, 2.0)
 
+    def adapters_only_refit(self) -> bool:
+        """Whether a refit sends the LoRA adapters alone (schedule.lora_refit 'adapters' with
+        workload.lora): the engine keeps the frozen base, unless it discards its weights at sleep level 2."""
+        switch = self.scenario.schedule.switch
+        discards = switch.engine_sleep and switch.engine_sleep_level == 2
+        return bool(self.model.adapter_rank) and self.scenario.schedule.lora_refit == "adapters" and not discards
+
+    def _refit_model_bytes(self, per_param: float) -> float:
+        """What one refit of the whole model sends at ``per_param`` bytes: its weights, or its adapters."""
+        if self.adapters_only_refit():
+            return self.model.params_adapter_total * per_param
+        return self.model.weight_bytes(per_param)
+
     def weight_sync_s(self, src: range, dst: range) -> float:
         """Colocated (src == dst): reshard, each device receives its inference shard over scale-up.
         Split pools: every rollout instance needs the full weights from the trainer; bounded by the
-        receivers' links and by the senders' aggregate links."""
-        shard = self._inference_shard_bytes()
+        receivers' links and by the senders' aggregate links. LoRA: the adapters alone where the
+        engine keeps its base (adapters_only_refit)."""
+        shard = self._refit_model_bytes(self._weight_bytes_per_param()) / self.rollout_layout.devices_per_instance
         full = self.scenario.schedule.refit == "full-tensors"
         # the per-tensor CPU work issues the gathers: whichever is longer sets the pace
         gather = max(self.refit_gather_s(src), self.refit_tensors_s()) if full else 0.0
@@ -913,7 +927,7 @@ class LlmCosts:
         ranks = sorted(set(src) | set(dst))
         bw = self._ring_bw_Bps(ranks)
         bw *= self.sync_eff
-        model_bytes = self.model.weight_bytes(self._weight_bytes_per_param())
+        model_bytes = self._refit_model_bytes(self._weight_bytes_per_param())
         if full:   # every full tensor broadcast to every rollout device as its bucket is gathered
             broadcast = model_bytes / bw
             overlap = self.scenario.schedule.refit_overlap
@@ -941,13 +955,17 @@ class LlmCosts:
         if copy_span <= 1:
             return 0.0
         per_param = self.scenario.schedule.refit_gather_bytes_per_param or self._weight_bytes_per_param()
-        received = self.model.weight_bytes(per_param) * (1.0 - 1.0 / copy_span)
+        received = self._refit_model_bytes(per_param) * (1.0 - 1.0 / copy_span)
         return received / (self._ring_bw_Bps(ranks) * self.sync_eff)
 
     def refit_tensors_s(self) -> float:
         """schedule.refit 'full-tensors': the CPU time of producing the model's Hugging Face tensors
         one by one (schedule.refit_tensor_overhead_s each)."""
-        return self.model.hf_tensor_count * self.scenario.schedule.refit_tensor_overhead_s
+        # LoRA: the adapters alone, or the base and the adapters (verl at sleep level 2 sends both)
+        tensors = self.model.adapter_tensor_count
+        if not self.adapters_only_refit():
+            tensors += self.model.hf_tensor_count
+        return tensors * self.scenario.schedule.refit_tensor_overhead_s
 
     def _ring_bw_Bps(self, ranks: list[int]) -> float:
         """The narrowest link on the ring through ``ranks`` (topology links); one device: its

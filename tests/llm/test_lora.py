@@ -123,3 +123,16 @@ def test_lora_never_holds_more_state_than_full_fine_tuning(rank, zero, dp, targe
     adapted = memory_per_device(with_lora(QWEN, lora(rank, targets)), layout, 2048, BIG)
     assert adapted.total_bytes < full.total_bytes
     assert adapted.weights_bytes >= full.weights_bytes     # the base is all there, and the adapters
+
+
+def test_an_adapter_refit_sends_the_adapters_peft_counts():
+    """Qwen2.5-7B, rank 32, all-linear: r x (in + out) over q, k, v, o, gate, up, down in each of 28
+    layers (PEFT's count, 80.7M), and a lora_A and a lora_B per module (14 tensors a layer)."""
+    from simulator.scenario import LoraSpec
+
+    model = with_lora(load_model("qwen2.5-7b"), LoraSpec(rank=32))
+    h, kv, ffn = 3584, 512, 18944
+    per_layer = 32 * ((h + h) * 2 + (h + kv) * 2 + (h + ffn) * 3)
+    assert model.params_adapter_total == 28 * per_layer == pytest.approx(80.74e6, rel=1e-4)
+    assert model.adapter_tensor_count == 28 * 14
+    assert load_model("qwen2.5-7b").params_adapter_total == 0

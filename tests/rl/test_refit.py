@@ -337,3 +337,30 @@ def test_a_rollout_phase_that_cannot_fit_names_fixes_that_apply():
     share = _rollout_error(**{"train_layout": "{tp: 8, pp: 1, zero: 1}", "rollout_layout.gpu_memory_utilization": 0.95,
                               "critic_offload": "{params: true, optimizer: true}"})
     assert share.field == "workload.rollout_layout.gpu_memory_utilization" and "to <= 0." in share.fix
+
+
+def _lora_costs(*overrides):
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated",
+                       overrides=["workload.lora.rank=32", *overrides])
+    return LlmCosts(sc, load_topology(sc.topology))
+
+
+def test_a_lora_refit_sends_the_adapters_where_the_engine_keeps_its_base():
+    """schedule.lora_refit adapters (verl after base_sync_done): the reshard moves the adapters' bytes
+    alone, exactly the model's refit scaled by adapters / weights; an engine that discards its weights
+    at sleep level 2 takes the whole model again (verl sends base and adapters then)."""
+    ranks = range(8)
+    adapters, full = _lora_costs(), _lora_costs("schedule.lora_refit=full")
+    level2 = _lora_costs("schedule.switch.engine_sleep=true", "schedule.switch.engine_sleep_level=2")
+    assert adapters.adapters_only_refit() and not full.adapters_only_refit() and not level2.adapters_only_refit()
+    model = adapters.model
+    ratio = model.params_adapter_total * 2.0 / model.weight_bytes(2.0)
+    assert adapters.weight_sync_s(ranks, ranks) == pytest.approx(full.weight_sync_s(ranks, ranks) * ratio, rel=1e-12)
+    assert level2.weight_sync_s(ranks, ranks) == full.weight_sync_s(ranks, ranks)
+    tensors = _lora_costs("schedule.refit=full-tensors")
+    each = tensors.scenario.schedule.refit_tensor_overhead_s
+    assert tensors.refit_tensors_s() == pytest.approx(392 * each)            # lora_A and lora_B of 7 x 28 modules
+    both = _lora_costs("schedule.refit=full-tensors", "schedule.lora_refit=full")
+    assert both.refit_tensors_s() == pytest.approx((392 + both.model.hf_tensor_count) * each)   # base and adapters
+    with pytest.raises(RlsimError, match="applies to LoRA"):
+        load_scenario(overrides=["schedule.lora_refit=full"])
