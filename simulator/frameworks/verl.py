@@ -348,6 +348,17 @@ RULES: dict[str, Rule] = {
     "reward_model.enable": mapped("workload.reward.kind", "true: a reward-model forward, false: rule reward"),
     "reward_model.model.path": mapped("workload.reward.model"),
     "reward_model.*": unsupported("the reward model runs with rlsim's forward layout"),
+    **{f"reward_model.model.{k}": ignored("model loading options: no effect on step time") for k in (
+        "input_tokenizer", "external_lib", "trust_remote_code", "use_shm")},
+    "reward_model.model.fsdp_config.param_offload": ignored(
+        "verl's RewardModelWorker keeps its shards on the host whatever this says (CPUOffload / CPUOffloadPolicy "
+        "always): workload.reward.cpu_offload"),
+    "reward_model.enable_resource_pool": unsupported("a reward model on a pool of its own is not modelled",
+                                                     neutral=False),
+    **{f"reward_model.{k}": ignored("read with enable_resource_pool only") for k in ("nnodes", "n_gpus_per_node")},
+    "reward_model.sandbox_fusion.url": unsupported("a code sandbox's execution time is not modelled (give it as "
+                                                   "workload.reward.cpu_s_per_sample)", neutral=None),
+    "reward_model.sandbox_fusion.*": ignored("read with sandbox_fusion.url only"),
     "reward_model.overlong_buffer.*": ignored("DAPO's overlong length penalty: arithmetic on each score in the rule "
                                               "reward manager, inside workload.reward.cpu_s_per_sample"),
     "reward_model.reward_kwargs.*": ignored("arguments of the rule function: its CPU time is "
@@ -571,12 +582,34 @@ def _sections_not_run(v: Values, recipe: str, decided: dict[str, tuple[Status, s
     if recipe != "fully-async" and str(v(f"{A}.rollout.mode") or "sync") != "async":
         off.append((f"{A}.rollout.agent", "the agent loop runs with rollout.mode async only"))
     for key in v.flat:
-        if key in decided:
+        if key in decided or key.startswith("reward_model.sandbox_fusion."):   # the rule reward's sandbox
             continue
         rule = rule_for(key, RULES)
         for section, why in off:
             if key.startswith(section + ".") and rule is not None and rule.status == "unsupported":
                 decided[key] = ("ignored", why)
+    _engine_config_copies(v, decided)
+
+
+# verl 0.6's FSDPEngineConfig repeats two worker options for its new engine workers; the legacy ones
+# (trainer.use_legacy_worker_impl auto / enable: main_ppo.py) read the actor's and critic's own
+LEGACY_READS_OWN = ("strategy", "ulysses_sequence_parallel_size")
+
+
+def _engine_config_copies(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
+    """The fsdp_config copies of strategy and ulysses_sequence_parallel_size are not read by verl's
+    legacy workers (its default): ignored; the new engine workers (disable) are not modelled."""
+    impl = str(v.flat.get("trainer.use_legacy_worker_impl") or "auto")
+    if impl == "disable":
+        decided["trainer.use_legacy_worker_impl"] = ("unsupported", "verl's new engine workers (verl.workers.roles) "
+                                                     "are not modelled as such: rlsim prices its fsdp / megatron workers")
+        return
+    for section in (f"{A}.actor.fsdp_config", f"{A}.ref.fsdp_config", "critic.model.fsdp_config"):
+        for name in LEGACY_READS_OWN:
+            key = f"{section}.{name}"
+            if key in v.flat and key not in decided:
+                decided[key] = ("ignored", f"the new engine workers' copy: verl's legacy workers (use_legacy_worker_impl "
+                                           f"{impl}) read the role's own {name}")
 
 
 # Sections whose keys repeat the actor's (verl's configs give the reference, the critic and the FSDP
@@ -584,6 +617,8 @@ def _sections_not_run(v: Values, recipe: str, decided: dict[str, tuple[Status, s
 # longest first
 ACTOR_COPIES = (
     (f"{A}.ref.fsdp_config.", f"{A}.actor.fsdp_config."),
+    ("reward_model.model.fsdp_config.", f"{A}.actor.fsdp_config."),
+    ("reward_model.model.", f"{A}.model."),
     (f"{A}.ref.megatron.", f"{A}.actor.megatron."),
     ("critic.megatron.", f"{A}.actor.megatron."),
     ("critic.model.fsdp_config.", f"{A}.actor.fsdp_config."),
@@ -591,6 +626,7 @@ ACTOR_COPIES = (
     (f"{A}.actor.fsdp_config.", f"{A}.actor."),
     (f"{A}.ref.", f"{A}.actor."),
     ("critic.", f"{A}.actor."),
+    ("reward_model.", f"{A}.actor."),
     (f"{A}.actor.", f"{A}.model."),
 )
 _ABSENT = object()

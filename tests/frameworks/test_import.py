@@ -440,6 +440,20 @@ def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys,
     assert 0 < stages["train_critic"] < stages["train_actor"]   # the value head: no 152k-vocab logits
 
 
+def test_the_fsdp_engine_config_copies_verls_legacy_workers_do_not_read_are_ignored():
+    """verl's FSDPEngineConfig repeats strategy and ulysses_sequence_parallel_size for its new engine
+    workers; the legacy ones (use_legacy_worker_impl auto, verl 0.6's default) read the role's own."""
+    over = [*QUICKSTART, "actor_rollout_ref.actor.strategy=fsdp2", "critic.strategy=fsdp2",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2",
+            "trainer.n_gpus_per_node=2"]
+    imported = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml", over)
+    assert not {k for k in imported.unsupported if "strategy" in k or "ulysses" in k}
+    assert "legacy workers" in imported.ignored["actor_rollout_ref.actor.fsdp_config.strategy"]
+    new = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml",
+                        [*QUICKSTART, "trainer.use_legacy_worker_impl=disable"])
+    assert "new engine workers" in new.unsupported["trainer.use_legacy_worker_impl"]
+
+
 def test_copies_of_actor_options_take_the_actors_status_at_equal_values():
     imported = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml", QUICKSTART)
     assert "as actor_rollout_ref.actor.fsdp_config.forward_prefetch" in imported.ignored[
@@ -469,6 +483,14 @@ def test_verl_keeps_its_fsdp_reference_and_reward_model_on_the_host():
     rm = import_config("verl", cfg, ["reward_model.enable=true", "+reward_model.model.path=Qwen/Qwen2.5-7B"])
     assert rm.scenario["workload"]["reward"]["cpu_offload"] is True
     load_scenario(rm.scenario)
+    # verl's whole config with a reward model: its copies of the actor's options at equal values are
+    # accounted for; its own forward budget (a copy of the critic's) and a code sandbox are not modelled
+    whole = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml",
+                          [*QUICKSTART, "reward_model.enable=true", "reward_model.model.path=Qwen/Qwen2.5-0.5B-Instruct",
+                           "actor_rollout_ref.actor.use_dynamic_bsz=true", "reward_model.sandbox_fusion.url=http://sandbox"])
+    assert {k for k in whole.unsupported if k.startswith("reward_model.")} == {
+        "reward_model.forward_max_token_len_per_gpu", "reward_model.sandbox_fusion.url"}
+    assert "as actor_rollout_ref.actor.strategy" in whole.mapped["reward_model.strategy"]
 
 
 def test_a_fully_async_partial_rollout_at_a_zero_threshold_is_listed_ignored():
