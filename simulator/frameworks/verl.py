@@ -333,6 +333,10 @@ RULES: dict[str, Rule] = {
                                                      "in before compute_values and update_critic, out after"),
     "critic.model.fsdp_config.optimizer_offload": mapped("workload.critic_offload.optimizer", "CriticWorker: the "
                                                          "optimizer state in before update_critic, out after"),
+    "critic.megatron.param_offload": mapped("workload.critic_offload.params", "critic.strategy megatron: its "
+                                            "CriticWorker loads and offloads them as the fsdp one does"),
+    "critic.megatron.optimizer_offload": mapped("workload.critic_offload.optimizer", "critic.strategy megatron: its "
+                                                "CriticWorker loads and offloads it as the fsdp one does"),
     "critic.*": unsupported("the critic trains with the actor's layout and micro-batching in rlsim (a key with an "
                             "actor counterpart, CRITIC_AS_ACTOR, is mapped where it equals it)"),
     "critic.optim.*": ignored(_LR),
@@ -937,9 +941,14 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
     if v("critic.model.path"):
         w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
     _critic_as_actor(v, w, decided)
-    # verl's critic keeps its own offload flags (false by default), not the actor's
-    w["critic_offload"] = {"params": v.flag("critic.model.fsdp_config.param_offload"),
-                           "optimizer": v.flag("critic.model.fsdp_config.optimizer_offload")}
+    # verl's critic keeps its own offload flags (false by default), not the actor's, under its backend
+    # (CriticWorker of fsdp_workers.py / megatron_workers.py: the same load-and-offload around its passes)
+    strategy = str(v.flat.get("critic.strategy") or v(f"{A}.actor.strategy"))
+    backend, other = (("critic.megatron", "critic.model.fsdp_config") if strategy == "megatron"
+                      else ("critic.model.fsdp_config", "critic.megatron"))
+    w["critic_offload"] = {"params": v.flag(f"{backend}.param_offload"),
+                           "optimizer": v.flag(f"{backend}.optimizer_offload")}
+    inactive_section(v.flat, other, f"critic.strategy is {strategy}: this backend's settings do not apply", decided)
 
 
 # the torch dtype names verl's fsdp_config.model_dtype takes, as rlsim's dtypes (their bytes:

@@ -398,6 +398,12 @@ def test_verl_critic_offload_is_its_own_and_a_critic_free_run_ignores_the_critic
     assert "critic_batching" not in mixed.scenario["workload"] and "actor's mode" in mixed.unsupported[
         "critic.use_dynamic_bsz"]
     load_scenario(dynamic.scenario)
+    megatron = import_config("verl", cfg, [*ppo, "actor_rollout_ref.actor.strategy=megatron",
+                                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
+                                           "+critic.strategy=megatron", "+critic.megatron.param_offload=true",
+                                           "+critic.model.fsdp_config.optimizer_offload=true"])
+    assert megatron.scenario["workload"]["critic_offload"] == {"params": True, "optimizer": False}
+    assert "megatron" in megatron.ignored["critic.model.fsdp_config.optimizer_offload"]   # the other backend's
     grpo = import_config("verl", cfg, ["+critic.model.fsdp_config.param_offload=true", "+critic.ppo_epochs=2"])
     assert "critic_offload" not in grpo.scenario["workload"]
     assert all("critic-free" in grpo.ignored[key] for key in ("critic.model.fsdp_config.param_offload",
