@@ -882,8 +882,8 @@ def _fsdp_params(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, 
 
 
 LORA_NOTE = ("LoRA: the engine serves the adapter (verl passes enable_lora to vLLM) and rlsim does not price its LoRA "
-             "kernels; each refit moves the whole model, as verl does with sleep level 2 (the base weights re-sent "
-             "beside the adapters), where level 1 (layered_summon) sends the adapters only")
+             "kernels; a refit sends the adapters alone at sleep level 1 (layered_summon) and the base with them at "
+             "level 2, as verl does (schedule.lora_refit)")
 
 
 def _offload_policy(v: Values, w: dict[str, Any], strategy: str, decided: dict[str, tuple[Status, str]]) -> None:
@@ -1165,18 +1165,13 @@ def _forward_batching(v: Values, role: str) -> tuple[bool, int | None]:
     return False, v.whole(f"{A}.{role}.log_prob_micro_batch_size_per_gpu")
 
 
-# The critic's keys that rlsim takes from the actor's (its layout, micro-batching, epochs): the critic
-# key -> the actor's counterpart (the value pass's: the old log-prob pass's)
+# The critic's keys that rlsim takes from the actor's (its layout and epochs; its micro-batching is its
+# own, CRITIC_BATCHING): the critic key -> the actor's counterpart
 CRITIC_AS_ACTOR = {
     "critic.strategy": f"{A}.actor.strategy",
     "critic.ppo_mini_batch_size": f"{A}.actor.ppo_mini_batch_size",
     "critic.ppo_epochs": f"{A}.actor.ppo_epochs",
-    "critic.ppo_micro_batch_size_per_gpu": f"{A}.actor.ppo_micro_batch_size_per_gpu",
-    "critic.use_dynamic_bsz": f"{A}.actor.use_dynamic_bsz",
-    "critic.ppo_max_token_len_per_gpu": f"{A}.actor.ppo_max_token_len_per_gpu",
     "critic.ulysses_sequence_parallel_size": f"{A}.actor.ulysses_sequence_parallel_size",
-    "critic.forward_micro_batch_size_per_gpu": f"{A}.rollout.log_prob_micro_batch_size_per_gpu",
-    "critic.forward_max_token_len_per_gpu": f"{A}.rollout.log_prob_max_token_len_per_gpu",
     "critic.model.enable_gradient_checkpointing": f"{A}.model.enable_gradient_checkpointing",
     "critic.model.use_remove_padding": f"{A}.model.use_remove_padding",
 }
@@ -1196,7 +1191,7 @@ def _critic_as_actor(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
     where it reads as the actor's counterpart, unsupported where it differs. Its micro-batching is its
     own (_critic_batching)."""
     for key, actor_key in CRITIC_AS_ACTOR.items():
-        if not v.given(key) or key in CRITIC_BATCHING or key == "critic.use_dynamic_bsz":
+        if not v.given(key):
             continue
         if v(key) == v(actor_key):
             decided[key] = ("mapped", f"the critic trains as the actor ({actor_key}), which it equals here")

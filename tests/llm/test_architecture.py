@@ -74,6 +74,7 @@ def test_kv_bytes_per_token_match_models_md(name):
 def test_small_models_tie_their_embeddings(name):
     """One vocab x hidden table, not two: the tied count is what lands within 2% of the model cards."""
     m = load_model(name)
+    assert m.tied_embeddings and m.params_lm_head == 0
     assert m.params_embedding == pytest.approx(m.vocab * m.hidden)
 
 
