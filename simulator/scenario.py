@@ -584,7 +584,7 @@ VERL_ASYNC_KNOBS = frozenset({"require_batches", "trigger_parameter_sync_step", 
                               "max_inflight_prompts_per_server", "partial_rollout"})
 NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates", "async_engine",
                               "recompute_kv_after_update"})
-AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible"})
+AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurrent_rollouts", "recompute_logprob"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
                                    {"placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
@@ -750,11 +750,21 @@ class ScheduleConfig(_Strict):
     # each trajectory leaves the engine as it finishes (rl/schedules/nemo_rl.py, Generation.admit).
     # False: an engine generates one round per plan and returns its batch at the plan's end.
     async_engine: bool = False
-    # AReaL: the oldest token of a trajectory may lag the trainer by at most this many versions;
-    # interruptible generation continues in-flight sequences with new weights (frameworks.md).
-    # Default 4: assumption (no default is given in frameworks.md).
+    # AReaL (rl/schedules/areal.py, AReaL 1.0.4's StalenessManager): a rollout starts while accepted +
+    # running < (max_head_offpolicyness + version + 1) x batch, so its oldest token's weights lag by at
+    # most this many versions when it starts. Default 4: assumption (AReaL's own default is 0, which
+    # is synchronous; frameworks.md gives none for its asynchronous runs).
     max_head_offpolicyness: int = Field(4, ge=0, le=64)
+    # The weight update interrupts in-flight requests, sent again after it (AReaL 1.0.4 always does);
+    # false: they finish first (a what-if).
     interruptible: bool = True
+    # AReaL rollout.max_concurrent_rollouts: rollouts (prompts with their n trajectories) in flight at
+    # once; None: the consumer batch (prompts_per_step), AReaL's default.
+    max_concurrent_rollouts: int | None = Field(None, gt=0)
+    # AReaL actor.recompute_logprob / use_decoupled_loss: a forward pass of the actor recomputes the
+    # (proximal) log-probs before the update. True: the decoupled PPO loss of AReaL's asynchronous
+    # recipes needs the proximal policy's log-probs (arXiv 2505.24298); false: the rollout's are used.
+    recompute_logprob: bool = True
 
     @classmethod
     def accepts(cls, placement: str | None = None) -> frozenset[str]:
@@ -1079,10 +1089,10 @@ def _nemo_rl_async() -> type[ScheduleConfig]:
 @_made_on_first_use
 def _areal() -> type[ScheduleConfig]:
     class ArealSchedule(ScheduleConfig):
-        """AReaL (rl/schedules/areal.py): generation never stops; max_head_offpolicyness bounds the lag of
-        a trajectory's oldest token (step k consumes it iff k - first_version <= bound, and no prompt
-        starts whose weights would already be too old); interruptible generation continues in-flight
-        sequences with the new weights after re-prefilling their prefix. Typical split 3/4 generating."""
+        """AReaL 1.0.4 (rl/schedules/areal.py): a rollout starts while running < max_concurrent_rollouts
+        and accepted + running < (max_head_offpolicyness + version + 1) x batch; nothing is dropped for
+        age; the weight update interrupts in-flight requests, sent again after it with their prefix
+        re-prefilled. Typical split 3/4 generating."""
         ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | AREAL_KNOBS
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
@@ -1100,9 +1110,28 @@ def _areal() -> type[ScheduleConfig]:
             return self.max_head_offpolicyness
 
         @property
-        def cuts_generation(self) -> bool:
-            """Generation is cut at a weight update (rl/llm_costs.py keeps engine copies for it)."""
-            return self.interruptible
+        def staleness_bound(self) -> float | None:
+            """None: AReaL bounds when a rollout starts (its oldest token's weights), not the age of a
+            trained sample: a slow rollout started within the bound trains when it completes."""
+            return None
+
+        def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
+            """AReaL's engine client sends each request to the next server in turn (its own dispatch),
+            aborts nothing (overprovision), and its servers' slots are not accounted (low_batch_share)."""
+            out = []
+            if self.overprovision > 0:
+                out.append(("schedule.overprovision", "AReaL generates the rollouts its capacity admits and aborts "
+                            "none (kind areal: max_head_offpolicyness and max_concurrent_rollouts set how many run), "
+                            "so schedule.overprovision is not read", "remove schedule.overprovision"))
+            if "low_batch_share" in self.model_fields_set:
+                out.append(("schedule.low_batch_share", "kind areal does not account its servers' batch slots "
+                            "(summary rollout.occupancy is null), so schedule.low_batch_share is not read",
+                            "remove schedule.low_batch_share"))
+            if workload.inference.set_off_default(("dispatch",)):
+                out.append(("workload.inference.dispatch", "AReaL sends each request of a prompt to the next rollout "
+                            "server in turn (kind areal's own dispatch), so workload.inference.dispatch is not read",
+                            "remove workload.inference.dispatch, or run another kind"))
+            return out
     return ArealSchedule
 
 

@@ -1814,7 +1814,7 @@ class _RunTrace:
 
 
 # Engine copies a ResumableRun keeps at most: each holds the engine's whole state (its waiting queue
-# too), so a long run with a deep queue (AReaL admitting every round a large staleness bound opens)
+# too), so a long run with a deep queue (an async engine admitting every round a large age bound opens)
 # kept thousands of them (gigabytes); past this many, every other copy goes and the spacing doubles.
 MAX_RESUME_COPIES = 64
 

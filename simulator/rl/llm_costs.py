@@ -252,7 +252,7 @@ def _kept(memory: MemoryBreakdown, offload: Any) -> float:
 def keeps_engine_copies(sched: Any) -> bool:
     """Whether a run's engines keep copies of their state (ResumableRun): rounds cut mid-generation
     (StaleSync tail consolidation, over-provisioning), kinds that cut generation at a weight update
-    (NeMo in-flight updates, AReaL interruptible) and an async engine that takes sequences mid-run
+    (NeMo in-flight updates) and an async engine that takes sequences mid-run
     (NeMo RL's async_engine: Generation.admit)."""
     return sched.overprovision > 0 or bool(getattr(sched, "cuts_generation", False)) or bool(
         getattr(sched, "async_engine", False)) or (

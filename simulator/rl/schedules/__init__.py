@@ -8,7 +8,7 @@ disaggregated  split pools     0          1          disaggregated.SplitPoolRun
 one-step-off   split pools     1*         1          disaggregated.SplitPoolRun
 async          split pools     1*         0*         disaggregated.SplitPoolRun (+ partial_rollout)
 nemo-rl-async  split pools     max_age    0          nemo_rl.NemoRun (segments: in-flight weight updates)
-areal          split pools     eta        0          areal.ArealRun (segments: interruptible generation)
+areal          split pools     eta (starts) -         areal.ArealRun (verl_async's Rollouter under AReaL's start rule)
 verl-fully-async split pools   quota      -          verl_async.VerlFullyAsyncRun (Rollouter / Trainer, message queue)
 (* = default, overridable in ``schedule:``)
 

@@ -1,73 +1,171 @@
-"""AReaL (kind ``areal``): fully asynchronous generation on split pools (frameworks.md, "AReaL").
+"""AReaL (kind ``areal``) as AReaL 1.0.4 runs asynchronous RL (its wheel, read 2026-12-05:
+areal/infra/staleness_manager.py, workflow_executor.py, remote_inf_engine.py, trainer/rl_trainer.py).
 
-- Generation never stops: an instance's plan admits every round the bound allows (its share of
-  each), so prompts of the next round join while the previous round's tail still runs.
-- ``max_head_offpolicyness`` (eta): trainer step k consumes a trajectory iff
-  k - first_version <= eta (its oldest token bounds its lag; older pending ones are dropped as
-  ``stale``), and round r (the trajectories meant for step r) may not start before the weights
-  reach r - eta (the ``VersionGate``): no prompt starts whose weights would already be too old.
-- The trainer trains, sends the weights and goes on (it never waits for the rollout side).
-- ``interruptible: true``: at every published version each instance cuts its in-flight
-  generations, loads the weights and resubmits them first, with prompt + partial response
-  re-prefilled (frameworks.md: "a sequence that resumes after a sync or a preemption re-prefills
-  its whole prefix"; it says nothing AReaL-specific about the KV, so the re-prefill is modelled).
-  ``false``: an instance loads new weights once its in-flight plan has drained.
+- A rollout is one prompt with its n trajectories (GroupedRolloutWorkflow gathers n episodes), each
+  its own request, sent round-robin over the rollout servers request by request
+  (RemoteInfEngine.choose_server): one prompt's trajectories spread over the servers.
+- Start rule (StalenessManager.get_capacity): a rollout starts while running <
+  ``max_concurrent_rollouts`` (default: the consumer batch) and accepted + running <
+  (``max_head_offpolicyness`` + version + 1) x batch, ``accepted`` counting every rollout accepted so
+  far. The bound is on when a rollout starts (the weights of its oldest token), not on its age
+  when trained: nothing is dropped for age. A rejected rollout (dynamic filtering) frees its place.
+- The trainer waits for a batch of completed rollouts and takes the earliest started of them
+  (wait_results sorts by creation time); it computes the reference and proximal log-probs (the
+  latter only with ``recompute_logprob``), trains, then pauses submission, updates the weights and
+  resumes: rollouts keep generating through the training.
+- The weight update pauses generation on every server (pause_generation: the in-flight requests end
+  with "abort"); each is sent again after the update with its prompt + tokens so far as the new
+  prompt, to the same server (rid_to_address), and re-prefilled. ``interruptible: false`` (a
+  what-if: AReaL 1.0.4 always interrupts) lets the in-flight requests finish before the update.
+- Not modelled: the per-data-parallel-rank split of the capacity (each trainer rank's executor
+  holds max_concurrent_rollouts / dp and batch / dp: the same totals), the input queue's own bound
+  (queue_size: the dataloader always has a prompt ready), a rollout's reward counted in its
+  completion (the trainer takes the completed ones, then waits for their rewards).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...scenario import ArealSchedule
-from ..timeline import clock_over, clock_parts
-from .batches import SeqBatch
 from .context import Context
-from .disaggregated import SplitPoolRun
 from .registry import SchedulePolicy, register
-from .segments import SegmentedInstance, check_cuttable
+from .verl_async import NO_OLD_LOG_PROB, PromptGroup, Rollouter, VerlFullyAsyncRun
 
 
-class ArealInstance(SegmentedInstance):
-    """One rollout server: admits every open round; interrupted at a new version when interruptible."""
+class ArealRollouter(Rollouter):
+    """The rollout servers under AReaL's start rule, requests dealt round-robin one by one."""
 
-    def _admit(self) -> SeqBatch:
-        run, gate = self.run_, self.run_.gate
-        parts = []
-        while gate.open(self.round):
-            r = self.round
-            parts.append(run.ctx.draws.share(r, self.index, run.n_inst))
-            run.planned[r] = run.planned.get(r, 0) + 1
-            self.round += 1
-        return SeqBatch.merge(parts)
+    def __init__(self, run: ArealRun):
+        super().__init__(run)
+        self.batch, self.bound = run.per_update, run.sched.max_head_offpolicyness
+        self.max_concurrent = run.max_concurrent
+        self.accepted = 0          # rollouts accepted so far (RolloutStat.accepted)
+        self.running = 0           # rollouts started and not done, interrupted ones included
+        self.next_server = 0
+        self.request_server: dict[int, np.ndarray] = {}   # group index -> the server of each request
 
-    def _cut_events(self) -> list:
-        return [self.run_.gate.version_changed] if self.run_.ctx.sched.interruptible else []
+    def capacity(self) -> int:
+        """StalenessManager.get_capacity: the concurrency and the staleness limits, the tighter."""
+        by_staleness = (self.bound + self.version + 1) * self.batch - (self.accepted + self.running)
+        return min(self.max_concurrent - self.running, by_staleness)
 
-    def _streams(self) -> bool:
-        """Each trajectory leaves its rollout worker as it finishes. Streamed when interruptible: a
-        round opens only at a new version, where the plan is cut and planned again with it; without
-        interrupts an open round waits for the plan's end, so the trainer waits for that end too."""
-        return self.run_.ctx.sched.interruptible and super()._streams()
+    def _admit(self, now: float) -> None:
+        while self.cancelled:      # interrupted requests go back first, each to its own server
+            self._submit(self.cancelled.popleft(), -1, now)
+        while self.capacity() > 0:
+            group = self.source.next()
+            group.started_s, group.first_version = now, self.version
+            self.started += 1
+            self.running += 1
+            self._submit(group, -1, now)
 
-    def _should_cut(self) -> bool:
-        return self.run_.ctx.sched.interruptible and self.run_.gate.version > self.version
+    def _submit(self, group: PromptGroup, server: int, now: float) -> None:
+        n, count = self.ctx.workload.samples_per_prompt, len(self.servers)
+        where = self.request_server.get(group.index)
+        if where is None:
+            where = (self.next_server + np.arange(n)) % count
+            self.next_server = (self.next_server + n) % count
+            self.request_server[group.index] = where
+        open_ = group.open
+        group.running = len(open_)
+        group.versions.add(self.version)
+        seqs = group.seqs
+        for target in np.unique(where[open_]):
+            rows = open_[where[open_] == target]
+            self.servers[target].add_many(group.index * n + rows, seqs.prompt_len[rows], seqs.target_len[rows], now,
+                                          group.generated[rows], group_ids=np.full(len(rows), group.index))
+            self.inflight[target][group.index] = group
+            self._touch(int(target), now)
+
+    def _finished(self, server: int, seq_id: int, t: float) -> None:
+        n = self.ctx.workload.samples_per_prompt
+        group, row = self.inflight[server][seq_id // n], seq_id % n
+        group.finish_s[row] = t
+        group.generated[row] = group.seqs.target_len[row]
+        group.running -= 1
+        where = self.request_server[group.index]
+        if not np.isnan(group.finish_s[where == server]).any():
+            del self.inflight[server][group.index]
+        if not group.running:
+            del self.request_server[group.index]
+            self._complete(group, t, np.array([self.clocks[s].rank_start for s in where]))
+
+    def _group_done(self, accepted: bool) -> None:
+        self.running -= 1
+        self.accepted += int(accepted)
+
+    def end_sync(self, version: int, now: float) -> None:
+        """New weights: submission resumes (nothing is reset: ``accepted`` keeps counting)."""
+        self.started_per_version.append(self.started)
+        self.version = version
+        self.paused = False
+        self._fire("wake")
 
 
-class ArealRun(SplitPoolRun):
-    def __init__(self, ctx: Context):
-        super().__init__(ctx)
-        check_cuttable(ctx, ctx.sched.interruptible, "schedule.interruptible")
-        ctx.trainer.age_column = "first_version"
-        self.generating: set[int] = set()
+class ArealRun(VerlFullyAsyncRun):
+    ROLLOUTER = ArealRollouter
+    IDLE_BEFORE_SYNC = "no capacity: waits for the weight update"
 
-    def note_idle(self) -> None:
-        """Nothing waits for the rollout side to drain here."""
+    def _batch_rules(self) -> None:
+        sched, workload = self.sched, self.ctx.workload
+        self.per_update = self.per_version = workload.prompts_per_step      # AReaL's consumer batch
+        self.max_concurrent = sched.max_concurrent_rollouts or workload.prompts_per_step
+        self.quota = (sched.max_head_offpolicyness + 1) * workload.prompts_per_step
+        self.partial = sched.interruptible
+        self.skip = frozenset() if sched.recompute_logprob else NO_OLD_LOG_PROB
 
-    def spawn_instances(self, round_: int, version: int, t: float | None, resume_s: float = 0.0) -> None:
-        self.instances, self.instance_clocks, self.streaming = [], [], []
-        for i in range(self.n_inst):
-            clock = clock_over(self.ctx.timeline, "rollout", self.roll[i * self.d:(i + 1) * self.d], t)
-            self.ctx.clocks.extend(clock_parts(clock))
-            self.ctx.start_clock(clock)
-            self.instance_clocks.append(clock)
-            self.instances.append(self.env.process(ArealInstance(self, i, clock, round_, version, resume_s).process()))
+    def _trainer(self):
+        ctx, env = self.ctx, self.env
+        if ctx.start_s > 0:
+            yield env.timeout(ctx.start_s - env.now)
+        for k in range(ctx.scenario.iterations):
+            t0 = env.now
+            stage0 = dict(ctx.totals.stage_time_s)
+            groups = yield from self._take(k)
+            rollout_s = env.now - t0
+            ids = np.concatenate([g.ids for g in groups])
+            yield from ctx.trainer.run(k, ids, self.trainer_clock, skip=self.skip)
+            t_sync = env.now
+            yield from self._sync(k)
+            ctx.iterations[-1]["end"] = env.now
+            spent = {key: ctx.totals.stage_time_s.get(key, 0.0) - stage0.get(key, 0.0)
+                     for key in ("old_logprob", "reference", "train_actor")}
+            heads = [k - g.first_version for g in groups]
+            self.versions.append({"version": k, "step_s": env.now - t0, "rollout_s": rollout_s,
+                                  "recompute_logp_s": spent["old_logprob"], "ref_logp_s": spent["reference"],
+                                  "train_step_s": spent["train_actor"], "update_weights_s": env.now - t_sync,
+                                  "head_offpolicyness_max": max(heads)})
+        self.finished.succeed()
+
+    def _take(self, k: int):
+        """A batch of completed rollouts, the earliest started first (wait_results: by creation time)."""
+        rollouter = self.rollouter
+        while len(rollouter.queue) < self.per_update:
+            yield rollouter.data
+        chosen = sorted(rollouter.queue, key=lambda g: g.index)[: self.per_update]
+        taken = {g.index for g in chosen}
+        rollouter.queue = type(rollouter.queue)(g for g in rollouter.queue if g.index not in taken)
+        self.trainer_clock.idle("dependency", self.env.now, k, label="rollout")
+        ready_s = max(group.ready_s for group in chosen)
+        if ready_s > self.env.now:
+            yield self.env.timeout(ready_s - self.env.now)
+            self.trainer_clock.idle("dependency", self.env.now, k, label="reward")
+        return chosen
+
+    def _report_into(self, ctx: Context) -> None:
+        """AReaL's own quantities: its timers (stats_tracker.record_timing names) per step, the mean."""
+        keys = ("step_s", "rollout_s", "recompute_logp_s", "ref_logp_s", "train_step_s", "update_weights_s")
+        mean = {key: float(np.mean([v[key] for v in self.versions])) if self.versions else 0.0 for key in keys}
+        rollouter = self.rollouter
+        ctx.extra["areal"] = {
+            "consumer_batch_size": self.per_update, "max_concurrent_rollouts": self.max_concurrent,
+            "max_head_offpolicyness": self.sched.max_head_offpolicyness, "per_step": self.versions,
+            "timing_s": {"step": mean["step_s"], "rollout": mean["rollout_s"],
+                         "recompute_logp": mean["recompute_logp_s"], "ref_logp": mean["ref_logp_s"],
+                         "train_step": mean["train_step_s"], "update_weights": mean["update_weights_s"]},
+            "rollouts_started": rollouter.started, "rollouts_accepted": rollouter.accepted,
+            "partial_ratio": rollouter.partial_count / max(1, self.ctx.store.n),
+            "max_partial_span": rollouter.max_partial_span}
 
 
 def run(ctx: Context) -> float:
@@ -75,5 +173,6 @@ def run(ctx: Context) -> float:
 
 
 POLICY = register(SchedulePolicy(
-    ArealSchedule, run, "AReaL: generation never stops; max_head_offpolicyness bounds a trajectory's oldest "
-    "token; interruptible generation re-prefills after each weight update"))
+    ArealSchedule, run, "AReaL: rollouts start while running < max_concurrent_rollouts and accepted + running < "
+    "(max_head_offpolicyness + version + 1) x batch; the weight update interrupts in-flight requests, "
+    "resumed after it with their prefix re-prefilled"))

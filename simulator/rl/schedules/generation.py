@@ -98,8 +98,8 @@ class Generation:
 
     def store_finished_by(self, plan: GenPlan, upto_s: float) -> None:
         """Store the plan's sequences that finished by ``plan.t0 + upto_s`` and are not stored yet,
-        while the plan runs on: an engine that hands each trajectory out as it finishes (AReaL's
-        rollout workers; segments.SegmentedInstance._streams), so the trainer can take them before
+        while the plan runs on: an engine that hands each trajectory out as it finishes (NeMo RL's
+        async engine; segments.SegmentedInstance._streams), so the trainer can take them before
         the plan ends.
         Its commit stores the rest; the plan's tokens and FLOPs are counted there, once."""
         upto_s += TIME_TOL_S   # a finish at this very instant (t0 + finish rounds either way) is in

@@ -1,12 +1,13 @@
 """Rollout instances whose generation can be cut at a weight update (NeMo RL in-flight weight
-updates, AReaL interruptible generation), for split-pool runs built on ``SplitPoolRun``.
+updates), for split-pool runs built on ``SplitPoolRun``.
 
 An instance plans its sequences (``Generation.plan``) and commits them when the plan ends; a weight
 update in between cuts the plan at the update time (``Generation.commit(stop_s)``: what finished is
 stored with the old weights, the rest carries its tokens so far). What happens to the cut
 sequences is the kind's: NeMo's engine keeps their KV and continues after the weight load
-(``continuation``: the same engine run, shifted by the load time, no re-prefill); AReaL re-submits
-them with their prefix re-prefilled (``Generation.plan`` of the carried sequences).
+(``continuation``: the same engine run, shifted by the load time, no re-prefill), or, with
+recompute_kv_after_update, re-plans them with their prefix re-prefilled (``Generation.plan`` of the
+carried sequences). AReaL's interrupted requests are its Rollouter's (rl/schedules/areal.py).
 """
 from __future__ import annotations
 

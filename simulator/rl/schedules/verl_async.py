@@ -197,9 +197,10 @@ class Rollouter:
             del self.inflight[server][group.index]
             self._complete(group, t, self.clocks[server].rank_start)
 
-    def _complete(self, group: PromptGroup, t: float, instance: int) -> None:
+    def _complete(self, group: PromptGroup, t: float, instance: int | np.ndarray) -> None:
         """All n trajectories are done: into the sample store and DistQueue; into the message queue
-        unless dropped (DAPO no_signal / surplus)."""
+        unless dropped (DAPO no_signal / surplus). ``instance``: the first rank of the server that
+        generated them (one for all, or one per trajectory)."""
         ctx, seqs = self.ctx, group.seqs
         ranks = self.ctx.pools["rollout"].ranks
         reward_s = 0.0
@@ -222,12 +223,17 @@ class Rollouter:
         tokens = float(lens.sum())
         ctx.totals.gen_flops += tokens * ctx.costs.train_flops_per_token(float(lens.mean()) / 2) / 3
         ctx.totals.generated_tokens += float(seqs.target_len.sum())
-        if (seqs.drop_reason != "").any():
-            self.started -= 1          # a filtered group (DAPO) frees its place: another prompt is generated
-        else:
+        accepted = not (seqs.drop_reason != "").any()
+        self._group_done(accepted)
+        if accepted:
             group.ids, group.ready_s = ids, t + reward_s
             self.queue.append(group)
             self._fire("data")
+
+    def _group_done(self, accepted: bool) -> None:
+        """A group left generation: a filtered one (DAPO) frees its place, so another prompt is generated."""
+        if not accepted:
+            self.started -= 1
 
     # ---- the weight sync ---------------------------------------------------------------------
     def begin_sync(self, partial: bool, now: float) -> simpy.Event:
@@ -236,6 +242,7 @@ class Rollouter:
         self.paused = True
         self._step(now)
         if partial:
+            queued = {group.index for group in self.cancelled}
             for i, server in enumerate(self.servers):
                 result = server.interrupt(now)
                 for done in result.finished:
@@ -245,7 +252,9 @@ class Rollouter:
                     group = self.inflight[i][int(part.seq_id) // n]
                     group.generated[int(part.seq_id) % n] = int(part.generated)
                 for group in sorted(self.inflight[i].values(), key=lambda g: g.index):
-                    self.cancelled.append(group)
+                    if group.index not in queued:      # a group whose requests span servers: once
+                        queued.add(group.index)
+                        self.cancelled.append(group)
                 self.inflight[i].clear()
                 self._touch(i, now)
         self._fire("wake")
@@ -264,21 +273,29 @@ class Rollouter:
 
 
 class VerlFullyAsyncRun:
+    ROLLOUTER: type[Rollouter] = Rollouter
+    # a server that has nothing to generate before a sync waits on the trainer for this reason
+    IDLE_BEFORE_SYNC = "quota spent: waits for the sync"
+
     def __init__(self, ctx: Context):
         self.ctx, self.env, self.sched = ctx, ctx.env, ctx.sched
-        sched, mini = ctx.sched, ctx.workload.mini_batch_prompts or ctx.workload.prompts_per_step
-        self.per_update = sched.require_batches * mini                 # prompts per local update
-        self.per_version = sched.trigger_parameter_sync_step * self.per_update
-        self.quota = math.floor((1 + sched.staleness_threshold) * self.per_version + 1e-9)
-        self.partial = sched.partial_rollout and sched.staleness_threshold > 0
+        self._batch_rules()
         train = ctx.pools["train"]
         self.trainer_clock = GroupClock(ctx.timeline, "train", train.start, train.count)
         ctx.clocks.append(self.trainer_clock)
         ctx.start_clock(self.trainer_clock)
         self.sync_s = ctx.costs.weight_sync_s(train.ranks, ctx.pools["rollout"].ranks)
-        self.rollouter = Rollouter(self)
+        self.rollouter = self.ROLLOUTER(self)
         self.versions: list[dict[str, float]] = []
         self.finished = self.env.event()
+
+    def _batch_rules(self) -> None:
+        """Prompts per local update and per version, the per-version quota, whether a sync cancels."""
+        sched, mini = self.sched, self.ctx.workload.mini_batch_prompts or self.ctx.workload.prompts_per_step
+        self.per_update = sched.require_batches * mini                 # prompts per local update
+        self.per_version = sched.trigger_parameter_sync_step * self.per_update
+        self.quota = math.floor((1 + sched.staleness_threshold) * self.per_version + 1e-9)
+        self.partial = sched.partial_rollout and sched.staleness_threshold > 0
 
     def run(self) -> float:
         ctx, env = self.ctx, self.env
@@ -293,11 +310,15 @@ class VerlFullyAsyncRun:
             GroupClock(ctx.timeline, "rollout", rollout.start + used, rollout.count - used).idle("placement", makespan)
         busy = sum(server.busy_s for server in self.rollouter.servers) / max(1, len(self.rollouter.servers))
         ctx.add_stage_time("generate", busy)
+        self._report_into(ctx)
+        return makespan
+
+    def _report_into(self, ctx: Context) -> None:
+        """The framework's own quantities into the run's extras."""
         ctx.extra["verl"] = self._report()
         timing = dict(ctx.extra["verl"]["timing_s"])   # as the other verl kinds report: the named phases + other
         timing["other"] = timing["step"] - sum(seconds for name, seconds in timing.items() if name != "step")
         ctx.extra["verl_timing_s"] = timing
-        return makespan
 
     def _trainer(self):
         ctx, env = self.ctx, self.env
@@ -352,7 +373,7 @@ class VerlFullyAsyncRun:
         for server_clock in rollouter.clocks:
             if server_clock.cursor <= env.now:
                 server_clock.idle("long_tail", min(generating_until, env.now), k)
-                server_clock.idle("dependency", env.now, k, label="quota spent: waits for the sync")
+                server_clock.idle("dependency", env.now, k, label=self.IDLE_BEFORE_SYNC)
                 server_clock.busy("sync", t_end, k, label="weight_sync", cause="weight_sync")
         self.ctx.add_stage_time("weight_sync", self.sync_s)
         yield env.timeout(self.sync_s)

@@ -1,52 +1,155 @@
-"""AReaL (areal): generation never stops, the head off-policyness bound, interruptible generation."""
+"""AReaL (areal) as AReaL 1.0.4 runs: the start rule (max_concurrent_rollouts, max_head_offpolicyness),
+requests dealt round-robin, the trainer's batch choice, the interrupting weight update, closed forms."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simulator
+from simulator import metrics
+from simulator.errors import RlsimError
+from simulator.rl.fake_costs import FakeCosts
+from simulator.rl.schedules.batches import GROUP_IDS_PER_ROUND
 
-from .test_nemo_rl import check_accounting, count_reprefill, gen_bound_costs
-from .test_schedules import lognormal, run, scenario
+from .test_verl_async import const, lognormal, run, scenario
 
-
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 1000), eta=st.integers(0, 4), interruptible=st.booleans())
-def test_every_trajectory_is_consumed_once_or_dropped_and_its_head_within_the_bound(seed, eta, interruptible):
-    sc = scenario("areal", iterations=5, seed=seed, max_head_offpolicyness=eta, interruptible=interruptible)
-    rec, tl, sm, s = run(sc, gen_bound_costs(prefill_s_per_token=1e-5))
-    check_accounting(sm, eta)
-    assert s["samples"]["consumed"] == 5 * 64 and s["pools"]["rollout"] == 12   # 3/4 generate by default
-    # no round started before the weights reached round - eta
-    assert (sm["first_version"] >= sm["round"] - eta).all()
+PROMPTS, N = 8, 4
 
 
-def test_generation_never_stops_a_plan_admits_every_open_round():
-    # eta 2 from t = 0: rounds 0, 1, 2 join one plan on each instance (same start), no drain between them
-    sm = run(scenario("areal", iterations=3, max_head_offpolicyness=2, interruptible=False), gen_bound_costs())[2]
-    first = sm[sm["start"] == 0.0]
-    assert set(first["round"]) == {0, 1, 2}
+def areal(iterations=4, **sched):
+    return scenario("areal", iterations=iterations, prompts=PROMPTS, n=N, **sched)
 
 
-def test_interruptible_resumes_with_new_weights_and_re_prefills_the_prefix(monkeypatch):
-    seen = count_reprefill(monkeypatch)
-    off = run(scenario("areal", iterations=4, interruptible=False), gen_bound_costs())[2]
-    assert sum(seen) == 0 and (off["first_version"] == off["version"]).all()
-    on = run(scenario("areal", iterations=4, interruptible=True), gen_bound_costs())[2]
-    assert sum(seen) > 0                                   # resumed prefixes prefilled again
-    assert (on["first_version"] < on["version"]).any()     # some trajectories span versions
+def costs(slots=8, **kw):
+    return FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, instance_max_seqs=slots, **kw)
+
+
+def start_index(sm):
+    """Each sample's rollout in start order: round x batch + its place in the round (groups are drawn,
+    and started, in that order)."""
+    return sm["round"] * PROMPTS + (sm["group"] - sm["round"] * GROUP_IDS_PER_ROUND)
+
+
+def test_a_run_reports_areals_timers_and_trains_whole_batches():
+    rec, tl, sm, s = run(areal())
+    timing = s["areal"]["timing_s"]
+    assert set(timing) == {"step", "rollout", "recompute_logp", "ref_logp", "train_step", "update_weights"}
+    assert timing["update_weights"] >= 0.5 - 1e-9                  # the broadcast at least
+    assert s["samples"]["consumed"] == 4 * PROMPTS * N
+    assert s["staleness"]["bound"] is None                        # the rule bounds starts, not ages
+    assert "old_logprob" in s["stage_time_s"]                     # the decoupled loss's proximal log-probs
+    off = run(areal(recompute_logprob=False))[3]
+    assert "old_logprob" not in off["stage_time_s"] and off["areal"]["timing_s"]["recompute_logp"] == 0.0
+
+
+CASE = st.fixed_dictionaries({
+    "eta": st.integers(0, 4),
+    "concurrent": st.sampled_from([None, 1, 3, 8, 40]),
+    "interruptible": st.booleans(),
+    "slots": st.sampled_from([2, 8, 64]),
+    "seed": st.integers(0, 1000),
+})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CASE)
+def test_the_start_rule_and_the_samples_hold(case):
+    sc = areal(iterations=4, max_head_offpolicyness=case["eta"], max_concurrent_rollouts=case["concurrent"],
+               interruptible=case["interruptible"]).model_copy(update={"seed": case["seed"]})
+    rec, tl, sm, s = run(sc, costs(case["slots"]), devices=12)
+    # nothing lost or duplicated, nothing dropped for age: generated = consumed + unused at the end
+    consumed = sm[sm.consumed_iteration >= 0]
+    assert sm["sample"].is_unique and len(consumed) == 4 * PROMPTS * N
+    assert set(sm.loc[sm.dropped, "drop_reason"]) <= {"unused"}
+    # whole rollouts, one step each
+    per_group = consumed.groupby("group")["consumed_iteration"].agg(["nunique", "size"])
+    assert (per_group["nunique"] == 1).all() and (per_group["size"] == N).all()
+    # accepted + running < (eta + version + 1) x batch at each start: rollout i starts at version v only
+    # if i < (eta + v + 1) x batch (all started before it are accepted or running; none rejected here)
+    index = start_index(sm)
+    assert (sm["first_version"] >= index // PROMPTS - case["eta"]).all()
+    # running < max_concurrent_rollouts (default the batch) at each start: the rollouts started before
+    # a rollout and not yet complete when it starts
+    groups = sm.assign(index=index).groupby("index").agg(start=("start", "min"), done=("returned", "max"))
+    cap = case["concurrent"] or PROMPTS
+    for i, row in groups.iterrows():
+        earlier = groups[groups.index < i]
+        assert int((earlier["done"] > row["start"] + 1e-9).sum()) < cap
+    # device time tiles the run on every rank
+    assert np.allclose(metrics.per_device_time(tl, 12), rec.makespan_s)
+    if not case["interruptible"]:
+        assert s["areal"]["partial_ratio"] == 0.0
+
+
+def test_the_trainer_takes_the_earliest_started_of_the_completed_rollouts():
+    rec, tl, sm, s = run(areal(iterations=5, max_head_offpolicyness=2, max_concurrent_rollouts=24), costs())
+    sm = sm.assign(index=start_index(sm))
+    groups = sm.groupby("index").agg(done=("returned", "max"), step=("consumed_iteration", "max"))
+    for k, start in enumerate(it["start"] for it in rec.iterations):
+        taken = groups[groups.step == k]
+        waiting = groups[(groups.done <= start + 1e-9) & ((groups.step > k) | (groups.step < 0))]
+        assert len(taken) == PROMPTS
+        if len(waiting):
+            assert taken.index.max() < waiting.index.min()
+
+
+def test_with_no_off_policyness_each_step_is_generation_then_training_then_the_update():
+    # eta 0: a batch starts only at a new version and the trainer waits for all of it; equal lengths,
+    # free forwards: the disaggregated schedule, and a closed form
+    fake = costs(slots=1000, forward_device_s_per_token=0.0)
+    on = run(areal(max_head_offpolicyness=0, rollout_fraction=0.5), fake, resp=const(500))[3]
+    sync = run(scenario("disaggregated", prompts=PROMPTS, n=N), fake, resp=const(500))[3]
+    assert on["step_time_s"] == pytest.approx(sync["step_time_s"], rel=1e-9)
+    tokens = PROMPTS * N * 550
+    fetch = 2 * tokens * 17 / 25e9
+    closed = 500 * 1e-3 + fetch + tokens * 1e-3 / 8 + 0.5
+    assert on["step_time_s"] == pytest.approx(closed, rel=1e-9)
+    assert on["areal"]["partial_ratio"] == 0.0                      # nothing in flight at an update
+
+
+def test_the_update_interrupts_in_flight_requests_and_they_resume_re_prefilled():
+    fake = costs(prefill_s_per_token=1e-4, train_device_s_per_token=1e-6)   # generation-bound
+    on = run(areal(iterations=5, max_head_offpolicyness=2), fake)[3]
+    assert on["areal"]["partial_ratio"] > 0 and on["areal"]["max_partial_span"] >= 2
+    rec, tl, sm, off = run(areal(iterations=5, max_head_offpolicyness=2, interruptible=False), fake)
+    assert off["areal"]["partial_ratio"] == 0.0
+    waits = tl[(tl.pool == "train") & (tl.label == "wait for in-flight requests")]
+    assert (waits.end - waits.start).sum() > 0                       # the update waits for them instead
+
+
+def test_requests_of_one_rollout_go_to_the_servers_in_turn():
+    # 4 requests a rollout dealt to the servers in turn: each rollout spans servers, each server
+    # gets the same number of requests (+-1 over the run)
+    rec, tl, sm, s = run(areal(iterations=2), costs(), devices=12)
+    servers = sm["instance"].nunique()
+    assert servers > 1
+    assert (sm.groupby("group")["instance"].nunique() == min(N, servers)).all()
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_interruptible_pays_off_on_a_long_tail(seed):
-    # a long tail (sigma 1.5, cap 40x the median) with a bound that leaves room (eta 4): without
-    # interruption an instance loads new weights only once its plan has drained to the tail
-    c = gen_bound_costs(prefill_s_per_token=1e-6)
-    tps = {}
-    for interruptible in (False, True):
-        sc = scenario("areal", iterations=6, seed=seed, max_head_offpolicyness=4, interruptible=interruptible)
-        tps[interruptible] = run(sc, c, resp=lognormal(200, 1.5, 8000))[3]["makespan_s"]
-    assert tps[True] <= tps[False] * (1 + 1e-9)
+def test_off_policyness_pays_off_on_a_long_tail(seed):
+    # eta 0 waits for each batch's longest rollout; eta 1 trains on the batch the next version's
+    # rollouts run beside. (Not monotone beyond: more rollouts in flight are more requests to
+    # interrupt and re-prefill at each update, and more queueing on the servers' slots.)
+    fake = costs(prefill_s_per_token=1e-6)
+    spans = []
+    for eta in (0, 1):
+        sc = areal(iterations=6, max_head_offpolicyness=eta, max_concurrent_rollouts=40).model_copy(
+            update={"seed": seed})
+        spans.append(run(sc, fake, resp=lognormal(200, 1.5, 8000))[3]["makespan_s"])
+    assert spans[1] < spans[0]
+
+
+def test_knobs_it_does_not_read_are_refused():
+    with pytest.raises(RlsimError) as err:
+        areal(overprovision=0.5)
+    assert err.value.field == "schedule.overprovision"
+    with pytest.raises(RlsimError) as err:
+        simulator.scenario.load_scenario({
+            "topology": "fake", "schedule": {"kind": "areal"},
+            "workload": {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 4,
+                         "inference": {"dispatch": "per-sample"}}})
+    assert err.value.field == "workload.inference.dispatch"
 
 
 def test_runs_on_a_real_workload():
@@ -55,47 +158,13 @@ def test_runs_on_a_real_workload():
     for interruptible in ("false", "true"):
         r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
                                schedule="areal", iterations=3, overrides=[*small, f"schedule.interruptible={interruptible}"])
-        check_accounting(r.samples, 2)
+        s = r.samples
         assert r.summary["samples"]["consumed"] == 3 * 32
+        assert (s["first_version"] <= s["version"]).all()
         assert np.isfinite(r.summary["steady_tokens_per_s"])
 
 
-def test_a_trainer_takes_interruptible_trajectories_as_they_finish_not_at_their_plans_end():
-    """Each trajectory leaves its rollout worker as it finishes: step 0 starts when the batch's last
-    eligible trajectory is ready (its reward scored on its own as it ends, on its instance's
-    workers), not when the instance's plan of
-    every open round ends (found by a fuzzing trial: 9.0 s against 3.6 s). Without interrupts an
-    open round waits for the plan's end, and so do the trajectories: they are ready from it."""
-    small = ["workload.prompts_per_step=8", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=8",
-             "workload.response_length.max=2048", "workload.response_length.median=256",
-             # 0.05 s a sample whatever its length
-             "workload.reward.cpu_s_per_sample=0.05", "workload.reward.capped_cpu_s_per_sample=0.05",
-             "workload.reward.cpu_s_per_token=0", "workload.reward.capped_cpu_s_per_token=0"]
-    for interruptible in (True, False):
-        r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=2,
-                               schedule={"kind": "areal", "max_head_offpolicyness": 1, "interruptible": interruptible},
-                               overrides=small)
-        s, batch = r.samples, 32
-        check_accounting(s, 1)
-        batch_ready = float(np.sort(s["ready"])[batch - 1])    # every sample is eligible for step 0
-        start = float(r.iterations["start"][0])
-        consumed = s[s["consumed_iteration"] == 0]
-        if interruptible:
-            assert start == pytest.approx(batch_ready, abs=1e-6)
-            assert (consumed["ready"] - consumed["finish"]).min() == pytest.approx(0.05)   # one sample, idle worker
-            for instance in np.unique(s["instance"]):     # a one-device instance's one worker: one at a time
-                assert np.diff(np.sort(s[s["instance"] == instance]["ready"])).min() >= 0.05 - 1e-9
-        else:     # each instance's plan returns its trajectories together: ready from the plan's end
-            assert start == pytest.approx(batch_ready, abs=1e-6)
-            for _, plan in s.groupby(["instance", "start"]):
-                assert (plan["ready"] >= plan["finish"].max() - 1e-9).all()
-
-
-def test_a_trainer_waiting_between_plans_wakes_when_its_batch_is_ready():
-    """At a weight update every interruptible instance loads the weights before it plans again, so a
-    trainer that started waiting then saw no running plan to time its wake by, and slept until a
-    plan ended: the seed's step 1 started at 2,268 s with its batch ready at 732 s (a regression
-    trial). Each step starts when the previous one ended or its batch was ready, the later."""
+def test_a_step_starts_when_the_previous_ended_or_its_batch_was_ready():
     r = simulator.simulate(schedule="areal", iterations=3, keep_samples=True)
     its, s = r.iterations, r.samples
     for k in range(1, len(its)):
