@@ -584,7 +584,8 @@ VERL_ASYNC_KNOBS = frozenset({"require_batches", "trigger_parameter_sync_step", 
                               "max_inflight_prompts_per_server", "partial_rollout"})
 NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates", "async_engine",
                               "recompute_kv_after_update"})
-AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurrent_rollouts", "recompute_logprob"})
+AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurrent_rollouts", "consumer_batch_size",
+                         "recompute_logprob"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
                                    {"placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
@@ -759,8 +760,11 @@ class ScheduleConfig(_Strict):
     # false: they finish first (a what-if).
     interruptible: bool = True
     # AReaL rollout.max_concurrent_rollouts: rollouts (prompts with their n trajectories) in flight at
-    # once; None: the consumer batch (prompts_per_step), AReaL's default.
+    # once; None: the consumer batch, AReaL's default.
     max_concurrent_rollouts: int | None = Field(None, gt=0)
+    # AReaL rollout.consumer_batch_size: the batch its start rule counts in ((eta + version + 1) x this);
+    # None: prompts_per_step, as AReaL's recipes set it (${train_dataset.batch_size}).
+    consumer_batch_size: int | None = Field(None, gt=0)
     # AReaL actor.recompute_logprob / use_decoupled_loss: a forward pass of the actor recomputes the
     # (proximal) log-probs before the update. True: the decoupled PPO loss of AReaL's asynchronous
     # recipes needs the proximal policy's log-probs (arXiv 2505.24298); false: the rollout's are used.
@@ -1596,6 +1600,7 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          source=source, field="schedule.between_gen_batches",
                          fix="remove schedule.between_gen_batches (or give workload.dynamic_sampling)")
     _refuse_inapplicable_training_key(scenario, source, workload_file, set_keys)
+    _refuse_a_batch_that_never_fills(scenario, source)
     for field, why, fix in _read_past_keys(scenario):
         raise RlsimError(why, source=source, field=field, fix=fix)
     if scenario.iterations > scenario.limits.max_iterations:
@@ -1603,6 +1608,22 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          f"{scenario.limits.max_iterations}", source=source, field="iterations",
                          fix=LIMITS_FIX.format(name="max_iterations"))
     return scenario
+
+
+def _refuse_a_batch_that_never_fills(scenario: Scenario, source: str) -> None:
+    """AReaL's start rule lets (eta + version + 1) x consumer_batch_size rollouts start by each version
+    (rl/schedules/areal.py); a trained batch larger than that consumer batch outgrows it by a step's
+    shortfall each version, and some step's batch never fills (AReaL's prepare_batch waits, then
+    times out)."""
+    sched, prompts = scenario.schedule, scenario.workload.prompts_per_step
+    consumer = getattr(sched, "consumer_batch_size", None)
+    if sched.kind == "areal" and consumer is not None and consumer < prompts:
+        raise RlsimError(f"consumer_batch_size {consumer} is below the {prompts} prompts a step trains: by version v "
+                         f"AReaL starts at most (max_head_offpolicyness + v + 1) x {consumer} rollouts, so a later "
+                         "step's batch never fills and its trainer waits forever", source=source,
+                         field="schedule.consumer_batch_size",
+                         fix=f"set schedule.consumer_batch_size to at least {prompts} (AReaL's recipes: "
+                             "${train_dataset.batch_size}), or remove it")
 
 
 def _refuse_inapplicable_training_key(scenario: Scenario, source: str, workload_file: str | None,

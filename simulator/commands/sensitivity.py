@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from .common import config_named, framework_import, stale_outputs_said
     if args.samples is not None and args.samples < 0:
         raise RlsimError(f"--samples must be >= 0, got {args.samples}", field="--samples", fix="e.g. --samples 8")
-    imported = framework_import(args)   # --from-verl / --from-nemo-rl: the base scenario (they were dropped)
+    imported = framework_import(args)   # --from-verl / --from-nemo-rl / --from-areal: the base scenario (they were dropped)
     with config_named(imported), stale_outputs_said(args.out):
         return _sensitivity(args, imported)
 

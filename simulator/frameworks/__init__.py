@@ -1,4 +1,4 @@
-"""Framework configs (verl, NeMo RL) turned into rlsim scenarios; see docs/guides/frameworks.md."""
+"""Framework configs (verl, NeMo RL, AReaL) turned into rlsim scenarios; see docs/guides/frameworks.md."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -7,19 +7,22 @@ from pathlib import Path
 from ..errors import RlsimError
 from .common import FrameworkImport
 
-FRAMEWORKS = ("verl", "nemo-rl")
+FRAMEWORKS = ("verl", "nemo-rl", "areal")
 
 
 def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (), *,
                   topology: str | None = None, schedule: str | None = None,
                   user_sets: Iterable[str] = ()) -> FrameworkImport:
-    """``framework`` 'verl' or 'nemo-rl': its YAML plus ``key=value`` overrides -> FrameworkImport."""
+    """``framework`` 'verl', 'nemo-rl' or 'areal': its YAML plus ``key=value`` overrides -> FrameworkImport."""
     if framework == "verl":
         from .verl import import_verl
         return import_verl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
     if framework == "nemo-rl":
         from .nemo_rl import import_nemo_rl
         return import_nemo_rl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
+    if framework == "areal":
+        from .areal import import_areal
+        return import_areal(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
     raise RlsimError(f"unknown framework {framework!r}", field="framework", fix=f"use one of {', '.join(FRAMEWORKS)}")
 
 

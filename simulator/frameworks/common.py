@@ -166,7 +166,8 @@ class FrameworkImport:
             key, value = parse_assignment(item)
             set_dotted(data, key, value)
         header = "\n".join(f"# {line}" for line in self.listing())
-        return f"# rlsim scenario imported from a {self.framework} config\n{header}\n" + \
+        article = "an" if self.framework[:1] in "aeiou" else "a"
+        return f"# rlsim scenario imported from {article} {self.framework} config\n{header}\n" + \
             yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 

@@ -631,7 +631,7 @@ def test_tables_name_rlsim_sections_and_reasons(module):
 def test_examples_are_not_workload_presets(capsys):
     code, out, _ = cli(capsys, "presets", "--json")
     doc = json.loads(out)
-    assert not any("verl" in name or "nemo" in name for name in doc["workloads"])
+    assert not any("verl" in name or "nemo" in name or "areal" in name for name in doc["workloads"])
     assert "verl-grpo-qwen2.5-7b.yaml" in {Path(p).name for p in doc["framework_configs"]}
 
 

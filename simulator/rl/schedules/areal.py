@@ -6,7 +6,8 @@ areal/infra/staleness_manager.py, workflow_executor.py, remote_inf_engine.py, tr
   (RemoteInfEngine.choose_server): one prompt's trajectories spread over the servers.
 - Start rule (StalenessManager.get_capacity): a rollout starts while running <
   ``max_concurrent_rollouts`` (default: the consumer batch) and accepted + running <
-  (``max_head_offpolicyness`` + version + 1) x batch, ``accepted`` counting every rollout accepted so
+  (``max_head_offpolicyness`` + version + 1) x ``consumer_batch_size`` (default: the trained batch,
+  prompts_per_step, as AReaL's recipes set it), ``accepted`` counting every rollout accepted so
   far. The bound is on when a rollout starts (the weights of its oldest token), not on its age
   when trained: nothing is dropped for age. A rejected rollout (dynamic filtering) frees its place.
 - The trainer waits for a batch of completed rollouts and takes the earliest started of them
@@ -37,7 +38,7 @@ class ArealRollouter(Rollouter):
 
     def __init__(self, run: ArealRun):
         super().__init__(run)
-        self.batch, self.bound = run.per_update, run.sched.max_head_offpolicyness
+        self.batch, self.bound = run.consumer_batch, run.sched.max_head_offpolicyness
         self.max_concurrent = run.max_concurrent
         self.accepted = 0          # rollouts accepted so far (RolloutStat.accepted)
         self.running = 0           # rollouts started and not done, interrupted ones included
@@ -108,9 +109,10 @@ class ArealRun(VerlFullyAsyncRun):
 
     def _batch_rules(self) -> None:
         sched, workload = self.sched, self.ctx.workload
-        self.per_update = self.per_version = workload.prompts_per_step      # AReaL's consumer batch
-        self.max_concurrent = sched.max_concurrent_rollouts or workload.prompts_per_step
-        self.quota = (sched.max_head_offpolicyness + 1) * workload.prompts_per_step
+        self.per_update = self.per_version = workload.prompts_per_step      # the trained batch
+        self.consumer_batch = sched.consumer_batch_size or workload.prompts_per_step
+        self.max_concurrent = sched.max_concurrent_rollouts or self.consumer_batch
+        self.quota = (sched.max_head_offpolicyness + 1) * self.consumer_batch
         self.partial = sched.interruptible
         self.skip = frozenset() if sched.recompute_logprob else NO_OLD_LOG_PROB
 
@@ -158,7 +160,7 @@ class ArealRun(VerlFullyAsyncRun):
         mean = {key: float(np.mean([v[key] for v in self.versions])) if self.versions else 0.0 for key in keys}
         rollouter = self.rollouter
         ctx.extra["areal"] = {
-            "consumer_batch_size": self.per_update, "max_concurrent_rollouts": self.max_concurrent,
+            "consumer_batch_size": self.consumer_batch, "max_concurrent_rollouts": self.max_concurrent,
             "max_head_offpolicyness": self.sched.max_head_offpolicyness, "per_step": self.versions,
             "timing_s": {"step": mean["step_s"], "rollout": mean["rollout_s"],
                          "recompute_logp": mean["recompute_logp_s"], "ref_logp": mean["ref_logp_s"],

@@ -1,0 +1,503 @@
+"""AReaL (inclusionAI/AReaL) experiment configs -> rlsim scenarios: `rlsim run --from-areal CONFIG.yaml [key=value ...]`.
+
+Key names as in AReaL 1.0.4 (areal/api/cli_args.py: GRPOConfig / PPOConfig, read in its wheel; the
+config.yaml a run saves beside its logs is the same tree). The GPUs are the engines' own: the
+rollout's ``rollout.backend`` (``sglang:d4t2``) and the actor's ``actor.backend`` (``fsdp:d4``,
+``megatron:d2t2p2``). Schedule: ``rollout.scheduling_strategy.type: colocation`` -> colocated (the
+actor and the engine share the GPUs in turn); else areal (split pools, asynchronous:
+rl/schedules/areal.py).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import RlsimError
+from .common import (
+    DTYPES,
+    FrameworkImport,
+    Rule,
+    Status,
+    Values,
+    capped_length,
+    classify,
+    ignored,
+    in_table,
+    inactive_section,
+    mapped,
+    model_for,
+    overridden_keys,
+    read_config,
+    size_topology,
+    unsupported,
+    without_inapplicable_layout_keys,
+    world_divides,
+)
+
+DEFAULTS_SOURCE = "AReaL 1.0.4 areal/api/cli_args.py (PPOConfig's dataclass defaults)"
+# AReaL's defaults for the keys rlsim reads when a config leaves them out (its dataclass fields).
+DEFAULTS: dict[str, Any] = {
+    "train_dataset.batch_size": 1, "train_dataset.max_length": None, "gconfig.n_samples": 1,
+    "gconfig.max_new_tokens": 16384, "gconfig.max_tokens": 32768, "actor.ppo_n_minibatches": 4,
+    "actor.kl_ctl": 0.1, "actor.recompute_logprob": False, "actor.use_decoupled_loss": False,
+    "actor.prox_logp_method": "recompute", "actor.gradient_checkpointing": False, "actor.dtype": "bfloat16",
+    "actor.mb_spec.n_mbs": 1, "actor.mb_spec.max_tokens_per_mb": None, "actor.fsdp.offload_params": False,
+    "actor.megatron.virtual_pipeline_parallel_size": 1, "actor.megatron.recompute_granularity": "full",
+    "actor.megatron.ddp.use_distributed_optimizer": True, "rollout.max_head_offpolicyness": 0,
+    "rollout.max_concurrent_rollouts": None, "rollout.consumer_batch_size": 1,
+    "rollout.scheduling_strategy.type": "separation",
+    "actor.scheduling_strategy.type": "separation", "cluster.n_gpus_per_node": 8,
+    "sglang.mem_fraction_static": 0.9, "sglang.max_running_requests": None, "sglang.disable_cuda_graph": False,
+    "sglang.disable_radix_cache": True, "sglang.context_length": 32768, "sglang.disable_custom_all_reduce": False,
+    "sglang.cuda_graph_max_bs": None, "sglang.dtype": "bfloat16", "sglang.kv_cache_dtype": "auto",
+    "sglang.chunked_prefill_size": -1,
+    "vllm.gpu_memory_utilization": 0.9, "vllm.max_num_seqs": 256, "vllm.enforce_eager": False,
+    "vllm.max_model_len": 32768, "vllm.no_enable_prefix_caching": True, "vllm.no_enable_chunked_prefill": False,
+    "vllm.dtype": "bfloat16",
+}
+# AReaL 1.0.4 pins sglang 0.5.10.post1 (its wheel's METADATA, extra "sglang"): rlsim's newest SGLang
+# preset stands for it. Its vLLM server is an OpenAI server over AsyncLLM (engine/vllm_ext).
+SGLANG_ENGINE, VLLM_ENGINE = "sglang-0.5.6", "vllm-v1-async"
+ENGINE_NOTE = {"sglang": f"AReaL 1.0.4 pins sglang 0.5.10.post1: rlsim's nearest preset {SGLANG_ENGINE} (its "
+                         "running-request and chunked-prefill defaults) stands for it",
+               "vllm": f"AReaL's vLLM server (an OpenAI server over AsyncLLM): rlsim's {VLLM_ENGINE}"}
+
+_LOG = "logging, tracing and bookkeeping: no effect on step time"
+_LOSS = "loss / reward arithmetic on tensors the step already holds: no modelled cost"
+_LR = "optimizer hyper-parameters: no effect on step time"
+_VAL = "evaluation between steps: rlsim step times exclude it"
+_SAMPLING = "sampling parameters: the same per-token cost (lengths come from workload.response_length)"
+_LORA = "used only with use_lora"
+_NAMING = "process naming, logging and timeouts: no effect on step time"
+
+RULES: dict[str, Rule] = {
+    **{k: ignored("experiment naming and seeding: no effect on step time")
+       for k in ("experiment_name", "trial_name", "seed", "tokenizer_path")},
+    "cluster.n_nodes": ignored("the cluster AReaL's launcher may use, not the job: the job's GPUs are its engines' "
+                               "backend world sizes"),
+    "cluster.n_gpus_per_node": mapped("topology.nodes", "GPUs per node of the job"),
+    "cluster.*": ignored("cluster bookkeeping (name resolution, file roots): no effect on step time"),
+    "allocation_mode": unsupported("the legacy allocation string of AReaL's SPMD launchers: rlsim reads the per-engine "
+                                   "backend fields (rollout.backend, actor.backend)", neutral=""),
+    "enable_offload": ignored("enables torch_memory_saver for the offloads, which are read where they are set"),
+    **{k: ignored("run length: rlsim simulates `iterations` steps (--iterations N)")
+       for k in ("total_train_epochs", "total_train_steps", "total_train_n_seqs")},
+    "train_dataset.batch_size": mapped("workload.prompts_per_step", "AReaL's consumer batch"),
+    "train_dataset.max_length": mapped("workload.prompt_length.max", "longer prompts are filtered out"),
+    "train_dataset.*": ignored("data loading on the host: no modelled cost"),
+    "valid_dataset": ignored(_VAL), "valid_dataset.*": ignored(_VAL),
+    "eval_gconfig": ignored(_VAL), "eval_gconfig.*": ignored(_VAL), "evaluator.*": ignored(_VAL),
+    **{f"{k}.*": ignored(_LOG) for k in ("saver", "stats_logger", "recover", "perf_tracer", "memory_profiler",
+                                          "scheduler")},
+    "perf_tracer": ignored(_LOG), "memory_profiler": ignored(_LOG),
+    "gconfig.n_samples": mapped("workload.samples_per_prompt"),
+    "gconfig.max_new_tokens": mapped("workload.response_length.max"),
+    "gconfig.max_tokens": mapped("workload.inference.max_model_len", "prompt + response stop there (AReaL cuts "
+                                 "max_new_tokens to max_tokens - prompt per request)"),
+    "gconfig.min_new_tokens": unsupported("a minimum response length is not modelled", neutral=0),
+    "gconfig.use_beam_search": unsupported("beam search is not modelled", neutral=False),
+    "gconfig.*": ignored(_SAMPLING),
+    "rollout.backend": mapped("workload.rollout_layout", "the engine (sglang / vllm) and its tp; d x t x p = the "
+                                                         "rollout GPUs"),
+    "rollout.scheduling_strategy.type": mapped("schedule.kind", "colocation: colocated; separation: areal"),
+    "rollout.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
+    "rollout.max_head_offpolicyness": mapped("schedule.max_head_offpolicyness"),
+    "rollout.max_concurrent_rollouts": mapped("schedule.max_concurrent_rollouts"),
+    "rollout.consumer_batch_size": mapped("schedule.consumer_batch_size", "the batch the start rule counts in"),
+    "rollout.queue_size": unsupported("the input queue's own bound is not modelled (a prompt is always ready)",
+                                      neutral=None),
+    "rollout.pause_grace_period": unsupported("the wait after pausing generation is not modelled", neutral=0.0),
+    "rollout.routing_strategy": unsupported("requests go to the servers in turn (round_robin)", neutral="round_robin"),
+    "rollout.use_lora": unsupported("LoRA adapters in the engine are not imported", neutral=False),
+    "rollout.*": ignored("the rollout client's bookkeeping (names, timeouts, tracing, the agent service): no effect "
+                         "on step time"),
+    "actor.path": mapped("workload.model", "Hugging Face id or folder -> model preset, or the folder's config.json"),
+    "actor.backend": mapped("workload.train_layout", "fsdp / archon: ZeRO-3 over d x c with tp t; megatron: its "
+                                                     "d/t/p/c/e; d x t x p x c = the training GPUs"),
+    "actor.scheduling_strategy.type": mapped("schedule.kind", "colocation (target rollout): colocated"),
+    "actor.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
+    "actor.ppo_n_minibatches": mapped("workload.mini_batch_prompts", "train_dataset.batch_size / ppo_n_minibatches"),
+    "actor.mb_spec.max_tokens_per_mb": mapped("workload.train_layout.max_tokens_per_micro_batch",
+                                              "and logprob_max_tokens_per_micro_batch: compute_logp splits the batch "
+                                              "by the same spec"),
+    "actor.mb_spec.n_mbs": mapped("workload.train_layout.micro_batch", "without max_tokens_per_mb: a mini-batch's "
+                                  "samples per DP rank / n_mbs"),
+    "actor.mb_spec.*": ignored("packing details: rlsim fills the micro-batches longest first within the budget"),
+    "actor.pad_to_maximum": unsupported("padding every sequence to the longest is not modelled (rlsim packs)",
+                                        neutral=False),
+    "actor.gradient_checkpointing": mapped("workload.train_layout.recompute"),
+    "actor.dtype": mapped("workload.dtype"),
+    "actor.kl_ctl": mapped("workload.reference", "> 0 with a ref section: the reference forward runs"),
+    "actor.recompute_logprob": mapped("schedule.recompute_logprob", "the actor's forward pass before the update"),
+    "actor.use_decoupled_loss": mapped("schedule.recompute_logprob", "needs the proximal log-probs"),
+    "actor.prox_logp_method": mapped("schedule.recompute_logprob", "loglinear skips the forward pass"),
+    "actor.offload": unsupported("the actor's offload between phases on split pools is not modelled", neutral=False),
+    "actor.fsdp.offload_params": mapped("workload.train_params.offload.fsdp_cpu_offload", "FSDP2's CPUOffloadPolicy"),
+    "actor.fsdp.*": ignored("FSDP wrapping and loading details: no modelled effect"),
+    "actor.megatron.virtual_pipeline_parallel_size": mapped("workload.train_layout.vpp"),
+    "actor.megatron.recompute_granularity": mapped("workload.train_layout.recompute", "with gradient_checkpointing"),
+    "actor.megatron.ddp.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
+    "actor.megatron.*": unsupported("Megatron option not modelled (overlaps, fusions, dtypes, checkpoint bridges)"),
+    "actor.archon.*": unsupported("Archon (torchtitan) option not modelled"),
+    "actor.use_lora": unsupported("LoRA training is not imported (--set workload.lora...)", neutral=False),
+    **{f"actor.{k}": ignored(_LORA) for k in ("lora_rank", "lora_alpha", "target_modules", "peft_type")},
+    "actor.weight_update_mode": unsupported("weights go to the engines over the network (xccl); through the disk is "
+                                            "not modelled", neutral="xccl"),
+    "actor.attn_impl": unsupported("rlsim prices FlashAttention kernels", neutral="flash_attention_2"),
+    "actor.enable_tree_training": unsupported("tree training is not modelled", neutral=False),
+    "actor.optimizer": ignored(_LR), "actor.optimizer.*": ignored(_LR),
+    **{f"actor.{k}": ignored(_NAMING) for k in ("experiment_name", "trial_name", "admin_api_key", "log_level",
+                                                "request_timeout", "setup_timeout")},
+    "actor.scheduling_spec": ignored(_NAMING), "actor.scheduling_spec.*": ignored(_NAMING),
+    "actor.init_from_scratch": ignored("how the weights are initialised: no effect on step time"),
+    "actor.disable_dropout": ignored("dropout off: the same kernels"),
+    "actor.temperature": ignored("logits scaling on tensors the step already holds: no modelled cost"),
+    "actor.is_critic": unsupported("a value head in the actor is not imported", neutral=False),
+    "actor.use_kernels": unsupported("the Hugging Face kernel hub's kernels are not modelled", neutral=False),
+    "actor.grad_reduce_dtype": unsupported("gradients are reduced in fp32 (train_params.comm.grad_reduce_bytes_per_"
+                                           "param)", neutral="float32"),
+    "actor.optimizer_dtype": unsupported("the optimizer state is fp32 (train_params.memory)", neutral="float32"),
+    "actor.*": ignored(_LOSS),
+    "ref": ignored("no reference section: no reference model"),
+    "ref.scheduling_strategy.type": unsupported("a reference on its own GPUs is not modelled: rlsim runs it on the "
+                                                "trainer's", neutral="colocation"),
+    "ref.offload": unsupported("the reference's offload between phases is not modelled", neutral=False),
+    "ref.*": ignored("the reference is the actor's model, run on the actor's GPUs with its layout"),
+    "critic": ignored("no critic: GRPO"), "critic.*": unsupported("AReaL's PPO critic is not imported (rlsim's ppo "
+                                                                  "workloads run one: --workload)"),
+    "teacher": ignored("no teacher"), "teacher.*": unsupported("distillation from a teacher is not modelled"),
+    "dynamic_bs": unsupported("a dynamic batch of accepted rollouts is not modelled", neutral=False),
+    "sglang.mem_fraction_static": mapped("workload.rollout_layout.gpu_memory_utilization"),
+    "sglang.max_running_requests": mapped("workload.rollout_layout.max_num_seqs"),
+    "sglang.disable_cuda_graph": mapped("workload.inference.enforce_eager"),
+    "sglang.disable_radix_cache": mapped("workload.inference.enable_prefix_caching", "negated"),
+    "sglang.context_length": mapped("workload.inference.max_model_len", "with gconfig.max_tokens, the lower"),
+    "sglang.disable_custom_all_reduce": mapped("workload.inference.custom_all_reduce", "negated"),
+    "sglang.cuda_graph_max_bs": mapped("workload.inference.cuda_graph_max_batch"),
+    "sglang.chunked_prefill_size": mapped("workload.inference.chunked_prefill", "-1 (AReaL's default): off; N: "
+                                          "chunks of N tokens (max_num_batched_tokens)"),
+    "sglang.dtype": mapped("workload.rollout_layout.weight_dtype"),
+    "sglang.kv_cache_dtype": mapped("workload.rollout_layout.kv_dtype"),
+    **{f"sglang.{k}": ignored(_LOG) for k in (
+        "model_path", "random_seed", "skip_tokenizer_init", "disable_outlines_disk_cache", "log_level",
+        "log_level_http", "log_requests", "log_requests_level", "show_time_cost", "enable_metrics",
+        "decode_log_interval", "enable_nan_detection", "enable_p2p_check", "enable_memory_saver",
+        "allow_auto_truncate", "enable_multithread_load", "enable_return_routed_experts", "enable_multimodal",
+        "max_loaded_loras", "lora_backend", "max_lora_rank", "lora_paths", "torchao_config", "sampling_backend",
+        "triton_attention_reduce_in_fp32", "triton_attention_num_kv_splits", "torch_compile_max_bs")},
+    **{f"sglang.{k}": unsupported("SGLang option not modelled", neutral=value) for k, value in (
+        ("enable_torch_compile", False), ("enable_dp_attention", False), ("enable_ep_moe", False), ("dp_size", 1),
+        ("ep_size", 1), ("cpu_offload_gb", 0), ("enable_lora", None), ("num_continuous_decode_steps", 1),
+        ("enable_mixed_chunk", False), ("disable_cuda_graph_padding", False), ("cuda_graph_bs", None),
+        ("enable_nccl_nvls", False), ("disable_overlap_schedule", False), ("attention_backend", "fa3"))},
+    "sglang.*": unsupported("SGLang option not modelled (the named engine's defaults stand)"),
+    "vllm.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
+    "vllm.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),
+    "vllm.enforce_eager": mapped("workload.inference.enforce_eager"),
+    "vllm.max_model_len": mapped("workload.inference.max_model_len", "with gconfig.max_tokens, the lower"),
+    "vllm.no_enable_prefix_caching": mapped("workload.inference.enable_prefix_caching", "negated"),
+    "vllm.no_enable_chunked_prefill": mapped("workload.inference.chunked_prefill", "negated"),
+    "vllm.dtype": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
+    **{f"vllm.{k}": ignored(_LOG) for k in (
+        "model", "seed", "skip_tokenizer_init", "worker_extension_cls", "uvicorn_log_level", "block_size",
+        "disable_sliding_window", "max_lora_rank", "max_loras", "lora_modules", "distributed_executor_backend",
+        "gdn_prefill_backend")},
+    **{f"vllm.{k}": unsupported("vLLM option not modelled", neutral=value) for k, value in (
+        ("cpu_offload_gb", 0), ("enable_lora", False), ("enable_sleep_mode", False))},
+    "vllm.*": unsupported("vLLM option not modelled (the named engine's defaults stand)"),
+}
+
+
+def _areal_key(key: str) -> bool:
+    return key in DEFAULTS or in_table(key, RULES)
+
+
+def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
+                 schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
+    """An AReaL experiment config plus overrides -> FrameworkImport (the config says its schedule)."""
+    if schedule:
+        raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule",
+                         fix="set rollout.scheduling_strategy.type=colocation or separation in the config")
+    source = str(path)
+    flat = read_config(path, overrides, what="AReaL config", known=_areal_key)
+    result = FrameworkImport("areal", source, {}, rules=RULES, overridden=overridden_keys(overrides))
+    v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+    user_sets = set(user_sets)
+    decided: dict[str, tuple[Status, str]] = {}
+    rollout_engine, rollout_dims = parse_backend(v("rollout.backend"), "rollout.backend", source,
+                                                 ("sglang", "vllm"))
+    train_engine, train_dims = parse_backend(v("actor.backend"), "actor.backend", source,
+                                             ("fsdp", "megatron", "archon"))
+    colocated = _colocated(v)
+    result.schedule_rule = ("colocated (rollout.scheduling_strategy colocation: the engine and the actor share the "
+                            "GPUs in turn)" if colocated else "areal (separation: asynchronous split pools)")
+    inactive_section(flat, "vllm" if rollout_engine == "sglang" else "sglang",
+                     f"the rollout runs on {rollout_engine} (rollout.backend): this engine's settings do not apply",
+                     decided)
+    for other in ("fsdp", "megatron", "archon"):
+        if other != train_engine and not (other == "fsdp" and train_engine == "archon"):
+            inactive_section(flat, f"actor.{other}", f"the actor trains with {train_engine} (actor.backend): "
+                             "this engine's settings do not apply", decided)
+    train_gpus = _world(train_dims, "attn")
+    rollout_gpus = _world(rollout_dims, "attn")
+    if colocated and rollout_gpus != train_gpus:
+        raise RlsimError(f"colocated engines on {rollout_gpus} GPUs beside an actor on {train_gpus}",
+                         source=source, field="rollout.backend",
+                         fix="give the rollout and the actor backends the same world size (d x t x p x c)")
+    workload = _workload(v, rollout_engine, rollout_dims, train_engine, train_dims, train_gpus,
+                         "workload.model" in user_sets, decided)
+    sched = _schedule(v, colocated, rollout_gpus, train_dims["attn"]["dp"], workload, decided)
+    gpus = train_gpus if colocated else train_gpus + rollout_gpus
+    per_node = v.count("cluster.n_gpus_per_node")
+    topo, note = size_topology(topology, gpus, "rollout.backend + actor.backend world sizes", source,
+                               any(k.startswith("topology.") for k in user_sets), min(per_node, gpus))
+    result.notes.append(note)
+    if not any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets):
+        world_divides(v, train_gpus, workload["train_layout"], ["actor.backend"], f"AReaL's {train_engine} engine",
+                      "actor.backend")
+    result.scenario = {"topology": topo, "workload": workload, "schedule": sched}
+    classify(result, flat, RULES, decided)
+    result.notes.append("response-length law: not in a config; rlsim's default law capped at gconfig.max_new_tokens "
+                        "(set --set workload.response_length.max / .median to refine)")
+    return result
+
+
+_DIM = re.compile(r"([dptce])(\d+)")
+_DIM_NAMES = {"d": "dp", "p": "pp", "t": "tp", "c": "cp", "e": "ep"}
+
+
+def parse_backend(value: Any, key: str, source: str, engines: tuple[str, ...]) -> tuple[str, dict[str, dict[str, int]]]:
+    """``engine:dims`` (AReaL's ModelAllocation.from_str: ``sglang:d4t2``, ``fsdp:d8``,
+    ``megatron:(attn:d1p4t2|ffn:d1p4e2)``) -> (engine, {"attn": sizes, "ffn": sizes}); a plain spec
+    gives both parts the same sizes. A name in parentheses before the colon (``fsdp(actor):d4``) is allowed."""
+    text = "" if value is None else str(value).strip()
+    match = re.fullmatch(r"(\w+)(?:\([\w-]*\))?:(.+)", text)
+    if not match or match.group(1) not in engines:
+        raise RlsimError(f"{key} {value!r} is not an AReaL backend spec", source=source, field=key,
+                         fix=f"give ENGINE:DIMS with ENGINE one of {', '.join(engines)}, e.g. {engines[0]}:d4t2")
+    engine, spec = match.group(1), match.group(2).strip()
+    hybrid = re.fullmatch(r"\(\s*attn\s*:\s*([^|]+)\|\s*ffn\s*:\s*([^)]+)\)", spec)
+    parts = {"attn": hybrid.group(1), "ffn": hybrid.group(2)} if hybrid else {"attn": spec, "ffn": spec}
+    dims: dict[str, dict[str, int]] = {}
+    for part, text_dims in parts.items():
+        text_dims = text_dims.strip()
+        if not re.fullmatch(r"(?:[dptce]\d+)+", text_dims):
+            raise RlsimError(f"{key}: {text_dims!r} is not a parallel spec of d/p/t/c/e sizes", source=source,
+                             field=key, fix="write sizes as d4t2p2c1e1 (data, tensor, pipeline, context, expert)")
+        sizes = {name: 1 for name in _DIM_NAMES.values()}
+        for letter, size in _DIM.findall(text_dims):
+            if int(size) < 1:
+                raise RlsimError(f"{key}: size {letter}{size} is below 1", source=source, field=key,
+                                 fix="give every size as a whole number >= 1")
+            sizes[_DIM_NAMES[letter]] = int(size)
+        dims[part] = sizes
+    if engine == "fsdp" and (dims["attn"]["pp"] > 1 or dims["attn"]["ep"] > 1):
+        raise RlsimError(f"{key} {text!r}: FSDP supports data, tensor and context parallelism only", source=source,
+                         field=key, fix="drop the p / e sizes, or use megatron")
+    return engine, dims
+
+
+def _world(dims: Mapping[str, Mapping[str, int]], part: str) -> int:
+    sizes = dims[part]
+    return sizes["dp"] * sizes["tp"] * sizes["pp"] * sizes["cp"]
+
+
+def _colocated(v: Values) -> bool:
+    """AReaL's _is_actor_rollout_colocated: the rollout colocated with the actor, or the reverse."""
+    return "colocation" in (str(v("rollout.scheduling_strategy.type")), str(v("actor.scheduling_strategy.type")))
+
+
+def _dtype(value: Any, key: str, source: str) -> str:
+    if str(value) not in DTYPES:
+        raise RlsimError(f"unknown dtype {value!r}", source=source, field=key, fix=f"use one of: {', '.join(DTYPES)}")
+    return DTYPES[str(value)]
+
+
+def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping[str, int]], train_engine: str,
+              train_dims: Mapping[str, Mapping[str, int]], train_gpus: int, model_given: bool,
+              decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    src = v.result.source
+    w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the AReaL config {Path(src).name}"}
+    if model_given:
+        decided["actor.path"] = ("mapped", "workload.model: given by --set")
+    else:
+        w["model"], how = model_for(v("actor.path"), "actor.path", src)
+        v.result.notes.append(f"actor.path {v('actor.path')!r} -> {how}")
+    prompts, n = v.count("train_dataset.batch_size"), v.count("gconfig.n_samples")
+    minis = v.count("actor.ppo_n_minibatches")
+    if prompts % minis:
+        fits = [d for d in range(minis, 0, -1) if prompts % d == 0][:3]
+        raise RlsimError(f"ppo_n_minibatches {minis} does not divide the batch of {prompts} prompts", source=src,
+                         field="actor.ppo_n_minibatches",
+                         fix=f"rlsim's mini-batches take whole prompt groups: use one of {fits}, or change "
+                             "train_dataset.batch_size")
+    w.update(algorithm="grpo", prompts_per_step=prompts, samples_per_prompt=n, mini_batch_prompts=prompts // minis,
+             ppo_epochs=1)
+    engine_len = v.count("sglang.context_length" if rollout_engine == "sglang" else "vllm.max_model_len")
+    max_tokens = min(v.count("gconfig.max_tokens"), engine_len)
+    w["prompt_length"] = capped_length("prompt_length", min(v.whole("train_dataset.max_length", max_tokens - 1),
+                                                            max_tokens - 1), "train_dataset.max_length", src,
+                                       v.result.notes)
+    w["response_length"] = capped_length("response_length", min(v.count("gconfig.max_new_tokens"), max_tokens),
+                                         "gconfig.max_new_tokens", src, v.result.notes)
+    w["train_layout"] = without_inapplicable_layout_keys(
+        _train_layout(v, train_engine, train_dims, prompts * n // minis, decided), w.get("model"),
+        {"etp": "actor.backend"}, decided)
+    w["rollout_layout"] = _rollout_layout(v, rollout_engine, rollout_dims)
+    w["engine"] = SGLANG_ENGINE if rollout_engine == "sglang" else VLLM_ENGINE
+    v.result.notes.append(ENGINE_NOTE[rollout_engine])
+    w["inference"] = _inference(v, rollout_engine, max_tokens)
+    w["reference"] = _reference(v, decided)
+    w["dtype"] = _dtype(v("actor.dtype"), "actor.dtype", src)
+    if v.flag("actor.fsdp.offload_params") and train_engine != "megatron":
+        w["train_params"] = {"offload": {"fsdp_cpu_offload": True}}
+    return w
+
+
+def _reference(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
+    """AReaL builds a reference engine only with actor.kl_ctl > 0 and a ref section (rl_trainer.py)."""
+    kl = float(v("actor.kl_ctl") or 0.0)
+    if kl > 0 and not v.section("ref"):
+        decided["actor.kl_ctl"] = ("ignored", "no ref section: AReaL builds no reference model, so no KL term runs")
+    return kl > 0 and v.section("ref")
+
+
+def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]], mini_samples: int,
+                  decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    attn, ffn = dims["attn"], dims["ffn"]
+    layout: dict[str, Any] = {"tp": attn["tp"], "pp": attn["pp"], "cp": attn["cp"]}
+    checkpointing = v.flag("actor.gradient_checkpointing")
+    if engine == "megatron":
+        layout["ep"] = ffn["ep"]
+        if ffn is not attn and ffn["tp"] != attn["tp"]:
+            layout["etp"] = ffn["tp"]
+        layout["vpp"] = v.whole("actor.megatron.virtual_pipeline_parallel_size", 1)
+        layout["zero"] = 1 if v.flag("actor.megatron.ddp.use_distributed_optimizer") else 0
+        granularity = str(v("actor.megatron.recompute_granularity") or "full")
+        layout["recompute"] = granularity if checkpointing and granularity in ("full", "selective") else "none"
+        if not checkpointing and v.given("actor.megatron.recompute_granularity"):
+            decided["actor.megatron.recompute_granularity"] = ("ignored", "used only with gradient_checkpointing")
+    else:
+        layout.update(zero=3, recompute="full" if checkpointing else "none")
+        if engine == "archon":
+            v.result.notes.append("Archon (torchtitan FSDP2): priced as FSDP, ZeRO-3 over the data x context ranks")
+    tokens = v.whole("actor.mb_spec.max_tokens_per_mb")
+    if tokens is not None:   # compute_logp splits the batch by the same spec
+        layout["max_tokens_per_micro_batch"] = layout["logprob_max_tokens_per_micro_batch"] = tokens
+        if v.whole("actor.mb_spec.n_mbs", 1) == 1:
+            decided["actor.mb_spec.n_mbs"] = ("ignored", "1: the token budget sets the micro-batches")
+    else:   # a mini-batch's samples per data-parallel rank in n_mbs micro-batches
+        per_rank = -(-mini_samples // attn["dp"])
+        layout["micro_batch"] = -(-per_rank // v.whole("actor.mb_spec.n_mbs", 1))
+    return layout
+
+
+def _rollout_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+    src, sizes = v.result.source, dims["attn"]
+    if sizes["pp"] > 1 or sizes["cp"] > 1:
+        raise RlsimError("pipeline- or context-parallel inference is not modelled", source=src, field="rollout.backend",
+                         fix="give the rollout backend d / t sizes only (e.g. sglang:d4t2)")
+    layout: dict[str, Any] = {"tp": sizes["tp"]}
+    if sizes["ep"] > 1:
+        layout["ep"] = sizes["ep"]
+    if engine == "sglang":
+        layout["gpu_memory_utilization"] = v.fraction("sglang.mem_fraction_static")
+        if v("sglang.max_running_requests") is not None:
+            layout["max_num_seqs"] = v.count("sglang.max_running_requests")
+        dtype, kv = _dtype(v("sglang.dtype"), "sglang.dtype", src), str(v("sglang.kv_cache_dtype") or "auto").lower()
+    else:
+        layout["gpu_memory_utilization"] = v.fraction("vllm.gpu_memory_utilization")
+        layout["max_num_seqs"] = v.count("vllm.max_num_seqs")
+        dtype, kv = _dtype(v("vllm.dtype"), "vllm.dtype", src), "auto"
+    layout["weight_dtype"] = layout["kv_dtype"] = dtype
+    if kv.startswith("fp8"):
+        layout["kv_dtype"] = "fp8"
+    elif kv != "auto":
+        raise RlsimError(f"kv_cache_dtype {kv!r} is not one rlsim prices", source=src, field="sglang.kv_cache_dtype",
+                         fix="use auto (the weights' dtype) or fp8")
+    return layout
+
+
+def _inference(v: Values, engine: str, max_tokens: int) -> dict[str, Any]:
+    """The engine's switches as AReaL passes them (both engines' own defaults differ from AReaL's:
+    it turns SGLang's radix cache and vLLM's prefix caching off)."""
+    inference: dict[str, Any] = {"max_model_len": max_tokens}
+    if engine == "sglang":
+        inference["enforce_eager"] = v.flag("sglang.disable_cuda_graph")
+        inference["enable_prefix_caching"] = not v.flag("sglang.disable_radix_cache")
+        if v.flag("sglang.disable_custom_all_reduce"):
+            inference["custom_all_reduce"] = False
+        if v("sglang.cuda_graph_max_bs") is not None and not inference["enforce_eager"]:
+            inference["cuda_graph_max_batch"] = v.count("sglang.cuda_graph_max_bs")
+        chunk = v("sglang.chunked_prefill_size")   # SGLang: -1 turns chunked prefill off
+        if chunk is not None and chunk != -1:
+            inference.update(chunked_prefill=True, max_num_batched_tokens=v.count("sglang.chunked_prefill_size"))
+        else:
+            inference["chunked_prefill"] = False
+    else:
+        inference["enforce_eager"] = v.flag("vllm.enforce_eager")
+        inference["enable_prefix_caching"] = not v.flag("vllm.no_enable_prefix_caching")
+        if v.flag("vllm.no_enable_chunked_prefill"):
+            inference["chunked_prefill"] = False
+    return inference
+
+
+def _recomputes_logprob(v: Values) -> bool:
+    """PPOActorConfig.should_compute_prox_logp: the decoupled loss recomputes the proximal log-probs
+    unless prox_logp_method is loglinear; without it, recompute_logprob alone."""
+    if v.flag("actor.use_decoupled_loss"):
+        return str(v("actor.prox_logp_method")) != "loglinear"
+    return v.flag("actor.recompute_logprob")
+
+
+def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: Mapping[str, Any],
+              decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    src = v.result.source
+    s: dict[str, Any] = {"kind": "colocated" if colocated else "areal"}
+    eta = v("rollout.max_head_offpolicyness")
+    if isinstance(eta, bool) or not isinstance(eta, int) or eta < 0:
+        raise RlsimError(f"expected a whole number >= 0, got {eta!r}", source=src, field="rollout.max_head_offpolicyness",
+                         fix="pass rollout.max_head_offpolicyness=N")
+    if colocated:
+        _colocated_switch(v, s, w, decided)
+        for key in ("rollout.max_head_offpolicyness", "rollout.max_concurrent_rollouts", "rollout.consumer_batch_size"):
+            neutral = {"rollout.max_head_offpolicyness": 0, "rollout.consumer_batch_size": w["prompts_per_step"]}
+            if v.given(key) and v(key) != neutral.get(key, object()):
+                decided[key] = ("unsupported", "colocated: rlsim generates one batch per step (AReaL's colocated mode "
+                                               "generating ahead across the switch is not modelled)")
+        if not _recomputes_logprob(v):
+            for key in ("actor.recompute_logprob", "actor.use_decoupled_loss"):
+                decided[key] = ("unsupported", "rlsim's colocated kind always runs the old log-prob pass")
+    else:
+        s["rollout_devices"] = rollout_gpus
+        s["max_head_offpolicyness"] = eta
+        if v("rollout.max_concurrent_rollouts") is not None:
+            s["max_concurrent_rollouts"] = v.count("rollout.max_concurrent_rollouts")
+        s["recompute_logprob"] = _recomputes_logprob(v)
+        consumer = v.count("rollout.consumer_batch_size")
+        if consumer != w["prompts_per_step"]:
+            s["consumer_batch_size"] = consumer
+            v.result.notes.append(f"rollout.consumer_batch_size {consumer} is not train_dataset.batch_size "
+                                  f"{w['prompts_per_step']}: AReaL's start rule counts in batches of {consumer} "
+                                  f"(at most {consumer} rollouts in flight unless max_concurrent_rollouts says more); "
+                                  "its recipes set ${train_dataset.batch_size}")
+    s["distqueue"] = {"packed": not v.flag("actor.pad_to_maximum")}
+    layout = w["train_layout"]
+    if "max_tokens_per_micro_batch" not in layout:   # compute_logp: the batch per rank in n_mbs micro-batches
+        per_rank = -(-w["prompts_per_step"] * w["samples_per_prompt"] // train_dp)
+        s["forward_micro_batch"] = -(-per_rank // v.whole("actor.mb_spec.n_mbs", 1))
+    return s
+
+
+def _colocated_switch(v: Values, s: dict[str, Any], w: Mapping[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """AReaL's colocated step offloads the engine between phases (SGLang release_memory_occupation:
+    its memory released and re-mapped, no weight copy; vLLM's /sleep, level 1 by default) and the
+    actor during the rollout (torch_memory_saver; rl_trainer.py _offload_rollout / _onload_model)."""
+    s["switch"] = {"offload_weights": True}
+    if w["engine"] == VLLM_ENGINE:
+        s["switch"].update(engine_sleep=True, engine_sleep_level=1)
+    v.result.notes.append("colocated: the engine gives its memory back between phases (SGLang: released and "
+                          "re-mapped, the KV pool re-allocated; vLLM: sleep level 1) and the actor's weights go to "
+                          "the host during the rollout (torch_memory_saver), as AReaL's colocated mode does")

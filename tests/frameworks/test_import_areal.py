@@ -1,0 +1,155 @@
+"""`--from-areal`: AReaL 1.0.4 experiment configs turned into scenarios (simulator/frameworks/areal.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.frameworks import areal, import_config
+from simulator.frameworks.areal import parse_backend
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "workloads" / "frameworks" / "areal-grpo-qwen2.5-1.5b.yaml"
+DATA = Path(__file__).resolve().parent / "data"
+DEFAULTS = DATA / "areal-1.0.4-grpo-defaults.yaml"
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_example_runs_to_the_same_json_as_its_hand_written_scenario(capsys):
+    code, imported, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), "--iterations", "2", "--json")
+    assert code == 0, err
+    code, hand, err = cli(capsys, "run", str(DATA / "areal-grpo-qwen2.5-1.5b.scenario.yaml"), "--iterations", "2",
+                          "--json")
+    assert code == 0, err
+    doc = json.loads(imported)
+    report = doc.pop("framework_import")
+    assert json.dumps(doc, indent=2) + "\n" == hand
+    assert report["framework"] == "areal" and not report["unknown"] and not report["unsupported"]
+    assert report["mapped"]["rollout.max_head_offpolicyness"] == "schedule.max_head_offpolicyness"
+    assert doc["areal"]["max_head_offpolicyness"] == 2
+
+
+def test_a_saved_config_at_areals_defaults_imports_whole(capsys):
+    """The whole GRPOConfig at its dataclass defaults (as a run saves it): every key accounted for, the
+    inactive engines' sections ignored, only SGLang's scheduler knobs unsupported."""
+    r = import_config("areal", DEFAULTS)
+    assert not r.unknown
+    assert set(r.unsupported) == {"sglang.max_prefill_tokens", "sglang.schedule_conservativeness",
+                                  "sglang.schedule_policy"}
+    assert "trains with fsdp" in r.ignored["actor.megatron.wrap_with_ddp"]
+    assert "runs on sglang" in r.ignored["vllm.max_num_seqs"]
+    s = r.scenario
+    assert s["schedule"]["kind"] == "areal" and s["schedule"]["max_head_offpolicyness"] == 0
+    assert s["schedule"]["recompute_logprob"] is False                   # AReaL's defaults: neither flag
+    assert s["workload"]["reference"] is False and "no ref section" in r.ignored["actor.kl_ctl"]
+    assert s["workload"]["inference"]["enable_prefix_caching"] is False  # disable_radix_cache: true
+    assert s["workload"]["mini_batch_prompts"] == 64                     # 256 / ppo_n_minibatches 4
+    assert s["workload"]["train_layout"]["micro_batch"] == 64            # a mini-batch per rank in one
+    code, _, err = cli(capsys, "run", "--from-areal", str(DEFAULTS), "--iterations", "1")
+    assert code == 2 and "does not fit" in err and "actor.mb_spec.n_mbs" in err    # ... which does not fit
+    code, _, err = cli(capsys, "run", "--from-areal", str(DEFAULTS), "actor.mb_spec.max_tokens_per_mb=16384",
+                       "actor.gradient_checkpointing=true", "--iterations", "2")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(("spec", "engine", "attn", "ffn"), [
+    ("sglang:d4t2", "sglang", {"dp": 4, "tp": 2}, {"dp": 4, "tp": 2}),
+    ("fsdp(actor):d8", "fsdp", {"dp": 8}, {"dp": 8}),
+    ("megatron:d2p2t2", "megatron", {"dp": 2, "pp": 2, "tp": 2}, {"dp": 2, "pp": 2, "tp": 2}),
+    ("megatron:(attn:d1p4t2|ffn:d1p4e2)", "megatron", {"pp": 4, "tp": 2}, {"pp": 4, "ep": 2}),
+])
+def test_backend_specs_parse_as_areals_grammar(spec, engine, attn, ffn):
+    name, dims = parse_backend(spec, "actor.backend", "x.yaml", ("sglang", "fsdp", "megatron"))
+    assert name == engine
+    for part, sizes in (("attn", attn), ("ffn", ffn)):
+        assert {k: v for k, v in dims[part].items() if v != 1} == {k: v for k, v in sizes.items() if v != 1}
+
+
+@pytest.mark.parametrize(("spec", "words"), [("sglang", "not an AReaL backend"), ("torch:d4", "not an AReaL backend"),
+                                             ("fsdp:d4x2", "not a parallel spec"), ("fsdp:d2p2", "FSDP supports")])
+def test_a_bad_backend_spec_is_named(spec, words):
+    with pytest.raises(RlsimError) as err:
+        parse_backend(spec, "actor.backend", "x.yaml", ("fsdp", "megatron"))
+    assert words in err.value.message and err.value.field == "actor.backend"
+
+
+def test_megatron_backend_and_expert_layout():
+    r = import_config("areal", EXAMPLE, ["actor.backend=megatron:(attn:d2p2t2|ffn:d2p2e4)",
+                                         "actor.path=Qwen/Qwen3-30B-A3B", "rollout.backend=sglang:d2t4"])
+    layout = r.scenario["workload"]["train_layout"]
+    assert (layout["tp"], layout["pp"], layout["ep"], layout["zero"], layout["recompute"]) == (2, 2, 4, 1, "full")
+    assert "etp" in layout and layout["etp"] == 1
+    assert r.scenario["schedule"]["rollout_devices"] == 8
+    assert r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 2}
+    load_scenario(r.scenario)
+
+
+def test_colocation_runs_colocated_and_lists_what_it_does_not_read():
+    r = import_config("areal", EXAMPLE, ["rollout.scheduling_strategy.type=colocation", "actor.backend=fsdp:d4"])
+    s = r.scenario["schedule"]
+    assert s["kind"] == "colocated" and s["switch"]["offload_weights"] is True
+    assert "one batch per step" in r.unsupported["rollout.max_head_offpolicyness"]     # eta 2 given
+    assert r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1, "devices_per_node": 4}
+    load_scenario(r.scenario)
+    with pytest.raises(RlsimError) as err:
+        import_config("areal", EXAMPLE, ["rollout.scheduling_strategy.type=colocation", "rollout.backend=sglang:d2"])
+    assert err.value.field == "rollout.backend"
+
+
+def test_the_proximal_log_prob_pass_follows_should_compute_prox_logp():
+    cases = {("true", "recompute", "false"): True, ("true", "loglinear", "false"): False,
+             ("false", "recompute", "true"): True, ("false", "recompute", "false"): False}
+    for (decoupled, method, recompute), expected in cases.items():
+        r = import_config("areal", EXAMPLE, [f"actor.use_decoupled_loss={decoupled}",
+                                             f"+actor.prox_logp_method={method}", f"actor.recompute_logprob={recompute}"])
+        assert r.scenario["schedule"]["recompute_logprob"] is expected, (decoupled, method, recompute)
+
+
+def test_the_reference_runs_with_a_kl_term_and_a_ref_section():
+    assert import_config("areal", EXAMPLE, ["actor.kl_ctl=0.01"]).scenario["workload"]["reference"] is True
+    assert import_config("areal", EXAMPLE).scenario["workload"]["reference"] is False
+
+
+def test_a_consumer_batch_below_the_batch_is_refused_against_the_config(capsys):
+    code, _, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), "rollout.consumer_batch_size=64", "--iterations", "1")
+    assert code == 2 and "rollout.consumer_batch_size" in err and "never fills" in err
+
+
+def test_a_vllm_rollout_reads_the_vllm_section():
+    r = import_config("areal", EXAMPLE, ["rollout.backend=vllm:d2t2", "+vllm.enforce_eager=true",
+                                         "+vllm.gpu_memory_utilization=0.7"])
+    w = r.scenario["workload"]
+    assert w["engine"] == "vllm-v1-async" and w["rollout_layout"]["tp"] == 2
+    assert w["inference"]["enforce_eager"] is True and w["rollout_layout"]["gpu_memory_utilization"] == 0.7
+    assert "sglang" not in " ".join(r.mapped)                 # the SGLang section is the other engine's
+    assert "do not apply" in r.ignored["sglang.mem_fraction_static"]
+    load_scenario(r.scenario)
+
+
+def test_unknown_keys_are_an_error_unless_added():
+    with pytest.raises(RlsimError):
+        import_config("areal", EXAMPLE, ["actor.ppo_n_minibatchs=2"])
+    r = import_config("areal", EXAMPLE, ["+actor.brand_new_knob=1"])
+    assert "actor.brand_new_knob" in r.ignored or "actor.brand_new_knob" in r.unknown
+
+
+def test_every_mapped_rule_names_an_rlsim_section():
+    for key, rule in areal.RULES.items():
+        assert rule.reason or rule.target, key
+        if rule.status == "mapped":
+            assert rule.target.split(".")[0] in ("workload", "schedule", "topology"), key
+
+
+def test_the_guide_lists_every_table_entry():
+    guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
+    missing = [key for key in areal.RULES if f"`{key}`" not in guide]
+    assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its tables from RULES)"
