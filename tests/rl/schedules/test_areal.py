@@ -170,3 +170,18 @@ def test_a_step_starts_when_the_previous_ended_or_its_batch_was_ready():
     for k in range(1, len(its)):
         ready = float(s[s["consumed_iteration"] == k]["ready"].max())
         assert its["start"][k] <= max(its["end"][k - 1], ready) + 1e-6
+
+
+def test_dynamic_sampling_rejects_groups_without_signal_and_keeps_every_other():
+    """AReaL's filter rejects a rollout whose rewards do not differ (its place is freed for another);
+    every accepted rollout trains, this step or a later one: none is dropped as a round's surplus."""
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="areal",
+                           iterations=4, overrides=[
+                               "workload.prompts_per_step=8", "workload.samples_per_prompt=4",
+                               "workload.mini_batch_prompts=8", "workload.response_length.max=2048",
+                               "workload.algorithm=dapo", "workload.dynamic_sampling.keep_fraction=0.5",
+                               "workload.dynamic_sampling.gen_prompts=24"])
+    s = r.summary
+    assert s["samples"]["consumed"] == 4 * 32
+    assert set(s["samples"]["dropped"]) <= {"no_signal", "unused"} and s["samples"]["dropped"]["no_signal"] > 0
+    assert s["areal"]["rollouts_accepted"] * 4 == s["samples"]["consumed"] + s["samples"]["dropped"].get("unused", 0)
