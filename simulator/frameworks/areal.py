@@ -306,7 +306,9 @@ def _world(dims: Mapping[str, Mapping[str, int]], part: str) -> int:
 
 def _colocated(v: Values) -> bool:
     """AReaL's _is_actor_rollout_colocated: the rollout colocated with the actor, or the reverse."""
-    return "colocation" in (str(v("rollout.scheduling_strategy.type")), str(v("actor.scheduling_strategy.type")))
+    kinds = ("separation", "colocation")
+    return "colocation" in (_choice(v, "rollout.scheduling_strategy.type", kinds),
+                            _choice(v, "actor.scheduling_strategy.type", kinds))
 
 
 def _dtype(value: Any, key: str, source: str) -> str:
@@ -358,10 +360,27 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
 
 def _reference(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
     """AReaL builds a reference engine only with actor.kl_ctl > 0 and a ref section (rl_trainer.py)."""
-    kl = float(v("actor.kl_ctl") or 0.0)
+    kl = _number(v, "actor.kl_ctl")
     if kl > 0 and not v.section("ref"):
         decided["actor.kl_ctl"] = ("ignored", "no ref section: AReaL builds no reference model, so no KL term runs")
     return kl > 0 and v.section("ref")
+
+
+def _number(v: Values, key: str) -> float:
+    value = v(key)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise RlsimError(f"expected a number, got {value!r}", source=v.result.source, field=key, fix=f"pass {key}=0.1")
+    return float(value)
+
+
+def _choice(v: Values, key: str, choices: tuple[str, ...]) -> str:
+    value = v(key)
+    if value not in choices:
+        raise RlsimError(f"{value!r} is not one of AReaL's choices", source=v.result.source, field=key,
+                         fix=f"use one of: {', '.join(choices)}")
+    return str(value)
 
 
 def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]], mini_samples: int,
@@ -375,8 +394,8 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
             layout["etp"] = ffn["tp"]
         layout["vpp"] = v.whole("actor.megatron.virtual_pipeline_parallel_size", 1)
         layout["zero"] = 1 if v.flag("actor.megatron.ddp.use_distributed_optimizer") else 0
-        granularity = str(v("actor.megatron.recompute_granularity") or "full")
-        layout["recompute"] = granularity if checkpointing and granularity in ("full", "selective") else "none"
+        granularity = _choice(v, "actor.megatron.recompute_granularity", ("full", "selective"))
+        layout["recompute"] = granularity if checkpointing else "none"
         if not checkpointing and v.given("actor.megatron.recompute_granularity"):
             decided["actor.megatron.recompute_granularity"] = ("ignored", "used only with gradient_checkpointing")
     else:
@@ -448,7 +467,7 @@ def _recomputes_logprob(v: Values) -> bool:
     """PPOActorConfig.should_compute_prox_logp: the decoupled loss recomputes the proximal log-probs
     unless prox_logp_method is loglinear; without it, recompute_logprob alone."""
     if v.flag("actor.use_decoupled_loss"):
-        return str(v("actor.prox_logp_method")) != "loglinear"
+        return _choice(v, "actor.prox_logp_method", ("recompute", "loglinear", "metrics")) != "loglinear"
     return v.flag("actor.recompute_logprob")
 
 

@@ -214,3 +214,29 @@ def test_every_command_with_random_flags(workdir, argv):
     if argv[0] == "calibrate" and "--help" not in argv:
         argv.append("--json")   # bad flags only: a good set would measure for real (refused before here)
     check(argv, bound_s=60)
+
+
+def _framework_keys() -> dict[str, list[str]]:
+    """Each importer's own keys (its table's entries and the defaults it reads), wildcards dropped."""
+    from simulator.frameworks import areal, nemo_rl, verl
+    return {name: sorted({key for key in (*module.RULES, *module.DEFAULTS) if not key.endswith("*")})
+            for name, module in (("verl", verl), ("nemo-rl", nemo_rl), ("areal", areal))}
+
+
+FRAMEWORK_EXAMPLES = {"verl": "verl-grpo-qwen2.5-7b.yaml", "nemo-rl": "nemo-rl-grpo-llama3.1-8b.yaml",
+                      "areal": "areal-grpo-qwen2.5-1.5b.yaml"}
+
+
+@fuzz_settings(30)
+@given(data=st.data(), framework=st.sampled_from(sorted(FRAMEWORK_EXAMPLES)))
+def test_random_framework_overrides_import_or_are_refused(data, framework):
+    """A framework key given any value (its importer's own keys: `++key=value` adds one the example
+    lacks) imports and runs, or is refused naming it: never a traceback (the importers read each
+    value with its type check)."""
+    from pathlib import Path
+    keys = _framework_keys()[framework]
+    pairs = data.draw(st.lists(st.tuples(st.sampled_from(keys), scalars), min_size=1, max_size=3))
+    example = Path(__file__).resolve().parents[2] / "workloads" / "frameworks" / FRAMEWORK_EXAMPLES[framework]
+    argv = ["run", f"--from-{framework}", str(example), *[f"++{key}={yaml_text(value)}" for key, value in pairs],
+            "--iterations", "1", "--set", "limits.max_work=20000", "--json"]
+    check(argv)
