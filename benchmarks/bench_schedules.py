@@ -1,13 +1,16 @@
 """Speed of the schedule layer on the real cost models. Prints figures; asserts nothing.
 
     python benchmarks/bench_schedules.py            # all cases
-    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40
+    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40 | areal6
 
 Targets (issue 4): one GRPO step with 16,384 sequences on cloudmatrix384 <= 0.5 s; a 100-step run
 <= 30 s; cloudmatrix384 with supernodes=64 (24,576 NPUs) one step <= 10 s; one verl fully-async
 step of 8,192 trajectories on 64:64 devices < 1 s (issue 11). nemo40 (no target): the engine runs
 an async engine continues at each admission (2.4 s on 2026-12-04 at a 4.5 ms reference; 1.0 s before
-the admission, 26 s when each admission re-ran the engine from its start).
+the admission, 26 s when each admission re-ran the engine from its start). areal6 (no target): the
+seed under AReaL 1.0.4's start rule, each prompt's 16 requests dealt to the servers one by one (4.9 s
+on 2026-12-05; 2.6 s for the kind as it was, whole rounds per instance; 17.7 s before add_many kept
+its id map up in place).
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ CASES = {
                      dict(schedule="colocated", iterations=1, overrides=["topology.supernodes=64"])),
     "nemo40": ("40 steps, V6 qwen3-30b-a3b 1-step-off (nemo-rl-async, async engine: rounds admitted mid-run)",
                None),
+    "areal6": ("6 steps of the seed on cloudmatrix384 (areal: rollouts under AReaL's start rule, requests dealt "
+               "to the servers one by one)", dict(schedule="areal", iterations=6)),
 }
 
 

@@ -581,7 +581,10 @@ class RolloutEngine:
         self._state: list[int] = []
         self._arrival: list[float] = []
         self._epoch: list[int] = []
-        self._slot_of: tuple[list[int], dict[int, int]] | None = None   # _slot_map, built when asked
+        # _slot_map, built when asked and kept up by add_many while this engine owns it (a copy shares
+        # the tuple, not the right to add to its dict: it builds its own)
+        self._slot_of: tuple[list[int], dict[int, int], object] | None = None
+        self._owner = object()
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         self._added: tuple[list[int], np.ndarray, tuple[int, int, int, float] | None] | None = None   # _as_added
@@ -666,6 +669,7 @@ class RolloutEngine:
             if slot is not None and self._state[slot] != _DONE:
                 raise ValueError(f"sequence {seq_id} is already in this engine")
         first = len(self._id)
+        owned = self._slot_of is not None and self._slot_of[0] is self._id and self._slot_of[2] is self._owner
         self._process_until(now, inclusive=False)
         self._last_add = now
         if self._reserve and not self._n and not self._waiting:   # idle: SGLang re-inits its ratio
@@ -673,6 +677,10 @@ class RolloutEngine:
         # Records fixed once added (_id, _p, _r, _arrival, _group) are rebound, never mutated:
         # copies share them (copy-on-write); the others are mutated in place and copied by copy().
         self._id = self._id + ids if first else ids
+        if owned or not first:   # kept up in place: a rebuild per add made many small adds quadratic
+            table = self._slot_of[1] if owned else {}
+            table.update(zip(ids, range(first, first + len(ids)), strict=True))
+            self._slot_of = (self._id, table, self._owner)
         self._p = self._p + p.tolist() if first else p.tolist()
         self._r = self._r + r.tolist() if first else r.tolist()
         self._arrival = self._arrival + [float(now)] * len(ids)
@@ -693,8 +701,8 @@ class RolloutEngine:
     def _slot_map(self) -> dict[int, int]:
         """The latest slot of each sequence id (built from _id when asked: only a later add reads it)."""
         cached = self._slot_of
-        if cached is None or cached[0] is not self._id:
-            cached = self._slot_of = (self._id, dict(zip(self._id, range(len(self._id)), strict=True)))
+        if cached is None or cached[0] is not self._id or cached[2] is not self._owner:
+            cached = self._slot_of = (self._id, dict(zip(self._id, range(len(self._id)), strict=True)), self._owner)
         return cached[1]
 
     def next_event_time(self) -> float:
@@ -796,6 +804,7 @@ class RolloutEngine:
         added (rebound by add_many, never mutated) are shared."""
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
+        new._owner = object()   # the slot map's dict stays this engine's to extend
         for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack"):
             setattr(new, name, getattr(self, name).copy())
         if self._caps is not None:
@@ -1915,6 +1924,7 @@ class _UntouchedStart:
     def copy(self) -> RolloutEngine:
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self._attrs)
+        new._owner = object()
         slots, attrs = self._slots, self._attrs
         new._g, new._sadm, new._state, new._epoch = (attrs[name][:slots] for name in ("_g", "_sadm", "_state", "_epoch"))
         new._heap, new._stack = [], []

@@ -3,6 +3,7 @@ time (the colocated StaleSync tail consolidation relies on it to run the engine 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,7 +46,7 @@ def test_restored_interrupt_equals_fresh_engine(seed, n, every, frac):
 
 def _state_of(engine: RolloutEngine) -> dict:
     return {name: list(value) if isinstance(value, (list, type(engine._waiting))) else value
-            for name, value in engine.__dict__.items() if name not in ("_arrays", "_added", "_slot_of", "cost")}
+            for name, value in engine.__dict__.items() if name not in ("_arrays", "_added", "_slot_of", "_owner", "cost")}
 
 
 @settings(max_examples=25, deadline=None)
@@ -103,3 +104,18 @@ def test_thinned_copies_keep_restored_interrupts_exact(seed, frac):
     fresh = _engine(p, r)
     fresh.advance_to(stop)
     assert run.interrupt_at(stop).partial == fresh.interrupt(stop).partial
+
+
+def test_a_copy_keeps_its_own_slot_map_while_the_original_adds():
+    """add_many keeps the id -> slot map up in place (a rebuild per add made many small adds
+    quadratic); a copy shares the map's tuple but builds its own before it adds."""
+    engine = RolloutEngine(MODEL, DEVICE, RolloutLayout(tp=1, max_num_seqs=64))
+    engine.add_many([0, 1], [10, 10], [20, 20], 0.0)
+    snapshot = engine.copy()
+    engine.add_many([2], [10], [20], 0.0)
+    snapshot.add_many([2], [10], [20], 0.0)                 # not in the copy: it may take it
+    with pytest.raises(ValueError, match="already in this engine"):
+        engine.add_many([2], [10], [20], 0.0)
+    with pytest.raises(ValueError, match="already in this engine"):
+        snapshot.add_many([1], [10], [20], 0.0)
+    assert engine._slot_map() == {0: 0, 1: 1, 2: 2} and snapshot._slot_map() == {0: 0, 1: 1, 2: 2}

@@ -52,16 +52,22 @@ class ArealRollouter(Rollouter):
         return min(self.max_concurrent - self.running, by_staleness)
 
     def _admit(self, now: float) -> None:
-        while self.cancelled:      # interrupted requests go back first, each to its own server
-            self._submit(self.cancelled.popleft(), -1, now)
+        """Interrupted requests go back first, each to its own server; then new rollouts while the
+        start rule allows. What one call submits reaches each server in one add (arrivals at one time)."""
+        batches: dict[int, list[tuple[PromptGroup, np.ndarray]]] = {}
+        while self.cancelled:
+            self._place(self.cancelled.popleft(), batches)
         while self.capacity() > 0:
             group = self.source.next()
             group.started_s, group.first_version = now, self.version
             self.started += 1
             self.running += 1
-            self._submit(group, -1, now)
+            self._place(group, batches)
+        for target, parts in batches.items():
+            self._add(target, parts, now)
 
-    def _submit(self, group: PromptGroup, server: int, now: float) -> None:
+    def _place(self, group: PromptGroup, batches: dict[int, list[tuple[PromptGroup, np.ndarray]]]) -> None:
+        """The group's open requests by server: dealt in turn on its first submission, then where they ran."""
         n, count = self.ctx.workload.samples_per_prompt, len(self.servers)
         where = self.request_server.get(group.index)
         if where is None:
@@ -71,13 +77,20 @@ class ArealRollouter(Rollouter):
         open_ = group.open
         group.running = len(open_)
         group.versions.add(self.version)
-        seqs = group.seqs
         for target in np.unique(where[open_]):
-            rows = open_[where[open_] == target]
-            self.servers[target].add_many(group.index * n + rows, seqs.prompt_len[rows], seqs.target_len[rows], now,
-                                          group.generated[rows], group_ids=np.full(len(rows), group.index))
+            batches.setdefault(int(target), []).append((group, open_[where[open_] == target]))
+
+    def _add(self, target: int, parts: list[tuple[PromptGroup, np.ndarray]], now: float) -> None:
+        n = self.ctx.workload.samples_per_prompt
+        ids = np.concatenate([group.index * n + rows for group, rows in parts])
+        prompt = np.concatenate([group.seqs.prompt_len[rows] for group, rows in parts])
+        target_len = np.concatenate([group.seqs.target_len[rows] for group, rows in parts])
+        generated = np.concatenate([group.generated[rows] for group, rows in parts])
+        groups = np.concatenate([np.full(len(rows), group.index) for group, rows in parts])
+        self.servers[target].add_many(ids, prompt, target_len, now, generated, group_ids=groups)
+        for group, _ in parts:
             self.inflight[target][group.index] = group
-            self._touch(int(target), now)
+        self._touch(target, now)
 
     def _finished(self, server: int, seq_id: int, t: float) -> None:
         n = self.ctx.workload.samples_per_prompt
