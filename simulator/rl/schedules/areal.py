@@ -136,7 +136,6 @@ class ArealRun(VerlFullyAsyncRun):
         self.per_update = self.per_version = workload.prompts_per_step      # the trained batch
         self.consumer_batch = sched.consumer_batch_size or workload.prompts_per_step
         self.max_concurrent = sched.max_concurrent_rollouts or self.consumer_batch
-        self.quota = (sched.max_head_offpolicyness + 1) * self.consumer_batch
         self.partial = sched.interruptible
         self.skip = frozenset() if sched.recompute_logprob else NO_OLD_LOG_PROB
 
