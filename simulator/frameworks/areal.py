@@ -21,15 +21,13 @@ from .common import (
     Rule,
     Status,
     Values,
+    begin_import,
     capped_length,
     classify,
     ignored,
-    in_table,
     inactive_section,
     mapped,
     model_for,
-    overridden_keys,
-    read_config,
     size_topology,
     unsupported,
     without_inapplicable_layout_keys,
@@ -210,20 +208,14 @@ RULES: dict[str, Rule] = {
 }
 
 
-def _areal_key(key: str) -> bool:
-    return key in DEFAULTS or in_table(key, RULES)
-
-
 def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
                  schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
     """An AReaL experiment config plus overrides -> FrameworkImport (the config says its schedule)."""
-    if schedule:
-        raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule",
-                         fix="set rollout.scheduling_strategy.type=colocation or separation in the config")
-    source = str(path)
-    flat = read_config(path, overrides, what="AReaL config", known=_areal_key)
-    result = FrameworkImport("areal", source, {}, rules=RULES, overridden=overridden_keys(overrides))
-    v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+    flat, result, v = begin_import("areal", path, overrides, what="AReaL config", rules=RULES, defaults=DEFAULTS,
+                                   defaults_source=DEFAULTS_SOURCE, schedule=schedule,
+                                   schedule_fix="set rollout.scheduling_strategy.type=colocation or separation in "
+                                                "the config")
+    source = result.source
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     rollout_engine, rollout_dims = parse_backend(v("rollout.backend"), "rollout.backend", source,

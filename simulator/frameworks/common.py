@@ -687,6 +687,20 @@ def _names(message: str, leaf: str) -> bool:
     return re.search(rf"\b{re.escape(leaf)}[ =]\d", message) is not None
 
 
+def begin_import(framework: str, path: str | Path, overrides: Iterable[str], *, what: str,
+                 rules: Mapping[str, Rule], defaults: Mapping[str, Any], defaults_source: str,
+                 schedule: str | None, schedule_fix: str) -> tuple[dict[str, Any], FrameworkImport, Values]:
+    """What an importer whose config says its own schedule opens with: --framework-schedule refused;
+    the YAML read with its overrides, where a plain ``key=value`` of a key neither the file nor the
+    framework's table and defaults know is an error (Hydra's override parser refuses it: "To append
+    to your config use +key=value"); the result to fill and the reader of its values."""
+    if schedule:
+        raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule", fix=schedule_fix)
+    flat = read_config(path, overrides, what=what, known=lambda key: key in defaults or in_table(key, rules))
+    result = FrameworkImport(framework, str(path), {}, rules=rules, overridden=overridden_keys(overrides))
+    return flat, result, Values(flat, defaults, result, defaults_source)
+
+
 def overridden_keys(items: Iterable[str]) -> tuple[str, ...]:
     """The config keys of Hydra-style overrides (key=value, +key=value, ++key=value), in order."""
     keys = [text.strip().lstrip("+").partition("=")[0].strip() for text in items

@@ -20,17 +20,15 @@ from .common import (
     Rule,
     Status,
     Values,
+    begin_import,
     capped_length,
     classify,
     flag,
     ignored,
-    in_table,
     inactive_section,
     mapped,
     model_for,
-    overridden_keys,
     positive_int,
-    read_config,
     size_topology,
     unsupported,
     without_inapplicable_layout_keys,
@@ -194,23 +192,14 @@ def schedule_of(v: Values) -> tuple[str, str]:
     return "colocated", "colocated (on-policy GRPO, generation colocated)"
 
 
-def _nemo_key(key: str) -> bool:
-    """A key of NeMo RL's config as rlsim knows it: its defaults or its table."""
-    return key in DEFAULTS or in_table(key, RULES)
-
-
 def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
                    schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
     """A NeMo RL recipe plus overrides -> FrameworkImport (``schedule`` is not used: the recipe says it)."""
-    if schedule:
-        raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule",
-                         fix="set grpo.async_grpo.enabled=true/false in the recipe or as an override")
-    source = str(path)
-    # NeMo RL applies command-line overrides with Hydra's override parser, which refuses a plain
-    # override of a key the config lacks ("To append to your config use +key=value"), as verl's does
-    flat = read_config(path, overrides, what="NeMo RL recipe", known=_nemo_key)
-    result = FrameworkImport("nemo-rl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
-    v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+    # NeMo RL applies command-line overrides with Hydra's override parser, as verl does
+    flat, result, v = begin_import("nemo-rl", path, overrides, what="NeMo RL recipe", rules=RULES, defaults=DEFAULTS,
+                                   defaults_source=DEFAULTS_SOURCE, schedule=schedule,
+                                   schedule_fix="set grpo.async_grpo.enabled=true/false in the recipe or as an override")
+    source = result.source
     kind, result.schedule_rule = schedule_of(v)
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
