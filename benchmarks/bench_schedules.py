@@ -8,9 +8,9 @@ Targets (issue 4): one GRPO step with 16,384 sequences on cloudmatrix384 <= 0.5 
 step of 8,192 trajectories on 64:64 devices < 1 s (issue 11). nemo40 (no target): the engine runs
 an async engine continues at each admission (2.4 s on 2026-12-04 at a 4.5 ms reference; 1.0 s before
 the admission, 26 s when each admission re-ran the engine from its start). areal6 (no target): the
-seed under AReaL 1.0.4's start rule, each prompt's 16 requests dealt to the servers one by one (4.9 s
-on 2026-12-05; 2.6 s for the kind as it was, whole rounds per instance; 17.7 s before add_many kept
-its id map up in place).
+seed under AReaL 1.0.4's start rule, each prompt's 16 requests dealt to the servers one by one (3.1 s
+on 2026-12-05 at a 3.9 ms reference; 2.6 s for the kind as it was, whole rounds per instance; 17.7 s
+when add_many rebuilt its id map and rebound its record lists at every add, quadratic in the run).
 """
 from __future__ import annotations
 

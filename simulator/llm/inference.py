@@ -585,6 +585,7 @@ class RolloutEngine:
         # the tuple, not the right to add to its dict: it builds its own)
         self._slot_of: tuple[list[int], dict[int, int], object] | None = None
         self._owner = object()
+        self._records_shared = False   # whether a copy may hold the record lists (add_many rebinds them)
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         self._added: tuple[list[int], np.ndarray, tuple[int, int, int, float] | None] | None = None   # _as_added
@@ -674,18 +675,7 @@ class RolloutEngine:
         self._last_add = now
         if self._reserve and not self._n and not self._waiting:   # idle: SGLang re-inits its ratio
             self._ratio_from = (self._S, self.cost.params.reserve_init_ratio)
-        # Records fixed once added (_id, _p, _r, _arrival, _group) are rebound, never mutated:
-        # copies share them (copy-on-write); the others are mutated in place and copied by copy().
-        self._id = self._id + ids if first else ids
-        if owned or not first:   # kept up in place: a rebuild per add made many small adds quadratic
-            table = self._slot_of[1] if owned else {}
-            table.update(zip(ids, range(first, first + len(ids)), strict=True))
-            self._slot_of = (self._id, table, self._owner)
-        self._p = self._p + p.tolist() if first else p.tolist()
-        self._r = self._r + r.tolist() if first else r.tolist()
-        self._arrival = self._arrival + [float(now)] * len(ids)
-        self._group = self._group + (list(range(-1 - first, -1 - first - len(ids), -1)) if group_ids is None
-                                     else _int_list(group_ids))
+        self._append_records(ids, p, r, now, group_ids, first, owned)
         self._g.extend([0] * len(ids) if generated is None else g.tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
@@ -697,6 +687,32 @@ class RolloutEngine:
                                       np.arange(-1, -1 - len(ids), -1) if group_ids is None
                                       else _int_array(group_ids, self._group)))
             self._added = (self._p, np.array(g), None)
+
+    def _append_records(self, ids: list[int], p: np.ndarray, r: np.ndarray, now: float,
+                        group_ids: Sequence[int] | None, first: int, owned: bool) -> None:
+        """Append the records fixed once added (_id, _p, _r, _arrival, _group). A copy shares them
+        (copy-on-write): an engine whose lists a copy may hold rebinds them to longer ones, else it
+        extends them in place (a rebind per add made a run of many small adds quadratic); the
+        others (_g, _sadm, ...) are mutated in place and copied by copy()."""
+        groups = list(range(-1 - first, -1 - first - len(ids), -1)) if group_ids is None else _int_list(group_ids)
+        if first and not self._records_shared:
+            self._id.extend(ids)
+            self._p.extend(p.tolist())
+            self._r.extend(r.tolist())
+            self._arrival.extend([float(now)] * len(ids))
+            self._group.extend(groups)
+            self._arrays = self._added = None   # their caches were keyed on these lists, now longer
+        else:
+            self._id = self._id + ids if first else ids
+            self._p = self._p + p.tolist() if first else p.tolist()
+            self._r = self._r + r.tolist() if first else r.tolist()
+            self._arrival = self._arrival + [float(now)] * len(ids)
+            self._group = self._group + groups
+            self._records_shared = False
+        if owned or not first:   # the id -> slot map kept up in place too
+            table = self._slot_of[1] if owned else {}
+            table.update(zip(ids, range(first, first + len(ids)), strict=True))
+            self._slot_of = (self._id, table, self._owner)
 
     def _slot_map(self) -> dict[int, int]:
         """The latest slot of each sequence id (built from _id when asked: only a later add reads it)."""
@@ -802,6 +818,7 @@ class RolloutEngine:
         """An independent engine in the same state (a checkpoint: advancing or interrupting the copy
         leaves this one untouched). The step-cost object (caches only) and the records fixed once
         added (rebound by add_many, never mutated) are shared."""
+        self._records_shared = True   # both hold the record lists now: the next add of either rebinds
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
         new._owner = object()   # the slot map's dict stays this engine's to extend
@@ -1918,6 +1935,7 @@ class _UntouchedStart:
     either. ``copy()`` is the engine as engine.copy() then gave it."""
 
     def __init__(self, engine: RolloutEngine) -> None:
+        engine._records_shared = True          # the engine's next add rebinds the lists kept here
         self._attrs = dict(engine.__dict__)   # scalars, and the lists as they are now
         self._slots = len(engine._id)
 

@@ -106,13 +106,19 @@ def test_thinned_copies_keep_restored_interrupts_exact(seed, frac):
     assert run.interrupt_at(stop).partial == fresh.interrupt(stop).partial
 
 
-def test_a_copy_keeps_its_own_slot_map_while_the_original_adds():
-    """add_many keeps the id -> slot map up in place (a rebuild per add made many small adds
-    quadratic); a copy shares the map's tuple but builds its own before it adds."""
+def test_a_copy_keeps_its_own_records_and_slot_map_while_the_original_adds():
+    """add_many extends the records and the id -> slot map in place while no copy may hold them (a
+    rebuild per add made many small adds quadratic); after a copy each rebinds before it adds."""
+    engine = RolloutEngine(MODEL, DEVICE, RolloutLayout(tp=1, max_num_seqs=64))
+    engine.add_many([0, 1], [10, 10], [20, 20], 0.0)
+    records = engine._p
+    engine.add_many([5], [11], [21], 0.0)
+    assert engine._p is records and engine._p == [10, 10, 11]        # in place: no copy holds them
     engine = RolloutEngine(MODEL, DEVICE, RolloutLayout(tp=1, max_num_seqs=64))
     engine.add_many([0, 1], [10, 10], [20, 20], 0.0)
     snapshot = engine.copy()
     engine.add_many([2], [10], [20], 0.0)
+    assert len(snapshot._id) == len(snapshot._p) == len(snapshot._arrival) == 2   # the copy's stay
     snapshot.add_many([2], [10], [20], 0.0)                 # not in the copy: it may take it
     with pytest.raises(ValueError, match="already in this engine"):
         engine.add_many([2], [10], [20], 0.0)
