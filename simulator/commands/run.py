@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   rlsim run --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml data.train_batch_size=512 --topology hgx-h20
   rlsim run --from-verl workloads/frameworks/verl-fully-async-qwen2.5-7b.yaml --print-scenario > mine.yaml
   rlsim run --from-nemo-rl workloads/frameworks/nemo-rl-grpo-llama3.1-8b.yaml --set workload.response_length.median=900
+  rlsim run --from-areal workloads/frameworks/areal-grpo-qwen2.5-1.5b.yaml rollout.max_head_offpolicyness=4 --iterations 6
 """
 
 
