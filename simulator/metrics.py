@@ -130,7 +130,8 @@ def iterations_frame(rec: RunRecord) -> pd.DataFrame:
             frame["step_time_s"] = frame["end"] - prev_end
         return frame
     end = columns["end"]
-    columns["step_time_s"] = end - np.concatenate(([0.0], end[:-1]))
+    with np.errstate(invalid="ignore"):   # inf - inf is NaN, as pandas gives it, without a warning
+        columns["step_time_s"] = end - np.concatenate(([0.0], end[:-1]))
     return pd.DataFrame(columns, copy=False)
 
 
