@@ -153,3 +153,11 @@ def test_the_guide_lists_every_table_entry():
     guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
     missing = [key for key in areal.RULES if f"`{key}`" not in guide]
     assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its tables from RULES)"
+
+
+def test_the_console_prints_areals_timers_under_its_names(capsys):
+    code, out, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), "--iterations", "3")
+    assert code == 0, err
+    text = " ".join(out.split())
+    for name in ("rollout", "recompute_logp", "ref_logp", "train_step", "update_weights"):
+        assert f"areal timeperf/{name}" in text
