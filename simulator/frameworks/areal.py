@@ -238,8 +238,8 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
         raise RlsimError(f"colocated engines on {rollout_gpus} GPUs beside an actor on {train_gpus}",
                          source=source, field="rollout.backend",
                          fix="give the rollout and the actor backends the same world size (d x t x p x c)")
-    workload = _workload(v, rollout_engine, rollout_dims, train_engine, train_dims, train_gpus,
-                         "workload.model" in user_sets, decided)
+    workload = _workload(v, rollout_engine, rollout_dims, train_engine, train_dims, "workload.model" in user_sets,
+                         decided)
     sched = _schedule(v, colocated, rollout_gpus, train_dims["attn"]["dp"], workload, decided)
     gpus = train_gpus if colocated else train_gpus + rollout_gpus
     per_node = v.count("cluster.n_gpus_per_node")
@@ -310,7 +310,7 @@ def _dtype(value: Any, key: str, source: str) -> str:
 
 
 def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping[str, int]], train_engine: str,
-              train_dims: Mapping[str, Mapping[str, int]], train_gpus: int, model_given: bool,
+              train_dims: Mapping[str, Mapping[str, int]], model_given: bool,
               decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     src = v.result.source
     w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the AReaL config {Path(src).name}"}
