@@ -163,8 +163,24 @@ RULES: dict[str, Rule] = {
                                                 "trainer's", neutral="colocation"),
     "ref.offload": unsupported("the reference's offload between phases is not modelled", neutral=False),
     "ref.*": ignored("the reference is the actor's model, run on the actor's GPUs with its layout"),
-    "critic": ignored("no critic: GRPO"), "critic.*": unsupported("AReaL's PPO critic is not imported (rlsim's ppo "
-                                                                  "workloads run one: --workload)"),
+    "critic": ignored("no critic: GRPO"),
+    "critic.path": mapped("workload.algorithm", "a critic section: ppo, its value model (workload.critic_model when "
+                                                "it is not the actor's)"),
+    "critic.mb_spec.max_tokens_per_mb": mapped("workload.critic_batching.max_tokens_per_micro_batch",
+                                               "and its value pass's budget"),
+    "critic.offload": mapped("workload.critic_offload", "true: its parameters and optimizer state on the host "
+                                                        "outside its phases (torch_memory_saver)"),
+    "critic.backend": unsupported("the critic runs with the actor's layout; a layout of its own is not modelled"),
+    "critic.scheduling_strategy.type": unsupported("a critic on GPUs of its own is not modelled: rlsim runs it on "
+                                                   "the trainer's", neutral="colocation"),
+    "critic.ppo_n_minibatches": unsupported("the critic trains on the actor's mini-batches"),
+    **{f"critic.{k}": ignored(_NAMING) for k in ("experiment_name", "trial_name", "admin_api_key", "log_level",
+                                                 "request_timeout", "setup_timeout")},
+    "critic.scheduling_spec": ignored(_NAMING), "critic.scheduling_spec.*": ignored(_NAMING),
+    "critic.optimizer": ignored(_LR), "critic.optimizer.*": ignored(_LR),
+    "critic.mb_spec.*": ignored("packing details: rlsim fills the micro-batches longest first within the budget"),
+    "critic.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
+    "critic.*": ignored("the critic's loss arithmetic and engine details, as the actor's: no modelled cost"),
     "teacher": ignored("no teacher"), "teacher.*": unsupported("distillation from a teacher is not modelled"),
     "dynamic_bs": unsupported("a dynamic batch of accepted rollouts is not modelled", neutral=False),
     "sglang.mem_fraction_static": mapped("workload.rollout_layout.gpu_memory_utilization"),
@@ -344,10 +360,36 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     v.result.notes.append(ENGINE_NOTE[rollout_engine])
     w["inference"] = _inference(v, rollout_engine, max_tokens)
     w["reference"] = _reference(v, decided)
+    _critic(v, w, decided)
     w["dtype"] = _dtype(v("actor.dtype"), "actor.dtype", src)
     if v.flag("actor.fsdp.offload_params") and train_engine != "megatron":
         w["train_params"] = {"offload": {"fsdp_cpu_offload": True}}
     return w
+
+
+def _critic(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """A critic section: PPO (rl_trainer builds a critic engine and runs compute_values and its
+    ppo_update each step), its value model where it is not the actor's, its token budget and offload.
+    It must share the actor's GPUs (scheduling_strategy colocation, its recipes' placement)."""
+    if not v.section("critic"):
+        return
+    src = v.result.source
+    w["algorithm"] = "ppo"
+    if v.given("critic.path") and v("critic.path") != v("actor.path"):
+        w["critic_model"], how = model_for(v("critic.path"), "critic.path", src)
+        v.result.notes.append(f"critic.path {v('critic.path')!r} -> {how}")
+    if v.given("critic.backend") and v("critic.backend") == v("actor.backend"):
+        decided["critic.backend"] = ("ignored", "the actor's layout, with which rlsim runs the critic")
+    tokens = v.whole("critic.mb_spec.max_tokens_per_mb")
+    if tokens is not None and "max_tokens_per_micro_batch" in w["train_layout"]:
+        w["critic_batching"] = {"max_tokens_per_micro_batch": tokens, "forward_max_tokens_per_micro_batch": tokens}
+    elif tokens is not None:
+        decided["critic.mb_spec.max_tokens_per_mb"] = ("unsupported", "a token budget beside the actor's sample "
+                                                       "micro-batches (give actor.mb_spec.max_tokens_per_mb too)")
+    if v.flag("critic.offload"):
+        w["critic_offload"] = {"params": True, "optimizer": True}
+    if v.given("critic.ppo_n_minibatches") and v("critic.ppo_n_minibatches") == v("actor.ppo_n_minibatches"):
+        decided["critic.ppo_n_minibatches"] = ("ignored", "the actor's mini-batches, on which rlsim trains the critic")
 
 
 def _reference(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:

@@ -161,3 +161,24 @@ def test_the_console_prints_areals_timers_under_its_names(capsys):
     text = " ".join(out.split())
     for name in ("rollout", "recompute_logp", "ref_logp", "train_step", "update_weights"):
         assert f"areal timeperf/{name}" in text
+
+
+def test_a_critic_section_runs_ppo_with_areals_critic_timers(capsys):
+    """rl_trainer builds a critic engine from a critic section and runs compute_values and its
+    ppo_update each step: workload ppo, the critic's budget and offload, AReaL's critic timers."""
+    overrides = ["+critic.path=Qwen/Qwen2.5-0.5B-Instruct", "+critic.backend=fsdp:d4",
+                 "+critic.mb_spec.max_tokens_per_mb=8192", "+critic.offload=true",
+                 "+critic.scheduling_strategy.type=colocation", "+critic.ppo_n_minibatches=1"]
+    r = import_config("areal", EXAMPLE, overrides)
+    w = r.scenario["workload"]
+    assert w["algorithm"] == "ppo" and w["critic_model"] == "qwen2.5-0.5b"
+    assert w["critic_batching"] == {"max_tokens_per_micro_batch": 8192, "forward_max_tokens_per_micro_batch": 8192}
+    assert w["critic_offload"] == {"params": True, "optimizer": True}
+    assert not r.unsupported and "actor's layout" in r.ignored["critic.backend"]
+    code, out, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), *overrides, "--iterations", "2", "--json")
+    assert code == 0, err
+    timing = json.loads(out)["areal"]["timing_s"]
+    assert timing["critic_values"] > 0 and timing["critic_train_step"] > 0
+    r = import_config("areal", EXAMPLE, ["+critic.path=Qwen/Qwen2.5-0.5B-Instruct",
+                                         "+critic.scheduling_strategy.type=separation"])
+    assert "GPUs of its own" in r.unsupported["critic.scheduling_strategy.type"]

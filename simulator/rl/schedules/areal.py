@@ -138,6 +138,10 @@ class ArealRun(VerlFullyAsyncRun):
         self.max_concurrent = sched.max_concurrent_rollouts or self.consumer_batch
         self.partial = sched.interruptible
         self.skip = frozenset() if sched.recompute_logprob else NO_OLD_LOG_PROB
+        # rlsim's stage -> AReaL's timer (rl_trainer.py stats_tracker.record_timing), the critic's with PPO
+        self.timers = {"old_logprob": "recompute_logp_s", "reference": "ref_logp_s", "train_actor": "train_step_s"}
+        if workload.algorithm == "ppo":
+            self.timers.update(critic_values="critic_values_s", train_critic="critic_train_step_s")
 
     def _trainer(self):
         ctx, env = self.ctx, self.env
@@ -153,13 +157,11 @@ class ArealRun(VerlFullyAsyncRun):
             t_sync = env.now
             yield from self._sync(k)
             ctx.iterations[-1]["end"] = env.now
-            spent = {key: ctx.totals.stage_time_s.get(key, 0.0) - stage0.get(key, 0.0)
-                     for key in ("old_logprob", "reference", "train_actor")}
+            spent = {timer: ctx.totals.stage_time_s.get(stage, 0.0) - stage0.get(stage, 0.0)
+                     for stage, timer in self.timers.items()}
             heads = [k - g.first_version for g in groups]
-            self.versions.append({"version": k, "step_s": env.now - t0, "rollout_s": rollout_s,
-                                  "recompute_logp_s": spent["old_logprob"], "ref_logp_s": spent["reference"],
-                                  "train_step_s": spent["train_actor"], "update_weights_s": env.now - t_sync,
-                                  "head_offpolicyness_max": max(heads)})
+            self.versions.append({"version": k, "step_s": env.now - t0, "rollout_s": rollout_s, **spent,
+                                  "update_weights_s": env.now - t_sync, "head_offpolicyness_max": max(heads)})
         self.finished.succeed()
 
     def _take(self, k: int):
@@ -179,15 +181,14 @@ class ArealRun(VerlFullyAsyncRun):
 
     def _report_into(self, ctx: Context) -> None:
         """AReaL's own quantities: its timers (stats_tracker.record_timing names) per step, the mean."""
-        keys = ("step_s", "rollout_s", "recompute_logp_s", "ref_logp_s", "train_step_s", "update_weights_s")
-        mean = {key: float(np.mean([v[key] for v in self.versions])) if self.versions else 0.0 for key in keys}
+        keys = ("step_s", "rollout_s", *self.timers.values(), "update_weights_s")
+        mean = {key.removesuffix("_s"): float(np.mean([v[key] for v in self.versions])) if self.versions else 0.0
+                for key in keys}
         rollouter = self.rollouter
         ctx.extra["areal"] = {
             "consumer_batch_size": self.consumer_batch, "max_concurrent_rollouts": self.max_concurrent,
             "max_head_offpolicyness": self.sched.max_head_offpolicyness, "per_step": self.versions,
-            "timing_s": {"step": mean["step_s"], "rollout": mean["rollout_s"],
-                         "recompute_logp": mean["recompute_logp_s"], "ref_logp": mean["ref_logp_s"],
-                         "train_step": mean["train_step_s"], "update_weights": mean["update_weights_s"]},
+            "timing_s": mean,
             "rollouts_started": rollouter.started, "rollouts_accepted": rollouter.accepted,
             "partial_ratio": rollouter.partial_count / max(1, self.ctx.store.n),
             "max_partial_span": rollouter.max_partial_span}
