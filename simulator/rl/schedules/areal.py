@@ -20,8 +20,7 @@ areal/infra/staleness_manager.py, workflow_executor.py, remote_inf_engine.py, tr
   what-if: AReaL 1.0.4 always interrupts) lets the in-flight requests finish before the update.
 - Not modelled: the per-data-parallel-rank split of the capacity (each trainer rank's executor
   holds max_concurrent_rollouts / dp and batch / dp: the same totals), the input queue's own bound
-  (queue_size: the dataloader always has a prompt ready), a rollout's reward counted in its
-  completion (the trainer takes the completed ones, then waits for their rewards).
+  (queue_size: the dataloader always has a prompt ready).
 """
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ from ...scenario import ArealSchedule
 from .batches import SeqBatch
 from .context import Context
 from .registry import SchedulePolicy, register
+from .staleness import TIME_TOL_S
 from .verl_async import NO_OLD_LOG_PROB, PromptGroup, Rollouter, VerlFullyAsyncRun
 
 
@@ -165,18 +165,26 @@ class ArealRun(VerlFullyAsyncRun):
         self.finished.succeed()
 
     def _take(self, k: int):
-        """A batch of completed rollouts, the earliest started first (wait_results: by creation time)."""
-        rollouter = self.rollouter
-        while len(rollouter.queue) < self.per_update:
-            yield rollouter.data
-        chosen = sorted(rollouter.queue, key=lambda g: g.index)[: self.per_update]
+        """A batch of complete rollouts, the earliest started first (wait_results sorts by creation
+        time). A rollout is a result once its workflow has scored it (arun_episode computes each
+        trajectory's reward before it returns), so only rewarded ones count toward the batch."""
+        rollouter, env, need = self.rollouter, self.env, self.per_update
+        while True:
+            ready = [g for g in rollouter.queue if g.ready_s <= env.now + TIME_TOL_S]
+            if len(ready) >= need:
+                break
+            scoring = sorted(g.ready_s for g in rollouter.queue if g.ready_s > env.now + TIME_TOL_S)
+            events = [rollouter.data]
+            if len(scoring) >= need - len(ready):   # the time enough of those scored now are in
+                events.append(env.timeout(scoring[need - len(ready) - 1] - env.now))
+            yield env.any_of(events)
+        chosen = sorted(ready, key=lambda g: g.index)[:need]
         taken = {g.index for g in chosen}
         rollouter.queue = type(rollouter.queue)(g for g in rollouter.queue if g.index not in taken)
-        self.trainer_clock.idle("dependency", self.env.now, k, label="rollout")
-        ready_s = max(group.ready_s for group in chosen)
-        if ready_s > self.env.now:
-            yield self.env.timeout(ready_s - self.env.now)
-            self.trainer_clock.idle("dependency", self.env.now, k, label="reward")
+        # the wait: for the batch's generation, then for the last rewards (as the other kinds label it)
+        generated = max(float(np.nanmax(g.finish_s)) for g in chosen)
+        self.trainer_clock.idle("dependency", min(generated, env.now), k, label="rollout")
+        self.trainer_clock.idle("dependency", env.now, k, label="reward")
         return chosen
 
     def _report_into(self, ctx: Context) -> None:

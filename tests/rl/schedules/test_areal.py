@@ -188,3 +188,26 @@ def test_dynamic_sampling_rejects_groups_without_signal_and_keeps_every_other():
     assert s["samples"]["consumed"] == 4 * 32
     assert set(s["samples"]["dropped"]) <= {"no_signal", "unused"} and s["samples"]["dropped"]["no_signal"] > 0
     assert s["areal"]["rollouts_accepted"] * 4 == s["samples"]["consumed"] + s["samples"]["dropped"].get("unused", 0)
+
+
+def test_a_rollout_counts_toward_a_batch_once_its_rewards_are_in():
+    """arun_episode scores each trajectory before it returns: a rollout still being scored is not a
+    result yet, so the batch is the earliest started of the rewarded ones, none used before its reward."""
+    fake = costs(reward_s_per_sample=1.0, train_device_s_per_token=1e-7)   # scoring-bound: slow rewards, fast training
+    rec, tl, sm, s = run(areal(iterations=5, max_head_offpolicyness=2, max_concurrent_rollouts=24), fake)
+    sm = sm.assign(index=start_index(sm))
+    groups = sm.groupby("index").agg(ready=("ready", "max"), step=("consumed_iteration", "max"))
+    choices, prev_end = 0, 0.0
+    for k, it in enumerate(rec.iterations):
+        taken = groups[groups.step == k]
+        assert len(taken) == PROMPTS and (taken.ready <= it["start"] + 1e-9).all()
+        # the step starts once the batch's worth is rewarded (or the previous step has ended)
+        left = groups[(groups.step >= k) | (groups.step < 0)].ready.sort_values()
+        assert it["start"] == pytest.approx(max(prev_end, left.iloc[PROMPTS - 1]), abs=1e-9)
+        prev_end = it["end"]
+        waiting = groups[(groups.ready <= it["start"] + 1e-9) & ((groups.step > k) | (groups.step < 0))]
+        if len(waiting):
+            assert taken.index.max() < waiting.index.min()
+            choices += 1
+    assert choices >= 2
+    assert s["reward_wait_fraction"] > 0                  # the rewards' share of the trainer's wait is said
