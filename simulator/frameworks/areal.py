@@ -514,9 +514,9 @@ def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: M
         raise RlsimError(f"expected a whole number >= 0, got {eta!r}", source=src, field="rollout.max_head_offpolicyness",
                          fix="pass rollout.max_head_offpolicyness=N")
     if colocated:
-        _colocated_switch(v, s, w, decided)
+        _colocated_switch(v, s, w)
+        neutral = {"rollout.max_head_offpolicyness": 0, "rollout.consumer_batch_size": w["prompts_per_step"]}
         for key in ("rollout.max_head_offpolicyness", "rollout.max_concurrent_rollouts", "rollout.consumer_batch_size"):
-            neutral = {"rollout.max_head_offpolicyness": 0, "rollout.consumer_batch_size": w["prompts_per_step"]}
             if v.given(key) and v(key) != neutral.get(key, object()):
                 decided[key] = ("unsupported", "colocated: rlsim generates one batch per step (AReaL's colocated mode "
                                                "generating ahead across the switch is not modelled)")
@@ -544,7 +544,7 @@ def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: M
     return s
 
 
-def _colocated_switch(v: Values, s: dict[str, Any], w: Mapping[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+def _colocated_switch(v: Values, s: dict[str, Any], w: Mapping[str, Any]) -> None:
     """AReaL's colocated step offloads the engine between phases (SGLang release_memory_occupation:
     its memory released and re-mapped, no weight copy; vLLM's /sleep, level 1 by default) and the
     actor during the rollout (torch_memory_saver; rl_trainer.py _offload_rollout / _onload_model)."""

@@ -133,7 +133,7 @@ class ArealRun(VerlFullyAsyncRun):
 
     def _batch_rules(self) -> None:
         sched, workload = self.sched, self.ctx.workload
-        self.per_update = self.per_version = workload.prompts_per_step      # the trained batch
+        self.per_update = workload.prompts_per_step      # the trained batch
         self.consumer_batch = sched.consumer_batch_size or workload.prompts_per_step
         self.max_concurrent = sched.max_concurrent_rollouts or self.consumer_batch
         self.partial = sched.interruptible
