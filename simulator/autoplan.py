@@ -273,6 +273,7 @@ def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     if sched.effective_placement == "colocated":
         actor = n_devices if sched.fuse == "full" else n_devices - max(1, round(n_devices * sched.aux_fraction))
         return list(range(actor)), list(range(actor))
+    n_devices -= sched.aux_devices or 0   # the reference / reward / critic's own pool (rl/pools.py)
     want = sched.rollout_devices or round(n_devices * sched.rollout_fraction)
     return list(range(want)), list(range(want, n_devices))
 

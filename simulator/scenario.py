@@ -564,6 +564,8 @@ COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
 SPLIT_KNOBS = frozenset({"rollout_fraction", "rollout_devices", "tail_threshold", "refit_overlap"})
 # Rollout may run ahead of training (staleness >= 1): bounded staleness and interruptible rollouts.
 STALE_KNOBS = frozenset({"staleness", "partial_rollout", "length_budget"})
+# A pool of its own for the reference / reward / critic beside split pools' trainer (rl/pools.py).
+AUX_POOL_KNOBS = frozenset({"aux_devices"})
 # Why a knob is limited to some kinds, said in the refusal (the rest: the kinds' placements differ).
 KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1)" for k in STALE_KNOBS},
                 "stream_threshold": "only StaleSync waits for a share of the batch",
@@ -574,6 +576,10 @@ KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1
                                           "its whole batch's rewards before training",
                 "between_gen_batches": "only the synchronous colocated step generates a step's batches one after "
                                        "another on the devices that train",
+                "aux_devices": "a pool of its own for the reference, reward and critic is built beside the "
+                               "training pool of the kinds that train one step at a time there (disaggregated, "
+                               "one-step-off, async, stalesync on split pools); colocated: fuse: actor with "
+                               "aux_fraction",
                 "round_batches": "only one-step-off trains step k on round k (verl's one_step_off_policy)",
                 "failures": "failures are modelled on colocated placements and synchronous split pools",
                 "recovery": "failures are modelled on colocated placements and synchronous split pools"}
@@ -586,7 +592,7 @@ NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_upda
                               "recompute_kv_after_update"})
 AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurrent_rollouts", "consumer_batch_size",
                          "recompute_logprob"})
-PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS,
+PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS, AUX_POOL_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
                                    {"placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
                                     "between_gen_batches", "round_batches"})
@@ -621,6 +627,13 @@ class ScheduleConfig(_Strict):
     aux_fraction: float = Field(0.125, gt=0, lt=1)     # fuse=actor: share of devices for ref/reward/critic
     rollout_fraction: float = Field(0.5, gt=0, lt=1)
     rollout_devices: int | None = Field(None, gt=0)
+    # Split pools: devices of a pool of their own for the reference, reward and critic models, taken
+    # from the job's devices before the rollout / training split. Their forward passes run there beside
+    # the actor's log-prob pass, the critic's update beside the actor's (OpenRLHF's default placement:
+    # each model on its own GPUs, dispatched together in make_experience and fit together in ppo_train,
+    # openrlhf/trainer/ppo_utils/experience_maker.py and ppo_trainer.py, read in the 0.11.2 wheel).
+    # None: they run on the training pool, after the actor's passes.
+    aux_devices: int | None = Field(None, gt=0)
     staleness: float | None = Field(None, ge=0)        # default per kind: 0 sync, 1 otherwise
     stream_threshold: float | None = Field(None, gt=0, le=1)  # default: 0.5 stalesync, 1 otherwise
     partial_rollout: bool = False
@@ -826,6 +839,15 @@ class ScheduleConfig(_Strict):
                              "or set schedule.fuse: actor")
         return value
 
+    @model_validator(mode="after")
+    def _aux_pool_keeps_no_failures(self) -> "ScheduleConfig":
+        """Failures re-plan the rollout and training pools (rl/schedules/split_failures.py); a third
+        pool beside them is not re-planned, so the two are refused together, not half modelled."""
+        if self.aux_devices is not None and self.failures:
+            raise ValueError("schedule.failures are not modelled with an aux pool (schedule.aux_devices): remove "
+                             "one of them")
+        return self
+
     @field_validator("recompute_kv_after_update", mode="after")
     @classmethod
     def _recompute_needs_in_flight(cls, value: bool, info: ValidationInfo) -> bool:
@@ -952,7 +974,7 @@ def _colocated() -> type[ScheduleConfig]:
 def _disaggregated() -> type[ScheduleConfig]:
     class DisaggregatedSchedule(ScheduleConfig):
         """Synchronous RL on split pools: a rollout pool and a training pool, weights broadcast between."""
-        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS | AUX_POOL_KNOBS
         PLACEMENT: ClassVar[str] = "disaggregated"
         kind: Literal["disaggregated"] = "disaggregated"
     return DisaggregatedSchedule
@@ -962,7 +984,7 @@ def _disaggregated() -> type[ScheduleConfig]:
 def _one_step_off() -> type[ScheduleConfig]:
     class OneStepOffSchedule(ScheduleConfig):
         """Split pools; rollout of step k+1 overlaps training of step k (staleness 1 by default)."""
-        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS | {"round_batches"}
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS | AUX_POOL_KNOBS | {"round_batches"}
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
         kind: Literal["one-step-off"] = "one-step-off"
@@ -993,7 +1015,7 @@ def _stalesync() -> type[ScheduleConfig]:
         @classmethod
         def accepts(cls, placement: str | None = None) -> frozenset[str]:
             if placement == "disaggregated":   # split pools; failures are not modelled there (failures.py)
-                return COMMON_KNOBS | cls.ACCEPTS | SPLIT_KNOBS
+                return COMMON_KNOBS | cls.ACCEPTS | SPLIT_KNOBS | AUX_POOL_KNOBS
             return COMMON_KNOBS | cls.ACCEPTS | COLOCATED_KNOBS | FAILURE_KNOBS | {"consolidate_share"}
     return StaleSyncSchedule
 
@@ -1002,7 +1024,7 @@ def _stalesync() -> type[ScheduleConfig]:
 def _async() -> type[ScheduleConfig]:
     class AsyncSchedule(ScheduleConfig):
         """Split pools, continuous generation; the trainer consumes within the staleness bound."""
-        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS | AUX_POOL_KNOBS
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
         REWARD_HANDOVER: ClassVar[str] = "sample"      # continuous generation: each sample as it ends

@@ -141,6 +141,7 @@ _RUN_ONLY = ("iterations", "schedule", "workload.reward")
 # trains on, how the run forms and pads its micro-batches, the devices colocated StaleSync also
 # trains on, the switch's resident state and a resident engine's share of HBM
 _PLAN_READS = ("schedule.kind", "schedule.placement", "schedule.rollout_fraction", "schedule.rollout_devices",
+               "schedule.aux_devices",
                "schedule.fuse", "schedule.aux_fraction", "schedule.distqueue.packed", "schedule.micro_batching",
                "schedule.pack_tokens", "schedule.staleness", "schedule.stream_threshold", "schedule.consolidate_share",
                "schedule.switch.engine_resident")

@@ -39,10 +39,11 @@ def split_warning(schedule: ScheduleConfig, n_devices: int, pools: dict[str, Poo
     """A line saying that whole replicas and instances moved the asked split of the devices (the
     rollout share of split pools, the aux share of fuse: actor), or None when they did not."""
     if "rollout" in pools:
+        n_devices -= schedule.aux_devices or 0   # the split is of the devices beside the aux pool
         want, got, pool = requested_rollout_devices(schedule, n_devices), pools["rollout"].count, "rollout"
         knob = "rollout_devices" if schedule.rollout_devices else "rollout_fraction"
         value = schedule.rollout_devices or schedule.rollout_fraction
-        what = "to generate"
+        what = "to generate" + (" beside the aux pool" if schedule.aux_devices else "")
     elif "aux" in pools:
         want, got, pool = max(1, round(n_devices * schedule.aux_fraction)), pools["aux"].count, "aux"
         knob, value, what = "aux_fraction", schedule.aux_fraction, "for the reference, reward and critic"
@@ -58,7 +59,9 @@ def split_warning(schedule: ScheduleConfig, n_devices: int, pools: dict[str, Poo
 
 def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
                 train_group_devices: int, source: str = "<scenario>", unit_text: str = "") -> dict[str, Pool]:
-    """colocated: {actor} (fuse=full) or {actor, aux} (fuse=actor); otherwise {rollout, train}.
+    """colocated: {actor} (fuse=full) or {actor, aux} (fuse=actor); otherwise {rollout, train}, and
+    with schedule.aux_devices {rollout, train, aux}: the aux pool's devices set apart first, after the
+    training pool's, the rest split.
     ``train_group_devices``: the training pool's granule (TrainLayout.pool_unit: whole replicas that
     also fold the experts), so a split that the fraction would put between granules rounds to one;
     ``unit_text`` what makes it (TrainLayout.pool_unit_text), said when none fits."""
@@ -80,6 +83,31 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
             raise RlsimError("no devices left for the actor after the aux pool", source=source,
                              field="schedule.aux_fraction", fix="lower aux_fraction or use fuse: full")
         return {"actor": Pool("actor", 0, actor), "aux": Pool("aux", actor, aux)}
+    aux = _aux_devices(schedule, n_devices, instance_devices, train_group_devices, source)
+    pools = _split(schedule, n_devices - aux, instance_devices, train_group_devices, source, why)
+    if aux:
+        used = pools["train"].start + pools["train"].count
+        pools["aux"] = Pool("aux", used, aux)
+    return pools
+
+
+def _aux_devices(schedule: ScheduleConfig, n_devices: int, instance_devices: int, train_group_devices: int,
+                 source: str) -> int:
+    """The devices schedule.aux_devices sets apart (0 without it); an error when they leave no room for
+    one training replica and one rollout instance."""
+    aux = schedule.aux_devices or 0
+    room = n_devices - train_group_devices - instance_devices
+    if aux and aux > room:
+        raise RlsimError(f"aux_devices={aux} leaves no room for a training replica ({train_group_devices} devices) "
+                         f"and a rollout instance ({instance_devices}) on {n_devices} devices", source=source,
+                         field="schedule.aux_devices",
+                         fix=f"give at most {room}" if room > 0 else "give more devices or smaller layouts")
+    return aux
+
+
+def _split(schedule: ScheduleConfig, n_devices: int, instance_devices: int, train_group_devices: int,
+           source: str, why: str) -> dict[str, Pool]:
+    """{rollout, train} on the first ``n_devices``: whole rollout instances and training replicas."""
     field_name = "schedule.rollout_devices" if schedule.rollout_devices else "schedule.rollout_fraction"
     want = requested_rollout_devices(schedule, n_devices)
     if schedule.rollout_devices and want > n_devices - train_group_devices:

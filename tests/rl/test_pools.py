@@ -24,6 +24,7 @@ class _Schedule:
     aux_fraction: float = 0.125
     rollout_fraction: float = 0.5
     rollout_devices: int | None = None
+    aux_devices: int | None = None
 
 
 def _check_layout(pools: dict[str, Pool], n_devices: int) -> None:
@@ -63,7 +64,17 @@ def test_rollout_devices_wins_over_the_fraction() -> None:
     assert pools == {"rollout": Pool("rollout", 0, 6), "train": Pool("train", 6, 10)}
 
 
+def test_aux_devices_are_set_apart_before_the_split() -> None:
+    """schedule.aux_devices: exactly that many devices, after the training pool; the rollout share
+    is of the devices beside them (0.25 of 12, not of 16)."""
+    pools = build_pools(_Schedule("disaggregated", rollout_fraction=0.25, aux_devices=4), 16, 1, 1)
+    assert pools == {"rollout": Pool("rollout", 0, 3), "train": Pool("train", 3, 9), "aux": Pool("aux", 12, 4)}
+    real = build_pools(ScheduleConfig(kind="one-step-off", rollout_devices=4, aux_devices=6), 16, 2, 2)
+    assert real == {"rollout": Pool("rollout", 0, 4), "train": Pool("train", 4, 6), "aux": Pool("aux", 10, 6)}
+
+
 @pytest.mark.parametrize(("schedule", "n", "inst", "group", "field"), [
+    (_Schedule("disaggregated", aux_devices=5), 8, 2, 2, "schedule.aux_devices"),
     (_Schedule("colocated"), 6, 4, 8, "workload.train_layout"),
     (_Schedule("colocated", fuse="actor", aux_fraction=0.9), 8, 2, 4, "schedule.aux_fraction"),
     (_Schedule("disaggregated"), 8, 2, 8, "schedule.rollout_fraction"),
@@ -100,16 +111,25 @@ def test_colocated_pools(n: int, inst: int, group: int, full: bool, aux_fraction
         assert pools["actor"].count + pools["aux"].count == n
 
 
-@given(st.integers(1, 512), sizes, sizes, fractions, st.none() | st.integers(1, 512))
-def test_split_pools(n: int, inst: int, group: int, fraction: float, rollout_devices: int | None) -> None:
-    schedule = _Schedule("disaggregated", rollout_fraction=fraction, rollout_devices=rollout_devices)
+@given(st.integers(1, 512), sizes, sizes, fractions, st.none() | st.integers(1, 512), st.none() | st.integers(1, 64))
+def test_split_pools(n: int, inst: int, group: int, fraction: float, rollout_devices: int | None,
+                     aux_devices: int | None) -> None:
+    schedule = _Schedule("disaggregated", rollout_fraction=fraction, rollout_devices=rollout_devices,
+                         aux_devices=aux_devices)
     try:
         pools = build_pools(schedule, n, inst, group)
     except RlsimError as exc:
+        if aux_devices and aux_devices > n - inst - group:
+            assert exc.field == "schedule.aux_devices"
+            return
         assert exc.field == ("schedule.rollout_devices" if rollout_devices else "schedule.rollout_fraction")
         return
     _check_layout(pools, n)
-    assert set(pools) == {"rollout", "train"}
+    assert set(pools) == {"rollout", "train"} | ({"aux"} if aux_devices else set())
+    if aux_devices:   # exactly the devices asked, right after the trainer's; the split is of the rest
+        assert pools["aux"].count == aux_devices
+        assert pools["aux"].start == pools["train"].start + pools["train"].count
+        n -= aux_devices
     rollout, train = pools["rollout"].count, pools["train"].count
     assert rollout % inst == 0 and train % group == 0
     assert n - rollout - train < inst  # the rollout takes every whole instance left by the trainer

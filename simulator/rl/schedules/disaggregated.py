@@ -209,7 +209,6 @@ class Trainer:
 
     def _train(self, k: int, ids: np.ndarray):
         run, ctx, env = self.run_, self.run_.ctx, self.run_.env
-        clock = run.trainer_clock
         ctx.trainer.drop_stale(k)
         # the batch's generation to its tail_threshold quantile, the tail's, then the last samples'
         # rule rewards (a wait on the verifier, as a colocated pool's is: not generation). Finish
@@ -217,12 +216,13 @@ class Trainer:
         finish = np.sort(ctx.store.at("finish", ids))
         t_tail = finish[min(len(finish) - 1, math.ceil(ctx.sched.tail_threshold * len(finish)) - 1)] \
             if len(finish) else env.now
-        clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
         # to where the engine handed the last out (an engine that returns a batch: its end)
         generated = float(ctx.store.at("returned", ids).max()) if len(finish) else env.now
-        clock.idle("long_tail", min(max(generated, clock.cursor), env.now), k)
-        clock.idle("dependency", env.now, k, label="reward")
-        yield from ctx.trainer.run(k, ids, clock)
+        for clock in run.training_clocks():   # the aux pool waits for the batch as the trainer does
+            clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
+            clock.idle("long_tail", min(max(generated, clock.cursor), env.now), k)
+            clock.idle("dependency", env.now, k, label="reward")
+        yield from ctx.trainer.run(k, ids, run.trainer_clock, run.aux_clock)
         yield from self._publish(k)
 
     def _publish(self, k: int):
@@ -253,10 +253,18 @@ class SplitPoolRun:
         self.trainer_proc: simpy.Process | None = None
         self.step, self.phase = 0, "A"              # phase A: waiting for the batch, B: training
         self.trainer_clock: Clock = GroupClock(ctx.timeline, "train", train.start, train.count)
-        ctx.clocks.append(self.trainer_clock)
-        ctx.start_clock(self.trainer_clock)
+        # schedule.aux_devices: the reference / reward / critic passes on a pool of their own
+        aux = ctx.pools.get("aux")
+        self.aux_clock: Clock | None = GroupClock(ctx.timeline, "aux", aux.start, aux.count) if aux else None
+        for clock in self.training_clocks():
+            ctx.clocks.append(clock)
+            ctx.start_clock(clock)
         self.failures = SplitPoolFailures(self) if ctx.sched.failures else None
         self.sync_s = self.sync_time() if self.failures else self.sync_time(train.ranks, rollout.ranks)
+
+    def training_clocks(self) -> list[Clock]:
+        """The trainer's clock and the aux pool's, where there is one."""
+        return [self.trainer_clock] + ([self.aux_clock] if self.aux_clock is not None else [])
 
     def round_known(self, k: int) -> bool:
         """Whether the store holds every sample of round k it will (each instance generated its share:
@@ -308,7 +316,7 @@ class SplitPoolRun:
             spare_clock = GroupClock(ctx.timeline, "rollout", rollout.start + (rollout.count // self.d) * self.d, spare)
             ctx.start_clock(spare_clock)
             spare_clock.idle("placement", makespan)
-        for part in clock_parts(self.trainer_clock):
+        for part in [part for clock in self.training_clocks() for part in clock_parts(clock)]:
             part.idle("dependency", makespan)
         return makespan
 

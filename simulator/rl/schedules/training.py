@@ -135,6 +135,8 @@ class TrainStep:
         """Forward stages: actor-side ones on main; reference / reward / critic on aux when split."""
         totals = self.ctx.totals
         ends = {"main": t0, "aux": t0}
+        if aux is not None:   # the aux pool waits while the trainer fetches the batch
+            aux.idle("dependency", t0, k, label="distqueue")
         for stage in [st for st in self.ctx.alg.of_kind(FORWARD) if st.name not in skip]:
             side = "aux" if (aux is not None and stage.role != "actor") else "main"
             clock = aux if side == "aux" else main

@@ -117,6 +117,36 @@ def test_disaggregated_with_instant_trainer_equals_rollout_time():
     assert by_round.iloc[-1] == pytest.approx(s["makespan_s"], rel=1e-9)
 
 
+@pytest.mark.parametrize("aux_devices", [None, 4, 8])
+def test_split_pools_aux_pool_runs_the_reference_beside_the_actors_forward(aux_devices):
+    """schedule.aux_devices (OpenRLHF's reference on GPUs of its own): the step's forwards take
+    max(old log-probs on the trainer's T devices, reference on the aux pool's A) instead of their sum
+    on T; closed form on equal lengths, strict alternation (gen + forwards + train + sync a step)."""
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, decode_s_per_token=1e-3,
+                  train_device_s_per_token=1e-3, forward_device_s_per_token=2e-4)
+    sc = scenario("disaggregated", iterations=3, workload={"reference": True}, distqueue={"bw_Bps": 1e30},
+                  rollout_devices=8, **({"aux_devices": aux_devices} if aux_devices else {}))
+    rec, tl, sm, s = run(sc, c, devices=16 + (aux_devices or 0) - 4, prompt=const(100), resp=const(500))
+    tokens, train_devices = 64 * 600, 4
+    forwards = (max(tokens * 2e-4 / train_devices, tokens * 2e-4 / aux_devices) if aux_devices
+                else 2 * tokens * 2e-4 / train_devices)
+    assert s["pools"] == {"rollout": 8, "train": 4, **({"aux": aux_devices} if aux_devices else {})}
+    assert s["step_time_s"] == pytest.approx(500 * 1e-3 + forwards + tokens * 1e-3 / train_devices + 0.7, rel=1e-9)
+    if aux_devices:   # the reference ran on the aux pool, and every aux device's time is accounted
+        assert set(tl.loc[tl["pool"] == "aux", "label"]) >= {"reference"}
+        assert np.allclose(metrics.per_device_time(tl, 16 + aux_devices - 4), rec.makespan_s)
+
+
+def test_aux_devices_are_a_split_pool_knob_without_failures():
+    with pytest.raises(RlsimError, match="aux_devices.*applies to kind: disaggregated / one-step-off"):
+        scenario("colocated", aux_devices=4)
+    with pytest.raises(RlsimError, match="verl-fully-async"):
+        scenario("verl-fully-async", aux_devices=4)
+    with pytest.raises(RlsimError, match="failures are not modelled with an aux pool"):
+        scenario("disaggregated", aux_devices=4, failures=[{"at_s": 10, "fail": "devices:0-1"}])
+    assert scenario("stalesync", placement="disaggregated", aux_devices=4).schedule.aux_devices == 4
+
+
 def test_stalesync_colocated_splits_and_consumes_the_tail_next_step():
     c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.2, switch_s=0.1, instance_max_seqs=64)
     sync = run(scenario("colocated", iterations=6, prompts=16), c, devices=16)[3]
@@ -215,6 +245,7 @@ CASE = st.fixed_dictionaries({
     "slots": st.sampled_from([2, 8, 1000]),
     "partial": st.booleans(),
     "dapo": st.booleans(),
+    "aux": st.booleans(),
 })
 
 
@@ -225,6 +256,8 @@ def _case_scenario(c, staleness=None, **extra):
         extra["stream_threshold"] = c["threshold"]
     if c["kind"] in ("stalesync", "async") and c["partial"]:
         extra.update(partial_rollout=True, length_budget=500)
+    if c.get("aux") and c["kind"] in ("disaggregated", "one-step-off", "async"):   # the reference on a pool of its own
+        extra["aux_devices"] = 2
     if c.get("dapo"):   # dynamic sampling: two or more generation batches a step (8 prompts, 4 at a time)
         extra["workload"] = {"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 0.6}}
     return scenario(c["kind"], iterations=4, seed=c["seed"], **extra)
