@@ -27,10 +27,11 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own exits with 2 already; keep its text short
         self.print_usage(sys.stderr)
         if message.startswith("unrecognized arguments:") and "=" in message and \
-                any(flag in getattr(self, "argv_given", sys.argv) for flag in ("--from-verl", "--from-nemo-rl", "--from-areal")):
+                any(flag in getattr(self, "argv_given", sys.argv) for flag in ("--from-verl", "--from-nemo-rl", "--from-areal",
+                                                                          "--from-openrlhf")):
             # framework overrides placed after another option: argparse has no slot for them there
             message += (" (fix: give the config's key=value overrides right after its path: "
-                        "--from-verl / --from-nemo-rl / --from-areal CONFIG key=value ... --topology ...)")
+                        "--from-verl / --from-nemo-rl / --from-areal / --from-openrlhf CONFIG key=value ... --topology ...)")
         self.exit(2, f"rlsim: error: {message}\n")
 
 

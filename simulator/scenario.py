@@ -1675,7 +1675,10 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
 
 def has_framework_timers(sched: ScheduleConfig) -> bool:
     """Whether the summary carries framework timer names (metrics.verl_timing): a step run as verl's
-    hybrid engine (colocated, fuse: full) or one_step_off_policy runs it."""
+    hybrid engine (colocated, fuse: full) or one_step_off_policy runs it: one phase after another on
+    the trainer (an aux pool runs some beside the others, which verl's timers do not split)."""
+    if sched.aux_devices is not None:
+        return False
     return sched.kind == "one-step-off" or (sched.kind == "colocated" and sched.fuse == "full")
 
 

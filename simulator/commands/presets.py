@@ -50,11 +50,13 @@ def _workloads() -> list[str]:
 
 
 def _framework_configs() -> list[str]:
-    """The example framework configs (workloads/frameworks/, for --from-verl / --from-nemo-rl / --from-areal): not workloads."""
+    """The example framework configs (workloads/frameworks/, for --from-verl / --from-nemo-rl / --from-areal /
+    --from-openrlhf): not workloads."""
     from ..presets import preset_dir
 
     try:
-        return [str(p) for p in sorted((preset_dir("workloads") / "frameworks").glob("*.yaml"))]
+        folder = preset_dir("workloads") / "frameworks"
+        return [str(p) for p in sorted([*folder.glob("*.yaml"), *folder.glob("*.sh")])]
     except (OSError, ValueError):
         return []
 
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     print("  " + (", ".join(doc["models"]) or "(none yet)"))
     print("workloads:")
     print("  " + (", ".join(doc["workloads"]) or "(none yet)"))
-    print("framework configs (examples for rlsim run --from-verl / --from-nemo-rl / --from-areal):")
+    print("framework configs (examples for rlsim run --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf):")
     for path in doc["framework_configs"]:
         print(f"  {path}")
     for key, title in (("train_software", "training stacks (--set workload.train_software=NAME)"),

@@ -17,6 +17,7 @@ EXAMPLES = """examples:
   rlsim run --from-verl workloads/frameworks/verl-fully-async-qwen2.5-7b.yaml --print-scenario > mine.yaml
   rlsim run --from-nemo-rl workloads/frameworks/nemo-rl-grpo-llama3.1-8b.yaml --set workload.response_length.median=900
   rlsim run --from-areal workloads/frameworks/areal-grpo-qwen2.5-1.5b.yaml rollout.max_head_offpolicyness=4 --iterations 6
+  rlsim run --from-openrlhf workloads/frameworks/openrlhf-reinforce-qwen2.5-7b-hybrid.sh vllm.enable_sleep=false vllm.gpu_memory_utilization=0.3 --iterations 3
 """
 
 

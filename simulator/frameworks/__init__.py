@@ -1,4 +1,4 @@
-"""Framework configs (verl, NeMo RL, AReaL) turned into rlsim scenarios; see docs/guides/frameworks.md."""
+"""Framework configs (verl, NeMo RL, AReaL, OpenRLHF launch scripts) turned into rlsim scenarios; see docs/guides/frameworks.md."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -7,13 +7,14 @@ from pathlib import Path
 from ..errors import RlsimError
 from .common import FrameworkImport
 
-FRAMEWORKS = ("verl", "nemo-rl", "areal")
+FRAMEWORKS = ("verl", "nemo-rl", "areal", "openrlhf")
 
 
 def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (), *,
                   topology: str | None = None, schedule: str | None = None,
                   user_sets: Iterable[str] = ()) -> FrameworkImport:
-    """``framework`` 'verl', 'nemo-rl' or 'areal': its YAML plus ``key=value`` overrides -> FrameworkImport."""
+    """``framework`` 'verl', 'nemo-rl', 'areal' (a YAML) or 'openrlhf' (a launch script), plus ``key=value``
+    overrides -> FrameworkImport."""
     if framework == "verl":
         from .verl import import_verl
         return import_verl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
@@ -23,6 +24,9 @@ def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (
     if framework == "areal":
         from .areal import import_areal
         return import_areal(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
+    if framework == "openrlhf":
+        from .openrlhf import import_openrlhf
+        return import_openrlhf(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
     raise RlsimError(f"unknown framework {framework!r}", field="framework", fix=f"use one of {', '.join(FRAMEWORKS)}")
 
 

@@ -218,13 +218,13 @@ def test_every_command_with_random_flags(workdir, argv):
 
 def _framework_keys() -> dict[str, list[str]]:
     """Each importer's own keys (its table's entries and the defaults it reads), wildcards dropped."""
-    from simulator.frameworks import areal, nemo_rl, verl
+    from simulator.frameworks import areal, nemo_rl, openrlhf, verl
     return {name: sorted({key for key in (*module.RULES, *module.DEFAULTS) if not key.endswith("*")})
-            for name, module in (("verl", verl), ("nemo-rl", nemo_rl), ("areal", areal))}
+            for name, module in (("verl", verl), ("nemo-rl", nemo_rl), ("areal", areal), ("openrlhf", openrlhf))}
 
 
 FRAMEWORK_EXAMPLES = {"verl": "verl-grpo-qwen2.5-7b.yaml", "nemo-rl": "nemo-rl-grpo-llama3.1-8b.yaml",
-                      "areal": "areal-grpo-qwen2.5-1.5b.yaml"}
+                      "areal": "areal-grpo-qwen2.5-1.5b.yaml", "openrlhf": "openrlhf-reinforce-qwen2.5-7b-hybrid.sh"}
 
 
 @fuzz_settings(30)

@@ -1,0 +1,171 @@
+"""`--from-openrlhf`: OpenRLHF 0.11.2 launch scripts turned into scenarios (simulator/frameworks/openrlhf.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.frameworks import import_config, openrlhf
+from simulator.frameworks.openrlhf_script import read_script
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "workloads" / "frameworks"
+HYBRID = EXAMPLES / "openrlhf-reinforce-qwen2.5-7b-hybrid.sh"
+ASYNC = EXAMPLES / "openrlhf-ppo-llama3.1-8b-async.sh"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def script(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "train.sh"
+    path.write_text(text)
+    return path
+
+
+def test_a_script_is_read_as_bash_passes_its_command(tmp_path):
+    """Continuation lines, the script's own variables ($X, ${X}, ${X:-default}), switches, flags of
+    two values, --flag=value, and the command's end at a pipe; an unset variable stays ${NAME}."""
+    path = script(tmp_path, 'export MODEL="Qwen/Qwen2.5-7B"\nN=8\n'
+                            'ray job submit -- python3 -m openrlhf.cli.train_ppo_ray \\\n'
+                            '  --actor.model_name_or_path $MODEL --rollout.n_samples_per_prompt ${N} \\\n'
+                            '  --train.colocate_all --reward.clip_range -5 5 --algo.kl.init_coef 1e-3 \\\n'
+                            '  --data.max_len=${MAX_LEN:-4096} --logger.wandb.key ${WANDB} 2>&1 | tee log.txt\n'
+                            'echo done --not.a.flag 1\n')
+    flat = read_script(path, openrlhf.ARITY)
+    assert flat == {"actor.model_name_or_path": "Qwen/Qwen2.5-7B", "rollout.n_samples_per_prompt": 8,
+                    "train.colocate_all": True, "reward.clip_range": [-5, 5], "algo.kl.init_coef": 0.001,
+                    "data.max_len": 4096, "logger.wandb.key": "${WANDB}"}
+    with pytest.raises(RlsimError, match="cannot resolve") as info:
+        import_config("openrlhf", HYBRID, ["actor.model_name_or_path=${HF_MODEL}"])
+    assert info.value.field == "actor.model_name_or_path"
+
+
+@pytest.mark.parametrize(("text", "words"), [("echo hello\n", "no `openrlhf.cli.train_ppo_ray` command"),
+                                             ("python3 -m openrlhf.cli.train_ppo_ray stray --a 1\n", "not a --flag"),
+                                             ("python3 -m openrlhf.cli.train_ppo_ray --a 'open\n", "close the quotes")])
+def test_a_script_without_a_readable_command_is_refused(tmp_path, text, words):
+    with pytest.raises(RlsimError) as info:
+        read_script(script(tmp_path, text), openrlhf.ARITY)
+    assert words in str(info.value) and info.value.source == str(tmp_path / "train.sh")
+
+
+def test_the_hybrid_engine_example_runs_to_the_same_json_as_its_scenario(capsys):
+    """train.colocate_all: colocated, vLLM sleeping at level 1, DeepSpeed's states to the host around
+    each update, the reference on the actor's GPUs; every flag accounted for."""
+    r = import_config("openrlhf", HYBRID)
+    assert not r.unknown and not r.unsupported
+    w, s = r.scenario["workload"], r.scenario["schedule"]
+    assert s["kind"] == "colocated" and s["refit"] == "full-tensors"
+    assert s["switch"] == {"offload_optimizer": True, "free_gradients": False, "engine_sleep": True,
+                           "engine_sleep_level": 1}
+    assert (w["algorithm"], w["prompts_per_step"], w["samples_per_prompt"], w["mini_batch_prompts"]) == \
+        ("grpo", 128, 8, 16)
+    assert w["reference"] is True and w["reward"] == {"kind": "rule", "handover": "sample"}
+    assert w["train_layout"] == {"tp": 1, "pp": 1, "cp": 1, "zero": 3, "recompute": "full", "micro_batch": 4}
+    assert w["response_length"]["max"] == 4096 and w["inference"]["max_model_len"] == 5120
+    assert r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1}
+    code, imported, err = cli(capsys, "run", "--from-openrlhf", str(HYBRID), "--iterations", "2", "--json")
+    assert code == 0, err
+    code, saved, err = cli(capsys, "run", str(DATA / "openrlhf-reinforce-qwen2.5-7b-hybrid.scenario.yaml"),
+                           "--iterations", "2", "--json")
+    assert code == 0, err
+    doc = json.loads(imported)
+    assert doc.pop("framework_import")["framework"] == "openrlhf"
+    assert json.dumps(doc, indent=2) + "\n" == saved
+
+
+def test_default_placement_puts_reference_critic_and_reward_model_on_an_aux_pool():
+    """No colocation flag: the engines, the actor, the reference, the critic and the reward model
+    each on GPUs of their own; async: one-step-off with round batches, staleness = the queue."""
+    r = import_config("openrlhf", ASYNC)
+    assert not r.unknown and not r.unsupported
+    s, w = r.scenario["schedule"], r.scenario["workload"]
+    assert (s["kind"], s["staleness"], s["round_batches"]) == ("one-step-off", 1, True)
+    assert s["rollout_devices"] == 8 and s["aux_devices"] == 4 + 8 + 4   # ref + critic + reward model
+    assert w["algorithm"] == "ppo" and w["reward"] == {"kind": "model", "model": "llama3.1-8b"}
+    assert r.scenario["topology"]["nodes"] == 4                            # 8 actor + 8 vLLM + 16
+    assert import_config("openrlhf", ASYNC, ["train.async_queue_size=2"]).scenario["schedule"]["staleness"] == 2
+    sync = import_config("openrlhf", ASYNC, ["train.async_enable=false"]).scenario["schedule"]
+    assert sync["kind"] == "disaggregated" and "staleness" not in sync
+    beside = import_config("openrlhf", ASYNC, ["train.colocate_actor_ref=true", "ref.num_gpus_per_node=8",
+                                               "train.colocate_critic_reward=true", "reward.num_gpus_per_node=8"])
+    assert beside.scenario["schedule"]["aux_devices"] == 8                 # the critic's, the reward model beside it
+    assert "no GPUs of its own" in beside.ignored["ref.num_gpus_per_node"]
+    together = import_config("openrlhf", ASYNC, ["train.colocate_all=true", "ref.num_gpus_per_node=8"])
+    assert "aux_devices" not in together.scenario["schedule"]             # async: the DeepSpeed models colocated
+    assert together.scenario["schedule"]["kind"] == "one-step-off"
+
+
+def test_the_async_example_runs_with_its_aux_pool(capsys):
+    code, out, err = cli(capsys, "run", "--from-openrlhf", str(ASYNC), "--iterations", "3", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["pools"] == {"rollout": 8, "train": 8, "aux": 16}
+    assert "verl_timing_s" not in doc   # verl's phases do not split passes that run side by side
+    assert doc["staleness"]["max"] <= 1
+
+
+@pytest.mark.parametrize(("overrides", "field", "words"), [
+    (["vllm.num_engines=2"], "vllm.num_engines", "hybrid engine needs"),
+    (["ref.num_gpus_per_node=4"], "ref.num_gpus_per_node", "OpenRLHF asserts it"),
+    (["vllm.num_engines=0"], "vllm.num_engines", "no vLLM engines"),
+    (["~reward.remote_url"], "reward.model_name_or_path", "no reward"),
+    (["train.batch_size=100"], "train.batch_size", "whole number of prompt groups"),
+    (["algo.advantage.estimator=ppo"], "algo.advantage.estimator", "advantage estimators"),
+    (["ds.tensor_parallel_size=3"], "ds.tensor_parallel_size", "not divisible"),
+])
+def test_what_openrlhf_refuses_is_refused_naming_the_flag(overrides, field, words):
+    with pytest.raises(RlsimError) as info:
+        import_config("openrlhf", HYBRID, overrides)
+    assert info.value.field == field and words in str(info.value) and info.value.fix
+
+
+def test_dynamic_batching_offload_and_lora_are_read():
+    r = import_config("openrlhf", HYBRID, ["train.dynamic_batch_enable=true", "train.max_tokens_per_gpu=8192",
+                                           "ds.adam_offload=true", "ds.lora.rank=32", "+ds.lora.target_modules=q_proj"])
+    w, s = r.scenario["workload"], r.scenario["schedule"]
+    assert w["train_layout"]["max_tokens_per_micro_batch"] == 8192 == w["train_layout"]["logprob_max_tokens_per_micro_batch"]
+    assert "micro_batch" not in w["train_layout"] and "forward_micro_batch" not in s
+    assert "token budgets" in r.ignored["train.micro_batch_size"]
+    assert w["train_params"] == {"offload": {"optimizer": True, "scope": "optimizer_step"}}
+    assert s["switch"]["offload_optimizer"] is False and "on the host already" in r.ignored["ds.enable_sleep"]
+    assert w["lora"] == {"rank": 32, "targets": ["q_proj"]}
+
+
+def test_vllm_without_sleep_stays_resident_and_partial_rollouts_are_unsupported():
+    r = import_config("openrlhf", HYBRID, ["vllm.enable_sleep=false"])
+    assert r.scenario["schedule"]["switch"]["engine_resident"] is True
+    r = import_config("openrlhf", ASYNC, ["+train.partial_rollout_enable=true"])
+    assert "pause / resume" in r.unsupported["train.partial_rollout_enable"]
+
+
+def test_unknown_flags_are_listed_and_overrides_must_name_known_ones(tmp_path):
+    path = script(tmp_path, HYBRID.read_text().replace("--ds.zero_stage 3", "--ds.zero_stag 3 --ds.brand_new"))
+    r = import_config("openrlhf", path)
+    assert "did you mean 'ds.zero_stage'" in r.unknown["ds.zero_stag"] and r.unknown["ds.brand_new"]
+    with pytest.raises(RlsimError, match="names a key the config does not have"):
+        import_config("openrlhf", HYBRID, ["train.batchsize=64"])
+
+
+def test_every_mapped_rule_names_an_rlsim_section_and_the_guide_lists_them():
+    for key, rule in openrlhf.RULES.items():
+        assert rule.reason or rule.target, key
+        if rule.status == "mapped":
+            assert rule.target.split(".")[0] in ("workload", "schedule", "topology"), key
+    guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
+    missing = [key for key in openrlhf.RULES if f"`{key}`" not in guide]
+    assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its tables from RULES)"
+
+
+def test_every_switch_and_list_flag_is_one_of_openrlhfs():
+    """ARITY names only flags the table covers (a typo there would read a value as a flag)."""
+    from simulator.frameworks.common import in_table
+    assert all(in_table(name, openrlhf.RULES) for name in openrlhf.ARITY)
