@@ -43,6 +43,7 @@ from .common import (
     unsupported,
     world_divides,
 )
+from .openrlhf_legacy import LEGACY, LEGACY_DEFAULTS, legacy_arity, translated
 from .openrlhf_script import read_script
 
 DEFAULTS_SOURCE = "OpenRLHF 0.11.2 openrlhf/cli/train_ppo_ray.py (its argparse defaults)"
@@ -180,6 +181,8 @@ RULES: dict[str, Rule] = {
     "ds.overlap_comm": unsupported("DeepSpeed's overlap_comm switch is not modelled: rlsim prices ZeRO's "
                                    "collectives with its training stack's overlap either way", neutral=False),
     "ds.value_head_prefix": ignored("a module name: no effect on step time"),
+    "ds.actor_init_on_gpu": ignored("where the weights are first built (0.9's --actor_init_on_gpu): no effect on "
+                                    "step time"),
     "ds.use_universal_ckpt": ignored(_LOG),
     "actor.gradient_checkpointing_enable": mapped("workload.train_layout.recompute", "full"),
     "actor.gradient_checkpointing_reentrant": ignored("the same recompute, reentrant or not"),
@@ -204,10 +207,16 @@ def import_openrlhf(path: str | Path, overrides: Iterable[str] = (), *, topology
     if schedule:
         raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule",
                          fix="the script's flags say the schedule (train.colocate_all, train.async_enable)")
-    flat = apply_hydra_overrides(read_script(path, ARITY), overrides, source,
-                                 known=lambda key: key in DEFAULTS or in_table(key, RULES))
+    flat = apply_hydra_overrides(read_script(path, {**ARITY, **legacy_arity(ARITY)}), overrides, source,
+                                 known=lambda key: key in DEFAULTS or key in LEGACY or in_table(key, RULES))
+    flat, old_names = translated(flat)
     result = FrameworkImport("openrlhf", source, {}, rules=RULES, overridden=overridden_keys(overrides))
-    v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+    v = Values(flat, {**DEFAULTS, **LEGACY_DEFAULTS} if old_names else DEFAULTS, result, DEFAULTS_SOURCE)
+    if old_names:
+        pairs = ", ".join(f"{name} -> {LEGACY[name] if isinstance(LEGACY[name], str) else ' + '.join(LEGACY[name])}"
+                          for name in old_names)
+        result.notes.append(f"flags in OpenRLHF's names before 0.10 (0.9.10's), read as 0.11.2's: {pairs}; with "
+                            "0.9.10's micro-batch defaults (rollout 8, train 4 samples)")
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     gpus = _gpus(v)

@@ -169,3 +169,44 @@ def test_every_switch_and_list_flag_is_one_of_openrlhfs():
     """ARITY names only flags the table covers (a typo there would read a value as a flag)."""
     from simulator.frameworks.common import in_table
     assert all(in_table(name, openrlhf.RULES) for name in openrlhf.ARITY)
+
+
+def test_a_script_in_the_names_before_0_10_imports_as_its_0_11_twin(tmp_path):
+    """0.9.10's flat flags (its argparse, read in its wheel) read as the 0.11.2 flags that replaced
+    them, with 0.9.10's own micro-batch defaults (8 forward, 4 training samples) where it sets none."""
+    from simulator.frameworks.openrlhf_legacy import LEGACY
+    old = script(tmp_path, "python3 -m openrlhf.cli.train_ppo_ray --actor_num_nodes 1 --actor_num_gpus_per_node 8 "
+                           "--vllm_num_engines 4 --vllm_tensor_parallel_size 2 --colocate_all_models "
+                           "--vllm_enable_sleep --deepspeed_enable_sleep --pretrain Qwen/Qwen2.5-7B-Instruct "
+                           "--remote_rm_url http://rm --ref_reward_offload --zero_stage 3 --train_batch_size 64 "
+                           "--rollout_batch_size 32 --n_samples_per_prompt 8 --max_new_tokens 2048 --max_len 3072 "
+                           "--advantage_estimator group_norm --init_kl_coef 1e-3 --gradient_checkpointing "
+                           "--packing_samples --enable_vllm_is_correction --use_wandb $TOKEN\n")
+    new = tmp_path / "new.sh"
+    new.write_text("python3 -m openrlhf.cli.train_ppo_ray --actor.num_nodes 1 --actor.num_gpus_per_node 8 "
+                   "--vllm.num_engines 4 --vllm.tensor_parallel_size 2 --train.colocate_all --vllm.enable_sleep "
+                   "--ds.enable_sleep --actor.model_name_or_path Qwen/Qwen2.5-7B-Instruct --reward.remote_url "
+                   "http://rm --ref.offload --reward.offload --ds.zero_stage 3 --train.batch_size 64 "
+                   "--rollout.batch_size 32 --rollout.n_samples_per_prompt 8 --rollout.max_new_tokens 2048 "
+                   "--data.max_len 3072 --algo.advantage.estimator group_norm --algo.kl.init_coef 1e-3 "
+                   "--actor.gradient_checkpointing_enable --ds.packing_samples --rollout.micro_batch_size 8 "
+                   "--train.micro_batch_size 4 --algo.advantage.is_correction_level token\n")
+    r_old, r_new = import_config("openrlhf", old), import_config("openrlhf", new)
+    for r in (r_old, r_new):
+        r.scenario["workload"].pop("name"), r.scenario["workload"].pop("description")
+    assert r_old.scenario == r_new.scenario
+    assert not r_old.unknown and set(r_old.mapped) == set(r_new.mapped) - {"rollout.micro_batch_size",
+                                                                             "train.micro_batch_size"}
+    assert any("before 0.10" in note and "colocate_all_models -> train.colocate_all" in note for note in r_old.notes)
+    assert r_old.scenario["workload"]["train_layout"]["micro_batch"] == 4       # 0.9.10's default
+    assert all(isinstance(new_name, tuple) or new_name.split(".")[0] in ("ref", "reward", "actor", "critic", "train",
+                                                                           "vllm", "algo", "eval", "ckpt", "logger",
+                                                                           "ds", "data", "rollout")
+               for new_name in LEGACY.values())
+
+
+def test_every_legacy_name_lands_in_the_table():
+    from simulator.frameworks.common import in_table
+    from simulator.frameworks.openrlhf_legacy import LEGACY
+    targets = [name for value in LEGACY.values() for name in ((value,) if isinstance(value, str) else value)]
+    assert all(in_table(name, openrlhf.RULES) for name in targets)
