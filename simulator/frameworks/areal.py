@@ -22,6 +22,7 @@ from .common import (
     Status,
     Values,
     begin_import,
+    begin_workload,
     capped_length,
     classify,
     ignored,
@@ -329,12 +330,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
               train_dims: Mapping[str, Mapping[str, int]], model_given: bool,
               decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     src = v.result.source
-    w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the AReaL config {Path(src).name}"}
-    if model_given:
-        decided["actor.path"] = ("mapped", "workload.model: given by --set")
-    else:
-        w["model"], how = model_for(v("actor.path"), "actor.path", src)
-        v.result.notes.append(f"actor.path {v('actor.path')!r} -> {how}")
+    w = begin_workload(v, "actor.path", "AReaL config", model_given, decided)
     prompts, n = v.count("train_dataset.batch_size"), v.count("gconfig.n_samples")
     minis = v.count("actor.ppo_n_minibatches")
     if prompts % minis:

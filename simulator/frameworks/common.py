@@ -464,6 +464,21 @@ def model_for(value: Any, field_name: str, source: str) -> tuple[str, str]:
                      fix=f"--set workload.model=PRESET (one of: {', '.join(sorted(names))}) or a path to its config.json")
 
 
+def begin_workload(v: Values, model_key: str, what: str, model_given: bool,
+                   decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """The imported workload's name and description (from the config's file name) and its model:
+    ``model_key``'s model id as a preset, or the user's ``--set workload.model`` (then the key is
+    listed as mapped there). ``what``: the config's kind, for the description."""
+    src = v.result.source
+    w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the {what} {Path(src).name}"}
+    if model_given:
+        decided[model_key] = ("mapped", "workload.model: given by --set")
+    else:
+        w["model"], how = model_for(v(model_key), model_key, src)
+        v.result.notes.append(f"{model_key} {v(model_key)!r} -> {how}")
+    return w
+
+
 def inactive_section(flat: Mapping[str, Any], prefix: str, reason: str,
                      decided: dict[str, tuple[Status, str]]) -> None:
     """The keys under ``prefix`` (a training backend the config does not run) listed as ignored with

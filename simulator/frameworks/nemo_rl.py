@@ -21,13 +21,13 @@ from .common import (
     Status,
     Values,
     begin_import,
+    begin_workload,
     capped_length,
     classify,
     flag,
     ignored,
     inactive_section,
     mapped,
-    model_for,
     positive_int,
     size_topology,
     unsupported,
@@ -270,12 +270,7 @@ def _reward_pool(flat: Mapping[str, Any], w: dict[str, Any], decided: dict[str, 
 
 def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     src = v.result.source
-    w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the NeMo RL recipe {Path(src).name}"}
-    if model_given:
-        decided["policy.model_name"] = ("mapped", "workload.model: given by --set")
-    else:
-        w["model"], how = model_for(v("policy.model_name"), "policy.model_name", src)
-        v.result.notes.append(f"policy.model_name {v('policy.model_name')!r} -> {how}")
+    w = begin_workload(v, "policy.model_name", "NeMo RL recipe", model_given, decided)
     prompts = v.count("grpo.num_prompts_per_step")
     gens = v.count("grpo.num_generations_per_prompt")
     w.update(algorithm="grpo", prompts_per_step=prompts, samples_per_prompt=gens)

@@ -32,6 +32,7 @@ from .common import (
     Status,
     Values,
     apply_hydra_overrides,
+    begin_workload,
     capped_length,
     classify,
     ignored,
@@ -279,12 +280,7 @@ def _kind(v: Values, gpus: Mapping[str, int], decided: dict[str, tuple[Status, s
 
 def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     src = v.result.source
-    w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the OpenRLHF script {Path(src).name}"}
-    if model_given:
-        decided["actor.model_name_or_path"] = ("mapped", "workload.model: given by --set")
-    else:
-        w["model"], how = model_for(v("actor.model_name_or_path"), "actor.model_name_or_path", src)
-        v.result.notes.append(f"actor.model_name_or_path {v('actor.model_name_or_path')!r} -> {how}")
+    w = begin_workload(v, "actor.model_name_or_path", "OpenRLHF script", model_given, decided)
     prompts, n = v.count("rollout.batch_size"), v.count("rollout.n_samples_per_prompt")
     w.update(algorithm=_algorithm(v), prompts_per_step=prompts, samples_per_prompt=n,
              mini_batch_prompts=_mini_batch_prompts(v, prompts, n), ppo_epochs=v.count("train.max_epochs"))

@@ -31,6 +31,7 @@ from .common import (
     Rule,
     Status,
     Values,
+    begin_workload,
     capped_length,
     classify,
     flag,
@@ -514,12 +515,7 @@ def _law(law: dict[str, Any]) -> str:
 
 def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     src = v.result.source
-    w: dict[str, Any] = {"name": Path(src).stem, "description": f"imported from the verl config {Path(src).name}"}
-    if model_given:
-        decided[f"{A}.model.path"] = ("mapped", "workload.model: given by --set")
-    else:
-        w["model"], how = model_for(v(f"{A}.model.path"), f"{A}.model.path", src)
-        v.result.notes.append(f"{A}.model.path {v(f'{A}.model.path')!r} -> {how}")
+    w = begin_workload(v, f"{A}.model.path", "verl config", model_given, decided)
     w["algorithm"] = _algorithm(v)
     mini = v.count(f"{A}.actor.ppo_mini_batch_size")
     if recipe == "fully-async":
