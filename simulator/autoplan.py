@@ -41,6 +41,7 @@ from .planner import (
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
 from .rl.packing import heaviest_micro_batch, micro_batch_order
+from .rl.pools import aux_pool_sizes
 from .rl.schedules.batches import draw_lengths
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
@@ -273,7 +274,7 @@ def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     if sched.effective_placement == "colocated":
         actor = n_devices if sched.fuse == "full" else n_devices - max(1, round(n_devices * sched.aux_fraction))
         return list(range(actor)), list(range(actor))
-    n_devices -= sched.aux_devices or 0   # the reference / reward / critic's own pool (rl/pools.py)
+    n_devices -= sum(aux_pool_sizes(sched).values())   # the reference / reward / critic's own pools (rl/pools.py)
     want = sched.rollout_devices or round(n_devices * sched.rollout_fraction)
     return list(range(want)), list(range(want, n_devices))
 

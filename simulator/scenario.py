@@ -566,6 +566,7 @@ SPLIT_KNOBS = frozenset({"rollout_fraction", "rollout_devices", "tail_threshold"
 STALE_KNOBS = frozenset({"staleness", "partial_rollout", "length_budget"})
 # A pool of its own for the reference / reward / critic beside split pools' trainer (rl/pools.py).
 AUX_POOL_KNOBS = frozenset({"aux_devices"})
+AUX_POOL_ROLES = ("reference", "reward", "critic")   # rl/schedules/training.py AUX_ROLES
 # Why a knob is limited to some kinds, said in the refusal (the rest: the kinds' placements differ).
 KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1)" for k in STALE_KNOBS},
                 "stream_threshold": "only StaleSync waits for a share of the batch",
@@ -627,13 +628,15 @@ class ScheduleConfig(_Strict):
     aux_fraction: float = Field(0.125, gt=0, lt=1)     # fuse=actor: share of devices for ref/reward/critic
     rollout_fraction: float = Field(0.5, gt=0, lt=1)
     rollout_devices: int | None = Field(None, gt=0)
-    # Split pools: devices of a pool of their own for the reference, reward and critic models, taken
-    # from the job's devices before the rollout / training split. Their forward passes run there beside
-    # the actor's log-prob pass, the critic's update beside the actor's (OpenRLHF's default placement:
+    # Split pools: devices of their own for the reference, reward and critic models, taken from the
+    # job's devices before the rollout / training split. Their forward passes run there beside the
+    # actor's log-prob pass, the critic's update beside the actor's (OpenRLHF's default placement:
     # each model on its own GPUs, dispatched together in make_experience and fit together in ppo_train,
     # openrlhf/trainer/ppo_utils/experience_maker.py and ppo_trainer.py, read in the 0.11.2 wheel).
+    # N: one pool of N devices running their passes in turn; {reference: 4, critic+reward: 8}: a pool
+    # per model (or per `+`-joined group sharing one), side by side, the roles left out on the trainer.
     # None: they run on the training pool, after the actor's passes.
-    aux_devices: int | None = Field(None, gt=0)
+    aux_devices: int | dict[str, int] | None = None
     staleness: float | None = Field(None, ge=0)        # default per kind: 0 sync, 1 otherwise
     stream_threshold: float | None = Field(None, gt=0, le=1)  # default: 0.5 stalesync, 1 otherwise
     partial_rollout: bool = False
@@ -837,6 +840,26 @@ class ScheduleConfig(_Strict):
             raise ValueError("applies to fuse: actor (the share of devices of its aux pool for the reference, reward "
                              "and critic); fuse: full runs them on the actor's devices: remove schedule.aux_fraction, "
                              "or set schedule.fuse: actor")
+        return value
+
+    @field_validator("aux_devices", mode="after")
+    @classmethod
+    def _aux_groups(cls, value: int | dict[str, int] | None) -> int | dict[str, int] | None:
+        """A device count, or {role or role+role: devices} over the reference, reward and critic, each
+        role in one group at most."""
+        counts = [value] if isinstance(value, int) else list((value or {}).values())
+        if any(isinstance(n, bool) or n < 1 for n in counts):
+            raise ValueError("give a device count >= 1 (or one per model: {reference: 4, critic+reward: 8})")
+        seen: list[str] = []
+        for group in value if isinstance(value, dict) else ():
+            roles = group.split("+")
+            wrong = [role for role in roles if role not in AUX_POOL_ROLES or role in seen]
+            if wrong or not roles:
+                raise ValueError(f"{group!r}: name the models of each pool among {', '.join(AUX_POOL_ROLES)}, each in "
+                                 "one pool at most, several joined by + (critic+reward)")
+            seen += roles
+        if isinstance(value, dict) and not value:
+            raise ValueError("an empty mapping sets no pool apart: give a device count or one pool per model")
         return value
 
     @model_validator(mode="after")
@@ -1670,6 +1693,7 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
     sched = scenario.schedule
     return (_read_past_fallback(scenario.workload.inference) + _read_past_refit(sched) + _read_past_recovery(sched)
             + _read_past_switch(sched) + _read_past_micro_batching(scenario) + sched.read_past(scenario.workload)
+            + _read_past_aux_pools(scenario)
             + _read_past_timers(scenario))
 
 
@@ -1754,6 +1778,23 @@ def _read_past_micro_batching(scenario: Scenario) -> ReadPast:
     return [("schedule.micro_batching", f"micro_batching: {sched.micro_batching} orders packed samples into "
              f"micro-batches, and {why}", "remove schedule.micro_batching, or pack the samples "
              "(schedule.distqueue.packed: true) without a training token budget")]
+
+
+def _read_past_aux_pools(scenario: Scenario) -> ReadPast:
+    """A pool of schedule.aux_devices for a model the workload does not run stays idle the whole run."""
+    pools = scenario.schedule.aux_devices
+    w = scenario.workload
+    runs = {"reference": bool(w.reference), "reward": w.reward.kind == "model", "critic": w.algorithm == "ppo"}
+    for group in pools if isinstance(pools, dict) else ():
+        idle = [role for role in group.split("+") if not runs[role]]
+        if idle:
+            return [(f"schedule.aux_devices.{group}", f"the workload runs no {' / '.join(idle)} model (workload."
+                     f"{'reference' if 'reference' in idle else 'reward.kind' if 'reward' in idle else 'algorithm'}), "
+                     "so this pool would stay idle", f"remove {' / '.join(idle)} from schedule.aux_devices")]
+    if isinstance(pools, int) and not any(runs.values()):
+        return [("schedule.aux_devices", "the workload runs no reference, reward model or critic: the aux pool "
+                 "would stay idle", "remove schedule.aux_devices")]
+    return []
 
 
 def _read_past_switch(sched: ScheduleConfig) -> ReadPast:

@@ -224,7 +224,7 @@ def import_openrlhf(path: str | Path, overrides: Iterable[str] = (), *, topology
     kind = _kind(v, gpus, decided)
     workload = _workload(v, "workload.model" in user_sets, decided)
     sched = _schedule(v, kind, gpus, workload, decided)
-    total = gpus["actor"] + (0 if kind == "colocated" else gpus["rollout"]) + sched.get("aux_devices", 0)
+    total = gpus["actor"] + (0 if kind == "colocated" else gpus["rollout"]) + sum(sched.get("aux_devices", {}).values())
     topo, note = size_topology(topology, total, "the actor, vLLM and model groups' GPUs", source,
                                any(k.startswith("topology.") for k in user_sets), v.count("actor.num_gpus_per_node"))
     result.notes.append(note)
@@ -454,10 +454,11 @@ def _schedule(v: Values, kind: str, gpus: Mapping[str, int], w: Mapping[str, Any
 
 
 def _aux_devices(v: Values, gpus: Mapping[str, int], w: Mapping[str, Any],
-                 decided: dict[str, tuple[Status, str]]) -> int:
-    """The reference, critic and reward model's own GPUs (train_ppo_ray.py: each a RayActorGroup of
-    num_nodes x num_gpus_per_node unless a colocation flag puts it on another's placement group);
-    with train.colocate_all (async) they share the actor's."""
+                 decided: dict[str, tuple[Status, str]]) -> dict[str, int]:
+    """The reference, critic and reward model's own GPUs, a pool each (train_ppo_ray.py: each a
+    RayActorGroup of num_nodes x num_gpus_per_node unless a colocation flag puts it on another's
+    placement group; make_experience dispatches their passes at once); the reward model on the
+    critic's with colocate_critic_reward; with train.colocate_all (async) they share the actor's."""
     together = v.flag("train.colocate_all")
     groups = {"ref": w["reference"] and not (together or v.flag("train.colocate_actor_ref")),
               "critic": w["algorithm"] == "ppo" and not together,
@@ -468,11 +469,14 @@ def _aux_devices(v: Values, gpus: Mapping[str, int], w: Mapping[str, Any],
             for key in (f"{role}.num_nodes", f"{role}.num_gpus_per_node"):
                 if v.given(key):
                     decided[key] = ("ignored", f"the {role} model has no GPUs of its own here")
-    aux = sum(_group_gpus(v, role) for role, own in groups.items() if own)
+    names = {"ref": "reference", "critic": "critic", "reward": "reward"}
+    aux = {names[role]: _group_gpus(v, role) for role, own in groups.items() if own}
+    if "critic" in aux and w["reward"]["kind"] == "model" and v.flag("train.colocate_critic_reward"):
+        aux["critic+reward"] = aux.pop("critic")   # the reward model's passes on the critic's GPUs, in turn
     if aux:
-        v.result.notes.append(f"{' + '.join(role for role, own in groups.items() if own)} on {aux} GPUs of their own "
-                              "(schedule.aux_devices): OpenRLHF runs their groups at once, rlsim their passes one "
-                              "after another on the one pool")
+        v.result.notes.append("GPUs of their own (schedule.aux_devices): " + ", ".join(
+            f"{group} {count}" for group, count in aux.items()) + "; their passes run beside each other and "
+            "the actor's, as OpenRLHF dispatches them")
     return aux
 
 

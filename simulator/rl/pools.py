@@ -39,12 +39,12 @@ def split_warning(schedule: ScheduleConfig, n_devices: int, pools: dict[str, Poo
     """A line saying that whole replicas and instances moved the asked split of the devices (the
     rollout share of split pools, the aux share of fuse: actor), or None when they did not."""
     if "rollout" in pools:
-        n_devices -= schedule.aux_devices or 0   # the split is of the devices beside the aux pool
+        n_devices -= sum(aux_pool_sizes(schedule).values())   # the split is of the devices beside the aux pools
         want, got, pool = requested_rollout_devices(schedule, n_devices), pools["rollout"].count, "rollout"
         knob = "rollout_devices" if schedule.rollout_devices else "rollout_fraction"
         value = schedule.rollout_devices or schedule.rollout_fraction
         what = "to generate" + (" beside the aux pool" if schedule.aux_devices else "")
-    elif "aux" in pools:
+    elif "aux" in pools and "actor" in pools:
         want, got, pool = max(1, round(n_devices * schedule.aux_fraction)), pools["aux"].count, "aux"
         knob, value, what = "aux_fraction", schedule.aux_fraction, "for the reference, reward and critic"
     else:
@@ -85,17 +85,26 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
         return {"actor": Pool("actor", 0, actor), "aux": Pool("aux", actor, aux)}
     aux = _aux_devices(schedule, n_devices, instance_devices, train_group_devices, source)
     pools = _split(schedule, n_devices - aux, instance_devices, train_group_devices, source, why)
-    if aux:
-        used = pools["train"].start + pools["train"].count
-        pools["aux"] = Pool("aux", used, aux)
+    used = pools["train"].start + pools["train"].count
+    for name, count in aux_pool_sizes(schedule).items():
+        pools[name] = Pool(name, used, count)
+        used += count
     return pools
+
+
+def aux_pool_sizes(schedule: ScheduleConfig) -> dict[str, int]:
+    """schedule.aux_devices as pools: {"aux": N}, or {"aux-<group>": N} per model group."""
+    given = schedule.aux_devices
+    if isinstance(given, dict):
+        return {f"aux-{group}": count for group, count in given.items()}
+    return {"aux": given} if given else {}
 
 
 def _aux_devices(schedule: ScheduleConfig, n_devices: int, instance_devices: int, train_group_devices: int,
                  source: str) -> int:
     """The devices schedule.aux_devices sets apart (0 without it); an error when they leave no room for
     one training replica and one rollout instance."""
-    aux = schedule.aux_devices or 0
+    aux = sum(aux_pool_sizes(schedule).values())
     room = n_devices - train_group_devices - instance_devices
     if aux and aux > room:
         raise RlsimError(f"aux_devices={aux} leaves no room for a training replica ({train_group_devices} devices) "

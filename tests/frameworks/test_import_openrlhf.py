@@ -89,7 +89,7 @@ def test_default_placement_puts_reference_critic_and_reward_model_on_an_aux_pool
     assert not r.unknown and not r.unsupported
     s, w = r.scenario["schedule"], r.scenario["workload"]
     assert (s["kind"], s["staleness"], s["round_batches"]) == ("one-step-off", 1, True)
-    assert s["rollout_devices"] == 8 and s["aux_devices"] == 4 + 8 + 4   # ref + critic + reward model
+    assert s["rollout_devices"] == 8 and s["aux_devices"] == {"reference": 4, "critic": 8, "reward": 4}
     assert w["algorithm"] == "ppo" and w["reward"] == {"kind": "model", "model": "llama3.1-8b"}
     assert r.scenario["topology"]["nodes"] == 4                            # 8 actor + 8 vLLM + 16
     assert import_config("openrlhf", ASYNC, ["train.async_queue_size=2"]).scenario["schedule"]["staleness"] == 2
@@ -97,7 +97,7 @@ def test_default_placement_puts_reference_critic_and_reward_model_on_an_aux_pool
     assert sync["kind"] == "disaggregated" and "staleness" not in sync
     beside = import_config("openrlhf", ASYNC, ["train.colocate_actor_ref=true", "ref.num_gpus_per_node=8",
                                                "train.colocate_critic_reward=true", "reward.num_gpus_per_node=8"])
-    assert beside.scenario["schedule"]["aux_devices"] == 8                 # the critic's, the reward model beside it
+    assert beside.scenario["schedule"]["aux_devices"] == {"critic+reward": 8}   # the reward model on the critic's
     assert "no GPUs of its own" in beside.ignored["ref.num_gpus_per_node"]
     together = import_config("openrlhf", ASYNC, ["train.colocate_all=true", "ref.num_gpus_per_node=8"])
     assert "aux_devices" not in together.scenario["schedule"]             # async: the DeepSpeed models colocated
@@ -108,7 +108,7 @@ def test_the_async_example_runs_with_its_aux_pool(capsys):
     code, out, err = cli(capsys, "run", "--from-openrlhf", str(ASYNC), "--iterations", "3", "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["pools"] == {"rollout": 8, "train": 8, "aux": 16}
+    assert doc["pools"] == {"rollout": 8, "train": 8, "aux-reference": 4, "aux-critic": 8, "aux-reward": 4}
     assert "verl_timing_s" not in doc   # verl's phases do not split passes that run side by side
     assert doc["staleness"]["max"] <= 1
 

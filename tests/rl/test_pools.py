@@ -71,6 +71,11 @@ def test_aux_devices_are_set_apart_before_the_split() -> None:
     assert pools == {"rollout": Pool("rollout", 0, 3), "train": Pool("train", 3, 9), "aux": Pool("aux", 12, 4)}
     real = build_pools(ScheduleConfig(kind="one-step-off", rollout_devices=4, aux_devices=6), 16, 2, 2)
     assert real == {"rollout": Pool("rollout", 0, 4), "train": Pool("train", 4, 6), "aux": Pool("aux", 10, 6)}
+    per_model = build_pools(ScheduleConfig(kind="disaggregated", rollout_devices=4,
+                                           aux_devices={"reference": 2, "critic+reward": 4}), 16, 2, 2)
+    assert per_model == {"rollout": Pool("rollout", 0, 4), "train": Pool("train", 4, 6),
+                         "aux-reference": Pool("aux-reference", 10, 2),
+                         "aux-critic+reward": Pool("aux-critic+reward", 12, 4)}
 
 
 @pytest.mark.parametrize(("schedule", "n", "inst", "group", "field"), [

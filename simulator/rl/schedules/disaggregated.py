@@ -23,6 +23,7 @@ import numpy as np
 import simpy
 
 from ...scenario import AsyncSchedule, DisaggregatedSchedule, OneStepOffSchedule
+from ..pools import aux_pool_sizes
 from ..timeline import Clock, GroupClock, clock_over, clock_parts
 from . import failures as fl
 from .batches import SeqBatch
@@ -222,7 +223,7 @@ class Trainer:
             clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
             clock.idle("long_tail", min(max(generated, clock.cursor), env.now), k)
             clock.idle("dependency", env.now, k, label="reward")
-        yield from ctx.trainer.run(k, ids, run.trainer_clock, run.aux_clock)
+        yield from ctx.trainer.run(k, ids, run.trainer_clock, run.aux_roles())
         yield from self._publish(k)
 
     def _publish(self, k: int):
@@ -253,9 +254,11 @@ class SplitPoolRun:
         self.trainer_proc: simpy.Process | None = None
         self.step, self.phase = 0, "A"              # phase A: waiting for the batch, B: training
         self.trainer_clock: Clock = GroupClock(ctx.timeline, "train", train.start, train.count)
-        # schedule.aux_devices: the reference / reward / critic passes on a pool of their own
-        aux = ctx.pools.get("aux")
-        self.aux_clock: Clock | None = GroupClock(ctx.timeline, "aux", aux.start, aux.count) if aux else None
+        # schedule.aux_devices: the reference / reward / critic passes on a pool of their own, or one each
+        self.aux_clocks: dict[str, Clock] = {}
+        for name in aux_pool_sizes(ctx.sched):
+            pool = ctx.pools[name]
+            self.aux_clocks[name] = GroupClock(ctx.timeline, name, pool.start, pool.count)
         for clock in self.training_clocks():
             ctx.clocks.append(clock)
             ctx.start_clock(clock)
@@ -263,8 +266,14 @@ class SplitPoolRun:
         self.sync_s = self.sync_time() if self.failures else self.sync_time(train.ranks, rollout.ranks)
 
     def training_clocks(self) -> list[Clock]:
-        """The trainer's clock and the aux pool's, where there is one."""
-        return [self.trainer_clock] + ([self.aux_clock] if self.aux_clock is not None else [])
+        """The trainer's clock and the aux pools', where there are some."""
+        return [self.trainer_clock, *self.aux_clocks.values()]
+
+    def aux_roles(self) -> Clock | dict[str, Clock] | None:
+        """The aux clocks as TrainStep.run takes them: one for every aux role, or one per role."""
+        if "aux" in self.aux_clocks:
+            return self.aux_clocks["aux"]
+        return {role: clock for name, clock in self.aux_clocks.items() for role in name[len("aux-"):].split("+")} or None
 
     def round_known(self, k: int) -> bool:
         """Whether the store holds every sample of round k it will (each instance generated its share:

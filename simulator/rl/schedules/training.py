@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -13,6 +14,21 @@ from ..distqueue import fetch_load
 from ..timeline import Clock
 from .staleness import ceil_count, min_version
 from .state import RunState
+
+# The roles whose passes an aux pool runs (the actor's stay on the trainer's devices).
+AUX_ROLES = ("reference", "reward", "critic")
+AuxClocks = Clock | Mapping[str, Clock] | None
+
+
+def role_clocks(main: Clock, aux: AuxClocks) -> tuple[dict[str, Clock], list[Clock]]:
+    """Where each role's passes run: ``aux`` one clock for every aux role, or one per role (roles it
+    leaves out, and the actor, on ``main``); and the distinct clocks, main first."""
+    by_role = {} if aux is None else dict(aux) if isinstance(aux, Mapping) else {role: aux for role in AUX_ROLES}
+    clocks = [main]
+    for clock in by_role.values():
+        if all(clock is not seen for seen in clocks):
+            clocks.append(clock)
+    return by_role, clocks
 
 
 class TrainStep:
@@ -94,10 +110,10 @@ class TrainStep:
         return int(np.sum(eligible))
 
     # ---- the step -----------------------------------------------------------------------------
-    def run(self, k: int, ids: np.ndarray, main: Clock, aux: Clock | None = None, *,
+    def run(self, k: int, ids: np.ndarray, main: Clock, aux: AuxClocks = None, *,
             mini_batches: int | None = None, skip: frozenset[str] = frozenset(), rewards_at: float | None = None):
-        """Consume ``ids`` at iteration k on ``main`` (forward stages on ``aux`` when given, in
-        parallel with the actor's own forwards). ``mini_batches``: optimizer steps per epoch (default
+        """Consume ``ids`` at iteration k on ``main`` (the reference / reward / critic passes on
+        ``aux`` when given, one clock or one per role, in parallel with the actor's own). ``mini_batches``: optimizer steps per epoch (default
         the workload's); ``skip``: stage names not run (e.g. old_logprob when the rollout's own
         log-probs are used); ``rewards_at``: when the batch's rewards are in, if they are scored
         during the forwards (the update waits for them). A simpy process body: yield from it."""
@@ -118,9 +134,8 @@ class TrainStep:
         ctx.add_stage_time("fetch", env.now - t_start)
         t_forward = self._forwards(k, lens, main, aux, env.now, skip)
         if rewards_at is not None and rewards_at > t_forward:
-            main.idle("dependency", rewards_at, k, label="reward")
-            if aux is not None:
-                aux.idle("dependency", rewards_at, k, label="reward")
+            for clock in role_clocks(main, aux)[1]:
+                clock.idle("dependency", rewards_at, k, label="reward")
             t_forward = rewards_at
         t_end = self._optimizer_steps(k, lens, main, aux, t_forward, mini_batches or self.workload.mini_batches)
         yield env.timeout(t_end - env.now)
@@ -130,35 +145,38 @@ class TrainStep:
             "staleness_mean": float(np.mean(k - version)), "staleness_max": float(np.max(k - version)),
             "queue_read_bytes": load.read_bytes, "queue_payload_bytes": load.payload_bytes})
 
-    def _forwards(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float,
+    def _forwards(self, k: int, lens: np.ndarray, main: Clock, aux: AuxClocks, t0: float,
                   skip: frozenset[str]) -> float:
-        """Forward stages: actor-side ones on main; reference / reward / critic on aux when split."""
+        """Forward stages: actor-side ones on main; reference / reward / critic on their aux clock
+        when split (each clock's stages in turn, the clocks side by side)."""
         totals = self.ctx.totals
-        ends = {"main": t0, "aux": t0}
-        if aux is not None:   # the aux pool waits while the trainer fetches the batch
-            aux.idle("dependency", t0, k, label="distqueue")
+        by_role, clocks = role_clocks(main, aux)
+        ends = [t0] * len(clocks)
+        for clock in clocks[1:]:   # the aux pools wait while the trainer fetches the batch
+            clock.idle("dependency", t0, k, label="distqueue")
         for stage in [st for st in self.ctx.alg.of_kind(FORWARD) if st.name not in skip]:
-            side = "aux" if (aux is not None and stage.role != "actor") else "main"
-            clock = aux if side == "aux" else main
+            clock = by_role.get(stage.role, main)
+            side = next(i for i, seen in enumerate(clocks) if seen is clock)
             cost = self.costs.forward(stage.role, lens, clock.ranks)
             totals.flops += cost.flops
             self.ctx.note_memory(cost.peak_memory_bytes, "train")
             ends[side] += cost.time_s
             clock.busy("forward", ends[side], k, label=stage.name)
             self.ctx.add_stage_time(stage.name, cost.time_s)
-        return self._meet(k, main, aux, max(ends.values()))
+        return self._meet(k, clocks, max(ends))
 
-    def _optimizer_steps(self, k: int, lens: np.ndarray, main: Clock, aux: Clock | None, t0: float,
+    def _optimizer_steps(self, k: int, lens: np.ndarray, main: Clock, aux: AuxClocks, t0: float,
                          n_mini_batches: int) -> float:
         """ppo_epochs x mini-batches, each one optimizer step, per trained role. A StaleSync step that
         starts on fewer samples than its mini-batches (a small stream_threshold) trains one per sample:
         no optimizer step on an empty mini-batch."""
         totals = self.ctx.totals
         mini_batches = np.array_split(np.arange(len(lens)), max(1, min(n_mini_batches, len(lens))))
-        ends = {"main": t0, "aux": t0}
+        by_role, clocks = role_clocks(main, aux)
+        ends = [t0] * len(clocks)
         for stage in self.ctx.alg.of_kind(TRAIN):
-            side = "aux" if (aux is not None and stage.role != "actor") else "main"
-            clock = aux if side == "aux" else main
+            clock = by_role.get(stage.role, main)
+            side = next(i for i, seen in enumerate(clocks) if seen is clock)
             t_stage = 0.0
             steps = self.workload.ppo_epochs * len(mini_batches)
             offload = self.costs.update_offload_s(stage.role, clock.ranks)
@@ -180,13 +198,12 @@ class TrainStep:
                 t_stage += cost.time_s
             ends[side] += t_stage
             self.ctx.add_stage_time(stage.name, t_stage)
-        return self._meet(k, main, aux, max(ends.values()))
+        return self._meet(k, clocks, max(ends))
 
     @staticmethod
-    def _meet(k: int, main: Clock, aux: Clock | None, t: float) -> float:
-        main.idle("dependency", t, k)
-        if aux is not None:
-            aux.idle("dependency", t, k)
+    def _meet(k: int, clocks: list[Clock], t: float) -> float:
+        for clock in clocks:
+            clock.idle("dependency", t, k)
         return t
 
 

@@ -137,6 +137,37 @@ def test_split_pools_aux_pool_runs_the_reference_beside_the_actors_forward(aux_d
         assert np.allclose(metrics.per_device_time(tl, 16 + aux_devices - 4), rec.makespan_s)
 
 
+@pytest.mark.parametrize("aux_devices", [6, {"reference": 2, "critic": 4}])
+def test_a_pool_per_model_runs_their_passes_side_by_side(aux_devices):
+    """aux_devices {reference: 2, critic: 4} (OpenRLHF: each model on GPUs of its own, dispatched
+    at once): the forwards take the longest of old log-probs on the trainer's 4, the reference on 2 and
+    the critic's values on 4, the updates the longer of the actor's on 4 and the critic's on 4; one
+    pool of 6 runs the reference and the critic's values in turn on 6, the critic's update on 6."""
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, decode_s_per_token=1e-3,
+                  train_device_s_per_token=1e-3, forward_device_s_per_token=2e-4)
+    sc = scenario("disaggregated", iterations=3, workload={"reference": True, "algorithm": "ppo"},
+                  distqueue={"bw_Bps": 1e30}, rollout_devices=8, aux_devices=aux_devices)
+    rec, tl, sm, s = run(sc, c, devices=18, prompt=const(100), resp=const(500))
+    forward, train = 64 * 600 * 2e-4, 64 * 600 * 1e-3   # device-seconds of one pass
+    if isinstance(aux_devices, dict):
+        assert s["pools"] == {"rollout": 8, "train": 4, "aux-reference": 2, "aux-critic": 4}
+        step_forwards, step_train = max(forward / 4, forward / 2, forward / 4), max(train / 4, train / 4)
+        assert set(tl.loc[tl["pool"] == "aux-critic", "label"]) >= {"critic_values", "train_critic"}
+    else:
+        step_forwards, step_train = max(forward / 4, 2 * forward / 6), max(train / 4, train / 6)
+    assert s["step_time_s"] == pytest.approx(500 * 1e-3 + step_forwards + step_train + 0.7, rel=1e-9)
+    assert np.allclose(metrics.per_device_time(tl, 18), rec.makespan_s)
+
+
+@pytest.mark.parametrize(("aux_devices", "words"), [
+    ({"actor": 2}, "name the models of each pool"), ({"reference": 2, "reference+critic": 2}, "one pool at most"),
+    ({}, "empty mapping"), ({"reference": 0}, "device count >= 1"), ({"critic": 2}, "runs no critic")])
+def test_a_pool_per_model_is_checked_against_the_models(aux_devices, words):
+    with pytest.raises(RlsimError, match=words) as info:
+        scenario("disaggregated", workload={"reference": True}, aux_devices=aux_devices)
+    assert info.value.field.startswith("schedule.aux_devices")
+
+
 def test_aux_devices_are_a_split_pool_knob_without_failures():
     with pytest.raises(RlsimError, match="aux_devices.*applies to kind: disaggregated / one-step-off"):
         scenario("colocated", aux_devices=4)
@@ -256,10 +287,11 @@ def _case_scenario(c, staleness=None, **extra):
         extra["stream_threshold"] = c["threshold"]
     if c["kind"] in ("stalesync", "async") and c["partial"]:
         extra.update(partial_rollout=True, length_budget=500)
-    if c.get("aux") and c["kind"] in ("disaggregated", "one-step-off", "async"):   # the reference on a pool of its own
-        extra["aux_devices"] = 2
     if c.get("dapo"):   # dynamic sampling: two or more generation batches a step (8 prompts, 4 at a time)
         extra["workload"] = {"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 0.6}}
+    if c.get("aux") and c["kind"] in ("disaggregated", "one-step-off", "async"):   # the reference on a pool of its own
+        extra["aux_devices"] = 2
+        extra.setdefault("workload", {})["reference"] = True
     return scenario(c["kind"], iterations=4, seed=c["seed"], **extra)
 
 
