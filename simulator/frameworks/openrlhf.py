@@ -224,6 +224,8 @@ def import_openrlhf(path: str | Path, overrides: Iterable[str] = (), *, topology
     kind = _kind(v, gpus, decided)
     workload = _workload(v, "workload.model" in user_sets, decided)
     sched = _schedule(v, kind, gpus, workload, decided)
+    if kind != "colocated":
+        _deepspeed_sleep(v, workload, decided)
     total = gpus["actor"] + (0 if kind == "colocated" else gpus["rollout"]) + sum(sched.get("aux_devices", {}).values())
     topo, note = size_topology(topology, total, "the actor, vLLM and model groups' GPUs", source,
                                any(k.startswith("topology.") for k in user_sets), v.count("actor.num_gpus_per_node"))
@@ -266,6 +268,10 @@ def _kind(v: Values, gpus: Mapping[str, int], decided: dict[str, tuple[Status, s
                              field="vllm.num_engines", fix="give the engines the actor's GPUs")
         result.schedule_rule = "colocated (train.colocate_all: the hybrid engine)"
         return "colocated"
+    if v.flag("vllm.enable_sleep") and colocate_all:
+        raise RlsimError("asynchronous training with sleeping engines: OpenRLHF asserts \"Async RLHF is not supported "
+                         "with --vllm.enable_sleep\"", source=src, field="vllm.enable_sleep",
+                         fix="drop --vllm.enable_sleep (or train.async_enable)")
     if v.flag("vllm.enable_sleep"):
         decided["vllm.enable_sleep"] = ("ignored", "OpenRLHF turns it off without the hybrid engine")
     if asynchronous:
@@ -447,10 +453,22 @@ def _schedule(v: Values, kind: str, gpus: Mapping[str, int], w: Mapping[str, Any
         s["aux_devices"] = aux
     if kind == "one-step-off":
         s.update(staleness=v.count("train.async_queue_size"), round_batches=True)
-    for key in ("ds.enable_sleep",):
-        if v.flag(key):
-            decided[key] = ("ignored", "split pools: the actor never gives its GPUs to the engines")
     return s
+
+
+def _deepspeed_sleep(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """--ds.enable_sleep beside engines of their own: ppo_train still reloads DeepSpeed's states before
+    each fit and offloads them after (ppo_trainer.py _run_sleep, whatever the placement): the
+    per-phase offload of the optimizer state (with the fp32 masters) and the gradients."""
+    if not v.flag("ds.enable_sleep"):
+        return
+    if v.flag("ds.adam_offload"):
+        decided["ds.enable_sleep"] = ("ignored", "with ds.adam_offload the optimizer state lives on the host already "
+                                                 "(offload_deepspeed_states returns at once)")
+        return
+    w["train_params"] = {"offload": {"optimizer": True, "grads": True}}
+    decided["ds.enable_sleep"] = ("mapped", "workload.train_params.offload: the optimizer state and gradients to the "
+                                            "host after each fit and back before the next")
 
 
 def _aux_devices(v: Values, gpus: Mapping[str, int], w: Mapping[str, Any],

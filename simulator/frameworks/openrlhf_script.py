@@ -92,6 +92,8 @@ def _flags(tokens: list[str], arity: Mapping[str, int | str], source: str) -> di
             raise RlsimError(f"{token!r} is not a --flag of train_ppo_ray", source=source,
                              fix="give each option as --name value (OpenRLHF's argparse flags)")
         name, eq, inline = token[2:].partition("=")
+        if not name:
+            raise RlsimError(f"{token!r} names no flag", source=source, fix="give each option as --name value")
         if eq:
             flat[name] = _value(inline)
             i += 1

@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.errors import RlsimError
@@ -140,6 +142,16 @@ def test_dynamic_batching_offload_and_lora_are_read():
     assert w["lora"] == {"rank": 32, "targets": ["q_proj"]}
 
 
+def test_deepspeed_sleep_beside_engines_of_their_own_is_the_per_phase_offload():
+    """ppo_train reloads and offloads DeepSpeed's states around each fit whatever the placement."""
+    r = import_config("openrlhf", ASYNC, ["+ds.enable_sleep=true"])
+    assert r.scenario["workload"]["train_params"] == {"offload": {"optimizer": True, "grads": True}}
+    assert r.mapped["ds.enable_sleep"].startswith("workload.train_params.offload")
+    with pytest.raises(RlsimError, match="Async RLHF is not supported") as info:
+        import_config("openrlhf", ASYNC, ["+train.colocate_all=true", "+vllm.enable_sleep=true"])
+    assert info.value.field == "vllm.enable_sleep"
+
+
 def test_vllm_without_sleep_stays_resident_and_partial_rollouts_are_unsupported():
     r = import_config("openrlhf", HYBRID, ["vllm.enable_sleep=false"])
     assert r.scenario["schedule"]["switch"]["engine_resident"] is True
@@ -210,3 +222,21 @@ def test_every_legacy_name_lands_in_the_table():
     from simulator.frameworks.openrlhf_legacy import LEGACY
     targets = [name for value in LEGACY.values() for name in ((value,) if isinstance(value, str) else value)]
     assert all(in_table(name, openrlhf.RULES) for name in targets)
+
+
+TOKENS = ["--actor.num_nodes", "--train.colocate_all", "--reward.clip_range", "--ds.lora.target_modules", "--x",
+          "--a=b", "--=c", "-5", "1e-3", "$X", "${Y}", "${Z:-3}", "'quoted value'", '"q', "|", "2>&1", "&&", ";", "\\\n",
+          "\n", "X=1", "export Y=two", "python3 -m openrlhf.cli.train_ppo_ray", "#", "--", "=", "true", "[1,2]"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.sampled_from(TOKENS), max_size=30))
+def test_any_script_reads_or_is_refused_naming_the_file(tmp_path, parts):
+    """Whatever a script holds, the reader returns flags or an RlsimError naming the script."""
+    path = script(tmp_path, " ".join(parts) + "\n")
+    try:
+        flat = read_script(path, openrlhf.ARITY)
+    except RlsimError as exc:
+        assert exc.source == str(path) and exc.fix
+        return
+    assert all(isinstance(key, str) and key for key in flat)
