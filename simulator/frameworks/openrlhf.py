@@ -309,8 +309,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
         w.update(reference_cpu_offload=True, reference_cpu_offload_bytes_per_param=2.0)   # bf16 shards
     elif v.flag("ref.offload"):
         decided["ref.offload"] = ("ignored", "DeepSpeed offloads parameters at ZeRO-3 only (the reference runs at "
-                                             "stage 0 beside a ZeRO-2 actor)" if w["reference"] else
-                                  "no reference (algo.kl.init_coef 0)")
+                                             f"stage 0 beside a ZeRO-{w['train_layout']['zero']} actor)"
+                                  if w["reference"] else "no reference (algo.kl.init_coef 0)")
     w["reward"] = _reward(v)
     _critic(v, w)
     _lora(v, w, decided)
