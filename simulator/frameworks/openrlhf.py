@@ -13,11 +13,15 @@ ppo_utils/experience_maker.py, ray/vllm_engine.py):
 - otherwise the engines run on GPUs of their own and the actor on its own -> ``disaggregated``
   (generation, then make_experience and ppo_train, then the weight broadcast); the reference, the
   critic and a reward model each run on GPUs of their own unless ``colocate_actor_ref`` /
-  ``colocate_critic_reward`` say otherwise -> ``schedule.aux_devices`` (their passes beside the
-  actor's).
+  ``colocate_critic_reward`` say otherwise -> ``schedule.aux_devices``, a pool each (their passes
+  beside each other's and the actor's, as make_experience dispatches them); ``--ds.enable_sleep``
+  there is the per-phase offload around each fit.
 - ``--train.async_enable``: a generator fills a queue of ``async_queue_size`` batches while the
   trainer trains, each batch whole, generated under a lock the weight broadcast also takes ->
   ``one-step-off`` with ``round_batches`` and staleness = the queue size.
+
+The flat names before 0.10 (``--colocate_all_models``, ``--pretrain``) are read as 0.11.2's
+(openrlhf_legacy.py).
 """
 from __future__ import annotations
 
