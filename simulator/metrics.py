@@ -297,6 +297,36 @@ def nemo_rl_timing(verl: Mapping[str, float], stage_time_s: Mapping[str, float])
     return out
 
 
+# OpenRLHF's phase timers (trainer/ppo_trainer.py train_step and fit, logged as timing/<name>; read in
+# its 0.11.2 wheel) on the hybrid engine, from verl's phases and the switches' parts
+# (SwitchCost.parts_s): generate_samples wakes the engine's KV pool, generates (rewards scored in the
+# engine's process) and puts it to sleep (its weights to the host); make_experience runs the forward
+# passes; ppo_train reloads DeepSpeed's states, fits and offloads them; broadcast_to_vllm wakes the
+# engine's weights and sends the new ones. step_total is the step; other what no timer holds
+# (rlsim's fixed switch overhead, the DistQueue fetch).
+OPENRLHF_TIMERS = {"generation": (("gen", "rule_reward"), ("rollout.engine_memory", "train.engine_memory",
+                                                             "train.engine_weights", "between.engine_memory",
+                                                             "between.engine_weights")),
+                   "make_experience": (("old_log_prob", "ref", "values", "reward_model"), ()),
+                   "ppo_train": (("update_actor", "update_critic"), ("rollout.trainer", "train.trainer")),
+                   "broadcast": (("weight_sync",), ("rollout.engine_weights",))}
+
+
+def openrlhf_timing(rec: RunRecord, verl: Mapping[str, float], stage_time_s: Mapping[str, float]) -> dict[str, float]:
+    """OpenRLHF's timers on the hybrid engine (kind colocated, fuse full), seconds per step (the
+    whole run's means, as verl_timing's hybrid figures); the named timers + other = step_total."""
+    n = max(1, len(rec.iterations))
+    reward_model = float(stage_time_s.get("reward", 0.0)) if rec.scenario.workload.reward.kind == "model" else 0.0
+    phases = {**verl, "reward_model": reward_model, "rule_reward": verl.get("reward", 0.0) - reward_model,
+              "weight_sync": float(stage_time_s.get("weight_sync", 0.0))}
+    out = {name: sum(phases.get(phase, 0.0) for phase in named) + sum(rec.switch_parts_s.get(part, 0.0)
+                                                                      for part in parts) / n
+           for name, (named, parts) in OPENRLHF_TIMERS.items()}
+    out["step_total"] = verl["step"]
+    out["other"] = out["step_total"] - sum(v for k, v in out.items() if k != "step_total")
+    return out
+
+
 def sample_figures(samples: pd.DataFrame | Mapping[str, np.ndarray], retired: RetiredSamples, T: float,
                    table: bool = True, dropped: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The summary's per-sample sums: over the frame's rows and, under output.keep_sample_rows, the
@@ -403,6 +433,8 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         out["verl_timing_s"] = verl
         if sc.output.timers == "nemo-rl":
             out["nemo_rl_timing_s"] = nemo_rl_timing(verl, out["stage_time_s"])
+        elif sc.output.timers == "openrlhf":
+            out["openrlhf_timing_s"] = openrlhf_timing(rec, verl, out["stage_time_s"])
     if rec.planning_s > 0:    # layout: auto (state plan at the start of the timeline)
         out["planning_s"] = rec.planning_s
     if rec.failures:          # schedule.failures (rl/schedules/failures.py)

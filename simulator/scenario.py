@@ -1288,8 +1288,10 @@ class OutputConfig(_Strict):
     # Whose timer names the summary adds beside rlsim's stages where a step is run as verl's hybrid
     # engine or one_step_off_policy runs it (colocated fuse: full, one-step-off): verl's `timing_s/...`
     # (verl_timing_s, always there) and, with nemo-rl, NeMo RL's `timing/train/...` too
-    # (nemo_rl_timing_s; the console shows those). rlsim run --from-nemo-rl sets nemo-rl.
-    timers: Literal["verl", "nemo-rl"] = "verl"
+    # (nemo_rl_timing_s; the console shows those); with openrlhf, on the hybrid engine (colocated fuse:
+    # full) only, OpenRLHF's `timing/...` (openrlhf_timing_s, metrics.OPENRLHF_TIMERS). rlsim run
+    # --from-nemo-rl sets nemo-rl, --from-openrlhf openrlhf on the hybrid engine.
+    timers: Literal["verl", "nemo-rl", "openrlhf"] = "verl"
 
 
 # Wall seconds per work unit on this project's 2-core VM, re-measured 2026-12-04 (stage-cost reuse and the
@@ -1707,13 +1709,18 @@ def has_framework_timers(sched: ScheduleConfig) -> bool:
 
 
 def _read_past_timers(scenario: Scenario) -> ReadPast:
-    if scenario.output.timers == "verl" or has_framework_timers(scenario.schedule):
+    """output.timers names phases only a run of the framework's shape has: nemo-rl a colocated (fuse:
+    full) or one-step-off step, openrlhf the hybrid engine's (colocated, fuse: full)."""
+    sched, timers = scenario.schedule, scenario.output.timers
+    hybrid = sched.kind == "colocated" and has_framework_timers(sched)
+    if timers == "verl" or (timers == "nemo-rl" and has_framework_timers(sched)) or (timers == "openrlhf" and hybrid):
         return []
-    sched = scenario.schedule
     run_as = f"kind {sched.kind}" + (f" with fuse: {sched.fuse}" if sched.kind == "colocated" else "")
-    return [("output.timers", f"timers: {scenario.output.timers} names the phases of a colocated (fuse: full) or "
-             f"one-step-off step; {run_as} has only rlsim's stages (stage_time_s)",
-             "remove output.timers (set by rlsim run --from-nemo-rl: --set output.timers=verl)")]
+    shape = ("OpenRLHF's hybrid engine (kind colocated, fuse: full)" if timers == "openrlhf"
+             else "a colocated (fuse: full) or one-step-off step")
+    has = "verl's phases (verl_timing_s)" if has_framework_timers(sched) else "only rlsim's stages (stage_time_s)"
+    return [("output.timers", f"timers: {timers} names the phases of {shape}; {run_as} has {has}",
+             f"remove output.timers (set by rlsim run --from-{timers}: --set output.timers=verl)")]
 
 
 def _read_past_fallback(inference: InferenceParams) -> ReadPast:

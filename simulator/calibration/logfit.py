@@ -158,7 +158,8 @@ def overlay_items(scenario: Any, values: Mapping[str, float], named: Sequence[st
 def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
     """A simulated summary as the log's stages: verl's phases where the summary has them
     (verl_timing_s), else the stage times; `logprobs` = old_log_prob + reference (NeMo's one timer);
-    `step_s` = the steady step."""
+    OpenRLHF's phases where the summary has them (openrlhf_timing_s: its generation holds the engine's
+    sleep and wake); `step_s` = the steady step."""
     stages = summary.get("stage_time_s", {})
     out = stages_from_summary(stages)
     verl = summary.get("verl_timing_s") or {}
@@ -168,6 +169,11 @@ def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
             out[stage] = float(verl[name])
     out["logprobs"] = out.get("old_log_prob", 0.0) + out.get("reference", 0.0)
     out["weight_sync"] = float(stages.get("weight_sync", 0.0))
+    openrlhf = summary.get("openrlhf_timing_s") or {}   # output.timers: openrlhf (the hybrid engine)
+    for name, stage in (("generation", "generate"), ("make_experience", "make_experience"),
+                        ("ppo_train", "ppo_train"), ("broadcast", "broadcast")):
+        if name in openrlhf:
+            out[stage] = float(openrlhf[name])
     out["step_s"] = float(summary["steady_step_time_s"])
     return out
 

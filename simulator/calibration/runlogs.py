@@ -8,6 +8,9 @@ verl logs one record per step with keys such as `timing_s/gen`, `timing_s/old_lo
 logs its timers as `timing/train/<name>` (`total_step_time`, `generation`, `policy_training`,
 `policy_and_reference_logprobs` or `logprob_inference`, `weight_sync`, `reward_calculation`,
 `exposed_generation`; ../shared/reference/frameworks.md and NeMo RL algorithms/grpo.py timers).
+OpenRLHF logs `timing/generation`, `timing/make_experience`, `timing/ppo_train`, `timing/broadcast`
+and `timing/step_total` (trainer/ppo_trainer.py, read in its 0.11.2 wheel): its generation is NeMo
+RL's key, its other phases stages of their own, predicted by a scenario with `output.timers: openrlhf`.
 A JSONL file has one JSON object per line, a .json file may also hold one array of such objects
 (`run.history()` records), a CSV has the keys as column names; a wandb panel export ("Step",
 "RUN - KEY", "RUN - KEY__MIN", "RUN - KEY__MAX") is read as the CSV of one run.
@@ -58,10 +61,14 @@ NEMO_STAGE_NAMES: dict[str, str] = {
 NEMO_PREFIXES = ("timing/train/", "timing/", "")
 NEMO_STAGE_KEYS: dict[str, str] = {f"{prefix}{name}": stage for name, stage in NEMO_STAGE_NAMES.items()
                                    for prefix in NEMO_PREFIXES}
-STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS}
+# OpenRLHF's timers beside generation (logged as timing/<name>; metrics.OPENRLHF_TIMERS predicts them)
+OPENRLHF_STAGE_KEYS: dict[str, str] = {"timing/make_experience": "make_experience", "timing/ppo_train": "ppo_train",
+                                       "timing/broadcast": "broadcast"}
+STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS, **OPENRLHF_STAGE_KEYS}
 STAGES = tuple(dict.fromkeys(STAGE_KEYS.values()))
 STEP_TIME_KEY = "timing_s/step"
-STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES))
+OPENRLHF_STEP_TIME_KEY = "timing/step_total"
+STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES), OPENRLHF_STEP_TIME_KEY)
 OTHER_KEYS: dict[str, str] = {
     "perf/throughput": "throughput_tokens_per_s_per_device",
     "response_length/mean": "response_length_mean",
@@ -288,8 +295,9 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
     if not present and step_time is None:
         raise RlsimError("no stage timing found", source=source, field="timing_s/gen",
                          fix=f"the log needs per-step keys such as {', '.join(VERL_STAGE_KEYS)}, "
-                             f"{STEP_TIME_KEY} (verl) or timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
-                             "(NeMo RL)")
+                             f"{STEP_TIME_KEY} (verl), timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
+                             f"(NeMo RL) or timing/<generation|make_experience|ppo_train|broadcast|step_total> "
+                             "(OpenRLHF)")
     step_key = next((k for k in STEP_KEYS if k in raw.columns), None)
     timing_keys = [*present, *([step_time] if step_time else [])]
     raw = raw[raw[timing_keys].notna().any(axis=1)].reset_index(drop=True)  # rows of other metrics only
@@ -467,12 +475,14 @@ def write_jsonl(frame: pd.DataFrame, path: str | Path) -> Path:
 
 
 # Stage -> the key each framework logs it under (the first name of each stage in the tables above).
-LOG_FLAVOURS = ("verl", "nemo-rl")
+LOG_FLAVOURS = ("verl", "nemo-rl", "openrlhf")
 
 
 def _log_key(stage: str, flavour: str) -> str | None:
     if flavour == "verl":
         table, step = VERL_STAGE_KEYS, STEP_TIME_KEY
+    elif flavour == "openrlhf":
+        table, step = {"timing/generation": "generate", **OPENRLHF_STAGE_KEYS}, OPENRLHF_STEP_TIME_KEY
     else:
         table, step = {f"{NEMO_PREFIXES[0]}{k}": v for k, v in NEMO_STAGE_NAMES.items()}, "timing/train/total_step_time"
     if stage == "step_s":

@@ -83,6 +83,9 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
         t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
     if "nemo_rl_timing_s" in s:   # output.timers: nemo-rl (an imported NeMo RL recipe)
         timers = [(f"  nemo-rl timing/train/{name}", sec) for name, sec in s["nemo_rl_timing_s"].items()]
+    elif "openrlhf_timing_s" in s:   # output.timers: openrlhf (an imported OpenRLHF hybrid-engine script)
+        timers = [(f"  openrlhf {'other' if name == 'other' else 'timing/' + name}", sec)
+                  for name, sec in s["openrlhf_timing_s"].items()]
     elif "areal" in s:            # kind areal: AReaL's stats_tracker.record_timing names, a step's mean
         timers = [(f"  areal {'step' if name == 'step' else 'timeperf/' + name}", sec)
                   for name, sec in s["areal"]["timing_s"].items()]

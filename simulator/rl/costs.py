@@ -60,6 +60,11 @@ class StageCost:
 class SwitchCost:
     time_s: float
     bytes_moved: dict[str, float] = field(default_factory=dict)
+    # time_s by whose work it is, on the slowest device kind (summing to time_s): "engine_memory" (the
+    # engine's KV pool released or re-made, vLLM's sleep / wake), "engine_weights" (the engine's
+    # weight copies), "trainer" (the training state's copies), "overhead" (the fixed per-switch part).
+    # Empty where the cost model does not split it.
+    parts_s: dict[str, float] = field(default_factory=dict)
 
 
 Ranks = Sequence[int]   # global device ranks (a range, or a list after a failure)

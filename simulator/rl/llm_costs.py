@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -1029,11 +1029,14 @@ class LlmCosts:
             moved["gradient_zero_fill"] = self._resident_memory(pool).gradients_bytes
         on_device = moved.get("redundant_weight_copy", 0.0) + moved.get("gradient_zero_fill", 0.0)
         pinned = sum(v for k, v in host.items() if k not in pageable)
-        times = []
+        times, parts = [], []
         for device, link in self._host_rates(pool):
             host_s = pinned / link + sum(host[k] / min(link, rate) for k, rate in pageable.items())
-            times.append(t + host_s + on_device / (device.hbm_bw_Bps * device.hbm_efficiency))
-        return SwitchCost(max(times), moved)
+            hbm = device.hbm_bw_Bps * device.hbm_efficiency
+            times.append(t + host_s + on_device / hbm)
+            parts.append(_switch_parts(host, pageable, moved, link, hbm, t - p.overhead_s, p.overhead_s))
+        slowest = int(np.argmax(times))
+        return SwitchCost(times[slowest], moved, parts[slowest])
 
     def engine_cycle(self, ranks) -> SwitchCost:
         """The engine put to sleep after a generation batch and woken before the next, the training
@@ -1044,8 +1047,11 @@ class LlmCosts:
         host = {}
         if p.engine_sleep and p.engine_sleep_level == 1:
             host = {"engine_sleep": self._inference_shard_bytes(), "engine_wake": self._inference_shard_bytes()}
-        times = [fixed + sum(host.values()) / link for _, link in self._host_rates(pool)]
-        return SwitchCost(max(times), host)
+        links = [link for _, link in self._host_rates(pool)]
+        times = [fixed + sum(host.values()) / link for link in links]
+        slowest = int(np.argmax(times))
+        return SwitchCost(times[slowest], host, {"engine_memory": fixed,
+                                                 "engine_weights": sum(host.values()) / links[slowest]})
 
     def inference_memory_bytes(self, ranks) -> float:
         """Rollout phase per device (the largest over the pool's device kinds): the engine's share of
@@ -1137,3 +1143,17 @@ class LlmCosts:
 
     def train_flops_per_token(self, seq_len) -> float:
         return float(self.model.train_flops_per_token(seq_len))
+
+
+def _switch_parts(host: Mapping[str, float], pageable: Mapping[str, float], moved: Mapping[str, float], link: float,
+                  hbm_Bps: float, engine_fixed_s: float, overhead_s: float) -> dict[str, float]:
+    """A switch's seconds on one device kind by whose work they are (SwitchCost.parts_s): the
+    engine's KV pool (its fixed part), the engine's weight copies (to / from the host, the unbucketed
+    redundant copy), the training state's copies (optimizer, gradients, weights; the gradient zero
+    fill), the fixed overhead."""
+    seconds = {key: nbytes / min(link, pageable.get(key, link)) for key, nbytes in host.items()}
+    engine = sum(v for key, v in seconds.items() if key.startswith("engine_")) \
+        + moved.get("redundant_weight_copy", 0.0) / hbm_Bps
+    trainer = sum(v for key, v in seconds.items() if not key.startswith("engine_")) \
+        + moved.get("gradient_zero_fill", 0.0) / hbm_Bps
+    return {"engine_memory": engine_fixed_s, "engine_weights": engine, "trainer": trainer, "overhead": overhead_s}

@@ -215,3 +215,24 @@ def test_the_rule_rewards_cost_is_recovered_from_a_logs_reward_time() -> None:
     assert fit.values[key] == pytest.approx(0.02, rel=0.05) and 0 < fit.sigma[key] < 0.05 * 0.02
     both = logfit.fit_runs([run], [key, "workload.reward.capped_cpu_s_per_sample"], max_evaluations=20)
     assert all(both.sigma[k] > 0.2 * both.values[k] for k in both.values)      # not pinned: wide
+
+
+def test_an_openrlhf_log_round_trips_through_its_own_timers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """OpenRLHF's timer names (timing/generation, make_experience, ppo_train, broadcast, step_total)
+    read back as its phases and fitted against a scenario with output.timers: openrlhf, whose
+    generation holds the engine's switch parts: the known parameters come back within 5%."""
+    scenario = {**SCENARIO, "output": {"timers": "openrlhf"}}
+    truth = logfit.simulate_timings(scenario, _true_items(TRUE))
+    stages = ("generate", "make_experience", "ppo_train", "broadcast", "step_s")
+    frame = timings_log(np.random.default_rng(0), {s: truth[s] for s in stages}, steps=6, noise=0.003,
+                        flavour="openrlhf")
+    assert {"timing/generation", "timing/make_experience", "timing/step_total"} <= set(frame.columns)
+    assert _normalize(frame, "<log>").stages == ["generate", "make_experience", "ppo_train", "broadcast"]
+    log, path = tmp_path / "openrlhf.jsonl", tmp_path / "run.yaml"
+    log.write_text("".join(json.dumps(row) + "\n" for row in frame.to_dict(orient="records")))
+    path.write_text(yaml.safe_dump(scenario))
+    assert main(["calibrate", "--from-log", str(log), "--scenario", str(path), "--fit", ",".join(TRUE),
+                 "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)["fitted"]
+    for key, true in TRUE.items():
+        assert fitted[key]["value"] == pytest.approx(true, rel=0.05)

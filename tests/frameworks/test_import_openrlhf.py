@@ -12,6 +12,7 @@ from simulator.cli import main
 from simulator.errors import RlsimError
 from simulator.frameworks import import_config, openrlhf
 from simulator.frameworks.openrlhf_script import read_script
+from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "workloads" / "frameworks"
@@ -240,3 +241,29 @@ def test_any_script_reads_or_is_refused_naming_the_file(tmp_path, parts):
         assert exc.source == str(path) and exc.fix
         return
     assert all(isinstance(key, str) and key for key in flat)
+
+
+def test_the_hybrid_engine_reports_openrlhfs_timers_summing_to_the_step(capsys):
+    """output.timers: openrlhf: generation holds the engine's sleep and wake (and the rule rewards it
+    scores), ppo_train DeepSpeed's state moves around the fit, broadcast the engine's weights woken
+    before the new ones; the named timers and `other` (the fixed switch overhead, the fetch) make
+    the step."""
+    code, out, err = cli(capsys, "run", "--from-openrlhf", str(HYBRID), "--iterations", "3", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    timers, stages, verl = doc["openrlhf_timing_s"], doc["stage_time_s"], doc["verl_timing_s"]
+    assert sum(v for k, v in timers.items() if k != "step_total") == pytest.approx(timers["step_total"], rel=1e-9)
+    assert timers["step_total"] == pytest.approx(verl["step"])
+    sleep_wake = 11.3   # schedule.switch.sleep_wake_s: vLLM's sleep + wake a step
+    assert timers["generation"] > stages["generate"] + sleep_wake
+    assert timers["make_experience"] == pytest.approx(stages["old_logprob"] + stages["reference"], rel=1e-9)
+    assert stages["train_actor"] < timers["ppo_train"] < stages["train_actor"] + 2      # the optimizer's moves
+    assert stages["weight_sync"] < timers["broadcast"] < stages["weight_sync"] + 1      # the weights woken
+    assert timers["other"] == pytest.approx(2 * 0.5, abs=0.01)   # two switches' overhead_s, the fetch
+    code, out, err = cli(capsys, "run", "--from-openrlhf", str(HYBRID), "--iterations", "3")
+    assert "openrlhf timing/make_experience" in " ".join(out.split())
+    for kind in ("one-step-off", "disaggregated"):   # verl's phases there, or only rlsim's stages
+        with pytest.raises(RlsimError, match="OpenRLHF's hybrid engine") as info:
+            load_scenario({"topology": {"preset": "dgx-h100", "nodes": 2}, "workload": "grpo-qwen2.5-7b",
+                           "schedule": kind, "output": {"timers": "openrlhf"}})
+        assert info.value.field == "output.timers"

@@ -77,3 +77,26 @@ def test_sleeping_between_generation_batches_is_refused_for_a_resident_engine():
         simulator.simulate(scenario("schedule.switch.engine_resident=true", "schedule.between_gen_batches=sleep",
                                     "workload.dynamic_sampling={gen_prompts: 16}"), keep_samples=False)
     assert caught.value.field == "schedule.between_gen_batches"
+
+
+@pytest.mark.parametrize("switch", [
+    {}, {"engine_resident": True}, {"engine_sleep": True}, {"engine_sleep": True, "engine_sleep_level": 2},
+    {"offload_optimizer": False, "free_gradients": True}, {"offload_weights": True, "bucketed": False},
+    {"optimizer_pageable": True, "engine_sleep": True}])
+def test_a_switchs_parts_sum_to_its_time_and_say_whose_work_it_is(switch):
+    """SwitchCost.parts_s (what OpenRLHF's timers attribute): the engine's memory, the engine's
+    weight copies, the training state's copies and the fixed overhead add up to the switch."""
+    items = [f"schedule.switch.{k}={str(v).lower()}" for k, v in switch.items()]
+    sc = scenario(*items)
+    costs = LlmCosts(sc, load_topology(sc.topology))
+    p = costs.switch_params
+    for phase in ("rollout", "train"):
+        cost = costs.switch(phase, range(8))
+        assert sum(cost.parts_s.values()) == pytest.approx(cost.time_s, rel=1e-12)
+        assert cost.parts_s["overhead"] == p.overhead_s
+        fixed = 0.0 if p.engine_resident else p.sleep_wake_s / 2 if p.engine_sleep else p.kv_realloc_s
+        assert cost.parts_s["engine_memory"] == pytest.approx(fixed)
+        assert (cost.parts_s["trainer"] > 0) == bool(p.offload_optimizer or p.offload_weights
+                                                     or (p.free_gradients and phase == "train"))
+        assert (cost.parts_s["engine_weights"] > 0) == bool(
+            (p.engine_sleep and p.engine_sleep_level == 1) or (not p.bucketed and phase == "rollout"))

@@ -178,6 +178,7 @@ class ColocatedRun:
         cost = ctx.costs.engine_cycle(clock.ranks)
         clock.busy("switch", clock.cursor + cost.time_s, k, label="between generation batches", cause="switch")
         ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
+        ctx.add_switch_parts("between", cost.parts_s)
         ctx.add_stage_time("switch_between_batches", cost.time_s)
         spent = cost.time_s
         if ctx.sched.between_gen_batches == "reshard":
@@ -248,6 +249,8 @@ class ColocatedRun:
         cost = self.ctx.costs.switch(to_phase, clock.ranks)
         clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
         self.ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
+        if clock is self.actor:   # the whole pool's switch (not colocated StaleSync's trainers alone)
+            self.ctx.add_switch_parts(to_phase, cost.parts_s)
         self.ctx.add_stage_time(f"switch_to_{to_phase}", cost.time_s)
         return cost.time_s
 

@@ -53,6 +53,7 @@ class RunRecord:
     # StageCost.path_s: the trainer's own critical chain (critical_path.with_trainer_parts)
     trainer_paths: list = field(default_factory=list)
     phase_peak_bytes: dict[str, float] = field(default_factory=dict)   # RunTotals.phase_peak_bytes
+    switch_parts_s: dict[str, float] = field(default_factory=dict)     # RunTotals.switch_parts_s
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,12 @@ class Context:
         for key, per_device in moved.items():
             self.totals.switch_bytes[key] = self.totals.switch_bytes.get(key, 0.0) + per_device * n_devices
 
+    def add_switch_parts(self, direction: str, parts_s: dict[str, float]) -> None:
+        """A colocated switch's seconds by whose work (SwitchCost.parts_s), under ``direction``."""
+        for part, seconds in parts_s.items():
+            key = f"{direction}.{part}"
+            self.totals.switch_parts_s[key] = self.totals.switch_parts_s.get(key, 0.0) + seconds
+
     def note_memory(self, peak_bytes: float, phase: str) -> None:
         """A device's bytes in ``phase`` (train or rollout): the run's peak and the phase's."""
         self.totals.peak_memory_bytes = max(self.totals.peak_memory_bytes, peak_bytes)
@@ -183,7 +190,7 @@ class Context:
                          self.queue.stats(makespan), totals.switch_bytes, self.costs.peak_flops,
                          self.costs.train_flops_per_token(self._mean_len()), dict(totals.rollout),
                          self.start_s, list(self.failures), dict(self.extra), self.online, self.trainer_paths,
-                         dict(totals.phase_peak_bytes))
+                         dict(totals.phase_peak_bytes), dict(totals.switch_parts_s))
 
     def _mean_len(self) -> float:
         flat, retired = self.store.flat(), self.store.retired

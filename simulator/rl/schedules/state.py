@@ -30,6 +30,9 @@ class RunTotals:
     # generation runs ahead): the part past it is taken out when the run is recorded
     stage_spans: list[tuple[str, float, float, float]] = field(default_factory=list)
     switch_bytes: dict[str, float] = field(default_factory=dict)
+    # the colocated switches' seconds by direction and whose work (SwitchCost.parts_s): "rollout.trainer",
+    # "train.engine_weights", "between.engine_memory", ... summed over the run (one pool's clock)
+    switch_parts_s: dict[str, float] = field(default_factory=dict)
     # rollout slot accounting (metrics: occupancy and the low-batch tail)
     rollout: dict[str, float] = field(default_factory=lambda: {"instance_s": 0.0, "slot_s": 0.0, "low_batch_s": 0.0})
     # the job's shared rule-reward workers (workload.reward.workers): what they are busy with
