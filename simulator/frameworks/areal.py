@@ -17,6 +17,8 @@ from typing import Any
 from ..errors import RlsimError
 from .common import (
     DTYPES,
+    OPTIMIZER_SETTINGS,
+    SAMPLING_SETTINGS,
     FrameworkImport,
     Rule,
     Status,
@@ -65,9 +67,9 @@ ENGINE_NOTE = {"sglang": f"AReaL 1.0.4 pins sglang 0.5.10.post1: rlsim's nearest
 
 _LOG = "logging, tracing and bookkeeping: no effect on step time"
 _LOSS = "loss / reward arithmetic on tensors the step already holds: no modelled cost"
-_LR = "optimizer hyper-parameters: no effect on step time"
+_LR = OPTIMIZER_SETTINGS
 _VAL = "evaluation between steps: rlsim step times exclude it"
-_SAMPLING = "sampling parameters: the same per-token cost (lengths come from workload.response_length)"
+_SAMPLING = SAMPLING_SETTINGS
 _LORA = "used only with use_lora"
 _NAMING = "process naming, logging and timeouts: no effect on step time"
 

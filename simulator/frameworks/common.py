@@ -42,6 +42,11 @@ class Rule:
     neutral: Any = _NO_NEUTRAL
 
 
+# Reasons several frameworks' tables give.
+OPTIMIZER_SETTINGS = "optimizer hyper-parameters: no effect on step time"
+SAMPLING_SETTINGS = "sampling parameters: the same per-token cost (lengths come from workload.response_length)"
+
+
 def mapped(target: str, reason: str = "") -> Rule:
     return Rule("mapped", reason, target)
 

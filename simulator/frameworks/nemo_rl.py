@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import RlsimError
 from .common import (
     DTYPES,
+    OPTIMIZER_SETTINGS,
     FrameworkImport,
     Rule,
     Status,
@@ -51,7 +52,7 @@ DEFAULTS: dict[str, Any] = {
 
 _LOG = "logging: no effect on step time"
 _LOSS = "loss arithmetic on tensors the step already holds: no modelled cost"
-_LR = "optimizer hyper-parameters: no effect on step time"
+_LR = OPTIMIZER_SETTINGS
 # megatron-core 0.16.1 optimizer/optimizer_config.py: optimizer_offload_fraction's default
 MCORE_OPTIMIZER_OFFLOAD_FRACTION = 0.0
 _VAL = "validation runs between steps: rlsim step times exclude validation"

@@ -31,6 +31,8 @@ from typing import Any
 
 from ..errors import RlsimError
 from .common import (
+    OPTIMIZER_SETTINGS,
+    SAMPLING_SETTINGS,
     FrameworkImport,
     Rule,
     Status,
@@ -96,9 +98,9 @@ GROUP_ESTIMATORS = ("reinforce", "rloo", "reinforce_baseline", "group_norm", "dr
 
 _LOG = "logging, checkpoints and evaluation: rlsim step times exclude them"
 _LOSS = "loss / advantage / reward arithmetic on tensors the step already holds: no modelled cost"
-_LR = "optimizer hyper-parameters: no effect on step time"
+_LR = OPTIMIZER_SETTINGS
 _DATA = "data loading and prompt formatting on the host: no modelled cost"
-_SAMPLING = "sampling parameters: the same per-token cost (lengths come from workload.response_length)"
+_SAMPLING = SAMPLING_SETTINGS
 _AUX = "schedule.aux_devices"
 
 RULES: dict[str, Rule] = {
