@@ -842,6 +842,16 @@ class ScheduleConfig(_Strict):
                              "or set schedule.fuse: actor")
         return value
 
+    @field_validator("aux_devices", mode="before")
+    @classmethod
+    def _aux_shape(cls, value: Any) -> Any:
+        """A count or a mapping of counts, said once (not as the union's two errors)."""
+        counts = value.values() if isinstance(value, Mapping) else [value]
+        if value is not None and (not isinstance(value, (int, Mapping)) or any(
+                isinstance(n, bool) or not isinstance(n, int) for n in counts)):
+            raise ValueError("give a device count (8) or one per model ({reference: 4, critic+reward: 8})")
+        return value
+
     @field_validator("aux_devices", mode="after")
     @classmethod
     def _aux_groups(cls, value: int | dict[str, int] | None) -> int | dict[str, int] | None:

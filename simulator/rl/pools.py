@@ -102,9 +102,19 @@ def aux_pool_sizes(schedule: ScheduleConfig) -> dict[str, int]:
 
 def _aux_devices(schedule: ScheduleConfig, n_devices: int, instance_devices: int, train_group_devices: int,
                  source: str) -> int:
-    """The devices schedule.aux_devices sets apart (0 without it); an error when they leave no room for
-    one training replica and one rollout instance."""
-    aux = sum(aux_pool_sizes(schedule).values())
+    """The devices schedule.aux_devices sets apart (0 without it); an error when a pool is not whole
+    replicas of the training layout (its models run that layout) or they leave no room for one
+    training replica and one rollout instance."""
+    sizes = aux_pool_sizes(schedule)
+    for name, count in sizes.items():
+        if count % train_group_devices:
+            field = "schedule.aux_devices" + (f".{name[len('aux-'):]}" if name != "aux" else "")
+            fits = [n for n in (count - count % train_group_devices, count - count % train_group_devices
+                                + train_group_devices) if n > 0]
+            raise RlsimError(f"{count} devices are not whole replicas of the training layout ({train_group_devices} "
+                             "devices), which the reference, reward and critic passes run", source=source, field=field,
+                             fix=f"give {' or '.join(map(str, fits))}")
+    aux = sum(sizes.values())
     room = n_devices - train_group_devices - instance_devices
     if aux and aux > room:
         raise RlsimError(f"aux_devices={aux} leaves no room for a training replica ({train_group_devices} devices) "

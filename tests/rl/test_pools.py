@@ -79,7 +79,8 @@ def test_aux_devices_are_set_apart_before_the_split() -> None:
 
 
 @pytest.mark.parametrize(("schedule", "n", "inst", "group", "field"), [
-    (_Schedule("disaggregated", aux_devices=5), 8, 2, 2, "schedule.aux_devices"),
+    (_Schedule("disaggregated", aux_devices=6), 8, 2, 2, "schedule.aux_devices"),
+    (_Schedule("disaggregated", aux_devices=3), 16, 2, 2, "schedule.aux_devices"),
     (_Schedule("colocated"), 6, 4, 8, "workload.train_layout"),
     (_Schedule("colocated", fuse="actor", aux_fraction=0.9), 8, 2, 4, "schedule.aux_fraction"),
     (_Schedule("disaggregated"), 8, 2, 8, "schedule.rollout_fraction"),
@@ -124,7 +125,7 @@ def test_split_pools(n: int, inst: int, group: int, fraction: float, rollout_dev
     try:
         pools = build_pools(schedule, n, inst, group)
     except RlsimError as exc:
-        if aux_devices and aux_devices > n - inst - group:
+        if aux_devices and (aux_devices % group or aux_devices > n - inst - group):
             assert exc.field == "schedule.aux_devices"
             return
         assert exc.field == ("schedule.rollout_devices" if rollout_devices else "schedule.rollout_fraction")
