@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -411,7 +411,7 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
     goes to those; one that none of them takes is the scenario's own error."""
     if isinstance(scenario, Scenario) and not keywords:
         base = scenario
-        return {kind: load_scenario({**base.to_dict(), "schedule": base.schedule.applicable_fields(kind)})
+        return {kind: _for_kind(load_scenario, base.to_dict(), base.schedule.applicable_fields(kind))
                 .model_copy(update={"source": base.source}) for kind in kinds}
     overrides = [parse_assignment(o)[0] for o in keywords.get("overrides") or ()]
     if "schedule.kind" in overrides:   # the compared kinds replace it
@@ -430,8 +430,22 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
     out = {}
     for kind in kinds:
         with _naming_kind(kind, kinds):
-            out[kind] = validate_scenario({**data, "schedule": per_kind[kind]}, source)
+            out[kind] = _for_kind(lambda data: validate_scenario(data, source), data, per_kind[kind])
     return out
+
+
+def _for_kind(validate: Callable[[dict[str, Any]], Scenario], data: Mapping[str, Any],
+              schedule: Mapping[str, Any]) -> Scenario:
+    """The scenario under one compared kind. A framework's timer names (output.timers, set by its
+    importer) are kept only where the kind has those phases: they name figures and change none, so a
+    kind without them runs with rlsim's own (a NeMo RL import compared as stalesync was refused)."""
+    try:
+        return validate({**data, "schedule": dict(schedule)})
+    except RlsimError as exc:
+        output = data.get("output")
+        if exc.field != "output.timers" or not isinstance(output, Mapping) or "timers" not in output:
+            raise
+    return validate({**data, "schedule": dict(schedule), "output": {k: v for k, v in output.items() if k != "timers"}})
 
 
 def _own_and_unused(schedule: Mapping[str, Any], unused: list[str]) -> dict[str, Any]:

@@ -327,6 +327,39 @@ def openrlhf_timing(rec: RunRecord, verl: Mapping[str, float], stage_time_s: Map
     return out
 
 
+def openrlhf_split_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | None:
+    """OpenRLHF's timers where its engines run on GPUs of their own, over the steady steps (1..N-1)
+    of the trainer's records: make_experience from the step's start to the end of its forward
+    passes (every pool's), ppo_train to the end of the updates, broadcast the weight sync. Its
+    synchronous trainer (kind disaggregated) times the generation it waits for; its asynchronous one
+    (kind one-step-off, ppo_trainer_async.py) times each batch's generation on the generator (the
+    round's span on the engines) and takes the vLLM lock to broadcast, so its broadcast holds the
+    wait for the next batch. None without two steps or after a failure."""
+    its = rec.iterations
+    n = len(its)
+    if n < 2 or rec.failures or "forwards_end" not in its[0]:
+        return None
+    steady = its[1:]
+    ends = [float(it["end"]) for it in its]
+    waits = float(np.mean([float(its[k]["start"]) - ends[k - 1] for k in range(1, n)]))
+    out = {"make_experience": float(np.mean([it["forwards_end"] - it["start"] for it in steady])),
+           "ppo_train": float(np.mean([it["train_end"] - it["forwards_end"] for it in steady])),
+           "broadcast": float(np.mean([it["end"] - it["train_end"] for it in steady]))}
+    if rec.scenario.schedule.kind == "one-step-off":
+        rows = timeline[(timeline["pool"] == "rollout") & (timeline["state"] == "generate")]
+        spans = rows.groupby("iteration")["end"].max() - rows.groupby("iteration")["start"].min()
+        rounds = [int(it["iteration"]) for it in steady if int(it["iteration"]) in spans.index]
+        out = {"generation": float(spans.loc[rounds].mean()) if rounds else 0.0, **out}
+        out["broadcast"] += waits
+        on_path = ("make_experience", "ppo_train", "broadcast")
+    else:
+        out = {"generation": waits, **out}
+        on_path = tuple(out)
+    out["step_total"] = (ends[-1] - ends[0]) / (n - 1)
+    out["other"] = out["step_total"] - sum(out[name] for name in on_path)
+    return out
+
+
 def sample_figures(samples: pd.DataFrame | Mapping[str, np.ndarray], retired: RetiredSamples, T: float,
                    table: bool = True, dropped: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The summary's per-sample sums: over the frame's rows and, under output.keep_sample_rows, the
@@ -433,8 +466,12 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         out["verl_timing_s"] = verl
         if sc.output.timers == "nemo-rl":
             out["nemo_rl_timing_s"] = nemo_rl_timing(verl, out["stage_time_s"])
-        elif sc.output.timers == "openrlhf":
+        elif sc.output.timers == "openrlhf" and sc.schedule.kind == "colocated":
             out["openrlhf_timing_s"] = openrlhf_timing(rec, verl, out["stage_time_s"])
+    if sc.output.timers == "openrlhf" and sc.schedule.kind in ("disaggregated", "one-step-off"):
+        split = openrlhf_split_timing(rec, timeline)
+        if split is not None:
+            out["openrlhf_timing_s"] = split
     if rec.planning_s > 0:    # layout: auto (state plan at the start of the timeline)
         out["planning_s"] = rec.planning_s
     if rec.failures:          # schedule.failures (rl/schedules/failures.py)

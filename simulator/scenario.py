@@ -1298,9 +1298,10 @@ class OutputConfig(_Strict):
     # Whose timer names the summary adds beside rlsim's stages where a step is run as verl's hybrid
     # engine or one_step_off_policy runs it (colocated fuse: full, one-step-off): verl's `timing_s/...`
     # (verl_timing_s, always there) and, with nemo-rl, NeMo RL's `timing/train/...` too
-    # (nemo_rl_timing_s; the console shows those); with openrlhf, on the hybrid engine (colocated fuse:
-    # full) only, OpenRLHF's `timing/...` (openrlhf_timing_s, metrics.OPENRLHF_TIMERS). rlsim run
-    # --from-nemo-rl sets nemo-rl, --from-openrlhf openrlhf on the hybrid engine.
+    # (nemo_rl_timing_s; the console shows those); with openrlhf, OpenRLHF's `timing/...`
+    # (openrlhf_timing_s: metrics.OPENRLHF_TIMERS on the hybrid engine, colocated fuse: full;
+    # openrlhf_split_timing on disaggregated / one-step-off). rlsim run --from-nemo-rl sets nemo-rl,
+    # --from-openrlhf openrlhf.
     timers: Literal["verl", "nemo-rl", "openrlhf"] = "verl"
 
 
@@ -1720,14 +1721,16 @@ def has_framework_timers(sched: ScheduleConfig) -> bool:
 
 def _read_past_timers(scenario: Scenario) -> ReadPast:
     """output.timers names phases only a run of the framework's shape has: nemo-rl a colocated (fuse:
-    full) or one-step-off step, openrlhf the hybrid engine's (colocated, fuse: full)."""
+    full) or one-step-off step, openrlhf its hybrid engine (colocated, fuse: full) or its trainers
+    beside engines of their own (disaggregated, one-step-off)."""
     sched, timers = scenario.schedule, scenario.output.timers
-    hybrid = sched.kind == "colocated" and has_framework_timers(sched)
-    if timers == "verl" or (timers == "nemo-rl" and has_framework_timers(sched)) or (timers == "openrlhf" and hybrid):
+    openrlhf = (sched.kind == "colocated" and has_framework_timers(sched)) or sched.kind in ("disaggregated",
+                                                                                            "one-step-off")
+    if timers == "verl" or (timers == "nemo-rl" and has_framework_timers(sched)) or (timers == "openrlhf" and openrlhf):
         return []
     run_as = f"kind {sched.kind}" + (f" with fuse: {sched.fuse}" if sched.kind == "colocated" else "")
-    shape = ("OpenRLHF's hybrid engine (kind colocated, fuse: full)" if timers == "openrlhf"
-             else "a colocated (fuse: full) or one-step-off step")
+    shape = ("OpenRLHF's hybrid engine (kind colocated, fuse: full) or split pools (disaggregated, one-step-off)"
+             if timers == "openrlhf" else "a colocated (fuse: full) or one-step-off step")
     has = "verl's phases (verl_timing_s)" if has_framework_timers(sched) else "only rlsim's stages (stage_time_s)"
     return [("output.timers", f"timers: {timers} names the phases of {shape}; {run_as} has {has}",
              f"remove output.timers (set by rlsim run --from-{timers}: --set output.timers=verl)")]

@@ -135,3 +135,43 @@ def test_the_reward_wait_is_named_inside_the_dependency_bubble():
     assert s["reward_wait_fraction"] == pytest.approx(
         float(((waits["end"] - waits["start"]) * waits["rank_count"]).sum()) / total)
     assert 0 < s["reward_wait_fraction"] <= s["bubbles_by_cause"]["dependency"] + 1e-12
+
+
+def _openrlhf(kind, c, **sched):
+    from simulator.scenario import load_scenario
+    sc = load_scenario({"topology": "fake", "workload": {"model": "fake", "prompts_per_step": 8,
+                                                         "samples_per_prompt": 8, "reference": True},
+                        "schedule": {"kind": kind, "rollout_devices": 8, "distqueue": {"bw_Bps": 1e30}, **sched},
+                        "iterations": 4, "seed": 0, "output": {"timers": "openrlhf"}})
+    return run(sc, c, devices=12 + sum((sched.get("aux_devices") or {}).values()), prompt=const(100), resp=const(500))
+
+
+@pytest.mark.parametrize("aux", [None, {"reference": 2}])
+def test_openrlhfs_split_timers_in_closed_form(aux):
+    """OpenRLHF beside engines of its own: its synchronous trainer (disaggregated) times the generation
+    it waits for, then make_experience, ppo_train, broadcast, all on the step; the asynchronous one
+    (one-step-off) times the batch's generation on the generator (off the trainer's path) and
+    broadcasts under the vLLM lock, waiting there for the next batch. Equal lengths: gen 0.5 s a
+    round, the forwards max(old log-probs on 4, reference on 4 or on the aux pool's 2), train on 4."""
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, decode_s_per_token=1e-3,
+                  train_device_s_per_token=1e-3, forward_device_s_per_token=2e-4)
+    tokens = 64 * 600
+    forwards = max(tokens * 2e-4 / 4, tokens * 2e-4 / 2) if aux else 2 * tokens * 2e-4 / 4
+    train = tokens * 1e-3 / 4
+    extra = {"aux_devices": aux} if aux else {}
+    sync = _openrlhf("disaggregated", c, **extra)[3]["openrlhf_timing_s"]
+    assert sync["generation"] == pytest.approx(0.5) and sync["make_experience"] == pytest.approx(forwards)
+    assert sync["ppo_train"] == pytest.approx(train) and sync["broadcast"] == pytest.approx(0.7)
+    assert sync["step_total"] == pytest.approx(0.5 + forwards + train + 0.7) and sync["other"] == pytest.approx(0, abs=1e-9)
+    asynchronous = _openrlhf("one-step-off", c, staleness=1, round_batches=True, **extra)[3]["openrlhf_timing_s"]
+    assert asynchronous["generation"] == pytest.approx(0.5)          # the round on the engines
+    # trainer-bound (forwards + train + sync > 0.5): no wait at the lock, the step is the trainer's
+    assert asynchronous["broadcast"] == pytest.approx(0.7)
+    assert asynchronous["step_total"] == pytest.approx(forwards + train + 0.7)
+    # generator-bound: the trainer waits at the lock for the next batch, inside broadcast
+    fast = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.1, decode_s_per_token=1e-3,
+                     train_device_s_per_token=1e-6, forward_device_s_per_token=1e-7)
+    bound = _openrlhf("one-step-off", fast, staleness=1, round_batches=True, **extra)[3]["openrlhf_timing_s"]
+    assert bound["broadcast"] > 0.1 + 0.3
+    assert bound["make_experience"] + bound["ppo_train"] + bound["broadcast"] == pytest.approx(bound["step_total"])
+    assert bound["step_total"] >= bound["generation"] - 1e-9

@@ -240,8 +240,7 @@ def import_openrlhf(path: str | Path, overrides: Iterable[str] = (), *, topology
         world_divides(v, gpus["actor"], workload["train_layout"], ["ds.tensor_parallel_size", "ds.ring_attn_size"],
                       "OpenRLHF's DeepSpeed actor", "actor.num_gpus_per_node")
     result.scenario = {"topology": topo, "workload": workload, "schedule": sched}
-    if kind == "colocated":   # the hybrid engine's phases under OpenRLHF's timer names (output.timers)
-        result.scenario["output"] = {"timers": "openrlhf"}
+    result.scenario["output"] = {"timers": "openrlhf"}   # the phases under OpenRLHF's timer names
     classify(result, flat, RULES, decided)
     result.notes.append("response-length law: not in a script; rlsim's default law capped at rollout.max_new_tokens "
                         "(else data.max_len) (set --set workload.response_length.max / .median to refine)")

@@ -113,6 +113,9 @@ def test_the_async_example_runs_with_its_aux_pool(capsys):
     doc = json.loads(out)
     assert doc["pools"] == {"rollout": 8, "train": 8, "aux-reference": 4, "aux-critic": 8, "aux-reward": 4}
     assert "verl_timing_s" not in doc   # verl's phases do not split passes that run side by side
+    timers = doc["openrlhf_timing_s"]      # OpenRLHF's: the forwards' wall, whichever pool ends them
+    assert timers["make_experience"] + timers["ppo_train"] + timers["broadcast"] + timers["other"] == \
+        pytest.approx(timers["step_total"])
     assert doc["staleness"]["max"] <= 1
 
 
@@ -262,8 +265,23 @@ def test_the_hybrid_engine_reports_openrlhfs_timers_summing_to_the_step(capsys):
     assert timers["other"] == pytest.approx(2 * 0.5, abs=0.01)   # two switches' overhead_s, the fetch
     code, out, err = cli(capsys, "run", "--from-openrlhf", str(HYBRID), "--iterations", "3")
     assert "openrlhf timing/make_experience" in " ".join(out.split())
-    for kind in ("one-step-off", "disaggregated"):   # verl's phases there, or only rlsim's stages
+    for kind in ("async", "stalesync"):   # no OpenRLHF trainer runs these
         with pytest.raises(RlsimError, match="OpenRLHF's hybrid engine") as info:
             load_scenario({"topology": {"preset": "dgx-h100", "nodes": 2}, "workload": "grpo-qwen2.5-7b",
                            "schedule": kind, "output": {"timers": "openrlhf"}})
         assert info.value.field == "output.timers"
+
+
+def test_compare_keeps_the_framework_timers_where_the_kind_has_them(capsys):
+    """The importer's output.timers names phases; a compared kind without them (stalesync) runs with
+    rlsim's own names instead of being refused (a NeMo RL import compared as stalesync was)."""
+    code, out, err = cli(capsys, "compare", "--from-openrlhf", str(HYBRID), "--schedules", "colocated,stalesync",
+                         "--iterations", "2", "--json")
+    assert code == 0, err
+    runs = {doc["schedule"]: doc for doc in json.loads(out)}
+    assert "openrlhf_timing_s" in runs["colocated"] and "openrlhf_timing_s" not in runs["stalesync"]
+    code, out, err = cli(capsys, "compare", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"),
+                         "--schedules", "colocated,stalesync", "--iterations", "2", "--json")
+    assert code == 0, err
+    runs = {doc["schedule"]: doc for doc in json.loads(out)}
+    assert "nemo_rl_timing_s" in runs["colocated"] and "nemo_rl_timing_s" not in runs["stalesync"]

@@ -140,7 +140,7 @@ class TrainStep:
         t_end = self._optimizer_steps(k, lens, main, aux, t_forward, mini_batches or self.workload.mini_batches)
         yield env.timeout(t_end - env.now)
         ctx.iterations.append({
-            "iteration": k, "start": t_start, "train_end": t_end, "samples": len(ids),
+            "iteration": k, "start": t_start, "forwards_end": t_forward, "train_end": t_end, "samples": len(ids),
             "tokens": float(lens.sum()), "response_tokens": response_tokens,
             "staleness_mean": float(np.mean(k - version)), "staleness_max": float(np.max(k - version)),
             "queue_read_bytes": load.read_bytes, "queue_payload_bytes": load.payload_bytes})
