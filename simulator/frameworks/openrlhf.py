@@ -113,9 +113,10 @@ RULES: dict[str, Rule] = {
     "train.colocate_all": mapped("schedule.kind", "the hybrid engine: colocated"),
     "train.async_enable": mapped("schedule.kind", "one-step-off (a queue of whole batches)"),
     "train.async_queue_size": mapped("schedule.staleness", "batches generated ahead of the trainer"),
-    "train.partial_rollout_enable": unsupported(
-        "vLLM's pause / resume around the weight broadcast (in-flight requests go on with the new weights) is not "
-        "modelled on one-step-off", neutral=False),
+    "train.partial_rollout_enable": mapped("schedule.kind", "one-step-off as without it: the broadcast pauses the "
+                                                            "engines mid-batch (vLLM pause_generation, mode keep) "
+                                                            "instead of waiting for the batch, the same step cycle; "
+                                                            "a batch's early tokens one version older (not tracked)"),
     "vllm.num_engines": mapped("schedule.rollout_devices", "x vllm.tensor_parallel_size"),
     "vllm.tensor_parallel_size": mapped("workload.rollout_layout.tp"),
     "vllm.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
@@ -281,6 +282,10 @@ def _kind(v: Values, gpus: Mapping[str, int], decided: dict[str, tuple[Status, s
                          fix="drop --vllm.enable_sleep (or train.async_enable)")
     if v.flag("vllm.enable_sleep"):
         decided["vllm.enable_sleep"] = ("ignored", "OpenRLHF turns it off without the hybrid engine")
+    if v.flag("train.partial_rollout_enable") and not asynchronous:
+        raise RlsimError("partial rollouts without asynchronous training: OpenRLHF asserts \"--train.partial_rollout_"
+                         "enable requires --train.async_enable\"", source=src, field="train.partial_rollout_enable",
+                         fix="add train.async_enable=true, or drop --train.partial_rollout_enable")
     if asynchronous:
         if colocate_all:
             result.notes.append("train.colocate_all with train.async_enable colocates the DeepSpeed models only (as "

@@ -156,11 +156,15 @@ def test_deepspeed_sleep_beside_engines_of_their_own_is_the_per_phase_offload():
     assert info.value.field == "vllm.enable_sleep"
 
 
-def test_vllm_without_sleep_stays_resident_and_partial_rollouts_are_unsupported():
+def test_vllm_without_sleep_stays_resident_and_partial_rollouts_run_as_the_locked_mode():
     r = import_config("openrlhf", HYBRID, ["vllm.enable_sleep=false"])
     assert r.scenario["schedule"]["switch"]["engine_resident"] is True
     r = import_config("openrlhf", ASYNC, ["+train.partial_rollout_enable=true"])
-    assert "pause / resume" in r.unsupported["train.partial_rollout_enable"]
+    assert "the same step cycle" in r.mapped["train.partial_rollout_enable"] and not r.unsupported
+    assert r.scenario["schedule"] == import_config("openrlhf", ASYNC).scenario["schedule"]
+    with pytest.raises(RlsimError, match="requires --train.async_enable") as info:
+        import_config("openrlhf", ASYNC, ["+train.partial_rollout_enable=true", "train.async_enable=false"])
+    assert info.value.field == "train.partial_rollout_enable"
 
 
 def test_unknown_flags_are_listed_and_overrides_must_name_known_ones(tmp_path):
