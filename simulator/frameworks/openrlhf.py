@@ -300,6 +300,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     src = v.result.source
     w = begin_workload(v, "actor.model_name_or_path", "OpenRLHF script", model_given, decided)
     prompts, n = v.count("rollout.batch_size"), v.count("rollout.n_samples_per_prompt")
+    _generate_batch(v, prompts, decided)
     w.update(algorithm=_algorithm(v), prompts_per_step=prompts, samples_per_prompt=n,
              mini_batch_prompts=_mini_batch_prompts(v, prompts, n), ppo_epochs=v.count("train.max_epochs"))
     max_len = v.count("data.max_len")
@@ -334,6 +335,21 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     if v.flag("ds.adam_offload"):
         w["train_params"] = {"offload": {"optimizer": True, "scope": "optimizer_step"}}
     return w
+
+
+def _generate_batch(v: Values, prompts: int, decided: dict[str, tuple[Status, str]]) -> None:
+    """rollout.vllm_generate_batch_size: the batch's own size is OpenRLHF's default (it sets it so);
+    a larger one over-samples for the async queue, which OpenRLHF refuses without async training."""
+    if not v.given("rollout.vllm_generate_batch_size") or v("rollout.vllm_generate_batch_size") is None:
+        return
+    size = v.count("rollout.vllm_generate_batch_size")
+    if size == prompts:
+        decided["rollout.vllm_generate_batch_size"] = ("ignored", "rollout.batch_size, OpenRLHF's default for it")
+    elif size > prompts and not v.flag("train.async_enable"):
+        raise RlsimError(f"a generation batch of {size} prompts over a rollout batch of {prompts} without "
+                         "asynchronous training: OpenRLHF asserts it needs --train.async_enable", source=v.result.source,
+                         field="rollout.vllm_generate_batch_size",
+                         fix="add train.async_enable=true, or give rollout.batch_size or less")
 
 
 def _algorithm(v: Values) -> str:

@@ -162,6 +162,12 @@ def test_vllm_without_sleep_stays_resident_and_partial_rollouts_run_as_the_locke
     r = import_config("openrlhf", ASYNC, ["+train.partial_rollout_enable=true"])
     assert "the same step cycle" in r.mapped["train.partial_rollout_enable"] and not r.unsupported
     assert r.scenario["schedule"] == import_config("openrlhf", ASYNC).scenario["schedule"]
+    same = import_config("openrlhf", ASYNC, ["+rollout.vllm_generate_batch_size=1024"])
+    assert "OpenRLHF's default" in same.ignored["rollout.vllm_generate_batch_size"] and not same.unsupported
+    more = import_config("openrlhf", ASYNC, ["+rollout.vllm_generate_batch_size=2048"])
+    assert "over-sampling" in more.unsupported["rollout.vllm_generate_batch_size"]
+    with pytest.raises(RlsimError, match="needs --train.async_enable"):
+        import_config("openrlhf", ASYNC, ["+rollout.vllm_generate_batch_size=2048", "train.async_enable=false"])
     with pytest.raises(RlsimError, match="requires --train.async_enable") as info:
         import_config("openrlhf", ASYNC, ["+train.partial_rollout_enable=true", "train.async_enable=false"])
     assert info.value.field == "train.partial_rollout_enable"
