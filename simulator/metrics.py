@@ -347,7 +347,8 @@ def openrlhf_split_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, f
            "broadcast": float(np.mean([it["end"] - it["train_end"] for it in steady]))}
     if rec.scenario.schedule.kind == "one-step-off":
         rows = timeline[(timeline["pool"] == "rollout") & (timeline["state"] == "generate")]
-        spans = rows.groupby("iteration")["end"].max() - rows.groupby("iteration")["start"].min()
+        by_round = rows.groupby("iteration").agg(start=("start", "min"), end=("end", "max"))
+        spans = by_round["end"] - by_round["start"]
         rounds = [int(it["iteration"]) for it in steady if int(it["iteration"]) in spans.index]
         out = {"generation": float(spans.loc[rounds].mean()) if rounds else 0.0, **out}
         out["broadcast"] += waits
@@ -466,12 +467,12 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         out["verl_timing_s"] = verl
         if sc.output.timers == "nemo-rl":
             out["nemo_rl_timing_s"] = nemo_rl_timing(verl, out["stage_time_s"])
-        elif sc.output.timers == "openrlhf" and sc.schedule.kind == "colocated":
-            out["openrlhf_timing_s"] = openrlhf_timing(rec, verl, out["stage_time_s"])
-    if sc.output.timers == "openrlhf" and sc.schedule.kind in ("disaggregated", "one-step-off"):
-        split = openrlhf_split_timing(rec, timeline)
-        if split is not None:
-            out["openrlhf_timing_s"] = split
+    if sc.output.timers == "openrlhf":   # the hybrid engine from verl's phases, split pools from the steps
+        hybrid = sc.schedule.kind == "colocated"
+        openrlhf = (openrlhf_timing(rec, verl, out["stage_time_s"]) if hybrid and verl is not None
+                    else None if hybrid else openrlhf_split_timing(rec, timeline))
+        if openrlhf is not None:
+            out["openrlhf_timing_s"] = openrlhf
     if rec.planning_s > 0:    # layout: auto (state plan at the start of the timeline)
         out["planning_s"] = rec.planning_s
     if rec.failures:          # schedule.failures (rl/schedules/failures.py)

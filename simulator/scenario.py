@@ -858,13 +858,13 @@ class ScheduleConfig(_Strict):
         """A device count, or {role or role+role: devices} over the reference, reward and critic, each
         role in one group at most."""
         counts = [value] if isinstance(value, int) else list((value or {}).values())
-        if any(isinstance(n, bool) or n < 1 for n in counts):
+        if any(n < 1 for n in counts):   # _aux_shape has refused what is not a whole number
             raise ValueError("give a device count >= 1 (or one per model: {reference: 4, critic+reward: 8})")
         seen: list[str] = []
         for group in value if isinstance(value, dict) else ():
             roles = group.split("+")
             wrong = [role for role in roles if role not in AUX_POOL_ROLES or role in seen]
-            if wrong or not roles:
+            if wrong:
                 raise ValueError(f"{group!r}: name the models of each pool among {', '.join(AUX_POOL_ROLES)}, each in "
                                  "one pool at most, several joined by + (critic+reward)")
             seen += roles

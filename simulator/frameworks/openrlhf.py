@@ -102,6 +102,8 @@ _LR = OPTIMIZER_SETTINGS
 _DATA = "data loading and prompt formatting on the host: no modelled cost"
 _SAMPLING = SAMPLING_SETTINGS
 _AUX = "schedule.aux_devices"
+_OPTIMIZER_ON_HOST = ("with ds.adam_offload the optimizer state lives on the host already (offload_deepspeed_states "
+                      "returns at once)")
 
 RULES: dict[str, Rule] = {
     "actor.num_nodes": mapped("topology.nodes", "the actor's GPUs: the training pool"),
@@ -408,13 +410,18 @@ def _critic(v: Values, w: dict[str, Any]) -> None:
     reward), as train_ppo_ray.py picks it."""
     if w["algorithm"] != "ppo":
         return
-    path = v("critic.model_name_or_path") or (w["reward"].get("model") and str(v("reward.model_name_or_path")).split(",")[0])
-    if not path or path == v("actor.model_name_or_path"):
+    path = v("critic.model_name_or_path")
+    if path:
+        if path == v("actor.model_name_or_path"):
+            return
+        model, how = model_for(path, "critic.model_name_or_path", v.result.source)
+    elif w["reward"]["kind"] == "model":   # _reward resolved the reward model's path already
+        model, how = w["reward"]["model"], "the reward model's architecture (OpenRLHF's default critic)"
+    else:
         return
-    model, how = model_for(path, "critic.model_name_or_path", v.result.source)
     if model != w.get("model"):
         w["critic_model"] = model
-        v.result.notes.append(f"critic {path!r} -> {how}")
+        v.result.notes.append(f"critic -> {how}")
 
 
 def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
@@ -491,8 +498,7 @@ def _deepspeed_sleep(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
     if not v.flag("ds.enable_sleep"):
         return
     if v.flag("ds.adam_offload"):
-        decided["ds.enable_sleep"] = ("ignored", "with ds.adam_offload the optimizer state lives on the host already "
-                                                 "(offload_deepspeed_states returns at once)")
+        decided["ds.enable_sleep"] = ("ignored", _OPTIMIZER_ON_HOST)
         return
     w["train_params"] = {"offload": {"optimizer": True, "grads": True}}
     decided["ds.enable_sleep"] = ("mapped", "workload.train_params.offload: the optimizer state and gradients to the "
@@ -535,8 +541,7 @@ def _hybrid_engine_switch(v: Values, s: dict[str, Any], decided: dict[str, tuple
     s["switch"] = {"offload_optimizer": v.flag("ds.enable_sleep") and not v.flag("ds.adam_offload"),
                    "free_gradients": False}
     if v.flag("ds.enable_sleep") and v.flag("ds.adam_offload"):
-        decided["ds.enable_sleep"] = ("ignored", "with ds.adam_offload the optimizer state lives on the host already "
-                                                 "(offload_deepspeed_states returns at once)")
+        decided["ds.enable_sleep"] = ("ignored", _OPTIMIZER_ON_HOST)
     if v.flag("vllm.enable_sleep"):
         s["switch"].update(engine_sleep=True, engine_sleep_level=1)
     else:

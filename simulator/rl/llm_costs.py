@@ -1029,6 +1029,8 @@ class LlmCosts:
             moved["gradient_zero_fill"] = self._resident_memory(pool).gradients_bytes
         on_device = moved.get("redundant_weight_copy", 0.0) + moved.get("gradient_zero_fill", 0.0)
         pinned = sum(v for k, v in host.items() if k not in pageable)
+        # the time as summed before the parts existed (their sum may differ in the last bit: the
+        # figures stay byte-identical); the parts say whose work it is
         times, parts = [], []
         for device, link in self._host_rates(pool):
             host_s = pinned / link + sum(host[k] / min(link, rate) for k, rate in pageable.items())

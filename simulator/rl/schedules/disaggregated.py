@@ -223,7 +223,7 @@ class Trainer:
             clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
             clock.idle("long_tail", min(max(generated, clock.cursor), env.now), k)
             clock.idle("dependency", env.now, k, label="reward")
-        yield from ctx.trainer.run(k, ids, run.trainer_clock, run.aux_roles())
+        yield from ctx.trainer.run(k, ids, run.trainer_clock, run.aux_roles)
         yield from self._publish(k)
 
     def _publish(self, k: int):
@@ -262,18 +262,16 @@ class SplitPoolRun:
         for clock in self.training_clocks():
             ctx.clocks.append(clock)
             ctx.start_clock(clock)
+        # as TrainStep.run takes them: one clock for every aux role, or one per role (fixed for the run:
+        # failures, which re-plan the pools, are refused beside an aux pool)
+        self.aux_roles: Clock | dict[str, Clock] | None = self.aux_clocks.get("aux") or {
+            role: clock for name, clock in self.aux_clocks.items() for role in name[len("aux-"):].split("+")} or None
         self.failures = SplitPoolFailures(self) if ctx.sched.failures else None
         self.sync_s = self.sync_time() if self.failures else self.sync_time(train.ranks, rollout.ranks)
 
     def training_clocks(self) -> list[Clock]:
         """The trainer's clock and the aux pools', where there are some."""
         return [self.trainer_clock, *self.aux_clocks.values()]
-
-    def aux_roles(self) -> Clock | dict[str, Clock] | None:
-        """The aux clocks as TrainStep.run takes them: one for every aux role, or one per role."""
-        if "aux" in self.aux_clocks:
-            return self.aux_clocks["aux"]
-        return {role: clock for name, clock in self.aux_clocks.items() for role in name[len("aux-"):].split("+")} or None
 
     def round_known(self, k: int) -> bool:
         """Whether the store holds every sample of round k it will (each instance generated its share:
