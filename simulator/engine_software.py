@@ -144,6 +144,21 @@ VLLM_V1_ASYNC = EngineSoftware(
            "max_num_batched_tokens 2048 with chunked prefill, cuda_graph_sizes); published-results.md V6 "
            "('128 for the async one')")
 
+# vLLM V1 behind its OpenAI-compatible server (`vllm serve`, usage context OPENAI_API_SERVER; TRL's
+# `trl vllm-serve` runs it): the server's per-GPU set, 2048 tokens / 256 sequences, 8192 / 1024 at
+# >= 70 GiB unless the device is an A100 (EngineArgs._set_default_args_v1, read in the 0.11.0 wheel);
+# otherwise as vllm-v1.
+VLLM_V1_SERVER = EngineSoftware(
+    name="vllm-v1-server",
+    inference=_v1_inference(),
+    rollout={},
+    tiers=(GpuTier(0, {"inference": {"max_num_batched_tokens": 2048}, "rollout": {"max_num_seqs": 256}}),
+           GpuTier(VLLM_LARGE_GPU_BYTES, {"inference": {"max_num_batched_tokens": 8192},
+                                          "rollout": {"max_num_seqs": 1024}}, VLLM_SMALL_SET_DEVICE_NAMES)),
+    graph_cap=_vllm_v1_graph_cap,
+    source="vllm 0.11.0 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 (usage context "
+           "OPENAI_API_SERVER), vllm/config/scheduler.py")
+
 # vLLM 0.8.x's V1 engine (verl 0.5 pins vllm <= 0.8.5): one running-sequence default for every usage
 # context (1024 at >= 70 GiB, 256 below; no A100 exception), the LLM class's token budget as above;
 # CUDA graphs for batch sizes up to 512 within the token budget (config.py: [1, 2, 4] + range(8, 513, 8)).
@@ -258,7 +273,7 @@ SGLANG_056 = EngineSoftware(
     source="sglang 0.5.6 sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings, "
            "_generate_cuda_graph_batch_sizes, environ.py; verl 0.7.0 setup (sglang==0.5.6)")
 
-ENGINE_SOFTWARE: dict[str, EngineSoftware] = {e.name: e for e in (VLLM_V1, VLLM_V1_ASYNC, VLLM_08, VLLM_08_ASYNC,
+ENGINE_SOFTWARE: dict[str, EngineSoftware] = {e.name: e for e in (VLLM_V1, VLLM_V1_ASYNC, VLLM_V1_SERVER, VLLM_08, VLLM_08_ASYNC,
                                                                   VLLM_V0, SGLANG, SGLANG_052, SGLANG_056)}
 
 

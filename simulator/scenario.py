@@ -784,6 +784,9 @@ class ScheduleConfig(_Strict):
     # AReaL actor.recompute_logprob / use_decoupled_loss: a forward pass of the actor recomputes the
     # (proximal) log-probs before the update. True: the decoupled PPO loss of AReaL's asynchronous
     # recipes needs the proximal policy's log-probs (arXiv 2505.24298); false: the rollout's are used.
+    # Also colocated and disaggregated: false skips the old log-prob pass (TRL's GRPOTrainer without
+    # vllm_importance_sampling_correction, its optimizer steps aligned with its generations, takes the
+    # old log-probs as the detached current ones: trl 1.16.0 trainer/grpo_trainer.py).
     recompute_logprob: bool = True
 
     @classmethod
@@ -998,7 +1001,8 @@ def _colocated() -> type[ScheduleConfig]:
     class ColocatedSchedule(ScheduleConfig):
         """Synchronous RL on one pool: every stage time-shares the devices (RL Fusion / hybrid engine)."""
         ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS | {"reward_during_forwards",
-                                                                               "between_gen_batches"}
+                                                                               "between_gen_batches",
+                                                                               "recompute_logprob"}
         kind: Literal["colocated"] = "colocated"
     return ColocatedSchedule
 
@@ -1007,7 +1011,7 @@ def _colocated() -> type[ScheduleConfig]:
 def _disaggregated() -> type[ScheduleConfig]:
     class DisaggregatedSchedule(ScheduleConfig):
         """Synchronous RL on split pools: a rollout pool and a training pool, weights broadcast between."""
-        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS | AUX_POOL_KNOBS
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | FAILURE_KNOBS | AUX_POOL_KNOBS | {"recompute_logprob"}
         PLACEMENT: ClassVar[str] = "disaggregated"
         kind: Literal["disaggregated"] = "disaggregated"
     return DisaggregatedSchedule

@@ -67,6 +67,19 @@ def test_async_engine_defaults_by_vllm_version():
     assert new["cuda_graph_max_batch"] == 2 * 128   # min(2 x max_num_seqs, 512)
 
 
+def test_vllm_serve_takes_its_server_set():
+    """`vllm serve` (usage context OPENAI_API_SERVER): 8192 tokens / 1024 sequences at >= 70 GiB, not on
+    an A100; 2048 / 256 otherwise; the LLM class's CUDA-graph rule."""
+    line = 70 * 2**30
+    big, big_layout = engine_values("vllm-v1-server", [_sized(line)], None)
+    small, small_layout = engine_values("vllm-v1-server", [_sized(line - 1)], None)
+    a100, a100_layout = engine_values("vllm-v1-server", [get_device("a100-80gb")], None)
+    assert (big["max_num_batched_tokens"], big_layout["max_num_seqs"]) == (8192, 1024)
+    assert (small["max_num_batched_tokens"], small_layout["max_num_seqs"]) == (2048, 256)
+    assert (a100["max_num_batched_tokens"], a100_layout["max_num_seqs"]) == (2048, 256)
+    assert big["chunked_prefill"] and big["cuda_graph_max_batch"] == 512 and small["cuda_graph_max_batch"] == 512
+
+
 @pytest.mark.parametrize("topology, device, tokens, seqs", [({"preset": "dgx-h100", "nodes": 1}, "h100", 16384, 1024),
                                                             ({"preset": "ascend-910b", "nodes": 1}, "ascend-910b2",
                                                              8192, 256)])

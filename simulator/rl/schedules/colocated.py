@@ -27,6 +27,7 @@ from .batches import GenPlan, SeqBatch
 from .context import Context
 from .registry import SchedulePolicy, register
 from .staleness import TIME_TOL_S, ceil_count
+from .training import skipped_forwards
 
 
 class ColocatedRun:
@@ -277,7 +278,7 @@ class ColocatedRun:
         yield env.timeout(max(0.0, clock.cursor - env.now))   # the cursor may trail now by a rounding
         if aux:
             aux.idle("dependency", env.now, k)
-        yield from ctx.trainer.run(k, ids, clock, aux, rewards_at=rewards_at)
+        yield from ctx.trainer.run(k, ids, clock, aux, rewards_at=rewards_at, skip=skipped_forwards(ctx.sched))
         sync_s = ctx.costs.weight_sync_s(clock.ranks, sync_to)
         clock.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
         ctx.add_stage_time("weight_sync", sync_s)

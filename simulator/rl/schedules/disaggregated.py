@@ -31,6 +31,7 @@ from .context import Context
 from .registry import SchedulePolicy, register
 from .split_failures import SplitPoolFailures
 from .staleness import TIME_TOL_S, VersionGate
+from .training import skipped_forwards
 
 
 @dataclass
@@ -223,7 +224,7 @@ class Trainer:
             clock.idle("dependency", min(max(t_tail, clock.cursor), env.now), k)
             clock.idle("long_tail", min(max(generated, clock.cursor), env.now), k)
             clock.idle("dependency", env.now, k, label="reward")
-        yield from ctx.trainer.run(k, ids, run.trainer_clock, run.aux_roles)
+        yield from ctx.trainer.run(k, ids, run.trainer_clock, run.aux_roles, skip=skipped_forwards(ctx.sched))
         yield from self._publish(k)
 
     def _publish(self, k: int):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,12 @@ from .state import RunState
 
 # The roles whose passes an aux pool runs (the actor's stay on the trainer's devices).
 AUX_ROLES = ("reference", "reward", "critic")
+NO_OLD_LOG_PROB = frozenset({"old_logprob"})   # trained on the rollout's own log-probs
+
+
+def skipped_forwards(sched: Any) -> frozenset[str]:
+    """The forward stages a step leaves out: the old log-prob pass without ``recompute_logprob``."""
+    return frozenset() if sched.recompute_logprob else NO_OLD_LOG_PROB
 AuxClocks = Clock | Mapping[str, Clock] | None
 
 

@@ -34,8 +34,7 @@ from .batches import SeqBatch
 from .context import Context
 from .registry import SchedulePolicy, register
 from .rewards import rule_rewards_ready
-
-NO_OLD_LOG_PROB = frozenset({"old_logprob"})   # fully async trains on the rollout's log-probs
+from .training import NO_OLD_LOG_PROB  # fully async trains on the rollout's log-probs
 
 
 @dataclass
