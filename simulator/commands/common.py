@@ -157,7 +157,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def add_framework_import(parser: argparse.ArgumentParser) -> None:
-    """--from-verl / --from-nemo-rl / --from-areal CONFIG.yaml, --from-openrlhf SCRIPT.sh [key=value ...],
+    """--from-verl / --from-nemo-rl / --from-areal / --from-trl CONFIG.yaml, --from-openrlhf SCRIPT.sh [key=value ...],
     --framework-schedule, --print-scenario."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--from-verl", nargs="+", metavar="ARG",
@@ -173,27 +173,32 @@ def add_framework_import(parser: argparse.ArgumentParser) -> None:
                        help="SCRIPT.sh [FLAG=VALUE ...]: an OpenRLHF launch script (its train_ppo_ray command's "
                             "--flags) and flag=value overrides (actor.num_nodes=2 for --actor.num_nodes 2), turned "
                             "into a scenario")
+    group.add_argument("--from-trl", nargs="+", metavar="ARG",
+                       help="CONFIG.yaml [KEY=VALUE ...]: a TRL GRPO config (the YAML `trl grpo --config` reads, with "
+                            "accelerate_config / num_processes; vllm_serve.* for the server of vllm_mode server) and "
+                            "key=value overrides, turned into a scenario")
     parser.add_argument("--framework-schedule", choices=("colocated", "one-step-off", "fully-async"),
                         help="which verl recipe the YAML is for (default: inferred from its keys)")
     parser.add_argument("--print-scenario", action="store_true",
-                        help="with --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf: print the scenario as YAML (re-loadable by "
+                        help="with --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl: print the scenario as YAML (re-loadable by "
                              "`rlsim run FILE`) and exit")
 
 
 def framework_import(args: argparse.Namespace) -> Any:
-    """The FrameworkImport of --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf, or None. Refuses what would replace the
+    """The FrameworkImport of --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl, or None. Refuses what would replace the
     imported sections (a scenario file, --workload, --schedule) and the flags without an import."""
     from ..errors import RlsimError
     chosen = [(name, items) for name, items in (("verl", getattr(args, "from_verl", None)),
                                                   ("nemo-rl", getattr(args, "from_nemo_rl", None)),
                                                   ("areal", getattr(args, "from_areal", None)),
-                                                  ("openrlhf", getattr(args, "from_openrlhf", None))) if items]
+                                                  ("openrlhf", getattr(args, "from_openrlhf", None)),
+                                                  ("trl", getattr(args, "from_trl", None))) if items]
     if not chosen:
         for flag, given in (("--print-scenario", args.print_scenario), ("--framework-schedule", args.framework_schedule)):
             if given:
-                raise RlsimError(f"{flag} needs --from-verl, --from-nemo-rl, --from-areal or --from-openrlhf", field=flag,
-                                 fix="add --from-verl CONFIG.yaml, --from-nemo-rl RECIPE.yaml, --from-areal CONFIG.yaml "
-                                     "or --from-openrlhf SCRIPT.sh")
+                raise RlsimError(f"{flag} needs --from-verl, --from-nemo-rl, --from-areal, --from-openrlhf or --from-trl",
+                                 field=flag, fix="add --from-verl CONFIG.yaml, --from-nemo-rl RECIPE.yaml, --from-areal "
+                                                 "CONFIG.yaml, --from-openrlhf SCRIPT.sh or --from-trl CONFIG.yaml")
         return None
     framework, items = chosen[0]
     stray = args.scenario

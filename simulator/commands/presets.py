@@ -50,7 +50,7 @@ def _workloads() -> list[str]:
 
 
 def _framework_configs() -> list[str]:
-    """The example framework configs (workloads/frameworks/, for --from-verl / --from-nemo-rl / --from-areal /
+    """The example framework configs (workloads/frameworks/, for --from-verl / --from-nemo-rl / --from-areal / --from-trl /
     --from-openrlhf): not workloads."""
     from ..presets import preset_dir
 
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     print("  " + (", ".join(doc["models"]) or "(none yet)"))
     print("workloads:")
     print("  " + (", ".join(doc["workloads"]) or "(none yet)"))
-    print("framework configs (examples for rlsim run --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf):")
+    print("framework configs (examples for rlsim run --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl):")
     for path in doc["framework_configs"]:
         print(f"  {path}")
     for key, title in (("train_software", "training stacks (--set workload.train_software=NAME)"),

@@ -1,4 +1,4 @@
-"""Framework configs (verl, NeMo RL, AReaL, OpenRLHF launch scripts) turned into rlsim scenarios; see docs/guides/frameworks.md."""
+"""Framework configs (verl, NeMo RL, AReaL, OpenRLHF launch scripts, TRL GRPO configs) turned into rlsim scenarios; see docs/guides/frameworks.md."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -7,13 +7,13 @@ from pathlib import Path
 from ..errors import RlsimError
 from .common import FrameworkImport
 
-FRAMEWORKS = ("verl", "nemo-rl", "areal", "openrlhf")
+FRAMEWORKS = ("verl", "nemo-rl", "areal", "openrlhf", "trl")
 
 
 def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (), *,
                   topology: str | None = None, schedule: str | None = None,
                   user_sets: Iterable[str] = ()) -> FrameworkImport:
-    """``framework`` 'verl', 'nemo-rl', 'areal' (a YAML) or 'openrlhf' (a launch script), plus ``key=value``
+    """``framework`` 'verl', 'nemo-rl', 'areal', 'trl' (a YAML) or 'openrlhf' (a launch script), plus ``key=value``
     overrides -> FrameworkImport."""
     if framework == "verl":
         from .verl import import_verl
@@ -27,6 +27,9 @@ def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (
     if framework == "openrlhf":
         from .openrlhf import import_openrlhf
         return import_openrlhf(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
+    if framework == "trl":
+        from .trl import import_trl
+        return import_trl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
     raise RlsimError(f"unknown framework {framework!r}", field="framework", fix=f"use one of {', '.join(FRAMEWORKS)}")
 
 

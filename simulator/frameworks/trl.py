@@ -1,0 +1,385 @@
+"""TRL GRPO configs -> rlsim scenarios: `rlsim run --from-trl CONFIG.yaml [key=value ...]`.
+
+CONFIG is the YAML `trl grpo --config` reads (GRPOConfig, ModelConfig and the script's fields, flat;
+the keys that are no field go to `accelerate launch`: ``accelerate_config``, ``num_processes``); a
+``key=value`` after it sets a key as TRL's ``--key value`` does. The server of ``vllm_mode: server``
+is another command (`trl vllm-serve`): its arguments are ``vllm_serve.<name>=value``. Key names and
+defaults: trl_rules.py. How TRL 1.16.0's GRPOTrainer runs a step (trainer/grpo_trainer.py,
+generation/vllm_generation.py, generation/vllm_client.py, scripts/vllm_serve.py, read in its wheel):
+
+- one rlsim step is one generation batch: ``generation_batch_size`` samples (default
+  per_device_train_batch_size x processes x steps_per_generation, steps_per_generation defaulting to
+  gradient_accumulation_steps), i.e. that / num_generations prompts of num_generations samples;
+- before generating, the weights go into vLLM if the optimizer has stepped since (sync_weights: each
+  parameter gathered whole on its own, ZeRO-3's GatheredParameters or FSDP's summon_full_params, then
+  loaded into the colocated engine or streamed over NCCL to the server) -> ``refit: full-tensors``;
+- generation, the rewards, the old log-probs (a forward of the policy in chunks of
+  per_device_train_batch_size: always with vLLM while vllm_importance_sampling_correction is on, else
+  only when the optimizer steps do not line up with the generations), the reference's (beta != 0);
+- the batch is shuffled and trained in steps_per_generation slices of per_device_train_batch_size x
+  processes samples, num_iterations times, an optimizer step every gradient_accumulation_steps slices;
+- ``vllm_mode: colocate``: each group of vllm_tensor_parallel_size processes runs an offline vLLM
+  (LLM class) on its own GPUs for its own slice (max_num_seqs = per_device_train_batch_size x
+  vllm_tensor_parallel_size x steps_per_generation, max_num_batched_tokens 4096), asleep (level 2)
+  between generations with vllm_enable_sleep_mode, else resident -> ``colocated``;
+  ``vllm_mode: server``: `vllm serve` on GPUs of its own (tensor x data parallel), the trainer waiting
+  for each batch -> ``disaggregated``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import RlsimError
+from ..presets import read_yaml, resolve
+from .common import (
+    DEFAULT_TOPOLOGY,
+    DTYPES,
+    FrameworkImport,
+    Status,
+    Values,
+    apply_hydra_overrides,
+    begin_workload,
+    capped_length,
+    classify,
+    flatten,
+    in_table,
+    model_for,
+    overridden_keys,
+    size_topology,
+)
+from .trl_accelerate import accelerate_keys, merged
+from .trl_rules import DEFAULTS, DEFAULTS_SOURCE, RULES
+
+# The offline engine TRL's colocated mode starts (LLM class) and the server `trl vllm-serve` runs; TRL
+# 1.16 wants vllm 0.22 - 0.31, whose defaults rlsim has not read: vLLM 0.11's stand for them.
+COLOCATED_ENGINE, SERVER_ENGINE = "vllm-v1", "vllm-v1-server"
+ENGINE_NOTE = ("TRL 1.16.0 runs vllm 0.22-0.31: rlsim's {engine} preset (vLLM 0.9-0.11's defaults) stands for it")
+COLOCATED_STEP_TOKENS = 4096   # vllm_generation.py: LLM(max_num_batched_tokens=4096)
+# Attention kernels that are FlashAttention's (SDPA dispatches to flash kernels on these GPUs).
+FLASH_ATTENTION = (None, "flash_attention_2", "flash_attention_3", "sdpa", "kernels-community/flash-attn",
+                   "kernels-community/flash-attn3", "kernels-community/vllm-flash-attn3")
+# PEFT's default LoRA targets for the Llama / Qwen / Mistral families (peft utils/constants.py
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), taken when lora_target_modules is unset.
+PEFT_DEFAULT_TARGETS = ["q_proj", "v_proj"]
+DISTRIBUTED_TYPES = ("DEEPSPEED", "FSDP", "MULTI_GPU", "NO")
+FSDP1_STAGES = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, 1: 3, 2: 2, 3: 0}
+
+
+def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
+               schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
+    """A TRL GRPO YAML plus ``key=value`` overrides -> FrameworkImport (vllm_mode says the schedule)."""
+    source = str(path)
+    if schedule:
+        raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule",
+                         fix="the config's vllm_mode says the schedule (colocate or server)")
+    data = read_yaml(Path(path), what="TRL config", fix="give the path of the YAML `trl grpo --config` reads")
+    flat = apply_hydra_overrides(flatten(data), overrides, source,
+                                 known=lambda key: key in DEFAULTS or in_table(key, RULES))
+    result = FrameworkImport("trl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
+    launcher = flat.get("accelerate_config", flat.get("config_file"))
+    if launcher is not None:
+        accelerate, where = accelerate_keys(launcher, path, source)
+        flat = merged(flat, accelerate)
+        result.notes.append(f"accelerate config: {where}")
+    v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+    user_sets = set(user_sets)
+    decided: dict[str, tuple[Status, str]] = {}
+    server = _server_mode(v, decided)
+    processes, machines = _processes(v, topology, launcher is not None)
+    workload = _workload(v, processes, server, "workload.model" in user_sets, decided)
+    sched = _schedule(v, server, workload, decided)
+    total = processes + sched.get("rollout_devices", 0)
+    per_node = processes // machines if not server and processes % machines == 0 else None
+    topo, note = size_topology(topology, total, "the training processes" + (" and the vLLM server's GPUs"
+                                                                           if server else ""),
+                               source, any(k.startswith("topology.") for k in user_sets), per_node)
+    result.notes.append(note)
+    result.scenario = {"topology": topo, "workload": workload, "schedule": sched}
+    classify(result, flat, RULES, decided)
+    result.notes.append("response-length law: not in a config; rlsim's default law capped at max_completion_length "
+                        "(set --set workload.response_length.median / workload.prompt_length to refine)")
+    return result
+
+
+def _server_mode(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
+    """vLLM colocated with the trainer or behind its own server; transformers' generate is refused."""
+    if not v.flag("use_vllm"):
+        raise RlsimError("use_vllm is false: TRL then generates with transformers' generate inside the trainer, "
+                         "which rlsim does not model", source=v.result.source, field="use_vllm",
+                         fix="pass use_vllm=true (vllm_mode colocate or server)")
+    mode = v("vllm_mode")
+    if mode not in ("colocate", "server"):
+        raise RlsimError(f"vllm_mode {mode!r} is not one of TRL's", source=v.result.source, field="vllm_mode",
+                         fix="use colocate or server")
+    server = mode == "server"
+    for key in (("vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_max_model_length",
+                 "vllm_enable_sleep_mode") if server else ()):
+        if v.given(key):
+            decided[key] = ("ignored", "colocate mode only: the server takes its own (vllm_serve.*)")
+    for key in (() if server else [k for k in v.flat if k.startswith("vllm_serve.")]):
+        decided[key] = ("ignored", "server mode only (vllm_mode: server)")
+    v.result.schedule_rule = ("disaggregated (vllm_mode server: vLLM on GPUs of its own)" if server
+                              else "colocated (vllm_mode colocate: vLLM inside the training processes)")
+    return server
+
+
+def _processes(v: Values, topology: str | None, configured: bool) -> tuple[int, int]:
+    """Training processes (one a GPU) and the machines they span: num_processes / num_machines, else
+    the accelerate config's; without an accelerate config, accelerate's own defaults (every GPU of one
+    machine)."""
+    if not configured and not v.given("num_processes"):
+        preset, _ = resolve("topologies", topology or DEFAULT_TOPOLOGY)
+        per_node = preset.get("devices_per_node")
+        count = per_node if isinstance(per_node, int) and per_node > 0 else 8
+        v.result.notes.append(f"no accelerate_config: accelerate's defaults without a config file, {count} "
+                              "processes (every GPU of one machine) under DDP (MULTI_GPU); give accelerate_config "
+                              "(zero3, fsdp2, ... or a path) and num_processes for yours")
+        return count, 1
+    processes = v.count("num_processes") if v.given("num_processes") else v.count("accelerate.num_processes")
+    machines = (v.count("num_machines") if v.given("num_machines")
+                else v.whole("accelerate.num_machines", 1) or 1)
+    if processes % machines:
+        raise RlsimError(f"{processes} processes do not split evenly over {machines} machines", source=v.result.source,
+                         field="num_processes", fix="give a multiple of num_machines")
+    if v("accelerate.distributed_type") == "NO" and processes != 1:
+        raise RlsimError(f"distributed_type NO runs one process, not {processes}", source=v.result.source,
+                         field="num_processes", fix="give num_processes=1, or a distributed accelerate config")
+    return processes, machines
+
+
+def _batches(v: Values, processes: int) -> dict[str, int]:
+    """prompts_per_step, samples_per_prompt, mini_batch_prompts and ppo_epochs from TRL's batch keys,
+    with GRPOConfig.__post_init__'s checks (TRL refuses what they refuse)."""
+    src = v.result.source
+    per_device, accumulation = v.count("per_device_train_batch_size"), v.count("gradient_accumulation_steps")
+    n, iterations = v.count("num_generations"), v.count("num_iterations")
+    gen_size, steps = v.whole("generation_batch_size"), v.whole("steps_per_generation")
+    slice_size = per_device * processes
+    if gen_size is not None and steps is not None:
+        raise RlsimError("generation_batch_size and steps_per_generation both given: TRL refuses it", source=src,
+                         field="generation_batch_size", fix="give one of them")
+    if gen_size is not None and gen_size % slice_size:
+        raise RlsimError(f"generation_batch_size {gen_size} is not a multiple of the global batch "
+                         f"{per_device} x {processes} = {slice_size} (TRL refuses it)", source=src,
+                         field="generation_batch_size", fix=f"give a multiple of {slice_size}")
+    steps = steps or (gen_size // slice_size if gen_size else accumulation)
+    samples = slice_size * steps
+    if n < 2 or samples % n:
+        raise RlsimError(f"a generation batch of {samples} samples is not whole groups of num_generations {n} "
+                         "(TRL refuses it; it needs at least 2)", source=src, field="num_generations",
+                         fix=f"give num_generations >= 2 dividing {samples}")
+    if steps % accumulation or (slice_size * accumulation) % n:
+        raise RlsimError(f"an optimizer step of {accumulation} slices of {slice_size} samples is not whole prompt "
+                         f"groups of a generation batch of {steps} slices: rlsim's optimizer steps take whole groups "
+                         "of one batch", source=src, field="gradient_accumulation_steps",
+                         fix=f"give gradient_accumulation_steps dividing {steps} whose slices hold whole groups of {n}")
+    prompts = samples // n
+    return {"prompts_per_step": prompts, "samples_per_prompt": n, "ppo_epochs": iterations,
+            "mini_batch_prompts": prompts * accumulation // steps, "per_device": per_device, "steps": steps,
+            "accumulation": accumulation}
+
+
+def _workload(v: Values, processes: int, server: bool, model_given: bool,
+              decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    src = v.result.source
+    w = begin_workload(v, "model_name_or_path", "TRL GRPO config", model_given, decided)
+    batches = _batches(v, processes)
+    w.update(algorithm="grpo", **{k: batches[k] for k in ("prompts_per_step", "samples_per_prompt",
+                                                          "mini_batch_prompts", "ppo_epochs")})
+    w["response_length"] = capped_length("response_length", v("max_completion_length"), "max_completion_length",
+                                         src, v.result.notes)
+    w["train_layout"] = _train_layout(v, batches["per_device"], processes, decided)
+    w["dtype"] = _dtype(v)
+    w["reference"] = _number(v, "beta") != 0
+    w["reward"] = _reward(v)
+    _attention(v, decided)
+    _lora(v, w, decided)
+    offload = _offload(v, w["train_layout"]["zero"], decided)
+    if offload:
+        w["train_params"] = {"offload": offload}
+    _engine(v, w, server, batches)
+    return w
+
+
+def _engine(v: Values, w: dict[str, Any], server: bool, batches: Mapping[str, int]) -> None:
+    if server:
+        s = "vllm_serve."
+        w["rollout_layout"] = {"tp": v.count(s + "tensor_parallel_size"),
+                               "gpu_memory_utilization": v.fraction(s + "gpu_memory_utilization"),
+                               "weight_dtype": _served_dtype(v, s + "dtype"), "kv_dtype": _served_dtype(v, s + "kv_cache_dtype")}
+        w["inference"] = {"enforce_eager": v.flag(s + "enforce_eager")}
+        if v(s + "enable_prefix_caching") is not None:
+            w["inference"]["enable_prefix_caching"] = v.flag(s + "enable_prefix_caching")
+        cap = v.whole(s + "max_model_len")
+        w["engine"] = SERVER_ENGINE
+    else:
+        tp = v.count("vllm_tensor_parallel_size")
+        w["rollout_layout"] = {"tp": tp, "gpu_memory_utilization": v.fraction("vllm_gpu_memory_utilization"),
+                               "max_num_seqs": batches["per_device"] * tp * batches["steps"],
+                               "weight_dtype": "bf16", "kv_dtype": "bf16"}
+        w["inference"] = {"max_num_batched_tokens": COLOCATED_STEP_TOKENS}
+        cap = v.whole("vllm_max_model_length")
+        w["engine"] = COLOCATED_ENGINE
+    if cap is not None:
+        w["inference"]["max_model_len"] = cap
+    v.result.notes.append(ENGINE_NOTE.format(engine=w["engine"]))
+
+
+def _served_dtype(v: Values, key: str) -> str:
+    """`trl vllm-serve`'s --dtype / --kv-cache-dtype: auto is the model's own (bf16 for the presets)."""
+    value = v(key)
+    if value == "auto":
+        return "bf16"
+    if value in DTYPES:
+        return DTYPES[value]
+    if isinstance(value, str) and value.startswith("fp8"):
+        return "fp8"
+    raise RlsimError(f"{value!r} is not a dtype rlsim models", source=v.result.source, field=key,
+                     fix="use auto, bfloat16, float16 or fp8")
+
+
+def _train_layout(v: Values, per_device: int, processes: int, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """The accelerate backend as a ZeRO stage over the training processes (tp 1, pp 1); micro-batches
+    of per_device_train_batch_size padded samples; recompute from gradient_checkpointing (or FSDP's
+    activation checkpointing)."""
+    kind = v("accelerate.distributed_type") or "MULTI_GPU"
+    if kind not in DISTRIBUTED_TYPES:
+        raise RlsimError(f"distributed_type {kind!r} is not one rlsim models", source=v.result.source,
+                         field="accelerate.distributed_type", fix=f"use one of {', '.join(DISTRIBUTED_TYPES)}")
+    zero = {"DEEPSPEED": _deepspeed_stage, "FSDP": _fsdp_stage}.get(kind, lambda _v: 0)(v)
+    recompute = v.flag("gradient_checkpointing") or v.flag("accelerate.fsdp_config.fsdp_activation_checkpointing")
+    return {"tp": 1, "pp": 1, "cp": 1, "zero": zero, "micro_batch": per_device,
+            "recompute": "full" if recompute else "none"}
+
+
+def _deepspeed_stage(v: Values) -> int:
+    stage = v("accelerate.deepspeed_config.zero_stage")
+    stage = 2 if stage is None else stage   # accelerate's DeepSpeedPlugin default
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise RlsimError(f"ZeRO stage {stage!r} is not one of 0-3", source=v.result.source,
+                         field="accelerate.deepspeed_config.zero_stage", fix="give 2 or 3")
+    return int(stage)
+
+
+def _fsdp_stage(v: Values) -> int:
+    """FSDP2: reshard_after_forward true shards the parameters (ZeRO-3), false keeps them gathered
+    between forward and backward (ZeRO-2); FSDP1 by its sharding strategy."""
+    key = "accelerate.fsdp_config.fsdp_reshard_after_forward"
+    if (v("accelerate.fsdp_config.fsdp_version") or 1) == 2:
+        value = v(key)
+        return 3 if value is None or value is True else 2
+    strategy = v("accelerate.fsdp_config.fsdp_sharding_strategy")
+    strategy = v(key) if strategy is None else strategy
+    strategy = "FULL_SHARD" if strategy is None else strategy
+    if strategy not in FSDP1_STAGES:
+        raise RlsimError(f"FSDP sharding {strategy!r} is not modelled (hybrid sharding replicates across nodes)",
+                         source=v.result.source, field="accelerate.fsdp_config.fsdp_sharding_strategy",
+                         fix="use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD")
+    return FSDP1_STAGES[strategy]
+
+
+def _offload(v: Values, zero: int, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """DeepSpeed's ZeRO-Offload (the optimizer on the host, stepping there at each optimizer step)
+    and, at stage 3, its parameter offload with it (the sharded state on the host for good: rlsim's
+    fsdp_cpu_offload, DeepSpeed's bf16 partitions); FSDP's offload_params likewise (fp32 shards)."""
+    src = v.result.source
+    d = "accelerate.deepspeed_config."
+    optimizer = v(d + "offload_optimizer_device") or "none"
+    params = v(d + "offload_param_device") or "none"
+    if v.flag("accelerate.fsdp_config.fsdp_offload_params"):
+        if zero != 3:
+            raise RlsimError("FSDP's CPU offload is modelled on fully sharded parameters only", source=src,
+                             field="accelerate.fsdp_config.fsdp_offload_params",
+                             fix="use FULL_SHARD (fsdp_reshard_after_forward true), or no offload")
+        return {"fsdp_cpu_offload": True}
+    for key, device in ((d + "offload_optimizer_device", optimizer), (d + "offload_param_device", params)):
+        if device not in ("none", "cpu"):
+            raise RlsimError(f"offload to {device!r} is not modelled", source=src, field=key, fix="use cpu or none")
+    if params == "cpu":
+        if zero != 3 or optimizer != "cpu":
+            raise RlsimError("DeepSpeed offloads parameters at ZeRO stage 3 only, and rlsim models it with the "
+                             "optimizer offloaded too", source=src, field=d + "offload_param_device",
+                             fix="give zero_stage 3 and offload_optimizer_device cpu, or offload_param_device none")
+        return {"fsdp_cpu_offload": True, "host_param_bytes_per_param": 2.0}
+    if optimizer == "cpu":
+        return {"optimizer": True, "scope": "optimizer_step"}
+    return {}
+
+
+def _dtype(v: Values) -> str:
+    if v.flag("fp16"):
+        return "fp16"
+    if v("bf16") is None or v.flag("bf16"):
+        return "bf16"
+    raise RlsimError("neither bf16 nor fp16: fp32 training is not modelled", source=v.result.source, field="bf16",
+                     fix="pass bf16=true")
+
+
+def _number(v: Values, key: str) -> float:
+    value = v(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise RlsimError(f"expected a number, got {value!r}", source=v.result.source, field=key, fix=f"pass {key}=0.01")
+    return float(value)
+
+
+def _reward(v: Values) -> dict[str, Any]:
+    """A reward model's forward (the grpo script's reward_model_name_or_path), else rule rewards
+    scored on the trainer processes once the batch is generated."""
+    path = v("reward_model_name_or_path")
+    if not path:
+        return {"kind": "rule", "handover": "batch"}
+    model, how = model_for(path, "reward_model_name_or_path", v.result.source)
+    v.result.notes.append(f"reward_model_name_or_path {path!r} -> {how}")
+    return {"kind": "model", "model": model}
+
+
+def _attention(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
+    for key in ("attn_implementation", "model_init_kwargs.attn_implementation"):
+        if v.given(key) and v(key) in FLASH_ATTENTION:
+            decided[key] = ("ignored", f"{v(key)!r}: FlashAttention kernels, what rlsim prices")
+
+
+def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    if not v.flag("use_peft"):
+        for key in ("lora_r", "lora_target_modules"):
+            if v.given(key):
+                decided[key] = ("ignored", "used with use_peft")
+        return
+    targets = v("lora_target_modules")
+    if targets is None:
+        targets = PEFT_DEFAULT_TARGETS
+        v.result.notes.append(f"lora_target_modules unset: PEFT's default for the Llama / Qwen / Mistral families, "
+                              f"{PEFT_DEFAULT_TARGETS}")
+    names = targets if isinstance(targets, list) else [targets]
+    w["lora"] = {"rank": v.count("lora_r"),
+                 "targets": "all-linear" if names == ["all-linear"] else [str(name) for name in names]}
+
+
+def _schedule(v: Values, server: bool, w: Mapping[str, Any], decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """colocated or disaggregated; the tensor-by-tensor refit (FSDP gathers fp32 shards: accelerate
+    upcasts the parameters under mixed precision); padded micro-batches; the log-prob chunks."""
+    s: dict[str, Any] = {"kind": "disaggregated" if server else "colocated", "refit": "full-tensors",
+                         "forward_micro_batch": w["train_layout"]["micro_batch"], "distqueue": {"packed": False}}
+    v.result.notes.append("the weight sync is TRL's parameter-by-parameter one (schedule.refit: full-tensors)")
+    if v("accelerate.distributed_type") == "FSDP":
+        s["refit_gather_bytes_per_param"] = 4.0
+    if "lora" in w:
+        s["lora_refit"] = "full"   # sync_weights merges the adapters and sends every parameter
+    batches = w["prompts_per_step"] // w["mini_batch_prompts"]
+    aligned = batches == 1 and w["ppo_epochs"] == 1
+    if aligned and not v.flag("vllm_importance_sampling_correction"):
+        s["recompute_logprob"] = False
+        v.result.notes.append("vllm_importance_sampling_correction off with one optimizer step a generation: TRL "
+                              "takes the old log-probs as the current ones (no old log-prob pass)")
+    if server:
+        s["rollout_devices"] = v.count("vllm_serve.tensor_parallel_size") * v.count("vllm_serve.data_parallel_size")
+        return s
+    if v.flag("vllm_enable_sleep_mode"):
+        s["switch"] = {"offload_optimizer": False, "engine_sleep": True, "engine_sleep_level": 2}
+    else:
+        s["switch"] = {"offload_optimizer": False, "engine_resident": True}
+        v.result.notes.append("vllm_enable_sleep_mode off: the engines keep their vllm_gpu_memory_utilization share of "
+                              "HBM through training (schedule.switch.engine_resident)")
+    return s

@@ -1,0 +1,181 @@
+"""`--from-trl`: TRL 1.16.0 GRPO configs turned into scenarios (simulator/frameworks/trl.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.frameworks import import_config
+from simulator.frameworks.common import in_table
+from simulator.frameworks.trl_rules import RULES
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "workloads" / "frameworks"
+COLOCATE = EXAMPLES / "trl-grpo-qwen2.5-1.5b-colocate.yaml"
+SERVER = EXAMPLES / "trl-grpo-qwen2.5-7b-server.yaml"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def fields(name: str) -> list[str]:
+    return [line for line in (DATA / name).read_text().splitlines() if line and not line.startswith("#")]
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_field_of_trls_dataclasses_is_in_the_table():
+    """GRPOConfig over TrainingArguments, ModelConfig, the grpo script's and `trl vllm-serve`'s arguments,
+    as their 1.16.0 wheels define them: none falls to 'unknown'."""
+    missing = [name for name in fields("trl-1.16.0-grpo-fields.txt") if not in_table(name, RULES)]
+    missing += [f"vllm_serve.{name}" for name in fields("trl-1.16.0-vllm-serve-fields.txt")
+                if not in_table(f"vllm_serve.{name}", RULES)]
+    assert not missing
+
+
+def test_the_colocated_example_is_trls_step():
+    """A generation batch of per_device x processes x steps_per_generation (= gradient accumulation)
+    samples in groups of num_generations; one engine a GPU holding its slice at once (max_num_seqs),
+    TRL's 4096-token step budget; ZeRO-3 from TRL's zero3; gradient checkpointing; resident engines."""
+    r = import_config("trl", COLOCATE)
+    w, s = r.scenario["workload"], r.scenario["schedule"]
+    assert (w["prompts_per_step"], w["samples_per_prompt"], w["mini_batch_prompts"], w["ppo_epochs"]) == (32, 16, 32, 1)
+    assert w["train_layout"] == {"tp": 1, "pp": 1, "cp": 1, "zero": 3, "micro_batch": 4, "recompute": "full"}
+    assert w["rollout_layout"]["max_num_seqs"] == 4 * 1 * 16 and w["rollout_layout"]["gpu_memory_utilization"] == 0.3
+    assert w["inference"] == {"max_num_batched_tokens": 4096} and w["engine"] == "vllm-v1"
+    assert w["reference"] is False and w["reward"] == {"kind": "rule", "handover": "batch"}
+    assert w["response_length"]["max"] == 2048 and w["model"] == "qwen2.5-1.5b"
+    assert s == {"kind": "colocated", "refit": "full-tensors", "forward_micro_batch": 4, "distqueue": {"packed": False},
+                 "switch": {"offload_optimizer": False, "engine_resident": True}}
+    assert r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1, "devices_per_node": 8} or \
+        r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1}
+    assert not r.unknown and not r.unsupported
+    load_scenario(r.scenario)
+
+
+def test_the_server_example_is_split_pools():
+    r = import_config("trl", SERVER)
+    w, s = r.scenario["workload"], r.scenario["schedule"]
+    assert s["kind"] == "disaggregated" and s["rollout_devices"] == 1
+    # 8 x 7 x steps_per_generation 8 = 448 samples = 56 prompts x 8; an optimizer step every 4 slices
+    assert (w["prompts_per_step"], w["mini_batch_prompts"], w["reference"]) == (56, 28, True)
+    assert w["engine"] == "vllm-v1-server" and w["rollout_layout"]["gpu_memory_utilization"] == 0.9
+    assert "max_num_seqs" not in w["rollout_layout"]          # the server's own default
+    wide = import_config("trl", SERVER, ["vllm_serve.tensor_parallel_size=2", "vllm_serve.data_parallel_size=2",
+                                         "num_processes=4", "steps_per_generation=16"])
+    assert wide.scenario["schedule"]["rollout_devices"] == 4 and wide.scenario["workload"]["rollout_layout"]["tp"] == 2
+    assert wide.scenario["workload"]["prompts_per_step"] == 8 * 4 * 16 // 8
+    load_scenario(wide.scenario)
+    assert "server mode only" in import_config("trl", COLOCATE, ["+vllm_serve.tensor_parallel_size=2"]).ignored[
+        "vllm_serve.tensor_parallel_size"]
+
+
+@pytest.mark.parametrize(("overrides", "field", "words"), [
+    (["generation_batch_size=512", "steps_per_generation=4"], "generation_batch_size", "both given"),
+    (["generation_batch_size=100"], "generation_batch_size", "not a multiple"),
+    (["num_generations=24"], "num_generations", "whole groups"),
+    (["num_generations=1", "gradient_accumulation_steps=1"], "num_generations", "at least 2"),
+    (["steps_per_generation=6"], "gradient_accumulation_steps", "whole prompt groups"),
+    (["use_vllm=false"], "use_vllm", "transformers' generate"),
+    (["vllm_mode=remote"], "vllm_mode", "not one of TRL's"),
+    (["bf16=false"], "bf16", "fp32 training"),
+])
+def test_what_trl_refuses_and_what_rlsim_cannot_run_are_errors(overrides, field, words):
+    with pytest.raises(RlsimError, match=words) as info:
+        import_config("trl", COLOCATE, overrides)
+    assert info.value.field == field and info.value.source == str(COLOCATE)
+
+
+def test_the_old_log_prob_pass_follows_trls_rule():
+    """Without the vLLM importance-sampling correction TRL skips the old log-probs only when each
+    generation batch is one optimizer step, trained once."""
+    def recompute(*overrides):
+        return import_config("trl", COLOCATE, list(overrides)).scenario["schedule"].get("recompute_logprob", True)
+    assert recompute() is True
+    assert recompute("vllm_importance_sampling_correction=false") is False
+    assert recompute("vllm_importance_sampling_correction=false", "num_iterations=2") is True
+    assert recompute("vllm_importance_sampling_correction=false", "steps_per_generation=32") is True
+
+
+@pytest.mark.parametrize(("launcher", "overrides", "zero", "extra"), [
+    ("zero2", [], 2, {}),
+    ("zero1", [], 1, {}),
+    ("multi_gpu", [], 0, {}),
+    ("fsdp2", [], 3, {"refit_gather_bytes_per_param": 4.0}),
+    ("fsdp2", ["+accelerate.fsdp_config.fsdp_reshard_after_forward=false"], 2, {}),
+    ("fsdp1", ["+accelerate.fsdp_config.fsdp_reshard_after_forward=SHARD_GRAD_OP"], 2, {}),
+])
+def test_the_accelerate_config_sets_the_backend(launcher, overrides, zero, extra):
+    r = import_config("trl", COLOCATE, [f"accelerate_config={launcher}", *overrides])
+    assert r.scenario["workload"]["train_layout"]["zero"] == zero
+    assert all(r.scenario["schedule"].get(k) == value for k, value in extra.items())
+    assert not r.unknown
+
+
+def test_an_accelerate_config_file_and_its_offload(tmp_path):
+    config = tmp_path / "ds.yaml"
+    config.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 16, "num_machines": 2,
+                                      "deepspeed_config": {"zero_stage": 3, "offload_optimizer_device": "cpu",
+                                                           "offload_param_device": "none"}}))
+    r = import_config("trl", COLOCATE, [f"accelerate_config={config}", "~num_processes"])
+    assert r.scenario["workload"]["train_params"] == {"offload": {"optimizer": True, "scope": "optimizer_step"}}
+    assert r.scenario["topology"]["nodes"] == 2 and r.scenario["workload"]["prompts_per_step"] == 4 * 16 * 16 // 16
+    both = import_config("trl", COLOCATE, [f"accelerate_config={config}",
+                                           "+accelerate.deepspeed_config.offload_param_device=cpu"])
+    assert both.scenario["workload"]["train_params"]["offload"] == {"fsdp_cpu_offload": True,
+                                                                    "host_param_bytes_per_param": 2.0}
+    with pytest.raises(RlsimError, match="stage 3 only") as info:
+        import_config("trl", COLOCATE, ["accelerate_config=zero2", "accelerate.deepspeed_config.offload_param_device=cpu"])
+    assert info.value.field == "accelerate.deepspeed_config.offload_param_device"
+    with pytest.raises(RlsimError, match="neither one TRL ships nor a file") as info:
+        import_config("trl", COLOCATE, ["accelerate_config=zero4"])
+    assert info.value.field == "accelerate_config"
+
+
+def test_without_an_accelerate_config_accelerate_runs_ddp_on_every_gpu():
+    r = import_config("trl", COLOCATE, ["~accelerate_config", "~num_processes"])
+    assert r.scenario["workload"]["train_layout"]["zero"] == 0
+    assert r.scenario["workload"]["prompts_per_step"] == 4 * 8 * 16 // 16
+    assert any("accelerate's defaults without a config file" in note for note in r.notes)
+
+
+def test_sleep_mode_lora_and_a_reward_model():
+    r = import_config("trl", COLOCATE, ["vllm_enable_sleep_mode=true", "use_peft=true", "lora_r=32",
+                                        "reward_model_name_or_path=Qwen/Qwen2.5-0.5B", "beta=0.04",
+                                        "attn_implementation=eager"])
+    w, s = r.scenario["workload"], r.scenario["schedule"]
+    assert s["switch"] == {"offload_optimizer": False, "engine_sleep": True, "engine_sleep_level": 2}
+    assert w["lora"] == {"rank": 32, "targets": ["q_proj", "v_proj"]} and s["lora_refit"] == "full"
+    assert w["reward"] == {"kind": "model", "model": "qwen2.5-0.5b"} and w["reference"] is True
+    assert "attn_implementation" in r.unsupported
+    load_scenario(r.scenario)
+
+
+def test_a_typo_is_an_error_naming_the_key_it_is_close_to(capsys):
+    code, _, err = cli(capsys, "run", "--from-trl", str(COLOCATE), "per_device_train_batchsize=8", "--print-scenario")
+    assert code == 2 and "per_device_train_batchsize" in err and "Traceback" not in err
+
+
+def test_the_cli_prints_a_reloadable_scenario_and_runs(capsys, tmp_path):
+    code, out, _ = cli(capsys, "run", "--from-trl", str(SERVER), "--print-scenario")
+    assert code == 0
+    path = tmp_path / "trl.yaml"
+    path.write_text(out)
+    assert load_scenario(path).schedule.kind == "disaggregated"
+    code, out, _ = cli(capsys, "run", "--from-trl", str(COLOCATE), "--iterations", "2", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["framework_import"]["framework"] == "trl"
+    assert doc["samples"]["consumed"] == 2 * 512
+
+
+def test_the_guide_lists_every_table_entry():
+    guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
+    missing = [key for key in RULES if f"`{key}`" not in guide]
+    assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its TRL table from RULES)"
