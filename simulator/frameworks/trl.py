@@ -199,11 +199,11 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool,
     offload = _offload(v, w["train_layout"]["zero"], decided)
     if offload:
         w["train_params"] = {"offload": offload}
-    _engine(v, w, server, batches)
+    _engine(v, w, server, processes, batches)
     return w
 
 
-def _engine(v: Values, w: dict[str, Any], server: bool, batches: Mapping[str, int]) -> None:
+def _engine(v: Values, w: dict[str, Any], server: bool, processes: int, batches: Mapping[str, int]) -> None:
     if server:
         s = "vllm_serve."
         w["rollout_layout"] = {"tp": v.count(s + "tensor_parallel_size"),
@@ -216,6 +216,10 @@ def _engine(v: Values, w: dict[str, Any], server: bool, batches: Mapping[str, in
         w["engine"] = SERVER_ENGINE
     else:
         tp = v.count("vllm_tensor_parallel_size")
+        if processes % tp:
+            raise RlsimError(f"vllm_tensor_parallel_size {tp} does not divide the {processes} processes (TRL refuses "
+                             "it: each group of that many processes runs one engine)", source=v.result.source,
+                             field="vllm_tensor_parallel_size", fix=f"give a divisor of {processes}")
         w["rollout_layout"] = {"tp": tp, "gpu_memory_utilization": v.fraction("vllm_gpu_memory_utilization"),
                                "max_num_seqs": batches["per_device"] * tp * batches["steps"],
                                "weight_dtype": "bf16", "kv_dtype": "bf16"}

@@ -54,8 +54,10 @@ def test_the_colocated_example_is_trls_step():
     assert w["response_length"]["max"] == 2048 and w["model"] == "qwen2.5-1.5b"
     assert s == {"kind": "colocated", "refit": "full-tensors", "forward_micro_batch": 4, "distqueue": {"packed": False},
                  "switch": {"offload_optimizer": False, "engine_resident": True}}
-    assert r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1, "devices_per_node": 8} or \
-        r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1}
+    assert r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1}
+    # four processes on one machine: four of its eight GPUs
+    assert import_config("trl", COLOCATE, ["num_processes=4"]).scenario["topology"] == \
+        {"preset": "dgx-h100", "nodes": 1, "devices_per_node": 4}
     assert not r.unknown and not r.unsupported
     load_scenario(r.scenario)
 
@@ -86,6 +88,7 @@ def test_the_server_example_is_split_pools():
     (["use_vllm=false"], "use_vllm", "transformers' generate"),
     (["vllm_mode=remote"], "vllm_mode", "not one of TRL's"),
     (["bf16=false"], "bf16", "fp32 training"),
+    (["vllm_tensor_parallel_size=3"], "vllm_tensor_parallel_size", "does not divide the 8 processes"),
 ])
 def test_what_trl_refuses_and_what_rlsim_cannot_run_are_errors(overrides, field, words):
     with pytest.raises(RlsimError, match=words) as info:
