@@ -179,6 +179,11 @@ class ComputeParams(StrictModel):
     residual_traffic_bytes_per_hidden: float = Field(14.0, ge=0)
     act_traffic_bytes_per_ffn: float = Field(4.0, ge=0)
     gated_act_traffic_bytes_per_ffn: float = Field(6.0, ge=0)
+    # Rotary position embedding, bytes per rotated query / key element (LayerShape.rope_elements),
+    # forward. 0: inside a fused kernel whose traffic the QKV output's write covers (Megatron-Core's
+    # default rope fusion, --no-rope-fusion off); Hugging Face's unfused apply_rotary_pos_emb is 20
+    # (HF_ROPE_BYTES_PER_ELEMENT below).
+    rope_traffic_bytes_per_element: float = Field(0.0, ge=0)
     # MoE token shuffling around the experts, bytes per hidden unit per routed token copy (each
     # token's top-k copies), forward, as Megatron-Core's all-to-all token dispatcher moves them
     # (megatron/core/transformer/moe/token_dispatcher.py with moe_utils.py, unfused): `permute`
@@ -828,9 +833,36 @@ MEGATRON_CORE_OVERLAP = TrainSoftware(
            "(bucket size, overlap), optimizer/distrib_optimizer.py; transformer-engine 1.9.0 "
            "pytorch/module/base.py initialize_ub (userbuffer methods)")
 
+# Hugging Face transformers' model code (read in the transformers 5.25.0 wheel, models/llama and
+# models/qwen2 modeling_*.py), every element-wise op its own kernel, bytes per element with 2-byte
+# activations. RMSNorm in fp32: the cast up (read 2, write 4), pow (4 + 4), mean (read 4), the scale
+# (4 + 4), the cast down (4 + 2), the weight (2 + 2): 36 a norm, two a layer. The residual adds read
+# 2 + 2 and write 2, no dropout: 6 each, two a layer. act_fn(gate) * up: SiLU (2 + 2) and the product
+# (2 + 2 + 2): 10 per FFN unit. apply_rotary_pos_emb, q * cos (2 + 2), rotate_half's negated half and
+# cat (1 + 1, 2 + 2), * sin (2 + 2), the sum (2 + 2 + 2): 20 per rotated element.
+HF_RMSNORM_BYTES_PER_HIDDEN = 36.0
+HF_RESIDUAL_BYTES_PER_HIDDEN = 6.0
+HF_SWIGLU_BYTES_PER_FFN = 10.0
+HF_ROPE_BYTES_PER_ELEMENT = 20.0
+
+# Hugging Face transformers under DeepSpeed ZeRO or torch FSDP, as TRL's GRPOTrainer runs it (and
+# verl's FSDP, OpenRLHF's and AReaL's trainers without Liger kernels): the model code's unfused
+# element-wise ops (above), FlashAttention-2 / SDPA attention, gradient checkpointing (full
+# recompute) or none, ZeRO 3 first and 0-2 offered, no tensor-parallel sequence parallelism or
+# context parallelism; the collectives' constants are TrainParams' (ZeRO-3's per-layer gathers).
+HF_TRANSFORMERS = TrainSoftware(
+    name="hf-transformers",
+    params=TrainParams(compute=ComputeParams(norm_traffic_bytes_per_hidden=2 * HF_RMSNORM_BYTES_PER_HIDDEN,
+                                             residual_traffic_bytes_per_hidden=2 * HF_RESIDUAL_BYTES_PER_HIDDEN,
+                                             gated_act_traffic_bytes_per_ffn=HF_SWIGLU_BYTES_PER_FFN,
+                                             rope_traffic_bytes_per_element=HF_ROPE_BYTES_PER_ELEMENT)),
+    recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=False,
+    source="transformers 5.25.0 models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py (LlamaRMSNorm, "
+           "apply_rotary_pos_emb, LlamaMLP, LlamaDecoderLayer)")
+
 DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,
-                                                                 MEGATRON_2021)}
+                                                                 MEGATRON_2021, HF_TRANSFORMERS)}
 
 
 def train_software(name: str, field: str = "workload.train_software", source: str | None = None) -> TrainSoftware:

@@ -79,6 +79,9 @@ class LayerShape:
     ssm_flops_per_token: float = 0.0
     mixer_units: float = 0.0
     tp_reductions: float = 2.0
+    # Elements a token's rotary position embedding rotates (query and key heads x the rotated dim; MLA:
+    # every query head's and the shared key's rope part); 0 with learned absolute positions or none.
+    rope_elements: float = 0.0
 
     @property
     def has_mlp(self) -> bool:
@@ -163,18 +166,29 @@ def _hybrid_shapes(model: Any, attn: list[Gemm], heads: int, kv: int, qk: int, v
     return tuple(kinds[c] for c in model.layer_pattern)
 
 
+def _rope_elements(model: Any, heads: int, kv: int, qk: int) -> float:
+    """Per token, the query and key elements RoPE rotates: every head's whole head dim (MLA: the
+    rope part of each query head and of the one shared key); none with learned positions."""
+    if int(_get(model, "max_position_embeddings", 0)):
+        return 0.0
+    if _get(model, "kv_lora_rank", 0):
+        return float((heads + 1) * int(_get(model, "qk_rope_dim", 64)))
+    return float((heads + kv) * qk)
+
+
 @lru_cache(maxsize=256)
 def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
     """One LayerShape per layer, in order (dense layers first for MoE models with first_k_dense;
     a hybrid model's blocks in its layer pattern's order)."""
     h = int(model.hidden)
     attn, heads, kv, qk, vd = _attention_gemms(model)
+    rope = _rope_elements(model, heads, kv, qk)
     gated = is_gated_mlp(model)
     if getattr(model, "layer_pattern", ""):
         return _with_adapters(model, _hybrid_shapes(model, attn, heads, kv, qk, vd, gated))
     experts = int(_get(model, "num_experts", 0))
     dense_mlp = _mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")
-    dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd)
+    dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd, rope_elements=rope)
     if not experts:
         return _with_adapters(model, (dense,) * int(model.num_layers))
     f_moe = int(_get(model, "moe_ffn_hidden", 0)) or int(model.ffn_hidden)
@@ -183,7 +197,8 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
     if shared:
         moe_gemms += _mlp_gemms(h, f_moe * shared, True, "shared")
     moe_gemms += _mlp_gemms(h, f_moe, True, "expert", expert=True)
-    moe = LayerShape(True, tuple(moe_gemms), heads, kv, qk, vd, experts, int(_get(model, "experts_per_token", 1)))
+    moe = LayerShape(True, tuple(moe_gemms), heads, kv, qk, vd, experts, int(_get(model, "experts_per_token", 1)),
+                     rope_elements=rope)
     first_dense = int(_get(model, "first_k_dense", 0))
     return _with_adapters(model, tuple(dense if i < first_dense else moe for i in range(int(model.num_layers))))
 

@@ -199,7 +199,8 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     # shuffled into expert order and back around the all-to-alls.
     shuffle = k * hidden * params.moe_permute_traffic_bytes_per_hidden / (tp if sp else 1) if layer.moe else 0.0
     elem = tokens * ((params.norm_traffic_bytes_per_hidden + params.residual_traffic_bytes_per_hidden) * hidden
-                     / (tp if sp else 1) + act_bytes * ffn_units / tp + shuffle) / rates.hbm_Bps
+                     / (tp if sp else 1) + act_bytes * ffn_units / tp + shuffle
+                     + params.rope_traffic_bytes_per_element * layer.rope_elements / tp) / rates.hbm_Bps
     fwd = fwd + attn_f + elem
     if backward:
         bwd = bwd + attn_b + params.backward_traffic_factor * elem

@@ -48,6 +48,7 @@ def test_the_colocated_example_is_trls_step():
     w, s = r.scenario["workload"], r.scenario["schedule"]
     assert (w["prompts_per_step"], w["samples_per_prompt"], w["mini_batch_prompts"], w["ppo_epochs"]) == (32, 16, 32, 1)
     assert w["train_layout"] == {"tp": 1, "pp": 1, "cp": 1, "zero": 3, "micro_batch": 4, "recompute": "full"}
+    assert w["train_software"] == "hf-transformers"
     assert w["rollout_layout"]["max_num_seqs"] == 4 * 1 * 16 and w["rollout_layout"]["gpu_memory_utilization"] == 0.3
     assert w["inference"] == {"max_num_batched_tokens": 4096} and w["engine"] == "vllm-v1"
     assert w["reference"] is False and w["reward"] == {"kind": "rule", "handover": "batch"}

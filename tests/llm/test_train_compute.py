@@ -203,3 +203,49 @@ def test_forward_only_layer_times_are_the_full_calls_forward_floats(model_name: 
         f_got, b_got = _gemm_sums(plan, rows, H100, params, backward=True)
         assert f_got.tobytes() == f_ref.tobytes() and b_got.tobytes() == b_ref.tobytes()
         assert _gemm_sums(plan, rows, H100, params, backward=False)[0].tobytes() == f_ref.tobytes()
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_rope_traffic_is_its_rotated_elements_over_hbm(tp: int) -> None:
+    """RoPE's unfused traffic adds tokens x (query + key heads) x head dim x bytes / tp over HBM
+    forward (MLA: every query head's and the shared key's rope part), backward_traffic_factor times
+    that backward; learned absolute positions rotate nothing."""
+    from simulator.llm.architecture import ModelSpec, load_model
+    from simulator.llm.layer_costs import layer_shapes
+
+    gqa = layer_shapes(load_model("qwen2.5-7b"))[0]
+    mla = layer_shapes(load_model("deepseek-v3"))[0]
+    gpt = layer_shapes(ModelSpec(name="t", num_layers=1, hidden=256, ffn_hidden=1024, num_heads=4, num_kv_heads=4,
+                                 head_dim=64, vocab=2048, max_position_embeddings=256))[0]
+    assert gqa.rope_elements == (28 + 4) * 128 and mla.rope_elements == (128 + 1) * 64 and gpt.rope_elements == 0
+    tokens, sq = np.array([512.0, 4096.0]), np.array([512.0**2, 4096.0**2])
+
+    def times(bytes_per_element: float):
+        p = ComputeParams(rope_traffic_bytes_per_element=bytes_per_element)
+        return layer_times(gqa, 3584, 18944, True, tokens, sq, tp=tp, sp=False, ep=1, rates=H100, params=p)
+
+    on, off = times(20.0), times(0.0)
+    rope = tokens * (28 + 4) * 128 * 20.0 / tp / H100.hbm_Bps
+    assert on.fwd_s - off.fwd_s == pytest.approx(rope, rel=1e-9)
+    assert on.bwd_s - off.bwd_s == pytest.approx(ComputeParams().backward_traffic_factor * rope, rel=1e-9)
+
+
+def test_hf_transformers_stack_prices_the_unfused_elementwise_ops() -> None:
+    """The hf-transformers stack against Megatron-Core's constants, one Qwen2.5-7B layer: the forward
+    differs by exactly the extra bytes of transformers' fp32 RMSNorms (2 x 36 against 8), residual
+    adds without dropout (12 against 14), SiLU and product (10 against 6 a FFN unit) and unfused RoPE
+    (20 a rotated element) over HBM."""
+    from simulator.llm.architecture import load_model
+    from simulator.llm.layer_costs import layer_shapes
+    from simulator.params import HF_TRANSFORMERS, MEGATRON_CORE
+
+    layer = layer_shapes(load_model("qwen2.5-7b"))[0]
+    tokens, sq = np.array([4096.0]), np.array([4096.0**2])
+
+    def forward(stack) -> float:
+        times = layer_times(layer, 3584, 18944, True, tokens, sq, tp=1, sp=False, ep=1, rates=H100,
+                            params=stack.params.compute)
+        return float(times.fwd_s[0])
+
+    extra = 4096 * ((72 + 12 - 8 - 14) * 3584 + (10 - 6) * 18944 + 20 * (28 + 4) * 128) / H100.hbm_Bps
+    assert forward(HF_TRANSFORMERS) - forward(MEGATRON_CORE) == pytest.approx(extra, rel=1e-9)
