@@ -848,21 +848,39 @@ HF_ROPE_BYTES_PER_ELEMENT = 20.0
 # Hugging Face transformers under DeepSpeed ZeRO or torch FSDP, as TRL's GRPOTrainer runs it (and
 # verl's FSDP, OpenRLHF's and AReaL's trainers without Liger kernels): the model code's unfused
 # element-wise ops (above), FlashAttention-2 / SDPA attention, gradient checkpointing (full
-# recompute) or none, ZeRO 3 first and 0-2 offered, no tensor-parallel sequence parallelism or
-# context parallelism; the collectives' constants are TrainParams' (ZeRO-3's per-layer gathers).
+# recompute) or none, ZeRO 3 first and 0-2 offered, no tensor-parallel sequence parallelism unless a
+# layout asks for it, context parallelism as the frameworks add it (verl's Ulysses, NeMo RL's
+# DTensor cp); the collectives' constants are TrainParams' (ZeRO-3's per-layer gathers).
 HF_TRANSFORMERS = TrainSoftware(
     name="hf-transformers",
     params=TrainParams(compute=ComputeParams(norm_traffic_bytes_per_hidden=2 * HF_RMSNORM_BYTES_PER_HIDDEN,
                                              residual_traffic_bytes_per_hidden=2 * HF_RESIDUAL_BYTES_PER_HIDDEN,
                                              gated_act_traffic_bytes_per_ffn=HF_SWIGLU_BYTES_PER_FFN,
                                              rope_traffic_bytes_per_element=HF_ROPE_BYTES_PER_ELEMENT)),
-    recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=False,
+    recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=True,
     source="transformers 5.25.0 models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py (LlamaRMSNorm, "
            "apply_rotary_pos_emb, LlamaMLP, LlamaDecoderLayer)")
 
+# Liger's Triton kernels patched into transformers' model (liger-kernel 0.8.5 ops/rms_norm.py, rope.py,
+# swiglu.py, read in its wheel): RMSNorm one kernel (read X 2, write Y 2: 4 a norm), RoPE in place
+# on q and k (read 2, write 2 a rotated element), SiLU x up one kernel (read 2 + 2, write 2); the
+# residual adds stay transformers'. TRL use_liger_kernel, verl model.use_liger, OpenRLHF
+# ds.use_liger_kernel (their fused linear cross entropy is not used: the frameworks compute the
+# log-probs from the logits themselves).
+LIGER_RMSNORM_BYTES_PER_HIDDEN = 4.0
+LIGER_ROPE_BYTES_PER_ELEMENT = 4.0
+LIGER_SWIGLU_BYTES_PER_FFN = 6.0
+HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
+    name="hf-transformers-liger",
+    params=TrainParams(compute=ComputeParams(norm_traffic_bytes_per_hidden=2 * LIGER_RMSNORM_BYTES_PER_HIDDEN,
+                                             residual_traffic_bytes_per_hidden=2 * HF_RESIDUAL_BYTES_PER_HIDDEN,
+                                             gated_act_traffic_bytes_per_ffn=LIGER_SWIGLU_BYTES_PER_FFN,
+                                             rope_traffic_bytes_per_element=LIGER_ROPE_BYTES_PER_ELEMENT)),
+    source="liger-kernel 0.8.5 liger_kernel/ops/rms_norm.py, rope.py, swiglu.py; transformers 5.25.0 (residual adds)")
+
 DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,
-                                                                 MEGATRON_2021, HF_TRANSFORMERS)}
+                                                                 MEGATRON_2021, HF_TRANSFORMERS, HF_TRANSFORMERS_LIGER)}
 
 
 def train_software(name: str, field: str = "workload.train_software", source: str | None = None) -> TrainSoftware:

@@ -27,6 +27,7 @@ from .common import (
     begin_workload,
     capped_length,
     classify,
+    hf_train_software,
     ignored,
     inactive_section,
     mapped,
@@ -353,6 +354,8 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     w["train_layout"] = without_inapplicable_layout_keys(
         _train_layout(v, train_engine, train_dims, prompts * n // minis, decided), w.get("model"),
         {"etp": "actor.backend"}, decided)
+    if train_engine == "fsdp":   # transformers' model code under FSDP2 (archon: torchtitan's, megatron: Megatron's)
+        w["train_software"] = hf_train_software(False)
     w["rollout_layout"] = _rollout_layout(v, rollout_engine, rollout_dims)
     w["engine"] = SGLANG_ENGINE if rollout_engine == "sglang" else VLLM_ENGINE
     v.result.notes.append(ENGINE_NOTE[rollout_engine])

@@ -651,6 +651,16 @@ def flag(value: Any, key: str, source: str) -> bool:
     return value
 
 
+# The training stacks of the trainers that run Hugging Face transformers' model code (TRL, verl's
+# FSDP workers, OpenRLHF's DeepSpeed actor, AReaL's FSDP engine, NeMo RL's DTensor policy): its
+# unfused element-wise ops, or Liger's kernels in their place (params.HF_TRANSFORMERS(_LIGER)).
+HF_TRAIN_SOFTWARE, HF_LIGER_TRAIN_SOFTWARE = "hf-transformers", "hf-transformers-liger"
+
+
+def hf_train_software(liger: bool) -> str:
+    return HF_LIGER_TRAIN_SOFTWARE if liger else HF_TRAIN_SOFTWARE
+
+
 # framework dtype names -> rlsim's (llm/architecture.py DTYPE_BYTES)
 DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
           "fp8": "fp8", "float8": "fp8", "int8": "int8"}

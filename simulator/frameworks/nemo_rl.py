@@ -26,6 +26,7 @@ from .common import (
     capped_length,
     classify,
     flag,
+    hf_train_software,
     ignored,
     inactive_section,
     mapped,
@@ -307,6 +308,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     keys = ({"sequence_parallel": f"{_M}.sequence_parallel", "etp": f"{_M}.expert_tensor_parallel_size"}
             if v.flag(f"{_M}.enabled") else {"sequence_parallel": "policy.dtensor_cfg.sequence_parallel"})
     w["train_layout"] = without_inapplicable_layout_keys(_train_layout(v), w.get("model"), keys, decided)
+    if not v.flag(f"{_M}.enabled"):   # the DTensor policy trains transformers' model code
+        w["train_software"] = hf_train_software(False)
     w["rollout_layout"] = _rollout_layout(v)
     # NeMo RL v0.5 drives vLLM V1: through the LLM class, or AsyncLLM with async_engine
     w["engine"] = "vllm-v1-async" if v.flag(f"{_V}.async_engine") else "vllm-v1"

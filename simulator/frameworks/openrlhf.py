@@ -41,6 +41,7 @@ from .common import (
     begin_workload,
     capped_length,
     classify,
+    hf_train_software,
     ignored,
     in_table,
     mapped,
@@ -184,7 +185,8 @@ RULES: dict[str, Rule] = {
     "ds.load_in_4bit": unsupported("4-bit base weights (QLoRA) are not modelled", neutral=False),
     "ds.attn_implementation": unsupported("rlsim prices FlashAttention kernels", neutral="flash_attention_2"),
     "ds.experts_implementation": unsupported("rlsim prices the experts as grouped GEMMs", neutral=None),
-    "ds.use_liger_kernel": unsupported("Liger's fused kernels are not modelled", neutral=False),
+    "ds.use_liger_kernel": mapped("workload.train_software", "true: hf-transformers-liger (Liger's RMSNorm, RoPE, "
+                                                            "SwiGLU), false hf-transformers"),
     "ds.deepcompile": unsupported("DeepSpeed's compiler passes are not modelled", neutral=False),
     "ds.zpg": unsupported("ZeRO++ hierarchical partitioning is not modelled", neutral=1),
     "ds.grad_accum_dtype": unsupported("gradients accumulate in the stack's dtype", neutral=None),
@@ -311,6 +313,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["response_length"] = capped_length("response_length", min(cap, max_len) if cap else max_len,
                                          "rollout.max_new_tokens" if cap else "data.max_len", src, v.result.notes)
     w["train_layout"] = _train_layout(v, decided)
+    w["train_software"] = hf_train_software(v.flag("ds.use_liger_kernel"))   # DeepSpeed over transformers' models
     w["rollout_layout"] = {"tp": v.count("vllm.tensor_parallel_size"),
                            "gpu_memory_utilization": v.fraction("vllm.gpu_memory_utilization"),
                            "weight_dtype": "bf16", "kv_dtype": "bf16"}   # vllm_engine.py: dtype bfloat16

@@ -44,6 +44,7 @@ from .common import (
     capped_length,
     classify,
     flatten,
+    hf_train_software,
     in_table,
     model_for,
     overridden_keys,
@@ -57,8 +58,6 @@ from .trl_rules import DEFAULTS, DEFAULTS_SOURCE, RULES
 COLOCATED_ENGINE, SERVER_ENGINE = "vllm-v1", "vllm-v1-server"
 ENGINE_NOTE = ("TRL 1.16.0 runs vllm 0.22-0.31: rlsim's {engine} preset (vLLM 0.9-0.11's defaults) stands for it")
 COLOCATED_STEP_TOKENS = 4096   # vllm_generation.py: LLM(max_num_batched_tokens=4096)
-# The trainer runs transformers' model code (unfused element-wise ops) under DeepSpeed / FSDP.
-TRAIN_SOFTWARE = "hf-transformers"
 # Attention kernels that are FlashAttention's (SDPA dispatches to flash kernels on these GPUs).
 FLASH_ATTENTION = (None, "flash_attention_2", "flash_attention_3", "sdpa", "kernels-community/flash-attn",
                    "kernels-community/flash-attn3", "kernels-community/vllm-flash-attn3")
@@ -193,7 +192,7 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool,
     w["response_length"] = capped_length("response_length", v("max_completion_length"), "max_completion_length",
                                          src, v.result.notes)
     w["train_layout"] = _train_layout(v, batches["per_device"], processes, decided)
-    w["train_software"] = TRAIN_SOFTWARE
+    w["train_software"] = hf_train_software(v.flag("use_liger_kernel"))
     w["dtype"] = _dtype(v)
     w["reference"] = _number(v, "beta") != 0
     w["reward"] = _reward(v)

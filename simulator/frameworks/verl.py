@@ -35,6 +35,7 @@ from .common import (
     capped_length,
     classify,
     flag,
+    hf_train_software,
     ignored,
     in_table,
     inactive_section,
@@ -162,7 +163,9 @@ RULES: dict[str, Rule] = {
     f"{A}.model.use_fused_kernels": unsupported("fused log-prob kernels are not modelled", neutral=False),
     **{f"{A}.model.{k}": ignored("model loading options: no effect on step time") for k in (
         "external_lib", "override_config.*", "override_config", "trust_remote_code", "custom_chat_template",
-        "use_shm", "tokenizer_path", "use_liger", "hf_config_path")},
+        "use_shm", "tokenizer_path", "hf_config_path")},
+    f"{A}.model.use_liger": mapped("workload.train_software", "fsdp / fsdp2: true hf-transformers-liger (Liger's "
+                                                             "RMSNorm, RoPE, SwiGLU), false hf-transformers"),
     f"{A}.model.fused_kernel_options.*": unsupported("fused log-prob kernels are not modelled (read with "
                                                      "use_fused_kernels only)"),
     f"{A}.nccl_timeout": ignored("a collective's time-out: no effect on step time"),
@@ -509,6 +512,16 @@ def _dynamic_sampling(v: Values, w: dict[str, Any], decided: dict[str, tuple[Sta
     w["dynamic_sampling"] = sampling
 
 
+def _train_software(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """verl's FSDP workers run transformers' model code (Liger's kernels in it with model.use_liger);
+    its Megatron workers keep rlsim's Megatron-Core stack."""
+    if str(v(f"{A}.actor.strategy")) == "megatron":
+        if v.given(f"{A}.model.use_liger"):
+            decided[f"{A}.model.use_liger"] = ("ignored", "the megatron workers do not read it")
+        return
+    w["train_software"] = hf_train_software(v.flag(f"{A}.model.use_liger"))
+
+
 def _law(law: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in law.items()) + "}"
 
@@ -538,6 +551,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["train_layout"] = without_inapplicable_layout_keys(
         _train_layout(v, decided), w.get("model"), {"sequence_parallel": f"{m}.sequence_parallel",
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
+    _train_software(v, w, decided)
     w["rollout_layout"] = _rollout_layout(v, decided)
     _engine_and_offload(v, w, decided)
     _fsdp_params(v, w, decided)
