@@ -435,6 +435,8 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
             decided["actor.megatron.recompute_granularity"] = ("ignored", "used only with gradient_checkpointing")
     else:
         layout.update(zero=3, recompute="full" if checkpointing else "none")
+        if engine == "fsdp" and attn["tp"] > 1:   # its TP plan shards the norms' sequence (SequenceParallel():
+            layout["sequence_parallel"] = True     # areal/engine/fsdp_utils/parallel.py, 1.0.4)
         if engine == "archon":
             v.result.notes.append("Archon (torchtitan FSDP2): priced as FSDP, ZeRO-3 over the data x context ranks")
     tokens = v.whole("actor.mb_spec.max_tokens_per_mb")

@@ -1205,3 +1205,21 @@ def test_a_changed_key_the_error_is_not_about_is_not_named_first():
         with imported.naming_config():
             simulate(imported.scenario, iterations=1)
     assert not err.value.field.startswith(f"{rollout}.max_num_seqs")
+
+
+def test_trainers_of_transformers_model_code_get_its_stack():
+    """verl's FSDP workers and NeMo RL's DTensor policy run transformers' model code: hf-transformers,
+    or hf-transformers-liger with verl's model.use_liger; the Megatron backends keep Megatron-Core."""
+    verl_cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    assert import_config("verl", verl_cfg).scenario["workload"]["train_software"] == "hf-transformers"
+    liger = import_config("verl", verl_cfg, ["+actor_rollout_ref.model.use_liger=true"])
+    assert liger.scenario["workload"]["train_software"] == "hf-transformers-liger"
+    megatron = import_config("verl", verl_cfg, ["actor_rollout_ref.actor.strategy=megatron",
+                                                "+actor_rollout_ref.model.use_liger=true"])
+    assert "train_software" not in megatron.scenario["workload"]
+    assert "do not read it" in megatron.ignored["actor_rollout_ref.model.use_liger"]
+    nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
+    assert "train_software" not in import_config("nemo-rl", nemo).scenario["workload"]    # Megatron recipe
+    dtensor = import_config("nemo-rl", nemo, ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"])
+    assert dtensor.scenario["workload"]["train_software"] == "hf-transformers"
+    load_scenario(dtensor.scenario)

@@ -295,3 +295,13 @@ def test_compare_keeps_the_framework_timers_where_the_kind_has_them(capsys):
     assert code == 0, err
     runs = {doc["schedule"]: doc for doc in json.loads(out)}
     assert "nemo_rl_timing_s" in runs["colocated"] and "nemo_rl_timing_s" not in runs["stalesync"]
+
+
+def test_the_deepspeed_actor_runs_transformers_code_liger_or_not():
+    """OpenRLHF's actor is transformers' model under DeepSpeed: hf-transformers, or
+    hf-transformers-liger with --ds.use_liger_kernel (Liger's RMSNorm, RoPE, SwiGLU: less traffic)."""
+    plain = import_config("openrlhf", HYBRID)
+    liger = import_config("openrlhf", HYBRID, ["+ds.use_liger_kernel=true"])
+    assert plain.scenario["workload"]["train_software"] == "hf-transformers"
+    assert liger.scenario["workload"]["train_software"] == "hf-transformers-liger"
+    assert "ds.use_liger_kernel" in liger.mapped

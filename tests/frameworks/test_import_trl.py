@@ -160,6 +160,8 @@ def test_sleep_mode_lora_and_a_reward_model():
     assert w["reward"] == {"kind": "model", "model": "qwen2.5-0.5b"} and w["reference"] is True
     assert "attn_implementation" in r.unsupported
     load_scenario(r.scenario)
+    liger = import_config("trl", COLOCATE, ["use_liger_kernel=true"])
+    assert liger.scenario["workload"]["train_software"] == "hf-transformers-liger"
 
 
 def test_a_typo_is_an_error_naming_the_key_it_is_close_to(capsys):
