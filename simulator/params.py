@@ -180,9 +180,9 @@ class ComputeParams(StrictModel):
     act_traffic_bytes_per_ffn: float = Field(4.0, ge=0)
     gated_act_traffic_bytes_per_ffn: float = Field(6.0, ge=0)
     # Rotary position embedding, bytes per rotated query / key element (LayerShape.rope_elements),
-    # forward. 0: inside a fused kernel whose traffic the QKV output's write covers (Megatron-Core's
-    # default rope fusion, --no-rope-fusion off); Hugging Face's unfused apply_rotary_pos_emb is 20
-    # (HF_ROPE_BYTES_PER_ELEMENT below).
+    # forward. 0: not counted, as before this field, for Megatron's fused RoPE kernel (Megatron-LM
+    # applies it unless --no-rope-fusion; its read and write of q and k, 4 bytes an element, are left
+    # out); Hugging Face's unfused apply_rotary_pos_emb is 20, Liger's in-place kernel 4 (below).
     rope_traffic_bytes_per_element: float = Field(0.0, ge=0)
     # MoE token shuffling around the experts, bytes per hidden unit per routed token copy (each
     # token's top-k copies), forward, as Megatron-Core's all-to-all token dispatcher moves them

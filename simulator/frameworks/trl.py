@@ -56,7 +56,7 @@ from .trl_rules import DEFAULTS, DEFAULTS_SOURCE, RULES
 # The offline engine TRL's colocated mode starts (LLM class) and the server `trl vllm-serve` runs; TRL
 # 1.16 wants vllm 0.22 - 0.31, whose defaults rlsim has not read: vLLM 0.11's stand for them.
 COLOCATED_ENGINE, SERVER_ENGINE = "vllm-v1", "vllm-v1-server"
-ENGINE_NOTE = ("TRL 1.16.0 runs vllm 0.22-0.31: rlsim's {engine} preset (vLLM 0.9-0.11's defaults) stands for it")
+ENGINE_NOTE = "TRL 1.16.0 runs vllm 0.22-0.31: rlsim's {engine} preset (vLLM 0.9-0.11's defaults) stands for it"
 COLOCATED_STEP_TOKENS = 4096   # vllm_generation.py: LLM(max_num_batched_tokens=4096)
 # Attention kernels that are FlashAttention's (SDPA dispatches to flash kernels on these GPUs).
 FLASH_ATTENTION = (None, "flash_attention_2", "flash_attention_3", "sdpa", "kernels-community/flash-attn",
@@ -90,7 +90,7 @@ def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str
     server = _server_mode(v, decided)
     processes, machines = _processes(v, topology, launcher is not None)
     workload = _workload(v, processes, server, "workload.model" in user_sets, decided)
-    sched = _schedule(v, server, workload, decided)
+    sched = _schedule(v, server, workload)
     total = processes + sched.get("rollout_devices", 0)
     per_node = processes // machines if not server and processes % machines == 0 else None
     topo, note = size_topology(topology, total, "the training processes" + (" and the vLLM server's GPUs"
@@ -191,14 +191,14 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool,
                                                           "mini_batch_prompts", "ppo_epochs")})
     w["response_length"] = capped_length("response_length", v("max_completion_length"), "max_completion_length",
                                          src, v.result.notes)
-    w["train_layout"] = _train_layout(v, batches["per_device"], processes, decided)
+    w["train_layout"] = _train_layout(v, batches["per_device"])
     w["train_software"] = hf_train_software(v.flag("use_liger_kernel"))
     w["dtype"] = _dtype(v)
     w["reference"] = _number(v, "beta") != 0
     w["reward"] = _reward(v)
     _attention(v, decided)
     _lora(v, w, decided)
-    offload = _offload(v, w["train_layout"]["zero"], decided)
+    offload = _offload(v, w["train_layout"]["zero"])
     if offload:
         w["train_params"] = {"offload": offload}
     _engine(v, w, server, processes, batches)
@@ -246,7 +246,7 @@ def _served_dtype(v: Values, key: str) -> str:
                      fix="use auto, bfloat16, float16 or fp8")
 
 
-def _train_layout(v: Values, per_device: int, processes: int, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+def _train_layout(v: Values, per_device: int) -> dict[str, Any]:
     """The accelerate backend as a ZeRO stage over the training processes (tp 1, pp 1); micro-batches
     of per_device_train_batch_size padded samples; recompute from gradient_checkpointing (or FSDP's
     activation checkpointing)."""
@@ -286,7 +286,7 @@ def _fsdp_stage(v: Values) -> int:
     return FSDP1_STAGES[strategy]
 
 
-def _offload(v: Values, zero: int, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+def _offload(v: Values, zero: int) -> dict[str, Any]:
     """DeepSpeed's ZeRO-Offload (the optimizer on the host, stepping there at each optimizer step)
     and, at stage 3, its parameter offload with it (the sharded state on the host for good: rlsim's
     fsdp_cpu_offload, DeepSpeed's bf16 partitions); FSDP's offload_params likewise (fp32 shards)."""
@@ -363,7 +363,7 @@ def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) 
                  "targets": "all-linear" if names == ["all-linear"] else [str(name) for name in names]}
 
 
-def _schedule(v: Values, server: bool, w: Mapping[str, Any], decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+def _schedule(v: Values, server: bool, w: Mapping[str, Any]) -> dict[str, Any]:
     """colocated or disaggregated; the tensor-by-tensor refit (FSDP gathers fp32 shards: accelerate
     upcasts the parameters under mixed precision); padded micro-batches; the log-prob chunks."""
     s: dict[str, Any] = {"kind": "disaggregated" if server else "colocated", "refit": "full-tensors",
