@@ -32,22 +32,19 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
-from ..presets import read_yaml, resolve
+from ..presets import resolve
 from .common import (
     DEFAULT_TOPOLOGY,
     DTYPES,
     FrameworkImport,
     Status,
     Values,
-    apply_hydra_overrides,
+    begin_import,
     begin_workload,
     capped_length,
     classify,
-    flatten,
     hf_train_software,
-    in_table,
     model_for,
-    overridden_keys,
     size_topology,
 )
 from .trl_accelerate import accelerate_keys, merged
@@ -72,19 +69,15 @@ def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str
                schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
     """A TRL GRPO YAML plus ``key=value`` overrides -> FrameworkImport (vllm_mode says the schedule)."""
     source = str(path)
-    if schedule:
-        raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule",
-                         fix="the config's vllm_mode says the schedule (colocate or server)")
-    data = read_yaml(Path(path), what="TRL config", fix="give the path of the YAML `trl grpo --config` reads")
-    flat = apply_hydra_overrides(flatten(data), overrides, source,
-                                 known=lambda key: key in DEFAULTS or in_table(key, RULES))
-    result = FrameworkImport("trl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
-    launcher = flat.get("accelerate_config", flat.get("config_file"))
+    _, result, v = begin_import("trl", path, overrides, what="TRL config", rules=RULES, defaults=DEFAULTS,
+                                defaults_source=DEFAULTS_SOURCE, schedule=schedule,
+                                schedule_fix="the config's vllm_mode says the schedule (colocate or server)")
+    launcher = v.flat.get("accelerate_config", v.flat.get("config_file"))
     if launcher is not None:
         accelerate, where = accelerate_keys(launcher, path, source)
-        flat = merged(flat, accelerate)
+        v.flat = merged(v.flat, accelerate)
         result.notes.append(f"accelerate config: {where}")
-    v = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+    flat = v.flat
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     server = _server_mode(v, decided)
