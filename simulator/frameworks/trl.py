@@ -81,7 +81,7 @@ def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     server = _server_mode(v, decided)
-    processes, machines = _processes(v, topology, launcher is not None)
+    processes, machines = _processes(v, topology, launcher is not None, decided)
     workload = _workload(v, processes, server, "workload.model" in user_sets, decided)
     sched = _schedule(v, server, workload)
     total = processes + sched.get("rollout_devices", 0)
@@ -119,7 +119,8 @@ def _server_mode(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
     return server
 
 
-def _processes(v: Values, topology: str | None, configured: bool) -> tuple[int, int]:
+def _processes(v: Values, topology: str | None, configured: bool,
+               decided: dict[str, tuple[Status, str]]) -> tuple[int, int]:
     """Training processes (one a GPU) and the machines they span: num_processes / num_machines, else
     the accelerate config's; without an accelerate config, accelerate's own defaults (every GPU of one
     machine)."""
@@ -131,15 +132,17 @@ def _processes(v: Values, topology: str | None, configured: bool) -> tuple[int, 
                               "processes (every GPU of one machine) under DDP (MULTI_GPU); give accelerate_config "
                               "(zero3, fsdp2, ... or a path) and num_processes for yours")
         return count, 1
+    if v("accelerate.distributed_type") == "NO":   # accelerate's simple launcher: one process, whatever the count
+        for key in ("num_processes", "accelerate.num_processes", "num_machines", "accelerate.num_machines"):
+            if v.given(key):
+                decided[key] = ("ignored", "distributed_type NO: accelerate runs one process on one GPU")
+        return 1, 1
     processes = v.count("num_processes") if v.given("num_processes") else v.count("accelerate.num_processes")
     machines = (v.count("num_machines") if v.given("num_machines")
                 else v.whole("accelerate.num_machines", 1) or 1)
     if processes % machines:
         raise RlsimError(f"{processes} processes do not split evenly over {machines} machines", source=v.result.source,
                          field="num_processes", fix="give a multiple of num_machines")
-    if v("accelerate.distributed_type") == "NO" and processes != 1:
-        raise RlsimError(f"distributed_type NO runs one process, not {processes}", source=v.result.source,
-                         field="num_processes", fix="give num_processes=1, or a distributed accelerate config")
     return processes, machines
 
 
@@ -231,7 +234,7 @@ def _served_dtype(v: Values, key: str) -> str:
     value = v(key)
     if value == "auto":
         return "bf16"
-    if value in DTYPES:
+    if isinstance(value, str) and value in DTYPES:
         return DTYPES[value]
     if isinstance(value, str) and value.startswith("fp8"):
         return "fp8"
@@ -272,7 +275,7 @@ def _fsdp_stage(v: Values) -> int:
     strategy = v("accelerate.fsdp_config.fsdp_sharding_strategy")
     strategy = v(key) if strategy is None else strategy
     strategy = "FULL_SHARD" if strategy is None else strategy
-    if strategy not in FSDP1_STAGES:
+    if isinstance(strategy, (list, dict)) or isinstance(strategy, bool) or strategy not in FSDP1_STAGES:
         raise RlsimError(f"FSDP sharding {strategy!r} is not modelled (hybrid sharding replicates across nodes)",
                          source=v.result.source, field="accelerate.fsdp_config.fsdp_sharding_strategy",
                          fix="use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.errors import RlsimError
@@ -143,6 +145,15 @@ def test_an_accelerate_config_file_and_its_offload(tmp_path):
     assert info.value.field == "accelerate_config"
 
 
+def test_distributed_type_no_runs_one_process_whatever_the_count():
+    """TRL's shipped single_gpu config says num_processes 8 beside distributed_type NO: accelerate's
+    simple launcher runs one process."""
+    r = import_config("trl", COLOCATE, ["accelerate_config=single_gpu", "gradient_accumulation_steps=16"])
+    assert r.scenario["workload"]["prompts_per_step"] == 4 * 1 * 16 // 16
+    assert r.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1, "devices_per_node": 1}
+    assert "one process" in r.ignored["num_processes"]
+
+
 def test_without_an_accelerate_config_accelerate_runs_ddp_on_every_gpu():
     r = import_config("trl", COLOCATE, ["~accelerate_config", "~num_processes"])
     assert r.scenario["workload"]["train_layout"]["zero"] == 0
@@ -185,3 +196,21 @@ def test_the_guide_lists_every_table_entry():
     guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
     missing = [key for key in RULES if f"`{key}`" not in guide]
     assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its TRL table from RULES)"
+
+
+FUZZ_KEYS = ["per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "generation_batch_size",
+             "steps_per_generation", "num_iterations", "max_completion_length", "beta", "vllm_gpu_memory_utilization",
+             "vllm_tensor_parallel_size", "num_processes", "accelerate_config", "use_vllm", "vllm_mode", "bf16",
+             "use_peft", "lora_r", "lora_target_modules", "reward_model_name_or_path", "attn_implementation",
+             "+accelerate.deepspeed_config.offload_param_device", "+accelerate.fsdp_config.fsdp_sharding_strategy",
+             "+vllm_serve.tensor_parallel_size", "+vllm_serve.dtype", "+vllm_serve.max_model_len"]
+FUZZ_VALUES = ["0", "-1", "1.5", "abc", "null", "true", "[1,2]", "{a: 1}", "1e30", "3", "''", "fsdp1", "cpu"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(config=st.sampled_from([COLOCATE, SERVER]), key=st.sampled_from(FUZZ_KEYS), value=st.sampled_from(FUZZ_VALUES))
+def test_a_bad_value_is_an_error_naming_the_config_never_a_crash(config, key, value):
+    try:
+        load_scenario(import_config("trl", config, [f"{key}={value}"]).scenario)
+    except RlsimError as exc:
+        assert exc.message
