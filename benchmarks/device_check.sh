@@ -20,6 +20,8 @@
 #    host memory (the defaults of schedule.host_copies / train_params.offload), to stdout.
 # 7. benchmarks/device_moe_layer.py: a Qwen3-30B-A3B layer as one GPU of an EP 8 trainer runs it,
 #    grouped and per-expert GEMMs, beside rlsim's layer, to stdout.
+# 8. benchmarks/device_hf_layer.py: Qwen2.5-7B layers as transformers writes them, plain and compiled,
+#    GPU time by kernel kind beside rlsim's hf-transformers and megatron-core stacks, to stdout.
 # Each step has its own time limit, so one that fails or hangs leaves the others' files. The device
 # tool returns at most 8 files: the log stays outside OUTDIR (its tail is printed).
 set -u
@@ -52,6 +54,9 @@ echo "host copies: exit $?"
 
 timeout 120 python3 benchmarks/device_moe_layer.py --device cuda 2>> "$log"
 echo "moe layer: exit $?"
+
+timeout 150 python3 benchmarks/device_hf_layer.py --device cuda 2>> "$log"
+echo "hf layer: exit $?"
 
 timeout 200 python3 -m simulator calibrate --backend torch --device cuda --out "$out/gpu_calibrated.yaml" --json \
     --set microbench.collectives=false --set 'microbench.dtypes=[bf16]' \

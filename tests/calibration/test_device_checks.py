@@ -142,6 +142,36 @@ def test_the_moe_layer_smoke_run_routes_every_copy_and_prices_the_layer():
     assert 0 < doc["rlsim"]["expert_gemm_s"] < doc["rlsim"]["gemm_s"] < doc["rlsim"]["layer_s"]
 
 
+def test_the_hf_layer_smoke_run_times_the_layers_and_prices_both_stacks():
+    """benchmarks/device_hf_layer.py on a CPU: transformers' Qwen2 layer written op for op runs forward
+    and backward; rlsim's side prices the preset's layer under hf-transformers with more element-wise
+    time than under megatron-core, by the extra bytes alone (the GEMMs and attention are the same)."""
+    pytest.importorskip("torch")
+    doc = _run("device_hf_layer.py")
+    assert doc["device"] == "cpu" and doc["measured"]["plain"]["micro_batch_s"] > 0
+    hf, mcore = doc["rlsim"]["hf-transformers"], doc["rlsim"]["megatron-core"]
+    assert hf["elementwise_s"] > mcore["elementwise_s"] > 0
+    assert hf["layers_s"] - mcore["layers_s"] == pytest.approx(hf["elementwise_s"] - mcore["elementwise_s"], rel=1e-9)
+
+
+def test_the_hf_layer_is_transformers_qwen2_layer():
+    """The replica's parameters are the preset's layer's (q / k / v biases, no o_proj bias, gated
+    MLP), and its RMSNorm is transformers' (fp32 statistics, the weight applied in the input dtype)."""
+    torch = pytest.importorskip("torch")
+    from simulator.llm.architecture import load_model
+    from simulator.llm.layer_costs import layer_shapes
+    bench = load("device_hf_layer")
+    dims = {"hidden": 3584, "heads": 28, "kv": 4, "head_dim": 128, "ffn": 18944}
+    stack = bench.build(torch, dims, 1, "meta", torch.bfloat16)
+    matrices = sum(p.numel() for name, p in stack.named_parameters() if "layernorm" not in name)
+    biases = (28 + 2 * 4) * 128
+    assert matrices == layer_shapes(load_model("qwen2.5-7b"))[0].params + biases
+    norm = bench.build(torch, {**dims, "hidden": 8}, 1, "cpu", torch.bfloat16)[0].input_layernorm
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    reference = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+    assert torch.equal(norm(x), reference)
+
+
 def test_the_moe_layer_runs_each_block_of_rows_through_its_own_expert():
     """The per-expert path on a CPU: block e of the sorted rows through expert e's gated MLP."""
     torch = pytest.importorskip("torch")
