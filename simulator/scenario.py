@@ -784,9 +784,10 @@ class ScheduleConfig(_Strict):
     # AReaL actor.recompute_logprob / use_decoupled_loss: a forward pass of the actor recomputes the
     # (proximal) log-probs before the update. True: the decoupled PPO loss of AReaL's asynchronous
     # recipes needs the proximal policy's log-probs (arXiv 2505.24298); false: the rollout's are used.
-    # Also colocated and disaggregated: false skips the old log-prob pass (TRL's GRPOTrainer without
-    # vllm_importance_sampling_correction, its optimizer steps aligned with its generations, takes the
-    # old log-probs as the detached current ones: trl 1.16.0 trainer/grpo_trainer.py).
+    # Also colocated, disaggregated and one-step-off: false skips the old log-prob pass (TRL's
+    # GRPOTrainer without vllm_importance_sampling_correction, its optimizer steps aligned with its
+    # generations, takes the old log-probs as the detached current ones: trl 1.16.0
+    # trainer/grpo_trainer.py; verl's algorithm.rollout_correction.bypass_mode takes the rollout's).
     recompute_logprob: bool = True
 
     @classmethod
@@ -1021,7 +1022,8 @@ def _disaggregated() -> type[ScheduleConfig]:
 def _one_step_off() -> type[ScheduleConfig]:
     class OneStepOffSchedule(ScheduleConfig):
         """Split pools; rollout of step k+1 overlaps training of step k (staleness 1 by default)."""
-        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS | AUX_POOL_KNOBS | {"round_batches"}
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | STALE_KNOBS | AUX_POOL_KNOBS | {"round_batches",
+                                                                                       "recompute_logprob"}
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
         kind: Literal["one-step-off"] = "one-step-off"

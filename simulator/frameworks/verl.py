@@ -395,6 +395,12 @@ RULES: dict[str, Rule] = {
     **{f"algorithm.rollout_is_{k}": ignored(_LOSS) for k in (
         "level", "mode", "threshold", "threshold_lower", "veto_threshold")},
     "algorithm.pf_ppo.*": ignored("used only with use_pf_ppo"),
+    # rollout correction (verl 0.7: algorithm.rollout_correction): bypass_mode takes the rollout's own
+    # log-probs as the old ones, so fit() skips the old_log_prob pass (ray_trainer.py
+    # apply_bypass_mode; read in the 0.7.0 and 0.9.1 wheels); the rest is loss arithmetic
+    "algorithm.rollout_correction.bypass_mode": mapped("schedule.recompute_logprob", "true: no old_log_prob pass "
+                                                                                    "(the rollout's log-probs)"),
+    "algorithm.rollout_correction.*": ignored(_LOSS),
     # trainer and pools
     "trainer.nnodes": mapped("topology.nodes", "training pool nodes (the whole job when colocated)"),
     "trainer.n_gpus_per_node": mapped("topology.nodes", "training pool GPUs per node"),
@@ -1103,7 +1109,21 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _micro_batching(v, s, w["train_layout"], decided)
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
+    _bypass_mode(v, recipe, s, decided)
     return s
+
+
+def _bypass_mode(v: Values, recipe: str, s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """algorithm.rollout_correction.bypass_mode: the old log-probs are the rollout's, no pass computes
+    them; the fully_async recipe trains on the rollout's already (its kind runs none)."""
+    key = "algorithm.rollout_correction.bypass_mode"
+    if not v.flag(key):
+        return
+    if recipe == "fully-async":
+        decided[key] = ("ignored", "the fully_async recipe trains on the rollout's log-probs already (kind "
+                                   "verl-fully-async runs no old_log_prob pass)")
+        return
+    s["recompute_logprob"] = False
 
 
 def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

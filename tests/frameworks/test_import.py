@@ -1223,3 +1223,21 @@ def test_trainers_of_transformers_model_code_get_its_stack():
     dtensor = import_config("nemo-rl", nemo, ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"])
     assert dtensor.scenario["workload"]["train_software"] == "hf-transformers"
     load_scenario(dtensor.scenario)
+
+
+def test_verls_bypass_mode_skips_the_old_log_prob_pass():
+    """algorithm.rollout_correction.bypass_mode (verl 0.7): fit() takes the rollout's log-probs as the old
+    ones and runs no old_log_prob pass, on the hybrid engine and the one-step-off recipe alike; the
+    fully_async recipe runs none anyway."""
+    bypass = "+algorithm.rollout_correction.bypass_mode=true"
+    hybrid = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", [bypass])
+    assert hybrid.scenario["schedule"]["recompute_logprob"] is False
+    assert "algorithm.rollout_correction.bypass_mode" in hybrid.mapped
+    off = import_config("verl", EXAMPLES / "verl-one-step-off-qwen2.5-7b.yaml", [bypass])
+    assert off.scenario["schedule"]["recompute_logprob"] is False
+    run = simulate(off.scenario, iterations=2)
+    assert "old_logprob" not in run.summary["stage_time_s"]
+    fully = import_config("verl", EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml", [bypass])
+    assert "recompute_logprob" not in fully.scenario["schedule"]
+    assert "already" in fully.ignored["algorithm.rollout_correction.bypass_mode"]
+    assert "recompute_logprob" not in import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml").scenario["schedule"]

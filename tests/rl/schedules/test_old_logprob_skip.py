@@ -24,6 +24,16 @@ def test_skipping_the_old_log_prob_pass_saves_exactly_it(kind, sched, trainer_de
     assert with_pass["steady_step_time_s"] - without["steady_step_time_s"] == pytest.approx(pass_s)
 
 
+def test_one_step_off_leaves_the_pass_out_of_its_trainer():
+    """One-step-off overlaps the trainer with the next round's generation: the pass leaves the
+    trainer's stage times (the step itself is the longer side's)."""
+    def stages(recompute):
+        sc = scenario("one-step-off", iterations=3, prompts=PROMPTS, n=N, mini=PROMPTS, recompute_logprob=recompute,
+                      rollout_devices=8)
+        return run(sc, resp=const(RESPONSE), prompt=const(PROMPT))[3]["stage_time_s"]
+    assert stages(True)["old_logprob"] > 0 and "old_logprob" not in stages(False)
+
+
 def test_the_kinds_that_always_run_it_refuse_the_knob():
     with pytest.raises(RlsimError, match="recompute_logprob"):
-        scenario("one-step-off", recompute_logprob=False)
+        scenario("stalesync", recompute_logprob=False)
