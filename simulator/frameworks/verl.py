@@ -147,7 +147,8 @@ RULES: dict[str, Rule] = {
         "return_raw_chat", "return_full_prompt", "shuffle", "filter_overlong_prompts", "truncation",
         "val_batch_size", "seed", "image_key", "dataloader_num_workers", "use_shm", "trust_remote_code",
         "filter_overlong_prompts_workers", "custom_cls.*", "return_multi_modal_inputs", "sampler.*", "datagen.*",
-        "apply_chat_template_kwargs", "apply_chat_template_kwargs.*", "validation_shuffle", "video_key")},
+        "apply_chat_template_kwargs", "apply_chat_template_kwargs.*", "validation_shuffle", "video_key",
+        "image_patch_size", "tool_config_path", "train_max_samples", "val_max_samples")},
     # actor / model
     f"{A}.hybrid_engine": mapped("schedule.kind", "true: colocated hybrid engine; false: split pools"),
     f"{A}.model.path": mapped("workload.model", "Hugging Face id -> model preset, or the folder's config.json"),
@@ -331,6 +332,51 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.agent.num_workers": mapped("workload.reward.workers", "the agent loop (rollout.mode async, fully_async): "
                                              "each worker scores its samples as they end, in its RewardManagerWorker"),
     f"{A}.rollout.agent.*": unsupported("agent-loop workers are not modelled"),
+    f"{A}.rollout.agent.default_agent_loop": unsupported("an agent loop other than one generation a prompt (tools, "
+                                                         "multi-turn) is not modelled", neutral="single_turn_agent"),
+    # keys verl 0.7.0 added (its generated ppo_trainer / ppo_megatron_trainer configs, read in the 0.7.0 wheel)
+    f"{A}.actor.calculate_entropy": unsupported("the policy's entropy over the vocabulary in the update is not "
+                                                "modelled", neutral=False),
+    **{f"{A}.actor.{k}": ignored(_LOSS) for k in ("loss_scale_factor", "tau_pos", "tau_neg")},
+    f"{A}.actor.rollout_n": ignored("a copy of rollout.n the actor's loss reads"),
+    f"{A}.actor.router_replay.mode": unsupported("MoE routing replay (the rollout's expert choices recorded and "
+                                                 "replayed in training) is not modelled", neutral="disabled"),
+    f"{A}.actor.router_replay.*": ignored("used with router_replay.mode"),
+    f"{A}.model.lora_adapter_path": ignored("where the adapters are loaded from: no effect on step time"),
+    # verl 0.7's megatron workers: Megatron-Bridge's LoRA from model.lora (workers/config/megatron_peft.py)
+    f"{A}.model.lora.rank": mapped("workload.lora.rank", "megatron: Megatron-Bridge's LoRA (0: full fine-tuning)"),
+    f"{A}.model.lora.target_modules": mapped("workload.lora.targets", "Megatron's module names"),
+    f"{A}.model.lora.type": unsupported("adapters other than LoRA (DoRA) are not modelled", neutral="lora"),
+    f"{A}.model.lora.exclude_modules": unsupported("modules left out of the LoRA targets by name are not modelled",
+                                                   neutral=[]),
+    **{f"{A}.model.lora.{k}": ignored("LoRA scaling, dropout, initialisation, dtype, adapter path and vision "
+                                      "freezing: no modelled cost") for k in (
+        "alpha", "dropout", "dropout_position", "lora_A_init_method", "lora_B_init_method", "a2a_experimental",
+        "dtype", "adapter_path", "freeze_vision_model", "freeze_vision_projection", "freeze_language_model")},
+    **{f"{A}.{role}.megatron.{k}": rule for role in ("actor", "ref") for k, rule in (
+        ("dist_checkpointing_prefix", ignored("checkpoint naming: no effect on step time")),
+        ("vanilla_mbridge", ignored("which Megatron-Bridge converts the weights: no modelled cost")),
+        ("use_remove_padding", unsupported("rlsim packs the rows as model.use_remove_padding says", neutral=True)),
+        ("dtype", unsupported("a Megatron compute dtype other than bf16 is not modelled (workload.dtype)",
+                              neutral="bfloat16")),
+        ("forward_only", ignored("whether the engine is built for forward passes only: the role decides")))},
+    f"{A}.model.tiled_mlp.enabled": unsupported("the MLP run in sequence tiles (to save memory) is not modelled",
+                                                neutral=False),
+    f"{A}.model.tiled_mlp.num_shards": ignored("used with tiled_mlp.enabled"),
+    f"{A}.rollout.enable_rollout_routing_replay": unsupported("recording the engine's expert choices for routing "
+                                                              "replay is not modelled", neutral=False),
+    f"{A}.rollout.logprobs_mode": ignored("which log-probs the engine returns (processed or raw): no effect on step "
+                                          "time"),
+    f"{A}.rollout.prometheus.*": ignored(_LOG),
+    f"{A}.rollout.quantization": unsupported("a quantized engine (online fp8) is not mapped: give "
+                                             "workload.rollout_layout.weight_dtype", neutral=None),
+    f"{A}.rollout.quantization_config_file": ignored("used with rollout.quantization"),
+    **{f"{A}.{role}.fsdp_config.{k}": rule for role in ("actor", "ref") for k, rule in (
+        ("dtype", unsupported("an FSDP compute dtype other than bf16 is not modelled (workload.dtype)",
+                              neutral="bfloat16")),
+        ("seed", ignored("seeding: no effect on step time")),
+        ("full_determinism", unsupported("deterministic kernels are not modelled", neutral=False)),
+        ("forward_only", ignored("whether the engine is built for forward passes only: the role decides")))},
     # critic / reward
     "critic.model.path": mapped("workload.critic_model", "ppo (adv_estimator gae) only"),
     "critic.model.fsdp_config.param_offload": mapped("workload.critic_offload.params", "CriticWorker: the parameters "
@@ -375,6 +421,11 @@ RULES: dict[str, Rule] = {
                                           "loops over the batch, one worker, at the naive manager's measured cost a "
                                           "sample (params.VERL_NAIVE_*); the agent loop: rollout.agent.num_workers, "
                                           "at that cost; other managers: that cost"),
+    "reward_manager.name": mapped("workload.reward.workers", "verl 0.7's name for reward_model.reward_manager (which "
+                                                            "it deprecates): as that key"),
+    "reward_manager.source": ignored("where the manager class is registered: no effect on step time"),
+    "reward_manager.module.*": ignored("a custom manager's module: its CPU time is workload.reward.cpu_s_per_sample"),
+    "transfer_queue.enable": unsupported("verl's TransferQueue data path is not modelled", neutral=False),
     "reward_model.launch_reward_fn_async": mapped("schedule.reward_during_forwards", "colocated: the rule reward "
                                                   "runs during the log-prob passes and is gathered before the update"),
     "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
@@ -920,9 +971,39 @@ def _offload_policy(v: Values, w: dict[str, Any], strategy: str, decided: dict[s
     section["offload"] = {"fsdp_cpu_offload": True}
 
 
+# Megatron's LoRA module names (Megatron-Bridge, verl 0.7 model.lora.target_modules) as the Hugging
+# Face modules they hold (workload.lora.targets reads either)
+MEGATRON_LORA_MODULES = {"linear_qkv": ("q_proj", "k_proj", "v_proj"), "linear_proj": ("o_proj",),
+                         "linear_fc1": ("gate_proj", "up_proj"), "linear_fc2": ("down_proj",)}
+
+
+def _megatron_lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """verl 0.7's megatron workers: Megatron-Bridge's LoRA when model.lora.rank > 0 (else full
+    fine-tuning); the fsdp workers read model.lora_rank and leave model.lora to the megatron ones."""
+    key = f"{A}.model.lora"
+    given = [k for k in v.flat if k.startswith(key + ".")]
+    rank = v(f"{key}.rank")
+    rank = 0 if rank in (None, 0) else positive_int(rank, f"{key}.rank", v.result.source)
+    if str(v(f"{A}.actor.strategy")) != "megatron" or not rank:
+        why = ("the fsdp workers read model.lora_rank" if str(v(f"{A}.actor.strategy")) != "megatron"
+               else "model.lora.rank 0: full fine-tuning")
+        decided.update({k: ("ignored", why) for k in given})
+        return
+    names = v(f"{key}.target_modules") or list(MEGATRON_LORA_MODULES)
+    names = [names] if isinstance(names, str) else list(names)
+    unknown = [name for name in names if str(name) not in MEGATRON_LORA_MODULES]
+    if unknown:
+        raise RlsimError(f"LoRA target {unknown[0]!r} is not one of Megatron's modules rlsim knows", source=v.result.source,
+                         field=f"{key}.target_modules", fix=f"use {', '.join(MEGATRON_LORA_MODULES)}")
+    w["lora"] = {"rank": rank, "targets": [hf for name in names for hf in MEGATRON_LORA_MODULES[str(name)]]}
+    v.result.notes.append("LoRA (megatron): the hybrid engine's sync exports the whole Hugging Face state dict "
+                          "through Megatron-Bridge (megatron_workers.py rollout_mode, 0.7.0): schedule.lora_refit full")
+
+
 def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """verl's LoRA (fsdp_workers.py, 0.6.0: get_peft_model on the actor; its reference is the actor
     with the adapters disabled): workload.lora."""
+    _megatron_lora(v, w, decided)
     m = f"{A}.model"
     rank = v(f"{m}.lora_rank")
     rank = 0 if rank in (None, 0) else positive_int(rank, f"{m}.lora_rank", v.result.source)
@@ -931,7 +1012,7 @@ def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) 
         decided.update({key: ("ignored", "used only with lora_rank > 0") for key in others})
         return
     if str(v(f"{A}.actor.strategy")) == "megatron":
-        decided.update({key: ("ignored", "verl's megatron workers do not read it: full fine-tuning")
+        decided.update({key: ("ignored", "verl's megatron workers do not read it (their LoRA is model.lora)")
                         for key in (f"{m}.lora_rank", *others)})
         return
     targets = v(f"{m}.target_modules") or "all-linear"
@@ -997,7 +1078,7 @@ def _verl_rule_reward(v: Values, recipe: str, decided: dict[str, tuple[Status, s
     (rollout.mode async, fully_async) scores each sample as it ends in its AgentLoopWorker's
     RewardManagerWorker (verl/experimental/agent_loop/agent_loop.py), one Ray actor each: a pool of
     rollout.agent.num_workers, handed each sample."""
-    key = "reward_model.reward_manager"
+    key = "reward_manager.name" if v.given("reward_manager.name") else "reward_model.reward_manager"
     manager = str(v(key) or "naive")
     reward: dict[str, Any] = {"cpu_s_per_sample": VERL_NAIVE_CPU_S_PER_SAMPLE, "cpu_s_per_token": VERL_NAIVE_CPU_S_PER_TOKEN,
                               "capped_cpu_s_per_sample": VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
@@ -1110,6 +1191,8 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
     _bypass_mode(v, recipe, s, decided)
+    if "lora" in w and str(v(f"{A}.actor.strategy")) == "megatron":
+        s["lora_refit"] = "full"
     return s
 
 

@@ -427,10 +427,14 @@ _COMPILED = {f"actor_rollout_ref.{k}.use_torch_compile" for k in ("actor", "ref"
     ("verl-0.6.0-generated-ppo-trainer.yaml", _COMPILED | {
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
         "critic.model.fsdp_config.use_torch_compile"}),
-    ("verl-0.6.0-generated-ppo-megatron-trainer.yaml", _COMPILED)])
+    ("verl-0.6.0-generated-ppo-megatron-trainer.yaml", _COMPILED),
+    ("verl-0.7.0-generated-ppo-trainer.yaml", _COMPILED | {
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
+        "critic.model.fsdp_config.use_torch_compile", "critic.model.use_remove_padding"}),   # 0.7's critic pads
+    ("verl-0.7.0-generated-ppo-megatron-trainer.yaml", _COMPILED)])
 def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys, name, unsupported):
-    """verl 0.6.0's generated PPO configs (every key of its defaults, as a dumped config has them), FSDP
-    and megatron workers: no key unknown, and unsupported only what rlsim does not model at these
+    """verl 0.6.0's and 0.7.0's generated PPO configs (every key of their defaults, as a dumped config has
+    them), FSDP and megatron workers: no key unknown, and unsupported only what rlsim does not model at these
     values - torch.compile (verl's default true, in each copy of the option). Profilers, Hydra targets,
     sections verl does not run (reward model, multi-turn, the agent loop) and the reference's and
     critic's copies of the actor's options at the actor's values are accounted for, not listed; the
@@ -1241,3 +1245,33 @@ def test_verls_bypass_mode_skips_the_old_log_prob_pass():
     assert "recompute_logprob" not in fully.scenario["schedule"]
     assert "already" in fully.ignored["algorithm.rollout_correction.bypass_mode"]
     assert "recompute_logprob" not in import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml").scenario["schedule"]
+
+
+def test_verl_07_megatron_lora_is_megatron_bridges():
+    """verl 0.7's megatron workers train LoRA from model.lora (Megatron-Bridge; model.lora_rank is the
+    fsdp workers'): its Megatron module names as the Hugging Face ones, the whole model sent at each
+    sync (the bridge exports the HF state dict)."""
+    cfg = DATA / "verl-0.7.0-generated-ppo-megatron-trainer.yaml"
+    lora = import_config("verl", cfg, [*QUICKSTART, "actor_rollout_ref.model.lora.rank=16",
+                                       "actor_rollout_ref.model.lora.target_modules=[linear_qkv,linear_fc1]"])
+    assert lora.scenario["workload"]["lora"] == {"rank": 16, "targets": ["q_proj", "k_proj", "v_proj", "gate_proj",
+                                                                         "up_proj"]}
+    assert lora.scenario["schedule"]["lora_refit"] == "full"
+    assert "lora" not in import_config("verl", cfg, QUICKSTART).scenario["workload"]
+    with pytest.raises(RlsimError, match="not one of Megatron's modules") as info:
+        import_config("verl", cfg, [*QUICKSTART, "actor_rollout_ref.model.lora.rank=16",
+                                    "actor_rollout_ref.model.lora.target_modules=[q_proj]"])
+    assert info.value.field == "actor_rollout_ref.model.lora.target_modules"
+    fsdp = import_config("verl", DATA / "verl-0.7.0-generated-ppo-trainer.yaml",
+                         [*QUICKSTART, "actor_rollout_ref.model.lora_rank=8"])
+    assert fsdp.scenario["workload"]["lora"]["rank"] == 8
+
+
+def test_verl_07_reward_manager_name_is_read_as_the_deprecated_key():
+    """verl 0.7 names the reward manager reward_manager.name (reward_model.reward_manager deprecated):
+    naive / dapo with the synchronous rollout are scored by the driver, one worker."""
+    cfg = DATA / "verl-0.7.0-generated-ppo-trainer.yaml"
+    over = [*QUICKSTART, "actor_rollout_ref.rollout.mode=sync"]
+    assert import_config("verl", cfg, [*over, "reward_manager.name=dapo"]).scenario["workload"]["reward"]["workers"] == 1
+    other = import_config("verl", cfg, [*over, "reward_manager.name=prime"])
+    assert "workers" not in other.scenario["workload"]["reward"] and "prime" in other.ignored["reward_manager.name"]
