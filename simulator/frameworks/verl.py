@@ -148,7 +148,8 @@ RULES: dict[str, Rule] = {
         "val_batch_size", "seed", "image_key", "dataloader_num_workers", "use_shm", "trust_remote_code",
         "filter_overlong_prompts_workers", "custom_cls.*", "return_multi_modal_inputs", "sampler.*", "datagen.*",
         "apply_chat_template_kwargs", "apply_chat_template_kwargs.*", "validation_shuffle", "video_key",
-        "image_patch_size", "tool_config_path", "train_max_samples", "val_max_samples")},
+        "image_patch_size", "tool_config_path", "train_max_samples", "val_max_samples", "audio_key", "function_tool_path",
+        "mm_processor_kwargs", "mm_processor_kwargs.*")},
     # actor / model
     f"{A}.hybrid_engine": mapped("schedule.kind", "true: colocated hybrid engine; false: split pools"),
     f"{A}.model.path": mapped("workload.model", "Hugging Face id -> model preset, or the folder's config.json"),
@@ -347,6 +348,9 @@ RULES: dict[str, Rule] = {
     f"{A}.model.lora.rank": mapped("workload.lora.rank", "megatron: Megatron-Bridge's LoRA (0: full fine-tuning)"),
     f"{A}.model.lora.target_modules": mapped("workload.lora.targets", "Megatron's module names"),
     f"{A}.model.lora.type": unsupported("adapters other than LoRA (DoRA) are not modelled", neutral="lora"),
+    f"{A}.model.lora.merge": mapped("schedule.lora_refit", "verl 0.9 megatron: true merges the adapters into each sync "
+                                                           "(the whole model); false sends the adapters once the "
+                                                           "base is synced (engine/megatron/transformer_impl.py)"),
     f"{A}.model.lora.exclude_modules": unsupported("modules left out of the LoRA targets by name are not modelled",
                                                    neutral=[]),
     **{f"{A}.model.lora.{k}": ignored("LoRA scaling, dropout, initialisation, dtype, adapter path and vision "
@@ -426,6 +430,92 @@ RULES: dict[str, Rule] = {
     "reward_manager.source": ignored("where the manager class is registered: no effect on step time"),
     "reward_manager.module.*": ignored("a custom manager's module: its CPU time is workload.reward.cpu_s_per_sample"),
     "transfer_queue.enable": unsupported("verl's TransferQueue data path is not modelled", neutral=False),
+    "transfer_queue.*": ignored("used with transfer_queue.enable"),
+    # verl 0.9 (its generated ppo_trainer / ppo_megatron_trainer configs, read in the 0.9.1 wheel): the
+    # reward section (the reward loop's workers score each finished sample the agent loop streams to
+    # one of them: experimental/reward_loop/reward_loop.py, agent_loop.py _compute_score)
+    "reward.num_workers": mapped("workload.reward.workers", "verl 0.9's reward loop: each finished sample scored by "
+                                                            "one of these workers as the agent loop hands it over"),
+    "reward.reward_manager.name": mapped("workload.reward.workers", "verl 0.9's place for reward_manager.name: as "
+                                                                    "that key"),
+    "reward.reward_manager.source": ignored("where the manager class is registered: no effect on step time"),
+    "reward.reward_manager.module.*": ignored("a custom manager's module: its CPU time is "
+                                              "workload.reward.cpu_s_per_sample"),
+    "reward.custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
+    "reward.reward_model.enable": unsupported("a reward model served by an engine of its own (verl 0.9's reward loop) "
+                                              "is not modelled", neutral=False),
+    "reward.reward_model.*": ignored("used with reward.reward_model.enable"),
+    **{f"{prefix}sandbox_fusion.url": unsupported("a code sandbox's execution time is not modelled (give it as "
+                                                  "workload.reward.cpu_s_per_sample)", neutral=None)
+       for prefix in ("", "reward.")},
+    **{f"{prefix}sandbox_fusion.*": ignored("read with sandbox_fusion.url only") for prefix in ("", "reward.")},
+    "distillation.enabled": unsupported("on-policy distillation from a teacher model is not modelled", neutral=False),
+    "distillation.*": ignored("used with distillation.enabled"),
+    **{f"{A}.{part}.{feature}.{flag}": unsupported(why, neutral=False) for part, feature, flag, why in (
+        ("model", "mtp", "enable", "multi-token prediction heads are not modelled"),
+        ("rollout", "mtp", "enable", "speculative decoding with multi-token prediction is not modelled"),
+        ("actor", "qat", "enable", "quantization-aware training is not modelled"),
+        ("rollout", "qat", "enable", "a quantization-aware rollout is not modelled"),
+        ("rollout", "disaggregation", "enabled", "prefill / decode disaggregated serving is not modelled"))},
+    **{f"{A}.{part}.{feature}.*": ignored(f"used with {feature}.enable{'d' if feature == 'disaggregation' else ''}")
+       for part, feature in (("model", "mtp"), ("rollout", "mtp"), ("actor", "qat"), ("rollout", "qat"),
+                             ("rollout", "disaggregation"))},
+    **{f"skip.{phase}.enable": unsupported("replaying dumped rollouts in place of generation (a debugging aid) is not "
+                                           "modelled", neutral=False) for phase in ("rollout", "async_rollout",
+                                                                                    "rollout_tq")},
+    "skip.*": ignored("used with skip.<phase>.enable"),
+    "trainer.use_v1": ignored("verl 0.9's v1 trainer runs, in its sync mode, the legacy trainer's step (generation, "
+                              "reward, old log-probs, reference, values, advantages, updates, weight update: "
+                              "trainer/ppo/v1/trainer_base.py _step_once, trainer_sync.py)"),
+    "trainer.v1.trainer_mode": unsupported("the v1 trainer's colocate_async (rollouts aborted and resumed around each "
+                                           "update) and separate_async modes are not modelled", neutral="sync"),
+    "trainer.v1.*": ignored("used with trainer.v1.trainer_mode colocate_async / separate_async"),
+    "trainer.checkpoint_callback_class": ignored(_LOG),
+    f"{A}.rollout.checkpoint_engine.backend": unsupported("a checkpoint engine other than verl's naive per-tensor sync "
+                                                          "is not modelled", neutral="naive"),
+    f"{A}.rollout.checkpoint_engine.*": ignored("the sync's bucket size and engine options: rlsim prices the per-tensor "
+                                                "sync by its bytes and tensors"),
+    f"{A}.rollout.nnodes": unsupported("a rollout pool of its own here is trainer.v1's separate_async mode, not "
+                                       "modelled (the recipes' pool is the top-level rollout.*)", neutral=0),
+    f"{A}.rollout.n_gpus_per_node": ignored("used with actor_rollout_ref.rollout.nnodes"),
+    f"{A}.rollout.full_determinism": unsupported("deterministic kernels are not modelled", neutral=False),
+    f"{A}.rollout.moe_load_balance_metrics_interval": ignored(_LOG),
+    f"{A}.rollout.router_config_path": unsupported("a custom request router is not modelled", neutral=None),
+    f"{A}.rollout.scheduling_policy": unsupported("engine scheduling other than first-come first-served is not "
+                                                  "modelled", neutral="fcfs"),
+    f"{A}.actor.calculate_sum_pi_squared": unsupported("another pass over the vocabulary in the update is not "
+                                                       "modelled", neutral=False),
+    f"{A}.actor.entropy_from_logits_chunk_size": ignored("the entropy's chunking: memory only"),
+    f"{A}.actor.pad_to_length": unsupported("padding the batch to a fixed length is not modelled", neutral=False),
+    f"{A}.actor.use_prefix_grouper": unsupported("a group's shared prompt computed once in training is not modelled",
+                                                 neutral=False),
+    **{f"{A}.{role}.fsdp_config.{k}": rule for role in ("actor", "ref") for k, rule in (
+        ("pad_to_length_bucket", ignored("used with pad_to_length")),
+        ("qat.*", ignored("used with actor.qat.enable")),
+        ("turbo_config.*", ignored("settings of verl 0.9's fsdp turbo engine (engine/fsdp/fsdp_turbo_impl.py), which "
+                                   "these workers do not run")),
+        ("use_no_sync_for_gradient_accumulation", unsupported(
+            "FSDP's gradients reduced once over the accumulated micro-batches is not modelled (rlsim reduce-scatters "
+            "each micro-batch's)", neutral=False)))},
+    **{f"{A}.{role}.megatron.{k}": rule for role in ("actor", "ref") for k, rule in (
+        ("dist_ckpt_optim_fully_reshardable", ignored("checkpoint layout: no effect on step time")),
+        ("distrib_optim_fully_reshardable_mem_efficient", ignored("checkpoint layout: no effect on step time")),
+        ("dynamic_context_parallel", unsupported("a context-parallel size chosen per batch is not modelled",
+                                                 neutral=False)),
+        ("entropy_from_logits_chunk_size", ignored("the entropy's chunking: memory only")),
+        ("entropy_from_logits_with_chunking", ignored("the entropy's chunking: memory only")),
+        ("pad_bshd_to_minibatch_max", ignored("padding of unpacked rows: rlsim pads as model.use_remove_padding says")),
+        ("pad_to_length", unsupported("padding the batch to a fixed length is not modelled", neutral=False)),
+        ("pad_to_length_bucket", ignored("used with pad_to_length")),
+        ("qat.enable", unsupported("quantization-aware training is not modelled", neutral=False)),
+        ("qat.*", ignored("used with qat.enable")),
+        ("router_replay.mode", unsupported("MoE routing replay is not modelled", neutral="disabled")),
+        ("router_replay.*", ignored("used with router_replay.mode")),
+        ("use_megatron_fsdp", unsupported("Megatron's own FSDP is not modelled (its distributed optimizer is)",
+                                          neutral=False)))},
+    f"{A}.rollout.qat": ignored("no quantization-aware rollout section (null)"),
+    "algorithm.filter_groups.max_inflight_gen_batches": unsupported("dynamic-sampling batches generated side by side "
+                                                                    "are not modelled (one at a time)", neutral=1),
     "reward_model.launch_reward_fn_async": mapped("schedule.reward_during_forwards", "colocated: the rule reward "
                                                   "runs during the log-prob passes and is gathered before the update"),
     "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
@@ -693,6 +783,7 @@ ACTOR_COPIES = (
     (f"{A}.ref.megatron.", f"{A}.actor.megatron."),
     ("critic.megatron.", f"{A}.actor.megatron."),
     ("critic.model.fsdp_config.", f"{A}.actor.fsdp_config."),
+    ("critic.fsdp.", f"{A}.actor.fsdp_config."),   # verl 0.9's critic engine config
     ("critic.model.", f"{A}.model."),
     (f"{A}.actor.fsdp_config.", f"{A}.actor."),
     (f"{A}.ref.", f"{A}.actor."),
@@ -714,8 +805,8 @@ def _copies_of_the_actor(v: Values, decided: dict[str, tuple[Status, str]]) -> N
         if actor_key is None:
             continue
         actor_value = v.flat.get(actor_key, DEFAULTS.get(actor_key, _ABSENT))
-        if actor_value is not _ABSENT and actor_value == value:
-            status, reason = table_status(actor_key, value, RULES)
+        if actor_value is not _ABSENT and actor_value == value:   # the actor's own status, as decided or by the table
+            status, reason = decided.get(actor_key) or table_status(actor_key, value, RULES)
             decided[key] = (status, f"as {actor_key}, which it equals here ({reason})")
 
 
@@ -727,9 +818,21 @@ def _actor_original(key: str) -> str | None:
         if not prefix:
             return None
         key = actor_prefix + key[len(prefix):]
-        if key in RULES:
+        if key in RULES or _covered_by_own_section(key):
             return key
     return None
+
+
+def _covered_by_own_section(key: str) -> bool:
+    """A key a section's own catch-all lists (model.mtp.* for model.mtp.method), not one a whole
+    backend's catch-all covers by default (actor.megatron.*, actor.fsdp_config.*)."""
+    parts = key.split(".")
+    section = next((".".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)
+                    if ".".join(parts[:n]) + ".*" in RULES), None)
+    return section is not None and section not in BACKEND_SECTIONS
+
+
+BACKEND_SECTIONS = (f"{A}.actor.megatron", f"{A}.actor.fsdp_config", f"{A}.model")
 
 
 def _algorithm(v: Values) -> str:
@@ -996,8 +1099,18 @@ def _megatron_lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status
         raise RlsimError(f"LoRA target {unknown[0]!r} is not one of Megatron's modules rlsim knows", source=v.result.source,
                          field=f"{key}.target_modules", fix=f"use {', '.join(MEGATRON_LORA_MODULES)}")
     w["lora"] = {"rank": rank, "targets": [hf for name in names for hf in MEGATRON_LORA_MODULES[str(name)]]}
-    v.result.notes.append("LoRA (megatron): the hybrid engine's sync exports the whole Hugging Face state dict "
-                          "through Megatron-Bridge (megatron_workers.py rollout_mode, 0.7.0): schedule.lora_refit full")
+    v.result.notes.append("LoRA (megatron): the sync exports the whole Hugging Face state dict through "
+                          "Megatron-Bridge (0.7.0 megatron_workers.py rollout_mode; 0.9 with model.lora.merge or the "
+                          "vanilla bridge: schedule.lora_refit full), else the adapters once the base is synced")
+
+
+def _megatron_lora_sends_whole(v: Values) -> bool:
+    """Whether the megatron workers' sync sends the whole model with LoRA: verl 0.7 always does (the bridge
+    exports the HF state dict); verl 0.9 (model.lora.merge present) unless the adapters stay unmerged on
+    Megatron-Bridge's own export (vanilla_mbridge false), which sends the adapters once the base is synced."""
+    if not v.given(f"{A}.model.lora.merge"):
+        return True
+    return v.flag(f"{A}.model.lora.merge") or v.flag(f"{A}.actor.megatron.vanilla_mbridge")
 
 
 def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
@@ -1078,14 +1191,19 @@ def _verl_rule_reward(v: Values, recipe: str, decided: dict[str, tuple[Status, s
     (rollout.mode async, fully_async) scores each sample as it ends in its AgentLoopWorker's
     RewardManagerWorker (verl/experimental/agent_loop/agent_loop.py), one Ray actor each: a pool of
     rollout.agent.num_workers, handed each sample."""
-    key = "reward_manager.name" if v.given("reward_manager.name") else "reward_model.reward_manager"
+    key = next((k for k in ("reward.reward_manager.name", "reward_manager.name") if v.given(k)),
+               "reward_model.reward_manager")
     manager = str(v(key) or "naive")
     reward: dict[str, Any] = {"cpu_s_per_sample": VERL_NAIVE_CPU_S_PER_SAMPLE, "cpu_s_per_token": VERL_NAIVE_CPU_S_PER_TOKEN,
                               "capped_cpu_s_per_sample": VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
                               "capped_cpu_s_per_token": VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN}
     agents = f"{A}.rollout.agent.num_workers"
     driver = recipe != "fully-async" and str(v(f"{A}.rollout.mode") or "sync") == "sync"
-    if not driver:
+    if not driver and v.given("reward.num_workers"):   # verl 0.9: the reward loop's own workers
+        reward.update(workers=v.count("reward.num_workers"), handover="sample")
+        if v.given(agents):
+            decided[agents] = ("ignored", "verl 0.9 scores in the reward loop's workers (reward.num_workers)")
+    elif not driver:
         reward.update(workers=v.count(agents), handover="sample")
     elif v.given(agents):
         decided[agents] = ("ignored", "used by the agent loop only (rollout.mode async)")
@@ -1191,7 +1309,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
     _bypass_mode(v, recipe, s, decided)
-    if "lora" in w and str(v(f"{A}.actor.strategy")) == "megatron":
+    if "lora" in w and str(v(f"{A}.actor.strategy")) == "megatron" and _megatron_lora_sends_whole(v):
         s["lora_refit"] = "full"
     return s
 

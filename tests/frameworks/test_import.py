@@ -431,10 +431,14 @@ _COMPILED = {f"actor_rollout_ref.{k}.use_torch_compile" for k in ("actor", "ref"
     ("verl-0.7.0-generated-ppo-trainer.yaml", _COMPILED | {
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
         "critic.model.fsdp_config.use_torch_compile", "critic.model.use_remove_padding"}),   # 0.7's critic pads
-    ("verl-0.7.0-generated-ppo-megatron-trainer.yaml", _COMPILED)])
+    ("verl-0.7.0-generated-ppo-megatron-trainer.yaml", _COMPILED),
+    ("verl-0.9.1-generated-ppo-trainer.yaml", _COMPILED | {
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
+        "critic.fsdp.use_torch_compile"}),   # 0.9's critic engine config
+    ("verl-0.9.1-generated-ppo-megatron-trainer.yaml", _COMPILED)])
 def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys, name, unsupported):
-    """verl 0.6.0's and 0.7.0's generated PPO configs (every key of their defaults, as a dumped config has
-    them), FSDP and megatron workers: no key unknown, and unsupported only what rlsim does not model at these
+    """verl 0.6.0's, 0.7.0's and 0.9.1's generated PPO configs (every key of their defaults, as a dumped
+    config has them), FSDP and megatron workers: no key unknown, and unsupported only what rlsim does not model at these
     values - torch.compile (verl's default true, in each copy of the option). Profilers, Hydra targets,
     sections verl does not run (reward model, multi-turn, the agent loop) and the reference's and
     critic's copies of the actor's options at the actor's values are accounted for, not listed; the
@@ -1275,3 +1279,14 @@ def test_verl_07_reward_manager_name_is_read_as_the_deprecated_key():
     assert import_config("verl", cfg, [*over, "reward_manager.name=dapo"]).scenario["workload"]["reward"]["workers"] == 1
     other = import_config("verl", cfg, [*over, "reward_manager.name=prime"])
     assert "workers" not in other.scenario["workload"]["reward"] and "prime" in other.ignored["reward_manager.name"]
+
+
+def test_verl_09_scores_rule_rewards_in_its_reward_loop_workers():
+    """verl 0.9 (the agent loop only: rollout.mode sync is removed) streams each finished sample to one of
+    reward.num_workers reward-loop workers (experimental/reward_loop): workers and handover by sample."""
+    cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
+    reward = import_config("verl", cfg, [*QUICKSTART, "reward.num_workers=4"]).scenario["workload"]["reward"]
+    assert (reward["kind"], reward["workers"], reward["handover"]) == ("rule", 4, "sample")
+    v1 = import_config("verl", cfg, [*QUICKSTART, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async"])
+    assert "colocate_async" in v1.unsupported["trainer.v1.trainer_mode"]
+    assert "trainer.use_v1" in v1.ignored
