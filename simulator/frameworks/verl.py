@@ -1093,8 +1093,8 @@ def _megatron_lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status
         decided.update({k: ("ignored", why) for k in given})
         return
     names = v(f"{key}.target_modules") or list(MEGATRON_LORA_MODULES)
-    names = [names] if isinstance(names, str) else list(names)
-    unknown = [name for name in names if str(name) not in MEGATRON_LORA_MODULES]
+    names = list(names) if isinstance(names, list) else [names]
+    unknown = [name for name in names if not isinstance(name, str) or name not in MEGATRON_LORA_MODULES]
     if unknown:
         raise RlsimError(f"LoRA target {unknown[0]!r} is not one of Megatron's modules rlsim knows", source=v.result.source,
                          field=f"{key}.target_modules", fix=f"use {', '.join(MEGATRON_LORA_MODULES)}")
