@@ -1129,8 +1129,11 @@ def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) 
                         for key in (f"{m}.lora_rank", *others)})
         return
     targets = v(f"{m}.target_modules") or "all-linear"
-    w["lora"] = {"rank": rank, "targets": targets if targets == "all-linear" else
-                 ([str(targets)] if isinstance(targets, str) else [str(t) for t in targets])}
+    names = targets if isinstance(targets, list) else [targets]
+    if not all(isinstance(name, str) and name for name in names):
+        raise RlsimError(f"target_modules {targets!r} is not a module name or a list of them", source=v.result.source,
+                         field=f"{m}.target_modules", fix="give all-linear or a list such as [q_proj, v_proj]")
+    w["lora"] = {"rank": rank, "targets": "all-linear" if names == ["all-linear"] else names}
     v.result.notes.append(LORA_NOTE)
 
 

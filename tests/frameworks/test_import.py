@@ -1290,3 +1290,11 @@ def test_verl_09_scores_rule_rewards_in_its_reward_loop_workers():
     v1 = import_config("verl", cfg, [*QUICKSTART, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async"])
     assert "colocate_async" in v1.unsupported["trainer.v1.trainer_mode"]
     assert "trainer.use_v1" in v1.ignored
+
+
+@pytest.mark.parametrize("value", ["3", "true", "[1,2]"])
+def test_lora_targets_that_are_no_module_names_are_an_error(value):
+    with pytest.raises(RlsimError, match="not a module name") as info:
+        import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
+                      ["actor_rollout_ref.model.lora_rank=8", f"+actor_rollout_ref.model.target_modules={value}"])
+    assert info.value.field == "actor_rollout_ref.model.target_modules"
