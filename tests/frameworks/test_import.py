@@ -1298,3 +1298,22 @@ def test_lora_targets_that_are_no_module_names_are_an_error(value):
         import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
                       ["actor_rollout_ref.model.lora_rank=8", f"+actor_rollout_ref.model.target_modules={value}"])
     assert info.value.field == "actor_rollout_ref.model.target_modules"
+
+
+def test_another_verl_versions_defaults_come_from_its_generated_config_as_a_base(tmp_path):
+    """A partial config takes rlsim's verl defaults (0.6 / 0.7's); with verl 0.9.1's generated config as
+    its `defaults:` base it takes 0.9's: the agent loop, rewards in reward.num_workers workers."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({
+        "defaults": [str(DATA / "verl-0.9.1-generated-ppo-trainer.yaml")],
+        "data": {"train_batch_size": 256, "max_prompt_length": 512, "max_response_length": 1024},
+        "actor_rollout_ref": {"model": {"path": "Qwen/Qwen2.5-7B-Instruct"},
+                              "actor": {"ppo_mini_batch_size": 64, "ppo_micro_batch_size_per_gpu": 4},
+                              "rollout": {"name": "vllm", "tensor_model_parallel_size": 2, "n": 8,
+                                          "log_prob_micro_batch_size_per_gpu": 8},
+                              "ref": {"log_prob_micro_batch_size_per_gpu": 8}},
+        "algorithm": {"adv_estimator": "grpo"}, "trainer": {"n_gpus_per_node": 8, "nnodes": 1}}))
+    imported = import_config("verl", mine)
+    assert imported.unknown == {}
+    reward = imported.scenario["workload"]["reward"]
+    assert (reward["workers"], reward["handover"]) == (8, "sample")   # 0.9.1's reward.num_workers default
