@@ -471,8 +471,9 @@ RULES: dict[str, Rule] = {
                                            "update) and separate_async modes are not modelled", neutral="sync"),
     "trainer.v1.*": ignored("used with trainer.v1.trainer_mode colocate_async / separate_async"),
     "trainer.checkpoint_callback_class": ignored(_LOG),
-    f"{A}.rollout.checkpoint_engine.backend": unsupported("a checkpoint engine other than verl's naive per-tensor sync "
-                                                          "is not modelled", neutral="naive"),
+    f"{A}.rollout.checkpoint_engine.backend": unsupported("a checkpoint engine other than naive (in-process, the hybrid "
+                                                          "engine) or nccl (actor rank 0 broadcasting buckets to the "
+                                                          "rollout, double-buffered) is not modelled"),
     f"{A}.rollout.checkpoint_engine.*": ignored("the sync's bucket size and engine options: rlsim prices the per-tensor "
                                                 "sync by its bytes and tensors"),
     f"{A}.rollout.nnodes": unsupported("a rollout pool of its own here is trainer.v1's separate_async mode, not "
@@ -1312,9 +1313,21 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
     _bypass_mode(v, recipe, s, decided)
+    _checkpoint_engine(v, recipe, decided)
     if "lora" in w and str(v(f"{A}.actor.strategy")) == "megatron" and _megatron_lora_sends_whole(v):
         s["lora_refit"] = "full"
     return s
+
+
+def _checkpoint_engine(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> None:
+    """verl 0.9's weight sync engines rlsim prices as refit full-tensors: naive (the hybrid engine
+    loads each tensor in its own process) and nccl (actor rank 0 gathers each tensor and broadcasts
+    buckets to the rollout workers, two buffers in flight: checkpoint_engine/nccl_checkpoint_engine.py,
+    0.9.1; refit_overlap). nixl, mooncake, hccl and the delta engines are not modelled."""
+    key = f"{A}.rollout.checkpoint_engine.backend"
+    backend = v(key) if v.given(key) else None
+    if backend == "naive" or (backend == "nccl" and recipe != "colocated"):
+        decided[key] = ("ignored", f"{backend}: the per-tensor sync rlsim prices (schedule.refit full-tensors)")
 
 
 def _bypass_mode(v: Values, recipe: str, s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -1317,3 +1317,21 @@ def test_another_verl_versions_defaults_come_from_its_generated_config_as_a_base
     assert imported.unknown == {}
     reward = imported.scenario["workload"]["reward"]
     assert (reward["workers"], reward["handover"]) == (8, "sample")   # 0.9.1's reward.num_workers default
+
+
+def test_verl_09_one_step_off_as_its_recipe_sets_it():
+    """verl 0.9's one_step_off recipe (experimental/one_step_off_policy/config): a rollout pool of its own,
+    the NCCL checkpoint engine (rank 0 broadcasting buckets: rlsim's split-pool sync) and bypass mode
+    (no old log-prob pass)."""
+    recipe = ["+rollout.nnodes=1", "+rollout.n_gpus_per_node=4", "trainer.n_gpus_per_node=4",
+              "actor_rollout_ref.rollout.free_cache_engine=false", "actor_rollout_ref.rollout.calculate_log_probs=true",
+              "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+              "algorithm.rollout_correction.bypass_mode=true"]
+    r = import_config("verl", DATA / "verl-0.9.1-generated-ppo-trainer.yaml", [*QUICKSTART, *recipe])
+    s = r.scenario["schedule"]
+    assert (s["kind"], s["rollout_devices"], s["refit"], s["recompute_logprob"]) == ("one-step-off", 4, "full-tensors",
+                                                                                      False)
+    assert "nccl" in r.ignored["actor_rollout_ref.rollout.checkpoint_engine.backend"]
+    other = import_config("verl", DATA / "verl-0.9.1-generated-ppo-trainer.yaml",
+                          [*QUICKSTART, "actor_rollout_ref.rollout.checkpoint_engine.backend=nixl"])
+    assert "actor_rollout_ref.rollout.checkpoint_engine.backend" in other.unsupported
