@@ -47,7 +47,7 @@ from .common import (
     model_for,
     size_topology,
 )
-from .trl_accelerate import accelerate_keys, merged
+from .trl_accelerate import accelerate_keys
 from .trl_rules import DEFAULTS, DEFAULTS_SOURCE, RULES
 
 # The offline engine TRL's colocated mode starts (LLM class) and the server `trl vllm-serve` runs; TRL
@@ -75,7 +75,7 @@ def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str
     launcher = v.flat.get("accelerate_config", v.flat.get("config_file"))
     if launcher is not None:
         accelerate, where = accelerate_keys(launcher, path, source)
-        v.flat = merged(v.flat, accelerate)
+        v.flat = {**accelerate, **v.flat}   # the TRL config's keys (an accelerate.<key>=value override) win
         result.notes.append(f"accelerate config: {where}")
     flat = v.flat
     user_sets = set(user_sets)
@@ -174,8 +174,7 @@ def _batches(v: Values, processes: int) -> dict[str, int]:
                          fix=f"give gradient_accumulation_steps dividing {steps} whose slices hold whole groups of {n}")
     prompts = samples // n
     return {"prompts_per_step": prompts, "samples_per_prompt": n, "ppo_epochs": iterations,
-            "mini_batch_prompts": prompts * accumulation // steps, "per_device": per_device, "steps": steps,
-            "accumulation": accumulation}
+            "mini_batch_prompts": prompts * accumulation // steps, "per_device": per_device, "steps": steps}
 
 
 def _workload(v: Values, processes: int, server: bool, model_given: bool,

@@ -7,7 +7,6 @@ path (trl/cli/accelerate_config.py). Read in the trl 1.16.0 wheel (`pip download
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +64,3 @@ def accelerate_keys(name: Any, config_path: str | Path, source: str) -> tuple[di
     data = read_yaml(path, what="accelerate config", fix="give the path of an accelerate config YAML")
     return flatten(data, PREFIX), f"the accelerate config {path}"
 
-
-def merged(flat: Mapping[str, Any], accelerate: Mapping[str, Any]) -> dict[str, Any]:
-    """The TRL config's keys over the accelerate config's (an ``accelerate.<key>=value`` override wins)."""
-    return {**accelerate, **flat}

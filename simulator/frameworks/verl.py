@@ -833,7 +833,7 @@ def _covered_by_own_section(key: str) -> bool:
     return section is not None and section not in BACKEND_SECTIONS
 
 
-BACKEND_SECTIONS = (f"{A}.actor.megatron", f"{A}.actor.fsdp_config", f"{A}.model")
+BACKEND_SECTIONS = (f"{A}.actor.megatron", f"{A}.actor.fsdp_config")
 
 
 def _algorithm(v: Values) -> str:

@@ -31,7 +31,8 @@ from .batches import SeqBatch
 from .context import Context
 from .registry import SchedulePolicy, register
 from .staleness import TIME_TOL_S
-from .verl_async import NO_OLD_LOG_PROB, PromptGroup, Rollouter, VerlFullyAsyncRun
+from .training import skipped_forwards
+from .verl_async import PromptGroup, Rollouter, VerlFullyAsyncRun
 
 
 class ArealRollouter(Rollouter):
@@ -137,7 +138,7 @@ class ArealRun(VerlFullyAsyncRun):
         self.consumer_batch = sched.consumer_batch_size or workload.prompts_per_step
         self.max_concurrent = sched.max_concurrent_rollouts or self.consumer_batch
         self.partial = sched.interruptible
-        self.skip = frozenset() if sched.recompute_logprob else NO_OLD_LOG_PROB
+        self.skip = skipped_forwards(sched)
         # rlsim's stage -> AReaL's timer (rl_trainer.py stats_tracker.record_timing), the critic's with PPO
         self.timers = {"old_logprob": "recompute_logp_s", "reference": "ref_logp_s", "train_actor": "train_step_s"}
         if workload.algorithm == "ppo":
