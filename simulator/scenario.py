@@ -55,7 +55,8 @@ from .units import parse_bandwidth, parse_seconds
 
 # The built-in kinds; SCHEDULE_CLASSES (below) also holds kinds added by register_schedule_config.
 SCHEDULE_KINDS = BUILTIN_SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async",
-                                           "verl-fully-async", "nemo-rl-async", "areal")
+                                           "verl-fully-async", "nemo-rl-async", "areal", "verl-colocate-async",
+                                           "verl-separate-async")
 
 DEFAULT_SCENARIO: dict[str, Any] = {
     "topology": {"preset": "cloudmatrix384", "supernodes": 1},
@@ -591,11 +592,14 @@ VERL_ASYNC_KNOBS = frozenset({"require_batches", "trigger_parameter_sync_step", 
                               "max_inflight_prompts_per_server", "partial_rollout"})
 NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates", "async_engine",
                               "recompute_kv_after_update"})
+# verl 0.9's v1 trainer in its async modes (trainer.v1.trainer_mode colocate_async / separate_async).
+VERL_V1_KNOBS = frozenset({"num_warmup_batches", "max_off_policy_threshold", "max_off_policy_strategy",
+                           "poll_interval_s", "recompute_logprob"})
 AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurrent_rollouts", "consumer_batch_size",
                          "recompute_logprob"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS, AUX_POOL_KNOBS,
-                                   VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS,
-                                   {"placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
+                                   VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS, VERL_V1_KNOBS,
+                                   {"parameter_sync_step", "placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
                                     "between_gen_batches", "round_batches"})
 
 
@@ -789,6 +793,22 @@ class ScheduleConfig(_Strict):
     # generations, takes the old log-probs as the detached current ones: trl 1.16.0
     # trainer/grpo_trainer.py; verl's algorithm.rollout_correction.bypass_mode takes the rollout's).
     recompute_logprob: bool = True
+    # verl 0.9's v1 trainer, async modes (rl/schedules/verl_v1.py; verl/trainer/ppo/v1, read in the verl
+    # 0.9.1 wheel). Batches of train_batch_size prompts submitted before the first step beyond the
+    # step's own (trainer.v1.<mode>.num_warmup_batches, default 1: the prefetch window).
+    num_warmup_batches: float = Field(1.0, ge=0, le=64)
+    # separate_async: local updates (one ppo mini-batch each, train_batch_size / this prompts) per
+    # weight sync (trainer.v1.separate_async.parameter_sync_step, default 4).
+    parameter_sync_step: int = Field(4, ge=1)
+    # trainer.v1.sampler.max_off_policy_threshold (default 8): a group whose prompt was submitted at
+    # step s trains at step t only while t - s + 1 <= this; None: no version control.
+    max_off_policy_threshold: int | None = Field(8, gt=0)
+    # trainer.v1.sampler.max_off_policy_strategy: 'drop' evicts finished groups past the threshold and
+    # submits as many new prompts; 'wait' holds the sampling while an in-flight prompt reaches it.
+    max_off_policy_strategy: Literal["drop", "wait"] = "drop"
+    # The replay buffer looks for finished groups every poll_interval seconds while the trainer waits
+    # (verl/trainer/ppo/v1/replay_buffer.py ReplayBuffer(poll_interval=2.0); not in verl's config).
+    poll_interval_s: float = Field(2.0, gt=0)
 
     @classmethod
     def accepts(cls, placement: str | None = None) -> frozenset[str]:
@@ -1200,6 +1220,85 @@ def _areal() -> type[ScheduleConfig]:
     return ArealSchedule
 
 
+class _VerlV1Async(ScheduleConfig):
+    """What verl 0.9's v1 trainer does in both async modes (rl/schedules/verl_v1.py): train_batch_size
+    prompts submitted each step (and num_warmup_batches x that before the first), partial rollouts
+    aborted and resumed around every weight update, a replay buffer that samples the oldest finished
+    groups and evicts those past max_off_policy_threshold."""
+    RUNS_AHEAD: ClassVar[bool] = True
+    REWARD_HANDOVER: ClassVar[str] = "sample"   # the agent loop scores each trajectory as it ends
+
+    @property
+    def effective_staleness(self) -> float:
+        bound = self.staleness_bound
+        return float(self.max_off_policy_threshold or 64) - 1 if bound is None else bound
+
+    @property
+    def staleness_bound(self) -> float | None:
+        """threshold - 1 versions under 'drop' (a prompt submitted at step s trains by step s + T - 1,
+        its tokens generated with weights s or later); None under 'wait' or without a threshold, where
+        verl holds or counts the age without bounding it."""
+        if self.max_off_policy_threshold is None or self.max_off_policy_strategy != "drop":
+            return None
+        return float(self.max_off_policy_threshold - 1)
+
+    @property
+    def rounds_ahead(self) -> int:
+        return math.ceil(self.num_warmup_batches)
+
+    def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
+        """verl's load balancer routes each request to the server with the fewest in flight (the kind's
+        own dispatch), aborts nothing but at an update (overprovision), and the servers' slots are not
+        accounted (low_batch_share); the strategy acts only with a threshold."""
+        out = []
+        name = f"kind {self.kind}"
+        if self.overprovision > 0:
+            out.append(("schedule.overprovision", f"{name} generates the prompts verl submits and aborts none "
+                        "(num_warmup_batches sets how many run ahead), so schedule.overprovision is not read",
+                        "remove schedule.overprovision, or raise schedule.num_warmup_batches"))
+        if "low_batch_share" in self.model_fields_set:
+            out.append(("schedule.low_batch_share", f"{name} does not account its servers' batch slots (summary "
+                        "rollout.occupancy is null), so schedule.low_batch_share is not read",
+                        "remove schedule.low_batch_share"))
+        if workload.inference.set_off_default(("dispatch",)):
+            out.append(("workload.inference.dispatch", "verl's load balancer sends each request to the rollout "
+                        f"server with the fewest requests in flight ({name}'s own dispatch), so "
+                        "workload.inference.dispatch is not read", "remove workload.inference.dispatch"))
+        if self.max_off_policy_threshold is None and "max_off_policy_strategy" in self.model_fields_set:
+            out.append(("schedule.max_off_policy_strategy", "the strategy acts only with a "
+                        "max_off_policy_threshold (null: no version control)", "remove "
+                        "schedule.max_off_policy_strategy, or give schedule.max_off_policy_threshold"))
+        return out
+
+
+@_made_on_first_use
+def _verl_colocate_async() -> type[ScheduleConfig]:
+    class VerlColocateAsyncSchedule(_VerlV1Async):
+        """verl 0.9 trainer.v1.trainer_mode colocate_async: one pool; generation runs until a batch of
+        groups has finished, the rest is aborted keeping its tokens, the engines sleep, the actor trains
+        and resyncs, and the aborted requests resume beside the next step's prompts."""
+        ACCEPTS: ClassVar[frozenset[str]] = VERL_V1_KNOBS | {"switch"}
+        kind: Literal["verl-colocate-async"] = "verl-colocate-async"
+    return VerlColocateAsyncSchedule
+
+
+@_made_on_first_use
+def _verl_separate_async() -> type[ScheduleConfig]:
+    class VerlSeparateAsyncSchedule(_VerlV1Async):
+        """verl 0.9 trainer.v1.trainer_mode separate_async: a standalone rollout pool generates without
+        pause but at a sync; the trainer runs parameter_sync_step local updates (a ppo mini-batch each)
+        per weight sync, which aborts the in-flight requests and resumes them with the new weights."""
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_V1_KNOBS | {"parameter_sync_step"}
+        PLACEMENT: ClassVar[str] = "disaggregated"
+        kind: Literal["verl-separate-async"] = "verl-separate-async"
+
+        def local_update_prompts(self, workload: "WorkloadConfig") -> int:
+            """Prompts of one local update: train_batch_size / parameter_sync_step (verl asserts
+            train_batch_size == parameter_sync_step x ppo_mini_batch_size)."""
+            return workload.prompts_per_step // self.parameter_sync_step
+    return VerlSeparateAsyncSchedule
+
+
 class _KindClasses(MutableMapping[str, type[ScheduleConfig]]):
     """kind -> its config class. A built-in kind's class is made on its first look-up; `kind in
     SCHEDULE_CLASSES` and iterating the kinds make none."""
@@ -1229,11 +1328,13 @@ class _KindClasses(MutableMapping[str, type[ScheduleConfig]]):
 _BUILTIN_CLASSES: dict[str, Callable[[], type[ScheduleConfig]]] = {
     "colocated": _colocated, "disaggregated": _disaggregated, "one-step-off": _one_step_off,
     "stalesync": _stalesync, "async": _async, "verl-fully-async": _verl_fully_async,
-    "nemo-rl-async": _nemo_rl_async, "areal": _areal}
+    "nemo-rl-async": _nemo_rl_async, "areal": _areal, "verl-colocate-async": _verl_colocate_async,
+    "verl-separate-async": _verl_separate_async}
 _CLASS_NAMES = {"ColocatedSchedule": "colocated", "DisaggregatedSchedule": "disaggregated",
                 "OneStepOffSchedule": "one-step-off", "StaleSyncSchedule": "stalesync", "AsyncSchedule": "async",
                 "VerlFullyAsyncSchedule": "verl-fully-async", "NemoAsyncSchedule": "nemo-rl-async",
-                "ArealSchedule": "areal"}
+                "ArealSchedule": "areal", "VerlColocateAsyncSchedule": "verl-colocate-async",
+                "VerlSeparateAsyncSchedule": "verl-separate-async"}
 SCHEDULE_CLASSES: MutableMapping[str, type[ScheduleConfig]] = _KindClasses(_BUILTIN_CLASSES)
 
 

@@ -6,7 +6,9 @@ per key, which rlsim key it sets, or why it is ignored (no effect on time) or un
 time, rlsim does not model it). docs/guides/frameworks.md prints the tables.
 
 Which verl entry point (recipe) a YAML is for is not always written in it. The rule
-(``recipe_of``): ``--framework-schedule`` if given; else any ``async_training.*`` key ->
+(``recipe_of``): ``--framework-schedule`` if given; else ``trainer.v1.trainer_mode`` colocate_async
+/ separate_async (verl 0.9's v1 trainer) -> kind verl-colocate-async / verl-separate-async; else any
+``async_training.*`` key ->
 fully_async_policy (kind verl-fully-async); else ``actor_rollout_ref.hybrid_engine: false`` or a
 top-level ``rollout.*`` pool -> one_step_off_policy (kind one-step-off); else main_ppo's hybrid
 engine (kind colocated).
@@ -52,8 +54,12 @@ from .common import (
     world_divides,
 )
 
-RECIPES = ("colocated", "one-step-off", "fully-async")
-KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async"}
+RECIPES = ("colocated", "one-step-off", "fully-async", "colocate-async", "separate-async")
+KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async",
+                  "colocate-async": "verl-colocate-async", "separate-async": "verl-separate-async"}
+SPLIT_RECIPES = ("one-step-off", "fully-async", "separate-async")        # a rollout pool of its own
+AGENT_LOOP_RECIPES = ("fully-async", "colocate-async", "separate-async")  # rollout.mode not read: async servers
+V1_MODES = {"colocate_async": "colocate-async", "separate_async": "separate-async"}   # trainer.v1.trainer_mode
 
 A = "actor_rollout_ref"
 # verl's own defaults for the keys rlsim maps, used when a YAML leaves them out (verl
@@ -467,18 +473,29 @@ RULES: dict[str, Rule] = {
     "trainer.use_v1": ignored("verl 0.9's v1 trainer runs, in its sync mode, the legacy trainer's step (generation, "
                               "reward, old log-probs, reference, values, advantages, updates, weight update: "
                               "trainer/ppo/v1/trainer_base.py _step_once, trainer_sync.py)"),
-    "trainer.v1.trainer_mode": unsupported("the v1 trainer's colocate_async (rollouts aborted and resumed around each "
-                                           "update) and separate_async modes are not modelled", neutral="sync"),
-    "trainer.v1.*": ignored("used with trainer.v1.trainer_mode colocate_async / separate_async"),
+    "trainer.v1.trainer_mode": mapped("schedule.kind", "sync: the hybrid engine's step (colocated); colocate_async: "
+                                      "verl-colocate-async; separate_async: verl-separate-async"),
+    "trainer.v1.colocate_async.num_warmup_batches": mapped("schedule.num_warmup_batches"),
+    "trainer.v1.separate_async.num_warmup_batches": mapped("schedule.num_warmup_batches"),
+    "trainer.v1.separate_async.parameter_sync_step": mapped("schedule.parameter_sync_step"),
+    "trainer.v1.separate_async.hybrid_rollout.enable_switch": unsupported(
+        "lending the trainer's devices to generation while it waits (an adaptive switch) is not modelled",
+        neutral=False),
+    "trainer.v1.separate_async.hybrid_rollout.*": ignored("used with hybrid_rollout.enable_switch"),
+    "trainer.v1.sampler.max_off_policy_threshold": mapped("schedule.max_off_policy_threshold"),
+    "trainer.v1.sampler.max_off_policy_strategy": mapped("schedule.max_off_policy_strategy"),
+    "trainer.v1.sampler.custom_sampler.*": unsupported("a replay buffer of your own is not modelled", neutral=None),
+    "trainer.v1.sampler.sync_refill_failed_groups": ignored("failed rollouts are not modelled"),
+    "trainer.v1.*": ignored("the v1 trainer's other settings: none changes the step's time"),
     "trainer.checkpoint_callback_class": ignored(_LOG),
     f"{A}.rollout.checkpoint_engine.backend": unsupported("a checkpoint engine other than naive (in-process, the hybrid "
                                                           "engine) or nccl (actor rank 0 broadcasting buckets to the "
                                                           "rollout, double-buffered) is not modelled"),
     f"{A}.rollout.checkpoint_engine.*": ignored("the sync's bucket size and engine options: rlsim prices the per-tensor "
                                                 "sync by its bytes and tensors"),
-    f"{A}.rollout.nnodes": unsupported("a rollout pool of its own here is trainer.v1's separate_async mode, not "
-                                       "modelled (the recipes' pool is the top-level rollout.*)", neutral=0),
-    f"{A}.rollout.n_gpus_per_node": ignored("used with actor_rollout_ref.rollout.nnodes"),
+    f"{A}.rollout.nnodes": mapped("schedule.rollout_devices", "trainer.v1 separate_async's standalone rollout pool: "
+                                  "nnodes x n_gpus_per_node"),
+    f"{A}.rollout.n_gpus_per_node": mapped("schedule.rollout_devices", "with actor_rollout_ref.rollout.nnodes"),
     f"{A}.rollout.full_determinism": unsupported("deterministic kernels are not modelled", neutral=False),
     f"{A}.rollout.moe_load_balance_metrics_interval": ignored(_LOG),
     f"{A}.rollout.router_config_path": unsupported("a custom request router is not modelled", neutral=None),
@@ -589,6 +606,9 @@ def recipe_of(values: Values, explicit: str | None) -> tuple[str, str]:
             raise RlsimError(f"unknown verl schedule {explicit!r}", field="--framework-schedule",
                              fix=f"use one of: {', '.join(RECIPES)}")
         return explicit, f"{KIND_OF_RECIPE[explicit]} (--framework-schedule {explicit})"
+    mode = values("trainer.v1.trainer_mode") if values.given("trainer.v1.trainer_mode") else None
+    if mode in V1_MODES and not (values.given("trainer.use_v1") and not values.flag("trainer.use_v1")):
+        return V1_MODES[mode], f"{KIND_OF_RECIPE[V1_MODES[mode]]} (trainer.v1.trainer_mode {mode}: verl 0.9's v1 trainer)"
     if values.section("async_training"):
         return "fully-async", "verl-fully-async (async_training.* keys: the fully_async_policy recipe)"
     if (values.given(f"{A}.hybrid_engine") and not values.flag(f"{A}.hybrid_engine")) or values.section("rollout"):
@@ -639,12 +659,18 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     return result
 
 
-def _dynamic_sampling(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """DAPO dynamic sampling (algorithm.filter_groups): the prompts of a generation batch and the cap
-    on batches per step (recipe/dapo's trainer raises past it; 0 or less, its default: no cap)."""
+    on batches per step (recipe/dapo's trainer raises past it; 0 or less, its default: no cap). The
+    v1 async modes evict a filtered group and submit one new prompt for it (replay_buffer.py)."""
     cap_key = "algorithm.filter_groups.max_num_gen_batches"
     if not v.flag("algorithm.filter_groups.enable"):
         decided[cap_key] = ("ignored", "used only with algorithm.filter_groups.enable")
+        return
+    if recipe in ("colocate-async", "separate-async"):
+        w["dynamic_sampling"] = {}
+        decided[cap_key] = ("ignored", "the v1 replay buffer ignores it (its warning): a filtered group is replaced "
+                                       "by one new prompt")
         return
     src = v.result.source
     gen = v("data.gen_batch_size")
@@ -690,8 +716,16 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         w["prompts_per_step"] = v.count("data.train_batch_size")
     w["samples_per_prompt"] = v.count(f"{A}.rollout.n")
     w["mini_batch_prompts"] = mini
+    if recipe == "separate-async":   # verl asserts it (trainer_separate_async.py)
+        key = "trainer.v1.separate_async.parameter_sync_step"
+        sync_steps = v.whole(key, 4)
+        if w["prompts_per_step"] != sync_steps * mini:
+            raise RlsimError(f"separate_async needs data.train_batch_size = parameter_sync_step x ppo_mini_batch_size "
+                             f"({sync_steps} x {mini}), not {w['prompts_per_step']}", source=src, field=key,
+                             fix=f"pass data.train_batch_size={sync_steps * mini}, or a parameter_sync_step that "
+                                 "makes it so")
     w["ppo_epochs"] = v.count(f"{A}.actor.ppo_epochs")
-    _dynamic_sampling(v, w, decided)
+    _dynamic_sampling(v, recipe, w, decided)
     w["prompt_length"] = capped_length("prompt_length", v("data.max_prompt_length"), "data.max_prompt_length", src, v.result.notes)
     w["response_length"] = capped_length("response_length", v("data.max_response_length"),
                                          "data.max_response_length", src, v.result.notes)
@@ -708,11 +742,11 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     if mode is not None and mode not in ROLLOUT_MODES:   # verl's own check: sync or async only
         raise RlsimError(f"unknown rollout mode {mode!r}", source=src, field=f"{A}.rollout.mode",
                          fix=f"pass {A}.rollout.mode=sync or {A}.rollout.mode=async")
-    if recipe != "fully-async" and mode == "async":
+    if recipe not in AGENT_LOOP_RECIPES and mode == "async":
         # verl's agent loop (verl/experimental/agent_loop): the batch repeated n times, each sample its
         # own request to the server with the fewest requests so far: a prompt's samples spread over them
         w.setdefault("inference", {})["dispatch"] = "per-sample"
-    elif recipe != "fully-async" and not v.given(f"{A}.rollout.mode"):
+    elif recipe not in AGENT_LOOP_RECIPES and not v.given(f"{A}.rollout.mode"):
         v.result.notes.append(MODE_NOTE)   # rollout.yaml: mode sync in verl 0.6.x, async from 0.7.0
     w["reference"] = v.flag(f"{A}.actor.use_kl_loss") or v.flag("algorithm.use_kl_in_reward")
     if w["reference"] and str(v(f"{A}.actor.strategy")) in ("fsdp", "fsdp2"):
@@ -741,7 +775,7 @@ def _sections_not_run(v: Values, recipe: str, decided: dict[str, tuple[Status, s
         off.append((f"{A}.rollout.multi_turn", "multi-turn rollouts off (rollout.multi_turn.enable false)"))
     if not v.flag(f"{A}.model.use_fused_kernels"):
         off.append((f"{A}.model.fused_kernel_options", "use_fused_kernels false"))
-    if recipe != "fully-async" and str(v(f"{A}.rollout.mode") or "sync") != "async":
+    if recipe not in AGENT_LOOP_RECIPES and str(v(f"{A}.rollout.mode") or "sync") != "async":
         off.append((f"{A}.rollout.agent", "the agent loop runs with rollout.mode async only"))
     for key in v.flat:
         if key in decided or key.startswith("reward_model.sandbox_fusion."):   # the rule reward's sandbox
@@ -1202,7 +1236,7 @@ def _verl_rule_reward(v: Values, recipe: str, decided: dict[str, tuple[Status, s
                               "capped_cpu_s_per_sample": VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
                               "capped_cpu_s_per_token": VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN}
     agents = f"{A}.rollout.agent.num_workers"
-    driver = recipe != "fully-async" and str(v(f"{A}.rollout.mode") or "sync") == "sync"
+    driver = recipe not in AGENT_LOOP_RECIPES and str(v(f"{A}.rollout.mode") or "sync") == "sync"
     if not driver and v.given("reward.num_workers"):   # verl 0.9: the reward loop's own workers
         reward.update(workers=v.count("reward.num_workers"), handover="sample")
         if v.given(agents):
@@ -1227,7 +1261,9 @@ def _reward_overlap(v: Values, recipe: str, w: dict[str, Any], s: dict[str, Any]
     key = "reward_model.launch_reward_fn_async"
     if not v.given(key):
         return
-    if recipe != "colocated":
+    if recipe == "colocate-async":
+        decided[key] = ("ignored", "the v1 agent loop scores each trajectory as it ends")
+    elif recipe != "colocated":
         decided[key] = ("unsupported" if v.flag(key) else "ignored",
                         "split pools score each instance's samples as they finish (in the previous generation's wait)")
     elif "dynamic_sampling" in w:
@@ -1240,8 +1276,8 @@ def _reward_overlap(v: Values, recipe: str, w: dict[str, Any], s: dict[str, Any]
 
 def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     s: dict[str, Any] = {"kind": KIND_OF_RECIPE[recipe]}
-    if recipe != "colocated":
-        s["rollout_devices"] = _rollout_gpus(v)
+    if recipe in SPLIT_RECIPES:
+        s["rollout_devices"] = _v1_rollout_gpus(v) if recipe == "separate-async" else _rollout_gpus(v)
         if recipe == "one-step-off" and "dynamic_sampling" not in w:
             # fit_one_step_off: the trainer takes the previous iteration's generate_sequences result
             # whole (no group split across steps, nothing ages out); verl recipe/one_step_off_policy,
@@ -1314,6 +1350,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
     _bypass_mode(v, recipe, s, decided)
     _checkpoint_engine(v, recipe, decided)
+    _v1_schedule(v, recipe, s, decided)
     if "lora" in w and str(v(f"{A}.actor.strategy")) == "megatron" and _megatron_lora_sends_whole(v):
         s["lora_refit"] = "full"
     return s
@@ -1326,7 +1363,10 @@ def _checkpoint_engine(v: Values, recipe: str, decided: dict[str, tuple[Status, 
     0.9.1; refit_overlap). nixl, mooncake, hccl and the delta engines are not modelled."""
     key = f"{A}.rollout.checkpoint_engine.backend"
     backend = v(key) if v.given(key) else None
-    if backend == "naive" or (backend == "nccl" and recipe != "colocated"):
+    if recipe == "separate-async" and (backend or "naive") == "naive":   # verl asserts it (trainer_separate_async.py)
+        raise RlsimError("separate_async needs a checkpoint engine that reaches another pool", source=v.result.source,
+                         field=key, fix=f"pass {key}=nccl")
+    if backend == "naive" or (backend == "nccl" and recipe in SPLIT_RECIPES):
         decided[key] = ("ignored", f"{backend}: the per-tensor sync rlsim prices (schedule.refit full-tensors)")
 
 
@@ -1526,6 +1566,53 @@ def _check_micro_divides_mini(v: Values, layout: Mapping[str, Any]) -> None:
                          fix=f"give a divisor of {share} (e.g. {', '.join(map(str, fit[-3:]))})")
 
 
+def _v1_rollout_gpus(v: Values) -> int:
+    """separate_async's standalone pool: actor_rollout_ref.rollout.nnodes x n_gpus_per_node (verl
+    asserts both > 0)."""
+    src, pool = v.result.source, f"{A}.rollout"
+    if not v.given(f"{pool}.nnodes"):
+        raise RlsimError("separate_async needs its rollout pool's size", source=src, field=f"{pool}.nnodes",
+                         fix=f"pass {pool}.nnodes=N {pool}.n_gpus_per_node=G after the config path")
+    return positive_int(v(f"{pool}.nnodes"), f"{pool}.nnodes", src) * \
+        positive_int(v.flat.get(f"{pool}.n_gpus_per_node", 8), f"{pool}.n_gpus_per_node", src)
+
+
+def _v1_schedule(v: Values, recipe: str, s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """verl 0.9's v1 trainer keys: the async modes' warm-up, local updates and replay buffer; the keys
+    of a mode not run, and the buffer's in the sync mode (a no-op there: replay_buffer.py), ignored."""
+    mode = {"colocate-async": "colocate_async", "separate-async": "separate_async"}.get(recipe)
+    for other in ("colocate_async", "separate_async"):
+        for key in v.flat:
+            if key.startswith(f"trainer.v1.{other}.") and other != mode:
+                decided[key] = ("ignored", f"used with trainer.v1.trainer_mode {other}")
+    nnodes = f"{A}.rollout.nnodes"
+    if mode != "separate_async" and v.given(nnodes):
+        decided[nnodes] = ("ignored", "0: no pool of its own") if not v(nnodes) else (
+            "unsupported", "a standalone rollout pool is trainer.v1's separate_async mode (this config runs "
+                           f"{KIND_OF_RECIPE[recipe]}; the recipes' pool is the top-level rollout.*)")
+    if mode != "separate_async" and v.given(f"{A}.rollout.n_gpus_per_node"):
+        decided[f"{A}.rollout.n_gpus_per_node"] = ("ignored", "used with actor_rollout_ref.rollout.nnodes")
+    sampler = ("max_off_policy_threshold", "max_off_policy_strategy")
+    if mode is None:
+        decided.update({f"trainer.v1.sampler.{key}": ("ignored", "the sync mode samples on-policy (a no-op there)")
+                        for key in sampler if v.given(f"trainer.v1.sampler.{key}")})
+        return
+    knobs = [(f"trainer.v1.{mode}.num_warmup_batches", "num_warmup_batches")]
+    if mode == "separate_async":
+        knobs.append(("trainer.v1.separate_async.parameter_sync_step", "parameter_sync_step"))
+    knobs += [(f"trainer.v1.sampler.{key}", key) for key in sampler]
+    for key, knob in knobs:
+        if v.given(key):
+            s[knob] = v(key)
+        else:
+            v.result.notes.append(f"{key} not given: verl 0.9.1's default, rlsim's (schedule.{knob})")
+    if s.get("max_off_policy_threshold", 8) is None:
+        s.pop("max_off_policy_strategy", None)
+        if v.given("trainer.v1.sampler.max_off_policy_strategy"):
+            decided["trainer.v1.sampler.max_off_policy_strategy"] = ("ignored", "max_off_policy_threshold null: "
+                                                                      "no version control")
+
+
 def _rollout_gpus(v: Values) -> int:
     src = v.result.source
     if not (v.given("rollout.nnodes") or v.given("rollout.n_gpus_per_node")):
@@ -1540,10 +1627,11 @@ def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, u
     per_node = v.count("trainer.n_gpus_per_node")
     train = v.count("trainer.nnodes") * per_node
     where = "trainer.nnodes x n_gpus_per_node"
-    if recipe != "colocated":
-        where = f"{train} training ({where}) + {sched['rollout_devices']} rollout (rollout.nnodes x n_gpus_per_node)"
+    if recipe in SPLIT_RECIPES:
+        pool = f"{A}.rollout" if recipe == "separate-async" else "rollout"
+        where = f"{train} training ({where}) + {sched['rollout_devices']} rollout ({pool}.nnodes x n_gpus_per_node)"
         train += sched["rollout_devices"]
-        if positive_int(v.flat.get("rollout.n_gpus_per_node", 8), "rollout.n_gpus_per_node", src) != per_node:
+        if positive_int(v.flat.get(f"{pool}.n_gpus_per_node", 8), f"{pool}.n_gpus_per_node", src) != per_node:
             per_node = None   # pools of different node widths: sized in the preset's whole nodes
     topology, note = size_topology(spec, train, where, src, user_sizes, per_node)
     v.result.notes.append(note)

@@ -20,7 +20,7 @@ DATA = Path(__file__).resolve().parent / "data"
 FLAG = {"verl": "--from-verl", "nemo-rl": "--from-nemo-rl"}
 SHIPPED = [("verl", "verl-grpo-qwen2.5-7b"), ("verl", "verl-fully-async-qwen2.5-7b"),
            ("verl", "verl-one-step-off-qwen2.5-7b"), ("nemo-rl", "nemo-rl-grpo-llama3.1-8b"),
-           ("nemo-rl", "nemo-rl-grpo-llama3.1-8b-async-1off")]
+           ("nemo-rl", "nemo-rl-grpo-llama3.1-8b-async-1off"), ("verl", "verl-v1-colocate-async-qwen2.5-7b")]
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -1288,8 +1288,44 @@ def test_verl_09_scores_rule_rewards_in_its_reward_loop_workers():
     reward = import_config("verl", cfg, [*QUICKSTART, "reward.num_workers=4"]).scenario["workload"]["reward"]
     assert (reward["kind"], reward["workers"], reward["handover"]) == ("rule", 4, "sample")
     v1 = import_config("verl", cfg, [*QUICKSTART, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async"])
-    assert "colocate_async" in v1.unsupported["trainer.v1.trainer_mode"]
+    assert v1.scenario["schedule"]["kind"] == "verl-colocate-async" and "trainer.v1.trainer_mode" in v1.mapped
     assert "trainer.use_v1" in v1.ignored
+
+
+V1_ASYNC = ["actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", "actor_rollout_ref.rollout.nnodes=1",
+            "actor_rollout_ref.rollout.n_gpus_per_node=4", "trainer.n_gpus_per_node=4"]
+
+
+def test_verl_09_v1_async_modes_as_their_trainers_run_them():
+    """trainer.v1.trainer_mode colocate_async / separate_async (verl 0.9.1 trainer/ppo/v1): the kinds
+    verl-colocate-async / verl-separate-async with the mode's warm-up, local updates and replay-buffer
+    keys; the other mode's keys and the standalone pool outside separate_async are not read."""
+    cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
+    sep = import_config("verl", cfg, [*QUICKSTART, *V1_ASYNC, "trainer.v1.trainer_mode=separate_async",
+                                      "trainer.v1.separate_async.num_warmup_batches=2",
+                                      "trainer.v1.sampler.max_off_policy_threshold=3"])
+    s = sep.scenario["schedule"]
+    assert (s["kind"], s["rollout_devices"], s["parameter_sync_step"], s["num_warmup_batches"],
+            s["max_off_policy_threshold"]) == ("verl-separate-async", 4, 4, 2, 3)
+    assert sep.unknown == {} and all("use_torch_compile" in key for key in sep.unsupported)   # all else read
+    assert "trainer_mode colocate_async" in sep.ignored["trainer.v1.colocate_async.num_warmup_batches"]
+    col = import_config("verl", cfg, [*QUICKSTART, *V1_ASYNC, "trainer.v1.trainer_mode=colocate_async"])
+    assert col.scenario["schedule"]["kind"] == "verl-colocate-async" and "rollout_devices" not in col.scenario["schedule"]
+    assert "actor_rollout_ref.rollout.nnodes" in col.unsupported
+    assert "parameter_sync_step" not in col.scenario["schedule"]
+    sync = import_config("verl", cfg, [*QUICKSTART, "trainer.v1.sampler.max_off_policy_threshold=3"])
+    assert sync.scenario["schedule"]["kind"] == "colocated"
+    assert "no-op" in sync.ignored["trainer.v1.sampler.max_off_policy_threshold"]
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    (["actor_rollout_ref.rollout.checkpoint_engine.backend=naive"], "actor_rollout_ref.rollout.checkpoint_engine.backend"),
+    (["trainer.v1.separate_async.parameter_sync_step=3"], "trainer.v1.separate_async.parameter_sync_step")])
+def test_verl_09_separate_async_refuses_what_verl_asserts(over, field):
+    cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
+    with pytest.raises(RlsimError) as err:
+        import_config("verl", cfg, [*QUICKSTART, *V1_ASYNC, "trainer.v1.trainer_mode=separate_async", *over])
+    assert err.value.field == field
 
 
 @pytest.mark.parametrize("value", ["3", "true", "[1,2]"])

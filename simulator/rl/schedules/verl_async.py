@@ -81,17 +81,18 @@ class PromptSource:
 
 class Rollouter:
     """The rollout servers, the per-version quota, the message queue of complete samples."""
+    POOL = "rollout"   # the pool whose devices the servers run on
 
     def __init__(self, run: VerlFullyAsyncRun):
         self.run_, self.ctx, self.env = run, run.ctx, run.env
         sched, d = run.sched, run.ctx.costs.instance_devices
-        pool = self.ctx.pools["rollout"]
+        pool = self.ctx.pools[self.POOL]
         n_servers = pool.count // d
         ranks = pool.ranks
         self.servers: list[RolloutServer] = [self.ctx.costs.rollout_server(ranks[i * d:(i + 1) * d])
                                              for i in range(n_servers)]
-        self.clocks = [GroupClock(self.ctx.timeline, "rollout", ranks[i * d], d) for i in range(n_servers)]
-        self.ctx.clocks.extend(self.clocks)
+        self.clocks = [GroupClock(self.ctx.timeline, self.POOL, ranks[i * d], d) for i in range(n_servers)]
+        self._own_clocks()
         self.inflight: list[dict[int, PromptGroup]] = [{} for _ in range(n_servers)]
         self.cap = sched.max_inflight_prompts_per_server
         self.source = PromptSource(self.ctx)
@@ -109,6 +110,10 @@ class Rollouter:
         self.drained = self.env.event()
         self.partial_count = 0
         self.max_partial_span = 0
+
+    def _own_clocks(self) -> None:
+        """The servers' clocks record the pool's devices for the whole run (the run closes them)."""
+        self.ctx.clocks.extend(self.clocks)
 
     # ---- events ----------------------------------------------------------------------------------
     def _fire(self, name: str) -> None:
@@ -201,7 +206,7 @@ class Rollouter:
         unless dropped (DAPO no_signal / surplus). ``instance``: the first rank of the server that
         generated them (one for all, or one per trajectory)."""
         ctx, seqs = self.ctx, group.seqs
-        ranks = self.ctx.pools["rollout"].ranks
+        ranks = self.ctx.pools[self.POOL].ranks
         reward_s = 0.0
         if ctx.rule_reward:    # the group's n trajectories leave together (a batch) unless handed over each
             handover = ctx.workload.reward.handover_of(ctx.sched)

@@ -1,0 +1,371 @@
+"""verl 0.9's v1 trainer in its two async modes (kinds ``verl-colocate-async`` and
+``verl-separate-async``), as verl 0.9.1 runs them (its wheel, read 2026-12-05: verl/trainer/ppo/v1/
+trainer_base.py, trainer_colocate_async.py, trainer_separate_async.py, replay_buffer.py,
+agent_loop_tq.py; verl/workers/rollout/router.py, llm_server.py; verl/checkpoint_engine/base.py).
+
+- Feed: the trainer submits ``num_warmup_batches`` x train_batch_size prompts before the first step
+  and train_batch_size at the start of every step (prepare_step), one more for every group its replay
+  buffer evicts. Every trajectory is its own request, routed to the server with the fewest requests
+  in flight (GlobalRequestLoadBalancer; verl breaks ties at random, here the lowest index), and sent
+  back to the same server after an abort (sticky sessions). No cap beyond the engine's own.
+- A group (a prompt's n trajectories) is finished once all n are scored (the agent loop scores each
+  trajectory as it ends). The replay buffer looks every ``poll_interval_s`` (2 s) for enough finished
+  groups and takes the oldest by submission step. With ``max_off_policy_strategy`` drop it first
+  evicts finished groups whose span (step - submission step + 1) passed ``max_off_policy_threshold``
+  and submits as many new prompts; wait holds the sampling while an unfinished prompt has reached
+  it. A group that dynamic sampling filters out (no signal) is evicted and replaced alike.
+- colocate_async (one pool): generation runs until a batch of groups is finished; then every
+  unfinished request is aborted keeping its tokens, the engines sleep (KV cache and weights freed),
+  the actor computes its forwards and one update, the weights go back into the woken engines, and
+  the aborted requests resume (their prompt + tokens re-prefilled) beside the next step's prompts.
+- separate_async (split pools): the rollout pool never sleeps; the trainer runs
+  ``parameter_sync_step`` local updates of train_batch_size / parameter_sync_step prompts (one
+  optimizer step each), then a weight sync over the checkpoint engine that aborts the in-flight
+  requests, frees the KV cache, sends the weights and resumes the requests re-prefilled.
+- Not modelled: separate_async's hybrid replicas on the trainer's devices (asleep after the first
+  step unless hybrid_rollout.enable_switch, an adaptive policy not modelled), its copies of the
+  policy to host memory around the old log-prob pass of local updates after the first (Decoupled
+  PPO's pi_old), DAPO's sync-mode refill.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from ...errors import RlsimError
+from ...scenario import VerlColocateAsyncSchedule, VerlSeparateAsyncSchedule
+from ..timeline import GroupClock
+from .areal import ArealRollouter
+from .context import Context
+from .registry import SchedulePolicy, register
+from .staleness import TIME_TOL_S
+from .training import skipped_forwards
+from .verl_async import PromptGroup, Rollouter, VerlFullyAsyncRun
+
+
+class FeedRollouter(ArealRollouter):
+    """The servers fed what the trainer submits, each request to the least-loaded server."""
+
+    def __init__(self, run: VerlFullyAsyncRun):
+        Rollouter.__init__(self, run)
+        self.accepted = self.running = 0
+        self.next_server = 0
+        self.request_server: dict[int, np.ndarray] = {}
+        self.submitted = 0             # prompts the trainer has submitted; started in order
+        self.filtered = 0              # groups filtered out (no signal) since the trainer last looked
+        self._loads = np.zeros(len(self.servers))
+
+    def submit(self, prompts: int) -> None:
+        self.submitted += prompts
+        self._fire("wake")
+
+    def capacity(self) -> int:
+        return self.submitted - self.started
+
+    def _admit(self, now: float) -> None:
+        if self.cancelled or self.capacity() > 0:   # the servers' loads, read only when something goes out
+            self._loads = np.array([server.load for server in self.servers], float)
+            super()._admit(now)
+
+    def _place(self, group: PromptGroup, batches: dict[int, list[tuple[PromptGroup, np.ndarray]]]) -> None:
+        """Each new request to the server with the fewest requests in flight; a resumed one where it ran."""
+        where = self.request_server.get(group.index)
+        if where is None:
+            where = np.empty(len(group.seqs), int)
+            for row in range(len(where)):
+                where[row] = int(np.argmin(self._loads))
+                self._loads[where[row]] += 1
+            self.request_server[group.index] = where
+        else:
+            np.add.at(self._loads, where[group.open], 1)
+        open_ = group.open
+        group.running = len(open_)
+        group.versions.add(self.version)
+        for target in np.unique(where[open_]):
+            batches.setdefault(int(target), []).append((group, open_[where[open_] == target]))
+
+    def _group_done(self, accepted: bool) -> None:
+        super()._group_done(accepted)
+        if not accepted:     # the buffer evicts it at its next look and submits another prompt
+            self.filtered += 1
+            self._fire("data")
+
+    def in_flight(self) -> list[PromptGroup]:
+        """Groups started and not finished: on a server or aborted and waiting to resume."""
+        seen: dict[int, PromptGroup] = {}
+        for server in self.inflight:
+            seen.update(server)
+        seen.update((group.index, group) for group in self.cancelled)
+        return list(seen.values())
+
+
+class ColocatedFeedRollouter(FeedRollouter):
+    """The servers on the actor's devices: their clocks record only while the engines generate."""
+    POOL = "actor"
+
+    def _own_clocks(self) -> None:
+        """The actor clock records the devices between generation phases (hand_over / take_back);
+        devices too few to form a server wait out each phase (``placement``)."""
+        pool, used = self.ctx.pools[self.POOL], len(self.servers) * self.ctx.costs.instance_devices
+        self.spare = GroupClock(self.ctx.timeline, self.POOL, pool.start + used, pool.count - used) \
+            if used < pool.count else None
+
+    def hand_over(self, now: float, k: int) -> None:
+        """Generation stopped at ``now``: each server's record up to it (a server out of requests
+        before then waited on the others' tail)."""
+        for i, clock in enumerate(self.clocks):
+            if self._busy[i]:
+                clock.busy("generate", now, k, label=f"version {self.version}")
+                self._busy[i] = False
+            if clock.cursor < now:
+                clock.idle("long_tail", now, k)
+        if self.spare is not None and self.spare.cursor < now:
+            self.spare.idle("placement", now, k)
+
+    def take_back(self, now: float) -> None:
+        for clock in self.clocks + ([self.spare] if self.spare is not None else []):
+            clock.cursor = now
+
+
+class ReplayBuffer:
+    """verl's ReplayBufferAsync over the rollouter's finished groups: eviction, refill, sampling."""
+
+    def __init__(self, run: VerlFullyAsyncRun, rollouter: FeedRollouter):
+        self.ctx, self.env, self.rollouter = run.ctx, run.env, rollouter
+        sched = run.sched
+        self.poll_s, self.threshold = sched.poll_interval_s, sched.max_off_policy_threshold
+        self.strategy = sched.max_off_policy_strategy if self.threshold is not None else None
+        self.evicted_stale = 0
+
+    def sample(self, k: int, count: int):
+        """The ``count`` oldest sampleable groups at the first poll that finds enough (a simpy process
+        body). Between two completions nothing changes, so it sleeps until the next completion or
+        score and then to the poll at or after it."""
+        rollouter, env = self.rollouter, self.env
+        t0 = env.now
+        while True:
+            rollouter._step(env.now)
+            self._evict(k)
+            ready = [g for g in rollouter.queue if g.ready_s <= env.now + TIME_TOL_S]
+            if len(ready) >= count and not self._held(k):
+                break
+            scoring = [g.ready_s for g in rollouter.queue if g.ready_s > env.now + TIME_TOL_S]
+            events = [rollouter.data] + ([env.timeout(min(scoring) - env.now)] if scoring else [])
+            yield env.any_of(events)
+            polls = math.ceil((env.now - t0) / self.poll_s - 1e-9)
+            yield env.timeout(max(0.0, t0 + polls * self.poll_s - env.now))
+        chosen = sorted(ready, key=lambda g: (g.first_version, g.ready_s, g.index))[:count]
+        taken = {g.index for g in chosen}
+        rollouter.queue = deque(g for g in rollouter.queue if g.index not in taken)
+        return chosen
+
+    def _evict(self, k: int) -> None:
+        """Drop finished groups past the threshold (drop), then submit one prompt for each group
+        evicted or filtered out since the last look."""
+        rollouter = self.rollouter
+        stale = []
+        if self.strategy == "drop":
+            stale = [g for g in rollouter.queue
+                     if g.ready_s <= self.env.now + TIME_TOL_S and k - g.first_version + 1 > self.threshold]
+        if stale:
+            gone = {g.index for g in stale}
+            rollouter.queue = deque(g for g in rollouter.queue if g.index not in gone)
+            self.ctx.store.drop(np.concatenate([g.ids for g in stale]), "stale")
+            self.evicted_stale += len(stale)
+        refill = len(stale) + rollouter.filtered
+        rollouter.filtered = 0
+        if refill:
+            rollouter.submit(refill)
+            rollouter._step(self.env.now)
+
+    def _held(self, k: int) -> bool:
+        """wait: an unfinished prompt (started or still to start) has reached the threshold."""
+        if self.strategy != "wait":
+            return False
+        rollouter = self.rollouter
+        if rollouter.capacity() > 0 and self.threshold <= 1:
+            return True
+        return any(k - g.first_version + 1 >= self.threshold for g in rollouter.in_flight())
+
+
+class VerlSeparateAsyncRun(VerlFullyAsyncRun):
+    """separate_async: the fully_async Trainer / Rollouter split under the v1 feed and replay buffer."""
+    ROLLOUTER = FeedRollouter
+    IDLE_BEFORE_SYNC = "no request left: waits for the sync"
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        self.buffer = ReplayBuffer(self, self.rollouter)
+
+    def _batch_rules(self) -> None:
+        sched, workload = self.sched, self.ctx.workload
+        self.per_version = workload.prompts_per_step
+        self.per_update = local_update_prompts(self.ctx)
+        self.quota = self.per_version
+        self.partial = True
+        self.skip = skipped_forwards(sched)
+
+    def _trainer(self):
+        ctx, env = self.ctx, self.env
+        if ctx.start_s > 0:
+            yield env.timeout(ctx.start_s - env.now)
+        self.rollouter.submit(warmup_prompts(ctx) + self.per_version)
+        for k in range(ctx.scenario.iterations):
+            t0, first = env.now, len(ctx.iterations)
+            stage0 = dict(ctx.totals.stage_time_s)
+            if k:
+                self.rollouter.submit(self.per_version)   # prepare_step
+            gen_s = 0.0
+            for _ in range(self.sched.parameter_sync_step):
+                t_wait = env.now
+                groups = yield from self.buffer.sample(k, self.per_update)
+                self.trainer_clock.idle("dependency", env.now, k, label="gen")
+                gen_s += env.now - t_wait
+                yield from ctx.trainer.run(k, np.concatenate([g.ids for g in groups]), self.trainer_clock,
+                                           mini_batches=1, skip=self.skip)
+            t_sync = env.now
+            yield from self._sync(k)
+            self._merge_iterations(first, env.now)
+            self.versions.append(_version_record(ctx, k, env.now - t0, gen_s, env.now - t_sync, stage0))
+        self.finished.succeed()
+
+    def _report(self) -> dict:
+        out = super()._report()
+        out.update(trainer_mode="separate_async", parameter_sync_step=self.sched.parameter_sync_step,
+                   evicted_stale_groups=self.buffer.evicted_stale)
+        for key in ("prompts_per_version", "quota_prompts", "started_per_version"):
+            out.pop(key)
+        return out
+
+
+class VerlColocateAsyncRun(VerlSeparateAsyncRun):
+    """colocate_async: the same feed and buffer on one pool that generates, then trains."""
+    ROLLOUTER = ColocatedFeedRollouter
+
+    def __init__(self, ctx: Context):
+        self.ctx, self.env, self.sched = ctx, ctx.env, ctx.sched
+        self._batch_rules()
+        actor = ctx.pools["actor"]
+        self.trainer_clock = GroupClock(ctx.timeline, "actor", actor.start, actor.count)
+        ctx.clocks.append(self.trainer_clock)
+        ctx.start_clock(self.trainer_clock)
+        ctx.note_memory(ctx.costs.inference_memory_bytes(actor.ranks), "rollout")
+        self.rollouter = self.ROLLOUTER(self)
+        self.buffer = ReplayBuffer(self, self.rollouter)
+        self.versions: list[dict[str, float]] = []
+        self.finished = self.env.event()
+
+    def _batch_rules(self) -> None:
+        super()._batch_rules()
+        self.per_update = self.per_version      # one update per step (no parameter_sync_step)
+
+    def _trainer(self):
+        ctx, env, actor, rollouter = self.ctx, self.env, self.trainer_clock, self.rollouter
+        rollouter.paused = True                 # until the engines are awake
+        if ctx.start_s > 0:
+            yield env.timeout(ctx.start_s - env.now)
+        rollouter.submit(warmup_prompts(ctx) + self.per_version)
+        for k in range(ctx.scenario.iterations):
+            t0, stage0 = env.now, dict(ctx.totals.stage_time_s)
+            self._switch("rollout", k)          # wake: the weights and KV cache back in HBM
+            yield env.timeout(max(0.0, actor.cursor - env.now))
+            rollouter.take_back(env.now)
+            rollouter.end_sync(k, env.now)       # the aborted requests resume, then the new prompts
+            if k:
+                rollouter.submit(self.per_version)
+            t_gen = env.now
+            groups = yield from self.buffer.sample(k, self.per_update)
+            yield rollouter.begin_sync(True, env.now)   # abort all, keeping the tokens
+            rollouter.hand_over(env.now, k)
+            actor.cursor = env.now
+            gen_s = env.now - t_gen
+            ctx.add_stage_time("generate", gen_s)
+            self._switch("train", k)            # sleep: KV cache and weights freed
+            yield env.timeout(max(0.0, actor.cursor - env.now))
+            yield from ctx.trainer.run(k, np.concatenate([g.ids for g in groups]), actor, skip=self.skip)
+            t_sync = env.now
+            sync_s = ctx.costs.weight_sync_s(actor.ranks, actor.ranks)
+            actor.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
+            ctx.add_stage_time("weight_sync", sync_s)
+            yield env.timeout(sync_s)
+            ctx.iterations[-1]["end"] = env.now
+            self.versions.append(_version_record(ctx, k, env.now - t0, gen_s, env.now - t_sync, stage0))
+        self.finished.succeed()
+
+    def _switch(self, to_phase: str, k: int) -> None:
+        ctx, clock = self.ctx, self.trainer_clock
+        cost = ctx.costs.switch(to_phase, clock.ranks)
+        clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
+        ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
+        ctx.add_switch_parts(to_phase, cost.parts_s)
+        ctx.add_stage_time(f"switch_to_{to_phase}", cost.time_s)
+
+    def run(self) -> float:
+        ctx, env = self.ctx, self.env
+        env.process(self.rollouter.process())
+        env.process(self._trainer())
+        env.run(until=self.finished)
+        self.rollouter.done = True
+        self._report_into(ctx)
+        return env.now
+
+    def _report(self) -> dict:
+        out = super()._report()
+        out.update(trainer_mode="colocate_async")
+        out.pop("parameter_sync_step")
+        return out
+
+
+def warmup_prompts(ctx: Context) -> int:
+    """num_warmup_batches x train_batch_size, in whole gen_batch_size fetches (_add_async_warmup_batches:
+    the fractional part rounded down to whole chunks; rlsim's generation batch is the train batch)."""
+    return math.floor(ctx.sched.num_warmup_batches) * ctx.workload.prompts_per_step
+
+
+def local_update_prompts(ctx: Context) -> int:
+    """Prompts of one local update; verl asserts train_batch_size == parameter_sync_step x
+    ppo_mini_batch_size in separate_async (one mini-batch per update)."""
+    sched, workload = ctx.sched, ctx.workload
+    sync_steps = getattr(sched, "parameter_sync_step", 1) if sched.kind == "verl-separate-async" else 1
+    batch = workload.prompts_per_step
+    if batch % sync_steps:
+        raise RlsimError(f"train_batch_size {batch} does not split into parameter_sync_step {sync_steps} local "
+                         "updates", source=ctx.scenario.source, field="schedule.parameter_sync_step",
+                         fix=f"give a parameter_sync_step that divides workload.prompts_per_step ({batch})")
+    per_update = batch // sync_steps
+    mini = workload.mini_batch_prompts
+    if sync_steps > 1 and mini is not None and mini != per_update:
+        raise RlsimError(f"separate_async trains one mini-batch of train_batch_size / parameter_sync_step = "
+                         f"{per_update} prompts per local update, not {mini}", source=ctx.scenario.source,
+                         field="workload.mini_batch_prompts",
+                         fix=f"remove workload.mini_batch_prompts or set it to {per_update}")
+    return per_update
+
+
+def _version_record(ctx: Context, k: int, step_s: float, gen_s: float, sync_s: float,
+                    stage0: dict[str, float]) -> dict[str, float]:
+    spent = {key: ctx.totals.stage_time_s.get(key, 0.0) - stage0.get(key, 0.0)
+             for key in ("train_actor", "reference", "old_logprob")}
+    return {"version": k, "step_s": step_s, "gen_s": gen_s, "update_actor_s": spent["train_actor"],
+            "ref_s": spent["reference"], "old_log_prob_s": spent["old_logprob"], "sync_s": sync_s,
+            "idle_ratio": gen_s / max(step_s, 1e-12)}
+
+
+def run_separate(ctx: Context) -> float:
+    return VerlSeparateAsyncRun(ctx).run()
+
+
+def run_colocate(ctx: Context) -> float:
+    return VerlColocateAsyncRun(ctx).run()
+
+
+SEPARATE = register(SchedulePolicy(
+    VerlSeparateAsyncSchedule, run_separate, "verl 0.9 v1 separate_async: a rollout pool fed train_batch_size "
+    "prompts a step, parameter_sync_step local updates per weight sync, in-flight requests aborted and resumed "
+    "around it", partial_rollout_segments=False))
+COLOCATE = register(SchedulePolicy(
+    VerlColocateAsyncSchedule, run_colocate, "verl 0.9 v1 colocate_async: one pool generates until a batch of "
+    "groups is finished, aborts the rest keeping their tokens, trains, and resumes them beside the next "
+    "step's prompts", partial_rollout_segments=False))

@@ -1,0 +1,181 @@
+"""verl 0.9's v1 trainer, async modes (kinds verl-colocate-async, verl-separate-async): closed forms
+on equal lengths, the replay buffer's rules, and invariants over random cases (hypothesis)."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator import metrics
+from simulator.errors import RlsimError
+from simulator.rl.fake_costs import FakeCosts
+from simulator.rl.schedules import run_schedule
+from simulator.scenario import load_scenario
+
+
+def const(value):
+    return lambda rng, n_prompts, n, step: np.full((n_prompts, n), value, int)
+
+
+def lognormal(median, sigma, cap):
+    def sample(rng, n_prompts, n, step):
+        return np.clip(np.round(rng.lognormal(np.log(median), sigma, size=(n_prompts, n))), 1, cap).astype(int)
+    return sample
+
+
+def scenario(kind="verl-colocate-async", iterations=4, prompts=8, n=4, workload=None, seed=0, **sched):
+    w = {"model": "fake", "prompts_per_step": prompts, "samples_per_prompt": n, **(workload or {})}
+    return load_scenario({"topology": "fake", "workload": w, "schedule": {"kind": kind, **sched},
+                          "iterations": iterations, "seed": seed})
+
+
+def run(sc, costs, devices=8, resp=None):
+    rec = run_schedule(sc, costs, devices, const(50), resp or lognormal(400, 1.0, 4000))
+    tl, sm = rec.timeline.to_frame(), rec.samples.to_frame()
+    return rec, tl, sm, metrics.summary(rec, tl, sm)
+
+
+def equal_costs(**kw):
+    base = dict(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.2, instance_max_seqs=1000,
+                prefill_s_per_token=0.0, decode_s_per_token=1e-3, train_device_s_per_token=1e-3,
+                forward_device_s_per_token=2e-4)
+    return FakeCosts(**{**base, **kw})
+
+
+def test_colocate_async_without_warmup_is_the_colocated_step_on_equal_lengths():
+    # num_warmup_batches 0: the step's own batch in flight, all of it finished at once (0.5 s), seen
+    # at a poll that falls on it: the synchronous hybrid-engine step, and its closed form
+    costs = equal_costs()
+    v1 = run(scenario(num_warmup_batches=0, poll_interval_s=0.25), costs, resp=const(500))[3]
+    sync = run(scenario("colocated"), costs, resp=const(500))[3]
+    assert v1["step_time_s"] == pytest.approx(sync["step_time_s"], rel=1e-9)
+    tokens = 8 * 4 * 550
+    fetch = tokens * 17 / 25e9          # the trainer's read: the queue's writes end during the switch
+    closed = 0.2 + 0.5 + 0.2 + fetch + 2 * tokens * 2e-4 / 8 + tokens * 1e-3 / 8 + 0.7   # old log-prob + reference
+    assert v1["step_time_s"] == pytest.approx(closed, rel=1e-9)
+    assert v1["staleness"]["max"] == 0 and v1["verl"]["partial_ratio"] == 0
+
+
+def test_the_replay_buffer_looks_only_at_its_polls():
+    # the batch finishes at 0.5 s; a 2 s poll sees it at 2 s, the engines idle meanwhile
+    costs = equal_costs()
+    fast = run(scenario(num_warmup_batches=0, poll_interval_s=0.25), costs, resp=const(500))[3]
+    slow = run(scenario(num_warmup_batches=0), costs, resp=const(500))[3]
+    assert slow["step_time_s"] - fast["step_time_s"] == pytest.approx(2.0 - 0.5, rel=1e-9)
+
+
+def test_a_warmup_batch_runs_ahead_and_the_oldest_groups_train_first():
+    # warmup 1, equal lengths, engines whose speed does not depend on their batch: step 0 finishes
+    # 2B groups in 0.5 s and trains the B submitted first; step 1 finds the other B finished at its
+    # first poll, aborts the new prompts before they generate and trains at once; step 2 resumes them
+    # beside its own and so on: generation takes 0.5 s every other step, the odd steps train groups
+    # one version old
+    costs = equal_costs()
+    rec, tl, sm, s = run(scenario(iterations=6, poll_interval_s=0.25), costs, resp=const(500))
+    base = run(scenario(num_warmup_batches=0, poll_interval_s=0.25), costs, resp=const(500))[3]
+    assert s["step_time_s"] == pytest.approx(base["step_time_s"] - 0.25, rel=1e-9)
+    consumed = sm[sm.consumed_iteration >= 0]
+    age = consumed.consumed_iteration - consumed.version
+    assert (age[consumed.consumed_iteration % 2 == 1] == 1).all() and (age[consumed.consumed_iteration % 2 == 0] == 0).all()
+    assert s["verl"]["timing_s"]["gen"] == pytest.approx(0.25, rel=1e-9)
+
+
+def test_aborted_requests_resume_with_their_tokens_on_the_same_server():
+    # a long tail: requests cut at an update carry on after it (they span two versions or more)
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.2, instance_max_seqs=8)
+    rec, tl, sm, s = run(scenario(iterations=6), costs)
+    assert s["verl"]["partial_ratio"] > 0 and s["verl"]["max_partial_span"] >= 2
+    assert (sm.first_version <= sm.version).all()
+    assert (sm.first_version < sm.version).any()
+
+
+def test_drop_evicts_groups_past_the_threshold_and_submits_new_prompts():
+    # threshold 1: a group not trained in the step it was submitted in is evicted, and replaced
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.2, instance_max_seqs=8)
+    rec, tl, sm, s = run(scenario(iterations=5, max_off_policy_threshold=1), costs)
+    consumed = sm[sm.consumed_iteration >= 0]
+    assert len(consumed) == 5 * 8 * 4 and s["verl"]["evicted_stale_groups"] > 0
+    assert (sm.drop_reason == "stale").sum() == 4 * s["verl"]["evicted_stale_groups"]
+    assert (consumed.consumed_iteration == consumed.first_version).all()
+    assert s["staleness"]["bound"] == 0
+
+
+def test_wait_holds_the_sampling_for_old_prompts_instead_of_dropping_them():
+    # threshold 1 under wait: every prompt in flight has reached it, so each step samples only once
+    # nothing is in flight: no group is evicted and no request is cut
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.2, instance_max_seqs=8)
+    rec, tl, sm, s = run(scenario(iterations=5, max_off_policy_threshold=1, max_off_policy_strategy="wait"), costs)
+    assert not (sm.drop_reason == "stale").any() and s["verl"]["partial_ratio"] == 0
+    assert s["staleness"]["bound"] is None
+
+
+def test_separate_async_trains_local_updates_between_syncs():
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, instance_max_seqs=8)
+    sc = scenario("verl-separate-async", iterations=3, parameter_sync_step=2)
+    rec, tl, sm, s = run(sc, costs)
+    verl = s["verl"]
+    assert verl["trainer_mode"] == "separate_async" and len(verl["per_version"]) == 3
+    assert s["samples"]["consumed"] == 3 * 8 * 4
+    assert s["stage_time_s"]["weight_sync"] == pytest.approx(0.3, rel=1e-9)
+    # old log-probs recomputed (verl's default; algorithm.rollout_correction.bypass_mode skips them)
+    assert "old_logprob" in s["stage_time_s"]
+    assert "old_logprob" not in run(scenario("verl-separate-async", iterations=3, parameter_sync_step=2,
+                                             recompute_logprob=False), costs)[3]["stage_time_s"]
+
+
+def test_separate_async_refuses_a_batch_it_cannot_split_or_another_mini_batch():
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, instance_max_seqs=8)
+    with pytest.raises(RlsimError) as err:
+        run(scenario("verl-separate-async", parameter_sync_step=3), costs)
+    assert err.value.field == "schedule.parameter_sync_step"
+    with pytest.raises(RlsimError) as err:
+        run(scenario("verl-separate-async", parameter_sync_step=2, workload={"mini_batch_prompts": 2}), costs)
+    assert err.value.field == "workload.mini_batch_prompts"
+
+
+def test_keys_of_other_kinds_and_read_past_keys_are_refused():
+    with pytest.raises(RlsimError) as err:
+        scenario(parameter_sync_step=2)          # colocate_async runs one update per step
+    assert err.value.field == "schedule.parameter_sync_step"
+    with pytest.raises(RlsimError, match="overprovision is not read"):
+        scenario(overprovision=0.5)
+    with pytest.raises(RlsimError) as err:
+        scenario(max_off_policy_threshold=None, max_off_policy_strategy="wait")
+    assert err.value.field == "schedule.max_off_policy_strategy"
+
+
+CASE = st.fixed_dictionaries({
+    "kind": st.sampled_from(["verl-colocate-async", "verl-separate-async"]),
+    "warmup": st.sampled_from([0, 1, 2]),
+    "threshold": st.sampled_from([None, 1, 2, 8]),
+    "strategy": st.sampled_from(["drop", "wait"]),
+    "sync_steps": st.sampled_from([1, 2, 4]),
+    "keep": st.sampled_from([None, 0.5]),
+    "slots": st.sampled_from([2, 8, 64]),
+    "seed": st.integers(0, 1000),
+})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CASE)
+def test_every_sample_is_accounted_once_and_the_bound_holds(case):
+    sched = {"num_warmup_batches": case["warmup"], "max_off_policy_threshold": case["threshold"]}
+    if case["threshold"] is not None:
+        sched["max_off_policy_strategy"] = case["strategy"]
+    if case["kind"] == "verl-separate-async":
+        sched["parameter_sync_step"] = case["sync_steps"]
+    workload = {"dynamic_sampling": {"keep_fraction": case["keep"]}} if case["keep"] else None
+    sc = scenario(case["kind"], iterations=4, seed=case["seed"], workload=workload, **sched)
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.2,
+                      instance_max_seqs=case["slots"])
+    rec, tl, sm, s = run(sc, costs, devices=12)
+    consumed = sm[sm.consumed_iteration >= 0]
+    assert s["samples"]["generated"] == len(sm) == len(consumed) + int(sm.dropped.sum())
+    assert len(consumed) == 4 * 8 * 4 and sm["sample"].is_unique
+    per_group = consumed.groupby(["round", "group"])["consumed_iteration"].agg(["nunique", "size"])
+    assert (per_group["nunique"] == 1).all() and (per_group["size"] == 4).all()
+    assert np.allclose(metrics.per_device_time(tl, 12), rec.makespan_s)
+    if case["threshold"] is not None and case["strategy"] == "drop":
+        assert (consumed.consumed_iteration - consumed.first_version <= case["threshold"] - 1).all()
+        assert s["staleness"]["max"] <= s["staleness"]["bound"]
+    if case["keep"]:
+        assert (sm.drop_reason == "no_signal").any()
