@@ -76,6 +76,7 @@ class FakeCosts:
     flops_per_token: float = 1e11              # training FLOP per token (forward = a third)
     memory_bytes: float = 1e9
     update_offload_seconds: float = 0.0   # a training phase's offload round trip (train_params.offload)
+    host_copy_s: float = 0.0              # one copy of the training weights to or from host memory
     instance_kv_tokens: float = math.inf
 
     def rollout(self, prompt_lens, response_lens, ranks, groups=None, arrivals=None):
@@ -123,6 +124,9 @@ class FakeCosts:
 
     def update_offload_s(self, role, ranks):
         return self.update_offload_seconds
+
+    def weight_host_copies_s(self, ranks, copies):
+        return copies * self.host_copy_s
 
     def train_flops_per_token(self, seq_len):
         return self.flops_per_token

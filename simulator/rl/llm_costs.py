@@ -650,14 +650,22 @@ class LlmCosts:
         schedule.host_copies.reference_swap through pageable memory: the first out to the host at
         the slower of the link and host_copies.offload_Bps, the others in at onload_Bps."""
         copies = self.scenario.schedule.reference_swap_copies
-        shard = self._train_weight_bytes(pool)
-        nbytes = copies * shard
         pageable = self.scenario.schedule.host_copies
-        rates = [rate for _, rate in self._host_rates(pool)]
         if not (pageable.reference_swap and copies):
-            return max(nbytes / rate for rate in rates)
+            return self._weight_copies_s(pool, copies)
+        shard = self._train_weight_bytes(pool)
+        rates = [rate for _, rate in self._host_rates(pool)]
         return max(shard / min(rate, pageable.offload_Bps) + (copies - 1) * shard / min(rate, pageable.onload_Bps)
                    for rate in rates)
+
+    def weight_host_copies_s(self, ranks, copies: int) -> float:
+        """``copies`` copies of the actor's training weight shard between HBM and host memory, each
+        over the device's host link (verl's DetachActorWorker saving and restoring the policy)."""
+        return self._weight_copies_s(self.pool(ranks), copies)
+
+    def _weight_copies_s(self, pool: _Pool, copies: int) -> float:
+        shard = self._train_weight_bytes(pool)
+        return max(copies * shard / rate for _, rate in self._host_rates(pool))
 
     def _host_rates(self, pool: _Pool) -> list[tuple[DeviceSpec, float]]:
         """(device kind, rate of its copies to and from host memory) for each kind of the pool: the

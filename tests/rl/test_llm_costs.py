@@ -133,6 +133,16 @@ def test_reference_swap_adds_its_host_copies_of_the_weight_shard_to_the_referenc
     assert swapped.forward("actor", lens, ranks).time_s == plain.forward("actor", lens, ranks).time_s
 
 
+def test_weight_host_copies_are_copies_of_the_training_shard_over_the_host_link():
+    # verl separate_async's pi_old save / restore: each copy the training weight shard over the host link
+    c = costs()
+    ranks = list(range(384))
+    pool = c.pool(ranks)
+    one = c._train_weight_bytes(pool) / (pool.kinds[0].host_link_bw_Bps * 0.85)
+    assert c.weight_host_copies_s(ranks, 1) == pytest.approx(one) and one > 0.01
+    assert c.weight_host_copies_s(ranks, 3) == pytest.approx(3 * one)
+
+
 def test_forward_micro_batch_packs_that_many_rows_into_a_forward_micro_batch(monkeypatch):
     # schedule.forward_micro_batch (NeMo RL logprob_batch_size): forward micro-batches of
     # rows x pack_tokens tokens, here 2 x 8192 // 1000 = 16 samples; training keeps its own

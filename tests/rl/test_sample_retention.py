@@ -55,7 +55,8 @@ def _run(kind: str, keep: int | None, failures: bool = False, **sched):
 CASES = [("colocated", {}, False), ("stalesync", {}, False), ("disaggregated", {}, False),
          ("one-step-off", {}, False), ("async", {"staleness": 2}, False),
          ("verl-fully-async", {"staleness_threshold": 0.5, "partial_rollout": True}, False),
-         ("areal", {}, False), ("nemo-rl-async", {}, False),
+         ("areal", {}, False), ("nemo-rl-async", {}, False), ("verl-colocate-async", {}, False),
+         ("verl-separate-async", {"parameter_sync_step": 2}, False),
          ("colocated", {}, True), ("stalesync", {}, True), ("disaggregated", {}, True)]
 
 

@@ -22,10 +22,11 @@ agent_loop_tq.py; verl/workers/rollout/router.py, llm_server.py; verl/checkpoint
   ``parameter_sync_step`` local updates of train_batch_size / parameter_sync_step prompts (one
   optimizer step each), then a weight sync over the checkpoint engine that aborts the in-flight
   requests, frees the KV cache, sends the weights and resumes the requests re-prefilled.
+- separate_async keeps Decoupled PPO's pi_old in host memory (old log-probs recomputed): one copy of
+  the training weight shard out at the first local update of a step, three (save, restore pi_old,
+  restore) at each later one, over the host link.
 - Not modelled: separate_async's hybrid replicas on the trainer's devices (asleep after the first
-  step unless hybrid_rollout.enable_switch, an adaptive policy not modelled), its copies of the
-  policy to host memory around the old log-prob pass of local updates after the first (Decoupled
-  PPO's pi_old), DAPO's sync-mode refill.
+  step unless hybrid_rollout.enable_switch, an adaptive policy not modelled).
 """
 from __future__ import annotations
 
@@ -218,11 +219,12 @@ class VerlSeparateAsyncRun(VerlFullyAsyncRun):
             if k:
                 self.rollouter.submit(self.per_version)   # prepare_step
             gen_s = 0.0
-            for _ in range(self.sched.parameter_sync_step):
+            for local in range(self.sched.parameter_sync_step):
                 t_wait = env.now
                 groups = yield from self.buffer.sample(k, self.per_update)
                 self.trainer_clock.idle("dependency", env.now, k, label="gen")
                 gen_s += env.now - t_wait
+                yield from self._policy_copies(k, local)
                 yield from ctx.trainer.run(k, np.concatenate([g.ids for g in groups]), self.trainer_clock,
                                            mini_batches=1, skip=self.skip)
             t_sync = env.now
@@ -230,6 +232,19 @@ class VerlSeparateAsyncRun(VerlFullyAsyncRun):
             self._merge_iterations(first, env.now)
             self.versions.append(_version_record(ctx, k, env.now - t0, gen_s, env.now - t_sync, stage0))
         self.finished.succeed()
+
+    def _policy_copies(self, k: int, local: int):
+        """Decoupled PPO's pi_old around the old log-prob pass (DetachActorWorker, _compute_old_log_prob
+        without bypass mode): the first local update saves the policy to host memory; each later one
+        saves the current weights, restores pi_old, computes, and restores the current (3 copies).
+        Counted in the old log-prob phase, as verl's timer does."""
+        if "old_logprob" in self.skip:
+            return
+        ctx, clock = self.ctx, self.trainer_clock
+        copy_s = ctx.costs.weight_host_copies_s(clock.ranks, 1 if local == 0 else 3)
+        clock.busy("forward", self.env.now + copy_s, k, label="old_logprob: pi_old host copies")
+        ctx.add_stage_time("old_logprob", copy_s)
+        yield self.env.timeout(copy_s)
 
     def _report(self) -> dict:
         out = super()._report()

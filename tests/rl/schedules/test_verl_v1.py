@@ -179,3 +179,16 @@ def test_every_sample_is_accounted_once_and_the_bound_holds(case):
         assert s["staleness"]["max"] <= s["staleness"]["bound"]
     if case["keep"]:
         assert (sm.drop_reason == "no_signal").any()
+
+
+def test_separate_async_keeps_pi_old_in_host_memory_around_the_old_log_prob_pass():
+    # one copy at the first local update, three at each later one; none in bypass mode
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, instance_max_seqs=8)
+    copying = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, instance_max_seqs=8, host_copy_s=0.25)
+    for sync_steps, copies in ((1, 1), (2, 4), (4, 10)):
+        sc = scenario("verl-separate-async", iterations=3, parameter_sync_step=sync_steps)
+        base, more = run(sc, costs)[3], run(sc, copying)[3]
+        assert more["stage_time_s"]["old_logprob"] - base["stage_time_s"]["old_logprob"] == \
+            pytest.approx(copies * 0.25, rel=1e-9)
+    bypass = scenario("verl-separate-async", iterations=3, parameter_sync_step=2, recompute_logprob=False)
+    assert run(bypass, copying)[3]["step_time_s"] == pytest.approx(run(bypass, costs)[3]["step_time_s"], rel=1e-12)
