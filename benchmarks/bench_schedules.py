@@ -1,7 +1,7 @@
 """Speed of the schedule layer on the real cost models. Prints figures; asserts nothing.
 
     python benchmarks/bench_schedules.py            # all cases
-    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40 | areal6
+    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40 | areal6 | v1col6
 
 Targets (issue 4): one GRPO step with 16,384 sequences on cloudmatrix384 <= 0.5 s; a 100-step run
 <= 30 s; cloudmatrix384 with supernodes=64 (24,576 NPUs) one step <= 10 s; one verl fully-async
@@ -39,6 +39,10 @@ CASES = {
                None),
     "areal6": ("6 steps of the seed on cloudmatrix384 (areal: rollouts under AReaL's start rule, requests dealt "
                "to the servers one by one)", dict(schedule="areal", iterations=6)),
+    "v1col6": ("6 steps of grpo-qwen2.5-7b, 28K cap, 4 x dgx-h100 (verl-colocate-async: a batch ahead, requests "
+               "routed one by one, aborted and resumed at each update)",
+               dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 4},
+                    schedule="verl-colocate-async", iterations=6, overrides=["workload.response_length.max=28672"])),
 }
 
 

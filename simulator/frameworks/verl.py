@@ -1310,7 +1310,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
         # Megatron: its per-tensor generator gathers over TP / PP / EP; cited from memory of verl's
         # public code): refit full-tensors, as the split pools' sync above (reshard sent shards)
         s["refit"] = "full-tensors"
-        if "dynamic_sampling" in w:
+        if "dynamic_sampling" in w and recipe == "colocated":
             # every generate_sequences call switches the hybrid engine to rollout mode and back (the
             # state dict loaded into the engine, woken; put to sleep after: verl 0.5 fsdp_workers.py with
             # sharding_manager/fsdp_vllm.py, 0.6 rollout_mode / trainer_mode), one per generation batch

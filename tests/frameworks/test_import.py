@@ -1313,6 +1313,11 @@ def test_verl_09_v1_async_modes_as_their_trainers_run_them():
     assert col.scenario["schedule"]["kind"] == "verl-colocate-async" and "rollout_devices" not in col.scenario["schedule"]
     assert "actor_rollout_ref.rollout.nnodes" in col.unsupported
     assert "parameter_sync_step" not in col.scenario["schedule"]
+    dapo = import_config("verl", cfg, [*QUICKSTART, "trainer.v1.trainer_mode=colocate_async",
+                                       "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"])
+    assert dapo.scenario["workload"]["dynamic_sampling"] == {}   # a filtered group replaced by one new prompt
+    assert "between_gen_batches" not in dapo.scenario["schedule"]
+    load_scenario(dapo.scenario)
     sync = import_config("verl", cfg, [*QUICKSTART, "trainer.v1.sampler.max_off_policy_threshold=3"])
     assert sync.scenario["schedule"]["kind"] == "colocated"
     assert "no-op" in sync.ignored["trainer.v1.sampler.max_off_policy_threshold"]
