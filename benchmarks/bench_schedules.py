@@ -11,6 +11,8 @@ the admission, 26 s when each admission re-ran the engine from its start). areal
 seed under AReaL 1.0.4's start rule, each prompt's 16 requests dealt to the servers one by one (3.1 s
 on 2026-12-05 at a 3.9 ms reference; 2.6 s for the kind as it was, whole rounds per instance; 17.7 s
 when add_many rebuilt its id map and rebound its record lists at every add, quadratic in the run).
+v1col6 (no target): verl 0.9's colocate_async on a 28K-capped long tail, every request its own
+engine event (12.1 s on 2026-12-05 at a 24.6 ms reference, areal6 18.8 s beside it).
 """
 from __future__ import annotations
 
