@@ -278,20 +278,25 @@ class Rollouter:
 
 class VerlFullyAsyncRun:
     ROLLOUTER: type[Rollouter] = Rollouter
+    TRAIN_POOL = "train"   # the pool the trainer runs on
     # a server that has nothing to generate before a sync waits on the trainer for this reason
     IDLE_BEFORE_SYNC = "quota spent: waits for the sync"
 
     def __init__(self, ctx: Context):
         self.ctx, self.env, self.sched = ctx, ctx.env, ctx.sched
         self._batch_rules()
-        train = ctx.pools["train"]
-        self.trainer_clock = GroupClock(ctx.timeline, "train", train.start, train.count)
+        train = ctx.pools[self.TRAIN_POOL]
+        self.trainer_clock = GroupClock(ctx.timeline, self.TRAIN_POOL, train.start, train.count)
         ctx.clocks.append(self.trainer_clock)
         ctx.start_clock(self.trainer_clock)
-        self.sync_s = ctx.costs.weight_sync_s(train.ranks, ctx.pools["rollout"].ranks)
+        self.sync_s = self._sync_seconds()
         self.rollouter = self.ROLLOUTER(self)
         self.versions: list[dict[str, float]] = []
         self.finished = self.env.event()
+
+    def _sync_seconds(self) -> float:
+        """The weight sync from the trainer's devices to the rollout pool."""
+        return self.ctx.costs.weight_sync_s(self.trainer_clock.ranks, self.ctx.pools["rollout"].ranks)
 
     def _batch_rules(self) -> None:
         """Prompts per local update and per version, the per-version quota, whether a sync cancels."""

@@ -258,19 +258,16 @@ class VerlSeparateAsyncRun(VerlFullyAsyncRun):
 class VerlColocateAsyncRun(VerlSeparateAsyncRun):
     """colocate_async: the same feed and buffer on one pool that generates, then trains."""
     ROLLOUTER = ColocatedFeedRollouter
+    TRAIN_POOL = "actor"
 
     def __init__(self, ctx: Context):
-        self.ctx, self.env, self.sched = ctx, ctx.env, ctx.sched
-        self._batch_rules()
-        actor = ctx.pools["actor"]
-        self.trainer_clock = GroupClock(ctx.timeline, "actor", actor.start, actor.count)
-        ctx.clocks.append(self.trainer_clock)
-        ctx.start_clock(self.trainer_clock)
-        ctx.note_memory(ctx.costs.inference_memory_bytes(actor.ranks), "rollout")
-        self.rollouter = self.ROLLOUTER(self)
-        self.buffer = ReplayBuffer(self, self.rollouter)
-        self.versions: list[dict[str, float]] = []
-        self.finished = self.env.event()
+        super().__init__(ctx)
+        ctx.note_memory(ctx.costs.inference_memory_bytes(self.trainer_clock.ranks), "rollout")
+
+    def _sync_seconds(self) -> float:
+        """The reshard into the engines on the same devices."""
+        ranks = self.trainer_clock.ranks
+        return self.ctx.costs.weight_sync_s(ranks, ranks)
 
     def _batch_rules(self) -> None:
         super()._batch_rules()
@@ -301,10 +298,9 @@ class VerlColocateAsyncRun(VerlSeparateAsyncRun):
             yield env.timeout(max(0.0, actor.cursor - env.now))
             yield from ctx.trainer.run(k, np.concatenate([g.ids for g in groups]), actor, skip=self.skip)
             t_sync = env.now
-            sync_s = ctx.costs.weight_sync_s(actor.ranks, actor.ranks)
-            actor.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
-            ctx.add_stage_time("weight_sync", sync_s)
-            yield env.timeout(sync_s)
+            actor.busy("sync", env.now + self.sync_s, k, label="reshard", cause="weight_sync")
+            ctx.add_stage_time("weight_sync", self.sync_s)
+            yield env.timeout(self.sync_s)
             ctx.iterations[-1]["end"] = env.now
             self.versions.append(_version_record(ctx, k, env.now - t0, gen_s, env.now - t_sync, stage0))
         self.finished.succeed()

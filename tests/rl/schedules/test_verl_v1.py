@@ -11,15 +11,7 @@ from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import run_schedule
 from simulator.scenario import load_scenario
 
-
-def const(value):
-    return lambda rng, n_prompts, n, step: np.full((n_prompts, n), value, int)
-
-
-def lognormal(median, sigma, cap):
-    def sample(rng, n_prompts, n, step):
-        return np.clip(np.round(rng.lognormal(np.log(median), sigma, size=(n_prompts, n))), 1, cap).astype(int)
-    return sample
+from .test_schedules import const, lognormal
 
 
 def scenario(kind="verl-colocate-async", iterations=4, prompts=8, n=4, workload=None, seed=0, **sched):
