@@ -607,6 +607,10 @@ def recipe_of(values: Values, explicit: str | None) -> tuple[str, str]:
                              fix=f"use one of: {', '.join(RECIPES)}")
         return explicit, f"{KIND_OF_RECIPE[explicit]} (--framework-schedule {explicit})"
     mode = values("trainer.v1.trainer_mode") if values.given("trainer.v1.trainer_mode") else None
+    if mode is not None and mode not in ("sync", *V1_MODES):   # verl's get_trainer_cls refuses it too
+        raise RlsimError(f"unknown v1 trainer mode {mode!r}", source=values.result.source,
+                         field="trainer.v1.trainer_mode", fix="pass trainer.v1.trainer_mode=sync, colocate_async or "
+                                                              "separate_async")
     if mode in V1_MODES and not (values.given("trainer.use_v1") and not values.flag("trainer.use_v1")):
         return V1_MODES[mode], f"{KIND_OF_RECIPE[V1_MODES[mode]]} (trainer.v1.trainer_mode {mode}: verl 0.9's v1 trainer)"
     if values.section("async_training"):

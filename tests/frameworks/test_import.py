@@ -1325,7 +1325,8 @@ def test_verl_09_v1_async_modes_as_their_trainers_run_them():
 
 @pytest.mark.parametrize(("over", "field"), [
     (["actor_rollout_ref.rollout.checkpoint_engine.backend=naive"], "actor_rollout_ref.rollout.checkpoint_engine.backend"),
-    (["trainer.v1.separate_async.parameter_sync_step=3"], "trainer.v1.separate_async.parameter_sync_step")])
+    (["trainer.v1.separate_async.parameter_sync_step=3"], "trainer.v1.separate_async.parameter_sync_step"),
+    (["trainer.v1.trainer_mode=fully_async"], "trainer.v1.trainer_mode")])
 def test_verl_09_separate_async_refuses_what_verl_asserts(over, field):
     cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
     with pytest.raises(RlsimError) as err:
