@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
-from device_decode_graphs import kernel_events, sync_device
+from device_decode_graphs import kernel_events, mean_call_s
 from device_train_step import kind_of
 
 from simulator.hardware.devices import get_device
@@ -132,16 +131,11 @@ def measure(torch, stack, dims: dict[str, int], seq: int, device: str, dtype, re
     def micro_batch() -> None:
         stack(x, cos, sin).float().pow(2).mean().backward()
 
-    micro_batch()
-    sync_device(torch, device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        micro_batch()
-    sync_device(torch, device)
+    seconds = mean_call_s(torch, device, micro_batch, repeats)
     by_kind: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
     for name, elapsed in kernel_events(torch, device, micro_batch):
         by_kind[kind_of(name)] += elapsed
-    return {"micro_batch_s": (time.perf_counter() - start) / repeats, "kernel_s_by_kind": by_kind}
+    return {"micro_batch_s": seconds, "kernel_s_by_kind": by_kind}
 
 
 def main() -> None:

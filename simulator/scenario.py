@@ -1229,11 +1229,6 @@ class _VerlV1Async(ScheduleConfig):
     REWARD_HANDOVER: ClassVar[str] = "sample"   # the agent loop scores each trajectory as it ends
 
     @property
-    def effective_staleness(self) -> float:
-        bound = self.staleness_bound
-        return float(self.max_off_policy_threshold or 64) - 1 if bound is None else bound
-
-    @property
     def staleness_bound(self) -> float | None:
         """threshold - 1 versions under 'drop' (a prompt submitted at step s trains by step s + T - 1,
         its tokens generated with weights s or later); None under 'wait' or without a threshold, where
@@ -1291,11 +1286,6 @@ def _verl_separate_async() -> type[ScheduleConfig]:
         ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_V1_KNOBS | {"parameter_sync_step"}
         PLACEMENT: ClassVar[str] = "disaggregated"
         kind: Literal["verl-separate-async"] = "verl-separate-async"
-
-        def local_update_prompts(self, workload: "WorkloadConfig") -> int:
-            """Prompts of one local update: train_batch_size / parameter_sync_step (verl asserts
-            train_batch_size == parameter_sync_step x ppo_mini_batch_size)."""
-            return workload.prompts_per_step // self.parameter_sync_step
     return VerlSeparateAsyncSchedule
 
 

@@ -52,7 +52,6 @@ class FeedRollouter(ArealRollouter):
     def __init__(self, run: VerlFullyAsyncRun):
         Rollouter.__init__(self, run)
         self.accepted = self.running = 0
-        self.next_server = 0
         self.request_server: dict[int, np.ndarray] = {}
         self.submitted = 0             # prompts the trainer has submitted; started in order
         self.filtered = 0              # groups filtered out (no signal) since the trainer last looked
@@ -269,10 +268,6 @@ class VerlColocateAsyncRun(VerlSeparateAsyncRun):
         ranks = self.trainer_clock.ranks
         return self.ctx.costs.weight_sync_s(ranks, ranks)
 
-    def _batch_rules(self) -> None:
-        super()._batch_rules()
-        self.per_update = self.per_version      # one update per step (no parameter_sync_step)
-
     def _trainer(self):
         ctx, env, actor, rollouter = self.ctx, self.env, self.trainer_clock, self.rollouter
         rollouter.paused = True                 # until the engines are awake
@@ -339,7 +334,7 @@ def local_update_prompts(ctx: Context) -> int:
     """Prompts of one local update; verl asserts train_batch_size == parameter_sync_step x
     ppo_mini_batch_size in separate_async (one mini-batch per update)."""
     sched, workload = ctx.sched, ctx.workload
-    sync_steps = getattr(sched, "parameter_sync_step", 1) if sched.kind == "verl-separate-async" else 1
+    sync_steps = sched.parameter_sync_step if sched.kind == "verl-separate-async" else 1   # colocate: one
     batch = workload.prompts_per_step
     if batch % sync_steps:
         raise RlsimError(f"train_batch_size {batch} does not split into parameter_sync_step {sync_steps} local "
