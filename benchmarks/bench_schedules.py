@@ -1,7 +1,7 @@
 """Speed of the schedule layer on the real cost models. Prints figures; asserts nothing.
 
     python benchmarks/bench_schedules.py            # all cases
-    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40 | areal6 | v1col6
+    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40 | areal6 | v1col6 | v1dapo4
 
 Targets (issue 4): one GRPO step with 16,384 sequences on cloudmatrix384 <= 0.5 s; a 100-step run
 <= 30 s; cloudmatrix384 with supernodes=64 (24,576 NPUs) one step <= 10 s; one verl fully-async
@@ -13,6 +13,8 @@ on 2026-12-05 at a 3.9 ms reference; 2.6 s for the kind as it was, whole rounds 
 when add_many rebuilt its id map and rebound its record lists at every add, quadratic in the run).
 v1col6 (no target): verl 0.9's colocate_async on a 28K-capped long tail, every request its own
 engine event (12.1 s on 2026-12-05 at a 24.6 ms reference, areal6 18.8 s beside it).
+v1dapo4 (no target): verl 0.9's sync mode with DAPO at keep 0.3 on the same long tail, the filtered
+groups refilled while the rest generate (about 2.6x the prompts of v1col6's steps).
 """
 from __future__ import annotations
 
@@ -45,6 +47,11 @@ CASES = {
                "routed one by one, aborted and resumed at each update)",
                dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 4},
                     schedule="verl-colocate-async", iterations=6, overrides=["workload.response_length.max=28672"])),
+    "v1dapo4": ("4 steps of grpo-qwen2.5-7b as DAPO at keep 0.3, 28K cap, 4 x dgx-h100 (verl-sync: refills "
+                "streamed within max_inflight_gen_batches, drained, surplus discarded)",
+                dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 4}, schedule="verl-sync",
+                     iterations=4, overrides=["workload.response_length.max=28672",
+                                              "workload.dynamic_sampling.keep_fraction=0.3"])),
 }
 
 

@@ -56,7 +56,7 @@ from .units import parse_bandwidth, parse_seconds
 # The built-in kinds; SCHEDULE_CLASSES (below) also holds kinds added by register_schedule_config.
 SCHEDULE_KINDS = BUILTIN_SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async",
                                            "verl-fully-async", "nemo-rl-async", "areal", "verl-colocate-async",
-                                           "verl-separate-async")
+                                           "verl-separate-async", "verl-sync")
 
 DEFAULT_SCENARIO: dict[str, Any] = {
     "topology": {"preset": "cloudmatrix384", "supernodes": 1},
@@ -595,10 +595,12 @@ NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_upda
 # verl 0.9's v1 trainer in its async modes (trainer.v1.trainer_mode colocate_async / separate_async).
 VERL_V1_KNOBS = frozenset({"num_warmup_batches", "max_off_policy_threshold", "max_off_policy_strategy",
                            "poll_interval_s", "recompute_logprob"})
+# ... and in its sync mode (trainer.v1.trainer_mode sync): no warm-up, no version control.
+VERL_V1_SYNC_KNOBS = frozenset({"poll_interval_s", "recompute_logprob", "max_inflight_gen_batches", "switch"})
 AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurrent_rollouts", "consumer_batch_size",
                          "recompute_logprob"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS, AUX_POOL_KNOBS,
-                                   VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS, VERL_V1_KNOBS,
+                                   VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS, VERL_V1_KNOBS, VERL_V1_SYNC_KNOBS,
                                    {"parameter_sync_step", "placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
                                     "between_gen_batches", "round_batches"})
 
@@ -809,6 +811,9 @@ class ScheduleConfig(_Strict):
     # The replay buffer looks for finished groups every poll_interval seconds while the trainer waits
     # (verl/trainer/ppo/v1/replay_buffer.py ReplayBuffer(poll_interval=2.0); not in verl's config).
     poll_interval_s: float = Field(2.0, gt=0)
+    # verl 0.9 v1 sync mode with DAPO (algorithm.filter_groups.max_inflight_gen_batches, default 1):
+    # prompts pending or generating at once, in train_batch_size units (the refills' bound).
+    max_inflight_gen_batches: int = Field(1, ge=1)
 
     @classmethod
     def accepts(cls, placement: str | None = None) -> frozenset[str]:
@@ -1263,7 +1268,20 @@ class _VerlV1Async(ScheduleConfig):
             out.append(("schedule.max_off_policy_strategy", "the strategy acts only with a "
                         "max_off_policy_threshold (null: no version control)", "remove "
                         "schedule.max_off_policy_strategy, or give schedule.max_off_policy_threshold"))
-        return out
+        return out + _read_past_v1_sampling(workload, name)
+
+
+def _read_past_v1_sampling(workload: "WorkloadConfig", name: str) -> list[tuple[str, str, str]]:
+    """verl 0.9's v1 replay buffer refills filtered groups one prompt at a time (data.gen_batch_size
+    forced to 1 under DAPO) and ignores max_num_gen_batches (it warns: no cap)."""
+    sampling, out = workload.dynamic_sampling, []
+    for key, why in (("gen_prompts", "refills each filtered group with fresh prompts one at a time (verl forces "
+                      "data.gen_batch_size to 1 under DAPO)"),
+                     ("max_gen_batches", "ignores algorithm.filter_groups.max_num_gen_batches (no cap: verl warns)")):
+        if sampling is not None and getattr(sampling, key) is not None:
+            out.append((f"workload.dynamic_sampling.{key}", f"{name}'s replay buffer {why}, so "
+                        f"workload.dynamic_sampling.{key} is not read", f"remove workload.dynamic_sampling.{key}"))
+    return out
 
 
 @_made_on_first_use
@@ -1287,6 +1305,39 @@ def _verl_separate_async() -> type[ScheduleConfig]:
         PLACEMENT: ClassVar[str] = "disaggregated"
         kind: Literal["verl-separate-async"] = "verl-separate-async"
     return VerlSeparateAsyncSchedule
+
+
+@_made_on_first_use
+def _verl_sync() -> type[ScheduleConfig]:
+    class VerlSyncSchedule(_VerlV1Async):
+        """verl 0.9 trainer.v1.trainer_mode sync (its default): one pool; the step's train_batch_size
+        prompts are submitted, the replay buffer waits for them all (under DAPO it refills two prompts
+        per filtered group while the rest generate, then drains and discards the surplus), the engines
+        sleep, the actor trains, and the woken engines take the new weights."""
+        ACCEPTS: ClassVar[frozenset[str]] = VERL_V1_SYNC_KNOBS
+        RUNS_AHEAD: ClassVar[bool] = False
+        kind: Literal["verl-sync"] = "verl-sync"
+
+        @property
+        def staleness_bound(self) -> float | None:
+            return 0.0
+
+        @property
+        def rounds_ahead(self) -> int:
+            return 0
+
+        def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
+            """The v1 kinds' rules, and max_inflight_gen_batches bounds DAPO's refills only."""
+            out = [] if self.overprovision <= 0 else [(
+                "schedule.overprovision", "kind verl-sync generates the prompts verl submits and aborts none, so "
+                "schedule.overprovision is not read", "remove schedule.overprovision")]
+            out += [entry for entry in super().read_past(workload) if entry[0] != "schedule.overprovision"]
+            if "max_inflight_gen_batches" in self.model_fields_set and workload.dynamic_sampling is None:
+                out.append(("schedule.max_inflight_gen_batches", "max_inflight_gen_batches bounds DAPO's refills "
+                            "(algorithm.filter_groups), and this workload has no dynamic sampling",
+                            "remove schedule.max_inflight_gen_batches, or give workload.dynamic_sampling"))
+            return out
+    return VerlSyncSchedule
 
 
 class _KindClasses(MutableMapping[str, type[ScheduleConfig]]):
@@ -1319,12 +1370,12 @@ _BUILTIN_CLASSES: dict[str, Callable[[], type[ScheduleConfig]]] = {
     "colocated": _colocated, "disaggregated": _disaggregated, "one-step-off": _one_step_off,
     "stalesync": _stalesync, "async": _async, "verl-fully-async": _verl_fully_async,
     "nemo-rl-async": _nemo_rl_async, "areal": _areal, "verl-colocate-async": _verl_colocate_async,
-    "verl-separate-async": _verl_separate_async}
+    "verl-separate-async": _verl_separate_async, "verl-sync": _verl_sync}
 _CLASS_NAMES = {"ColocatedSchedule": "colocated", "DisaggregatedSchedule": "disaggregated",
                 "OneStepOffSchedule": "one-step-off", "StaleSyncSchedule": "stalesync", "AsyncSchedule": "async",
                 "VerlFullyAsyncSchedule": "verl-fully-async", "NemoAsyncSchedule": "nemo-rl-async",
                 "ArealSchedule": "areal", "VerlColocateAsyncSchedule": "verl-colocate-async",
-                "VerlSeparateAsyncSchedule": "verl-separate-async"}
+                "VerlSeparateAsyncSchedule": "verl-separate-async", "VerlSyncSchedule": "verl-sync"}
 SCHEDULE_CLASSES: MutableMapping[str, type[ScheduleConfig]] = _KindClasses(_BUILTIN_CLASSES)
 
 

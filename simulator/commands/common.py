@@ -18,7 +18,7 @@ from typing import Any
 # The built-in schedule kinds (scenario.BUILTIN_SCHEDULE_KINDS, spelled out so that building the parser
 # does not import the scenario schema; tests/commands/test_run.py checks the two agree).
 SCHEDULE_KINDS_HELP = ("colocated | disaggregated | one-step-off | stalesync | async | verl-fully-async | "
-                       "nemo-rl-async | areal | verl-colocate-async | verl-separate-async")
+                       "nemo-rl-async | areal | verl-colocate-async | verl-separate-async | verl-sync")
 
 
 def add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True, overrides: bool = True,
@@ -178,7 +178,7 @@ def add_framework_import(parser: argparse.ArgumentParser) -> None:
                             "accelerate_config / num_processes; vllm_serve.* for the server of vllm_mode server) and "
                             "key=value overrides, turned into a scenario")
     parser.add_argument("--framework-schedule", choices=("colocated", "one-step-off", "fully-async", "colocate-async",
-                                                         "separate-async"),
+                                                         "separate-async", "sync"),
                         help="which verl recipe the YAML is for (default: inferred from its keys)")
     parser.add_argument("--print-scenario", action="store_true",
                         help="with --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl: print the scenario as YAML (re-loadable by "

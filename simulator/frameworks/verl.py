@@ -11,7 +11,9 @@ Which verl entry point (recipe) a YAML is for is not always written in it. The r
 ``async_training.*`` key ->
 fully_async_policy (kind verl-fully-async); else ``actor_rollout_ref.hybrid_engine: false`` or a
 top-level ``rollout.*`` pool -> one_step_off_policy (kind one-step-off); else main_ppo's hybrid
-engine (kind colocated).
+engine: verl 0.9's v1 trainer in its sync mode (kind verl-sync) when the config says it is verl 0.9's
+(``trainer.use_v1: true``, ``trainer.v1.trainer_mode: sync`` or a key only 0.9 has), else the
+legacy trainer of verl 0.4-0.7 (kind colocated).
 """
 from __future__ import annotations
 
@@ -54,12 +56,16 @@ from .common import (
     world_divides,
 )
 
-RECIPES = ("colocated", "one-step-off", "fully-async", "colocate-async", "separate-async")
+RECIPES = ("colocated", "one-step-off", "fully-async", "colocate-async", "separate-async", "sync")
 KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async",
-                  "colocate-async": "verl-colocate-async", "separate-async": "verl-separate-async"}
+                  "colocate-async": "verl-colocate-async", "separate-async": "verl-separate-async",
+                  "sync": "verl-sync"}
 SPLIT_RECIPES = ("one-step-off", "fully-async", "separate-async")        # a rollout pool of its own
-AGENT_LOOP_RECIPES = ("fully-async", "colocate-async", "separate-async")  # rollout.mode not read: async servers
+V1_RECIPES = ("colocate-async", "separate-async", "sync")                # verl 0.9's v1 trainer
+AGENT_LOOP_RECIPES = ("fully-async", *V1_RECIPES)                        # rollout.mode not read: async servers
 V1_MODES = {"colocate_async": "colocate-async", "separate_async": "separate-async"}   # trainer.v1.trainer_mode
+# Keys only verl 0.9's configs have: a config that gives one is read as verl 0.9 runs it.
+V1_ONLY_KEYS = ("algorithm.filter_groups.max_inflight_gen_batches",)
 
 A = "actor_rollout_ref"
 # verl's own defaults for the keys rlsim maps, used when a YAML leaves them out (verl
@@ -115,6 +121,8 @@ ENFORCE_EAGER_NOTE = (f"{A}.rollout.enforce_eager not given: verl 0.6+ default f
 ROLLOUT_MODES = ("sync", "async")   # verl 0.6 / 0.7 rollout.yaml `mode`
 MODE_NOTE = (f"{A}.rollout.mode not given: verl 0.6's default sync (per-prompt dispatch), which rlsim takes; verl 0.7 "
              "defaults to async (its agent loop: per-sample dispatch): give rollout.mode=async to match verl 0.7")
+V1_NOTE = ("no trainer.use_v1 / trainer.v1.* key: read as verl 0.4-0.7's main_ppo runs it (the legacy trainer, kind "
+           "colocated); verl 0.9 runs its v1 trainer by default: pass trainer.use_v1=true (kind verl-sync) to match it")
 MAX_NUM_SEQS_NOTE = (f"{A}.rollout.max_num_seqs: verl 0.6+ hands it to vLLM, as rlsim reads it; verl 0.4-0.5 did not "
                      "(vLLM's own default ran: 1024 sequences on GPUs of >= 70 GiB, 256 below)")
 
@@ -470,11 +478,10 @@ RULES: dict[str, Rule] = {
                                            "modelled", neutral=False) for phase in ("rollout", "async_rollout",
                                                                                     "rollout_tq")},
     "skip.*": ignored("used with skip.<phase>.enable"),
-    "trainer.use_v1": ignored("verl 0.9's v1 trainer runs, in its sync mode, the legacy trainer's step (generation, "
-                              "reward, old log-probs, reference, values, advantages, updates, weight update: "
-                              "trainer/ppo/v1/trainer_base.py _step_once, trainer_sync.py)"),
-    "trainer.v1.trainer_mode": mapped("schedule.kind", "sync: the hybrid engine's step (colocated); colocate_async: "
-                                      "verl-colocate-async; separate_async: verl-separate-async"),
+    "trainer.use_v1": mapped("schedule.kind", "true (verl 0.9's default): the v1 trainer in its trainer.v1.trainer_mode; "
+                             "false: the legacy trainer's hybrid-engine step (colocated)"),
+    "trainer.v1.trainer_mode": mapped("schedule.kind", "sync: verl-sync; colocate_async: verl-colocate-async; "
+                                      "separate_async: verl-separate-async"),
     "trainer.v1.colocate_async.num_warmup_batches": mapped("schedule.num_warmup_batches"),
     "trainer.v1.separate_async.num_warmup_batches": mapped("schedule.num_warmup_batches"),
     "trainer.v1.separate_async.parameter_sync_step": mapped("schedule.parameter_sync_step"),
@@ -532,8 +539,8 @@ RULES: dict[str, Rule] = {
         ("use_megatron_fsdp", unsupported("Megatron's own FSDP is not modelled (its distributed optimizer is)",
                                           neutral=False)))},
     f"{A}.rollout.qat": ignored("no quantization-aware rollout section (null)"),
-    "algorithm.filter_groups.max_inflight_gen_batches": unsupported("dynamic-sampling batches generated side by side "
-                                                                    "are not modelled (one at a time)", neutral=1),
+    "algorithm.filter_groups.max_inflight_gen_batches": mapped("schedule.max_inflight_gen_batches", "verl 0.9's v1 "
+                                                               "sync mode with DAPO: prompts in flight, in batches"),
     "reward_model.launch_reward_fn_async": mapped("schedule.reward_during_forwards", "colocated: the rule reward "
                                                   "runs during the log-prob passes and is gathered before the update"),
     "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
@@ -617,6 +624,13 @@ def recipe_of(values: Values, explicit: str | None) -> tuple[str, str]:
         return "fully-async", "verl-fully-async (async_training.* keys: the fully_async_policy recipe)"
     if (values.given(f"{A}.hybrid_engine") and not values.flag(f"{A}.hybrid_engine")) or values.section("rollout"):
         return "one-step-off", "one-step-off (hybrid_engine false / a rollout.* pool: the one_step_off_policy recipe)"
+    if values.given("trainer.use_v1") and not values.flag("trainer.use_v1"):
+        return "colocated", "colocated (trainer.use_v1 false: main_ppo's legacy hybrid-engine trainer)"
+    why = next((f"{key} {'true' if key == 'trainer.use_v1' else 'given'}"
+                for key in ("trainer.use_v1", "trainer.v1.trainer_mode", *V1_ONLY_KEYS) if values.given(key)), None)
+    if why is not None:
+        return "sync", f"verl-sync ({why}: verl 0.9's v1 trainer in its sync mode)"
+    values.result.notes.append(V1_NOTE)
     return "colocated", "colocated (main_ppo's hybrid engine: no async_training, no rollout pool)"
 
 
@@ -666,15 +680,22 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
 def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """DAPO dynamic sampling (algorithm.filter_groups): the prompts of a generation batch and the cap
     on batches per step (recipe/dapo's trainer raises past it; 0 or less, its default: no cap). The
-    v1 async modes evict a filtered group and submit one new prompt for it (replay_buffer.py)."""
+    v1 trainer evicts a filtered group and submits new prompts for it, one at a time (replay_buffer.py:
+    one in the async modes, two of credit in the sync mode, which max_inflight_gen_batches bounds)."""
     cap_key = "algorithm.filter_groups.max_num_gen_batches"
+    inflight_key = "algorithm.filter_groups.max_inflight_gen_batches"
+    if not (recipe == "sync" and v.flag("algorithm.filter_groups.enable")) and v.given(inflight_key):
+        decided[inflight_key] = ("ignored", "used only by verl 0.9's v1 sync mode with algorithm.filter_groups.enable")
     if not v.flag("algorithm.filter_groups.enable"):
         decided[cap_key] = ("ignored", "used only with algorithm.filter_groups.enable")
         return
-    if recipe in ("colocate-async", "separate-async"):
+    if recipe in V1_RECIPES:
         w["dynamic_sampling"] = {}
-        decided[cap_key] = ("ignored", "the v1 replay buffer ignores it (its warning): a filtered group is replaced "
-                                       "by one new prompt")
+        decided[cap_key] = ("ignored", "the v1 replay buffer ignores it (its warning): filtered groups are replaced "
+                                       "by new prompts until the batch is full")
+        if v.given("data.gen_batch_size"):
+            decided["data.gen_batch_size"] = ("ignored", "the v1 trainer fetches prompts one at a time under DAPO "
+                                                         "(it forces data.gen_batch_size to 1)")
         return
     src = v.result.source
     gen = v("data.gen_batch_size")
@@ -1265,7 +1286,7 @@ def _reward_overlap(v: Values, recipe: str, w: dict[str, Any], s: dict[str, Any]
     key = "reward_model.launch_reward_fn_async"
     if not v.given(key):
         return
-    if recipe == "colocate-async":
+    if recipe in ("colocate-async", "sync"):
         decided[key] = ("ignored", "the v1 agent loop scores each trajectory as it ends")
     elif recipe != "colocated":
         decided[key] = ("unsupported" if v.flag(key) else "ignored",
@@ -1597,6 +1618,9 @@ def _v1_schedule(v: Values, recipe: str, s: dict[str, Any], decided: dict[str, t
     if mode != "separate_async" and v.given(f"{A}.rollout.n_gpus_per_node"):
         decided[f"{A}.rollout.n_gpus_per_node"] = ("ignored", "used with actor_rollout_ref.rollout.nnodes")
     sampler = ("max_off_policy_threshold", "max_off_policy_strategy")
+    inflight = "algorithm.filter_groups.max_inflight_gen_batches"
+    if recipe == "sync" and v.flag("algorithm.filter_groups.enable") and v.given(inflight):
+        s["max_inflight_gen_batches"] = v.count(inflight)
     if mode is None:
         decided.update({f"trainer.v1.sampler.{key}": ("ignored", "the sync mode samples on-policy (a no-op there)")
                         for key in sampler if v.given(f"trainer.v1.sampler.{key}")})

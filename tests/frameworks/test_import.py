@@ -1289,7 +1289,7 @@ def test_verl_09_scores_rule_rewards_in_its_reward_loop_workers():
     assert (reward["kind"], reward["workers"], reward["handover"]) == ("rule", 4, "sample")
     v1 = import_config("verl", cfg, [*QUICKSTART, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async"])
     assert v1.scenario["schedule"]["kind"] == "verl-colocate-async" and "trainer.v1.trainer_mode" in v1.mapped
-    assert "trainer.use_v1" in v1.ignored
+    assert "trainer.use_v1" in v1.mapped
 
 
 V1_ASYNC = ["actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", "actor_rollout_ref.rollout.nnodes=1",
@@ -1319,8 +1319,36 @@ def test_verl_09_v1_async_modes_as_their_trainers_run_them():
     assert "between_gen_batches" not in dapo.scenario["schedule"]
     load_scenario(dapo.scenario)
     sync = import_config("verl", cfg, [*QUICKSTART, "trainer.v1.sampler.max_off_policy_threshold=3"])
-    assert sync.scenario["schedule"]["kind"] == "colocated"
+    assert sync.scenario["schedule"]["kind"] == "verl-sync"
     assert "no-op" in sync.ignored["trainer.v1.sampler.max_off_policy_threshold"]
+
+
+def test_verl_09_sync_mode_runs_its_replay_buffer_and_a_legacy_config_the_legacy_trainer(tmp_path):
+    """verl 0.9 runs main_ppo through its v1 trainer, sync mode by default (kind verl-sync): DAPO's
+    filter_groups there refills one prompt at a time (no gen_prompts, no cap) within
+    max_inflight_gen_batches; use_v1 false, or a config with no v1 key (verl 0.4-0.7), is the
+    legacy trainer (kind colocated, DAPO in generation batches)."""
+    cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
+    dapo = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
+            "algorithm.filter_groups.max_num_gen_batches=5", "algorithm.filter_groups.max_inflight_gen_batches=2",
+            "+data.gen_batch_size=384"]
+    v1 = import_config("verl", cfg, [*QUICKSTART, *dapo])
+    assert v1.scenario["schedule"]["kind"] == "verl-sync" and "trainer.use_v1 true" in v1.schedule_rule
+    assert v1.scenario["schedule"]["max_inflight_gen_batches"] == 2 and v1.scenario["workload"]["dynamic_sampling"] == {}
+    assert "ignores it" in v1.ignored["algorithm.filter_groups.max_num_gen_batches"]
+    assert "one at a time" in v1.ignored["data.gen_batch_size"]
+    assert "between_gen_batches" not in v1.scenario["schedule"]
+    load_scenario(v1.scenario)
+    legacy = import_config("verl", cfg, [*QUICKSTART, *dapo, "trainer.use_v1=false"])
+    assert legacy.scenario["schedule"]["kind"] == "colocated"
+    assert legacy.scenario["workload"]["dynamic_sampling"] == {"gen_prompts": 384, "max_gen_batches": 5}
+    assert "v1 sync mode" in legacy.ignored["algorithm.filter_groups.max_inflight_gen_batches"]
+    plain = import_config("verl", cfg, [*QUICKSTART])
+    assert plain.scenario["schedule"]["kind"] == "verl-sync" and "max_inflight_gen_batches" not in plain.scenario["schedule"]
+    old = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
+    assert old.scenario["schedule"]["kind"] == "colocated" and any("trainer.use_v1=true" in n for n in old.notes)
+    new = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["+trainer.use_v1=true"])
+    assert new.scenario["schedule"]["kind"] == "verl-sync"
 
 
 @pytest.mark.parametrize(("over", "field"), [

@@ -12,6 +12,7 @@ areal          split pools     eta (starts) -         areal.ArealRun (verl_async
 verl-fully-async split pools   quota      -          verl_async.VerlFullyAsyncRun (Rollouter / Trainer, message queue)
 verl-colocate-async colocated  threshold-1* -         verl_v1.VerlColocateAsyncRun (v1 feed and replay buffer, one pool)
 verl-separate-async split pools threshold-1* -        verl_v1.VerlSeparateAsyncRun (v1 feed and replay buffer, local updates)
+verl-sync      colocated       0          -          verl_v1.VerlSyncRun (v1 feed, sync replay buffer: DAPO refills, drain)
 (* = default, overridable in ``schedule:``)
 
 Runner parts: batches (SeqBatch, RoundDraws), generation (one instance's round), training (the

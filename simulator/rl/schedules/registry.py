@@ -49,6 +49,7 @@ BUILTIN_MODULES: dict[str, str] = {
     "disaggregated": "disaggregated", "one-step-off": "disaggregated", "async": "disaggregated",
     "areal": "areal", "colocated": "colocated", "nemo-rl-async": "nemo_rl", "stalesync": "stalesync",
     "verl-fully-async": "verl_async", "verl-colocate-async": "verl_v1", "verl-separate-async": "verl_v1",
+    "verl-sync": "verl_v1",
 }
 
 

@@ -1,5 +1,5 @@
 """verl 0.9's v1 trainer in its two async modes (kinds ``verl-colocate-async`` and
-``verl-separate-async``), as verl 0.9.1 runs them (its wheel, read 2026-12-05: verl/trainer/ppo/v1/
+``verl-separate-async``) and its sync mode (kind ``verl-sync``), as verl 0.9.1 runs them (its wheel, read 2026-12-05: verl/trainer/ppo/v1/
 trainer_base.py, trainer_colocate_async.py, trainer_separate_async.py, replay_buffer.py,
 agent_loop_tq.py; verl/workers/rollout/router.py, llm_server.py; verl/checkpoint_engine/base.py).
 
@@ -22,6 +22,13 @@ agent_loop_tq.py; verl/workers/rollout/router.py, llm_server.py; verl/checkpoint
   ``parameter_sync_step`` local updates of train_batch_size / parameter_sync_step prompts (one
   optimizer step each), then a weight sync over the checkpoint engine that aborts the in-flight
   requests, frees the KV cache, sends the weights and resumes the requests re-prefilled.
+- sync (one pool, verl's default mode): the step's train_batch_size prompts are submitted, the replay
+  buffer waits (polling) until they are all finished, the engines sleep, the actor trains, and the woken
+  engines take the new weights. With DAPO (algorithm.filter_groups) it refills while the rest generate:
+  each filtered group adds two prompts of credit, sent as slots free up (at most
+  ``max_inflight_gen_batches`` x train_batch_size prompts pending or generating); once enough groups
+  are sampleable it sends no more, waits for every request in flight to finish (drain), takes the
+  oldest batch and discards the surplus (ReplayBuffer.sample: "Sync remains bufferless").
 - separate_async keeps Decoupled PPO's pi_old in host memory (old log-probs recomputed): one copy of
   the training weight shard out at the first local update of a step, three (save, restore pi_old,
   restore) at each later one, over the host link.
@@ -36,7 +43,7 @@ from collections import deque
 import numpy as np
 
 from ...errors import RlsimError
-from ...scenario import VerlColocateAsyncSchedule, VerlSeparateAsyncSchedule
+from ...scenario import VerlColocateAsyncSchedule, VerlSeparateAsyncSchedule, VerlSyncSchedule
 from ..timeline import GroupClock
 from .areal import ArealRollouter
 from .context import Context
@@ -151,14 +158,26 @@ class ReplayBuffer:
             ready = [g for g in rollouter.queue if g.ready_s <= env.now + TIME_TOL_S]
             if len(ready) >= count and not self._held(k):
                 break
-            scoring = [g.ready_s for g in rollouter.queue if g.ready_s > env.now + TIME_TOL_S]
-            events = [rollouter.data] + ([env.timeout(min(scoring) - env.now)] if scoring else [])
-            yield env.any_of(events)
-            polls = math.ceil((env.now - t0) / self.poll_s - 1e-9)
-            yield env.timeout(max(0.0, t0 + polls * self.poll_s - env.now))
-        chosen = sorted(ready, key=lambda g: (g.first_version, g.ready_s, g.index))[:count]
+            yield from self._wait(t0)
+        return self._take(ready, count)
+
+    def _wait(self, t0: float):
+        """Sleep until the next completion or score, then to the poll at or after it (polls every
+        poll_s from ``t0``)."""
+        rollouter, env = self.rollouter, self.env
+        scoring = [g.ready_s for g in rollouter.queue if g.ready_s > env.now + TIME_TOL_S]
+        events = [rollouter.data] + ([env.timeout(min(scoring) - env.now)] if scoring else [])
+        yield env.any_of(events)
+        polls = math.ceil((env.now - t0) / self.poll_s - 1e-9)
+        yield env.timeout(max(0.0, t0 + polls * self.poll_s - env.now))
+
+    def _take(self, ready: list[PromptGroup], count: int) -> list[PromptGroup]:
+        """The ``count`` oldest of the ready groups (by submission step), out of the rollouter's queue.
+        verl breaks the ties in its set of group ids' order (uuids: blind to length); rlsim takes
+        submission order, as blind, where the first to finish would favour the short responses."""
+        chosen = sorted(ready, key=lambda g: (g.first_version, g.index))[:count]
         taken = {g.index for g in chosen}
-        rollouter.queue = deque(g for g in rollouter.queue if g.index not in taken)
+        self.rollouter.queue = deque(g for g in self.rollouter.queue if g.index not in taken)
         return chosen
 
     def _evict(self, k: int) -> None:
@@ -190,14 +209,73 @@ class ReplayBuffer:
         return any(k - g.first_version + 1 >= self.threshold for g in rollouter.in_flight())
 
 
+class SyncReplayBuffer(ReplayBuffer):
+    """verl's ReplayBuffer in sync mode: no version control; under DAPO, refill credit of two prompts
+    per filtered group, sent in the free slots, then drain and discard the surplus."""
+
+    def __init__(self, run: VerlFullyAsyncRun, rollouter: FeedRollouter):
+        super().__init__(run, rollouter)
+        self.strategy = None
+        workload = run.ctx.workload
+        self.dapo = workload.dynamic_sampling is not None
+        self.max_inflight = run.sched.max_inflight_gen_batches * workload.prompts_per_step
+        self.filtered = self.refilled = self.surplus = 0   # groups, over the run
+
+    def sample(self, k: int, count: int):
+        """ReplayBuffer.sample (sync): poll until ``count`` groups are sampleable and, under DAPO,
+        nothing is in flight; each look first sends what the credit and the free slots allow."""
+        rollouter, env = self.rollouter, self.env
+        t0, credit, draining = env.now, 0, False
+        while True:
+            rollouter._step(env.now)
+            evicted, rollouter.filtered = rollouter.filtered, 0
+            self.filtered += evicted
+            ready = [g for g in rollouter.queue if g.ready_s <= env.now + TIME_TOL_S]
+            enough = len(ready) >= count
+            if self.dapo and enough:
+                draining, credit = True, 0
+            elif self.dapo and not draining:
+                credit += 2 * evicted
+            if self.dapo and not draining and credit > 0:
+                dispatch = min(credit, max(0, self.max_inflight - self._in_flight()))
+                if dispatch > 0:          # verl submits, then looks again at once
+                    rollouter.submit(dispatch)
+                    rollouter._step(env.now)
+                    credit -= dispatch
+                    self.refilled += dispatch
+                    continue
+            if enough and not (self.dapo and self._in_flight()):
+                break
+            yield from self._wait(t0)
+        chosen = self._take(ready, count)
+        taken = {g.index for g in chosen}
+        surplus = [g for g in ready if g.index not in taken]
+        if surplus:
+            gone = {g.index for g in surplus}
+            rollouter.queue = deque(g for g in rollouter.queue if g.index not in gone)
+            self.ctx.store.drop(np.concatenate([g.ids for g in surplus]), "surplus")
+            self.surplus += len(surplus)
+        return chosen
+
+    def _in_flight(self) -> int:
+        """Prompts pending or running in verl's sense: submitted and not yet finished and scored."""
+        rollouter, now = self.rollouter, self.env.now
+        scoring = sum(1 for g in rollouter.queue if g.ready_s > now + TIME_TOL_S)
+        return rollouter.capacity() + len(rollouter.in_flight()) + scoring
+
+
 class VerlSeparateAsyncRun(VerlFullyAsyncRun):
     """separate_async: the fully_async Trainer / Rollouter split under the v1 feed and replay buffer."""
     ROLLOUTER = FeedRollouter
+    BUFFER: type[ReplayBuffer] = ReplayBuffer
     IDLE_BEFORE_SYNC = "no request left: waits for the sync"
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
-        self.buffer = ReplayBuffer(self, self.rollouter)
+        self.buffer = self.BUFFER(self, self.rollouter)
+
+    def _warmup_prompts(self) -> int:
+        return warmup_prompts(self.ctx)
 
     def _batch_rules(self) -> None:
         sched, workload = self.sched, self.ctx.workload
@@ -211,7 +289,7 @@ class VerlSeparateAsyncRun(VerlFullyAsyncRun):
         ctx, env = self.ctx, self.env
         if ctx.start_s > 0:
             yield env.timeout(ctx.start_s - env.now)
-        self.rollouter.submit(warmup_prompts(ctx) + self.per_version)
+        self.rollouter.submit(self._warmup_prompts() + self.per_version)
         for k in range(ctx.scenario.iterations):
             t0, first = env.now, len(ctx.iterations)
             stage0 = dict(ctx.totals.stage_time_s)
@@ -273,7 +351,7 @@ class VerlColocateAsyncRun(VerlSeparateAsyncRun):
         rollouter.paused = True                 # until the engines are awake
         if ctx.start_s > 0:
             yield env.timeout(ctx.start_s - env.now)
-        rollouter.submit(warmup_prompts(ctx) + self.per_version)
+        rollouter.submit(self._warmup_prompts() + self.per_version)
         for k in range(ctx.scenario.iterations):
             t0, stage0 = env.now, dict(ctx.totals.stage_time_s)
             self._switch("rollout", k)          # wake: the weights and KV cache back in HBM
@@ -324,6 +402,23 @@ class VerlColocateAsyncRun(VerlSeparateAsyncRun):
         return out
 
 
+class VerlSyncRun(VerlColocateAsyncRun):
+    """sync: colocate_async's step without the warm-up, its buffer waiting for the whole batch (and,
+    under DAPO, for every request in flight), so nothing is aborted."""
+    BUFFER = SyncReplayBuffer
+
+    def _warmup_prompts(self) -> int:
+        return 0
+
+    def _report(self) -> dict:
+        out = super()._report()
+        buffer = self.buffer
+        out.update(trainer_mode="sync", filtered_groups=buffer.filtered, refilled_prompts=buffer.refilled,
+                   discarded_surplus_groups=buffer.surplus)
+        out.pop("evicted_stale_groups")
+        return out
+
+
 def warmup_prompts(ctx: Context) -> int:
     """num_warmup_batches x train_batch_size, in whole gen_batch_size fetches (_add_async_warmup_batches:
     the fractional part rounded down to whole chunks; rlsim's generation batch is the train batch)."""
@@ -367,6 +462,10 @@ def run_colocate(ctx: Context) -> float:
     return VerlColocateAsyncRun(ctx).run()
 
 
+def run_sync(ctx: Context) -> float:
+    return VerlSyncRun(ctx).run()
+
+
 SEPARATE = register(SchedulePolicy(
     VerlSeparateAsyncSchedule, run_separate, "verl 0.9 v1 separate_async: a rollout pool fed train_batch_size "
     "prompts a step, parameter_sync_step local updates per weight sync, in-flight requests aborted and resumed "
@@ -375,3 +474,7 @@ COLOCATE = register(SchedulePolicy(
     VerlColocateAsyncSchedule, run_colocate, "verl 0.9 v1 colocate_async: one pool generates until a batch of "
     "groups is finished, aborts the rest keeping their tokens, trains, and resumes them beside the next "
     "step's prompts", partial_rollout_segments=False))
+SYNC = register(SchedulePolicy(
+    VerlSyncSchedule, run_sync, "verl 0.9 v1 sync (its default mode): one pool generates the step's prompts to the "
+    "last, then trains; under DAPO filtered groups are refilled two for one while the rest generate, then the "
+    "requests in flight drain and the surplus is discarded", partial_rollout_segments=False))

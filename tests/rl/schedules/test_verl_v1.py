@@ -1,5 +1,6 @@
-"""verl 0.9's v1 trainer, async modes (kinds verl-colocate-async, verl-separate-async): closed forms
-on equal lengths, the replay buffer's rules, and invariants over random cases (hypothesis)."""
+"""verl 0.9's v1 trainer, async modes (kinds verl-colocate-async, verl-separate-async) and sync mode
+(verl-sync): closed forms on equal lengths, the replay buffer's rules, and invariants over random
+cases (hypothesis)."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -135,8 +136,89 @@ def test_keys_of_other_kinds_and_read_past_keys_are_refused():
     assert err.value.field == "schedule.max_off_policy_strategy"
 
 
+def test_sync_mode_is_the_colocated_step_seen_at_the_buffers_polls():
+    # no warm-up, nothing aborted: the hybrid engine's step; the batch, done at 0.5 s, is seen at the
+    # first poll at or after it (0.5 s at 0.25 s polls, 2 s at verl's 2 s)
+    costs = equal_costs()
+    sync = run(scenario("colocated"), costs, resp=const(500))[3]
+    fast = run(scenario("verl-sync", poll_interval_s=0.25), costs, resp=const(500))[3]
+    slow = run(scenario("verl-sync"), costs, resp=const(500))[3]
+    assert fast["step_time_s"] == pytest.approx(sync["step_time_s"], rel=1e-9)
+    assert slow["step_time_s"] - fast["step_time_s"] == pytest.approx(2.0 - 0.5, rel=1e-9)
+    verl = slow["verl"]
+    assert verl["trainer_mode"] == "sync" and verl["timing_s"]["gen"] == pytest.approx(2.0, rel=1e-9)
+    assert slow["staleness"] == {"max": 0, "mean": 0, "bound": 0} and verl["partial_ratio"] == 0
+
+
+def _refill_waves(keep: list[bool], batch: int, slots: int) -> list[int]:
+    """verl's sync DAPO rule on waves that all end together (equal lengths): the first wave is the
+    batch; each filtered group adds two prompts of credit, sent up to the free slots; no more once
+    ``batch`` groups are kept. The prompts of each wave, in submission order."""
+    waves, sent, kept, credit = [batch], batch, 0, 0
+    while True:
+        wave = keep[sent - waves[-1]:sent]
+        kept += sum(wave)
+        if kept >= batch:
+            return waves
+        credit += 2 * (len(wave) - sum(wave))
+        waves.append(min(credit, slots))
+        credit -= waves[-1]
+        sent += waves[-1]
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_sync_dapo_refills_two_prompts_per_filtered_group_within_the_in_flight_bound(slots):
+    # equal lengths, a batch-independent engine, polls that fall on each wave's end (0.5 s): each wave
+    # of refills is what the rule gives for the groups filtered before it, the step's generation
+    # lasts 0.5 s a wave, and the kept groups beyond the batch are discarded
+    costs = equal_costs()
+    sc = scenario("verl-sync", iterations=1, prompts=8, poll_interval_s=0.25, max_inflight_gen_batches=slots,
+                  workload={"dynamic_sampling": {"keep_fraction": 0.5}})
+    rec, tl, sm, s = run(sc, costs, resp=const(500))
+    groups = sm.groupby("group").agg(start=("start", "first"), reason=("drop_reason", "first")).sort_values(
+        ["start", "group"])
+    waves = _refill_waves(list(groups.reason != "no_signal"), 8, 8 * slots)
+    assert groups.groupby("start").size().tolist() == waves
+    assert s["verl"]["timing_s"]["gen"] == pytest.approx(0.5 * len(waves), rel=1e-9)
+    kept = int((groups.reason != "no_signal").sum())
+    assert s["verl"]["discarded_surplus_groups"] == kept - 8 == int((groups.reason == "surplus").sum())
+    assert s["verl"]["refilled_prompts"] == sum(waves[1:]) and len(waves) > 1
+    assert s["samples"]["consumed"] == 8 * 4
+
+
+def test_sync_dapo_drains_the_requests_in_flight_before_it_trains():
+    # a long tail: once the batch is full the buffer sends nothing more but waits for every request
+    # sent, so no trajectory is cut, none spans two versions, and nothing is in flight at a step's end
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.2, instance_max_seqs=8)
+    sc = scenario("verl-sync", iterations=4, max_inflight_gen_batches=2,
+                  workload={"dynamic_sampling": {"keep_fraction": 0.5}})
+    rec, tl, sm, s = run(sc, costs)
+    assert s["verl"]["partial_ratio"] == 0 and (sm.first_version == sm.version).all()
+    ends = [it["train_end"] for it in rec.iterations]
+    for k, group in sm.groupby("version"):
+        assert group.finish.max() <= ends[int(k)]
+    # at most max_inflight_gen_batches x the batch in flight at any time
+    spans = sm.groupby("group").agg(start=("start", "first"), end=("ready", "max"))
+    for t in spans.start:
+        assert ((spans.start <= t) & (spans.end > t)).sum() <= 2 * 8
+
+
+def test_sync_mode_refuses_the_async_modes_knobs_and_what_its_buffer_never_reads():
+    with pytest.raises(RlsimError) as err:
+        scenario("verl-sync", num_warmup_batches=2)
+    assert err.value.field == "schedule.num_warmup_batches"
+    with pytest.raises(RlsimError) as err:
+        scenario("verl-sync", max_inflight_gen_batches=2)     # no dynamic sampling: nothing to refill
+    assert err.value.field == "schedule.max_inflight_gen_batches"
+    with pytest.raises(RlsimError) as err:
+        scenario("verl-sync", workload={"dynamic_sampling": {"gen_prompts": 16}})
+    assert err.value.field == "workload.dynamic_sampling.gen_prompts"
+    with pytest.raises(RlsimError, match="overprovision is not read"):
+        scenario("verl-sync", overprovision=0.5)
+
+
 CASE = st.fixed_dictionaries({
-    "kind": st.sampled_from(["verl-colocate-async", "verl-separate-async"]),
+    "kind": st.sampled_from(["verl-colocate-async", "verl-separate-async", "verl-sync"]),
     "warmup": st.sampled_from([0, 1, 2]),
     "threshold": st.sampled_from([None, 1, 2, 8]),
     "strategy": st.sampled_from(["drop", "wait"]),
@@ -155,6 +237,8 @@ def test_every_sample_is_accounted_once_and_the_bound_holds(case):
         sched["max_off_policy_strategy"] = case["strategy"]
     if case["kind"] == "verl-separate-async":
         sched["parameter_sync_step"] = case["sync_steps"]
+    if case["kind"] == "verl-sync":   # its own knobs: no warm-up, no version control
+        sched = {"max_inflight_gen_batches": case["sync_steps"]} if case["keep"] else {}
     workload = {"dynamic_sampling": {"keep_fraction": case["keep"]}} if case["keep"] else None
     sc = scenario(case["kind"], iterations=4, seed=case["seed"], workload=workload, **sched)
     costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.2,
@@ -166,7 +250,9 @@ def test_every_sample_is_accounted_once_and_the_bound_holds(case):
     per_group = consumed.groupby(["round", "group"])["consumed_iteration"].agg(["nunique", "size"])
     assert (per_group["nunique"] == 1).all() and (per_group["size"] == 4).all()
     assert np.allclose(metrics.per_device_time(tl, 12), rec.makespan_s)
-    if case["threshold"] is not None and case["strategy"] == "drop":
+    if case["kind"] == "verl-sync":   # on-policy: each step trains what it submitted
+        assert (consumed.consumed_iteration == consumed.first_version).all() and s["staleness"]["bound"] == 0
+    elif case["threshold"] is not None and case["strategy"] == "drop":
         assert (consumed.consumed_iteration - consumed.first_version <= case["threshold"] - 1).all()
         assert s["staleness"]["max"] <= s["staleness"]["bound"]
     if case["keep"]:
