@@ -689,6 +689,9 @@ def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[s
     if not v.flag("algorithm.filter_groups.enable"):
         decided[cap_key] = ("ignored", "used only with algorithm.filter_groups.enable")
         return
+    v.result.notes.append("the share of groups with a reward signal is not in a verl config: rlsim's default "
+                          "workload.dynamic_sampling.keep_fraction 0.5 (set yours with --set "
+                          "workload.dynamic_sampling.keep_fraction=...)")
     if recipe in V1_RECIPES:
         w["dynamic_sampling"] = {}
         decided[cap_key] = ("ignored", "the v1 replay buffer ignores it (its warning): filtered groups are replaced "

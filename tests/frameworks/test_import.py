@@ -20,7 +20,8 @@ DATA = Path(__file__).resolve().parent / "data"
 FLAG = {"verl": "--from-verl", "nemo-rl": "--from-nemo-rl"}
 SHIPPED = [("verl", "verl-grpo-qwen2.5-7b"), ("verl", "verl-fully-async-qwen2.5-7b"),
            ("verl", "verl-one-step-off-qwen2.5-7b"), ("nemo-rl", "nemo-rl-grpo-llama3.1-8b"),
-           ("nemo-rl", "nemo-rl-grpo-llama3.1-8b-async-1off"), ("verl", "verl-v1-colocate-async-qwen2.5-7b")]
+           ("nemo-rl", "nemo-rl-grpo-llama3.1-8b-async-1off"), ("verl", "verl-v1-colocate-async-qwen2.5-7b"),
+           ("verl", "verl-v1-sync-dapo-qwen2.5-7b")]
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
