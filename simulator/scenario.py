@@ -484,6 +484,23 @@ class DistQueueParams(_Strict):
         return parse_bandwidth(v) if isinstance(v, str) else v
 
 
+class HybridRollout(_Strict):
+    """verl 0.9 separate_async's hybrid replicas lent to generation (trainer.v1.separate_async.
+    hybrid_rollout with enable_switch; HybridRolloutSwitchConfig, verl/trainer/config/config.py,
+    0.9.1): after a step the trainer's devices may serve rollout requests, the next step taking them
+    back once this share of train_batch_size groups is sampleable (at least one mini-batch). Defaults
+    are verl's."""
+    switch_threshold_ratio: float = Field(0.4, gt=0, le=1)
+    # Raise the ratio by step_up after release_steps steps in a row that waited for their samples
+    # (more than a poll), lower it by step_down (down to 1 / parameter_sync_step) after as many that did not.
+    adaptive_switch_threshold: bool = True
+    switch_threshold_step_up: float = Field(0.05, ge=0, le=1)
+    switch_threshold_step_down: float = Field(0.03, ge=0, le=1)
+    switch_threshold_release_steps: int = Field(2, ge=1)
+    # The switches' costs are averaged over the last this many of each direction.
+    switch_cost_window_size: int = Field(3, ge=1)
+
+
 class HostCopies(_Strict):
     """Copies between the devices and pageable host memory (schedule.host_copies; the switch's
     optimizer copies: schedule.switch.optimizer_pageable). `tensor.cpu()` / `.to("cpu")` without
@@ -601,7 +618,7 @@ AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurr
                          "recompute_logprob"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS, AUX_POOL_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS, VERL_V1_KNOBS, VERL_V1_SYNC_KNOBS,
-                                   {"parameter_sync_step", "placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
+                                   {"parameter_sync_step", "hybrid_rollout", "placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
                                     "between_gen_batches", "round_batches"})
 
 
@@ -723,6 +740,9 @@ class ScheduleConfig(_Strict):
     reference_swap_copies: int = Field(0, ge=0)
     # Which host copies go through pageable memory, and its rates (HostCopies; after the fields it checks).
     host_copies: HostCopies = Field(default_factory=HostCopies)
+    # verl-separate-async: lend the trainer's devices to generation between steps (verl 0.9
+    # trainer.v1.separate_async.hybrid_rollout.enable_switch, off by default); None: never lent.
+    hybrid_rollout: HybridRollout | None = None
     # The rule rewards are scored while the forward passes run (old log-prob, reference, critic) and
     # gathered before the update: verl's reward_model.launch_reward_fn_async ("custom reward function
     # executed async on CPU, during log_prob": verl 0.5 verl/trainer/ppo/ray_trainer.py fit() launches
@@ -1301,9 +1321,19 @@ def _verl_separate_async() -> type[ScheduleConfig]:
         """verl 0.9 trainer.v1.trainer_mode separate_async: a standalone rollout pool generates without
         pause but at a sync; the trainer runs parameter_sync_step local updates (a ppo mini-batch each)
         per weight sync, which aborts the in-flight requests and resumes them with the new weights."""
-        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_V1_KNOBS | {"parameter_sync_step"}
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_V1_KNOBS | {"parameter_sync_step", "hybrid_rollout",
+                                                                         "switch"}
         PLACEMENT: ClassVar[str] = "disaggregated"
         kind: Literal["verl-separate-async"] = "verl-separate-async"
+
+        def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
+            """The v1 kinds' rules, and the switch prices only the hybrid replicas' (hybrid_rollout)."""
+            out = super().read_past(workload)
+            if self.hybrid_rollout is None and set(self.switch.model_fields_set) - {"host_link_efficiency"}:
+                out.append(("schedule.switch", "on verl-separate-async the trainer's devices switch only when "
+                            "they are lent to generation (schedule.hybrid_rollout), which this run does not do",
+                            "remove schedule.switch, or give schedule.hybrid_rollout"))
+            return out
     return VerlSeparateAsyncSchedule
 
 
@@ -1969,7 +1999,8 @@ def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
     """switch.host_link_efficiency rates the copies over the host link (rl/llm_costs.py switch,
     engine_cycle, reference_swap_s): with none of them it is never read."""
     switch = sched.switch
-    colocated = sched.effective_placement == "colocated"   # only a colocated placement switches phases
+    # only a colocated placement switches phases, and split pools whose trainer lends its devices
+    colocated = sched.effective_placement == "colocated" or sched.hybrid_rollout is not None
     engine = _read_past_engine_switch(switch, colocated)
     if engine:
         return engine

@@ -64,6 +64,9 @@ SPLIT_RECIPES = ("one-step-off", "fully-async", "separate-async")        # a rol
 V1_RECIPES = ("colocate-async", "separate-async", "sync")                # verl 0.9's v1 trainer
 AGENT_LOOP_RECIPES = ("fully-async", *V1_RECIPES)                        # rollout.mode not read: async servers
 V1_MODES = {"colocate_async": "colocate-async", "separate_async": "separate-async"}   # trainer.v1.trainer_mode
+# trainer.v1.separate_async.hybrid_rollout (HybridRolloutSwitchConfig) -> schedule.hybrid_rollout, same names
+HYBRID_ROLLOUT_KEYS = ("switch_threshold_ratio", "adaptive_switch_threshold", "switch_threshold_step_up",
+                       "switch_threshold_step_down", "switch_threshold_release_steps", "switch_cost_window_size")
 # Keys only verl 0.9's configs have: a config that gives one is read as verl 0.9 runs it.
 V1_ONLY_KEYS = ("algorithm.filter_groups.max_inflight_gen_batches",)
 
@@ -485,9 +488,11 @@ RULES: dict[str, Rule] = {
     "trainer.v1.colocate_async.num_warmup_batches": mapped("schedule.num_warmup_batches"),
     "trainer.v1.separate_async.num_warmup_batches": mapped("schedule.num_warmup_batches"),
     "trainer.v1.separate_async.parameter_sync_step": mapped("schedule.parameter_sync_step"),
-    "trainer.v1.separate_async.hybrid_rollout.enable_switch": unsupported(
-        "lending the trainer's devices to generation while it waits (an adaptive switch) is not modelled",
-        neutral=False),
+    "trainer.v1.separate_async.hybrid_rollout.enable_switch": mapped(
+        "schedule.hybrid_rollout", "the trainer's devices lent to generation between steps (with the switch of "
+        "the hybrid engine: schedule.switch)"),
+    **{f"trainer.v1.separate_async.hybrid_rollout.{key}": mapped(f"schedule.hybrid_rollout.{key}")
+       for key in HYBRID_ROLLOUT_KEYS},
     "trainer.v1.separate_async.hybrid_rollout.*": ignored("used with hybrid_rollout.enable_switch"),
     "trainer.v1.sampler.max_off_policy_threshold": mapped("schedule.max_off_policy_threshold"),
     "trainer.v1.sampler.max_off_policy_strategy": mapped("schedule.max_off_policy_strategy"),
@@ -1324,15 +1329,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                               "sharded sync")
     else:
         decided.update({k: ("ignored", "colocated: one pool (trainer.*)") for k in ("rollout.nnodes", "rollout.n_gpus_per_node")})
-        # The hybrid engine's switch to rollout leaves the optimizer where the trainer keeps it: verl
-        # moves it to the host only under optimizer_offload, after each update (fsdp_workers.py /
-        # megatron_workers.py: offload_fsdp_optimizer / offload_megatron_optimizer under
-        # _is_offload_optimizer; cited from memory of its public code), which is the per-phase offload
-        # (train_params.offload.optimizer) mapped above. optimizer.zero_grad() frees the gradients
-        # (set_to_none) before the rollout.
-        s["switch"] = {"offload_optimizer": False, "free_gradients": True}
-        if not ((w.get("train_params") or {}).get("offload") or {}).get("fsdp_cpu_offload"):
-            v.result.notes.append(VERL_SWITCH_NOTE)   # under offload_policy no state stays on the devices
+        _hybrid_engine_switch(v, w, s, decided)
         # The hybrid engine loads the trainer's weights into the engine tensor by tensor too, each a
         # full tensor (FSDP: the sharding manager's load_weights of param.full_tensor() per name;
         # Megatron: its per-tensor generator gathers over TP / PP / EP; cited from memory of verl's
@@ -1343,21 +1340,6 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
             # state dict loaded into the engine, woken; put to sleep after: verl 0.5 fsdp_workers.py with
             # sharding_manager/fsdp_vllm.py, 0.6 rollout_mode / trainer_mode), one per generation batch
             s["between_gen_batches"] = "reshard"
-        if v.flag(f"{A}.rollout.free_cache_engine") and w.get("engine") == SGLANG_ENGINE:
-            # the hybrid engine (trainer and rollout in one process) starts SGLang without
-            # enable_weights_cpu_backup (verl 0.7 async_sglang_server.py: only RolloutMode.COLOCATED,
-            # a separate judge process, backs its weights up)
-            decided[f"{A}.rollout.free_cache_engine"] = (
-                "mapped", "sglang: SGLang releases and re-maps its memory (torch_memory_saver) without copying the "
-                "weights to the host (verl's hybrid engine sets no enable_weights_cpu_backup): rlsim's switch "
-                "re-allocating the KV pool (schedule.switch.kv_realloc_s), not vLLM's sleep mode")
-        elif v.flag(f"{A}.rollout.free_cache_engine"):
-            # verl 0.6+ with vLLM >= 0.8.5: sleep level 2 (the weights discarded, a refit overwrites them);
-            # level 1 with layered_summon (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)
-            s["switch"].update({"engine_sleep": True,
-                                "engine_sleep_level": 1 if v.flag(f"{A}.rollout.layered_summon") else 2})
-        else:   # false: the engine neither sleeps nor frees its cache; training runs beside its share of HBM
-            s["switch"]["engine_resident"] = True
     _fsdp_refit_dtype(v, s)
     _reward_overlap(v, recipe, w, s, decided)
     if recipe == "fully-async":
@@ -1378,10 +1360,39 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
     _bypass_mode(v, recipe, s, decided)
     _checkpoint_engine(v, recipe, decided)
-    _v1_schedule(v, recipe, s, decided)
+    _v1_schedule(v, recipe, w, s, decided)
     if "lora" in w and str(v(f"{A}.actor.strategy")) == "megatron" and _megatron_lora_sends_whole(v):
         s["lora_refit"] = "full"
     return s
+
+
+def _hybrid_engine_switch(v: Values, w: dict[str, Any], s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """The hybrid engine's switch between training and rollout on the trainer's devices (main_ppo's
+    colocated step, and separate_async's replicas lent to generation)."""
+    # The hybrid engine's switch to rollout leaves the optimizer where the trainer keeps it: verl
+    # moves it to the host only under optimizer_offload, after each update (fsdp_workers.py /
+    # megatron_workers.py: offload_fsdp_optimizer / offload_megatron_optimizer under
+    # _is_offload_optimizer; cited from memory of its public code), which is the per-phase offload
+    # (train_params.offload.optimizer) mapped above. optimizer.zero_grad() frees the gradients
+    # (set_to_none) before the rollout.
+    s["switch"] = {"offload_optimizer": False, "free_gradients": True}
+    if not ((w.get("train_params") or {}).get("offload") or {}).get("fsdp_cpu_offload"):
+        v.result.notes.append(VERL_SWITCH_NOTE)   # under offload_policy no state stays on the devices
+    if v.flag(f"{A}.rollout.free_cache_engine") and w.get("engine") == SGLANG_ENGINE:
+        # the hybrid engine (trainer and rollout in one process) starts SGLang without
+        # enable_weights_cpu_backup (verl 0.7 async_sglang_server.py: only RolloutMode.COLOCATED,
+        # a separate judge process, backs its weights up)
+        decided[f"{A}.rollout.free_cache_engine"] = (
+            "mapped", "sglang: SGLang releases and re-maps its memory (torch_memory_saver) without copying the "
+            "weights to the host (verl's hybrid engine sets no enable_weights_cpu_backup): rlsim's switch "
+            "re-allocating the KV pool (schedule.switch.kv_realloc_s), not vLLM's sleep mode")
+    elif v.flag(f"{A}.rollout.free_cache_engine"):
+        # verl 0.6+ with vLLM >= 0.8.5: sleep level 2 (the weights discarded, a refit overwrites them);
+        # level 1 with layered_summon (verl/third_party/vllm VLLM_SLEEP_LEVEL, vllm_rollout.py)
+        s["switch"].update({"engine_sleep": True,
+                            "engine_sleep_level": 1 if v.flag(f"{A}.rollout.layered_summon") else 2})
+    else:   # false: the engine neither sleeps nor frees its cache; training runs beside its share of HBM
+        s["switch"]["engine_resident"] = True
 
 
 def _checkpoint_engine(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> None:
@@ -1605,7 +1616,8 @@ def _v1_rollout_gpus(v: Values) -> int:
         positive_int(v.flat.get(f"{pool}.n_gpus_per_node", 8), f"{pool}.n_gpus_per_node", src)
 
 
-def _v1_schedule(v: Values, recipe: str, s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+def _v1_schedule(v: Values, recipe: str, w: dict[str, Any], s: dict[str, Any],
+                 decided: dict[str, tuple[Status, str]]) -> None:
     """verl 0.9's v1 trainer keys: the async modes' warm-up, local updates and replay buffer; the keys
     of a mode not run, and the buffer's in the sync mode (a no-op there: replay_buffer.py), ignored."""
     mode = {"colocate-async": "colocate_async", "separate-async": "separate_async"}.get(recipe)
@@ -1631,6 +1643,7 @@ def _v1_schedule(v: Values, recipe: str, s: dict[str, Any], decided: dict[str, t
     knobs = [(f"trainer.v1.{mode}.num_warmup_batches", "num_warmup_batches")]
     if mode == "separate_async":
         knobs.append(("trainer.v1.separate_async.parameter_sync_step", "parameter_sync_step"))
+        _hybrid_rollout(v, w, s, decided)
     knobs += [(f"trainer.v1.sampler.{key}", key) for key in sampler]
     for key, knob in knobs:
         if v.given(key):
@@ -1642,6 +1655,25 @@ def _v1_schedule(v: Values, recipe: str, s: dict[str, Any], decided: dict[str, t
         if v.given("trainer.v1.sampler.max_off_policy_strategy"):
             decided["trainer.v1.sampler.max_off_policy_strategy"] = ("ignored", "max_off_policy_threshold null: "
                                                                       "no version control")
+
+
+def _hybrid_rollout(v: Values, w: dict[str, Any], s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """separate_async's hybrid replicas lent to generation (hybrid_rollout.enable_switch): verl ignores
+    it without the hybrid engine's replicas (hybrid_engine false: it warns)."""
+    section = "trainer.v1.separate_async.hybrid_rollout"
+    given = [key for key in HYBRID_ROLLOUT_KEYS if v.given(f"{section}.{key}")]
+    why = None
+    if not v.flag(f"{section}.enable_switch"):
+        why = "used only with hybrid_rollout.enable_switch"
+    elif v.given(f"{A}.hybrid_engine") and not v.flag(f"{A}.hybrid_engine"):
+        why = "hybrid_engine false: no replicas on the trainer's devices to lend (verl ignores enable_switch)"
+        decided[f"{section}.enable_switch"] = ("ignored", why)
+    if why is not None:
+        decided.update({f"{section}.{key}": ("ignored", why) for key in given})
+        return
+    s["hybrid_rollout"] = {key: v(f"{section}.{key}") for key in given}
+    decided.pop(f"{A}.rollout.free_cache_engine", None)   # the lent replicas do sleep between their spans
+    _hybrid_engine_switch(v, w, s, decided)
 
 
 def _rollout_gpus(v: Values) -> int:

@@ -1352,6 +1352,26 @@ def test_verl_09_sync_mode_runs_its_replay_buffer_and_a_legacy_config_the_legacy
     assert new.scenario["schedule"]["kind"] == "verl-sync"
 
 
+def test_verl_09_separate_async_lends_the_trainers_devices_with_enable_switch():
+    """trainer.v1.separate_async.hybrid_rollout.enable_switch: schedule.hybrid_rollout with the keys given and
+    the hybrid engine's switch (its replicas sleep between lent spans); off, or without the hybrid engine's
+    replicas (hybrid_engine false, which verl warns it ignores), its keys are listed as ignored."""
+    cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
+    mode = [*QUICKSTART, *V1_ASYNC, "trainer.v1.trainer_mode=separate_async"]
+    section = "trainer.v1.separate_async.hybrid_rollout"
+    lent = import_config("verl", cfg, [*mode, f"{section}.enable_switch=true", f"{section}.switch_threshold_ratio=0.6"])
+    s = lent.scenario["schedule"]
+    assert s["hybrid_rollout"]["switch_threshold_ratio"] == 0.6 and s["switch"]["engine_sleep"] is True
+    assert f"{section}.enable_switch" in lent.mapped and "actor_rollout_ref.rollout.free_cache_engine" in lent.mapped
+    assert load_scenario(lent.scenario).schedule.hybrid_rollout.switch_threshold_ratio == 0.6
+    off = import_config("verl", cfg, [*mode, f"{section}.switch_threshold_ratio=0.6"])
+    assert "hybrid_rollout" not in off.scenario["schedule"] and "switch" not in off.scenario["schedule"]
+    assert "enable_switch" in off.ignored[f"{section}.switch_threshold_ratio"]
+    bare = import_config("verl", cfg, [*mode, f"{section}.enable_switch=true", "actor_rollout_ref.hybrid_engine=false"])
+    assert "hybrid_rollout" not in bare.scenario["schedule"] and "hybrid_engine false" in bare.ignored[
+        f"{section}.enable_switch"]
+
+
 @pytest.mark.parametrize(("over", "field"), [
     (["actor_rollout_ref.rollout.checkpoint_engine.backend=naive"], "actor_rollout_ref.rollout.checkpoint_engine.backend"),
     (["trainer.v1.separate_async.parameter_sync_step=3"], "trainer.v1.separate_async.parameter_sync_step"),

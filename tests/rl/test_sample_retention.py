@@ -57,7 +57,7 @@ CASES = [("colocated", {}, False), ("stalesync", {}, False), ("disaggregated", {
          ("verl-fully-async", {"staleness_threshold": 0.5, "partial_rollout": True}, False),
          ("areal", {}, False), ("nemo-rl-async", {}, False), ("verl-colocate-async", {}, False),
          ("verl-separate-async", {"parameter_sync_step": 2}, False),
-         ("verl-sync", {}, False),
+         ("verl-separate-async", {"parameter_sync_step": 2, "hybrid_rollout": {}}, False), ("verl-sync", {}, False),
          ("colocated", {}, True), ("stalesync", {}, True), ("disaggregated", {}, True)]
 
 

@@ -51,6 +51,8 @@ class PromptGroup:
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, int))        # sample-store ids once complete
     running: int = 0                                                         # trajectories submitted, not done
     ready_s: float = 0.0                                                     # complete and rewarded
+    # rows cut from a server taken away while the others run on: the ones to send again (None: every open row)
+    pending_rows: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.seqs)
@@ -94,6 +96,7 @@ class Rollouter:
         self.clocks = [GroupClock(self.ctx.timeline, self.POOL, ranks[i * d], d) for i in range(n_servers)]
         self._own_clocks()
         self.inflight: list[dict[int, PromptGroup]] = [{} for _ in range(n_servers)]
+        self.pool_servers = n_servers                  # the first ones, on the pool (a subclass may add others)
         self.cap = sched.max_inflight_prompts_per_server
         self.source = PromptSource(self.ctx)
         self.queue: deque[PromptGroup] = deque()       # complete samples, in completion order
@@ -314,10 +317,11 @@ class VerlFullyAsyncRun:
         makespan = env.now
         self.rollouter.done = True
         rollout = ctx.pools["rollout"]
-        used = len(self.rollouter.servers) * ctx.costs.instance_devices
+        pool_servers = self.rollouter.servers[:self.rollouter.pool_servers]
+        used = len(pool_servers) * ctx.costs.instance_devices
         if used < rollout.count:
             GroupClock(ctx.timeline, "rollout", rollout.start + used, rollout.count - used).idle("placement", makespan)
-        busy = sum(server.busy_s for server in self.rollouter.servers) / max(1, len(self.rollouter.servers))
+        busy = sum(server.busy_s for server in pool_servers) / max(1, len(pool_servers))
         ctx.add_stage_time("generate", busy)
         self._report_into(ctx)
         return makespan
@@ -378,8 +382,9 @@ class VerlFullyAsyncRun:
         clock.busy("sync", t_end, k, label="weight_sync", cause="weight_sync")
         # a server idle before the sync waited for the others' tail while any still generated, and
         # then, none generating, on the trainer (the quota spent: the Rollouter pauses until the sync)
-        generating_until = max((c.cursor for c in rollouter.clocks), default=env.now)
-        for server_clock in rollouter.clocks:
+        clocks = rollouter.clocks[:rollouter.pool_servers]
+        generating_until = max((c.cursor for c in clocks), default=env.now)
+        for server_clock in clocks:
             if server_clock.cursor <= env.now:
                 server_clock.idle("long_tail", min(generating_until, env.now), k)
                 server_clock.idle("dependency", env.now, k, label=self.IDLE_BEFORE_SYNC)

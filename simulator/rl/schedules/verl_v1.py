@@ -32,13 +32,16 @@ agent_loop_tq.py; verl/workers/rollout/router.py, llm_server.py; verl/checkpoint
 - separate_async keeps Decoupled PPO's pi_old in host memory (old log-probs recomputed): one copy of
   the training weight shard out at the first local update of a step, three (save, restore pi_old,
   restore) at each later one, over the host link.
-- Not modelled: separate_async's hybrid replicas on the trainer's devices (asleep after the first
-  step unless hybrid_rollout.enable_switch, an adaptive policy not modelled).
+- separate_async's hybrid replicas on the trainer's devices, lent to generation between steps
+  (hybrid_rollout.enable_switch): verl_hybrid.py. Without it they are taken back at the first step's
+  start, a moment after the warm-up reached them (their requests re-routed to the rollout pool with
+  next to nothing generated: not modelled).
 """
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -73,25 +76,27 @@ class FeedRollouter(ArealRollouter):
 
     def _admit(self, now: float) -> None:
         if self.cancelled or self.capacity() > 0:   # the servers' loads, read only when something goes out
-            self._loads = np.array([server.load for server in self.servers], float)
+            self._loads = self._current_loads()
             super()._admit(now)
 
+    def _current_loads(self) -> np.ndarray:
+        """Requests in flight per server, as the load balancer counts them."""
+        return np.array([server.load for server in self.servers], float)
+
     def _place(self, group: PromptGroup, batches: dict[int, list[tuple[PromptGroup, np.ndarray]]]) -> None:
-        """Each new request to the server with the fewest requests in flight; a resumed one where it ran."""
-        where = self.request_server.get(group.index)
-        if where is None:
-            where = np.empty(len(group.seqs), int)
-            for row in range(len(where)):
-                where[row] = int(np.argmin(self._loads))
-                self._loads[where[row]] += 1
-            self.request_server[group.index] = where
-        else:
-            np.add.at(self._loads, where[group.open], 1)
-        open_ = group.open
-        group.running = len(open_)
+        """Each new request to the server with the fewest requests in flight; a resumed one where it
+        ran, unless that server was taken away (-1: routed afresh)."""
+        where = self.request_server.setdefault(group.index, np.full(len(group.seqs), -1))
+        rows = group.open if group.pending_rows is None else group.pending_rows
+        np.add.at(self._loads, where[rows[where[rows] >= 0]], 1)
+        for row in rows[where[rows] < 0]:
+            where[row] = int(np.argmin(self._loads))
+            self._loads[where[row]] += 1
+        group.running = len(rows) if group.pending_rows is None else group.running + len(rows)
+        group.pending_rows = None
         group.versions.add(self.version)
-        for target in np.unique(where[open_]):
-            batches.setdefault(int(target), []).append((group, open_[where[open_] == target]))
+        for target in np.unique(where[rows]):
+            batches.setdefault(int(target), []).append((group, rows[where[rows] == target]))
 
     def _group_done(self, accepted: bool) -> None:
         super()._group_done(accepted)
@@ -120,20 +125,26 @@ class ColocatedFeedRollouter(FeedRollouter):
             if used < pool.count else None
 
     def hand_over(self, now: float, k: int) -> None:
-        """Generation stopped at ``now``: each server's record up to it (a server out of requests
-        before then waited on the others' tail)."""
-        for i, clock in enumerate(self.clocks):
-            if self._busy[i]:
-                clock.busy("generate", now, k, label=f"version {self.version}")
-                self._busy[i] = False
-            if clock.cursor < now:
-                clock.idle("long_tail", now, k)
-        if self.spare is not None and self.spare.cursor < now:
-            self.spare.idle("placement", now, k)
+        hand_over(self, range(len(self.servers)), now, k)
 
     def take_back(self, now: float) -> None:
         for clock in self.clocks + ([self.spare] if self.spare is not None else []):
             clock.cursor = now
+
+
+def hand_over(rollouter: FeedRollouter, servers: Iterable[int], now: float, k: int) -> None:
+    """Generation on ``servers`` (devices shared with the trainer) stopped at ``now``: each one's record
+    up to it (a server out of requests before then waited on the others' tail); devices too few to
+    form a server wait it out (``placement``)."""
+    for i in servers:
+        clock = rollouter.clocks[i]
+        if rollouter._busy[i]:
+            clock.busy("generate", now, k, label=f"version {rollouter.version}")
+            rollouter._busy[i] = False
+        if clock.cursor < now:
+            clock.idle("long_tail", now, k)
+    if rollouter.spare is not None and rollouter.spare.cursor < now:
+        rollouter.spare.idle("placement", now, k)
 
 
 class ReplayBuffer:
@@ -148,8 +159,14 @@ class ReplayBuffer:
 
     def sample(self, k: int, count: int):
         """The ``count`` oldest sampleable groups at the first poll that finds enough (a simpy process
-        body). Between two completions nothing changes, so it sleeps until the next completion or
-        score and then to the poll at or after it."""
+        body)."""
+        ready = yield from self.wait_for_sampleable(k, count)
+        return self._take(ready, count)
+
+    def wait_for_sampleable(self, k: int, count: int):
+        """Poll until ``count`` groups are sampleable (evicting and refilling meanwhile); the
+        sampleable groups. Between two completions nothing changes, so it sleeps until the next
+        completion or score and then to the poll at or after it."""
         rollouter, env = self.rollouter, self.env
         t0 = env.now
         while True:
@@ -157,9 +174,16 @@ class ReplayBuffer:
             self._evict(k)
             ready = [g for g in rollouter.queue if g.ready_s <= env.now + TIME_TOL_S]
             if len(ready) >= count and not self._held(k):
-                break
+                return ready
             yield from self._wait(t0)
-        return self._take(ready, count)
+
+    def sampleable_count(self, k: int) -> int:
+        """Finished groups step ``k`` may take (get_sampleable_count: those past the threshold under
+        drop are not)."""
+        self.rollouter._step(self.env.now)
+        now = self.env.now + TIME_TOL_S
+        return sum(1 for g in self.rollouter.queue if g.ready_s <= now
+                   and not (self.strategy == "drop" and k - g.first_version + 1 > self.threshold))
 
     def _wait(self, t0: float):
         """Sleep until the next completion or score, then to the poll at or after it (polls every
@@ -293,22 +317,46 @@ class VerlSeparateAsyncRun(VerlFullyAsyncRun):
         for k in range(ctx.scenario.iterations):
             t0, first = env.now, len(ctx.iterations)
             stage0 = dict(ctx.totals.stage_time_s)
-            if k:
-                self.rollouter.submit(self.per_version)   # prepare_step
+            yield from self._prepare_step(k)
             gen_s = 0.0
             for local in range(self.sched.parameter_sync_step):
                 t_wait = env.now
-                groups = yield from self.buffer.sample(k, self.per_update)
-                self.trainer_clock.idle("dependency", env.now, k, label="gen")
+                groups = yield from self._sample(k)
                 gen_s += env.now - t_wait
                 yield from self._policy_copies(k, local)
                 yield from ctx.trainer.run(k, np.concatenate([g.ids for g in groups]), self.trainer_clock,
                                            mini_batches=1, skip=self.skip)
             t_sync = env.now
-            yield from self._sync(k)
+            yield from self._end_step(k)
             self._merge_iterations(first, env.now)
             self.versions.append(_version_record(ctx, k, env.now - t0, gen_s, env.now - t_sync, stage0))
         self.finished.succeed()
+
+    def _prepare_step(self, k: int):
+        """prepare_step: the step's prompts (the first step's went out with the warm-up)."""
+        if k:
+            self.rollouter.submit(self.per_version)
+        yield from ()
+
+    def _sample(self, k: int):
+        """One local update's groups; the trainer's wait for them is verl's ``gen``."""
+        groups = yield from self.buffer.sample(k, self.per_update)
+        self.trainer_clock.idle("dependency", self.env.now, k, label="gen")
+        return groups
+
+    def _end_step(self, k: int):
+        yield from self._sync(k)
+
+    def _switch(self, to_phase: str, k: int) -> float:
+        """The trainer's devices switched to ``to_phase`` (the engines asleep or awake), from its
+        clock's cursor; the seconds it takes."""
+        ctx, clock = self.ctx, self.trainer_clock
+        cost = ctx.costs.switch(to_phase, clock.ranks)
+        clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
+        ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
+        ctx.add_switch_parts(to_phase, cost.parts_s)
+        ctx.add_stage_time(f"switch_to_{to_phase}", cost.time_s)
+        return cost.time_s
 
     def _policy_copies(self, k: int, local: int):
         """Decoupled PPO's pi_old around the old log-prob pass (DetachActorWorker, _compute_old_log_prob
@@ -377,14 +425,6 @@ class VerlColocateAsyncRun(VerlSeparateAsyncRun):
             ctx.iterations[-1]["end"] = env.now
             self.versions.append(_version_record(ctx, k, env.now - t0, gen_s, env.now - t_sync, stage0))
         self.finished.succeed()
-
-    def _switch(self, to_phase: str, k: int) -> None:
-        ctx, clock = self.ctx, self.trainer_clock
-        cost = ctx.costs.switch(to_phase, clock.ranks)
-        clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
-        ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
-        ctx.add_switch_parts(to_phase, cost.parts_s)
-        ctx.add_stage_time(f"switch_to_{to_phase}", cost.time_s)
 
     def run(self) -> float:
         ctx, env = self.ctx, self.env
@@ -455,6 +495,9 @@ def _version_record(ctx: Context, k: int, step_s: float, gen_s: float, sync_s: f
 
 
 def run_separate(ctx: Context) -> float:
+    if ctx.sched.hybrid_rollout is not None:     # the trainer's devices lent to generation between steps
+        from .verl_hybrid import VerlSeparateHybridRun
+        return VerlSeparateHybridRun(ctx).run()
     return VerlSeparateAsyncRun(ctx).run()
 
 

@@ -217,6 +217,78 @@ def test_sync_mode_refuses_the_async_modes_knobs_and_what_its_buffer_never_reads
         scenario("verl-sync", overprovision=0.5)
 
 
+def test_hybrid_replicas_generate_until_the_threshold_then_their_requests_move_to_the_rollout_pool():
+    # 4 rollout + 4 trainer devices, 2 devices a server, 8 slots each, equal lengths (0.5 s a wave):
+    # the warm-up and first batch (64 requests) spread over the 4 servers; the 8 groups of the first
+    # wave finish at 0.5 s, past the threshold (4 groups: a local update's, above 0.4 x 8), so the
+    # replicas go back to the trainer then, their second wave moved to the rollout pool's servers
+    costs = equal_costs(instance_max_seqs=8, train_device_s_per_token=1e-4, forward_device_s_per_token=3e-5)
+    sc = scenario("verl-separate-async", iterations=3, parameter_sync_step=2, poll_interval_s=0.25,
+                  hybrid_rollout={}, rollout_devices=4)
+    rec, tl, sm, s = run(sc, costs, resp=const(500))
+    first = s["verl"]["per_version"][0]
+    assert first["lent"] == 1 and first["switch_wait_s"] == pytest.approx(0.5, rel=1e-9)
+    assert first["to_trainer_s"] == pytest.approx(0.2, rel=1e-9)
+    lent = tl[(tl.pool == "train") & (tl.state == "generate")]
+    assert len(lent) and lent.start.min() == 0 and lent.end.max() == pytest.approx(0.5, rel=1e-9)
+    # each of step 0's later groups generated on the rollout pool only: nothing a hybrid replica cut
+    # is lost, and the devices' time tiles the run
+    assert s["samples"]["consumed"] == 3 * 8 * 4 and sm["sample"].is_unique
+    assert np.allclose(metrics.per_device_time(tl, 8), rec.makespan_s)
+    plain = run(scenario("verl-separate-async", iterations=3, parameter_sync_step=2, poll_interval_s=0.25,
+                         rollout_devices=4), costs, resp=const(500))[3]
+    assert plain["verl"]["per_version"][0]["gen_s"] > first["switch_wait_s"] + first["gen_s"]
+
+
+def _adapted(ratios: list[float], waits: list[float], poll: float, up: float, down: float, release: int,
+             floor: float) -> list[float]:
+    """verl's _adapt_switch_threshold over the steps' waits: the ratio each next step starts with."""
+    idle = calm = 0
+    out, ratio = [], ratios[0]
+    for wait in waits:
+        if wait > poll:
+            calm, idle = 0, min(idle + 1, release)
+            ratio = min(1.0, ratio + up) if idle >= release else ratio
+        else:
+            idle, calm = 0, min(calm + 1, release)
+            ratio = max(floor, ratio - down) if calm >= release else ratio
+        out.append(ratio)
+    return out
+
+
+@pytest.mark.parametrize("ratio", [0.5, 1.0])
+def test_hybrid_lending_follows_verls_rule_step_by_step(ratio):
+    # a generation-bound long tail: each step's threshold ratio is the adaptive rule's over the waits
+    # before it, and the replicas are lent for the next step exactly when verl's test says so
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.2, instance_max_seqs=8,
+                      decode_s_per_token=2e-3, train_device_s_per_token=1e-4, forward_device_s_per_token=3e-5)
+    hybrid = {"switch_threshold_ratio": ratio, "switch_threshold_release_steps": 1}
+    sc = scenario("verl-separate-async", iterations=8, parameter_sync_step=2, hybrid_rollout=hybrid)
+    rec, tl, sm, s = run(sc, costs, devices=12)
+    steps = s["verl"]["per_version"]
+    ratios = [step["threshold_ratio"] for step in steps]
+    assert ratios[1:] == pytest.approx(_adapted(ratios, [st_["wait_s"] for st_ in steps], 2.0, 0.05, 0.03, 1,
+                                                0.5)[:-1])
+    for k, step in enumerate(steps):
+        rule = (k + 1 < 8 and step["remaining"] > 0
+                and (step["benefit_s"] is None or step["switch_cost_s"] is None
+                     or step["benefit_s"] > step["switch_cost_s"]))
+        assert step["lend_next"] == rule
+        if k + 1 < 8:
+            assert steps[k + 1]["lent"] == step["lend_next"]
+    assert steps[0]["lent"] == 1 and any(step["lend_next"] for step in steps)
+    assert np.allclose(metrics.per_device_time(tl, 12), rec.makespan_s)
+
+
+def test_hybrid_rollout_is_separate_asyncs_and_its_switch_only_with_it():
+    with pytest.raises(RlsimError) as err:
+        scenario("verl-colocate-async", hybrid_rollout={})
+    assert err.value.field == "schedule.hybrid_rollout"
+    with pytest.raises(RlsimError) as err:
+        scenario("verl-separate-async", parameter_sync_step=2, switch={"offload_optimizer": False})
+    assert err.value.field == "schedule.switch"
+
+
 CASE = st.fixed_dictionaries({
     "kind": st.sampled_from(["verl-colocate-async", "verl-separate-async", "verl-sync"]),
     "warmup": st.sampled_from([0, 1, 2]),
@@ -225,6 +297,7 @@ CASE = st.fixed_dictionaries({
     "sync_steps": st.sampled_from([1, 2, 4]),
     "keep": st.sampled_from([None, 0.5]),
     "slots": st.sampled_from([2, 8, 64]),
+    "hybrid": st.booleans(),
     "seed": st.integers(0, 1000),
 })
 
@@ -237,6 +310,8 @@ def test_every_sample_is_accounted_once_and_the_bound_holds(case):
         sched["max_off_policy_strategy"] = case["strategy"]
     if case["kind"] == "verl-separate-async":
         sched["parameter_sync_step"] = case["sync_steps"]
+        if case["hybrid"]:
+            sched["hybrid_rollout"] = {"switch_threshold_release_steps": 1}
     if case["kind"] == "verl-sync":   # its own knobs: no warm-up, no version control
         sched = {"max_inflight_gen_batches": case["sync_steps"]} if case["keep"] else {}
     workload = {"dynamic_sampling": {"keep_fraction": case["keep"]}} if case["keep"] else None
