@@ -460,9 +460,10 @@ class VerlSyncRun(VerlColocateAsyncRun):
 
 
 def warmup_prompts(ctx: Context) -> int:
-    """num_warmup_batches x train_batch_size, in whole gen_batch_size fetches (_add_async_warmup_batches:
-    the fractional part rounded down to whole chunks; rlsim's generation batch is the train batch)."""
-    return math.floor(ctx.sched.num_warmup_batches) * ctx.workload.prompts_per_step
+    """num_warmup_batches x train_batch_size prompts, rounded down to whole gen_batch_size fetches
+    (_add_async_warmup_batches), which the async modes make one prompt (_init_dataloader: exact refills
+    need single-prompt fetches): 1.5 x 64 is 96."""
+    return math.floor(ctx.sched.num_warmup_batches * ctx.workload.prompts_per_step + 1e-9)
 
 
 def local_update_prompts(ctx: Context) -> int:

@@ -72,6 +72,15 @@ def test_a_warmup_batch_runs_ahead_and_the_oldest_groups_train_first():
     assert s["verl"]["timing_s"]["gen"] == pytest.approx(0.25, rel=1e-9)
 
 
+def test_a_fractional_warmup_submits_that_share_of_a_batch():
+    # verl fetches prompts one at a time in the async modes: 1.5 batches of 8 is 12 prompts ahead; on
+    # equal lengths every prompt sent before the first step is done when it samples (0.5 s)
+    costs = equal_costs()
+    for warmup, ahead in ((0, 0), (1, 8), (1.5, 12), (2.25, 18)):
+        sm = run(scenario(iterations=1, num_warmup_batches=warmup, poll_interval_s=0.25), costs, resp=const(500))[2]
+        assert sm.groupby(["round", "group"]).ngroups == 8 + ahead
+
+
 def test_aborted_requests_resume_with_their_tokens_on_the_same_server():
     # a long tail: requests cut at an update carry on after it (they span two versions or more)
     costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.2, instance_max_seqs=8)
