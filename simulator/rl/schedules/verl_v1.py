@@ -395,33 +395,36 @@ class VerlColocateAsyncRun(VerlSeparateAsyncRun):
         return self.ctx.costs.weight_sync_s(ranks, ranks)
 
     def _trainer(self):
+        """verl's step: gen (sample, then on_sample_end: abort keeping the tokens, sleep), the forwards
+        and update, update_weights (on_step_end: wake, reshard, resume). The engines are awake at the
+        start (on_init_end's update_weights)."""
         ctx, env, actor, rollouter = self.ctx, self.env, self.trainer_clock, self.rollouter
-        rollouter.paused = True                 # until the engines are awake
+        rollouter.paused = True
         if ctx.start_s > 0:
             yield env.timeout(ctx.start_s - env.now)
+        rollouter.take_back(env.now)
+        rollouter.end_sync(0, env.now)
         rollouter.submit(self._warmup_prompts() + self.per_version)
         for k in range(ctx.scenario.iterations):
             t0, stage0 = env.now, dict(ctx.totals.stage_time_s)
-            self._switch("rollout", k)          # wake: the weights and KV cache back in HBM
-            yield env.timeout(max(0.0, actor.cursor - env.now))
-            rollouter.take_back(env.now)
-            rollouter.end_sync(k, env.now)       # the aborted requests resume, then the new prompts
             if k:
-                rollouter.submit(self.per_version)
-            t_gen = env.now
+                rollouter.submit(self.per_version)   # prepare_step
             groups = yield from self.buffer.sample(k, self.per_update)
             yield rollouter.begin_sync(True, env.now)   # abort all, keeping the tokens
             rollouter.hand_over(env.now, k)
             actor.cursor = env.now
-            gen_s = env.now - t_gen
-            ctx.add_stage_time("generate", gen_s)
+            ctx.add_stage_time("generate", env.now - t0)
             self._switch("train", k)            # sleep: KV cache and weights freed
             yield env.timeout(max(0.0, actor.cursor - env.now))
+            gen_s = env.now - t0
             yield from ctx.trainer.run(k, np.concatenate([g.ids for g in groups]), actor, skip=self.skip)
             t_sync = env.now
-            actor.busy("sync", env.now + self.sync_s, k, label="reshard", cause="weight_sync")
+            self._switch("rollout", k)          # wake: the KV cache back in HBM
+            actor.busy("sync", actor.cursor + self.sync_s, k, label="reshard", cause="weight_sync")
             ctx.add_stage_time("weight_sync", self.sync_s)
-            yield env.timeout(self.sync_s)
+            yield env.timeout(max(0.0, actor.cursor - env.now))
+            rollouter.take_back(env.now)
+            rollouter.end_sync(k + 1, env.now)   # the aborted requests resume first
             ctx.iterations[-1]["end"] = env.now
             self.versions.append(_version_record(ctx, k, env.now - t0, gen_s, env.now - t_sync, stage0))
         self.finished.succeed()
