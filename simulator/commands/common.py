@@ -174,12 +174,14 @@ def add_framework_import(parser: argparse.ArgumentParser) -> None:
                             "--flags) and flag=value overrides (actor.num_nodes=2 for --actor.num_nodes 2), turned "
                             "into a scenario")
     group.add_argument("--from-trl", nargs="+", metavar="ARG",
-                       help="CONFIG.yaml [KEY=VALUE ...]: a TRL GRPO config (the YAML `trl grpo --config` reads, with "
+                       help="CONFIG.yaml [KEY=VALUE ...]: a TRL GRPO or RLOO config (the YAML `trl grpo --config` / "
+                            "`trl rloo --config` reads, with "
                             "accelerate_config / num_processes; vllm_serve.* for the server of vllm_mode server) and "
                             "key=value overrides, turned into a scenario")
     parser.add_argument("--framework-schedule", choices=("colocated", "one-step-off", "fully-async", "colocate-async",
-                                                         "separate-async", "sync"),
-                        help="which verl recipe the YAML is for (default: inferred from its keys)")
+                                                         "separate-async", "sync", "grpo", "rloo"),
+                        help="which verl recipe (colocated ... sync) or TRL trainer (grpo, rloo) the YAML is for "
+                             "(default: inferred from its keys)")
     parser.add_argument("--print-scenario", action="store_true",
                         help="with --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl: print the scenario as YAML (re-loadable by "
                              "`rlsim run FILE`) and exit")

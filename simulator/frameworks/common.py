@@ -725,7 +725,8 @@ def begin_import(framework: str, path: str | Path, overrides: Iterable[str], *, 
     framework's table and defaults know is an error (Hydra's override parser refuses it: "To append
     to your config use +key=value"); the result to fill and the reader of its values."""
     if schedule:
-        raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule", fix=schedule_fix)
+        raise RlsimError("--framework-schedule is for verl configs (its recipe) and TRL's (its trainer)",
+                         field="--framework-schedule", fix=schedule_fix)
     flat = read_config(path, overrides, what=what, known=lambda key: key in defaults or in_table(key, rules))
     result = FrameworkImport(framework, str(path), {}, rules=rules, overridden=overridden_keys(overrides))
     return flat, result, Values(flat, defaults, result, defaults_source)

@@ -1,6 +1,7 @@
-"""TRL GRPO configs -> rlsim scenarios: `rlsim run --from-trl CONFIG.yaml [key=value ...]`.
+"""TRL GRPO and RLOO configs -> rlsim scenarios: `rlsim run --from-trl CONFIG.yaml [key=value ...]`.
 
-CONFIG is the YAML `trl grpo --config` reads (GRPOConfig, ModelConfig and the script's fields, flat;
+CONFIG is the YAML `trl grpo --config` (or `trl rloo --config`: ``--framework-schedule rloo``, or
+inferred from a key only RLOOConfig has) reads (GRPOConfig, ModelConfig and the script's fields, flat;
 the keys that are no field go to `accelerate launch`: ``accelerate_config``, ``num_processes``); a
 ``key=value`` after it sets a key as TRL's ``--key value`` does. The server of ``vllm_mode: server``
 is another command (`trl vllm-serve`): its arguments are ``vllm_serve.<name>=value``. Key names and
@@ -24,6 +25,10 @@ generation/vllm_generation.py, generation/vllm_client.py, scripts/vllm_serve.py,
   between generations with vllm_enable_sleep_mode, else resident -> ``colocated``;
   ``vllm_mode: server``: `vllm serve` on GPUs of its own (tensor x data parallel), the trainer waiting
   for each batch -> ``disaggregated``.
+
+RLOOTrainer (trainer/rloo_trainer.py, 1.16.0) runs the same loop, but always computes the old
+log-probs (no vllm_importance_sampling_correction) and defaults beta to 0.05 (the reference forward
+on) and num_generations to 2; its leave-one-out baseline is reward arithmetic (GRPO's stage graph).
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ from .common import (
     size_topology,
 )
 from .trl_accelerate import accelerate_keys
-from .trl_rules import DEFAULTS, DEFAULTS_SOURCE, RULES
+from .trl_rules import DEFAULTS, DEFAULTS_SOURCE, GRPO_ONLY_KEYS, RLOO_DEFAULTS, RLOO_ONLY_KEYS, RULES
 
 # The offline engine TRL's colocated mode starts (LLM class) and the server `trl vllm-serve` runs; TRL
 # 1.16 wants vllm 0.22 - 0.31, whose defaults rlsim has not read: vLLM 0.11's stand for them.
@@ -67,11 +72,13 @@ FSDP1_STAGES = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, 1: 3, 2: 2, 
 
 def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
                schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
-    """A TRL GRPO YAML plus ``key=value`` overrides -> FrameworkImport (vllm_mode says the schedule)."""
+    """A TRL GRPO or RLOO YAML plus ``key=value`` overrides -> FrameworkImport (vllm_mode says the
+    schedule; ``schedule``, --framework-schedule, the trainer: grpo or rloo)."""
     source = str(path)
-    _, result, v = begin_import("trl", path, overrides, what="TRL config", rules=RULES, defaults=DEFAULTS,
-                                defaults_source=DEFAULTS_SOURCE, schedule=schedule,
-                                schedule_fix="the config's vllm_mode says the schedule (colocate or server)")
+    _, result, v = begin_import("trl", path, overrides, what="TRL config", rules=RULES,
+                                defaults={**DEFAULTS, **RLOO_DEFAULTS}, defaults_source=DEFAULTS_SOURCE,
+                                schedule=None, schedule_fix="")
+    rloo = _is_rloo(v, schedule)
     launcher = v.flat.get("accelerate_config", v.flat.get("config_file"))
     if launcher is not None:
         accelerate, where = accelerate_keys(launcher, path, source)
@@ -82,8 +89,8 @@ def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str
     decided: dict[str, tuple[Status, str]] = {}
     server = _server_mode(v, decided)
     processes, machines = _processes(v, topology, launcher is not None, decided)
-    workload = _workload(v, processes, server, "workload.model" in user_sets, decided)
-    sched = _schedule(v, server, workload)
+    workload = _workload(v, processes, server, "workload.model" in user_sets, rloo, decided)
+    sched = _schedule(v, server, workload, rloo)
     total = processes + sched.get("rollout_devices", 0)
     per_node = processes // machines if not server and processes % machines == 0 else None
     topo, note = size_topology(topology, total, "the training processes" + (" and the vLLM server's GPUs"
@@ -95,6 +102,32 @@ def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str
     result.notes.append("response-length law: not in a config; rlsim's default law capped at max_completion_length "
                         "(set --set workload.response_length.median / workload.prompt_length to refine)")
     return result
+
+
+def _is_rloo(v: Values, trainer: str | None) -> bool:
+    """Which trainer the config is for: --framework-schedule grpo / rloo, else rloo where it gives a key
+    only RLOOConfig has. A key of the other trainer's config only is refused, as TRL's parser does;
+    the trainer's own defaults stand for the keys left out."""
+    src = v.result.source
+    if trainer not in (None, "grpo", "rloo"):
+        raise RlsimError(f"--framework-schedule {trainer} is not a TRL trainer", field="--framework-schedule",
+                         fix="give grpo or rloo for a TRL config (trl grpo / trl rloo), or none: grpo unless the "
+                             "config has an RLOOConfig key")
+    own = next((key for key in RLOO_ONLY_KEYS if v.given(key)), None)
+    rloo = trainer == "rloo" or (trainer is None and own is not None)
+    other = next((key for key in (RLOO_ONLY_KEYS if not rloo else GRPO_ONLY_KEYS) if v.given(key)), None)
+    if other is not None:
+        name, alt = ("GRPOConfig", "rloo") if not rloo else ("RLOOConfig", "grpo")
+        raise RlsimError(f"{other} is not a field of TRL's {name} (trl {'grpo' if not rloo else 'rloo'} refuses it)",
+                         source=src, field=other, fix=f"remove {other}, or import the config as "
+                                                      f"--framework-schedule {alt}")
+    v.defaults = {**DEFAULTS, **(RLOO_DEFAULTS if rloo else {})}
+    if rloo:
+        v.defaults_source = f"{DEFAULTS_SOURCE} (RLOOConfig)"
+        v.result.notes.append("trl rloo" + (f" ({own} is RLOOConfig's)" if trainer is None else "") + ": "
+                              "RLOOTrainer's loop, GRPO's stage graph (the leave-one-out baseline is reward "
+                              "arithmetic); the old log-probs always computed")
+    return rloo
 
 
 def _server_mode(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
@@ -177,10 +210,10 @@ def _batches(v: Values, processes: int) -> dict[str, int]:
             "mini_batch_prompts": prompts * accumulation // steps, "per_device": per_device, "steps": steps}
 
 
-def _workload(v: Values, processes: int, server: bool, model_given: bool,
+def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: bool,
               decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     src = v.result.source
-    w = begin_workload(v, "model_name_or_path", "TRL GRPO config", model_given, decided)
+    w = begin_workload(v, "model_name_or_path", f"TRL {'RLOO' if rloo else 'GRPO'} config", model_given, decided)
     batches = _batches(v, processes)
     w.update(algorithm="grpo", **{k: batches[k] for k in ("prompts_per_step", "samples_per_prompt",
                                                           "mini_batch_prompts", "ppo_epochs")})
@@ -358,9 +391,10 @@ def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) 
                  "targets": "all-linear" if names == ["all-linear"] else [str(name) for name in names]}
 
 
-def _schedule(v: Values, server: bool, w: Mapping[str, Any]) -> dict[str, Any]:
+def _schedule(v: Values, server: bool, w: Mapping[str, Any], rloo: bool) -> dict[str, Any]:
     """colocated or disaggregated; the tensor-by-tensor refit (FSDP gathers fp32 shards: accelerate
-    upcasts the parameters under mixed precision); padded micro-batches; the log-prob chunks."""
+    upcasts the parameters under mixed precision); padded micro-batches; the log-prob chunks (RLOO's
+    always, GRPO's unless its optimizer steps line up with its generations)."""
     s: dict[str, Any] = {"kind": "disaggregated" if server else "colocated", "refit": "full-tensors",
                          "forward_micro_batch": w["train_layout"]["micro_batch"], "distqueue": {"packed": False}}
     v.result.notes.append("the weight sync is TRL's parameter-by-parameter one (schedule.refit: full-tensors)")
@@ -370,7 +404,7 @@ def _schedule(v: Values, server: bool, w: Mapping[str, Any]) -> dict[str, Any]:
         s["lora_refit"] = "full"   # sync_weights merges the adapters and sends every parameter
     batches = w["prompts_per_step"] // w["mini_batch_prompts"]
     aligned = batches == 1 and w["ppo_epochs"] == 1
-    if aligned and not v.flag("vllm_importance_sampling_correction"):
+    if aligned and not rloo and not v.flag("vllm_importance_sampling_correction"):
         s["recompute_logprob"] = False
         v.result.notes.append("vllm_importance_sampling_correction off with one optimizer step a generation: TRL "
                               "takes the old log-probs as the current ones (no old log-prob pass)")

@@ -13,6 +13,18 @@ from typing import Any
 from .common import OPTIMIZER_SETTINGS, SAMPLING_SETTINGS, Rule, ignored, mapped, unsupported
 
 DEFAULTS_SOURCE = "TRL 1.16.0's dataclass defaults"
+# `trl rloo` (RLOOConfig, trl/trainer/rloo_config.py, 1.16.0) against `trl grpo` (GRPOConfig): the same
+# fields and generation loop but for these; its defaults that differ; the fields GRPOConfig alone has.
+RLOO_ONLY_KEYS = ("normalize_advantages", "reward_clip_range")
+RLOO_DEFAULTS: dict[str, Any] = {"beta": 0.05, "num_generations": 2}
+GRPO_ONLY_KEYS = (
+    "cast_lm_head_to_fp32", "delta", "entropy_coef", "entropy_coef_delta", "entropy_coef_max", "entropy_coef_min",
+    "entropy_target", "importance_sampling_level", "log_completions_hub_repo", "loss_type",
+    "max_tool_calling_iterations", "multi_objective_aggregation", "off_policy_mask_threshold", "sapo_temperature_neg",
+    "sapo_temperature_pos", "scale_rewards", "top_entropy_quantile", "use_adaptive_entropy", "use_bias_correction_kl",
+    "vespo_k_neg", "vespo_k_pos", "vespo_lambda_neg", "vespo_lambda_pos", "vllm_importance_sampling_cap",
+    "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min", "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode")
 # TRL's defaults for the keys rlsim reads when a config leaves them out.
 DEFAULTS: dict[str, Any] = {
     "model_name_or_path": None, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
@@ -157,6 +169,8 @@ _GRPO: dict[str, Rule] = {
                                                                                                   "sync_ref_model"),
     "max_tool_calling_iterations": unsupported("tool calls (multi-turn rollouts) are not modelled", neutral=None),
     "vllm_importance_sampling_correction": mapped("schedule.recompute_logprob", "needs the old log-probs' forward"),
+    # RLOOConfig's own (trl rloo): reward arithmetic
+    **{key: ignored(_LOSS) for key in RLOO_ONLY_KEYS},
     **{key: ignored(_LOG) for key in ("log_completions", "log_multimodal", "num_completions_to_print",
                                       "log_unique_prompts", "log_completions_hub_repo")},
     "use_transformers_continuous_batching": unsupported("transformers' continuous batching is not modelled: "

@@ -214,3 +214,51 @@ def test_a_bad_value_is_an_error_naming_the_config_never_a_crash(config, key, va
         load_scenario(import_config("trl", config, [f"{key}={value}"]).scenario)
     except RlsimError as exc:
         assert exc.message
+
+
+def test_rloo_and_grpo_differ_by_the_fields_trl_declares():
+    """The keys only one trainer's config has are the difference of what RLOOConfig and GRPOConfig
+    declare themselves (their 1.16.0 wheels)."""
+    from simulator.frameworks.trl_rules import GRPO_ONLY_KEYS, RLOO_ONLY_KEYS
+    grpo, rloo = (set(fields(f"trl-1.16.0-{name}-config-own-fields.txt")) for name in ("grpo", "rloo"))
+    assert set(GRPO_ONLY_KEYS) == grpo - rloo and set(RLOO_ONLY_KEYS) == rloo - grpo
+    assert all(in_table(key, RULES) for key in rloo)
+
+
+def test_an_rloo_config_always_computes_the_old_log_probs_and_runs_the_reference_by_default():
+    """trl rloo: RLOOTrainer computes the old log-probs on every generation (no
+    vllm_importance_sampling_correction to turn off), and its beta defaults to 0.05: the reference on;
+    the same config as GRPO (one optimizer step a generation, correction off) skips the first pass."""
+    grpo = import_config("trl", COLOCATE, ["~beta", "vllm_importance_sampling_correction=false"])
+    assert grpo.scenario["schedule"]["recompute_logprob"] is False and grpo.scenario["workload"]["reference"] is False
+    rloo = import_config("trl", COLOCATE, ["~beta"], schedule="rloo")
+    assert "recompute_logprob" not in rloo.scenario["schedule"] and rloo.scenario["workload"]["reference"] is True
+    assert any("trl rloo" in note for note in rloo.notes) and any("beta not given" in n and "0.05" in n
+                                                                  for n in rloo.notes)
+    assert rloo.scenario["workload"]["description"].startswith("imported from the TRL RLOO config")
+    inferred = import_config("trl", COLOCATE, ["+normalize_advantages=true"])
+    assert "normalize_advantages is RLOOConfig's" in " ".join(inferred.notes)
+    assert inferred.scenario["workload"]["samples_per_prompt"] == 16 and "recompute_logprob" not in inferred.scenario[
+        "schedule"]
+
+
+@pytest.mark.parametrize(("trainer", "over", "field"), [
+    ("rloo", ["+loss_type=dapo"], "loss_type"),
+    ("rloo", ["vllm_importance_sampling_correction=false"], "vllm_importance_sampling_correction"),
+    ("grpo", ["+reward_clip_range=[-1,1]"], "reward_clip_range"),
+    ("colocated", [], "--framework-schedule")])
+def test_a_key_of_the_other_trainers_config_is_refused(trainer, over, field):
+    with pytest.raises(RlsimError) as err:
+        import_config("trl", COLOCATE, over, schedule=trainer)
+    assert err.value.field == field
+
+
+def test_rloo_from_the_command_line(capsys):
+    code, out, err = cli(capsys, "run", "--from-trl", str(COLOCATE), "~beta", "--framework-schedule", "rloo",
+                         "--iterations", "1", "--json")
+    assert code == 0, err
+    stages = json.loads(out)["stage_time_s"]
+    assert stages["old_logprob"] > 0 and stages["reference"] > 0 and "trl rloo" in err
+    code, out, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"),
+                         "--framework-schedule", "rloo", "--iterations", "1")
+    assert code == 2 and "verl configs (its recipe) and TRL's" in err
