@@ -238,7 +238,7 @@ class VerlSeparateHybridRun(VerlSeparateAsyncRun):
 
     def _report(self) -> dict:
         out = super()._report()
-        for record, extra in zip(out["per_version"], self.versions_extra, strict=False):
+        for record, extra in zip(out["per_version"], self.versions_extra, strict=True):
             record.update(extra)
         out["hybrid_rollout"] = {"steps_lent": int(sum(e["lent"] for e in self.versions_extra)),
                                  "threshold_ratio": self.ratio,

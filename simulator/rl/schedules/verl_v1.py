@@ -1,7 +1,8 @@
 """verl 0.9's v1 trainer in its two async modes (kinds ``verl-colocate-async`` and
-``verl-separate-async``) and its sync mode (kind ``verl-sync``), as verl 0.9.1 runs them (its wheel, read 2026-12-05: verl/trainer/ppo/v1/
-trainer_base.py, trainer_colocate_async.py, trainer_separate_async.py, replay_buffer.py,
-agent_loop_tq.py; verl/workers/rollout/router.py, llm_server.py; verl/checkpoint_engine/base.py).
+``verl-separate-async``) and its sync mode (kind ``verl-sync``), as verl 0.9.1 runs them (its wheel,
+read 2026-12-05: verl/trainer/ppo/v1/trainer_base.py, trainer_sync.py, trainer_colocate_async.py,
+trainer_separate_async.py, replay_buffer.py, agent_loop_tq.py; verl/workers/rollout/router.py,
+llm_server.py; verl/checkpoint_engine/base.py).
 
 - Feed: the trainer submits ``num_warmup_batches`` x train_batch_size prompts before the first step
   and train_batch_size at the start of every step (prepare_step), one more for every group its replay
