@@ -1,7 +1,7 @@
 """Speed of the schedule layer on the real cost models. Prints figures; asserts nothing.
 
     python benchmarks/bench_schedules.py            # all cases
-    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40 | areal6 | v1col6 | v1dapo4
+    python benchmarks/bench_schedules.py step       # one case: step | run100 | verl64 | supernodes64 | nemo40 | areal6 | v1col6 | v1dapo4 | v1hyb6
 
 Targets (issue 4): one GRPO step with 16,384 sequences on cloudmatrix384 <= 0.5 s; a 100-step run
 <= 30 s; cloudmatrix384 with supernodes=64 (24,576 NPUs) one step <= 10 s; one verl fully-async
@@ -15,6 +15,8 @@ v1col6 (no target): verl 0.9's colocate_async on a 28K-capped long tail, every r
 engine event (12.1 s on 2026-12-05 at a 24.6 ms reference, areal6 18.8 s beside it).
 v1dapo4 (no target): verl 0.9's sync mode with DAPO at keep 0.3 on the same long tail, the filtered
 groups refilled while the rest generate (about 2.6x the prompts of v1col6's steps).
+v1hyb6 (no target): verl 0.9's separate_async on 8 rollout + 24 trainer GPUs, the trainer's lent to
+generation every step (hybrid_rollout): requests cut and moved at each hand-back.
 """
 from __future__ import annotations
 
@@ -52,6 +54,12 @@ CASES = {
                 dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 4}, schedule="verl-sync",
                      iterations=4, overrides=["workload.response_length.max=28672",
                                               "workload.dynamic_sampling.keep_fraction=0.3"])),
+    "v1hyb6": ("6 steps of grpo-qwen2.5-7b, 28K cap, 8 + 24 dgx-h100 GPUs (verl-separate-async with hybrid_rollout: "
+               "the trainer's GPUs lent to generation between steps)",
+               dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 4},
+                    schedule="verl-separate-async", iterations=6,
+                    overrides=["workload.response_length.max=28672", "schedule.rollout_devices=8",
+                               "schedule.hybrid_rollout={}"])),
 }
 
 

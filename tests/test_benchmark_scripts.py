@@ -26,7 +26,7 @@ RUN: dict[str, tuple[str, ...]] = {
     "bench_memory.py": ("--iterations", "2", "4", "--no-cli"),
     "bench_planner.py": ("--quick",),
     "bench_rollout.py": (),
-    "bench_schedules.py": (),
+    "bench_schedules.py": ("step", "nemo40", "v1hyb6"),   # its paths (repeats, a V6 row, a v1 kind); all: ~2 min
     "bench_startup.py": (),
     "bench_step.py": ("step", "--rounds", "1"),
     "bench_sweep.py": ("--fake",),
