@@ -608,6 +608,20 @@ RULES: dict[str, Rule] = {
     "async_training.use_rollout_log_probs": unsupported("rlsim's verl-fully-async always uses the rollout's "
                                                         "log-probs (no old_log_prob pass)", neutral=True),
     "async_training.compute_prox_log_prob": unsupported("the proximal log-prob forward is not modelled", neutral=False),
+    # verl 0.9's fully_async (experimental/fully_async_policy, read in the 0.9.1 wheel)
+    "async_training.concurrent_samples_per_replica": mapped(
+        "schedule.max_inflight_prompts_per_server", "verl 0.9: the Rollouter runs at most rollout servers x this "
+        "prompts at once, its load balancer spreading their requests; rlsim caps each server at this many prompts, "
+        "the same total when they spread evenly"),
+    "async_training.use_trainer_do_validate": ignored("validation on the trainer: rlsim step times exclude it"),
+    "async_training.use_dynamic_resource_scheduling": unsupported(
+        "lending the trainer's GPUs to fully_async's Rollouter (verl 0.9's dynamic resource controller) is not "
+        "modelled (trainer.v1 separate_async's is: schedule.hybrid_rollout)", neutral=False),
+    **{f"async_training.dynamic_schedule_{key}": ignored("used with use_dynamic_resource_scheduling")
+       for key in ("policy", "deactivate_ratio", "enable_rebalance")},
+    f"{A}.rollout.standalone_gpu_memory_utilization": mapped(
+        "workload.rollout_layout.gpu_memory_utilization", "verl 0.9 fully_async: its standalone replicas' (the rollout "
+        "pool's) in place of gpu_memory_utilization; null: that one"),
 }
 
 
@@ -767,7 +781,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         _train_layout(v, decided), w.get("model"), {"sequence_parallel": f"{m}.sequence_parallel",
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     _train_software(v, w, decided)
-    w["rollout_layout"] = _rollout_layout(v, decided)
+    w["rollout_layout"] = _rollout_layout(v, recipe, decided)
     _engine_and_offload(v, w, decided)
     _fsdp_params(v, w, decided)
     _lora(v, w, decided)
@@ -1003,14 +1017,22 @@ def _fsdp_shard_size(v: Values) -> int | None:
     return size
 
 
-def _rollout_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+def _rollout_layout(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     r = f"{A}.rollout"
     dtype = str(v(f"{r}.dtype"))
     if dtype not in DTYPES:
         raise RlsimError(f"unknown dtype {dtype!r}", source=v.result.source, field=f"{r}.dtype",
                          fix=f"use one of: {', '.join(DTYPES)}")
+    standalone = f"{r}.standalone_gpu_memory_utilization"
+    share = f"{r}.gpu_memory_utilization"
+    if v.given(standalone) and v(standalone) is not None and recipe == "fully-async":
+        decided[share], share = ("ignored", "fully_async's standalone replicas take standalone_gpu_memory_utilization"), \
+            standalone
+    elif v.given(standalone):
+        decided[standalone] = ("ignored", "null: gpu_memory_utilization stands" if v(standalone) is None
+                               else "used by verl 0.9's fully_async standalone replicas only")
     layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": _engine_data_parallel(v),
-              "gpu_memory_utilization": v.fraction(f"{r}.gpu_memory_utilization"),
+              "gpu_memory_utilization": v.fraction(share),
               "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
     layout["max_num_seqs"] = v.count(f"{r}.max_num_seqs")   # vLLM's max_num_seqs, SGLang's max_running_requests
     return layout
@@ -1350,6 +1372,8 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 s[key] = v(f"async_training.{key}")
             else:
                 v.result.notes.append(f"async_training.{key} not given: rlsim's default (VerlFullyAsyncSchedule)")
+        if v.given("async_training.concurrent_samples_per_replica"):
+            s["max_inflight_prompts_per_server"] = v.count("async_training.concurrent_samples_per_replica")
         if s.get("partial_rollout") and not s.get("staleness_threshold"):   # verl reads it past there too
             del s["partial_rollout"]
             decided["async_training.partial_rollout"] = (

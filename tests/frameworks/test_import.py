@@ -1372,6 +1372,26 @@ def test_verl_09_separate_async_lends_the_trainers_devices_with_enable_switch():
         f"{section}.enable_switch"]
 
 
+def test_verl_09_fully_async_keys_are_read():
+    """verl 0.9's fully_async (experimental/fully_async_policy/config, 0.9.1): its global concurrency cap
+    per replica as rlsim's per-server cap, the standalone replicas' memory share as the pool's, its
+    validation switch ignored, its dynamic resource controller unsupported when on."""
+    example = EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml"
+    r = import_config("verl", example, ["+async_training.concurrent_samples_per_replica=8",
+                                        "+actor_rollout_ref.rollout.standalone_gpu_memory_utilization=0.7",
+                                        "+async_training.use_trainer_do_validate=false",
+                                        "+async_training.use_dynamic_resource_scheduling=true",
+                                        "+async_training.dynamic_schedule_deactivate_ratio=0.5"])
+    assert r.unknown == {}
+    assert r.scenario["schedule"]["max_inflight_prompts_per_server"] == 8
+    assert r.scenario["workload"]["rollout_layout"]["gpu_memory_utilization"] == 0.7
+    assert "async_training.use_dynamic_resource_scheduling" in r.unsupported
+    assert "standalone" in r.ignored["actor_rollout_ref.rollout.gpu_memory_utilization"]
+    colocated = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
+                              ["+actor_rollout_ref.rollout.standalone_gpu_memory_utilization=0.7"])
+    assert "fully_async" in colocated.ignored["actor_rollout_ref.rollout.standalone_gpu_memory_utilization"]
+
+
 @pytest.mark.parametrize(("over", "field"), [
     (["actor_rollout_ref.rollout.checkpoint_engine.backend=naive"], "actor_rollout_ref.rollout.checkpoint_engine.backend"),
     (["trainer.v1.separate_async.parameter_sync_step=3"], "trainer.v1.separate_async.parameter_sync_step"),
