@@ -606,7 +606,7 @@ FAILURE_KNOBS = frozenset({"failures", "recovery"})   # rl/schedules/failures.py
 # Every knob that only some kinds take (each field of ScheduleConfig is here or in COMMON_KNOBS).
 # verl fully_async_policy (../shared/reference/frameworks.md), NeMo RL async GRPO, AReaL.
 VERL_ASYNC_KNOBS = frozenset({"require_batches", "trigger_parameter_sync_step", "staleness_threshold",
-                              "max_inflight_prompts_per_server", "partial_rollout"})
+                              "max_inflight_prompts_per_server", "partial_rollout", "request_routing"})
 NEMO_ASYNC_KNOBS = frozenset({"max_trajectory_age_steps", "in_flight_weight_updates", "async_engine",
                               "recompute_kv_after_update"})
 # verl 0.9's v1 trainer in its async modes (trainer.v1.trainer_mode colocate_async / separate_async).
@@ -776,6 +776,12 @@ class ScheduleConfig(_Strict):
     trigger_parameter_sync_step: int = Field(1, ge=1)
     staleness_threshold: float = Field(0.0, ge=0, le=64)
     max_inflight_prompts_per_server: int = Field(16, ge=1)
+    # verl 0.9.1's fully_async Rollouter (experimental/fully_async_policy/fully_async_rollouter.py):
+    # every trajectory its own request to the server with the fewest in flight (its load balancer,
+    # resumed where it ran), and the cap global: rollout servers x max_inflight_prompts_per_server
+    # prompts (async_training.concurrent_samples_per_replica), at most the quota. False: verl
+    # 0.4-0.7's, a prompt's n requests on the server with the fewest prompts, the cap per server.
+    request_routing: bool = False
     # NeMo RL async GRPO: trajectories may be up to this many versions old; in-flight weight updates
     # let the engine take new weights between decode steps instead of draining (frameworks.md).
     max_trajectory_age_steps: int = Field(1, ge=1, le=64)

@@ -611,8 +611,7 @@ RULES: dict[str, Rule] = {
     # verl 0.9's fully_async (experimental/fully_async_policy, read in the 0.9.1 wheel)
     "async_training.concurrent_samples_per_replica": mapped(
         "schedule.max_inflight_prompts_per_server", "verl 0.9: the Rollouter runs at most rollout servers x this "
-        "prompts at once, its load balancer spreading their requests; rlsim caps each server at this many prompts, "
-        "the same total when they spread evenly"),
+        "prompts at once, its load balancer routing each of their requests (schedule.request_routing: true)"),
     "async_training.use_trainer_do_validate": ignored("validation on the trainer: rlsim step times exclude it"),
     "async_training.use_dynamic_resource_scheduling": unsupported(
         "lending the trainer's GPUs to fully_async's Rollouter (verl 0.9's dynamic resource controller) is not "
@@ -1372,8 +1371,13 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 s[key] = v(f"async_training.{key}")
             else:
                 v.result.notes.append(f"async_training.{key} not given: rlsim's default (VerlFullyAsyncSchedule)")
-        if v.given("async_training.concurrent_samples_per_replica"):
+        if v.given("async_training.concurrent_samples_per_replica"):   # a verl 0.9 config: its Rollouter
             s["max_inflight_prompts_per_server"] = v.count("async_training.concurrent_samples_per_replica")
+            s["request_routing"] = True
+        else:
+            v.result.notes.append("no async_training.concurrent_samples_per_replica: read as verl 0.4-0.7's Rollouter "
+                                  "(a prompt's requests on one server, max_inflight_prompts_per_server a server); "
+                                  "verl 0.9's routes each request and caps the pool: give that key")
         if s.get("partial_rollout") and not s.get("staleness_threshold"):   # verl reads it past there too
             del s["partial_rollout"]
             decided["async_training.partial_rollout"] = (

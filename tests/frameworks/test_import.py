@@ -1383,7 +1383,7 @@ def test_verl_09_fully_async_keys_are_read():
                                         "+async_training.use_dynamic_resource_scheduling=true",
                                         "+async_training.dynamic_schedule_deactivate_ratio=0.5"])
     assert r.unknown == {}
-    assert r.scenario["schedule"]["max_inflight_prompts_per_server"] == 8
+    assert r.scenario["schedule"]["max_inflight_prompts_per_server"] == 8 and r.scenario["schedule"]["request_routing"]
     assert r.scenario["workload"]["rollout_layout"]["gpu_memory_utilization"] == 0.7
     assert "async_training.use_dynamic_resource_scheduling" in r.unsupported
     assert "standalone" in r.ignored["actor_rollout_ref.rollout.gpu_memory_utilization"]

@@ -55,6 +55,7 @@ def _run(kind: str, keep: int | None, failures: bool = False, **sched):
 CASES = [("colocated", {}, False), ("stalesync", {}, False), ("disaggregated", {}, False),
          ("one-step-off", {}, False), ("async", {"staleness": 2}, False),
          ("verl-fully-async", {"staleness_threshold": 0.5, "partial_rollout": True}, False),
+         ("verl-fully-async", {"staleness_threshold": 0.5, "partial_rollout": True, "request_routing": True}, False),
          ("areal", {}, False), ("nemo-rl-async", {}, False), ("verl-colocate-async", {}, False),
          ("verl-separate-async", {"parameter_sync_step": 2}, False),
          ("verl-separate-async", {"parameter_sync_step": 2, "hybrid_rollout": {}}, False), ("verl-sync", {}, False),

@@ -425,6 +425,9 @@ class VerlFullyAsyncRun:
 
 
 def run(ctx: Context) -> float:
+    if ctx.sched.request_routing:     # verl 0.9.1's Rollouter: requests routed one by one, a global cap
+        from .verl_async_requests import run as run_requests
+        return run_requests(ctx)
     return VerlFullyAsyncRun(ctx).run()
 
 

@@ -66,6 +66,7 @@ CASE = st.fixed_dictionaries({
     "partial": st.booleans(),
     "cap": st.sampled_from([1, 2, 16]),
     "slots": st.sampled_from([2, 8, 64]),
+    "routing": st.booleans(),
     "seed": st.integers(0, 1000),
 })
 
@@ -75,7 +76,7 @@ CASE = st.fixed_dictionaries({
 def test_quota_queue_and_samples_hold(case):
     sc = scenario(iterations=3, staleness_threshold=case["s"], trigger_parameter_sync_step=case["trigger"],
                   require_batches=case["require"], partial_rollout=case["partial"] and case["s"] > 0,   # read past at 0
-                  max_inflight_prompts_per_server=case["cap"])
+                  max_inflight_prompts_per_server=case["cap"], request_routing=case["routing"])
     sc = sc.model_copy(update={"seed": case["seed"]})
     costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, instance_max_seqs=case["slots"])
     rec, tl, sm, s = run(sc, costs, devices=12)
@@ -112,14 +113,15 @@ def test_a_resumed_request_re_prefills_its_prefix():
     assert fake.advance_to(10.0)[0].time_s == pytest.approx(1e-4 * 812 + 1e-3 * 700)
 
 
-def test_streaming_with_no_staleness_is_synchronous_split_pool_training():
+@pytest.mark.parametrize("routing", [False, True], ids=["prompt-routing", "request-routing"])
+def test_streaming_with_no_staleness_is_synchronous_split_pool_training(routing):
     # s = 0, trigger 1, one local update per version = the whole batch: each version generates its
     # batch, trains on it, syncs - the disaggregated schedule (old-logprob forward free here, since
     # fully async skips it), and a closed form on equal lengths
     costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, instance_max_seqs=1000,
                       forward_device_s_per_token=0.0)
-    verl = run(scenario(staleness_threshold=0.0, require_batches=2, max_inflight_prompts_per_server=1000),
-               costs, resp=const(500))[3]
+    verl = run(scenario(staleness_threshold=0.0, require_batches=2, max_inflight_prompts_per_server=1000,
+                        request_routing=routing), costs, resp=const(500))[3]
     sync = run(scenario("disaggregated"), costs, resp=const(500))[3]
     assert verl["step_time_s"] == pytest.approx(sync["step_time_s"], rel=1e-9)
     tokens = 8 * 4 * 550
@@ -157,6 +159,23 @@ def test_on_a_long_tail_fully_async_beats_colocated_and_gains_with_scale():
         gain[nodes] = steady[1] / sync
         assert gain[nodes] > 1.0
     assert gain[16] > gain[4]
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+def test_verl_09s_rollouter_routes_requests_one_by_one_under_a_global_cap(cap):
+    # request_routing (verl 0.9.1): at most servers x cap prompts in flight across the pool (not cap a
+    # server), and a prompt's trajectories spread over the servers; verl 0.4-0.7's keeps them together
+    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, instance_max_seqs=4)
+    runs = {routing: run(scenario(iterations=3, staleness_threshold=1.0, partial_rollout=True, request_routing=routing,
+                                  max_inflight_prompts_per_server=cap), costs, devices=12)
+            for routing in (False, True)}
+    servers = 3                                     # 6 rollout devices, 2 a server
+    for routing, (_rec, _tl, sm, s) in runs.items():
+        spans = sm.groupby("group").agg(start=("start", "min"), end=("finish", "max"), where=("instance", "nunique"))
+        in_flight = [int(((spans.start <= t) & (spans.end > t)).sum()) for t in spans.start]
+        assert max(in_flight) <= min(servers * cap, s["verl"]["quota_prompts"])
+        assert (spans["where"].max() > 1) == routing
+        assert s["samples"]["consumed"] == 3 * 4 * 4         # versions x (trigger x require x mini) x n
 
 
 def test_partial_rollout_at_a_zero_threshold_and_a_dispatch_are_refused():
