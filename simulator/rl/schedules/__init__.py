@@ -9,9 +9,11 @@ one-step-off   split pools     1*         1          disaggregated.SplitPoolRun
 async          split pools     1*         0*         disaggregated.SplitPoolRun (+ partial_rollout)
 nemo-rl-async  split pools     max_age    0          nemo_rl.NemoRun (segments: in-flight weight updates)
 areal          split pools     eta (starts) -         areal.ArealRun (verl_async's Rollouter under AReaL's start rule)
-verl-fully-async split pools   quota      -          verl_async.VerlFullyAsyncRun (Rollouter / Trainer, message queue)
+verl-fully-async split pools   quota      -          verl_async.VerlFullyAsyncRun (Rollouter / Trainer, message queue;
+                                                     request_routing: verl_async_requests, verl 0.9.1's Rollouter)
 verl-colocate-async colocated  threshold-1* -         verl_v1.VerlColocateAsyncRun (v1 feed and replay buffer, one pool)
-verl-separate-async split pools threshold-1* -        verl_v1.VerlSeparateAsyncRun (v1 feed and replay buffer, local updates)
+verl-separate-async split pools threshold-1* -        verl_v1.VerlSeparateAsyncRun (v1 feed and replay buffer, local updates;
+                                                     hybrid_rollout: verl_hybrid, the trainer's devices lent)
 verl-sync      colocated       0          -          verl_v1.VerlSyncRun (v1 feed, sync replay buffer: DAPO refills, drain)
 (* = default, overridable in ``schedule:``)
 

@@ -26,13 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from ...scenario import VerlFullyAsyncSchedule
 from ..costs import RolloutServer
 from ..distqueue import payload_bytes_each
 from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
-from .registry import SchedulePolicy, register
 from .rewards import rule_rewards_ready
 from .training import NO_OLD_LOG_PROB  # fully async trains on the rollout's log-probs
 
@@ -424,14 +422,3 @@ class VerlFullyAsyncRun:
                 "max_partial_span": rollouter.max_partial_span, "trajectories_consumed": n_consumed}
 
 
-def run(ctx: Context) -> float:
-    if ctx.sched.request_routing:     # verl 0.9.1's Rollouter: requests routed one by one, a global cap
-        from .verl_async_requests import run as run_requests
-        return run_requests(ctx)
-    return VerlFullyAsyncRun(ctx).run()
-
-
-POLICY = register(SchedulePolicy(
-    VerlFullyAsyncSchedule, run, "verl fully_async_policy: Rollouter and Trainer joined by a message queue, "
-    "a per-version prompt quota (staleness_threshold), partial rollouts cancelled at a sync",
-    supports_partial_rollout=True, partial_rollout_segments=False))

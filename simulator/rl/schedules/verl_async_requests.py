@@ -9,11 +9,15 @@ concurrent_samples_per_replica, that quota) prompts are in flight at once, acros
 prompt's n trajectories go through the agent loop as requests of their own, each to the server with
 the fewest requests in flight and back to the same one after an abort (the v1 kinds' load balancer,
 verl_v1.FeedRollouter).
+
+The kind registers here, where both Rollouters are at hand.
 """
 from __future__ import annotations
 
+from ...scenario import VerlFullyAsyncSchedule
 from .areal import ArealRollouter
 from .context import Context
+from .registry import SchedulePolicy, register
 from .verl_async import VerlFullyAsyncRun
 from .verl_v1 import FeedRollouter
 
@@ -47,4 +51,12 @@ class VerlFullyAsyncRequestRun(VerlFullyAsyncRun):
 
 
 def run(ctx: Context) -> float:
-    return VerlFullyAsyncRequestRun(ctx).run()
+    """verl 0.9.1's Rollouter with request_routing, else verl 0.4-0.7's (verl_async.py)."""
+    runner = VerlFullyAsyncRequestRun if ctx.sched.request_routing else VerlFullyAsyncRun
+    return runner(ctx).run()
+
+
+POLICY = register(SchedulePolicy(
+    VerlFullyAsyncSchedule, run, "verl fully_async_policy: Rollouter and Trainer joined by a message queue, "
+    "a per-version prompt quota (staleness_threshold), partial rollouts cancelled at a sync",
+    supports_partial_rollout=True, partial_rollout_segments=False))

@@ -29,9 +29,11 @@ from collections import deque
 
 import numpy as np
 
+from ...scenario import VerlSeparateAsyncSchedule
 from ..timeline import GroupClock
 from .areal import ArealRollouter
 from .context import Context
+from .registry import SchedulePolicy, register
 from .verl_async import PromptGroup
 from .verl_v1 import FeedRollouter, VerlSeparateAsyncRun, hand_over
 
@@ -245,3 +247,15 @@ class VerlSeparateHybridRun(VerlSeparateAsyncRun):
                                  "switch_wait_s": float(np.mean([e["switch_wait_s"] for e in self.versions_extra]))
                                  if self.versions_extra else 0.0}
         return out
+
+
+def run_separate(ctx: Context) -> float:
+    """separate_async, its trainer's devices lent to generation with hybrid_rollout (verl_v1.py otherwise)."""
+    runner = VerlSeparateHybridRun if ctx.sched.hybrid_rollout is not None else VerlSeparateAsyncRun
+    return runner(ctx).run()
+
+
+SEPARATE = register(SchedulePolicy(
+    VerlSeparateAsyncSchedule, run_separate, "verl 0.9 v1 separate_async: a rollout pool fed train_batch_size "
+    "prompts a step, parameter_sync_step local updates per weight sync, in-flight requests aborted and resumed "
+    "around it", partial_rollout_segments=False))

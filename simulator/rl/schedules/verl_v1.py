@@ -34,7 +34,7 @@ llm_server.py; verl/checkpoint_engine/base.py).
   the training weight shard out at the first local update of a step, three (save, restore pi_old,
   restore) at each later one, over the host link.
 - separate_async's hybrid replicas on the trainer's devices, lent to generation between steps
-  (hybrid_rollout.enable_switch): verl_hybrid.py. Without it they are taken back at the first step's
+  (hybrid_rollout.enable_switch): verl_hybrid.py, where the kind registers. Without it they are taken back at the first step's
   start, a moment after the warm-up reached them (their requests re-routed to the rollout pool with
   next to nothing generated: not modelled).
 """
@@ -47,7 +47,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ...errors import RlsimError
-from ...scenario import VerlColocateAsyncSchedule, VerlSeparateAsyncSchedule, VerlSyncSchedule
+from ...scenario import VerlColocateAsyncSchedule, VerlSyncSchedule
 from ..timeline import GroupClock
 from .areal import ArealRollouter
 from .context import Context
@@ -499,13 +499,6 @@ def _version_record(ctx: Context, k: int, step_s: float, gen_s: float, sync_s: f
             "idle_ratio": gen_s / max(step_s, 1e-12)}
 
 
-def run_separate(ctx: Context) -> float:
-    if ctx.sched.hybrid_rollout is not None:     # the trainer's devices lent to generation between steps
-        from .verl_hybrid import VerlSeparateHybridRun
-        return VerlSeparateHybridRun(ctx).run()
-    return VerlSeparateAsyncRun(ctx).run()
-
-
 def run_colocate(ctx: Context) -> float:
     return VerlColocateAsyncRun(ctx).run()
 
@@ -514,10 +507,6 @@ def run_sync(ctx: Context) -> float:
     return VerlSyncRun(ctx).run()
 
 
-SEPARATE = register(SchedulePolicy(
-    VerlSeparateAsyncSchedule, run_separate, "verl 0.9 v1 separate_async: a rollout pool fed train_batch_size "
-    "prompts a step, parameter_sync_step local updates per weight sync, in-flight requests aborted and resumed "
-    "around it", partial_rollout_segments=False))
 COLOCATE = register(SchedulePolicy(
     VerlColocateAsyncSchedule, run_colocate, "verl 0.9 v1 colocate_async: one pool generates until a batch of "
     "groups is finished, aborts the rest keeping their tokens, trains, and resumes them beside the next "
