@@ -1279,9 +1279,11 @@ class _VerlV1Async(ScheduleConfig):
         out = []
         name = f"kind {self.kind}"
         if self.overprovision > 0:
-            out.append(("schedule.overprovision", f"{name} generates the prompts verl submits and aborts none "
-                        "(num_warmup_batches sets how many run ahead), so schedule.overprovision is not read",
-                        "remove schedule.overprovision, or raise schedule.num_warmup_batches"))
+            ahead = self.RUNS_AHEAD   # the async modes' warm-up sets how many run ahead; sync runs none ahead
+            out.append(("schedule.overprovision", f"{name} generates the prompts verl submits and aborts none"
+                        + (" (num_warmup_batches sets how many run ahead)" if ahead else "")
+                        + ", so schedule.overprovision is not read",
+                        "remove schedule.overprovision" + (", or raise schedule.num_warmup_batches" if ahead else "")))
         if "low_batch_share" in self.model_fields_set:
             out.append(("schedule.low_batch_share", f"{name} does not account its servers' batch slots (summary "
                         "rollout.occupancy is null), so schedule.low_batch_share is not read",
@@ -1364,10 +1366,7 @@ def _verl_sync() -> type[ScheduleConfig]:
 
         def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
             """The v1 kinds' rules, and max_inflight_gen_batches bounds DAPO's refills only."""
-            out = [] if self.overprovision <= 0 else [(
-                "schedule.overprovision", "kind verl-sync generates the prompts verl submits and aborts none, so "
-                "schedule.overprovision is not read", "remove schedule.overprovision")]
-            out += [entry for entry in super().read_past(workload) if entry[0] != "schedule.overprovision"]
+            out = super().read_past(workload)
             if "max_inflight_gen_batches" in self.model_fields_set and workload.dynamic_sampling is None:
                 out.append(("schedule.max_inflight_gen_batches", "max_inflight_gen_batches bounds DAPO's refills "
                             "(algorithm.filter_groups), and this workload has no dynamic sampling",

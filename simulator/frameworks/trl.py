@@ -76,7 +76,7 @@ def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str
     schedule; ``schedule``, --framework-schedule, the trainer: grpo or rloo)."""
     source = str(path)
     _, result, v = begin_import("trl", path, overrides, what="TRL config", rules=RULES,
-                                defaults={**DEFAULTS, **RLOO_DEFAULTS}, defaults_source=DEFAULTS_SOURCE,
+                                defaults=DEFAULTS, defaults_source=DEFAULTS_SOURCE,   # RLOO's: _is_rloo
                                 schedule=None, schedule_fix="")
     rloo = _is_rloo(v, schedule)
     launcher = v.flat.get("accelerate_config", v.flat.get("config_file"))
