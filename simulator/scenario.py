@@ -501,6 +501,44 @@ class HybridRollout(_Strict):
     switch_cost_window_size: int = Field(3, ge=1)
 
 
+class DynamicResources(_Strict):
+    """verl 0.9.1 fully_async's dynamic resource controller (async_training.use_dynamic_resource_scheduling;
+    verl/experimental/fully_async_policy/dynamic_schedule, read 2026-12-05): the trainer's devices hold
+    rollout replicas, asleep at the start; after a weight sync the policy may wake them with the new
+    weights and add them to the load balancer; the next step waits until the message queue holds
+    int(deactivate_ratio x the samples a sync consumes), then takes them back (out of the balancer,
+    their requests aborted and retried on the standalone servers, asleep). Defaults are verl's."""
+    # async_training.dynamic_schedule_policy: "default" (adaptive ratio, activation only when the
+    # expected gain beats the switch cost), "fixed_ratio" (no adaptation, no cost test) or
+    # "static_fully_async" (never activates: the replicas stay asleep).
+    policy: Literal["default", "fixed_ratio", "static_fully_async"] = "default"
+    # async_training.dynamic_schedule_deactivate_ratio: the initial ratio (verl: in (0, 1]).
+    deactivate_ratio: float = Field(0.3, gt=0, le=1)
+    # async_training.dynamic_schedule_enable_rebalance: after an activation, every active replica's
+    # requests are aborted and routed afresh (sticky sessions cleared) to the least-loaded server.
+    rebalance: bool = True
+    # Rollouter.wait_for_enough_samples polls the queue size every poll_interval seconds (default 1.0).
+    poll_interval_s: float = Field(1.0, gt=0)
+    # The default policy's constants (dynamic_schedule/default_policy.py): the switch cost assumed
+    # before one is measured (DEFAULT_SWITCH_THRESHOLD_S) and the cycles it averages over
+    # (SWITCH_OVERHEAD_WINDOW_SIZE); the ratio's step up when the trainer waited for samples, the
+    # waited share clipped to [step_up_min, step_up_max] (DEACTIVATE_RATIO_INCREASE_MIN / MAX), and
+    # down when it did not (DEACTIVATE_RATIO_DECREASE_STEP: no floor in verl); the seconds a sample
+    # is assumed to take before one is measured (INITIAL_PER_SAMPLE_TIME_S, "deliberately pessimistic").
+    switch_cost_s: float = Field(10.0, ge=0)
+    switch_cost_window_size: int = Field(3, ge=1)
+    ratio_step_up_min: float = Field(0.02, ge=0, le=1)
+    ratio_step_up_max: float = Field(0.1, ge=0, le=1)
+    ratio_step_down: float = Field(0.02, ge=0, le=1)
+    initial_sample_s: float = Field(1000.0, ge=0)
+
+    @model_validator(mode="after")
+    def _steps(self) -> "DynamicResources":
+        if self.ratio_step_up_min > self.ratio_step_up_max:
+            raise ValueError("ratio_step_up_min must not exceed ratio_step_up_max")
+        return self
+
+
 class HostCopies(_Strict):
     """Copies between the devices and pageable host memory (schedule.host_copies; the switch's
     optimizer copies: schedule.switch.optimizer_pageable). `tensor.cpu()` / `.to("cpu")` without
@@ -618,7 +656,7 @@ AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurr
                          "recompute_logprob"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS, AUX_POOL_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS, VERL_V1_KNOBS, VERL_V1_SYNC_KNOBS,
-                                   {"parameter_sync_step", "hybrid_rollout", "placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
+                                   {"parameter_sync_step", "hybrid_rollout", "dynamic_resources", "placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
                                     "between_gen_batches", "round_batches"})
 
 
@@ -743,6 +781,9 @@ class ScheduleConfig(_Strict):
     # verl-separate-async: lend the trainer's devices to generation between steps (verl 0.9
     # trainer.v1.separate_async.hybrid_rollout.enable_switch, off by default); None: never lent.
     hybrid_rollout: HybridRollout | None = None
+    # verl-fully-async with request_routing: lend the trainer's devices to the Rollouter between steps
+    # (verl 0.9.1 async_training.use_dynamic_resource_scheduling, off by default); None: never lent.
+    dynamic_resources: DynamicResources | None = None
     # The rule rewards are scored while the forward passes run (old log-prob, reference, critic) and
     # gathered before the update: verl's reward_model.launch_reward_fn_async ("custom reward function
     # executed async on CPU, during log_prob": verl 0.5 verl/trainer/ppo/ray_trainer.py fit() launches
@@ -1127,7 +1168,7 @@ def _verl_fully_async() -> type[ScheduleConfig]:
     class VerlFullyAsyncSchedule(ScheduleConfig):
         """verl's fully_async_policy: a Rollouter and a Trainer on split pools joined by a message queue;
         a per-version quota of started prompts (staleness_threshold), partial rollouts cancelled at a sync."""
-        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_ASYNC_KNOBS
+        ACCEPTS: ClassVar[frozenset[str]] = SPLIT_KNOBS | VERL_ASYNC_KNOBS | {"dynamic_resources", "switch"}
         PLACEMENT: ClassVar[str] = "disaggregated"
         RUNS_AHEAD: ClassVar[bool] = True
         kind: Literal["verl-fully-async"] = "verl-fully-async"
@@ -1151,7 +1192,7 @@ def _verl_fully_async() -> type[ScheduleConfig]:
             server with the fewest prompts, its own dispatch: workload.inference.dispatch is not read. Its
             Rollouter aborts nothing (overprovision) and its servers' slots are not accounted
             (low_batch_share)."""
-            out = []
+            out = self._read_past_lending()
             if self.partial_rollout and self.staleness_threshold == 0:
                 out.append(("schedule.partial_rollout", "partial_rollout acts only with staleness_threshold > 0: at "
                             "0 the Rollouter starts no more than a version consumes, so nothing is in flight at a "
@@ -1172,6 +1213,19 @@ def _verl_fully_async() -> type[ScheduleConfig]:
                             "workload.inference.dispatch is not read", "remove workload.inference.dispatch, or run "
                             "another kind"))
             return out
+
+        def _read_past_lending(self) -> list[tuple[str, str, str]]:
+            """The dynamic resource controller is verl 0.9.1's (request_routing); the switch prices only
+            the trainer's devices lent with it."""
+            if self.dynamic_resources is not None and not self.request_routing:
+                return [("schedule.dynamic_resources", "the dynamic resource controller is verl 0.9.1's, whose "
+                         "Rollouter routes each request (schedule.request_routing), which this run does not use",
+                         "set schedule.request_routing: true, or remove schedule.dynamic_resources")]
+            if self.dynamic_resources is None and set(self.switch.model_fields_set) - {"host_link_efficiency"}:
+                return [("schedule.switch", "on verl-fully-async the trainer's devices switch only when they are "
+                         "lent to the Rollouter (schedule.dynamic_resources), which this run does not do",
+                         "remove schedule.switch, or give schedule.dynamic_resources")]
+            return []
     return VerlFullyAsyncSchedule
 
 
@@ -2005,7 +2059,8 @@ def _read_past_switch(sched: ScheduleConfig) -> ReadPast:
     engine_cycle, reference_swap_s): with none of them it is never read."""
     switch = sched.switch
     # only a colocated placement switches phases, and split pools whose trainer lends its devices
-    colocated = sched.effective_placement == "colocated" or sched.hybrid_rollout is not None
+    colocated = (sched.effective_placement == "colocated" or sched.hybrid_rollout is not None
+                 or sched.dynamic_resources is not None)
     engine = _read_past_engine_switch(switch, colocated)
     if engine:
         return engine

@@ -65,6 +65,8 @@ V1_RECIPES = ("colocate-async", "separate-async", "sync")                # verl 
 AGENT_LOOP_RECIPES = ("fully-async", *V1_RECIPES)                        # rollout.mode not read: async servers
 V1_MODES = {"colocate_async": "colocate-async", "separate_async": "separate-async"}   # trainer.v1.trainer_mode
 # trainer.v1.separate_async.hybrid_rollout (HybridRolloutSwitchConfig) -> schedule.hybrid_rollout, same names
+# async_training.dynamic_schedule_* (verl 0.9.1 fully_async) -> schedule.dynamic_resources.*
+DYNAMIC_SCHEDULE_KEYS = {"policy": "policy", "deactivate_ratio": "deactivate_ratio", "enable_rebalance": "rebalance"}
 HYBRID_ROLLOUT_KEYS = ("switch_threshold_ratio", "adaptive_switch_threshold", "switch_threshold_step_up",
                        "switch_threshold_step_down", "switch_threshold_release_steps", "switch_cost_window_size")
 # Keys only verl 0.9's configs have: a config that gives one is read as verl 0.9 runs it.
@@ -613,11 +615,11 @@ RULES: dict[str, Rule] = {
         "schedule.max_inflight_prompts_per_server", "verl 0.9: the Rollouter runs at most rollout servers x this "
         "prompts at once, its load balancer routing each of their requests (schedule.request_routing: true)"),
     "async_training.use_trainer_do_validate": ignored("validation on the trainer: rlsim step times exclude it"),
-    "async_training.use_dynamic_resource_scheduling": unsupported(
-        "lending the trainer's GPUs to fully_async's Rollouter (verl 0.9's dynamic resource controller) is not "
-        "modelled (trainer.v1 separate_async's is: schedule.hybrid_rollout)", neutral=False),
-    **{f"async_training.dynamic_schedule_{key}": ignored("used with use_dynamic_resource_scheduling")
-       for key in ("policy", "deactivate_ratio", "enable_rebalance")},
+    "async_training.use_dynamic_resource_scheduling": mapped(
+        "schedule.dynamic_resources", "verl 0.9: the trainer's GPUs lent to the Rollouter between steps (with the "
+        "hybrid engine's switch, schedule.switch; schedule.request_routing: true)"),
+    **{f"async_training.dynamic_schedule_{key}": mapped(f"schedule.dynamic_resources.{knob}")
+       for key, knob in DYNAMIC_SCHEDULE_KEYS.items()},
     f"{A}.rollout.standalone_gpu_memory_utilization": mapped(
         "workload.rollout_layout.gpu_memory_utilization", "verl 0.9 fully_async: its standalone replicas' (the rollout "
         "pool's) in place of gpu_memory_utilization; null: that one"),
@@ -1374,7 +1376,8 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
         if v.given("async_training.concurrent_samples_per_replica"):   # a verl 0.9 config: its Rollouter
             s["max_inflight_prompts_per_server"] = v.count("async_training.concurrent_samples_per_replica")
             s["request_routing"] = True
-        else:
+        _dynamic_resources(v, w, s, decided)
+        if not s.get("request_routing"):
             v.result.notes.append("no async_training.concurrent_samples_per_replica: read as verl 0.4-0.7's Rollouter "
                                   "(a prompt's requests on one server, max_inflight_prompts_per_server a server); "
                                   "verl 0.9's routes each request and caps the pool: give that key")
@@ -1704,8 +1707,30 @@ def _hybrid_rollout(v: Values, w: dict[str, Any], s: dict[str, Any], decided: di
     _hybrid_engine_switch(v, w, s, decided)
 
 
+def _dynamic_resources(v: Values, w: dict[str, Any], s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """fully_async's dynamic resource controller (verl 0.9.1 use_dynamic_resource_scheduling): the
+    trainer's replicas lent to the Rollouter, a verl 0.9 config (its Rollouter: request_routing)."""
+    given = [key for key in DYNAMIC_SCHEDULE_KEYS if v.given(f"async_training.dynamic_schedule_{key}")]
+    if not v.flag("async_training.use_dynamic_resource_scheduling"):
+        decided.update({f"async_training.dynamic_schedule_{key}": ("ignored", "used with "
+                        "use_dynamic_resource_scheduling") for key in given})
+        return
+    if v.given(f"{A}.rollout.standalone_gpu_memory_utilization") and v(f"{A}.rollout.standalone_gpu_memory_utilization") is not None:
+        v.result.notes.append("the trainer's lent replicas take the standalone servers' memory share here "
+                              "(standalone_gpu_memory_utilization); verl gives them gpu_memory_utilization")
+    s["dynamic_resources"] = {DYNAMIC_SCHEDULE_KEYS[key]: v(f"async_training.dynamic_schedule_{key}") for key in given}
+    s["request_routing"] = True
+    decided.pop(f"{A}.rollout.free_cache_engine", None)   # the lent replicas do sleep between their spans
+    _hybrid_engine_switch(v, w, s, decided)
+
+
 def _rollout_gpus(v: Values) -> int:
     src = v.result.source
+    if v.flag("async_training.use_dynamic_resource_scheduling") and v.flat.get("rollout.nnodes") == 0:
+        raise RlsimError("rollout.nnodes 0 (no standalone rollout servers: verl's only_hybrid, every replica on the "
+                         "trainer's GPUs) is not modelled: rlsim's verl-fully-async needs a rollout pool", source=src,
+                         field="rollout.nnodes", fix="give the rollout pool its GPUs (rollout.nnodes=N "
+                         "rollout.n_gpus_per_node=G), or import the run as verl's colocated trainer")
     if not (v.given("rollout.nnodes") or v.given("rollout.n_gpus_per_node")):
         raise RlsimError("split pools need the rollout pool's size", source=src, field="rollout.n_gpus_per_node",
                          fix="pass rollout.nnodes=N rollout.n_gpus_per_node=G after the config path")

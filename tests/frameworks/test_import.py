@@ -1375,18 +1375,33 @@ def test_verl_09_separate_async_lends_the_trainers_devices_with_enable_switch():
 def test_verl_09_fully_async_keys_are_read():
     """verl 0.9's fully_async (experimental/fully_async_policy/config, 0.9.1): its global concurrency cap
     per replica as rlsim's per-server cap, the standalone replicas' memory share as the pool's, its
-    validation switch ignored, its dynamic resource controller unsupported when on."""
+    validation switch ignored, its dynamic resource controller as schedule.dynamic_resources."""
     example = EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml"
     r = import_config("verl", example, ["+async_training.concurrent_samples_per_replica=8",
                                         "+actor_rollout_ref.rollout.standalone_gpu_memory_utilization=0.7",
                                         "+async_training.use_trainer_do_validate=false",
                                         "+async_training.use_dynamic_resource_scheduling=true",
-                                        "+async_training.dynamic_schedule_deactivate_ratio=0.5"])
-    assert r.unknown == {}
-    assert r.scenario["schedule"]["max_inflight_prompts_per_server"] == 8 and r.scenario["schedule"]["request_routing"]
+                                        "+async_training.dynamic_schedule_deactivate_ratio=0.5",
+                                        "+async_training.dynamic_schedule_enable_rebalance=false"])
+    assert r.unknown == {} and r.unsupported == {}
+    s = r.scenario["schedule"]
+    assert s["max_inflight_prompts_per_server"] == 8 and s["request_routing"]
+    assert s["dynamic_resources"] == {"deactivate_ratio": 0.5, "rebalance": False}
+    assert s["switch"]["engine_sleep"] is True    # the lent replicas sleep as the hybrid engine's do
+    assert load_scenario(r.scenario).schedule.dynamic_resources.deactivate_ratio == 0.5
+    assert "async_training.use_dynamic_resource_scheduling" in r.mapped
+    assert any("gpu_memory_utilization" in note and "lent replicas" in note for note in r.notes)
     assert r.scenario["workload"]["rollout_layout"]["gpu_memory_utilization"] == 0.7
-    assert "async_training.use_dynamic_resource_scheduling" in r.unsupported
     assert "standalone" in r.ignored["actor_rollout_ref.rollout.gpu_memory_utilization"]
+    # a verl 0.9 key: the 0.9 Rollouter even without concurrent_samples_per_replica; off: its knobs unread
+    lent = import_config("verl", example, ["+async_training.use_dynamic_resource_scheduling=true"]).scenario
+    assert lent["schedule"]["request_routing"] and lent["schedule"]["dynamic_resources"] == {}
+    off = import_config("verl", example, ["+async_training.dynamic_schedule_policy=fixed_ratio"])
+    assert "dynamic_resources" not in off.scenario["schedule"]
+    assert "use_dynamic_resource_scheduling" in off.ignored["async_training.dynamic_schedule_policy"]
+    with pytest.raises(RlsimError) as err:      # only_hybrid: every replica on the trainer's GPUs
+        import_config("verl", example, ["+async_training.use_dynamic_resource_scheduling=true", "rollout.nnodes=0"])
+    assert err.value.field == "rollout.nnodes"
     colocated = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
                               ["+actor_rollout_ref.rollout.standalone_gpu_memory_utilization=0.7"])
     assert "fully_async" in colocated.ignored["actor_rollout_ref.rollout.standalone_gpu_memory_utilization"]

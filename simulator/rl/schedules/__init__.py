@@ -10,7 +10,8 @@ async          split pools     1*         0*         disaggregated.SplitPoolRun 
 nemo-rl-async  split pools     max_age    0          nemo_rl.NemoRun (segments: in-flight weight updates)
 areal          split pools     eta (starts) -         areal.ArealRun (verl_async's Rollouter under AReaL's start rule)
 verl-fully-async split pools   quota      -          verl_async.VerlFullyAsyncRun (Rollouter / Trainer, message queue;
-                                                     request_routing: verl_async_requests, verl 0.9.1's Rollouter)
+                                                     request_routing: verl_async_requests, verl 0.9.1's Rollouter;
+                                                     dynamic_resources: verl_async_dynamic, the trainer's devices lent)
 verl-colocate-async colocated  threshold-1* -         verl_v1.VerlColocateAsyncRun (v1 feed and replay buffer, one pool)
 verl-separate-async split pools threshold-1* -        verl_v1.VerlSeparateAsyncRun (v1 feed and replay buffer, local updates;
                                                      hybrid_rollout: verl_hybrid, the trainer's devices lent)

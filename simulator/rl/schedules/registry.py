@@ -48,7 +48,7 @@ _REGISTRY: dict[str, SchedulePolicy] = {}
 BUILTIN_MODULES: dict[str, str] = {
     "disaggregated": "disaggregated", "one-step-off": "disaggregated", "async": "disaggregated",
     "areal": "areal", "colocated": "colocated", "nemo-rl-async": "nemo_rl", "stalesync": "stalesync",
-    "verl-fully-async": "verl_async_requests", "verl-colocate-async": "verl_v1", "verl-separate-async": "verl_hybrid",
+    "verl-fully-async": "verl_async_dynamic", "verl-colocate-async": "verl_v1", "verl-separate-async": "verl_hybrid",
     "verl-sync": "verl_v1",
 }
 

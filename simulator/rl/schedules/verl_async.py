@@ -340,6 +340,7 @@ class VerlFullyAsyncRun:
             stage0 = dict(ctx.totals.stage_time_s)
             gen_s = 0.0
             for _ in range(self.sched.trigger_parameter_sync_step):
+                yield from self._before_update(k)
                 t_wait = env.now
                 groups = yield from self._take(k)
                 gen_s += env.now - t_wait
@@ -355,6 +356,10 @@ class VerlFullyAsyncRun:
                                   "update_actor_s": spent["train_actor"], "ref_s": spent["reference"],
                                   "sync_s": env.now - t_sync, "idle_ratio": gen_s / max(env.now - t0, 1e-12)})
         self.finished.succeed()
+
+    def _before_update(self, k: int):
+        """Before a local update takes its samples (a subclass may take lent devices back)."""
+        yield from ()
 
     def _take(self, k: int):
         """Wait for require x mini complete samples (verl's ``gen``), oldest first."""
@@ -390,6 +395,17 @@ class VerlFullyAsyncRun:
         self.ctx.add_stage_time("weight_sync", self.sync_s)
         yield env.timeout(self.sync_s)
         rollouter.end_sync(k + 1, env.now)
+
+    def _switch(self, to_phase: str, k: int) -> float:
+        """The trainer's devices switched to ``to_phase`` (the engines asleep or awake), from its
+        clock's cursor; the seconds it takes."""
+        ctx, clock = self.ctx, self.trainer_clock
+        cost = ctx.costs.switch(to_phase, clock.ranks)
+        clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
+        ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
+        ctx.add_switch_parts(to_phase, cost.parts_s)
+        ctx.add_stage_time(f"switch_to_{to_phase}", cost.time_s)
+        return cost.time_s
 
     def _merge_iterations(self, first: int, end: float) -> None:
         """The version's local updates as one logged step (verl sums their timings)."""

@@ -10,14 +10,11 @@ prompt's n trajectories go through the agent loop as requests of their own, each
 the fewest requests in flight and back to the same one after an abort (the v1 kinds' load balancer,
 verl_v1.FeedRollouter).
 
-The kind registers here, where both Rollouters are at hand.
+The kind registers in verl_async_dynamic.py, where every Rollouter of it is at hand.
 """
 from __future__ import annotations
 
-from ...scenario import VerlFullyAsyncSchedule
 from .areal import ArealRollouter
-from .context import Context
-from .registry import SchedulePolicy, register
 from .verl_async import VerlFullyAsyncRun
 from .verl_v1 import FeedRollouter
 
@@ -28,7 +25,11 @@ class RequestRoutedRollouter(FeedRollouter):
     def capacity(self) -> int:
         """Prompts that may start now: the version's quota left, and the global cap's room."""
         quota = self.run_.quota
-        return min(quota - self.started, min(len(self.servers) * self.cap, quota) - self.running)
+        return min(quota - self.started, min(self.serving() * self.cap, quota) - self.running)
+
+    def serving(self) -> int:
+        """The servers in the load balancer (_update_max_concurrent_samples counts them)."""
+        return len(self.servers)
 
     def _group_done(self, accepted: bool) -> None:
         """A finished prompt leaves the in-flight count; a filtered one (DAPO) frees its quota place."""
@@ -49,14 +50,3 @@ class RequestRoutedRollouter(FeedRollouter):
 class VerlFullyAsyncRequestRun(VerlFullyAsyncRun):
     ROLLOUTER = RequestRoutedRollouter
 
-
-def run(ctx: Context) -> float:
-    """verl 0.9.1's Rollouter with request_routing, else verl 0.4-0.7's (verl_async.py)."""
-    runner = VerlFullyAsyncRequestRun if ctx.sched.request_routing else VerlFullyAsyncRun
-    return runner(ctx).run()
-
-
-POLICY = register(SchedulePolicy(
-    VerlFullyAsyncSchedule, run, "verl fully_async_policy: Rollouter and Trainer joined by a message queue, "
-    "a per-version prompt quota (staleness_threshold), partial rollouts cancelled at a sync",
-    supports_partial_rollout=True, partial_rollout_segments=False))

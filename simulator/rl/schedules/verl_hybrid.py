@@ -83,8 +83,15 @@ class HybridFeedRollouter(FeedRollouter):
         tokens and queued to be routed afresh; their devices' record up to ``now``."""
         self._step(now)
         self.active[self.hybrid] = False
+        self.abort(self.hybrid, now)
+        hand_over(self, self.hybrid, now, k)
+        self._fire("wake")
+
+    def abort(self, servers: list[int], now: float) -> None:
+        """The requests in flight on ``servers`` aborted keeping their tokens, each queued to be
+        routed afresh (after the servers advanced to ``now``)."""
         n = self.ctx.workload.samples_per_prompt
-        for i in self.hybrid:
+        for i in servers:
             result = self.servers[i].interrupt(now)
             for done in result.finished:
                 self._finished(i, int(done.seq_id), float(done.time_s))
@@ -94,8 +101,6 @@ class HybridFeedRollouter(FeedRollouter):
                 self._park(group, i)
             self.inflight[i].clear()
             self._touch(i, now)
-        hand_over(self, self.hybrid, now, k)
-        self._fire("wake")
 
     def _park(self, group: PromptGroup, server: int) -> None:
         """The group's unfinished requests on ``server``, to send again elsewhere."""

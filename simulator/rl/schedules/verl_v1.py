@@ -348,17 +348,6 @@ class VerlSeparateAsyncRun(VerlFullyAsyncRun):
     def _end_step(self, k: int):
         yield from self._sync(k)
 
-    def _switch(self, to_phase: str, k: int) -> float:
-        """The trainer's devices switched to ``to_phase`` (the engines asleep or awake), from its
-        clock's cursor; the seconds it takes."""
-        ctx, clock = self.ctx, self.trainer_clock
-        cost = ctx.costs.switch(to_phase, clock.ranks)
-        clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
-        ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
-        ctx.add_switch_parts(to_phase, cost.parts_s)
-        ctx.add_stage_time(f"switch_to_{to_phase}", cost.time_s)
-        return cost.time_s
-
     def _policy_copies(self, k: int, local: int):
         """Decoupled PPO's pi_old around the old log-prob pass (DetachActorWorker, _compute_old_log_prob
         without bypass mode): the first local update saves the policy to host memory; each later one
