@@ -28,10 +28,11 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         if message.startswith("unrecognized arguments:") and "=" in message and \
                 any(flag in getattr(self, "argv_given", sys.argv) for flag in ("--from-verl", "--from-nemo-rl", "--from-areal",
-                                                                          "--from-openrlhf", "--from-trl")):
+                                                                          "--from-openrlhf", "--from-trl", "--from-skyrl")):
             # framework overrides placed after another option: argparse has no slot for them there
             message += (" (fix: give the config's key=value overrides right after its path: "
-                        "--from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl CONFIG key=value ... --topology ...)")
+                        "--from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl / --from-skyrl CONFIG key=value ... "
+                        "--topology ...)")
         self.exit(2, f"rlsim: error: {message}\n")
 
 

@@ -157,7 +157,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def add_framework_import(parser: argparse.ArgumentParser) -> None:
-    """--from-verl / --from-nemo-rl / --from-areal / --from-trl CONFIG.yaml, --from-openrlhf SCRIPT.sh [key=value ...],
+    """--from-verl / --from-nemo-rl / --from-areal / --from-trl CONFIG.yaml, --from-openrlhf / --from-skyrl SCRIPT.sh
+    [key=value ...],
     --framework-schedule, --print-scenario."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--from-verl", nargs="+", metavar="ARG",
@@ -178,30 +179,39 @@ def add_framework_import(parser: argparse.ArgumentParser) -> None:
                             "`trl rloo --config` reads, with "
                             "accelerate_config / num_processes; vllm_serve.* for the server of vllm_mode server) and "
                             "key=value overrides, turned into a scenario")
+    group.add_argument("--from-skyrl", nargs="+", metavar="ARG",
+                       help="CONFIG [KEY=VALUE ...]: a SkyRL launch script (the key=value arguments of its "
+                            "skyrl.train.entrypoints.main_base command) or a YAML of SkyRL's config, and key=value "
+                            "overrides, turned into a scenario")
     parser.add_argument("--framework-schedule", choices=("colocated", "one-step-off", "fully-async", "colocate-async",
                                                          "separate-async", "sync", "grpo", "rloo"),
                         help="which verl recipe (colocated ... sync) or TRL trainer (grpo, rloo) the YAML is for "
                              "(default: inferred from its keys)")
     parser.add_argument("--print-scenario", action="store_true",
-                        help="with --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl: print the scenario as YAML (re-loadable by "
+                        help="with --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl / "
+                             "--from-skyrl: print the scenario as YAML (re-loadable by "
                              "`rlsim run FILE`) and exit")
 
 
 def framework_import(args: argparse.Namespace) -> Any:
-    """The FrameworkImport of --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl, or None. Refuses what would replace the
+    """The FrameworkImport of --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl /
+    --from-skyrl, or None. Refuses what would replace the
     imported sections (a scenario file, --workload, --schedule) and the flags without an import."""
     from ..errors import RlsimError
     chosen = [(name, items) for name, items in (("verl", getattr(args, "from_verl", None)),
                                                   ("nemo-rl", getattr(args, "from_nemo_rl", None)),
                                                   ("areal", getattr(args, "from_areal", None)),
                                                   ("openrlhf", getattr(args, "from_openrlhf", None)),
-                                                  ("trl", getattr(args, "from_trl", None))) if items]
+                                                  ("trl", getattr(args, "from_trl", None)),
+                                                  ("skyrl", getattr(args, "from_skyrl", None))) if items]
     if not chosen:
         for flag, given in (("--print-scenario", args.print_scenario), ("--framework-schedule", args.framework_schedule)):
             if given:
-                raise RlsimError(f"{flag} needs --from-verl, --from-nemo-rl, --from-areal, --from-openrlhf or --from-trl",
+                raise RlsimError(f"{flag} needs --from-verl, --from-nemo-rl, --from-areal, --from-openrlhf, --from-trl "
+                                 "or --from-skyrl",
                                  field=flag, fix="add --from-verl CONFIG.yaml, --from-nemo-rl RECIPE.yaml, --from-areal "
-                                                 "CONFIG.yaml, --from-openrlhf SCRIPT.sh or --from-trl CONFIG.yaml")
+                                                 "CONFIG.yaml, --from-openrlhf SCRIPT.sh, --from-trl CONFIG.yaml or "
+                                                 "--from-skyrl SCRIPT.sh")
         return None
     framework, items = chosen[0]
     stray = args.scenario

@@ -51,7 +51,7 @@ def _workloads() -> list[str]:
 
 def _framework_configs() -> list[str]:
     """The example framework configs (workloads/frameworks/, for --from-verl / --from-nemo-rl / --from-areal / --from-trl /
-    --from-openrlhf): not workloads."""
+    --from-openrlhf / --from-skyrl): not workloads."""
     from ..presets import preset_dir
 
     try:
@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     print("  " + (", ".join(doc["models"]) or "(none yet)"))
     print("workloads:")
     print("  " + (", ".join(doc["workloads"]) or "(none yet)"))
-    print("framework configs (examples for rlsim run --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl):")
+    print("framework configs (examples for rlsim run --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / "
+          "--from-trl / --from-skyrl):")
     for path in doc["framework_configs"]:
         print(f"  {path}")
     for key, title in (("train_software", "training stacks (--set workload.train_software=NAME)"),

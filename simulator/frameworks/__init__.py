@@ -1,4 +1,4 @@
-"""Framework configs (verl, NeMo RL, AReaL, OpenRLHF launch scripts, TRL GRPO configs) turned into rlsim scenarios; see docs/guides/frameworks.md."""
+"""Framework configs (verl, NeMo RL, AReaL, OpenRLHF and SkyRL launch scripts, TRL GRPO configs) turned into rlsim scenarios; see docs/guides/frameworks.md."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import RlsimError
 from .common import FrameworkImport
 
-FRAMEWORKS = ("verl", "nemo-rl", "areal", "openrlhf", "trl")
+FRAMEWORKS = ("verl", "nemo-rl", "areal", "openrlhf", "trl", "skyrl")
 
 
 def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (), *,
@@ -30,6 +30,9 @@ def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (
     if framework == "trl":
         from .trl import import_trl
         return import_trl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
+    if framework == "skyrl":
+        from .skyrl import import_skyrl
+        return import_skyrl(path, overrides, topology=topology, schedule=schedule, user_sets=user_sets)
     raise RlsimError(f"unknown framework {framework!r}", field="framework", fix=f"use one of {', '.join(FRAMEWORKS)}")
 
 

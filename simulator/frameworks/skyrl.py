@@ -1,0 +1,183 @@
+"""SkyRL (NovaSky-AI/SkyRL) configs -> rlsim scenarios: `rlsim run --from-skyrl CONFIG [key=value ...]`.
+
+CONFIG is a launch script (the ``key=value`` arguments of its ``python -m skyrl.train.entrypoints.main_base``
+command, or of another entry point's; the script's ``NAME=value`` lines resolve ``$NAME``) or a YAML
+of the same tree (SkyRLTrainConfig: data, trainer, generator, environment; the YAML SkyRL prints at
+start-up); a ``key=value`` after it sets a key as SkyRL's command line does (no ``+``: SkyRL refuses
+it). Key names and defaults: skyrl_rules.py. How skyrl 0.3.0 runs a step (skyrl/train/trainer.py,
+fully_async_trainer.py, backends/skyrl_train/workers/worker_dispatch.py, fsdp_strategy.py,
+inference_servers/remote_inference_client.py, read in its wheel):
+
+- ``trainer.placement.colocate_all`` (the default) -> ``colocated``: the vLLM servers and every model
+  share the policy's GPUs; after generating, the engines sleep (level 2: weights and KV cache
+  discarded), the models' forwards run (critic, reference, policy's old log-probs), then the
+  updates; at the weight sync the engines' weights wake, the weights go in tensor by tensor, the
+  policy's model and optimizer go to the host (``offload_after_step``), the KV cache wakes. Models
+  sharing GPUs are swapped by the dispatch: the reference's weights come in for its forward and go
+  out for the policy's (``reference_swap_copies: 2``).
+- ``colocate_all: false`` -> split pools, synchronous (``disaggregated``): the servers on GPUs of
+  their own (num_engines x tensor x pipeline x data parallel), the trainer on the policy's; with a
+  reference sharing the policy's GPUs (``colocate_policy_ref``, the default) the dispatch moves the
+  policy's weights and optimizer out for the reference's forward and back, the reference's in and
+  out (``reference_swap_copies: 4`` of the weight shard, the optimizer as a per-update offload);
+  otherwise the reference (and a critic) on GPUs of their own (``aux_devices``).
+- ``trainer.fully_async.enabled`` -> ``areal``: SkyRL's staleness manager is AReaL's (groups start
+  while running < num_parallel_generation_workers and accepted + running < (max_staleness_steps +
+  step) x the mini-batch); the trainer takes a mini-batch of finished groups, trains one step and
+  syncs the weights with generation paused.
+- The old log-prob pass is skipped for the losses trained on the rollout's log-probs (rollout_is,
+  dppo) without the KL reward penalty and off-policy correction (RayPPOTrainer._skip_policy_forward).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import RlsimError
+from .common import (
+    FrameworkImport,
+    Status,
+    Values,
+    apply_hydra_overrides,
+    begin_import,
+    classify,
+    in_table,
+    overridden_keys,
+    resolve_interpolations,
+    size_topology,
+    world_divides,
+)
+from .skyrl_mapping import gpus_of, mode_of, rollout_gpus, schedule_of, strategy_of, workload
+from .skyrl_rules import DEFAULTS, DEFAULTS_SOURCE, MEGATRON_SIZES, RULES
+
+_SECTIONS = ("data.", "trainer.", "generator.", "environment.")
+_SHELL_STOPS = {"&&", "||", ";", "|", "&"}   # tokens that end the command
+_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def import_skyrl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
+                 schedule: str | None = None, user_sets: Iterable[str] = ()) -> FrameworkImport:
+    """A SkyRL launch script or YAML plus ``key=value`` overrides -> FrameworkImport (the placement
+    and fully_async say the schedule)."""
+    flat, result, v = _begin(path, list(overrides), schedule)
+    user_sets = set(user_sets)
+    decided: dict[str, tuple[Status, str]] = {}
+    mode = mode_of(v)
+    policy_gpus, engine_gpus = gpus_of(v, "policy"), rollout_gpus(v)
+    w = workload(v, policy_gpus, mode, "workload.model" in user_sets, decided)
+    sched = schedule_of(v, mode, w, policy_gpus, engine_gpus, decided)
+    aux = sched.get("aux_devices", {})
+    total = policy_gpus if mode == "colocated" else policy_gpus + engine_gpus + sum(aux.values())
+    # colocated, the job is the policy's nodes (their GPUs a node: part of a server's); split, Ray places
+    # the engines and the models where GPUs are free: whole nodes
+    per_node = v.count("trainer.placement.policy_num_gpus_per_node") if mode == "colocated" else None
+    topo, note = size_topology(topology, total, "the policy's GPUs" + ("" if mode == "colocated" else
+                               ", the engines' and any model's own"), result.source,
+                               any(k.startswith("topology.") for k in user_sets), per_node)
+    result.notes.append(note)
+    if not any(k.startswith("topology.") for k in user_sets):
+        world_divides(v, policy_gpus, w["train_layout"], [f"trainer.policy.megatron_config.{key}" for key in
+                      MEGATRON_SIZES] + ["trainer.policy.sequence_parallel_size"], f"SkyRL's {strategy_of(v)} policy",
+                      "trainer.placement.policy_num_gpus_per_node")
+    result.scenario = {"topology": topo, "workload": w, "schedule": sched}
+    classify(result, flat, RULES, decided)
+    result.notes.append("response-length law: not in a config; rlsim's default law capped at "
+                        "generator.sampling_params.max_generate_length (set --set workload.response_length.median / "
+                        ".sigma to refine)")
+    return result
+
+
+# ---- reading --------------------------------------------------------------------------------------
+def _begin(path: str | Path, overrides: list[str], schedule: str | None) -> tuple[dict[str, Any], FrameworkImport,
+                                                                                 Values]:
+    """The config as a flat dict (a YAML, or a script's arguments), SkyRL's command-line overrides on it."""
+    source = str(path)
+    plus = next((item for item in overrides if item.strip().startswith("+")), None)
+    if plus is not None:
+        raise RlsimError(f"SkyRL refuses the '+' prefix ({plus!r}): its config is a fixed dataclass tree",
+                         source=source, field=plus.strip().lstrip("+").partition("=")[0],
+                         fix="write key=value with one of SkyRL's keys")
+    if Path(path).suffix.lower() in (".yaml", ".yml", ".json"):
+        return begin_import("skyrl", path, overrides, what="SkyRL config", rules=RULES, defaults=DEFAULTS,
+                            defaults_source=DEFAULTS_SOURCE, schedule=schedule, schedule_fix=_SCHEDULE_FIX)
+    if schedule:
+        raise RlsimError("--framework-schedule is for verl configs (its recipe) and TRL's (its trainer)",
+                         field="--framework-schedule", fix=_SCHEDULE_FIX)
+    items = [*read_script(path), *overrides]
+    flat = resolve_interpolations(apply_hydra_overrides({}, items, source, known=_known))
+    result = FrameworkImport("skyrl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
+    return flat, result, Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
+
+
+_SCHEDULE_FIX = "set trainer.placement.colocate_all or trainer.fully_async.enabled in the config"
+
+
+def _known(key: str) -> bool:
+    return key in DEFAULTS or in_table(key, RULES)
+
+
+def read_script(path: str | Path) -> list[str]:
+    """The ``key=value`` arguments of the script's training command (the first command with arguments
+    under data. / trainer. / generator. / environment.), its variables resolved."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RlsimError(f"cannot read the SkyRL script: {exc}", source=source,
+                         fix="give a shell script that runs python -m skyrl.train.entrypoints.main_base key=value "
+                             "... (or a YAML of SkyRL's config)") from None
+    variables: dict[str, str] = {}
+    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
+        match = _ASSIGNMENT.match(line)
+        if match and " " not in match.group(2).strip().strip("\"'"):
+            variables[match.group(1)] = _unquoted(_expanded(match.group(2).strip(), variables))
+            continue
+        items = _arguments(line, variables, source)
+        if items:
+            return items
+    raise RlsimError("no SkyRL training command in the script (no key=value argument under data. / trainer. / "
+                     "generator. / environment.)", source=source,
+                     fix="give a script that runs python -m skyrl.train.entrypoints.main_base trainer.... generator...."
+                         " (or a YAML of SkyRL's config)")
+
+
+def _arguments(line: str, variables: Mapping[str, str], source: str) -> list[str]:
+    """The SkyRL key=value arguments of the line's Python command (``-m MODULE`` or ``SCRIPT.py``), up
+    to the end of that command; none where the line runs no Python entry point."""
+    if not any(section in line for section in _SECTIONS):
+        return []
+    try:
+        tokens = shlex.split(_expanded(line, variables), comments=True)
+    except ValueError as exc:
+        raise RlsimError(f"cannot split the command line: {exc}", source=source,
+                         fix="close the quotes of the training command") from None
+    start = next((i + 2 if token == "-m" else i + 1 for i, token in enumerate(tokens)
+                  if token == "-m" or token.endswith(".py")), None)
+    if start is None:
+        return []
+    tokens = tokens[start:]
+    end = next((i for i, token in enumerate(tokens) if token in _SHELL_STOPS or token.startswith((">", "1>", "2>"))),
+               len(tokens))
+    return [token for token in tokens[:end] if "=" in token and token.startswith(_SECTIONS)]
+
+
+def _unquoted(text: str) -> str:
+    try:
+        return " ".join(shlex.split(text, comments=True))
+    except ValueError:
+        return text
+
+
+def _expanded(text: str, variables: Mapping[str, str]) -> str:
+    """$NAME / ${NAME} / ${NAME:-default} from the script's assignments; an unknown one kept (refused
+    when its key is read)."""
+    def value_of(match: re.Match) -> str:
+        name = match.group(1) or match.group(3)
+        if name in variables:
+            return variables[name]
+        return match.group(2) if match.group(2) is not None else "${" + name + "}"
+    return _VARIABLE.sub(value_of, text)

@@ -1,0 +1,326 @@
+"""SkyRL's config -> rlsim's workload and schedule (the run's shape: skyrl.py reads the config and
+says how skyrl 0.3.0 runs a step)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import RlsimError
+from .common import (
+    DTYPES,
+    Status,
+    Values,
+    begin_workload,
+    capped_length,
+    hf_train_software,
+    without_inapplicable_layout_keys,
+)
+from .skyrl_rules import MEGATRON_SIZES
+
+# skyrl 0.3.0 pins vllm 0.23.0 (its wheel's METADATA, extra "fsdp") and runs it as HTTP servers with
+# its own max_num_seqs / max_num_batched_tokens: rlsim's server preset stands for the rest.
+ENGINE = "vllm-v1-server"
+ENGINE_NOTE = (f"SkyRL 0.3.0 runs vllm 0.23.0 servers: rlsim's {ENGINE} preset (vLLM 0.11's server defaults) "
+               "stands for the settings SkyRL does not pass")
+# Losses trained on the rollout's log-probs (skyrl ppo_utils LOSSES_WITHOUT_OLD_LOGPROBS).
+ROLLOUT_LOGPROB_LOSSES = ("rollout_is", "dppo")
+ENGINE_KEY = "generator.inference_engine"
+
+
+def mode_of(v: Values) -> str:
+    """colocated, split or async, as SkyRL's entry points choose (its fully-async trainer asserts
+    colocate_all off)."""
+    colocated, fully_async = v.flag("trainer.placement.colocate_all"), v.flag("trainer.fully_async.enabled")
+    if fully_async and colocated:
+        raise RlsimError("fully_async with colocate_all: SkyRL's fully-async trainer refuses it (\"colocate_all is "
+                         "not supported for async training yet\")", source=v.result.source,
+                         field="trainer.placement.colocate_all", fix="set trainer.placement.colocate_all=false")
+    if fully_async:
+        v.result.schedule_rule = "areal (fully_async.enabled: SkyRL's staleness manager is AReaL's)"
+        return "async"
+    v.result.schedule_rule = ("colocated (placement.colocate_all: the engines and the models share the GPUs in turn)"
+                              if colocated else "disaggregated (colocate_all false: the engines on GPUs of their own)")
+    return "colocated" if colocated else "split"
+
+
+def strategy_of(v: Values) -> str:
+    strategy = v("trainer.strategy")
+    if strategy not in ("fsdp", "fsdp2", "megatron"):
+        raise RlsimError(f"trainer.strategy {strategy!r} is not one of SkyRL's", source=v.result.source,
+                         field="trainer.strategy", fix="use fsdp or megatron")
+    return "megatron" if strategy == "megatron" else "fsdp"
+
+
+def rollout_gpus(v: Values) -> int:
+    """num_engines x tensor x data parallel (SkyRL's count; pipeline-parallel engines are refused)."""
+    if v.count(f"{ENGINE_KEY}.pipeline_parallel_size") > 1:
+        raise RlsimError("pipeline-parallel inference is not modelled", source=v.result.source,
+                         field=f"{ENGINE_KEY}.pipeline_parallel_size", fix="give pipeline_parallel_size 1")
+    if v(f"{ENGINE_KEY}.backend") != "vllm":
+        raise RlsimError(f"inference backend {v(f'{ENGINE_KEY}.backend')!r} is not SkyRL 0.3's", source=v.result.source,
+                         field=f"{ENGINE_KEY}.backend", fix="use vllm")
+    return (v.count(f"{ENGINE_KEY}.num_engines") * v.count(f"{ENGINE_KEY}.tensor_parallel_size")
+            * v.count(f"{ENGINE_KEY}.data_parallel_size"))
+
+
+def uses_reference(v: Values) -> bool:
+    """SkyRL builds a reference model for either KL term (use_ref_model in trainer.build_models)."""
+    return v.flag("trainer.algorithm.use_kl_loss") or v.flag("trainer.algorithm.use_kl_in_reward")
+
+
+def has_critic(v: Values) -> bool:
+    """RayPPOTrainer.has_critic: a critic model path."""
+    return bool(v("trainer.critic.model.path"))
+
+
+def gpus_of(v: Values, role: str) -> int:
+    return v.count(f"trainer.placement.{role}_num_nodes") * v.count(f"trainer.placement.{role}_num_gpus_per_node")
+
+
+def _dtype(v: Values, key: str) -> str:
+    value = str(v(key))
+    if value not in DTYPES:
+        raise RlsimError(f"unknown dtype {value!r}", source=v.result.source, field=key,
+                         fix=f"use one of: {', '.join(DTYPES)}")
+    return DTYPES[value]
+
+
+# ---- the workload ---------------------------------------------------------------------------------
+def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
+             decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    src = v.result.source
+    w = begin_workload(v, "trainer.policy.model.path", "SkyRL config", model_given, decided)
+    prompts, mini = v.count("trainer.train_batch_size"), v.count("trainer.policy_mini_batch_size")
+    if prompts % mini:
+        raise RlsimError(f"train_batch_size {prompts} is not a multiple of policy_mini_batch_size {mini} (SkyRL's "
+                         "validate_batch_sizes refuses it)", source=src, field="trainer.policy_mini_batch_size",
+                         fix="give a divisor of train_batch_size")
+    estimator = str(v("trainer.algorithm.advantage_estimator"))
+    if estimator == "gae" and not has_critic(v):
+        raise RlsimError("advantage_estimator gae needs a critic (trainer.critic.model.path)", source=src,
+                         field="trainer.critic.model.path", fix="give the critic's model path, or use grpo")
+    w.update(algorithm="ppo" if has_critic(v) else "grpo", prompts_per_step=prompts,
+             samples_per_prompt=v.count("generator.n_samples_per_prompt"), mini_batch_prompts=mini,
+             ppo_epochs=v.count("trainer.update_epochs_per_batch"))
+    w["prompt_length"] = capped_length("prompt_length", v.count("trainer.max_prompt_length"),
+                                       "trainer.max_prompt_length", src, v.result.notes)
+    w["response_length"] = capped_length("response_length", v.count("generator.sampling_params.max_generate_length"),
+                                         "generator.sampling_params.max_generate_length", src, v.result.notes)
+    strategy = strategy_of(v)
+    w["train_layout"] = without_inapplicable_layout_keys(
+        _train_layout(v, strategy, policy_gpus, decided), w.get("model"),
+        {"etp": "trainer.policy.megatron_config.expert_tensor_parallel_size"}, decided)
+    if strategy == "fsdp":   # transformers' model code under FSDP2 (megatron: Megatron's)
+        w["train_software"] = hf_train_software(False)
+    w["rollout_layout"] = _rollout_layout(v)
+    w["engine"] = ENGINE
+    v.result.notes.append(ENGINE_NOTE)
+    w["inference"] = _inference(v, mode)
+    w["reference"] = uses_reference(v)
+    w["dtype"] = "bf16" if v.flag("trainer.bf16") else "fp32"
+    if v.flag("trainer.policy.fsdp_config.cpu_offload") and strategy == "fsdp":
+        w["train_params"] = {"offload": {"fsdp_cpu_offload": True}}
+    _dynamic_sampling(v, w, mode, decided)
+    return w
+
+
+def _train_layout(v: Values, strategy: str, policy_gpus: int,
+                  decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    recompute = "full" if v.flag("trainer.gradient_checkpointing") else "none"
+    if strategy == "megatron":
+        section = "trainer.policy.megatron_config"
+        layout: dict[str, Any] = {knob: v.count(f"{section}.{key}") for key, knob in MEGATRON_SIZES.items()
+                                  if knob != "etp"}
+        if v(f"{section}.expert_tensor_parallel_size") is not None:
+            layout["etp"] = v.count(f"{section}.expert_tensor_parallel_size")
+        layout.update(zero=1, recompute=recompute)   # Megatron's distributed optimizer (SkyRL's DDP config)
+        for key in [k for k in v.flat if k.startswith("trainer.policy.fsdp_config.")]:
+            decided[key] = ("ignored", "the policy trains with megatron (trainer.strategy): FSDP settings do not apply")
+    else:
+        sp = v.count("trainer.policy.sequence_parallel_size")
+        layout = {"tp": 1, "pp": 1, "cp": sp, "zero": 3, "recompute": recompute}
+        if sp > 1:
+            layout["ulysses_sp"] = True
+        size = v("trainer.policy.fsdp_config.fsdp_size")
+        if size not in (-1, None, policy_gpus // sp):
+            decided["trainer.policy.fsdp_config.fsdp_size"] = ("unsupported", "hybrid sharding (FSDP over part of "
+                                                               "the GPUs, replicated over the rest) is not modelled: "
+                                                               "priced as a shard over all")
+        for key in [k for k in v.flat if k.startswith("trainer.policy.megatron_config.")]:
+            decided[key] = ("ignored", "the policy trains with fsdp (trainer.strategy): Megatron settings do not apply")
+    tokens = v("trainer.max_tokens_per_microbatch")
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+        layout["max_tokens_per_micro_batch"] = layout["logprob_max_tokens_per_micro_batch"] = tokens
+        for key in ("trainer.micro_train_batch_size_per_gpu", "trainer.micro_forward_batch_size_per_gpu"):
+            if v.given(key):
+                decided[key] = ("ignored", "max_tokens_per_microbatch > 0: the token budget forms the micro-batches")
+    else:
+        layout["micro_batch"] = v.count("trainer.micro_train_batch_size_per_gpu")
+    return layout
+
+
+def _rollout_layout(v: Values) -> dict[str, Any]:
+    layout: dict[str, Any] = {"tp": v.count(f"{ENGINE_KEY}.tensor_parallel_size"),
+                              "gpu_memory_utilization": v.fraction(f"{ENGINE_KEY}.gpu_memory_utilization"),
+                              "max_num_seqs": v.count(f"{ENGINE_KEY}.max_num_seqs")}
+    if v.count(f"{ENGINE_KEY}.expert_parallel_size") > 1:
+        raise RlsimError("vLLM expert parallelism inside SkyRL's engines is not imported", source=v.result.source,
+                         field=f"{ENGINE_KEY}.expert_parallel_size", fix="give expert_parallel_size 1, or set "
+                         "--set workload.rollout_layout.ep=N after the import")
+    layout["weight_dtype"] = layout["kv_dtype"] = _dtype(v, f"{ENGINE_KEY}.model_dtype")
+    return layout
+
+
+def _inference(v: Values, mode: str) -> dict[str, Any]:
+    """The engine settings SkyRL passes (its own defaults, not vLLM's), and how requests reach it."""
+    inference: dict[str, Any] = {
+        "max_num_batched_tokens": v.count(f"{ENGINE_KEY}.max_num_batched_tokens"),
+        "enforce_eager": v.flag(f"{ENGINE_KEY}.enforce_eager"),
+        "enable_prefix_caching": v.flag(f"{ENGINE_KEY}.enable_prefix_caching"),
+        "chunked_prefill": v.flag(f"{ENGINE_KEY}.enable_chunked_prefill")}
+    if mode != "async":   # each trajectory its own request (SkyRL's agent loop), or one batched call per engine
+        inference["dispatch"] = "per-prompt" if v.flag("generator.batched") else "per-sample"
+    return inference
+
+
+def _dynamic_sampling(v: Values, w: dict[str, Any], mode: str, decided: dict[str, tuple[Status, str]]) -> None:
+    """DAPO's filter (trainer_utils.handle_dynamic_sampling): batches of train_batch_size prompts, the
+    groups with a signal kept, until a batch is full; a step that needs max_sample_batches stops."""
+    kind = v("trainer.algorithm.dynamic_sampling.type")
+    if kind is None:
+        return
+    if mode == "async":
+        raise RlsimError("dynamic sampling with fully_async: SkyRL's fully-async trainer refuses it", source=v.result.source,
+                         field="trainer.algorithm.dynamic_sampling.type", fix="use fully_async.sample_full_batch, or "
+                         "a synchronous run")
+    if kind != "filter":
+        decided["trainer.algorithm.dynamic_sampling.type"] = ("unsupported", f"{kind}: only filter (DAPO's) is "
+                                                              "modelled; this run generates one batch a step")
+        return
+    cap = v("trainer.algorithm.dynamic_sampling.max_sample_batches")
+    w["dynamic_sampling"] = {"gen_prompts": w["prompts_per_step"]}
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+        w["dynamic_sampling"]["max_gen_batches"] = cap
+
+
+# ---- the schedule ---------------------------------------------------------------------------------
+def old_logprob_pass(v: Values) -> bool:
+    """RayPPOTrainer._skip_policy_forward negated: the pass runs unless the loss trains on the rollout's
+    log-probs (which the engine returns: sampling_params.logprobs), without the KL reward penalty or an
+    off-policy correction."""
+    correction = "trainer.algorithm.off_policy_correction"
+    corrected = (v(f"{correction}.tis_ratio_type") is not None or v(f"{correction}.sequence_mask_metric") is not None
+                 or v(f"{correction}.outlier_token_is_threshold_low") is not None
+                 or v(f"{correction}.outlier_token_is_threshold_high") is not None
+                 or (v(f"{correction}.token_mask_is_threshold_low") is not None
+                     and v(f"{correction}.token_mask_is_threshold_high") is not None)
+                 or v.flag("trainer.algorithm.use_tis"))
+    skip = (v("trainer.algorithm.policy_loss_type") in ROLLOUT_LOGPROB_LOSSES
+            and v("generator.sampling_params.logprobs") is not None
+            and not v.flag("trainer.algorithm.use_kl_in_reward") and not corrected)
+    return not skip
+
+
+def schedule_of(v: Values, mode: str, w: dict[str, Any], policy_gpus: int, engine_gpus: int,
+             decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    s: dict[str, Any] = {"kind": {"colocated": "colocated", "split": "disaggregated", "async": "areal"}[mode],
+                         # the FSDP / Megatron weight extractors gather each parameter whole and send it
+                         # (fsdp_worker.broadcast_to_inference_engines: weight_extractor.extract_weights)
+                         "refit": "full-tensors", "recompute_logprob": old_logprob_pass(v),
+                         "distqueue": {"packed": v.flag("trainer.remove_microbatch_padding")}}
+    if "micro_batch" in w["train_layout"]:
+        s["forward_micro_batch"] = v.count("trainer.micro_forward_batch_size_per_gpu")
+    if mode == "colocated":
+        _colocated(v, s, policy_gpus, engine_gpus)
+        return s
+    s["rollout_devices"] = engine_gpus
+    _split_models(v, s, w, mode, policy_gpus, decided)
+    if mode == "async":
+        _fully_async(v, s, w)
+    return s
+
+
+def _manual_offload(v: Values, role: str) -> bool:
+    """The role's FSDP strategy moves its state by hand (FSDPStrategy.manual_offload: no cpu_offload)."""
+    return not v.flag(f"trainer.{role}.fsdp_config.cpu_offload") if strategy_of(v) == "fsdp" else True
+
+
+def _colocated(v: Values, s: dict[str, Any], policy_gpus: int, engine_gpus: int) -> None:
+    """The engines on the policy's GPUs: sleep level 2 after generating; the policy's weights and
+    (offload_after_step) optimizer to the host after the weight sync (WorkerDispatch._finish_weight_sync);
+    the reference swapped in for its forward and out for the policy's."""
+    src = v.result.source
+    if engine_gpus != policy_gpus:
+        raise RlsimError(f"colocate_all with {engine_gpus} engine GPUs beside {policy_gpus} policy GPUs (SkyRL asserts "
+                         "they are the same)", source=src, field=f"{ENGINE_KEY}.num_engines",
+                         fix="give num_engines x tensor x data parallel = the policy's GPUs")
+    for role, used in (("ref", uses_reference(v)), ("critic", has_critic(v))):
+        if used and gpus_of(v, role) != policy_gpus:
+            raise RlsimError(f"colocate_all with {gpus_of(v, role)} {role} GPUs beside {policy_gpus} policy GPUs (SkyRL "
+                             "asserts they are the same)", source=src, field=f"trainer.placement.{role}_num_gpus_per_node",
+                             fix=f"give the {role} the policy's nodes and GPUs per node")
+    manual = _manual_offload(v, "policy")
+    s["switch"] = {"offload_weights": manual,
+                   "offload_optimizer": manual and v.flag("trainer.policy.optimizer_config.offload_after_step"),
+                   "engine_sleep": True, "engine_sleep_level": 2}
+    if uses_reference(v) and _manual_offload(v, "ref"):
+        s["reference_swap_copies"] = 2
+
+
+def _split_models(v: Values, s: dict[str, Any], w: dict[str, Any], mode: str, policy_gpus: int,
+                  decided: dict[str, tuple[Status, str]]) -> None:
+    """Split pools: a reference sharing the policy's GPUs is swapped with it around its forward (the
+    policy's weights out and back, the reference's in and out: 4 copies of the shard; its optimizer
+    out and back as a per-update offload); a reference or critic on GPUs of their own."""
+    src, aux = v.result.source, {}
+    if uses_reference(v) and v.flag("trainer.placement.colocate_policy_ref"):
+        if gpus_of(v, "ref") != policy_gpus:
+            raise RlsimError(f"colocate_policy_ref with {gpus_of(v, 'ref')} reference GPUs beside {policy_gpus} policy "
+                             "GPUs (SkyRL asserts they are the same)", source=src,
+                             field="trainer.placement.ref_num_gpus_per_node",
+                             fix="give the reference the policy's nodes and GPUs per node, or colocate_policy_ref=false")
+        manual = _manual_offload(v, "policy")
+        copies = (2 if manual else 0) + (2 if _manual_offload(v, "ref") else 0)
+        if copies:
+            s["reference_swap_copies"] = copies
+        if manual and v.flag("trainer.policy.optimizer_config.offload_after_step"):
+            w.setdefault("train_params", {}).setdefault("offload", {})["optimizer"] = True
+    elif uses_reference(v):
+        aux["reference"] = gpus_of(v, "ref")
+    if has_critic(v):
+        aux["critic"] = gpus_of(v, "critic")
+    if aux and mode == "async":
+        for key in [k for k in v.flat if k.startswith("trainer.placement.") and k.split(".")[-1].startswith(tuple(aux))]:
+            decided[key] = ("unsupported", "a model on GPUs of its own beside an asynchronous run is not modelled: "
+                                           "rlsim runs it on the trainer's")
+    elif aux:
+        s["aux_devices"] = aux
+
+
+def _fully_async(v: Values, s: dict[str, Any], w: Mapping[str, Any]) -> None:
+    """SkyRL's fully-async trainer as AReaL's start rule, with its own assertions."""
+    src, section = v.result.source, "trainer.fully_async"
+    mini, workers = w["mini_batch_prompts"], v.count(f"{section}.num_parallel_generation_workers")
+    staleness = v(f"{section}.max_staleness_steps")
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+        raise RlsimError(f"expected a whole number >= 0, got {staleness!r}", source=src,
+                         field=f"{section}.max_staleness_steps", fix="pass trainer.fully_async.max_staleness_steps=N")
+    if w["prompts_per_step"] != mini:
+        raise RlsimError("fully_async with train_batch_size != policy_mini_batch_size: SkyRL's fully-async trainer "
+                         "refuses it", source=src, field="trainer.policy_mini_batch_size",
+                         fix=f"give policy_mini_batch_size {w['prompts_per_step']}")
+    if not mini <= workers <= mini * (staleness + 1):
+        raise RlsimError(f"num_parallel_generation_workers {workers} outside [{mini}, {mini * (staleness + 1)}] "
+                         "(mini-batch .. mini-batch x (max_staleness_steps + 1)): SkyRL refuses it", source=src,
+                         field=f"{section}.num_parallel_generation_workers", fix="give a count in that range")
+    if s["recompute_logprob"]:
+        raise RlsimError("fully_async trains on the rollout's log-probs: SkyRL refuses a loss that recomputes them "
+                         f"(policy_loss_type {v('trainer.algorithm.policy_loss_type')!r})", source=src,
+                         field="trainer.algorithm.policy_loss_type", fix="use rollout_is or dppo")
+    if v.flag("generator.batched"):
+        raise RlsimError("fully_async with batched generation: SkyRL refuses it (a batched call cannot pause)",
+                         source=src, field="generator.batched", fix="set generator.batched=false")
+    s.update(max_head_offpolicyness=staleness, max_concurrent_rollouts=workers, interruptible=True)
+    v.result.notes.append("fully_async: SkyRL pauses the requests in flight over a weight sync and resumes them with "
+                          "their KV cache (unless clear_kv_cache_on_weight_sync); rlsim's areal kind aborts them and "
+                          "re-prefills their prefix after it, an upper bound on that cost")

@@ -1,0 +1,166 @@
+"""`--from-skyrl`: SkyRL 0.3.0 launch scripts and configs turned into scenarios (simulator/frameworks/skyrl.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.frameworks import import_config
+from simulator.frameworks.common import in_table
+from simulator.frameworks.skyrl import read_script
+from simulator.frameworks.skyrl_rules import DEFAULTS, RULES
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "workloads" / "frameworks" / "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh"
+DATA = Path(__file__).resolve().parent / "data"
+SPLIT = ["trainer.placement.colocate_all=false", "generator.inference_engine.num_engines=4",
+         "trainer.placement.policy_num_gpus_per_node=4", "trainer.placement.ref_num_gpus_per_node=4"]
+ASYNC = [*SPLIT, "trainer.fully_async.enabled=true", "trainer.train_batch_size=256",
+         "trainer.fully_async.num_parallel_generation_workers=512", "trainer.algorithm.policy_loss_type=rollout_is",
+         "generator.batched=false"]
+
+
+def fields() -> list[str]:
+    text = (DATA / "skyrl-0.3.0-config-fields.txt").read_text()
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def test_every_field_of_skyrls_config_is_in_the_table_and_every_default_is_a_field():
+    names = fields()
+    assert not [name for name in names if not in_table(name, RULES)]
+    assert not [key for key in DEFAULTS if key not in names]
+
+
+def test_the_example_is_skyrls_colocated_step(capsys, tmp_path):
+    r = import_config("skyrl", EXAMPLE)
+    assert r.unknown == {} and r.unsupported == {}
+    assert load_scenario(r.scenario).to_dict() == load_scenario(DATA / "skyrl-grpo-qwen2.5-1.5b-gsm8k.scenario.yaml").to_dict()
+    code = main(["run", "--from-skyrl", str(EXAMPLE), "--print-scenario"])
+    printed = capsys.readouterr().out
+    assert code == 0 and printed.startswith("# rlsim scenario imported from a skyrl config")
+    (tmp_path / "printed.yaml").write_text(printed)
+    assert load_scenario(tmp_path / "printed.yaml").to_dict() == load_scenario(r.scenario).to_dict()
+    assert main(["run", "--from-skyrl", str(EXAMPLE), "--iterations", "1", "--json"]) == 0
+
+
+def test_the_script_reader_takes_the_training_commands_arguments_with_its_variables(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('NUM=4\nMODEL="Qwen/Qwen2.5-7B-Instruct"\necho "trainer.epochs=3 is not an argument"\n'
+                      'uv run -m skyrl.train.entrypoints.main_base \\\n  trainer.policy.model.path=$MODEL \\\n'
+                      '  trainer.placement.policy_num_gpus_per_node=${NUM} generator.inference_engine.num_engines=$NUM '
+                      '"$@" > log.txt\n')
+    assert read_script(script) == ["trainer.policy.model.path=Qwen/Qwen2.5-7B-Instruct",
+                                   "trainer.placement.policy_num_gpus_per_node=4",
+                                   "generator.inference_engine.num_engines=4"]
+    empty = tmp_path / "empty.sh"
+    empty.write_text("echo hi\n")
+    with pytest.raises(RlsimError, match="no SkyRL training command"):
+        read_script(empty)
+
+
+def test_a_yaml_of_the_same_tree_imports_to_the_same_scenario(tmp_path):
+    flat = dict(item.split("=", 1) for item in read_script(EXAMPLE) if not item.startswith("data."))
+    tree: dict = {}
+    for key, value in flat.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    config = tmp_path / "skyrl-grpo-qwen2.5-1.5b-gsm8k.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    from_yaml, from_script = import_config("skyrl", config).scenario, import_config("skyrl", EXAMPLE).scenario
+    for scenario in (from_yaml, from_script):
+        scenario["workload"].pop("description")
+    assert from_yaml == from_script
+
+
+def test_split_pools_swap_the_reference_with_the_policy_or_give_it_gpus_of_its_own():
+    shared = import_config("skyrl", EXAMPLE, SPLIT)
+    s, w = shared.scenario["schedule"], shared.scenario["workload"]
+    assert s["kind"] == "disaggregated" and s["rollout_devices"] == 4 and "switch" not in s
+    # the policy's weights out and back, the reference's in and out; the optimizer out and back
+    assert s["reference_swap_copies"] == 4 and w["train_params"] == {"offload": {"optimizer": True}}
+    assert shared.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1}
+    own = import_config("skyrl", EXAMPLE, [*SPLIT, "trainer.placement.colocate_policy_ref=false",
+                                            "trainer.placement.policy_num_gpus_per_node=2",
+                                            "trainer.placement.ref_num_gpus_per_node=2"])
+    s = own.scenario["schedule"]
+    assert s["aux_devices"] == {"reference": 2} and "reference_swap_copies" not in s
+    assert "train_params" not in own.scenario["workload"]
+    no_ref = import_config("skyrl", EXAMPLE, [*SPLIT, "trainer.algorithm.use_kl_loss=false"]).scenario
+    assert no_ref["workload"]["reference"] is False and "reference_swap_copies" not in no_ref["schedule"]
+    for imported in (shared, own):
+        load_scenario(imported.scenario)
+
+
+def test_fully_async_is_arealss_start_rule_on_the_rollouts_log_probs():
+    r = import_config("skyrl", EXAMPLE, ASYNC)
+    s = r.scenario["schedule"]
+    assert (s["kind"], s["max_head_offpolicyness"], s["max_concurrent_rollouts"]) == ("areal", 4, 512)
+    assert s["recompute_logprob"] is False and s["interruptible"] is True
+    assert "dispatch" not in r.scenario["workload"]["inference"]   # the areal kind routes its own requests
+    assert load_scenario(r.scenario).schedule.kind == "areal"
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    (["trainer.placement.colocate_all=true"], "trainer.placement.colocate_all"),
+    (["trainer.policy_mini_batch_size=128"], "trainer.policy_mini_batch_size"),
+    (["trainer.fully_async.num_parallel_generation_workers=2048"],
+     "trainer.fully_async.num_parallel_generation_workers"),
+    (["trainer.algorithm.policy_loss_type=regular"], "trainer.algorithm.policy_loss_type"),
+    (["generator.batched=true"], "generator.batched")])
+def test_fully_async_refuses_what_skyrls_trainer_asserts(over, field):
+    with pytest.raises(RlsimError) as err:
+        import_config("skyrl", EXAMPLE, [*ASYNC, *over])
+    assert err.value.field == field
+
+
+def test_the_old_log_prob_pass_is_skipped_only_as_skyrl_skips_it():
+    def old_pass(*over: str) -> bool:
+        return import_config("skyrl", EXAMPLE, list(over)).scenario["schedule"]["recompute_logprob"]
+    assert old_pass() is True                                          # the regular PPO loss
+    assert old_pass("trainer.algorithm.policy_loss_type=dppo") is False
+    assert old_pass("trainer.algorithm.policy_loss_type=rollout_is",
+                    "trainer.algorithm.off_policy_correction.tis_ratio_type=token") is True
+    assert old_pass("trainer.algorithm.policy_loss_type=rollout_is", "trainer.algorithm.use_kl_in_reward=true",
+                    "trainer.algorithm.use_kl_loss=false") is True
+    assert old_pass("trainer.algorithm.policy_loss_type=rollout_is", "generator.sampling_params.logprobs=null") is True
+
+
+def test_megatron_dynamic_sampling_and_a_critic_are_read():
+    r = import_config("skyrl", EXAMPLE, [
+        "trainer.strategy=megatron", "trainer.policy.megatron_config.tensor_model_parallel_size=2",
+        "trainer.policy.megatron_config.pipeline_model_parallel_size=2", "trainer.max_tokens_per_microbatch=8192",
+        "trainer.algorithm.dynamic_sampling.type=filter", "trainer.algorithm.dynamic_sampling.max_sample_batches=4",
+        "trainer.critic.model.path=Qwen/Qwen2.5-1.5B-Instruct", "trainer.algorithm.advantage_estimator=gae",
+        "trainer.placement.critic_num_gpus_per_node=8"])
+    w = r.scenario["workload"]
+    assert w["train_layout"] == {"tp": 2, "pp": 2, "cp": 1, "ep": 1, "zero": 1, "recompute": "full",
+                                 "max_tokens_per_micro_batch": 8192, "logprob_max_tokens_per_micro_batch": 8192}
+    assert "train_software" not in w and w["algorithm"] == "ppo"
+    assert w["dynamic_sampling"] == {"gen_prompts": 1024, "max_gen_batches": 4}
+    assert "forward_micro_batch" not in r.scenario["schedule"]
+    assert "max_tokens_per_microbatch" in r.ignored["trainer.micro_train_batch_size_per_gpu"]
+    load_scenario(r.scenario)
+    replace = import_config("skyrl", EXAMPLE, ["trainer.algorithm.dynamic_sampling.type=replace"])
+    assert "dynamic_sampling" not in replace.scenario["workload"]
+    assert "trainer.algorithm.dynamic_sampling.type" in replace.unsupported
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    (["+trainer.my_knob=1"], "trainer.my_knob"),
+    (["trainer.my_knob=1"], "trainer.my_knob"),
+    (["generator.inference_engine.num_engines=4"], "generator.inference_engine.num_engines"),
+    (["trainer.placement.ref_num_gpus_per_node=4"], "trainer.placement.ref_num_gpus_per_node"),
+    (["trainer.strategy=deepspeed"], "trainer.strategy"),
+    (["generator.inference_engine.pipeline_parallel_size=2"], "generator.inference_engine.pipeline_parallel_size"),
+    (["trainer.policy_mini_batch_size=300"], "trainer.policy_mini_batch_size")])
+def test_what_skyrl_refuses_is_an_error_naming_the_key(over, field):
+    with pytest.raises(RlsimError) as err:
+        import_config("skyrl", EXAMPLE, over)
+    assert err.value.field == field and err.value.fix
