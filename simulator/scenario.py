@@ -652,8 +652,8 @@ VERL_V1_KNOBS = frozenset({"num_warmup_batches", "max_off_policy_threshold", "ma
                            "poll_interval_s", "recompute_logprob"})
 # ... and in its sync mode (trainer.v1.trainer_mode sync): no warm-up, no version control.
 VERL_V1_SYNC_KNOBS = frozenset({"poll_interval_s", "recompute_logprob", "max_inflight_gen_batches", "switch"})
-AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "max_concurrent_rollouts", "consumer_batch_size",
-                         "recompute_logprob"})
+AREAL_KNOBS = frozenset({"max_head_offpolicyness", "interruptible", "interrupt_keeps_kv", "max_concurrent_rollouts",
+                         "consumer_batch_size", "recompute_logprob"})
 PER_KIND_KNOBS = frozenset().union(COLOCATED_KNOBS, SPLIT_KNOBS, STALE_KNOBS, FAILURE_KNOBS, AUX_POOL_KNOBS,
                                    VERL_ASYNC_KNOBS, NEMO_ASYNC_KNOBS, AREAL_KNOBS, VERL_V1_KNOBS, VERL_V1_SYNC_KNOBS,
                                    {"parameter_sync_step", "hybrid_rollout", "dynamic_resources", "placement", "stream_threshold", "consolidate_share", "reward_during_forwards",
@@ -848,6 +848,11 @@ class ScheduleConfig(_Strict):
     # The weight update interrupts in-flight requests, sent again after it (AReaL 1.0.4 always does);
     # false: they finish first (a what-if).
     interruptible: bool = True
+    # An interrupted request keeps its KV cache over the weight update and resumes where it stopped,
+    # prefilling nothing again (vLLM's pause_generation mode "keep": SkyRL 0.3's fully-async trainer,
+    # unless clear_kv_cache_on_weight_sync); false: it is aborted and re-prefills prompt + tokens so far
+    # (AReaL's pause, which ends the requests with "abort"). Only with interruptible.
+    interrupt_keeps_kv: bool = False
     # AReaL rollout.max_concurrent_rollouts: rollouts (prompts with their n trajectories) in flight at
     # once; None: the consumer batch, AReaL's default.
     max_concurrent_rollouts: int | None = Field(None, gt=0)
@@ -1301,6 +1306,10 @@ def _areal() -> type[ScheduleConfig]:
                 out.append(("workload.inference.dispatch", "AReaL sends each request of a prompt to the next rollout "
                             "server in turn (kind areal's own dispatch), so workload.inference.dispatch is not read",
                             "remove workload.inference.dispatch, or run another kind"))
+            if self.interrupt_keeps_kv and not self.interruptible:
+                out.append(("schedule.interrupt_keeps_kv", "with interruptible false no request is interrupted at a "
+                            "weight update (they finish first), so there is no KV cache to keep",
+                            "set schedule.interruptible: true, or remove schedule.interrupt_keeps_kv"))
             return out
     return ArealSchedule
 

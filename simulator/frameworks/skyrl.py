@@ -24,7 +24,8 @@ inference_servers/remote_inference_client.py, read in its wheel):
 - ``trainer.fully_async.enabled`` -> ``areal``: SkyRL's staleness manager is AReaL's (groups start
   while running < num_parallel_generation_workers and accepted + running < (max_staleness_steps +
   step) x the mini-batch); the trainer takes a mini-batch of finished groups, trains one step and
-  syncs the weights with generation paused.
+  syncs the weights with generation paused in place (the requests keep their KV cache:
+  ``interrupt_keeps_kv``, unless ``clear_kv_cache_on_weight_sync``).
 - The old log-prob pass is skipped for the losses trained on the rollout's log-probs (rollout_is,
   dppo) without the KL reward penalty and off-policy correction (RayPPOTrainer._skip_policy_forward).
 """

@@ -320,7 +320,9 @@ def _fully_async(v: Values, s: dict[str, Any], w: Mapping[str, Any]) -> None:
     if v.flag("generator.batched"):
         raise RlsimError("fully_async with batched generation: SkyRL refuses it (a batched call cannot pause)",
                          source=src, field="generator.batched", fix="set generator.batched=false")
-    s.update(max_head_offpolicyness=staleness, max_concurrent_rollouts=workers, interruptible=True)
-    v.result.notes.append("fully_async: SkyRL pauses the requests in flight over a weight sync and resumes them with "
-                          "their KV cache (unless clear_kv_cache_on_weight_sync); rlsim's areal kind aborts them and "
-                          "re-prefills their prefix after it, an upper bound on that cost")
+    # the weight sync pauses generation in place (pause_generation: vLLM's mode "keep"), the requests'
+    # KV kept unless clear_kv_cache_on_weight_sync resets the running requests' cache (with prefix
+    # caching on: fsdp_worker.broadcast_to_inference_engines' reset_prefix_cache)
+    cleared = v.flag(f"{section}.clear_kv_cache_on_weight_sync") and v.flag(f"{ENGINE_KEY}.enable_prefix_caching")
+    s.update(max_head_offpolicyness=staleness, max_concurrent_rollouts=workers, interruptible=True,
+             interrupt_keeps_kv=not cleared)

@@ -223,9 +223,9 @@ _FULLY_ASYNC: dict[str, Rule] = {
     "trainer.fully_async.max_staleness_steps": mapped("schedule.max_head_offpolicyness"),
     "trainer.fully_async.num_parallel_generation_workers": mapped("schedule.max_concurrent_rollouts",
                                                                   "groups generating at once"),
-    "trainer.fully_async.clear_kv_cache_on_weight_sync": mapped("schedule.interruptible", "SkyRL pauses the "
-                                                                "requests in place over a weight sync; rlsim aborts "
-                                                                "them and re-prefills their prefix"),
+    "trainer.fully_async.clear_kv_cache_on_weight_sync": mapped("schedule.interrupt_keeps_kv", "negated: the "
+                                                                "requests paused over a weight sync keep their KV "
+                                                                "unless it is cleared (with prefix caching on)"),
     "trainer.fully_async.sample_full_batch": unsupported("dropping zero-variance groups and pulling more (async "
                                                          "DAPO) is not modelled", neutral=False),
     "trainer.fully_async.simulate_training": unsupported("SkyRL's simulated trainer is not modelled", neutral=False),

@@ -24,7 +24,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -97,6 +97,10 @@ class PartialSequence(NamedTuple):
 class InterruptResult:
     finished: list[Finished]
     partial: list[PartialSequence]
+    # seq_id -> its tokens whose KV was in the cache at the interrupt (a running sequence's prompt +
+    # generated; none for a waiting one or one inside an unfinished prefill): what a request paused in
+    # place, rather than aborted, keeps (add_many's ``kept``)
+    cached: dict[int, int] = field(default_factory=dict)
 
 
 # KV capacity of an engine whose model caches nothing per token (no attention layer): a bound no
@@ -587,6 +591,9 @@ class RolloutEngine:
         self._owner = object()
         self._records_shared = False   # whether a copy may hold the record lists (add_many rebinds them)
         self._group: list[int] = []    # prefix-cache group (a negative own id: shares nothing)
+        # waiting slots whose first tokens' KV is still in the cache (a request paused in place over a
+        # weight update, vLLM's pause mode "keep"): slot -> those tokens, not prefilled again
+        self._kept: dict[int, int] = {}
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         self._added: tuple[list[int], np.ndarray, tuple[int, int, int, float] | None] | None = None   # _as_added
         # Engine state at the current step boundary.
@@ -631,12 +638,14 @@ class RolloutEngine:
 
     def add_many(self, seq_ids: Sequence[int], prompt_lens: Sequence[int], response_lens: Sequence[int],
                  now: float, generated: Sequence[int] | None = None,
-                 group_ids: Sequence[int] | None = None) -> None:
+                 group_ids: Sequence[int] | None = None, kept: Sequence[int] | None = None) -> None:
         """Queue several sequences arriving together (prefilled together when they fit).
         `group_ids` (optional, one per sequence): the samples of one prompt carry one id; with
         enable_prefix_caching those admitted in one step share one prefill of the prompt (the
         first computes it, the others only their own generated tokens). None: no sharing.
-        With max_model_len, a response stops at max_model_len - prompt tokens."""
+        `kept` (optional, one per sequence): the tokens of its prompt + generated whose KV is still
+        cached (a request paused in place, not aborted): its admission computes only the rest, at
+        least its last token. With max_model_len, a response stops at max_model_len - prompt tokens."""
         ids = _int_list(seq_ids)
         p = np.asarray(prompt_lens, dtype=np.int64)
         r = np.asarray(response_lens, dtype=np.int64)
@@ -676,6 +685,8 @@ class RolloutEngine:
         if self._reserve and not self._n and not self._waiting:   # idle: SGLang re-inits its ratio
             self._ratio_from = (self._S, self.cost.params.reserve_init_ratio)
         self._append_records(ids, p, r, now, group_ids, first, owned)
+        if kept is not None:
+            self._keep(kept, p + g, first)
         self._g.extend([0] * len(ids) if generated is None else g.tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
@@ -687,6 +698,14 @@ class RolloutEngine:
                                       np.arange(-1, -1 - len(ids), -1) if group_ids is None
                                       else _int_array(group_ids, self._group)))
             self._added = (self._p, np.array(g), None)
+
+    def _keep(self, kept: Sequence[int], context: np.ndarray, first: int) -> None:
+        """Record the new slots' cached tokens (at most all but the last of each one's context)."""
+        kept_arr = np.asarray(kept, dtype=np.int64)
+        if len(kept_arr) != len(context) or (kept_arr < 0).any() or (kept_arr > context).any():
+            raise ValueError("kept must give one count per sequence, from 0 to its prompt + generated tokens")
+        for i in np.flatnonzero(kept_arr):
+            self._kept[first + int(i)] = min(int(kept_arr[i]), int(context[i]) - 1)
 
     def _append_records(self, ids: list[int], p: np.ndarray, r: np.ndarray, now: float,
                         group_ids: Sequence[int] | None, first: int, owned: bool) -> None:
@@ -786,10 +805,13 @@ class RolloutEngine:
                         generated[slot] = self._g[slot] + self._S - self._phase_steps - self._sadm[slot]
                         undo += self._phase_steps
             self.generated_tokens -= undo
+        cached: dict[int, int] = {}
         for slot in range(len(self._id)):
             state = self._state[slot]
             if state == _RUNNING:
                 g = generated.get(slot, self._g[slot] + self._S - self._sadm[slot])
+                if slot not in generated:
+                    cached[self._id[slot]] = self._p[slot] + g
             elif state == _WAITING:
                 g = self._g[slot]
             else:
@@ -802,6 +824,7 @@ class RolloutEngine:
         self._heap.clear()
         self._stack.clear()
         self._waiting.clear()
+        self._kept.clear()
         self._n = self._K = 0
         self.t = now
         self._prefill = None
@@ -812,7 +835,7 @@ class RolloutEngine:
         if self._caps is not None:
             self._caps.clear()
         partial.sort(key=lambda s: s.seq_id)
-        return InterruptResult(finished, partial)
+        return InterruptResult(finished, partial, cached)
 
     def copy(self) -> RolloutEngine:
         """An independent engine in the same state (a checkpoint: advancing or interrupting the copy
@@ -822,7 +845,7 @@ class RolloutEngine:
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
         new._owner = object()   # the slot map's dict stays this engine's to extend
-        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack"):
+        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_kept"):
             setattr(new, name, getattr(self, name).copy())
         if self._caps is not None:
             new._caps = self._caps.copy()
@@ -886,7 +909,8 @@ class RolloutEngine:
         admission held back), prefill is one blocking step per admission (no token budget, no
         chunked prefill) and no prefill is half done."""
         params = self.cost.params
-        if params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps or self._reserve:
+        if (params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps or self._reserve
+                or self._kept):   # (the array run prefills whole contexts)
             return False
         least = FAST_RUN_MIN_SEQUENCES if min_sequences is None else min_sequences
         if not self._waiting and not self._n or len(self._waiting) + self._n < least:
@@ -1271,7 +1295,11 @@ class RolloutEngine:
                 room -= ctx + need
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
-            if share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
+            kept = self._kept.pop(slot, 0) if self._kept else 0
+            if kept:   # paused in place: the tokens after its cached ones (at least its last)
+                own = ctx - kept
+                pieces.append((own, own * kept + own * (own + 1) / 2.0))
+            elif share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
                 own = g_of[slot]
                 pieces.append((own, own * p[slot] + own * (own + 1) / 2.0))
             else:
@@ -1800,6 +1828,11 @@ class _RunTrace:
     def progress(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
         """(slots, tokens generated) of the sequences unfinished at `now`, as RolloutEngine.interrupt
         (now) would leave them (None before the run's first event: the caller restores the start)."""
+        found = self._progress(now)
+        return None if found is None else found[:2]
+
+    def _progress(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """progress(), and which of them were running with their KV whole (not inside a prefill)."""
         i = int(np.searchsorted(self.time, now, side="right")) - 1
         if i < 0:
             return None
@@ -1818,25 +1851,27 @@ class _RunTrace:
         else:
             made = a["made"] + S_b
         keep = np.flatnonzero(running | waiting)
-        return self.slots[keep], np.where(running, made, a["g_wait"])[keep]
+        whole = running & ~((a["admitted"] == i) & (t_b > now))
+        return self.slots[keep], np.where(running, made, a["g_wait"])[keep], whole[keep]
 
     def interrupt(self, now: float) -> InterruptResult | None:
         """RolloutEngine.interrupt(now) of the engine this run advanced (None before its first
         event); ``finished``: the sequences the last event by ``now`` finished."""
-        progress = self.progress(now)
+        progress = self._progress(now)
         if progress is None:
             return None
-        slots, generated = progress
+        slots, generated, whole = progress
         ids = self._ids[slots]
         order = np.argsort(ids, kind="stable")
         p, r = self._p[slots], self._r[slots]
         partial = [PartialSequence(*x) for x in zip(ids[order].tolist(), p[order].tolist(), r[order].tolist(),
                                                      generated[order].tolist(), strict=True)]
+        cached = dict(zip(ids[whole].tolist(), (p + generated)[whole].tolist(), strict=True))
         i = int(np.searchsorted(self.time, now, side="right")) - 1
         mine = np.flatnonzero((self.fin_event == i) & (self.out_time <= now))
         out_ids = self._ids[self.walk.fin_slots[mine]]
         finished = [Finished(*x) for x in zip(out_ids.tolist(), self.out_time[mine].tolist(), strict=True)]
-        return InterruptResult(finished, partial)
+        return InterruptResult(finished, partial, cached)
 
 
 # Engine copies a ResumableRun keeps at most: each holds the engine's whole state (its waiting queue

@@ -73,14 +73,15 @@ Ranks = Sequence[int]   # global device ranks (a range, or a list after a failur
 class RolloutServer(Protocol):
     """One rollout instance fed requests over time (llm.inference.RolloutEngine implements it).
     ``add_many`` times must not decrease; a request resumed with ``generated`` tokens re-prefills its
-    prompt plus those tokens; ``interrupt`` clears the KV cache and returns what ran."""
+    prompt plus those tokens, but for the ``kept`` ones whose KV stayed cached (paused in place);
+    ``interrupt`` clears the KV cache and returns what ran (``cached``: what each running request held)."""
     busy_s: float
 
     @property
     def load(self) -> int: ...
     def add_many(self, seq_ids: Sequence[int], prompt_lens: Sequence[int], response_lens: Sequence[int],
                  now: float, generated: Sequence[int] | None = None,
-                 group_ids: Sequence[int] | None = None) -> None: ...
+                 group_ids: Sequence[int] | None = None, kept: Sequence[int] | None = None) -> None: ...
     def next_event_time(self) -> float: ...
     def advance_to(self, t: float) -> list: ...          # Finished-like (seq_id, time_s), in finish order
     def interrupt(self, now: float) -> Any: ...          # .finished (Finished-like), .partial (seq_id, generated)

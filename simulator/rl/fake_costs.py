@@ -158,6 +158,7 @@ class _Request:
     prompt: int
     response: int
     generated: int              # tokens already generated when (re)submitted
+    kept: int = 0               # of prompt + generated, tokens whose KV is still cached (not prefilled)
     start_s: float = 0.0
     finish_s: float = 0.0
 
@@ -166,6 +167,7 @@ class _Request:
 class FakeInterrupt:
     finished: list[Finished]
     partial: list[Partial]
+    cached: dict[int, int] = field(default_factory=dict)   # running requests: prompt + generated
 
 
 @dataclass
@@ -185,10 +187,11 @@ class FakeServer:
     def load(self) -> int:
         return len(self._running) + len(self._waiting)
 
-    def add_many(self, seq_ids, prompt_lens, response_lens, now, generated=None, group_ids=None):
+    def add_many(self, seq_ids, prompt_lens, response_lens, now, generated=None, group_ids=None, kept=None):
         gen = [0] * len(seq_ids) if generated is None else list(generated)
-        for seq_id, p, r, g in zip(seq_ids, prompt_lens, response_lens, gen, strict=True):
-            self._waiting.append(_Request(int(seq_id), int(p), int(r), int(g)))
+        cached = [0] * len(seq_ids) if kept is None else list(kept)
+        for seq_id, p, r, g, k in zip(seq_ids, prompt_lens, response_lens, gen, cached, strict=True):
+            self._waiting.append(_Request(int(seq_id), int(p), int(r), int(g), min(int(k), int(p) + int(g) - 1)))
         self._admit(now)
 
     def _admit(self, now: float) -> None:
@@ -197,7 +200,7 @@ class FakeServer:
         while self._waiting and len(self._running) < self.max_seqs:
             req = self._waiting.pop(0)
             req.start_s = now
-            req.finish_s = now + self.prefill_s_per_token * (req.prompt + req.generated) + \
+            req.finish_s = now + self.prefill_s_per_token * (req.prompt + req.generated - max(0, req.kept)) + \
                 self.decode_s_per_token * (req.response - req.generated)
             heapq.heappush(self._running, (req.finish_s, self._order, req))
             self._order += 1
@@ -218,13 +221,15 @@ class FakeServer:
 
     def interrupt(self, now):
         finished = self.advance_to(now)
-        partial = []
+        partial, cached = [], {}
         for _, _, req in sorted(self._running, key=lambda item: item[2].seq_id):
-            decode_from = req.start_s + self.prefill_s_per_token * (req.prompt + req.generated)
+            decode_from = req.start_s + self.prefill_s_per_token * (req.prompt + req.generated - max(0, req.kept))
             steps = int(max(0.0, now - decode_from) / self.decode_s_per_token + 1e-9) if self.decode_s_per_token else 0
             partial.append(Partial(req.seq_id, min(req.response - 1, req.generated + steps)))
+            if now >= decode_from:
+                cached[req.seq_id] = req.prompt + partial[-1].generated
         partial += [Partial(req.seq_id, req.generated) for req in self._waiting]
         if self._busy_from is not None:
             self.busy_s += now - self._busy_from
         self._running, self._waiting, self._busy_from = [], [], None
-        return FakeInterrupt(finished, sorted(partial))
+        return FakeInterrupt(finished, sorted(partial), cached)

@@ -102,7 +102,9 @@ def test_fully_async_is_arealss_start_rule_on_the_rollouts_log_probs():
     r = import_config("skyrl", EXAMPLE, ASYNC)
     s = r.scenario["schedule"]
     assert (s["kind"], s["max_head_offpolicyness"], s["max_concurrent_rollouts"]) == ("areal", 4, 512)
-    assert s["recompute_logprob"] is False and s["interruptible"] is True
+    assert s["recompute_logprob"] is False and s["interruptible"] is True and s["interrupt_keeps_kv"] is True
+    cleared = import_config("skyrl", EXAMPLE, [*ASYNC, "trainer.fully_async.clear_kv_cache_on_weight_sync=true"])
+    assert cleared.scenario["schedule"]["interrupt_keeps_kv"] is False     # the running requests re-prefill
     assert "dispatch" not in r.scenario["workload"]["inference"]   # the areal kind routes its own requests
     assert load_scenario(r.scenario).schedule.kind == "areal"
 

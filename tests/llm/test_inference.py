@@ -11,6 +11,7 @@ from simulator.hardware.devices import get_device
 from simulator.llm.architecture import load_model
 from simulator.llm.inference import (
     InferenceParams,
+    ResumableRun,
     RolloutEngine,
     RolloutLayout,
     StepCost,
@@ -200,6 +201,42 @@ def test_interrupt_returns_partial_sequences_that_resume():
         fresh.add(p.seq_id, p.prompt_len, p.response_len, 6.0, generated=p.generated)
     assert sorted(s for s, _ in fresh.run()) == [1, 2, 3]
     assert produced + fresh.generated_tokens == 50 + 2000 + 3000 + 4000
+
+
+def test_a_request_paused_in_place_resumes_without_re_prefilling_its_cached_tokens():
+    # interrupted mid-decode, a running request's prompt + generated tokens are its cached KV; resumed
+    # with them kept it computes only its last token, where an aborted one re-prefills them all
+    def resumed(kept: bool) -> tuple[float, dict[int, int], int]:
+        engine = RolloutEngine(QWEN, H100, RolloutLayout())
+        engine.add_many([7], [1000], [400], 0.0)
+        out = engine.interrupt(2.0)
+        (part,) = out.partial
+        engine.add_many([7], [1000], [400], 3.0, [part.generated], kept=[out.cached[7]] if kept else None)
+        (done,) = engine.run()
+        return done.time_s, out.cached, part.generated
+    aborted, cached, generated = resumed(False)
+    paused, _, _ = resumed(True)
+    context = 1000 + generated
+    assert cached == {7: context} and 0 < generated < 400
+    cost = RolloutEngine(QWEN, H100, RolloutLayout()).cost
+    saved = cost.prefill_s(context, context * (context + 1) / 2, 1) - cost.prefill_s(1, context, 1)
+    assert aborted - paused == pytest.approx(saved, rel=1e-9)
+    waiting = RolloutEngine(QWEN, H100, RolloutLayout(max_num_seqs=1))
+    waiting.add_many([1, 2], [100, 100], [500, 500], 0.0)
+    assert set(waiting.interrupt(0.5).cached) == {1}        # the waiting one holds no KV
+
+
+def test_the_array_run_and_the_engine_agree_on_the_cache_at_an_interrupt():
+    # 400 sequences: enough for the array run (FAST_RUN_MIN_SEQUENCES), whose trace answers the interrupt
+    responses = np.random.default_rng(3).integers(1, 2000, size=400)
+    engine = RolloutEngine(QWEN, H100, RolloutLayout())
+    engine.add_many(range(400), [300] * 400, responses, 0.0)
+    run = ResumableRun(engine.copy())
+    run.run()
+    for now in (0.01, 3.0, 20.0):   # inside the first prefill, while all run, after some finished
+        expected = engine.copy().interrupt(now).cached
+        assert run.interrupt_at(now).cached == expected
+    assert expected and len(expected) < 400
 
 
 def test_interrupt_inside_a_prefill_yields_nothing_from_it():

@@ -46,6 +46,7 @@ class ArealRollouter(Rollouter):
         self.running = 0           # rollouts started and not done, interrupted ones included
         self.next_server = 0
         self.request_server: dict[int, np.ndarray] = {}   # group index -> the server of each request
+        self.keep_kv = run.sched.interrupt_keeps_kv
 
     def capacity(self) -> int:
         """StalenessManager.get_capacity: the concurrency and the staleness limits, the tighter."""
@@ -88,7 +89,11 @@ class ArealRollouter(Rollouter):
         target_len = np.concatenate([group.seqs.target_len[rows] for group, rows in parts])
         generated = np.concatenate([group.generated[rows] for group, rows in parts])
         groups = np.concatenate([np.full(len(rows), group.index) for group, rows in parts])
-        self.servers[target].add_many(ids, prompt, target_len, now, generated, group_ids=groups)
+        kept = np.concatenate([group.kept[rows] for group, rows in parts])
+        for group, rows in parts:   # a pause's cached KV serves one resumption
+            group.kept[rows] = 0
+        self.servers[target].add_many(ids, prompt, target_len, now, generated, group_ids=groups,
+                                      kept=kept if kept.any() else None)
         for group, _ in parts:
             self.inflight[target][group.index] = group
         self._touch(target, now)

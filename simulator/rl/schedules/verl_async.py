@@ -51,10 +51,11 @@ class PromptGroup:
     ready_s: float = 0.0                                                     # complete and rewarded
     # rows cut from a server taken away while the others run on: the ones to send again (None: every open row)
     pending_rows: np.ndarray | None = None
+    kept: np.ndarray = field(default_factory=lambda: np.zeros(0, int))       # KV tokens cached over a pause
 
     def __post_init__(self) -> None:
         n = len(self.seqs)
-        self.generated, self.finish_s = np.zeros(n, int), np.full(n, np.nan)
+        self.generated, self.finish_s, self.kept = np.zeros(n, int), np.full(n, np.nan), np.zeros(n, int)
 
     @property
     def open(self) -> np.ndarray:
@@ -82,6 +83,7 @@ class PromptSource:
 class Rollouter:
     """The rollout servers, the per-version quota, the message queue of complete samples."""
     POOL = "rollout"   # the pool whose devices the servers run on
+    keep_kv = False    # a request interrupted at a sync keeps its KV cache (paused in place), not aborted
 
     def __init__(self, run: VerlFullyAsyncRun):
         self.run_, self.ctx, self.env = run, run.ctx, run.env
@@ -256,6 +258,8 @@ class Rollouter:
                 for part in result.partial:
                     group = self.inflight[i][int(part.seq_id) // n]
                     group.generated[int(part.seq_id) % n] = int(part.generated)
+                    if self.keep_kv:
+                        group.kept[int(part.seq_id) % n] = result.cached.get(int(part.seq_id), 0)
                 for group in sorted(self.inflight[i].values(), key=lambda g: g.index):
                     if group.index not in queued:      # a group whose requests span servers: once
                         queued.add(group.index)

@@ -46,6 +46,7 @@ CASE = st.fixed_dictionaries({
     "eta": st.integers(0, 4),
     "concurrent": st.sampled_from([None, 1, 3, 8, 40]),
     "interruptible": st.booleans(),
+    "keep_kv": st.booleans(),
     "slots": st.sampled_from([2, 8, 64]),
     "seed": st.integers(0, 1000),
 })
@@ -55,7 +56,8 @@ CASE = st.fixed_dictionaries({
 @given(CASE)
 def test_the_start_rule_and_the_samples_hold(case):
     sc = areal(iterations=4, max_head_offpolicyness=case["eta"], max_concurrent_rollouts=case["concurrent"],
-               interruptible=case["interruptible"]).model_copy(update={"seed": case["seed"]})
+               interruptible=case["interruptible"], interrupt_keeps_kv=case["interruptible"] and case["keep_kv"],
+               ).model_copy(update={"seed": case["seed"]})
     rec, tl, sm, s = run(sc, costs(case["slots"]), devices=12)
     # nothing lost or duplicated, nothing dropped for age: generated = consumed + unused at the end
     consumed = sm[sm.consumed_iteration >= 0]
@@ -118,6 +120,32 @@ def test_the_update_interrupts_in_flight_requests_and_they_resume_re_prefilled()
     assert off["areal"]["partial_ratio"] == 0.0
     waits = tl[(tl.pool == "train") & (tl.label == "wait for in-flight requests")]
     assert (waits.end - waits.start).sum() > 0                       # the update waits for them instead
+
+
+def test_requests_paused_in_place_keep_their_kv_and_skip_the_re_prefill():
+    # interrupt_keeps_kv (SkyRL's pause mode keep): the same rollouts, each resumed request prefilling
+    # only its last token; with a free prefill there is nothing to save and the runs are equal
+    # (long prompts, a generation-bound run: resumed requests on the critical path)
+    fake = costs(prefill_s_per_token=1e-4, decode_s_per_token=2e-3, train_device_s_per_token=1e-6,
+                 forward_device_s_per_token=1e-7)
+    prompt = const(2000)
+    aborted = run(areal(iterations=6), fake, devices=12, prompt=prompt)
+    kept = run(areal(iterations=6, interrupt_keeps_kv=True), fake, devices=12, prompt=prompt)
+    assert kept[3]["areal"]["partial_ratio"] == aborted[3]["areal"]["partial_ratio"] > 0
+    assert kept[0].makespan_s < aborted[0].makespan_s
+    assert kept[3]["samples"]["consumed"] == aborted[3]["samples"]["consumed"] == 6 * PROMPTS * N
+    assert kept[2]["sample"].is_unique and np.allclose(metrics.per_device_time(kept[1], 12), kept[0].makespan_s)
+    free = costs(prefill_s_per_token=0.0, decode_s_per_token=2e-3, train_device_s_per_token=1e-6,
+                 forward_device_s_per_token=1e-7)
+    same = [run(areal(iterations=6, interrupt_keeps_kv=keep), free, devices=12)[0].makespan_s
+            for keep in (False, True)]
+    assert same[0] == same[1]
+    with pytest.raises(RlsimError) as err:
+        areal(interruptible=False, interrupt_keeps_kv=True)
+    assert err.value.field == "schedule.interrupt_keeps_kv"
+    with pytest.raises(RlsimError) as err:
+        scenario("verl-fully-async", interrupt_keeps_kv=True)
+    assert err.value.field == "schedule.interrupt_keeps_kv"
 
 
 def test_requests_of_one_rollout_go_to_the_servers_in_turn():
