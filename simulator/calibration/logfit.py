@@ -167,8 +167,13 @@ def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
                         ("update_actor", "update_actor"), ("reward", "reward"), ("wait_prev_gen", "wait_prev_gen")):
         if name in verl:
             out[stage] = float(verl[name])
-    out["logprobs"] = out.get("old_log_prob", 0.0) + out.get("reference", 0.0)
+    # NeMo RL's one log-prob timer; SkyRL's fwd_logprobs_values_reward also holds the critic's values
+    out["logprobs"] = out.get("old_log_prob", 0.0) + out.get("reference", 0.0) + out.get("values", 0.0)
     out["weight_sync"] = float(stages.get("weight_sync", 0.0))
+    # SkyRL's sync_weights: the transfer and, colocated, the switch back to generation (the policy's
+    # state to the host, the engines woken); its fully-async run_training: the forwards and updates
+    out["sync_weights"] = out["weight_sync"] + float(stages.get("switch_to_rollout", 0.0))
+    out["run_training"] = out["logprobs"] + out.get("update_actor", 0.0) + out.get("update_critic", 0.0)
     openrlhf = summary.get("openrlhf_timing_s") or {}   # output.timers: openrlhf (the hybrid engine)
     for name, stage in (("generation", "generate"), ("make_experience", "make_experience"),
                         ("ppo_train", "ppo_train"), ("broadcast", "broadcast")):

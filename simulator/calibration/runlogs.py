@@ -11,6 +11,11 @@ logs its timers as `timing/train/<name>` (`total_step_time`, `generation`, `poli
 OpenRLHF logs `timing/generation`, `timing/make_experience`, `timing/ppo_train`, `timing/broadcast`
 and `timing/step_total` (trainer/ppo_trainer.py, read in its 0.11.2 wheel): its generation is NeMo
 RL's key, its other phases stages of their own, predicted by a scenario with `output.timers: openrlhf`.
+SkyRL logs its Timer names under `timing/` (skyrl 0.3.0 trainer.py / fully_async_trainer.py, read in
+its wheel): `generate`, `fwd_logprobs_values_reward` (the critic's, reference's and policy's forwards:
+the `logprobs` stage with the values), `policy_train`, `critic_train`, `sync_weights` (colocated: the
+engines' wake and the policy's offload with the transfer), `run_training` (fully async: forwards and
+updates) and `step`.
 A JSONL file has one JSON object per line, a .json file may also hold one array of such objects
 (`run.history()` records), a CSV has the keys as column names; a wandb panel export ("Step",
 "RUN - KEY", "RUN - KEY__MIN", "RUN - KEY__MAX") is read as the CSV of one run.
@@ -64,11 +69,18 @@ NEMO_STAGE_KEYS: dict[str, str] = {f"{prefix}{name}": stage for name, stage in N
 # OpenRLHF's timers beside generation (logged as timing/<name>; metrics.OPENRLHF_TIMERS predicts them)
 OPENRLHF_STAGE_KEYS: dict[str, str] = {"timing/make_experience": "make_experience", "timing/ppo_train": "ppo_train",
                                        "timing/broadcast": "broadcast"}
-STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS, **OPENRLHF_STAGE_KEYS}
+# SkyRL's Timer names (logged as timing/<name>) -> stage names: its own where a phase holds more than
+# one of rlsim's (sync_weights, run_training).
+SKYRL_STAGE_KEYS: dict[str, str] = {"timing/generate": "generate", "timing/fwd_logprobs_values_reward": "logprobs",
+                                    "timing/policy_train": "update_actor", "timing/critic_train": "update_critic",
+                                    "timing/sync_weights": "sync_weights", "timing/run_training": "run_training"}
+STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS, **OPENRLHF_STAGE_KEYS, **SKYRL_STAGE_KEYS}
 STAGES = tuple(dict.fromkeys(STAGE_KEYS.values()))
 STEP_TIME_KEY = "timing_s/step"
 OPENRLHF_STEP_TIME_KEY = "timing/step_total"
-STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES), OPENRLHF_STEP_TIME_KEY)
+SKYRL_STEP_TIME_KEY = "timing/step"
+STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES), OPENRLHF_STEP_TIME_KEY,
+                  SKYRL_STEP_TIME_KEY)
 OTHER_KEYS: dict[str, str] = {
     "perf/throughput": "throughput_tokens_per_s_per_device",
     "response_length/mean": "response_length_mean",
@@ -296,8 +308,9 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
         raise RlsimError("no stage timing found", source=source, field="timing_s/gen",
                          fix=f"the log needs per-step keys such as {', '.join(VERL_STAGE_KEYS)}, "
                              f"{STEP_TIME_KEY} (verl), timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
-                             f"(NeMo RL) or timing/<generation|make_experience|ppo_train|broadcast|step_total> "
-                             "(OpenRLHF)")
+                             f"(NeMo RL), timing/<generation|make_experience|ppo_train|broadcast|step_total> "
+                             "(OpenRLHF) or timing/<generate|fwd_logprobs_values_reward|policy_train|sync_weights|"
+                             "step> (SkyRL)")
     step_key = next((k for k in STEP_KEYS if k in raw.columns), None)
     timing_keys = [*present, *([step_time] if step_time else [])]
     raw = raw[raw[timing_keys].notna().any(axis=1)].reset_index(drop=True)  # rows of other metrics only
@@ -475,7 +488,7 @@ def write_jsonl(frame: pd.DataFrame, path: str | Path) -> Path:
 
 
 # Stage -> the key each framework logs it under (the first name of each stage in the tables above).
-LOG_FLAVOURS = ("verl", "nemo-rl", "openrlhf")
+LOG_FLAVOURS = ("verl", "nemo-rl", "openrlhf", "skyrl")
 
 
 def _log_key(stage: str, flavour: str) -> str | None:
@@ -483,6 +496,8 @@ def _log_key(stage: str, flavour: str) -> str | None:
         table, step = VERL_STAGE_KEYS, STEP_TIME_KEY
     elif flavour == "openrlhf":
         table, step = {"timing/generation": "generate", **OPENRLHF_STAGE_KEYS}, OPENRLHF_STEP_TIME_KEY
+    elif flavour == "skyrl":
+        table, step = SKYRL_STAGE_KEYS, SKYRL_STEP_TIME_KEY
     else:
         table, step = {f"{NEMO_PREFIXES[0]}{k}": v for k, v in NEMO_STAGE_NAMES.items()}, "timing/train/total_step_time"
     if stage == "step_s":

@@ -236,3 +236,23 @@ def test_an_openrlhf_log_round_trips_through_its_own_timers(tmp_path: Path, caps
     fitted = json.loads(capsys.readouterr().out)["fitted"]
     for key, true in TRUE.items():
         assert fitted[key]["value"] == pytest.approx(true, rel=0.05)
+
+
+def test_a_skyrl_log_round_trips_through_its_own_timers() -> None:
+    """SkyRL's Timer names (timing/generate, fwd_logprobs_values_reward, policy_train, sync_weights,
+    step): read back as the generate, logprobs, update_actor and sync_weights phases (its sync holding
+    the switch back to generation, where the switch overhead enters), the known parameters recovered
+    within 5%."""
+    stages = ("generate", "logprobs", "update_actor", "sync_weights", "step_s")
+    truth = logfit.simulate_timings(SCENARIO, _true_items(TRUE))
+    assert truth["sync_weights"] > truth["weight_sync"] > 0           # the switch back is in SkyRL's sync
+    frame = timings_log(np.random.default_rng(0), {s: truth[s] for s in stages}, steps=6, noise=0.003,
+                        flavour="skyrl")
+    assert {"timing/generate", "timing/fwd_logprobs_values_reward", "timing/policy_train", "timing/sync_weights",
+            "timing/step"} == set(frame.columns) - {"step"}
+    log = _normalize(frame.assign(**{"timing/convert_to_training_input": 0.1}), "<log>")
+    assert log.stages == ["generate", "update_actor", "logprobs", "sync_weights"]
+    assert log.ignored == ["timing/convert_to_training_input"]
+    fit = logfit.fit_runs([logfit.LoggedRun(log, SCENARIO)], list(TRUE), max_evaluations=20)
+    for key, true in TRUE.items():
+        assert fit.values[key] == pytest.approx(true, rel=0.05)
