@@ -231,7 +231,7 @@ def schedule_of(v: Values, mode: str, w: dict[str, Any], policy_gpus: int, engin
     if "micro_batch" in w["train_layout"]:
         s["forward_micro_batch"] = v.count("trainer.micro_forward_batch_size_per_gpu")
     if mode == "colocated":
-        _colocated(v, s, policy_gpus, engine_gpus)
+        _colocated(v, s, w, policy_gpus, engine_gpus)
         return s
     s["rollout_devices"] = engine_gpus
     _split_models(v, s, w, mode, policy_gpus, decided)
@@ -245,10 +245,12 @@ def _manual_offload(v: Values, role: str) -> bool:
     return not v.flag(f"trainer.{role}.fsdp_config.cpu_offload") if strategy_of(v) == "fsdp" else True
 
 
-def _colocated(v: Values, s: dict[str, Any], policy_gpus: int, engine_gpus: int) -> None:
+def _colocated(v: Values, s: dict[str, Any], w: dict[str, Any], policy_gpus: int, engine_gpus: int) -> None:
     """The engines on the policy's GPUs: sleep level 2 after generating; the policy's weights and
     (offload_after_step) optimizer to the host after the weight sync (WorkerDispatch._finish_weight_sync);
-    the reference swapped in for its forward and out for the policy's."""
+    the reference swapped in for its forward and out for the policy's; a critic's weights in for its
+    forward and its update (out between, for the reference's and the policy's), its optimizer for the
+    update (verl's critic offload)."""
     src = v.result.source
     if engine_gpus != policy_gpus:
         raise RlsimError(f"colocate_all with {engine_gpus} engine GPUs beside {policy_gpus} policy GPUs (SkyRL asserts "
@@ -265,6 +267,9 @@ def _colocated(v: Values, s: dict[str, Any], policy_gpus: int, engine_gpus: int)
                    "engine_sleep": True, "engine_sleep_level": 2}
     if uses_reference(v) and _manual_offload(v, "ref"):
         s["reference_swap_copies"] = 2
+    if has_critic(v) and _manual_offload(v, "critic"):
+        w["critic_offload"] = {"params": True,
+                               "optimizer": v.flag("trainer.critic.optimizer_config.offload_after_step")}
 
 
 def _split_models(v: Values, s: dict[str, Any], w: dict[str, Any], mode: str, policy_gpus: int,

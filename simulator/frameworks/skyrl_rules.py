@@ -19,6 +19,8 @@ DEFAULTS: dict[str, Any] = {
     "trainer.placement.ref_num_nodes": 1, "trainer.placement.ref_num_gpus_per_node": 1,
     "trainer.strategy": "fsdp", "trainer.policy.model.path": "Qwen/Qwen2.5-1.5B-Instruct",
     "trainer.policy.optimizer_config.offload_after_step": True, "trainer.policy.fsdp_config.cpu_offload": False,
+    "trainer.critic.optimizer_config.offload_after_step": True, "trainer.critic.fsdp_config.cpu_offload": False,
+    "trainer.ref.fsdp_config.cpu_offload": False,
     "trainer.policy.fsdp_config.fsdp_size": -1, "trainer.policy.sequence_parallel_size": 1,
     "trainer.policy.megatron_config.tensor_model_parallel_size": 1,
     "trainer.policy.megatron_config.pipeline_model_parallel_size": 1,
@@ -186,6 +188,9 @@ _TRAINER: dict[str, Rule] = {
     "trainer.critic.model.path": mapped("workload.algorithm", "set (with advantage_estimator gae): ppo, its value "
                                         "model"),
     **_model_keys("trainer.critic"),
+    "trainer.critic.optimizer_config.offload_after_step": mapped("workload.critic_offload.optimizer",
+                                                                 "colocate_all: the critic's optimizer state on "
+                                                                 "the host outside its update"),
     "trainer.critic.optimizer_config.*": ignored(OPTIMIZER_SETTINGS),
     **_fsdp_keys("trainer.critic"),
     "trainer.critic.sequence_parallel_size": unsupported("the critic runs with the policy's layout", neutral=1),

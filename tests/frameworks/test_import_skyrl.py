@@ -149,6 +149,7 @@ def test_megatron_dynamic_sampling_and_a_critic_are_read():
     assert "forward_micro_batch" not in r.scenario["schedule"]
     assert "max_tokens_per_microbatch" in r.ignored["trainer.micro_train_batch_size_per_gpu"]
     load_scenario(r.scenario)
+    assert w["critic_offload"] == {"params": True, "optimizer": True}     # swapped with the policy (colocate_all)
     replace = import_config("skyrl", EXAMPLE, ["trainer.algorithm.dynamic_sampling.type=replace"])
     assert "dynamic_sampling" not in replace.scenario["workload"]
     assert "trainer.algorithm.dynamic_sampling.type" in replace.unsupported
