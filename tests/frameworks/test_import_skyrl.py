@@ -167,3 +167,9 @@ def test_what_skyrl_refuses_is_an_error_naming_the_key(over, field):
     with pytest.raises(RlsimError) as err:
         import_config("skyrl", EXAMPLE, over)
     assert err.value.field == field and err.value.fix
+
+
+def test_the_guide_lists_every_table_entry():
+    guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
+    missing = [key for key in RULES if f"`{key}`" not in guide]
+    assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its SkyRL table from RULES)"
