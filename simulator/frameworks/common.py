@@ -710,6 +710,14 @@ class Values:
     def section(self, prefix: str) -> bool:
         return any(k.startswith(prefix + ".") for k in self.flat)
 
+    def dtype(self, key: str, what: str = "dtype") -> str:
+        """The key's dtype name as rlsim's (DTYPES); ``what`` names it in the error."""
+        value = str(self(key))
+        if value not in DTYPES:
+            raise RlsimError(f"unknown {what} {value!r}", source=self.result.source, field=key,
+                             fix=f"use one of: {', '.join(DTYPES)}")
+        return DTYPES[value]
+
 
 def _names(message: str, leaf: str) -> bool:
     """Whether an error message names a layout field (``tp 16``, ``tp=16``): a parallel size the

@@ -15,7 +15,6 @@ from typing import Any
 
 from ..errors import RlsimError
 from .common import (
-    DTYPES,
     OPTIMIZER_SETTINGS,
     FrameworkImport,
     Rule,
@@ -330,7 +329,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     if train_params:
         w["train_params"] = train_params
     w["reference"] = True
-    w["dtype"] = _dtype(v, "policy.precision")
+    w["dtype"] = v.dtype("policy.precision", "precision")
     return w
 
 
@@ -371,14 +370,6 @@ def _packing_budgets(v: Values, layout: dict[str, Any], decided: dict[str, tuple
                                                                      "logprob_mb_tokens", src)
 
 
-def _dtype(v: Values, key: str) -> str:
-    value = str(v(key))
-    if value not in DTYPES:
-        raise RlsimError(f"unknown precision {value!r}", source=v.result.source, field=key,
-                         fix=f"use one of: {', '.join(DTYPES)}")
-    return DTYPES[value]
-
-
 def _train_layout(v: Values) -> dict[str, Any]:
     packing = v.flag("policy.sequence_packing.enabled")
     micro = 1 if packing else v.whole("policy.train_micro_batch_size", 1)
@@ -409,7 +400,7 @@ def _train_layout(v: Values) -> dict[str, Any]:
 
 
 def _rollout_layout(v: Values) -> dict[str, Any]:
-    dtype = _dtype(v, f"{_V}.precision") if v.given(f"{_V}.precision") else _dtype(v, "policy.precision")
+    dtype = v.dtype(f"{_V}.precision" if v.given(f"{_V}.precision") else "policy.precision", "precision")
     layout = {"tp": v.count(f"{_V}.tensor_parallel_size"),
               "ep": v.count(f"{_V}.expert_parallel_size"),
               "gpu_memory_utilization": v.fraction(f"{_V}.gpu_memory_utilization"),

@@ -7,7 +7,6 @@ from typing import Any
 
 from ..errors import RlsimError
 from .common import (
-    DTYPES,
     Status,
     Values,
     begin_workload,
@@ -75,14 +74,6 @@ def has_critic(v: Values) -> bool:
 
 def gpus_of(v: Values, role: str) -> int:
     return v.count(f"trainer.placement.{role}_num_nodes") * v.count(f"trainer.placement.{role}_num_gpus_per_node")
-
-
-def _dtype(v: Values, key: str) -> str:
-    value = str(v(key))
-    if value not in DTYPES:
-        raise RlsimError(f"unknown dtype {value!r}", source=v.result.source, field=key,
-                         fix=f"use one of: {', '.join(DTYPES)}")
-    return DTYPES[value]
 
 
 # ---- the workload ---------------------------------------------------------------------------------
@@ -167,7 +158,7 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
         raise RlsimError("vLLM expert parallelism inside SkyRL's engines is not imported", source=v.result.source,
                          field=f"{ENGINE_KEY}.expert_parallel_size", fix="give expert_parallel_size 1, or set "
                          "--set workload.rollout_layout.ep=N after the import")
-    layout["weight_dtype"] = layout["kv_dtype"] = _dtype(v, f"{ENGINE_KEY}.model_dtype")
+    layout["weight_dtype"] = layout["kv_dtype"] = v.dtype(f"{ENGINE_KEY}.model_dtype")
     return layout
 
 
