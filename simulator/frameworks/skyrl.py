@@ -16,7 +16,7 @@ inference_servers/remote_inference_client.py, read in its wheel):
   sharing GPUs are swapped by the dispatch: the reference's weights come in for its forward and go
   out for the policy's (``reference_swap_copies: 2``).
 - ``colocate_all: false`` -> split pools, synchronous (``disaggregated``): the servers on GPUs of
-  their own (num_engines x tensor x pipeline x data parallel), the trainer on the policy's; with a
+  their own (num_engines x tensor x data parallel), the trainer on the policy's; with a
   reference sharing the policy's GPUs (``colocate_policy_ref``, the default) the dispatch moves the
   policy's weights and optimizer out for the reference's forward and back, the reference's in and
   out (``reference_swap_copies: 4`` of the weight shard, the optimizer as a per-update offload);
