@@ -510,12 +510,8 @@ def _recomputes_logprob(v: Values) -> bool:
 
 def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: Mapping[str, Any],
               decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
-    src = v.result.source
     s: dict[str, Any] = {"kind": "colocated" if colocated else "areal"}
-    eta = v("rollout.max_head_offpolicyness")
-    if isinstance(eta, bool) or not isinstance(eta, int) or eta < 0:
-        raise RlsimError(f"expected a whole number >= 0, got {eta!r}", source=src, field="rollout.max_head_offpolicyness",
-                         fix="pass rollout.max_head_offpolicyness=N")
+    eta = v.natural("rollout.max_head_offpolicyness")
     if colocated:
         _colocated_switch(v, s, w)
         neutral = {"rollout.max_head_offpolicyness": 0, "rollout.consumer_batch_size": w["prompts_per_step"]}

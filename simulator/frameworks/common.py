@@ -704,6 +704,14 @@ class Values:
     def fraction(self, key: str) -> float:
         return fraction(self(key), key, self.result.source)
 
+    def natural(self, key: str) -> int:
+        """The key's value as a whole number >= 0 (a count that may be none: an off-policyness bound)."""
+        value = self(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RlsimError(f"expected a whole number >= 0, got {value!r}", source=self.result.source, field=key,
+                             fix=f"pass {key}=N")
+        return value
+
     def flag(self, key: str) -> bool:
         return flag(self(key), key, self.result.source)
 
@@ -727,15 +735,22 @@ def _names(message: str, leaf: str) -> bool:
 
 def begin_import(framework: str, path: str | Path, overrides: Iterable[str], *, what: str,
                  rules: Mapping[str, Rule], defaults: Mapping[str, Any], defaults_source: str,
-                 schedule: str | None, schedule_fix: str) -> tuple[dict[str, Any], FrameworkImport, Values]:
+                 schedule: str | None, schedule_fix: str,
+                 base: Sequence[str] | None = None) -> tuple[dict[str, Any], FrameworkImport, Values]:
     """What an importer whose config says its own schedule opens with: --framework-schedule refused;
     the YAML read with its overrides, where a plain ``key=value`` of a key neither the file nor the
     framework's table and defaults know is an error (Hydra's override parser refuses it: "To append
-    to your config use +key=value"); the result to fill and the reader of its values."""
+    to your config use +key=value"); the result to fill and the reader of its values. ``base``: the
+    config as key=value items (a launch script's arguments), read in place of the file's YAML."""
     if schedule:
         raise RlsimError("--framework-schedule is for verl configs (its recipe) and TRL's (its trainer)",
                          field="--framework-schedule", fix=schedule_fix)
-    flat = read_config(path, overrides, what=what, known=lambda key: key in defaults or in_table(key, rules))
+    overrides = list(overrides)
+
+    def known(key: str) -> bool:
+        return key in defaults or in_table(key, rules)
+    flat = (read_config(path, overrides, what=what, known=known) if base is None else
+            resolve_interpolations(apply_hydra_overrides({}, [*base, *overrides], str(path), known)))
     result = FrameworkImport(framework, str(path), {}, rules=rules, overridden=overridden_keys(overrides))
     return flat, result, Values(flat, defaults, result, defaults_source)
 

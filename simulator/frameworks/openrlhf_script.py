@@ -4,12 +4,11 @@ flat config (``--actor.num_nodes 2`` -> ``{"actor.num_nodes": 2}``).
 OpenRLHF (0.10+) takes dotted argparse flags, so its config is the command line itself, usually a
 shell script (``ray job submit ... -- python3 -m openrlhf.cli.train_ppo_ray --flag value \\ ...``).
 The script's own ``NAME=value`` / ``export NAME=value`` lines resolve ``$NAME`` and ``${NAME}`` in
-the flags; a variable the script does not set stays ``${NAME}``, an error when its key is read.
+the flags; a variable the script does not set stays ``${NAME}``, an error when its key is read
+(shell.py).
 """
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,9 @@ from typing import Any
 import yaml
 
 from ..errors import RlsimError
+from .shell import command_end, note_assignment, script_lines, split_line
 
 COMMAND = "openrlhf.cli.train_ppo_ray"
-# Tokens that end the command (a pipe, a redirection, the next command of the line).
-_SHELL_STOPS = {"&&", "||", ";", "|", "&"}
-_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def read_script(path: str | Path, arity: Mapping[str, int | str]) -> dict[str, Any]:
@@ -30,57 +26,23 @@ def read_script(path: str | Path, arity: Mapping[str, int | str]) -> dict[str, A
     flags that take no value (0), a fixed count (2) or a list ('+', '*'); any other flag takes one
     value (or none, read as a switch, when the next token is a flag)."""
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RlsimError(f"cannot read the OpenRLHF script: {exc}", source=source,
-                         fix="give the path of a shell script that runs python3 -m openrlhf.cli.train_ppo_ray") from None
-    lines = re.sub(r"\\\r?\n", " ", text).splitlines()   # continuation lines joined
     variables: dict[str, str] = {}
-    for line in lines:
+    for line in script_lines(path, "OpenRLHF script",
+                             "give the path of a shell script that runs python3 -m openrlhf.cli.train_ppo_ray"):
         if COMMAND in line or line.lstrip().startswith("--"):
             tokens = _command_tokens(line, variables, source)
             return _flags(tokens, arity, source)
-        match = _ASSIGNMENT.match(line)
-        if match:
-            variables[match.group(1)] = _unquoted(_expanded(match.group(2).strip(), variables))
+        note_assignment(line, variables)
     raise RlsimError(f"no `{COMMAND}` command in the script", source=source,
                      fix=f"give a script that runs `python3 -m {COMMAND} --flag value ...` (or a file of its flags)")
 
 
-def _unquoted(text: str) -> str:
-    try:
-        parts = shlex.split(text, comments=True)
-    except ValueError:
-        return text
-    return " ".join(parts)
-
-
-def _expanded(text: str, variables: Mapping[str, str]) -> str:
-    """$NAME / ${NAME} / ${NAME:-default} replaced from the script's assignments; an unknown one
-    kept as ${NAME} (Values refuses it when the key is read)."""
-    def value_of(match: re.Match) -> str:
-        name = match.group(1) or match.group(3)
-        if name in variables:
-            return variables[name]
-        if match.group(2) is not None:
-            return match.group(2)
-        return "${" + name + "}"
-    return _VARIABLE.sub(value_of, text)
-
-
 def _command_tokens(line: str, variables: Mapping[str, str], source: str) -> list[str]:
-    try:
-        tokens = shlex.split(_expanded(line, variables), comments=True)
-    except ValueError as exc:
-        raise RlsimError(f"cannot split the command line: {exc}", source=source,
-                         fix="close the quotes of the train_ppo_ray command") from None
+    tokens = split_line(line, variables, source, "train_ppo_ray")
     start = next((i + 1 for i, token in enumerate(tokens) if token.endswith(COMMAND)
                   or token.endswith("train_ppo_ray.py")), 0)
     tokens = tokens[start:]
-    end = next((i for i, token in enumerate(tokens) if token in _SHELL_STOPS or token.startswith((">", "1>", "2>"))),
-               len(tokens))
-    return tokens[:end]
+    return tokens[:command_end(tokens)]
 
 
 def _flags(tokens: list[str], arity: Mapping[str, int | str], source: str) -> dict[str, Any]:

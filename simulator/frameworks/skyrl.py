@@ -31,33 +31,17 @@ inference_servers/remote_inference_client.py, read in its wheel):
 """
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
-from .common import (
-    FrameworkImport,
-    Status,
-    Values,
-    apply_hydra_overrides,
-    begin_import,
-    classify,
-    in_table,
-    overridden_keys,
-    resolve_interpolations,
-    size_topology,
-    world_divides,
-)
+from .common import FrameworkImport, Status, Values, begin_import, classify, size_topology, world_divides
+from .shell import command_end, note_assignment, script_lines, split_line
 from .skyrl_mapping import gpus_of, mode_of, rollout_gpus, schedule_of, strategy_of, workload
 from .skyrl_rules import DEFAULTS, DEFAULTS_SOURCE, MEGATRON_SIZES, RULES
 
 _SECTIONS = ("data.", "trainer.", "generator.", "environment.")
-_SHELL_STOPS = {"&&", "||", ";", "|", "&"}   # tokens that end the command
-_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def import_skyrl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
@@ -102,44 +86,24 @@ def _begin(path: str | Path, overrides: list[str], schedule: str | None) -> tupl
         raise RlsimError(f"SkyRL refuses the '+' prefix ({plus!r}): its config is a fixed dataclass tree",
                          source=source, field=plus.strip().lstrip("+").partition("=")[0],
                          fix="write key=value with one of SkyRL's keys")
-    if Path(path).suffix.lower() in (".yaml", ".yml", ".json"):
-        return begin_import("skyrl", path, overrides, what="SkyRL config", rules=RULES, defaults=DEFAULTS,
-                            defaults_source=DEFAULTS_SOURCE, schedule=schedule, schedule_fix=_SCHEDULE_FIX)
-    if schedule:
-        raise RlsimError("--framework-schedule is for verl configs (its recipe) and TRL's (its trainer)",
-                         field="--framework-schedule", fix=_SCHEDULE_FIX)
-    items = [*read_script(path), *overrides]
-    flat = resolve_interpolations(apply_hydra_overrides({}, items, source, known=_known))
-    result = FrameworkImport("skyrl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
-    return flat, result, Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
-
-
-_SCHEDULE_FIX = "set trainer.placement.colocate_all or trainer.fully_async.enabled in the config"
-
-
-def _known(key: str) -> bool:
-    return key in DEFAULTS or in_table(key, RULES)
+    script = Path(path).suffix.lower() not in (".yaml", ".yml", ".json")
+    return begin_import("skyrl", path, overrides, what="SkyRL config", rules=RULES, defaults=DEFAULTS,
+                        defaults_source=DEFAULTS_SOURCE, schedule=schedule,
+                        schedule_fix="set trainer.placement.colocate_all or trainer.fully_async.enabled in the config",
+                        base=read_script(path) if script else None)
 
 
 def read_script(path: str | Path) -> list[str]:
     """The ``key=value`` arguments of the script's training command (the first command with arguments
-    under data. / trainer. / generator. / environment.), its variables resolved."""
+    under data. / trainer. / generator. / environment.), its variables resolved (shell.py)."""
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RlsimError(f"cannot read the SkyRL script: {exc}", source=source,
-                         fix="give a shell script that runs python -m skyrl.train.entrypoints.main_base key=value "
-                             "... (or a YAML of SkyRL's config)") from None
     variables: dict[str, str] = {}
-    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
-        match = _ASSIGNMENT.match(line)
-        if match and " " not in match.group(2).strip().strip("\"'"):
-            variables[match.group(1)] = _unquoted(_expanded(match.group(2).strip(), variables))
-            continue
+    for line in script_lines(path, "SkyRL script", "give a shell script that runs python -m "
+                             "skyrl.train.entrypoints.main_base key=value ... (or a YAML of SkyRL's config)"):
         items = _arguments(line, variables, source)
         if items:
             return items
+        note_assignment(line, variables)
     raise RlsimError("no SkyRL training command in the script (no key=value argument under data. / trainer. / "
                      "generator. / environment.)", source=source,
                      fix="give a script that runs python -m skyrl.train.entrypoints.main_base trainer.... generator...."
@@ -151,34 +115,10 @@ def _arguments(line: str, variables: Mapping[str, str], source: str) -> list[str
     to the end of that command; none where the line runs no Python entry point."""
     if not any(section in line for section in _SECTIONS):
         return []
-    try:
-        tokens = shlex.split(_expanded(line, variables), comments=True)
-    except ValueError as exc:
-        raise RlsimError(f"cannot split the command line: {exc}", source=source,
-                         fix="close the quotes of the training command") from None
+    tokens = split_line(line, variables, source, "training")
     start = next((i + 2 if token == "-m" else i + 1 for i, token in enumerate(tokens)
                   if token == "-m" or token.endswith(".py")), None)
     if start is None:
         return []
     tokens = tokens[start:]
-    end = next((i for i, token in enumerate(tokens) if token in _SHELL_STOPS or token.startswith((">", "1>", "2>"))),
-               len(tokens))
-    return [token for token in tokens[:end] if "=" in token and token.startswith(_SECTIONS)]
-
-
-def _unquoted(text: str) -> str:
-    try:
-        return " ".join(shlex.split(text, comments=True))
-    except ValueError:
-        return text
-
-
-def _expanded(text: str, variables: Mapping[str, str]) -> str:
-    """$NAME / ${NAME} / ${NAME:-default} from the script's assignments; an unknown one kept (refused
-    when its key is read)."""
-    def value_of(match: re.Match) -> str:
-        name = match.group(1) or match.group(3)
-        if name in variables:
-            return variables[name]
-        return match.group(2) if match.group(2) is not None else "${" + name + "}"
-    return _VARIABLE.sub(value_of, text)
+    return [token for token in tokens[:command_end(tokens)] if "=" in token and token.startswith(_SECTIONS)]

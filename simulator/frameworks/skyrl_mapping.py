@@ -297,10 +297,7 @@ def _fully_async(v: Values, s: dict[str, Any], w: Mapping[str, Any]) -> None:
     """SkyRL's fully-async trainer as AReaL's start rule, with its own assertions."""
     src, section = v.result.source, "trainer.fully_async"
     mini, workers = w["mini_batch_prompts"], v.count(f"{section}.num_parallel_generation_workers")
-    staleness = v(f"{section}.max_staleness_steps")
-    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
-        raise RlsimError(f"expected a whole number >= 0, got {staleness!r}", source=src,
-                         field=f"{section}.max_staleness_steps", fix="pass trainer.fully_async.max_staleness_steps=N")
+    staleness = v.natural(f"{section}.max_staleness_steps")
     if w["prompts_per_step"] != mini:
         raise RlsimError("fully_async with train_batch_size != policy_mini_batch_size: SkyRL's fully-async trainer "
                          "refuses it", source=src, field="trainer.policy_mini_batch_size",
