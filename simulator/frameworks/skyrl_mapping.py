@@ -285,8 +285,9 @@ def _split_models(v: Values, s: dict[str, Any], w: dict[str, Any], mode: str, po
         aux["reference"] = gpus_of(v, "ref")
     if has_critic(v):
         aux["critic"] = gpus_of(v, "critic")
-    if aux and mode == "async":
-        for key in [k for k in v.flat if k.startswith("trainer.placement.") and k.split(".")[-1].startswith(tuple(aux))]:
+    if aux and mode == "async":   # (the placement keys name the reference "ref")
+        roles = tuple(f"trainer.placement.{'ref' if model == 'reference' else model}_num_" for model in aux)
+        for key in [k for k in v.flat if k.startswith(roles)]:
             decided[key] = ("unsupported", "a model on GPUs of its own beside an asynchronous run is not modelled: "
                                            "rlsim runs it on the trainer's")
     elif aux:

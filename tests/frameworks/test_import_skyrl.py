@@ -107,6 +107,9 @@ def test_fully_async_is_arealss_start_rule_on_the_rollouts_log_probs():
     assert cleared.scenario["schedule"]["interrupt_keeps_kv"] is False     # the running requests re-prefill
     assert "dispatch" not in r.scenario["workload"]["inference"]   # the areal kind routes its own requests
     assert load_scenario(r.scenario).schedule.kind == "areal"
+    own_ref = import_config("skyrl", EXAMPLE, [*ASYNC, "trainer.placement.colocate_policy_ref=false"])
+    assert "aux_devices" not in own_ref.scenario["schedule"]    # beside an async run: listed, not modelled
+    assert "trainer.placement.ref_num_gpus_per_node" in own_ref.unsupported
 
 
 @pytest.mark.parametrize(("over", "field"), [
