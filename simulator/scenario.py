@@ -100,6 +100,36 @@ class LoraSpec(_Strict):
     targets: list[str] | Literal["all-linear"] = "all-linear"
 
 
+class MultiTurnSpec(_Strict):
+    """Multi-turn (agentic, tool-calling) rollouts (llm/multi_turn.py): each sample is up to
+    ``max_turns`` assistant turns, each but the last ended by a tool or environment call of
+    ``tool_latency_s`` whose answer (``observation_tokens``) the next turn reads. The response
+    length law counts every token after the prompt, the observations included (verl's
+    response_length and response mask), so training and rewards see the same sequences as before.
+    The turn count, observations and latencies describe the user's task and tools: no default."""
+    # Assistant turns at most: verl rollout.multi_turn.max_assistant_turns, SkyRL generator.max_turns,
+    # NeMo RL grpo.max_rollout_turns, TRL max_tool_calling_iterations + 1.
+    max_turns: int = Field(gt=0)
+    # Their mean: 1 + a geometric number of further turns, cut at max_turns. None: every sample
+    # takes max_turns.
+    mean_turns: float | None = Field(None, ge=1)
+    # A tool answer's tokens (mean; verl caps them at multi_turn.max_tool_response_length).
+    observation_tokens: float = Field(ge=0)
+    # A tool call's seconds on the host (mean): the sample is out of the engine meanwhile.
+    tool_latency_s: float = Field(ge=0)
+    # Lognormal shapes of the two (0: every call the same; no public measurement to default to:
+    # take them from the task's tool logs).
+    observation_sigma: float = Field(0.0, ge=0)
+    tool_latency_sigma: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _mean_within_the_cap(self) -> "MultiTurnSpec":
+        if self.mean_turns is not None and self.mean_turns > self.max_turns:
+            raise ValueError(f"mean_turns {self.mean_turns:g} is above max_turns {self.max_turns}; lower "
+                             "mean_turns, or raise max_turns")
+        return self
+
+
 class CriticBatchingSpec(_Strict):
     """PPO's critic micro-batching where it differs from the actor's (verl's critic has its own
     ppo_micro_batch_size_per_gpu / ppo_max_token_len_per_gpu, default 32768: "doubled for critic", and
@@ -264,6 +294,7 @@ class WorkloadConfig(_Strict):
     critic_offload: CriticOffloadSpec | None = None
     critic_batching: CriticBatchingSpec | None = None   # PPO: None, the actor's micro-batching
     lora: LoraSpec | None = None                        # LoRA training of the actor; None: full
+    multi_turn: MultiTurnSpec | None = None             # agentic rollouts; None: one turn each
     dtype: str = "bf16"
 
     @field_validator("train_software")

@@ -50,6 +50,7 @@ from ..llm.inference import (
 )
 from ..llm.layer_costs import with_lora
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
+from ..llm.multi_turn import TurnLaw, plan_turns, run_turns
 from ..llm.train_layout import TrainLayout
 from ..llm.training import (
     TrainParams,
@@ -259,6 +260,14 @@ def keeps_engine_copies(sched: Any) -> bool:
         sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1)
 
 
+def turn_law_of(spec: Any) -> TurnLaw | None:
+    """workload.multi_turn as the engine layer's TurnLaw (None: one turn a sample)."""
+    if spec is None:
+        return None
+    return TurnLaw(spec.max_turns, spec.mean_turns, spec.observation_tokens, spec.observation_sigma,
+                   spec.tool_latency_s, spec.tool_latency_sigma)
+
+
 class LlmCosts:
     def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None):
         """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
@@ -319,6 +328,8 @@ class LlmCosts:
         self.reuse = scenario.schedule.reuse_stage_costs
         sched = scenario.schedule
         self._interrupts = keeps_engine_copies(sched)
+        self.turn_law = turn_law_of(w.multi_turn)
+        self.seed = scenario.seed
         self.balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
@@ -480,6 +491,9 @@ class LlmCosts:
         flops, prompts, responses = self._rollout_inputs(prompt_lens, response_lens)
         if arrivals is not None and inst != 1:
             raise ValueError("arrivals are for one instance's rollout")
+        if self.turn_law is not None:
+            return self._multi_turn_rollout(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
+                                                                        for i in range(inst)], groups, arrivals)
         if inst == 1 and len(prompts):
             return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]), groups, arrivals)
         return self._rollout_many(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
@@ -489,6 +503,8 @@ class LlmCosts:
         """rollout(prompt_lens, response_lens, ranks, groups) of each request, each on its own
         instance: the same outcomes, but the engines' array runs of one instance each go in one
         pass (inference.fast_runs: their events timed together, each run's floats unchanged)."""
+        if self.turn_law is not None:
+            return [self.rollout(*request) for request in requests]
         outcomes: list[RolloutOutcome | None] = []
         # (request, run, finish, prompts, responses, flops)
         started: list[tuple[int, Any, np.ndarray, np.ndarray, np.ndarray, float]] = []
@@ -526,7 +542,32 @@ class LlmCosts:
 
     def rollout_server(self, ranks) -> RolloutEngine:
         """One instance's engine on its own devices and links, fed requests over time."""
+        if self.turn_law is not None:   # (input_checks refuses these kinds first)
+            raise RlsimError("multi-turn rollouts run on whole-batch generation only, not on request-fed "
+                             "servers", source=self.source, field="workload.multi_turn",
+                             fix="remove workload.multi_turn, or pick a kind that supports it")
         return self._engine(self.pool(ranks))
+
+    def _multi_turn_rollout(self, prompts: np.ndarray, responses: np.ndarray, flops: float, pools: list[_Pool],
+                            groups: np.ndarray | None, arrivals: np.ndarray | None) -> RolloutOutcome:
+        """Generation whose samples run their turns (llm/multi_turn.py), dispatched round-robin as
+        _rollout_many; the turn plan drawn from the scenario's seed and the request itself (the
+        same request, the same plan, whatever ran before)."""
+        n = len(prompts)
+        rng = np.random.default_rng([self.seed, n, int(prompts.sum()), int(responses.sum())])
+        plan = plan_turns(self.turn_law, responses, rng)
+        finish = np.full(n, np.nan)
+        busy = np.zeros(len(pools))
+        params = self.inference_params
+        for i, pool in enumerate(pools):
+            ids = np.arange(i, n, len(pools))
+            if len(ids):
+                engine = self._engine(pool)
+                run_turns(engine, ids, prompts, plan, finish, arrivals=arrivals, groups=groups,
+                          cached=params.enable_prefix_caching, max_context=params.max_model_len)
+                busy[i] = engine.busy_s
+        return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % len(pools), busy, flops=flops,
+                              start_s=None if arrivals is None else np.asarray(arrivals, float).copy())
 
     def _engine(self, pool: _Pool) -> RolloutEngine:
         cost = self._step_cost_of(pool)

@@ -492,4 +492,4 @@ def _train_devices_beside(ctx: Context, n_tail_instances: int, pool_devices: int
 
 POLICY = register(SchedulePolicy(
     ColocatedSchedule, run, "RL Fusion / hybrid engine: rollout and training time-share the actor's devices",
-    supports_failures=lambda sched: True))
+    supports_failures=lambda sched: True, supports_multi_turn=True))

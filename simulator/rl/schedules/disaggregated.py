@@ -335,9 +335,9 @@ def run(ctx: Context) -> float:
 
 POLICIES = [
     register(SchedulePolicy(DisaggregatedSchedule, run, "split pools in strict alternation (weights over the network)",
-                            supports_failures=lambda sched: True)),
+                            supports_failures=lambda sched: True, supports_multi_turn=True)),
     register(SchedulePolicy(OneStepOffSchedule, run, "split pools; rollout of step k+1 overlaps training of step k",
-                            supports_partial_rollout=True)),
+                            supports_partial_rollout=True, supports_multi_turn=True)),
     register(SchedulePolicy(AsyncSchedule, run, "continuous generation; the trainer consumes within the staleness bound",
-                            supports_partial_rollout=True)),
+                            supports_partial_rollout=True, supports_multi_turn=True)),
 ]

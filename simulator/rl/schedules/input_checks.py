@@ -9,6 +9,7 @@ from ...llm.training import trained_shapes
 from ...params import TRAIN_SOFTWARE, engine_constants_read_past, train_constants_read_past
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
+from ..llm_costs import keeps_engine_copies
 from ..pools import Pool
 from . import registry
 from .registry import SchedulePolicy
@@ -17,6 +18,7 @@ from .registry import SchedulePolicy
 def check_before_pools(scenario: Scenario, policy: SchedulePolicy) -> None:
     """What the policy decides alone (before the pools are built)."""
     _check_partial_rollout(scenario, policy)
+    _check_multi_turn(scenario, policy)
 
 
 def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:
@@ -25,6 +27,24 @@ def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -
     _check_custom_all_reduce(scenario, costs, pools)
     _check_train_constants(scenario, costs)
     _check_engine_constants(scenario, costs)
+
+
+def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:
+    """Multi-turn samples run whole on an engine (llm/multi_turn.py): a kind that feeds servers
+    request by request, or a run that cuts generation mid-way and resumes it, is not modelled."""
+    sched = scenario.schedule
+    if scenario.workload.multi_turn is None:
+        return
+    able = ", ".join(k for k in registry.kinds() if registry.get(k).supports_multi_turn)
+    if not policy.supports_multi_turn:
+        why = f"kind {sched.kind} feeds its rollout servers request by request, which is not modelled for turns"
+    elif sched.partial_rollout or keeps_engine_copies(sched):
+        why = ("this run cuts generation mid-way and resumes it (partial_rollout, overprovision, a StaleSync "
+               "tail cut, in-flight weight updates or async_engine), which is not modelled for turns")
+    else:
+        return
+    raise RlsimError(f"multi-turn rollouts: {why}", source=scenario.source, field="workload.multi_turn",
+                     fix=f"remove workload.multi_turn, or run it on one of {able} without those knobs")
 
 
 def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:

@@ -183,4 +183,4 @@ def run(ctx: Context) -> float:
 
 POLICY = register(SchedulePolicy(
     NemoAsyncSchedule, run, "NeMo RL async GRPO: split pools, trajectories up to max_trajectory_age_steps old, "
-    "optional in-flight weight updates"))
+    "optional in-flight weight updates", supports_multi_turn=True))

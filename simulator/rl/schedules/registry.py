@@ -35,6 +35,9 @@ class SchedulePolicy:
     # partial rollouts as segments of schedule.length_budget tokens that resume after a sync (needs
     # staleness >= 1 and a budget); False: the kind handles schedule.partial_rollout itself
     partial_rollout_segments: bool = True
+    # workload.multi_turn: the kind generates whole batches through Costs.rollout (a request-fed
+    # server's interrupts and resumes are not modelled for turns)
+    supports_multi_turn: bool = False
 
     @property
     def kind(self) -> str:

@@ -19,4 +19,4 @@ def run(ctx: Context) -> float:
 POLICY = register(SchedulePolicy(
     StaleSyncSchedule, run, "quasi-asynchronous within a staleness bound; training starts on a threshold share",
     supports_failures=lambda sched: sched.effective_placement == "colocated",
-    supports_partial_rollout=True))
+    supports_partial_rollout=True, supports_multi_turn=True))

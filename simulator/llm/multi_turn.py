@@ -1,0 +1,174 @@
+"""Multi-turn (agentic, tool-calling) rollouts on one engine: each sample is a chain of assistant
+turns, each ended by a call to a tool or environment whose answer the next turn reads.
+
+What a framework's agent loop does per sample (verl's AgentLoop / ToolAgentLoop, SkyRL's
+SkyRLGymGenerator, NeMo RL's run_multi_turn_rollout, TRL's tool-calling loop): send the context to
+the engine, take the assistant turn it generates, run the tool (host time: the engine serves the
+other samples meanwhile, or idles), append the tool's answer (observation tokens) and send the
+longer context again. With prefix caching the earlier context's KV is still cached when the sample
+comes back (vLLM's automatic prefix caching, SGLang's radix cache), so the engine prefills only the
+observation; without it, the whole context again. A sample is done after its last turn.
+
+The response as the rest of rlsim counts it (the length law, training, the reward) is every token
+after the prompt, the observations included, as verl's response_length and its response mask count
+it. ``plan_turns`` splits each response into turns; ``run_turns`` drives an engine through them.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TurnLaw:
+    """How samples split into turns (workload.multi_turn, scenario.MultiTurnSpec: the fields' sources).
+
+    max_turns: assistant turns at most. mean_turns: their mean, the count 1 + a geometric number of
+    further turns cut at max_turns (None: every sample takes max_turns). observation_tokens,
+    observation_sigma: a tool answer's tokens, lognormal with that mean and shape. tool_latency_s,
+    tool_latency_sigma: a tool call's seconds, lognormal likewise (sigma 0: constant)."""
+    max_turns: int
+    mean_turns: float | None
+    observation_tokens: float
+    observation_sigma: float
+    tool_latency_s: float
+    tool_latency_sigma: float
+
+
+class TurnPlan(NamedTuple):
+    """Every sample's turns, flat in sample order: turn k of sample i at starts[i] + k.
+    assistant: tokens the engine generates in the turn; observation: tokens the tool's answer
+    appends after it (0 after the last turn); latency_s: the tool call's seconds (0 after the last)."""
+    starts: np.ndarray
+    counts: np.ndarray
+    assistant: np.ndarray
+    observation: np.ndarray
+    latency_s: np.ndarray
+
+
+def continue_probability(max_turns: int, mean_turns: float) -> float:
+    """q with E[min(1 + Geometric(q), max_turns)] = sum_{k<max_turns} q^k = mean_turns (bisection:
+    the sum rises with q from 1 at q = 0 to max_turns at q = 1)."""
+    if not 1.0 <= mean_turns <= max_turns:
+        raise ValueError(f"mean_turns {mean_turns} is outside [1, max_turns {max_turns}]")
+    low, high = 0.0, 1.0
+    for _ in range(100):
+        mid = (low + high) / 2.0
+        if sum(mid ** k for k in range(max_turns)) < mean_turns:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2.0
+
+
+def _lognormal(rng: np.random.Generator, mean: float, sigma: float, size: int) -> np.ndarray:
+    """Draws with the given mean (not median): mean x exp(sigma Z - sigma^2 / 2)."""
+    if sigma == 0 or mean == 0:
+        return np.full(size, float(mean))
+    return mean * np.exp(sigma * rng.standard_normal(size) - sigma * sigma / 2.0)
+
+
+def plan_turns(law: TurnLaw, responses: np.ndarray, rng: np.random.Generator) -> TurnPlan:
+    """Split each response (every token after the prompt) into turns: draw the turn count and the
+    n - 1 observations (scaled down together where they leave fewer than one assistant token a turn,
+    the count cut to the response's tokens), then cut the assistant tokens at n - 1 uniformly drawn
+    places (each turn at least one token)."""
+    responses = np.asarray(responses, np.int64)
+    size = len(responses)
+    if law.mean_turns is None or law.mean_turns >= law.max_turns:
+        counts = np.full(size, law.max_turns, np.int64)
+    else:   # trials to the first stop, each turn going on with probability q: P(count > k) = q^k
+        q = continue_probability(law.max_turns, law.mean_turns)
+        counts = np.minimum(rng.geometric(1.0 - q, size), law.max_turns).astype(np.int64)
+    counts = np.minimum(counts, np.maximum(responses, 1))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    total = int(counts.sum())
+    observation = np.zeros(total, np.int64)
+    latency = np.zeros(total)
+    last = starts + counts - 1
+    tool = np.ones(total, bool)
+    tool[last] = False
+    observation[tool] = np.rint(_lognormal(rng, law.observation_tokens, law.observation_sigma, int(tool.sum())))
+    latency[tool] = _lognormal(rng, law.tool_latency_s, law.tool_latency_sigma, int(tool.sum()))
+    owner = np.repeat(np.arange(size), counts)
+    observed = np.bincount(owner, weights=observation, minlength=size)
+    room = responses - counts                       # what the observations may take
+    over = observed > room
+    if over.any():
+        scale = np.where(over, room / np.maximum(observed, 1), 1.0)
+        observation = np.floor(observation * scale[owner]).astype(np.int64)
+    assistant_total = responses - np.bincount(owner, weights=observation, minlength=size).astype(np.int64)
+    assistant = _split(assistant_total, counts, starts, rng)
+    return TurnPlan(starts, counts, assistant, observation, latency)
+
+
+def _split(totals: np.ndarray, counts: np.ndarray, starts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Cut each total into its count of parts of at least one token: the part sizes 1 + the gaps
+    between count - 1 uniform draws from [0, total - count] (sorted), so every split is as likely."""
+    out = np.empty(int(counts.sum()), np.int64)
+    spare = totals - counts
+    for i in np.flatnonzero(counts > 1).tolist():
+        cuts = np.sort(rng.integers(0, spare[i] + 1, counts[i] - 1))
+        bounds = np.concatenate([[0], cuts, [spare[i]]])
+        out[starts[i]:starts[i] + counts[i]] = 1 + np.diff(bounds)
+    single = counts == 1
+    out[starts[single]] = totals[single]
+    return out
+
+
+def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan, finish_s: np.ndarray, *,
+              arrivals: np.ndarray | None = None, groups: np.ndarray | None = None, cached: bool = True,
+              max_context: int | None = None) -> None:
+    """Drive ``engine`` (simulator.llm.inference.RolloutEngine) through the turns of the samples
+    ``ids`` (indexes into prompts, the plan, arrivals, groups and finish_s, and the engine's sequence
+    ids), writing each one's last finish at finish_s[id]. A sample's first turn joins at its arrival
+    (None: 0); each later one at the finish before it plus the tool's seconds, its context the prompt
+    and every earlier turn and observation, ``cached``: all but the new observation (prefix caching).
+    A turn whose context reaches ``max_context`` (max_model_len) is not sent: the sample ends before it."""
+    ids = np.asarray(ids, np.int64)
+    turn = np.zeros(len(prompts), np.int64)          # the turn each sample is in
+    context = np.asarray(prompts, np.int64).copy()   # its tokens before that turn
+    back: list[tuple[float, int]] = []               # (time, sample) of the tool calls out
+    starts = np.zeros(len(ids)) if arrivals is None else np.asarray(arrivals, float)[ids]
+    for at in np.unique(starts).tolist():           # first turns, each set arriving together at once
+        first = ids[starts == at]
+        engine.add_many(first, context[first], plan.assistant[plan.starts[first]], at,
+                        group_ids=None if groups is None else groups[first])
+    while True:
+        t_engine = engine.next_event_time()
+        t_back = back[0][0] if back else math.inf
+        if t_back == math.inf and t_engine == math.inf:
+            return
+        if t_back <= t_engine:
+            returning = []
+            while back and back[0][0] == t_back:
+                returning.append(heapq.heappop(back)[1])
+            _send_next_turns(engine, np.array(returning, np.int64), context, turn, plan, t_back, cached,
+                             max_context, finish_s)
+            continue
+        for seq_id, time_s in engine.advance_to(t_engine):
+            k = plan.starts[seq_id] + turn[seq_id]
+            if turn[seq_id] + 1 == plan.counts[seq_id]:
+                finish_s[seq_id] = time_s
+                continue
+            context[seq_id] += plan.assistant[k]
+            heapq.heappush(back, (time_s + float(plan.latency_s[k]), seq_id))
+
+
+def _send_next_turns(engine: Any, returning: np.ndarray, context: np.ndarray, turn: np.ndarray, plan: TurnPlan,
+                     now: float, cached: bool, max_context: int | None, finish_s: np.ndarray) -> None:
+    """The samples whose tool answered at ``now`` send their next turn (those out of room end at now)."""
+    done_turn = plan.starts[returning] + turn[returning]
+    kept = context[returning].copy()
+    context[returning] += plan.observation[done_turn]
+    turn[returning] += 1
+    full = np.zeros(len(returning), bool) if max_context is None else context[returning] >= max_context
+    finish_s[returning[full]] = now
+    going = returning[~full]
+    if len(going):
+        engine.add_many(going, context[going], plan.assistant[plan.starts[going] + turn[going]], now,
+                        kept=kept[~full] if cached else None)

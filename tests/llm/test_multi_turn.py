@@ -1,0 +1,132 @@
+"""Multi-turn rollouts: the turn law, the split of a response into turns, and an engine driven through
+them against closed forms (one sample: its turns' engine runs and the tool calls in series)."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.hardware.devices import get_device
+from simulator.llm.architecture import load_model
+from simulator.llm.inference import InferenceParams, RolloutEngine, RolloutLayout
+from simulator.llm.multi_turn import TurnLaw, TurnPlan, continue_probability, plan_turns, run_turns
+
+QWEN = load_model("qwen2.5-7b")
+H100 = get_device("h100")
+
+
+def _law(**given) -> TurnLaw:
+    values = {"max_turns": 4, "mean_turns": None, "observation_tokens": 100.0, "observation_sigma": 0.0,
+              "tool_latency_s": 1.0, "tool_latency_sigma": 0.0}
+    return TurnLaw(**{**values, **given})
+
+
+def _engine(**params) -> RolloutEngine:
+    return RolloutEngine(QWEN, H100, RolloutLayout(), InferenceParams(**params))
+
+
+def _plan(assistant: list[int], observation: list[int], latency: list[float]) -> TurnPlan:
+    """One sample's turns as given."""
+    return TurnPlan(np.array([0]), np.array([len(assistant)]), np.array(assistant), np.array(observation),
+                    np.array(latency))
+
+
+def _alone(prompt: int, response: int, kept: int | None = None, **params) -> float:
+    """One request's time on an idle engine (time-invariant: its start does not matter)."""
+    engine = _engine(**params)
+    engine.add_many([0], [prompt], [response], 0.0, kept=None if kept is None else [kept])
+    (done,) = engine.run()
+    return done.time_s
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_one_sample_is_its_turns_and_tool_calls_in_series(cached):
+    # turn 1 from the prompt; the tool's 2.5 s; turn 2 from prompt + turn 1 + the 300-token answer,
+    # prefilling only the answer with prefix caching, the whole context without; then 0.5 s, 40 tokens
+    plan = _plan([200, 150, 80], [300, 40, 0], [2.5, 0.5, 0.0])
+    finish = np.full(1, np.nan)
+    run_turns(_engine(enable_prefix_caching=cached), np.array([0]), np.array([1000]), plan, finish, cached=cached)
+    second, third = 1000 + 200 + 300, 1000 + 200 + 300 + 150 + 40
+    expected = (_alone(1000, 200) + 2.5 + _alone(second, 150, 1200 if cached else None) + 0.5
+                + _alone(third, 80, second + 150 if cached else None))
+    assert finish[0] == pytest.approx(expected, rel=1e-12)
+    if cached:   # what the cache saves: the prefill of the earlier context, each turn
+        cost = _engine().cost
+        assert _alone(second, 150) - _alone(second, 150, 1200) == pytest.approx(
+            cost.prefill_s(second, second * (second + 1) / 2, 1) - cost.prefill_s(300, 300 * 1200 + 300 * 301 / 2, 1),
+            rel=1e-9)
+
+
+def test_a_turn_past_max_model_len_is_not_sent():
+    plan = _plan([200, 150], [5000, 0], [1.0, 0.0])
+    finish = np.full(1, np.nan)
+    run_turns(_engine(max_model_len=6000), np.array([0]), np.array([1000]), plan, finish, max_context=6000)
+    assert finish[0] == pytest.approx(_alone(1000, 200) + 1.0)   # the sample ends when its tool answers
+
+
+def test_the_engine_serves_other_samples_while_a_tool_runs():
+    # sample 1 arrives while sample 0 waits on its 5 s tool: it is served at once, as on an idle
+    # engine, and sample 0's second turn meets none of its work (each finishes as if alone)
+    one = _plan([300, 300], [50, 0], [5.0, 0.0])
+    alone = np.full(1, np.nan)
+    run_turns(_engine(), np.array([0]), np.array([500]), one, alone)
+    first_turn = _alone(500, 300)
+    arrival = first_turn + 0.5
+    assert arrival + first_turn < first_turn + 5.0 and alone[0] < arrival + first_turn + 5.0   # no overlap
+    plan = TurnPlan(np.array([0, 2]), np.array([2, 2]), np.array([300, 300, 300, 300]), np.array([50, 0, 50, 0]),
+                    np.array([5.0, 0.0, 5.0, 0.0]))
+    finish = np.full(2, np.nan)
+    run_turns(_engine(), np.array([0, 1]), np.array([500, 500]), plan, finish, arrivals=np.array([0.0, arrival]))
+    assert finish[0] == pytest.approx(alone[0], rel=1e-12)
+    assert finish[1] == pytest.approx(arrival + alone[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("max_turns, mean", [(2, 1.5), (4, 2.5), (8, 1.2), (8, 7.9)])
+def test_the_turn_count_has_the_given_mean(max_turns, mean):
+    q = continue_probability(max_turns, mean)
+    assert math.fsum(q ** k for k in range(max_turns)) == pytest.approx(mean, rel=1e-9)   # the closed form
+    plan = plan_turns(_law(max_turns=max_turns, mean_turns=mean), np.full(40_000, 5000), np.random.default_rng(1))
+    assert plan.counts.max() <= max_turns and plan.counts.min() >= 1
+    assert plan.counts.mean() == pytest.approx(mean, abs=4 * plan.counts.std() / 200)
+
+
+def test_without_a_mean_every_sample_takes_max_turns_and_latency_and_tokens_have_their_means():
+    plan = plan_turns(_law(observation_sigma=0.8, tool_latency_s=2.0, tool_latency_sigma=1.2),
+                      np.full(20_000, 50_000), np.random.default_rng(2))
+    assert (plan.counts == 4).all()
+    tools = np.ones(len(plan.assistant), bool)
+    tools[plan.starts + plan.counts - 1] = False
+    assert plan.latency_s[tools].mean() == pytest.approx(2.0, rel=0.05)
+    assert plan.observation[tools].mean() == pytest.approx(100.0, rel=0.03)
+    assert (plan.latency_s[~tools] == 0).all() and (plan.observation[~tools] == 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(responses=st.lists(st.integers(1, 3000), min_size=1, max_size=30), max_turns=st.integers(1, 6),
+       observation=st.floats(0, 2000), sigma=st.floats(0, 2), seed=st.integers(0, 2**16))
+def test_a_split_keeps_every_token_and_a_token_a_turn(responses, max_turns, observation, sigma, seed):
+    law = _law(max_turns=max_turns, mean_turns=(1 + max_turns) / 2, observation_tokens=observation,
+               observation_sigma=sigma)
+    plan = plan_turns(law, np.array(responses), np.random.default_rng(seed))
+    owner = np.repeat(np.arange(len(responses)), plan.counts)
+    kept = np.bincount(owner, weights=plan.assistant + plan.observation, minlength=len(responses))
+    assert (kept == np.array(responses)).all()
+    assert (plan.assistant >= 1).all() and (plan.observation >= 0).all()
+    assert (plan.counts >= 1).all() and (plan.counts <= max_turns).all()
+    assert (plan.starts == np.concatenate([[0], np.cumsum(plan.counts)[:-1]])).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 12), seed=st.integers(0, 2**16), cached=st.booleans())
+def test_every_sample_finishes_once_after_its_tool_calls(n, seed, cached):
+    rng = np.random.default_rng(seed)
+    responses = rng.integers(5, 400, n)
+    plan = plan_turns(_law(tool_latency_s=0.7, tool_latency_sigma=0.5, observation_tokens=20), responses, rng)
+    finish = np.full(n, np.nan)
+    engine = _engine(enable_prefix_caching=cached)
+    run_turns(engine, np.arange(n), rng.integers(10, 300, n), plan, finish, cached=cached)
+    waits = np.bincount(np.repeat(np.arange(n), plan.counts), weights=plan.latency_s, minlength=n)
+    assert not np.isnan(finish).any() and (finish > waits).all()
+    assert engine.generated_tokens == plan.assistant.sum()     # the engine decoded the assistant tokens only
+    assert engine.next_event_time() == math.inf

@@ -1,0 +1,72 @@
+"""workload.multi_turn in runs: one turn is the single-turn run, tool calls lengthen generation, prefix
+caching spares the re-prefill, and the kinds that cannot run turns refuse them by name."""
+import json
+
+import pytest
+
+import simulator
+from simulator.errors import RlsimError
+
+SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, iterations=2,
+             overrides=["workload.prompts_per_step=32", "workload.samples_per_prompt=4",
+                        "workload.mini_batch_prompts=16", "workload.train_layout.tp=2"])
+
+
+def _turns(max_turns: int, latency: float, observation: float = 0, **more: str) -> list[str]:
+    extra = [f"workload.multi_turn.{key}={value}" for key, value in more.items()]
+    return [f"workload.multi_turn.max_turns={max_turns}", f"workload.multi_turn.tool_latency_s={latency}",
+            f"workload.multi_turn.observation_tokens={observation}", *extra]
+
+
+def _run(*overrides: str, schedule: str = "colocated") -> dict:
+    small = {**SMALL, "overrides": SMALL["overrides"] + list(overrides)}
+    return simulator.simulate(schedule=schedule, keep_samples=False, **small).summary
+
+
+def test_one_turn_is_the_single_turn_run():
+    plain = _run()
+    assert json.dumps(_run(*_turns(1, 30.0, 500)), sort_keys=True) == json.dumps(plain, sort_keys=True)
+
+
+@pytest.mark.parametrize("schedule", ["colocated", "one-step-off"])
+def test_tool_calls_lengthen_generation_by_at_least_their_chain(schedule):
+    # every sample takes 3 turns: two 60 s tool calls in each chain, so generation outlasts them; all
+    # start together and wait alike, so the engine idles through the calls (lock-step): about their sum
+    def generate(latency: float) -> float:
+        return _run(*_turns(3, latency, 100), schedule=schedule)["stage_time_s"]["generate"]
+    instant, slow = generate(0.0), generate(60.0)
+    assert slow > 120.0 and slow > instant
+    assert slow == pytest.approx(instant + 120.0, rel=0.05)
+
+
+def test_prefix_caching_spares_the_re_prefill_of_the_earlier_turns():
+    cached = _run(*_turns(4, 1.0, 800))["stage_time_s"]["generate"]
+    recomputed = _run(*_turns(4, 1.0, 800), "workload.inference.enable_prefix_caching=false")
+    assert recomputed["stage_time_s"]["generate"] > cached
+
+
+def test_the_same_input_gives_the_same_bytes():
+    turns = _turns(4, 2.0, 300, mean_turns=2.5, tool_latency_sigma=1.0, observation_sigma=0.5)
+    assert json.dumps(_run(*turns), sort_keys=True) == json.dumps(_run(*turns), sort_keys=True)
+
+
+@pytest.mark.parametrize("schedule, knobs", [
+    ("areal", []),
+    ("verl-fully-async", []),
+    ("stalesync", []),                                  # its default stream_threshold 0.5 cuts the tail
+    ("colocated", ["schedule.overprovision=0.2"]),
+])
+def test_kinds_that_resume_cut_generation_refuse_turns_by_name(schedule, knobs):
+    with pytest.raises(RlsimError) as refused:
+        _run(*_turns(2, 1.0), *knobs, schedule=schedule)
+    assert refused.value.field == "workload.multi_turn"
+    assert "colocated" in refused.value.fix
+
+
+@pytest.mark.parametrize("key, value, word", [("max_turns", 0, "greater than 0"), ("mean_turns", 5, "above max_turns"),
+                                              ("tool_latency_s", -1, "greater than or equal")])
+def test_a_bad_turn_law_names_its_field(key, value, word):
+    turns = {"max_turns": 4, "tool_latency_s": 1, "observation_tokens": 10, key: value}
+    with pytest.raises(RlsimError) as refused:
+        _run(*[f"workload.multi_turn.{k}={v}" for k, v in turns.items()])
+    assert "workload.multi_turn" in str(refused.value) and word in str(refused.value)
