@@ -6,6 +6,7 @@ as nothing else injects randomness: every random draw goes through the one
 """
 from __future__ import annotations
 
+import bisect
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,15 +75,54 @@ class Timeline:
     """Every busy or idle interval of a run, per group of consecutive ranks (not per device, so
     24,576 devices stay cheap); the metrics layer reads it as a DataFrame."""
     rows: list[Interval] = field(default_factory=list)
+    # (start, end, rank_start, rank_count, cause) of known idle stretches (hold_idle), by start
+    holds: list[tuple[float, float, int, int, str]] = field(default_factory=list)
+    _longest_hold: float = 0.0
+
+    def hold_idle(self, rank_start: int, rank_count: int, start: float, end: float, cause: str) -> None:
+        """Ranks known to idle over [start, end) though their state says otherwise: an engine with no
+        work while every sample it holds waits on a tool. A ``generate`` record added later over them
+        is split there, that stretch recorded idle with ``cause``."""
+        if end > start and rank_count > 0:
+            bisect.insort(self.holds, (float(start), float(end), int(rank_start), int(rank_count), cause))
+            self._longest_hold = max(self._longest_hold, end - start)
 
     def add(self, pool: str, rank_start: int, rank_count: int, state: str, start: float, end: float,
             cause: str = "", iteration: int = -1, label: str = "") -> None:
         if end < start - 1e-9:
             raise ValueError(f"interval ends before it starts: {start} > {end} ({pool} {state})")
+        if self.holds and state == "generate" and end > start and rank_count > 0:
+            hold = self._hold_within(rank_start, rank_count, start, end)
+            if hold is not None:
+                self._add_around(hold, pool, rank_start, rank_count, start, end, iteration, label)
+                return
         if end > start and rank_count > 0:
             device = rank_start if rank_count == 1 else -1
             self.rows.append(Interval(pool, device, state, cause, iteration, float(start), float(end), label,
                                       int(rank_start), int(rank_count)))
+
+    def _hold_within(self, rank_start: int, rank_count: int, start: float,
+                     end: float) -> tuple[float, float, int, int, str] | None:
+        """The first hold meeting ranks [rank_start, +rank_count) over [start, end), or None."""
+        lo = bisect.bisect_left(self.holds, (start - self._longest_hold,))
+        hi = bisect.bisect_left(self.holds, (end,))
+        for hold in self.holds[lo:hi]:
+            if hold[1] > start and hold[2] < rank_start + rank_count and hold[2] + hold[3] > rank_start:
+                return hold
+        return None
+
+    def _add_around(self, hold: tuple[float, float, int, int, str], pool: str, rank_start: int, rank_count: int,
+                    start: float, end: float, iteration: int, label: str) -> None:
+        """A generate record split around one hold: the ranks beside it whole, the held ranks
+        generating before and after it and idle (the hold's cause) inside; each part checked again."""
+        first, last = max(hold[2], rank_start), min(hold[2] + hold[3], rank_start + rank_count)
+        idle_from, idle_to = max(hold[0], start), min(hold[1], end)
+        self.add(pool, rank_start, first - rank_start, "generate", start, end, iteration=iteration, label=label)
+        self.add(pool, first, last - first, "generate", start, idle_from, iteration=iteration, label=label)
+        self.rows.append(Interval(pool, first if last - first == 1 else -1, "idle", hold[4], iteration, idle_from,
+                                  idle_to, label, first, last - first))
+        self.add(pool, first, last - first, "generate", idle_to, end, iteration=iteration, label=label)
+        self.add(pool, last, rank_start + rank_count - last, "generate", start, end, iteration=iteration, label=label)
 
     def add_devices(self, pool: str, devices, state: str, start: float, end: float, *,
                     cause: str = "", iteration: int = -1, label: str = "") -> None:

@@ -22,7 +22,8 @@ from .scenario import has_framework_timers
 STATE_CAUSE = {"switch": "switch", "sync": "weight_sync", "fetch": "data", "plan": "planning",
                # failures (rl/schedules/failures.py): lost work, re-plan, restart, failed devices
                "lost": "failure", "replan": "failure", "restart": "failure", "failed": "failure"}
-BUBBLE_CAUSES = ("long_tail", "dependency", "pipeline_bubble", "switch", "weight_sync", "data", "placement")
+BUBBLE_CAUSES = ("long_tail", "dependency", "pipeline_bubble", "switch", "weight_sync", "data", "placement",
+                 "tool_wait")
 
 
 def device_seconds(timeline: pd.DataFrame) -> pd.Series:

@@ -58,6 +58,44 @@ def test_clip_cuts_at_the_end_of_the_run() -> None:
     assert [(r.start, r.end) for r in tl.rows] == [(0.0, 5.0), (5.0, 7.0)]
 
 
+def test_a_hold_splits_a_later_generate_record_over_its_ranks_and_time() -> None:
+    # ranks 8..15 generate over [0, 10); ranks 10..11 are held idle over [3, 5) (an engine waiting on
+    # its tools): they generate [0, 3) and [5, 10), idle tool_wait [3, 5); the others generate whole
+    timeline = Timeline()
+    timeline.hold_idle(10, 2, 3.0, 5.0, "tool_wait")
+    timeline.add("rollout", 8, 8, "generate", 0.0, 10.0, iteration=1, label="round 1")
+    parts = sorted((row.rank_start, row.rank_count, row.state, row.cause, row.start, row.end) for row in timeline.rows)
+    assert parts == [(8, 2, "generate", "", 0.0, 10.0), (10, 2, "generate", "", 0.0, 3.0),
+                     (10, 2, "generate", "", 5.0, 10.0), (10, 2, "idle", "tool_wait", 3.0, 5.0),
+                     (12, 4, "generate", "", 0.0, 10.0)]
+    assert all(row.iteration == 1 and row.label == "round 1" for row in timeline.rows)
+    timeline.add("rollout", 10, 2, "train", 0.0, 10.0)       # only generate records are split
+    assert timeline.rows[-1].state == "train" and timeline.rows[-1].end - timeline.rows[-1].start == 10.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(holds=st.lists(st.tuples(st.integers(0, 7), st.integers(1, 4), st.floats(0, 20), st.floats(0.01, 5)),
+                      max_size=6),
+       record=st.tuples(st.integers(0, 6), st.integers(1, 8), st.floats(0, 10), st.floats(0.01, 20)))
+def test_holds_conserve_device_time(holds, record) -> None:
+    # disjoint holds per rank (one engine's waits do not overlap): device-seconds are conserved and the
+    # idle part is exactly the record's overlap with the holds
+    timeline = Timeline()
+    for first, count, start, length in holds:
+        if any(a < start + length and start < b and hs < first + count and first < hs + hc
+               for a, b, hs, hc, _ in timeline.holds):
+            continue
+        timeline.hold_idle(first, count, start, start + length, "tool_wait")
+    first, count, start, length = record
+    timeline.add("rollout", first, count, "generate", start, start + length)
+    seconds = sum((row.end - row.start) * row.rank_count for row in timeline.rows)
+    assert seconds == pytest.approx(count * length, abs=1e-9)
+    overlap = sum(max(0.0, min(b, start + length) - max(a, start)) * max(0, min(hs + hc, first + count) - max(hs, first))
+                  for a, b, hs, hc, _ in timeline.holds)
+    idle = sum((row.end - row.start) * row.rank_count for row in timeline.rows if row.state == "idle")
+    assert idle == pytest.approx(overlap, abs=1e-9)
+
+
 def test_empty_frame_has_the_columns() -> None:
     frame = Timeline().to_frame()
     assert list(frame.columns) == TIMELINE_COLUMNS and frame.empty

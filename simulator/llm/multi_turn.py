@@ -122,34 +122,46 @@ def _split(totals: np.ndarray, counts: np.ndarray, starts: np.ndarray, rng: np.r
 
 def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan, finish_s: np.ndarray, *,
               arrivals: np.ndarray | None = None, groups: np.ndarray | None = None, cached: bool = True,
-              max_context: int | None = None) -> None:
+              max_context: int | None = None) -> np.ndarray:
     """Drive ``engine`` (simulator.llm.inference.RolloutEngine) through the turns of the samples
     ``ids`` (indexes into prompts, the plan, arrivals, groups and finish_s, and the engine's sequence
     ids), writing each one's last finish at finish_s[id]. A sample's first turn joins at its arrival
     (None: 0); each later one at the finish before it plus the tool's seconds, its context the prompt
     and every earlier turn and observation, ``cached``: all but the new observation (prefix caching).
-    A turn whose context reaches ``max_context`` (max_model_len) is not sent: the sample ends before it."""
+    A turn whose context reaches ``max_context`` (max_model_len) is not sent: the sample ends before it.
+    Returns the engine's tool waits: [start, end) rows where it had no work while samples were out
+    on their tools (the engine's own clock)."""
     ids = np.asarray(ids, np.int64)
     turn = np.zeros(len(prompts), np.int64)          # the turn each sample is in
     context = np.asarray(prompts, np.int64).copy()   # its tokens before that turn
     back: list[tuple[float, int]] = []               # (time, sample) of the tool calls out
     starts = np.zeros(len(ids)) if arrivals is None else np.asarray(arrivals, float)[ids]
-    for at in np.unique(starts).tolist():           # first turns, each set arriving together at once
-        first = ids[starts == at]
-        engine.add_many(first, context[first], plan.assistant[plan.starts[first]], at,
-                        group_ids=None if groups is None else groups[first])
+    joining = [(at, ids[starts == at]) for at in np.unique(starts).tolist()][::-1]   # first turns, last set first
+    waits: list[tuple[float, float]] = []
+    last_event = 0.0
     while True:
         t_engine = engine.next_event_time()
         t_back = back[0][0] if back else math.inf
-        if t_back == math.inf and t_engine == math.inf:
-            return
-        if t_back <= t_engine:
+        t_join = joining[-1][0] if joining else math.inf
+        t_next = min(t_back, t_join)
+        if t_next == math.inf and t_engine == math.inf:
+            return np.array(waits, float).reshape(-1, 2)
+        if t_next <= t_engine:
+            if t_engine == math.inf and back and t_next > last_event:   # nothing to run until a tool answers
+                waits.append((last_event, t_next))
+            if t_join == t_next:
+                first = joining.pop()[1]
+                engine.add_many(first, context[first], plan.assistant[plan.starts[first]], t_join,
+                                group_ids=None if groups is None else groups[first])
             returning = []
-            while back and back[0][0] == t_back:
+            while back and back[0][0] == t_next:
                 returning.append(heapq.heappop(back)[1])
-            _send_next_turns(engine, np.array(returning, np.int64), context, turn, plan, t_back, cached,
-                             max_context, finish_s)
+            if returning:
+                _send_next_turns(engine, np.array(returning, np.int64), context, turn, plan, t_next, cached,
+                                 max_context, finish_s)
+            last_event = t_next
             continue
+        last_event = t_engine
         for seq_id, time_s in engine.advance_to(t_engine):
             k = plan.starts[seq_id] + turn[seq_id]
             if turn[seq_id] + 1 == plan.counts[seq_id]:

@@ -41,6 +41,9 @@ class RolloutOutcome:
     # at) is the outcome of the run with them added then (their ids follow), continued from the run's
     # state kept nearest before ``at`` rather than run again from its start; None: not kept
     extend: Callable[[np.ndarray, np.ndarray, np.ndarray | None, float], RolloutOutcome] | None = None
+    # multi-turn rollouts: per instance, (its ranks, [start, end) rows from the round start where its
+    # engine had no work while samples were out on their tools); () where none
+    tool_waits: tuple[tuple[Sequence[int], np.ndarray], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # the run imports this module (OnlinePaths) before its first 
 # Path causes, in report order. "data": the DistQueue fetch; "reward": rule-based reward latency
 # between a sequence's finish and its sample being ready; "dependency": a wait nothing recorded explains.
 CAUSES = ("generate", "long_tail", "reward", "switch", "data", "forward", "train", "pipeline_bubble",
-          "weight_sync", "dependency", "planning", "failure", "untracked")
+          "weight_sync", "dependency", "planning", "failure", "untracked", "tool_wait")
 STATE_CAUSE = {"generate": "generate", "forward": "forward", "train": "train", "switch": "switch",
                "sync": "weight_sync", "fetch": "data", "plan": "planning", "lost": "failure", "replan": "failure",
                "restart": "failure", "failed": "failure"}

@@ -492,8 +492,7 @@ class LlmCosts:
         if arrivals is not None and inst != 1:
             raise ValueError("arrivals are for one instance's rollout")
         if self.turn_law is not None:
-            return self._multi_turn_rollout(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
-                                                                        for i in range(inst)], groups, arrivals)
+            return self._multi_turn_rollout(prompts, responses, flops, ranks, inst, groups, arrivals)
         if inst == 1 and len(prompts):
             return self._rollout_one(prompts, responses, flops, self.pool(ranks[:d]), groups, arrivals)
         return self._rollout_many(prompts, responses, flops, [self.pool(ranks[i * d:(i + 1) * d])
@@ -548,26 +547,32 @@ class LlmCosts:
                              fix="remove workload.multi_turn, or pick a kind that supports it")
         return self._engine(self.pool(ranks))
 
-    def _multi_turn_rollout(self, prompts: np.ndarray, responses: np.ndarray, flops: float, pools: list[_Pool],
-                            groups: np.ndarray | None, arrivals: np.ndarray | None) -> RolloutOutcome:
+    def _multi_turn_rollout(self, prompts: np.ndarray, responses: np.ndarray, flops: float, ranks: Sequence[int],
+                            instances: int, groups: np.ndarray | None, arrivals: np.ndarray | None) -> RolloutOutcome:
         """Generation whose samples run their turns (llm/multi_turn.py), dispatched round-robin as
         _rollout_many; the turn plan drawn from the scenario's seed and the request itself (the
         same request, the same plan, whatever ran before)."""
         n = len(prompts)
         rng = np.random.default_rng([self.seed, n, int(prompts.sum()), int(responses.sum())])
         plan = plan_turns(self.turn_law, responses, rng)
+        d = self.instance_devices
+        pools = [self.pool(ranks[i * d:(i + 1) * d]) for i in range(instances)]
         finish = np.full(n, np.nan)
         busy = np.zeros(len(pools))
         params = self.inference_params
+        waits = []
         for i, pool in enumerate(pools):
             ids = np.arange(i, n, len(pools))
             if len(ids):
                 engine = self._engine(pool)
-                run_turns(engine, ids, prompts, plan, finish, arrivals=arrivals, groups=groups,
-                          cached=params.enable_prefix_caching, max_context=params.max_model_len)
+                idle = run_turns(engine, ids, prompts, plan, finish, arrivals=arrivals, groups=groups,
+                                 cached=params.enable_prefix_caching, max_context=params.max_model_len)
                 busy[i] = engine.busy_s
+                if len(idle):
+                    waits.append((ranks[i * d:(i + 1) * d], idle))
         return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % len(pools), busy, flops=flops,
-                              start_s=None if arrivals is None else np.asarray(arrivals, float).copy())
+                              start_s=None if arrivals is None else np.asarray(arrivals, float).copy(),
+                              tool_waits=tuple(waits))
 
     def _engine(self, pool: _Pool) -> RolloutEngine:
         cost = self._step_cost_of(pool)

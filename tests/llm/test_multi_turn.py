@@ -46,11 +46,15 @@ def test_one_sample_is_its_turns_and_tool_calls_in_series(cached):
     # prefilling only the answer with prefix caching, the whole context without; then 0.5 s, 40 tokens
     plan = _plan([200, 150, 80], [300, 40, 0], [2.5, 0.5, 0.0])
     finish = np.full(1, np.nan)
-    run_turns(_engine(enable_prefix_caching=cached), np.array([0]), np.array([1000]), plan, finish, cached=cached)
+    waits = run_turns(_engine(enable_prefix_caching=cached), np.array([0]), np.array([1000]), plan, finish,
+                      cached=cached)
     second, third = 1000 + 200 + 300, 1000 + 200 + 300 + 150 + 40
-    expected = (_alone(1000, 200) + 2.5 + _alone(second, 150, 1200 if cached else None) + 0.5
-                + _alone(third, 80, second + 150 if cached else None))
+    first_end = _alone(1000, 200)
+    second_end = first_end + 2.5 + _alone(second, 150, 1200 if cached else None)
+    expected = second_end + 0.5 + _alone(third, 80, second + 150 if cached else None)
     assert finish[0] == pytest.approx(expected, rel=1e-12)
+    # alone on its engine, the sample's tool calls are the engine's idle waits
+    assert waits == pytest.approx(np.array([[first_end, first_end + 2.5], [second_end, second_end + 0.5]]), rel=1e-12)
     if cached:   # what the cache saves: the prefill of the earlier context, each turn
         cost = _engine().cost
         assert _alone(second, 150) - _alone(second, 150, 1200) == pytest.approx(
@@ -77,9 +81,15 @@ def test_the_engine_serves_other_samples_while_a_tool_runs():
     plan = TurnPlan(np.array([0, 2]), np.array([2, 2]), np.array([300, 300, 300, 300]), np.array([50, 0, 50, 0]),
                     np.array([5.0, 0.0, 5.0, 0.0]))
     finish = np.full(2, np.nan)
-    run_turns(_engine(), np.array([0, 1]), np.array([500, 500]), plan, finish, arrivals=np.array([0.0, arrival]))
+    waits = run_turns(_engine(), np.array([0, 1]), np.array([500, 500]), plan, finish,
+                      arrivals=np.array([0.0, arrival]))
     assert finish[0] == pytest.approx(alone[0], rel=1e-12)
     assert finish[1] == pytest.approx(arrival + alone[0], rel=1e-12)
+    # idle with a tool out: from sample 0's first turn to sample 1's arrival, from sample 1's first
+    # turn to sample 0's return, from sample 0's end to sample 1's return (not after the last finish)
+    back = first_turn + 5.0
+    assert waits == pytest.approx(np.array([[first_turn, arrival], [arrival + first_turn, back],
+                                            [alone[0], arrival + back]]), rel=1e-12)
 
 
 @pytest.mark.parametrize("max_turns, mean", [(2, 1.5), (4, 2.5), (8, 1.2), (8, 7.9)])

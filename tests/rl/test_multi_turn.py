@@ -39,6 +39,22 @@ def test_tool_calls_lengthen_generation_by_at_least_their_chain(schedule):
     assert slow == pytest.approx(instant + 120.0, rel=0.05)
 
 
+def test_an_engine_waiting_on_its_samples_tools_idles_as_tool_wait():
+    # all samples start together and call 60 s tools after their first and second turns: the engine
+    # idles while they are out, which the timeline records as tool_wait (device time still tiles the
+    # run) and the critical path carries
+    small = {**SMALL, "overrides": SMALL["overrides"] + _turns(3, 60.0, 100)}
+    result = simulator.simulate(schedule="colocated", **small)
+    summary, timeline = result.summary, result.timeline
+    waits = timeline[timeline["cause"] == "tool_wait"]
+    assert (waits["state"] == "idle").all() and len(waits)
+    device_s = ((timeline["end"] - timeline["start"]) * timeline["rank_count"]).sum()
+    assert device_s == pytest.approx(summary["devices"] * summary["makespan_s"], rel=1e-9)
+    assert summary["bubbles_by_cause"]["tool_wait"] > 0.3
+    assert summary["critical_path"]["share"]["tool_wait"] > 0.2
+    assert _run()["bubbles_by_cause"]["tool_wait"] == 0.0
+
+
 def test_prefix_caching_spares_the_re_prefill_of_the_earlier_turns():
     cached = _run(*_turns(4, 1.0, 800))["stage_time_s"]["generate"]
     recomputed = _run(*_turns(4, 1.0, 800), "workload.inference.enable_prefix_caching=false")

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..costs import Ranks
 from ..distqueue import payload_bytes_each
+from ..timeline import contiguous_runs
 from .batches import GenPlan, RootRun, SeqBatch, prefix_groups
 from .rewards import rule_rewards_ready
 from .staleness import TIME_TOL_S
@@ -49,7 +50,7 @@ class Generation:
                 continue
             start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
             plans.append(GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0,
-                                 version, where, out.progress_at, extend=out.extend))
+                                 version, where, out.progress_at, extend=out.extend, tool_waits=out.tool_waits))
         return plans
 
     def admit(self, plan: GenPlan, new: SeqBatch, now: float) -> GenPlan:
@@ -127,15 +128,27 @@ class Generation:
             and _joinable(live) else None
         if joined is not None:
             by_plan = iter(joined)
-            return [next(by_plan) if len(plan.seqs) else (plan.t0, SeqBatch.empty(), 0.0) for plan in plans]
-        results, stored = [], []
-        for plan in plans:
-            result, rows = self._commit_one(plan, stop_s)
-            results.append(result)
-            if rows is not None:
-                stored.append(rows)
-        self._store_finished(stored)
+            results = [next(by_plan) if len(plan.seqs) else (plan.t0, SeqBatch.empty(), 0.0) for plan in plans]
+        else:
+            results, stored = [], []
+            for plan in plans:
+                result, rows = self._commit_one(plan, stop_s)
+                results.append(result)
+                if rows is not None:
+                    stored.append(rows)
+            self._store_finished(stored)
+        for plan, (end, _, _) in zip(plans, results, strict=True):
+            self._hold_tool_waits(plan, end)
         return results
+
+    def _hold_tool_waits(self, plan: GenPlan, end: float) -> None:
+        """The committed plan's tool waits up to its end: its instances' devices idle then (cause
+        tool_wait), whatever state the schedule records over them (des.Timeline.hold_idle)."""
+        for ranks, waits in plan.tool_waits:
+            for start, stop in waits.tolist():
+                if plan.t0 + start < end:
+                    for first, count in contiguous_runs(list(ranks)):
+                        self.ctx.timeline.hold_idle(first, count, plan.t0 + start, min(plan.t0 + stop, end), "tool_wait")
 
     def _commit_joined(self, plans: list[GenPlan], stop_s: float | None) -> list[tuple[float, SeqBatch, float]] | None:
         """commit_many of several non-empty plans (no over-provisioning, _joinable): the element-wise

@@ -12,6 +12,7 @@ from ..algorithms import Algorithm
 from ..costs import Costs
 from ..distqueue import DistQueue
 from ..samples import SampleStore
+from ..timeline import Timeline
 from .reward_pool import RewardPool
 
 
@@ -47,6 +48,7 @@ class RunState(Protocol):
     sched: ScheduleConfig
     workload: WorkloadConfig
     env: simpy.Environment
+    timeline: Timeline
     alg: Algorithm
     store: SampleStore
     queue: DistQueue
