@@ -122,6 +122,19 @@ class MultiTurnSpec(_Strict):
     observation_sigma: float = Field(0.0, ge=0)
     tool_latency_sigma: float = Field(0.0, ge=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _the_task_is_given(cls, data: Any) -> Any:
+        """The tools' seconds and answer tokens describe the user's task (no framework config holds
+        them): missing, the error says what to give."""
+        if isinstance(data, Mapping):
+            missing = [key for key in ("max_turns", "observation_tokens", "tool_latency_s") if key not in data]
+            if missing:
+                raise ValueError(f"give {', '.join(missing)}: the turn cap, the tokens a tool's answer appends (mean) "
+                                 "and a turn's tool calls' seconds (mean) describe your task and tools, e.g. --set "
+                                 "workload.multi_turn.tool_latency_s=2 --set workload.multi_turn.observation_tokens=200")
+        return data
+
     @model_validator(mode="after")
     def _mean_within_the_cap(self) -> "MultiTurnSpec":
         if self.mean_turns is not None and self.mean_turns > self.max_turns:

@@ -344,8 +344,22 @@ RULES: dict[str, Rule] = {
                                           "true keeps vLLM's sleep at level 1 (weights to host and back)"),
     f"{A}.rollout.engine_kwargs.*": unsupported("engine-specific options are not modelled"),
     f"{A}.rollout.val_kwargs.*": ignored(_VAL),
-    f"{A}.rollout.multi_turn.*": unsupported("multi-turn / tool rollouts are not modelled"),
-    f"{A}.rollout.multi_turn.enable": unsupported("multi-turn / tool rollouts are not modelled", neutral=False),
+    f"{A}.rollout.multi_turn.*": unsupported("this multi-turn option is not modelled"),
+    f"{A}.rollout.multi_turn.enable": mapped("workload.multi_turn", "the tool agent loop (tool_agent_loop.py): each "
+                                             "sample turns until max_assistant_turns, its tools' answers counted in "
+                                             "response_length; the tools' seconds and answer tokens come with --set"),
+    f"{A}.rollout.multi_turn.max_assistant_turns": mapped("workload.multi_turn.max_turns"),
+    f"{A}.rollout.multi_turn.max_user_turns": unsupported("user turns (an interaction in the loop) are not modelled",
+                                                          neutral=None),
+    f"{A}.rollout.multi_turn.max_parallel_calls": ignored("a turn's tool calls run together: "
+                                                          "workload.multi_turn.tool_latency_s is their seconds"),
+    **{f"{A}.rollout.multi_turn.{k}": ignored("a character cap on a tool's text: its tokens are "
+                                              "workload.multi_turn.observation_tokens")
+       for k in ("max_tool_response_length", "tool_response_truncate_side")},
+    **{f"{A}.rollout.multi_turn.{k}": ignored("which tools run and how their text is formatted: their seconds and "
+                                              "tokens are workload.multi_turn's")
+       for k in ("tool_config_path", "function_tool_path", "format", "use_inference_chat_template",
+                 "tokenization_sanity_check_mode")},
     f"{A}.rollout.calculate_log_probs": ignored("the engine returns its sampling log-probs with the tokens (no pass "
                                                 "of its own): main_ppo still runs its old_log_prob pass (mapped), "
                                                 "verl-fully-async trains on these instead"),
@@ -786,6 +800,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     _engine_and_offload(v, w, decided)
     _fsdp_params(v, w, decided)
     _lora(v, w, decided)
+    _multi_turn(v, w, decided)
     mode = v(f"{A}.rollout.mode")
     if mode is not None and mode not in ROLLOUT_MODES:   # verl's own check: sync or async only
         raise RlsimError(f"unknown rollout mode {mode!r}", source=src, field=f"{A}.rollout.mode",
@@ -1202,6 +1217,31 @@ def _megatron_lora_sends_whole(v: Values) -> bool:
     if not v.given(f"{A}.model.lora.merge"):
         return True
     return v.flag(f"{A}.model.lora.merge") or v.flag(f"{A}.actor.megatron.vanilla_mbridge")
+
+
+MULTI_TURN_NOTE = ("multi-turn: the tools' seconds and their answers' tokens are not in a framework's config: give "
+                   "--set workload.multi_turn.tool_latency_s=S --set workload.multi_turn.observation_tokens=T (means; "
+                   "_sigma for their spread, mean_turns for turns under the cap)")
+
+
+def _multi_turn(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """verl's tool agent loop (0.9.1 experimental/agent_loop/tool_agent_loop.py): with
+    rollout.multi_turn.enable a sample turns until max_assistant_turns (or its response_length,
+    tool answers included, is spent): workload.multi_turn.max_turns; null leaves rlsim no cap."""
+    key = f"{A}.rollout.multi_turn"
+    if not v.flag(f"{key}.enable"):
+        return
+    turns = v(f"{key}.max_assistant_turns")
+    if turns is None:
+        raise RlsimError("multi-turn rollouts with no turn cap: verl stops a sample only when its response_length is "
+                         "spent, which rlsim cannot tell from the config", source=v.result.source,
+                         field=f"{key}.max_assistant_turns",
+                         fix=f"pass {key}.max_assistant_turns=N, the most assistant turns your task's samples take")
+    w["multi_turn"] = {"max_turns": positive_int(turns, f"{key}.max_assistant_turns", v.result.source)}
+    agent = f"{A}.rollout.agent.default_agent_loop"
+    if v(agent) == "tool_agent":
+        decided[agent] = ("mapped", "the tool agent loop: workload.multi_turn")
+    v.result.notes.append(MULTI_TURN_NOTE)
 
 
 def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -892,6 +892,32 @@ def test_verl_lora_maps_onto_workload_lora(capsys, tmp_path):
     assert "megatron" in json.loads(out)["framework_import"]["ignored"]["actor_rollout_ref.model.lora_rank"]
 
 
+_TOOLS = ("--set", "workload.multi_turn.tool_latency_s=2", "--set", "workload.multi_turn.observation_tokens=150")
+_VERL_TURNS = "actor_rollout_ref.rollout.multi_turn"
+
+
+def test_verl_multi_turn_maps_its_turn_cap_and_asks_for_the_tools(capsys, tmp_path):
+    # verl's tool agent loop: max_assistant_turns is the cap; the tools' seconds and answers come with --set
+    workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, f"{_VERL_TURNS}.enable=true",
+                                  f"{_VERL_TURNS}.max_assistant_turns=5", *_TOOLS)
+    assert (workload.multi_turn.max_turns, workload.multi_turn.tool_latency_s) == (5, 2.0)
+    assert _imported_workload(capsys, tmp_path, "--from-verl", _VERL, f"{_VERL_TURNS}.max_assistant_turns=5"
+                              ).multi_turn is None                # enable false: one turn a sample
+    code, _, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), f"{_VERL_TURNS}.enable=true",
+                       f"{_VERL_TURNS}.max_assistant_turns=5", "--iterations", "1")
+    assert code == 2 and "tool_latency_s" in err and "--set workload.multi_turn" in err
+    code, _, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), f"{_VERL_TURNS}.enable=true", *_TOOLS)
+    assert code == 2 and f"{_VERL_TURNS}.max_assistant_turns" in err       # no cap: verl's null
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), f"{_VERL_TURNS}.enable=true",
+                         f"{_VERL_TURNS}.max_assistant_turns=3", f"{_VERL_TURNS}.max_user_turns=2",
+                         f"{_VERL_TURNS}.max_parallel_calls=4", *_TOOLS, "--iterations", "1", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert "interaction" in report["framework_import"]["unsupported"][f"{_VERL_TURNS}.max_user_turns"]
+    assert "together" in report["framework_import"]["ignored"][f"{_VERL_TURNS}.max_parallel_calls"]
+    assert report["framework_import"]["mapped"][f"{_VERL_TURNS}.max_assistant_turns"]
+
+
 def test_fsdp_cpu_offload_maps_from_verl_offload_policy_and_nemo_rl_dtensor_cpu_offload(capsys, tmp_path):
     policy = "actor_rollout_ref.actor.fsdp_config.offload_policy=true"
     workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, "actor_rollout_ref.actor.strategy=fsdp2",
