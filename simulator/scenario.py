@@ -121,6 +121,11 @@ class MultiTurnSpec(_Strict):
     # take them from the task's tool logs).
     observation_sigma: float = Field(0.0, ge=0)
     tool_latency_sigma: float = Field(0.0, ge=0)
+    # How turns meet: false, each sample sends its next turn when its own tool answers (verl's agent
+    # loop, SkyRL's generator, NeMo RL with async_engine: run_async_multi_turn_rollout); true, the
+    # batch in lock-step: every sample's turn k is generated, then the tools all run, then turn k + 1
+    # (NeMo RL's run_multi_turn_rollout: generate the batch, step the environments, repeat).
+    lockstep: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -47,6 +47,12 @@ OPTIMIZER_SETTINGS = "optimizer hyper-parameters: no effect on step time"
 SAMPLING_SETTINGS = "sampling parameters: the same per-token cost (lengths come from workload.response_length)"
 
 
+# What a multi-turn import cannot read from any framework's config (docs/guides/frameworks.md)
+MULTI_TURN_NOTE = ("multi-turn: the tools' seconds and their answers' tokens are not in a framework's config: give "
+                   "--set workload.multi_turn.tool_latency_s=S --set workload.multi_turn.observation_tokens=T (means; "
+                   "_sigma for their spread, mean_turns for turns under the cap)")
+
+
 def mapped(target: str, reason: str = "") -> Rule:
     return Rule("mapped", reason, target)
 

@@ -31,6 +31,7 @@ from ..params import (
 )
 from .common import (
     DTYPES,
+    MULTI_TURN_NOTE,
     FrameworkImport,
     Rule,
     Status,
@@ -1217,11 +1218,6 @@ def _megatron_lora_sends_whole(v: Values) -> bool:
     if not v.given(f"{A}.model.lora.merge"):
         return True
     return v.flag(f"{A}.model.lora.merge") or v.flag(f"{A}.actor.megatron.vanilla_mbridge")
-
-
-MULTI_TURN_NOTE = ("multi-turn: the tools' seconds and their answers' tokens are not in a framework's config: give "
-                   "--set workload.multi_turn.tool_latency_s=S --set workload.multi_turn.observation_tokens=T (means; "
-                   "_sigma for their spread, mean_turns for turns under the cap)")
 
 
 def _multi_turn(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -30,13 +30,16 @@ class TurnLaw:
     max_turns: assistant turns at most. mean_turns: their mean, the count 1 + a geometric number of
     further turns cut at max_turns (None: every sample takes max_turns). observation_tokens,
     observation_sigma: a tool answer's tokens, lognormal with that mean and shape. tool_latency_s,
-    tool_latency_sigma: a tool call's seconds, lognormal likewise (sigma 0: constant)."""
+    tool_latency_sigma: a turn's tool calls' seconds, lognormal likewise (sigma 0: constant).
+    lockstep: the batch's turns in lock-step (run_turns_in_lockstep); else each sample on its own
+    (run_turns)."""
     max_turns: int
     mean_turns: float | None
     observation_tokens: float
     observation_sigma: float
     tool_latency_s: float
     tool_latency_sigma: float
+    lockstep: bool = False
 
 
 class TurnPlan(NamedTuple):
@@ -184,3 +187,68 @@ def _send_next_turns(engine: Any, returning: np.ndarray, context: np.ndarray, tu
     if len(going):
         engine.add_many(going, context[going], plan.assistant[plan.starts[going] + turn[going]], now,
                         kept=kept[~full] if cached else None)
+
+
+class EngineShare(NamedTuple):
+    """One engine of a lock-step rollout and the samples it serves (indexes, as run_turns' ids)."""
+    engine: Any
+    ids: np.ndarray
+
+
+def run_turns_in_lockstep(shares: list[EngineShare], prompts: np.ndarray, plan: TurnPlan, finish_s: np.ndarray, *,
+                          groups: np.ndarray | None = None, cached: bool = True,
+                          max_context: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Turns in lock-step over every engine (NeMo RL's run_multi_turn_rollout: the batch generates
+    turn k, then the environments step for every sample still going, then turn k + 1): each
+    engine takes its samples' turn k at the same time, runs until it has none left; once the last
+    engine is done the tools run, all together, and the next turn starts when the slowest answers.
+    Writes each sample's last finish (a sample out of room, max_context, ends when its tool
+    answers). Returns per engine (its idle stretches waiting for the other engines, those waiting
+    for the tools), [start, end) rows."""
+    context = np.asarray(prompts, np.int64).copy()
+    waiting = [([], []) for _ in shares]            # (for the other engines, for the tools)
+    now = 0.0
+    for k in range(int(plan.counts.max(initial=0))):
+        ends = []
+        for share in shares:
+            going = share.ids[(plan.counts[share.ids] > k) & np.isnan(finish_s[share.ids])]
+            ends.append(_one_lockstep_turn(share.engine, going, context, plan, k, now, groups, cached, finish_s))
+        barrier = max(ends, default=now)
+        going_on = np.flatnonzero((plan.counts > k + 1) & np.isnan(finish_s))
+        if not len(going_on):
+            break
+        answered = barrier + float(plan.latency_s[plan.starts[going_on] + k].max())
+        context[going_on] += plan.observation[plan.starts[going_on] + k]
+        if max_context is not None:
+            full = going_on[context[going_on] >= max_context]
+            finish_s[full] = answered
+        for (for_engines, for_tools), end in zip(waiting, ends, strict=True):
+            for_engines.append((end, barrier))
+            for_tools.append((barrier, answered))
+        now = answered
+    return [(_rows(for_engines), _rows(for_tools)) for for_engines, for_tools in waiting]
+
+
+def _one_lockstep_turn(engine: Any, going: np.ndarray, context: np.ndarray, plan: TurnPlan, k: int, now: float,
+                       groups: np.ndarray | None, cached: bool, finish_s: np.ndarray) -> float:
+    """Turn k of ``going`` on ``engine`` from ``now`` to its last finish (returned; now if none):
+    from turn 1 on all but the tool's answer is cached; a sample's last turn writes its finish;
+    the others' contexts take the turn's tokens."""
+    if not len(going):
+        return now
+    turn = plan.starts[going] + k
+    engine.add_many(going, context[going], plan.assistant[turn], now,
+                    group_ids=None if groups is None or k else groups[going],
+                    kept=context[going] - plan.observation[turn - 1] if cached and k else None)
+    end = now
+    for seq_id, time_s in engine.advance_to(math.inf):
+        end = max(end, time_s)
+        if plan.counts[seq_id] == k + 1:
+            finish_s[seq_id] = time_s
+    context[going] += plan.assistant[turn]
+    return end
+
+
+def _rows(stretches: list[tuple[float, float]]) -> np.ndarray:
+    """Non-empty [start, end) stretches as rows."""
+    return np.array([(a, b) for a, b in stretches if b > a], float).reshape(-1, 2)

@@ -41,9 +41,10 @@ class RolloutOutcome:
     # at) is the outcome of the run with them added then (their ids follow), continued from the run's
     # state kept nearest before ``at`` rather than run again from its start; None: not kept
     extend: Callable[[np.ndarray, np.ndarray, np.ndarray | None, float], RolloutOutcome] | None = None
-    # multi-turn rollouts: per instance, (its ranks, [start, end) rows from the round start where its
-    # engine had no work while samples were out on their tools); () where none
-    tool_waits: tuple[tuple[Sequence[int], np.ndarray], ...] = ()
+    # multi-turn rollouts: (an instance's ranks, [start, end) rows from the round start where its engine
+    # had no work, their cause: tool_wait while samples were out on their tools, long_tail while a
+    # lock-step turn waited for the other engines); () where none
+    engine_waits: tuple[tuple[Sequence[int], np.ndarray, str], ...] = ()
 
 
 @dataclass(frozen=True)

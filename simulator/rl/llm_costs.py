@@ -50,7 +50,7 @@ from ..llm.inference import (
 )
 from ..llm.layer_costs import with_lora
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
-from ..llm.multi_turn import TurnLaw, plan_turns, run_turns
+from ..llm.multi_turn import EngineShare, TurnLaw, plan_turns, run_turns, run_turns_in_lockstep
 from ..llm.train_layout import TrainLayout
 from ..llm.training import (
     TrainParams,
@@ -265,7 +265,7 @@ def turn_law_of(spec: Any) -> TurnLaw | None:
     if spec is None:
         return None
     return TurnLaw(spec.max_turns, spec.mean_turns, spec.observation_tokens, spec.observation_sigma,
-                   spec.tool_latency_s, spec.tool_latency_sigma)
+                   spec.tool_latency_s, spec.tool_latency_sigma, spec.lockstep)
 
 
 class LlmCosts:
@@ -558,21 +558,27 @@ class LlmCosts:
         d = self.instance_devices
         pools = [self.pool(ranks[i * d:(i + 1) * d]) for i in range(instances)]
         finish = np.full(n, np.nan)
-        busy = np.zeros(len(pools))
         params = self.inference_params
+        cache = {"cached": params.enable_prefix_caching, "max_context": params.max_model_len}
+        used = range(min(n, len(pools)))                  # instance i serves samples i, i + len(pools), ...
+        shares = [EngineShare(self._engine(pools[i]), np.arange(i, n, len(pools))) for i in used]
+        where = [ranks[i * d:(i + 1) * d] for i in used]
         waits = []
-        for i, pool in enumerate(pools):
-            ids = np.arange(i, n, len(pools))
-            if len(ids):
-                engine = self._engine(pool)
-                idle = run_turns(engine, ids, prompts, plan, finish, arrivals=arrivals, groups=groups,
-                                 cached=params.enable_prefix_caching, max_context=params.max_model_len)
-                busy[i] = engine.busy_s
-                if len(idle):
-                    waits.append((ranks[i * d:(i + 1) * d], idle))
+        if self.turn_law.lockstep:
+            if arrivals is not None:
+                raise ValueError("lock-step turns start together: no arrivals")
+            idle = run_turns_in_lockstep(shares, prompts, plan, finish, groups=groups, **cache)
+            for instance, (for_engines, for_tools) in zip(where, idle, strict=True):
+                waits += [(instance, for_engines, "long_tail"), (instance, for_tools, "tool_wait")]
+        else:
+            for instance, share in zip(where, shares, strict=True):
+                idle = run_turns(share.engine, share.ids, prompts, plan, finish, arrivals=arrivals, groups=groups, **cache)
+                waits.append((instance, idle, "tool_wait"))
+        busy = np.zeros(len(pools))
+        busy[:len(used)] = [share.engine.busy_s for share in shares]
         return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % len(pools), busy, flops=flops,
                               start_s=None if arrivals is None else np.asarray(arrivals, float).copy(),
-                              tool_waits=tuple(waits))
+                              engine_waits=tuple(entry for entry in waits if len(entry[1])))
 
     def _engine(self, pool: _Pool) -> RolloutEngine:
         cost = self._step_cost_of(pool)

@@ -651,6 +651,18 @@ def test_the_guide_lists_every_table_entry(module):
     assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its tables from RULES)"
 
 
+def test_nemo_rl_multi_turn_runs_in_lockstep_unless_the_engine_is_async(capsys, tmp_path):
+    # run_multi_turn_rollout steps the batch turn by turn; with async_engine each sample goes on its own
+    recipe = "nemo-rl-grpo-llama3.1-8b.yaml"
+    workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", recipe, "grpo.max_rollout_turns=4", *_TOOLS)
+    assert (workload.multi_turn.max_turns, workload.multi_turn.lockstep) == (4, True)
+    assert workload.response_length["max"] == workload.inference.max_model_len - 1   # the turns share T-max
+    workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", recipe, "grpo.max_rollout_turns=4",
+                                  "policy.generation.vllm_cfg.async_engine=true", *_TOOLS)
+    assert workload.multi_turn.lockstep is False
+    assert _imported_workload(capsys, tmp_path, "--from-nemo-rl", recipe, "grpo.max_rollout_turns=1").multi_turn is None
+
+
 def test_nemo_rl_megatron_expert_tp_and_uneven_stages_are_mapped(capsys, tmp_path):
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
                                   "policy.model_name=Qwen/Qwen3-30B-A3B",

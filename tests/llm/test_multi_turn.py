@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 from simulator.hardware.devices import get_device
 from simulator.llm.architecture import load_model
 from simulator.llm.inference import InferenceParams, RolloutEngine, RolloutLayout
-from simulator.llm.multi_turn import TurnLaw, TurnPlan, continue_probability, plan_turns, run_turns
+from simulator.llm.multi_turn import (
+    EngineShare,
+    TurnLaw,
+    TurnPlan,
+    continue_probability,
+    plan_turns,
+    run_turns,
+    run_turns_in_lockstep,
+)
 
 QWEN = load_model("qwen2.5-7b")
 H100 = get_device("h100")
@@ -92,6 +100,31 @@ def test_the_engine_serves_other_samples_while_a_tool_runs():
                                             [alone[0], arrival + back]]), rel=1e-12)
 
 
+def test_lockstep_turns_wait_for_every_engine_and_the_slowest_tool():
+    # engine A: sample 0 (turns of 200 then 100 tokens, a 1 s tool); engine B: sample 1 (900 then 50, a
+    # 3 s tool). Turn 2 of both starts when B's longer turn 1 is done and the slower tool answers.
+    plan = TurnPlan(np.array([0, 2]), np.array([2, 2]), np.array([200, 100, 900, 50]), np.array([30, 0, 60, 0]),
+                    np.array([1.0, 0.0, 3.0, 0.0]))
+    finish = np.full(2, np.nan)
+    shares = [EngineShare(_engine(), np.array([0])), EngineShare(_engine(), np.array([1]))]
+    idle = run_turns_in_lockstep(shares, np.array([400, 400]), plan, finish)
+    end_a, end_b = _alone(400, 200), _alone(400, 900)
+    start = end_b + 3.0
+    assert finish[0] == pytest.approx(start + _alone(630, 100, 600), rel=1e-12)
+    assert finish[1] == pytest.approx(start + _alone(1360, 50, 1300), rel=1e-12)
+    (a_engines, a_tools), (b_engines, b_tools) = idle
+    assert a_engines == pytest.approx(np.array([[end_a, end_b]])) and len(b_engines) == 0   # A waits for B
+    assert a_tools == pytest.approx(np.array([[end_b, start]])) and b_tools == pytest.approx(a_tools)
+
+
+def test_one_sample_alone_takes_the_same_time_in_lockstep_or_not():
+    plan = _plan([200, 150, 80], [300, 40, 0], [2.5, 0.5, 0.0])
+    alone, together = np.full(1, np.nan), np.full(1, np.nan)
+    run_turns(_engine(), np.array([0]), np.array([1000]), plan, alone)
+    run_turns_in_lockstep([EngineShare(_engine(), np.array([0]))], np.array([1000]), plan, together)
+    assert together[0] == pytest.approx(alone[0], rel=1e-12)
+
+
 @pytest.mark.parametrize("max_turns, mean", [(2, 1.5), (4, 2.5), (8, 1.2), (8, 7.9)])
 def test_the_turn_count_has_the_given_mean(max_turns, mean):
     q = continue_probability(max_turns, mean)
@@ -128,15 +161,21 @@ def test_a_split_keeps_every_token_and_a_token_a_turn(responses, max_turns, obse
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 12), seed=st.integers(0, 2**16), cached=st.booleans())
-def test_every_sample_finishes_once_after_its_tool_calls(n, seed, cached):
+@given(n=st.integers(1, 12), seed=st.integers(0, 2**16), cached=st.booleans(), lockstep=st.booleans())
+def test_every_sample_finishes_once_after_its_tool_calls(n, seed, cached, lockstep):
     rng = np.random.default_rng(seed)
     responses = rng.integers(5, 400, n)
     plan = plan_turns(_law(tool_latency_s=0.7, tool_latency_sigma=0.5, observation_tokens=20), responses, rng)
     finish = np.full(n, np.nan)
-    engine = _engine(enable_prefix_caching=cached)
-    run_turns(engine, np.arange(n), rng.integers(10, 300, n), plan, finish, cached=cached)
+    prompts = rng.integers(10, 300, n)
+    engines = [_engine(enable_prefix_caching=cached) for _ in range(2)]
+    if lockstep:   # two engines, samples dealt round-robin
+        run_turns_in_lockstep([EngineShare(engine, np.arange(i, n, 2)) for i, engine in enumerate(engines)], prompts,
+                              plan, finish, cached=cached)
+    else:
+        run_turns(engines[0], np.arange(n), prompts, plan, finish, cached=cached)
     waits = np.bincount(np.repeat(np.arange(n), plan.counts), weights=plan.latency_s, minlength=n)
     assert not np.isnan(finish).any() and (finish > waits).all()
-    assert engine.generated_tokens == plan.assistant.sum()     # the engine decoded the assistant tokens only
-    assert engine.next_event_time() == math.inf
+    # the engines decoded the assistant tokens only
+    assert sum(engine.generated_tokens for engine in engines) == plan.assistant.sum()
+    assert all(engine.next_event_time() == math.inf for engine in engines)

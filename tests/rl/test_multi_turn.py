@@ -55,6 +55,21 @@ def test_an_engine_waiting_on_its_samples_tools_idles_as_tool_wait():
     assert _run()["bubbles_by_cause"]["tool_wait"] == 0.0
 
 
+def test_lockstep_turns_wait_for_the_batch():
+    # NeMo RL's synchronous multi-turn loop: each turn ends on the slowest instance and the slowest
+    # tool; the instances that finish a turn early wait (long_tail), then all wait on the tools
+    turns = _turns(3, 5.0, 100, tool_latency_sigma=1.0)
+    small = {**SMALL, "overrides": SMALL["overrides"] + turns + ["workload.multi_turn.lockstep=true"]}
+    result = simulator.simulate(schedule="colocated", **small)
+    timeline, summary = result.timeline, result.summary
+    device_s = ((timeline["end"] - timeline["start"]) * timeline["rank_count"]).sum()
+    assert device_s == pytest.approx(summary["devices"] * summary["makespan_s"], rel=1e-9)
+    assert summary["bubbles_by_cause"]["tool_wait"] > 0
+    free = _run(*turns)
+    assert summary["stage_time_s"]["generate"] > free["stage_time_s"]["generate"]
+    assert summary["bubbles_by_cause"]["long_tail"] > free["bubbles_by_cause"]["long_tail"]
+
+
 def test_prefix_caching_spares_the_re_prefill_of_the_earlier_turns():
     cached = _run(*_turns(4, 1.0, 800))["stage_time_s"]["generate"]
     recomputed = _run(*_turns(4, 1.0, 800), "workload.inference.enable_prefix_caching=false")

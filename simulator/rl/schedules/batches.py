@@ -121,8 +121,8 @@ class GenPlan:
     root_offset: float = 0.0
     # the engine run's RolloutOutcome.extend (more sequences joining it later), None where not kept
     extend: Callable[..., Any] | None = None
-    # RolloutOutcome.tool_waits: (instance ranks, its engine's tool waits, seconds from t0)
-    tool_waits: tuple[tuple[Any, np.ndarray], ...] = ()
+    # RolloutOutcome.engine_waits: (instance ranks, its engine's idle stretches, seconds from t0, cause)
+    engine_waits: tuple[tuple[Any, np.ndarray, str], ...] = ()
 
     @property
     def end_s(self) -> float:

@@ -50,7 +50,7 @@ class Generation:
                 continue
             start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
             plans.append(GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0,
-                                 version, where, out.progress_at, extend=out.extend, tool_waits=out.tool_waits))
+                                 version, where, out.progress_at, extend=out.extend, engine_waits=out.engine_waits))
         return plans
 
     def admit(self, plan: GenPlan, new: SeqBatch, now: float) -> GenPlan:
@@ -138,17 +138,18 @@ class Generation:
                     stored.append(rows)
             self._store_finished(stored)
         for plan, (end, _, _) in zip(plans, results, strict=True):
-            self._hold_tool_waits(plan, end)
+            self._hold_engine_waits(plan, end)
         return results
 
-    def _hold_tool_waits(self, plan: GenPlan, end: float) -> None:
-        """The committed plan's tool waits up to its end: its instances' devices idle then (cause
-        tool_wait), whatever state the schedule records over them (des.Timeline.hold_idle)."""
-        for ranks, waits in plan.tool_waits:
+    def _hold_engine_waits(self, plan: GenPlan, end: float) -> None:
+        """The committed plan's engine waits up to its end (multi-turn: RolloutOutcome.engine_waits):
+        its instances' devices idle then, with the wait's cause, whatever state the schedule records
+        over them (des.Timeline.hold_idle)."""
+        for ranks, waits, cause in plan.engine_waits:
             for start, stop in waits.tolist():
                 if plan.t0 + start < end:
                     for first, count in contiguous_runs(list(ranks)):
-                        self.ctx.timeline.hold_idle(first, count, plan.t0 + start, min(plan.t0 + stop, end), "tool_wait")
+                        self.ctx.timeline.hold_idle(first, count, plan.t0 + start, min(plan.t0 + stop, end), cause)
 
     def _commit_joined(self, plans: list[GenPlan], stop_s: float | None) -> list[tuple[float, SeqBatch, float]] | None:
         """commit_many of several non-empty plans (no over-provisioning, _joinable): the element-wise
