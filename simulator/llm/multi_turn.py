@@ -123,6 +123,45 @@ def _split(totals: np.ndarray, counts: np.ndarray, starts: np.ndarray, rng: np.r
     return out
 
 
+class _SampleTurns:
+    """Where each sample is in its turns (Python lists: one sample at a time is the hot path)."""
+
+    def __init__(self, prompts: np.ndarray, plan: TurnPlan, cached: bool, max_context: int | None) -> None:
+        self.context = np.asarray(prompts, np.int64).tolist()   # tokens before the sample's current turn
+        self.turn = [0] * len(self.context)
+        self.starts, self.counts = plan.starts.tolist(), plan.counts.tolist()
+        self.assistant, self.observation = plan.assistant.tolist(), plan.observation.tolist()
+        self.latency = plan.latency_s.tolist()
+        self.cached, self.max_context = cached, max_context
+
+    def turn_done(self, sample: int) -> float | None:
+        """The sample's turn finished: when its tool answers (None: that was its last turn)."""
+        k = self.starts[sample] + self.turn[sample]
+        if self.turn[sample] + 1 == self.counts[sample]:
+            return None
+        self.context[sample] += self.assistant[k]
+        return self.latency[k]
+
+    def send(self, engine: Any, returning: list[int], now: float, finish_s: np.ndarray) -> None:
+        """The samples whose tool answered at ``now`` send their next turn, all but the answer cached
+        (those out of room, max_context, end at now)."""
+        ids, contexts, tokens, kept = [], [], [], []
+        for sample in returning:
+            k = self.starts[sample] + self.turn[sample]
+            before = self.context[sample]
+            self.context[sample] = before + self.observation[k]
+            self.turn[sample] += 1
+            if self.max_context is not None and self.context[sample] >= self.max_context:
+                finish_s[sample] = now
+                continue
+            ids.append(sample)
+            contexts.append(self.context[sample])
+            tokens.append(self.assistant[k + 1])
+            kept.append(before)
+        if ids:
+            engine.add_many(ids, contexts, tokens, now, kept=kept if self.cached else None)
+
+
 def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan, finish_s: np.ndarray, *,
               arrivals: np.ndarray | None = None, groups: np.ndarray | None = None, cached: bool = True,
               max_context: int | None = None) -> np.ndarray:
@@ -135,8 +174,7 @@ def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan,
     Returns the engine's tool waits: [start, end) rows where it had no work while samples were out
     on their tools (the engine's own clock)."""
     ids = np.asarray(ids, np.int64)
-    turn = np.zeros(len(prompts), np.int64)          # the turn each sample is in
-    context = np.asarray(prompts, np.int64).copy()   # its tokens before that turn
+    state = _SampleTurns(prompts, plan, cached, max_context)
     back: list[tuple[float, int]] = []               # (time, sample) of the tool calls out
     starts = np.zeros(len(ids)) if arrivals is None else np.asarray(arrivals, float)[ids]
     joining = [(at, ids[starts == at]) for at in np.unique(starts).tolist()][::-1]   # first turns, last set first
@@ -154,39 +192,22 @@ def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan,
                 waits.append((last_event, t_next))
             if t_join == t_next:
                 first = joining.pop()[1]
-                engine.add_many(first, context[first], plan.assistant[plan.starts[first]], t_join,
+                engine.add_many(first, np.asarray(prompts)[first], plan.assistant[plan.starts[first]], t_join,
                                 group_ids=None if groups is None else groups[first])
             returning = []
             while back and back[0][0] == t_next:
                 returning.append(heapq.heappop(back)[1])
             if returning:
-                _send_next_turns(engine, np.array(returning, np.int64), context, turn, plan, t_next, cached,
-                                 max_context, finish_s)
+                state.send(engine, returning, t_next, finish_s)
             last_event = t_next
             continue
         last_event = t_engine
         for seq_id, time_s in engine.advance_to(t_engine):
-            k = plan.starts[seq_id] + turn[seq_id]
-            if turn[seq_id] + 1 == plan.counts[seq_id]:
+            latency = state.turn_done(seq_id)
+            if latency is None:
                 finish_s[seq_id] = time_s
-                continue
-            context[seq_id] += plan.assistant[k]
-            heapq.heappush(back, (time_s + float(plan.latency_s[k]), seq_id))
-
-
-def _send_next_turns(engine: Any, returning: np.ndarray, context: np.ndarray, turn: np.ndarray, plan: TurnPlan,
-                     now: float, cached: bool, max_context: int | None, finish_s: np.ndarray) -> None:
-    """The samples whose tool answered at ``now`` send their next turn (those out of room end at now)."""
-    done_turn = plan.starts[returning] + turn[returning]
-    kept = context[returning].copy()
-    context[returning] += plan.observation[done_turn]
-    turn[returning] += 1
-    full = np.zeros(len(returning), bool) if max_context is None else context[returning] >= max_context
-    finish_s[returning[full]] = now
-    going = returning[~full]
-    if len(going):
-        engine.add_many(going, context[going], plan.assistant[plan.starts[going] + turn[going]], now,
-                        kept=kept[~full] if cached else None)
+            else:
+                heapq.heappush(back, (time_s + latency, seq_id))
 
 
 class EngineShare(NamedTuple):
