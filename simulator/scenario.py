@@ -126,6 +126,10 @@ class MultiTurnSpec(_Strict):
     # batch in lock-step: every sample's turn k is generated, then the tools all run, then turn k + 1
     # (NeMo RL's run_multi_turn_rollout: generate the batch, step the environments, repeat).
     lockstep: bool = False
+    # A turn's assistant tokens at most (SkyRL generator.sampling_params.max_generate_length, NeMo RL
+    # generation.max_new_tokens: each engine call's cap). None: none of its own (verl's agent loop
+    # gives each turn what is left of response_length). A response needs ceil(tokens / cap) turns.
+    max_turn_tokens: int | None = Field(None, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -401,6 +405,12 @@ class WorkloadConfig(_Strict):
             raise ValueError(f"prompt_length.max={prompt_max} leaves no room for a response under "
                              f"inference.max_model_len={limit} (the engine refuses such a prompt): lower "
                              "prompt_length.max below max_model_len or raise max_model_len")
+        turns, longest = self.multi_turn, self.response_length.get("max")
+        if turns is not None and turns.max_turn_tokens is not None and isinstance(longest, (int, float)) \
+                and longest > turns.max_turns * turns.max_turn_tokens:
+            raise ValueError(f"workload.response_length.max={longest:g} does not fit workload.multi_turn.max_turns="
+                             f"{turns.max_turns} turns of workload.multi_turn.max_turn_tokens={turns.max_turn_tokens}: "
+                             "lower response_length.max, or raise max_turns or max_turn_tokens")
         if self.reference is None:
             object.__setattr__(self, "reference", self.algorithm != "dapo")
         return self

@@ -81,8 +81,9 @@ RULES: dict[str, Rule] = {
     "grpo.dynamic_sampling_max_gen_batches": mapped("workload.dynamic_sampling.max_gen_batches"),
     "grpo.max_rollout_turns": mapped("workload.multi_turn.max_turns", "above 1: run_multi_turn_rollout, the batch in "
                                      "lock-step (workload.multi_turn.lockstep), or with vllm_cfg.async_engine "
-                                     "run_async_multi_turn_rollout, each sample on its own; the response law's "
-                                     "cap T-max (the turns share the context)"),
+                                     "run_async_multi_turn_rollout, each sample on its own; each turn at most "
+                                     "max_new_tokens (multi_turn.max_turn_tokens), the response law's cap "
+                                     "min(T-max - 1, turns x max_new_tokens)"),
     **{f"grpo.{k}": ignored("run length: rlsim simulates `iterations` steps (--iterations N)")
        for k in ("max_num_epochs", "max_num_steps")},
     **{f"grpo.{k}": ignored(_VAL) for k in ("val_period", "val_at_start", "max_val_samples", "val_batch_size",
@@ -223,7 +224,8 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
     if kind in ("colocated", "one-step-off"):   # the phase timings under NeMo RL's timer names (output.timers)
         result.scenario["output"] = {"timers": "nemo-rl"}
     classify(result, flat, RULES, decided)
-    cap = "T-max - 1 (multi-turn: the turns share the context)" if "multi_turn" in workload else "min(max_new_tokens, T-max)"
+    cap = ("min(T-max - 1, turns x max_new_tokens) (multi-turn: the turns share the context)" if "multi_turn" in workload
+           else "min(max_new_tokens, T-max)")
     result.notes.append(f"response-length law: not in a recipe; rlsim's default law capped at {cap}; NeMo caps "
                         "prompt + response at T-max per sample (set --set workload.response_length.max / .median to "
                         "refine)")
@@ -274,17 +276,18 @@ def _reward_pool(flat: Mapping[str, Any], w: dict[str, Any], decided: dict[str, 
                                   "sample as it finishes with vllm_cfg.async_engine, else the generated batch)")
 
 
-def _multi_turn(v: Values, w: dict[str, Any], tmax: int) -> None:
+def _multi_turn(v: Values, w: dict[str, Any], tmax: int, new_tokens: int) -> None:
     """NeMo RL v0.5 grpo.max_rollout_turns > 1: multi-turn rollouts, run_multi_turn_rollout without
     vllm_cfg.async_engine (the batch generates a turn, its environments step, the next turn: in
-    lock-step), run_async_multi_turn_rollout with it (each sample on its own). A turn generates up to
-    max_new_tokens within T-max, so a whole response is bounded by T-max, not max_new_tokens."""
+    lock-step), run_async_multi_turn_rollout with it (each sample on its own). Each turn generates up
+    to max_new_tokens within T-max, so a whole response is bounded by turns x max_new_tokens and T-max."""
     turns = v.whole("grpo.max_rollout_turns", 1)
     if turns is None or turns <= 1:
         return
-    w["multi_turn"] = {"max_turns": turns, "lockstep": not v.flag(f"{_V}.async_engine")}
-    w["response_length"] = capped_length("response_length", tmax - 1, "policy.max_total_sequence_length",
-                                         v.result.source, v.result.notes)
+    w["multi_turn"] = {"max_turns": turns, "lockstep": not v.flag(f"{_V}.async_engine"),
+                       "max_turn_tokens": new_tokens}
+    w["response_length"] = capped_length("response_length", min(tmax - 1, turns * new_tokens),
+                                         "policy.max_total_sequence_length", v.result.source, v.result.notes)
     v.result.notes.append(MULTI_TURN_NOTE)
 
 
@@ -337,7 +340,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["inference"] = {"max_model_len": v.whole(f"{_V}.max_model_len", tmax)}
     if v.given(f"{_V}.enforce_eager"):
         w["inference"]["enforce_eager"] = v.flag(f"{_V}.enforce_eager")
-    _multi_turn(v, w, tmax)
+    _multi_turn(v, w, tmax, new_tokens)
     train_params: dict[str, Any] = {}
     _optimizer_offload(v, train_params)
     if not v.flag(f"{_M}.enabled") and v.flag(f"{_D}.cpu_offload"):   # DTensor (FSDP2) with CPUOffloadPolicy

@@ -32,7 +32,7 @@ class TurnLaw:
     observation_sigma: a tool answer's tokens, lognormal with that mean and shape. tool_latency_s,
     tool_latency_sigma: a turn's tool calls' seconds, lognormal likewise (sigma 0: constant).
     lockstep: the batch's turns in lock-step (run_turns_in_lockstep); else each sample on its own
-    (run_turns)."""
+    (run_turns). max_turn_tokens: a turn's assistant tokens at most (None: no cap of its own)."""
     max_turns: int
     mean_turns: float | None
     observation_tokens: float
@@ -40,6 +40,7 @@ class TurnLaw:
     tool_latency_s: float
     tool_latency_sigma: float
     lockstep: bool = False
+    max_turn_tokens: int | None = None
 
 
 class TurnPlan(NamedTuple):
@@ -87,6 +88,13 @@ def plan_turns(law: TurnLaw, responses: np.ndarray, rng: np.random.Generator) ->
     else:   # trials to the first stop, each turn going on with probability q: P(count > k) = q^k
         q = continue_probability(law.max_turns, law.mean_turns)
         counts = np.minimum(rng.geometric(1.0 - q, size), law.max_turns).astype(np.int64)
+    if law.max_turn_tokens is not None:   # enough turns for the response at the per-turn cap
+        needed = -(-responses // law.max_turn_tokens)
+        if (needed > law.max_turns).any():
+            longest = int(responses.max())
+            raise ValueError(f"a {longest}-token response does not fit {law.max_turns} turns of at most "
+                             f"{law.max_turn_tokens} tokens")
+        counts = np.maximum(counts, needed)
     counts = np.minimum(counts, np.maximum(responses, 1))
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     total = int(counts.sum())
@@ -105,19 +113,26 @@ def plan_turns(law: TurnLaw, responses: np.ndarray, rng: np.random.Generator) ->
         scale = np.where(over, room / np.maximum(observed, 1), 1.0)
         observation = np.floor(observation * scale[owner]).astype(np.int64)
     assistant_total = responses - np.bincount(owner, weights=observation, minlength=size).astype(np.int64)
-    assistant = _split(assistant_total, counts, starts, rng)
+    assistant = _split(assistant_total, counts, starts, rng, law.max_turn_tokens)
     return TurnPlan(starts, counts, assistant, observation, latency)
 
 
-def _split(totals: np.ndarray, counts: np.ndarray, starts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _split(totals: np.ndarray, counts: np.ndarray, starts: np.ndarray, rng: np.random.Generator,
+           cap: int | None = None) -> np.ndarray:
     """Cut each total into its count of parts of at least one token: the part sizes 1 + the gaps
-    between count - 1 uniform draws from [0, total - count] (sorted), so every split is as likely."""
+    between count - 1 uniform draws from [0, total - count] (sorted), so every split is as likely;
+    with a ``cap`` (total <= count x cap), what parts hold above it goes to the first with room."""
     out = np.empty(int(counts.sum()), np.int64)
     spare = totals - counts
     for i in np.flatnonzero(counts > 1).tolist():
         cuts = np.sort(rng.integers(0, spare[i] + 1, counts[i] - 1))
-        bounds = np.concatenate([[0], cuts, [spare[i]]])
-        out[starts[i]:starts[i] + counts[i]] = 1 + np.diff(bounds)
+        parts = 1 + np.diff(np.concatenate([[0], cuts, [spare[i]]]))
+        if cap is not None and parts.max() > cap:
+            excess = int(np.maximum(parts - cap, 0).sum())
+            parts = np.minimum(parts, cap)
+            room = cap - parts
+            parts += np.clip(excess - (np.cumsum(room) - room), 0, room)
+        out[starts[i]:starts[i] + counts[i]] = parts
     single = counts == 1
     out[starts[single]] = totals[single]
     return out

@@ -265,7 +265,7 @@ def turn_law_of(spec: Any) -> TurnLaw | None:
     if spec is None:
         return None
     return TurnLaw(spec.max_turns, spec.mean_turns, spec.observation_tokens, spec.observation_sigma,
-                   spec.tool_latency_s, spec.tool_latency_sigma, spec.lockstep)
+                   spec.tool_latency_s, spec.tool_latency_sigma, spec.lockstep, spec.max_turn_tokens)
 
 
 class LlmCosts:
@@ -554,7 +554,12 @@ class LlmCosts:
         same request, the same plan, whatever ran before)."""
         n = len(prompts)
         rng = np.random.default_rng([self.seed, n, int(prompts.sum()), int(responses.sum())])
-        plan = plan_turns(self.turn_law, responses, rng)
+        try:
+            plan = plan_turns(self.turn_law, responses, rng)
+        except ValueError as exc:   # a response law without a max: its draw found the overflow
+            raise RlsimError(str(exc), source=self.source, field="workload.multi_turn.max_turn_tokens",
+                             fix="raise workload.multi_turn.max_turn_tokens or max_turns, or cap "
+                                 "workload.response_length.max") from exc
         d = self.instance_devices
         pools = [self.pool(ranks[i * d:(i + 1) * d]) for i in range(instances)]
         finish = np.full(n, np.nan)

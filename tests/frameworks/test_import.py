@@ -657,6 +657,10 @@ def test_nemo_rl_multi_turn_runs_in_lockstep_unless_the_engine_is_async(capsys, 
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", recipe, "grpo.max_rollout_turns=4", *_TOOLS)
     assert (workload.multi_turn.max_turns, workload.multi_turn.lockstep) == (4, True)
     assert workload.response_length["max"] == workload.inference.max_model_len - 1   # the turns share T-max
+    assert workload.multi_turn.max_turn_tokens == workload.inference.max_model_len   # max_new_tokens: T-max here
+    workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", recipe, "grpo.max_rollout_turns=2",
+                                  "policy.generation.max_new_tokens=1024", *_TOOLS)
+    assert (workload.multi_turn.max_turn_tokens, workload.response_length["max"]) == (1024, 2048)
     workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", recipe, "grpo.max_rollout_turns=4",
                                   "policy.generation.vllm_cfg.async_engine=true", *_TOOLS)
     assert workload.multi_turn.lockstep is False

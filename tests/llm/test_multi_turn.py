@@ -134,6 +134,15 @@ def test_the_turn_count_has_the_given_mean(max_turns, mean):
     assert plan.counts.mean() == pytest.approx(mean, abs=4 * plan.counts.std() / 200)
 
 
+def test_a_turn_cap_adds_the_turns_a_response_needs_and_refuses_one_that_cannot_fit():
+    # mean 1.2 turns, but a 2,500-token response at 1,000 a turn needs 3: it gets at least 3
+    plan = plan_turns(_law(max_turns=4, mean_turns=1.2, observation_tokens=0, max_turn_tokens=1000),
+                      np.array([2500, 300, 1000]), np.random.default_rng(0))
+    assert plan.counts[0] >= 3 and plan.assistant.max() <= 1000
+    with pytest.raises(ValueError, match="4001-token response"):
+        plan_turns(_law(max_turns=4, max_turn_tokens=1000), np.array([4001]), np.random.default_rng(0))
+
+
 def test_without_a_mean_every_sample_takes_max_turns_and_latency_and_tokens_have_their_means():
     plan = plan_turns(_law(observation_sigma=0.8, tool_latency_s=2.0, tool_latency_sigma=1.2),
                       np.full(20_000, 50_000), np.random.default_rng(2))
@@ -147,11 +156,16 @@ def test_without_a_mean_every_sample_takes_max_turns_and_latency_and_tokens_have
 
 @settings(max_examples=60, deadline=None)
 @given(responses=st.lists(st.integers(1, 3000), min_size=1, max_size=30), max_turns=st.integers(1, 6),
-       observation=st.floats(0, 2000), sigma=st.floats(0, 2), seed=st.integers(0, 2**16))
-def test_a_split_keeps_every_token_and_a_token_a_turn(responses, max_turns, observation, sigma, seed):
+       observation=st.floats(0, 2000), sigma=st.floats(0, 2), seed=st.integers(0, 2**16), capped=st.booleans())
+def test_a_split_keeps_every_token_and_a_token_a_turn(responses, max_turns, observation, sigma, seed, capped):
+    cap = -(-max(responses) // max_turns) if capped else None      # the tightest cap the longest fits
     law = _law(max_turns=max_turns, mean_turns=(1 + max_turns) / 2, observation_tokens=observation,
-               observation_sigma=sigma)
+               observation_sigma=sigma, max_turn_tokens=cap)
     plan = plan_turns(law, np.array(responses), np.random.default_rng(seed))
+    if cap is not None:
+        assert plan.assistant.max() <= cap
+        assert (plan.counts * cap >= np.array(responses) - np.bincount(
+            np.repeat(np.arange(len(responses)), plan.counts), weights=plan.observation, minlength=len(responses))).all()
     owner = np.repeat(np.arange(len(responses)), plan.counts)
     kept = np.bincount(owner, weights=plan.assistant + plan.observation, minlength=len(responses))
     assert (kept == np.array(responses)).all()

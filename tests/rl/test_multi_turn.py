@@ -95,7 +95,8 @@ def test_kinds_that_resume_cut_generation_refuse_turns_by_name(schedule, knobs):
 
 
 @pytest.mark.parametrize("key, value, word", [("max_turns", 0, "greater than 0"), ("mean_turns", 5, "above max_turns"),
-                                              ("tool_latency_s", -1, "greater than or equal")])
+                                              ("tool_latency_s", -1, "greater than or equal"),
+                                              ("max_turn_tokens", 100, "does not fit")])
 def test_a_bad_turn_law_names_its_field(key, value, word):
     turns = {"max_turns": 4, "tool_latency_s": 1, "observation_tokens": 10, key: value}
     with pytest.raises(RlsimError) as refused:
