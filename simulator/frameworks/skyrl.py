@@ -70,9 +70,10 @@ def import_skyrl(path: str | Path, overrides: Iterable[str] = (), *, topology: s
                       "trainer.placement.policy_num_gpus_per_node")
     result.scenario = {"topology": topo, "workload": w, "schedule": sched}
     classify(result, flat, RULES, decided)
-    result.notes.append("response-length law: not in a config; rlsim's default law capped at "
-                        "generator.sampling_params.max_generate_length (set --set workload.response_length.median / "
-                        ".sigma to refine)")
+    cap = ("min(max_turns x max_generate_length, max_input_length - 1 + max_generate_length) (multi-turn)"
+           if "multi_turn" in w else "generator.sampling_params.max_generate_length")
+    result.notes.append(f"response-length law: not in a config; rlsim's default law capped at {cap} (set --set "
+                        "workload.response_length.median / .sigma to refine)")
     return result
 
 

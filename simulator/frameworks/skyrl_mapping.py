@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import RlsimError
 from .common import (
+    MULTI_TURN_NOTE,
     Status,
     Values,
     begin_workload,
@@ -77,6 +78,32 @@ def gpus_of(v: Values, role: str) -> int:
 
 
 # ---- the workload ---------------------------------------------------------------------------------
+def _multi_turn(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> tuple[int, str]:
+    """SkyRL's agent loop (0.3.0 skyrl_gym_generator.py agent_loop): with generator.max_turns > 1 each
+    trajectory turns until its environment is done (at max_turns), every engine call capped at
+    max_generate_length, and stops before a turn once its context passes max_input_length, so a
+    response holds at most max_input_length - 1 + max_generate_length tokens. Batched generation is
+    single-turn (generate_batched). Returns the response law's cap and the key it comes from."""
+    turn_cap = v.count("generator.sampling_params.max_generate_length")
+    turns, prompt_cap = v.count("generator.max_turns"), v.count("trainer.max_prompt_length")
+    max_input = v.whole("generator.max_input_length", prompt_cap)
+    single = "single-turn generation: the response law is capped at max_generate_length"
+    if turns == 1 or v.flag("generator.batched"):
+        if turns > 1:
+            decided["generator.max_turns"] = ("ignored", "batched generation is single-turn (generate_batched)")
+        if v.given("generator.max_input_length"):
+            decided["generator.max_input_length"] = ("ignored", single)
+        return turn_cap, "generator.sampling_params.max_generate_length"
+    if max_input < prompt_cap:   # SkyRL's validate_generator_cfg asserts it
+        raise RlsimError(f"max_input_length {max_input} is below max_prompt_length {prompt_cap}", source=v.result.source,
+                         field="generator.max_input_length", fix="give max_input_length >= trainer.max_prompt_length")
+    w["multi_turn"] = {"max_turns": turns, "max_turn_tokens": turn_cap}
+    decided["generator.sampling_params.max_generate_length"] = ("mapped", "workload.multi_turn.max_turn_tokens: each "
+                                                                          "engine call's cap")
+    v.result.notes.append(MULTI_TURN_NOTE)
+    return min(turns * turn_cap, max_input - 1 + turn_cap), "generator.max_input_length"
+
+
 def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
              decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     src = v.result.source
@@ -95,8 +122,8 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
              ppo_epochs=v.count("trainer.update_epochs_per_batch"))
     w["prompt_length"] = capped_length("prompt_length", v.count("trainer.max_prompt_length"),
                                        "trainer.max_prompt_length", src, v.result.notes)
-    w["response_length"] = capped_length("response_length", v.count("generator.sampling_params.max_generate_length"),
-                                         "generator.sampling_params.max_generate_length", src, v.result.notes)
+    cap, cap_key = _multi_turn(v, w, decided)
+    w["response_length"] = capped_length("response_length", cap, cap_key, src, v.result.notes)
     strategy = strategy_of(v)
     w["train_layout"] = without_inapplicable_layout_keys(
         _train_layout(v, strategy, policy_gpus, decided), w.get("model"),

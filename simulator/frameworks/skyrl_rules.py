@@ -324,9 +324,12 @@ _GENERATOR: dict[str, Rule] = {
     "generator.sampling_params.*": ignored(SAMPLING_SETTINGS),
     "generator.batched": mapped("workload.inference.dispatch", "false (SkyRL's default): each trajectory its own "
                                 "request; true: one batched generate call per engine"),
-    "generator.max_turns": unsupported("multi-turn rollouts (tool calls, environments in the loop) are not modelled",
-                                       neutral=1),
-    "generator.max_input_length": ignored("multi-turn input cap: single-turn runs read max_prompt_length"),
+    "generator.max_turns": mapped("workload.multi_turn.max_turns", "above 1: the agent loop, each trajectory on its "
+                                  "own, every turn at most max_generate_length (multi_turn.max_turn_tokens); the "
+                                  "environments' seconds and answer tokens come with --set"),
+    "generator.max_input_length": mapped("workload.response_length.max", "multi-turn: a trajectory stops before a "
+                                         "turn once its context passes it: min(max_turns x max_generate_length, "
+                                         "max_input_length - 1 + max_generate_length)"),
     "generator.step_wise_trajectories": unsupported("step-wise multi-turn trajectories are not modelled",
                                                     neutral=False),
     "generator.vision_language_generator": unsupported("multimodal rollouts are not modelled", neutral=False),

@@ -176,3 +176,25 @@ def test_the_guide_lists_every_table_entry():
     guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
     missing = [key for key in RULES if f"`{key}`" not in guide]
     assert not missing, f"docs/guides/frameworks.md lacks {missing} (regenerate its SkyRL table from RULES)"
+
+
+def test_multi_turn_maps_the_turns_their_cap_and_the_context_bound():
+    # SkyRL's agent loop: max_turns turns of at most max_generate_length, stopping once the context
+    # passes max_input_length; batched generation is single-turn
+    turns = ["generator.batched=false", "generator.max_turns=4", "generator.max_input_length=2048"]
+    r = import_config("skyrl", EXAMPLE, turns)
+    workload = r.scenario["workload"]
+    assert workload["multi_turn"] == {"max_turns": 4, "max_turn_tokens": 1024}
+    assert workload["response_length"]["max"] == min(4 * 1024, 2048 - 1 + 1024)
+    assert "generator.max_turns" in r.mapped and "generator.max_input_length" in r.mapped
+    batched = import_config("skyrl", EXAMPLE, ["generator.max_turns=4", "generator.max_input_length=2048"])
+    assert "multi_turn" not in batched.scenario["workload"] and "single-turn" in batched.ignored["generator.max_turns"]
+    assert batched.scenario["workload"]["response_length"]["max"] == 1024
+    with pytest.raises(RlsimError) as refused:      # SkyRL's validate_generator_cfg asserts it
+        import_config("skyrl", EXAMPLE, ["generator.batched=false", "generator.max_turns=4",
+                                         "generator.max_input_length=256"])
+    assert refused.value.field == "generator.max_input_length"
+    sets = ["--set", "workload.multi_turn.tool_latency_s=1", "--set", "workload.multi_turn.observation_tokens=100"]
+    # (the example's 40-sequence micro-batches of 1.5K tokens do not fit at 3K)
+    assert main(["run", "--from-skyrl", str(EXAMPLE), *turns, "trainer.micro_train_batch_size_per_gpu=4",
+                 "trainer.micro_forward_batch_size_per_gpu=4", *sets, "--iterations", "1", "--json"]) == 0
