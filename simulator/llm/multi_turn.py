@@ -96,7 +96,7 @@ def plan_turns(law: TurnLaw, responses: np.ndarray, rng: np.random.Generator) ->
                              f"{law.max_turn_tokens} tokens")
         counts = np.maximum(counts, needed)
     counts = np.minimum(counts, np.maximum(responses, 1))
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    starts = np.cumsum(counts) - counts
     total = int(counts.sum())
     observation = np.zeros(total, np.int64)
     latency = np.zeros(total)
@@ -120,8 +120,8 @@ def plan_turns(law: TurnLaw, responses: np.ndarray, rng: np.random.Generator) ->
 def _split(totals: np.ndarray, counts: np.ndarray, starts: np.ndarray, rng: np.random.Generator,
            cap: int | None = None) -> np.ndarray:
     """Cut each total into its count of parts of at least one token: the part sizes 1 + the gaps
-    between count - 1 uniform draws from [0, total - count] (sorted), so every split is as likely;
-    with a ``cap`` (total <= count x cap), what parts hold above it goes to the first with room."""
+    between count - 1 uniform draws from [0, total - count] (sorted: no turn favoured); with a
+    ``cap`` (total <= count x cap), what parts hold above it goes to the first with room."""
     out = np.empty(int(counts.sum()), np.int64)
     spare = totals - counts
     for i in np.flatnonzero(counts > 1).tolist():

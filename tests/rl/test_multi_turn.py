@@ -86,6 +86,7 @@ def test_the_same_input_gives_the_same_bytes():
     ("verl-fully-async", []),
     ("stalesync", []),                                  # its default stream_threshold 0.5 cuts the tail
     ("colocated", ["schedule.overprovision=0.2"]),
+    ("disaggregated", ["schedule.failures=[{at_s: 150, fail: 'node:0'}]"]),
 ])
 def test_kinds_that_resume_cut_generation_refuse_turns_by_name(schedule, knobs):
     with pytest.raises(RlsimError) as refused:

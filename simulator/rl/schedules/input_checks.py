@@ -38,9 +38,9 @@ def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:
     able = ", ".join(k for k in registry.kinds() if registry.get(k).supports_multi_turn)
     if not policy.supports_multi_turn:
         why = f"kind {sched.kind} feeds its rollout servers request by request, which is not modelled for turns"
-    elif sched.partial_rollout or keeps_engine_copies(sched):
+    elif sched.partial_rollout or keeps_engine_copies(sched) or sched.failures:
         why = ("this run cuts generation mid-way and resumes it (partial_rollout, overprovision, a StaleSync "
-               "tail cut, in-flight weight updates or async_engine), which is not modelled for turns")
+               "tail cut, in-flight weight updates, async_engine or failures), which is not modelled for turns")
     else:
         return
     raise RlsimError(f"multi-turn rollouts: {why}", source=scenario.source, field="workload.multi_turn",
