@@ -109,14 +109,14 @@ class MultiTurnSpec(_Strict):
     The turn count, observations and latencies describe the user's task and tools: no default."""
     # Assistant turns at most: verl rollout.multi_turn.max_assistant_turns, SkyRL generator.max_turns,
     # NeMo RL grpo.max_rollout_turns, TRL max_tool_calling_iterations + 1.
-    max_turns: int = Field(gt=0)
+    max_turns: int | None = Field(None, gt=0)      # (None only until checked: the three are required)
     # Their mean: 1 + a geometric number of further turns, cut at max_turns. None: every sample
     # takes max_turns.
     mean_turns: float | None = Field(None, ge=1)
     # A tool answer's tokens (mean; verl caps them at multi_turn.max_tool_response_length).
-    observation_tokens: float = Field(ge=0)
+    observation_tokens: float | None = Field(None, ge=0)
     # A tool call's seconds on the host (mean): the sample is out of the engine meanwhile.
-    tool_latency_s: float = Field(ge=0)
+    tool_latency_s: float | None = Field(None, ge=0)
     # Lognormal shapes of the two (0: every call the same; no public measurement to default to:
     # take them from the task's tool logs).
     observation_sigma: float = Field(0.0, ge=0)
@@ -131,18 +131,16 @@ class MultiTurnSpec(_Strict):
     # gives each turn what is left of response_length). A response needs ceil(tokens / cap) turns.
     max_turn_tokens: int | None = Field(None, gt=0)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _the_task_is_given(cls, data: Any) -> Any:
+    @model_validator(mode="after")
+    def _the_task_is_given(self) -> "MultiTurnSpec":
         """The tools' seconds and answer tokens describe the user's task (no framework config holds
-        them): missing, the error says what to give."""
-        if isinstance(data, Mapping):
-            missing = [key for key in ("max_turns", "observation_tokens", "tool_latency_s") if key not in data]
-            if missing:
-                raise ValueError(f"give {', '.join(missing)}: the turn cap, the tokens a tool's answer appends (mean) "
-                                 "and a turn's tool calls' seconds (mean) describe your task and tools, e.g. --set "
-                                 "workload.multi_turn.tool_latency_s=2 --set workload.multi_turn.observation_tokens=200")
-        return data
+        them): missing, the error says what to give (after the fields' own checks, which name theirs)."""
+        missing = [key for key in ("max_turns", "observation_tokens", "tool_latency_s") if getattr(self, key) is None]
+        if missing:
+            raise ValueError(f"give {', '.join(missing)}: the turn cap, the tokens a tool's answer appends (mean) "
+                             "and a turn's tool calls' seconds (mean) describe your task and tools, e.g. --set "
+                             "workload.multi_turn.tool_latency_s=2 --set workload.multi_turn.observation_tokens=200")
+        return self
 
     @model_validator(mode="after")
     def _mean_within_the_cap(self) -> "MultiTurnSpec":

@@ -748,6 +748,10 @@ class RolloutEngine:
             t = min(t, self._outbox[0][0])
         return t
 
+    def take_waits(self) -> list[tuple[float, float]]:
+        """No tool waits: each request is one generation (multi_turn_server.MultiTurnServer has them)."""
+        return []
+
     def advance_to(self, t: float) -> list[Finished]:
         """Run to time t; the sequences that finished by then, in finish order."""
         return [Finished(seq_id, time) for time, seq_id, _ in self._drain(t)]

@@ -120,7 +120,9 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("generated tokens/s", *[_fmt(r["generated_tokens_per_s"]) for r in rows])
     t.add_row("bubble fraction, steady", *[f"{r['steady_bubble_fraction']:.1%}" for r in rows])
     t.add_row("bubble fraction, whole run", *[f"{r['bubble_fraction']:.1%}" for r in rows])
-    for cause in ("long_tail", "dependency", "switch", "weight_sync", "pipeline_bubble"):
+    # tool_wait only where a run has turns (multi-turn rollouts: workload.multi_turn)
+    tools = any(r["bubbles_by_cause"].get("tool_wait", 0.0) > 0 for r in rows)
+    for cause in ("long_tail", "dependency", "switch", "weight_sync", "pipeline_bubble") + (("tool_wait",) if tools else ()):
         t.add_row(f"  {cause}, whole run", *[f"{r['bubbles_by_cause'].get(cause, 0.0):.1%}" for r in rows])
     t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
     t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])

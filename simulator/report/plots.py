@@ -34,7 +34,7 @@ STATE_COLORS: dict[str, str] = {
 CAUSE_COLORS: dict[str, str] = {
     "long_tail": "#e377c2", "dependency": "#ffbf00", "pipeline_bubble": "#17becf",
     "switch": "#7f7f7f", "weight_sync": "#2ca02c", "staleness": "#bcbd22", "data": "#9edae5",
-    "placement": "#c7c7c7", "": "#d9d9d9",
+    "placement": "#c7c7c7", "tool_wait": "#8c564b", "": "#d9d9d9",
 }
 IDLE_STATE = "idle"
 _THOUSANDS = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}")

@@ -10,7 +10,7 @@ from ..capacity import steady_figure
 
 CAUSE_WORDS = {"long_tail": "long tail", "dependency": "waiting on a dependency (samples, weights or rewards)", "switch": "role switch",
                "weight_sync": "weight sync", "pipeline_bubble": "pipeline bubble", "placement": "placement",
-               "data": "data loading"}
+               "data": "data loading", "tool_wait": "engines waiting on their samples' tools"}
 
 
 def _get(summary: Mapping[str, Any], key: str) -> Any:

@@ -89,6 +89,9 @@ class RolloutServer(Protocol):
     def next_event_time(self) -> float: ...
     def advance_to(self, t: float) -> list: ...          # Finished-like (seq_id, time_s), in finish order
     def interrupt(self, now: float) -> Any: ...          # .finished (Finished-like), .partial (seq_id, generated)
+    # [start, end) stretches since last asked in which the engine had no work while requests it holds
+    # were out on their tools (multi-turn: llm/multi_turn_server.py); none for single-turn requests
+    def take_waits(self) -> list[tuple[float, float]]: ...
 
 
 class Costs(Protocol):

@@ -219,6 +219,9 @@ class FakeServer:
                 self._busy_from = None
         return done
 
+    def take_waits(self) -> list[tuple[float, float]]:
+        return []
+
     def interrupt(self, now):
         finished = self.advance_to(now)
         partial, cached = [], {}

@@ -51,6 +51,7 @@ from ..llm.inference import (
 from ..llm.layer_costs import with_lora
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
 from ..llm.multi_turn import EngineShare, TurnLaw, plan_turns, run_turns, run_turns_in_lockstep
+from ..llm.multi_turn_server import MultiTurnServer, TurnRegistry
 from ..llm.train_layout import TrainLayout
 from ..llm.training import (
     TrainParams,
@@ -330,6 +331,8 @@ class LlmCosts:
         self._interrupts = keeps_engine_copies(sched)
         self.turn_law = turn_law_of(w.multi_turn)
         self.seed = scenario.seed
+        # the run's multi-turn trajectories on its request-fed servers (rollout_server)
+        self._trajectories = None if self.turn_law is None else TurnRegistry(self.turn_law, self.seed)
         self.balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
@@ -539,13 +542,12 @@ class LlmCosts:
             if len(prompts) else 0.0
         return flops, np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
 
-    def rollout_server(self, ranks) -> RolloutEngine:
+    def rollout_server(self, ranks) -> RolloutEngine | MultiTurnServer:
         """One instance's engine on its own devices and links, fed requests over time."""
-        if self.turn_law is not None:   # (input_checks refuses these kinds first)
-            raise RlsimError("multi-turn rollouts run on whole-batch generation only, not on request-fed "
-                             "servers", source=self.source, field="workload.multi_turn",
-                             fix="remove workload.multi_turn, or pick a kind that supports it")
-        return self._engine(self.pool(ranks))
+        engine = self._engine(self.pool(ranks))
+        if self._trajectories is None:
+            return engine
+        return MultiTurnServer(engine, self._trajectories, self.inference_params.enable_prefix_caching)
 
     def _multi_turn_rollout(self, prompts: np.ndarray, responses: np.ndarray, flops: float, ranks: Sequence[int],
                             instances: int, groups: np.ndarray | None, arrivals: np.ndarray | None) -> RolloutOutcome:

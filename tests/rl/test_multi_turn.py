@@ -81,18 +81,36 @@ def test_the_same_input_gives_the_same_bytes():
     assert json.dumps(_run(*turns), sort_keys=True) == json.dumps(_run(*turns), sort_keys=True)
 
 
+@pytest.mark.parametrize("schedule", ["areal", "verl-fully-async", "verl-sync", "verl-colocate-async"])
+def test_request_fed_kinds_run_each_trajectorys_turns_through_their_servers(schedule):
+    # AReaL's and verl's fully async agent loops: a trajectory's turns go to its server one by one and
+    # a weight sync cuts them; with 30 s tools the engines idle (tool_wait), every sample is generated
+    # once and each step trains its batch
+    small = {**SMALL, "iterations": 3, "overrides": SMALL["overrides"] + _turns(3, 30.0, 100)}
+    result = simulator.simulate(schedule=schedule, **small)
+    summary, timeline, samples = result.summary, result.timeline, result.samples
+    assert summary["bubbles_by_cause"]["tool_wait"] > 0.02
+    device_s = ((timeline["end"] - timeline["start"]) * timeline["rank_count"]).sum()
+    assert device_s == pytest.approx(summary["devices"] * summary["makespan_s"], rel=1e-9)
+    single = _run(schedule=schedule)
+    assert samples["sample"].is_unique
+    assert summary["samples"]["trained_per_step"] == single["samples"]["trained_per_step"]
+    if schedule in ("areal", "verl-fully-async"):   # (the v1 kinds carry cut trajectories into later steps)
+        assert summary["steady_step_time_s"] > single["steady_step_time_s"] + 2 * 30.0 * 0.5
+
+
 @pytest.mark.parametrize("schedule, knobs", [
-    ("areal", []),
-    ("verl-fully-async", []),
+    ("areal", ["workload.multi_turn.lockstep=true"]),
+    ("verl-fully-async", ["workload.multi_turn.lockstep=true"]),
     ("stalesync", []),                                  # its default stream_threshold 0.5 cuts the tail
     ("colocated", ["schedule.overprovision=0.2"]),
     ("disaggregated", ["schedule.failures=[{at_s: 150, fail: 'node:0'}]"]),
 ])
-def test_kinds_that_resume_cut_generation_refuse_turns_by_name(schedule, knobs):
+def test_runs_that_cannot_take_turns_refuse_them_by_name(schedule, knobs):
     with pytest.raises(RlsimError) as refused:
         _run(*_turns(2, 1.0), *knobs, schedule=schedule)
     assert refused.value.field == "workload.multi_turn"
-    assert "colocated" in refused.value.fix
+    assert "colocated" in refused.value.fix and "areal" in refused.value.fix
 
 
 @pytest.mark.parametrize("key, value, word", [("max_turns", 0, "greater than 0"), ("mean_turns", 5, "above max_turns"),

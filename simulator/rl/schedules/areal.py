@@ -215,4 +215,4 @@ def run(ctx: Context) -> float:
 POLICY = register(SchedulePolicy(
     ArealSchedule, run, "AReaL: rollouts start while running < max_concurrent_rollouts and accepted + running < "
     "(max_head_offpolicyness + version + 1) x batch; the weight update interrupts in-flight requests, "
-    "resumed after it with their prefix re-prefilled"))
+    "resumed after it with their prefix re-prefilled", supports_multi_turn=True, turns_on_servers=True))

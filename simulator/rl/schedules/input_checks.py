@@ -37,7 +37,12 @@ def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:
         return
     able = ", ".join(k for k in registry.kinds() if registry.get(k).supports_multi_turn)
     if not policy.supports_multi_turn:
-        why = f"kind {sched.kind} feeds its rollout servers request by request, which is not modelled for turns"
+        why = f"kind {sched.kind} is not modelled for turns"
+    elif policy.turns_on_servers:
+        if not scenario.workload.multi_turn.lockstep:
+            return
+        why = (f"lockstep: kind {sched.kind} runs each trajectory's agent loop on its own (lock-step turns are "
+               "NeMo RL's synchronous loop)")
     elif sched.partial_rollout or keeps_engine_copies(sched) or sched.failures:
         why = ("this run cuts generation mid-way and resumes it (partial_rollout, overprovision, a StaleSync "
                "tail cut, in-flight weight updates, async_engine or failures), which is not modelled for turns")

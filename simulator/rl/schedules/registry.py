@@ -35,9 +35,12 @@ class SchedulePolicy:
     # partial rollouts as segments of schedule.length_budget tokens that resume after a sync (needs
     # staleness >= 1 and a budget); False: the kind handles schedule.partial_rollout itself
     partial_rollout_segments: bool = True
-    # workload.multi_turn: the kind generates whole batches through Costs.rollout (a request-fed
-    # server's interrupts and resumes are not modelled for turns)
+    # workload.multi_turn: the kind generates whole batches through Costs.rollout (without cutting and
+    # resuming them), or feeds servers that take whole trajectories (turns_on_servers)
     supports_multi_turn: bool = False
+    # its servers (Costs.rollout_server) take whole trajectories, turn by turn, their interrupts included
+    # (llm/multi_turn_server.MultiTurnServer: the agent loops of verl's fully async Rollouter, AReaL's)
+    turns_on_servers: bool = False
 
     @property
     def kind(self) -> str:

@@ -152,9 +152,11 @@ class Rollouter:
         self._next[i] = t
         if not math.isinf(t):
             heapq.heappush(self._heap, (t, i))
+        clock = self.clocks[i]
+        for start, end in self.servers[i].take_waits():   # its engine idle, trajectories out on tools
+            self.ctx.timeline.hold_idle(clock.rank_start, clock.rank_count, start, end, "tool_wait")
         busy = self.servers[i].load > 0
         if busy != self._busy[i]:
-            clock = self.clocks[i]
             if busy:
                 cause = "long_tail" if (self.paused or self.draining) else "dependency"
                 clock.idle(cause, now, self.version, label="quota" if cause == "dependency" else "")

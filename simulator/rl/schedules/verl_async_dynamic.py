@@ -239,4 +239,4 @@ def _check_lendable(ctx: Context) -> None:
 POLICY = register(SchedulePolicy(
     VerlFullyAsyncSchedule, run, "verl fully_async_policy: Rollouter and Trainer joined by a message queue, "
     "a per-version prompt quota (staleness_threshold), partial rollouts cancelled at a sync",
-    supports_partial_rollout=True, partial_rollout_segments=False))
+    supports_partial_rollout=True, partial_rollout_segments=False, supports_multi_turn=True, turns_on_servers=True))

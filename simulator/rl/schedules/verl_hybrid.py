@@ -263,4 +263,4 @@ def run_separate(ctx: Context) -> float:
 SEPARATE = register(SchedulePolicy(
     VerlSeparateAsyncSchedule, run_separate, "verl 0.9 v1 separate_async: a rollout pool fed train_batch_size "
     "prompts a step, parameter_sync_step local updates per weight sync, in-flight requests aborted and resumed "
-    "around it", partial_rollout_segments=False))
+    "around it", partial_rollout_segments=False, supports_multi_turn=True, turns_on_servers=True))

@@ -499,8 +499,9 @@ def run_sync(ctx: Context) -> float:
 COLOCATE = register(SchedulePolicy(
     VerlColocateAsyncSchedule, run_colocate, "verl 0.9 v1 colocate_async: one pool generates until a batch of "
     "groups is finished, aborts the rest keeping their tokens, trains, and resumes them beside the next "
-    "step's prompts", partial_rollout_segments=False))
+    "step's prompts", partial_rollout_segments=False, supports_multi_turn=True, turns_on_servers=True))
 SYNC = register(SchedulePolicy(
     VerlSyncSchedule, run_sync, "verl 0.9 v1 sync (its default mode): one pool generates the step's prompts to the "
     "last, then trains; under DAPO filtered groups are refilled two for one while the rest generate, then the "
-    "requests in flight drain and the surplus is discarded", partial_rollout_segments=False))
+    "requests in flight drain and the surplus is discarded", partial_rollout_segments=False, supports_multi_turn=True,
+    turns_on_servers=True))

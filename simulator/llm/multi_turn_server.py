@@ -1,0 +1,191 @@
+"""A rollout server whose requests are whole multi-turn trajectories (the agent loops of the async
+frameworks: verl's fully async Rollouter and AReaL's workflow executor run one loop per trajectory
+against their servers, and a weight sync pauses them).
+
+``MultiTurnServer`` wraps one RolloutEngine behind the server protocol the request-fed schedules
+use (rl/costs.py RolloutServer): the Rollouter submits a trajectory (prompt, whole response,
+tokens so far) and hears of it once its last turn is done; in between, the server sends each turn
+to its engine, holds the trajectory over its tool call, and sends the next turn with the earlier
+context cached (llm/multi_turn.py gives the turns). An interrupt (a weight sync) returns every
+trajectory it holds: one inside a turn with the tokens generated so far, one out on its tool with
+its turn done; the registry, shared by the run's servers, remembers when that tool answers, so the
+trajectory resumes there on whichever server it is sent to.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .inference import Finished, InterruptResult, PartialSequence
+from .multi_turn import TurnLaw, plan_turns
+
+
+@dataclass
+class Trajectory:
+    """One sample's turns: the response tokens before each turn (its earlier turns and answers),
+    the turn's assistant tokens, the answer after it and the tool's seconds; where it is."""
+    prompt: int
+    response: int
+    before: list[int]
+    assistant: list[int]
+    observation: list[int]
+    latency: list[float]
+    turn: int = 0
+    tool_back: float | None = None       # when its tool answers, while it is out on one
+    cache_lost: bool = False             # its context's KV went with an interrupt (new weights flush it)
+
+    def position(self, generated: int) -> tuple[int, int]:
+        """(turn, its tokens done) at ``generated`` response tokens; tokens done equal to the turn's
+        assistant tokens: the turn is done, its tool out."""
+        k = bisect.bisect_right(self.before, generated) - 1
+        return k, generated - self.before[k]
+
+
+@dataclass
+class TurnRegistry:
+    """The run's trajectories by sequence id, their turns drawn on first sight from the seed, the id
+    and the lengths (the same trajectory, the same turns, whichever server takes it)."""
+    law: TurnLaw
+    seed: int
+    trajectories: dict[int, Trajectory] = field(default_factory=dict)
+
+    def of(self, seq_id: int, prompt: int, response: int) -> Trajectory:
+        known = self.trajectories.get(seq_id)
+        if known is not None and (known.prompt, known.response) == (prompt, response):
+            return known
+        plan = plan_turns(self.law, np.array([response]), np.random.default_rng([self.seed, seq_id, prompt, response]))
+        assistant, observation = plan.assistant.tolist(), plan.observation.tolist()
+        steps = np.cumsum(plan.assistant + plan.observation).tolist()
+        trajectory = Trajectory(prompt, response, [0, *steps[:-1]], assistant, observation, plan.latency_s.tolist())
+        self.trajectories[seq_id] = trajectory
+        return trajectory
+
+
+class MultiTurnServer:
+    """One engine serving whole trajectories turn by turn (the RolloutServer protocol)."""
+
+    def __init__(self, engine: Any, registry: TurnRegistry, cached: bool = True) -> None:
+        self.engine, self.registry, self.cached = engine, registry, cached
+        self._out: list[tuple[float, int]] = []     # (tool answers, seq id) of the trajectories out on tools
+        self._held: dict[int, Trajectory] = {}       # seq id -> trajectory, in the engine or out on a tool
+        self._waits: list[tuple[float, float]] = []  # the engine's idle stretches with tools out
+        self._last_event = 0.0
+
+    @property
+    def busy_s(self) -> float:
+        return self.engine.busy_s
+
+    @property
+    def load(self) -> int:
+        """Trajectories held: in the engine or out on a tool (an agent loop in flight)."""
+        return len(self._held)
+
+    def take_waits(self) -> list[tuple[float, float]]:
+        """The engine's idle stretches while trajectories were out on their tools, since last asked."""
+        waits, self._waits = self._waits, []
+        return waits
+
+    def add_many(self, seq_ids: Sequence[int], prompt_lens: Sequence[int], response_lens: Sequence[int],
+                 now: float, generated: Sequence[int] | None = None, group_ids: Sequence[int] | None = None,
+                 kept: Sequence[int] | None = None) -> None:
+        """Trajectories joining at ``now``: a fresh one (or one cut inside a turn) sends that turn now;
+        one cut out on its tool waits for its answer (at now if it came during the pause)."""
+        ids, send, turns, done, groups, cached = [], [], [], [], [], []
+        for i, seq_id in enumerate(np.asarray(seq_ids).tolist()):
+            trajectory = self.registry.of(seq_id, int(prompt_lens[i]), int(response_lens[i]))
+            self._held[seq_id] = trajectory
+            k, tokens = trajectory.position(0 if generated is None else int(generated[i]))
+            trajectory.turn = k
+            if tokens == trajectory.assistant[k]:      # its turn done: out on its tool
+                back = now if trajectory.tool_back is None else max(now, trajectory.tool_back)
+                heapq.heappush(self._out, (back, seq_id))
+                continue
+            ids.append(seq_id)
+            send.append(trajectory.prompt + trajectory.before[k])
+            turns.append(trajectory.assistant[k])
+            done.append(tokens)
+            groups.append(-1 - seq_id if group_ids is None or k else int(group_ids[i]))
+            cached.append(0 if kept is None else int(kept[i]))
+        if ids:
+            self.engine.add_many(ids, send, turns, now, done, group_ids=groups, kept=cached if any(cached) else None)
+
+    def next_event_time(self) -> float:
+        return min(self.engine.next_event_time(), self._out[0][0] if self._out else math.inf)
+
+    def advance_to(self, t: float) -> list[Finished]:
+        """Run to ``t``: tool answers send their next turn, finished turns go out to their tools, last
+        turns come back as the trajectory's finish (in finish order)."""
+        finished: list[Finished] = []
+        while True:
+            t_engine = self.engine.next_event_time()
+            t_back = self._out[0][0] if self._out else math.inf
+            if min(t_engine, t_back) > t:
+                return finished
+            if t_back <= t_engine:
+                self._answers(t_back, t_engine)
+                continue
+            self._last_event = t_engine
+            for done in self.engine.advance_to(t_engine):
+                self._turn_done(int(done.seq_id), float(done.time_s), finished)
+
+    def _answers(self, now: float, t_engine: float) -> None:
+        """The tools answering at ``now``: each trajectory's next turn, all but the answer cached."""
+        if math.isinf(t_engine) and now > self._last_event:   # the engine had nothing to run meanwhile
+            self._waits.append((self._last_event, now))
+        ids, send, turns, cached = [], [], [], []
+        while self._out and self._out[0][0] == now:
+            seq_id = heapq.heappop(self._out)[1]
+            trajectory = self._held[seq_id]
+            trajectory.turn += 1
+            trajectory.tool_back = None
+            k = trajectory.turn
+            ids.append(seq_id)
+            send.append(trajectory.prompt + trajectory.before[k])
+            turns.append(trajectory.assistant[k])
+            cached.append(0 if trajectory.cache_lost else trajectory.prompt + trajectory.before[k]
+                          - trajectory.observation[k - 1])
+            trajectory.cache_lost = False
+        self.engine.add_many(ids, send, turns, now, kept=cached if self.cached and any(cached) else None)
+        self._last_event = now
+
+    def _turn_done(self, seq_id: int, time_s: float, finished: list[Finished]) -> None:
+        trajectory = self._held[seq_id]
+        k = trajectory.turn
+        if k + 1 == len(trajectory.assistant):
+            del self._held[seq_id]
+            self.registry.trajectories.pop(seq_id, None)   # done: never sent again
+            finished.append(Finished(seq_id, time_s))
+            return
+        trajectory.tool_back = time_s + trajectory.latency[k]
+        heapq.heappush(self._out, (trajectory.tool_back, seq_id))
+
+    def interrupt(self, now: float) -> InterruptResult:
+        """A pause at ``now`` (the engine's interrupt: its KV cleared): every trajectory held comes
+        back, finished or cut: inside a turn with its tokens so far, out on its tool with its turn
+        done (the registry keeps when the tool answers)."""
+        finished = self.advance_to(now)
+        if self._out and math.isinf(self.engine.next_event_time()) and now > self._last_event:
+            self._waits.append((self._last_event, now))
+        result = self.engine.interrupt(now)
+        for done in result.finished:
+            self._turn_done(int(done.seq_id), float(done.time_s), finished)
+        partial = []
+        for part in result.partial:
+            trajectory = self._held.pop(int(part.seq_id))
+            partial.append(PartialSequence(int(part.seq_id), trajectory.prompt, trajectory.response,
+                                           trajectory.before[trajectory.turn] + int(part.generated)))
+        for _, seq_id in sorted(self._out, key=lambda entry: entry[1]):
+            trajectory = self._held.pop(seq_id)
+            trajectory.cache_lost = True
+            k = trajectory.turn
+            partial.append(PartialSequence(seq_id, trajectory.prompt, trajectory.response,
+                                           trajectory.before[k] + trajectory.assistant[k]))
+        self._out.clear()
+        self._last_event = now
+        return InterruptResult(finished, partial, dict(result.cached))
