@@ -125,7 +125,7 @@ class MultiTurnServer:
         while True:
             t_engine = self.engine.next_event_time()
             t_back = self._out[0][0] if self._out else math.inf
-            if min(t_engine, t_back) > t:
+            if min(t_engine, t_back) > t or math.isinf(min(t_engine, t_back)):   # (nothing left: done at any t)
                 return finished
             if t_back <= t_engine:
                 self._answers(t_back, t_engine)

@@ -50,6 +50,7 @@ def test_trajectories_on_a_server_finish_as_run_turns_drives_them():
     server.add_many(range(4), prompts, responses, 0.0, group_ids=[0, 0, 1, 1])
     finishes = _drain(server)
     assert server.load == 0 and not registry.trajectories      # done ones leave the registry
+    assert server.advance_to(math.inf) == []                    # an idle server runs to any time
     plans = [registry.of(i, int(prompts[i]), int(responses[i])) for i in range(4)]   # drawn again: the same
     plan = TurnPlan(np.array([0, 3, 6, 9]), np.full(4, 3), np.array([a for p in plans for a in p.assistant]),
                     np.array([o for p in plans for o in p.observation]), np.array([x for p in plans for x in p.latency]))
