@@ -30,8 +30,9 @@ def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -
 
 
 def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:
-    """Multi-turn samples run whole on an engine (llm/multi_turn.py): a kind that feeds servers
-    request by request, or a run that cuts generation mid-way and resumes it, is not modelled."""
+    """Multi-turn samples: a batch kind drives each engine through the turns (llm/multi_turn.py) and
+    cannot cut a run and resume it; a request-fed kind's servers take whole trajectories and their
+    cuts (llm/multi_turn_server.py) but run each on its own, so not in lock-step."""
     sched = scenario.schedule
     if scenario.workload.multi_turn is None:
         return
