@@ -11,11 +11,11 @@ observation; without it, the whole context again. A sample is done after its las
 
 The response as the rest of rlsim counts it (the length law, training, the reward) is every token
 after the prompt, the observations included, as verl's response_length and its response mask count
-it. ``plan_turns`` splits each response into turns; ``run_turns`` drives an engine through them.
+it. ``plan_turns`` splits each response into turns; ``run_turns_in_lockstep`` drives engines through
+a batch's turns together; multi_turn_server.py runs each sample's turns on its own (``run_turns``).
 """
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -136,93 +136,6 @@ def _split(totals: np.ndarray, counts: np.ndarray, starts: np.ndarray, rng: np.r
     single = counts == 1
     out[starts[single]] = totals[single]
     return out
-
-
-class _SampleTurns:
-    """Where each sample is in its turns (Python lists: one sample at a time is the hot path)."""
-
-    def __init__(self, prompts: np.ndarray, plan: TurnPlan, cached: bool, max_context: int | None) -> None:
-        self.context = np.asarray(prompts, np.int64).tolist()   # tokens before the sample's current turn
-        self.turn = [0] * len(self.context)
-        self.starts, self.counts = plan.starts.tolist(), plan.counts.tolist()
-        self.assistant, self.observation = plan.assistant.tolist(), plan.observation.tolist()
-        self.latency = plan.latency_s.tolist()
-        self.cached, self.max_context = cached, max_context
-
-    def turn_done(self, sample: int) -> float | None:
-        """The sample's turn finished: when its tool answers (None: that was its last turn)."""
-        k = self.starts[sample] + self.turn[sample]
-        if self.turn[sample] + 1 == self.counts[sample]:
-            return None
-        self.context[sample] += self.assistant[k]
-        return self.latency[k]
-
-    def send(self, engine: Any, returning: list[int], now: float, finish_s: np.ndarray) -> None:
-        """The samples whose tool answered at ``now`` send their next turn, all but the answer cached
-        (those out of room, max_context, end at now)."""
-        ids, contexts, tokens, kept = [], [], [], []
-        for sample in returning:
-            k = self.starts[sample] + self.turn[sample]
-            before = self.context[sample]
-            self.context[sample] = before + self.observation[k]
-            self.turn[sample] += 1
-            if self.max_context is not None and self.context[sample] >= self.max_context:
-                finish_s[sample] = now
-                continue
-            ids.append(sample)
-            contexts.append(self.context[sample])
-            tokens.append(self.assistant[k + 1])
-            kept.append(before)
-        if ids:
-            engine.add_many(ids, contexts, tokens, now, kept=kept if self.cached else None)
-
-
-def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan, finish_s: np.ndarray, *,
-              arrivals: np.ndarray | None = None, groups: np.ndarray | None = None, cached: bool = True,
-              max_context: int | None = None) -> np.ndarray:
-    """Drive ``engine`` (simulator.llm.inference.RolloutEngine) through the turns of the samples
-    ``ids`` (indexes into prompts, the plan, arrivals, groups and finish_s, and the engine's sequence
-    ids), writing each one's last finish at finish_s[id]. A sample's first turn joins at its arrival
-    (None: 0); each later one at the finish before it plus the tool's seconds, its context the prompt
-    and every earlier turn and observation, ``cached``: all but the new observation (prefix caching).
-    A turn whose context reaches ``max_context`` (max_model_len) is not sent: the sample ends before it.
-    Returns the engine's tool waits: [start, end) rows where it had no work while samples were out
-    on their tools (the engine's own clock)."""
-    ids = np.asarray(ids, np.int64)
-    state = _SampleTurns(prompts, plan, cached, max_context)
-    back: list[tuple[float, int]] = []               # (time, sample) of the tool calls out
-    starts = np.zeros(len(ids)) if arrivals is None else np.asarray(arrivals, float)[ids]
-    joining = [(at, ids[starts == at]) for at in np.unique(starts).tolist()][::-1]   # first turns, last set first
-    waits: list[tuple[float, float]] = []
-    last_event = 0.0
-    while True:
-        t_engine = engine.next_event_time()
-        t_back = back[0][0] if back else math.inf
-        t_join = joining[-1][0] if joining else math.inf
-        t_next = min(t_back, t_join)
-        if t_next == math.inf and t_engine == math.inf:
-            return np.array(waits, float).reshape(-1, 2)
-        if t_next <= t_engine:
-            if t_engine == math.inf and back and t_next > last_event:   # nothing to run until a tool answers
-                waits.append((last_event, t_next))
-            if t_join == t_next:
-                first = joining.pop()[1]
-                engine.add_many(first, np.asarray(prompts)[first], plan.assistant[plan.starts[first]], t_join,
-                                group_ids=None if groups is None else groups[first])
-            returning = []
-            while back and back[0][0] == t_next:
-                returning.append(heapq.heappop(back)[1])
-            if returning:
-                state.send(engine, returning, t_next, finish_s)
-            last_event = t_next
-            continue
-        last_event = t_engine
-        for seq_id, time_s in engine.advance_to(t_engine):
-            latency = state.turn_done(seq_id)
-            if latency is None:
-                finish_s[seq_id] = time_s
-            else:
-                heapq.heappush(back, (time_s + latency, seq_id))
 
 
 class EngineShare(NamedTuple):

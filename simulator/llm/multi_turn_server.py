@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .inference import Finished, InterruptResult, PartialSequence
-from .multi_turn import TurnLaw, plan_turns
+from .multi_turn import TurnLaw, TurnPlan, plan_turns
 
 
 @dataclass
@@ -51,14 +51,31 @@ class Trajectory:
 class TurnRegistry:
     """The run's trajectories by sequence id, their turns drawn on first sight from the seed, the id
     and the lengths (the same trajectory, the same turns, whichever server takes it)."""
-    law: TurnLaw
+    law: TurnLaw | None
     seed: int
     trajectories: dict[int, Trajectory] = field(default_factory=dict)
+
+    @classmethod
+    def of_plan(cls, plan: TurnPlan, prompts: np.ndarray) -> TurnRegistry:
+        """Sample i of a batch's plan as trajectory i (run_turns: the batch drew its turns at once; no
+        law: it draws none)."""
+        registry = cls(None, seed=0)
+        assistant, observation, latency = plan.assistant.tolist(), plan.observation.tolist(), plan.latency_s.tolist()
+        steps = np.cumsum(plan.assistant + plan.observation).tolist()
+        for i, (start, count) in enumerate(zip(plan.starts.tolist(), plan.counts.tolist(), strict=True)):
+            before = [steps[start - 1] if start else 0, *steps[start:start + count - 1]]
+            base = before[0]
+            registry.trajectories[i] = Trajectory(
+                int(prompts[i]), steps[start + count - 1] - base, [b - base for b in before],
+                assistant[start:start + count], observation[start:start + count], latency[start:start + count])
+        return registry
 
     def of(self, seq_id: int, prompt: int, response: int) -> Trajectory:
         known = self.trajectories.get(seq_id)
         if known is not None and (known.prompt, known.response) == (prompt, response):
             return known
+        if self.law is None:
+            raise ValueError(f"sequence {seq_id} is not one of this registry's trajectories")
         plan = plan_turns(self.law, np.array([response]), np.random.default_rng([self.seed, seq_id, prompt, response]))
         assistant, observation = plan.assistant.tolist(), plan.observation.tolist()
         steps = np.cumsum(plan.assistant + plan.observation).tolist()
@@ -70,8 +87,11 @@ class TurnRegistry:
 class MultiTurnServer:
     """One engine serving whole trajectories turn by turn (the RolloutServer protocol)."""
 
-    def __init__(self, engine: Any, registry: TurnRegistry, cached: bool = True) -> None:
-        self.engine, self.registry, self.cached = engine, registry, cached
+    def __init__(self, engine: Any, registry: TurnRegistry, cached: bool = True, max_context: int | None = None) -> None:
+        """``cached``: a next turn's earlier context is a cached prefix (prefix caching); ``max_context``
+        (max_model_len): a turn whose context reaches it is not sent (the trajectory ends then)."""
+        self.engine, self.registry, self.cached, self.max_context = engine, registry, cached, max_context
+        self._outbox: list[Finished] = []            # finished before an add, not yet handed out
         self._out: list[tuple[float, int]] = []     # (tool answers, seq id) of the trajectories out on tools
         self._held: dict[int, Trajectory] = {}       # seq id -> trajectory, in the engine or out on a tool
         self._waits: list[tuple[float, float]] = []  # the engine's idle stretches with tools out
@@ -95,7 +115,10 @@ class MultiTurnServer:
                  now: float, generated: Sequence[int] | None = None, group_ids: Sequence[int] | None = None,
                  kept: Sequence[int] | None = None) -> None:
         """Trajectories joining at ``now``: a fresh one (or one cut inside a turn) sends that turn now;
-        one cut out on its tool waits for its answer (at now if it came during the pause)."""
+        one cut out on its tool waits for its answer (at now if it came during the pause). What happens
+        before ``now`` runs first (its finishes are handed out by the next advance_to)."""
+        self._outbox += self._run(now, inclusive=False)
+        self._close_wait(now)
         ids, send, turns, done, groups, cached = [], [], [], [], [], []
         for i, seq_id in enumerate(np.asarray(seq_ids).tolist()):
             trajectory = self.registry.of(seq_id, int(prompt_lens[i]), int(response_lens[i]))
@@ -114,6 +137,7 @@ class MultiTurnServer:
             cached.append(0 if kept is None else int(kept[i]))
         if ids:
             self.engine.add_many(ids, send, turns, now, done, group_ids=groups, kept=cached if any(cached) else None)
+        self._last_event = max(self._last_event, now)
 
     def next_event_time(self) -> float:
         return min(self.engine.next_event_time(), self._out[0][0] if self._out else math.inf)
@@ -121,23 +145,35 @@ class MultiTurnServer:
     def advance_to(self, t: float) -> list[Finished]:
         """Run to ``t``: tool answers send their next turn, finished turns go out to their tools, last
         turns come back as the trajectory's finish (in finish order)."""
+        finished, self._outbox = self._outbox, []
+        return finished + self._run(t, inclusive=True)
+
+    def _run(self, t: float, inclusive: bool) -> list[Finished]:
+        """The events up to ``t`` (at ``t`` too when ``inclusive``), a tool's answer before an engine
+        event at the same time; the trajectories finished meanwhile."""
         finished: list[Finished] = []
         while True:
             t_engine = self.engine.next_event_time()
             t_back = self._out[0][0] if self._out else math.inf
-            if min(t_engine, t_back) > t or math.isinf(min(t_engine, t_back)):   # (nothing left: done at any t)
+            t_next = min(t_engine, t_back)
+            if math.isinf(t_next) or t_next > t or (t_next == t and not inclusive):
                 return finished
             if t_back <= t_engine:
-                self._answers(t_back, t_engine)
+                self._answers(t_back, finished)
                 continue
             self._last_event = t_engine
             for done in self.engine.advance_to(t_engine):
                 self._turn_done(int(done.seq_id), float(done.time_s), finished)
 
-    def _answers(self, now: float, t_engine: float) -> None:
-        """The tools answering at ``now``: each trajectory's next turn, all but the answer cached."""
-        if math.isinf(t_engine) and now > self._last_event:   # the engine had nothing to run meanwhile
+    def _close_wait(self, now: float) -> None:
+        """The engine idle since its last event while trajectories are out on tools: a wait to ``now``."""
+        if self._out and math.isinf(self.engine.next_event_time()) and now > self._last_event:
             self._waits.append((self._last_event, now))
+
+    def _answers(self, now: float, finished: list[Finished]) -> None:
+        """The tools answering at ``now``: each trajectory's next turn, all but the answer cached (one
+        whose context reached max_context ends at now)."""
+        self._close_wait(now)
         ids, send, turns, cached = [], [], [], []
         while self._out and self._out[0][0] == now:
             seq_id = heapq.heappop(self._out)[1]
@@ -145,33 +181,39 @@ class MultiTurnServer:
             trajectory.turn += 1
             trajectory.tool_back = None
             k = trajectory.turn
+            if self.max_context is not None and trajectory.prompt + trajectory.before[k] >= self.max_context:
+                self._finish(seq_id, now, finished)
+                continue
             ids.append(seq_id)
             send.append(trajectory.prompt + trajectory.before[k])
             turns.append(trajectory.assistant[k])
             cached.append(0 if trajectory.cache_lost else trajectory.prompt + trajectory.before[k]
                           - trajectory.observation[k - 1])
             trajectory.cache_lost = False
-        self.engine.add_many(ids, send, turns, now, kept=cached if self.cached and any(cached) else None)
+        if ids:
+            self.engine.add_many(ids, send, turns, now, kept=cached if self.cached and any(cached) else None)
         self._last_event = now
 
     def _turn_done(self, seq_id: int, time_s: float, finished: list[Finished]) -> None:
         trajectory = self._held[seq_id]
         k = trajectory.turn
         if k + 1 == len(trajectory.assistant):
-            del self._held[seq_id]
-            self.registry.trajectories.pop(seq_id, None)   # done: never sent again
-            finished.append(Finished(seq_id, time_s))
+            self._finish(seq_id, time_s, finished)
             return
         trajectory.tool_back = time_s + trajectory.latency[k]
         heapq.heappush(self._out, (trajectory.tool_back, seq_id))
+
+    def _finish(self, seq_id: int, time_s: float, finished: list[Finished]) -> None:
+        del self._held[seq_id]
+        self.registry.trajectories.pop(seq_id, None)   # done: never sent again
+        finished.append(Finished(seq_id, time_s))
 
     def interrupt(self, now: float) -> InterruptResult:
         """A pause at ``now`` (the engine's interrupt: its KV cleared): every trajectory held comes
         back, finished or cut: inside a turn with its tokens so far, out on its tool with its turn
         done (the registry keeps when the tool answers)."""
         finished = self.advance_to(now)
-        if self._out and math.isinf(self.engine.next_event_time()) and now > self._last_event:
-            self._waits.append((self._last_event, now))
+        self._close_wait(now)
         result = self.engine.interrupt(now)
         for done in result.finished:
             self._turn_done(int(done.seq_id), float(done.time_s), finished)
@@ -189,3 +231,29 @@ class MultiTurnServer:
         self._out.clear()
         self._last_event = now
         return InterruptResult(finished, partial, dict(result.cached))
+
+
+def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan, finish_s: np.ndarray, *,
+              arrivals: np.ndarray | None = None, groups: np.ndarray | None = None, cached: bool = True,
+              max_context: int | None = None) -> np.ndarray:
+    """Drive ``engine`` (simulator.llm.inference.RolloutEngine) through the turns of the samples
+    ``ids`` (indexes into prompts, the plan, arrivals, groups and finish_s, and the engine's sequence
+    ids), writing each one's last finish at finish_s[id]: a MultiTurnServer over the batch's plan. A
+    sample's first turn joins at its arrival (None: 0); each later one at the finish before it plus
+    the tool's seconds, its context the prompt and every earlier turn and observation, ``cached``:
+    all but the new observation (prefix caching). A turn whose context reaches ``max_context``
+    (max_model_len) is not sent: the sample ends before it. Returns the engine's tool waits:
+    [start, end) rows where it had no work while samples were out on their tools."""
+    ids = np.asarray(ids, np.int64)
+    prompts = np.asarray(prompts, np.int64)
+    registry = TurnRegistry.of_plan(plan, prompts)
+    responses = np.bincount(np.repeat(np.arange(len(plan.counts)), plan.counts),
+                            weights=plan.assistant + plan.observation, minlength=len(plan.counts)).astype(np.int64)
+    server = MultiTurnServer(engine, registry, cached, max_context)
+    starts = np.zeros(len(ids)) if arrivals is None else np.asarray(arrivals, float)[ids]
+    for at in np.unique(starts).tolist():           # first turns, each set arriving together at once
+        first = ids[starts == at]
+        server.add_many(first, prompts[first], responses[first], at, group_ids=None if groups is None else groups[first])
+    for done in server.advance_to(math.inf):        # every event, to the last finish
+        finish_s[done.seq_id] = done.time_s
+    return np.array(server.take_waits(), float).reshape(-1, 2)

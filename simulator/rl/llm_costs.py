@@ -50,8 +50,8 @@ from ..llm.inference import (
 )
 from ..llm.layer_costs import with_lora
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
-from ..llm.multi_turn import EngineShare, TurnLaw, plan_turns, run_turns, run_turns_in_lockstep
-from ..llm.multi_turn_server import MultiTurnServer, TurnRegistry
+from ..llm.multi_turn import EngineShare, TurnLaw, plan_turns, run_turns_in_lockstep
+from ..llm.multi_turn_server import MultiTurnServer, TurnRegistry, run_turns
 from ..llm.train_layout import TrainLayout
 from ..llm.training import (
     TrainParams,

@@ -16,9 +16,9 @@ from simulator.llm.multi_turn import (
     TurnPlan,
     continue_probability,
     plan_turns,
-    run_turns,
     run_turns_in_lockstep,
 )
+from simulator.llm.multi_turn_server import run_turns
 
 QWEN = load_model("qwen2.5-7b")
 H100 = get_device("h100")

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from simulator.hardware.devices import get_device
 from simulator.llm.architecture import load_model
 from simulator.llm.inference import InferenceParams, RolloutEngine, RolloutLayout
-from simulator.llm.multi_turn import TurnLaw, TurnPlan, run_turns
-from simulator.llm.multi_turn_server import MultiTurnServer, TurnRegistry
+from simulator.llm.multi_turn import TurnLaw, TurnPlan
+from simulator.llm.multi_turn_server import MultiTurnServer, TurnRegistry, run_turns
 
 QWEN = load_model("qwen2.5-7b")
 H100 = get_device("h100")
