@@ -67,7 +67,8 @@ def bubbles(timeline: pd.DataFrame) -> tuple[float, dict[str, float]]:
 
 
 def reward_wait_share(timeline: pd.DataFrame) -> float:
-    """The share of all device time spent idle waiting for rule rewards (idle rows labelled
+    """The share of all device time spent idle waiting for rule rewards, and with a distillation
+    teacher for its log-probabilities, the samples' readiness after them (idle rows labelled
     reward, counted under the cause dependency in bubbles_by_cause)."""
     ds = device_seconds(timeline)
     total = float(ds.sum())

@@ -150,6 +150,42 @@ class MultiTurnSpec(_Strict):
         return self
 
 
+# What the teacher's prompt-logprob pass moves per vocabulary logit on every device of an instance
+# (vLLM V1, cited from memory of the public code: gpu_model_runner._get_prompt_logprobs_dict computes
+# the full-vocabulary logits of every prompt position, all-gathered over TP; Sampler.compute_logprobs
+# takes their fp32 log_softmax and gather_logprobs a top-k and the sampled token's rank): the bf16
+# logits written and read (2 + 2), the fp32 log-probabilities written (4), read by the top-k (4) and
+# by the rank count (4).
+PROMPT_LOGPROB_BYTES_PER_LOGIT = 16.0
+
+
+class DistillationSpec(_Strict):
+    """On-policy distillation from a teacher served by inference engines of its own (verl 0.9
+    `distillation`, experimental/teacher_loop: the agent loop sends each finished sample, after its
+    reward, to a teacher engine as a prompt of its whole sequence with max_tokens 1 and
+    prompt_logprobs, and the sample is ready for training when the teacher answers). The teacher's
+    devices are set apart from the job's, at the end of its ranks (verl's distillation resource pool,
+    distillation.nnodes x n_gpus_per_node). rl/schedules/teacher.py, llm/teacher.py."""
+    teacher: str                                        # model preset (or HF config.json path)
+    devices: int = Field(gt=0)                          # the teacher pool: whole instances of `layout`
+    # The teacher engine's layout (workload.rollout_layout's keys, instances excepted); it runs with
+    # workload.inference's engine constants. {}: tp 1.
+    layout: dict[str, Any] = Field(default_factory=dict)
+    # Log-probabilities returned per token: the top-k of verl's forward_kl_topk loss
+    # (distillation_loss.topk); 0: the sampled token's only (the estimator losses k1 / k3, verl's default).
+    topk: int = Field(0, ge=0)
+    prompt_logprob_bytes_per_logit: float = Field(PROMPT_LOGPROB_BYTES_PER_LOGIT, ge=0)
+
+    @field_validator("layout", mode="after")
+    @classmethod
+    def _no_instances(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """The pool's size is `devices`: an instance count of its own would say it twice."""
+        if "instances" in value:
+            raise ValueError("instances does not apply: the teacher pool is `devices` devices of whole instances "
+                             "(tp x ep each); remove layout.instances, or set distillation.devices")
+        return value
+
+
 class CriticBatchingSpec(_Strict):
     """PPO's critic micro-batching where it differs from the actor's (verl's critic has its own
     ppo_micro_batch_size_per_gpu / ppo_max_token_len_per_gpu, default 32768: "doubled for critic", and
@@ -315,6 +351,7 @@ class WorkloadConfig(_Strict):
     critic_batching: CriticBatchingSpec | None = None   # PPO: None, the actor's micro-batching
     lora: LoraSpec | None = None                        # LoRA training of the actor; None: full
     multi_turn: MultiTurnSpec | None = None             # agentic rollouts; None: one turn each
+    distillation: DistillationSpec | None = None       # on-policy distillation; None: none
     dtype: str = "bf16"
 
     @field_validator("train_software")

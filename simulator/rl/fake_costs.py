@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..llm.teacher import TeacherCost
 from .costs import RolloutOutcome, StageCost, SwitchCost
 
 
@@ -78,6 +79,8 @@ class FakeCosts:
     update_offload_seconds: float = 0.0   # a training phase's offload round trip (train_params.offload)
     host_copy_s: float = 0.0              # one copy of the training weights to or from host memory
     instance_kv_tokens: float = math.inf
+    teacher_s_per_token: float = 0.0          # a teacher engine's seconds per sample token (workload.distillation)
+    teacher_devices: int = 1                  # devices of one teacher engine
 
     def rollout(self, prompt_lens, response_lens, ranks, groups=None, arrivals=None):
         n_inst = max(1, len(ranks) // self.instance_devices)
@@ -109,6 +112,15 @@ class FakeCosts:
 
     def reward_cpu_s(self, prompt_lens, response_lens):
         return np.full(len(response_lens), self.reward_s_per_sample)
+
+    def teacher(self, prompt_lens, response_lens, ranks):
+        """A teacher engine takes teacher_s_per_token a token, alone or batched (no batching gain):
+        the pool of len(ranks) / teacher_devices engines serves that over its engines."""
+        alone = self.teacher_s_per_token * (np.asarray(prompt_lens, float) + np.asarray(response_lens, float))
+        return TeacherCost(alone / max(1, len(ranks) // self.teacher_devices), alone, np.zeros(len(alone)))
+
+    def teacher_instance_devices(self):
+        return self.teacher_devices
 
     def weight_sync_s(self, src, dst):
         return self.sync_s

@@ -52,6 +52,7 @@ from ..llm.layer_costs import with_lora
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
 from ..llm.multi_turn import EngineShare, TurnLaw, plan_turns, run_turns_in_lockstep
 from ..llm.multi_turn_server import MultiTurnServer, TurnRegistry, run_turns
+from ..llm.teacher import TeacherCost, TeacherScoring
 from ..llm.train_layout import TrainLayout
 from ..llm.training import (
     TrainParams,
@@ -337,6 +338,8 @@ class LlmCosts:
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
+        self._teachers: dict[tuple, TeacherScoring] = {}   # _teacher_on: by the pool's ranks
+        self._check_teacher()
         self._flops_lines: dict[Any, tuple[float, float]] = {}   # model -> train FLOPs per token at 0, slope
         self._layouts: dict[int, TrainLayout] = {}
         self._memory: dict[tuple[int, float], MemoryBreakdown] = {}   # _resident_memory, this run's layouts
@@ -955,6 +958,45 @@ class LlmCosts:
             cap = np.minimum(cap, workload.inference.max_model_len - np.asarray(prompt_lens, float))
         return np.where(response >= cap, reward.capped_cpu_s_per_sample + reward.capped_cpu_s_per_token * response,
                         reward.cpu_s_per_sample + reward.cpu_s_per_token * response)
+
+    def teacher(self, prompt_lens, response_lens, ranks) -> TeacherCost:
+        """Each sample's cost on the teacher pool at ``ranks`` (workload.distillation; llm/teacher.py)."""
+        return self._teacher_on(ranks).each(prompt_lens, response_lens)
+
+    def teacher_instance_devices(self) -> int:
+        """Devices of one teacher engine (workload.distillation.layout: tp x ep)."""
+        return self._teacher_layout().devices_per_instance
+
+    def _teacher_layout(self) -> RolloutLayout:
+        spec = self.scenario.workload.distillation
+        if spec is None:
+            raise ValueError("the workload has no teacher (workload.distillation)")
+        return RolloutLayout.from_mapping(spec.layout, source=self.source, field_name="workload.distillation.layout")
+
+    def _check_teacher(self) -> None:
+        """The teacher's model and layout (workload.distillation), checked before any pool is cut."""
+        spec = self.scenario.workload.distillation
+        if spec is not None:
+            StepCost(load_model(spec.teacher, field="workload.distillation.teacher", source=self.source), self.device,
+                     self._teacher_layout(), self.inference_params, layout_field="workload.distillation.layout")
+
+    def _teacher_on(self, ranks) -> TeacherScoring:
+        """The teacher pool on ``ranks``: whole engines of its layout, each priced as the first (its
+        devices, its collectives over the real links), once per pool."""
+        key = ("teacher", ranks.start, ranks.stop) if isinstance(ranks, range) else ("teacher", *ranks)
+        hit = self._teachers.get(key)
+        if hit is None:
+            spec, layout = self.scenario.workload, self._teacher_layout()
+            field = "workload.distillation.layout"
+            model = load_model(spec.distillation.teacher, field="workload.distillation.teacher", source=self.source)
+            first = list(ranks)[:layout.devices_per_instance]
+            cost = StepCost(model, instance_device(self.topology, first), layout, self.inference_params,
+                            collectives=self.collectives, ranks=first, layout_field=field)
+            hit = self._teachers[key] = TeacherScoring(cost, len(ranks) // layout.devices_per_instance,
+                                                       spec.distillation.prompt_logprob_bytes_per_logit)
+            longest = float(spec.prompt_length.get("max") or 0) + float(spec.response_length.get("max") or 0)
+            hit.check_fits(longest, field, self.source)
+        return hit
 
     def _inference_shard_bytes(self) -> float:
         lay = self.rollout_layout

@@ -92,6 +92,29 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
     return pools
 
 
+def teacher_devices(workload: Any) -> int:
+    """The devices workload.distillation sets apart for its teacher (0 without one)."""
+    return workload.distillation.devices if workload.distillation is not None else 0
+
+
+def teacher_pool(workload: Any, n_devices: int, engine_devices: int, source: str = "<scenario>") -> Pool | None:
+    """The teacher's pool of on-policy distillation: the last ``distillation.devices`` of the job's
+    ``n_devices``, whole engines of ``engine_devices`` (tp x ep) each; None without a teacher. The
+    schedule's pools are built on the devices before it."""
+    count = teacher_devices(workload)
+    if not count:
+        return None
+    if count % engine_devices:
+        fits = [n for n in (count - count % engine_devices, count - count % engine_devices + engine_devices) if n > 0]
+        raise RlsimError(f"{count} devices are not whole teacher engines of {engine_devices} devices (layout tp x ep)",
+                         source=source, field="workload.distillation.devices", fix=f"give {' or '.join(map(str, fits))}")
+    if count >= n_devices:
+        raise RlsimError(f"the teacher's {count} devices leave none of the job's {n_devices} to train and generate",
+                         source=source, field="workload.distillation.devices",
+                         fix=f"give fewer than {n_devices}, or a topology with more devices")
+    return Pool("teacher", n_devices - count, count)
+
+
 def aux_pool_sizes(schedule: ScheduleConfig) -> dict[str, int]:
     """schedule.aux_devices as pools: {"aux": N}, or {"aux-<group>": N} per model group."""
     given = schedule.aux_devices

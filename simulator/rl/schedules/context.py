@@ -166,9 +166,14 @@ class Context:
         for out in self.out_of_run:
             self.timeline.add(out.pool, out.rank_start, out.rank_count, out.state, out.from_s, makespan,
                               cause=out.cause, label="failure")
-        used = max(p.start + p.count for p in self.pools.values())
-        if used < self.n_devices:   # devices no pool could use (whole instances / replicas only)
-            self.timeline.add("unused", used, self.n_devices - used, "idle", 0.0, makespan, cause="placement")
+        teacher = self.pools.get("teacher")
+        if teacher is not None:
+            self._record_teacher(teacher, makespan)
+        # devices no pool could use (whole instances / replicas only), before the teacher's if any
+        used = max(p.start + p.count for name, p in self.pools.items() if name != "teacher")
+        end = teacher.start if teacher is not None else self.n_devices
+        if used < end:
+            self.timeline.add("unused", used, end - used, "idle", 0.0, makespan, cause="placement")
         pending = self.store.pending()    # samples never consumed by the end of the run: dropped explicitly
         if len(pending):
             late = self.store.at("finish", pending) > makespan + TIME_TOL_S   # still generating at the end
@@ -191,6 +196,28 @@ class Context:
                          self.costs.train_flops_per_token(self._mean_len()), dict(totals.rollout),
                          self.start_s, list(self.failures), dict(self.extra), self.online, self.trainer_paths,
                          dict(totals.phase_peak_bytes), dict(totals.switch_parts_s))
+
+    def _record_teacher(self, teacher: Pool, makespan: float) -> None:
+        """The teacher pool's busy stretches up to the run's end (state forward, label teacher: its
+        engines prefill the samples handed to them) and its waits for samples between them; its
+        FLOPs within the run, its stage time and how busy it was (summary key teacher_pool)."""
+        totals, pool = self.totals, self.totals.teacher_pool
+        at = 0.0
+        for start, end in zip(pool.starts, pool.ends, strict=True):
+            if start >= makespan:
+                break
+            self.timeline.add(teacher.name, teacher.start, teacher.count, "idle", at, start, cause="dependency",
+                              label="teacher")
+            at = min(end, makespan)
+            self.timeline.add(teacher.name, teacher.start, teacher.count, "forward", start, at, label="teacher")
+        self.timeline.add(teacher.name, teacher.start, teacher.count, "idle", at, makespan, cause="dependency",
+                          label="teacher")
+        busy, scheduled = pool.busy_s(0.0, makespan), pool.busy_s()
+        totals.flops += totals.teacher_flops * (busy / scheduled if scheduled > 0 else 0.0)
+        self.add_stage_time("teacher", busy)
+        self.extra["teacher_pool"] = {"devices": teacher.count,
+                                      "engines": teacher.count // self.costs.teacher_instance_devices(),
+                                      "busy_s": busy, "utilization": busy / makespan if makespan > 0 else 0.0}
 
     def _mean_len(self) -> float:
         flat, retired = self.store.flat(), self.store.retired

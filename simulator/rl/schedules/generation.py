@@ -13,6 +13,7 @@ from .batches import GenPlan, RootRun, SeqBatch, prefix_groups
 from .rewards import rule_rewards_ready
 from .staleness import TIME_TOL_S
 from .state import RunState
+from .teacher import teacher_scored
 
 
 class Generation:
@@ -298,7 +299,8 @@ class Generation:
         returned = np.where(together, t0s + ends, finish)
         prompt_len, response_len, done_len = seqs.prompt_len[rows], seqs.target_len[rows], seqs.done_len[rows]
         resumed = done_len > 0
-        ready = np.maximum(self._rewarded(finish, stored, counts, prompt_len, response_len), returned)
+        ready = teacher_scored(ctx, np.maximum(self._rewarded(finish, stored, counts, prompt_len, response_len),
+                                               returned), prompt_len, response_len)
         instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _ in stored]
         ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=prompt_len,
                       response_len=response_len, generated_tokens=done_len + gen_tokens,

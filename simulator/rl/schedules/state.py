@@ -11,6 +11,7 @@ from ...scenario import ScheduleConfig, WorkloadConfig
 from ..algorithms import Algorithm
 from ..costs import Costs
 from ..distqueue import DistQueue
+from ..pools import Pool
 from ..samples import SampleStore
 from ..timeline import Timeline
 from .reward_pool import RewardPool
@@ -40,6 +41,10 @@ class RunTotals:
     reward_pool: RewardPool = field(default_factory=RewardPool)
     # each instance's own rule-reward workers (workers_per_device), by the instance's rank range
     instance_reward_pools: dict[tuple[int, ...], RewardPool] = field(default_factory=dict)
+    # the teacher pool of on-policy distillation (workload.distillation; teacher.py): what it is busy
+    # with, and the FLOPs of its prefills
+    teacher_pool: RewardPool = field(default_factory=RewardPool)
+    teacher_flops: float = 0.0
 
 
 
@@ -49,6 +54,7 @@ class RunState(Protocol):
     workload: WorkloadConfig
     env: simpy.Environment
     timeline: Timeline
+    pools: dict[str, Pool]
     alg: Algorithm
     store: SampleStore
     queue: DistQueue

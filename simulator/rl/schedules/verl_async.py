@@ -32,6 +32,7 @@ from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
 from .rewards import rule_rewards_ready
+from .teacher import teacher_scored
 from .training import NO_OLD_LOG_PROB  # fully async trains on the rollout's log-probs
 
 
@@ -212,11 +213,14 @@ class Rollouter:
         generated them (one for all, or one per trajectory)."""
         ctx, seqs = self.ctx, group.seqs
         ranks = self.ctx.pools[self.POOL].ranks
-        reward_s = 0.0
+        # when each trajectory is scored: at its finish (the teacher's hand-over), the group at t
+        scored = np.asarray(group.finish_s, float) if ctx.workload.distillation else np.full(len(seqs), t)
         if ctx.rule_reward:    # the group's n trajectories leave together (a batch) unless handed over each
             handover = ctx.workload.reward.handover_of(ctx.sched)
-            reward_s = float(rule_rewards_ready(ctx, np.asarray(group.finish_s, float), ranks, handover,
-                                                seqs.prompt_len, seqs.target_len).max()) - t
+            scored = rule_rewards_ready(ctx, np.asarray(group.finish_s, float), ranks, handover,
+                                        seqs.prompt_len, seqs.target_len)
+        # each trajectory to the teacher as its reward is ready (distillation); the group waits for all
+        reward_s = float(teacher_scored(ctx, scored, seqs.prompt_len, seqs.target_len).max()) - t
         span = len(group.versions)
         if span > 1:
             self.partial_count += len(seqs)
