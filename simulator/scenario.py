@@ -153,10 +153,14 @@ class MultiTurnSpec(_Strict):
 # What the teacher's prompt-logprob pass moves per vocabulary logit on every device of an instance
 # (vLLM V1, cited from memory of the public code: gpu_model_runner._get_prompt_logprobs_dict computes
 # the full-vocabulary logits of every prompt position, all-gathered over TP; Sampler.compute_logprobs
-# takes their fp32 log_softmax and gather_logprobs a top-k and the sampled token's rank): the bf16
-# logits written and read (2 + 2), the fp32 log-probabilities written (4), read by the top-k (4) and
-# by the rank count (4).
-PROMPT_LOGPROB_BYTES_PER_LOGIT = 16.0
+# takes their fp32 log_softmax and gather_logprobs the sampled token's and its rank): the bf16 logits
+# written and read (2 + 2), the fp32 log-probabilities written (4) and read by the rank count (4).
+PROMPT_LOGPROB_BYTES_PER_LOGIT = 12.0
+# ... and with a top-k asked (topk > 0), gather_logprobs' torch.topk reads them once more (4).
+TOPK_BYTES_PER_LOGIT = 4.0
+# What the teacher hands back per returned log-probability: an int32 token id and an fp32 value
+# (verl's teacher_ids / teacher_logprobs tensors), carried with the sample to the trainer (DistQueue).
+TEACHER_BYTES_PER_LOGPROB = 8.0
 
 
 class DistillationSpec(_Strict):
@@ -168,13 +172,27 @@ class DistillationSpec(_Strict):
     distillation.nnodes x n_gpus_per_node). rl/schedules/teacher.py, llm/teacher.py."""
     teacher: str                                        # model preset (or HF config.json path)
     devices: int = Field(gt=0)                          # the teacher pool: whole instances of `layout`
-    # The teacher engine's layout (workload.rollout_layout's keys, instances excepted); it runs with
-    # workload.inference's engine constants. {}: tp 1.
+    # The teacher engine's layout (workload.rollout_layout's keys, instances excepted). {}: tp 1.
     layout: dict[str, Any] = Field(default_factory=dict)
+    # Its engine constants (workload.inference's keys) over the rollout engine's: verl's teacher
+    # inference config has its own (enforce_eager true, max_num_batched_tokens 8192, chunked prefill;
+    # its importer gives them). {}: the rollout engine's.
+    inference: dict[str, Any] = Field(default_factory=dict)
     # Log-probabilities returned per token: the top-k of verl's forward_kl_topk loss
     # (distillation_loss.topk); 0: the sampled token's only (the estimator losses k1 / k3, verl's default).
     topk: int = Field(0, ge=0)
     prompt_logprob_bytes_per_logit: float = Field(PROMPT_LOGPROB_BYTES_PER_LOGIT, ge=0)
+    topk_bytes_per_logit: float = Field(TOPK_BYTES_PER_LOGIT, ge=0)
+    bytes_per_logprob: float = Field(TEACHER_BYTES_PER_LOGPROB, ge=0)
+
+    @property
+    def logprob_pass_bytes_per_logit(self) -> float:
+        """Bytes the log-probability pass moves per logit: the top-k's read only when one is asked."""
+        return self.prompt_logprob_bytes_per_logit + (self.topk_bytes_per_logit if self.topk else 0.0)
+
+    def payload_bytes(self, tokens: Any) -> Any:
+        """What the teacher returns with samples of ``tokens`` tokens: max(topk, 1) log-probabilities a token."""
+        return tokens * max(self.topk, 1) * self.bytes_per_logprob
 
     @field_validator("layout", mode="after")
     @classmethod

@@ -74,6 +74,7 @@ HYBRID_ROLLOUT_KEYS = ("switch_threshold_ratio", "adaptive_switch_threshold", "s
 V1_ONLY_KEYS = ("algorithm.filter_groups.max_inflight_gen_batches",)
 
 A = "actor_rollout_ref"
+TEACHER = "distillation.teacher_models.teacher_model"   # verl 0.9's single teacher (distillation.teacher_models)
 # verl's own defaults for the keys rlsim maps, used when a YAML leaves them out (verl
 # verl/trainer/config/ppo_trainer.yaml, v0.4-v0.5; read again in the 0.4.1, 0.5.0, 0.6.0, 0.6.1 and 0.7.0
 # wheels: the same in all, except rollout.name (no default from 0.6) and enforce_eager, below).
@@ -96,6 +97,14 @@ DEFAULTS: dict[str, Any] = {
     # over the engine's own defaults whether the config gives them or not
     f"{A}.rollout.max_num_batched_tokens": 8192, f"{A}.rollout.enable_chunked_prefill": True,
     "critic.model.fsdp_config.param_offload": False, "critic.model.fsdp_config.optimizer_offload": False,
+    # verl 0.9.1's distillation.yaml and its teacher's inference (a RolloutConfig with its own values)
+    "distillation.enabled": False, "distillation.nnodes": 0, "distillation.n_gpus_per_node": 8,
+    "distillation.distillation_loss.loss_mode": "k3", "distillation.distillation_loss.topk": 32,
+    f"{TEACHER}.inference.tensor_model_parallel_size": 2, f"{TEACHER}.inference.gpu_memory_utilization": 0.5,
+    f"{TEACHER}.inference.max_num_seqs": 1024, f"{TEACHER}.inference.enforce_eager": True,
+    f"{TEACHER}.inference.max_num_batched_tokens": 8192, f"{TEACHER}.inference.enable_chunked_prefill": True,
+    **{f"{TEACHER}.inference.{k}": 1 for k in ("data_parallel_size", "expert_parallel_size",
+                                                "pipeline_model_parallel_size")},
 }
 # The keys verl always hands to vLLM (their verl default when the config leaves them out).
 ENGINE_KEYS_ALWAYS = ("max_num_batched_tokens", "enable_chunked_prefill")
@@ -483,8 +492,38 @@ RULES: dict[str, Rule] = {
                                                   "workload.reward.cpu_s_per_sample)", neutral=None)
        for prefix in ("", "reward.")},
     **{f"{prefix}sandbox_fusion.*": ignored("read with sandbox_fusion.url only") for prefix in ("", "reward.")},
-    "distillation.enabled": unsupported("on-policy distillation from a teacher model is not modelled", neutral=False),
+    # verl 0.9's on-policy distillation (trainer/config/distillation/distillation.yaml, workers/config/
+    # distillation.py, experimental/teacher_loop; read in the 0.9.1 wheel): one teacher served by
+    # engines on a resource pool of its own, each finished sample scored after its reward
+    "distillation.enabled": mapped("workload.distillation", "true: a teacher served by inference engines on devices "
+                                   "of its own scores each finished sample after its reward (verl's teacher loop)"),
     "distillation.*": ignored("used with distillation.enabled"),
+    **{f"distillation.{k}": mapped("workload.distillation.devices", "the teacher's resource pool: nnodes x "
+                                   "n_gpus_per_node, beside the trainer's (the topology holds both)")
+       for k in ("nnodes", "n_gpus_per_node")},
+    f"{TEACHER}.model_path": mapped("workload.distillation.teacher"),
+    **{f"{TEACHER}.inference.{k}": mapped(f"workload.distillation.{to}") for k, to in (
+        ("tensor_model_parallel_size", "layout.tp"), ("gpu_memory_utilization", "layout.gpu_memory_utilization"),
+        ("max_num_seqs", "layout.max_num_seqs"), ("enforce_eager", "inference.enforce_eager"),
+        ("max_num_batched_tokens", "inference.max_num_batched_tokens"),
+        ("enable_chunked_prefill", "inference.chunked_prefill"))},
+    **{f"{TEACHER}.inference.{k}": unsupported("a teacher engine with data or expert parallelism is not imported "
+                                               "(set workload.distillation.layout.ep)", neutral=1)
+       for k in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size")},
+    f"{TEACHER}.inference.enable_prefix_caching": ignored(
+        "the n samples of a prompt could share its prefill in the teacher's prefix cache; rlsim prefills every "
+        "sample's whole sequence (an upper bound by the prompt's share of the tokens)"),
+    f"{TEACHER}.inference.free_cache_engine": ignored("the teacher's engines sleep and wake with the rollout's: "
+                                                      "their wake-up is not priced"),
+    "distillation.distillation_loss.topk": mapped("workload.distillation.topk", "with loss_mode forward_kl_topk: "
+                                                  "the top-k log-probabilities the teacher returns per token"),
+    "distillation.distillation_loss.loss_mode": mapped("workload.distillation.topk", "forward_kl_topk: topk "
+                                                       "log-probabilities a token; the estimators (k1, k3, ...): the "
+                                                       "sampled token's"),
+    "distillation.teacher_models.*": unsupported("several teachers routed by teacher_key are not modelled (one "
+                                                 "teacher: teacher_models.teacher_model)"),
+    f"{TEACHER}.*": ignored("the teacher's key, replica count (its pool over its engines), engine name and "
+                            "loading options: no effect beyond the pool and layout mapped"),
     **{f"{A}.{part}.{feature}.{flag}": unsupported(why, neutral=False) for part, feature, flag, why in (
         ("model", "mtp", "enable", "multi-token prediction heads are not modelled"),
         ("rollout", "mtp", "enable", "speculative decoding with multi-token prediction is not modelled"),
@@ -693,8 +732,10 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     inactive_section(flat, f"{A}.actor.fsdp_config" if strategy == "megatron" else f"{A}.actor.megatron",
                      f"{A}.actor.strategy is {strategy}: this backend's settings do not apply", decided)
     sched = _schedule(values, recipe, workload, decided)
+    _distillation(values, workload, decided)
     user_sizes = any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets)
-    result.scenario["topology"] = _topology(values, recipe, sched, topology, user_sizes)
+    result.scenario["topology"] = _topology(values, recipe, sched, topology, user_sizes,
+                                            workload.get("distillation", {}).get("devices", 0))
     if not user_sizes:   # the trainer's world: trainer.nnodes x n_gpus_per_node (its own pool when split)
         m = f"{A}.actor.megatron"    # the active backend's parallel sizes only
         keys = ([f"{m}.tensor_model_parallel_size", f"{m}.pipeline_model_parallel_size", f"{m}.context_parallel_size"]
@@ -710,6 +751,42 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
                         f"{_law(workload['response_length'])} capped at data.max_response_length "
                         "(set it with --set workload.response_length.median=... / .sigma=...)")
     return result
+
+
+def _distillation(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """verl 0.9's on-policy distillation (distillation.enabled) -> workload.distillation: the teacher's
+    model, its pool (nnodes x n_gpus_per_node, beside the trainer's), its engines' layout and
+    constants (its inference config has its own: eager, a token budget of 8192 with chunked prefill),
+    and the log-probabilities it returns (top-k with loss_mode forward_kl_topk)."""
+    if not v.flag("distillation.enabled"):
+        return
+    src = v.result.source
+    others = sorted({key.split(".")[2] for key in v.flat if key.startswith("distillation.teacher_models.")} -
+                    {"teacher_model"})
+    if others:
+        raise RlsimError(f"several teachers (teacher_models {', '.join(others)}) routed by teacher_key are not "
+                         "modelled", source=src, field=f"distillation.teacher_models.{others[0]}",
+                         fix="distil from one teacher (distillation.teacher_models.teacher_model)")
+    nodes = v.natural("distillation.nnodes")   # verl's default 0: no pool, which it refuses at start
+    if not nodes:
+        raise RlsimError("distillation.enabled without a teacher pool (distillation.nnodes 0)", source=src,
+                         field="distillation.nnodes", fix="pass distillation.nnodes=N distillation.n_gpus_per_node=G")
+    teacher, how = model_for(v(f"{TEACHER}.model_path"), f"{TEACHER}.model_path", src)
+    v.result.notes.append(f"{TEACHER}.model_path {v(f'{TEACHER}.model_path')!r} -> {how}")
+    inference = f"{TEACHER}.inference"
+    topk = v("distillation.distillation_loss.topk") if v("distillation.distillation_loss.loss_mode") == \
+        "forward_kl_topk" else 0
+    if not topk:
+        decided["distillation.distillation_loss.topk"] = ("ignored", "read with loss_mode forward_kl_topk only")
+    w["distillation"] = {
+        "teacher": teacher, "devices": nodes * v.count("distillation.n_gpus_per_node"),
+        "layout": {"tp": v.count(f"{inference}.tensor_model_parallel_size"),
+                   "gpu_memory_utilization": v.fraction(f"{inference}.gpu_memory_utilization"),
+                   "max_num_seqs": v.count(f"{inference}.max_num_seqs")},
+        "inference": {"enforce_eager": v.flag(f"{inference}.enforce_eager"),
+                      "max_num_batched_tokens": v.count(f"{inference}.max_num_batched_tokens"),
+                      "chunked_prefill": v.flag(f"{inference}.enable_chunked_prefill")},
+        "topk": positive_int(topk, "distillation.distillation_loss.topk", src) if topk else 0}
 
 
 def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
@@ -1774,7 +1851,10 @@ def _rollout_gpus(v: Values) -> int:
             * positive_int(v.flat.get("rollout.n_gpus_per_node", 8), "rollout.n_gpus_per_node", src))
 
 
-def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, user_sizes: bool) -> dict[str, Any]:
+def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, user_sizes: bool,
+              teacher: int = 0) -> dict[str, Any]:
+    """The topology holding the trainer's pool, a split rollout pool and a distillation ``teacher``'s
+    devices (rlsim sets the teacher's apart at the end of the job's ranks)."""
     src = v.result.source
     per_node = v.count("trainer.n_gpus_per_node")
     train = v.count("trainer.nnodes") * per_node
@@ -1785,6 +1865,11 @@ def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, u
         train += sched["rollout_devices"]
         if positive_int(v.flat.get(f"{pool}.n_gpus_per_node", 8), f"{pool}.n_gpus_per_node", src) != per_node:
             per_node = None   # pools of different node widths: sized in the preset's whole nodes
+    if teacher:
+        where = f"{where} + {teacher} teacher (distillation.nnodes x n_gpus_per_node)"
+        train += teacher
+        if v.count("distillation.n_gpus_per_node") != per_node:
+            per_node = None
     topology, note = size_topology(spec, train, where, src, user_sizes, per_node)
     v.result.notes.append(note)
     return topology

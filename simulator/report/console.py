@@ -76,13 +76,13 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
         t.add_row(f"reward pool busy ({pool['workers']} workers)", f"{pool['utilization']:.1%}")
     if "teacher_pool" in s:      # workload.distillation: the teacher's engines
         pool = s["teacher_pool"]
-        t.add_row(f"teacher pool busy ({pool['engines']} engines, {pool['devices']} devices)", f"{pool['utilization']:.1%}")
+        t.add_row(f"teacher pool busy ({pool['engines']} engines)", f"{pool['utilization']:.1%}")
     for cause, frac in s["bubbles_by_cause"].items():
         if frac > 0:
             t.add_row(f"  bubble: {cause} (whole run)", f"{frac:.1%}")
             if cause == "dependency" and s.get("reward_wait_fraction", 0.0) > 0:   # the critical path's "reward"
-                waited = "rewards and the teacher" if "teacher_pool" in s else "rule rewards"
-                t.add_row(f"    of which waiting for {waited}", f"{s['reward_wait_fraction']:.1%}")
+                waited = "for rewards and teacher" if "teacher_pool" in s else "waiting for rule rewards"
+                t.add_row(f"    of which {waited}", f"{s['reward_wait_fraction']:.1%}")
     for stage, sec in s["stage_time_s"].items():
         t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
     if "nemo_rl_timing_s" in s:   # output.timers: nemo-rl (an imported NeMo RL recipe)

@@ -34,9 +34,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from ..engine_software import resolved, with_request_cap
-from ..errors import RlsimError
+from ..errors import RlsimError, validation_error
 from ..hardware.devices import DeviceSpec, distinct_devices
 from ..llm.architecture import ModelSpec, load_model, with_value_head
 from ..llm.inference import (
@@ -973,12 +974,23 @@ class LlmCosts:
             raise ValueError("the workload has no teacher (workload.distillation)")
         return RolloutLayout.from_mapping(spec.layout, source=self.source, field_name="workload.distillation.layout")
 
+    def _teacher_params(self) -> InferenceParams:
+        """The teacher engines' constants: workload.distillation.inference over the rollout engine's."""
+        given = self.scenario.workload.distillation.inference
+        if not given:
+            return self.inference_params
+        try:
+            return InferenceParams.model_validate({**self.inference_params.model_dump(), **given})
+        except ValidationError as exc:
+            raise validation_error(exc, source=self.source, prefix="workload.distillation.inference",
+                                   model=InferenceParams, fix="give workload.inference's keys") from None
+
     def _check_teacher(self) -> None:
-        """The teacher's model and layout (workload.distillation), checked before any pool is cut."""
+        """The teacher's model, layout and constants (workload.distillation), checked before any pool is cut."""
         spec = self.scenario.workload.distillation
         if spec is not None:
             StepCost(load_model(spec.teacher, field="workload.distillation.teacher", source=self.source), self.device,
-                     self._teacher_layout(), self.inference_params, layout_field="workload.distillation.layout")
+                     self._teacher_layout(), self._teacher_params(), layout_field="workload.distillation.layout")
 
     def _teacher_on(self, ranks) -> TeacherScoring:
         """The teacher pool on ``ranks``: whole engines of its layout, each priced as the first (its
@@ -990,10 +1002,10 @@ class LlmCosts:
             field = "workload.distillation.layout"
             model = load_model(spec.distillation.teacher, field="workload.distillation.teacher", source=self.source)
             first = list(ranks)[:layout.devices_per_instance]
-            cost = StepCost(model, instance_device(self.topology, first), layout, self.inference_params,
+            cost = StepCost(model, instance_device(self.topology, first), layout, self._teacher_params(),
                             collectives=self.collectives, ranks=first, layout_field=field)
             hit = self._teachers[key] = TeacherScoring(cost, len(ranks) // layout.devices_per_instance,
-                                                       spec.distillation.prompt_logprob_bytes_per_logit)
+                                                       spec.distillation.logprob_pass_bytes_per_logit)
             longest = float(spec.prompt_length.get("max") or 0) + float(spec.response_length.get("max") or 0)
             hit.check_fits(longest, field, self.source)
         return hit

@@ -1503,3 +1503,31 @@ def test_verl_09_one_step_off_as_its_recipe_sets_it():
     other = import_config("verl", DATA / "verl-0.9.1-generated-ppo-trainer.yaml",
                           [*QUICKSTART, "actor_rollout_ref.rollout.checkpoint_engine.backend=nixl"])
     assert "actor_rollout_ref.rollout.checkpoint_engine.backend" in other.unsupported
+
+
+_TEACHER = "distillation.teacher_models.teacher_model"
+
+
+def test_verl_09_distillation_puts_its_teacher_on_a_pool_of_its_own():
+    """verl 0.9's on-policy distillation: the teacher's model, its pool beside the trainer's (the
+    topology holds both), its inference config's own engine constants, top-k with forward_kl_topk."""
+    cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
+    teacher = ["distillation.enabled=true", "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
+               f"{_TEACHER}.model_path=Qwen/Qwen2.5-7B-Instruct", f"{_TEACHER}.inference.tensor_model_parallel_size=1"]
+    imported = import_config("verl", cfg, [*QUICKSTART, *teacher])
+    spec = imported.scenario["workload"]["distillation"]
+    assert (spec["teacher"], spec["devices"], spec["layout"]["tp"], spec["topk"]) == ("qwen2.5-7b", 1, 1, 0)
+    assert spec["inference"] == {"enforce_eager": True, "max_num_batched_tokens": 8192, "chunked_prefill": True}
+    assert imported.scenario["topology"]["nodes"] == 2          # 1 GPU training + 1 GPU teacher, a GPU a node
+    assert imported.unknown == {} and not any(key.startswith("distillation") for key in imported.unsupported)
+    assert "distillation.enabled" in imported.mapped and f"{_TEACHER}.model_path" in imported.mapped
+    top = import_config("verl", cfg, [*QUICKSTART, *teacher, "distillation.distillation_loss.loss_mode=forward_kl_topk"])
+    assert top.scenario["workload"]["distillation"]["topk"] == 32                  # verl's default topk
+    load_scenario(imported.scenario)                                                # a scenario rlsim runs
+    assert "distillation" not in import_config("verl", cfg, QUICKSTART).scenario["workload"]
+    with pytest.raises(RlsimError, match="teacher pool") as err:
+        import_config("verl", cfg, [*QUICKSTART, "distillation.enabled=true", f"{_TEACHER}.model_path=Qwen/Qwen2.5-7B"])
+    assert err.value.field == "distillation.nnodes"
+    with pytest.raises(RlsimError, match="several teachers") as err:
+        import_config("verl", cfg, [*QUICKSTART, *teacher, "+distillation.teacher_models.math.model_path=Qwen/Qwen2.5-7B"])
+    assert err.value.field.startswith("distillation.teacher_models.math")

@@ -85,3 +85,11 @@ def test_a_sample_longer_than_the_teachers_kv_cache_is_refused():
     with pytest.raises(RlsimError, match="KV cache") as err:
         teacher.check_fits(10_000_000, "workload.distillation.layout")
     assert err.value.field == "workload.distillation.layout" and "tp" in err.value.fix
+
+
+def test_a_top_k_reads_the_log_probabilities_once_more():
+    from simulator.scenario import TOPK_BYTES_PER_LOGIT, DistillationSpec
+    sampled = DistillationSpec(teacher="qwen2.5-32b", devices=8)
+    top = DistillationSpec(teacher="qwen2.5-32b", devices=8, topk=32)
+    assert top.logprob_pass_bytes_per_logit - sampled.logprob_pass_bytes_per_logit == TOPK_BYTES_PER_LOGIT
+    assert top.payload_bytes(1000) == 32 * sampled.payload_bytes(1000)

@@ -46,3 +46,9 @@ def test_bad_teacher_input_names_its_field(override, field):
     with pytest.raises(RlsimError) as err:
         _run(*TEACHER, override)
     assert (err.value.field or "").startswith(field)
+
+
+def test_failures_are_refused_beside_a_teacher_pool():
+    with pytest.raises(RlsimError, match="not re-planned") as err:
+        _run(*TEACHER, "schedule.failures=[{at_s: 150, fail: 'node:1'}]")
+    assert err.value.field == "schedule.failures"

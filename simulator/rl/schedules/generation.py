@@ -13,7 +13,7 @@ from .batches import GenPlan, RootRun, SeqBatch, prefix_groups
 from .rewards import rule_rewards_ready
 from .staleness import TIME_TOL_S
 from .state import RunState
-from .teacher import teacher_scored
+from .teacher import teacher_scored, with_teacher_payload
 
 
 class Generation:
@@ -311,7 +311,8 @@ class Generation:
         bounds = np.cumsum([0] + counts).tolist()
         # rewards scored during the forwards: the samples go to the trainer as generated, not as scored
         written = returned if self.sched.reward_during_forwards else ready
-        ctx.queue.write_many([(payload_bytes_each(lens[a:b], self.sched.distqueue, pad_len=ctx.pad_len), written[a:b])
+        ctx.queue.write_many([(with_teacher_payload(ctx, payload_bytes_each(lens[a:b], self.sched.distqueue,
+                                                                        pad_len=ctx.pad_len), lens[a:b]), written[a:b])
                               for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
     def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int],

@@ -19,6 +19,7 @@ def check_before_pools(scenario: Scenario, policy: SchedulePolicy) -> None:
     """What the policy decides alone (before the pools are built)."""
     _check_partial_rollout(scenario, policy)
     _check_multi_turn(scenario, policy)
+    _check_distillation(scenario)
 
 
 def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:
@@ -27,6 +28,15 @@ def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -
     _check_custom_all_reduce(scenario, costs, pools)
     _check_train_constants(scenario, costs)
     _check_engine_constants(scenario, costs)
+
+
+def _check_distillation(scenario: Scenario) -> None:
+    """A failure re-plans the rollout and training devices (failures.py, split_failures.py); the
+    teacher's pool beside them is not re-planned, so the two are refused together, not half modelled."""
+    if scenario.workload.distillation is not None and scenario.schedule.failures:
+        raise RlsimError("schedule.failures are not modelled with a distillation teacher's pool (its devices are not "
+                         "re-planned)", source=scenario.source, field="schedule.failures",
+                         fix="remove schedule.failures, or workload.distillation")
 
 
 def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:

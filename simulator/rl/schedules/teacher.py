@@ -16,6 +16,13 @@ import numpy as np
 from .state import RunState
 
 
+def with_teacher_payload(ctx: RunState, payload: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Samples' DistQueue bytes with the teacher's log-probabilities they carry (distillation; ``lens``
+    their tokens); ``payload`` itself without a teacher."""
+    spec = ctx.workload.distillation
+    return payload if spec is None else payload + spec.payload_bytes(np.asarray(lens, float))
+
+
 def teacher_scored(ctx: RunState, handed_at: np.ndarray, prompt_len: np.ndarray,
                    response_len: np.ndarray) -> np.ndarray:
     """When each sample handed to the teacher at ``handed_at`` (absolute seconds: its reward ready)

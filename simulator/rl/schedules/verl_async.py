@@ -32,7 +32,7 @@ from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
 from .rewards import rule_rewards_ready
-from .teacher import teacher_scored
+from .teacher import teacher_scored, with_teacher_payload
 from .training import NO_OLD_LOG_PROB  # fully async trains on the rollout's log-probs
 
 
@@ -231,7 +231,7 @@ class Rollouter:
                             finish=group.finish_s, returned=np.full(len(seqs), t), ready=np.full(len(seqs), t + reward_s),
                             dropped=seqs.drop_reason != "", drop_reason=seqs.drop_reason, instance=instance)
         lens = seqs.prompt_len + seqs.target_len
-        ctx.queue.write(payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len),
+        ctx.queue.write(with_teacher_payload(ctx, payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len), lens),
                         np.full(len(seqs), t + reward_s))
         tokens = float(lens.sum())
         ctx.totals.gen_flops += tokens * ctx.costs.train_flops_per_token(float(lens.mean()) / 2) / 3

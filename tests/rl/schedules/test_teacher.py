@@ -17,10 +17,10 @@ PROMPTS, N, PROMPT, RESPONSE = 8, 4, 50, 400
 TEACHER_S_PER_TOKEN = 2e-4
 
 
-def scenario(kind="colocated", iterations=3, teacher_devices=1, **sched):
+def scenario(kind="colocated", iterations=3, teacher_devices=1, topk=0, **sched):
     workload = {"model": "fake", "prompts_per_step": PROMPTS, "samples_per_prompt": N, "mini_batch_prompts": PROMPTS}
     if teacher_devices:
-        workload["distillation"] = {"teacher": "fake", "devices": teacher_devices}
+        workload["distillation"] = {"teacher": "fake", "devices": teacher_devices, "topk": topk}
     return load_scenario({"topology": "fake", "workload": workload, "schedule": {"kind": kind, **sched},
                           "iterations": iterations})
 
@@ -67,6 +67,16 @@ def test_the_teacher_pool_must_be_whole_engines_and_leave_devices_to_the_job():
     with pytest.raises(RlsimError, match="leave none") as err:
         run(scenario(teacher_devices=16), 16)
     assert err.value.field == "workload.distillation.devices"
+
+
+def test_the_samples_carry_the_teachers_log_probabilities_to_the_trainer():
+    """DistQueue: each sample's payload grows by its tokens x max(topk, 1) x 8 bytes (id and value)."""
+    plain = run(scenario(teacher_devices=0), 16)[0].queue["bytes_written"]
+    sampled = run(scenario(), 17)[0].queue["bytes_written"]
+    top32 = run(scenario(topk=32), 17)[0].queue["bytes_written"]
+    tokens = 3 * PROMPTS * N * (PROMPT + RESPONSE)
+    assert sampled - plain == pytest.approx(tokens * 8)
+    assert top32 - plain == pytest.approx(tokens * 32 * 8)
 
 
 KINDS = ["colocated", "disaggregated", "one-step-off", "async", "stalesync", "nemo-rl-async", "areal",
