@@ -108,7 +108,10 @@ class _Rows:
         self.pool = timeline["pool"].to_numpy(object)
         self.label = timeline["label"].to_numpy(object)
         self.iteration = timeline["iteration"].to_numpy(int)
-        busy = np.flatnonzero(self.state != "idle")
+        # a distillation teacher's rows never explain a wait: the samples it scores hold the trainer as
+        # their reward latency (finish -> ready), and its rows are recorded at the run's end, after the
+        # online walk (Context._record_teacher), which must see what the offline one sees
+        busy = np.flatnonzero((self.state != "idle") & (self.pool != "teacher"))
         self.busy_by_end = busy[np.argsort(self.end[busy], kind="stable")]
         self.busy_ends = self.end[self.busy_by_end]
         self._by_rank: dict[int, tuple[np.ndarray, list[float]]] = {}
