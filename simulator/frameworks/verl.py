@@ -511,8 +511,9 @@ RULES: dict[str, Rule] = {
                                                "(set workload.distillation.layout.ep)", neutral=1)
        for k in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size")},
     f"{TEACHER}.inference.enable_prefix_caching": ignored(
-        "the n samples of a prompt could share its prefill in the teacher's prefix cache; rlsim prefills every "
-        "sample's whole sequence (an upper bound by the prompt's share of the tokens)"),
+        "a request that asks prompt log-probabilities needs every position's logits: vLLM V1 skips the prefix "
+        "cache for it (SGLang matches none past logprob_start_len 0), so every sample prefills its whole "
+        "sequence, as rlsim prices it"),
     f"{TEACHER}.inference.free_cache_engine": ignored("the teacher's engines sleep and wake with the rollout's: "
                                                       "their wake-up is not priced"),
     "distillation.distillation_loss.topk": mapped("workload.distillation.topk", "with loss_mode forward_kl_topk: "
