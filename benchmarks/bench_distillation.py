@@ -26,22 +26,26 @@ CASES = {
 }
 
 
+def case(schedule: str, nodes: int, overrides: list[str], iterations: int, prompts: int) -> tuple[dict, float]:
+    """The case's summary and the seconds it took to simulate."""
+    start = time.perf_counter()
+    summary = simulator.simulate(schedule=schedule, workload="grpo-qwen2.5-7b", keep_samples=False,
+                                 topology={"preset": "dgx-h100", "nodes": nodes}, iterations=iterations,
+                                 overrides=[f"workload.prompts_per_step={prompts}",
+                                            f"workload.mini_batch_prompts={min(64, prompts)}", *overrides]).summary
+    return summary, time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--prompts", type=int, default=256)
+    for flag, default in (("--iterations", 3), ("--prompts", 256)):
+        parser.add_argument(flag, type=int, default=default)
     args = parser.parse_args()
     print(f"machine-speed reference: {reference_ms():.2f} ms; grpo-qwen2.5-7b, {args.prompts} x 16 samples, "
           f"student on 8 H100, {args.iterations} steps")
     for schedule in ("colocated", "verl-fully-async"):
         for label, (nodes, overrides) in CASES.items():
-            start = time.perf_counter()
-            summary = simulator.simulate(schedule=schedule, workload="grpo-qwen2.5-7b", keep_samples=False,
-                                         topology={"preset": "dgx-h100", "nodes": nodes}, iterations=args.iterations,
-                                         overrides=[f"workload.prompts_per_step={args.prompts}",
-                                                    f"workload.mini_batch_prompts={min(64, args.prompts)}",
-                                                    *overrides]).summary
-            wall = time.perf_counter() - start
+            summary, wall = case(schedule, nodes, overrides, args.iterations, args.prompts)
             busy = summary.get("teacher_pool", {}).get("utilization")
             print(f"{schedule:17s} {label:27s}: step {summary['steady_step_time_s']:7.1f} s, teacher busy "
                   f"{'-' if busy is None else f'{busy:5.1%}':>5s} | wall {wall:5.2f} s")
