@@ -131,6 +131,9 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
     t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])
     t.add_row("MFU (whole run)", *[f"{r['mfu']:.1%}" for r in rows])
+    if any("teacher_pool" in r for r in rows):   # workload.distillation: how busy the teacher keeps
+        t.add_row("teacher pool busy", *[_share(r["teacher_pool"]["utilization"]) if "teacher_pool" in r else "-"
+                                         for r in rows])
     # the deciding constraint of a pool split: the highest of the run's phases per device
     t.add_row("peak memory (GB)", *[f"{r['peak_memory_bytes'] / 1e9:.1f}" for r in rows])
     t.add_row("staleness max", *[f"{r['staleness']['max']:.0f}" for r in rows])

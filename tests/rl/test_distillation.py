@@ -63,3 +63,21 @@ def test_the_critical_path_is_the_same_walked_online_or_after_the_run(schedule):
     offline = simulator.simulate(schedule=schedule, keep_samples=True, **small).summary["critical_path"]
     assert online["steady"] == offline["steady"]
     assert online["steady"]["share"]["reward"] > 0          # the samples' teacher latency is on the path
+
+
+def test_the_console_shows_the_teacher_pool_in_run_and_compare(capsys, tmp_path):
+    from simulator.cli import main
+    scenario = tmp_path / "opd.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: {model: qwen2.5-7b, prompts_per_step: 16, "
+                        "samples_per_prompt: 4, mini_batch_prompts: 16, train_layout: {tp: 2, recompute: full}, rollout_layout: {tp: 2}, "
+                        "distillation: {teacher: qwen2.5-32b, devices: 8, layout: {tp: 4}}}\n")
+    assert main(["run", str(scenario), "--iterations", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "teacher pool busy (2 engines)" in out and "stage: teacher" in out
+    assert main(["compare", str(scenario), "--iterations", "2", "--schedules", "colocated,one-step-off"]) == 0
+    out = capsys.readouterr().out
+    assert "teacher pool busy" in out and "teacher 8" in out
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(scenario.read_text().replace(", distillation: {teacher: qwen2.5-32b, devices: 8, layout: {tp: 4}}", ""))
+    assert main(["compare", str(plain), "--iterations", "1", "--schedules", "colocated"]) == 0
+    assert "teacher" not in capsys.readouterr().out
