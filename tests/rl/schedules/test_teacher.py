@@ -18,7 +18,9 @@ TEACHER_S_PER_TOKEN = 2e-4
 
 
 def scenario(kind="colocated", iterations=3, teacher_devices=1, topk=0, **sched):
-    workload = {"model": "fake", "prompts_per_step": PROMPTS, "samples_per_prompt": N, "mini_batch_prompts": PROMPTS}
+    # separate_async trains one mini-batch per local update (parameter_sync_step 4 by default)
+    mini = PROMPTS // 4 if kind == "verl-separate-async" else PROMPTS
+    workload = {"model": "fake", "prompts_per_step": PROMPTS, "samples_per_prompt": N, "mini_batch_prompts": mini}
     if teacher_devices:
         workload["distillation"] = {"teacher": "fake", "devices": teacher_devices, "topk": topk}
     return load_scenario({"topology": "fake", "workload": workload, "schedule": {"kind": kind, **sched},
@@ -80,7 +82,7 @@ def test_the_samples_carry_the_teachers_log_probabilities_to_the_trainer():
 
 
 KINDS = ["colocated", "disaggregated", "one-step-off", "async", "stalesync", "nemo-rl-async", "areal",
-         "verl-fully-async", "verl-sync"]
+         "verl-fully-async", "verl-sync", "verl-colocate-async", "verl-separate-async"]
 
 
 @settings(max_examples=25, deadline=None)
