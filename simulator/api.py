@@ -147,7 +147,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     (called once, before the run) and ``__call__(done, total)`` (each iteration), e.g. a terminal bar.
 
     ``keep_samples``: return the per-sample table ``samples`` (one row per generated sample: about
-    88 bytes a row, 8,192 rows a step in the seed scenario, so ~0.7 MiB per step that the result
+    96 bytes a row, 8,192 rows a step in the seed scenario, so ~0.75 MiB per step that the result
     holds). False: ``samples`` is None, and the rows fold into exact counts during the run once the
     critical path has walked their steps, so memory stays flat over iterations; the summary is the
     same, figure for figure (`rlsim run` does this unless --out writes the table). With

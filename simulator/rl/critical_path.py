@@ -44,9 +44,10 @@ if TYPE_CHECKING:  # the run imports this module (OnlinePaths) before its first 
     import pandas as pd
 
 # Path causes, in report order. "data": the DistQueue fetch; "reward": rule-based reward latency
-# between a sequence's finish and its sample being ready; "dependency": a wait nothing recorded explains.
+# between a sequence's finish and its sample being scored; "teacher": a distillation teacher's
+# latency from then to the sample being ready; "dependency": a wait nothing recorded explains.
 CAUSES = ("generate", "long_tail", "reward", "switch", "data", "forward", "train", "pipeline_bubble",
-          "weight_sync", "dependency", "planning", "failure", "untracked", "tool_wait")
+          "weight_sync", "dependency", "planning", "failure", "untracked", "tool_wait", "teacher")
 STATE_CAUSE = {"generate": "generate", "forward": "forward", "train": "train", "switch": "switch",
                "sync": "weight_sync", "fetch": "data", "plan": "planning", "lost": "failure", "replan": "failure",
                "restart": "failure", "failed": "failure"}
@@ -422,9 +423,17 @@ def _data_chain(rows: _Rows, samples: _Samples, binding: int, k: int, w0: float,
         i = rows.first_on(instance)
     if i < 0:
         return None
-    if returned < t:
-        out.append(Segment(max(returned, w0), t, "reward", "reward", str(rows.pool[i]), int(rows.rank_start[i]),
-                           int(rows.rank_count[i]), "reward latency", k, binding + samples.base))
+    # returned -> scored: the reward; scored -> ready (t): a distillation teacher's log-probabilities
+    # (a sample scored when ready had no teacher: the reward runs to t, as t matches its ready time)
+    scored_at = float(samples.flat.get("scored", samples.flat["ready"])[binding])
+    scored = t if scored_at >= float(samples.flat["ready"][binding]) else min(max(scored_at, returned), t)
+    where = (str(rows.pool[i]), int(rows.rank_start[i]), int(rows.rank_count[i]))
+    if scored < t:
+        out.append(Segment(max(scored, w0), t, "teacher", "teacher", *where, "teacher latency", k,
+                           binding + samples.base))
+    if returned < scored and (scored > w0 or scored == t):
+        out.append(Segment(max(returned, w0), scored, "reward", "reward", *where, "reward latency", k,
+                           binding + samples.base))
     return min(returned, t), instance
 
 

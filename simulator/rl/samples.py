@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pandas is imported where a frame is made: a run starts with
 
 SAMPLE_COLUMNS = ["sample", "round", "group", "prompt_len", "response_len", "generated_tokens", "version",
                   "first_version",
-                  "start", "finish", "returned", "ready", "consumed_iteration", "staleness", "dropped", "drop_reason", "instance"]
+                  "start", "finish", "returned", "scored", "ready", "consumed_iteration", "staleness", "dropped", "drop_reason", "instance"]
 
 _DTYPES = {"sample": int, "round": int, "group": int, "version": int, "first_version": int,
            "consumed_iteration": int, "dropped": bool, "drop_reason": object, "instance": int}
@@ -34,7 +34,7 @@ _DTYPES = {"sample": int, "round": int, "group": int, "version": int, "first_ver
 STORED_COLUMNS = ["drop_code" if c == "drop_reason" else c for c in SAMPLE_COLUMNS]
 
 
-# Integer columns held as int32 while their values fit (a row costs 88 bytes instead of 116: 24 MiB
+# Integer columns held as int32 while their values fit (a row costs 96 bytes instead of 124: 24 MiB
 # less for 100 steps of the default scenario); a value past int32 widens the column to int64, as any
 # wider dtype appended widens a column. Group ids (round x 1e6 + prompt) and sample ids stay int64.
 # Reads during the run (``at``) give int64, so no cost model sees a narrow integer (no overflow).
@@ -121,19 +121,23 @@ class SampleStore:
             generated_tokens: np.ndarray, version: int | np.ndarray, first_version: np.ndarray,
             start: float | np.ndarray, finish: np.ndarray, ready: np.ndarray,
             dropped: np.ndarray | None = None, drop_reason: np.ndarray | None = None,
-            instance: int | np.ndarray = -1, returned: np.ndarray | None = None) -> np.ndarray:
+            instance: int | np.ndarray = -1, returned: np.ndarray | None = None,
+            scored: np.ndarray | None = None) -> np.ndarray:
         """Add finished (or dropped) samples; returns their ids. ``instance``: the first global rank of
         the rollout instance that generated them (-1: unknown), the critical path's link from a
         training step back to the sequence it waited for (rl/critical_path.py). ``returned``: when
         the engine handed each out (default: its finish; an engine call that returns a batch, the
         batch's end), so finish -> returned is generation (of the others) and returned -> ready reward.
+        ``scored``: when its reward was ready (default: ``ready``); with a distillation teacher,
+        returned -> scored is the reward and scored -> ready the teacher (rl/schedules/teacher.py).
         ``version``, ``start`` and ``instance``: one for all or one per sample (a round of instances in one add)."""
         k = len(finish)
         ids = np.arange(self.n, self.n + k)
         self._append(k, sample=ids, round=round_, group=group, prompt_len=prompt_len,
                      response_len=response_len, generated_tokens=generated_tokens, version=np.asarray(version),
                      first_version=first_version, start=np.asarray(start, float), finish=finish,
-                     returned=finish if returned is None else returned, ready=ready,
+                     returned=finish if returned is None else returned,
+                     scored=ready if scored is None else scored, ready=ready,
                      consumed_iteration=np.asarray(-1), staleness=np.asarray(-1.0),
                      dropped=np.asarray(False) if dropped is None else np.asarray(dropped, bool),
                      drop_code=np.asarray(0, np.int8) if drop_reason is None else self._codes(drop_reason),

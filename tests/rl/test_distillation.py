@@ -62,7 +62,7 @@ def test_the_critical_path_is_the_same_walked_online_or_after_the_run(schedule):
     online = simulator.simulate(schedule=schedule, keep_samples=False, **small).summary["critical_path"]
     offline = simulator.simulate(schedule=schedule, keep_samples=True, **small).summary["critical_path"]
     assert online["steady"] == offline["steady"]
-    assert online["steady"]["share"]["reward"] > 0          # the samples' teacher latency is on the path
+    assert online["steady"]["share"]["teacher"] > 0         # the samples' teacher latency is on the path
 
 
 def test_the_console_shows_the_teacher_pool_in_run_and_compare(capsys, tmp_path):

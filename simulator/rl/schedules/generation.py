@@ -299,13 +299,13 @@ class Generation:
         returned = np.where(together, t0s + ends, finish)
         prompt_len, response_len, done_len = seqs.prompt_len[rows], seqs.target_len[rows], seqs.done_len[rows]
         resumed = done_len > 0
-        ready = teacher_scored(ctx, np.maximum(self._rewarded(finish, stored, counts, prompt_len, response_len),
-                                               returned), prompt_len, response_len)
+        scored = np.maximum(self._rewarded(finish, stored, counts, prompt_len, response_len), returned)
+        ready = teacher_scored(ctx, scored, prompt_len, response_len)
         instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _ in stored]
         ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=prompt_len,
                       response_len=response_len, generated_tokens=done_len + gen_tokens,
                       version=versions, first_version=np.where(resumed, seqs.first_version[rows], versions),
-                      start=t0s, finish=finish, returned=returned, ready=ready, dropped=reason != "",
+                      start=t0s, finish=finish, returned=returned, scored=scored, ready=ready, dropped=reason != "",
                       drop_reason=reason, instance=np.repeat(instances, counts))
         lens = prompt_len + response_len
         bounds = np.cumsum([0] + counts).tolist()

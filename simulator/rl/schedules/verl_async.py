@@ -221,6 +221,8 @@ class Rollouter:
                                         seqs.prompt_len, seqs.target_len)
         # each trajectory to the teacher as its reward is ready (distillation); the group waits for all
         reward_s = float(teacher_scored(ctx, scored, seqs.prompt_len, seqs.target_len).max()) - t
+        # the group's rewards ready (before the teacher), never after its ready time (float rounding)
+        scored_s = min(max(float(scored.max()), t), t + reward_s)
         span = len(group.versions)
         if span > 1:
             self.partial_count += len(seqs)
@@ -228,7 +230,8 @@ class Rollouter:
         ids = ctx.store.add(round_=seqs.round, group=seqs.group, prompt_len=seqs.prompt_len,
                             response_len=seqs.target_len, generated_tokens=seqs.target_len, version=self.version,
                             first_version=np.full(len(seqs), group.first_version), start=group.started_s,
-                            finish=group.finish_s, returned=np.full(len(seqs), t), ready=np.full(len(seqs), t + reward_s),
+                            finish=group.finish_s, returned=np.full(len(seqs), t), scored=np.full(len(seqs), scored_s),
+                            ready=np.full(len(seqs), t + reward_s),
                             dropped=seqs.drop_reason != "", drop_reason=seqs.drop_reason, instance=instance)
         lens = seqs.prompt_len + seqs.target_len
         ctx.queue.write(with_teacher_payload(ctx, payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len), lens),

@@ -55,6 +55,22 @@ def test_a_synchronous_step_waits_for_the_teacher_to_score_its_whole_batch():
     assert set(teacher_rows.loc[teacher_rows["state"] == "idle", "cause"]) == {"dependency"}
 
 
+def test_the_critical_path_carries_the_teachers_latency_as_its_own_cause():
+    """The colocated closed form: the batch leaves the engine together and the teacher scores it in
+    samples x tokens x its time a token, which the path holds as cause teacher, not reward."""
+    from simulator.rl import critical_path as cp
+    rec, tl, _, _ = run(scenario(distqueue={"bw_Bps": 1e30}), 17)
+    summary = cp.summarize(cp.critical_paths(rec, tl), rec.samples.flat())
+    batch_s = PROMPTS * N * (PROMPT + RESPONSE) * TEACHER_S_PER_TOKEN
+    for step in summary["steps"]:
+        assert step["s_by_cause"]["teacher"] == pytest.approx(batch_s, rel=1e-9)
+        assert "reward" not in step["s_by_cause"]                   # FakeCosts' rewards take no time
+        assert sum(step["s_by_cause"].values()) == pytest.approx(step["length_s"], rel=1e-9)
+    samples = rec.samples.to_frame()
+    assert (samples["ready"] - samples["scored"]).max() == pytest.approx(batch_s, rel=1e-9)
+    assert (samples["scored"] >= samples["returned"]).all()
+
+
 def test_two_teacher_engines_halve_the_wait():
     one = run(scenario(teacher_devices=1), 17)[3]["steady_step_time_s"]
     two = run(scenario(teacher_devices=2), 18, teacher_devices=1)[3]["steady_step_time_s"]
