@@ -22,7 +22,6 @@ Its FLOPs are the prefill's: the LM head already runs at every position in StepC
 """
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -50,7 +49,7 @@ class TeacherScoring:
 
     def check_fits(self, longest: float, field: str, source: str | None = None) -> None:
         """A sample of ``longest`` tokens must fit one instance's KV cache (an attention replica's)."""
-        capacity = self.cost.kv_capacity_tokens / self.cost.layout.ep
+        capacity = self.cost.kv_capacity_replica
         if longest > capacity:
             raise RlsimError(f"the teacher's KV cache holds {capacity:,.0f} tokens per engine, less than the longest "
                              f"sample ({longest:,.0f} prompt + response tokens), which it must prefill whole",
@@ -89,5 +88,5 @@ class TeacherScoring:
         budget = params.max_num_batched_tokens
         if budget is None or not params.chunked_prefill:
             return self.cost.prefill_many_s(lens, pairs, np.ones(len(lens)))
-        steps = np.array([math.ceil(length / budget) for length in lens.tolist()], float)
+        steps = np.ceil(lens / budget)
         return steps * self.cost.prefill_many_s(lens / steps, pairs / steps, 1.0 / steps)

@@ -340,7 +340,7 @@ class LlmCosts:
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
         self._teachers: dict[tuple, TeacherScoring] = {}   # _teacher_on: by the pool's ranks
-        self._check_teacher()
+        self._teacher = self._resolve_teacher()            # (model, layout, constants); None: no teacher
         self._flops_lines: dict[Any, tuple[float, float]] = {}   # model -> train FLOPs per token at 0, slope
         self._layouts: dict[int, TrainLayout] = {}
         self._memory: dict[tuple[int, float], MemoryBreakdown] = {}   # _resident_memory, this run's layouts
@@ -966,47 +966,43 @@ class LlmCosts:
 
     def teacher_instance_devices(self) -> int:
         """Devices of one teacher engine (workload.distillation.layout: tp x ep)."""
-        return self._teacher_layout().devices_per_instance
+        if self._teacher is None:
+            raise ValueError("the workload has no teacher (workload.distillation)")
+        return self._teacher[1].devices_per_instance
 
-    def _teacher_layout(self) -> RolloutLayout:
+    def _resolve_teacher(self) -> tuple[ModelSpec, RolloutLayout, InferenceParams] | None:
+        """The teacher's model, layout and engine constants (workload.distillation.inference over the
+        rollout engine's), checked on rank 0's device before any pool is cut; None without a teacher."""
         spec = self.scenario.workload.distillation
         if spec is None:
-            raise ValueError("the workload has no teacher (workload.distillation)")
-        return RolloutLayout.from_mapping(spec.layout, source=self.source, field_name="workload.distillation.layout")
-
-    def _teacher_params(self) -> InferenceParams:
-        """The teacher engines' constants: workload.distillation.inference over the rollout engine's."""
-        given = self.scenario.workload.distillation.inference
-        if not given:
-            return self.inference_params
-        try:
-            return InferenceParams.model_validate({**self.inference_params.model_dump(), **given})
-        except ValidationError as exc:
-            raise validation_error(exc, source=self.source, prefix="workload.distillation.inference",
-                                   model=InferenceParams, fix="give workload.inference's keys") from None
-
-    def _check_teacher(self) -> None:
-        """The teacher's model, layout and constants (workload.distillation), checked before any pool is cut."""
-        spec = self.scenario.workload.distillation
-        if spec is not None:
-            StepCost(load_model(spec.teacher, field="workload.distillation.teacher", source=self.source), self.device,
-                     self._teacher_layout(), self._teacher_params(), layout_field="workload.distillation.layout")
+            return None
+        model = load_model(spec.teacher, field="workload.distillation.teacher", source=self.source)
+        layout = RolloutLayout.from_mapping(spec.layout, source=self.source, field_name="workload.distillation.layout")
+        params = self.inference_params
+        if spec.inference:
+            try:
+                params = InferenceParams.model_validate({**params.model_dump(), **spec.inference})
+            except ValidationError as exc:
+                raise validation_error(exc, source=self.source, prefix="workload.distillation.inference",
+                                       model=InferenceParams, fix="give workload.inference's keys") from None
+        StepCost(model, self.device, layout, params, layout_field="workload.distillation.layout")
+        return model, layout, params
 
     def _teacher_on(self, ranks) -> TeacherScoring:
         """The teacher pool on ``ranks``: whole engines of its layout, each priced as the first (its
         devices, its collectives over the real links), once per pool."""
-        key = ("teacher", ranks.start, ranks.stop) if isinstance(ranks, range) else ("teacher", *ranks)
+        key = (ranks.start, ranks.stop) if isinstance(ranks, range) else tuple(ranks)
         hit = self._teachers.get(key)
         if hit is None:
-            spec, layout = self.scenario.workload, self._teacher_layout()
-            field = "workload.distillation.layout"
-            model = load_model(spec.distillation.teacher, field="workload.distillation.teacher", source=self.source)
+            assert self._teacher is not None, "a teacher pool without workload.distillation"
+            model, layout, params = self._teacher
+            workload, field = self.scenario.workload, "workload.distillation.layout"
             first = list(ranks)[:layout.devices_per_instance]
-            cost = StepCost(model, instance_device(self.topology, first), layout, self._teacher_params(),
+            cost = StepCost(model, instance_device(self.topology, first), layout, params,
                             collectives=self.collectives, ranks=first, layout_field=field)
             hit = self._teachers[key] = TeacherScoring(cost, len(ranks) // layout.devices_per_instance,
-                                                       spec.distillation.logprob_pass_bytes_per_logit)
-            longest = float(spec.prompt_length.get("max") or 0) + float(spec.response_length.get("max") or 0)
+                                                       workload.distillation.logprob_pass_bytes_per_logit)
+            longest = float(workload.prompt_length.get("max") or 0) + float(workload.response_length.get("max") or 0)
             hit.check_fits(longest, field, self.source)
         return hit
 
