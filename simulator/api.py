@@ -21,7 +21,7 @@ from .errors import RlsimError, raised_from
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution
 from .overrides import parse_assignment, string_items
-from .rl.pools import split_warning, teacher_devices
+from .rl.pools import served_devices, split_warning
 from .rl.schedules import RunRecord, run_schedule
 from .rl.timeline import expand_devices
 from .scenario import (
@@ -284,7 +284,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
             f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
             f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
             "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
-    moved = split_warning(sc.schedule, n_devices - teacher_devices(sc.workload), rec.pools)
+    moved = split_warning(sc.schedule, n_devices - sum(served_devices(sc.workload).values()), rec.pools)
     if moved:   # the split the user asked is not the one that ran: said, not only shown in `pools`
         summary.setdefault("warnings", []).append(moved)
     step_prompts = sc.schedule.step_prompts(sc.workload)

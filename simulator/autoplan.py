@@ -41,7 +41,7 @@ from .planner import (
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
 from .rl.packing import heaviest_micro_batch, micro_batch_order
-from .rl.pools import aux_pool_sizes, teacher_devices
+from .rl.pools import aux_pool_sizes, served_devices
 from .rl.schedules.batches import draw_lengths
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
@@ -272,7 +272,7 @@ def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     """(rollout ranks, training ranks) of the pools before whole-unit rounding (rl/pools.py), on the
     devices before a distillation teacher's."""
     sched = sc.schedule
-    n_devices -= teacher_devices(sc.workload)
+    n_devices -= sum(served_devices(sc.workload).values())
     if sched.effective_placement == "colocated":
         actor = n_devices if sched.fuse == "full" else n_devices - max(1, round(n_devices * sched.aux_fraction))
         return list(range(actor)), list(range(actor))

@@ -163,21 +163,36 @@ TOPK_BYTES_PER_LOGIT = 4.0
 TEACHER_BYTES_PER_LOGPROB = 8.0
 
 
-class DistillationSpec(_Strict):
+class ServedSpec(_Strict):
+    """A model served by inference engines on devices of its own, set apart at the end of the job's
+    ranks (a verl resource pool of nnodes x n_gpus_per_node): each sample is sent to an engine as one
+    request of its whole sequence, which the engine prefills (rl/schedules/served.py, llm/served.py)."""
+    devices: int = Field(gt=0)                          # the pool: whole instances of `layout`
+    # The engine's layout (workload.rollout_layout's keys, instances excepted). {}: tp 1.
+    layout: dict[str, Any] = Field(default_factory=dict)
+    # Its engine constants (workload.inference's keys) over the rollout engine's: verl's teacher and
+    # reward-model rollout configs have their own (enforce_eager, max_num_batched_tokens 8192, chunked
+    # prefill; its importer gives them). {}: the rollout engine's.
+    inference: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("layout", mode="after")
+    @classmethod
+    def _no_instances(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """The pool's size is `devices`: an instance count of its own would say it twice."""
+        if "instances" in value:
+            raise ValueError("instances does not apply: the pool is `devices` devices of whole instances (tp x ep "
+                             "each); remove layout.instances, or set devices")
+        return value
+
+
+class DistillationSpec(ServedSpec):
     """On-policy distillation from a teacher served by inference engines of its own (verl 0.9
     `distillation`, experimental/teacher_loop: the agent loop sends each finished sample, after its
     reward, to a teacher engine as a prompt of its whole sequence with max_tokens 1 and
     prompt_logprobs, and the sample is ready for training when the teacher answers). The teacher's
     devices are set apart from the job's, at the end of its ranks (verl's distillation resource pool,
-    distillation.nnodes x n_gpus_per_node). rl/schedules/teacher.py, llm/teacher.py."""
+    distillation.nnodes x n_gpus_per_node)."""
     teacher: str                                        # model preset (or HF config.json path)
-    devices: int = Field(gt=0)                          # the teacher pool: whole instances of `layout`
-    # The teacher engine's layout (workload.rollout_layout's keys, instances excepted). {}: tp 1.
-    layout: dict[str, Any] = Field(default_factory=dict)
-    # Its engine constants (workload.inference's keys) over the rollout engine's: verl's teacher
-    # inference config has its own (enforce_eager true, max_num_batched_tokens 8192, chunked prefill;
-    # its importer gives them). {}: the rollout engine's.
-    inference: dict[str, Any] = Field(default_factory=dict)
     # Log-probabilities returned per token: the top-k of verl's forward_kl_topk loss
     # (distillation_loss.topk); 0: the sampled token's only (the estimator losses k1 / k3, verl's default).
     topk: int = Field(0, ge=0)
@@ -193,15 +208,6 @@ class DistillationSpec(_Strict):
     def payload_bytes(self, tokens: Any) -> Any:
         """What the teacher returns with samples of ``tokens`` tokens: max(topk, 1) log-probabilities a token."""
         return tokens * max(self.topk, 1) * self.bytes_per_logprob
-
-    @field_validator("layout", mode="after")
-    @classmethod
-    def _no_instances(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """The pool's size is `devices`: an instance count of its own would say it twice."""
-        if "instances" in value:
-            raise ValueError("instances does not apply: the teacher pool is `devices` devices of whole instances "
-                             "(tp x ep each); remove layout.instances, or set distillation.devices")
-        return value
 
 
 class CriticBatchingSpec(_Strict):
@@ -270,6 +276,12 @@ class RewardSpec(_Strict):
     # bf16 first: cpu_offload_bytes_per_param 2): each forward copies every layer's shard in.
     cpu_offload: bool = False
     cpu_offload_bytes_per_param: float = Field(2.0, gt=0)
+    # A reward model served by inference engines on devices of its own (kind: model), in place of a
+    # forward pass on the trainer: verl 0.9's reward loop with reward.reward_model.enable_resource_pool
+    # (experimental/reward_loop: a discriminative model behind vLLM's /classify, each finished sample
+    # posted as one request of prompt and response as the agent loop hands it over, handover).
+    # None: the forward pass.
+    served: ServedSpec | None = None
 
     @field_validator("cpu_offload", "cpu_offload_bytes_per_param", mode="after")
     @classmethod
@@ -307,10 +319,24 @@ class RewardSpec(_Strict):
             raise ValueError("give workers (a pool shared by the job) or workers_per_device, not both")
         if self.kind == "model" and self.workers is not None:
             raise ValueError("workers applies to rule rewards (kind: rule); a reward model runs on the devices")
-        if self.kind == "model" and self.handover is not None:
-            raise ValueError("handover applies to rule rewards (kind: rule): a reward model scores in a forward "
-                             "pass on the devices; remove reward.handover, or set reward.kind: rule")
+        if self.kind == "model" and self.handover is not None and self.served is None:
+            raise ValueError("handover applies to rule rewards (kind: rule) and a served reward model (served): a "
+                             "reward model on the trainer scores in a forward pass; remove reward.handover, or set "
+                             "reward.kind: rule")
         return self
+
+    @field_validator("served", mode="after")
+    @classmethod
+    def _served_is_a_reward_model(cls, value: ServedSpec | None, info: ValidationInfo) -> ServedSpec | None:
+        """A served reward model is a model (kind: model) whose weights stay in its engines."""
+        data = info.data or {}
+        if value is not None and data.get("kind") == "rule":
+            raise ValueError("applies to a reward model (kind: model): a rule reward runs on the host CPUs; remove "
+                             "reward.served, or set reward.kind: model")
+        if value is not None and data.get("cpu_offload"):
+            raise ValueError("a served reward model keeps its weights in its engines: reward.cpu_offload (FSDP's "
+                             "offload of one on the trainer) does not apply; remove reward.cpu_offload")
+        return value
 
     def workers_on(self, devices: int) -> float:
         """The rule-reward workers that verify the samples of ``devices`` devices: the job's shared
@@ -2158,16 +2184,22 @@ def _read_past_micro_batching(scenario: Scenario) -> ReadPast:
              "(schedule.distqueue.packed: true) without a training token budget")]
 
 
+def _reward_field(workload: WorkloadConfig) -> str:
+    """Why no reward model runs on the trainer: a rule reward, or one served on engines of its own."""
+    return "reward.served: on engines of its own" if workload.reward.served is not None else "reward.kind"
+
+
 def _read_past_aux_pools(scenario: Scenario) -> ReadPast:
     """A pool of schedule.aux_devices for a model the workload does not run stays idle the whole run."""
     pools = scenario.schedule.aux_devices
     w = scenario.workload
-    runs = {"reference": bool(w.reference), "reward": w.reward.kind == "model", "critic": w.algorithm == "ppo"}
+    runs = {"reference": bool(w.reference), "reward": w.reward.kind == "model" and w.reward.served is None,
+            "critic": w.algorithm == "ppo"}
     for group in pools if isinstance(pools, dict) else ():
         idle = [role for role in group.split("+") if not runs[role]]
         if idle:
             return [(f"schedule.aux_devices.{group}", f"the workload runs no {' / '.join(idle)} model (workload."
-                     f"{'reference' if 'reference' in idle else 'reward.kind' if 'reward' in idle else 'algorithm'}), "
+                     f"{'reference' if 'reference' in idle else _reward_field(w) if 'reward' in idle else 'algorithm'}), "
                      "so this pool would stay idle", f"remove {' / '.join(idle)} from schedule.aux_devices")]
     if isinstance(pools, int) and not any(runs.values()):
         return [("schedule.aux_devices", "the workload runs no reference, reward model or critic: the aux pool "

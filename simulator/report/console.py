@@ -46,6 +46,18 @@ def _trained(s: dict[str, Any]) -> str:
     return f"{samples['trained_per_step']:,.0f} of {samples['batch']:,}"
 
 
+# served models' summary keys (<role>_pool, rl/schedules/context.py _record_served) and their names
+SERVED_ROWS = (("reward_model", "reward model"), ("teacher", "teacher"))
+
+
+def _reward_wait_text(s: dict[str, Any]) -> str:
+    """What the critical path's reward wait waited for: rule rewards, a served reward model, a teacher."""
+    served = [name for role, name in SERVED_ROWS if f"{role}_pool" in s]
+    if not served:
+        return "waiting for rule rewards"
+    return "for rewards and teacher" if served == ["teacher"] else f"waiting for the {' and '.join(served)}"
+
+
 RUN_FILES = "scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev, plots, report.html"
 
 
@@ -74,14 +86,15 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
     if "reward_pool" in s:
         pool = s["reward_pool"]
         t.add_row(f"reward pool busy ({pool['workers']} workers)", f"{pool['utilization']:.1%}")
-    if "teacher_pool" in s:      # workload.distillation: the teacher's engines
-        pool = s["teacher_pool"]
-        t.add_row(f"teacher pool busy ({pool['engines']} engines)", f"{pool['utilization']:.1%}")
+    for role, name in SERVED_ROWS:      # workload.reward.served, workload.distillation: their engines
+        if f"{role}_pool" in s:
+            pool = s[f"{role}_pool"]
+            t.add_row(f"{name} pool busy ({pool['engines']} engines)", f"{pool['utilization']:.1%}")
     for cause, frac in s["bubbles_by_cause"].items():
         if frac > 0:
             t.add_row(f"  bubble: {cause} (whole run)", f"{frac:.1%}")
             if cause == "dependency" and s.get("reward_wait_fraction", 0.0) > 0:   # the critical path's "reward"
-                waited = "for rewards and teacher" if "teacher_pool" in s else "waiting for rule rewards"
+                waited = _reward_wait_text(s)
                 t.add_row(f"    of which {waited}", f"{s['reward_wait_fraction']:.1%}")
     for stage, sec in s["stage_time_s"].items():
         t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
@@ -131,9 +144,10 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
     t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])
     t.add_row("MFU (whole run)", *[f"{r['mfu']:.1%}" for r in rows])
-    if any("teacher_pool" in r for r in rows):   # workload.distillation: how busy the teacher keeps
-        t.add_row("teacher pool busy", *[_share(r["teacher_pool"]["utilization"]) if "teacher_pool" in r else "-"
-                                         for r in rows])
+    for role, name in SERVED_ROWS:   # workload.reward.served, workload.distillation: how busy they keep
+        if any(f"{role}_pool" in r for r in rows):
+            t.add_row(f"{name} pool busy", *[_share(r[f"{role}_pool"]["utilization"]) if f"{role}_pool" in r else "-"
+                                             for r in rows])
     # the deciding constraint of a pool split: the highest of the run's phases per device
     t.add_row("peak memory (GB)", *[f"{r['peak_memory_bytes'] / 1e9:.1f}" for r in rows])
     t.add_row("staleness max", *[f"{r['staleness']['max']:.0f}" for r in rows])

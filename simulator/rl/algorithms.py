@@ -18,13 +18,14 @@ if TYPE_CHECKING:
 
 # Stage kinds the schedules know how to place.
 GENERATE, REWARD_CPU, FORWARD, TRAIN, SYNC = "generate", "reward_cpu", "forward", "train", "sync"
+REWARD_SERVED = "reward_served"     # a reward model on engines of its own (workload.reward.served)
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str
-    kind: str            # generate | reward_cpu | forward | train | sync
-    role: str            # actor | reference | reward | critic | host
+    kind: str            # generate | reward_cpu | reward_served | forward | train | sync
+    role: str            # actor | reference | reward | critic | host | reward_model (its served pool)
     after: tuple[str, ...] = ()
 
 
@@ -80,6 +81,8 @@ def build_algorithm(workload: WorkloadConfig) -> Algorithm:
     stages: list[Stage] = [Stage("generate", GENERATE, "actor")]
     if workload.reward.kind == "rule":
         stages.append(Stage("reward", REWARD_CPU, "host", ("generate",)))
+    elif workload.reward.served is not None:
+        stages.append(Stage("reward", REWARD_SERVED, "reward_model", ("generate",)))
     else:
         stages.append(Stage("reward", FORWARD, "reward", ("generate",)))
     stages.append(Stage("old_logprob", FORWARD, "actor", ("generate",)))

@@ -7,7 +7,9 @@ those devices and their links:
   forward(role, seq_lens, ranks)              -> StageCost (old-logprob / reference / reward / critic)
   train(role, seq_lens, ranks)                -> StageCost of one optimizer step on these sequences
   reward_cpu_s(prompt_lens, response_lens)    -> each sample's rule-reward time on one host worker
-  teacher(prompt_lens, response_lens, ranks)  -> TeacherCost of each sample on the teacher pool (distillation)
+  served(role, prompt_lens, response_lens, ranks)
+                                              -> ServedCost of each sample on a served pool (a
+                                                 distillation teacher, a served reward model)
   weight_sync_s(src, dst)                     -> trainer -> rollout weights (reshard when src == dst)
   switch(to_phase, ranks)                     -> SwitchCost of a colocated phase change
   inference_memory_bytes(ranks)               -> per-device memory in the rollout phase
@@ -27,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..llm.teacher import TeacherCost
+from ..llm.served import ServedCost
 
 
 @dataclass(frozen=True)
@@ -115,10 +117,11 @@ class Costs(Protocol):
     def forward(self, role: str, seq_lens: np.ndarray, ranks: Ranks) -> StageCost: ...
     def train(self, role: str, seq_lens: np.ndarray, ranks: Ranks) -> StageCost: ...
     def reward_cpu_s(self, prompt_lens: np.ndarray, response_lens: np.ndarray) -> np.ndarray: ...
-    # on-policy distillation (workload.distillation): each sample's cost on the teacher pool at ranks
-    # (llm/teacher.py TeacherCost), and the devices of one teacher engine
-    def teacher(self, prompt_lens: np.ndarray, response_lens: np.ndarray, ranks: Ranks) -> TeacherCost: ...
-    def teacher_instance_devices(self) -> int: ...
+    # a model served on devices of its own (role "teacher": workload.distillation; "reward_model":
+    # workload.reward.served): each sample's cost on its pool at ranks (llm/served.py ServedCost), and
+    # the devices of one of its engines
+    def served(self, role: str, prompt_lens: np.ndarray, response_lens: np.ndarray, ranks: Ranks) -> ServedCost: ...
+    def served_instance_devices(self, role: str) -> int: ...
     def weight_sync_s(self, src: Ranks, dst: Ranks) -> float: ...
     def switch(self, to_phase: str, ranks: Ranks) -> SwitchCost: ...
     # the rollout engine put to sleep after a generation batch and woken before the next (training untouched)

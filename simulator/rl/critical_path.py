@@ -43,8 +43,10 @@ import numpy as np
 if TYPE_CHECKING:  # the run imports this module (OnlinePaths) before its first event: pandas comes later
     import pandas as pd
 
-# Path causes, in report order. "data": the DistQueue fetch; "reward": rule-based reward latency
-# between a sequence's finish and its sample being scored; "teacher": a distillation teacher's
+# The pools of served models (rl/pools.py SERVED_FIELDS), whose rows the walker does not read.
+SERVED_POOLS = ("reward_model", "teacher")
+# Path causes, in report order. "data": the DistQueue fetch; "reward": reward latency (rule-based, or
+# a served reward model's) between a sequence's finish and its sample being scored; "teacher": a distillation teacher's
 # latency from then to the sample being ready; "dependency": a wait nothing recorded explains.
 CAUSES = ("generate", "long_tail", "reward", "switch", "data", "forward", "train", "pipeline_bubble",
           "weight_sync", "dependency", "planning", "failure", "untracked", "tool_wait", "teacher")
@@ -109,10 +111,11 @@ class _Rows:
         self.pool = timeline["pool"].to_numpy(object)
         self.label = timeline["label"].to_numpy(object)
         self.iteration = timeline["iteration"].to_numpy(int)
-        # a distillation teacher's rows never explain a wait: the samples it scores hold the trainer as
-        # their reward latency (finish -> ready), and its rows are recorded at the run's end, after the
-        # online walk (Context._record_teacher), which must see what the offline one sees
-        busy = np.flatnonzero((self.state != "idle") & (self.pool != "teacher"))
+        # a served model's rows (a reward model, a distillation teacher) never explain a wait: the
+        # samples it scores hold the trainer as their reward / teacher latency (finish -> ready), and its
+        # rows are recorded at the run's end, after the online walk (Context._record_served), which must
+        # see what the offline one sees
+        busy = np.flatnonzero((self.state != "idle") & ~np.isin(self.pool, SERVED_POOLS))
         self.busy_by_end = busy[np.argsort(self.end[busy], kind="stable")]
         self.busy_ends = self.end[self.busy_by_end]
         self._by_rank: dict[int, tuple[np.ndarray, list[float]]] = {}

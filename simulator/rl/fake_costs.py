@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..llm.teacher import TeacherCost
+from ..llm.served import ServedCost
 from .costs import RolloutOutcome, StageCost, SwitchCost
 
 
@@ -81,6 +81,8 @@ class FakeCosts:
     instance_kv_tokens: float = math.inf
     teacher_s_per_token: float = 0.0          # a teacher engine's seconds per sample token (workload.distillation)
     teacher_devices: int = 1                  # devices of one teacher engine
+    reward_model_s_per_token: float = 0.0     # a served reward model's engine's (workload.reward.served)
+    reward_model_devices: int = 1             # devices of one reward-model engine
 
     def rollout(self, prompt_lens, response_lens, ranks, groups=None, arrivals=None):
         n_inst = max(1, len(ranks) // self.instance_devices)
@@ -113,14 +115,14 @@ class FakeCosts:
     def reward_cpu_s(self, prompt_lens, response_lens):
         return np.full(len(response_lens), self.reward_s_per_sample)
 
-    def teacher(self, prompt_lens, response_lens, ranks):
-        """A teacher engine takes teacher_s_per_token a token, alone or batched (no batching gain):
-        the pool of len(ranks) / teacher_devices engines serves that over its engines."""
-        alone = self.teacher_s_per_token * (np.asarray(prompt_lens, float) + np.asarray(response_lens, float))
-        return TeacherCost(alone / max(1, len(ranks) // self.teacher_devices), alone, np.zeros(len(alone)))
+    def served(self, role, prompt_lens, response_lens, ranks):
+        """A served engine takes <role>_s_per_token a token, alone or batched (no batching gain): the
+        pool of len(ranks) / <role>_devices engines serves that over its engines."""
+        alone = getattr(self, f"{role}_s_per_token") * (np.asarray(prompt_lens, float) + np.asarray(response_lens, float))
+        return ServedCost(alone / max(1, len(ranks) // self.served_instance_devices(role)), alone, np.zeros(len(alone)))
 
-    def teacher_instance_devices(self):
-        return self.teacher_devices
+    def served_instance_devices(self, role):
+        return getattr(self, f"{role}_devices")
 
     def weight_sync_s(self, src, dst):
         return self.sync_s

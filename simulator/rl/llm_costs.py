@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from pydantic import ValidationError
@@ -53,7 +53,7 @@ from ..llm.layer_costs import with_lora
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
 from ..llm.multi_turn import EngineShare, TurnLaw, plan_turns, run_turns_in_lockstep
 from ..llm.multi_turn_server import MultiTurnServer, TurnRegistry, run_turns
-from ..llm.teacher import TeacherCost, TeacherScoring
+from ..llm.served import ServedCost, ServedScoring
 from ..llm.train_layout import TrainLayout
 from ..llm.training import (
     TrainParams,
@@ -68,7 +68,7 @@ from ..scenario import Scenario
 from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
 from .packing import heaviest_micro_batch, micro_batch_order, replica_contiguous_ranks
-from .pools import resolve_auto_layouts
+from .pools import SERVED_FIELDS, SERVED_NAMES, resolve_auto_layouts
 
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
 # depend on it (tests/llm/test_inference.py checks restored interrupts against fresh engines).
@@ -271,6 +271,15 @@ def turn_law_of(spec: Any) -> TurnLaw | None:
                    spec.tool_latency_s, spec.tool_latency_sigma, spec.lockstep, spec.max_turn_tokens)
 
 
+class _Served(NamedTuple):
+    """A served model as LlmCosts prices it (_resolve_served)."""
+    model: ModelSpec
+    layout: RolloutLayout
+    params: InferenceParams
+    bytes_per_logit: float     # its log-probability pass (0: none, a reward model's score head)
+    prefix: str                # its scenario section, for errors
+
+
 class LlmCosts:
     def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None):
         """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
@@ -339,8 +348,8 @@ class LlmCosts:
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
-        self._teachers: dict[tuple, TeacherScoring] = {}   # _teacher_on: by the pool's ranks
-        self._teacher = self._resolve_teacher()            # (model, layout, constants); None: no teacher
+        self._served_pools: dict[tuple, ServedScoring] = {}   # _served_on: by the role and the pool's ranks
+        self._served = self._resolve_served()                 # by role: only those the workload serves
         self._flops_lines: dict[Any, tuple[float, float]] = {}   # model -> train FLOPs per token at 0, slope
         self._layouts: dict[int, TrainLayout] = {}
         self._memory: dict[tuple[int, float], MemoryBreakdown] = {}   # _resident_memory, this run's layouts
@@ -960,50 +969,58 @@ class LlmCosts:
         return np.where(response >= cap, reward.capped_cpu_s_per_sample + reward.capped_cpu_s_per_token * response,
                         reward.cpu_s_per_sample + reward.cpu_s_per_token * response)
 
-    def teacher(self, prompt_lens, response_lens, ranks) -> TeacherCost:
-        """Each sample's cost on the teacher pool at ``ranks`` (workload.distillation; llm/teacher.py)."""
-        return self._teacher_on(ranks).each(prompt_lens, response_lens)
+    def served(self, role, prompt_lens, response_lens, ranks) -> ServedCost:
+        """Each sample's cost on the served pool of ``role`` at ``ranks`` (SERVED_FIELDS; llm/served.py)."""
+        return self._served_on(role, ranks).each(prompt_lens, response_lens)
 
-    def teacher_instance_devices(self) -> int:
-        """Devices of one teacher engine (workload.distillation.layout: tp x ep)."""
-        if self._teacher is None:
-            raise ValueError("the workload has no teacher (workload.distillation)")
-        return self._teacher[1].devices_per_instance
+    def served_instance_devices(self, role) -> int:
+        """Devices of one engine of the served ``role`` (its layout: tp x ep)."""
+        if role not in self._served:
+            raise ValueError(f"the workload serves no {role} ({SERVED_FIELDS[role]})")
+        return self._served[role].layout.devices_per_instance
 
-    def _resolve_teacher(self) -> tuple[ModelSpec, RolloutLayout, InferenceParams] | None:
-        """The teacher's model, layout and engine constants (workload.distillation.inference over the
-        rollout engine's), checked on rank 0's device before any pool is cut; None without a teacher."""
-        spec = self.scenario.workload.distillation
-        if spec is None:
-            return None
-        model = load_model(spec.teacher, field="workload.distillation.teacher", source=self.source)
-        layout = RolloutLayout.from_mapping(spec.layout, source=self.source, field_name="workload.distillation.layout")
+    def _resolve_served(self) -> dict[str, _Served]:
+        """The served models' model, layout and engine constants (their inference over the rollout
+        engine's), checked on rank 0's device before any pool is cut: a reward model under its score
+        head (reward.served: no log-probability pass) and a distillation teacher."""
+        workload, served = self.scenario.workload, {}
+        if workload.reward.served is not None:
+            served["reward_model"] = self._resolve_one(workload.reward.served, self.models["reward"], 0.0,
+                                                       SERVED_FIELDS["reward_model"])
+        if workload.distillation is not None:
+            teacher = load_model(workload.distillation.teacher, field="workload.distillation.teacher", source=self.source)
+            served["teacher"] = self._resolve_one(workload.distillation, teacher,
+                                                  workload.distillation.logprob_pass_bytes_per_logit,
+                                                  SERVED_FIELDS["teacher"])
+        return served
+
+    def _resolve_one(self, spec: Any, model: ModelSpec, bytes_per_logit: float, prefix: str) -> _Served:
+        layout = RolloutLayout.from_mapping(spec.layout, source=self.source, field_name=f"{prefix}.layout")
         params = self.inference_params
         if spec.inference:
             try:
                 params = InferenceParams.model_validate({**params.model_dump(), **spec.inference})
             except ValidationError as exc:
-                raise validation_error(exc, source=self.source, prefix="workload.distillation.inference",
+                raise validation_error(exc, source=self.source, prefix=f"{prefix}.inference",
                                        model=InferenceParams, fix="give workload.inference's keys") from None
-        StepCost(model, self.device, layout, params, layout_field="workload.distillation.layout")
-        return model, layout, params
+        StepCost(model, self.device, layout, params, layout_field=f"{prefix}.layout")
+        return _Served(model, layout, params, bytes_per_logit, prefix)
 
-    def _teacher_on(self, ranks) -> TeacherScoring:
-        """The teacher pool on ``ranks``: whole engines of its layout, each priced as the first (its
-        devices, its collectives over the real links), once per pool."""
-        key = (ranks.start, ranks.stop) if isinstance(ranks, range) else tuple(ranks)
-        hit = self._teachers.get(key)
+    def _served_on(self, role: str, ranks) -> ServedScoring:
+        """The served pool of ``role`` on ``ranks``: whole engines of its layout, each priced as the
+        first (its devices, its collectives over the real links), once per pool."""
+        key = (role, ranks.start, ranks.stop) if isinstance(ranks, range) else (role, *ranks)
+        hit = self._served_pools.get(key)
         if hit is None:
-            assert self._teacher is not None, "a teacher pool without workload.distillation"
-            model, layout, params = self._teacher
-            workload, field = self.scenario.workload, "workload.distillation.layout"
-            first = list(ranks)[:layout.devices_per_instance]
-            cost = StepCost(model, instance_device(self.topology, first), layout, params,
+            spec = self._served[role]
+            field, per_engine = f"{spec.prefix}.layout", spec.layout.devices_per_instance
+            first = list(ranks)[:per_engine]
+            cost = StepCost(spec.model, instance_device(self.topology, first), spec.layout, spec.params,
                             collectives=self.collectives, ranks=first, layout_field=field)
-            hit = self._teachers[key] = TeacherScoring(cost, len(ranks) // layout.devices_per_instance,
-                                                       workload.distillation.logprob_pass_bytes_per_logit)
+            hit = self._served_pools[key] = ServedScoring(cost, len(ranks) // per_engine, spec.bytes_per_logit)
+            workload = self.scenario.workload
             longest = float(workload.prompt_length.get("max") or 0) + float(workload.response_length.get("max") or 0)
-            hit.check_fits(longest, field, self.source)
+            hit.check_fits(longest, SERVED_NAMES[role], field, self.source)
         return hit
 
     def _inference_shard_bytes(self) -> float:

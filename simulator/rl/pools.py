@@ -7,6 +7,7 @@ decided; the planner (issue 7) replaces it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,27 +93,41 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
     return pools
 
 
-def teacher_devices(workload: Any) -> int:
-    """The devices workload.distillation sets apart for its teacher (0 without one)."""
-    return workload.distillation.devices if workload.distillation is not None else 0
+# Models served by inference engines on devices of their own, in the order verl places their resource
+# pools after the job's (main_ppo init_resource_pool_mgr: global_pool, reward_pool, teacher_pool), with
+# the scenario section that gives each and its name in messages.
+SERVED_FIELDS = {"reward_model": "workload.reward.served", "teacher": "workload.distillation"}
+SERVED_NAMES = {"reward_model": "reward model", "teacher": "teacher"}
 
 
-def teacher_pool(workload: Any, n_devices: int, engine_devices: int, source: str = "<scenario>") -> Pool | None:
-    """The teacher's pool of on-policy distillation: the last ``distillation.devices`` of the job's
-    ``n_devices``, whole engines of ``engine_devices`` (tp x ep) each; None without a teacher. The
-    schedule's pools are built on the devices before it."""
-    count = teacher_devices(workload)
-    if not count:
-        return None
-    if count % engine_devices:
-        fits = [n for n in (count - count % engine_devices, count - count % engine_devices + engine_devices) if n > 0]
-        raise RlsimError(f"{count} devices are not whole teacher engines of {engine_devices} devices (layout tp x ep)",
-                         source=source, field="workload.distillation.devices", fix=f"give {' or '.join(map(str, fits))}")
-    if count >= n_devices:
-        raise RlsimError(f"the teacher's {count} devices leave none of the job's {n_devices} to train and generate",
-                         source=source, field="workload.distillation.devices",
-                         fix=f"give fewer than {n_devices}, or a topology with more devices")
-    return Pool("teacher", n_devices - count, count)
+def served_devices(workload: Any) -> dict[str, int]:
+    """The devices each served model of the workload sets apart (SERVED_FIELDS order; none: {})."""
+    specs = {"reward_model": workload.reward.served, "teacher": workload.distillation}
+    return {role: spec.devices for role, spec in specs.items() if spec is not None}
+
+
+def served_pools(workload: Any, n_devices: int, engine_devices: Callable[[str], int],
+                 source: str = "<scenario>") -> dict[str, Pool]:
+    """The served models' pools, after the devices the schedule's pools are built on: each its
+    ``devices`` (served_devices), whole engines of ``engine_devices(role)`` (tp x ep) each."""
+    sizes = served_devices(workload)
+    start = n_devices - sum(sizes.values())
+    for role, count in sizes.items():
+        field, unit = f"{SERVED_FIELDS[role]}.devices", engine_devices(role)
+        if count % unit:
+            fits = [n for n in (count - count % unit, count - count % unit + unit) if n > 0]
+            raise RlsimError(f"{count} devices are not whole {SERVED_NAMES[role]} engines of {unit} devices (layout "
+                             "tp x ep)", source=source, field=field, fix=f"give {' or '.join(map(str, fits))}")
+    if start <= 0:
+        given = " and ".join(f"the {SERVED_NAMES[role]}'s {count}" for role, count in sizes.items())
+        raise RlsimError(f"{given} devices leave none of the job's {n_devices} to train and generate",
+                         source=source, field=f"{SERVED_FIELDS[next(iter(sizes))]}.devices",
+                         fix=f"give fewer than {n_devices} in all, or a topology with more devices")
+    pools = {}
+    for role, count in sizes.items():
+        pools[role] = Pool(role, start, count)
+        start += count
+    return pools
 
 
 def aux_pool_sizes(schedule: ScheduleConfig) -> dict[str, int]:

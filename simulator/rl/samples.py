@@ -129,7 +129,7 @@ class SampleStore:
         the engine handed each out (default: its finish; an engine call that returns a batch, the
         batch's end), so finish -> returned is generation (of the others) and returned -> ready reward.
         ``scored``: when its reward was ready (default: ``ready``); with a distillation teacher,
-        returned -> scored is the reward and scored -> ready the teacher (rl/schedules/teacher.py).
+        returned -> scored is the reward and scored -> ready the teacher (rl/schedules/served.py).
         ``version``, ``start`` and ``instance``: one for all or one per sample (a round of instances in one add)."""
         k = len(finish)
         ids = np.arange(self.n, self.n + k)

@@ -31,7 +31,7 @@ from ...des import Simulation
 from ...errors import RlsimError
 from ...scenario import Scenario
 from ..costs import Costs
-from ..pools import build_pools, teacher_pool
+from ..pools import build_pools, served_pools
 from . import registry  # the built-in kinds' modules load on first use (registry.get)
 from .batches import Sampler
 from .context import Context, IterationLog, RunRecord
@@ -54,12 +54,10 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     policy = registry.get(sched.kind, scenario.source)
     check_before_pools(scenario, policy)
     template = getattr(costs, "train_template", None)   # LlmCosts': what makes its pool unit
-    teacher = teacher_pool(scenario.workload, n_devices, costs.teacher_instance_devices()
-                           if scenario.workload.distillation else 1, scenario.source)
-    pools = build_pools(sched, n_devices - (teacher.count if teacher else 0), costs.instance_devices,
+    served = served_pools(scenario.workload, n_devices, costs.served_instance_devices, scenario.source)
+    pools = build_pools(sched, n_devices - sum(pool.count for pool in served.values()), costs.instance_devices,
                         costs.train_pool_unit, scenario.source, template.pool_unit_text() if template is not None else "")
-    if teacher is not None:
-        pools["teacher"] = teacher
+    pools.update(served)
     check_with_pools(scenario, costs, pools)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed),
                   keep_samples=keep_samples)

@@ -10,14 +10,15 @@ import numpy as np
 
 from ...des import Simulation
 from ...scenario import Scenario
-from ..algorithms import REWARD_CPU, Algorithm, build_algorithm
+from ..algorithms import REWARD_CPU, REWARD_SERVED, Algorithm, build_algorithm
 from ..costs import Costs
 from ..distqueue import DistQueue
-from ..pools import Pool
+from ..pools import SERVED_FIELDS, Pool
 from ..samples import SampleStore
 from ..timeline import GroupClock, Timeline
 from .batches import RoundDraws, Sampler
 from .generation import Generation
+from .reward_pool import RewardPool
 from .staleness import TIME_TOL_S
 from .state import RunTotals
 from .training import TrainStep
@@ -77,6 +78,7 @@ class Context:
         self.env, self.timeline = self.sim.env, self.sim.timeline
         self.alg: Algorithm = build_algorithm(self.workload)
         self.rule_reward = any(stage.kind == REWARD_CPU for stage in self.alg.stages)
+        self.served_reward = any(stage.kind == REWARD_SERVED for stage in self.alg.stages)
         self.shared_reward = scenario.workload.reward.workers is not None
         self.draws = RoundDraws(scenario, self.sim.rng, prompt_sampler, response_sampler)
         # keep_samples=False (no output shows the per-sample table): rows fold as soon as the online
@@ -166,12 +168,12 @@ class Context:
         for out in self.out_of_run:
             self.timeline.add(out.pool, out.rank_start, out.rank_count, out.state, out.from_s, makespan,
                               cause=out.cause, label="failure")
-        teacher = self.pools.get("teacher")
-        if teacher is not None:
-            self._record_teacher(teacher, makespan)
-        # devices no pool could use (whole instances / replicas only), before the teacher's if any
-        used = max(p.start + p.count for name, p in self.pools.items() if name != "teacher")
-        end = teacher.start if teacher is not None else self.n_devices
+        served = [self.pools[role] for role in SERVED_FIELDS if role in self.pools]
+        for pool in served:
+            self._record_served(pool, makespan)
+        # devices no pool could use (whole instances / replicas only), before the served models' if any
+        used = max(p.start + p.count for name, p in self.pools.items() if name not in SERVED_FIELDS)
+        end = served[0].start if served else self.n_devices
         if used < end:
             self.timeline.add("unused", used, end - used, "idle", 0.0, makespan, cause="placement")
         pending = self.store.pending()    # samples never consumed by the end of the run: dropped explicitly
@@ -197,26 +199,26 @@ class Context:
                          self.start_s, list(self.failures), dict(self.extra), self.online, self.trainer_paths,
                          dict(totals.phase_peak_bytes), dict(totals.switch_parts_s))
 
-    def _record_teacher(self, teacher: Pool, makespan: float) -> None:
-        """The teacher pool's busy stretches up to the run's end (state forward, label teacher: its
+    def _record_served(self, served: Pool, makespan: float) -> None:
+        """A served pool's busy stretches up to the run's end (state forward, label its role: its
         engines prefill the samples handed to them) and its waits for samples between them; its
-        FLOPs within the run, its stage time and how busy it was (summary key teacher_pool)."""
-        totals, pool = self.totals, self.totals.teacher_pool
+        FLOPs within the run, its stage time (teacher, or reward) and how busy it was (summary key
+        <role>_pool)."""
+        role, totals = served.name, self.totals
+        pool = totals.served.setdefault(role, RewardPool())
         at = 0.0
         for start, end in zip(pool.starts, pool.ends, strict=True):
             if start >= makespan:
                 break
-            self.timeline.add(teacher.name, teacher.start, teacher.count, "idle", at, start, cause="dependency",
-                              label="teacher")
+            self.timeline.add(role, served.start, served.count, "idle", at, start, cause="dependency", label=role)
             at = min(end, makespan)
-            self.timeline.add(teacher.name, teacher.start, teacher.count, "forward", start, at, label="teacher")
-        self.timeline.add(teacher.name, teacher.start, teacher.count, "idle", at, makespan, cause="dependency",
-                          label="teacher")
+            self.timeline.add(role, served.start, served.count, "forward", start, at, label=role)
+        self.timeline.add(role, served.start, served.count, "idle", at, makespan, cause="dependency", label=role)
         busy, scheduled = pool.busy_s(0.0, makespan), pool.busy_s()
-        totals.flops += totals.teacher_flops * (busy / scheduled if scheduled > 0 else 0.0)
-        self.add_stage_time("teacher", busy)
-        self.extra["teacher_pool"] = {"devices": teacher.count,
-                                      "engines": teacher.count // self.costs.teacher_instance_devices(),
+        totals.flops += totals.served_flops.get(role, 0.0) * (busy / scheduled if scheduled > 0 else 0.0)
+        self.add_stage_time("reward" if role == "reward_model" else role, busy)
+        self.extra[f"{role}_pool"] = {"devices": served.count,
+                                      "engines": served.count // self.costs.served_instance_devices(role),
                                       "busy_s": busy, "utilization": busy / makespan if makespan > 0 else 0.0}
 
     def _mean_len(self) -> float:

@@ -11,9 +11,9 @@ from ..distqueue import payload_bytes_each
 from ..timeline import contiguous_runs
 from .batches import GenPlan, RootRun, SeqBatch, prefix_groups
 from .rewards import rule_rewards_ready
+from .served import served_scored, teacher_scored, with_teacher_payload
 from .staleness import TIME_TOL_S
 from .state import RunState
-from .teacher import teacher_scored, with_teacher_payload
 
 
 class Generation:
@@ -299,7 +299,7 @@ class Generation:
         returned = np.where(together, t0s + ends, finish)
         prompt_len, response_len, done_len = seqs.prompt_len[rows], seqs.target_len[rows], seqs.done_len[rows]
         resumed = done_len > 0
-        scored = np.maximum(self._rewarded(finish, stored, counts, prompt_len, response_len), returned)
+        scored = np.maximum(self._rewarded(finish, returned, stored, counts, prompt_len, response_len), returned)
         ready = teacher_scored(ctx, scored, prompt_len, response_len)
         instances = [int(plan.ranks[0]) if len(plan.ranks) else -1 for plan, _, _ in stored]
         ctx.store.add(round_=seqs.round[rows], group=seqs.group[rows], prompt_len=prompt_len,
@@ -315,15 +315,18 @@ class Generation:
                                                                         pad_len=ctx.pad_len), lens[a:b]), written[a:b])
                               for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
-    def _rewarded(self, finish: np.ndarray, stored: list[tuple[GenPlan, int, float]], counts: list[int],
-                  prompt_len: np.ndarray, response_len: np.ndarray) -> np.ndarray:
-        """When each stored row's rule reward is ready (rewards.rule_rewards_ready). On the job's
+    def _rewarded(self, finish: np.ndarray, returned: np.ndarray, stored: list[tuple[GenPlan, int, float]],
+                  counts: list[int], prompt_len: np.ndarray, response_len: np.ndarray) -> np.ndarray:
+        """When each stored row's reward is ready: a served reward model's as each is ``returned``
+        (served.served_scored); a rule reward's by rewards.rule_rewards_ready. On the job's
         shared pool (reward.workers) the samples stored together (a synchronous round: every
         instance's) are one hand-over; on the instances' own workers (workers_per_device) each
         plan's samples are its instance's. A batch is handed over where the engine returns it (a
         plan's end, or a cut); with handover sample each sample at its finish (an engine that
         returns them together holds them to its end: the caller's max with the return time)."""
         ctx = self.ctx
+        if ctx.served_reward:
+            return served_scored(ctx, "reward_model", returned, prompt_len, response_len)
         if not ctx.rule_reward:
             return finish.copy()
         handover = ctx.workload.reward.handover_of(ctx.sched)

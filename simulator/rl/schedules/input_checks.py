@@ -10,7 +10,7 @@ from ...params import TRAIN_SOFTWARE, engine_constants_read_past, train_constant
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
 from ..llm_costs import keeps_engine_copies
-from ..pools import Pool
+from ..pools import SERVED_FIELDS, SERVED_NAMES, Pool, served_devices
 from . import registry
 from .registry import SchedulePolicy
 
@@ -19,7 +19,7 @@ def check_before_pools(scenario: Scenario, policy: SchedulePolicy) -> None:
     """What the policy decides alone (before the pools are built)."""
     _check_partial_rollout(scenario, policy)
     _check_multi_turn(scenario, policy)
-    _check_distillation(scenario)
+    _check_served(scenario)
 
 
 def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -> None:
@@ -30,13 +30,16 @@ def check_with_pools(scenario: Scenario, costs: Costs, pools: dict[str, Pool]) -
     _check_engine_constants(scenario, costs)
 
 
-def _check_distillation(scenario: Scenario) -> None:
-    """A failure re-plans the rollout and training devices (failures.py, split_failures.py); the
-    teacher's pool beside them is not re-planned, so the two are refused together, not half modelled."""
-    if scenario.workload.distillation is not None and scenario.schedule.failures:
-        raise RlsimError("schedule.failures are not modelled with a distillation teacher's pool (its devices are not "
-                         "re-planned)", source=scenario.source, field="schedule.failures",
-                         fix="remove schedule.failures, or workload.distillation")
+def _check_served(scenario: Scenario) -> None:
+    """A failure re-plans the rollout and training devices (failures.py, split_failures.py); a served
+    model's pool beside them (a reward model, a distillation teacher) is not re-planned, so the two are
+    refused together, not half modelled."""
+    served = served_devices(scenario.workload)
+    if served and scenario.schedule.failures:
+        role = next(iter(served))
+        raise RlsimError(f"schedule.failures are not modelled with a served {SERVED_NAMES[role]}'s pool (its devices "
+                         "are not re-planned)", source=scenario.source, field="schedule.failures",
+                         fix=f"remove schedule.failures, or {SERVED_FIELDS[role]}")
 
 
 def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:

@@ -41,10 +41,10 @@ class RunTotals:
     reward_pool: RewardPool = field(default_factory=RewardPool)
     # each instance's own rule-reward workers (workers_per_device), by the instance's rank range
     instance_reward_pools: dict[tuple[int, ...], RewardPool] = field(default_factory=dict)
-    # the teacher pool of on-policy distillation (workload.distillation; teacher.py): what it is busy
-    # with, and the FLOPs of its prefills
-    teacher_pool: RewardPool = field(default_factory=RewardPool)
-    teacher_flops: float = 0.0
+    # the served models' pools (a reward model, a distillation teacher; served.py), by role: what each
+    # is busy with, and the FLOPs of its prefills
+    served: dict[str, RewardPool] = field(default_factory=dict)
+    served_flops: dict[str, float] = field(default_factory=dict)
 
 
 
@@ -61,6 +61,7 @@ class RunState(Protocol):
     totals: RunTotals
     iterations: list[dict]
     rule_reward: bool
+    served_reward: bool            # a reward model on engines of its own (workload.reward.served)
     shared_reward: bool            # rule rewards on the job's shared pool (workload.reward.workers)
     pad_len: float | None
     batch_samples: int

@@ -32,7 +32,7 @@ from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
 from .rewards import rule_rewards_ready
-from .teacher import teacher_scored, with_teacher_payload
+from .served import served_scored, teacher_scored, with_teacher_payload
 from .training import NO_OLD_LOG_PROB  # fully async trains on the rollout's log-probs
 
 
@@ -215,10 +215,13 @@ class Rollouter:
         ranks = self.ctx.pools[self.POOL].ranks
         # when each trajectory is scored: at its finish (the teacher's hand-over), the group at t
         scored = np.asarray(group.finish_s, float) if ctx.workload.distillation else np.full(len(seqs), t)
+        handover = ctx.workload.reward.handover_of(ctx.sched)
         if ctx.rule_reward:    # the group's n trajectories leave together (a batch) unless handed over each
-            handover = ctx.workload.reward.handover_of(ctx.sched)
             scored = rule_rewards_ready(ctx, np.asarray(group.finish_s, float), ranks, handover,
                                         seqs.prompt_len, seqs.target_len)
+        elif ctx.served_reward:
+            handed = np.asarray(group.finish_s, float) if handover == "sample" else np.full(len(seqs), t)
+            scored = served_scored(ctx, "reward_model", handed, seqs.prompt_len, seqs.target_len)
         # each trajectory to the teacher as its reward is ready (distillation); the group waits for all
         reward_s = float(teacher_scored(ctx, scored, seqs.prompt_len, seqs.target_len).max()) - t
         # the group's rewards ready (before the teacher), never after its ready time (float rounding)

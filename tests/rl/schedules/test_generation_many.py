@@ -49,7 +49,7 @@ def _costs(setup: str) -> LlmCosts:
 def _generation(costs: LlmCosts) -> Generation:
     sched = costs.scenario.schedule
     ctx = SimpleNamespace(costs=costs, sched=sched, workload=costs.scenario.workload, totals=RunTotals(), store=SampleStore(),
-                          queue=DistQueue(simpy.Environment(), sched.distqueue), rule_reward=True, shared_reward=False, pad_len=1024.0)
+                          queue=DistQueue(simpy.Environment(), sched.distqueue), rule_reward=True, served_reward=False, shared_reward=False, pad_len=1024.0)
     return Generation(ctx)
 
 

@@ -72,7 +72,7 @@ def _llm_generation():
     sched = costs.scenario.schedule
     ctx = SimpleNamespace(costs=costs, sched=sched, workload=costs.scenario.workload, totals=RunTotals(),
                           store=SampleStore(), queue=DistQueue(simpy.Environment(), sched.distqueue), rule_reward=True,
-                          shared_reward=False, pad_len=1024.0)
+                          served_reward=False, shared_reward=False, pad_len=1024.0)
     return Generation(ctx)
 
 

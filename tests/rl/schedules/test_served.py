@@ -1,4 +1,4 @@
-"""On-policy distillation's teacher pool in the schedules (rl/schedules/teacher.py): each sample is
+"""On-policy distillation's teacher pool in the schedules (rl/schedules/served.py): each sample is
 ready when the teacher has scored it after its reward, on the devices set apart for the teacher."""
 import numpy as np
 import pytest

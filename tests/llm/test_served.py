@@ -1,4 +1,4 @@
-"""Closed forms of a distillation teacher's costs (llm/teacher.py): a sample's prefill of its whole
+"""Closed forms of a distillation teacher's costs (llm/served.py): a sample's prefill of its whole
 sequence on the teacher's engines plus the log-probability pass over the vocabulary."""
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from simulator.errors import RlsimError
 from simulator.hardware.devices import get_device
 from simulator.llm.architecture import load_model
 from simulator.llm.inference import InferenceParams, RolloutLayout, StepCost
-from simulator.llm.teacher import TeacherScoring
+from simulator.llm.served import ServedScoring
 from simulator.scenario import PROMPT_LOGPROB_BYTES_PER_LOGIT
 
 H100 = get_device("h100")
 TEACHER = load_model("qwen2.5-32b")
 
 
-def scoring(layout=None, instances=1, bytes_per_logit=PROMPT_LOGPROB_BYTES_PER_LOGIT, **params) -> TeacherScoring:
+def scoring(layout=None, instances=1, bytes_per_logit=PROMPT_LOGPROB_BYTES_PER_LOGIT, **params) -> ServedScoring:
     cost = StepCost(TEACHER, H100, layout or RolloutLayout(tp=4), InferenceParams(**params))
-    return TeacherScoring(cost, instances, bytes_per_logit)
+    return ServedScoring(cost, instances, bytes_per_logit)
 
 
 def logprob_s(length: int, ep: int = 1) -> float:
@@ -83,8 +83,9 @@ def test_the_log_probability_pass_is_a_named_cost_that_can_be_switched_off():
 def test_a_sample_longer_than_the_teachers_kv_cache_is_refused():
     teacher = scoring(layout=RolloutLayout(tp=2, gpu_memory_utilization=0.5))
     with pytest.raises(RlsimError, match="KV cache") as err:
-        teacher.check_fits(10_000_000, "workload.distillation.layout")
-    assert err.value.field == "workload.distillation.layout" and "tp" in err.value.fix
+        teacher.check_fits(10_000_000, "teacher", "workload.distillation.layout")
+    assert err.value.field == "workload.distillation.layout" and "teacher a larger tp" in err.value.fix
+    assert "the teacher's KV cache" in err.value.message
 
 
 def test_a_top_k_reads_the_log_probabilities_once_more():

@@ -1,11 +1,14 @@
-"""A teacher model served by inference engines for on-policy distillation (workload.distillation).
+"""A model served by inference engines on devices of its own, which prefills each sample sent to it:
+a distillation teacher (workload.distillation) or a reward model (workload.reward.served).
 
 verl 0.9's teacher loop sends each finished sample to a teacher engine as one request: its whole
 sequence (prompt and response) as the prompt, max_tokens 1 and prompt_logprobs (the sampled token's
 log-probability, or the top-k), so the engine runs a prefill of the sequence and a log-probability
 pass over the vocabulary at every position, and no decode step (its one token comes out of the
-prefill). What a sample costs the teacher pool, priced with the rollout engine's step model
-(inference.StepCost) on the teacher's own model and layout:
+prefill). Its reward loop sends each to a reward-model engine's /classify (vLLM's pooling runner):
+the same prefill through the model under its score head (hidden x 1), the score of the last
+position read, and no log-probability pass. What a sample costs the pool, priced with the rollout
+engine's step model (inference.StepCost) on the served model and layout:
 
 - ``pool_s``: its share of engine time when the engines run full steps of samples like it. A step
   holds ``step_tokens`` tokens: the engine's token budget (max_num_batched_tokens; without chunked
@@ -16,9 +19,10 @@ prefill). What a sample costs the teacher pool, priced with the rollout engine's
 - ``alone_s``: its latency on an idle instance (the floor of its wait): its prefill as one request
   (in budget-sized chunks with chunked prefill) and its log-probability pass.
 
-The log-probability pass is memory-bound: vocabulary x ``prompt_logprob_bytes_per_logit`` bytes per
-token on every device of an attention replica (the logits are gathered over TP; every rank samples).
-Its FLOPs are the prefill's: the LM head already runs at every position in StepCost's prefill.
+The log-probability pass is memory-bound: vocabulary x ``bytes_per_logit`` bytes per token on every
+device of an attention replica (the logits are gathered over TP; every rank samples); 0 for a
+reward model. Its FLOPs are the prefill's: the LM head already runs at every position in StepCost's
+prefill (a score head's are negligible).
 """
 from __future__ import annotations
 
@@ -31,14 +35,14 @@ from .architecture import ModelSpec
 from .inference import StepCost
 
 
-class TeacherCost(NamedTuple):
-    pool_s: np.ndarray    # each sample's seconds of the whole teacher pool, at full steps
+class ServedCost(NamedTuple):
+    pool_s: np.ndarray    # each sample's seconds of the whole pool, at full steps
     alone_s: np.ndarray   # each sample's latency on an idle instance
     flops: np.ndarray     # each sample's FLOPs (the prefill's matmuls and attention)
 
 
-class TeacherScoring:
-    """The per-sample costs of one teacher pool: ``instances`` engines of ``cost``'s layout."""
+class ServedScoring:
+    """The per-sample costs of one served pool: ``instances`` engines of ``cost``'s layout."""
 
     def __init__(self, cost: StepCost, instances: int, bytes_per_logit: float) -> None:
         self.cost, self.instances = cost, int(instances)
@@ -47,19 +51,19 @@ class TeacherScoring:
         self.matmul_flops_per_token = 2.0 * model.params_compute
         self.attention_flops_per_pair = model.attention_flops_per_context_token()
 
-    def check_fits(self, longest: float, field: str, source: str | None = None) -> None:
+    def check_fits(self, longest: float, what: str, field: str, source: str | None = None) -> None:
         """A sample of ``longest`` tokens must fit one instance's KV cache (an attention replica's)."""
         capacity = self.cost.kv_capacity_replica
         if longest > capacity:
-            raise RlsimError(f"the teacher's KV cache holds {capacity:,.0f} tokens per engine, less than the longest "
+            raise RlsimError(f"the {what}'s KV cache holds {capacity:,.0f} tokens per engine, less than the longest "
                              f"sample ({longest:,.0f} prompt + response tokens), which it must prefill whole",
                              source=source, field=field,
-                             fix="give the teacher a larger tp (layout.tp) or gpu_memory_utilization")
+                             fix=f"give the {what} a larger tp (layout.tp) or gpu_memory_utilization")
 
-    def each(self, prompt_lens: Any, response_lens: Any) -> TeacherCost:
+    def each(self, prompt_lens: Any, response_lens: Any) -> ServedCost:
         lens = np.asarray(prompt_lens, np.int64) + np.asarray(response_lens, np.int64)
         if not len(lens):
-            return TeacherCost(np.zeros(0), np.zeros(0), np.zeros(0))
+            return ServedCost(np.zeros(0), np.zeros(0), np.zeros(0))
         lens = np.maximum(lens, 1)
         pairs = lens * (lens + 1) / 2.0
         step_tokens = self._step_tokens(lens)
@@ -69,7 +73,7 @@ class TeacherScoring:
         pool_s = (step_s * lens / step_tokens + logprob_s) / self.instances
         alone_s = self._alone_s(lens, pairs) + logprob_s
         flops = lens * self.matmul_flops_per_token + pairs * self.attention_flops_per_pair
-        return TeacherCost(pool_s, alone_s, flops)
+        return ServedCost(pool_s, alone_s, flops)
 
     def _step_tokens(self, lens: np.ndarray) -> np.ndarray:
         """Tokens in a full step of samples of these lengths (see the module docstring)."""

@@ -1,0 +1,81 @@
+"""workload.reward.served in runs on the cost models: the reward model's engines on devices of their
+own, priced as a prefill of each sample under the model's score head, and the trainer relieved of
+its forward pass."""
+import numpy as np
+import pytest
+
+import simulator
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model, with_value_head
+from simulator.llm.inference import InferenceParams, RolloutLayout, StepCost, instance_device
+from simulator.llm.served import ServedScoring
+from simulator.rl.llm_costs import LlmCosts
+from simulator.scenario import load_scenario
+
+SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2}, iterations=2,
+             overrides=["workload.prompts_per_step=32", "workload.samples_per_prompt=4",
+                        "workload.mini_batch_prompts=16", "workload.train_layout.tp=2",
+                        "workload.reward.kind=model", "workload.reward.model=qwen2.5-7b"])
+SERVED = ["workload.reward.served.devices=8", "workload.reward.served.layout.tp=2"]
+
+
+def _run(*overrides: str, schedule: str = "colocated", nodes: int = 2) -> dict:
+    small = {**SMALL, "topology": {"preset": "dgx-h100", "nodes": nodes},
+             "overrides": SMALL["overrides"] + list(overrides)}
+    return simulator.simulate(schedule=schedule, keep_samples=False, **small).summary
+
+
+def test_the_reward_model_runs_on_its_own_engines_and_not_on_the_trainer():
+    on_trainer = _run(nodes=1)
+    served = _run(*SERVED)
+    pool = served["reward_model_pool"]
+    assert (pool["devices"], pool["engines"]) == (8, 4)
+    assert served["pools"]["reward_model"] == 8 and served["pools"]["actor"] == 8
+    assert 0 < pool["busy_s"] <= served["makespan_s"]
+    assert served["stage_time_s"]["reward"] > 0
+    # the trainer no longer runs the reward forward, and the scoring overlaps generation
+    assert served["steady_step_time_s"] < on_trainer["steady_step_time_s"]
+
+
+def test_a_served_sample_costs_a_prefill_under_the_score_head_without_a_log_probability_pass():
+    """LlmCosts prices the pool as ServedScoring on the reward model under its value head, on the
+    engine layout and constants given, with no log-probability pass (bytes per logit 0)."""
+    sc = load_scenario({"topology": {"preset": "dgx-h100", "nodes": 2}, "workload": "grpo-qwen2.5-7b"},
+                       overrides=SMALL["overrides"][3:] + SERVED + ["workload.reward.served.inference.enforce_eager=true"])
+    topology = load_topology(sc.topology)
+    costs = LlmCosts(sc, topology)
+    ranks = range(8, 16)
+    prompt, response = np.array([300, 1000]), np.array([2000, 50])
+    got = costs.served("reward_model", prompt, response, ranks)
+    params = InferenceParams.model_validate({**costs.inference_params.model_dump(), "enforce_eager": True})
+    step = StepCost(with_value_head(load_model("qwen2.5-7b")), instance_device(topology, [8, 9]),
+                    RolloutLayout(tp=2), params, collectives=costs.collectives, ranks=[8, 9])
+    want = ServedScoring(step, 4, 0.0).each(prompt, response)
+    assert got.pool_s == pytest.approx(want.pool_s, rel=1e-12) and got.alone_s == pytest.approx(want.alone_s, rel=1e-12)
+    assert costs.served_instance_devices("reward_model") == 2
+    with pytest.raises(ValueError, match="serves no teacher"):
+        costs.served_instance_devices("teacher")
+
+
+def test_the_reward_model_and_a_teacher_take_the_last_devices_in_verls_order():
+    summary = _run(*SERVED, "workload.distillation.teacher=qwen2.5-32b", "workload.distillation.devices=8",
+                   "workload.distillation.layout.tp=4", nodes=3)
+    assert list(summary["pools"])[-2:] == ["reward_model", "teacher"]
+    assert summary["reward_model_pool"]["busy_s"] > 0 and summary["teacher_pool"]["busy_s"] > 0
+
+
+@pytest.mark.parametrize("schedule", ["colocated", "one-step-off", "verl-fully-async"])
+def test_the_critical_path_is_the_same_walked_online_or_after_the_run(schedule):
+    """The reward model's rows, recorded at the run's end, never explain a wait."""
+    small = {**SMALL, "overrides": SMALL["overrides"] + SERVED}
+    online = simulator.simulate(schedule=schedule, keep_samples=False, **small).summary["critical_path"]
+    offline = simulator.simulate(schedule=schedule, keep_samples=True, **small).summary["critical_path"]
+    assert online["steady"] == offline["steady"]
+
+
+def test_a_sample_longer_than_the_reward_models_kv_cache_is_refused_by_its_layout():
+    with pytest.raises(RlsimError, match="the reward model's KV cache") as err:
+        _run(*SERVED, "workload.reward.served.layout.gpu_memory_utilization=0.2",
+             "workload.response_length={dist: lognormal, median: 400000, sigma: 0.1, max: 500000}")
+    assert err.value.field == "workload.reward.served.layout"
