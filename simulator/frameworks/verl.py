@@ -75,6 +75,7 @@ V1_ONLY_KEYS = ("algorithm.filter_groups.max_inflight_gen_batches",)
 
 A = "actor_rollout_ref"
 TEACHER = "distillation.teacher_models.teacher_model"   # verl 0.9's single teacher (distillation.teacher_models)
+RM_ROLLOUT = "reward.reward_model.rollout"              # verl 0.9's reward model's engine (a RolloutConfig)
 # verl's own defaults for the keys rlsim maps, used when a YAML leaves them out (verl
 # verl/trainer/config/ppo_trainer.yaml, v0.4-v0.5; read again in the 0.4.1, 0.5.0, 0.6.0, 0.6.1 and 0.7.0
 # wheels: the same in all, except rollout.name (no default from 0.6) and enforce_eager, below).
@@ -105,6 +106,14 @@ DEFAULTS: dict[str, Any] = {
     f"{TEACHER}.inference.max_num_batched_tokens": 8192, f"{TEACHER}.inference.enable_chunked_prefill": True,
     **{f"{TEACHER}.inference.{k}": 1 for k in ("data_parallel_size", "expert_parallel_size",
                                                 "pipeline_model_parallel_size")},
+    # verl 0.9.1's reward.yaml: the reward model and its engine (a RolloutConfig with its own values)
+    "reward.reward_model.enable": False, "reward.reward_model.enable_resource_pool": False,
+    "reward.reward_model.nnodes": 0, "reward.reward_model.n_gpus_per_node": 8,
+    f"{RM_ROLLOUT}.tensor_model_parallel_size": 2, f"{RM_ROLLOUT}.gpu_memory_utilization": 0.5,
+    f"{RM_ROLLOUT}.max_num_seqs": 1024, f"{RM_ROLLOUT}.enforce_eager": True,
+    f"{RM_ROLLOUT}.max_num_batched_tokens": 8192, f"{RM_ROLLOUT}.enable_chunked_prefill": True,
+    f"{RM_ROLLOUT}.enable_prefix_caching": True,
+    **{f"{RM_ROLLOUT}.{k}": 1 for k in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size")},
 }
 # The keys verl always hands to vLLM (their verl default when the config leaves them out).
 ENGINE_KEYS_ALWAYS = ("max_num_batched_tokens", "enable_chunked_prefill")
@@ -485,9 +494,35 @@ RULES: dict[str, Rule] = {
     "reward.reward_manager.module.*": ignored("a custom manager's module: its CPU time is "
                                               "workload.reward.cpu_s_per_sample"),
     "reward.custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
-    "reward.reward_model.enable": unsupported("a reward model served by an engine of its own (verl 0.9's reward loop) "
-                                              "is not modelled", neutral=False),
-    "reward.reward_model.*": ignored("used with reward.reward_model.enable"),
+    # verl 0.9's reward model (experimental/reward_loop: vLLM engines behind /classify, read in the
+    # 0.9.1 wheel): on a resource pool of its own (enable_resource_pool) the agent loop streams each
+    # finished sample to it; colocated, the trainer wakes it on its own GPUs to score the batch
+    "reward.reward_model.enable": mapped("workload.reward.kind", "true: a reward model (kind: model) served by "
+                                         "vLLM engines; on a pool of its own: workload.reward.served"),
+    "reward.reward_model.enable_resource_pool": mapped("workload.reward.served", "true: the reward model's engines "
+                                                       "on devices of their own score each sample as it is handed "
+                                                       "over; false: priced as a forward pass on the trainer's "
+                                                       "devices after generation (the engine's wake-up and sleep "
+                                                       "around it are not)"),
+    **{f"reward.reward_model.{k}": mapped("workload.reward.served.devices", "the reward model's resource pool: "
+                                          "nnodes x n_gpus_per_node, beside the trainer's (the topology holds both)")
+       for k in ("nnodes", "n_gpus_per_node")},
+    "reward.reward_model.model_path": mapped("workload.reward.model"),
+    **{f"{RM_ROLLOUT}.{k}": mapped(f"workload.reward.served.{to}") for k, to in (
+        ("tensor_model_parallel_size", "layout.tp"), ("gpu_memory_utilization", "layout.gpu_memory_utilization"),
+        ("max_num_seqs", "layout.max_num_seqs"), ("enforce_eager", "inference.enforce_eager"),
+        ("max_num_batched_tokens", "inference.max_num_batched_tokens"),
+        ("enable_chunked_prefill", "inference.chunked_prefill"))},
+    **{f"{RM_ROLLOUT}.{k}": unsupported("a reward-model engine with data, expert or pipeline parallelism is not "
+                                        "imported (set workload.reward.served.layout.ep)", neutral=1)
+       for k in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size")},
+    f"{RM_ROLLOUT}.enable_prefix_caching": unsupported(
+        "the reward model's prefix cache is not modelled: each sample prefills its whole sequence, where a "
+        "prompt's n samples could share the prompt's", neutral=False),
+    f"{RM_ROLLOUT}.free_cache_engine": ignored("the reward model's engines sleep and wake around their scoring: "
+                                               "their wake-up is not priced"),
+    "reward.reward_model.*": ignored("used with reward.reward_model.enable: the engine's name and loading options, "
+                                     "no effect beyond the pool and layout mapped"),
     **{f"{prefix}sandbox_fusion.url": unsupported("a code sandbox's execution time is not modelled (give it as "
                                                   "workload.reward.cpu_s_per_sample)", neutral=None)
        for prefix in ("", "reward.")},
@@ -733,10 +768,12 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     inactive_section(flat, f"{A}.actor.fsdp_config" if strategy == "megatron" else f"{A}.actor.megatron",
                      f"{A}.actor.strategy is {strategy}: this backend's settings do not apply", decided)
     sched = _schedule(values, recipe, workload, decided)
+    _reward_model(values, workload, decided)
     _distillation(values, workload, decided)
     user_sizes = any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets)
-    result.scenario["topology"] = _topology(values, recipe, sched, topology, user_sizes,
-                                            workload.get("distillation", {}).get("devices", 0))
+    served = [("reward model", "reward.reward_model", workload["reward"].get("served", {}).get("devices", 0)),
+              ("teacher", "distillation", workload.get("distillation", {}).get("devices", 0))]
+    result.scenario["topology"] = _topology(values, recipe, sched, topology, user_sizes, served)
     if not user_sizes:   # the trainer's world: trainer.nnodes x n_gpus_per_node (its own pool when split)
         m = f"{A}.actor.megatron"    # the active backend's parallel sizes only
         keys = ([f"{m}.tensor_model_parallel_size", f"{m}.pipeline_model_parallel_size", f"{m}.context_parallel_size"]
@@ -788,6 +825,58 @@ def _distillation(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status,
                       "max_num_batched_tokens": v.count(f"{inference}.max_num_batched_tokens"),
                       "chunked_prefill": v.flag(f"{inference}.enable_chunked_prefill")},
         "topk": positive_int(topk, "distillation.distillation_loss.topk", src) if topk else 0}
+
+
+def _reward_model(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """verl 0.9's reward model (reward.reward_model.enable: vLLM engines behind /classify) ->
+    workload.reward kind model (default: the actor's architecture under a score head). On a resource
+    pool of its own (enable_resource_pool) -> reward.served: its devices (nnodes x n_gpus_per_node),
+    its engines' layout and constants (its rollout config has its own: eager, a token budget of 8192
+    with chunked prefill, TP 2), each sample handed over as the agent loop finishes it; colocated ->
+    a forward pass on the trainer's devices after generation."""
+    rm = "reward.reward_model"
+    if not v.flag(f"{rm}.enable"):
+        for key in v.flat:
+            if key.startswith(f"{rm}.") and key != f"{rm}.enable":
+                decided[key] = ("ignored", "no reward model (reward.reward_model.enable false)")
+        return
+    src = v.result.source
+    path = v(f"{rm}.model_path")
+    w["reward"] = {"kind": "model", **({"model": model_for(path, f"{rm}.model_path", src)[0]} if path else {})}
+    for key in v.flat:     # the rule reward's workers and manager: the workers post to the model's engines
+        if key.startswith(("reward.num_workers", "reward.reward_manager.", "reward.custom_reward_function.")):
+            decided[key] = ("ignored", "with a reward model the reward loop's workers post each sample to its "
+                                       "engines: their CPU time is not priced")
+    if v("reward.custom_reward_function.path"):
+        decided["reward.custom_reward_function.path"] = (
+            "unsupported", "a custom reward function beside a reward model (a generative judge that generates "
+                           "through it) is not modelled: rlsim prices the discriminative /classify path")
+    if not v.flag(f"{rm}.enable_resource_pool"):
+        v.result.notes.append(COLOCATED_REWARD_MODEL_NOTE)
+        for key in v.flat:
+            if key.startswith(f"{RM_ROLLOUT}.") or key in (f"{rm}.nnodes", f"{rm}.n_gpus_per_node"):
+                decided[key] = ("ignored", "colocated (enable_resource_pool false): the reward model is priced as a "
+                                           "forward pass on the trainer's devices")
+        return
+    nodes = v.natural(f"{rm}.nnodes")   # verl refuses a pool of 0 nodes at start
+    if not nodes:
+        raise RlsimError("reward.reward_model.enable_resource_pool without a pool (reward.reward_model.nnodes 0)",
+                         source=src, field=f"{rm}.nnodes", fix=f"pass {rm}.nnodes=N {rm}.n_gpus_per_node=G")
+    w["reward"].update(handover="sample", served={
+        "devices": nodes * v.count(f"{rm}.n_gpus_per_node"),
+        "layout": {"tp": v.count(f"{RM_ROLLOUT}.tensor_model_parallel_size"),
+                   "gpu_memory_utilization": v.fraction(f"{RM_ROLLOUT}.gpu_memory_utilization"),
+                   "max_num_seqs": v.count(f"{RM_ROLLOUT}.max_num_seqs")},
+        "inference": {"enforce_eager": v.flag(f"{RM_ROLLOUT}.enforce_eager"),
+                      "max_num_batched_tokens": v.count(f"{RM_ROLLOUT}.max_num_batched_tokens"),
+                      "chunked_prefill": v.flag(f"{RM_ROLLOUT}.enable_chunked_prefill")}})
+
+
+COLOCATED_REWARD_MODEL_NOTE = (
+    "reward model colocated (reward.reward_model.enable_resource_pool false): verl 0.9 wakes its vLLM engines on "
+    "the trainer's GPUs after generation to score the batch and puts them back to sleep; rlsim prices the scoring "
+    "as a forward pass of the reward model on the trainer's devices (workload.reward.kind: model), without the "
+    "wake-up and sleep")
 
 
 def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
@@ -1853,9 +1942,10 @@ def _rollout_gpus(v: Values) -> int:
 
 
 def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, user_sizes: bool,
-              teacher: int = 0) -> dict[str, Any]:
-    """The topology holding the trainer's pool, a split rollout pool and a distillation ``teacher``'s
-    devices (rlsim sets the teacher's apart at the end of the job's ranks)."""
+              served: list[tuple[str, str, int]]) -> dict[str, Any]:
+    """The topology holding the trainer's pool, a split rollout pool and the ``served`` models'
+    devices (name, verl section, devices: a reward model's and a distillation teacher's, which rlsim
+    sets apart at the end of the job's ranks)."""
     src = v.result.source
     per_node = v.count("trainer.n_gpus_per_node")
     train = v.count("trainer.nnodes") * per_node
@@ -1866,11 +1956,12 @@ def _topology(v: Values, recipe: str, sched: dict[str, Any], spec: str | None, u
         train += sched["rollout_devices"]
         if positive_int(v.flat.get(f"{pool}.n_gpus_per_node", 8), f"{pool}.n_gpus_per_node", src) != per_node:
             per_node = None   # pools of different node widths: sized in the preset's whole nodes
-    if teacher:
-        where = f"{where} + {teacher} teacher (distillation.nnodes x n_gpus_per_node)"
-        train += teacher
-        if v.count("distillation.n_gpus_per_node") != per_node:
-            per_node = None
+    for name, section, devices in served:
+        if devices:
+            where = f"{where} + {devices} {name} ({section}.nnodes x n_gpus_per_node)"
+            train += devices
+            if v.count(f"{section}.n_gpus_per_node") != per_node:
+                per_node = None
     topology, note = size_topology(spec, train, where, src, user_sizes, per_node)
     v.result.notes.append(note)
     return topology

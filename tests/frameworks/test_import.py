@@ -1531,3 +1531,41 @@ def test_verl_09_distillation_puts_its_teacher_on_a_pool_of_its_own():
     with pytest.raises(RlsimError, match="several teachers") as err:
         import_config("verl", cfg, [*QUICKSTART, *teacher, "+distillation.teacher_models.math.model_path=Qwen/Qwen2.5-7B"])
     assert err.value.field.startswith("distillation.teacher_models.math")
+
+
+_RM = "reward.reward_model"
+
+
+def test_verl_09_reward_model_on_a_pool_of_its_own_is_served_and_colocated_a_trainer_forward():
+    """verl 0.9's reward loop with a reward model: on a resource pool of its own, its engines on their
+    devices (the topology holds both) with its rollout config's own constants, each sample handed over
+    as it finishes; colocated, a forward pass on the trainer (noted, its engine keys read past)."""
+    cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
+    rm = [f"{_RM}.enable=true", f"{_RM}.model_path=Qwen/Qwen2.5-7B-Instruct", f"{_RM}.rollout.name=vllm"]
+    pool = [f"{_RM}.enable_resource_pool=true", f"{_RM}.nnodes=2", f"{_RM}.n_gpus_per_node=1"]
+    imported = import_config("verl", cfg, [*QUICKSTART, *rm, *pool])
+    reward = imported.scenario["workload"]["reward"]
+    assert (reward["kind"], reward["model"], reward["handover"]) == ("model", "qwen2.5-7b", "sample")
+    assert reward["served"] == {"devices": 2, "layout": {"tp": 2, "gpu_memory_utilization": 0.5, "max_num_seqs": 1024},
+                                "inference": {"enforce_eager": True, "max_num_batched_tokens": 8192,
+                                              "chunked_prefill": True}}
+    assert imported.scenario["topology"]["nodes"] == 3          # 1 GPU training + 2 for the reward model, a GPU a node
+    assert imported.unknown == {} and list(k for k in imported.unsupported if k.startswith(_RM)) == \
+        [f"{_RM}.rollout.enable_prefix_caching"]
+    assert {f"{_RM}.enable", f"{_RM}.enable_resource_pool", f"{_RM}.nnodes",
+            f"{_RM}.rollout.tensor_model_parallel_size"} <= set(imported.mapped)
+    assert "reward.num_workers" in imported.ignored
+    load_scenario(imported.scenario)                                                # a scenario rlsim runs
+    colocated = import_config("verl", cfg, [*QUICKSTART, *rm])
+    assert colocated.scenario["workload"]["reward"] == {"kind": "model", "model": "qwen2.5-7b"}
+    assert f"{_RM}.rollout.tensor_model_parallel_size" in colocated.ignored
+    assert any("colocated" in note and "wake-up" in note for note in colocated.notes)
+    plain = import_config("verl", cfg, QUICKSTART)
+    assert plain.scenario["workload"]["reward"]["kind"] == "rule"
+    assert not any(key.startswith(f"{_RM}.") for key in [*plain.unsupported, *plain.mapped] if key != f"{_RM}.enable")
+    assert "enable false" in plain.ignored[f"{_RM}.rollout.enable_prefix_caching"]
+    with pytest.raises(RlsimError, match="without a pool") as err:
+        import_config("verl", cfg, [*QUICKSTART, *rm, f"{_RM}.enable_resource_pool=true"])
+    assert err.value.field == f"{_RM}.nnodes"
+    judge = import_config("verl", cfg, [*QUICKSTART, *rm, *pool, "reward.custom_reward_function.path=judge.py"])
+    assert "reward.custom_reward_function.path" in judge.unsupported
