@@ -26,6 +26,7 @@ RUN: dict[str, tuple[str, ...]] = {
     "bench_memory.py": ("--iterations", "2", "4", "--no-cli"),
     "bench_multi_turn.py": ("--iterations", "1", "--prompts", "32"),
     "bench_distillation.py": ("--iterations", "1", "--prompts", "16"),
+    "bench_reward_model.py": ("--iterations", "1", "--prompts", "16"),
     "bench_planner.py": ("--quick",),
     "bench_rollout.py": (),
     "bench_schedules.py": ("step", "nemo40", "v1hyb6"),   # its paths (repeats, a V6 row, a v1 kind); all: ~2 min

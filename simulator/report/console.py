@@ -55,7 +55,7 @@ def _reward_wait_text(s: dict[str, Any]) -> str:
     served = [name for role, name in SERVED_ROWS if f"{role}_pool" in s]
     if not served:
         return "waiting for rule rewards"
-    return "for rewards and teacher" if served == ["teacher"] else f"waiting for the {' and '.join(served)}"
+    return "for rewards and teacher" if served == ["teacher"] else f"for the {' and '.join(served)}"
 
 
 RUN_FILES = "scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev, plots, report.html"

@@ -79,3 +79,18 @@ def test_a_sample_longer_than_the_reward_models_kv_cache_is_refused_by_its_layou
         _run(*SERVED, "workload.reward.served.layout.gpu_memory_utilization=0.2",
              "workload.response_length={dist: lognormal, median: 400000, sigma: 0.1, max: 500000}")
     assert err.value.field == "workload.reward.served.layout"
+
+
+def test_the_console_shows_the_reward_model_pool_in_run_and_compare(capsys, tmp_path):
+    from simulator.cli import main
+    scenario = tmp_path / "rm.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: {model: qwen2.5-7b, prompts_per_step: 16, "
+                        "samples_per_prompt: 4, mini_batch_prompts: 16, train_layout: {tp: 2, recompute: full}, "
+                        "rollout_layout: {tp: 2}, reward: {kind: model, handover: batch, served: {devices: 8, layout: {tp: 2}}}}\n")
+    assert main(["run", str(scenario), "--iterations", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "reward model pool busy (4 engines)" in out and "stage: reward" in out
+    assert "of which for the reward model" in out
+    assert main(["compare", str(scenario), "--iterations", "2", "--schedules", "colocated,one-step-off"]) == 0
+    out = capsys.readouterr().out
+    assert "reward model pool" in out and "reward_model 8" in out
