@@ -174,6 +174,11 @@ class ServedSpec(_Strict):
     # reward-model rollout configs have their own (enforce_eager, max_num_batched_tokens 8192, chunked
     # prefill; its importer gives them). {}: the rollout engine's.
     inference: dict[str, Any] = Field(default_factory=dict)
+    # Each engine answers one request at a time: its client posts a sample and waits for the answer
+    # before the next (AReaL's RemoteInfEngine.compute_logp, a blocking request per trajectory on each
+    # of the controller's workers), so an engine batches nothing. False: as many in flight as the
+    # engine batches (verl's reward and teacher loops post every sample as it comes).
+    one_at_a_time: bool = False
 
     @field_validator("layout", mode="after")
     @classmethod
@@ -191,8 +196,13 @@ class DistillationSpec(ServedSpec):
     reward, to a teacher engine as a prompt of its whole sequence with max_tokens 1 and
     prompt_logprobs, and the sample is ready for training when the teacher answers). The teacher's
     devices are set apart from the job's, at the end of its ranks (verl's distillation resource pool,
-    distillation.nnodes x n_gpus_per_node)."""
+    distillation.nnodes x n_gpus_per_node). AReaL 1.0's teacher on inference servers scores the
+    trainer's batch instead, one request at a time on each server (handover step, one_at_a_time)."""
     teacher: str                                        # model preset (or HF config.json path)
+    # When the teacher is handed the samples: "sample", each finished sample after its reward, in the
+    # rollout (verl's teacher loop); "step", the trainer's batch after its reference pass, the trainer
+    # waiting for the answers (AReaL's rl_trainer: teacher.compute_logp(rollout_batch) after ref_logp).
+    handover: Literal["sample", "step"] = "sample"
     # Log-probabilities returned per token: the top-k of verl's forward_kl_topk loss
     # (distillation_loss.topk); 0: the sampled token's only (the estimator losses k1 / k3, verl's default).
     topk: int = Field(0, ge=0)

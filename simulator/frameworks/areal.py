@@ -185,7 +185,27 @@ RULES: dict[str, Rule] = {
     "critic.mb_spec.*": ignored("packing details: rlsim fills the micro-batches longest first within the budget"),
     "critic.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
     "critic.*": ignored("the critic's loss arithmetic and engine details, as the actor's: no modelled cost"),
-    "teacher": ignored("no teacher"), "teacher.*": unsupported("distillation from a teacher is not modelled"),
+    # AReaL 1.0's on-policy distillation (cli_args.py TeacherConfig, trainer/rl_trainer.py, read in the
+    # 1.0.4 wheel): a teacher served by inference servers of its own scores the trainer's batch after
+    # the reference pass (teacher.compute_logp), each controller worker posting its share one request
+    # after another (infra/remote_inf_engine.py compute_logp)
+    "teacher": ignored("no teacher"),
+    "teacher.engine_type": mapped("workload.distillation", "rollout: the teacher on inference servers; train (the "
+                                  "legacy train-engine teacher) is not modelled"),
+    "teacher.path": mapped("workload.distillation.teacher"),
+    "teacher.rollout.backend": mapped("workload.distillation.devices", "the teacher's servers: d x t GPUs of their "
+                                      "own (t: workload.distillation.layout.tp), beside the job's (the topology holds "
+                                      "them); the engine's memory and batching settings are the rollout's sglang / "
+                                      "vllm section, as AReaL copies it"),
+    "teacher.rollout.scheduling_strategy.type": unsupported("a teacher colocated with another model is not modelled: "
+                                                            "rlsim serves it on GPUs of its own", neutral="separation"),
+    "teacher.offload": unsupported("offloading the teacher's servers between steps is not modelled", neutral=False),
+    **{f"teacher.{k}": ignored("a loss weight: no effect on step time") for k in ("rl_loss_weight",
+                                                                                  "distill_loss_weight")},
+    "teacher.rollout.*": ignored("the teacher client's naming, timeouts and staleness settings: its scoring is one "
+                                 "blocking request a trajectory, whatever they say"),
+    "teacher.train.*": ignored("read with teacher.engine_type train only"),
+    "teacher.*": unsupported("this teacher option is not modelled"),
     "dynamic_bs": unsupported("a dynamic batch of accepted rollouts is not modelled", neutral=False),
     "sglang.mem_fraction_static": mapped("workload.rollout_layout.gpu_memory_utilization"),
     "sglang.max_running_requests": mapped("workload.rollout_layout.max_num_seqs"),
@@ -261,9 +281,10 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
     workload = _workload(v, rollout_engine, rollout_dims, train_engine, train_dims, "workload.model" in user_sets,
                          decided)
     sched = _schedule(v, colocated, rollout_gpus, train_dims["attn"]["dp"], workload, decided)
-    gpus = train_gpus if colocated else train_gpus + rollout_gpus
+    gpus = (train_gpus if colocated else train_gpus + rollout_gpus) + workload.get("distillation", {}).get("devices", 0)
     per_node = v.count("cluster.n_gpus_per_node")
-    topo, note = size_topology(topology, gpus, "rollout.backend + actor.backend world sizes", source,
+    topo, note = size_topology(topology, gpus, "rollout.backend + actor.backend (+ teacher.rollout.backend) world sizes",
+                               source,
                                any(k.startswith("topology.") for k in user_sets), min(per_node, gpus))
     result.notes.append(note)
     if not any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets):
@@ -362,10 +383,34 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     w["inference"] = _inference(v, rollout_engine, max_tokens)
     w["reference"] = _reference(v, decided)
     _critic(v, w, decided)
+    _teacher(v, w)
     w["dtype"] = _dtype(v("actor.dtype"), "actor.dtype", src)
     if v.flag("actor.fsdp.offload_params") and train_engine != "megatron":
         w["train_params"] = {"offload": {"fsdp_cpu_offload": True}}
     return w
+
+
+def _teacher(v: Values, w: dict[str, Any]) -> None:
+    """AReaL's teacher on inference servers (teacher.engine_type rollout) -> workload.distillation:
+    its model (teacher.path), its servers' GPUs and TP (teacher.rollout.backend), handed the trainer's
+    batch after the reference pass (handover step), each server answering one request at a time."""
+    if not any(key.startswith("teacher.") for key in v.flat):   # no section, or teacher: null (AReaL's default)
+        return
+    src = v.result.source
+    if str(v("teacher.engine_type") or "rollout") != "rollout":
+        raise RlsimError("the legacy train-engine teacher (teacher.engine_type train) is not modelled", source=src,
+                         field="teacher.engine_type", fix="serve the teacher on inference servers: "
+                                                          "teacher.engine_type=rollout with teacher.rollout.backend")
+    engine, dims = parse_backend(v("teacher.rollout.backend"), "teacher.rollout.backend", src, ("sglang", "vllm"))
+    if not v("teacher.path"):
+        raise RlsimError("a teacher without a model (teacher.path)", source=src, field="teacher.path",
+                         fix="give teacher.path (the teacher's Hugging Face id or folder)")
+    teacher, how = model_for(v("teacher.path"), "teacher.path", src)
+    v.result.notes.append(f"teacher.path {v('teacher.path')!r} -> {how}")
+    layout = _rollout_layout(v, engine, dims)
+    layout = {key: layout[key] for key in ("tp", "ep", "gpu_memory_utilization", "max_num_seqs") if key in layout}
+    w["distillation"] = {"teacher": teacher, "devices": _world(dims, "attn"), "layout": layout, "handover": "step",
+                         "one_at_a_time": True}
 
 
 def _critic(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

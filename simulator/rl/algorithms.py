@@ -19,13 +19,14 @@ if TYPE_CHECKING:
 # Stage kinds the schedules know how to place.
 GENERATE, REWARD_CPU, FORWARD, TRAIN, SYNC = "generate", "reward_cpu", "forward", "train", "sync"
 REWARD_SERVED = "reward_served"     # a reward model on engines of its own (workload.reward.served)
+SERVED_FORWARD = "served_forward"   # the trainer's batch scored on a served pool (distillation.handover step)
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str
-    kind: str            # generate | reward_cpu | reward_served | forward | train | sync
-    role: str            # actor | reference | reward | critic | host | reward_model (its served pool)
+    kind: str            # generate | reward_cpu | reward_served | forward | served_forward | train | sync
+    role: str            # actor | reference | reward | critic | host | reward_model / teacher (served pools)
     after: tuple[str, ...] = ()
 
 
@@ -88,6 +89,8 @@ def build_algorithm(workload: WorkloadConfig) -> Algorithm:
     stages.append(Stage("old_logprob", FORWARD, "actor", ("generate",)))
     if workload.reference:
         stages.append(Stage("reference", FORWARD, "reference", ("generate",)))
+    if workload.distillation is not None and workload.distillation.handover == "step":
+        stages.append(Stage("teacher", SERVED_FORWARD, "teacher", ("generate",)))
     before_train = [s.name for s in stages if s.name != "generate"]
     if workload.algorithm == "ppo":
         stages.append(Stage("critic_values", FORWARD, "critic", ("generate",)))

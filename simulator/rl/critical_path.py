@@ -45,6 +45,9 @@ if TYPE_CHECKING:  # the run imports this module (OnlinePaths) before its first 
 
 # The pools of served models (rl/pools.py SERVED_FIELDS), whose rows the walker does not read.
 SERVED_POOLS = ("reward_model", "teacher")
+# Waits whose label names what was waited for: the trainer's wait for the teacher's answers to the
+# batch it handed over (rl/schedules/training.py, distillation.handover step).
+IDLE_LABEL_CAUSE = {"teacher": "teacher"}
 # Path causes, in report order. "data": the DistQueue fetch; "reward": reward latency (rule-based, or
 # a served reward model's) between a sequence's finish and its sample being scored; "teacher": a distillation teacher's
 # latency from then to the sample being ready; "dependency": a wait nothing recorded explains.
@@ -163,6 +166,8 @@ class _Rows:
         state = str(self.state[i])
         if cause is None:
             cause = str(self.cause[i]) if state == "idle" else STATE_CAUSE.get(state, state)
+            # a trainer waiting on a served pool's answers to its batch (distillation.handover step)
+            cause = IDLE_LABEL_CAUSE.get(str(self.label[i]), cause) if cause == "dependency" else cause
         return Segment(start, end, cause or "dependency", state, str(self.pool[i]), int(self.rank_start[i]),
                        int(self.rank_count[i]), str(self.label[i]), int(self.iteration[i]), sample)
 

@@ -194,3 +194,34 @@ def test_the_fsdp_engine_runs_transformers_code_with_sequence_parallel_norms_und
     assert "sequence_parallel" not in plain["train_layout"]
     megatron = import_config("areal", EXAMPLE, ["actor.backend=megatron:d2t2", "rollout.backend=sglang:d4"])
     assert "train_software" not in megatron.scenario["workload"]
+
+
+TEACHER = ["+teacher.engine_type=rollout", "+teacher.path=Qwen/Qwen2.5-7B-Instruct", "+teacher.rollout.backend=sglang:d4t2",
+           "+teacher.rl_loss_weight=1.0"]
+
+
+def test_a_teacher_on_inference_servers_scores_the_trainers_batch_one_request_at_a_time():
+    """AReaL's on-policy distillation: the teacher's servers on GPUs of their own (the topology holds
+    them), the rollout's engine settings, handed the trainer's batch (handover step), each server
+    answering one blocking request at a time (one_at_a_time)."""
+    r = import_config("areal", EXAMPLE, TEACHER)
+    spec = r.scenario["workload"]["distillation"]
+    assert spec == {"teacher": "qwen2.5-7b", "devices": 8, "layout": {"tp": 2, "gpu_memory_utilization": 0.8},
+                    "handover": "step", "one_at_a_time": True}
+    assert r.scenario["topology"]["nodes"] == 2                   # 4 rollout + 4 actor GPUs, 8 for the teacher
+    assert not any(key.startswith("teacher") for key in r.unsupported)
+    assert {"teacher.engine_type", "teacher.path", "teacher.rollout.backend"} <= set(r.mapped)
+    load_scenario(r.scenario)
+    assert "distillation" not in import_config("areal", EXAMPLE).scenario["workload"]
+    assert "teacher.offload" in import_config("areal", EXAMPLE, [*TEACHER, "+teacher.offload=true"]).unsupported
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    (["+teacher.engine_type=train", "+teacher.path=Qwen/Qwen2.5-7B-Instruct"], "teacher.engine_type"),
+    (["+teacher.engine_type=rollout", "+teacher.rollout.backend=sglang:d4t2"], "teacher.path"),
+    (["+teacher.path=Qwen/Qwen2.5-7B-Instruct", "+teacher.rollout.backend=sglang4"], "teacher.rollout.backend"),
+])
+def test_a_teacher_that_cannot_be_served_is_named(extra, field):
+    with pytest.raises(RlsimError) as err:
+        import_config("areal", EXAMPLE, extra)
+    assert err.value.field == field

@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms import FORWARD, TRAIN
+from ..algorithms import FORWARD, SERVED_FORWARD, TRAIN
 from ..distqueue import fetch_load
 from ..timeline import Clock
+from .served import served_batch
 from .staleness import ceil_count, min_version
 from .state import RunState
 
@@ -170,6 +171,9 @@ class TrainStep:
             ends[side] += cost.time_s
             clock.busy("forward", ends[side], k, label=stage.name)
             self.ctx.add_stage_time(stage.name, cost.time_s)
+        for stage in self.ctx.alg.of_kind(SERVED_FORWARD):   # the trainer hands its batch over and waits
+            ends[0] = served_batch(self.ctx, stage.role, ends[0], lens, np.zeros(len(lens), np.int64))
+            main.idle("dependency", ends[0], k, label=stage.name)
         return self._meet(k, clocks, max(ends))
 
     def _optimizer_steps(self, k: int, lens: np.ndarray, main: Clock, aux: AuxClocks, t0: float,

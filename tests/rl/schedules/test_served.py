@@ -17,12 +17,14 @@ PROMPTS, N, PROMPT, RESPONSE = 8, 4, 50, 400
 TEACHER_S_PER_TOKEN = 2e-4
 
 
-def scenario(kind="colocated", iterations=3, teacher_devices=1, topk=0, **sched):
+def scenario(kind="colocated", iterations=3, teacher_devices=1, topk=0, handover="sample", one_at_a_time=False,
+             **sched):
     # separate_async trains one mini-batch per local update (parameter_sync_step 4 by default)
     mini = PROMPTS // 4 if kind == "verl-separate-async" else PROMPTS
     workload = {"model": "fake", "prompts_per_step": PROMPTS, "samples_per_prompt": N, "mini_batch_prompts": mini}
     if teacher_devices:
-        workload["distillation"] = {"teacher": "fake", "devices": teacher_devices, "topk": topk}
+        workload["distillation"] = {"teacher": "fake", "devices": teacher_devices, "topk": topk, "handover": handover,
+                                    "one_at_a_time": one_at_a_time}
     return load_scenario({"topology": "fake", "workload": workload, "schedule": {"kind": kind, **sched},
                           "iterations": iterations})
 
@@ -116,3 +118,47 @@ def test_every_kind_conserves_device_time_and_no_sample_is_trained_before_its_te
     assert summary["teacher_pool"]["busy_s"] <= rec.makespan_s + 1e-9
     teacher = tl[tl["pool"] == "teacher"]
     assert set(teacher["rank_start"]) == {16} and set(teacher["state"]) <= {"forward", "idle"}
+
+
+def test_a_teacher_handed_the_trainers_batch_holds_the_trainer_for_its_answers():
+    """AReaL's teacher (handover step, one request at a time on each engine): the trainer hands over
+    its batch after the forward passes and waits; two engines of one device each take the samples
+    dealt round-robin, so the wait is S / 2 samples x tokens x the time a token, on the trainer's
+    devices (idle, label teacher, which the critical path holds as teacher). The rollout hands no
+    sample to the teacher (ready = scored) and the samples carry no log-probabilities through DistQueue."""
+    sc = scenario(teacher_devices=2, handover="step", one_at_a_time=True, distqueue={"bw_Bps": 1e30})
+    rec, tl, sm, summary = run(sc, 18)
+    plain_rec, _, _, plain = run(scenario(teacher_devices=0, distqueue={"bw_Bps": 1e30}), 16)
+    wait_s = PROMPTS * N // 2 * (PROMPT + RESPONSE) * TEACHER_S_PER_TOKEN
+    assert summary["steady_step_time_s"] - plain["steady_step_time_s"] == pytest.approx(wait_s, rel=1e-9)
+    assert (sm["ready"] == sm["scored"]).all()
+    assert rec.queue["bytes_written"] == plain_rec.queue["bytes_written"]
+    waits = tl[(tl["pool"] == "actor") & (tl["label"] == "teacher")]
+    assert set(waits["state"]) == {"idle"} and set(waits["cause"]) == {"dependency"}
+    assert (waits["end"] - waits["start"]).groupby(waits["iteration"]).max().tolist() == pytest.approx([wait_s] * 3)
+    assert summary["teacher_pool"]["busy_s"] == pytest.approx(3 * wait_s)
+    from simulator.rl import critical_path as cp
+    for step in cp.summarize(cp.critical_paths(rec, tl), rec.samples.flat())["steps"]:
+        assert step["s_by_cause"]["teacher"] == pytest.approx(wait_s, rel=1e-9)
+
+
+def test_one_request_at_a_time_deals_the_batch_round_robin_to_the_engines():
+    """Three engines, 32 samples: the first two engines take 11 each, the last 10; the wait is 11
+    samples' time, where a pool sharing its work evenly would take 32 / 3."""
+    sc = scenario(teacher_devices=3, handover="step", one_at_a_time=True, distqueue={"bw_Bps": 1e30})
+    summary = run(sc, 19)[3]
+    plain = run(scenario(teacher_devices=0, distqueue={"bw_Bps": 1e30}), 16)[3]
+    tau = (PROMPT + RESPONSE) * TEACHER_S_PER_TOKEN
+    assert summary["steady_step_time_s"] - plain["steady_step_time_s"] == pytest.approx(11 * tau, rel=1e-9)
+
+
+@settings(max_examples=20, deadline=None)
+@given(kind=st.sampled_from(KINDS), one_at_a_time=st.booleans(), sigma=st.floats(0.0, 1.5), seed=st.integers(0, 3))
+def test_every_kind_conserves_device_time_with_the_teacher_at_the_trainer(kind, one_at_a_time, sigma, seed):
+    sc = scenario(kind, teacher_devices=2, handover="step", one_at_a_time=one_at_a_time).model_copy(
+        update={"seed": seed})
+    rec, tl, sm, summary = run(sc, 18, resp=lognormal(400, sigma, 2000))
+    per_device = metrics.per_device_time(tl, rec.n_devices)
+    assert per_device == pytest.approx(np.full(rec.n_devices, rec.makespan_s), rel=1e-9, abs=1e-6)
+    assert 0 < summary["teacher_pool"]["busy_s"] <= rec.makespan_s + 1e-9
+    assert (sm["ready"] == sm["scored"]).all()
