@@ -54,11 +54,12 @@ def test_failures_are_refused_beside_a_teacher_pool():
     assert err.value.field == "schedule.failures"
 
 
+@pytest.mark.parametrize("handover", ["sample", "step"])
 @pytest.mark.parametrize("schedule", ["colocated", "one-step-off", "verl-fully-async"])
-def test_the_critical_path_is_the_same_walked_online_or_after_the_run(schedule):
+def test_the_critical_path_is_the_same_walked_online_or_after_the_run(schedule, handover):
     """The teacher pool's rows, recorded at the run's end, never explain a wait: the path walked as the
     run goes (keep_samples=False) is the one walked over the whole timeline after it."""
-    small = {**SMALL, "overrides": SMALL["overrides"] + TEACHER}
+    small = {**SMALL, "overrides": SMALL["overrides"] + TEACHER + [f"workload.distillation.handover={handover}"]}
     online = simulator.simulate(schedule=schedule, keep_samples=False, **small).summary["critical_path"]
     offline = simulator.simulate(schedule=schedule, keep_samples=True, **small).summary["critical_path"]
     assert online["steady"] == offline["steady"]
