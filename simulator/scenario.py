@@ -163,11 +163,21 @@ TOPK_BYTES_PER_LOGIT = 4.0
 TEACHER_BYTES_PER_LOGPROB = 8.0
 
 
+# vLLM sleep mode's own time per RL step (a sleep after the engine's work and a wake_up before the
+# next), beyond the weight bytes the host link is charged for: measured 11.3 s per step in a colocated
+# RL loop, the same at 16 and at 256 samples per rollout (hardware.md "Colocated switch costs seen in
+# the wild", vllm-project/vime issue 442). schedule.switch.sleep_wake_s (the rollout engine's) and
+# reward.served.sleep_wake_s (a reward model woken on the trainer's devices).
+VLLM_SLEEP_WAKE_S = 11.3
+
+
 class ServedSpec(_Strict):
     """A model served by inference engines on devices of its own, set apart at the end of the job's
     ranks (a verl resource pool of nnodes x n_gpus_per_node): each sample is sent to an engine as one
-    request of its whole sequence, which the engine prefills (rl/schedules/served.py, llm/served.py)."""
-    devices: int = Field(gt=0)                          # the pool: whole instances of `layout`
+    request of its whole sequence, which the engine prefills (rl/schedules/served.py, llm/served.py).
+    A reward model may instead be served on the trainer's devices (devices None: verl's colocated
+    reward model, woken after generation to score the batch and put back to sleep)."""
+    devices: int | None = Field(None, gt=0)             # the pool: whole instances of `layout`
     # The engine's layout (workload.rollout_layout's keys, instances excepted). {}: tp 1.
     layout: dict[str, Any] = Field(default_factory=dict)
     # Its engine constants (workload.inference's keys) over the rollout engine's: verl's teacher and
@@ -179,6 +189,11 @@ class ServedSpec(_Strict):
     # of the controller's workers), so an engine batches nothing. False: as many in flight as the
     # engine batches (verl's reward and teacher loops post every sample as it comes).
     one_at_a_time: bool = False
+    # On the trainer's devices (devices None): the engines' sleep after scoring and wake_up before it,
+    # beyond the weight shard's copies to host and back (vLLM sleep level 1: a reward model's weights
+    # are never re-synced, so they are kept on the host; experimental/reward_loop compute_rm_score:
+    # wake_up, score, sleep). Default: vLLM's measured per-step figure.
+    sleep_wake_s: float = Field(VLLM_SLEEP_WAKE_S, ge=0)
 
     @field_validator("layout", mode="after")
     @classmethod
@@ -188,6 +203,14 @@ class ServedSpec(_Strict):
             raise ValueError("instances does not apply: the pool is `devices` devices of whole instances (tp x ep "
                              "each); remove layout.instances, or set devices")
         return value
+
+    @model_validator(mode="after")
+    def _sleeps_on_the_trainer_only(self) -> "ServedSpec":
+        """Engines on devices of their own stay up: their sleep and wake-up apply on the trainer's."""
+        if self.devices is not None and "sleep_wake_s" in self.model_fields_set:
+            raise ValueError("sleep_wake_s applies to engines woken on the trainer's devices (devices unset); "
+                             "engines on devices of their own stay up: remove sleep_wake_s, or devices")
+        return self
 
 
 class DistillationSpec(ServedSpec):
@@ -199,6 +222,7 @@ class DistillationSpec(ServedSpec):
     distillation.nnodes x n_gpus_per_node). AReaL 1.0's teacher on inference servers scores the
     trainer's batch instead, one request at a time on each server (handover step, one_at_a_time)."""
     teacher: str                                        # model preset (or HF config.json path)
+    devices: int = Field(gt=0)                          # the teacher's pool: always devices of its own
     # When the teacher is handed the samples: "sample", each finished sample after its reward, in the
     # rollout (verl's teacher loop); "step", the trainer's batch after its reference pass, the trainer
     # waiting for the answers (AReaL's rl_trainer: teacher.compute_logp(rollout_batch) after ref_logp).
@@ -329,6 +353,10 @@ class RewardSpec(_Strict):
             raise ValueError("give workers (a pool shared by the job) or workers_per_device, not both")
         if self.kind == "model" and self.workers is not None:
             raise ValueError("workers applies to rule rewards (kind: rule); a reward model runs on the devices")
+        if self.served is not None and self.served.devices is None and self.handover is not None:
+            raise ValueError("handover applies to a reward model on devices of its own (served.devices): on the "
+                             "trainer's devices it scores the generated batch at once; remove reward.handover, or "
+                             "give served.devices")
         if self.kind == "model" and self.handover is not None and self.served is None:
             raise ValueError("handover applies to rule rewards (kind: rule) and a served reward model (served): a "
                              "reward model on the trainer scores in a forward pass; remove reward.handover, or set "
@@ -562,7 +590,7 @@ class SwitchParams(_Strict):
     # 442). Half is charged on each switch in place of kv_realloc_s: sleep frees the KV pool, wake_up
     # re-creates it. The source names no model size: if its weight copies are inside the 11.3 s, the
     # host-link bytes count them twice (under ~1 s a step for a model of up to ~8B at PCIe 5 rates).
-    sleep_wake_s: float = Field(11.3, ge=0)
+    sleep_wake_s: float = Field(VLLM_SLEEP_WAKE_S, ge=0)
     # vLLM's sleep level with `engine_sleep` (vllm/v1/worker/gpu_worker.py sleep, device_allocator/
     # cumem.py, read in the 0.11.0 wheel): 1 copies the weights to pinned host memory and back (the
     # host-link bytes above); 2 discards them (only buffers are kept), as a refit overwrites them next:
@@ -2196,14 +2224,15 @@ def _read_past_micro_batching(scenario: Scenario) -> ReadPast:
 
 def _reward_field(workload: WorkloadConfig) -> str:
     """Why no reward model runs on the trainer: a rule reward, or one served on engines of its own."""
-    return "reward.served: on engines of its own" if workload.reward.served is not None else "reward.kind"
+    return "reward.served.devices: on engines of its own" if workload.reward.served is not None else "reward.kind"
 
 
 def _read_past_aux_pools(scenario: Scenario) -> ReadPast:
     """A pool of schedule.aux_devices for a model the workload does not run stays idle the whole run."""
     pools = scenario.schedule.aux_devices
     w = scenario.workload
-    runs = {"reference": bool(w.reference), "reward": w.reward.kind == "model" and w.reward.served is None,
+    runs = {"reference": bool(w.reference),
+            "reward": w.reward.kind == "model" and (w.reward.served is None or w.reward.served.devices is None),
             "critic": w.algorithm == "ppo"}
     for group in pools if isinstance(pools, dict) else ():
         idle = [role for role in group.split("+") if not runs[role]]

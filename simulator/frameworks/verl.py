@@ -497,13 +497,12 @@ RULES: dict[str, Rule] = {
     # verl 0.9's reward model (experimental/reward_loop: vLLM engines behind /classify, read in the
     # 0.9.1 wheel): on a resource pool of its own (enable_resource_pool) the agent loop streams each
     # finished sample to it; colocated, the trainer wakes it on its own GPUs to score the batch
-    "reward.reward_model.enable": mapped("workload.reward.kind", "true: a reward model (kind: model) served by "
-                                         "vLLM engines; on a pool of its own: workload.reward.served"),
-    "reward.reward_model.enable_resource_pool": mapped("workload.reward.served", "true: the reward model's engines "
-                                                       "on devices of their own score each sample as it is handed "
-                                                       "over; false: priced as a forward pass on the trainer's "
-                                                       "devices after generation (the engine's wake-up and sleep "
-                                                       "around it are not)"),
+    "reward.reward_model.enable": mapped("workload.reward.served", "true: a reward model (kind: model) served by "
+                                         "vLLM engines"),
+    "reward.reward_model.enable_resource_pool": mapped("workload.reward.served.devices", "true: the reward "
+                                                       "model's engines on devices of their own score each sample "
+                                                       "as it is handed over; false: woken on the trainer's devices "
+                                                       "after generation to score the batch, then put to sleep"),
     **{f"reward.reward_model.{k}": mapped("workload.reward.served.devices", "the reward model's resource pool: "
                                           "nnodes x n_gpus_per_node, beside the trainer's (the topology holds both)")
        for k in ("nnodes", "n_gpus_per_node")},
@@ -519,8 +518,9 @@ RULES: dict[str, Rule] = {
     f"{RM_ROLLOUT}.enable_prefix_caching": unsupported(
         "the reward model's prefix cache is not modelled: each sample prefills its whole sequence, where a "
         "prompt's n samples could share the prompt's", neutral=False),
-    f"{RM_ROLLOUT}.free_cache_engine": ignored("the reward model's engines sleep and wake around their scoring: "
-                                               "their wake-up is not priced"),
+    f"{RM_ROLLOUT}.free_cache_engine": ignored("the engines' first sleep after start-up: colocated, compute_rm_score "
+                                               "wakes them and puts them back to sleep around every scoring whatever "
+                                               "it says (workload.reward.served.sleep_wake_s)"),
     "reward.reward_model.*": ignored("used with reward.reward_model.enable: the engine's name and loading options, "
                                      "no effect beyond the pool and layout mapped"),
     **{f"{prefix}sandbox_fusion.url": unsupported("a code sandbox's execution time is not modelled (give it as "
@@ -829,11 +829,11 @@ def _distillation(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status,
 
 def _reward_model(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """verl 0.9's reward model (reward.reward_model.enable: vLLM engines behind /classify) ->
-    workload.reward kind model (default: the actor's architecture under a score head). On a resource
-    pool of its own (enable_resource_pool) -> reward.served: its devices (nnodes x n_gpus_per_node),
-    its engines' layout and constants (its rollout config has its own: eager, a token budget of 8192
-    with chunked prefill, TP 2), each sample handed over as the agent loop finishes it; colocated ->
-    a forward pass on the trainer's devices after generation."""
+    workload.reward kind model (default: the actor's architecture under a score head) served by
+    engines of its layout and constants (reward.served; its rollout config has its own: eager, a token
+    budget of 8192 with chunked prefill, TP 2). On a resource pool of its own (enable_resource_pool):
+    its devices (nnodes x n_gpus_per_node), each sample handed over as the agent loop finishes it;
+    colocated: no devices, woken on the trainer's after generation to score the batch."""
     rm = "reward.reward_model"
     if not v.flag(f"{rm}.enable"):
         for key in v.flat:
@@ -851,32 +851,32 @@ def _reward_model(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status,
         decided["reward.custom_reward_function.path"] = (
             "unsupported", "a custom reward function beside a reward model (a generative judge that generates "
                            "through it) is not modelled: rlsim prices the discriminative /classify path")
-    if not v.flag(f"{rm}.enable_resource_pool"):
-        v.result.notes.append(COLOCATED_REWARD_MODEL_NOTE)
-        for key in v.flat:
-            if key.startswith(f"{RM_ROLLOUT}.") or key in (f"{rm}.nnodes", f"{rm}.n_gpus_per_node"):
-                decided[key] = ("ignored", "colocated (enable_resource_pool false): the reward model is priced as a "
-                                           "forward pass on the trainer's devices")
-        return
-    nodes = v.natural(f"{rm}.nnodes")   # verl refuses a pool of 0 nodes at start
-    if not nodes:
-        raise RlsimError("reward.reward_model.enable_resource_pool without a pool (reward.reward_model.nnodes 0)",
-                         source=src, field=f"{rm}.nnodes", fix=f"pass {rm}.nnodes=N {rm}.n_gpus_per_node=G")
-    w["reward"].update(handover="sample", served={
-        "devices": nodes * v.count(f"{rm}.n_gpus_per_node"),
+    served: dict[str, Any] = {
         "layout": {"tp": v.count(f"{RM_ROLLOUT}.tensor_model_parallel_size"),
                    "gpu_memory_utilization": v.fraction(f"{RM_ROLLOUT}.gpu_memory_utilization"),
                    "max_num_seqs": v.count(f"{RM_ROLLOUT}.max_num_seqs")},
         "inference": {"enforce_eager": v.flag(f"{RM_ROLLOUT}.enforce_eager"),
                       "max_num_batched_tokens": v.count(f"{RM_ROLLOUT}.max_num_batched_tokens"),
-                      "chunked_prefill": v.flag(f"{RM_ROLLOUT}.enable_chunked_prefill")}})
+                      "chunked_prefill": v.flag(f"{RM_ROLLOUT}.enable_chunked_prefill")}}
+    if not v.flag(f"{rm}.enable_resource_pool"):   # woken on the trainer's GPUs after generation
+        v.result.notes.append(COLOCATED_REWARD_MODEL_NOTE)
+        for key in (f"{rm}.nnodes", f"{rm}.n_gpus_per_node"):
+            decided[key] = ("ignored", "read with enable_resource_pool only: colocated, the reward model's engines "
+                                       "use the trainer's GPUs")
+        w["reward"]["served"] = served
+        return
+    nodes = v.natural(f"{rm}.nnodes")   # verl refuses a pool of 0 nodes at start
+    if not nodes:
+        raise RlsimError("reward.reward_model.enable_resource_pool without a pool (reward.reward_model.nnodes 0)",
+                         source=src, field=f"{rm}.nnodes", fix=f"pass {rm}.nnodes=N {rm}.n_gpus_per_node=G")
+    w["reward"].update(handover="sample", served={"devices": nodes * v.count(f"{rm}.n_gpus_per_node"), **served})
 
 
 COLOCATED_REWARD_MODEL_NOTE = (
     "reward model colocated (reward.reward_model.enable_resource_pool false): verl 0.9 wakes its vLLM engines on "
-    "the trainer's GPUs after generation to score the batch and puts them back to sleep; rlsim prices the scoring "
-    "as a forward pass of the reward model on the trainer's devices (workload.reward.kind: model), without the "
-    "wake-up and sleep")
+    "the trainer's GPUs after generation, scores the batch and puts them back to sleep (compute_rm_score): "
+    "workload.reward.served without devices, the engines' sleep and wake-up at vLLM's measured "
+    "reward.served.sleep_wake_s and their weight shard to host and back")
 
 
 def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -82,7 +82,7 @@ def build_algorithm(workload: WorkloadConfig) -> Algorithm:
     stages: list[Stage] = [Stage("generate", GENERATE, "actor")]
     if workload.reward.kind == "rule":
         stages.append(Stage("reward", REWARD_CPU, "host", ("generate",)))
-    elif workload.reward.served is not None:
+    elif workload.reward.served is not None and workload.reward.served.devices is not None:
         stages.append(Stage("reward", REWARD_SERVED, "reward_model", ("generate",)))
     else:
         stages.append(Stage("reward", FORWARD, "reward", ("generate",)))

@@ -271,6 +271,11 @@ def turn_law_of(spec: Any) -> TurnLaw | None:
                    spec.tool_latency_s, spec.tool_latency_sigma, spec.lockstep, spec.max_turn_tokens)
 
 
+def _bytes_per_weight(layout: RolloutLayout) -> float:
+    """An engine's bytes per weight: one in int8 / fp8, else two."""
+    return {"int8": 1.0, "fp8": 1.0}.get(layout.weight_dtype, 2.0)
+
+
 class _Served(NamedTuple):
     """A served model as LlmCosts prices it (_resolve_served)."""
     model: ModelSpec
@@ -827,6 +832,8 @@ class LlmCosts:
 
     def _forward(self, role, seq_lens, where: _Pool | int) -> StageCost:
         pool = self._as_pool(where)
+        if role == "reward" and "reward_model" in self._served:    # reward.served without devices
+            return self._woken_reward_model(seq_lens, pool)
         n_devices = len(pool.ranks)
         lay, lens = self._micro_batched_as(self.layout_for(role, n_devices), seq_lens, self._forward_rows(role))
         if role in self.frozen_params and self.frozen_params[role] is not self.train_params and lay.zero < 3:
@@ -1023,12 +1030,31 @@ class LlmCosts:
             hit.check_fits(longest, SERVED_NAMES[role], field, self.source)
         return hit
 
+    def _woken_reward_model(self, seq_lens, pool: _Pool) -> StageCost:
+        """A reward model served on the trainer's devices (reward.served, devices unset; verl 0.9's
+        colocated reward model, experimental/reward_loop compute_rm_score): its engines (the pool over
+        its layout's tp x ep) woken, the batch scored at once as on a served pool (its pool time, and no
+        less than its longest sample; one at a time: its latencies over the engines), the engines put
+        back to sleep: served.sleep_wake_s and the weight shard to host and back (sleep level 1)."""
+        spec = self.scenario.workload.reward.served
+        scoring = self._served_on("reward_model", pool.ranks)
+        lens = np.asarray(seq_lens, np.int64)
+        cost = scoring.each(lens, np.zeros(len(lens), np.int64))
+        if spec.one_at_a_time:
+            scored = max(float(cost.alone_s.sum()) / scoring.instances, float(cost.alone_s.max(initial=0.0)))
+        else:
+            scored = max(float(cost.pool_s.sum()), float(cost.alone_s.max(initial=0.0)))
+        served = self._served["reward_model"]
+        shard = served.model.weight_bytes(_bytes_per_weight(served.layout)) / served.layout.devices_per_instance
+        copies = max(2.0 * shard / link for _, link in self._host_rates(pool))
+        return StageCost(scored + spec.sleep_wake_s + copies, flops=float(cost.flops.sum()))
+
     def _inference_shard_bytes(self) -> float:
         lay = self.rollout_layout
         return self.model.weight_bytes(self._weight_bytes_per_param()) / lay.devices_per_instance
 
     def _weight_bytes_per_param(self) -> float:
-        return {"int8": 1.0, "fp8": 1.0}.get(self.rollout_layout.weight_dtype, 2.0)
+        return _bytes_per_weight(self.rollout_layout)
 
     def adapters_only_refit(self) -> bool:
         """Whether a refit sends the LoRA adapters alone (schedule.lora_refit 'adapters' with

@@ -103,7 +103,7 @@ SERVED_NAMES = {"reward_model": "reward model", "teacher": "teacher"}
 def served_devices(workload: Any) -> dict[str, int]:
     """The devices each served model of the workload sets apart (SERVED_FIELDS order; none: {})."""
     specs = {"reward_model": workload.reward.served, "teacher": workload.distillation}
-    return {role: spec.devices for role, spec in specs.items() if spec is not None}
+    return {role: spec.devices for role, spec in specs.items() if spec is not None and spec.devices is not None}
 
 
 def served_pools(workload: Any, n_devices: int, engine_devices: Callable[[str], int],

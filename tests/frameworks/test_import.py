@@ -1536,10 +1536,10 @@ def test_verl_09_distillation_puts_its_teacher_on_a_pool_of_its_own():
 _RM = "reward.reward_model"
 
 
-def test_verl_09_reward_model_on_a_pool_of_its_own_is_served_and_colocated_a_trainer_forward():
+def test_verl_09_reward_model_on_a_pool_of_its_own_or_woken_on_the_trainers_gpus():
     """verl 0.9's reward loop with a reward model: on a resource pool of its own, its engines on their
     devices (the topology holds both) with its rollout config's own constants, each sample handed over
-    as it finishes; colocated, a forward pass on the trainer (noted, its engine keys read past)."""
+    as it finishes; colocated, the same engines woken on the trainer's GPUs (no devices, noted)."""
     cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
     rm = [f"{_RM}.enable=true", f"{_RM}.model_path=Qwen/Qwen2.5-7B-Instruct", f"{_RM}.rollout.name=vllm"]
     pool = [f"{_RM}.enable_resource_pool=true", f"{_RM}.nnodes=2", f"{_RM}.n_gpus_per_node=1"]
@@ -1557,9 +1557,11 @@ def test_verl_09_reward_model_on_a_pool_of_its_own_is_served_and_colocated_a_tra
     assert "reward.num_workers" in imported.ignored
     load_scenario(imported.scenario)                                                # a scenario rlsim runs
     colocated = import_config("verl", cfg, [*QUICKSTART, *rm])
-    assert colocated.scenario["workload"]["reward"] == {"kind": "model", "model": "qwen2.5-7b"}
-    assert f"{_RM}.rollout.tensor_model_parallel_size" in colocated.ignored
-    assert any("colocated" in note and "wake-up" in note for note in colocated.notes)
+    assert colocated.scenario["workload"]["reward"] == {"kind": "model", "model": "qwen2.5-7b",
+                                                        "served": {k: reward["served"][k] for k in ("layout", "inference")}}
+    assert f"{_RM}.rollout.tensor_model_parallel_size" in colocated.mapped and f"{_RM}.nnodes" in colocated.ignored
+    assert any("colocated" in note and "sleep" in note for note in colocated.notes)
+    load_scenario(colocated.scenario)
     plain = import_config("verl", cfg, QUICKSTART)
     assert plain.scenario["workload"]["reward"]["kind"] == "rule"
     assert not any(key.startswith(f"{_RM}.") for key in [*plain.unsupported, *plain.mapped] if key != f"{_RM}.enable")

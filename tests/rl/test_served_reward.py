@@ -94,3 +94,35 @@ def test_the_console_shows_the_reward_model_pool_in_run_and_compare(capsys, tmp_
     assert main(["compare", str(scenario), "--iterations", "2", "--schedules", "colocated,one-step-off"]) == 0
     out = capsys.readouterr().out
     assert "reward model pool" in out and "reward_model 8" in out
+
+
+def test_a_reward_model_woken_on_the_trainers_devices_costs_its_scoring_and_its_sleep_and_wake():
+    """reward.served without devices (verl 0.9's colocated reward model): the reward stage on the
+    trainer's devices is the batch on engines over those devices (its pool time, no less than its
+    longest sample) plus served.sleep_wake_s plus the weight shard to host and back."""
+    over = SMALL["overrides"][3:] + ["workload.reward.served.layout.tp=2"]
+    topology_spec = {"preset": "dgx-h100", "nodes": 1}
+    plain = load_scenario({"topology": topology_spec, "workload": "grpo-qwen2.5-7b"}, overrides=over)
+    later = load_scenario({"topology": topology_spec, "workload": "grpo-qwen2.5-7b"},
+                          overrides=[*over, "workload.reward.served.sleep_wake_s=5"])
+    topology = load_topology(plain.topology)
+    lens = np.array([1200, 3000, 800, 2500] * 8)
+    woken = LlmCosts(plain, topology).forward("reward", lens, range(8))
+    slower = LlmCosts(later, topology).forward("reward", lens, range(8))
+    assert slower.time_s - woken.time_s == pytest.approx(5.0 - 11.3)      # vLLM's measured 11.3 s by default
+    costs = LlmCosts(plain, topology)
+    scoring = costs.served("reward_model", lens, np.zeros(len(lens), np.int64), range(8))
+    shard = with_value_head(load_model("qwen2.5-7b")).weight_bytes(2.0) / 2
+    link = float(topology.host_copy_Bps(range(8), costs.switch_params.host_link_efficiency).min())
+    assert woken.time_s == pytest.approx(max(scoring.pool_s.sum(), scoring.alone_s.max()) + 11.3 + 2 * shard / link)
+    assert woken.flops == pytest.approx(scoring.flops.sum())
+    summary = simulator.simulate(load_scenario(plain, iterations=2), keep_samples=False).summary
+    assert "reward_model" not in summary["pools"] and summary["stage_time_s"]["reward"] > 11.3
+
+
+def test_a_reward_model_on_the_trainers_devices_takes_no_handover_and_sleeps_only_there():
+    base = {"topology": "fake", "workload": {"model": "fake", "prompts_per_step": 8, "samples_per_prompt": 4}}
+    for reward, message in (({"kind": "model", "served": {}, "handover": "sample"}, "handover applies to a reward"),
+                            ({"kind": "model", "served": {"devices": 4, "sleep_wake_s": 2}}, "sleep_wake_s applies")):
+        with pytest.raises(RlsimError, match=message):
+            load_scenario({**base, "workload": {**base["workload"], "reward": reward}})
