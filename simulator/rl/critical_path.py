@@ -49,8 +49,9 @@ SERVED_POOLS = ("reward_model", "teacher")
 # batch it handed over (rl/schedules/training.py, distillation.handover step).
 IDLE_LABEL_CAUSE = {"teacher": "teacher"}
 # Path causes, in report order. "data": the DistQueue fetch; "reward": reward latency (rule-based, or
-# a served reward model's) between a sequence's finish and its sample being scored; "teacher": a distillation teacher's
-# latency from then to the sample being ready; "dependency": a wait nothing recorded explains.
+# a served reward model's) between a sequence's finish and its sample being scored; "teacher": a
+# distillation teacher's latency from then to the sample being ready (or the trainer's wait for its
+# answers to the batch); "dependency": a wait nothing recorded explains.
 CAUSES = ("generate", "long_tail", "reward", "switch", "data", "forward", "train", "pipeline_bubble",
           "weight_sync", "dependency", "planning", "failure", "untracked", "tool_wait", "teacher")
 STATE_CAUSE = {"generate": "generate", "forward": "forward", "train": "train", "switch": "switch",

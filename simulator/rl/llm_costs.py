@@ -1021,6 +1021,10 @@ class LlmCosts:
         if hit is None:
             spec = self._served[role]
             field, per_engine = f"{spec.prefix}.layout", spec.layout.devices_per_instance
+            if len(ranks) < per_engine:   # a reward model woken on a trainer pool smaller than an engine
+                raise RlsimError(f"the {SERVED_NAMES[role]}'s engines take {per_engine} devices (tp x ep), more than "
+                                 f"the {len(ranks)} it runs on", source=self.source, field=field,
+                                 fix=f"give a smaller {field}.tp, or more devices")
             first = list(ranks)[:per_engine]
             cost = StepCost(spec.model, instance_device(self.topology, first), spec.layout, spec.params,
                             collectives=self.collectives, ranks=first, layout_field=field)

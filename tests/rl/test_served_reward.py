@@ -126,3 +126,11 @@ def test_a_reward_model_on_the_trainers_devices_takes_no_handover_and_sleeps_onl
                             ({"kind": "model", "served": {"devices": 4, "sleep_wake_s": 2}}, "sleep_wake_s applies")):
         with pytest.raises(RlsimError, match=message):
             load_scenario({**base, "workload": {**base["workload"], "reward": reward}})
+
+
+def test_a_reward_model_woken_on_fewer_devices_than_an_engine_is_refused_by_its_layout():
+    sc = load_scenario({"topology": {"preset": "dgx-h100", "nodes": 1}, "workload": "grpo-qwen2.5-7b"},
+                       overrides=SMALL["overrides"][3:] + ["workload.reward.served.layout.tp=4"])
+    with pytest.raises(RlsimError, match="take 4 devices") as err:
+        LlmCosts(sc, load_topology(sc.topology)).forward("reward", np.array([1000, 2000]), range(2))
+    assert err.value.field == "workload.reward.served.layout"
