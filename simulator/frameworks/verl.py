@@ -76,6 +76,13 @@ V1_ONLY_KEYS = ("algorithm.filter_groups.max_inflight_gen_batches",)
 A = "actor_rollout_ref"
 TEACHER = "distillation.teacher_models.teacher_model"   # verl 0.9's single teacher (distillation.teacher_models)
 RM_ROLLOUT = "reward.reward_model.rollout"              # verl 0.9's reward model's engine (a RolloutConfig)
+# A served model's engine keys (its RolloutConfig: the teacher's inference, the reward model's rollout)
+# -> its rlsim section's (workload.distillation, workload.reward.served), and how each value is read
+SERVED_ENGINE_KEYS = (("tensor_model_parallel_size", "layout.tp", "count"),
+                      ("gpu_memory_utilization", "layout.gpu_memory_utilization", "fraction"),
+                      ("max_num_seqs", "layout.max_num_seqs", "count"), ("enforce_eager", "inference.enforce_eager", "flag"),
+                      ("max_num_batched_tokens", "inference.max_num_batched_tokens", "count"),
+                      ("enable_chunked_prefill", "inference.chunked_prefill", "flag"))
 # verl's own defaults for the keys rlsim maps, used when a YAML leaves them out (verl
 # verl/trainer/config/ppo_trainer.yaml, v0.4-v0.5; read again in the 0.4.1, 0.5.0, 0.6.0, 0.6.1 and 0.7.0
 # wheels: the same in all, except rollout.name (no default from 0.6) and enforce_eager, below).
@@ -507,11 +514,7 @@ RULES: dict[str, Rule] = {
                                           "nnodes x n_gpus_per_node, beside the trainer's (the topology holds both)")
        for k in ("nnodes", "n_gpus_per_node")},
     "reward.reward_model.model_path": mapped("workload.reward.model"),
-    **{f"{RM_ROLLOUT}.{k}": mapped(f"workload.reward.served.{to}") for k, to in (
-        ("tensor_model_parallel_size", "layout.tp"), ("gpu_memory_utilization", "layout.gpu_memory_utilization"),
-        ("max_num_seqs", "layout.max_num_seqs"), ("enforce_eager", "inference.enforce_eager"),
-        ("max_num_batched_tokens", "inference.max_num_batched_tokens"),
-        ("enable_chunked_prefill", "inference.chunked_prefill"))},
+    **{f"{RM_ROLLOUT}.{k}": mapped(f"workload.reward.served.{to}") for k, to, _ in SERVED_ENGINE_KEYS},
     **{f"{RM_ROLLOUT}.{k}": unsupported("a reward-model engine with data, expert or pipeline parallelism is not "
                                         "imported (set workload.reward.served.layout.ep)", neutral=1)
        for k in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size")},
@@ -537,11 +540,7 @@ RULES: dict[str, Rule] = {
                                    "n_gpus_per_node, beside the trainer's (the topology holds both)")
        for k in ("nnodes", "n_gpus_per_node")},
     f"{TEACHER}.model_path": mapped("workload.distillation.teacher"),
-    **{f"{TEACHER}.inference.{k}": mapped(f"workload.distillation.{to}") for k, to in (
-        ("tensor_model_parallel_size", "layout.tp"), ("gpu_memory_utilization", "layout.gpu_memory_utilization"),
-        ("max_num_seqs", "layout.max_num_seqs"), ("enforce_eager", "inference.enforce_eager"),
-        ("max_num_batched_tokens", "inference.max_num_batched_tokens"),
-        ("enable_chunked_prefill", "inference.chunked_prefill"))},
+    **{f"{TEACHER}.inference.{k}": mapped(f"workload.distillation.{to}") for k, to, _ in SERVED_ENGINE_KEYS},
     **{f"{TEACHER}.inference.{k}": unsupported("a teacher engine with data or expert parallelism is not imported "
                                                "(set workload.distillation.layout.ep)", neutral=1)
        for k in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size")},
@@ -768,7 +767,7 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     inactive_section(flat, f"{A}.actor.fsdp_config" if strategy == "megatron" else f"{A}.actor.megatron",
                      f"{A}.actor.strategy is {strategy}: this backend's settings do not apply", decided)
     sched = _schedule(values, recipe, workload, decided)
-    _reward_model(values, workload, decided)
+    _reward_model(values, recipe, workload, decided)
     _distillation(values, workload, decided)
     user_sizes = any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets)
     served = [("reward model", "reward.reward_model", workload["reward"].get("served", {}).get("devices", 0)),
@@ -817,17 +816,20 @@ def _distillation(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status,
     if not topk:
         decided["distillation.distillation_loss.topk"] = ("ignored", "read with loss_mode forward_kl_topk only")
     w["distillation"] = {
-        "teacher": teacher, "devices": nodes * v.count("distillation.n_gpus_per_node"),
-        "layout": {"tp": v.count(f"{inference}.tensor_model_parallel_size"),
-                   "gpu_memory_utilization": v.fraction(f"{inference}.gpu_memory_utilization"),
-                   "max_num_seqs": v.count(f"{inference}.max_num_seqs")},
-        "inference": {"enforce_eager": v.flag(f"{inference}.enforce_eager"),
-                      "max_num_batched_tokens": v.count(f"{inference}.max_num_batched_tokens"),
-                      "chunked_prefill": v.flag(f"{inference}.enable_chunked_prefill")},
+        "teacher": teacher, "devices": nodes * v.count("distillation.n_gpus_per_node"), **_served_engine(v, inference),
         "topk": positive_int(topk, "distillation.distillation_loss.topk", src) if topk else 0}
 
 
-def _reward_model(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+def _served_engine(v: Values, prefix: str) -> dict[str, dict[str, Any]]:
+    """A served model's engine config under ``prefix`` (SERVED_ENGINE_KEYS) -> {layout, inference}."""
+    out: dict[str, dict[str, Any]] = {"layout": {}, "inference": {}}
+    for key, to, read in SERVED_ENGINE_KEYS:
+        section, name = to.split(".")
+        out[section][name] = getattr(v, read)(f"{prefix}.{key}")
+    return out
+
+
+def _reward_model(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """verl 0.9's reward model (reward.reward_model.enable: vLLM engines behind /classify) ->
     workload.reward kind model (default: the actor's architecture under a score head) served by
     engines of its layout and constants (reward.served; its rollout config has its own: eager, a token
@@ -851,14 +853,12 @@ def _reward_model(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status,
         decided["reward.custom_reward_function.path"] = (
             "unsupported", "a custom reward function beside a reward model (a generative judge that generates "
                            "through it) is not modelled: rlsim prices the discriminative /classify path")
-    served: dict[str, Any] = {
-        "layout": {"tp": v.count(f"{RM_ROLLOUT}.tensor_model_parallel_size"),
-                   "gpu_memory_utilization": v.fraction(f"{RM_ROLLOUT}.gpu_memory_utilization"),
-                   "max_num_seqs": v.count(f"{RM_ROLLOUT}.max_num_seqs")},
-        "inference": {"enforce_eager": v.flag(f"{RM_ROLLOUT}.enforce_eager"),
-                      "max_num_batched_tokens": v.count(f"{RM_ROLLOUT}.max_num_batched_tokens"),
-                      "chunked_prefill": v.flag(f"{RM_ROLLOUT}.enable_chunked_prefill")}}
+    served = _served_engine(v, RM_ROLLOUT)
     if not v.flag(f"{rm}.enable_resource_pool"):   # woken on the trainer's GPUs after generation
+        if recipe in ("fully-async", "separate-async"):   # verl asserts a standalone reward model there
+            raise RlsimError(f"verl's {recipe} trainer runs a reward model only on a pool of its own", source=src,
+                             field=f"{rm}.enable_resource_pool", fix=f"pass {rm}.enable_resource_pool=true "
+                                                                     f"{rm}.nnodes=N {rm}.n_gpus_per_node=G")
         v.result.notes.append(COLOCATED_REWARD_MODEL_NOTE)
         for key in (f"{rm}.nnodes", f"{rm}.n_gpus_per_node"):
             decided[key] = ("ignored", "read with enable_resource_pool only: colocated, the reward model's engines "

@@ -1569,5 +1569,9 @@ def test_verl_09_reward_model_on_a_pool_of_its_own_or_woken_on_the_trainers_gpus
     with pytest.raises(RlsimError, match="without a pool") as err:
         import_config("verl", cfg, [*QUICKSTART, *rm, f"{_RM}.enable_resource_pool=true"])
     assert err.value.field == f"{_RM}.nnodes"
+    with pytest.raises(RlsimError, match="only on a pool of its own") as err:   # fully_async / separate_async assert it
+        import_config("verl", cfg, [*QUICKSTART, *rm, "+rollout.nnodes=1", "+rollout.n_gpus_per_node=1"],
+                      schedule="fully-async")
+    assert err.value.field == f"{_RM}.enable_resource_pool"
     judge = import_config("verl", cfg, [*QUICKSTART, *rm, *pool, "reward.custom_reward_function.path=judge.py"])
     assert "reward.custom_reward_function.path" in judge.unsupported
