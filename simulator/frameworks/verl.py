@@ -311,8 +311,9 @@ RULES: dict[str, Rule] = {
     f"{A}.ref.fsdp_config.model_dtype": mapped("workload.reference_cpu_offload_bytes_per_param",
                                                "fsdp / fsdp2: the dtype of the reference's host shards (verl's default "
                                                "fp32: 4 bytes), copied in at every forward"),
-    f"{A}.rollout.over_sample_rate": unsupported("aborting the last requests once (1 - rate) of them are done is "
-                                                 "not modelled", neutral=0),
+    f"{A}.rollout.over_sample_rate": unsupported("verl 0.6's SGLang multi-turn rollout aborts the last requests once "
+                                                 "(1 - rate) of them are done (verl 0.9 reads it nowhere): not "
+                                                 "modelled", neutral=0),
     f"{A}.rollout.multi_stage_wake_up": unsupported("SGLang's staged wake-up is not modelled", neutral=False),
     f"{A}.rollout.skip_rollout": unsupported("rollouts loaded from a dump are not modelled", neutral=False),
     f"{A}.rollout.skip_dump_dir": ignored("read with skip_rollout only"),
