@@ -310,11 +310,12 @@ class RewardSpec(_Strict):
     # bf16 first: cpu_offload_bytes_per_param 2): each forward copies every layer's shard in.
     cpu_offload: bool = False
     cpu_offload_bytes_per_param: float = Field(2.0, gt=0)
-    # A reward model served by inference engines on devices of its own (kind: model), in place of a
-    # forward pass on the trainer: verl 0.9's reward loop with reward.reward_model.enable_resource_pool
-    # (experimental/reward_loop: a discriminative model behind vLLM's /classify, each finished sample
-    # posted as one request of prompt and response as the agent loop hands it over, handover).
-    # None: the forward pass.
+    # A reward model served by inference engines (kind: model), in place of a forward pass on the
+    # trainer: verl 0.9's reward loop (experimental/reward_loop: a discriminative model behind vLLM's
+    # /classify). With served.devices on devices of its own (reward.reward_model.enable_resource_pool),
+    # each finished sample posted as one request of prompt and response as it is handed over
+    # (handover); without, woken on the trainer's devices after generation to score the batch
+    # (compute_rm_score). None: the forward pass.
     served: ServedSpec | None = None
 
     @field_validator("cpu_offload", "cpu_offload_bytes_per_param", mode="after")
@@ -358,9 +359,9 @@ class RewardSpec(_Strict):
                              "trainer's devices it scores the generated batch at once; remove reward.handover, or "
                              "give served.devices")
         if self.kind == "model" and self.handover is not None and self.served is None:
-            raise ValueError("handover applies to rule rewards (kind: rule) and a served reward model (served): a "
-                             "reward model on the trainer scores in a forward pass; remove reward.handover, or set "
-                             "reward.kind: rule")
+            raise ValueError("handover applies to rule rewards (kind: rule) and a reward model on devices of its "
+                             "own (served.devices): a reward model on the trainer scores in a forward pass; remove "
+                             "reward.handover, or set reward.kind: rule")
         return self
 
     @field_validator("served", mode="after")

@@ -9,9 +9,13 @@ worker, which posts it to the reward model's engines (experimental/reward_loop/r
 compute_score_disrm: vLLM /classify). A served pool is a fluid pool (reward_pool.RewardPool): each
 sample handed over needs its share of whole-pool time at full engine steps (llm/served.py
 ServedCost.pool_s) and no less than its own latency on an idle engine (alone_s); samples handed over
-while the pool is busy wait for it, first come, first served.
+while the pool is busy wait for it, first come, first served. AReaL's teacher is handed the
+trainer's batch at once instead (distillation.handover step: served_batch, which training.py's
+forward passes wait for), each engine answering one request at a time (one_at_a_time).
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -88,9 +92,11 @@ def _charged(ctx: RunState, role: str, prompt_len: np.ndarray, response_len: np.
     return cost.pool_s, cost.alone_s
 
 
-def _spec(ctx: RunState, role: str):
+def _spec(ctx: RunState, role: str) -> Any:
+    """The served model's scenario section (reward.served, or distillation)."""
     return ctx.workload.reward.served if role == "reward_model" else ctx.workload.distillation
 
 
 def _engines(ctx: RunState, role: str) -> int:
+    """The engines of ``role``'s pool (its devices over one engine's)."""
     return max(1, len(ctx.pools[role].ranks) // ctx.costs.served_instance_devices(role))
