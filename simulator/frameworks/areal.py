@@ -402,11 +402,12 @@ def _teacher(v: Values, w: dict[str, Any]) -> None:
                          field="teacher.engine_type", fix="serve the teacher on inference servers: "
                                                           "teacher.engine_type=rollout with teacher.rollout.backend")
     engine, dims = parse_backend(v("teacher.rollout.backend"), "teacher.rollout.backend", src, ("sglang", "vllm"))
-    if not v("teacher.path"):
-        raise RlsimError("a teacher without a model (teacher.path)", source=src, field="teacher.path",
-                         fix="give teacher.path (the teacher's Hugging Face id or folder)")
-    teacher, how = model_for(v("teacher.path"), "teacher.path", src)
-    v.result.notes.append(f"teacher.path {v('teacher.path')!r} -> {how}")
+    if v("teacher.path"):
+        teacher, how = model_for(v("teacher.path"), "teacher.path", src)
+        v.result.notes.append(f"teacher.path {v('teacher.path')!r} -> {how}")
+    else:   # _init_teacher_rollout: the path overrides the shared engine config's model, the rollout's
+        teacher = w["model"]
+        v.result.notes.append(f"teacher.path empty: AReaL serves the rollout's model ({teacher}) as the teacher")
     layout = _rollout_layout(v, engine, dims)
     layout = {key: layout[key] for key in ("tp", "ep", "gpu_memory_utilization", "max_num_seqs") if key in layout}
     w["distillation"] = {"teacher": teacher, "devices": _world(dims, "attn"), "layout": layout, "handover": "step",

@@ -214,11 +214,12 @@ def test_a_teacher_on_inference_servers_scores_the_trainers_batch_one_request_at
     load_scenario(r.scenario)
     assert "distillation" not in import_config("areal", EXAMPLE).scenario["workload"]
     assert "teacher.offload" in import_config("areal", EXAMPLE, [*TEACHER, "+teacher.offload=true"]).unsupported
+    own = import_config("areal", EXAMPLE, [key for key in TEACHER if "teacher.path" not in key])
+    assert own.scenario["workload"]["distillation"]["teacher"] == own.scenario["workload"]["model"]   # the rollout's
 
 
 @pytest.mark.parametrize(("extra", "field"), [
     (["+teacher.engine_type=train", "+teacher.path=Qwen/Qwen2.5-7B-Instruct"], "teacher.engine_type"),
-    (["+teacher.engine_type=rollout", "+teacher.rollout.backend=sglang:d4t2"], "teacher.path"),
     (["+teacher.path=Qwen/Qwen2.5-7B-Instruct", "+teacher.rollout.backend=sglang4"], "teacher.rollout.backend"),
 ])
 def test_a_teacher_that_cannot_be_served_is_named(extra, field):
