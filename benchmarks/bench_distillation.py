@@ -36,11 +36,16 @@ def case(schedule: str, nodes: int, overrides: list[str], iterations: int, promp
     return summary, time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str) -> argparse.Namespace:
+    """--iterations and --prompts of a served-model benchmark (``doc``: its docstring)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     for flag, default in (("--iterations", 3), ("--prompts", 256)):
         parser.add_argument(flag, type=int, default=default)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments(__doc__)
     print(f"machine-speed reference: {reference_ms():.2f} ms; grpo-qwen2.5-7b, {args.prompts} x 16 samples, "
           f"student on 8 H100, {args.iterations} steps")
     for schedule in ("colocated", "verl-fully-async"):

@@ -13,9 +13,7 @@ prefill); synchronous (colocated) and fully async (verl-fully-async).
 """
 from __future__ import annotations
 
-import argparse
-
-from bench_distillation import case
+from bench_distillation import arguments, case
 from speed_reference import reference_ms
 
 MODEL = ["workload.reward.kind=model", "workload.reward.model=qwen2.5-7b"]
@@ -34,10 +32,7 @@ CASES = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for flag, default in (("--iterations", 3), ("--prompts", 256)):
-        parser.add_argument(flag, type=int, default=default)
-    args = parser.parse_args()
+    args = arguments(__doc__)
     print(f"machine-speed reference: {reference_ms():.2f} ms; grpo-qwen2.5-7b, {args.prompts} x 16 samples, "
           f"trainer on 8 H100, {args.iterations} steps")
     for schedule in ("colocated", "verl-fully-async"):

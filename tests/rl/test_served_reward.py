@@ -13,17 +13,17 @@ from simulator.llm.served import ServedScoring
 from simulator.rl.llm_costs import LlmCosts
 from simulator.scenario import load_scenario
 
-SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2}, iterations=2,
-             overrides=["workload.prompts_per_step=32", "workload.samples_per_prompt=4",
-                        "workload.mini_batch_prompts=16", "workload.train_layout.tp=2",
-                        "workload.reward.kind=model", "workload.reward.model=qwen2.5-7b"])
+from .test_distillation import SMALL as DISTILLATION_SMALL
+from .test_distillation import _run as _small_run
+
+REWARD_MODEL = ["workload.reward.kind=model", "workload.reward.model=qwen2.5-7b"]
+SMALL = {**DISTILLATION_SMALL, "overrides": DISTILLATION_SMALL["overrides"] + REWARD_MODEL}
 SERVED = ["workload.reward.served.devices=8", "workload.reward.served.layout.tp=2"]
 
 
 def _run(*overrides: str, schedule: str = "colocated", nodes: int = 2) -> dict:
-    small = {**SMALL, "topology": {"preset": "dgx-h100", "nodes": nodes},
-             "overrides": SMALL["overrides"] + list(overrides)}
-    return simulator.simulate(schedule=schedule, keep_samples=False, **small).summary
+    """test_distillation's small run, scored by a Qwen2.5-7B reward model."""
+    return _small_run(*REWARD_MODEL, *overrides, schedule=schedule, nodes=nodes)
 
 
 def test_the_reward_model_runs_on_its_own_engines_and_not_on_the_trainer():

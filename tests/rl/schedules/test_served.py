@@ -29,9 +29,10 @@ def scenario(kind="colocated", iterations=3, teacher_devices=1, topk=0, handover
                           "iterations": iterations})
 
 
-def run(sc, devices, resp=None, teacher_devices=1):
+def run(sc, devices, resp=None, teacher_devices=1, **rates):
+    """The run on FakeCosts (``rates``: its served engines' rates over this module's teacher's)."""
     costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, instance_max_seqs=64,
-                      teacher_s_per_token=TEACHER_S_PER_TOKEN, teacher_devices=teacher_devices)
+                      **{"teacher_s_per_token": TEACHER_S_PER_TOKEN, "teacher_devices": teacher_devices, **rates})
     rec = run_schedule(sc, costs, devices, const(PROMPT), resp or const(RESPONSE))
     tl, sm = rec.timeline.to_frame(), rec.samples.to_frame()
     return rec, tl, sm, metrics.summary(rec, tl, sm)

@@ -13,6 +13,7 @@ from simulator.rl.schedules import run_schedule
 from simulator.scenario import load_scenario
 
 from .test_served import KINDS
+from .test_served import run as served_run
 from .test_verl_async import const, lognormal
 
 PROMPTS, N, PROMPT, RESPONSE = 8, 4, 50, 400
@@ -32,11 +33,8 @@ def scenario(kind="colocated", iterations=3, rm_devices=1, teacher_devices=0, ha
 
 
 def run(sc, devices, resp=None):
-    costs = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.5, instance_max_seqs=64,
-                      reward_model_s_per_token=RM_S_PER_TOKEN, teacher_s_per_token=TEACHER_S_PER_TOKEN)
-    rec = run_schedule(sc, costs, devices, const(PROMPT), resp or const(RESPONSE))
-    tl, sm = rec.timeline.to_frame(), rec.samples.to_frame()
-    return rec, tl, sm, metrics.summary(rec, tl, sm)
+    return served_run(sc, devices, resp, reward_model_s_per_token=RM_S_PER_TOKEN,
+                      teacher_s_per_token=TEACHER_S_PER_TOKEN)
 
 
 def test_a_synchronous_step_waits_for_the_reward_model_to_score_its_batch_on_its_own_devices():
