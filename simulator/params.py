@@ -216,6 +216,12 @@ class ComputeParams(StrictModel):
     # The forward's share of it: 38 of the 52 bytes above (the backward's 14), so a forward-only pass
     # (old log-probs, reference) pays 38 / 52 of the loss traffic. 0.5 was the split before this field.
     loss_forward_share: float = Field(38.0 / 52.0, ge=0, le=1)
+    # The policy's entropy over the vocabulary, bytes per logit, in the pass these params price: set
+    # per pass by rl/llm_costs.py from workload.entropy (its kernel's ENTROPY_KERNEL_BYTES) for the
+    # passes that compute it, 0 in the others; not a train_params key (a given value is refused).
+    # Forward, and the backward's where the entropy is in the update's loss.
+    entropy_traffic_bytes_per_logit: float = Field(0.0, ge=0)
+    entropy_backward_traffic_bytes_per_logit: float = Field(0.0, ge=0)
     activation_bytes: float = Field(2.0, gt=0)
 
     @field_validator(*GATED_KNOBS["compute"], mode="after")
@@ -223,6 +229,16 @@ class ComputeParams(StrictModel):
     def _attention_path_applies(cls, value: Any, info: ValidationInfo) -> Any:
         """The flash kernel's constants apply with flash attention, the score traffic without it."""
         return _gated_knob_applies("compute", cls, value, info)
+
+    @field_validator("entropy_traffic_bytes_per_logit", "entropy_backward_traffic_bytes_per_logit", mode="after")
+    @classmethod
+    def _set_per_pass(cls, value: float, info: ValidationInfo) -> float:
+        """The cost layer sets these per pass (model_copy, unvalidated); a given value would act on every pass."""
+        if value:
+            which = "forward" if info.field_name == "entropy_traffic_bytes_per_logit" else "backward"
+            raise ValueError(f"is set per pass from workload.entropy (the passes that compute the entropy over the "
+                             f"vocabulary); remove it, and give workload.entropy with {which}_bytes_per_logit")
+        return value
 
 
 class MemoryParams(StrictModel):
@@ -877,6 +893,28 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
                                              gated_act_traffic_bytes_per_ffn=LIGER_SWIGLU_BYTES_PER_FFN,
                                              rope_traffic_bytes_per_element=LIGER_ROPE_BYTES_PER_ELEMENT)),
     source="liger-kernel 0.8.5 liger_kernel/ops/rms_norm.py, rope.py, swiglu.py; transformers 5.25.0 (residual adds)")
+
+# The entropy over the vocabulary, (forward, backward) bytes per bf16 logit, by kernel (workload.entropy
+# .kernel): each kernel's distinct tensors read and written once (a row's re-reads inside one kernel
+# stay in L2, as the loss count above assumes); the per-token results and TP all-reduces of one float a
+# token are left out. The backward, where the entropy is in the update's loss, ends with its gradient
+# added to the log-probs' (read 2 + 2, write 2).
+# - eager: verl's entropy_from_logits (verl 0.6.0 / 0.9.1 utils/torch_functional.py) op by op: softmax
+#   (read 2, write 2), logsumexp as torch runs it (amax read 2; the subtraction read 2, write 2; exp_
+#   read 2, write 2; sum read 2: 12), probabilities x logits (read 4, write 2), sum (read 2): 24.
+#   Backward through autograd: logsumexp's (subtract, exp, multiply: 4 each), the product's two
+#   (4 each), softmax's (read 4, write 2), two additions of the three gradients into the logits' (6
+#   each), the addition to the log-probs' (6): 44.
+# - compiled: the same function under torch.compile (verl actor.use_torch_compile, its default): the
+#   row reductions fused into one kernel reading the logits (2); the backward one kernel reading the
+#   logits and writing their gradient (4) and the addition (6): 10.
+# - vocab-parallel: verl's megatron workers (0.6.0 workers/actor/megatron_actor.py logits_processor,
+#   utils/megatron/tensor_parallel.py _VocabParallelEntropy): the logits cloned (read 2, write 2), max
+#   (2), subtraction (4), exp_ (4), sum (2), div_ (4), the compiled product-sum (read 4): 24. Backward:
+#   sub_ (4), mul_ by the logits (6), mul_ by the gradient (4), add_ (4), mul_(-1) (4), the addition
+#   at the clone (6): 28.
+ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "compiled": (2.0, 10.0),
+                                                        "vocab-parallel": (24.0, 28.0)}
 
 DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,

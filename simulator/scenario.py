@@ -35,6 +35,7 @@ from .errors import RlsimError, validation_error
 from .overrides import apply_overrides, parse_assignment, string_items
 from .params import (
     DEFAULT_TRAIN_SOFTWARE,
+    ENTROPY_KERNEL_BYTES,
     FALLBACK_COLLECTIVE_KEYS,
     MATH_VERIFY_CAPPED_CPU_S_PER_SAMPLE,
     MATH_VERIFY_CAPPED_CPU_S_PER_TOKEN,
@@ -244,6 +245,39 @@ class DistillationSpec(ServedSpec):
         return tokens * max(self.topk, 1) * self.bytes_per_logprob
 
 
+class EntropySpec(_Strict):
+    """The policy's entropy over the vocabulary, computed from the logits beside the log-probs in the
+    passes named (verl: its old log-prob pass always, compute_log_prob(calculate_entropy=True); its
+    update where actor.entropy_coeff != 0 or actor.calculate_entropy): memory-bound work on the
+    (tokens, vocab / tp) logits of the last stage, llm/train_compute.py logits_times."""
+    passes: list[Literal["old_logprob", "update"]] = Field(min_length=1)
+    # How it is computed (params.ENTROPY_KERNEL_BYTES: the op sequences counted): eager (torch's ops
+    # one by one), compiled (the same under torch.compile: one fused reduction) or vocab-parallel
+    # (verl's megatron workers' _VocabParallelEntropy).
+    kernel: Literal["eager", "compiled", "vocab-parallel"] = "eager"
+    # Bytes per logit forward, and backward in the update: None, the kernel's.
+    forward_bytes_per_logit: float | None = Field(None, ge=0)
+    backward_bytes_per_logit: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _backward_in_the_update(self) -> "EntropySpec":
+        if len(set(self.passes)) < len(self.passes):
+            raise ValueError(f"passes {self.passes} names a pass twice; give each once")
+        if self.backward_bytes_per_logit is not None and "update" not in self.passes:
+            raise ValueError("backward_bytes_per_logit applies where the update computes the entropy (its loss "
+                             "takes its gradient); remove it, or add update to passes")
+        return self
+
+    def bytes_per_logit(self, pass_name: str) -> tuple[float, float]:
+        """(forward, backward) bytes per logit the entropy adds to ``pass_name`` (old_logprob, update)."""
+        if pass_name not in self.passes:
+            return 0.0, 0.0
+        forward, backward = ENTROPY_KERNEL_BYTES[self.kernel]
+        forward = forward if self.forward_bytes_per_logit is None else self.forward_bytes_per_logit
+        backward = backward if self.backward_bytes_per_logit is None else self.backward_bytes_per_logit
+        return forward, backward if pass_name == "update" else 0.0
+
+
 class CriticBatchingSpec(_Strict):
     """PPO's critic micro-batching where it differs from the actor's (verl's critic has its own
     ppo_micro_batch_size_per_gpu / ppo_max_token_len_per_gpu, default 32768: "doubled for critic", and
@@ -435,6 +469,7 @@ class WorkloadConfig(_Strict):
     lora: LoraSpec | None = None                        # LoRA training of the actor; None: full
     multi_turn: MultiTurnSpec | None = None             # agentic rollouts; None: one turn each
     distillation: DistillationSpec | None = None       # on-policy distillation; None: none
+    entropy: EntropySpec | None = None                 # the entropy over the vocabulary; None: none
     dtype: str = "bf16"
 
     @field_validator("train_software")

@@ -91,6 +91,7 @@ DEFAULTS: dict[str, Any] = {
     "data.train_batch_size": 1024, "data.max_prompt_length": 512, "data.max_response_length": 512,
     f"{A}.rollout.n": 1, f"{A}.actor.ppo_mini_batch_size": 256, f"{A}.actor.ppo_epochs": 1,
     f"{A}.actor.strategy": "fsdp", f"{A}.actor.use_kl_loss": False, "algorithm.use_kl_in_reward": False,
+    f"{A}.actor.entropy_coeff": 0, f"{A}.actor.use_torch_compile": True,
     "algorithm.adv_estimator": "gae", f"{A}.rollout.tensor_model_parallel_size": 2, f"{A}.rollout.expert_parallel_size": 1,
     f"{A}.rollout.data_parallel_size": 1, f"{A}.rollout.pipeline_model_parallel_size": 1,
     f"{A}.rollout.gpu_memory_utilization": 0.5, f"{A}.rollout.max_num_seqs": 1024, f"{A}.rollout.dtype": "bfloat16",
@@ -231,14 +232,29 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.ulysses_sequence_parallel_size": mapped("workload.train_layout.cp", "fsdp / fsdp2: the sequence "
                                                         "split over cp ranks by Ulysses all-to-alls (ulysses_sp: "
                                                         "true); the megatron backend splits by context_parallel_size"),
-    f"{A}.actor.use_torch_compile": unsupported("torch.compile's kernel speed-up is not modelled "
-                                                "(train_params.compute.* is the knob)"),
+    f"{A}.actor.use_torch_compile": mapped("workload.entropy.kernel", "fsdp / fsdp2: the entropy over the "
+                                           "vocabulary the old log-prob pass computes (and an update with "
+                                           "entropy_coeff != 0) under torch.compile (compiled) or op by op (eager)"),
+    f"{A}.actor.entropy_coeff": mapped("workload.entropy.passes", "!= 0: the update computes the entropy too "
+                                       "(its loss takes its gradient); 0: the old log-prob pass only"),
+    # torch.compile's one use is the entropy: the reference's log-probs come with none
+    # (compute_ref_log_prob: calculate_entropy False) and the critic's value head has no vocabulary
+    **{f"{A}.ref.{k}": ignored("the reference computes no entropy (compute_ref_log_prob: calculate_entropy "
+                               "false), the one use of torch.compile") for k in (
+        "use_torch_compile", "fsdp_config.use_torch_compile")},
+    **{f"critic.{k}": ignored("the critic's value head has no vocabulary: no entropy, the one use of "
+                              "torch.compile") for k in (
+        "use_torch_compile", "model.fsdp_config.use_torch_compile", "fsdp.use_torch_compile")},
+    f"{A}.actor.entropy_from_logits_with_chunking": unsupported(
+        "the entropy in fp32 chunks (each chunk cast up) is not priced: rlsim prices it over the whole bf16 "
+        "logits (workload.entropy)", neutral=False),
+    f"{A}.actor.entropy_checkpointing": unsupported(
+        "the entropy recomputed in the update's backward is not priced (workload.entropy)", neutral=False),
     f"{A}.actor.optim.*": ignored(_LR),
     f"{A}.actor.checkpoint.*": ignored(_CKPT),
     **{f"{A}.actor.{k}": ignored(_LOSS) for k in (
-        "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "entropy_coeff", "loss_agg_mode",
-        "kl_loss_coef", "kl_loss_type", "grad_clip", "shuffle", "policy_loss.*", "entropy_from_logits_with_chunking",
-        "entropy_checkpointing")},
+        "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
+        "kl_loss_coef", "kl_loss_type", "grad_clip", "shuffle", "policy_loss.*")},
     f"{A}.actor.megatron.tensor_model_parallel_size": mapped("workload.train_layout.tp"),
     f"{A}.actor.megatron.pipeline_model_parallel_size": mapped("workload.train_layout.pp"),
     f"{A}.actor.megatron.virtual_pipeline_model_parallel_size": mapped("workload.train_layout.vpp"),
@@ -396,8 +412,8 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.agent.default_agent_loop": unsupported("an agent loop other than one generation a prompt (tools, "
                                                          "multi-turn) is not modelled", neutral="single_turn_agent"),
     # keys verl 0.7.0 added (its generated ppo_trainer / ppo_megatron_trainer configs, read in the 0.7.0 wheel)
-    f"{A}.actor.calculate_entropy": unsupported("the policy's entropy over the vocabulary in the update is not "
-                                                "modelled", neutral=False),
+    f"{A}.actor.calculate_entropy": mapped("workload.entropy.passes", "true: the update computes the entropy "
+                                           "over the vocabulary (for its metrics) whatever entropy_coeff"),
     **{f"{A}.actor.{k}": ignored(_LOSS) for k in ("loss_scale_factor", "tau_pos", "tau_neg")},
     f"{A}.actor.rollout_n": ignored("a copy of rollout.n the actor's loss reads"),
     f"{A}.actor.router_replay.mode": unsupported("MoE routing replay (the rollout's expert choices recorded and "
@@ -927,6 +943,33 @@ def _train_software(v: Values, w: dict[str, Any], decided: dict[str, tuple[Statu
     w["train_software"] = hf_train_software(v.flag(f"{A}.model.use_liger"))
 
 
+def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """verl's old log-prob pass computes the policy's entropy over the vocabulary (compute_log_prob with
+    calculate_entropy=True), its update where entropy_coeff != 0 or calculate_entropy (verl 0.6.0
+    workers/actor/dp_actor.py, 0.9.1 trainer/ppo/ray_trainer.py). The FSDP workers compile it as
+    use_torch_compile says (0.6 / 0.7's legacy workers read the actor's key, 0.9's engine workers its
+    fsdp_config's); the megatron workers run _VocabParallelEntropy."""
+    coeff = v(f"{A}.actor.entropy_coeff")
+    update = (coeff is not None and float(coeff) != 0) or flag(v.flat.get(f"{A}.actor.calculate_entropy", False),
+                                                                f"{A}.actor.calculate_entropy", v.result.source)
+    passes = ["old_logprob", "update"] if update else ["old_logprob"]
+    compile_keys = (f"{A}.actor.use_torch_compile", f"{A}.actor.fsdp_config.use_torch_compile")
+    if str(v(f"{A}.actor.strategy")) == "megatron":
+        for key in compile_keys:
+            if v.given(key):
+                decided[key] = ("ignored", "the megatron workers do not read it: their entropy is "
+                                           "_VocabParallelEntropy (workload.entropy.kernel vocab-parallel)")
+        w["entropy"] = {"passes": passes, "kernel": "vocab-parallel"}
+        return
+    impl = v.flat.get("trainer.use_legacy_worker_impl")   # absent in 0.9, which has no legacy workers
+    engine_workers = impl == "disable" or (impl is None and v.given(compile_keys[1]))
+    read, other = compile_keys[::-1] if engine_workers else compile_keys
+    if v.given(other) and other not in decided:
+        decided[other] = ("ignored", f"the {'legacy' if engine_workers else 'new engine'} workers' copy: these "
+                                     f"workers read {read}")
+    w["entropy"] = {"passes": passes, "kernel": "compiled" if v.flag(read) else "eager"}
+
+
 def _law(law: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in law.items()) + "}"
 
@@ -965,6 +1008,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         _train_layout(v, decided), w.get("model"), {"sequence_parallel": f"{m}.sequence_parallel",
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     _train_software(v, w, decided)
+    _entropy(v, w, decided)
     w["rollout_layout"] = _rollout_layout(v, recipe, decided)
     _engine_and_offload(v, w, decided)
     _fsdp_params(v, w, decided)

@@ -236,8 +236,9 @@ def _attention_times(attn_flops: np.ndarray, seq_len: np.ndarray, sq_sum: np.nda
 
 def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates: DeviceRates,
                  params: ComputeParams, head_trains: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) of the vocab-parallel output layer and the loss on the last stage
-    (`head_trains` False: a frozen head, LoRA's, takes no weight gradient)."""
+    """(forward, backward) of the vocab-parallel output layer, the loss and the entropy over the
+    vocabulary (where the pass computes it) on the last stage (`head_trains` False: a frozen head,
+    LoRA's, takes no weight gradient)."""
     tokens = np.asarray(tokens, dtype=float)
     v, h = np.full_like(tokens, vocab / tp), np.full_like(tokens, float(hidden))
     # Forward (tokens, V / tp, H), data gradient (tokens, H, V / tp), weight gradient (H, V / tp,
@@ -247,4 +248,6 @@ def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates:
     grad = t[1] + t[2] if head_trains else t[1]
     loss = tokens * vocab / tp * params.loss_traffic_bytes_per_logit / rates.hbm_Bps
     share = params.loss_forward_share
-    return gemm + loss * share, grad + loss * (1.0 - share)
+    entropy = tokens * vocab / tp / rates.hbm_Bps   # x bytes per logit
+    return (gemm + loss * share + entropy * params.entropy_traffic_bytes_per_logit,
+            grad + loss * (1.0 - share) + entropy * params.entropy_backward_traffic_bytes_per_logit)

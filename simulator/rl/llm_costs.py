@@ -101,6 +101,23 @@ def critic_train_params(params: TrainParams, offload: Any) -> TrainParams:
     return params.model_copy(update={"offload": own})
 
 
+# The actor's passes by cost kind (LlmCosts._reused): the forward is the old log-prob pass
+ENTROPY_PASSES = {"fwd": "old_logprob", "train": "update"}
+
+
+def entropy_params(params: TrainParams, spec: Any) -> dict[str, TrainParams]:
+    """The actor's trainer constants for its old log-prob pass ("fwd") and its update ("train") where
+    workload.entropy (``spec``; None: none) has them compute the entropy over the vocabulary."""
+    out: dict[str, TrainParams] = {}
+    for kind, pass_name in ENTROPY_PASSES.items():
+        forward, backward = spec.bytes_per_logit(pass_name) if spec is not None else (0.0, 0.0)
+        if forward or backward:
+            compute = params.compute.model_copy(update={"entropy_traffic_bytes_per_logit": forward,
+                                                        "entropy_backward_traffic_bytes_per_logit": backward})
+            out[kind] = params.model_copy(update={"compute": compute})
+    return out
+
+
 def training_params_beside_engine(scenario: Any, share: float) -> TrainParams:
     """The workload's trainer constants, with the usable HBM less the engine's ``share`` (its
     gpu_memory_utilization) when a colocated engine stays resident through training
@@ -290,9 +307,8 @@ class LlmCosts:
         """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
         (simulator/autoplan.py) for sides the workload leaves ``auto``; without it the simple
         rule of pools.resolve_auto_layouts decides."""
-        self.scenario, self.topology = scenario, topology
         w, src = scenario.workload, scenario.source
-        self.source = src
+        self.scenario, self.topology, self.source = scenario, topology, src
         self.models = role_models(scenario)
         self.model: ModelSpec = self.models["actor"]
         self.device = topology.device_spec(0)   # rank 0's device (kept for callers; costs use the pools')
@@ -328,6 +344,7 @@ class LlmCosts:
         self.train_params: TrainParams = training_params_beside_engine(scenario, self.rollout_layout.gpu_memory_utilization)
         self.critic_params: TrainParams = critic_train_params(self.train_params, w.critic_offload)
         self.frozen_params = frozen_model_params(self.train_params, w)
+        self.entropy_params = entropy_params(self.train_params, w.entropy)   # by cost kind: fwd, train
         self.instance_devices = self.rollout_layout.devices_per_instance
         self.instance_max_seqs = self.rollout_layout.max_num_seqs * self.rollout_layout.ep
         self._pools: dict[Any, _Pool] = {}                 # by the ranks as given (a range hashes in O(1))
@@ -704,7 +721,7 @@ class LlmCosts:
         if not self.reuse:
             return exact()
         # the role's trainer constants too: a host-resident reference costs what the actor's pass does not
-        key = (kind, self.models[role], id(self.params_of(role)), pool.key, len(seq_lens))
+        key = (kind, self.models[role], id(self.params_of(role, kind)), pool.key, len(seq_lens))
         work = self._work(role, seq_lens)
         if key not in self._ref:
             self._ref[key] = (work, exact())
@@ -842,7 +859,7 @@ class LlmCosts:
                              f"has zero {lay.zero}", source=self.source, field=field,
                              fix=f"remove {field}, or train with workload.train_layout.zero: 3 (FSDP)")
         c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
-                         packing=self._packing(), params=self.params_of(role), collectives=self.collectives,
+                         packing=self._packing(), params=self.params_of(role, "fwd"), collectives=self.collectives,
                          source=self.source)
         return StageCost(c.time_s, flops=c.flops)
 
@@ -864,7 +881,8 @@ class LlmCosts:
         lay, lens = self._micro_batched_as(self.layout_for(role, n_devices), seq_lens)
         try:
             c = train_step_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
-                                packing=self._packing(), params=self.params_of(role), collectives=self.collectives,
+                                packing=self._packing(), params=self.params_of(role, "train"),
+                                collectives=self.collectives,
                                 source=self.source)
         except RlsimError as exc:
             raise self._planned_layout_note(self._beside_the_engine(self._in_the_layouts_terms(
@@ -880,10 +898,13 @@ class LlmCosts:
                          peak_memory_bytes=c.memory.total_bytes + beside + self._resident_engine_bytes(pool),
                          path_stage=chain["stage"], path_s=tuple(parts))
 
-    def params_of(self, role: str) -> TrainParams:
-        """The trainer constants a role's passes run with (the critic's own offload: critic_train_params)."""
+    def params_of(self, role: str, kind: str = "train") -> TrainParams:
+        """The trainer constants a role's passes of ``kind`` (fwd, train) run with (the critic's own
+        offload: critic_train_params; the actor's entropy over the vocabulary: entropy_params)."""
         if role == "critic":
             return self.critic_params
+        if role == "actor" and kind in self.entropy_params:
+            return self.entropy_params[kind]
         return self.frozen_params.get(role, self.train_params)
 
     def critic_resident_bytes(self, lay: TrainLayout, hbm_bytes: float) -> float:

@@ -421,32 +421,24 @@ QUICKSTART = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", "critic
               "actor_rollout_ref.actor.ppo_mini_batch_size=64", "trainer.n_gpus_per_node=1"]
 
 
-_COMPILED = {f"actor_rollout_ref.{k}.use_torch_compile" for k in ("actor", "ref")}
-
-
-@pytest.mark.parametrize("name, unsupported", [
-    ("verl-0.6.0-generated-ppo-trainer.yaml", _COMPILED | {
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
-        "critic.model.fsdp_config.use_torch_compile"}),
-    ("verl-0.6.0-generated-ppo-megatron-trainer.yaml", _COMPILED),
-    ("verl-0.7.0-generated-ppo-trainer.yaml", _COMPILED | {
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
-        "critic.model.fsdp_config.use_torch_compile", "critic.model.use_remove_padding"}),   # 0.7's critic pads
-    ("verl-0.7.0-generated-ppo-megatron-trainer.yaml", _COMPILED),
-    ("verl-0.9.1-generated-ppo-trainer.yaml", _COMPILED | {
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
-        "critic.fsdp.use_torch_compile"}),   # 0.9's critic engine config
-    ("verl-0.9.1-generated-ppo-megatron-trainer.yaml", _COMPILED)])
-def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys, name, unsupported):
+@pytest.mark.parametrize("name, unsupported, kernel", [
+    ("verl-0.6.0-generated-ppo-trainer.yaml", set(), "compiled"),
+    ("verl-0.6.0-generated-ppo-megatron-trainer.yaml", set(), "vocab-parallel"),
+    ("verl-0.7.0-generated-ppo-trainer.yaml", {"critic.model.use_remove_padding"}, "compiled"),   # 0.7's critic pads
+    ("verl-0.7.0-generated-ppo-megatron-trainer.yaml", set(), "vocab-parallel"),
+    ("verl-0.9.1-generated-ppo-trainer.yaml", set(), "compiled"),
+    ("verl-0.9.1-generated-ppo-megatron-trainer.yaml", set(), "vocab-parallel")])
+def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys, name, unsupported, kernel):
     """verl 0.6.0's, 0.7.0's and 0.9.1's generated PPO configs (every key of their defaults, as a dumped
-    config has them), FSDP and megatron workers: no key unknown, and unsupported only what rlsim does not model at these
-    values - torch.compile (verl's default true, in each copy of the option). Profilers, Hydra targets,
+    config has them), FSDP and megatron workers: no key unknown, none unsupported but 0.7's padded critic;
+    torch.compile (verl's default true) is the old log-prob pass's entropy kernel. Profilers, Hydra targets,
     sections verl does not run (reward model, multi-turn, the agent loop) and the reference's and
     critic's copies of the actor's options at the actor's values are accounted for, not listed; the
     critic's own micro-batching is mapped (workload.critic_batching)."""
     imported = import_config("verl", DATA / name, QUICKSTART)
     assert imported.unknown == {}
     assert set(imported.unsupported) == unsupported
+    assert imported.scenario["workload"]["entropy"] == {"passes": ["old_logprob"], "kernel": kernel}
     assert imported.scenario["workload"]["algorithm"] == "ppo"
     assert imported.scenario["topology"]["devices_per_node"] == 1
     code, out, err = cli(capsys, "run", "--from-verl", str(DATA / name), *QUICKSTART, "--iterations", "1", "--json")

@@ -147,6 +147,23 @@ def test_loss_traffic_is_bytes_per_logit_over_hbm() -> None:
         np.testing.assert_allclose(f - f0, want * 38 / 52, rtol=1e-12)
 
 
+def test_entropy_traffic_is_its_bytes_per_logit_over_hbm() -> None:
+    """The entropy over the vocabulary a pass computes adds T x V / tp x its bytes per logit / HBM,
+    forward and (in an update whose loss takes it) backward, beside the loss; 0 adds nothing."""
+    from simulator.llm.train_compute import logits_times
+
+    tokens = np.array([4096.0, 1000.0])
+    base = ComputeParams()
+    with_entropy = base.model_copy(update={"entropy_traffic_bytes_per_logit": 24.0,    # as the cost layer sets it
+                                           "entropy_backward_traffic_bytes_per_logit": 44.0})
+    for tp in (1, 4):
+        f0, b0 = logits_times(2048, 131072, tokens, tp=tp, rates=H100, params=base)
+        f, b = logits_times(2048, 131072, tokens, tp=tp, rates=H100, params=with_entropy)
+        per_byte = tokens * 131072 / tp / H100.hbm_Bps
+        np.testing.assert_allclose(f - f0, per_byte * 24.0, rtol=1e-12)
+        np.testing.assert_allclose(b - b0, per_byte * 44.0, rtol=1e-12)
+
+
 @pytest.mark.parametrize("tp, sp", [(1, False), (4, True)])
 def test_moe_token_shuffle_is_its_bytes_over_hbm(tp: int, sp: bool) -> None:
     """The MoE permute / chunk sorts / unpermute add tokens x top-k x hidden x bytes (split by TP
