@@ -129,6 +129,11 @@ def without_inapplicable_stack_values(merged: dict[str, Any], given: Mapping[str
     return out
 
 
+# Megatron's unfused vocab-parallel cross entropy, (forward, backward) bytes per logit: counted at
+# ComputeParams.loss_traffic_bytes_per_logit, whose default it is.
+MEGATRON_CROSS_ENTROPY_BYTES = (38.0, 14.0)
+
+
 class ComputeParams(StrictModel):
     """Compute constants; reachable from YAML as `train_params.compute.<field>`."""
 
@@ -212,10 +217,10 @@ class ComputeParams(StrictModel):
     # softmax scaled in place by the loss gradient (read 4, write 4; the one-hot subtraction
     # touches one logit per token) and cast back to bf16 for the GEMMs (read 4, write 2): 14.
     # Together 52 (was 16: one fp32 write, one softmax read + write, one gradient write).
-    loss_traffic_bytes_per_logit: float = Field(52.0, ge=0)
+    loss_traffic_bytes_per_logit: float = Field(sum(MEGATRON_CROSS_ENTROPY_BYTES), ge=0)
     # The forward's share of it: 38 of the 52 bytes above (the backward's 14), so a forward-only pass
     # (old log-probs, reference) pays 38 / 52 of the loss traffic. 0.5 was the split before this field.
-    loss_forward_share: float = Field(38.0 / 52.0, ge=0, le=1)
+    loss_forward_share: float = Field(MEGATRON_CROSS_ENTROPY_BYTES[0] / sum(MEGATRON_CROSS_ENTROPY_BYTES), ge=0, le=1)
     # The policy's entropy over the vocabulary, bytes per logit, in the pass these params price: set
     # per pass by rl/llm_costs.py from workload.entropy (its kernel's ENTROPY_KERNEL_BYTES) for the
     # passes that compute it, 0 in the others; not a train_params key (a given value is refused).
@@ -915,6 +920,29 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 #   at the clone (6): 28.
 ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "compiled": (2.0, 10.0),
                                                         "vocab-parallel": (24.0, 28.0)}
+
+# The log-probabilities of the sampled tokens taken from the logits, (forward, backward) bytes per bf16
+# logit, where a framework's trainer does not run the stacks' Megatron vocab-parallel cross entropy
+# (loss_traffic_bytes_per_logit 52, 38 of it forward): the importers give the sum as
+# train_params.compute.loss_traffic_bytes_per_logit and the forward's share as loss_forward_share.
+# flash-attn's Triton cross entropy (flash-attn 2.8.3 flash_attn/ops/triton/cross_entropy.py, as verl's
+# FSDP workers call it: utils/torch_functional.py logprobs_from_logits; verl[fsdp] requires flash-attn):
+# the forward kernel reads each row once (an online softmax: 2), the backward reads it and writes the
+# gradient (4).
+FLASH_ATTN_CROSS_ENTROPY_BYTES = (2.0, 4.0)
+# The logits divided by the sampling temperature first (verl 0.6 dp_actor and its megatron workers:
+# div_ in place, read 2, write 2) and the gradient divided back in the backward (read 2, write 2).
+TEMPERATURE_SCALE_BYTES = (4.0, 4.0)
+
+
+def logprob_traffic(kernel: tuple[float, float], temperature_scaled: bool) -> dict[str, float]:
+    """train_params.compute's loss keys for a log-prob ``kernel`` (forward, backward bytes per logit),
+    with the logits' temperature scaling where the trainer runs it."""
+    forward, backward = kernel
+    if temperature_scaled:
+        forward, backward = forward + TEMPERATURE_SCALE_BYTES[0], backward + TEMPERATURE_SCALE_BYTES[1]
+    return {"loss_traffic_bytes_per_logit": forward + backward, "loss_forward_share": forward / (forward + backward)}
+
 
 DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,

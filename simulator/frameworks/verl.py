@@ -24,10 +24,13 @@ from typing import Any
 from ..errors import RlsimError
 from ..llm.architecture import DTYPE_BYTES
 from ..params import (
+    FLASH_ATTN_CROSS_ENTROPY_BYTES,
+    MEGATRON_CROSS_ENTROPY_BYTES,
     VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
     VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN,
     VERL_NAIVE_CPU_S_PER_SAMPLE,
     VERL_NAIVE_CPU_S_PER_TOKEN,
+    logprob_traffic,
 )
 from .common import (
     DTYPES,
@@ -91,7 +94,7 @@ DEFAULTS: dict[str, Any] = {
     "data.train_batch_size": 1024, "data.max_prompt_length": 512, "data.max_response_length": 512,
     f"{A}.rollout.n": 1, f"{A}.actor.ppo_mini_batch_size": 256, f"{A}.actor.ppo_epochs": 1,
     f"{A}.actor.strategy": "fsdp", f"{A}.actor.use_kl_loss": False, "algorithm.use_kl_in_reward": False,
-    f"{A}.actor.entropy_coeff": 0, f"{A}.actor.use_torch_compile": True,
+    f"{A}.actor.entropy_coeff": 0, f"{A}.actor.use_torch_compile": True, f"{A}.rollout.temperature": 1.0,
     "algorithm.adv_estimator": "gae", f"{A}.rollout.tensor_model_parallel_size": 2, f"{A}.rollout.expert_parallel_size": 1,
     f"{A}.rollout.data_parallel_size": 1, f"{A}.rollout.pipeline_model_parallel_size": 1,
     f"{A}.rollout.gpu_memory_utilization": 0.5, f"{A}.rollout.max_num_seqs": 1024, f"{A}.rollout.dtype": "bfloat16",
@@ -358,7 +361,11 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.max_model_len": ignored("lengths are capped by data.max_*_length (mapped there)"),
     **{f"{A}.rollout.{k}": ignored("sampling parameters: the same per-token cost (their effect on lengths "
                                    "belongs in workload.response_length)")
-       for k in ("temperature", "top_k", "top_p", "do_sample", "seed")},
+       for k in ("top_k", "top_p", "do_sample", "seed")},
+    f"{A}.rollout.temperature": mapped("workload.train_params.compute.loss_traffic_bytes_per_logit", "the trainer "
+                                       "divides the logits by it before the log-probs (verl 0.9's FSDP engine "
+                                       "workers skip it at 1.0); its effect on lengths belongs in "
+                                       "workload.response_length"),
     f"{A}.rollout.ignore_eos": unsupported("generating to the cap changes the length law; set "
                                            "workload.response_length", neutral=False),
     **{f"{A}.rollout.{k}": mapped(f"workload.inference.{target}", "the engine knob of the same meaning")
@@ -961,13 +968,31 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
                                            "_VocabParallelEntropy (workload.entropy.kernel vocab-parallel)")
         w["entropy"] = {"passes": passes, "kernel": "vocab-parallel"}
         return
-    impl = v.flat.get("trainer.use_legacy_worker_impl")   # absent in 0.9, which has no legacy workers
-    engine_workers = impl == "disable" or (impl is None and v.given(compile_keys[1]))
+    engine_workers = _engine_workers(v)
     read, other = compile_keys[::-1] if engine_workers else compile_keys
     if v.given(other) and other not in decided:
         decided[other] = ("ignored", f"the {'legacy' if engine_workers else 'new engine'} workers' copy: these "
                                      f"workers read {read}")
     w["entropy"] = {"passes": passes, "kernel": "compiled" if v.flag(read) else "eager"}
+
+
+def _engine_workers(v: Values) -> bool:
+    """Whether verl runs its engine workers (0.9, which has no legacy workers: a config without
+    trainer.use_legacy_worker_impl that has the FSDP engine's options; or use_legacy_worker_impl
+    disable) rather than 0.6 / 0.7's legacy fsdp workers."""
+    impl = v.flat.get("trainer.use_legacy_worker_impl")
+    return impl == "disable" or (impl is None and v.given(f"{A}.actor.fsdp_config.use_torch_compile"))
+
+
+def _logprob_traffic(v: Values, w: dict[str, Any]) -> None:
+    """The log-probs' bytes per logit as verl's workers take them: flash-attn's Triton cross entropy on
+    the FSDP workers (the megatron workers keep the stack's Megatron vocab-parallel cross entropy),
+    after the logits' division by the rollout temperature (0.6's dp_actor and the megatron workers
+    always; 0.9's FSDP engine not at temperature 1: _scale_logits_by_temperature)."""
+    megatron = str(v(f"{A}.actor.strategy")) == "megatron"
+    scaled = megatron or not _engine_workers(v) or float(v(f"{A}.rollout.temperature")) != 1.0
+    kernel = MEGATRON_CROSS_ENTROPY_BYTES if megatron else FLASH_ATTN_CROSS_ENTROPY_BYTES
+    w.setdefault("train_params", {}).setdefault("compute", {}).update(logprob_traffic(kernel, scaled))
 
 
 def _law(law: dict[str, Any]) -> str:
@@ -1009,6 +1034,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     _train_software(v, w, decided)
     _entropy(v, w, decided)
+    _logprob_traffic(v, w)
     w["rollout_layout"] = _rollout_layout(v, recipe, decided)
     _engine_and_offload(v, w, decided)
     _fsdp_params(v, w, decided)
@@ -1343,7 +1369,7 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
     if any(offload.values()):   # verl moves the offloaded state with .to("cpu"): pageable host memory
         offload["pageable"] = True
     if offload:
-        w["train_params"] = {"offload": offload}
+        w.setdefault("train_params", {})["offload"] = offload
 
 
 def _fsdp_params(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

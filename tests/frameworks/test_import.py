@@ -835,11 +835,11 @@ def test_verl_megatron_grad_offload_is_ignored_as_verl_ignores_it():
     r = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron",
                                     "actor_rollout_ref.actor.megatron.grad_offload=true",
                                     "actor_rollout_ref.actor.megatron.param_offload=true"])
-    assert r.scenario["workload"]["train_params"] == {"offload": {"params": True, "pageable": True}}
+    assert r.scenario["workload"]["train_params"]["offload"] == {"params": True, "pageable": True}
     assert "never use it" in r.ignored["actor_rollout_ref.actor.megatron.grad_offload"]
     alone = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron",
                                         "actor_rollout_ref.actor.megatron.grad_offload=true"])
-    assert "train_params" not in alone.scenario["workload"]
+    assert "offload" not in alone.scenario["workload"]["train_params"]
 
 
 def test_verl_ulysses_maps_onto_cp_with_ulysses_all_to_alls(capsys, tmp_path):
@@ -1567,3 +1567,19 @@ def test_verl_09_reward_model_on_a_pool_of_its_own_or_woken_on_the_trainers_gpus
     assert err.value.field == f"{_RM}.enable_resource_pool"
     judge = import_config("verl", cfg, [*QUICKSTART, *rm, *pool, "reward.custom_reward_function.path=judge.py"])
     assert "reward.custom_reward_function.path" in judge.unsupported
+
+
+def test_verl_takes_its_log_probs_as_its_workers_do():
+    """FSDP workers: flash-attn's Triton cross entropy (2 B a logit forward, 4 backward), after the
+    logits' division by the temperature (4 + 4), which verl 0.9's engine workers skip at temperature 1;
+    megatron workers: Megatron's vocab-parallel cross entropy (38 + 14) after the division."""
+    def compute(name, *over):
+        return import_config("verl", DATA / name, [*QUICKSTART, *over]).scenario["workload"]["train_params"]["compute"]
+
+    legacy = compute("verl-0.6.0-generated-ppo-trainer.yaml")
+    assert legacy == {"loss_traffic_bytes_per_logit": 14.0, "loss_forward_share": pytest.approx(6 / 14)}
+    engine = compute("verl-0.9.1-generated-ppo-trainer.yaml")
+    assert engine == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(2 / 6)}
+    assert compute("verl-0.9.1-generated-ppo-trainer.yaml", "actor_rollout_ref.rollout.temperature=0.7") == legacy
+    megatron = compute("verl-0.9.1-generated-ppo-megatron-trainer.yaml")
+    assert megatron == {"loss_traffic_bytes_per_logit": 60.0, "loss_forward_share": pytest.approx(42 / 60)}
