@@ -251,6 +251,10 @@ class EntropySpec(_Strict):
     update where actor.entropy_coeff != 0 or actor.calculate_entropy): memory-bound work on the
     (tokens, vocab / tp) logits of the last stage, llm/train_compute.py logits_times."""
     passes: list[Literal["old_logprob", "update"]] = Field(min_length=1)
+    # The update's loss takes the entropy's gradient (an entropy bonus: verl entropy_coeff != 0, OpenRLHF
+    # actor.entropy_coef != 0), so its backward pays the kernel's backward bytes; False: computed for
+    # the metrics alone.
+    in_loss: bool = False
     # How it is computed (params.ENTROPY_KERNEL_BYTES: the op sequences counted): eager (torch's ops
     # one by one), compiled (the same under torch.compile: one fused reduction) or vocab-parallel
     # (verl's megatron workers' _VocabParallelEntropy).
@@ -263,9 +267,12 @@ class EntropySpec(_Strict):
     def _backward_in_the_update(self) -> "EntropySpec":
         if len(set(self.passes)) < len(self.passes):
             raise ValueError(f"passes {self.passes} names a pass twice; give each once")
-        if self.backward_bytes_per_logit is not None and "update" not in self.passes:
-            raise ValueError("backward_bytes_per_logit applies where the update computes the entropy (its loss "
-                             "takes its gradient); remove it, or add update to passes")
+        if self.in_loss and "update" not in self.passes:
+            raise ValueError("in_loss applies where the update computes the entropy; remove it, or add update to "
+                             "passes")
+        if self.backward_bytes_per_logit is not None and not self.in_loss:
+            raise ValueError("backward_bytes_per_logit applies where the update's loss takes the entropy's gradient; "
+                             "remove it, or set in_loss: true")
         return self
 
     def bytes_per_logit(self, pass_name: str) -> tuple[float, float]:
@@ -275,7 +282,7 @@ class EntropySpec(_Strict):
         forward, backward = ENTROPY_KERNEL_BYTES[self.kernel]
         forward = forward if self.forward_bytes_per_logit is None else self.forward_bytes_per_logit
         backward = backward if self.backward_bytes_per_logit is None else self.backward_bytes_per_logit
-        return forward, backward if pass_name == "update" else 0.0
+        return forward, backward if pass_name == "update" and self.in_loss else 0.0
 
 
 class CriticBatchingSpec(_Strict):

@@ -238,8 +238,8 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.use_torch_compile": mapped("workload.entropy.kernel", "fsdp / fsdp2: the entropy over the "
                                            "vocabulary the old log-prob pass computes (and an update with "
                                            "entropy_coeff != 0) under torch.compile (compiled) or op by op (eager)"),
-    f"{A}.actor.entropy_coeff": mapped("workload.entropy.passes", "!= 0: the update computes the entropy too "
-                                       "(its loss takes its gradient); 0: the old log-prob pass only"),
+    f"{A}.actor.entropy_coeff": mapped("workload.entropy.in_loss", "!= 0: the update computes the entropy too and "
+                                       "its loss takes its gradient; 0: the old log-prob pass only"),
     # torch.compile's one use is the entropy: the reference's log-probs come with none
     # (compute_ref_log_prob: calculate_entropy False) and the critic's value head has no vocabulary
     **{f"{A}.ref.{k}": ignored("the reference computes no entropy (compute_ref_log_prob: calculate_entropy "
@@ -957,23 +957,26 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
     use_torch_compile says (0.6 / 0.7's legacy workers read the actor's key, 0.9's engine workers its
     fsdp_config's); the megatron workers run _VocabParallelEntropy."""
     coeff = v(f"{A}.actor.entropy_coeff")
-    update = (coeff is not None and float(coeff) != 0) or flag(v.flat.get(f"{A}.actor.calculate_entropy", False),
-                                                                f"{A}.actor.calculate_entropy", v.result.source)
-    passes = ["old_logprob", "update"] if update else ["old_logprob"]
+    in_loss = coeff is not None and float(coeff) != 0   # the loss subtracts it (else the metrics alone)
+    update = in_loss or flag(v.flat.get(f"{A}.actor.calculate_entropy", False), f"{A}.actor.calculate_entropy",
+                             v.result.source)
+    spec: dict[str, Any] = {"passes": ["old_logprob", "update"] if update else ["old_logprob"]}
+    if in_loss:
+        spec["in_loss"] = True
     compile_keys = (f"{A}.actor.use_torch_compile", f"{A}.actor.fsdp_config.use_torch_compile")
     if str(v(f"{A}.actor.strategy")) == "megatron":
         for key in compile_keys:
             if v.given(key):
                 decided[key] = ("ignored", "the megatron workers do not read it: their entropy is "
                                            "_VocabParallelEntropy (workload.entropy.kernel vocab-parallel)")
-        w["entropy"] = {"passes": passes, "kernel": "vocab-parallel"}
+        w["entropy"] = {**spec, "kernel": "vocab-parallel"}
         return
     engine_workers = _engine_workers(v)
     read, other = compile_keys[::-1] if engine_workers else compile_keys
     if v.given(other) and other not in decided:
         decided[other] = ("ignored", f"the {'legacy' if engine_workers else 'new engine'} workers' copy: these "
                                      f"workers read {read}")
-    w["entropy"] = {"passes": passes, "kernel": "compiled" if v.flag(read) else "eager"}
+    w["entropy"] = {**spec, "kernel": "compiled" if v.flag(read) else "eager"}
 
 
 def _engine_workers(v: Values) -> bool:

@@ -1583,3 +1583,20 @@ def test_verl_takes_its_log_probs_as_its_workers_do():
     assert compute("verl-0.9.1-generated-ppo-trainer.yaml", "actor_rollout_ref.rollout.temperature=0.7") == legacy
     megatron = compute("verl-0.9.1-generated-ppo-megatron-trainer.yaml")
     assert megatron == {"loss_traffic_bytes_per_logit": 60.0, "loss_forward_share": pytest.approx(42 / 60)}
+
+
+def test_verl_entropy_follows_its_loss_and_metrics_keys():
+    """The old log-prob pass computes the entropy always; the update where entropy_coeff != 0 (its loss
+    takes the gradient) or calculate_entropy (metrics only); use_torch_compile picks the kernel the
+    workers read (0.6's legacy workers the actor's key, 0.9's engine workers its fsdp_config's)."""
+    def entropy(name, *over):
+        return import_config("verl", DATA / name, [*QUICKSTART, *over]).scenario["workload"]["entropy"]
+
+    v06, v09 = "verl-0.6.0-generated-ppo-trainer.yaml", "verl-0.9.1-generated-ppo-trainer.yaml"
+    assert entropy(v06, "actor_rollout_ref.actor.entropy_coeff=0.001") == {
+        "passes": ["old_logprob", "update"], "in_loss": True, "kernel": "compiled"}
+    assert entropy(v09, "actor_rollout_ref.actor.calculate_entropy=true") == {
+        "passes": ["old_logprob", "update"], "kernel": "compiled"}
+    assert entropy(v06, "actor_rollout_ref.actor.use_torch_compile=false")["kernel"] == "eager"
+    assert entropy(v09, "actor_rollout_ref.actor.use_torch_compile=false")["kernel"] == "compiled"   # not read
+    assert entropy(v09, "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false")["kernel"] == "eager"

@@ -393,8 +393,9 @@ def test_the_critic_micro_batches_as_its_own_batching_says_in_the_actors_mode():
 @pytest.mark.parametrize("kernel", ["eager", "compiled", "vocab-parallel"])
 def test_the_entropy_costs_the_passes_that_compute_it_their_bytes_per_logit(kernel):
     """workload.entropy: the old log-prob pass adds its kernel's forward bytes per logit over the
-    replica's tokens (equal lengths: every replica alike), the update forward and backward; the
-    reference pass computes none (closed form: tokens x vocab / tp x bytes / HBM)."""
+    replica's tokens (equal lengths: every replica alike), the update forward and, where its loss takes
+    the gradient (in_loss), backward; the reference pass computes none (closed form: tokens x vocab /
+    tp x bytes / HBM)."""
     from simulator.llm.training import rates_for
     from simulator.params import ENTROPY_KERNEL_BYTES
 
@@ -407,7 +408,7 @@ def test_the_entropy_costs_the_passes_that_compute_it_their_bytes_per_logit(kern
             c.train("actor", lens, range(8)).time_s]
 
     plain, (old0, ref0, update0) = run()
-    _, (old, ref, update) = run(f"workload.entropy={{passes: [old_logprob, update], kernel: {kernel}}}")
+    _, (old, ref, update) = run(f"workload.entropy={{passes: [old_logprob, update], in_loss: true, kernel: {kernel}}}")
     lay = plain.layout(8)
     per_byte = 64 * 2048 / lay.dp * plain.model.vocab / lay.tp / rates_for(plain.device, plain.train_params).hbm_Bps
     forward, backward = ENTROPY_KERNEL_BYTES[kernel]
@@ -416,12 +417,16 @@ def test_the_entropy_costs_the_passes_that_compute_it_their_bytes_per_logit(kern
     assert ref == ref0
     _, (old_only, _, update_plain) = run("workload.entropy={passes: [old_logprob], forward_bytes_per_logit: 7}")
     assert (old_only - old0, update_plain) == (pytest.approx(7 * per_byte, rel=1e-9), update0)
+    _, (_, _, metrics_only) = run(f"workload.entropy={{passes: [update], kernel: {kernel}}}")   # no gradient
+    assert metrics_only - update0 == pytest.approx(forward * per_byte, rel=1e-9)
 
 
 def test_entropy_keys_are_checked_where_they_apply():
-    with pytest.raises(RlsimError, match="backward_bytes_per_logit applies where the update"):
+    with pytest.raises(RlsimError, match="backward_bytes_per_logit applies where the update's loss"):
         load_scenario(workload="grpo-qwen2.5-7b", overrides=[
-            "workload.entropy={passes: [old_logprob], backward_bytes_per_logit: 3}"])
+            "workload.entropy={passes: [update], backward_bytes_per_logit: 3}"])
+    with pytest.raises(RlsimError, match="in_loss applies where the update computes"):
+        load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.entropy={passes: [old_logprob], in_loss: true}"])
     with pytest.raises(RlsimError, match="set per pass from workload.entropy"):
         load_scenario(workload="grpo-qwen2.5-7b", overrides=[
             "workload.train_params.compute.entropy_traffic_bytes_per_logit=3"])
