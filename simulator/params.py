@@ -918,8 +918,10 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 #   (2), subtraction (4), exp_ (4), sum (2), div_ (4), the compiled product-sum (read 4): 24. Backward:
 #   sub_ (4), mul_ by the logits (6), mul_ by the gradient (4), add_ (4), mul_(-1) (4), the addition
 #   at the clone (6): 28.
+# - eager-fp32: the eager sequence on logits already cast up to fp32 (OpenRLHF's compute_entropy after
+#   Actor.forward's cast): each element 4 bytes, twice the eager counts.
 ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "compiled": (2.0, 10.0),
-                                                        "vocab-parallel": (24.0, 28.0)}
+                                                        "vocab-parallel": (24.0, 28.0), "eager-fp32": (48.0, 88.0)}
 
 # The log-probabilities of the sampled tokens taken from the logits, (forward, backward) bytes per bf16
 # logit, where a framework's trainer does not run the stacks' Megatron vocab-parallel cross entropy
@@ -935,12 +937,22 @@ FLASH_ATTN_CROSS_ENTROPY_BYTES = (2.0, 4.0)
 TEMPERATURE_SCALE_BYTES = (4.0, 4.0)
 
 
-def logprob_traffic(kernel: tuple[float, float], temperature_scaled: bool) -> dict[str, float]:
-    """train_params.compute's loss keys for a log-prob ``kernel`` (forward, backward bytes per logit),
-    with the logits' temperature scaling where the trainer runs it."""
-    forward, backward = kernel
+# The bf16 logits cast up to fp32 first (OpenRLHF's Actor.forward: output["logits"].to(torch.float32)):
+# read 2, write 4; the backward casts the gradient back (read 4, write 2).
+FP32_CAST_BYTES = (6.0, 6.0)
+
+
+def logprob_traffic(kernel: tuple[float, float], temperature_scaled: bool,
+                    fp32_logits: bool = False) -> dict[str, float]:
+    """train_params.compute's loss keys for a log-prob ``kernel`` ((forward, backward) bytes per bf16
+    logit), with the logits' temperature scaling where the trainer runs it; ``fp32_logits``: both on
+    logits cast up to fp32 first (twice the bytes, and the cast's)."""
+    scale = 2.0 if fp32_logits else 1.0
+    forward, backward = kernel[0] * scale, kernel[1] * scale
     if temperature_scaled:
-        forward, backward = forward + TEMPERATURE_SCALE_BYTES[0], backward + TEMPERATURE_SCALE_BYTES[1]
+        forward, backward = forward + TEMPERATURE_SCALE_BYTES[0] * scale, backward + TEMPERATURE_SCALE_BYTES[1] * scale
+    if fp32_logits:
+        forward, backward = forward + FP32_CAST_BYTES[0], backward + FP32_CAST_BYTES[1]
     return {"loss_traffic_bytes_per_logit": forward + backward, "loss_forward_share": forward / (forward + backward)}
 
 

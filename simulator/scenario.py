@@ -256,9 +256,9 @@ class EntropySpec(_Strict):
     # the metrics alone.
     in_loss: bool = False
     # How it is computed (params.ENTROPY_KERNEL_BYTES: the op sequences counted): eager (torch's ops
-    # one by one), compiled (the same under torch.compile: one fused reduction) or vocab-parallel
-    # (verl's megatron workers' _VocabParallelEntropy).
-    kernel: Literal["eager", "compiled", "vocab-parallel"] = "eager"
+    # one by one), compiled (the same under torch.compile: one fused reduction), vocab-parallel (verl's
+    # megatron workers' _VocabParallelEntropy) or eager-fp32 (op by op on fp32 logits: OpenRLHF's).
+    kernel: Literal["eager", "compiled", "vocab-parallel", "eager-fp32"] = "eager"
     # Bytes per logit forward, and backward in the update: None, the kernel's.
     forward_bytes_per_logit: float | None = Field(None, ge=0)
     backward_bytes_per_logit: float | None = Field(None, ge=0)

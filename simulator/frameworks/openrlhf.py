@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
+from ..params import FLASH_ATTN_CROSS_ENTROPY_BYTES, logprob_traffic
 from .common import (
     OPTIMIZER_SETTINGS,
     SAMPLING_SETTINGS,
@@ -72,6 +73,7 @@ DEFAULTS: dict[str, Any] = {
     "actor.model_name_or_path": None, "critic.model_name_or_path": None, "reward.model_name_or_path": None,
     "reward.remote_url": None, "train.agent_func_path": None, "ref.offload": False,
     "algo.dynamic_filtering_enable": False, "ds.lora.rank": 0, "ds.lora.target_modules": "all-linear",
+    "rollout.temperature": 1.0, "actor.entropy_coef": None,
 }
 # Flags with no value (store_true) and with several (nargs), for reading a script's command line.
 SWITCHES = (
@@ -153,6 +155,9 @@ RULES: dict[str, Rule] = {
                                          "with train.dynamic_batch_enable"),
     "rollout.vllm_generate_batch_size": unsupported("over-sampling a larger generation batch for the async queue "
                                                     "is not modelled", neutral=None),
+    "rollout.temperature": mapped("workload.train_params.compute.loss_traffic_bytes_per_logit", "not 1: the actor "
+                                  "divides its fp32 logits by it before the log-probs; its effect on lengths belongs "
+                                  "in workload.response_length"),
     "rollout.*": ignored(_SAMPLING),
     "data.max_len": mapped("workload.inference.max_model_len", "prompt + response"),
     "data.max_images_per_prompt": unsupported("images in the prompts (VLM) are not modelled", neutral=0),
@@ -205,6 +210,8 @@ RULES: dict[str, Rule] = {
        for k in ("adam.*", "muon.*", "lr_scheduler", "lr_warmup_ratio", "min_lr_ratio", "max_norm")},
     "critic.freezing_steps": ignored("the first steps train the critic alone: rlsim's steady step trains both"),
     "critic.save_value_network": ignored(_LOG),
+    "actor.entropy_coef": mapped("workload.entropy", "given: the update computes the entropy over the vocabulary on "
+                                 "the fp32 logits (eager-fp32), its loss taking the gradient where it is not 0"),
     "actor.*": ignored(_LOSS), "critic.*": ignored(_LOSS),
     "reward.*": ignored(_LOSS),
     **{f"{k}.*": ignored(_LOG) for k in ("eval", "ckpt", "logger")},
@@ -314,6 +321,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
                                          "rollout.max_new_tokens" if cap else "data.max_len", src, v.result.notes)
     w["train_layout"] = _train_layout(v, decided)
     w["train_software"] = hf_train_software(v.flag("ds.use_liger_kernel"))   # DeepSpeed over transformers' models
+    _logprobs(v, w)
     w["rollout_layout"] = {"tp": v.count("vllm.tensor_parallel_size"),
                            "gpu_memory_utilization": v.fraction("vllm.gpu_memory_utilization"),
                            "weight_dtype": "bf16", "kv_dtype": "bf16"}   # vllm_engine.py: dtype bfloat16
@@ -338,8 +346,22 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
                               "once; rlsim generates prompts_per_step / keep_fraction prompts in one pass (the share "
                               "with a signal is workload.dynamic_sampling.keep_fraction, rlsim's default 0.5)")
     if v.flag("ds.adam_offload"):
-        w["train_params"] = {"offload": {"optimizer": True, "scope": "optimizer_step"}}
+        w.setdefault("train_params", {})["offload"] = {"optimizer": True, "scope": "optimizer_step"}
     return w
+
+
+def _logprobs(v: Values, w: dict[str, Any]) -> None:
+    """OpenRLHF's Actor.forward (models/actor.py; the reference runs it too) casts the logits to fp32,
+    divides them by rollout.temperature in place where it is not 1 and takes the log-probs with
+    flash-attn's Triton cross entropy (models/utils.py log_probs_from_logits; flash-attn is a
+    requirement); its update computes the entropy op by op on those fp32 logits (compute_entropy)
+    where actor.entropy_coef is given, its loss taking the gradient where it is not 0."""
+    scaled = _number(v, "rollout.temperature") != 1.0
+    w.setdefault("train_params", {}).setdefault("compute", {}).update(
+        logprob_traffic(FLASH_ATTN_CROSS_ENTROPY_BYTES, scaled, fp32_logits=True))
+    if v("actor.entropy_coef") is not None:
+        in_loss = _number(v, "actor.entropy_coef") != 0
+        w["entropy"] = {"passes": ["update"], **({"in_loss": True} if in_loss else {}), "kernel": "eager-fp32"}
 
 
 def _generate_batch(v: Values, prompts: int, decided: dict[str, tuple[Status, str]]) -> None:
@@ -503,7 +525,7 @@ def _deepspeed_sleep(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
     if v.flag("ds.adam_offload"):
         decided["ds.enable_sleep"] = ("ignored", _OPTIMIZER_ON_HOST)
         return
-    w["train_params"] = {"offload": {"optimizer": True, "grads": True}}
+    w.setdefault("train_params", {})["offload"] = {"optimizer": True, "grads": True}
     decided["ds.enable_sleep"] = ("mapped", "workload.train_params.offload: the optimizer state and gradients to the "
                                             "host after each fit and back before the next")
 

@@ -141,7 +141,7 @@ def test_dynamic_batching_offload_and_lora_are_read():
     assert w["train_layout"]["max_tokens_per_micro_batch"] == 8192 == w["train_layout"]["logprob_max_tokens_per_micro_batch"]
     assert "micro_batch" not in w["train_layout"] and "forward_micro_batch" not in s
     assert "token budgets" in r.ignored["train.micro_batch_size"]
-    assert w["train_params"] == {"offload": {"optimizer": True, "scope": "optimizer_step"}}
+    assert w["train_params"]["offload"] == {"optimizer": True, "scope": "optimizer_step"}
     assert s["switch"]["offload_optimizer"] is False and "on the host already" in r.ignored["ds.enable_sleep"]
     assert w["lora"] == {"rank": 32, "targets": ["q_proj"]}
 
@@ -149,7 +149,7 @@ def test_dynamic_batching_offload_and_lora_are_read():
 def test_deepspeed_sleep_beside_engines_of_their_own_is_the_per_phase_offload():
     """ppo_train reloads and offloads DeepSpeed's states around each fit whatever the placement."""
     r = import_config("openrlhf", ASYNC, ["+ds.enable_sleep=true"])
-    assert r.scenario["workload"]["train_params"] == {"offload": {"optimizer": True, "grads": True}}
+    assert r.scenario["workload"]["train_params"]["offload"] == {"optimizer": True, "grads": True}
     assert r.mapped["ds.enable_sleep"].startswith("workload.train_params.offload")
     with pytest.raises(RlsimError, match="Async RLHF is not supported") as info:
         import_config("openrlhf", ASYNC, ["+train.colocate_all=true", "+vllm.enable_sleep=true"])
@@ -305,3 +305,22 @@ def test_the_deepspeed_actor_runs_transformers_code_liger_or_not():
     assert plain.scenario["workload"]["train_software"] == "hf-transformers"
     assert liger.scenario["workload"]["train_software"] == "hf-transformers-liger"
     assert "ds.use_liger_kernel" in liger.mapped
+
+
+def test_log_probs_and_entropy_as_openrlhfs_actor_takes_them():
+    """Actor.forward casts the logits to fp32 (6 B a logit each way), divides them by a temperature that
+    is not 1 (8 + 8 in fp32) and runs flash-attn's cross entropy on them (4 + 8); the update computes the
+    entropy op by op on the fp32 logits where actor.entropy_coef is given, in its loss where it is not 0."""
+    def workload(*over):
+        return import_config("openrlhf", HYBRID, list(over)).scenario["workload"]
+
+    plain = workload()
+    assert plain["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 24.0,
+                                                "loss_forward_share": pytest.approx(10 / 24)}
+    assert "entropy" not in plain
+    hot = workload("rollout.temperature=0.7", "actor.entropy_coef=0")
+    assert hot["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 40.0,
+                                              "loss_forward_share": pytest.approx(18 / 40)}
+    assert hot["entropy"] == {"passes": ["update"], "kernel": "eager-fp32"}
+    assert workload("actor.entropy_coef=0.01")["entropy"] == {"passes": ["update"], "in_loss": True,
+                                                              "kernel": "eager-fp32"}
