@@ -932,6 +932,11 @@ ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "
 # the forward kernel reads each row once (an online softmax: 2), the backward reads it and writes the
 # gradient (4).
 FLASH_ATTN_CROSS_ENTROPY_BYTES = (2.0, 4.0)
+# A log-softmax under torch.compile, the temperature's division and the fp32 cast fused into it (AReaL's
+# _gather_logprobs / _gather_logprobs_entropy, areal 1.0.4 utils/functional/vocab_parallel.py, on its
+# FSDP engine without TP, in chunks of 1024 tokens): one reduction kernel reading the logits (2), its
+# backward one kernel reading them and writing the gradient (4); the entropy rides in the same kernels.
+COMPILED_LOG_SOFTMAX_BYTES = (2.0, 4.0)
 # The logits divided by the sampling temperature first (verl 0.6 dp_actor and its megatron workers:
 # div_ in place, read 2, write 2) and the gradient divided back in the backward (read 2, write 2).
 TEMPERATURE_SCALE_BYTES = (4.0, 4.0)

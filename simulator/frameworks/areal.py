@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
+from ..params import COMPILED_LOG_SOFTMAX_BYTES, logprob_traffic
 from .common import (
     DTYPES,
     OPTIMIZER_SETTINGS,
@@ -155,7 +156,9 @@ RULES: dict[str, Rule] = {
     "actor.scheduling_spec": ignored(_NAMING), "actor.scheduling_spec.*": ignored(_NAMING),
     "actor.init_from_scratch": ignored("how the weights are initialised: no effect on step time"),
     "actor.disable_dropout": ignored("dropout off: the same kernels"),
-    "actor.temperature": ignored("logits scaling on tensors the step already holds: no modelled cost"),
+    "actor.temperature": ignored("the logits' division by it is fused into the compiled log-softmax (fsdp, tp 1; "
+                                 "workload.train_params.compute.loss_traffic_bytes_per_logit) or counted in the "
+                                 "vocab-parallel one's Megatron count"),
     "actor.is_critic": unsupported("a value head in the actor is not imported", neutral=False),
     "actor.use_kernels": unsupported("the Hugging Face kernel hub's kernels are not modelled", neutral=False),
     "actor.grad_reduce_dtype": unsupported("gradients are reduced in fp32 (train_params.comm.grad_reduce_bytes_per_"
@@ -377,6 +380,8 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
         {"etp": "actor.backend"}, decided)
     if train_engine == "fsdp":   # transformers' model code under FSDP2 (archon: torchtitan's, megatron: Megatron's)
         w["train_software"] = hf_train_software(False)
+        if w["train_layout"].get("tp", 1) == 1:   # with TP its vocab-parallel log-softmax: Megatron's count
+            w["train_params"] = {"compute": logprob_traffic(COMPILED_LOG_SOFTMAX_BYTES, False)}
     w["rollout_layout"] = _rollout_layout(v, rollout_engine, rollout_dims)
     w["engine"] = SGLANG_ENGINE if rollout_engine == "sglang" else VLLM_ENGINE
     v.result.notes.append(ENGINE_NOTE[rollout_engine])
@@ -386,7 +391,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     _teacher(v, w)
     w["dtype"] = _dtype(v("actor.dtype"), "actor.dtype", src)
     if v.flag("actor.fsdp.offload_params") and train_engine != "megatron":
-        w["train_params"] = {"offload": {"fsdp_cpu_offload": True}}
+        w.setdefault("train_params", {})["offload"] = {"fsdp_cpu_offload": True}
     return w
 
 
