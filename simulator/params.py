@@ -918,10 +918,15 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 #   (2), subtraction (4), exp_ (4), sum (2), div_ (4), the compiled product-sum (read 4): 24. Backward:
 #   sub_ (4), mul_ by the logits (6), mul_ by the gradient (4), add_ (4), mul_(-1) (4), the addition
 #   at the clone (6): 28.
+# - eager-log-softmax: SkyRL's chunked_entropy_from_logits (skyrl-train 0.3.1 utils/torch_utils.py) op
+#   by op: log_softmax (read 2, write 2), exp (4), the product (read 4, write 2), sum (read 2): 16.
+#   Backward: the product's two (4 each), exp's (read 4, write 2), the two log-prob gradients added
+#   (6), log_softmax's (read 4, write 2), the addition to the log-probs' (6): 32.
 # - eager-fp32: the eager sequence on logits already cast up to fp32 (OpenRLHF's compute_entropy after
 #   Actor.forward's cast): each element 4 bytes, twice the eager counts.
 ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "compiled": (2.0, 10.0),
-                                                        "vocab-parallel": (24.0, 28.0), "eager-fp32": (48.0, 88.0)}
+                                                        "vocab-parallel": (24.0, 28.0), "eager-fp32": (48.0, 88.0),
+                                                        "eager-log-softmax": (16.0, 32.0)}
 
 # The log-probabilities of the sampled tokens taken from the logits, (forward, backward) bytes per bf16
 # logit, where a framework's trainer does not run the stacks' Megatron vocab-parallel cross entropy

@@ -257,8 +257,9 @@ class EntropySpec(_Strict):
     in_loss: bool = False
     # How it is computed (params.ENTROPY_KERNEL_BYTES: the op sequences counted): eager (torch's ops
     # one by one), compiled (the same under torch.compile: one fused reduction), vocab-parallel (verl's
-    # megatron workers' _VocabParallelEntropy) or eager-fp32 (op by op on fp32 logits: OpenRLHF's).
-    kernel: Literal["eager", "compiled", "vocab-parallel", "eager-fp32"] = "eager"
+    # megatron workers' _VocabParallelEntropy), eager-fp32 (op by op on fp32 logits: OpenRLHF's) or
+    # eager-log-softmax (through log_softmax, op by op: SkyRL's).
+    kernel: Literal["eager", "compiled", "vocab-parallel", "eager-fp32", "eager-log-softmax"] = "eager"
     # Bytes per logit forward, and backward in the update: None, the kernel's.
     forward_bytes_per_logit: float | None = Field(None, ge=0)
     backward_bytes_per_logit: float | None = Field(None, ge=0)

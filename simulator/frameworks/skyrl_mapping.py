@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import RlsimError
+from ..params import FLASH_ATTN_CROSS_ENTROPY_BYTES, logprob_traffic
 from .common import (
     MULTI_TURN_NOTE,
     Status,
@@ -130,6 +131,7 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
         {"etp": "trainer.policy.megatron_config.expert_tensor_parallel_size"}, decided)
     if strategy == "fsdp":   # transformers' model code under FSDP2 (megatron: Megatron's)
         w["train_software"] = hf_train_software(False)
+        _logits_passes(v, w)
     w["rollout_layout"] = _rollout_layout(v)
     w["engine"] = ENGINE
     v.result.notes.append(ENGINE_NOTE)
@@ -137,9 +139,22 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
     w["reference"] = uses_reference(v)
     w["dtype"] = "bf16" if v.flag("trainer.bf16") else "fp32"
     if v.flag("trainer.policy.fsdp_config.cpu_offload") and strategy == "fsdp":
-        w["train_params"] = {"offload": {"fsdp_cpu_offload": True}}
+        w.setdefault("train_params", {})["offload"] = {"fsdp_cpu_offload": True}
     _dynamic_sampling(v, w, mode, decided)
     return w
+
+
+def _logits_passes(v: Values, w: dict[str, Any]) -> None:
+    """SkyRL's HF policy (model_wrapper.py HFModelWrapper.forward) divides the logits by the sampling
+    temperature in place and takes the log-probs with flash-attn's Triton cross entropy (a skyrl-train
+    requirement); its update's forward (worker.py) computes the entropy too, through log_softmax op by
+    op or under torch.compile (trainer.policy.use_torch_compile), in the loss with use_entropy_loss."""
+    w.setdefault("train_params", {})["compute"] = logprob_traffic(FLASH_ATTN_CROSS_ENTROPY_BYTES, True)
+    entropy: dict[str, Any] = {"passes": ["update"]}
+    if v.flag("trainer.algorithm.use_entropy_loss"):
+        entropy["in_loss"] = True
+    entropy["kernel"] = "compiled" if v.flag("trainer.policy.use_torch_compile") else "eager-log-softmax"
+    w["entropy"] = entropy
 
 
 def _train_layout(v: Values, strategy: str, policy_gpus: int,

@@ -37,7 +37,8 @@ DEFAULTS: dict[str, Any] = {
     "trainer.algorithm.off_policy_correction.outlier_token_is_threshold_high": None,
     "trainer.algorithm.off_policy_correction.token_mask_is_threshold_low": None,
     "trainer.algorithm.off_policy_correction.token_mask_is_threshold_high": None,
-    "trainer.algorithm.use_tis": False,
+    "trainer.algorithm.use_tis": False, "trainer.algorithm.use_entropy_loss": False,
+    "trainer.policy.use_torch_compile": False,
     "trainer.fully_async.enabled": False, "trainer.fully_async.max_staleness_steps": 4,
     "trainer.fully_async.num_parallel_generation_workers": 768,
     "trainer.fully_async.clear_kv_cache_on_weight_sync": False,
@@ -166,8 +167,9 @@ _TRAINER: dict[str, Rule] = {
     "trainer.policy.optimizer_config.*": ignored(OPTIMIZER_SETTINGS),
     **_fsdp_keys("trainer.policy"),
     "trainer.policy.sequence_parallel_size": mapped("workload.train_layout.cp", "Ulysses (ulysses_sp)"),
-    "trainer.policy.use_torch_compile": ignored("torch.compile of the log-prob computation from the logits: no "
-                                                "modelled cost"),
+    "trainer.policy.use_torch_compile": mapped("workload.entropy.kernel", "fsdp: the update's entropy over the "
+                                               "vocabulary under torch.compile (compiled) or op by op through "
+                                               "log_softmax (eager-log-softmax)"),
     "trainer.policy.record_memory": ignored(_LOG),
     "trainer.policy.torch_profiler_config.*": ignored(_LOG),
     **_megatron_keys("trainer.policy"),
@@ -220,6 +222,8 @@ _ALGORITHM: dict[str, Rule] = {
                                                                     "-1: no cap"),
     "trainer.algorithm.dynamic_sampling.min_replace_ratio": ignored("used only with dynamic_sampling replace"),
     "trainer.algorithm.zero_variance_filter": ignored(_LOSS),
+    "trainer.algorithm.use_entropy_loss": mapped("workload.entropy.in_loss", "fsdp: the update's loss takes the "
+                                                 "entropy's gradient"),
     "trainer.algorithm.*": ignored(_LOSS),
 }
 

@@ -84,14 +84,14 @@ def test_split_pools_swap_the_reference_with_the_policy_or_give_it_gpus_of_its_o
     s, w = shared.scenario["schedule"], shared.scenario["workload"]
     assert s["kind"] == "disaggregated" and s["rollout_devices"] == 4 and "switch" not in s
     # the policy's weights out and back, the reference's in and out; the optimizer out and back
-    assert s["reference_swap_copies"] == 4 and w["train_params"] == {"offload": {"optimizer": True}}
+    assert s["reference_swap_copies"] == 4 and w["train_params"]["offload"] == {"optimizer": True}
     assert shared.scenario["topology"] == {"preset": "dgx-h100", "nodes": 1}
     own = import_config("skyrl", EXAMPLE, [*SPLIT, "trainer.placement.colocate_policy_ref=false",
                                             "trainer.placement.policy_num_gpus_per_node=2",
                                             "trainer.placement.ref_num_gpus_per_node=2"])
     s = own.scenario["schedule"]
     assert s["aux_devices"] == {"reference": 2} and "reference_swap_copies" not in s
-    assert "train_params" not in own.scenario["workload"]
+    assert "offload" not in own.scenario["workload"]["train_params"]
     no_ref = import_config("skyrl", EXAMPLE, [*SPLIT, "trainer.algorithm.use_kl_loss=false"]).scenario
     assert no_ref["workload"]["reference"] is False and "reference_swap_copies" not in no_ref["schedule"]
     for imported in (shared, own):
@@ -198,3 +198,18 @@ def test_multi_turn_maps_the_turns_their_cap_and_the_context_bound():
     # (the example's 40-sequence micro-batches of 1.5K tokens do not fit at 3K)
     assert main(["run", "--from-skyrl", str(EXAMPLE), *turns, "trainer.micro_train_batch_size_per_gpu=4",
                  "trainer.micro_forward_batch_size_per_gpu=4", *sets, "--iterations", "1", "--json"]) == 0
+
+
+def test_log_probs_and_entropy_as_skyrls_policy_takes_them():
+    """The HF policy divides its logits by the temperature and takes flash-attn's cross entropy (6 B a
+    logit forward, 8 backward); its update's forward computes the entropy through log_softmax op by op,
+    or compiled with use_torch_compile, in the loss with use_entropy_loss; megatron keeps the stack's."""
+    def workload(*over):
+        return import_config("skyrl", EXAMPLE, list(over)).scenario["workload"]
+
+    plain = workload()
+    assert plain["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 14.0,
+                                                "loss_forward_share": pytest.approx(6 / 14)}
+    assert plain["entropy"] == {"passes": ["update"], "kernel": "eager-log-softmax"}
+    assert workload("trainer.policy.use_torch_compile=true", "trainer.algorithm.use_entropy_loss=true")["entropy"] == {
+        "passes": ["update"], "in_loss": True, "kernel": "compiled"}

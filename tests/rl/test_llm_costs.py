@@ -390,7 +390,7 @@ def test_the_critic_micro_batches_as_its_own_batching_says_in_the_actors_mode():
                                                               "workload.critic_batching.max_tokens_per_micro_batch=8192"])
 
 
-@pytest.mark.parametrize("kernel", ["eager", "compiled", "vocab-parallel"])
+@pytest.mark.parametrize("kernel", sorted(params.ENTROPY_KERNEL_BYTES))
 def test_the_entropy_costs_the_passes_that_compute_it_their_bytes_per_logit(kernel):
     """workload.entropy: the old log-prob pass adds its kernel's forward bytes per logit over the
     replica's tokens (equal lengths: every replica alike), the update forward and, where its loss takes
