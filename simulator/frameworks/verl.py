@@ -95,6 +95,7 @@ DEFAULTS: dict[str, Any] = {
     f"{A}.rollout.n": 1, f"{A}.actor.ppo_mini_batch_size": 256, f"{A}.actor.ppo_epochs": 1,
     f"{A}.actor.strategy": "fsdp", f"{A}.actor.use_kl_loss": False, "algorithm.use_kl_in_reward": False,
     f"{A}.actor.entropy_coeff": 0, f"{A}.actor.use_torch_compile": True, f"{A}.rollout.temperature": 1.0,
+    f"{A}.actor.fsdp_config.use_torch_compile": True,
     "algorithm.adv_estimator": "gae", f"{A}.rollout.tensor_model_parallel_size": 2, f"{A}.rollout.expert_parallel_size": 1,
     f"{A}.rollout.data_parallel_size": 1, f"{A}.rollout.pipeline_model_parallel_size": 1,
     f"{A}.rollout.gpu_memory_utilization": 0.5, f"{A}.rollout.max_num_seqs": 1024, f"{A}.rollout.dtype": "bfloat16",
@@ -981,10 +982,12 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
 
 def _engine_workers(v: Values) -> bool:
     """Whether verl runs its engine workers (0.9, which has no legacy workers: a config without
-    trainer.use_legacy_worker_impl that has the FSDP engine's options; or use_legacy_worker_impl
-    disable) rather than 0.6 / 0.7's legacy fsdp workers."""
+    trainer.use_legacy_worker_impl that has the FSDP engine's torch.compile option or 0.9's v1 trainer
+    keys; or use_legacy_worker_impl disable) rather than 0.6 / 0.7's legacy fsdp workers."""
     impl = v.flat.get("trainer.use_legacy_worker_impl")
-    return impl == "disable" or (impl is None and v.given(f"{A}.actor.fsdp_config.use_torch_compile"))
+    nine = v.given(f"{A}.actor.fsdp_config.use_torch_compile") or any(
+        key == "trainer.use_v1" or key.startswith("trainer.v1.") for key in v.flat)
+    return impl == "disable" or (impl is None and nine)
 
 
 def _logprob_traffic(v: Values, w: dict[str, Any]) -> None:

@@ -1581,6 +1581,8 @@ def test_verl_takes_its_log_probs_as_its_workers_do():
     engine = compute("verl-0.9.1-generated-ppo-trainer.yaml")
     assert engine == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(2 / 6)}
     assert compute("verl-0.9.1-generated-ppo-trainer.yaml", "actor_rollout_ref.rollout.temperature=0.7") == legacy
+    v1 = import_config("verl", EXAMPLES / "verl-v1-colocate-async-qwen2.5-7b.yaml").scenario["workload"]   # 0.9's keys
+    assert v1["train_params"]["compute"] == engine
     megatron = compute("verl-0.9.1-generated-ppo-megatron-trainer.yaml")
     assert megatron == {"loss_traffic_bytes_per_logit": 60.0, "loss_forward_share": pytest.approx(42 / 60)}
 
