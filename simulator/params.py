@@ -942,6 +942,12 @@ FLASH_ATTN_CROSS_ENTROPY_BYTES = (2.0, 4.0)
 # FSDP engine without TP, in chunks of 1024 tokens): one reduction kernel reading the logits (2), its
 # backward one kernel reading them and writing the gradient (4); the entropy rides in the same kernels.
 COMPILED_LOG_SOFTMAX_BYTES = (2.0, 4.0)
+# TRL's fused LM head (trl 1.16.0 trainer/utils.py add_fused_lm_head, kernels/chunked_logprob.py; on
+# CUDA, every GRPO / RLOO pass of the policy and the reference): cuBLAS writes the logits of
+# [4096-token, vocabulary-chunk] tiles, a Triton kernel reads each tile once (2; the temperature, the
+# entropy and the other outputs it asks for ride in the same kernel); the backward recomputes the
+# tile and the kernel reads it and writes the gradient in place (4).
+TRL_FUSED_LM_HEAD_BYTES = (2.0, 4.0)
 # The logits divided by the sampling temperature first (verl 0.6 dp_actor and its megatron workers:
 # div_ in place, read 2, write 2) and the gradient divided back in the backward (read 2, write 2).
 TEMPERATURE_SCALE_BYTES = (4.0, 4.0)

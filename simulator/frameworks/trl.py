@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
+from ..params import TRL_FUSED_LM_HEAD_BYTES, logprob_traffic
 from ..presets import resolve
 from .common import (
     DEFAULT_TOPOLOGY,
@@ -226,9 +227,11 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     w["reward"] = _reward(v)
     _attention(v, decided)
     _lora(v, w, decided)
+    # the log-probs through TRL's fused LM head (params.TRL_FUSED_LM_HEAD_BYTES); the entropy rides in it
+    w["train_params"] = {"compute": logprob_traffic(TRL_FUSED_LM_HEAD_BYTES, False)}
     offload = _offload(v, w["train_layout"]["zero"])
     if offload:
-        w["train_params"] = {"offload": offload}
+        w["train_params"]["offload"] = offload
     _engine(v, w, server, processes, batches)
     return w
 

@@ -131,7 +131,7 @@ def test_an_accelerate_config_file_and_its_offload(tmp_path):
                                       "deepspeed_config": {"zero_stage": 3, "offload_optimizer_device": "cpu",
                                                            "offload_param_device": "none"}}))
     r = import_config("trl", COLOCATE, [f"accelerate_config={config}", "~num_processes"])
-    assert r.scenario["workload"]["train_params"] == {"offload": {"optimizer": True, "scope": "optimizer_step"}}
+    assert r.scenario["workload"]["train_params"]["offload"] == {"optimizer": True, "scope": "optimizer_step"}
     assert r.scenario["topology"]["nodes"] == 2 and r.scenario["workload"]["prompts_per_step"] == 4 * 16 * 16 // 16
     both = import_config("trl", COLOCATE, [f"accelerate_config={config}",
                                            "+accelerate.deepspeed_config.offload_param_device=cpu"])
@@ -262,3 +262,12 @@ def test_rloo_from_the_command_line(capsys):
     code, out, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"),
                          "--framework-schedule", "rloo", "--iterations", "1")
     assert code == 2 and "verl configs (its recipe) and TRL's" in err
+
+
+def test_the_log_probs_go_through_trls_fused_lm_head():
+    """TRL 1.16 scores every pass through its fused LM head: a Triton kernel reads each cuBLAS tile of
+    logits once (2 B a logit) and in the backward reads the recomputed tile and writes its gradient (4);
+    the entropy rides in it (no workload.entropy)."""
+    w = import_config("trl", COLOCATE).scenario["workload"]
+    assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(1 / 3)}
+    assert "entropy" not in w
