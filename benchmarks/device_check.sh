@@ -22,6 +22,9 @@
 #    grouped and per-expert GEMMs, beside rlsim's layer, to stdout.
 # 8. benchmarks/device_hf_layer.py: Qwen2.5-7B layers as transformers writes them, plain and compiled,
 #    GPU time by kernel kind beside rlsim's hf-transformers and megatron-core stacks, to stdout.
+# 9. benchmarks/device_logits.py: the entropy over a 152k vocabulary and the log-prob paths as the RL
+#    frameworks run them, as bytes a logit against a copy, beside rlsim's counts, to stdout (last:
+#    about two minutes, past the eight above, so a run cut at the command's limit loses only it).
 # Each step has its own time limit, so one that fails or hangs leaves the others' files. The device
 # tool returns at most 8 files: the log stays outside OUTDIR (its tail is printed).
 set -u
@@ -70,4 +73,7 @@ timeout 200 python3 -m simulator calibrate --backend torch --device cuda --out "
     --set 'microbench.decode_kv_lens=[256,1024]' --set microbench.decode_dtype=bf16 \
     > "$out/calibrate.json" 2>> "$log"
 echo "calibrate: exit $?"
+
+timeout 180 python3 benchmarks/device_logits.py --device cuda 2>> "$log"
+echo "logits: exit $?"
 tail -c 3000 "$log"

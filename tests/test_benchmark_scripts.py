@@ -51,6 +51,7 @@ ELSEWHERE: dict[str, str] = {
     "device_fused_moe.py": "a GPU check; its --smoke run is tests/calibration/test_device_checks.py",
     "device_gemm_plateau.py": "a GPU check; its CPU run is tests/calibration/test_device_checks.py",
     "device_hf_layer.py": "a GPU check; its --smoke run is tests/calibration/test_device_checks.py",
+    "device_logits.py": "a GPU check; its --smoke run is tests/calibration/test_device_checks.py",
     "device_moe_layer.py": "a GPU check; its --smoke run is tests/calibration/test_device_checks.py",
     "device_train_step.py": "a GPU check; its --smoke run is tests/calibration/test_device_checks.py",
     "host_pageable_copy.py": "tests/calibration/test_device_checks.py runs it on a CPU",

@@ -154,6 +154,41 @@ def test_the_hf_layer_smoke_run_times_the_layers_and_prices_both_stacks():
     assert hf["layers_s"] - mcore["layers_s"] == pytest.approx(hf["elementwise_s"] - mcore["elementwise_s"], rel=1e-9)
 
 
+def test_the_logits_smoke_run_times_each_path_beside_rlsims_count():
+    """benchmarks/device_logits.py on a CPU: every eager path runs and is given as bytes a logit against
+    a copy, beside the count rlsim prices it at (the kernels' table: eager forward 24, its backward
+    less the addition to the log-probs' gradient, Megatron's cross entropy 52)."""
+    pytest.importorskip("torch")
+    from simulator.params import ENTROPY_KERNEL_BYTES
+
+    doc = _run("device_logits.py")
+    rows = {row["path"]: row for row in doc["paths"]}
+    assert doc["copy_Bps"] > 0 and all(row["seconds"] > 0 and row["bytes_per_logit"] > 0 for row in rows.values())
+    assert rows["entropy eager, forward (verl)"]["rlsim_bytes_per_logit"] == ENTROPY_KERNEL_BYTES["eager"][0]
+    assert rows["entropy eager, forward + backward"]["rlsim_bytes_per_logit"] == 24 + 44 - 6
+    assert rows["Megatron cross entropy, forward + backward"]["rlsim_bytes_per_logit"] == 52
+
+
+def test_the_logits_paths_compute_what_the_frameworks_do():
+    """The replicas give the frameworks' values: verl's, SkyRL's chunked, the vocab-parallel and AReaL's
+    chunked entropy agree with -sum p log p (AReaL's log-probs with log p of the targets); the Megatron
+    sequence's gradient is (softmax - one-hot) x its loss gradient."""
+    torch = pytest.importorskip("torch")
+    bench = load("device_logits")
+    logits = torch.randn(1100, 50, generator=torch.Generator().manual_seed(0))
+    p = logits.softmax(-1)
+    want = -(p * p.log()).sum(-1)
+    assert torch.allclose(bench.verl_entropy(torch, logits), want, atol=1e-5)
+    assert torch.allclose(bench.skyrl_entropy(torch, logits), want, atol=1e-5)
+    assert torch.allclose(bench.vocab_parallel_entropy(torch, logits, bench.mul_reduce).squeeze(-1), want, atol=1e-5)
+    target = torch.randint(0, 50, (1100,), generator=torch.Generator().manual_seed(1))
+    logprobs, entropy = bench.chunked(torch, bench.areal_logprobs)(torch, logits, target)
+    assert torch.allclose(entropy, want, atol=1e-5)
+    assert torch.allclose(logprobs, p.log()[torch.arange(1100), target], atol=1e-5)
+    grad = bench.megatron_cross_entropy(torch, logits, target)
+    assert torch.allclose(grad, 0.5 * (p - torch.nn.functional.one_hot(target, 50)), atol=1e-6)
+
+
 def test_the_hf_layer_is_transformers_qwen2_layer():
     """The replica's parameters are the preset's layer's (q / k / v biases, no o_proj bias, gated
     MLP), and its RMSNorm is transformers' (fp32 statistics, the weight applied in the input dtype)."""
