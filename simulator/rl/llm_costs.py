@@ -1062,6 +1062,7 @@ class LlmCosts:
         less than its longest sample; one at a time: its latencies over the engines), the engines put
         back to sleep: served.sleep_wake_s and the weight shard to host and back (sleep level 1)."""
         spec = self.scenario.workload.reward.served
+        self._check_woken_reward_model(pool)
         scoring = self._served_on("reward_model", pool.ranks)
         lens = np.asarray(seq_lens, np.int64)
         cost = scoring.each(lens, np.zeros(len(lens), np.int64))
@@ -1073,6 +1074,26 @@ class LlmCosts:
         shard = served.model.weight_bytes(_bytes_per_weight(served.layout)) / served.layout.devices_per_instance
         copies = max(2.0 * shard / link for _, link in self._host_rates(pool))
         return StageCost(scored + spec.sleep_wake_s + copies, flops=float(cost.flops.sum()))
+
+    def _check_woken_reward_model(self, pool: _Pool) -> None:
+        """The reward model's engines wake beside what training keeps on the devices through the phase
+        (rollout_phase_bytes' resident state, the rollout engine asleep unless it stays resident): their
+        share of HBM (vLLM's gpu_memory_utilization, its weights inside it) and that state must fit, or
+        the wake-up runs out of memory."""
+        lay, share = self.layout(len(pool.ranks)), self._served["reward_model"].layout.gpu_memory_utilization
+        hbm = min(k.hbm_bytes for k in pool.kinds)
+        resident = (resident_training_bytes(self.model, lay, self.switch_params, hbm, 0.0, self.train_params)
+                    + self.critic_resident_bytes(lay, hbm) + self._resident_engine_bytes(pool))
+        if hbm * share + resident <= hbm:
+            return
+        fits = max(0.0, (hbm - resident) / hbm)
+        raise RlsimError(
+            f"the reward model's engines, woken on the trainer's devices, need {(hbm * share + resident) / 1e9:.1f} GB "
+            f"per device (their share {share:g} of HBM, {hbm * share / 1e9:.1f} GB, + the state training keeps "
+            f"resident {resident / 1e9:.1f} GB) on {capacity_text(hbm)}", source=self.source,
+            field="workload.reward.served.layout.gpu_memory_utilization",
+            fix=f"lower it to <= {fits:.2f} (verl reward.reward_model.rollout.gpu_memory_utilization), serve the "
+                f"reward model on devices of its own (workload.reward.served.devices), or {self._resident_fix()}")
 
     def _inference_shard_bytes(self) -> float:
         lay = self.rollout_layout

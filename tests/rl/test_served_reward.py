@@ -134,3 +134,21 @@ def test_a_reward_model_woken_on_fewer_devices_than_an_engine_is_refused_by_its_
     with pytest.raises(RlsimError, match="take 4 devices") as err:
         LlmCosts(sc, load_topology(sc.topology)).forward("reward", np.array([1000, 2000]), range(2))
     assert err.value.field == "workload.reward.served.layout"
+
+
+def test_a_reward_model_woken_beside_the_resident_training_state_must_fit_in_memory():
+    """Its engines' share of HBM plus what training keeps on the devices through the phase (the rollout
+    engine asleep) must fit: past it an error names the share that fits; at that share it runs."""
+    over = SMALL["overrides"][3:] + ["workload.reward.served.layout.tp=2"]
+    spec = {"topology": {"preset": "dgx-h100", "nodes": 1}, "workload": "grpo-qwen2.5-7b"}
+    lens = np.array([1200, 3000, 800, 2500] * 8)
+
+    def reward(share: float):
+        sc = load_scenario(spec, overrides=[*over, f"workload.reward.served.layout.gpu_memory_utilization={share}"])
+        return LlmCosts(sc, load_topology(sc.topology)).forward("reward", lens, range(8))
+
+    with pytest.raises(RlsimError, match="woken on the trainer's devices") as err:
+        reward(0.95)
+    assert err.value.field == "workload.reward.served.layout.gpu_memory_utilization"
+    fits = float(err.value.fix.split("<= ")[1].split(" ")[0])
+    assert 0.3 < fits < 0.95 and reward(fits - 0.01).time_s > 0
