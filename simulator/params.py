@@ -922,11 +922,15 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 #   by op: log_softmax (read 2, write 2), exp (4), the product (read 4, write 2), sum (read 2): 16.
 #   Backward: the product's two (4 each), exp's (read 4, write 2), the two log-prob gradients added
 #   (6), log_softmax's (read 4, write 2), the addition to the log-probs' (6): 32.
+# - eager-chunked-fp32: verl's entropy_from_logits_with_chunking op by op: each chunk of 2048 rows cast
+#   up to fp32 (read 2, write 4) and the eager sequence on it (48): 54; backward the eager-fp32 one
+#   (88) and the cast's (read 4, write 2): 94.
 # - eager-fp32: the eager sequence on logits already cast up to fp32 (OpenRLHF's compute_entropy after
 #   Actor.forward's cast): each element 4 bytes, twice the eager counts.
 ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "compiled": (2.0, 10.0),
                                                         "vocab-parallel": (24.0, 28.0), "eager-fp32": (48.0, 88.0),
-                                                        "eager-log-softmax": (16.0, 32.0)}
+                                                        "eager-log-softmax": (16.0, 32.0),
+                                                        "eager-chunked-fp32": (54.0, 94.0)}
 
 # The log-probabilities of the sampled tokens taken from the logits, (forward, backward) bytes per bf16
 # logit, where a framework's trainer does not run the stacks' Megatron vocab-parallel cross entropy

@@ -257,9 +257,14 @@ class EntropySpec(_Strict):
     in_loss: bool = False
     # How it is computed (params.ENTROPY_KERNEL_BYTES: the op sequences counted): eager (torch's ops
     # one by one), compiled (the same under torch.compile: one fused reduction), vocab-parallel (verl's
-    # megatron workers' _VocabParallelEntropy), eager-fp32 (op by op on fp32 logits: OpenRLHF's) or
-    # eager-log-softmax (through log_softmax, op by op: SkyRL's).
-    kernel: Literal["eager", "compiled", "vocab-parallel", "eager-fp32", "eager-log-softmax"] = "eager"
+    # megatron workers' _VocabParallelEntropy), eager-fp32 (op by op on fp32 logits: OpenRLHF's),
+    # eager-log-softmax (through log_softmax, op by op: SkyRL's) or eager-chunked-fp32 (chunks cast up
+    # to fp32, then op by op: verl's entropy_from_logits_with_chunking).
+    kernel: Literal["eager", "compiled", "vocab-parallel", "eager-fp32", "eager-log-softmax",
+                    "eager-chunked-fp32"] = "eager"
+    # The update's backward recomputes the entropy's forward first (torch.utils.checkpoint: verl
+    # actor.entropy_checkpointing), paying its forward bytes again; with in_loss only.
+    recompute: bool = False
     # Bytes per logit forward, and backward in the update: None, the kernel's.
     forward_bytes_per_logit: float | None = Field(None, ge=0)
     backward_bytes_per_logit: float | None = Field(None, ge=0)
@@ -271,6 +276,9 @@ class EntropySpec(_Strict):
         if self.in_loss and "update" not in self.passes:
             raise ValueError("in_loss applies where the update computes the entropy; remove it, or add update to "
                              "passes")
+        if self.recompute and not self.in_loss:
+            raise ValueError("recompute applies where the update's loss takes the entropy's gradient (its backward "
+                             "redoes the forward); remove it, or set in_loss: true")
         if self.backward_bytes_per_logit is not None and not self.in_loss:
             raise ValueError("backward_bytes_per_logit applies where the update's loss takes the entropy's gradient; "
                              "remove it, or set in_loss: true")
@@ -283,7 +291,9 @@ class EntropySpec(_Strict):
         forward, backward = ENTROPY_KERNEL_BYTES[self.kernel]
         forward = forward if self.forward_bytes_per_logit is None else self.forward_bytes_per_logit
         backward = backward if self.backward_bytes_per_logit is None else self.backward_bytes_per_logit
-        return forward, backward if pass_name == "update" and self.in_loss else 0.0
+        if pass_name != "update" or not self.in_loss:
+            return forward, 0.0
+        return forward, backward + (forward if self.recompute else 0.0)
 
 
 class CriticBatchingSpec(_Strict):

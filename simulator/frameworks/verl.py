@@ -249,11 +249,15 @@ RULES: dict[str, Rule] = {
     **{f"critic.{k}": ignored("the critic's value head has no vocabulary: no entropy, the one use of "
                               "torch.compile") for k in (
         "use_torch_compile", "model.fsdp_config.use_torch_compile", "fsdp.use_torch_compile")},
-    f"{A}.actor.entropy_from_logits_with_chunking": unsupported(
-        "the entropy in fp32 chunks (each chunk cast up) is not priced: rlsim prices it over the whole bf16 "
-        "logits (workload.entropy)", neutral=False),
-    f"{A}.actor.entropy_checkpointing": unsupported(
-        "the entropy recomputed in the update's backward is not priced (workload.entropy)", neutral=False),
+    **{f"{section}.{name}": ignored("the reference and the critic compute no entropy") for section in (
+        f"{A}.ref", f"{A}.ref.fsdp_config", "critic.model.fsdp_config", "critic.fsdp")
+       for name in ("entropy_checkpointing", "entropy_from_logits_with_chunking")},
+    f"{A}.actor.entropy_from_logits_with_chunking": mapped(
+        "workload.entropy.kernel", "fsdp / fsdp2: true: the entropy in chunks cast up to fp32 (eager-chunked-fp32; "
+        "compiled: the same fused kernel)"),
+    f"{A}.actor.entropy_checkpointing": mapped(
+        "workload.entropy.recompute", "fsdp / fsdp2: true: an update whose loss takes the entropy recomputes its "
+        "forward in the backward"),
     f"{A}.actor.optim.*": ignored(_LR),
     f"{A}.actor.checkpoint.*": ignored(_CKPT),
     **{f"{A}.actor.{k}": ignored(_LOSS) for k in (
@@ -955,8 +959,9 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
     """verl's old log-prob pass computes the policy's entropy over the vocabulary (compute_log_prob with
     calculate_entropy=True), its update where entropy_coeff != 0 or calculate_entropy (verl 0.6.0
     workers/actor/dp_actor.py, 0.9.1 trainer/ppo/ray_trainer.py). The FSDP workers compile it as
-    use_torch_compile says (0.6 / 0.7's legacy workers read the actor's key, 0.9's engine workers its
-    fsdp_config's); the megatron workers run _VocabParallelEntropy."""
+    use_torch_compile says, chunk it in fp32 with entropy_from_logits_with_chunking and recompute it
+    in the backward with entropy_checkpointing (0.6 / 0.7's legacy workers read the actor's keys, 0.9's
+    engine workers its fsdp_config's); the megatron workers run _VocabParallelEntropy."""
     coeff = v(f"{A}.actor.entropy_coeff")
     in_loss = coeff is not None and float(coeff) != 0   # the loss subtracts it (else the metrics alone)
     update = in_loss or flag(v.flat.get(f"{A}.actor.calculate_entropy", False), f"{A}.actor.calculate_entropy",
@@ -964,20 +969,37 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
     spec: dict[str, Any] = {"passes": ["old_logprob", "update"] if update else ["old_logprob"]}
     if in_loss:
         spec["in_loss"] = True
-    compile_keys = (f"{A}.actor.use_torch_compile", f"{A}.actor.fsdp_config.use_torch_compile")
     if str(v(f"{A}.actor.strategy")) == "megatron":
-        for key in compile_keys:
-            if v.given(key):
-                decided[key] = ("ignored", "the megatron workers do not read it: their entropy is "
-                                           "_VocabParallelEntropy (workload.entropy.kernel vocab-parallel)")
+        for name in ENTROPY_OPTIONS:
+            for key in (f"{A}.actor.{name}", f"{A}.actor.fsdp_config.{name}"):
+                if v.given(key):
+                    decided[key] = ("ignored", "the megatron workers do not read it: their entropy is "
+                                               "_VocabParallelEntropy (workload.entropy.kernel vocab-parallel)")
         w["entropy"] = {**spec, "kernel": "vocab-parallel"}
         return
+    read = {name: _entropy_option_read(v, name, decided) for name in ENTROPY_OPTIONS}
+    if in_loss and read["entropy_checkpointing"]:
+        spec["recompute"] = True
+    eager = "eager-chunked-fp32" if read["entropy_from_logits_with_chunking"] else "eager"
+    w["entropy"] = {**spec, "kernel": "compiled" if read["use_torch_compile"] else eager}
+
+
+# the FSDP workers' entropy options: the legacy workers read the actor's, the engine workers its fsdp_config's
+ENTROPY_OPTIONS = ("use_torch_compile", "entropy_from_logits_with_chunking", "entropy_checkpointing")
+
+
+def _entropy_option_read(v: Values, name: str, decided: dict[str, tuple[Status, str]]) -> bool:
+    """The value of the entropy option ``name`` these FSDP workers read, the copy they do not read
+    listed as ignored; absent: verl's default (torch.compile on, the others off)."""
     engine_workers = _engine_workers(v)
-    read, other = compile_keys[::-1] if engine_workers else compile_keys
-    if v.given(other) and other not in decided:
+    legacy, engine = f"{A}.actor.{name}", f"{A}.actor.fsdp_config.{name}"
+    read, other = (engine, legacy) if engine_workers else (legacy, engine)
+    if v.given(other):
         decided[other] = ("ignored", f"the {'legacy' if engine_workers else 'new engine'} workers' copy: these "
                                      f"workers read {read}")
-    w["entropy"] = {**spec, "kernel": "compiled" if v.flag(read) else "eager"}
+    if v.given(read):
+        decided[read] = ("mapped", f"{RULES[legacy].target}: {RULES[legacy].reason}")
+    return v.flag(read) if v.given(read) or name == "use_torch_compile" else False
 
 
 def _engine_workers(v: Values) -> bool:

@@ -1602,3 +1602,12 @@ def test_verl_entropy_follows_its_loss_and_metrics_keys():
     assert entropy(v06, "actor_rollout_ref.actor.use_torch_compile=false")["kernel"] == "eager"
     assert entropy(v09, "actor_rollout_ref.actor.use_torch_compile=false")["kernel"] == "compiled"   # not read
     assert entropy(v09, "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false")["kernel"] == "eager"
+    # fp32 chunks op by op; the update's backward recomputing it (in the loss only)
+    chunked = [f"actor_rollout_ref.actor.{k}" for k in ("use_torch_compile=false", "entropy_from_logits_with_chunking=true",
+                                                         "entropy_checkpointing=true", "entropy_coeff=0.01")]
+    assert entropy(v06, *chunked) == {"passes": ["old_logprob", "update"], "in_loss": True, "recompute": True,
+                                      "kernel": "eager-chunked-fp32"}
+    assert "recompute" not in entropy(v06, "actor_rollout_ref.actor.entropy_checkpointing=true")
+    imported = import_config("verl", DATA / v09, [*QUICKSTART, "actor_rollout_ref.actor.entropy_checkpointing=true"])
+    assert "workers' copy" in imported.ignored["actor_rollout_ref.actor.entropy_checkpointing"]   # 0.9 reads fsdp_config's
+    assert "compute no entropy" in imported.ignored["actor_rollout_ref.ref.entropy_checkpointing"]

@@ -419,12 +419,16 @@ def test_the_entropy_costs_the_passes_that_compute_it_their_bytes_per_logit(kern
     assert (old_only - old0, update_plain) == (pytest.approx(7 * per_byte, rel=1e-9), update0)
     _, (_, _, metrics_only) = run(f"workload.entropy={{passes: [update], kernel: {kernel}}}")   # no gradient
     assert metrics_only - update0 == pytest.approx(forward * per_byte, rel=1e-9)
+    _, (_, _, redone) = run(f"workload.entropy={{passes: [update], in_loss: true, recompute: true, kernel: {kernel}}}")
+    assert redone - update0 == pytest.approx((2 * forward + backward) * per_byte, rel=1e-9)   # its forward again
 
 
 def test_entropy_keys_are_checked_where_they_apply():
     with pytest.raises(RlsimError, match="backward_bytes_per_logit applies where the update's loss"):
         load_scenario(workload="grpo-qwen2.5-7b", overrides=[
             "workload.entropy={passes: [update], backward_bytes_per_logit: 3}"])
+    with pytest.raises(RlsimError, match="recompute applies where the update's loss"):
+        load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.entropy={passes: [update], recompute: true}"])
     with pytest.raises(RlsimError, match="in_loss applies where the update computes"):
         load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.entropy={passes: [old_logprob], in_loss: true}"])
     with pytest.raises(RlsimError, match="set per pass from workload.entropy"):
