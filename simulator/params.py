@@ -221,6 +221,9 @@ class ComputeParams(StrictModel):
     # The forward's share of it: 38 of the 52 bytes above (the backward's 14), so a forward-only pass
     # (old log-probs, reference) pays 38 / 52 of the loss traffic. 0.5 was the split before this field.
     loss_forward_share: float = Field(MEGATRON_CROSS_ENTROPY_BYTES[0] / sum(MEGATRON_CROSS_ENTROPY_BYTES), ge=0, le=1)
+    # The output layer's forward GEMM redone in the backward: a fused LM head that keeps no logits for
+    # it (TRL 1.16's add_fused_lm_head recomputes each cuBLAS tile there, kernels/chunked_logprob.py).
+    logits_recompute: bool = False
     # The policy's entropy over the vocabulary, bytes per logit, in the pass these params price: set
     # per pass by rl/llm_costs.py from workload.entropy (its kernel's ENTROPY_KERNEL_BYTES) for the
     # passes that compute it, 0 in the others; not a train_params key (a given value is refused).

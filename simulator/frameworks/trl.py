@@ -227,8 +227,9 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     w["reward"] = _reward(v)
     _attention(v, decided)
     _lora(v, w, decided)
-    # the log-probs through TRL's fused LM head (params.TRL_FUSED_LM_HEAD_BYTES); the entropy rides in it
-    w["train_params"] = {"compute": logprob_traffic(TRL_FUSED_LM_HEAD_BYTES, False)}
+    # the log-probs through TRL's fused LM head (params.TRL_FUSED_LM_HEAD_BYTES), its tiles recomputed in the
+    # backward; the entropy rides in it
+    w["train_params"] = {"compute": {**logprob_traffic(TRL_FUSED_LM_HEAD_BYTES, False), "logits_recompute": True}}
     offload = _offload(v, w["train_layout"]["zero"])
     if offload:
         w["train_params"]["offload"] = offload

@@ -246,6 +246,8 @@ def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates:
     t = gemm_time_s(np.stack([tokens, tokens, h]), np.stack([v, h, v]), np.stack([h, v, tokens]), rates, params)
     gemm = t[0]
     grad = t[1] + t[2] if head_trains else t[1]
+    if params.logits_recompute:   # a fused head that kept no logits projects them again
+        grad = grad + gemm
     loss = tokens * vocab / tp * params.loss_traffic_bytes_per_logit / rates.hbm_Bps
     share = params.loss_forward_share
     entropy = tokens * vocab / tp / rates.hbm_Bps   # x bytes per logit

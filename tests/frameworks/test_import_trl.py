@@ -266,8 +266,9 @@ def test_rloo_from_the_command_line(capsys):
 
 def test_the_log_probs_go_through_trls_fused_lm_head():
     """TRL 1.16 scores every pass through its fused LM head: a Triton kernel reads each cuBLAS tile of
-    logits once (2 B a logit) and in the backward reads the recomputed tile and writes its gradient (4);
-    the entropy rides in it (no workload.entropy)."""
+    logits once (2 B a logit) and in the backward reads the recomputed tile (its GEMM again) and writes
+    its gradient (4); the entropy rides in it (no workload.entropy)."""
     w = import_config("trl", COLOCATE).scenario["workload"]
-    assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(1 / 3)}
+    assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(1 / 3),
+                                            "logits_recompute": True}
     assert "entropy" not in w

@@ -164,6 +164,19 @@ def test_entropy_traffic_is_its_bytes_per_logit_over_hbm() -> None:
         np.testing.assert_allclose(b - b0, per_byte * 44.0, rtol=1e-12)
 
 
+def test_a_fused_head_that_keeps_no_logits_projects_them_again_in_the_backward() -> None:
+    """logits_recompute: the backward adds the forward's GEMM (the head's projection) to its two."""
+    from simulator.llm.train_compute import gemm_time_s, logits_times
+
+    tokens = np.array([4096.0, 1000.0])
+    base = ComputeParams()
+    f0, b0 = logits_times(2048, 131072, tokens, tp=2, rates=H100, params=base)
+    f, b = logits_times(2048, 131072, tokens, tp=2, rates=H100, params=base.model_copy(update={"logits_recompute": True}))
+    projection = gemm_time_s(tokens, np.full_like(tokens, 131072 / 2), np.full_like(tokens, 2048.0), H100, base)
+    np.testing.assert_array_equal(f, f0)
+    np.testing.assert_allclose(b - b0, projection, rtol=1e-12)
+
+
 @pytest.mark.parametrize("tp, sp", [(1, False), (4, True)])
 def test_moe_token_shuffle_is_its_bytes_over_hbm(tp: int, sp: bool) -> None:
     """The MoE permute / chunk sorts / unpermute add tokens x top-k x hidden x bytes (split by TP
