@@ -928,12 +928,15 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 # - eager-chunked-fp32: verl's entropy_from_logits_with_chunking op by op: each chunk of 2048 rows cast
 #   up to fp32 (read 2, write 4) and the eager sequence on it (48): 54; backward the eager-fp32 one
 #   (88) and the cast's (read 4, write 2): 94.
+# - verl-fused-torch: inside verl's fused log-prob kernel (VERL_FUSED_TORCH_BYTES, which counts its
+#   forward): its backward's entropy gradient alone, 88.
 # - eager-fp32: the eager sequence on logits already cast up to fp32 (OpenRLHF's compute_entropy after
 #   Actor.forward's cast): each element 4 bytes, twice the eager counts.
 ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "compiled": (2.0, 10.0),
                                                         "vocab-parallel": (24.0, 28.0), "eager-fp32": (48.0, 88.0),
                                                         "eager-log-softmax": (16.0, 32.0),
-                                                        "eager-chunked-fp32": (54.0, 94.0)}
+                                                        "eager-chunked-fp32": (54.0, 94.0),
+                                                        "verl-fused-torch": (0.0, 88.0)}
 
 # The log-probabilities of the sampled tokens taken from the logits, (forward, backward) bytes per bf16
 # logit, where a framework's trainer does not run the stacks' Megatron vocab-parallel cross entropy
@@ -955,6 +958,17 @@ COMPILED_LOG_SOFTMAX_BYTES = (2.0, 4.0)
 # entropy and the other outputs it asks for ride in the same kernel); the backward recomputes the
 # tile and the kernel reads it and writes the gradient in place (4).
 TRL_FUSED_LM_HEAD_BYTES = (2.0, 4.0)
+# verl's fused log-prob kernel, torch backend (model.use_fused_kernels, fused_kernel_options.impl_backend
+# torch; verl 0.6.0 utils/experimental/torch_functional.py FusedLinearForPPO): the head's GEMM per chunk
+# of 512 tokens, then on the chunk's logits the division by the temperature (read 2, write 2), the cast
+# to fp32 (read 2, write 4), softmax and log_softmax (8 each), logsumexp (amax 4, subtract 8, exp 8,
+# sum 4), the probabilities x logits and its sum (12 + 4), the entropy always among them: 66. The
+# backward projects the chunk again (logits_recompute) and redoes the division, the cast and the
+# softmax (4 + 6 + 8), builds the log-probs' gradient (a zeroed one-hot 4, one-hot - probs 12, x the
+# gradient 8, added to 0: 8), casts it back and divides it (6 + 4): 60. Where the loss takes the
+# entropy, its gradient adds log_softmax, logsumexp, the product and its sum, two products, a sum
+# and the addition (8 + 24 + 16 + 8 + 12 + 8 + 12): 88 (ENTROPY_KERNEL_BYTES "verl-fused-torch").
+VERL_FUSED_TORCH_BYTES = (66.0, 60.0)
 # The logits divided by the sampling temperature first (verl 0.6 dp_actor and its megatron workers:
 # div_ in place, read 2, write 2) and the gradient divided back in the backward (read 2, write 2).
 TEMPERATURE_SCALE_BYTES = (4.0, 4.0)

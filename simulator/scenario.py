@@ -258,10 +258,11 @@ class EntropySpec(_Strict):
     # How it is computed (params.ENTROPY_KERNEL_BYTES: the op sequences counted): eager (torch's ops
     # one by one), compiled (the same under torch.compile: one fused reduction), vocab-parallel (verl's
     # megatron workers' _VocabParallelEntropy), eager-fp32 (op by op on fp32 logits: OpenRLHF's),
-    # eager-log-softmax (through log_softmax, op by op: SkyRL's) or eager-chunked-fp32 (chunks cast up
-    # to fp32, then op by op: verl's entropy_from_logits_with_chunking).
+    # eager-log-softmax (through log_softmax, op by op: SkyRL's), eager-chunked-fp32 (chunks cast up to
+    # fp32, then op by op: verl's entropy_from_logits_with_chunking) or verl-fused-torch (inside verl's
+    # fused log-prob kernel, whose loss count holds its forward: the gradient alone).
     kernel: Literal["eager", "compiled", "vocab-parallel", "eager-fp32", "eager-log-softmax",
-                    "eager-chunked-fp32"] = "eager"
+                    "eager-chunked-fp32", "verl-fused-torch"] = "eager"
     # The update's backward recomputes the entropy's forward first (torch.utils.checkpoint: verl
     # actor.entropy_checkpointing), paying its forward bytes again; with in_loss only.
     recompute: bool = False

@@ -26,6 +26,7 @@ from ..llm.architecture import DTYPE_BYTES
 from ..params import (
     FLASH_ATTN_CROSS_ENTROPY_BYTES,
     MEGATRON_CROSS_ENTROPY_BYTES,
+    VERL_FUSED_TORCH_BYTES,
     VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
     VERL_NAIVE_CAPPED_CPU_S_PER_TOKEN,
     VERL_NAIVE_CPU_S_PER_SAMPLE,
@@ -212,7 +213,12 @@ RULES: dict[str, Rule] = {
     f"{A}.model.target_modules": mapped("workload.lora.targets", "PEFT's target_modules: all-linear or module names"),
     f"{A}.model.lora_alpha": ignored("a scale on the adapters' output: no effect on step time"),
     f"{A}.model.exclude_modules": unsupported("modules left out of the LoRA targets by name are not modelled"),
-    f"{A}.model.use_fused_kernels": unsupported("fused log-prob kernels are not modelled", neutral=False),
+    f"{A}.model.use_fused_kernels": mapped("workload.train_params.compute", "fsdp / fsdp2, impl_backend torch: the "
+                                          "log-probs and the entropy in verl's fused kernel (loss bytes, the head "
+                                          "projected again in the backward: logits_recompute); the triton backend "
+                                          "and the megatron workers' fused forward are not modelled"),
+    f"{A}.model.fused_kernel_options.impl_backend": mapped("workload.train_params.compute", "torch: verl's fused "
+                                                           "kernel in torch ops; triton: not modelled"),
     **{f"{A}.model.{k}": ignored("model loading options: no effect on step time") for k in (
         "external_lib", "override_config.*", "override_config", "trust_remote_code", "custom_chat_template",
         "use_shm", "tokenizer_path", "hf_config_path")},
@@ -1012,15 +1018,41 @@ def _engine_workers(v: Values) -> bool:
     return impl == "disable" or (impl is None and nine)
 
 
-def _logprob_traffic(v: Values, w: dict[str, Any]) -> None:
+def _logprob_traffic(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """The log-probs' bytes per logit as verl's workers take them: flash-attn's Triton cross entropy on
     the FSDP workers (the megatron workers keep the stack's Megatron vocab-parallel cross entropy),
     after the logits' division by the rollout temperature (0.6's dp_actor and the megatron workers
-    always; 0.9's FSDP engine not at temperature 1: _scale_logits_by_temperature)."""
+    always; 0.9's FSDP engine not at temperature 1: _scale_logits_by_temperature); with
+    model.use_fused_kernels on the torch backend, its fused kernel (_fused_kernel)."""
     megatron = str(v(f"{A}.actor.strategy")) == "megatron"
+    compute = w.setdefault("train_params", {}).setdefault("compute", {})
+    if _fused_kernel(v, megatron, decided):
+        compute.update(logprob_traffic(VERL_FUSED_TORCH_BYTES, False), logits_recompute=True)
+        in_loss = w["entropy"].get("in_loss", False)   # its forward is the kernel's; its gradient, where taken
+        w.pop("entropy")
+        if in_loss:
+            w["entropy"] = {"passes": ["update"], "in_loss": True, "kernel": "verl-fused-torch"}
+        return
     scaled = megatron or not _engine_workers(v) or float(v(f"{A}.rollout.temperature")) != 1.0
     kernel = MEGATRON_CROSS_ENTROPY_BYTES if megatron else FLASH_ATTN_CROSS_ENTROPY_BYTES
-    w.setdefault("train_params", {}).setdefault("compute", {}).update(logprob_traffic(kernel, scaled))
+    compute.update(logprob_traffic(kernel, scaled))
+
+
+def _fused_kernel(v: Values, megatron: bool, decided: dict[str, tuple[Status, str]]) -> bool:
+    """Whether the FSDP workers take the log-probs and the entropy in verl's fused kernel on its torch
+    backend (model.use_fused_kernels, fused_kernel_options.impl_backend); the triton backend and the
+    megatron workers' fused forward are listed as unsupported (priced as without them)."""
+    key, backend_key = f"{A}.model.use_fused_kernels", f"{A}.model.fused_kernel_options.impl_backend"
+    if not (v.given(key) and v.flag(key)):
+        return False
+    backend = str(v.flat.get(backend_key) or "torch")
+    if megatron or backend != "torch":
+        what = "the megatron workers' fused forward" if megatron else f"verl's fused {backend} kernel"
+        decided[key] = ("unsupported", f"{what} is not modelled: priced as without it")
+        if v.given(backend_key):
+            decided[backend_key] = ("unsupported", f"{what} is not modelled")
+        return False
+    return True
 
 
 def _law(law: dict[str, Any]) -> str:
@@ -1062,7 +1094,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     _train_software(v, w, decided)
     _entropy(v, w, decided)
-    _logprob_traffic(v, w)
+    _logprob_traffic(v, w, decided)
     w["rollout_layout"] = _rollout_layout(v, recipe, decided)
     _engine_and_offload(v, w, decided)
     _fsdp_params(v, w, decided)

@@ -1611,3 +1611,22 @@ def test_verl_entropy_follows_its_loss_and_metrics_keys():
     imported = import_config("verl", DATA / v09, [*QUICKSTART, "actor_rollout_ref.actor.entropy_checkpointing=true"])
     assert "workers' copy" in imported.ignored["actor_rollout_ref.actor.entropy_checkpointing"]   # 0.9 reads fsdp_config's
     assert "compute no entropy" in imported.ignored["actor_rollout_ref.ref.entropy_checkpointing"]
+
+
+def test_verls_fused_kernels_take_the_log_probs_and_the_entropy_on_their_torch_backend():
+    """model.use_fused_kernels (impl_backend torch): the fused kernel's bytes a logit (66 forward, the
+    entropy among them; 60 backward) with the head projected again in the backward, and the entropy's
+    gradient alone where the loss takes it; the triton backend and the megatron workers' fused forward
+    are listed as unsupported and priced as without them."""
+    fused = [*QUICKSTART, "actor_rollout_ref.model.use_fused_kernels=true"]
+    w = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml", fused).scenario["workload"]
+    assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 126.0, "logits_recompute": True,
+                                            "loss_forward_share": pytest.approx(66 / 126)}
+    assert "entropy" not in w
+    bonus = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml",
+                          [*fused, "actor_rollout_ref.actor.entropy_coeff=0.01"]).scenario["workload"]
+    assert bonus["entropy"] == {"passes": ["update"], "in_loss": True, "kernel": "verl-fused-torch"}
+    triton = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml",
+                           [*fused, "actor_rollout_ref.model.fused_kernel_options.impl_backend=triton"])
+    assert "triton kernel" in triton.unsupported["actor_rollout_ref.model.use_fused_kernels"]
+    assert triton.scenario["workload"]["train_params"]["compute"]["loss_traffic_bytes_per_logit"] == 14.0
