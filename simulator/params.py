@@ -140,6 +140,10 @@ class ComputeParams(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dtype: str = "bf16"
+    # The output layer's GEMMs in this dtype where it is not `dtype` (None: `dtype`): TRL's
+    # cast_lm_head_to_fp32 runs the head in fp32 outside autocast, at the device's fp32 peak (torch's
+    # default matmul precision "highest": no TF32) with 4-byte operands.
+    head_dtype: Literal["fp32", "bf16", "fp16"] | None = None
     # Shape ramp of GEMM efficiency: achieved / plateau = 1 / (1 + gemm_ramp_dim (1/m + 1/n) +
     # gemm_ramp_k / k) for (m x k) . (k x n). Two mechanisms: the A and B panels carry a fixed
     # handling cost per element (packing into the kernel's layout, partial output tiles) amortised

@@ -227,14 +227,21 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     w["reward"] = _reward(v)
     _attention(v, decided)
     _lora(v, w, decided)
-    # the log-probs through TRL's fused LM head (params.TRL_FUSED_LM_HEAD_BYTES), its tiles recomputed in the
-    # backward; the entropy rides in it
-    w["train_params"] = {"compute": {**logprob_traffic(TRL_FUSED_LM_HEAD_BYTES, False), "logits_recompute": True}}
+    w["train_params"] = {"compute": _fused_head(v)}
     offload = _offload(v, w["train_layout"]["zero"])
     if offload:
         w["train_params"]["offload"] = offload
     _engine(v, w, server, processes, batches)
     return w
+
+
+def _fused_head(v: Values) -> dict[str, Any]:
+    """The log-probs through TRL's fused LM head (params.TRL_FUSED_LM_HEAD_BYTES; the entropy rides in
+    it), its tiles projected again in the backward; with cast_lm_head_to_fp32 (GRPO) the head's GEMMs
+    in fp32 outside autocast and its tiles fp32 (twice the bytes)."""
+    fp32 = v.flat.get("cast_lm_head_to_fp32") is not None and v.flag("cast_lm_head_to_fp32")
+    kernel = tuple(2.0 * b for b in TRL_FUSED_LM_HEAD_BYTES) if fp32 else TRL_FUSED_LM_HEAD_BYTES
+    return {**logprob_traffic(kernel, False), "logits_recompute": True, **({"head_dtype": "fp32"} if fp32 else {})}
 
 
 def _engine(v: Values, w: dict[str, Any], server: bool, processes: int, batches: Mapping[str, int]) -> None:

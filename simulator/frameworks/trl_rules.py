@@ -127,7 +127,9 @@ _GRPO: dict[str, Rule] = {
     "model_init_kwargs.*": unsupported("from_pretrained arguments are not modelled"),
     "trust_remote_code": ignored("where the model's code comes from: no effect on step time"),
     "router_aux_loss_coef": ignored(_LOSS), "disable_dropout": ignored(_LOSS),
-    "cast_lm_head_to_fp32": unsupported("an fp32 output head is not modelled", neutral=False),
+    "cast_lm_head_to_fp32": mapped("workload.train_params.compute.head_dtype", "true: fp32, the head's GEMMs at the "
+                                   "device's fp32 peak and its fused kernel on fp32 tiles (the model must not tie its "
+                                   "embeddings, as TRL requires)"),
     "num_generations": mapped("workload.samples_per_prompt"),
     "num_generations_eval": ignored(_LOG),
     "max_completion_length": mapped("workload.response_length.max"),

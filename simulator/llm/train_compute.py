@@ -6,7 +6,7 @@ Formulas are written out in docs/cost-models-training.md.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -26,6 +26,9 @@ class DeviceRates:
     hbm_Bps: float          # achievable: hbm_bw_Bps x hbm_efficiency
     launch_s: float = 0.0   # fixed time per GEMM kernel (ComputeParams.gemm_launch_s or the device's)
     flash_scale: float = 1.0   # the device's flash kernels against the stack's ratios (DeviceSpec)
+    # The output layer's GEMMs where ComputeParams.head_dtype differs: its peak and its operands' bytes
+    head_peak_flops: float | None = None
+    head_elem_bytes: float | None = None
 
 
 def shape_efficiency(m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
@@ -243,7 +246,9 @@ def logits_times(hidden: int, vocab: int, tokens: np.ndarray, *, tp: int, rates:
     v, h = np.full_like(tokens, vocab / tp), np.full_like(tokens, float(hidden))
     # Forward (tokens, V / tp, H), data gradient (tokens, H, V / tp), weight gradient (H, V / tp,
     # tokens) in one roofline call.
-    t = gemm_time_s(np.stack([tokens, tokens, h]), np.stack([v, h, v]), np.stack([h, v, tokens]), rates, params)
+    head_rates = rates if rates.head_peak_flops is None else replace(rates, peak_flops=rates.head_peak_flops)
+    t = gemm_time_s(np.stack([tokens, tokens, h]), np.stack([v, h, v]), np.stack([h, v, tokens]), head_rates, params,
+                    elem_bytes=rates.head_elem_bytes)
     gemm = t[0]
     grad = t[1] + t[2] if head_trains else t[1]
     if params.logits_recompute:   # a fused head that kept no logits projects them again

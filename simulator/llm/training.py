@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import RlsimError
 from ..hardware.devices import distinct_devices
 from ..params import CommParams, TrainedShapes, TrainParams
+from .architecture import dtype_bytes
 from .layer_costs import LayerShape, embedding_params, layer_shapes
 from .memory import MemoryBreakdown, MemoryParams, check_fits, layout_stage_layers, memory_per_device
 from .pipeline import (
@@ -45,6 +46,7 @@ COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 # The scenario keys the errors of this module name (the paths `--set` takes).
 TRAIN_LAYOUT_FIELD = "workload.train_layout"
 COMPUTE_DTYPE_FIELD = "workload.train_params.compute.dtype"
+HEAD_DTYPE_FIELD = "workload.train_params.compute.head_dtype"
 # verl's key for each token budget of train_layout (named in the fix of a budget too small)
 _VERL_BUDGET_KEYS = {"max_tokens_per_micro_batch": "ppo_max_token_len_per_gpu",
                      "logprob_max_tokens_per_micro_batch": "log_prob_max_token_len_per_gpu"}
@@ -828,12 +830,14 @@ def _stage_outer_params(model: Any, layout: TrainLayout) -> tuple[tuple[float, f
 def rates_for(spec: Any, params: TrainParams) -> DeviceRates:
     """The compute rates a device of ``spec`` gives the trainer under ``params`` (its dtype's peak, the
     GEMM plateau, achievable HBM, the GEMM launch, the flash scale)."""
-    launch = params.compute.gemm_launch_s
+    launch, head = params.compute.gemm_launch_s, params.compute.head_dtype
     return DeviceRates(peak_flops=spec.peak(params.compute.dtype, field=COMPUTE_DTYPE_FIELD),
                        gemm_efficiency=spec.gemm_efficiency,
                        hbm_Bps=spec.hbm_bw_Bps * spec.hbm_efficiency,
                        launch_s=spec.launch_overhead_s if launch is None else launch,
-                       flash_scale=spec.flash_efficiency_scale)
+                       flash_scale=spec.flash_efficiency_scale,
+                       head_peak_flops=None if head is None else spec.peak(head, field=HEAD_DTYPE_FIELD),
+                       head_elem_bytes=None if head is None else dtype_bytes(head, HEAD_DTYPE_FIELD))
 
 
 def _setup(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None, sequences: Any,

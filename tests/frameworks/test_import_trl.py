@@ -272,3 +272,11 @@ def test_the_log_probs_go_through_trls_fused_lm_head():
     assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(1 / 3),
                                             "logits_recompute": True}
     assert "entropy" not in w
+
+
+def test_an_fp32_lm_head_runs_its_gemms_in_fp32_on_fp32_tiles():
+    """cast_lm_head_to_fp32: the head in fp32 outside autocast (head_dtype fp32) and the fused kernel's
+    tiles fp32, twice the bytes a logit."""
+    compute = import_config("trl", COLOCATE, ["cast_lm_head_to_fp32=true"]).scenario["workload"]["train_params"]["compute"]
+    assert compute == {"loss_traffic_bytes_per_logit": 12.0, "loss_forward_share": pytest.approx(1 / 3),
+                       "logits_recompute": True, "head_dtype": "fp32"}

@@ -279,3 +279,30 @@ def test_hf_transformers_stack_prices_the_unfused_elementwise_ops() -> None:
 
     extra = 4096 * ((72 + 12 - 8 - 14) * 3584 + (10 - 6) * 18944 + 20 * (28 + 4) * 128) / H100.hbm_Bps
     assert forward(HF_TRANSFORMERS) - forward(MEGATRON_CORE) == pytest.approx(extra, rel=1e-9)
+
+
+def test_a_head_in_another_dtype_runs_its_gemms_at_that_dtypes_peak_and_bytes() -> None:
+    """head_dtype fp32 (TRL's cast_lm_head_to_fp32): the output layer's three GEMMs at the device's
+    fp32 peak with 4-byte operands; the layers and the loss unchanged."""
+    from simulator.hardware.devices import get_device
+    from simulator.llm.train_compute import gemm_time_s, logits_times
+    from simulator.llm.training import rates_for
+    from simulator.params import TrainParams
+
+    h100 = get_device("h100")
+    plain = TrainParams()
+    fp32 = plain.model_copy(update={"compute": plain.compute.model_copy(update={"head_dtype": "fp32"})})
+    rates, head = rates_for(h100, plain), rates_for(h100, fp32)
+    assert head.head_peak_flops == h100.peak("fp32") and head.head_elem_bytes == 4 and rates.head_peak_flops is None
+    tokens = np.array([4096.0])
+    f, b = logits_times(2048, 131072, tokens, tp=1, rates=head, params=fp32.compute)
+    f0, b0 = logits_times(2048, 131072, tokens, tp=1, rates=rates, params=plain.compute)
+    at_fp32 = DeviceRates(peak_flops=h100.peak("fp32"), gemm_efficiency=rates.gemm_efficiency, hbm_Bps=rates.hbm_Bps,
+                          launch_s=rates.launch_s)
+    shapes = {"forward": (tokens, [131072.0], [2048.0]), "data": (tokens, [2048.0], [131072.0]),
+              "weight": ([2048.0], [131072.0], tokens)}
+    extra = {name: float(gemm_time_s(*map(np.asarray, dims), at_fp32, plain.compute, elem_bytes=4)[0]
+                         - gemm_time_s(*map(np.asarray, dims), rates, plain.compute)[0]) for name, dims in shapes.items()}
+    assert (f - f0)[0] == pytest.approx(extra["forward"], rel=1e-9)
+    assert (b - b0)[0] == pytest.approx(extra["data"] + extra["weight"], rel=1e-9)
+    assert extra["forward"] > 5 * float(gemm_time_s(*map(np.asarray, shapes["forward"]), rates, plain.compute)[0])
