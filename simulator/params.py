@@ -228,6 +228,9 @@ class ComputeParams(StrictModel):
     # The output layer's forward GEMM redone in the backward: a fused LM head that keeps no logits for
     # it (TRL 1.16's add_fused_lm_head recomputes each cuBLAS tile there, kernels/chunked_logprob.py).
     logits_recompute: bool = False
+    # The output layer projects the response positions alone, where the pass is given them: TRL's fused
+    # LM head scores the completion tokens (their labels; the prompt's and the padding's are -100).
+    head_response_only: bool = False
     # The policy's entropy over the vocabulary, bytes per logit, in the pass these params price: set
     # per pass by rl/llm_costs.py from workload.entropy (its kernel's ENTROPY_KERNEL_BYTES) for the
     # passes that compute it, 0 in the others; not a train_params key (a given value is refused).

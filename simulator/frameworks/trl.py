@@ -237,11 +237,13 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
 
 def _fused_head(v: Values) -> dict[str, Any]:
     """The log-probs through TRL's fused LM head (params.TRL_FUSED_LM_HEAD_BYTES; the entropy rides in
-    it), its tiles projected again in the backward; with cast_lm_head_to_fp32 (GRPO) the head's GEMMs
-    in fp32 outside autocast and its tiles fp32 (twice the bytes)."""
+    it): the completion positions alone (the prompt's and the padding's labels are -100), its tiles
+    projected again in the backward; with cast_lm_head_to_fp32 (GRPO) the head's GEMMs in fp32
+    outside autocast and its tiles fp32 (twice the bytes)."""
     fp32 = v.flat.get("cast_lm_head_to_fp32") is not None and v.flag("cast_lm_head_to_fp32")
     kernel = tuple(2.0 * b for b in TRL_FUSED_LM_HEAD_BYTES) if fp32 else TRL_FUSED_LM_HEAD_BYTES
-    return {**logprob_traffic(kernel, False), "logits_recompute": True, **({"head_dtype": "fp32"} if fp32 else {})}
+    return {**logprob_traffic(kernel, False), "logits_recompute": True, "head_response_only": True,
+            **({"head_dtype": "fp32"} if fp32 else {})}
 
 
 def _engine(v: Values, w: dict[str, Any], server: bool, processes: int, batches: Mapping[str, int]) -> None:

@@ -335,18 +335,26 @@ def _sequences(sequences: Any, source: str | None) -> np.ndarray:
 def _micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str, budget: int | None = None,
                    params: TrainParams | None = None, budget_key: str = "max_tokens_per_micro_batch",
                    source: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per DP replica: (tokens, sum of squared lengths) per micro-batch, before CP.
+    """Per DP replica: (tokens, sum of squared lengths) per micro-batch, before CP (_micro_batch_parts)."""
+    return _micro_batch_parts(seqs, layout, packing, budget, params, budget_key, source)[0]
+
+
+def _micro_batch_parts(seqs: np.ndarray, layout: TrainLayout, packing: str, budget: int | None = None,
+                       params: TrainParams | None = None, budget_key: str = "max_tokens_per_micro_batch",
+                       source: str | None = None, scored: np.ndarray | None = None) -> tuple[list, list | None]:
+    """Per DP replica: (tokens, sum of squared lengths) per micro-batch, before CP; and, with
+    ``scored`` (each sequence's tokens the output layer projects), those per micro-batch (else None).
 
     Megatron's sampler: micro-batch step k takes the next b x dp sequences, replica r the r-th
     slice of b. Padded: a micro-batch costs b x its longest sequence; packed: its token sum, with
     attention per sequence. With a token `budget`: `_token_budget_micro_batches`. A pipeline with
     one p2p shape (comm.pp_variable_seq_lengths false): `_one_pipeline_shape`. `budget_key`: the
     train_layout key `budget` comes from (named when a sequence exceeds it)."""
-    replicas = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing, budget_key, source)
-                if budget is not None else _sampler_micro_batches(seqs, layout, packing))
+    replicas, heads = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing, budget_key, source, scored)
+                       if budget is not None else _sampler_micro_batches(seqs, layout, packing, scored))
     if layout.pp > 1 and params is not None and not params.comm.pp_variable_seq_lengths:
-        return [_one_pipeline_shape(tokens, sq, packing) for tokens, sq in replicas]
-    return replicas
+        return [_one_pipeline_shape(tokens, sq, packing) for tokens, sq in replicas], heads
+    return replicas, heads
 
 
 def _one_pipeline_shape(tokens: np.ndarray, sq: np.ndarray, packing: str) -> tuple[np.ndarray, np.ndarray]:
@@ -361,8 +369,9 @@ def _one_pipeline_shape(tokens: np.ndarray, sq: np.ndarray, packing: str) -> tup
     return np.full_like(tokens, longest), np.full_like(sq, float(sq.max()))
 
 
-def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """`_micro_batches` without a token budget: b sequences a micro-batch in the sampler's order."""
+def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
+                           scored: np.ndarray | None = None) -> tuple[list, list | None]:
+    """`_micro_batch_parts` without a token budget: b sequences a micro-batch in the sampler's order."""
     b, dp = layout.micro_batch, layout.dp or 1
     idx = np.arange(seqs.size)
     step = idx // (b * dp)
@@ -380,71 +389,89 @@ def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str) 
         np.maximum.at(longest, flat, s)
         tokens, sq = count * longest, count * longest * longest
     tokens, sq = tokens.reshape(dp, n_steps), sq.reshape(dp, n_steps)
+    head = None if scored is None else np.bincount(flat, weights=scored.astype(float), minlength=size).reshape(dp, -1)
     if (tokens > 0).all():   # every replica fills every micro-batch step (all but a ragged tail)
-        return list(zip(tokens, sq, strict=True))
-    out = []
+        return list(zip(tokens, sq, strict=True)), None if head is None else list(head)
+    out, heads = [], []
     for r in range(dp):
         keep = tokens[r] > 0
         if keep.any():
             out.append((tokens[r][keep], sq[r][keep]))
-    return out
+            heads.append(None if head is None else head[r][keep])
+    return out, None if head is None else heads
 
 
 def _balanced_dp_split(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
+    """The batch over the dp ranks (_balanced_dp_indices): each rank's lengths longest first."""
+    return [seqs[members] for members in _balanced_dp_indices(seqs, dp)]
+
+
+def _balanced_dp_indices(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
     """The batch over the dp ranks: equal counts (the first n mod dp ranks one more), near-equal
     token sums, whatever the input order (verl trainer.balance_batch, on by default: the batch is
     reordered so every DP rank gets a balanced share of tokens, get_seqlen_balanced_partitions with
     equal_size; rlsim: longest first onto the least-loaded rank with room, ties to the lower rank).
-    Each rank's lengths longest first."""
+    Each rank's sequences (their indices) longest first."""
     n = seqs.size
     room = [n // dp + (1 if r < n % dp else 0) for r in range(dp)]
     heap = [(0.0, r) for r in range(dp) if room[r] > 0]
-    members: list[list[float]] = [[] for _ in range(dp)]
-    for x in np.sort(seqs)[::-1].tolist():
+    members: list[list[int]] = [[] for _ in range(dp)]
+    longest_first = np.argsort(seqs, kind="stable")[::-1]
+    for i, x in zip(longest_first.tolist(), seqs[longest_first].tolist(), strict=True):
         load, r = heapq.heappop(heap)
-        members[r].append(x)
+        members[r].append(i)
         if len(members[r]) < room[r]:
             heapq.heappush(heap, (load + x, r))
-    return [np.asarray(m) for m in members]
+    return [np.asarray(m, dtype=np.int64) for m in members]
 
 
 def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing: str,
-                                budget_key: str = "max_tokens_per_micro_batch",
-                                source: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+                                budget_key: str = "max_tokens_per_micro_batch", source: str | None = None,
+                                scored: np.ndarray | None = None) -> tuple[list, list | None]:
     """Dynamic token-budget micro-batches (verl use_dynamic_bsz: the batch is split into dp chunks of
-    equal counts and near-equal tokens (`_balanced_dp_split`), each chunk into the fewest
+    equal counts and near-equal tokens (`_balanced_dp_indices`), each chunk into the fewest
     micro-batches whose token sums stay within `budget`, balanced by sequence length,
     verl/utils/seqlen_balancing.py rearrange_micro_batches; NeMo RL sequence packing with
     train_mb_tokens). Longest-first onto the least-loaded micro-batch; one more micro-batch while any
     exceeds the budget (`budget_key`, the train_layout key it comes from). Padded: each micro-batch
-    pads to its longest."""
+    pads to its longest. With ``scored``: each micro-batch's sum of it too."""
     if int(seqs.max()) > budget:
         raise RlsimError(f"a {int(seqs.max())}-token sequence exceeds the micro-batch token budget {budget}",
                          source=source, field=f"{TRAIN_LAYOUT_FIELD}.{budget_key}",
                          fix=f"raise {budget_key} (verl: {_VERL_BUDGET_KEYS.get(budget_key, budget_key)} >= the "
                              "longest prompt + response)")
-    out = []
-    for chunk in _balanced_dp_split(seqs.astype(float), dp):
+    lens = seqs.astype(float)
+    out, heads = [], []
+    for chunk in _balanced_dp_indices(lens, dp):
         if chunk.size == 0:
             continue
-        order = np.sort(chunk)[::-1]
-        m = max(1, math.ceil(float(chunk.sum()) / budget))
-        while True:
-            load = np.zeros(m)
-            members: list[list[float]] = [[] for _ in range(m)]
-            for x in order:
-                i = int(load.argmin())
-                load[i] += x
-                members[i].append(x)
-            if float(load.max()) <= budget or m >= chunk.size:
-                break
-            m += 1
-        arr = [np.asarray(mb) for mb in members if mb]
+        order = chunk   # longest first
+        members = _budget_groups(lens[order], budget)
+        arr = [lens[order[mb]] for mb in members]
         if packing == "packed":
             out.append((np.array([a.sum() for a in arr]), np.array([(a * a).sum() for a in arr])))
         else:
             out.append((np.array([a.size * a.max() for a in arr]), np.array([a.size * a.max() ** 2 for a in arr])))
-    return out
+        if scored is not None:
+            heads.append(np.array([float(scored[order[mb]].sum()) for mb in members]))
+    return out, heads if scored is not None else None
+
+
+def _budget_groups(ordered: np.ndarray, budget: int) -> list[np.ndarray]:
+    """Positions in ``ordered`` (lengths, longest first) of each micro-batch: the fewest whose token
+    sums stay within ``budget``, each length onto the least-loaded, in order (empty ones dropped)."""
+    m = max(1, math.ceil(float(ordered.sum()) / budget))
+    while True:
+        load = np.zeros(m)
+        members: list[list[int]] = [[] for _ in range(m)]
+        for j, x in enumerate(ordered):
+            i = int(load.argmin())
+            load[i] += x
+            members[i].append(j)
+        if float(load.max()) <= budget or m >= ordered.size:
+            break
+        m += 1
+    return [np.asarray(mb, dtype=np.int64) for mb in members if mb]
 
 
 # ---- per-layer time including comm --------------------------------------------------------------------
@@ -641,9 +668,11 @@ def _chunk_shapes(model: Any, layout: TrainLayout) -> tuple[tuple[LayerShape, ..
 
 
 def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.ndarray, groups: _Groups,
-                  comm: _Comm, rates: DeviceRates, params: TrainParams, forward_only: bool = False) -> _StageArrays:
+                  comm: _Comm, rates: DeviceRates, params: TrainParams, forward_only: bool = False,
+                  head_tokens: np.ndarray | None = None) -> _StageArrays:
     """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq).
-    ``forward_only``: the forward rows alone (fwd, fwd_comm; the same floats as in a full pass)."""
+    ``forward_only``: the forward rows alone (fwd, fwd_comm; the same floats as in a full pass).
+    ``head_tokens``: the tokens the output layer projects in each micro-batch (None: all of them)."""
     pp, vpp = layout.pp, layout.vpp
     unique, chunk_counts = _chunk_shapes(model, _shape_layout(layout))
     tokens_local = tokens / layout.cp
@@ -700,7 +729,8 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
         if state is not None:
             out[:, j] = state
     # Output layer and loss on the last virtual stage.
-    lf, lb = logits_times(int(model.hidden), int(model.head_outputs), tokens_local, tp=layout.tp, rates=rates,
+    head_local = tokens_local if head_tokens is None else head_tokens / layout.cp
+    lf, lb = logits_times(int(model.hidden), int(model.head_outputs), head_local, tp=layout.tp, rates=rates,
                           params=params.compute, head_trains=not getattr(model, "adapter_rank", 0))
     fwd = out[0]
     fwd[-1] += lf
@@ -884,9 +914,11 @@ def _check_packing(packing: str, source: str | None) -> None:
 def train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None = None,
                     sequences: Any = None, *, packing: Literal["padded", "packed"] = "padded",
                     params: TrainParams | None = None, collectives: Any | None = None,
-                    source: str | None = None) -> TrainStepCost:
+                    source: str | None = None, scored: Any = None) -> TrainStepCost:
     """Cost of one optimizer step of `model` over `sequences` (lengths, the whole global batch) on
     `ranks` of `topology` (canonical order: tp fastest, then cp, dp, pp — or layout.order).
+    `scored`: each sequence's tokens the output layer projects (None: all; a fused head that scores
+    the response alone: TRL's).
 
     Costed on the devices of `ranks`: one kind, or of mixed kinds the slowest (`slowest_device`),
     memory checked against the smallest HBM. `collectives`: the CollectiveModel the collectives go
@@ -894,24 +926,37 @@ def train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Seque
     call (pass one to share its caches across calls).
     Raises RlsimError when the layout does not divide the model or does not fit in memory."""
     return _memoized("train", _train_step_cost, model, layout, topology, ranks, sequences, packing, params,
-                     collectives, source)
+                     collectives, source, scored)
 
 
 def _memoized(kind: str, compute: Any, model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None,
-              sequences: Any, packing: str, params: TrainParams | None, collectives: Any, source: str | None) -> Any:
+              sequences: Any, packing: str, params: TrainParams | None, collectives: Any, source: str | None,
+              scored: Any = None) -> Any:
     """The query's result from the CollectiveModel's cache (keyed by value), else ``compute``d and kept."""
     params = params or TrainParams()
     _check_packing(packing, source)
     layout, ranks, seqs = _setup(model, layout, topology, ranks, sequences, source)
+    heads = None if scored is None else _scored_tokens(scored, seqs, source)
     collectives = _collective_model(topology, collectives)
     memo = _memo(collectives, topology)
-    key = (kind, model, layout, tuple(ranks), seqs.tobytes(), packing, params)
+    key = (kind, model, layout, tuple(ranks), seqs.tobytes(), packing, params,
+           None if heads is None else heads.tobytes())
     hit = memo.get(key) if memo is not None else None
     if hit is None:
-        hit = compute(model, layout, topology, ranks, seqs, packing, params, collectives, source)
+        hit = compute(model, layout, topology, ranks, seqs, packing, params, collectives, source, heads)
         if memo is not None:
             memo[key] = hit
     return hit
+
+
+def _scored_tokens(scored: Any, seqs: np.ndarray, source: str | None) -> np.ndarray:
+    """Each sequence's tokens the output layer projects (``scored``): as many as the sequences, each
+    within its sequence; RlsimError otherwise."""
+    heads = np.asarray(scored, dtype=np.int64).ravel()
+    if heads.shape != seqs.shape or (heads < 0).any() or (heads > seqs).any():
+        raise RlsimError(f"scored tokens ({heads.size}) must give each of the {seqs.size} sequences a count within "
+                         "its length", source=source, field="scored", fix="pass one count a sequence, 0..its length")
+    return heads
 
 
 def _pool_setup(layout: TrainLayout, topology: Any, ranks: list[int], params: TrainParams,
@@ -1011,9 +1056,11 @@ def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layo
 
 
 def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
-                     packing: str, params: TrainParams, collectives: Any, source: str | None) -> TrainStepCost:
+                     packing: str, params: TrainParams, collectives: Any, source: str | None,
+                     scored: np.ndarray | None = None) -> TrainStepCost:
     kinds, rates, comm, groups = _pool_setup(layout, topology, ranks, params, collectives)
-    replicas = _micro_batches(seqs, layout, packing, layout.max_tokens_per_micro_batch, params, source=source)
+    replicas, heads = _micro_batch_parts(seqs, layout, packing, layout.max_tokens_per_micro_batch, params,
+                                         source=source, scored=scored)
     # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
@@ -1029,7 +1076,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     # All replicas' micro-batches in one vectorized pass.
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
-    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params)
+    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params,
+                           head_tokens=None if heads is None else np.concatenate(heads))
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     # Simulate each replica's pipeline; the slowest sets the step (they meet at the gradient sync).
     makespan, pipe, sl, bare = _slowest_replica(arrays, p2p, replicas, layout, params)
@@ -1286,22 +1334,26 @@ def _chunk_windows(pipe: PipelineResult, arrays: _StageArrays, layout: TrainLayo
 def forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None = None,
                  sequences: Any = None, *, packing: Literal["padded", "packed"] = "padded",
                  params: TrainParams | None = None, collectives: Any | None = None,
-                 source: str | None = None) -> ForwardCost:
+                 source: str | None = None, scored: Any = None) -> ForwardCost:
     """Forward-only pass over `sequences` (reference / old-logprob / reward / critic values): the
-    same per-layer costs, no backward, no optimizer; micro-batches stream through the pipeline."""
+    same per-layer costs, no backward, no optimizer; micro-batches stream through the pipeline.
+    `scored`: as train_step_cost's."""
     return _memoized("fwd", _forward_cost, model, layout, topology, ranks, sequences, packing, params,
-                     collectives, source)
+                     collectives, source, scored)
 
 
 def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
-                  packing: str, params: TrainParams, collectives: Any, source: str | None) -> ForwardCost:
+                  packing: str, params: TrainParams, collectives: Any, source: str | None,
+                  scored: np.ndarray | None = None) -> ForwardCost:
     kinds, rates, comm, groups = _pool_setup(layout, topology, ranks, params, collectives)
     budget_key = ("logprob_max_tokens_per_micro_batch" if layout.logprob_max_tokens_per_micro_batch
                   else "max_tokens_per_micro_batch")
-    replicas = _micro_batches(seqs, layout, packing, getattr(layout, budget_key), params, budget_key, source)
+    replicas, heads = _micro_batch_parts(seqs, layout, packing, getattr(layout, budget_key), params, budget_key,
+                                         source, scored)
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
-    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params, forward_only=True)
+    arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params, forward_only=True,
+                           head_tokens=None if heads is None else np.concatenate(heads))
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     worst_t, worst_sl = -1.0, slice(0, 0)
     for span, sl in _forward_spans(arrays, p2p, [t.size for t, _ in replicas], params):

@@ -67,7 +67,7 @@ from ..network.collectives import CollectiveModel
 from ..scenario import Scenario
 from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
-from .packing import heaviest_micro_batch, micro_batch_order, replica_contiguous_ranks
+from .packing import heaviest_micro_batch, micro_batch_permutation, replica_contiguous_ranks
 from .pools import SERVED_FIELDS, SERVED_NAMES, resolve_auto_layouts
 
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
@@ -99,6 +99,12 @@ def critic_train_params(params: TrainParams, offload: Any) -> TrainParams:
                                             "grads": False, "fsdp_cpu_offload": False, "scope": "update",
                                             "optimizer_fraction": 1.0})
     return params.model_copy(update={"offload": own})
+
+
+def _head_tokens(params: TrainParams, scored: Any) -> Any:
+    """The tokens a pass's output layer projects per sample: the responses (``scored``) where its
+    constants say the head scores them alone (compute.head_response_only), else None (every token)."""
+    return scored if params.compute.head_response_only else None
 
 
 # The actor's passes by cost kind (LlmCosts._reused): the forward is the old log-prob pass
@@ -713,15 +719,18 @@ class LlmCosts:
         a, slope = line
         return a * float(x.sum()) + slope * float(np.dot(x, x))
 
-    def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact) -> StageCost:
-        """Exact cost for the first batch of each (kind, model, pool key, batch size); later batches
-        scale it by model FLOPs (same layout, same micro-batch count: time ~ work). Roles with the
-        same architecture (old-logprob and reference forwards) share one evaluation, and so do
-        pools of one key (same devices and links)."""
+    def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact, scored: Any = None) -> StageCost:
+        """Exact cost for the first batch of each (kind, model, pool key, batch size, whether its head
+        scores the responses alone); later batches scale it by model FLOPs (same layout, same
+        micro-batch count: time ~ work; a scoring head keeps the first batch's response share). Roles
+        with the same architecture (old-logprob and reference forwards) share one evaluation, and so
+        do pools of one key (same devices and links)."""
         if not self.reuse:
             return exact()
         # the role's trainer constants too: a host-resident reference costs what the actor's pass does not
-        key = (kind, self.models[role], id(self.params_of(role, kind)), pool.key, len(seq_lens))
+        params = self.params_of(role, kind)
+        key = (kind, self.models[role], id(params), pool.key, len(seq_lens),
+               _head_tokens(params, scored) is not None)
         work = self._work(role, seq_lens)
         if key not in self._ref:
             self._ref[key] = (work, exact())
@@ -731,9 +740,18 @@ class LlmCosts:
                          peak_memory_bytes=ref.peak_memory_bytes, path_stage=ref.path_stage,
                          path_s=tuple((part, seconds * x) for part, seconds in ref.path_s))
 
-    def forward(self, role, seq_lens, ranks) -> StageCost:
+    @property
+    def scores_responses(self) -> bool:
+        """Whether a pass's output layer projects the response positions alone (train_params.compute.
+        head_response_only): the training step then gives forward / train each sample's response tokens."""
+        return self.train_params.compute.head_response_only
+
+    def forward(self, role, seq_lens, ranks, scored=None) -> StageCost:
+        """``scored``: each sample's response tokens, which the head projects alone where the pass's
+        constants say so (scores_responses); the cost of a batch's first evaluation, rescaled by work
+        for later batches of its size (_reused), keeps that batch's response share."""
         pool = self.pool(ranks)
-        cost = self._reused("fwd", role, seq_lens, pool, lambda: self._forward(role, seq_lens, pool))
+        cost = self._reused("fwd", role, seq_lens, pool, lambda: self._forward(role, seq_lens, pool, scored), scored)
         if role != "reference" or not self.scenario.schedule.reference_swap_copies:
             return cost
         return dataclasses.replace(cost, time_s=cost.time_s + self.reference_swap_s(pool))
@@ -775,14 +793,14 @@ class LlmCosts:
                                                     if spec(r) is kind))) for kind in pool.kinds]
         return pool.host_rates
 
-    def train(self, role, seq_lens, ranks) -> StageCost:
+    def train(self, role, seq_lens, ranks, scored=None) -> StageCost:
         pool = self.pool(ranks)
         if role == "actor":
             lens = np.asarray(seq_lens, np.int64)
             self._last_train_ranks = pool.ranks
             if len(lens) and self.scenario.schedule.failures:   # only a failure re-plan reads them
                 self._trained.append((self._heaviest_micro_batch_tokens(len(pool.ranks), lens), lens))
-        return self._reused("train", role, seq_lens, pool, lambda: self._train(role, seq_lens, pool))
+        return self._reused("train", role, seq_lens, pool, lambda: self._train(role, seq_lens, pool, scored), scored)
 
     def _demanding_batches(self) -> list[np.ndarray]:
         """The latest trained batch, the one of the longest sample and the one of the heaviest
@@ -840,27 +858,40 @@ class LlmCosts:
 
     def _micro_batched_as(self, lay: TrainLayout, seq_lens, rows: int | None = None) -> tuple[TrainLayout, np.ndarray]:
         """``rows``: packed rows per micro-batch (samples when not balanced; default: the layout's micro_batch)."""
-        b, ordered = micro_batch_order(seq_lens, self.pack_tokens, rows or lay.micro_batch, lay.dp or 1, self.balanced)
-        return (lay if b == lay.micro_batch else dataclasses.replace(lay, micro_batch=b)), ordered
+        micro, ordered, _ = self._micro_batched_with(lay, seq_lens, rows, None)
+        return micro, ordered
+
+    def _micro_batched_with(self, lay: TrainLayout, seq_lens, rows: int | None,
+                            scored: Any) -> tuple[TrainLayout, np.ndarray, np.ndarray | None]:
+        """_micro_batched_as, with ``scored`` (a count per sample, or None) in the same order."""
+        lens = np.asarray(seq_lens, np.int64)
+        b, order = micro_batch_permutation(lens, self.pack_tokens, rows or lay.micro_batch, lay.dp or 1,
+                                           self.balanced)
+        if order is not None:
+            lens = lens[order]
+            scored = None if scored is None else np.asarray(scored, np.int64)[order]
+        return (lay if b == lay.micro_batch else dataclasses.replace(lay, micro_batch=b)), lens, scored
 
     def _as_pool(self, where: _Pool | int) -> _Pool:
         """A pool, or a device count (ranks 0..n-1, as callers of the sized API had it)."""
         return self.pool(range(where)) if isinstance(where, int) else where
 
-    def _forward(self, role, seq_lens, where: _Pool | int) -> StageCost:
+    def _forward(self, role, seq_lens, where: _Pool | int, scored=None) -> StageCost:
         pool = self._as_pool(where)
         if role == "reward" and "reward_model" in self._served:    # reward.served without devices
             return self._woken_reward_model(seq_lens, pool)
         n_devices = len(pool.ranks)
-        lay, lens = self._micro_batched_as(self.layout_for(role, n_devices), seq_lens, self._forward_rows(role))
+        params = self.params_of(role, "fwd")
+        lay, lens, heads = self._micro_batched_with(self.layout_for(role, n_devices), seq_lens,
+                                                    self._forward_rows(role), _head_tokens(params, scored))
         if role in self.frozen_params and self.frozen_params[role] is not self.train_params and lay.zero < 3:
             field = {"reference": "workload.reference_cpu_offload", "reward": "workload.reward.cpu_offload"}[role]
             raise RlsimError(f"the {role} model's CPU offload is FSDP's, over a ZeRO-3 layout; the training layout "
                              f"has zero {lay.zero}", source=self.source, field=field,
                              fix=f"remove {field}, or train with workload.train_layout.zero: 3 (FSDP)")
         c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
-                         packing=self._packing(), params=self.params_of(role, "fwd"), collectives=self.collectives,
-                         source=self.source)
+                         packing=self._packing(), params=params, collectives=self.collectives, source=self.source,
+                         scored=heads)
         return StageCost(c.time_s, flops=c.flops)
 
     def layout_for(self, role: str, n_devices: int) -> TrainLayout:
@@ -875,15 +906,16 @@ class LlmCosts:
             return batching.forward_micro_batch
         return self.scenario.schedule.forward_micro_batch
 
-    def _train(self, role, seq_lens, where: _Pool | int) -> StageCost:
+    def _train(self, role, seq_lens, where: _Pool | int, scored=None) -> StageCost:
         pool = self._as_pool(where)
         n_devices = len(pool.ranks)
-        lay, lens = self._micro_batched_as(self.layout_for(role, n_devices), seq_lens)
+        params = self.params_of(role, "train")
+        lay, lens, heads = self._micro_batched_with(self.layout_for(role, n_devices), seq_lens, None,
+                                                    _head_tokens(params, scored))
         try:
             c = train_step_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
-                                packing=self._packing(), params=self.params_of(role, "train"),
-                                collectives=self.collectives,
-                                source=self.source)
+                                packing=self._packing(), params=params, collectives=self.collectives,
+                                source=self.source, scored=heads)
         except RlsimError as exc:
             raise self._planned_layout_note(self._beside_the_engine(self._in_the_layouts_terms(
                 exc, lay, self.layout(n_devices))), seq_lens) from None

@@ -36,10 +36,18 @@ def micro_batch_order(lens: np.ndarray, pack_tokens: float, rows: int, dp: int,
     ``pack_tokens`` tokens a micro-batch, token-balanced (``balanced_order``); else ``rows``
     samples a micro-batch in arrival order."""
     lens = np.asarray(lens, np.int64)
+    b, order = micro_batch_permutation(lens, pack_tokens, rows, dp, balanced)
+    return b, lens if order is None else lens[order]
+
+
+def micro_batch_permutation(lens: np.ndarray, pack_tokens: float, rows: int, dp: int,
+                            balanced: bool) -> tuple[int, np.ndarray | None]:
+    """(samples per micro-batch, the permutation micro_batch_order applies; None: arrival order)."""
+    lens = np.asarray(lens, np.int64)
     if not balanced or not len(lens):
-        return rows, lens
+        return rows, None
     b = samples_per_micro_batch(lens, pack_tokens, rows, dp)
-    return b, lens[balanced_order(lens, b)]
+    return b, balanced_order(lens, b)
 
 
 def heaviest_micro_batch(ordered: np.ndarray, b: int) -> float:

@@ -267,10 +267,10 @@ def test_rloo_from_the_command_line(capsys):
 def test_the_log_probs_go_through_trls_fused_lm_head():
     """TRL 1.16 scores every pass through its fused LM head: a Triton kernel reads each cuBLAS tile of
     logits once (2 B a logit) and in the backward reads the recomputed tile (its GEMM again) and writes
-    its gradient (4); the entropy rides in it (no workload.entropy)."""
+    its gradient (4), over the completion positions alone; the entropy rides in it (no workload.entropy)."""
     w = import_config("trl", COLOCATE).scenario["workload"]
     assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(1 / 3),
-                                            "logits_recompute": True}
+                                            "logits_recompute": True, "head_response_only": True}
     assert "entropy" not in w
 
 
@@ -279,4 +279,4 @@ def test_an_fp32_lm_head_runs_its_gemms_in_fp32_on_fp32_tiles():
     tiles fp32, twice the bytes a logit."""
     compute = import_config("trl", COLOCATE, ["cast_lm_head_to_fp32=true"]).scenario["workload"]["train_params"]["compute"]
     assert compute == {"loss_traffic_bytes_per_logit": 12.0, "loss_forward_share": pytest.approx(1 / 3),
-                       "logits_recompute": True, "head_dtype": "fp32"}
+                       "logits_recompute": True, "head_response_only": True, "head_dtype": "fp32"}

@@ -434,3 +434,43 @@ def test_a_pipeline_send_under_sequence_parallelism_is_the_ranks_own_slice() -> 
         want = slice_s if sp else slice_s + net.cost("all_gather", list(groups.tp[1]), act).time_s
         assert out[sp] == pytest.approx(want)
     assert out[True] < out[False]
+
+
+SMALL_QWEN = load_model("qwen2.5-1.5b")
+
+
+@pytest.mark.parametrize("budget", [None, 4096])
+def test_a_head_that_scores_the_responses_alone_projects_their_tokens(budget) -> None:
+    """scored: each sequence's tokens the output layer projects (TRL's fused head: the completions).
+    One device, one pipeline stage: the forward pass is a sum over micro-batches, so scoring the
+    responses alone saves the head's forward (GEMM and loss) on the prompt tokens exactly; the
+    micro-batches (sampler or token budget) and every other part are the same."""
+    from simulator.llm.train_compute import logits_times
+    from simulator.llm.training import rates_for
+
+    lay = TrainLayout(dp=1, micro_batch=2, max_tokens_per_micro_batch=budget)
+    seqs = np.array([1500, 900, 1200, 2000, 700, 1100])
+    responses = np.array([1000, 400, 900, 1200, 300, 600])
+    whole = forward_cost(SMALL_QWEN, lay, TOPO, range(1), seqs, packing="packed")
+    scored = forward_cost(SMALL_QWEN, lay, TOPO, range(1), seqs, packing="packed", scored=responses)
+    params = TrainParams()
+    rates = rates_for(TOPO.device_spec(0), params)
+
+    def head_forward(tokens: float) -> float:
+        return float(logits_times(int(SMALL_QWEN.hidden), int(SMALL_QWEN.head_outputs), np.array([tokens]), tp=1, rates=rates,
+                                  params=params.compute)[0][0])
+
+    micro = _micro_batches(seqs, lay.resolve(1), "packed", budget)[0][0]
+    heads = [head_forward(t) for t in micro]
+    assert whole.time_s - scored.time_s == pytest.approx(sum(heads) - sum(head_forward(
+        t) for t in _scored_per_micro_batch(seqs, responses, lay, budget)), rel=1e-6)
+    assert train_step_cost(SMALL_QWEN, lay, TOPO, range(1), seqs, packing="packed", scored=responses).step_time_s < \
+        train_step_cost(SMALL_QWEN, lay, TOPO, range(1), seqs, packing="packed").step_time_s
+    with pytest.raises(RlsimError, match="scored tokens"):
+        forward_cost(SMALL_QWEN, lay, TOPO, range(1), seqs, packing="packed", scored=seqs + 1)
+
+
+def _scored_per_micro_batch(seqs, responses, lay, budget) -> list[float]:
+    """The responses' tokens of each micro-batch, as the packers group the sequences."""
+    from simulator.llm.training import _micro_batch_parts
+    return list(_micro_batch_parts(seqs, lay.resolve(1), "packed", budget, scored=responses)[1][0])

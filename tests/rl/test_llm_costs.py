@@ -434,3 +434,27 @@ def test_entropy_keys_are_checked_where_they_apply():
     with pytest.raises(RlsimError, match="set per pass from workload.entropy"):
         load_scenario(workload="grpo-qwen2.5-7b", overrides=[
             "workload.train_params.compute.entropy_traffic_bytes_per_logit=3"])
+
+
+def test_a_head_that_scores_the_responses_alone_is_given_them_by_the_training_step():
+    """train_params.compute.head_response_only (TRL's fused head): the training step passes each
+    sample's response tokens, and the head projects those alone in every pass; without it a
+    costs object takes no such argument and the head projects every token."""
+    import simulator
+
+    def run(flag: str):
+        sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="colocated", iterations=1,
+                           overrides=[f"workload.train_params.compute.head_response_only={flag}",
+                                      "workload.prompts_per_step=16", "workload.mini_batch_prompts=16"])
+        return sc, simulator.simulate(sc, keep_samples=False).summary["stage_time_s"]
+
+    (on_sc, on), (off_sc, off) = run("true"), run("false")
+    assert on["old_logprob"] < off["old_logprob"] and on["train_actor"] < off["train_actor"]
+    lens, responses = np.array([1500, 900] * 8), np.array([1000, 400] * 8)
+    plain = LlmCosts(off_sc, load_topology(off_sc.topology))
+    assert not plain.scores_responses
+    assert plain.forward("actor", lens, range(8), scored=responses).time_s == plain.forward("actor", lens, range(8)).time_s
+    scoring = LlmCosts(on_sc, load_topology(on_sc.topology))
+    assert scoring.scores_responses
+    assert scoring.forward("actor", lens, range(8), scored=responses).time_s < scoring.forward("actor", lens, range(8)).time_s

@@ -39,6 +39,11 @@ def role_clocks(main: Clock, aux: AuxClocks) -> tuple[dict[str, Clock], list[Clo
     return by_role, clocks
 
 
+def _scored(responses: np.ndarray | None) -> dict[str, Any]:
+    """The keyword a pass's cost takes its samples' response tokens by (none where not asked for)."""
+    return {} if responses is None else {"scored": responses}
+
+
 class TrainStep:
     def __init__(self, ctx: RunState):
         self.ctx = ctx
@@ -140,12 +145,15 @@ class TrainStep:
         yield from ctx.queue.read(load)
         main.busy("fetch", env.now, k, label="distqueue", cause="data")
         ctx.add_stage_time("fetch", env.now - t_start)
-        t_forward = self._forwards(k, lens, main, aux, env.now, skip)
+        # each sample's response tokens, for costs whose output layer projects those alone (TRL's head)
+        responses = store.at("response_len", ids) if getattr(self.costs, "scores_responses", False) else None
+        t_forward = self._forwards(k, lens, main, aux, env.now, skip, responses)
         if rewards_at is not None and rewards_at > t_forward:
             for clock in role_clocks(main, aux)[1]:
                 clock.idle("dependency", rewards_at, k, label="reward")
             t_forward = rewards_at
-        t_end = self._optimizer_steps(k, lens, main, aux, t_forward, mini_batches or self.workload.mini_batches)
+        t_end = self._optimizer_steps(k, lens, main, aux, t_forward, mini_batches or self.workload.mini_batches,
+                                      responses)
         yield env.timeout(t_end - env.now)
         ctx.iterations.append({
             "iteration": k, "start": t_start, "forwards_end": t_forward, "train_end": t_end, "samples": len(ids),
@@ -154,7 +162,7 @@ class TrainStep:
             "queue_read_bytes": load.read_bytes, "queue_payload_bytes": load.payload_bytes})
 
     def _forwards(self, k: int, lens: np.ndarray, main: Clock, aux: AuxClocks, t0: float,
-                  skip: frozenset[str]) -> float:
+                  skip: frozenset[str], responses: np.ndarray | None = None) -> float:
         """Forward stages: actor-side ones on main; reference / reward / critic on their aux clock
         when split (each clock's stages in turn, the clocks side by side)."""
         totals = self.ctx.totals
@@ -165,7 +173,7 @@ class TrainStep:
         for stage in [st for st in self.ctx.alg.of_kind(FORWARD) if st.name not in skip]:
             clock = by_role.get(stage.role, main)
             side = next(i for i, seen in enumerate(clocks) if seen is clock)
-            cost = self.costs.forward(stage.role, lens, clock.ranks)
+            cost = self.costs.forward(stage.role, lens, clock.ranks, **_scored(responses))
             totals.flops += cost.flops
             self.ctx.note_memory(cost.peak_memory_bytes, "train")
             ends[side] += cost.time_s
@@ -177,7 +185,7 @@ class TrainStep:
         return self._meet(k, clocks, max(ends))
 
     def _optimizer_steps(self, k: int, lens: np.ndarray, main: Clock, aux: AuxClocks, t0: float,
-                         n_mini_batches: int) -> float:
+                         n_mini_batches: int, responses: np.ndarray | None = None) -> float:
         """ppo_epochs x mini-batches, each one optimizer step, per trained role. A StaleSync step that
         starts on fewer samples than its mini-batches (a small stream_threshold) trains one per sample:
         no optimizer step on an empty mini-batch."""
@@ -193,7 +201,8 @@ class TrainStep:
             offload = self.costs.update_offload_s(stage.role, clock.ranks)
             for step in range(steps):
                 part = mini_batches[step % len(mini_batches)]
-                cost = self.costs.train(stage.role, lens[part], clock.ranks)
+                cost = self.costs.train(stage.role, lens[part], clock.ranks,
+                                        **_scored(None if responses is None else responses[part]))
                 if step == steps - 1 and offload > 0:   # the phase's reload + offload, once: with its last step
                     cost = dataclasses.replace(cost, time_s=cost.time_s + offload,
                                                path_s=(*cost.path_s, ("offload", offload)) if cost.path_s else ())
