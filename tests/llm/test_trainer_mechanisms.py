@@ -6,6 +6,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
@@ -474,3 +476,24 @@ def _scored_per_micro_batch(seqs, responses, lay, budget) -> list[float]:
     """The responses' tokens of each micro-batch, as the packers group the sequences."""
     from simulator.llm.training import _micro_batch_parts
     return list(_micro_batch_parts(seqs, lay.resolve(1), "packed", budget, scored=responses)[1][0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3000), st.floats(0, 1)), min_size=1, max_size=40),
+       st.integers(1, 4), st.integers(1, 3), st.sampled_from([None, 3000, 6000]), st.sampled_from(["packed", "padded"]))
+def test_the_scored_tokens_are_grouped_as_their_sequences(samples, dp, micro_batch, budget, packing) -> None:
+    """Each micro-batch's scored tokens are its own sequences' (the packers keep every sequence once):
+    they sum to the batch's, one array a replica of the replica's micro-batch count, and a head that
+    scores every token gets the packed micro-batches' tokens."""
+    from simulator.llm.training import _micro_batch_parts
+
+    seqs = np.array([length for length, _ in samples])
+    scored = np.array([int(length * share) for length, share in samples])
+    lay = TrainLayout(dp=dp, micro_batch=micro_batch).resolve(dp)
+    replicas, heads = _micro_batch_parts(seqs, lay, packing, budget, scored=scored)
+    assert len(heads) == len(replicas) and all(h.shape == t.shape for h, (t, _) in zip(heads, replicas, strict=True))
+    assert sum(float(h.sum()) for h in heads) == pytest.approx(float(scored.sum()))
+    if packing == "packed":
+        _, whole = _micro_batch_parts(seqs, lay, packing, budget, scored=seqs)
+        for h, (t, _) in zip(whole, replicas, strict=True):
+            np.testing.assert_allclose(h, t)
