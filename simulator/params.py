@@ -979,8 +979,6 @@ VERL_FUSED_TORCH_BYTES = (66.0, 60.0)
 # The logits divided by the sampling temperature first (verl 0.6 dp_actor and its megatron workers:
 # div_ in place, read 2, write 2) and the gradient divided back in the backward (read 2, write 2).
 TEMPERATURE_SCALE_BYTES = (4.0, 4.0)
-
-
 # The bf16 logits cast up to fp32 first (OpenRLHF's Actor.forward: output["logits"].to(torch.float32)):
 # read 2, write 4; the backward casts the gradient back (read 4, write 2).
 FP32_CAST_BYTES = (6.0, 6.0)

@@ -983,7 +983,8 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
                                                "_VocabParallelEntropy (workload.entropy.kernel vocab-parallel)")
         w["entropy"] = {**spec, "kernel": "vocab-parallel"}
         return
-    read = {name: _entropy_option_read(v, name, decided) for name in ENTROPY_OPTIONS}
+    engine_workers = _engine_workers(v)
+    read = {name: _entropy_option_read(v, name, engine_workers, decided) for name in ENTROPY_OPTIONS}
     if in_loss and read["entropy_checkpointing"]:
         spec["recompute"] = True
     eager = "eager-chunked-fp32" if read["entropy_from_logits_with_chunking"] else "eager"
@@ -994,10 +995,10 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
 ENTROPY_OPTIONS = ("use_torch_compile", "entropy_from_logits_with_chunking", "entropy_checkpointing")
 
 
-def _entropy_option_read(v: Values, name: str, decided: dict[str, tuple[Status, str]]) -> bool:
-    """The value of the entropy option ``name`` these FSDP workers read, the copy they do not read
-    listed as ignored; absent: verl's default (torch.compile on, the others off)."""
-    engine_workers = _engine_workers(v)
+def _entropy_option_read(v: Values, name: str, engine_workers: bool, decided: dict[str, tuple[Status, str]]) -> bool:
+    """The value of the entropy option ``name`` these FSDP workers (``engine_workers``: verl 0.9's, else
+    the legacy ones) read, the copy they do not read listed as ignored; absent: verl's default
+    (torch.compile on, the others off)."""
     legacy, engine = f"{A}.actor.{name}", f"{A}.actor.fsdp_config.{name}"
     read, other = (engine, legacy) if engine_workers else (legacy, engine)
     if v.given(other):

@@ -397,7 +397,8 @@ def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
         keep = tokens[r] > 0
         if keep.any():
             out.append((tokens[r][keep], sq[r][keep]))
-            heads.append(None if head is None else head[r][keep])
+            if head is not None:
+                heads.append(head[r][keep])
     return out, None if head is None else heads
 
 
@@ -445,15 +446,14 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
     for chunk in _balanced_dp_indices(lens, dp):
         if chunk.size == 0:
             continue
-        order = chunk   # longest first
-        members = _budget_groups(lens[order], budget)
-        arr = [lens[order[mb]] for mb in members]
+        members = _budget_groups(lens[chunk], budget)   # the chunk's indices are longest first
+        arr = [lens[chunk[mb]] for mb in members]
         if packing == "packed":
             out.append((np.array([a.sum() for a in arr]), np.array([(a * a).sum() for a in arr])))
         else:
             out.append((np.array([a.size * a.max() for a in arr]), np.array([a.size * a.max() ** 2 for a in arr])))
         if scored is not None:
-            heads.append(np.array([float(scored[order[mb]].sum()) for mb in members]))
+            heads.append(np.array([float(scored[chunk[mb]].sum()) for mb in members]))
     return out, heads if scored is not None else None
 
 
