@@ -323,9 +323,14 @@ def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: 
     """The workload's given inference keys and rollout layout over engine `name`'s values that do not
     depend on the device (the config layer merges these when a scenario loads)."""
     engine = engine_software(name)
-    merged = {**_independent(engine, inference.get("max_model_len")), **inference}
+    independent = _independent(engine, inference.get("max_model_len"))
     layout = {**engine.rollout, **rollout_layout} if isinstance(rollout_layout, Mapping) else rollout_layout
-    return merged, layout
+    stages = layout.get("pp") if isinstance(layout, Mapping) else None
+    if independent.get("async_scheduling") and isinstance(stages, int) and stages > 1:
+        # SGLang turns its overlap scheduler off with pipeline stages (srt/server_args.py, 0.5.6:
+        # "Pipeline parallelism is incompatible with overlap schedule."); vLLM refuses the pair
+        independent["async_scheduling"] = False
+    return {**independent, **inference}, layout
 
 
 def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[str, Any],

@@ -727,6 +727,12 @@ class InferenceParams(StrictModel):
     # a couple of GB for 7B-70B models.
     workspace_bytes: float = Field(2e9, ge=0)
     activation_bytes: float = Field(2, gt=0)        # bf16 activations (TP all-reduce, EP combine)
+    # Activations a pipeline-parallel engine sends a stage boundary per token: vLLM's decoder models
+    # hand on IntermediateTensors {"hidden_states", "residual"} (read in the vllm 0.11.0 wheel:
+    # model_executor/models/llama.py), each split over the TP ranks for the send and re-gathered
+    # after it (v1/worker/gpu_worker.py: send_tensor_dict(all_gather_group=get_tp_group())). Read
+    # only with rollout_layout.pp > 1.
+    pipeline_send_tensors: int = Field(2, ge=1)
     dispatch_bytes: float = Field(2, gt=0)          # EP dispatch payload per element (1 with int8 dispatch)
     absorb_mla: bool = True                         # MLA decode in the latent space (DeepSeek kernels)
     # Used only when no CollectiveModel is given: time = launch + steps(op, n) x step latency +
@@ -1241,20 +1247,25 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
 
 
 def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: bool,
-                               engine_tp: int | None, engine_ep: int | None) -> list[InapplicableKey]:
+                               engine_tp: int | None, engine_ep: int | None,
+                               engine_pp: int = 1) -> list[InapplicableKey]:
     """Engine constants the rollout's models or layout leave nothing to act on (llm/inference.py
     StepCost): MLA absorption without an MLA model, the MoE launches without experts, the EP dispatch
-    payload without expert parallelism, the activation bytes with neither TP nor EP collectives.
-    (field, why, fix) of each given away from its default (no named engine sets them). `engine_tp` /
-    `engine_ep` None: the layout is planned, so the layout-gated two may apply."""
+    payload without expert parallelism, the activation bytes with neither TP nor EP collectives nor
+    stage sends, the stage sends' tensors without pipeline stages. (field, why, fix) of each given
+    away from its default (no named engine sets them). `engine_tp` / `engine_ep` None: the layout is
+    planned, so the layout-gated two may apply (a planned layout has one stage)."""
     planned = engine_tp is None or engine_ep is None
     ep = moe and not planned and engine_ep > 1
     gates = {"absorb_mla": (mla, "an MLA model (DeepSeek-style latent attention)", "a model with MLA"),
              "launches_per_moe_layer": (moe, "a model with experts", "an MoE model"),
              "dispatch_bytes": (planned or ep, "expert parallelism in the engine (rollout_layout.ep > 1)",
                                 "workload.rollout_layout.ep above 1 on an MoE model"),
-             "activation_bytes": (planned or ep or engine_tp > 1, "TP or EP collectives in the engine "
-                                  "(rollout_layout.tp or ep > 1)", "workload.rollout_layout.tp above 1")}
+             "activation_bytes": (planned or ep or engine_tp > 1 or engine_pp > 1, "TP or EP collectives or "
+                                  "pipeline sends in the engine (rollout_layout.tp, ep or pp > 1)",
+                                  "workload.rollout_layout.tp above 1"),
+             "pipeline_send_tensors": (engine_pp > 1, "pipeline stages in the engine (rollout_layout.pp > 1)",
+                                       "workload.rollout_layout.pp above 1")}
     return [(f"workload.inference.{key}", f"{key} applies with {needs}, and there is none here",
              f"remove workload.inference.{key}, or give {fix}") for key, (applies, needs, fix) in gates.items()
             if not applies and inference.set_off_default((key,))]

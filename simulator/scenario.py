@@ -201,7 +201,7 @@ class ServedSpec(_Strict):
     def _no_instances(cls, value: dict[str, Any]) -> dict[str, Any]:
         """The pool's size is `devices`: an instance count of its own would say it twice."""
         if "instances" in value:
-            raise ValueError("instances does not apply: the pool is `devices` devices of whole instances (tp x ep "
+            raise ValueError("instances does not apply: the pool is `devices` devices of whole instances (tp x ep x pp "
                              "each); remove layout.instances, or set devices")
         return value
 
@@ -531,7 +531,7 @@ class WorkloadConfig(_Strict):
         # sets it, so a given value would be overwritten without a word
         if isinstance(v, dict) and "instances" in v:
             raise ValueError("instances does not apply to a run: the rollout devices (the pool: all "
-                             "devices colocated, schedule.rollout_devices split) hold devices / (tp x ep) "
+                             "devices colocated, schedule.rollout_devices split) hold devices / (tp x ep x pp) "
                              "instances; remove the key (the summary's layouts.rollout.instances reports "
                              "them)")
         return v

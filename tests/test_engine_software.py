@@ -310,3 +310,17 @@ def test_a_tp_the_layout_refuses_is_its_error_under_every_engine(engine, capsys)
             "--set", "workload.rollout_layout.tp=0", "--set", "iterations=2"]
     assert main(argv) == 2
     assert "field 'workload.rollout_layout.tp'" in capsys.readouterr().err
+
+
+def test_sglangs_overlap_scheduler_is_off_with_pipeline_stages_and_vllms_pair_is_refused():
+    """SGLang turns its overlap scheduler off when pp_size > 1 (srt/server_args.py); vLLM refuses
+    async scheduling with pipeline stages, so a given pair is an error naming the stages."""
+    staged = load_scenario(_scenario("sglang", rollout_layout={"tp": 1, "pp": 2})).workload
+    inference, _ = resolved(staged.engine, staged.inference, staged.rollout_layout, [H100])
+    assert inference.async_scheduling is False
+    flat = load_scenario(_scenario("sglang")).workload
+    assert resolved(flat.engine, flat.inference, flat.rollout_layout, [H100])[0].async_scheduling is True
+    assert simulate(_scenario("sglang", rollout_layout={"tp": 1, "pp": 2})).summary["layouts"]["rollout"]["pp"] == 2
+    with pytest.raises(RlsimError) as err:
+        simulate(_scenario(inference={"async_scheduling": True}, rollout_layout={"tp": 1, "pp": 2}))
+    assert err.value.field == "workload.rollout_layout.pp"

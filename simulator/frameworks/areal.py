@@ -102,8 +102,8 @@ RULES: dict[str, Rule] = {
     "gconfig.min_new_tokens": unsupported("a minimum response length is not modelled", neutral=0),
     "gconfig.use_beam_search": unsupported("beam search is not modelled", neutral=False),
     "gconfig.*": ignored(_SAMPLING),
-    "rollout.backend": mapped("workload.rollout_layout", "the engine (sglang / vllm) and its tp; d x t x p = the "
-                                                         "rollout GPUs"),
+    "rollout.backend": mapped("workload.rollout_layout", "the engine (sglang / vllm), its tp and pp (servers of t x "
+                                                         "p GPUs); d x t x p = the rollout GPUs"),
     "rollout.scheduling_strategy.type": mapped("schedule.kind", "colocation: colocated; separation: areal"),
     "rollout.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
     "rollout.max_head_offpolicyness": mapped("schedule.max_head_offpolicyness"),
@@ -196,8 +196,8 @@ RULES: dict[str, Rule] = {
     "teacher.engine_type": mapped("workload.distillation", "rollout: the teacher on inference servers; train (the "
                                   "legacy train-engine teacher) is not modelled"),
     "teacher.path": mapped("workload.distillation.teacher"),
-    "teacher.rollout.backend": mapped("workload.distillation.devices", "the teacher's servers: d x t GPUs of their "
-                                      "own (t: workload.distillation.layout.tp), beside the job's (the topology holds "
+    "teacher.rollout.backend": mapped("workload.distillation.devices", "the teacher's servers: d x t x p GPUs of their "
+                                      "own (t, p: workload.distillation.layout.tp, pp), beside the job's (the topology holds "
                                       "them); the engine's memory and batching settings are the rollout's sglang / "
                                       "vllm section, as AReaL copies it"),
     "teacher.rollout.scheduling_strategy.type": unsupported("a teacher colocated with another model is not modelled: "
@@ -414,7 +414,7 @@ def _teacher(v: Values, w: dict[str, Any]) -> None:
         teacher = w["model"]
         v.result.notes.append(f"teacher.path empty: AReaL serves the rollout's model ({teacher}) as the teacher")
     layout = _rollout_layout(v, engine, dims)
-    layout = {key: layout[key] for key in ("tp", "ep", "gpu_memory_utilization", "max_num_seqs") if key in layout}
+    layout = {key: layout[key] for key in ("tp", "ep", "pp", "gpu_memory_utilization", "max_num_seqs") if key in layout}
     w["distillation"] = {"teacher": teacher, "devices": _world(dims, "attn"), "layout": layout, "handover": "step",
                          "one_at_a_time": True}
 
@@ -503,10 +503,12 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
 
 def _rollout_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
     src, sizes = v.result.source, dims["attn"]
-    if sizes["pp"] > 1 or sizes["cp"] > 1:
-        raise RlsimError("pipeline- or context-parallel inference is not modelled", source=src, field="rollout.backend",
-                         fix="give the rollout backend d / t sizes only (e.g. sglang:d4t2)")
+    if sizes["cp"] > 1:
+        raise RlsimError("context-parallel inference is not modelled", source=src, field="rollout.backend",
+                         fix="give the rollout backend d / t / p sizes only (e.g. sglang:d4t2)")
     layout: dict[str, Any] = {"tp": sizes["tp"]}
+    if sizes["pp"] > 1:   # vLLM's pipeline_parallel_size / SGLang's pp_size (AReaL's build_args)
+        layout["pp"] = sizes["pp"]
     if sizes["ep"] > 1:
         layout["ep"] = sizes["ep"]
     if engine == "sglang":

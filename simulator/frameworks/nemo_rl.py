@@ -171,7 +171,7 @@ RULES: dict[str, Rule] = {
     f"{_V}.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
     f"{_V}.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),
     f"{_V}.precision": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
-    f"{_V}.pipeline_parallel_size": unsupported("pipeline-parallel inference is not modelled", neutral=1),
+    f"{_V}.pipeline_parallel_size": mapped("workload.rollout_layout.pp", "vLLM's pipeline stages of one engine"),
     f"{_V}.enforce_eager": mapped("workload.inference.enforce_eager", "eager launches instead of CUDA graphs"),
     f"{_V}.async_engine": mapped("workload.engine", "vllm-v1-async (AsyncLLM: 128 running sequences, 2048-token "
                                  "steps) or vllm-v1 (the LLM class); its per-request overheads are not modelled"),
@@ -434,6 +434,8 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
     elif kv != "auto":
         raise RlsimError(f"vLLM kv_cache_dtype {kv!r} is not one rlsim prices", source=v.result.source,
                          field=f"{_V}.kv_cache_dtype", fix="use auto (the weights' dtype) or fp8")
+    if v.count(f"{_V}.pipeline_parallel_size") > 1:
+        layout["pp"] = v.count(f"{_V}.pipeline_parallel_size")
     if v.given(f"{_V}.max_num_seqs"):   # otherwise the engine's own (workload.engine)
         layout["max_num_seqs"] = v.count(f"{_V}.max_num_seqs")
     return layout

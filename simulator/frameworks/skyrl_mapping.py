@@ -53,15 +53,12 @@ def strategy_of(v: Values) -> str:
 
 
 def rollout_gpus(v: Values) -> int:
-    """num_engines x tensor x data parallel (SkyRL's count; pipeline-parallel engines are refused)."""
-    if v.count(f"{ENGINE_KEY}.pipeline_parallel_size") > 1:
-        raise RlsimError("pipeline-parallel inference is not modelled", source=v.result.source,
-                         field=f"{ENGINE_KEY}.pipeline_parallel_size", fix="give pipeline_parallel_size 1")
+    """num_engines x tensor x pipeline x data parallel (SkyRL's count: utils.py, trainer.py)."""
     if v(f"{ENGINE_KEY}.backend") != "vllm":
         raise RlsimError(f"inference backend {v(f'{ENGINE_KEY}.backend')!r} is not SkyRL 0.3's", source=v.result.source,
                          field=f"{ENGINE_KEY}.backend", fix="use vllm")
     return (v.count(f"{ENGINE_KEY}.num_engines") * v.count(f"{ENGINE_KEY}.tensor_parallel_size")
-            * v.count(f"{ENGINE_KEY}.data_parallel_size"))
+            * v.count(f"{ENGINE_KEY}.pipeline_parallel_size") * v.count(f"{ENGINE_KEY}.data_parallel_size"))
 
 
 def uses_reference(v: Values) -> bool:
@@ -200,6 +197,8 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
         raise RlsimError("vLLM expert parallelism inside SkyRL's engines is not imported", source=v.result.source,
                          field=f"{ENGINE_KEY}.expert_parallel_size", fix="give expert_parallel_size 1, or set "
                          "--set workload.rollout_layout.ep=N after the import")
+    if v.count(f"{ENGINE_KEY}.pipeline_parallel_size") > 1:
+        layout["pp"] = v.count(f"{ENGINE_KEY}.pipeline_parallel_size")
     layout["weight_dtype"] = layout["kv_dtype"] = v.dtype(f"{ENGINE_KEY}.model_dtype")
     return layout
 

@@ -284,8 +284,8 @@ _ENGINE: dict[str, Rule] = {
     "generator.inference_engine.expert_parallel_size": mapped("workload.rollout_layout.ep"),
     "generator.inference_engine.data_parallel_size": mapped("schedule.rollout_devices", "data-parallel ranks of an "
                                                             "engine: instances of their own here"),
-    "generator.inference_engine.pipeline_parallel_size": unsupported("pipeline-parallel inference is not modelled",
-                                                                     neutral=1),
+    "generator.inference_engine.pipeline_parallel_size": mapped("workload.rollout_layout.pp", "vLLM's pipeline "
+                                                                "stages of one engine (AsyncLLM, as SkyRL needs)"),
     "generator.inference_engine.backend": mapped("workload.engine", "vllm (SkyRL 0.3's only backend)"),
     "generator.inference_engine.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
     "generator.inference_engine.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),

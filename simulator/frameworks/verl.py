@@ -362,8 +362,10 @@ RULES: dict[str, Rule] = {
                                                 "data_parallel_size GPUs: rlsim's ep is the data_parallel_size"),
     f"{A}.rollout.data_parallel_size": mapped("workload.rollout_layout.ep", "with expert_parallel_size = tp x dp: "
                                               "attention data-parallel inside one engine (rlsim's ep)"),
-    f"{A}.rollout.pipeline_model_parallel_size": unsupported("pipeline-parallel rollout engines are not modelled",
-                                                             neutral=1),
+    f"{A}.rollout.pipeline_model_parallel_size": unsupported(
+        "verl raises NotImplementedError for a vllm, sglang or trtllm rollout with pipeline_model_parallel_size > 1 "
+        "(workers/config/rollout.py, 0.6.0 and 0.9.1); rlsim prices such engines (workload.rollout_layout.pp)",
+        neutral=1),
     f"{A}.rollout.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
     f"{A}.rollout.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),
     f"{A}.rollout.dtype": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),

@@ -1,11 +1,15 @@
 """The rollout (inference) engine: continuous batching, jumped event to event in closed form.
 
-An instance spans ``tp * ep`` devices. The non-expert part of the model (attention, dense FFN,
+An instance spans ``tp * ep * pp`` devices. The non-expert part of the model (attention, dense FFN,
 shared experts, embeddings) is tensor-parallel over ``tp`` devices and replicated ``ep`` times:
 each of the ``ep`` attention replicas serves its own share of the running sequences (data-parallel
 attention, as DeepSeek / SGLang / CloudMatrix-Infer deploy MoE decode). Routed experts are split
 over the ``ep`` replicas and tensor-parallel inside each, so every device holds E/ep experts / tp.
-A dense model has ep = 1. Sequences are assumed spread evenly over the replicas.
+A dense model has ep = 1. Sequences are assumed spread evenly over the replicas. With ``pp``
+pipeline stages (vLLM's pipeline_parallel_size) each stage of ``tp * ep`` devices holds a contiguous
+share of the layers and the running sequences cycle through the stages as ``pp`` micro-batches (vLLM
+V1's batch queue): a step of n sequences is ``pp`` passes of the fullest stage over n / pp of them
+(docs/cost-models-inference.md, "Pipeline-parallel engines").
 
 Cost of one step (all formulas in docs/cost-models-inference.md):
 - decode (one token for each of n running sequences with K context tokens in total):
@@ -49,6 +53,8 @@ class RolloutLayout(StrictModel):
 
     tp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)
+    # Pipeline stages of one instance (vLLM pipeline_parallel_size): contiguous blocks of tp x ep ranks.
+    pp: int = Field(1, ge=1)
     instances: int = Field(1, ge=1)
     # Per attention replica, as vLLM's max_num_seqs per engine (vLLM default 256).
     max_num_seqs: int = Field(256, ge=1)
@@ -58,7 +64,7 @@ class RolloutLayout(StrictModel):
 
     @property
     def devices_per_instance(self) -> int:
-        return self.tp * self.ep
+        return self.tp * self.ep * self.pp
 
     @property
     def devices(self) -> int:
@@ -122,23 +128,30 @@ class StepCost:
         self.layout_field = layout_field
         self.params = params = params or InferenceParams()
         tp, ep = layout.tp, layout.ep
-        _check_layout(model, layout, layout_field)
+        _check_layout(model, layout, params, layout_field)
         self.collectives = collectives
         self.ranks = list(ranks) if ranks is not None else None
         if self.ranks is not None and len(self.ranks) != layout.devices_per_instance:
             raise ValueError(f"an instance needs {layout.devices_per_instance} ranks, got {len(self.ranks)}")
         wbytes = dtype_bytes(layout.weight_dtype, f"{layout_field}.weight_dtype")
         kvbytes = dtype_bytes(layout.kv_dtype, f"{layout_field}.kv_dtype")
-        self.devices = tp * ep
-        # Weights per device: non-expert part / tp; routed experts / (tp ep).
-        self.expert_bytes_dev = model.params_routed_experts * wbytes / (tp * ep)
-        self.dense_bytes_dev = (model.params_total - model.params_routed_experts) * wbytes / tp
+        self.devices = tp * ep   # one pipeline stage's
+        # Pipeline stages: the fullest holds ceil(L / pp) of the L layers (vLLM's get_pp_indices
+        # splits them evenly); each device keeps that share of the weights, the KV and the Mamba
+        # state, and a step is pp passes of that stage (pipeline_factor >= 1 with uneven stages).
+        self.pp = layout.pp
+        self.stage_share = math.ceil(model.num_layers / self.pp) / model.num_layers if self.pp > 1 else 1.0
+        self.pipeline_factor = self.pp * self.stage_share
+        share = self.stage_share
+        # Weights per device: non-expert part / tp; routed experts / (tp ep); a stage's share of both.
+        self.expert_bytes_dev = model.params_routed_experts * wbytes / (tp * ep) * share
+        self.dense_bytes_dev = (model.params_total - model.params_routed_experts) * wbytes / tp * share
         self.weight_bytes_dev = self.dense_bytes_dev + self.expert_bytes_dev
         # What a step streams: not the input lookup tables (a step gathers one row a token; an LM head
         # tied to the token table reads it whole), measured: a Llama-3.1-8B decode step on an H200
         # streams 15.1 GB, not the 16.1 GB of all its weights (benchmarks/device_decode_graphs.py).
         lookup_only = model.params_embedding - (model.vocab * model.hidden if model.tied_head else 0)
-        self.streamed_dense_bytes_dev = self.dense_bytes_dev - lookup_only * wbytes / tp
+        self.streamed_dense_bytes_dev = self.dense_bytes_dev - lookup_only * wbytes / tp * share
         self.route_p = model.experts_per_token / model.num_experts if model.is_moe else 0.0
         # KV per token on the devices of one replica: heads split over tp (replicated when tp exceeds
         # the KV heads, as vLLM); the MLA latent is not split by heads, so every TP rank keeps it all.
@@ -147,17 +160,18 @@ class StepCost:
         else:
             kv_heads_dev = max(model.num_kv_heads // tp, 1)
             kv_elems_dev = 2 * model.num_attention_layers * kv_heads_dev * model.head_dim
-        self.kv_bytes_per_token_dev = kv_elems_dev * kvbytes
+        self.kv_bytes_per_token_dev = kv_elems_dev * kvbytes * share
         # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp),
         # one slot per running sequence reserved up front (vLLM's Mamba cache: max_num_seqs slots),
         # read and written once per decode step of the sequence.
-        self.state_bytes_per_seq_dev = model.ssm_state_elems_per_sequence() * kvbytes / tp
+        self.state_bytes_per_seq_dev = model.ssm_state_elems_per_sequence() * kvbytes / tp * share
         hbm = device.hbm_bytes * layout.gpu_memory_utilization
         self.kv_free_bytes_dev = (hbm - self.weight_bytes_dev - params.workspace_bytes
                                   - self.state_bytes_per_seq_dev * layout.max_num_seqs)
         if self.kv_free_bytes_dev <= max(self.kv_bytes_per_token_dev, 0.0) or self.kv_free_bytes_dev <= 0:
             raise RlsimError(
-                f"{model.name} does not fit for inference on {device.name} with tp={tp}, ep={ep}: "
+                f"{model.name} does not fit for inference on {device.name} with tp={tp}, ep={ep}"
+                f"{f', pp={self.pp}' if self.pp > 1 else ''}: "
                 f"{capacity_text(device.hbm_bytes)} x {layout.gpu_memory_utilization} = {hbm / 1e9:.1f} GB per device, "
                 f"weights {self.weight_bytes_dev / 1e9:.1f} GB ({layout.weight_dtype}), workspace "
                 f"{params.workspace_bytes / 1e9:.1f} GB, leaving no room for the KV cache",
@@ -178,18 +192,19 @@ class StepCost:
                              field=f"{layout_field}.weight_dtype",
                              fix=f"use bf16, or a device with {cdtype} support") from None
         bf16_rate = device.peak("bf16")
-        # FLOPs per device: everything splits over tp * ep under an even spread of sequences.
-        self.lin_s_per_token = 2.0 * model.params_compute / self.devices / linear_rate
+        # FLOPs per device: everything splits over tp * ep under an even spread of sequences; a
+        # stage computes its share of the layers for every sequence once a step.
+        self.lin_s_per_token = 2.0 * model.params_compute / self.devices / linear_rate * share
         # Mamba layers: the recurrent step (decode) and the chunked scan (prefill), at the attention
         # kernels' efficiency (scan kernels are not GEMMs).
         scan_rate = bf16_rate * params.attention_compute_efficiency
-        self.decode_ssm_s_per_token = model.ssm_flops_per_token(recurrent=True) / self.devices / scan_rate
-        self.prefill_ssm_s_per_token = model.ssm_flops_per_token() / self.devices / scan_rate
+        self.decode_ssm_s_per_token = model.ssm_flops_per_token(recurrent=True) / self.devices / scan_rate * share
+        self.prefill_ssm_s_per_token = model.ssm_flops_per_token() / self.devices / scan_rate * share
         self.state_s_per_seq = 2.0 * self.state_bytes_per_seq_dev / self.bw
         self.decode_attn_s_per_ctx = (model.attention_flops_per_context_token(absorb_mla=params.absorb_mla)
-                                      / self.devices / (bf16_rate * params.attention_compute_efficiency))
+                                      / self.devices / (bf16_rate * params.attention_compute_efficiency) * share)
         self.prefill_attn_s_per_pair = (model.attention_flops_per_context_token()
-                                        / self.devices / (bf16_rate * gemm_eff))
+                                        / self.devices / (bf16_rate * gemm_eff) * share)
         self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
         launch_s = device.launch_overhead_s if params.launch_overhead_s is None else params.launch_overhead_s
         self.eager_launch_s = launch_s * (params.launches_per_step + params.launches_per_layer * model.num_layers
@@ -203,52 +218,75 @@ class StepCost:
     def weight_read_s(self, tokens: float) -> float:
         """Weights streamed in a step of `tokens` tokens; only the experts some token picked are read
         (expected share of one device's experts touched: 1 - (1 - k/E)^tokens)."""
-        touched = 1.0 - (1.0 - self.route_p) ** tokens if self.route_p else 0.0
-        return (self.streamed_dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
+        touched = 1.0 - (1.0 - self.route_p) ** (tokens / self.pp) if self.route_p else 0.0
+        return self.pp * (self.streamed_dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
 
     def comm_s(self, tokens: float) -> float:
-        """TP all-reduces (2 per layer) and EP dispatch + combine (per MoE layer) for one step."""
+        """TP all-reduces (2 per layer) and EP dispatch + combine (per MoE layer) for one step; with
+        pipeline stages, those of each stage's micro-batch of tokens / pp, pp times over the
+        fullest stage's layers, and the sends between stages."""
         cached = self._comm_cache.get(tokens)
         if cached is not None:
             return cached
         m, lay, p = self.model, self.layout, self.params
         total = 0.0
+        micro = tokens / self.pp
+        stage = self.ranks[: self.devices] if self.ranks is not None else None
         if lay.tp > 1:
-            nbytes = tokens / lay.ep * m.hidden * p.activation_bytes
+            nbytes = micro / lay.ep * m.hidden * p.activation_bytes
             ranks = self.ranks[: lay.tp] if self.ranks is not None else None
-            total += m.tp_reductions_per_layer * m.num_layers * self._collective("all_reduce", lay.tp, ranks, nbytes)
+            total += (m.tp_reductions_per_layer * m.num_layers * self.pipeline_factor
+                      * self._collective("all_reduce", lay.tp, ranks, nbytes))
         if lay.ep > 1 and m.is_moe:
-            per_rank = tokens / self.devices * m.experts_per_token * m.hidden
-            dispatch = self._collective("all_to_all", self.devices, self.ranks, per_rank * p.dispatch_bytes)
-            combine = self._collective("all_to_all", self.devices, self.ranks, per_rank * p.activation_bytes)
-            total += m.num_moe_layers * (dispatch + combine)
+            per_rank = micro / self.devices * m.experts_per_token * m.hidden
+            dispatch = self._collective("all_to_all", self.devices, stage, per_rank * p.dispatch_bytes)
+            combine = self._collective("all_to_all", self.devices, stage, per_rank * p.activation_bytes)
+            total += m.num_moe_layers * self.pipeline_factor * (dispatch + combine)
+        if self.pp > 1:
+            total += (self.pp - 1) * self._collective("p2p", 2, self._send_ranks(), self._send_bytes(micro))
         self._comm_cache[tokens] = total
         return total
+
+    def _send_ranks(self) -> list[int] | None:
+        """A stage boundary: the first rank of the first stage and of the second."""
+        return [self.ranks[0], self.ranks[self.devices]] if self.ranks is not None else None
+
+    def _send_bytes(self, micro: Any) -> Any:
+        """Bytes one rank sends to the next stage for a micro-batch of ``micro`` tokens: the
+        pipeline_send_tensors activations of hidden width, split over the tp ranks (vLLM's
+        send_tensor_dict with its all_gather_group), per attention replica."""
+        m, lay, p = self.model, self.layout, self.params
+        return micro / lay.ep * m.hidden * p.pipeline_send_tensors * p.activation_bytes / lay.tp
 
     def weight_read_many_s(self, tokens: np.ndarray) -> np.ndarray:
         """weight_read_s over an integer array, bit-identical (the same operations; the MoE share
         of experts touched by the scalar power, as weight_read_s, once per distinct count)."""
         if not self.route_p:
-            return np.full(len(tokens), (self.streamed_dense_bytes_dev + self.expert_bytes_dev * 0.0) / self.bw)
+            return np.full(len(tokens), self.pp * (self.streamed_dense_bytes_dev + self.expert_bytes_dev * 0.0)
+                           / self.bw)
         keep = 1.0 - self.route_p
         distinct = _distinct(tokens)   # the scalar power once per distinct count (a run repeats them)
-        touched = np.array([1.0 - keep ** x for x in distinct.tolist()])[np.searchsorted(distinct, tokens)]
-        return (self.streamed_dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
+        touched = np.array([1.0 - keep ** (x / self.pp) for x in distinct.tolist()])[np.searchsorted(distinct, tokens)]
+        return self.pp * (self.streamed_dense_bytes_dev + self.expert_bytes_dev * touched) / self.bw
 
     def comm_many_s(self, tokens: np.ndarray) -> np.ndarray:
         """comm_s over an integer array, bit-identical: the same operations on each element."""
         m, lay, p = self.model, self.layout, self.params
         total = np.zeros(len(tokens))
+        micro = tokens / self.pp
+        stage = self.ranks[: self.devices] if self.ranks is not None else None
         if lay.tp > 1:
-            nbytes = tokens / lay.ep * m.hidden * p.activation_bytes
+            nbytes = micro / lay.ep * m.hidden * p.activation_bytes
             ranks = self.ranks[: lay.tp] if self.ranks is not None else None
-            total = total + m.tp_reductions_per_layer * m.num_layers * self._collective_many(
-                "all_reduce", lay.tp, ranks, nbytes)
+            total = total + (m.tp_reductions_per_layer * m.num_layers * self.pipeline_factor
+                             * self._collective_many("all_reduce", lay.tp, ranks, nbytes))
         if lay.ep > 1 and m.is_moe:
-            per_rank = tokens / self.devices * m.experts_per_token * m.hidden
-            dispatch = self._collective_many("all_to_all", self.devices, self.ranks, per_rank * p.dispatch_bytes)
-            combine = self._collective_many("all_to_all", self.devices, self.ranks, per_rank * p.activation_bytes)
-            total = total + m.num_moe_layers * (dispatch + combine)
+            per_rank = micro / self.devices * m.experts_per_token * m.hidden
+            dispatch = self._collective_many("all_to_all", self.devices, stage, per_rank * p.dispatch_bytes)
+            combine = self._collective_many("all_to_all", self.devices, stage, per_rank * p.activation_bytes)
+            total = total + m.num_moe_layers * self.pipeline_factor * (dispatch + combine)
+        if self.pp > 1:
+            total = total + (self.pp - 1) * self._collective_many("p2p", 2, self._send_ranks(), self._send_bytes(micro))
         return total
 
     def _custom_lines(self, op: str, ranks: Sequence[int] | None) -> tuple[tuple[float, float], ...]:
@@ -288,7 +326,7 @@ class StepCost:
                 best = np.minimum(best, fixed + slope * nbytes)
             return np.where(nbytes == 0, 0.0, best)   # line_time_s: nothing to move costs nothing
         p = self.params
-        steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
+        steps, factor = _fallback_shape(op, n)
         return (self.device.launch_overhead_s + steps * p.fallback_step_latency_s
                 + factor * nbytes / (self.device.scaleup_bw_Bps * p.fallback_collective_efficiency))
 
@@ -309,23 +347,27 @@ class StepCost:
                 return line_time_s(self._lines_of(op, ranks), nbytes)
             return float(self.collectives.cost(op, list(ranks), nbytes).time_s)
         p = self.params
-        steps, factor = (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
+        steps, factor = _fallback_shape(op, n)
         return (self.device.launch_overhead_s + steps * p.fallback_step_latency_s
                 + factor * nbytes / (self.device.scaleup_bw_Bps * p.fallback_collective_efficiency))
 
     # -- the CPU side of a step ---------------------------------------------------------------------
     def uses_graphs(self, tokens: float) -> bool:
         """Whether a step of `tokens` tokens (instance-wide) replays a CUDA graph: not enforce_eager
-        and at most cuda_graph_max_batch tokens per attention replica."""
+        and at most cuda_graph_max_batch tokens per attention replica in a stage's micro-batch."""
         p = self.params
-        return not p.enforce_eager and math.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch
+        return not p.enforce_eager and math.ceil(tokens / (self.layout.ep * self.pp)) <= p.cuda_graph_max_batch
 
     def overhead_s(self, tokens: float, seqs: float) -> tuple[float, float]:
         """(added, floor) of a step of `tokens` tokens for `seqs` sequences: it lasts
         max(floor, GPU time + added). Scheduler CPU = step_overhead_s + cpu_per_seq_s x seqs per
         replica; launches = the graph replay, or eager_launch_s overlapped with the GPU's kernels.
-        A sync engine adds the scheduler to the step; an async one overlaps it with the GPU's."""
+        A sync engine adds the scheduler to the step; an async one overlaps it with the GPU's.
+        Pipeline stages: _staged_overhead."""
         p = self.params
+        if self.pp > 1:
+            added, floor = self._staged_overhead(seqs, self.uses_graphs(tokens))
+            return added, float(floor)
         sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
         graphs = self.uses_graphs(tokens)
         # An eager step keeps the graph's replay time on the GPU side (the gaps between its
@@ -341,14 +383,30 @@ class StepCost:
     def overhead_many_s(self, tokens: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """overhead_s over integer arrays, bit-identical: its four cases element by element."""
         p = self.params
-        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
-        graphs = (np.ceil(tokens / self.layout.ep) <= p.cuda_graph_max_batch if not p.enforce_eager
+        graphs = (np.ceil(tokens / (self.layout.ep * self.pp)) <= p.cuda_graph_max_batch if not p.enforce_eager
                   else np.zeros(len(tokens), bool))
+        if self.pp > 1:
+            added, floor = self._staged_overhead(seqs, graphs)
+            return added + np.zeros(len(tokens)), floor
+        sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
         if p.async_scheduling:
             return (np.where(graphs, 0.0, p.cuda_graph_replay_s),
                     np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s))
         return (sched + p.cuda_graph_replay_s + np.zeros(len(tokens)),
                 np.where(graphs, 0.0, sched + self.eager_launch_s))
+
+    def _staged_overhead(self, seqs: Any, graphs: Any) -> tuple[Any, Any]:
+        """(added, floor) with pipeline stages (a sync engine: vLLM refuses async scheduling with
+        them). vLLM V1's batch queue keeps pp micro-batches in flight and schedules one while the
+        others run, but a micro-batch's next step waits for the CPU to take its output and schedule
+        it, so each step adds one micro-batch's scheduler (seqs / pp of them); the CPU does all pp
+        of them a step (the floor), and each stage's worker launches its eager kernels beside the
+        engine core's scheduling."""
+        p = self.params
+        micro = p.step_overhead_s + p.cpu_per_seq_s * seqs / (self.layout.ep * self.pp)
+        whole = p.step_overhead_s * self.pp + p.cpu_per_seq_s * seqs / self.layout.ep
+        eager = np.maximum(whole, micro + self.eager_launch_s)
+        return micro + p.cuda_graph_replay_s, np.where(graphs, whole, eager)
 
     # -- whole steps ------------------------------------------------------------------------------
     def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
@@ -432,9 +490,18 @@ class StepCost:
         return max(floor, max(compute, memory) + added + self.comm_s(tokens))
 
 
-def _check_layout(model: ModelSpec, layout: RolloutLayout, layout_field: str = "rollout_layout") -> None:
+def _check_layout(model: ModelSpec, layout: RolloutLayout, params: InferenceParams,
+                  layout_field: str = "rollout_layout") -> None:
     """RlsimError, naming ``layout_field``'s keys, when the layout does not divide the model."""
     tp, ep = layout.tp, layout.ep
+    if layout.pp > 1 and params.async_scheduling:
+        raise RlsimError("async scheduling with pipeline stages: vLLM refuses it (engine/arg_utils.py, 0.11: "
+                         "'Async scheduling is not supported with pipeline-parallel-size > 1')",
+                         field=f"{layout_field}.pp", fix="give pp 1, or set workload.inference.async_scheduling: "
+                         "false (SGLang's overlap scheduler is off with pipeline stages too)")
+    if layout.pp > model.num_layers:
+        raise RlsimError(f"pp={layout.pp} pipeline stages exceed the {model.num_layers} layers of {model.name}",
+                         field=f"{layout_field}.pp", fix=f"use a pp of at most {model.num_layers}")
     if model.num_heads % tp:
         raise RlsimError(f"tp={tp} does not divide the {model.num_heads} attention heads of {model.name}",
                          field=f"{layout_field}.tp",
@@ -452,6 +519,14 @@ def _check_layout(model: ModelSpec, layout: RolloutLayout, layout_field: str = "
     for name in ("weight_dtype", "kv_dtype"):
         if getattr(layout, name) not in DTYPE_BYTES:
             dtype_bytes(getattr(layout, name), f"{layout_field}.{name}")
+
+
+def _fallback_shape(op: str, n: int) -> tuple[int, float]:
+    """(latency steps, bus-bandwidth factor) of ``op`` on ``n`` ranks, the nccl-tests convention:
+    ring all-reduce 2 (n - 1) steps, other collectives n - 1, a point-to-point send one."""
+    if op == "p2p":
+        return 1, 1.0
+    return (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
 
 
 def _divisors(n: int) -> list[int]:

@@ -1075,7 +1075,7 @@ class LlmCosts:
             spec = self._served[role]
             field, per_engine = f"{spec.prefix}.layout", spec.layout.devices_per_instance
             if len(ranks) < per_engine:   # a reward model woken on a trainer pool smaller than an engine
-                raise RlsimError(f"the {SERVED_NAMES[role]}'s engines take {per_engine} devices (tp x ep), more than "
+                raise RlsimError(f"the {SERVED_NAMES[role]}'s engines take {per_engine} devices (tp x ep x pp), more than "
                                  f"the {len(ranks)} it runs on", source=self.source, field=field,
                                  fix=f"give a smaller {field}.tp, or more devices")
             first = list(ranks)[:per_engine]

@@ -278,6 +278,16 @@ def test_nemo_rl_cpu_offload_without_a_fraction_offloads_nothing_as_megatron_doe
     assert any("nothing is offloaded" in note for note in result.notes)
 
 
+def test_nemo_rl_vllm_pipeline_stages_are_the_engines_pp(capsys, tmp_path):
+    workload = _imported_workload(capsys, tmp_path, "--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml",
+                                  "policy.generation.vllm_cfg.pipeline_parallel_size=2")
+    assert workload.rollout_layout["pp"] == 2
+    plain = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml")
+    assert "pp" not in plain.scenario["workload"]["rollout_layout"]
+    assert main(["run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"),
+                 "policy.generation.vllm_cfg.pipeline_parallel_size=2", "--iterations", "1", "--json"]) == 0
+
+
 def test_hydra_override_forms():
     flat = {"a.b": 1, "a.c.d": 2}
     out = apply_hydra_overrides(flat, ["a.b=5", "+x.y=[1, 2]", "++a.c.d=null", "~a.b"], "cfg")

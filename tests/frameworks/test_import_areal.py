@@ -105,6 +105,19 @@ def test_colocation_runs_colocated_and_lists_what_it_does_not_read():
     assert err.value.field == "rollout.backend"
 
 
+def test_pipeline_parallel_servers_are_the_rollout_layouts_pp():
+    """AReaL starts each server on t x p GPUs (vLLMConfig / SGLangConfig.build_args with pp_size)."""
+    staged = import_config("areal", EXAMPLE, ["rollout.backend=sglang:d2p2t1"])
+    assert staged.scenario["workload"]["rollout_layout"]["pp"] == 2
+    flat = import_config("areal", EXAMPLE, ["rollout.backend=sglang:d4t1"])
+    assert "pp" not in flat.scenario["workload"]["rollout_layout"]
+    assert staged.scenario["schedule"]["rollout_devices"] == flat.scenario["schedule"]["rollout_devices"]
+    load_scenario(staged.scenario)
+    with pytest.raises(RlsimError) as err:
+        import_config("areal", EXAMPLE, ["rollout.backend=sglang:d2c2t1"])
+    assert err.value.field == "rollout.backend" and "context-parallel" in str(err.value)
+
+
 def test_the_proximal_log_prob_pass_follows_should_compute_prox_logp():
     cases = {("true", "recompute", "false"): True, ("true", "loglinear", "false"): False,
              ("false", "recompute", "true"): True, ("false", "recompute", "false"): False}

@@ -164,12 +164,23 @@ def test_megatron_dynamic_sampling_and_a_critic_are_read():
     (["generator.inference_engine.num_engines=4"], "generator.inference_engine.num_engines"),
     (["trainer.placement.ref_num_gpus_per_node=4"], "trainer.placement.ref_num_gpus_per_node"),
     (["trainer.strategy=deepspeed"], "trainer.strategy"),
-    (["generator.inference_engine.pipeline_parallel_size=2"], "generator.inference_engine.pipeline_parallel_size"),
+    # the engines' GPUs (num_engines x tp x pp x dp) must be the colocated policy's
+    (["generator.inference_engine.pipeline_parallel_size=2"], "generator.inference_engine.num_engines"),
     (["trainer.policy_mini_batch_size=300"], "trainer.policy_mini_batch_size")])
 def test_what_skyrl_refuses_is_an_error_naming_the_key(over, field):
     with pytest.raises(RlsimError) as err:
         import_config("skyrl", EXAMPLE, over)
     assert err.value.field == field and err.value.fix
+
+
+def test_pipeline_parallel_engines_are_the_rollout_layouts_pp_and_count_their_gpus():
+    staged = import_config("skyrl", EXAMPLE, [*SPLIT[:1], "generator.inference_engine.num_engines=2",
+                                              "generator.inference_engine.pipeline_parallel_size=2", *SPLIT[2:]])
+    flat = import_config("skyrl", EXAMPLE, SPLIT)
+    assert staged.scenario["workload"]["rollout_layout"]["pp"] == 2 and "pp" not in flat.scenario["workload"][
+        "rollout_layout"]
+    assert staged.scenario["schedule"]["rollout_devices"] == flat.scenario["schedule"]["rollout_devices"] == 4
+    load_scenario(staged.scenario)
 
 
 def test_the_guide_lists_every_table_entry():

@@ -2,7 +2,8 @@
 prices a whole run's prefills and running-set sizes at once (prefill_many_s, per_n_rows), and must
 give exactly what the event loop's scalar calls give (prefill_s, _per_n, comm_s, weight_read_s):
 dense, MoE with expert parallelism and hybrid Mamba models, the fallback collectives and the
-network's CollectiveModel, the engine's custom all-reduce, graphs, eager launches and async scheduling."""
+network's CollectiveModel, the engine's custom all-reduce, graphs, eager launches, async scheduling
+and pipeline stages."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,10 @@ from simulator.network.collectives import CollectiveModel
 
 H100 = get_device("h100")
 MODELS = {name: load_model(name) for name in ("qwen2.5-7b", "qwen3-30b-a3b", "nemotron-h-8b")}
-LAYOUTS = {"qwen2.5-7b": [(1, 1), (2, 1), (4, 1)], "qwen3-30b-a3b": [(1, 1), (2, 1), (1, 2), (2, 2)],
-           "nemotron-h-8b": [(1, 1), (2, 1)]}
+# (tp, ep, pp): pipeline stages too, even (28 / 2, 48 / 2) and uneven (52 / 3 layers)
+LAYOUTS = {"qwen2.5-7b": [(1, 1, 1), (2, 1, 1), (4, 1, 1), (2, 1, 2)],
+           "qwen3-30b-a3b": [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 2, 2)],
+           "nemotron-h-8b": [(1, 1, 1), (2, 1, 1), (1, 1, 3)]}
 COLLECTIVES = CollectiveModel(load_topology("dgx-h100", {"nodes": 1}))
 PARAMS = [InferenceParams(), InferenceParams(enforce_eager=True, step_overhead_s=2e-3),
           InferenceParams(async_scheduling=True, cpu_per_seq_s=1e-5),
@@ -30,11 +33,13 @@ PARAMS = [InferenceParams(), InferenceParams(enforce_eager=True, step_overhead_s
 
 def _costs():
     for name, model in MODELS.items():
-        for tp, ep in LAYOUTS[name]:
-            layout = RolloutLayout(tp=tp, ep=ep)
+        for tp, ep, pp in LAYOUTS[name]:
+            layout = RolloutLayout(tp=tp, ep=ep, pp=pp)
             for params in PARAMS:
+                if pp > 1 and params.async_scheduling:
+                    continue   # refused, as vLLM refuses it
                 yield StepCost(model, H100, layout, params)
-                yield StepCost(model, H100, layout, params, COLLECTIVES, list(range(tp * ep)))
+                yield StepCost(model, H100, layout, params, COLLECTIVES, list(range(tp * ep * pp)))
 
 
 COSTS = list(_costs())

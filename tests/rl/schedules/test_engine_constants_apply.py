@@ -16,7 +16,8 @@ def step(*items: str, workload: str = "grpo-qwen2.5-7b") -> float:
 
 
 @pytest.mark.parametrize("item", ["workload.inference.absorb_mla=false", "workload.inference.launches_per_moe_layer=50",
-                                  "workload.inference.dispatch_bytes=1", "workload.inference.activation_bytes=1"])
+                                  "workload.inference.dispatch_bytes=1", "workload.inference.activation_bytes=1",
+                                  "workload.inference.pipeline_send_tensors=3"])
 def test_on_a_dense_model_of_tp_1_engines_they_are_refused(item):
     # qwen2.5-7b: no MLA, no experts; its engines are tp 1, ep 1: no collective for the bytes to size
     with pytest.raises(RlsimError) as exc:
@@ -27,3 +28,9 @@ def test_on_a_dense_model_of_tp_1_engines_they_are_refused(item):
 def test_where_the_engine_has_collectives_the_bytes_move_the_step():
     tp2 = "workload.rollout_layout={tp: 2, ep: 1, gpu_memory_utilization: 0.6, max_num_seqs: 256}"
     assert step(tp2, "workload.inference.activation_bytes=8") > step(tp2)
+
+
+def test_with_pipeline_stages_the_sent_activations_move_the_step():
+    staged = "workload.rollout_layout={tp: 1, pp: 2, gpu_memory_utilization: 0.6, max_num_seqs: 256}"
+    assert step(staged, "workload.inference.pipeline_send_tensors=64") > step(staged)
+    assert step(staged, "workload.inference.activation_bytes=64") > step(staged)   # the sends' element size
