@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine_software import engine_software, resolved, with_request_cap
+from .engine_software import engine_software, overlaps_without_stages, resolved, with_request_cap
 from .errors import RlsimError
 from .hardware.devices import distinct_devices
 from .llm.architecture import ModelSpec, load_model
@@ -64,8 +64,9 @@ def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any,
     engine (workload.engine) on the ranks' devices (vLLM's small set if any takes it): its
     running-sequence cap searched unless planner.rollout gives one, its per-device values for the
     inference fields the workload leaves unset. An engine whose values depend on the layout (SGLang
-    0.5.6's CUDA-graph cap by TP size, vLLM V1's by the running-sequence cap) gives the constants of a
-    candidate (tp, max_num_seqs) as the third item. No engine: as given. A reserving engine's requests
+    0.5.6's CUDA-graph cap by TP size, vLLM V1's by the running-sequence cap, SGLang's overlap
+    scheduler, off with pipeline stages) gives the constants of a candidate (tp, max_num_seqs, pp) as
+    the third item. No engine: as given. A reserving engine's requests
     carry the run's generation cap."""
     if not workload.engine:
         return space, with_request_cap(workload.inference, workload.response_length), None
@@ -74,12 +75,13 @@ def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any,
     inference = with_request_cap(inference, workload.response_length)
     if "max_num_seqs" in layout and "max_num_seqs" not in planner_keys:
         space = space.model_copy(update={"max_num_seqs": [layout["max_num_seqs"]]})
-    if not engine_software(workload.engine).layout_dependent:
+    if not engine_software(workload.engine).layout_dependent and not overlaps_without_stages(workload.engine):
         return space, inference, None
 
     @cache
-    def at_layout(tp: int, max_num_seqs: int) -> Any:
-        params, _ = resolved(workload.engine, workload.inference, {"tp": tp, "max_num_seqs": max_num_seqs}, devices)
+    def at_layout(tp: int, max_num_seqs: int, pp: int = 1) -> Any:
+        params, _ = resolved(workload.engine, workload.inference, {"tp": tp, "max_num_seqs": max_num_seqs, "pp": pp},
+                             devices)
         return with_request_cap(params, workload.response_length)
     return space, inference, at_layout
 

@@ -323,14 +323,24 @@ def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: 
     """The workload's given inference keys and rollout layout over engine `name`'s values that do not
     depend on the device (the config layer merges these when a scenario loads)."""
     engine = engine_software(name)
-    independent = _independent(engine, inference.get("max_model_len"))
     layout = {**engine.rollout, **rollout_layout} if isinstance(rollout_layout, Mapping) else rollout_layout
+    merged = {**_independent(engine, inference.get("max_model_len")), **inference}
+    return _without_overlap_on_stages(name, merged, layout), layout
+
+
+def overlaps_without_stages(name: str) -> bool:
+    """Whether engine `name` overlaps its scheduler with the GPU (SGLang's overlap scheduler) only
+    while it has one pipeline stage: SGLang turns it off with more (srt/server_args.py, 0.5.6:
+    "Pipeline parallelism is incompatible with overlap schedule."), whatever it was given; vLLM,
+    whose async scheduling is off by default, refuses the pair instead (StepCost)."""
+    return bool(engine_software(name).inference.get("async_scheduling"))
+
+
+def _without_overlap_on_stages(name: str, inference: dict[str, Any], layout: Any) -> dict[str, Any]:
     stages = layout.get("pp") if isinstance(layout, Mapping) else None
-    if independent.get("async_scheduling") and isinstance(stages, int) and stages > 1:
-        # SGLang turns its overlap scheduler off with pipeline stages (srt/server_args.py, 0.5.6:
-        # "Pipeline parallelism is incompatible with overlap schedule."); vLLM refuses the pair
-        independent["async_scheduling"] = False
-    return {**independent, **inference}, layout
+    if overlaps_without_stages(name) and isinstance(stages, int) and stages > 1:
+        return {**inference, "async_scheduling": False}
+    return inference
 
 
 def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[str, Any],
@@ -348,6 +358,9 @@ def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[
     overlay_inference, overlay_rollout = engine_values(name, devices, inference.max_model_len, tp if valid_tp else 1)
     update = {k: v for k, v in overlay_inference.items() if k not in inference.model_fields_set}
     layout = {**overlay_rollout, **rollout_layout}
+    if _without_overlap_on_stages(name, {"async_scheduling": inference.async_scheduling}, layout)["async_scheduling"] \
+            != inference.async_scheduling:
+        update["async_scheduling"] = False
     engine = engine_software(name)
     seqs = layout.get("max_num_seqs")
     if engine.graph_cap is not None and "cuda_graph_max_batch" in update and isinstance(seqs, int):

@@ -438,6 +438,8 @@ def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[di
     table = Table(title=title)
     keys = (["tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute", "micro_batch"] if stage == "train"
             else ["tp", "ep", "instances", "max_num_seqs"])
+    if stage != "train" and any("pp" in r["layout"] for r in rows):   # pipeline-parallel engines searched
+        keys.insert(keys.index("ep") + 1, "pp")
     if stage == "train" and any("etp" in r["layout"] for r in rows):   # an MoE model: its expert TP
         keys.insert(keys.index("ep") + 1, "etp")
     if stage == "train" and any("zero_shard_size" in r["layout"] for r in rows):   # HSDP candidates searched
@@ -447,7 +449,7 @@ def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[di
     for i, r in enumerate(rows, 1):
         lay = r["layout"]
         naive = r.get("naive_step_time_s")
-        table.add_row(str(i), *[str(lay.get(k, "all" if k == "zero_shard_size" else "")) for k in keys], f"{r['step_time_s']:.3f}",
+        table.add_row(str(i), *[str(lay.get(k, {"zero_shard_size": "all", "pp": 1}.get(k, ""))) for k in keys], f"{r['step_time_s']:.3f}",
                       f"{r['tflops_per_device']:.1f}", f"{r['mfu']:.3f}", f"{r['memory_per_device_bytes'] / 1e9:.1f}",
                       f"{r['comm_fraction']:.2f}", f"{r['tokens_per_s']:.0f}",
                       "" if naive is None else f"{naive:.3f}", str(r.get("tp_level", "")))

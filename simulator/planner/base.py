@@ -84,6 +84,9 @@ class RolloutSpace(StrictModel):
     tp: list[Size] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
     ep: list[Size] | None = None  # None: 1 for dense; powers of two dividing the experts for MoE
     max_ep: Size = 64
+    # pipeline stages of an engine (vLLM's pipeline_parallel_size); [1] by default: give e.g. [1, 2, 4]
+    # to weigh TP inside a node and PP across against TP across nodes (docs/planner.md)
+    pp: list[Size] = Field(default_factory=lambda: [1])
     max_num_seqs: list[Size] = Field(default_factory=lambda: [256])  # vLLM's default max_num_seqs
     # the engine's share of HBM (vLLM's gpu_memory_utilization, default 0.9); `layout: auto` on a
     # colocated placement lowers it to what the resident training state leaves (autoplan.py)

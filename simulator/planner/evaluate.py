@@ -157,8 +157,8 @@ class RolloutEvaluator:
     """The rollout engine generating `space.sequences` equal-length responses on the layout."""
 
     def __init__(self, model: Any, topology: Any, space: RolloutSpace, *, params: Any = None,
-                 collectives: Any = None, params_for_layout: Callable[[int, int], Any] | None = None) -> None:
-        """``params_for_layout``: the inference constants of a candidate's (tp, max_num_seqs), for an
+                 collectives: Any = None, params_for_layout: Callable[[int, int, int], Any] | None = None) -> None:
+        """``params_for_layout``: the inference constants of a candidate's (tp, max_num_seqs, pp), for an
         engine whose defaults depend on them (autoplan.engine_rollout); None: ``params`` for every
         candidate."""
         self.model, self.topology, self.space = model, topology, space
@@ -172,8 +172,8 @@ class RolloutEvaluator:
     def __call__(self, lay: dict[str, Any], ranks: Sequence[int]) -> Evaluation:
         s, m = self.space, self.model
         params = (self.params if self.params_for_layout is None
-                  else self.params_for_layout(int(lay["tp"]), int(lay["max_num_seqs"])))
-        layout = RolloutLayout(tp=lay["tp"], ep=lay["ep"], instances=lay["instances"],
+                  else self.params_for_layout(int(lay["tp"]), int(lay["max_num_seqs"]), int(lay.get("pp", 1))))
+        layout = RolloutLayout(tp=lay["tp"], ep=lay["ep"], pp=lay.get("pp", 1), instances=lay["instances"],
                                max_num_seqs=lay["max_num_seqs"], gpu_memory_utilization=s.gpu_memory_utilization)
         device = instance_device(self.topology, ranks[: layout.devices_per_instance])
         step = StepCost(m, device, layout, params, self.collectives, list(ranks[: layout.devices_per_instance]))

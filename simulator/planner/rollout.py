@@ -1,6 +1,6 @@
-"""Search over rollout (inference) layouts: TP, EP and the number of instances on a device pool.
+"""Search over rollout (inference) layouts: TP, EP, PP and the number of instances on a device pool.
 
-An instance spans tp * ep devices (llm/inference.py); every layout uses as many whole instances as
+An instance spans tp * ep * pp devices (llm/inference.py); every layout uses as many whole instances as
 the devices allow. Each is evaluated by an ``evaluator(layout_dict, ranks) -> Evaluation`` that
 raises RlsimError when the model does not fit; the default one runs the rollout engine
 (``planner.evaluate.RolloutEvaluator``) on a fixed batch of equal-length sequences.
@@ -48,8 +48,8 @@ class RolloutPlan:
 
 
 def enumerate_rollout_layouts(model: Any, num_devices: int, space: RolloutSpace) -> tuple[list[dict], Counter]:
-    """(tp, ep, instances, max_num_seqs): query heads divide by TP (KV heads replicate, as vLLM);
-    EP divides the experts; whole instances only."""
+    """(tp, ep, pp, instances, max_num_seqs): query heads divide by TP (KV heads replicate, as vLLM);
+    EP divides the experts; no more stages than layers; whole instances only."""
     pruned: Counter = Counter()
     experts = int(getattr(model, "num_experts", 0) or 0)
     if space.ep is not None:
@@ -59,17 +59,21 @@ def enumerate_rollout_layouts(model: Any, num_devices: int, space: RolloutSpace)
     else:
         eps = [1]
     out = []
-    for tp, ep, seqs in itertools.product(space.tp, eps, space.max_num_seqs):
+    for tp, ep, pp, seqs in itertools.product(space.tp, eps, space.pp, space.max_num_seqs):
         if model.num_heads % tp:
             pruned["tp_heads"] += 1
             continue
         if ep > 1 and experts % ep:
             pruned["ep"] += 1
             continue
-        if tp * ep > num_devices:
+        if pp > model.num_layers:
+            pruned["pp_layers"] += 1
+            continue
+        if tp * ep * pp > num_devices:
             pruned["devices"] += 1
             continue
-        out.append({"tp": tp, "ep": ep, "instances": num_devices // (tp * ep), "max_num_seqs": seqs})
+        out.append({"tp": tp, "ep": ep, **({"pp": pp} if pp > 1 else {}), "instances": num_devices // (tp * ep * pp),
+                    "max_num_seqs": seqs})
     return out, pruned
 
 
@@ -92,7 +96,7 @@ def plan_rollout(model: Any, topology: Any, *, ranks: Sequence[int] | None = Non
     cands = []
     evaluated = 0
     for lay in layouts:
-        used = slots[: lay["instances"] * lay["tp"] * lay["ep"]]
+        used = slots[: lay["instances"] * lay["tp"] * lay["ep"] * lay.get("pp", 1)]
         evaluated += 1
         try:
             ev = evaluator(lay, used)
@@ -103,14 +107,16 @@ def plan_rollout(model: Any, topology: Any, *, ranks: Sequence[int] | None = Non
         cands.append(RolloutCandidate(lay, ev, len(used), tokens))
     if target_tokens_per_s:
         cands = [c for c in cands if c.tokens_per_s >= target_tokens_per_s]
-        cands.sort(key=lambda c: (c.devices, c.evaluation.step_time_s, c.layout["tp"], c.layout["ep"]))
+        cands.sort(key=lambda c: (c.devices, c.evaluation.step_time_s, c.layout["tp"], c.layout["ep"],
+                                  c.layout.get("pp", 1)))
     else:
-        cands.sort(key=lambda c: (c.evaluation.step_time_s, c.devices, c.layout["tp"], c.layout["ep"]))
+        cands.sort(key=lambda c: (c.evaluation.step_time_s, c.devices, c.layout["tp"], c.layout["ep"],
+                                  c.layout.get("pp", 1)))
     if not cands:
         why = ", ".join(f"{k}: {v}" for k, v in pruned.most_common(3))
         raise RlsimError(f"no rollout layout of {getattr(model, 'name', 'the model')} on {len(ranks)} devices"
                          + (f" reaches {target_tokens_per_s:.0f} tokens/s" if target_tokens_per_s else " fits")
                          + (f" ({why})" if why else ""), field="planner.rollout",
-                         fix="add devices, lower the target or widen planner.rollout.tp")
+                         fix="add devices, lower the target or widen planner.rollout.tp (or .pp)")
     return RolloutPlan(cands if top is None else cands[:top], evaluated, dict(sorted(pruned.items())),
                        params.fixed_cost_s + evaluated * params.eval_cost_s)

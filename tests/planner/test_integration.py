@@ -82,6 +82,25 @@ def test_rollout_plan_ranks_layouts_and_respects_memory():
     assert set(best["layout"]) == {"tp", "ep", "instances", "max_num_seqs"}
 
 
+def test_rollout_plan_weighs_pipeline_stages_when_asked():
+    """planner.rollout.pp: engines of tp x pp GPUs (instances = devices / (tp x ep x pp)); no more
+    stages than layers; the default [1] plans as before (no pp key)."""
+    topo = load_topology("dgx-h100", {"nodes": 2})
+    model = load_model("llama3.1-70b")   # 80 layers
+    space = RolloutSpace(sequences=64, prompt_len=256, response_len=256, tp=[4, 8], pp=[1, 2, 4, 128])
+    plan = plan_rollout(model, topo, space=space)
+    staged = {(c.layout["tp"], c.layout.get("pp", 1)): c for c in plan.candidates}
+    assert set(staged) == {(4, 1), (4, 2), (4, 4), (8, 1), (8, 2)}   # 8 x 4 > 16 devices
+    assert staged[(8, 2)].layout["instances"] == 1 and staged[(4, 2)].layout["instances"] == 2
+    assert staged[(8, 2)].devices == staged[(4, 1)].devices == 16
+    assert plan.pruned["pp_layers"] == 2 and plan.pruned["devices"] == 1
+    # a decode-bound batch: a stage streams its weights once a micro-batch, so stages across the
+    # nodes read more a step than TP across them and the one-node engines win
+    assert staged[(8, 2)].evaluation.step_time_s > staged[(8, 1)].evaluation.step_time_s
+    flat = plan_rollout(model, topo, space=RolloutSpace(sequences=64, prompt_len=256, response_len=256, tp=[8]))
+    assert [c.layout for c in flat.candidates] == [{"tp": 8, "ep": 1, "instances": 2, "max_num_seqs": 256}]
+
+
 def test_cli_plan_json_contract(capsys):
     rc = cli.main(["plan", "--topology", "dgx-h100", "--set", "topology.nodes=1", "--model", "llama3.1-8b",
                    "--global-batch", "64", "--seq-len", "2048", "--stage", "train", "--top", "2", "--json",
