@@ -193,10 +193,13 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
     layout: dict[str, Any] = {"tp": v.count(f"{ENGINE_KEY}.tensor_parallel_size"),
                               "gpu_memory_utilization": v.fraction(f"{ENGINE_KEY}.gpu_memory_utilization"),
                               "max_num_seqs": v.count(f"{ENGINE_KEY}.max_num_seqs")}
-    if v.count(f"{ENGINE_KEY}.expert_parallel_size") > 1:
-        raise RlsimError("vLLM expert parallelism inside SkyRL's engines is not imported", source=v.result.source,
-                         field=f"{ENGINE_KEY}.expert_parallel_size", fix="give expert_parallel_size 1, or set "
-                         "--set workload.rollout_layout.ep=N after the import")
+    ep, dp, tp = (v.count(f"{ENGINE_KEY}.{name}_parallel_size") for name in ("expert", "data", "tensor"))
+    if ep > 1 and ep != dp * tp:   # SkyRL's validate_cfg asserts it (skyrl_train/utils/utils.py)
+        raise RlsimError(f"expert_parallel_size {ep} is not data_parallel_size x tensor_parallel_size = {dp} x {tp}, "
+                         "which SkyRL requires", source=v.result.source, field=f"{ENGINE_KEY}.expert_parallel_size",
+                         fix=f"give {dp * tp}, or change data_parallel_size")
+    if ep > 1:   # vLLM's enable_expert_parallel over the engine's dp x tp GPUs: dp attention replicas
+        layout["ep"] = dp
     if v.count(f"{ENGINE_KEY}.pipeline_parallel_size") > 1:
         layout["pp"] = v.count(f"{ENGINE_KEY}.pipeline_parallel_size")
     layout["weight_dtype"] = layout["kv_dtype"] = v.dtype(f"{ENGINE_KEY}.model_dtype")

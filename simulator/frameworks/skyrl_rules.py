@@ -281,8 +281,13 @@ _ENGINE: dict[str, Rule] = {
     "generator.inference_engine.num_engines": mapped("schedule.rollout_devices", "x tensor x pipeline x data "
                                                      "parallel sizes: the rollout GPUs"),
     "generator.inference_engine.tensor_parallel_size": mapped("workload.rollout_layout.tp"),
-    "generator.inference_engine.expert_parallel_size": mapped("workload.rollout_layout.ep"),
-    "generator.inference_engine.data_parallel_size": mapped("schedule.rollout_devices", "data-parallel ranks of an "
+    "generator.inference_engine.expert_parallel_size": mapped("workload.rollout_layout.ep", "SkyRL asserts it is "
+                                                              "data_parallel_size x tensor_parallel_size: one engine's "
+                                                              "experts over all its GPUs, its data-parallel ranks "
+                                                              "rlsim's attention replicas (ep = data_parallel_size)"),
+    "generator.inference_engine.data_parallel_size": mapped("schedule.rollout_devices", "with expert parallelism the "
+                                                            "engine's attention replicas (workload.rollout_layout.ep); "
+                                                            "without, data-parallel ranks of an "
                                                             "engine: instances of their own here"),
     "generator.inference_engine.pipeline_parallel_size": mapped("workload.rollout_layout.pp", "vLLM's pipeline "
                                                                 "stages of one engine (AsyncLLM, as SkyRL needs)"),

@@ -183,6 +183,23 @@ def test_pipeline_parallel_engines_are_the_rollout_layouts_pp_and_count_their_gp
     load_scenario(staged.scenario)
 
 
+def test_expert_parallel_engines_are_one_engines_attention_replicas():
+    """SkyRL's engine of data_parallel_size x tensor_parallel_size GPUs with vLLM's expert parallelism
+    over them (it asserts ep = dp x tp): rlsim's ep = dp attention replicas of one instance."""
+    moe = [*SPLIT[:1], "trainer.policy.model.path=Qwen/Qwen3-30B-A3B", "generator.inference_engine.num_engines=1",
+           "generator.inference_engine.tensor_parallel_size=2", "generator.inference_engine.data_parallel_size=2",
+           *SPLIT[2:]]
+    r = import_config("skyrl", EXAMPLE, [*moe, "generator.inference_engine.expert_parallel_size=4"])
+    assert r.scenario["workload"]["rollout_layout"]["ep"] == 2 and r.scenario["workload"]["rollout_layout"]["tp"] == 2
+    assert r.scenario["schedule"]["rollout_devices"] == 4
+    load_scenario(r.scenario)
+    flat = import_config("skyrl", EXAMPLE, moe)   # dp without EP: engines of their own
+    assert "ep" not in flat.scenario["workload"]["rollout_layout"]
+    with pytest.raises(RlsimError) as err:
+        import_config("skyrl", EXAMPLE, [*moe, "generator.inference_engine.expert_parallel_size=2"])
+    assert err.value.field == "generator.inference_engine.expert_parallel_size" and "give 4" in err.value.fix
+
+
 def test_the_guide_lists_every_table_entry():
     guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
     missing = [key for key in RULES if f"`{key}`" not in guide]
