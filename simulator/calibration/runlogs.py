@@ -16,8 +16,16 @@ its wheel): `generate`, `fwd_logprobs_values_reward` (the critic's, reference's 
 the `logprobs` stage with the values), `policy_train`, `critic_train`, `sync_weights` (colocated: the
 engines' wake and the policy's offload with the transfer), `run_training` (fully async: forwards and
 updates) and `step`.
+TRL (1.16, read in its wheel) logs `step_time` (trainer/grpo_trainer.py and rloo_trainer.py
+`training_step`: an optimizer step's training steps, generation, scoring and passes included; the
+mean over `logging_steps` when the Trainer logs) in the Trainer's `log_history` (trainer_state.json)
+and as `train/step_time` to wandb, and its profiling timers as `profiling/Time taken:
+<GRPOTrainer|RLOOTrainer>.<name>` (extras/profiling.py): `vLLM.generate` / `transformers.generate` /
+`transformers.generate_batch` (-> generate), `sync_weights` (the weights into the engine, colocated
+with its weights woken first: SkyRL's stage of that name), `_calculate_rewards` (-> reward).
 A JSONL file has one JSON object per line, a .json file may also hold one array of such objects
-(`run.history()` records), a CSV has the keys as column names; a wandb panel export ("Step",
+(`run.history()` records) or a Trainer state (an object whose `log_history` is the records), a CSV
+has the keys as column names; a wandb panel export ("Step",
 "RUN - KEY", "RUN - KEY__MIN", "RUN - KEY__MAX") is read as the CSV of one run.
 Metric names outside these tables are ignored and listed (`RunLog.ignored`); a log with none of
 the known timing names is an error. Records sharing a step number are one step (`_one_record_per_step`).
@@ -74,13 +82,23 @@ OPENRLHF_STAGE_KEYS: dict[str, str] = {"timing/make_experience": "make_experienc
 SKYRL_STAGE_KEYS: dict[str, str] = {"timing/generate": "generate", "timing/fwd_logprobs_values_reward": "logprobs",
                                     "timing/policy_train": "update_actor", "timing/critic_train": "update_critic",
                                     "timing/sync_weights": "sync_weights", "timing/run_training": "run_training"}
-STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS, **OPENRLHF_STAGE_KEYS, **SKYRL_STAGE_KEYS}
+# TRL's profiling timers (extras/profiling.py: "profiling/Time taken: <trainer class>.<name>").
+TRL_TIMER_PREFIX = "profiling/Time taken: "
+TRL_TRAINERS = ("GRPOTrainer", "RLOOTrainer")
+TRL_STAGE_NAMES: dict[str, str] = {"vLLM.generate": "generate", "transformers.generate": "generate",
+                                   "transformers.generate_batch": "generate", "sync_weights": "sync_weights",
+                                   "_calculate_rewards": "reward"}
+TRL_STAGE_KEYS: dict[str, str] = {f"{TRL_TIMER_PREFIX}{trainer}.{name}": stage for trainer in TRL_TRAINERS
+                                  for name, stage in TRL_STAGE_NAMES.items()}
+STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS, **OPENRLHF_STAGE_KEYS, **SKYRL_STAGE_KEYS,
+                              **TRL_STAGE_KEYS}
 STAGES = tuple(dict.fromkeys(STAGE_KEYS.values()))
 STEP_TIME_KEY = "timing_s/step"
 OPENRLHF_STEP_TIME_KEY = "timing/step_total"
 SKYRL_STEP_TIME_KEY = "timing/step"
+TRL_STEP_TIME_KEYS = ("step_time", "train/step_time")   # the Trainer's log_history / wandb's train/ prefix
 STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES), OPENRLHF_STEP_TIME_KEY,
-                  SKYRL_STEP_TIME_KEY)
+                  SKYRL_STEP_TIME_KEY, *TRL_STEP_TIME_KEYS)
 OTHER_KEYS: dict[str, str] = {
     "perf/throughput": "throughput_tokens_per_s_per_device",
     "response_length/mean": "response_length_mean",
@@ -94,7 +112,7 @@ OTHER_KEYS: dict[str, str] = {
 # float keeps exactly (nor one an int64 column holds once above 2^63).
 MAX_LOGGED_S = 1e7
 MAX_STEP_NUMBER = 2.0 ** 53
-STEP_KEYS = ("step", "training/global_step", "global_step", "Step", "_step")
+STEP_KEYS = ("step", "training/global_step", "global_step", "train/global_step", "Step", "_step")
 # Bookkeeping columns of a wandb history export: neither metrics nor unknown names.
 BOOKKEEPING_KEYS = frozenset({"_runtime", "_timestamp", "_wandb", "Wall time", "Relative Time (Process)"})
 WANDB_RUN_SEPARATOR = " - "
@@ -179,6 +197,9 @@ def _json_object(text: str, source: str, where: str) -> dict[str, Any]:
 
 def _records_jsonl(path: Path) -> list[dict[str, Any]]:
     text = path.read_text(encoding="utf-8")
+    state = _trainer_state(text)
+    if state is not None:     # a Hugging Face Trainer state (trainer_state.json: TRL): its log_history
+        text = json.dumps(state)
     if text.lstrip().startswith("["):     # one JSON array of records (wandb run.history() as JSON)
         try:
             records = _loads(text)
@@ -189,6 +210,19 @@ def _records_jsonl(path: Path) -> list[dict[str, Any]]:
                 for i, r in enumerate(records, start=1)]
     return [_no_nan(_json_object(line, str(path), f"line {number}"), str(path), f"line {number}")
             for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def _trainer_state(text: str) -> list[Any] | None:
+    """The `log_history` records of a Hugging Face Trainer state (trainer_state.json), else None: a
+    file of one JSON object (a one-line JSONL log too) without that list is read as lines."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        whole = _loads(text)
+    except json.JSONDecodeError:   # several lines of objects: JSONL
+        return None
+    history = whole.get("log_history") if isinstance(whole, dict) else None
+    return history if isinstance(history, list) else None
 
 
 def _no_nan(record: dict[str, Any], source: str, where: str) -> dict[str, Any]:
@@ -309,8 +343,9 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
                          fix=f"the log needs per-step keys such as {', '.join(VERL_STAGE_KEYS)}, "
                              f"{STEP_TIME_KEY} (verl), timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
                              f"(NeMo RL), timing/<generation|make_experience|ppo_train|broadcast|step_total> "
-                             "(OpenRLHF) or timing/<generate|fwd_logprobs_values_reward|policy_train|sync_weights|"
-                             "step> (SkyRL)")
+                             "(OpenRLHF), timing/<generate|fwd_logprobs_values_reward|policy_train|sync_weights|"
+                             "step> (SkyRL) or step_time and profiling/Time taken: GRPOTrainer.<vLLM.generate|"
+                             "sync_weights|_calculate_rewards> (TRL)")
     step_key = next((k for k in STEP_KEYS if k in raw.columns), None)
     timing_keys = [*present, *([step_time] if step_time else [])]
     raw = raw[raw[timing_keys].notna().any(axis=1)].reset_index(drop=True)  # rows of other metrics only
@@ -488,7 +523,7 @@ def write_jsonl(frame: pd.DataFrame, path: str | Path) -> Path:
 
 
 # Stage -> the key each framework logs it under (the first name of each stage in the tables above).
-LOG_FLAVOURS = ("verl", "nemo-rl", "openrlhf", "skyrl")
+LOG_FLAVOURS = ("verl", "nemo-rl", "openrlhf", "skyrl", "trl")
 
 
 def _log_key(stage: str, flavour: str) -> str | None:
@@ -498,6 +533,8 @@ def _log_key(stage: str, flavour: str) -> str | None:
         table, step = {"timing/generation": "generate", **OPENRLHF_STAGE_KEYS}, OPENRLHF_STEP_TIME_KEY
     elif flavour == "skyrl":
         table, step = SKYRL_STAGE_KEYS, SKYRL_STEP_TIME_KEY
+    elif flavour == "trl":
+        table, step = TRL_STAGE_KEYS, TRL_STEP_TIME_KEYS[0]
     else:
         table, step = {f"{NEMO_PREFIXES[0]}{k}": v for k, v in NEMO_STAGE_NAMES.items()}, "timing/train/total_step_time"
     if stage == "step_s":

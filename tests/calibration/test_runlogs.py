@@ -229,3 +229,33 @@ def test_a_nan_timing_or_a_negative_step_is_refused_not_dropped(tmp_path, name, 
     blank = tmp_path / "blank.csv"
     blank.write_text("step,timing_s/gen,perf/throughput\n1,10,\n2,11,500\n")
     assert list(read_run_log(blank).frame["generate"]) == [10.0, 11.0]
+
+
+def test_a_trl_trainer_state_is_read_through_its_log_history(tmp_path: Path) -> None:
+    """trainer_state.json (what every Hugging Face / TRL run writes): its log_history records, TRL's
+    step_time the step, its profiling timers the phases; the Trainer's other records (the final
+    summary, an eval) carry no timing and leave the steps alone."""
+    history = [{"step": 1, "step_time": 20.0, "loss": 0.1, "profiling/Time taken: GRPOTrainer.vLLM.generate": 12.0,
+                "profiling/Time taken: GRPOTrainer.sync_weights": 1.5,
+                "profiling/Time taken: GRPOTrainer._calculate_rewards": 0.2, "completions/mean_length": 300.0},
+               {"step": 2, "step_time": 22.0, "loss": 0.1, "profiling/Time taken: GRPOTrainer.vLLM.generate": 14.0,
+                "profiling/Time taken: GRPOTrainer.sync_weights": 1.5,
+                "profiling/Time taken: GRPOTrainer._calculate_rewards": 0.2, "completions/mean_length": 320.0},
+               {"step": 2, "train_runtime": 50.0, "train_samples_per_second": 3.0}]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 2, "log_history": history, "max_steps": 2}))
+    log = read_run_log(path)
+    assert list(log.frame["step_s"]) == [20.0, 22.0] and list(log.frame["generate"]) == [12.0, 14.0]
+    assert log.stage_means() == {"generate": 13.0, "sync_weights": 1.5, "reward": 0.2}
+    assert log.ignored == ["completions/mean_length", "loss", "train_runtime", "train_samples_per_second"]
+    one = tmp_path / "one.json"   # a one-record JSON log without log_history reads as a line, as before
+    one.write_text(json.dumps({"step": 1, "train/step_time": 9.0}))
+    assert list(read_run_log(one).frame["step_s"]) == [9.0]
+
+
+def test_trl_rloo_and_wandb_names(tmp_path: Path) -> None:
+    path = tmp_path / "trl.jsonl"
+    path.write_text(json.dumps({"train/global_step": 3, "train/step_time": 8.0,
+                                "profiling/Time taken: RLOOTrainer.transformers.generate": 5.0}) + "\n")
+    log = read_run_log(path)
+    assert list(log.frame["step"]) == [3] and log.stage_means() == {"generate": 5.0}
