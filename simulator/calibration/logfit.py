@@ -174,6 +174,7 @@ def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
     # state to the host, the engines woken); its fully-async run_training: the forwards and updates
     out["sync_weights"] = out["weight_sync"] + float(stages.get("switch_to_rollout", 0.0))
     out["run_training"] = out["logprobs"] + out.get("update_actor", 0.0) + out.get("update_critic", 0.0)
+    out.update(_areal_timers(summary, out))
     openrlhf = summary.get("openrlhf_timing_s") or {}   # output.timers: openrlhf (the hybrid engine)
     for name, stage in (("generation", "generate"), ("make_experience", "make_experience"),
                         ("ppo_train", "ppo_train"), ("broadcast", "broadcast")):
@@ -181,6 +182,22 @@ def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
             out[stage] = float(openrlhf[name])
     out["step_s"] = float(summary["steady_step_time_s"])
     return out
+
+
+def _areal_timers(summary: Mapping[str, Any], out: Mapping[str, float]) -> dict[str, float]:
+    """AReaL's `rollout` timer as the log names it (runlogs.AREAL_TIMER_STAGES): on split pools (kind
+    areal) the trainer's wait for its batch and its phases as AReaL times them, the mean of the steps
+    after the first (which waits for a whole generation: the warm-up a fit skips; all of them when
+    there is one); colocated, the generation it times (rlsim's `generate`)."""
+    steps = (summary.get("areal") or {}).get("per_step") or []
+    if not steps:
+        return {"rollout": out.get("generate", 0.0)}
+    steady = steps[1:] or steps
+    timers = {"rollout_s": "rollout", "recompute_logp_s": "old_log_prob", "ref_logp_s": "reference",
+              "critic_values_s": "values", "train_step_s": "update_actor", "critic_train_step_s": "update_critic",
+              "update_weights_s": "weight_sync"}
+    return {stage: float(sum(step[key] for step in steady) / len(steady))
+            for key, stage in timers.items() if key in steady[0]}
 
 
 def simulate_timings(scenario: Any, overrides: Sequence[str] = (), last_steps: int | None = None) -> dict[str, float]:

@@ -23,6 +23,12 @@ and as `train/step_time` to wandb, and its profiling timers as `profiling/Time t
 <GRPOTrainer|RLOOTrainer>.<name>` (extras/profiling.py): `vLLM.generate` / `transformers.generate` /
 `transformers.generate_batch` (-> generate), `sync_weights` (the weights into the engine, colocated
 with its weights woken first: SkyRL's stage of that name), `_calculate_rewards` (-> reward).
+AReaL (1.0.4, read in its wheel: trainer/rl_trainer.py) times each step's phases with
+`stats_tracker.record_timing`, logged as `timeperf/<name>` at the Trainer's global step:
+`rollout` (a stage of its own: colocated the generation, on split pools the trainer's wait for its
+batch), `recompute_logp` (-> old_log_prob), `ref_logp` (-> reference), `critic_values` (-> values),
+`train_step` (-> update_actor), `critic_train_step` (-> update_critic), `update_weights` (->
+weight_sync); it times no whole step.
 A JSONL file has one JSON object per line, a .json file may also hold one array of such objects
 (`run.history()` records) or a Trainer state (an object whose `log_history` is the records), a CSV
 has the keys as column names; a wandb panel export ("Step",
@@ -90,8 +96,13 @@ TRL_STAGE_NAMES: dict[str, str] = {"vLLM.generate": "generate", "transformers.ge
                                    "_calculate_rewards": "reward"}
 TRL_STAGE_KEYS: dict[str, str] = {f"{TRL_TIMER_PREFIX}{trainer}.{name}": stage for trainer in TRL_TRAINERS
                                   for name, stage in TRL_STAGE_NAMES.items()}
+# AReaL's stats_tracker.record_timing names (logged as timeperf/<name>) -> stage names.
+AREAL_TIMER_STAGES: dict[str, str] = {"rollout": "rollout", "recompute_logp": "old_log_prob", "ref_logp": "reference",
+                                      "critic_values": "values", "train_step": "update_actor",
+                                      "critic_train_step": "update_critic", "update_weights": "weight_sync"}
+AREAL_STAGE_KEYS: dict[str, str] = {f"timeperf/{name}": stage for name, stage in AREAL_TIMER_STAGES.items()}
 STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS, **OPENRLHF_STAGE_KEYS, **SKYRL_STAGE_KEYS,
-                              **TRL_STAGE_KEYS}
+                              **TRL_STAGE_KEYS, **AREAL_STAGE_KEYS}
 STAGES = tuple(dict.fromkeys(STAGE_KEYS.values()))
 STEP_TIME_KEY = "timing_s/step"
 OPENRLHF_STEP_TIME_KEY = "timing/step_total"
@@ -344,8 +355,9 @@ def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
                              f"{STEP_TIME_KEY} (verl), timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
                              f"(NeMo RL), timing/<generation|make_experience|ppo_train|broadcast|step_total> "
                              "(OpenRLHF), timing/<generate|fwd_logprobs_values_reward|policy_train|sync_weights|"
-                             "step> (SkyRL) or step_time and profiling/Time taken: GRPOTrainer.<vLLM.generate|"
-                             "sync_weights|_calculate_rewards> (TRL)")
+                             "step> (SkyRL), step_time and profiling/Time taken: GRPOTrainer.<vLLM.generate|"
+                             "sync_weights|_calculate_rewards> (TRL) or timeperf/<rollout|recompute_logp|ref_logp|"
+                             "train_step|update_weights> (AReaL)")
     step_key = next((k for k in STEP_KEYS if k in raw.columns), None)
     timing_keys = [*present, *([step_time] if step_time else [])]
     raw = raw[raw[timing_keys].notna().any(axis=1)].reset_index(drop=True)  # rows of other metrics only
@@ -523,7 +535,7 @@ def write_jsonl(frame: pd.DataFrame, path: str | Path) -> Path:
 
 
 # Stage -> the key each framework logs it under (the first name of each stage in the tables above).
-LOG_FLAVOURS = ("verl", "nemo-rl", "openrlhf", "skyrl", "trl")
+LOG_FLAVOURS = ("verl", "nemo-rl", "openrlhf", "skyrl", "trl", "areal")
 
 
 def _log_key(stage: str, flavour: str) -> str | None:
@@ -535,6 +547,8 @@ def _log_key(stage: str, flavour: str) -> str | None:
         table, step = SKYRL_STAGE_KEYS, SKYRL_STEP_TIME_KEY
     elif flavour == "trl":
         table, step = TRL_STAGE_KEYS, TRL_STEP_TIME_KEYS[0]
+    elif flavour == "areal":
+        table, step = AREAL_STAGE_KEYS, None   # AReaL times no whole step
     else:
         table, step = {f"{NEMO_PREFIXES[0]}{k}": v for k, v in NEMO_STAGE_NAMES.items()}, "timing/train/total_step_time"
     if stage == "step_s":

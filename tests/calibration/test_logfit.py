@@ -273,3 +273,26 @@ def test_a_trl_log_round_trips_through_its_own_timers() -> None:
     fit = logfit.fit_runs([logfit.LoggedRun(log, SCENARIO)], list(TRUE), max_evaluations=20)
     for key, true in TRUE.items():
         assert fit.values[key] == pytest.approx(true, rel=0.05)
+
+
+def test_an_areal_log_round_trips_through_its_own_timers() -> None:
+    """AReaL's timeperf/<name> timers on split pools (kind areal): `rollout` the trainer's wait for
+    its batch, the passes as AReaL times them (the steps after the first); no whole step is timed.
+    The known parameters recovered within 5%; colocated, its rollout timer is the generation."""
+    scenario = {**SCENARIO, "iterations": 4, "schedule": {"kind": "areal", "rollout_devices": 2}}
+    true = {k: TRUE[k] for k in ("workload.inference.step_overhead_s", "topology.device.gemm_efficiency")}
+    stages = ("rollout", "old_log_prob", "reference", "update_actor", "weight_sync")
+    truth = logfit.simulate_timings(scenario, _true_items(true))
+    assert 0 < truth["rollout"] < truth["generate"]        # the wait: the trainer's own work overlaps
+    frame = timings_log(np.random.default_rng(0), {s: truth[s] for s in stages}, steps=6, noise=0.003,
+                        flavour="areal")
+    assert set(frame.columns) - {"step"} == {"timeperf/rollout", "timeperf/recompute_logp", "timeperf/ref_logp",
+                                             "timeperf/train_step", "timeperf/update_weights"}
+    log = _normalize(frame.assign(**{"timeperf/save": 0.5}), "<log>")
+    assert log.timings == ["old_log_prob", "reference", "update_actor", "weight_sync", "rollout"]
+    assert log.ignored == ["timeperf/save"]
+    fit = logfit.fit_runs([logfit.LoggedRun(log, scenario)], list(true), max_evaluations=20)
+    for key, value in true.items():
+        assert fit.values[key] == pytest.approx(value, rel=0.05)
+    colocated = logfit.simulate_timings(SCENARIO, _true_items(true))
+    assert colocated["rollout"] == colocated["generate"]
