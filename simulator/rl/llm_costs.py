@@ -720,17 +720,19 @@ class LlmCosts:
         return a * float(x.sum()) + slope * float(np.dot(x, x))
 
     def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact, scored: Any = None) -> StageCost:
-        """Exact cost for the first batch of each (kind, model, pool key, batch size, whether its head
-        scores the responses alone); later batches scale it by model FLOPs (same layout, same
-        micro-batch count: time ~ work; a scoring head keeps the first batch's response share). Roles
-        with the same architecture (old-logprob and reference forwards) share one evaluation, and so
-        do pools of one key (same devices and links)."""
-        if not self.reuse:
-            return exact()
+        """Exact cost for the first batch of each (kind, model, pool key, batch size); later batches
+        scale it by model FLOPs (same layout, same micro-batch count: time ~ work). Roles with the
+        same architecture (old-logprob and reference forwards) share one evaluation, and so do pools
+        of one key (same devices and links). A head that projects the responses alone
+        (head_response_only) is priced exactly every batch: its share of a pass follows the batch's
+        response share, and in a forward pass (the logits' memory-bound passes) more than its FLOPs'
+        share, which the scaling by work mispriced (-22% on a forward at a response share of 0.93
+        scaled from 0.22; tests/rl/test_llm_costs.py)."""
         # the role's trainer constants too: a host-resident reference costs what the actor's pass does not
         params = self.params_of(role, kind)
-        key = (kind, self.models[role], id(params), pool.key, len(seq_lens),
-               _head_tokens(params, scored) is not None)
+        if not self.reuse or _head_tokens(params, scored) is not None:
+            return exact()
+        key = (kind, self.models[role], id(params), pool.key, len(seq_lens))
         work = self._work(role, seq_lens)
         if key not in self._ref:
             self._ref[key] = (work, exact())
@@ -748,8 +750,7 @@ class LlmCosts:
 
     def forward(self, role, seq_lens, ranks, scored=None) -> StageCost:
         """``scored``: each sample's response tokens, which the head projects alone where the pass's
-        constants say so (scores_responses); the cost of a batch's first evaluation, rescaled by work
-        for later batches of its size (_reused), keeps that batch's response share."""
+        constants say so (scores_responses; then priced exactly each batch, _reused)."""
         pool = self.pool(ranks)
         cost = self._reused("fwd", role, seq_lens, pool, lambda: self._forward(role, seq_lens, pool, scored), scored)
         if role != "reference" or not self.scenario.schedule.reference_swap_copies:

@@ -458,3 +458,26 @@ def test_a_head_that_scores_the_responses_alone_is_given_them_by_the_training_st
     scoring = LlmCosts(on_sc, load_topology(on_sc.topology))
     assert scoring.scores_responses
     assert scoring.forward("actor", lens, range(8), scored=responses).time_s < scoring.forward("actor", lens, range(8)).time_s
+
+
+def test_a_scoring_head_is_priced_at_each_batchs_own_response_share():
+    """Stage-cost reuse scales a batch size's first cost by work; a head over the responses alone
+    (head_response_only) follows the response share instead, so its passes are priced exactly: a
+    later batch of the same lengths but another share costs what it costs alone."""
+    def costs(reuse: bool) -> LlmCosts:
+        sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="colocated", iterations=1,
+                           overrides=["workload.model=qwen2.5-1.5b", "workload.train_params.compute.head_response_only=true",
+                                      "workload.prompts_per_step=16", "workload.mini_batch_prompts=16",
+                                      f"schedule.reuse_stage_costs={str(reuse).lower()}"])
+        return LlmCosts(sc, load_topology(sc.topology))
+
+    lens = np.array([1500, 900] * 8)
+    short, long = np.array([300, 200] * 8), np.array([1400, 800] * 8)
+    reused, exact = costs(True), costs(False)
+    for kind in ("forward", "train"):
+        getattr(reused, kind)("actor", lens, range(8), scored=short)
+        later = getattr(reused, kind)("actor", lens, range(8), scored=long).time_s
+        alone = getattr(exact, kind)("actor", lens, range(8), scored=long).time_s
+        assert later == alone
+        assert alone > 1.1 * getattr(exact, kind)("actor", lens, range(8), scored=short).time_s   # the share matters
