@@ -489,15 +489,15 @@ class PlannerReplanner:
         return ReplanOutcome(list(rp.survivors), lay, rp.planning_cost_s)
 
     def on_rollout_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any]) -> ReplanOutcome:
-        """Split pools: the rollout pool keeps its instance layout (TP, EP, max_num_seqs: engines are
-        restarted, not resharded); the planner re-judges it on the survivors (plan_rollout with that
-        layout only), which is the planning cost counted."""
+        """Split pools: the rollout pool keeps its instance layout (TP, EP, PP, max_num_seqs: engines
+        are restarted, not resharded); the planner re-judges it on the survivors (plan_rollout with
+        that layout only), which is the planning cost counted."""
         alive = survivors_after(self.topology, pool_ranks, failed, self.recovery.drop_whole_node)
         if not alive:   # nothing to plan: the runner says the pool is gone (split_failures.py)
             return ReplanOutcome([], None, 0.0)
         lay = self.sc.workload.rollout_layout
         lay = lay if isinstance(lay, dict) else {}
-        fixed = {k: [int(lay[k])] for k in ("tp", "ep", "max_num_seqs") if k in lay}
+        fixed = {k: [int(lay[k])] for k in ("tp", "ep", "pp", "max_num_seqs") if k in lay}
         p_med, r_med, _ = _lengths(self.sc)
         space = self.settings.rollout.model_copy(update={"prompt_len": p_med, "response_len": r_med, **fixed})
         space, inference, at_layout = engine_rollout(self.sc.workload, self.topology, alive, space, set(fixed))

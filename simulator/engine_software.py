@@ -337,10 +337,15 @@ def overlaps_without_stages(name: str) -> bool:
 
 
 def _without_overlap_on_stages(name: str, inference: dict[str, Any], layout: Any) -> dict[str, Any]:
-    stages = layout.get("pp") if isinstance(layout, Mapping) else None
-    if overlaps_without_stages(name) and isinstance(stages, int) and stages > 1:
+    if overlaps_without_stages(name) and _staged(layout):
         return {**inference, "async_scheduling": False}
     return inference
+
+
+def _staged(layout: Any) -> bool:
+    """Whether a rollout layout (a mapping, or 'auto') gives pipeline stages."""
+    stages = layout.get("pp") if isinstance(layout, Mapping) else None
+    return isinstance(stages, int) and stages > 1
 
 
 def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[str, Any],
@@ -358,9 +363,8 @@ def resolved(name: str | None, inference: InferenceParams, rollout_layout: dict[
     overlay_inference, overlay_rollout = engine_values(name, devices, inference.max_model_len, tp if valid_tp else 1)
     update = {k: v for k, v in overlay_inference.items() if k not in inference.model_fields_set}
     layout = {**overlay_rollout, **rollout_layout}
-    if _without_overlap_on_stages(name, {"async_scheduling": inference.async_scheduling}, layout)["async_scheduling"] \
-            != inference.async_scheduling:
-        update["async_scheduling"] = False
+    if inference.async_scheduling and overlaps_without_stages(name) and _staged(layout):
+        update["async_scheduling"] = False   # SGLang's overlap scheduler, off with stages (given_under_engine)
     engine = engine_software(name)
     seqs = layout.get("max_num_seqs")
     if engine.graph_cap is not None and "cuda_graph_max_batch" in update and isinstance(seqs, int):

@@ -401,3 +401,23 @@ def test_a_failure_while_stalesyncs_tail_group_waits_for_the_trainers_leaves_no_
     r = simulator.simulate(overrides=["schedule.failures=[{at_s: 900, fail: 'node:3'}]"], iterations=4)
     s = r.summary
     assert np.allclose(per_device_time(r.timeline, s["devices"]), s["makespan_s"])
+
+
+def test_a_rollout_failure_re_judges_the_engines_with_their_pipeline_stages(dis_base, monkeypatch):
+    """The split pools' rollout re-plan keeps the instance layout, its stages included: the planner
+    is asked for that layout (pp 2), not for engines of one stage that may not fit."""
+    import simulator.autoplan as autoplan
+
+    asked = []
+    real = autoplan.plan_rollout
+
+    def spy(*args, **kwargs):
+        asked.append(list(kwargs["space"].pp))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autoplan, "plan_rollout", spy)
+    ends = [it["end"] for it in dis_base.record.iterations]
+    t_f = ends[0] + 0.5 * (dis_base.record.iterations[1]["start"] - ends[0])
+    r = _dis(t_f, "node:1", "workload.rollout_layout={tp: 1, pp: 2, gpu_memory_utilization: 0.6}")
+    (f,) = r.summary["failures"]
+    assert f["pools"] == ["rollout"] and asked == [[2]]
