@@ -866,8 +866,8 @@ KNOB_REASONS = {**{k: "it needs rollout to run ahead of training (staleness >= 1
                                        "another on the devices that train",
                 "aux_devices": "a pool of its own for the reference, reward and critic is built beside the "
                                "training pool of the kinds that train one step at a time there (disaggregated, "
-                               "one-step-off, async, stalesync on split pools); colocated: fuse: actor with "
-                               "aux_fraction",
+                               "one-step-off, async, stalesync on split pools); colocated: {reward: N} (verl's "
+                               "reward_pool), or fuse: actor with aux_fraction",
                 "round_batches": "only one-step-off trains step k on round k (verl's one_step_off_policy)",
                 "failures": "failures are modelled on colocated placements and synchronous split pools",
                 "recovery": "failures are modelled on colocated placements and synchronous split pools"}
@@ -1329,10 +1329,26 @@ def _made_on_first_use(make: Callable[[], type[ScheduleConfig]]) -> Callable[[],
 def _colocated() -> type[ScheduleConfig]:
     class ColocatedSchedule(ScheduleConfig):
         """Synchronous RL on one pool: every stage time-shares the devices (RL Fusion / hybrid engine)."""
-        ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS | {"reward_during_forwards",
-                                                                               "between_gen_batches",
-                                                                               "recompute_logprob"}
+        ACCEPTS: ClassVar[frozenset[str]] = COLOCATED_KNOBS | FAILURE_KNOBS | AUX_POOL_KNOBS | {
+            "reward_during_forwards", "between_gen_batches", "recompute_logprob"}
         kind: Literal["colocated"] = "colocated"
+
+        @field_validator("aux_devices", mode="after")
+        @classmethod
+        def _reward_pool_only(cls, value: Any, info: ValidationInfo) -> Any:
+            """verl's reward_pool (main_ppo.py init_resource_pool_mgr): the reward model on devices
+            of its own, which the hybrid engine's driver hands each batch and waits for
+            (ray_trainer.py: compute_rm_score before the log-prob passes). The colocated step has no
+            other aux pool: fuse: actor keeps its own (aux_fraction)."""
+            if value is None:
+                return value
+            if not (isinstance(value, dict) and list(value) == ["reward"]):
+                raise ValueError("a colocated step sets apart the reward model's pool alone ({reward: N}: verl's "
+                                 "reward_pool, scored in the driver's turn); give {reward: N}, or fuse: actor with "
+                                 "aux_fraction for the reference, reward and critic beside the actor")
+            if (info.data or {}).get("fuse", "full") != "full":
+                raise ValueError("fuse: actor has its own aux pool (aux_fraction): give one of them")
+            return value
     return ColocatedSchedule
 
 
@@ -2190,8 +2206,9 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
 def has_framework_timers(sched: ScheduleConfig) -> bool:
     """Whether the summary carries framework timer names (metrics.verl_timing): a step run as verl's
     hybrid engine (colocated, fuse: full) or one_step_off_policy runs it: one phase after another on
-    the trainer (an aux pool runs some beside the others, which verl's timers do not split)."""
-    if sched.aux_devices is not None:
+    the trainer (an aux pool of split pools runs some beside the others, which verl's timers do not
+    split; the colocated step's reward pool scores in the driver's turn, verl's `reward`)."""
+    if sched.aux_devices is not None and sched.kind != "colocated":
         return False
     return sched.kind == "one-step-off" or (sched.kind == "colocated" and sched.fuse == "full")
 

@@ -507,8 +507,12 @@ RULES: dict[str, Rule] = {
     "reward_model.model.fsdp_config.param_offload": ignored(
         "verl's RewardModelWorker keeps its shards on the host whatever this says (CPUOffload / CPUOffloadPolicy "
         "always): workload.reward.cpu_offload"),
-    "reward_model.enable_resource_pool": unsupported("a reward model on a pool of its own is not modelled",
-                                                     neutral=False),
+    "reward_model.enable_resource_pool": mapped("schedule.aux_devices", "true: verl's reward_pool (main_ppo.py "
+                                                "init_resource_pool_mgr) of reward_model.nnodes x n_gpus_per_node "
+                                                "GPUs beside the job's, the reward model's forward on them while the "
+                                                "hybrid engine's driver waits (ray_trainer.py compute_rm_score, "
+                                                "before the log-prob passes): {reward: N}; on the split-pool "
+                                                "trainers not modelled"),
     **{f"reward_model.{k}": ignored("read with enable_resource_pool only") for k in ("nnodes", "n_gpus_per_node")},
     "reward_model.sandbox_fusion.url": unsupported("a code sandbox's execution time is not modelled (give it as "
                                                    "workload.reward.cpu_s_per_sample)", neutral=None),
@@ -805,9 +809,11 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
                      f"{A}.actor.strategy is {strategy}: this backend's settings do not apply", decided)
     sched = _schedule(values, recipe, workload, decided)
     _reward_model(values, recipe, workload, decided)
+    reward_pool = _legacy_reward_pool(values, recipe, sched, decided)
     _distillation(values, workload, decided)
     user_sizes = any(k.startswith("topology.") or k.startswith("schedule.rollout") for k in user_sets)
     served = [("reward model", "reward.reward_model", workload["reward"].get("served", {}).get("devices", 0)),
+              ("reward model", "reward_model", reward_pool),
               ("teacher", "distillation", workload.get("distillation", {}).get("devices", 0))]
     result.scenario["topology"] = _topology(values, recipe, sched, topology, user_sizes, served)
     if not user_sizes:   # the trainer's world: trainer.nnodes x n_gpus_per_node (its own pool when split)
@@ -1563,6 +1569,28 @@ def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) 
                          field=f"{m}.target_modules", fix="give all-linear or a list such as [q_proj, v_proj]")
     w["lora"] = {"rank": rank, "targets": "all-linear" if names == ["all-linear"] else names}
     v.result.notes.append(LORA_NOTE)
+
+
+def _legacy_reward_pool(v: Values, recipe: str, sched: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> int:
+    """verl 0.6 / 0.7's reward model (reward_model.enable) on a reward_pool of its own: the hybrid
+    engine's step hands its batch to it and waits (schedule.aux_devices {reward: N}, set apart after
+    the actor's devices). Its devices, or 0: no pool, or a trainer this is not modelled on (said)."""
+    key = "reward_model.enable_resource_pool"
+    if not (v.flag("reward_model.enable") and v.flag(key)):
+        return 0
+    if recipe != "colocated":
+        decided[key] = ("unsupported", f"a reward model on a pool of its own beside verl's {recipe} trainer is not "
+                                       "modelled (the hybrid engine's is: schedule.aux_devices {reward: N})")
+        return 0
+    per_node, nodes = v.count("reward_model.n_gpus_per_node"), v.natural("reward_model.nnodes")
+    if not nodes:   # main_ppo checks n_gpus_per_node, then "config.reward_model.nnodes must be greater than 0"
+        raise RlsimError("reward_model.enable_resource_pool without a pool (reward_model.nnodes 0)",
+                         source=v.result.source, field="reward_model.nnodes",
+                         fix="pass reward_model.nnodes=N reward_model.n_gpus_per_node=G")
+    sched["aux_devices"] = {"reward": nodes * per_node}
+    for name in ("nnodes", "n_gpus_per_node"):
+        decided[f"reward_model.{name}"] = ("mapped", "schedule.aux_devices: the reward pool's nodes x GPUs a node")
+    return nodes * per_node
 
 
 def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[str, tuple[Status, str]]) -> None:

@@ -60,7 +60,8 @@ def split_warning(schedule: ScheduleConfig, n_devices: int, pools: dict[str, Poo
 
 def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
                 train_group_devices: int, source: str = "<scenario>", unit_text: str = "") -> dict[str, Pool]:
-    """colocated: {actor} (fuse=full) or {actor, aux} (fuse=actor); otherwise {rollout, train}, and
+    """colocated: {actor} (fuse=full), with schedule.aux_devices {actor, aux-reward} (verl's reward
+    pool after the actor's devices), or {actor, aux} (fuse=actor); otherwise {rollout, train}, and
     with schedule.aux_devices {rollout, train, aux}: the aux pool's devices set apart first, after the
     training pool's, the rest split.
     ``train_group_devices``: the training pool's granule (TrainLayout.pool_unit: whole replicas that
@@ -70,13 +71,17 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
     unit = math.lcm(instance_devices, train_group_devices)
     if schedule.effective_placement == "colocated":
         if schedule.fuse == "full":
-            count = _round_down(n_devices, unit)
+            aux = _aux_devices(schedule, n_devices, instance_devices, train_group_devices, source)
+            count = _round_down(n_devices - aux, unit)
             if count == 0:
-                raise RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices}"
+                raise RlsimError(f"{n_devices - aux} devices cannot hold one training replica of {train_group_devices}"
                                  f"{why} and one rollout instance of {instance_devices}", source=source,
                                  field="workload.train_layout",
                                  fix="use fewer TP x PP (with experts: a smaller ep or etp) or more devices")
-            return {"actor": Pool("actor", 0, count)}
+            pools = {"actor": Pool("actor", 0, count)}
+            for name, size in aux_pool_sizes(schedule).items():   # the reward model's, after the actor's
+                pools[name] = Pool(name, n_devices - aux, size)
+            return pools
         aux = max(1, round(n_devices * schedule.aux_fraction))
         actor = _round_down(n_devices - aux, unit)
         aux = n_devices - actor

@@ -3,7 +3,8 @@
 Per iteration: switch to rollout (optimizer + gradients offloaded to host, KV cache allocated) ->
 generate -> switch to training -> forward stages -> train -> weight sync (reshard from the training
 to the inference layout). ``fuse: actor`` puts reference / reward / critic on a small aux pool;
-``fuse: full`` runs them on the same cards.
+``fuse: full`` runs them on the same cards, or with ``aux_devices: {reward: N}`` the reward model on
+devices of its own, scored in the driver's turn before the log-prob passes (verl's reward_pool).
 
 StaleSync on this placement (staleness >= 1, threshold f < 1): once B eligible samples exist
 (the previous round's tail plus a share f of this round), the still-running sequences are
@@ -36,11 +37,17 @@ class ColocatedRun:
 
     def __init__(self, ctx: Context):
         self.ctx, self.env = ctx, ctx.env
-        actor, aux_pool = ctx.pools["actor"], ctx.pools.get("aux")
+        actor = ctx.pools["actor"]
+        aux_name = next((name for name in ("aux", "aux-reward") if name in ctx.pools), None)
+        aux_pool = ctx.pools[aux_name] if aux_name else None
         self.d = ctx.costs.instance_devices
         self.n_inst, self.n_actor = actor.count // self.d, actor.count
         self.actor: Clock = GroupClock(ctx.timeline, "actor", actor.start, actor.count)
-        self.aux = GroupClock(ctx.timeline, "aux", aux_pool.start, aux_pool.count) if aux_pool else None
+        self.aux = GroupClock(ctx.timeline, aux_name, aux_pool.start, aux_pool.count) if aux_pool else None
+        # as TrainStep.run takes it: fuse: actor's pool runs every aux role beside the actor's passes;
+        # verl's reward pool the reward model alone, in the driver's turn (before the log-prob passes)
+        self.aux_in_turn = aux_name == "aux-reward"
+        self.aux_roles: Clock | dict[str, Clock] | None = {"reward": self.aux} if self.aux_in_turn else self.aux
         self.parts: tuple[int, list] | None = None    # StaleSync's trainers and tail group while apart
         ctx.clocks += [self.actor] + ([self.aux] if self.aux else [])
         ctx.start_clock(self.actor)
@@ -278,7 +285,8 @@ class ColocatedRun:
         yield env.timeout(max(0.0, clock.cursor - env.now))   # the cursor may trail now by a rounding
         if aux:
             aux.idle("dependency", env.now, k)
-        yield from ctx.trainer.run(k, ids, clock, aux, rewards_at=rewards_at, skip=skipped_forwards(ctx.sched))
+        yield from ctx.trainer.run(k, ids, clock, self.aux_roles, rewards_at=rewards_at,
+                                   skip=skipped_forwards(ctx.sched), aux_in_turn=self.aux_in_turn)
         sync_s = ctx.costs.weight_sync_s(clock.ranks, sync_to)
         clock.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
         ctx.add_stage_time("weight_sync", sync_s)

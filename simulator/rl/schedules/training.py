@@ -124,9 +124,12 @@ class TrainStep:
 
     # ---- the step -----------------------------------------------------------------------------
     def run(self, k: int, ids: np.ndarray, main: Clock, aux: AuxClocks = None, *,
-            mini_batches: int | None = None, skip: frozenset[str] = frozenset(), rewards_at: float | None = None):
+            mini_batches: int | None = None, skip: frozenset[str] = frozenset(), rewards_at: float | None = None,
+            aux_in_turn: bool = False):
         """Consume ``ids`` at iteration k on ``main`` (the reference / reward / critic passes on
-        ``aux`` when given, one clock or one per role, in parallel with the actor's own). ``mini_batches``: optimizer steps per epoch (default
+        ``aux`` when given, one clock or one per role, in parallel with the actor's own; with
+        ``aux_in_turn`` before them, main waiting: a single controller's blocking calls, verl's reward
+        pool). ``mini_batches``: optimizer steps per epoch (default
         the workload's); ``skip``: stage names not run (e.g. old_logprob when the rollout's own
         log-probs are used); ``rewards_at``: when the batch's rewards are in, if they are scored
         during the forwards (the update waits for them). A simpy process body: yield from it."""
@@ -147,7 +150,7 @@ class TrainStep:
         ctx.add_stage_time("fetch", env.now - t_start)
         # each sample's response tokens, for costs whose output layer projects those alone (TRL's head)
         responses = store.at("response_len", ids) if getattr(self.costs, "scores_responses", False) else None
-        t_forward = self._forwards(k, lens, main, aux, env.now, skip, responses)
+        t_forward = self._forwards(k, lens, main, aux, env.now, skip, responses, aux_in_turn)
         if rewards_at is not None and rewards_at > t_forward:
             for clock in role_clocks(main, aux)[1]:
                 clock.idle("dependency", rewards_at, k, label="reward")
@@ -162,15 +165,23 @@ class TrainStep:
             "queue_read_bytes": load.read_bytes, "queue_payload_bytes": load.payload_bytes})
 
     def _forwards(self, k: int, lens: np.ndarray, main: Clock, aux: AuxClocks, t0: float,
-                  skip: frozenset[str], responses: np.ndarray | None = None) -> float:
+                  skip: frozenset[str], responses: np.ndarray | None = None, aux_in_turn: bool = False) -> float:
         """Forward stages: actor-side ones on main; reference / reward / critic on their aux clock
-        when split (each clock's stages in turn, the clocks side by side)."""
+        when split (each clock's stages in turn, the clocks side by side; ``aux_in_turn``: the aux
+        clocks' stages first, main's after them)."""
         totals = self.ctx.totals
         by_role, clocks = role_clocks(main, aux)
         ends = [t0] * len(clocks)
         for clock in clocks[1:]:   # the aux pools wait while the trainer fetches the batch
             clock.idle("dependency", t0, k, label="distqueue")
-        for stage in [st for st in self.ctx.alg.of_kind(FORWARD) if st.name not in skip]:
+        stages = [st for st in self.ctx.alg.of_kind(FORWARD) if st.name not in skip]
+        if aux_in_turn:
+            aside = [st for st in stages if by_role.get(st.role, main) is not main]
+            stages = aside + [st for st in stages if st not in aside]
+        for stage in stages:
+            if aux_in_turn and by_role.get(stage.role, main) is main and ends[0] < max(ends):
+                ends[0] = max(ends)   # the driver waited for the aux pool's answer (not a rule reward's)
+                main.idle("dependency", ends[0], k, label="aux pool")
             clock = by_role.get(stage.role, main)
             side = next(i for i, seen in enumerate(clocks) if seen is clock)
             cost = self.costs.forward(stage.role, lens, clock.ranks, **_scored(responses))

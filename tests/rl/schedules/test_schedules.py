@@ -169,7 +169,8 @@ def test_a_pool_per_model_is_checked_against_the_models(aux_devices, words):
 
 
 def test_aux_devices_are_a_split_pool_knob_without_failures():
-    with pytest.raises(RlsimError, match="aux_devices.*applies to kind: disaggregated / one-step-off"):
+    # colocated takes the reward model's pool alone (verl's reward_pool: test_colocated_reward_pool.py)
+    with pytest.raises(RlsimError, match="reward model's pool alone"):
         scenario("colocated", aux_devices=4)
     with pytest.raises(RlsimError, match="verl-fully-async"):
         scenario("verl-fully-async", aux_devices=4)
