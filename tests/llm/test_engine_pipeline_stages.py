@@ -158,3 +158,17 @@ def test_every_sequence_finishes_once_and_the_array_run_equals_the_event_loop(le
         finally:
             inference.FAST_RUN_MIN_SEQUENCES = old
     assert finishes[0] == finishes[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=st.sampled_from([DENSE, MOE, HYBRID]), pp=st.sampled_from([1, 2, 3, 4]), tp=st.sampled_from([1, 2]),
+       n=st.integers(1, 512), context=st.integers(1, 4000))
+def test_a_step_never_beats_the_instances_roofline(model, pp, tp, n, context):
+    """A decode step of n sequences on tp x pp devices is at least a token's way through every stage
+    in turn, each TP group reading its layers' weights at the engine's HBM rate (stages add devices,
+    not a shorter path), and at least the step's FLOPs over all the devices at their peak."""
+    cost = StepCost(model, H100, RolloutLayout(tp=tp, pp=pp, max_num_seqs=512))
+    dense = (model.params_total - model.params_routed_experts - model.params_embedding) * 2.0   # bf16
+    flops = 2.0 * model.params_compute * n
+    floor = max(dense / (tp * cost.bw), flops / (tp * pp * H100.peak("bf16")))
+    assert cost.decode_step_s(n, n * context) >= floor * (1 - 1e-9)
