@@ -22,7 +22,7 @@ import numpy as np
 
 from ..atomic import write_text_atomic
 from ..errors import RlsimError
-from .runlogs import OTHER_KEYS, RunLog, no_steps_left, stages_from_summary
+from .runlogs import AREAL_TIMER_STAGES, OTHER_KEYS, RunLog, no_steps_left, stages_from_summary
 
 
 @dataclass(frozen=True)
@@ -193,9 +193,7 @@ def _areal_timers(summary: Mapping[str, Any], out: Mapping[str, float]) -> dict[
     if not steps:
         return {"rollout": out.get("generate", 0.0)}
     steady = steps[1:] or steps
-    timers = {"rollout_s": "rollout", "recompute_logp_s": "old_log_prob", "ref_logp_s": "reference",
-              "critic_values_s": "values", "train_step_s": "update_actor", "critic_train_step_s": "update_critic",
-              "update_weights_s": "weight_sync"}
+    timers = {f"{name}_s": stage for name, stage in AREAL_TIMER_STAGES.items()}   # per_step's keys
     return {stage: float(sum(step[key] for step in steady) / len(steady))
             for key, stage in timers.items() if key in steady[0]}
 

@@ -208,12 +208,11 @@ def _json_object(text: str, source: str, where: str) -> dict[str, Any]:
 
 def _records_jsonl(path: Path) -> list[dict[str, Any]]:
     text = path.read_text(encoding="utf-8")
-    state = _trainer_state(text)
-    if state is not None:     # a Hugging Face Trainer state (trainer_state.json: TRL): its log_history
-        text = json.dumps(state)
-    if text.lstrip().startswith("["):     # one JSON array of records (wandb run.history() as JSON)
+    # a Hugging Face Trainer state (trainer_state.json: TRL): its log_history, already parsed
+    records = _trainer_state(text)
+    if records is not None or text.lstrip().startswith("["):   # or one JSON array (wandb run.history())
         try:
-            records = _loads(text)
+            records = records if records is not None else _loads(text)
         except json.JSONDecodeError as exc:
             raise RlsimError(f"not a JSON array of records: {exc.msg}", source=str(path),
                              fix="write one JSON object per line, or one array of objects") from None
