@@ -134,6 +134,7 @@ def test_referenced_files_follow_workload_and_topology_options(tmp_path, monkeyp
     assert BaseScenario(workload="w.yaml").fingerprint() != before
 
 
+@pytest.mark.wall_clock
 def test_yaml_alias_bomb_in_a_referenced_file_is_walked_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]

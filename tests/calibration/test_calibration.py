@@ -183,6 +183,7 @@ def _worst_fit_error(sizes: list[int], times: list[float]) -> tuple[float, list[
     return max(abs(e) for e in errors), [f"{e:+.0%}" for e in errors]
 
 
+@pytest.mark.wall_clock
 def test_gloo_collective_fit_reproduces_measured_times_within_20_percent() -> None:
     """Acceptance: 2 gloo processes, all-reduce over 4 KiB..16 MiB, latency/bandwidth fit."""
     backend = get_backend("torch", "cpu", timing=TimingPolicy(samples=25, min_batch_s=2e-3))

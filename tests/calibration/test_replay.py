@@ -20,6 +20,7 @@ def _calibrate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str
     return code, captured.out, captured.err
 
 
+@pytest.mark.wall_clock
 def test_cpu_calibration_and_replay_meet_the_acceptance_bounds(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cpu.yaml"
