@@ -79,8 +79,24 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _target(args: argparse.Namespace, grid: dict[str, list[Any]]) -> Any:
+    """The capacity target of --target-tokens-per-s / --target-step-time-s (None without one);
+    --search beside several keys or without a target is an error."""
     from ..capacity import Target
+    if args.target_tokens_per_s is None and args.target_step_time_s is None:
+        if args.search is not None:   # it would be read past: a sweep without a target runs every point
+            raise RlsimError(f"--search {args.search} chooses how a capacity search (--target-tokens-per-s or "
+                             "--target-step-time-s) walks one --grid key; this sweep has no target and runs every "
+                             "point", field="--search", fix="add a --target-*, or drop --search")
+        return None
+    if args.search is not None and len(grid) > 1:   # several keys: swept in full, the cheapest picked
+        raise RlsimError(f"--search {args.search} walks one --grid key; with {len(grid)} keys every point runs "
+                         "and the cheapest that meets the target is picked", field="--search",
+                         fix="drop --search, or search one key")
+    return Target(args.target_tokens_per_s, args.target_step_time_s)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..sweep import (
         BaseScenario,
         ResultsStore,
@@ -117,17 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         store = ResultsStore(args.out / f"results.{args.format}")
     prices = _parse_prices(args.price)
-    target = None
-    if args.target_tokens_per_s is not None or args.target_step_time_s is not None:
-        target = Target(args.target_tokens_per_s, args.target_step_time_s)
-        if args.search is not None and len(grid) > 1:   # several keys: swept in full, the cheapest picked
-            raise RlsimError(f"--search {args.search} walks one --grid key; with {len(grid)} keys every point runs "
-                             "and the cheapest that meets the target is picked", field="--search",
-                             fix="drop --search, or search one key")
-    elif args.search is not None:   # it was read past: a sweep without a target runs every point
-        raise RlsimError(f"--search {args.search} chooses how a capacity search (--target-tokens-per-s or "
-                         "--target-step-time-s) walks one --grid key; this sweep has no target and runs every point",
-                         field="--search", fix="add a --target-*, or drop --search")
+    target = _target(args, grid)
     evaluate = functools.partial(simulate_point, base)
     evaluate, fingerprint = sweep_replicated(base, seeds, evaluate, fingerprint)
 

@@ -133,8 +133,6 @@ class StepCost:
         self.ranks = list(ranks) if ranks is not None else None
         if self.ranks is not None and len(self.ranks) != layout.devices_per_instance:
             raise ValueError(f"an instance needs {layout.devices_per_instance} ranks, got {len(self.ranks)}")
-        wbytes = dtype_bytes(layout.weight_dtype, f"{layout_field}.weight_dtype")
-        kvbytes = dtype_bytes(layout.kv_dtype, f"{layout_field}.kv_dtype")
         self.devices = tp * ep   # one pipeline stage's
         # Pipeline stages: the fullest holds ceil(L / pp) of the L layers (vLLM's get_pp_indices
         # splits them evenly); each device keeps that share of the weights, the KV and the Mamba
@@ -142,7 +140,20 @@ class StepCost:
         self.pp = layout.pp
         self.stage_share = math.ceil(model.num_layers / self.pp) / model.num_layers if self.pp > 1 else 1.0
         self.pipeline_factor = self.pp * self.stage_share
-        share = self.stage_share
+        self._place_memory(model, device, layout, params, layout_field)
+        self._set_rates(model, device, layout, params, layout_field)
+        self._comm_cache: dict[float, float] = {}
+        self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
+        self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
+        self._per_n_table = np.full((1, 6), np.nan)                # per_n_rows: _per_n by n
+
+    def _place_memory(self, model: ModelSpec, device: Any, layout: RolloutLayout, params: InferenceParams,
+                      layout_field: str) -> None:
+        """What one device holds (its share of the weights, the KV cache per token, the Mamba state)
+        and the KV capacity left; RlsimError when the weights leave no room for it."""
+        tp, ep, share = layout.tp, layout.ep, self.stage_share
+        wbytes = dtype_bytes(layout.weight_dtype, f"{layout_field}.weight_dtype")
+        kvbytes = dtype_bytes(layout.kv_dtype, f"{layout_field}.kv_dtype")
         # Weights per device: non-expert part / tp; routed experts / (tp ep); a stage's share of both.
         self.expert_bytes_dev = model.params_routed_experts * wbytes / (tp * ep) * share
         self.dense_bytes_dev = (model.params_total - model.params_routed_experts) * wbytes / tp * share
@@ -181,7 +192,12 @@ class StepCost:
                                     if self.kv_bytes_per_token_dev > 0 else UNBOUNDED_KV_TOKENS)
         self.kv_capacity_tokens = ep * self.kv_capacity_replica  # pooled over the replicas (even spread)
         self.max_running = layout.max_num_seqs * ep
-        # Rates.
+
+    def _set_rates(self, model: ModelSpec, device: Any, layout: RolloutLayout, params: InferenceParams,
+                   layout_field: str) -> None:
+        """Seconds per token, context token and byte of a step's parts on one device, and the eager
+        launches of a step."""
+        share, ep = self.stage_share, layout.ep
         gemm_eff = params.gemm_efficiency or device.gemm_efficiency
         self.bw = device.hbm_bw_Bps * (params.hbm_efficiency or device.hbm_efficiency)
         cdtype = _COMPUTE_DTYPE.get(layout.weight_dtype, "bf16")
@@ -209,10 +225,6 @@ class StepCost:
         launch_s = device.launch_overhead_s if params.launch_overhead_s is None else params.launch_overhead_s
         self.eager_launch_s = launch_s * (params.launches_per_step + params.launches_per_layer * model.num_layers
                                           + params.launches_per_moe_layer * model.num_moe_layers)
-        self._comm_cache: dict[float, float] = {}
-        self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
-        self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
-        self._per_n_table = np.full((1, 6), np.nan)                # per_n_rows: _per_n by n
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
     def weight_read_s(self, tokens: float) -> float:
