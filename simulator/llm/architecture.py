@@ -26,7 +26,11 @@ _GATED_ACTS = ("silu", "swiglu", "swish", "geglu")
 # Activations of a plain two-matrix MLP (Hugging Face ACT2FN names; relu2: Nemotron-H's squared ReLU).
 _PLAIN_ACTS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate", "quick_gelu",
                "relu", "relu2", "relu6", "leaky_relu", "tanh", "sigmoid", "mish", "linear")
-_ACT_KEYS = ("mlp_hidden_act", "hidden_act", "activation_function")
+_ACT_KEYS = ("mlp_hidden_act", "hidden_activation", "hidden_act", "activation_function")
+# Architectures whose MLP has a gate projection whatever its activation is named: Gemma's GeGLU
+# (transformers models/gemma*/modeling_gemma*.py GemmaMLP: gate_proj, up_proj, down_proj under
+# gelu_pytorch_tanh, which elsewhere names a plain two-matrix MLP).
+_GATED_MODEL_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text")
 
 # Hybrid Mamba / attention models (Nemotron-H, arXiv 2504.03624; HF `hybrid_override_pattern`): one
 # character per block, each block one norm + one mixer with a residual.
@@ -505,6 +509,10 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
     kv_lora = _int(cfg, source, "kv_lora_rank", default=0)
     experts = _int(cfg, source, "num_experts", "n_routed_experts", "num_local_experts", default=0)
     moe_ffn = _int(cfg, source, "moe_intermediate_size", default=0)
+    if experts and not moe_ffn and not cfg.get("first_k_dense_replace"):
+        # Mixtral's convention (also gpt-oss, OLMoE, Phi-3.5-MoE): every layer is MoE and
+        # intermediate_size is each expert's width (transformers MixtralConfig / GptOssConfig)
+        moe_ffn = _int(cfg, source, "intermediate_size", default=0)
     shared = _int(cfg, source, "n_shared_experts", default=0)
     if not shared and cfg.get("shared_expert_intermediate_size") and moe_ffn:  # qwen2_moe style
         shared = round(_int(cfg, source, "shared_expert_intermediate_size") / moe_ffn)
@@ -515,6 +523,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
         raise RlsimError(f"unknown activation {act!r}: rlsim prices a gated FFN (three matrices) for "
                          f"{', '.join(_GATED_ACTS)} and a two-matrix MLP for {', '.join(_PLAIN_ACTS)}",
                          source=source, field=key, fix="give one of those names (the model's config.json)")
+    _refuse_windowed_attention(cfg, source)
     gpt_style = model_type in ("gpt", "gpt2")
     positions = 0
     if gpt_style or cfg.get("position_embedding_type") == "absolute":
@@ -533,7 +542,8 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             vocab=_int(cfg, source, "vocab_size"),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", gpt_style)),
             num_experts=experts,
-            experts_per_token=_int(cfg, source, "num_experts_per_tok", "top_k", default=0) if experts else 0,
+            experts_per_token=(_int(cfg, source, "num_experts_per_tok", "experts_per_token", "top_k", default=0)
+                               if experts else 0),
             num_shared_experts=shared if experts else 0,
             moe_ffn_hidden=moe_ffn if experts else 0,
             first_k_dense=_int(cfg, source, "first_k_dense_replace", default=0) if experts else 0,
@@ -542,7 +552,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             qk_rope_dim=_int(cfg, source, "qk_rope_head_dim", default=0) if kv_lora else 0,
             qk_nope_dim=_int(cfg, source, "qk_nope_head_dim", default=0) if kv_lora else 0,
             v_head_dim=_int(cfg, source, "v_head_dim", default=0) if kv_lora else 0,
-            gated_ffn=act in _GATED_ACTS,
+            gated_ffn=act in _GATED_ACTS or model_type in _GATED_MODEL_TYPES,
             qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe") or gpt_style)),
             mlp_bias=bool(cfg.get("mlp_bias", gpt_style)),
             qk_norm=model_type in ("qwen3", "qwen3_moe"),
@@ -552,6 +562,27 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
         )
     except RlsimError as exc:
         raise _config_error(exc, cfg, source) from None
+
+
+def _refuse_windowed_attention(cfg: Mapping[str, Any], source: str) -> None:
+    """Sliding-window attention layers (gpt-oss, Gemma 2 / 3, Mistral 7B v0.1) attend to the last
+    `sliding_window` tokens only: less attention work and a KV cache of the window. rlsim prices
+    every attention layer as full causal attention, so such a config is refused rather than priced
+    as something else. A window no sequence can reach (>= max_position_embeddings), or one switched
+    off (Qwen2's use_sliding_window: false), changes nothing and is read past."""
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    sliding = [t for t in types if "sliding" in str(t)] if isinstance(types, list) else []
+    limit = cfg.get("max_position_embeddings")
+    reachable = isinstance(window, (int, float)) and not isinstance(window, bool) and window > 0 \
+        and not (isinstance(limit, (int, float)) and window >= limit)
+    if cfg.get("use_sliding_window") is False or not reachable or (isinstance(types, list) and not sliding):
+        return
+    which = f"{len(sliding)} of its {len(types)} layers (layer_types)" if sliding else "its sliding layers"
+    raise RlsimError(f"sliding-window attention ({int(window)} tokens on {which}) is not modelled: rlsim prices "
+                     "every attention layer as full causal attention", source=source, field="sliding_window",
+                     fix="set sliding_window to null (and drop layer_types) to price every layer as full "
+                         "attention: an upper bound on the attention time and the KV cache")
 
 
 def _hybrid_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:

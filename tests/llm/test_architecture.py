@@ -214,3 +214,79 @@ def test_a_value_head_is_hidden_by_one_in_place_of_the_vocab_head(name):
         base.train_flops_per_token(4096) - 6.0 * (base.vocab - 1) * base.hidden)
     assert value.kv_bytes_per_token(2) == base.kv_bytes_per_token(2)
     assert value.hf_tensor_count == base.hf_tensor_count + base.tied_embeddings   # its own `score` weight
+
+
+# Hugging Face config.json files of models outside the presets (the keys that matter, as published on
+# their model pages) and their published sizes (billions: total, active; model cards / papers).
+MIXTRAL_8X7B = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+                "vocab_size": 32000, "hidden_act": "silu", "tie_word_embeddings": False, "sliding_window": None,
+                "max_position_embeddings": 32768}
+OLMOE_1B_7B = {"model_type": "olmoe", "hidden_size": 2048, "intermediate_size": 1024, "num_hidden_layers": 16,
+               "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 64, "num_experts_per_tok": 8,
+               "vocab_size": 50304, "hidden_act": "silu", "tie_word_embeddings": False, "max_position_embeddings": 4096}
+GEMMA_7B = {"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+            "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000,
+            "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+            "max_position_embeddings": 8192}
+GPT_OSS_20B = {"model_type": "gpt_oss", "attention_bias": True, "experts_per_token": 4, "num_experts_per_tok": 4,
+               "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "intermediate_size": 2880,
+               "layer_types": ["sliding_attention", "full_attention"] * 12, "max_position_embeddings": 131072,
+               "num_attention_heads": 64, "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+               "sliding_window": 128, "tie_word_embeddings": False, "vocab_size": 201088}
+
+
+@pytest.mark.parametrize("cfg, total_b, active_b", [
+    (MIXTRAL_8X7B, 46.7, 12.9),     # Mixtral of Experts, arXiv 2401.04088
+    (OLMOE_1B_7B, 6.9, 1.3),        # OLMoE, arXiv 2409.02060
+    (GEMMA_7B, 8.54, None),         # Gemma, arXiv 2403.08295 table 1 (7B: 7,751M + 786M embedding)
+])
+def test_configs_outside_the_presets_count_their_published_sizes(cfg, total_b, active_b):
+    """Mixtral's convention (intermediate_size is each expert's width when every layer is MoE and no
+    moe_intermediate_size is given: was refused, 'set moe_intermediate_size') and Gemma's gated
+    GeGLU MLP under gelu_pytorch_tanh (was priced as a two-matrix MLP, 2.1B short)."""
+    model = load_model(cfg)
+    assert model.params_total / 1e9 == pytest.approx(total_b, rel=0.01)
+    if active_b is not None:
+        assert model.params_active / 1e9 == pytest.approx(active_b, rel=0.02)
+    assert model.gated_ffn
+
+
+def test_gpt_oss_counts_its_published_sizes_once_its_windows_are_given_up():
+    """gpt-oss-20b / 120b (OpenAI model card, table 1: 20.91B / 116.83B total; 3.61B / 5.13B active,
+    a count without the input embedding). Its sliding-window layers are refused by name, and priced
+    as full attention (an upper bound) when the config drops them, as the error says."""
+    with pytest.raises(RlsimError, match=r"sliding-window attention \(128 tokens on 12 of its 24 layers") as err:
+        load_model(GPT_OSS_20B)
+    assert err.value.field == "sliding_window" and "null" in err.value.fix
+    full = {k: v for k, v in GPT_OSS_20B.items() if k != "layer_types"} | {"sliding_window": None}
+    embedding = 201088 * 2880 / 1e9
+    for cfg, total_b, active_b in ((full, 20.91, 3.61), (full | {"num_hidden_layers": 36, "num_local_experts": 128},
+                                                           116.83, 5.13)):
+        model = load_model(cfg)
+        assert model.params_total / 1e9 == pytest.approx(total_b, rel=0.005)
+        assert model.params_active / 1e9 - embedding == pytest.approx(active_b, rel=0.01)
+        assert model.experts_per_token == 4 and model.moe_ffn_hidden == 2880
+
+
+@pytest.mark.parametrize("extra", [
+    {"sliding_window": 4096},                                            # Mistral 7B v0.1: every layer
+    {"sliding_window": 1024, "layer_types": ["sliding_attention"] * 5 + ["full_attention"]},   # Gemma 3's 5:1
+])
+def test_a_window_the_sequences_reach_is_refused(extra):
+    cfg = {**PRESETS["llama3.1-8b"], "num_hidden_layers": len(extra.get("layer_types", [0] * 32)),
+           "max_position_embeddings": 32768, **extra}
+    with pytest.raises(RlsimError, match="sliding-window attention") as err:
+        load_model(cfg)
+    assert err.value.field == "sliding_window"
+
+
+@pytest.mark.parametrize("extra", [
+    {"sliding_window": 131072, "use_sliding_window": False},   # Qwen2.5's config.json: switched off
+    {"sliding_window": 131072},                                 # Phi-3.5-MoE: no sequence reaches it
+    {"sliding_window": None, "use_sliding_window": False},      # Qwen3's
+    {"sliding_window": 4096, "layer_types": ["full_attention"] * 32},
+])
+def test_a_window_that_changes_nothing_is_read_past(extra):
+    cfg = {**PRESETS["llama3.1-8b"], "max_position_embeddings": 131072, **extra}
+    assert load_model(cfg).params_total == load_model(PRESETS["llama3.1-8b"]).params_total
