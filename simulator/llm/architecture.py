@@ -15,6 +15,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import RlsimError
 from .model_presets import PRESETS
 
@@ -93,6 +95,11 @@ class ModelSpec:
     ssm_state_size: int = 0
     mamba_n_groups: int = 1
     mamba_conv_kernel: int = 4
+    # Sliding-window attention (gpt-oss, Gemma 2 / 3, Mistral 7B v0.1): the layers at these indices
+    # attend to the last `sliding_window` tokens only (each query its window, causal), the others to
+    # the whole sequence. () / 0: every attention layer full.
+    sliding_window: int = 0
+    sliding_layers: tuple[int, ...] = ()
     # LoRA training (arXiv 2106.09685; workload.lora): the base weights frozen, rank-`adapter_rank`
     # adapters (A: K x r, B: r x N) beside the layer matmuls named in `adapter_targets` (layer_costs'
     # GEMM names; empty: every layer matmul, PEFT's "all-linear"). 0: full fine-tuning.
@@ -130,6 +137,8 @@ class ModelSpec:
                              source=src, field="v_head_dim")
         if self.is_hybrid:
             self._check_hybrid(src)
+        if self.sliding_layers or self.sliding_window:
+            self._check_windows(src)
         if not self.is_mla and self.num_heads % self.num_kv_heads:
             raise RlsimError(f"{self.num_heads} attention heads are not a multiple of "
                              f"{self.num_kv_heads} KV heads", source=src, field="num_key_value_heads")
@@ -151,7 +160,46 @@ class ModelSpec:
                     raise RlsimError(f"{name} must be > 0 for Mamba blocks, got {getattr(self, name)}", source=src,
                                      field=name)
 
+    def _check_windows(self, src: str) -> None:
+        if self.sliding_window <= 0 or not self.sliding_layers:
+            raise RlsimError(f"a sliding window needs its size and its layers (sliding_window {self.sliding_window}, "
+                             f"{len(self.sliding_layers)} sliding layers)", source=src, field="sliding_window",
+                             fix="give sliding_window > 0 with layer_types naming sliding_attention layers, or neither")
+        if sorted(set(self.sliding_layers)) != list(self.sliding_layers) \
+                or not 0 <= self.sliding_layers[0] <= self.sliding_layers[-1] < self.num_layers:
+            raise RlsimError(f"sliding layers must be distinct indices in 0..{self.num_layers - 1}, in order",
+                             source=src, field="layer_types", fix="give one layer type per layer")
+        if self.is_hybrid or self.is_mla:
+            raise RlsimError("sliding-window attention in a hybrid Mamba or an MLA model is not modelled", source=src,
+                             field="sliding_window", fix="set sliding_window to null: every layer full attention")
+
     # ---- shape -------------------------------------------------------------------------------
+    @property
+    def num_sliding_layers(self) -> int:
+        """Attention layers over a sliding window (the rest attend to the whole sequence)."""
+        return len(self.sliding_layers)
+
+    def windowed_sq(self, lengths: Any) -> Any:
+        """Per sequence of ``lengths`` tokens, its attention work in units of a full layer's s^2
+        (twice its causal pairs), averaged over the attention layers: s^2 on a full layer; on a
+        sliding one min(s^2, w (2 s - w)), twice its s w - w^2 / 2 causal pairs past the window.
+        s^2 without sliding layers."""
+        s = np.asarray(lengths, dtype=float)
+        if not self.num_sliding_layers:
+            return s * s
+        w = float(self.sliding_window)
+        windowed = np.where(s > w, w * (2.0 * s - w), s * s)
+        share = self.num_sliding_layers / self.num_attention_layers
+        return (1.0 - share) * s * s + share * windowed
+
+    def attention_context(self, context_len: float) -> float:
+        """The context a token's attention reads, averaged over the attention layers: context_len on
+        a full layer, at most the window on a sliding one."""
+        if not self.num_sliding_layers:
+            return context_len
+        share = self.num_sliding_layers / self.num_attention_layers
+        return (1.0 - share) * context_len + share * min(context_len, float(self.sliding_window))
+
     @property
     def is_hybrid(self) -> bool:
         return bool(self.layer_pattern)
@@ -371,13 +419,15 @@ class ModelSpec:
     def forward_flops_per_token(self, context_len: float, *, absorb_mla: bool = False) -> float:
         """2 N + 4 L H d s_context (formulas.md): prefill, reference, reward, old-logprob, decode;
         plus the Mamba layers' scan (chunked)."""
-        return (2.0 * self.params_compute + self.attention_flops_per_context_token(absorb_mla=absorb_mla) * context_len
+        return (2.0 * self.params_compute
+                + self.attention_flops_per_context_token(absorb_mla=absorb_mla) * self.attention_context(context_len)
                 + self.ssm_flops_per_token())
 
     def decode_flops_per_token(self, context_len: float, *, absorb_mla: bool = True) -> float:
         """One generated token attending to context_len tokens (MLA decode uses absorbed kernels;
         Mamba layers step their recurrence)."""
-        return (2.0 * self.params_compute + self.attention_flops_per_context_token(absorb_mla=absorb_mla) * context_len
+        return (2.0 * self.params_compute
+                + self.attention_flops_per_context_token(absorb_mla=absorb_mla) * self.attention_context(context_len)
                 + self.ssm_flops_per_token(recurrent=True))
 
     def train_flops_per_token(self, seq_len: float) -> float:
@@ -387,7 +437,10 @@ class ModelSpec:
         matmuls = 6.0 * self.params_compute
         if self.adapter_rank:
             matmuls = 4.0 * self.params_compute + 6.0 * self.params_adapter_active
-        return (matmuls + 3.0 * self.attention_flops_per_context_token() * seq_len
+        # a sequence's attention as windowed_sq / s per token, so that this x s summed over sequences
+        # is matmuls x tokens + 3 x per-pair FLOPs x windowed_sq (training._per_sequence_flops)
+        context = float(self.windowed_sq(seq_len)) / seq_len if seq_len > 0 else 0.0
+        return (matmuls + 3.0 * self.attention_flops_per_context_token() * context
                 + 3.0 * self.ssm_flops_per_token())
 
     @cached_property
@@ -428,10 +481,15 @@ class ModelSpec:
         return self.params_total * bytes_per_param
 
     def kv_elems_per_token(self) -> int:
-        """Cached elements per token over all layers: 2 L kv_heads d (MLA: L (kv_lora + rope))."""
+        """Cached elements per token over the full-attention layers: 2 L kv_heads d (MLA: L (kv_lora
+        + rope)); a sliding layer caches its window a sequence (window_kv_elems_per_sequence)."""
         if self.is_mla:
             return self.num_layers * (self.kv_lora_rank + self.qk_rope_dim)
-        return 2 * self.num_attention_layers * self.num_kv_heads * self.head_dim
+        return 2 * (self.num_attention_layers - self.num_sliding_layers) * self.num_kv_heads * self.head_dim
+
+    def window_kv_elems_per_sequence(self) -> int:
+        """The sliding layers' cache of a sequence: its window of tokens on each (0 without)."""
+        return 2 * self.num_sliding_layers * self.num_kv_heads * self.head_dim * self.sliding_window
 
     def kv_bytes_per_token(self, bytes_per_elem: float = 2) -> float:
         return self.kv_elems_per_token() * bytes_per_elem
@@ -523,7 +581,6 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
         raise RlsimError(f"unknown activation {act!r}: rlsim prices a gated FFN (three matrices) for "
                          f"{', '.join(_GATED_ACTS)} and a two-matrix MLP for {', '.join(_PLAIN_ACTS)}",
                          source=source, field=key, fix="give one of those names (the model's config.json)")
-    _refuse_windowed_attention(cfg, source)
     gpt_style = model_type in ("gpt", "gpt2")
     positions = 0
     if gpt_style or cfg.get("position_embedding_type") == "absolute":
@@ -559,30 +616,39 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             layernorm=cfg.get("norm_type", "layernorm" if gpt_style else "rmsnorm") == "layernorm",
             max_position_embeddings=positions,
             **_hybrid_fields(cfg, source),
+            **_window_fields(cfg, source, _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers"), model_type),
         )
     except RlsimError as exc:
         raise _config_error(exc, cfg, source) from None
 
 
-def _refuse_windowed_attention(cfg: Mapping[str, Any], source: str) -> None:
-    """Sliding-window attention layers (gpt-oss, Gemma 2 / 3, Mistral 7B v0.1) attend to the last
-    `sliding_window` tokens only: less attention work and a KV cache of the window. rlsim prices
-    every attention layer as full causal attention, so such a config is refused rather than priced
-    as something else. A window no sequence can reach (>= max_position_embeddings), or one switched
-    off (Qwen2's use_sliding_window: false), changes nothing and is read past."""
+def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:
+    """Sliding-window attention layers (gpt-oss, Gemma 2 / 3, Mistral 7B v0.1): `sliding_window`
+    tokens on the layers `layer_types` names sliding_attention; without layer_types, Gemma 2's
+    even layers, Gemma 3's all but every `sliding_window_pattern`-th (transformers Gemma2 / Gemma3
+    configs before layer_types), else every layer (Mistral). A window no sequence can reach (>=
+    max_position_embeddings: Phi-3.5-MoE) or switched off (Qwen2's use_sliding_window: false) is
+    no window."""
     window = cfg.get("sliding_window")
-    types = cfg.get("layer_types")
-    sliding = [t for t in types if "sliding" in str(t)] if isinstance(types, list) else []
     limit = cfg.get("max_position_embeddings")
-    reachable = isinstance(window, (int, float)) and not isinstance(window, bool) and window > 0 \
-        and not (isinstance(limit, (int, float)) and window >= limit)
-    if cfg.get("use_sliding_window") is False or not reachable or (isinstance(types, list) and not sliding):
-        return
-    which = f"{len(sliding)} of its {len(types)} layers (layer_types)" if sliding else "its sliding layers"
-    raise RlsimError(f"sliding-window attention ({int(window)} tokens on {which}) is not modelled: rlsim prices "
-                     "every attention layer as full causal attention", source=source, field="sliding_window",
-                     fix="set sliding_window to null (and drop layer_types) to price every layer as full "
-                         "attention: an upper bound on the attention time and the KV cache")
+    if window is None or cfg.get("use_sliding_window") is False \
+            or (isinstance(limit, (int, float)) and not isinstance(limit, bool) and window >= limit):
+        return {}
+    window = _int(cfg, source, "sliding_window")
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != num_layers:
+            raise RlsimError(f"expected one layer type per layer ({num_layers}), got {types!r}"[:200], source=source,
+                             field="layer_types", fix="give a list of sliding_attention / full_attention, one a layer")
+        layers = tuple(i for i, kind in enumerate(types) if "sliding" in str(kind))
+    elif model_type == "gemma2":
+        layers = tuple(range(0, num_layers, 2))
+    elif cfg.get("sliding_window_pattern"):
+        every = _int(cfg, source, "sliding_window_pattern")
+        layers = tuple(i for i in range(num_layers) if (i + 1) % every)
+    else:
+        layers = tuple(range(num_layers))
+    return {"sliding_window": window, "sliding_layers": layers} if layers and window > 0 else {}
 
 
 def _hybrid_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -170,15 +170,19 @@ class StepCost:
             kv_elems_dev = model.kv_elems_per_token()
         else:
             kv_heads_dev = max(model.num_kv_heads // tp, 1)
-            kv_elems_dev = 2 * model.num_attention_layers * kv_heads_dev * model.head_dim
+            kv_elems_dev = 2 * (model.num_attention_layers - model.num_sliding_layers) * kv_heads_dev * model.head_dim
         self.kv_bytes_per_token_dev = kv_elems_dev * kvbytes * share
+        # Sliding-window layers keep a sequence's last `window` tokens (vLLM's hybrid KV cache frees the
+        # blocks behind the window): a constant cache a sequence, reserved here as the Mamba state is.
+        self.window_bytes_per_seq_dev = (2 * model.num_sliding_layers * max(model.num_kv_heads // tp, 1)
+                                         * model.head_dim * model.sliding_window * kvbytes * share)
         # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp),
         # one slot per running sequence reserved up front (vLLM's Mamba cache: max_num_seqs slots),
         # read and written once per decode step of the sequence.
         self.state_bytes_per_seq_dev = model.ssm_state_elems_per_sequence() * kvbytes / tp * share
         hbm = device.hbm_bytes * layout.gpu_memory_utilization
         self.kv_free_bytes_dev = (hbm - self.weight_bytes_dev - params.workspace_bytes
-                                  - self.state_bytes_per_seq_dev * layout.max_num_seqs)
+                                  - (self.state_bytes_per_seq_dev + self.window_bytes_per_seq_dev) * layout.max_num_seqs)
         if self.kv_free_bytes_dev <= max(self.kv_bytes_per_token_dev, 0.0) or self.kv_free_bytes_dev <= 0:
             raise RlsimError(
                 f"{model.name} does not fit for inference on {device.name} with tp={tp}, ep={ep}"
@@ -217,8 +221,19 @@ class StepCost:
         self.decode_ssm_s_per_token = model.ssm_flops_per_token(recurrent=True) / self.devices / scan_rate * share
         self.prefill_ssm_s_per_token = model.ssm_flops_per_token() / self.devices / scan_rate * share
         self.state_s_per_seq = 2.0 * self.state_bytes_per_seq_dev / self.bw
-        self.decode_attn_s_per_ctx = (model.attention_flops_per_context_token(absorb_mla=params.absorb_mla)
-                                      / self.devices / (bf16_rate * params.attention_compute_efficiency) * share)
+        # Attention per context token on the full layers; a sliding layer's per sequence over its window
+        # (an upper bound while the sequence is shorter than the window) and its window's KV read.
+        self.window_share = model.num_sliding_layers / model.num_attention_layers if model.num_attention_layers else 0.0
+        self.window = model.sliding_window
+        all_layers_s_per_ctx = (model.attention_flops_per_context_token(absorb_mla=params.absorb_mla)
+                                / self.devices / (bf16_rate * params.attention_compute_efficiency) * share)
+        self.decode_attn_s_per_ctx = all_layers_s_per_ctx * (1.0 - self.window_share) if self.window_share \
+            else all_layers_s_per_ctx
+        self.decode_per_seq_s = (self.decode_ssm_s_per_token + all_layers_s_per_ctx * self.window_share * self.window
+                                 if self.window_share else self.decode_ssm_s_per_token)
+        # a decode step's reads a sequence: its Mamba state (read and written), its windows' KV (a replica's)
+        self.decode_seq_read_s = (self.state_s_per_seq + self.window_bytes_per_seq_dev / ep / self.bw
+                                  if self.window_share else self.state_s_per_seq)
         self.prefill_attn_s_per_pair = (model.attention_flops_per_context_token()
                                         / self.devices / (bf16_rate * gemm_eff) * share)
         self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
@@ -427,8 +442,8 @@ class StepCost:
             per_n = self._lines_cache[n] = tuple(self._per_n_table[n].tolist())   # per_n_rows filled it: the same
         if per_n is None:
             added, floor = self.overhead_s(n, n)
-            per_n = (n * (self.lin_s_per_token + self.decode_ssm_s_per_token),
-                     self.weight_read_s(n) + n * self.state_s_per_seq, added + self.comm_s(n),
+            per_n = (n * (self.lin_s_per_token + self.decode_per_seq_s),
+                     self.weight_read_s(n) + n * self.decode_seq_read_s, added + self.comm_s(n),
                      self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n, floor)
             self._lines_cache[n] = per_n
         return per_n
@@ -450,8 +465,8 @@ class StepCost:
         """_per_n's rows for an array of distinct running counts, bit-identical (the same
         operations, overhead_s's cases element by element)."""
         added, floor = self.overhead_many_s(n, n)
-        return np.stack([n * (self.lin_s_per_token + self.decode_ssm_s_per_token),
-                         self.weight_read_many_s(n) + n * self.state_s_per_seq, added + self.comm_many_s(n),
+        return np.stack([n * (self.lin_s_per_token + self.decode_per_seq_s),
+                         self.weight_read_many_s(n) + n * self.decode_seq_read_s, added + self.comm_many_s(n),
                          self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n, floor], axis=1)
 
     def decode_lines(self, n: int, k0: float) -> tuple[float, float, float, float, float]:
@@ -475,7 +490,8 @@ class StepCost:
         c0, c1, m0, m1, _ = self.decode_lines(n, k0)
         chunk = tokens / steps
         width = n + chunk
-        c0 += chunk * (self.lin_s_per_token + self.prefill_ssm_s_per_token) + pairs / steps * self.prefill_attn_s_per_pair
+        c0 += (chunk * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
+               + self.windowed_pairs(chunk, pairs / steps) * self.prefill_attn_s_per_pair)
         m0 += self.weight_read_s(width) - self.weight_read_s(n) + chunk * self.kv_s_per_token
         added, floor = self.overhead_s(width, n + seqs / steps)
         return series_time_s((c0, c1, m0, m1, added + self.comm_s(width)), steps, floor)
@@ -486,17 +502,24 @@ class StepCost:
         if not len(tokens):
             return np.zeros(0)
         compute = (tokens * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
-                   + attention_pairs * self.prefill_attn_s_per_pair)
+                   + self.windowed_pairs(tokens, attention_pairs) * self.prefill_attn_s_per_pair)
         memory = self.weight_read_many_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / 2
         comm = self.comm_many_s(tokens)
         added, floor = self.overhead_many_s(tokens, seqs)
         return np.maximum(floor, np.maximum(compute, memory) + added + comm)
 
+    def windowed_pairs(self, tokens: Any, pairs: Any) -> Any:
+        """Attention pairs at the all-layer rate: a sliding layer's at most tokens x window (each new
+        token attends to the window before it)."""
+        if not self.window_share:
+            return pairs
+        return pairs - self.window_share * np.maximum(pairs - tokens * self.window, 0.0)
+
     def prefill_s(self, tokens: float, attention_pairs: float, seqs: float = 1) -> float:
         """Prefill of `tokens` prompt tokens of `seqs` sequences with sum over prompts of P(P+1)/2
         attention pairs (one step)."""
         compute = (tokens * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
-                   + attention_pairs * self.prefill_attn_s_per_pair)
+                   + self.windowed_pairs(tokens, attention_pairs) * self.prefill_attn_s_per_pair)
         memory = self.weight_read_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / 2
         added, floor = self.overhead_s(tokens, seqs)
         return max(floor, max(compute, memory) + added + self.comm_s(tokens))

@@ -82,6 +82,9 @@ class LayerShape:
     # Elements a token's rotary position embedding rotates (query and key heads x the rotated dim; MLA:
     # every query head's and the shared key's rope part); 0 with learned absolute positions or none.
     rope_elements: float = 0.0
+    # Sliding-window attention (ModelSpec.sliding_window): each query attends to the last `window`
+    # tokens only; 0: the whole sequence.
+    window: int = 0
 
     @property
     def has_mlp(self) -> bool:
@@ -190,7 +193,7 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
     dense_mlp = _mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")
     dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd, rope_elements=rope)
     if not experts:
-        return _with_adapters(model, (dense,) * int(model.num_layers))
+        return _with_adapters(model, _windowed(model, (dense,) * int(model.num_layers)))
     f_moe = int(_get(model, "moe_ffn_hidden", 0)) or int(model.ffn_hidden)
     shared = int(_get(model, "num_shared_experts", 0))
     moe_gemms = list(attn) + [Gemm("router", h * experts, experts)]
@@ -200,7 +203,20 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
     moe = LayerShape(True, tuple(moe_gemms), heads, kv, qk, vd, experts, int(_get(model, "experts_per_token", 1)),
                      rope_elements=rope)
     first_dense = int(_get(model, "first_k_dense", 0))
-    return _with_adapters(model, tuple(dense if i < first_dense else moe for i in range(int(model.num_layers))))
+    return _with_adapters(model, _windowed(model, tuple(dense if i < first_dense else moe
+                                                        for i in range(int(model.num_layers)))))
+
+
+def _windowed(model: Any, shapes: tuple[LayerShape, ...]) -> tuple[LayerShape, ...]:
+    """The model's sliding layers (ModelSpec.sliding_layers) with their window; the rest as given.
+    One windowed shape per kind, so that equal layers stay one object (_with_adapters, caches)."""
+    sliding = set(_get(model, "sliding_layers", ()) or ())
+    if not sliding:
+        return shapes
+    window = int(model.sliding_window)
+    kinds: dict[int, LayerShape] = {}
+    return tuple(kinds.setdefault(id(shape), dataclasses.replace(shape, window=window)) if i in sliding else shape
+                 for i, shape in enumerate(shapes))
 
 
 # Hugging Face module names (PEFT target_modules, matched at any depth) -> the layer matmuls here:

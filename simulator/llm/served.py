@@ -72,7 +72,7 @@ class ServedScoring:
         logprob_s = lens * self.logprob_s_per_token
         pool_s = (step_s * lens / step_tokens + logprob_s) / self.instances
         alone_s = self._alone_s(lens, pairs) + logprob_s
-        flops = lens * self.matmul_flops_per_token + pairs * self.attention_flops_per_pair
+        flops = lens * self.matmul_flops_per_token + self.cost.windowed_pairs(lens, pairs) * self.attention_flops_per_pair
         return ServedCost(pool_s, alone_s, flops)
 
     def _step_tokens(self, lens: np.ndarray) -> np.ndarray:

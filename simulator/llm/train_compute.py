@@ -187,6 +187,8 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     # Attention core: Q.K^T and A.V over each sequence's own keys; sequences of token-weighted mean
     # length sq_sum / tokens set the shape ramp.
     heads = layer.attn_heads / tp
+    if layer.window:   # w (2 s - w) a sequence past its window (ModelSpec.windowed_sq), bounded per micro-batch
+        sq_sum = np.minimum(np.asarray(sq_sum, dtype=float), 2.0 * layer.window * tokens)
     attn_flops = 2.0 * sq_sum * heads * (layer.qk_head_dim + layer.v_head_dim)
     with np.errstate(divide="ignore", invalid="ignore"):
         seq_len = np.where(tokens > 0, sq_sum / np.maximum(tokens, 1e-300), 0.0)

@@ -1205,15 +1205,16 @@ def offload_Bps(topology: Any, ranks: Sequence[int], params: TrainParams) -> flo
     return float(topology.host_copy_Bps(ranks, params.offload.host_link_efficiency).min())
 
 
-def _per_sequence_flops(per_token: Any, lengths: np.ndarray) -> float:
-    """Sum over sequences of per_token(s) x s, for per-token FLOPs affine in s (PaLM: a + b s)."""
+def _per_sequence_flops(per_token: Any, lengths: np.ndarray, model: Any) -> float:
+    """Sum over sequences of per_token(s) x s, for per-token FLOPs a + b x (the model's windowed_sq
+    / s: s on full-attention layers, PaLM's a + b s)."""
     a = float(per_token(0.0))
     b = float(per_token(1.0)) - a
-    return a * float(lengths.sum()) + b * float((lengths * lengths).sum())
+    return a * float(lengths.sum()) + b * float(np.sum(model.windowed_sq(lengths)))
 
 
 def _model_flops(model: Any, lengths: np.ndarray) -> float:
-    return _per_sequence_flops(model.train_flops_per_token, lengths)
+    return _per_sequence_flops(model.train_flops_per_token, lengths, model)
 
 
 def _recompute_flops(model: Any, recompute: str, lengths: np.ndarray) -> float:
@@ -1221,7 +1222,7 @@ def _recompute_flops(model: Any, recompute: str, lengths: np.ndarray) -> float:
     if recompute == "none":
         return 0.0
     matmul, attn_per_sq = _recompute_coefficients(model)
-    tokens, sq = float(lengths.sum()), float((lengths * lengths).sum())
+    tokens, sq = float(lengths.sum()), float(np.sum(model.windowed_sq(lengths)))
     attn = attn_per_sq * sq
     if recompute == "selective":
         return attn
@@ -1360,7 +1361,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
         if span > worst_t:
             worst_t, worst_sl = span, sl
     lengths = seqs.astype(float)
-    flops = _per_sequence_flops(model.forward_flops_per_token, lengths)
+    flops = _per_sequence_flops(model.forward_flops_per_token, lengths, model)
     # Busiest pipeline rank: its forward compute; the rest of the time is comm and pipeline fill.
     compute_s = comm_s = 0.0
     for s in range(layout.pp):

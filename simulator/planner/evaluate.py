@@ -188,7 +188,7 @@ class RolloutEvaluator:
         running = min(per_instance, step.max_running)
         ctx = s.prompt_len + s.response_len / 2
         kv = min(step.kv_free_bytes_dev, running * (s.prompt_len + s.response_len)
-                 * step.kv_bytes_per_token_dev / layout.ep)
+                 * step.kv_bytes_per_token_dev / layout.ep) + running * step.window_bytes_per_seq_dev / layout.ep
         decode = step.decode_step_s(running, running * ctx)
         comm = step.comm_s(running) / decode if decode > 0 else 0.0
         return Evaluation(step_time_s=res.makespan_s, tflops_per_device=flops / (res.makespan_s * n_dev) / 1e12,

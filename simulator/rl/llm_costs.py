@@ -709,7 +709,8 @@ class LlmCosts:
 
     def _work(self, role: str, lens: np.ndarray) -> float:
         """sum over samples of train_flops_per_token(s) x s; per-token FLOPs are affine in s
-        (6N + 12 L H d s, formulas.md), so two sums replace a loop over lengths."""
+        (6N + 12 L H d s, formulas.md; s x s the model's windowed_sq with sliding-window layers), so
+        two sums replace a loop over lengths."""
         m = self.models[role]
         x = np.asarray(lens, float)
         line = self._flops_lines.get(m)
@@ -717,7 +718,8 @@ class LlmCosts:
             a = float(m.train_flops_per_token(0.0))
             line = self._flops_lines[m] = (a, float(m.train_flops_per_token(1.0)) - a)
         a, slope = line
-        return a * float(x.sum()) + slope * float(np.dot(x, x))
+        return a * float(x.sum()) + slope * (float(np.sum(m.windowed_sq(x))) if m.num_sliding_layers
+                                             else float(np.dot(x, x)))
 
     def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact, scored: Any = None) -> StageCost:
         """Exact cost for the first batch of each (kind, model, pool key, batch size); later batches

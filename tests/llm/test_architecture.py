@@ -252,33 +252,36 @@ def test_configs_outside_the_presets_count_their_published_sizes(cfg, total_b, a
     assert model.gated_ffn
 
 
-def test_gpt_oss_counts_its_published_sizes_once_its_windows_are_given_up():
+def test_gpt_oss_counts_its_published_sizes_and_reads_its_windows():
     """gpt-oss-20b / 120b (OpenAI model card, table 1: 20.91B / 116.83B total; 3.61B / 5.13B active,
-    a count without the input embedding). Its sliding-window layers are refused by name, and priced
-    as full attention (an upper bound) when the config drops them, as the error says."""
-    with pytest.raises(RlsimError, match=r"sliding-window attention \(128 tokens on 12 of its 24 layers") as err:
-        load_model(GPT_OSS_20B)
-    assert err.value.field == "sliding_window" and "null" in err.value.fix
-    full = {k: v for k, v in GPT_OSS_20B.items() if k != "layer_types"} | {"sliding_window": None}
+    a count without the input embedding); its 128-token windows on the even layers (layer_types)."""
     embedding = 201088 * 2880 / 1e9
-    for cfg, total_b, active_b in ((full, 20.91, 3.61), (full | {"num_hidden_layers": 36, "num_local_experts": 128},
-                                                           116.83, 5.13)):
+    for cfg, total_b, active_b in ((GPT_OSS_20B, 20.91, 3.61),
+                                   (GPT_OSS_20B | {"num_hidden_layers": 36, "num_local_experts": 128,
+                                                   "layer_types": ["sliding_attention", "full_attention"] * 18},
+                                    116.83, 5.13)):
         model = load_model(cfg)
         assert model.params_total / 1e9 == pytest.approx(total_b, rel=0.005)
         assert model.params_active / 1e9 - embedding == pytest.approx(active_b, rel=0.01)
         assert model.experts_per_token == 4 and model.moe_ffn_hidden == 2880
+        assert model.sliding_window == 128 and model.sliding_layers == tuple(range(0, model.num_layers, 2))
+    # the full layers alone cache a token; a sliding layer its window a sequence
+    model = load_model(GPT_OSS_20B)
+    assert model.kv_elems_per_token() == 2 * 12 * 8 * 64
+    assert model.window_kv_elems_per_sequence() == 2 * 12 * 8 * 64 * 128
 
 
-@pytest.mark.parametrize("extra", [
-    {"sliding_window": 4096},                                            # Mistral 7B v0.1: every layer
-    {"sliding_window": 1024, "layer_types": ["sliding_attention"] * 5 + ["full_attention"]},   # Gemma 3's 5:1
+@pytest.mark.parametrize("extra, layers", [
+    ({"sliding_window": 4096}, tuple(range(32))),                                        # Mistral 7B v0.1
+    ({"sliding_window": 4096, "model_type": "gemma2"}, tuple(range(0, 32, 2))),          # Gemma 2: even layers
+    ({"sliding_window": 1024, "sliding_window_pattern": 6}, tuple(i for i in range(32) if (i + 1) % 6)),  # Gemma 3
+    ({"sliding_window": 1024, "layer_types": ["full_attention", "sliding_attention"] * 16}, tuple(range(1, 32, 2))),
 ])
-def test_a_window_the_sequences_reach_is_refused(extra):
-    cfg = {**PRESETS["llama3.1-8b"], "num_hidden_layers": len(extra.get("layer_types", [0] * 32)),
-           "max_position_embeddings": 32768, **extra}
-    with pytest.raises(RlsimError, match="sliding-window attention") as err:
-        load_model(cfg)
-    assert err.value.field == "sliding_window"
+def test_a_window_the_sequences_reach_is_read_with_its_layers(extra, layers):
+    cfg = {**PRESETS["llama3.1-8b"], "max_position_embeddings": 32768, **extra}
+    model = load_model(cfg)
+    assert model.sliding_window == extra["sliding_window"] and model.sliding_layers == layers
+    assert model.params_total == load_model(PRESETS["llama3.1-8b"]).params_total
 
 
 @pytest.mark.parametrize("extra", [
@@ -289,4 +292,30 @@ def test_a_window_the_sequences_reach_is_refused(extra):
 ])
 def test_a_window_that_changes_nothing_is_read_past(extra):
     cfg = {**PRESETS["llama3.1-8b"], "max_position_embeddings": 131072, **extra}
-    assert load_model(cfg).params_total == load_model(PRESETS["llama3.1-8b"]).params_total
+    assert load_model(cfg) == load_model(PRESETS["llama3.1-8b"]).replace(name=load_model(cfg).name)
+
+
+def test_bad_windows_name_their_key():
+    with pytest.raises(RlsimError, match="one layer type per layer") as err:
+        load_model({**PRESETS["llama3.1-8b"], "sliding_window": 512, "layer_types": ["sliding_attention"] * 3})
+    assert err.value.field == "layer_types"
+    with pytest.raises(RlsimError, match="MLA model is not modelled") as err:
+        load_model({**PRESETS["deepseek-v3"], "sliding_window": 512, "max_position_embeddings": 163840})
+    assert err.value.field == "sliding_window"
+
+
+def test_windowed_attention_work_in_closed_form():
+    """A sequence's attention work in units of s^2 (twice its causal pairs): s^2 up to the window,
+    w (2 s - w) past it on a sliding layer; the model's figure averages its layers."""
+    model = load_model(GPT_OSS_20B)   # half the layers sliding, w = 128
+    for s_len in (1, 100, 128):
+        assert model.windowed_sq(s_len) == s_len ** 2
+    s_len = 1000
+    assert model.windowed_sq(s_len) == pytest.approx(0.5 * s_len ** 2 + 0.5 * 128 * (2 * s_len - 128))
+    assert model.attention_context(1000.0) == pytest.approx(0.5 * 1000 + 0.5 * 128)
+    full = model.replace(sliding_window=0, sliding_layers=())
+    # train FLOPs: equal up to the window, less past it, by the sliding layers' share of attention
+    assert model.train_flops_per_token(100.0) == pytest.approx(full.train_flops_per_token(100.0))
+    saved = full.train_flops_per_token(4096.0) - model.train_flops_per_token(4096.0)
+    per_pair = full.attention_flops_per_context_token()
+    assert saved == pytest.approx(3 * per_pair * 0.5 * (4096 - 128 * (2 * 4096 - 128) / 4096))
