@@ -75,6 +75,14 @@ def _gpt(layers: int, hidden: int, heads: int) -> dict[str, Any]:
             "attention_bias": True, "mlp_bias": True}
 
 
+def _gpt_oss(layers: int, experts: int) -> dict[str, Any]:
+    return {"model_type": "gpt_oss", "hidden_act": "silu", "tie_word_embeddings": False, "attention_bias": True,
+            "num_hidden_layers": layers, "hidden_size": 2880, "intermediate_size": 2880, "head_dim": 64,
+            "num_attention_heads": 64, "num_key_value_heads": 8, "num_local_experts": experts,
+            "num_experts_per_tok": 4, "vocab_size": 201088, "max_position_embeddings": 131072,
+            "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * (layers // 2)}
+
+
 PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-7b": _QWEN25_7B,
     "qwen2.5-math-7b": dict(_QWEN25_7B),  # models.md: the Qwen2.5-7B architecture
@@ -125,6 +133,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Nemotron-H (arXiv 2504.03624 Table 1): hybrid Mamba-2 / attention.
     "nemotron-h-8b": _nemotron_h(52, 4096, 21504, 32, 8, 128, 128, 24, 4),
     "nemotron-h-56b": _nemotron_h(118, 8192, 32768, 64, 8, 256, 256, 54, 10),
+    # gpt-oss (openai/gpt-oss-20b, -120b config.json): every layer MoE (intermediate_size is each
+    # expert's width), 128-token sliding windows on the even layers, biased attention projections.
+    "gpt-oss-20b": _gpt_oss(24, 32),
+    "gpt-oss-120b": _gpt_oss(36, 128),
     # Megatron GPT rows of arXiv 2104.04473 Table 1: (layers, hidden, heads).
     "gpt-1.7b": _gpt(24, 2304, 24),
     "gpt-3.6b": _gpt(30, 3072, 32),
@@ -151,6 +163,8 @@ PUBLISHED_PARAMS_B: dict[str, tuple[float, float | None]] = {
     "llama3.1-70b": (70.6, None), "llama3.1-405b": (405.0, None), "deepseek-v3": (671.0, 37.0),
     "deepseek-r1": (671.0, 37.0), "pangu-ultra-moe": (718.0, 39.0),
     "nemotron-h-8b": (8.0, None), "nemotron-h-56b": (56.0, None),   # arXiv 2504.03624 (model names)
+    # gpt-oss model card (arXiv 2508.10925) table 1; its active counts leave the input embedding out
+    "gpt-oss-20b": (20.91, 3.61), "gpt-oss-120b": (116.83, 5.13),
     "gpt-1.7b": (1.7, None), "gpt-3.6b": (3.6, None), "gpt-7.5b": (7.5, None), "gpt-18.4b": (18.4, None),
     "gpt-39.1b": (39.1, None), "gpt-76.1b": (76.1, None), "gpt-145.6b": (145.6, None),
     "gpt-310.1b": (310.1, None), "gpt-529.6b": (529.6, None), "gpt-1008b": (1008.0, None),
