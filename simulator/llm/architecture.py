@@ -561,6 +561,7 @@ def _config_error(exc: RlsimError, cfg: Mapping[str, Any], source: str) -> Rlsim
 
 def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpec:
     """A Hugging Face config.json mapping (llama / qwen2 / qwen3 / *_moe / deepseek_v3 / gpt2 keys)."""
+    cfg = _language_model(cfg)
     model_type = str(cfg.get("model_type", "")).lower()
     hidden = _int(cfg, source, "hidden_size", "n_embd", "d_model")
     heads = _int(cfg, source, "num_attention_heads", "n_head")
@@ -620,6 +621,18 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
         )
     except RlsimError as exc:
         raise _config_error(exc, cfg, source) from None
+
+
+def _language_model(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A multimodal checkpoint's language model: its `text_config` (Gemma 3, Mistral 3, Llama 4
+    configs), the top level's other keys beneath it, where the top level has no layers of its own.
+    Its vision encoder is not priced (images are not modelled; Gemma 3 27B's is 0.42B of 27.4B)."""
+    text = cfg.get("text_config")
+    if not isinstance(text, Mapping) or any(cfg.get(k) is not None for k in ("num_hidden_layers", "n_layer",
+                                                                               "num_layers")):
+        return cfg
+    outer = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config", "model_type")}
+    return {**outer, **text}
 
 
 def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:

@@ -325,3 +325,18 @@ def test_windowed_attention_work_in_closed_form():
     saved = full.train_flops_per_token(4096.0) - model.train_flops_per_token(4096.0)
     per_pair = full.attention_flops_per_context_token()
     assert saved == pytest.approx(3 * per_pair * 0.5 * (4096 - 128 * (2 * 4096 - 128) / 4096))
+
+
+def test_a_multimodal_checkpoint_is_read_as_its_language_model():
+    """Gemma 3 27B's config.json nests its language model in text_config (Gemma 3 report, arXiv
+    2503.19786 table 1: 1,416M embedding + 25,600M non-embedding parameters; the 417M vision encoder
+    is not priced). 1024-token windows on five layers of six; tied embeddings from the top level."""
+    text = {"model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62,
+            "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "vocab_size": 262208,
+            "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 1024, "max_position_embeddings": 131072,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10 + ["sliding_attention"] * 2}
+    model = load_model({"model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 1152},
+                        "tie_word_embeddings": True})
+    assert model.params_total / 1e9 == pytest.approx(1.416 + 25.6, rel=0.01)
+    assert model.gated_ffn and model.tied_embeddings and model.num_sliding_layers == 52
+    assert load_model({**text, "tie_word_embeddings": True}) == model   # the same as the text model alone
