@@ -575,6 +575,9 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
     shared = _int(cfg, source, "n_shared_experts", default=0)
     if not shared and cfg.get("shared_expert_intermediate_size") and moe_ffn:  # qwen2_moe style
         shared = round(_int(cfg, source, "shared_expert_intermediate_size") / moe_ffn)
+    if model_type == "llama4_text" and experts:   # Llama4TextMoe: one shared expert beside the routed
+        shared = shared or 1
+    _refuse_unread_shapes(cfg, source)
     # Nemotron-H names its FFN activation mlp_hidden_act (relu2: squared ReLU, two matrices).
     act = str(_first(cfg, *_ACT_KEYS, default="silu")).lower()
     if act not in _GATED_ACTS + _PLAIN_ACTS:   # an unknown name ran as a two-matrix MLP without a word
@@ -633,6 +636,23 @@ def _language_model(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
         return cfg
     outer = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config", "model_type")}
     return {**outer, **text}
+
+
+def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
+    """Shape keys rlsim does not read, refused rather than priced as another model: Llama 4's
+    interleaved MoE layers (interleave_moe_layer_step > 1: Maverick's dense and MoE layers alternate,
+    the dense ones intermediate_size_mlp wide) and its chunked attention (attention_chunk_size: each
+    token attends within its chunk of that many tokens)."""
+    step = cfg.get("interleave_moe_layer_step")
+    if isinstance(step, int) and not isinstance(step, bool) and step > 1:
+        raise RlsimError(f"MoE on one layer in {step} (dense layers between) is not modelled: rlsim places the "
+                         "dense layers first (first_k_dense_replace)", source=source, field="interleave_moe_layer_step",
+                         fix="model it as first_k_dense_replace dense layers of the same count, or use another model")
+    if cfg.get("attention_chunk_size"):
+        raise RlsimError(f"chunked attention (each token within its chunk of {cfg['attention_chunk_size']} tokens) "
+                         "is not modelled", source=source, field="attention_chunk_size",
+                         fix="set attention_chunk_size to null to price every layer as full attention (exact for "
+                             "sequences within one chunk, an upper bound beyond)")
 
 
 def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:

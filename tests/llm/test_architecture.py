@@ -340,3 +340,26 @@ def test_a_multimodal_checkpoint_is_read_as_its_language_model():
     assert model.params_total / 1e9 == pytest.approx(1.416 + 25.6, rel=0.01)
     assert model.gated_ffn and model.tied_embeddings and model.num_sliding_layers == 52
     assert load_model({**text, "tie_word_embeddings": True}) == model   # the same as the text model alone
+
+
+LLAMA4_SCOUT_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+                     "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+                     "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 202048, "num_local_experts": 16,
+                     "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "attention_chunk_size": 8192,
+                     "hidden_act": "silu"}
+
+
+def test_llama4_has_its_shared_expert_and_its_unread_shapes_are_refused():
+    """Llama 4 Scout (Meta's model card: 17B active, 109B total with its vision encoder): one shared
+    expert beside the 16 routed (Llama4TextMoe), which the config does not count. Its chunked
+    attention and Maverick's interleaved MoE layers are refused by name, not priced as another model."""
+    with pytest.raises(RlsimError, match="chunked attention") as err:
+        load_model({"model_type": "llama4", "text_config": LLAMA4_SCOUT_TEXT})
+    assert err.value.field == "attention_chunk_size" and "null" in err.value.fix
+    scout = load_model({"model_type": "llama4", "text_config": {**LLAMA4_SCOUT_TEXT, "attention_chunk_size": None}})
+    assert scout.num_shared_experts == 1
+    assert scout.params_active / 1e9 == pytest.approx(17.0, rel=0.02)
+    assert 107.0 < scout.params_total / 1e9 < 109.0   # 109B less the vision encoder
+    with pytest.raises(RlsimError, match="MoE on one layer in 2") as err:
+        load_model({**LLAMA4_SCOUT_TEXT, "attention_chunk_size": None, "interleave_moe_layer_step": 2})
+    assert err.value.field == "interleave_moe_layer_step"
