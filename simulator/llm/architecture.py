@@ -638,16 +638,41 @@ def _language_model(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**outer, **text}
 
 
+# Keys of layer kinds rlsim does not price (read from the config, refused by name rather than priced
+# as a transformer of full-attention layers): {key: what it says}.
+_UNREAD_LAYER_KEYS = {
+    "full_attention_interval": "linear-attention (Gated DeltaNet) layers between the attention ones (Qwen3-Next)",
+    "attn_layer_period": "Mamba layers between the attention ones (Jamba)",
+    "layers_block_type": "Mamba layers between the attention ones (Jamba)",
+    "attn_type_list": "linear (lightning) attention layers (MiniMax)",
+}
+
+
 def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
-    """Shape keys rlsim does not read, refused rather than priced as another model: Llama 4's
-    interleaved MoE layers (interleave_moe_layer_step > 1: Maverick's dense and MoE layers alternate,
-    the dense ones intermediate_size_mlp wide) and its chunked attention (attention_chunk_size: each
-    token attends within its chunk of that many tokens)."""
-    step = cfg.get("interleave_moe_layer_step")
-    if isinstance(step, int) and not isinstance(step, bool) and step > 1:
-        raise RlsimError(f"MoE on one layer in {step} (dense layers between) is not modelled: rlsim places the "
-                         "dense layers first (first_k_dense_replace)", source=source, field="interleave_moe_layer_step",
-                         fix="model it as first_k_dense_replace dense layers of the same count, or use another model")
+    """Shape keys rlsim does not read, refused rather than priced as another model: layers of other
+    kinds (_UNREAD_LAYER_KEYS, linear attention in layer_types), MoE on some layers only with dense
+    ones between (Llama 4 Maverick's interleave_moe_layer_step, Qwen2-MoE's decoder_sparse_step /
+    mlp_only_layers, DeepSeek's moe_layer_freq: rlsim places the dense layers first,
+    first_k_dense_replace) and Llama 4's chunked attention (attention_chunk_size)."""
+    kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t) and "full" not in str(t)
+             and "sliding" not in str(t)]
+    found = [(k, why) for k, why in _UNREAD_LAYER_KEYS.items() if cfg.get(k) is not None]
+    if kinds:
+        found.insert(0, ("layer_types", f"{kinds[0]} layers"))
+    if found:
+        key, why = found[0]
+        raise RlsimError(f"{why} are not modelled: rlsim prices full (or sliding-window) attention and Nemotron-H's "
+                         "Mamba-2 blocks", source=source, field=key, fix="use a model of those layer kinds")
+    for key, dense_between in (("interleave_moe_layer_step", 1), ("decoder_sparse_step", 1), ("moe_layer_freq", 1)):
+        step = cfg.get(key)
+        if isinstance(step, int) and not isinstance(step, bool) and step > dense_between:
+            raise RlsimError(f"MoE on one layer in {step} (dense layers between) is not modelled: rlsim places the "
+                             "dense layers first (first_k_dense_replace)", source=source, field=key,
+                             fix="model it as first_k_dense_replace dense layers of the same count, or use another model")
+    if cfg.get("mlp_only_layers"):
+        raise RlsimError("dense layers between the MoE ones (mlp_only_layers) are not modelled: rlsim places the dense "
+                         "layers first", source=source, field="mlp_only_layers",
+                         fix="model them as first_k_dense_replace dense layers of the same count")
     if cfg.get("attention_chunk_size"):
         raise RlsimError(f"chunked attention (each token within its chunk of {cfg['attention_chunk_size']} tokens) "
                          "is not modelled", source=source, field="attention_chunk_size",

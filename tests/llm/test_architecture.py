@@ -363,3 +363,23 @@ def test_llama4_has_its_shared_expert_and_its_unread_shapes_are_refused():
     with pytest.raises(RlsimError, match="MoE on one layer in 2") as err:
         load_model({**LLAMA4_SCOUT_TEXT, "attention_chunk_size": None, "interleave_moe_layer_step": 2})
     assert err.value.field == "interleave_moe_layer_step"
+
+
+@pytest.mark.parametrize("extra, key", [
+    ({"full_attention_interval": 4}, "full_attention_interval"),                                 # Qwen3-Next
+    ({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "layer_types"),
+    ({"attn_layer_period": 8, "attn_layer_offset": 4}, "attn_layer_period"),                     # Jamba
+    ({"decoder_sparse_step": 2}, "decoder_sparse_step"),                                         # Qwen2-MoE
+    ({"mlp_only_layers": [0, 5]}, "mlp_only_layers"),
+    ({"moe_layer_freq": 2}, "moe_layer_freq"),                                                   # DeepSeek V2
+])
+def test_layer_kinds_rlsim_does_not_price_are_refused_by_key(extra, key):
+    cfg = {**PRESETS["qwen3-30b-a3b"], "num_hidden_layers": 4, **extra}
+    with pytest.raises(RlsimError, match="not modelled") as err:
+        load_model(cfg)
+    assert err.value.field == key
+
+
+@pytest.mark.parametrize("extra", [{"decoder_sparse_step": 1, "mlp_only_layers": []}, {"moe_layer_freq": 1}])
+def test_their_defaults_are_read_past(extra):
+    assert load_model({**PRESETS["qwen3-30b-a3b"], **extra}).params_total == load_model("qwen3-30b-a3b").params_total
