@@ -74,6 +74,10 @@ class ModelSpec:
     num_shared_experts: int = 0
     moe_ffn_hidden: int = 0
     first_k_dense: int = 0
+    # Dense layers between the MoE ones (Llama 4 Maverick's interleave_moe_layer_step, DeepSeek's
+    # moe_layer_freq, Qwen2-MoE's mlp_only_layers / decoder_sparse_step): their indices; () with the
+    # dense layers first (first_k_dense) or none.
+    dense_layers: tuple[int, ...] = ()
     # MLA (kv_lora_rank == 0: standard multi-head / grouped-query attention)
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -117,7 +121,7 @@ class ModelSpec:
         positive = ["num_layers", "hidden", "num_heads", "num_kv_heads", "vocab"]
         if not self.is_mla:
             positive.append("head_dim")
-        if not self.is_moe or self.first_k_dense > 0:
+        if not self.is_moe or self.first_k_dense > 0 or self.dense_layers:
             positive.append("ffn_hidden")
         for name in positive:
             if not getattr(self, name) > 0:
@@ -132,6 +136,12 @@ class ModelSpec:
             if not 0 <= self.first_k_dense < self.num_layers:
                 raise RlsimError(f"first_k_dense_replace must be in 0..{self.num_layers - 1}", source=src,
                                  field="first_k_dense_replace")
+            if self.dense_layers and (self.first_k_dense or len(self.dense_layers) >= self.num_layers
+                                      or list(self.dense_layers) != sorted(set(self.dense_layers))
+                                      or not 0 <= self.dense_layers[0] <= self.dense_layers[-1] < self.num_layers):
+                raise RlsimError(f"dense layers {list(self.dense_layers)[:8]} must be distinct indices in order, in "
+                                 f"0..{self.num_layers - 1}, some MoE, and not beside first_k_dense_replace",
+                                 source=src, field="mlp_only_layers", fix="give the model's MoE placement as its config does")
         if self.is_mla and (self.qk_nope_dim + self.qk_rope_dim <= 0 or self.v_head_dim <= 0):
             raise RlsimError("MLA needs qk_nope_head_dim + qk_rope_head_dim > 0 and v_head_dim > 0",
                              source=src, field="v_head_dim")
@@ -256,7 +266,7 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        return self.num_layers - self.first_k_dense if self.is_moe else 0
+        return self.num_layers - (len(self.dense_layers) or self.first_k_dense) if self.is_moe else 0
 
     @property
     def num_dense_layers(self) -> int:
@@ -589,7 +599,9 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
     positions = 0
     if gpt_style or cfg.get("position_embedding_type") == "absolute":
         positions = _int(cfg, source, "max_position_embeddings", "n_positions", default=0)
-    ffn = _int(cfg, source, "intermediate_size", "n_inner", "ffn_dim", default=0) or (4 * hidden if gpt_style else 0)
+    # Llama 4: intermediate_size is each expert's width, intermediate_size_mlp the dense layers'
+    ffn = _int(cfg, source, "intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_dim", default=0) \
+        or (4 * hidden if gpt_style else 0)
     if experts and not _first(cfg, "first_k_dense_replace") and not ffn:
         ffn = moe_ffn  # all-MoE models may omit the dense width; it is unused then
     head_dim = _int(cfg, source, "head_dim", default=hidden // heads if heads else 0)
@@ -607,7 +619,8 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
                                if experts else 0),
             num_shared_experts=shared if experts else 0,
             moe_ffn_hidden=moe_ffn if experts else 0,
-            first_k_dense=_int(cfg, source, "first_k_dense_replace", default=0) if experts else 0,
+            **(_moe_placement(cfg, source, _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers"))
+               if experts else {}),
             q_lora_rank=_int(cfg, source, "q_lora_rank", default=0) if kv_lora else 0,
             kv_lora_rank=kv_lora,
             qk_rope_dim=_int(cfg, source, "qk_rope_head_dim", default=0) if kv_lora else 0,
@@ -648,12 +661,38 @@ _UNREAD_LAYER_KEYS = {
 }
 
 
+def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict[str, Any]:
+    """Which layers are MoE, as transformers builds them: from first_k_dense_replace on, every
+    moe_layer_freq-th (DeepseekV3DecoderLayer: layer_idx % moe_layer_freq == 0); not in
+    mlp_only_layers and every decoder_sparse_step-th (Qwen2MoeDecoderLayer: (layer_idx + 1) %
+    decoder_sparse_step == 0); Llama 4's moe_layers, else every interleave_moe_layer_step-th
+    (Llama4TextConfig: range(step - 1, layers, step)). Returns first_k_dense where the dense layers
+    lead, else dense_layers."""
+    first = _int(cfg, source, "first_k_dense_replace", default=0)
+    moe = set(range(first, num_layers))
+    if isinstance(cfg.get("moe_layers"), list):
+        moe &= {int(i) for i in cfg["moe_layers"] if isinstance(i, int) and not isinstance(i, bool)}
+    else:
+        step = _int(cfg, source, "interleave_moe_layer_step", default=1)
+        moe &= set(range(step - 1, num_layers, max(step, 1)))
+    freq = _int(cfg, source, "moe_layer_freq", default=1)
+    sparse = _int(cfg, source, "decoder_sparse_step", default=1)
+    only = cfg.get("mlp_only_layers") or []
+    if freq < 1 or sparse < 1 or not isinstance(only, list):
+        raise RlsimError("moe_layer_freq and decoder_sparse_step must be >= 1, mlp_only_layers a list", source=source,
+                         field="moe_layer_freq" if freq < 1 else "decoder_sparse_step" if sparse < 1 else "mlp_only_layers",
+                         fix="write them as the model's config.json does")
+    moe = {i for i in moe if i % freq == 0 and (i + 1) % sparse == 0 and i not in only}
+    dense = sorted(set(range(num_layers)) - moe)
+    if dense == list(range(len(dense))):
+        return {"first_k_dense": len(dense)}
+    return {"dense_layers": tuple(dense)}
+
+
 def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
     """Shape keys rlsim does not read, refused rather than priced as another model: layers of other
-    kinds (_UNREAD_LAYER_KEYS, linear attention in layer_types), MoE on some layers only with dense
-    ones between (Llama 4 Maverick's interleave_moe_layer_step, Qwen2-MoE's decoder_sparse_step /
-    mlp_only_layers, DeepSeek's moe_layer_freq: rlsim places the dense layers first,
-    first_k_dense_replace) and Llama 4's chunked attention (attention_chunk_size)."""
+    kinds (_UNREAD_LAYER_KEYS, linear attention in layer_types) and Llama 4's chunked attention
+    (attention_chunk_size)."""
     kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t) and "full" not in str(t)
              and "sliding" not in str(t)]
     found = [(k, why) for k, why in _UNREAD_LAYER_KEYS.items() if cfg.get(k) is not None]
@@ -663,16 +702,6 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
         key, why = found[0]
         raise RlsimError(f"{why} are not modelled: rlsim prices full (or sliding-window) attention and Nemotron-H's "
                          "Mamba-2 blocks", source=source, field=key, fix="use a model of those layer kinds")
-    for key, dense_between in (("interleave_moe_layer_step", 1), ("decoder_sparse_step", 1), ("moe_layer_freq", 1)):
-        step = cfg.get(key)
-        if isinstance(step, int) and not isinstance(step, bool) and step > dense_between:
-            raise RlsimError(f"MoE on one layer in {step} (dense layers between) is not modelled: rlsim places the "
-                             "dense layers first (first_k_dense_replace)", source=source, field=key,
-                             fix="model it as first_k_dense_replace dense layers of the same count, or use another model")
-    if cfg.get("mlp_only_layers"):
-        raise RlsimError("dense layers between the MoE ones (mlp_only_layers) are not modelled: rlsim places the dense "
-                         "layers first", source=source, field="mlp_only_layers",
-                         fix="model them as first_k_dense_replace dense layers of the same count")
     if cfg.get("attention_chunk_size"):
         raise RlsimError(f"chunked attention (each token within its chunk of {cfg['attention_chunk_size']} tokens) "
                          "is not modelled", source=source, field="attention_chunk_size",

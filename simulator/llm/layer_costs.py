@@ -181,7 +181,8 @@ def _rope_elements(model: Any, heads: int, kv: int, qk: int) -> float:
 
 @lru_cache(maxsize=256)
 def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
-    """One LayerShape per layer, in order (dense layers first for MoE models with first_k_dense;
+    """One LayerShape per layer, in order (dense layers first for MoE models with first_k_dense, or
+    at the indices dense_layers names;
     a hybrid model's blocks in its layer pattern's order)."""
     h = int(model.hidden)
     attn, heads, kv, qk, vd = _attention_gemms(model)
@@ -203,7 +204,8 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
     moe = LayerShape(True, tuple(moe_gemms), heads, kv, qk, vd, experts, int(_get(model, "experts_per_token", 1)),
                      rope_elements=rope)
     first_dense = int(_get(model, "first_k_dense", 0))
-    return _with_adapters(model, _windowed(model, tuple(dense if i < first_dense else moe
+    between = set(_get(model, "dense_layers", ()) or ())
+    return _with_adapters(model, _windowed(model, tuple(dense if i < first_dense or i in between else moe
                                                         for i in range(int(model.num_layers)))))
 
 

@@ -349,10 +349,10 @@ LLAMA4_SCOUT_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermed
                      "hidden_act": "silu"}
 
 
-def test_llama4_has_its_shared_expert_and_its_unread_shapes_are_refused():
+def test_llama4_has_its_shared_expert_and_its_chunked_attention_is_refused():
     """Llama 4 Scout (Meta's model card: 17B active, 109B total with its vision encoder): one shared
     expert beside the 16 routed (Llama4TextMoe), which the config does not count. Its chunked
-    attention and Maverick's interleaved MoE layers are refused by name, not priced as another model."""
+    attention is refused by name, not priced as another model."""
     with pytest.raises(RlsimError, match="chunked attention") as err:
         load_model({"model_type": "llama4", "text_config": LLAMA4_SCOUT_TEXT})
     assert err.value.field == "attention_chunk_size" and "null" in err.value.fix
@@ -360,24 +360,50 @@ def test_llama4_has_its_shared_expert_and_its_unread_shapes_are_refused():
     assert scout.num_shared_experts == 1
     assert scout.params_active / 1e9 == pytest.approx(17.0, rel=0.02)
     assert 107.0 < scout.params_total / 1e9 < 109.0   # 109B less the vision encoder
-    with pytest.raises(RlsimError, match="MoE on one layer in 2") as err:
-        load_model({**LLAMA4_SCOUT_TEXT, "attention_chunk_size": None, "interleave_moe_layer_step": 2})
-    assert err.value.field == "interleave_moe_layer_step"
 
 
 @pytest.mark.parametrize("extra, key", [
     ({"full_attention_interval": 4}, "full_attention_interval"),                                 # Qwen3-Next
     ({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "layer_types"),
     ({"attn_layer_period": 8, "attn_layer_offset": 4}, "attn_layer_period"),                     # Jamba
-    ({"decoder_sparse_step": 2}, "decoder_sparse_step"),                                         # Qwen2-MoE
-    ({"mlp_only_layers": [0, 5]}, "mlp_only_layers"),
-    ({"moe_layer_freq": 2}, "moe_layer_freq"),                                                   # DeepSeek V2
 ])
 def test_layer_kinds_rlsim_does_not_price_are_refused_by_key(extra, key):
     cfg = {**PRESETS["qwen3-30b-a3b"], "num_hidden_layers": 4, **extra}
     with pytest.raises(RlsimError, match="not modelled") as err:
         load_model(cfg)
     assert err.value.field == key
+
+
+@pytest.mark.parametrize("extra, moe", [
+    ({"decoder_sparse_step": 2}, (1, 3, 5, 7)),                           # Qwen2-MoE: (i + 1) % step == 0
+    ({"mlp_only_layers": [0, 5]}, (1, 2, 3, 4, 6, 7)),
+    ({"moe_layer_freq": 2, "first_k_dense_replace": 1}, (2, 4, 6)),        # DeepSeek: i >= k and i % freq == 0
+    ({"interleave_moe_layer_step": 2}, (1, 3, 5, 7)),                      # Llama 4: range(step - 1, L, step)
+    ({"moe_layers": [2, 3]}, (2, 3)),
+    ({"first_k_dense_replace": 3}, (3, 4, 5, 6, 7)),
+])
+def test_moe_on_some_layers_only_sits_where_transformers_puts_it(extra, moe):
+    from simulator.llm.layer_costs import layer_shapes
+
+    model = load_model({**PRESETS["qwen3-30b-a3b"], "num_hidden_layers": 8, **extra})
+    assert tuple(i for i, shape in enumerate(layer_shapes(model)) if shape.moe) == moe
+    assert model.num_moe_layers == len(moe) and model.num_dense_layers == 8 - len(moe)
+    all_moe = load_model({**PRESETS["qwen3-30b-a3b"], "num_hidden_layers": 8})
+    # a dense layer holds the 6144-wide SwiGLU where an MoE layer holds the router and 128 experts of 768
+    moe_part, dense_part = 2048 * 128 + 128 * 3 * 2048 * 768, 3 * 2048 * 6144
+    assert model.params_total == all_moe.params_total - (8 - len(moe)) * (moe_part - dense_part)
+
+
+def test_llama4_maverick_interleaves_its_moe_layers():
+    """Llama 4 Maverick (Meta's model card: 17B active, 400B total): 128 routed experts and a shared one
+    on every other layer, dense layers intermediate_size_mlp wide between them."""
+    maverick = {**LLAMA4_SCOUT_TEXT, "num_local_experts": 128, "interleave_moe_layer_step": 2,
+                "attention_chunk_size": None}
+    model = load_model(maverick)
+    assert model.num_moe_layers == 24 and model.dense_layers == tuple(range(0, 48, 2))
+    assert model.ffn_hidden == 16384 and model.moe_ffn_hidden == 8192
+    assert model.params_total / 1e9 == pytest.approx(400, rel=0.01)
+    assert model.params_active / 1e9 == pytest.approx(17, rel=0.02)
 
 
 @pytest.mark.parametrize("extra", [{"decoder_sparse_step": 1, "mlp_only_layers": []}, {"moe_layer_freq": 1}])
