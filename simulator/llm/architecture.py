@@ -669,19 +669,20 @@ def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict
     (Llama4TextConfig: range(step - 1, layers, step)). Returns first_k_dense where the dense layers
     lead, else dense_layers."""
     first = _int(cfg, source, "first_k_dense_replace", default=0)
+    steps = {key: _int(cfg, source, key, default=1)
+             for key in ("interleave_moe_layer_step", "moe_layer_freq", "decoder_sparse_step")}
+    only = cfg.get("mlp_only_layers") or []
+    bad = [key for key, value in steps.items() if value < 1] + ([] if isinstance(only, list) else ["mlp_only_layers"])
+    if bad:
+        raise RlsimError(f"{bad[0]} must be {'a list of layer indices' if bad[0] == 'mlp_only_layers' else '>= 1'}",
+                         source=source, field=bad[0], fix="write it as the model's config.json does")
+    freq, sparse = steps["moe_layer_freq"], steps["decoder_sparse_step"]
     moe = set(range(first, num_layers))
     if isinstance(cfg.get("moe_layers"), list):
         moe &= {int(i) for i in cfg["moe_layers"] if isinstance(i, int) and not isinstance(i, bool)}
     else:
-        step = _int(cfg, source, "interleave_moe_layer_step", default=1)
-        moe &= set(range(step - 1, num_layers, max(step, 1)))
-    freq = _int(cfg, source, "moe_layer_freq", default=1)
-    sparse = _int(cfg, source, "decoder_sparse_step", default=1)
-    only = cfg.get("mlp_only_layers") or []
-    if freq < 1 or sparse < 1 or not isinstance(only, list):
-        raise RlsimError("moe_layer_freq and decoder_sparse_step must be >= 1, mlp_only_layers a list", source=source,
-                         field="moe_layer_freq" if freq < 1 else "decoder_sparse_step" if sparse < 1 else "mlp_only_layers",
-                         fix="write them as the model's config.json does")
+        step = steps["interleave_moe_layer_step"]
+        moe &= set(range(step - 1, num_layers, step))
     moe = {i for i in moe if i % freq == 0 and (i + 1) % sparse == 0 and i not in only}
     dense = sorted(set(range(num_layers)) - moe)
     if dense == list(range(len(dense))):
@@ -695,7 +696,9 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
     (attention_chunk_size)."""
     kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t) and "full" not in str(t)
              and "sliding" not in str(t)]
-    found = [(k, why) for k, why in _UNREAD_LAYER_KEYS.items() if cfg.get(k) is not None]
+    # (a Nemotron-H config, read by its hybrid_override_pattern, may carry its derived block list)
+    found = [(k, why) for k, why in _UNREAD_LAYER_KEYS.items()
+             if cfg.get(k) is not None and not cfg.get("hybrid_override_pattern")]
     if kinds:
         found.insert(0, ("layer_types", f"{kinds[0]} layers"))
     if found:
@@ -716,12 +719,12 @@ def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_t
     configs before layer_types), else every layer (Mistral). A window no sequence can reach (>=
     max_position_embeddings: Phi-3.5-MoE) or switched off (Qwen2's use_sliding_window: false) is
     no window."""
-    window = cfg.get("sliding_window")
-    limit = cfg.get("max_position_embeddings")
-    if window is None or cfg.get("use_sliding_window") is False \
-            or (isinstance(limit, (int, float)) and not isinstance(limit, bool) and window >= limit):
+    if cfg.get("sliding_window") is None or cfg.get("use_sliding_window") is False:
         return {}
     window = _int(cfg, source, "sliding_window")
+    limit = cfg.get("max_position_embeddings")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and window >= limit:
+        return {}
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != num_layers:
@@ -730,8 +733,11 @@ def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_t
         layers = tuple(i for i, kind in enumerate(types) if "sliding" in str(kind))
     elif model_type == "gemma2":
         layers = tuple(range(0, num_layers, 2))
-    elif cfg.get("sliding_window_pattern"):
+    elif cfg.get("sliding_window_pattern") is not None:
         every = _int(cfg, source, "sliding_window_pattern")
+        if every < 1:
+            raise RlsimError(f"sliding_window_pattern must be >= 1, got {every}", source=source,
+                             field="sliding_window_pattern", fix="write it as the model's config.json does")
         layers = tuple(i for i in range(num_layers) if (i + 1) % every)
     else:
         layers = tuple(range(num_layers))

@@ -409,3 +409,22 @@ def test_llama4_maverick_interleaves_its_moe_layers():
 @pytest.mark.parametrize("extra", [{"decoder_sparse_step": 1, "mlp_only_layers": []}, {"moe_layer_freq": 1}])
 def test_their_defaults_are_read_past(extra):
     assert load_model({**PRESETS["qwen3-30b-a3b"], **extra}).params_total == load_model("qwen3-30b-a3b").params_total
+
+
+@pytest.mark.parametrize("extra, key", [
+    ({"sliding_window": "wide", "max_position_embeddings": 32768}, "sliding_window"),
+    ({"sliding_window": 1024, "sliding_window_pattern": 0, "max_position_embeddings": 32768}, "sliding_window_pattern"),
+    ({"interleave_moe_layer_step": 0}, "interleave_moe_layer_step"),
+    ({"decoder_sparse_step": -1}, "decoder_sparse_step"),
+    ({"mlp_only_layers": "0,5"}, "mlp_only_layers"),
+])
+def test_bad_window_and_moe_placement_values_name_their_key(extra, key):
+    base = {k: v for k, v in PRESETS["qwen3-30b-a3b"].items() if k != "use_sliding_window"}
+    with pytest.raises(RlsimError) as err:
+        load_model({**base, "num_hidden_layers": 8, **extra})
+    assert err.value.field == key
+
+
+def test_a_nemotron_h_config_keeps_its_derived_block_list():
+    cfg = {**PRESETS["nemotron-h-8b"], "layers_block_type": ["mamba", "attention"]}
+    assert load_model(cfg).params_total == load_model("nemotron-h-8b").params_total
