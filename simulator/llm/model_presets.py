@@ -83,6 +83,16 @@ def _gpt_oss(layers: int, experts: int) -> dict[str, Any]:
             "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * (layers // 2)}
 
 
+def _gemma3(layers: int, hidden: int, ffn: int, heads: int, kv: int, head_dim: int, window: int,
+            vocab: int = 262208) -> dict[str, Any]:
+    """Gemma 3's language model (google/gemma-3-*-it config.json text_config): GeGLU, tied
+    embeddings, sliding windows on five layers of six."""
+    return {"model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+            "num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": ffn, "num_attention_heads": heads,
+            "num_key_value_heads": kv, "head_dim": head_dim, "vocab_size": vocab, "max_position_embeddings": 131072,
+            "sliding_window": window, "sliding_window_pattern": 6}
+
+
 PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-7b": _QWEN25_7B,
     "qwen2.5-math-7b": dict(_QWEN25_7B),  # models.md: the Qwen2.5-7B architecture
@@ -137,6 +147,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # expert's width), 128-token sliding windows on the even layers, biased attention projections.
     "gpt-oss-20b": _gpt_oss(24, 32),
     "gpt-oss-120b": _gpt_oss(36, 128),
+    "gemma-3-1b": _gemma3(26, 1152, 6912, 4, 1, 256, 512, vocab=262144),
+    "gemma-3-4b": _gemma3(34, 2560, 10240, 8, 4, 256, 1024),
+    "gemma-3-12b": _gemma3(48, 3840, 15360, 16, 8, 256, 1024),
+    "gemma-3-27b": _gemma3(62, 5376, 21504, 32, 16, 128, 1024),
     # Megatron GPT rows of arXiv 2104.04473 Table 1: (layers, hidden, heads).
     "gpt-1.7b": _gpt(24, 2304, 24),
     "gpt-3.6b": _gpt(30, 3072, 32),
@@ -165,6 +179,10 @@ PUBLISHED_PARAMS_B: dict[str, tuple[float, float | None]] = {
     "nemotron-h-8b": (8.0, None), "nemotron-h-56b": (56.0, None),   # arXiv 2504.03624 (model names)
     # gpt-oss model card (arXiv 2508.10925) table 1; its active counts leave the input embedding out
     "gpt-oss-20b": (20.91, 3.61), "gpt-oss-120b": (116.83, 5.13),
+    # Gemma 3 report (arXiv 2503.19786) table 1: embedding + non-embedding parameters of the language
+    # model (the 417M vision encoder of 4B / 12B / 27B apart)
+    "gemma-3-1b": (0.302 + 0.698, None), "gemma-3-4b": (0.675 + 3.209, None),
+    "gemma-3-12b": (1.012 + 10.759, None), "gemma-3-27b": (1.416 + 25.600, None),
     "gpt-1.7b": (1.7, None), "gpt-3.6b": (3.6, None), "gpt-7.5b": (7.5, None), "gpt-18.4b": (18.4, None),
     "gpt-39.1b": (39.1, None), "gpt-76.1b": (76.1, None), "gpt-145.6b": (145.6, None),
     "gpt-310.1b": (310.1, None), "gpt-529.6b": (529.6, None), "gpt-1008b": (1008.0, None),
