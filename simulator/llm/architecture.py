@@ -33,6 +33,9 @@ _ACT_KEYS = ("mlp_hidden_act", "hidden_activation", "hidden_act", "activation_fu
 # (transformers models/gemma*/modeling_gemma*.py GemmaMLP: gate_proj, up_proj, down_proj under
 # gelu_pytorch_tanh, which elsewhere names a plain two-matrix MLP).
 _GATED_MODEL_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text")
+# Architectures whose routed experts are stacked tensors (transformers GptOssExperts: gate_up_proj,
+# gate_up_proj_bias, down_proj, down_proj_bias; Llama4TextExperts: gate_up_proj, down_proj).
+_FUSED_EXPERT_MODEL_TYPES = ("gpt_oss", "llama4_text")
 
 # Hybrid Mamba / attention models (Nemotron-H, arXiv 2504.03624; HF `hybrid_override_pattern`): one
 # character per block, each block one norm + one mixer with a residual.
@@ -78,6 +81,10 @@ class ModelSpec:
     # moe_layer_freq, Qwen2-MoE's mlp_only_layers / decoder_sparse_step): their indices; () with the
     # dense layers first (first_k_dense) or none.
     dense_layers: tuple[int, ...] = ()
+    # Routed experts stored as stacked tensors, one per projection for all of a layer's experts
+    # (gpt-oss: gate_up_proj, down_proj and their biases; Llama 4: gate_up_proj, down_proj), not one
+    # per expert (Mixtral, Qwen, DeepSeek): what a refit that sends tensor by tensor counts.
+    fused_experts: bool = False
     # MLA (kv_lora_rank == 0: standard multi-head / grouped-query attention)
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -364,7 +371,7 @@ class ModelSpec:
         that rebuilds every parameter as a full HF tensor produces one by one. Per layer: GQA q, k, v,
         o (+ q/k/v biases, o bias, q/k norms); MLA q (or q_a, its norm, q_b), kv_a, its norm, kv_b, o;
         an FFN's 3 (gated) or 2 matrices (+ 2 biases); an MoE layer's router, every expert's FFN and
-        one shared-expert FFN; a Mamba-2 mixer's 8 (in_proj, conv weight and bias, dt bias, A, D, norm,
+        one shared-expert FFN (fused_experts: the stacked gate_up and down tensors); a Mamba-2 mixer's 8 (in_proj, conv weight and bias, dt bias, A, D, norm,
         out_proj); 2 norms (a hybrid block 1), weight and bias with LayerNorm. Then the embedding(s),
         the final norm and an untied LM head."""
         norm = 2 if self.layernorm else 1
@@ -373,7 +380,8 @@ class ModelSpec:
         else:
             attention = 4 + 3 * self.qkv_bias + self.mlp_bias + 2 * self.qk_norm
         ffn = (3 if self.gated_ffn else 2) + 2 * self.mlp_bias
-        moe = 1 + self.num_experts * ffn + (ffn if self.num_shared_experts else 0)
+        routed = (2 + 2 * self.mlp_bias) if self.fused_experts else self.num_experts * ffn
+        moe = 1 + routed + (ffn if self.num_shared_experts else 0)
         norms = self.num_layers * norm * (1 if self.is_hybrid else 2)
         body = (self.num_attention_layers * attention + self.num_mamba_layers * MAMBA_MIXER_TENSORS
                 + self.num_dense_layers * ffn + self.num_moe_layers * moe + norms)
@@ -628,7 +636,8 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             v_head_dim=_int(cfg, source, "v_head_dim", default=0) if kv_lora else 0,
             gated_ffn=act in _GATED_ACTS or model_type in _GATED_MODEL_TYPES,
             qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe") or gpt_style)),
-            mlp_bias=bool(cfg.get("mlp_bias", gpt_style)),
+            mlp_bias=bool(cfg.get("mlp_bias", gpt_style or model_type == "gpt_oss")),
+            fused_experts=model_type in _FUSED_EXPERT_MODEL_TYPES,
             qk_norm=model_type in ("qwen3", "qwen3_moe"),
             layernorm=cfg.get("norm_type", "layernorm" if gpt_style else "rmsnorm") == "layernorm",
             max_position_embeddings=positions,

@@ -135,6 +135,17 @@ def test_hf_tensor_count_matches_a_hand_count(name):
     assert load_model(name).hf_tensor_count == HF_TENSORS[name]
 
 
+def test_hf_tensor_count_of_stacked_experts():
+    """gpt-oss stores a layer's experts as four stacked tensors (GptOssExperts: gate_up_proj and
+    down_proj, each with its bias), not three a expert: its state dict has 411 tensors (24 layers x
+    (2 norms, q k v o and their biases, sinks, router weight and bias, 4 expert tensors) + 3).
+    rlsim counts 363: not the sinks and the router's bias."""
+    m = load_model("gpt-oss-20b")
+    assert m.fused_experts and m.hf_tensor_count == 24 * (2 + 8 + 1 + 4) + 3 == 363
+    per_expert = m.replace(fused_experts=False)
+    assert per_expert.hf_tensor_count == 363 - 24 * 4 + 24 * 32 * 5
+
+
 def test_hf_tensor_count_of_gpt_counts_biases_and_position_embeddings():
     # GPT (Megatron 2021 rows): LayerNorm weight + bias x 2, qkv (3 weights + 3 biases), o + bias,
     # fc1, fc2 + 2 biases; then token and position embeddings, the final LayerNorm, an untied head
