@@ -446,9 +446,9 @@ def _close_key(key: str, rules: Mapping[str, Rule]) -> str:
 
 # ---- models ---------------------------------------------------------------------------------------
 # Suffixes of fine-tuned / re-packaged checkpoints that keep the base architecture (Hugging Face
-# naming: -Instruct / -Chat / -Base / -it; dtype repacks such as unsloth's -BF16; dated releases
-# such as DeepSeek-V3-0324, same config.json as V3 apart from the weights).
-MODEL_SUFFIXES = ("-instruct", "-chat", "-base", "-it", "-hf", "-bf16", "-fp8", "-0324", "-0528", "-2507")
+# naming: -Instruct / -Chat / -Base / -it / -Thinking; dtype repacks such as unsloth's -BF16; dated
+# releases such as DeepSeek-V3-0324, same config.json as V3 apart from the weights).
+MODEL_SUFFIXES = ("-instruct", "-chat", "-base", "-it", "-thinking", "-hf", "-bf16", "-fp8", "-0324", "-0528", "-2507")
 # Spelling differences between Hugging Face ids and rlsim's preset names.
 MODEL_PREFIXES = (("meta-llama-", "llama"), ("llama-", "llama"))
 

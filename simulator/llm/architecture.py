@@ -48,6 +48,16 @@ MAMBA_BLOCK, ATTENTION_BLOCK, MLP_BLOCK = "M", "*", "-"
 SSM_RECURRENT_FLOPS_PER_STATE_ELEM = 5.0
 SSD_CHUNK_TOKENS = 128      # Nemotron-H config.json chunk_size (the mamba_ssm kernels' default block)
 MAMBA_MIXER_TENSORS = 8      # in_proj, conv1d weight + bias, dt_bias, A_log, D, norm, out_proj (HF NemotronHMamba2Mixer)
+# Gated DeltaNet (arXiv 2412.06464; Qwen3-Next's linear attention, HF Qwen3NextGatedDeltaNet): a state
+# of key dim x value dim a value head. Recurrent form (decode), per state element: the decay, the
+# state's read by the key (2), its rank-1 update (2) and its read by the query (2): 7 FLOPs. Chunked
+# form (prefill, training; the paper's sec. 3 WY algorithm over chunks of GDN_CHUNK_TOKENS, fla's
+# chunk_gated_delta_rule), per token and value head: within a chunk K K^T and Q K^T (2 C d_k each),
+# their products with the values (2 C d_v each); across chunks the state's reads by the query and by
+# the WY keys and its update (2 d_k d_v each). A count of this project's, no published figure.
+GDN_RECURRENT_FLOPS_PER_STATE_ELEM = 7.0
+GDN_CHUNK_TOKENS = 64        # fla chunk_gated_delta_rule's chunk size
+GDN_MIXER_TENSORS = 7        # in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log, norm, out_proj
 
 
 def dtype_bytes(dtype: str, field: str = "dtype", source: str | None = None) -> float:
@@ -111,6 +121,17 @@ class ModelSpec:
     # the whole sequence. () / 0: every attention layer full.
     sliding_window: int = 0
     sliding_layers: tuple[int, ...] = ()
+    # Gated DeltaNet linear-attention layers (Qwen3-Next): at these indices the token mixer is a gated
+    # delta rule over a constant state a sequence (GDN_* above) in place of attention, beside the
+    # same FFN / MoE; the attention layers' output is gated by a second query projection where
+    # attention_output_gate (Qwen3NextAttention).
+    linear_layers: tuple[int, ...] = ()
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv_kernel: int = 4
+    attention_output_gate: bool = False
     # LoRA training (arXiv 2106.09685; workload.lora): the base weights frozen, rank-`adapter_rank`
     # adapters (A: K x r, B: r x N) beside the layer matmuls named in `adapter_targets` (layer_costs'
     # GEMM names; empty: every layer matmul, PEFT's "all-linear"). 0: full fine-tuning.
@@ -156,6 +177,8 @@ class ModelSpec:
             self._check_hybrid(src)
         if self.sliding_layers or self.sliding_window:
             self._check_windows(src)
+        if self.linear_layers:
+            self._check_linear(src)
         if not self.is_mla and self.num_heads % self.num_kv_heads:
             raise RlsimError(f"{self.num_heads} attention heads are not a multiple of "
                              f"{self.num_kv_heads} KV heads", source=src, field="num_key_value_heads")
@@ -190,7 +213,43 @@ class ModelSpec:
             raise RlsimError("sliding-window attention in a hybrid Mamba or an MLA model is not modelled", source=src,
                              field="sliding_window", fix="set sliding_window to null: every layer full attention")
 
+    def _check_linear(self, src: str) -> None:
+        for name in ("linear_key_heads", "linear_value_heads", "linear_key_dim", "linear_value_dim",
+                     "linear_conv_kernel"):
+            if not getattr(self, name) > 0:
+                raise RlsimError(f"{name} must be > 0 for linear-attention layers, got {getattr(self, name)}",
+                                 source=src, field=name.replace("linear_", "linear_num_", 1) if "heads" in name else name)
+        if self.linear_value_heads % self.linear_key_heads:
+            raise RlsimError(f"{self.linear_value_heads} value heads are not a multiple of {self.linear_key_heads} key "
+                             "heads", source=src, field="linear_num_value_heads")
+        if sorted(set(self.linear_layers)) != list(self.linear_layers) \
+                or not 0 <= self.linear_layers[0] <= self.linear_layers[-1] < self.num_layers \
+                or len(self.linear_layers) >= self.num_layers:
+            raise RlsimError(f"linear-attention layers must be distinct indices in 0..{self.num_layers - 1}, in order, "
+                             "with an attention layer left", source=src, field="layer_types",
+                             fix="give one layer type per layer")
+        if self.is_hybrid or self.is_mla or self.sliding_layers:
+            raise RlsimError("linear-attention layers beside Mamba blocks, MLA or sliding windows are not modelled",
+                             source=src, field="layer_types", fix="use a model of one of those kinds")
+
     # ---- shape -------------------------------------------------------------------------------
+    @property
+    def num_linear_layers(self) -> int:
+        """Gated DeltaNet layers (the rest attend)."""
+        return len(self.linear_layers)
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of a GDN layer's causal conv1d: queries and keys (key heads x key dim each) and values."""
+        return 2 * self.linear_key_heads * self.linear_key_dim + self.linear_value_heads * self.linear_value_dim
+
+    @property
+    def linear_in_proj_width(self) -> int:
+        """A GDN layer's input projections: q, k (key heads), v, z (value heads); beta and the decay
+        a value head (in_proj_qkvz, in_proj_ba)."""
+        return (2 * self.linear_key_heads * self.linear_key_dim + 2 * self.linear_value_heads * self.linear_value_dim
+                + 2 * self.linear_value_heads)
+
     @property
     def num_sliding_layers(self) -> int:
         """Attention layers over a sliding window (the rest attend to the whole sequence)."""
@@ -223,8 +282,9 @@ class ModelSpec:
 
     @property
     def num_attention_layers(self) -> int:
-        """Layers with attention (and a KV cache): all of them, or a hybrid's * blocks."""
-        return self.layer_pattern.count(ATTENTION_BLOCK) if self.is_hybrid else self.num_layers
+        """Layers with attention (and a KV cache): all of them, a hybrid's * blocks, or those not
+        linear attention."""
+        return self.layer_pattern.count(ATTENTION_BLOCK) if self.is_hybrid else self.num_layers - self.num_linear_layers
 
     @property
     def num_mamba_layers(self) -> int:
@@ -295,7 +355,7 @@ class ModelSpec:
                   + self.kv_lora_rank * nh * (self.qk_nope_dim + self.v_head_dim))
             return q + kv + nh * self.v_head_dim * h
         d, kvh = self.head_dim, self.num_kv_heads
-        params = h * nh * d + 2 * h * kvh * d + nh * d * h
+        params = h * nh * d * (2 if self.attention_output_gate else 1) + 2 * h * kvh * d + nh * d * h
         if self.qkv_bias:
             params += nh * d + 2 * kvh * d
         if self.mlp_bias:  # GPT also biases the output projection
@@ -330,6 +390,16 @@ class ModelSpec:
                 + self.mamba_inner * self.hidden)
 
     @cached_property
+    def linear_params(self) -> int:
+        """One Gated DeltaNet mixer: in_proj_qkvz and in_proj_ba, the conv1d (no bias), dt_bias and
+        A_log a value head, the gated RMSNorm over a value head's dim, out_proj (HF Qwen3NextGatedDeltaNet)."""
+        if not self.num_linear_layers:
+            return 0
+        return (self.hidden * self.linear_in_proj_width + self.linear_conv_dim * self.linear_conv_kernel
+                + 2 * self.linear_value_heads + self.linear_value_dim
+                + self.linear_value_heads * self.linear_value_dim * self.hidden)
+
+    @cached_property
     def router_params(self) -> int:
         return self.hidden * self.num_experts
 
@@ -362,6 +432,7 @@ class ModelSpec:
         # A hybrid block holds one norm; a transformer layer two (norm_params_per_layer).
         norms = self.num_layers * (self.norm_params_per_layer // 2 if self.is_hybrid else self.norm_params_per_layer)
         return (self.num_attention_layers * self.attention_params + self.num_mamba_layers * self.mamba_params
+                + self.num_linear_layers * self.linear_params
                 + norms + self.num_dense_layers * self.dense_ffn_params
                 + self.num_moe_layers * moe + self.params_embedding + self.params_lm_head + final_norm)
 
@@ -384,6 +455,7 @@ class ModelSpec:
         moe = 1 + routed + (ffn if self.num_shared_experts else 0)
         norms = self.num_layers * norm * (1 if self.is_hybrid else 2)
         body = (self.num_attention_layers * attention + self.num_mamba_layers * MAMBA_MIXER_TENSORS
+                + self.num_linear_layers * GDN_MIXER_TENSORS
                 + self.num_dense_layers * ffn + self.num_moe_layers * moe + norms)
         return body + 1 + (self.max_position_embeddings > 0) + norm + (not self.tied_head)
 
@@ -423,9 +495,10 @@ class ModelSpec:
     def ssm_flops_per_token(self, *, recurrent: bool = False) -> float:
         """State-space FLOPs per token over the Mamba layers, beyond their projections (in N): the
         causal conv1d (2 x kernel per channel) and the scan, recurrent (decode) or chunked (SSD:
-        prefill and training). 0 without Mamba layers."""
+        prefill and training); the same of the Gated DeltaNet layers (linear_flops_per_token). 0
+        without such layers."""
         if not self.num_mamba_layers:
-            return 0.0
+            return self.linear_flops_per_token(recurrent=recurrent)
         heads, p, n = self.mamba_num_heads, self.mamba_head_dim, self.ssm_state_size
         if recurrent:
             scan = SSM_RECURRENT_FLOPS_PER_STATE_ELEM * heads * p * n
@@ -433,6 +506,19 @@ class ModelSpec:
             scan = 2.0 * heads * (SSD_CHUNK_TOKENS * (n + p) + 2 * n * p)
         conv = 2.0 * self.mamba_conv_kernel * self.mamba_conv_dim
         return self.num_mamba_layers * (scan + conv)
+
+    def linear_flops_per_token(self, *, recurrent: bool = False) -> float:
+        """The Gated DeltaNet layers' FLOPs per token beyond their projections: the causal conv1d and
+        the delta rule, recurrent (decode) or chunked (GDN_* above). 0 without such layers."""
+        if not self.num_linear_layers:
+            return 0.0
+        heads, dk, dv = self.linear_value_heads, self.linear_key_dim, self.linear_value_dim
+        if recurrent:
+            rule = GDN_RECURRENT_FLOPS_PER_STATE_ELEM * heads * dk * dv
+        else:
+            rule = heads * (4.0 * GDN_CHUNK_TOKENS * (dk + dv) + 6.0 * dk * dv)
+        conv = 2.0 * self.linear_conv_kernel * self.linear_conv_dim
+        return self.num_linear_layers * (rule + conv)
 
     def forward_flops_per_token(self, context_len: float, *, absorb_mla: bool = False) -> float:
         """2 N + 4 L H d s_context (formulas.md): prefill, reference, reward, old-logprob, decode;
@@ -516,6 +602,9 @@ class ModelSpec:
         """A sequence's constant Mamba state over all Mamba layers, whatever its length: the SSM
         state (heads x head_dim x state) and the conv window ((kernel - 1) x conv channels)."""
         per_layer = self.mamba_inner * self.ssm_state_size + (self.mamba_conv_kernel - 1) * self.mamba_conv_dim
+        if self.num_linear_layers:   # a Gated DeltaNet layer's: key dim x value dim a value head, and its conv window
+            return self.num_linear_layers * (self.linear_value_heads * self.linear_key_dim * self.linear_value_dim
+                                             + (self.linear_conv_kernel - 1) * self.linear_conv_dim)
         return self.num_mamba_layers * per_layer if self.num_mamba_layers else 0
 
     def replace(self, **fields: Any) -> ModelSpec:
@@ -638,11 +727,12 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe") or gpt_style)),
             mlp_bias=bool(cfg.get("mlp_bias", gpt_style or model_type == "gpt_oss")),
             fused_experts=model_type in _FUSED_EXPERT_MODEL_TYPES,
-            qk_norm=model_type in ("qwen3", "qwen3_moe"),
+            qk_norm=model_type in ("qwen3", "qwen3_moe", "qwen3_next"),
             layernorm=cfg.get("norm_type", "layernorm" if gpt_style else "rmsnorm") == "layernorm",
             max_position_embeddings=positions,
             **_hybrid_fields(cfg, source),
             **_window_fields(cfg, source, _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers"), model_type),
+            **_linear_fields(cfg, source, _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers"), model_type),
         )
     except RlsimError as exc:
         raise _config_error(exc, cfg, source) from None
@@ -663,7 +753,6 @@ def _language_model(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
 # Keys of layer kinds rlsim does not price (read from the config, refused by name rather than priced
 # as a transformer of full-attention layers): {key: what it says}.
 _UNREAD_LAYER_KEYS = {
-    "full_attention_interval": "linear-attention (Gated DeltaNet) layers between the attention ones (Qwen3-Next)",
     "attn_layer_period": "Mamba layers between the attention ones (Jamba)",
     "layers_block_type": "Mamba layers between the attention ones (Jamba)",
     "attn_type_list": "linear (lightning) attention layers (MiniMax)",
@@ -703,8 +792,8 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
     """Shape keys rlsim does not read, refused rather than priced as another model: layers of other
     kinds (_UNREAD_LAYER_KEYS, linear attention in layer_types) and Llama 4's chunked attention
     (attention_chunk_size)."""
-    kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t) and "full" not in str(t)
-             and "sliding" not in str(t)]
+    kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t)
+             and str(t) not in ("full_attention", "sliding_attention", "linear_attention")]
     # (a Nemotron-H config, read by its hybrid_override_pattern, may carry its derived block list)
     found = [(k, why) for k, why in _UNREAD_LAYER_KEYS.items()
              if cfg.get(k) is not None and not cfg.get("hybrid_override_pattern")]
@@ -719,6 +808,35 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
                          "is not modelled", source=source, field="attention_chunk_size",
                          fix="set attention_chunk_size to null to price every layer as full attention (exact for "
                              "sequences within one chunk, an upper bound beyond)")
+
+
+def _linear_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:
+    """Qwen3-Next's Gated DeltaNet layers: those `layer_types` names linear_attention, else all but
+    every `full_attention_interval`-th (Qwen3NextConfig), with their heads and dims
+    (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim,
+    linear_conv_kernel_dim); its attention layers' output gate."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and "linear_attention" in types:
+        if len(types) != num_layers:
+            raise RlsimError(f"expected one layer type per layer ({num_layers}), got {len(types)}", source=source,
+                             field="layer_types", fix="give a list of linear_attention / full_attention, one a layer")
+        layers = tuple(i for i, kind in enumerate(types) if kind == "linear_attention")
+    elif cfg.get("full_attention_interval") is not None:
+        every = _int(cfg, source, "full_attention_interval")
+        if every < 1:
+            raise RlsimError(f"full_attention_interval must be >= 1, got {every}", source=source,
+                             field="full_attention_interval", fix="write it as the model's config.json does")
+        layers = tuple(i for i in range(num_layers) if (i + 1) % every)
+    else:
+        return {"attention_output_gate": True} if model_type == "qwen3_next" else {}
+    if not layers:
+        return {"attention_output_gate": model_type == "qwen3_next"}
+    return {"linear_layers": layers, "attention_output_gate": model_type == "qwen3_next",
+            "linear_key_heads": _int(cfg, source, "linear_num_key_heads"),
+            "linear_value_heads": _int(cfg, source, "linear_num_value_heads"),
+            "linear_key_dim": _int(cfg, source, "linear_key_head_dim"),
+            "linear_value_dim": _int(cfg, source, "linear_value_head_dim"),
+            "linear_conv_kernel": _int(cfg, source, "linear_conv_kernel_dim", default=4)}
 
 
 def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:

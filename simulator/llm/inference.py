@@ -231,9 +231,10 @@ class StepCost:
             else all_layers_s_per_ctx
         self.decode_per_seq_s = (self.decode_ssm_s_per_token + all_layers_s_per_ctx * self.window_share * self.window
                                  if self.window_share else self.decode_ssm_s_per_token)
-        # a decode step's reads a sequence: its Mamba state (read and written), its windows' KV (a replica's)
-        self.decode_seq_read_s = (self.state_s_per_seq + self.window_bytes_per_seq_dev / ep / self.bw
-                                  if self.window_share else self.state_s_per_seq)
+        # a decode step's reads a sequence: its Mamba / GDN state (read and written), its windows' KV; a
+        # replica's sequences on each device (an MoE engine's ep replicas split them)
+        self.decode_seq_read_s = (self.state_s_per_seq / ep + self.window_bytes_per_seq_dev / ep / self.bw
+                                  if self.window_share else self.state_s_per_seq / ep)
         self.prefill_attn_s_per_pair = (model.attention_flops_per_context_token()
                                         / self.devices / (bf16_rate * gemm_eff) * share)
         self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
@@ -503,7 +504,7 @@ class StepCost:
             return np.zeros(0)
         compute = (tokens * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
                    + self.windowed_pairs(tokens, attention_pairs) * self.prefill_attn_s_per_pair)
-        memory = self.weight_read_many_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / 2
+        memory = self.weight_read_many_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / self.layout.ep / 2
         comm = self.comm_many_s(tokens)
         added, floor = self.overhead_many_s(tokens, seqs)
         return np.maximum(floor, np.maximum(compute, memory) + added + comm)
@@ -520,7 +521,7 @@ class StepCost:
         attention pairs (one step)."""
         compute = (tokens * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
                    + self.windowed_pairs(tokens, attention_pairs) * self.prefill_attn_s_per_pair)
-        memory = self.weight_read_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / 2
+        memory = self.weight_read_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / self.layout.ep / 2
         added, floor = self.overhead_s(tokens, seqs)
         return max(floor, max(compute, memory) + added + self.comm_s(tokens))
 

@@ -144,8 +144,20 @@ def _attention_gemms(model: Any) -> tuple[list[Gemm], int, int, int, int]:
         return gemms, heads, heads, qk, v_dim
     d = int(_get(model, "head_dim", 0)) or h // heads
     kv = int(_get(model, "num_kv_heads", heads)) or heads
-    gemms = [Gemm("qkv", h * (heads + 2 * kv) * d, (heads + 2 * kv) * d), Gemm("o", heads * d * h, h, split="k")]
+    q = heads * (2 if _get(model, "attention_output_gate", False) else 1)   # Qwen3-Next: the gate's query half
+    gemms = [Gemm("qkv", h * (q + 2 * kv) * d, (q + 2 * kv) * d), Gemm("o", heads * d * h, h, split="k")]
     return gemms, heads, kv, d, d
+
+
+def _linear_mixer(model: Any) -> tuple[list[Gemm], dict[str, float]]:
+    """A Gated DeltaNet layer's projections (in_proj_qkvz + in_proj_ba column-parallel, out_proj
+    row-parallel) and its LayerShape fields: the delta rule's chunked FLOPs, the stored in-projection
+    and output widths a token."""
+    h, width = int(model.hidden), int(model.linear_in_proj_width)
+    inner = int(model.linear_value_heads * model.linear_value_dim)
+    gemms = [Gemm("gdn_in", h * width, width), Gemm("gdn_out", inner * h, h, split="k")]
+    return gemms, {"ssm_flops_per_token": model.linear_flops_per_token() / model.num_linear_layers,
+                   "mixer_units": float(width + inner)}
 
 
 def _mlp_gemms(h: int, ffn: int, gated: bool, prefix: str, expert: bool = False) -> list[Gemm]:
@@ -194,7 +206,7 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
     dense_mlp = _mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")
     dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd, rope_elements=rope)
     if not experts:
-        return _with_adapters(model, _windowed(model, (dense,) * int(model.num_layers)))
+        return _with_adapters(model, _linear(model, _windowed(model, (dense,) * int(model.num_layers)), attn))
     f_moe = int(_get(model, "moe_ffn_hidden", 0)) or int(model.ffn_hidden)
     shared = int(_get(model, "num_shared_experts", 0))
     moe_gemms = list(attn) + [Gemm("router", h * experts, experts)]
@@ -205,8 +217,27 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
                      rope_elements=rope)
     first_dense = int(_get(model, "first_k_dense", 0))
     between = set(_get(model, "dense_layers", ()) or ())
-    return _with_adapters(model, _windowed(model, tuple(dense if i < first_dense or i in between else moe
-                                                        for i in range(int(model.num_layers)))))
+    return _with_adapters(model, _linear(model, _windowed(model, tuple(dense if i < first_dense or i in between else moe
+                                                                     for i in range(int(model.num_layers)))), attn))
+
+
+def _linear(model: Any, shapes: tuple[LayerShape, ...], attn: list[Gemm]) -> tuple[LayerShape, ...]:
+    """The model's Gated DeltaNet layers (ModelSpec.linear_layers): the attention's projections
+    replaced by the mixer's, no attention core, the same FFN / MoE; one shape per kind."""
+    linear = set(_get(model, "linear_layers", ()) or ())
+    if not linear:
+        return shapes
+    mixer, fields = _linear_mixer(model)
+    names = {g.name for g in attn}
+    kinds: dict[int, LayerShape] = {}
+
+    def swapped(shape: LayerShape) -> LayerShape:
+        rest = tuple(g for g in shape.gemms if g.name not in names)
+        return dataclasses.replace(shape, gemms=tuple(mixer) + rest, attn_heads=0, kv_heads=0, qk_head_dim=0,
+                                   v_head_dim=0, rope_elements=0.0, **fields)
+
+    return tuple(kinds.setdefault(id(shape), swapped(shape)) if i in linear else shape
+                 for i, shape in enumerate(shapes))
 
 
 def _windowed(model: Any, shapes: tuple[LayerShape, ...]) -> tuple[LayerShape, ...]:
@@ -229,7 +260,8 @@ HF_MODULE_GEMMS: dict[str, tuple[str, ...]] = {
     "gate_proj": ("mlp_up", "expert_up", "shared_up"), "up_proj": ("mlp_up", "expert_up", "shared_up"),
     "down_proj": ("mlp_down", "expert_down", "shared_down"), "gate": ("router",),
     "q_a_proj": ("q_down",), "q_b_proj": ("q_up",), "kv_a_proj_with_mqa": ("kv_down",), "kv_b_proj": ("kv_up",),
-    "in_proj": ("mamba_in",), "out_proj": ("mamba_out",)}
+    "in_proj": ("mamba_in",), "out_proj": ("mamba_out", "gdn_out"),
+    "in_proj_qkvz": ("gdn_in",), "in_proj_ba": ("gdn_in",)}
 
 
 def with_lora(model: Any, lora: Any, source: str | None = None) -> Any:

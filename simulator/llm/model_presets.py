@@ -147,6 +147,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # expert's width), 128-token sliding windows on the even layers, biased attention projections.
     "gpt-oss-20b": _gpt_oss(24, 32),
     "gpt-oss-120b": _gpt_oss(36, 128),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct config.json: three Gated DeltaNet layers to one gated attention
+    # layer, 512 experts (10 routed and a shared one) on every layer
+    "qwen3-next-80b-a3b": {**_QWEN3, "model_type": "qwen3_next", "num_hidden_layers": 48, "hidden_size": 2048,
+                           "intermediate_size": 5120, "moe_intermediate_size": 512,
+                           "shared_expert_intermediate_size": 512, "num_attention_heads": 16, "num_key_value_heads": 2,
+                           "head_dim": 256, "num_experts": 512, "num_experts_per_tok": 10, "full_attention_interval": 4,
+                           "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+                           "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4},
     "gemma-3-1b": _gemma3(26, 1152, 6912, 4, 1, 256, 512, vocab=262144),
     "gemma-3-4b": _gemma3(34, 2560, 10240, 8, 4, 256, 1024),
     "gemma-3-12b": _gemma3(48, 3840, 15360, 16, 8, 256, 1024),
@@ -181,6 +189,9 @@ PUBLISHED_PARAMS_B: dict[str, tuple[float, float | None]] = {
     "gpt-oss-20b": (20.91, 3.61), "gpt-oss-120b": (116.83, 5.13),
     # Gemma 3 report (arXiv 2503.19786) table 1: embedding + non-embedding parameters of the language
     # model (the 417M vision encoder of 4B / 12B / 27B apart)
+    # Qwen3-Next-80B-A3B model card: "80B in total and 3B activated" (rounded; rlsim: 79.7B, 3.25B
+    # without the embeddings)
+    "qwen3-next-80b-a3b": (80.0, None),
     "gemma-3-1b": (0.302 + 0.698, None), "gemma-3-4b": (0.675 + 3.209, None),
     "gemma-3-12b": (1.012 + 10.759, None), "gemma-3-27b": (1.416 + 25.600, None),
     "gpt-1.7b": (1.7, None), "gpt-3.6b": (3.6, None), "gpt-7.5b": (7.5, None), "gpt-18.4b": (18.4, None),

@@ -508,7 +508,7 @@ def trained_shapes(models: Iterable[Any]) -> TrainedShapes:
     """What the layers of ``models`` hold, as params.train_constants_read_past asks it."""
     models = list(models)
     dense = [m for m in models if m.num_dense_layers]
-    return TrainedShapes(mamba=any(m.num_mamba_layers for m in models),
+    return TrainedShapes(mamba=any(m.num_mamba_layers or m.num_linear_layers for m in models),   # scans
                          gated_ffn=any(getattr(m, "gated_ffn", True) for m in dense),
                          plain_ffn=any(not getattr(m, "gated_ffn", True) for m in dense),
                          experts=any(m.num_moe_layers for m in models),

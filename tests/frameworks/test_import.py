@@ -323,7 +323,8 @@ def test_omegaconfs_select_and_relative_references_resolve():
     # the small models of the frameworks' own examples (verl's quickstart, NeMo RL's grpo_math_1B)
     ("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b"), ("Qwen/Qwen2.5-1.5B", "qwen2.5-1.5b"),
     ("Qwen/Qwen3-1.7B", "qwen3-1.7b"), ("meta-llama/Llama-3.2-1B-Instruct", "llama3.2-1b"),
-    ("openai/gpt-oss-20b", "gpt-oss-20b"), ("google/gemma-3-27b-it", "gemma-3-27b")])
+    ("openai/gpt-oss-20b", "gpt-oss-20b"), ("google/gemma-3-27b-it", "gemma-3-27b"),
+    ("Qwen/Qwen3-Next-80B-A3B-Thinking", "qwen3-next-80b-a3b"), ("Qwen/Qwen3-30B-A3B-Thinking-2507", "qwen3-30b-a3b")])
 def test_model_paths_map_to_presets(given, preset):
     assert model_for(given, "actor_rollout_ref.model.path", "cfg")[0] == preset
 

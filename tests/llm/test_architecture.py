@@ -374,9 +374,9 @@ def test_llama4_has_its_shared_expert_and_its_chunked_attention_is_refused():
 
 
 @pytest.mark.parametrize("extra, key", [
-    ({"full_attention_interval": 4}, "full_attention_interval"),                                 # Qwen3-Next
-    ({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "layer_types"),
+    ({"layer_types": ["lightning_attention"] * 3 + ["full_attention"]}, "layer_types"),
     ({"attn_layer_period": 8, "attn_layer_offset": 4}, "attn_layer_period"),                     # Jamba
+    ({"attn_type_list": [0, 0, 0, 1]}, "attn_type_list"),                                         # MiniMax
 ])
 def test_layer_kinds_rlsim_does_not_price_are_refused_by_key(extra, key):
     cfg = {**PRESETS["qwen3-30b-a3b"], "num_hidden_layers": 4, **extra}

@@ -1,7 +1,8 @@
 """StepCost's array forms against its scalar ones, bit for bit: the rollout engine's array run
 prices a whole run's prefills and running-set sizes at once (prefill_many_s, per_n_rows), and must
 give exactly what the event loop's scalar calls give (prefill_s, _per_n, comm_s, weight_read_s):
-dense, MoE with expert parallelism, hybrid Mamba and sliding-window (gpt-oss) models, the fallback collectives and the
+dense, MoE with expert parallelism, hybrid Mamba, sliding-window (gpt-oss) and Gated DeltaNet
+(Qwen3-Next) models, the fallback collectives and the
 network's CollectiveModel, the engine's custom all-reduce, graphs, eager launches, async scheduling
 and pipeline stages."""
 from __future__ import annotations
@@ -18,12 +19,14 @@ from simulator.llm.inference import InferenceParams, RolloutLayout, StepCost, se
 from simulator.network.collectives import CollectiveModel
 
 H100 = get_device("h100")
-MODELS = {name: load_model(name) for name in ("qwen2.5-7b", "qwen3-30b-a3b", "nemotron-h-8b", "gpt-oss-20b")}
+MODELS = {name: load_model(name) for name in ("qwen2.5-7b", "qwen3-30b-a3b", "nemotron-h-8b", "gpt-oss-20b",
+                                              "qwen3-next-80b-a3b")}
 # (tp, ep, pp): pipeline stages too, even (28 / 2, 48 / 2) and uneven (52 / 3 layers)
 LAYOUTS = {"qwen2.5-7b": [(1, 1, 1), (2, 1, 1), (4, 1, 1), (2, 1, 2)],
            "qwen3-30b-a3b": [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 2, 2)],
            "nemotron-h-8b": [(1, 1, 1), (2, 1, 1), (1, 1, 3)],
-           "gpt-oss-20b": [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 1, 2)]}
+           "gpt-oss-20b": [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 1, 2)],
+           "qwen3-next-80b-a3b": [(4, 1, 1), (2, 2, 1), (2, 1, 2)]}
 COLLECTIVES = CollectiveModel(load_topology("dgx-h100", {"nodes": 1}))
 PARAMS = [InferenceParams(), InferenceParams(enforce_eager=True, step_overhead_s=2e-3),
           InferenceParams(async_scheduling=True, cpu_per_seq_s=1e-5),
@@ -88,6 +91,7 @@ def test_the_cases_reach_every_collective_kind():
     assert {(True, False, True), (True, False, False), (False, True, True), (False, True, False)} <= kinds
     assert any(c.state_s_per_seq > 0 for c in COSTS) and any(c.route_p > 0 for c in COSTS)
     assert any(c.window_share > 0 and c.layout.ep > 1 for c in COSTS)
+    assert any(c.model.num_linear_layers and c.layout.ep > 1 for c in COSTS)
 
 
 @pytest.mark.parametrize("name", ["nemotron-h-8b"])
