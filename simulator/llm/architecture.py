@@ -790,8 +790,8 @@ def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict
 
 def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
     """Shape keys rlsim does not read, refused rather than priced as another model: layers of other
-    kinds (_UNREAD_LAYER_KEYS, linear attention in layer_types) and Llama 4's chunked attention
-    (attention_chunk_size)."""
+    kinds (_UNREAD_LAYER_KEYS, another attention kind in layer_types), DeepSeek-V3.2's sparse
+    attention (index_topk) and Llama 4's chunked attention (attention_chunk_size)."""
     kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t)
              and str(t) not in ("full_attention", "sliding_attention", "linear_attention")]
     # (a Nemotron-H config, read by its hybrid_override_pattern, may carry its derived block list)
@@ -803,6 +803,11 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
         key, why = found[0]
         raise RlsimError(f"{why} are not modelled: rlsim prices full (or sliding-window) attention and Nemotron-H's "
                          "Mamba-2 blocks", source=source, field=key, fix="use a model of those layer kinds")
+    if cfg.get("index_topk"):   # DeepSeek-V3.2 (deepseek_v32): DeepSeek Sparse Attention
+        raise RlsimError(f"sparse attention (each query over the top {cfg['index_topk']} keys a lightning indexer "
+                         "picks) is not modelled", source=source, field="index_topk",
+                         fix="set index_topk to null to price DeepSeek-V3's full MLA attention (exact for sequences "
+                             "within the top-k, an upper bound beyond, without the indexer's own cost)")
     if cfg.get("attention_chunk_size"):
         raise RlsimError(f"chunked attention (each token within its chunk of {cfg['attention_chunk_size']} tokens) "
                          "is not modelled", source=source, field="attention_chunk_size",

@@ -377,6 +377,7 @@ def test_llama4_has_its_shared_expert_and_its_chunked_attention_is_refused():
     ({"layer_types": ["lightning_attention"] * 3 + ["full_attention"]}, "layer_types"),
     ({"attn_layer_period": 8, "attn_layer_offset": 4}, "attn_layer_period"),                     # Jamba
     ({"attn_type_list": [0, 0, 0, 1]}, "attn_type_list"),                                         # MiniMax
+    ({"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}, "index_topk"),           # DeepSeek-V3.2
 ])
 def test_layer_kinds_rlsim_does_not_price_are_refused_by_key(extra, key):
     cfg = {**PRESETS["qwen3-30b-a3b"], "num_hidden_layers": 4, **extra}
