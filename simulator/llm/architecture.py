@@ -107,6 +107,9 @@ class ModelSpec:
     mlp_bias: bool = False          # GPT
     qk_norm: bool = False           # Qwen3
     layernorm: bool = False         # LayerNorm (weight + bias) instead of RMSNorm (weight)
+    # Gemma 2 / 3: a norm after the attention and after the FFN too, four a layer (Gemma2DecoderLayer:
+    # input, post_attention, pre_feedforward, post_feedforward layernorms)
+    sandwich_norms: bool = False
     max_position_embeddings: int = 0  # learned absolute positions (GPT); 0 with RoPE
     # Hybrid Mamba-2 / attention ("" : every layer is attention + FFN). `layer_pattern` has one of
     # M (Mamba-2 mixer), * (attention), - (FFN) per block; num_layers = its length.
@@ -405,7 +408,13 @@ class ModelSpec:
 
     @cached_property
     def norm_params_per_layer(self) -> int:
-        return 2 * self.hidden * (2 if self.layernorm else 1)
+        return self.norms_per_layer * self.hidden * (2 if self.layernorm else 1)
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Norms of a transformer layer: before the attention and the FFN, and after them too with
+        sandwich norms."""
+        return 4 if self.sandwich_norms else 2
 
     @cached_property
     def params_embedding(self) -> int:
@@ -453,7 +462,7 @@ class ModelSpec:
         ffn = (3 if self.gated_ffn else 2) + 2 * self.mlp_bias
         routed = (2 + 2 * self.mlp_bias) if self.fused_experts else self.num_experts * ffn
         moe = 1 + routed + (ffn if self.num_shared_experts else 0)
-        norms = self.num_layers * norm * (1 if self.is_hybrid else 2)
+        norms = self.num_layers * norm * (1 if self.is_hybrid else self.norms_per_layer)
         body = (self.num_attention_layers * attention + self.num_mamba_layers * MAMBA_MIXER_TENSORS
                 + self.num_linear_layers * GDN_MIXER_TENSORS
                 + self.num_dense_layers * ffn + self.num_moe_layers * moe + norms)
@@ -727,7 +736,8 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe") or gpt_style)),
             mlp_bias=bool(cfg.get("mlp_bias", gpt_style or model_type == "gpt_oss")),
             fused_experts=model_type in _FUSED_EXPERT_MODEL_TYPES,
-            qk_norm=model_type in ("qwen3", "qwen3_moe", "qwen3_next"),
+            qk_norm=model_type in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"),
+            sandwich_norms=model_type in ("gemma2", "gemma3", "gemma3_text"),
             layernorm=cfg.get("norm_type", "layernorm" if gpt_style else "rmsnorm") == "layernorm",
             max_position_embeddings=positions,
             **_hybrid_fields(cfg, source),

@@ -85,6 +85,8 @@ class LayerShape:
     # Sliding-window attention (ModelSpec.sliding_window): each query attends to the last `window`
     # tokens only; 0: the whole sequence.
     window: int = 0
+    # Norms of the layer (ModelSpec.norms_per_layer: Gemma's sandwich norms are four)
+    norms: int = 2
 
     @property
     def has_mlp(self) -> bool:
@@ -204,7 +206,8 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
         return _with_adapters(model, _hybrid_shapes(model, attn, heads, kv, qk, vd, gated))
     experts = int(_get(model, "num_experts", 0))
     dense_mlp = _mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")
-    dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd, rope_elements=rope)
+    norms = int(_get(model, "norms_per_layer", 2))
+    dense = LayerShape(False, tuple(attn + dense_mlp), heads, kv, qk, vd, rope_elements=rope, norms=norms)
     if not experts:
         return _with_adapters(model, _linear(model, _windowed(model, (dense,) * int(model.num_layers)), attn))
     f_moe = int(_get(model, "moe_ffn_hidden", 0)) or int(model.ffn_hidden)
@@ -214,7 +217,7 @@ def layer_shapes(model: Any) -> tuple[LayerShape, ...]:
         moe_gemms += _mlp_gemms(h, f_moe * shared, True, "shared")
     moe_gemms += _mlp_gemms(h, f_moe, True, "expert", expert=True)
     moe = LayerShape(True, tuple(moe_gemms), heads, kv, qk, vd, experts, int(_get(model, "experts_per_token", 1)),
-                     rope_elements=rope)
+                     rope_elements=rope, norms=norms)
     first_dense = int(_get(model, "first_k_dense", 0))
     between = set(_get(model, "dense_layers", ()) or ())
     return _with_adapters(model, _linear(model, _windowed(model, tuple(dense if i < first_dense or i in between else moe

@@ -203,7 +203,10 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     # MoE: the routed copies of the device's tokens (split by TP with SP, as the dispatch) are
     # shuffled into expert order and back around the all-to-alls.
     shuffle = k * hidden * params.moe_permute_traffic_bytes_per_hidden / (tp if sp else 1) if layer.moe else 0.0
-    elem = tokens * ((params.norm_traffic_bytes_per_hidden + params.residual_traffic_bytes_per_hidden) * hidden
+    norm_bytes = params.norm_traffic_bytes_per_hidden   # a layer's two norms; Gemma's sandwich norms four
+    if layer.norms != 2:
+        norm_bytes = norm_bytes * layer.norms / 2
+    elem = tokens * ((norm_bytes + params.residual_traffic_bytes_per_hidden) * hidden
                      / (tp if sp else 1) + act_bytes * ffn_units / tp + shuffle
                      + params.rope_traffic_bytes_per_element * layer.rope_elements / tp) / rates.hbm_Bps
     fwd = fwd + attn_f + elem

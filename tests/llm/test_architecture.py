@@ -298,7 +298,7 @@ def test_a_window_the_sequences_reach_is_read_with_its_layers(extra, layers):
     cfg = {**PRESETS["llama3.1-8b"], "max_position_embeddings": 32768, **extra}
     model = load_model(cfg)
     assert model.sliding_window == extra["sliding_window"] and model.sliding_layers == layers
-    assert model.params_total == load_model(PRESETS["llama3.1-8b"]).params_total
+    assert model.params_total == load_model({**cfg, "sliding_window": None}).params_total   # a window holds no weights
 
 
 @pytest.mark.parametrize("extra", [
@@ -439,3 +439,29 @@ def test_bad_window_and_moe_placement_values_name_their_key(extra, key):
 def test_a_nemotron_h_config_keeps_its_derived_block_list():
     cfg = {**PRESETS["nemotron-h-8b"], "layers_block_type": ["mamba", "attention"]}
     assert load_model(cfg).params_total == load_model("nemotron-h-8b").params_total
+
+
+def test_gemma_layers_hold_four_norms_and_a_qk_norm():
+    """Gemma 2 / 3 norm after the attention and after the FFN too (Gemma2DecoderLayer), and Gemma 3
+    normalises its queries and keys: 13 tensors a layer of Gemma 3 1B (q k v o, q/k norms, four
+    norms, the gated MLP's three), 340 in its state dict with the tied table and the final norm."""
+    import dataclasses
+
+    import numpy as np
+
+    from simulator.llm.layer_costs import layer_shapes
+    from simulator.llm.train_compute import DeviceRates, layer_times
+    from simulator.params import ComputeParams
+
+    model = load_model("gemma-3-1b")
+    assert model.sandwich_norms and model.qk_norm and model.norms_per_layer == 4
+    assert model.hf_tensor_count == 26 * 13 + 2
+    twin = model.replace(sandwich_norms=False)
+    assert model.params_total - twin.params_total == 26 * 2 * 1152
+    rates, params = DeviceRates(peak_flops=989e12, gemm_efficiency=0.7, hbm_Bps=2.3e12), ComputeParams()
+    layer = layer_shapes(model)[0]
+    tokens, sq = np.array([4096.0]), np.array([4096.0 ** 2])
+    four, two = (layer_times(shape, 1152, 6912, True, tokens, sq, tp=1, sp=False, ep=1, rates=rates, params=params)
+                 for shape in (layer, dataclasses.replace(layer, norms=2)))
+    extra = 4096 * params.norm_traffic_bytes_per_hidden * 1152 / rates.hbm_Bps   # two more norms' traffic
+    assert four.fwd_s[0] - two.fwd_s[0] == pytest.approx(extra, rel=1e-9)
