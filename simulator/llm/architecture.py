@@ -800,10 +800,10 @@ def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict
 
 def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
     """Shape keys rlsim does not read, refused rather than priced as another model: layers of other
-    kinds (_UNREAD_LAYER_KEYS, another attention kind in layer_types), DeepSeek-V3.2's sparse
-    attention (index_topk) and Llama 4's chunked attention (attention_chunk_size)."""
+    kinds (_UNREAD_LAYER_KEYS, another attention kind in layer_types) and DeepSeek-V3.2's sparse
+    attention (index_topk)."""
     kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t)
-             and str(t) not in ("full_attention", "sliding_attention", "linear_attention")]
+             and str(t) not in ("full_attention", "sliding_attention", "linear_attention", "chunked_attention")]
     # (a Nemotron-H config, read by its hybrid_override_pattern, may carry its derived block list)
     found = [(k, why) for k, why in _UNREAD_LAYER_KEYS.items()
              if cfg.get(k) is not None and not cfg.get("hybrid_override_pattern")]
@@ -818,11 +818,6 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
                          "picks) is not modelled", source=source, field="index_topk",
                          fix="set index_topk to null to price DeepSeek-V3's full MLA attention (exact for sequences "
                              "within the top-k, an upper bound beyond, without the indexer's own cost)")
-    if cfg.get("attention_chunk_size"):
-        raise RlsimError(f"chunked attention (each token within its chunk of {cfg['attention_chunk_size']} tokens) "
-                         "is not modelled", source=source, field="attention_chunk_size",
-                         fix="set attention_chunk_size to null to price every layer as full attention (exact for "
-                             "sequences within one chunk, an upper bound beyond)")
 
 
 def _linear_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:
@@ -854,6 +849,26 @@ def _linear_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_t
             "linear_conv_kernel": _int(cfg, source, "linear_conv_kernel_dim", default=4)}
 
 
+def _chunk_fields(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict[str, Any]:
+    """Llama 4's chunked attention (attention_chunk_size c): on its RoPE layers (layer_types'
+    chunked_attention, else no_rope_layers' 1s, else all but every fourth: Llama4TextConfig's
+    no_rope_layer_interval) each token attends within its chunk of c tokens. Priced as a sliding
+    window of c: the same within the first chunk, and past it an upper bound (a chunk's token attends
+    to at most c keys, c / 2 on average; the engine keeps at most a chunk a sequence)."""
+    chunk = _int(cfg, source, "attention_chunk_size")
+    if chunk < 1:
+        raise RlsimError(f"attention_chunk_size must be >= 1, got {chunk}", source=source,
+                         field="attention_chunk_size", fix="write it as the model's config.json does")
+    types, rope = cfg.get("layer_types"), cfg.get("no_rope_layers")
+    if isinstance(types, list) and len(types) == num_layers:
+        layers = tuple(i for i, kind in enumerate(types) if kind == "chunked_attention")
+    elif isinstance(rope, list) and len(rope) == num_layers:
+        layers = tuple(i for i, uses in enumerate(rope) if uses)
+    else:
+        layers = tuple(i for i in range(num_layers) if (i + 1) % 4)
+    return {"sliding_window": chunk, "sliding_layers": layers} if layers else {}
+
+
 def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:
     """Sliding-window attention layers (gpt-oss, Gemma 2 / 3, Mistral 7B v0.1): `sliding_window`
     tokens on the layers `layer_types` names sliding_attention; without layer_types, Gemma 2's
@@ -861,6 +876,8 @@ def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_t
     configs before layer_types), else every layer (Mistral). A window no sequence can reach (>=
     max_position_embeddings: Phi-3.5-MoE) or switched off (Qwen2's use_sliding_window: false) is
     no window."""
+    if cfg.get("attention_chunk_size") is not None:
+        return _chunk_fields(cfg, source, num_layers)
     if cfg.get("sliding_window") is None or cfg.get("use_sliding_window") is False:
         return {}
     window = _int(cfg, source, "sliding_window")

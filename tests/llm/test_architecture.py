@@ -360,14 +360,19 @@ LLAMA4_SCOUT_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermed
                      "hidden_act": "silu"}
 
 
-def test_llama4_has_its_shared_expert_and_its_chunked_attention_is_refused():
+def test_llama4_has_its_shared_expert_and_chunked_attention():
     """Llama 4 Scout (Meta's model card: 17B active, 109B total with its vision encoder): one shared
-    expert beside the 16 routed (Llama4TextMoe), which the config does not count. Its chunked
-    attention is refused by name, not priced as another model."""
-    with pytest.raises(RlsimError, match="chunked attention") as err:
-        load_model({"model_type": "llama4", "text_config": LLAMA4_SCOUT_TEXT})
-    assert err.value.field == "attention_chunk_size" and "null" in err.value.fix
-    scout = load_model({"model_type": "llama4", "text_config": {**LLAMA4_SCOUT_TEXT, "attention_chunk_size": None}})
+    expert beside the 16 routed (Llama4TextMoe), which the config does not count. Its 8192-token
+    chunks on the RoPE layers (all but every fourth) are priced as sliding windows of a chunk."""
+    scout = load_model({"model_type": "llama4", "text_config": LLAMA4_SCOUT_TEXT})
+    assert scout.sliding_window == 8192 and scout.sliding_layers == tuple(i for i in range(48) if (i + 1) % 4)
+    rope = [int(i % 2 == 0) for i in range(48)]
+    assert load_model({**LLAMA4_SCOUT_TEXT, "no_rope_layers": rope}).sliding_layers == tuple(range(0, 48, 2))
+    types = ["chunked_attention", "full_attention"] * 24
+    assert load_model({**LLAMA4_SCOUT_TEXT, "layer_types": types}).sliding_layers == tuple(range(0, 48, 2))
+    # within one chunk the attention is the full model's exactly
+    full = scout.replace(sliding_window=0, sliding_layers=())
+    assert scout.windowed_sq(8192) == full.windowed_sq(8192) and scout.windowed_sq(9000) < full.windowed_sq(9000)
     assert scout.num_shared_experts == 1
     assert scout.params_active / 1e9 == pytest.approx(17.0, rel=0.02)
     assert 107.0 < scout.params_total / 1e9 < 109.0   # 109B less the vision encoder
@@ -409,8 +414,7 @@ def test_moe_on_some_layers_only_sits_where_transformers_puts_it(extra, moe):
 def test_llama4_maverick_interleaves_its_moe_layers():
     """Llama 4 Maverick (Meta's model card: 17B active, 400B total): 128 routed experts and a shared one
     on every other layer, dense layers intermediate_size_mlp wide between them."""
-    maverick = {**LLAMA4_SCOUT_TEXT, "num_local_experts": 128, "interleave_moe_layer_step": 2,
-                "attention_chunk_size": None}
+    maverick = {**LLAMA4_SCOUT_TEXT, "num_local_experts": 128, "interleave_moe_layer_step": 2}
     model = load_model(maverick)
     assert model.num_moe_layers == 24 and model.dense_layers == tuple(range(0, 48, 2))
     assert model.ffn_hidden == 16384 and model.moe_ffn_hidden == 8192
