@@ -777,13 +777,12 @@ def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict
     (Llama4TextConfig: range(step - 1, layers, step)). Returns first_k_dense where the dense layers
     lead, else dense_layers."""
     first = _int(cfg, source, "first_k_dense_replace", default=0)
-    steps = {key: _int(cfg, source, key, default=1)
+    steps = {key: _period(cfg, source, key, default=1)
              for key in ("interleave_moe_layer_step", "moe_layer_freq", "decoder_sparse_step")}
     only = cfg.get("mlp_only_layers") or []
-    bad = [key for key, value in steps.items() if value < 1] + ([] if isinstance(only, list) else ["mlp_only_layers"])
-    if bad:
-        raise RlsimError(f"{bad[0]} must be {'a list of layer indices' if bad[0] == 'mlp_only_layers' else '>= 1'}",
-                         source=source, field=bad[0], fix="write it as the model's config.json does")
+    if not isinstance(only, list):
+        raise RlsimError("mlp_only_layers must be a list of layer indices", source=source, field="mlp_only_layers",
+                         fix="write it as the model's config.json does")
     freq, sparse = steps["moe_layer_freq"], steps["decoder_sparse_step"]
     moe = set(range(first, num_layers))
     if isinstance(cfg.get("moe_layers"), list):
@@ -820,11 +819,26 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
                              "within the top-k, an upper bound beyond, without the indexer's own cost)")
 
 
+def _period(cfg: Mapping[str, Any], source: str, key: str, default: int | None = None) -> int:
+    """A layer period the config gives (every n-th layer): a whole number >= 1, else an error naming it."""
+    every = _int(cfg, source, key, default=default)
+    if every < 1:
+        raise RlsimError(f"{key} must be >= 1, got {every}", source=source, field=key,
+                         fix="write it as the model's config.json does")
+    return every
+
+
+def _all_but_every(every: int, num_layers: int) -> tuple[int, ...]:
+    """The layers but every ``every``-th (1-based): the local ones of a one-global-in-``every`` pattern."""
+    return tuple(i for i in range(num_layers) if (i + 1) % every)
+
+
 def _linear_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:
     """Qwen3-Next's Gated DeltaNet layers: those `layer_types` names linear_attention, else all but
     every `full_attention_interval`-th (Qwen3NextConfig), with their heads and dims
     (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim,
     linear_conv_kernel_dim); its attention layers' output gate."""
+    gate = {"attention_output_gate": True} if model_type == "qwen3_next" else {}
     types = cfg.get("layer_types")
     if isinstance(types, list) and "linear_attention" in types:
         if len(types) != num_layers:
@@ -832,16 +846,12 @@ def _linear_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_t
                              field="layer_types", fix="give a list of linear_attention / full_attention, one a layer")
         layers = tuple(i for i, kind in enumerate(types) if kind == "linear_attention")
     elif cfg.get("full_attention_interval") is not None:
-        every = _int(cfg, source, "full_attention_interval")
-        if every < 1:
-            raise RlsimError(f"full_attention_interval must be >= 1, got {every}", source=source,
-                             field="full_attention_interval", fix="write it as the model's config.json does")
-        layers = tuple(i for i in range(num_layers) if (i + 1) % every)
+        layers = _all_but_every(_period(cfg, source, "full_attention_interval"), num_layers)
     else:
-        return {"attention_output_gate": True} if model_type == "qwen3_next" else {}
+        layers = ()
     if not layers:
-        return {"attention_output_gate": model_type == "qwen3_next"}
-    return {"linear_layers": layers, "attention_output_gate": model_type == "qwen3_next",
+        return gate
+    return {"linear_layers": layers, **gate,
             "linear_key_heads": _int(cfg, source, "linear_num_key_heads"),
             "linear_value_heads": _int(cfg, source, "linear_num_value_heads"),
             "linear_key_dim": _int(cfg, source, "linear_key_head_dim"),
@@ -855,17 +865,14 @@ def _chunk_fields(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict[
     no_rope_layer_interval) each token attends within its chunk of c tokens. Priced as a sliding
     window of c: the same within the first chunk, and past it an upper bound (a chunk's token attends
     to at most c keys, c / 2 on average; the engine keeps at most a chunk a sequence)."""
-    chunk = _int(cfg, source, "attention_chunk_size")
-    if chunk < 1:
-        raise RlsimError(f"attention_chunk_size must be >= 1, got {chunk}", source=source,
-                         field="attention_chunk_size", fix="write it as the model's config.json does")
+    chunk = _period(cfg, source, "attention_chunk_size")
     types, rope = cfg.get("layer_types"), cfg.get("no_rope_layers")
     if isinstance(types, list) and len(types) == num_layers:
         layers = tuple(i for i, kind in enumerate(types) if kind == "chunked_attention")
     elif isinstance(rope, list) and len(rope) == num_layers:
         layers = tuple(i for i, uses in enumerate(rope) if uses)
     else:
-        layers = tuple(i for i in range(num_layers) if (i + 1) % 4)
+        layers = _all_but_every(4, num_layers)
     return {"sliding_window": chunk, "sliding_layers": layers} if layers else {}
 
 
@@ -893,11 +900,7 @@ def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_t
     elif model_type == "gemma2":
         layers = tuple(range(0, num_layers, 2))
     elif cfg.get("sliding_window_pattern") is not None:
-        every = _int(cfg, source, "sliding_window_pattern")
-        if every < 1:
-            raise RlsimError(f"sliding_window_pattern must be >= 1, got {every}", source=source,
-                             field="sliding_window_pattern", fix="write it as the model's config.json does")
-        layers = tuple(i for i in range(num_layers) if (i + 1) % every)
+        layers = _all_but_every(_period(cfg, source, "sliding_window_pattern"), num_layers)
     else:
         layers = tuple(range(num_layers))
     return {"sliding_window": window, "sliding_layers": layers} if layers and window > 0 else {}

@@ -8,6 +8,7 @@ SwiGLU), MoE experts (gated), shared experts and the router. Norms and biases ar
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -232,27 +233,37 @@ def _linear(model: Any, shapes: tuple[LayerShape, ...], attn: list[Gemm]) -> tup
         return shapes
     mixer, fields = _linear_mixer(model)
     names = {g.name for g in attn}
-    kinds: dict[int, LayerShape] = {}
 
     def swapped(shape: LayerShape) -> LayerShape:
         rest = tuple(g for g in shape.gemms if g.name not in names)
         return dataclasses.replace(shape, gemms=tuple(mixer) + rest, attn_heads=0, kv_heads=0, qk_head_dim=0,
                                    v_head_dim=0, rope_elements=0.0, **fields)
 
-    return tuple(kinds.setdefault(id(shape), swapped(shape)) if i in linear else shape
-                 for i, shape in enumerate(shapes))
+    return _replaced_at(shapes, linear, swapped)
 
 
 def _windowed(model: Any, shapes: tuple[LayerShape, ...]) -> tuple[LayerShape, ...]:
-    """The model's sliding layers (ModelSpec.sliding_layers) with their window; the rest as given.
-    One windowed shape per kind, so that equal layers stay one object (_with_adapters, caches)."""
+    """The model's sliding layers (ModelSpec.sliding_layers) with their window; the rest as given."""
     sliding = set(_get(model, "sliding_layers", ()) or ())
     if not sliding:
         return shapes
     window = int(model.sliding_window)
-    kinds: dict[int, LayerShape] = {}
-    return tuple(kinds.setdefault(id(shape), dataclasses.replace(shape, window=window)) if i in sliding else shape
-                 for i, shape in enumerate(shapes))
+    return _replaced_at(shapes, sliding, lambda shape: dataclasses.replace(shape, window=window))
+
+
+def _replaced_at(shapes: tuple[LayerShape, ...], indices: set[int],
+                 make: Callable[[LayerShape], LayerShape]) -> tuple[LayerShape, ...]:
+    """``shapes`` with those at ``indices`` replaced by ``make(shape)``, made once per kind, so that
+    equal layers stay one object (_with_adapters and the caches key on it)."""
+    made: dict[int, LayerShape] = {}
+    out = []
+    for i, shape in enumerate(shapes):
+        if i in indices:
+            if id(shape) not in made:
+                made[id(shape)] = make(shape)
+            shape = made[id(shape)]
+        out.append(shape)
+    return tuple(out)
 
 
 # Hugging Face module names (PEFT target_modules, matched at any depth) -> the layer matmuls here:
