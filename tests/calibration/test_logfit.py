@@ -25,6 +25,13 @@ TRUE = {"workload.inference.step_overhead_s": 4e-3, "topology.device.gemm_effici
 VERL_STAGES = ("generate", "old_log_prob", "reference", "update_actor", "step_s")
 
 
+@pytest.fixture(autouse=True)
+def _in_a_scratch_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibrate --from-log without --out writes rlsim-calibration.yaml in the working folder: the
+    test's own, not the checkout's."""
+    monkeypatch.chdir(tmp_path)
+
+
 def _true_items(true: dict[str, float]) -> list[str]:
     return ["topology.device.name=h100", *(f"{k}={v}" for k, v in true.items())]
 
