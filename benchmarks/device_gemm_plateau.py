@@ -1,6 +1,6 @@
 """The sustained GEMM rate of a GPU at the shapes of the V7 / V6 trainers: the measurement behind the
-Hopper SXM catalog plateau (0.685, run on an H200 on 2026-12-04: benchmarks/measured/h200-2026-12-04;
-docs/validation.md V7). A prepared device check: one run, a few minutes, prints figures.
+Hopper SXM catalog plateaus (H200 0.685, run on 2026-12-04: benchmarks/measured/h200-2026-12-04; H100
+0.698, run on 2026-12-06: benchmarks/measured/h100-2026-12-06; docs/validation.md V7). A prepared device check: one run, a few minutes, prints figures.
 
     python benchmarks/device_gemm_plateau.py --device cuda [--json] [--sustain-s 20] [--out h100.yaml]
     python benchmarks/device_gemm_plateau.py --device cpu --smoke     # the script itself, on a CPU

@@ -926,9 +926,15 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 #   Backward through autograd: logsumexp's (subtract, exp, multiply: 4 each), the product's two
 #   (4 each), softmax's (read 4, write 2), two additions of the three gradients into the logits' (6
 #   each), the addition to the log-probs' (6): 44.
-# - compiled: the same function under torch.compile (verl actor.use_torch_compile, its default): the
-#   row reductions fused into one kernel reading the logits (2); the backward one kernel reading the
-#   logits and writing their gradient (4) and the addition (6): 10.
+# - compiled: the same function under torch.compile (verl actor.use_torch_compile, its default).
+#   Measured, not counted: the count of one kernel reading the logits (2) and a backward reading them
+#   and writing their gradient (4, and the addition 6) was 5.5x short forward and 2.7x forward +
+#   backward on a lent H100 (benchmarks/device_logits.py; benchmarks/measured/h100-2026-12-06,
+#   logits.json: 4096 tokens x Qwen2.5's 151,936 logits, 2.92 ms forward, 4.32 ms both): Inductor
+#   splits the reduction over so long a row and drops its online softmax, so the rows are read in
+#   several passes. The times as bytes at the H100's streaming rate (3.35 TB/s x its 0.70): 11.0
+#   forward, 16.3 - 11.0 backward and the addition (6): 11.3. The eager counts here measured
+#   0.94-1.15x there, and are kept.
 # - vocab-parallel: verl's megatron workers (0.6.0 workers/actor/megatron_actor.py logits_processor,
 #   utils/megatron/tensor_parallel.py _VocabParallelEntropy): the logits cloned (read 2, write 2), max
 #   (2), subtraction (4), exp_ (4), sum (2), div_ (4), the compiled product-sum (read 4): 24. Backward:
@@ -945,7 +951,7 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 #   forward): its backward's entropy gradient alone, 88.
 # - eager-fp32: the eager sequence on logits already cast up to fp32 (OpenRLHF's compute_entropy after
 #   Actor.forward's cast): each element 4 bytes, twice the eager counts.
-ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "compiled": (2.0, 10.0),
+ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "compiled": (11.0, 11.3),
                                                         "vocab-parallel": (24.0, 28.0), "eager-fp32": (48.0, 88.0),
                                                         "eager-log-softmax": (16.0, 32.0),
                                                         "eager-chunked-fp32": (54.0, 94.0),
@@ -962,9 +968,13 @@ ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "
 FLASH_ATTN_CROSS_ENTROPY_BYTES = (2.0, 4.0)
 # A log-softmax under torch.compile, the temperature's division and the fp32 cast fused into it (AReaL's
 # _gather_logprobs / _gather_logprobs_entropy, areal 1.0.4 utils/functional/vocab_parallel.py, on its
-# FSDP engine without TP, in chunks of 1024 tokens): one reduction kernel reading the logits (2), its
-# backward one kernel reading them and writing the gradient (4); the entropy rides in the same kernels.
-COMPILED_LOG_SOFTMAX_BYTES = (2.0, 4.0)
+# FSDP engine without TP, in chunks of 1024 tokens), the entropy in the same compiled function.
+# Measured, not counted: the count of one reduction kernel reading the logits (2) and a backward
+# reading them and writing the gradient (4) was 7.7x short on a lent H100 (benchmarks/device_logits.py;
+# benchmarks/measured/h100-2026-12-06, logits.json: 12.2 ms forward + backward for 4096 tokens x
+# 151,936 logits): 46.0 bytes a logit at the H100's streaming rate (3.35 TB/s x its 0.70), split
+# forward / backward as the count splits it (a third forward).
+COMPILED_LOG_SOFTMAX_BYTES = (46.0 / 3, 46.0 * 2 / 3)
 # TRL's fused LM head (trl 1.16.0 trainer/utils.py add_fused_lm_head, kernels/chunked_logprob.py; on
 # CUDA, every GRPO / RLOO pass of the policy and the reference): cuBLAS writes the logits of
 # [4096-token, vocabulary-chunk] tiles, a Triton kernel reads each tile once (2; the temperature, the

@@ -23,16 +23,29 @@ DEFAULT_GEMM_EFFICIENCY = 0.75  # large BF16 GEMMs reach ~70-80% of peak on H100
 # 1455-1500 MHz and 690-693 W; the V7 1.7B, 7.1B and 16B models' GEMMs in a fused (torch.compile)
 # forward + backward on that GPU: 0.69-0.73. Only an unfused step, whose many memory-bound kernels
 # let the clock recover, ran its GEMMs at 0.80, as bursts of a few ms do (0.79-0.83). Trainers fuse:
-# the sustained figure. (validation M1 checks one GPU's micro-batch against it.)
-HOPPER_SXM_GEMM_EFFICIENCY = 0.685
+# the sustained figure. (validation M1 checks one GPU's micro-batch against it.) On a lent H100
+# (benchmarks/measured/h100-2026-12-06) the same sweep after 30 s: 0.698 at 1350 MHz and 699 W. Each
+# part takes its own plateau; the H800 is the H100's board. One chip of each was measured, so their
+# 2% apart is not split into chip-to-chip spread and the memory's share of the board's power.
+H200_GEMM_EFFICIENCY = 0.685
+H100_SXM_GEMM_EFFICIENCY = 0.698
 # Flash-attention kernels against the trainer stacks' ratios to the GEMM plateau (ComputeParams
 # flash_efficiency_ratio 0.85 forward / flash_backward_efficiency_ratio 0.73: FlashAttention-2 on an
 # A100). Measured on the lent H200 (cuDNN's flash kernels through torch SDPA, head dim 128, 4096 causal
 # tokens, inside the V7 1.7B micro-batch): forward 0.61 / 0.54 and backward 0.50 / 0.52 of the GEMM
 # rate beside them (unfused / compiled step), i.e. 0.72, 0.63, 0.68, 0.71 of the A100 ratios: 0.69
-# (tests/validation/test_measured_h200.py recomputes it from the raw files).
+# (tests/validation/test_measured_h200.py recomputes it from the raw files). The lent H100's compiled
+# 1.7B micro-batch gave 0.68 / 0.65 (benchmarks/measured/h100-2026-12-06), inside that spread.
 HOPPER_FLASH_EFFICIENCY_SCALE = 0.69
 DEFAULT_HBM_EFFICIENCY = 0.80  # HBM streaming in decode reaches ~75-85% of peak bandwidth
+# A decode step's streaming rate, measured: a Llama-3.1-8B decode step replayed as a CUDA graph
+# (benchmarks/device_decode_graphs.py, 1024 cached positions a sequence), the batch-1 step's bytes over
+# its time less the graph's replay (InferenceParams.cuda_graph_replay_s, 0.3 ms). H100 (benchmarks/
+# measured/h100-2026-12-06): 0.700 of 3.35 TB/s, 0.69-0.75 at batch 4-256, a plain copy 0.90; H200
+# (benchmarks/measured/h200-2026-12-04): 0.653 of 4.8 TB/s, 0.64-0.69 at batch 4-256, a copy 0.88.
+# The default's 0.80 (hardware.md's 75-85%) overstated both; the H800 has the H100's memory.
+H100_HBM_EFFICIENCY = 0.70
+H200_HBM_EFFICIENCY = 0.65
 # CUDA kernel launch costs a few microseconds (NVIDIA CUDA best-practices guide, "~5 us");
 # no public figure for Ascend, so the same value is assumed there until calibrated.
 DEFAULT_LAUNCH_OVERHEAD_S = 5e-6
@@ -165,7 +178,8 @@ _CATALOG: dict[str, DeviceSpec] = {
             hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 x16 (hardware.md)
-            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY, flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
+            gemm_efficiency=H100_SXM_GEMM_EFFICIENCY, hbm_efficiency=H100_HBM_EFFICIENCY,  # measured, above
+            flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
             power_w=700,  # H100 SXM datasheet TDP
         ),
         DeviceSpec(
@@ -174,7 +188,8 @@ _CATALOG: dict[str, DeviceSpec] = {
             hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=200 * G,  # hardware.md: NVLink 400 GB/s both directions
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
-            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY, flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
+            gemm_efficiency=H100_SXM_GEMM_EFFICIENCY, hbm_efficiency=H100_HBM_EFFICIENCY,  # the H100's
+            flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
             power_w=700,  # same board as H100 SXM
         ),
         DeviceSpec(
@@ -189,14 +204,10 @@ _CATALOG: dict[str, DeviceSpec] = {
             name="h200", description="NVIDIA H200 SXM 141GB",
             peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
             hbm_bytes=141 * GIB, hbm_bw_Bps=4.8 * T,  # hardware.md
-            # Measured (benchmarks/measured/h200-2026-12-04, device_decode_graphs.py): a Llama-3.1-8B
-            # decode step's kernels stream its weights and KV cache at 3.1-3.2 TB/s at batch 1-256,
-            # 0.65-0.67 of the 4.8 TB/s datasheet (a plain copy: 4.24 TB/s, 0.88). The same SMs as the
-            # H100 feed a faster memory, so the catalog's 0.80 (an H100 / A100 figure) overstated it.
-            hbm_efficiency=0.65,
+            hbm_efficiency=H200_HBM_EFFICIENCY,  # measured, above
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 (hardware.md)
-            gemm_efficiency=HOPPER_SXM_GEMM_EFFICIENCY, flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
+            gemm_efficiency=H200_GEMM_EFFICIENCY, flash_efficiency_scale=HOPPER_FLASH_EFFICIENCY_SCALE,
             power_w=700,  # H200 SXM datasheet TDP
         ),
         DeviceSpec(

@@ -1,14 +1,14 @@
-"""M1 / M2: what one lent H200 measured for this project (2026-12-04), against rlsim's one-GPU costs.
+"""M1 / M2: what lent GPUs measured for this project, against rlsim's one-GPU costs.
 
 Not published results: the project's own measurements, raw outputs and the commands that produced
-them in benchmarks/measured/h200-2026-12-04 (README there). M1: the V7 GPT models whole on the GPU,
-forward and backward of one 4096-token micro-batch with their layers compiled (fused norms, GELU,
-biases and residuals: benchmarks/device_train_step.py --compile), against the compute rlsim gives one
-micro-batch a GPU on the catalog H200. M2: a Llama-3.1-8B decode step at 1024 cached positions a
-sequence, replayed as a CUDA graph (benchmarks/device_decode_graphs.py), against the GPU part of
-rlsim's engine step (the scheduler's CPU time is not in the measured loop). The catalog's Hopper
-GEMM plateau, its flash scale and the H200's HBM efficiency come from the same machine's GEMM sweep,
-the 1.7B micro-batches' attention kernels and the batch-1 decode step (hardware/devices.py): M1's
+them in benchmarks/measured/ (an H200 on 2026-12-04, an H100 on 2026-12-06; README in each). M1: the
+V7 GPT models whole on the GPU, forward and backward of one 4096-token micro-batch with their layers
+compiled (fused norms, GELU, biases and residuals: benchmarks/device_train_step.py --compile), against
+the compute rlsim gives one micro-batch a GPU on the catalog device. M2: a Llama-3.1-8B decode step at
+1024 cached positions a sequence, replayed as a CUDA graph (benchmarks/device_decode_graphs.py),
+against the GPU part of rlsim's engine step (the scheduler's CPU time is not in the measured loop).
+Each part's GEMM plateau and HBM efficiency come from the same machine's GEMM sweep and batch-1
+decode step, the Hopper flash scale from the H200's 1.7B micro-batches (hardware/devices.py): M1's
 totals and M2's other batches did not set them.
 
 `rlsim validate --set` items: M1 the device's fields (`topology.device.*`) and the trainer
@@ -16,34 +16,58 @@ constants (`workload.train_params.*`); M2 the device's fields and the engine ste
 keys: decode.DENSE_OVERRIDES)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from . import Case, items_taken, overridden_device, register
 from .decode import DENSE_OVERRIDES, _params
 
-SOURCE = "measured on one H200, torch 2.11 (benchmarks/measured/h200-2026-12-04)"
 TRAIN_OVERRIDES = ("topology.device.", "workload.train_params.")
 # The script keeps bf16 gradients and no optimizer state; Megatron's fp32 main gradients would not
 # let the 16B model fit one GPU, and they change no compute time.
 GRADIENTS = "workload.train_params.memory.grad_bytes_per_param=2"
-# (V7 row label, seconds per compiled micro-batch: train_step_<row>_compiled.json micro_batch_s)
-TRAIN_STEPS = (("1.7b", 0.0836540161000002), ("7.1b", 0.3058374233999984), ("16b", 0.6644286006000015))
-# (batch, seconds per graph-replayed decode step: decode_graphs.json rows' graph_s)
-DECODE_STEPS = ((1, 0.005128982450000308), (4, 0.005364473699999905), (16, 0.005727157500000146),
-                (64, 0.007457837699999459), (256, 0.015465226199999904))
 KV_LEN = 1024
 
 
-def _micro_batch_s(row: str, overrides: tuple[str, ...]) -> float:
+@dataclass(frozen=True)
+class Lease:
+    """One lent GPU's figures: the catalog device it is, its folder under benchmarks/measured, (V7
+    row label, seconds per compiled micro-batch: train_step_<row>_compiled.json micro_batch_s) and
+    (batch, seconds per graph-replayed decode step: decode_graphs.json rows' graph_s)."""
+
+    device: str
+    folder: str
+    train_steps: tuple[tuple[str, float], ...]
+    decode_steps: tuple[tuple[int, float], ...]
+
+    @property
+    def source(self) -> str:
+        return f"measured on one {self.device.upper()}, torch 2.11 (benchmarks/measured/{self.folder})"
+
+
+LEASES = (
+    Lease("h200", "h200-2026-12-04",
+          (("1.7b", 0.0836540161000002), ("7.1b", 0.3058374233999984), ("16b", 0.6644286006000015)),
+          ((1, 0.005128982450000308), (4, 0.005364473699999905), (16, 0.005727157500000146),
+           (64, 0.007457837699999459), (256, 0.015465226199999904))),
+    Lease("h100", "h100-2026-12-06",
+          (("1.7b", 0.0873165966000002), ("7.1b", 0.3080821818000004)),
+          ((1, 0.00675863535000012), (4, 0.007064508199999864), (16, 0.007561955700000312),
+           (64, 0.009856408449999776), (256, 0.01993201500000019))),
+)
+
+
+def _micro_batch_s(row: str, overrides: tuple[str, ...], device: str = "h200") -> float:
     """rlsim's compute of one micro-batch a GPU (DP 8, 8 sequences) with the row's model on the
-    catalog H200, the device fields given (`topology.device.*`) over it."""
+    catalog ``device``, the device fields given (`topology.device.*`) over it."""
     from ..overrides import section
     from .megatron_core import ROWS, predict_row
 
     _, heads, hidden, layers, *_ = next(r for r in ROWS if r[0] == row)
     fields = tuple(sorted(section(overrides, "topology.device").items()))
     trainer = tuple(item for item in overrides if not item.startswith("topology.device."))
-    cost = predict_row(heads, hidden, layers, 1, 1, 8, 8, device=(("base", "h200"), *fields),
+    cost = predict_row(heads, hidden, layers, 1, 1, 8, 8, device=(("base", device), *fields),
                        overrides=(GRADIENTS, *trainer))
     return float(cost.compute_s)
 
@@ -55,11 +79,11 @@ def graph_step_gpu_s(cost: Any, batch: int, kv_len: int) -> float:
     return max(c0, m0) + added - (cost.params.step_overhead_s + cost.params.cpu_per_seq_s * batch)
 
 
-def _decode_step_s(batch: int, overrides: tuple[str, ...]) -> float:
+def _decode_step_s(batch: int, overrides: tuple[str, ...], device: str = "h200") -> float:
     from ..llm.architecture import load_model
     from ..llm.inference import RolloutLayout, StepCost
 
-    cost = StepCost(load_model("llama3.1-8b"), overridden_device("h200", overrides), RolloutLayout(),
+    cost = StepCost(load_model("llama3.1-8b"), overridden_device(device, overrides), RolloutLayout(),
                     _params(overrides))
     return graph_step_gpu_s(cost, batch, KV_LEN)
 
@@ -77,12 +101,19 @@ def cases(overrides: tuple[str, ...] = ()):
     if decode:
         overridden_device("h200", decode)
         _params(decode)
-    for row, seconds in TRAIN_STEPS:
-        yield Case(f"M1 h200 {row} gpt micro-batch, compiled", "s per micro-batch", seconds,
-                   lambda row=row: _micro_batch_s(row, train), tolerance=0.10, source=SOURCE,
+    for lease in LEASES:
+        yield from _lease_cases(lease, train, decode)
+
+
+def _lease_cases(lease: Lease, train: tuple[str, ...], decode: tuple[str, ...]) -> Iterator[Case]:
+    name = lease.device
+    for row, seconds in lease.train_steps:
+        yield Case(f"M1 {name} {row} gpt micro-batch, compiled", "s per micro-batch", seconds,
+                   lambda row=row: _micro_batch_s(row, train, name), tolerance=0.10, source=lease.source,
                    note="the V7 model whole on one GPU (TP 1), 4096 tokens, forward + backward, no optimizer",
                    overridable=TRAIN_OVERRIDES)
-    for batch, seconds in DECODE_STEPS:
-        yield Case(f"M2 h200 llama3.1-8b decode step batch {batch}", "s per step (graph)", seconds,
-                   lambda batch=batch: _decode_step_s(batch, decode), tolerance=0.10, source=SOURCE,
-                   note=f"{KV_LEN} cached positions a sequence, bf16, the step's GPU part", overridable=DENSE_OVERRIDES)
+    for batch, seconds in lease.decode_steps:
+        yield Case(f"M2 {name} llama3.1-8b decode step batch {batch}", "s per step (graph)", seconds,
+                   lambda batch=batch: _decode_step_s(batch, decode, name), tolerance=0.10,
+                   source=lease.source, note=f"{KV_LEN} cached positions a sequence, bf16, the step's GPU part",
+                   overridable=DENSE_OVERRIDES)

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from simulator.hardware.devices import HOPPER_FLASH_EFFICIENCY_SCALE, HOPPER_SXM_GEMM_EFFICIENCY, get_device
+from simulator.hardware.devices import (
+    H200_GEMM_EFFICIENCY,
+    H200_HBM_EFFICIENCY,
+    HOPPER_FLASH_EFFICIENCY_SCALE,
+    get_device,
+)
 from simulator.params import PAGEABLE_OFFLOAD_BPS, PAGEABLE_ONLOAD_BPS, OffloadParams
 from simulator.scenario import HostCopies
 from simulator.validation import measured, nemo_rl
@@ -14,17 +19,28 @@ from simulator.validation.megatron_core import ROWS
 from tests.bench_scripts import load
 
 MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "h200-2026-12-04"
+LEASE = next(lease for lease in measured.LEASES if lease.device == "h200")
 
 
 def _load(name: str) -> dict:
     return json.loads((MEASURED / name).read_text())
 
 
-def test_the_hopper_catalog_takes_the_sustained_plateau_measured():
+def test_the_h200_takes_the_sustained_plateau_measured():
     plateau = _load("gemm_plateau_120s.json")["flop_weighted_plateau"]
-    assert HOPPER_SXM_GEMM_EFFICIENCY == round(plateau, 3)
-    assert {get_device(name).gemm_efficiency for name in ("h100", "h800", "h200")} == {HOPPER_SXM_GEMM_EFFICIENCY}
+    assert H200_GEMM_EFFICIENCY == round(plateau, 3) == get_device("h200").gemm_efficiency
+    assert _load("gemm_plateau_30s.json")["flop_weighted_plateau"] == pytest.approx(plateau, abs=0.002)
     assert get_device("a100-80gb").gemm_efficiency == 0.75             # another processor keeps its own
+
+
+def test_the_h200_streams_a_decode_step_at_the_batch_1_steps_rate():
+    """The catalog's HBM efficiency: the batch-1 graph step's bytes over its time less the graph's
+    replay (0.3 ms), as rlsim's step adds it."""
+    from simulator.params import InferenceParams
+
+    row = _load("decode_graphs.json")["rows"][0]
+    rate = row["bytes"] / (row["graph_s"] - InferenceParams().cuda_graph_replay_s)
+    assert row["batch"] == 1 and H200_HBM_EFFICIENCY == round(rate / get_device("h200").hbm_bw_Bps, 2)
 
 
 def test_the_hopper_flash_scale_is_the_measured_attention_against_the_gemms_beside_it():
@@ -44,23 +60,23 @@ def test_the_hopper_flash_scale_is_the_measured_attention_against_the_gemms_besi
 
 
 def test_the_cases_carry_the_measured_figures():
-    for row, seconds in measured.TRAIN_STEPS:
+    for row, seconds in LEASE.train_steps:
         doc = _load(f"train_step_{row}_compiled.json")
         assert doc["compiled"] and doc["micro_batch_s"] == seconds
         _, heads, hidden, layers, *_ = next(r for r in ROWS if r[0] == row)
         assert doc["dims"] == {"layers": layers, "hidden": hidden, "heads": heads, "seq": 4096, "vocab": 131_072}
     rows = _load("decode_graphs.json")["rows"]
-    assert tuple((r["batch"], r["graph_s"]) for r in rows) == measured.DECODE_STEPS
+    assert tuple((r["batch"], r["graph_s"]) for r in rows) == LEASE.decode_steps
     assert {r["kv_len"] for r in rows} == {measured.KV_LEN}
 
 
-@pytest.mark.parametrize("row", [r for r, _ in measured.TRAIN_STEPS])
+@pytest.mark.parametrize("row", [r for r, _ in LEASE.train_steps])
 def test_a_fused_micro_batch_on_one_gpu_is_predicted_within_8_percent(row):
     """M1: rlsim's compute on the catalog H200 for one micro-batch a GPU (bf16 gradients, as the
     script keeps, so the 16B model fits), against the compiled micro-batch measured. The 1.7B model
     reads highest (+6.2%): its lighter GEMM share lets its GEMMs run above the back-to-back plateau,
     and rlsim prices Megatron's unfused loss where the script ran torch's (docs/validation.md, M1)."""
-    seconds = dict(measured.TRAIN_STEPS)[row]
+    seconds = dict(LEASE.train_steps)[row]
     assert measured._micro_batch_s(row, ()) == pytest.approx(seconds, rel=0.08)
     # the device's fields reach it: a lower plateau, a longer micro-batch
     assert measured._micro_batch_s(row, ("topology.device.gemm_efficiency=0.5",)) > 1.2 * seconds
@@ -69,10 +85,10 @@ def test_a_fused_micro_batch_on_one_gpu_is_predicted_within_8_percent(row):
 def test_a_graph_replayed_decode_step_is_predicted_within_8_percent():
     """M2: the GPU part of rlsim's engine step on the catalog H200 (its HBM efficiency is the
     batch-1 step's: the larger batches add KV reads and compute that did not set it)."""
-    for batch, seconds in measured.DECODE_STEPS:
+    for batch, seconds in LEASE.decode_steps:
         assert measured._decode_step_s(batch, ()) == pytest.approx(seconds, rel=0.08), batch
     # the engine's constants reach it, as V5's do
-    assert measured._decode_step_s(1, ("workload.inference.hbm_efficiency=0.8",)) < 0.9 * measured.DECODE_STEPS[0][1]
+    assert measured._decode_step_s(1, ("workload.inference.hbm_efficiency=0.8",)) < 0.9 * LEASE.decode_steps[0][1]
 
 
 # The second lease (benchmarks/measured/h200-2026-12-04b, README there)
