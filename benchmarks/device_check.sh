@@ -32,6 +32,12 @@ out=${1:?usage: bash benchmarks/device_check.sh OUTDIR}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="${TMPDIR:-/tmp}/device_check.$$.log"
+# rlsim's side of each figure on the catalog entry of the GPU lent (an unknown one: the H100's)
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)" in
+    *H200*) catalog=h200 ;;
+    *H800*) catalog=h800 ;;
+    *) catalog=h100 ;;
+esac
 
 { nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,clocks.sm,memory.total --format=csv
   lscpu | grep -E 'Model name|^CPU\(s\)|MHz'; }    # to stdout: the device tool returns at most 8 files
@@ -40,7 +46,7 @@ timeout 240 python3 benchmarks/device_gemm_plateau.py --device cuda --catalog h1
     --out "$out/h100_plateau.yaml" > "$out/gemm_plateau.json" 2>> "$log"
 echo "gemm plateau: exit $?"
 
-timeout 150 python3 benchmarks/device_decode_graphs.py --device cuda --json > "$out/decode_graphs.json" 2>> "$log"
+timeout 150 python3 benchmarks/device_decode_graphs.py --device cuda --catalog $catalog --json > "$out/decode_graphs.json" 2>> "$log"
 echo "decode graphs: exit $?"
 
 timeout 150 python3 benchmarks/device_train_step.py --device cuda --row 1.7b --json > "$out/train_step.json" 2>> "$log"
@@ -49,16 +55,16 @@ timeout 150 python3 benchmarks/device_train_step.py --device cuda --row 1.7b --c
     > "$out/train_step_compiled.json" 2>> "$log"
 echo "train step, compiled: exit $?"
 
-timeout 300 python3 benchmarks/device_fused_moe.py --device cuda --search --json > "$out/fused_moe.json" 2>> "$log"
+timeout 300 python3 benchmarks/device_fused_moe.py --device cuda --catalog $catalog --search --json > "$out/fused_moe.json" 2>> "$log"
 echo "fused moe: exit $?"
 
 timeout 60 python3 benchmarks/host_pageable_copy.py --device cuda --gib 1 --repeats 3 2>> "$log"
 echo "host copies: exit $?"
 
-timeout 120 python3 benchmarks/device_moe_layer.py --device cuda 2>> "$log"
+timeout 120 python3 benchmarks/device_moe_layer.py --device cuda --catalog $catalog 2>> "$log"
 echo "moe layer: exit $?"
 
-timeout 150 python3 benchmarks/device_hf_layer.py --device cuda 2>> "$log"
+timeout 150 python3 benchmarks/device_hf_layer.py --device cuda --catalog $catalog 2>> "$log"
 echo "hf layer: exit $?"
 
 timeout 200 python3 -m simulator calibrate --backend torch --device cuda --out "$out/gpu_calibrated.yaml" --json \
