@@ -4,7 +4,11 @@ benchmarks/v6_unknowns.py shows that the inputs the runs did not publish cannot 
 steps. This script asks the same question of rlsim's modelling constants. It takes each constant
 that is an assumption, a single measurement or a published range. It sets the constant to the low
 and the high end of a plausible range, one at a time, and reruns every row:
-- a hardware.md range: the H100 GEMM plateau 0.70-0.80, HBM streaming 0.75-0.85;
+- a measured range: the GEMM plateau 0.685-0.75 (the sustained plateaus of a lent H200 and H100,
+  0.685 and 0.698, to the GEMMs inside their fused training steps, 0.70-0.77), the HBM streaming
+  rate 0.65-0.75 (the decode steps of the H200 at batch 1 to the H100's at batch 256;
+  benchmarks/measured/h200-2026-12-04, h100-2026-12-06; before 2026-12-06 hardware.md's
+  0.70-0.80 and 0.75-0.85);
 - a single measurement or an assumed value, at half and at twice its default: the engine's step
   overhead (formulas.md "a few ms"), its workspace, the refit's per-tensor CPU time (one verl
   measurement), vLLM sleep mode's 11.3 s (one measurement), the switches' fixed overhead and the
@@ -31,8 +35,8 @@ from simulator.validation import nemo_rl
 SLEEP = SwitchParams().sleep_wake_s
 # (label, --set key, low, high)
 CONSTANTS: tuple[tuple[str, str, float, float], ...] = (
-    ("gemm", "topology.device.gemm_efficiency", 0.70, 0.80),
-    ("hbm", "topology.device.hbm_efficiency", 0.75, 0.85),
+    ("gemm", "topology.device.gemm_efficiency", 0.685, 0.75),
+    ("hbm", "topology.device.hbm_efficiency", 0.65, 0.75),
     ("step_ovh", "workload.inference.step_overhead_s", 0.85e-3, 3.4e-3),
     ("per_seq", "workload.inference.cpu_per_seq_s", 0.5e-5, 4.5e-5),
     ("workspace", "workload.inference.workspace_bytes", 1e9, 4e9),
