@@ -1,8 +1,7 @@
 """rlsim against what one lent H100 measured (benchmarks/measured/h100-2026-12-06, README there): the
 catalog's H100 takes its own GEMM plateau and decode streaming rate, and rlsim's one-GPU costs
 reproduce the timed work that did not set them (the V6 and V7 runs are on H100s)."""
-import json
-from pathlib import Path
+from functools import partial
 
 import pytest
 
@@ -12,16 +11,13 @@ from simulator.hardware.devices import (
     HOPPER_FLASH_EFFICIENCY_SCALE,
     get_device,
 )
-from simulator.params import COMPILED_LOG_SOFTMAX_BYTES, ENTROPY_KERNEL_BYTES, InferenceParams
+from simulator.params import COMPILED_LOG_SOFTMAX_BYTES, ENTROPY_KERNEL_BYTES
 from simulator.validation import measured
 from tests.bench_scripts import load
+from tests.validation import lease_files
 
-MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "h100-2026-12-06"
-LEASE = next(lease for lease in measured.LEASES if lease.device == "h100")
-
-
-def _load(name: str) -> dict:
-    return json.loads((MEASURED / name).read_text())
+LEASE = lease_files.lease("h100")
+_load = partial(lease_files.load, LEASE)
 
 
 def test_the_h100_and_h800_take_the_h100s_sustained_plateau():
@@ -37,20 +33,15 @@ def test_the_h100_streams_a_decode_step_at_the_batch_1_steps_rate():
     """The batch-1 graph step's bytes over its time less the graph's replay, as rlsim's step adds it
     (the H200's rule); every step's kernels streamed below a plain copy of the same GPU (0.74-0.82 of it)."""
     doc = _load("decode_graphs.json")
-    row, spec = doc["rows"][0], get_device("h100")
-    rate = row["bytes"] / (row["graph_s"] - InferenceParams().cuda_graph_replay_s)
-    assert row["batch"] == 1 and H100_HBM_EFFICIENCY == round(rate / spec.hbm_bw_Bps, 2)
+    batch, share = lease_files.batch_1_hbm_share(LEASE)
+    assert batch == 1 and H100_HBM_EFFICIENCY == round(share, 2)
     assert get_device("h800").hbm_efficiency == H100_HBM_EFFICIENCY
     assert all(r["bytes"] / r["kernel_s"] < 0.85 * doc["copy_bw_Bps"] for r in doc["rows"])
 
 
 def test_the_cases_carry_the_measured_figures():
-    for row, seconds in LEASE.train_steps:
-        doc = _load(f"train_step_{row}_compiled.json")
-        assert doc["compiled"] and doc["micro_batch_s"] == seconds and doc["device"] == "NVIDIA H100 80GB HBM3"
-    rows = _load("decode_graphs.json")["rows"]
-    assert tuple((r["batch"], r["graph_s"]) for r in rows) == LEASE.decode_steps
-    assert {r["kv_len"] for r in rows} == {measured.KV_LEN}
+    docs = lease_files.assert_cases_carry_the_files(LEASE)
+    assert {doc["device"] for doc in docs} == {"NVIDIA H100 80GB HBM3"}
 
 
 @pytest.mark.parametrize("row", [r for r, _ in LEASE.train_steps])

@@ -2,7 +2,7 @@
 catalog's Hopper figures are those measurements, and rlsim's one-GPU costs reproduce the timed work
 that did not set them."""
 import json
-from pathlib import Path
+from functools import partial
 
 import pytest
 
@@ -17,13 +17,10 @@ from simulator.scenario import HostCopies
 from simulator.validation import measured, nemo_rl
 from simulator.validation.megatron_core import ROWS
 from tests.bench_scripts import load
+from tests.validation import lease_files
 
-MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "h200-2026-12-04"
-LEASE = next(lease for lease in measured.LEASES if lease.device == "h200")
-
-
-def _load(name: str) -> dict:
-    return json.loads((MEASURED / name).read_text())
+LEASE = lease_files.lease("h200")
+_load = partial(lease_files.load, LEASE)
 
 
 def test_the_h200_takes_the_sustained_plateau_measured():
@@ -36,11 +33,8 @@ def test_the_h200_takes_the_sustained_plateau_measured():
 def test_the_h200_streams_a_decode_step_at_the_batch_1_steps_rate():
     """The catalog's HBM efficiency: the batch-1 graph step's bytes over its time less the graph's
     replay (0.3 ms), as rlsim's step adds it."""
-    from simulator.params import InferenceParams
-
-    row = _load("decode_graphs.json")["rows"][0]
-    rate = row["bytes"] / (row["graph_s"] - InferenceParams().cuda_graph_replay_s)
-    assert row["batch"] == 1 and H200_HBM_EFFICIENCY == round(rate / get_device("h200").hbm_bw_Bps, 2)
+    batch, share = lease_files.batch_1_hbm_share(LEASE)
+    assert batch == 1 and H200_HBM_EFFICIENCY == round(share, 2)
 
 
 def test_the_hopper_flash_scale_is_the_measured_attention_against_the_gemms_beside_it():
@@ -60,14 +54,10 @@ def test_the_hopper_flash_scale_is_the_measured_attention_against_the_gemms_besi
 
 
 def test_the_cases_carry_the_measured_figures():
-    for row, seconds in LEASE.train_steps:
-        doc = _load(f"train_step_{row}_compiled.json")
-        assert doc["compiled"] and doc["micro_batch_s"] == seconds
+    docs = lease_files.assert_cases_carry_the_files(LEASE)
+    for (row, _), doc in zip(LEASE.train_steps, docs, strict=True):
         _, heads, hidden, layers, *_ = next(r for r in ROWS if r[0] == row)
         assert doc["dims"] == {"layers": layers, "hidden": hidden, "heads": heads, "seq": 4096, "vocab": 131_072}
-    rows = _load("decode_graphs.json")["rows"]
-    assert tuple((r["batch"], r["graph_s"]) for r in rows) == LEASE.decode_steps
-    assert {r["kv_len"] for r in rows} == {measured.KV_LEN}
 
 
 @pytest.mark.parametrize("row", [r for r, _ in LEASE.train_steps])
@@ -92,7 +82,7 @@ def test_a_graph_replayed_decode_step_is_predicted_within_8_percent():
 
 
 # The second lease (benchmarks/measured/h200-2026-12-04b, README there)
-MEASURED_B = MEASURED.with_name("h200-2026-12-04b")
+MEASURED_B = lease_files.MEASURED / "h200-2026-12-04b"
 
 
 def _copies(name: str) -> dict[str, float]:
