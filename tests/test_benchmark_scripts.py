@@ -42,6 +42,7 @@ RUN: dict[str, tuple[str, ...]] = {
     "v6_cross_prediction.py": ("topology.device.gemm_efficiency", "2"),
     "v6_generation_gap.py": (),
     "v6_unknowns.py": ("--row", "deepseek-v3 on-policy"),
+    "v7_unknowns.py": (),
     "vllm_scheduler_cpu.py": ("--running", "1", "4", "--steps", "5"),   # skips without vLLM
 }
 # script -> where it runs instead, or why it does not here
