@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import difflib
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,12 +15,15 @@ class RlsimError(ValueError):
     """
 
     def __init__(self, message: str, *, source: str | None = None, field: str | None = None,
-                 fix: str | None = None) -> None:
+                 fix: str | None = None, related: Iterable[str] = ()) -> None:
         self.message = message
         self.source = source
         self.field = field
         self.fix = fix
         self.fields: list[str] = [field] if field else []
+        # fields a cross-field check read beside the one at fault (CrossFieldError): where one of them
+        # was given is where the conflict was written
+        self.related: list[str] = list(related)
         parts = []
         if source:
             parts.append(str(source))
@@ -39,9 +42,21 @@ class RlsimError(ValueError):
     def reworded(self, message: str, fix: str | None, *, source: str | None = None) -> RlsimError:
         """The same error (its source unless ``source`` is given, its field and fields) saying
         ``message`` with ``fix``: a caller that knows more adds it."""
-        out = RlsimError(message, source=source or self.source, field=self.field, fix=fix)
+        out = RlsimError(message, source=source or self.source, field=self.field, fix=fix, related=self.related)
         out.fields = list(self.fields)
         return out
+
+
+class CrossFieldError(ValueError):
+    """A validator's error that turns on other fields too: ``siblings`` are the names, beside the
+    validated field (a field validator) or inside the validated model (``inside=True``, a model
+    validator), of the fields it read; validation_error lists them as the error's ``related``, so
+    the error names the file or --set item that gave any of them, not only the one at fault."""
+
+    def __init__(self, message: str, *siblings: str, inside: bool = False) -> None:
+        super().__init__(message)
+        self.siblings = siblings
+        self.inside = inside
 
 
 @contextmanager
@@ -76,6 +91,8 @@ def blamed_on_set(exc: RlsimError, items: list[str], flag: str = "--set") -> Rls
     """``exc`` naming the ``flag`` item (``--set``, calibrate's ``--predict``) that gave its field, over
     the file it was applied to: a value a command line gave is not the scenario file's to fix."""
     item = set_item_for(exc.fields, items)
+    if item is None and exc.related:   # a conflict: the item that gave one side of it
+        item = next((hit for name in exc.related if (hit := set_item_for([name], items))), None)
     if item is None:
         return exc
     over = exc.source if exc.source and flag not in exc.source else None   # not a --set already
@@ -155,8 +172,13 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
     the pydantic class validated, lets an unknown key name the declared field it is a typo of."""
     by_field: dict[str, list[str]] = {}   # a union's branches fail on the same field: one line each field
     shown: dict[str, str] = {}
+    related: list[str] = []
     for err in exc.errors():
         loc = tuple(err.get("loc", ()))
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, CrossFieldError):
+            base = loc if cause.inside else loc[:-1]
+            related += [_dotted(prefix, (*base, *name.split(".")), skip) for name in cause.siblings]
         if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):   # the tag field itself
             loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
         where = _dotted(prefix, loc, skip) or prefix or "input"
@@ -165,9 +187,11 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
         shown.setdefault(where, _shown(err.get("input", _MISSING)))
     items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
     if len(items) == 1:
-        return RlsimError(items[0][1], source=source, field=items[0][0], fix=fix)
-    listed = "; ".join(f"field '{where}': {text}" for where, text in items)
-    out = RlsimError(f"{len(items)} errors: {listed}", source=source, fix=fix)
-    out.field = items[0][0] if items else (prefix or None)
-    out.fields = [where for where, _ in items]
+        out = RlsimError(items[0][1], source=source, field=items[0][0], fix=fix)
+    else:
+        listed = "; ".join(f"field '{where}': {text}" for where, text in items)
+        out = RlsimError(f"{len(items)} errors: {listed}", source=source, fix=fix)
+        out.field = items[0][0] if items else (prefix or None)
+        out.fields = [where for where, _ in items]
+    out.related = list(dict.fromkeys(related))
     return out

@@ -31,7 +31,7 @@ from pydantic_core import PydanticKnownError
 
 from . import presets
 from .engine_software import ENGINE_SOFTWARE, device_dependent_fields, given_under_engine
-from .errors import RlsimError, validation_error
+from .errors import CrossFieldError, RlsimError, validation_error
 from .overrides import apply_overrides, parse_assignment, string_items
 from .params import (
     DEFAULT_TRAIN_SOFTWARE,
@@ -560,9 +560,10 @@ class WorkloadConfig(_Strict):
         step = (info.data or {}).get("prompts_per_step")
         if value is not None and isinstance(step, int) and step % value:
             divisors = [d for d in range(1, step + 1) if step % d == 0 and d <= value][-3:][::-1]
-            raise ValueError(f"mini_batch_prompts={value} must divide prompts_per_step={step} (an optimizer step "
-                             f"takes that many prompts of the step's): give a divisor of {step}, e.g. "
-                             f"{', '.join(map(str, divisors))}, or leave it unset (one optimizer step a step)")
+            raise CrossFieldError(f"mini_batch_prompts={value} must divide prompts_per_step={step} (an optimizer "
+                                  f"step takes that many prompts of the step's): give a divisor of {step}, e.g. "
+                                  f"{', '.join(map(str, divisors))}, or leave it unset (one optimizer step a step)",
+                                  "prompts_per_step")
         return value
 
     @model_validator(mode="after")
@@ -2108,7 +2109,7 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
         fix = "see docs/scenario-reference.md for the allowed values"
         skip = frozenset(SCHEDULE_CLASSES)
         error = validation_error(exc, source=source, skip=skip, fix=fix, model=Scenario)
-        where = _error_source(error.fields, source, workload_file, set_keys)
+        where = _error_source(error.fields, source, workload_file, set_keys, error.related)
         if where != source:
             error = validation_error(exc, source=where, skip=skip, fix=fix, model=Scenario)
         raise error from None
@@ -2385,12 +2386,16 @@ def error_source(fields: list[str], source: str, workload_name: str | None = Non
     return _error_source(fields, source, found if Path(found).is_file() else str(named), beside)
 
 
-def _error_source(fields: list[str], source: str, workload_file: str | None, set_keys: Iterable[str]) -> str:
+def _error_source(fields: list[str], source: str, workload_file: str | None, set_keys: Iterable[str],
+                  related: Iterable[str] = ()) -> str:
     """Where the fields at fault were written: the workload file when they all lie in a workload read
-    from a file (and no --set gave them), else the scenario's source."""
+    from a file (and no --set gave them, nor any ``related`` field a cross-field check read beside
+    them), else the scenario's source."""
     if not workload_file or not fields:
         return source
     given = tuple(set_keys)
+    if related and any(f == k or f.startswith(k + ".") for f in related for k in given):
+        return f"{source} (workload from {workload_file})"   # one side of the conflict is the scenario's
     # a field is the scenario's where it or a key under it was given there (a law's `max` given, the
     # law's error at workload.response_length)
     from_file = [f.split(".")[0] == "workload"

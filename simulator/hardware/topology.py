@@ -584,15 +584,18 @@ def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | 
 
 def _as_written(exc: RlsimError, layers: Iterable[tuple[Mapping[str, Any], str | None]]) -> RlsimError:
     """``exc`` re-named where its field was written: the first layer (keys, label) holding the
-    field's dotted path, as `topology.<field>` in that label; a field missing everywhere, in the first
-    layer that wrote its parent (`--set topology.groups.x.nodes=1` made group x, which has no
-    device); else ``exc`` as it is."""
-    parts = exc.field.split(".") if exc.field else []
+    field's dotted path, or a field a cross-field check read beside it (``exc.related``: one side of
+    a conflict), as `topology.<field>` in that label; a field missing everywhere, in the first layer
+    that wrote its parent (`--set topology.groups.x.nodes=1` made group x, which has no device);
+    else ``exc`` as it is."""
+    read = [name.split(".") for name in (exc.field, *exc.related) if name]
     layers = list(layers)
-    for depth in (len(parts), len(parts) - 1):
+    for shorter in (0, 1):
         for keys, label in layers:
-            if depth >= 1 and label and _holds(keys, parts[:depth]):
-                return RlsimError(exc.message, source=label, field=f"topology.{exc.field}", fix=exc.fix)
+            if label and any(len(parts) - shorter >= 1 and _holds(keys, parts[:len(parts) - shorter])
+                             for parts in read):
+                return RlsimError(exc.message, source=label, field=f"topology.{exc.field}", fix=exc.fix,
+                                  related=[f"topology.{name}" for name in exc.related])
     return exc
 
 
@@ -963,7 +966,8 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     num_nodes = count if given[0] == "nodes" else count * per_domain
     if num_nodes % per_domain:
         raise RlsimError(f"{num_nodes} nodes do not fill domains of {per_domain} nodes", source=source,
-                         field=g.where("nodes"), fix=f"use a multiple of nodes_per_domain={per_domain}")
+                         field=g.where("nodes"), fix=f"use a multiple of nodes_per_domain={per_domain}",
+                         related=[g.where("nodes_per_domain")])
     if devices_before + num_nodes * per_node > max_devices:
         raise RlsimError(f"{devices_before + num_nodes * per_node:,} devices is past limits.max_devices="
                          f"{max_devices:,}", source=source, field=g.where(given[0]),

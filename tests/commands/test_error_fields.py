@@ -111,3 +111,52 @@ def test_a_workload_the_command_line_replaced_is_not_blamed(tmp_path, capsys):
     scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: good.yaml\niterations: 1\n")
     assert main(["run", str(scenario), "--workload", str(bad)]) == 2
     assert "good.yaml" not in capsys.readouterr().err
+
+
+def test_a_conflict_names_where_either_side_was_written(tmp_path, capsys):
+    """A cross-field check (mini_batch_prompts must divide prompts_per_step; nodes must fill
+    nodes_per_domain) named the preset file that gave the field at fault, when the user's file or
+    --set gave the other side (found by a new-user trial)."""
+    scenario = tmp_path / "mb.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 1}\niterations: 1\n"
+                        "workload: {preset: grpo-qwen2.5-7b, prompts_per_step: 64}\n")
+    assert main(["run", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {scenario} (workload from " in err and "field 'workload.mini_batch_prompts'" in err
+    assert main(["run", *TINY, "--set", "workload.prompts_per_step=64"]) == 2
+    assert "error: --set workload.prompts_per_step=64 (over " in capsys.readouterr().err
+    assert main(["run", *TINY, "--set", "topology.nodes_per_domain=2"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --set topology.nodes_per_domain=2 (over " in err and "field 'topology.nodes'" in err
+
+
+def test_a_conflict_inside_the_preset_alone_names_the_preset(tmp_path, capsys):
+    workload = tmp_path / "wl.yaml"
+    workload.write_text("model: qwen2.5-7b\nprompts_per_step: 64\nsamples_per_prompt: 8\nmini_batch_prompts: 48\n")
+    scenario = tmp_path / "sc.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: wl.yaml\niterations: 1\n")
+    assert main(["run", str(scenario)]) == 2
+    assert f"error: {workload.resolve()}: field 'workload.mini_batch_prompts'" in capsys.readouterr().err
+
+
+def test_validation_error_lists_the_fields_a_cross_field_check_read():
+    from pydantic import BaseModel, ValidationError, field_validator
+
+    from simulator.errors import CrossFieldError, validation_error
+
+    class Pair(BaseModel):
+        whole: int
+        part: int
+
+        @field_validator("part")
+        @classmethod
+        def _divides(cls, value, info):
+            if info.data["whole"] % value:
+                raise CrossFieldError("part must divide whole", "whole")
+            return value
+
+    with pytest.raises(ValidationError) as caught:
+        Pair(whole=7, part=2)
+    error = validation_error(caught.value, prefix="pair")
+    assert error.fields == ["pair.part"] and error.related == ["pair.whole"]
+    assert error.reworded("again", None).related == ["pair.whole"]
