@@ -48,15 +48,16 @@ class RlsimError(ValueError):
 
 
 class CrossFieldError(ValueError):
-    """A validator's error that turns on other fields too: ``siblings`` are the names, beside the
-    validated field (a field validator) or inside the validated model (``inside=True``, a model
-    validator), of the fields it read; validation_error lists them as the error's ``related``, so
-    the error names the file or --set item that gave any of them, not only the one at fault."""
+    """A validator's error that turns on other fields too: ``siblings`` are the names of the fields
+    it read, beside the validated field (a field validator) or, with ``at`` (a model validator: the
+    field at fault, under the model), inside the validated model. validation_error reports the error
+    at that field and lists the siblings as its ``related``, so the error names the file or --set
+    item that gave any of them, not only the one at fault."""
 
-    def __init__(self, message: str, *siblings: str, inside: bool = False) -> None:
+    def __init__(self, message: str, *siblings: str, at: str | None = None) -> None:
         super().__init__(message)
         self.siblings = siblings
-        self.inside = inside
+        self.at = at
 
 
 @contextmanager
@@ -177,8 +178,9 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
         loc = tuple(err.get("loc", ()))
         cause = (err.get("ctx") or {}).get("error")
         if isinstance(cause, CrossFieldError):
-            base = loc if cause.inside else loc[:-1]
+            base = loc if cause.at else loc[:-1]
             related += [_dotted(prefix, (*base, *name.split(".")), skip) for name in cause.siblings]
+            loc += tuple(cause.at.split(".")) if cause.at else ()
         if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):   # the tag field itself
             loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
         where = _dotted(prefix, loc, skip) or prefix or "input"

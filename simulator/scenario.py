@@ -571,19 +571,23 @@ class WorkloadConfig(_Strict):
         if isinstance(self.train_layout, dict) and self.train_layout.get("cp", 1) not in (1, None):
             stack = TRAIN_SOFTWARE[self.train_software]
             if not stack.context_parallel:
-                raise ValueError(f"train_layout.cp={self.train_layout['cp']}: {stack.name} has no context "
-                                 "parallelism (set cp: 1 or another train_software)")
+                raise CrossFieldError(f"train_layout.cp={self.train_layout['cp']}: {stack.name} has no context "
+                                      "parallelism (set cp: 1 or another train_software)", "train_software",
+                                      at="train_layout.cp")
         limit, prompt_max = self.inference.max_model_len, self.prompt_length.get("max")
         if limit is not None and isinstance(prompt_max, (int, float)) and prompt_max >= limit:
-            raise ValueError(f"prompt_length.max={prompt_max} leaves no room for a response under "
-                             f"inference.max_model_len={limit} (the engine refuses such a prompt): lower "
-                             "prompt_length.max below max_model_len or raise max_model_len")
+            raise CrossFieldError(f"prompt_length.max={prompt_max} leaves no room for a response under "
+                                  f"inference.max_model_len={limit} (the engine refuses such a prompt): lower "
+                                  "prompt_length.max below max_model_len or raise max_model_len",
+                                  "inference.max_model_len", at="prompt_length.max")
         turns, longest = self.multi_turn, self.response_length.get("max")
         if turns is not None and turns.max_turn_tokens is not None and isinstance(longest, (int, float)) \
                 and longest > turns.max_turns * turns.max_turn_tokens:
-            raise ValueError(f"workload.response_length.max={longest:g} does not fit workload.multi_turn.max_turns="
-                             f"{turns.max_turns} turns of workload.multi_turn.max_turn_tokens={turns.max_turn_tokens}: "
-                             "lower response_length.max, or raise max_turns or max_turn_tokens")
+            raise CrossFieldError(f"workload.response_length.max={longest:g} does not fit workload.multi_turn."
+                                  f"max_turns={turns.max_turns} turns of workload.multi_turn.max_turn_tokens="
+                                  f"{turns.max_turn_tokens}: lower response_length.max, or raise max_turns or "
+                                  "max_turn_tokens", "multi_turn.max_turns", "multi_turn.max_turn_tokens",
+                                  at="response_length.max")
         if self.reference is None:
             object.__setattr__(self, "reference", self.algorithm != "dapo")
         return self

@@ -160,3 +160,10 @@ def test_validation_error_lists_the_fields_a_cross_field_check_read():
     error = validation_error(caught.value, prefix="pair")
     assert error.fields == ["pair.part"] and error.related == ["pair.whole"]
     assert error.reworded("again", None).related == ["pair.whole"]
+
+
+def test_a_model_level_conflict_is_reported_at_its_field_with_the_other_side_related(capsys):
+    assert main(["run", *TINY, "--set", "workload.inference.max_model_len=1000"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --set workload.inference.max_model_len=1000 (over " in err
+    assert "field 'workload.prompt_length.max'" in err
