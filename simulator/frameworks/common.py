@@ -571,19 +571,27 @@ def size_topology(spec: str | None, gpus: int, where: str, source: str,
         return _domains_for(name, preset, domain_key, gpus, where, source, assumed)
     if "nodes" not in preset or not isinstance(per_node, int) or per_node < 1:
         if user_sizes:
-            return {"preset": name}, f"topology {name} sized by --set"
+            return {"preset": name}, f"topology {name} sized by --set{_CHECKS_AT_CONFIG.format(gpus=gpus, where=where)}"
         raise RlsimError(f"topology {name!r} is not sized in nodes; cannot hold the config's {gpus} GPUs ({where})",
                          source=source, field="topology", fix="size it with --set topology.PARAM=N (see rlsim presets)")
     nodes = math.ceil(gpus / per_node)
     if nodes * per_node != gpus and not user_sizes:
         raise RlsimError(f"the config's {gpus} GPUs ({where}) are not whole {name} nodes of {per_node} devices",
                          source=source, field="topology.nodes",
-                         fix=f"--set topology.nodes=N (e.g. {nodes}) [topology.devices_per_node=G], or a topology "
-                             "whose nodes hold the config's GPUs")
+                         fix=f"size the config's world in whole nodes ({where}: {nodes * per_node} GPUs), which the "
+                             f"framework's own checks then read; or --set topology.nodes=N (e.g. {nodes}) "
+                             "[topology.devices_per_node=G], or a topology whose nodes hold the config's GPUs")
     if user_sizes:   # the run's size is the --set one: the config's would mislead as the run's
         return ({"preset": name, "nodes": nodes},
-                f"topology {name} sized by --set (the config's {gpus} GPUs ({where}) would be {nodes} nodes){assumed}")
+                f"topology {name} sized by --set (the config's {gpus} GPUs ({where}) would be {nodes} nodes)"
+                f"{_CHECKS_AT_CONFIG.format(gpus=gpus, where=where)}{assumed}")
     return {"preset": name, "nodes": nodes}, f"topology {name} x {nodes} nodes = {gpus} GPUs ({where}){assumed}"
+
+
+# What a run sized by --set topology.* does not re-check: the framework's own checks of its world
+# (parallel sizes dividing it, the mini-batch over its data-parallel ranks) read the config's size.
+_CHECKS_AT_CONFIG = ("; the framework's checks of its world read the config's {gpus} GPUs, not the run's: size "
+                     "the config itself ({where}) to have them read the run's")
 
 
 # A preset sized in whole NVLink / UB domains rather than nodes (gb200-nvl72: racks; cloudmatrix384:
@@ -601,8 +609,10 @@ def _domains_for(name: str, preset: Mapping[str, Any], key: str, gpus: int, wher
     if count * per_domain != gpus:
         raise RlsimError(f"the config's {gpus} GPUs ({where}) are not whole {key} of {name} ({per_domain} devices "
                          "each)", source=source, field=f"topology.{key}",
-                         fix=f"--set topology.{key}={count} (its {count * per_domain} devices), or a topology whose "
-                             "size holds the config's GPUs")
+                         fix=f"size the config's world to {count * per_domain} GPUs ({where}), which the framework's "
+                             f"own checks then read; or --set topology.{key}={count} (its {count * per_domain} "
+                             "devices; the config's checks stay at its own size), or a topology whose size holds "
+                             "the config's GPUs")
     return {"preset": name, key: count}, f"topology {name} x {count} {key} = {gpus} GPUs ({where}){assumed}"
 
 

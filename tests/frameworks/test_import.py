@@ -1151,6 +1151,9 @@ def test_the_topology_note_says_a_set_size_replaces_the_configs(capsys):
     assert code == 0, err
     assert json.loads(out)["devices"] == 16
     assert "sized by --set (the config's 8 GPUs" in err and "x 1 nodes = 8 GPUs" not in err
+    # the framework's own checks of its world (verl's micro-batch over the data-parallel ranks) read
+    # the config's size: the note says so and how to have them read the run's (a new-user trial)
+    assert "checks of its world read the config's 8 GPUs, not the run's" in err
 
 
 @pytest.mark.parametrize("extra", [["data.train_batch_size=128"], ["data.train_batch_size=128", "actor_rollout_ref.rollout.n=4"]])
@@ -1173,6 +1176,7 @@ def test_a_config_is_sized_in_the_racks_of_a_rack_topology():
         import_config("verl", cfg, ["trainer.n_gpus_per_node=4", "trainer.nnodes=10", "data.train_batch_size=640",
                                     "actor_rollout_ref.actor.ppo_mini_batch_size=80"], topology="gb200-nvl72")
     assert caught.value.field == "topology.racks"
+    assert caught.value.fix.startswith("size the config's world to 72 GPUs (trainer.nnodes x n_gpus_per_node)")
 
 
 def test_a_micro_batch_verl_would_refuse_is_refused():
