@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import RlsimError
 from .base import Evaluation, PlannerParams, RolloutSpace
 from .placement import locality_sorted
+from .search import pruned_summary
 
 RolloutEvaluator = Callable[[dict[str, Any], Sequence[int]], Evaluation]
 
@@ -113,7 +114,7 @@ def plan_rollout(model: Any, topology: Any, *, ranks: Sequence[int] | None = Non
         cands.sort(key=lambda c: (c.evaluation.step_time_s, c.devices, c.layout["tp"], c.layout["ep"],
                                   c.layout.get("pp", 1)))
     if not cands:
-        why = ", ".join(f"{k}: {v}" for k, v in pruned.most_common(3))
+        why = pruned_summary(pruned, 3)
         raise RlsimError(f"no rollout layout of {getattr(model, 'name', 'the model')} on {len(ranks)} devices"
                          + (f" reaches {target_tokens_per_s:.0f} tokens/s" if target_tokens_per_s else " fits")
                          + (f" ({why})" if why else ""), field="planner.rollout",

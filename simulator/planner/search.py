@@ -127,6 +127,42 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+# Why a layout was dropped, by the key enumerate_train_choices / plan_training count it under
+PRUNE_REASONS = {
+    "tp_heads": "tp does not divide the attention heads (or fit the KV heads)",
+    "devices": "tp x pp x cp does not divide the devices",
+    "pp_layers": "pp x vpp does not divide the layers (or vpp > 1 without pp)",
+    "cp_seq": "2 x cp does not divide the sequence",
+    "ep": "ep does not divide the experts, or ep x etp the tp x dp x cp ranks",
+    "batch": "dp x micro_batch does not divide the global batch",
+    "vpp_microbatches": "interleaving with micro-batches not a multiple of pp",
+    "zero_without_dp": "ZeRO without data parallelism",
+    "sp_without_tp": "sequence parallelism without tp",
+    "zero_shard": "a ZeRO shard size that does not divide the data-parallel group",
+    "recompute_dominated": "less recompute already fits",
+}
+
+
+def pruned_summary(pruned: Counter, most: int) -> str:
+    """The ``most`` commonest reasons layouts were dropped, each with its count, in words."""
+    def why(key: str) -> str:
+        if key.startswith("infeasible:"):
+            return f"refused at {key.split(':', 1)[1]} (memory or a layout check)"
+        return PRUNE_REASONS.get(key, key)
+    return "; ".join(f"{count} pruned: {why(key)}" for key, count in pruned.most_common(most))
+
+
+def _fix_for_none(pruned: Counter, model: Any) -> str:
+    """The fix for a search that kept no layout: the tp values that divide the heads where that rule
+    dropped every layout (a `planner.space.tp` given), else the general one."""
+    if set(pruned) - {"recompute_dominated"} == {"tp_heads"}:
+        heads, kv_heads = int(model.num_heads), int(model.num_kv_heads)
+        fits = [tp for tp in range(1, heads + 1) if heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)]
+        return (f"give planner.space.tp values that divide the {heads} attention heads and divide or are a "
+                f"multiple of the {kv_heads} KV heads: {', '.join(map(str, fits))}")
+    return "add devices, lower the global batch or widen planner.space"
+
+
 def _powers_of_two(limit: int) -> list[int]:
     out, k = [], 1
     while k <= limit:
@@ -287,10 +323,10 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
         fitted.add(_structure(c))
         cands.append(TrainCandidate(c, placement, ev, devices=len(ranks), tokens_per_s=tokens / ev.step_time_s))
     if not cands:
-        worst = ", ".join(f"{k}: {v}" for k, v in pruned.most_common(4)) or "no layout enumerated"
+        worst = pruned_summary(pruned, 4) or "no layout enumerated"
         raise RlsimError(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
                          f"{len(ranks)} devices with global batch {global_batch} ({worst})",
-                         field="planner", fix="add devices, lower the global batch or widen planner.space")
+                         field="planner", fix=_fix_for_none(pruned, model))
     cands.sort(key=_rank_key)
     # Refine the leaders: every aware placement (keep the fastest) and the naive one (reported).
     for cand in cands[: max(params.refine_top, top or 0)]:

@@ -293,3 +293,14 @@ def test_a_mistyped_planner_section_names_the_section():
     with pytest.raises(RlsimError, match="did you mean 'space'") as caught:
         planner_settings({"spce": {"tp": [1]}})
     assert caught.value.field == "planner.spce"
+
+
+def test_a_search_that_keeps_nothing_says_why_in_words_and_the_tp_that_fits():
+    """`rlsim plan --set planner.space.tp=[3]` said '(tp_heads: 9216)' and 'widen planner.space' (a
+    new-user trial): the reason is in words and the fix lists the tp values the heads take."""
+    from simulator.llm.architecture import load_model
+    with pytest.raises(RlsimError) as caught:
+        plan_training(load_model("llama3.1-8b"), FakeTopology(1), 64, 4096, space=SearchSpace(tp=[3]),
+                      evaluator=lambda choice, ranks: pytest.fail("every layout is pruned before evaluation"))
+    assert "pruned: tp does not divide the attention heads" in caught.value.message
+    assert caught.value.fix.endswith("the 8 KV heads: 1, 2, 4, 8, 16, 32")
