@@ -22,35 +22,40 @@ _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "mi
 _NUM = r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?)"
 
 
-def _split(value: object, field: str, source: str | None) -> tuple[float, str]:
+# The fix of an unreadable quantity, by what it measures (a size's named a bandwidth and a time too)
+_WRITE = {"size": "write a number of bytes with an optional unit, e.g. '80GB', '1GiB', '512MB'",
+          "bandwidth": "write a number with an optional unit, e.g. '400Gb/s', '50GB/s'",
+          "time": "write a number of seconds with an optional unit, e.g. '2us', '1.5ms', '3s'",
+          "compute": "write a number with an optional unit, e.g. '989TFLOPS', '2PFLOPS'"}
+
+
+def _split(value: object, field: str, source: str | None, what: str) -> tuple[float, str]:
     if isinstance(value, bool):
-        raise RlsimError(f"expected a quantity, got {value!r}", source=source, field=field)
+        raise RlsimError(f"expected a quantity, got {value!r}", source=source, field=field, fix=_WRITE[what])
     if isinstance(value, (int, float)):
-        return _finite(float(value), value, field, source), ""
+        return _finite(float(value), value, field, source, what), ""
     m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/]*)", str(value).strip())
     if not m:
-        raise RlsimError(f"cannot read {value!r} as a quantity", source=source, field=field,
-                         fix="write a number with an optional unit, e.g. '400Gb/s', '80GB', '2us'")
-    return _finite(float(m.group(1)), value, field, source), m.group(2)
+        raise RlsimError(f"cannot read {value!r} as a {what}", source=source, field=field, fix=_WRITE[what])
+    return _finite(float(m.group(1)), value, field, source, what), m.group(2)
 
 
-def _finite(number: float, value: object, field: str, source: str | None) -> float:
+def _finite(number: float, value: object, field: str, source: str | None, what: str) -> float:
     """A quantity is a finite number (.inf or .nan in a link or a device ran into division by zero
     and NaN figures); a scaled one too (1e308 TB/s overflows)."""
     if not math.isfinite(number):
-        raise RlsimError(f"expected a finite quantity, got {value!r}", source=source, field=field,
-                         fix="write a number with an optional unit, e.g. '400Gb/s', '80GB', '2us'")
+        raise RlsimError(f"expected a finite quantity, got {value!r}", source=source, field=field, fix=_WRITE[what])
     return number
 
 
 def _scaled(value: object, field: str, source: str | None, table: dict[str, float], key: str,
             what: str, fix: str) -> float:
     """value's number times table[key(unit)], or an RlsimError naming the unit and the fix."""
-    number, unit = _split(value, field, source)
+    number, unit = _split(value, field, source, what)
     factor = table.get(key(unit))
     if factor is None:
         raise RlsimError(f"unknown {what} unit {unit!r} in {value!r}", source=source, field=field, fix=fix)
-    return _finite(number * factor, value, field, source)
+    return _finite(number * factor, value, field, source, what)
 
 
 def parse_bytes(value: object, field: str = "size", source: str | None = None) -> float:
@@ -65,11 +70,11 @@ def parse_bytes(value: object, field: str = "size", source: str | None = None) -
 
 def parse_bandwidth(value: object, field: str = "bandwidth", source: str | None = None) -> float:
     """'392GB/s' -> bytes/s; '400Gb/s' or '400Gbps' -> bits/8; a bare number is bytes/s."""
-    return _finite(_bandwidth(value, field, source), value, field, source)
+    return _finite(_bandwidth(value, field, source), value, field, source, "bandwidth")
 
 
 def _bandwidth(value: object, field: str, source: str | None) -> float:
-    number, unit = _split(value, field, source)
+    number, unit = _split(value, field, source, "bandwidth")
     if unit == "":
         return number
     # Case matters for b (bit) versus B (byte), so look at the raw unit first.

@@ -123,3 +123,12 @@ def test_a_quantity_is_finite(parse, value):
     # figures (found by fuzzing)
     with pytest.raises(RlsimError, match="finite"):
         parse(value, "field")
+
+
+@pytest.mark.parametrize(("parse", "shown", "foreign"), [
+    (parse_bytes, "'80GB'", "Gb/s"), (parse_seconds, "'1.5ms'", "GB"), (parse_bandwidth, "'50GB/s'", "us'")])
+def test_an_unreadable_quantity_is_fixed_with_examples_of_its_own_kind(parse, shown, foreign):
+    """`rlsim comm --bytes abc` suggested '400Gb/s' and '2us' for a size (a new-user trial)."""
+    with pytest.raises(RlsimError) as caught:
+        parse("abc", "--x")
+    assert shown in caught.value.fix and foreign not in caught.value.fix
