@@ -102,7 +102,9 @@ def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any
     check_runs(data, source, n, f"{n:,} replicas", "--seeds" if seeds is not None else "replicas")
     base_seed = data.get("seed", 0)
     if isinstance(base_seed, bool) or not isinstance(base_seed, int) or base_seed < 0:
-        raise RlsimError(f"seed must be a whole number >= 0, got {base_seed!r}", source=source, field="seed")
+        integral = isinstance(base_seed, float) and base_seed.is_integer() and base_seed >= 0
+        raise RlsimError(f"seed must be a whole number >= 0, written as an integer, got {base_seed!r}", source=source,
+                         field="seed", fix=f"write seed: {int(base_seed)}" if integral else "e.g. seed: 0 (--seed 0)")
     dists = find_distributions(data, source)
     streams = np.random.SeedSequence(base_seed).spawn(n)
     draws = [draw(data, dists, np.random.default_rng(s))[1] for s in streams] if dists else []

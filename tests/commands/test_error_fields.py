@@ -167,3 +167,10 @@ def test_a_model_level_conflict_is_reported_at_its_field_with_the_other_side_rel
     err = capsys.readouterr().err
     assert "error: --set workload.inference.max_model_len=1000 (over " in err
     assert "field 'workload.prompt_length.max'" in err
+
+
+def test_a_seed_written_as_a_float_is_told_how_to_write_it(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("topology: dgx-h100\nworkload: grpo-qwen2.5-7b\niterations: 1\nseed: 1000.0\n")
+    assert main(["run", str(scenario)]) == 2
+    assert "(fix: write seed: 1000)" in capsys.readouterr().err
