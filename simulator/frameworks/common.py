@@ -208,12 +208,14 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: str,
-                          known: Callable[[str], bool] | None = None) -> dict[str, Any]:
+                          known: Callable[[str], bool] | None = None, refuses: str | None = None) -> dict[str, Any]:
     """Hydra command-line overrides: ``key=value``, ``+key=value`` (add), ``++key=value`` (add or
     set), ``~key`` (delete). Values are YAML scalars/lists as Hydra reads simple values. ``known``:
     the framework's keys beyond the file's (its defaults); with it, a plain ``key=value`` of a key
     neither the file nor ``known`` has is an error, as Hydra's struct config refuses it ("Could not
-    override ... To append to your config use +key=value")."""
+    override ... To append to your config use +key=value"). ``refuses``: the framework's own parser,
+    where it is not Hydra's and has no ``+`` form (an argument parser, a fixed dataclass tree): the
+    fix then names the close key only."""
     out = dict(flat)
     for item in items:
         text = item.strip()
@@ -231,7 +233,7 @@ def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: st
                              fix="write key=value with a dotted key, e.g. data.train_batch_size=512")
         if known is not None and not text.startswith("+") and not _in_config(key, out) and not known(key):
             raise RlsimError(f"the override {item!r} names a key the config does not have", source=source,
-                             field=key, fix=_override_fix(key, out, text))
+                             field=key, fix=_override_fix(key, out, text, refuses))
         out = {k: v for k, v in out.items() if not k.startswith(key + ".")}
         if isinstance(value, Mapping) and value:
             out.update(flatten(value, key))
@@ -245,11 +247,14 @@ def _in_config(key: str, flat: Mapping[str, Any]) -> bool:
     return key in flat or any(k.startswith(key + ".") for k in flat)
 
 
-def _override_fix(key: str, flat: Mapping[str, Any], text: str) -> str:
+def _override_fix(key: str, flat: Mapping[str, Any], text: str, refuses: str | None) -> str:
     import difflib
     section = key.rpartition(".")[0]
     siblings = [k for k in flat if k.rpartition(".")[0] == section]
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.85)
+    if refuses:
+        return (f"did you mean {close[0]}? " if close else "give one of its keys; ") + \
+            f"{refuses} refuses a key it does not have"
     return (f"did you mean {close[0]}? " if close else "") + f"to add the key as Hydra does, write +{text}"
 
 
@@ -323,11 +328,11 @@ def _unresolved(value: Any) -> bool:
 
 
 def read_config(path: str | Path, overrides: Iterable[str], *, what: str,
-                known: Callable[[str], bool] | None = None) -> dict[str, Any]:
+                known: Callable[[str], bool] | None = None, refuses: str | None = None) -> dict[str, Any]:
     """One framework YAML (a NeMo RL ``defaults:`` chain merged under it), flattened, overrides and
     interpolations applied (``known``: as apply_hydra_overrides)."""
     data = _with_defaults(Path(path), what, chain=())
-    return resolve_interpolations(apply_hydra_overrides(flatten(data), overrides, str(path), known))
+    return resolve_interpolations(apply_hydra_overrides(flatten(data), overrides, str(path), known, refuses))
 
 
 MAX_DEFAULTS_DEPTH = 8   # base files under base files: NeMo RL's recipes chain two or three
@@ -751,13 +756,14 @@ def _names(message: str, leaf: str) -> bool:
 
 def begin_import(framework: str, path: str | Path, overrides: Iterable[str], *, what: str,
                  rules: Mapping[str, Rule], defaults: Mapping[str, Any], defaults_source: str,
-                 schedule: str | None, schedule_fix: str,
-                 base: Sequence[str] | None = None) -> tuple[dict[str, Any], FrameworkImport, Values]:
+                 schedule: str | None, schedule_fix: str, base: Sequence[str] | None = None,
+                 refuses: str | None = None) -> tuple[dict[str, Any], FrameworkImport, Values]:
     """What an importer whose config says its own schedule opens with: --framework-schedule refused;
     the YAML read with its overrides, where a plain ``key=value`` of a key neither the file nor the
     framework's table and defaults know is an error (Hydra's override parser refuses it: "To append
     to your config use +key=value"); the result to fill and the reader of its values. ``base``: the
-    config as key=value items (a launch script's arguments), read in place of the file's YAML."""
+    config as key=value items (a launch script's arguments), read in place of the file's YAML;
+    ``refuses``: as apply_hydra_overrides."""
     if schedule:
         raise RlsimError("--framework-schedule is for verl configs (its recipe) and TRL's (its trainer)",
                          field="--framework-schedule", fix=schedule_fix)
@@ -765,8 +771,8 @@ def begin_import(framework: str, path: str | Path, overrides: Iterable[str], *, 
 
     def known(key: str) -> bool:
         return key in defaults or in_table(key, rules)
-    flat = (read_config(path, overrides, what=what, known=known) if base is None else
-            resolve_interpolations(apply_hydra_overrides({}, [*base, *overrides], str(path), known)))
+    flat = (read_config(path, overrides, what=what, known=known, refuses=refuses) if base is None else
+            resolve_interpolations(apply_hydra_overrides({}, [*base, *overrides], str(path), known, refuses)))
     result = FrameworkImport(framework, str(path), {}, rules=rules, overridden=overridden_keys(overrides))
     return flat, result, Values(flat, defaults, result, defaults_source)
 

@@ -227,7 +227,8 @@ def import_openrlhf(path: str | Path, overrides: Iterable[str] = (), *, topology
         raise RlsimError("--framework-schedule is for verl configs", field="--framework-schedule",
                          fix="the script's flags say the schedule (train.colocate_all, train.async_enable)")
     flat = apply_hydra_overrides(read_script(path, {**ARITY, **legacy_arity(ARITY)}), overrides, source,
-                                 known=lambda key: key in DEFAULTS or key in LEGACY or in_table(key, RULES))
+                                 known=lambda key: key in DEFAULTS or key in LEGACY or in_table(key, RULES),
+                                 refuses="OpenRLHF's argument parser")
     flat, old_names = translated(flat)
     result = FrameworkImport("openrlhf", source, {}, rules=RULES, overridden=overridden_keys(overrides))
     v = Values(flat, {**DEFAULTS, **LEGACY_DEFAULTS} if old_names else DEFAULTS, result, DEFAULTS_SOURCE)

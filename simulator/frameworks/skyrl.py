@@ -91,7 +91,8 @@ def _begin(path: str | Path, overrides: list[str], schedule: str | None) -> tupl
     return begin_import("skyrl", path, overrides, what="SkyRL config", rules=RULES, defaults=DEFAULTS,
                         defaults_source=DEFAULTS_SOURCE, schedule=schedule,
                         schedule_fix="set trainer.placement.colocate_all or trainer.fully_async.enabled in the config",
-                        base=read_script(path) if script else None)
+                        base=read_script(path) if script else None,
+                        refuses="SkyRL's config (a fixed dataclass tree)")
 
 
 def read_script(path: str | Path) -> list[str]:

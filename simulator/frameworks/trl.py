@@ -78,7 +78,7 @@ def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str
     source = str(path)
     _, result, v = begin_import("trl", path, overrides, what="TRL config", rules=RULES,
                                 defaults=DEFAULTS, defaults_source=DEFAULTS_SOURCE,   # RLOO's: _is_rloo
-                                schedule=None, schedule_fix="")
+                                schedule=None, schedule_fix="", refuses="TRL's argument parser")
     rloo = _is_rloo(v, schedule)
     launcher = v.flat.get("accelerate_config", v.flat.get("config_file"))
     if launcher is not None:

@@ -1130,6 +1130,18 @@ def test_a_nemo_rl_override_of_a_key_the_config_lacks_is_refused_as_hydra_does(c
     import_config("nemo-rl", cfg, ["grpo.num_prompts_per_step=32"])   # a key of NeMo RL's table
 
 
+@pytest.mark.parametrize(("framework", "config", "override", "parser"), [
+    ("skyrl", "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh", "trainer.epoch=3", "SkyRL's config"),
+    ("trl", "trl-grpo-qwen2.5-1.5b-colocate.yaml", "num_generation=8", "TRL's argument parser"),
+    ("openrlhf", "openrlhf-ppo-llama3.1-8b-async.sh", "bogus.flag=1", "OpenRLHF's argument parser")])
+def test_a_framework_without_hydra_is_not_told_to_add_the_key_with_plus(framework, config, override, parser):
+    """SkyRL's refusal was fixed with 'write +trainer.epoch=3', which SkyRL refuses; TRL's and
+    OpenRLHF's argument parsers have no '+' either (a new-user trial)."""
+    with pytest.raises(RlsimError) as caught:
+        import_config(framework, EXAMPLES / config, [override])
+    assert f"{parser}" in caught.value.fix and "+" not in caught.value.fix
+
+
 def test_a_verl_override_of_a_key_the_config_lacks_is_refused_as_hydra_does(capsys):
     """verl composes its config with Hydra (struct mode): data.train_batch_siz=512 is refused there
     ("To append to your config use +..."); rlsim listed it as unknown and ran on (exit 0)."""
