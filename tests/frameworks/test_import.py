@@ -1142,6 +1142,18 @@ def test_a_framework_without_hydra_is_not_told_to_add_the_key_with_plus(framewor
     assert f"{parser}" in caught.value.fix and "+" not in caught.value.fix
 
 
+@pytest.mark.parametrize(("framework", "config", "belongs"), [
+    ("trl", "areal-grpo-qwen2.5-1.5b.yaml", "areal"), ("verl", "nemo-rl-grpo-llama3.1-8b.yaml", "nemo-rl"),
+    ("nemo-rl", "verl-grpo-qwen2.5-7b.yaml", "verl"), ("areal", "trl-grpo-qwen2.5-7b-server.yaml", "trl")])
+def test_a_config_given_to_another_frameworks_importer_is_named_for_what_it_is(framework, config, belongs):
+    """An AReaL config read as TRL's said 'use_vllm is false'; a NeMo RL recipe read as verl's, after
+    the hint's +model.path, ran verl's defaults (a new-user trial)."""
+    with pytest.raises(RlsimError) as caught:
+        import_config(framework, EXAMPLES / config)
+    assert caught.value.field == f"--from-{framework}" and caught.value.fix.startswith(f"give it as --from-{belongs}")
+    import_config(belongs, EXAMPLES / config)
+
+
 def test_a_verl_override_of_a_key_the_config_lacks_is_refused_as_hydra_does(capsys):
     """verl composes its config with Hydra (struct mode): data.train_batch_siz=512 is refused there
     ("To append to your config use +..."); rlsim listed it as unknown and ran on (exit 0)."""
