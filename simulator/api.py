@@ -19,7 +19,7 @@ import yaml
 
 from .errors import RlsimError, raised_from
 from .hardware.topology import load_topology
-from .llm.lengths import LengthDistribution
+from .llm.lengths import LengthDistribution, cap_notes
 from .overrides import parse_assignment, string_items
 from .rl.pools import served_devices, split_warning
 from .rl.schedules import RunRecord, run_schedule
@@ -277,7 +277,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     from .rl import critical_path  # pandas: after the run (see the TYPE_CHECKING note above)
     summary["critical_path"] = critical_path.of_run(rec, timeline)
     # what a reader of the figures must know (the console prints them as notes; --json and the API carry them)
-    summary["notes"] = metrics.summary_notes(summary)
+    summary["notes"] = metrics.summary_notes(summary) + cap_notes(prompt, resp)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble
         summary["warnings"] = [

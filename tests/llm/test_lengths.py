@@ -162,3 +162,23 @@ def test_a_law_key_one_typo_away_names_the_key_and_min_above_max_says_the_fix():
         LengthDistribution.from_mapping({"dist": "lognormal", "median": 100, "sigma": 1, "max": 10, "min": 20},
                                         "s.yaml", "workload.response_length")
     assert caught.value.fix
+
+
+def test_the_share_cut_at_the_cap_is_the_lognormal_tail_and_matches_draws():
+    law = LengthDistribution(median=1000.0, sigma=0.8, max=2000, where="workload.response_length")
+    tail = 0.5 * math.erfc(math.log(2.0) / (0.8 * math.sqrt(2.0)))     # P(Z > ln 2 / sigma)
+    assert law.share_at_cap() == pytest.approx(tail)
+    drawn = law.sample(np.random.default_rng(0), 20_000)
+    assert np.mean(drawn == 2000) == pytest.approx(tail, abs=0.01)
+    assert LengthDistribution(median=1000.0, sigma=0.0, max=1000).share_at_cap() == 1.0
+    assert LengthDistribution(median=1000.0).share_at_cap() == 0.0
+    assert LengthDistribution(dist="empirical", values=(5, 10, 20, 40), max=20).share_at_cap() == 0.5
+
+
+def test_a_cap_that_cuts_almost_every_length_is_noted():
+    from simulator.api import simulate
+    from simulator.llm.lengths import cap_notes
+    assert cap_notes(LengthDistribution(median=1000.0, sigma=0.8, max=2000)) == []
+    result = simulate({"topology": "dgx-h100", "workload": "grpo-qwen2.5-7b", "iterations": 1,
+                       "schedule": "colocated"}, overrides=["workload.response_length.max=10"])
+    assert any("100% of the lengths are cut to the cap max=10" in note for note in result.summary["notes"])
