@@ -797,10 +797,35 @@ def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict
     return {"dense_layers": tuple(dense)}
 
 
+# model_type values of encoder-only and encoder-decoder models (transformers' configs): not the
+# decoder-only causal LMs rlsim prices (a BERT config ran as a decoder; a new-user trial)
+_NOT_DECODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "distilbert", "albert",
+                                "electra", "modernbert", "t5", "mt5", "umt5", "bart", "mbart", "pegasus", "whisper",
+                                "encoder-decoder"})
+
+
+def _refuse_non_decoder(cfg: Mapping[str, Any], source: str) -> None:
+    """An encoder or encoder-decoder config, and a layer_types list that does not give one type a
+    layer, refused rather than priced as a decoder of some other shape."""
+    model_type = str(cfg.get("model_type", "")).lower()
+    if model_type in _NOT_DECODER_TYPES or cfg.get("is_encoder_decoder") is True:
+        key = "is_encoder_decoder" if cfg.get("is_encoder_decoder") is True else "model_type"
+        raise RlsimError(f"{model_type or 'this model'} is an encoder or encoder-decoder model: rlsim prices "
+                         "decoder-only causal language models (the policies RL post-training trains)",
+                         source=source, field=key, fix="give a decoder-only model's config.json (or an rlsim preset)")
+    types = cfg.get("layer_types")
+    layers = _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers")
+    if types is not None and (not isinstance(types, list) or len(types) != layers):
+        raise RlsimError(f"expected one layer type per layer ({layers}), got "
+                         f"{len(types) if isinstance(types, list) else repr(types)[:80]}", source=source,
+                         field="layer_types", fix="give a list of one type a layer (full_attention, ...), or none")
+
+
 def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
     """Shape keys rlsim does not read, refused rather than priced as another model: layers of other
     kinds (_UNREAD_LAYER_KEYS, another attention kind in layer_types) and DeepSeek-V3.2's sparse
     attention (index_topk)."""
+    _refuse_non_decoder(cfg, source)
     kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t)
              and str(t) not in ("full_attention", "sliding_attention", "linear_attention", "chunked_attention")]
     # (a Nemotron-H config, read by its hybrid_override_pattern, may carry its derived block list)

@@ -202,6 +202,17 @@ def test_bad_config_json_names_file_and_field(tmp_path):
         load_model(bad)
 
 
+@pytest.mark.parametrize(("extra", "field"), [
+    ({"model_type": "bert"}, "model_type"), ({"model_type": "t5"}, "model_type"),
+    ({"is_encoder_decoder": True}, "is_encoder_decoder"), ({"layer_types": ["full_attention"] * 3}, "layer_types")])
+def test_an_encoder_or_a_short_layer_types_list_is_refused_not_priced_as_a_decoder(extra, field):
+    """A BERT config ran as a decoder LM; a layer_types of 3 entries for 32 layers was accepted (a
+    new-user trial)."""
+    with pytest.raises(RlsimError) as err:
+        load_model(dict(PRESETS["llama3.1-8b"], **extra))
+    assert err.value.field == field
+
+
 @settings(max_examples=40, deadline=None)
 @given(layers=st.integers(1, 64), hidden_mult=st.integers(1, 32), kv=st.sampled_from([1, 2, 4, 8]),
        experts=st.sampled_from([0, 8, 64]))
