@@ -206,7 +206,14 @@ def resolve(kind: str, spec: str | Path | dict[str, Any]) -> tuple[dict[str, Any
     if candidate.suffix in (".yaml", ".yml", ".json") or candidate.is_file():
         if not candidate.exists():
             raise RlsimError("file not found", source=text, fix="check the path")
-        return read_yaml(candidate), str(candidate)
+        mapping = read_yaml(candidate)
+        if kind in ("topologies", "workloads") and "preset" in mapping:   # was dropped or three errors
+            one = _singular(kind)
+            raise RlsimError(f"a {one} file does not take preset: (a scenario's {one} mapping does)", source=str(candidate),
+                             field="preset", fix=f"write it in the scenario as {one}: {{preset: {mapping['preset']}, "
+                                                 "...} (the keys beside it lay over the preset), or copy the "
+                                                 "preset's keys into this file")
+        return mapping, str(candidate)
     builtin = preset_dir(kind) / f"{text}.yaml"
     if builtin.exists():
         return read_yaml(builtin), f"{kind}/{text}.yaml"

@@ -66,3 +66,16 @@ def test_a_merge_key_may_be_overridden():
 
     text = "base: &b {tp: 1, pp: 2}\nlayout:\n  <<: *b\n  tp: 4\n"
     assert load_yaml_text(text, source="s.yaml")["layout"] == {"tp": 4, "pp": 2}
+
+
+@pytest.mark.parametrize(("kind", "text"), [("topologies", "preset: dgx-a100\nnodes: 1\n"),
+                                            ("workloads", "preset: grpo-qwen2.5-7b\nprompts_per_step: 64\n")])
+def test_a_preset_key_in_a_topology_or_workload_file_is_refused_not_dropped(tmp_path, kind, text):
+    """A topology file's `preset: dgx-a100` was dropped without a word (it ran as the file's own
+    device); a workload file's gave three errors (a new-user trial). The inline mapping takes it."""
+    from simulator.presets import resolve
+    path = tmp_path / "file.yaml"
+    path.write_text(text)
+    with pytest.raises(RlsimError) as caught:
+        resolve(kind, str(path))
+    assert caught.value.field == "preset" and "{preset: " in caught.value.fix
