@@ -453,7 +453,10 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "steady_busy_by_pool": busy_by_pool(window),
         "stage_time_s": {k: v / its for k, v in sorted(rec.stage_time_s.items())},
         "mfu": (rec.flops + gen_flops) / (peak * T) if T > 0 else 0.0,
-        "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.staleness_bound},
+        "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.staleness_bound,
+                      # a resumed sample's staleness is its last version's; the bound also holds back
+                      # where resumed work starts (the note below cannot read "never binds" off it)
+                      **({"partial_rollout": True} if getattr(sc.schedule, "partial_rollout", False) else {})},
         "peak_memory_bytes": rec.peak_memory_bytes,
         # by phase: train is what `rlsim plan` reports for a layout (training and forwards), rollout the
         # engine's reservation (+ the training state a colocated placement leaves resident)
@@ -533,7 +536,7 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
         notes.append(f"output.keep_sample_rows: the per-sample table (samples.csv, the report's length and "
                      f"staleness figures) holds the last {samples['rows_kept']:,} of {samples['generated']:,} "
                      f"samples and the critical path covers {walked}; every other figure counts all samples")
-    if bound is not None and math.isfinite(bound) and bound >= 2 and seen < bound:
+    if bound is not None and math.isfinite(bound) and bound >= 2 and seen < bound and not stale.get("partial_rollout"):
         colocated = summary.get("schedule") == "stalesync" and summary.get("placement") == "colocated"
         why = (": colocated StaleSync generates on the training devices between steps, so a sample is at "
                "most one version old" if colocated else "")

@@ -56,6 +56,10 @@ def test_notes_on_synthetic_summaries():
     assert "bound 8 not reached in 3 iteration(s)" in summary_notes(short)[0]
     long = {**short, "iterations": 20}
     assert "bound 8 never binds" in summary_notes(long)[0]
+    # partial rollouts: a resumed sample's staleness is its last version's, while the bound also holds
+    # back resumed work (async 1 vs 2 ran differently under the note "gives the same run"; a new-user trial)
+    resumed = {**long, "staleness": {"bound": 8.0, "max": 2.0, "partial_rollout": True}}
+    assert not any("never binds" in note for note in summary_notes(resumed))
 
 
 def test_cheapest_ranks_by_trained_tokens_not_by_step():
