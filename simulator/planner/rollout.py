@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import RlsimError
+from .arguments import model_arg, ranks_arg, rate_arg, space_arg, top_arg, topology_arg
 from .base import Evaluation, PlannerParams, RolloutSpace
 from .placement import locality_sorted
 from .search import pruned_summary
@@ -86,9 +87,10 @@ def plan_rollout(model: Any, topology: Any, *, ranks: Sequence[int] | None = Non
 
     With a target, only layouts generating at least that many tokens/s are kept, fewest devices first.
     """
-    space = space or RolloutSpace()
+    model, topology = model_arg(model), topology_arg(topology)
+    space, ranks, top = space_arg(space, RolloutSpace), ranks_arg(ranks, topology), top_arg(top)
+    target_tokens_per_s = rate_arg(target_tokens_per_s, "target_tokens_per_s")
     params = params or PlannerParams()
-    ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
     slots = locality_sorted(topology, ranks)
     if evaluator is None:
         from .evaluate import RolloutEvaluator as Default

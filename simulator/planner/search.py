@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field
 from ..errors import RlsimError
 from ..llm.train_layout import expert_fold
 from ..strict_model import StrictModel
+from .arguments import count_arg, model_arg, ranks_arg, space_arg, top_arg, topology_arg
 from .base import Evaluation, PlannerParams, Size, TrainChoice
 from .placement import Placement, aware_placements, naive_placement
 
@@ -291,10 +292,13 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                   top: int | None = None) -> TrainPlan:
     """Search the training layouts of `model` on `ranks` (default: every device); best first.
 
-    RlsimError when no layout fits, naming what pruned the most candidates.
+    RlsimError when no layout fits, naming what pruned the most candidates; a model or topology may
+    be given by name, path or mapping (planner/arguments.py checks every argument).
     """
+    model, topology = model_arg(model), topology_arg(topology)
+    global_batch, seq_len, top = count_arg(global_batch, "global_batch"), count_arg(seq_len, "seq_len"), top_arg(top)
+    space, ranks = space_arg(space, SearchSpace), ranks_arg(ranks, topology)
     params = params or PlannerParams()
-    ranks = list(range(topology.num_devices)) if ranks is None else [int(r) for r in ranks]
     if evaluator is None:
         from .evaluate import TrainingEvaluator
         evaluator = TrainingEvaluator(model, topology, global_batch, seq_len)
