@@ -78,15 +78,20 @@ def steady_step_time_s(summary: Mapping[str, Any]) -> float:
 
 def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[str, float] | None) -> float | None:
     """The price of one device-hour for this run: one number for every device, or a mapping from
-    device catalog name (`h100`, `ascend-910c`) to price, matched against the summary's device kind."""
+    device catalog name (`h100`, `ascend-910c`) to price, matched against the summary's device kind.
+    ``summary`` may be a SimulationResult, whose device kinds and counts are beside its summary."""
     if prices is None:
         return None
     if isinstance(prices, (int, float)):
         return float(prices)
+    if hasattr(summary, "summary") and hasattr(summary, "device_kinds"):   # a SimulationResult
+        summary = {**summary.summary, "device_kinds": list(summary.device_kinds),
+                   "device_counts": dict(getattr(summary, "device_counts", {}) or {})}
     kinds = _device_kinds(summary)
     if not kinds:
         raise RlsimError("cannot price this run: its summary names no device kind", field="prices",
-                         fix="give one price per device-hour for every device instead of a mapping")
+                         fix="pass the SimulationResult (it holds the device kinds) rather than its summary, or "
+                             "give one price per device-hour for every device instead of a mapping")
     missing = [k for k in kinds if k not in prices]
     if missing:
         raise RlsimError(f"no price for device {missing[0]!r}", field="prices",

@@ -883,7 +883,9 @@ class SweepResult:
     path: Path | None
 
     def run_objects(self) -> list[dict[str, Any]]:
-        """The `sweep --json` document: one run object per point, with its grid values."""
+        """One run object per point, with its grid values: the `sweep --json` document before the cost
+        fields the command adds to each (capacity.cost_fields: device-hours per 1,000 steps and per 1M
+        tokens, and with --price the cost)."""
         return [row_to_run_object(r, list(self.grid)) for r in self.rows.to_dict("records")]
 
 

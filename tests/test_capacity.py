@@ -220,3 +220,14 @@ def test_a_one_iteration_warm_up_is_no_plateau():
                                 lambda batch: [({**s, "schedule": "colocated"}, e) for s, e in warm_up(batch)],
                                 strategy="scan")
     assert "grow the batch" in synchronous.plateau      # an on-policy step has no warm-up
+
+
+def test_a_run_is_priced_from_its_result_whose_device_kinds_sit_beside_the_summary():
+    """price_per_device_hour(simulate(...).summary, {...}) said the summary names no device kind (a
+    notebook trial): the result carries them, and the fix says so."""
+    from simulator.api import simulate
+    result = simulate({"topology": "dgx-h100", "workload": "grpo-qwen2.5-7b", "iterations": 1})
+    assert price_per_device_hour(result, {"h100": 2.5}) == 2.5
+    with pytest.raises(RlsimError) as caught:
+        price_per_device_hour(result.summary, {"h100": 2.5})
+    assert "pass the SimulationResult" in caught.value.fix
