@@ -174,6 +174,7 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
     by_field: dict[str, list[str]] = {}   # a union's branches fail on the same field: one line each field
     shown: dict[str, str] = {}
     related: list[str] = []
+    own_fix: dict[str, str] = {}   # a validator's RlsimError: its message and fix, not its text nested
     for err in exc.errors():
         loc = tuple(err.get("loc", ()))
         cause = (err.get("ctx") or {}).get("error")
@@ -184,12 +185,14 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
         if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):   # the tag field itself
             loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
         where = _dotted(prefix, loc, skip) or prefix or "input"
-        by_field.setdefault(where, []).append(str(err.get("msg", "invalid")).removeprefix("Value error, ")
-                                              + did_you_mean(err, model))
-        shown.setdefault(where, _shown(err.get("input", _MISSING)))
+        message = cause.message if isinstance(cause, RlsimError) else str(err.get("msg", "invalid"))
+        if isinstance(cause, RlsimError) and cause.fix:
+            own_fix.setdefault(where, cause.fix)
+        by_field.setdefault(where, []).append(message.removeprefix("Value error, ") + did_you_mean(err, model))
+        shown.setdefault(where, "" if isinstance(cause, RlsimError) else _shown(err.get("input", _MISSING)))
     items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
     if len(items) == 1:
-        out = RlsimError(items[0][1], source=source, field=items[0][0], fix=fix)
+        out = RlsimError(items[0][1], source=source, field=items[0][0], fix=own_fix.get(items[0][0], fix))
     else:
         listed = "; ".join(f"field '{where}': {text}" for where, text in items)
         out = RlsimError(f"{len(items)} errors: {listed}", source=source, fix=fix)

@@ -174,3 +174,15 @@ def test_a_seed_written_as_a_float_is_told_how_to_write_it(tmp_path, capsys):
     scenario.write_text("topology: dgx-h100\nworkload: grpo-qwen2.5-7b\niterations: 1\nseed: 1000.0\n")
     assert main(["run", str(scenario)]) == 2
     assert "(fix: write seed: 1000)" in capsys.readouterr().err
+
+
+def test_a_quantity_a_validator_cannot_read_is_one_message_with_its_own_fix(tmp_path, capsys):
+    """failures[0].at_s: soon said "field '...at_s': field 'time': ... (fix: ...) (got 'soon') (fix:
+    ...)": two fields and two fixes (a notebook trial)."""
+    scenario = tmp_path / "f.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: grpo-qwen2.5-7b\niterations: 1\n"
+                        "schedule: {kind: colocated, failures: [{at_s: soon, fail: 'node:1'}]}\n")
+    assert main(["run", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert "field 'schedule.failures.0.at_s': cannot read 'soon' as a time (fix: write a number of seconds" in err
+    assert err.count("field '") == 1 and err.count("(fix:") == 1
