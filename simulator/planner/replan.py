@@ -131,6 +131,9 @@ def _on_the_most_survivors(model: Any, topology: Any, global_batch: int, seq_len
 
 def _replan(found: tuple[tuple[list[int], TrainPlan] | None, float], ranks: list[int], alive: list[int]) -> Replan:
     (plan_on, cost) = found
+    if plan_on is None and not alive:   # lowering the batch cannot help: nothing is left to train on
+        raise RlsimError(f"the failure takes all {len(ranks)} devices of the pool: none survives to re-plan on",
+                         field="failed", fix="fail fewer devices (e.g. one gpu), or give the pool more nodes")
     if plan_on is None:
         raise RlsimError(f"no layout fits on the {len(alive)} surviving devices", field="failed",
                          fix="add devices or lower the global batch")

@@ -87,6 +87,10 @@ def test_replan_on_failure_drops_the_node_and_counts_planning_cost():
     assert survivors_after(topo, range(32), [13], drop_whole_node=False) == [r for r in range(32) if r != 13]
     with pytest.raises(RlsimError, match="not in the plan"):
         replan_on_failure(model, topo, 96, 4096, failed=[99], evaluator=_linear_evaluator)
+    # the whole pool failed: not "lower the global batch", which cannot help (a notebook trial)
+    with pytest.raises(RlsimError, match="none survives") as caught:
+        replan_on_failure(model, topo, 96, 4096, ranks=range(8), failed=[3], evaluator=_linear_evaluator)
+    assert "fail fewer devices" in caught.value.fix
 
 
 def test_failure_mid_run_continues_on_survivors_with_lost_time_in_the_timeline():
