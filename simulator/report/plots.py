@@ -6,6 +6,7 @@ use a fixed hash salt and no dates go into the files.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def gantt_figure(timeline: pd.DataFrame, *, max_lanes_per_pool: int = 6, title: 
         ax.text(0.5, 0.5, "empty timeline", ha="center", va="center", transform=ax.transAxes)
         return fig
     if time_window_s is not None:
-        lo, hi = time_window_s
+        lo, hi = _window(time_window_s)
         frame = frame[(frame["end"] > lo) & (frame["start"] < hi)]
     causes = frame["cause"].fillna("").astype(str)
     categories = sorted({_category(s, c) for s, c in zip(frame["state"], causes, strict=True)})
@@ -154,6 +155,17 @@ def gantt_figure(timeline: pd.DataFrame, *, max_lanes_per_pool: int = 6, title: 
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def _window(window: Any) -> tuple[float, float]:
+    """``time_window_s`` as (start, end) seconds, start < end (a string, one number or a NaN raised
+    numpy's and matplotlib's errors; a reversed pair drew a reversed axis)."""
+    pair = tuple(window) if isinstance(window, (tuple, list)) else ()
+    if len(pair) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                 for v in pair) or not pair[0] < pair[1]:
+        raise RlsimError(f"time_window_s must be (start, end) seconds with start < end, got {window!r}",
+                         field="time_window_s", fix="e.g. time_window_s=(0, 300)")
+    return float(pair[0]), float(pair[1])
 
 
 def _lane_label(pool: str, a: int, b: int) -> str:
@@ -227,6 +239,10 @@ def scaling_efficiency(devices: Sequence[float], tokens_per_s: Sequence[float]) 
     if d.shape != t.shape or d.ndim != 1 or not d.size:   # numpy broadcast [1, 2] against [1]: a wrong answer
         raise RlsimError(f"devices and tokens_per_s must be two lists of one length, got {d.size} and {t.size}",
                          field="devices", fix="give one tokens/s figure per device count")
+    if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(np.isfinite(t)) and np.all(t >= 0)) or not t[np.argmin(d)] > 0:
+        raise RlsimError("devices must be counts > 0 and tokens_per_s finite figures >= 0, the smallest "
+                         f"configuration's > 0; got {d.tolist()} and {t.tolist()}", field="devices",
+                         fix="give each configuration's device count and its tokens/s")
     base = int(np.argmin(d))
     return (t / d) / (t[base] / d[base])
 
@@ -316,7 +332,13 @@ def response_length_figure(samples: pd.DataFrame, *, column: str | None = None, 
                            title: str | None = None) -> Figure:
     """Histogram of generated response lengths (log-scaled counts show the long tail), with the
     median and the 99th percentile marked."""
+    if hasattr(samples, "samples") and hasattr(samples, "summary"):   # a SimulationResult: its table
+        samples = samples.samples
     samples = samples if samples is not None else pd.DataFrame()   # simulate(keep_samples=False) keeps none
+    if column is not None:
+        _columns(samples, [column], "samples", "result.samples with its response_len column")
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise RlsimError(f"bins must be a whole number >= 1, got {bins!r}", field="bins", fix="e.g. bins=60")
     column = column or next((c for c in RESPONSE_LENGTH_COLUMNS if c in samples), None)
     fig = Figure(figsize=(7.5, 4.0), layout="constrained")
     ax = fig.add_subplot()
@@ -341,7 +363,15 @@ def response_length_figure(samples: pd.DataFrame, *, column: str | None = None, 
 
 def save_figure(fig: Figure, out_dir: str | Path, stem: str, *, dpi: int = 110) -> list[Path]:
     """Write `stem`.png and `stem`.svg into out_dir; the same figure gives the same bytes."""
+    if not callable(getattr(fig, "savefig", None)):
+        raise RlsimError(f"fig: a {type(fig).__name__} is not a figure", field="fig",
+                         fix="pass a figure a *_figure function returned")
+    if not stem or Path(stem).name != stem:
+        raise RlsimError(f"stem {stem!r} is not a file name", field="stem",
+                         fix="give a name without folders (out_dir says where)")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise RlsimError(f"{out} is a file, not a folder", field="out_dir", fix="give a folder to write into")
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
     with matplotlib.rc_context({"svg.hashsalt": "rlsim"}):

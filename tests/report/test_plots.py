@@ -77,3 +77,42 @@ def test_the_scaling_figure_plots_the_steady_state_where_the_rows_carry_it():
     assert list(ax_eff.lines[0].get_ydata()) == pytest.approx([1.0, 0.75])
     whole = scaling_figure(rows.drop(columns="steady_tokens_per_s")).axes[1]
     assert list(whole.lines[0].get_ydata()) == pytest.approx([1.0, 0.625])
+
+
+@pytest.mark.parametrize(("call", "field"), [
+    (lambda plots, frame, tmp: plots.response_length_figure(frame, column="nope"), "samples"),
+    (lambda plots, frame, tmp: plots.response_length_figure(frame, bins=0), "bins"),
+    (lambda plots, frame, tmp: plots.scaling_efficiency([0, 16], [100, 150]), "devices"),
+    (lambda plots, frame, tmp: plots.save_figure(frame, tmp, "x"), "fig"),
+    (lambda plots, frame, tmp: plots.save_figure(plots.response_length_figure(None), tmp, "a/b"), "stem")])
+def test_a_figure_helper_names_its_bad_argument(tmp_path, call, field):
+    """A notebook trial met a KeyError, numpy's and matplotlib's ValueErrors, divide-by-zero warnings
+    and an AttributeError 'savefig' from these."""
+    import pandas as pd
+
+    from simulator.errors import RlsimError
+    from simulator.report import plots
+    with pytest.raises(RlsimError) as caught:
+        call(plots, pd.DataFrame({"response_len": [10, 20]}), tmp_path)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("window", ["0..50", (1,), (0, float("nan")), (100, 50)])
+def test_a_gantt_window_is_two_ordered_seconds(window):
+    import pandas as pd
+
+    from simulator.errors import RlsimError
+    from simulator.report.plots import gantt_figure
+    timeline = pd.DataFrame({"pool": ["actor"], "device": [0], "state": ["train"], "cause": [""], "iteration": [0],
+                             "start": [0.0], "end": [10.0], "label": [""], "rank_start": [0], "rank_count": [1]})
+    with pytest.raises(RlsimError) as caught:
+        gantt_figure(timeline, time_window_s=window)
+    assert caught.value.field == "time_window_s"
+    gantt_figure(timeline, time_window_s=(0, 5))
+
+
+def test_a_response_length_figure_takes_the_run_itself():
+    from simulator.api import simulate
+    from simulator.report.plots import response_length_figure
+    result = simulate({"topology": "dgx-h100", "workload": "grpo-qwen2.5-7b", "iterations": 1})
+    assert "no samples" not in [t.get_text() for t in response_length_figure(result).axes[0].texts]
