@@ -157,7 +157,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     from it; default the scenario's): the replicas of a scenario plan on its first seed, so they
     share one layout and differ by their runs."""
     _check_hooks(costs, progress)
-    _check_keywords(keywords, "simulate")
+    check_scenario_keywords(keywords, "simulate")
     if plan_seed is not None and (isinstance(plan_seed, bool) or not isinstance(plan_seed, int) or plan_seed < 0):
         raise RlsimError(f"plan_seed must be a whole number >= 0 or None, got {plan_seed!r}", field="plan_seed",
                          fix="e.g. plan_seed=0")
@@ -193,7 +193,7 @@ def _blamed_on_its_file(source: str, workload_name: str) -> Iterator[None]:
 SCENARIO_KEYWORDS = ("topology", "workload", "schedule", "overrides", "iterations", "seed")   # load_scenario's
 
 
-def _check_keywords(keywords: Mapping[str, Any], function: str) -> None:
+def check_scenario_keywords(keywords: Mapping[str, Any], function: str) -> None:
     """Keyword arguments are load_scenario's: another (a typo such as iteratons=2) raised a TypeError
     naming an internal function."""
     import difflib
@@ -392,7 +392,7 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
     `schedules` is one kind ("stalesync") or several, each once; none is an error. ``keep_samples``:
     as in `simulate` (False: no per-sample tables, the same summaries, memory flat over iterations)."""
     kinds = schedule_list(schedules)
-    _check_keywords(keywords, "compare")
+    check_scenario_keywords(keywords, "compare")
     given = keywords.get("schedule")
     if isinstance(given, str) or (isinstance(given, Mapping) and "kind" in given):   # replaced by each kind
         raise RlsimError("a comparison runs each of its kinds: schedule= names one, which they would replace",

@@ -35,7 +35,8 @@ class Target:
                              fix="give --target-tokens-per-s X or --target-step-time-s S")
         for name in ("tokens_per_s", "step_time_s"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not (math.isfinite(value) and value > 0)):
                 raise RlsimError(f"target {name} must be a positive number, got {value}", field=name,
                                  fix="give a positive number")
 

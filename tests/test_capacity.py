@@ -231,3 +231,14 @@ def test_a_run_is_priced_from_its_result_whose_device_kinds_sit_beside_the_summa
     with pytest.raises(RlsimError) as caught:
         price_per_device_hour(result.summary, {"h100": 2.5})
     assert "pass the SimulationResult" in caught.value.fix
+
+
+def test_a_target_given_as_text_and_a_replicate_keyword_typo_are_named():
+    """Target(tokens_per_s='fast') raised a TypeError; replicate(..., iteratons=1) one naming an
+    internal function (a notebook trial)."""
+    from simulator.uncertainty import replicate
+    with pytest.raises(RlsimError) as caught:
+        Target(tokens_per_s="fast")
+    assert caught.value.field == "tokens_per_s"
+    with pytest.raises(RlsimError, match="did you mean 'iterations'"):
+        replicate({"topology": "dgx-h100", "workload": "grpo-qwen2.5-7b"}, seeds=2, iteratons=1)

@@ -180,7 +180,10 @@ def summarize(plan: ReplicaPlan, summaries: Sequence[Mapping[str, Any]]) -> dict
 def replicate(spec: Scenario | dict | str | Path | None = None, *, seeds: int | None = None, jobs: int = 1,
               costs: Any = None, **keywords: Any) -> dict[str, Any]:
     """Run a scenario over N seeds (and its distribution values): the run summary with every numeric
-    figure the median over replicas, plus `seeds`, `ci95` {dotted figure: [low, high]} and `replicas`."""
+    figure the median over replicas, plus `seeds`, `ci95` {dotted figure: [low, high]} and `replicas`.
+    ``keywords`` are simulate's scenario keywords (overrides, iterations, ...)."""
+    from ..api import check_scenario_keywords
+    check_scenario_keywords(keywords, "replicate")
     plan = plan_replicas(spec, seeds=seeds, **keywords)
     return summarize(plan, run_replicas(plan, jobs=jobs, costs=costs))
 
