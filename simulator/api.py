@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .errors import RlsimError, raised_from
+from .errors import RlsimError, blamed_on_set, raised_from
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution, cap_notes
 from .overrides import parse_assignment, string_items
@@ -164,13 +164,27 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     if not isinstance(keep_samples, bool):   # "no" kept the samples
         raise RlsimError(f"keep_samples must be True or False, got {keep_samples!r}", field="keep_samples",
                          fix="keep_samples=False drops the per-sample table")
-    sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
+    given = keywords.get("overrides")   # load_scenario checks its form: only a list's items are blamed here
+    overrides = [str(item) for item in given] if isinstance(given, (list, tuple)) else []
+    try:
+        sc = scenario if isinstance(scenario, Scenario) and not keywords else load_scenario(scenario, **keywords)
+    except RlsimError as exc:   # a value an override gave is the override's, as the CLI's --set says
+        raise _on_override(exc, overrides) from None
     if sc.replicas > 1:   # one run would read it past (a distribution value is refused likewise)
         raise RlsimError(f"replicas: {sc.replicas} asks for {sc.replicas} runs over seeds, and simulate runs one",
                          source=sc.source, field="replicas",
                          fix="run them with simulator.uncertainty.replicate (rlsim run runs them), or drop replicas")
-    with _blamed_on_its_file(sc.source, sc.workload.name):   # a model's check names the field; the scenario the file
-        return _simulate(sc, costs, progress, keep_samples, plan_seed)
+    try:
+        with _blamed_on_its_file(sc.source, sc.workload.name):   # a model's check names the field; the scenario the file
+            return _simulate(sc, costs, progress, keep_samples, plan_seed)
+    except RlsimError as exc:
+        raise _on_override(exc, overrides) from None
+
+
+def _on_override(exc: RlsimError, overrides: list[str]) -> RlsimError:
+    """``exc`` naming the override that gave its field (errors.blamed_on_set); a kind callers catch by
+    type (HeavierBatchThanPlanned) stays that kind, unchanged."""
+    return blamed_on_set(exc, overrides) if type(exc) is RlsimError else exc
 
 
 @contextmanager

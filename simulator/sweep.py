@@ -1107,7 +1107,12 @@ def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, A
     """The real point function: simulate the base scenario with the point's values set."""
     from .api import simulate
 
-    result = simulate(base.spec, keep_samples=False, **base.keywords(values))   # a point keeps its summary only
+    try:
+        result = simulate(base.spec, keep_samples=False, **base.keywords(values))   # a point keeps its summary only
+    except RlsimError as exc:   # simulate names the override that gave the value: a grid value is --grid's
+        text, items = str(exc.source or ""), grid_overrides(values)
+        grid = next((item for item in items if text.startswith(f"--set {item}")), None)
+        raise (exc.with_source("--grid " + text.removeprefix("--set ")) if grid else exc) from None
     summary = dict(result.summary)
     # The device kinds let a capacity question price the run per device-hour (capacity.py); the run
     # read them off the topology it built (building it again cost a point up to a second at 24k devices).

@@ -293,3 +293,18 @@ def test_peak_memory_is_said_by_phase_as_plan_reports_the_train_phase(kind):
         assert phases["rollout"] == pytest.approx(engine)
     else:   # the training state left resident through generation comes on top
         assert phases["rollout"] > engine
+
+
+def test_an_override_given_to_simulate_is_named_as_the_cli_names_a_set_item(tmp_path):
+    """simulate('s.yaml', overrides=['workload.train_layout.tp=3']) blamed s.yaml, where the CLI names
+    the --set item; a sweep row named the file for a --grid value (a notebook trial)."""
+    from simulator.errors import RlsimError
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("topology: dgx-h100\nworkload: grpo-qwen2.5-7b\niterations: 1\n")
+    with pytest.raises(RlsimError) as caught:
+        simulator.simulate(str(scenario), overrides=["workload.train_layout.tp=3"])
+    assert caught.value.source == f"--set workload.train_layout.tp=3 (over {scenario})"
+    from simulator.sweep import BaseScenario, simulate_point
+    with pytest.raises(RlsimError) as caught:
+        simulate_point(BaseScenario(str(scenario)), {"workload.train_layout.tp": 3})
+    assert caught.value.source.startswith("--grid workload.train_layout.tp=3 (over ")

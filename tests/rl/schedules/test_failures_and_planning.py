@@ -199,7 +199,7 @@ def test_a_bad_failure_spec_names_its_entry(spec, why):
 
 
 def test_a_failure_leaving_no_layout_names_its_entry():
-    with pytest.raises(RlsimError, match="no layout fits on the 0 surviving devices") as err:
+    with pytest.raises(RlsimError, match="takes all 24 devices of the pool: none survives") as err:
         simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="colocated", iterations=2,
                            overrides=["schedule.failures=[{at_s: 10, fail: all}, {at_s: 5, fail: 'node:1'}]"])
     # the entry as written (0), not its place in time order (second)
