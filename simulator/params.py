@@ -653,6 +653,15 @@ class InferenceParams(StrictModel):
     launches_per_layer: float = Field(12.0, ge=0)
     launches_per_moe_layer: float = Field(10.0, ge=0)
     launch_overhead_s: float | None = Field(None, ge=0)
+    # GPU time between two eagerly launched kernels, where a replayed graph leaves a few tenths of a
+    # microsecond: an eager step's kernels stand this far apart even when the CPU launches ahead of
+    # them, so it is slower than the graph step at every batch. Measured on the lent H100
+    # (benchmarks/measured/h100-2026-12-06/decode_graphs.json, a Llama-3.1-8B step of 421-452 kernels
+    # at batch 256 / 64, where the host's ~14 us a launch stays well ahead of the kernels' 22-47 us):
+    # (eager step - the kernels' GPU time) / kernels = 1.76 / 1.53 us (graph: 0.11 / 0.17 us); the
+    # launch-bound batches 1-16 give 1.25-1.79 us. An eager step's gaps are the larger of this times
+    # its launches and cuda_graph_replay_s (never shorter than the graph step).
+    eager_kernel_gap_s: float = Field(1.6e-6, ge=0)
     # Async scheduling (vLLM --async-scheduling; an engine that prepares step i+1 while the GPU
     # runs step i): a step lasts max(CPU, GPU) instead of their sum. vLLM default: off.
     async_scheduling: bool = False

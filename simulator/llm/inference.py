@@ -239,8 +239,11 @@ class StepCost:
                                         / self.devices / (bf16_rate * gemm_eff) * share)
         self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
         launch_s = device.launch_overhead_s if params.launch_overhead_s is None else params.launch_overhead_s
-        self.eager_launch_s = launch_s * (params.launches_per_step + params.launches_per_layer * model.num_layers
-                                          + params.launches_per_moe_layer * model.num_moe_layers)
+        launches = (params.launches_per_step + params.launches_per_layer * model.num_layers
+                    + params.launches_per_moe_layer * model.num_moe_layers)
+        self.eager_launch_s = launch_s * launches
+        # the GPU's gaps between an eager step's kernels (InferenceParams.eager_kernel_gap_s)
+        self.eager_gap_s = max(params.cuda_graph_replay_s, params.eager_kernel_gap_s * launches)
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
     def weight_read_s(self, tokens: float) -> float:
@@ -398,15 +401,15 @@ class StepCost:
             return added, float(floor)
         sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
         graphs = self.uses_graphs(tokens)
-        # An eager step keeps the graph's replay time on the GPU side (the gaps between its
-        # kernels), so it is never shorter than the same step with graphs.
+        # An eager step's kernels stand eager_gap_s apart on the GPU side (at least the graph's
+        # replay time), so it is never shorter than the same step with graphs.
         if p.async_scheduling:
             if graphs:
                 return 0.0, sched + p.cuda_graph_replay_s
-            return p.cuda_graph_replay_s, sched + self.eager_launch_s
+            return self.eager_gap_s, sched + self.eager_launch_s
         if graphs:
             return sched + p.cuda_graph_replay_s, 0.0
-        return sched + p.cuda_graph_replay_s, sched + self.eager_launch_s
+        return sched + self.eager_gap_s, sched + self.eager_launch_s
 
     def overhead_many_s(self, tokens: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """overhead_s over integer arrays, bit-identical: its four cases element by element."""
@@ -418,9 +421,9 @@ class StepCost:
             return added + np.zeros(len(tokens)), floor
         sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
         if p.async_scheduling:
-            return (np.where(graphs, 0.0, p.cuda_graph_replay_s),
+            return (np.where(graphs, 0.0, self.eager_gap_s),
                     np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s))
-        return (sched + p.cuda_graph_replay_s + np.zeros(len(tokens)),
+        return (sched + np.where(graphs, p.cuda_graph_replay_s, self.eager_gap_s),
                 np.where(graphs, 0.0, sched + self.eager_launch_s))
 
     def _staged_overhead(self, seqs: Any, graphs: Any) -> tuple[Any, Any]:
@@ -434,7 +437,9 @@ class StepCost:
         micro = p.step_overhead_s + p.cpu_per_seq_s * seqs / (self.layout.ep * self.pp)
         whole = p.step_overhead_s * self.pp + p.cpu_per_seq_s * seqs / self.layout.ep
         eager = np.maximum(whole, micro + self.eager_launch_s)
-        return micro + p.cuda_graph_replay_s, np.where(graphs, whole, eager)
+        gap = (np.where(graphs, p.cuda_graph_replay_s, self.eager_gap_s) if isinstance(graphs, np.ndarray)
+               else p.cuda_graph_replay_s if graphs else self.eager_gap_s)
+        return micro + gap, np.where(graphs, whole, eager)
 
     # -- whole steps ------------------------------------------------------------------------------
     def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:

@@ -18,9 +18,9 @@ WHERE = "rlsim validate --set"
 # simulated rollout, not here; given to these cases they would be read past, so they are refused.
 # tests/validation/test_decode_overrides.py checks these tuples against the fields each case reads.
 STEP_KEYS = ("absorb_mla", "async_scheduling", "attention_compute_efficiency", "cpu_per_seq_s", "cuda_graph_max_batch",
-             "cuda_graph_replay_s", "enforce_eager", "gemm_efficiency", "hbm_efficiency", "launch_overhead_s",
-             "launches_per_layer", "launches_per_moe_layer", "launches_per_step", "step_overhead_s",
-             "workspace_bytes")
+             "cuda_graph_replay_s", "eager_kernel_gap_s", "enforce_eager", "gemm_efficiency", "hbm_efficiency",
+             "launch_overhead_s", "launches_per_layer", "launches_per_moe_layer", "launches_per_step",
+             "step_overhead_s", "workspace_bytes")
 # read where experts are spread over devices (the R1 cases' EP): the dispatch payload and the
 # collective fallback of a device without a topology
 EXPERT_PARALLEL_KEYS = ("activation_bytes", "dispatch_bytes", "fallback_collective_efficiency",

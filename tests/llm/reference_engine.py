@@ -165,8 +165,10 @@ class StepCost:
                                         / self.devices / (bf16_rate * gemm_eff))
         self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
         launch_s = device.launch_overhead_s if params.launch_overhead_s is None else params.launch_overhead_s
-        self.eager_launch_s = launch_s * (params.launches_per_step + params.launches_per_layer * model.num_layers
-                                          + params.launches_per_moe_layer * model.num_moe_layers)
+        launches = (params.launches_per_step + params.launches_per_layer * model.num_layers
+                    + params.launches_per_moe_layer * model.num_moe_layers)
+        self.eager_launch_s = launch_s * launches
+        self.eager_gap_s = max(params.cuda_graph_replay_s, params.eager_kernel_gap_s * launches)
         self._comm_cache: dict[float, float] = {}
         self._coll_lines: dict[tuple[str, int], tuple[tuple[float, float], ...]] = {}   # (op, group size)
         self._lines_cache: dict[int, tuple[float, float, float, float, float]] = {}
@@ -226,15 +228,15 @@ class StepCost:
         p = self.params
         sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
         graphs = self.uses_graphs(tokens)
-        # An eager step keeps the graph's replay time on the GPU side (the gaps between its
-        # kernels), so it is never shorter than the same step with graphs.
+        # An eager step's kernels stand eager_gap_s apart on the GPU side (at least the graph's
+        # replay time), so it is never shorter than the same step with graphs.
         if p.async_scheduling:
             if graphs:
                 return 0.0, sched + p.cuda_graph_replay_s
-            return p.cuda_graph_replay_s, sched + self.eager_launch_s
+            return self.eager_gap_s, sched + self.eager_launch_s
         if graphs:
             return sched + p.cuda_graph_replay_s, 0.0
-        return sched + p.cuda_graph_replay_s, sched + self.eager_launch_s
+        return sched + self.eager_gap_s, sched + self.eager_launch_s
 
     # -- whole steps ------------------------------------------------------------------------------
     def _per_n(self, n: int) -> tuple[float, float, float, float, float, float]:

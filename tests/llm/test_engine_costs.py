@@ -40,6 +40,23 @@ def test_graphs_vs_eager_step_overhead_on_a_toy_setting():
     assert big == pytest.approx(eager.decode_step_s(600, 600 * 400), rel=1e-12)
 
 
+def test_a_gpu_bound_eager_step_pays_the_gaps_between_its_kernels():
+    """Where the CPU launches ahead of the GPU, the eager step is the graph step with the replay's
+    gaps replaced by eager_kernel_gap_s a launch (measured on the lent H100: 1.5-1.8 us a kernel
+    against a graph's 0.1-0.3); a gap below the replay's share keeps the replay (never faster)."""
+    base = dict(step_overhead_s=1e-3, cpu_per_seq_s=0.0, launch_overhead_s=1e-7)
+    launches = 10 + 12 * QWEN.num_layers
+    graphs = _cost(**base)
+    for gap in (1.6e-6, 5e-6):
+        eager = _cost(enforce_eager=True, eager_kernel_gap_s=gap, **base)
+        assert eager.decode_step_s(8, 8 * 500) == pytest.approx(
+            graphs.decode_step_s(8, 8 * 500) - 3e-4 + gap * launches, rel=1e-12)
+    same = _cost(enforce_eager=True, eager_kernel_gap_s=1e-7, **base)
+    assert same.decode_step_s(8, 8 * 500) == pytest.approx(graphs.decode_step_s(8, 8 * 500), rel=1e-12)
+    assert _cost(MOE, enforce_eager=True).eager_gap_s == pytest.approx(
+        1.6e-6 * (10 + 12 * MOE.num_layers + 10 * MOE.num_moe_layers), rel=1e-12)
+
+
 def test_moe_layers_launch_more():
     cost = _cost(MOE, enforce_eager=True)
     per_launch = H100.launch_overhead_s

@@ -39,6 +39,21 @@ def test_the_h100_streams_a_decode_step_at_the_batch_1_steps_rate():
     assert all(r["bytes"] / r["kernel_s"] < 0.85 * doc["copy_bw_Bps"] for r in doc["rows"])
 
 
+def test_the_eager_kernel_gap_is_what_the_gpu_bound_eager_steps_paid():
+    """InferenceParams.eager_kernel_gap_s: (eager step - the kernels' GPU time) / kernels at batch 64
+    and 256, where the host's launches run ahead of the kernels (1.53 / 1.76 us), against the
+    graph's gaps (0.11 - 0.17 us); every batch paid at least 1.2 us a kernel eager."""
+    from simulator.llm.inference import InferenceParams
+    rows = {r["batch"]: r for r in _load("decode_graphs.json")["rows"]}
+    gap = {b: (r["eager_s"] - r["kernel_s"]) / r["kernels"] for b, r in rows.items()}
+    bound = [gap[64], gap[256]]
+    host_launch_at_most = rows[1]["eager_s"] / rows[1]["kernels"]   # batch 1's whole step a kernel: ~14 us
+    assert all(rows[b]["kernel_s"] / rows[b]["kernels"] > host_launch_at_most for b in (64, 256))
+    assert min(bound) <= InferenceParams().eager_kernel_gap_s <= max(bound)
+    assert min(gap.values()) > 1.2e-6 and all((r["graph_s"] - r["kernel_s"]) / r["kernels"] < 0.35e-6
+                                              for r in rows.values())
+
+
 def test_the_cases_carry_the_measured_figures():
     docs = lease_files.assert_cases_carry_the_files(LEASE)
     assert {doc["device"] for doc in docs} == {"NVIDIA H100 80GB HBM3"}
