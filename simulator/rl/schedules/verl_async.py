@@ -443,12 +443,16 @@ class VerlFullyAsyncRun:
         consumed = flat["consumed_iteration"] >= 0
         stale = int(np.sum(consumed & (flat["first_version"] < flat["consumed_iteration"]))) + retired.behind_first_version
         n_consumed = int(consumed.sum()) + retired.consumed
+        # the v1 kinds (verl_v1.py) run the old-log-prob pass and record it: timing_s/old_log_prob, as verl logs it
+        recorded = ("old_log_prob_s",) if self.versions and "old_log_prob_s" in self.versions[0] else ()
         mean = {key: float(np.mean([v[key] for v in self.versions])) if self.versions else 0.0
-                for key in ("step_s", "gen_s", "update_actor_s", "ref_s", "sync_s", "idle_ratio")}
+                for key in ("step_s", "gen_s", "update_actor_s", "ref_s", "sync_s", "idle_ratio", *recorded)}
+        timing = {"step": mean["step_s"], "gen": mean["gen_s"], "update_actor": mean["update_actor_s"],
+                  "ref": mean["ref_s"], "weight_sync": mean["sync_s"],
+                  **({"old_log_prob": mean["old_log_prob_s"]} if recorded else {})}
         return {"prompts_per_version": self.per_version, "quota_prompts": self.quota,
                 "started_per_version": list(rollouter.started_per_version), "per_version": self.versions,
-                "timing_s": {"step": mean["step_s"], "gen": mean["gen_s"], "update_actor": mean["update_actor_s"],
-                             "ref": mean["ref_s"], "weight_sync": mean["sync_s"]},
+                "timing_s": timing,
                 "idle_ratio": mean["idle_ratio"], "stale_trajectory_processed": stale,
                 "partial_ratio": rollouter.partial_count / max(1, store.n),
                 "max_partial_span": rollouter.max_partial_span, "trajectories_consumed": n_consumed}

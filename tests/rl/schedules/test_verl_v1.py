@@ -48,6 +48,18 @@ def test_colocate_async_without_warmup_is_the_colocated_step_on_equal_lengths():
     assert v1["staleness"]["max"] == 0 and v1["verl"]["partial_ratio"] == 0
 
 
+def test_the_v1_kinds_report_verl_s_old_log_prob_timer():
+    """timing_s/old_log_prob: the v1 trainer records the pass, and its report left it in `other` (a
+    framework audit); on equal lengths it is the forward over the batch (2e-4 s a token over 8)."""
+    costs = equal_costs()
+    for kind, knobs in (("verl-colocate-async", {"num_warmup_batches": 0}), ("verl-sync", {})):
+        summary = run(scenario(kind, poll_interval_s=0.25, **knobs), costs, resp=const(500))[3]
+        timing = summary["verl_timing_s"]
+        assert timing["old_log_prob"] == pytest.approx(8 * 4 * 550 * 2e-4 / 8, rel=1e-9), kind
+        assert timing["other"] == pytest.approx(timing["step"] - sum(v for k, v in timing.items()
+                                                                     if k not in ("step", "other")), abs=1e-9)
+
+
 def test_the_replay_buffer_looks_only_at_its_polls():
     # the batch finishes at 0.5 s; a 2 s poll sees it at 2 s, the engines idle meanwhile
     costs = equal_costs()
