@@ -933,6 +933,12 @@ def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[s
         decided[inflight_key] = ("ignored", "used only by verl 0.9's v1 sync mode with algorithm.filter_groups.enable")
     if not v.flag("algorithm.filter_groups.enable"):
         decided[cap_key] = ("ignored", "used only with algorithm.filter_groups.enable")
+        if v("data.gen_batch_size") is not None:   # it was listed as mapped and set nothing (a framework audit)
+            decided.setdefault("data.gen_batch_size", (
+                "unsupported", "rlsim reads it as dynamic sampling's generation batch, which runs only with "
+                "algorithm.filter_groups.enable; without it verl's trainer may still batch its dataloader by "
+                "it (recalled, not read here): a step here trains data.train_batch_size prompts; give that "
+                "key the prompts your steps train"))
         return
     v.result.notes.append("the share of groups with a reward signal is not in a verl config: rlsim's default "
                           "workload.dynamic_sampling.keep_fraction 0.5 (set yours with --set "

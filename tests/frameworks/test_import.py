@@ -1154,6 +1154,14 @@ def test_a_config_given_to_another_frameworks_importer_is_named_for_what_it_is(f
     import_config(belongs, EXAMPLES / config)
 
 
+def test_verl_gen_batch_size_without_dynamic_sampling_is_not_reported_as_mapped():
+    """+data.gen_batch_size=768 was listed as mapped (to dynamic sampling's generation batch) and set
+    nothing: without algorithm.filter_groups.enable no dynamic sampling runs (a framework audit)."""
+    imported = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["+data.gen_batch_size=768"])
+    assert "data.gen_batch_size" in imported.unsupported and "data.gen_batch_size" not in imported.mapped
+    assert "dynamic_sampling" not in imported.scenario["workload"]
+
+
 def test_a_verl_override_of_a_key_the_config_lacks_is_refused_as_hydra_does(capsys):
     """verl composes its config with Hydra (struct mode): data.train_batch_siz=512 is refused there
     ("To append to your config use +..."); rlsim listed it as unknown and ran on (exit 0)."""
