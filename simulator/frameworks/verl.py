@@ -1969,20 +1969,29 @@ def _reference_micro_batches(v: Values, reference: bool, decided: dict[str, tupl
     log-prob pass's in rlsim (schedule.forward_micro_batch, train_layout.logprob_max_tokens_per_micro_batch):
     mapped where the two read the same, unsupported where they differ; ignored without a reference."""
     given = [f"{A}.ref.{k}" for k in _REF_BATCHING if v.given(f"{A}.ref.{k}")]
-    if not given:
-        return
     if not reference:
         why = "no reference forward (use_kl_loss and use_kl_in_reward are off)"
         decided.update({key: ("ignored", why) for key in given})
         return
-    if _forward_batching(v, "ref") == _forward_batching(v, "rollout"):
+    ref, old = _forward_batching(v, "ref"), _forward_batching(v, "rollout")
+    unread = f"{A}.ref.log_prob_micro_batch_size_per_gpu" if ref[0] else f"{A}.ref.log_prob_max_token_len_per_gpu"
+    if unread in given:   # the other mode's key: verl does not read it (it was listed against the budget)
+        given.remove(unread)
+        decided[unread] = ("ignored", f"not read with the reference's dynamic batching {'on' if ref[0] else 'off'}")
+    if ref == old:
         why = ("the reference forward takes the old log-prob pass's micro-batching (rollout.log_prob_*), which "
                "these equal here")
         decided.update({key: ("mapped", why) for key in given})
-    else:
-        why = ("differs from the old log-prob pass's (rollout.log_prob_*): rlsim's forward passes share one "
-               "micro-batching (schedule.forward_micro_batch, train_layout.logprob_max_tokens_per_micro_batch)")
-        decided.update({key: ("unsupported", why) for key in given})
+        return
+    why = ("differs from the old log-prob pass's (rollout.log_prob_*): rlsim's forward passes share one "
+           "micro-batching (schedule.forward_micro_batch, train_layout.logprob_max_tokens_per_micro_batch)")
+    decided.update({key: ("unsupported", why) for key in given})
+    if not given:   # the reference's own defaults differ from the old log-prob pass's given keys: said, not silent
+        what = f"{ref[1]:,} tokens" if ref[0] else f"micro-batches of {ref[1]} samples"
+        v.result.notes.append(f"the reference forward reads its own micro-batching in verl ({what}, its defaults: "
+                              "the actor's), which differs from the old log-prob pass's; rlsim prices both forward "
+                              "passes at the old log-prob pass's (give actor_rollout_ref.ref.log_prob_* equal to "
+                              "rollout.log_prob_* to match)")
 
 
 def _check_micro_divides_mini(v: Values, layout: Mapping[str, Any]) -> None:

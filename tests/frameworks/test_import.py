@@ -1154,6 +1154,21 @@ def test_a_config_given_to_another_frameworks_importer_is_named_for_what_it_is(f
     import_config(belongs, EXAMPLES / config)
 
 
+def test_verl_reference_batching_under_dynamic_bsz_is_said_where_it_differs():
+    """With a dynamic log-prob budget of 48,000 for the old log-prob pass, verl's reference reads its
+    own (default: the actor's 24,000): rlsim prices both at 48,000, which was listed against
+    ref.log_prob_micro_batch_size_per_gpu, a key verl does not read then (a framework audit)."""
+    keys = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24000",
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=48000"]
+    imported = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", keys)
+    assert "not read" in imported.ignored["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"]
+    assert any("reference forward reads its own micro-batching in verl (24,000 tokens" in n for n in imported.notes)
+    same = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
+                         [*keys, "+actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=48000"])
+    assert "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu" in same.mapped
+    assert not any("reads its own micro-batching" in n for n in same.notes)
+
+
 def test_verl_gen_batch_size_without_dynamic_sampling_is_not_reported_as_mapped():
     """+data.gen_batch_size=768 was listed as mapped (to dynamic sampling's generation batch) and set
     nothing: without algorithm.filter_groups.enable no dynamic sampling runs (a framework audit)."""
