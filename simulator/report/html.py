@@ -118,6 +118,7 @@ def write_sweep_report(objects: Sequence[Mapping[str, Any]], grid_keys: Sequence
                        capacity: Mapping[str, Any] | None = None) -> Path:
     """Figures chosen by what the grid varies (size -> scaling; staleness -> trade-off; else the
     throughput per grid value) and report.html with the table of every point."""
+    _check_sweep_objects(objects, grid_keys)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     frame = sweep_frame(objects, grid_keys)
@@ -142,6 +143,24 @@ def write_sweep_report(objects: Sequence[Mapping[str, Any]], grid_keys: Sequence
     table = _sweep_table(frame, grid_keys)
     note = _capacity_note(capacity, objects, grid_keys) if capacity is not None else ""
     return _write_page(out, "rlsim sweep", note + f"<div class='scroll'>{table}</div>", figures)
+
+
+def _check_sweep_objects(objects: Any, grid_keys: Any) -> None:
+    """The run objects a sweep returns (SweepResult.run_objects()) and the keys their grids vary: a
+    frame or None raised an AttributeError or a TypeError, a key no point varies drew an empty column
+    (a notebook trial)."""
+    if isinstance(objects, (str, bytes)) or not isinstance(objects, Sequence) \
+            or not all(isinstance(obj, Mapping) for obj in objects):
+        raise RlsimError(f"objects: a {type(objects).__name__} is not a list of sweep run objects", field="objects",
+                         fix="pass SweepResult.run_objects() (the sweep --json list)")
+    if isinstance(grid_keys, (str, bytes)) or not isinstance(grid_keys, Sequence):
+        raise RlsimError(f"grid_keys must be a list of the grid's keys, got {grid_keys!r}", field="grid_keys",
+                         fix="e.g. list(SweepResult.grid)")
+    varied = {key for obj in objects for key in (obj.get("grid") or {})}
+    unknown = [key for key in grid_keys if key not in varied]
+    if unknown and objects:
+        raise RlsimError(f"grid_keys {unknown} are not keys the points' grids vary ({', '.join(sorted(varied)) or 'none'})",
+                         field="grid_keys", fix="e.g. list(SweepResult.grid)")
 
 
 def _capacity_note(capacity: Mapping[str, Any], objects: Sequence[Mapping[str, Any]],

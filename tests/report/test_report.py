@@ -199,3 +199,16 @@ def test_write_report_of_no_result_says_what_it_takes(result, tmp_path):
     with pytest.raises(RlsimError) as info:
         write_report(result, tmp_path)
     assert info.value.field == "result"
+
+
+@pytest.mark.parametrize(("objects", "grid_keys", "field"), [
+    (None, ["a"], "objects"), ("text", ["a"], "objects"), ([{"grid": {"a": 1}}], "a", "grid_keys"),
+    ([{"grid": {"a": 1}}, {"grid": {"a": 2}}], ["nope"], "grid_keys")])
+def test_a_sweep_report_names_bad_objects_or_grid_keys(tmp_path, objects, grid_keys, field):
+    """A DataFrame or None raised AttributeError / TypeError; a key no point varies was accepted (a
+    notebook trial)."""
+    from simulator.errors import RlsimError
+    from simulator.report.html import write_sweep_report
+    with pytest.raises(RlsimError) as caught:
+        write_sweep_report(objects, grid_keys, tmp_path)
+    assert caught.value.field == field
