@@ -239,11 +239,12 @@ def scaling_efficiency(devices: Sequence[float], tokens_per_s: Sequence[float]) 
     if d.shape != t.shape or d.ndim != 1 or not d.size:   # numpy broadcast [1, 2] against [1]: a wrong answer
         raise RlsimError(f"devices and tokens_per_s must be two lists of one length, got {d.size} and {t.size}",
                          field="devices", fix="give one tokens/s figure per device count")
-    if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(np.isfinite(t)) and np.all(t >= 0)) or not t[np.argmin(d)] > 0:
+    base = int(np.argmin(d))
+    # finite positive counts, finite figures >= 0 (NaN compares false), the base figure > 0
+    if not (np.all(d > 0) and np.all(np.isfinite(d)) and np.all(t >= 0) and np.all(np.isfinite(t)) and t[base] > 0):
         raise RlsimError("devices must be counts > 0 and tokens_per_s finite figures >= 0, the smallest "
                          f"configuration's > 0; got {d.tolist()} and {t.tolist()}", field="devices",
                          fix="give each configuration's device count and its tokens/s")
-    base = int(np.argmin(d))
     return (t / d) / (t[base] / d[base])
 
 
