@@ -1033,6 +1033,13 @@ class BaseScenario:
     iterations: int | None = None
     seed: int | None = None
 
+    def __post_init__(self) -> None:
+        # a lone string is one override (iterating it gave its letters); a list becomes a tuple (hashable)
+        from .overrides import string_items
+        items = string_items(self.overrides, field="BaseScenario.overrides", what="'KEY=VALUE' strings",
+                             example="BaseScenario(overrides=('iterations=2',))")
+        object.__setattr__(self, "overrides", tuple(items))
+
     def fingerprint(self) -> str:
         """Hash of everything that decides a point's result except its grid values: the options, the
         contents (not the paths) of the scenario file and of every file it, --workload, --topology

@@ -546,3 +546,16 @@ def test_a_sweep_over_sizes_with_a_fixed_rollout_pool_says_only_the_trainer_grow
     assert "rollout pool is 2 devices at every size (8..16 devices)" in note and "schedule.rollout_devices" in note
     assert _fixed_pool_notes([rows[0], {"devices": 16, "pools": {"rollout": 4, "train": 12}}]) == []
     assert _fixed_pool_notes([{"devices": 8, "pools": {"actor": 8}}, {"devices": 16, "pools": {"actor": 16}}]) == []
+
+
+def test_a_base_scenarios_overrides_given_as_one_string_are_one_override():
+    """BaseScenario(overrides='KEY=VALUE') set each letter as an override (the point then failed on
+    'w'); a list is kept as a tuple (the frozen dataclass stays hashable); a non-string is refused."""
+    from simulator.sweep import BaseScenario
+    one = BaseScenario(overrides="workload.prompts_per_step=8")
+    assert one.overrides == ("workload.prompts_per_step=8",)
+    assert one == BaseScenario(overrides=["workload.prompts_per_step=8"])
+    assert hash(one) == hash(BaseScenario(overrides=("workload.prompts_per_step=8",)))
+    assert one.keywords({})["overrides"] == ["workload.prompts_per_step=8"]
+    with pytest.raises(RlsimError, match="BaseScenario.overrides must be 'KEY=VALUE' strings, got 8"):
+        BaseScenario(overrides=["iterations=2", 8])
