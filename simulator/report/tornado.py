@@ -69,8 +69,9 @@ def write_sensitivity_report(frame: pd.DataFrame, out_dir: str | Path) -> Path:
     head = ("<p class='conclusion'>" + html.escape(conclusion(frame)) + "</p>"
             "<p class='note'>Swing: the figure with the key at its high value minus at its low value, the other "
             "keys at base. Sobol first-order: the share of the figure's variance the key explains alone; "
-            "total: with its interactions.</p>")
-    cols = ["rank", "key", "low", "high", "figure_low", "figure_high", "swing", "sobol_first", "sobol_total"]
+            "total: with its interactions; ci95: the half-width of its 95% bootstrap interval.</p>")
+    cols = ["rank", "key", "low", "high", "figure_low", "figure_high", "swing", "sobol_first", "sobol_first_ci95",
+            "sobol_total", "sobol_total_ci95"]
     body = "".join("<tr>" + "".join(f"<td>{_cell(r[c])}</td>" for c in cols) + "</tr>"
                    for r in sensitivity_records(frame))
     table = head + "<table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>" + body + "</table>"

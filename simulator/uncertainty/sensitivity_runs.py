@@ -35,7 +35,8 @@ DEFAULT_VARY: dict[str, tuple[float, float]] = {
     "topology.scaleout.efficiency": (0.85, 1.15),
 }
 INTEGER_KEYS = ("workload.response_length.median", "workload.prompt_length.median")
-COLUMNS = ["key", "low", "high", "figure_low", "figure_high", "swing", "rank", "sobol_first", "sobol_total"]
+COLUMNS = ["key", "low", "high", "figure_low", "figure_high", "swing", "rank", "sobol_first", "sobol_first_ci95",
+           "sobol_total", "sobol_total_ci95"]
 
 
 def parse_vary(items: Sequence[str]) -> dict[str, tuple[float, float]]:
@@ -265,8 +266,10 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
                      "figure_high": f_high, "swing": max(points) - min(points)})
     frame = pd.DataFrame(rows, columns=COLUMNS[:6])
     frame["rank"] = frame["swing"].rank(ascending=False, method="first").astype(int)
-    first, total = sobol_indices(plan, ranges, metric, samples, jobs, costs, whole)
-    frame["sobol_first"], frame["sobol_total"] = first, total
+    indices = sobol_indices(plan, ranges, metric, samples, jobs, costs, whole)
+    for column in SOBOL_COLUMNS:
+        frame[column] = indices[column]
+    frame = frame[COLUMNS]
     frame = frame.sort_values("rank", kind="stable").reset_index(drop=True)
     from ..metrics import warm_up_only
     frame.attrs.update({"metric": metric, "base": figures[0], "seeds": plan.n, "samples": samples or 0,
@@ -312,22 +315,29 @@ def sobol_outside(frame: pd.DataFrame) -> str:
     return ", ".join(out)
 
 
+# SALib's bootstrap resamples behind each index's 95% interval (its default count)
+SOBOL_RESAMPLES = 100
+# the frame's Sobol columns and SALib's names for them (the *_ci95 are the intervals' half-widths)
+SOBOL_COLUMNS = {"sobol_first": "S1", "sobol_first_ci95": "S1_conf", "sobol_total": "ST",
+                 "sobol_total_ci95": "ST_conf"}
+
+
 def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], metric: str,
                   samples: int | None, jobs: int, costs: Any,
-                  whole: frozenset[str] = frozenset()) -> tuple[list[float | None], list[float | None]]:
-    """First-order and total Sobol indices (SALib, Saltelli sampling without second order, seeded);
-    None for every key when SALib is missing or samples is 0. `whole`: the keys varied over whole
-    numbers."""
+                  whole: frozenset[str] = frozenset()) -> dict[str, list[float | None]]:
+    """SOBOL_COLUMNS -> one value per key of ``ranges`` (in its order): first-order and total Sobol
+    indices (SALib, Saltelli sampling without second order, seeded) and the half-widths of their 95%
+    bootstrap intervals; None everywhere when SALib is missing or samples is 0. `whole`: the keys
+    varied over whole numbers."""
     given = list(ranges)
     keys = sorted(given)   # the design's columns in one order whatever the --vary order (Saltelli's points follow it)
-    none: list[float | None] = [None] * len(keys)
     try:
         from SALib.analyze import sobol as sobol_analyze
         from SALib.sample import sobol as sobol_sample
     except ImportError:
-        return none, list(none)
+        return {column: [None] * len(keys) for column in SOBOL_COLUMNS}
     if not samples or samples < 1:
-        return none, list(none)
+        return {column: [None] * len(keys) for column in SOBOL_COLUMNS}
     bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in (ranges[key] for key in keys)]
     problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
     check_runs(plan.data, plan.source, int(samples) * (len(ranges) + 2) * plan.n,
@@ -339,12 +349,14 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
              for value in (dict(zip(keys, row, strict=True)) for row in points)]
     y = np.array([metric_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
     if np.ptp(y) == 0:
-        return [0.0] * len(keys), [0.0] * len(keys)
-    result = sobol_analyze.analyze(problem, y, calc_second_order=False, num_resamples=100, seed=plan.seeds[0])
+        return {column: [0.0] * len(keys) for column in SOBOL_COLUMNS}
+    result = sobol_analyze.analyze(problem, y, calc_second_order=False, num_resamples=SOBOL_RESAMPLES,
+                                   seed=plan.seeds[0])
     # a key held at one value explains nothing: 0, not the estimators' rounding noise (-1e-14)
-    first = dict(zip(keys, result["S1"], strict=True))
-    total = dict(zip(keys, result["ST"], strict=True))
     fixed = {key: high <= low for key, (low, high) in ranges.items()}
-    return ([0.0 if fixed[key] else float(first[key]) for key in given],
-            [0.0 if fixed[key] else float(total[key]) for key in given])
+    out: dict[str, list[float | None]] = {}
+    for column, name in SOBOL_COLUMNS.items():
+        by_key = dict(zip(keys, result[name], strict=True))
+        out[column] = [0.0 if fixed[key] else float(by_key[key]) for key in given]
+    return out
 

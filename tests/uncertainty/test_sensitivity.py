@@ -38,9 +38,23 @@ def test_report_writes_tornado_and_json(frame, tmp_path):
     assert records[0]["rank"] == 1 and set(records[0]) == set(COLUMNS) | set(RECORD_ATTRS)
 
 
+def test_sobol_intervals_cover_the_known_index_and_narrow_with_samples(frame, toy, costs):
+    """The step is linear in the one key that moves it, so its first-order and total indices are 1:
+    each estimate's 95% interval covers 1 and is narrower at 32 base samples than at 8; the key that
+    cannot matter has 0 +- 0. (An estimate of -0.10 at 8 samples was printed with no error bar.)"""
+    wider = frame.iloc[0]
+    narrower = sensitivity(toy, VARY, metric="steady_step_time_s", samples=32, costs=costs).iloc[0]
+    for row in (wider, narrower):
+        assert abs(row["sobol_first"] - 1) <= row["sobol_first_ci95"]
+        assert abs(row["sobol_total"] - 1) <= row["sobol_total_ci95"]
+    assert 0 < narrower["sobol_first_ci95"] < wider["sobol_first_ci95"]
+    assert 0 < narrower["sobol_total_ci95"] < wider["sobol_total_ci95"]
+    assert frame.iloc[1][["sobol_first_ci95", "sobol_total_ci95"]].tolist() == [0.0, 0.0]
+
+
 def test_sobol_can_be_skipped(toy, costs):
     frame = sensitivity(toy, {"workload.response_length.sigma": (0.5, 1.0)}, samples=0, costs=costs)
-    assert frame["sobol_first"].isna().all()
+    assert frame[["sobol_first", "sobol_first_ci95", "sobol_total", "sobol_total_ci95"]].isna().all().all()
 
 
 @pytest.mark.parametrize("item", ["a.b=1", "a.b=2..1", "=1..2", "a.b=x..2"])
