@@ -13,7 +13,8 @@ J the finite-difference Jacobian at the solution (so step-to-step spread in the 
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,10 +268,15 @@ class LogFit:
     stages: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     items: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)   # the device kinds fitted topology.device.* values are of
 
     def to_json(self) -> dict[str, Any]:
+        # pinned: false for an infinite sigma (the logs do not pin it), null for an undefined one (too
+        # few logged steps to tell): JSON writes both sigmas as null
         return {"fitted": {k: {"value": self.values[k], "sigma": self.sigma[k], "start": self.start[k],
-                               "at_bound": k in self.at_bound} for k in self.keys},
+                               "at_bound": k in self.at_bound,
+                               "pinned": None if np.isnan(self.sigma[k]) else bool(np.isfinite(self.sigma[k]))}
+                           for k in self.keys},
                 "set": list(self.items), "evaluations": self.evaluations,
                 "rms_relative_error": {"before": self.rms_before, "after": self.rms_after},
                 "runs": self.stages, "notes": list(self.notes)}
@@ -314,16 +320,19 @@ def _check_one_device(runs: Sequence[LoggedRun], loaded: Sequence[Any], params: 
                              "workload.* / schedule.* keys across them")
 
 
-def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, *, skip_steps: int = SKIP_STEPS,
-             max_evaluations: int = MAX_EVALUATIONS, diff_step: float = DIFF_STEP) -> LogFit:
+def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] | str = DEFAULT_FIT_KEYS, *,
+             skip_steps: int = SKIP_STEPS, max_evaluations: int = MAX_EVALUATIONS,
+             diff_step: float = DIFF_STEP) -> LogFit:
     """Fit `keys` to every run's logged phases (one value per key for all runs)."""
     from scipy.optimize import least_squares
 
     from ..scenario import load_scenario
 
+    keys = _fit_keys(keys)
+    check_skip_steps(skip_steps)
     if not runs:
         raise RlsimError("no logged run to fit", field="--from-log", fix="give at least one LOG with its --scenario")
-    params = fit_parameters(list(keys))
+    params = fit_parameters(keys)
     loaded = [load_scenario(r.scenario, overrides=list(r.overrides)) for r in runs]
     _check_one_device(runs, loaded, params)
     measured = [_measured(r, skip_steps) for r in runs]
@@ -338,56 +347,162 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] = DEFAULT_FIT_KEYS, 
 
     def predictions(z: np.ndarray) -> list[dict[str, float]]:
         vals = values_of(z)
-        return [simulate_timings(r.scenario, [*r.overrides, *overlay_items(sc, vals, n)], r.last_steps)
-                for r, sc, n in zip(runs, loaded, named, strict=True)]
+        with _blamed_on_fit(params):
+            return [simulate_timings(r.scenario, [*r.overrides, *overlay_items(sc, vals, n)], r.last_steps)
+                    for r, sc, n in zip(runs, loaded, named, strict=True)]
 
     def all_residuals(z: np.ndarray) -> np.ndarray:
         return np.concatenate([residuals(p, m) for p, m in zip(predictions(z), measured, strict=True)])
 
-    try:
-        before = predictions(start / scale)
-    except RlsimError as exc:   # a fitted key the scenario refuses (read past): --fit named it, not the file
-        fitted = next((p.key for p in params if exc.field and (exc.field == p.key or exc.field.startswith(p.key))),
-                      None)
-        if fitted is None:
-            raise
-        raise RlsimError(f"{fitted} cannot be fitted on this scenario: {exc.message}", field="--fit",
-                         fix=f"leave {fitted} out of --fit" + (f" ({exc.fix})" if exc.fix else "")) from None
+    before = predictions(start / scale)
     left_out = [_drop_unpredicted(r, m, b) for r, m, b in zip(runs, measured, before, strict=True)]
     r0 = np.concatenate([residuals(p, m) for p, m in zip(before, measured, strict=True)])
     result = least_squares(all_residuals, start / scale, bounds=(lower / scale, upper / scale),
                            diff_step=diff_step, max_nfev=max_evaluations, method="trf",
                            ftol=TOLERANCE, xtol=TOLERANCE, gtol=TOLERANCE)
-    values = values_of(result.x)
-    after = predictions(result.x)
+    _refuse_unseen(params, result.jac, measured)
+    # a value at its bound is the bound (the solver stops a hair inside it: 1e-12 for 0)
+    values = {**values_of(result.x), **{p.key: float(lower[i] if side < 0 else upper[i])
+                                        for i, (p, side) in enumerate(zip(params, result.active_mask, strict=True))
+                                        if side != 0}}
+    after = predictions(values_to_z(values, params, scale))
     sigma = _uncertainty(result.jac, result.fun, scale)
+    sigma[sigma >= upper - lower] = np.inf   # an interval wider than the whole range pins nothing
+    shared, shared_note = _shared_overrides(runs, keys, named[0])
     fit = LogFit(keys=[p.key for p in params], values=values,
                  sigma={p.key: float(s) for p, s in zip(params, sigma, strict=True)},
                  start={p.key: float(v) for p, v in zip(params, start, strict=True)},
                  at_bound=[p.key for p, a in zip(params, result.active_mask, strict=True) if a != 0],
                  evaluations=int(result.nfev), rms_before=_rms(r0), rms_after=_rms(result.fun),
-                 items=overlay_items(loaded[0], values, named[0]))
+                 items=[*shared, *overlay_items(loaded[0], values, named[0])],
+                 devices=_fitted_devices(loaded[0], keys))
     for run, m, b, a, dropped in zip(runs, measured, before, after, left_out, strict=True):
         fit.stages[run.label] = {s: {"measured_s": float(np.mean(v)), "before_s": b.get(s, 0.0),
                                      "after_s": a.get(s, 0.0)} for s, v in m.items()}
-        if dropped:
-            fit.notes.append(f"{run.label}: logged stage(s) left out of the fit, the scenario has no such stage "
-                             f"(predicted 0 s): {', '.join(dropped)} (check that the scenario describes the "
-                             "logged run, e.g. its critic)")
-        fit.notes.extend(f"{run.label}: {note}" for note in run.log.notes)
-        read = [key for key, column in OTHER_KEYS.items() if column in run.log.frame.columns]
-        if read:   # read off the log, not fitted: said, as the ignored names are
-            fit.notes.append(f"{run.label}: read, not fitted (the fit compares phase times): {', '.join(read)}; "
-                             "compare them with the fitted run's summary")
-        if run.log.ignored:
-            fit.notes.append(f"{run.label}: ignored metric names (not timings rlsim reads): "
-                             + ", ".join(run.log.ignored))
-    if not result.success:
-        fit.notes.append(f"least squares stopped before converging: {result.message}")
-    if any(not np.isfinite(s) for s in sigma):
-        fit.notes.append("an infinite / undefined sigma: the logs do not pin that parameter "
-                         "(log more phases or more runs, or fit fewer parameters)")
+        fit.notes.extend(_run_notes(run, dropped))
+    fit.notes.extend([*([shared_note] if shared_note else []), *_fit_notes(fit, result, measured, params)])
     return fit
+
+
+def values_to_z(values: Mapping[str, float], params: Sequence[FitParameter], scale: np.ndarray) -> np.ndarray:
+    """The solver's scaled coordinates of ``values``."""
+    return np.array([values[p.key] for p in params]) / scale
+
+
+def _fit_keys(keys: Sequence[str] | str) -> list[str]:
+    from ..overrides import string_items  # a lone key is one key, not its letters
+    return string_items(keys, field="--fit", what="fit parameter names",
+                        example="keys=['topology.device.gemm_efficiency']")
+
+
+def check_skip_steps(skip_steps: Any) -> None:
+    """The warm-up steps left out of a log: a whole number >= 0 (-1 kept only the last step)."""
+    if isinstance(skip_steps, bool) or not isinstance(skip_steps, (int, np.integer)) or skip_steps < 0:
+        raise RlsimError(f"must be a whole number >= 0, got {skip_steps!r}", field="--skip-steps",
+                         fix="e.g. --skip-steps 1 (the warm-up step)")
+
+
+@contextmanager
+def _blamed_on_fit(params: Sequence[FitParameter]) -> Iterator[None]:
+    """An error on a fitted key (or on the section holding it) at any value the fit tries is the --fit
+    request's (the scenario refuses the key there: nothing reads it), not the scenario file's."""
+    try:
+        yield
+    except RlsimError as exc:
+        where = exc.field or ""
+        fitted = next((p.key for p in params if where and (where == p.key or p.key.startswith(where + ".")
+                                                           or where.startswith(p.key + "."))), None)
+        if fitted is None:
+            raise
+        raise RlsimError(f"{fitted} cannot be fitted on this scenario: {exc.message}", field="--fit",
+                         fix=f"leave {fitted} out of --fit") from None
+
+
+def _refuse_unseen(params: Sequence[FitParameter], jac: np.ndarray, measured: Sequence[Mapping[str, Any]]) -> None:
+    """A fitted key that moves none of the logged phases (its Jacobian column is 0): nothing in the
+    logs can fit it, and its '+- inf' was a fit all the same."""
+    unseen = [p.key for p, column in zip(params, np.asarray(jac).T, strict=True) if not np.any(column)]
+    if unseen:
+        phases = sorted({stage for m in measured for stage in m})
+        raise RlsimError(f"{', '.join(unseen)} moves none of the logged phases ({', '.join(phases)}) of this "
+                         "scenario: the logs cannot fit it", field="--fit",
+                         fix=f"leave {', '.join(unseen)} out of --fit, or give a log that times the phase it enters")
+
+
+def _shared_overrides(runs: Sequence[LoggedRun], keys: Sequence[str], named: Sequence[str]) -> tuple[list[str], str]:
+    """The --set items every run was fitted under (the overlay's `set:` starts with them, so that
+    `rlsim run S --set ...` reproduces the fit), less those a fitted item replaces; with a note when
+    the runs' items differ (then none is carried)."""
+    from ..overrides import parse_assignment
+    first = list(runs[0].overrides)
+    if any(list(r.overrides) != first for r in runs[1:]):
+        return [], ("the runs were fitted under different --set items: the overlay's set: holds the fitted "
+                    "values only; give each run's own items with it")
+    replaced = {*keys, *(parse_assignment(item)[0] for item in named)}
+    return [item for item in first if parse_assignment(item)[0] not in replaced], ""
+
+
+def _fitted_devices(scenario: Any, keys: Sequence[str]) -> list[str]:
+    """The device kinds the fitted topology.device.* values were fitted on ([] without such keys)."""
+    if not any(k.startswith("topology.device.") for k in keys):
+        return []
+    from ..hardware.topology import load_topology
+    return list(load_topology(scenario.topology).device_kinds())
+
+
+def _run_notes(run: LoggedRun, dropped: Sequence[str]) -> list[str]:
+    notes = []
+    if dropped:
+        notes.append(f"{run.label}: logged stage(s) left out of the fit, the scenario has no such stage "
+                     f"(predicted 0 s): {', '.join(dropped)} (check that the scenario describes the "
+                     "logged run, e.g. its critic)")
+    notes.extend(f"{run.label}: {note}" for note in run.log.notes)
+    read = [key for key, column in OTHER_KEYS.items() if column in run.log.frame.columns]
+    if read:   # read off the log, not fitted: said, as the ignored names are
+        notes.append(f"{run.label}: read, not fitted (the fit compares phase times): {', '.join(read)}; "
+                     "compare them with the fitted run's summary")
+    if run.log.ignored:
+        notes.append(f"{run.label}: ignored metric names (not timings rlsim reads): " + ", ".join(run.log.ignored))
+    return notes
+
+
+# The fit is said not to describe its logs when its rms relative error stays above this many times
+# the logs' own step-to-step spread (and above MISFIT_FLOOR): the residuals are then the model's
+# misfit, not noise, and the sigmas (which take them for noise) mean little.
+MISFIT_FACTOR = 3.0
+MISFIT_FLOOR = 0.05
+# A fitted value this share of its range from a non-zero bound is said to be near it.
+NEAR_BOUND = 0.02
+
+
+def _fit_notes(fit: LogFit, result: Any, measured: Sequence[Mapping[str, np.ndarray]],
+               params: Sequence[FitParameter]) -> list[str]:
+    notes = []
+    if not result.success:
+        notes.append(f"least squares stopped before converging: {result.message}")
+    if any(not np.isfinite(s) for s in fit.sigma.values()):
+        notes.append("an infinite / undefined sigma: the logs do not pin that parameter "
+                      "(log more phases or more runs, or fit fewer parameters)")
+    for p in params:
+        value = fit.values[p.key]
+        # a bound of 0 (no overhead) is a value a run may have; an efficiency's floor or a cap is not
+        near = [bound for bound in (p.lower, p.upper) if bound and abs(value - bound) <= NEAR_BOUND * (p.upper - p.lower)]
+        if p.key in fit.at_bound or near:
+            notes.append(f"{p.key} ended {'at' if p.key in fit.at_bound else 'near'} its bound ({value:.4g} of "
+                         f"{p.lower:g} .. {p.upper:g}): the logs ask for a value at or past what the model holds "
+                         "physical; check that the scenario describes the run")
+    spread = _log_spread(measured)
+    if fit.rms_after > max(MISFIT_FACTOR * spread, MISFIT_FLOOR):
+        notes.append(f"the fit leaves {fit.rms_after:.1%} rms against the logs' own {spread:.1%} step-to-step "
+                     "spread: the scenario does not describe the logged run closely (model, batch, lengths, "
+                     "layouts, units), and the sigmas, which take the residuals for noise, are not to be trusted")
+    return notes
+
+
+def _log_spread(measured: Sequence[Mapping[str, np.ndarray]]) -> float:
+    """The rms of the logged phases' relative deviations from their own means (0 for one step each)."""
+    deviations = [values / np.mean(values) - 1.0 for m in measured for values in m.values() if len(values) > 1]
+    return _rms(np.concatenate(deviations)) if deviations else 0.0
 
 
 def _rms(r: np.ndarray) -> float:
@@ -398,6 +513,13 @@ def predict(scenario: Any, overrides: Sequence[str], fit: LogFit) -> dict[str, d
     """The scenario's phases with its defaults and with the fitted values ({'default': ..., 'fitted': ...})."""
     from ..scenario import load_scenario
     sc = load_scenario(scenario, overrides=list(overrides))
+    if fit.devices:
+        kinds = _fitted_devices(sc, fit.keys)
+        if kinds != fit.devices:
+            raise RlsimError(f"the prediction runs on {', '.join(kinds)}, and the fitted topology.device.* values "
+                             f"are the {', '.join(fit.devices)}'s", field="--predict-scenario",
+                             fix="predict a scenario on the fitted device, or fit only workload.* / schedule.* "
+                                 "keys to carry them to another device")
     return {"default": simulate_timings(scenario, overrides),
             "fitted": simulate_timings(scenario, [*overrides, *overlay_items(sc, fit.values)])}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _runs(args: argparse.Namespace) -> list[Any]:
-    from ..calibration.logfit import LoggedRun
+    from ..calibration.logfit import LoggedRun, check_skip_steps
     from ..calibration.runlogs import read_run_log
 
     logs, scenarios = list(args.from_log), list(args.scenario)
@@ -48,8 +49,7 @@ def _runs(args: argparse.Namespace) -> list[Any]:
     if len(scenarios) != len(logs):
         raise RlsimError(f"{len(logs)} logs and {len(scenarios)} scenarios", field="--scenario",
                          fix="give one --scenario per --from-log, in order, or one for all")
-    if args.skip_steps < 0:
-        raise RlsimError(f"must be >= 0, got {args.skip_steps}", field="--skip-steps")
+    check_skip_steps(args.skip_steps)
     pairs = [(str(Path(log).resolve()), str(scenario)) for log, scenario in zip(logs, scenarios, strict=True)]
     twice = next((log for (log, _), pair in zip(zip(logs, scenarios, strict=True), pairs, strict=True)
                   if pairs.count(pair) > 1), None)
@@ -98,11 +98,10 @@ def run_from_log(args: argparse.Namespace) -> int:
     keys = _listed(args.fit, "--fit")
     _check_predictions(args.predict, keys)
     fit = fit_runs(runs, keys, skip_steps=args.skip_steps, max_evaluations=args.max_evaluations)
-    header = ["rlsim calibrate --from-log " + " ".join(args.from_log),
-              "use: rlsim run S " + " ".join(f"--set {item}" for item in fit.items)]
+    header = [shlex.join(_command(args)), use_line(runs, fit.items)]
     write_overlay(fit, out, header)
     target = args.predict_scenario or runs[0].scenario
-    document: dict[str, Any] = {"overlay": str(out), **fit.to_json()}
+    document: dict[str, Any] = {"overlay": str(out), **fit.to_json(), "use": use_line(runs, fit.items)}
     if args.predict or args.predict_scenario:
         document["prediction"] = {"scenario": str(target), "set": list(args.predict),
                                   **predict(target, [*args.overrides, *args.predict], fit)}
@@ -111,6 +110,31 @@ def run_from_log(args: argparse.Namespace) -> int:
         return 0
     _print(document)
     return 0
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The calibrate command that made an overlay, for its header: every option the fit depends on."""
+    from ..calibration.logfit import MAX_EVALUATIONS, SKIP_STEPS
+    words = ["rlsim", "calibrate"]
+    for log in args.from_log:
+        words += ["--from-log", log]
+    for scenario in args.scenario:
+        words += ["--scenario", scenario]
+    for option, given, default in (("--fit", ",".join(args.fit or []), ""), ("--skip-steps", args.skip_steps, SKIP_STEPS),
+                                   ("--max-evaluations", args.max_evaluations, MAX_EVALUATIONS),
+                                   ("--log-run", args.log_run, None)):
+        if given != default:
+            words += [option, str(given)]
+    for item in args.overrides:
+        words += ["--set", item]
+    return words
+
+
+def use_line(runs: list[Any], items: list[str]) -> str:
+    """`use: rlsim run S --set ...`: the overlay's items on the runs' scenario (S when they differ)."""
+    scenarios = {str(run.scenario) if isinstance(run.scenario, (str, Path)) else "S" for run in runs}
+    target = scenarios.pop() if len(scenarios) == 1 else "S"
+    return "use: " + shlex.join(["rlsim", "run", target, *(word for item in items for word in ("--set", item))])
 
 
 def _figure(value: float) -> str:
@@ -134,4 +158,4 @@ def _print(doc: dict[str, Any]) -> None:
             print(f"    {stage:16s} {prediction['default'][stage]:9.3f} {fitted:9.3f}")
     for note in doc["notes"]:
         print(f"note: {note}")
-    print("use: rlsim run S " + " ".join(f"--set {item}" for item in doc["set"]))
+    print(doc["use"])

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from simulator.calibration import logfit
-from simulator.calibration.runlogs import _normalize, timings_log
+from simulator.calibration.runlogs import RunLog, _normalize, timings_log
 from simulator.cli import main
 from simulator.errors import RlsimError
 
@@ -201,6 +201,91 @@ def test_a_fitted_key_the_scenario_reads_past_is_blamed_on_fit() -> None:
     with pytest.raises(RlsimError) as info:
         logfit.fit_runs([run], ["schedule.switch.sleep_wake_s"], max_evaluations=2)
     assert info.value.field == "--fit" and "cannot be fitted on this scenario" in info.value.message
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"schedule": "disaggregated"}, "schedule.switch.overhead_s"),             # no switch: refused at its default
+    ({"workload": {**SCENARIO["workload"], "reward": {"kind": "model"}}},      # refused only away from its default
+     "workload.reward.cpu_s_per_sample"),
+])
+def test_a_fitted_key_refused_at_any_value_the_fit_tries_is_blamed_on_fit(change, key) -> None:
+    # the section's error ('schedule.switch' of the key) and an error at the fit's first trial value
+    # (outside the first evaluation) named the scenario file and a value the user never wrote
+    run = logfit.LoggedRun(_logged_run(stages=("generate", "step_s")).log, {**SCENARIO, **change})
+    with pytest.raises(RlsimError) as info:
+        logfit.fit_runs([run], [key], max_evaluations=3)
+    assert info.value.field == "--fit" and info.value.source is None
+    assert info.value.message.startswith(f"{key} cannot be fitted on this scenario")
+
+
+def test_a_fitted_key_that_moves_no_logged_phase_is_refused() -> None:
+    # a log of the generation alone and the awake engine's KV re-allocation: '1 +- inf', exit 0
+    run = _logged_run(stages=("generate",))
+    with pytest.raises(RlsimError, match=r"kv_realloc_s moves none of the logged phases \(generate\)") as info:
+        logfit.fit_runs([run], ["schedule.switch.kv_realloc_s"], max_evaluations=3)
+    assert info.value.field == "--fit"
+
+
+def test_the_python_api_checks_skip_steps_and_takes_one_key_as_a_string() -> None:
+    # skip_steps=-1 fitted the last step alone; a lone key was read letter by letter ('w')
+    run = _logged_run(stages=("generate", "step_s"))
+    with pytest.raises(RlsimError) as info:
+        logfit.fit_runs([run], ["topology.device.gemm_efficiency"], skip_steps=-1)
+    assert info.value.field == "--skip-steps"
+    fit = logfit.fit_runs([run], "workload.inference.step_overhead_s", max_evaluations=2)
+    assert fit.keys == ["workload.inference.step_overhead_s"]
+
+
+def test_a_log_the_scenario_cannot_describe_is_said_and_unpinned_sigmas_say_so() -> None:
+    """Every phase 8x slower than the scenario's: the GEMM rate runs to its floor and the note says
+    so; the default keys on a verl log leave the two engine keys unpinned (inf, pinned false in
+    JSON, which writes inf as null) and the unfitted switch cost as a misfit above the log's spread."""
+    run = _logged_run()
+    slower = run.log.frame.assign(**{stage: run.log.frame[stage] * 8 for stage in run.log.timings})
+    fit = logfit.fit_runs([logfit.LoggedRun(RunLog(slower, "x8"), SCENARIO)], list(TRUE), max_evaluations=20)
+    assert any(note.startswith("topology.device.gemm_efficiency ended near its bound") for note in fit.notes)
+    fit = logfit.fit_runs([run], max_evaluations=40)
+    pinned = {key: entry["pinned"] for key, entry in fit.to_json()["fitted"].items()}
+    assert pinned == {"workload.inference.step_overhead_s": False, "workload.inference.hbm_efficiency": False,
+                      "topology.device.gemm_efficiency": True}
+    assert any(note.startswith("the fit leaves") and "step-to-step spread" in note for note in fit.notes)
+
+
+def test_a_prediction_on_another_device_does_not_take_the_fitted_device_field(tmp_path: Path) -> None:
+    # the H100's fitted GEMM rate was laid over an A100 without a word
+    run = _logged_run(stages=("generate", "update_actor", "step_s"))
+    fit = logfit.fit_runs([run], ["topology.device.gemm_efficiency"], max_evaluations=4)
+    assert fit.devices == ["h100"]
+    with pytest.raises(RlsimError) as info:
+        logfit.predict({**SCENARIO, "topology": {"preset": "dgx-a100", "nodes": 1}}, [], fit)
+    assert info.value.field == "--predict-scenario" and "a100" in info.value.message
+    assert logfit.predict(SCENARIO, ["topology.nodes=2"], fit)["fitted"]["step_s"] > 0
+
+
+def test_the_overlay_holds_the_set_items_the_fit_ran_under(tmp_path: Path, capsys) -> None:
+    """--set workload.inference.hbm_efficiency=0.6 was left out of the overlay's set: and use: line,
+    so the overlay gave another generation time than the fit's (and its header dropped --fit)."""
+    truth = logfit.simulate_timings(SCENARIO, ["workload.inference.hbm_efficiency=0.6", *_true_items(TRUE)])
+    log = tmp_path / "verl.jsonl"
+    timings_log(np.random.default_rng(0), {s: truth[s] for s in VERL_STAGES}, steps=4, noise=0.003).to_json(
+        log, orient="records", lines=True)
+    scenario = tmp_path / "run.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / "o.yaml"
+    assert main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--fit",
+                 "topology.device.gemm_efficiency", "--set", "workload.inference.hbm_efficiency=0.6",
+                 "--max-evaluations", "6", "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["set"][0] == "workload.inference.hbm_efficiency=0.6"
+    assert doc["use"].startswith(f"use: rlsim run {scenario} --set workload.inference.hbm_efficiency=0.6")
+    header = out.read_text().splitlines()[0]
+    assert header.startswith(f"# rlsim calibrate --from-log {log} --scenario {scenario} --fit "
+                             "topology.device.gemm_efficiency --max-evaluations 6")
+    assert header.endswith("--set workload.inference.hbm_efficiency=0.6")
+    assert main(["run", str(scenario), "--json", *(a for item in doc["set"] for a in ("--set", item))]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert logfit.predicted_timings(summary)["generate"] == pytest.approx(
+        doc["runs"][str(log)]["generate"]["after_s"])
 
 
 def test_figures_read_off_the_log_but_not_fitted_are_named() -> None:
