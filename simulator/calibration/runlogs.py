@@ -41,6 +41,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,9 +108,10 @@ STAGES = tuple(dict.fromkeys(STAGE_KEYS.values()))
 STEP_TIME_KEY = "timing_s/step"
 OPENRLHF_STEP_TIME_KEY = "timing/step_total"
 SKYRL_STEP_TIME_KEY = "timing/step"
+RLSIM_STEP_TIME_KEY = "step_time_s"   # rlsim's own iterations.csv (rlsim run --out)
 TRL_STEP_TIME_KEYS = ("step_time", "train/step_time")   # the Trainer's log_history / wandb's train/ prefix
 STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES), OPENRLHF_STEP_TIME_KEY,
-                  SKYRL_STEP_TIME_KEY, *TRL_STEP_TIME_KEYS)
+                  SKYRL_STEP_TIME_KEY, *TRL_STEP_TIME_KEYS, RLSIM_STEP_TIME_KEY)
 OTHER_KEYS: dict[str, str] = {
     "perf/throughput": "throughput_tokens_per_s_per_device",
     "response_length/mean": "response_length_mean",
@@ -123,9 +125,14 @@ OTHER_KEYS: dict[str, str] = {
 # float keeps exactly (nor one an int64 column holds once above 2^63).
 MAX_LOGGED_S = 1e7
 MAX_STEP_NUMBER = 2.0 ** 53
-STEP_KEYS = ("step", "training/global_step", "global_step", "train/global_step", "Step", "_step")
+STEP_KEYS = ("step", "training/global_step", "global_step", "train/global_step", "Step", "_step", "iteration")
 # Bookkeeping columns of a wandb history export: neither metrics nor unknown names.
 BOOKKEEPING_KEYS = frozenset({"_runtime", "_timestamp", "_wandb", "Wall time", "Relative Time (Process)"})
+# rlsim's iterations.csv beside its step time: the step's clock marks and counts (metrics.ITERATION_COLUMNS)
+RLSIM_ITERATION_KEYS = frozenset({"start", "forwards_end", "train_end", "end", "samples", "tokens", "response_tokens",
+                                  "staleness_mean", "staleness_max", "queue_read_bytes", "queue_payload_bytes"})
+# the column where read_run_log keeps each record's place in its file ('line 12'), for errors
+LOCATION = "__where__"
 WANDB_RUN_SEPARATOR = " - "
 WANDB_AGGREGATE_SUFFIXES = ("__MIN", "__MAX")
 # rlsim `stage_time_s` names -> log stage names (what a simulated summary predicts).
@@ -200,31 +207,67 @@ def _json_object(text: str, source: str, where: str) -> dict[str, Any]:
         record = _loads(text)
     except json.JSONDecodeError as exc:
         raise RlsimError(f"{where} is not JSON: {exc.msg}", source=source,
-                         fix="write one JSON object per line") from None
+                         fix="write one JSON object per line (or give verl's console output, whose "
+                             "'step:N - key:value - ...' lines are read)") from None
     if not isinstance(record, dict):
         raise RlsimError(f"{where} is not a JSON object", source=source, fix="write one JSON object per line")
     return record
 
 
-def _records_jsonl(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(encoding="utf-8")
+# verl's console logger prints a step as 'step:N - key:value - key:value' (values to 3 decimals;
+# verl/utils/logger/aggregate_logger.py concat_dict_to_str, read from memory of the public code),
+# after whatever prefix the process adds (Ray's '(TaskRunner pid=...)').
+VERL_CONSOLE_LINE = re.compile(r"(?:^|\s)step:(\d+) - (\S+:\S+(?: - \S+:\S+)*)\s*$")
+
+
+def _records_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """The file's records, where each was read ('line N' / 'record N') and notes on how."""
+    text = path.read_text(encoding="utf-8-sig")   # a byte-order mark is no part of the first line
     # a Hugging Face Trainer state (trainer_state.json: TRL): its log_history, already parsed
-    records = _trainer_state(text)
+    records = _whole_file_records(text)
     if records is not None or text.lstrip().startswith("["):   # or one JSON array (wandb run.history())
         try:
             records = records if records is not None else _loads(text)
         except json.JSONDecodeError as exc:
             raise RlsimError(f"not a JSON array of records: {exc.msg}", source=str(path),
                              fix="write one JSON object per line, or one array of objects") from None
-        return [_no_nan(_json_object(json.dumps(r), str(path), f"record {i}"), str(path), f"record {i}")
-                for i, r in enumerate(records, start=1)]
-    return [_no_nan(_json_object(line, str(path), f"line {number}"), str(path), f"line {number}")
-            for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        where = [f"record {i}" for i in range(1, len(records) + 1)]
+        return [_no_nan(_json_object(json.dumps(r), str(path), at), str(path), at)
+                for r, at in zip(records, where, strict=True)], where, []
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if any(VERL_CONSOLE_LINE.search(line) for _, line in lines):
+        return _console_records(lines, str(path))
+    where = [f"line {number}" for number, _ in lines]
+    return [_no_nan(_json_object(line, str(path), at), str(path), at) for (_, line), at in zip(lines, where,
+                                                                                              strict=True)], where, []
 
 
-def _trainer_state(text: str) -> list[Any] | None:
-    """The `log_history` records of a Hugging Face Trainer state (trainer_state.json), else None: a
-    file of one JSON object (a one-line JSONL log too) without that list is read as lines."""
+def _console_records(lines: list[tuple[int, str]], source: str) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """verl console output: its 'step:N - key:value' lines as records; the process's other output
+    (warnings, progress bars, Ray's) skipped, and counted in a note."""
+    records, where = [], []
+    for number, line in lines:
+        match = VERL_CONSOLE_LINE.search(line)
+        if match is None:
+            continue
+        record: dict[str, Any] = {"step": int(match.group(1))}
+        for item in match.group(2).split(" - "):
+            key, _, value = item.rpartition(":")
+            if key in record:
+                raise RlsimError(f"line {number}: {key!r} is given twice", source=source, fix="give each key once")
+            record[key] = value
+        records.append(record)
+        where.append(f"line {number}")
+    skipped = len(lines) - len(records)
+    notes = [f"read as verl console output: {len(records)} 'step:N - key:value' line(s); {skipped} other line(s) "
+             "skipped"] if skipped else []
+    return records, where, notes
+
+
+def _whole_file_records(text: str) -> list[Any] | None:
+    """The records of a file that is one JSON document: a Hugging Face Trainer state's
+    (trainer_state.json) `log_history`, or one object (pretty-printed or on one line) as one record;
+    None for anything else (JSONL: several objects, one a line)."""
     if not text.lstrip().startswith("{"):
         return None
     try:
@@ -232,7 +275,7 @@ def _trainer_state(text: str) -> list[Any] | None:
     except json.JSONDecodeError:   # several lines of objects: JSONL
         return None
     history = whole.get("log_history") if isinstance(whole, dict) else None
-    return history if isinstance(history, list) else None
+    return history if isinstance(history, list) else [whole]
 
 
 def _no_nan(record: dict[str, Any], source: str, where: str) -> dict[str, Any]:
@@ -299,8 +342,9 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 
 def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
-    """Read a JSONL (.jsonl / .log), JSON (.json: lines or one array) or CSV (.csv, a wandb export
-    too; `run` picks one run of a multi-run export) log of per-step metrics."""
+    """Read a JSONL (.jsonl / .log), JSON (.json: lines, one array or one object), CSV (.csv, a wandb
+    export too; `run` picks one run of a multi-run export) or verl console (.log / .txt: its
+    'step:N - key:value' lines) log of per-step metrics."""
     import pandas as pd
 
     path = Path(path)
@@ -311,18 +355,22 @@ def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
             raw = _wandb_columns(_read_csv(path), str(path), run)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, csv.Error) as exc:
             raise RlsimError(f"cannot read CSV: {exc}", source=str(path)) from None
-    elif path.suffix.lower() in (".jsonl", ".json", ".log"):
+        raw[LOCATION] = [f"line {row}" for row in range(2, len(raw) + 2)]
+        notes: list[str] = []
+    elif path.suffix.lower() in (".jsonl", ".json", ".log", ".txt"):
         if run is not None:
             raise _not_wandb(str(path), run)
         try:
-            raw = pd.DataFrame(_records_jsonl(path))
+            records, where, notes = _records_jsonl(path)
         except UnicodeDecodeError as exc:
             raise RlsimError(f"not UTF-8 text (byte {exc.start})", source=str(path),
                              fix="save the log as UTF-8") from None
+        raw = pd.DataFrame(records)
+        raw[LOCATION] = where
     else:
         raise RlsimError(f"unknown log format {path.suffix!r}", source=str(path),
-                         fix="use a .jsonl (one JSON object per step), .json or .csv file")
-    return _normalize(raw, str(path))
+                         fix="use a .jsonl (one JSON object per step), .json, .csv or a verl console .log / .txt")
+    return _normalize(raw, str(path), notes)
 
 
 def _numbers(raw: pd.DataFrame, key: str, source: str) -> pd.Series:
@@ -332,60 +380,121 @@ def _numbers(raw: pd.DataFrame, key: str, source: str) -> pd.Series:
     flags = column.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
     if flags.any():   # JSON true / false: not a number of seconds (pandas would read 1 / 0)
         row = int(np.flatnonzero(flags)[0])
-        raise RlsimError(f"step row {row + 1}: {str(bool(column.iloc[row])).lower()} is not a number", source=source,
+        raise RlsimError(f"{row_name(raw, row)}: {str(bool(column.iloc[row])).lower()} is not a number", source=source,
                          field=key, fix="write plain numbers (seconds, tokens/s, tokens)")
     values = pd.to_numeric(column, errors="coerce")
     bad = values.isna() & column.notna()
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise RlsimError(f"step row {row + 1}: {raw[key].iloc[row]!r} is not a number", source=source,
+        raise RlsimError(f"{row_name(raw, row)}: {raw[key].iloc[row]!r} is not a number", source=source,
                          field=key, fix="write plain numbers (seconds, tokens/s, tokens)")
     return values
 
 
-def _normalize(raw: pd.DataFrame, source: str) -> RunLog:
+def row_name(raw: pd.DataFrame, row: int) -> str:
+    """Where a record of the log is: its line ('line 12') or array record when read from a file,
+    else its row of the frame ('step row 3')."""
+    if LOCATION in raw.columns and isinstance(raw[LOCATION].iloc[row], str):
+        return str(raw[LOCATION].iloc[row])
+    return f"step row {row + 1}"
+
+
+def _normalize(raw: pd.DataFrame, source: str, notes: Sequence[str] = ()) -> RunLog:
     import pandas as pd
 
     present = [k for k in STAGE_KEYS if k in raw.columns]
-    step_time = next((k for k in STEP_TIME_KEYS if k in raw.columns), None)
+    step_time = _one_key_each(present, [k for k in STEP_TIME_KEYS if k in raw.columns], source)
     if not present and step_time is None:
-        raise RlsimError("no stage timing found", source=source, field="timing_s/gen",
-                         fix=f"the log needs per-step keys such as {', '.join(VERL_STAGE_KEYS)}, "
-                             f"{STEP_TIME_KEY} (verl), timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
-                             f"(NeMo RL), timing/<generation|make_experience|ppo_train|broadcast|step_total> "
-                             "(OpenRLHF), timing/<generate|fwd_logprobs_values_reward|policy_train|sync_weights|"
-                             "step> (SkyRL), step_time and profiling/Time taken: GRPOTrainer.<vLLM.generate|"
-                             "sync_weights|_calculate_rewards> (TRL) or timeperf/<rollout|recompute_logp|ref_logp|"
-                             "train_step|update_weights> (AReaL)")
+        raise _no_timing(source)
     step_key = next((k for k in STEP_KEYS if k in raw.columns), None)
     timing_keys = [*present, *([step_time] if step_time else [])]
     raw = raw[raw[timing_keys].notna().any(axis=1)].reset_index(drop=True)  # rows of other metrics only
-    notes: list[str] = []
+    notes = list(notes)
     if step_key:
-        raw, notes = _one_record_per_step(raw, _steps(raw, step_key, source), step_key, timing_keys)
+        raw, merged = _one_record_per_step(raw, _steps(raw, step_key, source), step_key, timing_keys)
+        notes.extend(merged)
     frame = pd.DataFrame(index=raw.index)
     frame["step"] = _steps(raw, step_key, source) if step_key else np.arange(1, len(raw) + 1)
     for key in [*timing_keys, *(k for k in OTHER_KEYS if k in raw.columns)]:
         values = _numbers(raw, key, source)
-        name = STAGE_KEYS.get(key) or OTHER_KEYS.get(key) or "step_s"
-        if key in timing_keys and (values.isna().any() or (values < 0).any()):
-            raise RlsimError("stage times must be present and >= 0 on every step", source=source, field=key,
-                             fix="drop the incomplete steps from the log")
-        if key in timing_keys and (values > MAX_LOGGED_S).any():
-            row = int(np.flatnonzero((values > MAX_LOGGED_S).to_numpy())[0])
-            raise RlsimError(f"step row {row + 1}: {values.iloc[row]:g} s is past {MAX_LOGGED_S:g} s, not a phase of "
-                             "one step", source=source, field=key, fix="write seconds per phase and step")
+        if key in timing_keys:
+            _check_timings(raw, values, key, source)
         infinite = ~np.isfinite(values.to_numpy(dtype=float)) & values.notna().to_numpy()
         if infinite.any():
             row = int(np.flatnonzero(infinite)[0])
-            raise RlsimError(f"step row {row + 1}: {values.iloc[row]} is not a finite number", source=source,
+            raise RlsimError(f"{row_name(raw, row)}: {values.iloc[row]} is not a finite number", source=source,
                              field=key, fix="write finite numbers (seconds, tokens/s, tokens); drop the broken steps")
-        values = values.to_numpy(dtype=float)
-        frame[name] = frame[name] + values if name in frame.columns else values  # two keys of one stage add
+        frame[STAGE_KEYS.get(key) or OTHER_KEYS.get(key) or "step_s"] = values.to_numpy(dtype=float)
+    notes.extend(_longer_than_the_step(frame, present))
     frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
-    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS}
+    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, LOCATION,
+             *(RLSIM_ITERATION_KEYS if step_time == RLSIM_STEP_TIME_KEY else ())}
     ignored = sorted(str(c) for c in raw.columns if c not in known)
     return RunLog(frame=frame, source=source, ignored=ignored, notes=notes)
+
+
+def _no_timing(source: str) -> RlsimError:
+    return RlsimError("no stage timing found", source=source,
+                      fix=f"the log needs per-step keys such as {', '.join(VERL_STAGE_KEYS)}, "
+                          f"{STEP_TIME_KEY} (verl), timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
+                          f"(NeMo RL), timing/<generation|make_experience|ppo_train|broadcast|step_total> "
+                          "(OpenRLHF), timing/<generate|fwd_logprobs_values_reward|policy_train|sync_weights|"
+                          "step> (SkyRL), step_time and profiling/Time taken: GRPOTrainer.<vLLM.generate|"
+                          "sync_weights|_calculate_rewards> (TRL), timeperf/<rollout|recompute_logp|ref_logp|"
+                          f"train_step|update_weights> (AReaL) or {RLSIM_STEP_TIME_KEY} (rlsim's iterations.csv)")
+
+
+def _one_key_each(stage_keys: Sequence[str], step_keys: Sequence[str], source: str) -> str | None:
+    """The log's step-time key; two keys timing one stage (or the step) are refused: one framework
+    times a phase once, so two are two frameworks' names in one log (they were summed, or one dropped)."""
+    by_stage: dict[str, list[str]] = {}
+    for key in stage_keys:
+        by_stage.setdefault(STAGE_KEYS[key], []).append(key)
+    if len(step_keys) > 1:
+        by_stage["the whole step"] = list(step_keys)
+    clash = next(((stage, keys) for stage, keys in by_stage.items() if len(keys) > 1), None)
+    if clash is not None:
+        stage, keys = clash
+        raise RlsimError(f"{' and '.join(keys)} both time {stage}: a run's log times each phase once", source=source,
+                         field=keys[1], fix=f"keep one of {', '.join(keys)} (the framework the run used) and drop "
+                                            "the other columns")
+    return step_keys[0] if step_keys else None
+
+
+def _check_timings(raw: pd.DataFrame, values: pd.Series, key: str, source: str) -> None:
+    """A phase time is there, >= 0 and below MAX_LOGGED_S on every step, named by its line and step."""
+    missing = values.isna().to_numpy()
+    bad = missing | (values < 0).to_numpy() | (values > MAX_LOGGED_S).to_numpy()
+    if not bad.any():
+        return
+    row = int(np.flatnonzero(bad)[0])
+    if missing[row]:
+        what, fix = "is missing (every step needs each logged phase)", "drop the incomplete steps from the log"
+    elif values.iloc[row] < 0:
+        what, fix = f"is {values.iloc[row]:g} s, below 0", "write the phase's seconds (>= 0); drop the broken step"
+    elif not np.isfinite(values.iloc[row]):
+        what, fix = f"is {values.iloc[row]}, not a finite number", "drop the broken steps"
+    else:
+        what, fix = f"is {values.iloc[row]:g} s, past {MAX_LOGGED_S:g} s: not a phase of one step", \
+            "write seconds per phase and step"
+    raise RlsimError(f"{row_name(raw, row)}: {key} {what}", source=source, field=key, fix=fix)
+
+
+def _longer_than_the_step(frame: pd.DataFrame, stage_keys: Sequence[str]) -> list[str]:
+    """A note per logged phase that takes longer than its whole step (a unit slip, e.g. milliseconds;
+    or phases that overlap across steps, as an asynchronous engine's generation may)."""
+    if "step_s" not in frame.columns:
+        return []
+    notes = []
+    for key in stage_keys:
+        longer = frame[STAGE_KEYS[key]] > frame["step_s"] * (1 + 1e-9)
+        if longer.any():
+            steps = frame.loc[longer, "step"].tolist()
+            shown = ", ".join(str(step) for step in steps[:5]) + (f" and {len(steps) - 5} more" if len(steps) > 5
+                                                                  else "")
+            notes.append(f"{key} is longer than the whole step at step(s) {shown}: check its unit (seconds), "
+                         "unless the run overlaps it with other steps (an asynchronous engine)")
+    return notes
 
 
 def _one_record_per_step(raw: pd.DataFrame, steps: np.ndarray, step_key: str,
@@ -437,7 +546,7 @@ def _steps(raw: pd.DataFrame, key: str, source: str) -> np.ndarray:
             what = f"step {shown!r} is past 2^53, not a step count"
         else:
             what = f"step {shown!r} is not a whole number"
-        raise RlsimError(f"step row {row + 1} {what}", source=source, field=key,
+        raise RlsimError(f"{row_name(raw, row)}: {what}", source=source, field=key,
                          fix=f"give every row a whole-number {key!r} (or drop the column: rows are then numbered 1, 2, ...)")
     return values.astype(np.int64)
 
@@ -510,14 +619,13 @@ def synthetic_log(rng: np.random.Generator, *, steps: int, true_s: Mapping[str, 
     noise (sigma `noise`); the first step is `warmup_factor` slower (compilation, allocator warm-up)."""
     import pandas as pd
 
-    inverse = {v: k for k, v in STAGE_KEYS.items()}
     rows = []
     for step in range(1, steps + 1):
         row: dict[str, Any] = {"step": step}
         total = 0.0
         for stage, seconds in true_s.items():
             value = seconds * float(rng.lognormal(0.0, noise)) * (warmup_factor if step == 1 else 1.0)
-            row[inverse[stage]] = value
+            row[_log_key(stage, "verl")] = value
             total += value
         row[STEP_TIME_KEY] = total
         row["perf/throughput"] = tokens_per_step / total / devices

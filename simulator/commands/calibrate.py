@@ -112,8 +112,9 @@ def _check_predict(args: argparse.Namespace) -> None:
 
 
 def cli_out_file(text: str) -> str:
+    from .calibrate_log import DEFAULT_OVERLAY
     from .common import out_file
-    return out_file(text)
+    return out_file(text, f"profile.yaml (--device) or {DEFAULT_OVERLAY} (--from-log)")
 
 
 def _profile_path(args: argparse.Namespace) -> Path:

@@ -91,7 +91,7 @@ def run_from_log(args: argparse.Namespace) -> int:
         raise RlsimError("--from-log fits logged runs; --device / --replay measure a device", field="--from-log",
                          fix="run the two separately")
     try:
-        out = Path(out_file(args.out or DEFAULT_OVERLAY))
+        out = Path(out_file(args.out or DEFAULT_OVERLAY, DEFAULT_OVERLAY))
     except argparse.ArgumentTypeError as exc:
         raise RlsimError(str(exc), field="--out", fix="give --out a writable OVERLAY.yaml path") from None
     runs = _runs(args)

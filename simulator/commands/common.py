@@ -64,14 +64,14 @@ def out_dir(text: str) -> str:
     return text
 
 
-def out_file(text: str) -> str:
+def out_file(text: str, example: str = "profile.yaml") -> str:
     """argparse `type=` of an output file: refuse a folder, a path under a file, and a place that
-    cannot be written, before any measurement runs."""
+    cannot be written, before any measurement runs (`example`: the file name a message suggests)."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path; give a file name, e.g. profile.yaml")
+        raise argparse.ArgumentTypeError(f"an empty path; give a file name, e.g. {example}")
     path = Path(text)
     if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name, e.g. {text.rstrip('/')}/profile.yaml")
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name, e.g. {text.rstrip('/')}/{example}")
     if path.exists() and not os.access(path, os.W_OK):
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written (permissions); give another path")
     _check_writable(path.parent, text, "file")

@@ -38,8 +38,8 @@ def _log(tmp_path: Path, name: str, text: str) -> str:
 # 1. the step column ---------------------------------------------------------------------------
 @pytest.mark.parametrize(("name", "text", "words"), [
     ("s.jsonl", '{"step":"abc","timing_s/gen":1}\n{"step":2,"timing_s/gen":2}\n', "'abc' is not a number"),
-    ("s.csv", "step,timing_s/gen\n,1\n2,3\n3,4\n", "step row 1 has no step number"),
-    ("n.jsonl", '{"timing_s/gen":1}\n{"step":2,"timing_s/gen":2}\n', "step row 1 has no step number"),
+    ("s.csv", "step,timing_s/gen\n,1\n2,3\n3,4\n", "line 2: has no step number"),
+    ("n.jsonl", '{"timing_s/gen":1}\n{"step":2,"timing_s/gen":2}\n', "line 1: has no step number"),
     ("f.jsonl", '{"step":1.7,"timing_s/gen":1}\n{"step":2,"timing_s/gen":2}\n', "1.7 is not a whole number"),
 ])
 def test_bad_step_column_names_the_file_and_row(tmp_path: Path, name: str, text: str, words: str) -> None:
@@ -52,9 +52,9 @@ def test_bad_step_column_names_the_file_and_row(tmp_path: Path, name: str, text:
 
 # 2. non-finite times, ragged CSV, JSON booleans ---------------------------------------------------
 @pytest.mark.parametrize(("name", "text", "words"), [
-    ("i.jsonl", '{"step":1,"timing_s/gen":200}\n{"step":2,"timing_s/gen":Infinity}\n', "step row 2: inf"),
-    ("i.csv", "step,timing_s/gen\n1,200\n2,1e400\n", "step row 2: inf"),
-    ("b.jsonl", '{"step":1,"timing_s/gen":true}\n{"step":2,"timing_s/gen":2}\n', "step row 1: true is not a number"),
+    ("i.jsonl", '{"step":1,"timing_s/gen":200}\n{"step":2,"timing_s/gen":Infinity}\n', "line 2: timing_s/gen is inf, not a finite"),
+    ("i.csv", "step,timing_s/gen\n1,200\n2,1e400\n", "line 3: timing_s/gen is inf, not a finite"),
+    ("b.jsonl", '{"step":1,"timing_s/gen":true}\n{"step":2,"timing_s/gen":2}\n', "line 1: true is not a number"),
 ])
 def test_non_finite_or_boolean_times_are_refused(tmp_path: Path, name: str, text: str, words: str) -> None:
     with pytest.raises(RlsimError) as info:

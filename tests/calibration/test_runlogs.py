@@ -96,7 +96,7 @@ def test_bad_logs_are_clear(tmp_path: Path) -> None:
     with pytest.raises(RlsimError, match="no stage timing"):
         read_run_log(path)
     with pytest.raises(RlsimError, match="format"):
-        read_run_log(tmp_path / "x.txt") if (tmp_path / "x.txt").write_text("a") else None
+        read_run_log(tmp_path / "x.tsv") if (tmp_path / "x.tsv").write_text("a") else None
     with pytest.raises(RlsimError, match="not found"):
         read_run_log(tmp_path / "missing.jsonl")
     log = read_run_log(_log(tmp_path))
@@ -259,3 +259,85 @@ def test_trl_rloo_and_wandb_names(tmp_path: Path) -> None:
                                 "profiling/Time taken: RLOOTrainer.transformers.generate": 5.0}) + "\n")
     log = read_run_log(path)
     assert list(log.frame["step"]) == [3] and log.stage_means() == {"generate": 5.0}
+
+
+def test_the_synthetic_log_is_in_verls_names() -> None:
+    # it mixed TRL's and AReaL's names (the last framework's key of each stage won)
+    frame = synthetic_log(np.random.default_rng(0), steps=2, true_s=TRUE_S)
+    assert {c for c in frame.columns if "/" in c} == {
+        "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor", "timing_s/step",
+        "perf/throughput", "response_length/mean", "response_length/max"}
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"timing/train/generation": 11.8}, "timing_s/gen and timing/train/generation both time generate"),
+    ({"timing/train/total_step_time": 16.8}, "timing_s/step and timing/train/total_step_time both time the whole"),
+])
+def test_two_frameworks_names_for_one_phase_are_refused(tmp_path: Path, extra, words) -> None:
+    # the two generation timers were summed (23.6 s for 11.8), the second step time dropped, unsaid
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "timing_s/gen": 11.8, "timing_s/step": 16.8, **extra}) + "\n"
+                            for s in (1, 2)))
+    with pytest.raises(RlsimError, match=words):
+        read_run_log(path)
+
+
+def test_errors_name_the_line_of_the_file(tmp_path: Path) -> None:
+    """Steps from 100 with validation-only records between them (steps on lines 1, 3, 5, ...): a bad
+    value on line 11 was 'step row 6', and a negative or missing time had no place at all."""
+    lines = []
+    for step in range(100, 107):
+        lines.append({"step": step, "timing_s/gen": 11.8, "timing_s/update_actor": 0.8, "timing_s/step": 16.8})
+        lines.append({"step": step, "val/score": 0.5})
+    path = tmp_path / "lines.jsonl"
+    for line, key, value, words in ((11, "timing_s/gen", "12.1 s", "line 11: '12.1 s' is not a number"),
+                                    (9, "timing_s/update_actor", -0.8, "line 9: timing_s/update_actor is -0.8 s, below 0"),
+                                    (9, "timing_s/update_actor", None, "line 9: timing_s/update_actor is missing")):
+        broken = [dict(record) for record in lines]
+        broken[line - 1][key] = value
+        path.write_text("".join(json.dumps(record) + "\n" for record in broken))
+        with pytest.raises(RlsimError, match=words):
+            read_run_log(path)
+
+
+def test_a_phase_longer_than_its_step_is_noted(tmp_path: Path) -> None:
+    # a generation time in milliseconds fitted without a word
+    path = tmp_path / "ms.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "timing_s/gen": 11800.0 if s == 3 else 11.8, "timing_s/step": 16.8})
+                            + "\n" for s in (1, 2, 3)))
+    notes = read_run_log(path).notes
+    assert notes == ["timing_s/gen is longer than the whole step at step(s) 3: check its unit (seconds), unless "
+                     "the run overlaps it with other steps (an asynchronous engine)"]
+
+
+def test_one_json_object_a_byte_order_mark_and_rlsims_own_iterations_are_read(tmp_path: Path) -> None:
+    pretty = tmp_path / "one.json"
+    pretty.write_text(json.dumps({"step": 1, "timing_s/gen": 11.8, "timing_s/step": 16.8}, indent=2))
+    assert read_run_log(pretty).frame["generate"].tolist() == [11.8]      # was 'line 1 is not JSON'
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"steady_step_time_s": 3.0, "mfu": 0.4}, indent=2))
+    with pytest.raises(RlsimError, match="no stage timing found"):
+        read_run_log(summary)
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + b'{"step": 1, "timing_s/gen": 11.8}\n{"step": 2, "timing_s/gen": 12.0}\n')
+    assert read_run_log(bom).frame["generate"].tolist() == [11.8, 12.0]
+    iterations = tmp_path / "iterations.csv"   # rlsim run --out's: its step time, no other names listed
+    iterations.write_text("iteration,start,forwards_end,train_end,samples,tokens,response_tokens,staleness_mean,"
+                          "staleness_max,queue_read_bytes,queue_payload_bytes,end,step_time_s\n"
+                          "0,1.0,2.0,3.0,64,1000,900,0,0,10,10,3.5,3.5\n1,3.5,4.0,5.0,64,1000,900,0,0,10,10,6.0,2.5\n")
+    log = read_run_log(iterations)
+    assert log.frame["step_s"].tolist() == [3.5, 2.5] and log.ignored == []
+
+
+def test_verl_console_output_is_read(tmp_path: Path) -> None:
+    """verl's console logger ('step:N - key:value - ...', after Ray's prefix) among the process's
+    other output: its step lines are the records, the rest is skipped and counted."""
+    path = tmp_path / "train.log"
+    path.write_text("INFO: starting\n"
+                    "(TaskRunner pid=812) step:1 - timing_s/gen:11.800 - timing_s/step:16.800 - actor/lr:0.000\n"
+                    "Training Progress:  50%|#####     | 1/2\n"
+                    "(TaskRunner pid=812) step:2 - timing_s/gen:12.100 - timing_s/step:17.000 - actor/lr:0.000\n")
+    log = read_run_log(path)
+    assert log.frame["generate"].tolist() == [11.8, 12.1] and log.frame["step"].tolist() == [1, 2]
+    assert log.ignored == ["actor/lr"]
+    assert log.notes == ["read as verl console output: 2 'step:N - key:value' line(s); 2 other line(s) skipped"]
