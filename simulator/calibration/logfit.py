@@ -513,6 +513,7 @@ def predict(scenario: Any, overrides: Sequence[str], fit: LogFit) -> dict[str, d
     """The scenario's phases with its defaults and with the fitted values ({'default': ..., 'fitted': ...})."""
     from ..scenario import load_scenario
     sc = load_scenario(scenario, overrides=list(overrides))
+    default = simulate_timings(scenario, overrides)   # first: its errors name a --predict item over the file
     if fit.devices:
         kinds = _fitted_devices(sc, fit.keys)
         if kinds != fit.devices:
@@ -520,7 +521,7 @@ def predict(scenario: Any, overrides: Sequence[str], fit: LogFit) -> dict[str, d
                              f"are the {', '.join(fit.devices)}'s", field="--predict-scenario",
                              fix="predict a scenario on the fitted device, or fit only workload.* / schedule.* "
                                  "keys to carry them to another device")
-    return {"default": simulate_timings(scenario, overrides),
+    return {"default": default,
             "fitted": simulate_timings(scenario, [*overrides, *overlay_items(sc, fit.values)])}
 
 

@@ -175,23 +175,51 @@ class RolloutEvaluator:
                   else self.params_for_layout(int(lay["tp"]), int(lay["max_num_seqs"]), int(lay.get("pp", 1))))
         layout = RolloutLayout(tp=lay["tp"], ep=lay["ep"], pp=lay.get("pp", 1), instances=lay["instances"],
                                max_num_seqs=lay["max_num_seqs"], gpu_memory_utilization=s.gpu_memory_utilization)
-        device = instance_device(self.topology, ranks[: layout.devices_per_instance])
-        step = StepCost(m, device, layout, params, self.collectives, list(ranks[: layout.devices_per_instance]))
-        prompts = np.full(s.sequences, s.prompt_len, dtype=np.int64)
-        responses = np.full(s.sequences, s.response_len, dtype=np.int64)
-        res = simulate_rollout(m, device, layout, prompts, responses, params=params,
-                               collectives=self.collectives, ranks=list(ranks))
-        n_dev = layout.devices
+        # each instance costed on its own devices (a mixed cluster's kinds: not all on the first one's),
+        # its round-robin share of the sequences; the step ends with the slowest kind's instances
+        kinds = self._instances_by_device(layout, ranks)
+        runs = []
+        for device, members, shares, group_ranks in kinds:
+            count, sequences = len(members), sum(shares)
+            if not sequences:   # more instances than sequences: these wait idle
+                continue
+            group = layout.model_copy(update={"instances": count})
+            res = simulate_rollout(m, device, group, np.full(sequences, s.prompt_len, dtype=np.int64),
+                                   np.full(sequences, s.response_len, dtype=np.int64), params=params,
+                                   collectives=self.collectives, ranks=group_ranks)
+            step = StepCost(m, device, group, params, self.collectives, group_ranks[: layout.devices_per_instance])
+            runs.append((res.makespan_s, device, step, -(-sequences // count)))
+        makespan, device, step, per_instance = max(runs, key=lambda run: run[0])
         flops = (m.forward_flops_per_token(s.prompt_len / 2) * s.prompt_len
                  + m.decode_flops_per_token(s.prompt_len + s.response_len / 2) * s.response_len) * s.sequences
-        per_instance = -(-s.sequences // layout.instances)
+        peak = sum(kind_device.peak("bf16") * len(members) * layout.devices_per_instance
+                   for kind_device, members, _, _ in kinds)
+        memory = max(self._memory_per_device(run_step, run_share) for _, _, run_step, run_share in runs)
         running = min(per_instance, step.max_running)
-        ctx = s.prompt_len + s.response_len / 2
-        kv = min(step.kv_free_bytes_dev, running * (s.prompt_len + s.response_len)
-                 * step.kv_bytes_per_token_dev / layout.ep) + running * step.window_bytes_per_seq_dev / layout.ep
-        decode = step.decode_step_s(running, running * ctx)
+        decode = step.decode_step_s(running, running * (s.prompt_len + s.response_len / 2))
         comm = step.comm_s(running) / decode if decode > 0 else 0.0
-        return Evaluation(step_time_s=res.makespan_s, tflops_per_device=flops / (res.makespan_s * n_dev) / 1e12,
-                          mfu=flops / (res.makespan_s * n_dev * device.peak("bf16")),
-                          memory_per_device_bytes=step.weight_bytes_dev + step.params.workspace_bytes + kv,
+        return Evaluation(step_time_s=makespan, tflops_per_device=flops / (makespan * layout.devices) / 1e12,
+                          mfu=flops / (makespan * peak), memory_per_device_bytes=memory,
                           comm_fraction=min(comm, 1.0))
+
+    def _instances_by_device(self, layout: RolloutLayout,
+                             ranks: Sequence[int]) -> list[tuple[Any, list[int], list[int], list[int]]]:
+        """(device, instance indices, their round-robin sequence counts, their ranks) per device kind
+        the instances run on, in the order of their first instance."""
+        per = layout.devices_per_instance
+        groups: dict[Any, tuple[list[int], list[int], list[int]]] = {}
+        for index in range(layout.instances):
+            own = list(ranks[index * per:(index + 1) * per])
+            members, shares, group_ranks = groups.setdefault(instance_device(self.topology, own), ([], [], []))
+            members.append(index)
+            shares.append(self.space.sequences // layout.instances + (index < self.space.sequences % layout.instances))
+            group_ranks.extend(own)
+        return [(device, *lists) for device, lists in groups.items()]
+
+    def _memory_per_device(self, step: StepCost, per_instance: int) -> float:
+        """Weights, workspace and the KV cache of an instance's running sequences, per device."""
+        s = self.space
+        running = min(per_instance, step.max_running)
+        kv = min(step.kv_free_bytes_dev, running * (s.prompt_len + s.response_len)
+                 * step.kv_bytes_per_token_dev / step.layout.ep) + running * step.window_bytes_per_seq_dev / step.layout.ep
+        return step.weight_bytes_dev + step.params.workspace_bytes + kv

@@ -228,3 +228,33 @@ def test_a_failure_the_running_layouts_neighbourhood_cannot_tile_widens_the_sear
     assert len(replan_on_failure(model, topo, 120, 4096, **args).survivors) == 32
     kept = replan_on_failure(model, topo, 120, 4096, devices_kept=lambda n, choice: n, **args)
     assert len(kept.survivors) == 40
+
+
+def test_a_rollout_plan_costs_each_engine_on_its_own_devices_whatever_the_group_order(tmp_path):
+    """Every engine was costed on the first engine's device: the plan of one cluster changed with the
+    order of its groups (H100 + H20: 19.9 s first, 27.1 s second; a trial). Each kind's engines now
+    run their round-robin share: with TP 1 the 16 engines of 8 A100 + 8 H100 take exactly what the
+    8 A100 engines take for their half of the sequences, and MFU is against every device's peak."""
+    import yaml
+
+    from simulator.planner import RolloutSpace, plan_rollout
+    from simulator.planner.evaluate import RolloutEvaluator
+
+    model = load_model("qwen2.5-7b")
+    space = RolloutSpace(sequences=128, prompt_len=256, response_len=512, tp=[1, 2], max_num_seqs=[256])
+    preset = yaml.safe_load(open("topologies/hetero-a100-h100.yaml"))
+    plans = []
+    for order in (("a100", "h100"), ("h100", "a100")):
+        path = tmp_path / f"{order[0]}-first.yaml"
+        path.write_text(yaml.safe_dump({**preset, "groups": {k: preset["groups"][k] for k in order}}, sort_keys=False))
+        plans.append({tuple(sorted(c.layout.items())): c.evaluation for c in
+                      plan_rollout(model, load_topology(str(path)), space=space).candidates})
+    assert plans[0] == plans[1] and len(plans[0]) == 2
+    mixed = plans[0][(("ep", 1), ("instances", 16), ("max_num_seqs", 256), ("tp", 1))]
+    alone = RolloutEvaluator(model, load_topology("dgx-a100", {"nodes": 1}), space.model_copy(update={"sequences": 64}))(
+        {"tp": 1, "ep": 1, "instances": 8, "max_num_seqs": 256}, list(range(8)))
+    assert mixed.step_time_s == pytest.approx(alone.step_time_s, rel=1e-12)
+    h100_peak = load_topology("dgx-h100", {"nodes": 1}).device_spec(0).peak("bf16")
+    # twice the FLOPs over the A100s' peak and the H100s'
+    assert mixed.mfu == pytest.approx(2 * alone.mfu / (1 + h100_peak / load_topology("dgx-a100", {"nodes": 1})
+                                                   .device_spec(0).peak("bf16")), rel=1e-9)
