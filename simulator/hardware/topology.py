@@ -1011,7 +1011,7 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     if out_r is not None:
         out_defaults = out_r.m
         nic_reader = _Reader({**out_defaults, "nic_bw": g.m.get("nic_bw", out_defaults.get("nic_bw"))}, source,
-                             g.where("nic_bw") if "nic_bw" in g.m else "scaleout")
+                             g.prefix if "nic_bw" in g.m else "scaleout")   # the reader adds "nic_bw"
         nic = _LinkSpec(nic_reader.positive("nic_bw", parse_bandwidth, 0.0),
                         out_r.latency("latency", DEFAULT_SCALEOUT_LATENCY_S),
                         out_r.fraction("efficiency", DEFAULT_SCALEOUT_EFFICIENCY))

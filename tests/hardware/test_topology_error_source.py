@@ -33,3 +33,11 @@ def test_the_cli_names_the_scenario_file(tmp_path, capsys):
     assert main(["run", str(path), "--iterations", "1"]) == 2
     err = capsys.readouterr().err
     assert f"{path}: field 'topology.device.gemm_eficiency'" in err and "topologies/" not in err
+
+
+@pytest.mark.parametrize("nic", ["0Gb/s", 400])
+def test_a_groups_bad_nic_names_its_field_once(nic):
+    # 'groups.h100.nic_bw.nic_bw' (a topology trial)
+    with pytest.raises(RlsimError) as info:
+        load_topology("hetero-a100-h100", {"groups": {"h100": {"nic_bw": nic}}})
+    assert info.value.field == "topology.groups.h100.nic_bw"   # an override, named as --set names it
