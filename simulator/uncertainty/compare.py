@@ -62,6 +62,9 @@ def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
 def verdict(kind: str, baseline: str, low: float, high: float, n: int, metric: str) -> str:
     """'stalesync beats colocated by 12-17% (steady_tokens_per_s, 95% CI over 32 seeds)'."""
     lower_is_better = metric.endswith(("time_s", "makespan_s")) or "bubble" in metric
+    if n == 1:   # one ratio: no interval, so no word on which is ahead ('beats by 18.4-18.4%' before)
+        return (f"{kind} vs {baseline}: {metric} {(low - 1) * 100:+.1f}% on one seed, with no interval to tell it "
+                "from the noise (give --seeds 6 or more for a 95% one)")
     coverage = ci_coverage(n)
     where = (f"({metric}, 95% CI over {n} seeds)" if coverage >= 0.95
              else f"({metric}, {coverage:.0%} interval over {n} seed{'s' if n != 1 else ''}: the [min, max]; "

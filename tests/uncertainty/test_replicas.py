@@ -92,6 +92,10 @@ def test_verdict_words():
         "a trails b: its steady_step_time_s is 74-80% higher (steady_step_time_s, 95% CI over 8 seeds)"
     assert "is 15-25% lower" in verdict("a", "b", 0.75, 0.85, 8, "bubble_fraction")
     assert "noise" in verdict("a", "b", 0.95, 1.05, 8, "steady_tokens_per_s")
+    # one seed gives no interval: no 'beats' ('stalesync beats colocated by 18.4-18.4%' before; a trial)
+    assert verdict("a", "b", 1.184, 1.184, 1, "steady_tokens_per_s") == (
+        "a vs b: steady_tokens_per_s +18.4% on one seed, with no interval to tell it from the noise (give "
+        "--seeds 6 or more for a 95% one)")
 
 
 def test_compare_replicas_names_a_metric_that_is_not_a_figure_and_jobs_are_checked(toy, costs):
