@@ -13,6 +13,7 @@ from simulator.rl.algorithms import build_algorithm
 from simulator.rl.costs import StageCost
 from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import run_schedule
+from simulator.rl.schedules.registry import kinds as registry_kinds
 from simulator.scenario import load_scenario
 
 KINDS = ["colocated", "disaggregated", "one-step-off", "stalesync", "async"]
@@ -297,15 +298,20 @@ def _case_scenario(c, staleness=None, **extra):
 
 
 def _costs(c):
+    # training at the devices' peak (the roofline's FLOP per token and rate), so the roofline checks
+    # of test_invariants are tight (1e-3 device-s a token against 1e11 / 1e15 let tokens/s x 8 pass)
+    flops_per_token, peak_flops = 1e11, 1e15
     return FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.3, switch_s=0.1,
-                     instance_max_seqs=c["slots"])
+                     instance_max_seqs=c["slots"], flops_per_token=flops_per_token, peak_flops=peak_flops,
+                     train_device_s_per_token=flops_per_token / peak_flops)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CASE)
 def test_invariants(c):
     sc = _case_scenario(c)
-    rec, tl, sm, s = run(sc, _costs(c), devices=c["devices"])
+    costs = _costs(c)
+    rec, tl, sm, s = run(sc, costs, devices=c["devices"])
     T = rec.makespan_s
     # each device's time in states sums to the makespan
     per_dev = metrics.per_device_time(tl, c["devices"])
@@ -319,6 +325,10 @@ def test_invariants(c):
     assert sm.loc[consumed, "staleness"].max() <= sc.schedule.effective_staleness + 1e-9
     # tokens/s never exceeds the cluster's roofline bound
     assert s["tokens_per_s"] <= s["roofline_tokens_per_s"] * (1 + 1e-9)
+    # and per run: the trained tokens, at the peak rate, fit in the device time spent training
+    train_device_s = ((tl["end"] - tl["start"]) * tl["rank_count"])[tl["state"] == "train"].sum()
+    trained = s["tokens_per_s"] * T * costs.flops_per_token * sc.workload.ppo_epochs
+    assert trained / costs.peak_flops <= train_device_s * (1 + 1e-9)
     assert 0 <= s["bubble_fraction"] <= 1
     assert math.isclose(sum(v for v in s["bubbles_by_cause"].values()), s["bubble_fraction"], rel_tol=1e-9)
 
@@ -477,3 +487,25 @@ def test_a_split_pool_trainer_waiting_for_rule_rewards_says_so():
         assert float(wait["start"].min()) >= batch["finish"].max() - 1e-9            # after the last finish
         tail = idle[(idle["iteration"] == k) & (idle["cause"] == "long_tail")]
         assert (tail["end"] <= batch["finish"].max() + 1e-9).all()                   # the tail is generation
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(registry_kinds()), seed=st.integers(0, 10_000), devices=st.sampled_from([8, 16]),
+       slots=st.sampled_from([2, 4, 64]))
+def test_invariants_of_every_registered_kind(kind, seed, devices, slots):
+    """test_invariants' conservation laws on every kind the registry holds (KINDS above are five of
+    eleven; a kind's own tests check its staleness rule): each device's states tile the makespan,
+    each sample is recorded once and is consumed or dropped, never both, and the trained tokens at
+    the peak rate fit in the device time spent training (FakeCosts train at the roofline's rate)."""
+    sc = scenario(kind, iterations=3, seed=seed)
+    costs = _costs({"slots": slots})
+    rec, tl, sm, s = run(sc, costs, devices=devices)
+    assert np.allclose(metrics.per_device_time(tl, devices), rec.makespan_s, rtol=1e-9, atol=1e-9)
+    assert sm["sample"].is_unique
+    consumed = sm["consumed_iteration"] >= 0
+    assert (consumed ^ sm["dropped"]).all()
+    assert consumed.sum() == sum(it["samples"] for it in rec.iterations)
+    train_device_s = ((tl["end"] - tl["start"]) * tl["rank_count"])[tl["state"] == "train"].sum()
+    trained = s["tokens_per_s"] * rec.makespan_s * costs.flops_per_token * sc.workload.ppo_epochs
+    assert trained / costs.peak_flops <= train_device_s * (1 + 1e-9)
+    assert math.isclose(sum(s["bubbles_by_cause"].values()), s["bubble_fraction"], rel_tol=1e-9, abs_tol=1e-12)
