@@ -365,39 +365,32 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
 def plan_to_target(model: Any, topology: Any, global_batch: int, seq_len: int, target_tokens_per_s: float, *,
                    top: int | None = None, **kwargs: Any) -> TrainPlan:
     """The fewest whole nodes (a prefix of the topology's nodes) whose best layout trains at least
-    `target_tokens_per_s`; binary search on the node count, assuming more nodes are never slower.
+    `target_tokens_per_s`: every prefix from one node up, the first that reaches it. Not a binary
+    search: a layout uses every device it is given, so more nodes can train slower (5 DGX H100
+    nodes under 4 where 40 devices split the batch badly), and a mixed cluster's prefix of fast
+    nodes can reach a target the whole cluster, paced by its slow kind, does not.
 
-    The plan's planning cost sums every search made. RlsimError if even every node falls short.
+    The plan's planning cost sums every search made. RlsimError if no prefix reaches the target.
     """
     if not target_tokens_per_s > 0:
         raise RlsimError(f"target must be positive, got {target_tokens_per_s}", field="--target-tokens-per-s")
     nodes = list(range(topology.num_nodes))
-
-    def attempt(k: int) -> TrainPlan | None:
-        ranks = [r for i in nodes[:k] for r in topology.ranks_of_node(i)]
+    cost, best = 0.0, None
+    for count in range(1, len(nodes) + 1):
+        ranks = [r for i in nodes[:count] for r in topology.ranks_of_node(i)]
         try:
-            return plan_training(model, topology, global_batch, seq_len, ranks=ranks, top=top, **kwargs)
+            plan = plan_training(model, topology, global_batch, seq_len, ranks=ranks, top=top, **kwargs)
         except RlsimError:
-            return None
-
-    cost = 0.0
-    best_full = attempt(len(nodes))
-    if best_full is None or best_full.best.tokens_per_s < target_tokens_per_s:
-        got = "no layout fits" if best_full is None else f"best {best_full.best.tokens_per_s:.0f} tokens/s"
-        raise RlsimError(f"{topology.name} with {len(nodes)} nodes cannot reach {target_tokens_per_s:.0f} "
-                         f"tokens/s ({got})", field="--target-tokens-per-s",
-                         fix="lower the target, or give a larger topology: --set topology.nodes=N (a topology of "
-                             "groups: topology.groups.NAME.nodes=N; an explicit graph: more device nodes)")
-    cost += best_full.planning_cost_s
-    lo, hi, found = 1, len(nodes), best_full
-    while lo < hi:
-        mid = (lo + hi) // 2
-        plan = attempt(mid)
-        if plan is not None:
-            cost += plan.planning_cost_s
-        if plan is not None and plan.best.tokens_per_s >= target_tokens_per_s:
-            hi, found = mid, plan
-        else:
-            lo = mid + 1
-    found.planning_cost_s = cost
-    return found
+            continue
+        cost += plan.planning_cost_s
+        if plan.best.tokens_per_s >= target_tokens_per_s:
+            plan.planning_cost_s = cost
+            return plan
+        if best is None or plan.best.tokens_per_s > best.best.tokens_per_s:
+            best = plan
+    got = "no layout fits" if best is None else (f"best {best.best.tokens_per_s:.0f} tokens/s, on "
+                                                 f"{best.best.devices} devices")
+    raise RlsimError(f"{topology.name} with {len(nodes)} nodes cannot reach {target_tokens_per_s:.0f} "
+                     f"tokens/s ({got})", field="--target-tokens-per-s",
+                     fix="lower the target, or give a larger topology: --set topology.nodes=N (a topology of "
+                         "groups: topology.groups.NAME.nodes=N; an explicit graph: more device nodes)")

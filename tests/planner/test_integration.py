@@ -142,3 +142,25 @@ def test_the_planner_holds_what_megatrons_cpu_offloaded_optimizer_leaves_on_the_
     hosted = TrainParams(offload=OffloadParams(optimizer=True, scope="optimizer_step"))
     result = TrainingEvaluator(model, topo, 64, 2048, params=hosted)(c, range(8))
     assert result.memory_per_device_bytes < 80e9
+
+
+def test_plan_to_target_takes_the_fewest_nodes_that_reach_it_where_more_nodes_are_slower(tmp_path, capsys):
+    """A binary search assumed more nodes are never slower: 6 DGX H100 nodes answered 48 devices
+    where 32 reach the target (40 do not divide the batch), and on H100 + A100 the whole cluster,
+    paced by its A100s, fell short where the H100 node alone reaches it (a topology trial)."""
+    import yaml
+
+    from simulator.cli import main
+    from simulator.planner.search import plan_to_target
+
+    assert main(["plan", "--topology", "dgx-h100", "--set", "topology.nodes=6", "--model", "llama3.1-8b",
+                 "--global-batch", "256", "--seq-len", "4096", "--target-tokens-per-s", "350000", "--top", "1"]) == 0
+    assert "answer: 32 devices reach 350,000 training tokens/s" in capsys.readouterr().out
+    preset = yaml.safe_load(open("topologies/hetero-a100-h100.yaml"))
+    path = tmp_path / "h100-first.yaml"
+    path.write_text(yaml.safe_dump({**preset, "groups": {k: preset["groups"][k] for k in ("h100", "a100")}},
+                                   sort_keys=False))
+    topo, model = load_topology(str(path)), load_model("llama3.1-8b")
+    whole = plan_training(model, topo, 256, 4096, top=1).best.tokens_per_s
+    plan = plan_to_target(model, topo, 256, 4096, whole * 1.2, top=1)
+    assert plan.best.devices == 8 and plan.best.tokens_per_s >= whole * 1.2
