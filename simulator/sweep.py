@@ -1074,10 +1074,10 @@ class BaseScenario:
         384 devices and ~65 ms at 24,576 here (a point simulates in 0.5-2 s); 0 for a point
         that does not load (it is evaluated all the same, and its row says why)."""
         from .hardware.topology import load_topology
-        from .scenario import load_scenario, work_estimate
+        from .scenario import work_estimate
 
         try:
-            scenario = load_scenario(self.spec, **self.keywords(values))
+            scenario = self.first_scenario(values)
             topology = load_topology(scenario.topology, max_devices=scenario.limits.max_devices,
                                      spec_source=scenario.source)
         except RlsimError:
@@ -1090,14 +1090,29 @@ class BaseScenario:
         loads, or fails on another field (a layout that does not fit: the point's row says so)."""
         from .errors import set_item_for
         from .hardware.topology import load_topology
-        from .scenario import load_scenario
 
         try:
-            scenario = load_scenario(self.spec, **self.keywords(values))
+            scenario = self.first_scenario(values)
             load_topology(scenario.topology, max_devices=scenario.limits.max_devices, spec_source=scenario.source)
         except RlsimError as exc:
             return exc if set_item_for(exc.fields, [key]) else None
         return None
+
+    def first_scenario(self, values: Mapping[str, Any]) -> Any:
+        """The point's scenario, its distribution values at their first replica's draws (a single run
+        refuses a distribution: a sweep point with one runs it as replicas)."""
+        from .uncertainty.replicas import plan_replicas
+        return plan_replicas(self.spec, seeds=1, **self.keywords(values)).scenario(0)
+
+    def has_distributions(self, grid: Mapping[str, Sequence[Any]]) -> bool:
+        """Whether the base scenario or a grid value gives a key as a distribution."""
+        from .uncertainty.replicas import plan_replicas
+        if any(isinstance(value, Mapping) and "dist" in value for values in grid.values() for value in values):
+            return True
+        try:
+            return bool(plan_replicas(self.spec, seeds=1, **self.keywords()).distributions)
+        except RlsimError:   # a base that does not load: its points' rows say why
+            return False
 
     def keywords(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         # a grid value of a whole section (schedule=async) goes before the --set keys under it, which

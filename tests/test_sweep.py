@@ -559,3 +559,30 @@ def test_a_base_scenarios_overrides_given_as_one_string_are_one_override():
     assert one.keywords({})["overrides"] == ["workload.prompts_per_step=8"]
     with pytest.raises(RlsimError, match="BaseScenario.overrides must be 'KEY=VALUE' strings, got 8"):
         BaseScenario(overrides=["iterations=2", 8])
+
+
+def test_a_sweep_point_with_a_distribution_value_runs_its_first_draw_at_one_seed(tmp_path, capsys):
+    """A distribution in a grid value or in the base was refused by every point ('a single run takes
+    a number ... run it with --seeds N', with --seeds 2 given; a sweeps trial): one seed is one
+    replica, as `rlsim run` takes it, under its own fingerprint (the refused rows stay apart)."""
+    import functools
+
+    from simulator.cli import main
+    from simulator.commands.replicas import sweep_replicated
+    from simulator.sweep import BaseScenario, simulate_point
+
+    dist = {"dist": "uniform", "low": 0.8, "high": 1.2}
+    base = BaseScenario(workload="grpo-qwen2.5-7b", topology="dgx-h100", iterations=1)
+    assert base.value_error({"workload.response_length.sigma": dist}, "workload.response_length.sigma") is None
+    plain = functools.partial(simulate_point, base)
+    assert sweep_replicated(base, 1, plain, "f", {"seed": [0, 1]}) == (plain, "f")
+    evaluate, fingerprint = sweep_replicated(base, 1, plain, "f", {"workload.response_length.sigma": [dist]})
+    assert evaluate is not plain and fingerprint != "f"
+    drawn = BaseScenario(workload="grpo-qwen2.5-7b", topology="dgx-h100", iterations=1,
+                         overrides=("workload.response_length.sigma={dist: uniform, low: 0.8, high: 1.2}",))
+    assert sweep_replicated(drawn, 1, plain, "f", {"seed": [0]})[1] != "f"
+    assert main(["sweep", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+                 "--set", "workload.prompts_per_step=16", "--set", "workload.mini_batch_prompts=16", "--jobs", "1",
+                 "--grid", "workload.response_length.sigma={dist: uniform, low: 0.8, high: 1.2},0.5", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 2 and all("error" not in row for row in rows)

@@ -6,6 +6,7 @@ import argparse
 import functools
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +124,13 @@ def sweep_seeds(args: argparse.Namespace, base: Any) -> int:
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1 else 1
 
 
-def sweep_replicated(base: Any, seeds: int, evaluate: Any, fingerprint: str) -> tuple[Any, str]:
+def sweep_replicated(base: Any, seeds: int, evaluate: Any, fingerprint: str,
+                     grid: Mapping[str, Sequence[Any]] | None = None) -> tuple[Any, str]:
     """With --seeds N every sweep point is N replicas (its row: medians, ci95, seeds); the results
-    file's fingerprint includes N, so a resumed sweep never mixes single-seed and replica rows."""
-    if seeds == 1:
+    file's fingerprint includes N, so a resumed sweep never mixes single-seed and replica rows. One
+    seed with a distribution value (in the base or the grid) is one replica, its first draw, as
+    `rlsim run` takes it (a single run refused every such point)."""
+    if seeds == 1 and not base.has_distributions(grid or {}):
         return evaluate, fingerprint
     from ..uncertainty.replicas import replicate_point
     digest = hashlib.sha256(f"{fingerprint}|seeds={seeds}".encode()).hexdigest()[:16]

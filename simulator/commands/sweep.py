@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
     prices = _parse_prices(args.price)
     target = _target(args, grid)
     evaluate = functools.partial(simulate_point, base)
-    evaluate, fingerprint = sweep_replicated(base, seeds, evaluate, fingerprint)
+    evaluate, fingerprint = sweep_replicated(base, seeds, evaluate, fingerprint, grid)
 
     points = make_points(grid, fingerprint, base.base_dirs())
     # one executor for the whole command: a Dask cluster starts once, not once per capacity batch
