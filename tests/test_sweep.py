@@ -586,3 +586,13 @@ def test_a_sweep_point_with_a_distribution_value_runs_its_first_draw_at_one_seed
                  "--grid", "workload.response_length.sigma={dist: uniform, low: 0.8, high: 1.2},0.5", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 2 and all("error" not in row for row in rows)
+
+
+def test_a_base_scenario_no_point_can_load_is_refused_before_anything_runs(tmp_path, capsys):
+    """staleness: -1 under a grid of seeds ran every point into an error row, then failed (a sweeps
+    trial); a base that some point's value repairs still runs (test above: a topology preset)."""
+    from simulator.cli import main
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--grid", "seed=0,1,2", "--set", "schedule.staleness=-1", "--iterations", "1",
+                 "--out", str(out)]) == 2
+    assert "--set schedule.staleness=-1" in capsys.readouterr().err and not out.exists()

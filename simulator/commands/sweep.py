@@ -126,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     seeds = sweep_seeds(args, base)   # --seeds, else the scenario's replicas: (read once)
     _check_grid_size(grid, args.max_points, seeds)
     _refuse_unreadable_values(base, grid)
+    _refuse_unloadable_base(base, grid)
     fingerprint = base.fingerprint()
     executor = make_executor(args.executor, jobs, args.scheduler)
     store = None
@@ -319,6 +320,27 @@ def _refuse_unreadable_values(base: Any, grid: dict[str, list[Any]]) -> None:
                 raise RlsimError(f"the value {value!r} cannot be read: {error.message}", source="--grid",
                                  field=key, fix=f"{error.fix + '; or ' if error.fix else ''}drop {value!r} "
                                                 f"from --grid {key}=...")
+
+
+def _refuse_unloadable_base(base: Any, grid: dict[str, list[Any]]) -> None:
+    """A base scenario that loads in none of the grid's points (staleness: -1 under a grid of seeds)
+    is bad input, said once before anything runs, as `rlsim run` says it: every point was run into
+    an error row and the sweep failed at its end."""
+    from ..hardware.topology import load_topology
+    from ..sweep import expand_grid
+
+    def error_of(values: dict[str, Any]) -> RlsimError | None:
+        try:
+            scenario = base.first_scenario(values)
+            load_topology(scenario.topology, max_devices=scenario.limits.max_devices, spec_source=scenario.source)
+        except RlsimError as exc:
+            return exc
+        return None
+
+    error = error_of({})
+    if error is None or any(error_of(point) is None for point in expand_grid(grid)):
+        return
+    raise error
 
 
 def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
