@@ -1018,6 +1018,28 @@ def _order_free(overrides: Sequence[str]) -> list[str]:
     return list(overrides) if nested else sorted(overrides)
 
 
+def _parsed(text: str) -> Any:
+    """A scenario file's YAML, for the files it names (None where it does not parse: its load says why)."""
+    import yaml
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+
+
+def _content_or_text(value: str | None) -> str | None:
+    """An option naming a file as the sha256 of its bytes (a path to it is no part of a result); else as given."""
+    if value is None:
+        return None
+    try:
+        path = Path(value)
+        if path.is_file():
+            return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    except (OSError, ValueError):
+        pass
+    return value
+
+
 @dataclass(frozen=True)
 class BaseScenario:
     """What a sweep varies around: a scenario file (or None for the defaults) plus CLI options.
@@ -1054,13 +1076,16 @@ class BaseScenario:
                 raise RlsimError(f"cannot read file: {exc.strerror}", source=self.spec, fix="check the path") \
                     from None
         from .version import __version__, code_fingerprint
-        payload = {"spec_text": text, "topology": self.topology, "workload": self.workload,
-                   "schedule": self.schedule, "overrides": _order_free(self.overrides),
-                   "iterations": self.iterations, "seed": self.seed, "version": __version__,
-                   "code": code_fingerprint()}
-        files = referenced_files([self.spec, self.topology, self.workload, *self.overrides], self.base_dirs())
+        payload = {"spec_text": text, "topology": _content_or_text(self.topology),
+                   "workload": _content_or_text(self.workload), "schedule": self.schedule,
+                   "overrides": _order_free(self.overrides), "iterations": self.iterations, "seed": self.seed,
+                   "version": __version__, "code": code_fingerprint()}
+        # the files by their contents alone: a path to them (the scenario's own, an install's
+        # preset folder) moved every point id (a copy or another working folder recomputed them all)
+        spec_content = _parsed(text) if self.spec else None
+        files = referenced_files([spec_content, self.topology, self.workload, *self.overrides], self.base_dirs())
         if files:
-            payload["files"] = files
+            payload["files"] = sorted(set(files.values()))
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def base_dirs(self) -> list[Path]:

@@ -358,3 +358,22 @@ def test_a_model_named_by_its_folder_is_followed_to_its_config(tmp_path, monkeyp
     assert any(name.endswith("config.json") for name in before)
     (tmp_path / "m" / "config.json").write_text('{"hidden_size": 2}')
     assert referenced_files(["w.yaml"]) != before
+
+
+def test_a_scenarios_fingerprint_follows_its_contents_not_its_path(tmp_path, monkeypatch):
+    """sc.yaml, its absolute path and a byte-identical copy elsewhere recomputed every point (the
+    files' digests were keyed by the path as found); an edit to a file it names still counts."""
+    monkeypatch.chdir(tmp_path)
+    Path("lens.csv").write_text("100\n200\n")
+    text = "workload: {preset: grpo-qwen2.5-7b, response_length: {kind: empirical, file: lens.csv}}\n"
+    Path("sc.yaml").write_text(text)
+    (tmp_path / "elsewhere").mkdir()
+    Path("elsewhere/sc_copy.yaml").write_text(text)
+    Path("elsewhere/lens.csv").write_text("100\n200\n")
+    prints = {BaseScenario(spec=spec).fingerprint()
+              for spec in ("sc.yaml", str(tmp_path / "sc.yaml"), "elsewhere/sc_copy.yaml")}
+    assert len(prints) == 1
+    Path("elsewhere/lens.csv").write_text("100\n300\n")
+    assert BaseScenario(spec="elsewhere/sc_copy.yaml").fingerprint() not in prints
+    Path("w.yaml").write_text("preset: grpo-qwen2.5-7b\n")
+    assert BaseScenario(workload="w.yaml").fingerprint() == BaseScenario(workload=str(tmp_path / "w.yaml")).fingerprint()
