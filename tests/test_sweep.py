@@ -596,3 +596,20 @@ def test_a_base_scenario_no_point_can_load_is_refused_before_anything_runs(tmp_p
     assert main(["sweep", "--grid", "seed=0,1,2", "--set", "schedule.staleness=-1", "--iterations", "1",
                  "--out", str(out)]) == 2
     assert "--set schedule.staleness=-1" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock")
+def test_a_second_sweep_into_a_folder_being_written_is_refused(tmp_path, capsys):
+    """Two sweeps at once on one --out: Parquet kept one sweep's rows and both said all was saved; a
+    CSV's shared temporary file failed the second after its points ran (a sweeps trial)."""
+    import fcntl
+
+    from simulator.cli import main
+    from simulator.commands.sweep import LOCK_NAME
+    out = tmp_path / "shared"
+    out.mkdir()
+    with (out / LOCK_NAME).open("a") as other:   # the first sweep, running
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(["sweep", "--grid", "seed=0,1", "--iterations", "1", "--out", str(out)]) == 2
+    assert f"another sweep is writing {out}" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]   # nothing run, nothing written

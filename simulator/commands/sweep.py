@@ -75,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # a reused --out: the files of an earlier command there (a run's report, an old capacity.json) are
     # said; the results file is the sweep's own store, which it resumes from
-    with common.stale_outputs_said(args.out, own_prefixes=("results.",)):
-        return _run(args)
+    with common.stale_outputs_said(args.out, own_prefixes=("results.",)), contextlib.ExitStack() as held:
+        return _run(args, held)
 
 
 def _target(args: argparse.Namespace, grid: dict[str, list[Any]]) -> Any:
@@ -96,7 +96,7 @@ def _target(args: argparse.Namespace, grid: dict[str, list[Any]]) -> Any:
     return Target(args.target_tokens_per_s, args.target_step_time_s)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     from ..sweep import (
         BaseScenario,
         ResultsStore,
@@ -132,6 +132,7 @@ def _run(args: argparse.Namespace) -> int:
     store = None
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
+        held.enter_context(_one_writer(args.out))   # held until the outputs are written
         store = ResultsStore(args.out / f"results.{args.format}")
     prices = _parse_prices(args.price)
     target = _target(args, grid)
@@ -202,6 +203,30 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# The lock file a sweep holds in its --out folder (results.*: the sweep's own, not a stale output).
+LOCK_NAME = "results.lock"
+
+
+@contextlib.contextmanager
+def _one_writer(out: Path) -> Iterator[None]:
+    """One sweep at a time writes an --out folder: two read, extend and rewrite one results file (a
+    Parquet store kept one sweep's rows; a CSV one's shared temporary name failed the other), so a
+    second is refused before it runs a point. The lock is the OS's (flock): a killed sweep holds it
+    no longer. Where the OS has no flock (Windows) there is no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with (out / LOCK_NAME).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RlsimError(f"another sweep is writing {out}", field="--out",
+                             fix="wait for it to finish, or give this sweep another --out") from None
+        yield
 
 
 def _stopped_by(exc: BaseException) -> str:
