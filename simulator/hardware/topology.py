@@ -272,6 +272,13 @@ class Topology:
     def device_kinds(self) -> list[str]:
         return list(self.device_counts())
 
+    def device_groups(self) -> dict[str, DeviceSpec]:
+        """A topology of `groups:` whose devices differ: each group's name and device; {} for one
+        kind of device or an explicit graph (its `topology.device.*` fields are every device's)."""
+        if self._fabric is None or len({id(g.spec) for g in self._fabric.groups}) < 2:
+            return {}
+        return {g.name: g.spec for g in self._fabric.groups}
+
     def device_counts(self) -> dict[str, int]:
         """Devices of each kind, by catalog name in order (a mixed cluster's cost weighs each kind's price)."""
         return dict(sorted(Counter(spec.name for spec in self._specs).items()))

@@ -159,9 +159,12 @@ def _from_topology(plan: ReplicaPlan, key: str) -> Any:
     if not key.startswith("topology."):
         return None
     rest = key[len("topology."):]
-    if rest.startswith("device."):
+    group, _, field = rest.partition(".device.") if rest.startswith("groups.") else ("", "", "")
+    if rest.startswith("device.") or field:
         from ..hardware.topology import load_topology
-        return getattr(load_topology(plan.scenario(0).topology).device_spec(0), rest[len("device."):], None)
+        topology = load_topology(plan.scenario(0).topology)
+        spec = topology.device_groups().get(group[len("groups."):]) if field else topology.device_spec(0)
+        return getattr(spec, field or rest[len("device."):], None) if spec is not None else None
     return _preset_value(plan.data.get("topology", {}), rest)
 
 
@@ -169,15 +172,30 @@ def default_ranges(plan: ReplicaPlan, distributions: Sequence[Any] | None = None
     """DEFAULT_VARY's factors around each base value, plus every distribution's 95% range
     (``distributions``: those of the plan before centring; None: the plan's)."""
     out: dict[str, tuple[float, float]] = {}
-    for key, (f_low, f_high) in DEFAULT_VARY.items():
-        value = base_value(plan, key)
-        high = value * f_high
-        if key.endswith("efficiency"):
-            high = min(1.0, high)
-        out[key] = (value * f_low, high)
+    groups = _device_groups(plan)
+    for default_key, (f_low, f_high) in DEFAULT_VARY.items():
+        # a mixed cluster's device field, group by group around each group's own value (one value
+        # for every kind around the first device's gave the others another factor)
+        keys = ([f"topology.groups.{name}.{default_key[len('topology.'):]}" for name in groups]
+                if groups and default_key.startswith("topology.device.") else [default_key])
+        for key in keys:
+            value = base_value(plan, key)
+            high = value * f_high
+            if key.endswith("efficiency"):
+                high = min(1.0, high)
+            out[key] = (value * f_low, high)
     for dist in plan.distributions if distributions is None else distributions:
         out[dist.key] = dist.bounds()
     return out
+
+
+def _device_groups(plan: ReplicaPlan) -> list[str]:
+    """The group names of a topology whose groups hold different devices ([] for one kind)."""
+    from ..hardware.topology import load_topology
+    try:
+        return list(load_topology(plan.scenario(0).topology).device_groups())
+    except RlsimError:   # a topology it cannot read: the run says why
+        return []
 
 
 def _whole_number_keys(plan: ReplicaPlan, keys: Sequence[str]) -> frozenset[str]:

@@ -215,3 +215,26 @@ def test_a_device_key_range_away_from_the_devices_value_swings_over_the_range_al
     toy["topology"] = {"preset": "dgx-h100", "nodes": 1}   # a catalog device (FakeCosts ignore it)
     frame = sensitivity(toy, {"topology.device.gemm_efficiency": (0.05, 0.06)}, samples=0, costs=costs)
     assert frame["swing"].iloc[0] == pytest.approx(2.0)
+
+
+def test_a_mixed_clusters_device_fields_vary_group_by_group_around_their_own_values():
+    """On A100 + H100 the default set varied topology.device.* around the first group's device and
+    set that range on every kind (the other got another factor; the ranking followed the order of
+    the groups; a topology trial): each group's field is now its own key around its own value."""
+    from simulator.hardware.topology import load_topology
+    from simulator.uncertainty import plan_replicas
+    from simulator.uncertainty.sensitivity_runs import DEFAULT_VARY, default_ranges
+
+    plan = plan_replicas({"topology": "hetero-a100-h100", "workload": "grpo-qwen2.5-7b"})
+    ranges = default_ranges(plan)
+    devices = load_topology("hetero-a100-h100").device_groups()
+    assert set(devices) == {"a100", "h100"} and not any(k.startswith("topology.device.") for k in ranges)
+    for key, (low_factor, high_factor) in DEFAULT_VARY.items():
+        if not key.startswith("topology.device."):
+            continue
+        field = key.rpartition(".")[2]
+        for name, spec in devices.items():
+            own = getattr(spec, field)
+            assert ranges[f"topology.groups.{name}.device.{field}"] == pytest.approx(
+                (own * low_factor, min(1.0, own * high_factor) if field.endswith("efficiency") else own * high_factor))
+    assert load_topology("dgx-h100").device_groups() == {}
