@@ -1113,7 +1113,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     model_flops = _model_flops(model, lengths)
     hardware_flops = model_flops + _recompute_flops(model, layout.recompute, lengths)
     n_dev = layout.devices
-    peak = rates.peak_flops
+    peak = _mean_peak(topology, ranks, params, rates.peak_flops)
     return TrainStepCost(
         step_time_s=step, pipeline_s=makespan, compute_s=compute_s, comm_exposed_s=exposed,
         bubble_fraction=pipe.bubble_fraction, bubble_s=max(0.0, makespan - float(busy.max())),
@@ -1198,6 +1198,20 @@ def fsdp_cpu_offload_s(states: MemoryBreakdown, layout: TrainLayout, micro_batch
         return micro_batches * copy_in, 0.0
     copy_out = trained * c.grad_reduce_bytes_per_param / host_Bps * (1 - r_frac)
     return micro_batches * (copy_in + copy_out), trained / o.host_adam_loop_params_per_s
+
+
+def _mean_peak(topology: Any, ranks: Sequence[int], params: TrainParams, pacing_peak: float) -> float:
+    """The mean peak of the step's devices, MFU's denominator per device: on mixed kinds each
+    device's own (as a run's MFU and roofline count them), not the pacing kind's for all (which put
+    the plan's MFU of an H100 + H20 cluster at 0.73 where the run said 0.10)."""
+    if len(topology.distinct_specs(ranks)) < 2:
+        return pacing_peak
+    peaks: dict[int, float] = {}
+    for rank in ranks:
+        spec = topology.device_spec(rank)
+        if id(spec) not in peaks:
+            peaks[id(spec)] = spec.peak(params.compute.dtype, field=COMPUTE_DTYPE_FIELD)
+    return sum(peaks[id(topology.device_spec(rank))] for rank in ranks) / len(ranks)
 
 
 def offload_Bps(topology: Any, ranks: Sequence[int], params: TrainParams) -> float:

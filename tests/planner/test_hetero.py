@@ -258,3 +258,19 @@ def test_a_rollout_plan_costs_each_engine_on_its_own_devices_whatever_the_group_
     # twice the FLOPs over the A100s' peak and the H100s'
     assert mixed.mfu == pytest.approx(2 * alone.mfu / (1 + h100_peak / load_topology("dgx-a100", {"nodes": 1})
                                                    .device_spec(0).peak("bf16")), rel=1e-9)
+
+
+def test_mfu_on_a_mixed_cluster_is_against_every_devices_own_peak():
+    """The training step's MFU took the pacing kind's peak for every device (a plan said 0.73 on H100
+    + H20 where the run's MFU, against the sum of peaks, said 0.10; a topology trial)."""
+    from simulator.llm.training import train_step_cost, uniform_sequences
+
+    topo = _hetero(1, 1)
+    layout = TrainLayout(tp=1, pp=1, dp=16, micro_batch=1, zero=1, recompute="full")
+    cost = train_step_cost(load_model("llama3.1-8b"), layout, topo, sequences=uniform_sequences(64, 2048))
+    peaks = sum(topo.device_spec(rank).peak("bf16") for rank in range(16))
+    assert cost.mfu == pytest.approx(cost.model_flops / (cost.step_time_s * peaks), rel=1e-12)
+    alike = train_step_cost(load_model("llama3.1-8b"), TrainLayout(tp=1, pp=1, dp=8, micro_batch=1, zero=1, recompute="full"),
+                            load_topology("dgx-h100", {"nodes": 1}), sequences=uniform_sequences(64, 2048))
+    assert alike.mfu == pytest.approx(alike.model_flops / (alike.step_time_s * 8 * load_topology(
+        "dgx-h100", {"nodes": 1}).device_spec(0).peak("bf16")), rel=1e-12)
