@@ -218,3 +218,48 @@ def test_a_group_split_unevenly_over_nodes_rings_through_as_many_nics_as_its_sma
     assert len({ring[-1] for ring in rings}) == 4 and len({ring[7] for ring in rings}) == 4   # distinct exits
     bus = {name: model.cost(op, g, GiB, algorithm="ring").busbw_Bps for name, g in (("uneven", uneven), ("even", even))}
     assert bus["uneven"] == pytest.approx(bus["even"], rel=0.02)
+
+
+def _hop(topology, model, a, b):
+    """(bandwidth, one algorithm step: wire latency + step overhead) of the path a -> b."""
+    path = topology.path(a, b)
+    return (min(topology.capacity_Bps(e) for e in path),
+            sum(topology.edge(e)["latency_s"] for e in path) + model.params.step_overhead_s)
+
+
+@pytest.mark.parametrize("nbytes", [1e6, GiB])
+def test_hierarchical_all_reduce_on_two_dgx_nodes_matches_the_closed_form(nbytes):
+    """Intra-node reduce-scatter ((k-1)/k S a ring edge, k-1 steps), an inter-node ring per rail over
+    S/k (2(m-1)/m S/k an edge, 2(m-1) steps), intra-node all-gather, one launch: k = 8 GPUs a node,
+    m = 2 nodes. (Half the inter-node bytes, an audit's mutation, passed every test.)"""
+    k, m = 8, 2
+    intra_bw, intra_step = _hop(H100, MODEL, 0, 1)
+    inter_bw, inter_step = _hop(H100, MODEL, 0, 8)
+    intra = (k - 1) * intra_step + (k - 1) / k * nbytes / intra_bw
+    inter = 2 * (m - 1) * inter_step + 2 * (m - 1) / m * nbytes / k / inter_bw
+    expected = H100.device_spec(0).launch_overhead_s + 2 * intra + inter
+    got = MODEL.cost("all_reduce", list(range(16)), nbytes, algorithm="hierarchical").time_s
+    assert got == pytest.approx(expected, rel=1e-9)
+
+
+def test_tree_all_reduce_of_a_small_message_is_two_passes_of_its_depth():
+    """8 bytes up and down a binary tree of 8 GPUs: launch + 2 x ceil(log2 8) steps (+ a parent's
+    three flows of 8 bytes on one link); the old bound of 5-50 us passed half the steps."""
+    bw, step = _hop(H100, MODEL, 0, 1)
+    expected = H100.device_spec(0).launch_overhead_s + 2 * 3 * step
+    got = MODEL.cost("all_reduce", list(range(8)), 8, algorithm="tree").time_s
+    assert got == pytest.approx(expected, abs=3 * 8 / bw * (1 + 1e-9))
+    assert got >= expected
+
+
+def test_direct_all_reduce_on_a_mesh_matches_the_closed_form():
+    """Ascend 910B's 8-NPU full mesh: a direct reduce-scatter then all-gather, each a phase of one
+    hop's latency + (n-1) step overheads (the first pair's send and n-2 more) with S/n on every
+    pair's own link."""
+    topology = load_topology("ascend-910b")
+    model = CollectiveModel(topology)
+    n = 8
+    bw, step = _hop(topology, model, 0, 1)
+    phase = step + (n - 2) * model.params.step_overhead_s + GiB / n / bw
+    got = model.cost("all_reduce", list(range(n)), GiB, algorithm="direct").time_s
+    assert got == pytest.approx(topology.device_spec(0).launch_overhead_s + 2 * phase, rel=1e-9)
