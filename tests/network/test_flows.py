@@ -116,3 +116,11 @@ def test_concurrent_collectives_slow_each_other_only_when_they_share_links():
 
     assert both(("p2p", [0, 8], 2**30)) > alone * 1.05  # shares GPU 0's NIC
     assert both(("all_gather", [1, 2], 2**20)) < alone * 1.05  # a small NVLink job barely matters
+
+
+def test_a_transfer_pays_its_paths_latency_then_its_bytes():
+    """Every flow test had zero latency, so a transfer without its path latency passed (an audit's
+    mutation): on a star of 2 us links, 1 GB between two devices takes 2 x 2 us + 1e9 / 10 GB/s."""
+    slow = {**STAR, "graph": {**STAR["graph"], "links": [{**link, "latency": "2us"} for link in STAR["graph"]["links"]]}}
+    (duration,), _ = _run(load_topology(slow), [(0, 0, 1, 1e9)])
+    assert duration == pytest.approx(2 * 2e-6 + 0.1, rel=1e-12)
