@@ -304,3 +304,16 @@ def test_a_search_that_keeps_nothing_says_why_in_words_and_the_tp_that_fits():
                       evaluator=lambda choice, ranks: pytest.fail("every layout is pruned before evaluation"))
     assert "pruned: tp does not divide the attention heads" in caught.value.message
     assert caught.value.fix.endswith("the 8 KV heads: 1, 2, 4, 8, 16, 32")
+
+
+def test_context_parallel_needs_two_chunks_per_rank_and_tensor_parallel_splits_the_kv_heads():
+    """Load-balanced CP splits each sequence into 2 x cp chunks, and TP divides the KV heads or
+    is a multiple of them (Megatron replicates a head): with 4096 tokens the CP rule never bit (an
+    audit's mutation, seq % cp for seq % 2cp, passed)."""
+    model = FakeModel(num_heads=48, num_kv_heads=12)
+    space = SearchSpace(cp=[1, 2, 3], tp=[1, 2, 4, 8, 16, 24])
+    choices, pruned = enumerate_train_choices(model, 48, global_batch=96, seq_len=4098, space=space)
+    assert choices and {c.cp for c in choices} == {1, 3} and pruned["cp_seq"] > 0   # 4098 = 2 x 3 x 683
+    even, _ = enumerate_train_choices(model, 48, global_batch=96, seq_len=4096, space=space)
+    assert {c.cp for c in even} == {1, 2}                                             # 4096 % 6 != 0
+    assert {c.tp for c in choices} == {1, 2, 4, 24} and pruned["tp_heads"] > 0   # 8, 16: neither way
