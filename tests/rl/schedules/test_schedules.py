@@ -502,6 +502,9 @@ def test_invariants_of_every_registered_kind(kind, seed, devices, slots):
     rec, tl, sm, s = run(sc, costs, devices=devices)
     assert np.allclose(metrics.per_device_time(tl, devices), rec.makespan_s, rtol=1e-9, atol=1e-9)
     assert sm["sample"].is_unique
+    # each prompt of a round is generated once, all its samples (an instance generating another's
+    # share duplicated some prompts and lost others, and passed the id check)
+    assert (sm.groupby(["round", "group"]).size() == sc.workload.samples_per_prompt).all()
     consumed = sm["consumed_iteration"] >= 0
     assert (consumed ^ sm["dropped"]).all()
     assert consumed.sum() == sum(it["samples"] for it in rec.iterations)
