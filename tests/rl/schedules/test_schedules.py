@@ -511,4 +511,8 @@ def test_invariants_of_every_registered_kind(kind, seed, devices, slots):
     train_device_s = ((tl["end"] - tl["start"]) * tl["rank_count"])[tl["state"] == "train"].sum()
     trained = s["tokens_per_s"] * rec.makespan_s * costs.flops_per_token * sc.workload.ppo_epochs
     assert trained / costs.peak_flops <= train_device_s * (1 + 1e-9)
+    # one weight sync a step, of sync_s, on at most every device (NeMo RL's engines paying it twice
+    # passed the device-time check: its states still tiled the makespan)
+    sync_device_s = ((tl["end"] - tl["start"]) * tl["rank_count"])[tl["state"] == "sync"].sum()
+    assert sync_device_s <= len(rec.iterations) * costs.sync_s * devices * (1 + 1e-9)
     assert math.isclose(sum(s["bubbles_by_cause"].values()), s["bubble_fraction"], rel_tol=1e-9, abs_tol=1e-12)
