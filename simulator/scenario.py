@@ -2415,7 +2415,7 @@ _TOPOLOGY_FILE_KEYS = frozenset({"devices_per_node", "scaleup", "scaleout", "hos
                                  "supernodes", "racks", "graph", "groups", "collectives", "device_profile"})
 
 
-def _check_top_level(data: Mapping[str, Any], source: str) -> None:
+def check_top_level(data: Mapping[str, Any], source: str) -> None:
     """An unknown top-level key (a YAML typo, a --set without its section) names the section it belongs to."""
     known = set(Scenario.model_fields) - {"source"}
     for key in data:
@@ -2554,7 +2554,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     if seed is not None:
         data["seed"] = seed
     data = apply_overrides(_without_replaced_size(data, overrides), overrides)
-    _check_top_level(data, source)
+    check_top_level(data, source)
     if "topology" not in data:
         data["topology"] = copy.deepcopy(DEFAULT_SCENARIO["topology"])
     if "workload" not in data:

@@ -773,7 +773,7 @@ class _Reader:
         value = self.m.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise RlsimError(f"must be a number in (0, 1], got {value!r}", source=self.source,
-                             field=self.where(key))
+                             field=self.where(key), fix="give the share of the peak it reaches, e.g. 0.8")
         return float(value)
 
     def number(self, key: str, default: float, minimum: float = 0.0) -> float:

@@ -69,6 +69,8 @@ def given_ranges(vary: Any) -> dict[str, tuple[float, float]] | None:
     string, or None for the default set) as checked ranges: two finite numbers, LOW <= HIGH."""
     ranges = _read_ranges(vary)
     for key in ranges or ():
+        from ..scenario import check_top_level
+        check_top_level({key.split(".")[0]: None}, "--vary")   # 'foo.bar' said as --grid says it
         if key in NOT_VARIED:
             raise RlsimError(f"{key} cannot be varied: {NOT_VARIED[key]}", field="--vary",
                              fix=f"drop --vary {key}=...; give --seeds N for N seeds")
@@ -183,10 +185,15 @@ def default_ranges(plan: ReplicaPlan, distributions: Sequence[Any] | None = None
             high = value * f_high
             if key.endswith("efficiency"):
                 high = min(1.0, high)
-            out[key] = (value * f_low, high)
+            out[key] = (_tidy(value * f_low), _tidy(high))
     for dist in plan.distributions if distributions is None else distributions:
         out[dist.key] = dist.bounds()
     return out
+
+
+def _tidy(value: float) -> float:
+    """A range end to 12 significant digits: 0.92, not the product's 0.9199999999999999."""
+    return float(f"{value:.12g}")
 
 
 def _device_groups(plan: ReplicaPlan) -> list[str]:

@@ -238,3 +238,14 @@ def test_a_mixed_clusters_device_fields_vary_group_by_group_around_their_own_val
             assert ranges[f"topology.groups.{name}.device.{field}"] == pytest.approx(
                 (own * low_factor, min(1.0, own * high_factor) if field.endswith("efficiency") else own * high_factor))
     assert load_topology("dgx-h100").device_groups() == {}
+
+
+def test_an_unknown_vary_key_is_said_as_grid_says_it_and_default_ends_are_tidy(toy, costs):
+    # 'field foo: Extra inputs are not permitted' with a generic fix; ends such as 0.9199999999999999
+    with pytest.raises(RlsimError) as info:
+        sensitivity(toy, {"foo.bar": (1, 2)}, samples=0, costs=costs)
+    assert info.value.message == "unknown scenario key 'foo'" and "workload" in info.value.fix
+    from simulator.uncertainty import plan_replicas
+    from simulator.uncertainty.sensitivity_runs import default_ranges
+    ends = [end for span in default_ranges(plan_replicas({"workload": "grpo-qwen2.5-7b"})).values() for end in span]
+    assert all(end == float(f"{end:.12g}") for end in ends)
