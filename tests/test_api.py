@@ -308,3 +308,15 @@ def test_an_override_given_to_simulate_is_named_as_the_cli_names_a_set_item(tmp_
     with pytest.raises(RlsimError) as caught:
         simulate_point(BaseScenario(str(scenario)), {"workload.train_layout.tp": 3})
     assert caught.value.source.startswith("--grid workload.train_layout.tp=3 (over ")
+
+
+def test_split_pools_on_a_mixed_cluster_say_which_kind_each_holds():
+    """Pools take ranks in order, so the order of the groups decided which kind generated (1.74x
+    apart on H100 + H20), unsaid (a topology trial)."""
+    result = simulator.simulate({"topology": "hetero-a100-h100", "schedule": "disaggregated", "iterations": 1,
+                       "workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16, "mini_batch_prompts": 16}})
+    assert ("split pools on a mixed cluster take the ranks in order: rollout on 8 a100-80gb; train on 8 h100"
+            in result.summary["notes"][-1])
+    alike = simulator.simulate({"topology": "dgx-h100", "schedule": "disaggregated", "iterations": 1,
+                      "workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16, "mini_batch_prompts": 16}})
+    assert not any("mixed cluster" in note for note in alike.summary["notes"])
