@@ -386,7 +386,8 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
     from ..planner import plan_hetero, planner_settings
 
     kinds = topology.device_kinds()
-    if len(kinds) < 2:
+    # kinds by their specs, not their catalog names: an H100 group with its own HBM rate is a kind
+    if len(topology.distinct_specs(range(topology.num_devices))) < 2:
         raise RlsimError(f"--balance splits work over device kinds, and {topology.name} has one ({kinds[0]})",
                          field="--balance", fix="drop --balance, or give a topology of several kinds "
                                                 "(e.g. hetero-a100-h100)")

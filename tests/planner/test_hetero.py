@@ -274,3 +274,17 @@ def test_mfu_on_a_mixed_cluster_is_against_every_devices_own_peak():
                             load_topology("dgx-h100", {"nodes": 1}), sequences=uniform_sequences(64, 2048))
     assert alike.mfu == pytest.approx(alike.model_flops / (alike.step_time_s * 8 * load_topology(
         "dgx-h100", {"nodes": 1}).device_spec(0).peak("bf16")), rel=1e-12)
+
+
+def test_balance_counts_kinds_by_their_specs_not_their_names(tmp_path, capsys):
+    """Two H100 groups, one with its own HBM rate (a degraded node), were 'one kind (h100)' to
+    --balance (a topology trial)."""
+    from simulator.cli import main
+    path = tmp_path / "two-h100s.yaml"
+    path.write_text("name: two-h100s\ndevices_per_node: 8\nscaleup: {kind: switch}\nscaleout: {nic_bw: 400Gb/s}\n"
+                    "groups:\n  h100: {device: h100, nodes: 1}\n"
+                    "  slow: {device: {name: h100, hbm_bw_Bps: 2TB/s}, nodes: 1}\n")
+    assert main(["plan", "--topology", str(path), "--model", "llama3.1-8b", "--global-batch", "256", "--seq-len",
+                 "4096", "--balance", "--top", "1", "--set", "planner.space.tp=[1]", "--set",
+                 "planner.space.pp=[1]"]) == 0
+    assert "speedup of the balanced split over the even one" in capsys.readouterr().out
