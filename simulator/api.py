@@ -224,12 +224,22 @@ def _pool_kinds_note(rec: Any, topology: Any) -> list[str]:
     """Split pools on a mixed cluster: which kind each pool holds (pools take ranks in order, so the
     order of the topology's groups decides which kind generates: 1.74x apart on H100 + H20)."""
     pools = {name: pool for name, pool in rec.pools.items() if pool.count}
-    if topology is None or len(pools) < 2 or len(topology.device_kinds()) < 2:
+    if topology is None or len(topology.device_kinds()) < 2:
         return []
-    held = "; ".join(f"{name} on {', '.join(f'{count} {kind}' for kind, count in _kinds_of(topology, pool.ranks))}"
-                     for name, pool in pools.items())
-    return [f"split pools on a mixed cluster take the ranks in order: {held}; to give the other kind the other "
-            "pool, list the topology's groups in the other order (or size the pools: schedule.rollout_devices)"]
+    notes = []
+    if len(pools) > 1:
+        held = "; ".join(f"{name} on {', '.join(f'{count} {kind}' for kind, count in _kinds_of(topology, pool.ranks))}"
+                         for name, pool in pools.items())
+        notes.append(f"split pools on a mixed cluster take the ranks in order: {held}; to give the other kind the "
+                     "other pool, list the topology's groups in the other order (or size the pools: "
+                     "schedule.rollout_devices)")
+    trainer = pools.get("train") or pools.get("actor")
+    kinds = _kinds_of(topology, trainer.ranks) if trainer is not None else []
+    if len(kinds) > 1:   # 8 H20s beside 8 H100s made a step 31% slower, unsaid
+        notes.append(f"the trainer spans {' and '.join(kind for kind, _ in kinds)} and runs an even split at the pace "
+                     "of its slowest kind: the faster devices wait; rlsim plan --balance prices a speed-proportional "
+                     "split, which a run does not take")
+    return notes
 
 
 def _kinds_of(topology: Any, ranks: Any) -> list[tuple[str, int]]:

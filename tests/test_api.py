@@ -315,8 +315,13 @@ def test_split_pools_on_a_mixed_cluster_say_which_kind_each_holds():
     apart on H100 + H20), unsaid (a topology trial)."""
     result = simulator.simulate({"topology": "hetero-a100-h100", "schedule": "disaggregated", "iterations": 1,
                        "workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16, "mini_batch_prompts": 16}})
-    assert ("split pools on a mixed cluster take the ranks in order: rollout on 8 a100-80gb; train on 8 h100"
-            in result.summary["notes"][-1])
+    assert any(note.startswith("split pools on a mixed cluster take the ranks in order: rollout on 8 a100-80gb; "
+                               "train on 8 h100") for note in result.summary["notes"])
+    colocated = simulator.simulate({"topology": "hetero-a100-h100", "schedule": "colocated", "iterations": 1,
+                                    "workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16,
+                                                 "mini_batch_prompts": 16}})
+    assert any(note.startswith("the trainer spans a100-80gb and h100 and runs an even split at the pace of its "
+                               "slowest kind") for note in colocated.summary["notes"])
     alike = simulator.simulate({"topology": "dgx-h100", "schedule": "disaggregated", "iterations": 1,
                       "workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16, "mini_batch_prompts": 16}})
     assert not any("mixed cluster" in note for note in alike.summary["notes"])
