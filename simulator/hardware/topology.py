@@ -875,10 +875,13 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
                                 out_r.fraction("efficiency", DEFAULT_SCALEOUT_EFFICIENCY))
     if groups_raw is not None:
         stray = [k for k in _COUNT_KEYS if top.m.get(k) is not None]
-        if stray:
+        if stray:   # related: the groups' side of it, so the --set that gave them is named
             raise RlsimError("with groups, counts belong to each group", source=source, field=stray[0],
+                             related=["groups"],
                              fix=f"set groups.NAME.{stray[0]} instead (--set topology.groups.NAME.{stray[0]}=N; "
-                                 f"groups here: {', '.join(name for name, _ in groups)})")
+                                 f"groups here: {', '.join(name for name, _ in groups)}); groups given over a "
+                                 f"preset of one kind also clear its count and device: --set "
+                                 f"topology.{stray[0]}=null --set topology.device=null")
         if top.m.get("device") is not None and all("device" in g.m for _, g in groups):
             raise RlsimError(f"every group names its own device, so the topology's device ({top.m['device']!r}) "
                              "would be read past", source=source, field="device",

@@ -41,3 +41,13 @@ def test_a_groups_bad_nic_names_its_field_once(nic):
     with pytest.raises(RlsimError) as info:
         load_topology("hetero-a100-h100", {"groups": {"h100": {"nic_bw": nic}}})
     assert info.value.field == "topology.groups.h100.nic_bw"   # an override, named as --set names it
+
+
+def test_groups_given_over_a_preset_of_one_kind_name_the_set_and_how_to_clear_its_count(capsys):
+    """--set topology.groups... over dgx-h100 blamed 'topologies/dgx-h100.yaml: field nodes' and
+    asked for groups.NAME.nodes, which the user had set (a topology trial)."""
+    assert main(["comm", "--topology", "dgx-h100", "--set", "topology.groups.h100.nodes=2", "--op", "all_reduce",
+                 "--bytes", "1GiB", "--group", "all"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --set topology.groups.h100.nodes=2: field 'topology.nodes'" in err
+    assert "--set topology.nodes=null --set topology.device=null" in err
