@@ -317,3 +317,29 @@ def test_context_parallel_needs_two_chunks_per_rank_and_tensor_parallel_splits_t
     even, _ = enumerate_train_choices(model, 48, global_batch=96, seq_len=4096, space=space)
     assert {c.cp for c in even} == {1, 2}                                             # 4096 % 6 != 0
     assert {c.tp for c in choices} == {1, 2, 4, 24} and pruned["tp_heads"] > 0   # 8, 16: neither way
+
+
+def test_refinement_keeps_each_leaders_fastest_placement():
+    """Each refined leader holds the placement its evaluator times fastest among the aware ones (an
+    audit's mutation that kept the slower placement passed: no evaluator's time depended on it).
+    Here the first aware placement, the one a layout is enumerated with, is the slow one."""
+    from simulator.planner.search import _placements
+    topo = FakeTopology(4)
+
+    def first_is_slow(c, ranks):   # (layouts with one placement slower still: those with a choice lead)
+        placements = _placements(topo, range(32), c)
+        if len(placements) == 1:
+            step = 110.0
+        elif tuple(ranks) == tuple(placements[0].ranks):
+            step = 105.0
+        else:
+            step = 100.0 + (sum(i * r for i, r in enumerate(ranks)) % 7) / 10
+        return Evaluation(step, 100.0 / step, 0.4, 1e9, 0.0)
+
+    plan = plan_training(FakeModel(), topo, 128, 4096, evaluator=first_is_slow, top=3)
+    choices = 0
+    for cand in plan.candidates:
+        times = [first_is_slow(cand.choice, p.ranks).step_time_s for p in _placements(topo, range(32), cand.choice)]
+        assert cand.evaluation.step_time_s == min(times)
+        choices += len(times) > 1
+    assert choices and plan.best.evaluation.step_time_s < 105.0   # a leader had placements to choose from
