@@ -863,10 +863,15 @@ def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], so
     plans: list[GroupPlan] = []
     num_devices = num_domains = 0
     for gname, g in groups:
-        plan = _group_plan(gname, g, top, out_r, num_devices, max_devices)
+        plan = _group_plan(gname, g, top, out_r, num_devices, max_devices, may_be_empty=groups_raw is not None)
+        if not plan.num_nodes:   # a group of 0 nodes is left out (a sweep over "with and without it")
+            continue
         plans.append(plan)
         num_devices += plan.num_nodes * plan.per_node
         num_domains += plan.num_nodes // plan.per_domain
+    if not plans:
+        raise RlsimError("every group has 0 nodes: the topology has no devices", source=source,
+                         field=f"groups.{groups[0][0]}.nodes", fix="give at least one group a node")
 
     scaleout = None
     if out_r is not None:
@@ -942,8 +947,9 @@ def _device_and_profile(g: _Reader, top: _Reader, dev_raw: Any, dev_field: str) 
 
 
 def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, devices_before: int,
-                max_devices: int) -> GroupPlan:
-    """One group's (or the whole file's) devices, counts and links, checked."""
+                max_devices: int, may_be_empty: bool = False) -> GroupPlan:
+    """One group's (or the whole file's) devices, counts and links, checked; a group (``may_be_empty``)
+    may count 0 nodes."""
     source = top.source
 
     def get(key: str) -> Any:
@@ -972,7 +978,7 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
         raise RlsimError(f"give exactly one of {', '.join(_COUNT_KEYS)} (got {given or 'none'})",
                          source=source, field=g.where("nodes"),
                          fix="e.g. nodes: 2 (servers) or supernodes: 1 / racks: 1 (scale-up domains)")
-    count = g.count(given[0])
+    count = g.count(given[0], minimum=0 if may_be_empty else 1)
     num_nodes = count if given[0] == "nodes" else count * per_domain
     if num_nodes % per_domain:
         raise RlsimError(f"{num_nodes} nodes do not fill domains of {per_domain} nodes", source=source,
