@@ -486,7 +486,8 @@ def _fit_notes(fit: LogFit, result: Any, measured: Sequence[Mapping[str, np.ndar
     for p in params:
         value = fit.values[p.key]
         # a bound of 0 (no overhead) is a value a run may have; an efficiency's floor or a cap is not
-        near = [bound for bound in (p.lower, p.upper) if bound and abs(value - bound) <= NEAR_BOUND * (p.upper - p.lower)]
+        near = [bound for bound in (p.lower, p.upper)
+                if bound and abs(value - bound) <= NEAR_BOUND * (p.upper - p.lower)]
         if p.key in fit.at_bound or near:
             notes.append(f"{p.key} ended {'at' if p.key in fit.at_bound else 'near'} its bound ({value:.4g} of "
                          f"{p.lower:g} .. {p.upper:g}): the logs ask for a value at or past what the model holds "

@@ -120,7 +120,8 @@ def _command(args: argparse.Namespace) -> list[str]:
         words += ["--from-log", log]
     for scenario in args.scenario:
         words += ["--scenario", scenario]
-    for option, given, default in (("--fit", ",".join(args.fit or []), ""), ("--skip-steps", args.skip_steps, SKIP_STEPS),
+    for option, given, default in (("--fit", ",".join(args.fit or []), ""),
+                                   ("--skip-steps", args.skip_steps, SKIP_STEPS),
                                    ("--max-evaluations", args.max_evaluations, MAX_EVALUATIONS),
                                    ("--log-run", args.log_run, None)):
         if given != default:

@@ -112,13 +112,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     if "replicas" in grid:   # a point's replicas are the sweep's (--seeds), not a grid value
         raise RlsimError("replicas is not a grid key: every point runs the same replicas", field="--grid",
                          fix="give --seeds N (or replicas: N in the scenario) for every point")
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    if jobs < 1:
-        raise RlsimError(f"--jobs must be at least 1, got {jobs}", field="--jobs", fix="give --jobs 1 or more")
-    if args.iterations is not None and args.iterations < 1:
-        raise RlsimError("--iterations must be at least 1", field="--iterations", fix="give --iterations 1 or more")
-    from .run import refuse_twice_given
-    refuse_twice_given(args)   # an option and a --set of one key (a grid over an option is what a grid is for)
+    jobs = _checked_counts(args)
     base = BaseScenario(spec=args.scenario, topology=args.topology, workload=args.workload,
                         schedule=args.schedule, overrides=tuple(args.overrides),
                         iterations=args.iterations, seed=args.seed)
@@ -227,6 +221,19 @@ def _one_writer(out: Path) -> Iterator[None]:
             raise RlsimError(f"another sweep is writing {out}", field="--out",
                              fix="wait for it to finish, or give this sweep another --out") from None
         yield
+
+
+def _checked_counts(args: argparse.Namespace) -> int:
+    """The worker count (--jobs, default one per CPU), --iterations checked, and no option given
+    twice (as an option and a --set of its key)."""
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if jobs < 1:
+        raise RlsimError(f"--jobs must be at least 1, got {jobs}", field="--jobs", fix="give --jobs 1 or more")
+    if args.iterations is not None and args.iterations < 1:
+        raise RlsimError("--iterations must be at least 1", field="--iterations", fix="give --iterations 1 or more")
+    from .run import refuse_twice_given
+    refuse_twice_given(args)   # an option and a --set of one key (a grid over an option is what a grid is for)
+    return jobs
 
 
 def _stopped_by(exc: BaseException) -> str:

@@ -220,6 +220,7 @@ class RolloutEvaluator:
         """Weights, workspace and the KV cache of an instance's running sequences, per device."""
         s = self.space
         running = min(per_instance, step.max_running)
-        kv = min(step.kv_free_bytes_dev, running * (s.prompt_len + s.response_len)
-                 * step.kv_bytes_per_token_dev / step.layout.ep) + running * step.window_bytes_per_seq_dev / step.layout.ep
+        ep = step.layout.ep
+        kv = (min(step.kv_free_bytes_dev, running * (s.prompt_len + s.response_len) * step.kv_bytes_per_token_dev / ep)
+              + running * step.window_bytes_per_seq_dev / ep)
         return step.weight_bytes_dev + step.params.workspace_bytes + kv
