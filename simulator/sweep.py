@@ -1126,16 +1126,24 @@ class BaseScenario:
     def first_scenario(self, values: Mapping[str, Any]) -> Any:
         """The point's scenario, its distribution values at their first replica's draws (a single run
         refuses a distribution: a sweep point with one runs it as replicas)."""
-        from .uncertainty.replicas import plan_replicas
-        return plan_replicas(self.spec, seeds=1, **self.keywords(values)).scenario(0)
+        from .scenario import scenario_data, validate_scenario
+        from .uncertainty.distributions import first_draw
+        data, source = scenario_data(self.spec, **self.keywords(values))
+        return validate_scenario(first_draw(data, source), source)
 
     def has_distributions(self, grid: Mapping[str, Sequence[Any]]) -> bool:
         """Whether the base scenario or a grid value gives a key as a distribution."""
-        from .uncertainty.replicas import plan_replicas
-        if any(isinstance(value, Mapping) and "dist" in value for values in grid.values() for value in values):
+        from .overrides import set_dotted
+        from .scenario import distribution_keys, scenario_data
+
+        def nested(key: str, value: Any) -> dict[str, Any]:   # a length law's dist: is its name, no draw
+            out: dict[str, Any] = {}
+            set_dotted(out, key, value)
+            return out
+        if any(distribution_keys(nested(key, value)) for key, values in grid.items() for value in values):
             return True
         try:
-            return bool(plan_replicas(self.spec, seeds=1, **self.keywords()).distributions)
+            return bool(distribution_keys(scenario_data(self.spec, **self.keywords())[0]))
         except RlsimError:   # a base that does not load: its points' rows say why
             return False
 

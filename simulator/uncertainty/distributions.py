@@ -136,6 +136,18 @@ def put_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[int(parts[-1]) if isinstance(node, list) else parts[-1]] = value
 
 
+def first_draw(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``data`` with each distribution value at the first replica's draw (plan_replicas draws replica
+    i from SeedSequence(seed).spawn(N)[i], the same first stream for any N); a copy of ``data``
+    when it has none. A seed that is not a whole number >= 0 draws from 0 (the load says why)."""
+    dists = find_distributions(data, source)
+    if not dists:
+        return dict(data)
+    seed = data.get("seed", 0)
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else 0
+    return draw(data, dists, np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0]))[0]
+
+
 def draw(data: Mapping[str, Any], dists: list[Distribution], rng: np.random.Generator
          ) -> tuple[dict[str, Any], dict[str, float | int]]:
     """A copy of `data` with every distribution replaced by one draw, and the values drawn."""
