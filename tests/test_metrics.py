@@ -39,3 +39,17 @@ def test_device_seconds_stay_exact_without_expanding():
 def test_scaling_efficiency():
     frame = metrics.scaling_efficiency([384, 1536], [35_000, 127_000])
     assert frame["scaling_efficiency"].iloc[1] == pytest.approx(127 / 140)
+
+
+def test_the_reward_wait_counts_a_pools_wait_on_the_teacher_but_not_the_teachers_own_idle():
+    """AReaL's trainer idles on the teacher's log-probabilities in rows labelled teacher: 5% of the
+    device time read 0.4% (only 'reward' was counted; a guides trial). The teacher pool's own idle
+    rows are labelled teacher too, and are no wait for rewards."""
+    import pandas as pd
+
+    from simulator.metrics import reward_wait_share
+    rows = [("train", "idle", "reward", 0.0, 1.0, 4), ("train", "idle", "teacher", 1.0, 3.0, 4),
+            ("train", "train", "train_actor", 3.0, 10.0, 4), ("teacher", "idle", "teacher", 0.0, 10.0, 4),
+            ("rollout", "generate", "round 0", 0.0, 10.0, 8)]
+    timeline = pd.DataFrame(rows, columns=["pool", "state", "label", "start", "end", "rank_count"])
+    assert reward_wait_share(timeline) == pytest.approx((1.0 + 2.0) * 4 / (10.0 * 16))
