@@ -408,7 +408,7 @@ def _teacher(v: Values, w: dict[str, Any]) -> None:
                                                           "teacher.engine_type=rollout with teacher.rollout.backend")
     engine, dims = parse_backend(v("teacher.rollout.backend"), "teacher.rollout.backend", src, ("sglang", "vllm"))
     if v("teacher.path"):
-        teacher, how = model_for(v("teacher.path"), "teacher.path", src)
+        teacher, how = model_for(v("teacher.path"), "teacher.path", src, policy=False)
         v.result.notes.append(f"teacher.path {v('teacher.path')!r} -> {how}")
     else:   # _init_teacher_rollout: the path overrides the shared engine config's model, the rollout's
         teacher = w["model"]
@@ -428,7 +428,7 @@ def _critic(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]
     src = v.result.source
     w["algorithm"] = "ppo"
     if v.given("critic.path") and v("critic.path") != v("actor.path"):
-        w["critic_model"], how = model_for(v("critic.path"), "critic.path", src)
+        w["critic_model"], how = model_for(v("critic.path"), "critic.path", src, policy=False)
         v.result.notes.append(f"critic.path {v('critic.path')!r} -> {how}")
     if v.given("critic.backend") and v("critic.backend") == v("actor.backend"):
         decided["critic.backend"] = ("ignored", "the actor's layout, with which rlsim runs the critic")

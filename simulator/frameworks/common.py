@@ -458,12 +458,16 @@ MODEL_SUFFIXES = ("-instruct", "-chat", "-base", "-it", "-thinking", "-hf", "-bf
 MODEL_PREFIXES = (("meta-llama-", "llama"), ("llama-", "llama"))
 
 
-def model_for(value: Any, field_name: str, source: str) -> tuple[str, str]:
-    """A model path as a config writes it -> (workload.model, how it was found)."""
+def model_for(value: Any, field_name: str, source: str, policy: bool = True) -> tuple[str, str]:
+    """A model path as a config writes it -> (a model preset or config.json path, how it was found).
+    ``policy``: the key is the policy's (workload.model, which --set can give instead); a teacher's,
+    reward model's or critic's is fixed in the config key alone (--set workload.model changed the
+    policy, the hint these errors gave)."""
     from ..llm.architecture import model_names
     if value is None or not str(value).strip():
         raise RlsimError("the config names no model", source=source, field=field_name,
-                         fix=f"pass {field_name}=HF_ID after the config path, or --set workload.model=PRESET")
+                         fix=f"pass {field_name}=HF_ID after the config path"
+                             + (", or --set workload.model=PRESET" if policy else ""))
     text = str(value).strip()
     path = Path(text).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
@@ -475,9 +479,12 @@ def model_for(value: Any, field_name: str, source: str) -> tuple[str, str]:
     for candidate in _name_candidates(name):
         if candidate in names:
             return candidate, f"model preset {candidate}"
+    presets = ", ".join(sorted(names))
     raise RlsimError(f"model {text!r} matches no model preset and is not a folder with a config.json",
                      source=source, field=field_name,
-                     fix=f"--set workload.model=PRESET (one of: {', '.join(sorted(names))}) or a path to its config.json")
+                     fix=(f"--set workload.model=PRESET (one of: {presets}) or a path to its config.json" if policy
+                          else f"pass {field_name}= a model preset's id (one of: {presets}) or a folder with its "
+                               "config.json"))
 
 
 def begin_workload(v: Values, model_key: str, what: str, model_given: bool,

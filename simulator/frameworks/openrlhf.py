@@ -426,7 +426,7 @@ def _reward(v: Values) -> dict[str, Any]:
         raise RlsimError("no reward: OpenRLHF needs a reward model, a remote reward or an agent function",
                          source=v.result.source, field="reward.model_name_or_path",
                          fix="pass reward.model_name_or_path=HF_ID, reward.remote_url=URL or train.agent_func_path=FILE")
-    model, how = model_for(str(path).split(",")[0], "reward.model_name_or_path", v.result.source)
+    model, how = model_for(str(path).split(",")[0], "reward.model_name_or_path", v.result.source, policy=False)
     v.result.notes.append(f"reward.model_name_or_path {path!r} -> {how}")
     return {"kind": "model", "model": model}
 
@@ -440,7 +440,7 @@ def _critic(v: Values, w: dict[str, Any]) -> None:
     if path:
         if path == v("actor.model_name_or_path"):
             return
-        model, how = model_for(path, "critic.model_name_or_path", v.result.source)
+        model, how = model_for(path, "critic.model_name_or_path", v.result.source, policy=False)
     elif w["reward"]["kind"] == "model":   # _reward resolved the reward model's path already
         model, how = w["reward"]["model"], "the reward model's architecture (OpenRLHF's default critic)"
     else:

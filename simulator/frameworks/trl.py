@@ -377,7 +377,7 @@ def _reward(v: Values) -> dict[str, Any]:
     path = v("reward_model_name_or_path")
     if not path:
         return {"kind": "rule", "handover": "batch"}
-    model, how = model_for(path, "reward_model_name_or_path", v.result.source)
+    model, how = model_for(path, "reward_model_name_or_path", v.result.source, policy=False)
     v.result.notes.append(f"reward_model_name_or_path {path!r} -> {how}")
     return {"kind": "model", "model": model}
 

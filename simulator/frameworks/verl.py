@@ -851,7 +851,7 @@ def _distillation(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status,
     if not nodes:
         raise RlsimError("distillation.enabled without a teacher pool (distillation.nnodes 0)", source=src,
                          field="distillation.nnodes", fix="pass distillation.nnodes=N distillation.n_gpus_per_node=G")
-    teacher, how = model_for(v(f"{TEACHER}.model_path"), f"{TEACHER}.model_path", src)
+    teacher, how = model_for(v(f"{TEACHER}.model_path"), f"{TEACHER}.model_path", src, policy=False)
     v.result.notes.append(f"{TEACHER}.model_path {v(f'{TEACHER}.model_path')!r} -> {how}")
     inference = f"{TEACHER}.inference"
     topk = v("distillation.distillation_loss.topk") if v("distillation.distillation_loss.loss_mode") == \
@@ -887,7 +887,8 @@ def _reward_model(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, 
         return
     src = v.result.source
     path = v(f"{rm}.model_path")
-    w["reward"] = {"kind": "model", **({"model": model_for(path, f"{rm}.model_path", src)[0]} if path else {})}
+    w["reward"] = {"kind": "model",
+                   **({"model": model_for(path, f"{rm}.model_path", src, policy=False)[0]} if path else {})}
     for key in v.flat:     # the rule reward's workers and manager: the workers post to the model's engines
         if key.startswith(("reward.num_workers", "reward.reward_manager.", "reward.custom_reward_function.")):
             decided[key] = ("ignored", "with a reward model the reward loop's workers post each sample to its "
@@ -1602,8 +1603,8 @@ def _legacy_reward_pool(v: Values, recipe: str, sched: dict[str, Any], decided: 
 def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[str, tuple[Status, str]]) -> None:
     if v.flag("reward_model.enable"):
         path = v("reward_model.model.path")
-        w["reward"] = {"kind": "model", **({"model": model_for(path, "reward_model.model.path", v.result.source)[0]}
-                                           if path else {})}
+        model = model_for(path, "reward_model.model.path", v.result.source, policy=False)[0] if path else None
+        w["reward"] = {"kind": "model", **({"model": model} if model else {})}
         if str(v.flat.get("reward_model.strategy", "fsdp")) in ("fsdp", "fsdp2"):
             w["reward"]["cpu_offload"] = True
             v.result.notes.append(REWARD_OFFLOAD_NOTE)
@@ -1614,7 +1615,7 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
                                            "critic-free", decided)
         return
     if v("critic.model.path"):
-        w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source)[0]
+        w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source, policy=False)[0]
     _critic_as_actor(v, w, decided)
     # verl's critic keeps its own offload flags (false by default), not the actor's, under its backend
     # (CriticWorker of fsdp_workers.py / megatron_workers.py: the same load-and-offload around its passes)
