@@ -102,15 +102,27 @@ def test_request_fed_kinds_run_each_trajectorys_turns_through_their_servers(sche
 @pytest.mark.parametrize("schedule, knobs", [
     ("areal", ["workload.multi_turn.lockstep=true"]),
     ("verl-fully-async", ["workload.multi_turn.lockstep=true"]),
-    ("stalesync", []),                                  # its default stream_threshold 0.5 cuts the tail
-    ("colocated", ["schedule.overprovision=0.2"]),
-    ("disaggregated", ["schedule.failures=[{at_s: 150, fail: 'node:0'}]"]),
 ])
-def test_runs_that_cannot_take_turns_refuse_them_by_name(schedule, knobs):
+def test_kinds_that_cannot_take_lockstep_turns_refuse_them_by_name(schedule, knobs):
     with pytest.raises(RlsimError) as refused:
         _run(*_turns(2, 1.0), *knobs, schedule=schedule)
     assert refused.value.field == "workload.multi_turn"
     assert "colocated" in refused.value.fix and "areal" in refused.value.fix
+
+
+@pytest.mark.parametrize("schedule, knobs, field, undo", [
+    ("stalesync", [], "schedule.stream_threshold", "set schedule.stream_threshold: 1"),   # its default 0.5
+    ("colocated", ["schedule.overprovision=0.2"], "schedule.overprovision", "set schedule.overprovision: 0"),
+    ("disaggregated", ["schedule.failures=[{at_s: 150, fail: 'node:0'}]"], "schedule.failures",
+     "remove schedule.failures"),
+])
+def test_runs_that_cut_generation_refuse_turns_naming_the_knob_in_force(schedule, knobs, field, undo):
+    """The refusal listed six possible knobs and named none: StaleSync's default stream_threshold,
+    which the user never set, was the one (a guides trial)."""
+    with pytest.raises(RlsimError) as refused:
+        _run(*_turns(2, 1.0), *knobs, schedule=schedule)
+    assert refused.value.field == field and "workload.multi_turn" in refused.value.related
+    assert refused.value.fix.startswith(undo) and refused.value.fix.endswith("or remove workload.multi_turn")
 
 
 @pytest.mark.parametrize("key, value, word", [("max_turns", 0, "greater than 0"), ("mean_turns", 5, "above max_turns"),

@@ -3,6 +3,8 @@ once the schedule's policy, the models and the pools are known. Each refuses inp
 read past or that the policy cannot run, naming the key (RlsimError)."""
 from __future__ import annotations
 
+from typing import Any
+
 from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
 from ...llm.training import trained_shapes
@@ -58,12 +60,38 @@ def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:
         why = (f"lockstep: kind {sched.kind} runs each trajectory's agent loop on its own (lock-step turns are "
                "NeMo RL's synchronous loop)")
     elif sched.partial_rollout or keeps_engine_copies(sched) or sched.failures:
-        why = ("this run cuts generation mid-way and resumes it (partial_rollout, overprovision, a StaleSync "
-               "tail cut, in-flight weight updates, async_engine or failures), which is not modelled for turns")
+        cuts = _generation_cuts(sched)   # the knobs in force, named (the six possible ones were listed)
+        raise RlsimError(f"multi-turn rollouts: this run cuts generation mid-way and resumes it "
+                         f"({'; '.join(what for _, what, _ in cuts)}), which is not modelled for turns",
+                         source=scenario.source, field=cuts[0][0], related=["workload.multi_turn"],
+                         fix=f"{' and '.join(undo for _, _, undo in cuts)}, or remove workload.multi_turn")
     else:
         return
     raise RlsimError(f"multi-turn rollouts: {why}", source=scenario.source, field="workload.multi_turn",
-                     fix=f"remove workload.multi_turn, or run it on one of {able} without those knobs")
+                     fix=f"remove workload.multi_turn, or run it on one of {able}")
+
+
+def _generation_cuts(sched: Any) -> list[tuple[str, str, str]]:
+    """(field, what, how to undo it) of each knob in force that cuts generation and resumes it
+    (llm_costs.keeps_engine_copies, partial rollouts, failures)."""
+    cuts = []
+    if sched.partial_rollout:
+        cuts.append(("schedule.partial_rollout", "partial_rollout", "set schedule.partial_rollout: false"))
+    if sched.overprovision > 0:
+        cuts.append(("schedule.overprovision", f"overprovision {sched.overprovision:g}",
+                     "set schedule.overprovision: 0"))
+    if getattr(sched, "cuts_generation", False):
+        cuts.append(("schedule.in_flight_weight_updates", "in-flight weight updates",
+                     "set schedule.in_flight_weight_updates: false"))
+    if getattr(sched, "async_engine", False):
+        cuts.append(("schedule.async_engine", "async_engine", "set schedule.async_engine: false"))
+    if sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1:
+        cuts.append(("schedule.stream_threshold", f"a StaleSync tail cut: stream_threshold "
+                     f"{sched.effective_threshold:g} at staleness {sched.effective_staleness:g}",
+                     "set schedule.stream_threshold: 1 (no tail cut)"))
+    if sched.failures:
+        cuts.append(("schedule.failures", "failures", "remove schedule.failures"))
+    return cuts
 
 
 def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
