@@ -95,11 +95,20 @@ class FrameworkImport:
                                  source=self.source, field=framework_key,
                                  fix=f"pass {framework_key}=VALUE after the config path (as the framework's own "
                                      "override), not with --set") from None
-            if (exc.source and not str(exc.source).startswith("<")) or self._set_by_user(exc):
+            if self._set_by_user(exc):
                 raise
+            # a key the import wrote that the user's --set made inapplicable is not theirs to remove
+            # from the config (schedule.refit=reshard beside the import's refit gather bytes)
+            written = self._written_by_import(exc)
+            fix = "; ".join(part for part in (exc.fix, written and f"{written} is the import's (from the config): "
+                                                          f"--set {written}=null clears it") if part) or None
+            if exc.source and not str(exc.source).startswith("<"):
+                if not written:
+                    raise
+                raise exc.reworded(exc.message, fix) from None
             keys = self.config_keys_for(exc)
             if not keys:
-                raise exc.with_source(self.source) from None
+                raise exc.reworded(exc.message, fix, source=self.source) from None
             where = f" (rlsim's {exc.field})" if exc.field else ""
             raise RlsimError(f"{exc.message}{where}", source=self.source, field=", ".join(keys),
                              fix=f"change {keys[0]} (KEY=VALUE after the config path)"
@@ -115,6 +124,20 @@ class FrameworkImport:
             if rule_for(key, self.rules) is not None and any(key == n or key.startswith(n + ".") for n in names):
                 return key
         return None
+
+    def _written_by_import(self, exc: RlsimError) -> str | None:
+        """The error's field where its fix is to remove it, the imported scenario holds it (the import
+        wrote it) and no --set gave it."""
+        field_name = exc.field or ""
+        if not field_name or not (exc.fix or "").startswith(f"remove {field_name}") or any(
+                field_name == k or field_name.startswith(k + ".") for k in self.user_keys):
+            return None   # only a key to remove (read past) is cleared
+        node: Any = self.scenario
+        for part in field_name.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return None
+            node = node[part]
+        return field_name
 
     def _set_by_user(self, exc: RlsimError) -> bool:
         names = exc.fields or ([exc.field] if exc.field else [])
