@@ -136,11 +136,14 @@ class MultiTurnSpec(_Strict):
     def _the_task_is_given(self) -> "MultiTurnSpec":
         """The tools' seconds and answer tokens describe the user's task (no framework config holds
         them): missing, the error says what to give (after the fields' own checks, which name theirs)."""
-        missing = [key for key in ("max_turns", "observation_tokens", "tool_latency_s") if getattr(self, key) is None]
-        if missing:
-            raise ValueError(f"give {', '.join(missing)}: the turn cap, the tokens a tool's answer appends (mean) "
-                             "and a turn's tool calls' seconds (mean) describe your task and tools, e.g. --set "
-                             "workload.multi_turn.tool_latency_s=2 --set workload.multi_turn.observation_tokens=200")
+        meaning = {"max_turns": "the turn cap", "observation_tokens": "the tokens a tool's answer appends (mean)",
+                   "tool_latency_s": "a turn's tool calls' seconds (mean)"}
+        missing = [key for key in meaning if getattr(self, key) is None]
+        if missing:   # each named with its own meaning (the turn cap was listed when only the tools were missing)
+            example = {"max_turns": "4", "observation_tokens": "200", "tool_latency_s": "2"}
+            raise ValueError(f"give {', '.join(missing)}: {'; '.join(meaning[key] for key in missing)}, which "
+                             "describe your task and tools, e.g. "
+                             + " ".join(f"--set workload.multi_turn.{key}={example[key]}" for key in missing))
         return self
 
     @model_validator(mode="after")

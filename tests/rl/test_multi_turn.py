@@ -133,3 +133,13 @@ def test_a_bad_turn_law_names_its_field(key, value, word):
     with pytest.raises(RlsimError) as refused:
         _run(*[f"workload.multi_turn.{k}={v}" for k, v in turns.items()])
     assert "workload.multi_turn" in str(refused.value) and word in str(refused.value)
+
+
+def test_a_turn_law_without_its_tools_names_what_is_missing_and_only_that():
+    # 'give observation_tokens, tool_latency_s: the turn cap, ...' listed the cap that was given
+    from simulator.scenario import load_scenario
+    with pytest.raises(RlsimError) as refused:
+        load_scenario(None, overrides=["workload.multi_turn.max_turns=4"])
+    message = refused.value.message
+    assert "give observation_tokens, tool_latency_s: the tokens a tool's answer appends" in message
+    assert "turn cap" not in message and "--set workload.multi_turn.max_turns" not in message
