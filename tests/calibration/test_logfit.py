@@ -388,3 +388,27 @@ def test_an_areal_log_round_trips_through_its_own_timers() -> None:
         assert fit.values[key] == pytest.approx(value, rel=0.05)
     colocated = logfit.simulate_timings(SCENARIO, _true_items(true))
     assert colocated["rollout"] == colocated["generate"]
+
+
+def test_the_fits_sigma_is_the_residual_variance_over_the_degrees_of_freedom():
+    """One parameter, three residuals (1, -1, 0) of unit sensitivity: s^2 = 2 / (3 - 1) and
+    sigma = sqrt(s^2 / (J^T J)) = sqrt(1 / 3) (an audit's mutation to s^2 = 2 / 3 passed the ratio
+    checks)."""
+    sigma = logfit._uncertainty(np.array([[1.0], [1.0], [1.0]]), np.array([1.0, -1.0, 0.0]), np.array([1.0]))
+    assert sigma[0] == pytest.approx(np.sqrt(1 / 3))
+
+
+def test_framework_timers_are_read_off_a_summary_as_the_frameworks_time_them():
+    """The fits compare a log with predicted_timings, and the round trips make the log from the same
+    function, so a timer mapped wrongly cancels out (an audit's mutations passed): NeMo RL's one
+    log-prob timer holds the policy's and the reference's passes (and SkyRL's the critic's values);
+    AReaL's timers are the mean of the steps after the first."""
+    summary = {"stage_time_s": {"generate": 10.0, "old_logprob": 2.0, "reference": 3.0, "values": 4.0,
+                                "train": 5.0},
+               "steady_step_time_s": 30.0,
+               "areal": {"per_step": [{"rollout_s": 100.0, "recompute_logp_s": 50.0},
+                                      {"rollout_s": 8.0, "recompute_logp_s": 2.0},
+                                      {"rollout_s": 10.0, "recompute_logp_s": 4.0}]}}
+    timings = logfit.predicted_timings(summary)
+    assert timings["logprobs"] == 2.0 + 3.0 + 4.0 and timings["step_s"] == 30.0
+    assert timings["rollout"] == 9.0 and timings["old_log_prob"] == 3.0   # the warm-up step (100 s) left out

@@ -341,3 +341,18 @@ def test_verl_console_output_is_read(tmp_path: Path) -> None:
     assert log.frame["generate"].tolist() == [11.8, 12.1] and log.frame["step"].tolist() == [1, 2]
     assert log.ignored == ["actor/lr"]
     assert log.notes == ["read as verl console output: 2 'step:N - key:value' line(s); 2 other line(s) skipped"]
+
+
+def test_a_stage_factor_is_the_relative_least_squares_one_and_its_spread_the_coefficient_of_variation():
+    """Measured 1 s and 2 s against a prediction of 1 s: the factor minimising sum (f p - m)^2 / m^2
+    is sum(r) / sum(r^2) with r = p / m = (1, 1/2): 1.5 / 1.25 = 1.2 (mean(m / p) gives 1.5); the
+    spread of m / p = (1, 2) is 0.5 / 1.5 = 1/3, unchanged by a common scale (an audit's mutations
+    of both passed: its logs were near-constant)."""
+    import pandas as pd
+
+    from simulator.calibration.runlogs import RunLog
+    for scale in (1.0, 10.0):
+        log = RunLog(pd.DataFrame({"step": [1, 2], "generate": [1.0 * scale, 2.0 * scale]}), "two-steps")
+        scales = fit_stage_scales(log, {"generate": 1.0 * scale}, skip_steps=0)
+        assert scales.factors["generate"] == pytest.approx(1.2)
+        assert scales.spread["generate"] == pytest.approx(1 / 3)
