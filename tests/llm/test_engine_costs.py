@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from simulator.hardware.devices import get_device
@@ -212,3 +213,17 @@ def _has(name: str) -> bool:
     except Exception:
         return False
     return True
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_an_async_step_bound_by_its_cpu_pays_the_scheduler_and_the_graph_replay(n):
+    """With 50 ms of scheduler a step the CPU side binds, so an async decode step is exactly
+    step_overhead + cpu_per_seq x n + the graph's replay (the test above binds on the GPU, where an
+    audit's mutation dropping the replay from the CPU floor passed), in the array form too."""
+    asyn = _cost(step_overhead_s=50e-3, async_scheduling=True)
+    c0, _, m0, _, _ = asyn.decode_lines(n, n * 300)
+    assert max(c0, m0) + asyn.comm_s(n) < 50e-3                      # the GPU side is shorter
+    floor = 50e-3 + asyn.params.cpu_per_seq_s * n + asyn.params.cuda_graph_replay_s
+    assert asyn.decode_step_s(n, n * 300) == pytest.approx(floor, rel=1e-12)
+    added, floors = asyn.overhead_many_s(np.array([n]), np.array([n]))
+    assert added[0] == 0.0 and floors[0] == pytest.approx(floor, rel=1e-12)
