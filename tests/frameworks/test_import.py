@@ -1693,3 +1693,16 @@ def test_verls_fused_kernels_take_the_log_probs_and_the_entropy_on_their_torch_b
                            [*fused, "actor_rollout_ref.model.fused_kernel_options.impl_backend=triton"])
     assert "triton kernel" in triton.unsupported["actor_rollout_ref.model.use_fused_kernels"]
     assert triton.scenario["workload"]["train_params"]["compute"]["loss_traffic_bytes_per_logit"] == 14.0
+
+
+def test_nemo_rls_prompt_cap_leaves_a_token_and_verls_fully_async_step_counts_its_required_batches():
+    """A prompt of T-max leaves vLLM's max_model_len no room (an audit's mutation to T-max passed: the
+    example gives data.max_input_seq_length); a fully async step is require_batches x
+    trigger_parameter_sync_step x ppo_mini_batch_size prompts (the example's require_batches is 1,
+    where dropping it passed)."""
+    nemo = import_config("nemo-rl", "workloads/frameworks/nemo-rl-grpo-llama3.1-8b.yaml",
+                         ["~data.max_input_seq_length"])
+    assert nemo.scenario["workload"]["prompt_length"]["max"] == 4096 - 1
+    fully = import_config("verl", "workloads/frameworks/verl-fully-async-qwen2.5-7b.yaml",
+                          ["async_training.require_batches=2"])
+    assert fully.scenario["workload"]["prompts_per_step"] == 2 * 4 * 32
