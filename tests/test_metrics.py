@@ -53,3 +53,16 @@ def test_the_reward_wait_counts_a_pools_wait_on_the_teacher_but_not_the_teachers
             ("rollout", "generate", "round 0", 0.0, 10.0, 8)]
     timeline = pd.DataFrame(rows, columns=["pool", "state", "label", "start", "end", "rank_count"])
     assert reward_wait_share(timeline) == pytest.approx((1.0 + 2.0) * 4 / (10.0 * 16))
+
+
+def test_mfu_counts_the_generation_flops_of_the_samples_trained():
+    """MFU = (training FLOPs + the generation FLOPs of the samples finished within the run) / (peak x
+    devices x makespan): its only check was 0 < mfu < 1, so dropping the generation passed (an audit)."""
+    from tests.rl.schedules.test_schedules import _costs, run, scenario
+    rec, _, samples, summary = run(scenario("one-step-off", iterations=4, seed=3), _costs({"slots": 4}), devices=16)
+    finished = samples["finish"] <= rec.makespan_s + 1e-9
+    share = samples.loc[finished, "generated_tokens"].sum() / samples["generated_tokens"].sum()
+    assert share > 0 and rec.gen_flops > 0
+    expected = (rec.flops + rec.gen_flops * share) / (rec.peak_flops * rec.n_devices * rec.makespan_s)
+    assert summary["mfu"] == pytest.approx(expected, rel=1e-9)
+    assert summary["mfu"] > rec.flops / (rec.peak_flops * rec.n_devices * rec.makespan_s)
