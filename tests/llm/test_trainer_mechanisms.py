@@ -497,3 +497,24 @@ def test_the_scored_tokens_are_grouped_as_their_sequences(samples, dp, micro_bat
         _, whole = _micro_batch_parts(seqs, lay, packing, budget, scored=seqs)
         for h, (t, _) in zip(whole, replicas, strict=True):
             np.testing.assert_allclose(h, t)
+
+
+def test_full_recompute_redoes_the_forwards_collectives_but_not_the_zero3_gather():
+    """One layer's backward with full recompute: its own compute and comm, the forward's compute again,
+    and the forward's collectives again except the ZeRO-3 parameter gather (the backward's gather
+    serves the recomputation); with no recompute none of them (an audit's mutation re-gathering
+    passed every test). Rows: fwd, fwd comm, bwd, compute, then comm by kind (tp, cp, ep, pp, dp)."""
+    import numpy as np
+
+    from simulator.llm.training import COMM_KINDS, _layer_addends, _LayerCost
+    one = np.ones(1)
+    layer = _LayerCost(fwd_compute=10 * one, bwd_compute=20 * one, attn_fwd=4 * one,
+                       fwd_comm={"tp": 1 * one, "dp": 2 * one}, bwd_comm={"tp": 1 * one, "dp": 3 * one})
+    rows = 4 + len(COMM_KINDS)
+    full, full_bwd = _layer_addends(layer, "full", rows, 1)
+    none, _ = _layer_addends(layer, "none", rows, 1)
+    selective, _ = _layer_addends(layer, "selective", rows, 1)
+    assert full[2, 0] == 20 + (1 + 3) + 10 + 1       # bwd + its comm + the forward again + its tp, not its dp
+    assert none[2, 0] == 20 + (1 + 3) and selective[2, 0] == 20 + (1 + 3) + 4
+    tp, dp = 4 + COMM_KINDS.index("tp"), 4 + COMM_KINDS.index("dp")
+    assert (full[tp, 0], full[dp, 0], full_bwd[dp, 0]) == (2.0, 2.0, 3.0)   # tp twice, the gather once
