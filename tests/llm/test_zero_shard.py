@@ -183,3 +183,19 @@ def test_a_smaller_shard_group_holds_at_least_as_much_state(zero, dp):
     totals = [memory_per_device(QWEN, TrainLayout(dp=dp, zero=zero, zero_shard_size=size), 2048, BIG).total_bytes
               for size in sizes]
     assert all(a >= b for a, b in zip(totals, totals[1:], strict=False))
+
+
+def test_a_moe_optimizer_step_updates_its_dense_and_expert_shards_apart():
+    """dp 16, ep 8 (expert-DP 2), shard 8: each device updates 1/8 of the dense parameters and 1/1 of
+    its experts (2 copies of the expert-DP group), at the optimizer's bytes per parameter over the
+    HBM (one shard for both, an audit's mutation, passed: no test had a MoE optimizer step)."""
+    from simulator.llm.training import rates_for
+    lay = TrainLayout(dp=16, ep=8, etp=1, zero=1, recompute="full", zero_shard_size=8)
+    assert (lay.zero_shard, lay.expert_zero_shard) == (8, 1)
+    params = TrainParams()
+    cost = train_step_cost(MOE, lay, TWO_NODES, sequences=uniform_sequences(16, 1024), params=params)
+    (dense, expert), = _stage_params(MOE, lay)
+    assert dense > 0 and expert > 0
+    rates = rates_for(TWO_NODES.device_spec(0), params)
+    expected = (dense / 8 + expert / 1) * params.comm.optimizer_traffic_bytes_per_param / rates.hbm_Bps
+    assert cost.optimizer_s == pytest.approx(expected, rel=1e-12)
