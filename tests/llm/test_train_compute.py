@@ -306,3 +306,25 @@ def test_a_head_in_another_dtype_runs_its_gemms_at_that_dtypes_peak_and_bytes() 
     assert (f - f0)[0] == pytest.approx(extra["forward"], rel=1e-9)
     assert (b - b0)[0] == pytest.approx(extra["data"] + extra["weight"], rel=1e-9)
     assert extra["forward"] > 5 * float(gemm_time_s(*map(np.asarray, shapes["forward"]), rates, plain.compute)[0])
+
+
+@pytest.mark.parametrize("tp, ep", [(2, 4), (4, 8)])
+def test_moe_folding_moves_expert_rows_not_expert_flops(tp, ep):
+    """Under MoE parallel folding a device's expert GEMMs take tokens x ep x k / E x etp / tp rows of
+    weights split etp ways, so their FLOPs do not depend on etp (an audit's mutation dropping
+    etp / tp from the rows passed every test: etp < tp multiplied the expert compute by tp / etp)."""
+    import numpy as np
+
+    from simulator.llm.architecture import load_model
+    from simulator.llm.layer_costs import layer_shapes
+    from simulator.llm.train_compute import _expert_rows, _gemm_plan
+
+    layer = next(shape for shape in layer_shapes(load_model("qwen3-30b-a3b")) if shape.moe)
+    tokens = np.array([4096.0])
+    flops = {}
+    for etp in (1, tp):
+        plan = _gemm_plan(layer, tp, ep, etp)
+        rows = _expert_rows(plan, layer, tokens, tp, ep, etp)[:, 0]
+        assert np.allclose(rows[plan.expert], 4096 * ep * layer.experts_per_token / layer.num_experts * etp / tp)
+        flops[etp] = float(np.sum((2 * rows * plan.n_dim * plan.k_dim * plan.count)[plan.expert]))
+    assert flops[1] == pytest.approx(flops[tp], rel=1e-12)
