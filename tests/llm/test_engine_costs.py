@@ -129,23 +129,28 @@ def test_budget_without_chunking_splits_the_prefill_into_blocking_steps():
     assert long.busy_s == pytest.approx(c.prefill_s(5000, 5000 * 5001 / 2, 1), rel=1e-12)
 
 
-def test_chunked_prefill_bounds_the_step_and_lets_decodes_ride():
+@pytest.mark.parametrize("prompt", [8000, 8100])
+def test_chunked_prefill_bounds_the_step_and_lets_decodes_ride(prompt):
+    """The riding decodes take their tokens of the budget: ceil(prompt / (1024 - 24)) chunk steps
+    (8100 tokens: 9, where ceil(8100 / 1024) = 8; at 8000 both are 8, and an audit's mutation
+    ignoring the riders passed but for a random draw)."""
     budget = 1024
     params = InferenceParams(max_num_batched_tokens=budget, chunked_prefill=True)
     engine = RolloutEngine(QWEN, H100, RolloutLayout(), params)
     engine.add_many(range(24), [50] * 24, [10_000] * 24, 0.0)
-    engine.add_many([100], [8000], [5], 0.5)   # 8000 tokens: ceil(8000 / (1024 - 24)) = 8 chunks
+    engine.add_many([100], [prompt], [5], 0.5)
     before = engine.generated_tokens
     admit_at, k = engine._next_event()         # the step boundary where it is admitted
     K = engine._K + k * 24
     engine.advance_to(admit_at)
     cost = engine.cost
-    steps = math.ceil(8000 / (budget - 24))
-    phase = cost.mixed_s(24, K, 8000, 8000 * 8001 / 2, 1, steps)
+    steps = math.ceil(prompt / (budget - 24))
+    assert steps == {8000: 8, 8100: 9}[prompt]
+    phase = cost.mixed_s(24, K, prompt, prompt * (prompt + 1) / 2, 1, steps)
     assert engine.t - admit_at == pytest.approx(phase, rel=1e-12)
     assert engine.generated_tokens - before == k * 24 + 1 + steps * 24   # the decodes rode along
     # each chunk step is shorter than the whole blocking prefill, and longer than a decode step
-    blocking = cost.prefill_s(8000, 8000 * 8001 / 2, 1)
+    blocking = cost.prefill_s(prompt, prompt * (prompt + 1) / 2, 1)
     assert cost.decode_step_s(24, K) < phase / steps < blocking
 
 
