@@ -293,6 +293,13 @@ class Rollouter:
         self._fire("wake")
 
 
+
+def version_quota(staleness_threshold: float, per_version: int) -> int:
+    """The samples a version may start: floor((1 + staleness_threshold) x per_version), forgiving
+    float round-off ((1 + 0.16) x 25 is 28.999999999999996 in floats, and 29 samples)."""
+    return math.floor((1 + staleness_threshold) * per_version + 1e-9)
+
+
 class VerlFullyAsyncRun:
     ROLLOUTER: type[Rollouter] = Rollouter
     TRAIN_POOL = "train"   # the pool the trainer runs on
@@ -320,7 +327,7 @@ class VerlFullyAsyncRun:
         sched, mini = self.sched, self.ctx.workload.mini_batch_prompts or self.ctx.workload.prompts_per_step
         self.per_update = sched.require_batches * mini                 # prompts per local update
         self.per_version = sched.trigger_parameter_sync_step * self.per_update
-        self.quota = math.floor((1 + sched.staleness_threshold) * self.per_version + 1e-9)
+        self.quota = version_quota(sched.staleness_threshold, self.per_version)
         self.partial = sched.partial_rollout and sched.staleness_threshold > 0
 
     def run(self) -> float:

@@ -297,3 +297,10 @@ def test_the_trainers_wait_for_rule_rewards_is_labelled_reward():
     per_version = [v["gen_s"] for v in s["verl"]["per_version"]]
     spent = float((gen_waits["end"] - gen_waits["start"]).sum() + (waits["end"] - waits["start"]).sum())
     assert spent == pytest.approx(sum(per_version), rel=1e-9)
+
+
+def test_a_versions_quota_forgives_float_round_off():
+    # (1 + 0.16) x 25 is 28.999999999999996 in floats: 29 samples, not 28 (an audit's mutation passed)
+    from simulator.rl.schedules.verl_async import version_quota
+    assert version_quota(0.16, 25) == 29 and version_quota(0.1, 30) == 33 and version_quota(0.0, 32) == 32
+    assert version_quota(0.5, 5) == 7   # a real fraction still floors
