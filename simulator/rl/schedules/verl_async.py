@@ -293,7 +293,6 @@ class Rollouter:
         self._fire("wake")
 
 
-
 def version_quota(staleness_threshold: float, per_version: int) -> int:
     """The samples a version may start: floor((1 + staleness_threshold) x per_version), forgiving
     float round-off ((1 + 0.16) x 25 is 28.999999999999996 in floats, and 29 samples)."""
