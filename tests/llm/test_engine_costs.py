@@ -232,3 +232,24 @@ def test_an_async_step_bound_by_its_cpu_pays_the_scheduler_and_the_graph_replay(
     assert asyn.decode_step_s(n, n * 300) == pytest.approx(floor, rel=1e-12)
     added, floors = asyn.overhead_many_s(np.array([n]), np.array([n]))
     assert added[0] == 0.0 and floors[0] == pytest.approx(floor, rel=1e-12)
+
+
+@pytest.mark.parametrize("tokens", [64, 4096])
+def test_a_tp_x_ep_engines_collectives_in_closed_form(tokens):
+    """TP 2 x EP 2 on the fallback collectives (no topology): each attention replica all-reduces its
+    own tokens / ep twice a layer, and every MoE layer dispatches and combines tokens x k rows over
+    the 4 devices (nccl-tests shapes: all-reduce 2(n-1) steps of 2(n-1)/n S, all-to-all n-1 of
+    (n-1)/n S). No test had tp > 1 with ep > 1, so the all-reduce's / ep was free (an audit)."""
+    cost = _cost(MOE, RolloutLayout(tp=2, ep=2))
+    p, bw = cost.params, H100.scaleup_bw_Bps * cost.params.fallback_collective_efficiency
+    assert cost.pipeline_factor == 1
+
+    def fallback(steps: int, factor: float, nbytes: float) -> float:
+        return H100.launch_overhead_s + steps * p.fallback_step_latency_s + factor * nbytes / bw
+
+    all_reduce = fallback(2, 1.0, tokens / 2 * MOE.hidden * p.activation_bytes)
+    rows = tokens / 4 * MOE.experts_per_token * MOE.hidden
+    all_to_all = fallback(3, 0.75, rows * p.dispatch_bytes) + fallback(3, 0.75, rows * p.activation_bytes)
+    expected = MOE.tp_reductions_per_layer * MOE.num_layers * all_reduce + MOE.num_moe_layers * all_to_all
+    assert cost.comm_s(tokens) == pytest.approx(expected, rel=1e-12)
+    assert cost.comm_many_s(np.array([tokens]))[0] == pytest.approx(expected, rel=1e-12)
