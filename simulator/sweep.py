@@ -1098,13 +1098,10 @@ class BaseScenario:
         hands out its points, costliest first. It loads the point's scenario and topology, ~8 ms at
         384 devices and ~65 ms at 24,576 here (a point simulates in 0.5-2 s); 0 for a point
         that does not load (it is evaluated all the same, and its row says why)."""
-        from .hardware.topology import load_topology
         from .scenario import work_estimate
 
         try:
-            scenario = self.first_scenario(values)
-            topology = load_topology(scenario.topology, max_devices=scenario.limits.max_devices,
-                                     spec_source=scenario.source)
+            scenario, topology = self.loaded(values)
         except RlsimError:
             return 0
         return work_estimate(scenario, topology.num_devices).units
@@ -1114,22 +1111,24 @@ class BaseScenario:
         name that does not exist): the scenario and topology loaded, nothing simulated. None when it
         loads, or fails on another field (a layout that does not fit: the point's row says so)."""
         from .errors import set_item_for
-        from .hardware.topology import load_topology
 
         try:
-            scenario = self.first_scenario(values)
-            load_topology(scenario.topology, max_devices=scenario.limits.max_devices, spec_source=scenario.source)
+            self.loaded(values)
         except RlsimError as exc:
             return exc if set_item_for(exc.fields, [key]) else None
         return None
 
-    def first_scenario(self, values: Mapping[str, Any]) -> Any:
-        """The point's scenario, its distribution values at their first replica's draws (a single run
-        refuses a distribution: a sweep point with one runs it as replicas)."""
+    def loaded(self, values: Mapping[str, Any]) -> tuple[Any, Any]:
+        """The point's scenario and topology, nothing simulated (RlsimError where they do not load);
+        its distribution values at their first replica's draws (a single run refuses a distribution:
+        a sweep point with one runs it as replicas)."""
+        from .hardware.topology import load_topology
         from .scenario import scenario_data, validate_scenario
         from .uncertainty.distributions import first_draw
         data, source = scenario_data(self.spec, **self.keywords(values))
-        return validate_scenario(first_draw(data, source), source)
+        scenario = validate_scenario(first_draw(data, source), source)
+        return scenario, load_topology(scenario.topology, max_devices=scenario.limits.max_devices,
+                                       spec_source=scenario.source)
 
     def has_distributions(self, grid: Mapping[str, Sequence[Any]]) -> bool:
         """Whether the base scenario or a grid value gives a key as a distribution."""

@@ -128,9 +128,6 @@ MAX_STEP_NUMBER = 2.0 ** 53
 STEP_KEYS = ("step", "training/global_step", "global_step", "train/global_step", "Step", "_step", "iteration")
 # Bookkeeping columns of a wandb history export: neither metrics nor unknown names.
 BOOKKEEPING_KEYS = frozenset({"_runtime", "_timestamp", "_wandb", "Wall time", "Relative Time (Process)"})
-# rlsim's iterations.csv beside its step time: the step's clock marks and counts (metrics.ITERATION_COLUMNS)
-RLSIM_ITERATION_KEYS = frozenset({"start", "forwards_end", "train_end", "end", "samples", "tokens", "response_tokens",
-                                  "staleness_mean", "staleness_max", "queue_read_bytes", "queue_payload_bytes"})
 # the column where read_run_log keeps each record's place in its file ('line 12'), for errors
 LOCATION = "__where__"
 WANDB_RUN_SEPARATOR = " - "
@@ -427,9 +424,9 @@ def _normalize(raw: pd.DataFrame, source: str, notes: Sequence[str] = ()) -> Run
         frame[STAGE_KEYS.get(key) or OTHER_KEYS.get(key) or "step_s"] = values.to_numpy(dtype=float)
     notes.extend(_longer_than_the_step(frame, present))
     frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
-    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, LOCATION,
-             *(RLSIM_ITERATION_KEYS if step_time == RLSIM_STEP_TIME_KEY else ())}
-    ignored = sorted(str(c) for c in raw.columns if c not in known)
+    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, LOCATION}
+    # rlsim's own iterations.csv: its other columns are the step's clock marks and counts, no metrics
+    ignored = [] if step_time == RLSIM_STEP_TIME_KEY else sorted(str(c) for c in raw.columns if c not in known)
     return RunLog(frame=frame, source=source, ignored=ignored, notes=notes)
 
 

@@ -98,10 +98,10 @@ def run_from_log(args: argparse.Namespace) -> int:
     keys = _listed(args.fit, "--fit")
     _check_predictions(args.predict, keys)
     fit = fit_runs(runs, keys, skip_steps=args.skip_steps, max_evaluations=args.max_evaluations)
-    header = [shlex.join(_command(args)), use_line(runs, fit.items)]
-    write_overlay(fit, out, header)
+    use = use_line(runs, fit.items)
+    write_overlay(fit, out, [shlex.join(_command(args)), use])
     target = args.predict_scenario or runs[0].scenario
-    document: dict[str, Any] = {"overlay": str(out), **fit.to_json(), "use": use_line(runs, fit.items)}
+    document: dict[str, Any] = {"overlay": str(out), **fit.to_json(), "use": use}
     if args.predict or args.predict_scenario:
         document["prediction"] = {"scenario": str(target), "set": list(args.predict),
                                   **predict(target, [*args.overrides, *args.predict], fit)}

@@ -358,13 +358,11 @@ def _refuse_unloadable_base(base: Any, grid: dict[str, list[Any]]) -> None:
     """A base scenario that loads in none of the grid's points (staleness: -1 under a grid of seeds)
     is bad input, said once before anything runs, as `rlsim run` says it: every point was run into
     an error row and the sweep failed at its end."""
-    from ..hardware.topology import load_topology
     from ..sweep import expand_grid
 
     def error_of(values: dict[str, Any]) -> RlsimError | None:
         try:
-            scenario = base.first_scenario(values)
-            load_topology(scenario.topology, max_devices=scenario.limits.max_devices, spec_source=scenario.source)
+            base.loaded(values)
         except RlsimError as exc:
             return exc
         return None

@@ -1206,12 +1206,14 @@ def _mean_peak(topology: Any, ranks: Sequence[int], params: TrainParams, pacing_
     the plan's MFU of an H100 + H20 cluster at 0.73 where the run said 0.10)."""
     if len(topology.distinct_specs(ranks)) < 2:
         return pacing_peak
-    peaks: dict[int, float] = {}
+    peaks: dict[int, float] = {}   # by spec: one peak() a kind
+    total = 0.0
     for rank in ranks:
         spec = topology.device_spec(rank)
         if id(spec) not in peaks:
             peaks[id(spec)] = spec.peak(params.compute.dtype, field=COMPUTE_DTYPE_FIELD)
-    return sum(peaks[id(topology.device_spec(rank))] for rank in ranks) / len(ranks)
+        total += peaks[id(spec)]
+    return total / len(ranks)
 
 
 def offload_Bps(topology: Any, ranks: Sequence[int], params: TrainParams) -> float:

@@ -281,9 +281,25 @@ def keeps_engine_copies(sched: Any) -> bool:
     (StaleSync tail consolidation, over-provisioning), kinds that cut generation at a weight update
     (NeMo in-flight updates) and an async engine that takes sequences mid-run
     (NeMo RL's async_engine: Generation.admit)."""
-    return sched.overprovision > 0 or bool(getattr(sched, "cuts_generation", False)) or bool(
-        getattr(sched, "async_engine", False)) or (
-        sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1)
+    return bool(engine_copy_reasons(sched))
+
+
+def engine_copy_reasons(sched: Any) -> list[tuple[str, str, str]]:
+    """(field, what, how to undo it) of each knob in force that makes keeps_engine_copies true."""
+    reasons = []
+    if sched.overprovision > 0:
+        reasons.append(("schedule.overprovision", f"overprovision {sched.overprovision:g}",
+                        "set schedule.overprovision: 0"))
+    if getattr(sched, "cuts_generation", False):
+        reasons.append(("schedule.in_flight_weight_updates", "in-flight weight updates",
+                        "set schedule.in_flight_weight_updates: false"))
+    if getattr(sched, "async_engine", False):
+        reasons.append(("schedule.async_engine", "async_engine", "set schedule.async_engine: false"))
+    if sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1:
+        reasons.append(("schedule.stream_threshold", f"a StaleSync tail cut: stream_threshold "
+                        f"{sched.effective_threshold:g} at staleness {sched.effective_staleness:g}",
+                        "set schedule.stream_threshold: 1 (no tail cut)"))
+    return reasons
 
 
 def turn_law_of(spec: Any) -> TurnLaw | None:

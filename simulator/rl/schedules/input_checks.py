@@ -11,7 +11,7 @@ from ...llm.training import trained_shapes
 from ...params import TRAIN_SOFTWARE, engine_constants_read_past, train_constants_read_past
 from ...scenario import Scenario, check_segments
 from ..costs import Costs
-from ..llm_costs import keeps_engine_copies
+from ..llm_costs import engine_copy_reasons
 from ..pools import SERVED_FIELDS, SERVED_NAMES, Pool, served_devices
 from . import registry
 from .registry import SchedulePolicy
@@ -59,8 +59,7 @@ def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:
             return
         why = (f"lockstep: kind {sched.kind} runs each trajectory's agent loop on its own (lock-step turns are "
                "NeMo RL's synchronous loop)")
-    elif sched.partial_rollout or keeps_engine_copies(sched) or sched.failures:
-        cuts = _generation_cuts(sched)   # the knobs in force, named (the six possible ones were listed)
+    elif cuts := _generation_cuts(sched):   # the knobs in force, named (the six possible ones were listed)
         raise RlsimError(f"multi-turn rollouts: this run cuts generation mid-way and resumes it "
                          f"({'; '.join(what for _, what, _ in cuts)}), which is not modelled for turns",
                          source=scenario.source, field=cuts[0][0], related=["workload.multi_turn"],
@@ -72,26 +71,12 @@ def _check_multi_turn(scenario: Scenario, policy: SchedulePolicy) -> None:
 
 
 def _generation_cuts(sched: Any) -> list[tuple[str, str, str]]:
-    """(field, what, how to undo it) of each knob in force that cuts generation and resumes it
-    (llm_costs.keeps_engine_copies, partial rollouts, failures)."""
-    cuts = []
-    if sched.partial_rollout:
-        cuts.append(("schedule.partial_rollout", "partial_rollout", "set schedule.partial_rollout: false"))
-    if sched.overprovision > 0:
-        cuts.append(("schedule.overprovision", f"overprovision {sched.overprovision:g}",
-                     "set schedule.overprovision: 0"))
-    if getattr(sched, "cuts_generation", False):
-        cuts.append(("schedule.in_flight_weight_updates", "in-flight weight updates",
-                     "set schedule.in_flight_weight_updates: false"))
-    if getattr(sched, "async_engine", False):
-        cuts.append(("schedule.async_engine", "async_engine", "set schedule.async_engine: false"))
-    if sched.effective_placement == "colocated" and sched.effective_staleness >= 1 and sched.effective_threshold < 1:
-        cuts.append(("schedule.stream_threshold", f"a StaleSync tail cut: stream_threshold "
-                     f"{sched.effective_threshold:g} at staleness {sched.effective_staleness:g}",
-                     "set schedule.stream_threshold: 1 (no tail cut)"))
-    if sched.failures:
-        cuts.append(("schedule.failures", "failures", "remove schedule.failures"))
-    return cuts
+    """(field, what, how to undo it) of each knob in force that cuts generation and resumes it: a
+    partial rollout, the engines' copies (llm_costs.engine_copy_reasons), failures."""
+    partial = [("schedule.partial_rollout", "partial_rollout", "set schedule.partial_rollout: false")]
+    failures = [("schedule.failures", "failures", "remove schedule.failures")]
+    return [*(partial if sched.partial_rollout else []), *engine_copy_reasons(sched),
+            *(failures if sched.failures else [])]
 
 
 def _check_partial_rollout(scenario: Scenario, policy: SchedulePolicy) -> None:
