@@ -84,7 +84,10 @@ def set_item_for(fields: list[str], items: list[str]) -> str | None:
                if name == key or name.startswith(key + ".") or key.startswith(name + ".")]
         if not hit:
             return None
-        found.append(hit[-1])   # the last item given wins, as it does when applied
+        below = [item for key, item in keys if key.startswith(name + ".")]
+        # the items that filled a section in together share its fault (the multi-turn section by three
+        # items); else the last item given wins, as it does when applied
+        found.append(", ".join(dict.fromkeys(below)) if len(below) == len(hit) > 1 else hit[-1])
     return found[0] if fields and len(set(found)) == 1 else None
 
 
@@ -187,6 +190,10 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
         if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):   # the tag field itself
             loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
         where = _dotted(prefix, loc, skip) or prefix or "input"
+        if err.get("type") == "missing" and "." in where:
+            # a required key of a section: whoever gave the section left it out
+            related.append(where.rpartition(".")[0])
+            own_fix.setdefault(where, f"give {where} (docs/scenario-reference.md)")
         message = cause.message if isinstance(cause, RlsimError) else str(err.get("msg", "invalid"))
         if isinstance(cause, RlsimError) and cause.fix:
             own_fix.setdefault(where, cause.fix)

@@ -426,11 +426,12 @@ class RewardSpec(_Strict):
         """A served reward model is a model (kind: model) whose weights stay in its engines."""
         data = info.data or {}
         if value is not None and data.get("kind") == "rule":
-            raise ValueError("applies to a reward model (kind: model): a rule reward runs on the host CPUs; remove "
-                             "reward.served, or set reward.kind: model")
+            raise CrossFieldError("applies to a reward model (kind: model): a rule reward runs on the host CPUs; "
+                                  "remove reward.served, or set reward.kind: model", "kind")
         if value is not None and data.get("cpu_offload"):
-            raise ValueError("a served reward model keeps its weights in its engines: reward.cpu_offload (FSDP's "
-                             "offload of one on the trainer) does not apply; remove reward.cpu_offload")
+            raise CrossFieldError("a served reward model keeps its weights in its engines: reward.cpu_offload (FSDP's "
+                                  "offload of one on the trainer) does not apply; remove reward.cpu_offload",
+                                  "cpu_offload")
         return value
 
     def workers_on(self, devices: int) -> float:
@@ -2401,7 +2402,7 @@ def _error_source(fields: list[str], source: str, workload_file: str | None, set
     if not workload_file or not fields:
         return source
     given = tuple(set_keys)
-    if related and any(f == k or f.startswith(k + ".") for f in related for k in given):
+    if related and any(f == k or f.startswith(k + ".") or k.startswith(f + ".") for f in related for k in given):
         return f"{source} (workload from {workload_file})"   # one side of the conflict is the scenario's
     # a field is the scenario's where it or a key under it was given there (a law's `max` given, the
     # law's error at workload.response_length)

@@ -172,7 +172,11 @@ class FrameworkImport:
                        and (self.targets[key] == name or (self.targets[key].startswith(name + ".")
                                                           and _names(exc.message, self.targets[key].rsplit(".", 1)[-1])))]
             out += changed + (exact or named or [key for key, target in self.targets.items() if target == nearest])
-        return list(dict.fromkeys(out))
+        # a key the command line just changed on the other side of a conflict comes first of all
+        # (free_cache_engine=false keeping the engine beside a training step that no longer fits)
+        beside = [key for key in self.overridden if key in self.targets and any(
+            self.targets[key] == name or self.targets[key].startswith(name + ".") for name in exc.related)]
+        return list(dict.fromkeys(beside + out))
 
     def report(self) -> dict[str, Any]:
         """The `framework_import` object of `run --json`."""

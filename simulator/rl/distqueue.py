@@ -43,6 +43,11 @@ class FetchLoad:
     reads: int                  # read requests the queue serves
     broadcast_bytes: float      # intra-group re-distribution (hierarchical only), off the queue
 
+    @property
+    def broadcast_share_bytes(self) -> float:
+        """The buffer each reader broadcasts inside its TP x PP group (its DP share); 0 without one."""
+        return self.payload_bytes / self.reads if self.broadcast_bytes > 0 else 0.0
+
 
 def fetch_load(seq_lens: np.ndarray, params: DistQueueParams, n_train_devices: int, group_devices: int,
                hierarchical: bool | None = None, packed: bool | None = None,

@@ -78,6 +78,7 @@ class FakeCosts:
     memory_bytes: float = 1e9
     update_offload_seconds: float = 0.0   # a training phase's offload round trip (train_params.offload)
     host_copy_s: float = 0.0              # one copy of the training weights to or from host memory
+    fetch_broadcast_Bps: float = float("inf")   # a hierarchical queue fetch's broadcast in a replica
     instance_kv_tokens: float = math.inf
     teacher_s_per_token: float = 0.0          # a teacher engine's seconds per sample token (workload.distillation)
     teacher_devices: int = 1                  # devices of one teacher engine
@@ -126,6 +127,9 @@ class FakeCosts:
 
     def weight_sync_s(self, src, dst):
         return self.sync_s
+
+    def fetch_broadcast_s(self, nbytes, ranks):
+        return nbytes / self.fetch_broadcast_Bps if self.train_group_devices > 1 else 0.0
 
     def switch(self, to_phase, ranks):
         return SwitchCost(self.switch_s, {})

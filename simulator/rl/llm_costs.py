@@ -1010,10 +1010,13 @@ class LlmCosts:
         if not engine_stays_resident(self.scenario) or "does not fit in device memory" not in exc.message:
             return exc
         share = self.rollout_layout.gpu_memory_utilization
-        return exc.reworded(f"{exc.message} (the engine stays resident with {share:g} of HBM beside training: "
-                            "schedule.switch.engine_resident, verl rollout.free_cache_engine false)",
-                            f"lower workload.rollout_layout.gpu_memory_utilization below {share:g}, let the engine "
-                            f"free its memory between phases, or {exc.fix}")
+        out = exc.reworded(f"{exc.message} (the engine stays resident with {share:g} of HBM beside training: "
+                           "schedule.switch.engine_resident, verl rollout.free_cache_engine false)",
+                           f"lower workload.rollout_layout.gpu_memory_utilization below {share:g}, let the engine "
+                           f"free its memory between phases, or {exc.fix}")
+        # the engine's side of the conflict: whoever kept it resident or sized its share is named too
+        out.related = [*exc.related, "schedule.switch", "workload.rollout_layout.gpu_memory_utilization"]
+        return out
 
     def _in_the_layouts_terms(self, exc: RlsimError, packed: TrainLayout, given: TrainLayout) -> RlsimError:
         """A training error that names the packed micro-batch (micro_batch = the sequences packed
@@ -1191,6 +1194,13 @@ class LlmCosts:
             return max(gather, broadcast) if overlap else gather + broadcast
         n_inst = max(1, len(dst) // self.instance_devices)
         return max(shard / bw, n_inst * model_bytes / (len(src) * bw))
+
+    def fetch_broadcast_s(self, nbytes: float, ranks: Sequence[int]) -> float:
+        """A hierarchical DistQueue fetch: the reader of a training replica broadcasts its DP share to
+        the replica's other devices (TP x PP x CP, consecutive ranks), over their own links; the
+        replicas do it side by side."""
+        group = list(ranks)[: self.train_group_devices]
+        return self.collectives.line_time_s("broadcast", group, nbytes) if len(group) > 1 else 0.0
 
     def refit_gather_s(self, src: Sequence[int]) -> float:
         """schedule.refit 'full-tensors': every training device receives every parameter it does not

@@ -60,6 +60,10 @@ def test_set_item_for_matches_the_key_its_section_and_its_sub_keys():
     assert set_item_for(["workload.batch"], items) == "workload.batch.prompts=3"
     assert set_item_for(["topology.nodes", "workload.model"], items) is None   # the file gave one
     assert set_item_for([], items) is None
+    # items that filled a section together share its fault; a later item of the key itself wins
+    sections = ["workload.multi_turn.max_turns=1", "workload.multi_turn.tool_latency_s=2"]
+    assert set_item_for(["workload.multi_turn"], sections) == ", ".join(sections)
+    assert set_item_for(["workload.multi_turn"], [*sections, "workload.multi_turn=null"]) == "workload.multi_turn=null"
 
 
 def test_a_bad_key_of_the_workload_file_names_that_file_not_the_scenario(tmp_path, capsys):
@@ -186,3 +190,27 @@ def test_a_quantity_a_validator_cannot_read_is_one_message_with_its_own_fix(tmp_
     err = capsys.readouterr().err
     assert "field 'schedule.failures.0.at_s': cannot read 'soon' as a time (fix: write a number of seconds" in err
     assert err.count("field '") == 1 and err.count("(fix:") == 1
+
+
+def test_a_required_key_left_out_of_a_section_blames_who_gave_the_section(tmp_path, capsys):
+    # the distillation section given by --set, then by the user's scenario over a workload preset,
+    # lacks its devices: the error named the preset file and a generic fix
+    code = main(["run", *TINY, "--set", "workload.distillation.teacher=qwen2.5-7b"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: --set workload.distillation.teacher=qwen2.5-7b" in err
+    assert "field 'workload.distillation.devices'" in err and "give workload.distillation.devices" in err
+    scenario = tmp_path / "sc.yaml"
+    scenario.write_text("workload:\n  preset: grpo-qwen2.5-7b\n  distillation:\n    teacher: qwen2.5-7b\n")
+    code = main(["run", str(scenario), "--iterations", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: {scenario} (workload from" in err
+
+
+def test_a_served_reward_models_conflict_blames_the_set_that_gave_either_side(tmp_path, capsys):
+    scenario = tmp_path / "sc.yaml"
+    scenario.write_text("workload:\n  preset: grpo-qwen2.5-7b\n  reward:\n    kind: model\n    model: qwen2.5-7b\n"
+                        "    served: {devices: 8}\n")
+    code = main(["run", str(scenario), "--iterations", "1", "--set", "workload.reward.cpu_offload=true"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: --set workload.reward.cpu_offload=true" in err
+    assert "field 'workload.reward.served'" in err

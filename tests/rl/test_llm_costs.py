@@ -481,3 +481,14 @@ def test_a_scoring_head_is_priced_at_each_batchs_own_response_share():
         alone = getattr(exact, kind)("actor", lens, range(8), scored=long).time_s
         assert later == alone
         assert alone > 1.1 * getattr(exact, kind)("actor", lens, range(8), scored=short).time_s   # the share matters
+
+
+def test_a_fetch_broadcast_is_the_broadcast_collective_over_one_replica():
+    # the seed's replica: TP 8 x PP 6 = 48 consecutive ranks; the reader's share reaches the other 47
+    c = costs()
+    assert c.train_group_devices == 48
+    nbytes = 164e6 / 8
+    expected = c.collectives.cost("broadcast", list(range(48)), nbytes).time_s
+    assert c.fetch_broadcast_s(nbytes, range(384)) == pytest.approx(expected, rel=1e-9)
+    assert c.fetch_broadcast_s(nbytes, range(48, 384)) > 0
+    assert costs("workload.train_layout={tp: 1, pp: 1, ep: 1}").fetch_broadcast_s(nbytes, range(384)) == 0.0

@@ -146,6 +146,8 @@ class TrainStep:
         load = fetch_load(lens, self.sched.distqueue, main.rank_count, self.costs.train_group_devices,
                           pad_len=ctx.pad_len)
         yield from ctx.queue.read(load)
+        if load.broadcast_share_bytes > 0:   # the reader hands its share to the rest of its group
+            yield env.timeout(self.costs.fetch_broadcast_s(load.broadcast_share_bytes, main.ranks))
         main.busy("fetch", env.now, k, label="distqueue", cause="data")
         ctx.add_stage_time("fetch", env.now - t_start)
         # each sample's response tokens, for costs whose output layer projects those alone (TRL's head)

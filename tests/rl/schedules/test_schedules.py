@@ -62,6 +62,20 @@ def test_colocated_step_is_generate_plus_train_plus_sync():
     assert s["bubble_fraction"] == pytest.approx((0.7 + fetch) / (gen + fetch + fwd + train + 0.7), rel=1e-9)
 
 
+@pytest.mark.parametrize("hierarchical", [True, False])
+def test_a_hierarchical_fetch_pays_its_readers_broadcast_inside_each_replica(hierarchical):
+    # one reader per replica reads its DP share and broadcasts it to the replica's other device
+    # (4 replicas of 2 on 8 devices): the fetch grows by share / bandwidth; without it every rank reads
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.7, switch_s=0.0, fetch_broadcast_Bps=1e8)
+    sc = scenario("colocated", iterations=3, distqueue={"hierarchical": hierarchical})
+    rec, tl, sm, s = run(sc, c, devices=8, prompt=const(100), resp=const(500))
+    payload = 64 * 600 * sc.schedule.distqueue.bytes_per_token
+    reads = payload if hierarchical else 2 * payload
+    queue = (payload + reads) / sc.schedule.distqueue.bw_Bps   # the round's writes, then the read
+    broadcast = payload / 4 / 1e8 if hierarchical else 0.0
+    assert s["stage_time_s"]["fetch"] == pytest.approx(queue + broadcast, rel=1e-9)
+
+
 @pytest.mark.parametrize("reward_s", [0.05, 2.0])
 def test_rewards_scored_during_the_forwards_hide_under_them(reward_s):
     # schedule.reward_during_forwards (verl launch_reward_fn_async): the step switches to training when
