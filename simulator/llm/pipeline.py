@@ -535,6 +535,54 @@ def forward_only_makespans(forward_s: np.ndarray, p2p_s: np.ndarray | float = 0.
     return end[:, -1].copy()
 
 
+@lru_cache(maxsize=64)
+def _forward_only_order(pp: int, vpp: int, m: int) -> tuple[tuple[int, int], ...]:
+    """(virtual stage, micro-batch) of every forward of an interleaved forward-only pass, in one
+    order that keeps each rank's issue order and puts every forward after its input's. A rank issues
+    them as Megatron's interleaved schedule does with forward_only (all forwards are warm-up ones:
+    forward k runs chunk (k // p) mod v of micro-batch (k // (p v)) p + k mod p); a last group of
+    fewer than p micro-batches skips the missing ones."""
+    per_rank = []
+    for stage in range(pp):
+        ops = []
+        for k in range(-(-m // pp) * pp * vpp):
+            micro_batch = (k // (pp * vpp)) * pp + k % pp
+            if micro_batch < m:
+                ops.append((((k // pp) % vpp) * pp + stage, micro_batch))
+        per_rank.append(ops)
+    done: set[tuple[int, int]] = set()
+    cursor, order = [0] * pp, []
+    while len(order) < pp * vpp * m:
+        for stage, ops in enumerate(per_rank):   # each rank runs on until it waits on an input
+            while cursor[stage] < len(ops) and (ops[cursor[stage]][0] == 0
+                                                or (ops[cursor[stage]][0] - 1, ops[cursor[stage]][1]) in done):
+                done.add(ops[cursor[stage]])
+                order.append(ops[cursor[stage]])
+                cursor[stage] += 1
+    return tuple(order)
+
+
+def interleaved_forward_makespans(forward_s: np.ndarray, p2p_s: np.ndarray | float, pp: int) -> np.ndarray:
+    """Forward-only makespans of several pipelines whose pp x v virtual stages (rows) share pp ranks:
+    row j runs on rank j mod pp (Megatron's interleaved layout), each rank in its issue order
+    (_forward_only_order), a forward starting when its rank is free and its input arrived.
+    forward_s (replicas, stages, m); p2p_s scalar or (replicas, stages - 1, m). With v = 1 it is
+    forward_only_makespans; uniform chunks of t, free transfers, m a multiple of p: m v t + (p - 1) t."""
+    fw = np.asarray(forward_s, dtype=float)
+    k, n, m = fw.shape
+    if not m:
+        return np.zeros(k)
+    p2p = np.broadcast_to(np.asarray(p2p_s, dtype=float), (k, max(n - 1, 1), m))
+    end = np.zeros((k, n, m))
+    free = np.zeros((k, pp))
+    for stage, micro_batch in _forward_only_order(pp, n // pp, m):
+        rank = stage % pp
+        start = free[:, rank] if stage == 0 else np.maximum(free[:, rank], end[:, stage - 1, micro_batch]
+                                                            + p2p[:, stage - 1, micro_batch])
+        end[:, stage, micro_batch] = free[:, rank] = start + fw[:, stage, micro_batch]
+    return free.max(axis=1)
+
+
 def forward_only_makespan(forward_s: np.ndarray, p2p_s: np.ndarray | float = 0.0) -> float:
     """Makespan of forward passes streamed through a pipeline (no backward): stage s starts
     micro-batch i when it is free and the input arrived. Max-plus scan per stage, in numpy.

@@ -32,6 +32,7 @@ from .pipeline import (
     critical_chain,
     forward_only_makespan,
     forward_only_makespans,
+    interleaved_forward_makespans,
     simulate_pipeline,
     simulate_pipelines,
 )
@@ -1373,7 +1374,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
                            head_tokens=None if heads is None else np.concatenate(heads))
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     worst_t, worst_sl = -1.0, slice(0, 0)
-    for span, sl in _forward_spans(arrays, p2p, [t.size for t, _ in replicas], params):
+    for span, sl in _forward_spans(arrays, p2p, [t.size for t, _ in replicas], params, layout.pp):
         if span > worst_t:
             worst_t, worst_sl = span, sl
     lengths = seqs.astype(float)
@@ -1397,12 +1398,20 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
     return result
 
 
-def _forward_spans(arrays: Any, p2p: np.ndarray, sizes: list[int], params: TrainParams) -> list[tuple[float, slice]]:
+def _forward_spans(arrays: Any, p2p: np.ndarray, sizes: list[int], params: TrainParams,
+                   pp: int | None = None) -> list[tuple[float, slice]]:
     """(forward-only makespan, its columns) of each data-parallel replica, in replica order. Without
     blocking sends, the replicas of each micro-batch count are scanned together
-    (forward_only_makespans: the same floats as one by one)."""
+    (forward_only_makespans: the same floats as one by one). ``pp``: the ranks the rows (virtual
+    stages) run on; fewer than the rows (vpp > 1): each rank runs its model chunks in turn
+    (interleaved_forward_makespans), not side by side."""
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    if pp is not None and pp < arrays.fwd.shape[0]:
+        blocking = params.comm.pp_blocking_send and p2p.size
+        return [(float(interleaved_forward_makespans(
+            (_with_blocking_forward_sends(arrays.fwd[:, sl], p2p[:, sl]) if blocking else arrays.fwd[:, sl])[None],
+            0.0 if blocking or not p2p.size else p2p[None, :, sl], pp)[0]), sl) for sl in slices]
     if params.comm.pp_blocking_send and p2p.size:
         return [(forward_only_makespan(_with_blocking_forward_sends(arrays.fwd[:, sl], p2p[:, sl])), sl)
                 for sl in slices]
