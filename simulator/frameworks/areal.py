@@ -449,6 +449,14 @@ def _reference(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
     kl = _number(v, "actor.kl_ctl")
     if kl > 0 and not v.section("ref"):
         decided["actor.kl_ctl"] = ("ignored", "no ref section: AReaL builds no reference model, so no KL term runs")
+    if kl > 0 and v.section("ref"):   # rlsim prices the reference pass as the actor's model at its budget
+        if v.given("ref.path") and v("ref.path") != v("actor.path"):
+            decided["ref.path"] = ("unsupported", "a reference model other than the actor's is not modelled: rlsim "
+                                                  "prices the reference pass with the actor's model")
+        budget = "ref.mb_spec.max_tokens_per_mb"
+        if v.given(budget) and v(budget) != v("actor.mb_spec.max_tokens_per_mb"):
+            decided[budget] = ("unsupported", "a reference budget of its own is not modelled: rlsim prices the "
+                                              "reference pass at the actor's actor.mb_spec.max_tokens_per_mb")
     return kl > 0 and v.section("ref")
 
 

@@ -132,6 +132,15 @@ def test_the_reference_runs_with_a_kl_term_and_a_ref_section():
     assert import_config("areal", EXAMPLE).scenario["workload"]["reference"] is False
 
 
+def test_a_reference_of_another_model_or_budget_is_unsupported_not_ignored():
+    # "ignored" says no effect on step time: a 7B reference beside a 1.5B actor has one (a trial)
+    r = import_config("areal", EXAMPLE, ["actor.kl_ctl=0.01", "ref.path=Qwen/Qwen2.5-7B-Instruct",
+                                         "ref.mb_spec.max_tokens_per_mb=2048"])
+    assert "ref.path" in r.unsupported and "ref.mb_spec.max_tokens_per_mb" in r.unsupported
+    same = import_config("areal", EXAMPLE, ["actor.kl_ctl=0.01"])
+    assert "ref.path" in same.ignored and "ref.mb_spec.max_tokens_per_mb" in same.ignored
+
+
 def test_a_consumer_batch_below_the_batch_is_refused_against_the_config(capsys):
     code, _, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), "rollout.consumer_batch_size=64", "--iterations", "1")
     assert code == 2 and "rollout.consumer_batch_size" in err and "never fills" in err
