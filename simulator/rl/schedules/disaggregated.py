@@ -33,6 +33,8 @@ from .split_failures import SplitPoolFailures
 from .staleness import TIME_TOL_S, VersionGate
 from .training import skipped_forwards
 
+WHOLE_ROUND = -1   # the sub-round key of a whole round's meeting (round_batches)
+
 
 @dataclass
 class SubRoundBarrier:
@@ -59,6 +61,7 @@ class RolloutInstance:
         self.run_, self.index, self.clock = run, index, clock
         self.round, self.version, self.resume_s = round_, version, resume_s
         self.carry = SeqBatch.empty()
+        self.round_barrier: SubRoundBarrier | None = None   # the whole last round's meeting (round_batches)
 
     def process(self):
         try:
@@ -73,6 +76,7 @@ class RolloutInstance:
         if self.resume_s > env.now:
             yield env.timeout(self.resume_s - env.now)
         while not gate.done:
+            yield from self._whole_last_round()
             yield from self._wait_gate()
             if gate.done:
                 break
@@ -105,6 +109,9 @@ class RolloutInstance:
                 ctx.add_stage_time("generate", (end - t0) / n_inst, span=(t0, end))
             ctx.round_end[r] = max(ctx.round_end.get(r, 0.0), end)
             run.planned[r] = run.planned.get(r, 0) + 1
+            if ctx.sched.round_batches:
+                self.round_barrier = run.sub_round_barrier(r, WHOLE_ROUND)
+                self.round_barrier.arrive(end, end, run.n_inst)
             gate.data()
             self.round += 1
             yield env.timeout(max(0.0, end - env.now))
@@ -136,6 +143,20 @@ class RolloutInstance:
             start = max(barrier.scored_s, env.now)
         self.carry = SeqBatch.merge(carried)
         return end
+
+    def _whole_last_round(self):
+        """round_batches: the next round starts once the whole last one is back (verl's
+        one_step_off_policy launches the next batch after batch_future.get(), which returns when every
+        rollout worker is done; OpenRLHF's async generator likewise): a free instance waits for the
+        others' tails, where otherwise it runs on into its next share."""
+        barrier, env = self.round_barrier, self.run_.env
+        if barrier is None:
+            return
+        yield barrier.event
+        self.run_.barriers.pop((self.round - 1, WHOLE_ROUND), None)   # every instance holds it
+        if barrier.generated_s > env.now:
+            yield env.timeout(barrier.generated_s - env.now)
+        self.round_barrier = None
 
     def _wait_gate(self):
         gate = self.run_.gate

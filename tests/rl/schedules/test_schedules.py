@@ -451,7 +451,12 @@ def test_one_step_off_round_batches_trains_each_round_whole_on_its_step(seed, ro
     no prompt group split across steps, nothing aged out, staleness at most 1; without it a round's
     stragglers may join a later step (the streaming default)."""
     sc = scenario("one-step-off", iterations=4, seed=seed, rollout_fraction=rollout_fraction, round_batches=True)
-    rec, _, sm, s = run(sc)
+    rec, tl, sm, s = run(sc)
+    # the next batch is launched once the whole last one is back (verl's batch_future.get()): no
+    # instance runs on into its next share beside the others' tails
+    gen = tl[(tl["pool"] == "rollout") & (tl["state"] == "generate")].groupby("iteration")
+    starts, ends = gen["start"].min().to_numpy(), gen["end"].max().to_numpy()
+    assert (starts[1:] >= ends[:-1] - 1e-9).all()
     consumed = sm[sm["consumed_iteration"] >= 0]
     assert (consumed["round"] == consumed["consumed_iteration"]).all()
     assert consumed.groupby("consumed_iteration").size().eq(64).all()
