@@ -538,6 +538,9 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
                      f"{samples['trained_per_step']:,.0f} samples per step of a {samples['batch']:,}-sample batch: "
                      f"its step time (and device-hours per step) is not comparable with whole-batch schedules; "
                      f"compare tokens/s and device-hours per 1M tokens (trained tokens)")
+    if bound is not None and math.isfinite(bound) and bound != math.floor(bound):
+        notes.append(f"staleness bound {bound:g} acts as {math.floor(bound)}: weights versions are whole steps, so a "
+                     f"sample is at most {math.floor(bound)} version(s) old either way (docs/schedules.md)")
     if "rows_kept" in samples:   # output.keep_sample_rows retired rows: what the rows no longer cover
         walked = (summary.get("critical_path") or {}).get("steps_walked", "every step")
         notes.append(f"output.keep_sample_rows: the per-sample table (samples.csv, the report's length and "

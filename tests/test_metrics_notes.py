@@ -50,6 +50,10 @@ def test_notes_on_synthetic_summaries():
     assert "38%" in summary_notes(dropping)[0] and "4,096" in summary_notes(dropping)[0]
     loose = {**base, "staleness": {"bound": 3.0, "max": 1.0}}
     assert "bound 3 never binds" in summary_notes(loose)[0]
+    # a fractional bound is its floor (whole versions): the run says so (the what-if notebook said it did)
+    half = {**base, "staleness": {"bound": 0.5, "max": 0.0}}
+    assert summary_notes(half) == ["staleness bound 0.5 acts as 0: weights versions are whole steps, so a sample is "
+                                   "at most 0 version(s) old either way (docs/schedules.md)"]
     assert summary_notes({**base, "staleness": {"bound": float("inf"), "max": 5.0}}) == []
     # a split-pool run too short to lag its bound says so, not that the bound never binds
     short = {**base, "placement": "disaggregated", "iterations": 3, "staleness": {"bound": 8.0, "max": 2.0}}
