@@ -154,18 +154,22 @@ def _fields_beside(model: Any, loc: tuple[Any, ...]) -> set[str]:
     return {name for cls in current for name in cls.model_fields}
 
 
+def one_typo_from(name: str, names: Iterable[str]) -> str:
+    """"; did you mean 'x'?" where ``name`` is one typo away from one of ``names`` ('' else)."""
+    close = difflib.get_close_matches(str(name), sorted(names), n=1, cutoff=0.75)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
 def did_you_mean(err: Mapping[str, Any], model: Any) -> str:
     """"; did you mean 'x'?" for an unknown key one typo away from a field its model declares ('' else)."""
     loc = tuple(err.get("loc", ()))
     if err.get("type") == "union_tag_invalid":   # a kind one typo from a registered one (schedule.kind)
         ctx = err.get("ctx") or {}
         tags = [t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
-        close = difflib.get_close_matches(str(ctx.get("tag", "")), tags, n=1, cutoff=0.75)
-        return f"; did you mean '{close[0]}'?" if close else ""
+        return one_typo_from(str(ctx.get("tag", "")), tags)
     if model is None or err.get("type") != "extra_forbidden" or not loc:
         return ""
-    close = difflib.get_close_matches(str(loc[-1]), sorted(_fields_beside(model, loc)), n=1, cutoff=0.75)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    return one_typo_from(str(loc[-1]), _fields_beside(model, loc))
 
 
 def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import RlsimError
+from ..errors import RlsimError, one_typo_from
 from ..presets import resolve
 from ..scenario import LIMITS_FIX, Limits
 from ..units import parse_bandwidth, parse_seconds
@@ -792,7 +792,8 @@ class _Reader:
         allowed = set(allowed)
         for key in self.m:
             if key not in allowed:
-                raise RlsimError(f"unknown field {key!r}", source=self.source, field=self.where(key),
+                raise RlsimError(f"unknown field {key!r}{one_typo_from(key, allowed)}", source=self.source,
+                                 field=self.where(key),
                                  fix=f"use one of: {', '.join(sorted(allowed))}")
 
 
@@ -840,12 +841,20 @@ def _profiled_device(raw: Any, source: str, field: str, profile: Any = None,
     return device_with_profile(spec, profile, base_dir=base, source=source, field=profile_field), spec, profile_field
 
 
+def _check_collectives(mapping: Mapping[str, Any], source: str) -> None:
+    """The `collectives:` section's fields (network/collectives.py CollectiveParams), read when the
+    topology is (they were first read by the cost model, past where an error names the --set item)."""
+    if mapping.get("collectives") is not None:
+        _Reader(mapping["collectives"], source, "collectives")
+        from ..network.collectives import CollectiveParams
+        CollectiveParams.from_mapping(mapping["collectives"], source)
+
+
 def _build_hierarchical(name: str, description: str, mapping: dict[str, Any], source: str,
                         max_devices: int) -> Topology:
     top = _Reader(mapping, source)
     top.check_keys(_TOP_KEYS)
-    if mapping.get("collectives") is not None:   # its fields: network/collectives.py CollectiveParams
-        _Reader(mapping["collectives"], source, "collectives")
+    _check_collectives(mapping, source)
     groups_raw = mapping.get("groups")
     if groups_raw is None:
         groups = [("main", top)]
@@ -1037,6 +1046,7 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
 def _build_explicit(name: str, description: str, mapping: dict[str, Any], source: str) -> Topology:
     top = _Reader(mapping, source)
     top.check_keys({"name", "description", "sources", "collectives", "graph", "device_profile"})
+    _check_collectives(mapping, source)
     graph_r = top.sub("graph")
     assert graph_r is not None
     graph_r.check_keys({"nodes", "links"})

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RlsimError
+from ..errors import RlsimError, one_typo_from
 from ..hardware.fabric import FlowTable
 from ..hardware.topology import Topology
 from ..units import parse_seconds
@@ -69,7 +69,7 @@ class CollectiveParams:
         for key, raw in mapping.items():
             where = f"collectives.{key}"
             if key not in known:
-                raise RlsimError(f"unknown field {key!r}", source=source, field=where,
+                raise RlsimError(f"unknown field {key!r}{one_typo_from(key, known)}", source=source, field=where,
                                  fix=f"use one of: {', '.join(sorted(known))}")
             if key.endswith("_s"):
                 values[key] = None if raw is None else parse_seconds(raw, where, source)

@@ -22,6 +22,8 @@ TINY = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations
     (["--set", "workload.model=bogus-model"], "workload.model"),
     (["--set", "workload.rollout_layout.ep=3"], "workload.rollout_layout.ep"),
     (["--set", "workload.train_layout.tp=3"], "workload.train_layout.tp"),
+    # read when the topology is, not by the cost model (it named the preset file and 'collectives.*')
+    (["--set", "topology.collectives.step_overhead_s=-1"], "topology.collectives.step_overhead_s"),
 ])
 def test_run_errors_name_the_key_set(capsys, argv, field):
     code = main(["run", *TINY, *argv])
@@ -214,3 +216,11 @@ def test_a_served_reward_models_conflict_blames_the_set_that_gave_either_side(tm
     err = capsys.readouterr().err
     assert code == 2 and "error: --set workload.reward.cpu_offload=true" in err
     assert "field 'workload.reward.served'" in err
+
+
+@pytest.mark.parametrize("item, close", [("topology.node=2", "nodes"),
+                                         ("topology.collectives.step_overhead=1", "step_overhead_s")])
+def test_a_topology_key_one_typo_away_names_the_field(capsys, item, close):
+    code = main(["run", *TINY, "--set", item])
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: --set {item}" in err and f"did you mean '{close}'?" in err
