@@ -118,3 +118,18 @@ def test_a_consolidated_tail_that_outlasts_the_training_beside_it_is_said():
     assert "290.8 s" in note and "78.2 s" in note and "40%" in note and "partial_rollout" in note
     quiet = {**summary, "steady_bubbles_by_cause": {"long_tail": 0.05}}
     assert not any("consolidated tail" in n for n in summary_notes(quiet))
+
+
+def test_training_that_outlasts_the_consolidated_tail_is_said():
+    """2 DGX-H100 nodes, Qwen2.5-7B: colocated StaleSync trains on the devices its tail leaves for 252 s
+    beside an 88 s tail; the tail's devices waited 30% of the steady state and StaleSync ran 0.78x
+    colocated with nothing said (a notebook trial)."""
+    summary = {"schedule": "stalesync", "stage_time_s": {"tail_generate": 88.3, "train_actor": 163.8,
+                                                         "old_logprob": 44.1, "reference": 44.1},
+               "steady_bubbles_by_cause": {"long_tail": 0.007, "dependency": 0.303}}
+    (note,) = [n for n in summary_notes(summary) if "consolidated tail" in n]
+    assert "252.0 s" in note and "88.3 s" in note and "30%" in note and "consolidate_share" in note
+    shorter = {**summary, "stage_time_s": {"tail_generate": 300.0, "train_actor": 100.0}}
+    assert not any("consolidated tail" in n for n in summary_notes(shorter))
+    quiet = {**summary, "steady_bubbles_by_cause": {"dependency": 0.1}}
+    assert not any("consolidated tail" in n for n in summary_notes(quiet))
