@@ -323,18 +323,19 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     summary["critical_path"] = critical_path.of_run(rec, timeline)
     # what a reader of the figures must know (the console prints them as notes; --json and the API carry them)
     summary["notes"] = metrics.summary_notes(summary) + cap_notes(prompt, resp) + _pool_kinds_note(rec, topology)
+    summary["warnings"] = []   # always there, as the notes (a notebook read it with .get)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble
-        summary["warnings"] = [
+        summary["warnings"].append(
             f"{idle} of {n_devices} devices idle the whole run: the pools hold whole training replicas of "
             f"{costs.train_group_devices} and rollout instances of {costs.instance_devices} devices (bubble: "
-            "placement); give a device count or layouts (tp x pp x cp) that divide it evenly"]
+            "placement); give a device count or layouts (tp x pp x cp) that divide it evenly")
     moved = split_warning(sc.schedule, n_devices - sum(served_devices(sc.workload).values()), rec.pools)
     if moved:   # the split the user asked is not the one that ran: said, not only shown in `pools`
-        summary.setdefault("warnings", []).append(moved)
+        summary["warnings"].append(moved)
     step_prompts = sc.schedule.step_prompts(sc.workload)
     if step_prompts != sc.workload.prompts_per_step:   # a kind whose step is set by its own knobs
-        summary.setdefault("warnings", []).append(
+        summary["warnings"].append(
             f"kind {sc.schedule.kind} trains {step_prompts:,} prompts a step (trigger_parameter_sync_step x "
             f"require_batches x mini_batch_prompts), not workload.prompts_per_step {sc.workload.prompts_per_step:,}, "
             f"which it does not read: set prompts_per_step to {step_prompts:,}, or those knobs to your batch")
@@ -342,7 +343,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     late = [f"schedule.failures.{i} (at_s {ev.at_s:g})" for i, ev in enumerate(sc.schedule.failures)
             if ev.at_s >= end]
     if late:   # a failure the run never reached: said, not dropped (the end is known only now)
-        summary.setdefault("warnings", []).append(
+        summary["warnings"].append(
             f"{', '.join(late)} came at or after the run's end ({end:g} s): no failure happened there; "
             "give an earlier at_s or more iterations")
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds,

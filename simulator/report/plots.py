@@ -107,11 +107,12 @@ def device_classes(timeline: pd.DataFrame) -> list[tuple[str, int, int]]:
 
 
 def gantt_figure(timeline: pd.DataFrame, *, max_lanes_per_pool: int = 6, title: str | None = None,
-                 time_window_s: tuple[float, float] | None = None, sample_note: bool = False) -> Figure:
+                 time_window_s: tuple[float, float] | None = None, sample_note: bool = True) -> Figure:
     """A timeline with one lane per class of devices that behave alike (up to `max_lanes_per_pool`
     evenly chosen per pool, first and last kept); busy states in solid colours, idle intervals
     hatched and coloured by their cause. Accepts group records or per-device rows. With
-    `sample_note`, the title says when only a sample of the device groups is drawn."""
+    `sample_note` (the default: a notebook's figure drew 6 of 16 devices unsaid), the title says when
+    only a sample of the device groups is drawn."""
     if isinstance(max_lanes_per_pool, bool) or not isinstance(max_lanes_per_pool, int) or max_lanes_per_pool < 1:
         raise RlsimError(f"max_lanes_per_pool must be a whole number >= 1, got {max_lanes_per_pool!r}",
                          field="max_lanes_per_pool", fix="e.g. 6")
@@ -258,6 +259,12 @@ def steady_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(tokens_per_s=steady.fillna(pd.to_numeric(rows["tokens_per_s"], errors="coerce")))
 
 
+def _tokens_label(rows: pd.DataFrame) -> str:
+    """The throughput axis' name: the steady state's where steady_rows took it (the axes said
+    "tokens/s" beside tables that show both)."""
+    return "steady tokens/s" if "steady_tokens_per_s" in rows else "tokens/s"
+
+
 def scaling_figure(rows: pd.DataFrame, *, group: str | None = None, title: str | None = None) -> Figure:
     """Tokens/s against devices (left) and scaling efficiency (right), with the linear ideal; the
     steady-state tokens/s where the rows carry it."""
@@ -277,7 +284,7 @@ def scaling_figure(rows: pd.DataFrame, *, group: str | None = None, title: str |
                 label=f"linear ({label})" if label else "linear ideal")
         ax_eff.plot(d, scaling_efficiency(d, t), marker="o", color=line.get_color(), label=label or "simulated")
     ax.set_xlabel("devices")
-    ax.set_ylabel("tokens/s")
+    ax.set_ylabel(_tokens_label(rows))
     ax.yaxis.set_major_formatter(_THOUSANDS)
     ax.set_title(title or "Throughput versus cluster size")
     handles, labels = ax.get_legend_handles_labels()
@@ -305,14 +312,14 @@ def staleness_figure(rows: pd.DataFrame, *, x: str = "staleness_bound", group: s
     groups = [(None, rows)] if group is None or group not in rows else list(rows.groupby(group, sort=True))
     for name, sub in groups:
         sub = sub.sort_values(x)
-        label = "tokens/s" if name is None else f"{name}: tokens/s"
+        label = _tokens_label(rows) if name is None else f"{name}: {_tokens_label(rows)}"
         line = ax.plot(sub[x], sub["tokens_per_s"], marker="o", label=label)[0]
         if "staleness.mean" in sub and pd.to_numeric(sub["staleness.mean"], errors="coerce").nunique() > 1:
             # a flat line (a schedule the bound does not apply to) says nothing: left out
             ax2.plot(sub[x], sub["staleness.mean"], marker="s", linestyle="--", color=line.get_color(),
                      alpha=0.6, label="mean staleness" if name is None else f"{name}: mean staleness")
     ax.set_xlabel("staleness bound (batches)")
-    ax.set_ylabel("tokens/s")
+    ax.set_ylabel(_tokens_label(rows))
     ax.yaxis.set_major_formatter(_THOUSANDS)
     ax2.set_ylabel("measured mean staleness (batches)")
     ax.set_title(title or "Throughput versus staleness")

@@ -74,6 +74,18 @@ def test_timeline_says_when_it_draws_a_sample():
     assert "showing a sample: 6 of 12 device groups" in fig.axes[0].get_title()
     fig = plots.gantt_figure(synthetic_timeline(devices_per_pool=2), max_lanes_per_pool=3, sample_note=True)
     assert "sample" not in fig.axes[0].get_title()
+    # the default says it too (a notebook's figure drew 6 of 16 devices unsaid)
+    fig = plots.gantt_figure(synthetic_timeline(devices_per_pool=6), max_lanes_per_pool=3)
+    assert "showing a sample" in fig.axes[0].get_title()
+
+
+def test_throughput_axes_name_the_steady_state_where_they_plot_it():
+    import pandas as pd
+    whole = pd.DataFrame({"devices": [8, 16], "tokens_per_s": [1e4, 1.8e4], "staleness_bound": [0, 1]})
+    steady = whole.assign(steady_tokens_per_s=[1.1e4, 2e4])
+    assert plots.scaling_figure(whole).axes[0].get_ylabel() == "tokens/s"
+    assert plots.scaling_figure(steady).axes[0].get_ylabel() == "steady tokens/s"
+    assert plots.staleness_figure(steady, group=None).axes[0].get_ylabel() == "steady tokens/s"
 
 
 def test_staleness_figure_leaves_out_flat_lines():
