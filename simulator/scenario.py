@@ -1566,6 +1566,11 @@ def _areal() -> type[ScheduleConfig]:
                 out.append(("schedule.interrupt_keeps_kv", "with interruptible false no request is interrupted at a "
                             "weight update (they finish first), so there is no KV cache to keep",
                             "set schedule.interruptible: true, or remove schedule.interrupt_keeps_kv"))
+            elif self.interrupt_keeps_kv and self.max_head_offpolicyness == 0:
+                out.append(("schedule.interrupt_keeps_kv", "with max_head_offpolicyness 0 no rollout of the next "
+                            "version starts before its weights, so none is in flight at a weight update to keep "
+                            "its KV cache", "raise schedule.max_head_offpolicyness, or remove "
+                            "schedule.interrupt_keeps_kv"))
             return out
     return ArealSchedule
 

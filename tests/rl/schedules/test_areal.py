@@ -56,7 +56,8 @@ CASE = st.fixed_dictionaries({
 @given(CASE)
 def test_the_start_rule_and_the_samples_hold(case):
     sc = areal(iterations=4, max_head_offpolicyness=case["eta"], max_concurrent_rollouts=case["concurrent"],
-               interruptible=case["interruptible"], interrupt_keeps_kv=case["interruptible"] and case["keep_kv"],
+               interruptible=case["interruptible"],
+               interrupt_keeps_kv=case["interruptible"] and case["keep_kv"] and case["eta"] > 0,
                ).model_copy(update={"seed": case["seed"]})
     rec, tl, sm, s = run(sc, costs(case["slots"]), devices=12)
     # nothing lost or duplicated, nothing dropped for age: generated = consumed + unused at the end
@@ -142,6 +143,10 @@ def test_requests_paused_in_place_keep_their_kv_and_skip_the_re_prefill():
     assert same[0] == same[1]
     with pytest.raises(RlsimError) as err:
         areal(interruptible=False, interrupt_keeps_kv=True)
+    assert err.value.field == "schedule.interrupt_keeps_kv"
+    # at max_head_offpolicyness 0 no rollout is in flight at an update: the knob was read past (a trial)
+    with pytest.raises(RlsimError, match="max_head_offpolicyness 0") as err:
+        areal(max_head_offpolicyness=0, interrupt_keeps_kv=True)
     assert err.value.field == "schedule.interrupt_keeps_kv"
     with pytest.raises(RlsimError) as err:
         scenario("verl-fully-async", interrupt_keeps_kv=True)
