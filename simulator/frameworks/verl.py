@@ -1834,6 +1834,7 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     # micro-batch, which the sp ranks split: the budget is each GPU's share (recalled from its public code)
     per_gpu = layout.get("cp", 1) if layout.get("ulysses_sp") else 1
     if not v.flag(f"{A}.actor.use_dynamic_bsz"):
+        _micro_batch_given(v, f"{A}.actor", "ppo_micro_batch_size", "use_dynamic_bsz")
         _check_micro_divides_mini(v, layout)
         if v.flag(f"{A}.model.use_remove_padding"):   # padded samples: no packed order for a scenario to take
             s["micro_batching"] = "sequence"
@@ -1858,6 +1859,17 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
                                                              "take a token budget")
 
 
+def _micro_batch_given(v: Values, section: str, name: str, dynamic: str) -> None:
+    """verl refuses sample-count micro-batches of no size (trainer/main_ppo.py check_mutually_exclusive,
+    cited from memory of its public code: "Please set at least one of '{name}' or '{name}_per_gpu'");
+    rlsim took 1 without a word (a trial)."""
+    if v(f"{section}.{name}") is None and v(f"{section}.{name}_per_gpu") is None:
+        raise RlsimError(f"{section}.{dynamic} is false and no micro-batch size is given: verl asks for one "
+                         f"('Please set at least one of {name} or {name}_per_gpu')", source=v.result.source,
+                         field=f"{section}.{name}_per_gpu",
+                         fix=f"pass {section}.{name}_per_gpu=N, or {section}.{dynamic}=true with a token budget")
+
+
 def _log_prob_micro_batches(v: Values, s: dict[str, Any], layout: dict[str, Any],
                             decided: dict[str, tuple[Status, str]], per_gpu: int) -> None:
     """The log-prob passes' micro-batches beside sample-count training ones: a token budget when
@@ -1874,6 +1886,7 @@ def _log_prob_micro_batches(v: Values, s: dict[str, Any], layout: dict[str, Any]
         return
     if v.given(f"{r}.log_prob_max_token_len_per_gpu"):
         decided[f"{r}.log_prob_max_token_len_per_gpu"] = ("ignored", "used only with log_prob_use_dynamic_bsz: true")
+    _micro_batch_given(v, r, "log_prob_micro_batch_size", "log_prob_use_dynamic_bsz")
     if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
         s["forward_micro_batch"] = v.count(f"{r}.log_prob_micro_batch_size_per_gpu")
 

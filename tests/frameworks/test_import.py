@@ -1710,3 +1710,17 @@ def test_nemo_rls_prompt_cap_leaves_a_token_and_verls_fully_async_step_counts_it
     fully = import_config("verl", "workloads/frameworks/verl-fully-async-qwen2.5-7b.yaml",
                           ["async_training.require_batches=2"])
     assert fully.scenario["workload"]["prompts_per_step"] == 2 * 4 * 32
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["actor_rollout_ref.actor.use_dynamic_bsz=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"],
+     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
+    (["actor_rollout_ref.actor.use_dynamic_bsz=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],
+     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
+])
+def test_sample_count_micro_batches_of_no_size_are_refused_as_verl_refuses_them(overrides, field):
+    # verl: "Please set at least one of ...": rlsim took micro-batch 1 without a word (a trial)
+    with pytest.raises(RlsimError, match="Please set at least one of") as info:
+        import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", overrides)
+    assert info.value.field == field
