@@ -192,10 +192,26 @@ RULES: dict[str, Rule] = {
 
 def schedule_of(v: Values) -> tuple[str, str]:
     if v.flag("grpo.async_grpo.enabled"):
+        _check_async_grpo(v)
         return "nemo-rl-async", "nemo-rl-async (grpo.async_grpo.enabled: true)"
     if not v.flag("policy.generation.colocated.enabled"):
         return "disaggregated", "disaggregated (on-policy GRPO, generation.colocated.enabled: false)"
     return "colocated", "colocated (on-policy GRPO, generation colocated)"
+
+
+def _check_async_grpo(v: Values) -> None:
+    """NeMo RL's async GRPO runs its generation on GPUs of its own through vLLM's AsyncLLM
+    (algorithms/grpo.py async_grpo_train, recalled from its public code: "Async GRPO requires vLLM
+    backend with vllm_cfg.async_engine=True", and colocated inference is refused): a recipe it refuses
+    is refused here (both ran, the colocation unsaid; a trial)."""
+    if v.flag(f"{_G}.colocated.enabled"):
+        raise RlsimError("async GRPO with colocated generation: NeMo RL runs async GRPO's generation on GPUs of its "
+                         "own and refuses a colocated one", source=v.result.source, field=f"{_G}.colocated.enabled",
+                         fix=f"pass {_G}.colocated.enabled=false with {_G}.colocated.resources (the generation's "
+                             "nodes and GPUs), or grpo.async_grpo.enabled=false")
+    if not v.flag(f"{_V}.async_engine"):
+        raise RlsimError("async GRPO without vLLM's async engine: NeMo RL requires vllm_cfg.async_engine=True for it",
+                         source=v.result.source, field=f"{_V}.async_engine", fix=f"pass {_V}.async_engine=true")
 
 
 def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,

@@ -1724,3 +1724,14 @@ def test_sample_count_micro_batches_of_no_size_are_refused_as_verl_refuses_them(
     with pytest.raises(RlsimError, match="Please set at least one of") as info:
         import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", overrides)
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("override, field", [
+    ("policy.generation.colocated.enabled=true", "policy.generation.colocated.enabled"),
+    ("policy.generation.vllm_cfg.async_engine=false", "policy.generation.vllm_cfg.async_engine"),
+])
+def test_async_grpo_on_what_nemo_rl_refuses_it_on_is_refused(override, field):
+    # both ran (the colocation unsaid, 59.49 s as split pools; a trial)
+    with pytest.raises(RlsimError) as info:
+        import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b-async-1off.yaml", [override])
+    assert info.value.field == field
