@@ -45,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "grpo.async_grpo.in_flight_weight_updates": False, "grpo.use_dynamic_sampling": False,
     "grpo.batch_multiplier": 1, "policy.generation.colocated.enabled": True,
     "policy.generation.vllm_cfg.tensor_parallel_size": 1, "policy.generation.vllm_cfg.expert_parallel_size": 1,
+    "policy.generation.vllm_cfg.pipeline_parallel_size": 1,
     "policy.generation.vllm_cfg.gpu_memory_utilization": 0.6, "policy.precision": "bfloat16",
     "policy.train_micro_batch_size": 4, "policy.sequence_packing.enabled": True,
     "policy.megatron_cfg.enabled": False, "cluster.num_nodes": 1, "cluster.gpus_per_node": 1,

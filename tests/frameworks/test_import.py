@@ -1735,3 +1735,10 @@ def test_async_grpo_on_what_nemo_rl_refuses_it_on_is_refused(override, field):
     with pytest.raises(RlsimError) as info:
         import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b-async-1off.yaml", [override])
     assert info.value.field == field
+
+
+def test_a_nemo_recipe_without_its_vllm_pipeline_size_takes_nemo_rls_default():
+    # grpo_math_1B v0.5.0 gives 1; a recipe without its defaults base failed "got None" (a trial)
+    r = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml",
+                      ["~policy.generation.vllm_cfg.pipeline_parallel_size"])
+    assert r.scenario["workload"]["rollout_layout"].get("pp", 1) == 1
