@@ -2126,8 +2126,12 @@ def _rollout_gpus(v: Values) -> int:
                          field="rollout.nnodes", fix="give the rollout pool its GPUs (rollout.nnodes=N "
                          "rollout.n_gpus_per_node=G), or import the run as verl's colocated trainer")
     if not (v.given("rollout.nnodes") or v.given("rollout.n_gpus_per_node")):
-        raise RlsimError("split pools need the rollout pool's size", source=src, field="rollout.n_gpus_per_node",
-                         fix="pass rollout.nnodes=N rollout.n_gpus_per_node=G after the config path")
+        # say what chose split pools: an async_training.* key or hybrid_engine false (a trial read it as
+        # a missing key of the main_ppo config it had)
+        raise RlsimError(f"split pools need the rollout pool's size; the schedule is {v.result.schedule_rule}",
+                         source=src, field="rollout.n_gpus_per_node",
+                         fix="pass rollout.nnodes=N rollout.n_gpus_per_node=G after the config path, or remove what "
+                             "chose the split-pool recipe")
     return (positive_int(v.flat.get("rollout.nnodes", 1), "rollout.nnodes", src)
             * positive_int(v.flat.get("rollout.n_gpus_per_node", 8), "rollout.n_gpus_per_node", src))
 

@@ -1742,3 +1742,9 @@ def test_a_nemo_recipe_without_its_vllm_pipeline_size_takes_nemo_rls_default():
     r = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml",
                       ["~policy.generation.vllm_cfg.pipeline_parallel_size"])
     assert r.scenario["workload"]["rollout_layout"].get("pp", 1) == 1
+
+
+def test_a_split_pool_without_its_size_says_what_chose_split_pools():
+    with pytest.raises(RlsimError, match="async_training.. keys") as info:
+        import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["+async_training.staleness_threshold=0.5"])
+    assert info.value.field == "rollout.n_gpus_per_node"
