@@ -248,6 +248,10 @@ def apply_hydra_overrides(flat: dict[str, Any], items: Iterable[str], source: st
         text = item.strip()
         if text.startswith("~"):
             key = text[1:].partition("=")[0]
+            if known is not None and not _in_config(key, out) and not known(key):   # Hydra: "does not exist"
+                close = _close_sibling(key, out)
+                raise RlsimError(f"the override {item!r} deletes a key the config does not have", source=source,
+                                 field=key, fix=f"did you mean ~{close}?" if close else "give a key the config has")
             out = {k: v for k, v in out.items() if k != key and not k.startswith(key + ".")}
             continue
         try:
@@ -274,15 +278,21 @@ def _in_config(key: str, flat: Mapping[str, Any]) -> bool:
     return key in flat or any(k.startswith(key + ".") for k in flat)
 
 
-def _override_fix(key: str, flat: Mapping[str, Any], text: str, refuses: str | None) -> str:
+def _close_sibling(key: str, flat: Mapping[str, Any]) -> str | None:
+    """The config's key in the same section one typo from ``key``, if any."""
     import difflib
     section = key.rpartition(".")[0]
     siblings = [k for k in flat if k.rpartition(".")[0] == section]
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.85)
+    return close[0] if close else None
+
+
+def _override_fix(key: str, flat: Mapping[str, Any], text: str, refuses: str | None) -> str:
+    close = _close_sibling(key, flat)
     if refuses:
-        return (f"did you mean {close[0]}? " if close else "give one of its keys; ") + \
+        return (f"did you mean {close}? " if close else "give one of its keys; ") + \
             f"{refuses} refuses a key it does not have"
-    return (f"did you mean {close[0]}? " if close else "") + f"to add the key as Hydra does, write +{text}"
+    return (f"did you mean {close}? " if close else "") + f"to add the key as Hydra does, write +{text}"
 
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")

@@ -296,6 +296,12 @@ def test_hydra_override_forms():
         apply_hydra_overrides(flat, ["a..b=1"], "cfg")
     with pytest.raises(RlsimError, match="override"):
         apply_hydra_overrides(flat, ["other.yaml"], "cfg")
+    # Hydra: "Could not delete from config ... does not exist" (it was accepted silently; a trial)
+    known = {"a.e"}.__contains__
+    with pytest.raises(RlsimError, match="deletes a key the config does not have") as info:
+        apply_hydra_overrides(flat, ["~a.bb"], "cfg", known=known)
+    assert info.value.fix == "did you mean ~a.b?"
+    assert apply_hydra_overrides(flat, ["~a.e", "~a.c"], "cfg", known=known) == {"a.b": 1}   # a default key; a section
 
 
 def test_interpolations_and_nemo_mul_resolve():
