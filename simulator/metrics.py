@@ -382,10 +382,12 @@ def sample_figures(samples: pd.DataFrame | Mapping[str, np.ndarray], retired: Re
     # Column by column, as the frame's own arrays (numpy's sums are pandas' on columns without NaN):
     # a masked copy of the whole per-sample frame would double a long run's peak.
     col = {c: np.asarray(samples[c]) for c in ("consumed_iteration", "staleness", "prompt_len", "response_len",
-                                               "finish", "generated_tokens", "dropped")}
+                                               "finish", "generated_tokens", "dropped", "first_version")}
     rows = len(col["finish"])
     consumed = col["consumed_iteration"] >= 0
     stale = col["staleness"][consumed]
+    # a resumed sample's oldest tokens: generated with its first segment's weights (partial rollouts)
+    oldest = col["consumed_iteration"][consumed] - col["first_version"][consumed]
     generated = col["generated_tokens"]
     if dropped is None:
         dropped = Counter(samples["drop_reason"].array[col["dropped"].astype(bool)].tolist())
@@ -395,6 +397,7 @@ def sample_figures(samples: pd.DataFrame | Mapping[str, np.ndarray], retired: Re
            "all_gen": float(generated.sum()),
            "stale_max": float(stale.max()) if len(stale) else 0.0,
            "stale_mean": float(stale.mean()) if len(stale) else 0.0, "generated": rows,
+           "oldest_max": float(oldest.max()) if len(oldest) else 0.0,
            "dropped": {str(reason): n for reason, n in dropped.items()}}
     if not retired.count:
         return out
@@ -410,6 +413,8 @@ def sample_figures(samples: pd.DataFrame | Mapping[str, np.ndarray], retired: Re
             "all_gen": out["all_gen"] + retired.generated_tokens,
             "stale_max": max(retired.staleness_max, float(stale.max()) if len(stale) else -math.inf) if n_stale else 0.0,
             "stale_mean": (held_stale + retired.staleness_sum) / n_stale if n_stale else 0.0,
+            "oldest_max": max(retired.oldest_token_max, out["oldest_max"] if len(oldest) else -math.inf)
+            if n_stale else 0.0,
             "generated": rows + retired.count, "dropped": dropped,
             **({"rows_kept": rows} if table else {})}
 
@@ -461,6 +466,9 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "stage_time_s": {k: v / its for k, v in sorted(rec.stage_time_s.items())},
         "mfu": (rec.flops + gen_flops) / (peak * T) if T > 0 else 0.0,
         "staleness": {"max": fig["stale_max"], "mean": fig["stale_mean"], "bound": sc.schedule.staleness_bound,
+                      # versions between a trained sample's first tokens and its step: above max where a
+                      # sample was resumed over weight updates (partial rollouts, request-fed kinds)
+                      "oldest_token_max": fig["oldest_max"],
                       # a resumed sample's staleness is its last version's; the bound also holds back
                       # where resumed work starts (the note below cannot read "never binds" off it)
                       **({"partial_rollout": True} if getattr(sc.schedule, "partial_rollout", False) else {})},
@@ -531,7 +539,8 @@ def summary_notes(summary: Mapping[str, Any]) -> list[str]:
     and a `layout: auto` planned again (a trained batch did not fit its first plan)."""
     notes = []
     samples, stale = summary.get("samples") or {}, summary.get("staleness") or {}
-    bound, seen = stale.get("bound", 0.0), stale.get("max", 0.0)
+    # a kind that bounds a sample's first version (verl-colocate-async's submissions) is read on its oldest tokens
+    bound, seen = stale.get("bound", 0.0), max(stale.get("max", 0.0), stale.get("oldest_token_max", 0.0))
     name = f"{summary.get('schedule')} (staleness {'unbounded' if bound is None else f'{bound:g}'})"
     if samples.get("stale_fraction", 0.0) >= STALE_NOTE_SHARE:
         notes.append(f"{name} drops {samples['stale_fraction']:.0%} of its generated samples as stale and trains "

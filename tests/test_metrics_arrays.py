@@ -72,11 +72,14 @@ def _pandas_sample_sums(samples: pd.DataFrame, T: float) -> dict:
             "all_gen": float(samples["generated_tokens"].sum()),
             "stale_max": float(stale.max()) if len(stale) else 0.0,
             "stale_mean": float(stale.mean()) if len(stale) else 0.0, "generated": len(samples),
+            "oldest_max": float((samples["consumed_iteration"] - samples["first_version"])[consumed].max())
+            if len(stale) else 0.0,
             "dropped": samples.loc[samples["dropped"], "drop_reason"].value_counts().to_dict()}
 
 
 samples_rows = st.lists(st.tuples(st.integers(-1, 30), st.floats(0, 7), st.integers(1, 4000), st.integers(1, 20000),
-                                  st.floats(0, 500), st.booleans(), st.sampled_from(["stale", "no_signal", "unused"])),
+                                  st.floats(0, 500), st.booleans(), st.sampled_from(["stale", "no_signal", "unused"]),
+                                  st.integers(0, 9)),   # versions between the first tokens and the step
                         min_size=0, max_size=150)
 
 
@@ -89,7 +92,8 @@ def test_sample_figures_equal_the_pandas_sums(rows, T):
         "prompt_len": np.array([r[2] for r in rows], np.int64), "response_len": np.array([r[3] for r in rows], np.int64),
         "finish": np.array([r[4] for r in rows], float), "generated_tokens": np.array([r[3] for r in rows], np.int64),
         "dropped": np.array([r[5] and r[0] < 0 for r in rows], bool),
-        "drop_reason": np.array([r[6] if r[5] and r[0] < 0 else "" for r in rows], object)})
+        "drop_reason": np.array([r[6] if r[5] and r[0] < 0 else "" for r in rows], object),
+        "first_version": np.array([r[0] - r[7] for r in rows], np.int64)})
     got = metrics.sample_figures(frame, RetiredSamples(), T)
     want = _pandas_sample_sums(frame, T)
     assert got.pop("dropped") == {str(k): int(v) for k, v in want.pop("dropped").items()}

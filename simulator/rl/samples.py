@@ -74,6 +74,7 @@ class RetiredSamples:
     staleness_sum: float = 0.0       # over the consumed rows
     staleness_max: float = -np.inf
     behind_first_version: int = 0    # consumed rows with first_version < consumed_iteration
+    oldest_token_max: float = -np.inf   # over the consumed rows: consumed_iteration - first_version
     max_finish: float = -np.inf
     dropped: dict[str, int] = field(default_factory=dict)
 
@@ -90,6 +91,8 @@ class RetiredSamples:
         self.staleness_sum += float(stale.sum())
         self.staleness_max = max(self.staleness_max, float(stale.max()) if len(stale) else -np.inf)
         self.behind_first_version += int(np.sum(consumed & (rows["first_version"] < rows["consumed_iteration"])))
+        oldest = rows["consumed_iteration"][consumed] - rows["first_version"][consumed]
+        self.oldest_token_max = max(self.oldest_token_max, float(oldest.max()) if len(oldest) else -np.inf)
         self.max_finish = max(self.max_finish, float(rows["finish"].max()) if len(lens) else -np.inf)
         for reason, c in sorted(_reason_counts(rows["drop_code"][rows["dropped"]], reasons).items()):
             self.dropped[reason] = self.dropped.get(reason, 0) + c

@@ -253,6 +253,10 @@ def test_partial_rollout_resumes_sequences_across_rounds():
     resumed = sm[sm["first_version"] < sm["version"]]
     assert len(resumed) > 0
     assert (sm["generated_tokens"] <= sm["response_len"]).all()
+    # the summary says how old a trained sample's first tokens were, not only its last segment's
+    consumed = sm[sm["consumed_iteration"] >= 0]
+    oldest = (consumed["consumed_iteration"] - consumed["first_version"]).max()
+    assert s["staleness"]["oldest_token_max"] == oldest > s["staleness"]["max"]
 
 
 def test_ppo_graph_has_critic_and_reward_model():

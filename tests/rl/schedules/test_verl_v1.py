@@ -169,7 +169,7 @@ def test_sync_mode_is_the_colocated_step_seen_at_the_buffers_polls():
     assert slow["step_time_s"] - fast["step_time_s"] == pytest.approx(2.0 - 0.5, rel=1e-9)
     verl = slow["verl"]
     assert verl["trainer_mode"] == "sync" and verl["timing_s"]["gen"] == pytest.approx(2.0 + 0.2, rel=1e-9)
-    assert slow["staleness"] == {"max": 0, "mean": 0, "bound": 0} and verl["partial_ratio"] == 0
+    assert slow["staleness"] == {"max": 0, "mean": 0, "bound": 0, "oldest_token_max": 0} and verl["partial_ratio"] == 0
 
 
 def _refill_waves(keep: list[bool], batch: int, slots: int) -> list[int]:
