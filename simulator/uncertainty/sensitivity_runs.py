@@ -375,8 +375,10 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
     y = np.array([metric_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
     if np.ptp(y) == 0:
         return {column: [0.0] * len(keys) for column in SOBOL_COLUMNS}
+    # SALib seeds its bootstrap only with a truthy seed (else numpy's global RNG: the intervals moved
+    # from run to run at seed 0, the default; a trial): the scenario's seed + 1, never 0
     result = sobol_analyze.analyze(problem, y, calc_second_order=False, num_resamples=SOBOL_RESAMPLES,
-                                   seed=plan.seeds[0])
+                                   seed=plan.seeds[0] + 1)
     # a key held at one value explains nothing: 0, not the estimators' rounding noise (-1e-14)
     fixed = {key: high <= low for key, (low, high) in ranges.items()}
     out: dict[str, list[float | None]] = {}
