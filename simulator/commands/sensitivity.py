@@ -7,6 +7,9 @@ import sys
 from typing import Any
 
 HELP = "rank the inputs that move a figure most (tornado chart, Sobol indices)"
+# the modules run() imports first, loaded at start-up with the generated code cached (cli._preload)
+PRELOAD = ("simulator.api", "simulator.rl.llm_costs", "simulator.uncertainty.replicas",
+           "simulator.uncertainty.sensitivity_runs", "simulator.report.tornado")
 EXAMPLES = """examples:
   rlsim sensitivity --iterations 2                 # the default keys (length law, overheads, efficiencies)
   rlsim sensitivity --vary workload.response_length.median=1024..4096 --vary topology.scaleup.efficiency=0.6..0.9

@@ -31,6 +31,7 @@ from ..errors import RlsimError, one_typo_from
 from ..presets import resolve
 from ..scenario import LIMITS_FIX, Limits
 from ..units import parse_bandwidth, parse_seconds
+from .collective_params import CollectiveParams
 from .devices import DeviceSpec, device_from_mapping
 from .fabric import PLANES, Fabric, FlowTable, GroupPlan, ScaleoutPlan
 from .fabric import LinkSpec as _LinkSpec
@@ -842,11 +843,11 @@ def _profiled_device(raw: Any, source: str, field: str, profile: Any = None,
 
 
 def _check_collectives(mapping: Mapping[str, Any], source: str) -> None:
-    """The `collectives:` section's fields (network/collectives.py CollectiveParams), read when the
-    topology is (they were first read by the cost model, past where an error names the --set item)."""
+    """The `collectives:` section's fields (collective_params.py; network/collectives.py prices with
+    them), read with the topology (the cost model read them first, past where an error names the
+    --set item)."""
     if mapping.get("collectives") is not None:
         _Reader(mapping["collectives"], source, "collectives")
-        from ..network.collectives import CollectiveParams
         CollectiveParams.from_mapping(mapping["collectives"], source)
 
 

@@ -139,46 +139,52 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     emb, head = embedding_params(model)
     tokens = layout.micro_batch * seq_len / cp
     m = micro_batches if micro_batches is not None else pp * vpp
-    best: MemoryBreakdown | None = None
     key = (model, chunks, pp, vpp, tp, layout.ep, layout.expert_tp, layout.sp, layout.recompute,
            bool(flash_attention), seq_len / cp, params)
     try:
         sums = _stage_sums(*key)
     except TypeError:  # an unhashable model stand-in
         sums = _stage_sums.__wrapped__(*key)
+    # Read once: the same for every stage (properties of the layout, constants of the params).
+    zero, zero_shard, expert_zero_shard = layout.zero, layout.zero_shard, layout.expert_zero_shard
+    full_recompute, adapters = layout.recompute == "full", getattr(model, "adapter_rank", 0)
+    weight_bpp, grad_bpp = params.weight_bytes_per_param, params.grad_bytes_per_param
+    optim_bpp = params.optimizer_bytes_per_param
+    best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered)
     for s in range(pp):
         dense, expert, largest_layer, per_chunks, rebuilt, trained_dense, trained_expert = sums[s]
-        act_per_chunk = [per_chunk * tokens for per_chunk in per_chunks]
         outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
         if s == 0:
             outer += emb / tp
         if s == pp - 1 and (pp > 1 or not model.tied_head):
             outer += head / tp
         dense += outer
-        if not getattr(model, "adapter_rank", 0):   # LoRA freezes the embedding and head
+        if not adapters:   # LoRA freezes the embedding and head
             trained_dense += outer
         # ZeRO shards dense states over dp x cp, expert states over the expert-DP group
         # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding), or over a zero_shard_size part of each.
         # Gradients and optimizer states are the trained parameters' (LoRA: its adapters only).
         full = dense + expert
-        shard = dense / layout.zero_shard + expert / layout.expert_zero_shard
+        shard = dense / zero_shard + expert / expert_zero_shard
         trained = trained_dense + trained_expert
-        trained_shard = trained_dense / layout.zero_shard + trained_expert / layout.expert_zero_shard
-        weights = params.weight_bytes_per_param * (shard if layout.zero >= 3 else full)
-        grads = params.grad_bytes_per_param * (trained_shard if layout.zero >= 2 else trained)
-        optim = params.optimizer_bytes_per_param * (trained_shard if layout.zero >= 1 else trained)
-        acts = _in_flight_cached(tuple(act_per_chunk), pp, vpp, m, s)
-        if layout.recompute == "full":  # one layer's full activations are rebuilt during its backward
+        trained_shard = trained_dense / zero_shard + trained_expert / expert_zero_shard
+        weights = weight_bpp * (shard if zero >= 3 else full)
+        grads = grad_bpp * (trained_shard if zero >= 2 else trained)
+        optim = optim_bpp * (trained_shard if zero >= 1 else trained)
+        acts = _in_flight_cached(tuple([per_chunk * tokens for per_chunk in per_chunks]), pp, vpp, m, s)
+        if full_recompute:  # one layer's full activations are rebuilt during its backward
             acts += tokens * rebuilt
         logits = tokens * float(model.head_outputs) / tp * params.logits_bytes_per_elem if s == pp - 1 else 0.0
         gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
-            if layout.zero >= 3 else 0.0
-        cand = MemoryBreakdown(s, weights, grads, optim, acts, logits,
-                               capacity_hbm_bytes * params.hbm_usable_fraction, gathered)
-        if best is None or cand.total_bytes > best.total_bytes:
-            best = cand
+            if zero >= 3 else 0.0
+        # MemoryBreakdown.total_bytes's sum, in its order: the stage with the largest (the first of equals)
+        total = weights + grads + optim + acts + logits + gathered
+        if best is None or total > best[0]:
+            best = (total, s, weights, grads, optim, acts, logits, gathered)
     assert best is not None
-    return best
+    _, stage, weights, grads, optim, acts, logits, gathered = best
+    return MemoryBreakdown(int(stage), weights, grads, optim, acts, logits,
+                           capacity_hbm_bytes * params.hbm_usable_fraction, gathered)
 
 
 @lru_cache(maxsize=4096)

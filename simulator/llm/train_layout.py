@@ -72,6 +72,8 @@ class TrainLayout:
     zero_shard_size: int | None = None
 
     def __post_init__(self) -> None:
+        if self._plainly_valid():   # the common case (the planner builds thousands): no check below fails
+            return
         for name in ("tp", "pp", "vpp", "ep", "cp", "micro_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -103,6 +105,20 @@ class TrainLayout:
         if not isinstance(self.order, tuple) or sorted(self.order) != sorted(DEFAULT_ORDER):
             raise RlsimError(f"order must be a permutation of {DEFAULT_ORDER}, got {self.order!r}",
                              field="train_layout.order", fix="e.g. [tp, cp, dp, pp] (innermost first)")
+
+    def _plainly_valid(self) -> bool:
+        """True when every check of __post_init__ plainly passes (plain ints and bools, the default
+        order); False sends the layout through the checks, which then name what is wrong."""
+        counts = (self.tp, self.pp, self.vpp, self.ep, self.cp, self.micro_batch)
+        optional = (self.dp, *(getattr(self, name) for name in _OPTIONAL_COUNTS))
+        return (all(type(v) is int and v >= 1 for v in counts)
+                and all(v is None or (type(v) is int and v >= 1) for v in optional)
+                and (self.sequence_parallel is None or type(self.sequence_parallel) is bool)
+                and type(self.ulysses_sp) is bool
+                and type(self.zero) is int and self.zero in (0, 1, 2, 3)
+                and not (self.zero_shard_size is not None and self.zero == 0)
+                and type(self.recompute) is str and self.recompute in RECOMPUTE_MODES
+                and type(self.order) is tuple and self.order == DEFAULT_ORDER)
 
     @property
     def sp(self) -> bool:

@@ -11,16 +11,16 @@ same phases as simpy flows so that other traffic slows them. nccl-tests conventi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import RlsimError, one_typo_from
+from ..errors import RlsimError
+from ..hardware.collective_params import CollectiveParams
 from ..hardware.fabric import FlowTable
 from ..hardware.topology import Topology
-from ..units import parse_seconds
 from .ops import ALGORITHMS, OPS
 
 Flow = tuple[int, int, float]  # (src rank, dst rank, bytes)
@@ -39,47 +39,6 @@ def bus_factor(op: str, n: int) -> float:
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     return 1.0
-
-
-@dataclass(frozen=True)
-class CollectiveParams:
-    """Overridable from a topology file's `collectives:` section (units parsed)."""
-
-    # Software cost of one algorithm step (a send/recv handshake of NCCL's Simple/LL protocols);
-    # nccl-tests small-message all-reduce on 8 GPUs takes ~10-30 us, i.e. ~1 us per ring step
-    # beyond wire latency (hardware.md: "a few to tens of microseconds per step").
-    step_overhead_s: float = 1e-6
-    # Kernel launch per collective; None takes the device's launch_overhead_s (DeviceSpec).
-    launch_overhead_s: float | None = None
-    # NCCL MAXCHANNELS: at most 32 rings run in parallel (nccl src/include/device.h).
-    max_channels: int = 32
-    # All-to-all routes every pair exactly up to this group size; above it, per-device injection
-    # bounds are used (n^2 paths would dominate run time).
-    exact_all_to_all_max_devices: int = 128
-    # The direct (full-mesh) algorithm is offered only up to this group size: checking that every
-    # pair has its own link is n^2, and full meshes of devices stay small (8-GPU boards, HCCS).
-    direct_max_devices: int = 64
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str | None = None) -> CollectiveParams:
-        if not mapping:
-            return cls()
-        known = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for key, raw in mapping.items():
-            where = f"collectives.{key}"
-            if key not in known:
-                raise RlsimError(f"unknown field {key!r}{one_typo_from(key, known)}", source=source, field=where,
-                                 fix=f"use one of: {', '.join(sorted(known))}")
-            if key.endswith("_s"):
-                values[key] = None if raw is None else parse_seconds(raw, where, source)
-                if values[key] is not None and values[key] < 0:
-                    raise RlsimError("must be >= 0", source=source, field=where)
-            else:
-                if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-                    raise RlsimError(f"expected a whole number >= 1, got {raw!r}", source=source, field=where)
-                values[key] = raw
-        return cls(**values)
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,8 @@ class TrainingEvaluator:
             # The same memory check train_step_cost makes first (equal sequences: the longest is
             # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
             hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
-            for dp in self._memory_dps(layout, c.dp, also):
-                self._check_memory(c, dataclasses.replace(layout, dp=dp), hbm)
+            for dp in self._memory_dps(layout, c.dp, also):   # (the candidate's own dp: its layout as is)
+                self._check_memory(c, layout if dp == layout.dp else dataclasses.replace(layout, dp=dp), hbm)
         if self.step_sequences is not None:
             samples, ordered = self.step_sequences(c.micro_batch, c.dp)
             return train_step_cost(self.model, dataclasses.replace(layout, micro_batch=samples), self.topology,

@@ -4,13 +4,15 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from matplotlib.figure import Figure
 
-from . import plots
-from .html import _cell, _write_page
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+# matplotlib (and the report pages' modules, which load it) are imported where a chart is drawn:
+# `rlsim sensitivity` without --out and the --json records need neither (about a second of start-up).
 
 STEM = "tornado"
 
@@ -19,6 +21,9 @@ def tornado_figure(frame: pd.DataFrame, *, base: float | None = None, metric: st
                    title: str | None = None) -> Figure:
     """One horizontal bar per key (largest swing on top) from its figure at low to its figure at high,
     centred on the base figure; bars are labelled with the key's low and high values."""
+    from matplotlib.figure import Figure
+
+    from . import plots
     rows = frame.sort_values("swing", ascending=True, kind="stable")
     fig = Figure(figsize=(9, 0.5 * len(rows) + 1.6))
     ax = fig.add_subplot(1, 1, 1)
@@ -61,6 +66,8 @@ def sensitivity_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def write_sensitivity_report(frame: pd.DataFrame, out_dir: str | Path) -> Path:
     """tornado.png/.svg, sensitivity.json and a report.html with the table and the chart."""
+    from . import plots
+    from .html import _cell, _write_page
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     metric = str(frame.attrs.get("metric", "figure"))

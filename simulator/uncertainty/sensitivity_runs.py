@@ -356,12 +356,12 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
     varied over whole numbers."""
     given = list(ranges)
     keys = sorted(given)   # the design's columns in one order whatever the --vary order (Saltelli's points follow it)
+    if not samples or samples < 1:   # before SALib's import (scipy.stats: seconds): no design to run
+        return {column: [None] * len(keys) for column in SOBOL_COLUMNS}
     try:
         from SALib.analyze import sobol as sobol_analyze
         from SALib.sample import sobol as sobol_sample
     except ImportError:
-        return {column: [None] * len(keys) for column in SOBOL_COLUMNS}
-    if not samples or samples < 1:
         return {column: [None] * len(keys) for column in SOBOL_COLUMNS}
     bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in (ranges[key] for key in keys)]
     problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
