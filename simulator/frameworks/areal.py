@@ -83,7 +83,12 @@ RULES: dict[str, Rule] = {
     "cluster.n_gpus_per_node": mapped("topology.nodes", "GPUs per node of the job"),
     "cluster.*": ignored("cluster bookkeeping (name resolution, file roots): no effect on step time"),
     "allocation_mode": unsupported("the legacy allocation string of AReaL's SPMD launchers: rlsim reads the per-engine "
-                                   "backend fields (rollout.backend, actor.backend)", neutral=""),
+                                   "backend fields (rollout.backend, actor.backend), and a decoupled one "
+                                   "('sglang.d4p1t1+d4p1t1', AReaL 0.3 - 0.5) as them where no rollout.backend is "
+                                   "given", neutral=""),
+    "async_training": unsupported("AReaL 0.3 - 0.5's switch: false generates each batch after the weight update "
+                                  "(rollout_batch), not read here: give rollout.max_head_offpolicyness=0 for that",
+                                  neutral=True),
     "enable_offload": ignored("enables torch_memory_saver for the offloads, which are read where they are set"),
     **{k: ignored("run length: rlsim simulates `iterations` steps (--iterations N)")
        for k in ("total_train_epochs", "total_train_steps", "total_train_n_seqs")},
@@ -261,10 +266,9 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
     source = result.source
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
-    rollout_engine, rollout_dims = parse_backend(v("rollout.backend"), "rollout.backend", source,
-                                                 ("sglang", "vllm"))
-    train_engine, train_dims = parse_backend(v("actor.backend"), "actor.backend", source,
-                                             ("fsdp", "megatron", "archon"))
+    rollout_spec, actor_spec = _backends(v, decided)
+    rollout_engine, rollout_dims = parse_backend(rollout_spec, "rollout.backend", source, ("sglang", "vllm"))
+    train_engine, train_dims = parse_backend(actor_spec, "actor.backend", source, ("fsdp", "megatron", "archon"))
     colocated = _colocated(v)
     result.schedule_rule = ("colocated (rollout.scheduling_strategy colocation: the engine and the actor share the "
                             "GPUs in turn)" if colocated else "areal (separation: asynchronous split pools)")
@@ -298,6 +302,28 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
     result.notes.append("response-length law: not in a config; rlsim's default law capped at gconfig.max_new_tokens "
                         "(set --set workload.response_length.max / .median to refine)")
     return result
+
+
+def _backends(v: Values, decided: dict[str, tuple[Status, str]]) -> tuple[Any, Any]:
+    """rollout.backend and actor.backend, or where a config of AReaL 0.3 - 0.5 gives neither, its
+    allocation_mode read as them: 'sglang.d4p1t1+d4p1t1' (the generation's engine and sizes, then
+    the trainer's: its engine named there or by a bare actor.backend, else FSDP) -> sglang:d4p1t1 and fsdp:d4p1t1 (its
+    decoupled allocation; a trial met the error on the absent rollout.backend)."""
+    rollout, actor = v("rollout.backend"), v("actor.backend")
+    mode = v("allocation_mode") if v.given("allocation_mode") else None
+    if rollout is not None or not mode or (actor is not None and ":" in str(actor)):
+        return rollout, actor
+    match = re.fullmatch(r"(\w+)[.:]([dptce\d]+)\+(?:(\w+)[.:])?([dptce\d]+)", str(mode).strip())
+    if not match:
+        raise RlsimError(f"allocation_mode {mode!r} is not a decoupled allocation rlsim reads, and the config gives "
+                         "no rollout.backend / actor.backend", source=v.result.source, field="allocation_mode",
+                         fix="give rollout.backend=ENGINE:DIMS actor.backend=ENGINE:DIMS (e.g. sglang:d4 and fsdp:d4)")
+    # the trainer's engine: named in the string, else the actor's bare backend (0.5: `backend: fsdp`), else FSDP
+    engine = match.group(3) or (str(actor).strip() if actor is not None else "fsdp")
+    rollout, actor = f"{match.group(1)}:{match.group(2)}", f"{engine}:{match.group(4)}"
+    decided["allocation_mode"] = ("mapped", f"AReaL 0.3 - 0.5's allocation: rollout.backend {rollout}, "
+                                            f"actor.backend {actor}")
+    return rollout, actor
 
 
 _DIM = re.compile(r"([dptce])(\d+)")

@@ -261,3 +261,18 @@ def test_the_fsdp_engine_takes_its_log_probs_with_a_compiled_log_softmax():
                                                      "loss_forward_share": pytest.approx(1 / 3)}
     assert "compute" not in workload("actor.backend=fsdp:d2t2", "rollout.backend=sglang:d4").get("train_params", {})
     assert "train_params" not in workload("actor.backend=megatron:d2p2", "rollout.backend=sglang:d4")
+
+
+def test_a_legacy_allocation_mode_is_read_as_the_two_backends():
+    """AReaL 0.3 - 0.5 configs give `allocation_mode: sglang.d4p1t1+d4p1t1` and a bare actor backend;
+    the import failed on the absent rollout.backend (a trial)."""
+    legacy = ["~rollout.backend", "actor.backend=fsdp", "+allocation_mode=sglang.d2p1t2+d4p1t1"]
+    modern = import_config("areal", EXAMPLE, ["rollout.backend=sglang:d2t2", "actor.backend=fsdp:d4"])
+    r = import_config("areal", EXAMPLE, legacy)
+    assert "allocation_mode" in r.mapped
+    assert r.scenario["workload"]["rollout_layout"] == modern.scenario["workload"]["rollout_layout"]
+    assert r.scenario["workload"]["train_layout"] == modern.scenario["workload"]["train_layout"]
+    assert r.scenario["topology"] == modern.scenario["topology"]
+    with pytest.raises(RlsimError) as info:
+        import_config("areal", EXAMPLE, ["~rollout.backend", "actor.backend=fsdp", "+allocation_mode=sglang.d4+d4+d4"])
+    assert info.value.field == "allocation_mode"
