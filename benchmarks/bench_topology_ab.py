@@ -68,7 +68,9 @@ def main(a: str, b: str, case: str, rounds: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--one":
+    if len(sys.argv) > 3 and sys.argv[1] == "--one":
         print(json.dumps(_one(sys.argv[2], int(sys.argv[3]))))
-    else:
+    elif len(sys.argv) == 6:
         main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    else:   # it compares two checkouts: nothing to run on its own (an IndexError before)
+        sys.exit("usage: python benchmarks/bench_topology_ab.py CHECKOUT_A CHECKOUT_B supernodes64|build ROUNDS REPEATS")
