@@ -1019,16 +1019,19 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
         raise RlsimError("a full-mesh scale-up spans one server", source=source,
                          field=g.where("nodes_per_domain"), fix="set nodes_per_domain: 1")
     _check_link_given_once(dev_raw, dev_field, up_r, "scaleup_bw_Bps", profiled)
-    up = up_r.link("bw", spec.scaleup_bw_Bps, DEFAULT_SCALEUP_LATENCY_S, DEFAULT_SCALEUP_EFFICIENCY)
+    # a full mesh's scaleup.bw is one link's, and a device has one to each peer: its scale-up rate (the
+    # catalog's, what reads it off the device) is theirs together (910B: 7 x 28 = 196 GB/s; it was 28)
+    peers = per_node - 1 if up_kind == "mesh" and per_node > 1 else 1
+    up = up_r.link("bw", spec.scaleup_bw_Bps / peers, DEFAULT_SCALEUP_LATENCY_S, DEFAULT_SCALEUP_EFFICIENCY)
     uplink_bw = per_node * up.bw_Bps / up_r.number("oversubscription", 1.0, minimum=1.0)
     host_r = _Reader(_merge(_section(top, "host", _HOST_KEYS), _section(g, "host", _HOST_KEYS)), source,
                      g.where("host") if "host" in g.m else "host")
     _check_link_given_once(dev_raw, dev_field, host_r, "host_link_bw_Bps", profiled)
     host = host_r.link("bw", spec.host_link_bw_Bps, DEFAULT_HOST_LATENCY_S, DEFAULT_HOST_EFFICIENCY)
-    if (up.bw_Bps, host.bw_Bps) != (spec.scaleup_bw_Bps, spec.host_link_bw_Bps):
+    if (up.bw_Bps * peers, host.bw_Bps) != (spec.scaleup_bw_Bps, spec.host_link_bw_Bps):
         # the device's link rates are those of its links here: what reads them off the device (host
         # copies, a one-device ring) takes the topology's scaleup.bw / host.bw, as the graph does
-        spec = dataclasses.replace(spec, scaleup_bw_Bps=up.bw_Bps, host_link_bw_Bps=host.bw_Bps)
+        spec = dataclasses.replace(spec, scaleup_bw_Bps=up.bw_Bps * peers, host_link_bw_Bps=host.bw_Bps)
     nic = None
     if out_r is None and "nic_bw" in g.m:   # one domain, no scale-out plane: the NIC carries nothing
         raise RlsimError("nic_bw applies to the scale-out plane, and this topology has none (one domain)",

@@ -1235,13 +1235,16 @@ class LlmCosts:
         return tensors * self.scenario.schedule.refit_tensor_overhead_s
 
     def _ring_bw_Bps(self, ranks: list[int]) -> float:
-        """The narrowest link on the ring through ``ranks`` (topology links); one device: its
-        scale-up link."""
+        """The narrowest link on the ring through ``ranks`` (topology links), times the k - 1
+        edge-disjoint rings k fully linked devices run side by side (a full-mesh server: HCCL's and
+        NCCL's channels each take other links; one ring read a 910B server's 196 GB/s as 28); one
+        device: its scale-up rate."""
         if len(ranks) > 1:
             key = tuple(ranks)
             bw = self._ring_bw.get(key)
             if bw is None:
-                bw = self._ring_bw[key] = self.topology.bottleneck_bw_Bps(ranks)
+                rings = len(set(ranks)) - 1 if self.topology.fully_linked(ranks) else 1
+                bw = self._ring_bw[key] = self.topology.bottleneck_bw_Bps(ranks) * rings
             return bw
         return self.topology.device_spec(int(ranks[0])).scaleup_bw_Bps if ranks else self.device.scaleup_bw_Bps
 

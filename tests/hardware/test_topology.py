@@ -69,6 +69,8 @@ def test_mesh_server_uses_direct_links():
     t = load_topology("ascend-910b")
     assert t.path(0, 5) == [("dev0", "dev5")]
     assert t.graph.edges["dev0", "dev5"]["bw_Bps"] == pytest.approx(28e9)
+    # the device's scale-up rate is its 7 links together (the catalog's 196 GB/s; it read one link's 28)
+    assert t.device_spec(0).scaleup_bw_Bps == pytest.approx(7 * 28e9) == get_device("ascend-910b2").scaleup_bw_Bps
 
 
 def _write(tmp_path, data, name="cluster.yaml"):

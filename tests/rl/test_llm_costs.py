@@ -492,3 +492,14 @@ def test_a_fetch_broadcast_is_the_broadcast_collective_over_one_replica():
     assert c.fetch_broadcast_s(nbytes, range(384)) == pytest.approx(expected, rel=1e-9)
     assert c.fetch_broadcast_s(nbytes, range(48, 384)) > 0
     assert costs("workload.train_layout={tp: 1, pp: 1, ep: 1}").fetch_broadcast_s(nbytes, range(384)) == 0.0
+
+
+def test_a_full_mesh_group_rings_over_all_its_links():
+    # k fully linked devices run k - 1 edge-disjoint rings side by side: 8 NPUs of a 910B server
+    # move a refit gather at 7 x 28 GB/s (one ring read 28); two of them share one link
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology="ascend-910b", schedule="colocated")
+    c = LlmCosts(sc, load_topology(sc.topology))
+    assert c._ring_bw_Bps(list(range(8))) == pytest.approx(7 * 28e9)
+    assert c._ring_bw_Bps([0, 1]) == pytest.approx(28e9)
+    switched = costs()   # a switched domain (CloudMatrix384): one ring, its narrowest link
+    assert switched._ring_bw_Bps(list(range(8))) == pytest.approx(switched.topology.bottleneck_bw_Bps(range(8)))
