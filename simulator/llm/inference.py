@@ -402,10 +402,12 @@ class StepCost:
         sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
         graphs = self.uses_graphs(tokens)
         # An eager step's kernels stand eager_gap_s apart on the GPU side (at least the graph's
-        # replay time), so it is never shorter than the same step with graphs.
+        # replay time), so it is never shorter than the same step with graphs. The replay's gaps are
+        # GPU time too: overlapping the scheduler does not hide them (it read a batch-1 step at the
+        # bare bandwidth bound; an audit).
         if p.async_scheduling:
             if graphs:
-                return 0.0, sched + p.cuda_graph_replay_s
+                return p.cuda_graph_replay_s, sched + p.cuda_graph_replay_s
             return self.eager_gap_s, sched + self.eager_launch_s
         if graphs:
             return sched + p.cuda_graph_replay_s, 0.0
@@ -421,7 +423,7 @@ class StepCost:
             return added + np.zeros(len(tokens)), floor
         sched = p.step_overhead_s + p.cpu_per_seq_s * seqs / self.layout.ep
         if p.async_scheduling:
-            return (np.where(graphs, 0.0, self.eager_gap_s),
+            return (np.where(graphs, p.cuda_graph_replay_s, self.eager_gap_s),
                     np.where(graphs, sched + p.cuda_graph_replay_s, sched + self.eager_launch_s))
         return (sched + np.where(graphs, p.cuda_graph_replay_s, self.eager_gap_s),
                 np.where(graphs, 0.0, sched + self.eager_launch_s))

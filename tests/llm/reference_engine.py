@@ -230,9 +230,9 @@ class StepCost:
         graphs = self.uses_graphs(tokens)
         # An eager step's kernels stand eager_gap_s apart on the GPU side (at least the graph's
         # replay time), so it is never shorter than the same step with graphs.
-        if p.async_scheduling:
+        if p.async_scheduling:   # the replay's gaps are GPU time (an audit)
             if graphs:
-                return 0.0, sched + p.cuda_graph_replay_s
+                return p.cuda_graph_replay_s, sched + p.cuda_graph_replay_s
             return self.eager_gap_s, sched + self.eager_launch_s
         if graphs:
             return sched + p.cuda_graph_replay_s, 0.0
