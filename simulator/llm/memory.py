@@ -114,33 +114,37 @@ def activation_bytes_per_token(layer: LayerShape, hidden: int, ffn: int, gated: 
 
 def memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_bytes: float, *,
                       params: MemoryParams | None = None, flash_attention: bool = True,
-                      micro_batches: int | None = None) -> MemoryBreakdown:
+                      micro_batches: int | None = None, context_len: float | None = None) -> MemoryBreakdown:
     """The largest per-device memory over pipeline stages. `seq_len` is the longest sequence of a
-    micro-batch (padded) or the packed token budget per sequence slot; CP divides it."""
+    micro-batch (padded) or the packed token budget per sequence slot; CP divides it. `context_len`:
+    the length a token attends over (materialized scores, flash off), where it is not `seq_len`: a
+    pack of several sequences attends within each (sum of squared lengths / tokens)."""
     params = params or MemoryParams()
+    context = float(seq_len if context_len is None else context_len)
     try:  # the planner asks the same layouts again (memory check, then the full query): cache
         return _memory_cached(model, layout, float(seq_len), float(capacity_hbm_bytes), params,
-                              bool(flash_attention), micro_batches)
+                              bool(flash_attention), micro_batches, context)
     except TypeError:  # an unhashable model stand-in
         return _memory_per_device(model, layout, seq_len, capacity_hbm_bytes, params, flash_attention,
-                                  micro_batches)
+                                  micro_batches, context)
 
 
 @lru_cache(maxsize=4096)
 def _memory_cached(model, layout: TrainLayout, seq_len: float, capacity_hbm_bytes: float, params: MemoryParams,
-                   flash_attention: bool, micro_batches: int | None) -> MemoryBreakdown:
-    return _memory_per_device(model, layout, seq_len, capacity_hbm_bytes, params, flash_attention, micro_batches)
+                   flash_attention: bool, micro_batches: int | None, context: float) -> MemoryBreakdown:
+    return _memory_per_device(model, layout, seq_len, capacity_hbm_bytes, params, flash_attention, micro_batches,
+                              context)
 
 
 def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_bytes: float, params: MemoryParams,
-                       flash_attention: bool, micro_batches: int | None) -> MemoryBreakdown:
+                       flash_attention: bool, micro_batches: int | None, context: float) -> MemoryBreakdown:
     tp, pp, vpp, cp = layout.tp, layout.pp, layout.vpp, layout.cp
     chunks = layout_stage_layers(int(model.num_layers), layout)
     emb, head = embedding_params(model)
     tokens = layout.micro_batch * seq_len / cp
     m = micro_batches if micro_batches is not None else pp * vpp
     key = (model, chunks, pp, vpp, tp, layout.ep, layout.expert_tp, layout.sp, layout.recompute,
-           bool(flash_attention), seq_len / cp, params)
+           bool(flash_attention), context / cp, params)
     try:
         sums = _stage_sums(*key)
     except TypeError:  # an unhashable model stand-in

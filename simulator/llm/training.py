@@ -1066,10 +1066,14 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     longest_tokens = max(float(t.max()) for t, _ in replicas)
     m_max = max(t.size for t, _ in replicas)
     mem_layout = layout if layout.max_tokens_per_micro_batch is None else _single_micro_batch(layout)
+    # a token budget's micro-batch is one pack of sequences: each token attends within its own
+    # (sum of squared lengths / tokens, at most; its token count read as one 16k sequence: 10x the scores)
+    context = None if layout.max_tokens_per_micro_batch is None else \
+        max(float((q / np.maximum(t, 1)).max()) for t, q in replicas)
     states = memory_per_device(model, mem_layout, longest_tokens / mem_layout.micro_batch,
                                min(k.hbm_bytes for k in kinds),
                                params=params.memory, flash_attention=params.compute.flash_attention,
-                               micro_batches=m_max)
+                               micro_batches=m_max, context_len=context)
     memory = device_resident(states, params)
     if params.check_memory:
         check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source, layout=layout,

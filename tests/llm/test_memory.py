@@ -187,3 +187,23 @@ def test_the_out_of_memory_fix_names_only_what_the_layout_can_still_take():
     with pytest.raises(RlsimError) as exc:
         check_fits(b, what="gpt")
     assert "recompute: full" in exc.value.fix and "a smaller micro_batch" in exc.value.fix
+
+
+def test_a_token_budgets_pack_attends_within_each_sequence():
+    """Materialized scores (flash off) under a token budget: the pack of 16 x 1024 tokens was read as
+    one 16,384-token sequence, 10x the score memory of the same sequences as a micro-batch of 16
+    (a training audit): Korthikanti's 5 a s per token takes each sequence's own s."""
+    from simulator.hardware.topology import load_topology
+    from simulator.llm.train_compute import ComputeParams
+    from simulator.llm.training import TrainParams, train_step_cost, uniform_sequences
+
+    topo, model = load_topology({"preset": "dgx-h100", "nodes": 1}, {}), load_model("gpt-1.7b")
+    params = TrainParams(check_memory=False, compute=ComputeParams(flash_attention=False))
+    seqs = uniform_sequences(128, 1024)
+    counted = train_step_cost(model, TrainLayout(dp=8, micro_batch=16, recompute="none"), topo, sequences=seqs,
+                              packing="packed", params=params).memory
+    budget = train_step_cost(model, TrainLayout(dp=8, max_tokens_per_micro_batch=16384, recompute="none"), topo,
+                             sequences=seqs, packing="packed", params=params).memory
+    h, heads, layers = 2304, 24, 24
+    assert budget.activations_bytes == pytest.approx(counted.activations_bytes, rel=1e-12)
+    assert budget.activations_bytes == pytest.approx(16384 * layers * (34 * h + 5 * heads * 1024), rel=1e-9)
