@@ -351,7 +351,11 @@ def _micro_batch_parts(seqs: np.ndarray, layout: TrainLayout, packing: str, budg
     attention per sequence. With a token `budget`: `_token_budget_micro_batches`. A pipeline with
     one p2p shape (comm.pp_variable_seq_lengths false): `_one_pipeline_shape`. `budget_key`: the
     train_layout key `budget` comes from (named when a sequence exceeds it)."""
-    replicas, heads = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing, budget_key, source, scored)
+    # an interleaved pipeline runs micro-batches in groups of pp (Megatron's
+    # microbatch_group_size_per_vp_stage): a token budget's count rounds up to a multiple of it
+    group = layout.pp if layout.vpp > 1 else 1
+    replicas, heads = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing, budget_key, source, scored,
+                                                   group)
                        if budget is not None else _sampler_micro_batches(seqs, layout, packing, scored))
     if layout.pp > 1 and params is not None and not params.comm.pp_variable_seq_lengths:
         return [_one_pipeline_shape(tokens, sq, packing) for tokens, sq in replicas], heads
@@ -429,14 +433,17 @@ def _balanced_dp_indices(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
 
 def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing: str,
                                 budget_key: str = "max_tokens_per_micro_batch", source: str | None = None,
-                                scored: np.ndarray | None = None) -> tuple[list, list | None]:
+                                scored: np.ndarray | None = None, group: int = 1) -> tuple[list, list | None]:
     """Dynamic token-budget micro-batches (verl use_dynamic_bsz: the batch is split into dp chunks of
-    equal counts and near-equal tokens (`_balanced_dp_indices`), each chunk into the fewest
-    micro-batches whose token sums stay within `budget`, balanced by sequence length,
+    equal counts and near-equal tokens (`_balanced_dp_indices`), each chunk into micro-batches whose
+    token sums stay within `budget`, balanced by sequence length,
     verl/utils/seqlen_balancing.py rearrange_micro_batches; NeMo RL sequence packing with
     train_mb_tokens). Longest-first onto the least-loaded micro-batch; one more micro-batch while any
-    exceeds the budget (`budget_key`, the train_layout key it comes from). Padded: each micro-batch
-    pads to its longest. With ``scored``: each micro-batch's sum of it too."""
+    exceeds the budget (`budget_key`, the train_layout key it comes from). Every rank runs the count
+    the rank that needs the most takes (rearrange_micro_batches' same_micro_num_in_dp, on by default:
+    an all-reduce MAX over the DP group), rounded up to a multiple of `group` (its
+    num_batches_divided_by: an interleaved pipeline's pp), at most the rank's sequences. Padded:
+    each micro-batch pads to its longest. With ``scored``: each micro-batch's sum of it too."""
     if int(seqs.max()) > budget:
         raise RlsimError(f"a {int(seqs.max())}-token sequence exceeds the micro-batch token budget {budget}",
                          source=source, field=f"{TRAIN_LAYOUT_FIELD}.{budget_key}",
@@ -444,10 +451,11 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
                              "longest prompt + response)")
     lens = seqs.astype(float)
     out, heads = [], []
-    for chunk in _balanced_dp_indices(lens, dp):
-        if chunk.size == 0:
-            continue
-        members = _budget_groups(lens[chunk], budget)   # the chunk's indices are longest first
+    chunks = [chunk for chunk in _balanced_dp_indices(lens, dp) if chunk.size]
+    count = max((len(_budget_groups(lens[chunk], budget)) for chunk in chunks), default=1)
+    count = -(-count // group) * group
+    for chunk in chunks:
+        members = _budget_groups(lens[chunk], budget, count)   # the chunk's indices are longest first
         arr = [lens[chunk[mb]] for mb in members]
         if packing == "packed":
             out.append((np.array([a.sum() for a in arr]), np.array([(a * a).sum() for a in arr])))
@@ -458,10 +466,11 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
     return out, heads if scored is not None else None
 
 
-def _budget_groups(ordered: np.ndarray, budget: int) -> list[np.ndarray]:
-    """Positions in ``ordered`` (lengths, longest first) of each micro-batch: the fewest whose token
-    sums stay within ``budget``, each length onto the least-loaded, in order (empty ones dropped)."""
-    m = max(1, math.ceil(float(ordered.sum()) / budget))
+def _budget_groups(ordered: np.ndarray, budget: int, at_least: int = 1) -> list[np.ndarray]:
+    """Positions in ``ordered`` (lengths, longest first) of each micro-batch: the fewest (and at least
+    ``at_least``, as far as there are lengths) whose token sums stay within ``budget``, each length
+    onto the least-loaded, in order (empty ones dropped)."""
+    m = max(1, min(at_least, ordered.size), math.ceil(float(ordered.sum()) / budget))
     while True:
         load = np.zeros(m)
         members: list[list[int]] = [[] for _ in range(m)]
