@@ -766,13 +766,16 @@ def _layer_addends(lc: _LayerCost, recompute: str, n_rows: int, n_m: int) -> tup
     b_comm = sum(lc.bwd_comm.values()) if lc.bwd_comm else 0.0
     re_compute = {"full": lc.fwd_compute, "selective": lc.attn_fwd}.get(recompute, 0.0)
     # Full recompute redoes the forward's collectives in backward, except the ZeRO-3
-    # parameter gather: the backward's own gather serves the recomputation.
-    re_comm = f_comm - (lc.fwd_comm["dp"] if "dp" in lc.fwd_comm else 0.0) if full else 0.0
+    # parameter gather: the backward's own gather serves the recomputation. Selective recompute
+    # redoes the core attention, and with it a ring context-parallel K/V exchange (an audit).
+    redone = {kind for kind in lc.fwd_comm if kind != "dp"} if full else \
+        ({"cp"} & set(lc.fwd_comm) if recompute == "selective" else set())
+    re_comm = sum(lc.fwd_comm[kind] for kind in redone) if redone else 0.0
     a1[2] = lc.bwd_compute + b_comm + re_compute + re_comm
     a1[3] = lc.fwd_compute + lc.bwd_compute + re_compute
     for r, kind in enumerate(COMM_KINDS, start=4):
         if kind in lc.fwd_comm:
-            a1[r] = lc.fwd_comm[kind] * (2.0 if full and kind != "dp" else 1.0)
+            a1[r] = lc.fwd_comm[kind] * (2.0 if kind in redone else 1.0)
         if kind in lc.bwd_comm:
             a2[r] = lc.bwd_comm[kind]
     return a1, a2

@@ -550,3 +550,15 @@ def test_a_forward_only_pass_runs_a_ranks_model_chunks_in_turn() -> None:
         chunked = forward_cost(QWEN, dataclasses.replace(lay, vpp=vpp), TOPO, sequences=seqs)
         assert chunked.flops == pytest.approx(plain.flops)
         assert plain.time_s * 0.97 <= chunked.time_s <= plain.time_s * 1.15
+
+
+def test_selective_recompute_redoes_the_context_parallel_exchange_of_the_attention_it_redoes() -> None:
+    """Selective recompute re-runs the core attention, and with it the CP K/V exchange: one more
+    forward's worth of CP time, as full recompute pays (it paid none; a training audit)."""
+    model, seqs = load_model("llama3.1-8b"), uniform_sequences(8, 32768)
+    exposed = {rc: train_step_cost(model, TrainLayout(cp=4, dp=2, zero=1, micro_batch=1, recompute=rc), TOPO,
+                                   sequences=seqs, packing="packed",
+                                   params=TrainParams(check_memory=False)).comm_exposed_s["cp"]
+               for rc in ("none", "selective", "full")}
+    assert exposed["none"] < exposed["selective"] == pytest.approx(exposed["full"], rel=1e-12)
+    assert exposed["selective"] - exposed["none"] == pytest.approx(exposed["none"] / 3, rel=1e-6)
