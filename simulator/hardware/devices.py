@@ -213,7 +213,7 @@ _CATALOG: dict[str, DeviceSpec] = {
         DeviceSpec(
             name="b200", description="NVIDIA B200 (HGX)",
             peak_flops={"bf16": 2250 * T, "fp16": 2250 * T, "fp8": 4500 * T, "int8": 4500 * T},  # hardware.md
-            hbm_bytes=180 * GIB, hbm_bw_Bps=8 * T,  # hardware.md: 180 GB (192 in some specs), 8 TB/s
+            hbm_bytes=180 * GIB, hbm_bw_Bps=8 * T,  # hardware.md: 180 GB (192 in some specs: the stacks' raw size; 180 is what a B200 exposes), 8 TB/s
             scaleup_bw_Bps=900 * G,  # NVLink5 1.8 TB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # hardware.md: PCIe5/6, sources differ; PCIe5 x16 taken
             power_w=1000,  # HGX B200 datasheet: 1,000 W per GPU
