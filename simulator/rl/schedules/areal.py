@@ -199,6 +199,7 @@ class ArealRun(VerlFullyAsyncRun):
         mean = {key.removesuffix("_s"): float(np.mean([v[key] for v in self.versions])) if self.versions else 0.0
                 for key in keys}
         rollouter = self.rollouter
+        ctx.extra["samples_in_flight"] = rollouter.in_flight_figures()
         ctx.extra["areal"] = {
             "consumer_batch_size": self.consumer_batch, "max_concurrent_rollouts": self.max_concurrent,
             "max_head_offpolicyness": self.sched.max_head_offpolicyness, "per_step": self.versions,

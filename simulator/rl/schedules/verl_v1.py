@@ -105,14 +105,6 @@ class FeedRollouter(ArealRollouter):
             self.filtered += 1
             self._fire("data")
 
-    def in_flight(self) -> list[PromptGroup]:
-        """Groups started and not finished: on a server or aborted and waiting to resume."""
-        seen: dict[int, PromptGroup] = {}
-        for server in self.inflight:
-            seen.update(server)
-        seen.update((group.index, group) for group in self.cancelled)
-        return list(seen.values())
-
 
 class ColocatedFeedRollouter(FeedRollouter):
     """The servers on the actor's devices: their clocks record only while the engines generate."""

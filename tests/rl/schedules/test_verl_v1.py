@@ -367,3 +367,14 @@ def test_separate_async_keeps_pi_old_in_host_memory_around_the_old_log_prob_pass
             pytest.approx(copies * 0.25, rel=1e-9)
     bypass = scenario("verl-separate-async", iterations=3, parameter_sync_step=2, recompute_logprob=False)
     assert run(bypass, copying)[3]["step_time_s"] == pytest.approx(run(bypass, costs)[3]["step_time_s"], rel=1e-12)
+
+
+def test_the_groups_a_run_leaves_in_flight_are_counted():
+    """The warm-up batch keeps one step's prompts in flight: at the end they are in no sample count
+    (a group enters the table whole), so the summary says them: generated + in flight = every
+    trajectory submitted, (iterations + warm-up batches) x the step's prompts x n (a trial's 1,280
+    submitted, 1,024 reported)."""
+    s = run(scenario("verl-colocate-async"), equal_costs(), resp=const(500))[3]
+    assert s["samples_in_flight"]["prompts"] == 8 and s["samples_in_flight"]["trajectories"] == 32
+    assert s["samples"]["generated"] + s["samples_in_flight"]["trajectories"] == (4 + 1) * 8 * 4
+    assert s["samples_in_flight"]["generated_tokens"] <= 32 * 500
