@@ -342,6 +342,11 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     end = float(summary.get("makespan_s", 0.0))
     late = [f"schedule.failures.{i} (at_s {ev.at_s:g})" for i, ev in enumerate(sc.schedule.failures)
             if ev.at_s >= end]
+    deferred = [f"a failure of {f['fail']} due at {f['due_s']:g} s" for f in rec.failures if "due_s" in f]
+    if deferred:   # inside an earlier failure's recovery: taken at its end (the record's at_s)
+        summary["warnings"].append(
+            f"{', '.join(deferred)} fell inside an earlier failure's recovery (re-plan and restart), which rlsim "
+            "does not interrupt: taken when that recovery ended (failures[].at_s; due_s is when it was due)")
     if late:   # a failure the run never reached: said, not dropped (the end is known only now)
         summary["warnings"].append(
             f"{', '.join(late)} came at or after the run's end ({end:g} s): no failure happened there; "

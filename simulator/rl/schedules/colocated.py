@@ -323,9 +323,9 @@ class ColocatedRun:
                 continue
             proc.interrupt("failure")
             yield proc
-            _, spec, failed = self.events.pop(0)
+            at_s, spec, failed = self.events.pop(0)
             target = ckpt if rec.lose_to == "checkpoint" else snap
-            yield from self._fail(spec, failed, target)
+            yield from self._fail(spec, failed, target, at_s)
             k = target.iteration
 
     def _usable_devices(self, n: int, layout: dict[str, Any] | None = None) -> int:
@@ -336,8 +336,10 @@ class ColocatedRun:
         unit = math.lcm(self.d, pool_unit)
         return (n // unit) * unit
 
-    def _fail(self, spec: str, failed: set[int], target: fl.Snapshot):
-        """Roll back to ``target``, drop the failed devices, re-plan and restart on the survivors."""
+    def _fail(self, spec: str, failed: set[int], target: fl.Snapshot, at_s: float):
+        """Roll back to ``target``, drop the failed devices, re-plan and restart on the survivors.
+        ``at_s``: when it was due; a failure due inside an earlier one's recovery is taken at the
+        recovery's end (a recovery is not itself interrupted), which the record says."""
         ctx, env = self.ctx, self.env
         t_f = env.now
         if self.parts is not None:   # a group that waits (the tail for the trainers) records its wait at its end:
@@ -367,7 +369,8 @@ class ColocatedRun:
                              "iteration": target.iteration, "lost_s": lost_s,
                              "replan_s": out.planning_cost_s, "restart_s": ctx.sched.recovery.restart_s,
                              "devices_after": self.n_actor, "rollout_instances_after": self.n_inst,
-                             "train_layout_after": ctx.costs.train_layout_of(self.actor.ranks)})
+                             "train_layout_after": ctx.costs.train_layout_of(self.actor.ranks),
+                             **({"due_s": at_s} if t_f > at_s + 1e-9 else {})})
         yield env.timeout(max(0.0, self.actor.cursor - env.now))
 
 

@@ -421,3 +421,17 @@ def test_a_rollout_failure_re_judges_the_engines_with_their_pipeline_stages(dis_
     r = _dis(t_f, "node:1", "workload.rollout_layout={tp: 1, pp: 2, gpu_memory_utilization: 0.6}")
     (f,) = r.summary["failures"]
     assert f["pools"] == ["rollout"] and asked == [[2]]
+
+
+def test_a_failure_due_inside_an_earlier_ones_recovery_is_taken_at_its_end_and_said(failed):
+    """The recovery (re-plan and restart) is not interrupted: a failure due inside it is taken at its
+    end, which the record (due_s) and a warning say (it moved silently; a failure audit)."""
+    first = failed.summary["failures"][0]
+    end = first["at_s"] + first["replan_s"] + first["restart_s"]
+    due = first["at_s"] + first["restart_s"] / 2
+    both = ["schedule.failures=[{at_s: 150, fail: 'node:1'}, {at_s: %g, fail: 'node:2'}]" % due]
+    s = simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="colocated", iterations=4, overrides=both).summary
+    second = s["failures"][1]
+    assert second["due_s"] == due and second["at_s"] == pytest.approx(end, rel=1e-12)
+    assert any("due at" in w and "recovery" in w for w in s["warnings"])
+    assert "due_s" not in s["failures"][0] and not failed.summary["warnings"]
