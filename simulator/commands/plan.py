@@ -253,6 +253,7 @@ class _Counted:
 
     def __init__(self, evaluator: Any, progress: Any) -> None:
         self.evaluator, self.progress, self.done = evaluator, progress, 0
+        self.params = getattr(evaluator, "params", None)   # the constants it costs with (an error's arithmetic)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.done += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -162,6 +163,24 @@ def _fix_for_none(pruned: Counter, model: Any) -> str:
         return (f"give planner.space.tp values that divide the {heads} attention heads and divide or are a "
                 f"multiple of the {kv_heads} KV heads: {', '.join(map(str, fits))}")
     return "add devices, lower the global batch or widen planner.space"
+
+
+def _state_floor(model: Any, topology: Any, ranks: Sequence[int], params: Any) -> str:
+    """'; ...' where the training state alone (weights, gradients, optimizer: MemoryParams' bytes a
+    parameter) fully sharded needs more devices than there are: the fewest that could hold it,
+    activations aside (a 405B model on 8 GPUs named no size to aim for; a planner audit)."""
+    memory = getattr(params, "memory", None)
+    total = getattr(model, "params_total", None)
+    if memory is None or not total or not hasattr(topology, "device_spec"):
+        return ""
+    per_param = memory.weight_bytes_per_param + memory.grad_bytes_per_param + memory.optimizer_bytes_per_param
+    usable = min(topology.device_spec(r).hbm_bytes for r in ranks) * memory.hbm_usable_fraction
+    state = float(total) * per_param
+    need = math.ceil(state / usable)
+    if need <= len(ranks):
+        return ""
+    return (f"; its training state alone is {state / 1e9:,.0f} GB ({per_param:g} B a parameter), which needs at "
+            f"least {need} devices of {usable / 1e9:,.1f} GB usable even fully sharded, activations aside")
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -332,7 +351,8 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     if not cands:
         worst = pruned_summary(pruned, 4) or "no layout enumerated"
         raise RlsimError(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
-                         f"{len(ranks)} devices with global batch {global_batch} ({worst})",
+                         f"{len(ranks)} devices with global batch {global_batch} ({worst})"
+                         + _state_floor(model, topology, ranks, getattr(evaluator, "params", None)),
                          field="planner", fix=_fix_for_none(pruned, model))
     cands.sort(key=_rank_key)
     # Refine the leaders: every aware placement (keep the fastest) and the naive one (reported).

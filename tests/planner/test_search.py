@@ -15,3 +15,22 @@ def test_at_an_equal_step_time_the_layout_with_less_memory_ranks_first():
     assert sorted([zero1, zero2, faster], key=_rank_key) == [faster, zero2, zero1]
     same = cand(2.976, 41.5e9, (0, 9))
     assert sorted([zero2, same], key=_rank_key) == [same, zero2]
+
+
+def test_a_model_whose_state_outgrows_the_devices_says_how_many_it_needs():
+    """405B on 8 H100s: the refusal named no size to aim for (a planner audit). Its state at 18 B a
+    parameter over 0.92 of 80 GiB: ceil(405.85e9 x 18 / 79.0e9) = 93 devices."""
+    import math
+
+    import pytest
+
+    from simulator.errors import RlsimError
+    from simulator.hardware.topology import load_topology
+    from simulator.llm.architecture import load_model
+    from simulator.planner.search import plan_training
+
+    model, topology = load_model("llama3.1-405b"), load_topology({"preset": "dgx-h100", "nodes": 1})
+    need = math.ceil(model.params_total * 18 / (topology.device_spec(0).hbm_bytes * 0.92))
+    with pytest.raises(RlsimError, match=f"needs at least {need} devices") as info:
+        plan_training(model, topology, 256, 4096)
+    assert need == 93 and info.value.field == "planner"
