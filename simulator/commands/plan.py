@@ -184,6 +184,10 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
                              "layout's step analytically and does not read it", source="--set", field=key,
                              fix=f"drop --set {key}, or simulate the chosen layout with rlsim run")
         side = next((s for s in _SEARCHED if key == f"workload.{s}" or key.startswith(f"workload.{s}.")), None)
+        # a training plan of the scenario's step reads its rollout layout (a resident engine's HBM
+        # share), and a user makes it one the run can take (it was refused as searched; a planner audit)
+        if side == "rollout_layout" and plans_the_scenarios_step(args):
+            side = None
         if side is not None:   # the planner searches the layouts: a given one is not an input to it
             from ..planner import RolloutSpace, SearchSpace
             name = key.split(".")[2] if key.count(".") >= 2 else ""

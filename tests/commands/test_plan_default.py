@@ -165,6 +165,20 @@ def test_a_given_layout_is_refused_with_the_planner_key_that_narrows_it(capsys, 
     assert f"field '{key.split('=')[0]}'" in err and narrow in err
 
 
+def test_a_training_plan_of_a_scenario_takes_its_rollout_layout(tmp_path, capsys):
+    """Planning a scenario's training step reads its rollout layout (a resident engine's HBM share):
+    --set of it was refused as searched, so a scenario whose engine cannot run (a 70B model at the
+    preset's tp 1) could be planned but not mended for the run (a planner audit)."""
+    from simulator.cli import main
+
+    scenario = tmp_path / "s70.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 8}\nworkload: grpo-qwen2.5-7b\nschedule: colocated\n")
+    argv = ["plan", str(scenario), "--set", "workload.model=llama3.1-70b", "--top", "1", "--json",
+            "--set", "planner.space.tp=[8]", "--set", "planner.space.micro_batch=[1]"]
+    assert main([*argv, "--set", "workload.rollout_layout.tp=4"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("value, field", [
     ("planner.rollout.max_num_seqs=[0]", "planner.rollout.max_num_seqs.0"),
     ("planner.rollout.tp=[-1]", "planner.rollout.tp.0"),

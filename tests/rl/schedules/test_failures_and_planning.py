@@ -429,7 +429,7 @@ def test_a_failure_due_inside_an_earlier_ones_recovery_is_taken_at_its_end_and_s
     first = failed.summary["failures"][0]
     end = first["at_s"] + first["replan_s"] + first["restart_s"]
     due = first["at_s"] + first["restart_s"] / 2
-    both = ["schedule.failures=[{at_s: 150, fail: 'node:1'}, {at_s: %g, fail: 'node:2'}]" % due]
+    both = [f"schedule.failures=[{{at_s: 150, fail: 'node:1'}}, {{at_s: {due:g}, fail: 'node:2'}}]"]
     s = simulator.simulate(workload=WORKLOAD, topology=TOPO, schedule="colocated", iterations=4, overrides=both).summary
     second = s["failures"][1]
     assert second["due_s"] == due and second["at_s"] == pytest.approx(end, rel=1e-12)
