@@ -332,6 +332,7 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     cands: list[TrainCandidate] = []
     tokens = global_batch * seq_len
     first_placement: dict[tuple, Placement] = {}   # by what _placements reads of a choice
+    refused: RlsimError | None = None              # the first layout the evaluator refused, said if none fits
     for c in choices:
         if params.dominance_prune and _structure(c) in fitted:
             pruned["recompute_dominated"] += 1
@@ -345,6 +346,7 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
             ev = evaluator(c, placement.ranks)
         except RlsimError as exc:
             pruned[f"infeasible:{exc.field or 'layout'}"] += 1
+            refused = refused or exc
             continue
         fitted.add(_structure(c))
         cands.append(TrainCandidate(c, placement, ev, devices=len(ranks), tokens_per_s=tokens / ev.step_time_s))
@@ -352,7 +354,8 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
         worst = pruned_summary(pruned, 4) or "no layout enumerated"
         raise RlsimError(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
                          f"{len(ranks)} devices with global batch {global_batch} ({worst})"
-                         + _state_floor(model, topology, ranks, getattr(evaluator, "params", None)),
+                         + _state_floor(model, topology, ranks, getattr(evaluator, "params", None))
+                         + (f"; the first refused: {refused.message}" if refused is not None else ""),
                          field="planner", fix=_fix_for_none(pruned, model))
     cands.sort(key=_rank_key)
     # Refine the leaders: every aware placement (keep the fastest) and the naive one (reported).

@@ -34,3 +34,5 @@ def test_a_model_whose_state_outgrows_the_devices_says_how_many_it_needs():
     with pytest.raises(RlsimError, match=f"needs at least {need} devices") as info:
         plan_training(model, topology, 256, 4096)
     assert need == 93 and info.value.field == "planner"
+    # and the first layout the evaluator refused, with its own arithmetic (a forced tp hid it)
+    assert "the first refused: " in info.value.message and "does not fit in device memory" in info.value.message
