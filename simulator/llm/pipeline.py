@@ -553,12 +553,15 @@ def _forward_only_order(pp: int, vpp: int, m: int) -> tuple[tuple[int, int], ...
     done: set[tuple[int, int]] = set()
     cursor, order = [0] * pp, []
     while len(order) < pp * vpp * m:
+        before = len(order)
         for stage, ops in enumerate(per_rank):   # each rank runs on until it waits on an input
             while cursor[stage] < len(ops) and (ops[cursor[stage]][0] == 0
                                                 or (ops[cursor[stage]][0] - 1, ops[cursor[stage]][1]) in done):
                 done.add(ops[cursor[stage]])
                 order.append(ops[cursor[stage]])
                 cursor[stage] += 1
+        if len(order) == before:   # every rank waits on another: not an issue order Megatron could run
+            raise AssertionError(f"interleaved forward order deadlocks at pp {pp}, vpp {vpp}, {m} micro-batches")
     return tuple(order)
 
 
