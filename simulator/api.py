@@ -220,6 +220,17 @@ def check_scenario_keywords(keywords: Mapping[str, Any], function: str) -> None:
                                              "overrides=['KEY=VALUE']")
 
 
+def _pack_note(sc: Scenario, prompt: Any, resp: Any) -> list[str]:
+    """A packed row (schedule.pack_tokens) shorter than the longest sample the laws can draw: such a
+    sample runs as a micro-batch of its own, sequence mode in effect (it went unsaid; a trial)."""
+    pack = sc.schedule.pack_tokens
+    if pack is None or prompt.max is None or resp.max is None or pack >= prompt.max + resp.max:
+        return []
+    return [f"schedule.pack_tokens {pack:,} is below the longest sample the length laws can draw "
+            f"({prompt.max + resp.max:,} tokens: prompt max + response max): a sample longer than a row runs as "
+            "a micro-batch of its own (verl refuses a token budget below that width)"]
+
+
 def _pool_kinds_note(rec: Any, topology: Any) -> list[str]:
     """Split pools on a mixed cluster: which kind each pool holds (pools take ranks in order, so the
     order of the topology's groups decides which kind generates: 1.74x apart on H100 + H20)."""
@@ -322,7 +333,8 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     from .rl import critical_path  # pandas: after the run (see the TYPE_CHECKING note above)
     summary["critical_path"] = critical_path.of_run(rec, timeline)
     # what a reader of the figures must know (the console prints them as notes; --json and the API carry them)
-    summary["notes"] = metrics.summary_notes(summary) + cap_notes(prompt, resp) + _pool_kinds_note(rec, topology)
+    summary["notes"] = (metrics.summary_notes(summary) + cap_notes(prompt, resp) + _pool_kinds_note(rec, topology)
+                        + _pack_note(sc, prompt, resp))
     summary["warnings"] = []   # always there, as the notes (a notebook read it with .get)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble

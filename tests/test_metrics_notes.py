@@ -133,3 +133,15 @@ def test_training_that_outlasts_the_consolidated_tail_is_said():
     assert not any("consolidated tail" in n for n in summary_notes(shorter))
     quiet = {**summary, "steady_bubbles_by_cause": {"dependency": 0.1}}
     assert not any("consolidated tail" in n for n in summary_notes(quiet))
+
+
+def test_a_packed_row_shorter_than_the_longest_sample_is_said():
+    """schedule.pack_tokens below prompt max + response max: such a sample runs as a micro-batch of
+    its own, sequence mode in effect (unsaid before; a schedule trial)."""
+    def notes(*extra):
+        return simulator.simulate(None, schedule="colocated", costs=FakeCosts(instance_devices=2, train_group_devices=2),
+                                  **{**SMALL, "overrides": [*SMALL["overrides"], *extra]}).summary["notes"]
+    said = [n for n in notes("schedule.pack_tokens=512") if "pack_tokens" in n]
+    assert len(said) == 1 and "512 is below" in said[0]
+    assert not any("pack_tokens" in n for n in notes("schedule.pack_tokens=65536"))
+    assert not any("pack_tokens" in n for n in notes())
