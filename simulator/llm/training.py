@@ -452,10 +452,10 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
     lens = seqs.astype(float)
     out, heads = [], []
     chunks = [chunk for chunk in _balanced_dp_indices(lens, dp) if chunk.size]
-    count = max((len(_budget_groups(lens[chunk], budget)) for chunk in chunks), default=1)
-    count = -(-count // group) * group
-    for chunk in chunks:
-        members = _budget_groups(lens[chunk], budget, count)   # the chunk's indices are longest first
+    fewest = [_budget_groups(lens[chunk], budget) for chunk in chunks]   # each chunk's indices longest first
+    count = -(-max((len(groups) for groups in fewest), default=1) // group) * group
+    for chunk, groups in zip(chunks, fewest, strict=True):
+        members = groups if len(groups) >= min(count, chunk.size) else _budget_groups(lens[chunk], budget, count)
         arr = [lens[chunk[mb]] for mb in members]
         if packing == "packed":
             out.append((np.array([a.sum() for a in arr]), np.array([(a * a).sum() for a in arr])))
@@ -1414,6 +1414,14 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
     return result
 
 
+def _interleaved_span(fwd: np.ndarray, p2p: np.ndarray, pp: int, blocking_send: bool) -> float:
+    """One replica's forward-only makespan over pp ranks holding its virtual stages (rows of
+    ``fwd``); a blocking send holds its sender as the transfer runs (_with_blocking_forward_sends)."""
+    if blocking_send and p2p.size:
+        return float(interleaved_forward_makespans(_with_blocking_forward_sends(fwd, p2p)[None], 0.0, pp)[0])
+    return float(interleaved_forward_makespans(fwd[None], p2p[None] if p2p.size else 0.0, pp)[0])
+
+
 def _forward_spans(arrays: Any, p2p: np.ndarray, sizes: list[int], params: TrainParams,
                    pp: int | None = None) -> list[tuple[float, slice]]:
     """(forward-only makespan, its columns) of each data-parallel replica, in replica order. Without
@@ -1424,10 +1432,8 @@ def _forward_spans(arrays: Any, p2p: np.ndarray, sizes: list[int], params: Train
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     if pp is not None and pp < arrays.fwd.shape[0]:
-        blocking = params.comm.pp_blocking_send and p2p.size
-        return [(float(interleaved_forward_makespans(
-            (_with_blocking_forward_sends(arrays.fwd[:, sl], p2p[:, sl]) if blocking else arrays.fwd[:, sl])[None],
-            0.0 if blocking or not p2p.size else p2p[None, :, sl], pp)[0]), sl) for sl in slices]
+        return [(_interleaved_span(arrays.fwd[:, sl], p2p[:, sl], pp, params.comm.pp_blocking_send), sl)
+                for sl in slices]
     if params.comm.pp_blocking_send and p2p.size:
         return [(forward_only_makespan(_with_blocking_forward_sends(arrays.fwd[:, sl], p2p[:, sl])), sl)
                 for sl in slices]

@@ -183,8 +183,7 @@ class Rollouter:
     def earliest_unstored(self) -> float:
         """The earliest finish a trajectory not in the sample store yet may have: a group enters
         the store when all its n trajectories are done (``_complete``), none before it started."""
-        groups = [g for server in self.inflight for g in server.values()] + list(self.cancelled)
-        return min((g.started_s for g in groups), default=math.inf)
+        return min((g.started_s for g in self.in_flight()), default=math.inf)
 
     # ---- admission and completion ------------------------------------------------------------
     def _admit(self, now: float) -> None:
