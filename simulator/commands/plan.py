@@ -216,9 +216,9 @@ def run(args: argparse.Namespace) -> int:
         return code
     with common.Progress("layout") as progress:
         rows, model, topology, plan = plan_rows(args, progress=progress)
-    note = shape_note(args)
-    if note:
-        print(note, file=sys.stderr)
+    for note in (shape_note(args), rollout_note(args, topology)):
+        if note:
+            print(note, file=sys.stderr)
     balanced = balanced_plan(args, model, topology) if args.balance else None
     if args.json:
         common.print_json(rows if balanced is None else {"candidates": rows, "balance": balanced})
@@ -250,6 +250,34 @@ def shape_note(args: argparse.Namespace) -> str | None:
     return (f"note: {' and '.join(taken)} taken from the default scenario's optimizer step "
             f"({scn.workload.name}: one mini-batch packed into rows of its prompt max + response max); "
             f"give --global-batch / --seq-len (or a SCENARIO.yaml) to plan another shape")
+
+
+# The fields of a refusal that is the rollout side's own (the engine's layout, constants or preset)
+_ROLLOUT_FIELDS = ("workload.rollout_layout", "workload.inference", "workload.engine")
+
+
+def rollout_note(args: argparse.Namespace, topology: Any) -> str | None:
+    """A note when the training plan is a given scenario's step and `rlsim run` would refuse that
+    scenario's own rollout side on the topology planned (an engine that does not fit, a TP that does
+    not divide the heads): the plan ranks trainers only, so it would otherwise be met after it."""
+    if not (args.scenario and plans_the_scenarios_step(args)):
+        return None
+    from ..rl.llm_costs import LlmCosts
+    from ..scenario import load_scenario
+
+    scn = load_scenario(args.scenario, overrides=[o for o in args.overrides
+                                                  if not parse_assignment(o)[0].startswith("planner.")])
+    if scn.workload.rollout_layout == "auto":   # the run plans it
+        return None
+    try:
+        LlmCosts(scn, topology)
+    except RlsimError as exc:
+        if not any(field.startswith(_ROLLOUT_FIELDS) for field in exc.fields):
+            return None   # not the rollout side's: the layout planned here replaces what it was about
+        return (f"note: `rlsim run` would refuse this scenario's rollout side on this topology: {exc.message} "
+                f"(field {exc.fields[0]}{'; fix: ' + exc.fix if exc.fix else ''}); `rlsim plan --stage rollout` "
+                "ranks engine layouts")
+    return None
 
 
 class _Counted:

@@ -307,3 +307,21 @@ def test_plan_takes_the_scenarios_planner_section_under_the_set_items(tmp_path, 
     assert any(lay.get("zero_shard_size") == 8 for lay in planned)
     widened = layouts("--set", "planner.space.cp=[1,2]")
     assert {lay["cp"] for lay in widened} == {1, 2} and {lay["vpp"] for lay in widened} == {1}
+
+
+def test_a_scenarios_rollout_side_that_run_refuses_is_said(tmp_path, capsys):
+    """The training plan of a scenario whose own engine layout cannot run (a 70B model left at its
+    preset's rollout TP 1) says so on stderr, where before the plan ranked trainers and `rlsim run`
+    refused the engine after it (found by a planner audit)."""
+    scenario = tmp_path / "s70.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 4}\n"
+                        "workload: {preset: grpo-qwen2.5-7b, model: llama3.1-70b}\n")
+    narrow = ["--set", "planner.space.tp=[8]", "--set", "planner.space.pp=[2]", "--set", "planner.space.cp=[1]"]
+    assert main(["plan", str(scenario), "--json", "--top", "1", *narrow]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[0]["layout"]["tp"] == 8
+    assert "would refuse this scenario's rollout side" in captured.err
+    assert "field workload.rollout_layout" in captured.err and "does not fit for inference" in captured.err
+    # the engine at TP 4 runs: no note
+    assert main(["plan", str(scenario), "--json", "--top", "1", *narrow, "--set", "workload.rollout_layout.tp=4"]) == 0
+    assert "rollout side" not in capsys.readouterr().err
