@@ -11,10 +11,8 @@ _SIZE = {
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
     "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
 }
-# Bandwidth: 'GB/s' is bytes, 'Gb/s' or 'Gbps' is bits (networking convention).
-_BW_BYTES = {"b/s": 1, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
-             "kib/s": 2**10, "mib/s": 2**20, "gib/s": 2**30, "tib/s": 2**40}
-_BW_BITS = {"bps": 1 / 8, "kbps": 1e3 / 8, "mbps": 1e6 / 8, "gbps": 1e9 / 8, "tbps": 1e12 / 8}
+# Binary prefixes of byte and bit rates ('GiB/s'); the SI ones are _BIT_PREFIX's.
+_BINARY_PREFIX = {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 # SI prefixes of bit rates ('Gb/s') and compute rates ('TFLOPS').
 _BIT_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _FLOP_PREFIX = {**_BIT_PREFIX, "p": 1e15}
@@ -77,19 +75,17 @@ def _bandwidth(value: object, field: str, source: str | None) -> float:
     number, unit = _split(value, field, source, "bandwidth")
     if unit == "":
         return number
-    # Case matters for b (bit) versus B (byte), so look at the raw unit first.
-    if unit.endswith("b/s") and not unit.endswith("B/s"):
-        prefix = unit[:-3].lower()
-        bits = _BIT_PREFIX.get(prefix)
-        if bits is not None:
-            return number * bits / 8
-    low = unit.lower()
-    if low in _BW_BITS:
-        return number * _BW_BITS[low]
-    if unit.endswith("B/s") and low in _BW_BYTES:
-        return number * _BW_BYTES[low]
+    # Case matters for b (bit) versus B (byte), and only there: 'Gb/s' and 'Gbps' are bits (the
+    # networking convention), 'GB/s' and 'GBps' bytes (a lower-cased lookup read 'GBps' as bits: 8x slow)
+    for suffix in ("/s", "ps"):
+        head = unit.removesuffix(suffix)
+        if head != unit and head[-1:] in ("b", "B"):
+            prefix = head[:-1].lower()
+            scale = _BIT_PREFIX.get(prefix, _BINARY_PREFIX.get(prefix))
+            if scale is not None:
+                return number * scale / (8 if head[-1] == "b" else 1)
     raise RlsimError(f"unknown bandwidth unit {unit!r} in {value!r}", source=source, field=field,
-                     fix="use GB/s (bytes) or Gb/s / Gbps (bits)")
+                     fix="use GB/s or GBps (bytes), Gb/s or Gbps (bits)")
 
 
 def parse_seconds(value: object, field: str = "time", source: str | None = None) -> float:

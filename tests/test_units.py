@@ -22,6 +22,9 @@ def test_parse_bytes(text: object, expected: float) -> None:
 @pytest.mark.parametrize(("text", "expected"), [
     ("392GB/s", 392e9), ("400Gb/s", 50e9), ("400Gbps", 50e9), ("100 Mb/s", 12.5e6), ("1GiB/s", 2**30),
     ("8b/s", 1.0), ("25e9", 25e9), (1.0e9, 1.0e9), ("1 kbps", 125.0),
+    # 'GBps' is bytes (a lower-cased lookup read it as bits: 8x slow, found by a network audit); binary
+    # bit rates are bits
+    ("50GBps", 50e9), ("3Bps", 3.0), ("1Gib/s", 2**30 / 8), ("2MiBps", 2 * 2**20),
 ])
 def test_parse_bandwidth_bits_versus_bytes(text: object, expected: float) -> None:
     assert parse_bandwidth(text) == pytest.approx(expected, rel=1e-15)
