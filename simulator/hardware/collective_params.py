@@ -9,6 +9,11 @@ from typing import Any
 from ..errors import RlsimError, one_typo_from
 from ..units import parse_seconds
 
+# A per-step or launch overhead given as a bare number is read in seconds; one above this is a unit
+# left out (step_overhead_s: 1 meant 1 us and priced every collective 6 s), refused as topology.py
+# refuses a bare link latency above its MAX_BARE_LINK_LATENCY_S: no collective's software step takes 0.1 s.
+MAX_BARE_OVERHEAD_S = 0.1
+
 
 @dataclass(frozen=True)
 class CollectiveParams:
@@ -44,6 +49,10 @@ class CollectiveParams:
                 values[key] = None if raw is None else parse_seconds(raw, where, source)
                 if values[key] is not None and values[key] < 0:
                     raise RlsimError("must be >= 0", source=source, field=where)
+                bare = isinstance(raw, (int, float)) and not isinstance(raw, bool)
+                if bare and values[key] > MAX_BARE_OVERHEAD_S:
+                    raise RlsimError(f"{raw!r} reads as {raw} s (a bare number is seconds): no collective step "
+                                     "costs that much", source=source, field=where, fix=f"give the unit, e.g. '{raw}us'")
             else:
                 if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
                     raise RlsimError(f"expected a whole number >= 1, got {raw!r}", source=source, field=where)

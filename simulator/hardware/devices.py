@@ -69,6 +69,9 @@ class DeviceSpec:
     # The device's flash-attention kernels against the trainer stack's flash ratios (which come from
     # FlashAttention-2 on an A100): 1 there; a trainer's attention runs at ratio x this x the plateau.
     flash_efficiency_scale: float = 1.0
+    # vLLM's / SGLang's custom all-reduce (custom_all_reduce.py: CUDA IPC peer memory) runs on it;
+    # False: an engine's TP all-reduce is the collective library's (vllm-ascend's NPU communicator: HCCL)
+    peer_memory_all_reduce: bool = True
     price_per_hour: float | None = None  # USD per device-hour; None when no public list price
     power_w: float | None = None  # board power (TDP), watts
     description: str = field(default="", compare=False)
@@ -136,6 +139,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             host_link_bw_Bps=80 * G,
             gemm_efficiency=0.80,  # arXiv 2506.12708: INT8 GEMM reaches 77-83% of peak on 910C (taken for BF16 too)
             hbm_efficiency=0.84,  # arXiv 2506.12708: decode MLA kernels reach ~84% of HBM bandwidth
+            peer_memory_all_reduce=False,  # vllm-ascend reduces over HCCL (no CUDA IPC kernel)
         ),
         DeviceSpec(
             name="ascend-910b2", description="Huawei Ascend 910B2",
@@ -145,6 +149,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             scaleup_bw_Bps=196 * G,  # hardware.md: HCCS ~196 GB/s per NPU in an 8-NPU server
             host_link_bw_Bps=32 * G,  # hardware.md says "PCIe"; PCIe 4.0 x16 ~32 GB/s per direction assumed
             power_w=400,  # Atlas 800T A2 datasheet: 910B module ~400 W
+            peer_memory_all_reduce=False,  # vllm-ascend reduces over HCCL (no CUDA IPC kernel)
         ),
         DeviceSpec(
             name="ascend-910b3", description="Huawei Ascend 910B3",
@@ -153,6 +158,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             scaleup_bw_Bps=196 * G,  # hardware.md: as 910B2
             host_link_bw_Bps=32 * G,  # as 910B2 (PCIe 4.0 x16 assumed)
             power_w=400,  # as 910B2
+            peer_memory_all_reduce=False,  # vllm-ascend reduces over HCCL (no CUDA IPC kernel)
         ),
         DeviceSpec(
             name="a100-40gb", description="NVIDIA A100 SXM 40GB",
@@ -237,6 +243,7 @@ _CATALOG: dict[str, DeviceSpec] = {
             scaleup_bw_Bps=64 * G, host_link_bw_Bps=200 * G,
             gemm_efficiency=0.5, hbm_efficiency=0.6,  # placeholders until calibrated
             launch_overhead_s=1e-6,  # placeholder: a function call, no device launch
+            peer_memory_all_reduce=False,  # no GPU peer memory
         ),
     ]
 }
@@ -328,6 +335,11 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
             _check_bare(key, raw, fields[key], where, source)
         elif key in ("name", "description"):
             fields[key] = str(raw)
+        elif key == "peer_memory_all_reduce":
+            if not isinstance(raw, bool):
+                raise RlsimError(f"expected true or false, got {raw!r}", source=source, field=where,
+                                 fix=f"write {key}: true or {key}: false")
+            fields[key] = raw
         elif raw is None:
             fields[key] = None
         elif isinstance(raw, str):   # float() would read '0.6'; a quoted number is text, as in the scenario

@@ -406,10 +406,13 @@ class CollectiveModel:
         (vLLM / SGLang custom_all_reduce.py: 2, 4, 6 or 8 GPUs of one node, through peer memory):
         one shot (every rank reads each peer's whole buffer after one barrier) and two shots (a
         reduce-scatter and an all-gather through peer memory, a barrier each). Empty when the group
-        does not qualify (the engine falls back to NCCL)."""
+        does not qualify (the engine falls back to NCCL) or its devices have no CUDA peer memory
+        (DeviceSpec.peer_memory_all_reduce: Ascend's engines reduce over HCCL)."""
         group = sorted(set(ranks))
         n = len(group)
         if n not in CUSTOM_ALL_REDUCE_GROUP_SIZES or len({self.topology.node_of(r) for r in group}) > 1:
+            return ()
+        if not all(self.topology.device_spec(r).peer_memory_all_reduce for r in group):   # not a CUDA device
             return ()
         key = ("custom_all_reduce", self.topology.group_signature(tuple(group)))
         hit = self._lines.get(key)

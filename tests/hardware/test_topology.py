@@ -393,6 +393,18 @@ def test_a_collectives_time_is_finite():
     assert info.value.field == "collectives.launch_overhead_s"
 
 
+@pytest.mark.parametrize("key", ["step_overhead_s", "launch_overhead_s"])
+def test_a_bare_collective_overhead_past_a_tenth_of_a_second_is_a_unit_left_out(key):
+    # step_overhead_s: 1 meant 1 us and priced a 1 MiB all-reduce 6 s (found by a network audit)
+    from simulator.network.collectives import CollectiveParams
+
+    with pytest.raises(RlsimError, match="a bare number is seconds") as info:
+        CollectiveParams.from_mapping({key: 1}, "t.yaml")
+    assert info.value.field == f"collectives.{key}" and "1us" in info.value.fix
+    assert getattr(CollectiveParams.from_mapping({key: "1s"}, "t.yaml"), key) == 1.0   # with its unit: taken
+    assert getattr(CollectiveParams.from_mapping({key: 2e-6}, "t.yaml"), key) == 2e-6
+
+
 @pytest.mark.parametrize("mutate, field", [
     # read past before (found by fuzzing): a second link replaced the first, "no" counted as duplex,
     # a switch's device and domain were ignored

@@ -138,12 +138,18 @@ def _check_custom_all_reduce(scenario: Scenario, costs: Costs, pools: dict[str, 
     if runs(pool.ranks):
         return
     tp = costs.rollout_layout.tp
+    spec = getattr(getattr(costs, "topology", None), "device_spec", None)
+    kinds = {spec(r) for r in pool.ranks} if spec is not None else set()
+    without = sorted(k.name for k in kinds if not k.peer_memory_all_reduce)
     why = ("an instance of tp 1 has no TP all-reduce" if tp == 1 else
+           f"{', '.join(without)} has no CUDA peer memory (its engines reduce over their collective library)"
+           if without else
            f"no TP group of {tp} devices of the rollout pool is one it takes (2, 4, 6 or 8 devices of one node)")
     raise RlsimError(f"{given[0]} applies to the engine's own TP all-reduce, and {why}", source=scenario.source,
                      field=f"workload.inference.{given[0]}",
-                     fix=f"remove workload.inference.{given[0]}, or give workload.rollout_layout.tp 2, 4, 6 or 8 "
-                         "within one node")
+                     fix=f"remove workload.inference.{given[0]}" + ("" if without else
+                                                                     ", or give workload.rollout_layout.tp 2, 4, 6 "
+                                                                     "or 8 within one node"))
 
 
 def _check_train_constants(scenario: Scenario, costs: Costs) -> None:

@@ -57,3 +57,25 @@ def test_custom_all_reduce_refused_exits_2_on_the_cli(capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "workload.inference.custom_all_reduce" in err and "Traceback" not in err
+
+
+def test_custom_all_reduce_is_a_cuda_kernel_not_run_on_ascend():
+    """vLLM's custom all-reduce is CUDA peer memory; vllm-ascend reduces over HCCL. It was offered on
+    Ascend NPUs, so a named engine priced their small TP all-reduces as a GPU's (found by a network
+    audit): now the NPU groups take the collective library's, and turning it on there is refused."""
+    from simulator.hardware.devices import device_from_mapping
+    from simulator.hardware.topology import load_topology
+    from simulator.network.collectives import CollectiveModel
+
+    for preset in ("cloudmatrix384", "ascend-910b"):
+        assert CollectiveModel(load_topology(preset)).custom_all_reduce_lines(tuple(range(8))) == ()
+    assert CollectiveModel(load_topology("dgx-h100")).custom_all_reduce_lines(tuple(range(8)))
+    assert not device_from_mapping({"base": "h100", "peer_memory_all_reduce": False}).peer_memory_all_reduce
+    with pytest.raises(RlsimError, match="true or false") as err:
+        device_from_mapping({"base": "h100", "peer_memory_all_reduce": 1}, "t.yaml")
+    assert err.value.field == "device.peer_memory_all_reduce"
+    with pytest.raises(RlsimError) as err:
+        run("grpo-qwen2.5-7b", {"preset": "ascend-910b", "nodes": 2}, "workload.rollout_layout={tp: 4, ep: 1}",
+            "workload.inference.custom_all_reduce=true")
+    assert err.value.field == "workload.inference.custom_all_reduce" and "no CUDA peer memory" in str(err.value)
+    assert "tp 2, 4, 6 or 8" not in err.value.fix   # no layout would run it there
