@@ -220,6 +220,23 @@ def test_a_group_split_unevenly_over_nodes_rings_through_as_many_nics_as_its_sma
     assert bus["uneven"] == pytest.approx(bus["even"], rel=0.02)
 
 
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_a_broadcast_across_nodes_splits_over_the_ring_channels(nodes):
+    """NCCL broadcasts along its ring channels, each a chain from the root carrying S / channels: on
+    DGX nodes its busbw is the all-gather's, not one NIC's (one chain crossed at 47 GB/s where the
+    all-gather ran at 365; found by a network audit). Inside one node, one chain as before."""
+    model = CollectiveModel(load_topology({"preset": "dgx-h100", "nodes": nodes}))
+    group = list(range(8 * nodes))
+    for root in (0, 5):
+        ordered = [root] + [r for r in group if r != root]
+        bus = model.cost("broadcast", ordered, GiB, algorithm="ring").busbw_Bps
+        assert bus == pytest.approx(model.cost("all_gather", group, GiB, algorithm="ring").busbw_Bps, rel=0.01)
+        assert bus > 6 * model.cost("p2p", [0, 8], GiB).busbw_Bps   # more than six NICs' worth
+    inside = CollectiveModel(H100).cost("broadcast", list(range(8)), GiB, algorithm="ring")
+    path_bw = min(H100.capacity_Bps(e) for e in H100.path(0, 1))
+    assert inside.time_s == pytest.approx(GiB / path_bw, rel=0.01)   # one chain, every edge S
+
+
 def _hop(topology, model, a, b):
     """(bandwidth, one algorithm step: wire latency + step overhead) of the path a -> b."""
     path = topology.path(a, b)
