@@ -261,7 +261,13 @@ class CollectiveModel:
             members = np.array(list(by_domain.values()))   # domains x k
             channels = min(k, self.params.max_channels)
             rotations = (np.arange(channels)[:, None] + np.arange(k)) % k   # ring c: member (c + i) % k
-            return members[:, rotations].transpose(1, 0, 2).reshape(channels, -1).tolist()
+            rings = members[:, rotations]                                  # domains x channels x k
+            # every other domain walked backwards from member c - 1 to c, so a ring leaves a domain and
+            # enters the next through the same position: one rail, as NCCL keeps a rail-optimized
+            # fabric's rings (before: every hop crossed rails through the spine, slowed by its
+            # oversubscription; found by a network audit); each NIC still sends one channel, receives one
+            rings[1::2] = rings[1::2, :, ::-1]
+            return rings.transpose(1, 0, 2).reshape(channels, -1).tolist()
         channels = min(min(sizes), self.params.max_channels)
         return [[m[(c + i) % len(m)] for m in by_domain.values() for i in range(len(m))] for c in range(channels)]
 
