@@ -146,7 +146,10 @@ class Topology:
         return len(self._domain_ranks)
 
     def _check_rank(self, rank: int) -> int:
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(self.devices):
+        if isinstance(rank, bool) or not isinstance(rank, int):   # (a numpy integer read "out of range")
+            raise RlsimError(f"device rank {rank!r} is not a Python int", field="rank",
+                             fix="pass ranks as int (e.g. [int(r) for r in ranks], or a range)")
+        if not 0 <= rank < len(self.devices):
             raise RlsimError(f"device rank {rank!r} is out of range 0..{len(self.devices) - 1}", field="rank",
                              fix=f"topology {self.name!r} has {len(self.devices)} devices")
         return rank

@@ -140,6 +140,10 @@ def test_unknown_preset_and_bad_rank():
     t = load_topology("dgx-h100")
     with pytest.raises(RlsimError, match="out of range"):
         t.node_of(8)
+    import numpy as np  # a numpy integer in range is not "out of range" (it read so: a network audit)
+    with pytest.raises(RlsimError, match="is not a Python int") as err:
+        t.device_spec(np.int64(0))
+    assert "int(r)" in err.value.fix
 
 
 def test_unknown_preset_names_the_singular_field_and_bad_yaml_names_the_line(tmp_path):
