@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .errors import RlsimError, blamed_on_set, raised_from
+from .errors import ReadPastError, RlsimError, blamed_on_set, raised_from
 from .hardware.topology import load_topology
 from .llm.lengths import LengthDistribution, cap_notes
 from .overrides import parse_assignment, string_items
@@ -462,19 +462,28 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
                          field="schedule", fix="name the kinds in the schedules argument; give other schedule "
                                                 "knobs as overrides=['schedule.KEY=VALUE']")
     results: dict[str, SimulationResult] = {}
-    for kind, sc in compared_scenarios(scenario, kinds, keywords).items():
+    dropped: dict[str, list[tuple[str, str]]] = {}
+    for kind, sc in compared_scenarios(scenario, kinds, keywords, dropped).items():
         with _naming_kind(kind, kinds):
             results[kind] = simulate(sc, costs=costs, keep_samples=keep_samples)
+        for knob, why in dropped.get(kind, ()):
+            results[kind].summary["notes"].append(f"schedule.{knob} is not read under {kind} ({why}): this "
+                                                  "column runs without it")
     return ComparisonResult(comparison_table([r.summary for r in results.values()]), results)
 
 
-def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]) -> dict[str, Scenario]:
+def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any],
+                       dropped: dict[str, list[tuple[str, str]]] | None = None) -> dict[str, Scenario]:
     """The scenario under each kind, with the schedule knobs given that the kind takes. A knob only
     some of the kinds take (`--set schedule.rollout_devices=4` in a colocated-vs-split comparison)
-    goes to those; one that none of them takes is the scenario's own error."""
+    goes to those; one that none of them takes is the scenario's own error. A knob another kind takes
+    only beside a knob not given (a verl import's colocated `switch` under verl-fully-async without
+    dynamic_resources) is left out of that kind, listed in ``dropped[kind]`` as (knob, why)."""
+    dropped = {} if dropped is None else dropped
     if isinstance(scenario, Scenario) and not keywords:
         base = scenario
-        return {kind: _for_kind(load_scenario, base.to_dict(), base.schedule.applicable_fields(kind))
+        return {kind: _for_kind(load_scenario, base.to_dict(), base.schedule.applicable_fields(kind),
+                                dropped.setdefault(kind, []) if kind != base.schedule.kind else None)
                 .model_copy(update={"source": base.source}) for kind in kinds}
     overrides = [parse_assignment(o)[0] for o in keywords.get("overrides") or ()]
     if "schedule.kind" in overrides:   # the compared kinds replace it
@@ -490,18 +499,41 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
         # kinds take are theirs (checked per kind below): a colocated import compared as
         # disaggregated with --set schedule.rollout_fraction was refused "for kind colocated"
         validate_scenario({**data, "schedule": _own_and_unused(data.get("schedule") or {}, unused)}, source)
+    own_kind = (data.get("schedule") or {}).get("kind", "colocated")
+    given = {key.split(".")[0] for key in _set_schedule_keys(keywords.get("overrides") or ())}
     out = {}
     for kind in kinds:
         with _naming_kind(kind, kinds):
-            out[kind] = _for_kind(lambda data: validate_scenario(data, source), data, per_kind[kind])
+            out[kind] = _for_kind(lambda data: validate_scenario(data, source), data, per_kind[kind],
+                                  dropped.setdefault(kind, []) if kind != own_kind else None, given)
     return out
 
 
 def _for_kind(validate: Callable[[dict[str, Any]], Scenario], data: Mapping[str, Any],
-              schedule: Mapping[str, Any]) -> Scenario:
+              schedule: Mapping[str, Any], dropped: list[tuple[str, str]] | None = None,
+              given: Iterable[str] = ()) -> Scenario:
     """The scenario under one compared kind. A framework's timer names (output.timers, set by its
     importer) are kept only where the kind has those phases: they name figures and change none, so a
-    kind without them runs with rlsim's own (a NeMo RL import compared as stalesync was refused)."""
+    kind without them runs with rlsim's own (a NeMo RL import compared as stalesync was refused).
+    ``dropped`` (a kind other than the scenario's own): a schedule knob of the scenario (not one of
+    the ``given`` --set knobs: the kind's refusal names those) the kind reads past is left out and
+    listed there; the scenario's own kind refuses it: it is the user's to remove."""
+    schedule = dict(schedule)
+    while True:
+        try:
+            return _with_own_timers(validate, data, schedule)
+        except ReadPastError as exc:
+            knob = (exc.field or "").removeprefix("schedule.").split(".")[0]
+            if dropped is None or not (exc.field or "").startswith("schedule.") or knob not in schedule \
+                    or knob in ("kind", "placement", *given):
+                raise
+            dropped.append((knob, exc.message))
+            del schedule[knob]
+
+
+def _with_own_timers(validate: Callable[[dict[str, Any]], Scenario], data: Mapping[str, Any],
+                     schedule: Mapping[str, Any]) -> Scenario:
+    """validate, the framework timer names left out where the kind has not their phases (_for_kind)."""
     try:
         return validate({**data, "schedule": dict(schedule)})
     except RlsimError as exc:

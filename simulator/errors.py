@@ -47,6 +47,11 @@ class RlsimError(ValueError):
         return out
 
 
+class ReadPastError(RlsimError):
+    """A key given away from its default that the scenario reads nowhere (scenario._read_past_keys):
+    compare runs the kind it is read past under without it, and says so (api.compared_scenarios)."""
+
+
 class CrossFieldError(ValueError):
     """A validator's error that turns on other fields too: ``siblings`` are the names of the fields
     it read, beside the validated field (a field validator) or, with ``at`` (a model validator: the

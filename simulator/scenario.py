@@ -31,7 +31,7 @@ from pydantic_core import PydanticKnownError
 
 from . import presets
 from .engine_software import ENGINE_SOFTWARE, device_dependent_fields, given_under_engine
-from .errors import CrossFieldError, RlsimError, validation_error
+from .errors import CrossFieldError, ReadPastError, RlsimError, validation_error
 from .overrides import apply_overrides, parse_assignment, string_items
 from .params import (
     DEFAULT_TRAIN_SOFTWARE,
@@ -1150,6 +1150,13 @@ class ScheduleConfig(_Strict):
         data = self.model_dump(mode="json", exclude_unset=True)
         return {**{k: v for k, v in data.items() if k in keep}, **_reference_swap_switch(data, keep), "kind": kind}
 
+    @field_validator("switch", "distqueue", "recovery", mode="before")
+    @classmethod
+    def _null_section_is_its_defaults(cls, value: Any) -> Any:
+        """`--set schedule.switch=null` clears a section (an import's, as its errors advise) to its
+        defaults; it was "Input should be a valid dictionary" (found by a new-user trial)."""
+        return {} if value is None else value
+
     @field_validator(*sorted(PER_KIND_KNOBS), mode="before")
     @classmethod
     @passes_value_on
@@ -2167,7 +2174,7 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
     _refuse_inapplicable_training_key(scenario, source, workload_file, set_keys)
     _refuse_a_batch_that_never_fills(scenario, source)
     for field, why, fix in _read_past_keys(scenario):
-        raise RlsimError(why, source=source, field=field, fix=fix)
+        raise ReadPastError(why, source=source, field=field, fix=fix)
     if scenario.iterations > scenario.limits.max_iterations:
         raise RlsimError(f"{_count(scenario.iterations)} iterations is past limits.max_iterations="
                          f"{scenario.limits.max_iterations}", source=source, field="iterations",

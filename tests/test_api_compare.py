@@ -1,5 +1,7 @@
 """simulator.compare's schedules argument (issue 14, item 11): a string is one schedule, an empty
 list and repeated kinds are errors, never silently an empty or collapsed table."""
+import json
+
 import pytest
 
 import simulator
@@ -144,3 +146,37 @@ def test_the_compare_command_says_which_columns_run_without_a_set_knob(capsys):
             "--schedules", "async,areal", "--set", "schedule.staleness=3", "--json"]
     assert main(argv) == 0
     assert "schedule.staleness applies to async; areal runs without it" in capsys.readouterr().err
+
+
+def test_an_imports_knob_a_compared_kind_reads_past_is_left_out_of_that_kind_and_said(capsys):
+    """A verl config (colocated, its switch from the offload keys) compared with verl-fully-async: the
+    switch is read only with dynamic_resources there, so every comparison was refused, and the
+    advised `--set schedule.switch=null` failed too (found by a new-user trial). That column now
+    runs without it and a note says so; the scenario's own kind still refuses what it reads past,
+    and `schedule.switch=null` clears a section to its defaults."""
+    from simulator.cli import main
+
+    config = ["--from-verl", "workloads/frameworks/verl-grpo-qwen2.5-7b.yaml", "data.train_batch_size=16",
+              "actor_rollout_ref.actor.ppo_mini_batch_size=16"]
+    argv = ["compare", *config, "--schedules", "colocated,verl-fully-async", "--iterations", "1", "--json"]
+    assert main(argv) == 0
+    rows = {row["schedule"]: row for row in json.loads(capsys.readouterr().out)}
+    assert any(note.startswith("schedule.switch is not read under verl-fully-async") for note in
+               rows["verl-fully-async"]["notes"])
+    assert not any("schedule.switch is not read" in note for note in rows["colocated"]["notes"])
+    run = ["run", *config, "--iterations", "1", "--json", "--set", "schedule.kind=verl-fully-async"]
+    assert main(run) == 2 and "field 'schedule.switch'" in capsys.readouterr().err
+    assert main([*run, "--set", "schedule.switch=null"]) == 0
+
+
+def test_the_console_prints_every_note_the_summary_carries(capsys):
+    """A packed row below the longest sample (api._pack_note) reached --json only: the console printed
+    the notes its figures give (metrics.summary_notes), not the summary's own list."""
+    from simulator.report.console import notes_of, print_summary
+
+    result = simulator.simulate(None, costs=fake(), **{**SMALL, "overrides": [*SMALL["overrides"],
+                                                                               "schedule.pack_tokens=512"]})
+    notes = result.summary["notes"]
+    assert any("pack_tokens" in note for note in notes) and notes_of(result.summary) == notes
+    print_summary(result.summary)
+    assert "schedule.pack_tokens 512" in capsys.readouterr().out.replace("\n", " ")

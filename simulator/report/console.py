@@ -111,10 +111,18 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
     for label, sec in timers:
         t.add_row(label, _fmt(sec, " s"))
     console.print(t)
-    for note in summary_notes(s):
+    for note in notes_of(s):
         console.print(f"note: {note}", markup=False)
     if out_dir:
         console.print(f"wrote {out_dir}/ ({wrote})")
+
+
+def notes_of(summary: dict[str, Any]) -> list[str]:
+    """The run's notes as its summary carries them (api: the figures' notes, the length caps', the
+    pools' device kinds', a packed row's, a compared kind's knobs left out), else those its figures
+    give (a summary from elsewhere). The console printed only the second: the others reached --json alone."""
+    notes = summary.get("notes")
+    return list(notes) if notes is not None else summary_notes(summary)
 
 
 def print_comparison(rows: list[dict[str, Any]]) -> None:
@@ -157,7 +165,7 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     # a note is one kind's (its own default or knob), unless every kind gave it
     notes: dict[str, list[str]] = {}
     for r in rows:
-        for note in summary_notes(r):
+        for note in notes_of(r):
             notes.setdefault(note, []).append(r["schedule"])
     for note, kinds in notes.items():
         whose = "" if len(kinds) == len(rows) else f" ({', '.join(dict.fromkeys(kinds))})"
