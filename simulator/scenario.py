@@ -2057,6 +2057,9 @@ def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
     file is read once."""
     if isinstance(spec, (str, Path)):
         mapping, label = presets.resolve("workloads", spec)
+        if _TOPOLOGY_FILE_KEYS & set(mapping) and "model" not in mapping:   # (11 schema errors before)
+            raise RlsimError("this is a topology file, not a workload", source=label, field="workload",
+                             fix="give it as --topology FILE (or topology: {preset: FILE} in a scenario)")
         mapping = with_paths_from(mapping, folder_of(label))   # a file's model: path is read next to it
         mapping.setdefault("name", workload_name(spec))
         return mapping, label
@@ -2430,6 +2433,12 @@ def _error_source(fields: list[str], source: str, workload_file: str | None, set
 _TOPOLOGY_FILE_KEYS = frozenset({"devices_per_node", "scaleup", "scaleout", "host", "nodes_per_domain", "domains",
                                  "supernodes", "racks", "graph", "groups", "collectives", "device_profile"})
 
+# Keys a workload file has at its top level (workloads/*.yaml): a scenario given two of them and no
+# workload / topology section is a workload file passed where a scenario goes
+# (`rlsim run workloads/grpo-qwen2.5-7b.yaml` said "write workload.description")
+_WORKLOAD_FILE_KEYS = frozenset({"model", "prompts_per_step", "samples_per_prompt", "response_length",
+                                 "prompt_length", "train_layout", "rollout_layout"})
+
 
 def check_top_level(data: Mapping[str, Any], source: str) -> None:
     """An unknown top-level key (a YAML typo, a --set without its section) names the section it belongs to."""
@@ -2442,6 +2451,9 @@ def check_top_level(data: Mapping[str, Any], source: str) -> None:
             if _TOPOLOGY_FILE_KEYS & set(data):
                 fix = ("this is a topology file, not a scenario: give it as --topology FILE (or "
                        "topology: {preset: FILE} in a scenario)")
+            elif len(_WORKLOAD_FILE_KEYS & set(data)) >= 2 and not {"workload", "topology"} & set(data):
+                fix = ("this is a workload file, not a scenario: give it as --workload FILE (or "
+                       "workload: FILE in a scenario)")
             raise RlsimError(f"unknown scenario key {key!r}", source=source, field=key, fix=fix)
 
 

@@ -206,6 +206,17 @@ def test_an_unknown_top_level_key_names_its_section_or_the_file_it_belongs_to():
     with pytest.raises(RlsimError) as info:
         load_scenario(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "topologies" / "dgx-h100.yaml"))
     assert "give it as --topology FILE" in info.value.fix
+    # and a workload file where a scenario, a topology goes, a topology file as the workload: "write
+    # workload.description", "unknown field 'model'", 11 schema errors (found by a new-user trial)
+    from simulator.hardware.topology import load_topology
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    for load in (load_scenario, load_topology):
+        with pytest.raises(RlsimError) as info:
+            load(str(root / "workloads" / "grpo-qwen2.5-7b.yaml"))
+        assert "this is a workload file" in info.value.fix and "--workload FILE" in info.value.fix
+    with pytest.raises(RlsimError, match="this is a topology file, not a workload") as info:
+        load_scenario({"workload": str(root / "topologies" / "dgx-h100.yaml")})
+    assert "--topology FILE" in info.value.fix
 
 
 def test_a_workload_key_written_beside_a_preset_is_blamed_on_its_file(tmp_path):

@@ -796,9 +796,15 @@ class _Reader:
         allowed = set(allowed)
         for key in self.m:
             if key not in allowed:
+                fix = f"use one of: {', '.join(sorted(allowed))}"
+                if not self.prefix and _WORKLOAD_KEYS & set(self.m):
+                    fix = "this is a workload file, not a topology: give it as --workload FILE"
                 raise RlsimError(f"unknown field {key!r}{one_typo_from(key, allowed)}", source=self.source,
-                                 field=self.where(key),
-                                 fix=f"use one of: {', '.join(sorted(allowed))}")
+                                 field=self.where(key), fix=fix)
+
+
+# Keys of a workload file (workloads/*.yaml): a topology given one is a workload file passed as --topology
+_WORKLOAD_KEYS = frozenset({"model", "prompts_per_step", "samples_per_prompt", "response_length"})
 
 
 _TOP_KEYS = {"name", "description", "sources", "collectives", "device", "devices_per_node", "nodes", "domains", "supernodes",

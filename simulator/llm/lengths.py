@@ -109,6 +109,11 @@ class LengthDistribution:
             raise RlsimError(f"unknown key(s) {unknown}{hint}", source=source, field=f"{field}.{unknown[0]}",
                              fix=f"use {', '.join(sorted(_KEYS))}")
         dist = str(mapping.get("dist", "lognormal")).lower()
+        if dist not in LAW_ONLY_KEYS:   # before the keys of the other law: `dist: lognorm` blamed median
+            close = difflib.get_close_matches(dist, sorted(LAW_ONLY_KEYS), n=1, cutoff=0.6)
+            raise RlsimError(f"unknown length distribution {dist!r}" + (f"; did you mean '{close[0]}'?" if close
+                                                                       else ""), source=source, field=f"{field}.dist",
+                             fix="use lognormal or empirical")
         # keys of the other law are refused, not dropped: an empirical law has its file's shape, a
         # lognormal one reads no file
         foreign = [k for law, keys in LAW_ONLY_KEYS.items() if law != dist for k in keys]

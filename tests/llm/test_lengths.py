@@ -87,6 +87,8 @@ def test_empirical_cap_and_drift(tmp_path):
     ({"median": 100, "tail": 3}, "response_length.tail"),
     ({"dist": "empirical"}, "response_length.file"),
     ({"median": 100, "max": 0}, "response_length.max"),
+    # a typo of the law beside its keys blamed median (found by a new-user trial)
+    ({"dist": "lognorm", "median": 1024, "sigma": 1.0}, "response_length.dist"),
 ])
 def test_bad_input_names_file_and_field(mapping, field):
     with pytest.raises(RlsimError) as err:
