@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import gc
 import importlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 from .errors import RlsimError, blamed_on_set
 
@@ -24,6 +26,12 @@ COMMANDS = ["presets", "comm", "validate", "run", "compare", "sweep", "plan", "c
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # an option is given whole: `compare --schedule stalesync` ran as --schedules, a one-column
+        # comparison, and `run --iter 2` passed (found by a new-user trial); subcommands inherit it
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's own exits with 2 already; keep its text short
         self.print_usage(sys.stderr)
         if message.startswith("unrecognized arguments:") and "=" in message and \
@@ -33,7 +41,25 @@ class _Parser(argparse.ArgumentParser):
             message += (" (fix: give the config's key=value overrides right after its path: "
                         "--from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl / --from-skyrl CONFIG key=value ... "
                         "--topology ...)")
+        if message.startswith("unrecognized arguments:"):
+            message += self._did_you_mean(message.split(":", 1)[1].split())
         self.exit(2, f"rlsim: error: {message}\n")
+
+    def _did_you_mean(self, words: list[str]) -> str:
+        """A close option of this parser for each unrecognized option word (abbreviations are refused)."""
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        for action in self._actions:   # the top-level parser reports a subcommand's unknown words
+            if isinstance(action, argparse._SubParsersAction):
+                command = action.choices.get(_command_named(getattr(self, "argv_given", sys.argv[1:])) or "")
+                options += [o for o in getattr(command, "_option_string_actions", ()) if o.startswith("--")]
+        hints = []
+        for word in words:
+            name = word.split("=")[0]
+            close = [o for o in options if o.startswith(name)][:1] or difflib.get_close_matches(name, options, n=1,
+                                                                                                cutoff=0.75)
+            if word.startswith("--") and close:
+                hints.append(f"{name} -> {close[0]}")
+        return f" (did you mean: {', '.join(hints)}?)" if hints else ""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -35,6 +35,9 @@ def parse_assignment(item: str) -> tuple[str, Any]:
     key = _INDEX.sub(r".\1", key.strip())   # a list item as errors name it: failures[0].at_s is failures.0.at_s
     if not sep or not key:
         raise RlsimError(f"cannot read --set {item!r}", field="--set", fix="write KEY=VALUE, e.g. topology.nodes=16")
+    if "" in key.split("."):   # `topology..nodes` was blamed on a built-in file ("unknown field ''")
+        raise RlsimError(f"--set {item!r}: the key {key!r} has an empty part", field="--set",
+                         fix="write the dotted key without a doubled, leading or trailing dot, e.g. topology.nodes=16")
     try:
         value = yaml_value(raw) if raw.strip() else ""
     except yaml.YAMLError:

@@ -171,3 +171,22 @@ def test_a_second_start_up_compiles_none_of_the_generated_code_of_the_first(tmp_
     # the second compiles only what happens outside the table's window (simpy's import, before main)
     assert first["table"] > 500 and second["table"] == first["table"]
     assert first["compiled"] - second["compiled"] == first["table"]
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["compare", "--schedule", "stalesync"], "--schedule -> --schedules"),
+    (["run", "--iter", "2"], "--iter -> --iterations"),
+])
+def test_an_abbreviated_option_is_refused_with_the_whole_one_named(capsys, argv, hint):
+    """argparse took `compare --schedule stalesync` as --schedules (a one-column comparison) and
+    `run --iter 2` as --iterations without a word (found by a new-user trial)."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err and hint in err
+
+
+def test_a_set_key_with_an_empty_part_names_the_item(capsys):
+    # `topology..nodes=2` was blamed on a built-in topology file ("unknown field ''")
+    assert cli.main(["run", "--set", "topology..nodes=2"]) == 2
+    err = capsys.readouterr().err
+    assert "--set 'topology..nodes=2'" in err and "empty part" in err and "topologies/" not in err
