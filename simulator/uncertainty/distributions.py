@@ -95,7 +95,14 @@ class Distribution:
         return int(round(value)) if self.integer else value
 
     def bounds(self) -> tuple[float, float]:
-        """A low..high range for sensitivity: the support, or the 2.5-97.5% quantiles of unbounded laws."""
+        """A low..high range for sensitivity: the support, or the 2.5-97.5% quantiles of unbounded laws;
+        whole ends for an integer law (the values its draws take)."""
+        low, high = self._continuous_bounds()
+        if not self.integer:
+            return low, high
+        return float(math.floor(low + 0.5)), float(math.floor(high + 0.5))
+
+    def _continuous_bounds(self) -> tuple[float, float]:
         p = self.params
         if self.law in ("uniform", "triangular"):
             return p["low"], p["high"]

@@ -269,7 +269,8 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     # the default set adds the scenario's own distributions (read before centring cleared them)
     ranges = dict(ranges) if ranges else default_ranges(plan, distributions)
     keys = list(ranges)
-    whole = _whole_number_keys(plan, keys)
+    # an integer law's key is whole whatever its centred value reads as
+    whole = _whole_number_keys(plan, keys) | {d.key for d in distributions if d.integer and d.key in ranges}
     if given:
         _check_whole_ends(ranges, whole)
     check_runs(plan.data, plan.source, (1 + 2 * len(keys)) * plan.n, "this design", "limits.max_runs")
@@ -303,13 +304,15 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
 
 
 def _centred(plan: ReplicaPlan) -> ReplicaPlan:
-    """Distribution values replaced by the middle of their 95% range (the base of the swings)."""
+    """Distribution values replaced by the middle of their 95% range (the base of the swings); an
+    integer law's middle rounded half up to a whole number (4..9 -> 7: its key refused 6.5)."""
     if not plan.distributions:
         return plan
     data = copy.deepcopy(plan.data)
     for dist in plan.distributions:
         low, high = dist.bounds()
-        put_dotted(data, dist.key, (low + high) / 2)
+        middle = (low + high) / 2
+        put_dotted(data, dist.key, math.floor(middle + 0.5) if dist.integer else middle)
     return dataclasses.replace(plan, data=data, distributions=[], draws=[])
 
 

@@ -262,3 +262,28 @@ def test_an_unknown_vary_key_is_said_as_grid_says_it_and_default_ends_are_tidy(t
     from simulator.uncertainty.sensitivity_runs import default_ranges
     ends = [end for span in default_ranges(plan_replicas({"workload": "grpo-qwen2.5-7b"})).values() for end in span]
     assert all(end == float(f"{end:.12g}") for end in ends)
+
+
+def test_an_integer_laws_middle_is_a_whole_number(toy, costs):
+    """samples_per_prompt {uniform 4..9, integer} centred at 6.5 and the base run refused it ('Input
+    should be a valid integer (got 6.5)', blaming the user's file; an audit): the middle rounds half up."""
+    toy["workload"]["samples_per_prompt"] = {"dist": "uniform", "low": 4, "high": 9, "integer": True}
+    frame = sensitivity(toy, {"workload.samples_per_prompt": (4, 9)}, samples=0, costs=costs)
+    row = frame.iloc[0]
+    assert (row["low"], row["high"]) == (4, 9) and row["figure_low"] != row["figure_high"]
+    from simulator.uncertainty.replicas import plan_replicas
+    from simulator.uncertainty.sensitivity_runs import _centred
+    assert _centred(plan_replicas(toy)).data["workload"]["samples_per_prompt"] == 7
+
+
+def test_an_integer_laws_default_range_ends_on_whole_numbers(toy, costs):
+    # a normal's 95% range 6.04..9.96 of a whole-number key: the table showed ends no run took
+    from simulator.uncertainty.replicas import plan_replicas
+    from simulator.uncertainty.sensitivity_runs import _centred, default_ranges
+
+    toy["workload"]["prompts_per_step"] = {"dist": "normal", "mean": 8, "sd": 1, "integer": True}
+    toy["topology"] = {"preset": "dgx-h100", "nodes": 1}   # the default set reads its base values
+    plan = plan_replicas(toy)
+    centred = _centred(plan)
+    assert centred.data["workload"]["prompts_per_step"] == 8
+    assert default_ranges(centred, plan.distributions)["workload.prompts_per_step"] == (6.0, 10.0)
