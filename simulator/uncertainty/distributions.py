@@ -77,11 +77,33 @@ class Distribution:
             bad = "median must be > 0 and sigma >= 0"
         if not bad and "min" in p and "max" in p and p["min"] > p["max"]:
             bad = "min must be <= max"
+        if not bad and self.integer:
+            low, high = self.whole_support()
+            if low > high:
+                bad = f"integer: true and no whole number lies in {self._support_text()}"
         if bad:
-            raise RlsimError(f"bad {self.law} distribution: {bad}", source=source, field=self.key,
-                             fix=f"write e.g. {EXAMPLES[self.law]}")
+            fix = ("widen the range to hold a whole number, or drop integer: true" if bad.startswith("integer")
+                   else f"write e.g. {EXAMPLES[self.law]}")
+            raise RlsimError(f"bad {self.law} distribution: {bad}", source=source, field=self.key, fix=fix)
+
+    def whole_support(self) -> tuple[float, float]:
+        """The whole numbers an integer law's draws take: ceil(low)..floor(high) of a uniform or a
+        triangular, ceil(min)..floor(max) of a normal or lognormal (infinite where unbounded)."""
+        p = self.params
+        if self.law in ("uniform", "triangular"):
+            return float(math.ceil(p["low"])), float(math.floor(p["high"]))
+        low, high = p.get("min", -math.inf), p.get("max", math.inf)
+        return (float(math.ceil(low)) if math.isfinite(low) else low,
+                float(math.floor(high)) if math.isfinite(high) else high)
+
+    def _support_text(self) -> str:
+        p = self.params
+        names = ("low", "high") if self.law in ("uniform", "triangular") else ("min", "max")
+        return f"{p.get(names[0], -math.inf):g}..{p.get(names[1], math.inf):g}"
 
     def sample(self, rng: np.random.Generator) -> float | int:
+        if self.integer:
+            return self._sample_whole(rng)
         p = self.params
         if self.law == "uniform":
             value = rng.uniform(p["low"], p["high"])
@@ -91,8 +113,27 @@ class Distribution:
             value = p["median"] * math.exp(rng.normal(0.0, 1.0) * p["sigma"])
         else:
             value = rng.triangular(p["low"], p["mode"], p["high"]) if p["low"] < p["high"] else p["low"]
-        value = min(max(float(value), p.get("min", -math.inf)), p.get("max", math.inf))
-        return int(round(value)) if self.integer else value
+        return min(max(float(value), p.get("min", -math.inf)), p.get("max", math.inf))
+
+    def _sample_whole(self, rng: np.random.Generator) -> int:
+        """An integer law's draw, each whole number of its support with the weight of its whole unit
+        bin: rounding a continuous draw over low..high gave the two ends half bins (P(4) = P(9) = 0.10
+        and 0.20 for 5..8 of a uniform 4..9)."""
+        p = self.params
+        low, high = self.whole_support()
+        if self.law == "uniform":
+            return int(rng.integers(int(low), int(high), endpoint=True))
+        if self.law == "triangular":   # the law stretched over low - 0.5..high + 0.5 (its shape kept), rounded
+            if low == high:
+                return int(low)
+            share = (p["mode"] - p["low"]) / (p["high"] - p["low"])
+            value = rng.triangular(low - 0.5, low - 0.5 + share * (high - low + 1), high + 0.5)
+            return int(min(max(math.floor(value + 0.5), low), high))
+        # an unbounded law has no end bins; its draw is rounded, then held to the whole numbers
+        # within min..max (a fractional bound rounded past it: min 4.5 gave 4)
+        value = rng.normal(p["mean"], p["sd"]) if self.law == "normal" else (
+            p["median"] * math.exp(rng.normal(0.0, 1.0) * p["sigma"]))
+        return int(min(max(round(float(value)), low), high))
 
     def bounds(self) -> tuple[float, float]:
         """A low..high range for sensitivity: the support, or the 2.5-97.5% quantiles of unbounded laws;
@@ -100,7 +141,10 @@ class Distribution:
         low, high = self._continuous_bounds()
         if not self.integer:
             return low, high
-        return float(math.floor(low + 0.5)), float(math.floor(high + 0.5))
+        floor, ceiling = self.whole_support()
+        if self.law in ("uniform", "triangular"):
+            return floor, ceiling
+        return (min(max(float(round(low)), floor), ceiling), max(min(float(round(high)), ceiling), floor))
 
     def _continuous_bounds(self) -> tuple[float, float]:
         p = self.params

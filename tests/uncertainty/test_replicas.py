@@ -132,6 +132,40 @@ def test_integer_is_a_true_false_switch(flag):
     assert info.value.field == "k.integer"
 
 
+def _shares(spec: dict, draws: int = 30000) -> dict[int, float]:
+    import collections
+
+    import numpy as np
+
+    from simulator.uncertainty.distributions import Distribution
+    dist, rng = Distribution.from_mapping("k", spec, "s.yaml"), np.random.default_rng(0)
+    counts = collections.Counter(dist.sample(rng) for _ in range(draws))
+    return {value: count / draws for value, count in sorted(counts.items())}
+
+
+def test_an_integer_uniform_draws_every_whole_number_equally():
+    # rounding a continuous draw gave the ends half bins: P(4) = P(9) = 0.10, P(5..8) = 0.20 (an audit)
+    shares = _shares({"dist": "uniform", "low": 4, "high": 9, "integer": True})
+    assert list(shares) == [4, 5, 6, 7, 8, 9] and all(abs(p - 1 / 6) < 0.012 for p in shares.values())
+    assert list(_shares({"dist": "uniform", "low": 3.7, "high": 9.7, "integer": True})) == [4, 5, 6, 7, 8, 9]
+
+
+def test_an_integer_triangulars_ends_get_whole_bins_and_bounds_hold():
+    # a peak at low drew low less often than low + 1 (0.19 against 0.32: its half bin)
+    shares = _shares({"dist": "triangular", "low": 4, "mode": 4, "high": 9, "integer": True})
+    assert list(shares) == [4, 5, 6, 7, 8, 9] and shares[4] == max(shares.values())
+    # a fractional min was clipped to, then rounded past: min 4.5 drew 4
+    assert min(_shares({"dist": "normal", "mean": 4, "sd": 2, "min": 4.5, "integer": True}, 2000)) == 5
+
+
+def test_an_integer_law_with_no_whole_number_in_its_range_is_refused():
+    from simulator.uncertainty.distributions import Distribution
+
+    with pytest.raises(RlsimError, match="no whole number lies in 4.2..4.8") as info:
+        Distribution.from_mapping("k", {"dist": "uniform", "low": 4.2, "high": 4.8, "integer": True}, "s.yaml")
+    assert info.value.field == "k" and "drop integer: true" in info.value.fix
+
+
 def test_a_baseline_figure_of_zero_gives_no_ratio_not_nan():
     # a NaN ratio, NaN interval and '+nan%' verdict (not JSON) before
     from simulator.uncertainty.compare import paired_ratio
