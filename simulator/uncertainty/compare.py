@@ -59,9 +59,34 @@ def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
             "ci_coverage": ci_coverage(len(ratios)), "verdict": text}
 
 
+# Which way a summary figure is better, by fnmatch patterns over its dotted name or a parent's
+# (stage_time_s.generate is read by stage_time_s); the first list to match wins, checked from the
+# full name up. Not better either way: a hardware ceiling, counts, layouts, shares of the path.
+# (Read off the name's ending, peak_memory_bytes, reward_wait_fraction, stage_time_s.* and
+# staleness.* were said to beat a baseline where they were higher: an audit.)
+NEITHER_WAY = ("roofline_tokens_per_s", "critical_path.share", "critical_path.steady.share")
+HIGHER_IS_BETTER = ("*_per_s", "*_per_s_per_device", "mfu", "*efficiency*", "*throughput*", "*goodput*",
+                    "steady_busy_by_pool", "rollout.occupancy")
+LOWER_IS_BETTER = ("*_s", "*bytes*", "peak_memory*", "*bubble*", "*wait*", "*idle*", "*stale*",
+                   "*dropped*", "*low_batch*", "*delta*")
+
+
+def better_direction(metric: str) -> str | None:
+    """'higher' or 'lower' where the figure is better that way (the tables above), else None."""
+    from fnmatch import fnmatchcase
+    parts = metric.split(".")
+    for end in range(len(parts), 0, -1):
+        name = ".".join(parts[:end])
+        for direction, patterns in ((None, NEITHER_WAY), ("higher", HIGHER_IS_BETTER), ("lower", LOWER_IS_BETTER)):
+            if any(fnmatchcase(name, pattern) for pattern in patterns):
+                return direction
+    return None
+
+
 def verdict(kind: str, baseline: str, low: float, high: float, n: int, metric: str) -> str:
-    """'stalesync beats colocated by 12-17% (steady_tokens_per_s, 95% CI over 32 seeds)'."""
-    lower_is_better = metric.endswith(("time_s", "makespan_s")) or "bubble" in metric
+    """'stalesync beats colocated by 12-17% (steady_tokens_per_s, 95% CI over 32 seeds)'; for a
+    figure better neither way (better_direction None), 'its X is 12-17% higher', no winner named."""
+    direction = better_direction(metric)
     if n == 1:   # one ratio: no interval, so no word on which is ahead ('beats by 18.4-18.4%' before)
         return (f"{kind} vs {baseline}: {metric} {(low - 1) * 100:+.1f}% on one seed, with no interval to tell it "
                 "from the noise (give --seeds 6 or more for a 95% one)")
@@ -69,11 +94,13 @@ def verdict(kind: str, baseline: str, low: float, high: float, n: int, metric: s
     where = (f"({metric}, 95% CI over {n} seeds)" if coverage >= 0.95
              else f"({metric}, {coverage:.0%} interval over {n} seed{'s' if n != 1 else ''}: the [min, max]; "
                   "6 or more seeds give 95%)")
-    if lower_is_better:   # the metric's own change, as its ratio interval has it (not a rate's 1 - 1 / ratio)
+    if direction != "higher":   # the metric's own change, as its ratio interval has it (not a rate's 1 - 1 / ratio)
+        ahead, behind = (f"{kind} beats {baseline}", f"{kind} trails {baseline}") if direction else (
+            f"{kind} vs {baseline}", f"{kind} vs {baseline}")
         if high < 1:
-            return f"{kind} beats {baseline}: its {metric} is {_span(1 - high, 1 - low)}% lower {where}"
+            return f"{ahead}: its {metric} is {_span(1 - high, 1 - low)}% lower {where}"
         if low > 1:
-            return f"{kind} trails {baseline}: its {metric} is {_span(low - 1, high - 1)}% higher {where}"
+            return f"{behind}: its {metric} is {_span(low - 1, high - 1)}% higher {where}"
         return (f"{kind} vs {baseline}: {metric} {(low - 1) * 100:+.1f}% to {(high - 1) * 100:+.1f}%, "
                 f"not larger than the noise {where}")
     gain_low, gain_high = low - 1, high - 1
@@ -93,5 +120,5 @@ def _span(low: float, high: float) -> str:
 
 
 def _pct(fraction: float) -> str:
-    value = fraction * 100
+    value = round(fraction * 100, 9)   # 1 - 0.9 is 0.0999...: '10', not '10.0'
     return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"

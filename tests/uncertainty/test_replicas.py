@@ -121,6 +121,36 @@ def test_a_distributions_range_lies_inside_its_clip(spec, bounds):
     assert Distribution.from_mapping("k", spec, "s.yaml").bounds() == pytest.approx(bounds)
 
 
+@pytest.mark.parametrize("metric, direction", [
+    ("steady_tokens_per_s", "higher"), ("samples_per_s", "higher"), ("mfu", "higher"),
+    ("steady_busy_by_pool.actor", "higher"), ("topology.scaleup.efficiency", "higher"),
+    ("steady_step_time_s", "lower"), ("peak_memory_bytes", "lower"), ("peak_memory_by_phase.train", "lower"),
+    ("reward_wait_fraction", "lower"), ("bubbles_by_cause.long_tail", "lower"), ("stage_time_s.generate", "lower"),
+    ("verl_timing_s.gen", "lower"), ("critical_path.free_delta_s.generate", "lower"), ("staleness.mean", "lower"),
+    ("samples.stale_fraction", "lower"),
+    ("roofline_tokens_per_s", None), ("critical_path.share.generate", None), ("samples.generated", None)])
+def test_which_way_a_figure_is_better_is_read_off_an_explicit_table(metric, direction):
+    from simulator.uncertainty.compare import better_direction
+    assert better_direction(metric) == direction
+
+
+def test_a_verdict_names_the_winner_by_the_figures_direction_or_none():
+    """peak_memory_bytes 10-20% higher was said to 'beat' the baseline, a lower reward_wait_fraction to
+    'trail' it (the direction was read off the name's ending: time_s, makespan_s, bubble; an audit)."""
+    from simulator.uncertainty.compare import verdict
+    assert verdict("a", "b", 1.1, 1.2, 8, "peak_memory_bytes").startswith(
+        "a trails b: its peak_memory_bytes is 10-20% higher")
+    assert verdict("a", "b", 0.5, 0.6, 8, "reward_wait_fraction").startswith(
+        "a beats b: its reward_wait_fraction is 40-50% lower")
+    assert verdict("a", "b", 1.1, 1.2, 8, "staleness.mean").startswith("a trails b")
+    assert verdict("a", "b", 1.1, 1.2, 8, "steady_busy_by_pool.actor").startswith("a beats b by 10-20%")
+    # a figure better neither way: its change, no winner
+    assert verdict("a", "b", 1.1, 1.2, 8, "samples.generated").startswith(
+        "a vs b: its samples.generated is 10-20% higher")
+    assert verdict("a", "b", 0.8, 0.9, 8, "samples.generated").startswith(
+        "a vs b: its samples.generated is 10-20% lower")
+
+
 @pytest.mark.parametrize("flag", ["no", "false", 1])
 def test_integer_is_a_true_false_switch(flag):
     # a string "no" rounded every draw
