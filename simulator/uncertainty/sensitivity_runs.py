@@ -273,7 +273,7 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     whole = _whole_number_keys(plan, keys) | {d.key for d in distributions if d.integer and d.key in ranges}
     if given:
         _check_whole_ends(ranges, whole)
-    check_runs(plan.data, plan.source, (1 + 2 * len(keys)) * plan.n, "this design", "limits.max_runs")
+    _check_design_runs(plan, len(keys), samples)
     # the base first: a metric that is no figure of the summary is said before the other runs
     base = run_many([plan], jobs=jobs, costs=costs)[0]
     base_figure = metric_figure(base, metric)
@@ -301,6 +301,18 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     frame.attrs.update({"metric": metric, "base": figures[0], "seeds": plan.n, "samples": samples or 0,
                         "warm_up_only": any(warm_up_only(summary) for summary in base)})
     return frame
+
+
+def _check_design_runs(plan: ReplicaPlan, keys: int, samples: int | None) -> None:
+    """limits.max_runs against the whole design, before its first run: (1 + 2 keys) x seeds
+    one-at-a-time runs and, with SALib and samples > 0, samples x (keys + 2) x seeds Sobol runs
+    (the Sobol part was refused after the one-at-a-time runs had been done)."""
+    from importlib.util import find_spec
+    swings = (1 + 2 * keys) * plan.n
+    sobol = samples * (keys + 2) * plan.n if samples and find_spec("SALib") is not None else 0
+    what = (f"this design ({swings:,} one-at-a-time runs and {sobol:,} for the Sobol design of {samples:,} samples)"
+            if sobol else "this design")
+    check_runs(plan.data, plan.source, swings + sobol, what, "--samples" if sobol else "limits.max_runs")
 
 
 def _centred(plan: ReplicaPlan) -> ReplicaPlan:
@@ -368,8 +380,6 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
         return {column: [None] * len(keys) for column in SOBOL_COLUMNS}
     bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in (ranges[key] for key in keys)]
     problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
-    check_runs(plan.data, plan.source, int(samples) * (len(ranges) + 2) * plan.n,
-               f"the Sobol design of {int(samples):,} samples", "--samples")
     with warnings.catch_warnings():   # not a power of 2: said once in rlsim's words (sobol_sample_note)
         warnings.filterwarnings("ignore", message=".*balance properties of Sobol")
         points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])

@@ -287,3 +287,15 @@ def test_an_integer_laws_default_range_ends_on_whole_numbers(toy, costs):
     centred = _centred(plan)
     assert centred.data["workload"]["prompts_per_step"] == 8
     assert default_ranges(centred, plan.distributions)["workload.prompts_per_step"] == (6.0, 10.0)
+
+
+def test_max_runs_is_checked_against_the_whole_design_before_the_first_run(toy, costs, monkeypatch):
+    """max_runs 70 let 15 one-at-a-time runs go before the Sobol design's 72 were refused (an audit);
+    here 5 + 32 = 37 past 36 ran without a word (each part alone is under it)."""
+    from simulator.uncertainty import sensitivity_runs as runs
+    done = []
+    monkeypatch.setattr(runs, "run_many", lambda plans, **_: done.append(plans) or [])
+    toy["limits"] = {"max_runs": 36}
+    with pytest.raises(RlsimError, match=r"5 one-at-a-time runs and 32 for the Sobol design .* 37 simulations") as info:
+        sensitivity(toy, VARY, samples=8, costs=costs)
+    assert info.value.field == "--samples" and "limits.max_runs" in info.value.fix and not done
