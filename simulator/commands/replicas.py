@@ -20,7 +20,7 @@ SHOWN = ("steady_tokens_per_s", "steady_step_time_s", "tokens_per_s", "step_time
 def add_replica_arguments(parser: argparse.ArgumentParser, *, jobs: bool = True) -> None:
     parser.add_argument("--seeds", type=positive_int, metavar="N",
                         help="N replicas on seeds seed, seed+1, ...: figures become medians with a 95%% interval "
-                             "(default: the scenario's replicas:, else 1)")
+                             "(default: the scenario's replicas:, else 1; --seed values less than N apart share replicas)")
     if jobs:
         parser.add_argument("--jobs", type=positive_int, default=1, help="replicas run in parallel (default 1)")
 
