@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
-    from ..report.tornado import conclusion, sensitivity_records, write_sensitivity_report
+    from ..report.tornado import conclusion, figure_text, sensitivity_records, write_sensitivity_report
     from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, sensitivity, sobol_outside, sobol_sample_note
     from .common import print_framework_listing, print_json, say_replaced_topology
     from .run import print_scenario, scenario_keywords
@@ -72,8 +72,8 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
         if note:
             print(f"note: {note}", file=sys.stderr)
         return 0
-    print(f"{args.metric} at base: {frame.attrs['base']:,.6g} (median over {frame.attrs['seeds']} seed(s))")
-    print(frame.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+    print(f"{args.metric} at base: {figure_text(frame.attrs['base'], 6)} (median over {frame.attrs['seeds']} seed(s))")
+    print(frame.to_string(index=False, float_format=figure_text))
     print(conclusion(frame))
     noisy = sobol_outside(frame)
     if noisy:

@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 STEM = "tornado"
 
 
+def figure_text(value: float, digits: int = 4) -> str:
+    """A figure with thousands separators at `digits` significant digits; from 10**digits up the
+    whole number (56,030, not the 5.603e+04 of ',.4g')."""
+    value = float(value)
+    return f"{value:,.0f}" if abs(value) >= 10 ** digits else f"{value:,.{digits}g}"
+
+
 def tornado_figure(frame: pd.DataFrame, *, base: float | None = None, metric: str = "figure",
                    title: str | None = None) -> Figure:
     """One horizontal bar per key (largest swing on top) from its figure at low to its figure at high,
@@ -36,7 +43,7 @@ def tornado_figure(frame: pd.DataFrame, *, base: float | None = None, metric: st
                                            (row.figure_high, "#dd8452", row.high, 0.15)):
             at = y + (shift if same_side else 0.0)
             ax.barh(at, value - centre, left=centre, color=color, height=0.3 if same_side else 0.6)
-            ax.text(value, at, f" {label:.4g} ", va="center", fontsize=8,
+            ax.text(value, at, f" {figure_text(label)} ", va="center", fontsize=8,
                     ha="left" if value > centre or (value == centre and label == row.high) else "right")
     ax.axvline(centre, color="#222", linewidth=1)
     ax.set_yticks(range(len(rows)), [str(k) for k in rows["key"]], fontsize=9)
@@ -93,6 +100,7 @@ def conclusion(frame: pd.DataFrame) -> str:
     if not top["swing"]:
         return f"no varied key moves {metric} over its range (every swing is 0)"
     base = frame.attrs.get("base")
-    share = f" ({top['swing'] / abs(base):.0%} of the base {base:,.0f})" if base else ""
-    return (f"{top['key']} moves {metric} most: {top['figure_low']:,.4g} at {top['low']:.4g} vs "
-            f"{top['figure_high']:,.4g} at {top['high']:.4g}, a swing of {top['swing']:,.4g}{share}")
+    share = f" ({top['swing'] / abs(base):.0%} of the base {figure_text(base)})" if base else ""
+    return (f"{top['key']} moves {metric} most: {figure_text(top['figure_low'])} at {figure_text(top['low'])} vs "
+            f"{figure_text(top['figure_high'])} at {figure_text(top['high'])}, a swing of "
+            f"{figure_text(top['swing'])}{share}")

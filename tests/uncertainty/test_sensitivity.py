@@ -299,3 +299,20 @@ def test_max_runs_is_checked_against_the_whole_design_before_the_first_run(toy, 
     with pytest.raises(RlsimError, match=r"5 one-at-a-time runs and 32 for the Sobol design .* 37 simulations") as info:
         sensitivity(toy, VARY, samples=8, costs=costs)
     assert info.value.field == "--samples" and "limits.max_runs" in info.value.fix and not done
+
+
+def test_large_figures_print_with_thousands_separators_not_exponents():
+    # the table and the conclusion said '5.582e+04 at 0.576 vs 6.757e+04', the base line 64,370.5 (an audit)
+    import pandas as pd
+
+    from simulator.report.tornado import conclusion, figure_text
+
+    row = {"key": "k", "low": 0.576, "high": 16384.0, "figure_low": 55815.2, "figure_high": 67568.4,
+           "swing": 11753.2, "rank": 1}
+    frame = pd.DataFrame([row])
+    frame.attrs.update(metric="m", base=64370.5)
+    assert conclusion(frame) == ("k moves m most: 55,815 at 0.576 vs 67,568 at 16,384, a swing of 11,753 "
+                                 "(18% of the base 64,370)")
+    assert [figure_text(v) for v in (4968.0, 0.00085, 0.2859, 59154890752.0)] == ["4,968", "0.00085", "0.2859",
+                                                                                  "59,154,890,752"]
+    assert figure_text(64370.5, 6) == "64,370.5" and figure_text(1234567.8, 6) == "1,234,568"
