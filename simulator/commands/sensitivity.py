@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     from ..report.tornado import conclusion, figure_text, sensitivity_records, write_sensitivity_report
-    from ..uncertainty.sensitivity_runs import DEFAULT_SAMPLES, sensitivity, sobol_outside, sobol_sample_note
+    from ..uncertainty import sensitivity_runs as runs
     from .common import print_framework_listing, print_json, say_replaced_topology
     from .run import print_scenario, scenario_keywords
     if imported is not None and args.print_scenario:
@@ -58,11 +58,12 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     if imported is not None:
         print_framework_listing(imported)
         args.scenario = imported.scenario
-    frame = sensitivity(args.scenario, args.vary or None, seeds=args.seeds, metric=args.metric,
-                        samples=DEFAULT_SAMPLES if args.samples is None else args.samples, jobs=args.jobs, **kw)
+    frame = runs.sensitivity(args.scenario, args.vary or None, seeds=args.seeds, metric=args.metric,
+                             samples=runs.DEFAULT_SAMPLES if args.samples is None else args.samples, jobs=args.jobs, **kw)
     if args.out:
         write_sensitivity_report(frame, args.out)
-    note = sobol_sample_note(frame.attrs.get("samples"))
+    notes = (runs.collapsed_note(frame), runs.sobol_sample_note(frame.attrs.get("samples")))
+    note = "; ".join(text for text in notes if text)
     if frame.attrs.get("warm_up_only"):   # the ranking would be the warm-up step's (a partial batch)
         note = ((note + "; ") if note else "") + (
             "one iteration of a schedule that runs ahead of its trainer: every figure is its warm-up step's (a "
@@ -75,7 +76,7 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     print(f"{args.metric} at base: {figure_text(frame.attrs['base'], 6)} (median over {frame.attrs['seeds']} seed(s))")
     print(frame.to_string(index=False, float_format=figure_text))
     print(conclusion(frame))
-    noisy = sobol_outside(frame)
+    noisy = runs.sobol_outside(frame)
     if noisy:
         print(f"note: Sobol indices outside [0, 1] or first above total ({noisy}): estimates from "
               f"{frame.attrs['samples']} base samples are noise at this size; raise --samples")

@@ -298,8 +298,11 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     frame = frame[COLUMNS]
     frame = frame.sort_values("rank", kind="stable").reset_index(drop=True)
     from ..metrics import warm_up_only
+    # a default factor range around a base of 0 is 0..0: its swing of 0 is no finding (said in a note)
+    collapsed = [] if given else [k for k, (low, high) in ranges.items() if low == high == 0
+                                  and k not in {d.key for d in distributions}]
     frame.attrs.update({"metric": metric, "base": figures[0], "seeds": plan.n, "samples": samples or 0,
-                        "warm_up_only": any(warm_up_only(summary) for summary in base)})
+                        "warm_up_only": any(warm_up_only(summary) for summary in base), "collapsed": collapsed})
     return frame
 
 
@@ -340,6 +343,18 @@ def sobol_sample_note(samples: int | None) -> str:
         return ""
     return (f"--samples {samples} is not a power of 2: the Sobol sequence is balanced only at powers of 2 "
             f"(give {1 << (samples - 1).bit_length()} or {1 << (samples.bit_length() - 1)})")
+
+
+def collapsed_note(frame: pd.DataFrame) -> str:
+    """'' or the note naming the default keys whose base value is 0, so their factor range is 0..0
+    and their swing of 0 says nothing of their effect."""
+    keys = frame.attrs.get("collapsed") or []
+    if not keys:
+        return ""
+    them = "its" if len(keys) == 1 else "their"
+    return (f"{', '.join(keys)} {'is' if len(keys) == 1 else 'are'} 0 in the scenario, so {them} default range "
+            f"(a factor of the base value) is 0..0 and {them} swing of 0 says nothing of {them} effect; give a "
+            f"range, e.g. --vary {keys[0]}=LOW..HIGH")
 
 
 def sobol_outside(frame: pd.DataFrame) -> str:

@@ -316,3 +316,18 @@ def test_large_figures_print_with_thousands_separators_not_exponents():
     assert [figure_text(v) for v in (4968.0, 0.00085, 0.2859, 59154890752.0)] == ["4,968", "0.00085", "0.2859",
                                                                                   "59,154,890,752"]
     assert figure_text(64370.5, 6) == "64,370.5" and figure_text(1234567.8, 6) == "1,234,568"
+
+
+def test_a_default_range_around_a_base_of_zero_is_named_in_a_note(toy, costs):
+    # sigma 0: x0.75..x1.25 is 0..0, and its swing of 0 read as 'no effect' without a word (an audit)
+    from simulator.uncertainty.sensitivity_runs import collapsed_note
+
+    toy["workload"]["response_length"]["sigma"] = 0.0
+    toy["topology"] = {"preset": "dgx-h100", "nodes": 1}   # the default set reads its base values
+    frame = sensitivity(toy, None, samples=0, costs=costs)
+    assert frame.attrs["collapsed"] == ["workload.response_length.sigma"]
+    note = collapsed_note(frame)
+    assert note.startswith("workload.response_length.sigma is 0 in the scenario")
+    assert "--vary workload.response_length.sigma=LOW..HIGH" in note
+    given = sensitivity(toy, {"workload.response_length.sigma": (0.0, 0.0)}, samples=0, costs=costs)
+    assert collapsed_note(given) == ""   # a range given as 0..0 is the user's
