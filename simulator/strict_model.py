@@ -6,7 +6,8 @@ pydantic's lax mode does not apply by itself (issue 14, classes 2 and 5):
   (an infinite staleness overflowed an integer conversion in the runner);
 - ``true`` / ``false`` are not numbers: lax mode reads ``iterations: true`` as 1;
 - a quoted number is text where only a number goes: lax mode reads ``prompts_per_step: '64'`` as 64
-  (a field whose validator reads text first, a bandwidth '25GB/s', still takes it).
+  (a field whose validator reads text first, a bandwidth '25GB/s', still takes it);
+- text or a number is not a flag: lax mode reads ``partial_rollout: "yes"`` (or 1) as true.
 """
 from __future__ import annotations
 
@@ -58,6 +59,31 @@ def number_only(annotation: Any) -> bool:
     return False
 
 
+def bool_only(annotation: Any) -> bool:
+    """Whether a field of this type holds only true / false (optionally None): a quoted 'yes' or a 1
+    there is not a flag (lax mode read partial_rollout: "yes" as true and "no" as false)."""
+    if annotation is bool:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return bool_only(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return bool(args) and all(bool_only(arg) for arg in args)
+    return False
+
+
+class _NotAFlag:
+    """Text or a number given where only true / false goes: pydantic's own error names the full
+    dotted field, and its repr says what was written."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{self.value!r}, {'text' if isinstance(self.value, str) else 'a number'}: write true or false"
+
+
 _PASSES_VALUE_ON = "__rlsim_passes_value_on__"
 
 
@@ -76,6 +102,16 @@ def _number_fields(cls: type[BaseModel]) -> frozenset[str]:
               if d.info.mode == "before" and not getattr(getattr(d.func, "__func__", d.func), _PASSES_VALUE_ON, False)
               for name in d.info.fields}
     return frozenset(k for k, f in cls.model_fields.items() if k not in parsed and number_only(f.annotation))
+
+
+@functools.cache
+def _flag_fields(cls: type[BaseModel]) -> frozenset[str]:
+    """The fields of a model class that take only true / false and no validator of which reads its
+    value first (as _number_fields)."""
+    parsed = {name for d in cls.__pydantic_decorators__.field_validators.values()
+              if d.info.mode == "before" and not getattr(getattr(d.func, "__func__", d.func), _PASSES_VALUE_ON, False)
+              for name in d.info.fields}
+    return frozenset(k for k, f in cls.model_fields.items() if k not in parsed and bool_only(f.annotation))
 
 
 class _TextGiven:
@@ -102,9 +138,13 @@ class StrictModel(BaseModel):
                  if isinstance(v, bool) and k in fields and not takes_bool(fields[k].annotation)]
         # text where only a number goes, unless a validator of the field reads text first (units: '25GB/s')
         quoted = [k for k, v in data.items() if isinstance(v, str) and k in _number_fields(cls)]
-        if not (wrong or quoted):
+        # text or a number where only true / false goes ('yes', 1)
+        flags = [k for k, v in data.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                 and k in _flag_fields(cls)]
+        if not (wrong or quoted or flags):
             return data
-        return {**data, **{k: _BoolGiven(data[k]) for k in wrong}, **{k: _TextGiven(data[k]) for k in quoted}}
+        return {**data, **{k: _BoolGiven(data[k]) for k in wrong}, **{k: _TextGiven(data[k]) for k in quoted},
+                **{k: _NotAFlag(data[k]) for k in flags}}
 
     def set_off_default(self, keys: typing.Iterable[str]) -> list[str]:
         """Of ``keys``, those given and away from their defaults, sorted: the ones a rule that makes

@@ -103,7 +103,8 @@ def test_unknown_set_key_exits_2_in_plan(capsys, key, named):
 @pytest.mark.parametrize("command", ["run", "compare"])
 @pytest.mark.parametrize("key", ["workload.inference.nope=1", "planner.space.foo=1", "train_params.x=1"])
 def test_unknown_set_key_exits_2_in_run_and_compare(capsys, command, key):
-    assert main([command, *RUN, "--set", key]) == 2
+    given = RUN if command == "run" else [*RUN[:-2], "--schedules", "colocated"]   # options are given whole
+    assert main([command, *given, "--set", key]) == 2
     err = capsys.readouterr().err
     assert key.split("=")[0].split(".")[-1] in err and "fix" in err
 

@@ -147,3 +147,24 @@ def test_a_validator_marked_as_passing_its_value_on_keeps_the_quoted_number_rule
     with pytest.raises(ValueError, match="without quotes"):
         Gated(n="3")
     assert Parsing(n="3x").n == 3
+
+
+@pytest.mark.parametrize("value, said", [("yes", "text: write true or false"), ("no", "text: write true or false"),
+                                         (1, "a number: write true or false")])
+def test_text_or_a_number_is_not_a_flag(value, said):
+    """partial_rollout: "yes" (or 1) ran as true and "no" as false while a quoted number was refused
+    (found by a new-user trial); a bool, and None where the field takes it, still pass."""
+    from simulator.errors import RlsimError
+    from simulator.scenario import load_scenario
+
+    schedule = {"kind": "stalesync", "partial_rollout": value, "length_budget": 1024}
+    with pytest.raises(RlsimError, match=said) as caught:
+        load_scenario({"workload": "grpo-qwen2.5-7b", "schedule": schedule})
+    assert caught.value.field == "schedule.partial_rollout"
+    assert load_scenario({"workload": "grpo-qwen2.5-7b",
+                          "schedule": {**schedule, "partial_rollout": True}}).schedule.partial_rollout is True
+
+    class M(StrictModel):
+        maybe: bool | None = None
+        either: bool | int = 0
+    assert M(maybe=None).maybe is None and M(either=3).either == 3   # a number goes where a number may
