@@ -8,8 +8,9 @@ value moves every phase it enters, at every scale, through the mechanism that us
 bounded least squares (scipy.optimize.least_squares, trust-region reflective) over the simulator
 itself: each residual is a logged step's phase time against the simulated steady-state phase time,
 relative (predicted / measured - 1), so long and short phases weigh alike. Uncertainty is the usual
-linearised one: covariance = s^2 (J^T J)^-1 with s^2 the residual variance (sum r^2 / (m - n)) and
-J the finite-difference Jacobian at the solution (so step-to-step spread in the log sets it).
+linearised one: covariance = s^2 (J^T J)^-1 with s^2 the residual variance (sum r^2 / (m - n), at
+least the logs' own step-to-step spread squared) and J the finite-difference Jacobian at the
+solution; parameters the logs barely tell apart (WEAK_DIRECTION_RATIO) are reported unpinned.
 """
 from __future__ import annotations
 
@@ -285,23 +286,59 @@ class LogFit:
 # A direction of parameter space the logs do not see: a singular value of the Jacobian below this
 # share of the largest (float round-off of the finite differences is ~1e-8 of it).
 RANK_TOLERANCE = 1e-6
+# A combination of parameters the logs barely tell apart: a singular value of the Jacobian with its
+# columns scaled to unit norm (so the ratio says how alike two parameters move the logged phases, not
+# how much) below this share of the largest. At a ratio r the combination is pinned 1/r times worse
+# than the best-pinned one: at 1e-2 a log's 1% spread leaves it +-100%. On rlsim's own logs under
+# known values (docs/calibration.md, "Parameters the logs cannot tell apart") the fits that recover
+# step overhead and engine HBM efficiency have ratios of 0.016 (a second run with 8x longer
+# responses) and 0.36 (a second model size); those that do not, 6e-4 (one run: both enter only the
+# generation) and 4.7e-3 (a second batch size); parameters of different phases (step overhead, GEMM
+# rate, switch cost) lie at 0.58 .. 0.98.
+WEAK_DIRECTION_RATIO = 1e-2
+# A parameter with more than this component in such a weak direction (a unit vector) is not pinned
+# (sigma inf); a smaller share enters its sigma through the covariance.
+WEAK_SHARE = 0.1
 
 
-def _uncertainty(jac: np.ndarray, res: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """1-sigma of each parameter, s^2 (J^T J)^-1 over the directions the logs pin (SVD of J); a
-    parameter with a share in a direction they do not pin (e.g. two parameters that only ever
-    enter one logged figure) gets inf."""
+def _normalized_svd(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Column norms of `jac` (1 for a zero column), and the singular values and right vectors of
+    `jac` with its columns scaled to unit norm."""
+    norms = np.linalg.norm(jac, axis=0)
+    norms = np.where(norms > 0, norms, 1.0)
+    _, singular, vt = np.linalg.svd(jac / norms, full_matrices=False)
+    return norms, singular, vt
+
+
+def weak_directions(jac: np.ndarray) -> list[tuple[float, list[int]]]:
+    """Per direction the logs barely see (WEAK_DIRECTION_RATIO): its singular-value ratio and the
+    indices of the parameters with more than WEAK_SHARE of it."""
+    _, singular, vt = _normalized_svd(np.asarray(jac, dtype=float))
+    if not len(singular) or singular[0] == 0:
+        return []
+    return [(float(value / singular[0]), [int(i) for i in np.flatnonzero(np.abs(vector) > WEAK_SHARE)])
+            for value, vector in zip(singular, vt, strict=True) if value < WEAK_DIRECTION_RATIO * singular[0]]
+
+
+def _uncertainty(jac: np.ndarray, res: np.ndarray, scale: np.ndarray, spread: float = 0.0) -> np.ndarray:
+    """1-sigma of each parameter, s^2 (J^T J)^-1 over the directions the logs see (SVD of J with unit
+    columns), s^2 the residual variance, at least `spread`^2 (the logs' own step-to-step spread: a
+    fit closer than that is luck, not precision). A parameter with a share in a direction they do not
+    see (RANK_TOLERANCE) or barely see (WEAK_DIRECTION_RATIO, WEAK_SHARE), e.g. two parameters that
+    only ever enter one logged figure, gets inf."""
     m, n = jac.shape
     if m <= n:
         return np.full(n, np.nan)
-    s2 = float(res @ res) / (m - n)
-    _, singular, vt = np.linalg.svd(jac, full_matrices=False)
-    pinned = singular > RANK_TOLERANCE * (singular[0] if len(singular) else 0.0)
-    cov = (vt[pinned].T / singular[pinned] ** 2) @ vt[pinned] * s2
-    sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None)) * scale
-    blind = vt[~pinned]
-    sigma[np.any(np.abs(blind) > RANK_TOLERANCE, axis=0) if len(blind) else np.zeros(n, bool)] = np.inf
-    sigma[~pinned.any() | (np.linalg.norm(jac, axis=0) == 0)] = np.inf
+    s2 = max(float(res @ res) / (m - n), spread ** 2)
+    norms, singular, vt = _normalized_svd(jac)
+    largest = singular[0] if len(singular) else 0.0
+    seen = singular > RANK_TOLERANCE * largest
+    cov = (vt[seen].T / singular[seen] ** 2) @ vt[seen] * s2
+    sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None)) / norms * scale
+    blind = np.abs(vt[~seen]) > RANK_TOLERANCE
+    weak = np.abs(vt[seen & (singular < WEAK_DIRECTION_RATIO * largest)]) > WEAK_SHARE
+    sigma[np.any(np.vstack([blind, weak, np.zeros((1, n), bool)]), axis=0)] = np.inf
+    sigma[~seen.any() | (np.linalg.norm(jac, axis=0) == 0)] = np.inf
     return sigma
 
 
@@ -366,7 +403,7 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] | str = DEFAULT_FIT_
                                         for i, (p, side) in enumerate(zip(params, result.active_mask, strict=True))
                                         if side != 0}}
     after = predictions(values_to_z(values, params, scale))
-    sigma = _uncertainty(result.jac, result.fun, scale)
+    sigma = _uncertainty(result.jac, result.fun, scale, _log_spread(measured))
     sigma[sigma >= upper - lower] = np.inf   # an interval wider than the whole range pins nothing
     shared, shared_note = _shared_overrides(runs, keys, named[0])
     fit = LogFit(keys=[p.key for p in params], values=values,
@@ -380,7 +417,8 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] | str = DEFAULT_FIT_
         fit.stages[run.label] = {s: {"measured_s": float(np.mean(v)), "before_s": b.get(s, 0.0),
                                      "after_s": a.get(s, 0.0)} for s, v in m.items()}
         fit.notes.extend(_run_notes(run, dropped))
-    fit.notes.extend([*([shared_note] if shared_note else []), *_fit_notes(fit, result, measured, params)])
+    fit.notes.extend([*([shared_note] if shared_note else []), *_fit_notes(fit, result, measured, params),
+                      *_weak_notes(result.jac, params)])
     return fit
 
 
@@ -497,6 +535,33 @@ def _fit_notes(fit: LogFit, result: Any, measured: Sequence[Mapping[str, np.ndar
         notes.append(f"the fit leaves {fit.rms_after:.1%} rms against the logs' own {spread:.1%} step-to-step "
                      "spread: the scenario does not describe the logged run closely (model, batch, lengths, "
                      "layouts, units), and the sigmas, which take the residuals for noise, are not to be trusted")
+    return notes
+
+
+# What separates a pair the logs cannot tell apart, where known: the engine's fixed time per decode
+# step and its HBM rate both enter generation only, once per step alike; a run of another model size
+# (another number of bytes each step reads, the same steps) or of much longer responses (KV reads
+# that grow) separates them (docs/calibration.md).
+SEPARATED_BY: dict[frozenset[str], str] = {
+    frozenset({"workload.inference.step_overhead_s", "workload.inference.hbm_efficiency"}):
+        "a second log of a run with another model size or much longer responses (decode steps that read "
+        "other bytes)",
+}
+
+
+def _weak_notes(jac: np.ndarray, params: Sequence[FitParameter]) -> list[str]:
+    """A note per combination of fitted parameters the logs barely tell apart (weak_directions)."""
+    notes = []
+    for ratio, members in weak_directions(jac):
+        keys = [params[i].key for i in members]
+        if len(keys) < 2:
+            continue   # one parameter alone barely seen: its sigma says so
+        hint = SEPARATED_BY.get(frozenset(keys), "a log of another run that these parameters move differently "
+                                                 "(another model size, batch or response length)")
+        notes.append(f"{' and '.join(keys)} move the logged phases almost alike (singular-value ratio {ratio:.2g}, "
+                     f"below {WEAK_DIRECTION_RATIO:g}): the logs pin a combination of them, not each, so they are "
+                     f"reported unpinned (sigma inf); to separate them give {hint}, or leave all but one out of "
+                     "--fit (the others keep the scenario's values)")
     return notes
 
 

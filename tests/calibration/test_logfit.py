@@ -398,6 +398,42 @@ def test_the_fits_sigma_is_the_residual_variance_over_the_degrees_of_freedom():
     assert sigma[0] == pytest.approx(np.sqrt(1 / 3))
 
 
+def test_nearly_alike_parameters_are_not_pinned_and_the_spread_floors_the_residual_variance():
+    """Two columns at a normalized singular-value ratio of ~1e-3 (they move the residuals almost
+    alike) were 'pinned' from a near-zero residual: now inf, the third parameter still pinned; and a
+    fit whose residuals are 0 takes the logs' own spread for its noise, not 0."""
+    base = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    other = np.array([1.0, -1.0, 1.0, -1.0, 1.0])
+    jac = np.column_stack([base, base * (1 + 1e-3 * other), other])
+    sigma = logfit._uncertainty(jac, np.full(5, 1e-6), np.ones(3))
+    assert np.isinf(sigma[:2]).all() and np.isfinite(sigma[2])
+    assert [members for _, members in logfit.weak_directions(jac)] == [[0, 1]]
+    sigma = logfit._uncertainty(np.ones((3, 1)), np.zeros(3), np.ones(1), spread=0.01)
+    assert sigma[0] == pytest.approx(0.01 / np.sqrt(3))
+
+
+def test_a_noise_free_log_does_not_pin_the_step_overhead_against_the_hbm_rate() -> None:
+    """A log rlsim writes without noise under 4 ms / 0.5 / 0.55 (the audit's low0.jsonl): the step
+    overhead and the engine HBM rate enter only the generation, alike; the fit lands on 6.2 ms / 0.67
+    and had reported both pinned (4-6 sigma off). Now they are not, a note names the pair and what
+    separates them, and a second run of another model size does: both recovered within 1%."""
+    keys = list(logfit.DEFAULT_FIT_KEYS)
+    true = dict(zip(keys, (4e-3, 0.5, 0.55), strict=True))
+    fit = logfit.fit_runs([_logged_run(true=true, noise=0.0)], keys)
+    pinned = {key: entry["pinned"] for key, entry in fit.to_json()["fitted"].items()}
+    assert pinned == {keys[0]: False, keys[1]: False, keys[2]: True}
+    assert any(note.startswith(f"{keys[0]} and {keys[1]} move the logged phases almost alike")
+               and "model size" in note for note in fit.notes)
+    small = ("workload.model=qwen2.5-1.5b",)
+    truth = logfit.simulate_timings(SCENARIO, [*_true_items(true), *small])
+    frame = timings_log(np.random.default_rng(1), {s: truth[s] for s in VERL_STAGES}, steps=6, noise=0.003)
+    second = logfit.LoggedRun(_normalize(frame, "<1.5b log>"), SCENARIO, small)
+    both = logfit.fit_runs([_logged_run(true=true), second], keys, max_evaluations=30)
+    for key, value in true.items():
+        assert both.values[key] == pytest.approx(value, rel=0.01) and 0 < both.sigma[key] < 0.05 * value
+    assert not any("almost alike" in note for note in both.notes)
+
+
 def test_framework_timers_are_read_off_a_summary_as_the_frameworks_time_them():
     """The fits compare a log with predicted_timings, and the round trips make the log from the same
     function, so a timer mapped wrongly cancels out (an audit's mutations passed): NeMo RL's one
