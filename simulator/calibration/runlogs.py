@@ -29,7 +29,8 @@ AReaL (1.0.4, read in its wheel: trainer/rl_trainer.py) times each step's phases
 batch), `recompute_logp` (-> old_log_prob), `ref_logp` (-> reference), `critic_values` (-> values),
 `train_step` (-> update_actor), `critic_train_step` (-> update_critic), `update_weights` (->
 weight_sync); it times no whole step.
-A JSONL file has one JSON object per line, a .json file may also hold one array of such objects
+A JSONL file has one JSON object per line (verl's FileLogger's {"step": N, "data": {...}} read as the
+data at step N), a .json file may also hold one array of such objects
 (`run.history()` records) or a Trainer state (an object whose `log_history` is the records), a CSV
 has the keys as column names; a wandb panel export ("Step",
 "RUN - KEY", "RUN - KEY__MIN", "RUN - KEY__MAX") is read as the CSV of one run.
@@ -229,14 +230,39 @@ def _records_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str], list[st
             raise RlsimError(f"not a JSON array of records: {exc.msg}", source=str(path),
                              fix="write one JSON object per line, or one array of objects") from None
         where = [f"record {i}" for i in range(1, len(records) + 1)]
-        return [_no_nan(_json_object(json.dumps(r), str(path), at), str(path), at)
-                for r, at in zip(records, where, strict=True)], where, []
+        records = [_json_object(json.dumps(r), str(path), at) for r, at in zip(records, where, strict=True)]
+        records, notes = _verl_file_records(records, where, str(path))
+        return [_no_nan(record, str(path), at) for record, at in zip(records, where, strict=True)], where, notes
     lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if any(VERL_CONSOLE_LINE.search(line) for _, line in lines):
         return _console_records(lines, str(path))
     where = [f"line {number}" for number, _ in lines]
-    return [_no_nan(_json_object(line, str(path), at), str(path), at) for (_, line), at in zip(lines, where,
-                                                                                              strict=True)], where, []
+    records = [_json_object(line, str(path), at) for (_, line), at in zip(lines, where, strict=True)]
+    records, notes = _verl_file_records(records, where, str(path))
+    return [_no_nan(record, str(path), at) for record, at in zip(records, where, strict=True)], where, notes
+
+
+# verl's FileLogger (trainer.logger=['file']; verl 0.9.1 verl/utils/tracking.py FileLogger.log) writes
+# one {"step": N, "data": {metric: value, ...}} a line: the step's metrics one level down.
+VERL_FILE_KEYS = frozenset({"step", "data"})
+
+
+def _verl_file_records(records: list[dict[str, Any]], where: Sequence[str],
+                       source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """verl FileLogger records flattened to their metrics and step; other records as they are."""
+    flat, count = [], 0
+    for record, at in zip(records, where, strict=True):
+        data = record.get("data")
+        if set(record) != VERL_FILE_KEYS or not isinstance(data, dict):
+            flat.append(record)
+            continue
+        if "step" in data and data["step"] != record["step"]:
+            raise RlsimError(f"{at}: step {record['step']!r} holds data with step {data['step']!r}", source=source,
+                             field="data.step", fix="give each record one step number")
+        flat.append({**data, "step": record["step"]})
+        count += 1
+    notes = [f"read as verl FileLogger records ({{\"step\": N, \"data\": {{...}}}}): {count} record(s)"] if count else []
+    return flat, notes
 
 
 def _console_records(lines: list[tuple[int, str]], source: str) -> tuple[list[dict[str, Any]], list[str], list[str]]:

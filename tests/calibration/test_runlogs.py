@@ -356,3 +356,23 @@ def test_a_stage_factor_is_the_relative_least_squares_one_and_its_spread_the_coe
         scales = fit_stage_scales(log, {"generate": 1.0 * scale}, skip_steps=0)
         assert scales.factors["generate"] == pytest.approx(1.2)
         assert scales.spread["generate"] == pytest.approx(1 / 3)
+
+
+def test_verls_file_logger_records_are_read_as_their_metrics(tmp_path: Path) -> None:
+    """verl 0.9.1's FileLogger (trainer.logger=['file']) writes {"step": N, "data": {...}} a line:
+    read as the data's metrics at step N, with a note (it was 'no stage timing found')."""
+    frame = synthetic_log(np.random.default_rng(0), steps=4, true_s=TRUE_S, noise=0.03)
+    path = tmp_path / "file_logger.jsonl"
+    path.write_text("".join(json.dumps({"step": step, "data": {k: v for k, v in record.items() if k != "step"}}) + "\n"
+                            for step, record in enumerate(frame.to_dict("records"), start=5)))
+    log = read_run_log(path)
+    assert list(log.frame["step"]) == [5, 6, 7, 8]
+    assert list(log.frame["generate"]) == pytest.approx(list(frame["timing_s/gen"]))
+    assert log.notes == ['read as verl FileLogger records ({"step": N, "data": {...}}): 4 record(s)']
+    path.write_text(json.dumps({"step": 3, "data": {"timing_s/gen": 1.0}}))   # a one-step file: one object
+    assert list(read_run_log(path).frame["step"]) == [3]
+    path.write_text("".join(json.dumps({"step": step, "data": {"step": 2, "timing_s/gen": 1.0}}) + "\n"
+                            for step in (2, 1)))
+    with pytest.raises(RlsimError, match="line 2: step 1 holds data with step 2") as info:
+        read_run_log(path)
+    assert info.value.field == "data.step" and info.value.source == str(path)
