@@ -448,12 +448,70 @@ def _normalize(raw: pd.DataFrame, source: str, notes: Sequence[str] = ()) -> Run
             raise RlsimError(f"{row_name(raw, row)}: {values.iloc[row]} is not a finite number", source=source,
                              field=key, fix="write finite numbers (seconds, tokens/s, tokens); drop the broken steps")
         frame[STAGE_KEYS.get(key) or OTHER_KEYS.get(key) or "step_s"] = values.to_numpy(dtype=float)
+    if step_time == STEP_TIME_KEY:
+        notes.extend(_without_occasional_work(raw, frame, source))
     notes.extend(_longer_than_the_step(frame, present))
     frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
-    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, LOCATION}
+    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, *VERL_OCCASIONAL_KEYS, LOCATION}
     # rlsim's own iterations.csv: its other columns are the step's clock marks and counts, no metrics
     ignored = [] if step_time == RLSIM_STEP_TIME_KEY else sorted(str(c) for c in raw.columns if c not in known)
     return RunLog(frame=frame, source=source, ignored=ignored, notes=notes)
+
+
+# Work verl does on some steps only, timed under its own name: a checkpoint save and a validation
+# pass. verl 0.9.1 times save_checkpoint inside its `step` timer and testing after it in its main
+# trainers (trainer/ppo/ray_trainer.py, trainer/ppo/v1/trainer_base.py), both after it in the
+# one-step-off, separation and fully-async ones: which one a log's step holds is read off the log.
+VERL_OCCASIONAL_KEYS = ("timing_s/save_checkpoint", "timing_s/testing")
+
+
+def _without_occasional_work(raw: pd.DataFrame, frame: pd.DataFrame, source: str) -> list[str]:
+    """Take the checkpoint / validation time a verl step logs out of its `step_s` (in place) where
+    that step's timer holds it: what is left is at least the step's logged phases and nearer the
+    median step of the steps without such work (where the log has any). The rlsim model has no
+    checkpoints: left in, they inflated what the fit took for per-step costs. A note per metric."""
+    keys = [key for key in VERL_OCCASIONAL_KEYS if key in raw.columns]
+    if not keys:
+        return []
+    extra = {key: _occasional_seconds(raw, key, source) for key in keys}
+    plain = ~np.any([seconds > 0 for seconds in extra.values()], axis=0)
+    median = float(np.median(frame["step_s"][plain])) if plain.any() else None
+    phases = frame[[column for column in STAGES if column in frame.columns]].sum(axis=1).to_numpy()
+    notes = []
+    for key, seconds in extra.items():
+        step_s = frame["step_s"].to_numpy(dtype=float)
+        left = step_s - seconds
+        inside = (seconds > 0) & (left >= phases)
+        if median is not None:
+            inside &= np.abs(left - median) < np.abs(step_s - median)
+        frame.loc[inside, "step_s"] = left[inside]
+        logged = seconds > 0
+        if inside.any():
+            notes.append(f"{key} ({_steps_shown(frame, inside)}) taken out of {STEP_TIME_KEY}: the logged step "
+                         "holds it (less it, the step still holds its phases and is nearer the other steps), and "
+                         "rlsim's step does no such work")
+        if (logged & ~inside).any():
+            notes.append(f"{key} ({_steps_shown(frame, logged & ~inside)}) not fitted, nor taken out of "
+                         f"{STEP_TIME_KEY}: the logged step does not hold it (verl times validation, and its "
+                         "asynchronous trainers the checkpoint, after the step timer)")
+    return notes
+
+
+def _occasional_seconds(raw: pd.DataFrame, key: str, source: str) -> np.ndarray:
+    """A verl occasional timing per row (0 where the step did not log it); refused below 0."""
+    values = _numbers(raw, key, source).to_numpy(dtype=float)
+    bad = (values < 0) | np.isinf(values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise RlsimError(f"{row_name(raw, row)}: {key} is {values[row]:g} s", source=source, field=key,
+                         fix="write the seconds it took (>= 0), or drop the metric")
+    return np.nan_to_num(values, nan=0.0)
+
+
+def _steps_shown(frame: pd.DataFrame, rows: np.ndarray) -> str:
+    steps = frame.loc[rows, "step"].tolist()
+    shown = ", ".join(str(step) for step in steps[:5]) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
+    return f"step{'s' if len(steps) > 1 else ''} {shown}"
 
 
 def _no_timing(source: str) -> RlsimError:

@@ -376,3 +376,28 @@ def test_verls_file_logger_records_are_read_as_their_metrics(tmp_path: Path) -> 
     with pytest.raises(RlsimError, match="line 2: step 1 holds data with step 2") as info:
         read_run_log(path)
     assert info.value.field == "data.step" and info.value.source == str(path)
+
+
+def test_a_checkpoint_inside_verls_step_timer_is_taken_out_of_the_step_and_one_after_it_is_not(
+        tmp_path: Path) -> None:
+    """verl 0.9.1's trainer times save_checkpoint inside `timing_s/step` and testing after it: a
+    15 s save at steps 3 and 6 had stayed in the fitted step time (the audit's switch cost +91%).
+    It is taken out; a 20 s validation the step does not hold is left, and a note names each."""
+    frame = synthetic_log(np.random.default_rng(0), steps=8, true_s=TRUE_S, noise=0.01)
+    clean = frame["timing_s/step"].copy()
+    saved = frame["step"].isin([3, 6])
+    frame.loc[saved, "timing_s/save_checkpoint"] = 15.0
+    frame.loc[saved, "timing_s/step"] += 15.0
+    frame.loc[frame["step"] == 6, "timing_s/testing"] = 20.0     # after the step timer: not in it
+    path = tmp_path / "verl.jsonl"
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if v == v}) + "\n"
+                            for r in frame.to_dict("records")))
+    log = read_run_log(path)
+    assert list(log.frame["step_s"]) == pytest.approx(list(clean))
+    assert log.notes[0].startswith("timing_s/save_checkpoint (steps 3, 6) taken out of timing_s/step")
+    assert log.notes[1].startswith("timing_s/testing (step 6) not fitted, nor taken out of timing_s/step")
+    assert "timing_s/save_checkpoint" not in log.ignored
+    path.write_text(json.dumps({"step": 1, "timing_s/step": 9.0, "timing_s/save_checkpoint": -1.0}) + "\n")
+    with pytest.raises(RlsimError, match="timing_s/save_checkpoint is -1 s") as info:
+        read_run_log(path)
+    assert info.value.field == "timing_s/save_checkpoint"
