@@ -416,7 +416,7 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] | str = DEFAULT_FIT_
     for run, m, b, a, dropped in zip(runs, measured, before, after, left_out, strict=True):
         fit.stages[run.label] = {s: {"measured_s": float(np.mean(v)), "before_s": b.get(s, 0.0),
                                      "after_s": a.get(s, 0.0)} for s, v in m.items()}
-        fit.notes.extend(_run_notes(run, dropped))
+        fit.notes.extend([*_run_notes(run, dropped), *_outlier_notes(run, skip_steps)])
     fit.notes.extend([*([shared_note] if shared_note else []), *_fit_notes(fit, result, measured, params),
                       *_weak_notes(result.jac, params)])
     return fit
@@ -565,10 +565,53 @@ def _weak_notes(jac: np.ndarray, params: Sequence[FitParameter]) -> list[str]:
     return notes
 
 
+# The normal distribution's standard deviation per median absolute deviation: the MAD of a sample,
+# times this, estimates its sigma without letting a few outlying steps set it.
+MAD_TO_SIGMA = 1.4826
+# A logged step is said to be an outlier when one of its phases lies more than OUTLIER_MADS robust
+# sigmas (MAD_TO_SIGMA x MAD) from that phase's median over the fitted steps, and more than
+# OUTLIER_MIN_SHARE of it (a timer's rounding or a noise-free log has MAD 0). 5 sigma: a normal
+# step is that far once in ~2 million; a warm-up step (compilation, cold caches) is 1.5x and more.
+OUTLIER_MADS = 5.0
+OUTLIER_MIN_SHARE = 0.05
+
+
+def _relative_deviations(values: np.ndarray) -> np.ndarray:
+    return values / np.median(values) - 1.0
+
+
 def _log_spread(measured: Sequence[Mapping[str, np.ndarray]]) -> float:
-    """The rms of the logged phases' relative deviations from their own means (0 for one step each)."""
-    deviations = [values / np.mean(values) - 1.0 for m in measured for values in m.values() if len(values) > 1]
-    return _rms(np.concatenate(deviations)) if deviations else 0.0
+    """The logged phases' robust step-to-step spread: MAD_TO_SIGMA x the median absolute relative
+    deviation of every phase's steps from its median (0 for one step each), which a few outlying
+    steps cannot inflate (an rms would, and hide a misfit behind them)."""
+    deviations = [_relative_deviations(values) for m in measured for values in m.values() if len(values) > 1]
+    return MAD_TO_SIGMA * float(np.median(np.abs(np.concatenate(deviations)))) if deviations else 0.0
+
+
+def _outlier_notes(run: LoggedRun, skip_steps: int) -> list[str]:
+    """A note naming the fitted steps with a phase far from its median (OUTLIER_MADS): fitted as any
+    other step, they move the fitted values; leading ones are likely warm-up (--skip-steps)."""
+    rows = run.log.frame.iloc[skip_steps:]
+    worst = np.zeros(len(rows))   # per step, its phases' largest outlying relative deviation (0: none)
+    for stage in run.log.timings:
+        values = rows[stage].to_numpy(dtype=float)
+        if len(values) < 3 or np.median(values) < MIN_TIMED_S:
+            continue
+        deviation = _relative_deviations(values)
+        robust = MAD_TO_SIGMA * float(np.median(np.abs(deviation)))
+        outlying = (np.abs(deviation) > OUTLIER_MADS * robust) & (np.abs(deviation) > OUTLIER_MIN_SHARE)
+        worst = np.where(outlying & (np.abs(deviation) > np.abs(worst)), deviation, worst)
+    far = worst != 0
+    if not far.any():
+        return []
+    steps = rows["step"].to_numpy()[far].tolist()
+    leading = len(far) if far.all() else int(np.argmin(far))   # outlying steps before the first plain one
+    advice = (f"if they are warm-up, give --skip-steps {skip_steps + leading}" if leading == len(steps)
+              else "if they were disturbed (a checkpoint, an eviction, a restart), drop them from the log")
+    shown = ", ".join(f"{step} ({1 + d:.2f}x)" for step, d in zip(steps[:10], worst[far][:10], strict=False))
+    return [f"{run.label}: step(s) {shown}{' and more' if len(steps) > 10 else ''} lie more than {OUTLIER_MADS:g} "
+            f"robust sigmas from their phase's median step: they are fitted as any other step and move the "
+            f"fitted values; {advice}"]
 
 
 def _rms(r: np.ndarray) -> float:

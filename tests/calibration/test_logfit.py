@@ -434,6 +434,27 @@ def test_a_noise_free_log_does_not_pin_the_step_overhead_against_the_hbm_rate() 
     assert not any("almost alike" in note for note in both.notes)
 
 
+def test_outlying_warm_up_steps_are_named_with_the_skip_steps_that_leaves_them_out() -> None:
+    """Three warm-up steps at 1.6x with the default --skip-steps 1 (the audit's verl_warm3.jsonl) were
+    fitted without a word (GEMM rate -7.6%) and inflated the log's spread, hiding the misfit: now a
+    note names steps 2 and 3 and --skip-steps 3, the robust spread lets the misfit note through, and
+    --skip-steps 3 recovers the value without either note."""
+    key = "topology.device.gemm_efficiency"
+    run = _logged_run(true={key: 0.55}, noise=0.01)
+    warm = run.log.frame.copy()
+    warm.loc[:2, run.log.timings] *= 1.6
+    warm_run = logfit.LoggedRun(RunLog(warm, "warm"), SCENARIO)
+    fit = logfit.fit_runs([warm_run], [key])
+    outlier_notes = [note for note in fit.notes if "robust sigmas from their phase's median" in note]
+    assert len(outlier_notes) == 1 and outlier_notes[0].startswith("warm: step(s) 2 (1.62x), 3 (1.59x) lie")
+    assert outlier_notes[0].endswith("if they are warm-up, give --skip-steps 3")
+    assert any(note.startswith("the fit leaves") for note in fit.notes)
+    skipped = logfit.fit_runs([warm_run], [key], skip_steps=3)
+    assert skipped.values[key] == pytest.approx(0.55, rel=0.01)
+    assert not any("robust sigmas" in note or note.startswith("the fit leaves") for note in skipped.notes)
+    assert logfit._log_spread([{"a": np.array([1.0, 1.01, 0.99, 1.0, 1.6])}]) == pytest.approx(1.4826 * 0.01)
+
+
 def test_framework_timers_are_read_off_a_summary_as_the_frameworks_time_them():
     """The fits compare a log with predicted_timings, and the round trips make the log from the same
     function, so a timer mapped wrongly cancels out (an audit's mutations passed): NeMo RL's one
