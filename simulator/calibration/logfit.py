@@ -403,6 +403,7 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] | str = DEFAULT_FIT_
                                         for i, (p, side) in enumerate(zip(params, result.active_mask, strict=True))
                                         if side != 0}}
     after = predictions(values_to_z(values, params, scale))
+    _refuse_unexplained(runs, measured, after, params, values)
     sigma = _uncertainty(result.jac, result.fun, scale, _log_spread(measured))
     sigma[sigma >= upper - lower] = np.inf   # an interval wider than the whole range pins nothing
     shared, shared_note = _shared_overrides(runs, keys, named[0])
@@ -467,6 +468,35 @@ def _refuse_unseen(params: Sequence[FitParameter], jac: np.ndarray, measured: Se
                          fix=f"leave {', '.join(unseen)} out of --fit, or give a log that times the phase it enters")
 
 
+# A fit that leaves an rms relative error above this on a log does not explain it: fits of real runs'
+# logs leave 2-12% (docs/calibration.md, V6), a scenario a size off some 30%; a log in milliseconds
+# (1000x the seconds) leaves 99%, columns read under another framework's name (a generation time as
+# TRL's step_time) 228% (the audit's verl_ms.jsonl, wrongcols.csv). Its overlay would mislead.
+UNEXPLAINED_RMS = 0.5
+
+
+def _refuse_unexplained(runs: Sequence[LoggedRun], measured: Sequence[Mapping[str, np.ndarray]],
+                        after: Sequence[Mapping[str, float]], params: Sequence[FitParameter],
+                        values: Mapping[str, float]) -> None:
+    """A fit that cannot explain its logs is an error, not an overlay: a run's rms relative error
+    above UNEXPLAINED_RMS after the fit, or every fitted value at a bound other than 0 (no overhead
+    is a value a run may have; an efficiency's floor or a cap is not)."""
+    rms = [_rms(residuals(a, m)) for a, m in zip(after, measured, strict=True)]
+    bounded = all(values[p.key] != 0 and values[p.key] in (p.lower, p.upper) for p in params)
+    bad = [run for run, r in zip(runs, rms, strict=True) if r > UNEXPLAINED_RMS or bounded]
+    if not bad:
+        return
+    run = bad[0]
+    what = (f"the fit leaves {rms[list(runs).index(run)]:.0%} rms relative error (above {UNEXPLAINED_RMS:.0%})"
+            if not bounded else "every fitted parameter ends at a bound")
+    names = run.log.matched_names
+    raise RlsimError(f"{what}: the fit cannot explain this log{f', read by {names} timing names' if names else ''}",
+                     source=run.label, field="--from-log",
+                     fix="check that the log is in seconds (a log in milliseconds reads 1000x slow), that its "
+                         "columns are the framework's own timers (not other metrics under a known name), and that "
+                         "--scenario describes the logged run")
+
+
 def _shared_overrides(runs: Sequence[LoggedRun], keys: Sequence[str], named: Sequence[str]) -> tuple[list[str], str]:
     """The --set items every run was fitted under (the overlay's `set:` starts with them, so that
     `rlsim run S --set ...` reproduces the fit), less those a fitted item replaces; with a note when
@@ -494,6 +524,8 @@ def _run_notes(run: LoggedRun, dropped: Sequence[str]) -> list[str]:
         notes.append(f"{run.label}: logged stage(s) left out of the fit, the scenario has no such stage "
                      f"(predicted 0 s): {', '.join(dropped)} (check that the scenario describes the "
                      "logged run, e.g. its critic)")
+    if run.log.matched_names:
+        notes.append(f"{run.label}: timings read by {run.log.matched_names} metric names")
     notes.extend(f"{run.label}: {note}" for note in run.log.notes)
     read = [key for key, column in OTHER_KEYS.items() if column in run.log.frame.columns]
     if read:   # read off the log, not fitted: said, as the ignored names are

@@ -113,6 +113,16 @@ RLSIM_STEP_TIME_KEY = "step_time_s"   # rlsim's own iterations.csv (rlsim run --
 TRL_STEP_TIME_KEYS = ("step_time", "train/step_time")   # the Trainer's log_history / wandb's train/ prefix
 STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES), OPENRLHF_STEP_TIME_KEY,
                   SKYRL_STEP_TIME_KEY, *TRL_STEP_TIME_KEYS, RLSIM_STEP_TIME_KEY)
+# Each framework's timing names (the tables above): whose names a log was read by.
+FRAMEWORK_TIMING_KEYS: dict[str, frozenset[str]] = {
+    "verl": frozenset({*VERL_STAGE_KEYS, STEP_TIME_KEY}),
+    "NeMo RL": frozenset({*NEMO_STAGE_KEYS, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES)}),
+    "OpenRLHF": frozenset({"timing/generation", *OPENRLHF_STAGE_KEYS, OPENRLHF_STEP_TIME_KEY}),
+    "SkyRL": frozenset({*SKYRL_STAGE_KEYS, SKYRL_STEP_TIME_KEY}),
+    "TRL": frozenset({*TRL_STAGE_KEYS, *TRL_STEP_TIME_KEYS}),
+    "AReaL": frozenset(AREAL_STAGE_KEYS),
+    "rlsim": frozenset({RLSIM_STEP_TIME_KEY}),
+}
 OTHER_KEYS: dict[str, str] = {
     "perf/throughput": "throughput_tokens_per_s_per_device",
     "response_length/mean": "response_length_mean",
@@ -150,6 +160,18 @@ class RunLog:
     source: str
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # how the log's records became steps (re-logged steps)
+    timing_keys: list[str] = field(default_factory=list)   # the log's metric names read as timings
+
+    @property
+    def matched_names(self) -> str:
+        """Whose timing names the log was read by, e.g. "verl's (timing_s/gen, timing_s/step)"
+        ('' for a log built in memory)."""
+        if not self.timing_keys:
+            return ""
+        keys = set(self.timing_keys)
+        whose = [name for name, names in FRAMEWORK_TIMING_KEYS.items() if keys <= names] or \
+            [name for name, names in FRAMEWORK_TIMING_KEYS.items() if keys & names]
+        return f"{' or '.join(whose)}'s ({', '.join(self.timing_keys)})"
 
     @property
     def stages(self) -> list[str]:
@@ -455,7 +477,7 @@ def _normalize(raw: pd.DataFrame, source: str, notes: Sequence[str] = ()) -> Run
     known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, *VERL_OCCASIONAL_KEYS, LOCATION}
     # rlsim's own iterations.csv: its other columns are the step's clock marks and counts, no metrics
     ignored = [] if step_time == RLSIM_STEP_TIME_KEY else sorted(str(c) for c in raw.columns if c not in known)
-    return RunLog(frame=frame, source=source, ignored=ignored, notes=notes)
+    return RunLog(frame=frame, source=source, ignored=ignored, notes=notes, timing_keys=timing_keys)
 
 
 # Work verl does on some steps only, timed under its own name: a checkpoint save and a validation

@@ -455,6 +455,42 @@ def test_outlying_warm_up_steps_are_named_with_the_skip_steps_that_leaves_them_o
     assert logfit._log_spread([{"a": np.array([1.0, 1.01, 0.99, 1.0, 1.6])}]) == pytest.approx(1.4826 * 0.01)
 
 
+def test_a_log_the_fit_cannot_explain_is_an_error_naming_the_file_and_the_names_it_was_read_by(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A verl log in milliseconds fitted to its bounds at 99% rms and wrote an overlay (exit 0); a CSV
+    of gen_time,step_time was read as TRL's step_time (GEMM -> 1). Both now exit 2 naming the file,
+    seconds and whose names were matched, with no overlay; a log the fit explains says whose names
+    it was read by."""
+    scenario = tmp_path / "run.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    run = _logged_run()
+    in_ms = tmp_path / "ms.jsonl"
+    keys = {"generate": "timing_s/gen", "old_log_prob": "timing_s/old_log_prob", "reference": "timing_s/ref",
+            "update_actor": "timing_s/update_actor", "step_s": "timing_s/step"}
+    frame = run.log.frame.rename(columns=keys)
+    in_ms.write_text("".join(json.dumps({k: v * (1 if k == "step" else 1000) for k, v in r.items()}) + "\n"
+                             for r in frame.to_dict("records")))
+    wrong = tmp_path / "wrong.csv"
+    # another logger's columns: its step_time a quarter of the run's step (the audit's wrongcols.csv)
+    wrong.write_text("gen_time,step_time\n" + "".join(f"{g / 8:.3f},{t / 4:.3f}\n"
+                                                       for g, t in zip(frame["timing_s/gen"], frame["timing_s/step"],
+                                                                       strict=True)))
+    out = tmp_path / "fitted.yaml"
+    for log, words in ((in_ms, ("milliseconds", "verl's (timing_s/gen,")), (wrong, ("TRL's (step_time)",))):
+        assert main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--out", str(out),
+                     "--max-evaluations", "8"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rlsim: error: {log}: field '--from-log': the fit leaves") and "Traceback" not in err
+        assert all(word in err for word in words) and not out.exists()
+    in_s = tmp_path / "s.jsonl"
+    in_s.write_text("".join(json.dumps(r) + "\n" for r in frame.to_dict("records")))
+    assert main(["calibrate", "--from-log", str(in_s), "--scenario", str(scenario), "--out", str(out), "--json",
+                 "--fit", "topology.device.gemm_efficiency", "--max-evaluations", "8"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert f"{in_s}: timings read by verl's (timing_s/gen, timing_s/old_log_prob, timing_s/ref, " \
+           "timing_s/update_actor, timing_s/step) metric names" in notes
+
+
 def test_framework_timers_are_read_off_a_summary_as_the_frameworks_time_them():
     """The fits compare a log with predicted_timings, and the round trips make the log from the same
     function, so a timer mapped wrongly cancels out (an audit's mutations passed): NeMo RL's one

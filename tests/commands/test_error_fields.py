@@ -92,7 +92,7 @@ def test_a_bad_predict_item_is_blamed_on_it_not_the_scenario(tmp_path, capsys):
     scenario.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\nschedule: colocated\n"
                         "iterations: 1\n")
     log = tmp_path / "log.jsonl"
-    log.write_text('{"step": 1, "timing_s/step": 80}\n{"step": 2, "timing_s/step": 81}\n')
+    log.write_text('{"step": 1, "timing_s/step": 600}\n{"step": 2, "timing_s/step": 610}\n')   # near its step
     code = main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--predict", "topology.nodez=2",
                  "--out", str(tmp_path / "fit.yaml")])   # not the working folder's rlsim-calibration.yaml
     err = capsys.readouterr().err
