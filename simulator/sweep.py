@@ -892,7 +892,7 @@ class SweepResult:
 def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: ResultsStore | None = None,
               executor: Executor | None = None, progress: Callable[[int, int], None] | None = None,
               grid: Mapping[str, Sequence[Any]] | None = None, cost: PointCost | None = None,
-              siblings: Iterable[str] = ()) -> SweepResult:
+              siblings: Iterable[str] = (), check_inputs: Callable[[Point], None] | None = None) -> SweepResult:
     """Evaluate every point not already in `store`; each finished point is saved as it finishes.
     `siblings`: ids of the same command's other points (a capacity search runs its candidates in
     batches), not said as other sweeps' rows in the store.
@@ -900,7 +900,9 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
     `cost(values)` estimates a point's cost: the points are handed to the executor costliest first
     (:func:`dispatch_order`); the results do not depend on the order. `progress(done, total)` is
     called after each point. Ctrl-C (KeyboardInterrupt) and a dead worker (SweepAborted) propagate
-    after the finished points are on disk.
+    after the finished points are on disk. `check_inputs(point)` (an :class:`InputWatch`) runs before
+    each finished point is kept: it raises (InputsChanged) where an input changed since the ids were
+    made, and that point is not saved.
     """
     executor = executor or SerialExecutor()
     if store and (copied := store.carry_over(points)):
@@ -915,6 +917,8 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
     results = executor.map_unordered(evaluate, todo)
     try:
         for point, summary, error in results:
+            if check_inputs:
+                check_inputs(point)
             row = make_row(point, summary, error)
             if store:
                 store.append(row)
@@ -1068,6 +1072,21 @@ class BaseScenario:
         and --set name, transitively (model config.json, device profiles, length files), and the
         simulator's own code and presets, so an edit to any of them recomputes the points (an
         error row too: the same code and input give the same error, other code may not)."""
+        payload, _ = self._fingerprint_payload()
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def input_digests(self) -> dict[str, str]:
+        """The fingerprint's inputs that live on disk, one by one under the name a user knows them
+        by ({'the scenario file my.yaml': sha256, ...}): what tells which of them changed."""
+        payload, files = self._fingerprint_payload()
+        out = {f"the file {path}": digest for path, digest in files.items()}
+        if self.spec:
+            out[f"the scenario file {self.spec}"] = hashlib.sha256(payload["spec_text"].encode()).hexdigest()
+        out["the simulator's code or built-in presets"] = payload["code"]
+        return out
+
+    def _fingerprint_payload(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """(what the fingerprint hashes, {path: sha256} of the files the inputs name)."""
         text = ""
         if self.spec:
             try:
@@ -1086,7 +1105,7 @@ class BaseScenario:
         files = referenced_files([spec_content, self.topology, self.workload, *self.overrides], self.base_dirs())
         if files:
             payload["files"] = sorted(set(files.values()))
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return payload, files
 
     def base_dirs(self) -> list[Path]:
         """Folders a relative path in the sweep's inputs may be read from (the scenario file's)."""
@@ -1155,6 +1174,51 @@ class BaseScenario:
         overrides = [*first, *self.overrides, *(g for g in grid if g not in first)]
         return {"topology": self.topology, "workload": self.workload, "schedule": self.schedule,
                 "overrides": overrides, "iterations": self.iterations, "seed": self.seed}
+
+
+class InputsChanged(SweepAborted):
+    """An input of the sweep changed on disk while it ran; the rows saved before match their ids."""
+
+
+class InputWatch:
+    """The sweep's inputs as its point ids were made from them. ``watch(point)``, called before the
+    point's row is saved, raises InputsChanged where one changed since. Why: a point reads the
+    scenario and the files it names when it runs, so an edit during a sweep stored rows of the new
+    contents under ids of the old ones, and every resume served them as the old ones' (~15 ms a
+    point, the fingerprint again; a point runs for 0.5-2 s)."""
+
+    def __init__(self, base: BaseScenario, grid: Mapping[str, Sequence[Any]] | None = None) -> None:
+        self.base = base
+        self.fingerprint = base.fingerprint()
+        self._digests = base.input_digests()
+        self._dirs = base.base_dirs()
+        self._value_files = {_value_key(value): referenced_files([value], self._dirs)
+                             for values in (grid or {}).values() for value in values}
+
+    def __call__(self, point: Point) -> None:
+        if self.base.fingerprint() != self.fingerprint:
+            now = self.base.input_digests()
+            self._stop(_changed(self._digests, now) or ["an input of the base scenario"], point)
+        for value in point.values.values():
+            was = self._value_files.get(_value_key(value))
+            if was is not None and (now := referenced_files([value], self._dirs)) != was:
+                self._stop(_changed(was, now, prefix="the file "), point)
+
+    @staticmethod
+    def _stop(changed: Sequence[str], point: Point) -> None:
+        values = ", ".join(f"{key}={json.dumps(value)}" for key, value in point.values.items())
+        raise InputsChanged(f"{' and '.join(changed)} changed while the sweep ran; the point {values or '(base)'} "
+                            "that finished after the change is not saved (it may have read the new contents, and "
+                            "its id names the old ones)")
+
+
+def _value_key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _changed(before: Mapping[str, str], after: Mapping[str, str], prefix: str = "") -> list[str]:
+    """The names whose digest differs (or that one side lacks), in a stable order."""
+    return [prefix + name for name in dict.fromkeys([*before, *after]) if before.get(name) != after.get(name)]
 
 
 def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -123,6 +123,55 @@ def test_edited_referenced_file_invalidates_exactly_the_affected_points(tmp_path
     assert len(every.seen) == 2
 
 
+def test_an_input_edited_during_the_sweep_stops_it_before_the_next_row_is_saved(tmp_path, monkeypatch):
+    """A point reads the scenario and the files it names when it runs: an edit half-way stored rows
+    of the new contents under ids of the old, and a resume served them as the old ones' (an audit)."""
+    from simulator.sweep import InputsChanged, InputWatch
+    monkeypatch.chdir(tmp_path)
+    Path("scenario.yaml").write_text("iterations: 1\n")
+    Path("a.json").write_text('{"hidden_size": 1}\n')
+    base = BaseScenario(spec="scenario.yaml")
+
+    def edits(path: str, at: int):
+        def evaluate(values: dict) -> dict:
+            if values["seed"] == at:   # the user saves the file while this point runs
+                Path(path).write_text(Path(path).read_text() + "# edited\n")
+            return {"step_time_s": 1.0}
+        return evaluate
+
+    grid = {"seed": [0, 1, 2]}
+    store = ResultsStore(tmp_path / "results.csv")
+    watch = InputWatch(base, grid)
+    with pytest.raises(InputsChanged, match="the scenario file scenario.yaml changed .* seed=1 .* not saved"):
+        run_sweep(make_points(grid, watch.fingerprint, base.base_dirs()), edits("scenario.yaml", 1), store=store,
+                  check_inputs=watch)
+    assert len(store.done_ids()) == 1   # seed 0, read before the edit, stays under its id
+    grid = {"seed": [0], "workload.model": ["a.json"]}   # a file a grid value names
+    watch = InputWatch(base, grid)
+    with pytest.raises(InputsChanged, match="the file a.json changed"):
+        run_sweep(make_points(grid, watch.fingerprint, base.base_dirs()), edits("a.json", 0), check_inputs=watch)
+
+
+def test_the_sweep_command_stops_when_its_scenario_is_edited_and_keeps_the_earlier_rows(tmp_path, monkeypatch,
+                                                                                        capsys):
+    import simulator.sweep as sweep
+    from simulator.cli import main
+    spec = tmp_path / "scenario.yaml"
+    spec.write_text("workload: grpo-qwen2.5-7b\niterations: 1\n")
+
+    def edited_at_seed_1(base, values):
+        if values["seed"] == 1:
+            spec.write_text("workload: grpo-qwen2.5-7b\niterations: 2\n")
+        return {"step_time_s": 1.0}
+
+    monkeypatch.setattr(sweep, "simulate_point", edited_at_seed_1)
+    out = tmp_path / "out"
+    rc = main(["sweep", str(spec), "--grid", "seed=0,1,2", "--jobs", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"the scenario file {spec} changed while the sweep ran" in err and "Traceback" not in err
+    assert len(ResultsStore(out / "results.csv").done_ids()) == 1
+
+
 def test_referenced_files_follow_workload_and_topology_options(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("lens.csv").write_text("100\n200\n")

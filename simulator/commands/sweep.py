@@ -99,6 +99,8 @@ def _target(args: argparse.Namespace, grid: dict[str, list[Any]]) -> Any:
 def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     from ..sweep import (
         BaseScenario,
+        InputsChanged,
+        InputWatch,
         ResultsStore,
         SweepAborted,
         make_executor,
@@ -121,7 +123,8 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     _check_grid_size(grid, args.max_points, seeds)
     _refuse_unreadable_values(base, grid)
     _refuse_unloadable_base(base, grid)
-    fingerprint = base.fingerprint()
+    watch = InputWatch(base, grid)   # an input edited while the sweep runs stops it (its ids name the old one)
+    fingerprint = watch.fingerprint
     executor = make_executor(args.executor, jobs, args.scheduler)
     store = None
     if args.out:
@@ -139,13 +142,20 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         try:
             if target is not None and len(grid) == 1 and _orderable(next(iter(grid.values()))):
                 objects, answer = _capacity_search(grid, target, evaluate, store, executor, fingerprint,
-                                                   prices, args.search or "bisect", jobs, progress, base.base_dirs())
+                                                   prices, args.search or "bisect", jobs, progress, base.base_dirs(),
+                                                   watch=watch)
                 sweep = None
             else:
                 sweep = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid=grid,
-                                  cost=base.work_units)   # costliest first: the workers finish together
+                                  cost=base.work_units,   # costliest first: the workers finish together
+                                  check_inputs=watch)
                 objects = [_enrich(o, prices) for o in sweep.run_objects()]
                 answer = _select_cheapest(objects, target, prices) if target else None
+        except InputsChanged as exc:
+            where = f"; the points saved before in {store.path} keep their ids (of the old contents)" if store else ""
+            print(f"rlsim: sweep stopped: {exc}{where}. Run the same command again to sweep the new contents.",
+                  file=sys.stderr)
+            return 1
         except SweepAborted as exc:
             where = f"; finished points are saved in {store.path}" if store else ""
             print(f"rlsim: sweep stopped: {exc}{where}. Run the same command again to compute the rest.",
@@ -256,7 +266,7 @@ def _saved_note(store: Any, points: list[Any]) -> str:
 # --------------------------------------------------------------------------- capacity
 
 def _capacity_search(grid, target, evaluate, store, executor, fingerprint, prices, strategy, jobs, progress,
-                     base_dirs):
+                     base_dirs, *, watch=None):
     from ..capacity import find_smallest
     from ..sweep import make_points, run_sweep
 
@@ -267,7 +277,7 @@ def _capacity_search(grid, target, evaluate, store, executor, fingerprint, price
     def evaluate_batch(batch: list[dict[str, Any]]) -> list[tuple[dict | None, str]]:
         points = make_points({key: [b[key] for b in batch]}, fingerprint, base_dirs)
         result = run_sweep(points, evaluate, store=store, executor=executor, progress=progress, grid={key: values},
-                           siblings=candidates)
+                           siblings=candidates, check_inputs=watch)
         out = []
         for obj in result.run_objects():
             seen[json.dumps(obj["grid"][key])] = obj
