@@ -81,7 +81,9 @@ def _candidates(text: str, dirs: Sequence[Path]) -> list[Path]:
     if not text or len(text) > _MAX_REFERENCE_LENGTH or "\n" in text or "\x00" in text:
         return []
     out = []
-    for path in [Path(text), *(d / text for d in dirs)]:
+    # '~/x.yaml' as the loaders read it (hardware/profiles.py, paths.py expand the user): unexpanded it
+    # named no file, so its contents were left out of the point id and a resume served stale rows
+    for path in [_user_expanded(Path(text)), *(d / text for d in dirs)]:
         try:
             if path.is_file():
                 out.append(path)
@@ -91,6 +93,13 @@ def _candidates(text: str, dirs: Sequence[Path]) -> list[Path]:
             continue
     out.extend(_preset_files(text))
     return out
+
+
+def _user_expanded(path: Path) -> Path:
+    try:
+        return path.expanduser()
+    except RuntimeError:   # '~nobody/x': no such user, so no file (as the loaders find none)
+        return path
 
 
 def _preset_files(text: str) -> list[Path]:

@@ -183,6 +183,20 @@ def test_referenced_files_follow_workload_and_topology_options(tmp_path, monkeyp
     assert BaseScenario(workload="w.yaml").fingerprint() != before
 
 
+def test_a_file_named_from_the_home_folder_is_in_the_point_id(tmp_path, monkeypatch):
+    """'~/w.yaml' (which the loaders expand) named no file here, so its contents were no part of the
+    point id and a resume served rows of the file before its edit (an audit)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "lens.csv").write_text("100\n200\n")
+    (tmp_path / "w.yaml").write_text("response_length: {kind: empirical, file: ~/lens.csv}\n")
+    assert len(referenced_files(["workload=~/w.yaml"])) == 2   # the file, and the one it names the same way
+    grid = {"workload": ["~/w.yaml"]}
+    before = make_points(grid, "base", [])[0].id
+    (tmp_path / "lens.csv").write_text("100\n300\n")
+    assert make_points(grid, "base", [])[0].id != before
+    assert referenced_files(["~nosuchuser-rlsim/w.yaml"]) == {}
+
+
 @pytest.mark.wall_clock
 def test_yaml_alias_bomb_in_a_referenced_file_is_walked_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
