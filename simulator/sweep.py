@@ -1167,8 +1167,10 @@ class BaseScenario:
 
     def keywords(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         # a grid value of a whole section (schedule=async) goes before the --set keys under it, which
-        # then apply to each grid value (after them it would replace the section they set)
-        grid = grid_overrides(values or {})
+        # then apply to each grid value (after them it would replace the section they set); so it
+        # does before the grid keys under it, whatever order --grid gave them in (the point id is
+        # order-free, so the other order failed every point under the same ids)
+        grid = _sections_first(grid_overrides(values or {}))
         base_keys = [str(item).split("=", 1)[0].strip() for item in self.overrides]
         first = [g for g in grid if any(k.startswith(g.split("=", 1)[0].strip() + ".") for k in base_keys)]
         overrides = [*first, *self.overrides, *(g for g in grid if g not in first)]
@@ -1219,6 +1221,15 @@ def _value_key(value: Any) -> str:
 def _changed(before: Mapping[str, str], after: Mapping[str, str], prefix: str = "") -> list[str]:
     """The names whose digest differs (or that one side lacks), in a stable order."""
     return [prefix + name for name in dict.fromkeys([*before, *after]) if before.get(name) != after.get(name)]
+
+
+def _sections_first(items: Sequence[str]) -> list[str]:
+    """KEY=VALUE items, each section before the keys under it (fewer key parts first, a stable sort:
+    keys of one depth lie under none of each other, and set apart their order changes nothing)."""
+    def depth(item: str) -> int:
+        key = item.split("=", 1)[0]
+        return key.count(".") + key.count("[")
+    return sorted(items, key=depth)
 
 
 def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, Any]:

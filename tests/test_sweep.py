@@ -518,6 +518,18 @@ def test_a_grid_over_a_whole_section_keeps_the_set_keys_under_it():
     assert load_scenario(None, **keywords).schedule.staleness == 2
 
 
+def test_a_grid_section_runs_before_the_grid_keys_under_it_in_either_order():
+    """--grid schedule.staleness=1,2 --grid schedule=stalesync,... failed every point ('give --set
+    schedule first') where the other order ran, under the same point ids (an audit)."""
+    from simulator.scenario import load_scenario
+    from simulator.sweep import BaseScenario
+    base = BaseScenario(workload="grpo-qwen2.5-7b", topology="dgx-h100")
+    for values in ({"schedule.staleness": 2, "schedule": "stalesync"}, {"schedule": "stalesync", "schedule.staleness": 2}):
+        scenario = load_scenario(None, **base.keywords(values))
+        assert (scenario.schedule.kind, scenario.schedule.staleness) == ("stalesync", 2)
+    assert make_points({"a.b": [1], "a": [{}]})[0].id == make_points({"a": [{}], "a.b": [1]})[0].id
+
+
 def test_a_seeded_points_console_cells_carry_its_interval(tmp_path, capsys):
     """A --seeds capacity search decided on the median with no interval shown: 54,161 'no' where its
     interval [52,755, 55,242] crossed the 55,000 target (a capacity trial)."""
