@@ -349,7 +349,7 @@ def _refuse_unreadable_values(base: Any, grid: dict[str, list[Any]]) -> None:
     preset that does not exist) is bad input, refused before anything runs. A value that loads in some
     point (a CloudMatrix size crossed with a topology.preset of GPU nodes) or loads but cannot run (a
     layout that does not fit) stays a row whose error says why."""
-    from ..sweep import expand_grid
+    from ..sweep import _value_identity, expand_grid
     every = None   # the grid's points, expanded only when a value fails over the base alone
     for key, values in grid.items():
         for value in values:
@@ -357,10 +357,12 @@ def _refuse_unreadable_values(base: Any, grid: dict[str, list[Any]]) -> None:
             if error is None:
                 continue
             every = every if every is not None else expand_grid(grid)
-            points = [point for point in every if point[key] == value]
+            # by the grid's own identity: with ==, seed=true's points were seed=1's too (1 == True)
+            points = [point for point in every if _value_identity(point[key]) == _value_identity(value)]
             if all(base.value_error(point, key) is not None for point in points):
-                raise RlsimError(f"the value {value!r} cannot be read: {error.message}", source="--grid",
-                                 field=key, fix=f"{error.fix + '; or ' if error.fix else ''}drop {value!r} "
+                shown = repr(value) if isinstance(value, str) else json.dumps(value)   # as typed: true, not True
+                raise RlsimError(f"the value {shown} cannot be read: {error.message}", source="--grid",
+                                 field=key, fix=f"{error.fix + '; or ' if error.fix else ''}drop {shown} "
                                                 f"from --grid {key}=...")
 
 
