@@ -1127,14 +1127,18 @@ class BaseScenario:
 
     def value_error(self, values: Mapping[str, Any], key: str) -> RlsimError | None:
         """The error of the point ``values`` where it is ``key``'s value's own (its type, its range, a
-        name that does not exist): the scenario and topology loaded, nothing simulated. None when it
-        loads, or fails on another field (a layout that does not fit: the point's row says so)."""
+        name or a file that does not exist): the scenario and topology loaded, nothing simulated. None
+        when it loads, or fails on another field (a layout that does not fit: the point's row says so)."""
         from .errors import set_item_for
 
         try:
             self.loaded(values)
         except RlsimError as exc:
-            return exc if set_item_for(exc.fields, [key]) else None
+            if set_item_for(exc.fields, [key]):
+                return exc
+            # a file the value names that is not there: the error is the file's, and the file is the value
+            missing = not exc.fields and isinstance(values.get(key), str) and exc.source == values[key]
+            return exc if missing else None
         return None
 
     def loaded(self, values: Mapping[str, Any]) -> tuple[Any, Any]:

@@ -405,7 +405,9 @@ def test_sweep_cli_all_points_failed_exits_2_and_keeps_the_rows(tmp_path, capsys
                                          ("topology.supernodes=1,4k", "topology.supernodes"),
                                          ("workload=grpo-qwen2.5-7b,no-such-preset", "workload"),
                                          # seed=true's points were taken for seed=1's (1 == True), which load
-                                         ("seed=1,true", "seed")])
+                                         ("seed=1,true", "seed"),
+                                         # a file not found named no key, in a row of a sweep that exited 0
+                                         ("workload=no-such-file.yaml,grpo-qwen2.5-7b", "workload")])
 def test_a_value_that_cannot_be_read_is_refused_before_anything_runs(tmp_path, capsys, grid, field):
     from simulator.cli import main
     rc = main(["sweep", "--grid", grid, "--iterations", "1", "--jobs", "1", "--out", str(tmp_path)])
