@@ -416,6 +416,19 @@ def test_a_value_that_cannot_be_read_is_refused_before_anything_runs(tmp_path, c
     assert "Traceback" not in err and not (tmp_path / "results.csv").exists()
 
 
+@pytest.mark.parametrize("grid, fix", [("foo=1,2", "use one of: iterations"),
+                                       ("schedule.knd=colocated,stalesync", "write --grid schedule.kind=..."),
+                                       ("topology.nods=1,2", "write --grid topology.nodes=...")])
+def test_a_misspelt_grid_key_is_refused_as_the_keys_error_not_its_first_values(tmp_path, capsys, grid, fix):
+    """--grid foo=1,2 was refused as a bad value ('drop 1 from --grid foo=...'; an audit)."""
+    from simulator.cli import main
+    key = grid.split("=")[0]
+    rc = main(["sweep", "--grid", grid, "--iterations", "1", "--jobs", "1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"the key '{key}' names no scenario field, whatever its value" in err and fix in err
+    assert "drop" not in err and "Traceback" not in err
+
+
 def test_an_address_that_answers_in_another_protocol_is_a_user_error(monkeypatch):
     """`--scheduler tcp://10.0.0.5:8786` (the sweep --help example) reached a server that was not Dask:
     distributed read a garbage frame length and raised MemoryError, a traceback; now exit 2 naming it."""

@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -360,10 +361,27 @@ def _refuse_unreadable_values(base: Any, grid: dict[str, list[Any]]) -> None:
             # by the grid's own identity: with ==, seed=true's points were seed=1's too (1 == True)
             points = [point for point in every if _value_identity(point[key]) == _value_identity(value)]
             if all(base.value_error(point, key) is not None for point in points):
-                shown = repr(value) if isinstance(value, str) else json.dumps(value)   # as typed: true, not True
-                raise RlsimError(f"the value {shown} cannot be read: {error.message}", source="--grid",
-                                 field=key, fix=f"{error.fix + '; or ' if error.fix else ''}drop {shown} "
-                                                f"from --grid {key}=...")
+                raise _refusal(key, value, error)
+
+
+# The loaders' words for a key the scenario does not have (scenario.py, the topology's; pydantic's extra_forbidden).
+_UNKNOWN_KEY = ("unknown scenario key", "unknown field", "Extra inputs are not permitted")
+
+
+def _refusal(key: str, value: Any, error: RlsimError) -> RlsimError:
+    """The refusal of a grid value that no point can take; where the key itself names no field (a
+    typo: the same error for every value), the key's, with its did-you-mean (it said "drop 1")."""
+    field = error.field or ""
+    if any(words in error.message for words in _UNKNOWN_KEY) and (key == field or key.startswith(field + ".")):
+        meant = re.search(r"did you mean '([^']+)'", error.message)
+        parent = field.rpartition(".")[0]
+        spelt = f"{parent + '.' if parent else ''}{meant.group(1)}{key[len(field):]}" if meant else ""
+        fix = f"write --grid {spelt}=..." if spelt else error.fix or "see docs/scenario-reference.md for the keys"
+        return RlsimError(f"the key {key!r} names no scenario field, whatever its value: "
+                          f"{re.sub(r' [(]got .*[)]$', '', error.message)}", source="--grid", field=key, fix=fix)
+    shown = repr(value) if isinstance(value, str) else json.dumps(value)   # as typed: true, not True
+    return RlsimError(f"the value {shown} cannot be read: {error.message}", source="--grid",
+                      field=key, fix=f"{error.fix + '; or ' if error.fix else ''}drop {shown} from --grid {key}=...")
 
 
 def _refuse_unloadable_base(base: Any, grid: dict[str, list[Any]]) -> None:
