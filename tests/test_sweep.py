@@ -328,6 +328,30 @@ def test_sweep_cli_bad_input_exits_2_without_traceback(args, capsys):
     assert out == "" and "Traceback" not in err and err.strip()
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--set", "seed=3", "--grid", "seed=0,1"], "--set seed=3 is replaced by --grid seed=..."),
+    (["--seed", "3", "--grid", "seed=0,1"], "--seed 3 is replaced by --grid seed=..."),
+    (["--iterations", "3", "--grid", "iterations=1,2"], "--iterations 3 is replaced by --grid iterations=..."),
+    (["--schedule", "stalesync", "--grid", "schedule.kind=colocated,stalesync"],
+     "--schedule stalesync is replaced by --grid schedule.kind=...")])
+def test_a_base_setting_the_grid_replaces_in_every_point_is_refused(tmp_path, capsys, args, said):
+    """--seed 3 --grid seed=0,1 ran seeds 0 and 1 and dropped the 3 without a word (an audit)."""
+    from simulator.cli import main
+    rc = main(["sweep", *args, "--set", "iterations=1" if "--iterations" not in args else "seed=0", "--jobs", "1",
+               "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and said in err and "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_set_key_under_a_grid_section_is_still_kept(capsys):
+    from simulator.commands.sweep import _refuse_replaced_by_grid
+    from simulator.sweep import parse_grid
+
+    class Args:
+        overrides, iterations, seed, schedule, topology, workload = ["schedule.staleness=2"], 2, None, None, None, None
+    _refuse_replaced_by_grid(Args(), parse_grid(["schedule=stalesync,async", "seed=0,1"]))   # nothing refused
+
+
 def test_sweep_help_has_examples():
     r = subprocess.run([sys.executable, "-m", "simulator", "sweep", "--help"], capture_output=True, text=True,
                        timeout=60)

@@ -46,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def refuse_twice_given(args: argparse.Namespace) -> None:
     """A value given both as an option (--iterations, --seed, --schedule, --topology) and by a --set
-    item of the same key: the --set won without a word. (A sweep's grid value over its base option
-    is what a grid is for: `rlsim sweep` checks its --set items only.)"""
+    item of the same key: the --set won without a word. (`rlsim sweep` refuses an option or --set item
+    its --grid replaces the same way.)"""
     from ..errors import RlsimError
     from ..overrides import parse_assignment
     keys = {parse_assignment(o)[0] for o in args.overrides}

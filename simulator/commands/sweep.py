@@ -116,6 +116,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         raise RlsimError("replicas is not a grid key: every point runs the same replicas", field="--grid",
                          fix="give --seeds N (or replicas: N in the scenario) for every point")
     jobs = _checked_counts(args)
+    _refuse_replaced_by_grid(args, grid)
     base = BaseScenario(spec=args.scenario, topology=args.topology, workload=args.workload,
                         schedule=args.schedule, overrides=tuple(args.overrides),
                         iterations=args.iterations, seed=args.seed)
@@ -243,8 +244,32 @@ def _checked_counts(args: argparse.Namespace) -> int:
     if args.iterations is not None and args.iterations < 1:
         raise RlsimError("--iterations must be at least 1", field="--iterations", fix="give --iterations 1 or more")
     from .run import refuse_twice_given
-    refuse_twice_given(args)   # an option and a --set of one key (a grid over an option is what a grid is for)
+    refuse_twice_given(args)   # an option and a --set of one key (one and a --grid key: _refuse_replaced_by_grid)
     return jobs
+
+
+# The options a --grid key replaces in every point (as `rlsim run` pairs them with --set keys).
+OPTION_KEYS = {"iterations": ("iterations",), "seed": ("seed",), "schedule": ("schedule", "schedule.kind"),
+               "topology": ("topology", "topology.preset"), "workload": ("workload",)}
+
+
+def _refuse_replaced_by_grid(args: argparse.Namespace, grid: dict[str, list[Any]]) -> None:
+    """A base --set item or option whose key the grid sets in every point was read past without a
+    word (--seed 3 --grid seed=0,1 ran seeds 0 and 1): refused, as `rlsim run` refuses a key given
+    twice. A --set key under a grid section (--set schedule.staleness=2 --grid schedule=...) is kept:
+    it applies to each grid value."""
+    from ..overrides import parse_assignment
+    for item in args.overrides:
+        key = parse_assignment(item)[0]
+        if key in grid:
+            raise RlsimError(f"--set {item} is replaced by --grid {key}=... in every point", field=key,
+                             fix=f"drop --set {item}, or drop {key} from --grid")
+    for option, keys in OPTION_KEYS.items():
+        given = getattr(args, option, None)
+        clash = next((key for key in keys if key in grid), None)
+        if given is not None and clash:
+            raise RlsimError(f"--{option} {given} is replaced by --grid {clash}=... in every point", field=clash,
+                             fix=f"drop --{option}, or drop {clash} from --grid")
 
 
 def _stopped_by(exc: BaseException) -> str:
