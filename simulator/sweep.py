@@ -102,20 +102,41 @@ def _split_grid_item(item: str) -> tuple[str, str]:
 
 
 def _split_values(raw: str) -> list[str]:
-    """Split on commas outside brackets, so a value may be a YAML list or mapping ('[1,2]')."""
-    out, depth, current = [], 0, []
-    for ch in raw:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
+    """Split on commas outside brackets and YAML quotes, so a value may be a YAML list or mapping
+    ('[1,2]') or a quoted text with a comma ("'a, b'"; split there, it gave two values)."""
+    out, depth, current, i = [], 0, "", 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch in "'\"" and current.rstrip()[-1:] in ("", "[", "{", ",", ":"):   # a quote opens a scalar
+            end = _quoted_end(raw, i)
+            current, i = current + raw[i:end], end
+            continue
+        depth += (ch in "[{") - (ch in "]}")
         if ch == "," and depth == 0:
-            out.append("".join(current).strip())
-            current = []
+            out.append(current.strip())
+            current = ""
         else:
-            current.append(ch)
-    out.append("".join(current).strip())
+            current += ch
+        i += 1
+    out.append(current.strip())
     return out
+
+
+def _quoted_end(raw: str, start: int) -> int:
+    """The index after the YAML quoted scalar opening at ``start`` ('' escapes a single quote, a
+    backslash a double quote's next letter); the text's end where it is not closed (YAML says why)."""
+    quote, i = raw[start], start + 1
+    while i < len(raw):
+        if quote == '"' and raw[i] == "\\":
+            i += 2
+            continue
+        if raw[i] == quote:
+            if quote == "'" and raw[i + 1:i + 2] == "'":
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return len(raw)
 
 
 def _yaml_scalar(raw: str, key: str) -> Any:

@@ -75,6 +75,14 @@ def test_parse_grid_reads_yaml_scalars_and_lists():
                     "workload.train_layout": [[1, 2], {"tp": 4}], "x.flag": [True, False]}
 
 
+def test_parse_grid_keeps_a_comma_inside_yaml_quotes():
+    """--grid "workload.description='a, b',c" gave three points ('a, 'b' and c; an audit)."""
+    grid = parse_grid(["workload.description='a, b',c", 'x.y="p, \\"q\\"",it\'s', "x.z=['u, v', 2],{k: 'w, x'}",
+                       "x.w='it''s, fine',z"])
+    assert grid == {"workload.description": ["a, b", "c"], "x.y": ['p, "q"', "it's"],
+                    "x.z": [["u, v", 2], {"k": "w, x"}], "x.w": ["it's, fine", "z"]}
+
+
 @pytest.mark.parametrize("item", ["nokey", "=1,2", "a.b=", "a.b=1,,2", "a.b=1,1",
                                   "a.b=1,1.0"])   # one number in two forms: the same point twice
 def test_parse_grid_rejects_bad_items(item):
