@@ -13,6 +13,7 @@ is rewritten sorted by point id, so the same sweep gives the same bytes however 
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import importlib
 import io
@@ -783,6 +784,9 @@ class DaskExecutor:
     processes: bool = True
     preload: tuple[str, ...] = ()
     start_method: str | None = None   # None: multiprocessing.get_start_method() (see above)
+    # check_workers(client): run once on a cluster of one's own (`address`), whose workers read the
+    # scenario and its files from their own disk: raises where they would read other contents
+    check_workers: Callable[[Any], None] | None = None
     _cluster: Any = field(default=None, repr=False)
     _client: Any = field(default=None, repr=False)
     _held: bool = field(default=False, repr=False)
@@ -823,6 +827,12 @@ class DaskExecutor:
         self._client = client
         if self.preload and self.address:
             client.run(_preload, list(self.preload))   # once per worker; instant where already imported
+        if self.check_workers and self.address:
+            try:
+                self.check_workers(client)
+            except RlsimError:
+                self.close()
+                raise
         return client
 
     def _local_cluster(self) -> Any:
@@ -880,17 +890,42 @@ class DaskExecutor:
 
 
 def make_executor(kind: str, jobs: int = 1, scheduler: str | None = None,
-                  preload: tuple[str, ...] = POINT_MODULES) -> Executor:
+                  preload: tuple[str, ...] = POINT_MODULES, base: BaseScenario | None = None) -> Executor:
     """The executor of `rlsim sweep`; its workers import `preload` (the real point function's
-    modules) once each, when they start."""
+    modules) once each, when they start. With `scheduler` and `base`, each worker of that cluster
+    must see the base scenario as this process does (same_inputs_on_workers)."""
     if kind == "local":
         if scheduler:
             raise RlsimError("--scheduler needs --executor dask", field="--scheduler",
                              fix="add --executor dask, or drop --scheduler")
         return LocalExecutor(jobs=jobs, preload=preload)
     if kind == "dask":
-        return DaskExecutor(address=scheduler, jobs=jobs, preload=preload)
+        check = functools.partial(same_inputs_on_workers, base) if base is not None and scheduler else None
+        return DaskExecutor(address=scheduler, jobs=jobs, preload=preload, check_workers=check)
     raise RlsimError(f"unknown executor {kind!r}", field="--executor", fix="use local or dask")
+
+
+def same_inputs_on_workers(base: BaseScenario, client: Any) -> None:
+    """Each worker of a cluster of one's own reads the scenario, the files it names and the simulator
+    from its own disk and working folder: a worker whose fingerprint of `base` differs from this
+    process's (another file at that path, none, another rlsim) would compute other inputs' rows
+    under this sweep's ids. Refused, naming the worker."""
+    here = base.fingerprint()
+    for worker, there in sorted(client.run(_fingerprint_or_error, base).items()):
+        if there != here:
+            seen = f"cannot read the scenario or a file it names ({there.removeprefix('error: ')})" \
+                if there.startswith("error: ") else "reads other contents of the scenario or the files it names " \
+                "(or runs another rlsim)"
+            raise RlsimError(f"the Dask worker {worker} {seen}",
+                             field="--scheduler", fix="give the workers the same files at the same paths and the "
+                             "same rlsim (a shared folder, started from this directory), or leave --scheduler out")
+
+
+def _fingerprint_or_error(base: BaseScenario) -> str:
+    try:
+        return base.fingerprint()
+    except RlsimError as exc:
+        return f"error: {exc}"
 
 
 # --------------------------------------------------------------------------- runner

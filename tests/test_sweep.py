@@ -473,6 +473,30 @@ def test_an_address_that_answers_in_another_protocol_is_a_user_error(monkeypatch
         list(DaskExecutor(address="tcp://127.0.0.1:9").map_unordered(lambda p: {}, make_points({"i": [0]}, "")))
 
 
+def test_a_dask_worker_that_sees_other_inputs_is_refused_naming_it(tmp_path, monkeypatch):
+    """A cluster of one's own reads the scenario from each worker's disk, and the docs said it needs
+    no shared disk: a worker with another file (or none) at the path computed other inputs' rows."""
+    from simulator.sweep import BaseScenario, make_executor, same_inputs_on_workers
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("iterations: 1\n")
+    base = BaseScenario(spec="s.yaml")
+
+    class Cluster:   # client.run: the function run on each worker, {address: its answer}
+        def __init__(self, *others: str) -> None:
+            self.others = others
+
+        def run(self, function, *args):
+            return {"tcp://a:1": function(*args), **{f"tcp://b:{i}": v for i, v in enumerate(self.others)}}
+
+    same_inputs_on_workers(base, Cluster())   # every worker sees what this process does
+    with pytest.raises(RlsimError, match="the Dask worker tcp://b:0 reads other contents"):
+        same_inputs_on_workers(base, Cluster("0123456789abcdef"))
+    with pytest.raises(RlsimError, match="worker tcp://b:0 cannot read the scenario or a file it names .*s.yaml"):
+        same_inputs_on_workers(base, Cluster("error: s.yaml: cannot read file"))
+    assert make_executor("dask", scheduler="tcp://a:1", base=base).check_workers is not None   # what the CLI makes
+    assert make_executor("dask", base=base).check_workers is None   # a LocalCluster shares this disk
+
+
 def test_a_sweep_with_nothing_left_to_compute_starts_no_dask_cluster(monkeypatch):
     distributed = pytest.importorskip("distributed")
 

@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     _refuse_unloadable_base(base, grid)
     watch = InputWatch(base, grid)   # an input edited while the sweep runs stops it (its ids name the old one)
     fingerprint = watch.fingerprint
-    executor = make_executor(args.executor, jobs, args.scheduler)
+    executor = make_executor(args.executor, jobs, args.scheduler, base=base)
     store = None
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
