@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import functools
 import json
 import math
@@ -127,13 +128,13 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     _refuse_unloadable_base(base, grid)
     watch = InputWatch(base, grid)   # an input edited while the sweep runs stops it (its ids name the old one)
     fingerprint = watch.fingerprint
+    prices = _parse_prices(args.price)   # before the output folder and the executor: nothing made for a typo
     executor = make_executor(args.executor, jobs, args.scheduler, base=base)
     store = None
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         held.enter_context(_one_writer(args.out))   # held until the outputs are written
         store = ResultsStore(args.out / f"results.{args.format}")
-    prices = _parse_prices(args.price)
     target = _target(args, grid)
     evaluate = functools.partial(simulate_point, base)
     evaluate, fingerprint = sweep_replicated(base, seeds, evaluate, fingerprint, grid)
@@ -455,6 +456,11 @@ def _parse_prices(items: list[str]) -> float | dict[str, float] | None:
             if name not in catalog and name.lower() in catalog:   # catalog names are lower case
                 raise RlsimError(f"--price {item!r}: no device {name!r}", field="--price",
                                  fix=f"write --price {name.lower()}={raw}")
+            close = difflib.get_close_matches(name.lower(), catalog, n=1, cutoff=0.75)
+            if name not in catalog and close:   # a typo ran the whole sweep before "no price for h100"
+                raise RlsimError(f"--price {item!r}: no catalog device {name!r}; did you mean {close[0]!r}?",
+                                 field="--price", fix=f"write --price {close[0]}={raw} (a device your topology "
+                                                      "file names itself is priced by that name)")
             if name in mapping:   # the last one won without a word
                 raise RlsimError(f"--price gives {name!r} twice", field="--price", fix="give each device one price")
             mapping[name] = value

@@ -23,6 +23,13 @@ def test_a_price_that_is_not_a_price_is_refused_before_the_sweep(capsys, price):
     assert code == 2 and "--price" in err and "Traceback" not in err
 
 
+def test_a_price_of_a_misspelt_device_is_refused_before_the_sweep(capsys, tmp_path):
+    # --price h10=2.5 ran every point, then stopped on "no price for device 'h100'" (a new-user trial)
+    code, _, err = _run(capsys, "sweep", *TINY, "--price", "h10=2.5", "--grid", "seed=1,2", "--out", str(tmp_path / "s"))
+    assert code == 2 and "did you mean 'h100'" in err and "--price h100=2.5" in err
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())   # nothing ran
+
+
 @pytest.mark.parametrize("argv", [["plan", "--target-tokens-per-s", "nan"], ["sweep", "--target-step-time-s", "inf",
                                                                              "--grid", "seed=1"]])
 def test_targets_are_finite_and_positive(capsys, argv):
