@@ -537,6 +537,10 @@ def _print_table(objects, grid_keys, sweep, store, answer, target) -> None:
             cells.append(f"[red]{obj.get('error', '')}[/red]")
         table.add_row(*cells)
     console.print(table)
+    for obj in objects:   # whole, where a narrow table (a log, a pipe: 120 columns) cut them
+        if obj.get("error"):
+            where = ", ".join(f"{k}={obj['grid'][k]}" for k in grid_keys)
+            console.print(f"error ({where}): {obj['error']}", markup=False, soft_wrap=True)
     for note in [*_row_notes(objects, grid_keys), *_fixed_pool_notes(objects)]:
         console.print(f"note: {note}", markup=False)
     if sweep is not None:

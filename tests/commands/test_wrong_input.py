@@ -110,3 +110,15 @@ def test_a_parquet_sweep_of_mixed_grid_values_is_written_and_resumed(tmp_path, c
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 2 and "Traceback" not in err and "every point of the sweep failed" in err
+
+
+def test_a_failed_sweep_points_error_is_printed_whole_under_its_table(capsys):
+    """A narrow table (a pipe, a CI log: 120 columns) cut a point's error ("does not fill doma");
+    each failed point's error follows the table whole (found by a new-user trial)."""
+    code, out, _ = _run(capsys, "sweep", "--workload", "grpo-qwen2.5-7b", "--iterations", "1",
+                        "--grid", "topology.preset=dgx-h100,cloudmatrix384",
+                        "--grid", "topology.nodes=8", "--set", "workload.prompts_per_step=16",
+                        "--set", "workload.mini_batch_prompts=16")
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("error (topology.preset=cloudmatrix384"))
+    assert line.endswith("(fix: use a multiple of nodes_per_domain=48)")
