@@ -76,6 +76,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                             "  rlsim comm --topology dgx-h100 --op all_reduce --bytes 1GiB --group node:0\n"
                             "  rlsim presets\n  rlsim validate\n\n"
                             "run `rlsim COMMAND --help` for a command's options and examples.")
+    from .version import __version__
+    parser.add_argument("--version", action="version", version=f"rlsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in [only] if only in COMMANDS else COMMANDS:
         try:

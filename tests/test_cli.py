@@ -190,3 +190,8 @@ def test_a_set_key_with_an_empty_part_names_the_item(capsys):
     assert cli.main(["run", "--set", "topology..nodes=2"]) == 2
     err = capsys.readouterr().err
     assert "--set 'topology..nodes=2'" in err and "empty part" in err and "topologies/" not in err
+
+
+def test_version_prints_the_package_version(capsys):
+    from simulator.version import __version__
+    assert cli.main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"rlsim {__version__}"

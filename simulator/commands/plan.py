@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model preset or config.json (default: the scenario's workload model)")
     parser.add_argument("--global-batch", type=common.positive_int, help="sequences per optimizer step (default: the scenario's)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: prompt max + response max)")
-    parser.add_argument("--stage", choices=("train", "rollout"), default="train")
+    parser.add_argument("--stage", choices=("train", "rollout"), default="train",
+                        help="the side to plan: the trainer's layouts (default) or the rollout engine's")
     parser.add_argument("--target-tokens-per-s", type=common.positive_number,
                         help="find the fewest nodes reaching this throughput (tokens trained or generated per s)")
     parser.add_argument("--top", type=int, default=5, help="candidates to print (default 5)")

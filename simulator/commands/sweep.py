@@ -43,7 +43,7 @@ schedule drops samples as stale."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", nargs="?", help="scenario YAML (default: built-in defaults)")
+    parser.add_argument("scenario", nargs="?", help="scenario YAML (default: the seed scenario)")
     parser.add_argument("--topology", help="topology preset name or YAML path")
     parser.add_argument("--workload", help="workload preset name or YAML path")
     parser.add_argument("--schedule", help=f"schedule kind: {common.SCHEDULE_KINDS_HELP}")
