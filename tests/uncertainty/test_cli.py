@@ -10,6 +10,13 @@ SMALL = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iteration
          "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=4"]
 
 
+
+def _without_prompts(argv: list[str]) -> list[str]:
+    """SMALL less its --set of the prompts per step (a grid over it refuses a base --set of the key)."""
+    out = list(argv)
+    at = out.index("workload.prompts_per_step=8")
+    return out[:at - 1] + out[at + 1:]
+
 def main_output(capsys, *args: str) -> tuple[int, str, str]:
     from simulator.cli import main
     code = main(list(args))
@@ -44,7 +51,7 @@ def test_one_seed_keeps_the_plain_run_output(capsys):
 
 def test_compare_seeds_out_writes_each_schedules_replicas_as_run_does(tmp_path, capsys):
     import pandas as pd
-    code, out, _ = main_output(capsys, "compare", *SMALL, "--schedule", "colocated,disaggregated", "--seeds", "2",
+    code, out, _ = main_output(capsys, "compare", *SMALL, "--schedules", "colocated,disaggregated", "--seeds", "2",
                                "--json", "--out", str(tmp_path))
     assert code == 0
     docs = json.loads(out)
@@ -83,7 +90,7 @@ def test_sensitivity_bad_vary_exits_2(capsys):
 
 
 def test_sweep_seeds_rows_carry_medians_and_intervals(capsys):
-    code, out, err = main_output(capsys, "sweep", *SMALL, "--grid", "workload.prompts_per_step=8,16", "--seeds", "2", "--jobs", "1",
+    code, out, err = main_output(capsys, "sweep", *_without_prompts(SMALL), "--grid", "workload.prompts_per_step=8,16", "--seeds", "2", "--jobs", "1",
                                  "--json")
     assert code == 0, err
     rows = json.loads(out)
@@ -94,7 +101,7 @@ def test_sweep_seeds_rows_carry_medians_and_intervals(capsys):
 
 def test_sweep_takes_the_scenarios_replicas_and_refuses_them_as_a_grid_key(capsys):
     # replicas: (here --set replicas=2) was read past by sweep; the docs give it as --seeds' default
-    code, out, err = main_output(capsys, "sweep", *SMALL, "--grid", "workload.prompts_per_step=8,16",
+    code, out, err = main_output(capsys, "sweep", *_without_prompts(SMALL), "--grid", "workload.prompts_per_step=8,16",
                                  "--set", "replicas=2", "--jobs", "1", "--json")
     assert code == 0, err
     assert [row["seeds"] for row in json.loads(out)] == [2, 2]
