@@ -53,7 +53,11 @@ def read_yaml(path: str | Path, *, what: str = "file", fix: str = "check the pat
     if parsed is None:
         parsed = load_yaml_text(text, source=str(path))
         if not isinstance(parsed, dict):
-            raise RlsimError("expected a YAML mapping at the top level", source=str(path))
+            empty = parsed is None   # an empty or comment-only file
+            raise RlsimError("the file is empty (no keys)" if empty else
+                             f"expected a YAML mapping at the top level (key: value lines), got {type(parsed).__name__}",
+                             source=str(path), fix=f"give the {what}'s keys as key: value lines" if empty else
+                             "write key: value lines at the top level, not a list or a lone value")
         if len(text) <= _PARSED_MAX_CHARS:
             if len(_parsed) >= _PARSED_MAX_ENTRIES:
                 _parsed.clear()
@@ -129,8 +133,10 @@ def load_yaml_text(text: str, *, source: str, field: str | None = None) -> Any:
     try:
         data = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
+        tab = "\t" in text and "cannot start any token" in str(exc)   # YAML indents with spaces only
         raise RlsimError(f"not valid YAML: {_yaml_problem(exc)}", source=source, field=field,
-                         fix="correct the YAML syntax at that line") from None
+                         fix="indent with spaces: YAML does not take tabs" if tab else
+                         "correct the YAML syntax at that line") from None
     except RecursionError:
         raise RlsimError("YAML nested too deep to read", source=source, field=field,
                          fix="flatten the structure (a scenario needs a few levels)") from None

@@ -79,3 +79,20 @@ def test_a_preset_key_in_a_topology_or_workload_file_is_refused_not_dropped(tmp_
     with pytest.raises(RlsimError) as caught:
         resolve(kind, str(path))
     assert caught.value.field == "preset" and "{preset: " in caught.value.fix
+
+
+@pytest.mark.parametrize("text, said, fix", [
+    ("# nothing here\n", "the file is empty", "key: value lines"),
+    ("- a\n- b\n", "got list", "not a list"),
+    ("workload:\n\tpreset: grpo-qwen2.5-7b\n", "not valid YAML", "does not take tabs"),
+])
+def test_an_empty_a_list_or_a_tab_indented_file_says_what_is_wrong(tmp_path, text, said, fix):
+    # "expected a YAML mapping at the top level" with no fix for an empty file, and a tab's
+    # "cannot start any token" without the word tab (found by a new-user trial)
+    from simulator.presets import read_yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(RlsimError, match=said) as caught:
+        read_yaml(path)
+    assert fix in caught.value.fix and caught.value.source == str(path)
