@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .errors import RlsimError
+from .errors import RlsimError, one_typo_from
 
 _KINDS = ("topologies", "workloads")
 # The repository root when running from a source checkout (the preset folders beside simulator/):
@@ -224,5 +224,6 @@ def resolve(kind: str, spec: str | Path | dict[str, Any]) -> tuple[dict[str, Any
     if builtin.exists():
         return read_yaml(builtin), f"{kind}/{text}.yaml"
     names = ", ".join(preset_names(kind)) or "(none)"
-    raise RlsimError(f"unknown {_singular(kind)} preset {text!r}", field=_singular(kind),
+    raise RlsimError(f"unknown {_singular(kind)} preset {text!r}{one_typo_from(text, preset_names(kind))}",
+                     field=_singular(kind),
                      fix=f"use one of: {names}, or a path to a YAML file")

@@ -96,3 +96,16 @@ def test_an_empty_a_list_or_a_tab_indented_file_says_what_is_wrong(tmp_path, tex
     with pytest.raises(RlsimError, match=said) as caught:
         read_yaml(path)
     assert fix in caught.value.fix and caught.value.source == str(path)
+
+
+def test_a_preset_or_device_field_one_typo_away_says_did_you_mean():
+    # `--workload grpo-qwen2.5-7bb` and `topology.device.gemm_efficency` listed every name, none
+    # picked out (found by a new-user trial)
+    from simulator.hardware.devices import device_from_mapping
+
+    with pytest.raises(RlsimError, match="did you mean 'grpo-qwen2.5-7b'"):
+        presets.resolve("workloads", "grpo-qwen2.5-7bb")
+    with pytest.raises(RlsimError, match="did you mean 'dgx-h100'"):
+        presets.resolve("topologies", "dgx-h10")
+    with pytest.raises(RlsimError, match="did you mean 'gemm_efficiency'"):
+        device_from_mapping({"base": "h100", "gemm_efficency": 0.5})

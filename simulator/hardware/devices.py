@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import RlsimError
+from ..errors import RlsimError, one_typo_from
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 # Achievable fractions shared by most devices (hardware.md, "Achievable fractions seen in practice").
@@ -322,7 +322,8 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
     for key, raw in data.items():
         where = f"{field_name}.{key}"
         if key not in known:
-            raise RlsimError(f"unknown device field {key!r}", source=source, field=where,
+            raise RlsimError(f"unknown device field {key!r}{one_typo_from(key, known | {'base'})}", source=source,
+                             field=where,
                              fix=f"use one of: {', '.join(sorted(known | {'base'}))}")
         if key == "peak_flops":
             if not isinstance(raw, Mapping):
