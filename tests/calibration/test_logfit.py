@@ -505,3 +505,15 @@ def test_framework_timers_are_read_off_a_summary_as_the_frameworks_time_them():
     timings = logfit.predicted_timings(summary)
     assert timings["logprobs"] == 2.0 + 3.0 + 4.0 and timings["step_s"] == 30.0
     assert timings["rollout"] == 9.0 and timings["old_log_prob"] == 3.0   # the warm-up step (100 s) left out
+
+
+def test_the_predicted_step_is_over_the_steps_the_phases_are():
+    """A hybrid engine's verl phases are the whole run's; the predicted step was the steady one
+    beside them (phases + other summed 13.458 s against a 13.309 s step; a calibration audit)."""
+    verl = {"gen": 8.0, "old_log_prob": 1.0, "ref": 1.0, "update_actor": 3.0, "reward": 0.1, "other": 0.358,
+            "step": 13.458}
+    timings = logfit.predicted_timings({"stage_time_s": {"generate": 8.0}, "steady_step_time_s": 13.309,
+                                        "verl_timing_s": verl})
+    assert timings["step_s"] == 13.458
+    assert logfit.predicted_timings({"stage_time_s": {"generate": 8.0}, "steady_step_time_s": 13.309})["step_s"] \
+        == 13.309
