@@ -1881,10 +1881,16 @@ def check_work(scenario: "Scenario", n_devices: int) -> WorkEstimate:
     check_segments(scenario)
     estimate = work_estimate(scenario, n_devices)
     if estimate.units > scenario.limits.max_work:
+        # the field is what makes the work: the batch where one iteration alone is past the limit (an
+        # --set of it is then blamed: `--set workload.prompts_per_step=1e8` was reported as field
+        # 'iterations'), else the iterations
+        batch = estimate.samples + DEVICE_UNITS * estimate.devices > scenario.limits.max_work
+        field = "workload.prompts_per_step" if batch else "iterations"
         raise RlsimError(f"the run is {estimate.describe()}: past limits.max_work={scenario.limits.max_work:,}",
-                         source=scenario.source, field="iterations",
+                         source=scenario.source, field=field,
                          fix="fewer iterations, a smaller batch or fewer devices, or "
-                             + LIMITS_FIX.format(name="max_work"))
+                             + LIMITS_FIX.format(name="max_work"),
+                         related=("workload.samples_per_prompt", "iterations") if batch else ("topology",))
     return estimate
 
 

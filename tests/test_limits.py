@@ -74,6 +74,15 @@ def test_max_work_refuses_a_run_before_it_starts(capsys):
     assert code == 2 and "limits.max_work" in err and "work units" in err
 
 
+def test_max_work_names_the_term_that_makes_the_work(capsys):
+    # `--set workload.prompts_per_step=100000000` was reported as field 'iterations' (a new-user trial)
+    code, err = _err(capsys, "run", *TINY, "--set", "workload.prompts_per_step=100000000")
+    assert code == 2 and "field 'workload.prompts_per_step'" in err and "--set workload.prompts_per_step=" in err
+    code, err = _err(capsys, "run", *TINY, "--iterations", "9000", "--set", "workload.prompts_per_step=16",
+                     "--set", "workload.mini_batch_prompts=16", "--set", "limits.max_work=100000")
+    assert code == 2 and "field 'iterations'" in err
+
+
 def test_limits_default_stays_out_of_the_snapshot():
     assert "limits" not in load_scenario(None).to_dict()
     assert load_scenario(None, overrides=["limits.max_devices=9"]).to_dict()["limits"]["max_devices"] == 9
