@@ -682,13 +682,15 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
     hidden = _int(cfg, source, "hidden_size", "n_embd", "d_model")
     heads = _int(cfg, source, "num_attention_heads", "n_head")
     kv_lora = _int(cfg, source, "kv_lora_rank", default=0)
-    experts = _int(cfg, source, "num_experts", "n_routed_experts", "num_local_experts", default=0)
+    experts = _int(cfg, source, *_EXPERT_KEYS, default=0)
     moe_ffn = _int(cfg, source, "moe_intermediate_size", default=0)
     if experts and not moe_ffn and not cfg.get("first_k_dense_replace"):
         # Mixtral's convention (also gpt-oss, OLMoE, Phi-3.5-MoE): every layer is MoE and
         # intermediate_size is each expert's width (transformers MixtralConfig / GptOssConfig)
         moe_ffn = _int(cfg, source, "intermediate_size", default=0)
-    shared = _int(cfg, source, "n_shared_experts", default=0)
+    # ERNIE 4.5's shared experts are one MLP moe_num_shared_experts x moe_intermediate_size wide
+    # (Ernie4_5_MoeSparseMoeBlock): the same weights and FLOPs as that many experts
+    shared = _int(cfg, source, "n_shared_experts", "moe_num_shared_experts", default=0)
     if not shared and cfg.get("shared_expert_intermediate_size") and moe_ffn:  # qwen2_moe style
         shared = round(_int(cfg, source, "shared_expert_intermediate_size") / moe_ffn)
     if model_type == "llama4_text" and experts:   # Llama4TextMoe: one shared expert beside the routed
@@ -721,7 +723,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             vocab=_int(cfg, source, "vocab_size"),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", gpt_style)),
             num_experts=experts,
-            experts_per_token=(_int(cfg, source, "num_experts_per_tok", "experts_per_token", "top_k", default=0)
+            experts_per_token=(_int(cfg, source, *_TOP_K_KEYS, default=0)
                                if experts else 0),
             num_shared_experts=shared if experts else 0,
             moe_ffn_hidden=moe_ffn if experts else 0,
@@ -761,12 +763,29 @@ def _language_model(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 # Keys of layer kinds rlsim does not price (read from the config, refused by name rather than priced
-# as a transformer of full-attention layers): {key: what it says}.
+# as a transformer of full-attention layers): {key: what it says}. A Nemotron-H config, read by its
+# hybrid_override_pattern, may carry its derived block list and its mamba_* keys.
 _UNREAD_LAYER_KEYS = {
     "attn_layer_period": "Mamba layers between the attention ones (Jamba)",
     "layers_block_type": "Mamba layers between the attention ones (Jamba)",
     "attn_type_list": "linear (lightning) attention layers (MiniMax)",
+    "attn_layer_indices": "Mamba layers between the attention ones (Bamba)",
+    "mamba_d_ssm": "attention and Mamba mixers side by side in a layer (Falcon-H1)",
+    "block_types": "recurrent RG-LRU blocks (RecurrentGemma)",
+    "linear_attn_config": "Kimi Delta Attention layers (Kimi Linear)",
 }
+# Any other mamba_* key outside a Nemotron-H config (Bamba's, Falcon-H1's, Jamba's Mamba mixers).
+_MAMBA_KEY_PREFIX = "mamba_"
+# layer_types values rlsim prices (transformers' names): full and sliding-window attention, Llama 4's
+# chunked attention (with attention_chunk_size), and Gated DeltaNet's linear attention (Qwen3-Next,
+# Qwen3.5: with its linear_num_key_heads / linear_num_value_heads; Kimi Linear's KDA is another kind).
+_PRICED_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+_GATED_DELTANET_KEYS = ("linear_num_key_heads", "linear_num_value_heads")
+
+
+# Routed experts and their top-k as the MoE families name them (ERNIE 4.5: moe_num_experts, moe_k).
+_EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k", "moe_k")
 
 
 def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict[str, Any]:
@@ -774,11 +793,13 @@ def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict
     moe_layer_freq-th (DeepseekV3DecoderLayer: layer_idx % moe_layer_freq == 0); not in
     mlp_only_layers and every decoder_sparse_step-th (Qwen2MoeDecoderLayer: (layer_idx + 1) %
     decoder_sparse_step == 0); Llama 4's moe_layers, else every interleave_moe_layer_step-th
-    (Llama4TextConfig: range(step - 1, layers, step)). Returns first_k_dense where the dense layers
-    lead, else dense_layers."""
+    (Llama4TextConfig: range(step - 1, layers, step)); ERNIE 4.5's from moe_layer_start_index to
+    moe_layer_end_index (-1: the last), every moe_layer_interval-th (Ernie4_5_MoeDecoderLayer:
+    (layer_idx + 1) % interval == 0). Returns first_k_dense where the dense layers lead, else
+    dense_layers."""
     first = _int(cfg, source, "first_k_dense_replace", default=0)
     steps = {key: _period(cfg, source, key, default=1)
-             for key in ("interleave_moe_layer_step", "moe_layer_freq", "decoder_sparse_step")}
+             for key in ("interleave_moe_layer_step", "moe_layer_freq", "decoder_sparse_step", "moe_layer_interval")}
     only = cfg.get("mlp_only_layers") or []
     if not isinstance(only, list):
         raise RlsimError("mlp_only_layers must be a list of layer indices", source=source, field="mlp_only_layers",
@@ -791,6 +812,9 @@ def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict
         step = steps["interleave_moe_layer_step"]
         moe &= set(range(step - 1, num_layers, step))
     moe = {i for i in moe if i % freq == 0 and (i + 1) % sparse == 0 and i not in only}
+    last = _int(cfg, source, "moe_layer_end_index", default=-1)
+    moe = {i for i in moe if i >= _int(cfg, source, "moe_layer_start_index", default=0)
+           and (i <= last or last == -1) and (i + 1) % steps["moe_layer_interval"] == 0}
     dense = sorted(set(range(num_layers)) - moe)
     if dense == list(range(len(dense))):
         return {"first_k_dense": len(dense)}
@@ -823,25 +847,43 @@ def _refuse_non_decoder(cfg: Mapping[str, Any], source: str) -> None:
 
 def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
     """Shape keys rlsim does not read, refused rather than priced as another model: layers of other
-    kinds (_UNREAD_LAYER_KEYS, another attention kind in layer_types) and DeepSeek-V3.2's sparse
-    attention (index_topk)."""
+    kinds (_UNREAD_LAYER_KEYS, mamba_* keys, a layer_types value rlsim does not price) and
+    DeepSeek-V3.2's sparse attention (index_topk)."""
     _refuse_non_decoder(cfg, source)
-    kinds = [str(t) for t in cfg.get("layer_types") or [] if "attention" in str(t)
-             and str(t) not in ("full_attention", "sliding_attention", "linear_attention", "chunked_attention")]
-    # (a Nemotron-H config, read by its hybrid_override_pattern, may carry its derived block list)
-    found = [(k, why) for k, why in _UNREAD_LAYER_KEYS.items()
-             if cfg.get(k) is not None and not cfg.get("hybrid_override_pattern")]
-    if kinds:
-        found.insert(0, ("layer_types", f"{kinds[0]} layers"))
+    _refuse_unpriced_layer_types(cfg, source)
+    hybrid = bool(cfg.get("hybrid_override_pattern"))
+    found = [(k, why) for k, why in _UNREAD_LAYER_KEYS.items() if cfg.get(k) is not None and not hybrid]
+    found += [(k, "Mamba layers (Bamba, Falcon-H1, Jamba: keys mamba_*)") for k in cfg
+              if k.startswith(_MAMBA_KEY_PREFIX) and cfg.get(k) is not None and not hybrid]
     if found:
         key, why = found[0]
-        raise RlsimError(f"{why} are not modelled: rlsim prices full (or sliding-window) attention and Nemotron-H's "
-                         "Mamba-2 blocks", source=source, field=key, fix="use a model of those layer kinds")
+        raise RlsimError(f"{why} are not priced: rlsim prices full, sliding-window and chunked attention, "
+                         "Gated DeltaNet and Nemotron-H's Mamba-2 blocks", source=source, field=key,
+                         fix="use a model of those layer kinds")
     if cfg.get("index_topk"):   # DeepSeek-V3.2 (deepseek_v32): DeepSeek Sparse Attention
         raise RlsimError(f"sparse attention (each query over the top {cfg['index_topk']} keys a lightning indexer "
                          "picks) is not modelled", source=source, field="index_topk",
                          fix="set index_topk to null to price DeepSeek-V3's full MLA attention (exact for sequences "
                              "within the top-k, an upper bound beyond, without the indexer's own cost)")
+
+
+def _refuse_unpriced_layer_types(cfg: Mapping[str, Any], source: str) -> None:
+    """A layer_types value rlsim does not price (LFM2's conv, a new kind), chunked_attention without
+    its chunk size, or linear_attention without Gated DeltaNet's head keys: refused by the value."""
+    types = [str(t) for t in cfg.get("layer_types") or []]
+    unpriced = [t for t in types if t not in _PRICED_LAYER_TYPES]
+    if unpriced:
+        raise RlsimError(f"layer type {unpriced[0]!r} ({unpriced.count(unpriced[0])} of {len(types)} layers) is not "
+                         f"priced: rlsim prices {', '.join(_PRICED_LAYER_TYPES)}", source=source,
+                         field="layer_types", fix="use a model of those layer kinds")
+    if "chunked_attention" in types and cfg.get("attention_chunk_size") is None:
+        raise RlsimError("chunked_attention layers need their chunk size", source=source,
+                         field="attention_chunk_size", fix="give attention_chunk_size (Llama 4: 8192)")
+    if "linear_attention" in types and any(cfg.get(k) is None for k in _GATED_DELTANET_KEYS):
+        raise RlsimError("linear_attention layers are priced as Gated DeltaNet (Qwen3-Next), whose "
+                         f"{' and '.join(_GATED_DELTANET_KEYS)} this config lacks: its linear-attention kind is "
+                         "not priced", source=source, field="layer_types",
+                         fix="give a Gated DeltaNet model's linear_* keys, or use a model of another kind")
 
 
 def _period(cfg: Mapping[str, Any], source: str, key: str, default: int | None = None) -> int:

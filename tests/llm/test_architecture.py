@@ -1,5 +1,6 @@
 """Model specs: parameter counts against published sizes, KV bytes, FLOPs formulas, loading."""
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -389,17 +390,51 @@ def test_llama4_has_its_shared_expert_and_chunked_attention():
     assert 107.0 < scout.params_total / 1e9 < 109.0   # 109B less the vision encoder
 
 
-@pytest.mark.parametrize("extra, key", [
-    ({"layer_types": ["lightning_attention"] * 3 + ["full_attention"]}, "layer_types"),
-    ({"attn_layer_period": 8, "attn_layer_offset": 4}, "attn_layer_period"),                     # Jamba
-    ({"attn_type_list": [0, 0, 0, 1]}, "attn_type_list"),                                         # MiniMax
-    ({"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}, "index_topk"),           # DeepSeek-V3.2
+@pytest.mark.parametrize("extra, key, says", [
+    ({"layer_types": ["lightning_attention"] * 3 + ["full_attention"]}, "layer_types", "'lightning_attention'"),
+    ({"layer_types": ["conv", "conv", "full_attention", "conv"]}, "layer_types", "'conv' .3 of 4"),   # LFM2
+    ({"layer_types": ["full_attention"] * 3 + ["mamba"]}, "layer_types", "'mamba'"),
+    ({"layer_types": ["chunked_attention"] * 4}, "attention_chunk_size", "chunk size"),
+    ({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "layer_types", "Gated DeltaNet"),  # Kimi's KDA
+    ({"attn_layer_period": 8, "attn_layer_offset": 4}, "attn_layer_period", "Jamba"),
+    ({"attn_type_list": [0, 0, 0, 1]}, "attn_type_list", "MiniMax"),
+    ({"attn_layer_indices": [3], "mamba_n_heads": 128}, "attn_layer_indices", "Bamba"),
+    ({"mamba_d_state": 128, "mamba_expand": 2}, "mamba_d_state", "Mamba layers"),            # Bamba without its indices
+    ({"mamba_d_ssm": 1024, "mamba_n_heads": 128}, "mamba_d_ssm", "Falcon-H1"),
+    ({"block_types": ["recurrent", "recurrent", "attention"]}, "block_types", "RecurrentGemma"),
+    ({"linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4]}}, "linear_attn_config", "Kimi"),
+    ({"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}, "index_topk", "sparse attention"),
 ])
-def test_layer_kinds_rlsim_does_not_price_are_refused_by_key(extra, key):
+def test_layer_kinds_rlsim_does_not_price_are_refused_by_key(extra, key, says):
+    """Each was priced as a transformer of full-attention layers (LFM2's conv layers, Bamba's and
+    Falcon-H1's Mamba mixers, RecurrentGemma's RG-LRU blocks, Kimi Linear's KDA layers)."""
     cfg = {**PRESETS["qwen3-30b-a3b"], "num_hidden_layers": 4, **extra}
-    with pytest.raises(RlsimError, match="not modelled") as err:
+    with pytest.raises(RlsimError, match="not priced|not modelled|chunk size") as err:
         load_model(cfg)
     assert err.value.field == key
+    assert re.search(says, str(err.value))
+
+
+# baidu/ERNIE-4.5-21B-A3B-PT config.json (the keys that matter): 64 experts of 1536, top-6, two
+# shared experts, the first layer dense (transformers Ernie4_5_MoeConfig's defaults are this model)
+ERNIE_45_21B = {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288,
+                "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4, "vocab_size": 103424,
+                "hidden_act": "silu", "tie_word_embeddings": True, "max_position_embeddings": 131072,
+                "moe_num_experts": 64, "moe_k": 6, "moe_intermediate_size": 1536, "moe_num_shared_experts": 2,
+                "moe_layer_start_index": 1, "moe_layer_interval": 1}
+
+
+def test_ernie_moe_keys_are_read_as_its_experts():
+    """ERNIE 4.5's MoE keys were read past: a 3.35B dense model. Its model card: 21B total, 3B
+    activated (names rounded; rlsim 21.8B, and 3.09B active without the input embedding)."""
+    model = load_model(ERNIE_45_21B)
+    assert (model.num_experts, model.experts_per_token, model.num_shared_experts) == (64, 6, 2)
+    assert model.moe_ffn_hidden == 1536 and model.ffn_hidden == 12288 and model.first_k_dense == 1
+    assert model.params_total / 1e9 == pytest.approx(21, rel=0.05)
+    assert (model.params_active - model.params_embedding) / 1e9 == pytest.approx(3, rel=0.05)
+    # ERNIE's placement: from moe_layer_start_index to moe_layer_end_index, every moe_layer_interval-th
+    spaced = load_model({**ERNIE_45_21B, "num_hidden_layers": 8, "moe_layer_interval": 2, "moe_layer_end_index": 5})
+    assert spaced.dense_layers == (0, 2, 4, 6, 7)
 
 
 @pytest.mark.parametrize("extra, moe", [
