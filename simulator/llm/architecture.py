@@ -33,6 +33,22 @@ _ACT_KEYS = ("mlp_hidden_act", "hidden_activation", "hidden_act", "activation_fu
 # (transformers models/gemma*/modeling_gemma*.py GemmaMLP: gate_proj, up_proj, down_proj under
 # gelu_pytorch_tanh, which elsewhere names a plain two-matrix MLP).
 _GATED_MODEL_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text")
+# What transformers reads where a config.json leaves a key out, for the keys rlsim reads whose
+# default is not the loader's own (configuration_gemma.py GemmaConfig, configuration_gemma2.py
+# Gemma2Config, configuration_gemma3.py Gemma3TextConfig / Gemma3Config, configuration_ernie4_5_moe.py
+# Ernie4_5_MoeConfig; transformers 5.25). Gemma ties its embeddings, and Gemma 3 keeps a full-attention
+# layer every sliding_window_pattern-th; google/gemma-3-27b-it's text_config gives neither, nor its
+# vocab_size.
+_GEMMA_DEFAULTS: dict[str, Any] = {"tie_word_embeddings": True, "head_dim": 256, "vocab_size": 256000,
+                                   "max_position_embeddings": 8192}
+_MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma": _GEMMA_DEFAULTS,
+    "gemma2": {**_GEMMA_DEFAULTS, "sliding_window": 4096},
+    "gemma3_text": {**_GEMMA_DEFAULTS, "vocab_size": 262208, "max_position_embeddings": 131072,
+                    "sliding_window": 4096, "sliding_window_pattern": 6},
+    "gemma3": {"tie_word_embeddings": True},   # the multimodal wrapper's own default, over its text_config's
+    "ernie4_5_moe": {"tie_word_embeddings": True, "moe_layer_start_index": 1},
+}
 # Architectures whose routed experts are stacked tensors (transformers GptOssExperts: gate_up_proj,
 # gate_up_proj_bias, down_proj, down_proj_bias; Llama4TextExperts: gate_up_proj, down_proj).
 _FUSED_EXPERT_MODEL_TYPES = ("gpt_oss", "llama4_text")
@@ -677,7 +693,7 @@ def _config_error(exc: RlsimError, cfg: Mapping[str, Any], source: str) -> Rlsim
 
 def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpec:
     """A Hugging Face config.json mapping (llama / qwen2 / qwen3 / *_moe / deepseek_v3 / gpt2 keys)."""
-    cfg = _language_model(cfg)
+    cfg = _with_model_type_defaults(_language_model(_with_model_type_defaults(cfg)))
     model_type = str(cfg.get("model_type", "")).lower()
     hidden = _int(cfg, source, "hidden_size", "n_embd", "d_model")
     heads = _int(cfg, source, "num_attention_heads", "n_head")
@@ -748,6 +764,13 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
         )
     except RlsimError as exc:
         raise _config_error(exc, cfg, source) from None
+
+
+def _with_model_type_defaults(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``cfg`` with transformers' defaults for its model_type (_MODEL_TYPE_DEFAULTS) where a key is
+    absent; a key given, null included, stays as given."""
+    defaults = _MODEL_TYPE_DEFAULTS.get(str(cfg.get("model_type", "")).lower(), {})
+    return {**defaults, **cfg}
 
 
 def _language_model(cfg: Mapping[str, Any]) -> Mapping[str, Any]:

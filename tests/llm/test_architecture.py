@@ -515,3 +515,35 @@ def test_gemma_layers_hold_four_norms_and_a_qk_norm():
                  for shape in (layer, dataclasses.replace(layer, norms=2)))
     extra = 4096 * params.norm_traffic_bytes_per_hidden * 1152 / rates.hbm_Bps   # two more norms' traffic
     assert four.fwd_s[0] - two.fwd_s[0] == pytest.approx(extra, rel=1e-9)
+
+
+# google/gemma-3-27b-it and google/gemma-3-1b-it config.json as published (the keys that matter):
+# neither gives tie_word_embeddings, the 27B's text_config no vocab_size or sliding_window_pattern.
+GEMMA3_27B_PUBLISHED = {"model_type": "gemma3", "text_config": {
+    "model_type": "gemma3_text", "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504,
+    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "sliding_window": 1024},
+    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
+GEMMA3_1B_PUBLISHED = {"model_type": "gemma3_text", "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+                       "hidden_size": 1152, "intermediate_size": 6912, "max_position_embeddings": 32768,
+                       "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+                       "sliding_window": 512, "sliding_window_pattern": 6, "vocab_size": 262144}
+
+
+def test_gemma_configs_take_transformers_defaults_where_a_key_is_absent():
+    """transformers' Gemma configs tie the embeddings by default and Gemma 3 keeps one full-attention
+    layer in sliding_window_pattern (6); rlsim read them untied (1B: +30%) and the 27B all sliding
+    (no KV cache a token). Gemma 3 report (arXiv 2503.19786) table 1: 27B = 1,416M + 25,600M."""
+    big = load_model(GEMMA3_27B_PUBLISHED)
+    assert big.tied_embeddings and big.vocab == 262208
+    assert big.params_total / 1e9 == pytest.approx(27.0, rel=0.005)
+    assert big.num_attention_layers - big.num_sliding_layers == 10
+    assert big.sliding_layers == tuple(i for i in range(62) if (i + 1) % 6)
+    assert big.kv_bytes_per_token(2) == 2 * 10 * 16 * 128 * 2
+    small = load_model(GEMMA3_1B_PUBLISHED)
+    assert small == load_model("gemma-3-1b").replace(name=small.name)
+    gemma2 = load_model({"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216,
+                         "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4})
+    assert gemma2.tied_embeddings and gemma2.sliding_window == 4096 and gemma2.head_dim == 256
+    # a key given stays as given, null included
+    assert not load_model({**GEMMA3_1B_PUBLISHED, "tie_word_embeddings": False}).tied_embeddings
+    assert not load_model({**GEMMA3_1B_PUBLISHED, "sliding_window": None}).sliding_layers
