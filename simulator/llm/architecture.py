@@ -675,7 +675,7 @@ _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "num_heads": ("num_attention_heads", "n_head"),
     "num_kv_heads": ("num_key_value_heads", "num_attention_heads", "n_head"),
     "vocab": ("vocab_size",),
-    "head_dim": ("head_dim", "hidden_size", "n_embd", "d_model"),
+    "head_dim": ("head_dim", "attention_head_dim", "hidden_size", "n_embd", "d_model"),
     "ffn_hidden": ("intermediate_size", "n_inner", "ffn_dim"),
 }
 
@@ -728,7 +728,8 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
         or (4 * hidden if gpt_style else 0)
     if experts and not _first(cfg, "first_k_dense_replace") and not ffn:
         ffn = moe_ffn  # all-MoE models may omit the dense width; it is unused then
-    head_dim = _int(cfg, source, "head_dim", default=hidden // heads if heads else 0)
+    # Nemotron-H names it attention_head_dim (NemotronHConfig)
+    head_dim = _int(cfg, source, "head_dim", "attention_head_dim", default=hidden // heads if heads else 0)
     try:
         return ModelSpec(
             name=name, source=source,
@@ -978,8 +979,8 @@ def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_t
     if cfg.get("sliding_window") is None or cfg.get("use_sliding_window") is False:
         return {}
     window = _int(cfg, source, "sliding_window")
-    limit = cfg.get("max_position_embeddings")
-    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and window >= limit:
+    limit = _int(cfg, source, "max_position_embeddings", default=0)
+    if limit and window >= limit:
         return {}
     types = cfg.get("layer_types")
     if types is not None:
@@ -1042,7 +1043,9 @@ def load_model(spec: str | Path | Mapping[str, Any], *, field: str = "model",
         path = path / "config.json"
     if path.suffix == ".json" or path.exists():
         try:
-            cfg = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+            # NaN / Infinity parse (Nemotron-H's time_step_limit: [0.0, Infinity], a key rlsim does not
+            # read); a key rlsim reads refuses a value that is not finite (_int)
+            cfg = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise RlsimError(f"cannot read model config: {exc.strerror}", source=str(path), field=field,
                              fix="give a preset name or the path of a Hugging Face config.json") from None
@@ -1058,11 +1061,6 @@ def load_model(spec: str | Path | Mapping[str, Any], *, field: str = "model",
             raise RlsimError("expected a JSON object", source=str(path))
         return spec_from_config(cfg, path.parent.name or path.stem, str(path))
     return _raise_unknown(text, source, field)
-
-
-def _no_constant(name: str) -> Any:
-    """json.loads hook: NaN / Infinity are not model dimensions."""
-    raise ValueError(f"{name} is not a number a model config can use")
 
 
 def _preset_config(name: str, source: str, field: str = "model") -> dict[str, Any]:

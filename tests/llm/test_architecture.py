@@ -547,3 +547,24 @@ def test_gemma_configs_take_transformers_defaults_where_a_key_is_absent():
     # a key given stays as given, null included
     assert not load_model({**GEMMA3_1B_PUBLISHED, "tie_word_embeddings": False}).tied_embeddings
     assert not load_model({**GEMMA3_1B_PUBLISHED, "sliding_window": None}).sliding_layers
+
+
+def test_a_nemotron_h_config_json_with_infinity_loads_and_reads_attention_head_dim(tmp_path):
+    """Nemotron-H's config.json holds time_step_limit [0.0, Infinity] (a key rlsim does not read): it
+    was refused as 'Infinity is not a number' on field 'model'. Its head size is attention_head_dim,
+    which was read past for hidden / heads (a 3072-wide model of 32 heads priced at 96, not 128)."""
+    path = tmp_path / "nemotron" / "config.json"
+    path.parent.mkdir()
+    cfg = {**PRESETS["nemotron-h-8b"], "time_step_limit": [0.0, float("inf")], "time_step_min": 0.001}
+    path.write_text(json.dumps(cfg))
+    assert "Infinity" in path.read_text()
+    assert load_model(str(path)).params_total == load_model("nemotron-h-8b").params_total
+    narrow = {k: v for k, v in PRESETS["nemotron-h-8b"].items() if k != "head_dim"}
+    narrow |= {"hidden_size": 3072, "attention_head_dim": 128}
+    assert load_model(narrow).head_dim == 128
+    # a key rlsim reads refuses a value that is not finite, naming the key
+    for key in ("num_hidden_layers", "hidden_size", "max_position_embeddings"):
+        path.write_text(json.dumps({**cfg, key: float("inf"), "sliding_window": 4096}))
+        with pytest.raises(RlsimError, match="expected an integer, got inf") as err:
+            load_model(str(path))
+        assert err.value.field == key and err.value.source == str(path)
