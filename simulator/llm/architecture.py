@@ -884,11 +884,36 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
         raise RlsimError(f"{why} are not priced: rlsim prices full, sliding-window and chunked attention, "
                          "Gated DeltaNet and Nemotron-H's Mamba-2 blocks", source=source, field=key,
                          fix="use a model of those layer kinds")
+    _refuse_quantized(cfg, source)
     if cfg.get("index_topk"):   # DeepSeek-V3.2 (deepseek_v32): DeepSeek Sparse Attention
         raise RlsimError(f"sparse attention (each query over the top {cfg['index_topk']} keys a lightning indexer "
                          "picks) is not modelled", source=source, field="index_topk",
                          fix="set index_topk to null to price DeepSeek-V3's full MLA attention (exact for sequences "
                              "within the top-k, an upper bound beyond, without the indexer's own cost)")
+
+
+# rlsim's weight dtype nearest a checkpoint's quantization_config.quant_method (transformers' names):
+# mxfp4 is 4-bit elements with an 8-bit scale a block of 32 (4.25 bits), AWQ / GPTQ 4-bit as published.
+_QUANT_METHOD_DTYPE = {"fp8": "fp8", "fbgemm_fp8": "fp8", "compressed-tensors": "fp8", "mxfp4": "int4",
+                       "awq": "int4", "gptq": "int4"}
+
+
+def _refuse_quantized(cfg: Mapping[str, Any], source: str) -> None:
+    """A quantized checkpoint (quantization_config: DeepSeek-V3's fp8, gpt-oss's mxfp4) was priced at
+    rollout_layout.weight_dtype (bf16 by default: gpt-oss-120b 234 GB of weights, not ~65 GB): the
+    weight dtype is the layout's, so the config's is refused with the layout key that sets it."""
+    quant = cfg.get("quantization_config")
+    if quant is None:
+        return
+    method = str(quant.get("quant_method", "?")).lower() if isinstance(quant, Mapping) else repr(quant)[:40]
+    nearest = _QUANT_METHOD_DTYPE.get(method)
+    hint = f"{nearest} for {method}" if nearest else f"the one nearest {method}'s bits"
+    raise RlsimError(f"a quantized checkpoint ({method}): rlsim prices weights at workload.rollout_layout."
+                     "weight_dtype (bf16 unless set), not at the checkpoint's dtype", source=source,
+                     field="quantization_config",
+                     fix=f"set quantization_config to null (or remove it) and set workload.rollout_layout.weight_dtype "
+                         f"({hint}; one of {', '.join(DTYPE_BYTES)}); modules a checkpoint keeps in bf16 are then "
+                         "priced at that dtype too")
 
 
 def _refuse_unpriced_layer_types(cfg: Mapping[str, Any], source: str) -> None:

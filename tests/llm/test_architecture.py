@@ -568,3 +568,17 @@ def test_a_nemotron_h_config_json_with_infinity_loads_and_reads_attention_head_d
         with pytest.raises(RlsimError, match="expected an integer, got inf") as err:
             load_model(str(path))
         assert err.value.field == key and err.value.source == str(path)
+
+
+@pytest.mark.parametrize("name, quant, dtype", [
+    ("gpt-oss-120b", {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}, "int4"),
+    ("deepseek-v3", {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),
+])
+def test_a_quantized_checkpoint_is_refused_with_the_layout_key_that_sets_the_dtype(name, quant, dtype):
+    """gpt-oss-120b (mxfp4) and DeepSeek-V3 (fp8) loaded and were priced at the layout's bf16 (234 GB of
+    weights, not ~65 GB); a null quantization_config is the model as rlsim prices it."""
+    with pytest.raises(RlsimError, match="quantized checkpoint") as err:
+        load_model({**PRESETS[name], "quantization_config": quant})
+    assert err.value.field == "quantization_config"
+    assert "rollout_layout.weight_dtype" in err.value.fix and f"{dtype} for {quant['quant_method']}" in err.value.fix
+    assert load_model({**PRESETS[name], "quantization_config": None}).params_total == load_model(name).params_total
