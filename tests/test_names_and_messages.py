@@ -84,7 +84,8 @@ def _config(tmp_path, **cfg):
     ({"num_hidden_layers": 0}, "num_hidden_layers"),
     ({"vocab_size": 0}, "vocab_size"),
     ({"intermediate_size": 0}, "intermediate_size"),
-    ({"num_attention_heads": 6, "num_key_value_heads": 4}, "num_key_value_heads"),
+    ({"num_attention_heads": 6, "num_key_value_heads": 4, "head_dim": 16}, "num_key_value_heads"),
+    ({"num_attention_heads": 6}, "num_attention_heads"),   # 6 heads do not divide hidden 64, no head_dim
     ({"hidden_size": "wide"}, "hidden_size"),
 ])
 def test_config_json_errors_name_the_config_key(tmp_path, cfg, key):

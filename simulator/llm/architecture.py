@@ -728,7 +728,12 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
         or (4 * hidden if gpt_style else 0)
     if experts and not _first(cfg, "first_k_dense_replace") and not ffn:
         ffn = moe_ffn  # all-MoE models may omit the dense width; it is unused then
-    # Nemotron-H names it attention_head_dim (NemotronHConfig)
+    # Nemotron-H names it attention_head_dim (NemotronHConfig); else hidden / heads, which must divide
+    # (30 heads of a 4096-wide model were priced at 136 each, 4080 in all)
+    if heads > 0 and hidden % heads and not kv_lora and _first(cfg, "head_dim", "attention_head_dim") is None:
+        raise RlsimError(f"{heads} heads do not divide hidden_size {hidden} and no head_dim is given",
+                         source=source, field=_present(cfg, _CONFIG_KEYS["num_heads"]),
+                         fix="give head_dim, or a head count that divides hidden_size")
     head_dim = _int(cfg, source, "head_dim", "attention_head_dim", default=hidden // heads if heads else 0)
     try:
         return ModelSpec(

@@ -582,3 +582,14 @@ def test_a_quantized_checkpoint_is_refused_with_the_layout_key_that_sets_the_dty
     assert err.value.field == "quantization_config"
     assert "rollout_layout.weight_dtype" in err.value.fix and f"{dtype} for {quant['quant_method']}" in err.value.fix
     assert load_model({**PRESETS[name], "quantization_config": None}).params_total == load_model(name).params_total
+
+
+def test_a_head_count_that_does_not_divide_hidden_without_head_dim_is_refused():
+    """30 heads of a 4096-wide model without head_dim were priced at head_dim 136 (4080 in all)."""
+    cfg = {**PRESETS["llama3.1-8b"], "num_attention_heads": 30, "num_key_value_heads": 10}
+    cfg.pop("head_dim")
+    with pytest.raises(RlsimError, match="30 heads do not divide hidden_size 4096") as err:
+        load_model(cfg)
+    assert err.value.field == "num_attention_heads"
+    assert err.value.fix == "give head_dim, or a head count that divides hidden_size"
+    assert load_model({**cfg, "head_dim": 128}).head_dim == 128   # a head size given is read as given
