@@ -48,6 +48,8 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                     "sliding_window": 4096, "sliding_window_pattern": 6},
     "gemma3": {"tie_word_embeddings": True},   # the multimodal wrapper's own default, over its text_config's
     "ernie4_5_moe": {"tie_word_embeddings": True, "moe_layer_start_index": 1},
+    # configuration_qwen2.py / _qwen3.py / _qwen2_moe.py: the layers a window may start at
+    "qwen2": {"max_window_layers": 28}, "qwen3": {"max_window_layers": 28}, "qwen2_moe": {"max_window_layers": 28},
 }
 # Architectures whose routed experts are stacked tensors (transformers GptOssExperts: gate_up_proj,
 # gate_up_proj_bias, down_proj, down_proj_bias; Llama4TextExperts: gate_up_proj, down_proj).
@@ -1020,11 +1022,26 @@ def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_t
         layers = tuple(i for i, kind in enumerate(types) if "sliding" in str(kind))
     elif model_type == "gemma2":
         layers = tuple(range(0, num_layers, 2))
+    elif model_type in ("qwen2", "qwen3", "qwen2_moe"):
+        layers = _qwen_window_layers(cfg, source, num_layers, model_type)
     elif cfg.get("sliding_window_pattern") is not None:
         layers = _all_but_every(_period(cfg, source, "sliding_window_pattern"), num_layers)
     else:
         layers = tuple(range(num_layers))
     return {"sliding_window": window, "sliding_layers": layers} if layers and window > 0 else {}
+
+
+def _qwen_window_layers(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> tuple[int, ...]:
+    """Qwen's windowed layers under use_sliding_window, as transformers 5.25 lays them out:
+    Qwen2Config / Qwen3Config from max_window_layers on, Qwen2MoeConfig the even layers below it
+    (Qwen3MoeConfig has no such key: every layer, the loader's default)."""
+    start = min(_int(cfg, source, "max_window_layers"), num_layers)
+    if start < 0:
+        raise RlsimError(f"max_window_layers must be >= 0, got {start}", source=source, field="max_window_layers",
+                         fix="write it as the model's config.json does")
+    if model_type == "qwen2_moe":
+        return tuple(range(0, start, 2))
+    return tuple(range(start, num_layers))
 
 
 def _hybrid_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -593,3 +593,18 @@ def test_a_head_count_that_does_not_divide_hidden_without_head_dim_is_refused():
     assert err.value.field == "num_attention_heads"
     assert err.value.fix == "give head_dim, or a head count that divides hidden_size"
     assert load_model({**cfg, "head_dim": 128}).head_dim == 128   # a head size given is read as given
+
+
+@pytest.mark.parametrize("model_type, extra, layers", [
+    ("qwen2", {"max_window_layers": 20}, tuple(range(20, 28))),      # Qwen2Config: i >= max_window_layers
+    ("qwen2", {}, ()),                                                # its default 28: no layer of 28
+    ("qwen3", {"max_window_layers": 24}, tuple(range(24, 28))),
+    ("qwen2_moe", {"max_window_layers": 6}, (0, 2, 4)),               # Qwen2MoeConfig: even layers below it
+    ("qwen3_moe", {"max_window_layers": 6}, tuple(range(28))),        # Qwen3MoeConfig reads no such key
+])
+def test_qwen_windows_sit_where_max_window_layers_puts_them(model_type, extra, layers):
+    """With use_sliding_window true every layer was made sliding, max_window_layers read past."""
+    cfg = {**PRESETS["qwen2.5-7b"], "model_type": model_type, "use_sliding_window": True, "sliding_window": 4096,
+           "max_position_embeddings": 32768, **extra}
+    model = load_model(cfg)
+    assert model.sliding_layers == layers and model.sliding_window == (4096 if layers else 0)
