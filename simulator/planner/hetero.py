@@ -47,6 +47,15 @@ def balance(total: int, unit_s: Sequence[float], fixed_s: Sequence[float] | None
     return counts
 
 
+def stage_groups(ranks: Sequence[int], tp: int, pp: int, dp: int) -> list[list[list[int]]]:
+    """The TP group of replica d's pipeline stage s, as ``[d][s]``, from a canonical rank list (cp 1).
+
+    placement.groups lists the TP groups with pp varying fastest (its walk nests cp, dp, pp), so
+    (d, s) sits at index s + pp * d; each pipeline is then one of placement.groups' "pp" groups."""
+    flat = groups(ranks, "tp", tp, 1, dp, pp)
+    return [[flat[s + pp * d] for s in range(pp)] for d in range(dp)]
+
+
 def uniform(total: int, parts: int) -> list[int]:
     """The 'manual' split: as even as integers allow, remainder to the first parts."""
     base, extra = divmod(total, parts)
@@ -170,8 +179,8 @@ class HeteroStepModel:
         """
         p, L = self.params, int(self.model.num_layers)
         _check_zero(zero, self.params)
-        tp_groups = groups(ranks, "tp", tp, 1, dp, pp)  # index = dp_i + dp * pp_i
-        units = [[self._stage_unit(tp_groups[d + dp * s]) for s in range(pp)] for d in range(dp)]
+        by_stage = stage_groups(ranks, tp, pp, dp)   # [replica][stage] -> TP group
+        units = [[self._stage_unit(group) for group in row] for row in by_stage]
         unit = [[u for u, _ in row] for row in units]
         # Embedding and LM head: on the last stage (the embedding lookup is negligible next to the head).
         last_fixed = [row[-1][1] for row in units]
@@ -187,7 +196,7 @@ class HeteroStepModel:
                              field="planner.layers")
         p2p = 0.0
         if pp > 1:
-            pp_pair = [tp_groups[0][0], tp_groups[dp][0]]
+            pp_pair = groups(ranks, "pp", tp, 1, dp, pp)[0][:2]   # replica 0's first two stages
             act = self.mb * self.seq_len * self.model.hidden * p.bytes_per_elem / tp
             p2p = 2 * self.collectives.cost("p2p", pp_pair, act).time_s  # activation fwd + gradient bwd
         stage = [tuple(layers[s] * unit[d][s] + (last_fixed[d] if s == pp - 1 else 0.0) + p2p
@@ -204,7 +213,7 @@ class HeteroStepModel:
         peak_sum = sum(self.topology.device_spec(r).peak(p.dtype) for r in ranks)
         tokens = global_microbatches * self.mb * self.seq_len
         util = self.model_flops_per_token * tokens / (step * peak_sum)
-        self._check_memory(tp_groups, tp, pp, dp, layers, zero)
+        self._check_memory(by_stage, tp, pp, dp, layers, zero)
         return HeteroResult(tp, pp, dp, zero, tuple(layers), tuple(microbatches), tuple(stage), step, util,
                             tuple(ranks), self.mb, self.recompute)
 
@@ -269,12 +278,12 @@ class HeteroStepModel:
             out.append(params * state_bytes_per_param + acts + logits)
         return out
 
-    def _check_memory(self, tp_groups: list[list[int]], tp: int, pp: int, dp: int,
+    def _check_memory(self, by_stage: list[list[list[int]]], tp: int, pp: int, dp: int,
                       layers: Sequence[int], zero: int = 0) -> None:
         """Each stage's bytes (stage_memory_bytes) against its smallest device's usable HBM."""
         usable = self.train_params.memory.hbm_usable_fraction
         for st, need in enumerate(self.stage_memory_bytes(tp, pp, dp, layers, zero)):
-            hbm = min(self.topology.device_spec(r).hbm_bytes for d in range(dp) for r in tp_groups[d + dp * st])
+            hbm = min(self.topology.device_spec(r).hbm_bytes for row in by_stage for r in row[st])
             if need > hbm * usable:
                 raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(hbm * usable)} "
                                  "usable", field="planner.layers", fix="use more pipeline stages or tensor parallelism")

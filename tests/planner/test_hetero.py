@@ -50,6 +50,36 @@ def test_pipeline_across_kinds_gets_more_layers_on_the_faster_stage_and_equalize
     assert bal.step_time_s < uni.step_time_s
 
 
+def test_pipelines_and_replicas_are_costed_on_the_devices_the_placement_gives_them():
+    """The TP group of (replica d, stage s) was read at d + dp * s, where placement.groups puts it at
+    s + pp * d: with pp > 1 and dp > 1 every pipeline was costed half on A100s and half on H100s
+    while the placement ran one node (one kind) per pipeline (an audit). TP 4 x PP 2 fills a node:
+    replica 0 is the A100 node, replica 1 the H100 one, each stage costed on its own kind."""
+    from simulator.planner.hetero import stage_groups
+    from simulator.planner.placement import groups
+
+    topo, model = _hetero(1, 1), load_model("gpt-1.7b")
+    tp, pp, dp = 4, 2, 2
+    laid = lay_out(locality_sorted(topo, range(16)), ("tp", "cp", "pp", "dp"), tp, 1, dp, pp)
+    by_stage = stage_groups(laid, tp, pp, dp)
+    pipelines = {tuple(p) for p in groups(laid, "pp", tp, 1, dp, pp)}
+    assert {tuple(by_stage[d][s][t] for s in range(pp)) for d in range(dp) for t in range(tp)} == pipelines
+    kinds = [{topo.device_spec(r).name for row in by_stage[d] for r in row} for d in range(dp)]
+    assert kinds == [{"a100-80gb"}, {"h100"}]
+    stm = HeteroStepModel(model, topo, 2048, 1)
+    even = stm.evaluate(laid, tp, pp, dp, 64, balanced=False)
+    pair = groups(laid, "pp", tp, 1, dp, pp)[0][:2]
+    p2p = 2 * stm.collectives.cost("p2p", pair, 2048 * model.hidden * 2 / tp).time_s
+    for d in range(dp):
+        per_layer, head = stm._stage_unit(by_stage[d][0])   # one kind: the same unit at both stages
+        assert even.stage_time_s[d] == pytest.approx(
+            (even.layers_per_stage[0] * per_layer + p2p, even.layers_per_stage[1] * per_layer + head + p2p), rel=1e-12)
+    # the H100 pipeline is faster at every stage, so the balanced split gives it more micro-batches
+    assert all(h < a for a, h in zip(*even.stage_time_s, strict=True))
+    a100_mbs, h100_mbs = stm.evaluate(laid, tp, pp, dp, 64, balanced=True).microbatches_per_replica
+    assert h100_mbs > a100_mbs
+
+
 def test_homogeneous_cluster_gains_nothing_from_balancing():
     topo = load_topology("dgx-h100", {"nodes": 2})
     plan = plan_hetero(load_model("gpt-7.5b"), topo, 256, 2048)
