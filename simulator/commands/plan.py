@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RlsimError
@@ -222,9 +224,13 @@ def run(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
     balanced = balanced_plan(args, model, topology) if args.balance else None
     if args.json:
-        common.print_json(rows if balanced is None else {"candidates": rows, "balance": balanced})
+        refused = {"candidates_refused": plan.refused} if isinstance(plan, _NoEvenSplit) else {}
+        common.print_json(rows if balanced is None else {"candidates": rows, **refused, "balance": balanced})
         return 0
-    _print_table(args.stage, model, topology, plan, rows)
+    if rows:
+        _print_table(args.stage, model, topology, plan, rows)
+    else:   # --balance on a topology no even split fits: plan_rows kept the refusal
+        print(f"no even-split candidate: {plan.refused}")
     if balanced is not None:
         _print_balance(balanced)
     if args.target_tokens_per_s:  # the answer in one line (no candidate reaching it is an error above)
@@ -345,8 +351,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                 plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
                                       top=args.top, **kwargs)
             else:
-                plan = plan_training(model, topology, inp["global_batch"], inp["seq_len"], top=args.top, ranks=ranks,
-                                     **kwargs)
+                plan = _train_plan_or_refusal(args, lambda: plan_training(
+                    model, topology, inp["global_batch"], inp["seq_len"], top=args.top, ranks=ranks, **kwargs))
     else:
         from ..autoplan import engine_rollout
         from ..params import engine_constants_read_past
@@ -362,6 +368,24 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                             evaluator=_counted(RolloutEvaluator(model, topology, space, params=inference,
                                                                 params_for_layout=at_layout), progress))
     return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
+
+
+@dataclass(frozen=True)
+class _NoEvenSplit:
+    """The even-split search's refusal, kept where --balance still plans (a balanced split, which
+    bounds each stage's layers by its memory, may fit where no even one does)."""
+
+    refused: str
+    candidates: tuple = ()
+
+
+def _train_plan_or_refusal(args: argparse.Namespace, search: Callable[[], Any]) -> Any:
+    try:
+        return search()
+    except RlsimError as err:
+        if not args.balance or not err.message.startswith("no training layout"):
+            raise
+        return _NoEvenSplit(err.message)
 
 
 def _check_rollout_batch(space: Any, max_batch: int) -> None:
@@ -457,12 +481,16 @@ def _print_balance(doc: dict[str, Any]) -> None:
           "space's TP, PP, micro-batch, recompute and ZeRO 0-2):")
     for name in ("balanced", "uniform"):
         part = doc[name]
+        if part is None:
+            print(f"  {name + ':':10} no even split fits ({doc['uniform_refused']})")
+            continue
         lay = part["layout"]
         print(f"  {name + ':':10} tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} zero {lay['zero']}, recompute "
               f"{lay['recompute']}, micro-batch {lay['micro_batch']}, layers per stage {part['layers_per_stage']}, "
               f"micro-batches per replica {part['microbatches_per_replica']}: step {part['step_time_s']:.3f} s, "
               f"utilization {part['utilization']:.3f}")
-    print(f"  speedup of the balanced split over the even one: {doc['speedup']:.2f}x")
+    if doc["speedup"] is not None:
+        print(f"  speedup of the balanced split over the even one: {doc['speedup']:.2f}x")
 
 
 def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[dict[str, Any]]) -> None:

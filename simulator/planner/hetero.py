@@ -12,7 +12,7 @@ model, so their ratio is like for like.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,24 +26,30 @@ from .placement import groups, lay_out, locality_sorted
 
 
 def balance(total: int, unit_s: Sequence[float], fixed_s: Sequence[float] | None = None,
-            minimum: int = 1) -> list[int]:
-    """Integer n_i (sum = total, each >= minimum) minimizing max_i(fixed_i + n_i * unit_i).
+            minimum: int = 1, maximum: Sequence[int] | None = None) -> list[int]:
+    """Integer n_i (sum = total, minimum <= n_i <= maximum_i) minimizing max_i(fixed_i + n_i * unit_i).
 
-    Greedy water-filling: each next item goes where it finishes earliest. Optimal for this
-    min-max objective because every stage's time grows linearly in its own count.
+    Greedy water-filling: each next item goes where it finishes earliest among the parts below their
+    bound. Optimal for this min-max objective because every part's time grows linearly in its own
+    count (a part at its bound only leaves the choice). `maximum`: e.g. the layers a stage's memory holds.
     """
     k = len(unit_s)
     if k == 0 or total < minimum * k:
         raise RlsimError(f"cannot split {total} items over {k} parts with at least {minimum} each",
                          field="planner", fix="use fewer pipeline stages or replicas")
+    cap = [total] * k if maximum is None else [int(m) for m in maximum]
+    if len(cap) != k or min(cap) < minimum or sum(cap) < total:
+        raise RlsimError(f"cannot split {total} items over {k} parts of at most {cap} each (at least {minimum})",
+                         field="planner", fix="use more pipeline stages or replicas")
     fixed = list(fixed_s) if fixed_s is not None else [0.0] * k
     counts = [minimum] * k
-    heap = [(fixed[i] + (minimum + 1) * unit_s[i], i) for i in range(k)]
+    heap = [(fixed[i] + (minimum + 1) * unit_s[i], i) for i in range(k) if cap[i] > minimum]
     heapq.heapify(heap)
     for _ in range(total - minimum * k):
         _, i = heapq.heappop(heap)
         counts[i] += 1
-        heapq.heappush(heap, (fixed[i] + (counts[i] + 1) * unit_s[i], i))
+        if counts[i] < cap[i]:
+            heapq.heappush(heap, (fixed[i] + (counts[i] + 1) * unit_s[i], i))
     return counts
 
 
@@ -188,7 +194,7 @@ class HeteroStepModel:
             if balanced:  # one layer split serves every replica: balance on the slowest per stage
                 worst = [max(unit[d][s] for d in range(dp)) for s in range(pp)]
                 fixed = [0.0] * (pp - 1) + [max(last_fixed)]
-                layers = balance(L, worst, fixed)
+                layers = balance(L, worst, fixed, maximum=self._layers_held(by_stage, tp, pp, dp, zero))
             else:
                 layers = uniform(L, pp)
         if sum(layers) != L or len(layers) != pp:
@@ -246,6 +252,16 @@ class HeteroStepModel:
         attention, the recompute mode, sequence parallel with TP > 1 as _stage_unit's layout) for the
         p - s micro-batches 1F1B holds in flight, one layer rebuilt whole under full recompute, the
         fp32 logits on the last stage."""
+        stage_bytes = self._stage_bytes(tp, pp, dp, zero)
+        out, first = [], 0
+        for st, count in enumerate(layers):
+            out.append(stage_bytes(st, first, count))
+            first += count
+        return out
+
+    def _stage_bytes(self, tp: int, pp: int, dp: int, zero: int) -> Callable[[int, int, int], float]:
+        """bytes(stage, first layer, layer count) on one device of that stage (stage_memory_bytes):
+        prefix sums over the layers, so that _layers_held can try every count."""
         from ..llm.layer_costs import embedding_params, layer_shapes
         from ..llm.memory import activation_bytes_per_token
 
@@ -264,40 +280,67 @@ class HeteroStepModel:
                     layer, int(m.hidden), int(m.ffn_hidden), bool(getattr(m, "gated_ffn", True)), tp=tp, sp=tp > 1,
                     recompute=recompute, flash=flash, context_len=self.seq_len, params=memory)
             return known[key]
-        out, first = [], 0
-        for st, count in enumerate(layers):
-            stage = shapes[first:first + count]
-            first += count
-            params = sum(lay.params for lay in stage) / tp   # no EP in this model: experts split by TP alone
+        # no EP in this model: experts split by TP alone
+        params_upto, acts_upto = [0.0], [0.0]
+        for lay in shapes:
+            params_upto.append(params_upto[-1] + lay.params / tp)
+            acts_upto.append(acts_upto[-1] + stored(lay, self.recompute))
+        logits = tokens * float(m.head_outputs) / tp * memory.logits_bytes_per_elem
+
+        def stage_bytes(st: int, first: int, count: int) -> float:
+            last = first + count
+            params = params_upto[last] - params_upto[first]
             params += emb / tp if st == 0 else 0.0
             params += head / tp if st == pp - 1 and (pp > 1 or not m.tied_head) else 0.0
-            acts = (pp - st) * sum(stored(lay, self.recompute) for lay in stage)
-            if self.recompute == "full" and stage:
-                acts += stored(stage[0], "none")
-            logits = tokens * float(m.head_outputs) / tp * memory.logits_bytes_per_elem if st == pp - 1 else 0.0
-            out.append(params * state_bytes_per_param + acts + logits)
-        return out
+            acts = (pp - st) * (acts_upto[last] - acts_upto[first])
+            if self.recompute == "full" and count:
+                acts += stored(shapes[first], "none")
+            return params * state_bytes_per_param + acts + (logits if st == pp - 1 else 0.0)
+        return stage_bytes
+
+    def _usable_hbm(self, by_stage: list[list[list[int]]], st: int) -> float:
+        """The usable HBM of stage st's smallest device over every replica."""
+        hbm = min(self.topology.device_spec(r).hbm_bytes for row in by_stage for r in row[st])
+        return hbm * self.train_params.memory.hbm_usable_fraction
+
+    def _layers_held(self, by_stage: list[list[list[int]]], tp: int, pp: int, dp: int, zero: int) -> list[int]:
+        """The most layers each stage's memory holds (the bound of the balanced split). Counted from
+        the first layer: the layers of a dense model are alike, and _check_memory checks the split."""
+        stage_bytes, layers = self._stage_bytes(tp, pp, dp, zero), int(self.model.num_layers)
+        held = []
+        for st in range(pp):
+            usable, count = self._usable_hbm(by_stage, st), 0
+            while count < layers and stage_bytes(st, 0, count + 1) <= usable:
+                count += 1
+            held.append(count)
+        if min(held) < 1 or sum(held) < layers:   # the stage holding least cannot take an even share
+            worst, share = min(range(pp), key=lambda st: held[st]), -(-layers // pp)
+            raise RlsimError(f"stage {worst} needs {stage_bytes(worst, 0, share) / 1e9:.1f} GB per device for {share} "
+                             f"layers, has {capacity_text(self._usable_hbm(by_stage, worst))} usable; the stages hold "
+                             f"at most {held} of {layers} layers", field="planner.layers",
+                             fix="use more pipeline stages or tensor parallelism")
+        return held
 
     def _check_memory(self, by_stage: list[list[list[int]]], tp: int, pp: int, dp: int,
                       layers: Sequence[int], zero: int = 0) -> None:
         """Each stage's bytes (stage_memory_bytes) against its smallest device's usable HBM."""
-        usable = self.train_params.memory.hbm_usable_fraction
         for st, need in enumerate(self.stage_memory_bytes(tp, pp, dp, layers, zero)):
-            hbm = min(self.topology.device_spec(r).hbm_bytes for row in by_stage for r in row[st])
-            if need > hbm * usable:
-                raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(hbm * usable)} "
+            usable = self._usable_hbm(by_stage, st)
+            if need > usable:
+                raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(usable)} "
                                  "usable", field="planner.layers", fix="use more pipeline stages or tensor parallelism")
 
 
 @dataclass(frozen=True)
 class HeteroPlan:
-    micro_batch: int        # the balanced layout's (each result carries its own)
-    uniform: HeteroResult   # the manual baseline: even layers and batch, best such layout
-    balanced: HeteroResult  # speed-proportional layers and batch, best such layout
+    micro_batch: int               # the balanced layout's (each result carries its own)
+    uniform: HeteroResult | None   # the manual baseline: even layers and batch, best such layout (None: none fits)
+    balanced: HeteroResult         # speed-proportional layers and batch, best such layout
+    uniform_refused: str | None = None   # why no even split fits (where uniform is None)
 
     @property
-    def speedup(self) -> float:
-        return self.uniform.step_time_s / self.balanced.step_time_s
+    def speedup(self) -> float | None:
+        return None if self.uniform is None else self.uniform.step_time_s / self.balanced.step_time_s
 
     def to_json(self) -> dict[str, Any]:
         def one(r: HeteroResult) -> dict[str, Any]:
@@ -306,7 +349,9 @@ class HeteroPlan:
                     "step_time_s": r.step_time_s, "utilization": r.utilization,
                     "layers_per_stage": list(r.layers_per_stage),
                     "microbatches_per_replica": list(r.microbatches_per_replica)}
-        return {"speedup": self.speedup, "uniform": one(self.uniform), "balanced": one(self.balanced)}
+        doc = {"speedup": self.speedup, "uniform": None if self.uniform is None else one(self.uniform),
+               "balanced": one(self.balanced)}
+        return doc if self.uniform is not None else {**doc, "uniform_refused": self.uniform_refused}
 
 
 def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
@@ -329,23 +374,30 @@ def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     for zero in zero_values:   # bad input, not a layout that does not fit: raise here, not per layout
         _check_zero(zero, params or HeteroParams())
     best: dict[bool, HeteroResult] = {}   # balanced? -> the fastest such result
+    refused: dict[bool, str] = {}         # balanced? -> the last layout refused, and why
     for mb in (micro_batch,) if micro_batch_values is None else tuple(micro_batch_values):
         for mode in (recompute,) if recompute_values is None else tuple(recompute_values):
             stm = HeteroStepModel(model, topology, seq_len, mb, params=params, collectives=collectives,
                                   speed_factor=speed_factor, recompute=mode, train_params=train_params)
             for res in _hetero_layouts(stm, ranks, global_batch, tp_values, pp_values, zero_values):
-                if res.balanced_split not in best or res.result.step_time_s < best[res.balanced_split].step_time_s:
+                if res.refused is not None:
+                    refused[res.balanced_split] = res.refused
+                elif res.balanced_split not in best or res.result.step_time_s < best[res.balanced_split].step_time_s:
                     best[res.balanced_split] = res.result
-    if len(best) < 2:
-        raise RlsimError(f"no heterogeneous layout of {len(ranks)} devices divides the model and batch",
-                         field="planner", fix="check the device count and global batch")
-    return HeteroPlan(best[True].micro_batch, best[False], best[True])
+    if True not in best:
+        why = (f": the last tried, {refused[True]}" if True in refused else "")
+        raise RlsimError(f"no heterogeneous layout of {len(ranks)} devices fits the model and batch{why}",
+                         field="planner", fix="check the device count and global batch, or give the planner space "
+                                              "more TP / PP, ZeRO or recompute")
+    return HeteroPlan(best[True].micro_batch, best.get(False), best[True], None if False in best else (
+        refused.get(False) or "no even split divides the model and batch"))
 
 
 @dataclass(frozen=True)
 class _Tried:
     balanced_split: bool
-    result: HeteroResult
+    result: HeteroResult | None
+    refused: str | None = None   # the layout and why it does not fit (result None)
 
 
 def _hetero_layouts(stm: HeteroStepModel, ranks: list[int], global_batch: int, tp_values: Sequence[int],
@@ -372,5 +424,6 @@ def _hetero_layouts(stm: HeteroStepModel, ranks: list[int], global_batch: int, t
                 try:
                     yield _Tried(balanced, stm.evaluate(laid, tp, pp, dp, global_batch // micro_batch,
                                                         balanced=balanced, zero=zero))
-                except RlsimError:
-                    continue
+                except RlsimError as err:
+                    yield _Tried(balanced, None, f"tp {tp} pp {pp} dp {dp} zero {zero}, recompute {stm.recompute}, "
+                                                 f"micro-batch {micro_batch}: {err.message}")

@@ -49,6 +49,26 @@ def test_balance_searches_the_micro_batch_recompute_and_zero_of_the_space(capsys
         "tp": 0, "pp": 0, "dp": 0, "zero": 1, "recompute": "full", "micro_batch": 1}
 
 
+def test_balance_runs_where_no_even_split_fits(capsys, tmp_path):
+    """An A100 40GB beside an H200: no even split of llama3.1-8b fits, and plan --balance stopped at
+    the empty table. The balanced split (7 layers on the A100) is planned and the even one's
+    refusal reported."""
+    path = tmp_path / "a100-h200.yaml"
+    path.write_text("name: a100-h200\ndevices_per_node: 1\nscaleup: {kind: switch}\nscaleout: {nic_bw: 400Gb/s}\n"
+                    "groups:\n  slow: {device: a100-40gb, nodes: 1}\n  fast: {device: h200, nodes: 1}\n")
+    argv = ["plan", "--topology", str(path), "--model", "llama3.1-8b", "--global-batch", "64", "--seq-len", "4096",
+            "--balance", "--set", "planner.space.tp=[1]", "--set", "planner.space.recompute=[full]",
+            "--set", "planner.space.micro_batch=[1]"]
+    doc = _json(capsys, *argv)
+    assert doc["candidates"] == [] and doc["candidates_refused"].startswith("no training layout")
+    assert doc["balance"]["balanced"]["layers_per_stage"] == [7, 25] and doc["balance"]["uniform"] is None
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "no even-split candidate: no training layout" in out and "no even split fits (tp 1 pp 2" in out
+    assert main(argv[:-7]) == 2   # without --balance the empty table is still an error
+    assert "no training layout of llama3.1-8b fits" in capsys.readouterr().err
+
+
 def test_balance_needs_a_zero_stage_its_step_model_takes(capsys):
     assert main([*HETERO, "--balance", "--set", "planner.space.zero=[3]"]) == 2
     assert "field 'planner.space.zero'" in capsys.readouterr().err

@@ -80,6 +80,60 @@ def test_pipelines_and_replicas_are_costed_on_the_devices_the_placement_gives_th
     assert h100_mbs > a100_mbs
 
 
+def test_balance_keeps_each_part_within_its_bound():
+    from simulator.planner.hetero import balance
+
+    assert balance(10, [1.0, 1.0]) == [5, 5]
+    assert balance(10, [1.0, 1.0], maximum=[3, 10]) == [3, 7]
+    assert balance(10, [1.0, 2.0, 1.0], maximum=[10, 10, 2]) == [6, 2, 2]   # unbounded: [4, 2, 4]
+    with pytest.raises(RlsimError, match="at most"):
+        balance(10, [1.0, 1.0], maximum=[3, 6])
+
+
+TWO_DEVICES = ("name: {name}\ndevices_per_node: 1\nscaleup: {{kind: switch}}\nscaleout: {{nic_bw: 400Gb/s}}\n"
+               "groups:\n  slow: {{device: {slow}, nodes: 1}}\n  fast: {{device: {fast}, nodes: 1}}\n")
+
+
+def _two_devices(tmp_path, slow: str, fast: str):
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_DEVICES.format(name="two", slow=slow, fast=fast))
+    return load_topology(str(path))
+
+
+def test_the_balanced_split_gives_no_stage_more_layers_than_its_memory_holds(tmp_path):
+    """balance() split layers by speed alone: an H100 beside one twice as fast took 21 of llama3.1-8b's
+    32 layers (95 GB on an 80 GB device), the layout was dropped and plan_hetero found nothing (an
+    audit). Each stage now takes at most what its memory holds: the even split is the best that fits."""
+    from simulator.planner.hetero import balance, stage_groups
+
+    fast = "{base: h100, name: h100x2, peak_flops: {bf16: 1978T}, hbm_bw_Bps: 6.7TB/s}"
+    topo, model = _two_devices(tmp_path, "h100", fast), load_model("llama3.1-8b")
+    stm = HeteroStepModel(model, topo, 4096, 1)
+    (slow_unit, _), (fast_unit, head) = (stm._stage_unit(g) for g in stage_groups([0, 1], 1, 2, 1)[0])
+    by_speed = balance(32, [slow_unit, fast_unit], [0.0, head])
+    assert by_speed[1] > 16
+    with pytest.raises(RlsimError, match="stage 1 needs"):
+        stm.evaluate([0, 1], 1, 2, 1, 64, layers=by_speed)
+    bal = stm.evaluate([0, 1], 1, 2, 1, 64, balanced=True)
+    assert bal.layers_per_stage == (16, 16)   # stage 1 holds 16 (logits and head), stage 0 17
+    plan = plan_hetero(model, topo, 64, 4096, tp_values=[1], pp_values=[2])
+    assert plan.balanced.layers_per_stage == (16, 16) and plan.speedup == pytest.approx(1.0)
+
+
+def test_a_balanced_split_that_fits_is_planned_where_no_even_split_fits(tmp_path):
+    """An A100 40GB beside an H200: 16 layers of llama3.1-8b do not fit the A100, 7 do; the plan was
+    'no heterogeneous layout ... divides the model and batch'. Now the balanced split is returned
+    and the even one refused with its reason."""
+    topo, model = _two_devices(tmp_path, "a100-40gb", "h200"), load_model("llama3.1-8b")
+    plan = plan_hetero(model, topo, 64, 4096, tp_values=[1], pp_values=[2])
+    assert plan.balanced.layers_per_stage == (7, 25)
+    assert plan.uniform is None and plan.speedup is None
+    assert "stage 0 needs" in plan.uniform_refused and "tp 1 pp 2" in plan.uniform_refused
+    assert plan.to_json()["uniform"] is None and plan.to_json()["uniform_refused"] == plan.uniform_refused
+    with pytest.raises(RlsimError, match=r"fits the model and batch: the last tried, tp 1 pp 2 dp 1 zero 0.*hold at most \[7, 6\] of 32"):
+        plan_hetero(model, _two_devices(tmp_path, "a100-40gb", "a100-40gb"), 64, 4096, tp_values=[1], pp_values=[2])
+
+
 def test_homogeneous_cluster_gains_nothing_from_balancing():
     topo = load_topology("dgx-h100", {"nodes": 2})
     plan = plan_hetero(load_model("gpt-7.5b"), topo, 256, 2048)
