@@ -231,9 +231,10 @@ def _pack_note(sc: Scenario, prompt: Any, resp: Any) -> list[str]:
             "a micro-batch of its own (verl refuses a token budget below that width)"]
 
 
-def _pool_kinds_note(rec: Any, topology: Any) -> list[str]:
+def _pool_kinds_note(rec: Any, topology: Any, instance_devices: int = 0) -> list[str]:
     """Split pools on a mixed cluster: which kind each pool holds (pools take ranks in order, so the
-    order of the topology's groups decides which kind generates: 1.74x apart on H100 + H20)."""
+    order of the topology's groups decides which kind generates: 1.74x apart on H100 + H20), and
+    rollout instances (of `instance_devices`) that span kinds."""
     pools = {name: pool for name, pool in rec.pools.items() if pool.count}
     if topology is None or len(topology.device_kinds()) < 2:
         return []
@@ -250,7 +251,25 @@ def _pool_kinds_note(rec: Any, topology: Any) -> list[str]:
         notes.append(f"the trainer spans {' and '.join(kind for kind, _ in kinds)} and runs an even split at the pace "
                      "of its slowest kind: the faster devices wait; rlsim plan --balance prices a speed-proportional "
                      "split, which a run does not take")
+    rollout = pools.get("rollout") or pools.get("actor")
+    if rollout is not None and instance_devices > 0:
+        notes += _spanning_instances_note(topology, list(rollout.ranks), instance_devices)
     return notes
+
+
+def _spanning_instances_note(topology: Any, ranks: list[int], per_instance: int) -> list[str]:
+    """A note where rollout instances span device kinds: each is costed on the worst case of its
+    kinds at every rate (llm/inference.instance_device), which is easy to miss (an H100 + H20 TP-16
+    engine was priced as all H100s)."""
+    chunks = [ranks[i:i + per_instance] for i in range(0, len(ranks) - per_instance + 1, per_instance)]
+    spanning = [chunk for chunk in chunks if len(_kinds_of(topology, chunk)) > 1]
+    if not spanning:
+        return []
+    kinds = " and ".join(dict.fromkeys(kind for chunk in spanning for kind, _ in _kinds_of(topology, chunk)))
+    return [f"{len(spanning)} of {len(chunks)} rollout instances ({per_instance} devices each) span {kinds}: each "
+            "runs at the slowest of its kinds at every rate (prefill FLOPs, decode HBM bandwidth, the smallest HBM), "
+            "no faster than on its slowest kind alone; an instance size that divides each group's devices keeps "
+            "instances on one kind"]
 
 
 def _kinds_of(topology: Any, ranks: Any) -> list[tuple[str, int]]:
@@ -333,7 +352,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     from .rl import critical_path  # pandas: after the run (see the TYPE_CHECKING note above)
     summary["critical_path"] = critical_path.of_run(rec, timeline)
     # what a reader of the figures must know (the console prints them as notes; --json and the API carry them)
-    summary["notes"] = (metrics.summary_notes(summary) + cap_notes(prompt, resp) + _pool_kinds_note(rec, topology)
+    summary["notes"] = (metrics.summary_notes(summary) + cap_notes(prompt, resp) + _pool_kinds_note(rec, topology, costs.instance_devices)
                         + _pack_note(sc, prompt, resp))
     summary["warnings"] = []   # always there, as the notes (a notebook read it with .get)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())

@@ -325,3 +325,18 @@ def test_split_pools_on_a_mixed_cluster_say_which_kind_each_holds():
     alike = simulator.simulate({"topology": "dgx-h100", "schedule": "disaggregated", "iterations": 1,
                       "workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16, "mini_batch_prompts": 16}})
     assert not any("mixed cluster" in note for note in alike.summary["notes"])
+
+
+def test_a_rollout_instance_spanning_kinds_is_said(tmp_path):
+    """A TP-2 engine over an H100 and an H20 runs at the slower kind's rates, unsaid (an audit)."""
+    path = tmp_path / "h100-h20.yaml"
+    path.write_text("name: h100-h20\ndevices_per_node: 1\nscaleup: {kind: switch}\nscaleout: {nic_bw: 400Gb/s}\n"
+                    "groups:\n  h100: {device: h100, nodes: 1}\n  h20: {device: h20, nodes: 1}\n")
+    workload = {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16, "mini_batch_prompts": 16}
+    notes = simulator.simulate({"topology": str(path), "schedule": "colocated", "iterations": 1,
+                                "workload": {**workload, "rollout_layout": {"tp": 2}}}).summary["notes"]
+    assert any(note.startswith("1 of 1 rollout instances (2 devices each) span h100 and h20: each runs at the "
+                               "slowest of its kinds") for note in notes)
+    apart = simulator.simulate({"topology": str(path), "schedule": "colocated", "iterations": 1,
+                                "workload": {**workload, "rollout_layout": {"tp": 1}}}).summary["notes"]
+    assert not any("rollout instances" in note for note in apart)

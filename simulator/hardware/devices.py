@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,6 +262,32 @@ def distinct_devices(topology: Any, ranks: Any) -> list[DeviceSpec]:
         if not any(s is k for k in kinds):
             kinds.append(s)
     return kinds
+
+
+def worst_case_device(kinds: Sequence[DeviceSpec], dtype: str = "bf16", *, dtype_field: str = "dtype") -> DeviceSpec:
+    """One device that is no faster than any of `kinds` at anything: what an engine or trainer spanning
+    kinds runs at (its devices wait for each other). Each rate separately: per dtype the lowest
+    sustained peak (peak x gemm_efficiency), the lowest sustained HBM bandwidth (x hbm_efficiency), the
+    lowest flash-attention rate, the smallest HBM, the slowest links, the longest launch. It keeps the
+    efficiencies of the kind with the lowest sustained `dtype` rate (ties: HBM) and rescales the peaks
+    to them, so that each product is the minimum; only the dtypes every kind has stay. One kind: it."""
+    if len(kinds) == 1:
+        return kinds[0]
+    base = min(kinds, key=lambda k: (k.peak(dtype, field=dtype_field) * k.gemm_efficiency,
+                                     k.hbm_bw_Bps * k.hbm_efficiency))
+    shared = [d for d in base.peak_flops if all(d in k.peak_flops for k in kinds)]
+    peaks = {d: min(k.peak_flops[d] * k.gemm_efficiency for k in kinds) / base.gemm_efficiency for d in shared}
+    gemm = peaks[dtype] * base.gemm_efficiency
+    # a trainer's attention runs at peak x plateau x flash ratio x this scale: the slowest kind's rate
+    flash = min(k.peak(dtype) * k.gemm_efficiency * k.flash_efficiency_scale for k in kinds) / gemm
+    names = "+".join(dict.fromkeys(k.name for k in kinds))
+    return base.replace(
+        name=names, peak_flops=peaks, hbm_bytes=min(k.hbm_bytes for k in kinds),
+        hbm_bw_Bps=min(k.hbm_bw_Bps * k.hbm_efficiency for k in kinds) / base.hbm_efficiency,
+        scaleup_bw_Bps=min(k.scaleup_bw_Bps for k in kinds), host_link_bw_Bps=min(k.host_link_bw_Bps for k in kinds),
+        launch_overhead_s=max(k.launch_overhead_s for k in kinds), flash_efficiency_scale=min(flash, 1.0),
+        peer_memory_all_reduce=all(k.peer_memory_all_reduce for k in kinds), price_per_hour=None, power_w=None,
+        description=f"the slowest of {names} at each rate")
 
 
 def device_names() -> list[str]:

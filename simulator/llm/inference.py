@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import ConfigDict, Field, ValidationError
 
 from ..errors import RlsimError, validation_error
-from ..hardware.devices import distinct_devices
+from ..hardware.devices import distinct_devices, worst_case_device
 from ..network.collectives import line_time_s
 from ..params import InferenceParams
 from ..strict_model import StrictModel
@@ -2302,13 +2302,9 @@ def split_device(device: Any, parts: int) -> Any:
 
 
 def instance_device(topology: Any, ranks: Sequence[int]) -> Any:
-    """The device a rollout instance on `ranks` is costed on: its only kind; of mixed kinds the one
-    with the lowest achievable HBM bandwidth (decode streams weights and KV: memory-bound), ties to
-    the lowest bf16 peak, given the smallest HBM of the kinds (weights and KV must fit on every
-    device). A bound for an instance that spans device kinds, which engines rarely do."""
-    kinds = distinct_devices(topology, ranks)
-    if len(kinds) == 1:
-        return kinds[0]
-    slow = min(kinds, key=lambda s: (s.hbm_bw_Bps * s.hbm_efficiency, s.peak("bf16")))
-    hbm = min(k.hbm_bytes for k in kinds)
-    return slow if slow.hbm_bytes == hbm else slow.replace(hbm_bytes=hbm)
+    """The device a rollout instance on `ranks` is costed on: its only kind; of mixed kinds the worst
+    case of each rate (hardware.devices.worst_case_device: its devices meet at every TP all-reduce,
+    so the slowest at prefill's FLOPs and the slowest at decode's HBM streaming both pace it, and
+    weights and KV must fit the smallest HBM). A bound for an instance that spans device kinds, which
+    engines rarely do: it never generates faster than on its slowest kind alone."""
+    return worst_case_device(distinct_devices(topology, ranks))

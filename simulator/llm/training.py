@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import RlsimError
-from ..hardware.devices import distinct_devices
+from ..hardware.devices import distinct_devices, worst_case_device
 from ..params import CommParams, TrainedShapes, TrainParams
 from .architecture import dtype_bytes
 from .layer_costs import LayerShape, embedding_params, layer_shapes
@@ -309,15 +309,13 @@ pool_devices = distinct_devices  # the distinct DeviceSpecs of a pool's ranks (h
 
 
 def slowest_device(kinds: Sequence[Any], dtype: str, *, dtype_field: str = "dtype") -> Any:
-    """The device a pool of mixed kinds is costed on: the lowest sustained GEMM rate
-    (peak(dtype) x gemm_efficiency), ties to the lowest HBM bandwidth. Replicas meet at every
-    gradient sync and pipeline stages wait for each other, so the slowest device sets the step
-    (a bound: planner/hetero.py costs mixed pipelines stage by stage). `dtype_field`: the key of
-    `dtype` an unknown dtype's error names."""
-    if len(kinds) == 1:
-        return kinds[0]
-    return min(kinds, key=lambda s: (s.peak(dtype, field=dtype_field) * s.gemm_efficiency,
-                                     s.hbm_bw_Bps * s.hbm_efficiency))
+    """The device a pool of mixed kinds is costed on: the worst case of each rate
+    (hardware.devices.worst_case_device: the lowest sustained GEMM rate per dtype, HBM bandwidth,
+    flash rate, links; the smallest HBM). Replicas meet at every gradient sync and pipeline stages
+    wait for each other, so the slowest device at each part sets the step (a bound: planner/hetero.py
+    costs mixed pipelines stage by stage). `dtype_field`: the key of `dtype` an unknown dtype's error
+    names."""
+    return worst_case_device(kinds, dtype, dtype_field=dtype_field)
 
 
 # ---- micro-batches ------------------------------------------------------------------------------------

@@ -91,3 +91,25 @@ def test_a_quoted_number_in_a_device_mapping_is_text_not_the_number():
     assert caught.value.field == "topology.device.gemm_efficiency" and "without quotes" in caught.value.fix
     assert device_from_mapping({"base": "h100", "gemm_efficiency": 0.6}).gemm_efficiency == 0.6
     assert device_from_mapping({"base": "h100", "hbm_bw_Bps": "3TB/s"}).hbm_bw_Bps == 3e12   # units stay text
+
+
+def test_a_device_spanning_kinds_is_no_faster_than_any_of_them_at_any_rate():
+    """An engine or trainer over H100 + H20 was priced as one real kind: the engine as the H100 (the
+    lower HBM bandwidth) with its 989 TFLOP/s, the trainer as the H20 (the slower GEMMs) with its
+    faster HBM (an audit). The composite takes each rate's minimum separately."""
+    from simulator.hardware.devices import worst_case_device
+    from simulator.llm.training import TrainParams, rates_for, slowest_device
+
+    h100, h20 = get_device("h100"), get_device("h20")
+    both = worst_case_device([h100, h20])
+    for dtype in both.peak_flops:
+        assert both.peak(dtype) * both.gemm_efficiency == pytest.approx(
+            min(h100.peak(dtype) * h100.gemm_efficiency, h20.peak(dtype) * h20.gemm_efficiency), rel=1e-12)
+    assert both.peak("bf16") * both.gemm_efficiency == pytest.approx(h20.peak("bf16") * h20.gemm_efficiency)
+    assert both.hbm_bw_Bps * both.hbm_efficiency == pytest.approx(h100.hbm_bw_Bps * h100.hbm_efficiency)
+    assert both.hbm_bytes == h100.hbm_bytes < h20.hbm_bytes
+    assert both.scaleup_bw_Bps == min(h100.scaleup_bw_Bps, h20.scaleup_bw_Bps)
+    assert worst_case_device([h20, h100]).replace(name=both.name) == both and worst_case_device([h100]) is h100
+    rates = rates_for(slowest_device([h100, h20], "bf16"), TrainParams())
+    assert rates.hbm_Bps == pytest.approx(h100.hbm_bw_Bps * h100.hbm_efficiency)   # was the H20's 4 TB/s
+    assert rates.peak_flops * rates.gemm_efficiency == pytest.approx(h20.peak("bf16") * h20.gemm_efficiency)

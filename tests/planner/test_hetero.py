@@ -344,6 +344,21 @@ def test_a_rollout_plan_costs_each_engine_on_its_own_devices_whatever_the_group_
                                                    .device_spec(0).peak("bf16")), rel=1e-9)
 
 
+def test_an_engine_spanning_kinds_generates_no_faster_than_on_its_slowest_kind(tmp_path):
+    """A TP-2 engine over an H100 and an H20 was costed as an H100 (the lower HBM bandwidth) with the
+    H100's FLOPs: 7.7 s, as fast as two H100s, where two H20s take 22.1 s (an audit). Each rate is now
+    the slower kind's: prefill at the H20's FLOPs, decode at the H100's HBM bandwidth."""
+    from simulator.planner import RolloutSpace
+    from simulator.planner.evaluate import RolloutEvaluator
+
+    model = load_model("qwen2.5-7b")
+    space = RolloutSpace(sequences=64, prompt_len=4096, response_len=256, tp=[2], max_num_seqs=[256])
+    layout = {"tp": 2, "ep": 1, "instances": 1, "max_num_seqs": 256}
+    step = {pair: RolloutEvaluator(model, _two_devices(tmp_path, *pair), space)(layout, [0, 1]).step_time_s
+            for pair in (("h100", "h20"), ("h20", "h20"), ("h100", "h100"))}
+    assert step["h100", "h20"] >= max(step["h20", "h20"], step["h100", "h100"])
+
+
 def test_mfu_on_a_mixed_cluster_is_against_every_devices_own_peak():
     """The training step's MFU took the pacing kind's peak for every device (a plan said 0.73 on H100
     + H20 where the run's MFU, against the sum of peaks, said 0.10; a topology trial)."""
