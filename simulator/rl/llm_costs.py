@@ -946,7 +946,8 @@ class LlmCosts:
         # the timeline's one record of the group carries its devices' mean idle inside the flush (the
         # busiest stage's idle alone under-counted the lighter stages': 13% against 26% on TP2 PP4)
         return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_fraction * c.pipeline_s,
-                         peak_memory_bytes=c.memory.total_bytes + beside + self._resident_engine_bytes(pool),
+                         peak_memory_bytes=c.memory.total_bytes + beside + self._resident_engine_bytes(
+                             max(k.hbm_bytes for k in pool.kinds)),
                          path_stage=chain["stage"], path_s=tuple(parts))
 
     def params_of(self, role: str, kind: str = "train") -> TrainParams:
@@ -999,11 +1000,12 @@ class LlmCosts:
             f"{beside / 1e9:.1f} GB, of {memory.capacity_bytes / 1e9:.1f} GB usable", source=self.source,
             field=field, fix=f"{step}, or use more devices per training replica (tp / pp)")
 
-    def _resident_engine_bytes(self, pool: _Pool) -> float:
-        """What an engine that stays resident through training holds per device (0 otherwise)."""
+    def _resident_engine_bytes(self, hbm_bytes: float) -> float:
+        """What an engine that stays resident through training holds on a device of ``hbm_bytes``
+        (0 otherwise): its share of that device's HBM."""
         if not engine_stays_resident(self.scenario):
             return 0.0
-        return max(k.hbm_bytes for k in pool.kinds) * self.rollout_layout.gpu_memory_utilization
+        return hbm_bytes * self.rollout_layout.gpu_memory_utilization
 
     def _beside_the_engine(self, exc: RlsimError) -> RlsimError:
         """A training memory error beside a resident engine says that the engine holds its share."""
@@ -1133,21 +1135,25 @@ class LlmCosts:
         """The reward model's engines wake beside what training keeps on the devices through the phase
         (rollout_phase_bytes' resident state, the rollout engine asleep unless it stays resident): their
         share of HBM (vLLM's gpu_memory_utilization, its weights inside it) and that state must fit, or
-        the wake-up runs out of memory."""
+        the wake-up runs out of memory. Each device kind with its own shares of its own HBM (the
+        largest kind's resident engine beside the smallest kind's HBM refused a pool that fits)."""
         lay, share = self.layout(len(pool.ranks)), self._served["reward_model"].layout.gpu_memory_utilization
-        hbm = min(k.hbm_bytes for k in pool.kinds)
-        resident = (resident_training_bytes(self.model, lay, self.switch_params, hbm, 0.0, self.train_params)
-                    + self.critic_resident_bytes(lay, hbm) + self._resident_engine_bytes(pool))
-        if hbm * share + resident <= hbm:
-            return
-        fits = max(0.0, (hbm - resident) / hbm)
-        raise RlsimError(
-            f"the reward model's engines, woken on the trainer's devices, need {(hbm * share + resident) / 1e9:.1f} GB "
-            f"per device (their share {share:g} of HBM, {hbm * share / 1e9:.1f} GB, + the state training keeps "
-            f"resident {resident / 1e9:.1f} GB) on {capacity_text(hbm)}", source=self.source,
-            field="workload.reward.served.layout.gpu_memory_utilization",
-            fix=f"lower it to <= {fits:.2f} (verl reward.reward_model.rollout.gpu_memory_utilization), serve the "
-                f"reward model on devices of its own (workload.reward.served.devices), or {self._resident_fix()}")
+        smallest = min(k.hbm_bytes for k in pool.kinds)   # the training state is the same on every device
+        training = (resident_training_bytes(self.model, lay, self.switch_params, smallest, 0.0, self.train_params)
+                    + self.critic_resident_bytes(lay, smallest))
+        for device in pool.kinds:
+            hbm = device.hbm_bytes
+            resident = training + self._resident_engine_bytes(hbm)
+            if hbm * share + resident <= hbm:
+                continue
+            fits = max(0.0, (hbm - resident) / hbm)
+            raise RlsimError(
+                f"the reward model's engines, woken on the trainer's devices, need {(hbm * share + resident) / 1e9:.1f} "
+                f"GB per device (their share {share:g} of HBM, {hbm * share / 1e9:.1f} GB, + the state training keeps "
+                f"resident {resident / 1e9:.1f} GB) on {device.name}'s {capacity_text(hbm)}", source=self.source,
+                field="workload.reward.served.layout.gpu_memory_utilization",
+                fix=f"lower it to <= {fits:.2f} (verl reward.reward_model.rollout.gpu_memory_utilization), serve the "
+                    f"reward model on devices of its own (workload.reward.served.devices), or {self._resident_fix()}")
 
     def _inference_shard_bytes(self) -> float:
         lay = self.rollout_layout

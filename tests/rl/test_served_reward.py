@@ -152,3 +152,27 @@ def test_a_reward_model_woken_beside_the_resident_training_state_must_fit_in_mem
     assert err.value.field == "workload.reward.served.layout.gpu_memory_utilization"
     fits = float(err.value.fix.split("<= ")[1].split(" ")[0])
     assert 0.3 < fits < 0.95 and reward(fits - 0.01).time_s > 0
+
+
+def test_a_reward_model_woken_on_two_device_kinds_is_checked_on_each_with_its_own_shares(tmp_path):
+    """The resident rollout engine's share of the largest kind's HBM (an H200's 141 GiB) was added to
+    the smallest kind's (an H100's 80 GiB): a pool where each kind fits was refused (an audit). Each
+    kind is now checked with its own shares, and the error names the kind that binds."""
+    path = tmp_path / "h100-h200.yaml"
+    path.write_text("name: h100-h200\ndevices_per_node: 8\nscaleup: {kind: switch}\nscaleout: {nic_bw: 400Gb/s}\n"
+                    "groups:\n  h100: {device: h100, nodes: 1}\n  h200: {device: h200, nodes: 1}\n")
+    over = SMALL["overrides"][3:] + ["workload.reward.served.layout.tp=2", "schedule.switch.engine_sleep=false",
+                                     "schedule.switch.engine_resident=true"]
+    lens = np.array([1200, 3000, 800, 2500] * 8)
+
+    def reward(engine_share: float, reward_share: float):
+        sc = load_scenario({"topology": str(path), "workload": "grpo-qwen2.5-7b"}, overrides=[
+            *over, f"workload.rollout_layout.gpu_memory_utilization={engine_share}",
+            f"workload.reward.served.layout.gpu_memory_utilization={reward_share}"])
+        return LlmCosts(sc, load_topology(sc.topology)).forward("reward", lens, range(16))
+
+    assert reward(0.4, 0.4).time_s > 0   # 0.8 of each kind's HBM + ~8 GB of training state
+    with pytest.raises(RlsimError, match="on h100's 85.9 GB") as err:
+        reward(0.5, 0.45)
+    fits = float(err.value.fix.split("<= ")[1].split(" ")[0])
+    assert 0.3 < fits < 0.45 and reward(0.5, fits - 0.01).time_s > 0
