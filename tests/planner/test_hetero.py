@@ -387,3 +387,21 @@ def test_balance_counts_kinds_by_their_specs_not_their_names(tmp_path, capsys):
                  "4096", "--balance", "--top", "1", "--set", "planner.space.tp=[1]", "--set",
                  "planner.space.pp=[1]"]) == 0
     assert "speedup of the balanced split over the even one" in capsys.readouterr().out
+
+
+def test_the_sync_is_the_heaviest_stages_own_share():
+    """A balanced split's heavier stage reduces its own parameters: params_total / (tp pp) priced a
+    (9, 23) split's 23-layer stage at 0.73 of its share (a heterogeneous-cluster audit). One stage
+    syncs the whole model; an even split of an untied model its half plus the embedding's."""
+    model = load_model("llama3.1-8b")
+    topo = load_topology({"preset": "dgx-h100", "nodes": 2})
+    stm = HeteroStepModel(model, topo, 2048, 1, params=HeteroParams(dp_overlap_fraction=0.0))
+    ranks = list(range(16))
+    assert sum(stm._stage_params([32])) == pytest.approx(model.params_total, rel=1e-12)
+    even, skewed = stm._sync_s(ranks, 1, 2, 8, 1, [16, 16]), stm._sync_s(ranks, 1, 2, 8, 1, [9, 23])
+    heavy = max(stm._stage_params([9, 23]))
+    from simulator.planner.placement import groups
+    dp_group = groups(ranks, "dp", 1, 1, 8, 2)[0]   # a stage's DP group (one node: pp is outermost)
+    expected = (stm.collectives.cost("reduce_scatter", dp_group, heavy * 4.0).time_s
+                + stm.collectives.cost("all_gather", dp_group, heavy * 2.0).time_s)
+    assert skewed > even and skewed == pytest.approx(expected, rel=1e-9)
