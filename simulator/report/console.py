@@ -10,9 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..metrics import summary_notes
+from .summary import notes_of
 
-__all__ = ["Console", "Table", "print_comparison", "print_summary"]
+__all__ = ["Console", "Table", "notes_of", "print_comparison", "print_summary"]
 
 
 def _on_broken_pipe(self: Console) -> None:
@@ -115,14 +115,6 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
         console.print(f"note: {note}", markup=False)
     if out_dir:
         console.print(f"wrote {out_dir}/ ({wrote})")
-
-
-def notes_of(summary: dict[str, Any]) -> list[str]:
-    """The run's notes as its summary carries them (api: the figures' notes, the length caps', the
-    pools' device kinds', a packed row's, a compared kind's knobs left out), else those its figures
-    give (a summary from elsewhere). The console printed only the second: the others reached --json alone."""
-    notes = summary.get("notes")
-    return list(notes) if notes is not None else summary_notes(summary)
 
 
 def print_comparison(rows: list[dict[str, Any]]) -> None:

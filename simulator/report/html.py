@@ -16,7 +16,6 @@ import pandas as pd
 
 from ..capacity import steady_tokens_per_s
 from ..errors import RlsimError
-from ..metrics import summary_notes
 from . import critical_path, plots, summary
 
 REPORT_NAME = "report.html"
@@ -30,7 +29,8 @@ td:first-child,th:first-child{text-align:left}
 details summary{cursor:pointer;color:#335;margin:1em 0}.note{color:#555;font-size:13px}
 .fig{margin:1.5em 0}.fig img{max-width:100%;border:1px solid #eee}
 .layout{display:flex;gap:2em;align-items:flex-start;flex-wrap:wrap}
-.selected{background:#e6f4e6;font-weight:bold}.err{color:#b00}"""
+.selected{background:#e6f4e6;font-weight:bold}.err{color:#b00}
+.warn{color:#8a4b00;font-size:13px;font-weight:600}"""
 
 
 # --------------------------------------------------------------------------- run / compare
@@ -66,18 +66,29 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
     if samples is not None and not samples.empty:
         figures.append(("response_lengths", _save(plots.response_length_figure(samples), out, "response_lengths")))
     summaries = {name: run.summary for name, run in runs.items()}
-    table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>" + _kept_rows_note(summaries)
+    table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>" + _notes_section(summaries)
              + summary.key_table(summaries) + critical_path.section(summaries)
              + _collapsed(_summary_table(summaries), "all summary fields"))
     title = "rlsim comparison" if len(runs) > 1 else f"rlsim run: {next(iter(runs))}"
     return _write_page(out, title, table, figures)
 
 
-def _kept_rows_note(summaries: Mapping[str, Mapping[str, Any]]) -> str:
-    """Under output.keep_sample_rows the length figure and the critical path cover the kept rows: said."""
-    notes = [n for s in summaries.values() if "rows_kept" in (s.get("samples") or {}) for n in summary_notes(s)
-             if n.startswith("output.keep_sample_rows")]
-    return "".join(f"<p class='note'>{html.escape(n)}</p>" for n in dict.fromkeys(notes))
+def _notes_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
+    """The runs' warnings and notes as paragraphs under the conclusion (they were only rows of the collapsed
+    table, where a one-iteration warm-up or a device left idle went unseen). In a comparison a line that
+    not every schedule gave names the ones that did, as the console does."""
+    lines: dict[tuple[str, str], list[str]] = {}
+    for name, s in summaries.items():
+        for kind, texts in (("warning", s.get("warnings") or []), ("note", summary.notes_of(s))):
+            for text in texts:
+                lines.setdefault((kind, str(text)), []).append(name)
+    ordered = sorted(lines.items(), key=lambda item: item[0][0] != "warning")   # warnings first, stable
+    out = []
+    for (kind, text), names in ordered:
+        whose = "" if len(summaries) == 1 or len(names) == len(summaries) else f" ({', '.join(names)})"
+        out.append(f"<p class='{'warn' if kind == 'warning' else 'note'}'>{kind}{html.escape(whose)}: "
+                   f"{html.escape(text)}</p>")
+    return "".join(out)
 
 
 def _collapsed(table_html: str, label: str) -> str:

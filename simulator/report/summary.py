@@ -42,6 +42,30 @@ def _bubble(summary: Mapping[str, Any]) -> Any:
     return steady_figure(summary, "bubble_fraction")
 
 
+def notes_of(summary: Mapping[str, Any]) -> list[str]:
+    """The run's notes as its summary carries them (api: the figures' notes, the length caps', the
+    pools' device kinds', a packed row's, a compared kind's knobs left out), else those its figures
+    give (a summary from elsewhere). The console printed only the second: the others reached --json alone."""
+    from ..metrics import summary_notes
+    notes = summary.get("notes")
+    return list(notes) if notes is not None else summary_notes(summary)
+
+
+def has_steady_window(summary: Mapping[str, Any]) -> bool:
+    """Whether the run has steady figures apart from its whole-run ones: two or more iterations (with one,
+    metrics.steady_state returns the run itself; a pipelined kind's one step is its warm-up). A summary
+    without an iteration count (one from elsewhere) is read as it says."""
+    from ..metrics import warm_up_only
+    iterations = summary.get("iterations")
+    return not warm_up_only(summary) and (not isinstance(iterations, int) or iterations >= 2)
+
+
+def window_words(summaries: Mapping[str, Mapping[str, Any]]) -> str:
+    """What the headline figures cover: "steady state", or "whole run" where a run has no steady window
+    (the report said "bubbles 44% in steady state" of a one-iteration warm-up)."""
+    return "steady state" if all(has_steady_window(s) for s in summaries.values()) else "whole run"
+
+
 def biggest_bubble(summary: Mapping[str, Any]) -> tuple[str, float] | None:
     causes = _get(summary, "steady_bubbles_by_cause") or _get(summary, "bubbles_by_cause") or {}
     numeric = {k: float(v) for k, v in causes.items() if isinstance(v, (int, float)) and v > 0}
@@ -59,7 +83,8 @@ def conclusion(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         s = summaries[names[0]]
         parts = [f"{_number(_tokens(s))} tokens/s", f"step {_number(_step(s))} s"]
         if isinstance(_bubble(s), (int, float)):
-            steady = " in steady state" if _get(s, "steady_bubble_fraction") is not None else ""
+            steady = " in steady state" if _get(s, "steady_bubble_fraction") is not None \
+                and has_steady_window(s) else ""
             parts.append(f"bubbles {_bubble(s):.0%} of device time{steady}")
         top = biggest_bubble(s)
         if top:
@@ -73,7 +98,7 @@ def conclusion(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     other = base if best != base else max((n for n in rated if n != base), key=lambda n: _tokens(summaries[n]),
                                           default=base)
     ratio = _tokens(summaries[best]) / max(_tokens(summaries[other]), 1e-12)
-    text = f"{best} {ratio:.2f}x {other} (tokens/s, steady state)"
+    text = f"{best} {ratio:.2f}x {other} (tokens/s, {window_words(summaries)})"
     bubbles = [_bubble(summaries[n]) for n in (best, other)]
     if all(isinstance(b, (int, float)) for b in bubbles):
         text += f", bubbles {bubbles[0]:.0%} vs {bubbles[1]:.0%}"
@@ -122,7 +147,9 @@ def key_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     head = "<tr><th>metric</th>" + "".join(f"<th>{html.escape(n)}</th>" for n in summaries) + "</tr>"
     body = []
     base = next(iter(summaries.values()))
+    window = window_words(summaries)
     for label, cell in KEY_ROWS:
+        label = label.replace("steady state", window)
         cells = [cell(s) for s in summaries.values()]
         if all(c in ("-", "- s") for c in cells):
             continue

@@ -69,6 +69,40 @@ def test_report_leads_with_the_conclusion_and_collapses_the_full_table(tmp_path)
     assert "55.6 GB" in body and "25.8%" in body
 
 
+def test_a_run_without_a_steady_window_is_not_called_steady():
+    """One iteration: metrics.steady_state returns the run itself (a pipelined kind's warm-up step); the
+    report said "bubbles 44% of device time in steady state" beside a note that the step was a warm-up."""
+    warm_up = summary("one-step-off", 1000.0, 0.44, iterations=1, steady_bubble_fraction=0.44)
+    line = conclusion({"one-step-off": warm_up})
+    assert "steady" not in line and "bubbles 44% of device time" in line
+    table = key_table({"one-step-off": warm_up})
+    assert "steady state" not in table and "tokens/s, whole run" in table
+    two = conclusion({"colocated": summary("colocated", 1000.0, 0.05, iterations=1),
+                      "stalesync": summary("stalesync", 1190.0, 0.11, iterations=1)})
+    assert "(tokens/s, whole run)" in two
+    steady = summary("one-step-off", 1000.0, 0.44, iterations=2, steady_bubble_fraction=0.44)
+    assert "in steady state" in conclusion({"one-step-off": steady})
+    assert "tokens/s, steady state" in key_table({"one-step-off": steady})
+
+
+def test_report_shows_warnings_and_notes_under_the_conclusion(tmp_path):
+    """Not only as rows of the collapsed table: a comparison names the schedules a line is not common to."""
+    @dataclass
+    class Comparison:
+        results: dict
+
+    a, b = fake_result("colocated"), fake_result("stalesync")
+    a.summary.update(summary("colocated", 1000.0, 0.05), warnings=["4 of 16 devices idle"], notes=["shared note"])
+    b.summary.update(summary("stalesync", 1190.0, 0.11), warnings=[], notes=["shared note", "stale <note>"])
+    text = report_html.write_report(Comparison({"colocated": a, "stalesync": b}), tmp_path).read_text()
+    shown = text[text.index("<p class='conclusion'>"):text.index("<table")]
+    assert "<p class='warn'>warning (colocated): 4 of 16 devices idle</p>" in shown
+    assert "<p class='note'>note: shared note</p>" in shown
+    assert "<p class='note'>note (stalesync): stale &lt;note&gt;</p>" in shown
+    one = report_html.write_report(a, tmp_path / "one").read_text()
+    assert "<p class='warn'>warning: 4 of 16 devices idle</p>" in one
+
+
 def test_timeline_says_when_it_draws_a_sample():
     fig = plots.gantt_figure(synthetic_timeline(devices_per_pool=6), max_lanes_per_pool=3, sample_note=True)
     assert "showing a sample: 6 of 12 device groups" in fig.axes[0].get_title()
