@@ -158,6 +158,15 @@ class RolloutInstance:
             yield env.timeout(barrier.generated_s - env.now)
         self.round_barrier = None
 
+    def close_tail(self, makespan: float) -> None:
+        """At the run's end an instance idle after its last round waits for that round's slower instances:
+        `long_tail` until the round's last finish, with the round's iteration, as the rounds before it
+        close; Context.record files the rest as the end of the run (it filed all of it so)."""
+        last, clock = self.round - 1, self.clock
+        tail_end = min(self.run_.ctx.round_end.get(last, clock.cursor), makespan)
+        if last >= 0 and tail_end > clock.cursor:
+            clock.idle("long_tail", tail_end, last)
+
     def _wait_gate(self):
         gate = self.run_.gate
         while not gate.open(self.round) and not gate.done:
@@ -271,6 +280,7 @@ class SplitPoolRun:
         self.n_inst = rollout.count // self.d
         self.roll, self.train = list(rollout.ranks)[: self.n_inst * self.d], list(train.ranks)
         self.instances: list[simpy.Process] = []
+        self.rollout_instances: list[RolloutInstance] = []   # the instances' state, beside their processes
         self.instance_clocks: list[Clock] = []
         self.streaming: list[Any] = []              # instances whose engine hands each sequence out as it ends
         self.trainer_proc: simpy.Process | None = None
@@ -315,7 +325,7 @@ class SplitPoolRun:
     def spawn_instances(self, round_: int, version: int, t: float | None, resume_s: float = 0.0) -> None:
         # instances that start (again) at round_ meet afresh from it on (a failure's lost round included)
         self.barriers = {key: b for key, b in self.barriers.items() if key[0] < round_}
-        self.instances, self.instance_clocks = [], []
+        self.instances, self.instance_clocks, self.rollout_instances = [], [], []
         self.gate.waiting.clear()
         for i in range(self.n_inst):
             clock = clock_over(self.ctx.timeline, "rollout", self.roll[i * self.d:(i + 1) * self.d], t)
@@ -323,7 +333,8 @@ class SplitPoolRun:
             if t is None:
                 self.ctx.start_clock(clock)
             self.instance_clocks.append(clock)
-            self.instances.append(self.env.process(RolloutInstance(self, i, clock, round_, version, resume_s).process()))
+            self.rollout_instances.append(RolloutInstance(self, i, clock, round_, version, resume_s))
+            self.instances.append(self.env.process(self.rollout_instances[-1].process()))
 
     def start_trainer(self, first_step: int = 0, resume_s: float = 0.0) -> None:
         self.trainer_proc = self.env.process(Trainer(self, first_step, resume_s).process())
@@ -345,6 +356,8 @@ class SplitPoolRun:
             spare_clock = GroupClock(ctx.timeline, "rollout", rollout.start + (rollout.count // self.d) * self.d, spare)
             ctx.start_clock(spare_clock)
             spare_clock.idle("placement", makespan)
+        for instance in self.rollout_instances:
+            instance.close_tail(makespan)
         for part in [part for clock in self.training_clocks() for part in clock_parts(clock)]:
             part.idle("dependency", makespan)
         return makespan

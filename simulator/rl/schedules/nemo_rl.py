@@ -164,6 +164,7 @@ class NemoRun(SplitPoolRun):
 
     def spawn_instances(self, round_: int, version: int, t: float | None, resume_s: float = 0.0) -> None:
         self.instances, self.instance_clocks, self.nemo_instances, self.streaming = [], [], [], []
+        self.rollout_instances = self.nemo_instances   # the same list: their tails close at the run's end
         for i in range(self.n_inst):
             clock = clock_over(self.ctx.timeline, "rollout", self.roll[i * self.d:(i + 1) * self.d], t)
             self.ctx.clocks.extend(clock_parts(clock))

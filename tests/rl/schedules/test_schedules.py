@@ -539,3 +539,22 @@ def test_invariants_of_every_registered_kind(kind, seed, devices, slots):
     sync_device_s = ((tl["end"] - tl["start"]) * tl["rank_count"])[tl["state"] == "sync"].sum()
     assert sync_device_s <= len(rec.iterations) * costs.sync_s * devices * (1 + 1e-9)
     assert math.isclose(sum(s["bubbles_by_cause"].values()), s["bubble_fraction"], rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_the_last_rounds_tail_is_long_tail_not_the_end_of_run():
+    """A split-pool instance done before its round's last finish idles `long_tail` until then, in the last
+    round as in the others, with that round's iteration; only the rest is the end of the run. The last
+    round's tail was filed `dependency`, "end of run" (9.4 points of a 2-iteration steady window)."""
+    rec, tl, sm, s = run(scenario("disaggregated", iterations=2), devices=16)
+    roll = tl[tl["pool"] == "rollout"]
+    gen = roll[(roll["state"] == "generate") & (roll["iteration"] == 1)]
+    round_end = float(gen["end"].max())
+    early = gen[gen["end"] < round_end - 1e-9]
+    assert len(early) > 0
+    for _, row in early.iterrows():
+        after = roll[(roll["rank_start"] == row["rank_start"]) & (roll["start"] >= row["end"] - 1e-9)].sort_values("start")
+        tail, rest = after.iloc[0], after.iloc[1:]
+        assert (tail["cause"], tail["iteration"]) == ("long_tail", 1)
+        assert tail["end"] == pytest.approx(round_end)
+        assert (rest["label"] == "end of run").all() and (rest["cause"] == "dependency").all()
+    assert s["bubble_fraction"] == pytest.approx(sum(s["bubbles_by_cause"].values()))
