@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..metrics import BUBBLE_CAUSES
 from .summary import notes_of
 
 __all__ = ["Console", "Table", "notes_of", "print_comparison", "print_summary"]
@@ -117,6 +118,15 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
         console.print(f"wrote {out_dir}/ ({wrote})")
 
 
+def shown_causes(rows: list[dict[str, Any]]) -> list[str]:
+    """The bubble causes above zero in any row (metrics.BUBBLE_CAUSES' order, then others such as planning
+    or failure by name), so the rows add up to the bubble fraction; a fixed list left out placement,
+    data, planning and failure."""
+    causes = {cause for r in rows for cause, share in r["bubbles_by_cause"].items() if share > 0}
+    rank = {cause: i for i, cause in enumerate(BUBBLE_CAUSES)}
+    return sorted(causes, key=lambda cause: (rank.get(cause, len(rank)), cause))
+
+
 def print_comparison(rows: list[dict[str, Any]]) -> None:
     console = Console()
     if not rows:
@@ -137,9 +147,7 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
     t.add_row("generated tokens/s", *[_fmt(r["generated_tokens_per_s"]) for r in rows])
     t.add_row("bubble fraction, steady", *[f"{r['steady_bubble_fraction']:.1%}" for r in rows])
     t.add_row("bubble fraction, whole run", *[f"{r['bubble_fraction']:.1%}" for r in rows])
-    # tool_wait only where a run has turns (multi-turn rollouts: workload.multi_turn)
-    tools = any(r["bubbles_by_cause"].get("tool_wait", 0.0) > 0 for r in rows)
-    for cause in ("long_tail", "dependency", "switch", "weight_sync", "pipeline_bubble") + (("tool_wait",) if tools else ()):
+    for cause in shown_causes(rows):
         t.add_row(f"  {cause}, whole run", *[f"{r['bubbles_by_cause'].get(cause, 0.0):.1%}" for r in rows])
     t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
     t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])

@@ -151,3 +151,22 @@ def test_console_numbers_have_no_scientific_notation():
     for value in (1.2e-05, 0.000123, 3.14159, 42.0, 123456.0):
         assert "e" not in console._fmt(value)
     assert console._fmt(np.float64(0.5)) == "0.500"
+
+
+def _comparison_row(schedule: str, causes: dict) -> dict:
+    return {"workload": "w", "devices": 16, "schedule": schedule, "placement": "split", "steady_tokens_per_s": 100.0,
+            "steady_step_time_s": 10.0, "step_time_s": 11.0, "tokens_per_s": 90.0, "tokens_per_s_per_device": 5.6,
+            "generated_tokens_per_s": 120.0, "steady_bubble_fraction": 0.2, "bubble_fraction": sum(causes.values()),
+            "bubbles_by_cause": causes, "rollout": {"occupancy": 0.5, "low_batch_fraction": 0.1}, "mfu": 0.3,
+            "peak_memory_bytes": 5e10, "staleness": {"max": 0}, "pools": {"train": 8, "rollout": 8}, "notes": []}
+
+
+def test_compare_console_lists_every_bubble_cause_above_zero(capsys, monkeypatch):
+    """The causes a row has add up to its bubble fraction: placement, data, planning and failure were
+    left out (a fixed list), and a cause zero in every row is not listed."""
+    monkeypatch.setenv("COLUMNS", "200")
+    rows = [_comparison_row("colocated", {"long_tail": 0.1, "switch": 0.0, "placement": 0.05, "planning": 0.01}),
+            _comparison_row("disaggregated", {"long_tail": 0.2, "switch": 0.0, "data": 0.02, "failure": 0.03})]
+    console.print_comparison(rows)
+    listed = re.findall(r"\s{2}(\w+), whole run", capsys.readouterr().out)
+    assert listed == ["long_tail", "data", "placement", "failure", "planning"]
