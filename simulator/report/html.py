@@ -61,10 +61,12 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
                                  sample_note=True)
         figures.append((stem, _save(fig, out, stem)))
     figures.append(("time_by_state", _save(plots.state_bars_figure(runs), out, "time_by_state")))
-    first = next(iter(runs.values()))
-    samples = getattr(first, "samples", None)
-    if samples is not None and not samples.empty:
-        figures.append(("response_lengths", _save(plots.response_length_figure(samples), out, "response_lengths")))
+    comparison = hasattr(result, "results")
+    for name, run in runs.items():   # a comparison's schedules generate different samples: one figure each
+        samples = getattr(run, "samples", None)
+        if samples is not None and not samples.empty:
+            stem = f"response_lengths_{_slug(name)}" if comparison else "response_lengths"
+            figures.append((stem, _save(plots.response_length_figure(samples, name=name), out, stem)))
     summaries = {name: run.summary for name, run in runs.items()}
     table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>" + _notes_section(summaries)
              + summary.key_table(summaries) + critical_path.section(summaries)

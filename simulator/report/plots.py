@@ -337,9 +337,11 @@ RESPONSE_LENGTH_COLUMNS = ("response_len", "response_length", "response_tokens")
 
 
 def response_length_figure(samples: pd.DataFrame, *, column: str | None = None, bins: int = 60,
-                           title: str | None = None) -> Figure:
+                           title: str | None = None, name: str | None = None) -> Figure:
     """Histogram of generated response lengths (log-scaled counts show the long tail), with the
-    median and the 99th percentile marked."""
+    median and the 99th percentile marked. Samples still generating at the run's end (drop_reason
+    unfinished) are left out, and the title says how many: their lengths are drawn, never generated.
+    ``name``: the run's (a comparison's schedule), named in the title."""
     if hasattr(samples, "samples") and hasattr(samples, "summary"):   # a SimulationResult: its table
         samples = samples.samples
     samples = samples if samples is not None else pd.DataFrame()   # simulate(keep_samples=False) keeps none
@@ -350,10 +352,12 @@ def response_length_figure(samples: pd.DataFrame, *, column: str | None = None, 
     column = column or next((c for c in RESPONSE_LENGTH_COLUMNS if c in samples), None)
     fig = Figure(figsize=(7.5, 4.0), layout="constrained")
     ax = fig.add_subplot()
-    if column is None or samples.empty:
+    unfinished = (samples["drop_reason"] == "unfinished").to_numpy() if "drop_reason" in samples \
+        else np.zeros(len(samples), bool)
+    if column is None or samples.empty or unfinished.all():
         ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
         return fig
-    lengths = samples[column].to_numpy(float)
+    lengths = samples[column].to_numpy(float)[~unfinished]
     ax.hist(lengths, bins=bins, color=STATE_COLORS["generate"], alpha=0.85)
     ax.set_yscale("log")
     for q, style in ((50, "-"), (99, "--")):
@@ -361,7 +365,9 @@ def response_length_figure(samples: pd.DataFrame, *, column: str | None = None, 
         ax.axvline(v, color="black", linestyle=style, linewidth=1, label=f"p{q} = {v:,.0f} tokens")
     ax.set_xlabel("response length (tokens)")
     ax.set_ylabel("samples (log scale)")
-    ax.set_title(title or f"Response-length distribution ({len(lengths):,} samples)")
+    left_out = f"; {int(unfinished.sum()):,} unfinished at the run's end left out" if unfinished.any() else ""
+    whose = f": {name}" if name else ""
+    ax.set_title(title or f"Response-length distribution{whose} ({len(lengths):,} samples{left_out})")
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
     return fig

@@ -116,6 +116,21 @@ def test_write_report_for_a_comparison(tmp_path):
     text = report_html.write_report(comp, tmp_path).read_text()
     assert (tmp_path / "timeline_colocated.png").exists() and (tmp_path / "timeline_disaggregated.png").exists()
     assert "<th>colocated</th><th>disaggregated</th>" in text
+    # each schedule's own response lengths, named (the first schedule's were drawn, unnamed, for all)
+    for name in ("colocated", "disaggregated"):
+        assert (tmp_path / f"response_lengths_{name}.png").exists()
+    assert not (tmp_path / "response_lengths.png").exists()
+
+
+def test_response_lengths_leave_out_samples_never_generated():
+    """drop_reason unfinished: still generating at the run's end, their lengths drawn, not generated."""
+    samples = pd.DataFrame({"response_len": [100, 200, 300, 16000, 16000],
+                            "drop_reason": ["", "", "stale", "unfinished", "unfinished"]})
+    ax = plots.response_length_figure(samples, name="stalesync").axes[0]
+    assert ax.get_title() == ("Response-length distribution: stalesync (3 samples; 2 unfinished at the run's end "
+                              "left out)")
+    assert sum(patch.get_height() for patch in ax.patches) == 3
+    assert max(line.get_xdata()[0] for line in ax.get_lines()) < 16000    # p99 of the generated ones
 
 
 def test_sweep_report_picks_figures_by_what_the_grid_varies(tmp_path):
