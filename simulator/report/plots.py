@@ -199,7 +199,8 @@ def time_by_state(timeline: pd.DataFrame, devices: int, iterations: int) -> pd.S
 
 
 def state_bars_figure(results: Mapping[str, Any], *, title: str | None = None) -> Figure:
-    """Stacked bars, one per schedule: seconds per device per iteration in each state.
+    """Stacked bars, one per schedule: seconds per device per iteration in each state, over the whole
+    run (the bar height is the whole-run step, warm-up included, not the steady step).
 
     `results` maps a name to a SimulationResult-like object (`.timeline`, `.summary` with
     `devices` and `iterations`)."""
@@ -223,8 +224,9 @@ def state_bars_figure(results: Mapping[str, Any], *, title: str | None = None) -
                hatch="///" if is_idle else None, edgecolor="white", linewidth=0.5, label=category)
         bottom += values.to_numpy()
     ax.set_xticks(x, list(table.columns))
-    ax.set_ylabel("seconds per device per iteration")
-    ax.set_title(title or "Where device time goes, by schedule (hatched = bubble)")
+    ax.set_ylabel("seconds per device per iteration (whole run)")
+    # two lines: one run's figure (5.5 in) clipped the title on one
+    ax.set_title(title or "Where device time goes, by schedule\n(whole run; hatched = bubble)")
     handles, labels = ax.get_legend_handles_labels()  # top of the stack first, as the eye reads it
     ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)

@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from simulator.report import console, plots
 from simulator.report import html as report_html
@@ -170,3 +171,15 @@ def test_compare_console_lists_every_bubble_cause_above_zero(capsys, monkeypatch
     console.print_comparison(rows)
     listed = re.findall(r"\s{2}(\w+), whole run", capsys.readouterr().out)
     assert listed == ["long_tail", "data", "placement", "failure", "planning"]
+
+
+def test_time_by_state_says_whole_run_and_its_title_fits_one_run():
+    """One run's figure (5.5 in) clipped the one-line title; the bar height is the whole-run step, beside a
+    table that leads with the steady step."""
+    fig = plots.state_bars_figure({"colocated": fake_result("colocated")})
+    ax = fig.axes[0]
+    assert "whole run" in ax.get_title() and "whole run" in ax.get_ylabel()
+    FigureCanvasAgg(fig).draw()   # lays the figure out as saving it does (the base canvas does not)
+    title, page = ax.title.get_window_extent(), fig.bbox
+    assert page.x0 <= title.x0 and title.x1 <= page.x1
+
