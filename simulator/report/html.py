@@ -54,14 +54,16 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
         for name, run in runs.items():
             if hasattr(run, "write"):
                 run.write(out / _slug(name))
+    # a comparison of one schedule (compare --schedules stalesync) is still a comparison: its file names
+    # and title (they were a run's: timeline.png, "rlsim run")
+    comparison = hasattr(result, "results")
     figures: list[tuple[str, str]] = []
     for name, run in runs.items():
-        stem = "timeline" if len(runs) == 1 else f"timeline_{_slug(name)}"
-        fig = plots.gantt_figure(run.timeline, title=f"Timeline: {name} (hatched = idle, coloured by cause)",
-                                 sample_note=True)
+        stem = f"timeline_{_slug(name)}" if comparison else "timeline"
+        fig = plots.gantt_figure(run.timeline, sample_note=True,
+                                 title=f"Timeline: {name} (hatched = bubble: idle by cause, switch, sync, fetch)")
         figures.append((stem, _save(fig, out, stem)))
     figures.append(("time_by_state", _save(plots.state_bars_figure(runs), out, "time_by_state")))
-    comparison = hasattr(result, "results")
     for name, run in runs.items():   # a comparison's schedules generate different samples: one figure each
         samples = getattr(run, "samples", None)
         if samples is not None and not samples.empty:
@@ -71,7 +73,7 @@ def write_report(result: Any, out_dir: str | Path) -> Path:
     table = (f"<p class='conclusion'>{html.escape(summary.conclusion(summaries))}</p>" + _notes_section(summaries)
              + summary.key_table(summaries) + critical_path.section(summaries)
              + _collapsed(_summary_table(summaries), "all summary fields"))
-    title = "rlsim comparison" if len(runs) > 1 else f"rlsim run: {next(iter(runs))}"
+    title = "rlsim comparison" if comparison else f"rlsim run: {next(iter(runs))}"
     return _write_page(out, title, table, figures)
 
 

@@ -183,3 +183,18 @@ def test_time_by_state_says_whole_run_and_its_title_fits_one_run():
     title, page = ax.title.get_window_extent(), fig.bbox
     assert page.x0 <= title.x0 and title.x1 <= page.x1
 
+
+def test_a_comparison_of_one_schedule_is_named_a_comparison(tmp_path, monkeypatch):
+    """compare --schedules stalesync wrote timeline.png and titled the page "rlsim run"; the timelines'
+    titles said only idle is hatched (switch, sync and fetch are too)."""
+    @dataclass
+    class Comparison:
+        results: dict
+
+    titles = []
+    gantt = plots.gantt_figure
+    monkeypatch.setattr(plots, "gantt_figure", lambda *a, **k: titles.append(k["title"]) or gantt(*a, **k))
+    text = report_html.write_report(Comparison({"stalesync": fake_result("stalesync")}), tmp_path).read_text()
+    assert (tmp_path / "timeline_stalesync.png").exists() and not (tmp_path / "timeline.png").exists()
+    assert "<title>rlsim comparison</title>" in text
+    assert titles == ["Timeline: stalesync (hatched = bubble: idle by cause, switch, sync, fetch)"]
