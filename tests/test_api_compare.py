@@ -179,4 +179,7 @@ def test_the_console_prints_every_note_the_summary_carries(capsys):
     notes = result.summary["notes"]
     assert any("pack_tokens" in note for note in notes) and notes_of(result.summary) == notes
     print_summary(result.summary)
-    assert "schedule.pack_tokens 512" in capsys.readouterr().out.replace("\n", " ")
+    out = capsys.readouterr().out
+    assert "schedule.pack_tokens 512" in out.replace("\n", " ")
+    # the per-device rate is the whole run's (it read "tokens/s per device" under the steady rows)
+    assert "tokens/s per device (whole run)" in out

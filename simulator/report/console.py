@@ -70,9 +70,9 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
     for key, label, unit in (("steady_step_time_s", "step time (steady state)", " s"),
                              ("steady_tokens_per_s", "tokens/s (steady state)", ""),
                              ("step_time_s", "step time (whole run)", " s"), ("tokens_per_s", "tokens/s (whole run)", ""),
-                             ("tokens_per_s_per_device", "tokens/s per device", ""),
-                             ("generated_tokens_per_s", "generated tokens/s", ""),
-                             ("samples_per_s", "samples/s", "")):
+                             ("tokens_per_s_per_device", "tokens/s per device (whole run)", ""),
+                             ("generated_tokens_per_s", "generated tokens/s (whole run)", ""),
+                             ("samples_per_s", "samples/s (whole run)", "")):
         t.add_row(label, _fmt(s[key], unit))
     t.add_row("MFU (whole run)", f"{s['mfu']:.1%}")
     t.add_row("bubble fraction (steady state)", f"{s['steady_bubble_fraction']:.1%}")
