@@ -74,8 +74,7 @@ class SimulationResult:
                              fix="give a folder (new or existing)")
         out.mkdir(parents=True, exist_ok=True)
         files = {
-            "scenario.yaml": yaml.safe_dump(_with_absolute_paths(self.scenario.to_dict(), self.scenario.source),
-                                            sort_keys=False),
+            "scenario.yaml": scenario_snapshot(self.scenario.to_dict(), self.scenario.source),
             "summary.json": json.dumps(self.summary, indent=2, default=float) + "\n",
             "trace.json": json.dumps(chrome_trace(self.timeline, self.summary), separators=(",", ":")),
         }
@@ -448,6 +447,11 @@ def _faster_of_two(sc: Scenario, topology: Any, prompt: LengthDistribution, resp
     plan.layouts = layouts
     plan.detail["train"]["layout"] = dict(plan.consolidating_train)
     return other, other_costs, plan
+
+
+def scenario_snapshot(data: Mapping[str, Any], source: str | None) -> str:
+    """scenario.yaml's text: the scenario mapping, its relative paths made absolute (_with_absolute_paths)."""
+    return yaml.safe_dump(_with_absolute_paths(dict(data), source), sort_keys=False)
 
 
 def _with_absolute_paths(data: Any, source: str | None) -> Any:

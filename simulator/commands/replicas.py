@@ -45,12 +45,12 @@ def run_replicated(args: argparse.Namespace, keywords: dict[str, Any]) -> int | 
     summaries = run_replicas(plan, jobs=args.jobs)
     doc = summarize(plan, summaries)
     if args.out:
-        write_replicas(Path(args.out), doc, summaries)
+        write_replicas(Path(args.out), doc, summaries, replicas_snapshot(plan))
     if args.json:
         print_json(doc)
     else:
         from ..report.console import print_summary
-        print_summary(doc, out_dir=args.out, wrote="summary.json: medians and intervals; replicas.csv: one row a replica")
+        print_summary(doc, out_dir=args.out, wrote="scenario.yaml; summary.json: medians and intervals; replicas.csv: one row a replica")
         print_intervals(doc)
     return 0
 
@@ -66,8 +66,12 @@ def compare_replicated(args: argparse.Namespace, kinds: list[str], keywords: dic
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "comparison.json").write_text(json.dumps(docs, indent=2, default=float) + "\n")
-        for doc, summaries in zip(docs, runs, strict=True):   # each schedule as `rlsim run --seeds` writes it
-            write_replicas(out / doc["schedule"], doc, summaries)
+        from ..api import schedule_list
+        from ..scenario import compared_schedules
+        ran = schedule_list(kinds)   # as compare_replica_runs ran them, each with its own schedule section
+        per_kind, _ = compared_schedules(plan.data.get("schedule") or {}, ran)
+        for kind, doc, summaries in zip(ran, docs, runs, strict=True):   # as `rlsim run --seeds` writes each
+            write_replicas(out / doc["schedule"], doc, summaries, replicas_snapshot(plan, per_kind[kind]))
     if args.json:
         print_json(docs)
     else:
@@ -99,12 +103,26 @@ def _num(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
 
 
-def write_replicas(out: Path, doc: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
-    """summary.json (medians, ci95, seeds) and replicas.csv (one flattened row per replica)."""
+def replicas_snapshot(plan: Any, schedule: dict[str, Any] | None = None) -> str:
+    """scenario.yaml of a replicated run: the input the replicas ran (presets resolved, --set applied,
+    distribution values kept) with its first seed and replica count, so `rlsim run OUT/scenario.yaml`
+    runs the same replicas; ``schedule``: a compared kind's section."""
+    from ..api import scenario_snapshot
+    # a "_" key is load_scenario's own transport (the workload file's name for its errors), no scenario field
+    data = {**{k: v for k, v in plan.data.items() if not k.startswith("_")}, "seed": plan.seeds[0], "replicas": plan.n}
+    if schedule is not None:
+        data["schedule"] = schedule
+    return scenario_snapshot(data, plan.source)
+
+
+def write_replicas(out: Path, doc: dict[str, Any], summaries: list[dict[str, Any]], snapshot: str) -> None:
+    """scenario.yaml (``snapshot``, as a plain run writes one), summary.json (medians, ci95, seeds) and
+    replicas.csv (one flattened row per replica)."""
     import pandas as pd
 
     from ..sweep import flatten
     out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.yaml").write_text(snapshot)
     (out / "summary.json").write_text(json.dumps(doc, indent=2, default=float) + "\n")
     rows = [{"replica": i, "seed": doc["replicas"]["seed"][i],
              **{f"sampled.{k}": v[i] for k, v in doc["replicas"]["sampled"].items()}, **flatten(s)}

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import yaml
+
 SMALL = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
          "--set", "topology.nodes=1", "--set", "workload.prompts_per_step=8",
          "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=4"]
@@ -61,6 +63,8 @@ def test_compare_seeds_out_writes_each_schedules_replicas_as_run_does(tmp_path, 
         assert json.loads((folder / "summary.json").read_text()) == doc
         replicas = pd.read_csv(folder / "replicas.csv")
         assert list(replicas["seed"]) == [0, 1] and replicas["step_time_s"].median() == doc["step_time_s"]
+        snapshot = yaml.safe_load((folder / "scenario.yaml").read_text())   # each schedule's own input
+        assert snapshot["schedule"]["kind"] == doc["schedule"] and snapshot["replicas"] == 2
 
 
 def test_bad_distribution_exits_2_naming_the_key(capsys):
@@ -132,8 +136,12 @@ def test_run_seeds_out_says_the_files_it_writes(tmp_path, capsys):
                  "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=8", "--iterations", "1",
                  "--seeds", "2", "--out", str(out)]) == 0
     said = capsys.readouterr().out.replace("\n", " ")
-    assert sorted(p.name for p in out.iterdir()) == ["replicas.csv", "summary.json"]
-    assert "replicas.csv" in said and "trace.json" not in said
+    assert sorted(p.name for p in out.iterdir()) == ["replicas.csv", "scenario.yaml", "summary.json"]
+    assert "replicas.csv" in said and "scenario.yaml" in said and "trace.json" not in said
+    # the snapshot, as a plain run's, runs the same replicas again (it was not written)
+    assert main(["run", str(out / "scenario.yaml"), "--out", str(tmp_path / "again")]) == 0
+    for name in ("summary.json", "scenario.yaml"):
+        assert (tmp_path / "again" / name).read_bytes() == (out / name).read_bytes()
 
 
 def test_a_few_seeds_say_their_intervals_coverage(capsys):
