@@ -68,6 +68,7 @@ class ForwardCost:
     comm_s: float       # exposed TP / CP / EP / ZeRO-3 comm inside that rank's forward ops
     tokens: int
     flops: float        # model forward FLOPs (2N + attention per token, formulas.md)
+    offload_s: float = 0.0   # of time_s: the per-phase and FSDP CPU offload's host copies (params.offload)
 
 
 @dataclass(frozen=True)
@@ -358,6 +359,16 @@ def _micro_batch_parts(seqs: np.ndarray, layout: TrainLayout, packing: str, budg
     if layout.pp > 1 and params is not None and not params.comm.pp_variable_seq_lengths:
         return [_one_pipeline_shape(tokens, sq, packing) for tokens, sq in replicas], heads
     return replicas, heads
+
+
+def replica_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str, params: TrainParams,
+                          forward_only: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per DP replica: (tokens, sum of squared lengths) per micro-batch, as train_step_cost (or, with
+    ``forward_only``, forward_cost) cuts ``seqs`` under ``layout`` (_micro_batch_parts with the pass's
+    token budget). RlsimError where a sequence exceeds that budget."""
+    key = ("logprob_max_tokens_per_micro_batch" if forward_only and layout.logprob_max_tokens_per_micro_batch
+           else "max_tokens_per_micro_batch")
+    return _micro_batch_parts(np.asarray(seqs), layout, packing, getattr(layout, key), params, key)[0]
 
 
 def _one_pipeline_shape(tokens: np.ndarray, sq: np.ndarray, packing: str) -> tuple[np.ndarray, np.ndarray]:
@@ -1393,6 +1404,7 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
             worst_t, worst_sl = span, sl
     lengths = seqs.astype(float)
     flops = _per_sequence_flops(model.forward_flops_per_token, lengths, model)
+    offload_s = 0.0
     # Busiest pipeline rank: its forward compute; the rest of the time is comm and pipeline fill.
     compute_s = comm_s = 0.0
     for s in range(layout.pp):
@@ -1406,9 +1418,12 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
                                 min(k.hbm_bytes for k in kinds), params=params.memory,
                                 flash_attention=params.compute.flash_attention)
         host_Bps = offload_Bps(topology, ranks, params)
-        worst_t += offload_time_s(mem, host_Bps, params, forward_only=True)
-        worst_t += fsdp_cpu_offload_s(mem, layout, worst_sl.stop - worst_sl.start, host_Bps, params, forward_only=True)[0]
-    result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops)
+        offload_s = offload_time_s(mem, host_Bps, params, forward_only=True)
+        offload_s += fsdp_cpu_offload_s(mem, layout, worst_sl.stop - worst_sl.start, host_Bps, params,
+                                        forward_only=True)[0]
+        worst_t += offload_s
+    result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops,
+                         offload_s=offload_s)
     return result
 
 

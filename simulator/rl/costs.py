@@ -64,6 +64,9 @@ class StageCost:
     # "optimizer", "offload". Empty where the cost model has no pipeline.
     path_stage: int = -1
     path_s: tuple[tuple[str, float], ...] = ()
+    # Seconds of time_s a batch's work does not set (host copies, the optimizer step and gradient sync
+    # of a training step, a woken model's sleep and wake): LlmCosts._reused scales the rest alone.
+    fixed_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -61,13 +61,18 @@ from ..llm.training import (
     forward_cost,
     offload_Bps,
     offload_time_s,
+    replica_micro_batches,
     train_step_cost,
 )
 from ..network.collectives import CollectiveModel
 from ..scenario import Scenario
 from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
-from .packing import heaviest_micro_batch, micro_batch_permutation, replica_contiguous_ranks
+from .packing import (
+    heaviest_micro_batch,
+    micro_batch_permutation,
+    replica_contiguous_ranks,
+)
 from .pools import SERVED_FIELDS, SERVED_NAMES, resolve_auto_layouts
 
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
@@ -106,6 +111,10 @@ def _head_tokens(params: TrainParams, scored: Any) -> Any:
     constants say the head scores them alone (compute.head_response_only), else None (every token)."""
     return scored if params.compute.head_response_only else None
 
+
+# A training step's critical-path parts (TrainStepCost.critical_stages) paid once per optimizer step
+# whatever the batch's work: LlmCosts._reused keeps them as priced, and scales the stages' and p2p's
+FIXED_PATH_PARTS = frozenset({"dp_sync", "optimizer", "offload"})
 
 # The actor's passes by cost kind (LlmCosts._reused): the forward is the old log-prob pass
 ENTROPY_PASSES = {"fwd": "old_logprob", "train": "update"}
@@ -723,42 +732,68 @@ class LlmCosts:
         return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops, start_s=arrivals,
                               progress_at=progress_at, extend=extend)
 
+    def _flops_line(self, role: str) -> tuple[float, float]:
+        """(train FLOPs per token at length 0, their slope per token of length) of the role's model."""
+        m = self.models[role]
+        line = self._flops_lines.get(m)
+        if line is None:   # per model (by value), for this run's objects only
+            a = float(m.train_flops_per_token(0.0))
+            line = self._flops_lines[m] = (a, float(m.train_flops_per_token(1.0)) - a)
+        return line
+
     def _work(self, role: str, lens: np.ndarray) -> float:
         """sum over samples of train_flops_per_token(s) x s; per-token FLOPs are affine in s
         (6N + 12 L H d s, formulas.md; s x s the model's windowed_sq with sliding-window layers), so
         two sums replace a loop over lengths."""
         m = self.models[role]
         x = np.asarray(lens, float)
-        line = self._flops_lines.get(m)
-        if line is None:   # per model (by value), for this run's objects only
-            a = float(m.train_flops_per_token(0.0))
-            line = self._flops_lines[m] = (a, float(m.train_flops_per_token(1.0)) - a)
-        a, slope = line
+        a, slope = self._flops_line(role)
         return a * float(x.sum()) + slope * (float(np.sum(m.windowed_sq(x))) if m.num_sliding_layers
                                              else float(np.dot(x, x)))
 
+    def _slowest_replica(self, kind: str, role: str, seq_lens, n_devices: int) -> tuple[int, float]:
+        """(micro-batches, work) of the data-parallel replica with the most work in a ``kind`` pass over
+        ``seq_lens``, cut as the cost model cuts them (_micro_batched_with, then llm/training.py's
+        replica_micro_batches: padding counted; work: _work's line over each micro-batch's tokens and
+        squared lengths). The slowest replica sets the pass's time: scaling by the whole batch's work
+        left a pass 4-6% off where that replica's share moved (4 samples a replica); the count keys
+        the per-micro-batch parts (an FSDP CPU offload's shard copies, the pipeline's fill)."""
+        lay = self.layout_for(role, n_devices)
+        rows = self._forward_rows(role) if kind == "fwd" else None
+        micro, lens, _ = self._micro_batched_with(lay, seq_lens, rows, None)
+        parts = replica_micro_batches(lens, micro, self._packing(), self.params_of(role, kind), forward_only=kind == "fwd")
+        a, slope = self._flops_line(role)
+        loads = [(len(tokens), a * float(tokens.sum()) + slope * float(squares.sum())) for tokens, squares in parts]
+        return max(count for count, _ in loads), max(work for _, work in loads)
+
     def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact, scored: Any = None) -> StageCost:
-        """Exact cost for the first batch of each (kind, model, pool key, batch size); later batches
-        scale it by model FLOPs (same layout, same micro-batch count: time ~ work). Roles with the
-        same architecture (old-logprob and reference forwards) share one evaluation, and so do pools
-        of one key (same devices and links). A head that projects the responses alone
-        (head_response_only) is priced exactly every batch: its share of a pass follows the batch's
-        response share, and in a forward pass (the logits' memory-bound passes) more than its FLOPs'
-        share, which the scaling by work mispriced (-22% on a forward at a response share of 0.93
-        scaled from 0.22; tests/rl/test_llm_costs.py)."""
+        """Exact cost for the first batch of each (kind, model, pool key, batch size, micro-batch count);
+        later batches scale its work-driven part by the slowest replica's model FLOPs (_slowest_replica;
+        same layout, same micro-batches: that time ~ work) and keep its fixed part (StageCost.fixed_s: host copies, the optimizer step and
+        gradient sync, a woken model's sleep and wake), which scaled by work put a mini-batch's update
+        -7% / +9% off its exact cost (tests/rl/test_llm_costs.py). Roles with the same architecture
+        (old-logprob and reference forwards) share one evaluation, and so do pools of one key (same
+        devices and links). A head that projects the responses alone (head_response_only) is priced
+        exactly every batch: its share of a pass follows the batch's response share, and in a forward
+        pass (the logits' memory-bound passes) more than its FLOPs' share, which the scaling by work
+        mispriced (-22% on a forward at a response share of 0.93 scaled from 0.22)."""
         # the role's trainer constants too: a host-resident reference costs what the actor's pass does not
         params = self.params_of(role, kind)
         if not self.reuse or _head_tokens(params, scored) is not None:
             return exact()
-        key = (kind, self.models[role], id(params), pool.key, len(seq_lens))
-        work = self._work(role, seq_lens)
+        try:
+            micro_batches, work = self._slowest_replica(kind, role, seq_lens, len(pool.ranks))
+        except RlsimError:   # a sequence over a token budget: the pass's own error, in its terms
+            return exact()
+        key = (kind, self.models[role], id(params), pool.key, len(seq_lens), micro_batches)
         if key not in self._ref:
             self._ref[key] = (work, exact())
         ref_work, ref = self._ref[key]
         x = work / ref_work if ref_work > 0 else 1.0
-        return StageCost(ref.time_s * x, flops=ref.flops * x, bubble_s=ref.bubble_s * x,
+        return StageCost(ref.fixed_s + (ref.time_s - ref.fixed_s) * x, flops=ref.flops * x, bubble_s=ref.bubble_s * x,
                          peak_memory_bytes=ref.peak_memory_bytes, path_stage=ref.path_stage,
-                         path_s=tuple((part, seconds * x) for part, seconds in ref.path_s))
+                         path_s=tuple((part, seconds if part in FIXED_PATH_PARTS else seconds * x)
+                                      for part, seconds in ref.path_s), fixed_s=ref.fixed_s)
 
     @property
     def scores_responses(self) -> bool:
@@ -911,7 +946,7 @@ class LlmCosts:
         c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
                          packing=self._packing(), params=params, collectives=self.collectives, source=self.source,
                          scored=heads)
-        return StageCost(c.time_s, flops=c.flops)
+        return StageCost(c.time_s, flops=c.flops, fixed_s=c.offload_s)
 
     def layout_for(self, role: str, n_devices: int) -> TrainLayout:
         """The layout a role's passes run under: the actor's, the critic's micro-batching over it."""
@@ -948,7 +983,8 @@ class LlmCosts:
         return StageCost(c.step_time_s, flops=c.model_flops, bubble_s=c.bubble_fraction * c.pipeline_s,
                          peak_memory_bytes=c.memory.total_bytes + beside + self._resident_engine_bytes(
                              max(k.hbm_bytes for k in pool.kinds)),
-                         path_stage=chain["stage"], path_s=tuple(parts))
+                         path_stage=chain["stage"], path_s=tuple(parts),
+                         fixed_s=sum(seconds for part, seconds in parts if part in FIXED_PATH_PARTS))
 
     def params_of(self, role: str, kind: str = "train") -> TrainParams:
         """The trainer constants a role's passes of ``kind`` (fwd, train) run with (the critic's own
@@ -1129,7 +1165,8 @@ class LlmCosts:
         served = self._served["reward_model"]
         shard = served.model.weight_bytes(_bytes_per_weight(served.layout)) / served.layout.devices_per_instance
         copies = max(2.0 * shard / link for _, link in self._host_rates(pool))
-        return StageCost(scored + spec.sleep_wake_s + copies, flops=float(cost.flops.sum()))
+        return StageCost(scored + spec.sleep_wake_s + copies, flops=float(cost.flops.sum()),
+                         fixed_s=spec.sleep_wake_s + copies)
 
     def _check_woken_reward_model(self, pool: _Pool) -> None:
         """The reward model's engines wake beside what training keeps on the devices through the phase

@@ -503,3 +503,44 @@ def test_a_full_mesh_group_rings_over_all_its_links():
     assert c._ring_bw_Bps([0, 1]) == pytest.approx(28e9)
     switched = costs()   # a switched domain (CloudMatrix384): one ring, its narrowest link
     assert switched._ring_bw_Bps(list(range(8))) == pytest.approx(switched.topology.bottleneck_bw_Bps(range(8)))
+
+
+# the stage-cost reuse's documented accuracy (docs/scenario-reference.md: reuse_stage_costs)
+REUSE_TOLERANCE = 0.02
+
+
+def _reuse_pair(*overrides: str) -> tuple[LlmCosts, LlmCosts]:
+    """The costs of a small Qwen2.5-1.5B GRPO run on one DGX H100 with stage-cost reuse on, and off."""
+    def one(reuse: bool) -> LlmCosts:
+        sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="colocated",
+                           overrides=["workload.model=qwen2.5-1.5b",
+                                      "workload.train_layout={tp: 1, pp: 1, zero: 1, recompute: full, micro_batch: 1}",
+                                      *overrides, f"schedule.reuse_stage_costs={str(reuse).lower()}"])
+        return LlmCosts(sc, load_topology(sc.topology))
+    return one(True), one(False)
+
+
+@pytest.mark.parametrize(("samples", "kind", "role", "overrides"), [
+    (64, "train", "actor", ()),                                   # a 16-prompt mini-batch's update
+    (32, "train", "actor", ()),                                   # an 8-prompt one: the optimizer a larger share
+    (64, "forward", "actor", ("workload.train_params.offload.params=true",)),        # per-phase weight copies
+    (256, "forward", "reference", ("workload.train_layout.zero=3", "workload.train_layout.micro_batch=4",
+                                   "workload.reference_cpu_offload=true")),           # FSDP's, per micro-batch
+    (64, "forward", "reward", ("workload.reward={kind: model, model: qwen2.5-1.5b, served: {}}",)),  # woken
+])
+def test_reused_stage_costs_keep_their_fixed_parts_and_stay_within_the_documented_tolerance(
+        samples, kind, role, overrides):
+    """Stage-cost reuse scales the first batch's cost by work: only its work-driven part (the slowest
+    replica's). The optimizer step and gradient sync, host copies and a woken reward model's sleep /
+    wake and weight copies are paid whole each batch; scaled, they put an update 7-9% off and the
+    reward stage +4.5%. Every later batch of the same size is within the tolerance of its exact cost."""
+    reused, exact = _reuse_pair(*overrides)
+    rng = np.random.default_rng(1)
+    for _ in range(8):
+        lens = (rng.lognormal(np.log(128), 0.3, samples) + rng.lognormal(np.log(256), 0.5, samples)).astype(np.int64)
+        got = getattr(reused, kind)(role, lens, range(8))
+        want = getattr(exact, kind)(role, lens, range(8))
+        assert got.time_s == pytest.approx(want.time_s, rel=REUSE_TOLERANCE)
+        assert got.fixed_s == pytest.approx(want.fixed_s, rel=1e-9)
+    assert want.fixed_s > 0
