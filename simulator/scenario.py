@@ -2166,6 +2166,7 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
         raise RlsimError("lora_refit applies to LoRA training (workload.lora): a full fine-tune sends its whole "
                          "model", source=source, field="schedule.lora_refit",
                          fix="remove schedule.lora_refit, or give workload.lora")
+    _check_lora_reference(scenario, source)
     if scenario.workload.reference_cpu_offload and scenario.schedule.reference_swap_copies:
         raise RlsimError("a reference whose shards live on the host (FSDP's CPU offload) has no weights on the "
                          "devices to swap", source=source, field="schedule.reference_swap_copies",
@@ -2189,6 +2190,22 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          f"{scenario.limits.max_iterations}", source=source, field="iterations",
                          fix=LIMITS_FIX.format(name="max_iterations"))
     return scenario
+
+
+
+def _check_lora_reference(scenario: Scenario, source: str) -> None:
+    """With workload.lora the reference is the actor's resident base with its adapters disabled (verl's
+    ref_in_actor: no reference worker is built), so there are no reference weights to keep on the host
+    (reference_cpu_offload) or to swap in and out (reference_swap_copies)."""
+    if scenario.workload.lora is None:
+        return
+    for given, field in ((scenario.workload.reference_cpu_offload, "workload.reference_cpu_offload"),
+                         (scenario.schedule.reference_swap_copies, "schedule.reference_swap_copies")):
+        if given:
+            raise RlsimError(f"{field.split('.')[1]} prices host copies of a separate reference model; with "
+                             "workload.lora the reference is the actor's base with its adapters disabled (verl's "
+                             "ref_in_actor), resident on the devices already", source=source, field=field,
+                             fix=f"remove {field}, or train without workload.lora")
 
 
 def _refuse_a_batch_that_never_fills(scenario: Scenario, source: str) -> None:

@@ -1127,7 +1127,8 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     elif recipe not in AGENT_LOOP_RECIPES and not v.given(f"{A}.rollout.mode"):
         v.result.notes.append(MODE_NOTE)   # rollout.yaml: mode sync in verl 0.6.x, async from 0.7.0
     w["reference"] = v.flag(f"{A}.actor.use_kl_loss") or v.flag("algorithm.use_kl_in_reward")
-    if w["reference"] and str(v(f"{A}.actor.strategy")) in ("fsdp", "fsdp2"):
+    # with LoRA verl builds no reference worker (ref_in_actor: the actor with its adapters disabled)
+    if w["reference"] and str(v(f"{A}.actor.strategy")) in ("fsdp", "fsdp2") and "lora" not in w:
         w["reference_cpu_offload"] = True   # verl forces it on its FSDP reference (fsdp_workers.py)
         w["reference_cpu_offload_bytes_per_param"] = _dtype_bytes(v, f"{A}.ref.fsdp_config.model_dtype")
         v.result.notes.append(REFERENCE_OFFLOAD_NOTE)

@@ -911,7 +911,10 @@ def test_verl_lora_maps_onto_workload_lora(capsys, tmp_path):
     assert workload.lora.rank == 32 and workload.lora.targets == ["q_proj", "v_proj"]
     workload = _imported_workload(capsys, tmp_path, "--from-verl", _VERL, "actor_rollout_ref.model.lora_rank=8")
     assert workload.lora.targets == "all-linear"                         # verl's default target_modules
-    assert _imported_workload(capsys, tmp_path, "--from-verl", _VERL).lora is None
+    # with LoRA verl builds no reference worker (ref_in_actor): no host-resident reference shards
+    assert workload.reference and not workload.reference_cpu_offload
+    full = _imported_workload(capsys, tmp_path, "--from-verl", _VERL)
+    assert full.lora is None and full.reference_cpu_offload
     code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), "actor_rollout_ref.actor.strategy=megatron",
                          f"+{VERL_FULL_RECOMPUTE}", "actor_rollout_ref.model.lora_rank=8", "--iterations", "1", "--json")
     assert code == 0, err                                  # verl's megatron workers do not read it

@@ -136,3 +136,20 @@ def test_an_adapter_refit_sends_the_adapters_peft_counts():
     assert model.params_adapter_total == 28 * per_layer == pytest.approx(80.74e6, rel=1e-4)
     assert model.adapter_tensor_count == 28 * 14
     assert load_model("qwen2.5-7b").params_adapter_total == 0
+
+
+@pytest.mark.parametrize(("override", "field"), [("workload.reference_cpu_offload=true", "workload.reference_cpu_offload"),
+                                                 ("schedule.reference_swap_copies=3", "schedule.reference_swap_copies")])
+def test_a_lora_reference_is_the_resident_base_and_takes_no_host_copies(override, field, capsys):
+    """With workload.lora the reference is the actor's base with its adapters disabled (verl's
+    ref_in_actor): a host-resident or swapped reference is refused, naming workload.lora; the CLI
+    exits 2 without a traceback."""
+    from simulator.cli import main
+    from simulator.scenario import load_scenario
+    with pytest.raises(RlsimError, match="workload.lora") as err:
+        load_scenario(overrides=["workload.lora={rank: 8}", "workload.train_layout.zero=3", override])
+    assert err.value.field == field
+    load_scenario(overrides=["workload.train_layout.zero=3", override])        # without LoRA: a reference of its own
+    assert main(["run", "--set", "workload.lora={rank: 8}", "--set", override, "--iterations", "1"]) == 2
+    err_text = capsys.readouterr().err
+    assert field in err_text and "workload.lora" in err_text and "Traceback" not in err_text
