@@ -2347,7 +2347,8 @@ def _reward_field(workload: WorkloadConfig) -> str:
 
 
 def _read_past_aux_pools(scenario: Scenario) -> ReadPast:
-    """A pool of schedule.aux_devices for a model the workload does not run stays idle the whole run."""
+    """A pool of schedule.aux_devices (or fuse: actor's, of aux_fraction) for a model the workload does not
+    run stays idle the whole run."""
     pools = scenario.schedule.aux_devices
     w = scenario.workload
     runs = {"reference": bool(w.reference),
@@ -2362,6 +2363,10 @@ def _read_past_aux_pools(scenario: Scenario) -> ReadPast:
     if isinstance(pools, int) and not any(runs.values()):
         return [("schedule.aux_devices", "the workload runs no reference, reward model or critic: the aux pool "
                  "would stay idle", "remove schedule.aux_devices")]
+    if getattr(scenario.schedule, "fuse", None) == "actor" and not any(runs.values()):
+        return [("schedule.fuse", "fuse: actor splits off an aux pool (schedule.aux_fraction) for the reference, "
+                 "reward model and critic, and the workload runs none of them: the pool would stay idle",
+                 "remove schedule.fuse (fuse: full keeps every device on the actor) and schedule.aux_fraction")]
     return []
 
 

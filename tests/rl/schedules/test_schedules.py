@@ -183,6 +183,17 @@ def test_a_pool_per_model_is_checked_against_the_models(aux_devices, words):
     assert info.value.field.startswith("schedule.aux_devices")
 
 
+def test_fuse_actor_without_a_model_for_its_aux_pool_is_refused():
+    """fuse: actor's aux pool (aux_fraction) runs the reference, reward model and critic: where the
+    workload runs none (DAPO without a reference, a rule reward), it is refused as aux_devices is."""
+    for sched in ({"fuse": "actor"}, {"fuse": "actor", "aux_fraction": 0.25}):
+        with pytest.raises(RlsimError, match="the pool would stay idle") as info:
+            scenario("colocated", workload={"algorithm": "dapo", "reference": False}, **sched)
+        assert info.value.field == "schedule.fuse"
+    kept = scenario("colocated", workload={"algorithm": "dapo", "reference": True}, fuse="actor")
+    assert kept.schedule.fuse == "actor"
+
+
 def test_aux_devices_are_a_split_pool_knob_without_failures():
     # colocated takes the reward model's pool alone (verl's reward_pool: test_colocated_reward_pool.py)
     with pytest.raises(RlsimError, match="reward model's pool alone"):
