@@ -2158,6 +2158,12 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
                          "over-generation)", source=source, field="schedule.overprovision",
                          fix="remove schedule.overprovision (dynamic_sampling.gen_prompts sets how many prompts a "
                              "generation batch draws), or workload.dynamic_sampling")
+    if scenario.workload.dynamic_sampling is not None and scenario.workload.samples_per_prompt == 1:
+        raise RlsimError("dynamic sampling filters out groups whose samples all get one reward; a group of one "
+                         "sample has no reward spread, and verl's filter keeps it (std > 0 or a single sample: "
+                         "recipe/dapo dapo_ray_trainer.py), so nothing would be filtered", source=source,
+                         field="workload.dynamic_sampling",
+                         fix="remove workload.dynamic_sampling, or raise workload.samples_per_prompt")
     if scenario.workload.reference_cpu_offload and not scenario.workload.reference:
         raise RlsimError("reference_cpu_offload applies to the reference pass, which this workload does not run",
                          source=source, field="workload.reference_cpu_offload",

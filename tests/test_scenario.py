@@ -64,6 +64,15 @@ def test_dapo_preset_keeps_its_dynamic_sampling_and_units_parse():
 BARE = {"model": "qwen2.5-7b", "prompts_per_step": 8, "samples_per_prompt": 2}
 
 
+def test_dynamic_sampling_of_single_sample_groups_is_refused():
+    """A group of one sample has no reward spread to filter on (verl's filter keeps it): refused,
+    where groups of two load."""
+    with pytest.raises(RlsimError, match="no reward spread") as err:
+        load_scenario(workload={**BARE, "samples_per_prompt": 1, "dynamic_sampling": {}})
+    assert err.value.field == "workload.dynamic_sampling"
+    assert load_scenario(workload={**BARE, "dynamic_sampling": {}}).workload.dynamic_sampling is not None
+
+
 def test_dapo_means_no_reference_and_no_dynamic_sampling_unless_asked():
     dapo = load_scenario(workload={**BARE, "algorithm": "dapo"}).workload
     assert (dapo.reference, dapo.dynamic_sampling) == (False, None)
