@@ -88,9 +88,13 @@ def format_table(results) -> str:
         pred = "-" if r.predicted is None else _num(r.predicted)
         err = "-" if r.error is None else f"{r.error:+.1%}"
         mark = "yes" if r.ok else ("n/a" if r.error is None else f"NO ({r.criterion})")
+        mark += " (in-sample)" if r.in_sample else ""
         lines.append(f"{r.case:<{width}}  {r.metric:<{mwidth}}  {pred:>10}  {_num(r.published):>10}  {err:>7}  {mark}")
     green = sum(r.ok for r in results)
-    lines.append(f"{green} of {len(results)} cases within tolerance")
+    inside = sum(r.ok for r in results if r.in_sample)
+    lines.append(f"{green} of {len(results)} cases within tolerance" + (
+        f" ({inside} of them in-sample: a constant set from the same figure, or true by construction; "
+        "--json says why)" if inside else ""))
     return "\n".join(lines)
 
 

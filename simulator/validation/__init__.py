@@ -63,6 +63,10 @@ class Case:
     # keys under `overridable` that the case's own input refuses whatever their value (V6: the
     # scenario's fallback collective constants, which a run never reads): not taken either
     refused: tuple[str, ...] = ()
+    # why the case cannot tell the model from the figure: a constant was set from this same figure (a
+    # catalog efficiency from the nccl-tests figure it checks), or it holds by construction; said in
+    # the table and counted apart in the total (a validation audit: they inflated the green count)
+    in_sample: str = ""
 
     def takes(self, key: str) -> bool:
         return key_taken(self.overridable, key) and not key_taken(self.refused, key)
@@ -136,6 +140,7 @@ class CaseResult:
     failure: str = ""           # why the prediction could not be made (empty when it ran)
     expect: str = "near"        # see Case.expect
     detail: str = ""            # what the prediction rests on (Prediction.detail), e.g. per-phase times
+    in_sample: str = ""         # see Case.in_sample
 
     @property
     def ok(self) -> bool:
@@ -165,6 +170,8 @@ class CaseResult:
             out["failure"] = self.failure
         if self.detail:
             out["detail"] = self.detail
+        if self.in_sample:
+            out["in_sample"] = self.in_sample
         return out
 
 
@@ -219,10 +226,11 @@ def run_case(case: Case) -> CaseResult:
         predicted = float(raw)
     except (RlsimError, ImportError) as exc:
         return CaseResult(case.case, case.metric, None, case.published, None, case.tolerance, case.source,
-                          case.note, failure=f"{type(exc).__name__}: {exc}", expect=case.expect)
+                          case.note, failure=f"{type(exc).__name__}: {exc}", expect=case.expect,
+                          in_sample=case.in_sample)
     error = predicted / case.published - 1.0
     return CaseResult(case.case, case.metric, predicted, case.published, error, case.tolerance, case.source,
-                      case.note, expect=case.expect, detail=getattr(raw, "detail", ""))
+                      case.note, expect=case.expect, detail=getattr(raw, "detail", ""), in_sample=case.in_sample)
 
 
 def _takers_fix(key: str, every: list[Case], refusing: list[str]) -> str:

@@ -116,4 +116,6 @@ def _lease_cases(lease: Lease, train: tuple[str, ...], decode: tuple[str, ...]) 
         yield Case(f"M2 {name} llama3.1-8b decode step batch {batch}", "s per step (graph)", seconds,
                    lambda batch=batch: _decode_step_s(batch, decode, name), tolerance=0.10,
                    source=lease.source, note=f"{KV_LEN} cached positions a sequence, bf16, the step's GPU part",
-                   overridable=DENSE_OVERRIDES)
+                   overridable=DENSE_OVERRIDES,
+                   in_sample=(f"the catalog {name}'s HBM efficiency is this batch-1 step's streaming rate"
+                              if batch == 1 else ""))

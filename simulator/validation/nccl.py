@@ -19,10 +19,12 @@ def busbw_GBps(topology: str, nodes: int, op: str, ranks: list[int], nbytes: flo
 def cases():
     yield Case("V4 nccl 8x H100 all_reduce 1GiB", "busbw GB/s", 367.5,
                lambda: busbw_GBps("dgx-h100", 1, "all_reduce", list(range(8)), GiB), source=SOURCE,
-               note="dgx-h100 node 0, ring over NVSwitch (365-370 published; midpoint)")
+               note="dgx-h100 node 0, ring over NVSwitch (365-370 published; midpoint)",
+               in_sample="dgx-h100's NVSwitch efficiency (topologies/dgx-h100.yaml) is set from this nccl-tests figure")
     yield Case("V4 nccl 8x A100 all_reduce 1GiB", "busbw GB/s", 232.0,
                lambda: busbw_GBps("dgx-a100", 1, "all_reduce", list(range(8)), GiB), source=SOURCE,
                note="dgx-a100 node 0")
     yield Case("V4 nccl NDR per NIC all_reduce 1GiB", "busbw GB/s", 47.0,
                lambda: busbw_GBps("dgx-h100", 2, "all_reduce", [0, 8], GiB), source=SOURCE,
-               note="dgx-h100 x2, GPU 0 of each node: one 400 Gb/s NDR NIC each (46-48 published; midpoint)")
+               note="dgx-h100 x2, GPU 0 of each node: one 400 Gb/s NDR NIC each (46-48 published; midpoint)",
+               in_sample="dgx-h100's NIC efficiency (topologies/dgx-h100.yaml) is set from this nccl-tests figure")

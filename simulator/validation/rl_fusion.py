@@ -108,6 +108,7 @@ def cases():
     # The former case "sync falls below 0.9" is withdrawn (issue 12 item 8: the bound is not in the
     # sources; docs/validation.md); StaleSync keeping >= 0.9 (above) stays.
     yield Case("V2 DistQueue hierarchical fetch", "queue load cut (x)", 128.0, hierarchical_load_cut,
-               tolerance=0.01, source=SRC, note="TP8 x PP16 readers -> one per group")
+               tolerance=0.01, source=SRC, note="TP8 x PP16 readers -> one per group",
+               in_sample="by construction: one reader per 128-device group reads the queue (rl/distqueue.py)")
     yield Case("V2 DistQueue packing", "bytes cut (fraction)", 0.8, packing_cut, expect="above", source=SRC,
                note="published '>80%'; seed long-tail lengths, padded to prompt max + response max")

@@ -89,3 +89,18 @@ def test_a_family_id_selects_that_family_only():
     assert _selects("V3", "V3 cloudmatrix R1 decode per NPU") and _selects("v3", "V3 cloudmatrix R1 decode per NPU")
     assert not _selects("V3", "V6 nemo-rl deepseek-v3 on-policy 256gpu step")
     assert _selects("deepseek-v3", "V6 nemo-rl deepseek-v3 on-policy 256gpu step")
+
+
+def test_an_in_sample_case_is_said_and_counted_apart(capsys):
+    """Cases whose figure set one of the model's constants (V4's NVSwitch and NIC efficiencies, the
+    batch-1 decode steps' HBM rates) or that hold by construction (the DistQueue's load cut) cannot
+    fail, and were counted green like the rest (a validation audit): the table marks them, the total
+    counts them apart and --json says why."""
+    assert main(["validate", "--case", "V4", "--case", "DistQueue hierarchical"]) == 0
+    out = capsys.readouterr().out
+    assert "V4 nccl 8x H100 all_reduce 1GiB" in out and out.count("(in-sample)") == 3   # not the A100 row
+    assert "4 of 4 cases within tolerance (3 of them in-sample" in out
+    assert main(["validate", "--case", "V4", "--json"]) == 0
+    rows = {r["case"]: r for r in json.loads(capsys.readouterr().out)}
+    assert "nccl-tests" in rows["V4 nccl NDR per NIC all_reduce 1GiB"]["in_sample"]
+    assert "in_sample" not in rows["V4 nccl 8x A100 all_reduce 1GiB"]   # a real cross-check
