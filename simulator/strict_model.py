@@ -45,32 +45,29 @@ class _BoolGiven:
         return f"{str(self.value).lower()}, a bool: write a number"
 
 
-def number_only(annotation: Any) -> bool:
-    """Whether a field of this type holds only a number (int or float, optionally None): a quoted
-    '64' there is text, not the number (lax mode read prompts_per_step: '64' as 64)."""
-    if annotation in (int, float):
+def _holds_only(annotation: Any, leaf: Any) -> bool:
+    """Whether every type a field of this type may hold (None aside) passes ``leaf``."""
+    if leaf(annotation):
         return True
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return number_only(typing.get_args(annotation)[0])
+        return _holds_only(typing.get_args(annotation)[0], leaf)
     if origin is typing.Union or origin is types.UnionType:
         args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-        return bool(args) and all(number_only(arg) for arg in args)
+        return bool(args) and all(_holds_only(arg, leaf) for arg in args)
     return False
+
+
+def number_only(annotation: Any) -> bool:
+    """Whether a field of this type holds only a number (int or float, optionally None): a quoted
+    '64' there is text, not the number (lax mode read prompts_per_step: '64' as 64)."""
+    return _holds_only(annotation, lambda leaf: leaf in (int, float))
 
 
 def bool_only(annotation: Any) -> bool:
     """Whether a field of this type holds only true / false (optionally None): a quoted 'yes' or a 1
     there is not a flag (lax mode read partial_rollout: "yes" as true and "no" as false)."""
-    if annotation is bool:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return bool_only(typing.get_args(annotation)[0])
-    if origin is typing.Union or origin is types.UnionType:
-        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-        return bool(args) and all(bool_only(arg) for arg in args)
-    return False
+    return _holds_only(annotation, lambda leaf: leaf is bool)
 
 
 class _NotAFlag:
@@ -94,24 +91,25 @@ def passes_value_on(validator: Any) -> Any:
     return validator
 
 
-@functools.cache
-def _number_fields(cls: type[BaseModel]) -> frozenset[str]:
-    """The fields of a model class that take only a number and no validator of which reads text
-    first: one walk of its declarations per class, not one per validation."""
+def _fields_holding_only(cls: type[BaseModel], holds: Any) -> frozenset[str]:
+    """The fields of a model class whose type passes ``holds`` and no validator of which reads the
+    value first (a "before" validator not marked passes_value_on: a unit parser reads text)."""
     parsed = {name for d in cls.__pydantic_decorators__.field_validators.values()
               if d.info.mode == "before" and not getattr(getattr(d.func, "__func__", d.func), _PASSES_VALUE_ON, False)
               for name in d.info.fields}
-    return frozenset(k for k, f in cls.model_fields.items() if k not in parsed and number_only(f.annotation))
+    return frozenset(k for k, f in cls.model_fields.items() if k not in parsed and holds(f.annotation))
+
+
+@functools.cache
+def _number_fields(cls: type[BaseModel]) -> frozenset[str]:
+    """The fields that take only a number: one walk of a class's declarations, not one per validation."""
+    return _fields_holding_only(cls, number_only)
 
 
 @functools.cache
 def _flag_fields(cls: type[BaseModel]) -> frozenset[str]:
-    """The fields of a model class that take only true / false and no validator of which reads its
-    value first (as _number_fields)."""
-    parsed = {name for d in cls.__pydantic_decorators__.field_validators.values()
-              if d.info.mode == "before" and not getattr(getattr(d.func, "__func__", d.func), _PASSES_VALUE_ON, False)
-              for name in d.info.fields}
-    return frozenset(k for k, f in cls.model_fields.items() if k not in parsed and bool_only(f.annotation))
+    """The fields that take only true / false (as _number_fields)."""
+    return _fields_holding_only(cls, bool_only)
 
 
 class _TextGiven:
