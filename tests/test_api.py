@@ -149,15 +149,17 @@ def test_rlsim_run_keeps_the_sample_table_only_for_out(monkeypatch, tmp_path):
     assert seen == [False, True] and (tmp_path / "o" / "samples.csv").stat().st_size > 0
 
 
-def test_rlsim_compare_keeps_the_sample_tables_only_for_out(monkeypatch, tmp_path):
+def test_rlsim_compare_keeps_the_sample_tables_only_for_out(monkeypatch, tmp_path, capsys):
     from simulator import cli
 
     seen = _keep_samples_asked(monkeypatch)
     kinds = ["--schedules", "colocated,stalesync"]
     assert cli.main(["compare", *SMALL_RUN, *kinds, "--json"]) == 0
+    capsys.readouterr()
     assert cli.main(["compare", *SMALL_RUN, *kinds, "--out", str(tmp_path / "o")]) == 0
     assert seen == [False, False, True, True]
     assert next((tmp_path / "o").glob("*/samples.csv")).stat().st_size > 0
+    assert f"wrote {tmp_path / 'o'}/" in capsys.readouterr().out   # said as `rlsim run --out` says it
 
 
 def test_the_summary_read_from_the_store_is_the_summary_of_the_samples_frame():

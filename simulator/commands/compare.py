@@ -80,6 +80,9 @@ def _compare(args: argparse.Namespace, imported: Any) -> int:
         print_json(result.rows())
     else:
         print_comparison(result.rows())
+        if args.out:   # as `rlsim run --out` says it
+            print(f"wrote {args.out}/ (report.html, and per schedule its scenario.yaml, summary.json, CSVs, "
+                  "trace.json and plots)")
     return 0
 
 
