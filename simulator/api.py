@@ -19,6 +19,7 @@ import yaml
 
 from .errors import ReadPastError, RlsimError, blamed_on_set, raised_from
 from .hardware.topology import load_topology
+from .json_text import json_text
 from .llm.lengths import LengthDistribution, cap_notes
 from .overrides import parse_assignment, string_items
 from .rl.pools import served_devices, split_warning
@@ -75,7 +76,8 @@ class SimulationResult:
         out.mkdir(parents=True, exist_ok=True)
         files = {
             "scenario.yaml": scenario_snapshot(self.scenario.to_dict(), self.scenario.source),
-            "summary.json": json.dumps(self.summary, indent=2, default=float) + "\n",
+            # as --json writes it: a non-finite figure (no JSON number) as null, not Infinity
+            "summary.json": json_text(self.summary, indent=2, sort_keys=False) + "\n",
             "trace.json": json.dumps(chrome_trace(self.timeline, self.summary), separators=(",", ":")),
         }
         written = []

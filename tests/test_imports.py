@@ -26,7 +26,7 @@ PACKAGE = "simulator"
 # DESIGN.md's layer table, lowest first. A module's layer comes from the longest matching prefix.
 LAYERS: list[tuple[str, list[str]]] = [
     ("config", ["atomic", "errors", "units", "scenario", "presets", "overrides", "paths", "builtin", "version", "params",
-                "engine_software", "strict_model"]),
+                "engine_software", "strict_model", "json_text"]),
     ("des", ["des"]),
     ("hardware", ["hardware"]),
     ("network", ["network"]),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import os
 import sys
@@ -134,26 +133,8 @@ def print_warnings(summary: Mapping[str, Any], prefix: str = "") -> None:
 
 def print_json(document: Any) -> None:
     """One JSON document on stdout; a non-finite float (no JSON number) is written as null."""
-    sys.stdout.write(json.dumps(_finite(document), indent=2, sort_keys=False, allow_nan=False,
-                                default=_jsonable) + "\n")
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+    from ..json_text import json_text
+    sys.stdout.write(json_text(document, indent=2, sort_keys=False) + "\n")
 
 
 def add_framework_import(parser: argparse.ArgumentParser) -> None:
