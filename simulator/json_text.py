@@ -25,8 +25,8 @@ def finite(value: Any) -> Any:
 
 
 def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item"):  # numpy scalars
-        return finite(value.item())
-    if hasattr(value, "tolist"):
+    if hasattr(value, "tolist"):   # numpy arrays and scalars (a scalar's tolist is its value)
         return finite(value.tolist())
+    if hasattr(value, "item"):
+        return finite(value.item())
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
