@@ -56,6 +56,9 @@ class SimulationResult:
     # empty when the costs were given (no topology was built).
     device_kinds: list[str] = field(default_factory=list)
     device_counts: dict[str, int] = field(default_factory=dict)   # devices of each kind (the same source)
+    # a kind's price per device-hour where its device entry gives one (price_per_hour), for the cost
+    # of a capacity answer beside --price (capacity.price_per_device_hour)
+    device_prices: dict[str, float] = field(default_factory=dict)
 
     def device_timeline(self) -> pd.DataFrame:
         """One row per device and interval (des.INTERVAL_COLUMNS); large at scale."""
@@ -309,6 +312,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     replanner = None
     device_kinds: list[str] = []
     device_counts: dict[str, int] = {}
+    device_prices: dict[str, float] = {}
     topology = None   # given costs (tests' fakes) run on no topology
     if costs is None:
         topology = load_topology(sc.topology, max_devices=sc.limits.max_devices, spec_source=sc.source)
@@ -318,6 +322,8 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
         n_devices = topology.num_devices
         device_counts = topology.device_counts()
         device_kinds = list(device_counts)
+        device_prices = {spec.name: float(spec.price_per_hour) for spec in topology.distinct_specs(range(n_devices))
+                         if spec.price_per_hour is not None}
         rec, costs, plan = _run_planned(sc, topology, prompt, resp, progress, keep_samples, plan_seed)
     else:
         n_devices = int(getattr(costs, "n_devices", 0)) or 8
@@ -384,7 +390,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
             f"{', '.join(late)} came at or after the run's end ({end:g} s): no failure happened there; "
             "give an earlier at_s or more iterations")
     return SimulationResult(sc, summary, timeline, metrics.iterations_frame(rec), samples, rec, device_kinds,
-                            device_counts)
+                            device_counts, device_prices)
 
 
 def _run_planned(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: LengthDistribution, progress: Any,

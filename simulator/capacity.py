@@ -79,15 +79,20 @@ def steady_step_time_s(summary: Mapping[str, Any]) -> float:
 
 def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[str, float] | None) -> float | None:
     """The price of one device-hour for this run: one number for every device, or a mapping from
-    device catalog name (`h100`, `ascend-910c`) to price, matched against the summary's device kind.
+    device catalog name (`h100`, `ascend-910c`) to price, matched against the summary's device kind;
+    a kind the mapping leaves out (or every kind, without ``prices``) takes its device entry's
+    `price_per_hour` where the topology gives one (the summary's device_prices; it was read nowhere).
     ``summary`` may be a SimulationResult, whose device kinds and counts are beside its summary."""
-    if prices is None:
-        return None
     if isinstance(prices, (int, float)):
         return float(prices)
     if hasattr(summary, "summary") and hasattr(summary, "device_kinds"):   # a SimulationResult
         summary = {**summary.summary, "device_kinds": list(summary.device_kinds),
-                   "device_counts": dict(getattr(summary, "device_counts", {}) or {})}
+                   "device_counts": dict(getattr(summary, "device_counts", {}) or {}),
+                   "device_prices": dict(getattr(summary, "device_prices", {}) or {})}
+    own = summary.get("device_prices") or {}
+    if prices is None and not own:
+        return None
+    prices = {**own, **(prices or {})}
     kinds = _device_kinds(summary)
     if not kinds:
         raise RlsimError("cannot price this run: its summary names no device kind", field="prices",
@@ -96,7 +101,8 @@ def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[st
     missing = [k for k in kinds if k not in prices]
     if missing:
         raise RlsimError(f"no price for device {missing[0]!r}", field="prices",
-                         fix=f"add a price for {missing[0]} (known: {', '.join(sorted(prices)) or 'none'})")
+                         fix=f"add a price for {missing[0]} (--price {missing[0]}=USD, or price_per_hour in its "
+                             f"device entry; known: {', '.join(sorted(prices)) or 'none'})")
     # A mixed cluster: each kind's price weighed by its count (a sweep point's device_counts); where
     # the summary has no counts, the most expensive kind rather than an under-reported cost.
     counts = summary.get("device_counts")

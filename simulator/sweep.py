@@ -1308,4 +1308,6 @@ def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, A
     summary.setdefault("device_kinds", result.device_kinds)
     if len(result.device_counts) > 1:   # a mixed cluster: its cost weighs each kind's price by its count
         summary.setdefault("device_counts", result.device_counts)
+    if result.device_prices:   # the prices the topology's device entries give (price_per_hour)
+        summary.setdefault("device_prices", result.device_prices)
     return summary

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import simulator
 from simulator.capacity import Target, cheapest, cost_fields, find_smallest, price_per_device_hour
 from simulator.errors import RlsimError
 
@@ -242,3 +243,23 @@ def test_a_target_given_as_text_and_a_replicate_keyword_typo_are_named():
     assert caught.value.field == "tokens_per_s"
     with pytest.raises(RlsimError, match="did you mean 'iterations'"):
         replicate({"topology": "dgx-h100", "workload": "grpo-qwen2.5-7b"}, seeds=2, iteratons=1)
+
+
+def test_a_device_entrys_price_per_hour_prices_its_kind():
+    """A device's price_per_hour (a topology's device entry) was read nowhere: a sweep with a price
+    for the other kind only stopped on 'no price for device' (a heterogeneous-cluster audit). It now
+    prices its kind where --price leaves it out, and a run without --price."""
+    row = {"device_kinds": ["h100", "fast"], "device_counts": {"h100": 8, "fast": 8},
+           "device_prices": {"fast": 5.0}}
+    assert price_per_device_hour(row, {"h100": 2.5}) == pytest.approx(3.75)      # (8 x 2.5 + 8 x 5) / 16
+    assert price_per_device_hour(row, {"h100": 2.5, "fast": 4.0}) == pytest.approx(3.25)   # --price wins
+    assert price_per_device_hour({**row, "device_kinds": ["fast"], "device_counts": {"fast": 8}}, None) == 5.0
+    assert price_per_device_hour({"device_kinds": ["h100"]}, None) is None
+    with pytest.raises(RlsimError, match="no price for device 'h100'") as err:
+        price_per_device_hour(row, None)
+    assert "price_per_hour" in err.value.fix and "--price h100=USD" in err.value.fix
+    result = simulator.simulate(workload="grpo-qwen2.5-7b", iterations=1,
+                                topology={"name": "t", "device": {"base": "h100", "name": "fast", "price_per_hour": 5.0},
+                                          "devices_per_node": 8, "nodes": 1},
+                                overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16"])
+    assert result.device_prices == {"fast": 5.0} and price_per_device_hour(result, None) == 5.0
