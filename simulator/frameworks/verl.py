@@ -932,6 +932,15 @@ def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[s
     inflight_key = "algorithm.filter_groups.max_inflight_gen_batches"
     if not (recipe == "sync" and v.flag("algorithm.filter_groups.enable")) and v.given(inflight_key):
         decided[inflight_key] = ("ignored", "used only by verl 0.9's v1 sync mode with algorithm.filter_groups.enable")
+    if v.flag("algorithm.filter_groups.enable") and w.get("samples_per_prompt") == 1:
+        # a group of one sample has no reward spread, and DAPO's filter keeps it (std > 0 or a single
+        # sample): nothing is filtered, so no dynamic sampling runs (rlsim refuses it at n = 1)
+        decided["algorithm.filter_groups.enable"] = ("ignored", f"with {A}.rollout.n 1 every group is one sample, "
+                                                                "which the filter keeps: nothing is filtered")
+        for key in (cap_key, inflight_key, "data.gen_batch_size"):
+            if v.given(key):
+                decided[key] = ("ignored", "dynamic sampling filters nothing at rollout.n 1")
+        return
     if not v.flag("algorithm.filter_groups.enable"):
         decided[cap_key] = ("ignored", "used only with algorithm.filter_groups.enable")
         if v("data.gen_batch_size") is not None:   # it was listed as mapped and set nothing (a framework audit)

@@ -1425,7 +1425,8 @@ def test_verl_09_v1_async_modes_as_their_trainers_run_them():
     assert "actor_rollout_ref.rollout.nnodes" in col.unsupported
     assert "parameter_sync_step" not in col.scenario["schedule"]
     dapo = import_config("verl", cfg, [*QUICKSTART, "trainer.v1.trainer_mode=colocate_async",
-                                       "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"])
+                                       "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
+                                       "actor_rollout_ref.rollout.n=8"])
     assert dapo.scenario["workload"]["dynamic_sampling"] == {}   # a filtered group replaced by one new prompt
     assert "between_gen_batches" not in dapo.scenario["schedule"]
     load_scenario(dapo.scenario)
@@ -1442,7 +1443,7 @@ def test_verl_09_sync_mode_runs_its_replay_buffer_and_a_legacy_config_the_legacy
     cfg = DATA / "verl-0.9.1-generated-ppo-trainer.yaml"
     dapo = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
             "algorithm.filter_groups.max_num_gen_batches=5", "algorithm.filter_groups.max_inflight_gen_batches=2",
-            "+data.gen_batch_size=384"]
+            "+data.gen_batch_size=384", "actor_rollout_ref.rollout.n=8"]
     v1 = import_config("verl", cfg, [*QUICKSTART, *dapo])
     assert v1.scenario["schedule"]["kind"] == "verl-sync" and "trainer.use_v1 true" in v1.schedule_rule
     assert v1.scenario["schedule"]["max_inflight_gen_batches"] == 2 and v1.scenario["workload"]["dynamic_sampling"] == {}
@@ -1456,6 +1457,11 @@ def test_verl_09_sync_mode_runs_its_replay_buffer_and_a_legacy_config_the_legacy
     assert "v1 sync mode" in legacy.ignored["algorithm.filter_groups.max_inflight_gen_batches"]
     plain = import_config("verl", cfg, [*QUICKSTART])
     assert plain.scenario["schedule"]["kind"] == "verl-sync" and "max_inflight_gen_batches" not in plain.scenario["schedule"]
+    # at rollout.n 1 every group is one sample, which DAPO's filter keeps: no dynamic sampling runs
+    single = import_config("verl", cfg, [*QUICKSTART, *dapo[:-1], "trainer.use_v1=false"])
+    assert "dynamic_sampling" not in single.scenario["workload"]
+    assert "nothing is filtered" in single.ignored["algorithm.filter_groups.enable"]
+    load_scenario(single.scenario)
     old = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
     assert old.scenario["schedule"]["kind"] == "colocated" and any("trainer.use_v1=true" in n for n in old.notes)
     new = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["+trainer.use_v1=true"])

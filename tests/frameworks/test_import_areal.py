@@ -56,7 +56,13 @@ def test_a_saved_config_at_areals_defaults_imports_whole(capsys):
     assert s["workload"]["train_layout"]["micro_batch"] == 64            # a mini-batch per rank in one
     code, _, err = cli(capsys, "run", "--from-areal", str(DEFAULTS), "--iterations", "1")
     assert code == 2 and "does not fit" in err and "actor.mb_spec.n_mbs" in err    # ... which does not fit
+    # a budget below the longest sequence (prompt max + max_new_tokens: 18,219) is refused, as AReaL's
+    # ffd_allocate raises on it (utils/seqpack.py: "larger than capacity"); the stage-cost reuse had
+    # hidden it where the heaviest batch was not costed itself
     code, _, err = cli(capsys, "run", "--from-areal", str(DEFAULTS), "actor.mb_spec.max_tokens_per_mb=16384",
+                       "actor.gradient_checkpointing=true", "--iterations", "2")
+    assert code == 2 and "exceeds the micro-batch token budget" in err
+    code, _, err = cli(capsys, "run", "--from-areal", str(DEFAULTS), "actor.mb_spec.max_tokens_per_mb=32768",
                        "actor.gradient_checkpointing=true", "--iterations", "2")
     assert code == 0, err
 
