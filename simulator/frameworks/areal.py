@@ -122,8 +122,9 @@ RULES: dict[str, Rule] = {
     "rollout.*": ignored("the rollout client's bookkeeping (names, timeouts, tracing, the agent service): no effect "
                          "on step time"),
     "actor.path": mapped("workload.model", "Hugging Face id or folder -> model preset, or the folder's config.json"),
-    "actor.backend": mapped("workload.train_layout", "fsdp / archon: ZeRO-3 over d x c with tp t; megatron: its "
-                                                     "d/t/p/c/e; d x t x p x c = the training GPUs"),
+    "actor.backend": mapped("workload.train_layout", "fsdp / archon: ZeRO-3 over d x c with tp t, c Ulysses "
+                                                     "sequence parallelism (ulysses_sp); megatron: its d/t/p/c/e; "
+                                                     "d x t x p x c = the training GPUs"),
     "actor.scheduling_strategy.type": mapped("schedule.kind", "colocation (target rollout): colocated"),
     "actor.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
     "actor.ppo_n_minibatches": mapped("workload.mini_batch_prompts", "train_dataset.batch_size / ppo_n_minibatches"),
@@ -522,6 +523,8 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
         layout.update(zero=3, recompute="full" if checkpointing else "none")
         if engine == "fsdp" and attn["tp"] > 1:   # its TP plan shards the norms' sequence (SequenceParallel():
             layout["sequence_parallel"] = True     # areal/engine/fsdp_utils/parallel.py, 1.0.4)
+        if attn["cp"] > 1:   # c is Ulysses there: fsdp_utils/parallel.py sp_size = cp_size, fsdp_engine.py
+            layout["ulysses_sp"] = True   # patches attention with Ulysses; archon slices with archon/ulysses
         if engine == "archon":
             v.result.notes.append("Archon (torchtitan FSDP2): priced as FSDP, ZeRO-3 over the data x context ranks")
     tokens = v.whole("actor.mb_spec.max_tokens_per_mb")

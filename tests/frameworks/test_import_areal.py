@@ -99,6 +99,17 @@ def test_megatron_backend_and_expert_layout():
     load_scenario(r.scenario)
 
 
+@pytest.mark.parametrize(("backend", "ulysses"), [("fsdp:d2c2", True), ("archon:d2c2", True),
+                                                  ("megatron:d2c2", None), ("fsdp:d4", None)])
+def test_the_context_size_of_fsdp_and_archon_is_ulysses(backend, ulysses):
+    """AReaL's FSDP engine makes sp_size its c size and patches attention with Ulysses
+    (fsdp_utils/parallel.py, fsdp_engine.py); Archon slices with its ulysses module; Megatron's c is its own CP."""
+    r = import_config("areal", EXAMPLE, [f"actor.backend={backend}"])
+    layout = r.scenario["workload"]["train_layout"]
+    assert layout.get("ulysses_sp") is ulysses and layout["cp"] == (2 if "c2" in backend else 1)
+    load_scenario(r.scenario)
+
+
 def test_colocation_runs_colocated_and_lists_what_it_does_not_read():
     r = import_config("areal", EXAMPLE, ["rollout.scheduling_strategy.type=colocation", "actor.backend=fsdp:d4"])
     s = r.scenario["schedule"]
