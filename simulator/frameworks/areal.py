@@ -61,11 +61,14 @@ DEFAULTS: dict[str, Any] = {
     "vllm.dtype": "bfloat16",
 }
 # AReaL 1.0.4 pins sglang 0.5.10.post1 (its wheel's METADATA, extra "sglang"): rlsim's newest SGLang
-# preset stands for it. Its vLLM server is an OpenAI server over AsyncLLM (engine/vllm_ext).
-SGLANG_ENGINE, VLLM_ENGINE = "sglang-0.5.6", "vllm-v1-async"
+# preset stands for it. Its vLLM server is vLLM's OpenAI server (engine/vllm_ext/areal_vllm_server.py
+# runs vllm.entrypoints.openai's run_server on make_arg_parser's arguments; cli_args.py
+# vLLMConfig.build_cmd starts it): the server's usage-context defaults, as `vllm serve`.
+SGLANG_ENGINE, VLLM_ENGINE = "sglang-0.5.6", "vllm-v1-server"
 ENGINE_NOTE = {"sglang": f"AReaL 1.0.4 pins sglang 0.5.10.post1: rlsim's nearest preset {SGLANG_ENGINE} (its "
                          "running-request and chunked-prefill defaults) stands for it",
-               "vllm": f"AReaL's vLLM server (an OpenAI server over AsyncLLM): rlsim's {VLLM_ENGINE}"}
+               "vllm": f"AReaL's vLLM server (vLLM's OpenAI server, engine/vllm_ext/areal_vllm_server.py): "
+                       f"rlsim's {VLLM_ENGINE} (the server's step-token budget; max_num_seqs from vllm.max_num_seqs)"}
 
 _LOG = "logging, tracing and bookkeeping: no effect on step time"
 _LOSS = "loss / reward arithmetic on tensors the step already holds: no modelled cost"

@@ -167,7 +167,9 @@ def test_a_vllm_rollout_reads_the_vllm_section():
     r = import_config("areal", EXAMPLE, ["rollout.backend=vllm:d2t2", "+vllm.enforce_eager=true",
                                          "+vllm.gpu_memory_utilization=0.7"])
     w = r.scenario["workload"]
-    assert w["engine"] == "vllm-v1-async" and w["rollout_layout"]["tp"] == 2
+    # AReaL runs vLLM's OpenAI server (engine/vllm_ext/areal_vllm_server.py): its usage context's defaults
+    assert w["engine"] == "vllm-v1-server" and w["rollout_layout"]["tp"] == 2
+    assert any("OpenAI server" in note and "vllm-v1-server" in note for note in r.notes)
     assert w["inference"]["enforce_eager"] is True and w["rollout_layout"]["gpu_memory_utilization"] == 0.7
     assert "sglang" not in " ".join(r.mapped)                 # the SGLang section is the other engine's
     assert "do not apply" in r.ignored["sglang.mem_fraction_static"]
