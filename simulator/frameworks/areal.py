@@ -330,39 +330,57 @@ def _backends(v: Values, decided: dict[str, tuple[Status, str]]) -> tuple[Any, A
     return rollout, actor
 
 
-_DIM = re.compile(r"([dptce])(\d+)")
 _DIM_NAMES = {"d": "dp", "p": "pp", "t": "tp", "c": "cp", "e": "ep"}
+# AReaL 1.0.4's ALLOCATION_GRAMMAR (api/alloc_mode.py:594-638): sizes are NUMBER /[1-9][0-9]*/,
+# whitespace between tokens is ignored (%ignore WS); an inference backend takes d / t / p
+# (INF_DIM_TYPE), a training one d / p / t / c / e, or the hybrid attn (c d t p) | ffn (d e t p)
+# sections, parentheses optional ("("? attn_section "|" ffn_section ")"?) and no name.
+INFERENCE_BACKENDS = ("sglang", "vllm")
+_SIZE = r"\s*[1-9]\d*"
+_HEAD = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\[\s*([A-Za-z_]\w*)\s*\]\s*)?:(.*)", re.S)
+
+
+def _dims_pattern(letters: str) -> str:
+    return rf"(?:\s*[{letters}]{_SIZE})+\s*"
+
+
+_HYBRID = re.compile(rf"\s*\(?\s*attn\s*:({_dims_pattern('cdtp')})\|\s*ffn\s*:({_dims_pattern('detp')})\)?\s*",
+                     re.S)
 
 
 def parse_backend(value: Any, key: str, source: str, engines: tuple[str, ...]) -> tuple[str, dict[str, dict[str, int]]]:
-    """``engine:dims`` (AReaL's ModelAllocation.from_str: ``sglang:d4t2``, ``fsdp:d8``,
-    ``megatron:(attn:d1p4t2|ffn:d1p4e2)``) -> (engine, {"attn": sizes, "ffn": sizes}); a plain spec
-    gives both parts the same sizes. A name in parentheses before the colon (``fsdp(actor):d4``) is allowed."""
-    text = "" if value is None else str(value).strip()
-    match = re.fullmatch(r"(\w+)(?:\([\w-]*\))?:(.+)", text)
-    if not match or match.group(1) not in engines:
+    """``engine[name]:dims`` as AReaL's grammar reads it (ModelAllocation.from_str: ``sglang:d4t2``,
+    ``fsdp[actor]:d8``, ``megatron:(attn:d1p4t2|ffn:d1p4e2)``, ``fsdp:d2 t2``) -> (engine, {"attn":
+    sizes, "ffn": sizes}); a plain spec gives both parts the same sizes."""
+    text = "" if value is None else str(value)
+    head = _HEAD.fullmatch(text)
+    if not head or head.group(1) not in engines:
         raise RlsimError(f"{key} {value!r} is not an AReaL backend spec", source=source, field=key,
-                         fix=f"give ENGINE:DIMS with ENGINE one of {', '.join(engines)}, e.g. {engines[0]}:d4t2")
-    engine, spec = match.group(1), match.group(2).strip()
-    hybrid = re.fullmatch(r"\(\s*attn\s*:\s*([^|]+)\|\s*ffn\s*:\s*([^)]+)\)", spec)
+                         fix=f"give ENGINE:DIMS or ENGINE[NAME]:DIMS with ENGINE one of {', '.join(engines)}, "
+                             f"e.g. {engines[0]}:d4t2")
+    engine, named, spec = head.group(1), head.group(2) is not None, head.group(3)
+    letters = "dtp" if engine in INFERENCE_BACKENDS else "dptce"
+    hybrid = None if engine in INFERENCE_BACKENDS or named else _HYBRID.fullmatch(spec)
     parts = {"attn": hybrid.group(1), "ffn": hybrid.group(2)} if hybrid else {"attn": spec, "ffn": spec}
-    dims: dict[str, dict[str, int]] = {}
-    for part, text_dims in parts.items():
-        text_dims = text_dims.strip()
-        if not re.fullmatch(r"(?:[dptce]\d+)+", text_dims):
-            raise RlsimError(f"{key}: {text_dims!r} is not a parallel spec of d/p/t/c/e sizes", source=source,
-                             field=key, fix="write sizes as d4t2p2c1e1 (data, tensor, pipeline, context, expert)")
-        sizes = {name: 1 for name in _DIM_NAMES.values()}
-        for letter, size in _DIM.findall(text_dims):
-            if int(size) < 1:
-                raise RlsimError(f"{key}: size {letter}{size} is below 1", source=source, field=key,
-                                 fix="give every size as a whole number >= 1")
-            sizes[_DIM_NAMES[letter]] = int(size)
-        dims[part] = sizes
-    if engine == "fsdp" and (dims["attn"]["pp"] > 1 or dims["attn"]["ep"] > 1):
-        raise RlsimError(f"{key} {text!r}: FSDP supports data, tensor and context parallelism only", source=source,
-                         field=key, fix="drop the p / e sizes, or use megatron")
+    if not hybrid and not re.fullmatch(_dims_pattern(letters), spec):
+        raise RlsimError(f"{key}: {spec.strip()!r} is not a parallel spec of {engine}'s {'/'.join(letters)} sizes",
+                         source=source, field=key,
+                         fix="write sizes >= 1 as d4t2p2 (data, tensor, pipeline: an inference backend takes no "
+                             "c / e)" if letters == "dtp" else "write sizes >= 1 as d4t2p2c1e1 (data, tensor, "
+                             "pipeline, context, expert), or ENGINE:(attn:DIMS|ffn:DIMS) without a [NAME]")
+    dims = {part: _sizes(text_dims) for part, text_dims in parts.items()}
+    if engine == "fsdp" and (dims["attn"]["pp"] > 1 or dims["attn"]["ep"] > 1 or dims["ffn"]["ep"] > 1):
+        raise RlsimError(f"{key} {text.strip()!r}: FSDP supports data, tensor and context parallelism only",
+                         source=source, field=key, fix="drop the p / e sizes, or use megatron")
     return engine, dims
+
+
+def _sizes(text_dims: str) -> dict[str, int]:
+    """'d4 t2' -> {dp: 4, tp: 2, pp: 1, cp: 1, ep: 1} (a repeated letter: the last, as AReaL's transformer)."""
+    sizes = {name: 1 for name in _DIM_NAMES.values()}
+    for letter, size in re.findall(r"([dptce])\s*(\d+)", text_dims):
+        sizes[_DIM_NAMES[letter]] = int(size)
+    return sizes
 
 
 def _world(dims: Mapping[str, Mapping[str, int]], part: str) -> int:
@@ -542,15 +560,10 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
 
 
 def _rollout_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
-    src, sizes = v.result.source, dims["attn"]
-    if sizes["cp"] > 1:
-        raise RlsimError("context-parallel inference is not modelled", source=src, field="rollout.backend",
-                         fix="give the rollout backend d / t / p sizes only (e.g. sglang:d4t2)")
+    src, sizes = v.result.source, dims["attn"]   # d / t / p only: parse_backend refuses c and e
     layout: dict[str, Any] = {"tp": sizes["tp"]}
     if sizes["pp"] > 1:   # vLLM's pipeline_parallel_size / SGLang's pp_size (AReaL's build_args)
         layout["pp"] = sizes["pp"]
-    if sizes["ep"] > 1:
-        layout["ep"] = sizes["ep"]
     if engine == "sglang":
         layout["gpu_memory_utilization"] = v.fraction("sglang.mem_fraction_static")
         if v("sglang.max_running_requests") is not None:

@@ -69,9 +69,14 @@ def test_a_saved_config_at_areals_defaults_imports_whole(capsys):
 
 @pytest.mark.parametrize(("spec", "engine", "attn", "ffn"), [
     ("sglang:d4t2", "sglang", {"dp": 4, "tp": 2}, {"dp": 4, "tp": 2}),
-    ("fsdp(actor):d8", "fsdp", {"dp": 8}, {"dp": 8}),
+    ("fsdp[actor]:d8", "fsdp", {"dp": 8}, {"dp": 8}),
+    ("sglang[gen]:d4", "sglang", {"dp": 4}, {"dp": 4}),
+    ("fsdp:d2 t2", "fsdp", {"dp": 2, "tp": 2}, {"dp": 2, "tp": 2}),
+    (" megatron : d2 p2\tt2 ", "megatron", {"dp": 2, "pp": 2, "tp": 2}, {"dp": 2, "pp": 2, "tp": 2}),
     ("megatron:d2p2t2", "megatron", {"dp": 2, "pp": 2, "tp": 2}, {"dp": 2, "pp": 2, "tp": 2}),
     ("megatron:(attn:d1p4t2|ffn:d1p4e2)", "megatron", {"pp": 4, "tp": 2}, {"pp": 4, "ep": 2}),
+    ("megatron:attn:d4|ffn:d4", "megatron", {"dp": 4}, {"dp": 4}),              # parentheses are optional
+    ("megatron:( attn: d1 c2 | ffn: e2 )", "megatron", {"cp": 2}, {"ep": 2}),
 ])
 def test_backend_specs_parse_as_areals_grammar(spec, engine, attn, ffn):
     name, dims = parse_backend(spec, "actor.backend", "x.yaml", ("sglang", "fsdp", "megatron"))
@@ -80,11 +85,18 @@ def test_backend_specs_parse_as_areals_grammar(spec, engine, attn, ffn):
         assert {k: v for k, v in dims[part].items() if v != 1} == {k: v for k, v in sizes.items() if v != 1}
 
 
-@pytest.mark.parametrize(("spec", "words"), [("sglang", "not an AReaL backend"), ("torch:d4", "not an AReaL backend"),
-                                             ("fsdp:d4x2", "not a parallel spec"), ("fsdp:d2p2", "FSDP supports")])
+@pytest.mark.parametrize(("spec", "words"), [
+    ("sglang", "not an AReaL backend"), ("torch:d4", "not an AReaL backend"),
+    ("fsdp(actor):d4", "not an AReaL backend"),                      # a name goes in brackets: fsdp[actor]
+    ("fsdp:d4x2", "not a parallel spec"), ("fsdp:d2p2", "FSDP supports"), ("fsdp:d0", "not a parallel spec"),
+    ("sglang:d2e2", "not a parallel spec"), ("sglang:d2c2", "not a parallel spec"),   # INF_DIM_TYPE: d t p
+    ("sglang:(attn:d2|ffn:d2)", "not a parallel spec"),                 # hybrid sections: training backends only
+    ("megatron[actor]:(attn:d2|ffn:d2)", "not a parallel spec"),        # ... and without a name
+    ("megatron:(attn:d2e2|ffn:d2)", "not a parallel spec"),             # attn takes c d t p, ffn d e t p
+])
 def test_a_bad_backend_spec_is_named(spec, words):
     with pytest.raises(RlsimError) as err:
-        parse_backend(spec, "actor.backend", "x.yaml", ("fsdp", "megatron"))
+        parse_backend(spec, "actor.backend", "x.yaml", ("fsdp", "megatron", "sglang"))
     assert words in err.value.message and err.value.field == "actor.backend"
 
 
@@ -130,9 +142,9 @@ def test_pipeline_parallel_servers_are_the_rollout_layouts_pp():
     assert "pp" not in flat.scenario["workload"]["rollout_layout"]
     assert staged.scenario["schedule"]["rollout_devices"] == flat.scenario["schedule"]["rollout_devices"]
     load_scenario(staged.scenario)
-    with pytest.raises(RlsimError) as err:
+    with pytest.raises(RlsimError) as err:   # AReaL's grammar: an inference backend takes d / t / p
         import_config("areal", EXAMPLE, ["rollout.backend=sglang:d2c2t1"])
-    assert err.value.field == "rollout.backend" and "context-parallel" in str(err.value)
+    assert err.value.field == "rollout.backend" and "d/t/p sizes" in str(err.value)
 
 
 def test_the_proximal_log_prob_pass_follows_should_compute_prox_logp():
