@@ -109,6 +109,9 @@ RULES: dict[str, Rule] = {
                                  "max_new_tokens to max_tokens - prompt per request)"),
     "gconfig.min_new_tokens": unsupported("a minimum response length is not modelled", neutral=0),
     "gconfig.use_beam_search": unsupported("beam search is not modelled", neutral=False),
+    "gconfig.ignore_eos": unsupported("both engines get it (engine/sglang_remote.py, vllm_remote.py): every response "
+                                      "runs to max_new_tokens, which changes the length law; set "
+                                      "workload.response_length", neutral=False),
     "gconfig.*": ignored(_SAMPLING),
     "rollout.backend": mapped("workload.rollout_layout", "the engine (sglang / vllm), its tp and pp (servers of t x "
                                                          "p GPUs); d x t x p = the rollout GPUs"),

@@ -188,6 +188,14 @@ def test_a_vllm_rollout_reads_the_vllm_section():
     load_scenario(r.scenario)
 
 
+def test_ignore_eos_is_unsupported_not_a_sampling_setting():
+    """AReaL hands gconfig.ignore_eos to both engines (sglang_remote.py, vllm_remote.py): every response
+    runs to max_new_tokens, which rlsim's length law does not say."""
+    assert "max_new_tokens" in import_config("areal", EXAMPLE, ["+gconfig.ignore_eos=true"]).unsupported[
+        "gconfig.ignore_eos"]
+    assert "gconfig.ignore_eos" in import_config("areal", EXAMPLE, ["+gconfig.ignore_eos=false"]).ignored
+
+
 def test_unknown_keys_are_an_error_unless_added():
     with pytest.raises(RlsimError):
         import_config("areal", EXAMPLE, ["actor.ppo_n_minibatchs=2"])
