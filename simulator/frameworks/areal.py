@@ -294,7 +294,8 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
                          fix="give the rollout and the actor backends the same world size (d x t x p x c)")
     workload = _workload(v, rollout_engine, rollout_dims, train_engine, train_dims, "workload.model" in user_sets,
                          decided)
-    sched = _schedule(v, colocated, rollout_gpus, train_dims["attn"]["dp"], workload, decided)
+    sched = _schedule(v, colocated, rollout_gpus, train_dims["attn"]["dp"], workload, decided,
+                      "schedule.consumer_batch_size" in user_sets)
     gpus = (train_gpus if colocated else train_gpus + rollout_gpus) + workload.get("distillation", {}).get("devices", 0)
     per_node = v.count("cluster.n_gpus_per_node")
     topo, note = size_topology(topology, gpus, "rollout.backend + actor.backend (+ teacher.rollout.backend) world sizes",
@@ -617,8 +618,22 @@ def _recomputes_logprob(v: Values) -> bool:
     return v.flag("actor.recompute_logprob")
 
 
+def _refuse_a_consumer_batch_below_the_batch(v: Values, consumer: int, prompts: int) -> None:
+    """AReaL's start rule lets (eta + version + 1) x consumer_batch_size rollouts start by each
+    version: below the trained batch a later step's batch never fills (its default 1, cli_args.py
+    RolloutConfig, lets one rollout start)."""
+    given = v.given("rollout.consumer_batch_size")
+    raise RlsimError(f"rollout.consumer_batch_size {consumer}{'' if given else ' (AReaL default)'} is below the "
+                     f"{prompts} prompts a step trains (train_dataset.batch_size): by version v AReaL starts at most "
+                     f"(max_head_offpolicyness + v + 1) x {consumer} rollouts, so a later step's batch never fills "
+                     "and its trainer waits forever", source=v.result.source, field="rollout.consumer_batch_size",
+                     fix="set rollout.consumer_batch_size=${train_dataset.batch_size} (AReaL's recipes) or at least "
+                         f"{prompts}")
+
+
 def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: Mapping[str, Any],
-              decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+              decided: dict[str, tuple[Status, str]], consumer_set: bool = False) -> dict[str, Any]:
+    """consumer_set: the user's --set gives schedule.consumer_batch_size (it replaces the config's)."""
     s: dict[str, Any] = {"kind": "colocated" if colocated else "areal"}
     eta = v.natural("rollout.max_head_offpolicyness")
     if colocated:
@@ -638,6 +653,8 @@ def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: M
             s["max_concurrent_rollouts"] = v.count("rollout.max_concurrent_rollouts")
         s["recompute_logprob"] = _recomputes_logprob(v)
         consumer = v.count("rollout.consumer_batch_size")
+        if consumer < w["prompts_per_step"] and not consumer_set:
+            _refuse_a_consumer_batch_below_the_batch(v, consumer, w["prompts_per_step"])
         if consumer != w["prompts_per_step"]:
             s["consumer_batch_size"] = consumer
             v.result.notes.append(f"rollout.consumer_batch_size {consumer} is not train_dataset.batch_size "

@@ -173,6 +173,18 @@ def test_a_reference_of_another_model_or_budget_is_unsupported_not_ignored():
 def test_a_consumer_batch_below_the_batch_is_refused_against_the_config(capsys):
     code, _, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), "rollout.consumer_batch_size=64", "--iterations", "1")
     assert code == 2 and "rollout.consumer_batch_size" in err and "never fills" in err
+    assert "Traceback" not in err and "schedule.consumer_batch_size" not in err
+
+
+def test_a_consumer_batch_left_out_is_refused_naming_the_config_key(capsys):
+    """AReaL's default consumer_batch_size 1 lets one rollout start a version: the error names AReaL's
+    key and its recipes' value, not rlsim's schedule field."""
+    code, _, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), "~rollout.consumer_batch_size", "--iterations", "1")
+    assert code == 2 and "field 'rollout.consumer_batch_size'" in err and "AReaL default" in err
+    assert "rollout.consumer_batch_size=${train_dataset.batch_size}" in err and "schedule." not in err
+    code, _, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), "~rollout.consumer_batch_size",
+                       "--set", "schedule.consumer_batch_size=256", "--iterations", "1")
+    assert code == 0, err
 
 
 def test_a_vllm_rollout_reads_the_vllm_section():
