@@ -138,7 +138,7 @@ RULES: dict[str, Rule] = {
                                               "and logprob_max_tokens_per_micro_batch: compute_logp splits the batch "
                                               "by the same spec"),
     "actor.mb_spec.n_mbs": mapped("workload.train_layout.micro_batch", "without max_tokens_per_mb: a mini-batch's "
-                                  "samples per DP rank / n_mbs"),
+                                  "samples per DP rank / n_mbs; with it (a minimum count) unsupported above 1"),
     "actor.mb_spec.*": ignored("packing details: rlsim fills the micro-batches longest first within the budget"),
     "actor.pad_to_maximum": unsupported("padding every sequence to the longest is not modelled (rlsim packs)",
                                         neutral=False),
@@ -557,6 +557,10 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
         layout["max_tokens_per_micro_batch"] = layout["logprob_max_tokens_per_micro_batch"] = tokens
         if v.whole("actor.mb_spec.n_mbs", 1) == 1:
             decided["actor.mb_spec.n_mbs"] = ("ignored", "1: the token budget sets the micro-batches")
+        else:   # AReaL: at least n_mbs micro-batches (utils/data.py allocate_balanced_mbs, min_groups=n_mbs)
+            decided["actor.mb_spec.n_mbs"] = ("unsupported", "with max_tokens_per_mb AReaL splits into at least "
+                                              "n_mbs micro-batches (min_groups): rlsim's token budget sets the count "
+                                              "alone (priced as n_mbs 1)")
     else:   # a mini-batch's samples per data-parallel rank in n_mbs micro-batches
         per_rank = -(-mini_samples // attn["dp"])
         layout["micro_batch"] = -(-per_rank // v.whole("actor.mb_spec.n_mbs", 1))

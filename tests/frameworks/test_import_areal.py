@@ -208,6 +208,17 @@ def test_ignore_eos_is_unsupported_not_a_sampling_setting():
     assert "gconfig.ignore_eos" in import_config("areal", EXAMPLE, ["+gconfig.ignore_eos=false"]).ignored
 
 
+def test_n_mbs_beside_a_token_budget_is_a_minimum_count_rlsim_does_not_take():
+    """AReaL's allocate_balanced_mbs takes n_mbs as min_groups beside max_tokens_per_mb (utils/data.py)."""
+    budget = ["actor.mb_spec.max_tokens_per_mb=32768"]
+    r = import_config("areal", EXAMPLE, [*budget, "actor.mb_spec.n_mbs=4"])
+    assert "min_groups" in r.unsupported["actor.mb_spec.n_mbs"] and "actor.mb_spec.n_mbs" not in r.mapped
+    assert "token budget" in import_config("areal", EXAMPLE, [*budget, "actor.mb_spec.n_mbs=1"]).ignored[
+        "actor.mb_spec.n_mbs"]
+    samples = import_config("areal", EXAMPLE, ["~actor.mb_spec.max_tokens_per_mb", "actor.mb_spec.n_mbs=4"])
+    assert samples.mapped["actor.mb_spec.n_mbs"].startswith("workload.train_layout.micro_batch")
+
+
 def test_unknown_keys_are_an_error_unless_added():
     with pytest.raises(RlsimError):
         import_config("areal", EXAMPLE, ["actor.ppo_n_minibatchs=2"])
