@@ -179,7 +179,8 @@ RULES: dict[str, Rule] = {
     "ds.ring_attn_size": mapped("workload.train_layout.cp", "ring attention over the sequence"),
     "ds.ring_attn_head_stride": unsupported("ring attention's head striding is not modelled", neutral=1),
     "ds.param_dtype": mapped("workload.dtype"),
-    "ds.packing_samples": mapped("schedule.distqueue.packed"),
+    "ds.packing_samples": mapped("schedule.distqueue.packed", "forced on by ds.ring_attn_size > 1 or "
+                                 "train.dynamic_batch_enable, as OpenRLHF does"),
     "ds.adam_offload": mapped("workload.train_params.offload.optimizer", "ZeRO-Offload: the optimizer state and "
                                                                         "step on the host"),
     "ds.enable_sleep": mapped("schedule.switch.offload_optimizer", "colocated: DeepSpeed's states to the host around "
@@ -493,7 +494,11 @@ def _schedule(v: Values, kind: str, gpus: Mapping[str, int], w: Mapping[str, Any
     # ppo_actor.broadcast_to_vllm: each parameter gathered whole (ZeRO-3) on the actor's rank 0 and
     # broadcast to every engine (CUDA IPC on the hybrid engine), one tensor at a time
     v.result.notes.append("the weight sync is OpenRLHF's tensor-by-tensor one (schedule.refit: full-tensors)")
-    packed = v.flag("ds.packing_samples") or v.flag("train.dynamic_batch_enable")
+    # train_ppo_ray.py (0.11.2: 686-694; 0.9.10: 560-563) turns packing on for ring attention and dynamic batching
+    packed = v.flag("ds.packing_samples") or v.flag("train.dynamic_batch_enable") or v.count("ds.ring_attn_size") > 1
+    if packed and not v.flag("ds.packing_samples"):
+        v.result.notes.append("ds.packing_samples off: OpenRLHF turns it on for ds.ring_attn_size > 1 or "
+                              "train.dynamic_batch_enable (train_ppo_ray.py), so the rows are packed")
     s["distqueue"] = {"packed": packed}
     if packed and not v.flag("train.dynamic_batch_enable"):
         s["micro_batching"] = "sequence"   # fixed sample counts in order, not token-balanced

@@ -60,6 +60,18 @@ def test_a_script_without_a_readable_command_is_refused(tmp_path, text, words):
     assert words in str(info.value) and info.value.source == str(tmp_path / "train.sh")
 
 
+def test_ring_attention_packs_the_rows_as_openrlhf_forces_it(tmp_path):
+    """train_ppo_ray.py: --ds.ring_attn_size > 1 without --ds.packing_samples turns packing on."""
+    text = HYBRID.read_text().replace("--ds.packing_samples", "--ds.ring_attn_size 2")
+    r = import_config("openrlhf", script(tmp_path, text))
+    s = r.scenario["schedule"]
+    assert s["distqueue"]["packed"] is True and s["micro_batching"] == "sequence"
+    assert r.scenario["workload"]["train_layout"]["cp"] == 2
+    assert any("turns it on" in note for note in r.notes)
+    unpacked = import_config("openrlhf", script(tmp_path, HYBRID.read_text().replace("--ds.packing_samples", "")))
+    assert unpacked.scenario["schedule"]["distqueue"]["packed"] is False
+
+
 def test_the_hybrid_engine_example_runs_to_the_same_json_as_its_scenario(capsys):
     """train.colocate_all: colocated, vLLM sleeping at level 1, DeepSpeed's states to the host around
     each update, the reference on the actor's GPUs; every flag accounted for."""
