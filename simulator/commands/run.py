@@ -18,7 +18,7 @@ EXAMPLES = """examples:
   rlsim run --from-nemo-rl workloads/frameworks/nemo-rl-grpo-llama3.1-8b.yaml --set workload.response_length.median=900
   rlsim run --from-areal workloads/frameworks/areal-grpo-qwen2.5-1.5b.yaml rollout.max_head_offpolicyness=4 --iterations 6
   rlsim run --from-openrlhf workloads/frameworks/openrlhf-reinforce-qwen2.5-7b-hybrid.sh vllm.enable_sleep=false vllm.gpu_memory_utilization=0.3 --iterations 3
-  rlsim run --from-trl workloads/frameworks/trl-grpo-qwen2.5-7b-server.yaml num_processes=4 vllm_serve.tensor_parallel_size=2 vllm_serve.data_parallel_size=2 steps_per_generation=16 --iterations 3
+  rlsim run --from-trl workloads/frameworks/trl-grpo-qwen2.5-7b-server.yaml num_processes=4 vllm_serve.tensor_parallel_size=4 steps_per_generation=16 --iterations 3
   rlsim run --from-skyrl workloads/frameworks/skyrl-grpo-qwen2.5-1.5b-gsm8k.sh trainer.fully_async.enabled=true trainer.placement.colocate_all=false trainer.placement.policy_num_gpus_per_node=4 trainer.placement.ref_num_gpus_per_node=4 generator.inference_engine.num_engines=4 trainer.policy_mini_batch_size=1024 trainer.fully_async.num_parallel_generation_workers=2048 trainer.algorithm.policy_loss_type=rollout_is generator.batched=false --iterations 3
 """
 

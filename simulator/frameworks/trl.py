@@ -255,6 +255,7 @@ def _engine(v: Values, w: dict[str, Any], server: bool, processes: int, batches:
         w["inference"] = {"enforce_eager": v.flag(s + "enforce_eager")}
         if v(s + "enable_prefix_caching") is not None:
             w["inference"]["enable_prefix_caching"] = v.flag(s + "enable_prefix_caching")
+        _forwarded_server_options(v, w)
         cap = v.whole(s + "max_model_len")
         w["engine"] = SERVER_ENGINE
     else:
@@ -272,6 +273,39 @@ def _engine(v: Values, w: dict[str, Any], server: bool, processes: int, batches:
     if cap is not None:
         w["inference"]["max_model_len"] = cap
     v.result.notes.append(ENGINE_NOTE.format(engine=w["engine"]))
+
+
+def _refuse_data_parallel_servers_of_a_dense_model(v: Values, model: str | None) -> None:
+    """TRL 1.16 scripts/vllm_serve.py ScriptArguments.data_parallel_size: "For dense models, keep this
+    at 1. Setting this above `1` for dense models is not supported/useful and will error out (see vLLM
+    PR #30739)"."""
+    data_parallel = v.count("vllm_serve.data_parallel_size")
+    if data_parallel == 1 or model is None:
+        return
+    from ..llm.architecture import load_model
+    try:
+        moe = bool(load_model(model).is_moe)
+    except RlsimError:   # a model rlsim cannot read: its own error comes later
+        return
+    if not moe:
+        raise RlsimError(f"vllm_serve.data_parallel_size {data_parallel} with a dense model ({model}): TRL says "
+                         "it is not supported above 1 for dense models and errors out (scripts/vllm_serve.py)",
+                         source=v.result.source, field="vllm_serve.data_parallel_size",
+                         fix="set vllm_serve.data_parallel_size=1 and give the server its GPUs by "
+                             "vllm_serve.tensor_parallel_size")
+
+
+def _forwarded_server_options(v: Values, w: dict[str, Any]) -> None:
+    """vLLM options `trl vllm-serve` forwards to `vllm serve` that rlsim has fields for."""
+    s = "vllm_serve."
+    if v(s + "max_num_seqs") is not None:
+        w["rollout_layout"]["max_num_seqs"] = v.count(s + "max_num_seqs")
+    if v(s + "pipeline_parallel_size") is not None and v.count(s + "pipeline_parallel_size") > 1:
+        w["rollout_layout"]["pp"] = v.count(s + "pipeline_parallel_size")
+    if v(s + "max_num_batched_tokens") is not None:
+        w["inference"]["max_num_batched_tokens"] = v.count(s + "max_num_batched_tokens")
+    if v(s + "enable_chunked_prefill") is not None:
+        w["inference"]["chunked_prefill"] = v.flag(s + "enable_chunked_prefill")
 
 
 def _served_dtype(v: Values, key: str) -> str:
@@ -422,7 +456,9 @@ def _schedule(v: Values, server: bool, w: Mapping[str, Any], rloo: bool) -> dict
         v.result.notes.append("vllm_importance_sampling_correction off with one optimizer step a generation: TRL "
                               "takes the old log-probs as the current ones (no old log-prob pass)")
     if server:
-        s["rollout_devices"] = v.count("vllm_serve.tensor_parallel_size") * v.count("vllm_serve.data_parallel_size")
+        _refuse_data_parallel_servers_of_a_dense_model(v, w.get("model"))
+        s["rollout_devices"] = (v.count("vllm_serve.tensor_parallel_size") * v.count("vllm_serve.data_parallel_size")
+                                * w["rollout_layout"].get("pp", 1))
         return s
     if v.flag("vllm_enable_sleep_mode"):
         s["switch"] = {"offload_optimizer": False, "engine_sleep": True, "engine_sleep_level": 2}

@@ -264,7 +264,8 @@ _ACCELERATE: dict[str, Rule] = {
 _S = "vllm_serve"
 _VLLM_SERVE: dict[str, Rule] = {
     f"{_S}.tensor_parallel_size": mapped("workload.rollout_layout.tp", "server mode"),
-    f"{_S}.data_parallel_size": mapped("schedule.rollout_devices", "x vllm_serve.tensor_parallel_size"),
+    f"{_S}.data_parallel_size": mapped("schedule.rollout_devices", "x vllm_serve.tensor_parallel_size; above 1 "
+                                       "refused for a dense model (TRL: it errors out)"),
     f"{_S}.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization", "server mode"),
     f"{_S}.enforce_eager": mapped("workload.inference.enforce_eager"),
     f"{_S}.enable_prefix_caching": mapped("workload.inference.enable_prefix_caching", "unset: vLLM's default (on)"),
@@ -277,6 +278,16 @@ _VLLM_SERVE: dict[str, Rule] = {
     **{f"{_S}.{key}": ignored(_SERVER_ADDRESS) for key in ("host", "port", "log_level")},
     **{f"{_S}.{key}": ignored("no effect on step time") for key in ("revision", "trust_remote_code",
                                                                     "distributed_executor_backend")},
+    # `trl vllm-serve` forwards the arguments its parser does not know to `vllm serve` (cli/commands/
+    # vllm_serve.py parse_args_and_config(return_remaining_strings=True); scripts/vllm_serve.py
+    # build_command appends them): vLLM's own options, read here where rlsim has the field
+    f"{_S}.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs", "forwarded to vllm serve"),
+    f"{_S}.max_num_batched_tokens": mapped("workload.inference.max_num_batched_tokens", "forwarded to vllm serve"),
+    f"{_S}.enable_chunked_prefill": mapped("workload.inference.chunked_prefill", "forwarded to vllm serve"),
+    f"{_S}.pipeline_parallel_size": mapped("workload.rollout_layout.pp", "forwarded to vllm serve; the server's "
+                                           "GPUs: tensor x pipeline x data parallel sizes"),
+    f"{_S}.*": unsupported("a vllm serve option `trl vllm-serve` forwards (scripts/vllm_serve.py): not modelled, "
+                           "the server preset's defaults stand"),
 }
 
 RULES: dict[str, Rule] = {**_TRAINING_ARGUMENTS, **_GRPO, **_MODEL_AND_SCRIPT, **_LAUNCHER, **_ACCELERATE,

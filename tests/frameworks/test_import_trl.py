@@ -73,13 +73,37 @@ def test_the_server_example_is_split_pools():
     assert (w["prompts_per_step"], w["mini_batch_prompts"], w["reference"]) == (56, 28, True)
     assert w["engine"] == "vllm-v1-server" and w["rollout_layout"]["gpu_memory_utilization"] == 0.9
     assert "max_num_seqs" not in w["rollout_layout"]          # the server's own default
-    wide = import_config("trl", SERVER, ["vllm_serve.tensor_parallel_size=2", "vllm_serve.data_parallel_size=2",
-                                         "num_processes=4", "steps_per_generation=16"])
-    assert wide.scenario["schedule"]["rollout_devices"] == 4 and wide.scenario["workload"]["rollout_layout"]["tp"] == 2
+    wide = import_config("trl", SERVER, ["vllm_serve.tensor_parallel_size=4", "num_processes=4",
+                                         "steps_per_generation=16"])
+    assert wide.scenario["schedule"]["rollout_devices"] == 4 and wide.scenario["workload"]["rollout_layout"]["tp"] == 4
     assert wide.scenario["workload"]["prompts_per_step"] == 8 * 4 * 16 // 8
     load_scenario(wide.scenario)
     assert "server mode only" in import_config("trl", COLOCATE, ["+vllm_serve.tensor_parallel_size=2"]).ignored[
         "vllm_serve.tensor_parallel_size"]
+
+
+def test_vllm_options_trl_forwards_to_vllm_serve_are_read_or_listed():
+    """`trl vllm-serve` forwards arguments its parser does not know to `vllm serve`
+    (cli/commands/vllm_serve.py, scripts/vllm_serve.py build_command)."""
+    r = import_config("trl", SERVER, ["vllm_serve.max_num_seqs=512", "vllm_serve.max_num_batched_tokens=16384",
+                                      "vllm_serve.enable_chunked_prefill=false", "vllm_serve.pipeline_parallel_size=2",
+                                      "vllm_serve.block_size=32", "num_processes=6"])
+    w = r.scenario["workload"]
+    assert (w["rollout_layout"]["max_num_seqs"], w["rollout_layout"]["pp"]) == (512, 2)
+    assert (w["inference"]["max_num_batched_tokens"], w["inference"]["chunked_prefill"]) == (16384, False)
+    assert r.scenario["schedule"]["rollout_devices"] == 2                  # tp 1 x pp 2 x dp 1
+    assert "forwards" in r.unsupported["vllm_serve.block_size"] and not r.unknown
+    load_scenario(r.scenario)
+
+
+def test_data_parallel_servers_of_a_dense_model_are_refused():
+    """TRL: data_parallel_size above 1 'for dense models is not supported/useful and will error out'."""
+    with pytest.raises(RlsimError, match="dense model") as info:
+        import_config("trl", SERVER, ["vllm_serve.data_parallel_size=2", "num_processes=6"])
+    assert info.value.field == "vllm_serve.data_parallel_size" and "tensor_parallel_size" in info.value.fix
+    moe = import_config("trl", SERVER, ["vllm_serve.data_parallel_size=2", "num_processes=6",
+                                        "model_name_or_path=Qwen/Qwen3-30B-A3B"])
+    assert moe.scenario["schedule"]["rollout_devices"] == 2
 
 
 @pytest.mark.parametrize(("overrides", "field", "words"), [
