@@ -212,7 +212,7 @@ def _inference(v: Values, mode: str) -> dict[str, Any]:
         "max_num_batched_tokens": v.count(f"{ENGINE_KEY}.max_num_batched_tokens"),
         "enforce_eager": v.flag(f"{ENGINE_KEY}.enforce_eager"),
         "enable_prefix_caching": v.flag(f"{ENGINE_KEY}.enable_prefix_caching"),
-        "chunked_prefill": v.flag(f"{ENGINE_KEY}.enable_chunked_prefill")}
+        "chunked_prefill": True}   # enable_chunked_prefill is never passed to vLLM (inference_servers/utils.py)
     if mode != "async":   # each trajectory its own request (SkyRL's agent loop), or one batched call per engine
         inference["dispatch"] = "per-prompt" if v.flag("generator.batched") else "per-sample"
     return inference

@@ -297,7 +297,9 @@ _ENGINE: dict[str, Rule] = {
     "generator.inference_engine.max_num_batched_tokens": mapped("workload.inference.max_num_batched_tokens"),
     "generator.inference_engine.enforce_eager": mapped("workload.inference.enforce_eager"),
     "generator.inference_engine.enable_prefix_caching": mapped("workload.inference.enable_prefix_caching"),
-    "generator.inference_engine.enable_chunked_prefill": mapped("workload.inference.chunked_prefill"),
+    "generator.inference_engine.enable_chunked_prefill": ignored("SkyRL 0.3.0 does not pass it to vLLM "
+                                                                 "(inference_servers/utils.py builds the server's "
+                                                                 "arguments without it): vLLM's chunked prefill stays on"),
     "generator.inference_engine.model_dtype": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
     "generator.inference_engine.weight_sync_backend": ignored("NCCL or CUDA IPC: the weights go tensor by tensor "
                                                               "either way (schedule.refit full-tensors)"),

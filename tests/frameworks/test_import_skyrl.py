@@ -47,6 +47,13 @@ def test_the_example_is_skyrls_colocated_step(capsys, tmp_path):
     assert main(["run", "--from-skyrl", str(EXAMPLE), "--iterations", "1", "--json"]) == 0
 
 
+def test_enable_chunked_prefill_is_not_passed_to_vllm():
+    """SkyRL 0.3.0 builds the vLLM server's arguments without it (inference_servers/utils.py)."""
+    r = import_config("skyrl", EXAMPLE, ["generator.inference_engine.enable_chunked_prefill=false"])
+    assert r.scenario["workload"]["inference"]["chunked_prefill"] is True
+    assert "does not pass it" in r.ignored["generator.inference_engine.enable_chunked_prefill"]
+
+
 def test_the_script_reader_takes_the_training_commands_arguments_with_its_variables(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text('NUM=4\nMODEL="Qwen/Qwen2.5-7B-Instruct"\necho "trainer.epochs=3 is not an argument"\n'
