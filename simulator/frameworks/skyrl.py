@@ -49,6 +49,7 @@ def import_skyrl(path: str | Path, overrides: Iterable[str] = (), *, topology: s
     """A SkyRL launch script or YAML plus ``key=value`` overrides -> FrameworkImport (the placement
     and fully_async say the schedule)."""
     flat, result, v = _begin(path, list(overrides), schedule)
+    _read_deprecated_aliases(v)
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     mode = mode_of(v)
@@ -78,6 +79,21 @@ def import_skyrl(path: str | Path, overrides: Iterable[str] = (), *, topology: s
 
 
 # ---- reading --------------------------------------------------------------------------------------
+# skyrl 0.3.0 SkyRLTrainConfig.from_cli_overrides (train/config/config.py:1323-1344) remaps a
+# deprecated key to its new name before the strict key check, refusing both at once
+DEPRECATED_ALIASES = {"trainer.use_sample_packing": "trainer.remove_microbatch_padding"}
+
+
+def _read_deprecated_aliases(v: Values) -> None:
+    """The values are read under the new name (the config's keys, `v.flat`'s source, stay as written)."""
+    for old, new in DEPRECATED_ALIASES.items():
+        if old not in v.flat:
+            continue
+        if new in v.flat:
+            raise RlsimError(f"both {old} (deprecated) and {new} given: SkyRL refuses it", source=v.result.source,
+                             field=old, fix=f"give only {new}")
+        v.flat = {**v.flat, new: v.flat[old]}
+        v.result.notes.append(f"{old}: SkyRL's deprecated alias of {new}, read as it")
 def _begin(path: str | Path, overrides: list[str], schedule: str | None) -> tuple[dict[str, Any], FrameworkImport,
                                                                                  Values]:
     """The config as a flat dict (a YAML, or a script's arguments), SkyRL's command-line overrides on it."""

@@ -254,6 +254,8 @@ _BATCHES: dict[str, Rule] = {
                                                 "and logprob_max_tokens_per_micro_batch; -1: sample counts"),
     "trainer.recompute_old_logprobs_per_minibatch": ignored("per mini-batch or whole: the same forward work"),
     "trainer.remove_microbatch_padding": mapped("schedule.distqueue.packed", "true: packed (THD) micro-batches"),
+    "trainer.use_sample_packing": mapped("schedule.distqueue.packed", "SkyRL's deprecated alias of "
+                                         "trainer.remove_microbatch_padding (config.py remaps it)"),
     "trainer.max_prompt_length": mapped("workload.prompt_length.max"),
     "trainer.gradient_checkpointing": mapped("workload.train_layout.recompute", "full"),
     "trainer.gradient_checkpointing_use_reentrant": ignored("reentrant or not: the same recompute"),

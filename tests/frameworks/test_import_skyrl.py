@@ -47,6 +47,16 @@ def test_the_example_is_skyrls_colocated_step(capsys, tmp_path):
     assert main(["run", "--from-skyrl", str(EXAMPLE), "--iterations", "1", "--json"]) == 0
 
 
+def test_use_sample_packing_is_read_as_remove_microbatch_padding():
+    """SkyRL 0.3.0 remaps the deprecated trainer.use_sample_packing (config.py), refusing both at once."""
+    r = import_config("skyrl", EXAMPLE, ["trainer.use_sample_packing=false"])
+    assert r.scenario["schedule"]["distqueue"]["packed"] is False and "trainer.use_sample_packing" in r.mapped
+    assert import_config("skyrl", EXAMPLE).scenario["schedule"]["distqueue"]["packed"] is True
+    with pytest.raises(RlsimError, match="both") as info:
+        import_config("skyrl", EXAMPLE, ["trainer.use_sample_packing=false", "trainer.remove_microbatch_padding=false"])
+    assert info.value.field == "trainer.use_sample_packing"
+
+
 def test_enable_chunked_prefill_is_not_passed_to_vllm():
     """SkyRL 0.3.0 builds the vLLM server's arguments without it (inference_servers/utils.py)."""
     r = import_config("skyrl", EXAMPLE, ["generator.inference_engine.enable_chunked_prefill=false"])
