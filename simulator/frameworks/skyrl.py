@@ -36,7 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
-from .common import FrameworkImport, Status, Values, begin_import, classify, size_topology, world_divides
+from .common import (
+    FrameworkImport,
+    Status,
+    Values,
+    begin_import,
+    classify,
+    in_table,
+    size_topology,
+    table_status,
+    world_divides,
+)
 from .shell import command_end, note_assignment, script_lines, split_line
 from .skyrl_mapping import gpus_of, mode_of, rollout_gpus, schedule_of, strategy_of, workload
 from .skyrl_rules import DEFAULTS, DEFAULTS_SOURCE, MEGATRON_SIZES, RULES
@@ -52,6 +62,7 @@ def import_skyrl(path: str | Path, overrides: Iterable[str] = (), *, topology: s
     _read_deprecated_aliases(v)
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
+    _refuse_keys_skyrl_refuses(flat, result.source, decided)
     mode = mode_of(v)
     policy_gpus, engine_gpus = gpus_of(v, "policy"), rollout_gpus(v)
     w = workload(v, policy_gpus, mode, "workload.model" in user_sets, decided)
@@ -82,6 +93,49 @@ def import_skyrl(path: str | Path, overrides: Iterable[str] = (), *, topology: s
 # skyrl 0.3.0 SkyRLTrainConfig.from_cli_overrides (train/config/config.py:1323-1344) remaps a
 # deprecated key to its new name before the strict key check, refusing both at once
 DEPRECATED_ALIASES = {"trainer.use_sample_packing": "trainer.remove_microbatch_padding"}
+
+
+# skyrl_train 0.3.x's flat generator keys (skyrl_train/config/ppo_base_config.yaml, read in the 0.3.1
+# wheel), which skyrl 0.3.0 refuses: their 0.3.0 names under generator.inference_engine
+RENAMED_IN_SKYRL_0_3_0 = {
+    "generator.num_inference_engines": "generator.inference_engine.num_engines",
+    **{f"generator.inference_engine_{size}": f"generator.inference_engine.{size}"
+       for size in ("tensor_parallel_size", "pipeline_parallel_size", "expert_parallel_size", "data_parallel_size")},
+    **{f"generator.{key}": f"generator.inference_engine.{key}" for key in (
+        "model_dtype", "run_engines_locally", "backend", "weight_sync_backend", "enable_prefix_caching",
+        "enable_chunked_prefill", "max_num_batched_tokens", "enforce_eager", "fully_sharded_loras",
+        "gpu_memory_utilization", "max_num_seqs", "engine_init_kwargs")},
+}
+
+
+def _refuse_keys_skyrl_refuses(flat: dict[str, Any], source: str, decided: dict[str, tuple[Status, str]]) -> None:
+    """skyrl 0.3.0 builds its config dataclasses strictly (train/config/config.py
+    validate_dict_keys_against_dataclass): a key none has is an error there, and here, naming its
+    0.3.0 name where skyrl_train's flat key has one. An entry of a dict field (engine_init_kwargs.x)
+    is the field's."""
+    for key in sorted(flat):
+        if in_table(key, RULES) or key.rpartition(".")[2] == "_target_":
+            continue
+        parent = next((key.rsplit(".", n)[0] for n in range(1, key.count(".")) if key.rsplit(".", n)[0] in RULES),
+                      None)
+        if parent is not None:   # a dict-valued field (engine_init_kwargs, model_config_kwargs, ...)
+            status, reason = table_status(parent, flat[key], RULES)
+            decided[key] = (status, f"an entry of {parent}: {reason}")
+            continue
+        new = _renamed(key)
+        raise RlsimError(f"{key} is not a key of skyrl 0.3.0's config: SkyRL refuses it (its dataclasses are built "
+                         "strictly, train/config/config.py validate_dict_keys_against_dataclass)",
+                         source=source, field=key,
+                         fix=f"write it as {new} (skyrl 0.3.0's name of skyrl_train's flat key)" if new else
+                             "remove it, or check the name against skyrl 0.3.0's SkyRLTrainConfig")
+
+
+def _renamed(key: str) -> str | None:
+    """skyrl 0.3.0's name of a skyrl_train flat key (or of an entry of its engine_init_kwargs)."""
+    if key in RENAMED_IN_SKYRL_0_3_0:
+        return RENAMED_IN_SKYRL_0_3_0[key]
+    head, _, entry = key.rpartition(".")
+    return f"{RENAMED_IN_SKYRL_0_3_0[head]}.{entry}" if head in RENAMED_IN_SKYRL_0_3_0 else None
 
 
 def _read_deprecated_aliases(v: Values) -> None:

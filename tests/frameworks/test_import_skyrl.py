@@ -47,6 +47,34 @@ def test_the_example_is_skyrls_colocated_step(capsys, tmp_path):
     assert main(["run", "--from-skyrl", str(EXAMPLE), "--iterations", "1", "--json"]) == 0
 
 
+@pytest.mark.parametrize(("key", "value", "renamed"), [
+    ("generator.num_inference_engines", 4, "generator.inference_engine.num_engines"),
+    ("generator.inference_engine_tensor_parallel_size", 2, "generator.inference_engine.tensor_parallel_size"),
+    ("generator.gpu_memory_utilization", 0.7, "generator.inference_engine.gpu_memory_utilization"),
+    ("trainer.no_such_key", 1, None),
+])
+def test_a_key_skyrl_refuses_in_a_yaml_is_an_error_naming_its_new_name(tmp_path, key, value, renamed):
+    """skyrl 0.3.0 builds its dataclasses strictly (validate_dict_keys_against_dataclass): skyrl_train's
+    flat generator keys are refused there."""
+    section, _, name = key.partition(".")
+    config = tmp_path / "old.yaml"
+    config.write_text(yaml.safe_dump({"trainer": {"policy": {"model": {"path": "Qwen/Qwen2.5-1.5B-Instruct"}}},
+                                      section: {name: value}} if section == "generator" else
+                                     {"trainer": {"policy": {"model": {"path": "Qwen/Qwen2.5-1.5B-Instruct"}},
+                                                  name: value}}))
+    with pytest.raises(RlsimError, match="SkyRL refuses it") as info:
+        import_config("skyrl", config)
+    assert info.value.field == key and (renamed is None or renamed in info.value.fix)
+
+
+def test_an_entry_of_a_dict_field_is_the_fields_not_refused(tmp_path):
+    config = tmp_path / "kwargs.yaml"
+    config.write_text(yaml.safe_dump({"trainer": {"policy": {"model": {"path": "Qwen/Qwen2.5-1.5B-Instruct"}}},
+                                      "generator": {"inference_engine": {"engine_init_kwargs": {"swap_space": 4}}}}))
+    r = import_config("skyrl", config)
+    assert not r.unknown and "engine options" in r.unsupported["generator.inference_engine.engine_init_kwargs.swap_space"]
+
+
 def test_use_sample_packing_is_read_as_remove_microbatch_padding():
     """SkyRL 0.3.0 remaps the deprecated trainer.use_sample_packing (config.py), refusing both at once."""
     r = import_config("skyrl", EXAMPLE, ["trainer.use_sample_packing=false"])
