@@ -387,7 +387,17 @@ def _with_defaults(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, 
                          field="defaults", fix="list base files as paths relative to this file")
     merged: dict[str, Any] = {}
     here = (*chain, path.resolve())
+    own_keys_merged = False
     for base in [bases] if isinstance(bases, str) else bases:
+        if base == "_self_":   # Hydra: this file's own keys go here; the entries after it override them
+            merged, own_keys_merged = deep_merge(merged, data), True
+            continue
+        if isinstance(base, dict):
+            entry = ", ".join(f"{group}: {name}" for group, name in base.items())
+            raise RlsimError(f"defaults entry '{entry}' selects a Hydra config group (group@package: option), "
+                             "which rlsim does not resolve", source=str(path), field="defaults",
+                             fix="list the chosen option's file by its path relative to this file, or copy its "
+                                 "keys (under the package's section) into this file")
         if not isinstance(base, str):
             raise RlsimError(f"defaults entry {base!r} is not a file path (Hydra config groups are not read)",
                              source=str(path), field="defaults", fix="list base files as paths relative to this file")
@@ -402,7 +412,7 @@ def _with_defaults(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, 
             raise RlsimError(f"defaults nest deeper than {MAX_DEFAULTS_DEPTH} files", source=str(path),
                              field="defaults", fix="merge some base files into one")
         merged = deep_merge(merged, _with_defaults(base_path, what, here))
-    return deep_merge(merged, data)
+    return merged if own_keys_merged else deep_merge(merged, data)
 
 
 # ---- classifying ----------------------------------------------------------------------------------

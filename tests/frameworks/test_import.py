@@ -610,11 +610,24 @@ def test_nemo_defaults_chain_and_batch_checks(tmp_path):
         import_config("nemo-rl", tmp_path / "recipe.yaml", ["policy.train_global_batch_size=500"])
 
 
+def test_a_hydra_self_entry_places_the_files_own_keys(tmp_path):
+    """Hydra's `_self_` under defaults: is where the file's own keys merge (entries after it override
+    them), not a base file ("base config '_self_' not found" before)."""
+    base = yaml.safe_load((EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml").read_text())
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    (tmp_path / "late.yaml").write_text("grpo:\n  num_prompts_per_step: 16\n")
+    (tmp_path / "first.yaml").write_text("defaults: [base.yaml, _self_]\ngrpo:\n  num_prompts_per_step: 32\n")
+    (tmp_path / "after.yaml").write_text("defaults: [base.yaml, _self_, late.yaml]\ngrpo:\n  num_prompts_per_step: 32\n")
+    assert import_config("nemo-rl", tmp_path / "first.yaml").scenario["workload"]["prompts_per_step"] == 32
+    assert import_config("nemo-rl", tmp_path / "after.yaml").scenario["workload"]["prompts_per_step"] == 16
+
+
 @pytest.mark.parametrize("files, says", [
     ({"r.yaml": "defaults: 5\n"}, "defaults must be a file path or a list"),     # a TypeError traceback before
     ({"r.yaml": "defaults: true\n"}, "defaults must be a file path or a list"),
     ({"r.yaml": "defaults: r.yaml\n"}, "is a cycle: r.yaml -> r.yaml"),           # cycles ran to a depth cap,
     ({"r.yaml": "defaults: [b.yaml]\n", "b.yaml": "defaults: r.yaml\n"}, "cycle"),  # then dropped the rest
+    ({"r.yaml": "defaults:\n- policy@policy: big\n- _self_\n"}, "'policy@policy: big' selects a Hydra config group"),
 ])
 @pytest.mark.parametrize("framework", ["verl", "nemo-rl"])
 def test_a_bad_defaults_entry_is_an_error_naming_it(tmp_path, files, says, framework):
