@@ -129,6 +129,9 @@ class ModelSpec:
     # input, post_attention, pre_feedforward, post_feedforward layernorms)
     sandwich_norms: bool = False
     max_position_embeddings: int = 0  # learned absolute positions (GPT); 0 with RoPE
+    # the weight dtype nearest a quantized checkpoint's (quantization_config), '' for none: a rollout
+    # engine of it must be given workload.rollout_layout.weight_dtype (inference._check_layout)
+    checkpoint_dtype: str = ""
     # Hybrid Mamba-2 / attention ("" : every layer is attention + FFN). `layer_pattern` has one of
     # M (Mamba-2 mixer), * (attention), - (FFN) per block; num_layers = its length.
     layer_pattern: str = ""
@@ -765,7 +768,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpe
             qk_norm=model_type in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"),
             sandwich_norms=model_type in ("gemma2", "gemma3", "gemma3_text"),
             layernorm=cfg.get("norm_type", "layernorm" if gpt_style else "rmsnorm") == "layernorm",
-            max_position_embeddings=positions,
+            max_position_embeddings=positions, checkpoint_dtype=_checkpoint_dtype(cfg, source),
             **_hybrid_fields(cfg, source),
             **_window_fields(cfg, source, _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers"), model_type),
             **_linear_fields(cfg, source, _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers"), model_type),
@@ -891,7 +894,6 @@ def _refuse_unread_shapes(cfg: Mapping[str, Any], source: str) -> None:
         raise RlsimError(f"{why} are not priced: rlsim prices full, sliding-window and chunked attention, "
                          "Gated DeltaNet and Nemotron-H's Mamba-2 blocks", source=source, field=key,
                          fix="use a model of those layer kinds")
-    _refuse_quantized(cfg, source)
     if cfg.get("index_topk"):   # DeepSeek-V3.2 (deepseek_v32): DeepSeek Sparse Attention
         raise RlsimError(f"sparse attention (each query over the top {cfg['index_topk']} keys a lightning indexer "
                          "picks) is not modelled", source=source, field="index_topk",
@@ -905,22 +907,22 @@ _QUANT_METHOD_DTYPE = {"fp8": "fp8", "fbgemm_fp8": "fp8", "compressed-tensors": 
                        "awq": "int4", "gptq": "int4"}
 
 
-def _refuse_quantized(cfg: Mapping[str, Any], source: str) -> None:
-    """A quantized checkpoint (quantization_config: DeepSeek-V3's fp8, gpt-oss's mxfp4) was priced at
-    rollout_layout.weight_dtype (bf16 by default: gpt-oss-120b 234 GB of weights, not ~65 GB): the
-    weight dtype is the layout's, so the config's is refused with the layout key that sets it."""
+def _checkpoint_dtype(cfg: Mapping[str, Any], source: str) -> str:
+    """The rlsim weight dtype nearest a quantized checkpoint's (quantization_config: DeepSeek-V3's fp8,
+    gpt-oss's mxfp4), '' for none. It was priced at rollout_layout.weight_dtype's bf16 default without a
+    word (gpt-oss-120b: 234 GB of weights, not ~65 GB): a rollout engine of such a model must be given
+    its weight_dtype (inference._check_layout). A method of no known width is refused."""
     quant = cfg.get("quantization_config")
     if quant is None:
-        return
+        return ""
     method = str(quant.get("quant_method", "?")).lower() if isinstance(quant, Mapping) else repr(quant)[:40]
     nearest = _QUANT_METHOD_DTYPE.get(method)
-    hint = f"{nearest} for {method}" if nearest else f"the one nearest {method}'s bits"
-    raise RlsimError(f"a quantized checkpoint ({method}): rlsim prices weights at workload.rollout_layout."
-                     "weight_dtype (bf16 unless set), not at the checkpoint's dtype", source=source,
-                     field="quantization_config",
-                     fix=f"set quantization_config to null (or remove it) and set workload.rollout_layout.weight_dtype "
-                         f"({hint}; one of {', '.join(DTYPE_BYTES)}); modules a checkpoint keeps in bf16 are then "
-                         "priced at that dtype too")
+    if nearest is None:
+        raise RlsimError(f"a quantized checkpoint of an unknown method ({method}): its weights' width is not "
+                         "known", source=source, field="quantization_config",
+                         fix=f"set quantization_config to null (or remove it) and set workload.rollout_layout."
+                             f"weight_dtype to the width nearest {method}'s (one of {', '.join(DTYPE_BYTES)})")
+    return nearest
 
 
 def _refuse_unpriced_layer_types(cfg: Mapping[str, Any], source: str) -> None:

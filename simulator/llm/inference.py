@@ -562,6 +562,13 @@ def _check_layout(model: ModelSpec, layout: RolloutLayout, params: InferencePara
     for name in ("weight_dtype", "kv_dtype"):
         if getattr(layout, name) not in DTYPE_BYTES:
             dtype_bytes(getattr(layout, name), f"{layout_field}.{name}")
+    checkpoint = getattr(model, "checkpoint_dtype", "")
+    if checkpoint and "weight_dtype" not in layout.model_fields_set:   # its default bf16 is not the checkpoint's
+        raise RlsimError(f"{model.name} is a quantized checkpoint (its quantization_config: {checkpoint} is the "
+                         f"nearest width), and the engine's weights are priced at {layout_field}.weight_dtype, "
+                         "which is not given (bf16 by default)", field=f"{layout_field}.weight_dtype",
+                         fix=f"give weight_dtype: {checkpoint} to serve the checkpoint as it is, or bf16 to price it "
+                             "dequantized")
 
 
 def _fallback_shape(op: str, n: int) -> tuple[int, float]:

@@ -574,14 +574,26 @@ def test_a_nemotron_h_config_json_with_infinity_loads_and_reads_attention_head_d
     ("gpt-oss-120b", {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}, "int4"),
     ("deepseek-v3", {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),
 ])
-def test_a_quantized_checkpoint_is_refused_with_the_layout_key_that_sets_the_dtype(name, quant, dtype):
+def test_a_quantized_checkpoint_needs_its_engines_weight_dtype_given(name, quant, dtype):
     """gpt-oss-120b (mxfp4) and DeepSeek-V3 (fp8) loaded and were priced at the layout's bf16 (234 GB of
-    weights, not ~65 GB); a null quantization_config is the model as rlsim prices it."""
+    weights, not ~65 GB). The checkpoint's width is the model's (checkpoint_dtype); an engine of it is
+    refused until its weight_dtype is given (refusing the config itself made a user edit the file)."""
+    from simulator.llm.inference import RolloutLayout, _check_layout
+    from simulator.params import InferenceParams
+
+    model = load_model({**PRESETS[name], "quantization_config": quant})
+    assert model.checkpoint_dtype == dtype and model.params_total == load_model(name).params_total
+    bare = RolloutLayout.from_mapping({"tp": 8, "instances": 1})
     with pytest.raises(RlsimError, match="quantized checkpoint") as err:
-        load_model({**PRESETS[name], "quantization_config": quant})
+        _check_layout(model, bare, InferenceParams())
+    assert err.value.field == "rollout_layout.weight_dtype" and f"weight_dtype: {dtype}" in err.value.fix
+    for served in (dtype, "bf16"):   # the checkpoint as it is, or dequantized: either is said
+        _check_layout(model, RolloutLayout.from_mapping({"tp": 8, "weight_dtype": served, "instances": 1}),
+                      InferenceParams())
+    assert load_model({**PRESETS[name], "quantization_config": None}).checkpoint_dtype == ""
+    with pytest.raises(RlsimError, match="unknown method") as err:
+        load_model({**PRESETS[name], "quantization_config": {"quant_method": "bitnet"}})
     assert err.value.field == "quantization_config"
-    assert "rollout_layout.weight_dtype" in err.value.fix and f"{dtype} for {quant['quant_method']}" in err.value.fix
-    assert load_model({**PRESETS[name], "quantization_config": None}).params_total == load_model(name).params_total
 
 
 def test_a_head_count_that_does_not_divide_hidden_without_head_dim_is_refused():
