@@ -248,22 +248,29 @@ class HeteroStepModel:
                     + self.collectives.cost("all_gather", dp_group, weights).time_s)
         return (1 - hidden) * sync
 
-    def _stage_params(self, layers: Sequence[int]) -> list[float]:
-        """Parameters of each pipeline stage holding ``layers[s]`` consecutive layers: its layers', the
-        input embedding on the first, the output head on the last (a tied head beside it: once)."""
+    def _stage_param_count(self, pp: int) -> Callable[[int, int, int], float]:
+        """params(stage, first layer, layer count) of a pipeline of pp stages: its layers' (prefix sums
+        over the layers), the input embedding on the first stage, the output head on the last (a tied
+        head beside the embedding: once, on one stage)."""
         from ..llm.layer_costs import embedding_params, layer_shapes
 
-        shapes, (emb, head) = layer_shapes(self.model), embedding_params(self.model)
-        out, first, pp = [], 0, len(layers)
-        for st, count in enumerate(layers):
-            params = float(sum(lay.params for lay in shapes[first:first + count]))
-            params += emb if st == 0 else 0.0
-            params += head if st == pp - 1 and (pp > 1 or not self.model.tied_head) else 0.0
-            out.append(params)
-            first += count
-        # the rest of the model (its final norm) on the last stage; a tied head's copy there is not in params_total
-        counted = sum(lay.params for lay in shapes) + emb + (0.0 if self.model.tied_head else head)
-        out[-1] += float(self.model.params_total) - float(counted)
+        (emb, head), upto = embedding_params(self.model), [0.0]
+        for lay in layer_shapes(self.model):
+            upto.append(upto[-1] + lay.params)
+        tied = self.model.tied_head
+
+        def params(st: int, first: int, count: int) -> float:
+            return (upto[first + count] - upto[first] + (emb if st == 0 else 0.0)
+                    + (head if st == pp - 1 and (pp > 1 or not tied) else 0.0))
+        return params
+
+    def _stage_params(self, layers: Sequence[int]) -> list[float]:
+        """Parameters of each pipeline stage holding ``layers[s]`` consecutive layers, the rest of the
+        model (its final norm) on the last (a tied head's copy there is not in params_total)."""
+        params = self._stage_param_count(len(layers))
+        out = [params(st, sum(layers[:st]), count) for st, count in enumerate(layers)]
+        whole = self._stage_param_count(1)(0, 0, sum(layers))   # the model on one stage: its head once
+        out[-1] += float(self.model.params_total) - whole
         return out
 
     def stage_memory_bytes(self, tp: int, pp: int, dp: int, layers: Sequence[int], zero: int = 0) -> list[float]:
@@ -284,13 +291,13 @@ class HeteroStepModel:
     def _stage_bytes(self, tp: int, pp: int, dp: int, zero: int) -> Callable[[int, int, int], float]:
         """bytes(stage, first layer, layer count) on one device of that stage (stage_memory_bytes):
         prefix sums over the layers, so that _layers_held can try every count."""
-        from ..llm.layer_costs import embedding_params, layer_shapes
+        from ..llm.layer_costs import layer_shapes
         from ..llm.memory import activation_bytes_per_token
 
         m, memory = self.model, self.train_params.memory
         weight_b, grad_b, optim_b = self.state_bytes
         state_bytes_per_param = (weight_b + grad_b / (dp if zero >= 2 else 1) + optim_b / (dp if zero >= 1 else 1))
-        shapes, (emb, head) = layer_shapes(m), embedding_params(m)
+        shapes, params_of = layer_shapes(m), self._stage_param_count(pp)
         tokens, flash = self.mb * self.seq_len, self.train_params.compute.flash_attention
 
         known: dict[tuple[int, str], float] = {}   # layers of one shape share one object (as llm/memory.py)
@@ -302,18 +309,14 @@ class HeteroStepModel:
                     layer, int(m.hidden), int(m.ffn_hidden), bool(getattr(m, "gated_ffn", True)), tp=tp, sp=tp > 1,
                     recompute=recompute, flash=flash, context_len=self.seq_len, params=memory)
             return known[key]
-        # no EP in this model: experts split by TP alone
-        params_upto, acts_upto = [0.0], [0.0]
+        acts_upto = [0.0]
         for lay in shapes:
-            params_upto.append(params_upto[-1] + lay.params / tp)
             acts_upto.append(acts_upto[-1] + stored(lay, self.recompute))
         logits = tokens * float(m.head_outputs) / tp * memory.logits_bytes_per_elem
 
         def stage_bytes(st: int, first: int, count: int) -> float:
             last = first + count
-            params = params_upto[last] - params_upto[first]
-            params += emb / tp if st == 0 else 0.0
-            params += head / tp if st == pp - 1 and (pp > 1 or not m.tied_head) else 0.0
+            params = params_of(st, first, count) / tp   # no EP in this model: experts split by TP alone
             acts = (pp - st) * (acts_upto[last] - acts_upto[first])
             if self.recompute == "full" and count:
                 acts += stored(shapes[first], "none")
