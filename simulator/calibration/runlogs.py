@@ -252,16 +252,21 @@ def _records_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str], list[st
             raise RlsimError(f"not a JSON array of records: {exc.msg}", source=str(path),
                              fix="write one JSON object per line, or one array of objects") from None
         where = [f"record {i}" for i in range(1, len(records) + 1)]
-        records = [_json_object(json.dumps(r), str(path), at) for r, at in zip(records, where, strict=True)]
-        records, notes = _verl_file_records(records, where, str(path))
-        return [_no_nan(record, str(path), at) for record, at in zip(records, where, strict=True)], where, notes
+        return _checked([_json_object(json.dumps(r), str(path), at) for r, at in zip(records, where, strict=True)],
+                        where, str(path))
     lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if any(VERL_CONSOLE_LINE.search(line) for _, line in lines):
         return _console_records(lines, str(path))
     where = [f"line {number}" for number, _ in lines]
-    records = [_json_object(line, str(path), at) for (_, line), at in zip(lines, where, strict=True)]
-    records, notes = _verl_file_records(records, where, str(path))
-    return [_no_nan(record, str(path), at) for record, at in zip(records, where, strict=True)], where, notes
+    return _checked([_json_object(line, str(path), at) for (_, line), at in zip(lines, where, strict=True)],
+                    where, str(path))
+
+
+def _checked(records: list[dict[str, Any]], where: list[str],
+             source: str) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """JSON records as rows: verl FileLogger records flattened, no NaN anywhere; with their places and notes."""
+    records, notes = _verl_file_records(records, where, source)
+    return [_no_nan(record, source, at) for record, at in zip(records, where, strict=True)], where, notes
 
 
 # verl's FileLogger (trainer.logger=['file']; verl 0.9.1 verl/utils/tracking.py FileLogger.log) writes

@@ -68,11 +68,7 @@ from ..network.collectives import CollectiveModel
 from ..scenario import Scenario
 from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
-from .packing import (
-    heaviest_micro_batch,
-    micro_batch_permutation,
-    replica_contiguous_ranks,
-)
+from .packing import heaviest_micro_batch, micro_batch_permutation, replica_contiguous_ranks
 from .pools import SERVED_FIELDS, SERVED_NAMES, resolve_auto_layouts
 
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
