@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..metrics import BUBBLE_CAUSES
-from .summary import notes_of
+from .summary import has_steady_window, notes_of
 
 __all__ = ["Console", "Table", "notes_of", "print_comparison", "print_summary"]
 
@@ -69,7 +69,7 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
     t.add_column("value", justify="right")
     # one iteration has no steady window: its "steady" figures are its one step's (a warm-up where the
     # schedule runs ahead), said so rather than "steady state" (a report audit)
-    steady = "steady state" if s.get("iterations", 2) >= 2 else "one step only"
+    steady = "steady state" if has_steady_window(s) else "one step only"
     for key, label, unit in (("steady_step_time_s", f"step time ({steady})", " s"),
                              ("steady_tokens_per_s", f"tokens/s ({steady})", ""),
                              ("step_time_s", "step time (whole run)", " s"), ("tokens_per_s", "tokens/s (whole run)", ""),
