@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RlsimError
+from ..errors import RlsimError, one_typo_from
 from .model_presets import PRESETS
 
 # Bytes per element of the dtypes a weight, activation or KV cache may be stored in.
@@ -696,9 +696,32 @@ def _config_error(exc: RlsimError, cfg: Mapping[str, Any], source: str) -> Rlsim
     return RlsimError(message, source=exc.source or source, field=key, fix=exc.fix)
 
 
-def spec_from_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelSpec:
-    """A Hugging Face config.json mapping (llama / qwen2 / qwen3 / *_moe / deepseek_v3 / gpt2 keys)."""
-    cfg = _with_model_type_defaults(_language_model(_with_model_type_defaults(cfg)))
+class _ReadLog(dict):
+    """A config mapping that notes each key the loader looks up, so that a preset's override that no
+    lookup reached (a typo, a key rlsim does not read) is refused rather than read past."""
+
+    def __init__(self, cfg: Mapping[str, Any], read: set[str]) -> None:
+        super().__init__(cfg)
+        self.read = read
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def spec_from_config(cfg: Mapping[str, Any], name: str, source: str, read: set[str] | None = None) -> ModelSpec:
+    """A Hugging Face config.json mapping (llama / qwen2 / qwen3 / *_moe / deepseek_v3 / gpt2 keys).
+    ``read``, where given, collects the keys the loader looked up."""
+    cfg = _ReadLog(_with_model_type_defaults(_language_model(_with_model_type_defaults(cfg))),
+                   set() if read is None else read)
     model_type = str(cfg.get("model_type", "")).lower()
     hidden = _int(cfg, source, "hidden_size", "n_embd", "d_model")
     heads = _int(cfg, source, "num_attention_heads", "n_head")
@@ -1080,9 +1103,12 @@ def load_model(spec: str | Path | Mapping[str, Any], *, field: str = "model",
         where = "<model mapping>"
         base = cfg.pop("preset", None)
         name = str(cfg.pop("name", base or "custom"))
-        if base is not None:
-            cfg = {**_preset_config(str(base), where, f"{field}.preset"), **cfg}
-        return spec_from_config(cfg, name, where)
+        if base is None:   # a whole config.json inline: its unread keys (architectures, ...) are normal
+            return spec_from_config(cfg, name, where)
+        preset, read = _preset_config(str(base), where, f"{field}.preset"), set()
+        model = spec_from_config({**preset, **cfg}, name, where, read)
+        _refuse_unread_overrides(set(cfg) - read, read, sorted(preset), source, field)
+        return model
     text = str(spec).strip()
     key = text.lower()
     if key in PRESETS:
@@ -1110,6 +1136,19 @@ def load_model(spec: str | Path | Mapping[str, Any], *, field: str = "model",
             raise RlsimError("expected a JSON object", source=str(path))
         return spec_from_config(cfg, path.parent.name or path.stem, str(path))
     return _raise_unknown(text, source, field)
+
+
+def _refuse_unread_overrides(unread: set[str], read: set[str], preset_keys: list[str], source: str | None,
+                             field: str) -> None:
+    """A key beside `preset:` that the loader never looked up (a typo, an alias the preset's own key
+    outranks, a key rlsim does not price) was read past: the model ran as the preset."""
+    if not unread:
+        return
+    key = sorted(unread)[0]
+    raise RlsimError(f"{key!r} beside preset: is not a config.json key rlsim reads for this model"
+                     f"{one_typo_from(key, read)}", source=source, field=f"{field}.{key}",
+                     fix=f"override one of the preset's keys ({', '.join(preset_keys)}) or another key rlsim "
+                         "reads (docs/reference/models.md), or remove it")
 
 
 def _preset_config(name: str, source: str, field: str = "model") -> dict[str, Any]:

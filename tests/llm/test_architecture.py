@@ -169,6 +169,29 @@ def test_mapping_overrides_a_preset():
     assert m.num_layers == 4 and m.hidden == 3584
 
 
+def test_a_misspelt_key_beside_a_preset_is_refused_with_the_key_it_meant():
+    """It was read past: the model ran as the preset's 28 layers."""
+    with pytest.raises(RlsimError, match="did you mean 'num_hidden_layers'") as err:
+        load_model({"preset": "qwen2.5-7b", "num_hiden_layers": 20}, field="workload.model", source="w.yaml")
+    assert err.value.field == "workload.model.num_hiden_layers" and err.value.source == "w.yaml"
+    assert "num_hidden_layers" in err.value.fix
+
+
+@pytest.mark.parametrize("key", ["n_layer", "rope_theta"])
+def test_a_key_beside_a_preset_that_the_loader_never_reads_is_refused(key):
+    """n_layer: an alias the preset's own num_hidden_layers outranks; rope_theta: no cost reads it."""
+    with pytest.raises(RlsimError, match=f"'{key}' beside preset") as err:
+        load_model({"preset": "qwen2.5-7b", key: 20})
+    assert err.value.field == f"model.{key}"
+
+
+def test_a_read_key_beside_a_preset_takes_effect_and_an_inline_config_keeps_its_unread_keys():
+    assert load_model({"preset": "qwen2.5-7b", "attention_bias": False}).params_total \
+        < load_model("qwen2.5-7b").params_total
+    inline = {**PRESETS["qwen2.5-7b"], "architectures": ["Qwen2ForCausalLM"], "rope_theta": 1e6}
+    assert load_model(inline).num_layers == 28   # a pasted config.json carries keys rlsim does not price
+
+
 def test_unknown_model_names_the_presets():
     with pytest.raises(RlsimError, match="unknown model") as err:
         load_model("qwen9-1b")

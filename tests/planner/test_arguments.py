@@ -16,7 +16,8 @@ TOPOLOGY = load_topology({"preset": "dgx-h100", "nodes": 1})
     ({"global_batch": 0}, "global_batch"), ({"global_batch": -4}, "global_batch"), ({"global_batch": 2.5}, "global_batch"),
     ({"seq_len": 0}, "seq_len"), ({"ranks": []}, "ranks"), ({"ranks": [0, 0, 1, 1]}, "ranks"), ({"ranks": [99]}, "ranks"),
     ({"top": 0}, "top"), ({"top": -1}, "top"), ({"space": {"tp": [2], "tpp": [1]}}, "space.tpp"),
-    ({"space": 3}, "space"), ({"model": object()}, "model"), ({"topology": object()}, "topology")])
+    ({"space": 3}, "space"), ({"model": object()}, "model"), ({"topology": object()}, "topology"),
+    ({"model": {"preset": "qwen2.5-7b", "num_hiden_layers": 20}}, "model.num_hiden_layers")])
 def test_plan_training_names_a_bad_argument(keywords, field):
     arguments = {"model": MODEL, "topology": TOPOLOGY, "global_batch": 64, "seq_len": 4096, **keywords}
     with pytest.raises(RlsimError) as caught:
