@@ -122,7 +122,8 @@ class ModelSpec:
     # Details that move parameter counts by well under 1% but keep them exact.
     gated_ffn: bool = True          # SwiGLU: 3 FFN matrices; GELU MLP (GPT): 2
     qkv_bias: bool = False          # Qwen2 / GPT
-    mlp_bias: bool = False          # GPT
+    mlp_bias: bool = False          # GPT, gpt-oss; ERNIE 4.5 with use_bias (and its attention's o_proj)
+    head_bias: bool = False         # a bias on the LM head's vocabulary logits (ERNIE 4.5 MoE with use_bias)
     qk_norm: bool = False           # Qwen3
     layernorm: bool = False         # LayerNorm (weight + bias) instead of RMSNorm (weight)
     # Gemma 2 / 3: a norm after the attention and after the FFN too, four a layer (Gemma2DecoderLayer:
@@ -390,8 +391,8 @@ class ModelSpec:
 
     def _ffn_params(self, width: int) -> int:
         params = (3 if self.gated_ffn else 2) * self.hidden * width
-        if self.mlp_bias:
-            params += width + self.hidden
+        if self.mlp_bias:   # one bias a matrix: a gated FFN's gate and up (gpt-oss gate_up_proj_bias), and down
+            params += (2 if self.gated_ffn else 1) * width + self.hidden
         return params
 
     @cached_property
@@ -424,6 +425,12 @@ class ModelSpec:
                 + self.linear_value_heads * self.linear_value_dim * self.hidden)
 
     @cached_property
+    def shared_expert_params(self) -> int:
+        """A layer's shared experts: one MLP num_shared_experts x moe_ffn_hidden wide (DeepSeek's
+        DeepseekV3MoE.shared_experts, ERNIE 4.5's, Qwen2-MoE's shared_expert), with one down bias."""
+        return self._ffn_params(self.moe_ffn_hidden * self.num_shared_experts) if self.num_shared_experts else 0
+
+    @cached_property
     def router_params(self) -> int:
         return self.hidden * self.num_experts
 
@@ -454,10 +461,12 @@ class ModelSpec:
 
     @cached_property
     def params_lm_head(self) -> int:
-        return 0 if self.tied_head else self.head_outputs * self.hidden
+        """The output layer's matrix (none where tied) and its bias (a tied head keeps its own)."""
+        bias = self.head_outputs if self.head_bias and not self.value_head else 0
+        return (0 if self.tied_head else self.head_outputs * self.hidden) + bias
 
     def _params(self, experts: int) -> int:
-        moe = (experts + self.num_shared_experts) * self.expert_params + self.router_params
+        moe = experts * self.expert_params + self.shared_expert_params + self.router_params
         final_norm = self.hidden * (2 if self.layernorm else 1)
         # A hybrid block holds one norm; a transformer layer two (norm_params_per_layer).
         norms = self.num_layers * (self.norm_params_per_layer // 2 if self.is_hybrid else self.norm_params_per_layer)
@@ -480,14 +489,15 @@ class ModelSpec:
             attention = (3 if self.q_lora_rank else 1) + 3 + 1
         else:
             attention = 4 + 3 * self.qkv_bias + self.mlp_bias + 2 * self.qk_norm
-        ffn = (3 if self.gated_ffn else 2) + 2 * self.mlp_bias
+        ffn = (3 if self.gated_ffn else 2) * (1 + self.mlp_bias)
         routed = (2 + 2 * self.mlp_bias) if self.fused_experts else self.num_experts * ffn
         moe = 1 + routed + (ffn if self.num_shared_experts else 0)
         norms = self.num_layers * norm * (1 if self.is_hybrid else self.norms_per_layer)
         body = (self.num_attention_layers * attention + self.num_mamba_layers * MAMBA_MIXER_TENSORS
                 + self.num_linear_layers * GDN_MIXER_TENSORS
                 + self.num_dense_layers * ffn + self.num_moe_layers * moe + norms)
-        return body + 1 + (self.max_position_embeddings > 0) + norm + (not self.tied_head)
+        return (body + 1 + (self.max_position_embeddings > 0) + norm + (not self.tied_head)
+                + (self.head_bias and not self.value_head))
 
     @cached_property
     def params_total(self) -> int:
@@ -785,8 +795,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str, read: set[s
             qk_nope_dim=_int(cfg, source, "qk_nope_head_dim", default=0) if kv_lora else 0,
             v_head_dim=_int(cfg, source, "v_head_dim", default=0) if kv_lora else 0,
             gated_ffn=act in _GATED_ACTS or model_type in _GATED_MODEL_TYPES,
-            qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe") or gpt_style)),
-            mlp_bias=bool(cfg.get("mlp_bias", gpt_style or model_type == "gpt_oss")),
+            **_bias_fields(cfg, model_type, gpt_style),
             fused_experts=model_type in _FUSED_EXPERT_MODEL_TYPES,
             qk_norm=model_type in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"),
             sandwich_norms=model_type in ("gemma2", "gemma3", "gemma3_text"),
@@ -798,6 +807,21 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str, read: set[s
         )
     except RlsimError as exc:
         raise _config_error(exc, cfg, source) from None
+
+
+# ERNIE 4.5's one switch for its biases (Ernie4_5Config / Ernie4_5_MoeConfig use_bias, default False):
+# q, k, v and o_proj, every MLP's gate, up and down (dense, shared and, in transformers 4.x and Baidu's
+# release code, each routed expert's Ernie4_5_MoeMLP), and the MoE model's lm_head.
+_USE_BIAS_MODEL_TYPES = ("ernie4_5", "ernie4_5_moe")
+
+
+def _bias_fields(cfg: Mapping[str, Any], model_type: str, gpt_style: bool) -> dict[str, bool]:
+    """Which projections carry biases: attention_bias and mlp_bias where given, else the model
+    type's (Qwen2's q/k/v, GPT's all, gpt-oss's MLPs; ERNIE 4.5's use_bias)."""
+    use_bias = bool(cfg.get("use_bias", False)) if model_type in _USE_BIAS_MODEL_TYPES else False
+    return {"qkv_bias": bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe") or gpt_style or use_bias)),
+            "mlp_bias": bool(cfg.get("mlp_bias", gpt_style or model_type == "gpt_oss" or use_bias)),
+            "head_bias": use_bias and model_type == "ernie4_5_moe"}
 
 
 def _with_model_type_defaults(cfg: Mapping[str, Any]) -> Mapping[str, Any]:

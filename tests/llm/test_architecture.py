@@ -144,7 +144,7 @@ def test_hf_tensor_count_of_stacked_experts():
     m = load_model("gpt-oss-20b")
     assert m.fused_experts and m.hf_tensor_count == 24 * (2 + 8 + 1 + 4) + 3 == 363
     per_expert = m.replace(fused_experts=False)
-    assert per_expert.hf_tensor_count == 363 - 24 * 4 + 24 * 32 * 5
+    assert per_expert.hf_tensor_count == 363 - 24 * 4 + 24 * 32 * 6   # gate, up, down and a bias each
 
 
 def test_hf_tensor_count_of_gpt_counts_biases_and_position_embeddings():
@@ -458,6 +458,21 @@ def test_ernie_moe_keys_are_read_as_its_experts():
     # ERNIE's placement: from moe_layer_start_index to moe_layer_end_index, every moe_layer_interval-th
     spaced = load_model({**ERNIE_45_21B, "num_hidden_layers": 8, "moe_layer_interval": 2, "moe_layer_end_index": 5})
     assert spaced.dense_layers == (0, 2, 4, 6, 7)
+
+
+def test_ernie_use_bias_prices_the_biases_transformers_builds():
+    """use_bias was read past: no bias priced. transformers 4.56 Ernie4_5_MoeModel with use_bias
+    builds a bias on q, k, v, o_proj, on every Ernie4_5_MoeMLP's gate, up and down (the dense layer's,
+    each routed expert's, the one shared MLP of 2 x 1536) and on lm_head (its own under a tied weight)."""
+    attention = 20 * 128 + 4 * 128 + 4 * 128 + 2560
+    dense, expert, shared = 2 * 12288 + 2560, 2 * 1536 + 2560, 2 * (2 * 1536) + 2560
+    biased, plain = load_model({**ERNIE_45_21B, "use_bias": True}), load_model(ERNIE_45_21B)
+    assert biased.params_total - plain.params_total == 28 * attention + dense + 27 * (64 * expert + shared) + 103424
+    assert biased.hf_tensor_count - plain.hf_tensor_count == 28 * 4 + 3 + 27 * (64 * 3 + 3) + 1
+    # the dense ERNIE 4.5 (Ernie4_5ForCausalLM) leaves its lm_head unbiased
+    dense_cfg = {**ERNIE_45_21B, "model_type": "ernie4_5", "moe_num_experts": 0, "moe_num_shared_experts": 0}
+    dense_biased = load_model({**dense_cfg, "use_bias": True})
+    assert dense_biased.params_total - load_model(dense_cfg).params_total == 28 * (attention + dense)
 
 
 @pytest.mark.parametrize("extra, moe", [
