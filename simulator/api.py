@@ -279,8 +279,8 @@ def _spanning_instances_note(topology: Any, ranks: list[int], per_instance: int)
 def _kinds_of(topology: Any, ranks: Any) -> list[tuple[str, int]]:
     counts: dict[str, int] = {}
     for rank in ranks:
-        name = topology.device_spec(rank).name
-        counts[name] = counts.get(name, 0) + 1
+        kind = topology.kind_of(rank)
+        counts[kind] = counts.get(kind, 0) + 1
     return list(counts.items())
 
 
@@ -322,7 +322,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
         n_devices = topology.num_devices
         device_counts = topology.device_counts()
         device_kinds = list(device_counts)
-        device_prices = {spec.name: float(spec.price_per_hour) for spec in topology.distinct_specs(range(n_devices))
+        device_prices = {kind: float(spec.price_per_hour) for kind, spec in topology.kind_specs().items()
                          if spec.price_per_hour is not None}
         rec, costs, plan = _run_planned(sc, topology, prompt, resp, progress, keep_samples, plan_seed)
     else:

@@ -92,23 +92,36 @@ def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[st
     own = summary.get("device_prices") or {}
     if prices is None and not own:
         return None
-    prices = {**own, **(prices or {})}
+    given = prices or {}
     kinds = _device_kinds(summary)
     if not kinds:
         raise RlsimError("cannot price this run: its summary names no device kind", field="prices",
                          fix="pass the SimulationResult (it holds the device kinds) rather than its summary, or "
                              "give one price per device-hour for every device instead of a mapping")
-    missing = [k for k in kinds if k not in prices]
+    found = {k: _price_of(k, given, own) for k in kinds}
+    missing = [k for k, price in found.items() if price is None]
     if missing:
+        known = sorted({**own, **given})
         raise RlsimError(f"no price for device {missing[0]!r}", field="prices",
                          fix=f"add a price for {missing[0]} (--price {missing[0]}=USD, or price_per_hour in its "
-                             f"device entry; known: {', '.join(sorted(prices)) or 'none'})")
+                             f"device entry; known: {', '.join(known) or 'none'})")
     # A mixed cluster: each kind's price weighed by its count (a sweep point's device_counts); where
     # the summary has no counts, the most expensive kind rather than an under-reported cost.
     counts = summary.get("device_counts")
     if isinstance(counts, Mapping) and counts and set(counts) == set(kinds):
-        return sum(float(prices[k]) * n for k, n in counts.items()) / sum(counts.values())
-    return max(float(prices[k]) for k in kinds)
+        return sum(float(found[k]) * n for k, n in counts.items()) / sum(counts.values())
+    return max(float(found[k]) for k in kinds)
+
+
+def _price_of(kind: str, given: Mapping[str, float], own: Mapping[str, float]) -> float | None:
+    """A kind's price: the one given for it, else its device entry's price_per_hour, else the one
+    given for its device name (a kind NAME@GROUP is a modified device of that name: Topology._kinds);
+    None for none."""
+    name = kind.rpartition("@")[0]
+    for table, key in ((given, kind), (own, kind), (given, name)):
+        if key and key in table:
+            return table[key]
+    return None
 
 
 def _device_kinds(summary: Mapping[str, Any]) -> list[str]:

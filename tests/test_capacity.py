@@ -263,3 +263,25 @@ def test_a_device_entrys_price_per_hour_prices_its_kind():
                                           "devices_per_node": 8, "nodes": 1},
                                 overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16"])
     assert result.device_prices == {"fast": 5.0} and price_per_device_hour(result, None) == 5.0
+
+
+def test_a_modified_device_is_priced_as_its_own_kind_or_by_its_name():
+    """Two specs of one name were one kind: the entry's price_per_hour priced both (a cluster of
+    8 plain and 8 derated H100s at the derated one's 1.0)."""
+    row = {"device_kinds": ["h100", "h100@slow"], "device_counts": {"h100": 8, "h100@slow": 8},
+           "device_prices": {"h100@slow": 1.0}}
+    assert price_per_device_hour(row, {"h100": 3.0}) == pytest.approx(2.0)      # the entry's own price for its kind
+    assert price_per_device_hour({**row, "device_prices": {}}, {"h100": 3.0}) == 3.0   # the name's price for both
+    assert price_per_device_hour(row, {"h100": 3.0, "h100@slow": 2.0}) == pytest.approx(2.5)   # its kind's, given
+    with pytest.raises(RlsimError, match="no price for device 'h100'"):
+        price_per_device_hour(row, None)
+    result = simulator.simulate(
+        workload="grpo-qwen2.5-7b", iterations=1, schedule={"kind": "disaggregated"},
+        topology={"name": "t", "devices_per_node": 8, "scaleup": {"kind": "switch"}, "scaleout": {"nic_bw": "400Gb/s"},
+                  "groups": {"slow": {"device": {"base": "h100", "gemm_efficiency": 0.3, "price_per_hour": 1.0},
+                                      "nodes": 1},
+                             "fast": {"device": {"base": "h100", "price_per_hour": 3.0}, "nodes": 1}}},
+        overrides=["workload.prompts_per_step=16", "workload.mini_batch_prompts=16"])
+    assert result.device_counts == {"h100@fast": 8, "h100@slow": 8}
+    assert result.device_prices == {"h100@fast": 3.0, "h100@slow": 1.0} and price_per_device_hour(result, None) == 2.0
+    assert any("rollout on 8 h100@slow; train on 8 h100@fast" in note for note in result.summary["notes"])

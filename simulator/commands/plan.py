@@ -443,9 +443,8 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
     from ..autoplan import train_space
     from ..planner import plan_hetero, planner_settings
 
-    kinds = topology.device_kinds()
-    # kinds by their specs, not their catalog names: an H100 group with its own HBM rate is a kind
-    if len(topology.distinct_specs(range(topology.num_devices))) < 2:
+    kinds = topology.device_kinds()   # by their specs: an H100 group with its own HBM rate is a kind
+    if len(kinds) < 2:
         raise RlsimError(f"--balance splits work over device kinds, and {topology.name} has one ({kinds[0]})",
                          field="--balance", fix="drop --balance, or give a topology of several kinds "
                                                 "(e.g. hetero-a100-h100)")
@@ -470,8 +469,7 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
                          pp_values=space.pp, micro_batch_values=space.micro_batch,
                          recompute_values=space.recompute, zero_values=zeros, params=settings.hetero,
                          train_params=inp["workload"].train_params)
-    counts = {k: sum(1 for r in range(topology.num_devices) if topology.device_spec(r).name == k) for k in kinds}
-    return {"devices": counts, **result.to_json()}
+    return {"devices": topology.device_counts(), **result.to_json()}
 
 
 def _print_balance(doc: dict[str, Any]) -> None:

@@ -294,6 +294,11 @@ def device_names() -> list[str]:
     return sorted(_CATALOG)
 
 
+def catalog_device(name: str) -> DeviceSpec | None:
+    """The catalog entry of exactly this name, None for a name of the user's own."""
+    return _CATALOG.get(name)
+
+
 def get_device(name: str) -> DeviceSpec:
     """A catalog entry by its lower-case name, e.g. 'h100', 'ascend-910c'."""
     spec = _CATALOG.get(str(name).strip().lower())

@@ -32,7 +32,7 @@ from ..presets import resolve
 from ..scenario import LIMITS_FIX, Limits
 from ..units import parse_bandwidth, parse_seconds
 from .collective_params import CollectiveParams
-from .devices import DeviceSpec, device_from_mapping
+from .devices import DeviceSpec, catalog_device, device_from_mapping
 from .fabric import PLANES, Fabric, FlowTable, GroupPlan, ScaleoutPlan
 from .fabric import LinkSpec as _LinkSpec
 
@@ -111,6 +111,7 @@ class Topology:
         self._edge_names: dict[int, Edge] = {}
         self._run_signatures: dict[tuple[int, int, int], tuple] = {}  # (group, first local, length)
         self._cost_graph: nx.DiGraph | None = None
+        self._kind_table: tuple[list[str], list[DeviceSpec], list[int]] | None = None
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -276,6 +277,43 @@ class Topology:
     def device_kinds(self) -> list[str]:
         return list(self.device_counts())
 
+    def kind_of(self, rank: int) -> str:
+        """The device kind of ``rank``, as device_counts names it."""
+        labels, _, per_rank = self._kinds()
+        return labels[per_rank[self._check_rank(rank)]]
+
+    def kind_specs(self) -> dict[str, DeviceSpec]:
+        """Each device kind's spec, by the names device_counts gives them."""
+        labels, specs, _ = self._kinds()
+        return dict(sorted(zip(labels, specs, strict=True)))
+
+    def _kinds(self) -> tuple[list[str], list[DeviceSpec], list[int]]:
+        """Device kinds by their whole spec: (names, specs, each rank's kind). Devices of one name
+        whose specs differ (a group's `{base: h100, gemm_efficiency: 0.6}` beside plain h100s, a node's
+        calibrated profile) were one kind by name, one count and one price, no mixed-cluster note; each
+        is now a kind of its own named NAME@GROUP (an explicit graph's NAME@NODE, its first device).
+        The catalog's own spec among them keeps the bare name, which a price for NAME also prices."""
+        if self._kind_table is None:
+            specs: list[DeviceSpec] = []
+            places: list[str] = []
+            of_object: dict[int, int] = {}   # id(spec) -> kind: ranks share a few spec objects
+            per_rank: list[int] = []
+            for rank, spec in enumerate(self._specs):
+                kind = of_object.get(id(spec))
+                if kind is None:
+                    kind = next((i for i, seen in enumerate(specs) if seen == spec), len(specs))
+                    if kind == len(specs):
+                        specs.append(spec)
+                        places.append(self._fabric.groups[int(self._fabric.group[rank])].name
+                                      if self._fabric is not None else self.devices[rank])
+                    of_object[id(spec)] = kind
+                per_rank.append(kind)
+            names = Counter(spec.name for spec in specs)
+            labels = [spec.name if names[spec.name] == 1 or spec == catalog_device(spec.name) else f"{spec.name}@{place}"
+                      for spec, place in zip(specs, places, strict=True)]
+            self._kind_table = (labels, specs, per_rank)
+        return self._kind_table
+
     def device_groups(self) -> dict[str, DeviceSpec]:
         """A topology of `groups:` whose devices differ: each group's name and device; {} for one
         kind of device or an explicit graph (its `topology.device.*` fields are every device's)."""
@@ -284,8 +322,10 @@ class Topology:
         return {g.name: g.spec for g in self._fabric.groups}
 
     def device_counts(self) -> dict[str, int]:
-        """Devices of each kind, by catalog name in order (a mixed cluster's cost weighs each kind's price)."""
-        return dict(sorted(Counter(spec.name for spec in self._specs).items()))
+        """Devices of each kind (_kinds: by spec, named by the device's name) in name order (a mixed
+        cluster's cost weighs each kind's price)."""
+        labels, _, per_rank = self._kinds()
+        return dict(sorted(Counter(labels[kind] for kind in per_rank).items()))
 
     # ---- placement helpers -----------------------------------------------------------------
     def place(self, count: int, start: int = 0) -> list[int]:

@@ -489,3 +489,30 @@ def test_a_self_loop_and_a_mistyped_group_name_say_what_they_are():
         load_topology(graph)
     with pytest.raises(RlsimError, match="did you mean groups.a100"):
         load_topology("hetero-a100-h100", {"groups": {"a10": {"nodes": 2}}})
+
+
+def _two_h100_groups(slow_device) -> dict:
+    return {"name": "two-h100s", "devices_per_node": 8, "scaleup": {"kind": "switch"},
+            "scaleout": {"nic_bw": "400Gb/s"},
+            "groups": {"fast": {"device": "h100", "nodes": 1}, "slow": {"device": slow_device, "nodes": 2}}}
+
+
+def test_devices_of_one_name_and_two_specs_are_two_kinds():
+    """A derated H100 group beside plain H100s was one kind 'h100' (16 devices): one count, one price
+    and no mixed-cluster note, while the run priced each group by its own spec."""
+    topo = load_topology(_two_h100_groups({"base": "h100", "gemm_efficiency": 0.3}))
+    assert topo.device_counts() == {"h100": 8, "h100@slow": 16}
+    assert [topo.kind_of(r) for r in (0, 7, 8, 23)] == ["h100", "h100", "h100@slow", "h100@slow"]
+    assert topo.kind_specs()["h100@slow"].gemm_efficiency == 0.3 and topo.kind_specs()["h100"] == get_device("h100")
+    # the same spec written twice is one kind; a name of its own stays as given
+    assert load_topology(_two_h100_groups({"base": "h100"})).device_counts() == {"h100": 24}
+    named = load_topology(_two_h100_groups({"base": "h100", "name": "h100-derated", "gemm_efficiency": 0.3}))
+    assert named.device_counts() == {"h100": 8, "h100-derated": 16}
+
+
+def test_a_graph_of_one_name_and_two_specs_names_each_kind_by_its_first_node():
+    nodes = [{"id": f"d{i}", "kind": "device", "device": {"base": "h100", "hbm_bw_Bps": f"{2 + i}TB/s"}}
+             for i in range(2)] + [{"id": "sw", "kind": "switch"}]
+    links = [{"a": f"d{i}", "b": "sw", "bw": "450GB/s", "plane": "scaleup"} for i in range(2)]
+    topo = load_topology({"name": "g", "graph": {"nodes": nodes, "links": links}})
+    assert topo.device_counts() == {"h100@d0": 1, "h100@d1": 1}
