@@ -267,6 +267,15 @@ class CollectiveModel:
             # fabric's rings (before: every hop crossed rails through the spine, slowed by its
             # oversubscription; found by a network audit); each NIC still sends one channel, receives one
             rings[1::2] = rings[1::2, :, ::-1]
+            if len(rings) % 2 and k > 2:
+                # an odd domain count: the last domain, walked forwards like the first, would leave through
+                # member c - 1 and the wrap-around enter the first through member c, across rails (found
+                # by an audit). The domain before it now leaves through c + 1 (its last two members swapped:
+                # ..., c + 2, c, c + 1; one hop two apart, inside the scale-up domain) and the last walks
+                # from c + 1 round to c; each NIC still sends one channel and receives one. Two members a
+                # domain cannot close an odd cycle on one rail: its entry and exit alternate between them.
+                rings[-2, :, -2:] = rings[-2, :, :-3:-1].copy()
+                rings[-1] = np.roll(rings[-1], -1, axis=1)
             return rings.transpose(1, 0, 2).reshape(channels, -1).tolist()
         channels = min(min(sizes), self.params.max_channels)
         return [[m[(c + i) % len(m)] for m in by_domain.values() for i in range(len(m))] for c in range(channels)]
