@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...scenario import ArealSchedule
-from .batches import SeqBatch
 from .context import Context
 from .registry import SchedulePolicy, register
 from .staleness import TIME_TOL_S
@@ -110,16 +109,6 @@ class ArealRollouter(Rollouter):
         if not group.running:
             del self.request_server[group.index]
             self._complete(group, t, np.array([self.clocks[s].rank_start for s in where]))
-
-    def _complete(self, group: PromptGroup, t: float, instance: int | np.ndarray) -> None:
-        """AReaL trains every rollout its filter accepts, in a later step if not this one: a group the
-        round's draw marks as surplus (a round's batch already full) is accepted here."""
-        surplus = group.seqs.drop_reason == "surplus"
-        if surplus.any():
-            reason = group.seqs.drop_reason.copy()
-            reason[surplus] = ""
-            group.seqs = SeqBatch(*group.seqs.fields()[:-1], reason)
-        super()._complete(group, t, instance)
 
     def _group_done(self, accepted: bool) -> None:
         self.running -= 1

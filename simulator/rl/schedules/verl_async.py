@@ -81,6 +81,20 @@ class PromptSource:
         return PromptGroup(self.count - 1, seqs)
 
 
+def streamed(seqs: SeqBatch) -> SeqBatch:
+    """A streaming Rollouter has no generation round: a kept group the round's draw marks ``surplus``
+    (that round's batch already full) is queued for a later step like any other. verl's fully_async
+    Rollouter puts every sample it generates into the message queue (0.9.1 wheel,
+    fully_async_rollouter.py _process_single_sample_streaming: put_sample, dropped only when the queue
+    is full); AReaL trains every rollout its filter accepts (workflow_executor.py should_accept_fn)."""
+    surplus = seqs.drop_reason == "surplus"
+    if not surplus.any():
+        return seqs
+    reason = seqs.drop_reason.copy()
+    reason[surplus] = ""
+    return SeqBatch(*seqs.fields()[:-1], reason)
+
+
 class Rollouter:
     """The rollout servers, the per-version quota, the message queue of complete samples."""
     POOL = "rollout"   # the pool whose devices the servers run on
@@ -223,8 +237,9 @@ class Rollouter:
 
     def _complete(self, group: PromptGroup, t: float, instance: int | np.ndarray) -> None:
         """All n trajectories are done: into the sample store and DistQueue; into the message queue
-        unless dropped (DAPO no_signal / surplus). ``instance``: the first rank of the server that
+        unless DAPO's filter drops them (no_signal). ``instance``: the first rank of the server that
         generated them (one for all, or one per trajectory)."""
+        group.seqs = streamed(group.seqs)
         ctx, seqs = self.ctx, group.seqs
         ranks = self.ctx.pools[self.POOL].ranks
         # when each trajectory is scored: at its finish (the teacher's hand-over), the group at t
