@@ -1480,7 +1480,13 @@ def _verl_fully_async() -> type[ScheduleConfig]:
                             "rollout server with the fewest prompts (kind verl-fully-async's own dispatch), so "
                             "workload.inference.dispatch is not read", "remove workload.inference.dispatch, or run "
                             "another kind"))
-            return out
+            # verl 0.9.1 experimental/fully_async_policy: fully_async_rollouter.py asserts data.gen_batch_size
+            # == 1 ("currently only support 1", its yaml) and nothing there reads algorithm.filter_groups
+            return out + _read_past_sampling(workload, "verl's fully_async Rollouter (kind verl-fully-async)", {
+                "gen_prompts": "streams prompts one at a time (verl asserts data.gen_batch_size == 1) and queues "
+                               "every kept group for a later step: it draws no generation batch",
+                "max_gen_batches": "has no generation batches to cap (verl's fully_async reads no "
+                                   "algorithm.filter_groups.max_num_gen_batches)"})
 
         def _read_past_lending(self) -> list[tuple[str, str, str]]:
             """The dynamic resource controller is verl 0.9.1's (request_routing); the switch prices only
@@ -1555,7 +1561,8 @@ def _areal() -> type[ScheduleConfig]:
 
         def read_past(self, workload: "WorkloadConfig") -> list[tuple[str, str, str]]:
             """AReaL's engine client sends each request to the next server in turn (its own dispatch),
-            aborts nothing (overprovision), and its servers' slots are not accounted (low_batch_share)."""
+            aborts nothing (overprovision), and its servers' slots are not accounted (low_batch_share);
+            its dynamic filter judges each rollout as it completes, with no generation batch."""
             out = []
             if self.overprovision > 0:
                 out.append(("schedule.overprovision", "AReaL generates the rollouts its capacity admits and aborts "
@@ -1578,7 +1585,13 @@ def _areal() -> type[ScheduleConfig]:
                             "version starts before its weights, so none is in flight at a weight update to keep "
                             "its KV cache", "raise schedule.max_head_offpolicyness, or remove "
                             "schedule.interrupt_keeps_kv"))
-            return out
+            # AReaL 1.0.4 rl_trainer.py train(dynamic_filter_fn) -> prepare_batch(should_accept_fn): each
+            # rollout accepted or rejected as it completes; no generation batch, no count of them
+            return out + _read_past_sampling(workload, "AReaL (kind areal)", {
+                "gen_prompts": "starts rollouts one at a time as its capacity admits, its dynamic filter "
+                               "(should_accept_fn) judging each as it completes: it draws no generation batch",
+                "max_gen_batches": "has no generation batches to cap (a rejected rollout frees its place, "
+                                   "without limit)"})
     return ArealSchedule
 
 
@@ -1633,13 +1646,20 @@ class _VerlV1Async(ScheduleConfig):
 def _read_past_v1_sampling(workload: "WorkloadConfig", name: str) -> list[tuple[str, str, str]]:
     """verl 0.9's v1 replay buffer refills filtered groups one prompt at a time (data.gen_batch_size
     forced to 1 under DAPO) and ignores max_num_gen_batches (it warns: no cap)."""
+    return _read_past_sampling(workload, f"{name}'s replay buffer", {
+        "gen_prompts": "refills each filtered group with fresh prompts one at a time (verl forces "
+                       "data.gen_batch_size to 1 under DAPO)",
+        "max_gen_batches": "ignores algorithm.filter_groups.max_num_gen_batches (no cap: verl warns)"})
+
+
+def _read_past_sampling(workload: "WorkloadConfig", who: str, whys: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """The dynamic-sampling keys (gen_prompts, max_gen_batches) ``who`` does not read, each with its why:
+    a kind that starts prompts one at a time has no generation batch to size or cap."""
     sampling, out = workload.dynamic_sampling, []
-    for key, why in (("gen_prompts", "refills each filtered group with fresh prompts one at a time (verl forces "
-                      "data.gen_batch_size to 1 under DAPO)"),
-                     ("max_gen_batches", "ignores algorithm.filter_groups.max_num_gen_batches (no cap: verl warns)")):
+    for key, why in whys.items():
         if sampling is not None and getattr(sampling, key) is not None:
-            out.append((f"workload.dynamic_sampling.{key}", f"{name}'s replay buffer {why}, so "
-                        f"workload.dynamic_sampling.{key} is not read", f"remove workload.dynamic_sampling.{key}"))
+            out.append((f"workload.dynamic_sampling.{key}", f"{who} {why}, so workload.dynamic_sampling.{key} "
+                        "is not read", f"remove workload.dynamic_sampling.{key}"))
     return out
 
 

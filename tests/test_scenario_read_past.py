@@ -97,6 +97,21 @@ def test_a_comparison_gives_refit_overlap_to_the_kinds_that_read_it(capsys):
     assert rc == 0, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kind, who", [("verl-fully-async", "verl's fully_async Rollouter"), ("areal", "AReaL")])
+@pytest.mark.parametrize("key, value", [("gen_prompts", 48), ("max_gen_batches", 3)])
+def test_a_streaming_kind_refuses_the_generation_batch_it_never_draws(kind, who, key, value):
+    """verl's fully_async Rollouter (it asserts data.gen_batch_size == 1 and reads no
+    filter_groups.max_num_gen_batches) and AReaL (its dynamic filter judges each rollout) start prompts
+    one at a time: dynamic sampling's generation batch and its cap are refused there, keep_fraction loads."""
+    workload = {"preset": "grpo-qwen2.5-7b", "dynamic_sampling": {"keep_fraction": 0.5, key: value}}
+    with pytest.raises(RlsimError) as err:
+        load_scenario(workload=workload, schedule=kind)
+    assert err.value.field == f"workload.dynamic_sampling.{key}"
+    assert who in str(err.value) and err.value.fix == f"remove workload.dynamic_sampling.{key}"
+    del workload["dynamic_sampling"][key]
+    assert load_scenario(workload=workload, schedule=kind).workload.dynamic_sampling.keep_fraction == 0.5
+
+
 def test_a_read_past_key_exits_2_on_the_cli(capsys):
     assert main(["run", "--json", "--iterations", "1", "--set", "schedule.recovery.restart_s=10"]) == 2
     err = capsys.readouterr().err

@@ -35,8 +35,9 @@ def test_every_field_is_common_or_per_kind():
 @pytest.mark.parametrize("kind", SCHEDULE_KINDS)
 def test_every_preset_loads_under_every_kind_with_shared_attributes(workload, kind):
     sampling = presets.resolve("workloads", workload)[0].get("dynamic_sampling") or {}
-    if kind.startswith("verl-") and kind != "verl-fully-async" and "gen_prompts" in sampling:
-        # verl 0.9's v1 buffer refills one prompt at a time: a preset's generation batch is refused, named
+    if (kind.startswith("verl-") or kind == "areal") and "gen_prompts" in sampling:
+        # verl 0.9's v1 buffer, verl's fully_async Rollouter and AReaL start prompts one at a time: a
+        # preset's generation batch is refused, named
         with pytest.raises(RlsimError) as err:
             load_scenario(workload=workload, schedule=kind)
         assert err.value.field == "workload.dynamic_sampling.gen_prompts"

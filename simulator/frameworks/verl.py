@@ -923,11 +923,28 @@ COLOCATED_REWARD_MODEL_NOTE = (
     "reward.served.sleep_wake_s and their weight shard to host and back")
 
 
+# Recipes that start DAPO's prompts one at a time: why they read neither max_num_gen_batches nor
+# gen_batch_size (workload.dynamic_sampling.max_gen_batches / gen_prompts, which their kinds refuse)
+_V1_ONE_AT_A_TIME = ("the v1 replay buffer ignores it (its warning): filtered groups are replaced by new prompts "
+                     "until the batch is full", "the v1 trainer fetches prompts one at a time under DAPO (it forces "
+                     "data.gen_batch_size to 1)")
+ONE_PROMPT_AT_A_TIME = {
+    **dict.fromkeys(V1_RECIPES, _V1_ONE_AT_A_TIME),
+    # verl 0.9.1 experimental/fully_async_policy: fully_async_rollouter.py asserts gen_batch_size == 1 and
+    # puts every sample it generates into the message queue; nothing there reads algorithm.filter_groups
+    "fully-async": ("fully_async's Rollouter streams prompts one at a time and queues every kept group for a "
+                    "later step: no generation batch to cap (nothing in fully_async reads it)",
+                    "fully_async's Rollouter streams prompts one at a time (it asserts data.gen_batch_size == 1): "
+                    "no generation batch"),
+}
+
+
 def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """DAPO dynamic sampling (algorithm.filter_groups): the prompts of a generation batch and the cap
     on batches per step (recipe/dapo's trainer raises past it; 0 or less, its default: no cap). The
     v1 trainer evicts a filtered group and submits new prompts for it, one at a time (replay_buffer.py:
-    one in the async modes, two of credit in the sync mode, which max_inflight_gen_batches bounds)."""
+    one in the async modes, two of credit in the sync mode, which max_inflight_gen_batches bounds);
+    fully_async's Rollouter streams them one at a time (ONE_PROMPT_AT_A_TIME)."""
     cap_key = "algorithm.filter_groups.max_num_gen_batches"
     inflight_key = "algorithm.filter_groups.max_inflight_gen_batches"
     if not (recipe == "sync" and v.flag("algorithm.filter_groups.enable")) and v.given(inflight_key):
@@ -953,13 +970,12 @@ def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[s
     v.result.notes.append("the share of groups with a reward signal is not in a verl config: rlsim's default "
                           "workload.dynamic_sampling.keep_fraction 0.5 (set yours with --set "
                           "workload.dynamic_sampling.keep_fraction=...)")
-    if recipe in V1_RECIPES:
+    if recipe in ONE_PROMPT_AT_A_TIME:   # no generation batch to size or cap: the kinds refuse both keys
         w["dynamic_sampling"] = {}
-        decided[cap_key] = ("ignored", "the v1 replay buffer ignores it (its warning): filtered groups are replaced "
-                                       "by new prompts until the batch is full")
+        cap_why, gen_why = ONE_PROMPT_AT_A_TIME[recipe]
+        decided[cap_key] = ("ignored", cap_why)
         if v.given("data.gen_batch_size"):
-            decided["data.gen_batch_size"] = ("ignored", "the v1 trainer fetches prompts one at a time under DAPO "
-                                                         "(it forces data.gen_batch_size to 1)")
+            decided["data.gen_batch_size"] = ("ignored", gen_why)
         return
     src = v.result.source
     gen = v("data.gen_batch_size")

@@ -1536,6 +1536,24 @@ def test_verl_09_fully_async_keys_are_read():
     assert "fully_async" in colocated.ignored["actor_rollout_ref.rollout.standalone_gpu_memory_utilization"]
 
 
+def test_a_fully_async_dapo_config_writes_no_generation_batch_and_runs():
+    """fully_async's Rollouter streams prompts one at a time (verl 0.9.1 asserts data.gen_batch_size
+    == 1) and nothing in fully_async reads filter_groups.max_num_gen_batches: both are listed ignored
+    and neither key is written (the kind refuses them). The importer wrote gen_prompts 1 and
+    max_gen_batches 10, and the run stopped at step 0 after 10 'generation batches' of one prompt."""
+    example = EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml"
+    r = import_config("verl", example, ["+algorithm.filter_groups.enable=true",
+                                        "+algorithm.filter_groups.max_num_gen_batches=10"])
+    assert r.scenario["workload"]["dynamic_sampling"] == {}
+    assert "one at a time" in r.ignored["data.gen_batch_size"]
+    assert "nothing in fully_async reads it" in r.ignored["algorithm.filter_groups.max_num_gen_batches"]
+    assert "algorithm.filter_groups.enable" in r.mapped
+    sc = load_scenario(r.scenario, overrides=["iterations=2", "workload.response_length.max=1024"])
+    run = simulate(sc)
+    assert run.summary["samples"]["consumed"] == 2 * sc.workload.prompts_per_step * sc.workload.samples_per_prompt
+    assert set(run.summary["samples"]["dropped"]) <= {"no_signal", "unused"}
+
+
 @pytest.mark.parametrize(("over", "field"), [
     (["actor_rollout_ref.rollout.checkpoint_engine.backend=naive"], "actor_rollout_ref.rollout.checkpoint_engine.backend"),
     (["trainer.v1.separate_async.parameter_sync_step=3"], "trainer.v1.separate_async.parameter_sync_step"),

@@ -215,8 +215,7 @@ def test_dynamic_sampling_rejects_groups_without_signal_and_keeps_every_other():
                            iterations=4, overrides=[
                                "workload.prompts_per_step=8", "workload.samples_per_prompt=4",
                                "workload.mini_batch_prompts=8", "workload.response_length.max=2048",
-                               "workload.algorithm=dapo", "workload.dynamic_sampling.keep_fraction=0.5",
-                               "workload.dynamic_sampling.gen_prompts=24"])
+                               "workload.algorithm=dapo", "workload.dynamic_sampling.keep_fraction=0.5"])
     s = r.summary
     assert s["samples"]["consumed"] == 4 * 32
     assert set(s["samples"]["dropped"]) <= {"no_signal", "unused"} and s["samples"]["dropped"]["no_signal"] > 0
