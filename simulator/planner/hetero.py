@@ -368,15 +368,18 @@ class HeteroPlan:
         return None if self.uniform is None else self.uniform.step_time_s / self.balanced.step_time_s
 
     def to_json(self) -> dict[str, Any]:
-        def one(r: HeteroResult) -> dict[str, Any]:
-            return {"layout": {"tp": r.tp, "pp": r.pp, "dp": r.dp, "zero": r.zero, "recompute": r.recompute,
-                               "micro_batch": r.micro_batch},
-                    "step_time_s": r.step_time_s, "utilization": r.utilization,
-                    "layers_per_stage": list(r.layers_per_stage),
-                    "microbatches_per_replica": list(r.microbatches_per_replica)}
-        doc = {"speedup": self.speedup, "uniform": None if self.uniform is None else one(self.uniform),
-               "balanced": one(self.balanced)}
+        doc = {"speedup": self.speedup, "uniform": None if self.uniform is None else result_json(self.uniform),
+               "balanced": result_json(self.balanced)}
         return doc if self.uniform is not None else {**doc, "uniform_refused": self.uniform_refused}
+
+
+def result_json(r: HeteroResult) -> dict[str, Any]:
+    """A result's layout, step, utilization and splits, as `plan --balance --json` gives them."""
+    return {"layout": {"tp": r.tp, "pp": r.pp, "dp": r.dp, "zero": r.zero, "recompute": r.recompute,
+                       "micro_batch": r.micro_batch},
+            "step_time_s": r.step_time_s, "utilization": r.utilization,
+            "layers_per_stage": list(r.layers_per_stage),
+            "microbatches_per_replica": list(r.microbatches_per_replica)}
 
 
 def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
@@ -396,19 +399,45 @@ def plan_hetero(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     `recompute_values`: those tried (None: `micro_batch` / `recompute` alone).
     """
     ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
+    step_models = hetero_step_models(model, topology, seq_len, micro_batch_values=(
+        (micro_batch,) if micro_batch_values is None else micro_batch_values), recompute_values=(
+        (recompute,) if recompute_values is None else recompute_values), params=params, speed_factor=speed_factor,
+        collectives=collectives, train_params=train_params, zero_values=zero_values)
+    return plan_on_step_models(step_models, ranks, global_batch, tp_values=tp_values, pp_values=pp_values,
+                               zero_values=zero_values)
+
+
+def hetero_step_models(model: Any, topology: Any, seq_len: int, *, micro_batch_values: Sequence[int],
+                       recompute_values: Sequence[str], params: HeteroParams | None = None,
+                       speed_factor: Mapping[int, float] | None = None, collectives: Any = None,
+                       train_params: TrainParams | None = None,
+                       zero_values: Sequence[int] = (0,)) -> list[HeteroStepModel]:
+    """One step model per (micro-batch, recompute) tried, sharing one collective model: each caches
+    its stage units by TP group, so that plans on several rank sets (plan_kind_subsets) cost a
+    group once."""
     for zero in zero_values:   # bad input, not a layout that does not fit: raise here, not per layout
         _check_zero(zero, params or HeteroParams())
+    if collectives is None:
+        from ..network.collectives import CollectiveModel
+        collectives = CollectiveModel(topology)
+    return [HeteroStepModel(model, topology, seq_len, mb, params=params, collectives=collectives,
+                            speed_factor=speed_factor, recompute=mode, train_params=train_params)
+            for mb in micro_batch_values for mode in recompute_values]
+
+
+def plan_on_step_models(step_models: Sequence[HeteroStepModel], ranks: Sequence[int], global_batch: int, *,
+                        tp_values: Sequence[int] = (1, 2, 4, 8), pp_values: Sequence[int] | None = None,
+                        zero_values: Sequence[int] = (0,)) -> HeteroPlan:
+    """plan_hetero's search on ``ranks`` with the given step models (hetero_step_models)."""
+    ranks = list(ranks)
     best: dict[bool, HeteroResult] = {}   # balanced? -> the fastest such result
     refused: dict[bool, str] = {}         # balanced? -> the last layout refused, and why
-    for mb in (micro_batch,) if micro_batch_values is None else tuple(micro_batch_values):
-        for mode in (recompute,) if recompute_values is None else tuple(recompute_values):
-            stm = HeteroStepModel(model, topology, seq_len, mb, params=params, collectives=collectives,
-                                  speed_factor=speed_factor, recompute=mode, train_params=train_params)
-            for res in _hetero_layouts(stm, ranks, global_batch, tp_values, pp_values, zero_values):
-                if res.refused is not None:
-                    refused[res.balanced_split] = res.refused
-                elif res.balanced_split not in best or res.result.step_time_s < best[res.balanced_split].step_time_s:
-                    best[res.balanced_split] = res.result
+    for stm in step_models:
+        for res in _hetero_layouts(stm, ranks, global_batch, tp_values, pp_values, zero_values):
+            if res.refused is not None:
+                refused[res.balanced_split] = res.refused
+            elif res.balanced_split not in best or res.result.step_time_s < best[res.balanced_split].step_time_s:
+                best[res.balanced_split] = res.result
     if True not in best:
         why = (f": the last tried, {refused[True]}" if True in refused else "")
         raise RlsimError(f"no heterogeneous layout of {len(ranks)} devices fits the model and batch{why}",
