@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on a topology of several device kinds (--stage train): also split the layers over "
                              "pipeline stages and the micro-batches over DP replicas in proportion to each "
                              "device's speed (planner/hetero.py), searching the planner space's TP, PP, micro-batch, "
-                             "recompute and ZeRO (up to 2), against the same model's best even split")
+                             "recompute and ZeRO (up to 2), against the same model's best even split; and on each "
+                             "subset of the kinds, naming the fastest (a kind may be best left idle, its idle "
+                             "device-hours the price)")
     common.add_common(parser)
     from .replicas import add_replica_arguments
     add_replica_arguments(parser, jobs=False)   # --seeds N: medians over replicas' distribution draws (issue 13)
@@ -439,9 +441,11 @@ def _check_balance_flags(args: argparse.Namespace) -> None:
 def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[str, Any]:
     """The speed-proportional split (planner.plan_hetero) of a topology of several device kinds over
     the planner space's TP, PP, micro-batch, recompute and ZeRO values (at most 2: the step model
-    has no ZeRO-3), at CP 1 and VPP 1 (which the space must hold). The JSON document of `plan --balance`."""
+    has no ZeRO-3), at CP 1 and VPP 1 (which the space must hold), on every kind and on the subsets
+    of kinds (planner.plan_kind_subsets: a kind may be best left idle). The JSON document of
+    `plan --balance`."""
     from ..autoplan import train_space
-    from ..planner import plan_hetero, planner_settings
+    from ..planner import plan_kind_subsets, planner_settings
 
     kinds = topology.device_kinds()   # by their specs: an H100 group with its own HBM rate is a kind
     if len(kinds) < 2:
@@ -465,10 +469,10 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
             raise RlsimError(f"the heterogeneous step model runs {key} 1 (no context parallelism, no interleaved "
                              f"chunks), and planner.space.{key} is {getattr(space, key)}", field=f"planner.space.{key}",
                              fix=f"add 1 to planner.space.{key} (the even rows keep the others), or drop --balance")
-    result = plan_hetero(model, topology, inp["global_batch"], inp["seq_len"], tp_values=space.tp,
-                         pp_values=space.pp, micro_batch_values=space.micro_batch,
-                         recompute_values=space.recompute, zero_values=zeros, params=settings.hetero,
-                         train_params=inp["workload"].train_params)
+    result = plan_kind_subsets(model, topology, inp["global_batch"], inp["seq_len"], tp_values=space.tp,
+                               pp_values=space.pp, micro_batch_values=space.micro_batch,
+                               recompute_values=space.recompute, zero_values=zeros, params=settings.hetero,
+                               train_params=inp["workload"].train_params)
     return {"devices": topology.device_counts(), **result.to_json()}
 
 
@@ -482,13 +486,47 @@ def _print_balance(doc: dict[str, Any]) -> None:
         if part is None:
             print(f"  {name + ':':10} no even split fits ({doc['uniform_refused']})")
             continue
-        lay = part["layout"]
-        print(f"  {name + ':':10} tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} zero {lay['zero']}, recompute "
-              f"{lay['recompute']}, micro-batch {lay['micro_batch']}, layers per stage {part['layers_per_stage']}, "
-              f"micro-batches per replica {part['microbatches_per_replica']}: step {part['step_time_s']:.3f} s, "
-              f"utilization {part['utilization']:.3f}")
+        print(f"  {name + ':':10} {_split_text(part)}")
     if doc["speedup"] is not None:
         print(f"  speedup of the balanced split over the even one: {doc['speedup']:.2f}x")
+    _print_kind_subsets(doc)
+
+
+def _split_text(part: dict[str, Any]) -> str:
+    lay = part["layout"]
+    return (f"tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} zero {lay['zero']}, recompute {lay['recompute']}, "
+            f"micro-batch {lay['micro_batch']}, layers per stage {part['layers_per_stage']}, micro-batches per "
+            f"replica {part['microbatches_per_replica']}: step {part['step_time_s']:.3f} s, utilization "
+            f"{part['utilization']:.3f}")
+
+
+def _print_kind_subsets(doc: dict[str, Any]) -> None:
+    """Each subset of kinds planned (its balanced split), then the best and the kinds it leaves idle."""
+    print(f"  the kinds planned on ({doc['subsets_tried']}), each with its best split:")
+    for n, part in enumerate(doc["subsets"]):   # every kind first: the balanced split above
+        what = "the balanced split above" if n == 0 else part["refused"] if "refused" in part else _split_text(part)
+        print(f"    {' + '.join(part['kinds'])} ({_devices(part['devices'])}): {what}")
+    best = doc["best"]
+    if not best["idle"]:
+        fewer = [part for part in doc["subsets"][1:] if "refused" not in part]
+        runner_up = min(fewer, key=lambda part: part["step_time_s"], default=None)
+        print("  best: every kind (the balanced split); leaving a kind idle is slower" + (
+            "" if runner_up is None else f" (the fastest without one, {' + '.join(runner_up['kinds'])}: step "
+                                         f"{runner_up['step_time_s']:.3f} s)"))
+        return
+    print(f"  best: {' + '.join(best['kinds'])} only ({_devices(best['devices'])}), step {best['step_time_s']:.3f} s, "
+          f"{best['speedup_over_every_kind']:.2f}x faster than the balanced split on every kind:")
+    for idle in best["idle"]:
+        with_it = idle["step_time_with_it_s"]
+        why = (f"with it the best split steps in {with_it:.3f} s" if with_it is not None else
+               f"with it: {idle['with_it_refused']}" if "with_it_refused" in idle else
+               f"the kinds with it were not planned on ({doc['subsets_tried']})")
+        print(f"    {idle['kind']} left idle ({why}): the price, {_devices(idle['devices'])} idle, "
+              f"{idle['idle_device_hours_per_1000_steps']:.2f} device-hours per 1000 steps")
+
+
+def _devices(count: int) -> str:
+    return f"{count} device{'' if count == 1 else 's'}"
 
 
 def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[dict[str, Any]]) -> None:

@@ -1,7 +1,7 @@
 """Parallel-strategy planner: search, topology-aware placement, heterogeneous balancing, re-planning.
 
 Public entry points (docs/planner.md): `plan_training`, `plan_rollout`, `plan_to_target`,
-`plan_hetero`, `replan_on_failure`, `replan_on_slowdown`, `plan_phases`, `simulate_failure_run`,
+`plan_hetero`, `plan_kind_subsets`, `replan_on_failure`, `replan_on_slowdown`, `plan_phases`, `simulate_failure_run`,
 `planner_settings` (the `planner:` YAML section / `--set planner.KEY=VALUE`).
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from ..errors import RlsimError, validation_error
 from ..strict_model import StrictModel
 from .hetero import HeteroParams, HeteroPlan, HeteroStepModel, balance, plan_hetero
+from .kind_subsets import KindSubsetPlan, plan_kind_subsets
 from .placement import Placement, aware_placements, forced_placement, groups, naive_placement
 from .replan import (
     PhasePlan,
@@ -74,10 +75,10 @@ def planner_settings(mapping: Mapping[str, Any] | None = None, source: str = "--
 
 
 __all__ = [
-    "Evaluation", "HeteroParams", "HeteroPlan", "HeteroStepModel", "PhasePlan", "Placement", "PlannerParams",
-    "PlannerSettings", "RecoveryParams", "Replan", "RolloutPlan", "RolloutSpace", "SearchSpace",
+    "Evaluation", "HeteroParams", "HeteroPlan", "HeteroStepModel", "KindSubsetPlan", "PhasePlan", "Placement",
+    "PlannerParams", "PlannerSettings", "RecoveryParams", "Replan", "RolloutPlan", "RolloutSpace", "SearchSpace",
     "TrainCandidate", "TrainChoice", "TrainPlan", "aware_placements", "balance", "enumerate_train_choices",
-    "forced_placement", "groups", "naive_placement", "plan_hetero", "plan_phases", "plan_rollout",
-    "plan_to_target", "plan_training", "planner_settings", "replan_on_failure", "replan_on_slowdown",
-    "simulate_failure_run",
+    "forced_placement", "groups", "naive_placement", "plan_hetero", "plan_kind_subsets", "plan_phases",
+    "plan_rollout", "plan_to_target", "plan_training", "planner_settings", "replan_on_failure",
+    "replan_on_slowdown", "simulate_failure_run",
 ]

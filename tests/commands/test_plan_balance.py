@@ -26,6 +26,34 @@ def test_balance_splits_work_by_device_speed_beside_the_even_candidates(capsys):
     assert bal["speedup"] == pytest.approx(uniform["step_time_s"] / balanced["step_time_s"])
     split = balanced["microbatches_per_replica"]
     assert sum(split) == 256 // balanced["layout"]["micro_batch"] and len(set(split)) > 1   # faster replicas: more
+    # each kind alone is slower than both together (docs/planner.md): no kind is left idle
+    assert balanced["kinds"] == uniform["kinds"] == ["a100-80gb", "h100"]
+    assert [part["kinds"] for part in bal["subsets"]] == [["a100-80gb", "h100"], ["a100-80gb"], ["h100"]]
+    assert bal["subsets"][0] == {"devices": 16, **balanced} and bal["best"]["kinds"] == balanced["kinds"] and bal["best"]["idle"] == []
+    assert all(part["step_time_s"] > balanced["step_time_s"] for part in bal["subsets"][1:])
+
+
+def test_balance_leaves_a_kind_idle_where_the_step_is_faster_without_it(capsys, tmp_path):
+    """An H100 beside one 16 times slower, 8 micro-batches: one micro-batch on the slow device
+    outlasts the fast one's whole step (tests/planner/test_kind_subsets.py has the closed form).
+    The best plan uses the H100 alone and says so, with the idle device's price."""
+    path = tmp_path / "pair.yaml"
+    path.write_text("name: pair\ndevices_per_node: 1\nscaleup: {kind: switch}\nscaleout: {nic_bw: 400Gb/s}\n"
+                    "groups:\n  fast: {device: h100, nodes: 1}\n  slow: {device: {base: h100, name: h100-slow, "
+                    "peak_flops: {bf16: 61.8T}, hbm_bw_Bps: 0.21TB/s}, nodes: 1}\n")
+    argv = ["plan", "--topology", str(path), "--model", "gpt-1.7b", "--global-batch", "8", "--seq-len", "2048",
+            "--balance", "--top", "1", *(f"--set=planner.space.{key}=[{value}]" for key, value in (
+                ("tp", 1), ("pp", 1), ("micro_batch", 1), ("recompute", "full"), ("zero", 0)))]
+    bal = _json(capsys, *argv)["balance"]
+    best, alone = bal["best"], bal["subsets"][1]
+    assert alone["kinds"] == best["kinds"] == ["h100"] and best["step_time_s"] == alone["step_time_s"]
+    assert best["step_time_s"] < bal["balanced"]["step_time_s"] == best["idle"][0]["step_time_with_it_s"]
+    assert best["idle"][0]["idle_device_hours_per_1000_steps"] == pytest.approx(best["step_time_s"] / 3.6)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "best: h100 only (1 device)" in out
+    assert f"h100-slow left idle (with it the best split steps in {bal['balanced']['step_time_s']:.3f} s)" in out
+    assert f"the price, 1 device idle, {best['idle'][0]['idle_device_hours_per_1000_steps']:.2f} device-hours" in out
 
 
 def test_balance_searches_the_micro_batch_recompute_and_zero_of_the_space(capsys):
