@@ -201,21 +201,48 @@ def params_beside_engine(sc: Scenario, rollout_settings: Any) -> Any:
     return training_params_beside_engine(sc, float(share))
 
 
-def updates_beside(sc: Scenario | None, params: Any) -> list[tuple[Any, str, Callable[..., Any], Callable[..., Any]]]:
-    """TrainingEvaluator's ``beside`` for a PPO workload: the actor's update beside the critic's kept
-    weights and optimizer state, the critic's (under its own micro-batching, workload.critic_batching)
-    beside the actor's, as rl/llm_costs judges the run; none for a critic-free one. ``params``: the
-    actor's trainer constants as the evaluator has them."""
-    if sc is None or sc.workload.algorithm != "ppo":
+def updates_beside(sc: Scenario | None, params: Any,
+                   base: ModelSpec | None = None) -> list[tuple[Any, str, Callable[..., Any], Callable[..., Any]]]:
+    """TrainingEvaluator's ``beside``, as rl/llm_costs judges the run: each update beside what other
+    models keep on its devices. PPO: the actor's beside the critic's kept weights and optimizer state,
+    the critic's (under its own micro-batching, workload.critic_batching) beside the actor's; either
+    beside the resident frozen models' weight shards on its pool (llm_costs.frozen_weight_bytes: a
+    reference without host offload or swap, a reward model on the trainer). None where nothing sits
+    beside the update. ``params``: the actor's trainer constants as the evaluator has them; ``base``:
+    the actor's architecture where it is not workload.model (rl/llm_costs.role_models)."""
+    if sc is None:
         return []
-    from .rl.llm_costs import critic_layout, critic_train_params, kept_state_bytes, ppo_models
+    from .rl.llm_costs import (
+        critic_layout,
+        critic_train_params,
+        frozen_roles_beside,
+        frozen_text,
+        frozen_weight_bytes,
+        kept_state_bytes,
+        role_models,
+    )
 
-    actor, critic = ppo_models(sc)
+    models = role_models(sc, base)
     actor_params = params or sc.workload.train_params
+
+    def frozen(role: str, lay: Any, hbm: float) -> float:
+        return sum(frozen_weight_bytes(sc, models, role, lay, hbm, actor_params).values())
+
+    frozen_of = {role: frozen_text(frozen_roles_beside(sc, role)) for role in ("actor", "critic")}
+    if sc.workload.algorithm != "ppo":
+        return [(models["actor"], frozen_of["actor"], lambda lay, hbm: frozen("actor", lay, hbm),
+                 lambda lay: lay)] if frozen_of["actor"] else []
     critic_params = critic_train_params(actor_params, sc.workload.critic_offload)
     batching = sc.workload.critic_batching
-    return [(actor, "critic", lambda lay, hbm: kept_state_bytes(critic, lay, hbm, critic_params), lambda lay: lay),
-            (critic, "actor", lambda lay, hbm: kept_state_bytes(actor, lay, hbm, actor_params),
+
+    def held(other: str, frozen_named: str) -> str:
+        return " and ".join(filter(None, (f"the {other}'s resident weights and optimizer state", frozen_named)))
+
+    return [(models["actor"], held("critic", frozen_of["actor"]),
+             lambda lay, hbm: kept_state_bytes(models["critic"], lay, hbm, critic_params) + frozen("actor", lay, hbm),
+             lambda lay: lay),
+            (models["critic"], held("actor", frozen_of["critic"]),
+             lambda lay, hbm: kept_state_bytes(models["actor"], lay, hbm, actor_params) + frozen("critic", lay, hbm),
              lambda lay: critic_layout(lay, batching, sc.source))]
 
 
@@ -421,7 +448,7 @@ def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_
     shard = model.weight_bytes(2.0)
     resident = resident_training_bytes(model, lay, sc.schedule.switch, hbm, shard, sc.workload.train_params)
     beside = updates_beside(sc, sc.workload.train_params)
-    if beside:   # PPO: the critic's kept state sits beside the engine too
+    if beside:   # the critic's kept state (PPO) and the resident frozen weights sit beside the engine too
         resident += beside[0][2](lay, hbm)
     free = math.floor((hbm - resident) / hbm * 100) / 100
     if free <= 0:

@@ -23,9 +23,13 @@ def test_the_engine_share_is_what_the_resident_state_leaves():
     lay = {"tp": 1, "pp": 1, "zero": 1, "recompute": "full", "micro_batch": 1}
     share = colocated_engine_share(sc, topo, model, lay, list(range(8)), 0.9)
     hbm = topo.device_spec(0).hbm_bytes
-    weights = model.weight_bytes(2.0)            # tp 1: every device holds the bf16 weights
+    # tp 1: every device holds the bf16 weights, the actor's and the resident reference's
+    weights = 2 * model.weight_bytes(2.0)
     assert share == pytest.approx(int((hbm - weights) / hbm * 100) / 100)
     assert share * hbm + weights <= hbm
+    swapped = _scenario("schedule.reference_swap_copies=3")   # NeMo RL's swap: the reference on the host
+    alone = int((hbm - model.weight_bytes(2.0)) / hbm * 100) / 100
+    assert colocated_engine_share(swapped, topo, model, lay, list(range(8)), 0.9) == pytest.approx(alone)
     split = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
                           schedule="disaggregated", iterations=1)
     assert colocated_engine_share(split, topo, model, lay, list(range(4)), 0.9) == 0.9   # split pools: untouched
@@ -145,9 +149,10 @@ def test_a_planned_layout_a_heavier_step_runs_out_of_says_why_and_the_fix():
 
 
 # the documentation audit's case: the first plan (TP1 DP16 ZeRO-2, 4 packed sequences a micro-batch)
-# runs out of memory on StaleSync's consolidated tail at 88.5 GB of 79 GB
+# runs out of memory on StaleSync's consolidated tail at 88.5 GB of 79 GB (the reference swapped to
+# the host, as the case had its weights off the devices)
 HEAVY_TAIL_RUN = dict(workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="stalesync", iterations=4,
-                      overrides=["topology.nodes=4", "workload.train_layout=auto"])
+                      overrides=["topology.nodes=4", "workload.train_layout=auto", "schedule.reference_swap_copies=3"])
 
 
 def test_a_planned_layout_a_trained_batch_does_not_fit_is_planned_again_with_that_batch():
@@ -223,7 +228,8 @@ def test_colocated_stalesync_under_auto_runs_the_faster_of_consolidating_and_not
     assert any(note.startswith("layout: auto ran two training layouts and kept the faster") and "consolidating" in note
                for note in summary["notes"])
     small = simulate(workload="grpo-qwen3-30b-a3b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="stalesync",
-                     overrides=["workload.train_layout=auto"], iterations=2, keep_samples=False).summary
+                     overrides=["workload.train_layout=auto", "schedule.reference_swap_copies=3"], iterations=2,
+                     keep_samples=False).summary   # (a resident reference leaves no layout that fits)
     assert "compared" not in small["auto_layout"]["train"] and small["stalesync_no_room"]["steps"] == 2
 
 
@@ -236,8 +242,22 @@ def test_stalesync_that_never_consolidates_says_so():
 
 
 def _ppo(*overrides):
+    # the reference swapped to the host (NeMo RL's swap): with its weights resident beside the reward
+    # model's, no layout of the four 70B models fits on 32 H100s (test_ppo_refused_beside_...)
     return load_scenario(workload="ppo-llama3.1-70b", topology={"preset": "dgx-h100", "nodes": 4},
-                         schedule="colocated", iterations=1, overrides=[*AUTO, *overrides])
+                         schedule="colocated", iterations=1,
+                         overrides=[*AUTO, "schedule.reference_swap_copies=3", *overrides])
+
+
+def test_ppo_refused_beside_the_resident_reference_and_reward_model():
+    """An audit's case: ppo-llama3.1-70b on 4 DGX-H100 nodes, both layouts auto, planned TP8 PP4 with
+    the engine at 0.57 and reported 85.29 GB a device in the rollout phase of 85.9 GB, without the
+    70B reference's and reward model's weights (4.5 GB a device each): with them no layout fits."""
+    sc = load_scenario(workload="ppo-llama3.1-70b", topology={"preset": "dgx-h100", "nodes": 4},
+                       schedule="colocated", iterations=1, overrides=AUTO)
+    with pytest.raises(RlsimError, match="no training layout") as err:
+        auto_layouts(sc, load_topology(sc.topology))
+    assert "the reference and reward model's weights" in err.value.message
 
 
 def test_ppo_plans_its_layouts_beside_the_critics_state():
@@ -267,17 +287,18 @@ def test_a_layout_that_fits_alone_is_refused_beside_the_other_models_state():
     choice = TrainChoice(tp=1, pp=1, vpp=1, dp=8, ep=1, cp=1, zero=3, recompute="full", micro_batch=1)
     alone = TrainingEvaluator(model, topo, 64, 2048)
     own = alone(choice, list(range(8))).memory_per_device_bytes
-    small = TrainingEvaluator(model, topo, 64, 2048, beside=[(model, "critic", lambda lay, hbm: 1e9, lambda lay: lay)])
+    critic = "the critic's resident weights and optimizer state"
+    small = TrainingEvaluator(model, topo, 64, 2048, beside=[(model, critic, lambda lay, hbm: 1e9, lambda lay: lay)])
     assert small(choice, list(range(8))).memory_per_device_bytes == pytest.approx(own + 1e9)   # the update's peak
     held: list[TrainLayout] = []
     beside = TrainingEvaluator(model, topo, 64, 2048,
-                               beside=[(model, "critic", lambda lay, hbm: held.append(lay) or 0.95 * hbm, lambda lay: lay)])
+                               beside=[(model, critic, lambda lay, hbm: held.append(lay) or 0.95 * hbm, lambda lay: lay)])
     with pytest.raises(RlsimError, match="beside the critic's resident weights"):
         beside(choice, list(range(8)))
     assert held and held[0].dp == 8   # judged under the candidate's layout
     import dataclasses
-    own = TrainingEvaluator(model, topo, 64, 2048, beside=[(model, "critic", lambda lay, hbm: 0.0, lambda lay: lay),
-                                                           (model, "actor", lambda lay, hbm: 0.0,
+    own = TrainingEvaluator(model, topo, 64, 2048, beside=[(model, critic, lambda lay, hbm: 0.0, lambda lay: lay),
+                                                           (model, "the actor's resident weights and optimizer state", lambda lay, hbm: 0.0,
                                                             lambda lay: dataclasses.replace(lay, micro_batch=64))])
     with pytest.raises(RlsimError, match="beside the actor's"):   # the critic's own micro-batches of 64 rows
         own(choice, list(range(8)))

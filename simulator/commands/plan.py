@@ -330,7 +330,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     topology = load_topology(inp["topology"], topo_over or None, max_devices=inp["max_devices"],
                              spec_source=inp["topology_source"])
     # the model as the workload trains it (LoRA adapters beside its frozen base, workload.lora)
-    model = with_lora(load_model(inp["model"]), inp["workload"].lora, inp["scenario"].source)
+    base = load_model(inp["model"])
+    model = with_lora(base, inp["workload"].lora, inp["scenario"].source)
     planner_keys = _planner_keys(args, inp["scenario"])
     settings = planner_settings(planner_keys, source=inp["scenario"].source or "--set planner")
     w = inp["workload"]   # its train_software, train_params and inference constants
@@ -343,7 +344,9 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                                                    also_trains_on=inp["also_trains_on"],
                                                    step_sequences=inp["step_sequences"],
                                                    packing=inp["step_packing"] or "none",
-                                                   beside=updates_beside(inp["scenario"], inp["params"]))
+                                                   # what sits beside the update: a scenario's step only
+                                                   beside=updates_beside(inp["scenario"] if inp["params"] is not None
+                                                                         else None, inp["params"], base))
         evaluator = _counted(evaluator, progress)
         kwargs = {"space": train_space(settings.space, w.train_software, planner_keys,
                                        packed_step=inp["step_sequences"] is not None),

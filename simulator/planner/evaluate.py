@@ -44,10 +44,11 @@ class TrainingEvaluator:
         micro-batches (``packing`` as the run's: "packed" prices attention per sample): the step is
         timed on them, not on rows of ``seq_len`` (a packed row of many samples priced as one long
         sequence overstates attention; rows at the median length understate the tokens).
-        ``beside``: (model, what, bytes(layout, hbm), own(layout)) per update that runs beside another
-        model's resident state (PPO: the actor's beside the critic's weights and optimizer state, the
-        critic's beside the actor's), ``own`` the layout that update runs under (the critic's
-        micro-batching): memory is judged for each with that much less HBM."""
+        ``beside``: (model, what, bytes(layout, hbm), own(layout)) per update that runs beside other
+        models' resident state (PPO: the actor's beside the critic's weights and optimizer state, the
+        critic's beside the actor's; a resident reference's weights), ``what`` naming that state ("the
+        critic's resident weights and optimizer state"), ``own`` the layout that update runs under (the
+        critic's micro-batching): memory is judged for each with that much less HBM."""
         self.model, self.topology = model, topology
         self.heaviest = heaviest
         self.also_trains_on = also_trains_on
@@ -139,7 +140,7 @@ class TrainingEvaluator:
         what = f"{model.name} with {c}" + (f" on the {dp * layout.model_parallel} devices it also trains on"
                                           if dp != c.dp else "")
         if beside is not None:
-            what += f" beside the {beside[0]}'s resident weights and optimizer state ({beside[1] / 1e9:.1f} GB)"
+            what += f" beside {beside[0]} ({beside[1] / 1e9:.1f} GB)"
             mem = dataclasses.replace(mem, capacity_bytes=mem.capacity_bytes - beside[1])
         check_fits(mem, what=what, source="planner", layout=layout)
 

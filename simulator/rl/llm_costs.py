@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -69,7 +69,7 @@ from ..scenario import Scenario
 from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
 from .packing import heaviest_micro_batch, micro_batch_permutation, replica_contiguous_ranks
-from .pools import SERVED_FIELDS, SERVED_NAMES, resolve_auto_layouts
+from .pools import SERVED_FIELDS, SERVED_NAMES, resolve_auto_layouts, role_pool
 
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
 # depend on it (tests/llm/test_inference.py checks restored interrupts against fresh engines).
@@ -245,22 +245,17 @@ def critic_layout(lay: TrainLayout, batching: Any, source: str | None) -> TrainL
     return dataclasses.replace(lay, **update) if update else lay
 
 
-def role_models(scenario: Any) -> dict[str, ModelSpec]:
+def role_models(scenario: Any, base: ModelSpec | None = None) -> dict[str, ModelSpec]:
     """The model each role runs: the actor as it trains (LoRA adapters beside the frozen base), the
     reference the base, the critic and a reward model under a value head (hidden x 1, not the vocab LM
-    head); the critic and reward model default to the actor's architecture."""
+    head); the critic and reward model default to the actor's architecture. ``base``: the actor's
+    architecture in place of workload.model (`rlsim plan --model` over a scenario's step)."""
     w, src = scenario.workload, scenario.source
-    base = load_model(w.model, field="workload.model", source=src)
+    base = base or load_model(w.model, field="workload.model", source=src)
     reward = load_model(w.reward.model, field="workload.reward.model", source=src) if w.reward.model else base
     critic = load_model(w.critic_model, field="workload.critic_model", source=src) if w.critic_model else base
     return {"actor": with_lora(base, w.lora, src), "reference": base, "reward": with_value_head(reward),
             "critic": with_value_head(critic)}
-
-
-def ppo_models(scenario: Any) -> tuple[ModelSpec, ModelSpec]:
-    """(actor as it trains, critic under its value head) of a PPO workload."""
-    models = role_models(scenario)
-    return models["actor"], models["critic"]
 
 
 def frozen_model_params(params: TrainParams, workload: Any) -> dict[str, TrainParams]:
@@ -271,6 +266,51 @@ def frozen_model_params(params: TrainParams, workload: Any) -> dict[str, TrainPa
     reward = (host_resident_params(params, workload.reward.cpu_offload_bytes_per_param)
               if workload.reward.cpu_offload else params)
     return {"reference": reference, "reward": reward}
+
+
+# How messages name each frozen model whose weights stay on its devices.
+FROZEN_NAMES = {"reference": "reference", "reward": "reward model"}
+
+
+def resident_frozen_roles(scenario: Any) -> tuple[str, ...]:
+    """The frozen models whose weight shards stay on the devices they run on, through generation and
+    training: the reference (verl's reference worker, Megatron's too, holds its own copy on the
+    trainer's GPUs) unless its weights live on the host (workload.reference_cpu_offload: verl's FSDP
+    CPUOffload; schedule.reference_swap_copies: NeMo RL's state-dict swap) or it is a LoRA actor's
+    frozen base (the adapters disabled: no second copy); a reward model of kind model unless on the
+    host (reward.cpu_offload) or served (its engines on devices of their own, or asleep on the
+    trainer's with their weights on the host: _woken_reward_model)."""
+    w = scenario.workload
+    roles = []
+    if w.reference and not (w.reference_cpu_offload or scenario.schedule.reference_swap_copies or w.lora is not None):
+        roles.append("reference")
+    if w.reward.kind == "model" and not (w.reward.cpu_offload or w.reward.served is not None):
+        roles.append("reward")
+    return tuple(roles)
+
+
+def frozen_roles_beside(scenario: Any, role: str) -> list[str]:
+    """The resident frozen models (resident_frozen_roles) on the pool whose passes ``role`` runs
+    (rl/pools.role_pool: the actor's are the trainer's devices, and the engine's when colocated)."""
+    where = role_pool(scenario.schedule, role)
+    return [frozen for frozen in resident_frozen_roles(scenario) if role_pool(scenario.schedule, frozen) == where]
+
+
+def frozen_weight_bytes(scenario: Any, models: Mapping[str, ModelSpec], role: str, lay: TrainLayout,
+                        hbm_bytes: float, params: TrainParams) -> dict[str, float]:
+    """{frozen role: its weight shard per device} of the frozen models beside ``role``'s passes
+    (frozen_roles_beside), each sharded as it runs: in the training layout ``lay`` (verl's reference
+    and reward workers and Megatron's reference take the actor's parallelism: TP x PP, with ZeRO-3 /
+    FSDP the DP shards too), at the trainer's bytes per weight (train_params.memory.
+    weight_bytes_per_param: bf16 copies; no gradients or optimizer state), on the largest stage."""
+    return {frozen: training_state_bytes(models[frozen], lay, hbm_bytes, params).weights_bytes
+            for frozen in frozen_roles_beside(scenario, role)}
+
+
+def frozen_text(roles: Iterable[str]) -> str:
+    """The frozen models' weights as messages name them ("the reference's weights"); "" for none."""
+    names = [FROZEN_NAMES[role] for role in roles]
+    return f"the {' and '.join(names)}'s weights" if names else ""
 
 
 def _kept(memory: MemoryBreakdown, offload: Any) -> float:
@@ -969,8 +1009,9 @@ class LlmCosts:
         except RlsimError as exc:
             raise self._planned_layout_note(self._beside_the_engine(self._in_the_layouts_terms(
                 exc, lay, self.layout(n_devices))), seq_lens) from None
-        beside = self._beside_bytes(role, pool)
-        self._check_beside(role, c.memory, beside)
+        frozen = self._frozen_bytes(role, self.layout(n_devices), pool.hbm_bytes)
+        beside = self._beside_bytes(role, pool) + sum(frozen.values())
+        self._check_beside(role, c.memory, beside, frozen)
         chain = c.critical_stages()
         parts = [(f"stage {st}", sec) for st, sec in enumerate(chain["ops_s_by_stage"])]
         parts += [(part, chain[f"{part}_s"]) for part in ("p2p", "dp_sync", "optimizer", "offload")]
@@ -1012,25 +1053,46 @@ class LlmCosts:
             return self.critic_resident_bytes(self.layout(len(pool.ranks)), pool.hbm_bytes)
         return self._actor_resident_bytes(pool) if role == "critic" else 0.0
 
-    def _check_beside(self, role: str, memory: MemoryBreakdown, beside: float) -> None:
-        """A PPO update that does not fit beside the other model's resident state is an error."""
+    def _frozen_bytes(self, role: str, lay: TrainLayout, hbm_bytes: float) -> dict[str, float]:
+        """{frozen role: weight shard per device} resident where ``role``'s passes run (frozen_weight_bytes)."""
+        return frozen_weight_bytes(self.scenario, self.models, role, lay, hbm_bytes, self.train_params)
+
+    def _check_beside(self, role: str, memory: MemoryBreakdown, beside: float, frozen: Mapping[str, float]) -> None:
+        """An update that does not fit beside the other trained model's resident state (PPO) and the
+        frozen models' resident weights (``frozen``, part of ``beside``) is an error."""
         if beside <= 0.0 or memory.total_bytes + beside <= memory.capacity_bytes:
             return
-        other = "critic" if role == "actor" else "actor"
-        critic = self.critic_params.offload
-        if role == "actor" and not (critic.params and critic.optimizer):
-            field, step = "workload.critic_offload", ("offload the critic between its passes (workload.critic_offload: "
-                                                      "{params: true, optimizer: true}; verl critic.model.fsdp_config."
-                                                      "param_offload / optimizer_offload)")
-        else:
-            field, step = "workload.train_params.offload", ("offload the actor's state between its passes "
-                                                            "(workload.train_params.offload: {params: true, "
-                                                            "optimizer: true})")
+        trained = beside - sum(frozen.values())
+        held = [f"{text} {nbytes / 1e9:.1f} GB" for text, nbytes in (
+            (f"the {'critic' if role == 'actor' else 'actor'}'s resident weights and optimizer state", trained),
+            (frozen_text(frozen), sum(frozen.values()))) if nbytes > 0.0]
+        field, step = self._beside_fix(role, trained >= sum(frozen.values()), list(frozen))
         raise RlsimError(
             f"the {role}'s update needs {(memory.total_bytes + beside) / 1e9:.1f} GB per device: its own "
-            f"{memory.total_bytes / 1e9:.1f} GB beside the {other}'s resident weights and optimizer state "
-            f"{beside / 1e9:.1f} GB, of {memory.capacity_bytes / 1e9:.1f} GB usable", source=self.source,
-            field=field, fix=f"{step}, or use more devices per training replica (tp / pp)")
+            f"{memory.total_bytes / 1e9:.1f} GB beside {' and '.join(held)}, of {memory.capacity_bytes / 1e9:.1f} GB "
+            "usable", source=self.source, field=field, fix=f"{step}, or use more devices per training replica (tp / pp)")
+
+    def _beside_fix(self, role: str, trained_state_larger: bool, frozen_roles: list[str]) -> tuple[str, str]:
+        """(field, step) of _check_beside's fix: for the larger of what sits beside the update."""
+        if not trained_state_larger:
+            return self._frozen_fix(frozen_roles)
+        critic = self.critic_params.offload
+        if role == "actor" and not (critic.params and critic.optimizer):
+            return "workload.critic_offload", ("offload the critic between its passes (workload.critic_offload: "
+                                               "{params: true, optimizer: true}; verl critic.model.fsdp_config."
+                                               "param_offload / optimizer_offload)")
+        return "workload.train_params.offload", ("offload the actor's state between its passes (workload.train_params."
+                                                 "offload: {params: true, optimizer: true})")
+
+    def _frozen_fix(self, roles: Sequence[str]) -> tuple[str, str]:
+        """(field, step) that takes the frozen models' (``roles``) resident weights off the devices."""
+        if "reference" in roles:
+            return "workload.reference_cpu_offload", (
+                "keep the reference's weights on the host (workload.reference_cpu_offload on a ZeRO-3 layout, verl's "
+                "FSDP reference; or schedule.reference_swap_copies: 3, NeMo RL's swap)"
+                + (", the reward model's too (workload.reward.cpu_offload)" if "reward" in roles else ""))
+        return "workload.reward.cpu_offload", ("keep the reward model's weights on the host (workload.reward.cpu_offload "
+                                               "on a ZeRO-3 layout), or serve it (workload.reward.served)")
 
     def _resident_engine_bytes(self, hbm_bytes: float) -> float:
         """What an engine that stays resident through training holds on a device of ``hbm_bytes``
@@ -1385,17 +1447,20 @@ class LlmCosts:
             ranks = self._last_train_ranks
             kinds = self.pool(ranks).kinds if ranks is not None else self.cluster_devices
         hbm = min(k.hbm_bytes for k in kinds)
+        frozen = self._frozen_bytes("actor", lay, hbm)   # the engine's devices are the actor's
         resident = (resident_training_bytes(self.model, lay, self.switch_params, hbm, self._inference_shard_bytes(),
-                                            self.train_params) + self.critic_resident_bytes(lay, hbm))
+                                            self.train_params) + self.critic_resident_bytes(lay, hbm)
+                    + sum(frozen.values()))
         totals = []
         for device in kinds:
             engine = device.hbm_bytes * self.rollout_layout.gpu_memory_utilization
             total = engine + resident
             if self.scenario.schedule.effective_placement == "colocated" and total > device.hbm_bytes:
                 field, fix = self._engine_share_fix(device.hbm_bytes, resident)
+                of_it = f", {frozen_text(frozen)} {sum(frozen.values()) / 1e9:.1f} GB of it" if frozen else ""
                 raise RlsimError(
                     f"the rollout phase needs {total / 1e9:.1f} GB per device (engine {engine / 1e9:.1f} GB + "
-                    f"resident training state {resident / 1e9:.1f} GB) on {capacity_text(device.hbm_bytes)}",
+                    f"resident training state {resident / 1e9:.1f} GB{of_it}) on {capacity_text(device.hbm_bytes)}",
                     source=self.source, field=field, fix=fix)
             totals.append(total)
         return max(totals)
@@ -1436,6 +1501,9 @@ class LlmCosts:
         if self.scenario.workload.algorithm == "ppo" and not (critic.params and critic.optimizer):
             steps.append("offload the critic between its passes (workload.critic_offload: {params: true, "
                          "optimizer: true})")
+        on_trainer = frozen_roles_beside(self.scenario, "actor")
+        if on_trainer:
+            steps.append(self._frozen_fix(on_trainer)[1])
         more = "use more devices per training replica (tp / pp)"
         return "".join(f"{step}, or " for step in steps) + more   # none left: more devices alone
 

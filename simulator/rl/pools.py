@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RlsimError
-from ..scenario import ScheduleConfig
+from ..scenario import AUX_POOL_ROLES, ScheduleConfig
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,20 @@ def served_pools(workload: Any, n_devices: int, engine_devices: Callable[[str], 
         pools[role] = Pool(role, start, count)
         start += count
     return pools
+
+
+def role_pool(schedule: ScheduleConfig, role: str) -> str:
+    """The pool a role's passes run on, as the schedules place them: "aux" (fuse: actor's pool, or
+    one schedule.aux_devices count for every aux role), "aux-<group>" (the aux_devices group naming
+    it), else "main" (the trainer's devices)."""
+    if role not in AUX_POOL_ROLES:
+        return "main"
+    if getattr(schedule, "fuse", None) == "actor":
+        return "aux"
+    given = schedule.aux_devices
+    if isinstance(given, dict):
+        return next((f"aux-{group}" for group in given if role in group.split("+")), "main")
+    return "aux" if given else "main"
 
 
 def aux_pool_sizes(schedule: ScheduleConfig) -> dict[str, int]:

@@ -245,7 +245,7 @@ def test_the_critic_and_a_reward_model_score_through_a_value_head_not_the_vocab(
     """PPO's critic and a scalar reward model run the actor's trunk under a hidden x 1 head (verl:
     AutoModelForTokenClassification, num_labels 1): their passes cost less than the reference's and the
     critic's update less than the actor's, by the vocab output layer only."""
-    run = costs("workload.preset=ppo-llama3.1-70b", "topology.nodes=4", "topology.preset=dgx-h100")
+    run = costs("workload.preset=ppo-llama3.1-70b", "topology.nodes=4", "topology.preset=dgx-h200")
     lens = np.full(64, 1024)
     ranks = list(range(32))
     assert run.models["critic"].value_head and run.models["reward"].value_head
@@ -257,7 +257,9 @@ def test_the_critic_and_a_reward_model_score_through_a_value_head_not_the_vocab(
 
 
 def _ppo(*overrides):
-    return costs("workload.preset=ppo-llama3.1-70b", "topology.preset=dgx-h100", "topology.nodes=4",
+    # H200s: the actor's and critic's state beside the reference's and reward model's resident weights
+    # (on 32 H100s the four 70B models need 83 GB a device in an update)
+    return costs("workload.preset=ppo-llama3.1-70b", "topology.preset=dgx-h200", "topology.nodes=4",
                  "workload.rollout_layout.gpu_memory_utilization=0.4", *overrides)
 
 
@@ -544,3 +546,70 @@ def test_reused_stage_costs_keep_their_fixed_parts_and_stay_within_the_documente
         assert got.time_s == pytest.approx(want.time_s, rel=REUSE_TOLERANCE)
         assert got.fixed_s == pytest.approx(want.fixed_s, rel=1e-9)
     assert want.fixed_s > 0
+
+
+# qwen2.5-1.5b GRPO on one DGX-H100 node, colocated (an audit's base scenario)
+_SMALL = {"model": "qwen2.5-1.5b", "algorithm": "grpo", "prompts_per_step": 16, "samples_per_prompt": 4,
+          "mini_batch_prompts": 16, "ppo_epochs": 1,
+          "prompt_length": {"dist": "lognormal", "median": 128, "sigma": 0.3, "max": 512},
+          "response_length": {"dist": "lognormal", "median": 256, "sigma": 0.5, "max": 1024},
+          "train_layout": {"tp": 1, "pp": 1, "zero": 1, "recompute": "full", "micro_batch": 1},
+          "rollout_layout": {"tp": 1, "ep": 1, "gpu_memory_utilization": 0.6, "max_num_seqs": 256},
+          "reward": {"kind": "rule"}}
+
+
+def _phases(*overrides: str) -> dict[str, float]:
+    """peak_memory_by_phase of one step of _SMALL."""
+    import simulator
+    sc = load_scenario(workload=dict(_SMALL), topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated",
+                       iterations=1, seed=1, overrides=list(overrides))
+    return simulator.simulate(sc, keep_samples=False).summary["peak_memory_by_phase"]
+
+
+def _frozen_added(phases: dict[str, float], without: dict[str, float], nbytes: float) -> None:
+    # (the memory model leaves out the norms' and biases' parameters: 1e-4 of qwen2.5-1.5b's)
+    for phase in ("rollout", "train"):
+        assert phases[phase] - without[phase] == pytest.approx(nbytes, rel=1e-4), phase
+
+
+def test_a_resident_reference_holds_its_weight_shard_in_both_phases():
+    """The reference's weights stay on the trainer's devices unless they live on the host: closed form,
+    params x 2 bytes (bf16) / its shards, in the rollout and the training phase; the reference off,
+    NeMo RL's swap (reference_swap_copies), verl's FSDP offload and a LoRA actor's base add none."""
+    from simulator.llm.architecture import load_model
+    params_total = float(load_model("qwen2.5-1.5b").params_total)
+    off = _phases("workload.reference=false")
+    _frozen_added(_phases(), off, params_total * 2.0)                  # TP1 PP1 ZeRO-1: whole
+    assert _phases("schedule.reference_swap_copies=3") == off
+    zero3 = "workload.train_layout.zero=3"
+    _frozen_added(_phases(zero3), _phases(zero3, "workload.reference=false"), params_total * 2.0 / 8)  # FSDP: DP 8
+    assert _phases(zero3, "workload.reference_cpu_offload=true") == _phases(zero3, "workload.reference=false")
+    lora = "workload.lora.rank=8"
+    assert _phases(lora) == _phases(lora, "workload.reference=false")
+    # fuse: actor runs the reference on its aux pool: the actor's devices hold none of it through the
+    # rollout (ZeRO-0: the resident state does not depend on the actor pool's 7 devices)
+    zero0 = "workload.train_layout.zero=0"
+    assert _phases(zero0, "schedule.fuse=actor")["rollout"] == _phases(zero0, "workload.reference=false")["rollout"]
+
+
+def test_a_reward_model_on_the_trainer_holds_its_weight_shard_in_both_phases():
+    """A reward model (kind model, the actor's trunk under a value head) on the trainer's devices keeps
+    its bf16 weights there; on the host (reward.cpu_offload) or served (asleep between scorings, its
+    weights on the host) it adds none."""
+    from simulator.llm.architecture import load_model, with_value_head
+    scorer = float(with_value_head(load_model("qwen2.5-1.5b")).params_total)
+    model = "workload.reward.kind=model"
+    _frozen_added(_phases(model), _phases(), scorer * 2.0)
+    zero3 = "workload.train_layout.zero=3"
+    assert _phases(zero3, model, "workload.reward.cpu_offload=true") == _phases(zero3)
+    assert _phases(model, "workload.reward.served={layout: {gpu_memory_utilization: 0.2}}") == _phases()
+
+
+def test_an_update_that_does_not_fit_beside_the_resident_reference_names_its_host_offload():
+    base = ("workload.preset=grpo-qwen2.5-7b", "topology.preset=dgx-h100", "topology.nodes=1",
+            "workload.train_layout={tp: 1, pp: 1, zero: 1, recompute: full, micro_batch: 1}")
+    lens, ranks = np.full(64, 1024), list(range(8))
+    with pytest.raises(RlsimError, match="beside the reference's weights 15.2 GB") as err:
+        costs(*base).train("actor", lens, ranks)
+    assert err.value.field == "workload.reference_cpu_offload" and "reference_swap_copies" in err.value.fix
+    costs(*base, "schedule.reference_swap_copies=3").train("actor", lens, ranks)   # on the host: it fits
