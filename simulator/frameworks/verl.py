@@ -187,6 +187,16 @@ _FSDP = ("rlsim prices FSDP as ZeRO-3 on tp 1: per-layer parameter all-gathers a
          "with their overlap (workload.train_params.comm.fsdp_*); FSDP's other options are not modelled")
 _DATA = "data loading and prompt formatting on the host: no modelled cost"
 
+# verl's Megatron reference with ref.megatron.param_offload (workers/megatron_workers.py, 0.5 - 0.7:
+# the reference module offloaded after it is built; compute_ref_log_prob loads it to the GPUs before
+# its forward, load_megatron_model_to_gpu, and offloads it after, offload_megatron_model_to_cpu,
+# which copies the shard to the host again; cited from memory of its public code): 2 copies a pass.
+MEGATRON_REFERENCE_SWAP_COPIES = 2
+REFERENCE_SWAP_NOTE = ("megatron: true keeps the reference's shard in host memory, loaded to the GPUs before each "
+                       "forward and offloaded after (megatron_workers.py compute_ref_log_prob): "
+                       f"{MEGATRON_REFERENCE_SWAP_COPIES} copies of the shard a pass; false (verl's default) keeps it "
+                       "on the GPUs beside the actor")
+
 RULES: dict[str, Rule] = {
     # data
     "data.train_batch_size": mapped("workload.prompts_per_step"),
@@ -338,6 +348,7 @@ RULES: dict[str, Rule] = {
         "verl 0.6.0 builds the FSDP reference with CPUOffload(offload_params=True) whatever this says "
         "(workers/fsdp_workers.py: 'We force reference policy to use CPUOffload'): the import sets "
         "workload.reference_cpu_offload under fsdp / fsdp2 (each forward copies every layer's fp32 shard in)"),
+    f"{A}.ref.megatron.param_offload": mapped("schedule.reference_swap_copies", REFERENCE_SWAP_NOTE),
     f"{A}.ref.fsdp_config.model_dtype": mapped("workload.reference_cpu_offload_bytes_per_param",
                                                "fsdp / fsdp2: the dtype of the reference's host shards (verl's default "
                                                "fp32: 4 bytes), copied in at every forward"),
@@ -1786,6 +1797,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
                 "sync finds no request in flight to cancel")
     _micro_batching(v, s, w["train_layout"], decided)
     _reference_micro_batches(v, bool(w.get("reference")), decided)
+    _megatron_reference_offload(v, w, s, decided)
     s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
     _bypass_mode(v, recipe, s, decided)
     _checkpoint_engine(v, recipe, decided)
@@ -1793,6 +1805,25 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     if "lora" in w and str(v(f"{A}.actor.strategy")) == "megatron" and _megatron_lora_sends_whole(v):
         s["lora_refit"] = "full"
     return s
+
+
+def _megatron_reference_offload(v: Values, w: dict[str, Any], s: dict[str, Any],
+                                decided: dict[str, tuple[Status, str]]) -> None:
+    """verl's Megatron reference keeps its weight shard on the GPUs (ref.megatron.param_offload false,
+    verl's default) or, with param_offload, in host memory between its forwards: 2 copies of the
+    shard a pass (schedule.reference_swap_copies). Its FSDP reference lives on the host for good
+    (workload.reference_cpu_offload, set in _workload)."""
+    key = f"{A}.ref.megatron.param_offload"
+    if not v.given(key):
+        return
+    if str(v(f"{A}.actor.strategy")) != "megatron":
+        decided[key] = ("ignored", f"{A}.actor.strategy is {v(f'{A}.actor.strategy')}: the megatron reference's "
+                                   "setting does not apply")
+    elif not w.get("reference") or "lora" in w:
+        decided[key] = ("ignored", "no reference worker: no KL term" if not w.get("reference") else
+                        "with LoRA verl builds no reference worker (the actor's base with its adapters disabled)")
+    elif v.flag(key):
+        s["reference_swap_copies"] = MEGATRON_REFERENCE_SWAP_COPIES
 
 
 def _hybrid_engine_switch(v: Values, w: dict[str, Any], s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -938,6 +938,34 @@ def test_verl_lora_maps_onto_workload_lora(capsys, tmp_path):
     assert "megatron" in json.loads(out)["framework_import"]["ignored"]["actor_rollout_ref.model.lora_rank"]
 
 
+def test_verl_megatron_reference_param_offload_keeps_its_shard_on_the_host(capsys, tmp_path):
+    """verl's Megatron reference keeps its weight shard on the GPUs (ref.megatron.param_offload false,
+    verl's default) or, with param_offload, on the host: loaded before each forward and offloaded after,
+    2 copies of the shard a pass (schedule.reference_swap_copies), none of it beside the engine or the
+    update. Under fsdp the key is not read (the FSDP reference is on the host either way)."""
+    from simulator.llm.architecture import load_model
+    megatron = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"]
+    runs, schedules = {}, {}
+    for offload in ("false", "true"):
+        given = [*megatron, f"actor_rollout_ref.ref.megatron.param_offload={offload}"]
+        code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), *given, "--iterations", "1", "--json")
+        assert code == 0, err
+        runs[offload] = json.loads(out)
+        code, printed, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), *given, "--print-scenario")
+        (tmp_path / "printed.yaml").write_text(printed)
+        schedules[offload] = load_scenario(tmp_path / "printed.yaml").schedule
+    assert (schedules["false"].reference_swap_copies, schedules["true"].reference_swap_copies) == (0, 2)
+    shard = load_model("qwen2.5-7b").params_total * 2.0 / 4      # bf16 over TP 4
+    for phase in ("rollout", "train"):
+        held = runs["false"]["peak_memory_by_phase"][phase] - runs["true"]["peak_memory_by_phase"][phase]
+        assert held == pytest.approx(shard, rel=1e-3), phase
+    assert runs["true"]["stage_time_s"]["reference"] > runs["false"]["stage_time_s"]["reference"]   # the copies
+    code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL),
+                         "actor_rollout_ref.ref.megatron.param_offload=true", "--iterations", "1", "--json")
+    assert code == 0, err
+    assert "strategy is fsdp" in json.loads(out)["framework_import"]["ignored"]["actor_rollout_ref.ref.megatron.param_offload"]
+
+
 _TOOLS = ("--set", "workload.multi_turn.tool_latency_s=2", "--set", "workload.multi_turn.observation_tokens=150")
 _VERL_TURNS = "actor_rollout_ref.rollout.multi_turn"
 
