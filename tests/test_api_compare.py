@@ -113,7 +113,9 @@ def test_a_compared_kinds_refusal_and_notes_name_the_kind(capsys):
     with pytest.raises(RlsimError, match="under kind verl-fully-async"):
         simulator.compare(None, ["colocated", "verl-fully-async"], overrides=["schedule.partial_rollout=true"],
                           iterations=1)
-    argv = ["compare", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--set", "workload.prompts_per_step=8",
+    # (two nodes: areal's 4 training devices of one cannot hold the actor's update beside the resident reference)
+    argv = ["compare", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--set", "topology.nodes=2",
+            "--set", "workload.prompts_per_step=8",
             "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=8", "--set",
             "schedule.staleness=2", "--schedules", "async,areal", "--iterations", "2"]
     assert main(argv) == 0
@@ -141,8 +143,9 @@ def test_the_compare_command_says_which_columns_run_without_a_set_knob(capsys):
     """--set schedule.staleness=3 over async, areal and nemo-rl-async: only async takes it; the
     other columns ran without it and nothing said so (found by a new-user trial)."""
     from simulator.cli import main
+    # (two nodes: areal's 4 training devices of one cannot hold the actor's update beside the resident reference)
     argv = ["compare", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
-            "--set", "workload.prompts_per_step=32", "--set", "workload.mini_batch_prompts=32",
+            "--set", "topology.nodes=2", "--set", "workload.prompts_per_step=32", "--set", "workload.mini_batch_prompts=32",
             "--schedules", "async,areal", "--set", "schedule.staleness=3", "--json"]
     assert main(argv) == 0
     assert "schedule.staleness applies to async; areal runs without it" in capsys.readouterr().err

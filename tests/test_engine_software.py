@@ -322,7 +322,9 @@ def test_sglangs_overlap_scheduler_is_off_with_pipeline_stages_and_vllms_pair_is
     assert inference.async_scheduling is False
     flat = load_scenario(_scenario("sglang")).workload
     assert resolved(flat.engine, flat.inference, flat.rollout_layout, [H100])[0].async_scheduling is True
-    assert simulate(_scenario("sglang", rollout_layout={"tp": 1, "pp": 2})).summary["layouts"]["rollout"]["pp"] == 2
+    # (0.8: the default 0.9 leaves no room for the actor's and the reference's weights on its devices)
+    assert simulate(_scenario("sglang", rollout_layout={"tp": 1, "pp": 2, "gpu_memory_utilization": 0.8})
+                    ).summary["layouts"]["rollout"]["pp"] == 2
     with pytest.raises(RlsimError) as err:
         simulate(_scenario(inference={"async_scheduling": True}, rollout_layout={"tp": 1, "pp": 2}))
     assert err.value.field == "workload.rollout_layout.pp"

@@ -256,7 +256,10 @@ def test_the_reward_latency_on_the_path_starts_where_the_engine_returned_the_sam
     finished still waits for that end, which is the other sequences' generation, not reward
     latency (a regression trial: 27.4 of 37.4 s labelled reward were the plan still generating)."""
     import simulator
-    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology="dgx-h100", schedule="areal", iterations=4, seed=2,
+    # two nodes: on one, AReaL's 4 training devices (TP2 DP2 ZeRO-1) cannot hold the actor's update
+    # beside the resident reference's weights
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2}, schedule="areal",
+                           iterations=4, seed=2,
                            overrides=["schedule.interruptible=false", "workload.prompts_per_step=32",
                                       "workload.samples_per_prompt=8", "workload.mini_batch_prompts=16",
                                       "workload.reward.handover=sample", "workload.reward.cpu_s_per_sample=0.5"])

@@ -70,7 +70,9 @@ def test_the_console_shows_the_teacher_pool_in_run_and_compare(capsys, tmp_path)
     from simulator.cli import main
     scenario = tmp_path / "opd.yaml"
     scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: {model: qwen2.5-7b, prompts_per_step: 16, "
-                        "samples_per_prompt: 4, mini_batch_prompts: 16, train_layout: {tp: 2, recompute: full}, rollout_layout: {tp: 2}, "
+                        "samples_per_prompt: 4, mini_batch_prompts: 16, train_layout: {tp: 2, recompute: full}, "
+                        # (0.8: vLLM's default 0.9 leaves no room for the actor's and the reference's weights)
+                        "rollout_layout: {tp: 2, gpu_memory_utilization: 0.8}, "
                         "distillation: {teacher: qwen2.5-32b, devices: 8, layout: {tp: 4}}}\n")
     assert main(["run", str(scenario), "--iterations", "2"]) == 0
     out = capsys.readouterr().out

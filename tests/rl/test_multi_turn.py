@@ -85,14 +85,16 @@ def test_the_same_input_gives_the_same_bytes():
 def test_request_fed_kinds_run_each_trajectorys_turns_through_their_servers(schedule):
     # AReaL's and verl's fully async agent loops: a trajectory's turns go to its server one by one and
     # a weight sync cuts them; with 30 s tools the engines idle (tool_wait), every sample is generated
-    # once and each step trains its batch
-    small = {**SMALL, "iterations": 3, "overrides": SMALL["overrides"] + _turns(3, 30.0, 100)}
+    # once and each step trains its batch (two nodes: AReaL's 4 training devices of one cannot hold the
+    # actor's update beside the resident reference's weights)
+    two_nodes = "topology.nodes=2"
+    small = {**SMALL, "iterations": 3, "overrides": [*SMALL["overrides"], two_nodes, *_turns(3, 30.0, 100)]}
     result = simulator.simulate(schedule=schedule, **small)
     summary, timeline, samples = result.summary, result.timeline, result.samples
     assert summary["bubbles_by_cause"]["tool_wait"] > 0.02
     device_s = ((timeline["end"] - timeline["start"]) * timeline["rank_count"]).sum()
     assert device_s == pytest.approx(summary["devices"] * summary["makespan_s"], rel=1e-9)
-    single = _run(schedule=schedule)
+    single = _run(two_nodes, schedule=schedule)
     assert samples["sample"].is_unique
     assert summary["samples"]["trained_per_step"] == single["samples"]["trained_per_step"]
     if schedule in ("areal", "verl-fully-async"):   # (the v1 kinds carry cut trajectories into later steps)

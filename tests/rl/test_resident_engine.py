@@ -38,7 +38,11 @@ def test_training_fits_beside_the_resident_engines_share_and_its_peak_counts_it(
     engine = 80e9 * 0.3   # the H100's HBM x the share
     extra = r.summary["peak_memory_by_phase"]["train"] - plain.summary["peak_memory_by_phase"]["train"]
     assert extra == pytest.approx(engine, rel=0.1)
-    with pytest.raises(RlsimError, match="the engine stays resident with 0.9 of HBM"):
+    with pytest.raises(RlsimError, match="the engine stays resident with 0.8 of HBM"):
+        simulator.simulate(scenario("schedule.switch.engine_resident=true",
+                                    "workload.rollout_layout.gpu_memory_utilization=0.8"), keep_samples=False)
+    # at 0.9 the rollout phase itself has no room for the actor's and the reference's weights (TP2: 7.6 GB each)
+    with pytest.raises(RlsimError, match=r"resident training state 15.2 GB, the reference's weights 7.6 GB of it"):
         simulator.simulate(scenario("schedule.switch.engine_resident=true",
                                     "workload.rollout_layout.gpu_memory_utilization=0.9"), keep_samples=False)
 

@@ -86,7 +86,8 @@ def test_the_console_shows_the_reward_model_pool_in_run_and_compare(capsys, tmp_
     scenario = tmp_path / "rm.yaml"
     scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: {model: qwen2.5-7b, prompts_per_step: 16, "
                         "samples_per_prompt: 4, mini_batch_prompts: 16, train_layout: {tp: 2, recompute: full}, "
-                        "rollout_layout: {tp: 2}, reward: {kind: model, handover: batch, served: {devices: 8, layout: {tp: 2}}}}\n")
+                        # (0.8: vLLM's default 0.9 leaves no room for the actor's and the reference's weights)
+                        "rollout_layout: {tp: 2, gpu_memory_utilization: 0.8}, reward: {kind: model, handover: batch, served: {devices: 8, layout: {tp: 2}}}}\n")
     assert main(["run", str(scenario), "--iterations", "2"]) == 0
     out = capsys.readouterr().out
     assert "reward model pool busy (4 engines)" in out and "stage: reward" in out
