@@ -613,3 +613,19 @@ def test_an_update_that_does_not_fit_beside_the_resident_reference_names_its_hos
         costs(*base).train("actor", lens, ranks)
     assert err.value.field == "workload.reference_cpu_offload" and "reference_swap_copies" in err.value.fix
     costs(*base, "schedule.reference_swap_copies=3").train("actor", lens, ranks)   # on the host: it fits
+
+
+def test_areal_on_one_node_cannot_hold_the_presets_update_beside_its_resident_reference():
+    """grpo-qwen2.5-7b under areal on one DGX-H100 node (the runs that tests of areal moved to two nodes
+    from): its 4 training devices, TP2 x DP2 ZeRO-1, hold the actor's update (about 73 GB) but not the
+    resident reference's 7.6 GB beside it, as a verl Megatron reference without param_offload would
+    run out of memory; on two nodes (DP4), or with the reference on the host, it runs."""
+    import simulator
+    small = ["workload.prompts_per_step=8", "workload.samples_per_prompt=2", "workload.mini_batch_prompts=8"]
+    run = dict(workload="grpo-qwen2.5-7b", schedule="areal", iterations=1, keep_samples=False)
+    with pytest.raises(RlsimError, match="beside the reference's weights 7.6 GB") as err:
+        simulator.simulate(topology={"preset": "dgx-h100", "nodes": 1}, overrides=small, **run)
+    assert err.value.field == "workload.reference_cpu_offload"
+    simulator.simulate(topology={"preset": "dgx-h100", "nodes": 1}, overrides=[*small, "schedule.reference_swap_copies=3"],
+                       **run)
+    simulator.simulate(topology={"preset": "dgx-h100", "nodes": 2}, overrides=small, **run)
