@@ -632,16 +632,16 @@ class LocalExecutor(_NothingHeld):
                 yield from self._drain(pending, deferred)
             clean = True
         finally:
+            # taken before shutdown, which drops the pool's reference to it when it does not wait
+            manager = getattr(pool, "_executor_manager_thread", None)
             if not clean:  # Ctrl-C, SIGTERM or a dead worker: do not wait for running points
                 _stop_workers(list((getattr(pool, "_processes", None) or {}).values()))
             pool.shutdown(wait=clean, cancel_futures=True)
-            if not clean:
+            if not clean and manager is not None:
                 # CPython's exit hook (concurrent/futures/process.py _python_exit, 3.11) wakes the pool's
                 # manager thread through a pipe that thread may be closing at that moment: a "Bad file
                 # descriptor" traceback at exit. Let the manager finish first (its workers are gone).
-                manager = getattr(pool, "_executor_manager_thread", None)
-                if manager is not None:
-                    manager.join(MANAGER_JOIN_S)
+                manager.join(MANAGER_JOIN_S)
 
     @staticmethod
     def _drain(pending: dict[Future, Point], deferred: _SignalsDeferred):

@@ -258,6 +258,20 @@ def test_the_sweep_command_preloads_the_simulator_in_its_workers():
     assert make_executor("dask", 2).preload == POINT_MODULES
 
 
+def test_a_stopped_pool_has_ended_its_manager_thread_when_the_sweep_returns():
+    """A pool left early (Ctrl-C, SIGTERM) is shut down without waiting, which drops its reference to the
+    manager thread; the sweep joins that thread itself, else CPython's exit hook wakes it through a pipe
+    it may be closing (a rare 'Bad file descriptor' traceback as a SIGTERMed sweep exits)."""
+    import threading
+    from concurrent.futures.process import _ExecutorManagerThread
+
+    points = make_points({"topology.nodes": list(range(1, 9))}, "")
+    results = LocalExecutor(jobs=2).map_unordered(slow_fake_point, points)
+    next(results)
+    results.close()   # as an exception raised at the consumer's yield does
+    assert not [t for t in threading.enumerate() if isinstance(t, _ExecutorManagerThread)]
+
+
 def test_killed_worker_keeps_finished_points_and_rerun_computes_the_rest(tmp_path):
     grid = {"topology.nodes": list(range(1, 9))}
     store = ResultsStore(tmp_path / "results.csv")
