@@ -137,6 +137,11 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
     w["dtype"] = "bf16" if v.flag("trainer.bf16") else "fp32"
     if v.flag("trainer.policy.fsdp_config.cpu_offload") and strategy == "fsdp":
         w.setdefault("train_params", {})["offload"] = {"fsdp_cpu_offload": True}
+    if w["reference"] and v.flag("trainer.ref.fsdp_config.cpu_offload") and strategy == "fsdp":
+        # FSDP2's CPUOffloadPolicy keeps the reference's shards on the host, loaded in bf16 with
+        # trainer.bf16 (fsdp_worker.py FSDPRefWorkerBase: HFModelWrapper(bf16=cfg.bf16)); no swap then
+        w["reference_cpu_offload"] = True
+        w["reference_cpu_offload_bytes_per_param"] = 2.0 if v.flag("trainer.bf16") else 4.0
     _dynamic_sampling(v, w, mode, decided)
     return w
 
@@ -154,6 +159,12 @@ def _logits_passes(v: Values, w: dict[str, Any]) -> None:
     w["entropy"] = entropy
 
 
+def _role_sections(v: Values, section: str) -> list[str]:
+    """The given keys of one backend's section of every model (trainer.strategy picks one backend for all)."""
+    return [key for key in v.flat for role in ("policy", "ref", "critic")
+            if key.startswith(f"trainer.{role}.{section}.")]
+
+
 def _train_layout(v: Values, strategy: str, policy_gpus: int,
                   decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     recompute = "full" if v.flag("trainer.gradient_checkpointing") else "none"
@@ -164,8 +175,8 @@ def _train_layout(v: Values, strategy: str, policy_gpus: int,
         if v(f"{section}.expert_tensor_parallel_size") is not None:
             layout["etp"] = v.count(f"{section}.expert_tensor_parallel_size")
         layout.update(zero=1, recompute=recompute)   # Megatron's distributed optimizer (SkyRL's DDP config)
-        for key in [k for k in v.flat if k.startswith("trainer.policy.fsdp_config.")]:
-            decided[key] = ("ignored", "the policy trains with megatron (trainer.strategy): FSDP settings do not apply")
+        for key in _role_sections(v, "fsdp_config"):
+            decided[key] = ("ignored", "the models run with megatron (trainer.strategy): FSDP settings do not apply")
     else:
         sp = v.count("trainer.policy.sequence_parallel_size")
         layout = {"tp": 1, "pp": 1, "cp": sp, "zero": 3, "recompute": recompute}
@@ -176,8 +187,8 @@ def _train_layout(v: Values, strategy: str, policy_gpus: int,
             decided["trainer.policy.fsdp_config.fsdp_size"] = ("unsupported", "hybrid sharding (FSDP over part of "
                                                                "the GPUs, replicated over the rest) is not modelled: "
                                                                "priced as a shard over all")
-        for key in [k for k in v.flat if k.startswith("trainer.policy.megatron_config.")]:
-            decided[key] = ("ignored", "the policy trains with fsdp (trainer.strategy): Megatron settings do not apply")
+        for key in _role_sections(v, "megatron_config"):
+            decided[key] = ("ignored", "the models run with fsdp (trainer.strategy): Megatron settings do not apply")
     tokens = v("trainer.max_tokens_per_microbatch")
     if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
         layout["max_tokens_per_micro_batch"] = layout["logprob_max_tokens_per_micro_batch"] = tokens

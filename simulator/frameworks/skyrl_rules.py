@@ -123,9 +123,16 @@ def _fsdp_keys(prefix: str) -> dict[str, Rule]:
     section = f"{prefix}.fsdp_config"
     policy = prefix == "trainer.policy"
     other = "the reference and the critic run with the policy's layout and offload"
+    if policy:
+        cpu_offload = mapped("workload.train_params.offload.fsdp_cpu_offload", "FSDP2's CPUOffloadPolicy")
+    elif prefix == "trainer.ref":
+        cpu_offload = mapped("workload.reference_cpu_offload", "FSDP2's CPUOffloadPolicy: the reference's shards "
+                             "live on the host in trainer.bf16's dtype (HFModelWrapper) and each forward copies "
+                             "them in; under megatron not read")
+    else:
+        cpu_offload = unsupported(other, neutral=False)
     return {
-        f"{section}.cpu_offload": mapped("workload.train_params.offload.fsdp_cpu_offload", "FSDP2's CPUOffloadPolicy")
-        if policy else unsupported(other, neutral=False),
+        f"{section}.cpu_offload": cpu_offload,
         f"{section}.fsdp_size": mapped("workload.train_layout.zero", "-1 (SkyRL's default): shard over every GPU; "
                                        "another size (hybrid sharding) is not modelled")
         if policy else unsupported(other, neutral=-1),

@@ -286,3 +286,25 @@ def test_log_probs_and_entropy_as_skyrls_policy_takes_them():
     assert plain["entropy"] == {"passes": ["update"], "kernel": "eager-log-softmax"}
     assert workload("trainer.policy.use_torch_compile=true", "trainer.algorithm.use_entropy_loss=true")["entropy"] == {
         "passes": ["update"], "in_loss": True, "kernel": "compiled"}
+
+
+@pytest.mark.parametrize("bf16, host_bytes", [("true", 2.0), ("false", 4.0)])
+def test_a_reference_offloaded_by_fsdp2_lives_on_the_host_in_the_trainers_dtype(bf16, host_bytes):
+    # FSDP2's CPUOffloadPolicy (fsdp_strategy.py) instead of the manual swap: no swap copies, each
+    # forward copies the host shards in (HFModelWrapper loads them in bf16 with trainer.bf16)
+    imported = import_config("skyrl", EXAMPLE, ["trainer.ref.fsdp_config.cpu_offload=true", f"trainer.bf16={bf16}"])
+    w, s = imported.scenario["workload"], imported.scenario["schedule"]
+    assert w["reference_cpu_offload"] is True and w["reference_cpu_offload_bytes_per_param"] == host_bytes
+    assert "reference_swap_copies" not in s
+    assert "trainer.ref.fsdp_config.cpu_offload" in imported.mapped
+    swapped = import_config("skyrl", EXAMPLE, []).scenario
+    assert "reference_cpu_offload" not in swapped["workload"] and swapped["schedule"]["reference_swap_copies"] == 2
+    load_scenario(imported.scenario)
+
+
+def test_another_backends_sections_are_read_past_for_every_model():
+    imported = import_config("skyrl", EXAMPLE, ["trainer.strategy=megatron", "trainer.ref.fsdp_config.cpu_offload=true",
+                                                "trainer.critic.fsdp_config.cpu_offload=true"])
+    assert "reference_cpu_offload" not in imported.scenario["workload"]
+    for key in ("trainer.ref.fsdp_config.cpu_offload", "trainer.critic.fsdp_config.cpu_offload"):
+        assert "megatron" in imported.ignored[key]
