@@ -122,7 +122,8 @@ class ModelSpec:
     # Details that move parameter counts by well under 1% but keep them exact.
     gated_ffn: bool = True          # SwiGLU: 3 FFN matrices; GELU MLP (GPT): 2
     qkv_bias: bool = False          # Qwen2 / GPT
-    mlp_bias: bool = False          # GPT, gpt-oss; ERNIE 4.5 with use_bias (and its attention's o_proj)
+    mlp_bias: bool = False          # GPT, gpt-oss; ERNIE 4.5 with use_bias
+    o_bias: bool = False            # the attention's output projection: attention_bias (Llama family, gpt-oss), GPT
     head_bias: bool = False         # a bias on the LM head's vocabulary logits (ERNIE 4.5 MoE with use_bias)
     qk_norm: bool = False           # Qwen3
     layernorm: bool = False         # LayerNorm (weight + bias) instead of RMSNorm (weight)
@@ -383,7 +384,7 @@ class ModelSpec:
         params = h * nh * d * (2 if self.attention_output_gate else 1) + 2 * h * kvh * d + nh * d * h
         if self.qkv_bias:
             params += nh * d + 2 * kvh * d
-        if self.mlp_bias:  # GPT also biases the output projection
+        if self.o_bias:
             params += h
         if self.qk_norm:
             params += 2 * d
@@ -488,7 +489,7 @@ class ModelSpec:
         if self.is_mla:
             attention = (3 if self.q_lora_rank else 1) + 3 + 1
         else:
-            attention = 4 + 3 * self.qkv_bias + self.mlp_bias + 2 * self.qk_norm
+            attention = 4 + 3 * self.qkv_bias + self.o_bias + 2 * self.qk_norm
         ffn = (3 if self.gated_ffn else 2) * (1 + self.mlp_bias)
         routed = (2 + 2 * self.mlp_bias) if self.fused_experts else self.num_experts * ffn
         moe = 1 + routed + (ffn if self.num_shared_experts else 0)
@@ -817,9 +818,15 @@ _USE_BIAS_MODEL_TYPES = ("ernie4_5", "ernie4_5_moe")
 
 def _bias_fields(cfg: Mapping[str, Any], model_type: str, gpt_style: bool) -> dict[str, bool]:
     """Which projections carry biases: attention_bias and mlp_bias where given, else the model
-    type's (Qwen2's q/k/v, GPT's all, gpt-oss's MLPs; ERNIE 4.5's use_bias)."""
+    type's (Qwen2's q/k/v, GPT's all, gpt-oss's attention and MLPs; ERNIE 4.5's use_bias). attention_bias
+    biases q, k, v and o_proj (transformers' Llama, Qwen3, Gemma, gpt-oss attention); Qwen2's attention
+    biases q, k, v and never o_proj (modeling_qwen2.py)."""
     use_bias = bool(cfg.get("use_bias", False)) if model_type in _USE_BIAS_MODEL_TYPES else False
-    return {"qkv_bias": bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe") or gpt_style or use_bias)),
+    qwen2 = model_type in ("qwen2", "qwen2_moe")
+    # GptOssConfig's attention_bias defaults to True; the others' to False
+    attention_bias = bool(cfg.get("attention_bias", gpt_style or use_bias or model_type == "gpt_oss"))
+    return {"qkv_bias": bool(cfg.get("attention_bias", qwen2 or attention_bias)),
+            "o_bias": attention_bias and not qwen2,
             "mlp_bias": bool(cfg.get("mlp_bias", gpt_style or model_type == "gpt_oss" or use_bias)),
             "head_bias": use_bias and model_type == "ernie4_5_moe"}
 

@@ -475,6 +475,27 @@ def test_ernie_use_bias_prices_the_biases_transformers_builds():
     assert dense_biased.params_total - load_model(dense_cfg).params_total == 28 * (attention + dense)
 
 
+def test_attention_bias_biases_o_proj_too_and_mlp_bias_only_the_mlp():
+    """transformers' LlamaAttention builds q, k, v and o_proj with bias=attention_bias and LlamaMLP its
+    three with mlp_bias; Qwen2's attention biases q, k, v and never o_proj. mlp_bias priced an o_proj
+    bias too (GPT's convention), attention_bias did not."""
+    llama = {**PRESETS["llama3.1-8b"], "model_type": "llama"}
+    hidden, layers, width = llama["hidden_size"], llama["num_hidden_layers"], llama["intermediate_size"]
+    kv = llama["num_key_value_heads"] * hidden // llama["num_attention_heads"]
+    plain = load_model(llama)
+    attention = load_model({**llama, "attention_bias": True})
+    assert attention.params_total - plain.params_total == layers * (hidden + 2 * kv + hidden)
+    assert attention.hf_tensor_count - plain.hf_tensor_count == layers * 4
+    mlp = load_model({**llama, "mlp_bias": True})
+    assert mlp.params_total - plain.params_total == layers * (2 * width + hidden)
+    assert mlp.hf_tensor_count - plain.hf_tensor_count == layers * 3
+    qwen2 = load_model("qwen2.5-7b")
+    assert qwen2.qkv_bias and not qwen2.o_bias
+    # GptOssConfig's attention_bias defaults to True: a config.json without it has the biases
+    without = {k: v for k, v in GPT_OSS_20B.items() if k != "attention_bias"}
+    assert load_model(without).params_total == load_model(GPT_OSS_20B).params_total
+
+
 @pytest.mark.parametrize("extra, moe", [
     ({"decoder_sparse_step": 2}, (1, 3, 5, 7)),                           # Qwen2-MoE: (i + 1) % step == 0
     ({"mlp_only_layers": [0, 5]}, (1, 2, 3, 4, 6, 7)),
