@@ -160,9 +160,27 @@ def _fields_beside(model: Any, loc: tuple[Any, ...]) -> set[str]:
 
 
 def one_typo_from(name: str, names: Iterable[str]) -> str:
-    """"; did you mean 'x'?" where ``name`` is one typo away from one of ``names`` ('' else)."""
-    close = difflib.get_close_matches(str(name), sorted(names), n=1, cutoff=0.75)
+    """"; did you mean 'x'?" where ``name`` is one typo away from one of ``names`` ('' else): similar
+    (difflib) and a few edits apart, so a different word made of the same parts is not offered
+    (max_position_embeddings is not a typo of position_embedding_type)."""
+    close = [match for match in difflib.get_close_matches(str(name), sorted(names), n=3, cutoff=0.75)
+             if _edits(str(name), match) <= max(TYPO_EDITS, len(str(name)) // 4)]
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+# The fewest letter edits a typo may be (a longer name may be a quarter of its length away).
+TYPO_EDITS = 3
+
+
+def _edits(first: str, second: str) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions from one to the other."""
+    previous = list(range(len(second) + 1))
+    for i, char in enumerate(first, 1):
+        current = [i]
+        for j, other in enumerate(second, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char != other)))
+        previous = current
+    return previous[-1]
 
 
 def did_you_mean(err: Mapping[str, Any], model: Any) -> str:

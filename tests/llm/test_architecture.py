@@ -185,6 +185,16 @@ def test_a_key_beside_a_preset_that_the_loader_never_reads_is_refused(key):
     assert err.value.field == f"model.{key}"
 
 
+def test_a_refused_key_is_offered_only_a_name_it_is_a_typo_of():
+    """max_position_embeddings (read for learned positions only) was asked 'did you mean
+    position_embedding_type?': similar letters, another word."""
+    with pytest.raises(RlsimError) as err:
+        load_model({"preset": "qwen2.5-7b", "max_position_embeddings": 4096})
+    assert "did you mean" not in str(err.value)
+    with pytest.raises(RlsimError, match="did you mean 'num_hidden_layers'"):
+        load_model({"preset": "qwen2.5-7b", "num_hiden_layers": 4})
+
+
 def test_a_read_key_beside_a_preset_takes_effect_and_an_inline_config_keeps_its_unread_keys():
     assert load_model({"preset": "qwen2.5-7b", "attention_bias": False}).params_total \
         < load_model("qwen2.5-7b").params_total
