@@ -35,16 +35,14 @@ class DeviceKind:
 
 
 def device_kinds(topology: Any, ranks: Sequence[int], dtype: str = "bf16") -> list[DeviceKind]:
-    """The kinds of ``ranks`` by spec (not catalog name: an H100 group with its own HBM rate is a kind),
-    in first-seen order."""
-    specs = topology.distinct_specs(ranks)
-    members: list[list[int]] = [[] for _ in specs]
+    """The kinds of ``ranks`` as the run's device_counts names them (Topology.kind_of: by whole spec,
+    not catalog name, so an H100 group with its own HBM rate is a kind and two groups given the same
+    spec are one), in first-seen order."""
+    members: dict[str, list[int]] = {}
     for rank in ranks:
-        spec = topology.device_spec(rank)
-        members[next(i for i, s in enumerate(specs) if s is spec)].append(rank)
-    # labelled as the run's device_counts name them (Topology.kind_of: NAME@GROUP where two kinds share a name)
-    labels = [topology.kind_of(ranks_of[0]) for ranks_of in members]
-    return [DeviceKind(labels[i], tuple(members[i]), float(specs[i].peak(dtype))) for i in range(len(specs))]
+        members.setdefault(topology.kind_of(rank), []).append(rank)
+    specs = topology.kind_specs()
+    return [DeviceKind(label, tuple(of_kind), float(specs[label].peak(dtype))) for label, of_kind in members.items()]
 
 
 def kind_subsets(kinds: Sequence[DeviceKind]) -> tuple[list[tuple[int, ...]], str]:

@@ -135,3 +135,18 @@ def test_a_tie_keeps_the_kinds_in_use(tmp_path):
     kinds = _kinds([2.0, 1.0])
     tie = KindSubsetPlan(kinds, [SubsetCandidate((0, 1), 2, same), SubsetCandidate((0,), 1, same)], "rule")
     assert tie.best.kinds == (0, 1) and tie.idle() == []
+
+
+def test_groups_given_the_same_spec_are_one_kind_as_the_run_counts_them(tmp_path):
+    """Two groups each given {base: h100, gemm_efficiency: 0.6} are one kind in device_counts
+    (Topology.kind_of compares specs); the planner grouped spec objects, two kinds of one label."""
+    from simulator.planner.kind_subsets import device_kinds
+
+    path = tmp_path / "twin.yaml"
+    path.write_text("name: twin\ndevices_per_node: 1\nscaleup: {kind: switch}\nscaleout: {nic_bw: 400Gb/s}\n"
+                    "groups:\n  a: {device: {base: h100, gemm_efficiency: 0.6}, nodes: 1}\n"
+                    "  b: {device: {base: h100, gemm_efficiency: 0.6}, nodes: 1}\n  c: {device: h100, nodes: 1}\n")
+    topology = load_topology(str(path))
+    kinds = device_kinds(topology, [0, 1, 2])
+    assert [(kind.label, kind.ranks) for kind in kinds] == [("h100@a", (0, 1)), ("h100", (2,))]
+    assert sorted(kind.label for kind in kinds) == topology.device_kinds()
