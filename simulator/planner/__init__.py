@@ -21,6 +21,7 @@ from .replan import (
     PhasePlan,
     RecoveryParams,
     Replan,
+    SlowdownReplan,
     plan_phases,
     replan_on_failure,
     replan_on_slowdown,
@@ -77,6 +78,7 @@ def planner_settings(mapping: Mapping[str, Any] | None = None, source: str = "--
 __all__ = [
     "Evaluation", "HeteroParams", "HeteroPlan", "HeteroStepModel", "KindSubsetPlan", "PhasePlan", "Placement",
     "PlannerParams", "PlannerSettings", "RecoveryParams", "Replan", "RolloutPlan", "RolloutSpace", "SearchSpace",
+    "SlowdownReplan",
     "TrainCandidate", "TrainChoice", "TrainPlan", "aware_placements", "balance", "enumerate_train_choices",
     "forced_placement", "groups", "naive_placement", "plan_hetero", "plan_kind_subsets", "plan_phases",
     "plan_rollout", "plan_to_target", "plan_training", "planner_settings", "replan_on_failure",

@@ -17,7 +17,7 @@ from pydantic import ConfigDict
 from ..des import INTERVAL_COLUMNS, Simulation
 from ..errors import RlsimError
 from ..strict_model import StrictModel
-from .hetero import HeteroParams, HeteroPlan, plan_hetero
+from .hetero import HeteroParams, HeteroPlan, hetero_step_models, plan_on_step_models
 from .search import (
     Evaluator,
     PlannerParams,
@@ -141,24 +141,56 @@ def _replan(found: tuple[tuple[list[int], TrainPlan] | None, float], ranks: list
     return Replan(plan, use, sorted(set(ranks) - set(use)), cost)
 
 
+@dataclass(frozen=True)
+class SlowdownReplan:
+    """replan_on_slowdown's answer: the plan on the devices it uses (`plan.uniform`: the old even
+    split on them), the slowed nodes left idle where the step is faster without them, the
+    rebalanced plan on every device beside it, and the planning cost (simulated seconds)."""
+
+    plan: HeteroPlan
+    used: list[int]
+    idle: list[int]
+    every_device: HeteroPlan
+    planning_cost_s: float
+
+
 def replan_on_slowdown(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                        slowdown: Mapping[int, float], ranks: Sequence[int] | None = None,
                        micro_batch: int = 1, params: HeteroParams | None = None,
-                       planner: PlannerParams | None = None, **kwargs: Any) -> tuple[HeteroPlan, float]:
-    """Rebalance layers and micro-batches when some devices run at `slowdown[rank]` x their speed.
-
-    Returns the heterogeneous plan (uniform baseline = keep the old even split) and its planning
-    cost; the candidates evaluated are the (tp, pp) pairs tried, each twice (balanced, uniform).
+                       planner: PlannerParams | None = None, tp_values: Sequence[int] = (1, 2, 4, 8),
+                       pp_values: Sequence[int] | None = None, recompute: str = "full",
+                       zero_values: Sequence[int] = (0,), collectives: Any = None,
+                       train_params: Any = None) -> SlowdownReplan:
+    """Rebalance layers and micro-batches when some devices run at `slowdown[rank]` x their speed,
+    or drain the nodes of the slowed devices where the rest alone are faster (a node at a few percent
+    of its speed holds back every stage and replica it is in, however little work it gets). The
+    candidates evaluated are the (tp, pp) pairs tried, each twice (balanced, uniform), per rank set.
     """
     planner = planner or PlannerParams()
     for rank, factor in slowdown.items():
         if not 0 < factor <= 1:
             raise RlsimError(f"slowdown of device {rank} must be in (0, 1], got {factor}",
                              field="slowdown", fix="give the remaining fraction of speed, e.g. 0.5")
-    plan = plan_hetero(model, topology, global_batch, seq_len, ranks=ranks, micro_batch=micro_batch,
-                       params=params, speed_factor=slowdown, **kwargs)
-    tried = len(kwargs.get("tp_values", (1, 2, 4, 8))) * len(kwargs.get("pp_values") or (1, 2, 4, 8, 16))
-    return plan, planner.fixed_cost_s + 2 * tried * planner.eval_cost_s
+    ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
+    step_models = hetero_step_models(model, topology, seq_len, micro_batch_values=(micro_batch,),
+                                     recompute_values=(recompute,), params=params, speed_factor=slowdown,
+                                     collectives=collectives, train_params=train_params, zero_values=zero_values)
+    search = dict(tp_values=tp_values, pp_values=pp_values, zero_values=zero_values)
+    every = plan_on_step_models(step_models, ranks, global_batch, **search)
+    searches, best, used = 1, every, ranks
+    slow_nodes = {topology.node_of(rank) for rank, factor in slowdown.items() if factor < 1 and rank in ranks}
+    healthy = [rank for rank in ranks if topology.node_of(rank) not in slow_nodes]
+    if healthy and len(healthy) < len(ranks):
+        searches += 1
+        try:
+            drained = plan_on_step_models(step_models, healthy, global_batch, **search)
+        except RlsimError:   # the healthy nodes alone fit no layout: keep every device
+            drained = None
+        if drained is not None and drained.balanced.step_time_s < every.balanced.step_time_s:
+            best, used = drained, healthy
+    tried = len(tp_values) * len(pp_values or (1, 2, 4, 8, 16))
+    return SlowdownReplan(best, used, sorted(set(ranks) - set(used)), every,
+                          planner.fixed_cost_s + 2 * tried * searches * planner.eval_cost_s)
 
 
 @dataclass

@@ -148,10 +148,29 @@ def test_homogeneous_cluster_gains_nothing_from_balancing():
 def test_slow_node_triggers_rebalancing():
     topo = load_topology("dgx-h100", {"nodes": 4})
     slow = {r: 0.5 for r in topo.ranks_of_node(3)}
-    plan, cost = replan_on_slowdown(load_model("gpt-7.5b"), topo, 256, 2048, slowdown=slow)
-    assert plan.speedup > 1.05 and cost > 0
+    replan = replan_on_slowdown(load_model("gpt-7.5b"), topo, 256, 2048, slowdown=slow)
+    assert replan.plan.speedup > 1.05 and replan.planning_cost_s > 0
+    assert replan.idle == [] and replan.used == list(range(32)) and replan.plan is replan.every_device
     with pytest.raises(RlsimError, match="slowdown"):
         replan_on_slowdown(load_model("gpt-7.5b"), topo, 256, 2048, slowdown={0: 1.5})
+
+
+def test_a_node_at_a_few_percent_of_its_speed_is_drained_where_the_rest_are_faster():
+    """Every stage and replica a slowed device is in waits for it: at 2% of its speed node 3 makes the
+    rebalanced step slower than the three other nodes' alone, which the replan then runs on (each
+    answer equals plan_hetero on that rank set); at half speed every device stays."""
+    topo, model = load_topology("dgx-h100", {"nodes": 4}), load_model("gpt-7.5b")
+    slow_node = topo.ranks_of_node(3)
+    slow = {r: 0.02 for r in slow_node}
+    replan = replan_on_slowdown(model, topo, 256, 2048, slowdown=slow)
+    healthy = [r for r in range(32) if r not in slow_node]
+    assert replan.idle == slow_node and replan.used == healthy
+    alone = plan_hetero(model, topo, 256, 2048, ranks=healthy, speed_factor=slow).balanced.step_time_s
+    every = plan_hetero(model, topo, 256, 2048, speed_factor=slow).balanced.step_time_s
+    assert replan.plan.balanced.step_time_s == pytest.approx(alone, rel=1e-12) and alone < every
+    assert replan.every_device.balanced.step_time_s == pytest.approx(every, rel=1e-12)
+    kept = replan_on_slowdown(model, topo, 256, 2048, slowdown={r: 0.5 for r in slow_node})
+    assert kept.idle == [] and kept.planning_cost_s == replan.planning_cost_s   # both rank sets searched
 
 
 def _linear_evaluator(c, ranks):
