@@ -278,7 +278,28 @@ class CollectiveModel:
                 rings[-1] = np.roll(rings[-1], -1, axis=1)
             return rings.transpose(1, 0, 2).reshape(channels, -1).tolist()
         channels = min(min(sizes), self.params.max_channels)
-        return [[m[(c + i) % len(m)] for m in by_domain.values() for i in range(len(m))] for c in range(channels)]
+        return [self._ring_over_unequal_domains(list(by_domain.values()), c, min(sizes)) for c in range(channels)]
+
+    @staticmethod
+    def _ring_over_unequal_domains(domains: list[list[int]], channel: int, common: int) -> list[int]:
+        """Channel `channel`'s ring over domains of unequal size (positions below `common`, the smallest
+        domain's size, exist in each): every domain is entered and left at positions that the hop
+        between two domains shares, one rail, as for equal domains (before, each domain was walked from
+        position c and left at its own size's c - 1: a domain of 4 beside one of 8 crossed rails at
+        each hop, through the spine; found by an audit). Even domains enter at c and leave at c - 1,
+        odd ones the reverse; with an odd count the last leaves at c + 1 and the first enters there.
+        Two positions in common cannot close an odd cycle on one rail: then each domain from c."""
+        count, c = len(domains), channel
+        if count % 2 and common < 3:
+            return [m[(c + i) % len(m)] for m in domains for i in range(len(m))]
+        enter = [c if d % 2 == 0 else (c - 1) % common for d in range(count)]
+        leave = [(c - 1) % common if d % 2 == 0 else c for d in range(count)]
+        if count % 2:
+            leave[-1] = enter[0] = (c + 1) % common
+        ring: list[int] = []
+        for members, first, last in zip(domains, enter, leave, strict=True):
+            ring += [members[first], *(m for i, m in enumerate(members) if i not in (first, last)), members[last]]
+        return ring
 
     @staticmethod
     def _ring_flows(rings: list[list[int]], bytes_per_ring_edge: float) -> FlowTable:

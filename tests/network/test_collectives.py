@@ -263,6 +263,25 @@ def test_ring_channels_cross_nodes_on_one_rail(nodes):
     assert bus[0] == pytest.approx(bus[1], rel=1e-9) == pytest.approx(bus[2], rel=1e-9)
 
 
+@pytest.mark.parametrize("group", [[*range(12)], [*range(8), *range(8, 12), *range(16, 20)], [*range(20)]],
+                         ids=["8+4", "8+4+4", "8+8+4"])
+def test_rings_over_unequal_nodes_cross_on_one_rail(group):
+    """Nodes holding unequal parts of the group: each channel still leaves a node and enters the next
+    at the same position (rail), the wrap-around of an odd count included, and no NIC sends two
+    channels, so the spine's oversubscription does not slow the ring (before: each node was walked
+    from the channel's position and left at its own size's last, crossing rails at each hop)."""
+    rings = _ring_model(3)._rings(group)
+    hops = []
+    for ring in rings:
+        assert sorted(ring) == group
+        hops += [(a, b) for a, b in zip(ring, ring[1:] + ring[:1], strict=True) if a // 8 != b // 8]
+    nodes = len({r // 8 for r in group})
+    assert len(hops) == nodes * len(rings) and all(a % 8 == b % 8 for a, b in hops)
+    assert len({a for a, _ in hops}) == len(hops) == len({b for _, b in hops})
+    bus = [_ring_model(3, o).cost("all_reduce", group, GiB, algorithm="ring").busbw_Bps for o in (1, 4)]
+    assert bus[0] == pytest.approx(bus[1], rel=1e-9)
+
+
 @pytest.mark.parametrize("oversubscription", [1, 4])
 def test_a_ring_over_three_nodes_runs_between_two_and_four(oversubscription):
     """busbw falls with the node count by the ring's latency steps only: 3 nodes sit between 2 and 4,
