@@ -732,6 +732,12 @@ class InferenceParams(StrictModel):
     gemm_efficiency: float | None = Field(None, gt=0, le=1)  # None: the device's
     # hardware.md: decode attention / MLA kernels on 910C reach ~65% of compute (CloudMatrix paper).
     attention_compute_efficiency: float = Field(0.65, gt=0, le=1)
+    # Tokens of a KV-cache page (vLLM --block-size: 16 on CUDA, platforms/cuda.py
+    # check_and_update_config). Sizes the pages a sliding-window layer keeps a running sequence
+    # (cdiv(window - 1, size) + 1) and a Mamba hybrid's attention page (llm/kv_pool.py); a full-attention
+    # model's tokens are counted one by one, so it applies to a model with sliding-window, Mamba or
+    # linear-attention layers only.
+    kv_block_size: int = Field(16, ge=1)
     # vLLM reserves activation peak (profiled at max_num_batched_tokens) and CUDA-graph memory:
     # a couple of GB for 7B-70B models.
     workspace_bytes: float = Field(2e9, ge=0)
@@ -1265,11 +1271,12 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
     return out
 
 
-def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: bool,
+def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: bool, paged: bool,
                                engine_tp: int | None, engine_ep: int | None,
                                engine_pp: int = 1) -> list[InapplicableKey]:
     """Engine constants the rollout's models or layout leave nothing to act on (llm/inference.py
-    StepCost): MLA absorption without an MLA model, the MoE launches without experts, the EP dispatch
+    StepCost): MLA absorption without an MLA model, the KV page size without sliding-window, Mamba or
+    linear-attention layers (``paged``: a model has some), the MoE launches without experts, the EP dispatch
     payload without expert parallelism, the activation bytes with neither TP nor EP collectives nor
     stage sends, the stage sends' tensors without pipeline stages. (field, why, fix) of each given
     away from its default (no named engine sets them). `engine_tp` / `engine_ep` None: the layout is
@@ -1277,6 +1284,9 @@ def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: 
     planned = engine_tp is None or engine_ep is None
     ep = moe and not planned and engine_ep > 1
     gates = {"absorb_mla": (mla, "an MLA model (DeepSeek-style latent attention)", "a model with MLA"),
+             "kv_block_size": (paged, "a model with sliding-window, Mamba or linear-attention layers (whose pages "
+                               "it sizes; full attention is counted a token at a time)",
+                               "a model with such layers"),
              "launches_per_moe_layer": (moe, "a model with experts", "an MoE model"),
              "dispatch_bytes": (planned or ep, "expert parallelism in the engine (rollout_layout.ep > 1)",
                                 "workload.rollout_layout.ep above 1 on an MoE model"),

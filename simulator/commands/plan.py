@@ -360,10 +360,11 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                     model, topology, inp["global_batch"], inp["seq_len"], top=args.top, ranks=ranks, **kwargs))
     else:
         from ..autoplan import engine_rollout
+        from ..llm.kv_pool import kv_pages_matter
         from ..params import engine_constants_read_past
 
-        _refuse_found(engine_constants_read_past(w.inference, mla=model.is_mla, moe=model.is_moe, engine_tp=None,
-                                                 engine_ep=None))
+        _refuse_found(engine_constants_read_past(w.inference, mla=model.is_mla, moe=model.is_moe,
+                                                 paged=kv_pages_matter(model), engine_tp=None, engine_ep=None))
 
         _check_rollout_batch(settings.rollout, inp["max_global_batch"])
         given = set((section(args.overrides, "planner").get("rollout") or {}).keys())

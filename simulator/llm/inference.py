@@ -41,6 +41,7 @@ from ..params import InferenceParams
 from ..strict_model import StrictModel
 from ..units import capacity_text
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
+from .kv_pool import KvPool, KvPoolShape
 
 _COMPUTE_DTYPE = {"int8": "int8", "fp8": "fp8", "fp16": "fp16"}  # W8A8 / FP8 GEMMs; others run in bf16
 _FIT_FIX = "raise tp or ep, use weight_dtype int8/fp8, lower workspace_bytes, or pick a larger device"
@@ -61,6 +62,11 @@ class RolloutLayout(StrictModel):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vLLM default 0.9
     weight_dtype: str = "bf16"  # bf16 | fp16 | fp8 | int8 (DeepSeek-R1 on CloudMatrix384: int8)
     kv_dtype: str = "bf16"
+    # The Mamba / linear-attention state's dtype (vLLM --mamba-cache-dtype, default "auto": the model's
+    # dtype, config/cache.py CacheConfig.mamba_cache_dtype and layers/mamba/mamba_utils.py
+    # get_kv_cache_torch_dtype("auto", model_dtype)); "auto" is MAMBA_CACHE_AUTO_DTYPE, else a dtype
+    # (vLLM takes float32 besides auto). Applies to a model with such layers only.
+    mamba_cache_dtype: str = "auto"
 
     @property
     def devices_per_instance(self) -> int:
@@ -82,7 +88,23 @@ class RolloutLayout(StrictModel):
             raise RlsimError(f"expected a mapping, got {mapping!r}", source=source, field=field_name) from None
         for name in ("weight_dtype", "kv_dtype"):
             dtype_bytes(getattr(layout, name), f"{field_name}.{name}", source)
+        mamba_cache_bytes(layout, field_name, source)
         return layout
+
+
+# "auto" for the Mamba state's dtype: the model's dtype (vLLM's ModelConfig.dtype), bf16 for the
+# hybrid checkpoints rlsim presets (Nemotron-H, Qwen3-Next: torch_dtype bfloat16 in their config.json).
+MAMBA_CACHE_AUTO_DTYPE = "bf16"
+
+
+def mamba_cache_bytes(layout: RolloutLayout, field_name: str = "rollout_layout", source: str | None = None) -> float:
+    """Bytes per element of the Mamba / linear-attention state (rollout_layout.mamba_cache_dtype)."""
+    dtype = MAMBA_CACHE_AUTO_DTYPE if layout.mamba_cache_dtype == "auto" else str(layout.mamba_cache_dtype).lower()
+    if dtype not in DTYPE_BYTES:
+        raise RlsimError(f"unknown dtype {layout.mamba_cache_dtype!r}", source=source,
+                         field=f"{field_name}.mamba_cache_dtype",
+                         fix=f"use auto (the model's dtype, vLLM's default) or one of {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
 
 
 class Finished(NamedTuple):
@@ -107,11 +129,6 @@ class InterruptResult:
     # generated; none for a waiting one or one inside an unfinished prefill): what a request paused in
     # place, rather than aborted, keeps (add_many's ``kept``)
     cached: dict[int, int] = field(default_factory=dict)
-
-
-# KV capacity of an engine whose model caches nothing per token (no attention layer): a bound no
-# run reaches, kept an int as the capacities of the rest are.
-UNBOUNDED_KV_TOKENS = 2**62
 
 
 # ---- the cost of one step -------------------------------------------------------------------------
@@ -164,26 +181,25 @@ class StepCost:
         lookup_only = model.params_embedding - (model.vocab * model.hidden if model.tied_head else 0)
         self.streamed_dense_bytes_dev = self.dense_bytes_dev - lookup_only * wbytes / tp * share
         self.route_p = model.experts_per_token / model.num_experts if model.is_moe else 0.0
-        # KV per token on the devices of one replica: heads split over tp (replicated when tp exceeds
-        # the KV heads, as vLLM); the MLA latent is not split by heads, so every TP rank keeps it all.
-        if model.is_mla:
-            kv_elems_dev = model.kv_elems_per_token()
-        else:
-            kv_heads_dev = max(model.num_kv_heads // tp, 1)
-            kv_elems_dev = 2 * (model.num_attention_layers - model.num_sliding_layers) * kv_heads_dev * model.head_dim
-        self.kv_bytes_per_token_dev = kv_elems_dev * kvbytes * share
+        pool = _pool_shape(model, layout, params, kvbytes, share, layout_field)
+        self.kv_bytes_per_token_dev = pool.token_bytes
         # Sliding-window layers keep a sequence's last `window` tokens (vLLM's hybrid KV cache frees the
-        # blocks behind the window): a constant cache a sequence, reserved here as the Mamba state is.
+        # blocks behind the window): what a decode step reads of them a sequence.
         self.window_bytes_per_seq_dev = (2 * model.num_sliding_layers * max(model.num_kv_heads // tp, 1)
                                          * model.head_dim * model.sliding_window * kvbytes * share)
-        # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp),
-        # one slot per running sequence reserved up front (vLLM's Mamba cache: max_num_seqs slots),
-        # read and written once per decode step of the sequence.
-        self.state_bytes_per_seq_dev = model.ssm_state_elems_per_sequence() * kvbytes / tp * share
+        # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp), in
+        # rollout_layout.mamba_cache_dtype, read and written once per decode step of the sequence.
+        self.state_bytes_per_seq_dev = (model.ssm_state_elems_per_sequence() * mamba_cache_bytes(layout, layout_field)
+                                        / tp * share)
         hbm = device.hbm_bytes * layout.gpu_memory_utilization
-        self.kv_free_bytes_dev = (hbm - self.weight_bytes_dev - params.workspace_bytes
-                                  - (self.state_bytes_per_seq_dev + self.window_bytes_per_seq_dev) * layout.max_num_seqs)
-        if self.kv_free_bytes_dev <= max(self.kv_bytes_per_token_dev, 0.0) or self.kv_free_bytes_dev <= 0:
+        # One pool of pages for every layer (kv_pool.py, vLLM V1's hybrid KV cache manager): a running
+        # sequence draws its tokens' pages and, beside them, its windows' and states' (seq_pool_bytes_dev).
+        self.kv_free_bytes_dev = hbm - self.weight_bytes_dev - params.workspace_bytes
+        kv_pool = KvPool(pool, self.kv_free_bytes_dev)
+        self.seq_pool_bytes_dev = pool.seq_bytes()
+        max_seqs = kv_pool.max_seqs
+        if (self.kv_free_bytes_dev <= max(self.kv_bytes_per_token_dev, 0.0) or self.kv_free_bytes_dev <= 0
+                or max_seqs == 0):
             raise RlsimError(
                 f"{model.name} does not fit for inference on {device.name} with tp={tp}, ep={ep}"
                 f"{f', pp={self.pp}' if self.pp > 1 else ''}: "
@@ -191,11 +207,12 @@ class StepCost:
                 f"weights {self.weight_bytes_dev / 1e9:.1f} GB ({layout.weight_dtype}), workspace "
                 f"{params.workspace_bytes / 1e9:.1f} GB, leaving no room for the KV cache",
                 field=layout_field, fix=_FIT_FIX)
-        # A model without attention layers (pure state-space) caches nothing per token.
-        self.kv_capacity_replica = (int(self.kv_free_bytes_dev // self.kv_bytes_per_token_dev)
-                                    if self.kv_bytes_per_token_dev > 0 else UNBOUNDED_KV_TOKENS)
+        self.kv_capacity_replica = kv_pool.capacity_tokens
         self.kv_capacity_tokens = ep * self.kv_capacity_replica  # pooled over the replicas (even spread)
-        self.max_running = layout.max_num_seqs * ep
+        # context tokens' worth of pool a running sequence draws beside its own tokens (0: full attention only)
+        self.seq_kv_tokens = kv_pool.seq_tokens
+        # a model that draws nothing per token: the pool bounds the running sequences
+        self.max_running = (layout.max_num_seqs if max_seqs is None else min(layout.max_num_seqs, max_seqs)) * ep
 
     def _set_rates(self, model: ModelSpec, device: Any, layout: RolloutLayout, params: InferenceParams,
                    layout_field: str) -> None:
@@ -562,6 +579,10 @@ def _check_layout(model: ModelSpec, layout: RolloutLayout, params: InferencePara
     for name in ("weight_dtype", "kv_dtype"):
         if getattr(layout, name) not in DTYPE_BYTES:
             dtype_bytes(getattr(layout, name), f"{layout_field}.{name}")
+    if layout.mamba_cache_dtype != "auto" and not (model.num_mamba_layers or model.num_linear_layers):
+        raise RlsimError(f"mamba_cache_dtype applies to a model with Mamba or linear-attention layers, and {model.name} "
+                         "has none", field=f"{layout_field}.mamba_cache_dtype",
+                         fix=f"remove {layout_field}.mamba_cache_dtype")
     checkpoint = getattr(model, "checkpoint_dtype", "")
     if checkpoint and "weight_dtype" not in layout.model_fields_set:   # its default bf16 is not the checkpoint's
         raise RlsimError(f"{model.name} is a quantized checkpoint (its quantization_config: {checkpoint} is the "
@@ -569,6 +590,23 @@ def _check_layout(model: ModelSpec, layout: RolloutLayout, params: InferencePara
                          "which is not given (bf16 by default)", field=f"{layout_field}.weight_dtype",
                          fix=f"give weight_dtype: {checkpoint} to serve the checkpoint as it is, or bf16 to price it "
                              "dequantized")
+
+
+def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams, kvbytes: float, share: float,
+                layout_field: str) -> KvPoolShape:
+    """What one device of the layout caches per layer of each kind (kv_pool.py). KV heads split over
+    tp (replicated when tp exceeds them, as vLLM); the MLA latent is not split by heads, so every TP
+    rank keeps it all; a Mamba / linear-attention layer's state splits its heads over tp."""
+    tp = layout.tp
+    state_layers = model.num_linear_layers or model.num_mamba_layers
+    state_bytes = (model.ssm_state_elems_per_sequence() / state_layers * mamba_cache_bytes(layout, layout_field) / tp
+                   if state_layers else 0.0)
+    if model.is_mla:
+        return KvPoolShape(model.num_layers, 0, state_layers, model.kv_lora_rank + model.qk_rope_dim, kvbytes,
+                           state_bytes, 0, params.kv_block_size, share)
+    return KvPoolShape(model.num_attention_layers - model.num_sliding_layers, model.num_sliding_layers, state_layers,
+                       2 * max(model.num_kv_heads // tp, 1) * model.head_dim, kvbytes, state_bytes,
+                       model.sliding_window, params.kv_block_size, share)
 
 
 def _fallback_shape(op: str, n: int) -> tuple[int, float]:
@@ -701,6 +739,10 @@ class RolloutEngine:
         self.capacity = self.cost.kv_capacity_tokens
         self.replica_capacity = self.cost.kv_capacity_replica
         self.max_running = self.cost.max_running
+        # context tokens' worth of KV pool a running sequence draws beside its own (its windows' and
+        # Mamba states' pages, kv_pool.py; 0 for a model of full attention only): every check of the
+        # cache below counts it once a running sequence
+        self.seq_kv = self.cost.seq_kv_tokens
         # Per-slot records (a slot is one add() call).
         self._id: list[int] = []
         self._p: list[int] = []
@@ -789,11 +831,12 @@ class RolloutEngine:
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"bad sequence {ids[i]}: prompt {p[i]}, response {r[i]}, generated {g[i]}")
-        too_long = p + r + 1 > self.replica_capacity
+        too_long = p + r + 1 + self.seq_kv > self.replica_capacity
         if too_long.any():
             i = int(np.argmax(too_long))
+            pages = f" and its windows' / states' pages ({self.seq_kv} tokens' worth)" if self.seq_kv else ""
             raise RlsimError(
-                f"a sequence of {p[i]} + {r[i]} tokens does not fit the KV cache of one replica "
+                f"a sequence of {p[i]} + {r[i]} tokens{pages} does not fit the KV cache of one replica "
                 f"({self.replica_capacity} tokens)", field=getattr(self.cost, "layout_field", "rollout_layout"),
                 fix="raise tp or gpu_memory_utilization, use a smaller kv_dtype, or lower the maximum length")
         if not isinstance(seq_ids, range) and len(set(ids)) != len(ids):
@@ -1028,7 +1071,7 @@ class RolloutEngine:
             ctx = p + self._as_added()[0]
             if int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
                 return False
-        return (held + self.max_running + 2 <= self.capacity and self._S + longest < 2**30
+        return (held + self.max_running * (1 + self.seq_kv) + 2 <= self.capacity and self._S + longest < 2**30
                 and count < 2**_ORDER_BITS)
 
     def _fast_ok(self, min_sequences: int | None = None) -> bool:
@@ -1059,7 +1102,7 @@ class RolloutEngine:
             if arrival.max() > start or int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
                 return False   # (prefill attention pairs are summed exactly as floats)
         # (finish step, admission order) packed in one int64
-        return (held + self.max_running + 2 <= self.capacity and self._S + longest < 2**30
+        return (held + self.max_running * (1 + self.seq_kv) + 2 <= self.capacity and self._S + longest < 2**30
                 and self._order + len(waiting) < 2**_ORDER_BITS)
 
     def _fast_run(self, outbox: bool = True) -> _RunTrace:
@@ -1173,11 +1216,12 @@ class RolloutEngine:
             return None
         slot = self._waiting[0]
         ctx = self._p[slot] + self._g[slot]
-        if self._K + ctx + 1 + self._n + 1 > self.capacity:
+        pages = self.seq_kv * (self._n + 1)   # the running ones' and its pages beside their tokens
+        if self._K + ctx + 1 + self._n + 1 + pages > self.capacity:
             return None
         arrival = self._arrival[slot]
         ahead = 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1
-        if self._reserve and self._n and (ctx + self._reserve_need()
+        if self._reserve and self._n and (ctx + self._reserve_need() + pages
                                           >= self.capacity - self._K - self._n * ahead - self._reserved(ahead)):
             return None
         return ahead
@@ -1219,7 +1263,7 @@ class RolloutEngine:
         g, sadm, p, state, epochs = self._g, self._sadm, self._p, self._state, self._epoch
         order = sorted(self._live_running(), key=lambda slot: (g[slot] + step - sadm[slot], -p[slot]))
         first = True
-        while self._n > 1 and (first or self.capacity - self._K < headroom * self._n):
+        while self._n > 1 and (first or self.capacity - self._K - self.seq_kv * self._n < headroom * self._n):
             first = False
             slot = order.pop(0)
             made = g[slot] + step - sadm[slot]
@@ -1247,7 +1291,7 @@ class RolloutEngine:
             while self._heap and self._stale(self._heap[0]):
                 heapq.heappop(self._heap)
             k = self._heap[0][0] - self._S
-            k = min(k, max(0, (self.capacity - self._K) // self._n))  # steps the KV cache holds
+            k = min(k, max(0, (self.capacity - self._K - self.seq_kv * self._n) // self._n))  # steps the KV cache holds
             ahead = self._head_arrival_steps()
             if ahead is not None:
                 k = min(k, ahead)
@@ -1283,7 +1327,7 @@ class RolloutEngine:
         heap, state, epochs = self._heap, self._state, self._epoch
         p_of, r_of, id_of = self._p, self._r, self._id
         outbox, waiting = self._outbox, self._waiting
-        cap = self.capacity
+        cap, seq_kv = self.capacity, self.seq_kv
         pop = heapq.heappop
         caps, cap_new = self._caps, self._max_new
         count, last = 0, -math.inf
@@ -1302,7 +1346,7 @@ class RolloutEngine:
                         pop(heap)
                     K = self._K
                     k = head[0] - self._S
-                    room = (cap - K) // n  # steps the KV cache holds: k = min(k, max(0, room))
+                    room = (cap - K - seq_kv * n) // n  # steps the KV cache holds: k = min(k, max(0, room))
                     if room < k:
                         k = room if room > 0 else 0
                     lines = self._lines
@@ -1369,7 +1413,7 @@ class RolloutEngine:
             if n < self._n:   # a request finished: SGLang tries its waiting queue again
                 self._full = False
             self._n, self._K = n, K
-            if n and K + n > cap:
+            if n and K + n * (1 + seq_kv) > cap:
                 self._preempt()
             if waiting:
                 self._admit()
@@ -1385,7 +1429,7 @@ class RolloutEngine:
             self._retract()
             return
         state, epochs, step = self._state, self._epoch, self._S
-        while self._n and self._K + self._n > self.capacity:
+        while self._n and self._K + self._n * (1 + self.seq_kv) > self.capacity:
             slot, epoch = self._stack.pop()
             if state[slot] != _RUNNING or epochs[slot] != epoch:
                 continue
@@ -1402,7 +1446,7 @@ class RolloutEngine:
         waiting, p, g_of, arrival, state = self._waiting, self._p, self._g, self._arrival, self._state
         n0 = n = self._n
         kv, now = self._K, self.t
-        cap, max_n = self.capacity, self.max_running
+        cap, max_n, seq_kv = self.capacity, self.max_running, self.seq_kv
         share = self.cost.params.enable_prefix_caching
         group, seen = self._group, set()
         admitted: list[tuple[int, int]] = []
@@ -1410,18 +1454,18 @@ class RolloutEngine:
         if self._full and n0:   # (an idle engine always tries: nothing runs that could free room)
             return
         reserve = self._reserve
-        room = cap - kv - self._reserved() if reserve else 0.0   # SGLang's rem_total_tokens
+        room = cap - kv - seq_kv * n - self._reserved() if reserve else 0.0   # SGLang's rem_total_tokens
         need = self._reserve_need() if reserve else 0
         while waiting and n < max_n:
             slot = waiting[0]
             ctx = p[slot] + g_of[slot]
-            if kv + ctx + n + 2 > cap or arrival[slot] > now:  # room for it and one more step
+            if kv + ctx + n + 2 + seq_kv * (n + 1) > cap or arrival[slot] > now:  # room for it and one more step
                 break
             if reserve:
-                if ctx + need >= room and n:   # (an empty engine takes its first request whatever it reserves)
+                if ctx + need + seq_kv >= room and n:   # (an empty engine takes its first request whatever it reserves)
                     self._full = True
                     break
-                room -= ctx + need
+                room -= ctx + need + seq_kv
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
             kept = self._kept.pop(slot, 0) if self._kept else 0
@@ -1439,7 +1483,7 @@ class RolloutEngine:
             kv += ctx + 1
         if not admitted:
             return
-        duration, ride = self._prefill_time(pieces, n0, kv)
+        duration, ride = self._prefill_time(pieces, n0, kv + seq_kv * n)
         end = now + duration
         self.busy_s += duration
         self.t = end
@@ -2273,9 +2317,11 @@ def decode_step_time_s(model: ModelSpec, device: Any, batch: int, context_len: f
     """One decode step of `batch` sequences (the whole instance) each holding `context_len` tokens."""
     cost = StepCost(model, device, _layout(tp, ep, weight_dtype, kv_dtype, batch, gpu_memory_utilization),
                     params, collectives, ranks)
-    if check_kv and batch * context_len > cost.kv_capacity_tokens:
-        raise RlsimError(f"{batch} sequences of {context_len:.0f} tokens need {batch * context_len:.0f} KV "
-                         f"tokens; the instance holds {cost.kv_capacity_tokens}", field="batch",
+    need = batch * (context_len + cost.seq_kv_tokens)   # their tokens and their windows' / states' pages
+    if check_kv and (need > cost.kv_capacity_tokens or batch > cost.max_running):
+        raise RlsimError(f"{batch} sequences of {context_len:.0f} tokens need {need:.0f} KV "
+                         f"tokens; the instance holds {cost.kv_capacity_tokens}"
+                         f"{f' and {cost.max_running} sequences' if batch > cost.max_running else ''}", field="batch",
                          fix="lower the batch or context, or raise tp / ep")
     return cost.decode_step_s(batch, batch * context_len)
 

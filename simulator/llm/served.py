@@ -53,10 +53,11 @@ class ServedScoring:
 
     def check_fits(self, longest: float, what: str, field: str, source: str | None = None) -> None:
         """A sample of ``longest`` tokens must fit one instance's KV cache (an attention replica's)."""
-        capacity = self.cost.kv_capacity_replica
-        if longest > capacity:
+        capacity, pages = self.cost.kv_capacity_replica, self.cost.seq_kv_tokens
+        if longest + pages > capacity:
+            beside = f" and its windows' / states' pages ({pages:,} tokens' worth)" if pages else ""
             raise RlsimError(f"the {what}'s KV cache holds {capacity:,.0f} tokens per engine, less than the longest "
-                             f"sample ({longest:,.0f} prompt + response tokens), which it must prefill whole",
+                             f"sample ({longest:,.0f} prompt + response tokens{beside}), which it must prefill whole",
                              source=source, field=field,
                              fix=f"give the {what} a larger tp (layout.tp) or gpu_memory_utilization")
 

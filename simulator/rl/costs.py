@@ -107,6 +107,7 @@ class Costs(Protocol):
     instance_devices: int          # devices per rollout instance (TP x EP of inference)
     instance_max_seqs: int         # running sequences one instance holds (max_num_seqs / KV bound)
     instance_kv_tokens: float      # KV-cache tokens one instance holds (inf: unbounded)
+    instance_seq_kv_tokens: float  # KV tokens' worth a running sequence draws beside its own (windows, states)
     train_group_devices: int       # devices per training replica (TP x PP x CP)
     train_pool_unit: int           # device granule of a training pool (replicas that fold the experts)
     peak_flops: float              # per device, the workload's dtype

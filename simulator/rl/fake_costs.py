@@ -80,6 +80,7 @@ class FakeCosts:
     host_copy_s: float = 0.0              # one copy of the training weights to or from host memory
     fetch_broadcast_Bps: float = float("inf")   # a hierarchical queue fetch's broadcast in a replica
     instance_kv_tokens: float = math.inf
+    instance_seq_kv_tokens: float = 0.0
     teacher_s_per_token: float = 0.0          # a teacher engine's seconds per sample token (workload.distillation)
     teacher_devices: int = 1                  # devices of one teacher engine
     reward_model_s_per_token: float = 0.0     # a served reward model's engine's (workload.reward.served)

@@ -418,9 +418,14 @@ class LlmCosts:
         self._pool_keys: dict[tuple, int] = {}             # (signature, device kinds) -> pool key
         self._step_costs: dict[int, StepCost] = {}         # by pool key: one per instance shape
         self._ring_bw: dict[tuple[int, ...], float] = {}   # ring ranks -> narrowest link (topology fixed)
-        self._kv_tokens: dict[DeviceSpec, float] = {}      # by device kind
-        # KV tokens one instance holds (bounds how few instances a consolidated tail fits on)
-        self.instance_kv_tokens = self._cluster_kv_tokens()
+        self._kv_tokens: dict[DeviceSpec, StepCost] = {}   # by device kind
+        # KV tokens one instance holds (bounds how few instances a consolidated tail fits on), what a
+        # running sequence draws beside its tokens (its windows' and states' pages, llm/kv_pool.py), and
+        # the running sequences its pool bounds (a model that draws nothing per token)
+        smallest = self._cluster_kv_cost()
+        self.instance_kv_tokens = float(smallest.kv_capacity_tokens)
+        self.instance_seq_kv_tokens = float(smallest.seq_kv_tokens)
+        self.instance_max_seqs = min(self.instance_max_seqs, smallest.max_running)
         self.train_group_devices = self.train_template.model_parallel
         self.train_pool_unit = self.train_template.pool_unit   # replicas that fold the experts
         self.peak_flops = self._mean_peak_flops(w.dtype)
@@ -476,29 +481,28 @@ class LlmCosts:
         return math.fsum(spec(r).peak(dtype, field="workload.dtype")
                          for r in range(self.n_devices)) / self.n_devices
 
-    def _kv_tokens_on(self, device: DeviceSpec) -> float:
-        """KV-cache tokens one instance holds on ``device`` (RlsimError when the model does not fit)."""
+    def _kv_cost_on(self, device: DeviceSpec) -> StepCost:
+        """One instance's step cost on ``device``, for its KV cache (RlsimError when the model does not fit)."""
         hit = self._kv_tokens.get(device)
         if hit is None:
-            hit = self._kv_tokens[device] = float(
-                StepCost(self.model, device, self.rollout_layout, self.inference_params,
-                         layout_field="workload.rollout_layout").kv_capacity_tokens)
+            hit = self._kv_tokens[device] = StepCost(self.model, device, self.rollout_layout, self.inference_params,
+                                                     layout_field="workload.rollout_layout")
         return hit
 
-    def _cluster_kv_tokens(self) -> float:
-        """The smallest instance KV capacity over the device kinds an instance fits on (a tail
-        consolidated onto that many instances fits on any of them); the first kind's error when
+    def _cluster_kv_cost(self) -> StepCost:
+        """The step cost of the smallest instance KV capacity over the device kinds an instance fits on
+        (a tail consolidated onto that many instances fits on any of them); the first kind's error when
         it fits on none."""
         fits, first_error = [], None
         for device in self.cluster_devices:
             try:
-                fits.append(self._kv_tokens_on(device))
+                fits.append(self._kv_cost_on(device))
             except RlsimError as exc:
                 first_error = first_error or exc
         if not fits:
             assert first_error is not None
             raise first_error
-        return min(fits)
+        return min(fits, key=lambda cost: (cost.kv_capacity_tokens, cost.max_running))
 
     def instance_kv_tokens_of(self, ranks: Sequence[int]) -> float:
         """KV-cache tokens of one instance on ``ranks`` (the devices it runs on)."""

@@ -70,14 +70,20 @@ def test_pure_ssm_decode_step_is_constant_in_context():
     assert hybrid.decode_step_s(64, 10**6) > hybrid.decode_step_s(64, 0)   # its attention layers read KV
 
 
-def test_state_slots_reserve_memory_and_are_read_every_step():
+def test_state_pages_are_drawn_from_the_pool_and_read_every_step():
     layout = RolloutLayout(max_num_seqs=64)
     params = InferenceParams()
     cost = StepCost(HYBRID, H100, layout, params)
     state = HYBRID.ssm_state_elems_per_sequence() * 2
     hbm = H100.hbm_bytes * layout.gpu_memory_utilization
-    assert cost.kv_free_bytes_dev == pytest.approx(hbm - HYBRID.weight_bytes(2) - params.workspace_bytes - 64 * state)
+    assert cost.kv_free_bytes_dev == pytest.approx(hbm - HYBRID.weight_bytes(2) - params.workspace_bytes)
     assert cost.kv_capacity_replica == int(cost.kv_free_bytes_dev // HYBRID.kv_bytes_per_token(2))
+    # vLLM's groups of 2 layers: the 4 Mamba layers are 2 state groups, each drawing one attention
+    # block a sequence, 16 x cdiv(one layer's state, 16 x one token's attention page) tokens
+    layer_state, token_page = state / 4, 2 * 8 * 128 * 2
+    block = 16 * -(-layer_state // (16 * token_page))
+    assert block == 528
+    assert cost.seq_kv_tokens == 2 * block
     # The memory line of a decode step: weights + 2 x state per sequence (read + write) + KV.
     _, _, m0, _, _ = cost.decode_lines(32, 0.0)
     assert m0 == pytest.approx(cost.weight_read_s(32) + 32 * 2 * state / cost.bw)
@@ -108,3 +114,31 @@ def test_bad_patterns_are_clear():
         load_model({**TOY, "hybrid_override_pattern": "M-M-"})
     with pytest.raises(RlsimError, match="ssm_state_size"):
         load_model({**TOY, "ssm_state_size": 0})
+
+
+def test_a_pure_state_model_runs_as_many_sequences_as_its_pool_holds_states():
+    """No attention layer: a sequence draws no page a token (the token capacity is unbounded) and its
+    state a sequence, one group of all 4 Mamba layers; the pool bounds the running sequences."""
+    state = PURE_SSM.ssm_state_elems_per_sequence() * 2
+    params = InferenceParams()
+    roomy = StepCost(PURE_SSM, H100, RolloutLayout(max_num_seqs=256), params)
+    assert roomy.seq_kv_tokens == 0 and roomy.max_running == 256   # 256 states fit in tens of GB
+    assert roomy.seq_pool_bytes_dev == pytest.approx(state)
+    # gpu_memory_utilization leaving room for 10 states beside the weights and workspace
+    hbm_share = (PURE_SSM.weight_bytes(2) + params.workspace_bytes + 10.5 * state) / H100.hbm_bytes
+    tight = StepCost(PURE_SSM, H100, RolloutLayout(max_num_seqs=256, gpu_memory_utilization=hbm_share), params)
+    assert tight.max_running == 10
+
+
+def test_mamba_cache_dtype_sizes_the_state_and_applies_to_state_models_only():
+    bf16 = StepCost(HYBRID, H100, RolloutLayout())
+    fp32 = StepCost(HYBRID, H100, RolloutLayout(mamba_cache_dtype="fp32"))
+    assert fp32.state_bytes_per_seq_dev == pytest.approx(2 * bf16.state_bytes_per_seq_dev)
+    fp32_layer_state = 4 * (HYBRID.ssm_state_elems_per_sequence() // 4)   # 4 bytes an element, 4 Mamba layers
+    assert fp32.seq_kv_tokens == 2 * 16 * -(-fp32_layer_state // (16 * 4096)) == 2 * 1056
+    assert StepCost(HYBRID, H100, RolloutLayout(kv_dtype="fp8")).state_bytes_per_seq_dev == \
+        pytest.approx(bf16.state_bytes_per_seq_dev)   # the KV cache's dtype is not the state's
+    with pytest.raises(RlsimError, match="rollout_layout.mamba_cache_dtype.*remove"):
+        StepCost(load_model("qwen2.5-7b"), H100, RolloutLayout(mamba_cache_dtype="fp32"))
+    with pytest.raises(RlsimError, match="rollout_layout.mamba_cache_dtype.*auto"):
+        RolloutLayout.from_mapping({"mamba_cache_dtype": "float64"})

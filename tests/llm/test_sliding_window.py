@@ -35,10 +35,14 @@ def test_the_engine_caches_a_token_on_the_full_layers_and_a_window_on_the_slidin
     windowed, full = _costs()
     assert windowed.kv_bytes_per_token_dev == pytest.approx(full.kv_bytes_per_token_dev / 2)
     assert windowed.window_bytes_per_seq_dev == pytest.approx(full.kv_bytes_per_token_dev / 2 * W)
-    # the windows of max_num_seqs sequences reserved up front; the rest holds full-layer tokens
-    room = full.kv_free_bytes_dev - windowed.window_bytes_per_seq_dev * LAYOUT.max_num_seqs
-    assert windowed.kv_capacity_tokens == int(room // windowed.kv_bytes_per_token_dev)
-    assert windowed.kv_capacity_tokens > 1.9 * full.kv_capacity_tokens
+    # one pool (vLLM V1's hybrid KV cache manager): it holds full-layer tokens, and a running sequence
+    # draws its window's pages beside them: 12 sliding layers and 12 full ones are one group each, a
+    # window of 128 tokens keeps cdiv(127, 16) + 1 = 9 pages of 16 tokens
+    assert windowed.kv_free_bytes_dev == full.kv_free_bytes_dev
+    assert windowed.kv_capacity_tokens == int(full.kv_free_bytes_dev // windowed.kv_bytes_per_token_dev)
+    assert windowed.seq_kv_tokens == 9 * 16
+    assert windowed.seq_pool_bytes_dev == pytest.approx(windowed.window_bytes_per_seq_dev * 144 / W)
+    assert full.seq_kv_tokens == 0
 
 
 @pytest.mark.parametrize("n", [1, 32, 256])

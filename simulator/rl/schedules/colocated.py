@@ -467,7 +467,8 @@ class TailIndex:
 
 def tail_instances(ctx: Context, plans: list[GenPlan], t_split: float, tail: TailIndex | None = None) -> int:
     """Fewest rollout instances that hold the sequences still running at ``t_split``: bounded by
-    the running-sequence slots and by the KV cache (each needs its full context by the end).
+    the running-sequence slots and by the KV cache (each needs its full context by the end, and its
+    windows' and states' pages beside it).
     ``tail``: the plans' TailIndex, when it is asked at many times."""
     if tail is not None:
         n_tail, kv_tokens = tail.running(t_split)
@@ -483,7 +484,7 @@ def tail_instances(ctx: Context, plans: list[GenPlan], t_split: float, tail: Tai
     if n_tail == 0:
         return 0
     by_seqs = math.ceil(n_tail / max(1, ctx.costs.instance_max_seqs))
-    by_kv = math.ceil(kv / ctx.costs.instance_kv_tokens)
+    by_kv = math.ceil((kv + n_tail * ctx.costs.instance_seq_kv_tokens) / ctx.costs.instance_kv_tokens)
     return max(1, by_seqs, by_kv)
 
 

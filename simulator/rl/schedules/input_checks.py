@@ -7,6 +7,7 @@ from typing import Any
 
 from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
+from ...llm.kv_pool import kv_pages_matter
 from ...llm.training import trained_shapes
 from ...params import TRAIN_SOFTWARE, engine_constants_read_past, train_constants_read_past
 from ...scenario import Scenario, check_segments
@@ -175,6 +176,7 @@ def _check_engine_constants(scenario: Scenario, costs: Costs) -> None:
     auto = scenario.workload.rollout_layout == "auto"
     found = engine_constants_read_past(scenario.workload.inference, mla=any(m.is_mla for m in models.values()),
                                        moe=any(m.is_moe for m in models.values()),
+                                       paged=any(kv_pages_matter(m) for m in models.values()),
                                        engine_tp=None if auto else layout.tp, engine_ep=None if auto else layout.ep,
                                        engine_pp=1 if auto else layout.pp)
     for field, why, fix in found:

@@ -17,9 +17,10 @@ def step(*items: str, workload: str = "grpo-qwen2.5-7b") -> float:
 
 @pytest.mark.parametrize("item", ["workload.inference.absorb_mla=false", "workload.inference.launches_per_moe_layer=50",
                                   "workload.inference.dispatch_bytes=1", "workload.inference.activation_bytes=1",
-                                  "workload.inference.pipeline_send_tensors=3"])
+                                  "workload.inference.pipeline_send_tensors=3", "workload.inference.kv_block_size=32"])
 def test_on_a_dense_model_of_tp_1_engines_they_are_refused(item):
-    # qwen2.5-7b: no MLA, no experts; its engines are tp 1, ep 1: no collective for the bytes to size
+    # qwen2.5-7b: no MLA, no experts, full attention only (no page to size); its engines are tp 1, ep 1:
+    # no collective for the bytes to size
     with pytest.raises(RlsimError) as exc:
         step(item)
     assert exc.value.field == item.split("=")[0] and "there is none here" in str(exc.value)
@@ -34,3 +35,8 @@ def test_with_pipeline_stages_the_sent_activations_move_the_step():
     staged = "workload.rollout_layout={tp: 1, pp: 2, gpu_memory_utilization: 0.6, max_num_seqs: 256}"
     assert step(staged, "workload.inference.pipeline_send_tensors=64") > step(staged)
     assert step(staged, "workload.inference.activation_bytes=64") > step(staged)   # the sends' element size
+
+
+def test_on_a_windowed_model_the_page_size_is_taken():
+    gemma = "workload.model=gemma-3-12b"
+    assert step(gemma, "workload.inference.kv_block_size=32") > 0.0
