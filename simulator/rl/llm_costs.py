@@ -419,13 +419,7 @@ class LlmCosts:
         self._step_costs: dict[int, StepCost] = {}         # by pool key: one per instance shape
         self._ring_bw: dict[tuple[int, ...], float] = {}   # ring ranks -> narrowest link (topology fixed)
         self._kv_tokens: dict[DeviceSpec, StepCost] = {}   # by device kind
-        # KV tokens one instance holds (bounds how few instances a consolidated tail fits on), what a
-        # running sequence draws beside its tokens (its windows' and states' pages, llm/kv_pool.py), and
-        # the running sequences its pool bounds (a model that draws nothing per token)
-        smallest = self._cluster_kv_cost()
-        self.instance_kv_tokens = float(smallest.kv_capacity_tokens)
-        self.instance_seq_kv_tokens = float(smallest.seq_kv_tokens)
-        self.instance_max_seqs = min(self.instance_max_seqs, smallest.max_running)
+        self._set_instance_kv()
         self.train_group_devices = self.train_template.model_parallel
         self.train_pool_unit = self.train_template.pool_unit   # replicas that fold the experts
         self.peak_flops = self._mean_peak_flops(w.dtype)
@@ -480,6 +474,15 @@ class LlmCosts:
         spec = self.topology.device_spec
         return math.fsum(spec(r).peak(dtype, field="workload.dtype")
                          for r in range(self.n_devices)) / self.n_devices
+
+    def _set_instance_kv(self) -> None:
+        """The KV tokens one instance holds (bounds how few instances a consolidated tail fits on), what
+        a running sequence draws beside its tokens (its windows' and states' pages, llm/kv_pool.py), and
+        the running sequences its pool bounds (a model that draws nothing per token)."""
+        smallest = self._cluster_kv_cost()
+        self.instance_kv_tokens = float(smallest.kv_capacity_tokens)
+        self.instance_seq_kv_tokens = float(smallest.seq_kv_tokens)
+        self.instance_max_seqs = min(self.instance_max_seqs, smallest.max_running)
 
     def _kv_cost_on(self, device: DeviceSpec) -> StepCost:
         """One instance's step cost on ``device``, for its KV cache (RlsimError when the model does not fit)."""
