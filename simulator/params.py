@@ -738,6 +738,12 @@ class InferenceParams(StrictModel):
     # model's tokens are counted one by one, so it applies to a model with sliding-window, Mamba or
     # linear-attention layers only.
     kv_block_size: int = Field(16, ge=1)
+    # Llama 4's chunked-attention layers under the hybrid KV cache manager (each keeps a chunk's pages
+    # a sequence, as a window). vLLM 0.11 turns the manager off for them unless
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (config/__init__.py VllmConfig.__post_init__,
+    # "latency regression"), and then caches them as full attention (v1/core/kv_cache_utils.py
+    # unify_hybrid_kv_cache_specs): off by default. Applies to a model with chunked attention only.
+    hybrid_kv_chunked_attention: bool = False
     # vLLM reserves activation peak (profiled at max_num_batched_tokens) and CUDA-graph memory:
     # a couple of GB for 7B-70B models.
     workspace_bytes: float = Field(2e9, ge=0)
@@ -1272,11 +1278,12 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
 
 
 def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: bool, paged: bool,
-                               engine_tp: int | None, engine_ep: int | None,
+                               engine_tp: int | None, engine_ep: int | None, chunked: bool = False,
                                engine_pp: int = 1) -> list[InapplicableKey]:
     """Engine constants the rollout's models or layout leave nothing to act on (llm/inference.py
     StepCost): MLA absorption without an MLA model, the KV page size without sliding-window, Mamba or
-    linear-attention layers (``paged``: a model has some), the MoE launches without experts, the EP dispatch
+    linear-attention layers (``paged``: a model has some), the chunked layers' paging without chunked
+    attention (``chunked``), the MoE launches without experts, the EP dispatch
     payload without expert parallelism, the activation bytes with neither TP nor EP collectives nor
     stage sends, the stage sends' tensors without pipeline stages. (field, why, fix) of each given
     away from its default (no named engine sets them). `engine_tp` / `engine_ep` None: the layout is
@@ -1287,6 +1294,8 @@ def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: 
              "kv_block_size": (paged, "a model with sliding-window, Mamba or linear-attention layers (whose pages "
                                "it sizes; full attention is counted a token at a time)",
                                "a model with such layers"),
+             "hybrid_kv_chunked_attention": (chunked, "a model with chunked attention (Llama 4's "
+                                             "attention_chunk_size)", "a Llama 4 model"),
              "launches_per_moe_layer": (moe, "a model with experts", "an MoE model"),
              "dispatch_bytes": (planned or ep, "expert parallelism in the engine (rollout_layout.ep > 1)",
                                 "workload.rollout_layout.ep above 1 on an MoE model"),

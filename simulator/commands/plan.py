@@ -364,7 +364,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
         from ..params import engine_constants_read_past
 
         _refuse_found(engine_constants_read_past(w.inference, mla=model.is_mla, moe=model.is_moe,
-                                                 paged=kv_pages_matter(model), engine_tp=None, engine_ep=None))
+                                                 paged=kv_pages_matter(model), chunked=model.chunked_attention,
+                                                 engine_tp=None, engine_ep=None))
 
         _check_rollout_batch(settings.rollout, inp["max_global_batch"])
         given = set((section(args.overrides, "planner").get("rollout") or {}).keys())

@@ -147,6 +147,9 @@ class ModelSpec:
     # the whole sequence. () / 0: every attention layer full.
     sliding_window: int = 0
     sliding_layers: tuple[int, ...] = ()
+    # The windows are Llama 4's chunks (attention_chunk_size): priced as windows, cached by vLLM 0.11 as
+    # full attention unless its hybrid KV cache manager is let take them (llm/inference.py _pool_shape).
+    chunked_attention: bool = False
     # Gated DeltaNet linear-attention layers (Qwen3-Next): at these indices the token mixer is a gated
     # delta rule over a constant state a sequence (GDN_* above) in place of attention, beside the
     # same FFN / MoE; the attention layers' output is gated by a second query projection where
@@ -1043,7 +1046,8 @@ def _chunk_fields(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict[
     chunked_attention, else no_rope_layers' 1s, else all but every fourth: Llama4TextConfig's
     no_rope_layer_interval) each token attends within its chunk of c tokens. Priced as a sliding
     window of c: the same within the first chunk, and past it an upper bound (a chunk's token attends
-    to at most c keys, c / 2 on average; the engine keeps at most a chunk a sequence)."""
+    to at most c keys, c / 2 on average). vLLM 0.11 caches them as full attention by default
+    (ModelSpec.chunked_attention)."""
     chunk = _period(cfg, source, "attention_chunk_size")
     types, rope = cfg.get("layer_types"), cfg.get("no_rope_layers")
     if isinstance(types, list) and len(types) == num_layers:
@@ -1052,7 +1056,7 @@ def _chunk_fields(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict[
         layers = tuple(i for i, uses in enumerate(rope) if uses)
     else:
         layers = _all_but_every(4, num_layers)
-    return {"sliding_window": chunk, "sliding_layers": layers} if layers else {}
+    return {"sliding_window": chunk, "sliding_layers": layers, "chunked_attention": True} if layers else {}
 
 
 def _window_fields(cfg: Mapping[str, Any], source: str, num_layers: int, model_type: str) -> dict[str, Any]:

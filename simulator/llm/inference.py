@@ -182,7 +182,12 @@ class StepCost:
         self.streamed_dense_bytes_dev = self.dense_bytes_dev - lookup_only * wbytes / tp * share
         self.route_p = model.experts_per_token / model.num_experts if model.is_moe else 0.0
         pool = _pool_shape(model, layout, params, kvbytes, share, layout_field)
-        self.kv_bytes_per_token_dev = pool.token_bytes
+        self.kv_bytes_per_token_dev = pool.token_bytes   # what a token draws from the pool (padding included)
+        # what a decode step reads a context token: its KV on the full-attention layers (not a padded
+        # group's, nor a Llama 4 chunked layer's that the cache keeps whole)
+        self.kv_read_bytes_per_token_dev = (model.kv_elems_per_token() if model.is_mla else 2 * (
+            model.num_attention_layers - model.num_sliding_layers) * max(model.num_kv_heads // tp, 1) * model.head_dim
+        ) * kvbytes * share
         # Sliding-window layers keep a sequence's last `window` tokens (vLLM's hybrid KV cache frees the
         # blocks behind the window): what a decode step reads of them a sequence.
         self.window_bytes_per_seq_dev = (2 * model.num_sliding_layers * max(model.num_kv_heads // tp, 1)
@@ -254,7 +259,7 @@ class StepCost:
                                   if self.window_share else self.state_s_per_seq / ep)
         self.prefill_attn_s_per_pair = (model.attention_flops_per_context_token()
                                         / self.devices / (bf16_rate * gemm_eff) * share)
-        self.kv_s_per_token = self.kv_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
+        self.kv_s_per_token = self.kv_read_bytes_per_token_dev / ep / self.bw  # reads: own replica's share
         launch_s = device.launch_overhead_s if params.launch_overhead_s is None else params.launch_overhead_s
         launches = (params.launches_per_step + params.launches_per_layer * model.num_layers
                     + params.launches_per_moe_layer * model.num_moe_layers)
@@ -604,7 +609,10 @@ def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams
     if model.is_mla:
         return KvPoolShape(model.num_layers, 0, state_layers, model.kv_lora_rank + model.qk_rope_dim, kvbytes,
                            state_bytes, 0, params.kv_block_size, share)
-    return KvPoolShape(model.num_attention_layers - model.num_sliding_layers, model.num_sliding_layers, state_layers,
+    # Llama 4's chunks: full attention in the cache unless the hybrid manager takes them (InferenceParams)
+    window_layers = (model.num_sliding_layers if not model.chunked_attention or params.hybrid_kv_chunked_attention
+                     else 0)
+    return KvPoolShape(model.num_attention_layers - window_layers, window_layers, state_layers,
                        2 * max(model.num_kv_heads // tp, 1) * model.head_dim, kvbytes, state_bytes,
                        model.sliding_window, params.kv_block_size, share)
 

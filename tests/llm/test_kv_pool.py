@@ -145,3 +145,21 @@ def test_the_page_size_sets_a_windows_draw():
     of Gemma-3-27B's 6 sliding groups."""
     cost = StepCost(GEMMA_27B, H100, RolloutLayout(tp=2), InferenceParams(kv_block_size=64))
     assert cost.seq_kv_tokens == 6 * 17 * 64
+
+
+def test_llama4s_chunks_are_cached_whole_unless_the_hybrid_manager_takes_them():
+    """vLLM 0.11 turns its hybrid manager off for chunked attention (VllmConfig.__post_init__) and
+    caches Llama 4 Scout's 36 chunked layers as full attention: a token draws all 48 layers' KV, a
+    decode step reads the 12 full ones'. Let in (hybrid_kv_chunked_attention), the 36 are 3 groups of
+    12 keeping cdiv(8191, 16) + 1 = 513 pages of a chunk each."""
+    from .test_architecture import LLAMA4_SCOUT_TEXT
+
+    scout = load_model({"model_type": "llama4", "text_config": LLAMA4_SCOUT_TEXT})
+    layout, per_layer = RolloutLayout(tp=4), 2 * 2 * 128 * 2   # 8 KV heads over 4 ranks, head_dim 128, bf16
+    cached = StepCost(scout, H100, layout)
+    assert (cached.kv_bytes_per_token_dev, cached.kv_read_bytes_per_token_dev) == (48 * per_layer, 12 * per_layer)
+    assert cached.seq_kv_tokens == 0
+    paged = StepCost(scout, H100, layout, InferenceParams(hybrid_kv_chunked_attention=True))
+    assert paged.kv_bytes_per_token_dev == paged.kv_read_bytes_per_token_dev == 12 * per_layer
+    assert paged.seq_kv_tokens == 3 * 513 * 16
+    assert paged.kv_s_per_token == cached.kv_s_per_token   # the same reads either way

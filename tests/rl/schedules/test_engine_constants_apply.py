@@ -17,7 +17,8 @@ def step(*items: str, workload: str = "grpo-qwen2.5-7b") -> float:
 
 @pytest.mark.parametrize("item", ["workload.inference.absorb_mla=false", "workload.inference.launches_per_moe_layer=50",
                                   "workload.inference.dispatch_bytes=1", "workload.inference.activation_bytes=1",
-                                  "workload.inference.pipeline_send_tensors=3", "workload.inference.kv_block_size=32"])
+                                  "workload.inference.pipeline_send_tensors=3", "workload.inference.kv_block_size=32",
+                                  "workload.inference.hybrid_kv_chunked_attention=true"])
 def test_on_a_dense_model_of_tp_1_engines_they_are_refused(item):
     # qwen2.5-7b: no MLA, no experts, full attention only (no page to size); its engines are tp 1, ep 1:
     # no collective for the bytes to size
