@@ -276,6 +276,14 @@ class MemoryParams(StrictModel):
     # counts below are derived from the layer's shapes in the same way (see activation_bytes_per_token).
     activation_bytes: float = Field(2.0, gt=0)
     mask_bytes: float = Field(1.0, ge=0)
+    # Bytes a layer norm keeps per hidden element for its backward; None: its input in the activations'
+    # dtype (activation_bytes: Megatron's fused LayerNorm / RMSNorm, Korthikanti's 2 s b h per norm).
+    # The stacks whose norm keeps more say so (HF_SAVED_RMSNORM_BYTES_PER_HIDDEN).
+    norm_saved_bytes_per_hidden: float | None = Field(None, ge=0)
+    # Tensors of the FFN's inner width a gated FFN (and each MoE expert) keeps: Megatron's fused
+    # SwiGLU keeps its input (gate and up, 2) and fc2 its output (1): 3, Korthikanti's 1.5 x the
+    # up-projection's output. Unfused gates keep more (HF_SAVED_GATED_FFN_TENSORS).
+    gated_ffn_saved_tensors: float = Field(3.0, gt=0)
     # Attention-score storage without flash attention: 5 a s b bytes per token (QK^T 2, softmax 2,
     # dropout mask 1; arXiv 2205.05198 eq. 1). Flash attention keeps none of it.
     score_bytes_per_elem: float = Field(5.0, ge=0)
@@ -902,6 +910,23 @@ HF_RMSNORM_BYTES_PER_HIDDEN = 36.0
 HF_RESIDUAL_BYTES_PER_HIDDEN = 6.0
 HF_SWIGLU_BYTES_PER_FFN = 10.0
 HF_ROPE_BYTES_PER_ELEMENT = 20.0
+# What autograd keeps of that model code for the backward (counted with saved_tensors_hooks on the
+# layer written op for op: benchmarks/hf_saved_activations.py, 225,400 B a token a Qwen2.5-7B layer):
+# Qwen2RMSNorm / LlamaRMSNorm keep the input cast up to fp32 (pow and the rsqrt scale read it: 4 B)
+# and the normalized bf16 product the weight multiplies (2 B): 6 a hidden element, where Megatron's
+# fused norm keeps its bf16 input (2); act_fn(gate) * up keeps gate_proj's output (SiLU's input),
+# act_fn's output and up_proj's output (the product's operands), and down_proj its input, the
+# product: 4 tensors of the FFN's width, where Megatron's fused SwiGLU keeps 3. No dropout in the
+# models' layers (attention_dropout 0 with SDPA / flash, no hidden dropout): no masks. The rotary
+# embedding keeps nothing (its products' other operands are the cos / sin tables), nor the residual
+# adds; the per-token rsqrt (4 B a norm) and the attention's log-sum-exp (4 B a head) are left out
+# (8 + 112 B of the 225,400).
+HF_SAVED_RMSNORM_BYTES_PER_HIDDEN = 6.0
+HF_SAVED_GATED_FFN_TENSORS = 4.0
+# Liger's kernels keep less (liger-kernel 0.8.5 ops/rms_norm.py: ctx.save_for_backward(X, W, RSTD), the
+# bf16 input; ops/swiglu.py: ctx.save_for_backward(a, b), gate and up, the product kept by down_proj):
+# Megatron's counts, still without dropout masks.
+LIGER_SAVED_GATED_FFN_TENSORS = 3.0
 
 # Hugging Face transformers under DeepSpeed ZeRO or torch FSDP, as TRL's GRPOTrainer runs it (and
 # verl's FSDP, OpenRLHF's and AReaL's trainers without Liger kernels): the model code's unfused
@@ -914,7 +939,9 @@ HF_TRANSFORMERS = TrainSoftware(
     params=TrainParams(compute=ComputeParams(norm_traffic_bytes_per_hidden=2 * HF_RMSNORM_BYTES_PER_HIDDEN,
                                              residual_traffic_bytes_per_hidden=2 * HF_RESIDUAL_BYTES_PER_HIDDEN,
                                              gated_act_traffic_bytes_per_ffn=HF_SWIGLU_BYTES_PER_FFN,
-                                             rope_traffic_bytes_per_element=HF_ROPE_BYTES_PER_ELEMENT)),
+                                             rope_traffic_bytes_per_element=HF_ROPE_BYTES_PER_ELEMENT),
+                       memory=MemoryParams(norm_saved_bytes_per_hidden=HF_SAVED_RMSNORM_BYTES_PER_HIDDEN,
+                                           gated_ffn_saved_tensors=HF_SAVED_GATED_FFN_TENSORS, mask_bytes=0.0)),
     recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=True,
     source="transformers 5.25.0 models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py (LlamaRMSNorm, "
            "apply_rotary_pos_emb, LlamaMLP, LlamaDecoderLayer)")
@@ -933,7 +960,8 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
     params=TrainParams(compute=ComputeParams(norm_traffic_bytes_per_hidden=2 * LIGER_RMSNORM_BYTES_PER_HIDDEN,
                                              residual_traffic_bytes_per_hidden=2 * HF_RESIDUAL_BYTES_PER_HIDDEN,
                                              gated_act_traffic_bytes_per_ffn=LIGER_SWIGLU_BYTES_PER_FFN,
-                                             rope_traffic_bytes_per_element=LIGER_ROPE_BYTES_PER_ELEMENT)),
+                                             rope_traffic_bytes_per_element=LIGER_ROPE_BYTES_PER_ELEMENT),
+                       memory=MemoryParams(gated_ffn_saved_tensors=LIGER_SAVED_GATED_FFN_TENSORS, mask_bytes=0.0)),
     source="liger-kernel 0.8.5 liger_kernel/ops/rms_norm.py, rope.py, swiglu.py; transformers 5.25.0 (residual adds)")
 
 # The entropy over the vocabulary, (forward, backward) bytes per bf16 logit, by kernel (workload.entropy

@@ -37,6 +37,7 @@ RUN: dict[str, tuple[str, ...]] = {
     "bench_training.py": (),
     "device_what_if.py": (),
     "host_adam.py": ("--sizes", "1e6", "--seconds", "0.2"),
+    "hf_saved_activations.py": ("--model", "qwen2.5-0.5b", "--tokens", "32"),
     "reward_cost.py": ("--samples", "3"),    # skips the scorers the test extras do not install
     "v2_framework_costs.py": (),
     "v6_cross_prediction.py": ("topology.device.gemm_efficiency", "2"),

@@ -86,17 +86,20 @@ def activation_bytes_per_token(layer: LayerShape, hidden: int, ffn: int, gated: 
     a, m = params.activation_bytes, params.mask_bytes
     if recompute == "full":
         return a * hidden / (tp if sp else 1)
-    # Not sharded by TP unless sequence parallel: 2 LayerNorm inputs, attention and MLP inputs, 2 masks.
-    replicated = 4 * a * hidden + 2 * m * hidden
+    # Not sharded by TP unless sequence parallel: 2 norms' saved tensors (Megatron: their inputs),
+    # attention and MLP inputs, 2 masks.
+    norm = a if params.norm_saved_bytes_per_hidden is None else params.norm_saved_bytes_per_hidden
+    replicated = 2 * norm * hidden + 2 * a * hidden + 2 * m * hidden
     # Sharded by TP: Q, K, V, attention output, the MLP's inner activations (gated: up + gate + act).
     q = layer.attn_heads * layer.qk_head_dim
     kv = layer.kv_heads * (layer.qk_head_dim + layer.v_head_dim)
     attn = a * (q + kv + layer.attn_heads * layer.v_head_dim)
-    # MLP inner activations: up-projection output (gated: up + gate) and the activation output.
+    # MLP inner activations: up-projection output (gated: up + gate) and the activation output
+    # (gated: gated_ffn_saved_tensors of the FFN's width, half as many as up_out holds widths x 2).
     # MoE: every token's top-k experts plus the shared experts (always gated).
     up_out = sum(g.n_out * (layer.experts_per_token if g.expert else 1)
                  for g in layer.gemms if g.name.endswith("_up"))
-    mlp = a * up_out * (1.5 if (gated or layer.moe) else 2.0)
+    mlp = a * up_out * (params.gated_ffn_saved_tensors / 2.0 if (gated or layer.moe) else 2.0)
     # A hybrid block (one norm, one mixer: tp_reductions 1) keeps half a transformer layer's inputs
     # and masks; a Mamba-2 mixer its in_proj output and its scan output (mixer_units).
     replicated *= layer.tp_reductions / 2.0

@@ -221,3 +221,17 @@ def test_the_moe_layer_runs_each_block_of_rows_through_its_own_expert():
         gate, up = (part @ layer.w13[expert].t()).chunk(2, dim=-1)
         expected = (torch.nn.functional.silu(gate) * up) @ layer.w2[expert].t()
         assert torch.allclose(out[4 * expert:4 * expert + 4], expected)
+
+
+def test_hf_saved_activations_measure_the_hf_stacks_count():
+    """benchmarks/hf_saved_activations.py (torch saved_tensors_hooks on transformers' Qwen2 layer, CPU):
+    what autograd keeps is the hf-transformers stack's activation count plus what the count leaves out,
+    the attention's log-sum-exp (4 B a head) and the two norms' per-token rsqrt (4 B each)."""
+    pytest.importorskip("torch")
+    from simulator.llm.architecture import load_model
+    bench = load("hf_saved_activations")
+    measured = bench.saved_bytes_per_token("qwen2.5-0.5b", 32)
+    modelled = bench.rlsim_bytes_per_token("qwen2.5-0.5b")
+    heads = load_model("qwen2.5-0.5b").num_heads
+    assert measured["bytes_per_token"] == modelled["hf-transformers"] + 4 * heads + 2 * 4
+    assert measured["bytes_per_token"] > 1.3 * modelled["megatron-core"]

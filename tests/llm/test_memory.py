@@ -207,3 +207,33 @@ def test_a_token_budgets_pack_attends_within_each_sequence():
     h, heads, layers = 2304, 24, 24
     assert budget.activations_bytes == pytest.approx(counted.activations_bytes, rel=1e-12)
     assert budget.activations_bytes == pytest.approx(16384 * layers * (34 * h + 5 * heads * 1024), rel=1e-9)
+
+
+QWEN7B = load_model("qwen2.5-7b")
+
+
+def _layer_bytes(stack: str) -> float:
+    layer = layer_shapes(QWEN7B)[0]
+    return activation_bytes_per_token(layer, QWEN7B.hidden, QWEN7B.ffn_hidden, True, tp=1, sp=False, recompute="none",
+                                      flash=True, context_len=1.0, params=train_software(stack).params.memory)
+
+
+def test_hf_transformers_keeps_what_autograd_saves_of_its_unfused_norms_and_gated_ffn():
+    """benchmarks/hf_saved_activations.py: 225,400 B a Qwen2.5-7B layer-token (less lse and rsqrt, 120 B)."""
+    h, f = QWEN7B.hidden, QWEN7B.ffn_hidden
+    q, kv = QWEN7B.num_heads * QWEN7B.head_dim, QWEN7B.num_kv_heads * QWEN7B.head_dim
+    attention = 2 * (q + 2 * kv + q)
+    # 2 norms x 6 B (fp32 input + bf16 normalized) + 2 linear inputs x 2 B, no masks; gate, act, up, product
+    assert _layer_bytes("hf-transformers") == 16 * h + attention + 8 * f == 225_280
+    # Megatron's fused counts stay: 2 norm inputs + 2 linear inputs (2 B), 2 masks (1 B), 3 FFN-wide tensors
+    assert _layer_bytes("megatron-core") == 10 * h + attention + 6 * f == 165_888
+    # Liger's kernels keep Megatron's tensors, without dropout masks
+    assert _layer_bytes("hf-transformers-liger") == 8 * h + attention + 6 * f
+
+
+def test_full_recompute_keeps_each_layers_input_whatever_the_stack():
+    layer = layer_shapes(QWEN7B)[0]
+    for stack in ("hf-transformers", "megatron-core"):
+        assert activation_bytes_per_token(layer, QWEN7B.hidden, QWEN7B.ffn_hidden, True, tp=1, sp=False,
+                                          recompute="full", flash=True, context_len=1.0,
+                                          params=train_software(stack).params.memory) == 2 * QWEN7B.hidden
