@@ -256,6 +256,20 @@ class ComputeParams(StrictModel):
         return value
 
 
+# The last stage's logits at the loss, bytes per element (MemoryParams.logits_bytes_per_elem):
+# Megatron's vocab-parallel cross entropy casts the bf16 logits to fp32 (megatron-core 0.10.0
+# tensor_parallel/cross_entropy.py calculate_logits_max: vocab_parallel_logits.float()) while the
+# model's forward still holds the bf16 ones (models/gpt/gpt_model.py: compute_language_model_loss(labels,
+# logits)), then turns the copy into the softmax in place and keeps it for the backward
+# (save_for_backward(exp_logits, ...)), whose gradient is cast back to bf16: 2 + 4 at either peak.
+MEGATRON_LOGITS_BYTES_PER_ELEM = 6.0
+# transformers' lm_head writes bf16 logits (no fp32 upcast without labels), and verl's FSDP actor takes
+# the log-probs with flash-attn's Triton cross entropy (verl 0.6 utils/torch_functional.py
+# logprobs_from_logits, inplace_backward=True without the entropy: its gradient overwrites the logits;
+# the temperature's div_ is in place too): the bf16 logits alone.
+HF_LOGITS_BYTES_PER_ELEM = 2.0
+
+
 class MemoryParams(StrictModel):
     """Memory constants; reachable from YAML as `train_params.memory.<field>`."""
 
@@ -287,8 +301,15 @@ class MemoryParams(StrictModel):
     # Attention-score storage without flash attention: 5 a s b bytes per token (QK^T 2, softmax 2,
     # dropout mask 1; arXiv 2205.05198 eq. 1). Flash attention keeps none of it.
     score_bytes_per_elem: float = Field(5.0, ge=0)
-    # Logits of the last stage for the loss, kept in fp32 (Megatron vocab-parallel cross entropy).
-    logits_bytes_per_elem: float = Field(4.0, ge=0)
+    # Bytes per element of the last stage's logits at the loss's peak, by the stack's loss path:
+    # Megatron's vocab-parallel cross entropy holds the bf16 logits and their fp32 copy (6:
+    # MEGATRON_LOGITS_BYTES_PER_ELEM); transformers' bf16 logits with flash-attn's cross entropy,
+    # which writes its gradient in place (2: HF_LOGITS_BYTES_PER_ELEM). The update's and the
+    # forward-only passes' (log-prob, reference) alike.
+    logits_bytes_per_elem: float = Field(MEGATRON_LOGITS_BYTES_PER_ELEM, ge=0)
+    # Bytes per logit more where the pass computes the entropy over the vocabulary (workload.entropy:
+    # ENTROPY_KERNEL_MEMORY_BYTES of its kernel; set by the entropy's passes, 0 elsewhere).
+    entropy_logits_bytes_per_elem: float = Field(0.0, ge=0)
     # Share of HBM a training job can use: CUDA context, NCCL buffers and allocator fragmentation
     # take the rest (assumption: ~8% of an H100's 80 GiB, i.e. ~7 GB; overridable).
     hbm_usable_fraction: float = Field(0.92, gt=0, le=1)
@@ -941,7 +962,8 @@ HF_TRANSFORMERS = TrainSoftware(
                                              gated_act_traffic_bytes_per_ffn=HF_SWIGLU_BYTES_PER_FFN,
                                              rope_traffic_bytes_per_element=HF_ROPE_BYTES_PER_ELEMENT),
                        memory=MemoryParams(norm_saved_bytes_per_hidden=HF_SAVED_RMSNORM_BYTES_PER_HIDDEN,
-                                           gated_ffn_saved_tensors=HF_SAVED_GATED_FFN_TENSORS, mask_bytes=0.0)),
+                                           gated_ffn_saved_tensors=HF_SAVED_GATED_FFN_TENSORS, mask_bytes=0.0,
+                                           logits_bytes_per_elem=HF_LOGITS_BYTES_PER_ELEM)),
     recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=True,
     source="transformers 5.25.0 models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py (LlamaRMSNorm, "
            "apply_rotary_pos_emb, LlamaMLP, LlamaDecoderLayer)")
@@ -961,7 +983,8 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
                                              residual_traffic_bytes_per_hidden=2 * HF_RESIDUAL_BYTES_PER_HIDDEN,
                                              gated_act_traffic_bytes_per_ffn=LIGER_SWIGLU_BYTES_PER_FFN,
                                              rope_traffic_bytes_per_element=LIGER_ROPE_BYTES_PER_ELEMENT),
-                       memory=MemoryParams(gated_ffn_saved_tensors=LIGER_SAVED_GATED_FFN_TENSORS, mask_bytes=0.0)),
+                       memory=MemoryParams(gated_ffn_saved_tensors=LIGER_SAVED_GATED_FFN_TENSORS, mask_bytes=0.0,
+                                           logits_bytes_per_elem=HF_LOGITS_BYTES_PER_ELEM)),
     source="liger-kernel 0.8.5 liger_kernel/ops/rms_norm.py, rope.py, swiglu.py; transformers 5.25.0 (residual adds)")
 
 # The entropy over the vocabulary, (forward, backward) bytes per bf16 logit, by kernel (workload.entropy
@@ -1005,6 +1028,20 @@ ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "
                                                         "eager-log-softmax": (16.0, 32.0),
                                                         "eager-chunked-fp32": (54.0, 94.0),
                                                         "verl-fused-torch": (0.0, 88.0)}
+
+# What each entropy kernel holds beside the logits at its peak, bytes per logit (the passes that compute
+# it: MemoryParams.entropy_logits_bytes_per_elem):
+# - eager: the softmax's output (2) and logsumexp's shifted copy, exponentiated in place (2: aten
+#   ReduceOps.cpp logsumexp_out_impl, (self - maxes).exp_()); the product pd x logits comes after it
+#   is freed: 4 (verl 0.6.0 utils/torch_functional.py entropy_from_logits).
+# - compiled: Inductor's reductions keep row partials, no tensor of the logits' size: 0 (assumed).
+# - vocab-parallel: the logits' clone, exponentiated and divided in place (2).
+# - eager-fp32: the eager sequence on fp32 logits (8).
+# - eager-log-softmax: log_softmax's output, its exp and their product alive together (6).
+# - eager-chunked-fp32 and verl-fused-torch: chunks of 2048 / 512 rows, none of the logits' size: 0.
+ENTROPY_KERNEL_MEMORY_BYTES: dict[str, float] = {"eager": 4.0, "compiled": 0.0, "vocab-parallel": 2.0,
+                                                 "eager-fp32": 8.0, "eager-log-softmax": 6.0,
+                                                 "eager-chunked-fp32": 0.0, "verl-fused-torch": 0.0}
 
 # The log-probabilities of the sampled tokens taken from the logits, (forward, backward) bytes per bf16
 # logit, where a framework's trainer does not run the stacks' Megatron vocab-parallel cross entropy

@@ -157,6 +157,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     full_recompute, adapters = layout.recompute == "full", getattr(model, "adapter_rank", 0)
     weight_bpp, grad_bpp = params.weight_bytes_per_param, params.grad_bytes_per_param
     optim_bpp = params.optimizer_bytes_per_param
+    logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
     best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered)
     for s in range(pp):
         dense, expert, largest_layer, per_chunks, rebuilt, trained_dense, trained_expert = sums[s]
@@ -181,7 +182,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         acts = _in_flight_cached(tuple([per_chunk * tokens for per_chunk in per_chunks]), pp, vpp, m, s)
         if full_recompute:  # one layer's full activations are rebuilt during its backward
             acts += tokens * rebuilt
-        logits = tokens * float(model.head_outputs) / tp * params.logits_bytes_per_elem if s == pp - 1 else 0.0
+        logits = tokens * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
         gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
             if zero >= 3 else 0.0
         # MemoryBreakdown.total_bytes's sum, in its order: the stage with the largest (the first of equals)
@@ -237,6 +238,66 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                                                  recompute="none", flash=flash, context_len=context_len, params=params)
         out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt, trained_dense, trained_expert))
     return tuple(out)
+
+
+def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_tokens: float, capacity_hbm_bytes: float,
+                              *, params: MemoryParams, flash_attention: bool = True,
+                              context_len: float | None = None) -> MemoryBreakdown:
+    """A forward-only pass's memory on one device (old log-prob, reference, reward, critic values: no
+    gradients kept), on the stage with the largest total: the weights (as the update holds them), a
+    micro-batch of `tokens` (its token budget or rows x longest sequence; CP divides it) through one
+    layer at a time (no_grad frees each layer's tensors once the next runs: the largest layer's,
+    taken as what its backward would keep, an upper bound of its live tensors), the last stage's
+    logits for `head_tokens` at logits_bytes_per_elem + entropy_logits_bytes_per_elem (the loss's
+    tensors over the vocabulary), and under ZeRO-3 the gathered parameters of the computing layer and
+    the root unit (zero3_reshard_after_forward false: every layer of the stage). No optimizer state
+    or gradients: a trained model's resident state beside the pass is its caller's."""
+    tp, pp, cp = layout.tp, layout.pp, layout.cp
+    states = memory_per_device(model, layout, 1.0, capacity_hbm_bytes, params=params, flash_attention=flash_attention)
+    chunks = layout_stage_layers(int(model.num_layers), layout)
+    shapes = layer_shapes(model)
+    gated = bool(getattr(model, "gated_ffn", True))
+    context = float(tokens if context_len is None else context_len) / cp
+    per_token = {id(lay): activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp,
+                                                      sp=layout.sp, recompute="none", flash=flash_attention,
+                                                      context_len=context, params=params) for lay in shapes}
+    emb, head = embedding_params(model)
+    logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
+    best: tuple[float, ...] | None = None
+    for s in range(pp):
+        layers = [shapes[i] for c in range(layout.vpp) for i in chunks[c * pp + s]]
+        acts = tokens / cp * max((per_token[id(lay)] for lay in layers), default=0.0)
+        outer = (emb / tp if s == 0 else 0.0) + (head / tp if s == pp - 1 and (pp > 1 or not model.tied_head) else 0.0)
+        logits = head_tokens / cp * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
+        gathered = 0.0
+        if layout.zero >= 3:
+            whole = [lay.dense_params / tp + (lay.expert_params / (layout.ep * layout.expert_tp) if lay.moe else 0.0)
+                     for lay in layers]
+            held = sum(whole) if not params.zero3_reshard_after_forward else max(whole, default=0.0)
+            gathered = params.weight_bytes_per_param * (held + (outer if params.zero3_outer_gathered else 0.0))
+        total = acts + logits + gathered
+        if best is None or total > best[0]:
+            best = (total, s, acts, logits, gathered)
+    assert best is not None
+    _, stage, acts, logits, gathered = best
+    return MemoryBreakdown(int(stage), states.weights_bytes, 0.0, 0.0, acts, logits, states.capacity_bytes, gathered)
+
+
+def check_forward_fits(breakdown: MemoryBreakdown, *, what: str, budget: bool, source: str | None = None) -> None:
+    """RlsimError with the breakdown when a forward-only pass does not fit: it names the key that
+    sizes the pass's micro-batch (its token budget, or its rows)."""
+    if breakdown.fits:
+        return
+    if budget:
+        field, fix = ("workload.train_layout.logprob_max_tokens_per_micro_batch",
+                      "lower the forward passes' token budget (workload.train_layout.logprob_max_tokens_per_micro_batch, "
+                      "verl log_prob_max_token_len_per_gpu), raise tp / pp, or use devices with more HBM")
+    else:
+        field, fix = ("schedule.forward_micro_batch",
+                      "lower the forward passes' micro-batch (schedule.forward_micro_batch, verl "
+                      "log_prob_micro_batch_size_per_gpu), raise tp / pp, or use devices with more HBM")
+    raise RlsimError(f"{what} does not fit in device memory: {breakdown.describe()}", source=source, field=field,
+                     fix=fix)
 
 
 @lru_cache(maxsize=16384)

@@ -24,7 +24,15 @@ from ..hardware.devices import distinct_devices, worst_case_device
 from ..params import CommParams, TrainedShapes, TrainParams
 from .architecture import dtype_bytes
 from .layer_costs import LayerShape, embedding_params, layer_shapes
-from .memory import MemoryBreakdown, MemoryParams, check_fits, layout_stage_layers, memory_per_device
+from .memory import (
+    MemoryBreakdown,
+    MemoryParams,
+    check_fits,
+    check_forward_fits,
+    forward_memory_per_device,
+    layout_stage_layers,
+    memory_per_device,
+)
 from .pipeline import (
     IDLE,
     PipelineResult,
@@ -69,6 +77,8 @@ class ForwardCost:
     tokens: int
     flops: float        # model forward FLOPs (2N + attention per token, formulas.md)
     offload_s: float = 0.0   # of time_s: the per-phase and FSDP CPU offload's host copies (params.offload)
+    # the pass's own memory on the device (forward_memory_per_device; None where params.check_memory is off)
+    memory: MemoryBreakdown | None = None
 
 
 @dataclass(frozen=True)
@@ -1393,6 +1403,8 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
                   else "max_tokens_per_micro_batch")
     replicas, heads = _micro_batch_parts(seqs, layout, packing, getattr(layout, budget_key), params, budget_key,
                                          source, scored)
+    memory = _check_forward_memory(model, layout, replicas, heads, min(k.hbm_bytes for k in kinds), params,
+                                   budget_key, source) if params.check_memory else None
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params, forward_only=True,
@@ -1423,8 +1435,26 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
                                         forward_only=True)[0]
         worst_t += offload_s
     result = ForwardCost(time_s=worst_t, compute_s=compute_s, comm_s=comm_s, tokens=int(seqs.sum()), flops=flops,
-                         offload_s=offload_s)
+                         offload_s=offload_s, memory=memory)
     return result
+
+
+def _check_forward_memory(model: Any, layout: TrainLayout, replicas: list[tuple[np.ndarray, np.ndarray]],
+                          heads: list[np.ndarray] | None, hbm_bytes: float, params: TrainParams, budget_key: str,
+                          source: str | None) -> MemoryBreakdown:
+    """A forward-only pass that does not fit on the pool's smallest HBM is an error naming the key that
+    sizes its micro-batches (forward_memory_per_device at the largest micro-batch and its output layer's
+    tokens; a token budget's pack attends within each sequence, as the update's check reads it)."""
+    longest = max(float(t.max()) for t, _ in replicas)
+    head_tokens = longest if heads is None else max(float(np.max(h)) for h in heads)
+    budget = getattr(layout, budget_key) is not None
+    context = max(float((q / np.maximum(t, 1)).max()) for t, q in replicas) if budget else None
+    memory = device_resident(forward_memory_per_device(
+        model, _single_micro_batch(layout), longest, head_tokens, hbm_bytes, params=params.memory,
+        flash_attention=params.compute.flash_attention, context_len=context), params)
+    check_forward_fits(memory, what=f"{model.name}'s forward-only pass (log-probs / reference / values) of "
+                       f"{longest:,.0f} tokens a micro-batch with {_layout_text(layout)}", budget=budget, source=source)
+    return memory
 
 
 def _interleaved_span(fwd: np.ndarray, p2p: np.ndarray, pp: int, blocking_send: bool) -> float:

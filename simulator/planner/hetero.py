@@ -312,7 +312,7 @@ class HeteroStepModel:
         acts_upto = [0.0]
         for lay in shapes:
             acts_upto.append(acts_upto[-1] + stored(lay, self.recompute))
-        logits = tokens * float(m.head_outputs) / tp * memory.logits_bytes_per_elem
+        logits = tokens * float(m.head_outputs) / tp * (memory.logits_bytes_per_elem + memory.entropy_logits_bytes_per_elem)
 
         def stage_bytes(st: int, first: int, count: int) -> float:
             last = first + count

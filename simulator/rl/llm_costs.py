@@ -65,6 +65,7 @@ from ..llm.training import (
     train_step_cost,
 )
 from ..network.collectives import CollectiveModel
+from ..params import ENTROPY_KERNEL_MEMORY_BYTES
 from ..scenario import Scenario
 from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
@@ -125,7 +126,9 @@ def entropy_params(params: TrainParams, spec: Any) -> dict[str, TrainParams]:
         if forward or backward:
             compute = params.compute.model_copy(update={"entropy_traffic_bytes_per_logit": forward,
                                                         "entropy_backward_traffic_bytes_per_logit": backward})
-            out[kind] = params.model_copy(update={"compute": compute})
+            memory = params.memory.model_copy(update={"entropy_logits_bytes_per_elem":
+                                                      ENTROPY_KERNEL_MEMORY_BYTES[spec.kernel]})
+            out[kind] = params.model_copy(update={"compute": compute, "memory": memory})
     return out
 
 
@@ -986,10 +989,56 @@ class LlmCosts:
             raise RlsimError(f"the {role} model's CPU offload is FSDP's, over a ZeRO-3 layout; the training layout "
                              f"has zero {lay.zero}", source=self.source, field=field,
                              fix=f"remove {field}, or train with workload.train_layout.zero: 3 (FSDP)")
-        c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
-                         packing=self._packing(), params=params, collectives=self.collectives, source=self.source,
-                         scored=heads)
+        try:
+            c = forward_cost(self.models[role], lay, self.topology, self._placed(pool, n_devices), lens,
+                             packing=self._packing(), params=params, collectives=self.collectives, source=self.source,
+                             scored=heads)
+        except RlsimError as exc:
+            raise self._beside_the_engine(exc) from None
+        if c.memory is not None:
+            self._check_forward_beside(role, c.memory, pool, lay.logprob_max_tokens_per_micro_batch is not None
+                                       or lay.max_tokens_per_micro_batch is not None)
         return StageCost(c.time_s, flops=c.flops, fixed_s=c.offload_s)
+
+    def _forward_beside_bytes(self, role: str, pool: _Pool) -> tuple[float, dict[str, float]]:
+        """(trained models' state, {frozen role: weights}) resident on the devices beside a forward pass
+        of ``role``, less the pass's own weights (counted by the pass): the actor's weights and optimizer
+        state less its per-phase offload on the trainer's devices, PPO's critic's on its pool, and the
+        frozen models' resident weights there (their gradients are freed after each update)."""
+        sched, lay = self.scenario.schedule, self.layout(len(pool.ranks))
+        where = role_pool(sched, role)
+        frozen = {r: b for r, b in self._frozen_bytes(role, lay, pool.hbm_bytes).items() if r != role}
+        trained = 0.0
+        if where == "main":
+            states = self._resident_memory(pool)
+            offload = self.train_params.offload
+            trained += _kept(states, offload) - (states.weights_bytes if role == "actor" and not offload.params else 0.0)
+        if self.scenario.workload.algorithm == "ppo" and role_pool(sched, "critic") == where:
+            critic = device_resident(training_state_bytes(self.models["critic"], lay, pool.hbm_bytes,
+                                                          self.critic_params), self.critic_params)
+            own = critic.weights_bytes if role == "critic" and not self.critic_params.offload.params else 0.0
+            trained += _kept(critic, self.critic_params.offload) - own
+        return trained, frozen
+
+    def _check_forward_beside(self, role: str, memory: MemoryBreakdown, pool: _Pool, budget: bool) -> None:
+        """A forward pass that does not fit beside what stays resident on its devices
+        (_forward_beside_bytes) is an error naming the key that sizes its micro-batches."""
+        trained, frozen = self._forward_beside_bytes(role, pool)
+        beside = trained + sum(frozen.values())
+        if beside <= 0.0 or memory.total_bytes + beside <= memory.capacity_bytes:
+            return
+        held = [f"{text} {nbytes / 1e9:.1f} GB" for text, nbytes in (
+            ("the trained models' resident weights and optimizer state", trained),
+            (frozen_text(frozen), sum(frozen.values()))) if nbytes > 0.0]
+        field = ("workload.train_layout.logprob_max_tokens_per_micro_batch" if budget
+                 else "schedule.forward_micro_batch")
+        # the actor's state is the larger trained part beside any pass: its offload, or the frozen models'
+        _, step = self._beside_fix("critic", trained >= sum(frozen.values()), list(frozen))
+        raise RlsimError(
+            f"the {role}'s forward pass needs {(memory.total_bytes + beside) / 1e9:.1f} GB per device: its own "
+            f"{memory.total_bytes / 1e9:.1f} GB ({memory.describe()}) beside {' and '.join(held)}, of "
+            f"{memory.capacity_bytes / 1e9:.1f} GB usable", source=self.source, field=field,
+            fix=f"lower {field}, {step}, or use more devices per training replica (tp / pp)")
 
     def layout_for(self, role: str, n_devices: int) -> TrainLayout:
         """The layout a role's passes run under: the actor's, the critic's micro-batching over it."""
