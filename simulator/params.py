@@ -1037,10 +1037,12 @@ ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "
 # - compiled: Inductor's reductions keep row partials, no tensor of the logits' size: 0 (assumed).
 # - vocab-parallel: the logits' clone, exponentiated and divided in place (2).
 # - eager-fp32: the eager sequence on fp32 logits (8).
-# - eager-log-softmax: log_softmax's output, its exp and their product alive together (6).
-# - eager-chunked-fp32 and verl-fused-torch: chunks of 2048 / 512 rows, none of the logits' size: 0.
+# - eager-log-softmax (SkyRL's chunked_entropy_from_logits), eager-chunked-fp32 and verl-fused-torch:
+#   chunks of rows, none of the logits' size: 0.
+# Counted in the forward-only pass that computes it (old log-prob); in the update, where autograd keeps
+# each chunk's tensors for the backward, the entropy's memory is not modelled (rl/llm_costs.py entropy_params).
 ENTROPY_KERNEL_MEMORY_BYTES: dict[str, float] = {"eager": 4.0, "compiled": 0.0, "vocab-parallel": 2.0,
-                                                 "eager-fp32": 8.0, "eager-log-softmax": 6.0,
+                                                 "eager-fp32": 8.0, "eager-log-softmax": 0.0,
                                                  "eager-chunked-fp32": 0.0, "verl-fused-torch": 0.0}
 
 # The log-probabilities of the sampled tokens taken from the logits, (forward, backward) bytes per bf16

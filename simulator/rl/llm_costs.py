@@ -126,9 +126,11 @@ def entropy_params(params: TrainParams, spec: Any) -> dict[str, TrainParams]:
         if forward or backward:
             compute = params.compute.model_copy(update={"entropy_traffic_bytes_per_logit": forward,
                                                         "entropy_backward_traffic_bytes_per_logit": backward})
-            memory = params.memory.model_copy(update={"entropy_logits_bytes_per_elem":
-                                                      ENTROPY_KERNEL_MEMORY_BYTES[spec.kernel]})
-            out[kind] = params.model_copy(update={"compute": compute, "memory": memory})
+            update: dict[str, Any] = {"compute": compute}
+            if kind == "fwd":   # the old log-prob pass's tensors over the vocabulary (the update's: not modelled)
+                update["memory"] = params.memory.model_copy(update={"entropy_logits_bytes_per_elem":
+                                                                    ENTROPY_KERNEL_MEMORY_BYTES[spec.kernel]})
+            out[kind] = params.model_copy(update=update)
     return out
 
 
@@ -1034,11 +1036,12 @@ class LlmCosts:
                  else "schedule.forward_micro_batch")
         # the actor's state is the larger trained part beside any pass: its offload, or the frozen models'
         _, step = self._beside_fix("critic", trained >= sum(frozen.values()), list(frozen))
-        raise RlsimError(
-            f"the {role}'s forward pass needs {(memory.total_bytes + beside) / 1e9:.1f} GB per device: its own "
+        raise self._beside_the_engine(RlsimError(
+            f"the {role}'s forward pass does not fit in device memory: it needs {(memory.total_bytes + beside) / 1e9:.1f} "
+            f"GB per device, its own "
             f"{memory.total_bytes / 1e9:.1f} GB ({memory.describe()}) beside {' and '.join(held)}, of "
             f"{memory.capacity_bytes / 1e9:.1f} GB usable", source=self.source, field=field,
-            fix=f"lower {field}, {step}, or use more devices per training replica (tp / pp)")
+            fix=f"lower {field}, {step}, or use more devices per training replica (tp / pp)"))
 
     def layout_for(self, role: str, n_devices: int) -> TrainLayout:
         """The layout a role's passes run under: the actor's, the critic's micro-batching over it."""
