@@ -197,6 +197,16 @@ REFERENCE_SWAP_NOTE = ("megatron: true keeps the reference's shard in host memor
                        f"{MEGATRON_REFERENCE_SWAP_COPIES} copies of the shard a pass; false (verl's default) keeps it "
                        "on the GPUs beside the actor")
 
+# verl's megatron workers pack the rows (THD, no padding) whatever model.use_remove_padding says:
+# 0.6.0 / 0.6.1 always (models/mcore/model_forward.py gptmodel_forward: preprocess_packed_seqs), 0.7.0
+# as actor.megatron.use_remove_padding says (workers/actor/megatron_actor.py: data_format "thd" if it
+# else "bshd"; engine/megatron.yaml default true), which the reference copies (ref/megatron_ref.yaml)
+MEGATRON_REMOVE_PADDING_RULES = {
+    "actor": mapped("schedule.distqueue.packed", "megatron (verl 0.7): true packs the rows (THD), false pads them "
+                                                 "(BSHD); verl 0.6 always packs, as rlsim does when it is absent"),
+    "ref": unsupported("the reference forward packs as the actor's actor.megatron.use_remove_padding says in rlsim",
+                       neutral=True)}
+
 RULES: dict[str, Rule] = {
     # data
     "data.train_batch_size": mapped("workload.prompts_per_step"),
@@ -216,7 +226,8 @@ RULES: dict[str, Rule] = {
     f"{A}.model.path": mapped("workload.model", "Hugging Face id -> model preset, or the folder's config.json"),
     f"{A}.model.enable_gradient_checkpointing": mapped("workload.train_layout.recompute", "fsdp / fsdp2: true full, "
                                                        "false none (the megatron workers do not read it)"),
-    f"{A}.model.use_remove_padding": mapped("schedule.distqueue.packed", "no padding in payloads and micro-batches"),
+    f"{A}.model.use_remove_padding": mapped("schedule.distqueue.packed", "fsdp / fsdp2: no padding in payloads and "
+                                            "micro-batches (the megatron workers do not read it)"),
     f"{A}.model.enable_activation_offload": unsupported("activation offload to host is not modelled", neutral=False),
     f"{A}.model.lora_rank": mapped("workload.lora.rank", "fsdp / fsdp2: LoRA adapters of that rank beside the frozen "
                                    "base (0: full fine-tuning); the megatron workers do not read it"),
@@ -467,7 +478,7 @@ RULES: dict[str, Rule] = {
     **{f"{A}.{role}.megatron.{k}": rule for role in ("actor", "ref") for k, rule in (
         ("dist_checkpointing_prefix", ignored("checkpoint naming: no effect on step time")),
         ("vanilla_mbridge", ignored("which Megatron-Bridge converts the weights: no modelled cost")),
-        ("use_remove_padding", unsupported("rlsim packs the rows as model.use_remove_padding says", neutral=True)),
+        ("use_remove_padding", MEGATRON_REMOVE_PADDING_RULES[role]),
         ("dtype", unsupported("a Megatron compute dtype other than bf16 is not modelled (workload.dtype)",
                               neutral="bfloat16")),
         ("forward_only", ignored("whether the engine is built for forward passes only: the role decides")))},
@@ -677,7 +688,8 @@ RULES: dict[str, Rule] = {
                                                  neutral=False)),
         ("entropy_from_logits_chunk_size", ignored("the entropy's chunking: memory only")),
         ("entropy_from_logits_with_chunking", ignored("the entropy's chunking: memory only")),
-        ("pad_bshd_to_minibatch_max", ignored("padding of unpacked rows: rlsim pads as model.use_remove_padding says")),
+        ("pad_bshd_to_minibatch_max", ignored("padding of unpacked rows: rlsim pads as "
+                                              "actor.megatron.use_remove_padding says")),
         ("pad_to_length", unsupported("padding the batch to a fixed length is not modelled", neutral=False)),
         ("pad_to_length_bucket", ignored("used with pad_to_length")),
         ("qat.enable", unsupported("quantization-aware training is not modelled", neutral=False)),
@@ -1798,7 +1810,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _micro_batching(v, s, w["train_layout"], decided)
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     _megatron_reference_offload(v, w, s, decided)
-    s["distqueue"] = {"packed": v.flag(f"{A}.model.use_remove_padding")}
+    s["distqueue"] = {"packed": _removes_padding(v, decided)}
     _bypass_mode(v, recipe, s, decided)
     _checkpoint_engine(v, recipe, decided)
     _v1_schedule(v, recipe, w, s, decided)
@@ -1893,7 +1905,7 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     if not v.flag(f"{A}.actor.use_dynamic_bsz"):
         _micro_batch_given(v, f"{A}.actor", "ppo_micro_batch_size", "use_dynamic_bsz")
         _check_micro_divides_mini(v, layout)
-        if v.flag(f"{A}.model.use_remove_padding"):   # padded samples: no packed order for a scenario to take
+        if _removes_padding(v, decided):   # padded samples: no packed order for a scenario to take
             s["micro_batching"] = "sequence"
         decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
         _log_prob_micro_batches(v, s, layout, decided, per_gpu)
@@ -1914,6 +1926,24 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
         decided[f"{r}.log_prob_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the log-prob passes "
                                                              "take a token budget")
+
+
+def _removes_padding(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
+    """Whether verl's actor packs its rows (no padding): the FSDP workers as model.use_remove_padding
+    says; the megatron workers as actor.megatron.use_remove_padding says (verl 0.7, default true) and
+    always where it is absent (verl 0.6: MEGATRON_REMOVE_PADDING_RULES). The reference's copy that
+    equals the actor's is mapped with it."""
+    if str(v(f"{A}.actor.strategy")) != "megatron":
+        return v.flag(f"{A}.model.use_remove_padding")
+    key, ref_key = f"{A}.actor.megatron.use_remove_padding", f"{A}.ref.megatron.use_remove_padding"
+    if v.given(f"{A}.model.use_remove_padding"):
+        decided[f"{A}.model.use_remove_padding"] = (
+            "ignored", "the megatron workers do not read it: verl 0.6 always packs (preprocess_packed_seqs), 0.7 "
+                       f"reads {key}")
+    packed = v.flag(key) if v.given(key) else True
+    if v.given(ref_key) and v.flag(ref_key) == packed:
+        decided[ref_key] = ("mapped", f"the reference forward packs as the actor ({key}), which it equals here")
+    return packed
 
 
 def _micro_batch_given(v: Values, section: str, name: str, dynamic: str) -> None:

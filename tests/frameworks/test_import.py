@@ -812,6 +812,32 @@ def test_verl_padded_samples_get_no_micro_batch_order():
     assert import_config("verl", cfg, []).scenario["schedule"]["micro_batching"] == "sequence"
 
 
+def test_verl_megatron_workers_pack_their_rows_whatever_the_hf_models_padding_key_says(capsys):
+    """verl 0.6's megatron workers always pack (preprocess_packed_seqs), 0.7's as
+    actor.megatron.use_remove_padding says (default true); model.use_remove_padding is the FSDP
+    workers' key: under megatron it is listed as ignored, and the padded step costs more."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    megatron = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
+                "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.model.use_remove_padding=false"]
+    packed = import_config("verl", cfg, megatron)
+    assert packed.scenario["schedule"]["distqueue"] == {"packed": True}
+    assert packed.scenario["schedule"]["micro_batching"] == "sequence"     # fixed micro-batches, packed, in order
+    assert "do not read it" in packed.ignored["actor_rollout_ref.model.use_remove_padding"]
+    off = "+actor_rollout_ref.actor.megatron.use_remove_padding=false"
+    padded = import_config("verl", cfg, [*megatron, off, "+actor_rollout_ref.ref.megatron.use_remove_padding=false"])
+    assert padded.scenario["schedule"]["distqueue"] == {"packed": False}
+    assert "actor_rollout_ref.actor.megatron.use_remove_padding" in padded.mapped
+    assert "equals" in padded.mapped["actor_rollout_ref.ref.megatron.use_remove_padding"]
+    fsdp = import_config("verl", cfg, ["actor_rollout_ref.model.use_remove_padding=false"])
+    assert fsdp.scenario["schedule"]["distqueue"] == {"packed": False}   # the FSDP workers read it
+    steps = []
+    for extra in ([], [off]):
+        code, out, err = cli(capsys, "run", "--from-verl", str(cfg), *megatron, *extra, "--iterations", "1", "--json")
+        assert code == 0, err
+        steps.append(json.loads(out)["stage_time_s"]["train_actor"])
+    assert steps[0] < steps[1]
+
+
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
     largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
