@@ -207,6 +207,13 @@ MEGATRON_REMOVE_PADDING_RULES = {
     "ref": unsupported("the reference forward packs as the actor's actor.megatron.use_remove_padding says in rlsim",
                        neutral=True)}
 
+# verl's workers turn a deprecated global micro-batch (ppo_micro_batch_size, log_prob_micro_batch_size,
+# without _per_gpu) into the per-GPU one by dividing it by the data-parallel ranks (0.6.0 - 0.7.0
+# fsdp_workers.py: world // ulysses_sequence_parallel_size; megatron_workers.py: Megatron's data-parallel
+# world, world // (tp x pp x cp)), and refuse a config that gives both (check_mutually_exclusive)
+GLOBAL_MICRO_BATCH_NOTE = ("deprecated global micro-batch: verl divides it by the data-parallel ranks (fsdp: the world "
+                           "/ ulysses_sequence_parallel_size; megatron: the world / (tp x pp x cp)) for the per-GPU one")
+
 RULES: dict[str, Rule] = {
     # data
     "data.train_batch_size": mapped("workload.prompts_per_step"),
@@ -252,7 +259,7 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.strategy": mapped("workload.train_layout", "megatron: its TP/PP/EP/CP; fsdp/fsdp2: tp 1, zero 3"),
     f"{A}.actor.ppo_mini_batch_size": mapped("workload.mini_batch_prompts", "prompts per optimizer step"),
     f"{A}.actor.ppo_micro_batch_size_per_gpu": mapped("workload.train_layout.micro_batch"),
-    f"{A}.actor.ppo_micro_batch_size": unsupported("deprecated global micro-batch: give ppo_micro_batch_size_per_gpu"),
+    f"{A}.actor.ppo_micro_batch_size": mapped("workload.train_layout.micro_batch", GLOBAL_MICRO_BATCH_NOTE),
     f"{A}.actor.use_dynamic_bsz": mapped("workload.train_layout.max_tokens_per_micro_batch", "true: micro-batches "
                                          "within ppo_max_token_len_per_gpu tokens; false: schedule.micro_batching "
                                          "sequence"),
@@ -421,8 +428,7 @@ RULES: dict[str, Rule] = {
                                                          "ppo_max_token_len_per_gpu)"),
     f"{A}.rollout.log_prob_micro_batch_size_per_gpu": mapped("schedule.forward_micro_batch", "samples per log-prob "
                                                              "micro-batch without dynamic batch size"),
-    f"{A}.rollout.log_prob_micro_batch_size": unsupported("deprecated global micro-batch: give "
-                                                          "log_prob_micro_batch_size_per_gpu"),
+    f"{A}.rollout.log_prob_micro_batch_size": mapped("schedule.forward_micro_batch", GLOBAL_MICRO_BATCH_NOTE),
     **{f"{A}.rollout.{k}": ignored("engine start-up / logging options: no effect on step time")
        for k in ("load_format", "disable_log_stats", "update_weights_bucket_megabytes")},
     f"{A}.rollout.layered_summon": mapped("schedule.switch.engine_sleep_level", "colocated with free_cache_engine: "
@@ -1308,8 +1314,10 @@ def _algorithm(v: Values) -> str:
 
 def _train_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     strategy = str(v(f"{A}.actor.strategy"))
+    micro = None if v.flag(f"{A}.actor.use_dynamic_bsz") else _micro_batch_per_gpu(v, f"{A}.actor",
+                                                                                  "ppo_micro_batch_size", decided)
     layout: dict[str, Any] = {"recompute": "full" if v.flag(f"{A}.model.enable_gradient_checkpointing") else "none",
-                              "micro_batch": v.whole(f"{A}.actor.ppo_micro_batch_size_per_gpu", 1)}
+                              "micro_batch": micro or 1}
     if strategy == "megatron":
         m = f"{A}.actor.megatron"
         layout["recompute"] = _megatron_recompute(v, decided)
@@ -1913,9 +1921,9 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     s["micro_batching"] = "balanced"
     layout.pop("micro_batch", None)   # the token budget cuts the micro-batches: a scenario refuses micro_batch beside it
     layout["max_tokens_per_micro_batch"] = v.count(f"{A}.actor.ppo_max_token_len_per_gpu") * per_gpu
-    if v.given(f"{A}.actor.ppo_micro_batch_size_per_gpu"):
-        decided[f"{A}.actor.ppo_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the token budget sets "
-                                                              "the micro-batches")
+    for key in (f"{A}.actor.ppo_micro_batch_size_per_gpu", f"{A}.actor.ppo_micro_batch_size"):
+        if v.given(key):
+            decided[key] = ("ignored", "use_dynamic_bsz: the token budget sets the micro-batches")
     if v.given(f"{r}.log_prob_use_dynamic_bsz") and not v.flag(f"{r}.log_prob_use_dynamic_bsz"):
         decided[f"{r}.log_prob_use_dynamic_bsz"] = ("unsupported", "sample-count log-prob micro-batches beside a "
                                                     "training token budget: rlsim's log-prob passes take the budget")
@@ -1923,9 +1931,9 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
         layout["logprob_max_tokens_per_micro_batch"] = v.count(f"{r}.log_prob_max_token_len_per_gpu") * per_gpu
     elif per_gpu > 1:   # verl's default budget is the actor's, per GPU: scaled as it is
         layout["logprob_max_tokens_per_micro_batch"] = layout["max_tokens_per_micro_batch"]
-    if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
-        decided[f"{r}.log_prob_micro_batch_size_per_gpu"] = ("ignored", "use_dynamic_bsz: the log-prob passes "
-                                                             "take a token budget")
+    for key in (f"{r}.log_prob_micro_batch_size_per_gpu", f"{r}.log_prob_micro_batch_size"):
+        if v.given(key):
+            decided[key] = ("ignored", "use_dynamic_bsz: the log-prob passes take a token budget")
 
 
 def _removes_padding(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
@@ -1957,6 +1965,52 @@ def _micro_batch_given(v: Values, section: str, name: str, dynamic: str) -> None
                          fix=f"pass {section}.{name}_per_gpu=N, or {section}.{dynamic}=true with a token budget")
 
 
+def _micro_batch_per_gpu(v: Values, section: str, name: str,
+                         decided: dict[str, tuple[Status, str]] | None = None) -> int | None:
+    """The per-GPU micro-batch verl's workers run for ``section``'s ``name`` (ppo_micro_batch_size,
+    log_prob_micro_batch_size): ``{name}_per_gpu`` as given, or the deprecated global ``{name}``
+    divided by the data-parallel ranks (GLOBAL_MICRO_BATCH_NOTE); None where neither is given. Both
+    given, or a global one smaller than the ranks (0 a GPU): refused, as verl refuses them."""
+    per_gpu, total = f"{section}.{name}_per_gpu", f"{section}.{name}"
+    if v(total) is None:
+        return v.whole(per_gpu)
+    src = v.result.source
+    if v(per_gpu) is not None:   # check_mutually_exclusive (utils/config.py, workers/config/actor.py)
+        raise RlsimError(f"both {name} and {name}_per_gpu are given: verl refuses the pair ('Please remove "
+                         f"{total} because only *_{name}_per_gpu is supported')", source=src, field=total,
+                         fix=f"remove {total} and keep {per_gpu}")
+    return _global_micro_batch_share(v, total, decided)
+
+
+def _global_micro_batch_share(v: Values, key: str, decided: dict[str, tuple[Status, str]] | None) -> int:
+    """A deprecated global micro-batch ``key`` over the data-parallel ranks, as verl's workers divide
+    it (GLOBAL_MICRO_BATCH_NOTE); under one sample a GPU refused, as verl refuses it."""
+    ranks = _data_parallel_ranks(v)
+    share = positive_int(v(key), key, v.result.source) // ranks
+    if not share:
+        raise RlsimError(f"{key.rsplit('.', 1)[1]} {v(key)} is less than the {ranks} data-parallel ranks it is "
+                         "divided over: 0 samples a GPU, which verl refuses (ppo_micro_batch_size x "
+                         "ulysses_sequence_parallel_size >= n_gpus)", source=v.result.source, field=key,
+                         fix=f"give at least {ranks}, or {key}_per_gpu=N")
+    if decided is not None:
+        decided[key] = ("mapped", f"{v(key)} // {ranks} data-parallel ranks = {share} samples a GPU "
+                                  f"({GLOBAL_MICRO_BATCH_NOTE})")
+    return share
+
+
+def _data_parallel_ranks(v: Values) -> int:
+    """The ranks verl divides a global micro-batch by: the trainer's world over the Ulysses ranks (fsdp)
+    or over tp x pp x cp (megatron's data-parallel world)."""
+    world = v.count("trainer.nnodes") * v.count("trainer.n_gpus_per_node")
+    if str(v(f"{A}.actor.strategy")) == "megatron":
+        m = f"{A}.actor.megatron"
+        split = (v.whole(f"{m}.tensor_model_parallel_size", 1) * v.whole(f"{m}.pipeline_model_parallel_size", 1)
+                 * v.whole(f"{m}.context_parallel_size", 1))
+    else:
+        split = v.whole(f"{A}.actor.ulysses_sequence_parallel_size", 1)
+    return max(1, world // split)
+
+
 def _log_prob_micro_batches(v: Values, s: dict[str, Any], layout: dict[str, Any],
                             decided: dict[str, tuple[Status, str]], per_gpu: int) -> None:
     """The log-prob passes' micro-batches beside sample-count training ones: a token budget when
@@ -1967,18 +2021,19 @@ def _log_prob_micro_batches(v: Values, s: dict[str, Any], layout: dict[str, Any]
         budget = (f"{r}.log_prob_max_token_len_per_gpu" if v.given(f"{r}.log_prob_max_token_len_per_gpu")
                   else f"{A}.actor.ppo_max_token_len_per_gpu")
         layout["logprob_max_tokens_per_micro_batch"] = v.count(budget) * per_gpu
-        if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
-            decided[f"{r}.log_prob_micro_batch_size_per_gpu"] = ("ignored", "log_prob_use_dynamic_bsz: the log-prob "
-                                                                 "passes take a token budget")
+        for key in (f"{r}.log_prob_micro_batch_size_per_gpu", f"{r}.log_prob_micro_batch_size"):
+            if v.given(key):
+                decided[key] = ("ignored", "log_prob_use_dynamic_bsz: the log-prob passes take a token budget")
         return
     if v.given(f"{r}.log_prob_max_token_len_per_gpu"):
         decided[f"{r}.log_prob_max_token_len_per_gpu"] = ("ignored", "used only with log_prob_use_dynamic_bsz: true")
     _micro_batch_given(v, r, "log_prob_micro_batch_size", "log_prob_use_dynamic_bsz")
-    if v.given(f"{r}.log_prob_micro_batch_size_per_gpu"):
-        s["forward_micro_batch"] = v.count(f"{r}.log_prob_micro_batch_size_per_gpu")
+    if (forward := _micro_batch_per_gpu(v, r, "log_prob_micro_batch_size", decided)) is not None:
+        s["forward_micro_batch"] = forward
 
 
-_REF_BATCHING = ("log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu")
+_REF_BATCHING = ("log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size", "log_prob_use_dynamic_bsz",
+                 "log_prob_max_token_len_per_gpu")
 
 
 def _forward_batching(v: Values, role: str) -> tuple[bool, int | None]:
@@ -1991,7 +2046,7 @@ def _forward_batching(v: Values, role: str) -> tuple[bool, int | None]:
     if dynamic:
         budget = f"{A}.{role}.log_prob_max_token_len_per_gpu"
         return True, v.count(budget if v.given(budget) else f"{A}.actor.ppo_max_token_len_per_gpu")
-    return False, v.whole(f"{A}.{role}.log_prob_micro_batch_size_per_gpu")
+    return False, _micro_batch_per_gpu(v, f"{A}.{role}", "log_prob_micro_batch_size")
 
 
 # The critic's keys that rlsim takes from the actor's (its layout and epochs; its micro-batching is its
@@ -2010,7 +2065,9 @@ CRITIC_BATCHING = {"critic.ppo_micro_batch_size_per_gpu": "micro_batch",
                    "critic.forward_micro_batch_size_per_gpu": "forward_micro_batch",
                    "critic.forward_max_token_len_per_gpu": "forward_max_tokens_per_micro_batch"}
 CRITIC_TOKEN_BUDGET_KEYS = ("critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu")
-CRITIC_BATCH_SIZE_KEYS = ("critic.ppo_micro_batch_size_per_gpu", "critic.forward_micro_batch_size_per_gpu")
+CRITIC_GLOBAL_MICRO_BATCH_KEYS = ("critic.ppo_micro_batch_size", "critic.forward_micro_batch_size")
+CRITIC_BATCH_SIZE_KEYS = ("critic.ppo_micro_batch_size_per_gpu", "critic.forward_micro_batch_size_per_gpu",
+                          *CRITIC_GLOBAL_MICRO_BATCH_KEYS)
 # verl 0.6.0 trainer/config/critic/critic.yaml: "Max tokens per GPU in one PPO batch (doubled for critic)"
 VERL_CRITIC_MAX_TOKEN_LEN = 32768
 
@@ -2037,7 +2094,8 @@ def _critic_batching(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
     that differs is unsupported: the actor's micro-batching then runs)."""
     actor_dynamic = v.flag(f"{A}.actor.use_dynamic_bsz")
     dynamic = flag(v.flat.get("critic.use_dynamic_bsz", actor_dynamic), "critic.use_dynamic_bsz", v.result.source)
-    given = [key for key in ("critic.use_dynamic_bsz", *CRITIC_BATCHING) if v.given(key)]
+    given = [key for key in ("critic.use_dynamic_bsz", *CRITIC_BATCHING) if v.given(key)] + [
+        key for key in CRITIC_GLOBAL_MICRO_BATCH_KEYS if v(key) is not None]
     if dynamic != actor_dynamic:
         decided.update({key: ("unsupported", "a critic use_dynamic_bsz unlike the actor's: rlsim's critic batches in "
                                              "the actor's mode (the actor's micro-batching runs)") for key in given})
@@ -2050,8 +2108,12 @@ def _critic_batching(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
         batching = {"max_tokens_per_micro_batch": budget * per_gpu, "forward_max_tokens_per_micro_batch": forward * per_gpu}
         unread = CRITIC_BATCH_SIZE_KEYS
     else:
-        micro = v.whole("critic.ppo_micro_batch_size_per_gpu")
-        forward = v.whole("critic.forward_micro_batch_size_per_gpu") or micro
+        micro = _micro_batch_per_gpu(v, "critic", "ppo_micro_batch_size", decided)
+        # verl divides the global forward_micro_batch_size with the global ppo_micro_batch_size
+        # (fsdp_workers.py CriticWorker, whose forward_micro_batch_size defaults to it: dp_critic.yaml)
+        forward = (_global_micro_batch_share(v, "critic.forward_micro_batch_size", decided)
+                   if v("critic.ppo_micro_batch_size") is not None and v("critic.forward_micro_batch_size") is not None
+                   else v.whole("critic.forward_micro_batch_size_per_gpu")) or micro
         batching = {k: n for k, n in (("micro_batch", micro), ("forward_micro_batch", forward)) if n is not None}
         unread = CRITIC_TOKEN_BUDGET_KEYS
     for key in given:
@@ -2059,6 +2121,8 @@ def _critic_batching(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
             decided[key] = ("ignored", f"critic.use_dynamic_bsz {str(dynamic).lower()}: not read")
         elif key in CRITIC_BATCHING:
             decided[key] = ("mapped", f"workload.critic_batching.{CRITIC_BATCHING[key]}")
+        elif key in CRITIC_GLOBAL_MICRO_BATCH_KEYS:   # mapped with its per-GPU share (_global_micro_batch_share)
+            continue
         else:
             decided[key] = ("mapped", "the critic batches in the actor's mode, which it equals here")
     if batching:
@@ -2075,10 +2139,11 @@ def _reference_micro_batches(v: Values, reference: bool, decided: dict[str, tupl
         decided.update({key: ("ignored", why) for key in given})
         return
     ref, old = _forward_batching(v, "ref"), _forward_batching(v, "rollout")
-    unread = f"{A}.ref.log_prob_micro_batch_size_per_gpu" if ref[0] else f"{A}.ref.log_prob_max_token_len_per_gpu"
-    if unread in given:   # the other mode's key: verl does not read it (it was listed against the budget)
-        given.remove(unread)
-        decided[unread] = ("ignored", f"not read with the reference's dynamic batching {'on' if ref[0] else 'off'}")
+    unread = ([f"{A}.ref.log_prob_micro_batch_size_per_gpu", f"{A}.ref.log_prob_micro_batch_size"] if ref[0]
+              else [f"{A}.ref.log_prob_max_token_len_per_gpu"])
+    for key in (key for key in unread if key in given):   # the other mode's key: verl does not read it
+        given.remove(key)
+        decided[key] = ("ignored", f"not read with the reference's dynamic batching {'on' if ref[0] else 'off'}")
     if ref == old:
         why = ("the reference forward takes the old log-prob pass's micro-batching (rollout.log_prob_*), which "
                "these equal here")
@@ -2100,8 +2165,9 @@ def _check_micro_divides_mini(v: Values, layout: Mapping[str, Any]) -> None:
     data-parallel ranks and assert that the micro-batch divides each rank's share (fsdp_workers.py /
     megatron_workers.py: ppo_mini_batch_size % ppo_micro_batch_size_per_gpu == 0; cited from memory
     of its public code): a config verl refuses is refused here too."""
-    key = f"{A}.actor.ppo_micro_batch_size_per_gpu"
-    if not v.given(key):
+    key = next((k for k in (f"{A}.actor.ppo_micro_batch_size_per_gpu", f"{A}.actor.ppo_micro_batch_size")
+                if v(k) is not None), None)
+    if key is None:
         return
     samples = v.count(f"{A}.actor.ppo_mini_batch_size") * v.count(f"{A}.rollout.n")
     devices = v.count("trainer.nnodes") * v.count("trainer.n_gpus_per_node")
@@ -2111,7 +2177,7 @@ def _check_micro_divides_mini(v: Values, layout: Mapping[str, Any]) -> None:
     share = samples // dp if dp else 0   # verl floors it: ppo_mini_batch_size //= the data-parallel size
     if share and share % micro:
         fit = [d for d in range(1, share + 1) if share % d == 0]
-        raise RlsimError(f"ppo_micro_batch_size_per_gpu {micro} does not divide the {share} samples of a "
+        raise RlsimError(f"{key.rsplit('.', 1)[1]} {v(key)} ({micro} samples a GPU) does not divide the {share} samples of a "
                          f"mini-batch per data-parallel rank (ppo_mini_batch_size x rollout.n = {samples} // {dp}): "
                          "verl's workers assert it", source=v.result.source, field=key,
                          fix=f"give a divisor of {share} (e.g. {', '.join(map(str, fit[-3:]))})")

@@ -838,6 +838,36 @@ def test_verl_megatron_workers_pack_their_rows_whatever_the_hf_models_padding_ke
     assert steps[0] < steps[1]
 
 
+def test_verl_deprecated_global_micro_batches_are_divided_by_the_data_parallel_ranks(tmp_path):
+    """verl's workers divide ppo_micro_batch_size / log_prob_micro_batch_size (no _per_gpu) by the
+    data-parallel ranks (fsdp: world / ulysses sp; megatron: world / (tp pp cp)): 32 and 128 over 8
+    FSDP ranks are the example's 4 and 16 a GPU, the same scenario; both keys of a pair, or a global
+    one under the ranks, are refused as verl refuses them."""
+    example = (EXAMPLES / "verl-grpo-qwen2.5-7b.yaml").read_text()
+    cfg = tmp_path / "verl-grpo-qwen2.5-7b.yaml"   # the example's name: its workload's name
+    cfg.write_text(example.replace("ppo_micro_batch_size_per_gpu: 4", "ppo_micro_batch_size: 32")
+                   .replace("log_prob_micro_batch_size_per_gpu: 16", "log_prob_micro_batch_size: 128"))
+    per_gpu = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
+    glob = import_config("verl", cfg)
+    for scenario in (glob.scenario, per_gpu.scenario):
+        scenario["workload"].pop("description")   # names the file's folder
+    assert glob.scenario == per_gpu.scenario
+    assert "32 // 8 data-parallel ranks = 4" in glob.mapped["actor_rollout_ref.actor.ppo_micro_batch_size"]
+    assert "128 // 8" in glob.mapped["actor_rollout_ref.rollout.log_prob_micro_batch_size"]
+    assert "equal" in glob.mapped["actor_rollout_ref.ref.log_prob_micro_batch_size"]   # as the old log-prob pass's
+    sp = import_config("verl", cfg, ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]).scenario
+    assert (sp["workload"]["train_layout"]["micro_batch"], sp["schedule"]["forward_micro_batch"]) == (8, 32)
+    megatron = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron",
+                                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"]).scenario
+    assert (megatron["workload"]["train_layout"]["micro_batch"], megatron["schedule"]["forward_micro_batch"]) == (16, 64)
+    with pytest.raises(RlsimError, match="both ppo_micro_batch_size and ppo_micro_batch_size_per_gpu"):
+        import_config("verl", cfg, ["+actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
+    with pytest.raises(RlsimError, match="less than the 8 data-parallel ranks"):
+        import_config("verl", cfg, ["actor_rollout_ref.rollout.log_prob_micro_batch_size=4"])
+    dynamic = import_config("verl", cfg, ["+actor_rollout_ref.actor.use_dynamic_bsz=true"])
+    assert "token budget" in dynamic.ignored["actor_rollout_ref.actor.ppo_micro_batch_size"]
+
+
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
     largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
