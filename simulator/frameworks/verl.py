@@ -712,7 +712,8 @@ RULES: dict[str, Rule] = {
     "custom_reward_function.*": ignored("the rule's CPU time is workload.reward.cpu_s_per_sample"),
     # algorithm
     "algorithm.adv_estimator": mapped("workload.algorithm", "gae: ppo (with a critic); grpo and critic-free "
-                                                             "estimators: grpo's stage graph"),
+                                                             "estimators: grpo's stage graph; remax (a greedy "
+                                                             "baseline generation) is refused"),
     "algorithm.use_kl_in_reward": mapped("workload.reference", "a KL term needs the reference forward"),
     **{f"algorithm.{k}": ignored("advantage arithmetic on the host: no modelled cost")
        for k in ("gamma", "lam", "norm_adv_by_std_in_grpo", "kl_penalty", "kl_ctrl.*")},
@@ -1307,6 +1308,16 @@ def _algorithm(v: Values) -> str:
     estimator = str(v("algorithm.adv_estimator"))
     if estimator == "gae":
         return "ppo"
+    if estimator == "remax":
+        # ray_trainer.py fit() (0.6.0 - 0.7.0): AdvantageEstimator.REMAX generates again, greedily
+        # (do_sample False), one response a prompt, with its own generate_sequences call (the hybrid
+        # engine's switch and weight sync around it) and reward, for the baseline: a stage rlsim's
+        # stage graphs do not have
+        raise RlsimError("adv_estimator remax: verl generates a second, greedy response a prompt for its baseline "
+                         "(its own generation, switch and reward each step), which rlsim does not model",
+                         source=v.result.source, field="algorithm.adv_estimator",
+                         fix="import with algorithm.adv_estimator=grpo to price the step without the greedy baseline "
+                             "generation (it then leaves that generation out)")
     if estimator != "grpo":
         v.result.notes.append(f"algorithm.adv_estimator {estimator!r}: critic-free, simulated with grpo's stage graph")
     return "grpo"

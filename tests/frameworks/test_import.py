@@ -868,6 +868,16 @@ def test_verl_deprecated_global_micro_batches_are_divided_by_the_data_parallel_r
     assert "token budget" in dynamic.ignored["actor_rollout_ref.actor.ppo_micro_batch_size"]
 
 
+def test_verl_remax_is_refused_for_its_greedy_baseline_generation():
+    """adv_estimator remax: verl's trainer generates a second, greedy response a prompt for the
+    baseline (ray_trainer.py gen_max), a stage rlsim does not model: refused, naming the key."""
+    with pytest.raises(RlsimError, match="greedy") as caught:
+        import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["algorithm.adv_estimator=remax"])
+    assert caught.value.field == "algorithm.adv_estimator"
+    rloo = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["algorithm.adv_estimator=rloo"])
+    assert rloo.scenario["workload"]["algorithm"] == "grpo"   # the other critic-free estimators: grpo's graph
+
+
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
     largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
