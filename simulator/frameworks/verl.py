@@ -1919,8 +1919,10 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     ppo_micro_batch_size_per_gpu samples in order (log_prob_micro_batch_size_per_gpu for the log-probs)."""
     r = f"{A}.rollout"
     # verl's dp_actor takes (log_prob_)max_token_len_per_gpu x ulysses_sequence_parallel_size tokens a
-    # micro-batch, which the sp ranks split: the budget is each GPU's share (recalled from its public code)
-    per_gpu = layout.get("cp", 1) if layout.get("ulysses_sp") else 1
+    # micro-batch, which the sp ranks split: the budget is each GPU's share (recalled from its public
+    # code); its megatron actor and critic multiply it by context_parallel_size (0.6.0 - 0.7.0
+    # megatron_actor.py compute_log_prob / update_policy, megatron_critic.py): cp either way
+    per_gpu = layout.get("cp", 1)
     if not v.flag(f"{A}.actor.use_dynamic_bsz"):
         _micro_batch_given(v, f"{A}.actor", "ppo_micro_batch_size", "use_dynamic_bsz")
         _check_micro_divides_mini(v, layout)
@@ -2112,7 +2114,7 @@ def _critic_batching(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
                                              "the actor's mode (the actor's micro-batching runs)") for key in given})
         return
     layout = w["train_layout"]
-    per_gpu = layout.get("cp", 1) if layout.get("ulysses_sp") else 1   # verl's budget x the Ulysses ranks
+    per_gpu = layout.get("cp", 1)   # verl's budget x the Ulysses ranks or Megatron's context-parallel ones
     if dynamic:
         budget = v.whole("critic.ppo_max_token_len_per_gpu") or VERL_CRITIC_MAX_TOKEN_LEN
         forward = v.whole("critic.forward_max_token_len_per_gpu") or budget

@@ -802,6 +802,26 @@ def test_verl_token_budgets_are_per_gpu_under_ulysses(capsys, tmp_path):
     assert sp.train_layout["logprob_max_tokens_per_micro_batch"] == sp.train_layout["max_tokens_per_micro_batch"]
 
 
+def test_verl_megatron_token_budgets_are_per_gpu_under_context_parallelism(capsys):
+    """verl's megatron actor and critic multiply max_token_len_per_gpu by context_parallel_size
+    (megatron_actor.py, megatron_critic.py): a 1,024-token budget at cp 2 holds the example's
+    1,536-token samples (refused before), and the log-prob and critic budgets scale too."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    megatron = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                "+actor_rollout_ref.actor.megatron.context_parallel_size=2",
+                "+actor_rollout_ref.actor.use_dynamic_bsz=true", "+actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024",
+                "+actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048"]
+    workload = import_config("verl", cfg, megatron).scenario["workload"]
+    layout = workload["train_layout"]
+    assert (layout["max_tokens_per_micro_batch"], layout["logprob_max_tokens_per_micro_batch"]) == (2048, 4096)
+    ppo = import_config("verl", cfg, [*megatron, "algorithm.adv_estimator=gae", "+critic.ppo_max_token_len_per_gpu=1024",
+                                      "+critic.model.path=Qwen/Qwen2.5-7B-Instruct"]).scenario["workload"]
+    assert ppo["critic_batching"]["max_tokens_per_micro_batch"] == 2048
+    code, _, err = cli(capsys, "run", "--from-verl", str(cfg), *megatron,
+                       "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "--iterations", "1", "--json")
+    assert code == 0, err
+
+
 def test_verl_padded_samples_get_no_micro_batch_order():
     """use_remove_padding false: padded samples, which schedule.micro_batching does not order (a
     scenario refuses it there); with packing the fixed micro-batches keep generation order."""
