@@ -506,7 +506,10 @@ RULES: dict[str, Rule] = {
         ("full_determinism", unsupported("deterministic kernels are not modelled", neutral=False)),
         ("forward_only", ignored("whether the engine is built for forward passes only: the role decides")))},
     # critic / reward
-    "critic.model.path": mapped("workload.critic_model", "ppo (adv_estimator gae) only"),
+    "critic.model.path": mapped("workload.critic_model", "with a critic (adv_estimator gae, or critic.enable)"),
+    "critic.enable": mapped("workload.algorithm", "null (verl's default): a critic under adv_estimator gae only; true: "
+                                                  "a critic (its values and training) whatever the estimator, rlsim's "
+                                                  "ppo stage graph; false under gae is refused (GAE reads its values)"),
     "critic.model.fsdp_config.param_offload": mapped("workload.critic_offload.params", "CriticWorker: the parameters "
                                                      "in before compute_values and update_critic, out after"),
     "critic.model.fsdp_config.optimizer_offload": mapped("workload.critic_offload.optimizer", "CriticWorker: the "
@@ -1305,9 +1308,10 @@ BACKEND_SECTIONS = (f"{A}.actor.megatron", f"{A}.actor.fsdp_config")
 
 
 def _algorithm(v: Values) -> str:
+    """rlsim's algorithm (ppo: the stage graph with a critic's values and training) from the estimator
+    and critic.enable, as verl decides whether a critic runs (0.6.0 - 0.7.0 trainer/ppo/utils.py
+    need_critic: critic.enable where it is not null, else a critic under gae only)."""
     estimator = str(v("algorithm.adv_estimator"))
-    if estimator == "gae":
-        return "ppo"
     if estimator == "remax":
         # ray_trainer.py fit() (0.6.0 - 0.7.0): AdvantageEstimator.REMAX generates again, greedily
         # (do_sample False), one response a prompt, with its own generate_sequences call (the hybrid
@@ -1318,9 +1322,21 @@ def _algorithm(v: Values) -> str:
                          source=v.result.source, field="algorithm.adv_estimator",
                          fix="import with algorithm.adv_estimator=grpo to price the step without the greedy baseline "
                              "generation (it then leaves that generation out)")
-    if estimator != "grpo":
+    enable = v("critic.enable")
+    critic = estimator == "gae" if enable is None else flag(enable, "critic.enable", v.result.source)
+    if estimator == "gae" and not critic:   # compute_advantage reads the critic's values: verl fails without
+        raise RlsimError("critic.enable false with adv_estimator gae: GAE needs the critic's values (verl's "
+                         "compute_advantage reads batch['values'], which no critic computes)", source=v.result.source,
+                         field="critic.enable", fix="remove critic.enable (or set it true), or pick a critic-free "
+                                                    "adv_estimator")
+    if estimator != "gae" and critic:
+        v.result.notes.append(f"critic.enable true with adv_estimator {estimator!r}: verl computes the critic's values "
+                              "and trains it each step though the estimator does not read them: rlsim's ppo stage "
+                              "graph (with a critic)")
+        return "ppo"
+    if estimator not in ("gae", "grpo"):
         v.result.notes.append(f"algorithm.adv_estimator {estimator!r}: critic-free, simulated with grpo's stage graph")
-    return "grpo"
+    return "ppo" if critic else "grpo"
 
 
 def _train_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
@@ -1678,9 +1694,10 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
             v.result.notes.append(REWARD_OFFLOAD_NOTE)
     else:
         w["reward"] = {"kind": "rule", **_verl_rule_reward(v, recipe, decided)}
-    if w["algorithm"] != "ppo":   # verl builds no critic without GAE (need_critic)
-        inactive_section(v.flat, "critic", f"no critic: adv_estimator {v('algorithm.adv_estimator')!r} is "
-                                           "critic-free", decided)
+    if w["algorithm"] != "ppo":   # verl builds no critic without GAE or critic.enable (need_critic)
+        why = ("no critic: critic.enable false" if v("critic.enable") is not None else
+               f"no critic: adv_estimator {v('algorithm.adv_estimator')!r} is critic-free")
+        inactive_section({key: x for key, x in v.flat.items() if key != "critic.enable"}, "critic", why, decided)
         return
     if v("critic.model.path"):
         w["critic_model"] = model_for(v("critic.model.path"), "critic.model.path", v.result.source, policy=False)[0]

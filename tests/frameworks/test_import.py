@@ -898,6 +898,26 @@ def test_verl_remax_is_refused_for_its_greedy_baseline_generation():
     assert rloo.scenario["workload"]["algorithm"] == "grpo"   # the other critic-free estimators: grpo's graph
 
 
+def test_verl_critic_enable_decides_whether_a_critic_runs_as_verls_need_critic_does(capsys):
+    """need_critic (trainer/ppo/utils.py): critic.enable where it is not null, else a critic under gae
+    only. true beside grpo trains a critic whose values the estimator does not read (rlsim's ppo
+    graph: its two stages appear); false beside gae is refused (GAE reads the critic's values)."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    on = ["+critic.enable=true", "+critic.ppo_micro_batch_size_per_gpu=4"]
+    enabled = import_config("verl", cfg, on)
+    assert enabled.scenario["workload"]["algorithm"] == "ppo" and "critic.enable" in enabled.mapped
+    assert any("does not read them" in note for note in enabled.notes)
+    disabled = import_config("verl", cfg, ["+critic.enable=false", "+critic.ppo_micro_batch_size_per_gpu=4"])
+    assert disabled.scenario["workload"]["algorithm"] == "grpo"
+    assert "critic.enable false" in disabled.ignored["critic.ppo_micro_batch_size_per_gpu"]
+    with pytest.raises(RlsimError, match="GAE needs the critic's values") as caught:
+        import_config("verl", cfg, ["+critic.enable=false", "algorithm.adv_estimator=gae"])
+    assert caught.value.field == "critic.enable"
+    code, out, err = cli(capsys, "run", "--from-verl", str(cfg), *on, "--iterations", "1", "--json")
+    assert code == 0, err
+    assert {"critic_values", "train_critic"} <= set(json.loads(out)["stage_time_s"])
+
+
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
     largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
