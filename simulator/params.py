@@ -238,6 +238,13 @@ class ComputeParams(StrictModel):
     entropy_traffic_bytes_per_logit: float = Field(0.0, ge=0)
     entropy_backward_traffic_bytes_per_logit: float = Field(0.0, ge=0)
     activation_bytes: float = Field(2.0, gt=0)
+    # Width of a padded row (schedule.distqueue.packed: false), tokens: None pads each micro-batch to
+    # its longest sample (a collator's dynamic padding, the behaviour before this field); a count pads
+    # every row to it, as verl's fixed-shape batches do (prompts left-padded to data.max_prompt_length
+    # by its RLHFDataset, responses right-padded to max_response_length: vllm_rollout_spmd.py
+    # pad_2d_list_to_length, 0.6.0), which its importer sets to their sum. Every GEMM, norm and the
+    # logits run over the padding; padded attention is priced as padded (rows x width squared).
+    pad_rows_to: int | None = Field(None, gt=0)
 
     @field_validator(*GATED_KNOBS["compute"], mode="after")
     @classmethod

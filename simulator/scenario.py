@@ -2271,7 +2271,8 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
     prediction (an error, not a silent drop). Presets, engines and importers give none of them."""
     sched = scenario.schedule
     return (_read_past_fallback(scenario.workload.inference) + _read_past_refit(sched) + _read_past_recovery(sched)
-            + _read_past_switch(sched) + _read_past_micro_batching(scenario) + sched.read_past(scenario.workload)
+            + _read_past_switch(sched) + _read_past_micro_batching(scenario) + _read_past_row_width(scenario)
+            + sched.read_past(scenario.workload)
             + _read_past_aux_pools(scenario)
             + _read_past_timers(scenario))
 
@@ -2365,6 +2366,16 @@ def _read_past_micro_batching(scenario: Scenario) -> ReadPast:
     return [("schedule.micro_batching", f"micro_batching: {sched.micro_batching} orders packed samples into "
              f"micro-batches, and {why}", "remove schedule.micro_batching, or pack the samples "
              "(schedule.distqueue.packed: true) without a training token budget")]
+
+
+def _read_past_row_width(scenario: Scenario) -> ReadPast:
+    """train_params.compute.pad_rows_to is the width of padded rows: packed samples
+    (schedule.distqueue.packed: true) carry no padding, so it is read nowhere there."""
+    if scenario.workload.train_params.compute.pad_rows_to is None or not scenario.schedule.distqueue.packed:
+        return []
+    return [("workload.train_params.compute.pad_rows_to", "pad_rows_to is the width of padded rows, and the samples "
+             "are packed (schedule.distqueue.packed: true)", "remove workload.train_params.compute.pad_rows_to, or "
+             "set schedule.distqueue.packed: false")]
 
 
 def _reward_field(workload: WorkloadConfig) -> str:

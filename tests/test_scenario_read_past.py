@@ -146,6 +146,16 @@ def test_micro_batching_where_nothing_orders_packed_samples_is_refused(schedule,
     assert exc.value.field == "schedule.micro_batching"
 
 
+def test_a_padded_row_width_beside_packed_samples_is_refused():
+    """train_params.compute.pad_rows_to is the width of padded rows: read nowhere when packed."""
+    workload = {"preset": "grpo-qwen2.5-7b", "train_params": {"compute": {"pad_rows_to": 4096}}}
+    with pytest.raises(RlsimError, match="width of padded rows") as exc:
+        load_scenario(workload=workload, schedule={"kind": "colocated"}, topology={"preset": "dgx-h100", "nodes": 4})
+    assert exc.value.field == "workload.train_params.compute.pad_rows_to"
+    load_scenario(workload=workload, schedule={"kind": "colocated", "distqueue": {"packed": False}},
+                  topology={"preset": "dgx-h100", "nodes": 4})
+
+
 @pytest.mark.parametrize("schedule", [
     {"kind": "colocated", "micro_batching": "sequence"},                         # packed: it orders them
     {"kind": "colocated", "micro_batching": "sequence", "distqueue": {"packed": False}, "failures": FAIL},

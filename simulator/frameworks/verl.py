@@ -1847,6 +1847,9 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     _megatron_reference_offload(v, w, s, decided)
     s["distqueue"] = {"packed": _removes_padding(v, decided)}
+    if not s["distqueue"]["packed"]:   # verl's batches are fixed-width: every row prompt max + response max
+        w.setdefault("train_params", {}).setdefault("compute", {})["pad_rows_to"] = \
+            w["prompt_length"]["max"] + w["response_length"]["max"]
     _bypass_mode(v, recipe, s, decided)
     _checkpoint_engine(v, recipe, decided)
     _v1_schedule(v, recipe, w, s, decided)

@@ -363,12 +363,25 @@ def _micro_batch_parts(seqs: np.ndarray, layout: TrainLayout, packing: str, budg
     # an interleaved pipeline runs micro-batches in groups of pp (Megatron's
     # microbatch_group_size_per_vp_stage): a token budget's count rounds up to a multiple of it
     group = layout.pp if layout.vpp > 1 else 1
+    width = _padded_row_width(seqs, packing, params, source)
     replicas, heads = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing, budget_key, source, scored,
-                                                   group)
-                       if budget is not None else _sampler_micro_batches(seqs, layout, packing, scored))
+                                                   group, width)
+                       if budget is not None else _sampler_micro_batches(seqs, layout, packing, scored, width))
     if layout.pp > 1 and params is not None and not params.comm.pp_variable_seq_lengths:
         return [_one_pipeline_shape(tokens, sq, packing) for tokens, sq in replicas], heads
     return replicas, heads
+
+
+def _padded_row_width(seqs: np.ndarray, packing: str, params: TrainParams | None, source: str | None) -> float | None:
+    """The fixed width padded rows take (train_params.compute.pad_rows_to), None where each micro-batch
+    pads to its longest (packed rows, or no width given). A sample longer than it: RlsimError."""
+    width = params.compute.pad_rows_to if params is not None and packing == "padded" else None
+    if width is not None and seqs.size and int(seqs.max()) > width:
+        raise RlsimError(f"a {int(seqs.max())}-token sample is longer than the padded row width {width}",
+                         source=source, field="workload.train_params.compute.pad_rows_to",
+                         fix="raise it to at least the longest prompt + response (the workload's prompt_length.max + "
+                             "response_length.max)")
+    return None if width is None else float(width)
 
 
 def replica_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str, params: TrainParams,
@@ -394,8 +407,9 @@ def _one_pipeline_shape(tokens: np.ndarray, sq: np.ndarray, packing: str) -> tup
 
 
 def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
-                           scored: np.ndarray | None = None) -> tuple[list, list | None]:
-    """`_micro_batch_parts` without a token budget: b sequences a micro-batch in the sampler's order."""
+                           scored: np.ndarray | None = None, width: float | None = None) -> tuple[list, list | None]:
+    """`_micro_batch_parts` without a token budget: b sequences a micro-batch in the sampler's order
+    (padded: to the micro-batch's longest, or to ``width``, every row's fixed width)."""
     b, dp = layout.micro_batch, layout.dp or 1
     idx = np.arange(seqs.size)
     step = idx // (b * dp)
@@ -411,6 +425,8 @@ def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
         count = np.bincount(flat, minlength=size).astype(float)
         longest = np.zeros(size)
         np.maximum.at(longest, flat, s)
+        if width is not None:
+            longest = np.where(count > 0, width, 0.0)
         tokens, sq = count * longest, count * longest * longest
     tokens, sq = tokens.reshape(dp, n_steps), sq.reshape(dp, n_steps)
     head = None if scored is None else np.bincount(flat, weights=scored.astype(float), minlength=size).reshape(dp, -1)
@@ -452,7 +468,8 @@ def _balanced_dp_indices(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
 
 def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing: str,
                                 budget_key: str = "max_tokens_per_micro_batch", source: str | None = None,
-                                scored: np.ndarray | None = None, group: int = 1) -> tuple[list, list | None]:
+                                scored: np.ndarray | None = None, group: int = 1,
+                                width: float | None = None) -> tuple[list, list | None]:
     """Dynamic token-budget micro-batches (verl use_dynamic_bsz: the batch is split into dp chunks of
     equal counts and near-equal tokens (`_balanced_dp_indices`), each chunk into micro-batches whose
     token sums stay within `budget`, balanced by sequence length,
@@ -462,7 +479,8 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
     the rank that needs the most takes (rearrange_micro_batches' same_micro_num_in_dp, on by default:
     an all-reduce MAX over the DP group), rounded up to a multiple of `group` (its
     num_batches_divided_by: an interleaved pipeline's pp), at most the rank's sequences. Padded:
-    each micro-batch pads to its longest. With ``scored``: each micro-batch's sum of it too."""
+    each micro-batch pads to its longest (every row to ``width`` where given). With ``scored``: each
+    micro-batch's sum of it too."""
     if int(seqs.max()) > budget:
         raise RlsimError(f"a {int(seqs.max())}-token sequence exceeds the micro-batch token budget {budget}",
                          source=source, field=f"{TRAIN_LAYOUT_FIELD}.{budget_key}",
@@ -478,8 +496,10 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
         arr = [lens[chunk[mb]] for mb in members]
         if packing == "packed":
             out.append((np.array([a.sum() for a in arr]), np.array([(a * a).sum() for a in arr])))
-        else:
-            out.append((np.array([a.size * a.max() for a in arr]), np.array([a.size * a.max() ** 2 for a in arr])))
+        else:   # each row padded to the micro-batch's longest, or to the fixed ``width``
+            rows = [width or a.max() for a in arr]
+            out.append((np.array([a.size * w for a, w in zip(arr, rows, strict=True)]),
+                        np.array([a.size * w ** 2 for a, w in zip(arr, rows, strict=True)])))
         if scored is not None:
             heads.append(np.array([float(scored[chunk[mb]].sum()) for mb in members]))
     return out, heads if scored is not None else None

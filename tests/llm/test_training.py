@@ -154,6 +154,31 @@ def test_padded_costs_at_least_packed_and_equal_for_equal_lengths():
     assert a.step_time_s == pytest.approx(b.step_time_s)
 
 
+def test_padded_rows_of_a_fixed_width_cost_every_row_that_width():
+    """pad_rows_to: every padded row is that wide (verl's fixed-shape batches), closed form T = b x width,
+    Q = b x width^2 per micro-batch, sampler and token-budget micro-batches alike; a longer sample and
+    packed rows: not padded to it."""
+    from simulator.llm.training import replica_micro_batches
+    lens = np.array([100, 300, 200, 50, 400, 120, 80, 60])
+    wide = TrainParams(compute=ComputeParams(pad_rows_to=1000))
+    parts = replica_micro_batches(lens, TrainLayout(dp=2, micro_batch=2), "padded", wide)
+    assert all((t == 2 * 1000).all() and (q == 2 * 1000 ** 2).all() for t, q in parts)
+    own = replica_micro_batches(lens, TrainLayout(dp=2, micro_batch=2), "padded", TrainParams())
+    assert sum(t.sum() for t, _ in own) < 8 * 1000                     # each micro-batch at its longest
+    budget = replica_micro_batches(lens, TrainLayout(dp=2, max_tokens_per_micro_batch=500), "padded", wide)
+    assert all((t == 1000 * (t / 1000).round()).all() and t.sum() == 4 * 1000 for t, _ in budget)
+    packed = replica_micro_batches(lens, TrainLayout(dp=2, micro_batch=2), "packed", wide)
+    assert sum(t.sum() for t, _ in packed) == lens.sum()
+    layout = TrainLayout(micro_batch=2, recompute="full")
+    slow = train_step_cost(QWEN, layout, TOPO, list(range(8)), np.repeat(lens, 4), packing="padded",
+                           params=TrainParams(compute=ComputeParams(pad_rows_to=2048)))
+    fast = train_step_cost(QWEN, layout, TOPO, list(range(8)), np.repeat(lens, 4), packing="padded")
+    assert slow.step_time_s > fast.step_time_s
+    with pytest.raises(RlsimError, match="longer than the padded row width") as exc:
+        replica_micro_batches(lens, TrainLayout(dp=2, micro_batch=2), "padded", TrainParams(compute={"pad_rows_to": 300}))
+    assert exc.value.field == "workload.train_params.compute.pad_rows_to"
+
+
 def test_forward_cost_is_cheaper_than_a_step():
     seqs = uniform_sequences(32, 2048)
     step = train_step_cost(QWEN, TrainLayout(tp=2), TOPO, list(range(8)), seqs)
