@@ -400,7 +400,8 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.dtype": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
     f"{A}.rollout.prompt_length": ignored("verl sets it from data.max_prompt_length (mapped there)"),
     f"{A}.rollout.response_length": ignored("verl sets it from data.max_response_length (mapped there)"),
-    f"{A}.rollout.max_model_len": ignored("lengths are capped by data.max_*_length (mapped there)"),
+    f"{A}.rollout.max_model_len": ignored("lengths are capped by data.max_*_length (mapped there); read only to "
+                                          "refuse a max_num_batched_tokens below it, as verl and vLLM do"),
     **{f"{A}.rollout.{k}": ignored("sampling parameters: the same per-token cost (their effect on lengths "
                                    "belongs in workload.response_length)")
        for k in ("top_k", "top_p", "do_sample", "seed")},
@@ -1147,6 +1148,15 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         decided["data.gen_batch_size"] = ("ignored", "fully_async: the Rollouter's feed size, no effect on the quota")
     else:
         w["prompts_per_step"] = v.count("data.train_batch_size")
+        # main_ppo's validate_config -> ActorConfig.validate (0.6.0 - 0.7.0; one_step_off_policy's entry point
+        # runs the same, recalled from its public code, not read here)
+        if recipe in ("colocated", "one-step-off") and w["prompts_per_step"] < mini and \
+                not v.flag(f"{A}.actor.use_dynamic_bsz"):
+            raise RlsimError(f"data.train_batch_size {w['prompts_per_step']} is smaller than "
+                             f"actor.ppo_mini_batch_size {mini}: verl refuses it (workers/config/actor.py validate)",
+                             source=src, field=f"{A}.actor.ppo_mini_batch_size",
+                             fix=f"pass {A}.actor.ppo_mini_batch_size={w['prompts_per_step']} or less, or a larger "
+                                 "data.train_batch_size")
     w["samples_per_prompt"] = v.count(f"{A}.rollout.n")
     w["mini_batch_prompts"] = mini
     if recipe == "separate-async":   # verl asserts it (trainer_separate_async.py)
@@ -1171,6 +1181,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     _logprob_traffic(v, w, decided)
     w["rollout_layout"] = _rollout_layout(v, recipe, decided)
     _engine_and_offload(v, w, decided)
+    _check_step_budget(v, recipe, w)
     _fsdp_params(v, w, decided)
     _lora(v, w, decided)
     _multi_turn(v, w, decided)
@@ -1530,6 +1541,31 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
         offload["pageable"] = True
     if offload:
         w.setdefault("train_params", {})["offload"] = offload
+
+
+def _check_step_budget(v: Values, recipe: str, w: dict[str, Any]) -> None:
+    """A vLLM step budget (rollout.max_num_batched_tokens) below max_model_len (rollout.max_model_len,
+    else data.max_prompt_length + max_response_length, as verl sets it) is refused where verl or vLLM
+    refuse it: vLLM's SchedulerConfig without chunked prefill (vllm/config/scheduler.py _verify_args,
+    0.11.0), verl 0.6's synchronous rollout with it (vllm_rollout_spmd.py: "Enable chunked prefill,
+    max_num_batched_tokens is smaller than max_model_len"; verl 0.7's agent-loop servers have no such check)."""
+    if w.get("engine") != VLLM_ENGINE:
+        return
+    r = f"{A}.rollout"
+    budget, chunked = v.count(f"{r}.max_num_batched_tokens"), v.flag(f"{r}.enable_chunked_prefill")
+    given = v(f"{r}.max_model_len")
+    longest = (positive_int(given, f"{r}.max_model_len", v.result.source) if given is not None
+               else w["prompt_length"]["max"] + w["response_length"]["max"])
+    sync = recipe not in AGENT_LOOP_RECIPES and str(v(f"{r}.mode") or "sync") == "sync"
+    if budget >= longest or (chunked and not sync):
+        return
+    who = ("verl 0.6's synchronous vLLM rollout refuses it with chunked prefill (vllm_rollout_spmd.py)" if chunked
+           else "vLLM refuses it without chunked prefill (SchedulerConfig)")
+    raise RlsimError(f"max_num_batched_tokens {budget} is below max_model_len {longest}: {who}", source=v.result.source,
+                     field=f"{r}.max_num_batched_tokens",
+                     fix=f"pass {r}.max_num_batched_tokens={longest} or more" + (
+                         f" (or {r}.mode=async, verl 0.7's agent loop, which accepts it with chunked prefill)"
+                         if chunked else f", or {r}.enable_chunked_prefill=true"))
 
 
 def _fsdp_params(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
@@ -1988,14 +2024,16 @@ def _removes_padding(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
 
 
 def _micro_batch_given(v: Values, section: str, name: str, dynamic: str) -> None:
-    """verl refuses sample-count micro-batches of no size (trainer/main_ppo.py check_mutually_exclusive,
-    cited from memory of its public code: "Please set at least one of '{name}' or '{name}_per_gpu'");
-    rlsim took 1 without a word (a trial)."""
+    """verl refuses sample-count micro-batches of no size (0.6.0 utils/config.py validate_config and
+    workers/config/actor.py, critic.py: check_mutually_exclusive, "Please set at least one of '{name}'
+    or '{name}_per_gpu'"); rlsim took 1 without a word (a trial). ``dynamic``: the dotted key whose
+    false asks for them (relative to ``section`` unless it holds a dot past it)."""
     if v(f"{section}.{name}") is None and v(f"{section}.{name}_per_gpu") is None:
-        raise RlsimError(f"{section}.{dynamic} is false and no micro-batch size is given: verl asks for one "
+        switch = dynamic if "." in dynamic else f"{section}.{dynamic}"
+        raise RlsimError(f"{switch} is false and no micro-batch size is given: verl asks for one "
                          f"('Please set at least one of {name} or {name}_per_gpu')", source=v.result.source,
                          field=f"{section}.{name}_per_gpu",
-                         fix=f"pass {section}.{name}_per_gpu=N, or {section}.{dynamic}=true with a token budget")
+                         fix=f"pass {section}.{name}_per_gpu=N, or {switch}=true with a token budget")
 
 
 def _micro_batch_per_gpu(v: Values, section: str, name: str,
@@ -2129,6 +2167,8 @@ def _critic_batching(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
     dynamic = flag(v.flat.get("critic.use_dynamic_bsz", actor_dynamic), "critic.use_dynamic_bsz", v.result.source)
     given = [key for key in ("critic.use_dynamic_bsz", *CRITIC_BATCHING) if v.given(key)] + [
         key for key in CRITIC_GLOBAL_MICRO_BATCH_KEYS if v(key) is not None]
+    if not dynamic:   # CriticConfig.__post_init__ (workers/config/critic.py) asks for a size
+        _micro_batch_given(v, "critic", "ppo_micro_batch_size", "use_dynamic_bsz")
     if dynamic != actor_dynamic:
         decided.update({key: ("unsupported", "a critic use_dynamic_bsz unlike the actor's: rlsim's critic batches in "
                                              "the actor's mode (the actor's micro-batching runs)") for key in given})
@@ -2167,6 +2207,8 @@ def _reference_micro_batches(v: Values, reference: bool, decided: dict[str, tupl
     log-prob pass's in rlsim (schedule.forward_micro_batch, train_layout.logprob_max_tokens_per_micro_batch):
     mapped where the two read the same, unsupported where they differ; ignored without a reference."""
     given = [f"{A}.ref.{k}" for k in _REF_BATCHING if v.given(f"{A}.ref.{k}")]
+    if reference and not v.flag(f"{A}.actor.use_dynamic_bsz"):   # main_ppo's validate_config asks the reference
+        _micro_batch_given(v, f"{A}.ref", "log_prob_micro_batch_size", f"{A}.actor.use_dynamic_bsz")
     if not reference:
         why = "no reference forward (use_kl_loss and use_kl_in_reward are off)"
         decided.update({key: ("ignored", why) for key in given})

@@ -397,9 +397,10 @@ def test_a_job_on_part_of_each_node_keeps_its_gpus_per_node(capsys):
 def test_verl_critic_offload_is_its_own_and_a_critic_free_run_ignores_the_critic():
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
     ppo = ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B"]
-    default = import_config("verl", cfg, ppo).scenario["workload"]
+    micro = "+critic.ppo_micro_batch_size_per_gpu=4"   # verl asks a critic for one without use_dynamic_bsz
+    default = import_config("verl", cfg, [*ppo, micro]).scenario["workload"]
     assert default["critic_offload"] == {"params": False, "optimizer": False}   # verl's defaults, not the actor's
-    moved = import_config("verl", cfg, [*ppo, "+critic.model.fsdp_config.param_offload=true",
+    moved = import_config("verl", cfg, [*ppo, micro, "+critic.model.fsdp_config.param_offload=true",
                                         "+critic.model.fsdp_config.optimizer_offload=true"])
     assert moved.scenario["workload"]["critic_offload"] == {"params": True, "optimizer": True}
     assert "critic.model.fsdp_config.param_offload" in moved.mapped
@@ -417,7 +418,7 @@ def test_verl_critic_offload_is_its_own_and_a_critic_free_run_ignores_the_critic
     assert "critic_batching" not in mixed.scenario["workload"] and "actor's mode" in mixed.unsupported[
         "critic.use_dynamic_bsz"]
     load_scenario(dynamic.scenario)
-    megatron = import_config("verl", cfg, [*ppo, "actor_rollout_ref.actor.strategy=megatron",
+    megatron = import_config("verl", cfg, [*ppo, micro, "actor_rollout_ref.actor.strategy=megatron",
                                            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
                                            "+critic.strategy=megatron", "+critic.megatron.param_offload=true",
                                            "+critic.model.fsdp_config.optimizer_offload=true"])
@@ -545,7 +546,8 @@ def test_verl_kl_and_estimators():
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
     no_kl = import_config("verl", cfg, ["actor_rollout_ref.actor.use_kl_loss=false"]).scenario["workload"]
     assert no_kl["reference"] is False
-    ppo = import_config("verl", cfg, ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B"])
+    ppo = import_config("verl", cfg, ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B",
+                                      "+critic.ppo_micro_batch_size_per_gpu=4"])
     assert (ppo.scenario["workload"]["algorithm"], ppo.scenario["workload"]["critic_model"]) == ("ppo", "qwen2.5-7b")
     dapo = import_config("verl", cfg, ["+algorithm.filter_groups.enable=true", "+data.gen_batch_size=768"])
     assert dapo.scenario["workload"]["dynamic_sampling"] == {"gen_prompts": 768}
@@ -921,6 +923,45 @@ def test_verl_critic_enable_decides_whether_a_critic_runs_as_verls_need_critic_d
     assert {"critic_values", "train_critic"} <= set(json.loads(out)["stage_time_s"])
 
 
+@pytest.mark.parametrize("overrides, field, says", [
+    # verl 0.6's synchronous vLLM rollout: chunked prefill on, a step budget under max_model_len
+    (["data.max_response_length=8192"], "actor_rollout_ref.rollout.max_num_batched_tokens", "synchronous"),
+    # vLLM's SchedulerConfig without chunked prefill, whatever the mode
+    (["+actor_rollout_ref.rollout.enable_chunked_prefill=false", "+actor_rollout_ref.rollout.mode=async",
+      "+actor_rollout_ref.rollout.max_model_len=9000"], "actor_rollout_ref.rollout.max_num_batched_tokens",
+     "without chunked prefill"),
+    (["data.train_batch_size=32"], "actor_rollout_ref.actor.ppo_mini_batch_size", "smaller than"),
+    (["algorithm.adv_estimator=gae"], "critic.ppo_micro_batch_size_per_gpu", "critic.use_dynamic_bsz is false"),
+])
+def test_verl_refuses_what_verl_refuses(overrides, field, says):
+    with pytest.raises(RlsimError, match=says) as caught:
+        import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", overrides)
+    assert caught.value.field == field
+
+
+def test_verl_step_budgets_verl_and_vllm_accept_are_imported():
+    """The agent loop (rollout.mode async) with chunked prefill takes a step budget under max_model_len
+    (vLLM chunks the prefill); a large enough budget runs in the synchronous rollout too."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    agent = import_config("verl", cfg, ["data.max_response_length=8192", "+actor_rollout_ref.rollout.mode=async"])
+    assert agent.scenario["workload"]["inference"]["max_num_batched_tokens"] == 8192
+    sync = import_config("verl", cfg, ["data.max_response_length=8192",
+                                       "+actor_rollout_ref.rollout.max_num_batched_tokens=8704"])
+    assert sync.scenario["workload"]["inference"]["max_num_batched_tokens"] == 8704
+
+
+def test_verl_refuses_a_reference_without_a_micro_batch_size(tmp_path):
+    """main_ppo's validate_config asks the reference for a log-prob micro-batch size when the actor's
+    use_dynamic_bsz is false and a KL term needs the reference."""
+    cfg = tmp_path / "no-ref-micro.yaml"
+    cfg.write_text((EXAMPLES / "verl-grpo-qwen2.5-7b.yaml").read_text().replace(
+        "  ref:\n    log_prob_micro_batch_size_per_gpu: 16\n", "  ref:\n"))
+    with pytest.raises(RlsimError, match="actor.use_dynamic_bsz is false") as caught:
+        import_config("verl", cfg)
+    assert caught.value.field == "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"
+    import_config("verl", cfg, ["actor_rollout_ref.actor.use_kl_loss=false"])   # no reference: not asked
+
+
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
     largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
@@ -1231,7 +1272,7 @@ def test_switches_with_values_the_framework_refuses_are_errors(framework, config
     ("verl", "verl-grpo-qwen2.5-7b.yaml", "actor_rollout_ref.rollout.tensor_model_parallel_size=3",
      "actor_rollout_ref.rollout.tensor_model_parallel_size"),
     # a check across two fields: the side the override just changed first
-    ("verl", "verl-grpo-qwen2.5-7b.yaml", "data.train_batch_size=16",
+    ("verl", "verl-grpo-qwen2.5-7b.yaml", "data.train_batch_size=96",
      "data.train_batch_size, actor_rollout_ref.actor.ppo_mini_batch_size"),
     ("nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", "policy.generation.vllm_cfg.tensor_parallel_size=3",
      "policy.generation.vllm_cfg.tensor_parallel_size"),
