@@ -571,13 +571,13 @@ def without_inapplicable_layout_keys(layout: dict[str, Any], model: str | None, 
         del out["sequence_parallel"]
         decided[config_keys["sequence_parallel"]] = ("ignored", "tensor parallel size 1: no TP group for sequence "
                                                      "parallelism to split over")
-    if "etp" in out and "etp" in config_keys and not _has_experts(model, out.get("ep", 1)):
+    if "etp" in out and "etp" in config_keys and not has_experts(model, out.get("ep", 1)):
         del out["etp"]
         decided[config_keys["etp"]] = ("ignored", "a dense model: no expert layers to split")
     return out
 
 
-def _has_experts(model: str | None, ep: int) -> bool:
+def has_experts(model: str | None, ep: int) -> bool:
     """Whether the mapped model has experts; a model not read here (or unreadable: its own error comes
     later), by its expert parallelism."""
     from ..llm.architecture import load_model

@@ -44,6 +44,7 @@ from .common import (
     capped_length,
     classify,
     flag,
+    has_experts,
     hf_train_software,
     ignored,
     in_table,
@@ -1176,6 +1177,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["train_layout"] = without_inapplicable_layout_keys(
         _train_layout(v, decided), w.get("model"), {"sequence_parallel": f"{m}.sequence_parallel",
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
+    _expert_tp_default(v, w)
     _train_software(v, w, decided)
     _entropy(v, w, decided)
     _logprob_traffic(v, w, decided)
@@ -1541,6 +1543,18 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
         offload["pageable"] = True
     if offload:
         w.setdefault("train_params", {})["offload"] = offload
+
+
+def _expert_tp_default(v: Values, w: dict[str, Any]) -> None:
+    """actor.megatron.expert_tensor_parallel_size absent on an MoE model at tp > 1: rlsim takes verl
+    0.6.1+'s default, null (Megatron's expert TP = tp: engine/megatron.yaml 0.6.1, 0.7.0), and says
+    that verl 0.6.0 defaulted to 1 (its engine/megatron.yaml), which splits the experts differently."""
+    layout, key = w["train_layout"], f"{A}.actor.megatron.expert_tensor_parallel_size"
+    if str(v(f"{A}.actor.strategy")) != "megatron" or v.given(key) or layout.get("tp", 1) == 1:
+        return
+    if has_experts(w.get("model"), layout.get("ep", 1)):
+        v.result.notes.append(f"{key} not given: verl 0.6.1+'s default null (Megatron's: the experts split over tp "
+                              f"{layout['tp']}), which rlsim takes; verl 0.6.0 defaulted to 1: give {key}=1 to match it")
 
 
 def _check_step_budget(v: Values, recipe: str, w: dict[str, Any]) -> None:

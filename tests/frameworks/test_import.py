@@ -962,6 +962,26 @@ def test_verl_refuses_a_reference_without_a_micro_batch_size(tmp_path):
     import_config("verl", cfg, ["actor_rollout_ref.actor.use_kl_loss=false"])   # no reference: not asked
 
 
+def test_verl_megatron_expert_tp_default_is_said_where_verl_versions_differ():
+    """expert_tensor_parallel_size: verl 0.6.0's megatron config gives 1, 0.6.1 / 0.7.0 null (Megatron's
+    expert TP = tp, rlsim's when absent): absent on an MoE model at tp > 1, the import says which it took;
+    0.6.0's generated config carries its 1, read as given."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    moe = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
+           "actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B"]
+    absent = import_config("verl", cfg, moe)
+    assert "etp" not in absent.scenario["workload"]["train_layout"]
+    assert any("verl 0.6.0 defaulted to 1" in note for note in absent.notes)
+    given = import_config("verl", cfg, [*moe, "+actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1"])
+    assert given.scenario["workload"]["train_layout"]["etp"] == 1 and not any("0.6.0 defaulted" in n for n in given.notes)
+    dense = import_config("verl", cfg, moe[:2])
+    assert not any("0.6.0 defaulted" in note for note in dense.notes)
+    v060 = import_config("verl", DATA / "verl-0.6.0-generated-ppo-megatron-trainer.yaml",
+                         [*QUICKSTART, "actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B",
+                          "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4", "trainer.n_gpus_per_node=4"])
+    assert v060.scenario["workload"]["train_layout"]["etp"] == 1
+
+
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
     largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
