@@ -235,9 +235,30 @@ VERL_PHASES = {"generate": "gen", "reward": "reward", "old_logprob": "old_log_pr
                "critic_values": "values", "train_critic": "update_critic", "train_actor": "update_actor"}
 
 
-def verl_timing(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | None:
+# The stages verl's hybrid engine times inside timing_s/gen beside the generation: generate_sequences
+# switches to rollout mode (the engine woken, the trainer's weights loaded into it) before it generates
+# and back to trainer mode (the engine put to sleep) after (0.6.0 fsdp_workers.py generate_sequences:
+# rollout_mode() / trainer_mode(); 0.7.0 agent_loop.py generate_sequences: wake_up() / sleep()); a DAPO
+# generation batch each time (colocated.py between_gen_batches)
+VERL_GEN_WRAPS = ("switch_to_rollout", "weight_sync", "switch_to_train", "switch_between_batches")
+
+
+def verl_timing(rec: RunRecord, phases: Mapping[str, float]) -> dict[str, float]:
+    """verl's timing_s as its logs have them, from ``verl_phases``: on the hybrid engine its `gen`
+    holds the switches and the weight sync around the generation (VERL_GEN_WRAPS, whole-run means as
+    the phases), which leave `other`; one-step-off's phases as they are."""
+    out = dict(phases)
+    if "gen" in out:
+        wraps = sum(float(rec.stage_time_s.get(stage, 0.0)) for stage in VERL_GEN_WRAPS) / max(1, len(rec.iterations))
+        out["gen"] += wraps
+        out["other"] -= wraps
+    return out
+
+
+def verl_phases(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | None:
     """verl's phase names for the colocated hybrid engine (kind colocated, fuse full: every stage on
-    the same cards, one after the other) and one_step_off_policy (kind one-step-off); None otherwise."""
+    the same cards, one after the other) and one_step_off_policy (kind one-step-off), `gen` the
+    generation alone (the other frameworks' timers are built from these); None otherwise."""
     sched, its = rec.scenario.schedule, rec.iterations
     hybrid = sched.kind == "colocated" and sched.fuse == "full"
     if not has_framework_timers(sched) or rec.failures or not its:
@@ -292,7 +313,7 @@ NEMO_RL_TIMERS = {"gen": "generation", "reward": "reward_calculation", "old_log_
 
 
 def nemo_rl_timing(verl: Mapping[str, float], stage_time_s: Mapping[str, float]) -> dict[str, float]:
-    """verl_timing's phases under NeMo RL's timer names, seconds per step: the weight sync (stage
+    """verl_phases under NeMo RL's timer names (generation alone), seconds per step: the weight sync (stage
     weight_sync, a refit) is its own timer there, taken out of verl's `other`; `total_step_time` is
     the step. The named timers + other = total_step_time, as verl's do."""
     out: dict[str, float] = {}
@@ -323,7 +344,7 @@ OPENRLHF_TIMERS = {"generation": (("gen", "rule_reward"), ("rollout.engine_memor
 
 def openrlhf_timing(rec: RunRecord, verl: Mapping[str, float], stage_time_s: Mapping[str, float]) -> dict[str, float]:
     """OpenRLHF's timers on the hybrid engine (kind colocated, fuse full), seconds per step (the
-    whole run's means, as verl_timing's hybrid figures); the named timers + other = step_total."""
+    whole run's means, as verl_phases' hybrid figures); the named timers + other = step_total."""
     n = max(1, len(rec.iterations))
     reward_model = float(stage_time_s.get("reward", 0.0)) if rec.scenario.workload.reward.kind == "model" else 0.0
     phases = {**verl, "reward_model": reward_model, "rule_reward": verl.get("reward", 0.0) - reward_model,
@@ -482,9 +503,9 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "rollout": rollout_utilization(rec, gen_tokens),
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
     }
-    verl = verl_timing(rec, timeline)
+    verl = verl_phases(rec, timeline)
     if verl is not None:      # verl's timing_s/<name> phases, seconds per step
-        out["verl_timing_s"] = verl
+        out["verl_timing_s"] = verl_timing(rec, verl)
         if sc.output.timers == "nemo-rl":
             out["nemo_rl_timing_s"] = nemo_rl_timing(verl, out["stage_time_s"])
     if sc.output.timers == "openrlhf":   # the hybrid engine from verl's phases, split pools from the steps

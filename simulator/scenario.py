@@ -2278,7 +2278,7 @@ def _read_past_keys(scenario: Scenario) -> ReadPast:
 
 
 def has_framework_timers(sched: ScheduleConfig) -> bool:
-    """Whether the summary carries framework timer names (metrics.verl_timing): a step run as verl's
+    """Whether the summary carries framework timer names (metrics.verl_phases): a step run as verl's
     hybrid engine (colocated, fuse: full) or one_step_off_policy runs it: one phase after another on
     the trainer (an aux pool of split pools runs some beside the others, which verl's timers do not
     split; the colocated step's reward pool scores in the driver's turn, verl's `reward`)."""

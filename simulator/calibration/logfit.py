@@ -159,7 +159,8 @@ def overlay_items(scenario: Any, values: Mapping[str, float], named: Sequence[st
 
 def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
     """A simulated summary as the log's stages: verl's phases where the summary has them
-    (verl_timing_s), else the stage times; `logprobs` = old_log_prob + reference (NeMo's one timer);
+    (verl_timing_s: its gen with the switches and the weight sync; generate_sequences the generation
+    alone), else the stage times; `logprobs` = old_log_prob + reference (NeMo's one timer);
     OpenRLHF's phases where the summary has them (openrlhf_timing_s: its generation holds the engine's
     sleep and wake); `step_s` = verl's step where its phases are read, else the steady step."""
     stages = summary.get("stage_time_s", {})
@@ -172,6 +173,8 @@ def predicted_timings(summary: Mapping[str, Any]) -> dict[str, float]:
     # NeMo RL's one log-prob timer; SkyRL's fwd_logprobs_values_reward also holds the critic's values
     out["logprobs"] = out.get("old_log_prob", 0.0) + out.get("reference", 0.0) + out.get("values", 0.0)
     out["weight_sync"] = float(stages.get("weight_sync", 0.0))
+    # verl's timing_s/generate_sequences: the generation alone (its gen, verl_timing_s, holds the switches too)
+    out["generate_sequences"] = float(stages.get("generate", 0.0))
     # SkyRL's sync_weights: the transfer and, colocated, the switch back to generation (the policy's
     # state to the host, the engines woken); its fully-async run_training: the forwards and updates
     out["sync_weights"] = out["weight_sync"] + float(stages.get("switch_to_rollout", 0.0))

@@ -2,7 +2,8 @@
 wandb CSV export), per-stage scale factors between measured and predicted stage times, and
 predictions at other scales with those factors.
 
-verl logs one record per step with keys such as `timing_s/gen`, `timing_s/old_log_prob`,
+verl logs one record per step with keys such as `timing_s/gen` (the generation with the hybrid
+engine's switches and weight sync around it; `timing_s/generate_sequences` the generation alone), `timing_s/old_log_prob`,
 `timing_s/ref`, `timing_s/update_actor`, `timing_s/update_weights`, `timing_s/step`,
 `perf/throughput` (tokens/s per device) and `response_length/mean|max|min|clip_ratio`. NeMo RL
 logs its timers as `timing/train/<name>` (`total_step_time`, `generation`, `policy_training`,
@@ -57,7 +58,11 @@ if TYPE_CHECKING:  # pandas is imported where a log is read: `rlsim --help` buil
 
 # Log key -> stage name used here. `gen` is rollout generation; the others are forward or train passes.
 VERL_STAGE_KEYS: dict[str, str] = {
+    # verl's gen holds generate_sequences' switches and weight sync around the generation (metrics.verl_timing);
+    # the generation alone is timed inside it as generate_sequences (verl 0.6.0 fsdp_workers.py simple_timer,
+    # logged through the output's meta_info timing)
     "timing_s/gen": "generate",
+    "timing_s/generate_sequences": "generate_sequences",
     "timing_s/old_log_prob": "old_log_prob",
     "timing_s/ref": "reference",
     "timing_s/values": "values",

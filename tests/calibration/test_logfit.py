@@ -22,7 +22,8 @@ SCENARIO = {"topology": {"preset": "dgx-h100", "nodes": 1}, "schedule": "colocat
                          "response_length": {"dist": "lognormal", "median": 256, "sigma": 1.0, "max": 1024}}}
 TRUE = {"workload.inference.step_overhead_s": 4e-3, "topology.device.gemm_efficiency": 0.55,
         "schedule.switch.overhead_s": 2.0}
-VERL_STAGES = ("generate", "old_log_prob", "reference", "update_actor", "step_s")
+# verl's gen holds the switches and the sync; its generate_sequences, the generation alone, tells them apart
+VERL_STAGES = ("generate", "generate_sequences", "old_log_prob", "reference", "update_actor", "step_s")
 
 
 @pytest.fixture(autouse=True)
@@ -219,9 +220,11 @@ def test_a_fitted_key_refused_at_any_value_the_fit_tries_is_blamed_on_fit(change
 
 
 def test_a_fitted_key_that_moves_no_logged_phase_is_refused() -> None:
-    # a log of the generation alone and the awake engine's KV re-allocation: '1 +- inf', exit 0
-    run = _logged_run(stages=("generate",))
-    with pytest.raises(RlsimError, match=r"kv_realloc_s moves none of the logged phases \(generate\)") as info:
+    # a log of the generation alone (verl's generate_sequences) and the awake engine's KV re-allocation:
+    # '1 +- inf', exit 0 (verl's gen holds the switches: it moves that one)
+    run = _logged_run(stages=("generate_sequences",))
+    with pytest.raises(RlsimError, match=r"kv_realloc_s moves none of the logged phases \(generate_sequences\)") \
+            as info:
         logfit.fit_runs([run], ["schedule.switch.kv_realloc_s"], max_evaluations=3)
     assert info.value.field == "--fit"
 
@@ -446,7 +449,8 @@ def test_outlying_warm_up_steps_are_named_with_the_skip_steps_that_leaves_them_o
     warm_run = logfit.LoggedRun(RunLog(warm, "warm"), SCENARIO)
     fit = logfit.fit_runs([warm_run], [key])
     outlier_notes = [note for note in fit.notes if "robust sigmas from their phase's median" in note]
-    assert len(outlier_notes) == 1 and outlier_notes[0].startswith("warm: step(s) 2 (1.62x), 3 (1.59x) lie")
+    # (the figures are the log's noise draws: one per logged phase and step, generate_sequences among them)
+    assert len(outlier_notes) == 1 and outlier_notes[0].startswith("warm: step(s) 2 (1.61x), 3 (1.59x) lie")
     assert outlier_notes[0].endswith("if they are warm-up, give --skip-steps 3")
     assert any(note.startswith("the fit leaves") for note in fit.notes)
     skipped = logfit.fit_runs([warm_run], [key], skip_steps=3)
