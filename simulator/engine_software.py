@@ -217,8 +217,14 @@ MIB = 2**20
 #   until a request finishes; a decode step out of KV retracts the requests with the fewest generated
 #   tokens to the back of the queue (schedule_policy.py PrefillAdder, scheduler.py
 #   update_running_batch, schedule_batch.py retract_decode).
+# - its own KV memory (kv_pool: sglang, llm/sglang_pool.py): a token pool, page size 1; 0.5.2 and 0.5.6
+#   split a sliding-window model's into full-attention and SWA pools (not Gemma 2 / 3 nor gpt-oss'),
+#   and keep a Mamba / linear-attention model's states in a pool of fixed slots; 0.4.6.post5 and 0.5.2
+#   keep no radix cache on the states (0.5.2 ModelRunner: "Hybrid GDN model detected, disable radix
+#   cache"), 0.5.6 one for a Gated DeltaNet hybrid (MambaRadixCache).
 SGLANG_INFERENCE = {"chunked_prefill": False, "enable_prefix_caching": True, "async_scheduling": True,
-                    "workspace_bytes": 0.0, "admission": "reserve", "custom_all_reduce": True}
+                    "workspace_bytes": 0.0, "admission": "reserve", "custom_all_reduce": True,
+                    "kv_pool": "sglang", "linear_attention_radix_cache": False}
 SGLANG_RUNNING_REQUESTS = 2048   # the request pool's floor (max_running_requests unset)
 SGLANG = EngineSoftware(
     name="sglang",
@@ -264,7 +270,7 @@ SGLANG_052 = EngineSoftware(
 # (Ascend under 64 GiB) are not modelled: rlsim's Ascend devices take the GPU lines.
 SGLANG_056 = EngineSoftware(
     name="sglang-0.5.6",
-    inference=SGLANG_INFERENCE,
+    inference={**SGLANG_INFERENCE, "linear_attention_radix_cache": True},
     rollout={"max_num_seqs": SGLANG_RUNNING_REQUESTS},
     tiers=(_sglang_tier(0, 2048, 8), _sglang_tier(20 * GIB, 2048, 24), _sglang_tier(20 * GIB, 2048, 80, min_tp=4),
            _sglang_tier(35 * GIB, 4096, 32), _sglang_tier(35 * GIB, 4096, 160, min_tp=4),

@@ -780,6 +780,34 @@ class InferenceParams(StrictModel):
     # "latency regression"), and then caches them as full attention (v1/core/kv_cache_utils.py
     # unify_hybrid_kv_cache_specs): off by default. Applies to a model with chunked attention only.
     hybrid_kv_chunked_attention: bool = False
+    # -- the engine's KV memory (llm/kv_pool.py, llm/sglang_pool.py) -------------------------------
+    # vllm: vLLM V1's one hybrid pool of pages (windows and Mamba states drawn per running sequence).
+    # sglang: SGLang's pools (read in the sglang 0.5.2 / 0.5.6 wheels, model_executor/model_runner.py
+    # profile_max_num_token, set_num_token_hybrid, handle_max_mamba_cache; mem_cache/memory_pool.py
+    # SWAKVPool, HybridLinearKVPool, MambaPool): a token pool of the attention layers, page size 1; a
+    # sliding-window model's split into a full-attention and an SWA pool by swa_full_tokens_ratio,
+    # unless SGLang turns its hybrid SWA memory off for the architecture (Gemma 2 / 3, gpt-oss: every
+    # layer then caches every token); a Mamba / linear-attention model's states in a pool of fixed
+    # slots taken from the memory first, which bounds the running requests. The named SGLang engines
+    # set it.
+    kv_pool: Literal["vllm", "sglang"] = "vllm"
+    # SGLang --swa-full-tokens-ratio: an SWA layer's tokens / a full layer's (ServerArgs.swa_full_tokens_ratio,
+    # 0.8 in 0.5.2 and 0.5.6). Applies with kv_pool: sglang on a model SGLang keeps an SWA pool for.
+    swa_full_tokens_ratio: float = Field(0.8, gt=0)
+    # SGLang --max-mamba-cache-size without a radix cache on the states: the Mamba state slots (0.5.6
+    # handle_max_mamba_cache: max_running_requests when given, else 512; 0.5.2 the same in
+    # ModelRunner.__init__). Applies with kv_pool: sglang on a Mamba / linear-attention model whose
+    # states have no radix cache.
+    mamba_slots: int = Field(512, ge=1)
+    # SGLang 0.5.6 keeps its radix cache for a Gated DeltaNet hybrid (Qwen3-Next: MambaRadixCache) and
+    # then sizes the state pool by memory: --mamba-full-memory-ratio (0.9) of state to token memory,
+    # and bounds the running requests to the slots // mamba_slots_per_request (model_runner.py
+    # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, 3). It turns the radix cache off for Mamba-2 hybrids
+    # (Nemotron-H: "disable radix cache"), as 0.5.2 did for every state model
+    # (linear_attention_radix_cache false); with enable_prefix_caching false there is none either.
+    linear_attention_radix_cache: bool = True
+    mamba_full_memory_ratio: float = Field(0.9, gt=0)
+    mamba_slots_per_request: int = Field(3, ge=1)
     # vLLM reserves activation peak (profiled at max_num_batched_tokens) and CUDA-graph memory:
     # a couple of GB for 7B-70B models.
     workspace_bytes: float = Field(2e9, ge=0)
@@ -1353,23 +1381,26 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
 
 def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: bool, paged: bool,
                                engine_tp: int | None, engine_ep: int | None, chunked: bool = False,
-                               engine_pp: int = 1) -> list[InapplicableKey]:
+                               engine_pp: int = 1, pool_knobs: Mapping[str, bool] | None = None
+                               ) -> list[InapplicableKey]:
     """Engine constants the rollout's models or layout leave nothing to act on (llm/inference.py
     StepCost): MLA absorption without an MLA model, the KV page size without sliding-window, Mamba or
     linear-attention layers (``paged``: a model has some), the chunked layers' paging without chunked
     attention (``chunked``), the MoE launches without experts, the EP dispatch
     payload without expert parallelism, the activation bytes with neither TP nor EP collectives nor
-    stage sends, the stage sends' tensors without pipeline stages. (field, why, fix) of each given
+    stage sends, the stage sends' tensors without pipeline stages, SGLang's pool constants where its
+    pools leave them nothing (``pool_knobs``: llm/sglang_pool.py pool_knobs_applicable, any model's). (field, why, fix) of each given
     away from its default (no named engine sets them). `engine_tp` / `engine_ep` None: the layout is
     planned, so the layout-gated two may apply (a planned layout has one stage)."""
     planned = engine_tp is None or engine_ep is None
     ep = moe and not planned and engine_ep > 1
+    vllm_pool = inference.kv_pool == "vllm"   # vLLM's pages: SGLang's pools have none (page size 1)
     gates = {"absorb_mla": (mla, "an MLA model (DeepSeek-style latent attention)", "a model with MLA"),
-             "kv_block_size": (paged, "a model with sliding-window, Mamba or linear-attention layers (whose pages "
-                               "it sizes; full attention is counted a token at a time)",
-                               "a model with such layers"),
-             "hybrid_kv_chunked_attention": (chunked, "a model with chunked attention (Llama 4's "
-                                             "attention_chunk_size)", "a Llama 4 model"),
+             "kv_block_size": (paged and vllm_pool, "a model with sliding-window, Mamba or linear-attention layers "
+                               "(whose pages it sizes; full attention is counted a token at a time) under kv_pool: vllm",
+                               "a model with such layers under kv_pool: vllm"),
+             "hybrid_kv_chunked_attention": (chunked and vllm_pool, "a model with chunked attention (Llama 4's "
+                                             "attention_chunk_size) under kv_pool: vllm", "a Llama 4 model"),
              "launches_per_moe_layer": (moe, "a model with experts", "an MoE model"),
              "dispatch_bytes": (planned or ep, "expert parallelism in the engine (rollout_layout.ep > 1)",
                                 "workload.rollout_layout.ep above 1 on an MoE model"),
@@ -1377,10 +1408,29 @@ def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: 
                                   "pipeline sends in the engine (rollout_layout.tp, ep or pp > 1)",
                                   "workload.rollout_layout.tp above 1"),
              "pipeline_send_tensors": (engine_pp > 1, "pipeline stages in the engine (rollout_layout.pp > 1)",
-                                       "workload.rollout_layout.pp above 1")}
+                                       "workload.rollout_layout.pp above 1"),
+             **_sglang_pool_gates(pool_knobs or {})}
     return [(f"workload.inference.{key}", f"{key} applies with {needs}, and there is none here",
              f"remove workload.inference.{key}, or give {fix}") for key, (applies, needs, fix) in gates.items()
             if not applies and inference.set_off_default((key,))]
+
+
+# What each SGLang pool constant needs (InferenceParams.kv_pool: sglang and the model's layers).
+_SGLANG_POOL_NEEDS = {
+    "swa_full_tokens_ratio": ("kv_pool: sglang and a sliding-window model SGLang keeps an SWA pool for (not Gemma 2 / "
+                              "3 nor gpt-oss, whose hybrid SWA memory it turns off)", "such a model under kv_pool: sglang"),
+    "mamba_slots": ("kv_pool: sglang and a Mamba / linear-attention model without a radix cache on its states",
+                    "such a model under kv_pool: sglang"),
+    "mamba_full_memory_ratio": ("kv_pool: sglang and a linear-attention model with a radix cache on its states "
+                                "(linear_attention_radix_cache and enable_prefix_caching)", "such a model"),
+    "mamba_slots_per_request": ("kv_pool: sglang and a linear-attention model with a radix cache on its states "
+                                "(linear_attention_radix_cache and enable_prefix_caching)", "such a model"),
+    "linear_attention_radix_cache": ("kv_pool: sglang (SGLang's pools)", "kv_pool: sglang"),
+}
+
+
+def _sglang_pool_gates(applies: Mapping[str, bool]) -> dict[str, tuple[bool, str, str]]:
+    return {key: (applies.get(key, False), needs, fix) for key, (needs, fix) in _SGLANG_POOL_NEEDS.items()}
 
 
 def stack_params(software: TrainSoftware, overrides: Mapping[str, Any] | None, source: str | None = None,

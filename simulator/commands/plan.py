@@ -361,11 +361,13 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     else:
         from ..autoplan import engine_rollout
         from ..llm.kv_pool import kv_pages_matter
+        from ..llm.sglang_pool import sglang_pool_knobs
         from ..params import engine_constants_read_past
 
         _refuse_found(engine_constants_read_past(w.inference, mla=model.is_mla, moe=model.is_moe,
                                                  paged=kv_pages_matter(model), chunked=model.chunked_attention,
-                                                 engine_tp=None, engine_ep=None))
+                                                 engine_tp=None, engine_ep=None,
+                                                 pool_knobs=sglang_pool_knobs([model], w.inference)))
 
         _check_rollout_batch(settings.rollout, inp["max_global_batch"])
         given = set((section(args.overrides, "planner").get("rollout") or {}).keys())

@@ -65,6 +65,7 @@ MAMBA_BLOCK, ATTENTION_BLOCK, MLP_BLOCK = "M", "*", "-"
 # read-out C.state (2 N P each).
 SSM_RECURRENT_FLOPS_PER_STATE_ELEM = 5.0
 SSD_CHUNK_TOKENS = 128      # Nemotron-H config.json chunk_size (the mamba_ssm kernels' default block)
+
 MAMBA_MIXER_TENSORS = 8      # in_proj, conv1d weight + bias, dt_bias, A_log, D, norm, out_proj (HF NemotronHMamba2Mixer)
 # Gated DeltaNet (arXiv 2412.06464; Qwen3-Next's linear attention, HF Qwen3NextGatedDeltaNet): a state
 # of key dim x value dim a value head. Recurrent form (decode), per state element: the decay, the
@@ -84,6 +85,12 @@ def dtype_bytes(dtype: str, field: str = "dtype", source: str | None = None) -> 
     except KeyError:
         raise RlsimError(f"unknown dtype {dtype!r}", source=source, field=field,
                          fix=f"use one of {', '.join(DTYPE_BYTES)}") from None
+
+
+def extra_groups_for_head_shards(groups: int, tp: int) -> int:
+    """The B / C groups an engine adds so each TP rank holds the groups of its heads: 0 when tp
+    divides them, else tp - groups (vLLM 0.11 and SGLang 0.5.6 extra_groups_for_head_shards)."""
+    return 0 if groups % tp == 0 else tp - groups
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,9 @@ class ModelSpec:
     # vocab loss; a tied embedding stays an input table only.
     value_head: bool = False
     source: str = dataclasses.field(default="", compare=False)
+    # The config.json model_type (its language model's, lower case; "" for a spec built by hand): what an
+    # engine keys its per-architecture choices on (SGLang's hybrid SWA memory, llm/sglang_pool.py).
+    model_type: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
         src = self.source or self.name
@@ -642,6 +652,25 @@ class ModelSpec:
     def kv_bytes_per_token(self, bytes_per_elem: float = 2) -> float:
         return self.kv_elems_per_token() * bytes_per_elem
 
+    def state_elems_per_device(self, tp: int, *, pad_linear_groups: bool = False) -> tuple[float, float]:
+        """A sequence's Mamba / linear-attention state on one of ``tp`` ranks over all such layers:
+        (SSM state elements, conv window elements). The SSM heads split over tp; the conv channels
+        too, after the engine pads the B / C groups to a multiple of tp when tp does not divide them
+        (extra_groups_for_head_shards: tp - groups more, in vLLM 0.11 model_executor/layers/mamba/
+        mamba_utils.py mamba2_state_shape and SGLang 0.5.6 configs/mamba_utils.py Mamba2StateShape;
+        SGLang shapes a Gated DeltaNet layer so too, its key heads the groups: ``pad_linear_groups``;
+        vLLM's gated_delta_net_state_shape does not)."""
+        if self.num_linear_layers:
+            pad = extra_groups_for_head_shards(self.linear_key_heads, tp) if pad_linear_groups else 0
+            conv_dim = self.linear_conv_dim + 2 * pad * self.linear_key_dim
+            return (self.num_linear_layers * self.linear_value_heads * self.linear_key_dim * self.linear_value_dim / tp,
+                    self.num_linear_layers * (self.linear_conv_kernel - 1) * conv_dim / tp)
+        if not self.num_mamba_layers:
+            return 0.0, 0.0
+        conv_dim = self.mamba_conv_dim + 2 * extra_groups_for_head_shards(self.mamba_n_groups, tp) * self.ssm_state_size
+        return (self.num_mamba_layers * self.mamba_inner * self.ssm_state_size / tp,
+                self.num_mamba_layers * (self.mamba_conv_kernel - 1) * conv_dim / tp)
+
     def ssm_state_elems_per_sequence(self) -> int:
         """A sequence's constant Mamba state over all Mamba layers, whatever its length: the SSM
         state (heads x head_dim x state) and the conv window ((kernel - 1) x conv channels)."""
@@ -779,7 +808,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str, read: set[s
     head_dim = _int(cfg, source, "head_dim", "attention_head_dim", default=hidden // heads if heads else 0)
     try:
         return ModelSpec(
-            name=name, source=source,
+            name=name, source=source, model_type=model_type,
             num_layers=_int(cfg, source, "num_hidden_layers", "n_layer", "num_layers"),
             hidden=hidden, ffn_hidden=ffn, num_heads=heads,
             num_kv_heads=_int(cfg, source, "num_key_value_heads", default=heads),

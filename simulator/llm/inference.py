@@ -27,7 +27,7 @@ import bisect
 import heapq
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -42,6 +42,13 @@ from ..strict_model import StrictModel
 from ..units import capacity_text
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
 from .kv_pool import KvPool, KvPoolShape
+from .sglang_pool import (
+    SGLANG_SSM_STATE_AUTO_BYTES,
+    SglangPool,
+    has_state_radix,
+    keeps_swa_pool,
+    state_slot_bytes,
+)
 
 _COMPUTE_DTYPE = {"int8": "int8", "fp8": "fp8", "fp16": "fp16"}  # W8A8 / FP8 GEMMs; others run in bf16
 _FIT_FIX = "raise tp or ep, use weight_dtype int8/fp8, lower workspace_bytes, or pick a larger device"
@@ -181,8 +188,6 @@ class StepCost:
         lookup_only = model.params_embedding - (model.vocab * model.hidden if model.tied_head else 0)
         self.streamed_dense_bytes_dev = self.dense_bytes_dev - lookup_only * wbytes / tp * share
         self.route_p = model.experts_per_token / model.num_experts if model.is_moe else 0.0
-        pool = _pool_shape(model, layout, params, kvbytes, share, layout_field)
-        self.kv_bytes_per_token_dev = pool.token_bytes   # what a token draws from the pool (padding included)
         # what a decode step reads a context token: its KV on the full-attention layers (not a padded
         # group's, nor a Llama 4 chunked layer's that the cache keeps whole)
         self.kv_read_bytes_per_token_dev = (model.kv_elems_per_token() if model.is_mla else 2 * (
@@ -192,32 +197,41 @@ class StepCost:
         # blocks behind the window): what a decode step reads of them a sequence.
         self.window_bytes_per_seq_dev = (2 * model.num_sliding_layers * max(model.num_kv_heads // tp, 1)
                                          * model.head_dim * model.sliding_window * kvbytes * share)
-        # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp), in
-        # rollout_layout.mamba_cache_dtype, read and written once per decode step of the sequence.
-        self.state_bytes_per_seq_dev = (model.ssm_state_elems_per_sequence() * mamba_cache_bytes(layout, layout_field)
-                                        / tp * share)
         hbm = device.hbm_bytes * layout.gpu_memory_utilization
-        # One pool of pages for every layer (kv_pool.py, vLLM V1's hybrid KV cache manager): a running
-        # sequence draws its tokens' pages and, beside them, its windows' and states' (seq_pool_bytes_dev).
         self.kv_free_bytes_dev = hbm - self.weight_bytes_dev - params.workspace_bytes
-        kv_pool = KvPool(pool, self.kv_free_bytes_dev)
-        self.seq_pool_bytes_dev = pool.seq_bytes()
+        # The engine's KV memory (params.kv_pool): vLLM's one pool of pages (kv_pool.py), a running
+        # sequence drawing its tokens' pages and, beside them, its windows' and states'
+        # (seq_pool_bytes_dev); or SGLang's token, SWA and state pools (sglang_pool.py).
+        kv_pool = KV_POOLS[params.kv_pool](model, layout, params, kvbytes, share, self.kv_free_bytes_dev, layout_field)
+        self.kv_bytes_per_token_dev = kv_pool.token_bytes   # what a token draws from the pool (padding included)
+        # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp), read
+        # and written once per decode step of the sequence.
+        self.state_bytes_per_seq_dev = kv_pool.state_bytes
+        self.seq_pool_bytes_dev = kv_pool.seq_bytes
         max_seqs = kv_pool.max_seqs
-        if (self.kv_free_bytes_dev <= max(self.kv_bytes_per_token_dev, 0.0) or self.kv_free_bytes_dev <= 0
-                or max_seqs == 0):
-            raise RlsimError(
-                f"{model.name} does not fit for inference on {device.name} with tp={tp}, ep={ep}"
-                f"{f', pp={self.pp}' if self.pp > 1 else ''}: "
-                f"{capacity_text(device.hbm_bytes)} x {layout.gpu_memory_utilization} = {hbm / 1e9:.1f} GB per device, "
-                f"weights {self.weight_bytes_dev / 1e9:.1f} GB ({layout.weight_dtype}), workspace "
-                f"{params.workspace_bytes / 1e9:.1f} GB, leaving no room for the KV cache",
-                field=layout_field, fix=_FIT_FIX)
+        self._refuse_unfit(model, device, layout, params, kv_pool, hbm, layout_field)
         self.kv_capacity_replica = kv_pool.capacity_tokens
         self.kv_capacity_tokens = ep * self.kv_capacity_replica  # pooled over the replicas (even spread)
         # context tokens' worth of pool a running sequence draws beside its own tokens (0: full attention only)
         self.seq_kv_tokens = kv_pool.seq_tokens
         # a model that draws nothing per token: the pool bounds the running sequences
         self.max_running = (layout.max_num_seqs if max_seqs is None else min(layout.max_num_seqs, max_seqs)) * ep
+
+    def _refuse_unfit(self, model: ModelSpec, device: Any, layout: RolloutLayout, params: InferenceParams,
+                      kv_pool: KvPool | SglangPool, hbm: float, layout_field: str) -> None:
+        """RlsimError when the weights (and SGLang's state slots) leave no room for the KV cache."""
+        if (self.kv_free_bytes_dev > max(self.kv_bytes_per_token_dev, 0.0) and self.kv_free_bytes_dev > 0
+                and kv_pool.max_seqs != 0 and kv_pool.capacity_tokens >= 1):
+            return
+        slots = getattr(kv_pool, "state_slots", 0)
+        held = (f", SGLang's {slots} Mamba state slots {slots * kv_pool.state_bytes / 1e9:.1f} GB" if slots else "")
+        raise RlsimError(
+            f"{model.name} does not fit for inference on {device.name} with tp={layout.tp}, ep={layout.ep}"
+            f"{f', pp={self.pp}' if self.pp > 1 else ''}: "
+            f"{capacity_text(device.hbm_bytes)} x {layout.gpu_memory_utilization} = {hbm / 1e9:.1f} GB per device, "
+            f"weights {self.weight_bytes_dev / 1e9:.1f} GB ({layout.weight_dtype}), workspace "
+            f"{params.workspace_bytes / 1e9:.1f} GB{held}, leaving no room for the KV cache", field=layout_field,
+            fix=_FIT_FIX + (", or lower inference.mamba_slots (SGLang's --max-mamba-cache-size)" if slots else ""))
 
     def _set_rates(self, model: ModelSpec, device: Any, layout: RolloutLayout, params: InferenceParams,
                    layout_field: str) -> None:
@@ -597,6 +611,41 @@ def _check_layout(model: ModelSpec, layout: RolloutLayout, params: InferencePara
                              "dequantized")
 
 
+def _vllm_pool(model: ModelSpec, layout: RolloutLayout, params: InferenceParams, kvbytes: float, share: float,
+               free_bytes: float, layout_field: str) -> KvPool:
+    """vLLM V1's one pool of pages (kv_pool.py); the Mamba state in rollout_layout.mamba_cache_dtype."""
+    state_bytes = _state_elems_all_ranks(model, layout.tp) * mamba_cache_bytes(layout, layout_field) / layout.tp * share
+    return KvPool(_pool_shape(model, layout, params, kvbytes, share, layout_field), free_bytes, state_bytes)
+
+
+def _sglang_pool(model: ModelSpec, layout: RolloutLayout, params: InferenceParams, kvbytes: float, share: float,
+                 free_bytes: float, layout_field: str) -> SglangPool:
+    """SGLang's token, SWA and state pools (sglang_pool.py): the attention layers' token pool split
+    into full and SWA pools where SGLang keeps one; the SSM state in rollout_layout.mamba_cache_dtype
+    (auto: SGLang's --mamba-ssm-dtype default, float32), the conv window in bf16."""
+    ssm_bytes = (SGLANG_SSM_STATE_AUTO_BYTES if layout.mamba_cache_dtype == "auto"
+                 else mamba_cache_bytes(layout, layout_field))
+    layer_token_bytes = (model.kv_lora_rank + model.qk_rope_dim if model.is_mla
+                         else 2 * max(model.num_kv_heads // layout.tp, 1) * model.head_dim) * kvbytes * share
+    swa_layers = model.num_sliding_layers if keeps_swa_pool(model) else 0
+    full_layers = (model.num_layers if model.is_mla else model.num_attention_layers) - swa_layers
+    return SglangPool(free_bytes, full_layers * layer_token_bytes, full_layers, swa_layers * layer_token_bytes,
+                      swa_layers, params.swa_full_tokens_ratio, state_slot_bytes(model, layout.tp, ssm_bytes, share),
+                      has_state_radix(model, params), params.mamba_slots, params.mamba_full_memory_ratio,
+                      params.mamba_slots_per_request)
+
+
+def _state_elems_all_ranks(model: ModelSpec, tp: int) -> float:
+    """A sequence's Mamba / linear-attention state elements over the tp ranks, vLLM's padded groups
+    included (ModelSpec.state_elems_per_device)."""
+    ssm, conv = model.state_elems_per_device(tp)
+    return (ssm + conv) * tp
+
+
+# The engine's KV memory by InferenceParams.kv_pool.
+KV_POOLS: dict[str, Callable[..., KvPool | SglangPool]] = {"vllm": _vllm_pool, "sglang": _sglang_pool}
+
+
 def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams, kvbytes: float, share: float,
                 layout_field: str) -> KvPoolShape:
     """What one device of the layout caches per layer of each kind (kv_pool.py). KV heads split over
@@ -604,7 +653,7 @@ def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams
     rank keeps it all; a Mamba / linear-attention layer's state splits its heads over tp."""
     tp = layout.tp
     state_layers = model.num_linear_layers or model.num_mamba_layers
-    state_bytes = (model.ssm_state_elems_per_sequence() / state_layers * mamba_cache_bytes(layout, layout_field) / tp
+    state_bytes = (_state_elems_all_ranks(model, tp) / state_layers * mamba_cache_bytes(layout, layout_field) / tp
                    if state_layers else 0.0)
     if model.is_mla:
         return KvPoolShape(model.num_layers, 0, state_layers, model.kv_lora_rank + model.qk_rope_dim, kvbytes,

@@ -146,10 +146,23 @@ class KvPoolShape:
 
 @dataclass(frozen=True)
 class KvPool:
-    """One device's pool after weights and workspace: what it holds and what a sequence draws."""
+    """One device's pool after weights and workspace: what it holds and what a sequence draws;
+    ``state_bytes``: a sequence's Mamba / linear-attention state on the device (what a decode step
+    reads and writes of it)."""
 
     shape: KvPoolShape
     free_bytes: float
+    state_bytes: float = 0.0
+
+    @property
+    def token_bytes(self) -> float:
+        """Pool bytes one context token draws (shape.token_bytes)."""
+        return self.shape.token_bytes
+
+    @property
+    def seq_bytes(self) -> float:
+        """Pool bytes a running sequence draws beside its tokens (shape.seq_bytes)."""
+        return self.shape.seq_bytes()
 
     @property
     def capacity_tokens(self) -> int:

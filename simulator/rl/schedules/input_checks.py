@@ -8,6 +8,7 @@ from typing import Any
 from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
 from ...llm.kv_pool import kv_pages_matter
+from ...llm.sglang_pool import sglang_pool_knobs
 from ...llm.training import trained_shapes
 from ...params import TRAIN_SOFTWARE, engine_constants_read_past, train_constants_read_past
 from ...scenario import Scenario, check_segments
@@ -179,6 +180,7 @@ def _check_engine_constants(scenario: Scenario, costs: Costs) -> None:
                                        paged=any(kv_pages_matter(m) for m in models.values()),
                                        chunked=any(m.chunked_attention for m in models.values()),
                                        engine_tp=None if auto else layout.tp, engine_ep=None if auto else layout.ep,
-                                       engine_pp=1 if auto else layout.pp)
+                                       engine_pp=1 if auto else layout.pp,
+                                       pool_knobs=sglang_pool_knobs(models.values(), scenario.workload.inference))
     for field, why, fix in found:
         raise RlsimError(why, source=scenario.source, field=field, fix=fix)
