@@ -41,7 +41,7 @@ from ..params import InferenceParams
 from ..strict_model import StrictModel
 from ..units import capacity_text
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
-from .kv_pool import KvPool, KvPoolShape
+from .kv_pool import KvPool, KvPoolShape, kv_pages_matter
 from .sglang_pool import (
     SGLANG_SSM_STATE_AUTO_BYTES,
     SglangPool,
@@ -202,7 +202,9 @@ class StepCost:
         # The engine's KV memory (params.kv_pool): vLLM's one pool of pages (kv_pool.py), a running
         # sequence drawing its tokens' pages and, beside them, its windows' and states'
         # (seq_pool_bytes_dev); or SGLang's token, SWA and state pools (sglang_pool.py).
-        kv_pool = KV_POOLS[params.kv_pool](model, layout, params, kvbytes, share, self.kv_free_bytes_dev, layout_field)
+        # (full attention caches its tokens alike in either: the pool kind is not read, so the engines set it whatever the model)
+        builder = KV_POOLS[params.kv_pool] if kv_pages_matter(model) else _vllm_pool
+        kv_pool = builder(model, layout, params, kvbytes, share, self.kv_free_bytes_dev, layout_field)
         self.kv_bytes_per_token_dev = kv_pool.token_bytes   # what a token draws from the pool (padding included)
         # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp), read
         # and written once per decode step of the sequence.
@@ -652,18 +654,20 @@ def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams
     tp (replicated when tp exceeds them, as vLLM); the MLA latent is not split by heads, so every TP
     rank keeps it all; a Mamba / linear-attention layer's state splits its heads over tp."""
     tp = layout.tp
+    # full attention alone is counted a token at a time: its engine reads no page size
+    block = params.kv_block_size if kv_pages_matter(model) else 1
     state_layers = model.num_linear_layers or model.num_mamba_layers
     state_bytes = (_state_elems_all_ranks(model, tp) / state_layers * mamba_cache_bytes(layout, layout_field) / tp
                    if state_layers else 0.0)
     if model.is_mla:
         return KvPoolShape(model.num_layers, 0, state_layers, model.kv_lora_rank + model.qk_rope_dim, kvbytes,
-                           state_bytes, 0, params.kv_block_size, share)
+                           state_bytes, 0, block, share)
     # Llama 4's chunks: full attention in the cache unless the hybrid manager takes them (InferenceParams)
     window_layers = (model.num_sliding_layers if not model.chunked_attention or params.hybrid_kv_chunked_attention
                      else 0)
     return KvPoolShape(model.num_attention_layers - window_layers, window_layers, state_layers,
                        2 * max(model.num_kv_heads // tp, 1) * model.head_dim, kvbytes, state_bytes,
-                       model.sliding_window, params.kv_block_size, share)
+                       model.sliding_window, block, share)
 
 
 def _fallback_shape(op: str, n: int) -> tuple[int, float]:

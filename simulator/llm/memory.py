@@ -285,10 +285,14 @@ def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_to
 
 def check_forward_fits(breakdown: MemoryBreakdown, *, what: str, budget: bool, source: str | None = None) -> None:
     """RlsimError with the breakdown when a forward-only pass does not fit: it names the key that
-    sizes the pass's micro-batch (its token budget, or its rows)."""
+    sizes the pass's micro-batch (its token budget, or its rows), or the layout where the weights
+    alone fill the device (no micro-batch fits then)."""
     if breakdown.fits:
         return
-    if budget:
+    if breakdown.weights_bytes + breakdown.gathered_bytes > breakdown.capacity_bytes:
+        field, fix = ("workload.train_layout", "raise tp / pp (the weights alone fill the device, whatever the "
+                      "micro-batch), or use devices with more HBM")
+    elif budget:
         field, fix = ("workload.train_layout.logprob_max_tokens_per_micro_batch",
                       "lower the forward passes' token budget (workload.train_layout.logprob_max_tokens_per_micro_batch, "
                       "verl log_prob_max_token_len_per_gpu), raise tp / pp, or use devices with more HBM")
