@@ -61,7 +61,11 @@ _DP_OVERLAP = Gate(("dp_overlap_fraction",), lambda v: v["dp_overlap_fraction"] 
 GATED_KNOBS: dict[str, dict[str, Gate]] = {
     "compute": {**dict.fromkeys(("flash_backward_efficiency_ratio", "flash_causal_fraction", "flash_backward_factor"),
                                 _FLASH),
-                **dict.fromkeys(("score_traffic_fwd_bytes", "score_traffic_bwd_bytes"), _MATERIALIZED)},
+                **dict.fromkeys(("score_traffic_fwd_bytes", "score_traffic_bwd_bytes"), _MATERIALIZED),
+                "attention_skips_padding": Gate(("flash_attention",), lambda v: bool(v["flash_attention"]),
+                                                "compute.flash_attention: true", "the flash kernel's varlen path "
+                                                "over the padded rows' real tokens; materialized scores cover the "
+                                                "padding")},
     "comm": {
         "tp_userbuffer_pipeline_splits": Gate(("tp_userbuffers",), lambda v: bool(v["tp_userbuffers"]),
                                               "comm.tp_userbuffers: true", "the splits of TE userbuffers' pipelined "
@@ -243,8 +247,20 @@ class ComputeParams(StrictModel):
     # every row to it, as verl's fixed-shape batches do (prompts left-padded to data.max_prompt_length
     # by its RLHFDataset, responses right-padded to max_response_length: vllm_rollout_spmd.py
     # pad_2d_list_to_length, 0.6.0), which its importer sets to their sum. Every GEMM, norm and the
-    # logits run over the padding; padded attention is priced as padded (rows x width squared).
+    # logits run over the padding; the attention too, unless attention_skips_padding.
     pad_rows_to: int | None = Field(None, gt=0)
+    # Padded rows' attention over their real tokens alone (schedule.distqueue.packed: false, flash
+    # attention), whatever width the rows take (pad_rows_to or the micro-batch's longest):
+    # transformers' flash_attention_2 path given a padding mask unpads the rows (transformers 4.57.1
+    # modeling_flash_attention_utils.py _flash_attention_forward: _upad_input, then flash_varlen_fn over
+    # cu_seqlens), so the attention core runs the sum of the rows' squared real lengths while the
+    # GEMMs, norms, activations and logits run over the padding (the kernel's shape ramp reads that sum
+    # over the padded tokens, as for packed rows padded to one pipeline shape). False: the attention
+    # runs at the padded width (rows x width squared), as SDPA / eager with a mask and Megatron's
+    # padded SBHD rows (causal mask) do; the behaviour before this field. verl's importer sets it for
+    # its FSDP workers without use_remove_padding (attn_implementation flash_attention_2 unless
+    # override_config says otherwise: verl 0.6.1 workers/fsdp_workers.py _build_model_optimizer).
+    attention_skips_padding: bool = False
 
     @field_validator(*GATED_KNOBS["compute"], mode="after")
     @classmethod

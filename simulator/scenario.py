@@ -2369,13 +2369,18 @@ def _read_past_micro_batching(scenario: Scenario) -> ReadPast:
 
 
 def _read_past_row_width(scenario: Scenario) -> ReadPast:
-    """train_params.compute.pad_rows_to is the width of padded rows: packed samples
-    (schedule.distqueue.packed: true) carry no padding, so it is read nowhere there."""
-    if scenario.workload.train_params.compute.pad_rows_to is None or not scenario.schedule.distqueue.packed:
+    """train_params.compute.pad_rows_to (the width of padded rows) and attention_skips_padding (their
+    attention over the real tokens): packed samples (schedule.distqueue.packed: true) carry no
+    padding, so neither is read there."""
+    if not scenario.schedule.distqueue.packed:
         return []
-    return [("workload.train_params.compute.pad_rows_to", "pad_rows_to is the width of padded rows, and the samples "
-             "are packed (schedule.distqueue.packed: true)", "remove workload.train_params.compute.pad_rows_to, or "
-             "set schedule.distqueue.packed: false")]
+    compute = scenario.workload.train_params.compute
+    given = {"pad_rows_to": (compute.pad_rows_to is not None, "the width of padded rows"),
+             "attention_skips_padding": (compute.attention_skips_padding, "whether padded rows' attention skips "
+                                         "their padding")}
+    return [(f"workload.train_params.compute.{key}", f"{key} is {what}, and the samples are packed "
+             "(schedule.distqueue.packed: true)", f"remove workload.train_params.compute.{key}, or set "
+             "schedule.distqueue.packed: false") for key, (set_, what) in given.items() if set_]
 
 
 def _reward_field(workload: WorkloadConfig) -> str:

@@ -146,12 +146,15 @@ def test_micro_batching_where_nothing_orders_packed_samples_is_refused(schedule,
     assert exc.value.field == "schedule.micro_batching"
 
 
-def test_a_padded_row_width_beside_packed_samples_is_refused():
-    """train_params.compute.pad_rows_to is the width of padded rows: read nowhere when packed."""
-    workload = {"preset": "grpo-qwen2.5-7b", "train_params": {"compute": {"pad_rows_to": 4096}}}
-    with pytest.raises(RlsimError, match="width of padded rows") as exc:
+@pytest.mark.parametrize("key, value, says", [("pad_rows_to", 4096, "width of padded rows"),
+                                               ("attention_skips_padding", True, "attention skips their padding")])
+def test_a_padded_row_width_beside_packed_samples_is_refused(key, value, says):
+    """train_params.compute.pad_rows_to is the width of padded rows, attention_skips_padding whether
+    their attention skips the padding: read nowhere when packed."""
+    workload = {"preset": "grpo-qwen2.5-7b", "train_params": {"compute": {key: value}}}
+    with pytest.raises(RlsimError, match=says) as exc:
         load_scenario(workload=workload, schedule={"kind": "colocated"}, topology={"preset": "dgx-h100", "nodes": 4})
-    assert exc.value.field == "workload.train_params.compute.pad_rows_to"
+    assert exc.value.field == f"workload.train_params.compute.{key}"
     load_scenario(workload=workload, schedule={"kind": "colocated", "distqueue": {"packed": False}},
                   topology={"preset": "dgx-h100", "nodes": 4})
 

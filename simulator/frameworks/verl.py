@@ -1898,8 +1898,10 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _megatron_reference_offload(v, w, s, decided)
     s["distqueue"] = {"packed": _removes_padding(v, decided)}
     if not s["distqueue"]["packed"]:   # verl's batches are fixed-width: every row prompt max + response max
-        w.setdefault("train_params", {}).setdefault("compute", {})["pad_rows_to"] = \
-            w["prompt_length"]["max"] + w["response_length"]["max"]
+        compute = w.setdefault("train_params", {}).setdefault("compute", {})
+        compute["pad_rows_to"] = w["prompt_length"]["max"] + w["response_length"]["max"]
+        # its FSDP workers' flash_attention_2 unpads the rows for the attention (fsdp_workers.py's default)
+        compute["attention_skips_padding"] = True
     _bypass_mode(v, recipe, s, decided)
     _checkpoint_engine(v, recipe, decided)
     _v1_schedule(v, recipe, w, s, decided)

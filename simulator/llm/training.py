@@ -364,12 +364,19 @@ def _micro_batch_parts(seqs: np.ndarray, layout: TrainLayout, packing: str, budg
     # microbatch_group_size_per_vp_stage): a token budget's count rounds up to a multiple of it
     group = layout.pp if layout.vpp > 1 else 1
     width = _padded_row_width(seqs, packing, params, source)
+    real = _attention_skips_padding(packing, params)
     replicas, heads = (_token_budget_micro_batches(seqs, layout.dp or 1, budget, packing, budget_key, source, scored,
-                                                   group, width)
-                       if budget is not None else _sampler_micro_batches(seqs, layout, packing, scored, width))
+                                                   group, width, real)
+                       if budget is not None else _sampler_micro_batches(seqs, layout, packing, scored, width, real))
     if layout.pp > 1 and params is not None and not params.comm.pp_variable_seq_lengths:
-        return [_one_pipeline_shape(tokens, sq, packing) for tokens, sq in replicas], heads
+        return [_one_pipeline_shape(tokens, sq, packing, real) for tokens, sq in replicas], heads
     return replicas, heads
+
+
+def _attention_skips_padding(packing: str, params: TrainParams | None) -> bool:
+    """Whether padded rows' attention runs over their real tokens alone (train_params.compute
+    .attention_skips_padding: a flash kernel's varlen path; Q = sum of the real lengths squared)."""
+    return packing == "padded" and params is not None and params.compute.attention_skips_padding
 
 
 def _padded_row_width(seqs: np.ndarray, packing: str, params: TrainParams | None, source: str | None) -> float | None:
@@ -394,22 +401,26 @@ def replica_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str, p
     return _micro_batch_parts(np.asarray(seqs), layout, packing, getattr(layout, key), params, key)[0]
 
 
-def _one_pipeline_shape(tokens: np.ndarray, sq: np.ndarray, packing: str) -> tuple[np.ndarray, np.ndarray]:
+def _one_pipeline_shape(tokens: np.ndarray, sq: np.ndarray, packing: str,
+                        real_attention: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """A replica's micro-batches padded to its longest: Megatron-Core's pipeline sends tensors of one
     shape (seq_length) unless config.variable_seq_lengths, so a framework pads every micro-batch to
     the batch's longest (NeMo RL v0.5 megatron_policy_worker: pad_full_seq_to when
     pipeline_model_parallel_size > 1). The padding runs through every GEMM, norm and the logits;
-    packed (THD) attention skips it (padded cu_seqlens offsets), padded (SBHD) attention does not."""
+    packed (THD) attention skips it (padded cu_seqlens offsets), padded (SBHD) attention does not
+    (``real_attention``: a varlen kernel on padded rows skips it too)."""
     longest = float(tokens.max())
-    if packing == "packed":
+    if packing == "packed" or real_attention:
         return np.full_like(tokens, longest), sq
     return np.full_like(tokens, longest), np.full_like(sq, float(sq.max()))
 
 
 def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
-                           scored: np.ndarray | None = None, width: float | None = None) -> tuple[list, list | None]:
+                           scored: np.ndarray | None = None, width: float | None = None,
+                           real_attention: bool = False) -> tuple[list, list | None]:
     """`_micro_batch_parts` without a token budget: b sequences a micro-batch in the sampler's order
-    (padded: to the micro-batch's longest, or to ``width``, every row's fixed width)."""
+    (padded: to the micro-batch's longest, or to ``width``, every row's fixed width; the attention
+    over the padded rows, or with ``real_attention`` over each row's real length)."""
     b, dp = layout.micro_batch, layout.dp or 1
     idx = np.arange(seqs.size)
     step = idx // (b * dp)
@@ -427,7 +438,8 @@ def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
         np.maximum.at(longest, flat, s)
         if width is not None:
             longest = np.where(count > 0, width, 0.0)
-        tokens, sq = count * longest, count * longest * longest
+        tokens = count * longest
+        sq = np.bincount(flat, weights=s * s, minlength=size) if real_attention else count * longest * longest
     tokens, sq = tokens.reshape(dp, n_steps), sq.reshape(dp, n_steps)
     head = None if scored is None else np.bincount(flat, weights=scored.astype(float), minlength=size).reshape(dp, -1)
     if (tokens > 0).all():   # every replica fills every micro-batch step (all but a ragged tail)
@@ -469,7 +481,7 @@ def _balanced_dp_indices(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
 def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing: str,
                                 budget_key: str = "max_tokens_per_micro_batch", source: str | None = None,
                                 scored: np.ndarray | None = None, group: int = 1,
-                                width: float | None = None) -> tuple[list, list | None]:
+                                width: float | None = None, real_attention: bool = False) -> tuple[list, list | None]:
     """Dynamic token-budget micro-batches (verl use_dynamic_bsz: the batch is split into dp chunks of
     equal counts and near-equal tokens (`_balanced_dp_indices`), each chunk into micro-batches whose
     token sums stay within `budget`, balanced by sequence length,
@@ -479,8 +491,9 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
     the rank that needs the most takes (rearrange_micro_batches' same_micro_num_in_dp, on by default:
     an all-reduce MAX over the DP group), rounded up to a multiple of `group` (its
     num_batches_divided_by: an interleaved pipeline's pp), at most the rank's sequences. Padded:
-    each micro-batch pads to its longest (every row to ``width`` where given). With ``scored``: each
-    micro-batch's sum of it too."""
+    each micro-batch pads to its longest (every row to ``width`` where given), its attention over
+    the padded rows or, ``real_attention``, the real lengths. With ``scored``: each micro-batch's sum
+    of it too."""
     if int(seqs.max()) > budget:
         raise RlsimError(f"a {int(seqs.max())}-token sequence exceeds the micro-batch token budget {budget}",
                          source=source, field=f"{TRAIN_LAYOUT_FIELD}.{budget_key}",
@@ -499,7 +512,8 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
         else:   # each row padded to the micro-batch's longest, or to the fixed ``width``
             rows = [width or a.max() for a in arr]
             out.append((np.array([a.size * w for a, w in zip(arr, rows, strict=True)]),
-                        np.array([a.size * w ** 2 for a, w in zip(arr, rows, strict=True)])))
+                        np.array([(a * a).sum() if real_attention else a.size * w ** 2
+                                  for a, w in zip(arr, rows, strict=True)])))
         if scored is not None:
             heads.append(np.array([float(scored[chunk[mb]].sum()) for mb in members]))
     return out, heads if scored is not None else None

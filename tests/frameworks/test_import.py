@@ -832,8 +832,11 @@ def test_verl_padded_samples_get_no_micro_batch_order():
     assert "micro_batching" not in padded["schedule"] and padded["schedule"]["distqueue"] == {"packed": False}
     # verl's batches are fixed-width: every row data.max_prompt_length + max_response_length (512 + 1024)
     assert padded["workload"]["train_params"]["compute"]["pad_rows_to"] == 1536
+    # its FSDP workers' flash_attention_2 unpads the rows for the attention alone
+    assert padded["workload"]["train_params"]["compute"]["attention_skips_padding"] is True
     load_scenario(padded)
-    assert "pad_rows_to" not in import_config("verl", cfg, []).scenario["workload"]["train_params"]["compute"]
+    packed = import_config("verl", cfg, []).scenario["workload"]["train_params"]["compute"]
+    assert "pad_rows_to" not in packed and "attention_skips_padding" not in packed
     assert import_config("verl", cfg, []).scenario["schedule"]["micro_batching"] == "sequence"
 
 
@@ -1891,7 +1894,7 @@ def test_verl_takes_its_log_probs_as_its_workers_do():
     megatron workers: Megatron's vocab-parallel cross entropy (38 + 14) after the division."""
     def compute(name, *over):   # less 0.6's padded rows' width (its use_remove_padding false)
         compute = import_config("verl", DATA / name, [*QUICKSTART, *over]).scenario["workload"]["train_params"]["compute"]
-        return {key: value for key, value in compute.items() if key != "pad_rows_to"}
+        return {key: value for key, value in compute.items() if key not in ("pad_rows_to", "attention_skips_padding")}
 
     legacy = compute("verl-0.6.0-generated-ppo-trainer.yaml")
     assert legacy == {"loss_traffic_bytes_per_logit": 14.0, "loss_forward_share": pytest.approx(6 / 14)}
@@ -1938,7 +1941,8 @@ def test_verls_fused_kernels_take_the_log_probs_and_the_entropy_on_their_torch_b
     fused = [*QUICKSTART, "actor_rollout_ref.model.use_fused_kernels=true"]
     w = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml", fused).scenario["workload"]
     assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 126.0, "logits_recompute": True,
-                                            "loss_forward_share": pytest.approx(66 / 126), "pad_rows_to": 1024}
+                                            "loss_forward_share": pytest.approx(66 / 126), "pad_rows_to": 1024,
+                                            "attention_skips_padding": True}
     assert "entropy" not in w
     bonus = import_config("verl", DATA / "verl-0.6.0-generated-ppo-trainer.yaml",
                           [*fused, "actor_rollout_ref.actor.entropy_coeff=0.01"]).scenario["workload"]

@@ -179,6 +179,73 @@ def test_padded_rows_of_a_fixed_width_cost_every_row_that_width():
     assert exc.value.field == "workload.train_params.compute.pad_rows_to"
 
 
+def test_padded_rows_attention_runs_their_real_lengths_with_a_varlen_flash_kernel():
+    """attention_skips_padding (transformers' flash_attention_2 unpads a padding mask's rows): per
+    micro-batch of rows of real lengths L_i padded to W, T = rows x W either way and Q = sum L_i^2
+    (rows x W^2 without it), sampler, token-budget and pipeline-shape micro-batches alike. At the
+    layer, with no launch and no shape ramp: the GEMMs and elementwise work follow W x rows, the flash
+    attention sum L_i^2, materialized attention (SDPA / eager) rows x W^2."""
+    from simulator.llm.layer_costs import layer_shapes
+    from simulator.llm.train_compute import DeviceRates, layer_times
+    from simulator.llm.training import replica_micro_batches
+    lens = np.array([100, 300, 200, 50, 400, 120, 80, 60])
+    real_sq = np.array([(lens[:4] ** 2).sum(), (lens[4:] ** 2).sum()], dtype=float)
+
+    def parts(width, skips, layout=None, **compute):
+        params = TrainParams(compute=ComputeParams(pad_rows_to=width, attention_skips_padding=skips, **compute))
+        return replica_micro_batches(lens, layout or TrainLayout(micro_batch=4), "padded", params)
+
+    [(tokens, sq)] = parts(1000, True)
+    assert tokens.tolist() == [4000.0, 4000.0] and sq.tolist() == real_sq.tolist()
+    [(tokens, padded_sq)] = parts(1000, False)
+    assert tokens.tolist() == [4000.0, 4000.0] and padded_sq.tolist() == [4 * 1000.0 ** 2] * 2
+    [(own, own_sq)] = parts(None, True)                               # each micro-batch at its longest
+    assert own.tolist() == [4 * 300.0, 4 * 400.0] and own_sq.tolist() == real_sq.tolist()
+    budget = parts(1000, True, TrainLayout(max_tokens_per_micro_batch=700))
+    assert sum(q.sum() for _, q in budget) == (lens ** 2).sum() and sum(t.sum() for t, _ in budget) == 8 * 1000
+    assert sum(q.sum() for _, q in parts(1000, False, TrainLayout(max_tokens_per_micro_batch=700))) == 8 * 1000 ** 2
+    pipe = replica_micro_batches(lens, TrainLayout(micro_batch=4, pp=2), "padded", TrainParams(
+        compute=ComputeParams(attention_skips_padding=True), comm=CommParams(pp_variable_seq_lengths=False)))
+    assert pipe[0][0].tolist() == [1600.0, 1600.0] and pipe[0][1].tolist() == real_sq.tolist()
+
+    layer = layer_shapes(QWEN)[0]
+    rates = DeviceRates(peak_flops=989e12, gemm_efficiency=0.8, hbm_Bps=3e12, launch_s=0.0)
+
+    def times(width, flash=True, skips=False):
+        [(t, q)] = parts(width, skips, flash_attention=flash)
+        params = ComputeParams(gemm_ramp_dim=0.0, gemm_ramp_k=0.0, flash_attention=flash,
+                               attention_skips_padding=skips)
+        out = layer_times(layer, QWEN.hidden, QWEN.ffn_hidden, True, t, q, tp=1, sp=False, ep=1, rates=rates,
+                          params=params)
+        return out.fwd_s - out.attn_fwd_s, out.attn_fwd_s
+
+    (rest, varlen), (rest_padded, padded) = times(1000, skips=True), times(1000)
+    assert rest == pytest.approx(rest_padded, rel=1e-12)               # GEMMs, norms over the padding
+    assert varlen == pytest.approx(padded * real_sq / (4 * 1000.0 ** 2), rel=1e-12)
+    assert times(2000, skips=True)[0] == pytest.approx(2 * rest, rel=1e-9)            # ~ W x rows
+    assert times(2000, skips=True)[1] == pytest.approx(varlen, rel=1e-12)             # ~ sum L_i^2
+    assert times(2000, flash=False)[1] == pytest.approx(4 * times(1000, flash=False)[1], rel=1e-12)   # rows W^2
+
+
+def test_a_varlen_kernel_on_padded_rows_prices_the_update_and_the_forward_passes():
+    """The update and the forward-only passes (log-probs, reference) take the same rule: cheaper
+    where the rows carry padding, the same where every row is the width; materialized attention
+    cannot skip it (an error at the field)."""
+    lens = np.repeat(np.array([100, 300, 200, 50, 400, 120, 80, 60]), 4)
+    layout = TrainLayout(micro_batch=2, recompute="full")
+    skips, pads = (TrainParams(compute=ComputeParams(pad_rows_to=2048, attention_skips_padding=flag))
+                   for flag in (True, False))
+    for cost, time in ((train_step_cost, "step_time_s"), (forward_cost, "time_s")):
+        fast, slow = (getattr(cost(QWEN, layout, TOPO, list(range(8)), lens, packing="padded", params=params), time)
+                      for params in (skips, pads))
+        assert fast < slow
+        full, same = (getattr(cost(QWEN, layout, TOPO, list(range(8)), np.full(32, 2048), packing="padded",
+                                   params=params), time) for params in (skips, pads))
+        assert full == same
+    with pytest.raises(ValueError, match="compute.flash_attention: true"):
+        ComputeParams(flash_attention=False, attention_skips_padding=True)
+
+
 def test_forward_cost_is_cheaper_than_a_step():
     seqs = uniform_sequences(32, 2048)
     step = train_step_cost(QWEN, TrainLayout(tp=2), TOPO, list(range(8)), seqs)
