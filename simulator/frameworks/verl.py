@@ -1897,10 +1897,13 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     _megatron_reference_offload(v, w, s, decided)
     s["distqueue"] = {"packed": _removes_padding(v, decided)}
-    if not s["distqueue"]["packed"]:   # verl's batches are fixed-width: every row prompt max + response max
+    if not s["distqueue"]["packed"] and str(v(f"{A}.actor.strategy")) != "megatron":
+        # the FSDP workers run verl's fixed-width rows (prompt max + response max) through the model,
+        # whose flash_attention_2 unpads them for the attention (fsdp_workers.py's default); the
+        # megatron workers' bshd rows (0.7) are re-padded to each micro-batch's longest
+        # (models/mcore/util.py preprocess_bshd), as rlsim pads without a width
         compute = w.setdefault("train_params", {}).setdefault("compute", {})
         compute["pad_rows_to"] = w["prompt_length"]["max"] + w["response_length"]["max"]
-        # its FSDP workers' flash_attention_2 unpads the rows for the attention (fsdp_workers.py's default)
         compute["attention_skips_padding"] = True
     _bypass_mode(v, recipe, s, decided)
     _checkpoint_engine(v, recipe, decided)

@@ -854,6 +854,10 @@ def test_verl_megatron_workers_pack_their_rows_whatever_the_hf_models_padding_ke
     off = "+actor_rollout_ref.actor.megatron.use_remove_padding=false"
     padded = import_config("verl", cfg, [*megatron, off, "+actor_rollout_ref.ref.megatron.use_remove_padding=false"])
     assert padded.scenario["schedule"]["distqueue"] == {"packed": False}
+    # verl 0.7's bshd rows are re-padded to each micro-batch's longest (preprocess_bshd), not to a
+    # fixed width, and Megatron's attention runs that padding
+    compute = padded.scenario["workload"]["train_params"].get("compute", {})
+    assert "pad_rows_to" not in compute and "attention_skips_padding" not in compute
     assert "actor_rollout_ref.actor.megatron.use_remove_padding" in padded.mapped
     assert "equals" in padded.mapped["actor_rollout_ref.ref.megatron.use_remove_padding"]
     fsdp = import_config("verl", cfg, ["actor_rollout_ref.model.use_remove_padding=false"])
