@@ -1090,11 +1090,30 @@ ENTROPY_KERNEL_BYTES: dict[str, tuple[float, float]] = {"eager": (24.0, 44.0), "
 # - eager-fp32: the eager sequence on fp32 logits (8).
 # - eager-log-softmax (SkyRL's chunked_entropy_from_logits), eager-chunked-fp32 and verl-fused-torch:
 #   chunks of rows, none of the logits' size: 0.
-# Counted in the forward-only pass that computes it (old log-prob); in the update, where autograd keeps
-# each chunk's tensors for the backward, the entropy's memory is not modelled (rl/llm_costs.py entropy_params).
+# Counted in the forward-only pass that computes it (old log-prob) and in an update that computes it
+# for its metrics alone (outside autograd: SkyRL's chunked_entropy_from_logits under no_grad without
+# the entropy loss); an update whose loss takes it holds ENTROPY_KERNEL_UPDATE_MEMORY_BYTES.
 ENTROPY_KERNEL_MEMORY_BYTES: dict[str, float] = {"eager": 4.0, "compiled": 0.0, "vocab-parallel": 2.0,
                                                  "eager-fp32": 8.0, "eager-log-softmax": 0.0,
                                                  "eager-chunked-fp32": 0.0, "verl-fused-torch": 0.0}
+# What each kernel holds beside the logits at the update's peak where its loss takes the entropy's
+# gradient (workload.entropy.in_loss: verl's update_policy calls _forward_micro_batch with
+# calculate_entropy = entropy_coeff != 0, grad enabled, verl 0.6.1 workers/actor/dp_actor.py), bytes
+# per logit: autograd keeps the tensors the backward reads until the backward runs, and the logits'
+# backward is the first the backward runs, every layer's activations still held. An unchunked kernel
+# keeps part of its forward peak (eager: softmax's output, 2, which the product reads too; the
+# shifted copy or the product beside it, 2: 4; eager-fp32 8; vocab-parallel: _VocabParallelEntropy
+# saves its clone, 2), its peak the same. Chunked kernels keep every chunk's: eager-chunked-fp32
+# (verl's entropy_from_logits_with_chunking) each chunk's fp32 copy, which logsumexp and the product
+# save, and fp32 softmax: 8; eager-log-softmax (SkyRL's chunked_entropy_from_logits with
+# requires_grad, skyrl 0.3.0 utils/torch_utils.py) log_softmax's and exp's outputs: 4. compiled: the
+# compiled graph saves its inputs and row results and recomputes the rest in its backward: 0
+# (assumed, as its forward); verl-fused-torch: the fused kernel keeps no tensor of the logits' size: 0.
+# Recomputed (entropy.recompute: torch.utils.checkpoint) the same tensors come back in the backward's
+# recompute, every layer's activations still held: the same peak.
+ENTROPY_KERNEL_UPDATE_MEMORY_BYTES: dict[str, float] = {"eager": 4.0, "compiled": 0.0, "vocab-parallel": 2.0,
+                                                        "eager-fp32": 8.0, "eager-log-softmax": 4.0,
+                                                        "eager-chunked-fp32": 8.0, "verl-fused-torch": 0.0}
 
 # The log-probabilities of the sampled tokens taken from the logits, (forward, backward) bytes per bf16
 # logit, where a framework's trainer does not run the stacks' Megatron vocab-parallel cross entropy

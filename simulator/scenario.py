@@ -36,6 +36,8 @@ from .overrides import apply_overrides, parse_assignment, string_items
 from .params import (
     DEFAULT_TRAIN_SOFTWARE,
     ENTROPY_KERNEL_BYTES,
+    ENTROPY_KERNEL_MEMORY_BYTES,
+    ENTROPY_KERNEL_UPDATE_MEMORY_BYTES,
     FALLBACK_COLLECTIVE_KEYS,
     MATH_VERIFY_CAPPED_CPU_S_PER_SAMPLE,
     MATH_VERIFY_CAPPED_CPU_S_PER_TOKEN,
@@ -272,6 +274,9 @@ class EntropySpec(_Strict):
     # Bytes per logit forward, and backward in the update: None, the kernel's.
     forward_bytes_per_logit: float | None = Field(None, ge=0)
     backward_bytes_per_logit: float | None = Field(None, ge=0)
+    # Bytes per logit the update holds beside the logits where its loss takes the entropy (autograd's
+    # saved tensors, with in_loss only): None, the kernel's (params.ENTROPY_KERNEL_UPDATE_MEMORY_BYTES).
+    update_memory_bytes_per_logit: float | None = Field(None, ge=0)
 
     @model_validator(mode="after")
     def _backward_in_the_update(self) -> "EntropySpec":
@@ -283,10 +288,23 @@ class EntropySpec(_Strict):
         if self.recompute and not self.in_loss:
             raise ValueError("recompute applies where the update's loss takes the entropy's gradient (its backward "
                              "redoes the forward); remove it, or set in_loss: true")
-        if self.backward_bytes_per_logit is not None and not self.in_loss:
-            raise ValueError("backward_bytes_per_logit applies where the update's loss takes the entropy's gradient; "
-                             "remove it, or set in_loss: true")
+        for key in ("backward_bytes_per_logit", "update_memory_bytes_per_logit"):
+            if getattr(self, key) is not None and not self.in_loss:
+                raise ValueError(f"{key} applies where the update's loss takes the entropy's gradient; remove it, or "
+                                 "set in_loss: true")
         return self
+
+    def memory_bytes_per_logit(self, pass_name: str) -> float:
+        """Bytes per logit the entropy holds beside the logits at ``pass_name``'s peak (old_logprob,
+        update): autograd's saved tensors in an update whose loss takes it
+        (ENTROPY_KERNEL_UPDATE_MEMORY_BYTES, or update_memory_bytes_per_logit), else the kernel's forward
+        peak (ENTROPY_KERNEL_MEMORY_BYTES); 0 in a pass that does not compute it."""
+        if pass_name not in self.passes:
+            return 0.0
+        if pass_name == "update" and self.in_loss:
+            return ENTROPY_KERNEL_UPDATE_MEMORY_BYTES[self.kernel] if self.update_memory_bytes_per_logit is None \
+                else self.update_memory_bytes_per_logit
+        return ENTROPY_KERNEL_MEMORY_BYTES[self.kernel]
 
     def bytes_per_logit(self, pass_name: str) -> tuple[float, float]:
         """(forward, backward) bytes per logit the entropy adds to ``pass_name`` (old_logprob, update)."""

@@ -65,7 +65,6 @@ from ..llm.training import (
     train_step_cost,
 )
 from ..network.collectives import CollectiveModel
-from ..params import ENTROPY_KERNEL_MEMORY_BYTES
 from ..scenario import Scenario
 from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
@@ -119,18 +118,18 @@ ENTROPY_PASSES = {"fwd": "old_logprob", "train": "update"}
 
 def entropy_params(params: TrainParams, spec: Any) -> dict[str, TrainParams]:
     """The actor's trainer constants for its old log-prob pass ("fwd") and its update ("train") where
-    workload.entropy (``spec``; None: none) has them compute the entropy over the vocabulary."""
+    workload.entropy (``spec``; None: none) has them compute the entropy over the vocabulary: its
+    traffic, and what it holds beside the logits (EntropySpec.memory_bytes_per_logit: autograd's
+    saved tensors in an update whose loss takes it)."""
     out: dict[str, TrainParams] = {}
     for kind, pass_name in ENTROPY_PASSES.items():
         forward, backward = spec.bytes_per_logit(pass_name) if spec is not None else (0.0, 0.0)
         if forward or backward:
             compute = params.compute.model_copy(update={"entropy_traffic_bytes_per_logit": forward,
                                                         "entropy_backward_traffic_bytes_per_logit": backward})
-            update: dict[str, Any] = {"compute": compute}
-            if kind == "fwd":   # the old log-prob pass's tensors over the vocabulary (the update's: not modelled)
-                update["memory"] = params.memory.model_copy(update={"entropy_logits_bytes_per_elem":
-                                                                    ENTROPY_KERNEL_MEMORY_BYTES[spec.kernel]})
-            out[kind] = params.model_copy(update=update)
+            memory = params.memory.model_copy(update={"entropy_logits_bytes_per_elem":
+                                                      spec.memory_bytes_per_logit(pass_name)})
+            out[kind] = params.model_copy(update={"compute": compute, "memory": memory})
     return out
 
 

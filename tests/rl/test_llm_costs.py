@@ -425,10 +425,41 @@ def test_the_entropy_costs_the_passes_that_compute_it_their_bytes_per_logit(kern
     assert redone - update0 == pytest.approx((2 * forward + backward) * per_byte, rel=1e-9)   # its forward again
 
 
+@pytest.mark.parametrize("kernel", sorted(params.ENTROPY_KERNEL_BYTES))
+def test_the_updates_entropy_holds_its_kernels_tensors_beside_the_logits(kernel):
+    """workload.entropy in the update: its peak holds the kernel's tensors beside the logits, autograd's
+    saved ones where its loss takes the entropy (in_loss: ENTROPY_KERNEL_UPDATE_MEMORY_BYTES, or
+    update_memory_bytes_per_logit), the forward peak's for the metrics alone
+    (ENTROPY_KERNEL_MEMORY_BYTES); recomputed, the same. Closed form: the update's peak less the
+    plain one's is bytes x the micro-batch's tokens x vocab / tp."""
+    def peak(*overrides):
+        sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="colocated", overrides=list(overrides))
+        c = LlmCosts(sc, load_topology(sc.topology))
+        return c, c.train("actor", np.full(64, 2048), range(8)).peak_memory_bytes
+
+    plain, plain_peak = peak()
+    lay = plain.layout(8)
+    per_byte = peak("workload.entropy={passes: [update], in_loss: true, update_memory_bytes_per_logit: 1}")[1] \
+        - plain_peak
+    rows = per_byte / (2048 * plain.model.head_outputs / lay.tp)   # the micro-batch's 2048-token samples
+    assert rows >= 1 and rows == round(rows)
+    saved, transient = params.ENTROPY_KERNEL_UPDATE_MEMORY_BYTES[kernel], params.ENTROPY_KERNEL_MEMORY_BYTES[kernel]
+    for spec, expected in ((f"{{passes: [update], in_loss: true, kernel: {kernel}}}", saved),
+                           (f"{{passes: [update], in_loss: true, recompute: true, kernel: {kernel}}}", saved),
+                           (f"{{passes: [update], kernel: {kernel}}}", transient),
+                           (f"{{passes: [old_logprob], kernel: {kernel}}}", 0.0)):
+        assert peak(f"workload.entropy={spec}")[1] - plain_peak == pytest.approx(expected * per_byte, rel=1e-9), spec
+    assert params.ENTROPY_KERNEL_UPDATE_MEMORY_BYTES["eager-chunked-fp32"] == 8.0   # each chunk's fp32 copy + softmax
+
+
 def test_entropy_keys_are_checked_where_they_apply():
     with pytest.raises(RlsimError, match="backward_bytes_per_logit applies where the update's loss"):
         load_scenario(workload="grpo-qwen2.5-7b", overrides=[
             "workload.entropy={passes: [update], backward_bytes_per_logit: 3}"])
+    with pytest.raises(RlsimError, match="update_memory_bytes_per_logit applies where the update's loss"):
+        load_scenario(workload="grpo-qwen2.5-7b", overrides=[
+            "workload.entropy={passes: [update], update_memory_bytes_per_logit: 3}"])
     with pytest.raises(RlsimError, match="recompute applies where the update's loss"):
         load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.entropy={passes: [update], recompute: true}"])
     with pytest.raises(RlsimError, match="in_loss applies where the update computes"):
