@@ -20,7 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from .engine_software import engine_software, overlaps_without_stages, resolved, with_request_cap
+from .engine_software import (
+    engine_software,
+    overlaps_without_stages,
+    refuse_missing_architecture,
+    resolved,
+    with_request_cap,
+)
 from .errors import RlsimError
 from .hardware.devices import distinct_devices
 from .llm.architecture import ModelSpec, load_model
@@ -58,8 +64,8 @@ class AutoPlan:
     consolidating_train: dict[str, Any] | None = None
 
 
-def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any,
-                   planner_keys: set[str]) -> tuple[Any, Any, Callable[[int, int], Any] | None]:
+def engine_rollout(workload: Any, model: Any, topology: Any, ranks: Any, space: Any, planner_keys: set[str],
+                   source: str | None = None) -> tuple[Any, Any, Callable[[int, int], Any] | None]:
     """(rollout search space, inference constants, per-candidate constants or None) under a named
     engine (workload.engine) on the ranks' devices (vLLM's small set if any takes it): its
     running-sequence cap searched unless planner.rollout gives one, its per-device values for the
@@ -67,7 +73,8 @@ def engine_rollout(workload: Any, topology: Any, ranks: Any, space: Any,
     0.5.6's CUDA-graph cap by TP size, vLLM V1's by the running-sequence cap, SGLang's overlap
     scheduler, off with pipeline stages) gives the constants of a candidate (tp, max_num_seqs, pp) as
     the third item. No engine: as given. A reserving engine's requests
-    carry the run's generation cap."""
+    carry the run's generation cap. An engine without the model's architecture refuses it."""
+    refuse_missing_architecture(workload.engine, model, source)
     if not workload.engine:
         return space, with_request_cap(workload.inference, workload.response_length), None
     devices = distinct_devices(topology, ranks)
@@ -412,7 +419,8 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
         p_med, r_med, _ = _lengths(sc)
         user = set((sc.planner.get("rollout") or {}).keys())
         update: dict[str, Any] = {k: v for k, v in (("prompt_len", p_med), ("response_len", r_med)) if k not in user}
-        space, inference, at_layout = engine_rollout(w, topology, roll_ranks, settings.rollout.model_copy(update=update), user)
+        space, inference, at_layout = engine_rollout(w, model, topology, roll_ranks, settings.rollout.model_copy(update=update), user,
+                                                     sc.source)
         engine_share = colocated_engine_share(sc, topology, model, out.layouts.get("train", w.train_layout),
                                               train_ranks, space.gpu_memory_utilization)
         space = space.model_copy(update={"gpu_memory_utilization": engine_share})
@@ -527,7 +535,8 @@ class PlannerReplanner:
         fixed = {k: [int(lay[k])] for k in ("tp", "ep", "pp", "max_num_seqs") if k in lay}
         p_med, r_med, _ = _lengths(self.sc)
         space = self.settings.rollout.model_copy(update={"prompt_len": p_med, "response_len": r_med, **fixed})
-        space, inference, at_layout = engine_rollout(self.sc.workload, self.topology, alive, space, set(fixed))
+        space, inference, at_layout = engine_rollout(self.sc.workload, self.model, self.topology, alive, space, set(fixed),
+                                                     self.sc.source)
         plan = plan_rollout(self.model, self.topology, ranks=alive, space=space, params=self.settings.params, top=1,
                             evaluator=RolloutEvaluator(self.model, self.topology, space, params=inference,
                                                        params_for_layout=at_layout))

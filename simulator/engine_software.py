@@ -27,6 +27,14 @@ VLLM_LARGE_GPU_BYTES = 70 * GIB
 # From vLLM 0.9 the larger set also needs `"a100" not in device_name` ("Setting large
 # max_num_batched_tokens for A100 reduces throughput, see PR #17885"): an A100 80GB takes the small set.
 VLLM_SMALL_SET_DEVICE_NAMES = ("a100",)
+# The recurrent-state layers rlsim models (llm/architecture.py) and the engine model file that runs
+# them: Mamba-2 (Nemotron-H's hybrid_override_pattern "M" layers; SGLang also runs Falcon-H1's) and
+# Gated DeltaNet (Qwen3-Next's linear_attention layers).
+MAMBA2, GATED_DELTANET = "Mamba-2", "Gated DeltaNet"
+STATE_LAYER_MODELS = {MAMBA2: "nemotron_h.py (Nemotron-H)", GATED_DELTANET: "qwen3_next.py (Qwen3-Next)"}
+# Engines that run both (the fix a refusal offers): SGLang 0.5.6 and vLLM 0.11 (the vllm-v1 engine;
+# vllm/model_executor/models/nemotron_h.py and qwen3_next.py in the 0.11.0 wheel).
+STATE_LAYER_ENGINES = ("sglang-0.5.6", "vllm-v1")
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,9 @@ class EngineSoftware:
     # The largest CUDA-graph batch from the running-sequence cap and the step's token budget (None for
     # no budget), for an engine whose capture list follows them (vLLM V1); None: a fixed value.
     graph_cap: Callable[[int, int | None], int] | None = None
+    # The recurrent-state layer kinds (STATE_LAYER_MODELS) whose architectures the engine has; a model
+    # with another kind is refused (refuse_missing_architecture). None: not restricted here.
+    state_layer_kinds: frozenset[str] | None = None
 
     def overlay(self, devices: Sequence[Any], tp: int = 1) -> Mapping[str, Mapping[str, Any]]:
         """The per-GPU values on `devices` (DeviceSpecs) for instances of `tp` ranks:
@@ -233,6 +244,8 @@ SGLANG = EngineSoftware(
     tiers=(GpuTier(0, {"inference": {"max_num_batched_tokens": 2048, "cuda_graph_max_batch": 160}}),
            GpuTier(25_000 * MIB, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 160}}),
            GpuTier(96 * GIB + 1, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 256}})),
+    # its srt/models/ has no Mamba nor linear-attention model (no nemotron_h.py, falcon_h1.py, qwen3_next.py)
+    state_layer_kinds=frozenset(),
     source="sglang 0.4.6.post5 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
            "managers/tp_worker.py max_running_requests, model_executor/model_runner.py; verl 0.5 "
@@ -258,6 +271,9 @@ SGLANG_052 = EngineSoftware(
     tiers=(_sglang_tier(0, 2048, 8), _sglang_tier(0, 2048, 80, min_tp=4), _sglang_tier(35 * GIB, 8192, 160),
            _sglang_tier(90 * GIB + 1, 8192, 256), _sglang_tier(160_000 * MIB + 1, 8192, 512),
            _sglang_tier(160 * GIB, 16384, 512)),
+    # srt/models/ has qwen3_next.py, not nemotron_h.py nor falcon_h1.py; its Transformers fallback
+    # (models/transformers.py) calls the HF model with use_cache=False, keeping no Mamba state
+    state_layer_kinds=frozenset({GATED_DELTANET}),
     source="sglang 0.5.2 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
            "model_executor/model_runner.py init_memory_pool; verl 0.6.0 setup (sglang==0.5.2)")
@@ -276,6 +292,7 @@ SGLANG_056 = EngineSoftware(
            _sglang_tier(35 * GIB, 4096, 32), _sglang_tier(35 * GIB, 4096, 160, min_tp=4),
            _sglang_tier(60 * GIB, 8192, 256), _sglang_tier(60 * GIB, 8192, 512, min_tp=4),
            _sglang_tier(160 * GIB, 16384, 512)),
+    state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}),   # srt/models/nemotron_h.py, qwen3_next.py
     source="sglang 0.5.6 sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings, "
            "_generate_cuda_graph_batch_sizes, environ.py; verl 0.7.0 setup (sglang==0.5.6)")
 
@@ -291,6 +308,30 @@ def engine_software(name: str, field_name: str = "workload.engine", source: str 
         raise RlsimError(f"unknown engine {name!r}", source=source, field=field_name,
                          fix=f"use one of: {', '.join(ENGINE_SOFTWARE)} (or leave workload.engine unset for "
                              "rlsim's own defaults)") from None
+
+
+def state_layer_kind(model: Any) -> str | None:
+    """The model's recurrent-state layer kind (STATE_LAYER_MODELS), None for attention only."""
+    if model.num_mamba_layers:
+        return MAMBA2
+    return GATED_DELTANET if model.num_linear_layers else None
+
+
+def refuse_missing_architecture(name: str | None, model: Any, source: str | None = None,
+                                role: str = "workload.model") -> None:
+    """RlsimError when engine `name` has no architecture with the model's state layers (SGLang
+    0.4.6.post5: none; 0.5.2: no Mamba-2): the engine would not load it. No engine, or one not
+    restricted (vLLM's): nothing."""
+    kind = state_layer_kind(model)
+    engine = engine_software(name) if name else None
+    if kind is None or engine is None or engine.state_layer_kinds is None or kind in engine.state_layer_kinds:
+        return
+    layers = model.num_mamba_layers or model.num_linear_layers
+    version = " ".join(engine.source.split()[:2])   # "sglang 0.4.6.post5": the wheel read
+    raise RlsimError(f"workload.engine {name} cannot run {role} {model.name}: its {layers} {kind} layers need a "
+                     f"model file such as {STATE_LAYER_MODELS[kind]}, which {version}'s srt/models/ does not have",
+                     source=source, field="workload.engine",
+                     fix=f"use workload.engine {' or '.join(STATE_LAYER_ENGINES)}, or a model of attention layers")
 
 
 def _independent(engine: EngineSoftware, max_model_len: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ def _scenario(engine=None, topology=None, inference=None, rollout_layout=None, *
 
 
 H100 = get_device("h100")
+LLAMA_8B = load_model("llama3.1-8b")   # _scenario's model
 
 
 def _sized(hbm_bytes: float, name: str = "gpu"):
@@ -240,13 +241,14 @@ def test_layout_dependent_engine_resolves_at_the_runs_layout_and_per_planner_can
         assert LlmCosts(sc, load_topology(sc.topology)).inference_params.cuda_graph_max_batch == graphs
     sc = load_scenario(_scenario("sglang-0.5.6"))
     topology = load_topology(sc.topology)
-    _space, inference, at_layout = engine_rollout(sc.workload, topology, range(8), RolloutSpace(), set())
+    _space, inference, at_layout = engine_rollout(sc.workload, LLAMA_8B, topology, range(8), RolloutSpace(), set())
     assert inference.cuda_graph_max_batch == 256
     assert (at_layout(2, 2048).cuda_graph_max_batch, at_layout(4, 2048).cuda_graph_max_batch) == (256, 512)
     given = load_scenario(_scenario("sglang-0.5.6", inference={"cuda_graph_max_batch": 64})).workload
-    assert engine_rollout(given, topology, range(8), RolloutSpace(), set())[2](4, 2048).cuda_graph_max_batch == 64
+    assert engine_rollout(given, LLAMA_8B, topology, range(8), RolloutSpace(), set())[2](4, 2048).cuda_graph_max_batch == 64
     # SGLang 0.4.6: by memory only, but its overlap scheduler is off with pipeline stages
-    at_stages = engine_rollout(load_scenario(_scenario("sglang")).workload, topology, range(8), RolloutSpace(), set())[2]
+    at_stages = engine_rollout(load_scenario(_scenario("sglang")).workload, LLAMA_8B, topology, range(8), RolloutSpace(),
+                               set())[2]
     assert at_stages(2, 2048).async_scheduling and not at_stages(2, 2048, 2).async_scheduling
     assert at_stages(2, 2048).cuda_graph_max_batch == at_stages(4, 2048).cuda_graph_max_batch
 

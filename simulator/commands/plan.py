@@ -371,7 +371,8 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
 
         _check_rollout_batch(settings.rollout, inp["max_global_batch"])
         given = set((section(args.overrides, "planner").get("rollout") or {}).keys())
-        space, inference, at_layout = engine_rollout(w, topology, range(topology.num_devices), settings.rollout, given)
+        space, inference, at_layout = engine_rollout(w, model, topology, range(topology.num_devices), settings.rollout, given,
+                                                     inp["scenario"].source)
         plan = plan_rollout(model, topology, space=space, params=settings.params, top=args.top,
                             target_tokens_per_s=args.target_tokens_per_s,
                             evaluator=_counted(RolloutEvaluator(model, topology, space, params=inference,

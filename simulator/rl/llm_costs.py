@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import ValidationError
 
-from ..engine_software import resolved, with_request_cap
+from ..engine_software import refuse_missing_architecture, resolved, with_request_cap
 from ..errors import RlsimError, validation_error
 from ..hardware.devices import DeviceSpec, distinct_devices
 from ..llm.architecture import ModelSpec, load_model, with_value_head
@@ -382,6 +382,7 @@ class LlmCosts:
         self.scenario, self.topology, self.source = scenario, topology, src
         self.models = role_models(scenario)
         self.model: ModelSpec = self.models["actor"]
+        refuse_missing_architecture(w.engine, self.model, src)   # an engine without its state layers' model
         self.device = topology.device_spec(0)   # rank 0's device (kept for callers; costs use the pools')
         self.n_devices = topology.num_devices
         self.collectives = CollectiveModel(topology)   # owns the collective and training-step caches
@@ -1231,6 +1232,7 @@ class LlmCosts:
         return served
 
     def _resolve_one(self, spec: Any, model: ModelSpec, bytes_per_logit: float, prefix: str) -> _Served:
+        refuse_missing_architecture(self.scenario.workload.engine, model, self.source, f"{prefix}'s model")
         layout = RolloutLayout.from_mapping(spec.layout, source=self.source, field_name=f"{prefix}.layout")
         params = self.inference_params
         if spec.inference:
