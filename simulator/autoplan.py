@@ -22,6 +22,7 @@ import numpy as np
 
 from .engine_software import (
     engine_software,
+    model_forced,
     overlaps_without_stages,
     refuse_missing_architecture,
     resolved,
@@ -73,13 +74,14 @@ def engine_rollout(workload: Any, model: Any, topology: Any, ranks: Any, space: 
     0.5.6's CUDA-graph cap by TP size, vLLM V1's by the running-sequence cap, SGLang's overlap
     scheduler, off with pipeline stages) gives the constants of a candidate (tp, max_num_seqs, pp) as
     the third item. No engine: as given. A reserving engine's requests
-    carry the run's generation cap. An engine without the model's architecture refuses it."""
+    carry the run's generation cap. An engine without the model's architecture refuses it; the
+    settings it forces by the model (model_forced) hold."""
     refuse_missing_architecture(workload.engine, model, source)
     if not workload.engine:
         return space, with_request_cap(workload.inference, workload.response_length), None
     devices = distinct_devices(topology, ranks)
     inference, layout = resolved(workload.engine, workload.inference, {}, devices)
-    inference = with_request_cap(inference, workload.response_length)
+    inference, _ = model_forced(workload.engine, with_request_cap(inference, workload.response_length), model)
     if "max_num_seqs" in layout and "max_num_seqs" not in planner_keys:
         space = space.model_copy(update={"max_num_seqs": [layout["max_num_seqs"]]})
     if not engine_software(workload.engine).layout_dependent and not overlaps_without_stages(workload.engine):
@@ -89,7 +91,7 @@ def engine_rollout(workload: Any, model: Any, topology: Any, ranks: Any, space: 
     def at_layout(tp: int, max_num_seqs: int, pp: int = 1) -> Any:
         params, _ = resolved(workload.engine, workload.inference, {"tp": tp, "max_num_seqs": max_num_seqs, "pp": pp},
                              devices)
-        return with_request_cap(params, workload.response_length)
+        return model_forced(workload.engine, with_request_cap(params, workload.response_length), model)[0]
     return space, inference, at_layout
 
 

@@ -55,6 +55,18 @@ class GpuTier:
 
 
 @dataclass(frozen=True)
+class ModelForcedSetting:
+    """An inference setting an engine forces on some models whatever it is given (SGLang's
+    server_args.py and ModelRunner adjustments by architecture): `field` runs at `value` where
+    `applies(model, inference)`; `why` cites the engine's own line."""
+
+    field: str
+    value: Any
+    applies: Callable[[Any, Any], bool]
+    why: str
+
+
+@dataclass(frozen=True)
 class EngineSoftware:
     """An engine version: `inference` (InferenceParams fields) and `rollout` (RolloutLayout fields)
     it fixes, and `tiers` of per-GPU values in ascending order: the last tier every rollout device
@@ -71,6 +83,8 @@ class EngineSoftware:
     # The recurrent-state layer kinds (STATE_LAYER_MODELS) whose architectures the engine has; a model
     # with another kind is refused (refuse_missing_architecture). None: not restricted here.
     state_layer_kinds: frozenset[str] | None = None
+    # Settings it forces by the model (model_forced), in order: a later rule sees an earlier one's value.
+    model_forced: tuple[ModelForcedSetting, ...] = ()
 
     def overlay(self, devices: Sequence[Any], tp: int = 1) -> Mapping[str, Mapping[str, Any]]:
         """The per-GPU values on `devices` (DeviceSpecs) for instances of `tp` ranks:
@@ -258,6 +272,42 @@ def _sglang_tier(min_hbm_bytes: float, tokens: int, graphs: int, min_tp: int = 1
                    min_tp=min_tp)
 
 
+def _has_mamba2_layers(model: Any, _inference: Any) -> bool:
+    return bool(model.num_mamba_layers)
+
+
+def _has_linear_layers(model: Any, _inference: Any) -> bool:
+    return bool(model.num_linear_layers)
+
+
+def _keeps_state_radix(model: Any, inference: Any) -> bool:
+    """llm/sglang_pool.py has_state_radix (imported on call: simulator.llm imports the scenario, which
+    imports this module)."""
+    from .llm.sglang_pool import has_state_radix
+    return has_state_radix(model, inference)
+
+
+# SGLang 0.5.2's ModelRunner.__init__ (model_executor/model_runner.py): is_hybrid_gdn (Qwen3-Next, the
+# one linear-attention model it has) sets server_args.disable_radix_cache, so the samples of a prompt
+# share no prefill; the overlap scheduler stays on.
+SGLANG_052_GDN_NO_RADIX = ModelForcedSetting(
+    "enable_prefix_caching", False, _has_linear_layers,
+    "SGLang 0.5.2 turns its radix cache off for a Gated DeltaNet hybrid (model_runner.py ModelRunner.__init__: "
+    "'Hybrid GDN model detected, disable radix cache')")
+# SGLang 0.5.6: ModelRunner.__init__ sets disable_radix_cache for a Mamba-2 hybrid (mamba2_config:
+# NemotronHConfig, FalconH1Config); server_args.py _handle_model_specific_adjustments sets
+# disable_overlap_schedule for Qwen3NextForCausalLM while the radix cache is on (its MambaRadixCache).
+SGLANG_056_MAMBA2_NO_RADIX = ModelForcedSetting(
+    "enable_prefix_caching", False, _has_mamba2_layers,
+    "SGLang 0.5.6 turns its radix cache off for a Mamba-2 hybrid (model_runner.py ModelRunner.__init__: "
+    "'NemotronHConfig model detected, disable radix cache')")
+SGLANG_056_RADIX_NO_OVERLAP = ModelForcedSetting(
+    "async_scheduling", False, _keeps_state_radix,
+    "SGLang 0.5.6 turns its overlap scheduler off for Qwen3-Next while the radix cache is on (server_args.py: "
+    "'Disabling overlap schedule since MambaRadixCache is not compatible with overlap schedule currently'; "
+    "with enable_prefix_caching false it stays on)")
+
+
 # SGLang 0.5.2 (verl 0.6.0's `sglang` extra pins it), read in its wheel: the scheduler as in 0.4.6 above
 # (blocking prefill without mixed chunk, radix cache, overlap scheduler, request pool, reservation
 # admission with the same constants in sglang/global_config.py and schedule_policy.py); the memory lines
@@ -274,6 +324,7 @@ SGLANG_052 = EngineSoftware(
     # srt/models/ has qwen3_next.py, not nemotron_h.py nor falcon_h1.py; its Transformers fallback
     # (models/transformers.py) calls the HF model with use_cache=False, keeping no Mamba state
     state_layer_kinds=frozenset({GATED_DELTANET}),
+    model_forced=(SGLANG_052_GDN_NO_RADIX,),
     source="sglang 0.5.2 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
            "model_executor/model_runner.py init_memory_pool; verl 0.6.0 setup (sglang==0.5.2)")
@@ -293,6 +344,7 @@ SGLANG_056 = EngineSoftware(
            _sglang_tier(60 * GIB, 8192, 256), _sglang_tier(60 * GIB, 8192, 512, min_tp=4),
            _sglang_tier(160 * GIB, 16384, 512)),
     state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}),   # srt/models/nemotron_h.py, qwen3_next.py
+    model_forced=(SGLANG_056_MAMBA2_NO_RADIX, SGLANG_056_RADIX_NO_OVERLAP),
     source="sglang 0.5.6 sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings, "
            "_generate_cuda_graph_batch_sizes, environ.py; verl 0.7.0 setup (sglang==0.5.6)")
 
@@ -332,6 +384,24 @@ def refuse_missing_architecture(name: str | None, model: Any, source: str | None
                      f"model file such as {STATE_LAYER_MODELS[kind]}, which {version}'s srt/models/ does not have",
                      source=source, field="workload.engine",
                      fix=f"use workload.engine {' or '.join(STATE_LAYER_ENGINES)}, or a model of attention layers")
+
+
+def model_forced(name: str | None, inference: InferenceParams, model: Any) -> tuple[InferenceParams, list[str]]:
+    """The inference constants engine `name` runs `model` with (its ModelForcedSetting rules: SGLang
+    turns its radix cache or overlap scheduler off for some architectures, whatever it is given),
+    and a note for each value it changes. No engine: as given."""
+    notes: list[str] = []
+    for rule in engine_software(name).model_forced if name else ():
+        if rule.applies(model, inference) and getattr(inference, rule.field) != rule.value:
+            given = getattr(inference, rule.field)
+            inference = inference.model_copy(update={rule.field: rule.value})
+            notes.append(f"workload.engine {name} runs {model.name} with inference.{rule.field} "
+                         f"{_yaml_value(rule.value)} whatever it is given ({_yaml_value(given)} here): {rule.why}")
+    return inference, notes
+
+
+def _yaml_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _independent(engine: EngineSoftware, max_model_len: Any) -> dict[str, Any]:

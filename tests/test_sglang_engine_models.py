@@ -1,6 +1,6 @@
-"""The SGLang engines and the Mamba / linear-attention models (engine_software.py): the versions that
-have no such architecture refuse the model, read in the sglang 0.4.6.post5 / 0.5.2 / 0.5.6 wheels'
-srt/models/."""
+"""The SGLang engines and the Mamba / linear-attention models (engine_software.py), read in the sglang
+0.4.6.post5 / 0.5.2 / 0.5.6 wheels: the versions that have no such architecture (srt/models/) refuse
+the model; the radix cache and overlap scheduler SGLang turns off by the architecture are off."""
 from __future__ import annotations
 
 import pytest
@@ -9,12 +9,14 @@ from simulator.engine_software import (
     ENGINE_SOFTWARE,
     GATED_DELTANET,
     MAMBA2,
+    model_forced,
     refuse_missing_architecture,
     state_layer_kind,
 )
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
+from simulator.params import InferenceParams
 from simulator.planner.base import RolloutSpace
 from simulator.rl.llm_costs import LlmCosts
 from simulator.scenario import load_scenario
@@ -72,3 +74,52 @@ def test_an_engine_with_the_architecture_runs_it(engine, model):
     refuse_missing_architecture(engine, load_model(model))
     refuse_missing_architecture(None, load_model(model))
     assert _costs(engine, model).model.name == model
+
+
+def _forced(engine: str | None, model: str, **given) -> tuple[dict[str, bool], list[str]]:
+    params, notes = model_forced(engine, InferenceParams(async_scheduling=True, **given), load_model(model))
+    return {"prefix": params.enable_prefix_caching, "overlap": params.async_scheduling}, notes
+
+
+@pytest.mark.parametrize(("engine", "model", "given", "runs"), [
+    # 0.5.6: Mamba-2 -> no radix cache; Qwen3-Next with the radix cache -> no overlap scheduler
+    ("sglang-0.5.6", NEMOTRON, {}, {"prefix": False, "overlap": True}),
+    ("sglang-0.5.6", QWEN3_NEXT, {"linear_attention_radix_cache": True}, {"prefix": True, "overlap": False}),
+    ("sglang-0.5.6", QWEN3_NEXT, {"linear_attention_radix_cache": True, "enable_prefix_caching": False},
+     {"prefix": False, "overlap": True}),
+    # 0.5.2: a Gated DeltaNet hybrid -> no radix cache, the overlap scheduler on
+    ("sglang-0.5.2", QWEN3_NEXT, {"linear_attention_radix_cache": False}, {"prefix": False, "overlap": True}),
+    # attention only, vLLM, no engine: as given
+    ("sglang-0.5.6", "llama3.1-8b", {}, {"prefix": True, "overlap": True}),
+    ("vllm-v1", NEMOTRON, {}, {"prefix": True, "overlap": True}),
+    (None, QWEN3_NEXT, {}, {"prefix": True, "overlap": True})])
+def test_sglang_forces_its_radix_cache_and_overlap_scheduler_by_the_model(engine, model, given, runs):
+    """What each SGLang version runs the model with, and a note for each value it changes."""
+    ran, notes = _forced(engine, model, **given)
+    assert ran == runs
+    changed = [key for key, field in (("prefix", "enable_prefix_caching"), ("overlap", "async_scheduling"))
+               if ran[key] != given.get(field, True)]
+    assert len(notes) == len(changed)
+    for note in notes:
+        assert note.startswith(f"workload.engine {engine} runs {model} with inference.") and "whatever it is given" in note
+
+
+def test_a_run_and_the_planner_take_the_forced_settings_and_say_so():
+    """LlmCosts runs the forced values (a served model starts from the engine's own), the run's
+    summary notes say it, and the planner's constants (engine_rollout, per candidate too) hold them."""
+    from simulator.api import simulate
+    from simulator.autoplan import engine_rollout
+    costs = _costs("sglang-0.5.6", QWEN3_NEXT)
+    assert costs.inference_params.async_scheduling is False and costs._engine_params.async_scheduling is True
+    assert costs.engine_notes == model_forced("sglang-0.5.6", costs._engine_params, costs.model)[1] != []
+    assert _costs("sglang-0.5.6", "llama3.1-8b").engine_notes == []
+    sc = load_scenario(_scenario("sglang-0.5.6", NEMOTRON))
+    _space, inference, at_layout = engine_rollout(sc.workload, load_model(NEMOTRON), load_topology(sc.topology),
+                                                  range(8), RolloutSpace(), set())
+    assert inference.enable_prefix_caching is False and at_layout(1, 256).enable_prefix_caching is False
+    # a workload that gives prefix caching is told too (64 slots: the engine fits beside the trainer)
+    given = _scenario("sglang-0.5.6", NEMOTRON, rollout_layout={"tp": 1, "gpu_memory_utilization": 0.6},
+                      inference={"enable_prefix_caching": True, "mamba_slots": 64})
+    notes = simulate(load_scenario(given)).summary["notes"]
+    assert any(n.startswith("workload.engine sglang-0.5.6 runs nemotron-h-8b with inference.enable_prefix_caching "
+                            "false whatever it is given (true here)") for n in notes)

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import ValidationError
 
-from ..engine_software import refuse_missing_architecture, resolved, with_request_cap
+from ..engine_software import model_forced, refuse_missing_architecture, resolved, with_request_cap
 from ..errors import RlsimError, validation_error
 from ..hardware.devices import DeviceSpec, distinct_devices
 from ..llm.architecture import ModelSpec, load_model, with_value_head
@@ -400,11 +400,7 @@ class LlmCosts:
                 train_map = dict(auto_layouts["train"])
             if w.rollout_layout == "auto" and auto_layouts.get("rollout"):
                 roll_map = dict(auto_layouts["rollout"])
-        # a named engine's values for what the workload leaves unset, on the cluster's devices and at
-        # the layout's TP size and running cap (vLLM picks some defaults by the GPU and its CUDA-graph
-        # cap by max_num_seqs; SGLang by the GPU, from 0.5.6 by the TP size too)
-        inference, roll_map = resolved(w.engine, w.inference, roll_map, self.cluster_devices)
-        inference = with_request_cap(inference, w.response_length)
+        inference, roll_map = self._engine_constants(roll_map)
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
         # a dp the user gave (validated here): the pool sets dp, which run_schedule checks against it
@@ -453,6 +449,18 @@ class LlmCosts:
         self._demanding: list[np.ndarray] = []
         self._demanding_for = 0            # len(_trained) when _demanding was picked
         self._last_train_ranks: tuple[int, ...] | None = None   # the pool it trained on
+
+    def _engine_constants(self, roll_map: dict[str, Any]) -> tuple[InferenceParams, dict[str, Any]]:
+        """A named engine's values for what the workload leaves unset, on the cluster's devices and at
+        the layout's TP size and running cap (vLLM picks some defaults by the GPU and its CUDA-graph
+        cap by max_num_seqs; SGLang by the GPU, from 0.5.6 by the TP size too), then what it forces
+        for the actor's architecture (model_forced: said in the run's notes, ``engine_notes``). The
+        values before that stay as ``_engine_params``, a served model's start."""
+        w = self.scenario.workload
+        inference, roll_map = resolved(w.engine, w.inference, roll_map, self.cluster_devices)
+        self._engine_params = with_request_cap(inference, w.response_length)
+        inference, self.engine_notes = model_forced(w.engine, self._engine_params, self.model)
+        return inference, roll_map
 
     # ---- pools -----------------------------------------------------------------------------------
     def pool(self, ranks: Sequence[int]) -> _Pool:
@@ -1234,13 +1242,15 @@ class LlmCosts:
     def _resolve_one(self, spec: Any, model: ModelSpec, bytes_per_logit: float, prefix: str) -> _Served:
         refuse_missing_architecture(self.scenario.workload.engine, model, self.source, f"{prefix}'s model")
         layout = RolloutLayout.from_mapping(spec.layout, source=self.source, field_name=f"{prefix}.layout")
-        params = self.inference_params
+        params = self._engine_params
         if spec.inference:
             try:
                 params = InferenceParams.model_validate({**params.model_dump(), **spec.inference})
             except ValidationError as exc:
                 raise validation_error(exc, source=self.source, prefix=f"{prefix}.inference",
                                        model=InferenceParams, fix="give workload.inference's keys") from None
+        params, notes = model_forced(self.scenario.workload.engine, params, model)
+        self.engine_notes += [f"{prefix}: {note}" for note in notes]
         StepCost(model, self.device, layout, params, layout_field=f"{prefix}.layout")
         return _Served(model, layout, params, bytes_per_logit, prefix)
 
