@@ -246,7 +246,9 @@ MIB = 2**20
 #   split a sliding-window model's into full-attention and SWA pools (not Gemma 2 / 3 nor gpt-oss'),
 #   and keep a Mamba / linear-attention model's states in a pool of fixed slots; 0.4.6.post5 and 0.5.2
 #   keep no radix cache on the states (0.5.2 ModelRunner: "Hybrid GDN model detected, disable radix
-#   cache"), 0.5.6 one for a Gated DeltaNet hybrid (MambaRadixCache).
+#   cache"), 0.5.6 one for a Gated DeltaNet hybrid (MambaRadixCache); without it the state slots are
+#   --max-running-requests when given, which a given rollout_layout.max_num_seqs stands for
+#   (max_running_requests_given, _running_cap_passed), else 512.
 SGLANG_INFERENCE = {"chunked_prefill": False, "enable_prefix_caching": True, "async_scheduling": True,
                     "workspace_bytes": 0.0, "admission": "reserve", "custom_all_reduce": True,
                     "kv_pool": "sglang", "linear_attention_radix_cache": False}
@@ -441,8 +443,19 @@ def given_under_engine(name: str, inference: Mapping[str, Any], rollout_layout: 
     depend on the device (the config layer merges these when a scenario loads)."""
     engine = engine_software(name)
     layout = {**engine.rollout, **rollout_layout} if isinstance(rollout_layout, Mapping) else rollout_layout
-    merged = {**_independent(engine, inference.get("max_model_len")), **inference}
+    merged = {**_independent(engine, inference.get("max_model_len")), **_running_cap_passed(engine, rollout_layout),
+              **inference}
     return _without_overlap_on_stages(name, merged, layout), layout
+
+
+def _running_cap_passed(engine: EngineSoftware, rollout_layout: Any) -> dict[str, Any]:
+    """An SGLang engine (kv_pool: sglang) given the workload's running-sequence cap as
+    --max-running-requests, as verl 0.6 / 0.7 pass rollout.max_num_seqs (sglang_rollout.py,
+    async_sglang_server.py): max_running_requests_given where the rollout layout gives a valid
+    max_num_seqs (SGLang then sizes its Mamba state slots by it). Otherwise nothing."""
+    seqs = rollout_layout.get("max_num_seqs") if isinstance(rollout_layout, Mapping) else None
+    valid = isinstance(seqs, int) and not isinstance(seqs, bool) and seqs >= 1
+    return {"max_running_requests_given": True} if valid and engine.inference.get("kv_pool") == "sglang" else {}
 
 
 def overlaps_without_stages(name: str) -> bool:

@@ -810,11 +810,18 @@ class InferenceParams(StrictModel):
     # SGLang --swa-full-tokens-ratio: an SWA layer's tokens / a full layer's (ServerArgs.swa_full_tokens_ratio,
     # 0.8 in 0.5.2 and 0.5.6). Applies with kv_pool: sglang on a model SGLang keeps an SWA pool for.
     swa_full_tokens_ratio: float = Field(0.8, gt=0)
-    # SGLang --max-mamba-cache-size without a radix cache on the states: the Mamba state slots (0.5.6
-    # handle_max_mamba_cache: max_running_requests when given, else 512; 0.5.2 the same in
-    # ModelRunner.__init__). Applies with kv_pool: sglang on a Mamba / linear-attention model whose
-    # states have no radix cache.
-    mamba_slots: int = Field(512, ge=1)
+    # SGLang --max-mamba-cache-size without a radix cache on the states: the Mamba state slots. Unset
+    # (None), SGLang takes --max-running-requests when it is given, else 512 (0.5.6 model_runner.py
+    # handle_max_mamba_cache; 0.5.2 the same in ModelRunner.__init__): rollout_layout.max_num_seqs where
+    # max_running_requests_given, else llm/sglang_pool.py SGLANG_MAMBA_SLOTS_UNSET. Applies with kv_pool:
+    # sglang on a Mamba / linear-attention model whose states have no radix cache.
+    mamba_slots: int | None = Field(None, ge=1)
+    # Whether the engine is started with --max-running-requests = rollout_layout.max_num_seqs, as verl 0.6
+    # and 0.7 pass it (sglang_rollout.py, async_sglang_server.py: max_running_requests = rollout.max_num_seqs):
+    # the named SGLang engines set it where the workload gives rollout_layout.max_num_seqs (without it,
+    # SGLang's request pool and rlsim's engine default stand). Sizes mamba_slots when unset. Applies with
+    # kv_pool: sglang.
+    max_running_requests_given: bool = False
     # SGLang 0.5.6 keeps its radix cache for a Gated DeltaNet hybrid (Qwen3-Next: MambaRadixCache) and
     # then sizes the state pool by memory: --mamba-full-memory-ratio (0.9) of state to token memory,
     # and bounds the running requests to the slots // mamba_slots_per_request (model_runner.py
@@ -1461,6 +1468,7 @@ _SGLANG_POOL_NEEDS = {
     "mamba_slots_per_request": ("kv_pool: sglang and a linear-attention model with a radix cache on its states "
                                 "(linear_attention_radix_cache and enable_prefix_caching)", "such a model"),
     "linear_attention_radix_cache": ("kv_pool: sglang (SGLang's pools)", "kv_pool: sglang"),
+    "max_running_requests_given": ("kv_pool: sglang (SGLang's pools)", "kv_pool: sglang"),
 }
 
 

@@ -16,6 +16,7 @@ from simulator.engine_software import (
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
+from simulator.llm.inference import StepCost
 from simulator.params import InferenceParams
 from simulator.planner.base import RolloutSpace
 from simulator.rl.llm_costs import LlmCosts
@@ -123,3 +124,59 @@ def test_a_run_and_the_planner_take_the_forced_settings_and_say_so():
     notes = simulate(load_scenario(given)).summary["notes"]
     assert any(n.startswith("workload.engine sglang-0.5.6 runs nemotron-h-8b with inference.enable_prefix_caching "
                             "false whatever it is given (true here)") for n in notes)
+
+
+def test_sglangs_state_slots_follow_the_running_cap_it_is_given():
+    """--max-mamba-cache-size unset: --max-running-requests when given (verl: rollout.max_num_seqs),
+    else 512; a given mamba_slots wins."""
+    from simulator.llm.sglang_pool import SGLANG_MAMBA_SLOTS_UNSET, mamba_slots
+    assert SGLANG_MAMBA_SLOTS_UNSET == 512
+    assert mamba_slots(InferenceParams(kv_pool="sglang"), 256) == 512
+    assert mamba_slots(InferenceParams(kv_pool="sglang", max_running_requests_given=True), 256) == 256
+    assert mamba_slots(InferenceParams(kv_pool="sglang", max_running_requests_given=True, mamba_slots=64), 256) == 64
+
+
+@pytest.mark.parametrize(("engine", "layout", "inference", "passed"), [
+    ("sglang-0.5.6", {"tp": 1, "max_num_seqs": 256}, None, True),
+    ("sglang-0.5.2", {"tp": 1, "max_num_seqs": 256}, None, True),
+    ("sglang-0.5.6", {"tp": 1}, None, False),
+    ("sglang-0.5.6", "auto", None, False),
+    ("sglang-0.5.6", {"tp": 1, "max_num_seqs": 256}, {"max_running_requests_given": False}, False),
+    ("vllm-v1", {"tp": 1, "max_num_seqs": 256}, None, False)])
+def test_a_named_sglang_engine_is_given_the_running_cap_the_workload_gives(engine, layout, inference, passed):
+    workload = load_scenario(_scenario(engine, QWEN3_NEXT, rollout_layout=layout, inference=inference)).workload
+    assert workload.inference.max_running_requests_given is passed
+
+
+def test_nemotron_h_runs_as_many_slots_as_the_running_cap_sglang_is_given():
+    """Nemotron-H-8B on one H100 under sglang-0.5.6: max_num_seqs 256 given -> 256 slots of 102,137,856
+    bytes, the tokens the rest; unset -> 512; mamba_slots 128 wins; 1,024 (verl's default) do not fit,
+    as SGLang's 'Not enough memory', and the fix names the running cap."""
+    slot = 102_137_856
+    given = _costs("sglang-0.5.6", NEMOTRON, rollout_layout={"tp": 1, "max_num_seqs": 256})
+    cost = StepCost(given.model, given.device, given.rollout_layout, given.inference_params)
+    assert cost.max_running == 256 and cost.state_bytes_per_seq_dev == slot
+    assert cost.kv_capacity_tokens == int((cost.kv_free_bytes_dev - 256 * slot) // (4 * 2 * 8 * 128 * 2))
+    unset = _costs("sglang-0.5.6", NEMOTRON)
+    assert StepCost(unset.model, unset.device, unset.rollout_layout, unset.inference_params).max_running == 512
+    fixed = _costs("sglang-0.5.6", NEMOTRON, rollout_layout={"tp": 1, "max_num_seqs": 256}, inference={"mamba_slots": 128})
+    assert StepCost(fixed.model, fixed.device, fixed.rollout_layout, fixed.inference_params).max_running == 128
+    with pytest.raises(RlsimError, match="1024 Mamba state slots") as refused:
+        _costs("sglang-0.5.6", NEMOTRON, rollout_layout={"tp": 1, "max_num_seqs": 1024})
+    assert "follows rollout_layout.max_num_seqs" in refused.value.fix
+
+
+def test_the_passed_running_cap_round_trips_and_is_refused_only_off_sglang():
+    """The snapshot keeps it (a reload does not pass the engine's own 2048); a full-attention model under
+    an SGLang engine runs with it; under vLLM's pool it acts on nothing and is refused."""
+    from simulator.api import simulate
+    sc = load_scenario(_scenario("sglang-0.5.6", "llama3.1-8b", rollout_layout={"tp": 1}))
+    again = load_scenario(sc.to_dict())
+    assert again.workload.inference.max_running_requests_given is False
+    given = load_scenario(_scenario("sglang-0.5.6", "llama3.1-8b", rollout_layout={
+        "tp": 1, "max_num_seqs": 64, "gpu_memory_utilization": 0.6}))
+    assert load_scenario(given.to_dict()).workload.inference.max_running_requests_given is True
+    assert simulate(given).summary["makespan_s"] > 0
+    with pytest.raises(RlsimError, match="max_running_requests_given applies with kv_pool: sglang"):
+        simulate(load_scenario(_scenario("vllm-v1", "llama3.1-8b", rollout_layout={"tp": 1, "gpu_memory_utilization": 0.6},
+                                         inference={"max_running_requests_given": True})))

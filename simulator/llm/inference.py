@@ -47,6 +47,7 @@ from .sglang_pool import (
     SglangPool,
     has_state_radix,
     keeps_swa_pool,
+    mamba_slots,
     state_slot_bytes,
 )
 
@@ -233,7 +234,7 @@ class StepCost:
             f"{capacity_text(device.hbm_bytes)} x {layout.gpu_memory_utilization} = {hbm / 1e9:.1f} GB per device, "
             f"weights {self.weight_bytes_dev / 1e9:.1f} GB ({layout.weight_dtype}), workspace "
             f"{params.workspace_bytes / 1e9:.1f} GB{held}, leaving no room for the KV cache", field=layout_field,
-            fix=_FIT_FIX + (", or lower inference.mamba_slots (SGLang's --max-mamba-cache-size)" if slots else ""))
+            fix=_FIT_FIX + (_fewer_slots_fix(params) if slots else ""))
 
     def _set_rates(self, model: ModelSpec, device: Any, layout: RolloutLayout, params: InferenceParams,
                    layout_field: str) -> None:
@@ -633,8 +634,16 @@ def _sglang_pool(model: ModelSpec, layout: RolloutLayout, params: InferenceParam
     full_layers = (model.num_layers if model.is_mla else model.num_attention_layers) - swa_layers
     return SglangPool(free_bytes, full_layers * layer_token_bytes, full_layers, swa_layers * layer_token_bytes,
                       swa_layers, params.swa_full_tokens_ratio, state_slot_bytes(model, layout.tp, ssm_bytes, share),
-                      has_state_radix(model, params), params.mamba_slots, params.mamba_full_memory_ratio,
-                      params.mamba_slots_per_request)
+                      has_state_radix(model, params), mamba_slots(params, layout.max_num_seqs),
+                      params.mamba_full_memory_ratio, params.mamba_slots_per_request)
+
+
+def _fewer_slots_fix(params: InferenceParams) -> str:
+    """How to take fewer SGLang state slots: its --max-mamba-cache-size, or the running cap it follows."""
+    followed = params.mamba_slots is None and params.max_running_requests_given
+    return (", or lower inference.mamba_slots (SGLang's --max-mamba-cache-size" + (
+        "; unset, it follows rollout_layout.max_num_seqs, passed as --max-running-requests: or lower that)"
+        if followed else ")"))
 
 
 def _state_elems_all_ranks(model: ModelSpec, tp: int) -> float:

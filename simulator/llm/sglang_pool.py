@@ -23,8 +23,8 @@ pool below, and no Mamba model):
   ``MambaPool``, ``HybridReqToTokenPool``): a state pool of fixed slots taken from the memory before
   the tokens; a slot holds a request's conv window (bf16, ``configs/mamba_utils.py`` ``CONV_DTYPE``)
   and SSM state (``--mamba-ssm-dtype``, float32 by default) on every such layer. Without a radix cache
-  on the states (Mamba-2 hybrids; every state model in 0.5.2): ``--max-mamba-cache-size`` slots (512),
-  each a running request. With one (0.5.6's MambaRadixCache for a Gated DeltaNet hybrid): the state
+  on the states (Mamba-2 hybrids; every state model in 0.5.2): ``--max-mamba-cache-size`` slots (unset:
+  ``--max-running-requests`` when given, else 512), each a running request. With one (0.5.6's MambaRadixCache for a Gated DeltaNet hybrid): the state
   memory is ``rest x ratio / (1 + ratio)`` (``--mamba-full-memory-ratio`` 0.9), its slots //
   ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (3) requests run.
 
@@ -49,6 +49,18 @@ SGLANG_FULL_CACHE_MODEL_TYPES = ("gpt_oss", "gemma2", "gemma3", "gemma3_text", "
 # and its SSM state's by default (server_args.py mamba_ssm_dtype "float32"), in bytes.
 SGLANG_CONV_STATE_BYTES = 2
 SGLANG_SSM_STATE_AUTO_BYTES = 4
+# The state slots without --max-mamba-cache-size nor --max-running-requests (0.5.6 model_runner.py
+# handle_max_mamba_cache, 0.5.2 ModelRunner.__init__: "server_args.max_mamba_cache_size = 512").
+SGLANG_MAMBA_SLOTS_UNSET = 512
+
+
+def mamba_slots(params: Any, max_num_seqs: int) -> int:
+    """SGLang's state slots without a radix cache on them: inference.mamba_slots (--max-mamba-cache-size)
+    when given, else --max-running-requests when the engine is given it (max_running_requests_given:
+    the running-sequence cap ``max_num_seqs``), else SGLANG_MAMBA_SLOTS_UNSET."""
+    if params.mamba_slots is not None:
+        return int(params.mamba_slots)
+    return max_num_seqs if params.max_running_requests_given else SGLANG_MAMBA_SLOTS_UNSET
 
 
 def keeps_swa_pool(model: Any) -> bool:
@@ -79,7 +91,7 @@ class SglangPool:
     swa_full_tokens_ratio: float = 0.8
     state_slot_bytes: float = 0.0
     state_radix: bool = False
-    mamba_slots: int = 512
+    mamba_slots: int = SGLANG_MAMBA_SLOTS_UNSET
     mamba_full_memory_ratio: float = 0.9
     mamba_slots_per_request: int = 3
 
@@ -159,7 +171,7 @@ def pool_knobs_applicable(model: Any, params: Any) -> dict[str, bool]:
             "mamba_slots": sglang and state and not radix,
             "mamba_full_memory_ratio": sglang and radix,
             "mamba_slots_per_request": sglang and radix,
-            "linear_attention_radix_cache": sglang}
+            "linear_attention_radix_cache": sglang, "max_running_requests_given": sglang}
 
 
 def sglang_pool_knobs(models: Iterable[Any], params: Any) -> dict[str, bool]:
