@@ -309,6 +309,16 @@ class MemoryParams(StrictModel):
     weight_bytes_per_param: float = Field(2.0, gt=0)      # bf16 weights
     grad_bytes_per_param: float = Field(4.0, ge=0)        # fp32 gradient buffer (main_grad)
     optimizer_bytes_per_param: float = Field(12.0, ge=0)  # fp32 master weights + momentum + variance
+    # Bytes a parameter of the trainer's own resident parameters (its ZeRO-3 / FSDP shard; the whole
+    # copy below ZeRO 3): None, weight_bytes_per_param. A trainer that loads its model in fp32 under
+    # FSDP's mixed precision keeps no bf16 copy at rest: its fp32 shard is the master copy (4), the
+    # bf16 parameters exist only while gathered (the working set, in weight_bytes_per_param), and
+    # its optimizer state is Adam's m and v (optimizer_bytes_per_param 8): 16 bytes where
+    # Megatron's distributed optimizer keeps 18 (verl's FSDP actor, verl 0.6.1 workers/
+    # fsdp_workers.py: "we have to create model in fp32. Otherwise, the optimizer is in bf16";
+    # the importers set it: simulator/frameworks/). weight_bytes_per_param still sizes the gathers
+    # on the wire, the gathered working set and the frozen models' weights.
+    resident_weight_bytes_per_param: float | None = Field(None, gt=0)
     # Korthikanti Table 2 counts 2-byte activations and 1-byte dropout masks; the per-token element
     # counts below are derived from the layer's shapes in the same way (see activation_bytes_per_token).
     activation_bytes: float = Field(2.0, gt=0)
@@ -357,6 +367,13 @@ class MemoryParams(StrictModel):
     # device beside the computing layer's gradient (the working set above: zero3_prefetch_layers is
     # then not read). True: FSDP's default, each layer resharded after its forward.
     zero3_reshard_after_forward: bool = True
+
+    @property
+    def resident_bytes_per_param(self) -> float:
+        """Bytes a parameter of the trainer's own resident parameters (resident_weight_bytes_per_param,
+        else weight_bytes_per_param)."""
+        given = self.resident_weight_bytes_per_param
+        return self.weight_bytes_per_param if given is None else given
 
     @field_validator("zero3_reshard_after_forward", mode="after")
     @classmethod

@@ -155,7 +155,8 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     # Read once: the same for every stage (properties of the layout, constants of the params).
     zero, zero_shard, expert_zero_shard = layout.zero, layout.zero_shard, layout.expert_zero_shard
     full_recompute, adapters = layout.recompute == "full", getattr(model, "adapter_rank", 0)
-    weight_bpp, grad_bpp = params.weight_bytes_per_param, params.grad_bytes_per_param
+    # the trainer's own resident parameters (its fp32 shard under FSDP with fp32 master parameters)
+    weight_bpp, grad_bpp = params.resident_bytes_per_param, params.grad_bytes_per_param
     optim_bpp = params.optimizer_bytes_per_param
     logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
     best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered)

@@ -1259,7 +1259,7 @@ def fsdp_cpu_offload_s(states: MemoryBreakdown, layout: TrainLayout, micro_batch
     if layout.zero < 3:
         raise RlsimError("offload.fsdp_cpu_offload is FSDP's (ZeRO-3) CPU offload", field="workload.train_params.offload"
                          ".fsdp_cpu_offload", fix="set workload.train_layout.zero: 3, or remove it")
-    held = states.weights_bytes / m.weight_bytes_per_param if m.weight_bytes_per_param else 0.0
+    held = states.weights_bytes / m.resident_bytes_per_param   # the shard's parameters (its own dtype)
     trained = states.gradients_bytes / m.grad_bytes_per_param if m.grad_bytes_per_param else 0.0
     g_frac, r_frac = _fsdp_hidden(c)
     gathers = 1 if forward_only or not m.zero3_reshard_after_forward else 2

@@ -130,7 +130,7 @@ class HeteroStepModel:
         memory = self.train_params.memory
         # (weights, gradients, optimizer state) bytes per parameter: the last two shard over DP with ZeRO
         self.state_bytes = ((self.params.state_bytes_per_param, 0.0, 0.0) if self.params.state_bytes_per_param
-                            is not None else (memory.weight_bytes_per_param, memory.grad_bytes_per_param,
+                            is not None else (memory.resident_bytes_per_param, memory.grad_bytes_per_param,
                                               memory.optimizer_bytes_per_param))
         self.speed_factor = dict(speed_factor or {})
         self.recompute = recompute

@@ -90,6 +90,16 @@ def host_resident_params(params: TrainParams, bytes_per_param: float) -> TrainPa
     return params.model_copy(update={"offload": params.offload.model_copy(update=update)})
 
 
+def frozen_weights_params(params: TrainParams) -> TrainParams:
+    """The trainer constants of a frozen model (the reference, a reward model): the trainer's, with
+    its resident weights at weight_bytes_per_param (memory.resident_weight_bytes_per_param is the
+    trainer's own master shard; a frozen model keeps no optimizer and no master copy)."""
+    if params.memory.resident_weight_bytes_per_param is None:
+        return params
+    memory = params.memory.model_copy(update={"resident_weight_bytes_per_param": None})
+    return params.model_copy(update={"memory": memory})
+
+
 def critic_train_params(params: TrainParams, offload: Any) -> TrainParams:
     """The trainer constants PPO's critic runs with: the actor's, with its own per-phase offload
     where workload.critic_offload gives one (its parameters and optimizer state; its gradients are
@@ -264,7 +274,9 @@ def role_models(scenario: Any, base: ModelSpec | None = None) -> dict[str, Model
 
 def frozen_model_params(params: TrainParams, workload: Any) -> dict[str, TrainParams]:
     """The trainer constants of the reference and a reward model: the actor's, or with their shards on
-    the host (workload.reference_cpu_offload, reward.cpu_offload: host_resident_params)."""
+    the host (workload.reference_cpu_offload, reward.cpu_offload: host_resident_params); their weights
+    at weight_bytes_per_param (frozen_weights_params)."""
+    params = frozen_weights_params(params)
     reference = (host_resident_params(params, workload.reference_cpu_offload_bytes_per_param)
                  if workload.reference_cpu_offload else params)
     reward = (host_resident_params(params, workload.reward.cpu_offload_bytes_per_param)
@@ -307,6 +319,7 @@ def frozen_weight_bytes(scenario: Any, models: Mapping[str, ModelSpec], role: st
     and reward workers and Megatron's reference take the actor's parallelism: TP x PP, with ZeRO-3 /
     FSDP the DP shards too), at the trainer's bytes per weight (train_params.memory.
     weight_bytes_per_param: bf16 copies; no gradients or optimizer state), on the largest stage."""
+    params = frozen_weights_params(params)
     return {frozen: training_state_bytes(models[frozen], lay, hbm_bytes, params).weights_bytes
             for frozen in frozen_roles_beside(scenario, role)}
 

@@ -237,3 +237,33 @@ def test_full_recompute_keeps_each_layers_input_whatever_the_stack():
         assert activation_bytes_per_token(layer, QWEN7B.hidden, QWEN7B.ffn_hidden, True, tp=1, sp=False,
                                           recompute="full", flash=True, context_len=1.0,
                                           params=train_software(stack).params.memory) == 2 * QWEN7B.hidden
+
+
+FP32_MASTER = MemoryParams(resident_weight_bytes_per_param=4.0, optimizer_bytes_per_param=8.0)
+
+
+@pytest.mark.parametrize("zero", [0, 3])
+def test_an_fp32_master_shard_counts_16_bytes_a_parameter_and_gathers_bf16(zero):
+    """FSDP with fp32 master parameters (verl's actor): the resident shard 4 bytes, fp32 gradients 4,
+    AdamW's m and v 8 = 16 a parameter where the default counts 18; the gathered working set stays
+    in weight_bytes_per_param (bf16 under MixedPrecision)."""
+    dp = 8
+    default = memory_per_device(GPT, TrainLayout(dp=dp, zero=zero), 2048, BIG)
+    fp32 = memory_per_device(GPT, TrainLayout(dp=dp, zero=zero), 2048, BIG, params=FP32_MASTER)
+    params = default.weights_bytes / 2.0 * (dp if zero >= 3 else 1)   # the stage's parameters
+    shard = dp if zero >= 3 else 1
+    assert fp32.weights_bytes == pytest.approx(4.0 * params / shard, rel=1e-12)
+    assert fp32.gradients_bytes == pytest.approx(4.0 * params / shard, rel=1e-12)
+    assert fp32.optimizer_bytes == pytest.approx(8.0 * params / (dp if zero >= 1 else 1), rel=1e-12)
+    if zero == 0:
+        assert (fp32.weights_bytes + fp32.gradients_bytes + fp32.optimizer_bytes) / params == pytest.approx(16.0)
+    assert fp32.gathered_bytes == default.gathered_bytes
+    assert fp32.activations_bytes == default.activations_bytes and fp32.logits_bytes == default.logits_bytes
+
+
+def test_the_resident_weight_bytes_default_to_the_weights_dtype():
+    assert MemoryParams().resident_bytes_per_param == MemoryParams().weight_bytes_per_param == 2.0
+    assert MemoryParams(weight_bytes_per_param=1.0).resident_bytes_per_param == 1.0
+    assert FP32_MASTER.resident_bytes_per_param == 4.0
+    with pytest.raises(ValueError):
+        MemoryParams(resident_weight_bytes_per_param=0.0)

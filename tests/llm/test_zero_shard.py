@@ -13,7 +13,7 @@ from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
 from simulator.llm.layer_costs import layer_shapes
-from simulator.llm.memory import memory_per_device
+from simulator.llm.memory import MemoryParams, memory_per_device
 from simulator.llm.train_layout import TrainLayout
 from simulator.llm.training import (
     TrainParams,
@@ -199,3 +199,19 @@ def test_a_moe_optimizer_step_updates_its_dense_and_expert_shards_apart():
     rates = rates_for(TWO_NODES.device_spec(0), params)
     expected = (dense / 8 + expert / 1) * params.comm.optimizer_traffic_bytes_per_param / rates.hbm_Bps
     assert cost.optimizer_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_fsdp_cpu_offload_copies_the_same_parameters_whatever_the_shards_dtype():
+    """The shards' parameter count (fsdp_cpu_offload_s reads it back from the resident bytes) does
+    not change with an fp32 master shard: its host copies are priced at host_param_bytes_per_param."""
+    from simulator.llm.training import fsdp_cpu_offload_s
+    from simulator.params import OffloadParams
+
+    lay = TrainLayout(dp=8, zero=3, recompute="full", micro_batch=1)
+    offload = OffloadParams(fsdp_cpu_offload=True)
+    fp32 = MemoryParams(resident_weight_bytes_per_param=4.0, optimizer_bytes_per_param=8.0)
+    bf16_states = memory_per_device(QWEN, lay, 1024, BIG)
+    fp32_states = memory_per_device(QWEN, lay, 1024, BIG, params=fp32)
+    assert fp32_states.weights_bytes == pytest.approx(2 * bf16_states.weights_bytes, rel=1e-12)
+    assert fsdp_cpu_offload_s(fp32_states, lay, 4, 50e9, TrainParams(offload=offload, memory=fp32)) == pytest.approx(
+        fsdp_cpu_offload_s(bf16_states, lay, 4, 50e9, TrainParams(offload=offload)), rel=1e-12)

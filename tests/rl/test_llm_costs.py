@@ -660,3 +660,35 @@ def test_areal_on_one_node_cannot_hold_the_presets_update_beside_its_resident_re
     simulator.simulate(topology={"preset": "dgx-h100", "nodes": 1}, overrides=[*small, "schedule.reference_swap_copies=3"],
                        **run)
     simulator.simulate(topology={"preset": "dgx-h100", "nodes": 2}, overrides=small, **run)
+
+
+_FP32_MASTER = ("workload.train_params.memory={resident_weight_bytes_per_param: 4, optimizer_bytes_per_param: 8}",)
+
+
+def test_an_fp32_master_shard_is_the_trainers_alone_and_moves_no_step_time():
+    """memory.resident_weight_bytes_per_param (FSDP's fp32 master shard): the trainer's resident weights
+    double and its optimizer state shrinks to 8 bytes a parameter; the frozen reference beside it keeps
+    weight_bytes_per_param (it has no master copy), as does its host-resident shard's count; without an
+    offload no pass's time moves (the gathers stay bf16)."""
+    from simulator.rl.llm_costs import frozen_model_params, frozen_weight_bytes, training_state_bytes
+
+    lens, ranks = np.full(512, 1500), list(range(8))
+    plain, fp32 = _fsdp(), _fsdp(*_FP32_MASTER)
+    pool = plain.pool(ranks)
+    lay, hbm = plain.layout(8), plain.device.hbm_bytes
+    before = training_state_bytes(plain.model, lay, hbm, plain.train_params)
+    after = training_state_bytes(fp32.model, lay, hbm, fp32.train_params)
+    assert after.weights_bytes == pytest.approx(2 * before.weights_bytes, rel=1e-12)
+    assert after.optimizer_bytes == pytest.approx(before.optimizer_bytes * 8 / 12, rel=1e-12)
+    assert fp32._resident_memory(pool).weights_bytes == after.weights_bytes
+    frozen = frozen_weight_bytes(fp32.scenario, fp32.models, "actor", lay, hbm, fp32.train_params)
+    assert frozen == frozen_weight_bytes(plain.scenario, plain.models, "actor", lay, hbm, plain.train_params)
+    assert frozen["reference"] == pytest.approx(before.weights_bytes, rel=1e-12)
+    for role in ("reference", "reward"):
+        assert frozen_model_params(fp32.train_params, fp32.scenario.workload)[role].memory.resident_bytes_per_param == 2
+    for role in ("actor", "reference"):
+        assert fp32.forward(role, lens, ranks).time_s == plain.forward(role, lens, ranks).time_s
+    assert fp32.train("actor", lens, ranks).time_s == plain.train("actor", lens, ranks).time_s
+    host = _fsdp("workload.reference_cpu_offload=true")
+    host_fp32 = _fsdp("workload.reference_cpu_offload=true", *_FP32_MASTER)
+    assert host_fp32.forward("reference", lens, ranks).time_s == host.forward("reference", lens, ranks).time_s
