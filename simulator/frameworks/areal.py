@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RlsimError
+from ..llm.architecture import DTYPE_BYTES
 from ..params import COMPILED_LOG_SOFTMAX_BYTES, logprob_traffic
 from .common import (
     DTYPES,
@@ -163,6 +164,11 @@ RULES: dict[str, Rule] = {
     "actor.attn_impl": unsupported("rlsim prices FlashAttention kernels", neutral="flash_attention_2"),
     "actor.enable_tree_training": unsupported("tree training is not modelled", neutral=False),
     "actor.optimizer": ignored(_LR), "actor.optimizer.*": ignored(_LR),
+    "actor.optimizer.type": mapped("workload.train_params.memory.optimizer_bytes_per_param",
+                                   "fsdp: adam AdamW's fp32 m and v (8 bytes), adam_bf16 AnyPrecisionAdamW's bf16 m, "
+                                   "v and Kahan compensation (6), sgd none; archon: AdamW's state in actor.dtype; "
+                                   "megatron: not read (rlsim's Megatron defaults; adam_bf16's precision-aware optimizer "
+                                   "is not modelled)"),
     **{f"actor.{k}": ignored(_NAMING) for k in ("experiment_name", "trial_name", "admin_api_key", "log_level",
                                                 "request_timeout", "setup_timeout")},
     "actor.scheduling_spec": ignored(_NAMING), "actor.scheduling_spec.*": ignored(_NAMING),
@@ -442,9 +448,45 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     _critic(v, w, decided)
     _teacher(v, w)
     w["dtype"] = _dtype(v("actor.dtype"), "actor.dtype", src)
+    _resident_state(v, w, train_engine)
     if v.flag("actor.fsdp.offload_params") and train_engine != "megatron":
         w.setdefault("train_params", {})["offload"] = {"fsdp_cpu_offload": True}
     return w
+
+
+# AReaL 1.0.4's FSDP engine loads the model in actor.optimizer_dtype (float32, the value rlsim takes;
+# areal/engine/fsdp_engine.py _create_device_model: "Load weights in optimizer_dtype (typically fp32)
+# to maintain master weights. FSDP2 MP casts to compute dtype on-the-fly"): that shard is the master
+# copy (4 bytes), FSDP2 casts each reduced gradient shard back to it (4), and the optimizer state is
+# by optimizer.type (_create_optimizer): torch.optim.AdamW's fp32 m and v (8), AnyPrecisionAdamW's
+# bf16 m, v and Kahan compensation (engine/fsdp_utils/optimizer.py: 6), SGD without momentum none.
+# The archon engine keeps its parameters in actor.dtype, no master copy (experimental/engine/
+# archon_engine.py: model.to(config.dtype)), its gradients and AdamW's m and v in that dtype too
+# (archon_utils.create_optimizer: adam or sgd only).
+AREAL_FSDP_OPTIMIZER_BYTES = {"adam": 8.0, "adam_bf16": 6.0, "sgd": 0.0}
+AREAL_FP32_MASTER_BYTES = 4.0
+
+
+def _resident_state(v: Values, w: dict[str, Any], train_engine: str) -> None:
+    """The FSDP and archon engines' resident training state a parameter, onto workload.train_params.memory
+    (the megatron engine's is Megatron's distributed optimizer: rlsim's defaults)."""
+    if train_engine == "megatron":
+        return
+    kind = str(v("actor.optimizer.type") or "adam")
+    if kind not in AREAL_FSDP_OPTIMIZER_BYTES or (train_engine == "archon" and kind == "adam_bf16"):
+        raise RlsimError(f"actor.optimizer.type {kind!r} is not one of AReaL's {train_engine} engine's",
+                         source=v.result.source, field="actor.optimizer.type",
+                         fix="use adam or sgd" + (", or adam_bf16 with the fsdp engine" if train_engine == "archon"
+                                                  else " or adam_bf16"))
+    if train_engine == "archon":
+        per_param = DTYPE_BYTES[w["dtype"]]
+        memory = {"grad_bytes_per_param": per_param,
+                  "optimizer_bytes_per_param": 2 * per_param if kind == "adam" else 0.0}
+    else:
+        memory = {"resident_weight_bytes_per_param": AREAL_FP32_MASTER_BYTES,
+                  "grad_bytes_per_param": AREAL_FP32_MASTER_BYTES,
+                  "optimizer_bytes_per_param": AREAL_FSDP_OPTIMIZER_BYTES[kind]}
+    w.setdefault("train_params", {})["memory"] = memory
 
 
 def _teacher(v: Values, w: dict[str, Any]) -> None:

@@ -362,6 +362,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     _optimizer_offload(v, train_params)
     if not v.flag(f"{_M}.enabled") and v.flag(f"{_D}.cpu_offload"):   # DTensor (FSDP2) with CPUOffloadPolicy
         train_params["offload"] = {"fsdp_cpu_offload": True}
+    if not v.flag(f"{_M}.enabled"):
+        train_params["memory"] = dict(DTENSOR_MASTER_STATE)
     if v.flag(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
         # the Megatron worker pads every micro-batch to the batch's longest (pad_full_seq_to): one
         # pipeline p2p shape
@@ -371,6 +373,17 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["reference"] = True
     w["dtype"] = v.dtype("policy.precision", "precision")
     return w
+
+
+# The DTensor policy's resident state: NeMo RL's DTensor worker loads the model in fp32 whatever
+# policy.precision says (nemo_rl/models/policy/dtensor_policy_worker.py, v0.5: AutoConfig.from_pretrained
+# (..., torch_dtype=torch.float32), "Always load the model in float32 to keep master weights in
+# float32"), and FSDP2's MixedPrecisionPolicy(param_dtype=precision, reduce_dtype=float32) casts to
+# bf16 only while a layer is gathered: the fp32 shard is the master copy (4 bytes), its gradients fp32
+# (4) and torch.optim.AdamW's m and v fp32 (8): 16 bytes a parameter, not Megatron's 18. Cited from
+# memory: the v0.5 source is not on PyPI (nemo-rl there is an empty 0.0.0), so not read here.
+DTENSOR_MASTER_STATE = {"resident_weight_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0,
+                        "optimizer_bytes_per_param": 8.0}
 
 
 def _optimizer_offload(v: Values, train_params: dict[str, Any]) -> None:

@@ -44,6 +44,18 @@ def mode_of(v: Values) -> str:
     return "colocated" if colocated else "split"
 
 
+# SkyRL's FSDP policy and critic train fp32 parameters whatever trainer.bf16 says (skyrl 0.3.0
+# backends/skyrl_train/workers/fsdp/fsdp_worker.py: the policy's HFModelWrapper(bf16=
+# cfg.policy.inference_only_init), false for a trained policy, the critic's bf16=False;
+# model_wrapper.py: torch_dtype=torch.bfloat16 if bf16 else torch.float32): that fp32 shard is the
+# master copy, FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+# (distributed/fsdp_strategy.py) casts it only while a layer is gathered, the gradients come back
+# fp32 and optim.AdamW keeps m and v fp32: 4 + 4 + 8 bytes a parameter, not Megatron's 18. (The
+# reference loads in trainer.bf16's dtype: its weights stay at weight_bytes_per_param.)
+FSDP_MASTER_STATE = {"resident_weight_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0,
+                     "optimizer_bytes_per_param": 8.0}
+
+
 def strategy_of(v: Values) -> str:
     strategy = v("trainer.strategy")
     if strategy not in ("fsdp", "fsdp2", "megatron"):
@@ -128,6 +140,7 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
         {"etp": "trainer.policy.megatron_config.expert_tensor_parallel_size"}, decided)
     if strategy == "fsdp":   # transformers' model code under FSDP2 (megatron: Megatron's)
         w["train_software"] = hf_train_software(False)
+        w.setdefault("train_params", {})["memory"] = dict(FSDP_MASTER_STATE)
         _logits_passes(v, w)
     w["rollout_layout"] = _rollout_layout(v)
     w["engine"] = ENGINE

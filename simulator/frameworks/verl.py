@@ -360,7 +360,10 @@ RULES: dict[str, Rule] = {
         "default fp32: 4 bytes)"),
     f"{A}.actor.fsdp_config.model_dtype": mapped("schedule.refit_gather_bytes_per_param",
                                                  "the dtype of the actor's sharded parameters (verl's default fp32), "
-                                                 "each gathered whole over the FSDP group at every refit"),
+                                                 "each gathered whole over the FSDP group at every refit; and "
+                                                 "workload.train_params.memory: that shard is the master copy "
+                                                 "(resident_weight_bytes_per_param), its gradients and AdamW's m "
+                                                 "and v are in its dtype"),
     # reference and rollout
     f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
     f"{A}.ref.fsdp_config.param_offload": ignored(
@@ -1604,6 +1607,24 @@ def _fsdp_params(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, 
                              fix=f"give one of {', '.join(sorted(MODEL_DTYPES))}")
         w.setdefault("train_params", {}).setdefault("comm", {})["grad_reduce_bytes_per_param"] = \
             DTYPE_BYTES[MODEL_DTYPES[dtype]]
+    _fsdp_master_state(v, w)
+
+
+def _fsdp_master_state(v: Values, w: dict[str, Any]) -> None:
+    """The FSDP actor's (and critic's) resident training state, onto workload.train_params.memory:
+    verl loads the trained model in fsdp_config.model_dtype, fp32 unless set (verl 0.6.1
+    workers/fsdp_workers.py: `torch.float32 if self._is_actor`, "we have to create model in fp32.
+    Otherwise, the optimizer is in bf16"; FSDPEngineConfig.model_dtype "fp32"; the critic's
+    model_dtype "fp32"; verl 0.9.1 workers/engine/fsdp/transformer_impl.py the same). That shard is
+    the master copy: MixedPrecision(param_dtype=bf16) casts it only while a layer is gathered (the
+    working set, weight_bytes_per_param), FSDP casts each reduced gradient shard back to the
+    parameters' dtype, and torch.optim.AdamW (optim.optimizer_impl torch.optim, optimizer AdamW)
+    keeps m and v in it (zeros_like(p)): b + b + 2 b a parameter, 16 at fp32 where Megatron's
+    distributed optimizer keeps 18."""
+    per_param = _dtype_bytes(v, f"{A}.actor.fsdp_config.model_dtype")
+    w.setdefault("train_params", {}).setdefault("memory", {}).update(
+        resident_weight_bytes_per_param=per_param, grad_bytes_per_param=per_param,
+        optimizer_bytes_per_param=2 * per_param)
 
 
 LORA_NOTE = ("LoRA: the engine serves the adapter (verl passes enable_lora to vLLM) and rlsim does not price its LoRA "

@@ -1472,15 +1472,18 @@ def test_a_micro_batch_verl_would_refuse_is_refused():
 def test_a_memory_error_of_an_imported_layout_names_the_keys_of_the_values_it_quotes_first(capsys):
     """An FSDP layout's out-of-memory error named actor.strategy (which sets the layout) and fixes
     verl's FSDP has no key for, where micro_batch=4 was ppo_micro_batch_size_per_gpu's (a trial)."""
+    # (at the example's 0.6 the old log-prob pass fits beside the resident engine, 27.1 of 27.5 GB)
     code = main(["run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
-                 "actor_rollout_ref.rollout.free_cache_engine=false", "--iterations", "1"])
+                 "actor_rollout_ref.rollout.free_cache_engine=false",
+                 "actor_rollout_ref.rollout.gpu_memory_utilization=0.65", "--iterations", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "does not fit in device memory" in err
     named = err.split("field '")[1].split("'")[0].split(", ")
-    # the override that kept the engine resident beside the step comes first (it named only the
+    # the overrides that kept the engine resident beside the step come first (it named only the
     # layout's keys), then the key of the micro-batch the message quotes
     # (the old log-prob pass is refused first, beside the engine: its micro-batch key)
-    assert named[:2] == ["actor_rollout_ref.rollout.free_cache_engine",
+    assert named[:3] == ["actor_rollout_ref.rollout.free_cache_engine",
+                         "actor_rollout_ref.rollout.gpu_memory_utilization",
                          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"]
     assert "change actor_rollout_ref.rollout.free_cache_engine" in err
 
@@ -2006,3 +2009,29 @@ def test_a_split_pool_without_its_size_says_what_chose_split_pools():
     with pytest.raises(RlsimError, match="async_training.. keys") as info:
         import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", ["+async_training.staleness_threshold=0.5"])
     assert info.value.field == "rollout.n_gpus_per_node"
+
+
+FP32_MASTER = {"resident_weight_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0, "optimizer_bytes_per_param": 8.0}
+
+
+def test_verl_fsdp_actor_keeps_its_fp32_shard_as_the_master_copy():
+    """verl's FSDP actor loads fp32 (fsdp_config.model_dtype's default): 4 + 4 + 8 bytes a parameter,
+    its gradients and AdamW's state in model_dtype; the Megatron actor keeps rlsim's 18."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    memory = import_config("verl", cfg).scenario["workload"]["train_params"]["memory"]
+    assert memory == FP32_MASTER
+    bf16 = import_config("verl", cfg, ["actor_rollout_ref.actor.fsdp_config.model_dtype=bf16"])
+    assert bf16.scenario["workload"]["train_params"]["memory"] == {
+        "resident_weight_bytes_per_param": 2.0, "grad_bytes_per_param": 2.0, "optimizer_bytes_per_param": 4.0}
+    assert "resident_weight_bytes_per_param" in bf16.mapped["actor_rollout_ref.actor.fsdp_config.model_dtype"]
+    megatron = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron"]).scenario["workload"]
+    assert "memory" not in megatron.get("train_params", {})
+    load_scenario(import_config("verl", cfg).scenario)
+
+
+def test_nemo_rl_dtensor_keeps_an_fp32_master_shard_and_megatron_its_18_bytes():
+    nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
+    assert "memory" not in import_config("nemo-rl", nemo).scenario["workload"].get("train_params", {})
+    dtensor = import_config("nemo-rl", nemo, ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"])
+    assert dtensor.scenario["workload"]["train_params"]["memory"] == FP32_MASTER
+    load_scenario(dtensor.scenario)

@@ -338,3 +338,20 @@ def test_a_legacy_allocation_mode_is_read_as_the_two_backends():
     with pytest.raises(RlsimError) as info:
         import_config("areal", EXAMPLE, ["~rollout.backend", "actor.backend=fsdp", "+allocation_mode=sglang.d4+d4+d4"])
     assert info.value.field == "allocation_mode"
+
+
+def test_the_fsdp_engine_keeps_an_fp32_master_shard_and_archon_its_dtype():
+    """AReaL's FSDP engine stores parameters in optimizer_dtype (fp32): 4 + 4 bytes and the optimizer's
+    state by optimizer.type; archon keeps bf16 parameters, gradients and AdamW state; megatron rlsim's 18."""
+    def memory(*overrides):
+        return import_config("areal", EXAMPLE, list(overrides)).scenario["workload"].get("train_params", {}).get(
+            "memory")
+    assert memory() == {"resident_weight_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0,
+                        "optimizer_bytes_per_param": 8.0}
+    assert memory("+actor.optimizer.type=adam_bf16")["optimizer_bytes_per_param"] == 6.0
+    assert memory("+actor.optimizer.type=sgd")["optimizer_bytes_per_param"] == 0.0
+    assert memory("actor.backend=archon:d4") == {"grad_bytes_per_param": 2.0, "optimizer_bytes_per_param": 4.0}
+    assert memory("actor.backend=megatron:d4") is None
+    with pytest.raises(RlsimError, match="not one of AReaL's archon") as err:
+        memory("actor.backend=archon:d4", "+actor.optimizer.type=adam_bf16")
+    assert err.value.field == "actor.optimizer.type"

@@ -308,3 +308,12 @@ def test_another_backends_sections_are_read_past_for_every_model():
     assert "reference_cpu_offload" not in imported.scenario["workload"]
     for key in ("trainer.ref.fsdp_config.cpu_offload", "trainer.critic.fsdp_config.cpu_offload"):
         assert "megatron" in imported.ignored[key]
+
+
+def test_skyrl_fsdp_policy_trains_fp32_parameters_whatever_bf16_says():
+    """SkyRL's FSDP policy loads fp32 (HFModelWrapper(bf16=inference_only_init)): its shard is the
+    master copy, 4 + 4 + 8 bytes a parameter; megatron keeps rlsim's 18."""
+    master = {"resident_weight_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0, "optimizer_bytes_per_param": 8.0}
+    for bf16 in ("true", "false"):
+        r = import_config("skyrl", EXAMPLE, [f"trainer.bf16={bf16}"])
+        assert r.scenario["workload"]["train_params"]["memory"] == master
