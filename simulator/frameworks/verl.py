@@ -966,25 +966,44 @@ COLOCATED_REWARD_MODEL_NOTE = (
 _V1_ONE_AT_A_TIME = ("the v1 replay buffer ignores it (its warning): filtered groups are replaced by new prompts "
                      "until the batch is full", "the v1 trainer fetches prompts one at a time under DAPO (it forces "
                      "data.gen_batch_size to 1)")
-ONE_PROMPT_AT_A_TIME = {
-    **dict.fromkeys(V1_RECIPES, _V1_ONE_AT_A_TIME),
-    # verl 0.9.1 experimental/fully_async_policy: fully_async_rollouter.py asserts gen_batch_size == 1 and
-    # puts every sample it generates into the message queue; nothing there reads algorithm.filter_groups
-    "fully-async": ("fully_async's Rollouter streams prompts one at a time and queues every kept group for a "
-                    "later step: no generation batch to cap (nothing in fully_async reads it)",
-                    "fully_async's Rollouter streams prompts one at a time (it asserts data.gen_batch_size == 1): "
-                    "no generation batch"),
-}
+ONE_PROMPT_AT_A_TIME = dict.fromkeys(V1_RECIPES, _V1_ONE_AT_A_TIME)
+# verl 0.9.1 experimental/fully_async_policy filters no group: fully_async_rollouter.py
+# _process_single_sample_streaming puts every sample it generates into the message queue, and nothing
+# under experimental/fully_async_policy or experimental/separation reads algorithm.filter_groups (only
+# the v1 trainer's ReplayBuffer does: trainer/ppo/v1/trainer_base.py). So the import writes no
+# workload.dynamic_sampling under that recipe (the verl-fully-async kind still runs one given by hand:
+# a fork may filter).
+FULLY_ASYNC_NO_FILTER = ("verl 0.9.1's fully_async filters no group: its Rollouter puts every sample it generates in "
+                         "the message queue (fully_async_rollouter.py _process_single_sample_streaming) and nothing "
+                         "under experimental/fully_async_policy reads algorithm.filter_groups (only the v1 trainer's "
+                         "ReplayBuffer does): no workload.dynamic_sampling written")
+FULLY_ASYNC_FILTER_KEY = ("DAPO's filter setting, read with algorithm.filter_groups.enable, which verl 0.9.1's "
+                          "fully_async does not read (it filters no group)")
+FULLY_ASYNC_GEN_BATCH = ("fully_async's Rollouter streams prompts one at a time (it asserts data.gen_batch_size == 1): "
+                         "no generation batch")
+
+
+def _fully_async_filter(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
+    """algorithm.filter_groups under the fully-async recipe: every key given listed ignored
+    (FULLY_ASYNC_NO_FILTER), data.gen_batch_size too."""
+    for key in v.flat:
+        if key.startswith("algorithm.filter_groups."):
+            decided[key] = ("ignored", FULLY_ASYNC_NO_FILTER if key.endswith(".enable") else FULLY_ASYNC_FILTER_KEY)
+    if v.given("data.gen_batch_size"):
+        decided["data.gen_batch_size"] = ("ignored", FULLY_ASYNC_GEN_BATCH)
 
 
 def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """DAPO dynamic sampling (algorithm.filter_groups): the prompts of a generation batch and the cap
     on batches per step (recipe/dapo's trainer raises past it; 0 or less, its default: no cap). The
     v1 trainer evicts a filtered group and submits new prompts for it, one at a time (replay_buffer.py:
-    one in the async modes, two of credit in the sync mode, which max_inflight_gen_batches bounds);
-    fully_async's Rollouter streams them one at a time (ONE_PROMPT_AT_A_TIME)."""
+    one in the async modes, two of credit in the sync mode, which max_inflight_gen_batches bounds:
+    ONE_PROMPT_AT_A_TIME); fully_async filters nothing (_fully_async_filter)."""
     cap_key = "algorithm.filter_groups.max_num_gen_batches"
     inflight_key = "algorithm.filter_groups.max_inflight_gen_batches"
+    if recipe == "fully-async" and v.flag("algorithm.filter_groups.enable"):
+        _fully_async_filter(v, decided)
+        return
     if not (recipe == "sync" and v.flag("algorithm.filter_groups.enable")) and v.given(inflight_key):
         decided[inflight_key] = ("ignored", "used only by verl 0.9's v1 sync mode with algorithm.filter_groups.enable")
     if v.flag("algorithm.filter_groups.enable") and w.get("samples_per_prompt") == 1:

@@ -1749,19 +1749,28 @@ def test_verl_09_fully_async_keys_are_read():
     assert "fully_async" in colocated.ignored["actor_rollout_ref.rollout.standalone_gpu_memory_utilization"]
 
 
-def test_a_fully_async_dapo_config_writes_no_generation_batch_and_runs():
-    """fully_async's Rollouter streams prompts one at a time (verl 0.9.1 asserts data.gen_batch_size
-    == 1) and nothing in fully_async reads filter_groups.max_num_gen_batches: both are listed ignored
-    and neither key is written (the kind refuses them). The importer wrote gen_prompts 1 and
-    max_gen_batches 10, and the run stopped at step 0 after 10 'generation batches' of one prompt."""
+def test_a_fully_async_dapo_config_writes_no_dynamic_sampling_as_fully_async_filters_nothing():
+    """verl 0.9.1's fully_async filters no group: its Rollouter queues every sample it generates and
+    nothing under experimental/fully_async_policy reads algorithm.filter_groups. The import lists the
+    switch and its sub-keys ignored with that reason and writes no workload.dynamic_sampling (it wrote
+    {}, filtering groups verl trains on); the verl-fully-async kind still runs one given by hand."""
     example = EXAMPLES / "verl-fully-async-qwen2.5-7b.yaml"
     r = import_config("verl", example, ["+algorithm.filter_groups.enable=true",
-                                        "+algorithm.filter_groups.max_num_gen_batches=10"])
-    assert r.scenario["workload"]["dynamic_sampling"] == {}
+                                        "+algorithm.filter_groups.max_num_gen_batches=10",
+                                        "+algorithm.filter_groups.metric=acc"])
+    assert "dynamic_sampling" not in r.scenario["workload"]
+    assert "filters no group" in r.ignored["algorithm.filter_groups.enable"]
+    assert "_process_single_sample_streaming" in r.ignored["algorithm.filter_groups.enable"]
+    for key in ("algorithm.filter_groups.max_num_gen_batches", "algorithm.filter_groups.metric"):
+        assert "filters no group" in r.ignored[key]
     assert "one at a time" in r.ignored["data.gen_batch_size"]
-    assert "nothing in fully_async reads it" in r.ignored["algorithm.filter_groups.max_num_gen_batches"]
-    assert "algorithm.filter_groups.enable" in r.mapped
-    sc = load_scenario(r.scenario, overrides=["iterations=2", "workload.response_length.max=1024"])
+    assert not any("keep_fraction" in note for note in r.notes)
+    plain = import_config("verl", example)
+    assert {k: v for k, v in r.scenario.items() if k != "workload"} == {
+        k: v for k, v in plain.scenario.items() if k != "workload"}
+    # a fork that filters: dynamic sampling given by hand runs under the kind, as before
+    sc = load_scenario(r.scenario, overrides=["iterations=2", "workload.response_length.max=1024",
+                                              "workload.dynamic_sampling={}"])
     run = simulate(sc)
     assert run.summary["samples"]["consumed"] == 2 * sc.workload.prompts_per_step * sc.workload.samples_per_prompt
     assert set(run.summary["samples"]["dropped"]) <= {"no_signal", "unused"}
