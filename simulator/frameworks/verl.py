@@ -90,7 +90,8 @@ SERVED_ENGINE_KEYS = (("tensor_model_parallel_size", "layout.tp", "count"),
                       ("enable_chunked_prefill", "inference.chunked_prefill", "flag"))
 # verl's own defaults for the keys rlsim maps, used when a YAML leaves them out (verl
 # verl/trainer/config/ppo_trainer.yaml, v0.4-v0.5; read again in the 0.4.1, 0.5.0, 0.6.0, 0.6.1 and 0.7.0
-# wheels: the same in all, except rollout.name (no default from 0.6) and enforce_eager, below).
+# wheels: the same in all, except rollout.name (no default from 0.6), enforce_eager, below, and
+# model.use_remove_padding, true from 0.7: REMOVE_PADDING_NOTE).
 DEFAULTS_SOURCE = "verl/trainer/config/ppo_trainer.yaml"
 DEFAULTS: dict[str, Any] = {
     "data.train_batch_size": 1024, "data.max_prompt_length": 512, "data.max_response_length": 512,
@@ -1933,10 +1934,10 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
             decided["async_training.partial_rollout"] = (
                 "ignored", "with staleness_threshold 0 the Rollouter starts no more than a version consumes, so a "
                 "sync finds no request in flight to cancel")
+    s["distqueue"] = {"packed": _removes_padding(v, recipe, decided)}
     _micro_batching(v, s, w["train_layout"], decided)
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     _megatron_reference_offload(v, w, s, decided)
-    s["distqueue"] = {"packed": _removes_padding(v, decided)}
     if not s["distqueue"]["packed"] and str(v(f"{A}.actor.strategy")) != "megatron":
         # the FSDP workers run verl's fixed-width rows (prompt max + response max) through the model,
         # whose flash_attention_2 unpads them for the attention (fsdp_workers.py's default); the
@@ -2041,7 +2042,7 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     if not v.flag(f"{A}.actor.use_dynamic_bsz"):
         _micro_batch_given(v, f"{A}.actor", "ppo_micro_batch_size", "use_dynamic_bsz")
         _check_micro_divides_mini(v, layout)
-        if _removes_padding(v, decided):   # padded samples: no packed order for a scenario to take
+        if s["distqueue"]["packed"]:   # padded samples: no packed order for a scenario to take
             s["micro_batching"] = "sequence"
         decided[f"{A}.actor.ppo_max_token_len_per_gpu"] = ("ignored", "used only with use_dynamic_bsz: true")
         _log_prob_micro_batches(v, s, layout, decided, per_gpu)
@@ -2064,13 +2065,29 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
             decided[key] = ("ignored", "use_dynamic_bsz: the log-prob passes take a token budget")
 
 
-def _removes_padding(v: Values, decided: dict[str, tuple[Status, str]]) -> bool:
+# verl's FSDP default of model.use_remove_padding: false through 0.6 (trainer/config/model/hf_model.yaml,
+# read in the 0.6.1 wheel), true from 0.7 (the 0.7.0 and 0.9.1 wheels' hf_model.yaml). The importer reads
+# a config as verl 0.6 runs it (DEFAULTS, MODE_NOTE) save its v1 recipes, which only verl 0.9 has: their
+# absent key takes 0.9's default. Either way a note says which was taken.
+REMOVE_PADDING_NOTE = (f"{A}.model.use_remove_padding not given: verl 0.6's default false (every row padded to prompt "
+                       "max + response max), which rlsim takes; verl 0.7+ defaults to true (rows packed): give "
+                       f"{A}.model.use_remove_padding=true to match it")
+REMOVE_PADDING_V1_NOTE = (f"{A}.model.use_remove_padding not given: verl 0.9's default true (rows packed), which rlsim "
+                          f"takes for its v1 trainer; verl 0.6 defaulted to false: give {A}.model.use_remove_padding="
+                          "false to pad the rows")
+
+
+def _removes_padding(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> bool:
     """Whether verl's actor packs its rows (no padding): the FSDP workers as model.use_remove_padding
-    says; the megatron workers as actor.megatron.use_remove_padding says (verl 0.7, default true) and
-    always where it is absent (verl 0.6: MEGATRON_REMOVE_PADDING_RULES). The reference's copy that
-    equals the actor's is mapped with it."""
+    says (absent: verl 0.6's false, 0.9's true for the v1 recipes, with a note); the megatron workers
+    as actor.megatron.use_remove_padding says (verl 0.7, default true) and always where it is absent
+    (verl 0.6: MEGATRON_REMOVE_PADDING_RULES). The reference's copy that equals the actor's is mapped
+    with it."""
     if str(v(f"{A}.actor.strategy")) != "megatron":
-        return v.flag(f"{A}.model.use_remove_padding")
+        if v.given(f"{A}.model.use_remove_padding"):
+            return v.flag(f"{A}.model.use_remove_padding")
+        v.result.notes.append(REMOVE_PADDING_V1_NOTE if recipe in V1_RECIPES else REMOVE_PADDING_NOTE)
+        return recipe in V1_RECIPES
     key, ref_key = f"{A}.actor.megatron.use_remove_padding", f"{A}.ref.megatron.use_remove_padding"
     if v.given(f"{A}.model.use_remove_padding"):
         decided[f"{A}.model.use_remove_padding"] = (

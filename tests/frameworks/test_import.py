@@ -2044,3 +2044,26 @@ def test_nemo_rl_dtensor_keeps_an_fp32_master_shard_and_megatron_its_18_bytes():
     dtensor = import_config("nemo-rl", nemo, ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"])
     assert dtensor.scenario["workload"]["train_params"]["memory"] == FP32_MASTER
     load_scenario(dtensor.scenario)
+
+
+def test_an_absent_use_remove_padding_takes_the_default_of_the_verl_the_recipe_is_read_as():
+    """model.use_remove_padding defaults to false in verl 0.6 (model/hf_model.yaml) and true from 0.7
+    (0.7.0, 0.9.1): a config without it is read as verl 0.6 (padded rows), its v1 recipes (verl 0.9
+    only) as 0.9 (packed), each with a note naming the default taken and the key to set; a config that
+    gives it, or a megatron actor (which does not read it), gets no note."""
+    key = "actor_rollout_ref.model.use_remove_padding"
+    legacy = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", [f"~{key}"])
+    assert legacy.scenario["schedule"]["distqueue"]["packed"] is False
+    assert verl.REMOVE_PADDING_NOTE in legacy.notes and f"{key}=true" in verl.REMOVE_PADDING_NOTE
+    v1 = import_config("verl", EXAMPLES / "verl-v1-colocate-async-qwen2.5-7b.yaml", [f"~{key}"])
+    assert v1.scenario["schedule"]["distqueue"]["packed"] is True
+    assert verl.REMOVE_PADDING_V1_NOTE in v1.notes and f"{key}=false" in verl.REMOVE_PADDING_V1_NOTE
+    for given in (import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                  import_config("verl", EXAMPLES / "verl-v1-colocate-async-qwen2.5-7b.yaml", [f"{key}=false"])):
+        assert not {verl.REMOVE_PADDING_NOTE, verl.REMOVE_PADDING_V1_NOTE} & set(given.notes)
+    assert given.scenario["schedule"]["distqueue"]["packed"] is False
+    megatron = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
+                             [f"~{key}", "actor_rollout_ref.actor.strategy=megatron"])
+    assert not {verl.REMOVE_PADDING_NOTE, verl.REMOVE_PADDING_V1_NOTE} & set(megatron.notes)
+    load_scenario(legacy.scenario)
+    load_scenario(v1.scenario)
