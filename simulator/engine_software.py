@@ -282,11 +282,11 @@ def _has_linear_layers(model: Any, _inference: Any) -> bool:
     return bool(model.num_linear_layers)
 
 
-def _keeps_state_radix(model: Any, inference: Any) -> bool:
-    """llm/sglang_pool.py has_state_radix (imported on call: simulator.llm imports the scenario, which
-    imports this module)."""
-    from .llm.sglang_pool import has_state_radix
-    return has_state_radix(model, inference)
+def has_state_radix(model: Any, params: Any) -> bool:
+    """Whether SGLang keeps its radix cache on the model's states (0.5.6: a Gated DeltaNet hybrid,
+    with the radix cache on; a Mamba-2 hybrid never). Here, below the cost models that size its pools
+    with it (llm/sglang_pool.py), as the engines' forced settings read it too."""
+    return bool(model.num_linear_layers and params.linear_attention_radix_cache and params.enable_prefix_caching)
 
 
 # SGLang 0.5.2's ModelRunner.__init__ (model_executor/model_runner.py): is_hybrid_gdn (Qwen3-Next, the
@@ -304,7 +304,7 @@ SGLANG_056_MAMBA2_NO_RADIX = ModelForcedSetting(
     "SGLang 0.5.6 turns its radix cache off for a Mamba-2 hybrid (model_runner.py ModelRunner.__init__: "
     "'NemotronHConfig model detected, disable radix cache')")
 SGLANG_056_RADIX_NO_OVERLAP = ModelForcedSetting(
-    "async_scheduling", False, _keeps_state_radix,
+    "async_scheduling", False, has_state_radix,
     "SGLang 0.5.6 turns its overlap scheduler off for Qwen3-Next while the radix cache is on (server_args.py: "
     "'Disabling overlap schedule since MambaRadixCache is not compatible with overlap schedule currently'; "
     "with enable_prefix_caching false it stays on)")

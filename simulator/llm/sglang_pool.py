@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine_software import has_state_radix
 from .kv_pool import UNBOUNDED_KV_TOKENS
 
 # Model types (config.json model_type) whose hybrid SWA memory SGLang turns off: GptOssForCausalLM,
@@ -69,12 +70,6 @@ def keeps_swa_pool(model: Any) -> bool:
     SWA memory it leaves on."""
     return bool(model.num_sliding_layers and not model.chunked_attention
                 and model.model_type not in SGLANG_FULL_CACHE_MODEL_TYPES)
-
-
-def has_state_radix(model: Any, params: Any) -> bool:
-    """Whether SGLang keeps its radix cache on the model's states (0.5.6: a Gated DeltaNet hybrid,
-    with the radix cache on; a Mamba-2 hybrid never)."""
-    return bool(model.num_linear_layers and params.linear_attention_radix_cache and params.enable_prefix_caching)
 
 
 @dataclass(frozen=True)
