@@ -736,6 +736,34 @@ def hf_train_software(liger: bool) -> str:
     return HF_LIGER_TRAIN_SOFTWARE if liger else HF_TRAIN_SOFTWARE
 
 
+# transformers' attention implementations (attn_implementation) that run flash_attention_forward
+# (4.57.1 modeling_utils.py ALL_ATTENTION_FUNCTIONS; a Hub kernel with flash_attn_varlen_func takes the
+# same path, integrations/hub_kernels.py load_and_register_kernel): given a padding mask,
+# modeling_flash_attention_utils.py _flash_attention_forward unpads the rows (_upad_input) and runs the
+# varlen kernel over their real tokens. SDPA runs torch's fused kernels over the padded width (the mask
+# rules the flash backend out: the memory-efficient one, no scores kept); eager materializes the scores.
+HF_FLASH_ATTENTION = ("flash_attention_2", "flash_attention_3", "kernels-community/flash-attn",
+                      "kernels-community/flash-attn3", "kernels-community/vllm-flash-attn3")
+HF_SDPA, HF_EAGER = "sdpa", "eager"
+
+
+def hf_attention_compute(impl: Any, padded: bool) -> dict[str, Any] | None:
+    """workload.train_params.compute keys for transformers' attention implementation ``impl`` (None: the
+    transformers default, SDPA) on padded rows (``padded``) or packed ones: a flash implementation's
+    padded rows take attention_skips_padding (packed rows need nothing: rlsim prices them varlen); SDPA
+    none (a fused kernel over the padded width); eager compute.flash_attention false (the scores
+    materialized, rlsim's score-traffic constants stand for transformers' eager_attention_forward). None
+    where rlsim does not model ``impl`` (flex attention, another Hub kernel) or where packed rows run
+    without a flash kernel (one packed row's attention would span its samples)."""
+    if impl in HF_FLASH_ATTENTION:
+        return {"attention_skips_padding": True} if padded else {}
+    if not padded:
+        return None
+    if impl in (None, HF_SDPA):
+        return {}
+    return {"flash_attention": False} if impl == HF_EAGER else None
+
+
 # framework dtype names -> rlsim's (llm/architecture.py DTYPE_BYTES)
 DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
           "fp8": "fp8", "float8": "fp8", "int8": "int8"}

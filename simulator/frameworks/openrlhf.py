@@ -32,6 +32,7 @@ from typing import Any
 from ..errors import RlsimError
 from ..params import FLASH_ATTN_CROSS_ENTROPY_BYTES, logprob_traffic
 from .common import (
+    HF_FLASH_ATTENTION,
     OPTIMIZER_SETTINGS,
     SAMPLING_SETTINGS,
     FrameworkImport,
@@ -42,6 +43,7 @@ from .common import (
     begin_workload,
     capped_length,
     classify,
+    hf_attention_compute,
     hf_train_software,
     ignored,
     in_table,
@@ -65,7 +67,8 @@ DEFAULTS: dict[str, Any] = {
     "vllm.enable_prefix_caching": False, "vllm.enforce_eager": False, "vllm.enable_sleep": False,
     "train.async_enable": False, "train.async_queue_size": 1, "ds.zero_stage": 2, "ds.enable_sleep": False,
     "ds.adam_offload": False, "ds.tensor_parallel_size": 1, "ds.ring_attn_size": 1, "ds.packing_samples": False,
-    "ds.param_dtype": "bf16", "actor.gradient_checkpointing_enable": False, "train.dynamic_batch_enable": False,
+    "ds.param_dtype": "bf16", "ds.attn_implementation": "flash_attention_2",
+    "actor.gradient_checkpointing_enable": False, "train.dynamic_batch_enable": False,
     "train.max_tokens_per_gpu": 16192, "rollout.max_tokens_per_gpu": None, "rollout.batch_size": 1024,
     "rollout.micro_batch_size": 1, "rollout.n_samples_per_prompt": 1, "rollout.max_new_tokens": None,
     "rollout.vllm_generate_batch_size": None, "train.batch_size": 128, "train.micro_batch_size": 1,
@@ -189,7 +192,8 @@ RULES: dict[str, Rule] = {
     "ds.lora.target_modules": mapped("workload.lora.targets"),
     "ds.lora.*": ignored("LoRA scaling and dropout: no modelled cost"),
     "ds.load_in_4bit": unsupported("4-bit base weights (QLoRA) are not modelled", neutral=False),
-    "ds.attn_implementation": unsupported("rlsim prices FlashAttention kernels", neutral="flash_attention_2"),
+    "ds.attn_implementation": mapped("workload.train_params.compute", "padded rows: a flash kernel's "
+                                     "attention_skips_padding, sdpa none, eager flash_attention false"),
     "ds.experts_implementation": unsupported("rlsim prices the experts as grouped GEMMs", neutral=None),
     "ds.use_liger_kernel": mapped("workload.train_software", "true: hf-transformers-liger (Liger's RMSNorm, RoPE, "
                                                             "SwiGLU), false hf-transformers"),
@@ -244,6 +248,7 @@ def import_openrlhf(path: str | Path, overrides: Iterable[str] = (), *, topology
     kind = _kind(v, gpus, decided)
     workload = _workload(v, "workload.model" in user_sets, decided)
     sched = _schedule(v, kind, gpus, workload, decided)
+    _attention(v, workload, sched["distqueue"]["packed"], decided)
     if kind != "colocated":
         _deepspeed_sleep(v, workload, decided)
     total = gpus["actor"] + (0 if kind == "colocated" else gpus["rollout"]) + sum(sched.get("aux_devices", {}).values())
@@ -364,6 +369,25 @@ def _logprobs(v: Values, w: dict[str, Any]) -> None:
     if v("actor.entropy_coef") is not None:
         in_loss = _number(v, "actor.entropy_coef") != 0
         w["entropy"] = {"passes": ["update"], **({"in_loss": True} if in_loss else {}), "kernel": "eager-fp32"}
+
+
+def _attention(v: Values, w: dict[str, Any], packed: bool, decided: dict[str, tuple[Status, str]]) -> None:
+    """The model's attention (ds.attn_implementation, flash_attention_2 by default; models/actor.py loads
+    the model with it): packed rows run flash_attention_2 whatever it says (train_ppo_ray.py, 0.11.2:
+    698-704, swaps in flash_attention_2 where the name has no "flash_attention"); padded rows, each
+    micro-batch right-padded to its longest sample (replay_buffer.py: remove_padding_in_sequences, then
+    zero_pad_sequences; experience_maker.py concat_experiences alike), go through the model with their
+    attention_mask (Actor.forward), which a flash implementation unpads for the attention alone."""
+    key, impl = "ds.attn_implementation", v("ds.attn_implementation")
+    if packed:
+        if v.given(key) and impl not in HF_FLASH_ATTENTION:
+            decided[key] = ("ignored", "packed rows: OpenRLHF swaps in flash_attention_2 (train_ppo_ray.py)")
+        return
+    knobs = hf_attention_compute(impl, padded=True)
+    if knobs is None:
+        decided[key] = ("unsupported", f"{impl!r}: rlsim prices flash_attention_2 / 3, sdpa and eager")
+        return
+    w.setdefault("train_params", {}).setdefault("compute", {}).update(knobs)
 
 
 def _generate_batch(v: Values, prompts: int, decided: dict[str, tuple[Status, str]]) -> None:

@@ -8,11 +8,14 @@ from typing import Any
 from ..errors import RlsimError
 from ..params import FLASH_ATTN_CROSS_ENTROPY_BYTES, logprob_traffic
 from .common import (
+    HF_FLASH_ATTENTION,
+    HF_SDPA,
     MULTI_TURN_NOTE,
     Status,
     Values,
     begin_workload,
     capped_length,
+    hf_attention_compute,
     hf_train_software,
     without_inapplicable_layout_keys,
 )
@@ -142,6 +145,13 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
         w["train_software"] = hf_train_software(False)
         w.setdefault("train_params", {})["memory"] = dict(FSDP_MASTER_STATE)
         _logits_passes(v, w)
+        _hf_attention(v, w)
+    elif v.given("trainer.flash_attn"):
+        # padded megatron rows are re-padded to each micro-batch's longest (megatron_model_wrapper.py
+        # remove_left_padding) and Megatron's attention runs their padding: no compute key either way
+        decided["trainer.flash_attn"] = ("ignored", "megatron: it picks Transformer Engine's flash or fused attention "
+                                                    "backend (megatron_worker.py), fused kernels both, which rlsim "
+                                                    "prices alike")
     w["rollout_layout"] = _rollout_layout(v)
     w["engine"] = ENGINE
     v.result.notes.append(ENGINE_NOTE)
@@ -176,6 +186,25 @@ def _role_sections(v: Values, section: str) -> list[str]:
     """The given keys of one backend's section of every model (trainer.strategy picks one backend for all)."""
     return [key for key in v.flat for role in ("policy", "ref", "critic")
             if key.startswith(f"trainer.{role}.{section}.")]
+
+
+def _hf_attention(v: Values, w: dict[str, Any]) -> None:
+    """The FSDP models' attention: flash_attention_2 with trainer.flash_attn, else sdpa (model_wrapper.py
+    HFModelWrapper: attn_implementation). Packed micro-batches (trainer.remove_microbatch_padding) need
+    flash_attention_2, which SkyRL asserts; padded ones (each batch left-padded to its longest prompt +
+    response: dataset/preprocess.py convert_prompts_responses_to_batch_tensors, no fixed width) go through
+    the model with their attention_mask (HFModelWrapper.forward), which flash_attention_2 unpads for the
+    attention alone (common.hf_attention_compute)."""
+    flash = v.flag("trainer.flash_attn")
+    if v.flag("trainer.remove_microbatch_padding"):
+        if not flash:
+            raise RlsimError("packed micro-batches without flash attention: SkyRL asserts \"Flash attention 2 should "
+                             "be used for `remove_microbatch_padding`\" (model_wrapper.py)", source=v.result.source,
+                             field="trainer.flash_attn", fix="pass trainer.flash_attn=true, or "
+                             "trainer.remove_microbatch_padding=false")
+        return
+    knobs = hf_attention_compute(HF_FLASH_ATTENTION[0] if flash else HF_SDPA, padded=True)
+    w.setdefault("train_params", {}).setdefault("compute", {}).update(knobs or {})
 
 
 def _train_layout(v: Values, strategy: str, policy_gpus: int,

@@ -267,7 +267,8 @@ _BATCHES: dict[str, Rule] = {
     "trainer.gradient_checkpointing": mapped("workload.train_layout.recompute", "full"),
     "trainer.gradient_checkpointing_use_reentrant": ignored("reentrant or not: the same recompute"),
     "trainer.bf16": mapped("workload.dtype", "true: bf16"),
-    "trainer.flash_attn": unsupported("attention without FlashAttention is not modelled", neutral=True),
+    "trainer.flash_attn": mapped("workload.train_params.compute", "fsdp: flash_attention_2 (true; padded rows: "
+                                 "attention_skips_padding) or sdpa (false; refused with packed micro-batches)"),
     "trainer.logprobs_chunk_size": ignored("log-probs from the logits in chunks: memory, not modelled time"),
     "trainer.fused_lm_head_logprob": unsupported("the fused LM-head log-prob kernel is not modelled", neutral=False),
     "trainer.fused_lm_head_logprob_backend": ignored("used only with fused_lm_head_logprob"),

@@ -42,6 +42,7 @@ from ..presets import resolve
 from .common import (
     DEFAULT_TOPOLOGY,
     DTYPES,
+    HF_EAGER,
     FrameworkImport,
     Status,
     Values,
@@ -49,6 +50,7 @@ from .common import (
     begin_workload,
     capped_length,
     classify,
+    hf_attention_compute,
     hf_train_software,
     model_for,
     size_topology,
@@ -61,9 +63,6 @@ from .trl_rules import DEFAULTS, DEFAULTS_SOURCE, GRPO_ONLY_KEYS, RLOO_DEFAULTS,
 COLOCATED_ENGINE, SERVER_ENGINE = "vllm-v1", "vllm-v1-server"
 ENGINE_NOTE = "TRL 1.16.0 runs vllm 0.22-0.31: rlsim's {engine} preset (vLLM 0.9-0.11's defaults) stands for it"
 COLOCATED_STEP_TOKENS = 4096   # vllm_generation.py: LLM(max_num_batched_tokens=4096)
-# Attention kernels that are FlashAttention's (SDPA dispatches to flash kernels on these GPUs).
-FLASH_ATTENTION = (None, "flash_attention_2", "flash_attention_3", "sdpa", "kernels-community/flash-attn",
-                   "kernels-community/flash-attn3", "kernels-community/vllm-flash-attn3")
 # PEFT's default LoRA targets for the Llama / Qwen / Mistral families (peft utils/constants.py
 # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), taken when lora_target_modules is unset.
 PEFT_DEFAULT_TARGETS = ["q_proj", "v_proj"]
@@ -225,9 +224,8 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     w["dtype"] = _dtype(v)
     w["reference"] = _number(v, "beta") != 0
     w["reward"] = _reward(v)
-    _attention(v, decided)
     _lora(v, w, decided)
-    w["train_params"] = {"compute": _fused_head(v)}
+    w["train_params"] = {"compute": {**_fused_head(v), **_attention(v, decided)}}
     offload = _offload(v, w["train_layout"]["zero"])
     if offload:
         w["train_params"]["offload"] = offload
@@ -416,10 +414,29 @@ def _reward(v: Values) -> dict[str, Any]:
     return {"kind": "model", "model": model}
 
 
-def _attention(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
-    for key in ("attn_implementation", "model_init_kwargs.attn_implementation"):
-        if v.given(key) and v(key) in FLASH_ATTENTION:
-            decided[key] = ("ignored", f"{v(key)!r}: FlashAttention kernels, what rlsim prices")
+def _attention(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """The compute keys of the model's attention: transformers' attn_implementation, the script's
+    (ModelConfig) overridden by model_init_kwargs' (scripts/grpo.py, rloo.py: model_init_kwargs.update),
+    unset transformers' default, SDPA. TRL's rows are padded, prompts on the left and completions on the
+    right to the batch's longest (grpo_trainer.py _generate_and_score_completions: pad), and go through
+    the model with their attention_mask (_get_per_token_logps_and_entropies), which a flash
+    implementation unpads for the attention alone (common.hf_attention_compute)."""
+    script, init = "attn_implementation", "model_init_kwargs.attn_implementation"
+    key = init if v.given(init) and v(init) is not None else script
+    if key == init and v.given(script):
+        decided[script] = ("ignored", f"{init} overrides it (scripts/grpo.py: model_init_kwargs.update)")
+    impl = v(key) if v.given(key) else None
+    knobs = hf_attention_compute(impl, padded=True)
+    if knobs is None:
+        decided[key] = ("unsupported", f"{impl!r} is not modelled: rlsim prices flash_attention_2 / 3 (and their "
+                                       "Hub kernels), sdpa and eager")
+        return {}
+    if v.given(key):
+        what = ("the scores materialized (compute.flash_attention false)" if impl == HF_EAGER else
+                "a flash kernel: the padded rows' attention over their real tokens (compute.attention_skips_padding)"
+                if knobs else "SDPA's fused kernel over the padded width")
+        decided[key] = ("mapped", f"{'unset (transformers default sdpa)' if impl is None else repr(impl)}: {what}")
+    return knobs
 
 
 def _lora(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

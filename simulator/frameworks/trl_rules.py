@@ -45,9 +45,9 @@ _LOSS = "loss / advantage / reward arithmetic on tensors the step already holds:
 _DATA = "data loading and prompt formatting on the host: no modelled cost"
 _LAUNCH = "where the processes meet (launcher): no effect on step time"
 _SERVER_ADDRESS = "where the vLLM server listens: no effect on step time"
-# FlashAttention and SDPA (flash kernels on these GPUs) are what rlsim prices (trl.FLASH_ATTENTION lists them)
-_EAGER_ATTENTION = ("attention without flash kernels (eager, flex) is not modelled: rlsim prices FlashAttention "
-                    "(flash_attention_2 / 3 and sdpa are listed as ignored)")
+# transformers' attention implementation on TRL's padded rows (trl._attention, common.hf_attention_compute)
+_ATTENTION = ("flash_attention_2 / 3: the padded rows' attention over their real tokens (compute."
+              "attention_skips_padding); sdpa or unset: over the padded width; eager: compute.flash_attention false")
 _BACKEND = ("rlsim reads the training backend from the accelerate config (accelerate_config, accelerate.*); "
             "a Trainer-level DeepSpeed / FSDP config is not read")
 
@@ -119,7 +119,7 @@ _TRAINING_ARGUMENTS: dict[str, Rule] = {
 
 _GRPO: dict[str, Rule] = {
     "model_init_kwargs": unsupported("from_pretrained arguments are not modelled", neutral=None),
-    "model_init_kwargs.attn_implementation": unsupported(_EAGER_ATTENTION, neutral=None),
+    "model_init_kwargs.attn_implementation": mapped("workload.train_params.compute", _ATTENTION),
     "model_init_kwargs.torch_dtype": ignored("the weights' load dtype: the Trainer's bf16 / fp16 sets the compute "
                                              "dtype"),
     "model_init_kwargs.dtype": ignored("the weights' load dtype: the Trainer's bf16 / fp16 sets the compute dtype"),
@@ -186,7 +186,7 @@ _MODEL_AND_SCRIPT: dict[str, Rule] = {
     "model_name_or_path": mapped("workload.model", "Hugging Face id or folder -> model preset"),
     "model_revision": ignored("a checkpoint revision: no effect on step time"),
     "dtype": ignored("the weights' load dtype: the Trainer's bf16 / fp16 sets the compute dtype"),
-    "attn_implementation": unsupported(_EAGER_ATTENTION, neutral=None),
+    "attn_implementation": mapped("workload.train_params.compute", _ATTENTION),
     "use_peft": mapped("workload.lora", "LoRA adapters (PEFT)"),
     "lora_r": mapped("workload.lora.rank"), "lora_target_modules": mapped("workload.lora.targets"),
     "lora_alpha": ignored("LoRA scaling: no modelled cost"), "lora_dropout": ignored("LoRA dropout: no modelled cost"),

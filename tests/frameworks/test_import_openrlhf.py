@@ -14,6 +14,8 @@ from simulator.frameworks import import_config, openrlhf
 from simulator.frameworks.openrlhf_script import read_script
 from simulator.scenario import load_scenario
 
+from .padded_attention import attention_squares, row_keys
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "workloads" / "frameworks"
 HYBRID = EXAMPLES / "openrlhf-reinforce-qwen2.5-7b-hybrid.sh"
@@ -336,3 +338,32 @@ def test_log_probs_and_entropy_as_openrlhfs_actor_takes_them():
     assert hot["entropy"] == {"passes": ["update"], "kernel": "eager-fp32"}
     assert workload("actor.entropy_coef=0.01")["entropy"] == {"passes": ["update"], "in_loss": True,
                                                               "kernel": "eager-fp32"}
+
+
+def test_padded_rows_attention_as_openrlhfs_attn_implementation_runs_it():
+    """Without packing each micro-batch is right-padded to its longest sample (replay_buffer.py: no fixed
+    width) and goes through the model with its attention_mask: flash_attention_2 (the default) unpads it
+    for the attention, rows of 100 and 300 tokens 100^2 + 300^2; sdpa runs the padded width, 2 x 300^2;
+    eager materializes the scores (flash_attention false); packed rows run flash_attention_2 whatever
+    the flag says (train_ppo_ray.py); flex attention is not modelled."""
+    def imported(*over):
+        return import_config("openrlhf", HYBRID, ["ds.packing_samples=false", *over])
+
+    def compute(r):
+        return r.scenario["workload"]["train_params"]["compute"]
+
+    flash = imported()
+    assert row_keys(compute(flash)) == {"attention_skips_padding": True}
+    assert "pad_rows_to" not in compute(flash)
+    assert attention_squares(compute(flash), [100, 300]) == 100 ** 2 + 300 ** 2
+    sdpa = imported("ds.attn_implementation=sdpa")
+    assert row_keys(compute(sdpa)) == {} and "ds.attn_implementation" in sdpa.mapped
+    assert attention_squares(compute(sdpa), [100, 300]) == 2 * 300 ** 2
+    eager = imported("ds.attn_implementation=eager")
+    assert row_keys(compute(eager)) == {"flash_attention": False}
+    flex = imported("ds.attn_implementation=flex_attention")
+    assert row_keys(compute(flex)) == {} and "ds.attn_implementation" in flex.unsupported
+    packed = import_config("openrlhf", HYBRID, ["ds.attn_implementation=eager"])
+    assert row_keys(compute(packed)) == {} and "swaps in flash_attention_2" in packed.ignored["ds.attn_implementation"]
+    for r in (flash, sdpa, eager):
+        load_scenario(r.scenario)

@@ -14,6 +14,8 @@ from simulator.frameworks.skyrl import read_script
 from simulator.frameworks.skyrl_rules import DEFAULTS, RULES
 from simulator.scenario import load_scenario
 
+from .padded_attention import attention_squares, row_keys
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "workloads" / "frameworks" / "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh"
 DATA = Path(__file__).resolve().parent / "data"
@@ -317,3 +319,30 @@ def test_skyrl_fsdp_policy_trains_fp32_parameters_whatever_bf16_says():
     for bf16 in ("true", "false"):
         r = import_config("skyrl", EXAMPLE, [f"trainer.bf16={bf16}"])
         assert r.scenario["workload"]["train_params"]["memory"] == master
+
+
+def test_padded_rows_attention_as_skyrls_flash_attn_runs_it():
+    """trainer.remove_microbatch_padding false: each batch left-padded to its longest prompt + response
+    (preprocess.py: no fixed width) goes through the FSDP model with its attention_mask; flash_attention_2
+    (trainer.flash_attn, the default) unpads it for the attention, rows of 100 and 300 tokens 100^2 +
+    300^2; sdpa (flash_attn false) runs the padded width, 2 x 300^2. Packed micro-batches without flash
+    attention: SkyRL asserts. Megatron: its attention runs the padding whichever backend."""
+    def compute(*over):
+        return import_config("skyrl", EXAMPLE, list(over)).scenario["workload"]["train_params"]["compute"]
+
+    padded = "trainer.remove_microbatch_padding=false"
+    flash = compute(padded)
+    assert row_keys(flash) == {"attention_skips_padding": True}
+    assert attention_squares(flash, [100, 300]) == 100 ** 2 + 300 ** 2
+    sdpa = import_config("skyrl", EXAMPLE, [padded, "trainer.flash_attn=false"])
+    assert row_keys(sdpa.scenario["workload"]["train_params"]["compute"]) == {}
+    assert attention_squares(sdpa.scenario["workload"]["train_params"]["compute"], [100, 300]) == 2 * 300 ** 2
+    assert "trainer.flash_attn" in sdpa.mapped
+    load_scenario(sdpa.scenario)
+    assert row_keys(compute()) == {}                                   # packed rows: nothing to skip
+    with pytest.raises(RlsimError, match="Flash attention 2 should be used") as info:
+        compute("trainer.flash_attn=false")
+    assert info.value.field == "trainer.flash_attn"
+    megatron = import_config("skyrl", EXAMPLE, ["trainer.strategy=megatron", padded, "trainer.flash_attn=false"])
+    assert row_keys(megatron.scenario["workload"].get("train_params", {}).get("compute", {})) == {}
+    assert "trainer.flash_attn" in megatron.ignored

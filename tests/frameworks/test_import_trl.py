@@ -16,6 +16,8 @@ from simulator.frameworks.common import in_table
 from simulator.frameworks.trl_rules import RULES
 from simulator.scenario import load_scenario
 
+from .padded_attention import attention_squares, row_keys
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "workloads" / "frameworks"
 COLOCATE = EXAMPLES / "trl-grpo-qwen2.5-1.5b-colocate.yaml"
@@ -193,7 +195,7 @@ def test_sleep_mode_lora_and_a_reward_model():
     assert s["switch"] == {"offload_optimizer": False, "engine_sleep": True, "engine_sleep_level": 2}
     assert w["lora"] == {"rank": 32, "targets": ["q_proj", "v_proj"]} and s["lora_refit"] == "full"
     assert w["reward"] == {"kind": "model", "model": "qwen2.5-0.5b"} and w["reference"] is True
-    assert "attn_implementation" in r.unsupported
+    assert r.scenario["workload"]["train_params"]["compute"]["flash_attention"] is False   # eager: scores materialized
     load_scenario(r.scenario)
     liger = import_config("trl", COLOCATE, ["use_liger_kernel=true"])
     assert liger.scenario["workload"]["train_software"] == "hf-transformers-liger"
@@ -291,10 +293,12 @@ def test_rloo_from_the_command_line(capsys):
 def test_the_log_probs_go_through_trls_fused_lm_head():
     """TRL 1.16 scores every pass through its fused LM head: a Triton kernel reads each cuBLAS tile of
     logits once (2 B a logit) and in the backward reads the recomputed tile (its GEMM again) and writes
-    its gradient (4), over the completion positions alone; the entropy rides in it (no workload.entropy)."""
+    its gradient (4), over the completion positions alone; the entropy rides in it (no workload.entropy).
+    (The example's flash_attention_2 takes its padded rows' attention over their real tokens.)"""
     w = import_config("trl", COLOCATE).scenario["workload"]
     assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(1 / 3),
-                                            "logits_recompute": True, "head_response_only": True}
+                                            "logits_recompute": True, "head_response_only": True,
+                                            "attention_skips_padding": True}
     assert "entropy" not in w
 
 
@@ -303,4 +307,34 @@ def test_an_fp32_lm_head_runs_its_gemms_in_fp32_on_fp32_tiles():
     tiles fp32, twice the bytes a logit."""
     compute = import_config("trl", COLOCATE, ["cast_lm_head_to_fp32=true"]).scenario["workload"]["train_params"]["compute"]
     assert compute == {"loss_traffic_bytes_per_logit": 12.0, "loss_forward_share": pytest.approx(1 / 3),
-                       "logits_recompute": True, "head_response_only": True, "head_dtype": "fp32"}
+                       "logits_recompute": True, "head_response_only": True, "head_dtype": "fp32",
+                       "attention_skips_padding": True}
+
+
+def test_padded_rows_attention_as_trls_attn_implementation_runs_it():
+    """TRL pads its rows to the batch's longest prompt and completion (no fixed width) and passes their
+    attention_mask: flash_attention_2 / 3 (and their Hub kernels) unpad them for the attention, rows of
+    100 and 300 tokens 100^2 + 300^2; sdpa, and unset (transformers' default, SDPA), run the padded
+    width, 2 x 300^2; eager materializes the scores; model_init_kwargs' choice overrides the script's
+    (scripts/grpo.py); flex attention is not modelled."""
+    def imported(*over):
+        return import_config("trl", COLOCATE, list(over))
+
+    def compute(r):
+        return r.scenario["workload"]["train_params"]["compute"]
+
+    flash = imported()   # the example's attn_implementation: flash_attention_2
+    assert row_keys(compute(flash)) == {"attention_skips_padding": True}
+    assert attention_squares(compute(flash), [100, 300]) == 100 ** 2 + 300 ** 2
+    for impl in ("flash_attention_3", "kernels-community/vllm-flash-attn3"):
+        assert row_keys(compute(imported(f"attn_implementation={impl}"))) == {"attention_skips_padding": True}
+    for over in (["attn_implementation=sdpa"], ["~attn_implementation"], ["attn_implementation=null"]):
+        r = imported(*over)
+        assert row_keys(compute(r)) == {} and attention_squares(compute(r), [100, 300]) == 2 * 300 ** 2
+    init = imported("+model_init_kwargs.attn_implementation=eager")
+    assert row_keys(compute(init)) == {"flash_attention": False}
+    assert "model_init_kwargs.attn_implementation" in init.mapped and "overrides it" in init.ignored["attn_implementation"]
+    flex = imported("attn_implementation=flex_attention")
+    assert row_keys(compute(flex)) == {} and "attn_implementation" in flex.unsupported
+    for r in (flash, init):
+        load_scenario(r.scenario)
