@@ -141,8 +141,9 @@ RULES: dict[str, Rule] = {
     "actor.mb_spec.n_mbs": mapped("workload.train_layout.micro_batch", "without max_tokens_per_mb: a mini-batch's "
                                   "samples per DP rank / n_mbs; with it (a minimum count) unsupported above 1"),
     "actor.mb_spec.*": ignored("packing details: rlsim fills the micro-batches longest first within the budget"),
-    "actor.pad_to_maximum": unsupported("padding every sequence to the longest is not modelled (rlsim packs)",
-                                        neutral=False),
+    "actor.pad_to_maximum": unsupported("each packed micro-batch topped up to mb_spec.max_tokens_per_mb with one "
+                                        "padding sequence (utils/data.py pad_mb_list) is not modelled: rlsim packs "
+                                        "them without it", neutral=False),
     "actor.gradient_checkpointing": mapped("workload.train_layout.recompute"),
     "actor.dtype": mapped("workload.dtype"),
     "actor.kl_ctl": mapped("workload.reference", "> 0 with a ref section: the reference forward runs"),
@@ -161,7 +162,9 @@ RULES: dict[str, Rule] = {
     **{f"actor.{k}": ignored(_LORA) for k in ("lora_rank", "lora_alpha", "target_modules", "peft_type")},
     "actor.weight_update_mode": unsupported("weights go to the engines over the network (xccl); through the disk is "
                                             "not modelled", neutral="xccl"),
-    "actor.attn_impl": unsupported("rlsim prices FlashAttention kernels", neutral="flash_attention_2"),
+    "actor.attn_impl": unsupported("the packed micro-batches' attention is priced as a flash kernel's varlen one "
+                                   "(cu_seqlens); another implementation over a packed row is not modelled",
+                                   neutral="flash_attention_2"),
     "actor.enable_tree_training": unsupported("tree training is not modelled", neutral=False),
     "actor.optimizer": ignored(_LR), "actor.optimizer.*": ignored(_LR),
     "actor.optimizer.type": mapped("workload.train_params.memory.optimizer_bytes_per_param",
@@ -707,7 +710,9 @@ def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: M
                                   f"{w['prompts_per_step']}: AReaL's start rule counts in batches of {consumer} "
                                   f"(at most {consumer} rollouts in flight unless max_concurrent_rollouts says more); "
                                   "its recipes set ${train_dataset.batch_size}")
-    s["distqueue"] = {"packed": not v.flag("actor.pad_to_maximum")}
+    # the FSDP and Megatron engines always pack each micro-batch (fsdp_engine.py _prepare_mb_list:
+    # pack_tensor_dict; attention over cu_seqlens); pad_to_maximum pads the packed rows, not the samples
+    s["distqueue"] = {"packed": True}
     layout = w["train_layout"]
     if "max_tokens_per_micro_batch" not in layout:   # compute_logp: the batch per rank in n_mbs micro-batches
         per_rank = -(-w["prompts_per_step"] * w["samples_per_prompt"] // train_dp)

@@ -355,3 +355,14 @@ def test_the_fsdp_engine_keeps_an_fp32_master_shard_and_archon_its_dtype():
     with pytest.raises(RlsimError, match="not one of AReaL's archon") as err:
         memory("actor.backend=archon:d4", "+actor.optimizer.type=adam_bf16")
     assert err.value.field == "actor.optimizer.type"
+
+
+def test_pad_to_maximum_pads_the_packed_micro_batches_not_the_samples():
+    """AReaL's engines always pack a micro-batch (fsdp_engine.py _prepare_mb_list: pack_tensor_dict);
+    actor.pad_to_maximum tops each packed micro-batch up to mb_spec.max_tokens_per_mb with one padding
+    sequence (utils/data.py pad_mb_list), which rlsim does not model: the rows stay packed (they were
+    read as padded samples, each micro-batch at its longest) and the key is listed unsupported."""
+    padded = import_config("areal", EXAMPLE, ["actor.pad_to_maximum=true"])
+    assert padded.scenario["schedule"]["distqueue"] == {"packed": True}
+    assert "one padding sequence" in padded.unsupported["actor.pad_to_maximum"]
+    assert padded.scenario == import_config("areal", EXAMPLE).scenario
