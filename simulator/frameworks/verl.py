@@ -1087,6 +1087,22 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
         spec["recompute"] = True
     eager = "eager-chunked-fp32" if read["entropy_from_logits_with_chunking"] else "eager"
     w["entropy"] = {**spec, "kernel": "compiled" if read["use_torch_compile"] else eager}
+    if not v.flag(f"{A}.model.use_remove_padding"):
+        _padded_rows_entropy(v, engine_workers, w["entropy"], decided)
+
+
+def _padded_rows_entropy(v: Values, engine_workers: bool, entropy: dict[str, Any],
+                         decided: dict[str, tuple[Status, str]]) -> None:
+    """Padded rows (model.use_remove_padding false) take the entropy with verl_F.entropy_from_logits op by
+    op on the response positions whatever torch.compile and the chunking say (0.6.1 dp_actor.py
+    _forward_micro_batch's padded branch, 275-279; 0.9.1's engine prepare_model_outputs alike): the
+    compiled or chunked function is the packed branch's (entropy_checkpointing still applies)."""
+    entropy["kernel"] = "eager"
+    for name in ("use_torch_compile", "entropy_from_logits_with_chunking"):
+        key = f"{A}.actor.{'fsdp_config.' if engine_workers else ''}{name}"
+        if v.given(key):
+            decided[key] = ("ignored", "padded rows (model.use_remove_padding false): verl takes their entropy with "
+                                       "entropy_from_logits op by op (dp_actor.py)")
 
 
 # the FSDP workers' entropy options: the legacy workers read the actor's, the engine workers its fsdp_config's

@@ -441,7 +441,7 @@ QUICKSTART = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", "critic
 
 
 @pytest.mark.parametrize("name, unsupported, kernel", [
-    ("verl-0.6.0-generated-ppo-trainer.yaml", set(), "compiled"),
+    ("verl-0.6.0-generated-ppo-trainer.yaml", set(), "eager"),   # padded rows (use_remove_padding false): op by op
     ("verl-0.6.0-generated-ppo-megatron-trainer.yaml", set(), "vocab-parallel"),
     ("verl-0.7.0-generated-ppo-trainer.yaml", {"critic.model.use_remove_padding"}, "compiled"),   # 0.7's critic pads
     ("verl-0.7.0-generated-ppo-megatron-trainer.yaml", set(), "vocab-parallel"),
@@ -450,7 +450,8 @@ QUICKSTART = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", "critic
 def test_verls_whole_default_config_imports_with_every_key_accounted_for(capsys, name, unsupported, kernel):
     """verl 0.6.0's, 0.7.0's and 0.9.1's generated PPO configs (every key of their defaults, as a dumped
     config has them), FSDP and megatron workers: no key unknown, none unsupported but 0.7's padded critic;
-    torch.compile (verl's default true) is the old log-prob pass's entropy kernel. Profilers, Hydra targets,
+    torch.compile (verl's default true) is the old log-prob pass's entropy kernel where the rows are packed
+    (0.6's padded rows take it op by op). Profilers, Hydra targets,
     sections verl does not run (reward model, multi-turn, the agent loop) and the reference's and
     critic's copies of the actor's options at the actor's values are accounted for, not listed; the
     critic's own micro-batching is mapped (workload.critic_batching)."""
@@ -1927,8 +1928,9 @@ def test_verl_entropy_follows_its_loss_and_metrics_keys():
     """The old log-prob pass computes the entropy always; the update where entropy_coeff != 0 (its loss
     takes the gradient) or calculate_entropy (metrics only); use_torch_compile picks the kernel the
     workers read (0.6's legacy workers the actor's key, 0.9's engine workers its fsdp_config's)."""
-    def entropy(name, *over):
-        return import_config("verl", DATA / name, [*QUICKSTART, *over]).scenario["workload"]["entropy"]
+    def entropy(name, *over):   # packed rows (0.6's default pads them: its entropy then op by op, below)
+        return import_config("verl", DATA / name, [*QUICKSTART, "actor_rollout_ref.model.use_remove_padding=true",
+                                                   *over]).scenario["workload"]["entropy"]
 
     v06, v09 = "verl-0.6.0-generated-ppo-trainer.yaml", "verl-0.9.1-generated-ppo-trainer.yaml"
     assert entropy(v06, "actor_rollout_ref.actor.entropy_coeff=0.001") == {
@@ -1947,6 +1949,26 @@ def test_verl_entropy_follows_its_loss_and_metrics_keys():
     imported = import_config("verl", DATA / v09, [*QUICKSTART, "actor_rollout_ref.actor.entropy_checkpointing=true"])
     assert "workers' copy" in imported.ignored["actor_rollout_ref.actor.entropy_checkpointing"]   # 0.9 reads fsdp_config's
     assert "compute no entropy" in imported.ignored["actor_rollout_ref.ref.entropy_checkpointing"]
+
+
+def test_verls_padded_rows_take_the_entropy_op_by_op_whatever_compile_and_chunking_say():
+    """model.use_remove_padding false: dp_actor.py's padded branch (0.6.1: 275-279; 0.9.1's engine alike)
+    calls verl_F.entropy_from_logits itself, neither the compiled function nor the chunked one (which the
+    packed branch takes); entropy_checkpointing still recomputes it. The keys it does not read are listed
+    as ignored."""
+    padded = "actor_rollout_ref.model.use_remove_padding=false"
+    for name, options in (("verl-0.6.0-generated-ppo-trainer.yaml", "actor_rollout_ref.actor"),
+                          ("verl-0.9.1-generated-ppo-trainer.yaml", "actor_rollout_ref.actor.fsdp_config")):
+        over = [*QUICKSTART, padded, "actor_rollout_ref.actor.entropy_coeff=0.01", *(
+            f"{options}.{key}=true" for key in ("entropy_from_logits_with_chunking", "entropy_checkpointing",
+                                                "use_torch_compile"))]
+        r = import_config("verl", DATA / name, over)
+        assert r.scenario["workload"]["entropy"] == {"passes": ["old_logprob", "update"], "in_loss": True,
+                                                     "recompute": True, "kernel": "eager"}
+        for key in ("use_torch_compile", "entropy_from_logits_with_chunking"):
+            assert "op by op" in r.ignored[f"{options}.{key}"]
+        packed = import_config("verl", DATA / name, [*over, "actor_rollout_ref.model.use_remove_padding=true"])
+        assert packed.scenario["workload"]["entropy"]["kernel"] == "compiled"
 
 
 def test_verls_fused_kernels_take_the_log_probs_and_the_entropy_on_their_torch_backend():
