@@ -35,6 +35,7 @@ from ..params import (
 )
 from .common import (
     DTYPES,
+    HF_FLASH_ATTENTION,
     MULTI_TURN_NOTE,
     FrameworkImport,
     Rule,
@@ -45,6 +46,7 @@ from .common import (
     classify,
     flag,
     has_experts,
+    hf_attention_compute,
     hf_train_software,
     ignored,
     in_table,
@@ -249,6 +251,9 @@ RULES: dict[str, Rule] = {
                                           "and the megatron workers' fused forward are not modelled"),
     f"{A}.model.fused_kernel_options.impl_backend": mapped("workload.train_params.compute", "torch: verl's fused "
                                                            "kernel in torch ops; triton: not modelled"),
+    f"{A}.model.override_config.attn_implementation": mapped(
+        "workload.train_params.compute", "fsdp / fsdp2: flash_attention_2 (verl's default): padded rows' attention "
+        "over their real tokens (attention_skips_padding); sdpa: over the padded width; eager: flash_attention false"),
     **{f"{A}.model.{k}": ignored("model loading options: no effect on step time") for k in (
         "external_lib", "override_config.*", "override_config", "trust_remote_code", "custom_chat_template",
         "use_shm", "tokenizer_path", "hf_config_path")},
@@ -1954,14 +1959,7 @@ def _schedule(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tupl
     _micro_batching(v, s, w["train_layout"], decided)
     _reference_micro_batches(v, bool(w.get("reference")), decided)
     _megatron_reference_offload(v, w, s, decided)
-    if not s["distqueue"]["packed"] and str(v(f"{A}.actor.strategy")) != "megatron":
-        # the FSDP workers run verl's fixed-width rows (prompt max + response max) through the model,
-        # whose flash_attention_2 unpads them for the attention (fsdp_workers.py's default); the
-        # megatron workers' bshd rows (0.7) are re-padded to each micro-batch's longest
-        # (models/mcore/util.py preprocess_bshd), as rlsim pads without a width
-        compute = w.setdefault("train_params", {}).setdefault("compute", {})
-        compute["pad_rows_to"] = w["prompt_length"]["max"] + w["response_length"]["max"]
-        compute["attention_skips_padding"] = True
+    _hf_rows(v, w, s["distqueue"]["packed"], decided)
     _bypass_mode(v, recipe, s, decided)
     _checkpoint_engine(v, recipe, decided)
     _v1_schedule(v, recipe, w, s, decided)
@@ -2079,6 +2077,33 @@ def _micro_batching(v: Values, s: dict[str, Any], layout: dict[str, Any], decide
     for key in (f"{r}.log_prob_micro_batch_size_per_gpu", f"{r}.log_prob_micro_batch_size"):
         if v.given(key):
             decided[key] = ("ignored", "use_dynamic_bsz: the log-prob passes take a token budget")
+
+
+def _hf_rows(v: Values, w: dict[str, Any], packed: bool, decided: dict[str, tuple[Status, str]]) -> None:
+    """The FSDP workers' rows and attention (the megatron workers' bshd rows, 0.7, are re-padded to each
+    micro-batch's longest, models/mcore/util.py preprocess_bshd, as rlsim pads without a width, and
+    Megatron's attention runs their padding). The legacy workers run verl's fixed-width rows (prompt max +
+    response max) through the model; 0.9's engine workers re-pad each micro-batch's nested rows to its
+    longest (engine/fsdp/transformer_impl.py prepare_model_inputs: to_padded_tensor). The model loads with
+    override_config.attn_implementation, flash_attention_2 unless it says otherwise (0.6.1
+    fsdp_workers.py _build_model_optimizer; 0.9.1 workers/config/model.py), which unpads padded rows for
+    the attention alone (common.hf_attention_compute)."""
+    key = f"{A}.model.override_config.attn_implementation"
+    if str(v(f"{A}.actor.strategy")) == "megatron":
+        if v.given(key):
+            decided[key] = ("ignored", "the megatron workers run Megatron's attention, not transformers'")
+        return
+    impl = v.flat.get(key, HF_FLASH_ATTENTION[0])
+    knobs = hf_attention_compute(impl, padded=not packed)
+    if knobs is None:
+        decided[key] = ("unsupported", f"{impl!r} is not modelled{' on packed rows' if packed else ''}: rlsim prices "
+                                       "flash_attention_2 / 3 (packed or padded rows), sdpa and eager (padded rows)")
+    if packed:
+        return
+    compute = w.setdefault("train_params", {}).setdefault("compute", {})
+    if not _engine_workers(v):
+        compute["pad_rows_to"] = w["prompt_length"]["max"] + w["response_length"]["max"]
+    compute.update(knobs or {})
 
 
 # verl's FSDP default of model.use_remove_padding: false through 0.6 (trainer/config/model/hf_model.yaml,

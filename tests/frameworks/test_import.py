@@ -14,6 +14,8 @@ from simulator.frameworks import import_config, nemo_rl, verl
 from simulator.frameworks.common import apply_hydra_overrides, model_for, resolve_interpolations
 from simulator.scenario import load_scenario
 
+from .padded_attention import attention_squares, row_keys
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "workloads" / "frameworks"
 DATA = Path(__file__).resolve().parent / "data"
@@ -839,6 +841,38 @@ def test_verl_padded_samples_get_no_micro_batch_order():
     packed = import_config("verl", cfg, []).scenario["workload"]["train_params"]["compute"]
     assert "pad_rows_to" not in packed and "attention_skips_padding" not in packed
     assert import_config("verl", cfg, []).scenario["schedule"]["micro_batching"] == "sequence"
+
+
+def test_verls_fsdp_rows_and_attention_as_its_workers_run_them():
+    """Padded rows: the legacy FSDP workers run verl's fixed-width rows (pad_rows_to prompt max + response
+    max), 0.9's engine workers re-pad each micro-batch to its longest (to_padded_tensor: no width).
+    override_config.attn_implementation: flash_attention_2 (the default) unpads them for the attention,
+    rows of 100 and 300 tokens 100^2 + 300^2 at any width; sdpa runs the width, 2 x 1536^2; eager
+    materializes the scores; flex, or sdpa over packed rows, is not modelled; megatron ignores it."""
+    cfg, key = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", "+actor_rollout_ref.model.override_config.attn_implementation"
+    padded = "actor_rollout_ref.model.use_remove_padding=false"
+
+    def imported(*over, config=cfg):
+        r = import_config("verl", config, list(over))
+        return r, r.scenario["workload"].get("train_params", {}).get("compute", {})
+
+    _, flash = imported(padded)
+    assert row_keys(flash) == {"pad_rows_to": 1536, "attention_skips_padding": True}
+    assert attention_squares(flash, [100, 300]) == 100 ** 2 + 300 ** 2
+    sdpa_import, sdpa = imported(padded, f"{key}=sdpa")
+    assert row_keys(sdpa) == {"pad_rows_to": 1536} and attention_squares(sdpa, [100, 300]) == 2 * 1536 ** 2
+    assert "actor_rollout_ref.model.override_config.attn_implementation" in sdpa_import.mapped
+    assert row_keys(imported(padded, f"{key}=eager")[1]) == {"pad_rows_to": 1536, "flash_attention": False}
+    for over in ([padded, f"{key}=flex_attention"], [f"{key}=sdpa"]):
+        r, compute = imported(*over)
+        assert "actor_rollout_ref.model.override_config.attn_implementation" in r.unsupported
+        assert "attention_skips_padding" not in compute and "flash_attention" not in compute
+    engine, compute = imported(*QUICKSTART, padded, config=DATA / "verl-0.9.1-generated-ppo-trainer.yaml")
+    assert row_keys(compute) == {"attention_skips_padding": True}      # each micro-batch at its longest
+    load_scenario(engine.scenario)
+    megatron, compute = imported(padded, f"{key}=eager", "actor_rollout_ref.actor.strategy=megatron",
+                                 "actor_rollout_ref.ref.strategy=megatron", "critic.strategy=megatron")
+    assert row_keys(compute) == {} and "Megatron's attention" in megatron.ignored[key.lstrip("+")]
 
 
 def test_verl_megatron_workers_pack_their_rows_whatever_the_hf_models_padding_key_says(capsys):
