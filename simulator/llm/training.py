@@ -1478,11 +1478,13 @@ def _check_forward_memory(model: Any, layout: TrainLayout, replicas: list[tuple[
                           source: str | None) -> MemoryBreakdown:
     """A forward-only pass that does not fit on the pool's smallest HBM is an error naming the key that
     sizes its micro-batches (forward_memory_per_device at the largest micro-batch and its output layer's
-    tokens; a token budget's pack attends within each sequence, as the update's check reads it)."""
+    tokens). Each row attends within itself, whether rows or a token budget's pack: the context is the
+    micro-batch's sum of squared lengths over its tokens (a padded row's width; it read the whole
+    micro-batch as one sequence without a budget, b x the score memory of b rows without flash)."""
     longest = max(float(t.max()) for t, _ in replicas)
     head_tokens = longest if heads is None else max(float(np.max(h)) for h in heads)
     budget = getattr(layout, budget_key) is not None
-    context = max(float((q / np.maximum(t, 1)).max()) for t, q in replicas) if budget else None
+    context = max(float((q / np.maximum(t, 1)).max()) for t, q in replicas)
     memory = device_resident(forward_memory_per_device(
         model, _single_micro_batch(layout), longest, head_tokens, hbm_bytes, params=params.memory,
         flash_attention=params.compute.flash_attention, context_len=context), params)

@@ -83,3 +83,15 @@ def test_verls_entropy_log_prob_at_64_sequences_a_gpu_is_refused_naming_the_forw
     unchecked = params.model_copy(update={"check_memory": False})
     assert forward_cost(QWEN, small, TOPO, range(8), seqs, params=params).time_s == \
         forward_cost(QWEN, small, TOPO, range(8), seqs, params=unchecked).time_s
+
+
+def test_rows_of_a_micro_batch_attend_within_themselves_without_flash():
+    """Without flash attention each layer keeps its rows' scores, b x s^2 for b rows of s tokens, not the
+    (b s)^2 of one sequence of the micro-batch's tokens (8 rows of 5,120 tokens read 244 GB)."""
+    params = train_software("hf-transformers").params
+    eager = params.model_copy(update={"compute": params.compute.model_copy(update={"flash_attention": False}),
+                                      "check_memory": True})
+    seqs = np.full(64, 2048)
+    one, eight = (forward_cost(QWEN, TrainLayout(dp=8, zero=3, recompute="full", micro_batch=b), TOPO, range(8),
+                               seqs, params=eager).memory for b in (1, 8))
+    assert eight.activations_bytes == pytest.approx(8 * one.activations_bytes)
