@@ -1007,7 +1007,9 @@ class LlmCosts:
         params = self.params_of(role, "fwd")
         lay, lens, heads = self._micro_batched_with(self.layout_for(role, n_devices), seq_lens,
                                                     self._forward_rows(role), _head_tokens(params, scored))
-        if role in self.frozen_params and self.frozen_params[role] is not self.train_params and lay.zero < 3:
+        offloaded = {"reference": self.scenario.workload.reference_cpu_offload,
+                     "reward": self.scenario.workload.reward.cpu_offload}
+        if offloaded.get(role) and lay.zero < 3:
             field = {"reference": "workload.reference_cpu_offload", "reward": "workload.reward.cpu_offload"}[role]
             raise RlsimError(f"the {role} model's CPU offload is FSDP's, over a ZeRO-3 layout; the training layout "
                              f"has zero {lay.zero}", source=self.source, field=field,

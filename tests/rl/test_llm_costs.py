@@ -692,3 +692,18 @@ def test_an_fp32_master_shard_is_the_trainers_alone_and_moves_no_step_time():
     host = _fsdp("workload.reference_cpu_offload=true")
     host_fp32 = _fsdp("workload.reference_cpu_offload=true", *_FP32_MASTER)
     assert host_fp32.forward("reference", lens, ranks).time_s == host.forward("reference", lens, ranks).time_s
+
+
+def test_only_a_given_host_offload_of_a_frozen_model_asks_for_zero3():
+    """FSDP's CPU offload of the reference needs a ZeRO-3 layout; the trainer's own resident bytes
+    (memory.resident_weight_bytes_per_param, FSDP's fp32 master) are not an offload of the reference
+    (the frozen models' constants, a copy without it, were taken for one)."""
+    def forward(*overrides):
+        sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="colocated", overrides=["workload.train_layout.zero=1", *overrides])
+        return LlmCosts(sc, load_topology(sc.topology))._forward("reference", np.full(64, 1024), 8)
+
+    with pytest.raises(RlsimError, match="CPU offload is FSDP's") as err:
+        forward("workload.reference_cpu_offload=true")
+    assert err.value.field == "workload.reference_cpu_offload"
+    assert forward("workload.train_params.memory.resident_weight_bytes_per_param=4").time_s > 0
