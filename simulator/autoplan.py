@@ -241,7 +241,7 @@ def updates_beside(sc: Scenario | None, params: Any,
     if sc.workload.algorithm != "ppo":
         return [(models["actor"], frozen_of["actor"], lambda lay, hbm: frozen("actor", lay, hbm),
                  lambda lay: lay)] if frozen_of["actor"] else []
-    critic_params = critic_train_params(actor_params, sc.workload.critic_offload)
+    critic_params = critic_train_params(actor_params, sc.workload.critic_offload, sc.workload.critic_optimizer)
     batching = sc.workload.critic_batching
 
     def held(other: str, frozen_named: str) -> str:

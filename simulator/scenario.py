@@ -348,6 +348,17 @@ class CriticOffloadSpec(_Strict):
     optimizer: bool = False
 
 
+class CriticOptimizerSpec(_Strict):
+    """PPO's critic's optimizer where it is not the actor's (verl's critic.optim.optimizer /
+    optimizer_impl, built apart from the actor's: verl 0.6.1 workers/fsdp_workers.py CriticWorker
+    build_optimizer(critic_module.parameters(), config.optim)): its state's bytes a parameter and its
+    step's HBM traffic a parameter, in place of the actor's train_params.memory.optimizer_bytes_per_param
+    and train_params.comm.optimizer_traffic_bytes_per_param (rl/llm_costs.py critic_train_params).
+    None: the actor's."""
+    optimizer_bytes_per_param: float | None = Field(None, ge=0)
+    optimizer_traffic_bytes_per_param: float | None = Field(None, ge=0)
+
+
 # The rule verifier's CPU-time fields (rl/llm_costs.py LlmCosts.reward_cpu_s)
 RULE_COST_KEYS = ("cpu_s_per_sample", "cpu_s_per_token", "capped_cpu_s_per_sample", "capped_cpu_s_per_token")
 
@@ -506,6 +517,8 @@ class WorkloadConfig(_Strict):
     critic_model: str | None = None                     # PPO: default = the actor's architecture
     # PPO: the critic's per-phase offload; None: the actor's (train_params.offload)
     critic_offload: CriticOffloadSpec | None = None
+    # PPO: the critic's optimizer state and step traffic; None: the actor's (train_params)
+    critic_optimizer: CriticOptimizerSpec | None = None
     critic_batching: CriticBatchingSpec | None = None   # PPO: None, the actor's micro-batching
     lora: LoraSpec | None = None                        # LoRA training of the actor; None: full
     multi_turn: MultiTurnSpec | None = None             # agentic rollouts; None: one turn each
@@ -528,7 +541,7 @@ class WorkloadConfig(_Strict):
             raise ValueError("applies with reference_cpu_offload: true; remove it, or set workload.reference_cpu_offload")
         return value
 
-    @field_validator("critic_model", "critic_offload", "critic_batching", mode="after")
+    @field_validator("critic_model", "critic_offload", "critic_optimizer", "critic_batching", mode="after")
     @classmethod
     def _critic_needs_ppo(cls, value: Any, info: ValidationInfo) -> Any:
         """Only PPO has a critic (rl/algorithms.py: its value and training stages)."""

@@ -63,6 +63,7 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
+from .verl_optimizer import critic_optimizer, optimizer_fields, override_decisions
 
 RECIPES = ("colocated", "one-step-off", "fully-async", "colocate-async", "separate-async", "sync")
 KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async",
@@ -300,6 +301,12 @@ RULES: dict[str, Rule] = {
         "workload.entropy.recompute", "fsdp / fsdp2: true: an update whose loss takes the entropy recomputes its "
         "forward in the backward"),
     f"{A}.actor.optim.*": ignored(_LR),
+    **{f"{A}.actor.optim.{k}": mapped(
+        "workload.train_params.memory.optimizer_bytes_per_param",
+        "the optimizer the actor's workers build (fsdp: optimizer_impl's class optimizer, torch.optim AdamW by "
+        "default; megatron: Megatron-Core's adam or sgd): its state's bytes a parameter, and its step's traffic "
+        "(train_params.comm.optimizer_traffic_bytes_per_param); an optimizer rlsim does not know is refused")
+       for k in ("optimizer", "optimizer_impl")},
     f"{A}.actor.checkpoint.*": ignored(_CKPT),
     **{f"{A}.actor.{k}": ignored(_LOSS) for k in (
         "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
@@ -532,6 +539,10 @@ RULES: dict[str, Rule] = {
     "critic.*": unsupported("the critic trains with the actor's layout and micro-batching in rlsim (a key with an "
                             "actor counterpart, CRITIC_AS_ACTOR, is mapped where it equals it)"),
     "critic.optim.*": ignored(_LR),
+    **{f"critic.optim.{k}": mapped(
+        "workload.critic_optimizer", "the critic's own optimizer (built apart from the actor's, as the actor's is): "
+        "its state's bytes a parameter and its step's traffic where they differ from the actor's")
+       for k in ("optimizer", "optimizer_impl")},
     **{f"critic.{k}": ignored(_LOSS) for k in ("grad_clip", "loss_agg_mode", "shuffle")},
     **{f"critic.model.{k}": ignored("model loading options: no effect on step time") for k in (
         "external_lib", "override_config.*", "override_config", "trust_remote_code", "use_shm", "tokenizer_path")},
@@ -1229,6 +1240,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     _engine_and_offload(v, w, decided)
     _check_step_budget(v, recipe, w)
     _fsdp_params(v, w, decided)
+    _actor_optimizer(v, w, decided)
     _lora(v, w, decided)
     _multi_turn(v, w, decided)
     mode = v(f"{A}.rollout.mode")
@@ -1664,8 +1676,33 @@ def _fsdp_master_state(v: Values, w: dict[str, Any]) -> None:
     distributed optimizer keeps 18."""
     per_param = _dtype_bytes(v, f"{A}.actor.fsdp_config.model_dtype")
     w.setdefault("train_params", {}).setdefault("memory", {}).update(
-        resident_weight_bytes_per_param=per_param, grad_bytes_per_param=per_param,
-        optimizer_bytes_per_param=2 * per_param)
+        resident_weight_bytes_per_param=per_param, grad_bytes_per_param=per_param)
+
+
+def _optimizer_of(v: Values, section: str, strategy: str, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """The train_params fields of the optimizer ``section`` (actor.optim, critic.optim) names under
+    ``strategy`` (verl_optimizer.optimizer_fields), over the FSDP shard's dtype (fsdp_config.model_dtype)."""
+    decided.update(override_decisions(v, section))
+    if strategy == "megatron" and v.given(f"{section}.optimizer_impl"):
+        decided[f"{section}.optimizer_impl"] = ("ignored", "the megatron workers build Megatron-Core's optimizer "
+                                                           "by optim.optimizer alone")
+    return optimizer_fields(v, section, strategy, _dtype_bytes(v, f"{A}.actor.fsdp_config.model_dtype"))
+
+
+def _actor_optimizer(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """The actor's optimizer state and step traffic, onto workload.train_params (none for
+    Megatron-Core's Adam: rlsim's defaults)."""
+    fields = _optimizer_of(v, f"{A}.actor.optim", str(v(f"{A}.actor.strategy")), decided)
+    for part, values in fields.items():
+        w.setdefault("train_params", {}).setdefault(part, {}).update(values)
+
+
+def _critic_optimizer(v: Values, w: dict[str, Any], strategy: str, decided: dict[str, tuple[Status, str]]) -> None:
+    """The critic's optimizer (critic.optim, built apart from the actor's) onto workload.critic_optimizer
+    where its state or step traffic differs from the actor's."""
+    own = critic_optimizer(_optimizer_of(v, "critic.optim", strategy, decided), w.get("train_params") or {})
+    if own is not None:
+        w["critic_optimizer"] = own
 
 
 LORA_NOTE = ("LoRA: the engine serves the adapter (verl passes enable_lora to vLLM) and rlsim does not price its LoRA "
@@ -1821,6 +1858,7 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
                       else ("critic.model.fsdp_config", "critic.megatron"))
     w["critic_offload"] = {"params": v.flag(f"{backend}.param_offload"),
                            "optimizer": v.flag(f"{backend}.optimizer_offload")}
+    _critic_optimizer(v, w, strategy, decided)
     inactive_section(v.flat, other, f"critic.strategy is {strategy}: this backend's settings do not apply", decided)
 
 

@@ -100,16 +100,26 @@ def frozen_weights_params(params: TrainParams) -> TrainParams:
     return params.model_copy(update={"memory": memory})
 
 
-def critic_train_params(params: TrainParams, offload: Any) -> TrainParams:
+def critic_train_params(params: TrainParams, offload: Any, optimizer: Any = None) -> TrainParams:
     """The trainer constants PPO's critic runs with: the actor's, with its own per-phase offload
     where workload.critic_offload gives one (its parameters and optimizer state; its gradients are
-    freed after each update, as the actor's: verl's zero_grad(set_to_none) at update_critic's end)."""
-    if offload is None:
+    freed after each update, as the actor's: verl's zero_grad(set_to_none) at update_critic's end),
+    and its own optimizer's state and step traffic where workload.critic_optimizer gives them."""
+    if offload is not None:
+        own = params.offload.model_copy(update={"params": offload.params, "optimizer": offload.optimizer,
+                                                "grads": False, "fsdp_cpu_offload": False, "scope": "update",
+                                                "optimizer_fraction": 1.0})
+        params = params.model_copy(update={"offload": own})
+    if optimizer is None:
         return params
-    own = params.offload.model_copy(update={"params": offload.params, "optimizer": offload.optimizer,
-                                            "grads": False, "fsdp_cpu_offload": False, "scope": "update",
-                                            "optimizer_fraction": 1.0})
-    return params.model_copy(update={"offload": own})
+    if optimizer.optimizer_bytes_per_param is not None:
+        memory = params.memory.model_copy(update={"optimizer_bytes_per_param": optimizer.optimizer_bytes_per_param})
+        params = params.model_copy(update={"memory": memory})
+    if optimizer.optimizer_traffic_bytes_per_param is not None:
+        comm = params.comm.model_copy(
+            update={"optimizer_traffic_bytes_per_param": optimizer.optimizer_traffic_bytes_per_param})
+        params = params.model_copy(update={"comm": comm})
+    return params
 
 
 def _head_tokens(params: TrainParams, scored: Any) -> Any:
@@ -423,7 +433,7 @@ class LlmCosts:
                                                          field_name="workload.rollout_layout")
         self.inference_params: InferenceParams = inference
         self.train_params: TrainParams = training_params_beside_engine(scenario, self.rollout_layout.gpu_memory_utilization)
-        self.critic_params: TrainParams = critic_train_params(self.train_params, w.critic_offload)
+        self.critic_params: TrainParams = critic_train_params(self.train_params, w.critic_offload, w.critic_optimizer)
         self.frozen_params = frozen_model_params(self.train_params, w)
         self.entropy_params = entropy_params(self.train_params, w.entropy)   # by cost kind: fwd, train
         self.instance_devices = self.rollout_layout.devices_per_instance

@@ -1,0 +1,118 @@
+"""verl's optimizer choice (actor.optim / critic.optim: optimizer, optimizer_impl) as the optimizer
+state's bytes and its step's traffic (simulator/frameworks/verl_optimizer.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import RlsimError
+from simulator.frameworks import import_config
+from simulator.params import TrainParams
+from simulator.rl.llm_costs import critic_train_params
+from simulator.scenario import CriticOptimizerSpec, load_scenario
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "workloads" / "frameworks"
+CFG = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+ACTOR = "actor_rollout_ref.actor"
+PPO = ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B", "+critic.ppo_micro_batch_size_per_gpu=4"]
+
+
+def _train_params(*overrides: str) -> dict:
+    return import_config("verl", CFG, list(overrides)).scenario["workload"]["train_params"]
+
+
+def test_torch_adamw_keeps_m_and_v_in_the_fp32_shard_and_steps_28_bytes():
+    # master read + written (2 x 4), gradient read (4), m and v read and written (2 x 8)
+    train = _train_params()
+    assert train["memory"]["optimizer_bytes_per_param"] == 8.0
+    assert train["comm"]["optimizer_traffic_bytes_per_param"] == 2 * 4 + 4 + 2 * 8
+    bf16 = _train_params(f"{ACTOR}.fsdp_config.model_dtype=bf16")
+    assert bf16["memory"]["optimizer_bytes_per_param"] == 4.0
+    assert bf16["comm"]["optimizer_traffic_bytes_per_param"] == 2 * 2 + 2 + 2 * 4
+
+
+@pytest.mark.parametrize(("impl", "name", "state"), [
+    ("bitsandbytes.optim", "AdamW8bit", 2 * (1 + 4 / 256)),     # uint8 m, v and an fp32 absmax per 256
+    ("torchao.optim", "AdamW8bit", 2 * (1 + 4 / 256)),          # uint8 codes, an fp32 scale per 256
+    ("torchao.optim", "AdamW4bit", 2 * (0.5 + 4 / 128)),        # packed 4-bit codes, an fp32 scale per 128
+    ("torchao.optim", "AdamWFp8", 2 * (1 + 4 / 256)),
+    ("torchao.optim", "_AdamW", 8.0),                            # zeros_like the fp32 shard
+    ("bitsandbytes.optim", "AdamW", 8.0),                        # optim_bits 32
+    ("torch.optim", "SGD", 0.0),                                 # verl passes no momentum
+])
+def test_each_known_optimizer_sizes_its_state_and_step(impl, name, state):
+    train = _train_params(f"{ACTOR}.optim.optimizer_impl={impl}", f"{ACTOR}.optim.optimizer={name}")
+    assert train["memory"]["optimizer_bytes_per_param"] == pytest.approx(state)
+    assert train["comm"]["optimizer_traffic_bytes_per_param"] == pytest.approx(2 * 4 + 4 + 2 * state)
+
+
+def test_eight_bit_adam_frees_the_state_it_does_not_keep():
+    """The training state of the run: 8-bit Adam holds 8 - 2.03125 B a parameter less (over the FSDP
+    shard of the 7B model on 8 GPUs) than torch's AdamW, and its step streams fewer bytes."""
+    from simulator.api import simulate
+    base = simulate(import_config("verl", CFG).scenario, iterations=1, keep_samples=False).summary
+    eight = simulate(import_config("verl", CFG, [f"{ACTOR}.optim.optimizer_impl=bitsandbytes.optim",
+                                                 f"{ACTOR}.optim.optimizer=AdamW8bit"]).scenario,
+                     iterations=1, keep_samples=False).summary
+    params = 7_615_616_512   # Qwen2.5-7B
+    freed = base["peak_memory_by_phase"]["train"] - eight["peak_memory_by_phase"]["train"]
+    assert freed == pytest.approx(params / 8 * (8 - 2 * (1 + 4 / 256)), rel=0.02)
+    assert eight["stage_time_s"]["train_actor"] < base["stage_time_s"]["train_actor"]
+
+
+def test_an_unknown_optimizer_is_refused_naming_its_key():
+    with pytest.raises(RlsimError, match="torch.optim.Lion") as info:
+        import_config("verl", CFG, [f"{ACTOR}.optim.optimizer=Lion"])
+    assert info.value.field == f"{ACTOR}.optim.optimizer" and "bitsandbytes.optim.AdamW8bit" in info.value.fix
+    with pytest.raises(RlsimError) as info:
+        import_config("verl", CFG, [f"{ACTOR}.optim.optimizer_impl=apex.optimizers"])
+    assert info.value.field == f"{ACTOR}.optim.optimizer_impl"
+
+
+def test_megatron_sgd_keeps_a_momentum_beside_its_main_parameters():
+    megatron = [f"{ACTOR}.strategy=megatron"]
+    assert "comm" not in _train_params(*megatron)        # Adam: rlsim's 12 and 30
+    train = _train_params(*megatron, f"{ACTOR}.optim.optimizer=sgd")
+    assert train["memory"]["optimizer_bytes_per_param"] == 8.0            # fp32 main params + momentum
+    assert train["comm"]["optimizer_traffic_bytes_per_param"] == 2 + 4 + 2 * 8
+    with pytest.raises(RlsimError, match="Megatron-Core") as info:
+        import_config("verl", CFG, [*megatron, f"{ACTOR}.optim.optimizer=AdamW8bit"])
+    assert info.value.field == f"{ACTOR}.optim.optimizer"
+
+
+def test_overrides_that_change_the_state_are_listed_unsupported():
+    r = import_config("verl", CFG, [f"+{ACTOR}.optim.override_optimizer_config.amsgrad=true",
+                                    f"+{ACTOR}.optim.override_optimizer_config.eps=1e-6"])
+    assert f"{ACTOR}.optim.override_optimizer_config.amsgrad" in r.unsupported
+    assert f"{ACTOR}.optim.override_optimizer_config.eps" in r.ignored
+
+
+def test_the_critic_takes_its_own_optimizer_where_it_differs():
+    same = import_config("verl", CFG, PPO).scenario["workload"]
+    assert "critic_optimizer" not in same
+    imported = import_config("verl", CFG, [*PPO, "+critic.optim.optimizer_impl=torchao.optim",
+                                           "+critic.optim.optimizer=AdamW4bit"])
+    own = imported.scenario["workload"]
+    state = 2 * (0.5 + 4 / 128)
+    assert own["critic_optimizer"] == {"optimizer_bytes_per_param": state,
+                                       "optimizer_traffic_bytes_per_param": 2 * 4 + 4 + 2 * state}
+    assert own["train_params"]["memory"]["optimizer_bytes_per_param"] == 8.0   # the actor's stays
+    assert "workload.critic_optimizer" in imported.mapped["critic.optim.optimizer"]
+    load_scenario(imported.scenario)
+
+
+def test_critic_train_params_takes_the_critic_optimizer():
+    actor = TrainParams()
+    critic = critic_train_params(actor, None, CriticOptimizerSpec(optimizer_bytes_per_param=1.0,
+                                                                  optimizer_traffic_bytes_per_param=14.0))
+    assert critic.memory.optimizer_bytes_per_param == 1.0 and critic.comm.optimizer_traffic_bytes_per_param == 14.0
+    assert actor.memory.optimizer_bytes_per_param == 12.0          # the actor's constants untouched
+    assert critic_train_params(actor, None, None) is actor
+
+
+def test_critic_optimizer_needs_ppo():
+    sc = import_config("verl", CFG).scenario
+    sc["workload"]["critic_optimizer"] = {"optimizer_bytes_per_param": 2.0}
+    with pytest.raises(RlsimError, match="ppo"):
+        load_scenario(sc)
