@@ -291,6 +291,16 @@ MEGATRON_LOGITS_BYTES_PER_ELEM = 6.0
 # logprobs_from_logits, inplace_backward=True without the entropy: its gradient overwrites the logits;
 # the temperature's div_ is in place too): the bf16 logits alone.
 HF_LOGITS_BYTES_PER_ELEM = 2.0
+# Where verl's packed path computes the entropy in the update (calculate_entropy: entropy_coeff != 0,
+# or 0.7's actor.calculate_entropy), it turns flash-attn's in-place backward off (verl 0.6.1 / 0.7.0
+# workers/actor/dp_actor.py _forward_micro_batch, use_remove_padding: `inplace_backward = False` if
+# calculate_entropy; 0.9.1 workers/engine/fsdp/transformer_impl.py the same; utils/torch_functional.py logprobs_from_logits_flash_attn hands it to flash-attn's
+# cross_entropy_loss): the entropy's backward still reads the logits, so the cross entropy's backward
+# writes the logits' gradient to a new tensor of their shape and dtype (flash-attn 2.x
+# flash_attn/ops/triton/cross_entropy.py: `dlogits = logits if ctx.inplace_backward else
+# torch.empty_like(logits)`, cited from memory: its CUDA wheel is not readable here), 2 bytes a bf16
+# logit the update holds beside the logits (workload.entropy.logprob_grad_bytes_per_logit).
+FLASH_ATTN_OUT_OF_PLACE_GRAD_BYTES_PER_LOGIT = 2.0
 
 
 class MemoryParams(StrictModel):

@@ -277,11 +277,20 @@ class EntropySpec(_Strict):
     # Bytes per logit the update holds beside the logits where its loss takes the entropy (autograd's
     # saved tensors, with in_loss only): None, the kernel's (params.ENTROPY_KERNEL_UPDATE_MEMORY_BYTES).
     update_memory_bytes_per_logit: float | None = Field(None, ge=0)
+    # Bytes per logit of the log-probs' gradient where the update computes the entropy and the
+    # log-probs' cross entropy cannot write it over the logits then (verl's packed path:
+    # params.FLASH_ATTN_OUT_OF_PLACE_GRAD_BYTES_PER_LOGIT, set by its importer); 0: written in place, or
+    # counted by the stack's own logits bytes (memory.logits_bytes_per_elem). Held beside the logits at
+    # the update's peak, with the entropy's own bytes; the update must compute the entropy.
+    logprob_grad_bytes_per_logit: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _backward_in_the_update(self) -> "EntropySpec":
         if len(set(self.passes)) < len(self.passes):
             raise ValueError(f"passes {self.passes} names a pass twice; give each once")
+        if self.logprob_grad_bytes_per_logit and "update" not in self.passes:
+            raise ValueError("logprob_grad_bytes_per_logit applies where the update computes the entropy; remove "
+                             "it, or add update to passes")
         if self.in_loss and "update" not in self.passes:
             raise ValueError("in_loss applies where the update computes the entropy; remove it, or add update to "
                              "passes")
@@ -298,13 +307,15 @@ class EntropySpec(_Strict):
         """Bytes per logit the entropy holds beside the logits at ``pass_name``'s peak (old_logprob,
         update): autograd's saved tensors in an update whose loss takes it
         (ENTROPY_KERNEL_UPDATE_MEMORY_BYTES, or update_memory_bytes_per_logit), else the kernel's forward
-        peak (ENTROPY_KERNEL_MEMORY_BYTES); 0 in a pass that does not compute it."""
+        peak (ENTROPY_KERNEL_MEMORY_BYTES); in the update, plus the log-probs' gradient where the entropy
+        keeps it from the logits (logprob_grad_bytes_per_logit); 0 in a pass that does not compute it."""
         if pass_name not in self.passes:
             return 0.0
+        gradient = self.logprob_grad_bytes_per_logit if pass_name == "update" else 0.0
         if pass_name == "update" and self.in_loss:
-            return ENTROPY_KERNEL_UPDATE_MEMORY_BYTES[self.kernel] if self.update_memory_bytes_per_logit is None \
-                else self.update_memory_bytes_per_logit
-        return ENTROPY_KERNEL_MEMORY_BYTES[self.kernel]
+            return gradient + (ENTROPY_KERNEL_UPDATE_MEMORY_BYTES[self.kernel] if self.update_memory_bytes_per_logit
+                               is None else self.update_memory_bytes_per_logit)
+        return gradient + ENTROPY_KERNEL_MEMORY_BYTES[self.kernel]
 
     def bytes_per_logit(self, pass_name: str) -> tuple[float, float]:
         """(forward, backward) bytes per logit the entropy adds to ``pass_name`` (old_logprob, update)."""

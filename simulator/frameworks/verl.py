@@ -25,6 +25,7 @@ from ..errors import RlsimError
 from ..llm.architecture import DTYPE_BYTES
 from ..params import (
     FLASH_ATTN_CROSS_ENTROPY_BYTES,
+    FLASH_ATTN_OUT_OF_PLACE_GRAD_BYTES_PER_LOGIT,
     MEGATRON_CROSS_ENTROPY_BYTES,
     VERL_FUSED_TORCH_BYTES,
     VERL_NAIVE_CAPPED_CPU_S_PER_SAMPLE,
@@ -863,6 +864,7 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     inactive_section(flat, f"{A}.actor.fsdp_config" if strategy == "megatron" else f"{A}.actor.megatron",
                      f"{A}.actor.strategy is {strategy}: this backend's settings do not apply", decided)
     sched = _schedule(values, recipe, workload, decided)
+    _logprob_gradient(values, workload, sched)
     _reward_model(values, recipe, workload, decided)
     reward_pool = _legacy_reward_pool(values, recipe, sched, decided)
     _distillation(values, workload, decided)
@@ -1167,6 +1169,17 @@ def _logprob_traffic(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
     scaled = megatron or not _engine_workers(v) or float(v(f"{A}.rollout.temperature")) != 1.0
     kernel = MEGATRON_CROSS_ENTROPY_BYTES if megatron else FLASH_ATTN_CROSS_ENTROPY_BYTES
     compute.update(logprob_traffic(kernel, scaled))
+
+
+def _logprob_gradient(v: Values, w: dict[str, Any], s: dict[str, Any]) -> None:
+    """The FSDP workers' packed path turns flash-attn's in-place backward off where the update computes
+    the entropy (dp_actor.py: inplace_backward = False if calculate_entropy): the log-probs' gradient is
+    a new tensor beside the logits (params.FLASH_ATTN_OUT_OF_PLACE_GRAD_BYTES_PER_LOGIT). Not with the
+    fused kernel (no flash-attn cross entropy), the megatron workers' vocab-parallel one, or padded rows."""
+    entropy = w.get("entropy") or {}
+    if (str(v(f"{A}.actor.strategy")) in ("fsdp", "fsdp2") and s["distqueue"]["packed"]
+            and "update" in entropy.get("passes", []) and entropy.get("kernel") != "verl-fused-torch"):
+        entropy["logprob_grad_bytes_per_logit"] = FLASH_ATTN_OUT_OF_PLACE_GRAD_BYTES_PER_LOGIT
 
 
 def _fused_kernel(v: Values, megatron: bool, decided: dict[str, tuple[Status, str]]) -> bool:
