@@ -893,7 +893,8 @@ COMMON_KNOBS = frozenset({"kind", "overprovision", "low_batch_share", "distqueue
                           "weight_sync_efficiency", "refit", "refit_tensor_overhead_s", "refit_gather_bytes_per_param",
                           "lora_refit",
                           "micro_batching", "pack_tokens",
-                          "reuse_stage_costs", "forward_micro_batch", "reference_swap_copies", "host_copies"})
+                          "reuse_stage_costs", "forward_micro_batch", "reference_swap_copies", "reference_swap_own_copies",
+                          "host_copies"})
 # Knobs of a colocated placement (stages time-share the devices) and of split pools (a rollout pool and
 # a training pool), read by rl/pools.py, rl/llm_costs.py and the runners in rl/schedules/.
 COLOCATED_KNOBS = frozenset({"fuse", "aux_fraction", "switch"})
@@ -1058,6 +1059,13 @@ class ScheduleConfig(_Strict):
     # model, then the model's loaded back: 3 copies). 0: the reference weights stay resident (verl's
     # separate reference worker). Each copy is the shard over the host link (switch.host_link_efficiency).
     reference_swap_copies: int = Field(0, ge=0)
+    # Of reference_swap_copies, the copies of the reference's own weights (SkyRL's dispatch moves the
+    # reference model in for its forward and out after: skyrl 0.3.0 worker_dispatch.py), each the
+    # reference's shard at a frozen model's bytes (rl/llm_costs.py frozen_weights_params: its dtype,
+    # weight_bytes_per_param, no master copy; FSDPRefWorkerBase loads it HFModelWrapper(bf16=
+    # trainer.bf16)), half in and half out; the others copy the trainer's resident shard. 0: every copy
+    # the trainer's (NeMo RL's swap loads the reference's state dict into the model's own parameters).
+    reference_swap_own_copies: int = Field(0, ge=0)
     # Which host copies go through pageable memory, and its rates (HostCopies; after the fields it checks).
     host_copies: HostCopies = Field(default_factory=HostCopies)
     # verl-separate-async: lend the trainer's devices to generation between steps (verl 0.9
@@ -1301,6 +1309,17 @@ class ScheduleConfig(_Strict):
             raise ValueError("pad_to: applies to padded payloads (distqueue.packed: false); packed payloads carry "
                              "real tokens only: remove schedule.distqueue.pad_to, or set schedule.distqueue.packed: "
                              "false")
+        return value
+
+    @field_validator("reference_swap_own_copies", mode="after")
+    @classmethod
+    def _own_copies_are_swap_copies(cls, value: int, info: ValidationInfo) -> int:
+        """The reference's own copies are some of the swap's copies."""
+        copies = (info.data or {}).get("reference_swap_copies") or 0
+        if value > copies:
+            raise ValueError(f"{value} of the reference swap's {copies} copies: reference_swap_own_copies counts "
+                             "some of schedule.reference_swap_copies; give at most that many, or raise "
+                             "reference_swap_copies")
         return value
 
     @field_validator("host_copies", mode="after")

@@ -353,8 +353,8 @@ def _colocated(v: Values, s: dict[str, Any], w: dict[str, Any], policy_gpus: int
     s["switch"] = {"offload_weights": manual,
                    "offload_optimizer": manual and v.flag("trainer.policy.optimizer_config.offload_after_step"),
                    "engine_sleep": True, "engine_sleep_level": 2}
-    if uses_reference(v) and _manual_offload(v, "ref"):
-        s["reference_swap_copies"] = 2
+    if uses_reference(v) and _manual_offload(v, "ref"):   # the reference's own shard (bf16), in and out
+        s["reference_swap_copies"] = s["reference_swap_own_copies"] = 2
     if has_critic(v) and _manual_offload(v, "critic"):
         w["critic_offload"] = {"params": True,
                                "optimizer": v.flag("trainer.critic.optimizer_config.offload_after_step")}
@@ -373,9 +373,12 @@ def _split_models(v: Values, s: dict[str, Any], w: dict[str, Any], mode: str, po
                              field="trainer.placement.ref_num_gpus_per_node",
                              fix="give the reference the policy's nodes and GPUs per node, or colocate_policy_ref=false")
         manual = _manual_offload(v, "policy")
-        copies = (2 if manual else 0) + (2 if _manual_offload(v, "ref") else 0)
+        own = 2 if _manual_offload(v, "ref") else 0   # the reference's own shard (bf16), in and out
+        copies = (2 if manual else 0) + own           # beside the policy's fp32 shard, out and back
         if copies:
             s["reference_swap_copies"] = copies
+        if own:
+            s["reference_swap_own_copies"] = own
         if manual and v.flag("trainer.policy.optimizer_config.offload_after_step"):
             w.setdefault("train_params", {}).setdefault("offload", {})["optimizer"] = True
     elif uses_reference(v):

@@ -2034,8 +2034,8 @@ def _megatron_reference_offload(v: Values, w: dict[str, Any], s: dict[str, Any],
     elif not w.get("reference") or "lora" in w:
         decided[key] = ("ignored", "no reference worker: no KL term" if not w.get("reference") else
                         "with LoRA verl builds no reference worker (the actor's base with its adapters disabled)")
-    elif v.flag(key):
-        s["reference_swap_copies"] = MEGATRON_REFERENCE_SWAP_COPIES
+    elif v.flag(key):   # the reference's own shard, in and out
+        s["reference_swap_copies"] = s["reference_swap_own_copies"] = MEGATRON_REFERENCE_SWAP_COPIES
 
 
 def _hybrid_engine_switch(v: Values, w: dict[str, Any], s: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -465,6 +465,7 @@ class LlmCosts:
         self._flops_lines: dict[Any, tuple[float, float]] = {}   # model -> train FLOPs per token at 0, slope
         self._layouts: dict[int, TrainLayout] = {}
         self._memory: dict[tuple[int, float], MemoryBreakdown] = {}   # _resident_memory, this run's layouts
+        self._reference_shard: dict[tuple[int, float], float] = {}   # reference_swap_shard_bytes
         self._ranks: dict[int, list[int]] = {}             # canonical placement: positions in a pool
         # every trained actor batch with its heaviest micro-batch's tokens as trained (under the layout
         # of then: a later one cannot resolve an earlier pool's size), for a re-plan; failure runs only
@@ -605,6 +606,7 @@ class LlmCosts:
         self.train_pool_unit = self.train_template.pool_unit
         self._layouts.clear()
         self._memory.clear()
+        self._reference_shard.clear()
         self._ranks.clear()
         self._ref.clear()
         for pool in self._pools.values():   # placements follow the layout
@@ -890,18 +892,33 @@ class LlmCosts:
         return dataclasses.replace(cost, time_s=cost.time_s + self.reference_swap_s(pool))
 
     def reference_swap_s(self, pool: _Pool) -> float:
-        """schedule.reference_swap_copies: copies of the training weight shard between HBM and host
-        memory around a reference pass, each over the device's host link (the slowest kind's); with
-        schedule.host_copies.reference_swap through pageable memory: the first out to the host at
-        the slower of the link and host_copies.offload_Bps, the others in at onload_Bps."""
-        copies = self.scenario.schedule.reference_swap_copies
-        pageable = self.scenario.schedule.host_copies
-        if not (pageable.reference_swap and copies):
-            return self._weight_copies_s(pool, copies)
-        shard = self._train_weight_bytes(pool)
+        """schedule.reference_swap_copies: copies between HBM and host memory around a reference pass,
+        each over the device's host link (the slowest kind's): of the training weight shard, but for
+        reference_swap_own_copies of the reference's own shard (reference_swap_shard_bytes), half in
+        and half out; with schedule.host_copies.reference_swap through pageable memory: the trainer's
+        first copy out to the host at the slower of the link and host_copies.offload_Bps, its others
+        in at onload_Bps, the reference's own out copies at the former and in copies at the latter."""
+        sched = self.scenario.schedule
+        own = sched.reference_swap_own_copies
+        of_trainer = sched.reference_swap_copies - own
+        trainer, reference = self._train_weight_bytes(pool), self.reference_swap_shard_bytes(pool) if own else 0.0
+        pageable = sched.host_copies
+        if not (pageable.reference_swap and sched.reference_swap_copies):
+            return max((of_trainer * trainer + own * reference) / rate for _, rate in self._host_rates(pool))
+        out = (trainer if of_trainer else 0.0) + (own // 2) * reference
+        back = max(of_trainer - 1, 0) * trainer + (own - own // 2) * reference
         rates = [rate for _, rate in self._host_rates(pool)]
-        return max(shard / min(rate, pageable.offload_Bps) + (copies - 1) * shard / min(rate, pageable.onload_Bps)
-                   for rate in rates)
+        return max(out / min(rate, pageable.offload_Bps) + back / min(rate, pageable.onload_Bps) for rate in rates)
+
+    def reference_swap_shard_bytes(self, pool: _Pool) -> float:
+        """The reference's weight shard per device on ``pool`` in the training layout, at a frozen
+        model's bytes (frozen_weights_params: no master copy, weight_bytes_per_param)."""
+        key = (len(pool.ranks), pool.hbm_bytes)
+        if key not in self._reference_shard:
+            self._reference_shard[key] = training_state_bytes(
+                self.models["reference"], self.layout(key[0]), pool.hbm_bytes,
+                frozen_weights_params(self.train_params)).weights_bytes
+        return self._reference_shard[key]
 
     def weight_host_copies_s(self, ranks, copies: int) -> float:
         """``copies`` copies of the actor's training weight shard between HBM and host memory, each
