@@ -1967,9 +1967,9 @@ def test_verl_entropy_follows_its_loss_and_metrics_keys():
                                                    *over]).scenario["workload"]["entropy"]
 
     v06, v09 = "verl-0.6.0-generated-ppo-trainer.yaml", "verl-0.9.1-generated-ppo-trainer.yaml"
+    # (packed rows: flash-attn's in-place backward off in an update computing the entropy, its gradient a new tensor)
     assert entropy(v06, "actor_rollout_ref.actor.entropy_coeff=0.001") == {
-        "passes": ["old_logprob", "update"], "in_loss": True, "kernel": "compiled"}
-    # (0.9's packed rows: flash-attn's in-place backward off in the update, its gradient a new tensor)
+        "passes": ["old_logprob", "update"], "in_loss": True, "kernel": "compiled", "logprob_grad_bytes_per_logit": 2.0}
     assert entropy(v09, "actor_rollout_ref.actor.calculate_entropy=true") == {
         "passes": ["old_logprob", "update"], "kernel": "compiled", "logprob_grad_bytes_per_logit": 2.0}
     assert entropy(v06, "actor_rollout_ref.actor.use_torch_compile=false")["kernel"] == "eager"
@@ -1979,7 +1979,7 @@ def test_verl_entropy_follows_its_loss_and_metrics_keys():
     chunked = [f"actor_rollout_ref.actor.{k}" for k in ("use_torch_compile=false", "entropy_from_logits_with_chunking=true",
                                                          "entropy_checkpointing=true", "entropy_coeff=0.01")]
     assert entropy(v06, *chunked) == {"passes": ["old_logprob", "update"], "in_loss": True, "recompute": True,
-                                      "kernel": "eager-chunked-fp32"}
+                                      "kernel": "eager-chunked-fp32", "logprob_grad_bytes_per_logit": 2.0}
     assert "recompute" not in entropy(v06, "actor_rollout_ref.actor.entropy_checkpointing=true")
     imported = import_config("verl", DATA / v09, [*QUICKSTART, "actor_rollout_ref.actor.entropy_checkpointing=true"])
     assert "workers' copy" in imported.ignored["actor_rollout_ref.actor.entropy_checkpointing"]   # 0.9 reads fsdp_config's
