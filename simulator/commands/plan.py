@@ -365,7 +365,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
         from ..params import engine_constants_read_past
 
         _refuse_found(engine_constants_read_past(w.inference, mla=model.is_mla, moe=model.is_moe,
-                                                 paged=kv_pages_matter(model), chunked=model.chunked_attention,
+                                                 paged=kv_pages_matter(model, w.inference.hybrid_kv_chunked_attention), chunked=model.chunked_attention,
                                                  engine_tp=None, engine_ep=None,
                                                  pool_knobs=sglang_pool_knobs([model], w.inference)))
 

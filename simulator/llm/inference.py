@@ -204,7 +204,7 @@ class StepCost:
         # sequence drawing its tokens' pages and, beside them, its windows' and states'
         # (seq_pool_bytes_dev); or SGLang's token, SWA and state pools (sglang_pool.py).
         # (full attention caches its tokens alike in either: the pool kind is not read, so the engines set it whatever the model)
-        builder = KV_POOLS[params.kv_pool] if kv_pages_matter(model) else _vllm_pool
+        builder = KV_POOLS[params.kv_pool] if _paged(model, params) else _vllm_pool
         kv_pool = builder(model, layout, params, kvbytes, share, self.kv_free_bytes_dev, layout_field)
         self.kv_bytes_per_token_dev = kv_pool.token_bytes   # what a token draws from the pool (padding included)
         # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp), read
@@ -657,6 +657,11 @@ def _state_elems_all_ranks(model: ModelSpec, tp: int) -> float:
 KV_POOLS: dict[str, Callable[..., KvPool | SglangPool]] = {"vllm": _vllm_pool, "sglang": _sglang_pool}
 
 
+def _paged(model: ModelSpec, params: InferenceParams) -> bool:
+    """kv_pool.kv_pages_matter with the engine's paging of chunked layers (read only for a model that has them)."""
+    return kv_pages_matter(model, model.chunked_attention and params.hybrid_kv_chunked_attention)
+
+
 def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams, kvbytes: float, share: float,
                 layout_field: str) -> KvPoolShape:
     """What one device of the layout caches per layer of each kind (kv_pool.py). KV heads split over
@@ -664,7 +669,7 @@ def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams
     rank keeps it all; a Mamba / linear-attention layer's state splits its heads over tp."""
     tp = layout.tp
     # full attention alone is counted a token at a time: its engine reads no page size
-    block = params.kv_block_size if kv_pages_matter(model) else 1
+    block = params.kv_block_size if _paged(model, params) else 1
     state_layers = model.num_linear_layers or model.num_mamba_layers
     state_bytes = (_state_elems_all_ranks(model, tp) / state_layers * mamba_cache_bytes(layout, layout_field) / tp
                    if state_layers else 0.0)

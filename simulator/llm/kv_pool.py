@@ -7,7 +7,8 @@ something, and draws from it per running sequence:
   are sorted by kind (full attention, sliding-window attention, Mamba / linear-attention state), the
   group size is the smallest kind's layer count, and each kind is cut into ceil(count / size)
   groups of that size, the last one padded. Gemma-3-27B (10 full, 52 sliding layers): groups of 10,
-  one full and six sliding (the sixth holds 2 layers and 8 of padding). One kind alone is one group
+  one full and six sliding (vLLM deals the 52 round the six, 9, 9, 9, 9, 8 and 8, each
+  group's pages sized for 10). One kind alone is one group
   of all its layers.
 - A pool block is one page of every layer of a group (``get_kv_cache_config_from_groups``:
   ``num_blocks = available // page_size // group_size``); every group draws whole blocks from the
@@ -39,10 +40,13 @@ from typing import Any
 UNBOUNDED_KV_TOKENS = 2**62
 
 
-def kv_pages_matter(model: Any) -> bool:
+def kv_pages_matter(model: Any, chunked_paged: bool = False) -> bool:
     """Whether the model has layers whose draw is counted in pages (sliding-window, Mamba or linear
-    attention): only those read the page size (InferenceParams.kv_block_size)."""
-    return bool(model.num_sliding_layers or model.num_mamba_layers or model.num_linear_layers)
+    attention): only those read the page size (InferenceParams.kv_block_size). Llama 4's chunked
+    layers count only where the hybrid manager pages them (``chunked_paged``: hybrid_kv_chunked_attention);
+    by default vLLM caches them as full attention."""
+    windows = model.num_sliding_layers and (chunked_paged or not getattr(model, "chunked_attention", False))
+    return bool(windows or model.num_mamba_layers or model.num_linear_layers)
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,18 @@ def window_blocks(window: int, block_size: int) -> int:
     return math.ceil((window - 1) / block_size) + 1
 
 
+# The tokens vLLM aligns a Mamba hybrid's attention block to (model_executor/models/config.py
+# HybridAttentionMambaModelConfig: attn_block_size = 16 x cdiv(mamba page, 16 x one token's page)).
+HYBRID_BLOCK_ALIGNMENT_TOKENS = 16
+
+
 def hybrid_attention_block(state_page_bytes: float, token_page_bytes: float, block_size: int) -> int:
-    """Tokens an attention block holds in a model with Mamba layers: the smallest multiple of
-    ``block_size`` whose page of one layer holds one layer's Mamba state (HybridAttentionMambaModelConfig:
-    16 x cdiv(mamba page, 16 x one token's attention page), 16 being vLLM's block size on CUDA), or
-    ``block_size`` when that already holds it."""
-    return block_size * max(1, math.ceil(state_page_bytes / (block_size * token_page_bytes)))
+    """Tokens an attention block holds in a model with Mamba layers: the smallest multiple of 16
+    tokens whose page of one layer holds one layer's Mamba state, or ``block_size`` (the engine's
+    --block-size) where that is larger (HybridAttentionMambaModelConfig keeps a given block size at
+    least attn_block_size)."""
+    align = HYBRID_BLOCK_ALIGNMENT_TOKENS
+    return max(block_size, align * max(1, math.ceil(state_page_bytes / (align * token_page_bytes))))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from simulator.llm.kv_pool import (
     KvPoolShape,
     hybrid_attention_block,
     kv_cache_groups,
+    kv_pages_matter,
     window_blocks,
 )
 
@@ -163,3 +164,19 @@ def test_llama4s_chunks_are_cached_whole_unless_the_hybrid_manager_takes_them():
     assert paged.kv_bytes_per_token_dev == paged.kv_read_bytes_per_token_dev == 12 * per_layer
     assert paged.seq_kv_tokens == 3 * 513 * 16
     assert paged.kv_s_per_token == cached.kv_s_per_token   # the same reads either way
+
+
+def test_a_given_block_size_is_vllms_floor_of_the_hybrid_block_not_its_alignment():
+    """vLLM aligns a Mamba hybrid's attention block to 16 tokens and keeps a larger --block-size
+    (HybridAttentionMambaModelConfig): 528 at block sizes 16 and 32 (it read 544 at 32), 1024 at 1024."""
+    state, token = 1_079_296 * 2, 4096
+    assert hybrid_attention_block(state, token, 32) == hybrid_attention_block(state, token, 16) == 528
+    assert hybrid_attention_block(state, token, 1024) == 1024
+
+
+def test_llama4s_chunked_layers_read_the_page_size_only_where_the_hybrid_manager_pages_them():
+    from .test_architecture import LLAMA4_SCOUT_TEXT
+
+    scout = load_model({"model_type": "llama4", "text_config": LLAMA4_SCOUT_TEXT})
+    assert not kv_pages_matter(scout) and kv_pages_matter(scout, chunked_paged=True)
+    assert kv_pages_matter(load_model("gemma-3-27b"))

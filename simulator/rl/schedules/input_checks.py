@@ -177,7 +177,8 @@ def _check_engine_constants(scenario: Scenario, costs: Costs) -> None:
     auto = scenario.workload.rollout_layout == "auto"
     found = engine_constants_read_past(scenario.workload.inference, mla=any(m.is_mla for m in models.values()),
                                        moe=any(m.is_moe for m in models.values()),
-                                       paged=any(kv_pages_matter(m) for m in models.values()),
+                                       paged=any(kv_pages_matter(m, scenario.workload.inference.hybrid_kv_chunked_attention)
+                                                 for m in models.values()),
                                        chunked=any(m.chunked_attention for m in models.values()),
                                        engine_tp=None if auto else layout.tp, engine_ep=None if auto else layout.ep,
                                        engine_pp=1 if auto else layout.pp,
