@@ -250,8 +250,9 @@ def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_to
     layer at a time (no_grad frees each layer's tensors once the next runs: the largest layer's,
     taken as what its backward would keep, an upper bound of its live tensors), the last stage's
     logits for `head_tokens` at logits_bytes_per_elem + entropy_logits_bytes_per_elem (the loss's
-    tensors over the vocabulary), and under ZeRO-3 the gathered parameters of the computing layer and
-    the root unit (zero3_reshard_after_forward false: every layer of the stage). No optimizer state
+    tensors over the vocabulary), and under ZeRO-3 the gathered parameters of the computing layer, the
+    zero3_prefetch_layers ahead of it and the root unit (zero3_reshard_after_forward false: every layer
+    of the stage). No optimizer state
     or gradients: a trained model's resident state beside the pass is its caller's."""
     tp, pp, cp = layout.tp, layout.pp, layout.cp
     states = memory_per_device(model, layout, 1.0, capacity_hbm_bytes, params=params, flash_attention=flash_attention)
@@ -274,7 +275,10 @@ def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_to
         if layout.zero >= 3:
             whole = [lay.dense_params / tp + (lay.expert_params / (layout.ep * layout.expert_tp) if lay.moe else 0.0)
                      for lay in layers]
-            held = sum(whole) if not params.zero3_reshard_after_forward else max(whole, default=0.0)
+            # the computing layer and the zero3_prefetch_layers gathered ahead (FSDP prefetches in the
+            # forward too), as the update's working set has them less the gradients
+            held = (sum(whole) if not params.zero3_reshard_after_forward
+                    else (1 + params.zero3_prefetch_layers) * max(whole, default=0.0))
             gathered = params.weight_bytes_per_param * (held + (outer if params.zero3_outer_gathered else 0.0))
         total = acts + logits + gathered
         if best is None or total > best[0]:

@@ -51,13 +51,17 @@ def test_the_entropy_kernels_tensors_add_to_the_logits_and_tp_splits_them():
     assert MEGATRON_LOGITS_BYTES_PER_ELEM == 6.0
 
 
-def test_zero3_forward_gathers_the_computing_layer_and_the_root_unit():
+def test_zero3_forward_gathers_the_computing_layer_the_prefetched_ones_and_the_root_unit():
+    """The update's working set less its gradients: the computing layer and zero3_prefetch_layers
+    ahead (FSDP prefetches the next all-gather in the forward too), and the root unit."""
     memory = train_software("hf-transformers").params.memory
     lay = TrainLayout(dp=8, zero=3, recompute="full")
-    mem = forward_memory_per_device(QWEN, lay, 1024, 1024, BIG, params=memory)
     layer = layer_shapes(QWEN)[0].dense_params
     outer = QWEN.vocab * QWEN.hidden * 2   # untied embedding and head
-    assert mem.gathered_bytes == pytest.approx(2 * (layer + outer), rel=1e-3)
+    for prefetch in (0, 1, 2):
+        params = memory.model_copy(update={"zero3_prefetch_layers": prefetch})
+        mem = forward_memory_per_device(QWEN, lay, 1024, 1024, BIG, params=params)
+        assert mem.gathered_bytes == pytest.approx(2 * ((1 + prefetch) * layer + outer), rel=1e-3)
 
 
 def test_verls_entropy_log_prob_at_64_sequences_a_gpu_is_refused_naming_the_forward_micro_batch():
