@@ -625,8 +625,12 @@ class LlmCosts:
 
     def rollout_layout_used(self, n_rollout: int) -> dict[str, Any]:
         """The rollout layout with the instances `n_rollout` devices hold (the pool sets them, not
-        workload.rollout_layout, which refuses the key)."""
-        return {**self.rollout_layout.model_dump(), "instances": n_rollout // self.instance_devices}
+        workload.rollout_layout, which refuses the key); mamba_cache_dtype only where a model keeps
+        states (the layout refuses it elsewhere)."""
+        layout = self.rollout_layout.model_dump()
+        if not any(m.num_mamba_layers or m.num_linear_layers for m in self.models.values()):
+            layout.pop("mamba_cache_dtype", None)
+        return {**layout, "instances": n_rollout // self.instance_devices}
 
     def _packing(self) -> str:
         return "packed" if self.scenario.schedule.distqueue.packed else "padded"

@@ -707,3 +707,13 @@ def test_only_a_given_host_offload_of_a_frozen_model_asks_for_zero3():
         forward("workload.reference_cpu_offload=true")
     assert err.value.field == "workload.reference_cpu_offload"
     assert forward("workload.train_params.memory.resident_weight_bytes_per_param=4").time_s > 0
+
+
+def test_the_rollout_layout_used_names_the_state_dtype_only_for_a_model_with_states():
+    def used(model):
+        sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                           schedule="colocated", overrides=[f"workload.model={model}"])
+        return LlmCosts(sc, load_topology(sc.topology)).rollout_layout_used(8)
+
+    assert "mamba_cache_dtype" not in used("qwen2.5-7b")
+    assert used("nemotron-h-8b")["mamba_cache_dtype"] == "auto"
