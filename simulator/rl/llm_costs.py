@@ -1050,7 +1050,10 @@ class LlmCosts:
                              packing=self._packing(), params=params, collectives=self.collectives, source=self.source,
                              scored=heads)
         except RlsimError as exc:
-            raise self._beside_the_engine(exc) from None
+            rows, key = self._forward_rows(role), self._forward_rows_key(role)
+            if rows is None:
+                rows, key = self.layout_for(role, n_devices).micro_batch, "workload.train_layout.micro_batch"
+            raise self._beside_the_engine(self._in_the_layouts_terms(exc, lay, rows, key)) from None
         if c.memory is not None:
             self._check_forward_beside(role, c.memory, pool, lay.logprob_max_tokens_per_micro_batch is not None
                                        or lay.max_tokens_per_micro_batch is not None)
@@ -1109,6 +1112,13 @@ class LlmCosts:
             return batching.forward_micro_batch
         return self.scenario.schedule.forward_micro_batch
 
+    def _forward_rows_key(self, role: str) -> str:
+        """The key that gives _forward_rows."""
+        batching = self.scenario.workload.critic_batching
+        if role == "critic" and batching is not None and batching.forward_micro_batch is not None:
+            return "workload.critic_batching.forward_micro_batch"
+        return "schedule.forward_micro_batch"
+
     def _train(self, role, seq_lens, where: _Pool | int, scored=None) -> StageCost:
         pool = self._as_pool(where)
         n_devices = len(pool.ranks)
@@ -1121,7 +1131,7 @@ class LlmCosts:
                                 source=self.source, scored=heads)
         except RlsimError as exc:
             raise self._planned_layout_note(self._beside_the_engine(self._in_the_layouts_terms(
-                exc, lay, self.layout(n_devices))), seq_lens) from None
+                exc, lay, self.layout(n_devices).micro_batch)), seq_lens) from None
         frozen = self._frozen_bytes(role, self.layout(n_devices), pool.hbm_bytes)
         beside = self._beside_bytes(role, pool) + sum(frozen.values())
         self._check_beside(role, c.memory, beside, frozen)
@@ -1227,16 +1237,19 @@ class LlmCosts:
         out.related = [*exc.related, "schedule.switch", "workload.rollout_layout.gpu_memory_utilization"]
         return out
 
-    def _in_the_layouts_terms(self, exc: RlsimError, packed: TrainLayout, given: TrainLayout) -> RlsimError:
-        """A training error that names the packed micro-batch (micro_batch = the sequences packed
-        into one: schedule.micro_batching balanced) says what that is in the layout's own terms."""
-        if packed.micro_batch == given.micro_batch or "micro_batch=" not in exc.message:
+    def _in_the_layouts_terms(self, exc: RlsimError, packed: TrainLayout, given_rows: int,
+                              key: str = "workload.train_layout.micro_batch") -> RlsimError:
+        """A training or forward error that names the packed micro-batch (micro_batch = the sequences
+        packed into one: schedule.micro_batching balanced) says what that is in the terms of the key
+        that gave its rows (`key`: the update's train_layout.micro_batch, a forward's
+        schedule.forward_micro_batch)."""
+        if packed.micro_batch == given_rows or "micro_batch=" not in exc.message:
             return exc
         return exc.reworded(f"{exc.message} (micro_batch={packed.micro_batch}: the sequences packed into one "
-                            f"micro-batch of workload.train_layout.micro_batch={given.micro_batch} row(s) of "
+                            f"micro-batch of {key}={given_rows} row(s) of "
                             f"{self.pack_tokens:,.0f} tokens, schedule.micro_batching: balanced)",
                             exc.fix.replace(SMALLER_MICRO_BATCH, "shorter packed rows (schedule.pack_tokens)")
-                            if exc.fix and given.micro_batch == 1 else exc.fix)
+                            if exc.fix and given_rows == 1 else exc.fix)
 
     def _planned_layout_note(self, exc: RlsimError, seq_lens: Any) -> RlsimError:
         """A memory error on a layout the planner chose (layout: auto) says why the plan did not see it:

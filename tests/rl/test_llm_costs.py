@@ -717,3 +717,14 @@ def test_the_rollout_layout_used_names_the_state_dtype_only_for_a_model_with_sta
 
     assert "mamba_cache_dtype" not in used("qwen2.5-7b")
     assert used("nemotron-h-8b")["mamba_cache_dtype"] == "auto"
+
+
+def test_a_forward_memory_error_says_what_its_packed_micro_batch_is_in_the_forward_key():
+    """Balanced packing turns the forward's rows into a packed micro-batch of many sequences; the error
+    printed that count beside schedule.forward_micro_batch without saying what it was."""
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated",
+                       overrides=["workload.train_software=megatron-2021", "schedule.forward_micro_batch=64"])
+    with pytest.raises(RlsimError, match="does not fit in device memory") as err:
+        LlmCosts(sc, load_topology(sc.topology))._forward("actor", np.full(1024, 2048), 8)
+    assert err.value.field == "schedule.forward_micro_batch"
+    assert "packed into one micro-batch of schedule.forward_micro_batch=64 row(s)" in err.value.message
