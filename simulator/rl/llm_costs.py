@@ -1063,7 +1063,9 @@ class LlmCosts:
         """(trained models' state, {frozen role: weights}) resident on the devices beside a forward pass
         of ``role``, less the pass's own weights (counted by the pass): the actor's weights and optimizer
         state less its per-phase offload on the trainer's devices, PPO's critic's on its pool, and the
-        frozen models' resident weights there (their gradients are freed after each update)."""
+        frozen models' resident weights there. Gradients are not counted (FSDP frees them after each
+        update; Megatron-Core's DDP keeps its grad buffer allocated unless the weights are offloaded,
+        which this check, as the rollout phase's, leaves out)."""
         sched, lay = self.scenario.schedule, self.layout(len(pool.ranks))
         where = role_pool(sched, role)
         frozen = {r: b for r, b in self._frozen_bytes(role, lay, pool.hbm_bytes).items() if r != role}
