@@ -220,6 +220,24 @@ MEGATRON_REMOVE_PADDING_RULES = {
 GLOBAL_MICRO_BATCH_NOTE = ("deprecated global micro-batch: verl divides it by the data-parallel ranks (fsdp: the world "
                            "/ ulysses_sequence_parallel_size; megatron: the world / (tp x pp x cp)) for the per-GPU one")
 
+# verl 0.6.0 - 0.7.0 under actor.strategy megatron: validate_config (utils/config.py, ~line 104) computes
+# minimal_bsz = megatron_dp x actor.ppo_micro_batch_size_per_gpu, None x int (a TypeError) where only the
+# global ppo_micro_batch_size is given, and ActorConfig.validate (workers/config/actor.py) would refuse it
+# below the whole world (no Ulysses ranks to count); the megatron worker sets the old log-prob pass's
+# per-GPU size only from the actor's global one (megatron_workers.py "normalize config"), so a global
+# rollout.log_prob_micro_batch_size beside a per-GPU actor leaves it None, which megatron_actor.py
+# compute_log_prob asserts against. The reference's and the critic's run (divided by Megatron's DP world).
+MEGATRON_GLOBAL_MICRO_BATCH_REFUSED = {
+    f"{A}.actor.ppo_micro_batch_size": "verl's validate_config multiplies actor.ppo_micro_batch_size_per_gpu (None "
+                                       "here) by Megatron's data-parallel world and fails (TypeError)",
+    f"{A}.rollout.log_prob_micro_batch_size": "verl's megatron worker sets the old log-prob pass's per-GPU size only "
+                                              "from a global actor.ppo_micro_batch_size, which megatron cannot run: "
+                                              "it stays None, which megatron_actor.py compute_log_prob asserts "
+                                              "against"}
+# verl's FSDP actor and critic refuse a global ppo_micro_batch_size below the world over their Ulysses
+# ranks (0.6.0 - 0.7.0 workers/config/actor.py ActorConfig.validate, critic.py FSDPCriticConfig.validate)
+FSDP_GLOBAL_MICRO_BATCH_RULE = "ppo_micro_batch_size x ulysses_sequence_parallel_size >= n_gpus"
+
 RULES: dict[str, Rule] = {
     # data
     "data.train_batch_size": mapped("workload.prompts_per_step"),
@@ -2223,31 +2241,59 @@ def _micro_batch_per_gpu(v: Values, section: str, name: str,
 
 def _global_micro_batch_share(v: Values, key: str, decided: dict[str, tuple[Status, str]] | None) -> int:
     """A deprecated global micro-batch ``key`` over the data-parallel ranks, as verl's workers divide
-    it (GLOBAL_MICRO_BATCH_NOTE); under one sample a GPU refused, as verl refuses it."""
-    ranks = _data_parallel_ranks(v)
-    share = positive_int(v(key), key, v.result.source) // ranks
+    it (GLOBAL_MICRO_BATCH_NOTE). Refused where verl refuses it: under megatron the actor's and the
+    old log-prob pass's (MEGATRON_GLOBAL_MICRO_BATCH_REFUSED); a ppo_micro_batch_size under the FSDP
+    rule micro x ulysses_sequence_parallel_size >= n_gpus (FSDP_GLOBAL_MICRO_BATCH_RULE); any other
+    under one sample a GPU."""
+    src, name = v.result.source, key.rsplit(".", 1)[1]
+    if key in MEGATRON_GLOBAL_MICRO_BATCH_REFUSED and str(v(f"{A}.actor.strategy")) == "megatron":
+        raise RlsimError(f"{key} (deprecated, global) with actor.strategy megatron: "
+                         f"{MEGATRON_GLOBAL_MICRO_BATCH_REFUSED[key]}", source=src, field=key,
+                         fix=f"remove {key} and give {key}_per_gpu=N (the micro-batch a GPU)")
+    role = "critic" if key.startswith("critic.") else "actor"
+    total, ranks = positive_int(v(key), key, src), _data_parallel_ranks(v, role)
+    if name == "ppo_micro_batch_size" and _strategy(v, role) != "megatron":
+        sp, world = _ulysses_ranks(v, role), _trainer_world(v)
+        if total * sp < world:
+            raise RlsimError(f"{name} {total} x ulysses_sequence_parallel_size {sp} is less than n_gpus {world}: verl "
+                             f"refuses it ({FSDP_GLOBAL_MICRO_BATCH_RULE})", source=src, field=key,
+                             fix=f"give at least {-(-world // sp)}, or {key}_per_gpu=N")
+    share = total // ranks
     if not share:
-        raise RlsimError(f"{key.rsplit('.', 1)[1]} {v(key)} is less than the {ranks} data-parallel ranks it is "
-                         "divided over: 0 samples a GPU, which verl refuses (ppo_micro_batch_size x "
-                         "ulysses_sequence_parallel_size >= n_gpus)", source=v.result.source, field=key,
+        raise RlsimError(f"{name} {total} is less than the {ranks} data-parallel ranks it is divided over: 0 samples "
+                         "a GPU, which verl cannot run (its micro-batches split by 0)", source=src, field=key,
                          fix=f"give at least {ranks}, or {key}_per_gpu=N")
     if decided is not None:
-        decided[key] = ("mapped", f"{v(key)} // {ranks} data-parallel ranks = {share} samples a GPU "
+        decided[key] = ("mapped", f"{total} // {ranks} data-parallel ranks = {share} samples a GPU "
                                   f"({GLOBAL_MICRO_BATCH_NOTE})")
     return share
 
 
-def _data_parallel_ranks(v: Values) -> int:
+def _strategy(v: Values, role: str) -> str:
+    """The backend whose rule divides ``role``'s global micro-batch (the actor's, for every role)."""
+    return str(v(f"{A}.actor.strategy"))
+
+
+def _trainer_world(v: Values) -> int:
+    """verl's n_gpus in validate_config: trainer.n_gpus_per_node x trainer.nnodes."""
+    return v.count("trainer.nnodes") * v.count("trainer.n_gpus_per_node")
+
+
+def _ulysses_ranks(v: Values, role: str) -> int:
+    """The Ulysses ranks a sequence is split over (the actor's, for every role)."""
+    return v.whole(f"{A}.actor.ulysses_sequence_parallel_size", 1)
+
+
+def _data_parallel_ranks(v: Values, role: str = "actor") -> int:
     """The ranks verl divides a global micro-batch by: the trainer's world over the Ulysses ranks (fsdp)
     or over tp x pp x cp (megatron's data-parallel world)."""
-    world = v.count("trainer.nnodes") * v.count("trainer.n_gpus_per_node")
-    if str(v(f"{A}.actor.strategy")) == "megatron":
+    if _strategy(v, role) == "megatron":
         m = f"{A}.actor.megatron"
         split = (v.whole(f"{m}.tensor_model_parallel_size", 1) * v.whole(f"{m}.pipeline_model_parallel_size", 1)
                  * v.whole(f"{m}.context_parallel_size", 1))
     else:
-        split = v.whole(f"{A}.actor.ulysses_sequence_parallel_size", 1)
-    return max(1, world // split)
+        split = _ulysses_ranks(v, role)
+    return max(1, _trainer_world(v) // split)
 
 
 def _log_prob_micro_batches(v: Values, s: dict[str, Any], layout: dict[str, Any],

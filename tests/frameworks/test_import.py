@@ -924,15 +924,54 @@ def test_verl_deprecated_global_micro_batches_are_divided_by_the_data_parallel_r
     assert "equal" in glob.mapped["actor_rollout_ref.ref.log_prob_micro_batch_size"]   # as the old log-prob pass's
     sp = import_config("verl", cfg, ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]).scenario
     assert (sp["workload"]["train_layout"]["micro_batch"], sp["schedule"]["forward_micro_batch"]) == (8, 32)
-    megatron = import_config("verl", cfg, ["actor_rollout_ref.actor.strategy=megatron",
-                                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"]).scenario
-    assert (megatron["workload"]["train_layout"]["micro_batch"], megatron["schedule"]["forward_micro_batch"]) == (16, 64)
+    megatron = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"]
+    with pytest.raises(RlsimError, match="TypeError") as caught:   # verl's validate_config: None x megatron_dp
+        import_config("verl", cfg, megatron)
+    assert caught.value.field == "actor_rollout_ref.actor.ppo_micro_batch_size"
+    assert "ppo_micro_batch_size_per_gpu" in caught.value.fix
     with pytest.raises(RlsimError, match="both ppo_micro_batch_size and ppo_micro_batch_size_per_gpu"):
         import_config("verl", cfg, ["+actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
     with pytest.raises(RlsimError, match="less than the 8 data-parallel ranks"):
         import_config("verl", cfg, ["actor_rollout_ref.rollout.log_prob_micro_batch_size=4"])
     dynamic = import_config("verl", cfg, ["+actor_rollout_ref.actor.use_dynamic_bsz=true"])
     assert "token budget" in dynamic.ignored["actor_rollout_ref.actor.ppo_micro_batch_size"]
+
+
+def test_verl_global_micro_batches_under_megatron_run_only_where_verl_runs_them(tmp_path):
+    """verl 0.6.0 - 0.7.0 under megatron: a global actor.ppo_micro_batch_size fails verl's validate_config
+    (megatron_dp x ppo_micro_batch_size_per_gpu, None), and a global rollout.log_prob_micro_batch_size
+    beside a per-GPU actor leaves the old log-prob pass's size None (megatron_workers.py): both refused,
+    naming the key; the reference's global one is divided by Megatron's data-parallel world (8 / (tp 4)
+    = 2 ranks: 32 // 2 = 16 a GPU, the old log-prob pass's here)."""
+    megatron = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"]
+    cfg = tmp_path / "verl-grpo-qwen2.5-7b.yaml"
+    example = (EXAMPLES / "verl-grpo-qwen2.5-7b.yaml").read_text()
+    cfg.write_text(example.replace("log_prob_micro_batch_size_per_gpu: 16", "log_prob_micro_batch_size: 32"))
+    with pytest.raises(RlsimError, match="compute_log_prob asserts") as caught:
+        import_config("verl", cfg, megatron)
+    assert caught.value.field == "actor_rollout_ref.rollout.log_prob_micro_batch_size"
+    ref_only = cfg.read_text().replace("log_prob_micro_batch_size: 32\n", "log_prob_micro_batch_size_per_gpu: 16\n", 1)
+    cfg.write_text(ref_only)
+    imported = import_config("verl", cfg, megatron)
+    assert imported.scenario["schedule"]["forward_micro_batch"] == 16
+    assert [k for k in (*imported.mapped, *imported.unsupported) if k.endswith("log_prob_micro_batch_size")] == [
+        "actor_rollout_ref.ref.log_prob_micro_batch_size"]
+
+
+def test_verl_fsdp_global_ppo_micro_batch_is_held_to_verls_rule_micro_times_sp_at_least_n_gpus(tmp_path):
+    """verl's FSDP ActorConfig.validate refuses ppo_micro_batch_size x ulysses_sequence_parallel_size
+    < n_gpus: 3 x sp 2 = 6 < 8 refused (naming the rule, asking for 4), 4 x 2 = 8 runs at 4 // (8 / 2)
+    = 1 a GPU."""
+    cfg = tmp_path / "verl-grpo-qwen2.5-7b.yaml"
+    cfg.write_text((EXAMPLES / "verl-grpo-qwen2.5-7b.yaml").read_text()
+                   .replace("ppo_micro_batch_size_per_gpu: 4", "ppo_micro_batch_size: 3"))
+    sp = ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]
+    rule = r"3 x ulysses_sequence_parallel_size 2 is less than n_gpus 8: verl refuses it \(ppo_micro_batch_size x ulysses"
+    with pytest.raises(RlsimError, match=rule) as caught:
+        import_config("verl", cfg, sp)
+    assert caught.value.field == "actor_rollout_ref.actor.ppo_micro_batch_size" and "at least 4" in caught.value.fix
+    ok = import_config("verl", cfg, [*sp, "actor_rollout_ref.actor.ppo_micro_batch_size=4"])
+    assert ok.scenario["workload"]["train_layout"]["micro_batch"] == 1
 
 
 def test_verl_remax_is_refused_for_its_greedy_baseline_generation():
