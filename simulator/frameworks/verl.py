@@ -1884,7 +1884,7 @@ def _reward_and_critic(v: Values, w: dict[str, Any], recipe: str, decided: dict[
     _critic_as_actor(v, w, decided)
     # verl's critic keeps its own offload flags (false by default), not the actor's, under its backend
     # (CriticWorker of fsdp_workers.py / megatron_workers.py: the same load-and-offload around its passes)
-    strategy = str(v.flat.get("critic.strategy") or v(f"{A}.actor.strategy"))
+    strategy = _strategy(v, "critic")
     backend, other = (("critic.megatron", "critic.model.fsdp_config") if strategy == "megatron"
                       else ("critic.model.fsdp_config", "critic.megatron"))
     w["critic_offload"] = {"params": v.flag(f"{backend}.param_offload"),
@@ -2270,8 +2270,11 @@ def _global_micro_batch_share(v: Values, key: str, decided: dict[str, tuple[Stat
 
 
 def _strategy(v: Values, role: str) -> str:
-    """The backend whose rule divides ``role``'s global micro-batch (the actor's, for every role)."""
-    return str(v(f"{A}.actor.strategy"))
+    """The backend of ``role``'s workers: the actor's actor.strategy, the critic's critic.strategy (absent:
+    the actor's, as the trainer config that sets one sets both: ppo_trainer.yaml's dp_critic.yaml fsdp,
+    ppo_megatron_trainer.yaml's megatron_critic.yaml megatron)."""
+    return str(v.flat.get("critic.strategy") or v(f"{A}.actor.strategy")) if role == "critic" \
+        else str(v(f"{A}.actor.strategy"))
 
 
 def _trainer_world(v: Values) -> int:
@@ -2280,15 +2283,19 @@ def _trainer_world(v: Values) -> int:
 
 
 def _ulysses_ranks(v: Values, role: str) -> int:
-    """The Ulysses ranks a sequence is split over (the actor's, for every role)."""
-    return v.whole(f"{A}.actor.ulysses_sequence_parallel_size", 1)
+    """The Ulysses ranks ``role``'s FSDP workers split a sequence over: each role reads its own
+    ulysses_sequence_parallel_size (0.6.0 - 0.7.0 fsdp_workers.py: ActorRolloutRefWorker reads
+    actor.ulysses_sequence_parallel_size, CriticWorker critic.ulysses_sequence_parallel_size, whose
+    dp_critic.yaml default is 1, not the actor's)."""
+    section = "critic" if role == "critic" else f"{A}.actor"
+    return v.whole(f"{section}.ulysses_sequence_parallel_size", 1)
 
 
 def _data_parallel_ranks(v: Values, role: str = "actor") -> int:
-    """The ranks verl divides a global micro-batch by: the trainer's world over the Ulysses ranks (fsdp)
-    or over tp x pp x cp (megatron's data-parallel world)."""
+    """The ranks verl divides ``role``'s global micro-batch by: the trainer's world over its Ulysses
+    ranks (fsdp) or over tp x pp x cp (megatron's data-parallel world), each role's own."""
     if _strategy(v, role) == "megatron":
-        m = f"{A}.actor.megatron"
+        m = "critic.megatron" if role == "critic" else f"{A}.actor.megatron"
         split = (v.whole(f"{m}.tensor_model_parallel_size", 1) * v.whole(f"{m}.pipeline_model_parallel_size", 1)
                  * v.whole(f"{m}.context_parallel_size", 1))
     else:

@@ -974,6 +974,32 @@ def test_verl_fsdp_global_ppo_micro_batch_is_held_to_verls_rule_micro_times_sp_a
     assert ok.scenario["workload"]["train_layout"]["micro_batch"] == 1
 
 
+def test_verl_critic_global_micro_batch_is_divided_by_the_critics_own_data_parallel_ranks():
+    """verl's CriticWorker divides critic.ppo_micro_batch_size / forward_micro_batch_size by the world
+    over the critic's own critic.ulysses_sequence_parallel_size (default 1, fsdp_workers.py), not the
+    actor's; its FSDP rule (FSDPCriticConfig.validate) counts the critic's too. Actor sp 2 on 8 GPUs,
+    critic sp absent: 32 // 8 = 4 and 64 // 8 = 8 a GPU (the actor's 4 ranks gave 8 and 16); 6 x 1 < 8
+    refused (6 x the actor's 2 passed); under megatron the critic's own critic.megatron layout (tp 2:
+    32 // 4 = 8), not the actor's (tp 4: 16)."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    ppo = ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B",
+           "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]
+    glob = ["+critic.ppo_micro_batch_size=32", "+critic.forward_micro_batch_size=64"]
+    imported = import_config("verl", cfg, [*ppo, *glob])
+    assert imported.scenario["workload"]["critic_batching"] == {"micro_batch": 4, "forward_micro_batch": 8}
+    assert "32 // 8 data-parallel ranks" in imported.mapped["critic.ppo_micro_batch_size"]
+    own = import_config("verl", cfg, [*ppo, *glob, "+critic.ulysses_sequence_parallel_size=2"])
+    assert own.scenario["workload"]["critic_batching"] == {"micro_batch": 8, "forward_micro_batch": 16}
+    with pytest.raises(RlsimError, match="6 x ulysses_sequence_parallel_size 1 is less than n_gpus 8") as caught:
+        import_config("verl", cfg, [*ppo, "+critic.ppo_micro_batch_size=6"])
+    assert caught.value.field == "critic.ppo_micro_batch_size"
+    megatron = ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=1", "actor_rollout_ref.actor.strategy=megatron",
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4", "+critic.strategy=megatron",
+                "+critic.megatron.tensor_model_parallel_size=2", "+critic.ppo_micro_batch_size=32"]
+    critic = import_config("verl", cfg, [*ppo, *megatron]).scenario["workload"]["critic_batching"]
+    assert critic["micro_batch"] == 8
+
+
 def test_verl_remax_is_refused_for_its_greedy_baseline_generation():
     """adv_estimator remax: verl's trainer generates a second, greedy response a prompt for the
     baseline (ray_trainer.py gen_max), a stage rlsim does not model: refused, naming the key."""
