@@ -33,6 +33,7 @@ from .common import (
     ignored,
     inactive_section,
     mapped,
+    merge_train_params,
     model_for,
     size_topology,
     unsupported,
@@ -442,7 +443,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     if train_engine == "fsdp":   # transformers' model code under FSDP2 (archon: torchtitan's, megatron: Megatron's)
         w["train_software"] = hf_train_software(False)
         if w["train_layout"].get("tp", 1) == 1:   # with TP its vocab-parallel log-softmax: Megatron's count
-            w["train_params"] = {"compute": logprob_traffic(COMPILED_LOG_SOFTMAX_BYTES, False)}
+            merge_train_params(w, {"compute": logprob_traffic(COMPILED_LOG_SOFTMAX_BYTES, False)})
     w["rollout_layout"] = _rollout_layout(v, rollout_engine, rollout_dims)
     w["engine"] = SGLANG_ENGINE if rollout_engine == "sglang" else VLLM_ENGINE
     v.result.notes.append(ENGINE_NOTE[rollout_engine])
@@ -453,7 +454,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     w["dtype"] = _dtype(v("actor.dtype"), "actor.dtype", src)
     _resident_state(v, w, train_engine)
     if v.flag("actor.fsdp.offload_params") and train_engine != "megatron":
-        w.setdefault("train_params", {})["offload"] = {"fsdp_cpu_offload": True}
+        merge_train_params(w, {"offload": {"fsdp_cpu_offload": True}})
     return w
 
 
@@ -489,7 +490,7 @@ def _resident_state(v: Values, w: dict[str, Any], train_engine: str) -> None:
         memory = {"resident_weight_bytes_per_param": AREAL_FP32_MASTER_BYTES,
                   "grad_bytes_per_param": AREAL_FP32_MASTER_BYTES,
                   "optimizer_bytes_per_param": AREAL_FSDP_OPTIMIZER_BYTES[kind]}
-    w.setdefault("train_params", {})["memory"] = memory
+    merge_train_params(w, {"memory": memory})
 
 
 def _teacher(v: Values, w: dict[str, Any]) -> None:

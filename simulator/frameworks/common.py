@@ -732,6 +732,14 @@ def flag(value: Any, key: str, source: str) -> bool:
 HF_TRAIN_SOFTWARE, HF_LIGER_TRAIN_SOFTWARE = "hf-transformers", "hf-transformers-liger"
 
 
+def merge_train_params(w: dict[str, Any], fields: Mapping[str, Mapping[str, Any]]) -> None:
+    """Merges ``fields`` (a train_params part -> its keys: {"memory": {...}, "comm": {...}}) into the
+    workload ``w``'s train_params: each step of an import adds its keys beside those another step
+    wrote, none replaces a whole part (or train_params) another filled."""
+    for part, values in fields.items():
+        w.setdefault("train_params", {}).setdefault(part, {}).update(values)
+
+
 def hf_train_software(liger: bool) -> str:
     return HF_LIGER_TRAIN_SOFTWARE if liger else HF_TRAIN_SOFTWARE
 

@@ -30,6 +30,7 @@ from .common import (
     ignored,
     inactive_section,
     mapped,
+    merge_train_params,
     positive_int,
     size_topology,
     unsupported,
@@ -363,13 +364,12 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     if not v.flag(f"{_M}.enabled") and v.flag(f"{_D}.cpu_offload"):   # DTensor (FSDP2) with CPUOffloadPolicy
         train_params["offload"] = {"fsdp_cpu_offload": True}
     if not v.flag(f"{_M}.enabled"):
-        train_params["memory"] = dict(DTENSOR_MASTER_STATE)
+        train_params.setdefault("memory", {}).update(DTENSOR_MASTER_STATE)
     if v.flag(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
         # the Megatron worker pads every micro-batch to the batch's longest (pad_full_seq_to): one
         # pipeline p2p shape
         train_params["comm"] = {"pp_variable_seq_lengths": False}
-    if train_params:
-        w["train_params"] = train_params
+    merge_train_params(w, train_params)
     w["reference"] = True
     w["dtype"] = v.dtype("policy.precision", "precision")
     return w

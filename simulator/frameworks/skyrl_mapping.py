@@ -17,6 +17,7 @@ from .common import (
     capped_length,
     hf_attention_compute,
     hf_train_software,
+    merge_train_params,
     without_inapplicable_layout_keys,
 )
 from .skyrl_rules import MEGATRON_SIZES
@@ -143,7 +144,7 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
         {"etp": "trainer.policy.megatron_config.expert_tensor_parallel_size"}, decided)
     if strategy == "fsdp":   # transformers' model code under FSDP2 (megatron: Megatron's)
         w["train_software"] = hf_train_software(False)
-        w.setdefault("train_params", {})["memory"] = dict(FSDP_MASTER_STATE)
+        merge_train_params(w, {"memory": FSDP_MASTER_STATE})
         _logits_passes(v, w)
         _hf_attention(v, w)
     elif v.given("trainer.flash_attn"):
@@ -159,7 +160,7 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
     w["reference"] = uses_reference(v)
     w["dtype"] = "bf16" if v.flag("trainer.bf16") else "fp32"
     if v.flag("trainer.policy.fsdp_config.cpu_offload") and strategy == "fsdp":
-        w.setdefault("train_params", {})["offload"] = {"fsdp_cpu_offload": True}
+        merge_train_params(w, {"offload": {"fsdp_cpu_offload": True}})
     if w["reference"] and v.flag("trainer.ref.fsdp_config.cpu_offload") and strategy == "fsdp":
         # FSDP2's CPUOffloadPolicy keeps the reference's shards on the host, loaded in bf16 with
         # trainer.bf16 (fsdp_worker.py FSDPRefWorkerBase: HFModelWrapper(bf16=cfg.bf16)); no swap then
@@ -174,7 +175,7 @@ def _logits_passes(v: Values, w: dict[str, Any]) -> None:
     temperature in place and takes the log-probs with flash-attn's Triton cross entropy (a skyrl-train
     requirement); its update's forward (worker.py) computes the entropy too, through log_softmax op by
     op or under torch.compile (trainer.policy.use_torch_compile), in the loss with use_entropy_loss."""
-    w.setdefault("train_params", {})["compute"] = logprob_traffic(FLASH_ATTN_CROSS_ENTROPY_BYTES, True)
+    merge_train_params(w, {"compute": logprob_traffic(FLASH_ATTN_CROSS_ENTROPY_BYTES, True)})
     entropy: dict[str, Any] = {"passes": ["update"]}
     if v.flag("trainer.algorithm.use_entropy_loss"):
         entropy["in_loss"] = True

@@ -53,6 +53,7 @@ from .common import (
     in_table,
     inactive_section,
     mapped,
+    merge_train_params,
     model_for,
     overridden_keys,
     positive_int,
@@ -1723,9 +1724,7 @@ def _optimizer_of(v: Values, section: str, strategy: str, decided: dict[str, tup
 def _actor_optimizer(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """The actor's optimizer state and step traffic, onto workload.train_params (none for
     Megatron-Core's Adam: rlsim's defaults)."""
-    fields = _optimizer_of(v, f"{A}.actor.optim", str(v(f"{A}.actor.strategy")), decided)
-    for part, values in fields.items():
-        w.setdefault("train_params", {}).setdefault(part, {}).update(values)
+    merge_train_params(w, _optimizer_of(v, f"{A}.actor.optim", str(v(f"{A}.actor.strategy")), decided))
 
 
 def _critic_optimizer(v: Values, w: dict[str, Any], strategy: str, decided: dict[str, tuple[Status, str]]) -> None:

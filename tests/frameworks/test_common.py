@@ -1,5 +1,12 @@
 """What every framework importer shares (simulator/frameworks/common.py)."""
+import importlib
+from pathlib import Path
+
 import pytest
+
+from simulator.frameworks import import_config
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "workloads" / "frameworks"
 
 
 def test_a_teacher_or_reward_models_unknown_path_is_fixed_in_its_own_key_not_workload_model():
@@ -28,3 +35,30 @@ def test_a_key_the_import_wrote_and_a_set_made_inapplicable_says_how_to_clear_it
     assert main(base) == 2
     assert "--set schedule.refit_gather_bytes_per_param=null clears it" in capsys.readouterr().err
     assert main([*base, "--set", "schedule.refit_gather_bytes_per_param=null", "--json"]) == 0
+
+
+# (framework, its module, a step run before the importer writes train_params.memory, the shipped
+# example, the overrides that make its trainer FSDP's)
+MEMORY_WRITERS = [("areal", "areal", "_teacher", "areal-grpo-qwen2.5-1.5b.yaml", []),
+                  ("nemo-rl", "nemo_rl", "_multi_turn", "nemo-rl-grpo-llama3.1-8b.yaml",
+                   ["policy.dtensor_cfg.enabled=true", "policy.megatron_cfg.enabled=false"]),
+                  ("skyrl", "skyrl_mapping", "_multi_turn", "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh", [])]
+
+
+@pytest.mark.parametrize(("framework", "module", "step", "example", "fsdp"), MEMORY_WRITERS)
+def test_importers_merge_their_memory_settings_beside_what_an_earlier_step_wrote(monkeypatch, framework, module, step,
+                                                                                 example, fsdp):
+    """The FSDP importers add their master-state bytes to workload.train_params.memory (and the rest of
+    train_params) as verl's does (setdefault(...).update), never replacing a part an earlier step
+    filled: a key an earlier step writes there survives, beside the importer's own."""
+    mod = importlib.import_module(f"simulator.frameworks.{module}")
+    original = getattr(mod, step)
+
+    def earlier(v, w, *args):
+        w["train_params"] = {"memory": {"zero3_reshard_after_forward": False}, "comm": {"dp_overlap_fraction": 0.5}}
+        return original(v, w, *args)
+
+    monkeypatch.setattr(mod, step, earlier)
+    params = import_config(framework, EXAMPLES / example, fsdp).scenario["workload"]["train_params"]
+    assert params["memory"]["zero3_reshard_after_forward"] is False and params["comm"]["dp_overlap_fraction"] == 0.5
+    assert params["memory"]["resident_weight_bytes_per_param"] == 4.0   # the importer's fp32 master shard
