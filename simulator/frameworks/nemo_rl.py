@@ -37,6 +37,7 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
+from .verl_optimizer import fsdp_step_traffic
 
 # NeMo RL's defaults for the keys rlsim maps when a recipe (and its base) leaves them out
 # (examples/configs/grpo_math_1B.yaml at v0.5.0, as read in ../shared/reference/nemo-v05/).
@@ -365,6 +366,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
         train_params["offload"] = {"fsdp_cpu_offload": True}
     if not v.flag(f"{_M}.enabled"):
         train_params.setdefault("memory", {}).update(DTENSOR_MASTER_STATE)
+        train_params.setdefault("comm", {}).update(DTENSOR_MASTER_STEP)
     if v.flag(f"{_M}.enabled") and w["train_layout"].get("pp", 1) > 1:
         # the Megatron worker pads every micro-batch to the batch's longest (pad_full_seq_to): one
         # pipeline p2p shape
@@ -384,6 +386,10 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
 # memory: the v0.5 source is not on PyPI (nemo-rl there is an empty 0.0.0), so not read here.
 DTENSOR_MASTER_STATE = {"resident_weight_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0,
                         "optimizer_bytes_per_param": 8.0}
+# Its AdamW step updates that fp32 shard in place, no bf16 copy to write back as Megatron's distributed
+# optimizer does (rlsim's default 30): verl_optimizer.fsdp_step_traffic, 28 B a parameter
+DTENSOR_MASTER_STEP = {"optimizer_traffic_bytes_per_param": fsdp_step_traffic(
+    DTENSOR_MASTER_STATE["resident_weight_bytes_per_param"], DTENSOR_MASTER_STATE["optimizer_bytes_per_param"])}
 
 
 def _optimizer_offload(v: Values, train_params: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from .common import (
     without_inapplicable_layout_keys,
 )
 from .skyrl_rules import MEGATRON_SIZES
+from .verl_optimizer import fsdp_step_traffic
 
 # skyrl 0.3.0 pins vllm 0.23.0 (its wheel's METADATA, extra "fsdp") and runs it as HTTP servers with
 # its own max_num_seqs / max_num_batched_tokens: rlsim's server preset stands for the rest.
@@ -58,6 +59,10 @@ def mode_of(v: Values) -> str:
 # reference loads in trainer.bf16's dtype: its weights stay at weight_bytes_per_param.)
 FSDP_MASTER_STATE = {"resident_weight_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0,
                      "optimizer_bytes_per_param": 8.0}
+# Its optimizer step updates that fp32 shard in place, no bf16 copy to write back as Megatron's
+# distributed optimizer does (rlsim's default 30): verl_optimizer.fsdp_step_traffic, 28 B a parameter
+FSDP_MASTER_STEP = {"optimizer_traffic_bytes_per_param": fsdp_step_traffic(
+    FSDP_MASTER_STATE["resident_weight_bytes_per_param"], FSDP_MASTER_STATE["optimizer_bytes_per_param"])}
 
 
 def strategy_of(v: Values) -> str:
@@ -144,7 +149,7 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
         {"etp": "trainer.policy.megatron_config.expert_tensor_parallel_size"}, decided)
     if strategy == "fsdp":   # transformers' model code under FSDP2 (megatron: Megatron's)
         w["train_software"] = hf_train_software(False)
-        merge_train_params(w, {"memory": FSDP_MASTER_STATE})
+        merge_train_params(w, {"memory": FSDP_MASTER_STATE, "comm": FSDP_MASTER_STEP})
         _logits_passes(v, w)
         _hf_attention(v, w)
     elif v.given("trainer.flash_attn"):

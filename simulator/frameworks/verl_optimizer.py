@@ -70,9 +70,8 @@ STATE_NEUTRAL_OVERRIDES = frozenset({
 
 def fsdp_optimizer_state(v: Values, section: str, param_bytes: float) -> tuple[float, float]:
     """The state bytes a parameter of the FSDP optimizer ``section`` (actor.optim / critic.optim)
-    names over parameters of ``param_bytes``, and its step's HBM traffic a parameter: the fp32
-    shard is the master copy, read and written (2 x param_bytes), its gradient read (param_bytes:
-    FSDP casts it to the parameters' dtype), each state read and written (2 x its bytes)."""
+    names over parameters of ``param_bytes``, and its step's HBM traffic a parameter
+    (fsdp_step_traffic: the shard is the master copy)."""
     impl = str(v(f"{section}.optimizer_impl") or FSDP_DEFAULT_OPTIMIZER[0])
     name = str(v(f"{section}.optimizer") or FSDP_DEFAULT_OPTIMIZER[1])
     if (impl, name) not in FSDP_OPTIMIZER_STATE:
@@ -82,7 +81,16 @@ def fsdp_optimizer_state(v: Values, section: str, param_bytes: float) -> tuple[f
                          field=f"{section}.{field}", fix=f"use one of {known} (optimizer_impl.optimizer)")
     per_dtype, fixed = FSDP_OPTIMIZER_STATE[(impl, name)]
     state = per_dtype * param_bytes + fixed
-    return state, 2 * param_bytes + param_bytes + 2 * state
+    return state, fsdp_step_traffic(param_bytes, state)
+
+
+def fsdp_step_traffic(master_bytes: float, state_bytes: float) -> float:
+    """The HBM traffic a parameter of an optimizer step over an FSDP shard that is its own master copy
+    (no separate low-precision weights to write back, unlike Megatron's distributed optimizer: rlsim's
+    default 30): the shard read and written (2 x master_bytes), its gradient read (master_bytes: FSDP
+    casts the reduced gradient to the parameters' dtype), each state read and written (2 x
+    state_bytes). fp32 torch AdamW: 8 + 4 + 16 = 28."""
+    return 2 * master_bytes + master_bytes + 2 * state_bytes
 
 
 def megatron_optimizer_state(v: Values, section: str) -> tuple[float, float] | None:

@@ -62,3 +62,26 @@ def test_importers_merge_their_memory_settings_beside_what_an_earlier_step_wrote
     params = import_config(framework, EXAMPLES / example, fsdp).scenario["workload"]["train_params"]
     assert params["memory"]["zero3_reshard_after_forward"] is False and params["comm"]["dp_overlap_fraction"] == 0.5
     assert params["memory"]["resident_weight_bytes_per_param"] == 4.0   # the importer's fp32 master shard
+
+
+@pytest.mark.parametrize(("framework", "example", "fsdp"), [(f, e, o) for f, _, _, e, o in MEMORY_WRITERS])
+def test_fsdp_importers_price_the_fp32_master_adamw_step_as_verls(framework, example, fsdp):
+    """SkyRL, NeMo RL's DTensor policy and AReaL's FSDP engine train an fp32 master shard with torch
+    AdamW, as verl's FSDP workers do: the step reads and writes the shard (8), reads its gradient (4)
+    and reads and writes m and v (16), 28 B a parameter like verl's import, not Megatron's 30 (which
+    writes a bf16 copy back)."""
+    verl = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml").scenario["workload"]["train_params"]
+    params = import_config(framework, EXAMPLES / example, fsdp).scenario["workload"]["train_params"]
+    assert params["comm"]["optimizer_traffic_bytes_per_param"] == verl["comm"]["optimizer_traffic_bytes_per_param"] == 28
+
+
+def test_areal_fsdp_step_traffic_follows_its_optimizer_and_megatron_keeps_rlsims_default():
+    """AReaL's FSDP engine: AnyPrecisionAdamW (adam_bf16) reads and writes three bf16 states (12) over the
+    fp32 shard (12): 24; SGD without momentum the shard and gradient alone: 12. Its megatron engine is
+    Megatron's distributed optimizer: rlsim's default (no field)."""
+    example = EXAMPLES / "areal-grpo-qwen2.5-1.5b.yaml"
+    for kind, step in (("adam_bf16", 24), ("sgd", 12)):
+        params = import_config("areal", example, [f"actor.optimizer.type={kind}"]).scenario["workload"]["train_params"]
+        assert params["comm"]["optimizer_traffic_bytes_per_param"] == step
+    megatron = import_config("areal", example, ["actor.backend=megatron:d4"]).scenario["workload"]
+    assert "optimizer_traffic_bytes_per_param" not in megatron.get("train_params", {}).get("comm", {})
