@@ -37,7 +37,7 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
-from .verl_optimizer import fsdp_step_traffic
+from .verl_optimizer import fsdp_step_traffic, hybrid_device_offload
 
 # NeMo RL's defaults for the keys rlsim maps when a recipe (and its base) leaves them out
 # (examples/configs/grpo_math_1B.yaml at v0.5.0, as read in ../shared/reference/nemo-v05/).
@@ -57,8 +57,6 @@ DEFAULTS: dict[str, Any] = {
 _LOG = "logging: no effect on step time"
 _LOSS = "loss arithmetic on tensors the step already holds: no modelled cost"
 _LR = OPTIMIZER_SETTINGS
-# megatron-core 0.16.1 optimizer/optimizer_config.py: optimizer_offload_fraction's default
-MCORE_OPTIMIZER_OFFLOAD_FRACTION = 0.0
 _VAL = "validation runs between steps: rlsim step times exclude validation"
 _G = "policy.generation"
 _V = f"{_G}.vllm_cfg"
@@ -394,19 +392,11 @@ DTENSOR_MASTER_STEP = {"optimizer_traffic_bytes_per_param": fsdp_step_traffic(
 
 def _optimizer_offload(v: Values, train_params: dict[str, Any]) -> None:
     """optimizer_cpu_offload: Megatron-Core's HybridDeviceOptimizer over optimizer_offload_fraction of
-    the optimizer (its default 0.0 offloads nothing: the state stays on the devices, said in a note)."""
-    key, share_key = f"{_M}.optimizer.optimizer_cpu_offload", f"{_M}.optimizer.optimizer_offload_fraction"
-    if not v.flag(key):
-        if v.given(key):
-            train_params["offload"] = {"optimizer": False}
-        return
-    share = float(v(share_key)) if v.given(share_key) else MCORE_OPTIMIZER_OFFLOAD_FRACTION
-    if share <= 0:
-        v.result.notes.append(f"{key} with {share_key} {share:g} (Megatron-Core's default 0.0): nothing is "
-                              "offloaded, the optimizer state stays on the devices")
-        train_params["offload"] = {"optimizer": False}
-        return
-    train_params["offload"] = {"optimizer": True, "scope": "optimizer_step", "optimizer_fraction": share}
+    the optimizer (verl_optimizer.hybrid_device_offload)."""
+    offload = hybrid_device_offload(v, f"{_M}.optimizer.optimizer_cpu_offload",
+                                    f"{_M}.optimizer.optimizer_offload_fraction")
+    if offload is not None:
+        train_params["offload"] = offload
 
 
 def _packing_budgets(v: Values, layout: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -65,7 +65,7 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
-from .verl_optimizer import critic_optimizer, optimizer_fields, override_decisions
+from .verl_optimizer import critic_optimizer, hybrid_device_offload, optimizer_fields, override_decisions
 
 RECIPES = ("colocated", "one-step-off", "fully-async", "colocate-async", "separate-async", "sync")
 KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async",
@@ -1273,6 +1273,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     _check_step_budget(v, recipe, w)
     _fsdp_params(v, w, decided)
     _actor_optimizer(v, w, decided)
+    _hybrid_device_optimizer(v, w, decided)
     _lora(v, w, decided)
     _multi_turn(v, w, decided)
     mode = v(f"{A}.rollout.mode")
@@ -1725,6 +1726,48 @@ def _actor_optimizer(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
     """The actor's optimizer state and step traffic, onto workload.train_params (none for
     Megatron-Core's Adam: rlsim's defaults)."""
     merge_train_params(w, _optimizer_of(v, f"{A}.actor.optim", str(v(f"{A}.actor.strategy")), decided))
+
+
+# verl's megatron workers hand actor.optim.override_optimizer_config to Megatron-Core's OptimizerConfig
+# key by key (0.6.1 / 0.7.0 utils/megatron/optimizer.py init_megatron_optim_config: optim_args[k] = v):
+# optimizer_cpu_offload builds its HybridDeviceOptimizer over optimizer_offload_fraction of the state,
+# as NeMo RL's policy.megatron_cfg.optimizer does; verl's load_megatron_optimizer knows that optimizer
+# (utils/megatron_utils.py: "if we are using HybridDeviceOptimizer, ... only move gpu optimizer state").
+# The FSDP workers pass the dict to the torch optimizer's constructor (workers/config/optimizer.py
+# build_optimizer: optimizer_args.update(override_optimizer_config)), which takes neither key.
+HYBRID_OPTIMIZER = f"{A}.actor.optim.override_optimizer_config.optimizer_cpu_offload"
+HYBRID_OPTIMIZER_SHARE = f"{A}.actor.optim.override_optimizer_config.optimizer_offload_fraction"
+
+
+def _hybrid_device_optimizer(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """The actor's Megatron-Core cpu-offloaded optimizer (HYBRID_OPTIMIZER) -> workload.train_params.offload
+    of scope optimizer_step (verl_optimizer.hybrid_device_offload); unsupported under fsdp and beside
+    verl's own per-phase offload (actor.megatron.param_offload / optimizer_offload, scope update: rlsim's
+    offload times every offloaded state by one scope)."""
+    given = [key for key in (HYBRID_OPTIMIZER, HYBRID_OPTIMIZER_SHARE) if v.given(key)]
+    if not given:
+        return
+    if str(v(f"{A}.actor.strategy")) != "megatron":
+        decided.update({key: ("unsupported", "fsdp: verl passes override_optimizer_config to the torch optimizer's "
+                                             "constructor (build_optimizer), which takes no such argument")
+                        for key in given})
+        return
+    if not (v.given(HYBRID_OPTIMIZER) and v.flag(HYBRID_OPTIMIZER)):
+        decided.update({key: ("ignored", "Megatron-Core's optimizer_cpu_offload is off: the state stays on the "
+                                         "devices") for key in given})
+        return
+    per_phase = [key for key in (f"{A}.actor.megatron.{name}" for name in MEGATRON_OFFLOAD_KEYS)
+                 if v.given(key) and v.flag(key)]
+    if per_phase:
+        decided.update({key: ("unsupported", f"beside {', '.join(per_phase)} (verl's per-phase offload, once an "
+                                             "update): rlsim's train_params.offload takes one scope")
+                        for key in given})
+        return
+    merge_train_params(w, {"offload": hybrid_device_offload(v, HYBRID_OPTIMIZER, HYBRID_OPTIMIZER_SHARE)})
+    decided[HYBRID_OPTIMIZER] = ("mapped", "workload.train_params.offload.optimizer: Megatron-Core's "
+                                           "HybridDeviceOptimizer (offload.scope optimizer_step), as NeMo RL's")
+    if v.given(HYBRID_OPTIMIZER_SHARE):
+        decided[HYBRID_OPTIMIZER_SHARE] = ("mapped", "workload.train_params.offload.optimizer_fraction")
 
 
 def _critic_optimizer(v: Values, w: dict[str, Any], strategy: str, decided: dict[str, tuple[Status, str]]) -> None:

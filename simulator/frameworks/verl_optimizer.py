@@ -141,3 +141,27 @@ def critic_optimizer(fields: dict[str, Any], actor_train: dict[str, Any]) -> dic
     own = {name: (fields.get(part) or {}).get(name, default) for (part, name), default in defaults.items()}
     actor = {name: (actor_train.get(part) or {}).get(name, default) for (part, name), default in defaults.items()}
     return own if own != actor else None
+
+
+# megatron-core 0.16.1 optimizer/optimizer_config.py: optimizer_offload_fraction's default
+MCORE_OPTIMIZER_OFFLOAD_FRACTION = 0.0
+
+
+def hybrid_device_offload(v: Values, key: str, share_key: str) -> dict[str, Any] | None:
+    """Megatron-Core's OptimizerConfig.optimizer_cpu_offload (``key``): its HybridDeviceOptimizer keeps
+    optimizer_offload_fraction (``share_key``) of the state on the host and steps it there, as
+    workload.train_params.offload of scope optimizer_step; None where ``key`` is not given. Its default
+    share 0.0 offloads nothing: the state stays on the devices, said in a note."""
+    if not v.given(key):
+        return None
+    if not v.flag(key):
+        return {"optimizer": False}
+    share = v(share_key) if v.given(share_key) else MCORE_OPTIMIZER_OFFLOAD_FRACTION
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise RlsimError(f"expected a share in [0, 1], got {share!r}", source=v.result.source, field=share_key,
+                         fix=f"pass {share_key}=0.5 (for example)")
+    if share <= 0:
+        v.result.notes.append(f"{key} with {share_key} {share:g} (Megatron-Core's default 0.0): nothing is "
+                              "offloaded, the optimizer state stays on the devices")
+        return {"optimizer": False}
+    return {"optimizer": True, "scope": "optimizer_step", "optimizer_fraction": float(share)}

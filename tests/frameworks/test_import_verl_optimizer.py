@@ -116,3 +116,32 @@ def test_critic_optimizer_needs_ppo():
     sc["workload"]["critic_optimizer"] = {"optimizer_bytes_per_param": 2.0}
     with pytest.raises(RlsimError, match="ppo"):
         load_scenario(sc)
+
+
+def test_megatrons_cpu_offloaded_optimizer_is_mapped_as_nemo_rls_where_verl_builds_it():
+    """actor.optim.override_optimizer_config.optimizer_cpu_offload under megatron: verl hands it to
+    Megatron-Core's OptimizerConfig (init_megatron_optim_config), which builds the HybridDeviceOptimizer
+    NeMo RL's optimizer_cpu_offload builds: the same train_params.offload (scope optimizer_step, the
+    share offloaded). Megatron's default share 0.0 offloads nothing (a note); under fsdp the torch
+    optimizer's constructor takes no such argument, and beside verl's per-phase offload rlsim has no
+    second scope: both unsupported, the offload left as it was."""
+    key = f"{ACTOR}.optim.override_optimizer_config"
+    megatron = [f"{ACTOR}.strategy=megatron", f"+{key}.optimizer_cpu_offload=true"]
+    r = import_config("verl", CFG, [*megatron, f"+{key}.optimizer_offload_fraction=0.5"])
+    offload = r.scenario["workload"]["train_params"]["offload"]
+    nemo_cfg = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
+    opt = "policy.megatron_cfg.optimizer"
+    nemo = import_config("nemo-rl", nemo_cfg, [f"{opt}.optimizer_cpu_offload=true", f"+{opt}.optimizer_offload_fraction=0.5"])
+    assert offload == nemo.scenario["workload"]["train_params"]["offload"] == {
+        "optimizer": True, "scope": "optimizer_step", "optimizer_fraction": 0.5}
+    assert f"{key}.optimizer_cpu_offload" in r.mapped and f"{key}.optimizer_offload_fraction" in r.mapped
+    load_scenario(r.scenario)
+    default = import_config("verl", CFG, megatron)
+    assert default.scenario["workload"]["train_params"]["offload"] == {"optimizer": False}
+    assert any("nothing is offloaded" in note for note in default.notes)
+    fsdp = import_config("verl", CFG, [f"+{key}.optimizer_cpu_offload=true"])
+    assert "constructor" in fsdp.unsupported[f"{key}.optimizer_cpu_offload"]
+    assert "scope" not in fsdp.scenario["workload"]["train_params"]["offload"]   # the example's per-phase keys alone
+    both = import_config("verl", CFG, [*megatron, f"+{ACTOR}.megatron.optimizer_offload=true"])
+    assert "one scope" in both.unsupported[f"{key}.optimizer_cpu_offload"]
+    assert both.scenario["workload"]["train_params"]["offload"] == {"optimizer": True, "pageable": True}
