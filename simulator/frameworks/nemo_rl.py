@@ -359,7 +359,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
         w["inference"]["enforce_eager"] = v.flag(f"{_V}.enforce_eager")
     _multi_turn(v, w, tmax, new_tokens)
     train_params: dict[str, Any] = {}
-    _optimizer_offload(v, train_params)
+    if v.flag(f"{_M}.enabled"):   # the DTensor policy builds torch's optimizer: megatron_cfg is listed ignored
+        _optimizer_offload(v, train_params)
     if not v.flag(f"{_M}.enabled") and v.flag(f"{_D}.cpu_offload"):   # DTensor (FSDP2) with CPUOffloadPolicy
         train_params["offload"] = {"fsdp_cpu_offload": True}
     if not v.flag(f"{_M}.enabled"):

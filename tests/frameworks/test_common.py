@@ -85,3 +85,14 @@ def test_areal_fsdp_step_traffic_follows_its_optimizer_and_megatron_keeps_rlsims
         assert params["comm"]["optimizer_traffic_bytes_per_param"] == step
     megatron = import_config("areal", example, ["actor.backend=megatron:d4"]).scenario["workload"]
     assert "optimizer_traffic_bytes_per_param" not in megatron.get("train_params", {}).get("comm", {})
+
+
+def test_nemo_rl_dtensor_policy_reads_no_megatron_optimizer_offload():
+    """policy.megatron_cfg.* is listed ignored when the DTensor policy trains (it builds torch's AdamW):
+    its optimizer_cpu_offload offloads nothing there (rlsim applied Megatron-Core's hybrid optimizer)."""
+    opt = "policy.megatron_cfg.optimizer"
+    r = import_config("nemo-rl", EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml",
+                      ["policy.dtensor_cfg.enabled=true", "policy.megatron_cfg.enabled=false",
+                       f"{opt}.optimizer_cpu_offload=true", f"+{opt}.optimizer_offload_fraction=0.5"])
+    assert f"{opt}.optimizer_cpu_offload" in r.ignored
+    assert "offload" not in r.scenario["workload"]["train_params"]
