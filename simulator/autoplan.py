@@ -245,7 +245,7 @@ def updates_beside(sc: Scenario | None, params: Any,
     batching = sc.workload.critic_batching
 
     def held(other: str, frozen_named: str) -> str:
-        return " and ".join(filter(None, (f"the {other}'s resident weights and optimizer state", frozen_named)))
+        return " and ".join(filter(None, (f"the {other}'s resident weights, optimizer state and kept gradients", frozen_named)))
 
     return [(models["actor"], held("critic", frozen_of["actor"]),
              lambda lay, hbm: kept_state_bytes(models["critic"], lay, hbm, critic_params) + frozen("actor", lay, hbm),

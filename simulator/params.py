@@ -319,6 +319,22 @@ class MemoryParams(StrictModel):
     weight_bytes_per_param: float = Field(2.0, gt=0)      # bf16 weights
     grad_bytes_per_param: float = Field(4.0, ge=0)        # fp32 gradient buffer (main_grad)
     optimizer_bytes_per_param: float = Field(12.0, ge=0)  # fp32 master weights + momentum + variance
+    # The gradient buffer stays allocated between training steps, so a trained model holds it beside
+    # its forward passes, the other trained model's update (PPO) and a colocated rollout engine
+    # unless the per-phase offload moves it (train_params.offload.grads) or frees it with the weights
+    # (offload.params) or the colocated switch moves or frees it (schedule.switch.offload_optimizer /
+    # free_gradients). Megatron-Core's DDP allocates one grad_data tensor per buffer at wrap time and
+    # only zeroes it at each step (megatron-core 0.13.0 distributed/param_and_grad_buffer.py
+    # _ParamAndGradBuffer.__init__: grad_data = torch.zeros(numel), reset(): grad_data.zero_();
+    # distributed_data_parallel.py zero_grad_buffer), the whole TP / PP shard on every DP rank under
+    # the distributed optimizer too (reduce-scattered in place): True for the Megatron stacks. verl's
+    # Megatron workers free it only under param_offload (verl 0.6.1 / 0.7.0 utils/megatron_utils.py
+    # offload_megatron_model_to_cpu: grad_data.storage().resize_(0); load_megatron_model_to_gpu
+    # (load_grad=False) for the log-prob passes and the rollout's weight export; actor.megatron
+    # .grad_offload is read and never used). Hugging Face models under FSDP / DeepSpeed drop theirs
+    # with optimizer.zero_grad() (set_to_none) after the update (verl 0.6.1 workers/actor/dp_actor.py
+    # update_policy): False for the hf-transformers stacks.
+    grad_buffer_persists: bool = True
     # Bytes a parameter of the trainer's own resident parameters (its ZeRO-3 / FSDP shard; the whole
     # copy below ZeRO 3): None, weight_bytes_per_param. A trainer that loads its model in fp32 under
     # FSDP's mixed precision keeps no bf16 copy at rest: its fp32 shard is the master copy (4), the
@@ -1048,7 +1064,8 @@ HF_TRANSFORMERS = TrainSoftware(
                                              rope_traffic_bytes_per_element=HF_ROPE_BYTES_PER_ELEMENT),
                        memory=MemoryParams(norm_saved_bytes_per_hidden=HF_SAVED_RMSNORM_BYTES_PER_HIDDEN,
                                            gated_ffn_saved_tensors=HF_SAVED_GATED_FFN_TENSORS, mask_bytes=0.0,
-                                           logits_bytes_per_elem=HF_LOGITS_BYTES_PER_ELEM)),
+                                           logits_bytes_per_elem=HF_LOGITS_BYTES_PER_ELEM,
+                                           grad_buffer_persists=False)),
     recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=True,
     source="transformers 5.25.0 models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py (LlamaRMSNorm, "
            "apply_rotary_pos_emb, LlamaMLP, LlamaDecoderLayer)")
@@ -1069,7 +1086,8 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
                                              gated_act_traffic_bytes_per_ffn=LIGER_SWIGLU_BYTES_PER_FFN,
                                              rope_traffic_bytes_per_element=LIGER_ROPE_BYTES_PER_ELEMENT),
                        memory=MemoryParams(gated_ffn_saved_tensors=LIGER_SAVED_GATED_FFN_TENSORS, mask_bytes=0.0,
-                                           logits_bytes_per_elem=HF_LOGITS_BYTES_PER_ELEM)),
+                                           logits_bytes_per_elem=HF_LOGITS_BYTES_PER_ELEM,
+                                           grad_buffer_persists=False)),
     source="liger-kernel 0.8.5 liger_kernel/ops/rms_norm.py, rope.py, swiglu.py; transformers 5.25.0 (residual adds)")
 
 # The entropy over the vocabulary, (forward, backward) bytes per bf16 logit, by kernel (workload.entropy

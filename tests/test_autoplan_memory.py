@@ -245,8 +245,10 @@ def test_stalesync_that_never_consolidates_says_so():
 
 def _ppo(*overrides):
     # the reference swapped to the host (NeMo RL's swap): with its weights resident beside the reward
-    # model's, no layout of the four 70B models fits on 32 H100s (test_ppo_refused_beside_...)
-    return load_scenario(workload="ppo-llama3.1-70b", topology={"preset": "dgx-h100", "nodes": 4},
+    # model's, no layout of the four 70B models fits on 32 H100s (test_ppo_refused_beside_...); with
+    # the critic's Megatron gradient buffer resident too (memory.grad_buffer_persists) none fits on
+    # 32 H100s even with the reference swapped: H200s
+    return load_scenario(workload="ppo-llama3.1-70b", topology={"preset": "dgx-h200", "nodes": 4},
                          schedule="colocated", iterations=1,
                          overrides=[*AUTO, "schedule.reference_swap_copies=3", *overrides])
 

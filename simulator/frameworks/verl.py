@@ -183,6 +183,11 @@ VERL_SWITCH_NOTE = ("colocated switch: the optimizer state stays on the devices 
                     "actor.fsdp_config / megatron optimizer_offload moves it (schedule.switch.offload_optimizer: "
                     "false; the gradients are freed, free_gradients: true), so it counts against the engine's "
                     "gpu_memory_utilization")
+VERL_MEGATRON_SWITCH_NOTE = ("colocated switch: the optimizer state stays on the devices through the rollout unless "
+                             "actor.megatron.optimizer_offload moves it (schedule.switch.offload_optimizer: false), "
+                             "and Megatron-Core's gradient buffer stays allocated unless actor.megatron.param_offload "
+                             "frees it with the parameters (free_gradients: false): both count against the engine's "
+                             "gpu_memory_utilization")
 
 _LOG = "logging / bookkeeping of the driver: no effect on step time"
 _CKPT = "checkpoint files: rlsim step times exclude checkpointing"
@@ -2105,10 +2110,16 @@ def _hybrid_engine_switch(v: Values, w: dict[str, Any], s: dict[str, Any], decid
     # moves it to the host only under optimizer_offload, after each update (fsdp_workers.py /
     # megatron_workers.py: offload_fsdp_optimizer / offload_megatron_optimizer under
     # _is_offload_optimizer; cited from memory of its public code), which is the per-phase offload
-    # (train_params.offload.optimizer) mapped above. optimizer.zero_grad() frees the gradients
-    # (set_to_none) before the rollout.
-    s["switch"] = {"offload_optimizer": False, "free_gradients": True}
-    if not ((w.get("train_params") or {}).get("offload") or {}).get("fsdp_cpu_offload"):
+    # (train_params.offload.optimizer) mapped above. FSDP: optimizer.zero_grad() frees the gradients
+    # (set_to_none) before the rollout (verl 0.6.1 workers/actor/dp_actor.py update_policy). Megatron:
+    # the DDP grad buffer stays allocated (zeroed, not freed: megatron_actor.py zero_grad_buffer), freed
+    # only with the parameters under param_offload (train_params.offload.params; the stack's
+    # memory.grad_buffer_persists, rl/llm_costs.py kept_gradient_bytes)
+    megatron = str(v(f"{A}.actor.strategy")) == "megatron"
+    s["switch"] = {"offload_optimizer": False, "free_gradients": not megatron}
+    if megatron:
+        v.result.notes.append(VERL_MEGATRON_SWITCH_NOTE)
+    elif not ((w.get("train_params") or {}).get("offload") or {}).get("fsdp_cpu_offload"):
         v.result.notes.append(VERL_SWITCH_NOTE)   # under offload_policy no state stays on the devices
     if v.flag(f"{A}.rollout.free_cache_engine") and w.get("engine") == SGLANG_ENGINE:
         # the hybrid engine (trainer and rollout in one process) starts SGLang without

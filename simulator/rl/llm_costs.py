@@ -223,26 +223,39 @@ def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes
                             inference_shard_bytes: float, params: TrainParams) -> float:
     """What training leaves on a device through the rollout phase of a colocated placement: its
     weights unless `schedule.switch.offload_weights` (or the per-phase `train_params.offload.params`),
-    the optimizer state and gradients unless `schedule.switch.offload_optimizer` (or the per-phase
-    offload of each), and a second copy of the inference shard unless the switch is `bucketed`.
+    the optimizer state unless `schedule.switch.offload_optimizer` (or its per-phase offload), the
+    gradient buffer where the stack keeps it (kept_gradient_bytes) unless the switch moves or frees
+    it (offload_optimizer, free_gradients), and a second copy of the inference shard unless the switch is `bucketed`.
     Bytes per parameter from the workload's `train_params.memory` (the stack's, with the user's overrides)."""
     mem = training_state_bytes(model, lay, hbm_bytes, params)
     offload = params.offload   # the per-phase offload leaves on the host what it moved there after training
     resident = 0.0 if (switch.offload_weights or offload.params) else mem.weights_bytes
     if not switch.offload_optimizer:   # the per-phase offload moves its share (offload.optimizer_fraction)
         resident += mem.optimizer_bytes * ((1.0 - offload.optimizer_fraction) if offload.optimizer else 1.0)
-    if not (switch.offload_optimizer or switch.free_gradients or offload.grads):
-        resident += mem.gradients_bytes
+    if not (switch.offload_optimizer or switch.free_gradients):
+        resident += kept_gradient_bytes(mem, params)
     if not switch.bucketed:
         resident += inference_shard_bytes
     return resident
 
 
 def kept_state_bytes(model: Any, lay: TrainLayout, hbm_bytes: float, params: TrainParams) -> float:
-    """A trained model's weights and optimizer state on each device between its own passes, less its
-    per-phase offload: what PPO's critic holds beside the actor's update, and the actor beside the
-    critic's (their gradients are freed after each update)."""
-    return _kept(device_resident(training_state_bytes(model, lay, hbm_bytes, params), params), params.offload)
+    """A trained model's weights, optimizer state and kept gradient buffer on each device between its
+    own passes, less its per-phase offload (_kept): what PPO's critic holds beside the actor's update,
+    and the actor beside the critic's."""
+    return _kept(device_resident(training_state_bytes(model, lay, hbm_bytes, params), params), params)
+
+
+def kept_gradient_bytes(memory: MemoryBreakdown, params: TrainParams) -> float:
+    """The gradient buffer a trained model keeps on each device between its steps: the whole of
+    ``memory``'s gradients where the stack keeps the buffer allocated (memory.grad_buffer_persists:
+    Megatron-Core's DDP) unless the per-phase offload moves it (offload.grads) or frees it with the
+    weights (offload.params: verl's offload_megatron_model_to_cpu resizes grad_data to 0 with
+    param_data); 0 where the update frees it (FSDP, DeepSpeed: zero_grad)."""
+    offload = params.offload
+    if not params.memory.grad_buffer_persists or offload.grads or offload.params:
+        return 0.0
+    return memory.gradients_bytes
 
 
 def critic_layout(lay: TrainLayout, batching: Any, source: str | None) -> TrainLayout:
@@ -340,12 +353,15 @@ def frozen_text(roles: Iterable[str]) -> str:
     return f"the {' and '.join(names)}'s weights" if names else ""
 
 
-def _kept(memory: MemoryBreakdown, offload: Any) -> float:
-    """Weights and optimizer state a per-phase offload leaves on the device between its passes
-    (``memory`` as device_resident gives it: Megatron's host-resident optimizer share already out)."""
+def _kept(memory: MemoryBreakdown, params: TrainParams) -> float:
+    """Weights, optimizer state and kept gradient buffer (kept_gradient_bytes) a per-phase offload
+    leaves on the device between its passes (``memory`` as device_resident gives it: Megatron's
+    host-resident optimizer share already out)."""
+    offload = params.offload
     kept = 0.0 if offload.params else memory.weights_bytes
     moved = offload.optimizer and offload.scope == "update"
-    return kept + memory.optimizer_bytes * ((1.0 - offload.optimizer_fraction) if moved else 1.0)
+    return (kept + memory.optimizer_bytes * ((1.0 - offload.optimizer_fraction) if moved else 1.0)
+            + kept_gradient_bytes(memory, params))
 
 
 def keeps_engine_copies(sched: Any) -> bool:
@@ -1061,11 +1077,10 @@ class LlmCosts:
 
     def _forward_beside_bytes(self, role: str, pool: _Pool) -> tuple[float, dict[str, float]]:
         """(trained models' state, {frozen role: weights}) resident on the devices beside a forward pass
-        of ``role``, less the pass's own weights (counted by the pass): the actor's weights and optimizer
-        state less its per-phase offload on the trainer's devices, PPO's critic's on its pool, and the
-        frozen models' resident weights there. Gradients are not counted (FSDP frees them after each
-        update; Megatron-Core's DDP keeps its grad buffer allocated unless the weights are offloaded,
-        which this check, as the rollout phase's, leaves out)."""
+        of ``role``, less the pass's own weights (counted by the pass): the actor's weights, optimizer
+        state and kept gradient buffer (Megatron-Core's DDP keeps it, FSDP frees it: kept_gradient_bytes)
+        less its per-phase offload on the trainer's devices, PPO's critic's on its pool, and the frozen
+        models' resident weights there."""
         sched, lay = self.scenario.schedule, self.layout(len(pool.ranks))
         where = role_pool(sched, role)
         frozen = {r: b for r, b in self._frozen_bytes(role, lay, pool.hbm_bytes).items() if r != role}
@@ -1073,12 +1088,12 @@ class LlmCosts:
         if where == "main":
             states = self._resident_memory(pool)
             offload = self.train_params.offload
-            trained += _kept(states, offload) - (states.weights_bytes if role == "actor" and not offload.params else 0.0)
+            trained += _kept(states, self.train_params) - (states.weights_bytes if role == "actor" and not offload.params else 0.0)
         if self.scenario.workload.algorithm == "ppo" and role_pool(sched, "critic") == where:
             critic = device_resident(training_state_bytes(self.models["critic"], lay, pool.hbm_bytes,
                                                           self.critic_params), self.critic_params)
             own = critic.weights_bytes if role == "critic" and not self.critic_params.offload.params else 0.0
-            trained += _kept(critic, self.critic_params.offload) - own
+            trained += _kept(critic, self.critic_params) - own
         return trained, frozen
 
     def _check_forward_beside(self, role: str, memory: MemoryBreakdown, pool: _Pool, budget: bool) -> None:
@@ -1089,7 +1104,7 @@ class LlmCosts:
         if beside <= 0.0 or memory.total_bytes + beside <= memory.capacity_bytes:
             return
         held = [f"{text} {nbytes / 1e9:.1f} GB" for text, nbytes in (
-            ("the trained models' resident weights and optimizer state", trained),
+            ("the trained models' resident weights, optimizer state and kept gradients", trained),
             (frozen_text(frozen), sum(frozen.values()))) if nbytes > 0.0]
         field = ("workload.train_layout.logprob_max_tokens_per_micro_batch" if budget
                  else "schedule.forward_micro_batch")
@@ -1158,17 +1173,17 @@ class LlmCosts:
         return self.frozen_params.get(role, self.train_params)
 
     def critic_resident_bytes(self, lay: TrainLayout, hbm_bytes: float) -> float:
-        """PPO's critic state on each trainer device outside the critic's own passes: its weights and
-        optimizer state less what its offload moves to the host (workload.critic_offload, else the
-        actor's per-phase offload); its gradients are freed after each update. 0 without a critic."""
+        """PPO's critic state on each trainer device outside the critic's own passes: its weights,
+        optimizer state and kept gradient buffer (kept_state_bytes) less what its offload moves to the
+        host (workload.critic_offload, else the actor's per-phase offload). 0 without a critic."""
         if self.scenario.workload.algorithm != "ppo":
             return 0.0
         return kept_state_bytes(self.models["critic"], lay, hbm_bytes, self.critic_params)
 
     def _actor_resident_bytes(self, pool: _Pool) -> float:
-        """The actor's weights and optimizer state beside the critic's passes, less its per-phase
-        offload (its gradients are freed after each update, as the critic's)."""
-        return _kept(self._resident_memory(pool), self.train_params.offload)
+        """The actor's weights, optimizer state and kept gradient buffer beside the critic's passes,
+        less its per-phase offload (_kept)."""
+        return _kept(self._resident_memory(pool), self.train_params)
 
     def _beside_bytes(self, role: str, pool: _Pool) -> float:
         """What the other trained model of a PPO run holds on these devices while ``role`` trains."""
@@ -1189,7 +1204,8 @@ class LlmCosts:
             return
         trained = beside - sum(frozen.values())
         held = [f"{text} {nbytes / 1e9:.1f} GB" for text, nbytes in (
-            (f"the {'critic' if role == 'actor' else 'actor'}'s resident weights and optimizer state", trained),
+            (f"the {'critic' if role == 'actor' else 'actor'}'s resident weights, optimizer state and kept gradients",
+             trained),
             (frozen_text(frozen), sum(frozen.values()))) if nbytes > 0.0]
         field, step = self._beside_fix(role, trained >= sum(frozen.values()), list(frozen))
         raise RlsimError(

@@ -746,10 +746,12 @@ def test_expert_tp_on_a_dense_model_and_sequence_parallel_at_tp_1_are_ignored(ca
     """NeMo RL's recipes give expert_tensor_parallel_size 1 for every model and sequence_parallel may
     be on at tp 1: neither acts there, and a scenario refuses both (etp on a dense model,
     sequence_parallel true at tp 1), so the import leaves them out, listed as ignored."""
-    # (verl: the engine at 0.5, its Megatron reference's weights on the host: ref.megatron.param_offload)
+    # (verl: the engine at 0.5, its Megatron reference's weights on the host: ref.megatron.param_offload;
+    # the actor's weights and its gradient buffer, 30.5 GB a GPU at TP1, too: actor.megatron.param_offload)
     backend = ["policy.megatron_cfg.enabled=true"] if framework == "nemo-rl" else [
         "actor_rollout_ref.actor.strategy=megatron", f"+{VERL_FULL_RECOMPUTE}",
-        "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.ref.megatron.param_offload=true"]
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.ref.megatron.param_offload=true",
+        "actor_rollout_ref.actor.megatron.param_offload=true"]
     keys = [f"{prefix}.expert_tensor_parallel_size", f"{prefix}.sequence_parallel"]
     argv = [FLAG[framework], str(EXAMPLES / config), *backend, f"{prefix}.tensor_model_parallel_size=1",
             f"{keys[0]}=1", f"{keys[1]}=true"]
@@ -1207,10 +1209,12 @@ def test_verl_lora_maps_onto_workload_lora(capsys, tmp_path):
     assert workload.reference and not workload.reference_cpu_offload
     full = _imported_workload(capsys, tmp_path, "--from-verl", _VERL)
     assert full.lora is None and full.reference_cpu_offload
-    # (the engine at 0.5, the Megatron reference's weights on the host: ref.megatron.param_offload)
+    # (the engine at 0.5, the Megatron reference's weights on the host: ref.megatron.param_offload; the
+    # actor's weights and gradient buffer too: actor.megatron.param_offload)
     code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), "actor_rollout_ref.actor.strategy=megatron",
                          f"+{VERL_FULL_RECOMPUTE}", "actor_rollout_ref.model.lora_rank=8",
                          "actor_rollout_ref.ref.megatron.param_offload=true",
+                         "actor_rollout_ref.actor.megatron.param_offload=true",
                          "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "--iterations", "1", "--json")
     assert code == 0, err                                  # verl's megatron workers do not read it
     assert "megatron" in json.loads(out)["framework_import"]["ignored"]["actor_rollout_ref.model.lora_rank"]

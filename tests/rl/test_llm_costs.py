@@ -267,29 +267,31 @@ _CRITIC_OFF = ("workload.critic_offload.params=true", "workload.critic_offload.o
 
 
 def test_the_critic_state_sits_beside_the_engine_and_the_actor_unless_offloaded():
-    """Colocated PPO (verl: actor, critic and engine on the same GPUs): the critic's weights and
-    optimizer state stay on the devices through the rollout and the actor's update unless
-    workload.critic_offload moves them; closed form: the difference is exactly those bytes."""
+    """Colocated PPO (verl: actor, critic and engine on the same GPUs): the critic's weights,
+    optimizer state and Megatron gradient buffer (memory.grad_buffer_persists) stay on the devices
+    through the rollout and the actor's update unless workload.critic_offload moves them (params
+    frees the buffer with the weights: verl's offload_megatron_model_to_cpu); closed form: the
+    difference is exactly those bytes."""
     from simulator.rl.llm_costs import training_state_bytes
 
     kept, moved = _ppo(), _ppo(*_CRITIC_OFF)
     lay = kept.layout(32)
     critic = training_state_bytes(kept.models["critic"], lay, kept.device.hbm_bytes, kept.critic_params)
-    assert kept.critic_resident_bytes(lay, kept.device.hbm_bytes) == pytest.approx(
-        critic.weights_bytes + critic.optimizer_bytes)
+    held = critic.weights_bytes + critic.optimizer_bytes + critic.gradients_bytes
+    assert critic.gradients_bytes > 0
+    assert kept.critic_resident_bytes(lay, kept.device.hbm_bytes) == pytest.approx(held)
     assert moved.critic_resident_bytes(lay, moved.device.hbm_bytes) == 0.0
-    assert kept.rollout_phase_bytes(lay) - moved.rollout_phase_bytes(lay) == pytest.approx(
-        critic.weights_bytes + critic.optimizer_bytes)
+    assert kept.rollout_phase_bytes(lay) - moved.rollout_phase_bytes(lay) == pytest.approx(held)
     lens, ranks = np.full(64, 1024), list(range(32))
     assert kept.train("actor", lens, ranks).peak_memory_bytes - moved.train("actor", lens, ranks).peak_memory_bytes \
-        == pytest.approx(critic.weights_bytes + critic.optimizer_bytes)
-    # the critic's update holds the actor's weights and optimizer state beside its own, unless the
-    # actor's per-phase offload moves them (the critic keeps its own offload: none)
+        == pytest.approx(held)
+    # the critic's update holds the actor's weights, optimizer state and gradient buffer beside its
+    # own, unless the actor's per-phase offload moves them (the critic keeps its own offload: none)
     actor = kept._resident_memory(kept.pool(ranks))
     actor_out = _ppo("workload.train_params.offload.params=true", "workload.train_params.offload.optimizer=true",
                      "workload.critic_offload.params=false")
     assert kept.train("critic", lens, ranks).peak_memory_bytes - actor_out.train("critic", lens, ranks).peak_memory_bytes \
-        == pytest.approx(actor.weights_bytes + actor.optimizer_bytes)
+        == pytest.approx(actor.weights_bytes + actor.optimizer_bytes + actor.gradients_bytes)
 
 
 def test_an_offloaded_critic_pays_its_copies_and_the_actor_does_not():
@@ -650,13 +652,16 @@ def test_areal_on_one_node_cannot_hold_the_presets_update_beside_its_resident_re
     """grpo-qwen2.5-7b under areal on one DGX-H100 node (the runs that tests of areal moved to two nodes
     from): its 4 training devices, TP2 x DP2 ZeRO-1, hold the actor's update (about 73 GB) but not the
     resident reference's 7.6 GB beside it, as a verl Megatron reference without param_offload would
-    run out of memory; on two nodes (DP4), or with the reference on the host, it runs."""
+    run out of memory; on two nodes (DP4), or with the reference on the host, it runs. The log-prob
+    pass is the first refused: it runs beside the actor's optimizer state and its Megatron gradient
+    buffer (memory.grad_buffer_persists, 15.2 GB) as well as the reference."""
     import simulator
     small = ["workload.prompts_per_step=8", "workload.samples_per_prompt=2", "workload.mini_batch_prompts=8"]
     run = dict(workload="grpo-qwen2.5-7b", schedule="areal", iterations=1, keep_samples=False)
-    with pytest.raises(RlsimError, match="beside the reference's weights 7.6 GB") as err:
+    with pytest.raises(RlsimError, match="optimizer state and kept gradients 60.9 GB and the reference's weights "
+                                         "7.6 GB") as err:
         simulator.simulate(topology={"preset": "dgx-h100", "nodes": 1}, overrides=small, **run)
-    assert err.value.field == "workload.reference_cpu_offload"
+    assert err.value.field == "schedule.forward_micro_batch"
     simulator.simulate(topology={"preset": "dgx-h100", "nodes": 1}, overrides=[*small, "schedule.reference_swap_copies=3"],
                        **run)
     simulator.simulate(topology={"preset": "dgx-h100", "nodes": 2}, overrides=small, **run)
