@@ -35,6 +35,11 @@ STATE_LAYER_MODELS = {MAMBA2: "nemotron_h.py (Nemotron-H)", GATED_DELTANET: "qwe
 # Engines that run both (the fix a refusal offers): SGLang 0.5.6 and vLLM 0.11 (the vllm-v1 engine;
 # vllm/model_executor/models/nemotron_h.py and qwen3_next.py in the 0.11.0 wheel).
 STATE_LAYER_ENGINES = ("sglang-0.5.6", "vllm-v1")
+# Architectures (config.json model_type) of rlsim's presets that some named engine version lacks, with
+# the class its model registry would need (vLLM's model_executor/models/registry.py _TEXT_GENERATION_MODELS;
+# SGLang's srt/models/ EntryClass): an engine listing one in `missing_model_types` refuses the model.
+MODEL_CLASSES = {"qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                 "gemma3_text": "Gemma3ForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,10 @@ class EngineSoftware:
     # The recurrent-state layer kinds (STATE_LAYER_MODELS) whose architectures the engine has; a model
     # with another kind is refused (refuse_missing_architecture). None: not restricted here.
     state_layer_kinds: frozenset[str] | None = None
+    # The architectures (MODEL_CLASSES keys) its model registry lacks, refused too; and where the
+    # version's model files were read (the refusal names it).
+    missing_model_types: frozenset[str] = frozenset()
+    models_read: str = ""
     # Settings it forces by the model (model_forced), in order: a later rule sees an earlier one's value.
     model_forced: tuple[ModelForcedSetting, ...] = ()
 
@@ -140,6 +149,18 @@ def _vllm_08_graph_cap(_max_num_seqs: int, budget: int | None) -> int:
     return _largest_capture(VLLM_GRAPH_SIZE_LIMIT, budget)
 
 
+# Where the vLLM V1 engines' (0.9-0.11) architectures were read: the range's last wheel. Within it 0.9.2
+# has no Qwen3NextForCausalLM nor GptOssForCausalLM, 0.10.1.1 no Qwen3NextForCausalLM (read in their wheels):
+# a run of those stands for the versions after.
+V1_MODELS_READ = "vllm 0.11.0's vllm/model_executor/models/registry.py"
+# The 0.8.5 wheel's registry (vllm/model_executor/models/registry.py): Qwen3 / Qwen3-MoE and Gemma 3,
+# Mamba-2 only as Mamba2ForCausalLM / BambaForCausalLM / Zamba2ForCausalLM (no NemotronHForCausalLM:
+# rlsim's Mamba-2 layers are Nemotron-H's hybrid_override_pattern), no Qwen3NextForCausalLM, no
+# GptOssForCausalLM.
+VLLM_08_MODELS = {"state_layer_kinds": frozenset(), "missing_model_types": frozenset({"gpt_oss"}),
+                  "models_read": "vllm 0.8.5's vllm/model_executor/models/registry.py"}
+
+
 # vLLM V1 engine from vLLM 0.9 (read in the 0.9.2, 0.10.0 - 0.10.2 and 0.11.0 wheels), driven through
 # the offline `LLM` class, as verl's and NeMo RL's synchronous rollout workers drive it: chunked prefill
 # always on; a token budget per step and a running-sequence cap chosen by the GPU (EngineArgs
@@ -153,6 +174,9 @@ VLLM_V1 = EngineSoftware(
     rollout={},
     tiers=_vllm_tiers(VLLM_SMALL_SET_DEVICE_NAMES),
     graph_cap=_vllm_v1_graph_cap,
+    # vllm 0.11.0's vllm/model_executor/models/registry.py has NemotronHForCausalLM (0.9.2's has it) and
+    # Qwen3NextForCausalLM (0.10.1.1's has not), every preset's architecture (GptOssForCausalLM: 0.10.1.1's has it)
+    state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}), models_read=V1_MODELS_READ,
     source="vllm 0.9-0.11 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 (usage context LLM_CLASS), "
            "vllm/config/scheduler.py; published-results.md V6 ('1024 for the synchronous engine')")
 
@@ -165,6 +189,7 @@ VLLM_V1_ASYNC = EngineSoftware(
     inference=_v1_inference(max_num_batched_tokens=2048),
     rollout={"max_num_seqs": 128},
     graph_cap=_vllm_v1_graph_cap,
+    state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}), models_read=V1_MODELS_READ,   # as vllm-v1
     source="vllm 0.9-0.11 vllm/config/scheduler.py SchedulerConfig.__post_init__ (max_num_seqs 128, "
            "max_num_batched_tokens 2048 with chunked prefill, cuda_graph_sizes); published-results.md V6 "
            "('128 for the async one')")
@@ -181,6 +206,7 @@ VLLM_V1_SERVER = EngineSoftware(
            GpuTier(VLLM_LARGE_GPU_BYTES, {"inference": {"max_num_batched_tokens": 8192},
                                           "rollout": {"max_num_seqs": 1024}}, VLLM_SMALL_SET_DEVICE_NAMES)),
     graph_cap=_vllm_v1_graph_cap,
+    state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}), models_read=V1_MODELS_READ,   # as vllm-v1
     source="vllm 0.11.0 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 (usage context "
            "OPENAI_API_SERVER), vllm/config/scheduler.py")
 
@@ -193,6 +219,7 @@ VLLM_08 = EngineSoftware(
     rollout={},
     tiers=_vllm_tiers(()),
     graph_cap=_vllm_08_graph_cap,
+    **VLLM_08_MODELS,
     source="vllm 0.8.5 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1, vllm/config.py "
            "(V1 cudagraph capture sizes)")
 
@@ -204,6 +231,7 @@ VLLM_08_ASYNC = EngineSoftware(
     rollout={},
     graph_cap=_vllm_08_graph_cap,
     tiers=(GpuTier(0, {"rollout": {"max_num_seqs": 256}}), GpuTier(VLLM_LARGE_GPU_BYTES, {"rollout": {"max_num_seqs": 1024}})),
+    **VLLM_08_MODELS,
     source="vllm 0.8.5 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1, vllm/config.py SchedulerConfig")
 
 # vLLM V0 engine (vLLM <= 0.7 and its opt-out VLLM_USE_V1=0 later): 256 running sequences; no chunked
@@ -215,6 +243,11 @@ VLLM_V0 = EngineSoftware(
     inference={"chunked_prefill": False, "enable_prefix_caching": False, "cuda_graph_max_batch": 256,
                "async_scheduling": False, "custom_all_reduce": True},
     rollout={"max_num_seqs": 256},
+    # the 0.7.3 wheel's registry (the range's last; models are only added): no NemotronHForCausalLM nor
+    # Qwen3NextForCausalLM, and none of Qwen3 / Qwen3-MoE, Gemma 3 (0.8.5's has them), gpt-oss (0.10.1.1's).
+    # Its VLLM_USE_V1=0 opt-out in 0.8-0.10 loads their models; its defaults are not read here.
+    state_layer_kinds=frozenset(), missing_model_types=frozenset({"qwen3", "qwen3_moe", "gemma3_text", "gpt_oss"}),
+    models_read="vllm 0.7.3's vllm/model_executor/models/registry.py",
     source="vllm 0.6-0.7 EngineArgs / SchedulerConfig defaults, worker/model_runner.py _BATCH_SIZES_TO_CAPTURE")
 V0_MIN_BATCHED_TOKENS = 2048   # SchedulerConfig without chunked prefill: max(max_model_len, 2048)
 
@@ -260,8 +293,10 @@ SGLANG = EngineSoftware(
     tiers=(GpuTier(0, {"inference": {"max_num_batched_tokens": 2048, "cuda_graph_max_batch": 160}}),
            GpuTier(25_000 * MIB, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 160}}),
            GpuTier(96 * GIB + 1, {"inference": {"max_num_batched_tokens": 8192, "cuda_graph_max_batch": 256}})),
-    # its srt/models/ has no Mamba nor linear-attention model (no nemotron_h.py, falcon_h1.py, qwen3_next.py)
-    state_layer_kinds=frozenset(),
+    # its srt/models/ has no Mamba nor linear-attention model (no nemotron_h.py, falcon_h1.py, qwen3_next.py),
+    # nor gpt_oss.py (0.5.2 has it)
+    state_layer_kinds=frozenset(), missing_model_types=frozenset({"gpt_oss"}),
+    models_read="sglang 0.4.6.post5's srt/models/",
     source="sglang 0.4.6.post5 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
            "managers/tp_worker.py max_running_requests, model_executor/model_runner.py; verl 0.5 "
@@ -325,7 +360,7 @@ SGLANG_052 = EngineSoftware(
            _sglang_tier(160 * GIB, 16384, 512)),
     # srt/models/ has qwen3_next.py, not nemotron_h.py nor falcon_h1.py; its Transformers fallback
     # (models/transformers.py) calls the HF model with use_cache=False, keeping no Mamba state
-    state_layer_kinds=frozenset({GATED_DELTANET}),
+    state_layer_kinds=frozenset({GATED_DELTANET}), models_read="sglang 0.5.2's srt/models/",
     model_forced=(SGLANG_052_GDN_NO_RADIX,),
     source="sglang 0.5.2 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
@@ -345,7 +380,8 @@ SGLANG_056 = EngineSoftware(
            _sglang_tier(35 * GIB, 4096, 32), _sglang_tier(35 * GIB, 4096, 160, min_tp=4),
            _sglang_tier(60 * GIB, 8192, 256), _sglang_tier(60 * GIB, 8192, 512, min_tp=4),
            _sglang_tier(160 * GIB, 16384, 512)),
-    state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}),   # srt/models/nemotron_h.py, qwen3_next.py
+    # srt/models/nemotron_h.py, qwen3_next.py
+    state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}), models_read="sglang 0.5.6's srt/models/",
     model_forced=(SGLANG_056_MAMBA2_NO_RADIX, SGLANG_056_RADIX_NO_OVERLAP),
     source="sglang 0.5.6 sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings, "
            "_generate_cuda_graph_batch_sizes, environ.py; verl 0.7.0 setup (sglang==0.5.6)")
@@ -373,19 +409,26 @@ def state_layer_kind(model: Any) -> str | None:
 
 def refuse_missing_architecture(name: str | None, model: Any, source: str | None = None,
                                 role: str = "workload.model") -> None:
-    """RlsimError when engine `name` has no architecture with the model's state layers (SGLang
-    0.4.6.post5: none; 0.5.2: no Mamba-2): the engine would not load it. No engine, or one not
-    restricted (vLLM's): nothing."""
-    kind = state_layer_kind(model)
+    """RlsimError when engine `name` has no architecture for the model: none with its state layers
+    (state_layer_kinds; SGLang 0.4.6.post5 and vLLM before 0.9: none; SGLang 0.5.2: no Mamba-2), or
+    its config.json model_type among those the version lacks (missing_model_types): the engine would
+    not load it. No engine, or one not restricted: nothing."""
     engine = engine_software(name) if name else None
-    if kind is None or engine is None or engine.state_layer_kinds is None or kind in engine.state_layer_kinds:
+    if engine is None:
         return
-    layers = model.num_mamba_layers or model.num_linear_layers
-    version = " ".join(engine.source.split()[:2])   # "sglang 0.4.6.post5": the wheel read
-    raise RlsimError(f"workload.engine {name} cannot run {role} {model.name}: its {layers} {kind} layers need a "
-                     f"model file such as {STATE_LAYER_MODELS[kind]}, which {version}'s srt/models/ does not have",
-                     source=source, field="workload.engine",
-                     fix=f"use workload.engine {' or '.join(STATE_LAYER_ENGINES)}, or a model of attention layers")
+    kind = state_layer_kind(model)
+    if kind is not None and engine.state_layer_kinds is not None and kind not in engine.state_layer_kinds:
+        layers = model.num_mamba_layers or model.num_linear_layers
+        raise RlsimError(f"workload.engine {name} cannot run {role} {model.name}: its {layers} {kind} layers need a "
+                         f"model file such as {STATE_LAYER_MODELS[kind]}, which {engine.models_read} does not have",
+                         source=source, field="workload.engine",
+                         fix=f"use workload.engine {' or '.join(STATE_LAYER_ENGINES)}, or a model of attention layers")
+    if model.model_type in engine.missing_model_types:
+        runs = [other for other, e in ENGINE_SOFTWARE.items() if model.model_type not in e.missing_model_types]
+        raise RlsimError(f"workload.engine {name} cannot run {role} {model.name}: its architecture "
+                         f"({model.model_type}: {MODEL_CLASSES[model.model_type]}) is not in {engine.models_read}",
+                         source=source, field="workload.engine",
+                         fix=f"use workload.engine {', '.join(runs)} (a later version), or another model")
 
 
 def model_forced(name: str | None, inference: InferenceParams, model: Any) -> tuple[InferenceParams, list[str]]:

@@ -42,14 +42,16 @@ def _costs(engine: str, model: str, **kwargs) -> LlmCosts:
 
 def test_each_sglang_version_runs_the_state_layers_its_wheel_has_models_for():
     """0.4.6.post5: no Mamba nor linear-attention model; 0.5.2: qwen3_next.py, no nemotron_h.py; 0.5.6
-    both; the vLLM engines are not restricted here."""
+    both."""
     assert state_layer_kind(load_model(NEMOTRON)) == MAMBA2
     assert state_layer_kind(load_model(QWEN3_NEXT)) == GATED_DELTANET
     assert state_layer_kind(load_model("llama3.1-8b")) is None
     assert ENGINE_SOFTWARE["sglang"].state_layer_kinds == frozenset()
     assert ENGINE_SOFTWARE["sglang-0.5.2"].state_layer_kinds == {GATED_DELTANET}
     assert ENGINE_SOFTWARE["sglang-0.5.6"].state_layer_kinds == {MAMBA2, GATED_DELTANET}
-    assert all(e.state_layer_kinds is None for name, e in ENGINE_SOFTWARE.items() if name.startswith("vllm"))
+    # vLLM (tests/test_vllm_engine_models.py): V1 from 0.9 both, before none
+    assert all(e.state_layer_kinds == {MAMBA2, GATED_DELTANET} for name, e in ENGINE_SOFTWARE.items()
+               if name.startswith("vllm-v1"))
 
 
 @pytest.mark.parametrize(("engine", "model", "kind"), [("sglang", NEMOTRON, "24 Mamba-2"),
