@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .engine_software import stage_forced_notes
 from .errors import ReadPastError, RlsimError, blamed_on_set, raised_from
 from .hardware.topology import load_topology
 from .json_text import json_text
@@ -360,7 +361,8 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     summary["critical_path"] = critical_path.of_run(rec, timeline)
     # what a reader of the figures must know (the console prints them as notes; --json and the API carry them)
     summary["notes"] = (metrics.summary_notes(summary) + cap_notes(prompt, resp) + _pool_kinds_note(rec, topology, costs.instance_devices)
-                        + _pack_note(sc, prompt, resp) + list(getattr(costs, "engine_notes", ())))
+                        + _pack_note(sc, prompt, resp) + list(getattr(costs, "engine_notes", ()))
+                        + stage_forced_notes(sc.workload.engine, summary.get("layouts", {}).get("rollout", {}).get("pp")))
     summary["warnings"] = []   # always there, as the notes (a notebook read it with .get)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble

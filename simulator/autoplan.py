@@ -26,6 +26,7 @@ from .engine_software import (
     overlaps_without_stages,
     refuse_missing_architecture,
     resolved,
+    stage_forced_notes,
     with_request_cap,
 )
 from .errors import RlsimError
@@ -93,6 +94,17 @@ def engine_rollout(workload: Any, model: Any, topology: Any, ranks: Any, space: 
                              devices)
         return model_forced(workload.engine, with_request_cap(params, workload.response_length), model)[0]
     return space, inference, at_layout
+
+
+def engine_rollout_notes(workload: Any, model: Any, topology: Any, ranks: Any, pp: int = 1) -> list[str]:
+    """The notes of what a named engine forces on the planned rollout (engine_rollout's constants): the
+    settings it forces by the model (model_forced) and at `pp` pipeline stages (stage_forced_notes), as
+    a run's summary notes say them. No engine: none."""
+    if not workload.engine:
+        return []
+    inference, _ = resolved(workload.engine, workload.inference, {}, distinct_devices(topology, ranks))
+    notes = model_forced(workload.engine, with_request_cap(inference, workload.response_length), model)[1]
+    return notes + stage_forced_notes(workload.engine, pp)
 
 
 def _lengths(sc: Scenario) -> tuple[int, int, int]:

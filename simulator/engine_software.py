@@ -509,6 +509,20 @@ def overlaps_without_stages(name: str) -> bool:
     return bool(engine_software(name).inference.get("async_scheduling"))
 
 
+# Why SGLang's overlap scheduler is off with stages (the note a run and the planner give).
+SGLANG_STAGES_NO_OVERLAP = ("SGLang turns its overlap scheduler off with pipeline stages (srt/server_args.py, 0.5.6: "
+                            "'Pipeline parallelism is incompatible with overlap schedule.')")
+
+
+def stage_forced_notes(name: str | None, pp: Any) -> list[str]:
+    """The note for what engine `name` forces at `pp` pipeline stages, as model_forced's: SGLang's
+    overlap scheduler off (given_under_engine and resolved run it so, whatever is given). Else none."""
+    if not name or not overlaps_without_stages(name) or not _staged({"pp": pp}):
+        return []
+    return [f"workload.engine {name} runs with inference.async_scheduling false whatever it is given at "
+            f"rollout_layout.pp {pp}: {SGLANG_STAGES_NO_OVERLAP}"]
+
+
 def _without_overlap_on_stages(name: str, inference: dict[str, Any], layout: Any) -> dict[str, Any]:
     if overlaps_without_stages(name) and _staged(layout):
         return {**inference, "async_scheduling": False}

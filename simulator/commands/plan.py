@@ -231,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if rows:
         _print_table(args.stage, model, topology, plan, rows)
+        for note in dict.fromkeys(note for row in rows for note in row.get("notes", ())):
+            print(f"note: {note}")
     else:   # --balance on a topology no even split fits: plan_rows kept the refusal
         print(f"no even-split candidate: {plan.refused}")
     if balanced is not None:
@@ -377,7 +379,12 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                             target_tokens_per_s=args.target_tokens_per_s,
                             evaluator=_counted(RolloutEvaluator(model, topology, space, params=inference,
                                                                 params_for_layout=at_layout), progress))
-    return [c.to_json() for c in plan.candidates[: args.top]], model, topology, plan
+    rows = [c.to_json() for c in plan.candidates[: args.top]]
+    if args.stage == "rollout":   # what the engine forces on each candidate, as `rlsim run`'s notes
+        from ..autoplan import engine_rollout_notes
+        for row in rows:
+            row["notes"] = engine_rollout_notes(w, model, topology, range(topology.num_devices), row["layout"].get("pp", 1))
+    return rows, model, topology, plan
 
 
 @dataclass(frozen=True)
