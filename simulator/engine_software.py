@@ -157,8 +157,25 @@ V1_MODELS_READ = "vllm 0.11.0's vllm/model_executor/models/registry.py"
 # Mamba-2 only as Mamba2ForCausalLM / BambaForCausalLM / Zamba2ForCausalLM (no NemotronHForCausalLM:
 # rlsim's Mamba-2 layers are Nemotron-H's hybrid_override_pattern), no Qwen3NextForCausalLM, no
 # GptOssForCausalLM.
+def _mixes_windows_in_vllm_pool(model: Any, inference: Any) -> bool:
+    from .llm.kv_pool import mixes_windows  # here: the llm package imports this module
+    return inference.kv_pool == "vllm" and mixes_windows(model)
+
+
+# vLLM 0.8.5 has no hybrid KV cache manager (no --disable-hybrid-kv-cache-manager either): its
+# get_kv_cache_config calls v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs unconditionally,
+# which turns every SlidingWindowSpec into a FullAttentionSpec where the model has both ("Only models
+# with one type of KV cache are supported yet"); Llama 4's chunked layers are full-attention specs
+# there already (v1/worker/gpu_model_runner.py get_kv_cache_spec). vLLM 0.9.2 on make it a switch.
+VLLM_08_NO_HYBRID_KV = ModelForcedSetting(
+    "hybrid_kv_cache_manager", False, _mixes_windows_in_vllm_pool,
+    "vLLM 0.8.5 caches a model mixing full-attention with sliding-window layers as full attention on every "
+    "layer (v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs, called by get_kv_cache_config whatever "
+    "the engine is given; the hybrid KV cache manager that pages windows came in 0.9)")
+
 VLLM_08_MODELS = {"state_layer_kinds": frozenset(), "missing_model_types": frozenset({"gpt_oss"}),
-                  "models_read": "vllm 0.8.5's vllm/model_executor/models/registry.py"}
+                  "models_read": "vllm 0.8.5's vllm/model_executor/models/registry.py",
+                  "model_forced": (VLLM_08_NO_HYBRID_KV,)}
 
 
 # vLLM V1 engine from vLLM 0.9 (read in the 0.9.2, 0.10.0 - 0.10.2 and 0.11.0 wheels), driven through

@@ -839,6 +839,16 @@ class InferenceParams(StrictModel):
     # "latency regression"), and then caches them as full attention (v1/core/kv_cache_utils.py
     # unify_hybrid_kv_cache_specs): off by default. Applies to a model with chunked attention only.
     hybrid_kv_chunked_attention: bool = False
+    # vLLM's hybrid KV cache manager (llm/kv_pool.py): each kind of layer drawn as its own group, a
+    # sliding-window layer a window's pages a sequence. Off, a model that mixes full-attention with
+    # sliding-window or chunked layers caches every layer's every token: vLLM turns the window specs
+    # into full-attention ones (v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs). vLLM 0.9 - 0.11
+    # run the manager unless --disable-hybrid-kv-cache-manager (config/scheduler.py
+    # disable_hybrid_kv_cache_manager, False; 0.9.2 config.py SchedulerConfig); vLLM 0.8.5 has none
+    # and unifies every such model (get_kv_cache_config calls unify_hybrid_kv_cache_specs
+    # unconditionally): the vllm-0.8 engines run it off whatever they are given
+    # (engine_software.py VLLM_08_NO_HYBRID_KV). Applies under kv_pool: vllm to such a model only.
+    hybrid_kv_cache_manager: bool = True
     # -- the engine's KV memory (llm/kv_pool.py, llm/sglang_pool.py) -------------------------------
     # vllm: vLLM V1's one hybrid pool of pages (windows and Mamba states drawn per running sequence).
     # sglang: SGLang's pools (read in the sglang 0.5.2 / 0.5.6 wheels, model_executor/model_runner.py
@@ -1468,12 +1478,14 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
 
 def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: bool, paged: bool,
                                engine_tp: int | None, engine_ep: int | None, chunked: bool = False,
-                               engine_pp: int = 1, pool_knobs: Mapping[str, bool] | None = None
-                               ) -> list[InapplicableKey]:
+                               engine_pp: int = 1, pool_knobs: Mapping[str, bool] | None = None,
+                               mixed_windows: bool = False) -> list[InapplicableKey]:
     """Engine constants the rollout's models or layout leave nothing to act on (llm/inference.py
     StepCost): MLA absorption without an MLA model, the KV page size without sliding-window, Mamba or
     linear-attention layers (``paged``: a model has some), the chunked layers' paging without chunked
-    attention (``chunked``), the MoE launches without experts, the EP dispatch
+    attention (``chunked``) or with the hybrid KV cache manager off, the manager's switch on a model
+    that does not mix full attention with sliding-window or chunked layers (``mixed_windows``:
+    kv_pool.mixes_windows), the MoE launches without experts, the EP dispatch
     payload without expert parallelism, the activation bytes with neither TP nor EP collectives nor
     stage sends, the stage sends' tensors without pipeline stages, SGLang's pool constants where its
     pools leave them nothing (``pool_knobs``: llm/sglang_pool.py pool_knobs_applicable, any model's). (field, why, fix) of each given
@@ -1486,8 +1498,12 @@ def engine_constants_read_past(inference: "InferenceParams", *, mla: bool, moe: 
              "kv_block_size": (paged and vllm_pool, "a model with sliding-window, Mamba or linear-attention layers "
                                "(whose pages it sizes; full attention is counted a token at a time) under kv_pool: vllm",
                                "a model with such layers under kv_pool: vllm"),
-             "hybrid_kv_chunked_attention": (chunked and vllm_pool, "a model with chunked attention (Llama 4's "
-                                             "attention_chunk_size) under kv_pool: vllm", "a Llama 4 model"),
+             "hybrid_kv_chunked_attention": (chunked and vllm_pool and inference.hybrid_kv_cache_manager,
+                                             "a model with chunked attention (Llama 4's attention_chunk_size) under "
+                                             "kv_pool: vllm with hybrid_kv_cache_manager on", "a Llama 4 model"),
+             "hybrid_kv_cache_manager": (mixed_windows and vllm_pool, "a model that mixes full-attention with "
+                                         "sliding-window or chunked layers under kv_pool: vllm",
+                                         "such a model (Gemma 2 / 3, gpt-oss, Llama 4) under kv_pool: vllm"),
              "launches_per_moe_layer": (moe, "a model with experts", "an MoE model"),
              "dispatch_bytes": (planned or ep, "expert parallelism in the engine (rollout_layout.ep > 1)",
                                 "workload.rollout_layout.ep above 1 on an MoE model"),

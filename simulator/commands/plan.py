@@ -362,12 +362,14 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                     model, topology, inp["global_batch"], inp["seq_len"], top=args.top, ranks=ranks, **kwargs))
     else:
         from ..autoplan import engine_rollout
-        from ..llm.kv_pool import kv_pages_matter
+        from ..llm.kv_pool import kv_pages_matter, mixes_windows
         from ..llm.sglang_pool import sglang_pool_knobs
         from ..params import engine_constants_read_past
 
         _refuse_found(engine_constants_read_past(w.inference, mla=model.is_mla, moe=model.is_moe,
-                                                 paged=kv_pages_matter(model, w.inference.hybrid_kv_chunked_attention), chunked=model.chunked_attention,
+                                                 paged=kv_pages_matter(model, w.inference.hybrid_kv_chunked_attention,
+                                                                       w.inference.hybrid_kv_cache_manager),
+                                                 chunked=model.chunked_attention, mixed_windows=mixes_windows(model),
                                                  engine_tp=None, engine_ep=None,
                                                  pool_knobs=sglang_pool_knobs([model], w.inference)))
 

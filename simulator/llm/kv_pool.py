@@ -40,13 +40,29 @@ from typing import Any
 UNBOUNDED_KV_TOKENS = 2**62
 
 
-def kv_pages_matter(model: Any, chunked_paged: bool = False) -> bool:
+def kv_pages_matter(model: Any, chunked_paged: bool = False, manager: bool = True) -> bool:
     """Whether the model has layers whose draw is counted in pages (sliding-window, Mamba or linear
     attention): only those read the page size (InferenceParams.kv_block_size). Llama 4's chunked
     layers count only where the hybrid manager pages them (``chunked_paged``: hybrid_kv_chunked_attention);
-    by default vLLM caches them as full attention."""
-    windows = model.num_sliding_layers and (chunked_paged or not getattr(model, "chunked_attention", False))
+    by default vLLM caches them as full attention. Without the hybrid manager (``manager``:
+    hybrid_kv_cache_manager) a model that mixes windows with full attention caches them all whole."""
+    windows = (model.num_sliding_layers and (chunked_paged or not getattr(model, "chunked_attention", False))
+               and windows_paged(model, manager))
     return bool(windows or model.num_mamba_layers or model.num_linear_layers)
+
+
+def mixes_windows(model: Any) -> bool:
+    """Whether the model mixes full-attention layers with sliding-window or chunked ones: the models
+    vLLM without its hybrid KV cache manager caches whole (v1/core/kv_cache_utils.py
+    unify_hybrid_kv_cache_specs converts the window specs only where a full-attention one is present)."""
+    return bool(model.num_sliding_layers) and model.num_attention_layers > model.num_sliding_layers
+
+
+def windows_paged(model: Any, manager: bool) -> bool:
+    """Whether the model's sliding-window layers draw a window's pages (else every token, as full
+    attention): always with the hybrid KV cache manager (``manager``), and without it only in a model
+    of windows alone (one kind of spec, which vLLM leaves to its sliding-window manager)."""
+    return manager or not mixes_windows(model)
 
 
 @dataclass(frozen=True)

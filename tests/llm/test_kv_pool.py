@@ -180,3 +180,30 @@ def test_llama4s_chunked_layers_read_the_page_size_only_where_the_hybrid_manager
     scout = load_model({"model_type": "llama4", "text_config": LLAMA4_SCOUT_TEXT})
     assert not kv_pages_matter(scout) and kv_pages_matter(scout, chunked_paged=True)
     assert kv_pages_matter(load_model("gemma-3-27b"))
+
+
+def test_without_the_hybrid_manager_gemma_3_caches_every_layer_whole():
+    """vLLM 0.8.5 turns Gemma-3-27B's 52 sliding-window specs into full-attention ones (kv_cache_utils.py
+    unify_hybrid_kv_cache_specs): a token draws all 62 layers' KV (62 x 2 x 8 heads x 128 x 2 B = 253,952 B
+    on one of two TP ranks) and a sequence no window pages: the capacity of the model as all full attention.
+    The decode step's reads stay the 10 full layers' (the kernels still attend within the window)."""
+    layout = RolloutLayout(tp=2)
+    whole = StepCost(GEMMA_27B, H100, layout, InferenceParams(hybrid_kv_cache_manager=False))
+    paged = StepCost(GEMMA_27B, H100, layout)
+    free = H100.hbm_bytes * 0.9 - GEMMA_27B.params_total * 2 / 2 - InferenceParams().workspace_bytes
+    assert whole.kv_bytes_per_token_dev == 62 * 2 * 8 * 128 * 2
+    assert (whole.kv_capacity_tokens, whole.seq_kv_tokens) == (int(free // 253_952), 0)
+    assert whole.kv_read_bytes_per_token_dev == paged.kv_read_bytes_per_token_dev
+    assert kv_pages_matter(GEMMA_27B, manager=False) is False and kv_pages_matter(GEMMA_27B) is True
+
+
+def test_the_vllm_08_engines_run_a_windowed_model_without_the_hybrid_manager():
+    """vLLM 0.8.5 has no hybrid manager: the vllm-0.8 engines force it off on a model mixing windows
+    with full attention (model_forced, with its note), not on a full-attention one, and not later engines."""
+    from simulator.engine_software import model_forced
+
+    for name in ("vllm-0.8", "vllm-0.8-async"):
+        forced, notes = model_forced(name, InferenceParams(), GEMMA_27B)
+        assert forced.hybrid_kv_cache_manager is False and "unify_hybrid_kv_cache_specs" in notes[0]
+        assert model_forced(name, InferenceParams(), load_model("qwen2.5-7b")) == (InferenceParams(), [])
+    assert model_forced("vllm-v1", InferenceParams(), GEMMA_27B) == (InferenceParams(), [])

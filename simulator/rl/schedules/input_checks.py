@@ -7,7 +7,7 @@ from typing import Any
 
 from ...engine_software import ENGINE_SOFTWARE
 from ...errors import RlsimError
-from ...llm.kv_pool import kv_pages_matter
+from ...llm.kv_pool import kv_pages_matter, mixes_windows
 from ...llm.sglang_pool import sglang_pool_knobs
 from ...llm.training import trained_shapes
 from ...params import TRAIN_SOFTWARE, engine_constants_read_past, train_constants_read_past
@@ -174,12 +174,14 @@ def _check_engine_constants(scenario: Scenario, costs: Costs) -> None:
     layout = getattr(costs, "rollout_layout", None)
     if models is None or layout is None:
         return
-    auto = scenario.workload.rollout_layout == "auto"
-    found = engine_constants_read_past(scenario.workload.inference, mla=any(m.is_mla for m in models.values()),
+    auto, inference = scenario.workload.rollout_layout == "auto", scenario.workload.inference
+    found = engine_constants_read_past(inference, mla=any(m.is_mla for m in models.values()),
                                        moe=any(m.is_moe for m in models.values()),
-                                       paged=any(kv_pages_matter(m, scenario.workload.inference.hybrid_kv_chunked_attention)
+                                       paged=any(kv_pages_matter(m, inference.hybrid_kv_chunked_attention,
+                                                                 inference.hybrid_kv_cache_manager)
                                                  for m in models.values()),
                                        chunked=any(m.chunked_attention for m in models.values()),
+                                       mixed_windows=any(mixes_windows(m) for m in models.values()),
                                        engine_tp=None if auto else layout.tp, engine_ep=None if auto else layout.ep,
                                        engine_pp=1 if auto else layout.pp,
                                        pool_knobs=sglang_pool_knobs(models.values(), scenario.workload.inference))
