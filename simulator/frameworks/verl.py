@@ -179,8 +179,9 @@ MEGATRON_OFFLOAD_KEYS = ("param_offload", "optimizer_offload")   # grad_offload 
 FSDP_OFFLOAD_KEYS = ("param_offload", "optimizer_offload")       # the fsdp_config offload keys mapped
 # verl 0.6.0 moves the offloaded state with .to("cpu") / flat_param_to(cpu): pageable host memory
 OFFLOAD_NOTE = "per-phase offload to host, through pageable memory (offload.pageable)"
+# FSDP's (a Megatron actor gets VERL_MEGATRON_SWITCH_NOTE)
 VERL_SWITCH_NOTE = ("colocated switch: the optimizer state stays on the devices through the rollout unless "
-                    "actor.fsdp_config / megatron optimizer_offload moves it (schedule.switch.offload_optimizer: "
+                    "actor.fsdp_config.optimizer_offload moves it (schedule.switch.offload_optimizer: "
                     "false; the gradients are freed, free_gradients: true), so it counts against the engine's "
                     "gpu_memory_utilization")
 VERL_MEGATRON_SWITCH_NOTE = ("colocated switch: the optimizer state stays on the devices through the rollout unless "

@@ -252,10 +252,13 @@ def kept_gradient_bytes(memory: MemoryBreakdown, params: TrainParams) -> float:
     Megatron-Core's DDP) unless the per-phase offload moves it (offload.grads) or frees it with the
     weights (offload.params: verl's offload_megatron_model_to_cpu resizes grad_data to 0 with
     param_data); 0 where the update frees it (FSDP, DeepSpeed: zero_grad)."""
-    offload = params.offload
-    if not params.memory.grad_buffer_persists or offload.grads or offload.params:
-        return 0.0
-    return memory.gradients_bytes
+    return memory.gradients_bytes if gradient_buffer_kept(params) else 0.0
+
+
+def gradient_buffer_kept(params: TrainParams) -> bool:
+    """Whether the stack keeps the gradient buffer between steps and no per-phase offload moves or
+    frees it (kept_gradient_bytes)."""
+    return params.memory.grad_buffer_persists and not (params.offload.grads or params.offload.params)
 
 
 def critic_layout(lay: TrainLayout, batching: Any, source: str | None) -> TrainLayout:
@@ -1642,6 +1645,9 @@ class LlmCosts:
                          "workload.train_params.offload.optimizer)")
         if not (switch.offload_weights or offload.params):
             steps.append("offload the training weights (schedule.switch.offload_weights: true)")
+        if self._keeps_gradient_buffer():
+            steps.append("offload the kept gradient buffer (workload.train_params.offload.grads: true; verl's "
+                         "actor.megatron.param_offload frees it with the parameters)")
         if not switch.bucketed:
             steps.append("bucket the weights (schedule.switch.bucketed: true)")
         critic = self.critic_params.offload
@@ -1653,6 +1659,13 @@ class LlmCosts:
             steps.append(self._frozen_fix(on_trainer)[1])
         more = "use more devices per training replica (tp / pp)"
         return "".join(f"{step}, or " for step in steps) + more   # none left: more devices alone
+
+    def _keeps_gradient_buffer(self) -> bool:
+        """Whether the actor's gradient buffer is part of the training state resident through the
+        rollout (resident_training_bytes: the stack keeps it, kept_gradient_bytes, and the switch
+        neither moves it with the optimizer state nor frees it)."""
+        switch = self.switch_params
+        return gradient_buffer_kept(self.train_params) and not (switch.offload_optimizer or switch.free_gradients)
 
     def update_offload_s(self, role, ranks) -> float:
         """The per-phase offload's round trip (train_params.offload, scope update): what it offloads

@@ -154,6 +154,9 @@ def test_verl_colocated_keeps_the_optimizer_on_the_devices_unless_optimizer_offl
     assert schedule["switch"]["offload_optimizer"] is False and schedule["switch"]["free_gradients"] is True
     assert workload.get("train_params", {}).get("offload", {}).get("optimizer", False) is (offload == "true")
     assert any("optimizer state stays on the devices" in note for note in result.notes)
+    # FSDP's note names FSDP's key alone (a Megatron actor has a note of its own)
+    note = next(note for note in result.notes if "optimizer state stays on the devices" in note)
+    assert "actor.fsdp_config.optimizer_offload" in note and "megatron" not in note
 
 
 @pytest.mark.parametrize(("overrides", "workers", "handover"), [

@@ -364,3 +364,24 @@ def test_a_lora_refit_sends_the_adapters_where_the_engine_keeps_its_base():
     assert both.refit_tensors_s() == pytest.approx((392 + both.model.hf_tensor_count) * each)   # base and adapters
     with pytest.raises(RlsimError, match="applies to LoRA"):
         load_scenario(overrides=["schedule.lora_refit=full"])
+
+
+def test_a_kept_gradient_buffer_in_the_overflow_names_its_offload():
+    """Megatron-Core's DDP keeps its gradient buffer (memory.grad_buffer_persists); with the switch
+    neither offloading the optimizer state nor freeing the gradients it stays through the rollout, and
+    the fix names its per-phase offload (verl: param_offload); once that moves it, or the stack frees
+    it, the fix does not."""
+    def error(*items: str) -> RlsimError:
+        sc = load_scenario(workload="ppo-llama3.1-70b", topology="dgx-h100", schedule="colocated",
+                           overrides=["schedule.switch.offload_optimizer=false",
+                                      "workload.train_layout={tp: 1, pp: 1, zero: 1}", *items])
+        c = LlmCosts(sc, load_topology(sc.topology))
+        with pytest.raises(RlsimError) as exc:
+            c.rollout_phase_bytes(c.layout(8))
+        return exc.value
+
+    kept = error()
+    assert "workload.train_params.offload.grads: true" in kept.fix and "actor.megatron.param_offload" in kept.fix
+    moved = error("workload.train_params.offload.grads=true")
+    freed = error("workload.train_params.memory.grad_buffer_persists=false")
+    assert "offload.grads" not in moved.fix and "offload.grads" not in freed.fix
