@@ -484,18 +484,18 @@ def _resident_state(v: Values, w: dict[str, Any], train_engine: str) -> None:
                          fix="use adam or sgd" + (", or adam_bf16 with the fsdp engine" if train_engine == "archon"
                                                   else " or adam_bf16"))
     if train_engine == "archon":
-        per_param = DTYPE_BYTES[w["dtype"]]
-        memory = {"grad_bytes_per_param": per_param,
-                  "optimizer_bytes_per_param": 2 * per_param if kind == "adam" else 0.0}
+        master = DTYPE_BYTES[w["dtype"]]   # the parameters in actor.dtype are their own master copy
+        memory = {"grad_bytes_per_param": master, "optimizer_bytes_per_param": 2 * master if kind == "adam" else 0.0}
     else:
-        memory = {"resident_weight_bytes_per_param": AREAL_FP32_MASTER_BYTES,
-                  "grad_bytes_per_param": AREAL_FP32_MASTER_BYTES,
+        master = AREAL_FP32_MASTER_BYTES
+        memory = {"resident_weight_bytes_per_param": master, "grad_bytes_per_param": master,
                   "optimizer_bytes_per_param": AREAL_FSDP_OPTIMIZER_BYTES[kind]}
-        # the step updates the fp32 master shard in place, no bf16 copy to write back as Megatron's
-        # distributed optimizer does (rlsim's default 30): AdamW 28, adam_bf16 24, sgd 12 B a parameter
-        step = fsdp_step_traffic(AREAL_FP32_MASTER_BYTES, AREAL_FSDP_OPTIMIZER_BYTES[kind])
-        merge_train_params(w, {"comm": {"optimizer_traffic_bytes_per_param": step}})
-    merge_train_params(w, {"memory": memory})
+    # the step updates the master shard in place, no low-precision copy to write back as Megatron's
+    # distributed optimizer does (rlsim's default 30): fsdp's AdamW 28, adam_bf16 24, sgd 12 B a
+    # parameter; archon's in bf16 (archon_engine.py model.to(config.dtype); archon_utils.create_optimizer
+    # AdamW over those parameters, its m and v in their dtype) AdamW 14, sgd 6
+    step = fsdp_step_traffic(master, memory["optimizer_bytes_per_param"])
+    merge_train_params(w, {"memory": memory, "comm": {"optimizer_traffic_bytes_per_param": step}})
 
 
 def _teacher(v: Values, w: dict[str, Any]) -> None:

@@ -366,3 +366,16 @@ def test_pad_to_maximum_pads_the_packed_micro_batches_not_the_samples():
     assert padded.scenario["schedule"]["distqueue"] == {"packed": True}
     assert "one padding sequence" in padded.unsupported["actor.pad_to_maximum"]
     assert padded.scenario == import_config("areal", EXAMPLE).scenario
+
+
+def test_the_step_traffic_follows_each_engines_master_copy():
+    """The step updates its master shard in place (verl_optimizer.fsdp_step_traffic: the shard read and
+    written, its gradient read, each state read and written): FSDP's fp32 shard with AdamW 8 + 4 + 16 = 28,
+    sgd 12; archon's bf16 parameters with bf16 AdamW 4 + 2 + 8 = 14, sgd 6; megatron rlsim's default 30."""
+    def traffic(*overrides):
+        train = import_config("areal", EXAMPLE, list(overrides)).scenario["workload"].get("train_params", {})
+        return train.get("comm", {}).get("optimizer_traffic_bytes_per_param")
+    assert (traffic(), traffic("+actor.optimizer.type=sgd")) == (28.0, 12.0)
+    assert (traffic("actor.backend=archon:d4"), traffic("actor.backend=archon:d4", "+actor.optimizer.type=sgd")) == (
+        14.0, 6.0)
+    assert traffic("actor.backend=megatron:d4") is None
