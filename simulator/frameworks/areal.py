@@ -172,6 +172,8 @@ RULES: dict[str, Rule] = {
     "actor.optimizer.type": mapped("workload.train_params.memory.optimizer_bytes_per_param",
                                    "fsdp: adam AdamW's fp32 m and v (8 bytes), adam_bf16 AnyPrecisionAdamW's bf16 m, "
                                    "v and Kahan compensation (6), sgd none; archon: AdamW's state in actor.dtype; "
+                                   "with its step's traffic (comm.optimizer_traffic_bytes_per_param, over the master "
+                                   "shard: fsdp adam 28, adam_bf16 24, sgd 12; archon bf16 adam 14, sgd 6); "
                                    "megatron: not read (rlsim's Megatron defaults; adam_bf16's precision-aware optimizer "
                                    "is not modelled)"),
     **{f"actor.{k}": ignored(_NAMING) for k in ("experiment_name", "trial_name", "admin_api_key", "log_level",
