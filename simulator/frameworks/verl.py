@@ -1102,7 +1102,7 @@ def _train_software(v: Values, w: dict[str, Any], decided: dict[str, tuple[Statu
     w["train_software"] = hf_train_software(v.flag(f"{A}.model.use_liger"))
 
 
-def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+def _entropy(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
     """verl's old log-prob pass computes the policy's entropy over the vocabulary (compute_log_prob with
     calculate_entropy=True), its update where entropy_coeff != 0 or calculate_entropy (verl 0.6.0
     workers/actor/dp_actor.py, 0.9.1 trainer/ppo/ray_trainer.py). The FSDP workers compile it as
@@ -1130,7 +1130,7 @@ def _entropy(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]
         spec["recompute"] = True
     eager = "eager-chunked-fp32" if read["entropy_from_logits_with_chunking"] else "eager"
     w["entropy"] = {**spec, "kernel": "compiled" if read["use_torch_compile"] else eager}
-    if not v.flag(f"{A}.model.use_remove_padding"):
+    if not _fsdp_packs(v, recipe):
         _padded_rows_entropy(v, engine_workers, w["entropy"], decided)
 
 
@@ -1272,7 +1272,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     _expert_tp_default(v, w)
     _train_software(v, w, decided)
-    _entropy(v, w, decided)
+    _entropy(v, recipe, w, decided)
     _logprob_traffic(v, w, decided)
     w["rollout_layout"] = _rollout_layout(v, recipe, decided)
     _engine_and_offload(v, w, decided)
@@ -2241,6 +2241,13 @@ REMOVE_PADDING_V1_NOTE = (f"{A}.model.use_remove_padding not given: verl 0.9's d
                           "false to pad the rows")
 
 
+def _fsdp_packs(v: Values, recipe: str) -> bool:
+    """Whether the FSDP workers pack their rows: model.use_remove_padding, absent verl 0.6's false, 0.9's
+    true for the v1 recipes (REMOVE_PADDING_NOTE)."""
+    key = f"{A}.model.use_remove_padding"
+    return v.flag(key) if v.given(key) else recipe in V1_RECIPES
+
+
 def _removes_padding(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> bool:
     """Whether verl's actor packs its rows (no padding): the FSDP workers as model.use_remove_padding
     says (absent: verl 0.6's false, 0.9's true for the v1 recipes, with a note); the megatron workers
@@ -2248,10 +2255,9 @@ def _removes_padding(v: Values, recipe: str, decided: dict[str, tuple[Status, st
     (verl 0.6: MEGATRON_REMOVE_PADDING_RULES). The reference's copy that equals the actor's is mapped
     with it."""
     if str(v(f"{A}.actor.strategy")) != "megatron":
-        if v.given(f"{A}.model.use_remove_padding"):
-            return v.flag(f"{A}.model.use_remove_padding")
-        v.result.notes.append(REMOVE_PADDING_V1_NOTE if recipe in V1_RECIPES else REMOVE_PADDING_NOTE)
-        return recipe in V1_RECIPES
+        if not v.given(f"{A}.model.use_remove_padding"):
+            v.result.notes.append(REMOVE_PADDING_V1_NOTE if recipe in V1_RECIPES else REMOVE_PADDING_NOTE)
+        return _fsdp_packs(v, recipe)
     key, ref_key = f"{A}.actor.megatron.use_remove_padding", f"{A}.ref.megatron.use_remove_padding"
     if v.given(f"{A}.model.use_remove_padding"):
         decided[f"{A}.model.use_remove_padding"] = (

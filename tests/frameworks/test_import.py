@@ -2196,3 +2196,13 @@ def test_an_absent_use_remove_padding_takes_the_default_of_the_verl_the_recipe_i
     assert not {verl.REMOVE_PADDING_NOTE, verl.REMOVE_PADDING_V1_NOTE} & set(megatron.notes)
     load_scenario(legacy.scenario)
     load_scenario(v1.scenario)
+
+
+def test_an_absent_use_remove_padding_packs_a_v1_recipes_rows_and_its_entropy_follows():
+    """Under a v1 recipe (verl 0.9) an absent model.use_remove_padding is 0.9's true: the rows are packed
+    and the entropy keeps its compiled kernel (the entropy read the key's 0.6 default, false, and took the
+    padded rows' op-by-op kernel beside packed rows)."""
+    example = ROOT / "workloads" / "frameworks" / "verl-v1-sync-dapo-qwen2.5-7b.yaml"
+    r = import_config("verl", example, ["~actor_rollout_ref.model.use_remove_padding"])
+    assert r.scenario["schedule"]["distqueue"] == {"packed": True}
+    assert r.scenario["workload"]["entropy"]["kernel"] == "compiled"
