@@ -157,8 +157,15 @@ V1_MODELS_READ = "vllm 0.11.0's vllm/model_executor/models/registry.py"
 # Mamba-2 only as Mamba2ForCausalLM / BambaForCausalLM / Zamba2ForCausalLM (no NemotronHForCausalLM:
 # rlsim's Mamba-2 layers are Nemotron-H's hybrid_override_pattern), no Qwen3NextForCausalLM, no
 # GptOssForCausalLM.
+def mixes_windows(model: Any) -> bool:
+    """Whether the model mixes full-attention layers with sliding-window or chunked ones: the models
+    vLLM without its hybrid KV cache manager caches whole (v1/core/kv_cache_utils.py
+    unify_hybrid_kv_cache_specs converts the window specs only where a full-attention one is present).
+    Here, below the cost models that page them (llm/kv_pool.py), as the engines' forced settings read it."""
+    return bool(model.num_sliding_layers) and model.num_attention_layers > model.num_sliding_layers
+
+
 def _mixes_windows_in_vllm_pool(model: Any, inference: Any) -> bool:
-    from .llm.kv_pool import mixes_windows  # here: the llm package imports this module
     return inference.kv_pool == "vllm" and mixes_windows(model)
 
 

@@ -41,7 +41,7 @@ from ..params import InferenceParams
 from ..strict_model import StrictModel
 from ..units import capacity_text
 from .architecture import DTYPE_BYTES, ModelSpec, dtype_bytes
-from .kv_pool import KvPool, KvPoolShape, kv_pages_matter, windows_paged
+from .kv_pool import KvPool, KvPoolShape, kv_pages_matter, mixes_windows, windows_paged
 from .sglang_pool import (
     SGLANG_SSM_STATE_AUTO_BYTES,
     SglangPool,
@@ -661,7 +661,7 @@ def _paged(model: ModelSpec, params: InferenceParams) -> bool:
     """kv_pool.kv_pages_matter with the engine's paging of chunked layers (read only for a model that has them)
     and its hybrid KV cache manager."""
     return kv_pages_matter(model, model.chunked_attention and params.hybrid_kv_chunked_attention,
-                           params.hybrid_kv_cache_manager)
+                           not mixes_windows(model) or params.hybrid_kv_cache_manager)
 
 
 def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams, kvbytes: float, share: float,
@@ -682,7 +682,8 @@ def _pool_shape(model: ModelSpec, layout: RolloutLayout, params: InferenceParams
     # without the manager a model mixing windows with full attention caches every layer whole
     chunks_paged = not model.chunked_attention or params.hybrid_kv_chunked_attention
     window_layers = (model.num_sliding_layers
-                     if chunks_paged and windows_paged(model, params.hybrid_kv_cache_manager) else 0)
+                     if chunks_paged and windows_paged(model, not mixes_windows(model) or params.hybrid_kv_cache_manager)
+                     else 0)
     return KvPoolShape(model.num_attention_layers - window_layers, window_layers, state_layers,
                        2 * max(model.num_kv_heads // tp, 1) * model.head_dim, kvbytes, state_bytes,
                        model.sliding_window, block, share)

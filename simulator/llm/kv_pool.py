@@ -35,6 +35,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine_software import mixes_windows
+
 # KV capacity of an engine whose model caches nothing per token (no full-attention layer): a bound
 # no run reaches, kept an int as the capacities of the rest are.
 UNBOUNDED_KV_TOKENS = 2**62
@@ -49,13 +51,6 @@ def kv_pages_matter(model: Any, chunked_paged: bool = False, manager: bool = Tru
     windows = (model.num_sliding_layers and (chunked_paged or not getattr(model, "chunked_attention", False))
                and windows_paged(model, manager))
     return bool(windows or model.num_mamba_layers or model.num_linear_layers)
-
-
-def mixes_windows(model: Any) -> bool:
-    """Whether the model mixes full-attention layers with sliding-window or chunked ones: the models
-    vLLM without its hybrid KV cache manager caches whole (v1/core/kv_cache_utils.py
-    unify_hybrid_kv_cache_specs converts the window specs only where a full-attention one is present)."""
-    return bool(model.num_sliding_layers) and model.num_attention_layers > model.num_sliding_layers
 
 
 def windows_paged(model: Any, manager: bool) -> bool:
