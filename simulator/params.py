@@ -13,7 +13,7 @@ docs/cost-models-inference.md.
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -246,9 +246,14 @@ class ComputeParams(StrictModel):
     # its longest sample (a collator's dynamic padding, the behaviour before this field); a count pads
     # every row to it, as verl's fixed-shape batches do (prompts left-padded to data.max_prompt_length
     # by its RLHFDataset, responses right-padded to max_response_length: vllm_rollout_spmd.py
-    # pad_2d_list_to_length, 0.6.0), which its importer sets to their sum. Every GEMM, norm and the
-    # logits run over the padding; the attention too, unless attention_skips_padding.
-    pad_rows_to: int | None = Field(None, gt=0)
+    # pad_2d_list_to_length, 0.6.0), which its importer sets to their sum. "batch" pads every row to
+    # the longest sample of the batch the pass is given (the step's samples: the forward passes; the
+    # update's mini-batch), whatever micro-batch it lands in: TRL 1.16's GRPOTrainer pads the
+    # generation batch's prompts and completions before slicing it (grpo_trainer.py
+    # _generate_and_score_completions: pad), SkyRL 0.3.0 the training batch to max(prompt + response)
+    # (dataset/preprocess.py convert_prompts_responses_to_batch_tensors); their importers set it. Every
+    # GEMM, norm and the logits run over the padding; the attention too, unless attention_skips_padding.
+    pad_rows_to: Annotated[int, Field(gt=0)] | Literal["batch"] | None = None
     # Padded rows' attention over their real tokens alone (schedule.distqueue.packed: false, flash
     # attention), whatever width the rows take (pad_rows_to or the micro-batch's longest):
     # transformers' flash_attention_2 path given a padding mask unpads the rows (transformers 4.57.1

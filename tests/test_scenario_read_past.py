@@ -147,6 +147,7 @@ def test_micro_batching_where_nothing_orders_packed_samples_is_refused(schedule,
 
 
 @pytest.mark.parametrize("key, value, says", [("pad_rows_to", 4096, "width of padded rows"),
+                                               ("pad_rows_to", "batch", "width of padded rows"),
                                                ("attention_skips_padding", True, "attention skips their padding")])
 def test_a_padded_row_width_beside_packed_samples_is_refused(key, value, says):
     """train_params.compute.pad_rows_to is the width of padded rows, attention_skips_padding whether

@@ -197,8 +197,9 @@ def _role_sections(v: Values, section: str) -> list[str]:
 def _hf_attention(v: Values, w: dict[str, Any]) -> None:
     """The FSDP models' attention: flash_attention_2 with trainer.flash_attn, else sdpa (model_wrapper.py
     HFModelWrapper: attn_implementation). Packed micro-batches (trainer.remove_microbatch_padding) need
-    flash_attention_2, which SkyRL asserts; padded ones (each batch left-padded to its longest prompt +
-    response: dataset/preprocess.py convert_prompts_responses_to_batch_tensors, no fixed width) go through
+    flash_attention_2, which SkyRL asserts; padded ones (the training batch left-padded to its longest
+    prompt + response: dataset/preprocess.py convert_prompts_responses_to_batch_tensors, no fixed width,
+    and sliced into micro-batches untrimmed: compute.pad_rows_to batch) go through
     the model with their attention_mask (HFModelWrapper.forward), which flash_attention_2 unpads for the
     attention alone (common.hf_attention_compute)."""
     flash = v.flag("trainer.flash_attn")
@@ -210,7 +211,7 @@ def _hf_attention(v: Values, w: dict[str, Any]) -> None:
                              "trainer.remove_microbatch_padding=false")
         return
     knobs = hf_attention_compute(HF_FLASH_ATTENTION[0] if flash else HF_SDPA, padded=True)
-    w.setdefault("train_params", {}).setdefault("compute", {}).update(knobs or {})
+    w.setdefault("train_params", {}).setdefault("compute", {}).update({"pad_rows_to": "batch", **(knobs or {})})
 
 
 def _train_layout(v: Values, strategy: str, policy_gpus: int,

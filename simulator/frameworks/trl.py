@@ -225,7 +225,8 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     w["reference"] = _number(v, "beta") != 0
     w["reward"] = _reward(v)
     _lora(v, w, decided)
-    w["train_params"] = {"compute": {**_fused_head(v), **_attention(v, decided)}}
+    # every row as wide as the generation batch's longest (compute.pad_rows_to: batch): _attention
+    w["train_params"] = {"compute": {**_fused_head(v), "pad_rows_to": "batch", **_attention(v, decided)}}
     offload = _offload(v, w["train_layout"]["zero"])
     if offload:
         w["train_params"]["offload"] = offload
@@ -418,8 +419,8 @@ def _attention(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, A
     """The compute keys of the model's attention: transformers' attn_implementation, the script's
     (ModelConfig) overridden by model_init_kwargs' (scripts/grpo.py, rloo.py: model_init_kwargs.update),
     unset transformers' default, SDPA. TRL's rows are padded, prompts on the left and completions on the
-    right to the batch's longest (grpo_trainer.py _generate_and_score_completions: pad), and go through
-    the model with their attention_mask (_get_per_token_logps_and_entropies), which a flash
+    right to the batch's longest (grpo_trainer.py _generate_and_score_completions: pad; sliced into
+    micro-batches untrimmed: compute.pad_rows_to batch), and go through the model with their attention_mask (_get_per_token_logps_and_entropies), which a flash
     implementation unpads for the attention alone (common.hf_attention_compute)."""
     script, init = "attn_implementation", "model_init_kwargs.attn_implementation"
     key = init if v.given(init) and v(init) is not None else script

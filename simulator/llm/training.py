@@ -380,9 +380,12 @@ def _attention_skips_padding(packing: str, params: TrainParams | None) -> bool:
 
 
 def _padded_row_width(seqs: np.ndarray, packing: str, params: TrainParams | None, source: str | None) -> float | None:
-    """The fixed width padded rows take (train_params.compute.pad_rows_to), None where each micro-batch
-    pads to its longest (packed rows, or no width given). A sample longer than it: RlsimError."""
+    """The fixed width padded rows take (train_params.compute.pad_rows_to; "batch": the longest of
+    ``seqs``, the samples the pass is given), None where each micro-batch pads to its longest (packed
+    rows, or no width given). A sample longer than it: RlsimError."""
     width = params.compute.pad_rows_to if params is not None and packing == "padded" else None
+    if width == "batch":
+        return float(seqs.max()) if seqs.size else None
     if width is not None and seqs.size and int(seqs.max()) > width:
         raise RlsimError(f"a {int(seqs.max())}-token sample is longer than the padded row width {width}",
                          source=source, field="workload.train_params.compute.pad_rows_to",

@@ -25,3 +25,11 @@ def attention_squares(compute: Mapping[str, Any], lengths: Sequence[int]) -> flo
     params = TrainParams(compute=ComputeParams(**row_keys(compute)))
     parts = replica_micro_batches(np.asarray(lengths), TrainLayout(dp=1, micro_batch=len(lengths)), "padded", params)
     return float(sum(q.sum() for _, q in parts))
+
+
+def padded_tokens(compute: Mapping[str, Any], lengths: Sequence[int], micro_batch: int) -> list[float]:
+    """The tokens (rows x padded width) of each micro-batch of ``micro_batch`` rows that ``lengths``, one
+    pass's batch in order, make under the imported compute keys."""
+    params = TrainParams(compute=ComputeParams(**row_keys(compute)))
+    parts = replica_micro_batches(np.asarray(lengths), TrainLayout(dp=1, micro_batch=micro_batch), "padded", params)
+    return [float(t) for tokens, _ in parts for t in tokens]

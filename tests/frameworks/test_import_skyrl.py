@@ -14,7 +14,7 @@ from simulator.frameworks.skyrl import read_script
 from simulator.frameworks.skyrl_rules import DEFAULTS, RULES
 from simulator.scenario import load_scenario
 
-from .padded_attention import attention_squares, row_keys
+from .padded_attention import attention_squares, padded_tokens, row_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "workloads" / "frameworks" / "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh"
@@ -322,8 +322,9 @@ def test_skyrl_fsdp_policy_trains_fp32_parameters_whatever_bf16_says():
 
 
 def test_padded_rows_attention_as_skyrls_flash_attn_runs_it():
-    """trainer.remove_microbatch_padding false: each batch left-padded to its longest prompt + response
-    (preprocess.py: no fixed width) goes through the FSDP model with its attention_mask; flash_attention_2
+    """trainer.remove_microbatch_padding false: the training batch left-padded to its longest prompt +
+    response (preprocess.py: no fixed width, pad_rows_to batch: rows of 100, 300 | 200, 900 tokens in two
+    micro-batches all 900 wide) goes through the FSDP model with its attention_mask; flash_attention_2
     (trainer.flash_attn, the default) unpads it for the attention, rows of 100 and 300 tokens 100^2 +
     300^2; sdpa (flash_attn false) runs the padded width, 2 x 300^2. Packed micro-batches without flash
     attention: SkyRL asserts. Megatron: its attention runs the padding whichever backend."""
@@ -332,10 +333,11 @@ def test_padded_rows_attention_as_skyrls_flash_attn_runs_it():
 
     padded = "trainer.remove_microbatch_padding=false"
     flash = compute(padded)
-    assert row_keys(flash) == {"attention_skips_padding": True}
+    assert row_keys(flash) == {"attention_skips_padding": True, "pad_rows_to": "batch"}
+    assert padded_tokens(flash, [100, 300, 200, 900], 2) == [2 * 900, 2 * 900]
     assert attention_squares(flash, [100, 300]) == 100 ** 2 + 300 ** 2
     sdpa = import_config("skyrl", EXAMPLE, [padded, "trainer.flash_attn=false"])
-    assert row_keys(sdpa.scenario["workload"]["train_params"]["compute"]) == {}
+    assert row_keys(sdpa.scenario["workload"]["train_params"]["compute"]) == {"pad_rows_to": "batch"}
     assert attention_squares(sdpa.scenario["workload"]["train_params"]["compute"], [100, 300]) == 2 * 300 ** 2
     assert "trainer.flash_attn" in sdpa.mapped
     load_scenario(sdpa.scenario)

@@ -16,7 +16,7 @@ from simulator.frameworks.common import in_table
 from simulator.frameworks.trl_rules import RULES
 from simulator.scenario import load_scenario
 
-from .padded_attention import attention_squares, row_keys
+from .padded_attention import attention_squares, padded_tokens, row_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "workloads" / "frameworks"
@@ -298,7 +298,7 @@ def test_the_log_probs_go_through_trls_fused_lm_head():
     w = import_config("trl", COLOCATE).scenario["workload"]
     assert w["train_params"]["compute"] == {"loss_traffic_bytes_per_logit": 6.0, "loss_forward_share": pytest.approx(1 / 3),
                                             "logits_recompute": True, "head_response_only": True,
-                                            "attention_skips_padding": True}
+                                            "attention_skips_padding": True, "pad_rows_to": "batch"}
     assert "entropy" not in w
 
 
@@ -308,11 +308,12 @@ def test_an_fp32_lm_head_runs_its_gemms_in_fp32_on_fp32_tiles():
     compute = import_config("trl", COLOCATE, ["cast_lm_head_to_fp32=true"]).scenario["workload"]["train_params"]["compute"]
     assert compute == {"loss_traffic_bytes_per_logit": 12.0, "loss_forward_share": pytest.approx(1 / 3),
                        "logits_recompute": True, "head_response_only": True, "head_dtype": "fp32",
-                       "attention_skips_padding": True}
+                       "attention_skips_padding": True, "pad_rows_to": "batch"}
 
 
 def test_padded_rows_attention_as_trls_attn_implementation_runs_it():
-    """TRL pads its rows to the batch's longest prompt and completion (no fixed width) and passes their
+    """TRL pads its rows to the batch's longest prompt and completion (no fixed width: pad_rows_to batch,
+    rows of 100, 300 | 200, 900 tokens in two micro-batches all 900 wide) and passes their
     attention_mask: flash_attention_2 / 3 (and their Hub kernels) unpad them for the attention, rows of
     100 and 300 tokens 100^2 + 300^2; sdpa, and unset (transformers' default, SDPA), run the padded
     width, 2 x 300^2; eager materializes the scores; model_init_kwargs' choice overrides the script's
@@ -324,17 +325,19 @@ def test_padded_rows_attention_as_trls_attn_implementation_runs_it():
         return r.scenario["workload"]["train_params"]["compute"]
 
     flash = imported()   # the example's attn_implementation: flash_attention_2
-    assert row_keys(compute(flash)) == {"attention_skips_padding": True}
+    assert row_keys(compute(flash)) == {"attention_skips_padding": True, "pad_rows_to": "batch"}
+    assert padded_tokens(compute(flash), [100, 300, 200, 900], 2) == [2 * 900, 2 * 900]
     assert attention_squares(compute(flash), [100, 300]) == 100 ** 2 + 300 ** 2
     for impl in ("flash_attention_3", "kernels-community/vllm-flash-attn3"):
-        assert row_keys(compute(imported(f"attn_implementation={impl}"))) == {"attention_skips_padding": True}
+        assert row_keys(compute(imported(f"attn_implementation={impl}"))) == {"attention_skips_padding": True,
+                                                                              "pad_rows_to": "batch"}
     for over in (["attn_implementation=sdpa"], ["~attn_implementation"], ["attn_implementation=null"]):
         r = imported(*over)
-        assert row_keys(compute(r)) == {} and attention_squares(compute(r), [100, 300]) == 2 * 300 ** 2
+        assert row_keys(compute(r)) == {"pad_rows_to": "batch"} and attention_squares(compute(r), [100, 300]) == 2 * 300 ** 2
     init = imported("+model_init_kwargs.attn_implementation=eager")
-    assert row_keys(compute(init)) == {"flash_attention": False}
+    assert row_keys(compute(init)) == {"flash_attention": False, "pad_rows_to": "batch"}
     assert "model_init_kwargs.attn_implementation" in init.mapped and "overrides it" in init.ignored["attn_implementation"]
     flex = imported("attn_implementation=flex_attention")
-    assert row_keys(compute(flex)) == {} and "attn_implementation" in flex.unsupported
+    assert row_keys(compute(flex)) == {"pad_rows_to": "batch"} and "attn_implementation" in flex.unsupported
     for r in (flash, init):
         load_scenario(r.scenario)

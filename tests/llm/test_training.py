@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from simulator.des import Timeline
 from simulator.errors import RlsimError
@@ -177,6 +178,30 @@ def test_padded_rows_of_a_fixed_width_cost_every_row_that_width():
     with pytest.raises(RlsimError, match="longer than the padded row width") as exc:
         replica_micro_batches(lens, TrainLayout(dp=2, micro_batch=2), "padded", TrainParams(compute={"pad_rows_to": 300}))
     assert exc.value.field == "workload.train_params.compute.pad_rows_to"
+
+
+def test_padded_rows_to_the_batch_cost_every_row_the_batchs_longest():
+    """pad_rows_to batch (TRL, SkyRL: the whole batch padded before it is cut): rows of 100, 300 | 200, 900
+    in two micro-batches are all 900 wide (T = 2 x 900, Q = 2 x 900^2 each), 300 / 900 per micro-batch
+    without it; varlen flash attention: Q the real lengths squared; a token budget's micro-batches too.
+    A width that is neither a positive count nor batch: refused, naming the field."""
+    from simulator.llm.training import replica_micro_batches
+    lens = np.array([100, 300, 200, 900])
+    batch = TrainParams(compute=ComputeParams(pad_rows_to="batch"))
+    [(tokens, sq)] = replica_micro_batches(lens, TrainLayout(micro_batch=2), "padded", batch)
+    assert tokens.tolist() == [2 * 900, 2 * 900] and sq.tolist() == [2 * 900 ** 2, 2 * 900 ** 2]
+    [(tokens, sq)] = replica_micro_batches(lens, TrainLayout(micro_batch=2), "padded", TrainParams())
+    assert tokens.tolist() == [2 * 300, 2 * 900] and sq.tolist() == [2 * 300 ** 2, 2 * 900 ** 2]
+    skips = TrainParams(compute=ComputeParams(pad_rows_to="batch", attention_skips_padding=True))
+    [(tokens, sq)] = replica_micro_batches(lens, TrainLayout(micro_batch=2), "padded", skips)
+    assert tokens.tolist() == [2 * 900, 2 * 900] and sq.tolist() == [100 ** 2 + 300 ** 2, 200 ** 2 + 900 ** 2]
+    [(tokens, _)] = replica_micro_batches(lens, TrainLayout(max_tokens_per_micro_batch=1100), "padded", batch)
+    assert sorted(tokens.tolist()) == [900, 3 * 900]                # {900} and {300, 200, 100}, all 900 wide
+    packed = replica_micro_batches(lens, TrainLayout(micro_batch=2), "packed", batch)
+    assert sum(t.sum() for t, _ in packed) == lens.sum()
+    for bad in ("longest", 0):
+        with pytest.raises(ValidationError):
+            ComputeParams(pad_rows_to=bad)
 
 
 def test_padded_rows_attention_runs_their_real_lengths_with_a_varlen_flash_kernel():
