@@ -15,7 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from .errors import RlsimError, validation_error
 from .strict_model import StrictModel
@@ -136,6 +144,12 @@ def without_inapplicable_stack_values(merged: dict[str, Any], given: Mapping[str
 # Megatron's unfused vocab-parallel cross entropy, (forward, backward) bytes per logit: counted at
 # ComputeParams.loss_traffic_bytes_per_logit, whose default it is.
 MEGATRON_CROSS_ENTROPY_BYTES = (38.0, 14.0)
+
+
+# What train_params.compute.pad_rows_to accepts (ComputeParams.pad_rows_to), as its error's fix says.
+PAD_ROWS_TO_VALUES = ("give a positive token count (every padded row that wide), batch (every row as wide as the "
+                      "longest sample of the batch the pass is given) or null (each micro-batch padded to its "
+                      "longest)")
 
 
 class ComputeParams(StrictModel):
@@ -272,6 +286,16 @@ class ComputeParams(StrictModel):
     def _attention_path_applies(cls, value: Any, info: ValidationInfo) -> Any:
         """The flash kernel's constants apply with flash attention, the score traffic without it."""
         return _gated_knob_applies("compute", cls, value, info)
+
+    @field_validator("pad_rows_to", mode="wrap")
+    @classmethod
+    def _a_width_or_the_batch(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """One error at the field, naming what it takes: the union's integer branch would report a
+        second path (pad_rows_to.constrained-int) beside the literal's."""
+        try:
+            return handler(value)
+        except ValidationError:
+            raise RlsimError(f"is not a row width: {value!r}", fix=PAD_ROWS_TO_VALUES) from None
 
     @field_validator("entropy_traffic_bytes_per_logit", "entropy_backward_traffic_bytes_per_logit", mode="after")
     @classmethod

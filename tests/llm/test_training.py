@@ -204,6 +204,22 @@ def test_padded_rows_to_the_batch_cost_every_row_the_batchs_longest():
             ComputeParams(pad_rows_to=bad)
 
 
+@pytest.mark.parametrize("bad", ["longest", 0, -3, 1.5])
+def test_a_bad_padded_row_width_is_one_error_at_the_field_listing_the_accepted_values(bad):
+    """pad_rows_to's union (a count | batch | null): a bad value is one error naming
+    workload.train_params.compute.pad_rows_to, not a second path for the integer branch
+    (pad_rows_to.constrained-int), and its fix lists the three accepted forms."""
+    with pytest.raises(RlsimError) as exc:
+        TrainParams.from_mapping({"compute": {"pad_rows_to": bad}}, source="w.yaml",
+                                 field_name="workload.train_params")
+    assert exc.value.fields == ["workload.train_params.compute.pad_rows_to"]
+    assert "constrained-int" not in str(exc.value) and str(exc.value).count("pad_rows_to") == 1
+    assert repr(bad) in exc.value.message and "w.yaml" in str(exc.value)
+    assert all(word in exc.value.fix for word in ("positive token count", "batch", "null"))
+    for good in (4096, "batch", None):
+        assert TrainParams.from_mapping({"compute": {"pad_rows_to": good}}).compute.pad_rows_to == good
+
+
 def test_padded_rows_attention_runs_their_real_lengths_with_a_varlen_flash_kernel():
     """attention_skips_padding (transformers' flash_attention_2 unpads a padding mask's rows): per
     micro-batch of rows of real lengths L_i padded to W, T = rows x W either way and Q = sum L_i^2
