@@ -479,6 +479,8 @@ class LlmCosts:
         self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
                                                        + float(w.response_length.get("max", 0) or 0)) or 4096)
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
+        # params_of's copies at a resolved row width, by (id of the params, width), with those params
+        self._row_width_params: dict[tuple[int, int], tuple[TrainParams, TrainParams]] = {}
         self._served_pools: dict[tuple, ServedScoring] = {}   # _served_on: by the role and the pool's ranks
         self._served = self._resolve_served()                 # by role: only those the workload serves
         self._flops_lines: dict[Any, tuple[float, float]] = {}   # model -> train FLOPs per token at 0, slope
@@ -855,7 +857,8 @@ class LlmCosts:
         return a * float(x.sum()) + slope * (float(np.sum(m.windowed_sq(x))) if m.num_sliding_layers
                                              else float(np.dot(x, x)))
 
-    def _slowest_replica(self, kind: str, role: str, seq_lens, n_devices: int) -> tuple[int, float]:
+    def _slowest_replica(self, kind: str, role: str, seq_lens, n_devices: int,
+                         row_width: int | None = None) -> tuple[int, float]:
         """(micro-batches, work) of the data-parallel replica with the most work in a ``kind`` pass over
         ``seq_lens``, cut as the cost model cuts them (_micro_batched_with, then llm/training.py's
         replica_micro_batches: padding counted; work: _work's line over each micro-batch's tokens and
@@ -865,12 +868,14 @@ class LlmCosts:
         lay = self.layout_for(role, n_devices)
         rows = self._forward_rows(role) if kind == "fwd" else None
         micro, lens, _ = self._micro_batched_with(lay, seq_lens, rows, None)
-        parts = replica_micro_batches(lens, micro, self._packing(), self.params_of(role, kind), forward_only=kind == "fwd")
+        parts = replica_micro_batches(lens, micro, self._packing(), self.params_of(role, kind, row_width),
+                                      forward_only=kind == "fwd")
         a, slope = self._flops_line(role)
         loads = [(len(tokens), a * float(tokens.sum()) + slope * float(squares.sum())) for tokens, squares in parts]
         return max(count for count, _ in loads), max(work for _, work in loads)
 
-    def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact, scored: Any = None) -> StageCost:
+    def _reused(self, kind: str, role: str, seq_lens, pool: _Pool, exact, scored: Any = None,
+                row_width: int | None = None) -> StageCost:
         """Exact cost for the first batch of each (kind, model, pool key, batch size, micro-batch count);
         later batches scale its work-driven part by the slowest replica's model FLOPs (_slowest_replica;
         same layout, same micro-batches: that time ~ work) and keep its fixed part (StageCost.fixed_s: host copies, the optimizer step and
@@ -880,16 +885,21 @@ class LlmCosts:
         devices and links). A head that projects the responses alone (head_response_only) is priced
         exactly every batch: its share of a pass follows the batch's response share, and in a forward
         pass (the logits' memory-bound passes) more than its FLOPs' share, which the scaling by work
-        mispriced (-22% on a forward at a response share of 0.93 scaled from 0.22)."""
+        mispriced (-22% on a forward at a response share of 0.93 scaled from 0.22). A padded row width
+        (pad_rows_to, or under batch ``row_width`` else the longest of seq_lens) keys its own evaluation:
+        scaled by work from another width a 300-wide update was -32% off its exact cost, and the memory
+        kept from it is that width's."""
         # the role's trainer constants too: a host-resident reference costs what the actor's pass does not
-        params = self.params_of(role, kind)
+        params = self.params_of(role, kind, row_width)
         if not self.reuse or _head_tokens(params, scored) is not None:
             return exact()
         try:
-            micro_batches, work = self._slowest_replica(kind, role, seq_lens, len(pool.ranks))
+            micro_batches, work = self._slowest_replica(kind, role, seq_lens, len(pool.ranks), row_width)
         except RlsimError:   # a sequence over a token budget: the pass's own error, in its terms
             return exact()
-        key = (kind, self.models[role], id(params), pool.key, len(seq_lens), micro_batches)
+        width = params.compute.pad_rows_to   # batch: the longest of seq_lens, as _padded_row_width reads it
+        width = int(np.max(seq_lens)) if width == "batch" and self._packing() == "padded" and len(seq_lens) else width
+        key = (kind, self.models[role], id(params), width, pool.key, len(seq_lens), micro_batches)
         if key not in self._ref:
             self._ref[key] = (work, exact())
         ref_work, ref = self._ref[key]
@@ -966,14 +976,24 @@ class LlmCosts:
                                                     if spec(r) is kind))) for kind in pool.kinds]
         return pool.host_rates
 
-    def train(self, role, seq_lens, ranks, scored=None) -> StageCost:
+    @property
+    def pads_rows_to_the_batch(self) -> bool:
+        """Whether padded rows take the longest sample of the batch a pass is given (train_params.compute.
+        pad_rows_to: batch): the training step then gives train row_width= the step's longest, so each
+        optimizer mini-batch is as wide as the whole step batch (TRL, SkyRL pad it before the split)."""
+        return self._packing() == "padded" and self.train_params.compute.pad_rows_to == "batch"
+
+    def train(self, role, seq_lens, ranks, scored=None, row_width: int | None = None) -> StageCost:
+        """``row_width``: the padded rows' width where pad_rows_to is batch (pads_rows_to_the_batch), the
+        step batch's longest sample; None: the longest of ``seq_lens``."""
         pool = self.pool(ranks)
         if role == "actor":
             lens = np.asarray(seq_lens, np.int64)
             self._last_train_ranks = pool.ranks
             if len(lens) and self.scenario.schedule.failures:   # only a failure re-plan reads them
                 self._trained.append((self._heaviest_micro_batch_tokens(len(pool.ranks), lens), lens))
-        return self._reused("train", role, seq_lens, pool, lambda: self._train(role, seq_lens, pool, scored), scored)
+        return self._reused("train", role, seq_lens, pool, lambda: self._train(role, seq_lens, pool, scored, row_width),
+                            scored, row_width)
 
     def _demanding_batches(self) -> list[np.ndarray]:
         """The latest trained batch, the one of the longest sample and the one of the heaviest
@@ -1139,10 +1159,10 @@ class LlmCosts:
             return "workload.critic_batching.forward_micro_batch"
         return "schedule.forward_micro_batch"
 
-    def _train(self, role, seq_lens, where: _Pool | int, scored=None) -> StageCost:
+    def _train(self, role, seq_lens, where: _Pool | int, scored=None, row_width: int | None = None) -> StageCost:
         pool = self._as_pool(where)
         n_devices = len(pool.ranks)
-        params = self.params_of(role, "train")
+        params = self.params_of(role, "train", row_width)
         lay, lens, heads = self._micro_batched_with(self.layout_for(role, n_devices), seq_lens, None,
                                                     _head_tokens(params, scored))
         try:
@@ -1166,14 +1186,24 @@ class LlmCosts:
                          path_stage=chain["stage"], path_s=tuple(parts),
                          fixed_s=sum(seconds for part, seconds in parts if part in FIXED_PATH_PARTS))
 
-    def params_of(self, role: str, kind: str = "train") -> TrainParams:
+    def params_of(self, role: str, kind: str = "train", row_width: int | None = None) -> TrainParams:
         """The trainer constants a role's passes of ``kind`` (fwd, train) run with (the critic's own
-        offload: critic_train_params; the actor's entropy over the vocabulary: entropy_params)."""
+        offload: critic_train_params; the actor's entropy over the vocabulary: entropy_params), with
+        ``row_width`` for the padded rows' width where theirs is batch (one copy per width, kept: _reused
+        keys on its id)."""
         if role == "critic":
-            return self.critic_params
-        if role == "actor" and kind in self.entropy_params:
-            return self.entropy_params[kind]
-        return self.frozen_params.get(role, self.train_params)
+            params = self.critic_params
+        elif role == "actor" and kind in self.entropy_params:
+            params = self.entropy_params[kind]
+        else:
+            params = self.frozen_params.get(role, self.train_params)
+        if row_width is None or params.compute.pad_rows_to != "batch":
+            return params
+        key = (id(params), int(row_width))
+        if key not in self._row_width_params:
+            compute = params.compute.model_copy(update={"pad_rows_to": int(row_width)})
+            self._row_width_params[key] = (params, params.model_copy(update={"compute": compute}))
+        return self._row_width_params[key][1]
 
     def critic_resident_bytes(self, lay: TrainLayout, hbm_bytes: float) -> float:
         """PPO's critic state on each trainer device outside the critic's own passes: its weights,

@@ -733,3 +733,55 @@ def test_a_forward_memory_error_says_what_its_packed_micro_batch_is_in_the_forwa
         LlmCosts(sc, load_topology(sc.topology))._forward("actor", np.full(1024, 2048), 8)
     assert err.value.field == "schedule.forward_micro_batch"
     assert "packed into one micro-batch of schedule.forward_micro_batch=64 row(s)" in err.value.message
+
+
+def _batch_padded(reuse: bool = True) -> LlmCosts:
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                       schedule="colocated", iterations=1,
+                       overrides=["workload.model=qwen2.5-1.5b", "schedule.distqueue.packed=false",
+                                  "workload.train_params.compute.pad_rows_to=batch",
+                                  "workload.prompts_per_step=16", "workload.mini_batch_prompts=8",
+                                  f"schedule.reuse_stage_costs={str(reuse).lower()}"])
+    return LlmCosts(sc, load_topology(sc.topology))
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_batch_padded_mini_batches_are_as_wide_as_the_step_batchs_longest(reuse):
+    """pad_rows_to batch (TRL, SkyRL pad the step batch whole, then split it): mini-batches of rows
+    100, 300 and 200, 900 given row_width 900 each cost what rows all 900 long cost (T = rows x 900,
+    Q = rows x 900^2); without it the first pads to its own 300. A cost reused from another width is
+    not taken (_reused keys the width): the 300-wide batch priced after the 900-wide one costs what
+    it costs alone."""
+    c, ranks = _batch_padded(reuse), range(8)
+    assert c.pads_rows_to_the_batch
+    first, second = np.array([100, 300] * 8), np.array([200, 900] * 8)
+    full = c.train("actor", np.full(16, 900), ranks).time_s
+    assert c.train("actor", second, ranks, row_width=900).time_s == pytest.approx(full, rel=1e-12)
+    assert c.train("actor", first, ranks, row_width=900).time_s == pytest.approx(full, rel=1e-12)
+    own = c.train("actor", first, ranks).time_s
+    assert own == pytest.approx(_batch_padded(False).train("actor", np.full(16, 300), ranks).time_s, rel=1e-12)
+    assert own < 0.7 * full
+
+
+def test_the_training_step_gives_every_mini_batch_the_step_batchs_longest(monkeypatch):
+    """The update's optimizer mini-batches (2 here) are each given row_width = the longest sample of
+    the whole step batch where pad_rows_to is batch, none where rows pad per micro-batch."""
+    import simulator
+
+    seen: list[tuple[int, int | None]] = []
+    train = LlmCosts.train
+
+    def recording(self, role, seq_lens, ranks, scored=None, row_width=None):
+        seen.append((int(np.max(seq_lens)), row_width))
+        return train(self, role, seq_lens, ranks, scored, row_width)
+
+    monkeypatch.setattr(LlmCosts, "train", recording)
+    sc = _batch_padded().scenario
+    simulator.simulate(sc, keep_samples=False)
+    assert len(seen) == 2 and seen[0][1] == seen[1][1] == max(longest for longest, _ in seen)
+    seen.clear()
+    sc = load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1}, schedule="colocated",
+                       iterations=1, overrides=["workload.model=qwen2.5-1.5b", "schedule.distqueue.packed=false",
+                                                "workload.prompts_per_step=16", "workload.mini_batch_prompts=8"])
+    simulator.simulate(sc, keep_samples=False)
+    assert len(seen) == 2 and all(width is None for _, width in seen)

@@ -204,6 +204,8 @@ class TrainStep:
         no optimizer step on an empty mini-batch."""
         totals = self.ctx.totals
         mini_batches = np.array_split(np.arange(len(lens)), max(1, min(n_mini_batches, len(lens))))
+        # padded whole before the split (pad_rows_to batch: TRL, SkyRL): every mini-batch the step's width
+        width = {"row_width": int(lens.max())} if getattr(self.costs, "pads_rows_to_the_batch", False) else {}
         by_role, clocks = role_clocks(main, aux)
         ends = [t0] * len(clocks)
         for stage in self.ctx.alg.of_kind(TRAIN):
@@ -214,7 +216,7 @@ class TrainStep:
             offload = self.costs.update_offload_s(stage.role, clock.ranks)
             for step in range(steps):
                 part = mini_batches[step % len(mini_batches)]
-                cost = self.costs.train(stage.role, lens[part], clock.ranks,
+                cost = self.costs.train(stage.role, lens[part], clock.ranks, **width,
                                         **_scored(None if responses is None else responses[part]))
                 if step == steps - 1 and offload > 0:   # the phase's reload + offload, once: with its last step
                     cost = dataclasses.replace(cost, time_s=cost.time_s + offload,
