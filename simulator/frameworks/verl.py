@@ -2420,6 +2420,12 @@ CRITIC_TOKEN_BUDGET_KEYS = ("critic.ppo_max_token_len_per_gpu", "critic.forward_
 CRITIC_GLOBAL_MICRO_BATCH_KEYS = ("critic.ppo_micro_batch_size", "critic.forward_micro_batch_size")
 CRITIC_BATCH_SIZE_KEYS = ("critic.ppo_micro_batch_size_per_gpu", "critic.forward_micro_batch_size_per_gpu",
                           *CRITIC_GLOBAL_MICRO_BATCH_KEYS)
+# verl's megatron CriticWorker computes the values in micro-batches of ppo_micro_batch_size_per_gpu
+# (0.6.1 / 0.7.0 megatron_workers.py compute_values: data.meta_info["micro_batch_size"] =
+# self.config.ppo_micro_batch_size_per_gpu); its forward_micro_batch_size keys are not read there
+MEGATRON_CRITIC_FORWARD_KEYS = ("critic.forward_micro_batch_size_per_gpu", "critic.forward_micro_batch_size")
+MEGATRON_CRITIC_FORWARD = ("the megatron critic computes its values in micro-batches of ppo_micro_batch_size_per_gpu "
+                           "(megatron_workers.py compute_values): not read")
 # verl 0.6.0 trainer/config/critic/critic.yaml: "Max tokens per GPU in one PPO batch (doubled for critic)"
 VERL_CRITIC_MAX_TOKEN_LEN = 32768
 
@@ -2463,15 +2469,22 @@ def _critic_batching(v: Values, w: dict[str, Any], decided: dict[str, tuple[Stat
         unread = CRITIC_BATCH_SIZE_KEYS
     else:
         micro = _micro_batch_per_gpu(v, "critic", "ppo_micro_batch_size", decided)
-        # verl divides the global forward_micro_batch_size with the global ppo_micro_batch_size
-        # (fsdp_workers.py CriticWorker, whose forward_micro_batch_size defaults to it: dp_critic.yaml)
-        forward = (_global_micro_batch_share(v, "critic.forward_micro_batch_size", decided)
-                   if v("critic.ppo_micro_batch_size") is not None and v("critic.forward_micro_batch_size") is not None
-                   else v.whole("critic.forward_micro_batch_size_per_gpu")) or micro
-        batching = {k: n for k, n in (("micro_batch", micro), ("forward_micro_batch", forward)) if n is not None}
         unread = CRITIC_TOKEN_BUDGET_KEYS
+        if _strategy(v, "critic") == "megatron":   # MEGATRON_CRITIC_FORWARD: the value pass takes the update's
+            forward = micro
+            unread = (*unread, *MEGATRON_CRITIC_FORWARD_KEYS)
+        else:
+            # verl divides the global forward_micro_batch_size with the global ppo_micro_batch_size
+            # (fsdp_workers.py CriticWorker, whose forward_micro_batch_size defaults to it: dp_critic.yaml)
+            forward = (_global_micro_batch_share(v, "critic.forward_micro_batch_size", decided)
+                       if v("critic.ppo_micro_batch_size") is not None
+                       and v("critic.forward_micro_batch_size") is not None
+                       else v.whole("critic.forward_micro_batch_size_per_gpu")) or micro
+        batching = {k: n for k, n in (("micro_batch", micro), ("forward_micro_batch", forward)) if n is not None}
     for key in given:
-        if key in unread:
+        if key in MEGATRON_CRITIC_FORWARD_KEYS and key in unread:
+            decided[key] = ("ignored", MEGATRON_CRITIC_FORWARD)
+        elif key in unread:
             decided[key] = ("ignored", f"critic.use_dynamic_bsz {str(dynamic).lower()}: not read")
         elif key in CRITIC_BATCHING:
             decided[key] = ("mapped", f"workload.critic_batching.{CRITIC_BATCHING[key]}")

@@ -1005,6 +1005,22 @@ def test_verl_critic_global_micro_batch_is_divided_by_the_critics_own_data_paral
     assert critic["micro_batch"] == 8
 
 
+def test_verls_megatron_critic_computes_its_values_at_its_update_micro_batch():
+    """verl's megatron CriticWorker.compute_values passes ppo_micro_batch_size_per_gpu as the value pass's
+    micro-batch (megatron_workers.py, 0.6.1 and 0.7.0): its forward_micro_batch_size keys are read past."""
+    cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
+    ppo = ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B", "actor_rollout_ref.actor.strategy=megatron",
+           "actor_rollout_ref.actor.megatron.param_offload=true", "+critic.strategy=megatron",
+           "+critic.ppo_micro_batch_size_per_gpu=2", "+critic.forward_micro_batch_size_per_gpu=16"]
+    imported = import_config("verl", cfg, ppo)
+    assert imported.scenario["workload"]["critic_batching"] == {"micro_batch": 2, "forward_micro_batch": 2}
+    assert "compute_values" in imported.ignored["critic.forward_micro_batch_size_per_gpu"]
+    fsdp = import_config("verl", cfg, ["algorithm.adv_estimator=gae", "+critic.model.path=Qwen/Qwen2.5-7B",
+                                       "+critic.ppo_micro_batch_size_per_gpu=2",
+                                       "+critic.forward_micro_batch_size_per_gpu=16"])
+    assert fsdp.scenario["workload"]["critic_batching"] == {"micro_batch": 2, "forward_micro_batch": 16}
+
+
 def test_verl_remax_is_refused_for_its_greedy_baseline_generation():
     """adv_estimator remax: verl's trainer generates a second, greedy response a prompt for the
     baseline (ray_trainer.py gen_max), a stage rlsim does not model: refused, naming the key."""
