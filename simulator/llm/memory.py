@@ -288,6 +288,11 @@ def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_to
     return MemoryBreakdown(int(stage), states.weights_bytes, 0.0, 0.0, acts, logits, states.capacity_bytes, gathered)
 
 
+def forward_batch_field(budget: bool) -> str:
+    """The key that sizes a forward-only pass's micro-batches: its token budget, or its rows."""
+    return "workload.train_layout.logprob_max_tokens_per_micro_batch" if budget else "schedule.forward_micro_batch"
+
+
 def check_forward_fits(breakdown: MemoryBreakdown, *, what: str, budget: bool, source: str | None = None) -> None:
     """RlsimError with the breakdown when a forward-only pass does not fit: it names the key that
     sizes the pass's micro-batch (its token budget, or its rows), or the layout where the weights
@@ -297,14 +302,12 @@ def check_forward_fits(breakdown: MemoryBreakdown, *, what: str, budget: bool, s
     if breakdown.weights_bytes + breakdown.gathered_bytes > breakdown.capacity_bytes:
         field, fix = ("workload.train_layout", "raise tp / pp (the weights alone fill the device, whatever the "
                       "micro-batch), or use devices with more HBM")
-    elif budget:
-        field, fix = ("workload.train_layout.logprob_max_tokens_per_micro_batch",
-                      "lower the forward passes' token budget (workload.train_layout.logprob_max_tokens_per_micro_batch, "
-                      "verl log_prob_max_token_len_per_gpu), raise tp / pp, or use devices with more HBM")
     else:
-        field, fix = ("schedule.forward_micro_batch",
-                      "lower the forward passes' micro-batch (schedule.forward_micro_batch, verl "
-                      "log_prob_micro_batch_size_per_gpu), raise tp / pp, or use devices with more HBM")
+        field = forward_batch_field(budget)
+        size, verl_key = (("token budget", "log_prob_max_token_len_per_gpu") if budget
+                           else ("micro-batch", "log_prob_micro_batch_size_per_gpu"))
+        fix = (f"lower the forward passes' {size} ({field}, verl {verl_key}), raise tp / pp, or use devices "
+               "with more HBM")
     raise RlsimError(f"{what} does not fit in device memory: {breakdown.describe()}", source=source, field=field,
                      fix=fix)
 

@@ -39,7 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine_software import has_state_radix
+from ..params import InferenceParams
 from .kv_pool import UNBOUNDED_KV_TOKENS
+
+_DEFAULTS = InferenceParams.model_fields   # the pool's constants default as the engine's
 
 # Model types (config.json model_type) whose hybrid SWA memory SGLang turns off: GptOssForCausalLM,
 # Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma3n* (sglang 0.5.2 and 0.5.6
@@ -83,12 +86,12 @@ class SglangPool:
     full_layers: int
     swa_token_bytes: float = 0.0
     swa_layers: int = 0
-    swa_full_tokens_ratio: float = 0.8
+    swa_full_tokens_ratio: float = _DEFAULTS["swa_full_tokens_ratio"].default
     state_slot_bytes: float = 0.0
     state_radix: bool = False
     mamba_slots: int = SGLANG_MAMBA_SLOTS_UNSET
-    mamba_full_memory_ratio: float = 0.9
-    mamba_slots_per_request: int = 3
+    mamba_full_memory_ratio: float = _DEFAULTS["mamba_full_memory_ratio"].default
+    mamba_slots_per_request: int = _DEFAULTS["mamba_slots_per_request"].default
 
     @property
     def state_slots(self) -> int:

@@ -50,7 +50,7 @@ from ..llm.inference import (
     run_all_into,
 )
 from ..llm.layer_costs import with_lora
-from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, memory_per_device
+from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, forward_batch_field, memory_per_device
 from ..llm.multi_turn import EngineShare, TurnLaw, plan_turns, run_turns_in_lockstep
 from ..llm.multi_turn_server import MultiTurnServer, TurnRegistry, run_turns
 from ..llm.served import ServedCost, ServedScoring
@@ -354,6 +354,14 @@ def frozen_text(roles: Iterable[str]) -> str:
     """The frozen models' weights as messages name them ("the reference's weights"); "" for none."""
     names = [FROZEN_NAMES[role] for role in roles]
     return f"the {' and '.join(names)}'s weights" if names else ""
+
+
+def _held_beside(whose: str, trained: float, frozen: Mapping[str, float]) -> list[str]:
+    """What a memory error says sits beside a pass: the trained models' kept state (``whose``) and the
+    frozen models' resident weights, each where there is some."""
+    return [f"{text} {nbytes / 1e9:.1f} GB" for text, nbytes in (
+        (f"{whose} resident weights, optimizer state and kept gradients", trained),
+        (frozen_text(frozen), sum(frozen.values()))) if nbytes > 0.0]
 
 
 def _kept(memory: MemoryBreakdown, params: TrainParams) -> float:
@@ -1089,7 +1097,7 @@ class LlmCosts:
                              packing=self._packing(), params=params, collectives=self.collectives, source=self.source,
                              scored=heads)
         except RlsimError as exc:
-            rows, key = self._forward_rows(role), self._forward_rows_key(role)
+            rows, key = self._forward_rows_given(role)
             if rows is None:
                 rows, key = self.layout_for(role, n_devices).micro_batch, "workload.train_layout.micro_batch"
             raise self._beside_the_engine(self._in_the_layouts_terms(exc, lay, rows, key)) from None
@@ -1126,11 +1134,8 @@ class LlmCosts:
         beside = trained + sum(frozen.values())
         if beside <= 0.0 or memory.total_bytes + beside <= memory.capacity_bytes:
             return
-        held = [f"{text} {nbytes / 1e9:.1f} GB" for text, nbytes in (
-            ("the trained models' resident weights, optimizer state and kept gradients", trained),
-            (frozen_text(frozen), sum(frozen.values()))) if nbytes > 0.0]
-        field = ("workload.train_layout.logprob_max_tokens_per_micro_batch" if budget
-                 else "schedule.forward_micro_batch")
+        held = _held_beside("the trained models'", trained, frozen)
+        field = forward_batch_field(budget)
         # the actor's state is the larger trained part beside any pass: its offload, or the frozen models'
         _, step = self._beside_fix("critic", trained >= sum(frozen.values()), list(frozen))
         raise self._beside_the_engine(RlsimError(
@@ -1147,17 +1152,14 @@ class LlmCosts:
 
     def _forward_rows(self, role: str) -> int | None:
         """Samples a forward micro-batch (sample-count mode): the critic's value pass may take its own."""
-        batching = self.scenario.workload.critic_batching
-        if role == "critic" and batching is not None and batching.forward_micro_batch is not None:
-            return batching.forward_micro_batch
-        return self.scenario.schedule.forward_micro_batch
+        return self._forward_rows_given(role)[0]
 
-    def _forward_rows_key(self, role: str) -> str:
-        """The key that gives _forward_rows."""
+    def _forward_rows_given(self, role: str) -> tuple[int | None, str]:
+        """(_forward_rows, the key that gives it)."""
         batching = self.scenario.workload.critic_batching
         if role == "critic" and batching is not None and batching.forward_micro_batch is not None:
-            return "workload.critic_batching.forward_micro_batch"
-        return "schedule.forward_micro_batch"
+            return batching.forward_micro_batch, "workload.critic_batching.forward_micro_batch"
+        return self.scenario.schedule.forward_micro_batch, "schedule.forward_micro_batch"
 
     def _train(self, role, seq_lens, where: _Pool | int, scored=None, row_width: int | None = None) -> StageCost:
         pool = self._as_pool(where)
@@ -1236,10 +1238,7 @@ class LlmCosts:
         if beside <= 0.0 or memory.total_bytes + beside <= memory.capacity_bytes:
             return
         trained = beside - sum(frozen.values())
-        held = [f"{text} {nbytes / 1e9:.1f} GB" for text, nbytes in (
-            (f"the {'critic' if role == 'actor' else 'actor'}'s resident weights, optimizer state and kept gradients",
-             trained),
-            (frozen_text(frozen), sum(frozen.values()))) if nbytes > 0.0]
+        held = _held_beside(f"the {'critic' if role == 'actor' else 'actor'}'s", trained, frozen)
         field, step = self._beside_fix(role, trained >= sum(frozen.values()), list(frozen))
         raise RlsimError(
             f"the {role}'s update needs {(memory.total_bytes + beside) / 1e9:.1f} GB per device: its own "
