@@ -124,8 +124,6 @@ class ColocatedRun:
         sub-round pays its own long tail; between two, the engine stays up or sleeps and wakes, re-synced
         or not (schedule.between_gen_batches); then training on every device."""
         ends, cycle_s, _ = self._generate_sub_rounds(k, t0, self.ctx.draws.sub_round_shares(k, self.n_inst))
-        if self.ctx.sched.between_gen_batches == "stay":   # the engine stays up: one record of the step
-            self._record_round(self.actor, ends, t0, float(ends.max()), k)
         end = self._segments_until_batch(k, float(ends.max()))   # a partial rollout's kept groups finish
         self.ctx.add_stage_time("generate", end - t0 - cycle_s)
         yield from self._train_and_sync(k, self.actor, self.actor.ranks)
@@ -141,11 +139,8 @@ class ColocatedRun:
         ends, cycle_s, scored = self._generate_sub_rounds(k, t0, shares[:-1])
         lead_end = float(ends.max())
         ctx.add_stage_time("generate", lead_end - t0 - cycle_s)
-        stay = ctx.sched.between_gen_batches == "stay"
-        if stay:
-            self._record_round(self.actor, ends, t0, lead_end, k)
         self.actor.idle("dependency", scored, k, label="reward")   # the filter waits for the rewards
-        if not stay:
+        if ctx.sched.between_gen_batches != "stay":
             self._between_gen_batches(k)
         return self.actor.cursor, [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, shares[-1],
                                                                                         strict=True)]
@@ -154,7 +149,8 @@ class ColocatedRun:
                              shares: list[list[SeqBatch]]) -> tuple[np.ndarray, float, float]:
         """Generate the sub-rounds ``shares`` (each a share per instance) one after another from t0,
         each once the one before is generated and scored, the engine cycled between two unless it
-        stays up (each sub-round then recorded on its own). Returns the last one's per-instance ends,
+        stays up; each sub-round recorded on its own (an engine that stays up idles through the
+        others' tail and the rewards' wait as well). Returns the last one's per-instance ends,
         the seconds spent between sub-rounds (the rewards' wait and the engine's cycle: not generation)
         and when the last one is scored (a next one could start)."""
         ctx, ranks = self.ctx, self.actor.ranks
@@ -164,16 +160,16 @@ class ColocatedRun:
             first_row = ctx.store.n
             # a partial rollout's carried sequences resume at the engine's next generation call
             batches = [SeqBatch.concat(carry, seqs) for carry, seqs in zip(self.carries, shares_j, strict=True)]
-            if j and cycles:
+            if j:
                 waited = max(0.0, start - self.actor.cursor)
                 self.actor.idle("dependency", start, k, label="reward")   # the filter waits for the rewards
-                cycle_s += waited + self._between_gen_batches(k)   # neither is generation (verl: timing_s/reward)
+                # neither the wait nor the cycle is generation (verl: timing_s/reward)
+                cycle_s += waited + (self._between_gen_batches(k) if cycles else 0.0)
                 start = self.actor.cursor
             results = ctx.gen.commit_many(ctx.gen.plan_many(batches, start, self.version, self._instances(ranks)))
             self.carries = [r[1] for r in results]
             ends = np.array([r[0] for r in results])
-            if cycles:
-                self._record_round(self.actor, ends, start, float(ends.max()), k)
+            self._record_round(self.actor, ends, start, float(ends.max()), k)
             # the filter needs the whole sub-round scored: the next starts once its rewards are in
             ready = ctx.store.at("ready", np.arange(first_row, ctx.store.n))
             start = max(float(ends.max()), float(ready.max()) if len(ready) else 0.0)

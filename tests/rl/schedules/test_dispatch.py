@@ -153,6 +153,38 @@ def test_the_engine_sleeps_and_is_resharded_between_generation_batches(between, 
     assert ("reshard before a generation batch" in labels) == (between == "reshard")
 
 
+@pytest.mark.parametrize("between", ["stay", "sleep", "reshard"])
+def test_an_engine_that_stays_up_between_generation_batches_idles_through_the_tail_and_the_rewards(between):
+    """Two sub-rounds on two colocated instances, one of long responses and one of short, rule rewards
+    between them: each instance is busy generating its own sequences only (closed form: tokens x
+    decode time), the short one waits out the long one's tail (long_tail) and both wait for the
+    filter's rewards (dependency, reward) before the next batch, and the generate stage is the two
+    sub-rounds' spans, the same whether the engine stays up, sleeps or is resharded between them.
+    With ``stay`` the whole step was one record per instance, from the first batch's start to its
+    last end: the short instance's tail and the rewards' wait counted as generation (and the stage
+    held the wait: 18.4 s for 16 s of generation)."""
+    n, d, reward_s = 4, 1e-3, 0.3
+    costs = FakeCosts(instance_devices=1, train_group_devices=1, instance_max_seqs=1, decode_s_per_token=d,
+                      sync_s=0.4, switch_s=0.25, reward_s_per_sample=reward_s)
+    sc = scenario("colocated", iterations=1, prompts=8, n=n, between_gen_batches=between,
+                  workload={"algorithm": "dapo", "dynamic_sampling": {"gen_prompts": 4, "keep_fraction": 1.0}})
+
+    def lengths(rng, n_prompts, n_samples, step):   # instance 0 takes the even prompts, 1 the odd ones
+        return np.array([[1000 if p % 2 == 0 else 100] * n_samples for p in range(n_prompts)])
+    rec, tl, sm, s = run(sc, costs, devices=2, prompt=const(10), resp=lengths)
+    actor = tl[tl["pool"] == "actor"]
+    device_s = (actor["end"] - actor["start"]) * actor["rank_count"]
+    for instance, length in ((0, 1000), (1, 100)):
+        mine = (actor["rank_start"] == instance) & (actor["state"] == "generate")
+        assert device_s[mine].sum() == pytest.approx(2 * 2 * n * length * d)   # two sub-rounds of 2 x n sequences
+    long_batch = 2 * n * 1000 * d                                                # a sub-round's span
+    assert s["stage_time_s"]["generate"] == pytest.approx(2 * long_batch)
+    tail = actor[(actor["rank_start"] == 1) & (actor["cause"] == "long_tail")]
+    assert (tail["end"] - tail["start"]).sum() == pytest.approx(2 * (long_batch - 2 * n * 100 * d))
+    first_rewards = actor[(actor["label"] == "reward") & (actor["end"] < 2 * long_batch)]
+    assert (first_rewards["end"] - first_rewards["start"]).sum() == pytest.approx(2 * n * reward_s)   # 8 samples, one worker
+
+
 def test_between_gen_batches_needs_dynamic_sampling_and_the_colocated_kind():
     with pytest.raises(RlsimError) as err:
         scenario("colocated", between_gen_batches="sleep")
