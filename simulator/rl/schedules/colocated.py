@@ -49,6 +49,8 @@ class ColocatedRun:
         self.aux_in_turn = aux_name == "aux-reward"
         self.aux_roles: Clock | dict[str, Clock] | None = {"reward": self.aux} if self.aux_in_turn else self.aux
         self.parts: tuple[int, list] | None = None    # StaleSync's trainers and tail group while apart
+        # devices a StaleSync step left generating its tail: they never switched to training
+        self.stayed_in_rollout = 0
         ctx.clocks += [self.actor] + ([self.aux] if self.aux else [])
         ctx.start_clock(self.actor)
         if self.aux:
@@ -67,7 +69,7 @@ class ColocatedRun:
     # ---- one step -----------------------------------------------------------------------------
     def _step(self, k: int):
         ctx, env = self.ctx, self.env
-        self._switch(self.actor, "rollout", k)
+        self._switch_to_rollout(k)
         if self.aux:
             self.aux.idle("dependency", self.actor.cursor, k)
         yield env.timeout(max(0.0, self.actor.cursor - env.now))
@@ -243,17 +245,32 @@ class ColocatedRun:
         yield env.timeout(barrier - env.now)
         self.actor.cursor = barrier
         self.parts = None
+        self.stayed_in_rollout = tail_clock.rank_count
 
     def _instances(self, ranks) -> list:
         """The rank slices of the rollout instances on ``ranks`` (D devices each)."""
         d = self.d
         return [ranks[i * d:(i + 1) * d] for i in range(len(ranks) // d)]
 
-    def _switch(self, clock: Clock, to_phase: str, k: int) -> float:
-        cost = self.ctx.costs.switch(to_phase, clock.ranks)
+    def _switch_to_rollout(self, k: int) -> None:
+        """The step's switch to rollout: the whole pool, or after a StaleSync step only its trainers
+        (the devices that generated the tail never left rollout: they wait for the others)."""
+        stayed, self.stayed_in_rollout = self.stayed_in_rollout, 0
+        if not stayed:
+            self._switch(self.actor, "rollout", k)
+            return
+        trainers, tail = self.actor.split([self.n_actor - stayed, stayed])
+        self._switch(trainers, "rollout", k, pool=self.actor)
+        tail.idle("dependency", trainers.cursor, k, label="stayed in rollout")
+        self.actor.cursor = trainers.cursor
+
+    def _switch(self, clock: Clock, to_phase: str, k: int, pool: Clock | None = None) -> float:
+        """``clock`` switched to ``to_phase``; ``pool``: the pool's switch (priced on its ranks, as
+        before StaleSync's split) that only ``clock``'s devices make."""
+        cost = self.ctx.costs.switch(to_phase, (pool or clock).ranks)
         clock.busy("switch", clock.cursor + cost.time_s, k, label=f"to {to_phase}", cause="switch")
         self.ctx.add_switch_bytes(cost.bytes_moved, clock.rank_count)
-        if clock is self.actor:   # the whole pool's switch (not colocated StaleSync's trainers alone)
+        if clock is self.actor or pool is not None:   # the whole pool's switch (not colocated StaleSync's trainers alone)
             self.ctx.add_switch_parts(to_phase, cost.parts_s)
         self.ctx.add_stage_time(f"switch_to_{to_phase}", cost.time_s)
         return cost.time_s
@@ -346,6 +363,7 @@ class ColocatedRun:
             self.parts = None
         lost_s = fl.roll_back(ctx, target, t_f)
         self.carries, self.version = target.extra
+        self.stayed_in_rollout = 0     # the survivors restart their engines: all of them switch
         out, use = fl.replan_training(ctx, self.alive, failed, self._usable_devices,
                                       "whole training replica and rollout instance", spec)
         fl.mark_out(ctx, "actor", [r for r in self.alive if r not in use], failed, t_f)

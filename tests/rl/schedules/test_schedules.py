@@ -459,6 +459,30 @@ def test_stalesync_moves_freed_devices_to_training_while_the_tail_consolidates()
     assert any(overlap)
 
 
+def test_stalesync_tail_devices_that_never_left_rollout_do_not_switch_back_to_it():
+    """Colocated StaleSync: the devices left generating a step's tail never switched to training, so at
+    the next step only the trainers switch to rollout (the others wait for them: dependency); the step
+    starts as before. The whole pool was recorded switching, the tail devices a switch from rollout to
+    rollout (a 3-step run: 2 x 0.1 s x 8 devices = 1.6 device-s of switching that did not happen)."""
+    switch_s = 0.1
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=0.2, switch_s=switch_s, instance_max_seqs=16)
+    rec, tl, sm, s = run(scenario("stalesync", iterations=3, prompts=16), c, devices=16)
+
+    def ranks_of(rows):
+        return {r for row in rows.itertuples() for r in range(row.rank_start, row.rank_start + row.rank_count)}
+    assert set(tl.loc[tl["label"] == "tail", "iteration"]) == {0, 1, 2}
+    to_rollout = tl[tl["label"] == "to rollout"]
+    assert ranks_of(to_rollout[to_rollout["iteration"] == 0]) == set(range(16))
+    for k in (1, 2):
+        trainers = ranks_of(tl[(tl["label"] == "to train") & (tl["iteration"] == k - 1)])
+        assert 0 < len(trainers) < 16
+        assert ranks_of(to_rollout[to_rollout["iteration"] == k]) == trainers
+        stayed = tl[(tl["iteration"] == k) & (tl["label"] == "stayed in rollout")]
+        assert ranks_of(stayed) == set(range(16)) - trainers and (stayed["cause"] == "dependency").all()
+        assert (stayed["end"] - stayed["start"]).max() == pytest.approx(switch_s)
+    assert np.allclose(metrics.per_device_time(tl, 16), rec.makespan_s, rtol=1e-9, atol=1e-9)
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), rollout_fraction=st.sampled_from([0.25, 0.5, 0.75]))
 def test_one_step_off_round_batches_trains_each_round_whole_on_its_step(seed, rollout_fraction):
