@@ -422,6 +422,27 @@ class MemoryParams(StrictModel):
     # device beside the computing layer's gradient (the working set above: zero3_prefetch_layers is
     # then not read). True: FSDP's default, each layer resharded after its forward.
     zero3_reshard_after_forward: bool = True
+    # DeepSpeed ZeRO-1 / 2's gradient reduction buckets (deepspeed 0.19.6 runtime/zero/stage_1_and_2.py
+    # DeepSpeedZeroOptimizer.setup_buckets: at the backward's first gradient hook, with
+    # contiguous_gradients (DeepSpeed's default, zero/config.py), one torch.empty(reduce_bucket_size) in
+    # the model's dtype, and a second "to avoid data access conflict when overlap_comm is enabled";
+    # _release_ipg_buffers frees them at the backward's end): the elements of a bucket
+    # (zero_optimization.reduce_bucket_size: DeepSpeed's default 5e8, which OpenRLHF's "auto" keeps,
+    # runtime/config_utils.py drops "auto" values) and how many. Held through the backward beside the
+    # activations, weight_bytes_per_param an element, under train_layout.zero 1 or 2 only (MemoryBreakdown
+    # .zero_buffers_bytes). 0: none (Megatron-Core's buckets are views of its gradient buffer; FSDP reduces
+    # each layer's gradients: the ZeRO-3 working set).
+    zero_reduce_bucket_params: float = Field(0.0, ge=0)
+    zero_reduce_buckets: int = Field(1, ge=1)
+    # Copies of a device's gradient partition ZeRO-2 holds beside the gradients through the backward of
+    # every micro-batch after an optimizer step's first: DeepSpeed 0.19.6 (stage_1_and_2.py
+    # independent_gradient_partition_epilogue) keeps the first micro-batch's partition (all_grad_tensors)
+    # and adds each later one into it, which the next backward writes to a fresh grads_in_partition
+    # (copy_grads_in_partition: torch.empty of the partition's size), freed after the addition: 1.
+    # grad_bytes_per_param an element, train_layout.zero 2 only, several micro-batches an optimizer step
+    # only (MemoryBreakdown.zero_buffers_bytes). 0: the gradients accumulate in place (Megatron-Core's
+    # buffer, FSDP's sharded gradients).
+    zero2_accumulated_grad_partitions: int = Field(0, ge=0)
 
     @property
     def resident_bytes_per_param(self) -> float:
@@ -440,6 +461,15 @@ class MemoryParams(StrictModel):
                              "gathered ahead) is not read: remove zero3_prefetch_layers, or keep "
                              "zero3_reshard_after_forward: true")
         return value
+
+    @model_validator(mode="after")
+    def _bucket_count_needs_buckets(self) -> "MemoryParams":
+        """zero_reduce_buckets counts buckets of zero_reduce_bucket_params elements: without them it
+        would be silently ignored."""
+        if self.zero_reduce_bucket_params == 0 and self.zero_reduce_buckets != 1:
+            raise ValueError("zero_reduce_buckets applies only with zero_reduce_bucket_params above 0 (DeepSpeed's "
+                             "reduce_bucket_size): set both, or remove zero_reduce_buckets")
+        return self
 
 
 class CommParams(StrictModel):
@@ -528,6 +558,22 @@ class CommParams(StrictModel):
     # fp32, verl fsdp_workers.py). The 2021 / 2022 stacks keep 2 (their value before this default;
     # the papers do not state the dtype of the gradient reduction).
     grad_reduce_bytes_per_param: float = Field(4.0, gt=0)
+    # The collective that reduces the gradients under ZeRO-1 / 2: "reduce-scatter", each rank receiving
+    # its shard's sum (Megatron-Core's distributed optimizer); "all-reduce", every rank receiving the
+    # whole sum and keeping its shard's slices, twice the reduce-scatter's bytes on the wire: DeepSpeed's
+    # DeepSpeedZeroOptimizer.average_tensor all-reduces each bucket (deepspeed 0.19.6 runtime/zero/
+    # stage_1_and_2.py, use_multi_rank_bucket_allreduce: True by default, zero/config.py, ->
+    # allreduce_and_scatter -> allreduce_bucket: dist.all_reduce; reduce_scatter: false, its
+    # gradient_reduction_w_predivide, all-reduces too).
+    zero_grad_reduce: Literal["reduce-scatter", "all-reduce"] = "reduce-scatter"
+    # ZeRO-2 reduces every micro-batch's gradients, not the optimizer step's last alone: DeepSpeed's
+    # partitioned gradients are reduced bucket by bucket in each backward's gradient hooks (deepspeed 0.19.6
+    # runtime/zero/stage_1_and_2.py process_gradients: `if self.partition_gradients or self.overlap_comm:
+    # self.reduce_ready_partitions_and_remove_grads`; engine.py allreduce_gradients: "ZeRO stage >= 2
+    # communicates during non gradient accumulation boundaries as well"), on the compute stream unless
+    # overlap_comm: the step's first m - 1 reductions add (m - 1) x the gradient reduction x (1 -
+    # dp_overlap_fraction). False: one reduction a step (Megatron-Core's no_sync; DeepSpeed's ZeRO 0-1).
+    zero2_reduce_every_micro_batch: bool = False
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
     optimizer_traffic_bytes_per_param: float = Field(30.0, ge=0)
@@ -1326,18 +1372,33 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
     **dict.fromkeys(("pp_blocking_send", "pp_variable_seq_lengths"), LayoutGate(
         lambda lay: lay.pp > 1, "pipeline parallelism (train_layout.pp > 1)", "the sends between stages",
         "set workload.train_layout.pp above 1")),
+    # DeepSpeed's ZeRO-1 / 2 gradient reduction (llm/training.py _dp_and_optimizer)
+    "zero_grad_reduce": LayoutGate(lambda lay: lay.zero in (1, 2), "ZeRO-1 or 2 (train_layout.zero: 1 or 2)",
+                                   "the collective that reduces the gradients to their owners' partitions",
+                                   "set workload.train_layout.zero: 1 or 2"),
+    "zero2_reduce_every_micro_batch": LayoutGate(lambda lay: lay.zero == 2, "ZeRO-2 (train_layout.zero: 2)",
+                                                 "the partitioned gradients' reduction in each backward",
+                                                 "set workload.train_layout.zero: 2"),
     "pp_scatter_gather": LayoutGate(lambda lay: lay.pp > 1 and lay.tp > 1 and not lay.sp, "pipeline and tensor "
                                     "parallelism without sequence parallelism (train_layout.pp > 1, tp > 1, "
                                     "sequence_parallel: false)", "the split of each replicated send over the TP "
                                     "ranks (with sequence parallelism each rank sends its own slice)",
                                     "set workload.train_layout.pp and tp above 1 and sequence_parallel: false"),
 }
-# train_params.memory knobs that only ZeRO-3 reads (llm/memory.py, the gathered working set): the
-# same rule as LAYOUT_GATED_COMM.
+# train_params.memory knobs that only ZeRO-3 reads (llm/memory.py, the gathered working set), or only
+# ZeRO-1 / 2 (its backward buffers): the same rule as LAYOUT_GATED_COMM.
 LAYOUT_GATED_MEMORY: dict[str, LayoutGate] = dict.fromkeys(("zero3_prefetch_layers", "zero3_outer_gathered",
                                                             "zero3_reshard_after_forward"), LayoutGate(
     lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
     "the whole parameters and gradients FSDP / ZeRO-3 hold beside their shards", "set workload.train_layout.zero: 3"))
+# DeepSpeed ZeRO-1 / 2's backward buffers (llm/memory.py zero_backward_buffers_bytes)
+LAYOUT_GATED_MEMORY.update(dict.fromkeys(("zero_reduce_bucket_params", "zero_reduce_buckets"), LayoutGate(
+    lambda lay: lay.zero in (1, 2), "ZeRO-1 or 2 (train_layout.zero: 1 or 2)",
+    "DeepSpeed's gradient reduction buckets", "set workload.train_layout.zero: 1 or 2")))
+LAYOUT_GATED_MEMORY["zero2_accumulated_grad_partitions"] = LayoutGate(
+    lambda lay: lay.zero == 2, "ZeRO-2 (train_layout.zero: 2)",
+    "the gradient partitions ZeRO-2 accumulates over an optimizer step's micro-batches",
+    "set workload.train_layout.zero: 2")
 
 InapplicableKey = tuple[str, str, str]   # (dotted field, what is wrong, fix)
 

@@ -30,11 +30,16 @@ class MemoryBreakdown:
     # ZeRO-3: whole parameters and gradients held beside the shards while layers compute
     # (zero3_working_set_bytes); transient, so not resident between phases. 0 below ZeRO-3.
     gathered_bytes: float = 0.0
+    # DeepSpeed ZeRO-1 / 2's backward buffers (zero_backward_buffers_bytes): its gradient reduction
+    # buckets, and under ZeRO-2 with gradient accumulation the earlier micro-batches' gradient partition
+    # beside the one the backward fills; freed at the backward's end or the step: transient, so not
+    # resident between phases (nor offloaded with the gradients). 0 elsewhere.
+    zero_buffers_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.logits_bytes + self.gathered_bytes)
+                + self.logits_bytes + self.gathered_bytes + self.zero_buffers_bytes)
 
     @property
     def fits(self) -> bool:
@@ -44,7 +49,7 @@ class MemoryBreakdown:
         return {"stage": self.stage, "weights_bytes": self.weights_bytes, "gradients_bytes": self.gradients_bytes,
                 "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
                 "logits_bytes": self.logits_bytes, "gathered_bytes": self.gathered_bytes,
-                "total_bytes": self.total_bytes,
+                "zero_buffers_bytes": self.zero_buffers_bytes, "total_bytes": self.total_bytes,
                 "capacity_bytes": self.capacity_bytes}
 
     def describe(self) -> str:
@@ -53,6 +58,8 @@ class MemoryBreakdown:
                 f"optimizer {self.optimizer_bytes / gb:.1f} GB + activations {self.activations_bytes / gb:.1f} GB"
                 f" + logits {self.logits_bytes / gb:.1f} GB"
                 + (f" + ZeRO-3 gathered {self.gathered_bytes / gb:.1f} GB" if self.gathered_bytes else "")
+                + (f" + ZeRO-1/2 backward buffers {self.zero_buffers_bytes / gb:.1f} GB" if self.zero_buffers_bytes
+                   else "")
                 + f" = {self.total_bytes / gb:.1f} GB on pipeline stage "
                 f"{self.stage}, usable {self.capacity_bytes / gb:.1f} GB")
 
@@ -159,7 +166,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     weight_bpp, grad_bpp = params.resident_bytes_per_param, params.grad_bytes_per_param
     optim_bpp = params.optimizer_bytes_per_param
     logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
-    best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered)
+    best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered, buffers)
     for s in range(pp):
         dense, expert, largest_layer, per_chunks, rebuilt, trained_dense, trained_expert = sums[s]
         outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
@@ -186,14 +193,31 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         logits = tokens * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
         gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
             if zero >= 3 else 0.0
+        buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params)
         # MemoryBreakdown.total_bytes's sum, in its order: the stage with the largest (the first of equals)
-        total = weights + grads + optim + acts + logits + gathered
+        total = weights + grads + optim + acts + logits + gathered + buffers
         if best is None or total > best[0]:
-            best = (total, s, weights, grads, optim, acts, logits, gathered)
+            best = (total, s, weights, grads, optim, acts, logits, gathered, buffers)
     assert best is not None
-    _, stage, weights, grads, optim, acts, logits, gathered = best
+    _, stage, weights, grads, optim, acts, logits, gathered, buffers = best
     return MemoryBreakdown(int(stage), weights, grads, optim, acts, logits,
-                           capacity_hbm_bytes * params.hbm_usable_fraction, gathered)
+                           capacity_hbm_bytes * params.hbm_usable_fraction, gathered, buffers)
+
+
+def zero_backward_buffers_bytes(zero: int, grad_partition_bytes: float, micro_batches: int,
+                                params: MemoryParams) -> float:
+    """DeepSpeed ZeRO-1 / 2's buffers beside the gradients through a backward, on one device: the
+    reduction buckets (MemoryParams.zero_reduce_bucket_params x zero_reduce_buckets in the weights'
+    dtype, allocated whole whatever the model's size: stage_1_and_2.py setup_buckets), and under ZeRO-2
+    with several micro-batches an optimizer step (`micro_batches`, the caller's count),
+    zero2_accumulated_grad_partitions more copies of the device's gradient partition
+    (`grad_partition_bytes`). 0 at ZeRO 0 and 3."""
+    if zero not in (1, 2):
+        return 0.0
+    buckets = params.zero_reduce_buckets * params.zero_reduce_bucket_params * params.weight_bytes_per_param
+    accumulated = params.zero2_accumulated_grad_partitions * grad_partition_bytes \
+        if zero == 2 and micro_batches > 1 else 0.0
+    return buckets + accumulated
 
 
 @lru_cache(maxsize=4096)

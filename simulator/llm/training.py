@@ -1162,7 +1162,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
         pp_exposed = max(0.0, makespan - bare.makespan_s)
     # Gradient sync after each stage's last backward, then the optimizer.
     windows = _chunk_windows(pipe, arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
-    dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows)
+    dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows,
+                                          micro_batches=sl.stop - sl.start)
     # per optimizer step only under offload.scope optimizer_step; "update" is paid once per training
     # phase by its caller (rl/llm_costs.py update_offload_s)
     offload_s = offload_time_s(states, offload_Bps(topology, ranks, params), params) \
@@ -1329,11 +1330,13 @@ def _recompute_coefficients(model: Any) -> tuple[float, float]:
 def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, rates: DeviceRates,
                       params: TrainParams, pipe: PipelineResult,
                       chunks: Sequence[Sequence[tuple[float, float, float, float]]] | None = None,
+                      micro_batches: int = 1,
                       ) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
     """Per stage: exposed gradient sync, optimizer step, (last backward end, sync, optimizer).
     `chunks`: per stage, per model chunk, (start, end) of its last backward and of its first
     forward (`_chunk_windows`), which bound the overlap (comm.dp_overlap_window last-micro-batch);
-    None: the sync hides by dp_overlap_fraction alone."""
+    None: the sync hides by dp_overlap_fraction alone. With comm.zero2_reduce_every_micro_batch under
+    ZeRO-2 each of the step's first `micro_batches` - 1 backwards reduces its gradients too."""
     c = params.comm
     gb, wb = c.grad_reduce_bytes_per_param, params.memory.weight_bytes_per_param
     dp_list, opt_list, tail = [], [], []
@@ -1354,6 +1357,8 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
                     grads += comm.one("all_reduce", g, n * gb)
                 else:  # reduce-scatter gradients, all-gather updated weights (ZeRO-1/2)
                     part_grads, part_weights = _sharded_sync(comm, groups, s, of_experts, n * gb, n * wb)
+                    if c.zero_grad_reduce == "all-reduce":   # DeepSpeed's buckets: every rank the whole sum
+                        part_grads = comm.one("all_reduce", g, n * gb)
                     grads += part_grads
                     weights += part_weights
         end = pipe.stage_end_s(s)
@@ -1361,6 +1366,8 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
             dp = (grads + weights) * (1 - f)
         else:
             dp = _grad_sync_exposed(grads, f, chunks[s], end) + _weight_gather_exposed(weights, f, chunks[s])
+        if layout.zero == 2 and c.zero2_reduce_every_micro_batch:   # the earlier backwards' reductions
+            dp += (micro_batches - 1) * grads * (1 - f)
         shard = layout.zero_shard if layout.zero >= 1 else 1
         eshard = layout.expert_zero_shard if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps

@@ -227,8 +227,8 @@ class HeteroStepModel:
                 layers: Sequence[int] | None = None) -> float:
         """The exposed gradient sync of the stage holding the most parameters (the stages' DP groups
         reduce side by side): an all-reduce of the gradients in the dtype the stack reduces them
-        (comm.grad_reduce_bytes_per_param), or with ZeRO-1 / 2 their reduce-scatter and the updated
-        weights' all-gather (as llm/training.py prices them). ``layers`` per stage (None: even), so a
+        (comm.grad_reduce_bytes_per_param), or with ZeRO-1 / 2 their reduce-scatter (all-reduce with
+        comm.zero_grad_reduce) and the updated weights' all-gather (as llm/training.py prices them). ``layers`` per stage (None: even), so a
         balanced split's heavier stage syncs its own share (params_total / (tp pp) priced a (9, 23)
         split's 23-layer stage at 0.73 of it; a heterogeneous-cluster audit)."""
         if dp < 2:
@@ -244,7 +244,8 @@ class HeteroStepModel:
             sync = self.collectives.cost("all_reduce", dp_group, grads).time_s
         else:
             weights = shard_params * self.train_params.memory.weight_bytes_per_param
-            sync = (self.collectives.cost("reduce_scatter", dp_group, grads).time_s
+            reduce = "all_reduce" if comm.zero_grad_reduce == "all-reduce" else "reduce_scatter"
+            sync = (self.collectives.cost(reduce, dp_group, grads).time_s
                     + self.collectives.cost("all_gather", dp_group, weights).time_s)
         return (1 - hidden) * sync
 
