@@ -54,6 +54,7 @@ from .common import (
     unsupported,
     world_divides,
 )
+from .deepspeed_zero import merge_train_params, zero_train_params
 from .openrlhf_legacy import LEGACY, LEGACY_DEFAULTS, legacy_arity, translated
 from .openrlhf_script import read_script
 
@@ -200,8 +201,8 @@ RULES: dict[str, Rule] = {
     "ds.deepcompile": unsupported("DeepSpeed's compiler passes are not modelled", neutral=False),
     "ds.zpg": unsupported("ZeRO++ hierarchical partitioning is not modelled", neutral=1),
     "ds.grad_accum_dtype": unsupported("gradients accumulate in the stack's dtype", neutral=None),
-    "ds.overlap_comm": unsupported("DeepSpeed's overlap_comm switch is not modelled: rlsim prices ZeRO's "
-                                   "collectives with its training stack's overlap either way", neutral=False),
+    "ds.overlap_comm": mapped("workload.train_params.memory.zero_reduce_buckets", "ZeRO-1 / 2: 2, DeepSpeed's "
+                              "second reduction bucket; the reduction's hidden share stays comm.dp_overlap_fraction"),
     "ds.value_head_prefix": ignored("a module name: no effect on step time"),
     "ds.actor_init_on_gpu": ignored("where the weights are first built (0.9's --actor_init_on_gpu): no effect on "
                                     "step time"),
@@ -354,7 +355,20 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
                               "with a signal is workload.dynamic_sampling.keep_fraction, rlsim's default 0.5)")
     if v.flag("ds.adam_offload"):
         w.setdefault("train_params", {})["offload"] = {"optimizer": True, "scope": "optimizer_step"}
+    _deepspeed_zero(v, w, decided)
     return w
+
+
+def _deepspeed_zero(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """DeepSpeed ZeRO 0-2's gradient buffers and reduction as get_train_ds_config (utils/deepspeed/
+    deepspeed_utils.py) configures it: reduce_bucket_size "auto" (DeepSpeed's 5e8), overlap_comm and
+    contiguous_gradients from ds.overlap_comm (contiguous_gradients is DeepSpeed's default either way)."""
+    stage = w["train_layout"]["zero"]
+    merge_train_params(w, zero_train_params(stage, overlap_comm=v.flag("ds.overlap_comm"),
+                                            optimizer_on_host=v.flag("ds.adam_offload")))
+    if stage == 3 and v.given("ds.overlap_comm"):
+        decided["ds.overlap_comm"] = ("ignored", "rlsim's ZeRO-3 is its FSDP model (its per-layer collectives' "
+                                                 "overlap: comm.fsdp_*_overlap_fraction)")
 
 
 def _logprobs(v: Values, w: dict[str, Any]) -> None:

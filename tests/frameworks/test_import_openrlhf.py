@@ -367,3 +367,45 @@ def test_padded_rows_attention_as_openrlhfs_attn_implementation_runs_it():
     assert row_keys(compute(packed)) == {} and "swaps in flash_attention_2" in packed.ignored["ds.attn_implementation"]
     for r in (flash, sdpa, eager):
         load_scenario(r.scenario)
+
+
+def _zero_params(*overrides: str) -> tuple[dict, dict, object]:
+    r = import_config("openrlhf", ASYNC, list(overrides))
+    tp = r.scenario["workload"].get("train_params", {})
+    return tp.get("memory", {}), tp.get("comm", {}), r
+
+
+def test_a_zero2_actor_holds_and_reduces_its_gradients_as_deepspeed_does():
+    """get_train_ds_config's reduce_bucket_size "auto" (DeepSpeed's 5e8 elements), bf16 gradients reduced
+    in bf16, each bucket all-reduced, ZeRO-2's reduction in every backward and its accumulated partition
+    (simulator/frameworks/deepspeed_zero.py); ds.overlap_comm adds DeepSpeed's second bucket."""
+    memory, comm, r = _zero_params("ds.zero_stage=2")
+    assert memory == {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8,
+                      "zero2_accumulated_grad_partitions": 1}
+    assert comm == {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce",
+                    "zero2_reduce_every_micro_batch": True}
+    load_scenario(r.scenario)
+    memory, _, r = _zero_params("ds.zero_stage=2", "+ds.overlap_comm=true")
+    assert memory["zero_reduce_buckets"] == 2
+    assert r.mapped["ds.overlap_comm"].startswith("workload.train_params.memory.zero_reduce_buckets")
+    load_scenario(r.scenario)
+
+
+@pytest.mark.parametrize(("stage", "memory", "comm"), [
+    (0, {"grad_bytes_per_param": 2.0}, {"grad_reduce_bytes_per_param": 2.0}),
+    (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8},
+     {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce"}),
+    (3, {}, {})])
+def test_each_zero_stage_takes_its_own_deepspeed_keys(stage, memory, comm):
+    got_memory, got_comm, r = _zero_params(f"ds.zero_stage={stage}")
+    assert (got_memory, got_comm) == (memory, comm)
+    load_scenario(r.scenario)
+
+
+def test_zero_offload_keeps_no_accumulated_partition_and_zero3_reads_past_overlap_comm():
+    """ZeRO-Offload copies each backward's partition to the host (copy_grads_in_partition's cpu_offload
+    branch): no second partition on the GPU. ZeRO-3 is rlsim's FSDP model: overlap_comm is not read."""
+    memory, _, _ = _zero_params("ds.zero_stage=2", "+ds.adam_offload=true")
+    assert "zero2_accumulated_grad_partitions" not in memory and memory["zero_reduce_bucket_params"] == 5e8
+    _, _, r = _zero_params("+ds.overlap_comm=true")
+    assert "ZeRO-3" in r.ignored["ds.overlap_comm"]
