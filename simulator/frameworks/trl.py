@@ -55,6 +55,7 @@ from .common import (
     model_for,
     size_topology,
 )
+from .deepspeed_zero import merge_train_params, zero_train_params
 from .trl_accelerate import accelerate_keys
 from .trl_rules import DEFAULTS, DEFAULTS_SOURCE, GRPO_ONLY_KEYS, RLOO_DEFAULTS, RLOO_ONLY_KEYS, RULES
 
@@ -230,6 +231,10 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     offload = _offload(v, w["train_layout"]["zero"])
     if offload:
         w["train_params"]["offload"] = offload
+    if v("accelerate.distributed_type") == "DEEPSPEED":   # accelerate 1.16.0 utils/dataclasses.py DeepSpeedPlugin:
+        # no reduce_bucket_size nor overlap_comm in the config it builds: DeepSpeed's defaults
+        merge_train_params(w, zero_train_params(w["train_layout"]["zero"], overlap_comm=False,
+                                                optimizer_on_host=bool(offload.get("optimizer"))))
     _engine(v, w, server, processes, batches)
     return w
 

@@ -424,3 +424,19 @@ def test_the_sync_is_the_heaviest_stages_own_share():
     expected = (stm.collectives.cost("reduce_scatter", dp_group, heavy * 4.0).time_s
                 + stm.collectives.cost("all_gather", dp_group, heavy * 2.0).time_s)
     assert skewed > even and skewed == pytest.approx(expected, rel=1e-9)
+
+
+def test_deepspeeds_all_reduce_of_the_zero_gradients_is_priced_as_the_training_model():
+    """comm.zero_grad_reduce all-reduce (DeepSpeed's buckets): the gradients' all-reduce, not their
+    reduce-scatter, beside the weights' all-gather."""
+    from simulator.params import CommParams, TrainParams
+
+    model = load_model("llama3.1-8b")
+    topo = load_topology({"preset": "dgx-h100", "nodes": 1})
+    comm = CommParams(grad_reduce_bytes_per_param=2.0, zero_grad_reduce="all-reduce")
+    stm = HeteroStepModel(model, topo, 2048, 1, params=HeteroParams(dp_overlap_fraction=0.0),
+                          train_params=TrainParams(comm=comm))
+    ranks = list(range(8))
+    expected = (stm.collectives.cost("all_reduce", ranks, model.params_total * 2.0).time_s
+                + stm.collectives.cost("all_gather", ranks, model.params_total * 2.0).time_s)
+    assert stm._sync_s(ranks, 1, 1, 8, 2) == pytest.approx(expected, rel=1e-9)
