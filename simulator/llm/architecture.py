@@ -1174,6 +1174,9 @@ def load_model(spec: str | Path | Mapping[str, Any], *, field: str = "model",
         _refuse_unread_overrides(set(cfg) - read, read, sorted(preset), source, field)
         return model
     text = str(spec).strip()
+    if not text:   # Path("") is the current folder: its config.json, whatever it is, was read
+        raise RlsimError("empty model name", source=source, field=field,
+                         fix=f"use one of: {', '.join(model_names())}, or a path to a config.json")
     key = text.lower()
     if key in PRESETS:
         return spec_from_config(PRESETS[key], key, f"model preset {key}")

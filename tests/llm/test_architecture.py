@@ -209,6 +209,17 @@ def test_unknown_model_names_the_presets():
     assert err.value.field == "model"
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_model_name_is_refused_not_read_as_the_current_folders_config_json(name, tmp_path, monkeypatch):
+    # Path("") is ".": a config.json in the folder the command runs from was read as the model
+    (tmp_path / "config.json").write_text(json.dumps(PRESETS["qwen2.5-0.5b"]))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RlsimError, match="empty model name") as err:
+        load_model(name, field="workload.model", source="w.yaml")
+    assert err.value.field == "workload.model" and err.value.source == "w.yaml"
+    assert "qwen2.5-7b" in err.value.fix
+
+
 @pytest.mark.parametrize("key", ["workload.model", "workload.critic_model", "workload.reward.model"])
 def test_unknown_model_names_the_callers_key(key, tmp_path):
     with pytest.raises(RlsimError, match="unknown model") as err:
