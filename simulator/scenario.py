@@ -2158,7 +2158,8 @@ def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
             return deep_merge(_without_replaced_laws(base, spec), spec), label if isinstance(preset, (str, Path)) else None
         return spec, None
     raise RlsimError(f"workload must be a preset name, a path or a mapping, got {type(spec).__name__}",
-                     field="workload")
+                     field="workload", fix=f"e.g. workload: {presets.preset_names('workloads')[0]}, or "
+                                           "workload: {preset: NAME, KEY: VALUE, ...}")
 
 
 # The keys of a length law (workload.prompt_length / response_length) only one `dist` reads; the
@@ -2189,7 +2190,9 @@ def _normalise_topology(spec: Any) -> dict[str, Any]:
         return {"preset": str(spec)}
     if isinstance(spec, Mapping):
         return dict(spec)
-    raise RlsimError("topology must be a preset name, a path or a mapping", field="topology")
+    raise RlsimError(f"topology must be a preset name, a path or a mapping, got {type(spec).__name__}",
+                     field="topology", fix=f"e.g. topology: {presets.preset_names('topologies')[0]}, or "
+                                           "topology: {preset: NAME, nodes: N}")
 
 
 def _check_workload_base(workload: Any, source: str, workload_file: str | None) -> None:
@@ -2719,11 +2722,14 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     if "workload" not in data:
         raise RlsimError("no workload given", source=source, field="workload",
                          fix=f"name a preset ({', '.join(presets.preset_names('workloads'))}) or a mapping")
-    data["topology"] = _normalise_topology(data["topology"])
     # the keys written beside a `preset:` belong to this scenario (its file or --set), not the preset's
     beside = _leaf_paths({k: v for k, v in data["workload"].items() if k != "preset"}, "workload") \
         if isinstance(data["workload"], Mapping) else ()
-    data["workload"], workload_source = _resolve_workload(data["workload"])
+    try:
+        data["topology"] = _normalise_topology(data["topology"])
+        data["workload"], workload_source = _resolve_workload(data["workload"])
+    except RlsimError as exc:   # a section of the wrong type, an unknown preset: named by this scenario
+        raise (exc if exc.source else exc.with_source(source)) from None
     if workload_source:
         set_keys = tuple(str(item).split("=", 1)[0].strip() for item in overrides)
         data[_WORKLOAD_SOURCE] = (workload_source, (*set_keys, *beside))

@@ -331,3 +331,22 @@ def test_a_mini_batch_that_does_not_divide_the_step_names_its_field_and_a_diviso
         load_scenario(None, workload="grpo-qwen2.5-7b", overrides=["workload.prompts_per_step=64"])
     assert caught.value.field == "workload.mini_batch_prompts"
     assert "divisor of 64, e.g. 64, 32, 16" in caught.value.message
+
+
+@pytest.mark.parametrize(("yaml_text", "field", "says"), [
+    ("topology: [dgx-h100]\nworkload: grpo-qwen2.5-7b\n", "topology", "got list"),
+    ("topology: dgx-h100\nworkload: 3\n", "workload", "got int"),
+    ("topology: dgx-h100\nworkload: nonsense\n", "workload", "unknown workload preset 'nonsense'"),
+])
+def test_a_section_of_the_wrong_type_or_an_unknown_workload_preset_names_the_file_and_a_fix(
+        tmp_path, yaml_text, field, says):
+    """A list where the topology mapping goes, a number for the workload said neither the scenario file
+    nor a fix; an unknown workload preset did not name the file (an unknown topology preset did)."""
+    path = tmp_path / "sc.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(RlsimError, match=says) as caught:
+        load_scenario(path)
+    assert caught.value.source == str(path) and caught.value.field == field and caught.value.fix
+    with pytest.raises(RlsimError) as caught:
+        load_scenario(None, workload="nonsense")
+    assert caught.value.source == "<default scenario, workload nonsense>"
