@@ -195,3 +195,14 @@ def test_a_set_key_with_an_empty_part_names_the_item(capsys):
 def test_version_prints_the_package_version(capsys):
     from simulator.version import __version__
     assert cli.main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"rlsim {__version__}"
+
+
+def test_a_help_example_continued_on_the_next_line_shows_its_backslash():
+    """A lone backslash at a line's end in an EXAMPLES string is Python's line continuation: compare's
+    and calibrate's --help printed two example lines as one, a run of spaces inside it."""
+    import re
+
+    from tests.doc_examples import help_epilogs
+    joined = [f"{where}: {line}" for where, text in help_epilogs().items() for line in text.splitlines()
+              if re.search(r"\S {3,}--", line)]
+    assert joined == []

@@ -18,7 +18,7 @@ EXAMPLES = """examples:
   rlsim calibrate --device cpu --set microbench.collectives=false --set replay.num_prompts=8 --replay
 
   rlsim calibrate --from-log verl-run.jsonl --scenario my-run.yaml --out fitted.yaml
-  rlsim calibrate --from-log a.jsonl --scenario a.yaml --from-log b.csv --scenario b.yaml \
+  rlsim calibrate --from-log a.jsonl --scenario a.yaml --from-log b.csv --scenario b.yaml \\
       --fit workload.inference.step_overhead_s,topology.device.gemm_efficiency --predict topology.nodes=4
 
 --from-log reads verl (timing_s/gen, timing_s/update_actor, ..., timing_s/step) or NeMo RL

@@ -14,7 +14,7 @@ EXAMPLES = """examples:
   rlsim compare                                           # seed scenario: colocated vs disaggregated vs stalesync
   rlsim compare --schedules colocated,one-step-off,async --workload grpo-qwen2.5-7b --topology dgx-h100
   rlsim compare --json --iterations 2
-  rlsim compare --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml --schedules colocated,one-step-off \
+  rlsim compare --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml --schedules colocated,one-step-off \\
       --set schedule.rollout_devices=4
 """
 
