@@ -189,3 +189,8 @@ def test_the_console_prints_every_note_the_summary_carries(capsys):
     # one iteration has no steady window: its rows say so (they read "steady state"; a report audit)
     table = out.split("note:")[0]
     assert "bubble fraction (one step only)" in table and "steady state" not in table
+    # a stage's seconds are a step's, over the whole run (the row said only "stage: generate")
+    generate = result.summary["stage_time_s"]["generate"]
+    row = next(line for line in table.splitlines() if "stage: generate" in line)
+    shown = float(row.split("│")[2].split()[0].replace(",", ""))
+    assert "(per step, whole run)" in row and shown == pytest.approx(generate, rel=0.01)

@@ -100,8 +100,8 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
             if cause == "dependency" and s.get("reward_wait_fraction", 0.0) > 0:   # the critical path's "reward"
                 waited = _reward_wait_text(s)
                 t.add_row(f"    of which {waited}", f"{s['reward_wait_fraction']:.1%}")
-    for stage, sec in s["stage_time_s"].items():
-        t.add_row(f"  stage: {stage}", _fmt(sec, " s"))
+    for stage, sec in s["stage_time_s"].items():   # metrics: a stage's seconds over the run / iterations
+        t.add_row(f"  stage: {stage} (per step, whole run)", _fmt(sec, " s"))
     if "nemo_rl_timing_s" in s:   # output.timers: nemo-rl (an imported NeMo RL recipe)
         timers = [(f"  nemo-rl timing/train/{name}", sec) for name, sec in s["nemo_rl_timing_s"].items()]
     elif "openrlhf_timing_s" in s:   # output.timers: openrlhf (an imported OpenRLHF hybrid-engine script)
