@@ -44,7 +44,8 @@ def test_schedule_list_keeps_the_order():
 
 
 @pytest.mark.parametrize("value, words", [("colocated,colocated", "more than once"), (",", "no schedule given"),
-                                          ("colocated,nope", "unknown schedule")])
+                                          ("colocated,nope", "unknown schedule"),
+                                          ("colocated,,async", "empty item"), ("colocated,async,", "empty item")])
 def test_cli_compare_schedules_errors_exit_2(value, words, capsys):
     from simulator.cli import main
     assert main(["compare", "--schedules", value]) == 2

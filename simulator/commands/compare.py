@@ -10,6 +10,7 @@ from .run import add_scenario_arguments, scenario_keywords
 HELP = "compare schedules (colocated, disaggregated, stalesync, ...) on one scenario"
 # loaded during the CLI's start-up (cli._start_up); run() needs them first
 PRELOAD = ("simulator.api", "simulator.rl.llm_costs", "simulator.uncertainty.replicas", "simulator.report.console")
+DEFAULT_SCHEDULES = "colocated,disaggregated,stalesync"
 EXAMPLES = """examples:
   rlsim compare                                           # seed scenario: colocated vs disaggregated vs stalesync
   rlsim compare --schedules colocated,one-step-off,async --workload grpo-qwen2.5-7b --topology dgx-h100
@@ -22,7 +23,7 @@ EXAMPLES = """examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .common import out_dir
     add_scenario_arguments(parser)
-    parser.add_argument("--schedules", default="colocated,disaggregated,stalesync",
+    parser.add_argument("--schedules", default=None,   # None: DEFAULT_SCHEDULES (--print-scenario refuses a given one)
                         help="comma-separated schedule kinds (default: colocated,disaggregated,stalesync)")
     # --- report hook (issue 5) ---
     parser.add_argument("--out", type=out_dir, help="write each schedule's data (a folder per schedule), plots and report.html here "
@@ -47,7 +48,11 @@ def _compare(args: argparse.Namespace, imported: Any) -> int:
     from .run import print_scenario
     if imported is not None and args.print_scenario:
         return print_scenario(imported, args)
-    kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]
+    kinds = [k.strip() for k in (DEFAULT_SCHEDULES if args.schedules is None else args.schedules).split(",")]
+    if any(not k for k in kinds) and any(kinds):   # 'colocated,,async' ran two kinds, the empty one dropped
+        raise RlsimError(f"--schedules {args.schedules!r} has an empty item", field="--schedules",
+                         fix="list the kinds with one comma between each, e.g. --schedules colocated,async")
+    kinds = [k for k in kinds if k]
     bad = [k for k in kinds if k not in SCHEDULE_CLASSES]
     if bad or len(kinds) < 1:
         what = f"unknown schedule(s) {', '.join(bad)}" if bad else "no schedule given"

@@ -126,7 +126,8 @@ def print_scenario(imported: object, args: argparse.Namespace) -> int:
     YAML)."""
     from ..errors import RlsimError
     from ..scenario import load_scenario
-    unused = {"json": False, "out": None, "seeds": None, "jobs": 1, "vary": [], "samples": None}
+    unused = {"json": False, "out": None, "seeds": None, "jobs": 1, "vary": [], "samples": None, "schedules": None,
+              "metric": None}
     for name, default in unused.items():
         if getattr(args, name, default) != default:
             flag = f"--{name}"

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vary", action="append", default=[], metavar="KEY=LOW..HIGH",
                         help="a key and its range (repeatable; default: length median and sigma, step overhead, "
                              "device GEMM and HBM efficiencies, scale-up and scale-out efficiencies)")
-    parser.add_argument("--metric", default="steady_tokens_per_s",
+    parser.add_argument("--metric", default=None,   # None: runs.DEFAULT_METRIC (--print-scenario refuses a given one)
                         help="the figure of the run summary to explain (dotted for nested; default steady_tokens_per_s)")
     parser.add_argument("--seeds", type=positive_int, metavar="N", help="each figure the median over N seeds")
     parser.add_argument("--samples", type=int, default=None,
@@ -58,6 +58,7 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     if imported is not None:
         print_framework_listing(imported)
         args.scenario = imported.scenario
+    args.metric = args.metric or runs.DEFAULT_METRIC
     frame = runs.sensitivity(args.scenario, args.vary or None, seeds=args.seeds, metric=args.metric,
                              samples=runs.DEFAULT_SAMPLES if args.samples is None else args.samples, jobs=args.jobs, **kw)
     if args.out:

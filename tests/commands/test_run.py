@@ -48,16 +48,19 @@ def test_run_out_dir(tmp_path):
     assert (tmp_path / "o" / "trace.json").exists() and (tmp_path / "o" / "scenario.yaml").exists()
 
 
-@pytest.mark.parametrize("flag", [["--json"], ["--seeds", "2"], ["--jobs", "2"]])
-def test_print_scenario_refuses_the_flags_of_the_run_it_replaces(capsys, flag):
-    # they were dropped: --json still printed YAML
+@pytest.mark.parametrize("command, flag", [("run", ["--json"]), ("run", ["--seeds", "2"]), ("run", ["--jobs", "2"]),
+                                           ("compare", ["--schedules", "colocated,async"]),
+                                           ("sensitivity", ["--metric", "mfu"])])
+def test_print_scenario_refuses_the_flags_of_the_run_it_replaces(capsys, command, flag):
+    # they were dropped: --json still printed YAML; compare's --schedules and sensitivity's --metric too
     from pathlib import Path
 
     from simulator.cli import main
 
     config = Path(__file__).resolve().parents[2] / "workloads" / "frameworks" / "verl-grpo-qwen2.5-7b.yaml"
-    assert main(["run", "--from-verl", str(config), "--print-scenario", *flag]) == 2
+    assert main([command, "--from-verl", str(config), "--print-scenario", *flag]) == 2
     assert f"field '{flag[0]}'" in capsys.readouterr().err
+    assert main([command, "--from-verl", str(config), "--print-scenario"]) == 0
 
 
 @pytest.mark.parametrize("argv, field", [
