@@ -138,6 +138,22 @@ def test_parse_group():
         assert err.value.field == "--group"
 
 
+@pytest.mark.parametrize("spec", ["0,,8", "0,8,", ",0,8"])
+def test_a_comma_list_with_an_empty_item_is_refused(spec):
+    # it was read as 0,8: a slip in the list ran another group than the one meant, silently
+    with pytest.raises(RlsimError, match="an empty item") as err:
+        parse_group(H100, spec)
+    assert err.value.field == "--group"
+
+
+def test_a_group_past_the_topology_counts_its_nodes_in_words():
+    one_node = load_topology({"preset": "dgx-h100", "nodes": 1})
+    with pytest.raises(RlsimError, match=r"has 1 node\)"):
+        parse_group(one_node, "node:1")
+    with pytest.raises(RlsimError, match=r"has 2 nodes\)"):
+        parse_group(H100, "node:2")
+
+
 def test_bad_calls_raise():
     with pytest.raises(RlsimError, match="unknown collective"):
         MODEL.cost("all_reduce_fast", [0, 1], 1)
