@@ -85,6 +85,16 @@ class SeqBatch:
         return len(self.group)
 
 
+def in_flight_figures(parts: list[tuple[SeqBatch, np.ndarray]]) -> dict[str, int]:
+    """The summary's ``samples_in_flight`` of sequences started and not in the sample store at the
+    run's end, ``parts``: (sequences, tokens each generated so far): the prompts with a trajectory
+    among them, the trajectories and their tokens (these are in no other count)."""
+    groups = [seqs.group for seqs, _ in parts if len(seqs)]
+    tokens = sum(int(np.sum(generated)) for seqs, generated in parts if len(seqs))
+    every = np.concatenate(groups) if groups else np.zeros(0, int)
+    return {"prompts": int(len(np.unique(every))), "trajectories": int(len(every)), "generated_tokens": tokens}
+
+
 def prompt_index(group: np.ndarray) -> np.ndarray:
     """Each sequence's prompt number in order of first appearance (a round's samples of one prompt
     are drawn adjacent, so a new number starts wherever the group id changes)."""

@@ -63,6 +63,8 @@ class ColocatedRun:
         self.events = fl.resolve_events(ctx, self.alive, f"the actor pool (ranks {self.alive[0]}-{self.alive[-1]})")
 
     def run(self) -> float:
+        # the sequences carried at the end (a length budget's, StaleSync's tail) are in flight
+        self.ctx.in_flight_at = lambda t: [(carry, carry.done_len) for carry in self.carries]
         self.env.run(until=self.env.process(self._main()))
         return self.env.now
 

@@ -16,7 +16,7 @@ from ..distqueue import DistQueue
 from ..pools import SERVED_FIELDS, Pool
 from ..samples import SampleStore
 from ..timeline import GroupClock, Timeline
-from .batches import RoundDraws, Sampler
+from .batches import RoundDraws, Sampler, SeqBatch, in_flight_figures
 from .generation import Generation
 from .reward_pool import RewardPool
 from .staleness import TIME_TOL_S
@@ -110,6 +110,10 @@ class Context:
         self.failures: list[dict] = []
         self.out_of_run: list[OutOfRun] = []
         self.extra: dict = {}        # a schedule's own figures, added to the summary under their keys
+        # What the run leaves generating at its end (the summary's samples_in_flight): the runner's
+        # (sequences, tokens each generated so far) at a time; None: nothing. A kind that reports
+        # samples_in_flight itself (verl's, AReaL's Rollouter) leaves it None.
+        self.in_flight_at: Callable[[float], list[tuple[SeqBatch, np.ndarray]]] | None = None
         self.trainer_paths: list = []   # RunRecord.trainer_paths
 
     def add_stage_time(self, name: str, dt: float, span: tuple[float, float] | None = None) -> None:
@@ -181,6 +185,8 @@ class Context:
             late = self.store.at("finish", pending) > makespan + TIME_TOL_S   # still generating at the end
             self.store.drop(pending[~late], "unused")
             self.store.drop(pending[late], "unfinished")
+        if "samples_in_flight" not in self.extra:   # started, not in the store: in no other count
+            self.extra["samples_in_flight"] = in_flight_figures(self.in_flight_at(makespan) if self.in_flight_at else [])
         totals = self.totals
         for name, start, end, weight in totals.stage_spans:   # generation planned past the run's end
             if end > makespan:

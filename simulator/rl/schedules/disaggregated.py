@@ -167,6 +167,12 @@ class RolloutInstance:
         if last >= 0 and tail_end > clock.cursor:
             clock.idle("long_tail", tail_end, last)
 
+    def in_flight_at(self, t: float) -> list[tuple[SeqBatch, np.ndarray]]:
+        """What this instance holds unstored at ``t`` (sequences, tokens so far): its carry (a
+        length budget's cut; its plans are stored when costed, a finish past the run's end dropped
+        as ``unfinished``)."""
+        return [(self.carry, self.carry.done_len)] if len(self.carry) else []
+
     def _wait_gate(self):
         gate = self.run_.gate
         while not gate.open(self.round) and not gate.done:
@@ -339,8 +345,12 @@ class SplitPoolRun:
     def start_trainer(self, first_step: int = 0, resume_s: float = 0.0) -> None:
         self.trainer_proc = self.env.process(Trainer(self, first_step, resume_s).process())
 
+    def in_flight_at(self, t: float) -> list[tuple[SeqBatch, np.ndarray]]:
+        return [part for instance in self.rollout_instances for part in instance.in_flight_at(t)]
+
     def run(self) -> float:
         ctx, env = self.ctx, self.env
+        ctx.in_flight_at = self.in_flight_at
         self.spawn_instances(0, 0, None)
         if self.failures:   # before any process runs: instances commit round 0 at t = 0, ahead of the trainer
             self.failures.waiting[0] = fl.snapshot(ctx, 0)

@@ -167,7 +167,7 @@ class Generation:
         held = finish if cut is None else np.minimum(finish, stop_s)     # min(finish, end) of every plan
         seg = np.concatenate([plan.seg for plan in plans])
         whole = seg.astype(float)
-        parts = [whole[a:b] if end >= top else self._tokens_by(plan, cut[a:b], end)
+        parts = [whole[a:b] if end >= top else self.tokens_by(plan, cut[a:b], end)
                  for plan, (a, b), end, top in zip(plans, spans, ends, maxima, strict=True)]
         if any(part.dtype != whole.dtype for part in parts):
             return None
@@ -212,7 +212,7 @@ class Generation:
             self._account_slots(np.minimum(plan.finish, end), end)
         else:                  # every finish is at or before the end: min(finish, end) is finish
             self._account_slots(plan.finish if aborted is None else np.minimum(plan.finish, end), end)
-        gen_tokens = self._tokens_by(plan, cut, end)
+        gen_tokens = self.tokens_by(plan, cut, end)
         finished = plan.seg >= plan.remaining
         if cut is not None:
             finished = (finished & ~cut) | aborted if aborted is not None else finished & ~cut
@@ -246,7 +246,7 @@ class Generation:
         return end, aborted
 
     @staticmethod
-    def _tokens_by(plan: GenPlan, cut: np.ndarray | None, end: float) -> np.ndarray:
+    def tokens_by(plan: GenPlan, cut: np.ndarray | None, end: float) -> np.ndarray:
         """Tokens each sequence generated this segment: all of it, or for a cut one its progress at
         ``end`` - the engine's own interrupt when the plan kept its run, else linear in time.
         ``cut``: the cut mask, None when none is cut."""

@@ -16,6 +16,7 @@ import numpy as np
 from ...errors import RlsimError
 from .batches import GenPlan, SeqBatch
 from .disaggregated import RolloutInstance, SplitPoolRun
+from .generation import Generation
 from .staleness import TIME_TOL_S
 
 
@@ -80,6 +81,18 @@ class SegmentedInstance(RolloutInstance):
         if round_ is not None:
             left &= plan.seqs.round == round_
         return plan.t0 + plan.finish[left]
+
+    def in_flight_at(self, t: float) -> list[tuple[SeqBatch, np.ndarray]]:
+        """Its carry, and the running plan's sequences not in the store at ``t``: running, or done and
+        not handed out yet (a plan returned whole at its end), with their tokens by then."""
+        parts = super().in_flight_at(t)
+        plan = self.plan
+        if plan is None:
+            return parts
+        rows = np.flatnonzero(~((plan.seg >= plan.remaining) & (plan.finish <= plan.stored_through)))
+        by = max(0.0, t - plan.t0)
+        tokens = plan.seqs.done_len + Generation.tokens_by(plan, plan.finish > by, by)
+        return [*parts, (plan.seqs.take(rows), tokens[rows])]
 
     def _admit(self) -> SeqBatch:
         """The new sequences of the next plan (advances ``self.round``)."""
