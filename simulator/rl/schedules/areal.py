@@ -132,6 +132,9 @@ class ArealRun(VerlFullyAsyncRun):
         self.consumer_batch = sched.consumer_batch_size or workload.prompts_per_step
         self.max_concurrent = sched.max_concurrent_rollouts or self.consumer_batch
         self.partial = sched.interruptible
+        # a step's staleness as AReaL logs it (trainer/ppo/actor.py _log_version_staleness_stats:
+        # current version - each token's version, sample_staleness_theta_max): from the oldest token
+        self.ctx.trainer.age_column = "first_version"
         self.skip = skipped_forwards(sched)
         # rlsim's stage -> AReaL's timer (rl_trainer.py stats_tracker.record_timing), the critic's with PPO
         self.timers = {"old_logprob": "recompute_logp_s", "reference": "ref_logp_s", "train_actor": "train_step_s"}

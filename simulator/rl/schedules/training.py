@@ -53,9 +53,11 @@ class TrainStep:
         # StaleSync starts a step on the threshold share (the tail joins the next batch); every other
         # policy trains on full batches.
         self.min_batch = ceil_count(self.threshold * self.batch) if self.sched.kind == "stalesync" else self.batch
-        # The weights version a sample's age is measured from: "version" (the weights that finished it;
-        # every rlsim kind) or "first_version" (its oldest token: AReaL's head off-policyness, NeMo RL's
-        # rule where a trajectory can take new weights mid-generation). The runner sets it.
+        # The weights version a sample's age is measured from, for the step's choice and its reported
+        # staleness_mean / staleness_max: "version" (the weights that finished it; every other kind)
+        # or "first_version" (its oldest token: NeMo RL's max_trajectory_age_steps, AReaL's
+        # version_stats sample_staleness_theta_max, where a trajectory takes new weights
+        # mid-generation). The runner sets it.
         self.age_column = "version"
         # one-step-off schedule.round_batches: step k trains round k whole (verl one_step_off_policy)
         self.round_batches = self.sched.round_batches
@@ -140,7 +142,7 @@ class TrainStep:
         ctx.fold_samples()
         store.consume(ids, k)
         lens = store.at("prompt_len", ids) + store.at("response_len", ids)
-        version, response_tokens = store.at("version", ids), float(store.at("response_len", ids).sum())
+        aged_from, response_tokens = store.at(self.age_column, ids), float(store.at("response_len", ids).sum())
         t_start = env.now
         # DistQueue fetch (one reader per TP x PP group, or every rank)
         load = fetch_load(lens, self.sched.distqueue, main.rank_count, self.costs.train_group_devices,
@@ -163,7 +165,7 @@ class TrainStep:
         ctx.iterations.append({
             "iteration": k, "start": t_start, "forwards_end": t_forward, "train_end": t_end, "samples": len(ids),
             "tokens": float(lens.sum()), "response_tokens": response_tokens,
-            "staleness_mean": float(np.mean(k - version)), "staleness_max": float(np.max(k - version)),
+            "staleness_mean": float(np.mean(k - aged_from)), "staleness_max": float(np.max(k - aged_from)),
             "queue_read_bytes": load.read_bytes, "queue_payload_bytes": load.payload_bytes})
 
     def _forwards(self, k: int, lens: np.ndarray, main: Clock, aux: AuxClocks, t0: float,
