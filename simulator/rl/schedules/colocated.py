@@ -239,12 +239,10 @@ class ColocatedRun:
         tail_end = max(t_ends) if t_ends else t_split
         tail_clock.per_instance("generate", np.array(t_ends) - t_split, tail_end, d, k, "long_tail", label="tail")
         ctx.add_stage_time("tail_generate", tail_end - t_split)
-        # the rest train on the ready samples
-        yield from self._train_and_sync(k, trainers, self.actor.ranks, wait_ready=True)
-        barrier = max(env.now, tail_end)
-        trainers.idle("long_tail", barrier, k)
-        tail_clock.idle("dependency", barrier, k)
-        yield env.timeout(barrier - env.now)
+        # the rest train on the ready samples; the reshard reaches the tail devices once their tail is done
+        yield from self._train_and_sync(k, trainers, self.actor.ranks, wait_ready=True,
+                                        receivers=(tail_clock, tail_end))
+        barrier = env.now
         self.actor.cursor = barrier
         self.parts = None
         self.stayed_in_rollout = tail_clock.rank_count
@@ -280,11 +278,15 @@ class ColocatedRun:
     def _record_round(self, clock: Clock, ends: np.ndarray, t0: float, until: float, k: int) -> None:
         clock.per_instance("generate", np.asarray(ends) - t0, until, self.d, k, "long_tail", label=f"round {k}")
 
-    def _train_and_sync(self, k: int, clock: Clock, sync_to, *, wait_ready: bool = False):
+    def _train_and_sync(self, k: int, clock: Clock, sync_to, *, wait_ready: bool = False,
+                        receivers: tuple[Clock, float] | None = None):
         """The training half of a colocated step on ``clock``: wait for the batch's rewards
         (``dependency``), drop stale samples, switch to training, train, reshard the weights to the
         inference layout on ``sync_to``. ``wait_ready``: the StaleSync step advances simulated time
-        to the batch's ready time before switching (its process is still at the round start)."""
+        to the batch's ready time before switching (its process is still at the round start).
+        ``receivers``: StaleSync's tail devices (their clock, the end of their tail): part of
+        ``sync_to``, they take the new weights once their tail, generated with the old ones, is
+        done, so the one reshard starts when both sides are free (sync on every rank)."""
         ctx, env, aux = self.ctx, self.env, self.aux
         t_ready, ids = ctx.trainer.ready_time(k, True)
         if math.isinf(t_ready):
@@ -303,8 +305,17 @@ class ColocatedRun:
         yield from ctx.trainer.run(k, ids, clock, self.aux_roles, rewards_at=rewards_at,
                                    skip=skipped_forwards(ctx.sched), aux_in_turn=self.aux_in_turn)
         sync_s = ctx.costs.weight_sync_s(clock.ranks, sync_to)
-        clock.busy("sync", env.now + sync_s, k, label="reshard", cause="weight_sync")
+        start = env.now
+        if receivers is not None:
+            tail, tail_end = receivers
+            start = max(start, tail_end)
+            clock.idle("long_tail", start, k)
+            tail.idle("dependency", start, k)
+            tail.busy("sync", start + sync_s, k, label="reshard", cause="weight_sync")
+        clock.busy("sync", start + sync_s, k, label="reshard", cause="weight_sync")
         ctx.add_stage_time("weight_sync", sync_s)
+        if start > env.now:
+            yield env.timeout(start - env.now)
         yield env.timeout(sync_s)
 
     # ---- the run and its failures -------------------------------------------------------------

@@ -593,3 +593,35 @@ def test_the_last_rounds_tail_is_long_tail_not_the_end_of_run():
         assert tail["end"] == pytest.approx(round_end)
         assert (rest["label"] == "end of run").all() and (rest["cause"] == "dependency").all()
     assert s["bubble_fraction"] == pytest.approx(sum(s["bubbles_by_cause"].values()))
+
+
+@pytest.mark.parametrize("train_s, sigma", [(1e-3, 0.6), (1e-5, 1.2)], ids=["tail-done-first", "tail-outlasts-training"])
+def test_stalesync_reshard_reaches_the_tail_devices_when_they_are_free(train_s, sigma):
+    """Colocated StaleSync: the step's reshard goes to every actor rank (weight_sync_s(trainers,
+    actor)); the tail devices receive it too, so they show it as sync, once their tail (generated
+    with the old weights) is done: the one reshard starts when the trainers are trained and the tail
+    is done, every rank busy for sync_s. They showed dependency idle through it, or generated
+    through it with the reshard unpriced on their side."""
+    sync_s = 0.2
+    c = FakeCosts(instance_devices=2, train_group_devices=2, sync_s=sync_s, switch_s=0.1, instance_max_seqs=16,
+                  train_device_s_per_token=train_s)
+    rec, tl, sm, s = run(scenario("stalesync", iterations=3, prompts=16), c, devices=16, resp=lognormal(300, sigma, 4000))
+    tail_first = []
+
+    def ranks_of(rows):
+        return {r for row in rows.itertuples() for r in range(row.rank_start, row.rank_start + row.rank_count)}
+    split = sorted(set(tl.loc[tl["label"] == "tail", "iteration"]))
+    assert split
+    for k in split:
+        step = tl[tl["iteration"] == k]
+        tail = step[step["label"] == "tail"]
+        trained = step[step["state"] == "train"]
+        sync = step[step["state"] == "sync"]
+        assert ranks_of(sync) == set(range(16))
+        assert ranks_of(tail) and not ranks_of(tail) & ranks_of(trained)
+        start = max(float(tail["end"].max()), float(trained["end"].max()))
+        tail_first.append(float(tail["end"].max()) < float(trained["end"].max()))
+        assert sync["start"].to_numpy() == pytest.approx(start) and sync["end"].to_numpy() == pytest.approx(start + sync_s)
+        assert rec.iterations[k]["end"] == pytest.approx(start + sync_s)
+    assert all(tail_first) if train_s == 1e-3 else not all(tail_first)   # each regime met
+    assert np.allclose(metrics.per_device_time(tl, 16), rec.makespan_s, rtol=1e-9, atol=1e-9)
