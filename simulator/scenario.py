@@ -1131,9 +1131,10 @@ class ScheduleConfig(_Strict):
     # False: an engine generates one round per plan and returns its batch at the plan's end.
     async_engine: bool = False
     # AReaL (rl/schedules/areal.py, AReaL 1.0.4's StalenessManager): a rollout starts while accepted +
-    # running < (max_head_offpolicyness + version + 1) x batch, so its oldest token's weights lag by at
-    # most this many versions when it starts. Default 4: assumption (AReaL's own default is 0, which
-    # is synchronous; frameworks.md gives none for its asynchronous runs).
+    # running < (max_head_offpolicyness + version + 1) x batch, so rollout i in start order starts at
+    # version floor(i / batch) - this or later: a bound on starts, not on the age of a trained sample
+    # (nothing is dropped for age). Default 4: assumption (AReaL's own default is 0, which is
+    # synchronous; frameworks.md gives none for its asynchronous runs).
     max_head_offpolicyness: int = Field(4, ge=0, le=64)
     # The weight update interrupts in-flight requests, sent again after it (AReaL 1.0.4 always does);
     # false: they finish first (a what-if).
