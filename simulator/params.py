@@ -422,14 +422,32 @@ class MemoryParams(StrictModel):
     # device beside the computing layer's gradient (the working set above: zero3_prefetch_layers is
     # then not read). True: FSDP's default, each layer resharded after its forward.
     zero3_reshard_after_forward: bool = True
+    # DeepSpeed ZeRO-3's live-parameter cap, in elements a device (zero_optimization.
+    # stage3_max_live_parameters: deepspeed 0.19.6 runtime/zero/config.py default 1e9, which OpenRLHF's
+    # "auto" and accelerate's zero3 config keep: runtime/config_utils.py drops "auto" values). DeepSpeed
+    # gathers each submodule's own parameters (a Linear, a norm, the embedding), not a decoder layer, and
+    # its prefetcher (runtime/zero/partitioned_param_coordinator.py fetch_sub_module) starts up to
+    # stage3_prefetch_bucket_size (5e7) more elements at every submodule it enters while the parameters
+    # available stay under this cap; a transformer's submodules enter more often than they consume
+    # (a Llama layer: ~12 submodules, ~2.2e8 parameters at 8B), so the window fills to the cap and
+    # holds there: the whole parameters held at the backward's peak are min(the stage's parameters per
+    # device, the cap) beside the computing layer's gradient (a submodule's tensor may overshoot the cap
+    # by its size: left out), the embedding and head gathered and released like the rest. None: FSDP's
+    # layer-by-layer working set (zero3_prefetch_layers, zero3_outer_gathered), which it then replaces.
+    zero3_max_live_params: float | None = Field(None, gt=0)
     # DeepSpeed ZeRO-1 / 2's gradient reduction buckets (deepspeed 0.19.6 runtime/zero/stage_1_and_2.py
     # DeepSpeedZeroOptimizer.setup_buckets: at the backward's first gradient hook, with
     # contiguous_gradients (DeepSpeed's default, zero/config.py), one torch.empty(reduce_bucket_size) in
     # the model's dtype, and a second "to avoid data access conflict when overlap_comm is enabled";
     # _release_ipg_buffers frees them at the backward's end): the elements of a bucket
     # (zero_optimization.reduce_bucket_size: DeepSpeed's default 5e8, which OpenRLHF's "auto" keeps,
-    # runtime/config_utils.py drops "auto" values) and how many. Held through the backward beside the
-    # activations, weight_bytes_per_param an element, under train_layout.zero 1 or 2 only (MemoryBreakdown
+    # runtime/config_utils.py drops "auto" values) and how many. ZeRO-3 (runtime/zero/stage3.py) keeps
+    # one contiguous bucket of reduce_bucket_size elements from its init (_setup_for_real_optimizer: an
+    # IPG bucket a communication dtype, whatever overlap_comm), and with reduce_scatter (OpenRLHF sets
+    # it, DeepSpeed's default) each full bucket's reduction copies it (__avg_scatter_grads ->
+    # runtime/comm/coalesced_collectives.py reduce_scatter_coalesced: torch.cat of the bucket's
+    # gradients, interleaved by rank): 2 through its backward. Held through the backward beside the
+    # activations, weight_bytes_per_param an element, under train_layout.zero 1-3 (MemoryBreakdown
     # .zero_buffers_bytes). 0: none (Megatron-Core's buckets are views of its gradient buffer; FSDP reduces
     # each layer's gradients: the ZeRO-3 working set).
     zero_reduce_bucket_params: float = Field(0.0, ge=0)
@@ -461,6 +479,20 @@ class MemoryParams(StrictModel):
                              "gathered ahead) is not read: remove zero3_prefetch_layers, or keep "
                              "zero3_reshard_after_forward: true")
         return value
+
+    @model_validator(mode="after")
+    def _live_cap_replaces_the_layer_working_set(self) -> "MemoryParams":
+        """zero3_max_live_params sizes the gathered parameters itself: the FSDP working set's knobs
+        would be silently ignored beside it."""
+        if self.zero3_max_live_params is None:
+            return self
+        given = [k for k in ("zero3_prefetch_layers", "zero3_outer_gathered", "zero3_reshard_after_forward")
+                 if getattr(self, k) != type(self).model_fields[k].default]
+        if given:
+            raise ValueError(f"zero3_max_live_params (DeepSpeed's live-parameter window) replaces FSDP's layer-by-layer "
+                             f"working set, so {', '.join(given)} is not read: remove {', '.join(given)}, or "
+                             "zero3_max_live_params")
+        return self
 
     @model_validator(mode="after")
     def _bucket_count_needs_buckets(self) -> "MemoryParams":
@@ -1388,13 +1420,14 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
 # train_params.memory knobs that only ZeRO-3 reads (llm/memory.py, the gathered working set), or only
 # ZeRO-1 / 2 (its backward buffers): the same rule as LAYOUT_GATED_COMM.
 LAYOUT_GATED_MEMORY: dict[str, LayoutGate] = dict.fromkeys(("zero3_prefetch_layers", "zero3_outer_gathered",
-                                                            "zero3_reshard_after_forward"), LayoutGate(
+                                                            "zero3_reshard_after_forward", "zero3_max_live_params"),
+                                                           LayoutGate(
     lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
     "the whole parameters and gradients FSDP / ZeRO-3 hold beside their shards", "set workload.train_layout.zero: 3"))
-# DeepSpeed ZeRO-1 / 2's backward buffers (llm/memory.py zero_backward_buffers_bytes)
+# DeepSpeed ZeRO-1 / 2 / 3's backward buffers (llm/memory.py zero_backward_buffers_bytes)
 LAYOUT_GATED_MEMORY.update(dict.fromkeys(("zero_reduce_bucket_params", "zero_reduce_buckets"), LayoutGate(
-    lambda lay: lay.zero in (1, 2), "ZeRO-1 or 2 (train_layout.zero: 1 or 2)",
-    "DeepSpeed's gradient reduction buckets", "set workload.train_layout.zero: 1 or 2")))
+    lambda lay: lay.zero >= 1, "ZeRO-1, 2 or 3 (train_layout.zero: 1-3)",
+    "DeepSpeed's gradient reduction buckets", "set workload.train_layout.zero: 1, 2 or 3")))
 LAYOUT_GATED_MEMORY["zero2_accumulated_grad_partitions"] = LayoutGate(
     lambda lay: lay.zero == 2, "ZeRO-2 (train_layout.zero: 2)",
     "the gradient partitions ZeRO-2 accumulates over an optimizer step's micro-batches",

@@ -30,10 +30,10 @@ class MemoryBreakdown:
     # ZeRO-3: whole parameters and gradients held beside the shards while layers compute
     # (zero3_working_set_bytes); transient, so not resident between phases. 0 below ZeRO-3.
     gathered_bytes: float = 0.0
-    # DeepSpeed ZeRO-1 / 2's backward buffers (zero_backward_buffers_bytes): its gradient reduction
-    # buckets, and under ZeRO-2 with gradient accumulation the earlier micro-batches' gradient partition
-    # beside the one the backward fills; freed at the backward's end or the step: transient, so not
-    # resident between phases (nor offloaded with the gradients). 0 elsewhere.
+    # DeepSpeed ZeRO's backward buffers (zero_backward_buffers_bytes): its gradient reduction buckets
+    # (ZeRO-3's bucket and its reduce-scatter's copy), and under ZeRO-2 with gradient accumulation the
+    # earlier micro-batches' gradient partition beside the one the backward fills; counted in the
+    # update's fit only, not resident between phases (nor offloaded with the gradients). 0 elsewhere.
     zero_buffers_bytes: float = 0.0
 
     @property
@@ -58,7 +58,7 @@ class MemoryBreakdown:
                 f"optimizer {self.optimizer_bytes / gb:.1f} GB + activations {self.activations_bytes / gb:.1f} GB"
                 f" + logits {self.logits_bytes / gb:.1f} GB"
                 + (f" + ZeRO-3 gathered {self.gathered_bytes / gb:.1f} GB" if self.gathered_bytes else "")
-                + (f" + ZeRO-1/2 backward buffers {self.zero_buffers_bytes / gb:.1f} GB" if self.zero_buffers_bytes
+                + (f" + DeepSpeed ZeRO backward buffers {self.zero_buffers_bytes / gb:.1f} GB" if self.zero_buffers_bytes
                    else "")
                 + f" = {self.total_bytes / gb:.1f} GB on pipeline stage "
                 f"{self.stage}, usable {self.capacity_bytes / gb:.1f} GB")
@@ -206,13 +206,13 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
 
 def zero_backward_buffers_bytes(zero: int, grad_partition_bytes: float, micro_batches: int,
                                 params: MemoryParams) -> float:
-    """DeepSpeed ZeRO-1 / 2's buffers beside the gradients through a backward, on one device: the
+    """DeepSpeed ZeRO's buffers beside the gradients through a backward, on one device: the
     reduction buckets (MemoryParams.zero_reduce_bucket_params x zero_reduce_buckets in the weights'
-    dtype, allocated whole whatever the model's size: stage_1_and_2.py setup_buckets), and under ZeRO-2
-    with several micro-batches an optimizer step (`micro_batches`, the caller's count),
-    zero2_accumulated_grad_partitions more copies of the device's gradient partition
-    (`grad_partition_bytes`). 0 at ZeRO 0 and 3."""
-    if zero not in (1, 2):
+    dtype, allocated whole whatever the model's size: stage_1_and_2.py setup_buckets, stage3.py
+    _setup_for_real_optimizer), and under ZeRO-2 with several micro-batches an optimizer step
+    (`micro_batches`, the caller's count), zero2_accumulated_grad_partitions more copies of the device's
+    gradient partition (`grad_partition_bytes`). 0 at ZeRO 0."""
+    if zero == 0:
         return 0.0
     buckets = params.zero_reduce_buckets * params.zero_reduce_bucket_params * params.weight_bytes_per_param
     accumulated = params.zero2_accumulated_grad_partitions * grad_partition_bytes \
@@ -276,7 +276,7 @@ def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_to
     logits for `head_tokens` at logits_bytes_per_elem + entropy_logits_bytes_per_elem (the loss's
     tensors over the vocabulary), and under ZeRO-3 the gathered parameters of the computing layer, the
     zero3_prefetch_layers ahead of it and the root unit (zero3_reshard_after_forward false: every layer
-    of the stage). No optimizer state
+    of the stage; zero3_max_live_params: the stage's parameters up to that cap). No optimizer state
     or gradients: a trained model's resident state beside the pass is its caller's."""
     tp, pp, cp = layout.tp, layout.pp, layout.cp
     states = memory_per_device(model, layout, 1.0, capacity_hbm_bytes, params=params, flash_attention=flash_attention)
@@ -303,7 +303,10 @@ def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_to
             # forward too), as the update's working set has them less the gradients
             held = (sum(whole) if not params.zero3_reshard_after_forward
                     else (1 + params.zero3_prefetch_layers) * max(whole, default=0.0))
-            gathered = params.weight_bytes_per_param * (held + (outer if params.zero3_outer_gathered else 0.0))
+            held += outer if params.zero3_outer_gathered else 0.0
+            if params.zero3_max_live_params is not None:   # DeepSpeed's live window (zero3_working_set_bytes)
+                held = min(sum(whole) + outer, params.zero3_max_live_params)
+            gathered = params.weight_bytes_per_param * held
         total = acts + logits + gathered
         if best is None or total > best[0]:
             best = (total, s, acts, logits, gathered)
@@ -349,7 +352,11 @@ def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, pa
     TP / EP), and with zero3_outer_gathered the root unit's embedding / head parameters and
     gradients; all in the weights' dtype. Without zero3_reshard_after_forward every layer of the
     stage (`stage_layer_params`, per device after TP / EP) stays whole from its forward, beside the
-    computing layer's gradient."""
+    computing layer's gradient. With zero3_max_live_params (DeepSpeed's live-parameter window): the
+    stage's parameters, the root's among them, up to that cap, beside the computing layer's gradient."""
+    if params.zero3_max_live_params is not None:
+        live = min(stage_layer_params + outer_params, params.zero3_max_live_params)
+        return params.weight_bytes_per_param * (live + largest_layer_params)
     if params.zero3_reshard_after_forward:
         layers = (2 + params.zero3_prefetch_layers) * largest_layer_params
     else:

@@ -2,7 +2,9 @@
 its reduction buckets and ZeRO-2's accumulated partition (memory.zero_reduce_bucket_params,
 zero_reduce_buckets, zero2_accumulated_grad_partitions: MemoryBreakdown.zero_buffers_bytes), the buckets'
 all-reduce (comm.zero_grad_reduce) and ZeRO-2's reduction in every micro-batch's backward
-(comm.zero2_reduce_every_micro_batch)."""
+(comm.zero2_reduce_every_micro_batch); ZeRO-3 as runtime/zero/stage3.py holds its bucket and its
+reduce-scatter's copy, and partitioned_param_coordinator.py its live-parameter window
+(memory.zero3_max_live_params)."""
 from __future__ import annotations
 
 import pytest
@@ -45,13 +47,15 @@ def test_zero_1_2_hold_their_buckets_and_zero2_an_accumulated_partition_through_
     assert b.gradients_bytes == pytest.approx(2.0 * (n / 8 if zero == 2 else n), rel=1e-12)
     assert b.total_bytes - base.total_bytes == pytest.approx(b.zero_buffers_bytes, rel=1e-12)
     assert b.as_dict()["zero_buffers_bytes"] == b.zero_buffers_bytes
-    assert "ZeRO-1/2 backward buffers" in b.describe()
+    assert "DeepSpeed ZeRO backward buffers" in b.describe()
 
 
-@pytest.mark.parametrize("zero", [0, 3])
-def test_zero_0_and_3_hold_no_deepspeed_zero_1_2_buffers(zero):
-    b = memory_per_device(QWEN, TrainLayout(dp=8, zero=zero), 2048, BIG, params=DEEPSPEED_MEMORY, micro_batches=4)
-    assert b.zero_buffers_bytes == 0.0
+def test_zero_0_holds_no_deepspeed_buffers_and_zero3_its_buckets_alone():
+    """ZeRO-3 holds the buckets (its IPG bucket and the reduce-scatter's copy: 2 x 5e8 x 2 B), never
+    ZeRO-2's accumulated partition (it adds each micro-batch into its partition in place)."""
+    for zero, expected in ((0, 0.0), (3, 2 * BUCKET * 2.0)):
+        b = memory_per_device(QWEN, TrainLayout(dp=8, zero=zero), 2048, BIG, params=DEEPSPEED_MEMORY, micro_batches=4)
+        assert b.zero_buffers_bytes == expected
 
 
 def test_by_default_no_stack_holds_the_buffers():
@@ -87,7 +91,8 @@ def test_deepspeed_all_reduces_its_buckets_and_zero2_reduces_every_micro_batch()
 
 
 @pytest.mark.parametrize(("section", "knob", "value", "zero"), [
-    ("memory", "zero_reduce_bucket_params", 5e8, 3), ("memory", "zero2_accumulated_grad_partitions", 1, 1),
+    ("memory", "zero_reduce_bucket_params", 5e8, 0), ("memory", "zero2_accumulated_grad_partitions", 1, 1),
+    ("memory", "zero3_max_live_params", 1e9, 2),
     ("comm", "zero_grad_reduce", "all-reduce", 0), ("comm", "zero2_reduce_every_micro_batch", True, 1)])
 def test_a_knob_of_another_zero_stage_is_refused_naming_its_field(section, knob, value, zero):
     scenario = {"topology": {"preset": "dgx-h100", "nodes": 1},
@@ -98,3 +103,70 @@ def test_a_knob_of_another_zero_stage_is_refused_naming_its_field(section, knob,
         load_scenario(scenario)
     assert info.value.field == f"workload.train_params.{section}.{knob}"
     assert "ZeRO-" in str(info.value)
+
+
+def _stage_whole_params(model) -> tuple[float, float, float]:
+    """(the stage's parameters, its largest layer's, its embedding + head's) on one device, tp = pp = 1."""
+    from simulator.llm.layer_costs import embedding_params, layer_shapes
+
+    shapes = layer_shapes(model)
+    emb, head = embedding_params(model)
+    outer = emb + (0.0 if model.tied_head else head)
+    return sum(lay.params for lay in shapes) + outer, max(lay.params for lay in shapes), outer
+
+
+@pytest.mark.parametrize(("model_name", "cap"), [("llama3.1-8b", 1e9), ("qwen2.5-0.5b", 1e9), ("llama3.1-8b", 1e8)])
+def test_deepspeeds_zero3_window_holds_the_stage_up_to_the_live_cap_beside_the_layers_gradient(model_name, cap):
+    """The gathered bytes = 2 B x (min(the stage's parameters, stage3_max_live_parameters) + the largest
+    layer's gradient); FSDP's count (3 layers and the root's parameters and gradients) without the cap.
+    Qwen2.5-0.5B (0.49e9 parameters) is gathered whole under the 1e9 cap."""
+    model = load_model(model_name)
+    whole, layer, outer = _stage_whole_params(model)
+    lay = TrainLayout(dp=8, zero=3)
+    b = memory_per_device(model, lay, 2048, BIG, params=MemoryParams(zero3_max_live_params=cap))
+    assert b.gathered_bytes == pytest.approx(2.0 * (min(whole, cap) + layer), rel=1e-9)
+    fsdp = memory_per_device(model, lay, 2048, BIG)
+    assert fsdp.gathered_bytes == pytest.approx(2.0 * (3 * layer + 2 * outer), rel=1e-9)
+    assert b.weights_bytes == fsdp.weights_bytes and b.gradients_bytes == fsdp.gradients_bytes
+
+
+def test_a_forward_only_pass_under_deepspeeds_zero3_holds_the_window_without_gradients():
+    from simulator.llm.memory import forward_memory_per_device
+
+    model = load_model("llama3.1-8b")
+    whole, _, _ = _stage_whole_params(model)
+    b = forward_memory_per_device(model, TrainLayout(dp=8, zero=3), 4096, 4096, BIG,
+                                  params=MemoryParams(zero3_max_live_params=1e9))
+    assert b.gathered_bytes == pytest.approx(2.0 * min(whole, 1e9), rel=1e-9)
+
+
+@pytest.mark.parametrize("knob", [{"zero3_prefetch_layers": 2}, {"zero3_outer_gathered": False},
+                                  {"zero3_reshard_after_forward": False}])
+def test_the_live_cap_beside_fsdps_working_set_knobs_is_refused(knob):
+    """The cap replaces FSDP's layer prefetch, root unit and reshard switch: set with them, they would not be read."""
+    with pytest.raises(ValueError, match=f"zero3_max_live_params .* so {next(iter(knob))} is not read"):
+        MemoryParams(zero3_max_live_params=1e9, **knob)
+
+
+def test_deepspeeds_zero3_reduces_its_bf16_gradients_per_layer_and_micro_batch():
+    """DeepSpeed's reduce_scatter in the bf16 communication dtype: the per-layer reduce-scatter halves
+    from fp32 (grad_reduce_bytes_per_param 4 -> 2); the gathers stay."""
+    lay = TrainLayout(dp=8, zero=3, recompute="full")
+    seqs = uniform_sequences(32, 1024)
+
+    def dp_s(reduce_bytes: float) -> float:
+        params = TrainParams(comm=CommParams(grad_reduce_bytes_per_param=reduce_bytes, fsdp_gather_overlap_fraction=0.0,
+                                             fsdp_reduce_overlap_fraction=0.0, dp_overlap_fraction=0.0),
+                             memory=MemoryParams(grad_bytes_per_param=reduce_bytes), check_memory=False)
+        return train_step_cost(QWEN, lay, ONE_NODE, sequences=seqs, params=params).comm_exposed_s["dp"]
+
+    from simulator.llm.layer_costs import layer_shapes
+
+    net, ranks = CollectiveModel(ONE_NODE), list(range(8))
+    _, _, outer = _stage_whole_params(QWEN)
+
+    def saved(n: float) -> float:   # one reduce-scatter of n parameters' gradients, fp32 less bf16
+        return net.cost("reduce_scatter", ranks, n * 4.0).time_s - net.cost("reduce_scatter", ranks, n * 2.0).time_s
+    # 32 sequences on 8 GPUs: 4 micro-batches, each reducing every layer; the root's once a step (rlsim's FSDP)
+    expected = 4 * sum(saved(lay.params) for lay in layer_shapes(QWEN)) + saved(outer)
+    assert dp_s(4.0) - dp_s(2.0) == pytest.approx(expected, rel=1e-6)

@@ -86,6 +86,8 @@ def test_the_same_keys_where_they_apply_load(overrides):
 
 
 def _flipped(value):
+    if value == "reduce-scatter":   # comm.zero_grad_reduce
+        return "all-reduce"
     return (not value) if isinstance(value, bool) else 0.9 if value != 0.9 else 0.1
 
 
@@ -156,14 +158,24 @@ def test_the_cli_exits_2_naming_the_key(capsys):
     assert f"'{COMM}.fsdp_gather_overlap_fraction'" in err and "zero: 3" in err and "Traceback" not in err
 
 
+# A gated memory knob's moved value, and what it needs beside it to act (a bucket count needs buckets).
+MOVED_MEMORY = {"zero3_prefetch_layers": ({}, 2), "zero3_outer_gathered": ({}, False),
+                "zero3_reshard_after_forward": ({}, False), "zero3_max_live_params": ({}, 1e8),
+                "zero_reduce_bucket_params": ({}, 5e8), "zero_reduce_buckets": ({"zero_reduce_bucket_params": 5e8}, 2),
+                "zero2_accumulated_grad_partitions": ({}, 1)}
+
+
 @pytest.mark.parametrize("knob", sorted(LAYOUT_GATED_MEMORY))
 def test_a_gated_memory_knob_moves_the_memory_only_on_the_layouts_its_gate_admits(knob):
+    """4 micro-batches an optimizer step: ZeRO-2's accumulated partition needs more than one."""
     from simulator.llm.memory import memory_per_device
 
     model = load_model("qwen2.5-7b")
+    beside, value = MOVED_MEMORY[knob]
     for zero in (0, 1, 2, 3):
         lay = TrainLayout(tp=2, zero=zero).resolve(8)
-        base = MemoryParams()
-        moved = base.model_copy(update={knob: 2 if knob == "zero3_prefetch_layers" else False})
-        totals = [memory_per_device(model, lay, 4096, 1e15, params=p).total_bytes for p in (base, moved)]
+        base = MemoryParams(**beside)
+        moved = base.model_copy(update={knob: value})
+        totals = [memory_per_device(model, lay, 4096, 1e15, params=p, micro_batches=4).total_bytes
+                  for p in (base, moved)]
         assert (totals[0] != totals[1]) == LAYOUT_GATED_MEMORY[knob].applies(lay), (zero, knob)
