@@ -1,7 +1,10 @@
-"""DeepSpeed ZeRO 0-2 as the frameworks that launch it run it (OpenRLHF's actor / critic, TRL's accelerate
-zero1 / zero2 configs): the workload.train_params.memory / comm keys of its gradient buffers and
-reduction, read in the deepspeed 0.19.6 sdist (`pip download --no-deps deepspeed==0.19.6`, the version
-OpenRLHF 0.11.2 pins). ZeRO-3 (runtime/zero/stage3.py) is not covered here: rlsim's FSDP / ZeRO-3 model.
+"""DeepSpeed ZeRO 0-3 as the frameworks that launch it run it (OpenRLHF's actor / critic, TRL's accelerate
+zero1 / zero2 / zero3 configs): the workload.train_params.memory / comm keys of its gradient buffers,
+its ZeRO-3 parameter window and its reduction, read in the deepspeed 0.19.6 sdist (`pip download
+--no-deps deepspeed==0.19.6`, the version OpenRLHF 0.11.2 pins). Neither framework gives DeepSpeed a
+value of its own for reduce_bucket_size nor the stage3_* sizes (OpenRLHF's get_train_ds_config writes
+"auto", which runtime/config_utils.py drops; accelerate 1.16.0's DeepSpeedPlugin writes none of them):
+DeepSpeed's defaults (runtime/zero/config.py) hold.
 """
 from __future__ import annotations
 
@@ -16,19 +19,43 @@ DEEPSPEED_REDUCE_BUCKET_SIZE = 500_000_000
 # FP16 wrapper (engine.py _do_optimizer_sanity_check), and the engine's communication_data_type is the
 # model's dtype unless the config names one (engine.py communication_data_type).
 DEEPSPEED_GRAD_BYTES_PER_PARAM = 2.0
+# With data_types.grad_accum_dtype fp32 (OpenRLHF --ds.grad_accum_dtype fp32): ZeRO-1 in bf16 runs
+# BF16_Optimizer instead (engine.py _do_optimizer_sanity_check), which keeps a whole fp32 gradient
+# buffer (bf16_optimizer.py _setup_for_real_optimizer: fp32_groups_gradients_flat, torch.zeros_like the
+# flat bf16 parameters) beside the bf16 gradients autograd writes (param.grad, added into it at each
+# backward's end: update_hp_grads): 4 + 2, whole on every rank; it all-reduces the fp32 buffer once an
+# optimizer step (engine.py buffered_allreduce_fallback: get_grads_for_reduction) cast to the
+# communication dtype, bf16, and no IPG buckets. ZeRO-3 keeps its gradient partition in fp32
+# (stage3.py grad_partitions_flat_buffer: dtype=gradient_accumulation_dtype), reducing in bf16.
+DEEPSPEED_BF16_OPTIMIZER_GRAD_BYTES_PER_PARAM = 4.0 + 2.0
+DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM = 4.0
+# ZeRO-3's IPG bucket and its copy while a full bucket is reduce-scattered (MemoryParams
+# .zero_reduce_buckets says where): 2 bucket-sized buffers through the backward, overlap_comm or not.
+DEEPSPEED_ZERO3_REDUCE_BUCKETS = 2
+# zero_optimization.stage3_max_live_parameters's default (runtime/zero/config.py DeepSpeedZeroConfig:
+# max_live_parameters = pp_int(1e9)), the live-parameter window (MemoryParams.zero3_max_live_params).
+DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
 
 
-def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool) -> dict[str, dict[str, Any]]:
-    """workload.train_params {"memory": ..., "comm": ...} of DeepSpeed ZeRO `stage` 0-2 in bf16 / fp16 (empty
-    at 3): the gradients in the model's dtype; at 1 and 2 the contiguous reduction buckets (2 with
+def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool,
+                      fp32_grad_accum: bool = False) -> dict[str, dict[str, Any]]:
+    """workload.train_params {"memory": ..., "comm": ...} of DeepSpeed ZeRO `stage` 0-3 in bf16 / fp16: the
+    gradients in the model's dtype, reduced in it; at 1 and 2 the contiguous reduction buckets (2 with
     overlap_comm: setup_buckets), each all-reduced (average_tensor with use_multi_rank_bucket_allreduce);
     at 2 the reduction in every micro-batch's backward and, unless the optimizer steps on the host
     (ZeRO-Offload copies each micro-batch's partition to the host instead), the accumulated partition
-    beside the one the next backward fills (MemoryParams / CommParams say where in the source)."""
-    if stage not in (0, 1, 2):
-        return {}
+    beside the one the next backward fills; at 3 (zero3_train_params) the kept gradient partition, the
+    bucket and its copy, the live-parameter window. `fp32_grad_accum` (data_types.grad_accum_dtype fp32,
+    bf16 weights): ZeRO-1's BF16_Optimizer, ZeRO-3's fp32 partition; the caller refuses it at 0 and 2
+    (MemoryParams / CommParams say where in the source)."""
+    if stage == 3:
+        return zero3_train_params(fp32_grad_accum=fp32_grad_accum, optimizer_on_host=optimizer_on_host)
     memory: dict[str, Any] = {"grad_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}
     comm: dict[str, Any] = {"grad_reduce_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}
+    if stage == 1 and fp32_grad_accum:   # BF16_Optimizer: no IPG buckets, one all-reduce a step
+        memory["grad_bytes_per_param"] = DEEPSPEED_BF16_OPTIMIZER_GRAD_BYTES_PER_PARAM
+        comm["zero_grad_reduce"] = "all-reduce"
+        return {"memory": memory, "comm": comm}
     if stage >= 1:
         memory["zero_reduce_bucket_params"] = float(DEEPSPEED_REDUCE_BUCKET_SIZE)
         if overlap_comm:
@@ -39,6 +66,27 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
         if not optimizer_on_host:
             memory["zero2_accumulated_grad_partitions"] = 1
     return {"memory": memory, "comm": comm}
+
+
+def zero3_train_params(*, fp32_grad_accum: bool = False, optimizer_on_host: bool = False) -> dict[str, dict[str, Any]]:
+    """DeepSpeed ZeRO-3 (runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3) in bf16 / fp16: the gradient
+    partition in the model's dtype (fp32 with `fp32_grad_accum`), allocated at init and kept between
+    steps (_setup_for_real_optimizer: grad_partitions_flat_buffer; zero_grad frees only param.grad), each
+    bucket reduce-scattered in the communication dtype (reduce_scatter: __avg_scatter_grads) in every
+    micro-batch's backward (rlsim's ZeRO-3 reduces each layer's gradients in each backward already); the
+    IPG bucket and its reduce-scatter copy; the live-parameter window in place of FSDP's layer prefetch and
+    root unit. DeepSpeed's ZeRO-3 re-gathers each submodule in the backward (released after its forward
+    unless reused within stage3_max_reuse_distance): FSDP's reshard after forward, rlsim's default. With
+    the optimizer on the host (ZeRO-Offload) the partition is allocated there (self.device is the CPU):
+    not kept on the device between steps (its bytes still counted in the update's fit)."""
+    grads = DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM if fp32_grad_accum else DEEPSPEED_GRAD_BYTES_PER_PARAM
+    memory: dict[str, Any] = {"grad_bytes_per_param": grads,
+                              "zero_reduce_bucket_params": float(DEEPSPEED_REDUCE_BUCKET_SIZE),
+                              "zero_reduce_buckets": DEEPSPEED_ZERO3_REDUCE_BUCKETS,
+                              "zero3_max_live_params": float(DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS)}
+    if not optimizer_on_host:
+        memory["grad_buffer_persists"] = True
+    return {"memory": memory, "comm": {"grad_reduce_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}}
 
 
 def merge_train_params(workload: dict[str, Any], sections: dict[str, dict[str, Any]]) -> None:

@@ -200,7 +200,9 @@ RULES: dict[str, Rule] = {
                                                             "SwiGLU), false hf-transformers"),
     "ds.deepcompile": unsupported("DeepSpeed's compiler passes are not modelled", neutral=False),
     "ds.zpg": unsupported("ZeRO++ hierarchical partitioning is not modelled", neutral=1),
-    "ds.grad_accum_dtype": unsupported("gradients accumulate in the stack's dtype", neutral=None),
+    "ds.grad_accum_dtype": mapped("workload.train_params.memory.grad_bytes_per_param", "fp32 beside bf16 weights: "
+                                  "ZeRO-1's BF16_Optimizer (a whole fp32 gradient buffer beside the bf16 "
+                                  "gradients), ZeRO-3's fp32 gradient partition"),
     "ds.overlap_comm": mapped("workload.train_params.memory.zero_reduce_buckets", "ZeRO-1 / 2: 2, DeepSpeed's "
                               "second reduction bucket; the reduction's hidden share stays comm.dp_overlap_fraction"),
     "ds.value_head_prefix": ignored("a module name: no effect on step time"),
@@ -360,15 +362,55 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
 
 
 def _deepspeed_zero(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
-    """DeepSpeed ZeRO 0-2's gradient buffers and reduction as get_train_ds_config (utils/deepspeed/
-    deepspeed_utils.py) configures it: reduce_bucket_size "auto" (DeepSpeed's 5e8), overlap_comm and
-    contiguous_gradients from ds.overlap_comm (contiguous_gradients is DeepSpeed's default either way)."""
+    """DeepSpeed ZeRO 0-3's gradient buffers, ZeRO-3's parameter window and the reduction as
+    get_train_ds_config (utils/deepspeed/deepspeed_utils.py) configures them: reduce_bucket_size and the
+    stage3_* sizes "auto" (DeepSpeed's defaults), reduce_scatter at ZeRO-3, overlap_comm and
+    contiguous_gradients from ds.overlap_comm (contiguous_gradients is DeepSpeed's default either way),
+    data_types.grad_accum_dtype from ds.grad_accum_dtype (_grad_accum_fp32)."""
     stage = w["train_layout"]["zero"]
     merge_train_params(w, zero_train_params(stage, overlap_comm=v.flag("ds.overlap_comm"),
-                                            optimizer_on_host=v.flag("ds.adam_offload")))
+                                            optimizer_on_host=v.flag("ds.adam_offload"),
+                                            fp32_grad_accum=_grad_accum_fp32(v, stage, decided)))
     if stage == 3 and v.given("ds.overlap_comm"):
-        decided["ds.overlap_comm"] = ("ignored", "rlsim's ZeRO-3 is its FSDP model (its per-layer collectives' "
-                                                 "overlap: comm.fsdp_*_overlap_fraction)")
+        decided["ds.overlap_comm"] = ("ignored", "ZeRO-3 keeps one reduction bucket either way (stage3.py "
+                                                 "ipg_buckets); its reduction's hidden share stays comm."
+                                                 "fsdp_reduce_overlap_fraction")
+
+
+# DeepSpeed's names of the dtypes (deepspeed 0.19.6 runtime/config.py DtypeEnum), as its config reads them.
+_DEEPSPEED_DTYPES = {"fp16": ("fp16", "float16", "half", "torch.float16"),
+                     "fp32": ("fp32", "float32", "float", "torch.float32"),
+                     "bf16": ("bf16", "bfloat16", "torch.bfloat16")}
+
+
+def _grad_accum_fp32(v: Values, stage: int, decided: dict[str, tuple[Status, str]]) -> bool:
+    """Whether ds.grad_accum_dtype makes DeepSpeed keep fp32 gradients that rlsim models: fp32 beside bf16
+    weights at ZeRO-1 (BF16_Optimizer, not under ZeRO-Offload: engine.py _do_optimizer_sanity_check) or
+    ZeRO-3. The model's own dtype is DeepSpeed's default; ZeRO-0 refuses any other (engine.py: "unsupported
+    mix of model_dtype and grad_accum_dtype"); the rest (ZeRO-2's separate fp32 accumulation, fp16) is not
+    modelled."""
+    value = v("ds.grad_accum_dtype")
+    if value is None:
+        return False
+    names = {name for name, aliases in _DEEPSPEED_DTYPES.items() if str(value) in aliases}
+    if not names:
+        raise RlsimError(f"{value!r} is not a DeepSpeed dtype", source=v.result.source, field="ds.grad_accum_dtype",
+                         fix="use fp32, bf16 or fp16, or drop --ds.grad_accum_dtype")
+    dtype, model = names.pop(), _dtype(v)
+    if dtype == model:
+        decided["ds.grad_accum_dtype"] = ("ignored", "the model's dtype: DeepSpeed's default")
+        return False
+    if stage == 0:
+        raise RlsimError(f"DeepSpeed without ZeRO refuses {dtype} gradient accumulation beside {model} weights "
+                         "(engine.py _do_optimizer_sanity_check: unsupported mix)", source=v.result.source,
+                         field="ds.grad_accum_dtype", fix="drop --ds.grad_accum_dtype, or use --ds.zero_stage 1-3")
+    modelled = dtype == "fp32" and model == "bf16" and (stage == 3 or (stage == 1 and not v.flag("ds.adam_offload")))
+    if not modelled:
+        decided["ds.grad_accum_dtype"] = ("unsupported", f"{dtype} gradient accumulation beside {model} weights at "
+                                          f"ZeRO-{stage}{' with ZeRO-Offload' if v.flag('ds.adam_offload') else ''} "
+                                          "(stage_1_and_2.py use_separate_grad_accum) is not modelled: the "
+                                          f"gradients priced in {model}")
+    return modelled
 
 
 def _logprobs(v: Values, w: dict[str, Any]) -> None:

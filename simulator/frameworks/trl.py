@@ -232,9 +232,9 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     if offload:
         w["train_params"]["offload"] = offload
     if v("accelerate.distributed_type") == "DEEPSPEED":   # accelerate 1.16.0 utils/dataclasses.py DeepSpeedPlugin:
-        # no reduce_bucket_size nor overlap_comm in the config it builds: DeepSpeed's defaults
-        merge_train_params(w, zero_train_params(w["train_layout"]["zero"], overlap_comm=False,
-                                                optimizer_on_host=bool(offload.get("optimizer"))))
+        # no reduce_bucket_size, overlap_comm nor stage3_* sizes in the config it builds: DeepSpeed's defaults
+        merge_train_params(w, zero_train_params(w["train_layout"]["zero"], overlap_comm=False, optimizer_on_host=bool(
+            offload.get("optimizer") or offload.get("fsdp_cpu_offload"))))
     _engine(v, w, server, processes, batches)
     return w
 

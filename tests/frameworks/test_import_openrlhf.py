@@ -369,6 +369,12 @@ def test_padded_rows_attention_as_openrlhfs_attn_implementation_runs_it():
         load_scenario(r.scenario)
 
 
+# DeepSpeed ZeRO-3 (stage3.py): the bf16 partition kept from init, the IPG bucket and its reduce-scatter copy,
+# stage3_max_live_parameters' 1e9 window (simulator/frameworks/deepspeed_zero.py)
+ZERO3_MEMORY = {"grad_bytes_per_param": 2.0, "grad_buffer_persists": True, "zero_reduce_bucket_params": 5e8,
+                "zero_reduce_buckets": 2, "zero3_max_live_params": 1e9}
+
+
 def _zero_params(*overrides: str) -> tuple[dict, dict, object]:
     r = import_config("openrlhf", ASYNC, list(overrides))
     tp = r.scenario["workload"].get("train_params", {})
@@ -395,7 +401,7 @@ def test_a_zero2_actor_holds_and_reduces_its_gradients_as_deepspeed_does():
     (0, {"grad_bytes_per_param": 2.0}, {"grad_reduce_bytes_per_param": 2.0}),
     (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8},
      {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce"}),
-    (3, {}, {})])
+    (3, ZERO3_MEMORY, {"grad_reduce_bytes_per_param": 2.0})])
 def test_each_zero_stage_takes_its_own_deepspeed_keys(stage, memory, comm):
     got_memory, got_comm, r = _zero_params(f"ds.zero_stage={stage}")
     assert (got_memory, got_comm) == (memory, comm)
@@ -409,3 +415,36 @@ def test_zero_offload_keeps_no_accumulated_partition_and_zero3_reads_past_overla
     assert "zero2_accumulated_grad_partitions" not in memory and memory["zero_reduce_bucket_params"] == 5e8
     _, _, r = _zero_params("+ds.overlap_comm=true")
     assert "ZeRO-3" in r.ignored["ds.overlap_comm"]
+
+
+def test_zero3_under_zero_offload_keeps_no_gradient_partition_on_the_gpu_between_steps():
+    """stage3.py allocates grad_partitions_flat_buffer on self.device, the host under offload_optimizer."""
+    memory, _, r = _zero_params("+ds.adam_offload=true")
+    assert memory == {k: v for k, v in ZERO3_MEMORY.items() if k != "grad_buffer_persists"}
+    load_scenario(r.scenario)
+
+
+@pytest.mark.parametrize(("stage", "grads", "buckets"), [(1, 6.0, False), (3, 4.0, True)])
+def test_fp32_gradient_accumulation_as_deepspeed_runs_it_at_zero1_and_zero3(stage, grads, buckets):
+    """--ds.grad_accum_dtype fp32 beside bf16 weights: ZeRO-1 runs BF16_Optimizer (a whole fp32 gradient
+    buffer beside the bf16 gradients: 4 + 2 B a parameter, one all-reduce a step, no IPG buckets), ZeRO-3
+    keeps an fp32 partition (4 B) and still reduces in bf16."""
+    memory, comm, r = _zero_params(f"ds.zero_stage={stage}", "+ds.grad_accum_dtype=fp32")
+    assert memory["grad_bytes_per_param"] == grads and comm["grad_reduce_bytes_per_param"] == 2.0
+    assert ("zero_reduce_bucket_params" in memory) == buckets
+    assert r.mapped["ds.grad_accum_dtype"].startswith("workload.train_params.memory.grad_bytes_per_param")
+    load_scenario(r.scenario)
+
+
+def test_fp32_gradient_accumulation_elsewhere_is_refused_or_listed_unsupported():
+    """ZeRO-0 refuses the mix (engine.py _do_optimizer_sanity_check); ZeRO-2's separate fp32 accumulation
+    is not modelled (bf16 gradients priced); bf16 is the model's dtype, DeepSpeed's default."""
+    with pytest.raises(RlsimError) as info:
+        _zero_params("ds.zero_stage=0", "+ds.grad_accum_dtype=fp32")
+    assert info.value.field == "ds.grad_accum_dtype" and "zero_stage 1-3" in info.value.fix
+    memory, _, r = _zero_params("ds.zero_stage=2", "+ds.grad_accum_dtype=fp32")
+    assert "ZeRO-2" in r.unsupported["ds.grad_accum_dtype"] and memory["grad_bytes_per_param"] == 2.0
+    _, _, r = _zero_params("+ds.grad_accum_dtype=bf16")
+    assert "default" in r.ignored["ds.grad_accum_dtype"]
+    with pytest.raises(RlsimError, match="not a DeepSpeed dtype"):
+        _zero_params("+ds.grad_accum_dtype=fp8")
