@@ -194,7 +194,9 @@ class HeteroStepModel:
             if balanced:  # one layer split serves every replica: balance on the slowest per stage
                 worst = [max(unit[d][s] for d in range(dp)) for s in range(pp)]
                 fixed = [0.0] * (pp - 1) + [max(last_fixed)]
-                layers = balance(L, worst, fixed, maximum=self._layers_held(by_stage, tp, pp, dp, zero))
+                # before the batch split: a replica's even share of the micro-batches (ZeRO-2's accumulated partition)
+                layers = balance(L, worst, fixed, maximum=self._layers_held(by_stage, tp, pp, dp, zero,
+                                                                             -(-global_microbatches // dp)))
             else:
                 layers = uniform(L, pp)
         if sum(layers) != L or len(layers) != pp:
@@ -215,22 +217,24 @@ class HeteroStepModel:
             microbatches = balance(global_microbatches, per_mb, fill) if balanced else uniform(
                 global_microbatches, dp)
         replica_s = [fill[d] + microbatches[d] * per_mb[d] for d in range(dp)]
-        step = max(replica_s) + self._sync_s(ranks, tp, pp, dp, zero, layers)
+        step = max(replica_s) + self._sync_s(ranks, tp, pp, dp, zero, layers, max(microbatches))
         peak_sum = sum(self.topology.device_spec(r).peak(p.dtype) for r in ranks)
         tokens = global_microbatches * self.mb * self.seq_len
         util = self.model_flops_per_token * tokens / (step * peak_sum)
-        self._check_memory(by_stage, tp, pp, dp, layers, zero)
+        self._check_memory(by_stage, tp, pp, dp, layers, zero, max(microbatches))
         return HeteroResult(tp, pp, dp, zero, tuple(layers), tuple(microbatches), tuple(stage), step, util,
                             tuple(ranks), self.mb, self.recompute)
 
     def _sync_s(self, ranks: Sequence[int], tp: int, pp: int, dp: int, zero: int,
-                layers: Sequence[int] | None = None) -> float:
+                layers: Sequence[int] | None = None, micro_batches: int = 1) -> float:
         """The exposed gradient sync of the stage holding the most parameters (the stages' DP groups
         reduce side by side): an all-reduce of the gradients in the dtype the stack reduces them
         (comm.grad_reduce_bytes_per_param), or with ZeRO-1 / 2 their reduce-scatter (all-reduce with
         comm.zero_grad_reduce) and the updated weights' all-gather (as llm/training.py prices them). ``layers`` per stage (None: even), so a
         balanced split's heavier stage syncs its own share (params_total / (tp pp) priced a (9, 23)
-        split's 23-layer stage at 0.73 of it; a heterogeneous-cluster audit)."""
+        split's 23-layer stage at 0.73 of it; a heterogeneous-cluster audit). With
+        comm.zero2_reduce_every_micro_batch under ZeRO-2 (DeepSpeed's) the gradients are reduced in each of
+        the step's ``micro_batches`` backwards (the most a replica runs), as llm/training.py prices them."""
         if dp < 2:
             return 0.0
         shard_params = max(self._stage_params(layers or uniform(int(self.model.num_layers), pp))) / tp
@@ -245,7 +249,8 @@ class HeteroStepModel:
         else:
             weights = shard_params * self.train_params.memory.weight_bytes_per_param
             reduce = "all_reduce" if comm.zero_grad_reduce == "all-reduce" else "reduce_scatter"
-            sync = (self.collectives.cost(reduce, dp_group, grads).time_s
+            reductions = micro_batches if zero == 2 and comm.zero2_reduce_every_micro_batch else 1
+            sync = (reductions * self.collectives.cost(reduce, dp_group, grads).time_s
                     + self.collectives.cost("all_gather", dp_group, weights).time_s)
         return (1 - hidden) * sync
 
@@ -274,26 +279,29 @@ class HeteroStepModel:
         out[-1] += float(self.model.params_total) - whole
         return out
 
-    def stage_memory_bytes(self, tp: int, pp: int, dp: int, layers: Sequence[int], zero: int = 0) -> list[float]:
+    def stage_memory_bytes(self, tp: int, pp: int, dp: int, layers: Sequence[int], zero: int = 0,
+                           micro_batches: int = 1) -> list[float]:
         """Per pipeline stage (holding ``layers[s]`` consecutive layers), the bytes on one device, as
         the training memory model counts them (llm/memory.py): weights, gradients and optimizer state
         (ZeRO 1 / 2 shard the last two over DP), the input embedding on the first stage and the head
         on the last, the activations each layer stores (activation_bytes_per_token: the stack's flash
         attention, the recompute mode, sequence parallel with TP > 1 as _stage_unit's layout) for the
         p - s micro-batches 1F1B holds in flight, one layer rebuilt whole under full recompute, the
-        fp32 logits on the last stage."""
-        stage_bytes = self._stage_bytes(tp, pp, dp, zero)
+        fp32 logits on the last stage, and DeepSpeed's backward buffers (zero_backward_buffers_bytes: its
+        reduction buckets, ZeRO-2's accumulated partition where a replica runs several ``micro_batches``)."""
+        stage_bytes = self._stage_bytes(tp, pp, dp, zero, micro_batches)
         out, first = [], 0
         for st, count in enumerate(layers):
             out.append(stage_bytes(st, first, count))
             first += count
         return out
 
-    def _stage_bytes(self, tp: int, pp: int, dp: int, zero: int) -> Callable[[int, int, int], float]:
+    def _stage_bytes(self, tp: int, pp: int, dp: int, zero: int,
+                     micro_batches: int = 1) -> Callable[[int, int, int], float]:
         """bytes(stage, first layer, layer count) on one device of that stage (stage_memory_bytes):
         prefix sums over the layers, so that _layers_held can try every count."""
         from ..llm.layer_costs import layer_shapes
-        from ..llm.memory import activation_bytes_per_token
+        from ..llm.memory import activation_bytes_per_token, zero_backward_buffers_bytes
 
         m, memory = self.model, self.train_params.memory
         weight_b, grad_b, optim_b = self.state_bytes
@@ -321,7 +329,8 @@ class HeteroStepModel:
             acts = (pp - st) * (acts_upto[last] - acts_upto[first])
             if self.recompute == "full" and count:
                 acts += stored(shapes[first], "none")
-            return params * state_bytes_per_param + acts + (logits if st == pp - 1 else 0.0)
+            buffers = zero_backward_buffers_bytes(zero, grad_b * params / dp, micro_batches, memory)
+            return params * state_bytes_per_param + acts + (logits if st == pp - 1 else 0.0) + buffers
         return stage_bytes
 
     def _usable_hbm(self, by_stage: list[list[list[int]]], st: int) -> float:
@@ -329,10 +338,11 @@ class HeteroStepModel:
         hbm = min(self.topology.device_spec(r).hbm_bytes for row in by_stage for r in row[st])
         return hbm * self.train_params.memory.hbm_usable_fraction
 
-    def _layers_held(self, by_stage: list[list[list[int]]], tp: int, pp: int, dp: int, zero: int) -> list[int]:
+    def _layers_held(self, by_stage: list[list[list[int]]], tp: int, pp: int, dp: int, zero: int,
+                     micro_batches: int = 1) -> list[int]:
         """The most layers each stage's memory holds (the bound of the balanced split). Counted from
         the first layer: the layers of a dense model are alike, and _check_memory checks the split."""
-        stage_bytes, layers = self._stage_bytes(tp, pp, dp, zero), int(self.model.num_layers)
+        stage_bytes, layers = self._stage_bytes(tp, pp, dp, zero, micro_batches), int(self.model.num_layers)
         held = []
         for st in range(pp):
             usable, count = self._usable_hbm(by_stage, st), 0
@@ -348,9 +358,9 @@ class HeteroStepModel:
         return held
 
     def _check_memory(self, by_stage: list[list[list[int]]], tp: int, pp: int, dp: int,
-                      layers: Sequence[int], zero: int = 0) -> None:
+                      layers: Sequence[int], zero: int = 0, micro_batches: int = 1) -> None:
         """Each stage's bytes (stage_memory_bytes) against its smallest device's usable HBM."""
-        for st, need in enumerate(self.stage_memory_bytes(tp, pp, dp, layers, zero)):
+        for st, need in enumerate(self.stage_memory_bytes(tp, pp, dp, layers, zero, micro_batches)):
             usable = self._usable_hbm(by_stage, st)
             if need > usable:
                 raise RlsimError(f"stage {st} needs {need / 1e9:.1f} GB per device, has {capacity_text(usable)} "

@@ -440,3 +440,44 @@ def test_deepspeeds_all_reduce_of_the_zero_gradients_is_priced_as_the_training_m
     expected = (stm.collectives.cost("all_reduce", ranks, model.params_total * 2.0).time_s
                 + stm.collectives.cost("all_gather", ranks, model.params_total * 2.0).time_s)
     assert stm._sync_s(ranks, 1, 1, 8, 2) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_the_hetero_memory_check_counts_deepspeeds_backward_buffers_as_the_training_model(zero):
+    """DeepSpeed's buckets (2 x 5e8 x 2 B) and, at ZeRO-2 with 4 micro-batches, the accumulated bf16
+    partition: the hetero stage bytes equal llm/memory.py's (pp 1, so each replica's 4 are its own)."""
+    from simulator.llm.memory import memory_per_device
+    from simulator.params import MemoryParams, TrainParams
+
+    model, topo = load_model("llama3.1-8b"), load_topology({"preset": "dgx-h100", "nodes": 1})
+    memory = MemoryParams(grad_bytes_per_param=2.0, zero_reduce_bucket_params=5e8, zero_reduce_buckets=2,
+                          zero2_accumulated_grad_partitions=1)
+    stm = HeteroStepModel(model, topo, 4096, 1, train_params=TrainParams(memory=memory))
+    mine = stm.stage_memory_bytes(1, 1, 8, [model.num_layers], zero, micro_batches=4)
+    theirs = memory_per_device(model, TrainLayout(tp=1, pp=1, dp=8, zero=zero, recompute="full"), 4096, 80e9,
+                               params=memory, micro_batches=4)
+    assert mine[0] == pytest.approx(theirs.total_bytes, rel=1e-9) and theirs.zero_buffers_bytes >= 2e9
+    bare = HeteroStepModel(model, topo, 4096, 1).stage_memory_bytes(1, 1, 8, [model.num_layers], zero, micro_batches=4)
+    plain = memory_per_device(model, TrainLayout(tp=1, pp=1, dp=8, zero=zero, recompute="full"), 4096, 80e9,
+                              micro_batches=4)
+    assert bare[0] == pytest.approx(plain.total_bytes, rel=1e-9)
+
+
+def test_deepspeeds_zero2_reduces_in_every_micro_batch_of_the_hetero_step():
+    """comm.zero2_reduce_every_micro_batch: the gradients' all-reduce once a micro-batch of the replica
+    running most (8 micro-batches over 8 replicas of one node: 1 each; 32: 4), the weights' all-gather once."""
+    from simulator.params import CommParams, TrainParams
+
+    model = load_model("llama3.1-8b")
+    topo = load_topology({"preset": "dgx-h100", "nodes": 1})
+    comm = CommParams(grad_reduce_bytes_per_param=2.0, zero_grad_reduce="all-reduce", zero2_reduce_every_micro_batch=True)
+    stm = HeteroStepModel(model, topo, 2048, 1, params=HeteroParams(dp_overlap_fraction=0.0),
+                          train_params=TrainParams(comm=comm))
+    ranks = list(range(8))
+    reduce = stm.collectives.cost("all_reduce", ranks, model.params_total * 2.0).time_s
+    gather = stm.collectives.cost("all_gather", ranks, model.params_total * 2.0).time_s
+    assert stm._sync_s(ranks, 1, 1, 8, 2, micro_batches=4) == pytest.approx(4 * reduce + gather, rel=1e-9)
+    assert stm._sync_s(ranks, 1, 1, 8, 1, micro_batches=4) == pytest.approx(reduce + gather, rel=1e-9)
+    r = stm.evaluate(ranks, 1, 1, 8, 32, zero=2)   # one stage: a replica's step is its micro-batches' time
+    assert r.microbatches_per_replica == (4,) * 8
+    assert r.step_time_s == pytest.approx(4 * r.stage_time_s[0][0] + 4 * reduce + gather, rel=1e-9)
