@@ -364,6 +364,16 @@ class MemoryParams(StrictModel):
     # with optimizer.zero_grad() (set_to_none) after the update (verl 0.6.1 workers/actor/dp_actor.py
     # update_policy): False for the hf-transformers stacks.
     grad_buffer_persists: bool = True
+    # Bytes a parameter of the gradients kept between steps where grad_buffer_persists, of the
+    # grad_bytes_per_param the update holds (the same partition: whole below ZeRO-2): a stack whose
+    # update holds more gradient buffers than it keeps. DeepSpeed's BF16_Optimizer (ZeRO-1 with
+    # data_types.grad_accum_dtype fp32) allocates its whole fp32 gradient buffer once at init (deepspeed
+    # 0.19.6 runtime/bf16_optimizer.py: fp32_groups_gradients_flat = torch.zeros_like(...)) and only
+    # zeroes it after each step (clear_hp_grads: flat_gradients.zero_()), while zero_grad(set_to_none)
+    # frees the bf16 param.grad autograd writes beside it: 4 of its 6 (frameworks/deepspeed_zero.py).
+    # None: all of grad_bytes_per_param (Megatron-Core's DDP keeps its one buffer). Read by
+    # rl/llm_costs.py kept_gradient_bytes.
+    kept_grad_bytes_per_param: float | None = Field(None, ge=0)
     # Bytes a parameter of the trainer's own resident parameters (its ZeRO-3 / FSDP shard; the whole
     # copy below ZeRO 3): None, weight_bytes_per_param. A trainer that loads its model in fp32 under
     # FSDP's mixed precision keeps no bf16 copy at rest: its fp32 shard is the master copy (4), the
@@ -493,6 +503,23 @@ class MemoryParams(StrictModel):
                              f"working set, so {', '.join(given)} is not read: remove {', '.join(given)}, or "
                              "zero3_max_live_params")
         return self
+
+    @field_validator("kept_grad_bytes_per_param", mode="after")
+    @classmethod
+    def _kept_gradients_are_part_of_a_kept_buffer(cls, kept: float | None, info: ValidationInfo) -> float | None:
+        """kept_grad_bytes_per_param is a part of the gradient buffer kept between steps: read only
+        where grad_buffer_persists, and no more than grad_bytes_per_param."""
+        data, fields = info.data or {}, cls.model_fields
+        if kept is None:
+            return kept
+        if not data.get("grad_buffer_persists", fields["grad_buffer_persists"].default):
+            raise ValueError("it sizes the gradients kept between steps, and grad_buffer_persists false keeps none: "
+                             "remove kept_grad_bytes_per_param, or set grad_buffer_persists: true")
+        held = data.get("grad_bytes_per_param", fields["grad_bytes_per_param"].default)
+        if kept > held:
+            raise ValueError(f"{kept:g} is more than the grad_bytes_per_param {held:g} the update holds: set "
+                             f"kept_grad_bytes_per_param at most {held:g}, or remove it")
+        return kept
 
     @model_validator(mode="after")
     def _bucket_count_needs_buckets(self) -> "MemoryParams":

@@ -28,6 +28,11 @@ DEEPSPEED_GRAD_BYTES_PER_PARAM = 2.0
 # communication dtype, bf16, and no IPG buckets. ZeRO-3 keeps its gradient partition in fp32
 # (stage3.py grad_partitions_flat_buffer: dtype=gradient_accumulation_dtype), reducing in bf16.
 DEEPSPEED_BF16_OPTIMIZER_GRAD_BYTES_PER_PARAM = 4.0 + 2.0
+# Of them, BF16_Optimizer keeps the fp32 buffer between steps (allocated once at init, only zeroed after
+# each step: bf16_optimizer.py clear_hp_grads, flat_gradients.zero_()) and frees the bf16 param.grad
+# (engine.py _take_model_step -> BF16_Optimizer.zero_grad(set_to_none=True): clear_lp_grads sets
+# param.grad = None): MemoryParams.kept_grad_bytes_per_param.
+DEEPSPEED_BF16_OPTIMIZER_KEPT_GRAD_BYTES_PER_PARAM = 4.0
 DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM = 4.0
 # ZeRO-3's IPG bucket and its copy while a full bucket is reduce-scattered (MemoryParams
 # .zero_reduce_buckets says where): 2 bucket-sized buffers through the backward, overlap_comm or not.
@@ -46,14 +51,15 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
     (ZeRO-Offload copies each micro-batch's partition to the host instead), the accumulated partition
     beside the one the next backward fills; at 3 (zero3_train_params) the kept gradient partition, the
     bucket and its copy, the live-parameter window. `fp32_grad_accum` (data_types.grad_accum_dtype fp32,
-    bf16 weights): ZeRO-1's BF16_Optimizer, ZeRO-3's fp32 partition; the caller refuses it at 0 and 2
+    bf16 weights): ZeRO-1's BF16_Optimizer (its fp32 buffer kept between steps), ZeRO-3's fp32 partition; the caller refuses it at 0 and 2
     (MemoryParams / CommParams say where in the source)."""
     if stage == 3:
         return zero3_train_params(fp32_grad_accum=fp32_grad_accum, optimizer_on_host=optimizer_on_host)
     memory: dict[str, Any] = {"grad_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}
     comm: dict[str, Any] = {"grad_reduce_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}
     if stage == 1 and fp32_grad_accum:   # BF16_Optimizer: no IPG buckets, one all-reduce a step
-        memory["grad_bytes_per_param"] = DEEPSPEED_BF16_OPTIMIZER_GRAD_BYTES_PER_PARAM
+        memory.update(grad_bytes_per_param=DEEPSPEED_BF16_OPTIMIZER_GRAD_BYTES_PER_PARAM, grad_buffer_persists=True,
+                      kept_grad_bytes_per_param=DEEPSPEED_BF16_OPTIMIZER_KEPT_GRAD_BYTES_PER_PARAM)
         comm["zero_grad_reduce"] = "all-reduce"
         return {"memory": memory, "comm": comm}
     if stage >= 1:

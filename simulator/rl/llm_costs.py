@@ -251,8 +251,15 @@ def kept_gradient_bytes(memory: MemoryBreakdown, params: TrainParams) -> float:
     ``memory``'s gradients where the stack keeps the buffer allocated (memory.grad_buffer_persists:
     Megatron-Core's DDP) unless the per-phase offload moves it (offload.grads) or frees it with the
     weights (offload.params: verl's offload_megatron_model_to_cpu resizes grad_data to 0 with
-    param_data); 0 where the update frees it (FSDP, DeepSpeed: zero_grad)."""
-    return memory.gradients_bytes if gradient_buffer_kept(params) else 0.0
+    param_data); 0 where the update frees it (FSDP, DeepSpeed: zero_grad). Of it,
+    memory.kept_grad_bytes_per_param of the grad_bytes_per_param where given (DeepSpeed's
+    BF16_Optimizer keeps its fp32 buffer and frees the bf16 param.grad)."""
+    if not gradient_buffer_kept(params):
+        return 0.0
+    m = params.memory
+    if m.kept_grad_bytes_per_param is None or m.grad_bytes_per_param == 0:
+        return memory.gradients_bytes
+    return memory.gradients_bytes * m.kept_grad_bytes_per_param / m.grad_bytes_per_param
 
 
 def gradient_buffer_kept(params: TrainParams) -> bool:

@@ -432,6 +432,8 @@ def test_fp32_gradient_accumulation_as_deepspeed_runs_it_at_zero1_and_zero3(stag
     memory, comm, r = _zero_params(f"ds.zero_stage={stage}", "+ds.grad_accum_dtype=fp32")
     assert memory["grad_bytes_per_param"] == grads and comm["grad_reduce_bytes_per_param"] == 2.0
     assert ("zero_reduce_bucket_params" in memory) == buckets
+    assert memory["grad_buffer_persists"] is True   # ZeRO-1: BF16_Optimizer's fp32 buffer; ZeRO-3: the partition
+    assert memory.get("kept_grad_bytes_per_param") == (4.0 if stage == 1 else None)
     assert r.mapped["ds.grad_accum_dtype"].startswith("workload.train_params.memory.grad_bytes_per_param")
     load_scenario(r.scenario)
 
@@ -448,3 +450,23 @@ def test_fp32_gradient_accumulation_elsewhere_is_refused_or_listed_unsupported()
     assert "default" in r.ignored["ds.grad_accum_dtype"]
     with pytest.raises(RlsimError, match="not a DeepSpeed dtype"):
         _zero_params("+ds.grad_accum_dtype=fp8")
+
+
+def test_zero1_fp32_accumulation_keeps_its_fp32_buffer_beside_the_log_prob_pass():
+    """BF16_Optimizer allocates its whole fp32 gradient buffer at init and only zeroes it after a step
+    (bf16_optimizer.py clear_hp_grads), freeing the bf16 param.grad (zero_grad set_to_none): the actor's
+    log-prob pass runs beside 4 B a parameter of kept gradients, whole on every rank (ZeRO-1), not 6."""
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts, kept_gradient_bytes
+
+    r = import_config("openrlhf", ASYNC, ["ds.zero_stage=1", "+ds.grad_accum_dtype=fp32"])
+    sc = load_scenario(r.scenario)
+    costs = LlmCosts(sc, load_topology(sc.topology))
+    pool = costs.pool(list(range(8)))
+    state, params = costs._resident_memory(pool), sc.workload.train_params
+    assert costs.layout(8).zero == 1
+    trained = state.gradients_bytes / 6.0   # the whole model's parameters (unpartitioned at ZeRO-1)
+    assert 7.9e9 < trained < 8.1e9           # Llama-3.1-8B
+    assert kept_gradient_bytes(state, params) == pytest.approx(4.0 * trained)
+    beside, _ = costs._forward_beside_bytes("actor", pool)
+    assert beside == pytest.approx(state.optimizer_bytes + 4.0 * trained)

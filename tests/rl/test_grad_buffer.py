@@ -97,3 +97,30 @@ def test_verls_megatron_switch_keeps_the_buffer_and_its_fsdp_switch_frees_it():
     assert any("gradient buffer stays allocated" in note for note in kept.notes)
     offloaded = import_config("verl", cfg, [*megatron, "actor_rollout_ref.actor.megatron.param_offload=true"])
     assert offloaded.scenario["workload"]["train_params"]["offload"]["params"] is True
+
+
+@pytest.mark.parametrize("kept_bpp", [0.0, 1.0, 4.0])
+def test_a_stack_keeping_part_of_its_gradients_keeps_that_share(kept_bpp):
+    """memory.kept_grad_bytes_per_param: of the grad_bytes_per_param the update holds, the bytes kept
+    between steps (DeepSpeed's BF16_Optimizer: its fp32 buffer, 4 of 6). Closed form: kept / grad x the
+    update's gradients, the rest of the state unchanged; the rollout phase holds that share."""
+    base = ("workload.train_params.memory.grad_bytes_per_param=6", "workload.rollout_layout.gpu_memory_utilization=0.3")
+    whole, part = _costs(*base, *KEEP_SWITCH), _costs(
+        *base, *KEEP_SWITCH, f"workload.train_params.memory.kept_grad_bytes_per_param={kept_bpp}")
+    state, params = _state(part), part.scenario.workload.train_params
+    assert state == _state(whole)   # the update still holds all 6 B a parameter
+    assert kept_gradient_bytes(state, params) == pytest.approx(state.gradients_bytes * kept_bpp / 6.0)
+    lay = part.layout(32)
+    assert whole.rollout_phase_bytes(lay) - part.rollout_phase_bytes(lay) == pytest.approx(
+        state.gradients_bytes * (6.0 - kept_bpp) / 6.0)
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    (("workload.train_params.memory.grad_buffer_persists=false",), "grad_buffer_persists false keeps none"),
+    (("workload.train_params.memory.grad_bytes_per_param=2",), "more than the grad_bytes_per_param 2"),
+])
+def test_kept_gradient_bytes_outside_a_kept_buffer_are_refused(overrides, words):
+    """Read only where the buffer persists, and a part of it: else an error naming the key and the fix."""
+    with pytest.raises(Exception) as info:
+        _costs("workload.train_params.memory.kept_grad_bytes_per_param=4", *overrides)
+    assert words in str(info.value) and "kept_grad_bytes_per_param" in str(info.value)
