@@ -404,7 +404,15 @@ def _grad_accum_fp32(v: Values, stage: int, decided: dict[str, tuple[Status, str
         raise RlsimError(f"DeepSpeed without ZeRO refuses {dtype} gradient accumulation beside {model} weights "
                          "(engine.py _do_optimizer_sanity_check: unsupported mix)", source=v.result.source,
                          field="ds.grad_accum_dtype", fix="drop --ds.grad_accum_dtype, or use --ds.zero_stage 1-3")
-    modelled = dtype == "fp32" and model == "bf16" and (stage == 3 or (stage == 1 and not v.flag("ds.adam_offload")))
+    bf16_optimizer = dtype == "fp32" and model == "bf16" and stage == 1 and not v.flag("ds.adam_offload")
+    if bf16_optimizer and v.flag("ds.enable_sleep"):
+        raise RlsimError("ds.enable_sleep offloads DeepSpeed's states with model.optimizer.offload_states "
+                         "(utils/deepspeed/deepspeed_utils.py offload_deepspeed_states, from the actor's init), which "
+                         "ZeRO-1's BF16_Optimizer (ds.grad_accum_dtype fp32 beside bf16 weights) does not have "
+                         "(deepspeed 0.19.6: only stage_1_and_2.py and stage3.py define it): OpenRLHF fails",
+                         source=v.result.source, field="ds.enable_sleep",
+                         fix="drop --ds.enable_sleep or --ds.grad_accum_dtype fp32, or use --ds.zero_stage 3")
+    modelled = dtype == "fp32" and model == "bf16" and (stage == 3 or bf16_optimizer)
     if not modelled:
         decided["ds.grad_accum_dtype"] = ("unsupported", f"{dtype} gradient accumulation beside {model} weights at "
                                           f"ZeRO-{stage}{' with ZeRO-Offload' if v.flag('ds.adam_offload') else ''} "

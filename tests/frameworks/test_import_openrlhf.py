@@ -470,3 +470,19 @@ def test_zero1_fp32_accumulation_keeps_its_fp32_buffer_beside_the_log_prob_pass(
     assert kept_gradient_bytes(state, params) == pytest.approx(4.0 * trained)
     beside, _ = costs._forward_beside_bytes("actor", pool)
     assert beside == pytest.approx(state.optimizer_bytes + 4.0 * trained)
+
+
+@pytest.mark.parametrize("script", [HYBRID, ASYNC])
+def test_deepspeed_sleep_with_zero1_fp32_accumulation_is_refused(script):
+    """offload_deepspeed_states calls model.optimizer.offload_states, which BF16_Optimizer lacks (deepspeed
+    0.19.6 defines it in stage_1_and_2.py and stage3.py only): OpenRLHF fails at the actor's init. Without
+    ds.enable_sleep, at ZeRO-3, or under ds.adam_offload (ZeRO-1 then runs DeepSpeedZeroOptimizer, and
+    offload_deepspeed_states returns at once) it imports."""
+    with pytest.raises(RlsimError) as info:
+        import_config("openrlhf", script, ["ds.zero_stage=1", "+ds.grad_accum_dtype=fp32", "+ds.enable_sleep=true"])
+    assert info.value.field == "ds.enable_sleep" and "BF16_Optimizer" in str(info.value)
+    assert "--ds.enable_sleep" in info.value.fix and "--ds.grad_accum_dtype" in info.value.fix
+    for ok in (["ds.zero_stage=1", "+ds.grad_accum_dtype=fp32", "+ds.enable_sleep=false"],
+               ["ds.zero_stage=3", "+ds.grad_accum_dtype=fp32", "+ds.enable_sleep=true"],
+               ["ds.zero_stage=1", "+ds.grad_accum_dtype=fp32", "+ds.enable_sleep=true", "+ds.adam_offload=true"]):
+        import_config("openrlhf", script, ok)
