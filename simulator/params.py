@@ -462,6 +462,15 @@ class MemoryParams(StrictModel):
     # each layer's gradients: the ZeRO-3 working set).
     zero_reduce_bucket_params: float = Field(0.0, ge=0)
     zero_reduce_buckets: int = Field(1, ge=1)
+    # Of zero_reduce_buckets, those allocated once and kept between steps, resident beside the other
+    # phases (MemoryBreakdown.kept_buffers_bytes) unless the gradients are offloaded (offload.grads /
+    # params, the colocated switch's offload_optimizer / free_gradients): DeepSpeed's ZeRO-3 allocates its
+    # IPG bucket at init (deepspeed 0.19.6 runtime/zero/stage3.py _setup_for_real_optimizer: bucket.buffer
+    # = torch.empty(reduce_bucket_size) on the device, ZeRO-Offload or not) and frees it only in
+    # offload_states (contiguous_grad_buffer: bucket.buffer = None), which OpenRLHF's --ds.enable_sleep
+    # calls: 1 (reduce_scatter_coalesced's copy is the backward's only). 0: ZeRO-1 / 2 free theirs at each
+    # backward's end (stage_1_and_2.py _release_ipg_buffers).
+    zero_reduce_buckets_kept: int = Field(0, ge=0)
     # Copies of a device's gradient partition ZeRO-2 holds beside the gradients through the backward of
     # every micro-batch after an optimizer step's first: DeepSpeed 0.19.6 (stage_1_and_2.py
     # independent_gradient_partition_epilogue) keeps the first micro-batch's partition (all_grad_tensors)
@@ -528,6 +537,11 @@ class MemoryParams(StrictModel):
         if self.zero_reduce_bucket_params == 0 and self.zero_reduce_buckets != 1:
             raise ValueError("zero_reduce_buckets applies only with zero_reduce_bucket_params above 0 (DeepSpeed's "
                              "reduce_bucket_size): set both, or remove zero_reduce_buckets")
+        if self.zero_reduce_buckets_kept > (self.zero_reduce_buckets if self.zero_reduce_bucket_params else 0):
+            raise ValueError(f"zero_reduce_buckets_kept {self.zero_reduce_buckets_kept} counts kept buckets of the "
+                             f"{self.zero_reduce_buckets if self.zero_reduce_bucket_params else 0} there are "
+                             "(zero_reduce_buckets of zero_reduce_bucket_params elements): set it at most "
+                             "zero_reduce_buckets with zero_reduce_bucket_params above 0, or remove it")
         return self
 
 
@@ -1452,7 +1466,8 @@ LAYOUT_GATED_MEMORY: dict[str, LayoutGate] = dict.fromkeys(("zero3_prefetch_laye
     lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
     "the whole parameters and gradients FSDP / ZeRO-3 hold beside their shards", "set workload.train_layout.zero: 3"))
 # DeepSpeed ZeRO-1 / 2 / 3's backward buffers (llm/memory.py zero_backward_buffers_bytes)
-LAYOUT_GATED_MEMORY.update(dict.fromkeys(("zero_reduce_bucket_params", "zero_reduce_buckets"), LayoutGate(
+LAYOUT_GATED_MEMORY.update(dict.fromkeys(("zero_reduce_bucket_params", "zero_reduce_buckets",
+                                          "zero_reduce_buckets_kept"), LayoutGate(
     lambda lay: lay.zero >= 1, "ZeRO-1, 2 or 3 (train_layout.zero: 1-3)",
     "DeepSpeed's gradient reduction buckets", "set workload.train_layout.zero: 1, 2 or 3")))
 LAYOUT_GATED_MEMORY["zero2_accumulated_grad_partitions"] = LayoutGate(

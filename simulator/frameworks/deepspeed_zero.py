@@ -37,6 +37,10 @@ DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM = 4.0
 # ZeRO-3's IPG bucket and its copy while a full bucket is reduce-scattered (MemoryParams
 # .zero_reduce_buckets says where): 2 bucket-sized buffers through the backward, overlap_comm or not.
 DEEPSPEED_ZERO3_REDUCE_BUCKETS = 2
+# Of them, the IPG bucket stays allocated from init between steps (stage3.py _setup_for_real_optimizer;
+# freed only by offload_states' contiguous_grad_buffer, OpenRLHF's --ds.enable_sleep): MemoryParams
+# .zero_reduce_buckets_kept.
+DEEPSPEED_ZERO3_KEPT_REDUCE_BUCKETS = 1
 # zero_optimization.stage3_max_live_parameters's default (runtime/zero/config.py DeepSpeedZeroConfig:
 # max_live_parameters = pp_int(1e9)), the live-parameter window (MemoryParams.zero3_max_live_params).
 DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
@@ -80,7 +84,7 @@ def zero3_train_params(*, fp32_grad_accum: bool = False, optimizer_on_host: bool
     steps (_setup_for_real_optimizer: grad_partitions_flat_buffer; zero_grad frees only param.grad), each
     bucket reduce-scattered in the communication dtype (reduce_scatter: __avg_scatter_grads) in every
     micro-batch's backward (rlsim's ZeRO-3 reduces each layer's gradients in each backward already); the
-    IPG bucket and its reduce-scatter copy; the live-parameter window in place of FSDP's layer prefetch and
+    IPG bucket (kept from init between steps) and its reduce-scatter copy; the live-parameter window in place of FSDP's layer prefetch and
     root unit. DeepSpeed's ZeRO-3 re-gathers each submodule in the backward (released after its forward
     unless reused within stage3_max_reuse_distance): FSDP's reshard after forward, rlsim's default. With
     the optimizer on the host (ZeRO-Offload) the partition is allocated there (self.device is the CPU):
@@ -89,6 +93,7 @@ def zero3_train_params(*, fp32_grad_accum: bool = False, optimizer_on_host: bool
     memory: dict[str, Any] = {"grad_bytes_per_param": grads,
                               "zero_reduce_bucket_params": float(DEEPSPEED_REDUCE_BUCKET_SIZE),
                               "zero_reduce_buckets": DEEPSPEED_ZERO3_REDUCE_BUCKETS,
+                              "zero_reduce_buckets_kept": DEEPSPEED_ZERO3_KEPT_REDUCE_BUCKETS,
                               "zero3_max_live_params": float(DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS)}
     if not optimizer_on_host:
         memory["grad_buffer_persists"] = True

@@ -35,6 +35,10 @@ class MemoryBreakdown:
     # earlier micro-batches' gradient partition beside the one the backward fills; counted in the
     # update's fit only, not resident between phases (nor offloaded with the gradients). 0 elsewhere.
     zero_buffers_bytes: float = 0.0
+    # Of zero_buffers_bytes, what stays allocated between steps (zero_kept_bucket_bytes: ZeRO-3's IPG
+    # bucket); resident beside the other phases unless the gradients are offloaded (rl/llm_costs.py
+    # kept_gradient_bytes). A part of zero_buffers_bytes, not added to the total.
+    kept_buffers_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -201,7 +205,17 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     assert best is not None
     _, stage, weights, grads, optim, acts, logits, gathered, buffers = best
     return MemoryBreakdown(int(stage), weights, grads, optim, acts, logits,
-                           capacity_hbm_bytes * params.hbm_usable_fraction, gathered, buffers)
+                           capacity_hbm_bytes * params.hbm_usable_fraction, gathered, buffers,
+                           zero_kept_bucket_bytes(zero, params))
+
+
+def zero_kept_bucket_bytes(zero: int, params: MemoryParams) -> float:
+    """The reduction buckets of zero_backward_buffers_bytes that stay allocated between steps on one
+    device: MemoryParams.zero_reduce_buckets_kept x zero_reduce_bucket_params in the weights' dtype
+    (DeepSpeed's ZeRO-3 IPG bucket, allocated at init). 0 at ZeRO 0."""
+    if zero == 0:
+        return 0.0
+    return params.zero_reduce_buckets_kept * params.zero_reduce_bucket_params * params.weight_bytes_per_param
 
 
 def zero_backward_buffers_bytes(zero: int, grad_partition_bytes: float, micro_batches: int,

@@ -253,13 +253,19 @@ def kept_gradient_bytes(memory: MemoryBreakdown, params: TrainParams) -> float:
     weights (offload.params: verl's offload_megatron_model_to_cpu resizes grad_data to 0 with
     param_data); 0 where the update frees it (FSDP, DeepSpeed: zero_grad). Of it,
     memory.kept_grad_bytes_per_param of the grad_bytes_per_param where given (DeepSpeed's
-    BF16_Optimizer keeps its fp32 buffer and frees the bf16 param.grad)."""
-    if not gradient_buffer_kept(params):
+    BF16_Optimizer keeps its fp32 buffer and frees the bf16 param.grad). With them, whatever the stack, the
+    reduction buckets kept between steps (memory.kept_buffers_bytes: DeepSpeed ZeRO-3's IPG bucket) unless
+    that offload moves the gradients."""
+    if params.offload.grads or params.offload.params:
         return 0.0
     m = params.memory
-    if m.kept_grad_bytes_per_param is None or m.grad_bytes_per_param == 0:
-        return memory.gradients_bytes
-    return memory.gradients_bytes * m.kept_grad_bytes_per_param / m.grad_bytes_per_param
+    if not m.grad_buffer_persists:
+        grads = 0.0
+    elif m.kept_grad_bytes_per_param is None or m.grad_bytes_per_param == 0:
+        grads = memory.gradients_bytes
+    else:
+        grads = memory.gradients_bytes * m.kept_grad_bytes_per_param / m.grad_bytes_per_param
+    return grads + memory.kept_buffers_bytes
 
 
 def gradient_buffer_kept(params: TrainParams) -> bool:

@@ -372,7 +372,8 @@ def test_padded_rows_attention_as_openrlhfs_attn_implementation_runs_it():
 # DeepSpeed ZeRO-3 (stage3.py): the bf16 partition kept from init, the IPG bucket and its reduce-scatter copy,
 # stage3_max_live_parameters' 1e9 window (simulator/frameworks/deepspeed_zero.py)
 ZERO3_MEMORY = {"grad_bytes_per_param": 2.0, "grad_buffer_persists": True, "zero_reduce_bucket_params": 5e8,
-                "zero_reduce_buckets": 2, "zero3_max_live_params": 1e9}
+                "zero_reduce_buckets": 2, "zero_reduce_buckets_kept": 1,
+                "zero3_max_live_params": 1e9}
 
 
 def _zero_params(*overrides: str) -> tuple[dict, dict, object]:
@@ -486,3 +487,23 @@ def test_deepspeed_sleep_with_zero1_fp32_accumulation_is_refused(script):
                ["ds.zero_stage=3", "+ds.grad_accum_dtype=fp32", "+ds.enable_sleep=true"],
                ["ds.zero_stage=1", "+ds.grad_accum_dtype=fp32", "+ds.enable_sleep=true", "+ds.adam_offload=true"]):
         import_config("openrlhf", script, ok)
+
+
+def test_zero3s_ipg_bucket_stays_beside_the_other_phases_unless_deepspeed_sleeps():
+    """stage3.py allocates the IPG bucket at init and frees it only in offload_states
+    (contiguous_grad_buffer): the async example's actor keeps 5e8 x 2 B = 1 GB beside its bf16 gradient
+    partition between steps; under ZeRO-Offload the bucket alone (the partition is on the host, the bucket
+    on the GPU, and offload_deepspeed_states returns at once); --ds.enable_sleep's per-phase offload frees
+    both."""
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts, kept_gradient_bytes
+
+    def kept(*overrides: str) -> tuple[float, float]:
+        sc = load_scenario(import_config("openrlhf", ASYNC, list(overrides)).scenario)
+        costs = LlmCosts(sc, load_topology(sc.topology))
+        state = costs._resident_memory(costs.pool(list(range(8))))
+        return kept_gradient_bytes(state, sc.workload.train_params), state.gradients_bytes
+    held, grads = kept()
+    assert held == pytest.approx(grads + 5e8 * 2.0) and 1.9e9 < grads < 2.1e9   # 2 B x 8B / 8
+    assert kept("+ds.adam_offload=true")[0] == pytest.approx(5e8 * 2.0)
+    assert kept("+ds.enable_sleep=true")[0] == 0.0

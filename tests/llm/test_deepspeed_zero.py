@@ -170,3 +170,31 @@ def test_deepspeeds_zero3_reduces_its_bf16_gradients_per_layer_and_micro_batch()
     # 32 sequences on 8 GPUs: 4 micro-batches, each reducing every layer; the root's once a step (rlsim's FSDP)
     expected = 4 * sum(saved(lay.params) for lay in layer_shapes(QWEN)) + saved(outer)
     assert dp_s(4.0) - dp_s(2.0) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_zero3s_kept_ipg_bucket_stays_between_steps_as_part_of_the_buffers(zero):
+    """memory.zero_reduce_buckets_kept (DeepSpeed's ZeRO-3 IPG bucket, allocated at init: stage3.py
+    _setup_for_real_optimizer): 1 x 5e8 x 2 B kept between steps (kept_buffers_bytes), a part of the
+    backward's buffers: the total unchanged; the gradients kept beside it where the buffer persists,
+    none once the gradients are offloaded."""
+    from simulator.params import OffloadParams
+    from simulator.rl.llm_costs import kept_gradient_bytes
+
+    kept = DEEPSPEED_MEMORY.model_copy(update={"zero_reduce_buckets_kept": 1})
+    lay = TrainLayout(dp=8, zero=zero)
+    b, base = (memory_per_device(QWEN, lay, 2048, BIG, params=p, micro_batches=4) for p in (kept, DEEPSPEED_MEMORY))
+    bucket = 0.0 if zero == 0 else BUCKET * 2.0
+    assert b.kept_buffers_bytes == bucket and base.kept_buffers_bytes == 0.0 and b.total_bytes == base.total_bytes
+    for persists in (True, False):
+        params = TrainParams(memory=kept.model_copy(update={"grad_buffer_persists": persists}))
+        assert kept_gradient_bytes(b, params) == (b.gradients_bytes if persists else 0.0) + bucket
+        moved = params.model_copy(update={"offload": OffloadParams(grads=True)})
+        assert kept_gradient_bytes(b, moved) == 0.0
+
+
+@pytest.mark.parametrize("given", [{"zero_reduce_buckets_kept": 1},
+                                   {"zero_reduce_bucket_params": BUCKET, "zero_reduce_buckets_kept": 2}])
+def test_more_kept_buckets_than_buckets_are_refused(given):
+    with pytest.raises(ValueError, match="zero_reduce_buckets_kept .* counts kept buckets"):
+        MemoryParams(**given)

@@ -162,12 +162,14 @@ def test_the_cli_exits_2_naming_the_key(capsys):
 MOVED_MEMORY = {"zero3_prefetch_layers": ({}, 2), "zero3_outer_gathered": ({}, False),
                 "zero3_reshard_after_forward": ({}, False), "zero3_max_live_params": ({}, 1e8),
                 "zero_reduce_bucket_params": ({}, 5e8), "zero_reduce_buckets": ({"zero_reduce_bucket_params": 5e8}, 2),
-                "zero2_accumulated_grad_partitions": ({}, 1)}
+                "zero2_accumulated_grad_partitions": ({}, 1),
+                "zero_reduce_buckets_kept": ({"zero_reduce_bucket_params": 5e8}, 1)}
 
 
 @pytest.mark.parametrize("knob", sorted(LAYOUT_GATED_MEMORY))
 def test_a_gated_memory_knob_moves_the_memory_only_on_the_layouts_its_gate_admits(knob):
-    """4 micro-batches an optimizer step: ZeRO-2's accumulated partition needs more than one."""
+    """4 micro-batches an optimizer step: ZeRO-2's accumulated partition needs more than one. The kept
+    buckets move what stays between steps (kept_buffers_bytes), a part of the total."""
     from simulator.llm.memory import memory_per_device
 
     model = load_model("qwen2.5-7b")
@@ -176,6 +178,6 @@ def test_a_gated_memory_knob_moves_the_memory_only_on_the_layouts_its_gate_admit
         lay = TrainLayout(tp=2, zero=zero).resolve(8)
         base = MemoryParams(**beside)
         moved = base.model_copy(update={knob: value})
-        totals = [memory_per_device(model, lay, 4096, 1e15, params=p, micro_batches=4).total_bytes
-                  for p in (base, moved)]
+        totals = [(b.total_bytes, b.kept_buffers_bytes) for b in (
+            memory_per_device(model, lay, 4096, 1e15, params=p, micro_batches=4) for p in (base, moved))]
         assert (totals[0] != totals[1]) == LAYOUT_GATED_MEMORY[knob].applies(lay), (zero, knob)
