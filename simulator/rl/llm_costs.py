@@ -1223,10 +1223,15 @@ class LlmCosts:
     def critic_resident_bytes(self, lay: TrainLayout, hbm_bytes: float) -> float:
         """PPO's critic state on each trainer device outside the critic's own passes: its weights,
         optimizer state and kept gradient buffer (kept_state_bytes) less what its offload moves to the
-        host (workload.critic_offload, else the actor's per-phase offload). 0 without a critic."""
-        if self.scenario.workload.algorithm != "ppo":
+        host (workload.critic_offload, else the actor's per-phase offload). 0 without a critic, or where
+        it runs on a pool of its own (fuse: actor; a split pool's aux_devices: role_pool)."""
+        if not self._critic_beside_actor():
             return 0.0
         return kept_state_bytes(self.models["critic"], lay, hbm_bytes, self.critic_params)
+
+    def _critic_beside_actor(self) -> bool:
+        """Whether a PPO critic's state and passes share the actor's devices (its role_pool is main)."""
+        return self.scenario.workload.algorithm == "ppo" and role_pool(self.scenario.schedule, "critic") == "main"
 
     def _actor_resident_bytes(self, pool: _Pool) -> float:
         """The actor's weights, optimizer state and kept gradient buffer beside the critic's passes,
@@ -1234,8 +1239,9 @@ class LlmCosts:
         return _kept(self._resident_memory(pool), self.train_params)
 
     def _beside_bytes(self, role: str, pool: _Pool) -> float:
-        """What the other trained model of a PPO run holds on these devices while ``role`` trains."""
-        if self.scenario.workload.algorithm != "ppo":
+        """What the other trained model of a PPO run holds on these devices while ``role`` trains: none
+        where the critic trains on a pool of its own (TrainStep runs its update on its aux clock)."""
+        if not self._critic_beside_actor():
             return 0.0
         if role == "actor":
             return self.critic_resident_bytes(self.layout(len(pool.ranks)), pool.hbm_bytes)

@@ -294,6 +294,31 @@ def test_the_critic_state_sits_beside_the_engine_and_the_actor_unless_offloaded(
         == pytest.approx(actor.weights_bytes + actor.optimizer_bytes + actor.gradients_bytes)
 
 
+def test_a_critic_on_a_pool_of_its_own_sits_beside_neither_the_engine_nor_the_actor():
+    """fuse: actor puts the critic (and the frozen models) on the aux pool, where TrainStep runs its
+    update: nothing of it sits beside the actor's engine or update, nor the actor's state beside its
+    update. Closed form against the shared placement: each update's peak differs by exactly the other
+    trained model's kept state and the frozen weights that moved (each was charged the other's state:
+    40.9 GB a device here)."""
+    fused = _ppo("topology.nodes=8", "schedule.fuse=actor", "schedule.aux_fraction=0.5")
+    shared = _ppo("topology.nodes=8")
+    lay, hbm = fused.layout(32), fused.device.hbm_bytes
+    lens, main, aux = np.full(64, 1024), list(range(32)), list(range(32, 64))
+
+    def frozen(costs, role):
+        return sum(costs._frozen_bytes(role, lay, hbm).values())
+
+    assert fused.critic_resident_bytes(lay, hbm) == 0.0 < shared.critic_resident_bytes(lay, hbm)
+    assert shared.train("actor", lens, main).peak_memory_bytes - fused.train("actor", lens, main).peak_memory_bytes \
+        == pytest.approx(shared.critic_resident_bytes(lay, hbm) + frozen(shared, "actor") - frozen(fused, "actor"))
+    actor_state = shared._actor_resident_bytes(shared.pool(main))
+    assert actor_state > 0
+    assert shared.train("critic", lens, main).peak_memory_bytes - fused.train("critic", lens, aux).peak_memory_bytes \
+        == pytest.approx(actor_state + frozen(shared, "critic") - frozen(fused, "critic"))
+    assert shared.rollout_phase_bytes(lay) - fused.rollout_phase_bytes(lay) == pytest.approx(
+        shared.critic_resident_bytes(lay, hbm) + frozen(shared, "actor") - frozen(fused, "actor"))
+
+
 def test_an_offloaded_critic_pays_its_copies_and_the_actor_does_not():
     """verl's CriticWorker: parameters in before compute_values and out after; parameters and
     optimizer in before update_critic and out after (2 x bytes over the host link each)."""
