@@ -148,15 +148,25 @@ def _fields_beside(model: Any, loc: tuple[Any, ...]) -> set[str]:
     a validator's name) keeps the candidates; a field that holds no model ends the walk. A field
     validated by a registry instead of its annotation (Scenario.schedule) names its registry in the
     class's ``field_models``."""
-    current = [model]
+    return {name for cls in _models_at(model, loc) for name in cls.model_fields}
+
+
+def _models_at(model: Any, loc: tuple[Any, ...], data: Any = None) -> list[Any]:
+    """The models that may hold the key at ``loc`` (_fields_beside's walk). With ``data``, the input
+    validated, a registry's section names its model by its tag (a schedule's `kind: colocated`)."""
+    current: list[Any] = [model]
     for part in loc[:-1]:
+        data = data.get(part) if isinstance(data, Mapping) else None
         declared = [(cls, name, field) for cls in current for name, field in cls.model_fields.items()
                     if part in (name, field.alias)]
         if declared:
-            current = [inner for cls, name, field in declared
-                       for inner in (_model_classes(field.annotation)
-                                     or list(getattr(cls, "field_models", {}).get(name, {}).values()))]
-    return {name for cls in current for name in cls.model_fields}
+            registry = {tag: inner for cls, name, _ in declared
+                        for tag, inner in getattr(cls, "field_models", {}).get(name, {}).items()}
+            tagged = [registry[v] for v in (data.values() if isinstance(data, Mapping) else ())
+                      if isinstance(v, str) and v in registry]
+            current = tagged[:1] or [inner for cls, name, field in declared
+                                     for inner in (_model_classes(field.annotation) or list(registry.values()))]
+    return current
 
 
 def one_typo_from(name: str, names: Iterable[str]) -> str:
@@ -183,6 +193,57 @@ def _edits(first: str, second: str) -> int:
     return previous[-1]
 
 
+def _keys_beside(model: Any, loc: tuple[Any, ...], skip: frozenset[str], data: Any = None) -> list[str]:
+    """The keys an unknown key at ``loc`` could have been, as its dotted path takes them: the keys
+    beside it and, where a skipped part (a wrapper such as the planner's ``params``) flattens a level,
+    that level's own fields too; ``data``, the input, names a registry's model (_models_at). Sorted;
+    none without ``model``."""
+    if model is None or not loc:
+        return []
+    names = {name for cls in _models_at(model, loc, data) for name in _keys_of(cls)}
+    for at, part in enumerate(loc[:-1]):
+        if str(part) in skip:
+            names |= {name for cls in _models_at(model, loc[:at + 1], data) for name in _keys_of(cls)}
+    return sorted(names - skip - {"source"})
+
+
+def _keys_of(cls: Any) -> Iterable[str]:
+    """The keys a model takes: its fields, or those its kind accepts where one class holds every
+    kind's knobs and gates them (the schedules' ``accepts()``)."""
+    accepts = getattr(cls, "accepts", None)
+    return accepts() if callable(accepts) else cls.model_fields
+
+
+# pydantic's bound errors: the ctx key of the bound and the words for it.
+_BOUNDS = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "greater than or equal to"),
+           "less_than": ("lt", "less than"), "less_than_equal": ("le", "less than or equal to")}
+
+
+def _plain_words(err: Mapping[str, Any], where: str, model: Any, skip: frozenset[str],
+                 data: Any = None) -> tuple[str, str] | None:
+    """(message, fix) for the errors pydantic words generically: a bound ("Input should be greater than 0"
+    said neither the field's rule nor what to write) and an unknown key ("Extra inputs are not
+    permitted": which keys are known?). None for the others."""
+    kind = str(err.get("type", ""))
+    if kind in _BOUNDS:
+        key, words = _BOUNDS[kind]
+        bound = _bound_text((err.get("ctx") or {}).get(key))
+        return f"must be {words} {bound}", f"set {where} to a value {words} {bound}"
+    if kind == "extra_forbidden":
+        loc = tuple(err.get("loc", ()))
+        message = f"unknown field '{loc[-1] if loc else where}'" + did_you_mean(err, model)
+        keys = _keys_beside(model, loc, skip, data)
+        return message, (f"use one of: {', '.join(keys)}" if keys else "")
+    return None
+
+
+def _bound_text(bound: Any) -> str:
+    """A bound as written: 0, not the 0.0 of a float field; 0.5 as is."""
+    if isinstance(bound, float) and bound.is_integer():
+        return str(int(bound))
+    return str(bound)
+
+
 def did_you_mean(err: Mapping[str, Any], model: Any) -> str:
     """"; did you mean 'x'?" for an unknown key one typo away from a field its model declares ('' else)."""
     loc = tuple(err.get("loc", ()))
@@ -197,12 +258,13 @@ def did_you_mean(err: Mapping[str, Any], model: Any) -> str:
 
 def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
                      fix: str = "see docs/scenario-reference.md for the fields and allowed values",
-                     skip: frozenset[str] = frozenset(), model: Any = None) -> RlsimError:
+                     skip: frozenset[str] = frozenset(), model: Any = None, data: Any = None) -> RlsimError:
     """One RlsimError listing EVERY error of a pydantic ValidationError, each as
     `prefix.dotted.field: message (got value)`, with the dotted path that `--set` accepts.
 
     ``skip`` names loc parts that are not fields (e.g. the tags of a discriminated union); ``model``,
-    the pydantic class validated, lets an unknown key name the declared field it is a typo of."""
+    the pydantic class validated, lets an unknown key name the declared field it is a typo of and the
+    keys it could have been (``data``, the input validated, picks a registry's model: the schedule's kind)."""
     by_field: dict[str, list[str]] = {}   # a union's branches fail on the same field: one line each field
     shown: dict[str, str] = {}
     related: list[str] = []
@@ -224,7 +286,14 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
         message = cause.message if isinstance(cause, RlsimError) else str(err.get("msg", "invalid"))
         if isinstance(cause, RlsimError) and cause.fix:
             own_fix.setdefault(where, cause.fix)
-        by_field.setdefault(where, []).append(message.removeprefix("Value error, ") + did_you_mean(err, model))
+        plain = _plain_words(err, where, model, skip, data)
+        if plain is not None:
+            message = plain[0]
+            if plain[1]:
+                own_fix.setdefault(where, plain[1])
+        else:
+            message = message.removeprefix("Value error, ") + did_you_mean(err, model)
+        by_field.setdefault(where, []).append(message)
         shown.setdefault(where, "" if isinstance(cause, RlsimError) else _shown(err.get("input", _MISSING)))
     items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
     if len(items) == 1:

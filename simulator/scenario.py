@@ -2222,10 +2222,10 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
     except ValidationError as exc:
         fix = "see docs/scenario-reference.md for the allowed values"
         skip = frozenset(SCHEDULE_CLASSES)
-        error = validation_error(exc, source=source, skip=skip, fix=fix, model=Scenario)
+        error = validation_error(exc, source=source, skip=skip, fix=fix, model=Scenario, data=data)
         where = _error_source(error.fields, source, workload_file, set_keys, error.related)
         if where != source:
-            error = validation_error(exc, source=where, skip=skip, fix=fix, model=Scenario)
+            error = validation_error(exc, source=where, skip=skip, fix=fix, model=Scenario, data=data)
         raise error from None
     if scenario.schedule.reward_during_forwards and scenario.workload.dynamic_sampling is not None:
         raise RlsimError("reward_during_forwards cannot apply with dynamic sampling: its filter needs each "

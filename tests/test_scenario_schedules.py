@@ -165,7 +165,7 @@ def test_an_unknown_module_name_is_still_an_attribute_error():
      "Input tag 'bogus' found using 'kind' does not match any of the expected tags: 'colocated', 'disaggregated', "),
     ({"kind": 5}, "schedule.kind", "Input tag '5' found using 'kind'"),
     (5, "schedule", "Input should be a valid dictionary or object to extract fields from (got 5)"),
-    ({"kind": "stalesync", "staleness": -1}, "schedule.staleness", "Input should be greater than or equal to 0"),
+    ({"kind": "stalesync", "staleness": -1}, "schedule.staleness", "must be greater than or equal to 0 (got -1)"),
 ])
 def test_schedule_errors_read_as_a_union_discriminated_on_kind(schedule, field, says):
     with pytest.raises(RlsimError) as err:

@@ -1,0 +1,78 @@
+"""The words of a refused input (a new-user audit, 2026-12-07): a bound or an unknown key says the
+rule and the fix in the project's words, not pydantic's generic "Input should be greater than 0" /
+"Extra inputs are not permitted" with "see docs/..."; a validator's own fix is not followed by the
+generic one; the field named is the one written (`workload.preset`, `--model`); the plan's interval
+of two replicas does not repeat the count."""
+from __future__ import annotations
+
+import pytest
+
+from simulator import cli
+
+SMALL = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100"]
+
+
+def _error(capsys, *argv: str) -> str:
+    """The one error line `rlsim ARGV` prints, checked to exit 2."""
+    assert cli.main(list(argv)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlsim: error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("item, field, rule", [
+    ("workload.prompts_per_step=-4", "workload.prompts_per_step", "greater than 0"),
+    ("workload.samples_per_prompt=0", "workload.samples_per_prompt", "greater than 0"),
+    ("limits.max_devices=-1", "limits.max_devices", "greater than or equal to 1"),
+])
+def test_a_value_past_its_bound_says_the_bound_and_what_to_set(capsys, item, field, rule):
+    text = _error(capsys, "run", *SMALL, "--set", item)
+    got = item.split("=")[1]
+    assert f"field '{field}': must be {rule} (got {got}) (fix: set {field} to a value {rule})" in text
+    assert "Input should be" not in text and "docs/scenario-reference.md" not in text
+
+
+def test_iterations_zero_says_the_bound(capsys):
+    text = _error(capsys, "run", *SMALL, "--iterations", "0")
+    assert "field 'iterations': must be greater than or equal to 1 (got 0)" in text
+    assert "(fix: set iterations to a value greater than or equal to 1)" in text
+
+
+@pytest.mark.parametrize("item, keys", [
+    ("output.foo=1", "keep_sample_rows, timers"),
+    ("limits.foo=1", "max_devices, max_global_batch, max_iterations, max_runs, max_segments_per_sample, max_work"),
+    # the planner's sections and its flattened params: every key `planner.KEY` takes
+    ("planner.foo=1", "dominance_prune, eval_cost_s, fixed_cost_s, hetero, recovery, refine_top, rollout, space"),
+])
+def test_an_unknown_key_lists_the_keys_its_section_takes(capsys, item, keys):
+    text = _error(capsys, "run", *SMALL, "--set", item)
+    field = item.split("=")[0]
+    assert f"field '{field}': unknown field 'foo' (got 1) (fix: use one of: {keys})" in text
+    assert "Extra inputs" not in text
+
+
+@pytest.mark.parametrize("item, meant", [("output.timerz=x", "timers"), ("limits.max_devicez=3", "max_devices"),
+                                         ("schedule.switch.overhead=1", "overhead_s")])
+def test_an_unknown_key_one_typo_from_a_field_names_it(capsys, item, meant):
+    text = _error(capsys, "run", *SMALL, "--schedule", "colocated", "--set", item)
+    assert f"; did you mean '{meant}'?" in text and "(fix: use one of: " in text
+
+
+def test_an_unknown_schedule_key_lists_the_keys_of_its_kind():
+    """The kind's keys (its `accepts()`), not every kind's: staleness is stalesync's, not colocated's."""
+    import re
+    listed = {}
+    for kind in ("colocated", "stalesync"):
+        out = _cli_error(kind)
+        listed[kind] = set(re.search(r"use one of: ([^)]*)\)", out).group(1).split(", "))
+    assert "staleness" in listed["stalesync"] and "staleness" not in listed["colocated"]
+    assert "switch" in listed["colocated"] and "rollout_devices" not in listed["colocated"]
+
+
+def _cli_error(kind: str) -> str:
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli.main(["run", *SMALL, "--schedule", kind, "--set", "schedule.foo=1"]) == 2
+    return err.getvalue()
