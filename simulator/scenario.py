@@ -1223,12 +1223,14 @@ class ScheduleConfig(_Strict):
         if name in STALE_KNOBS and cls.RUNS_AHEAD:   # a framework's kind: it runs ahead, by its own rules
             why = f": {kind} runs ahead under its own knobs ({', '.join(sorted(cls.ACCEPTS - SPLIT_KNOBS))})"
         placement = (info.data or {}).get("placement") or "colocated"   # stalesync's default
+        # an RlsimError: its own fix, not the generic one after "(got 3)" (validation_error)
         if kind in kinds:   # this kind takes it on its other placement
             other = [p for p in ("colocated", "disaggregated") if p != placement and name in cls.accepts(p)]
-            raise ValueError(f"does not apply to kind: {kind} with placement: {placement}{why}; it applies with "
-                             f"placement: {' / '.join(other)} (remove it or change schedule.placement)")
-        raise ValueError(f"does not apply to kind: {kind}{why}; it applies to kind: {' / '.join(kinds) or 'none'} "
-                         f"(remove it or change schedule.kind)")
+            raise RlsimError(f"does not apply to kind: {kind} with placement: {placement}{why}; it applies with "
+                             f"placement: {' / '.join(other)}",
+                             fix=f"remove schedule.{name} or change schedule.placement")
+        raise RlsimError(f"does not apply to kind: {kind}{why}; it applies to kind: {' / '.join(kinds) or 'none'}",
+                         fix=f"remove schedule.{name} or change schedule.kind")
 
     @field_validator("aux_fraction", mode="after")
     @classmethod

@@ -76,3 +76,12 @@ def _cli_error(kind: str) -> str:
     with contextlib.redirect_stderr(err):
         assert cli.main(["run", *SMALL, "--schedule", kind, "--set", "schedule.foo=1"]) == 2
     return err.getvalue()
+
+
+def test_a_knob_of_another_kind_gives_its_own_fix_once(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\n"
+                    "schedule: {kind: colocated, staleness: 3}\n")
+    text = _error(capsys, "run", str(path))
+    assert text.count("(fix:") == 1 and "(got 3)" not in text and "docs/" not in text
+    assert text.endswith("(fix: remove schedule.staleness or change schedule.kind)")
