@@ -199,13 +199,15 @@ def _singular(kind: str) -> str:
     return kind[:-3] + "y" if kind.endswith("ies") else kind.removesuffix("s")
 
 
-def resolve(kind: str, spec: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """A preset name, a file path or a mapping -> (mapping, source label for error messages)."""
+def resolve(kind: str, spec: str | Path | dict[str, Any], field: str | None = None) -> tuple[dict[str, Any], str]:
+    """A preset name, a file path or a mapping -> (mapping, source label for error messages).
+    ``field``: where the name was written, for its errors (`workload.preset`; default the section)."""
+    field = field or _singular(kind)
     if isinstance(spec, dict):
         return dict(spec), f"<{_singular(kind)} mapping>"
     text = str(spec)
     if not text.strip():   # Path("") is the current folder: "cannot read file: Is a directory"
-        raise RlsimError(f"empty {_singular(kind)} name", field=_singular(kind),
+        raise RlsimError(f"empty {_singular(kind)} name", field=field,
                          fix=f"give a preset name ({', '.join(preset_names(kind))}) or a path to a YAML file")
     candidate = Path(text)
     # a file of that name, not a folder (an --out folder named after a preset is not the preset)
@@ -225,5 +227,5 @@ def resolve(kind: str, spec: str | Path | dict[str, Any]) -> tuple[dict[str, Any
         return read_yaml(builtin), f"{kind}/{text}.yaml"
     names = ", ".join(preset_names(kind)) or "(none)"
     raise RlsimError(f"unknown {_singular(kind)} preset {text!r}{one_typo_from(text, preset_names(kind))}",
-                     field=_singular(kind),
+                     field=field,
                      fix=f"use one of: {names}, or a path to a YAML file")

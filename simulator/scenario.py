@@ -2141,12 +2141,12 @@ def _leaf_paths(mapping: Mapping[str, Any], prefix: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
+def _resolve_workload(spec: Any, field: str = "workload") -> tuple[dict[str, Any], str | None]:
     """The workload section as a mapping (a preset read, a `preset:` key merged under the keys beside
     it) and the file (or built-in preset file) it comes from: None for a plain mapping. Each preset
-    file is read once."""
+    file is read once. ``field``: where a name was written (`workload.preset` under a mapping)."""
     if isinstance(spec, (str, Path)):
-        mapping, label = presets.resolve("workloads", spec)
+        mapping, label = presets.resolve("workloads", spec, field=field)
         if _TOPOLOGY_FILE_KEYS & set(mapping) and "model" not in mapping:   # (11 schema errors before)
             raise RlsimError("this is a topology file, not a workload", source=label, field="workload",
                              fix="give it as --topology FILE (or topology: {preset: FILE} in a scenario)")
@@ -2157,7 +2157,7 @@ def _resolve_workload(spec: Any) -> tuple[dict[str, Any], str | None]:
         spec = dict(spec)
         if "preset" in spec:
             preset = spec.pop("preset")
-            base, label = _resolve_workload(preset)
+            base, label = _resolve_workload(preset, "workload.preset")
             return deep_merge(_without_replaced_laws(base, spec), spec), label if isinstance(preset, (str, Path)) else None
         return spec, None
     raise RlsimError(f"workload must be a preset name, a path or a mapping, got {type(spec).__name__}",

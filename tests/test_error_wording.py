@@ -85,3 +85,27 @@ def test_a_knob_of_another_kind_gives_its_own_fix_once(tmp_path, capsys):
     text = _error(capsys, "run", str(path))
     assert text.count("(fix:") == 1 and "(got 3)" not in text and "docs/" not in text
     assert text.endswith("(fix: remove schedule.staleness or change schedule.kind)")
+
+
+@pytest.mark.parametrize("section", ["workload", "topology"])
+def test_an_unknown_preset_under_a_mapping_names_the_preset_key(tmp_path, capsys, section):
+    path = tmp_path / "s.yaml"
+    other = {"workload": "topology: dgx-h100", "topology": "workload: grpo-qwen2.5-7b"}[section]
+    path.write_text(f"{section}: {{preset: nonsense}}\n{other}\n")
+    text = _error(capsys, "run", str(path))
+    assert f"field '{section}.preset': unknown {section} preset 'nonsense'" in text
+
+
+def test_plans_empty_model_names_the_flag(capsys):
+    text = _error(capsys, "plan", "--model", " ", "--topology", "dgx-h100")
+    assert "field '--model': empty model name" in text
+
+
+def test_a_device_without_the_workloads_weight_dtype_says_which_gave_what(capsys):
+    """The default scenario's workload (a preset) rolls out int8 weights; `--set topology.device=cpu`
+    gave the device: the error names that item and says what to set on the workload."""
+    text = _error(capsys, "run", "--set", "topology.device=cpu")
+    assert text.startswith("rlsim: error: --set topology.device=cpu (over <default scenario>): "
+                           "field 'workload.rollout_layout.weight_dtype': the workload's "
+                           "workload.rollout_layout.weight_dtype: int8 needs an int8 peak")
+    assert "--set workload.rollout_layout.weight_dtype=bf16" in text

@@ -247,9 +247,12 @@ class StepCost:
         try:
             linear_rate = device.peak(cdtype) * gemm_eff
         except RlsimError:
-            raise RlsimError(f"device {device.name} has no {cdtype} peak for weight_dtype {layout.weight_dtype}",
-                             field=f"{layout_field}.weight_dtype",
-                             fix=f"use bf16, or a device with {cdtype} support") from None
+            # the workload's dtype (a preset's, often) meets the topology's device: say which gave what
+            dtype_field = f"{layout_field}.weight_dtype"
+            raise RlsimError(f"the workload's {dtype_field}: {layout.weight_dtype} needs an {cdtype} peak, which "
+                             f"the topology's device {device.name} has not", field=dtype_field,
+                             fix=f"set {dtype_field}: bf16 (--set {dtype_field}=bf16), or a device with {cdtype} "
+                                 "support", related=("topology.device",)) from None
         bf16_rate = device.peak("bf16")
         # FLOPs per device: everything splits over tp * ep under an even spread of sequences; a
         # stage computes its share of the layers for every sequence once a step.
