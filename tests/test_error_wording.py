@@ -109,3 +109,17 @@ def test_a_device_without_the_workloads_weight_dtype_says_which_gave_what(capsys
                            "field 'workload.rollout_layout.weight_dtype': the workload's "
                            "workload.rollout_layout.weight_dtype: int8 needs an int8 peak")
     assert "--set workload.rollout_layout.weight_dtype=bf16" in text
+
+
+@pytest.mark.parametrize("n, words", [(2, "50% interval over 2 replicas: the [min, max]"),
+                                      (3, "75% interval over 3 replicas: the [min, max]"),
+                                      (6, "95% interval over 6 replicas")])
+def test_an_interval_names_its_coverage_and_count_once(n, words):
+    from simulator.uncertainty.intervals import interval_over
+    assert interval_over(n, "replicas") == words
+
+
+def test_plan_with_two_seeds_says_the_count_once(capsys):
+    assert cli.main(["plan", "--seeds", "2", "--model", "qwen2.5-7b", "--topology", "dgx-h100", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "(50% interval over 2 replicas: the [min, max])" in out and "of 2)" not in out

@@ -161,7 +161,7 @@ def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
     list its layout. None when one replica and no distribution apply."""
     from ..overrides import parse_assignment
     from ..uncertainty import plan_replicas
-    from ..uncertainty.intervals import aggregate, ci_coverage, interval_label
+    from ..uncertainty.intervals import aggregate, ci_coverage, interval_over
     rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
     plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=rest)
     if not plan.distributions and any(parse_assignment(o)[0] == "seed" for o in rest):
@@ -189,7 +189,7 @@ def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
           "(each over the replicas that list the layout):")
     for i, row in enumerate(rows, 1):
         ci = row["ci95"]
-        spread = (f"{interval_label(row['seeds'])} in {row['seeds']} replicas" if row["seeds"] > 1
+        spread = (interval_over(row["seeds"], "replicas") if row["seeds"] > 1
                   else "one replica: no interval")
         print(f"#{i} {row.get('layout')}: step {_num(row['step_time_s'])} s {_pair(ci, 'step_time_s')}, "
               f"tokens/s {_num(row['tokens_per_s'])} {_pair(ci, 'tokens_per_s')} ({spread})")

@@ -46,6 +46,15 @@ def interval_label(n: int, level: float = 0.95) -> str:
     return f"{coverage:.0%} interval ([min, max] of {n})"
 
 
+def interval_over(n: int, unit: str, level: float = 0.95) -> str:
+    """'95% interval over 8 seeds', or, below the level, what the [min, max] of the n covers: '50%
+    interval over 2 replicas: the [min, max]' (interval_label's "(... of 2)" repeated the count)."""
+    coverage = ci_coverage(n, level)
+    if coverage >= level:
+        return f"{level:.0%} interval over {n} {unit}"
+    return f"{coverage:.0%} interval over {n} {unit}: the [min, max]"
+
+
 def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     """(median, low, high) of the values (one or more numbers; 0 < level < 1)."""
     if not 0 < level < 1:
