@@ -616,7 +616,7 @@ def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | 
     given = dict(overrides or {})
     try:
         if isinstance(spec, Mapping) and "preset" in spec:
-            base, source = resolve("topologies", spec["preset"], field="topology.preset")
+            base, source = resolve("topologies", spec["preset"])
             mapping = _merge(_without_replaced_size(base, written), _device_over_base(base, written))
         else:
             mapping, source = resolve("topologies", dict(spec) if isinstance(spec, Mapping) else spec)
