@@ -417,7 +417,8 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
                                                    beside=updates_beside(sc, params),
                                                    heaviest=heaviest_micro_batch_of(sc, row, trained),
                                                    also_trains_on=consolidated_train_devices(sc, len(train_ranks)),
-                                                   step_sequences=step_sequences_of(sc, row), packing=step_packing(sc))
+                                                   step_sequences=step_sequences_of(sc, row), packing=step_packing(sc),
+                                                   rollout_phase=rollout_phase_check(sc, model, params))
         with engine_named(sc):
             plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
                                  evaluator=evaluator, top=1)
@@ -448,6 +449,38 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
                                  "devices": len(roll_ranks)}
     out.detail["planning_cost_s"] = out.planning_cost_s
     return out
+
+
+def rollout_phase_check(sc: Scenario, model: ModelSpec, params: Any) -> Callable[[TrainLayout, float], None] | None:
+    """TrainingEvaluator's ``rollout_phase``, as the run judges a colocated placement's rollout phase
+    (LlmCosts.rollout_phase_bytes): the given engine's gpu_memory_utilization share of HBM beside what
+    the training layout leaves resident (resident_training_bytes at the engine's own weight shard, the
+    PPO critic's kept state and the frozen models' weights: updates_beside). A layout they overflow is
+    refused (TP1 for grpo-qwen2.5-7b on one DGX-H100 node beside an engine at 0.7: 90.6 GB of 85.9 GB,
+    where TP2 fits; a planner audit). None on split pools, and for a rollout layout left auto, whose
+    share colocated_engine_share lowers to what the planned layout leaves."""
+    rollout = sc.workload.rollout_layout
+    if sc.schedule.effective_placement != "colocated" or not isinstance(rollout, Mapping):
+        return None
+    from .rl.llm_costs import _bytes_per_weight, resident_training_bytes
+
+    engine = RolloutLayout.from_mapping({**rollout, "instances": 1}, source=sc.source,
+                                        field_name="workload.rollout_layout")
+    shard = model.weight_bytes(_bytes_per_weight(engine)) / engine.devices_per_instance
+    beside = updates_beside(sc, params)
+
+    def check(lay: TrainLayout, hbm: float) -> None:
+        resident = resident_training_bytes(model, lay, sc.schedule.switch, hbm, shard, params)
+        resident += beside[0][2](lay, hbm) if beside else 0.0
+        share = engine.gpu_memory_utilization
+        if hbm * share + resident > hbm:
+            raise RlsimError(f"the rollout phase needs {(hbm * share + resident) / 1e9:.1f} GB per device with "
+                             f"{model.name} trained as {lay.as_dict()} (engine {hbm * share / 1e9:.1f} GB + resident "
+                             f"training state {resident / 1e9:.1f} GB) on {capacity_text(hbm)}", source="planner",
+                             field="workload.rollout_layout.gpu_memory_utilization",
+                             fix=f"lower gpu_memory_utilization ({share:g}) to <= "
+                                 f"{max(0.0, (hbm - resident) / hbm):.2f}, or use more devices per training replica")
+    return check
 
 
 def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_layout: Mapping[str, Any],

@@ -306,3 +306,24 @@ def test_a_layout_that_fits_alone_is_refused_beside_the_other_models_state():
                                                             lambda lay: dataclasses.replace(lay, micro_batch=64))])
     with pytest.raises(RlsimError, match="beside the actor's"):   # the critic's own micro-batches of 64 rows
         own(choice, list(range(8)))
+
+
+def test_a_planned_training_layout_leaves_the_given_engine_room_in_the_rollout_phase():
+    """A planner audit: grpo-qwen2.5-7b colocated on one DGX-H100 node, the rollout layout given at
+    gpu_memory_utilization 0.7 and the training layout auto. The planner ranked training alone and
+    chose TP1, whose resident state (actor and reference weights, 30.5 GB) with the engine's 60.1 GB
+    is 90.6 GB of 85.9 GB: the run refused it, where TP2 (half the resident state) fits. The planner
+    judges the rollout phase beside each candidate as the run does (LlmCosts.rollout_phase_bytes)."""
+    import simulator
+    from simulator.llm.train_layout import TrainLayout
+    from simulator.rl.llm_costs import LlmCosts
+
+    sc = _scenario("workload.train_layout=auto", "workload.rollout_layout.gpu_memory_utilization=0.7")
+    topo = load_topology(sc.topology)
+    plan = auto_layouts(sc, topo)
+    costs = LlmCosts(sc, topo, auto_layouts=plan.layouts)
+    lay = TrainLayout.from_mapping(plan.layouts["train"]).resolve(8)
+    assert costs.rollout_phase_bytes(lay) <= topo.device_spec(0).hbm_bytes   # it raised before
+    assert plan.layouts["train"]["tp"] * plan.layouts["train"]["pp"] > 1
+    summary = simulator.simulate(sc).summary   # the run accepts what the planner chose
+    assert summary["peak_memory_by_phase"]["rollout"] <= topo.device_spec(0).hbm_bytes

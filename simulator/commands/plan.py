@@ -323,7 +323,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
               ) -> tuple[list[dict[str, Any]], Any, Any, Any]:
     """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given;
     ``progress(done, None)`` hears of each layout evaluated."""
-    from ..autoplan import engine_named, train_space, updates_beside
+    from ..autoplan import engine_named, rollout_phase_check, train_space, updates_beside
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..llm.layer_costs import with_lora
@@ -349,6 +349,9 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                                                    also_trains_on=inp["also_trains_on"],
                                                    step_sequences=inp["step_sequences"],
                                                    packing=inp["step_packing"] or "none",
+                                                   # a colocated engine's share beside the resident state, as the run
+                                                   rollout_phase=rollout_phase_check(inp["scenario"], model, inp["params"])
+                                                   if inp["params"] is not None else None,
                                                    # what sits beside the update: a scenario's step only
                                                    beside=updates_beside(inp["scenario"] if inp["params"] is not None
                                                                          else None, inp["params"], base))

@@ -28,6 +28,7 @@ class TrainingEvaluator:
                  room_beside_tail: Callable[[int], int | None] | None = None,
                  step_sequences: Callable[[int, int], tuple[int, np.ndarray]] | None = None,
                  packing: str = "none",
+                 rollout_phase: Callable[[TrainLayout, float], None] | None = None,
                  beside: Sequence[tuple[Any, str, Callable[[TrainLayout, float], float],
                                         Callable[[TrainLayout], TrainLayout]]] = ()) -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
@@ -48,13 +49,16 @@ class TrainingEvaluator:
         models' resident state (PPO: the actor's beside the critic's weights and optimizer state, the
         critic's beside the actor's; a resident reference's weights), ``what`` naming that state ("the
         critic's resident weights and optimizer state"), ``own`` the layout that update runs under (the
-        critic's micro-batching): memory is judged for each with that much less HBM."""
+        critic's micro-batching): memory is judged for each with that much less HBM.
+        ``rollout_phase(layout, hbm)``: raises RlsimError where a colocated engine's share of HBM beside
+        what the layout leaves resident through the rollout overflows a device (autoplan.rollout_phase_check)."""
         self.model, self.topology = model, topology
         self.heaviest = heaviest
         self.also_trains_on = also_trains_on
         self.room_beside_tail = room_beside_tail
         self.step_sequences, self.packing = step_sequences, packing
         self.beside = tuple(beside)
+        self.rollout_phase = rollout_phase
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()
@@ -99,6 +103,8 @@ class TrainingEvaluator:
                              "colocated StaleSync's tail: the tail would never consolidate", source="planner",
                              field="schedule.kind",
                              fix="a smaller tp x cp x pp (or expert fold); or kind: colocated")
+        if self.rollout_phase is not None:   # the run refuses it whatever check_memory says
+            self.rollout_phase(layout, min(k.hbm_bytes for k in pool_devices(self.topology, ranks)))
         if self.params.check_memory:
             # The same memory check train_step_cost makes first (equal sequences: the longest is
             # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.

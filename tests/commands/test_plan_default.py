@@ -325,3 +325,19 @@ def test_a_scenarios_rollout_side_that_run_refuses_is_said(tmp_path, capsys):
     # the engine at TP 4 runs: no note
     assert main(["plan", str(scenario), "--json", "--top", "1", *narrow, "--set", "workload.rollout_layout.tp=4"]) == 0
     assert "rollout side" not in capsys.readouterr().err
+
+
+def test_plan_lists_no_layout_whose_rollout_phase_the_run_refuses(tmp_path, capsys):
+    """A planner audit: a colocated scenario's given engine (gpu_memory_utilization 0.7 on one DGX-H100
+    node) beside the training state TP1 leaves resident is 90.6 GB of 85.9 GB; plan ranked TP1 first
+    and `rlsim run` with it refused the rollout phase. Every candidate listed now runs."""
+    scenario = tmp_path / "q7.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\nschedule: colocated\n")
+    assert main(["plan", str(scenario), "--json", "--top", "3",
+                 "--set", "workload.rollout_layout.gpu_memory_utilization=0.7"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(row["layout"]["tp"] * row["layout"]["pp"] > 1 for row in rows)
+    for row in rows:
+        layout = {k: v for k, v in row["layout"].items() if k != "dp"}
+        simulator.simulate(scenario, iterations=1, overrides=["workload.rollout_layout.gpu_memory_utilization=0.7",
+                                                               f"workload.train_layout={json.dumps(layout)}"])
