@@ -418,7 +418,8 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
                                                    heaviest=heaviest_micro_batch_of(sc, row, trained),
                                                    also_trains_on=consolidated_train_devices(sc, len(train_ranks)),
                                                    step_sequences=step_sequences_of(sc, row), packing=step_packing(sc),
-                                                   rollout_phase=rollout_phase_check(sc, model, params))
+                                                   rollout_phase=rollout_phase_check(sc, model, params),
+                                                   pools_check=aux_pool_check(sc, topology.num_devices))
         with engine_named(sc):
             plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
                                  evaluator=evaluator, top=1)
@@ -480,6 +481,37 @@ def rollout_phase_check(sc: Scenario, model: ModelSpec, params: Any) -> Callable
                              field="workload.rollout_layout.gpu_memory_utilization",
                              fix=f"lower gpu_memory_utilization ({share:g}) to <= "
                                  f"{max(0.0, (hbm - resident) / hbm):.2f}, or use more devices per training replica")
+    return check
+
+
+def aux_pool_check(sc: Scenario, n_devices: int) -> Callable[[TrainLayout, int], None] | None:
+    """TrainingEvaluator's ``pools_check`` for fuse: actor, whose aux pool runs the reference, reward
+    model and critic under the training layout: the run's pools for a candidate (rl/pools.build_pools
+    on the ``n_devices`` before a served model's, at the given rollout instance, one device for a
+    planned one) must train on the candidate's devices, and the aux pool hold whole replicas of its
+    layout (TrainLayout.resolve). The planner searched the actor's devices alone: qwen2.5-32b on two
+    DGX-H100 nodes planned TP1 PP7 on 14, and the run refused the aux pool's 2 (a planner audit).
+    None for other placements."""
+    sched = sc.schedule
+    if sched.effective_placement != "colocated" or sched.fuse != "actor":
+        return None
+    from .rl.pools import build_pools
+
+    rollout = sc.workload.rollout_layout
+    instance = (RolloutLayout.from_mapping({**rollout, "instances": 1}, source=sc.source,
+                                           field_name="workload.rollout_layout").devices_per_instance
+                if isinstance(rollout, Mapping) else 1)
+    total = n_devices - sum(served_devices(sc.workload).values())
+
+    def check(lay: TrainLayout, n_ranks: int) -> None:
+        pools = build_pools(sched, total, instance, lay.pool_unit, source="planner", unit_text=lay.pool_unit_text())
+        if pools["actor"].count != n_ranks:
+            raise RlsimError(f"the run's actor pool with {lay.as_dict()} holds {pools['actor'].count} devices "
+                             f"(whole units of {lay.pool_unit_text()} and the rollout instance's {instance}), not the "
+                             f"{n_ranks} planned", source="planner", field="schedule.aux_fraction",
+                             fix="change schedule.aux_fraction, or the layout's tp x cp x pp")
+        aux = {k: v for k, v in lay.as_dict().items() if k != "dp"}
+        TrainLayout.from_mapping(aux, source="planner").resolve(pools["aux"].count, source="planner")
     return check
 
 

@@ -327,3 +327,20 @@ def test_a_planned_training_layout_leaves_the_given_engine_room_in_the_rollout_p
     assert plan.layouts["train"]["tp"] * plan.layouts["train"]["pp"] > 1
     summary = simulator.simulate(sc).summary   # the run accepts what the planner chose
     assert summary["peak_memory_by_phase"]["rollout"] <= topo.device_spec(0).hbm_bytes
+
+
+def test_fuse_actor_plans_a_layout_its_aux_pool_holds_whole_replicas_of():
+    """A planner audit: fuse: actor runs the reference's passes on the aux pool (aux_fraction 0.125 of
+    two DGX-H100 nodes: 2 devices) under the training layout. The planner searched the 14 actor devices
+    alone and chose TP1 PP7, and the run refused it: 2 devices are not a multiple of 7."""
+    import simulator
+    from simulator.rl.pools import build_pools
+
+    sc = _scenario("workload.model=qwen2.5-32b", "schedule.fuse=actor", "workload.rollout_layout.tp=2",
+                   "workload.train_layout=auto", nodes=2)
+    plan = auto_layouts(sc, load_topology(sc.topology))
+    lay = plan.layouts["train"]
+    unit = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
+    pools = build_pools(sc.schedule, 16, 2, unit)
+    assert pools["aux"].count % unit == 0 and pools["actor"].count == 14
+    simulator.simulate(sc)   # the run accepts what the planner chose (it raised before)

@@ -323,7 +323,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
               ) -> tuple[list[dict[str, Any]], Any, Any, Any]:
     """The candidate rows (and model, topology, plan) of the arguments, on `scn` when given;
     ``progress(done, None)`` hears of each layout evaluated."""
-    from ..autoplan import engine_named, rollout_phase_check, train_space, updates_beside
+    from ..autoplan import aux_pool_check, engine_named, rollout_phase_check, train_space, updates_beside
     from ..hardware.topology import load_topology
     from ..llm.architecture import load_model
     from ..llm.layer_costs import with_lora
@@ -352,6 +352,11 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                                                    # a colocated engine's share beside the resident state, as the run
                                                    rollout_phase=rollout_phase_check(inp["scenario"], model, inp["params"])
                                                    if inp["params"] is not None else None,
+                                                   # fuse: actor's aux pool runs the layout too (not on --target's
+                                                   # prefixes of nodes, whose pools the run does not cut)
+                                                   pools_check=aux_pool_check(inp["scenario"], topology.num_devices)
+                                                   if inp["params"] is not None and not args.target_tokens_per_s
+                                                   else None,
                                                    # what sits beside the update: a scenario's step only
                                                    beside=updates_beside(inp["scenario"] if inp["params"] is not None
                                                                          else None, inp["params"], base))

@@ -29,6 +29,7 @@ class TrainingEvaluator:
                  step_sequences: Callable[[int, int], tuple[int, np.ndarray]] | None = None,
                  packing: str = "none",
                  rollout_phase: Callable[[TrainLayout, float], None] | None = None,
+                 pools_check: Callable[[TrainLayout, int], None] | None = None,
                  beside: Sequence[tuple[Any, str, Callable[[TrainLayout, float], float],
                                         Callable[[TrainLayout], TrainLayout]]] = ()) -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
@@ -51,14 +52,16 @@ class TrainingEvaluator:
         critic's resident weights and optimizer state"), ``own`` the layout that update runs under (the
         critic's micro-batching): memory is judged for each with that much less HBM.
         ``rollout_phase(layout, hbm)``: raises RlsimError where a colocated engine's share of HBM beside
-        what the layout leaves resident through the rollout overflows a device (autoplan.rollout_phase_check)."""
+        what the layout leaves resident through the rollout overflows a device (autoplan.rollout_phase_check).
+        ``pools_check(layout, devices)``: raises RlsimError where the run's pools would not train the layout on
+        the candidate's devices or an aux pool would not hold it (autoplan.aux_pool_check, fuse: actor)."""
         self.model, self.topology = model, topology
         self.heaviest = heaviest
         self.also_trains_on = also_trains_on
         self.room_beside_tail = room_beside_tail
         self.step_sequences, self.packing = step_sequences, packing
         self.beside = tuple(beside)
-        self.rollout_phase = rollout_phase
+        self.rollout_phase, self.pools_check = rollout_phase, pools_check
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()
@@ -103,6 +106,8 @@ class TrainingEvaluator:
                              "colocated StaleSync's tail: the tail would never consolidate", source="planner",
                              field="schedule.kind",
                              fix="a smaller tp x cp x pp (or expert fold); or kind: colocated")
+        if self.pools_check is not None:
+            self.pools_check(layout, len(ranks))
         if self.rollout_phase is not None:   # the run refuses it whatever check_memory says
             self.rollout_phase(layout, min(k.hbm_bytes for k in pool_devices(self.topology, ranks)))
         if self.params.check_memory:

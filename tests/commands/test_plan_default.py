@@ -341,3 +341,20 @@ def test_plan_lists_no_layout_whose_rollout_phase_the_run_refuses(tmp_path, caps
         layout = {k: v for k, v in row["layout"].items() if k != "dp"}
         simulator.simulate(scenario, iterations=1, overrides=["workload.rollout_layout.gpu_memory_utilization=0.7",
                                                                f"workload.train_layout={json.dumps(layout)}"])
+
+
+def test_plan_on_fuse_actor_lists_layouts_its_aux_pool_runs(tmp_path, capsys):
+    """fuse: actor's aux pool (2 of 16 devices) runs the reference under the training layout: plan
+    listed TP1 PP7 on the 14 actor devices first, which `rlsim run` refused (a planner audit)."""
+    scenario = tmp_path / "q32.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: grpo-qwen2.5-7b\n"
+                        "schedule: {kind: colocated, fuse: actor}\n")
+    sets = ["workload.model=qwen2.5-32b", "workload.rollout_layout.tp=2"]
+    assert main(["plan", str(scenario), "--json", "--top", "3", *[a for s in sets for a in ("--set", s)]]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows
+    for row in rows:
+        lay = row["layout"]
+        assert row["devices"] == 14 and 2 % (lay["tp"] * lay["pp"] * lay["cp"]) == 0
+    best = {k: v for k, v in rows[0]["layout"].items() if k != "dp"}
+    simulator.simulate(scenario, iterations=1, overrides=[*sets, f"workload.train_layout={json.dumps(best)}"])
