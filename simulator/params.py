@@ -449,9 +449,12 @@ class MemoryParams(StrictModel):
     # DeepSpeedZeroOptimizer.setup_buckets: at the backward's first gradient hook, with
     # contiguous_gradients (DeepSpeed's default, zero/config.py), one torch.empty(reduce_bucket_size) in
     # the model's dtype, and a second "to avoid data access conflict when overlap_comm is enabled";
-    # _release_ipg_buffers frees them at the backward's end): the elements of a bucket
+    # _release_ipg_buffers frees them at the backward's end), and the copy allreduce_bucket makes of a bucket
+    # spanning more than one rank's slice to all-reduce it (tensor = self.flatten(bucket): a torch.cat under
+    # reduce_scatter, DeepSpeed's default): the elements of a bucket
     # (zero_optimization.reduce_bucket_size: DeepSpeed's default 5e8, which OpenRLHF's "auto" keeps,
-    # runtime/config_utils.py drops "auto" values) and how many. ZeRO-3 (runtime/zero/stage3.py) keeps
+    # runtime/config_utils.py drops "auto" values) and how many (ZeRO-1 / 2: a bucket and the copy, 2; 3 with
+    # overlap_comm: frameworks/deepspeed_zero.py). ZeRO-3 (runtime/zero/stage3.py) keeps
     # one contiguous bucket of reduce_bucket_size elements from its init (_setup_for_real_optimizer: an
     # IPG bucket a communication dtype, whatever overlap_comm), and with reduce_scatter (OpenRLHF sets
     # it, DeepSpeed's default) each full bucket's reduction copies it (__avg_scatter_grads ->

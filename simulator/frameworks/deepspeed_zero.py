@@ -34,6 +34,15 @@ DEEPSPEED_BF16_OPTIMIZER_GRAD_BYTES_PER_PARAM = 4.0 + 2.0
 # param.grad = None): MemoryParams.kept_grad_bytes_per_param.
 DEEPSPEED_BF16_OPTIMIZER_KEPT_GRAD_BYTES_PER_PARAM = 4.0
 DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM = 4.0
+# ZeRO-1 / 2's copy of a bucket while it is all-reduced: with reduce_scatter (DeepSpeed's default, which
+# neither OpenRLHF nor accelerate changes) average_tensor cuts the IPG bucket into its slices by owning rank,
+# and allreduce_and_scatter hands them (use_multi_rank_bucket_allreduce, the default) to allreduce_bucket,
+# which all-reduces `tensor = self.flatten(bucket)` (stage_1_and_2.py: torch's flatten_dense_tensors, a
+# torch.cat: a bucket-sized copy wherever the bucket spans more than one slice, which a bucket crossing a
+# partition's edge does) and copies it back into the slices; one at a time (the next reduction waits for
+# the reduction stream): 1 beside the contiguous buckets, overlap_comm or not (MemoryParams
+# .zero_reduce_buckets counts both kinds).
+DEEPSPEED_ZERO12_ALLREDUCE_COPIES = 1
 # ZeRO-3's IPG bucket and its copy while a full bucket is reduce-scattered (MemoryParams
 # .zero_reduce_buckets says where): 2 bucket-sized buffers through the backward, overlap_comm or not.
 DEEPSPEED_ZERO3_REDUCE_BUCKETS = 2
@@ -68,8 +77,7 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
         return {"memory": memory, "comm": comm}
     if stage >= 1:
         memory["zero_reduce_bucket_params"] = float(DEEPSPEED_REDUCE_BUCKET_SIZE)
-        if overlap_comm:
-            memory["zero_reduce_buckets"] = 2
+        memory["zero_reduce_buckets"] = (2 if overlap_comm else 1) + DEEPSPEED_ZERO12_ALLREDUCE_COPIES
         comm["zero_grad_reduce"] = "all-reduce"
     if stage == 2:
         comm["zero2_reduce_every_micro_batch"] = True

@@ -203,8 +203,9 @@ RULES: dict[str, Rule] = {
     "ds.grad_accum_dtype": mapped("workload.train_params.memory.grad_bytes_per_param", "fp32 beside bf16 weights: "
                                   "ZeRO-1's BF16_Optimizer (a whole fp32 gradient buffer beside the bf16 "
                                   "gradients), ZeRO-3's fp32 gradient partition"),
-    "ds.overlap_comm": mapped("workload.train_params.memory.zero_reduce_buckets", "ZeRO-1 / 2: 2, DeepSpeed's "
-                              "second reduction bucket; the reduction's hidden share stays comm.dp_overlap_fraction"),
+    "ds.overlap_comm": mapped("workload.train_params.memory.zero_reduce_buckets", "ZeRO-1 / 2: 3 (2 without), "
+                              "DeepSpeed's second reduction bucket beside the first and the all-reduce's copy; the "
+                              "reduction's hidden share stays comm.dp_overlap_fraction"),
     "ds.value_head_prefix": ignored("a module name: no effect on step time"),
     "ds.actor_init_on_gpu": ignored("where the weights are first built (0.9's --actor_init_on_gpu): no effect on "
                                     "step time"),

@@ -384,23 +384,41 @@ def _zero_params(*overrides: str) -> tuple[dict, dict, object]:
 
 def test_a_zero2_actor_holds_and_reduces_its_gradients_as_deepspeed_does():
     """get_train_ds_config's reduce_bucket_size "auto" (DeepSpeed's 5e8 elements), bf16 gradients reduced
-    in bf16, each bucket all-reduced, ZeRO-2's reduction in every backward and its accumulated partition
-    (simulator/frameworks/deepspeed_zero.py); ds.overlap_comm adds DeepSpeed's second bucket."""
+    in bf16, each bucket all-reduced from its flattened copy (allreduce_bucket: a bucket and the copy, 2),
+    ZeRO-2's reduction in every backward and its accumulated partition (simulator/frameworks/deepspeed_zero.py);
+    ds.overlap_comm adds DeepSpeed's second bucket (3)."""
     memory, comm, r = _zero_params("ds.zero_stage=2")
-    assert memory == {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8,
+    assert memory == {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2,
                       "zero2_accumulated_grad_partitions": 1}
     assert comm == {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce",
                     "zero2_reduce_every_micro_batch": True}
     load_scenario(r.scenario)
     memory, _, r = _zero_params("ds.zero_stage=2", "+ds.overlap_comm=true")
-    assert memory["zero_reduce_buckets"] == 2
+    assert memory["zero_reduce_buckets"] == 3
     assert r.mapped["ds.overlap_comm"].startswith("workload.train_params.memory.zero_reduce_buckets")
     load_scenario(r.scenario)
 
 
+@pytest.mark.parametrize(("stage", "overlap", "buckets"), [(1, False, 1), (2, False, 1), (2, True, 2)])
+def test_zero_1_2_hold_the_all_reduces_flattened_copy_beside_their_buckets(stage, overlap, buckets):
+    """allreduce_bucket all-reduces `self.flatten(bucket)` (stage_1_and_2.py): a bucket-sized torch.cat of the
+    slices the bucket holds for each owning rank, beside the contiguous bucket(s) it was copied from. The
+    update's backward buffers on the async example's 8-GPU actor: (buckets + 1) x 5e8 x 2 B, whatever the
+    model (the buckets are allocated whole)."""
+    from simulator.llm.architecture import load_model
+    from simulator.llm.memory import memory_per_device
+    from simulator.llm.train_layout import TrainLayout
+
+    overrides = [f"ds.zero_stage={stage}"] + (["+ds.overlap_comm=true"] if overlap else [])
+    sc = load_scenario(import_config("openrlhf", ASYNC, overrides).scenario)
+    b = memory_per_device(load_model("llama3.1-8b"), TrainLayout(dp=8, zero=stage), 2048, 1e15,
+                          params=sc.workload.train_params.memory, micro_batches=1)
+    assert b.zero_buffers_bytes == (buckets + 1) * 5e8 * 2.0
+
+
 @pytest.mark.parametrize(("stage", "memory", "comm"), [
     (0, {"grad_bytes_per_param": 2.0}, {"grad_reduce_bytes_per_param": 2.0}),
-    (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8},
+    (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2},
      {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce"}),
     (3, ZERO3_MEMORY, {"grad_reduce_bytes_per_param": 2.0})])
 def test_each_zero_stage_takes_its_own_deepspeed_keys(stage, memory, comm):
