@@ -483,6 +483,18 @@ class MemoryParams(StrictModel):
     # only (MemoryBreakdown.zero_buffers_bytes). 0: the gradients accumulate in place (Megatron-Core's
     # buffer, FSDP's sharded gradients).
     zero2_accumulated_grad_partitions: int = Field(0, ge=0)
+    # ZeRO-Offload keeps the gradient partition on the host (DeepSpeed's offload_optimizer, OpenRLHF's
+    # --ds.adam_offload; deepspeed 0.19.6): at ZeRO-2 copy_grads_in_partition returns early under cpu_offload
+    # (runtime/zero/stage_1_and_2.py: each reduced slice of the partition goes to the pinned fp32
+    # single_partition_of_fp32_groups[i].grad on the host, or is accumulated there, and param.grad is
+    # cleared; no grads_in_partition on the device), at ZeRO-3 grad_partitions_flat_buffer is allocated
+    # on self.device, the host under offload_optimizer (runtime/zero/stage3.py _setup_for_real_optimizer).
+    # True: the update holds no gradient partition on the device at train_layout.zero 2-3
+    # (MemoryBreakdown.gradients_bytes 0; the reduction buckets stay: the reductions run on the device);
+    # not read below ZeRO-2 (ZeRO-1 keeps the whole param.grad on the device until the accumulation
+    # boundary's reduction, cpu_offload or not). With offload.optimizer only (ZeRO-Offload), never beside
+    # zero2_accumulated_grad_partitions (accumulated on the host) or offload.grads (nothing left to move).
+    grad_partition_on_host: bool = False
 
     @property
     def resident_bytes_per_param(self) -> float:
@@ -540,6 +552,10 @@ class MemoryParams(StrictModel):
         if self.zero_reduce_bucket_params == 0 and self.zero_reduce_buckets != 1:
             raise ValueError("zero_reduce_buckets applies only with zero_reduce_bucket_params above 0 (DeepSpeed's "
                              "reduce_bucket_size): set both, or remove zero_reduce_buckets")
+        if self.grad_partition_on_host and self.zero2_accumulated_grad_partitions:
+            raise ValueError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where ZeRO-2 "
+                             "accumulates the micro-batches (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu): "
+                             "remove zero2_accumulated_grad_partitions, or grad_partition_on_host")
         if self.zero_reduce_buckets_kept > (self.zero_reduce_buckets if self.zero_reduce_bucket_params else 0):
             raise ValueError(f"zero_reduce_buckets_kept {self.zero_reduce_buckets_kept} counts kept buckets of the "
                              f"{self.zero_reduce_buckets if self.zero_reduce_bucket_params else 0} there are "
@@ -845,6 +861,23 @@ class TrainParams(StrictModel):
     memory: MemoryParams = MemoryParams()
     offload: OffloadParams = OffloadParams()
     check_memory: bool = True
+
+    @model_validator(mode="after")
+    def _gradient_partition_on_host_is_zero_offloads(self) -> "TrainParams":
+        """memory.grad_partition_on_host is ZeRO-Offload's (the optimizer steps on the host beside its
+        gradient partition): without offload.optimizer it describes no run, and offload.grads would move
+        a partition the device does not hold."""
+        if not self.memory.grad_partition_on_host:
+            return self
+        if not self.offload.optimizer:
+            raise ValueError("memory.grad_partition_on_host is DeepSpeed's ZeRO-Offload, whose optimizer steps on the "
+                             "host: set offload.optimizer: true (scope: optimizer_step), or remove "
+                             "memory.grad_partition_on_host")
+        if self.offload.grads:
+            raise ValueError("memory.grad_partition_on_host keeps the gradient partition on the host already: "
+                             "offload.grads has nothing to move; remove offload.grads, or "
+                             "memory.grad_partition_on_host")
+        return self
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None, source: str | None = None,
@@ -1473,6 +1506,10 @@ LAYOUT_GATED_MEMORY.update(dict.fromkeys(("zero_reduce_bucket_params", "zero_red
                                           "zero_reduce_buckets_kept"), LayoutGate(
     lambda lay: lay.zero >= 1, "ZeRO-1, 2 or 3 (train_layout.zero: 1-3)",
     "DeepSpeed's gradient reduction buckets", "set workload.train_layout.zero: 1, 2 or 3")))
+LAYOUT_GATED_MEMORY["grad_partition_on_host"] = LayoutGate(
+    lambda lay: lay.zero >= 2, "ZeRO-2 or 3 (train_layout.zero: 2 or 3)",
+    "where ZeRO-Offload's gradient partition lives (ZeRO-1 holds the whole gradients on the device)",
+    "set workload.train_layout.zero: 2 or 3")
 LAYOUT_GATED_MEMORY["zero2_accumulated_grad_partitions"] = LayoutGate(
     lambda lay: lay.zero == 2, "ZeRO-2 (train_layout.zero: 2)",
     "the gradient partitions ZeRO-2 accumulates over an optimizer step's micro-batches",

@@ -56,7 +56,7 @@ DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
 
 
 def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool,
-                      fp32_grad_accum: bool = False) -> dict[str, dict[str, Any]]:
+                      fp32_grad_accum: bool = False, params_on_host: bool = False) -> dict[str, dict[str, Any]]:
     """workload.train_params {"memory": ..., "comm": ...} of DeepSpeed ZeRO `stage` 0-3 in bf16 / fp16: the
     gradients in the model's dtype, reduced in it; at 1 and 2 the contiguous reduction buckets (2 with
     overlap_comm: setup_buckets), each all-reduced (average_tensor with use_multi_rank_bucket_allreduce);
@@ -65,7 +65,19 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
     beside the one the next backward fills; at 3 (zero3_train_params) the kept gradient partition, the
     bucket and its copy, the live-parameter window. `fp32_grad_accum` (data_types.grad_accum_dtype fp32,
     bf16 weights): ZeRO-1's BF16_Optimizer (its fp32 buffer kept between steps), ZeRO-3's fp32 partition; the caller refuses it at 0 and 2
-    (MemoryParams / CommParams say where in the source)."""
+    (MemoryParams / CommParams say where in the source). With the optimizer on the host (ZeRO-Offload) the
+    gradient partition is there too from ZeRO-2 on (memory.grad_partition_on_host), unless `params_on_host`
+    (DeepSpeed's offload_param: rlsim's offload.fsdp_cpu_offload holds the whole sharded state on the host)."""
+    sections = _zero_stage_params(stage, overlap_comm=overlap_comm, optimizer_on_host=optimizer_on_host,
+                                  fp32_grad_accum=fp32_grad_accum)
+    if stage >= 2 and optimizer_on_host and not params_on_host:
+        sections["memory"]["grad_partition_on_host"] = True
+    return sections
+
+
+def _zero_stage_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool,
+                       fp32_grad_accum: bool) -> dict[str, dict[str, Any]]:
+    """zero_train_params' keys of `stage` but ZeRO-Offload's gradient partition."""
     if stage == 3:
         return zero3_train_params(fp32_grad_accum=fp32_grad_accum, optimizer_on_host=optimizer_on_host)
     memory: dict[str, Any] = {"grad_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}
@@ -96,7 +108,7 @@ def zero3_train_params(*, fp32_grad_accum: bool = False, optimizer_on_host: bool
     root unit. DeepSpeed's ZeRO-3 re-gathers each submodule in the backward (released after its forward
     unless reused within stage3_max_reuse_distance): FSDP's reshard after forward, rlsim's default. With
     the optimizer on the host (ZeRO-Offload) the partition is allocated there (self.device is the CPU):
-    not kept on the device between steps (its bytes still counted in the update's fit)."""
+    not kept on the device between steps (zero_train_params says it is on the host in the update too)."""
     grads = DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM if fp32_grad_accum else DEEPSPEED_GRAD_BYTES_PER_PARAM
     memory: dict[str, Any] = {"grad_bytes_per_param": grads,
                               "zero_reduce_bucket_params": float(DEEPSPEED_REDUCE_BUCKET_SIZE),

@@ -186,7 +186,9 @@ RULES: dict[str, Rule] = {
     "ds.packing_samples": mapped("schedule.distqueue.packed", "forced on by ds.ring_attn_size > 1 or "
                                  "train.dynamic_batch_enable, as OpenRLHF does"),
     "ds.adam_offload": mapped("workload.train_params.offload.optimizer", "ZeRO-Offload: the optimizer state and "
-                                                                        "step on the host"),
+                                                                        "step on the host, and from ZeRO-2 on the "
+                                                                        "gradient partition (memory."
+                                                                        "grad_partition_on_host)"),
     "ds.enable_sleep": mapped("schedule.switch.offload_optimizer", "colocated: DeepSpeed's states to the host around "
                                                                   "each update"),
     "ds.lora.rank": mapped("workload.lora.rank", "> 0: LoRA"),

@@ -233,8 +233,9 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
         w["train_params"]["offload"] = offload
     if v("accelerate.distributed_type") == "DEEPSPEED":   # accelerate 1.16.0 utils/dataclasses.py DeepSpeedPlugin:
         # no reduce_bucket_size, overlap_comm nor stage3_* sizes in the config it builds: DeepSpeed's defaults
+        on_host = bool(offload.get("fsdp_cpu_offload"))   # offload_param_device cpu: the whole sharded state
         merge_train_params(w, zero_train_params(w["train_layout"]["zero"], overlap_comm=False, optimizer_on_host=bool(
-            offload.get("optimizer") or offload.get("fsdp_cpu_offload"))))
+            offload.get("optimizer")) or on_host, params_on_host=on_host))
     _engine(v, w, server, processes, batches)
     return w
 

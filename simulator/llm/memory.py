@@ -189,7 +189,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         trained = trained_dense + trained_expert
         trained_shard = trained_dense / zero_shard + trained_expert / expert_zero_shard
         weights = weight_bpp * (shard if zero >= 3 else full)
-        grads = grad_bpp * (trained_shard if zero >= 2 else trained)
+        grads = device_gradient_bytes(zero, grad_bpp, trained, trained_shard, params)
         optim = optim_bpp * (trained_shard if zero >= 1 else trained)
         acts = _in_flight_cached(tuple([per_chunk * tokens for per_chunk in per_chunks]), pp, vpp, m, s)
         if full_recompute:  # one layer's full activations are rebuilt during its backward
@@ -207,6 +207,16 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     return MemoryBreakdown(int(stage), weights, grads, optim, acts, logits,
                            capacity_hbm_bytes * params.hbm_usable_fraction, gathered, buffers,
                            zero_kept_bucket_bytes(zero, params))
+
+
+def device_gradient_bytes(zero: int, grad_bpp: float, trained: float, trained_shard: float,
+                          params: MemoryParams) -> float:
+    """The gradients the update holds on one device: grad_bpp a trained parameter, its shard from ZeRO-2
+    on; none at ZeRO 2-3 where ZeRO-Offload keeps the partition on the host (MemoryParams
+    .grad_partition_on_host)."""
+    if zero >= 2:
+        return 0.0 if params.grad_partition_on_host else grad_bpp * trained_shard
+    return grad_bpp * trained
 
 
 def zero_kept_bucket_bytes(zero: int, params: MemoryParams) -> float:

@@ -305,7 +305,10 @@ class HeteroStepModel:
 
         m, memory = self.model, self.train_params.memory
         weight_b, grad_b, optim_b = self.state_bytes
-        state_bytes_per_param = (weight_b + grad_b / (dp if zero >= 2 else 1) + optim_b / (dp if zero >= 1 else 1))
+        # the gradients on the device as llm/memory.py device_gradient_bytes holds them (ZeRO-Offload's
+        # partition on the host)
+        grads_b = 0.0 if zero >= 2 and memory.grad_partition_on_host else grad_b / (dp if zero >= 2 else 1)
+        state_bytes_per_param = weight_b + grads_b + optim_b / (dp if zero >= 1 else 1)
         shapes, params_of = layer_shapes(m), self._stage_param_count(pp)
         tokens, flash = self.mb * self.seq_len, self.train_params.compute.flash_attention
 

@@ -173,7 +173,8 @@ def _state_floor(model: Any, topology: Any, ranks: Sequence[int], params: Any) -
     total = getattr(model, "params_total", None)
     if memory is None or not total or not hasattr(topology, "device_spec"):
         return ""
-    per_param = memory.resident_bytes_per_param + memory.grad_bytes_per_param + memory.optimizer_bytes_per_param
+    grads = 0.0 if memory.grad_partition_on_host else memory.grad_bytes_per_param   # ZeRO-Offload's: on the host
+    per_param = memory.resident_bytes_per_param + grads + memory.optimizer_bytes_per_param
     usable = min(topology.device_spec(r).hbm_bytes for r in ranks) * memory.hbm_usable_fraction
     state = float(total) * per_param
     need = math.ceil(state / usable)

@@ -430,8 +430,13 @@ def test_each_zero_stage_takes_its_own_deepspeed_keys(stage, memory, comm):
 def test_zero_offload_keeps_no_accumulated_partition_and_zero3_reads_past_overlap_comm():
     """ZeRO-Offload copies each backward's partition to the host (copy_grads_in_partition's cpu_offload
     branch): no second partition on the GPU. ZeRO-3 is rlsim's FSDP model: overlap_comm is not read."""
-    memory, _, _ = _zero_params("ds.zero_stage=2", "+ds.adam_offload=true")
+    memory, _, r = _zero_params("ds.zero_stage=2", "+ds.adam_offload=true")
     assert "zero2_accumulated_grad_partitions" not in memory and memory["zero_reduce_bucket_params"] == 5e8
+    assert memory["grad_partition_on_host"] is True   # copy_grads_in_partition returns early: no partition on the GPU
+    load_scenario(r.scenario)
+    memory, _, r = _zero_params("ds.zero_stage=1", "+ds.adam_offload=true")   # the whole param.grad on the GPU
+    assert "grad_partition_on_host" not in memory
+    load_scenario(r.scenario)
     _, _, r = _zero_params("+ds.overlap_comm=true")
     assert "ZeRO-3" in r.ignored["ds.overlap_comm"]
 
@@ -439,7 +444,8 @@ def test_zero_offload_keeps_no_accumulated_partition_and_zero3_reads_past_overla
 def test_zero3_under_zero_offload_keeps_no_gradient_partition_on_the_gpu_between_steps():
     """stage3.py allocates grad_partitions_flat_buffer on self.device, the host under offload_optimizer."""
     memory, _, r = _zero_params("+ds.adam_offload=true")
-    assert memory == {k: v for k, v in ZERO3_MEMORY.items() if k != "grad_buffer_persists"}
+    assert memory == {**{k: v for k, v in ZERO3_MEMORY.items() if k != "grad_buffer_persists"},
+                      "grad_partition_on_host": True}
     load_scenario(r.scenario)
 
 
@@ -505,6 +511,25 @@ def test_deepspeed_sleep_with_zero1_fp32_accumulation_is_refused(script):
                ["ds.zero_stage=3", "+ds.grad_accum_dtype=fp32", "+ds.enable_sleep=true"],
                ["ds.zero_stage=1", "+ds.grad_accum_dtype=fp32", "+ds.enable_sleep=true", "+ds.adam_offload=true"]):
         import_config("openrlhf", script, ok)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_offloads_update_holds_no_gradient_partition_from_zero2_on(stage):
+    """Under ds.adam_offload the async example's actor (Llama-3.1-8B on 8 GPUs) holds no gradient partition
+    on the GPU at ZeRO-2 / 3 (2 B x params / 8 without the offload), its buckets still there; at ZeRO-1
+    the whole bf16 gradients (2 B x params) either way."""
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts
+
+    def states(*overrides: str):
+        sc = load_scenario(import_config("openrlhf", ASYNC, [f"ds.zero_stage={stage}", *overrides]).scenario)
+        costs = LlmCosts(sc, load_topology(sc.topology))
+        return costs._resident_memory(costs.pool(list(range(8))))
+    on_gpu, offloaded = states(), states("+ds.adam_offload=true")
+    trained = on_gpu.gradients_bytes / (2.0 if stage == 1 else 2.0 / 8)
+    assert 7.9e9 < trained < 8.1e9
+    assert offloaded.gradients_bytes == (on_gpu.gradients_bytes if stage == 1 else 0.0)
+    assert offloaded.zero_buffers_bytes >= 2 * 5e8 * 2.0   # a bucket and its copy, on the GPU
 
 
 def test_zero3s_ipg_bucket_stays_beside_the_other_phases_unless_deepspeed_sleeps():

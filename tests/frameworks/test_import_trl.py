@@ -158,11 +158,15 @@ def test_an_accelerate_config_file_and_its_offload(tmp_path):
                                                            "offload_param_device": "none"}}))
     r = import_config("trl", COLOCATE, [f"accelerate_config={config}", "~num_processes"])
     assert r.scenario["workload"]["train_params"]["offload"] == {"optimizer": True, "scope": "optimizer_step"}
+    assert r.scenario["workload"]["train_params"]["memory"]["grad_partition_on_host"] is True   # ZeRO-Offload's
     assert r.scenario["topology"]["nodes"] == 2 and r.scenario["workload"]["prompts_per_step"] == 4 * 16 * 16 // 16
     both = import_config("trl", COLOCATE, [f"accelerate_config={config}",
                                            "+accelerate.deepspeed_config.offload_param_device=cpu"])
     assert both.scenario["workload"]["train_params"]["offload"] == {"fsdp_cpu_offload": True,
                                                                     "host_param_bytes_per_param": 2.0}
+    assert "grad_partition_on_host" not in both.scenario["workload"]["train_params"]["memory"]
+    load_scenario(r.scenario)
+    load_scenario(both.scenario)
     with pytest.raises(RlsimError, match="stage 3 only") as info:
         import_config("trl", COLOCATE, ["accelerate_config=zero2", "accelerate.deepspeed_config.offload_param_device=cpu"])
     assert info.value.field == "accelerate.deepspeed_config.offload_param_device"

@@ -198,3 +198,54 @@ def test_zero3s_kept_ipg_bucket_stays_between_steps_as_part_of_the_buffers(zero)
 def test_more_kept_buckets_than_buckets_are_refused(given):
     with pytest.raises(ValueError, match="zero_reduce_buckets_kept .* counts kept buckets"):
         MemoryParams(**given)
+
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_zero_offloads_gradient_partition_is_on_the_host_from_zero2_on(zero):
+    """memory.grad_partition_on_host (DeepSpeed's ZeRO-Offload): ZeRO-2's copy_grads_in_partition returns
+    early under cpu_offload, ZeRO-3's grad_partitions_flat_buffer is on the host: no gradient partition on
+    the device (2 B x params / 8 less), the buckets still there. ZeRO-1 keeps the whole param.grad until
+    the boundary's reduction: not read."""
+    n = _trained_params()
+    lay = TrainLayout(dp=8, zero=zero)
+    buckets = dict(grad_bytes_per_param=2.0, zero_reduce_bucket_params=BUCKET, zero_reduce_buckets=2)
+    on_device = memory_per_device(QWEN, lay, 2048, BIG, params=MemoryParams(**buckets), micro_batches=4)
+    on_host = memory_per_device(QWEN, lay, 2048, BIG, params=MemoryParams(**buckets, grad_partition_on_host=True),
+                                micro_batches=4)
+    assert on_device.gradients_bytes == pytest.approx(2.0 * (n if zero == 1 else n / 8), rel=1e-12)
+    assert on_host.gradients_bytes == (on_device.gradients_bytes if zero == 1 else 0.0)
+    assert on_host.zero_buffers_bytes == on_device.zero_buffers_bytes == 2 * BUCKET * 2.0
+    assert on_device.total_bytes - on_host.total_bytes == pytest.approx(0.0 if zero == 1 else 2.0 * n / 8, rel=1e-12)
+
+
+def test_a_host_gradient_partition_outside_zero_offload_is_refused():
+    """It is ZeRO-Offload's: with the optimizer offloaded (offload.optimizer), never beside ZeRO-2's
+    accumulated partition (accumulated on the host) nor offload.grads (nothing on the device to move)."""
+    from simulator.params import OffloadParams
+
+    with pytest.raises(ValueError, match="remove zero2_accumulated_grad_partitions, or grad_partition_on_host"):
+        MemoryParams(grad_partition_on_host=True, zero2_accumulated_grad_partitions=1)
+    on_host = MemoryParams(grad_partition_on_host=True)
+    with pytest.raises(ValueError, match="set offload.optimizer: true"):
+        TrainParams(memory=on_host)
+    with pytest.raises(ValueError, match="remove offload.grads"):
+        TrainParams(memory=on_host, offload=OffloadParams(optimizer=True, grads=True))
+    TrainParams(memory=on_host, offload=OffloadParams(optimizer=True, scope="optimizer_step"))
+    with pytest.raises(RlsimError) as info:
+        TrainParams.from_mapping({"memory": {"grad_partition_on_host": True}}, source="s.yaml")
+    assert "offload.optimizer" in str(info.value)
+
+
+def test_a_host_gradient_partition_at_zero1_is_refused_naming_its_field():
+    scenario = {"topology": {"preset": "dgx-h100", "nodes": 1},
+                "workload": {"model": "qwen2.5-7b", "prompts_per_step": 8, "samples_per_prompt": 4,
+                             "train_layout": {"zero": 1},
+                             "train_params": {"memory": {"grad_partition_on_host": True},
+                                              "offload": {"optimizer": True, "scope": "optimizer_step"}}}}
+    with pytest.raises(RlsimError) as info:
+        load_scenario(scenario)
+    assert info.value.field == "workload.train_params.memory.grad_partition_on_host"
+    assert "ZeRO-2 or 3" in str(info.value)
+    scenario["workload"]["train_layout"]["zero"] = 2
+    load_scenario(scenario)
+

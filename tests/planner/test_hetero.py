@@ -443,6 +443,24 @@ def test_deepspeeds_all_reduce_of_the_zero_gradients_is_priced_as_the_training_m
 
 
 @pytest.mark.parametrize("zero", [1, 2])
+def test_the_hetero_memory_check_leaves_zero_offloads_host_partition_out_as_the_training_model(zero):
+    """memory.grad_partition_on_host: no gradient partition on the device at ZeRO-2 (the whole gradients at
+    ZeRO-1): the hetero stage bytes equal llm/memory.py's."""
+    from simulator.llm.memory import memory_per_device
+    from simulator.params import MemoryParams, OffloadParams, TrainParams
+
+    model, topo = load_model("llama3.1-8b"), load_topology({"preset": "dgx-h100", "nodes": 1})
+    memory = MemoryParams(grad_bytes_per_param=2.0, zero_reduce_bucket_params=5e8, grad_partition_on_host=True)
+    params = TrainParams(memory=memory, offload=OffloadParams(optimizer=True, scope="optimizer_step"))
+    mine = HeteroStepModel(model, topo, 4096, 1, train_params=params).stage_memory_bytes(
+        1, 1, 8, [model.num_layers], zero, micro_batches=4)
+    theirs = memory_per_device(model, TrainLayout(tp=1, pp=1, dp=8, zero=zero, recompute="full"), 4096, 80e9,
+                               params=memory, micro_batches=4)
+    assert mine[0] == pytest.approx(theirs.total_bytes, rel=1e-9)
+    assert (theirs.gradients_bytes == 0.0) == (zero == 2)
+
+
+@pytest.mark.parametrize("zero", [1, 2])
 def test_the_hetero_memory_check_counts_deepspeeds_backward_buffers_as_the_training_model(zero):
     """DeepSpeed's buckets (2 x 5e8 x 2 B) and, at ZeRO-2 with 4 micro-batches, the accumulated bf16
     partition: the hetero stage bytes equal llm/memory.py's (pp 1, so each replica's 4 are its own)."""
